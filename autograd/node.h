@@ -1,0 +1,66 @@
+#pragma once
+// Graph nodes of the eager autograd engine. Every node has exactly one
+// differentiable output (extra outputs such as indices are never differentiable)
+// and one edge per input; the backward function maps the output's gradient to
+// one gradient per input (an undefined Tensor means "no gradient").
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "core/tensor.h"
+
+namespace cf::autograd {
+
+struct Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null when the input does not require grad
+};
+
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+struct Node {
+  const char* name = "";          // the op's registry name, e.g. "mul"
+  BackwardFn backward;            // reset once the graph is freed
+  std::vector<Edge> next_edges;   // one per input
+  std::vector<Shape> input_shapes;
+  std::vector<DType> input_dtypes;
+  Shape output_shape;
+  DType output_dtype = kFloat32;
+  Device output_device;
+  std::shared_ptr<TensorImpl> leaf;  // set only on a leaf's gradient accumulator
+  bool released = false;
+};
+
+// A tensor kept for backward. It is stored detached (no reference to its own
+// grad_fn, so no cycles) together with its storage version; unpack() throws if
+// the tensor was modified in place after it was saved.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  SavedTensor(const Tensor& t);  // NOLINT: implicit on purpose, saving reads naturally
+  Tensor unpack(const char* op) const;
+  bool defined() const { return t_.defined(); }
+
+ private:
+  Tensor t_;
+  int64_t version_ = 0;
+};
+
+// True when grad mode is on and any of the tensors requires grad.
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Attach a node named `name` producing `output` from `inputs` (call only when
+// any_requires_grad is true). `output` becomes non-leaf and requires grad.
+void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn fn);
+
+// Run backward from `root`. grad_output may be undefined for a one-element root.
+void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_graph);
+
+// Names of every node reachable from t's grad_fn (for tests of graph shape).
+std::vector<const char*> graph_node_names(const Tensor& t);
+
+}  // namespace cf::autograd

@@ -1,0 +1,87 @@
+#include "autograd/ops/common.h"
+
+#include <algorithm>
+
+#include "kernels/elementwise/elementwise.h"
+
+namespace cf::ops {
+
+void check_defined(const Tensor& t, const char* op, const char* arg) {
+  CF_CHECK(t.defined(), ValueError, "[", op, "] argument '", arg, "' is an undefined tensor");
+}
+
+void check_same_device(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (!first) {
+      first = t;
+      continue;
+    }
+    if (t->device() != first->device()) {
+      std::string all;
+      for (const Tensor* u : ts)
+        if (u->defined()) all += (all.empty() ? "" : ", ") + u->describe();
+      throw DeviceError(str("[", op, "] tensors are on different devices: ", all));
+    }
+  }
+}
+
+void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (!first) {
+      first = t;
+      continue;
+    }
+    if (t->dtype() != first->dtype()) {
+      std::string all;
+      for (const Tensor* u : ts)
+        if (u->defined()) all += (all.empty() ? "" : ", ") + u->describe();
+      throw DTypeError(str("[", op, "] dtype mismatch: ", all, " (cast with cf::to)"));
+    }
+  }
+}
+
+void check_float(const Tensor& t, const char* op, const char* arg) {
+  CF_CHECK(is_floating(t.dtype()), DTypeError, "[", op, "] argument '", arg,
+           "' must be float32 or float64, got ", t.describe());
+}
+
+void check_dtype(const Tensor& t, DType want, const char* op, const char* arg) {
+  CF_CHECK(t.dtype() == want, DTypeError, "[", op, "] argument '", arg, "' must be ", want,
+           ", got ", t.describe());
+}
+
+std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t ndim, const char* op) {
+  std::vector<int64_t> out;
+  if (axes.empty()) {
+    for (int64_t i = 0; i < ndim; ++i) out.push_back(i);
+    return out;
+  }
+  for (int64_t a : axes) {
+    CF_CHECK(a >= -ndim && a < ndim, IndexError, "[", op, "] axis ", a,
+             " is out of range for a tensor of ", ndim, " dimensions");
+    out.push_back(a < 0 ? a + ndim : a);
+  }
+  std::sort(out.begin(), out.end());
+  CF_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), IndexError, "[", op,
+           "] repeated axis in the axis list");
+  return out;
+}
+
+void check_inplace(const Tensor& t, const char* op) {
+  CF_CHECK(t.defined(), ValueError, "[", op, "] called on an undefined tensor");
+  CF_CHECK(!(grad_enabled() && t.requires_grad()), AutogradError, "[", op,
+           "] in-place change of a tensor that requires grad (", t.describe(),
+           "); run it under cf::NoGradGuard or on a detach()ed tensor");
+}
+
+Tensor scalar_like(const Tensor& t, double v) {
+  Tensor s = Tensor::empty({}, t.dtype(), t.device());
+  kernels::fill(s, v);
+  return s;
+}
+
+}  // namespace cf::ops

@@ -1,0 +1,406 @@
+// Elementwise ops: validation, output allocation, kernel call and backward.
+#include "autograd/ops/elementwise.h"
+
+#include "autograd/ops/common.h"
+#include "autograd/ops/reduce.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace cf {
+
+using autograd::SavedTensor;
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+namespace {
+
+Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = kernels::op_name(op);
+  ops::check_defined(a, name, "a");
+  ops::check_defined(b, name, "b");
+  ops::check_same_device(name, {&a, &b});
+  ops::check_same_dtype(name, {&a, &b});
+  bool logical = op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr;
+  if (logical) {
+    ops::check_dtype(a, kBool, name, "a");
+  } else if (a.dtype() == kBool) {
+    CF_CHECK(op == BinaryOp::Eq || op == BinaryOp::Ne, DTypeError, "[", name,
+             "] is not defined for bool tensors: ", a.describe(), ", ", b.describe());
+  }
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = Tensor::empty(shape, kernels::is_comparison(op) ? kBool : a.dtype(), a.device());
+  kernels::binary(op, a, b, out);
+  return out;
+}
+
+Tensor unary_forward(UnaryOp op, const Tensor& x, kernels::UnaryParams p = {}) {
+  const char* name = kernels::op_name(op);
+  ops::check_defined(x, name, "x");
+  bool numeric = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Sign ||
+                 op == UnaryOp::Square;
+  if (op == UnaryOp::LogicalNot)
+    ops::check_dtype(x, kBool, name, "x");
+  else if (numeric)
+    CF_CHECK(x.dtype() != kBool, DTypeError, "[", name, "] is not defined for bool tensors: ",
+             x.describe());
+  else
+    ops::check_float(x, name, "x");
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels::unary(op, x, out, p);
+  return out;
+}
+
+// Record y = f(x) with dy/dx computed by `local(x, y, g)`.
+template <typename F>
+Tensor unary_op(UnaryOp op, const Tensor& x, F local, kernels::UnaryParams p = {}) {
+  Tensor y = unary_forward(op, x, p);
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor sx(x), sy(y);
+    const char* name = kernels::op_name(op);
+    autograd::record(name, {x}, y, [sx, sy, name, local](const Tensor& g) -> std::vector<Tensor> {
+      return {local(sx.unpack(name), sy.unpack(name), g)};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+// ---------------- binary ----------------
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Add, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("add", {a, b}, out, [sa, sb](const Tensor& g) -> std::vector<Tensor> {
+      return {sum_to(g, sa), sum_to(g, sb)};
+    });
+  }
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Sub, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("sub", {a, b}, out, [sa, sb](const Tensor& g) -> std::vector<Tensor> {
+      return {sum_to(g, sa), sum_to(neg(g), sb)};
+    });
+  }
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Mul, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    SavedTensor sa(a), sb(b);
+    autograd::record("mul", {a, b}, out, [sa, sb, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
+      Tensor av = sa.unpack("mul"), bv = sb.unpack("mul");
+      return {need_a ? sum_to(mul(g, bv), av.shape()) : Tensor(),
+              need_b ? sum_to(mul(g, av), bv.shape()) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Div, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    SavedTensor sa(a), sb(b), so(out);
+    autograd::record("div", {a, b}, out, [sa, sb, so](const Tensor& g) -> std::vector<Tensor> {
+      Tensor av = sa.unpack("div"), bv = sb.unpack("div"), o = so.unpack("div");
+      Tensor ga = div(g, bv);
+      // d(a/b)/db = -(a/b)/b
+      return {sum_to(ga, av.shape()), sum_to(neg(mul(ga, o)), bv.shape())};
+    });
+  }
+  return out;
+}
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Pow, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    bool need_b = b.requires_grad();
+    SavedTensor sa(a), sb(b), so(out);
+    autograd::record("pow", {a, b}, out, [sa, sb, so, need_b](const Tensor& g) -> std::vector<Tensor> {
+      Tensor av = sa.unpack("pow"), bv = sb.unpack("pow"), o = so.unpack("pow");
+      Tensor ga = mul(g, mul(bv, pow(av, sub(bv, 1.0))));
+      Tensor gb = need_b ? sum_to(mul(g, mul(o, log(av))), bv.shape()) : Tensor();
+      return {sum_to(ga, av.shape()), gb};
+    });
+  }
+  return out;
+}
+
+namespace {
+// Gradient of maximum/minimum: `pick_a` marks where a was chosen.
+Tensor minmax_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(op, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    SavedTensor sa(a), sb(b);
+    autograd::record(name, {a, b}, out, [sa, sb, op, name](const Tensor& g) -> std::vector<Tensor> {
+      Tensor av = sa.unpack(name), bv = sb.unpack(name);
+      Tensor pick_a = op == BinaryOp::Maximum ? ge(av, bv) : le(av, bv);
+      Tensor zero = ops::scalar_like(g, 0.0);
+      return {sum_to(where(pick_a, g, zero), av.shape()), sum_to(where(pick_a, zero, g), bv.shape())};
+    });
+  }
+  return out;
+}
+}  // namespace
+
+Tensor maximum(const Tensor& a, const Tensor& b) { return minmax_op(BinaryOp::Maximum, "maximum", a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return minmax_op(BinaryOp::Minimum, "minimum", a, b); }
+
+Tensor add(const Tensor& a, double b) { return add(a, ops::scalar_like(a, b)); }
+Tensor sub(const Tensor& a, double b) { return sub(a, ops::scalar_like(a, b)); }
+Tensor mul(const Tensor& a, double b) { return mul(a, ops::scalar_like(a, b)); }
+Tensor div(const Tensor& a, double b) { return div(a, ops::scalar_like(a, b)); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+Tensor operator+(double a, const Tensor& b) { return add(ops::scalar_like(b, a), b); }
+Tensor operator-(double a, const Tensor& b) { return sub(ops::scalar_like(b, a), b); }
+Tensor operator*(double a, const Tensor& b) { return mul(ops::scalar_like(b, a), b); }
+Tensor operator/(double a, const Tensor& b) { return div(ops::scalar_like(b, a), b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+// ---------------- comparisons ----------------
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ge, a, b); }
+Tensor eq(const Tensor& a, double b) { return eq(a, ops::scalar_like(a, b)); }
+Tensor ne(const Tensor& a, double b) { return ne(a, ops::scalar_like(a, b)); }
+Tensor lt(const Tensor& a, double b) { return lt(a, ops::scalar_like(a, b)); }
+Tensor le(const Tensor& a, double b) { return le(a, ops::scalar_like(a, b)); }
+Tensor gt(const Tensor& a, double b) { return gt(a, ops::scalar_like(a, b)); }
+Tensor ge(const Tensor& a, double b) { return ge(a, ops::scalar_like(a, b)); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::LogicalAnd, a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::LogicalOr, a, b); }
+Tensor logical_not(const Tensor& a) { return unary_forward(UnaryOp::LogicalNot, a); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  ops::check_defined(cond, "where", "cond");
+  ops::check_defined(a, "where", "a");
+  ops::check_defined(b, "where", "b");
+  ops::check_same_device("where", {&cond, &a, &b});
+  ops::check_dtype(cond, kBool, "where", "cond");
+  ops::check_same_dtype("where", {&a, &b});
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  kernels::where(cond, a, b, out);
+  if (autograd::any_requires_grad({&a, &b})) {
+    SavedTensor sc(cond);
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("where", {a, b}, out, [sc, sa, sb](const Tensor& g) -> std::vector<Tensor> {
+      Tensor c = sc.unpack("where");
+      Tensor zero = ops::scalar_like(g, 0.0);
+      return {sum_to(where(c, g, zero), sa), sum_to(where(c, zero, g), sb)};
+    });
+  }
+  return out;
+}
+Tensor where(const Tensor& cond, const Tensor& a, double b) {
+  ops::check_defined(a, "where", "a");
+  return where(cond, a, ops::scalar_like(a, b));
+}
+
+// ---------------- unary ----------------
+
+Tensor neg(const Tensor& x) {
+  return unary_op(UnaryOp::Neg, x, [](const Tensor&, const Tensor&, const Tensor& g) { return neg(g); });
+}
+Tensor abs(const Tensor& x) {
+  return unary_op(UnaryOp::Abs, x, [](const Tensor& x, const Tensor&, const Tensor& g) {
+    return mul(g, sign(x));
+  });
+}
+Tensor sign(const Tensor& x) { return unary_forward(UnaryOp::Sign, x); }
+Tensor square(const Tensor& x) {
+  return unary_op(UnaryOp::Square, x, [](const Tensor& x, const Tensor&, const Tensor& g) {
+    return mul(g, mul(x, 2.0));
+  });
+}
+Tensor exp(const Tensor& x) {
+  return unary_op(UnaryOp::Exp, x, [](const Tensor&, const Tensor& y, const Tensor& g) { return mul(g, y); });
+}
+Tensor log(const Tensor& x) {
+  return unary_op(UnaryOp::Log, x, [](const Tensor& x, const Tensor&, const Tensor& g) { return div(g, x); });
+}
+Tensor sqrt(const Tensor& x) {
+  return unary_op(UnaryOp::Sqrt, x, [](const Tensor&, const Tensor& y, const Tensor& g) {
+    return div(g, mul(y, 2.0));
+  });
+}
+Tensor rsqrt(const Tensor& x) {
+  // d x^{-1/2} = -1/2 x^{-3/2} = -1/2 y^3
+  return unary_op(UnaryOp::Rsqrt, x, [](const Tensor&, const Tensor& y, const Tensor& g) {
+    return mul(g, mul(pow(y, 3.0), -0.5));
+  });
+}
+Tensor sin(const Tensor& x) {
+  return unary_op(UnaryOp::Sin, x, [](const Tensor& x, const Tensor&, const Tensor& g) { return mul(g, cos(x)); });
+}
+Tensor cos(const Tensor& x) {
+  return unary_op(UnaryOp::Cos, x, [](const Tensor& x, const Tensor&, const Tensor& g) {
+    return neg(mul(g, sin(x)));
+  });
+}
+Tensor tanh(const Tensor& x) {
+  return unary_op(UnaryOp::Tanh, x, [](const Tensor&, const Tensor& y, const Tensor& g) {
+    return mul(g, sub(ops::scalar_like(y, 1.0), square(y)));
+  });
+}
+Tensor sigmoid(const Tensor& x) {
+  return unary_op(UnaryOp::Sigmoid, x, [](const Tensor&, const Tensor& y, const Tensor& g) {
+    return mul(g, mul(y, sub(ops::scalar_like(y, 1.0), y)));
+  });
+}
+Tensor relu(const Tensor& x) {
+  return unary_op(UnaryOp::Relu, x, [](const Tensor& x, const Tensor&, const Tensor& g) {
+    return where(gt(x, 0.0), g, 0.0);
+  });
+}
+Tensor gelu(const Tensor& x) {
+  return unary_op(UnaryOp::Gelu, x, [](const Tensor& x, const Tensor&, const Tensor& g) {
+    return mul(g, unary_forward(UnaryOp::GeluGrad, x));
+  });
+}
+Tensor leaky_relu(const Tensor& x, double slope) {
+  return unary_op(
+      UnaryOp::LeakyRelu, x,
+      [slope](const Tensor& x, const Tensor&, const Tensor& g) { return where(gt(x, 0.0), g, mul(g, slope)); },
+      {slope, 0});
+}
+Tensor reciprocal(const Tensor& x) {
+  return unary_op(UnaryOp::Reciprocal, x, [](const Tensor&, const Tensor& y, const Tensor& g) {
+    return neg(mul(g, square(y)));
+  });
+}
+Tensor log1p(const Tensor& x) {
+  return unary_op(UnaryOp::Log1p, x, [](const Tensor& x, const Tensor&, const Tensor& g) {
+    return div(g, add(x, 1.0));
+  });
+}
+Tensor expm1(const Tensor& x) {
+  return unary_op(UnaryOp::Expm1, x, [](const Tensor&, const Tensor& y, const Tensor& g) {
+    return mul(g, add(y, 1.0));
+  });
+}
+Tensor erf(const Tensor& x) {
+  // d erf(x) = 2/sqrt(pi) exp(-x^2)
+  return unary_op(UnaryOp::Erf, x, [](const Tensor& x, const Tensor&, const Tensor& g) {
+    return mul(g, mul(exp(neg(square(x))), 1.1283791670955126));
+  });
+}
+Tensor clamp(const Tensor& x, double low, double high) {
+  CF_CHECK(low <= high, ValueError, "[clamp] low ", low, " is greater than high ", high);
+  return unary_op(
+      UnaryOp::Clamp, x,
+      [low, high](const Tensor& x, const Tensor&, const Tensor& g) {
+        return where(logical_and(ge(x, low), le(x, high)), g, 0.0);
+      },
+      {low, high});
+}
+Tensor pow(const Tensor& a, double e) {
+  return unary_op(
+      UnaryOp::PowScalar, a,
+      [e](const Tensor& x, const Tensor&, const Tensor& g) { return mul(g, mul(pow(x, e - 1.0), e)); },
+      {e, 0});
+}
+
+// ---------------- copies and casts ----------------
+
+Tensor to(const Tensor& x, DType dtype) {
+  ops::check_defined(x, "to", "x");
+  Tensor out = Tensor::empty(x.shape(), dtype, x.device());
+  kernels::copy(x, out);
+  if (is_floating(dtype) && autograd::any_requires_grad({&x})) {
+    DType from = x.dtype();
+    autograd::record("to", {x}, out, [from](const Tensor& g) -> std::vector<Tensor> {
+      return {to(g, from)};
+    });
+  }
+  return out;
+}
+
+Tensor clone(const Tensor& x) {
+  ops::check_defined(x, "clone", "x");
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels::copy(x, out);
+  if (autograd::any_requires_grad({&x}))
+    autograd::record("clone", {x}, out, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
+  return out;
+}
+
+Tensor contiguous(const Tensor& x) {
+  ops::check_defined(x, "contiguous", "x");
+  return x.is_contiguous() ? x : clone(x);
+}
+
+Tensor zeros_like(const Tensor& x) { return full_like(x, 0.0); }
+Tensor ones_like(const Tensor& x) { return full_like(x, 1.0); }
+Tensor full_like(const Tensor& x, double value) {
+  ops::check_defined(x, "full_like", "x");
+  Tensor t = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels::fill(t, value);
+  return t;
+}
+
+// ---------------- in-place ----------------
+
+Tensor& add_(Tensor& t, const Tensor& other, double alpha) {
+  ops::check_inplace(t, "add_");
+  ops::check_defined(other, "add_", "other");
+  ops::check_same_device("add_", {&t, &other});
+  ops::check_same_dtype("add_", {&t, &other});
+  CF_CHECK(broadcast_shapes(t.shape(), other.shape(), "add_") == t.shape(), ShapeError,
+           "[add_] cannot broadcast ", shape_str(other.shape()), " into ", shape_str(t.shape()));
+  Tensor src = other;
+  if (alpha != 1.0) {
+    src = Tensor::empty(other.shape(), other.dtype(), other.device());
+    kernels::binary(BinaryOp::Mul, other, ops::scalar_like(other, alpha), src);
+  }
+  kernels::binary(BinaryOp::Add, t, src, t);
+  t.bump_version();
+  return t;
+}
+
+Tensor& mul_(Tensor& t, double s) {
+  ops::check_inplace(t, "mul_");
+  kernels::binary(BinaryOp::Mul, t, ops::scalar_like(t, s), t);
+  t.bump_version();
+  return t;
+}
+
+Tensor& fill_(Tensor& t, double value) {
+  ops::check_inplace(t, "fill_");
+  kernels::fill(t, value);
+  t.bump_version();
+  return t;
+}
+
+Tensor& zero_(Tensor& t) { return fill_(t, 0.0); }
+
+Tensor& copy_(Tensor& dst, const Tensor& src) {
+  ops::check_inplace(dst, "copy_");
+  ops::check_defined(src, "copy_", "src");
+  ops::check_same_device("copy_", {&dst, &src});
+  CF_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), ShapeError,
+           "[copy_] cannot broadcast ", shape_str(src.shape()), " into ", shape_str(dst.shape()));
+  kernels::copy(src, dst);
+  dst.bump_version();
+  return dst;
+}
+
+}  // namespace cf

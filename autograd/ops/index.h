@@ -1,0 +1,25 @@
+#pragma once
+// Indexing ops. Index tensors are int64; out-of-range indices are an IndexError
+// naming the op, the bad index and the axis length. Each op's backward is its
+// partner: gather <-> scatter_add, index_select <-> index_add.
+#include "core/tensor.h"
+
+namespace cf {
+
+// out[i][j][k] = x[i][index[i][j][k]][k] (axis = 1); index has x's rank and
+// may be smaller than x on every axis except `axis`.
+Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
+// out = x; out[i][index[i][j][k]][k] += src[i][j][k] (axis = 1). Differentiable in x and src.
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
+// Rows of x along axis picked by a 1-d index.
+Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index);
+// out = x; out.select(axis, index[i]) += src.select(axis, i). Differentiable in x and src.
+Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
+// gather with NumPy broadcasting of index against x on the non-axis dimensions.
+Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis);
+// x with value where mask (bool, broadcast to x) is true. Differentiable in x.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+// int64 labels in [0, num_classes) -> float tensor (..., num_classes) of 0/1.
+Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype = kFloat32);
+
+}  // namespace cf

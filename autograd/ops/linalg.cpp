@@ -1,0 +1,77 @@
+#include "autograd/ops/linalg.h"
+
+#include "autograd/ops/common.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+#include "kernels/matmul/matmul.h"
+
+namespace cf {
+
+namespace {
+
+// A view BLAS can read: the last two axes must have a unit stride somewhere.
+Tensor blas_ready(const Tensor& t) {
+  int64_t nd = t.dim();
+  if (kernels::blas_compatible(t.shape()[size_t(nd - 2)], t.shape()[size_t(nd - 1)],
+                               t.strides()[size_t(nd - 2)], t.strides()[size_t(nd - 1)]))
+    return t;
+  return contiguous(t);
+}
+
+// The forward on >= 2-d operands, no autograd.
+Tensor matmul_raw(const Tensor& a, const Tensor& b) {
+  int64_t M = a.shape()[size_t(a.dim() - 2)], K = a.shape()[size_t(a.dim() - 1)];
+  int64_t N = b.shape()[size_t(b.dim() - 1)];
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, "matmul");
+  Shape sa = batch, sb = batch, so = batch;
+  sa.insert(sa.end(), {M, K});
+  sb.insert(sb.end(), {K, N});
+  so.insert(so.end(), {M, N});
+  NoGradGuard ng;
+  Tensor ae = expand(blas_ready(a), sa), be = expand(blas_ready(b), sb);
+  Tensor out = Tensor::empty(so, a.dtype(), a.device());
+  kernels::matmul(ae, be, out);
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  ops::check_defined(a, "matmul", "a");
+  ops::check_defined(b, "matmul", "b");
+  ops::check_same_device("matmul", {&a, &b});
+  ops::check_float(a, "matmul", "a");
+  ops::check_same_dtype("matmul", {&a, &b});
+  CF_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "[matmul] needs operands of at least 1 dimension: ",
+           shape_str(a.shape()), " @ ", shape_str(b.shape()));
+  Tensor a2 = a.dim() == 1 ? reshape(a.detach(), {1, a.shape()[0]}) : a.detach();
+  Tensor b2 = b.dim() == 1 ? reshape(b.detach(), {b.shape()[0], 1}) : b.detach();
+  CF_CHECK(a2.shape().back() == b2.shape()[size_t(b2.dim() - 2)], ShapeError,
+           "[matmul] shape mismatch: ", shape_str(a.shape()), " @ ", shape_str(b.shape()));
+  Tensor full = matmul_raw(a2, b2);
+  // Drop the axes added for 1-d operands.
+  Shape out_shape(full.shape().begin(), full.shape().end() - 2);
+  if (a.dim() > 1) out_shape.push_back(full.shape()[size_t(full.dim() - 2)]);
+  if (b.dim() > 1) out_shape.push_back(full.shape().back());
+  Tensor out = reshape(full, out_shape);
+  if (autograd::any_requires_grad({&a, &b})) {
+    autograd::SavedTensor s_a(a2), s_b(b2);
+    Shape full_shape = full.shape(), as = a.shape(), bs = b.shape();
+    bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    autograd::record("matmul", {a, b}, out,
+                     [s_a, s_b, full_shape, as, bs, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
+      Tensor av = s_a.unpack("matmul"), bv = s_b.unpack("matmul");
+      Tensor g2 = reshape(g, full_shape);
+      Tensor ga, gb;
+      // dL/dA = G B^T, dL/dB = A^T G, summed over broadcast batch axes.
+      if (need_a) ga = reshape(sum_to(matmul_raw(g2, transpose(bv, -1, -2)), av.shape()), as);
+      if (need_b) gb = reshape(sum_to(matmul_raw(transpose(av, -1, -2), g2), bv.shape()), bs);
+      return {ga, gb};
+    });
+  }
+  return out;
+}
+
+}  // namespace cf

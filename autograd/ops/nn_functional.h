@@ -1,0 +1,30 @@
+#pragma once
+// Fused kernels for the layers: each is one kernel forward and one backward,
+// numerically stable, float32/float64.
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace cf {
+
+Tensor softmax(const Tensor& x, int64_t axis = -1);
+Tensor log_softmax(const Tensor& x, int64_t axis = -1);
+// Normalise over the last normalized_shape.size() axes; weight and bias optional
+// (undefined Tensor) and shaped like normalized_shape.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+
+enum class Reduction { None, Mean, Sum };
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;    // targets equal to this add no loss and no gradient
+  double label_smoothing = 0.0;   // in [0, 1)
+  Reduction reduction = Reduction::Mean;  // mean over non-ignored targets
+};
+// logits (N, C) or (N, C, d1, ...) with class axis 1; targets int64 (N) or (N, d1, ...).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                     const CrossEntropyOptions& options = {});
+
+// Inverted dropout: zero with probability p, scale survivors by 1/(1-p); identity
+// when !training or p == 0. Mask drawn from the Philox generator.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
+
+}  // namespace cf

@@ -1,0 +1,44 @@
+#include "autograd/ops/random.h"
+
+#include <cmath>
+
+#include "kernels/random/random.h"
+
+namespace cf {
+
+namespace {
+Tensor draw(const Shape& shape, DType dtype, Generator& gen, Device device, kernels::RandomParams p) {
+  Tensor out = Tensor::empty(shape, dtype, device);
+  p.seed = gen.seed();
+  p.counter0 = gen.reserve(uint64_t(out.numel()));
+  kernels::random_fill(out, p);
+  return out;
+}
+}  // namespace
+
+Tensor rand(const Shape& shape, DType dtype, Generator& gen, double low, double high, Device device) {
+  CF_CHECK(is_floating(dtype), DTypeError, "[rand] dtype must be float32 or float64, got ", dtype);
+  CF_CHECK(std::isfinite(low) && std::isfinite(high) && low < high, ValueError,
+           "[rand] needs finite low < high, got [", low, ", ", high, ")");
+  return draw(shape, dtype, gen, device, {kernels::RandomKind::Uniform, low, high});
+}
+
+Tensor randn(const Shape& shape, DType dtype, Generator& gen, double mean, double std, Device device) {
+  CF_CHECK(is_floating(dtype), DTypeError, "[randn] dtype must be float32 or float64, got ", dtype);
+  CF_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, ValueError,
+           "[randn] needs finite mean and std >= 0, got mean ", mean, ", std ", std);
+  return draw(shape, dtype, gen, device, {kernels::RandomKind::Normal, mean, std});
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, Device device) {
+  CF_CHECK(low < high, ValueError, "[randint] needs low < high, got [", low, ", ", high, ")");
+  return draw(shape, kInt64, gen, device,
+              {kernels::RandomKind::Integer, double(low), double(high)});
+}
+
+Tensor bernoulli(const Shape& shape, double p, Generator& gen, Device device) {
+  CF_CHECK(p >= 0 && p <= 1, ValueError, "[bernoulli] probability must be in [0, 1], got ", p);
+  return draw(shape, kBool, gen, device, {kernels::RandomKind::Bernoulli, p, 0});
+}
+
+}  // namespace cf

@@ -1,0 +1,209 @@
+#include "autograd/ops/reduce.h"
+
+#include "autograd/ops/common.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/shape.h"
+#include "kernels/reduce/reduce.h"
+
+namespace cf {
+
+using autograd::SavedTensor;
+using kernels::ReduceOp;
+
+namespace {
+
+struct Plan {
+  std::vector<int64_t> axes;
+  Shape keep_shape;  // reduced axes set to 1
+  Shape out_shape;   // what the user gets
+  int64_t count = 1;  // elements per output
+};
+
+Plan plan_reduce(const Tensor& x, const Axes& axes, bool keepdim, const char* op) {
+  Plan p;
+  p.axes = ops::normalize_axes(axes, x.dim(), op);
+  p.keep_shape = x.shape();
+  for (int64_t a : p.axes) {
+    p.count *= x.shape()[size_t(a)];
+    p.keep_shape[size_t(a)] = 1;
+  }
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    bool reduced = std::find(p.axes.begin(), p.axes.end(), d) != p.axes.end();
+    if (!reduced || keepdim) p.out_shape.push_back(p.keep_shape[size_t(d)]);
+  }
+  return p;
+}
+
+// Run a reduction kernel; returns the output with the user's shape.
+Tensor run_reduce(ReduceOp kop, const Tensor& x, const Plan& p, int64_t correction = 0,
+                  Tensor* indices = nullptr) {
+  Tensor out = Tensor::empty(p.keep_shape, x.dtype(), x.device());
+  Tensor idx;
+  if (indices) idx = Tensor::empty(p.keep_shape, kInt64, x.device());
+  kernels::reduce(kop, x, p.axes, out, idx, correction);
+  if (indices) *indices = idx.detach();
+  return out;  // keep_shape; callers reshape
+}
+
+// Broadcast a reduced gradient back over x's shape.
+Tensor expand_back(const Tensor& g, const Shape& keep_shape, const Shape& x_shape) {
+  return expand(reshape(g, keep_shape), x_shape);
+}
+
+void check_nonempty(const Tensor& x, const Plan& p, const char* op) {
+  CF_CHECK(p.count > 0, ShapeError, "[", op, "] cannot reduce an empty axis of ", x.describe());
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x0, const Axes& axes, bool keepdim) {
+  ops::check_defined(x0, "sum", "x");
+  Tensor x = x0.dtype() == kBool ? to(x0, kInt64) : x0;  // sum of a mask counts it
+  Plan p = plan_reduce(x, axes, keepdim, "sum");
+  Tensor out = reshape(run_reduce(ReduceOp::Sum, x, p).detach(), p.out_shape).detach();
+  if (autograd::any_requires_grad({&x})) {
+    Shape ks = p.keep_shape, xs = x.shape();
+    autograd::record("sum", {x}, out, [ks, xs](const Tensor& g) -> std::vector<Tensor> {
+      return {expand_back(g, ks, xs)};
+    });
+  }
+  return out;
+}
+
+Tensor mean(const Tensor& x, const Axes& axes, bool keepdim) {
+  ops::check_defined(x, "mean", "x");
+  ops::check_float(x, "mean", "x");
+  Plan p = plan_reduce(x, axes, keepdim, "mean");
+  check_nonempty(x, p, "mean");
+  Tensor out = reshape(run_reduce(ReduceOp::Mean, x, p), p.out_shape).detach();
+  if (autograd::any_requires_grad({&x})) {
+    Shape ks = p.keep_shape, xs = x.shape();
+    double inv = 1.0 / double(p.count);
+    autograd::record("mean", {x}, out, [ks, xs, inv](const Tensor& g) -> std::vector<Tensor> {
+      return {expand_back(mul(g, inv), ks, xs)};
+    });
+  }
+  return out;
+}
+
+Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) {
+  ops::check_defined(x, "var", "x");
+  ops::check_float(x, "var", "x");
+  Plan p = plan_reduce(x, axes, keepdim, "var");
+  CF_CHECK(correction >= 0 && p.count > correction, ShapeError, "[var] needs more than ", correction,
+           " elements per output, got ", p.count, " from ", x.describe());
+  Tensor out = reshape(run_reduce(ReduceOp::Var, x, p, correction), p.out_shape).detach();
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor sx(x);
+    Plan pc = p;
+    double scale = 2.0 / double(p.count - correction);
+    autograd::record("var", {x}, out, [sx, pc, scale](const Tensor& g) -> std::vector<Tensor> {
+      Tensor xv = sx.unpack("var");
+      Tensor centered = sub(xv, mean(xv, pc.axes, true));
+      return {mul(expand_back(mul(g, scale), pc.keep_shape, xv.shape()), centered)};
+    });
+  }
+  return out;
+}
+
+Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
+  ops::check_defined(x, "logsumexp", "x");
+  ops::check_float(x, "logsumexp", "x");
+  Plan p = plan_reduce(x, axes, keepdim, "logsumexp");
+  check_nonempty(x, p, "logsumexp");
+  Tensor keep = run_reduce(ReduceOp::LogSumExp, x, p);
+  Tensor out = reshape(keep, p.out_shape).detach();
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor sx(x), sk(keep);
+    Shape ks = p.keep_shape;
+    autograd::record("logsumexp", {x}, out, [sx, sk, ks](const Tensor& g) -> std::vector<Tensor> {
+      Tensor xv = sx.unpack("logsumexp");
+      Tensor w = exp(sub(xv, sk.unpack("logsumexp")));  // softmax weights
+      return {mul(expand_back(g, ks, xv.shape()), w)};
+    });
+  }
+  return out;
+}
+
+namespace {
+Tensor amax_amin(const Tensor& x, const Axes& axes, bool keepdim, bool is_max) {
+  const char* name = is_max ? "amax" : "amin";
+  ops::check_defined(x, name, "x");
+  CF_CHECK(x.dtype() != kBool, DTypeError, "[", name, "] is not defined for ", x.describe());
+  Plan p = plan_reduce(x, axes, keepdim, name);
+  check_nonempty(x, p, name);
+  Tensor keep = run_reduce(is_max ? ReduceOp::Max : ReduceOp::Min, x, p);
+  Tensor out = reshape(keep, p.out_shape).detach();
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor sx(x), sk(keep);
+    Plan pc = p;
+    autograd::record(name, {x}, out, [sx, sk, pc, name](const Tensor& g) -> std::vector<Tensor> {
+      Tensor xv = sx.unpack(name);
+      // Share the gradient equally among the tied extrema.
+      Tensor hit = to(eq(xv, sk.unpack(name)), xv.dtype());
+      Tensor count = sum(hit, pc.axes, true);
+      return {mul(div(hit, count), expand_back(g, pc.keep_shape, xv.shape()))};
+    });
+  }
+  return out;
+}
+
+ValuesIndices max_min(const Tensor& x, int64_t axis, bool keepdim, bool is_max) {
+  const char* name = is_max ? "max" : "min";
+  ops::check_defined(x, name, "x");
+  CF_CHECK(x.dtype() != kBool, DTypeError, "[", name, "] is not defined for ", x.describe());
+  int64_t a = normalize_axis(axis, x.dim(), name);
+  Plan p = plan_reduce(x, {a}, keepdim, name);
+  check_nonempty(x, p, name);
+  Tensor idx;
+  Tensor keep = run_reduce(is_max ? ReduceOp::Max : ReduceOp::Min, x, p, 0, &idx);
+  ValuesIndices r{reshape(keep, p.out_shape).detach(), reshape(idx, p.out_shape).detach()};
+  if (x.dim() == 0) a = 0;
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor si(idx);
+    Shape ks = p.keep_shape, xs = x.shape();
+    autograd::record(name, {x}, r.values, [si, ks, xs, a, name](const Tensor& g) -> std::vector<Tensor> {
+      if (xs.empty()) return {g};
+      Tensor zeros = Tensor::zeros(xs, g.dtype(), g.device());
+      return {scatter_add(zeros, a, si.unpack(name), reshape(g, ks))};
+    });
+  }
+  return r;
+}
+}  // namespace
+
+Tensor amax(const Tensor& x, const Axes& axes, bool keepdim) { return amax_amin(x, axes, keepdim, true); }
+Tensor amin(const Tensor& x, const Axes& axes, bool keepdim) { return amax_amin(x, axes, keepdim, false); }
+ValuesIndices max(const Tensor& x, int64_t axis, bool keepdim) { return max_min(x, axis, keepdim, true); }
+ValuesIndices min(const Tensor& x, int64_t axis, bool keepdim) { return max_min(x, axis, keepdim, false); }
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
+  NoGradGuard ng;
+  return max_min(x, axis, keepdim, true).indices;
+}
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
+  NoGradGuard ng;
+  return max_min(x, axis, keepdim, false).indices;
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  int64_t lead = g.dim() - int64_t(shape.size());
+  CF_CHECK(lead >= 0, ShapeError, "[sum_to] cannot reduce ", shape_str(g.shape()), " to ",
+           shape_str(shape));
+  Axes axes;
+  for (int64_t d = 0; d < g.dim(); ++d) {
+    if (d < lead) {
+      axes.push_back(d);
+      continue;
+    }
+    int64_t want = shape[size_t(d - lead)];
+    if (want == 1 && g.shape()[size_t(d)] != 1) axes.push_back(d);
+    else
+      CF_CHECK(want == g.shape()[size_t(d)], ShapeError, "[sum_to] cannot reduce ",
+               shape_str(g.shape()), " to ", shape_str(shape));
+  }
+  return reshape(sum(g, axes, true), shape);
+}
+
+}  // namespace cf

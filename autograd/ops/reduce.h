@@ -1,0 +1,34 @@
+#pragma once
+// Reductions along axes. `axes` empty means all axes. keepdim keeps reduced axes
+// with size 1. Results of float inputs accumulate in double.
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace cf {
+
+using Axes = std::vector<int64_t>;
+
+Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+// Variance with `correction` subtracted from the count (1: unbiased).
+Tensor var(const Tensor& x, const Axes& axes = {}, int64_t correction = 1, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+// Max/min over several axes; the gradient is shared equally between tied maxima.
+Tensor amax(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+
+struct ValuesIndices {
+  Tensor values;   // differentiable
+  Tensor indices;  // int64, not differentiable
+};
+// Max/min along one axis with the (first) index; gradient flows to that index.
+ValuesIndices max(const Tensor& x, int64_t axis, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim = false);
+
+// Sum g down to `shape` (the inverse of broadcasting g from shape).
+Tensor sum_to(const Tensor& g, const Shape& shape);
+
+}  // namespace cf

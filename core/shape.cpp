@@ -1,0 +1,54 @@
+#include "core/shape.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace cf {
+
+int64_t numel_of(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& s) {
+  Shape st(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= std::max<int64_t>(s[i], 1);
+  }
+  return st;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "(";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ",";
+    r += std::to_string(s[i]);
+  }
+  return r + ")";
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    CF_CHECK(da == db || da == 1 || db == 1, ShapeError, "[", op, "] shapes ", shape_str(a), " and ",
+             shape_str(b), " cannot be broadcast together");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op) {
+  int64_t lim = std::max<int64_t>(ndim, 1);
+  CF_CHECK(axis >= -lim && axis < lim, IndexError, "[", op, "] axis ", axis,
+           " is out of range for a tensor of ", ndim, " dimensions");
+  return axis < 0 ? axis + lim : axis;
+}
+
+}  // namespace cf

@@ -1,0 +1,193 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <iomanip>
+
+namespace cf {
+
+namespace {
+void check_shape(const Shape& shape, const char* op) {
+  CF_CHECK(shape.size() <= size_t(kMaxDims), ShapeError, "[", op, "] shape ", shape_str(shape),
+           " has more than ", kMaxDims, " dimensions");
+  for (int64_t d : shape)
+    CF_CHECK(d >= 0, ShapeError, "[", op, "] negative dimension in shape ", shape_str(shape));
+}
+
+template <typename T>
+void fill_raw(void* p, int64_t n, double v) {
+  T* q = static_cast<T*>(p);
+  T x = static_cast<T>(v);
+  for (int64_t i = 0; i < n; ++i) q[i] = x;
+}
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  check_shape(shape, "empty");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->storage = std::make_shared<Storage>(size_t(numel_of(shape)) * dtype_size(dtype), device);
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  CF_CHECK(device.is_cpu(), NotImplementedError, "[full] has no implementation for device ", device,
+           " in this build");
+  Tensor t = empty(shape, dtype, device);
+  CF_DISPATCH_ALL(dtype, "full", fill_raw<scalar_t>(t.raw_data(), t.numel(), value));
+  return t;
+}
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.0, dtype, device);
+}
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
+Tensor Tensor::scalar(double value, DType dtype, Device device) {
+  return full({}, value, dtype, device);
+}
+Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
+  CF_CHECK(n >= 0, ValueError, "[arange] length must be >= 0, got ", n);
+  CF_CHECK(dtype != kBool, DTypeError, "[arange] cannot make a bool range");
+  CF_CHECK(device.is_cpu(), NotImplementedError, "[arange] has no implementation for device ",
+           device, " in this build");
+  Tensor t = empty({n}, dtype, device);
+  CF_DISPATCH_NUMERIC(dtype, "arange", {
+    scalar_t* p = t.data<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(i);
+  });
+  return t;
+}
+Tensor Tensor::from_vector(const std::vector<bool>& values, const Shape& shape, Device device) {
+  CF_CHECK(int64_t(values.size()) == numel_of(shape), ShapeError, "[from_vector] ", values.size(),
+           " values do not fill shape ", shape_str(shape));
+  CF_CHECK(device.is_cpu(), NotImplementedError,
+           "[from_vector] only CPU tensors can be filled from host data in this build");
+  Tensor t = empty(shape, kBool, device);
+  bool* p = t.data<bool>();
+  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  return t;
+}
+
+int64_t Tensor::size(int64_t axis) const {
+  return shape()[size_t(normalize_axis(axis, dim(), "size"))];
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expect = 1;
+  for (size_t i = shape().size(); i-- > 0;) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expect) return false;
+    expect *= shape()[i];
+  }
+  return true;
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined tensor";
+  return str(dtype(), " ", shape_str(shape()), " on ", device());
+}
+
+void* Tensor::raw_data() const {
+  return static_cast<char*>(impl().storage->data) + offset() * int64_t(dtype_size(dtype()));
+}
+
+double Tensor::item() const {
+  double v = 0;
+  CF_DISPATCH_ALL(dtype(), "item", v = double(item<scalar_t>()));
+  return v;
+}
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  CF_CHECK(!on || is_floating(dtype()), DTypeError,
+           "[requires_grad] only float tensors can require grad, got ", describe());
+  CF_CHECK(is_leaf(), AutogradError,
+           "[requires_grad] can only be set on a leaf tensor (this one has grad_fn)");
+  impl().requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
+
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined())
+    CF_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), ShapeError,
+             "[set_grad] gradient ", g.describe(), " does not match tensor ", describe());
+  impl().grad = g.impl_;
+}
+
+void Tensor::zero_grad() const { impl().grad.reset(); }
+
+Tensor Tensor::detach() const {
+  auto v = std::make_shared<TensorImpl>();
+  v->shape = shape();
+  v->strides = strides();
+  v->offset = offset();
+  v->dtype = dtype();
+  v->device = device();
+  v->storage = impl().storage;
+  return Tensor(std::move(v));
+}
+
+Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
+  Tensor v = t.detach();
+  TensorImpl* p = v.impl_ptr();
+  p->shape = shape;
+  p->strides = strides;
+  p->offset = offset;
+  return v;
+}
+
+namespace {
+template <typename T>
+void print_value(std::ostream& os, T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    os << (v ? "true" : "false");
+  } else if constexpr (std::is_integral_v<T>) {
+    os << v;
+  } else {
+    os << std::setprecision(std::is_same_v<T, float> ? 6 : 10) << v;
+  }
+}
+
+template <typename T>
+void print_rec(std::ostream& os, const Tensor& t, const T* base, int d, int64_t off) {
+  if (d == t.dim()) {
+    print_value(os, base[off]);
+    return;
+  }
+  os << "[";
+  int64_t n = t.shape()[size_t(d)];
+  const int64_t kEdge = 3;  // elide long dimensions: first 3 ... last 3
+  for (int64_t i = 0; i < n; ++i) {
+    if (n > 2 * kEdge + 1 && i == kEdge) {
+      os << "..., ";
+      i = n - kEdge - 1;
+      continue;
+    }
+    if (i) os << (d + 1 == t.dim() ? ", " : ",\n ");
+    print_rec(os, t, base, d + 1, off + i * t.strides()[size_t(d)]);
+  }
+  os << "]";
+}
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "tensor(undefined)";
+  os << "tensor(";
+  if (!t.device().is_cpu()) {
+    os << "<on " << t.device() << ">";
+  } else {
+    CF_DISPATCH_ALL(t.dtype(), "print", {
+      const scalar_t* base = static_cast<const scalar_t*>(t.impl_ptr()->storage->data);
+      print_rec(os, t, base, 0, t.offset());
+    });
+  }
+  os << ", shape=" << shape_str(t.shape()) << ", dtype=" << t.dtype();
+  if (t.requires_grad()) os << ", requires_grad=true";
+  return os << ")";
+}
+
+}  // namespace cf

@@ -1,0 +1,185 @@
+#pragma once
+// Tensor: a cheap handle (shared pointer) to a TensorImpl holding shape,
+// strides, offset, dtype, device, storage and the autograd fields.
+// Differentiable operations are free functions in namespace cf (autograd/ops/*.h);
+// the members here only read or re-label what is already there.
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace cf {
+
+namespace autograd {
+struct Node;
+}
+
+constexpr int kMaxDims = 16;
+
+struct TensorImpl {
+  Shape shape;
+  Shape strides;       // in elements
+  int64_t offset = 0;  // in elements, from the start of storage
+  DType dtype = DType::Float32;
+  Device device;
+  std::shared_ptr<Storage> storage;
+
+  // autograd fields
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;
+  std::shared_ptr<autograd::Node> grad_fn;   // null for leaves
+  std::weak_ptr<autograd::Node> grad_accumulator;  // cached edge target for leaves
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- factories (never differentiable; set_requires_grad afterwards) ----
+  static Tensor empty(const Shape& shape, DType dtype = kFloat32, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype = kFloat32, Device device = Device::cpu());
+  static Tensor ones(const Shape& shape, DType dtype = kFloat32, Device device = Device::cpu());
+  static Tensor full(const Shape& shape, double value, DType dtype = kFloat32,
+                     Device device = Device::cpu());
+  // 0-d tensor holding one value.
+  static Tensor scalar(double value, DType dtype = kFloat32, Device device = Device::cpu());
+  // [0, 1, ..., n-1]
+  static Tensor arange(int64_t n, DType dtype = kInt64, Device device = Device::cpu());
+  // Copy a host vector into a new tensor of the given shape (dtype from T).
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape,
+                            Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<bool>& values, const Shape& shape,
+                            Device device = Device::cpu());
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().shape; }
+  const Shape& strides() const { return impl().strides; }
+  int64_t offset() const { return impl().offset; }
+  int64_t dim() const { return int64_t(impl().shape.size()); }
+  int64_t size(int64_t axis) const;
+  int64_t numel() const { return numel_of(impl().shape); }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().device; }
+  bool is_contiguous() const;
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype()); }
+  // "float32 (2,3) on cpu", for error messages.
+  std::string describe() const;
+
+  // ---- data access (CPU only; T must match dtype) ----
+  template <typename T>
+  T* data() const;
+  void* raw_data() const;  // address of the first element
+  template <typename T>
+  T item() const;
+  double item() const;  // the single value as double
+  template <typename T>
+  std::vector<T> to_vector() const;  // elements in logical (row-major) order
+
+  // ---- autograd ----
+  bool requires_grad() const { return impl().requires_grad; }
+  // Only float tensors can require grad; throws DTypeError otherwise.
+  Tensor& set_requires_grad(bool on = true);
+  Tensor grad() const;
+  void set_grad(const Tensor& g) const;
+  void zero_grad() const;  // drops the accumulated gradient
+  std::shared_ptr<autograd::Node> grad_fn() const { return impl().grad_fn; }
+  bool is_leaf() const { return impl().grad_fn == nullptr; }
+  // Defined in autograd/engine.cpp: backprop from this tensor into the leaves.
+  void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false) const;
+  // Same storage, no autograd history.
+  Tensor detach() const;
+  int64_t version() const { return impl().storage->version.load(); }
+  void bump_version() const { impl().storage->version.fetch_add(1); }
+
+  TensorImpl* impl_ptr() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_shared() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+  bool shares_storage(const Tensor& o) const {
+    return defined() && o.defined() && impl().storage == o.impl().storage;
+  }
+
+ private:
+  TensorImpl& impl() const {
+    if (!impl_) throw ValueError("[tensor] use of an undefined tensor");
+    return *impl_;
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// A view of t's storage with new shape/strides/offset (no autograd; see cf::as_strided).
+Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset);
+
+// Print like "tensor([[1, 2], [3, 4]], dtype=int64)".
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Row-major walk over a strided shape: calls f(offset_in_elements) per element.
+template <typename F>
+void for_each_offset(const Shape& shape, const Shape& strides, int64_t base, F&& f) {
+  int64_t n = numel_of(shape);
+  if (n == 0) return;
+  int nd = int(shape.size());
+  int64_t idx[kMaxDims] = {0};
+  int64_t off = base;
+  for (int64_t i = 0; i < n; ++i) {
+    f(off);
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) {
+        off += strides[d];
+        break;
+      }
+      off -= strides[d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+// ---- template definitions ----
+template <typename T>
+T* Tensor::data() const {
+  CF_CHECK(dtype() == dtype_of<T>::value, DTypeError, "[data] tensor is ", dtype(),
+           ", asked for ", dtype_of<T>::value);
+  return static_cast<T*>(raw_data());
+}
+
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+  CF_CHECK(int64_t(values.size()) == numel_of(shape), ShapeError, "[from_vector] ", values.size(),
+           " values do not fill shape ", shape_str(shape));
+  CF_CHECK(device.is_cpu(), NotImplementedError,
+           "[from_vector] only CPU tensors can be filled from host data in this build");
+  Tensor t = empty(shape, dtype_of<T>::value, device);
+  T* p = t.data<T>();
+  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  return t;
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  CF_CHECK(dtype() == dtype_of<T>::value, DTypeError, "[to_vector] tensor is ", dtype(),
+           ", asked for ", dtype_of<T>::value);
+  CF_CHECK(device().is_cpu(), DeviceError, "[to_vector] tensor is on ", device(),
+           "; move it to the CPU first");
+  std::vector<T> out;
+  out.reserve(size_t(numel()));
+  const T* base = static_cast<const T*>(impl().storage->data);
+  for_each_offset(shape(), strides(), offset(), [&](int64_t o) { out.push_back(base[o]); });
+  return out;
+}
+
+template <typename T>
+T Tensor::item() const {
+  CF_CHECK(numel() == 1, ShapeError, "[item] needs a tensor with one element, got shape ",
+           shape_str(shape()));
+  return to_vector<T>()[0];
+}
+
+}  // namespace cf

@@ -1,0 +1,248 @@
+#include <cmath>
+
+#include "kernels/common/loop.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace cf::kernels {
+
+const char* op_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg: return "neg";
+    case UnaryOp::Abs: return "abs";
+    case UnaryOp::Sign: return "sign";
+    case UnaryOp::Square: return "square";
+    case UnaryOp::Exp: return "exp";
+    case UnaryOp::Log: return "log";
+    case UnaryOp::Sqrt: return "sqrt";
+    case UnaryOp::Rsqrt: return "rsqrt";
+    case UnaryOp::Sin: return "sin";
+    case UnaryOp::Cos: return "cos";
+    case UnaryOp::Tanh: return "tanh";
+    case UnaryOp::Sigmoid: return "sigmoid";
+    case UnaryOp::Relu: return "relu";
+    case UnaryOp::Gelu: return "gelu";
+    case UnaryOp::Reciprocal: return "reciprocal";
+    case UnaryOp::Log1p: return "log1p";
+    case UnaryOp::Expm1: return "expm1";
+    case UnaryOp::Erf: return "erf";
+    case UnaryOp::LeakyRelu: return "leaky_relu";
+    case UnaryOp::PowScalar: return "pow";
+    case UnaryOp::Clamp: return "clamp";
+    case UnaryOp::GeluGrad: return "gelu_grad";
+    case UnaryOp::LogicalNot: return "logical_not";
+  }
+  return "?";
+}
+
+const char* op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+    case BinaryOp::Pow: return "pow";
+    case BinaryOp::Maximum: return "maximum";
+    case BinaryOp::Minimum: return "minimum";
+    case BinaryOp::Eq: return "eq";
+    case BinaryOp::Ne: return "ne";
+    case BinaryOp::Lt: return "lt";
+    case BinaryOp::Le: return "le";
+    case BinaryOp::Gt: return "gt";
+    case BinaryOp::Ge: return "ge";
+    case BinaryOp::LogicalAnd: return "logical_and";
+    case BinaryOp::LogicalOr: return "logical_or";
+  }
+  return "?";
+}
+
+bool is_comparison(BinaryOp op) {
+  return op == BinaryOp::Eq || op == BinaryOp::Ne || op == BinaryOp::Lt || op == BinaryOp::Le ||
+         op == BinaryOp::Gt || op == BinaryOp::Ge || op == BinaryOp::LogicalAnd ||
+         op == BinaryOp::LogicalOr;
+}
+
+namespace {
+
+// out = f(x); contiguous runs get a plain loop the compiler can vectorise.
+template <typename T, typename R, typename F>
+void map1(const Tensor& x, const Tensor& out, F f) {
+  strided_loop<2>(out.shape(), {&out, &x}, [&](auto& p, auto& s, int64_t n) {
+    R* __restrict o = reinterpret_cast<R*>(p[0]);
+    const T* __restrict a = reinterpret_cast<const T*>(p[1]);
+    if (s[0] == sizeof(R) && s[1] == sizeof(T)) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<R*>(p[0] + i * s[0]) = f(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+    }
+  });
+}
+
+template <typename T, typename R, typename F>
+void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+  strided_loop<3>(out.shape(), {&out, &a, &b}, [&](auto& p, auto& s, int64_t n) {
+    R* __restrict o = reinterpret_cast<R*>(p[0]);
+    const T* __restrict x = reinterpret_cast<const T*>(p[1]);
+    const T* __restrict y = reinterpret_cast<const T*>(p[2]);
+    if (s[0] == sizeof(R) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    } else if (s[0] == sizeof(R) && s[1] == sizeof(T) && s[2] == 0) {
+      const T yv = *y;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
+    } else if (s[0] == sizeof(R) && s[1] == 0 && s[2] == sizeof(T)) {
+      const T xv = *x;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<R*>(p[0] + i * s[0]) = f(*reinterpret_cast<const T*>(p[1] + i * s[1]),
+                                                   *reinterpret_cast<const T*>(p[2] + i * s[2]));
+    }
+  });
+}
+
+template <typename T>
+void unary_numeric(UnaryOp op, const Tensor& x, const Tensor& out) {
+  switch (op) {
+    case UnaryOp::Neg: map1<T, T>(x, out, [](T v) { return T(-v); }); break;
+    case UnaryOp::Abs: map1<T, T>(x, out, [](T v) { return v < T(0) ? T(-v) : v; }); break;
+    case UnaryOp::Sign: map1<T, T>(x, out, [](T v) { return T((v > T(0)) - (v < T(0))); }); break;
+    case UnaryOp::Square: map1<T, T>(x, out, [](T v) { return T(v * v); }); break;
+    default: throw DTypeError(str("[", op_name(op), "] expects float32 or float64, got ", x.dtype()));
+  }
+}
+
+template <typename T>
+void unary_float(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams prm) {
+  const T a = T(prm.a), b = T(prm.b);
+  switch (op) {
+    case UnaryOp::Exp: map1<T, T>(x, out, [](T v) { return std::exp(v); }); break;
+    case UnaryOp::Log: map1<T, T>(x, out, [](T v) { return std::log(v); }); break;
+    case UnaryOp::Sqrt: map1<T, T>(x, out, [](T v) { return std::sqrt(v); }); break;
+    case UnaryOp::Rsqrt: map1<T, T>(x, out, [](T v) { return T(1) / std::sqrt(v); }); break;
+    case UnaryOp::Sin: map1<T, T>(x, out, [](T v) { return std::sin(v); }); break;
+    case UnaryOp::Cos: map1<T, T>(x, out, [](T v) { return std::cos(v); }); break;
+    case UnaryOp::Tanh: map1<T, T>(x, out, [](T v) { return std::tanh(v); }); break;
+    case UnaryOp::Sigmoid:
+      // Split by sign so exp never overflows.
+      map1<T, T>(x, out, [](T v) {
+        if (v >= T(0)) return T(1) / (T(1) + std::exp(-v));
+        T e = std::exp(v);
+        return e / (T(1) + e);
+      });
+      break;
+    case UnaryOp::Relu: map1<T, T>(x, out, [](T v) { return v > T(0) ? v : T(0); }); break;
+    case UnaryOp::Gelu:  // exact GELU: x * Phi(x)
+      map1<T, T>(x, out, [](T v) { return T(0.5) * v * (T(1) + std::erf(v * T(M_SQRT1_2))); });
+      break;
+    case UnaryOp::GeluGrad:
+      map1<T, T>(x, out, [](T v) {
+        T cdf = T(0.5) * (T(1) + std::erf(v * T(M_SQRT1_2)));
+        T pdf = std::exp(T(-0.5) * v * v) * T(0.3989422804014327);
+        return cdf + v * pdf;
+      });
+      break;
+    case UnaryOp::Reciprocal: map1<T, T>(x, out, [](T v) { return T(1) / v; }); break;
+    case UnaryOp::Log1p: map1<T, T>(x, out, [](T v) { return std::log1p(v); }); break;
+    case UnaryOp::Expm1: map1<T, T>(x, out, [](T v) { return std::expm1(v); }); break;
+    case UnaryOp::Erf: map1<T, T>(x, out, [](T v) { return std::erf(v); }); break;
+    case UnaryOp::LeakyRelu: map1<T, T>(x, out, [a](T v) { return v > T(0) ? v : a * v; }); break;
+    case UnaryOp::PowScalar: map1<T, T>(x, out, [a](T v) { return std::pow(v, a); }); break;
+    case UnaryOp::Clamp:
+      map1<T, T>(x, out, [a, b](T v) { return v < a ? a : (v > b ? b : v); });
+      break;
+    default: unary_numeric<T>(op, x, out);
+  }
+}
+
+template <typename T>
+void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  switch (op) {
+    case BinaryOp::Add: map2<T, T>(a, b, out, [](T x, T y) { return T(x + y); }); break;
+    case BinaryOp::Sub: map2<T, T>(a, b, out, [](T x, T y) { return T(x - y); }); break;
+    case BinaryOp::Mul: map2<T, T>(a, b, out, [](T x, T y) { return T(x * y); }); break;
+    case BinaryOp::Div:
+      if constexpr (std::is_integral_v<T>) {
+        // Integer division by zero is undefined behaviour in C++; refuse it before
+        // the (possibly parallel) loop, where an exception could not propagate.
+        for (T v : b.to_vector<T>())
+          CF_CHECK(v != 0, ValueError, "[div] integer division by zero");
+      }
+      map2<T, T>(a, b, out, [](T x, T y) { return T(x / y); });
+      break;
+    case BinaryOp::Pow:
+      map2<T, T>(a, b, out, [](T x, T y) { return T(std::pow(x, y)); });
+      break;
+    case BinaryOp::Maximum: map2<T, T>(a, b, out, [](T x, T y) { return x >= y ? x : y; }); break;
+    case BinaryOp::Minimum: map2<T, T>(a, b, out, [](T x, T y) { return x <= y ? x : y; }); break;
+    case BinaryOp::Eq: map2<T, bool>(a, b, out, [](T x, T y) { return x == y; }); break;
+    case BinaryOp::Ne: map2<T, bool>(a, b, out, [](T x, T y) { return x != y; }); break;
+    case BinaryOp::Lt: map2<T, bool>(a, b, out, [](T x, T y) { return x < y; }); break;
+    case BinaryOp::Le: map2<T, bool>(a, b, out, [](T x, T y) { return x <= y; }); break;
+    case BinaryOp::Gt: map2<T, bool>(a, b, out, [](T x, T y) { return x > y; }); break;
+    case BinaryOp::Ge: map2<T, bool>(a, b, out, [](T x, T y) { return x >= y; }); break;
+    case BinaryOp::LogicalAnd: map2<T, bool>(a, b, out, [](T x, T y) { return bool(x) && bool(y); }); break;
+    case BinaryOp::LogicalOr: map2<T, bool>(a, b, out, [](T x, T y) { return bool(x) || bool(y); }); break;
+  }
+}
+
+template <typename S, typename D>
+void copy_typed(const Tensor& src, const Tensor& dst) {
+  map1<S, D>(src, dst, [](S v) { return static_cast<D>(v); });
+}
+
+}  // namespace
+
+void unary_cpu(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) {
+  if (op == UnaryOp::LogicalNot) {
+    map1<bool, bool>(x, out, [](bool v) { return !v; });
+    return;
+  }
+  if (x.dtype() == kInt64) {
+    unary_numeric<int64_t>(op, x, out);
+    return;
+  }
+  CF_DISPATCH_FLOAT(x.dtype(), op_name(op), unary_float<scalar_t>(op, x, out, p));
+}
+
+void binary_cpu(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr) {
+    binary_typed<bool>(op, a, b, out);
+    return;
+  }
+  if (a.dtype() == kBool && (op == BinaryOp::Eq || op == BinaryOp::Ne)) {
+    binary_typed<bool>(op, a, b, out);
+    return;
+  }
+  CF_DISPATCH_NUMERIC(a.dtype(), op_name(op), binary_typed<scalar_t>(op, a, b, out));
+}
+
+void where_cpu(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  CF_DISPATCH_ALL(out.dtype(), "where", {
+    using T = scalar_t;
+    strided_loop<4>(out.shape(), {&out, &cond, &a, &b}, [&](auto& p, auto& s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
+        *reinterpret_cast<T*>(p[0] + i * s[0]) =
+            c ? *reinterpret_cast<const T*>(p[2] + i * s[2]) : *reinterpret_cast<const T*>(p[3] + i * s[3]);
+      }
+    });
+  });
+}
+
+void copy_cpu(const Tensor& src, const Tensor& dst) {
+  CF_DISPATCH_ALL(src.dtype(), "copy", {
+    using S = scalar_t;
+    CF_DISPATCH_ALL(dst.dtype(), "copy", (copy_typed<S, scalar_t>(src, dst)));
+  });
+}
+
+void fill_cpu(const Tensor& t, double value) {
+  CF_DISPATCH_ALL(t.dtype(), "fill", {
+    const scalar_t v = static_cast<scalar_t>(value);
+    strided_loop<1>(t.shape(), {&t}, [&](auto& p, auto& s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) *reinterpret_cast<scalar_t*>(p[0] + i * s[0]) = v;
+    });
+  });
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,22 @@
+#pragma once
+// Batched GEMM: out[b] = a[b] @ b[b] for a (batch..., M, K), b (batch..., K, N)
+// with identical batch shapes (broadcast views with stride 0 are fine) and a
+// contiguous out (batch..., M, N). float32 -> sgemm, float64 -> dgemm.
+#include "core/tensor.h"
+#include "kernels/common/dispatch.h"
+
+namespace cf::kernels {
+
+// Whether a matrix with these strides can be handed to BLAS without a copy.
+bool blas_compatible(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride);
+
+void matmul_cpu(const Tensor& a, const Tensor& b, const Tensor& out);
+#ifdef CF_WITH_CUDA
+void matmul_cuda(const Tensor& a, const Tensor& b, const Tensor& out);
+#endif
+
+inline void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  CF_DEVICE_DISPATCH("matmul", out.device(), matmul_cpu(a, b, out), matmul_cuda(a, b, out));
+}
+
+}  // namespace cf::kernels

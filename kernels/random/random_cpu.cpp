@@ -1,0 +1,39 @@
+#include <cmath>
+
+#include "core/rng.h"
+#include "kernels/common/parallel.h"
+#include "kernels/random/random.h"
+
+namespace cf::kernels {
+
+namespace {
+template <typename T>
+void fill_typed(T* out, int64_t n, const RandomParams& p) {
+  parallel_for(n, kParallelGrain / 8, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      PhiloxOut r = philox4x32_10(p.seed, p.counter0 + uint64_t(i));
+      switch (p.kind) {
+        case RandomKind::Uniform: {
+          double u = std::is_same_v<T, float> ? double(philox_uniform_f(r)) : philox_uniform_d(r);
+          out[i] = T(p.a + (p.b - p.a) * u);
+          break;
+        }
+        case RandomKind::Normal: out[i] = T(p.a + p.b * philox_normal(r)); break;
+        case RandomKind::Integer: {
+          uint64_t span = uint64_t(int64_t(p.b) - int64_t(p.a));
+          uint64_t bits = (uint64_t(r.v[0]) << 32) | r.v[1];
+          out[i] = T(int64_t(p.a) + int64_t(bits % span));
+          break;
+        }
+        case RandomKind::Bernoulli: out[i] = T(philox_uniform_d(r) < p.a); break;
+      }
+    }
+  });
+}
+}  // namespace
+
+void random_fill_cpu(const Tensor& out, const RandomParams& p) {
+  CF_DISPATCH_ALL(out.dtype(), "random", fill_typed<scalar_t>(out.data<scalar_t>(), out.numel(), p));
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,129 @@
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/common/parallel.h"
+#include "kernels/reduce/reduce.h"
+
+namespace cf::kernels {
+
+namespace {
+
+struct Split {
+  Shape kept_sizes, kept_strides, red_sizes, red_strides;
+  int64_t red_numel = 1;
+};
+
+Split split_axes(const Tensor& x, const std::vector<int64_t>& axes) {
+  Split s;
+  size_t j = 0;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    bool reduced = j < axes.size() && axes[j] == d;
+    if (reduced) ++j;
+    (reduced ? s.red_sizes : s.kept_sizes).push_back(x.shape()[size_t(d)]);
+    (reduced ? s.red_strides : s.kept_strides).push_back(x.strides()[size_t(d)]);
+  }
+  s.red_numel = numel_of(s.red_sizes);
+  return s;
+}
+
+// Calls f(value, position) for every element of the reduced region at `base`.
+template <typename T, typename F>
+inline void visit(const T* data, const Split& s, int64_t base, F&& f) {
+  if (s.red_sizes.size() == 1) {
+    const int64_t st = s.red_strides[0], n = s.red_sizes[0];
+    const T* p = data + base;
+    if (st == 1) {
+      for (int64_t i = 0; i < n; ++i) f(p[i], i);
+    } else {
+      for (int64_t i = 0; i < n; ++i) f(p[i * st], i);
+    }
+    return;
+  }
+  int64_t pos = 0;
+  for_each_offset(s.red_sizes, s.red_strides, base, [&](int64_t off) { f(data[off], pos++); });
+}
+
+template <typename T>
+void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, const Tensor& out,
+                  const Tensor& indices, int64_t correction) {
+  using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+  Split s = split_axes(x, axes);
+  const T* data = static_cast<const T*>(x.impl_ptr()->storage->data);
+  T* o = out.data<T>();
+  int64_t* ix = indices.defined() ? indices.data<int64_t>() : nullptr;
+  const int64_t n_out = numel_of(s.kept_sizes), n_red = s.red_numel;
+  const int nk = int(s.kept_sizes.size());
+  const int64_t x_off = x.offset();
+
+  parallel_for(n_out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n_red, 1)),
+               [&](int64_t b, int64_t e) {
+    for (int64_t oi = b; oi < e; ++oi) {
+      int64_t base = x_off, rem = oi;
+      for (int d = nk - 1; d >= 0; --d) {
+        base += (rem % s.kept_sizes[size_t(d)]) * s.kept_strides[size_t(d)];
+        rem /= s.kept_sizes[size_t(d)];
+      }
+      switch (op) {
+        case ReduceOp::Sum:
+        case ReduceOp::Mean: {
+          acc_t acc = 0;
+          visit(data, s, base, [&](T v, int64_t) { acc += acc_t(v); });
+          o[oi] = op == ReduceOp::Mean ? T(double(acc) / double(n_red)) : T(acc);
+          break;
+        }
+        case ReduceOp::Max:
+        case ReduceOp::Min: {
+          const bool is_max = op == ReduceOp::Max;
+          T best = T(0);
+          int64_t best_i = -1;
+          visit(data, s, base, [&](T v, int64_t i) {
+            if (best_i < 0) {
+              best = v;
+              best_i = i;
+              return;
+            }
+            if (best != best) return;  // a NaN already won: NaN propagates
+            if (v != v || (is_max ? v > best : v < best)) {  // strict: the first extremum wins
+              best = v;
+              best_i = i;
+            }
+          });
+          o[oi] = best;
+          if (ix) ix[oi] = best_i;
+          break;
+        }
+        case ReduceOp::LogSumExp: {
+          double m = -std::numeric_limits<double>::infinity();
+          visit(data, s, base, [&](T v, int64_t) { m = std::max(m, double(v)); });
+          if (std::isinf(m)) {  // all -inf (or a +inf): the answer is m itself
+            o[oi] = T(m);
+            break;
+          }
+          double acc = 0;
+          visit(data, s, base, [&](T v, int64_t) { acc += std::exp(double(v) - m); });
+          o[oi] = T(m + std::log(acc));
+          break;
+        }
+        case ReduceOp::Var: {
+          double mean = 0;
+          visit(data, s, base, [&](T v, int64_t) { mean += double(v); });
+          mean /= double(n_red);
+          double acc = 0;
+          visit(data, s, base, [&](T v, int64_t) { acc += (double(v) - mean) * (double(v) - mean); });
+          o[oi] = T(acc / double(n_red - correction));
+          break;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void reduce_cpu(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, const Tensor& out,
+                const Tensor& indices, int64_t correction) {
+  CF_DISPATCH_NUMERIC(x.dtype(), "reduce", reduce_typed<scalar_t>(op, x, axes, out, indices, correction));
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,117 @@
+#pragma once
+// Shared test helpers: value comparison, error-message checks and the gradcheck
+// case registry that the op-coverage test reads.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cf.h"
+
+namespace cf::test {
+
+// Every op name a GRADCHECK test exercised (filled as the cases register).
+inline std::set<std::string>& gradcheck_cases() {
+  static std::set<std::string> s;
+  return s;
+}
+struct GradcheckCaseRegistrar {
+  explicit GradcheckCaseRegistrar(const char* op) { gradcheck_cases().insert(op); }
+};
+
+// Run cf::gradcheck and also prove the graph really contains a node named `op`.
+inline void check_grad(const char* op, const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                       const GradcheckOptions& opt = {}) {
+  Tensor y = f(inputs);
+  bool found = false;
+  for (const char* n : autograd::graph_node_names(y))
+    if (std::string(n) == op) found = true;
+  INFO("op: ", op);
+  CHECK_MESSAGE(found, "the graph of the gradcheck function has no node named ", op);
+  GradcheckResult r = gradcheck(f, inputs, opt);
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK(r.entries_checked > 0);
+}
+
+// float64 leaf of the given shape with distinct values (seeded), requiring grad.
+inline Tensor leaf64(const Shape& shape, uint64_t seed = 1, double low = -1.0, double high = 1.0) {
+  Generator g(seed);
+  Tensor t = rand(shape, kFloat64, g, low, high);
+  t.set_requires_grad(true);
+  return t;
+}
+
+inline Tensor t64(const std::vector<double>& v, const Shape& s) { return Tensor::from_vector(v, s); }
+inline Tensor t32(const std::vector<float>& v, const Shape& s) { return Tensor::from_vector(v, s); }
+inline Tensor ti64(const std::vector<int64_t>& v, const Shape& s) { return Tensor::from_vector(v, s); }
+
+// Values of any float tensor as doubles.
+inline std::vector<double> values(const Tensor& t) {
+  if (t.dtype() == kFloat64) return t.to_vector<double>();
+  if (t.dtype() == kFloat32) {
+    auto v = t.to_vector<float>();
+    return std::vector<double>(v.begin(), v.end());
+  }
+  if (t.dtype() == kInt64) {
+    auto v = t.to_vector<int64_t>();
+    return std::vector<double>(v.begin(), v.end());
+  }
+  std::vector<double> out;
+  for (bool b : t.to_vector<bool>()) out.push_back(b ? 1.0 : 0.0);
+  return out;
+}
+
+// Elementwise |a - b| <= tol (NaN equals NaN), with a readable failure message.
+inline void check_close(const Tensor& actual, const std::vector<double>& expected, double tol = 1e-6) {
+  std::vector<double> a = values(actual);
+  REQUIRE_MESSAGE(a.size() == expected.size(), "size ", a.size(), " vs expected ", expected.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    bool both_nan = std::isnan(a[i]) && std::isnan(expected[i]);
+    bool same_inf = std::isinf(a[i]) && a[i] == expected[i];
+    if (!both_nan && !same_inf && !(std::fabs(a[i] - expected[i]) <= tol))
+      FAIL_CHECK("element ", i, ": got ", a[i], ", expected ", expected[i]);
+  }
+}
+inline void check_close(const Tensor& actual, const Tensor& expected, double tol = 1e-6) {
+  CHECK_MESSAGE(actual.shape() == expected.shape(), shape_str(actual.shape()), " vs ",
+                shape_str(expected.shape()));
+  check_close(actual, values(expected), tol);
+}
+
+// A tensor that claims to live on CUDA (no storage): lets tests check the
+// device validation every op does before touching data, in any build.
+inline Tensor fake_cuda(const Shape& shape, DType dtype = kFloat32) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->device = Device::cuda(0);
+  return Tensor(impl);
+}
+
+}  // namespace cf::test
+
+// Register a gradcheck test case for `op` (the name in cf::op_registry()).
+#define CF_GRADCHECK_CONCAT2(a, b) a##b
+#define CF_GRADCHECK_CONCAT(a, b) CF_GRADCHECK_CONCAT2(a, b)
+#define GRADCHECK_CASE(op)                                                                       \
+  static ::cf::test::GradcheckCaseRegistrar CF_GRADCHECK_CONCAT(cf_gc_reg_, __LINE__)(op);      \
+  TEST_CASE("gradcheck " op)
+
+// Check that expr throws ErrType and that its message contains every fragment.
+#define CHECK_THROWS_MSG(expr, ErrType, ...)                                                    \
+  do {                                                                                          \
+    bool cf_thrown_ = false;                                                                    \
+    try {                                                                                       \
+      (void)(expr);                                                                             \
+    } catch (const ErrType& e) {                                                                \
+      cf_thrown_ = true;                                                                        \
+      std::string cf_msg_ = e.what();                                                           \
+      for (const char* frag : {__VA_ARGS__})                                                    \
+        CHECK_MESSAGE(cf_msg_.find(frag) != std::string::npos, "message '", cf_msg_,           \
+                      "' lacks '", frag, "'");                                                  \
+    }                                                                                           \
+    CHECK_MESSAGE(cf_thrown_, #expr " did not throw " #ErrType);                                \
+  } while (0)
