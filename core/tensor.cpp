@@ -162,12 +162,13 @@ void print_rec(std::ostream& os, const Tensor& t, const T* base, int d, int64_t 
   int64_t n = t.shape()[size_t(d)];
   const int64_t kEdge = 3;  // elide long dimensions: first 3 ... last 3
   for (int64_t i = 0; i < n; ++i) {
+    const char* sep = d + 1 == t.dim() ? ", " : ",\n ";
     if (n > 2 * kEdge + 1 && i == kEdge) {
-      os << "..., ";
+      os << sep << "...";
       i = n - kEdge - 1;
       continue;
     }
-    if (i) os << (d + 1 == t.dim() ? ", " : ",\n ");
+    if (i) os << sep;
     print_rec(os, t, base, d + 1, off + i * t.strides()[size_t(d)]);
   }
   os << "]";

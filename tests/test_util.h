@@ -28,7 +28,7 @@ inline void check_grad(const char* op, const GradcheckFn& f, const std::vector<T
   bool found = false;
   for (const char* n : autograd::graph_node_names(y))
     if (std::string(n) == op) found = true;
-  INFO("op: ", op);
+  INFO("op: ", std::string(op));
   CHECK_MESSAGE(found, "the graph of the gradcheck function has no node named ", op);
   GradcheckResult r = gradcheck(f, inputs, opt);
   CHECK_MESSAGE(r.ok, r.message);

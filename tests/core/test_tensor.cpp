@@ -1,0 +1,141 @@
+#include <sstream>
+
+#include "test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+TEST_SUITE("core") {
+
+TEST_CASE("factories, metadata and data access") {
+  Tensor t = Tensor::zeros({2, 3});
+  CHECK(t.dtype() == kFloat32);
+  CHECK(t.device() == Device::cpu());
+  CHECK(t.shape() == Shape{2, 3});
+  CHECK(t.strides() == Shape{3, 1});
+  CHECK(t.numel() == 6);
+  CHECK(t.dim() == 2);
+  CHECK(t.size(-1) == 3);
+  CHECK(t.is_contiguous());
+  CHECK(t.is_leaf());
+  check_close(Tensor::full({2}, 2.5, kFloat64), {2.5, 2.5});
+  check_close(Tensor::arange(4), {0, 1, 2, 3});
+  CHECK(Tensor::scalar(3.0).dim() == 0);
+  CHECK(Tensor::scalar(3.0).item() == 3.0);
+  CHECK(Tensor::ones({2}, kBool).to_vector<bool>() == std::vector<bool>{true, true});
+  CHECK(reinterpret_cast<uintptr_t>(Tensor::empty({3}).raw_data()) % 64 == 0);
+  Tensor e = Tensor::empty({0, 4});
+  CHECK(e.numel() == 0);
+}
+
+TEST_CASE("core bad input") {
+  CHECK_THROWS_MSG(Tensor::empty({2, -1}), ShapeError, "[empty]", "(2,-1)");
+  CHECK_THROWS_MSG(Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2}), ShapeError,
+                   "[from_vector]", "3 values", "(2,2)");
+  CHECK_THROWS_MSG(t32({1, 2}, {2}).data<double>(), DTypeError, "[data]", "float32", "float64");
+  CHECK_THROWS_MSG(t32({1, 2}, {2}).item(), ShapeError, "[item]", "(2)");
+  CHECK_THROWS_MSG(Tensor::empty({2}, kFloat32, Device::cuda(0)), DeviceError, "[allocate]", "cuda:0");
+  CHECK_THROWS_MSG(ti64({1}, {1}).set_requires_grad(true), DTypeError, "[requires_grad]", "int64");
+  CHECK_THROWS_MSG(t32({1}, {1}).size(3), IndexError, "[size]", "axis 3");
+  CHECK_THROWS_MSG(Device::parse("gpu"), ValueError, "[device]", "gpu");
+  CHECK_THROWS_MSG(Tensor().shape(), ValueError, "[tensor]", "undefined");
+  CHECK(Device::parse("cuda:1") == Device::cuda(1));
+}
+
+TEST_CASE("views share storage and contiguous copies only when needed") {
+  Tensor a = Tensor::arange(24, kFloat32);
+  Tensor r = reshape(a, {2, 3, 4});
+  CHECK(r.shares_storage(a));
+  Tensor p = permute(r, {2, 0, 1});
+  CHECK(p.shares_storage(a));
+  CHECK(p.shape() == Shape{4, 2, 3});
+  CHECK_FALSE(p.is_contiguous());
+  Tensor c = contiguous(p);
+  CHECK_FALSE(c.shares_storage(a));
+  CHECK(c.is_contiguous());
+  CHECK(contiguous(r).is_same(r));
+  // p[i][j][k] = r[j][k][i] = 12 j + 4 k + i
+  auto cv = c.to_vector<float>();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 2; ++j)
+      for (int k = 0; k < 3; ++k) CHECK(cv[size_t(i * 6 + j * 3 + k)] == float(12 * j + 4 * k + i));
+  Tensor s = slice(r, 2, 1, 4, 2);  // elements 1 and 3 of the last axis
+  CHECK(s.shape() == Shape{2, 3, 2});
+  check_close(s, {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23});
+  Tensor n = narrow(r, 0, 1, 1);
+  CHECK(n.offset() == 12);
+  Tensor ex = expand(t32({1, 2}, {2, 1}), {2, 3});
+  CHECK(ex.strides()[1] == 0);
+  check_close(ex, {1, 1, 1, 2, 2, 2});
+  CHECK(unsqueeze(a, 0).shape() == Shape{1, 24});
+  CHECK(squeeze(reshape(a, {1, 24, 1})).shape() == Shape{24});
+  CHECK(squeeze(reshape(a, {1, 24}), 0).shape() == Shape{24});
+  CHECK(flatten(r, 1).shape() == Shape{2, 12});
+  CHECK(reshape(a, {-1, 6}).shape() == Shape{4, 6});
+  // A transposed tensor cannot be viewed flat: view refuses, reshape copies.
+  Tensor t = transpose(reshape(a, {4, 6}), 0, 1);
+  CHECK_THROWS_MSG(view(t, {24}), ShapeError, "[view]", "(6,4)");
+  Tensor flat = reshape(t, {24});
+  CHECK_FALSE(flat.shares_storage(a));
+  CHECK(flat.to_vector<float>()[1] == 6.0f);
+  // Merging only the contiguous axes of a permuted tensor stays a view.
+  Tensor v = view(permute(r, {1, 0, 2}), {3, 2, 4});
+  CHECK(v.shares_storage(a));
+}
+
+TEST_CASE("view bad input") {
+  Tensor a = Tensor::zeros({2, 3});
+  CHECK_THROWS_MSG(reshape(a, {4, 2}), ShapeError, "[reshape]", "(2,3)", "(4,2)");
+  CHECK_THROWS_MSG(reshape(a, {-1, -1}), ShapeError, "[reshape]", "-1");
+  CHECK_THROWS_MSG(permute(a, {0, 0}), IndexError, "[permute]", "repeated");
+  CHECK_THROWS_MSG(permute(a, {0}), IndexError, "[permute]", "1 axes");
+  CHECK_THROWS_MSG(transpose(a, 0, 2), IndexError, "[transpose]", "axis 2");
+  CHECK_THROWS_MSG(slice(a, 0, 0, 1, 0), ValueError, "[slice]", "step");
+  CHECK_THROWS_MSG(narrow(a, 1, 2, 2), IndexError, "[narrow]", "[2, 4)", "size 3");
+  CHECK_THROWS_MSG(expand(a, {3, 3}), ShapeError, "[expand]", "(2,3)", "(3,3)");
+  CHECK_THROWS_MSG(squeeze(a, 0), ShapeError, "[squeeze]", "size 2");
+  CHECK_THROWS_MSG(unsqueeze(a, 4), IndexError, "[unsqueeze]", "axis 4");
+  CHECK_THROWS_MSG(flatten(a, 1, 0), IndexError, "[flatten]");
+}
+
+TEST_CASE("casts between dtypes") {
+  Tensor f = t32({1.5f, -2.5f, 0.0f}, {3});
+  check_close(to(f, kFloat64), {1.5, -2.5, 0});
+  CHECK(to(f, kInt64).to_vector<int64_t>() == std::vector<int64_t>{1, -2, 0});
+  CHECK(to(f, kBool).to_vector<bool>() == std::vector<bool>{true, true, false});
+}
+
+TEST_CASE("allocator counts live and peak bytes") {
+  MemoryStats before = memory_stats();
+  reset_peak_memory();
+  {
+    Tensor a = Tensor::empty({1000}, kFloat64);
+    MemoryStats during = memory_stats();
+    CHECK(during.live_bytes - before.live_bytes == 8000);
+    CHECK(during.peak_bytes >= before.live_bytes + 8000);
+  }
+  CHECK(memory_stats().live_bytes == before.live_bytes);
+  CHECK(memory_stats().peak_bytes >= before.live_bytes + 8000);
+  reset_peak_memory();
+  CHECK(memory_stats().peak_bytes == memory_stats().live_bytes);
+}
+
+TEST_CASE("printing") {
+  std::ostringstream os;
+  os << t32({1, 2, 3, 4}, {2, 2});
+  CHECK(os.str() == "tensor([[1, 2],\n [3, 4]], shape=(2,2), dtype=float32)");
+  std::ostringstream os2;
+  os2 << Tensor::arange(10);
+  CHECK(os2.str() == "tensor([0, 1, 2, ..., 7, 8, 9], shape=(10), dtype=int64)");
+  std::ostringstream os3;
+  os3 << Tensor::from_vector(std::vector<bool>{true, false}, {2});
+  CHECK(os3.str() == "tensor([true, false], shape=(2), dtype=bool)");
+}
+
+TEST_CASE("broadcast rules") {
+  CHECK(broadcast_shapes({2, 1, 3}, {4, 1}, "t") == Shape{2, 4, 3});
+  CHECK(broadcast_shapes({}, {3}, "t") == Shape{3});
+  CHECK_THROWS_MSG(broadcast_shapes({2, 3}, {3, 2}, "myop"), ShapeError, "[myop]", "(2,3)", "(3,2)");
+}
+
+}

@@ -1,0 +1,78 @@
+#include "test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+TEST_SUITE("ops/linalg") {
+
+// Naive batched matmul on contiguous host data: (B, M, K) @ (B, K, N).
+static std::vector<double> naive_mm(const std::vector<double>& a, const std::vector<double>& b,
+                                    int64_t B, int64_t M, int64_t K, int64_t N, bool bcast_b = false) {
+  std::vector<double> c(size_t(B * M * N), 0.0);
+  for (int64_t p = 0; p < B; ++p)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k)
+          s += a[size_t(p * M * K + i * K + k)] * b[size_t((bcast_b ? 0 : p) * K * N + k * N + j)];
+        c[size_t(p * M * N + i * N + j)] = s;
+      }
+  return c;
+}
+
+TEST_CASE("matmul matches naive loops for 2-d, batched, broadcast and transposed operands") {
+  Generator g(11);
+  Tensor a = randn({5, 7}, kFloat64, g), b = randn({7, 3}, kFloat64, g);
+  check_close(matmul(a, b), naive_mm(a.to_vector<double>(), b.to_vector<double>(), 1, 5, 7, 3), 1e-12);
+  Tensor A = randn({4, 5, 7}, kFloat64, g), Bm = randn({4, 7, 3}, kFloat64, g);
+  check_close(matmul(A, Bm), naive_mm(A.to_vector<double>(), Bm.to_vector<double>(), 4, 5, 7, 3), 1e-12);
+  // Broadcast batch: (4,5,7) @ (7,3).
+  check_close(matmul(A, b), naive_mm(A.to_vector<double>(), b.to_vector<double>(), 4, 5, 7, 3, true), 1e-12);
+  // Transposed operands go to BLAS without copies; a sliced column stride needs one.
+  Tensor at = transpose(randn({7, 5}, kFloat64, g), 0, 1);
+  check_close(matmul(at, b), naive_mm(contiguous(at).to_vector<double>(), b.to_vector<double>(), 1, 5, 7, 3), 1e-12);
+  Tensor wide = randn({5, 14}, kFloat64, g);
+  Tensor strided = slice(wide, 1, 0, 14, 2);
+  check_close(matmul(strided, b),
+              naive_mm(contiguous(strided).to_vector<double>(), b.to_vector<double>(), 1, 5, 7, 3), 1e-12);
+  // float32.
+  Tensor a32 = to(a, kFloat32), b32 = to(b, kFloat32);
+  check_close(matmul(a32, b32), naive_mm(a.to_vector<double>(), b.to_vector<double>(), 1, 5, 7, 3), 1e-4);
+  // 1-d operands.
+  Tensor v = randn({7}, kFloat64, g);
+  CHECK(matmul(a, v).shape() == Shape{5});
+  CHECK(matmul(v, b).shape() == Shape{3});
+  CHECK(matmul(v, v).dim() == 0);
+  double dot = 0;
+  auto vv = v.to_vector<double>();
+  for (double x : vv) dot += x * x;
+  CHECK(std::fabs(matmul(v, v).item() - dot) < 1e-12);
+  // Empty inner dimension gives zeros.
+  check_close(matmul(Tensor::zeros({2, 0}, kFloat64), Tensor::zeros({0, 2}, kFloat64)), {0, 0, 0, 0});
+}
+
+TEST_CASE("matmul bad input") {
+  CHECK_THROWS_MSG(matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})), ShapeError,
+                   "[matmul] shape mismatch: (2,3) @ (4,5)");
+  CHECK_THROWS_MSG(matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 2}, kFloat64)), DTypeError, "[matmul]",
+                   "float32", "float64");
+  CHECK_THROWS_MSG(matmul(Tensor::zeros({2, 2}, kInt64), Tensor::zeros({2, 2}, kInt64)), DTypeError,
+                   "[matmul]", "int64");
+  CHECK_THROWS_MSG(matmul(Tensor::scalar(1.0), Tensor::zeros({2})), ShapeError, "[matmul]", "()");
+  CHECK_THROWS_MSG(matmul(Tensor::zeros({2, 2, 3}), Tensor::zeros({3, 3, 2})), ShapeError, "[matmul]", "(2)",
+                   "(3)");
+  CHECK_THROWS_MSG(matmul(Tensor::zeros({2, 2}), fake_cuda({2, 2})), DeviceError, "[matmul]", "cuda:0");
+}
+
+GRADCHECK_CASE("matmul") {
+  check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({3, 4}, 1), leaf64({4, 2}, 2)});
+  check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({2, 3, 4}, 1), leaf64({4, 2}, 2)});
+  check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); },
+             {leaf64({2, 1, 3, 4}, 1), leaf64({3, 4, 2}, 2)});
+  check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({4}, 1), leaf64({4, 2}, 2)});
+  check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({3, 4}, 1), leaf64({4}, 2)});
+  check_grad("matmul", [](auto& x) { return matmul(transpose(x[0], 0, 1), x[1]); },
+             {leaf64({4, 3}, 1), leaf64({4, 2}, 2)});
+}
+
+}
