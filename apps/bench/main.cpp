@@ -1,0 +1,423 @@
+// cf-bench: micro-benchmarks of the cf CPU backend. Each subcommand prints ONE
+// JSON object {"bench": NAME, "machine": {...}, "results": [ROW, ...]} where a
+// ROW has "name", "params" and numeric fields named with their unit (time_s,
+// peak_bytes, gflops, gbps, ns_per_op, ...) and ratios ratio_vs_<baseline>
+// measured in the same run (DESIGN.md section 7).
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cf.h"
+#include "common/cli.h"
+
+#ifndef CF_BUILD_TYPE
+#define CF_BUILD_TYPE "unknown"
+#endif
+#ifndef CF_VERSION
+#define CF_VERSION "unknown"
+#endif
+
+using json = nlohmann::ordered_json;
+using cf::apps::UsageError;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const char* kUsage = R"(usage: cf-bench <subcommand> [options]
+
+Subcommands (each prints one JSON object on stdout):
+  overhead      median ns per tiny op: 1-element add without and with autograd,
+                forward+backward of a 3-op chain
+  matmul        GFLOP/s of cf::matmul (float32) vs a direct cblas_sgemm call on
+                the same buffers, square sizes and a batched case
+  elementwise   GB/s of add, mul, exp on float32 vs memcpy of the same bytes
+
+Options:
+  --repeat N    timed repetitions per row; the median is reported
+                (default: overhead 201 samples, others 5)
+  --threads N   OpenMP and OpenBLAS threads (default: the runtime's choice)
+  --iters N     overhead: ops per timed sample (default 2000)
+  --sizes LIST  matmul: square sizes, comma separated (default 256,512,1024,2048)
+  --batch B,N   matmul: batched case B x (N x N x N) (default 64,128; 0,0 skips it)
+  --numel N     elementwise: elements per tensor (default 16777216)
+  -h, --help    this text
+)";
+
+struct Options {
+  std::string cmd;
+  int64_t repeat = -1;
+  int64_t threads = -1;
+  int64_t iters = 2000;
+  std::vector<int64_t> sizes = {256, 512, 1024, 2048};
+  std::vector<int64_t> batch = {64, 128};
+  int64_t numel = int64_t(1) << 24;
+};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Median wall time of `reps` calls of f, after one warm-up call.
+double time_median(int64_t reps, const std::function<void()>& f) {
+  f();
+  std::vector<double> t;
+  for (int64_t r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    f();
+    t.push_back(seconds_since(t0));
+  }
+  return median(t);
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      size_t c = line.find(':');
+      if (c != std::string::npos) return line.substr(line.find_first_not_of(' ', c + 1));
+    }
+  return "unknown";
+}
+
+json machine_info() {
+  json m;
+  m["cpu"] = cpu_model();
+  m["cores"] = std::thread::hardware_concurrency();
+#ifdef _OPENMP
+  m["openmp_threads"] = omp_get_max_threads();
+#else
+  m["openmp_threads"] = 1;
+#endif
+  m["openblas_threads"] = openblas_get_num_threads();
+  m["openblas_config"] = std::string(openblas_get_config());
+#if defined(__clang__)
+  m["compiler"] = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  m["compiler"] = std::string("gcc ") + __VERSION__;
+#else
+  m["compiler"] = "unknown";
+#endif
+  m["build_type"] = CF_BUILD_TYPE;
+  m["cf_version"] = CF_VERSION;
+  m["cuda_built"] = cf::cuda_built();
+  return m;
+}
+
+json report(const std::string& name, json results) {
+  json out;
+  out["bench"] = name;
+  out["machine"] = machine_info();
+  out["results"] = std::move(results);
+  return out;
+}
+
+// ---------------------------------------------------------------- overhead
+// ns per call of f, median over `samples` samples of `iters` calls each.
+double ns_per_call(int64_t samples, int64_t iters, const std::function<void()>& f) {
+  for (int64_t i = 0; i < std::min<int64_t>(iters, 1000); ++i) f();  // warm up
+  std::vector<double> ns;
+  for (int64_t s = 0; s < samples; ++s) {
+    auto t0 = Clock::now();
+    for (int64_t i = 0; i < iters; ++i) f();
+    ns.push_back(seconds_since(t0) * 1e9 / double(iters));
+  }
+  return median(ns);
+}
+
+json bench_overhead(const Options& o) {
+  int64_t samples = o.repeat > 0 ? o.repeat : 201;
+  json rows = json::array();
+  cf::Tensor a = cf::Tensor::ones({1});
+  cf::Tensor b = cf::Tensor::ones({1});
+  cf::Tensor ag = cf::Tensor::ones({1});
+  ag.set_requires_grad(true);
+
+  auto row = [&](const char* name, const char* desc, double ns, int64_t ops, int64_t iters) {
+    json r;
+    r["name"] = name;
+    r["params"] = {{"what", desc}, {"numel", 1}, {"dtype", "float32"},
+                   {"ops_per_iter", ops}, {"iters_per_sample", iters}, {"samples", samples}};
+    r["ns_per_iter"] = ns;
+    r["ns_per_op"] = ns / double(ops);
+    return r;
+  };
+
+  cf::reset_peak_memory();
+  double t_plain = ns_per_call(samples, o.iters, [&] { cf::Tensor c = cf::add(a, b); });
+  json r0 = row("add_no_autograd", "add of two 1-element tensors, no input requires grad", t_plain, 1, o.iters);
+  r0["peak_bytes"] = cf::memory_stats().peak_bytes;
+  rows.push_back(r0);
+
+  cf::reset_peak_memory();
+  double t_grad = ns_per_call(samples, o.iters, [&] { cf::Tensor c = cf::add(ag, b); });
+  json r1 = row("add_autograd", "add recording a graph node (first input requires grad)", t_grad, 1, o.iters);
+  r1["peak_bytes"] = cf::memory_stats().peak_bytes;
+  r1["ratio_vs_no_autograd"] = t_grad / t_plain;
+  rows.push_back(r1);
+
+  cf::Tensor x = cf::Tensor::full({1}, 0.5);
+  x.set_requires_grad(true);
+  cf::Tensor w = cf::Tensor::full({1}, 1.5);
+  cf::reset_peak_memory();
+  const int64_t chain_iters = std::max<int64_t>(1, o.iters / 4);
+  double t_chain = ns_per_call(samples, chain_iters, [&] {
+    cf::Tensor loss = cf::sum(cf::tanh(cf::mul(x, w)));
+    loss.backward();
+    x.zero_grad();
+  });
+  json r2 = row("chain3_forward_backward",
+                "loss = sum(tanh(x * w)) on 1 element, loss.backward(), x.zero_grad()", t_chain, 3,
+                chain_iters);
+  r2["peak_bytes"] = cf::memory_stats().peak_bytes;
+  rows.push_back(r2);
+
+  double t_chain_fwd;
+  {
+    cf::NoGradGuard ng;
+    t_chain_fwd = ns_per_call(samples, o.iters,
+                              [&] { cf::Tensor l = cf::sum(cf::tanh(cf::mul(x, w))); });
+  }
+  json r3 = row("chain3_forward_no_grad", "the same 3-op forward under NoGradGuard", t_chain_fwd, 3, o.iters);
+  rows.push_back(r3);
+  rows.back()["ratio_vs_forward_backward"] = t_chain_fwd / t_chain;
+  return report("overhead", rows);
+}
+
+// ---------------------------------------------------------------- matmul
+double max_abs_diff(const float* a, const float* b, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+int64_t reps_for(const Options& o, double flops) {
+  if (o.repeat > 0) return o.repeat;
+  // Small problems run more often so that the median is stable.
+  return flops < 1e9 ? 21 : flops < 1e10 ? 7 : 5;
+}
+
+json bench_matmul(const Options& o) {
+  json rows = json::array();
+  cf::Generator gen(42);
+  for (int64_t n : o.sizes) {
+    cf::Tensor A = cf::rand({n, n}, cf::kFloat32, gen, -1, 1);
+    cf::Tensor B = cf::rand({n, n}, cf::kFloat32, gen, -1, 1);
+    std::vector<float> C(size_t(n * n));
+    double flops = 2.0 * double(n) * double(n) * double(n);
+    int64_t reps = reps_for(o, flops);
+
+    cf::reset_peak_memory();
+    cf::Tensor out;
+    double t_cf = time_median(reps, [&] {
+      out = cf::Tensor();  // free the previous result first: peak_bytes is one call's
+      out = cf::matmul(A, B);
+    });
+    int64_t peak = cf::memory_stats().peak_bytes;
+    double t_blas = time_median(reps, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f,
+                  A.data<float>(), int(n), B.data<float>(), int(n), 0.0f, C.data(), int(n));
+    });
+    cf::Tensor outc = cf::contiguous(out);
+    json r;
+    r["name"] = "matmul_" + std::to_string(n);
+    r["params"] = {{"m", n}, {"n", n}, {"k", n}, {"batch", 1}, {"dtype", "float32"}, {"repeat", reps}};
+    r["time_s"] = t_cf;
+    r["gflops"] = flops / t_cf * 1e-9;
+    r["cblas_time_s"] = t_blas;
+    r["cblas_gflops"] = flops / t_blas * 1e-9;
+    r["ratio_vs_cblas"] = t_blas / t_cf;
+    r["peak_bytes"] = peak;
+    r["max_abs_diff_vs_cblas"] = max_abs_diff(outc.data<float>(), C.data(), n * n);
+    rows.push_back(r);
+  }
+  if (o.batch.size() == 2 && o.batch[0] > 0 && o.batch[1] > 0) {
+    int64_t bs = o.batch[0], n = o.batch[1];
+    cf::Tensor A = cf::rand({bs, n, n}, cf::kFloat32, gen, -1, 1);
+    cf::Tensor B = cf::rand({bs, n, n}, cf::kFloat32, gen, -1, 1);
+    std::vector<float> C(size_t(bs * n * n));
+    double flops = 2.0 * double(bs) * double(n) * double(n) * double(n);
+    int64_t reps = reps_for(o, flops);
+    cf::reset_peak_memory();
+    cf::Tensor out;
+    double t_cf = time_median(reps, [&] {
+      out = cf::Tensor();  // free the previous result first: peak_bytes is one call's
+      out = cf::matmul(A, B);
+    });
+    int64_t peak = cf::memory_stats().peak_bytes;
+    const float* pa = A.data<float>();
+    const float* pb = B.data<float>();
+    double t_blas = time_median(reps, [&] {
+      for (int64_t i = 0; i < bs; ++i)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f,
+                    pa + i * n * n, int(n), pb + i * n * n, int(n), 0.0f, C.data() + i * n * n,
+                    int(n));
+    });
+    cf::Tensor outc = cf::contiguous(out);
+    json r;
+    r["name"] = "bmm_" + std::to_string(bs) + "x" + std::to_string(n);
+    r["params"] = {{"m", n}, {"n", n}, {"k", n}, {"batch", bs}, {"dtype", "float32"},
+                   {"repeat", reps}, {"baseline", "loop of cblas_sgemm over the batch"}};
+    r["time_s"] = t_cf;
+    r["gflops"] = flops / t_cf * 1e-9;
+    r["cblas_time_s"] = t_blas;
+    r["cblas_gflops"] = flops / t_blas * 1e-9;
+    r["ratio_vs_cblas"] = t_blas / t_cf;
+    r["peak_bytes"] = peak;
+    r["max_abs_diff_vs_cblas"] = max_abs_diff(outc.data<float>(), C.data(), bs * n * n);
+    rows.push_back(r);
+  }
+  return report("matmul", rows);
+}
+
+// ---------------------------------------------------------------- elementwise
+json bench_elementwise(const Options& o) {
+  int64_t n = o.numel;
+  int64_t reps = o.repeat > 0 ? o.repeat : 5;
+  double bytes1 = double(n) * sizeof(float);
+  cf::Generator gen(7);
+  cf::Tensor a = cf::rand({n}, cf::kFloat32, gen, -1, 1);
+  cf::Tensor b = cf::rand({n}, cf::kFloat32, gen, -1, 1);
+  cf::Tensor inplace = cf::clone(a);
+
+  // Baseline: memcpy of one tensor's bytes into a buffer already touched.
+  std::vector<float> dst(size_t(n), 0.0f);
+  double t_copy = time_median(reps, [&] {
+    std::memcpy(dst.data(), a.data<float>(), size_t(bytes1));
+  });
+  double gbps_copy = 2 * bytes1 / t_copy * 1e-9;  // read + write
+
+  json rows = json::array();
+  json base;
+  base["name"] = "memcpy";
+  base["params"] = {{"numel", n}, {"dtype", "float32"}, {"repeat", reps},
+                    {"bytes_moved", 2 * bytes1}};
+  base["time_s"] = t_copy;
+  base["gbps"] = gbps_copy;
+  rows.push_back(base);
+
+  struct Case {
+    const char* name;
+    int tensors_moved;  // inputs read + outputs written
+    std::function<void()> f;
+    const char* note;
+  };
+  cf::Tensor keep;
+  std::vector<Case> cases = {
+      {"add", 3, [&] { keep = cf::Tensor(); keep = cf::add(a, b); }, "out = a + b (allocates out)"},
+      {"mul", 3, [&] { keep = cf::Tensor(); keep = cf::mul(a, b); }, "out = a * b (allocates out)"},
+      {"exp", 2, [&] { keep = cf::Tensor(); keep = cf::exp(a); }, "out = exp(a) (allocates out)"},
+      {"add_inplace", 3,
+       [&] {
+         cf::NoGradGuard ng;
+         cf::add_(inplace, b, 1e-7);
+       },
+       "a += 1e-7 * b in place (no allocation)"},
+  };
+  for (const Case& c : cases) {
+    keep = cf::Tensor();
+    cf::reset_peak_memory();
+    double t = time_median(reps, c.f);
+    double moved = c.tensors_moved * bytes1;
+    json r;
+    r["name"] = c.name;
+    r["params"] = {{"numel", n}, {"dtype", "float32"}, {"repeat", reps}, {"bytes_moved", moved},
+                   {"what", c.note}};
+    r["time_s"] = t;
+    r["gbps"] = moved / t * 1e-9;
+    r["ratio_vs_memcpy"] = (moved / t * 1e-9) / gbps_copy;
+    r["peak_bytes"] = cf::memory_stats().peak_bytes;
+    rows.push_back(r);
+  }
+  return report("elementwise", rows);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  if (argc < 2) throw UsageError("missing subcommand");
+  o.cmd = argv[1];
+  if (o.cmd == "-h" || o.cmd == "--help") {
+    o.cmd = "help";
+    return o;
+  }
+  if (o.cmd != "overhead" && o.cmd != "matmul" && o.cmd != "elementwise")
+    throw UsageError("unknown subcommand '" + o.cmd + "'");
+  cf::apps::ArgReader args(argc, argv, 2);
+  while (!args.done()) {
+    std::string opt = args.next();
+    if (opt == "-h" || opt == "--help") {
+      args.no_value(opt);
+      o.cmd = "help";
+      return o;
+    } else if (opt == "--repeat") {
+      o.repeat = cf::apps::parse_int(opt, args.value(opt), 1);
+    } else if (opt == "--threads") {
+      o.threads = cf::apps::parse_int(opt, args.value(opt), 1);
+    } else if (opt == "--iters" && o.cmd == "overhead") {
+      o.iters = cf::apps::parse_int(opt, args.value(opt), 1);
+    } else if (opt == "--sizes" && o.cmd == "matmul") {
+      o.sizes = cf::apps::parse_int_list(opt, args.value(opt), 1);
+    } else if (opt == "--batch" && o.cmd == "matmul") {
+      o.batch = cf::apps::parse_int_list(opt, args.value(opt), 0);
+      if (o.batch.size() != 2) throw UsageError("--batch expects B,N (two integers)");
+    } else if (opt == "--numel" && o.cmd == "elementwise") {
+      o.numel = cf::apps::parse_int(opt, args.value(opt), 1);
+    } else {
+      throw UsageError("unknown option '" + opt + "' for subcommand " + o.cmd);
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "cf-bench: " << e.what() << "\n(run 'cf-bench --help' for usage)\n";
+    return 2;
+  }
+  if (o.cmd == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (o.threads > 0) {
+#ifdef _OPENMP
+    omp_set_num_threads(int(o.threads));
+#endif
+    openblas_set_num_threads(int(o.threads));
+  }
+  try {
+    json out = o.cmd == "overhead" ? bench_overhead(o)
+               : o.cmd == "matmul" ? bench_matmul(o)
+                                   : bench_elementwise(o);
+    std::cout << out.dump() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "cf-bench " << o.cmd << ": " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
