@@ -69,21 +69,21 @@ std::shared_ptr<Node> node_of(const Tensor& t) {
 }
 }  // namespace
 
-void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn fn) {
+namespace {
+template <typename Range>
+void record_impl(const char* name, const Range& inputs, Tensor& output, BackwardFn fn) {
   CF_CHECK(is_floating(output.dtype()), AutogradError, "[", name,
            "] internal error: a ", output.dtype(), " output cannot carry a gradient");
   auto n = std::make_shared<Node>();
   n->name = name;
   n->backward = std::move(fn);
   n->next_edges.resize(inputs.size());
-  n->input_shapes.resize(inputs.size());
-  n->input_dtypes.resize(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
+  size_t i = 0;
+  for (const Tensor& t : inputs) {
+    Edge& e = n->next_edges[i++];
     if (!t.defined()) continue;
-    n->input_shapes[i] = t.shape();
-    n->input_dtypes[i] = t.dtype();
-    if (t.requires_grad()) n->next_edges[i].node = node_of(t);
+    e.shape = t.shape();
+    if (t.requires_grad()) e.node = node_of(t);
   }
   n->output_shape = output.shape();
   n->output_dtype = output.dtype();
@@ -91,6 +91,14 @@ void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
   TensorImpl* impl = output.impl_ptr();
   impl->grad_fn = std::move(n);
   impl->requires_grad = true;
+}
+}  // namespace
+
+void record(const char* name, std::initializer_list<Tensor> inputs, Tensor& output, BackwardFn fn) {
+  record_impl(name, inputs, output, std::move(fn));
+}
+void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn fn) {
+  record_impl(name, inputs, output, std::move(fn));
 }
 
 void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) {
@@ -171,9 +179,9 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
       Node* next = n->next_edges[i].node.get();
       if (!next) continue;
       if (grads[i].defined()) {
-        CF_CHECK(grads[i].shape() == n->input_shapes[i], AutogradError, "[backward] node '",
+        CF_CHECK(grads[i].shape() == n->next_edges[i].shape, AutogradError, "[backward] node '",
                  n->name, "' returned a gradient of shape ", shape_str(grads[i].shape()),
-                 " for input ", i, " of shape ", shape_str(n->input_shapes[i]));
+                 " for input ", i, " of shape ", shape_str(n->next_edges[i].shape));
         Tensor& slot = buffer[next];
         slot = slot.defined() ? add(slot, grads[i]) : grads[i];
       }

@@ -15,8 +15,10 @@ namespace cf::autograd {
 
 struct Node;
 
+// One input of a node: where its gradient goes, and the shape it must have.
 struct Edge {
   std::shared_ptr<Node> node;  // null when the input does not require grad
+  Shape shape;
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
@@ -25,8 +27,6 @@ struct Node {
   const char* name = "";          // the op's registry name, e.g. "mul"
   BackwardFn backward;            // reset once the graph is freed
   std::vector<Edge> next_edges;   // one per input
-  std::vector<Shape> input_shapes;
-  std::vector<DType> input_dtypes;
   Shape output_shape;
   DType output_dtype = kFloat32;
   Device output_device;
@@ -55,6 +55,7 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 
 // Attach a node named `name` producing `output` from `inputs` (call only when
 // any_requires_grad is true). `output` becomes non-leaf and requires grad.
+void record(const char* name, std::initializer_list<Tensor> inputs, Tensor& output, BackwardFn fn);
 void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn fn);
 
 // Run backward from `root`. grad_output may be undefined for a one-element root.

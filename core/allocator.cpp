@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -11,12 +12,19 @@ namespace cf {
 namespace {
 
 // 64-byte aligned CPU allocator; counters are atomics so worker threads may allocate.
+// Alignment is done by hand on top of malloc (the raw pointer is stored just
+// before the aligned block): glibc's aligned_alloc splits chunks, which makes
+// every free take the slow path, and tiny tensors are allocated constantly.
+constexpr size_t kAlign = 64;
+
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
-    size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) throw Error(str("[allocate] out of CPU memory allocating ", nbytes, " bytes"));
+    void* raw = std::malloc(std::max<size_t>(nbytes, 1) + kAlign);
+    if (!raw) throw Error(str("[allocate] out of CPU memory allocating ", nbytes, " bytes"));
+    uintptr_t aligned = (reinterpret_cast<uintptr_t>(raw) + kAlign) & ~uintptr_t(kAlign - 1);
+    void* p = reinterpret_cast<void*>(aligned);
+    static_cast<void**>(p)[-1] = raw;
     int64_t live = live_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
     int64_t peak = peak_.load();
     while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
@@ -25,7 +33,7 @@ class CpuAllocator final : public Allocator {
     return p;
   }
   void deallocate(void* p, size_t nbytes) override {
-    std::free(p);
+    std::free(static_cast<void**>(p)[-1]);
     live_.fetch_sub(int64_t(nbytes));
   }
   MemoryStats stats() const override {

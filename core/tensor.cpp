@@ -21,14 +21,15 @@ void fill_raw(void* p, int64_t n, double v) {
 }
 }  // namespace
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   check_shape(shape, "empty");
   auto impl = std::make_shared<TensorImpl>();
-  impl->shape = shape;
+  size_t nbytes = size_t(numel_of(shape)) * dtype_size(dtype);
   impl->strides = contiguous_strides(shape);
+  impl->shape = std::move(shape);
   impl->dtype = dtype;
   impl->device = device;
-  impl->storage = std::make_shared<Storage>(size_t(numel_of(shape)) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(nbytes, device);
   return Tensor(std::move(impl));
 }
 

@@ -43,7 +43,7 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // ---- factories (never differentiable; set_requires_grad afterwards) ----
-  static Tensor empty(const Shape& shape, DType dtype = kFloat32, Device device = Device::cpu());
+  static Tensor empty(Shape shape, DType dtype = kFloat32, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = kFloat32, Device device = Device::cpu());
   static Tensor ones(const Shape& shape, DType dtype = kFloat32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, double value, DType dtype = kFloat32,

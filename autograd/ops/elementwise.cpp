@@ -26,8 +26,8 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
     CF_CHECK(op == BinaryOp::Eq || op == BinaryOp::Ne, DTypeError, "[", name,
              "] is not defined for bool tensors: ", a.describe(), ", ", b.describe());
   }
-  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = Tensor::empty(shape, kernels::is_comparison(op) ? kBool : a.dtype(), a.device());
+  Tensor out = Tensor::empty(a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), name),
+                             kernels::is_comparison(op) ? kBool : a.dtype(), a.device());
   kernels::binary(op, a, b, out);
   return out;
 }
