@@ -1,7 +1,288 @@
-// Placeholder until the indexing family lands.
+// Indexing ops: validation, output allocation, kernel call and backward.
+// index_select / index_add / take_along_dim run the gather and scatter_add kernels
+// on stride-0 (broadcast) views of their index, so there are only two data paths.
+// Index values are range-checked before any kernel runs (no negative indices).
 #include "autograd/ops/index.h"
+
+#include <cmath>
+
+#include "autograd/ops/common.h"
+#include "autograd/ops/reduce.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/index/index.h"
+
 namespace cf {
-Tensor scatter_add(const Tensor&, int64_t, const Tensor&, const Tensor&) {
-  throw NotImplementedError("[scatter_add] not implemented yet");
+
+using autograd::SavedTensor;
+
+namespace {
+
+// Indexing needs an axis to index along, so 0-d inputs are refused.
+int64_t index_axis(const Tensor& x, int64_t axis, const char* op) {
+  CF_CHECK(x.dim() >= 1, ShapeError, "[", op, "] needs x with at least one dimension, got ",
+           x.describe());
+  return normalize_axis(axis, x.dim(), op);
 }
+
+// "(1,2)": the coordinates of a row-major position in `shape`.
+std::string coords(const Shape& shape, int64_t pos) {
+  Shape c(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    c[d] = pos % shape[d];
+    pos /= shape[d];
+  }
+  return shape_str(c);
+}
+
+void check_index_values(const char* op, const Tensor& index, int64_t axis, int64_t len) {
+  kernels::BadIndex b = kernels::find_bad_index(op, index, len);
+  CF_CHECK(!b.found, IndexError, "[", op, "] index ", b.value, " is out of range for axis ", axis,
+           " of length ", len, " (at ", coords(index.shape(), b.position), " of index ",
+           shape_str(index.shape()), "; valid indices are 0..", len - 1, ")");
+}
+
+void check_index_tensor(const char* op, const Tensor& index) {
+  ops::check_dtype(index, kInt64, op, "index");
+}
+
+void check_numeric(const Tensor& x, const char* op) {
+  CF_CHECK(x.dtype() != kBool, DTypeError, "[", op, "] is not defined for bool tensors: ",
+           x.describe());
+}
+
+// Zeros of `shape` with like's dtype and device (Tensor::zeros is CPU-only).
+Tensor zeros_as(const Shape& shape, const Tensor& like) {
+  Tensor t = Tensor::empty(shape, like.dtype(), like.device());
+  kernels::fill(t, 0.0);
+  return t;
+}
+
+// A fresh contiguous copy of x: the output of the accumulating ops.
+Tensor copy_of(const Tensor& x) {
+  Tensor t = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels::copy(x, t);
+  return t;
+}
+
+// The 1-d `index` seen at `shape`: stride 0 everywhere but `axis`.
+Tensor spread_index(const Tensor& index, const Shape& shape, int64_t axis) {
+  Shape st(shape.size(), 0);
+  st[size_t(axis)] = index.strides()[0];
+  return make_view(index, shape, st, index.offset());
+}
+
+// t seen at `shape` (same rank, t's size 1 broadcast where shape is larger).
+Tensor broadcast_view(const Tensor& t, const Shape& shape) {
+  Shape st = t.strides();
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (t.shape()[d] != shape[d]) st[d] = 0;
+  return make_view(t, shape, st, t.offset());
+}
+
+// g (a leading block's worth) placed at the start of a zero tensor of `shape`: the
+// gradient of a src that is larger than its index on some axes.
+Tensor pad_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  Tensor z = zeros_as(shape, g);
+  kernels::copy(g, make_view(z, g.shape(), z.strides(), z.offset()));
+  return z;
+}
+
+}  // namespace
+
+Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
+  const char* op = "gather";
+  ops::check_defined(x, op, "x");
+  ops::check_defined(index, op, "index");
+  ops::check_same_device(op, {&x, &index});
+  check_index_tensor(op, index);
+  int64_t a = index_axis(x, axis, op);
+  CF_CHECK(index.dim() == x.dim(), ShapeError, "[gather] index ", shape_str(index.shape()),
+           " must have as many dimensions as x ", shape_str(x.shape()));
+  for (int64_t d = 0; d < x.dim(); ++d)
+    CF_CHECK(d == a || index.size(d) <= x.size(d), ShapeError, "[gather] index ",
+             shape_str(index.shape()), " is larger than x ", shape_str(x.shape()), " on axis ", d,
+             " (only the gathered axis ", a, " may be larger)");
+  check_index_values(op, index, a, x.size(a));
+  Tensor out = Tensor::empty(index.shape(), x.dtype(), x.device());
+  kernels::gather(x, a, index, out);
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor si(index);
+    Shape xs = x.shape();
+    autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
+      return {scatter_add(zeros_as(xs, g), a, si.unpack("gather"), g)};
+    });
+  }
+  return out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  const char* op = "scatter_add";
+  ops::check_defined(x, op, "x");
+  ops::check_defined(index, op, "index");
+  ops::check_defined(src, op, "src");
+  ops::check_same_device(op, {&x, &index, &src});
+  check_index_tensor(op, index);
+  ops::check_same_dtype(op, {&x, &src});
+  check_numeric(x, op);
+  int64_t a = index_axis(x, axis, op);
+  CF_CHECK(index.dim() == x.dim() && src.dim() == x.dim(), ShapeError, "[scatter_add] x ",
+           shape_str(x.shape()), ", index ", shape_str(index.shape()), " and src ",
+           shape_str(src.shape()), " must have the same number of dimensions");
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    CF_CHECK(index.size(d) <= src.size(d), ShapeError, "[scatter_add] index ",
+             shape_str(index.shape()), " is larger than src ", shape_str(src.shape()), " on axis ", d);
+    CF_CHECK(d == a || index.size(d) <= x.size(d), ShapeError, "[scatter_add] index ",
+             shape_str(index.shape()), " is larger than x ", shape_str(x.shape()), " on axis ", d,
+             " (only the scattered axis ", a, " may be larger)");
+  }
+  check_index_values(op, index, a, x.size(a));
+  Tensor out = copy_of(x);
+  kernels::scatter_add(out, a, index, src);
+  if (autograd::any_requires_grad({&x, &src})) {
+    bool need_x = x.requires_grad(), need_src = src.requires_grad();
+    SavedTensor si(index);
+    Shape ss = src.shape();
+    autograd::record(op, {x, src}, out,
+                     [si, ss, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
+      Tensor gs;
+      if (need_src) gs = pad_to(gather(g, a, si.unpack("scatter_add")), ss);
+      return {need_x ? g : Tensor(), gs};
+    });
+  }
+  return out;
+}
+
+Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
+  const char* op = "index_select";
+  ops::check_defined(x, op, "x");
+  ops::check_defined(index, op, "index");
+  ops::check_same_device(op, {&x, &index});
+  check_index_tensor(op, index);
+  int64_t a = index_axis(x, axis, op);
+  CF_CHECK(index.dim() == 1, ShapeError, "[index_select] index must be 1-d, got shape ",
+           shape_str(index.shape()));
+  check_index_values(op, index, a, x.size(a));
+  Shape os = x.shape();
+  os[size_t(a)] = index.size(0);
+  Tensor out = Tensor::empty(os, x.dtype(), x.device());
+  kernels::gather(x, a, spread_index(index, os, a), out);
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor si(index);
+    Shape xs = x.shape();
+    autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
+      return {index_add(zeros_as(xs, g), a, si.unpack("index_select"), g)};
+    });
+  }
+  return out;
+}
+
+Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  const char* op = "index_add";
+  ops::check_defined(x, op, "x");
+  ops::check_defined(index, op, "index");
+  ops::check_defined(src, op, "src");
+  ops::check_same_device(op, {&x, &index, &src});
+  check_index_tensor(op, index);
+  ops::check_same_dtype(op, {&x, &src});
+  check_numeric(x, op);
+  int64_t a = index_axis(x, axis, op);
+  CF_CHECK(index.dim() == 1, ShapeError, "[index_add] index must be 1-d, got shape ",
+           shape_str(index.shape()));
+  Shape want = x.shape();
+  want[size_t(a)] = index.size(0);
+  CF_CHECK(src.shape() == want, ShapeError, "[index_add] src ", shape_str(src.shape()),
+           " must have shape ", shape_str(want), " (x ", shape_str(x.shape()), " with axis ", a,
+           " of length len(index) = ", index.size(0), ")");
+  check_index_values(op, index, a, x.size(a));
+  Tensor out = copy_of(x);
+  kernels::scatter_add(out, a, spread_index(index, want, a), src);
+  if (autograd::any_requires_grad({&x, &src})) {
+    bool need_x = x.requires_grad(), need_src = src.requires_grad();
+    SavedTensor si(index);
+    autograd::record(op, {x, src}, out,
+                     [si, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
+      Tensor gs;
+      if (need_src) gs = index_select(g, a, si.unpack("index_add"));
+      return {need_x ? g : Tensor(), gs};
+    });
+  }
+  return out;
+}
+
+Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis) {
+  const char* op = "take_along_dim";
+  ops::check_defined(x, op, "x");
+  ops::check_defined(index, op, "index");
+  ops::check_same_device(op, {&x, &index});
+  check_index_tensor(op, index);
+  int64_t a = index_axis(x, axis, op);
+  CF_CHECK(index.dim() == x.dim(), ShapeError, "[take_along_dim] index ", shape_str(index.shape()),
+           " must have as many dimensions as x ", shape_str(x.shape()));
+  // Broadcast the non-axis dimensions (NumPy rules, same rank): xb and ib differ only on `a`.
+  Shape xb = x.shape(), ib = index.shape();
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d == a) continue;
+    int64_t xd = x.size(d), id = index.size(d);
+    CF_CHECK(xd == id || xd == 1 || id == 1, ShapeError, "[take_along_dim] index ",
+             shape_str(index.shape()), " and x ", shape_str(x.shape()),
+             " cannot be broadcast on axis ", d);
+    xb[size_t(d)] = ib[size_t(d)] = xd == 1 ? id : xd;
+  }
+  check_index_values(op, index, a, x.size(a));
+  Tensor iv = broadcast_view(index, ib);
+  Tensor out = Tensor::empty(ib, x.dtype(), x.device());
+  kernels::gather(broadcast_view(x, xb), a, iv, out);
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor si(iv);
+    Shape xs = x.shape();
+    autograd::record(op, {x}, out, [si, xs, xb, a](const Tensor& g) -> std::vector<Tensor> {
+      Tensor gx = scatter_add(zeros_as(xb, g), a, si.unpack("take_along_dim"), g);
+      return {xb == xs ? gx : sum_to(gx, xs)};
+    });
+  }
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  const char* op = "masked_fill";
+  ops::check_defined(x, op, "x");
+  ops::check_defined(mask, op, "mask");
+  ops::check_same_device(op, {&x, &mask});
+  ops::check_dtype(mask, kBool, op, "mask");
+  CF_CHECK(broadcast_shapes(x.shape(), mask.shape(), op) == x.shape(), ShapeError,
+           "[masked_fill] mask ", shape_str(mask.shape()), " cannot be broadcast to x ",
+           shape_str(x.shape()));
+  CF_CHECK(is_floating(x.dtype()) || std::isfinite(value), ValueError, "[masked_fill] value ",
+           value, " cannot be stored in ", x.describe());
+  // Fail with this op's name before allocating the output on a device the build lacks.
+  CF_DEVICE_DISPATCH(op, x.device(), (void)0, (void)0);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels::masked_fill(x, mask, value, out);
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor sm(mask);
+    autograd::record(op, {x}, out, [sm](const Tensor& g) -> std::vector<Tensor> {
+      return {masked_fill(g, sm.unpack("masked_fill"), 0.0)};
+    });
+  }
+  return out;
+}
+
+Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype) {
+  const char* op = "one_hot";
+  ops::check_defined(labels, op, "labels");
+  ops::check_dtype(labels, kInt64, op, "labels");
+  CF_CHECK(num_classes >= 1, ValueError, "[one_hot] num_classes must be >= 1, got ", num_classes);
+  kernels::BadIndex b = kernels::find_bad_index(op, labels, num_classes);
+  CF_CHECK(!b.found, IndexError, "[one_hot] label ", b.value, " at ",
+           coords(labels.shape(), b.position), " of labels ", shape_str(labels.shape()),
+           " is out of range for num_classes = ", num_classes, " (valid labels are 0..",
+           num_classes - 1, ")");
+  Shape os = labels.shape();
+  os.push_back(num_classes);
+  Tensor out = Tensor::empty(os, dtype, labels.device());
+  kernels::one_hot(labels, out);
+  return out;  // never differentiable: no node
+}
+
 }  // namespace cf

@@ -1,1 +1,90 @@
-// placeholder: implementation in progress
+// Sorting ops: sort, argsort, topk. Values are differentiable (the gradient goes back
+// to the positions the values came from); indices never are. Order and NaN rules are
+// in kernels/sort/sort.h: stable, NaN is the largest value (as NumPy).
+#include "autograd/ops/sort.h"
+
+#include "autograd/ops/common.h"
+#include "autograd/ops/index.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/sort/sort.h"
+
+namespace cf {
+
+using autograd::SavedTensor;
+
+namespace {
+
+struct SortPlan {
+  Tensor x1;       // x, or a (1) view of a 0-d x, so the kernel always has an axis
+  int64_t axis = 0;
+  int64_t len = 0;  // length of the sorted axis
+};
+
+SortPlan plan_sort(const Tensor& x, int64_t axis, const char* op) {
+  ops::check_defined(x, op, "x");
+  CF_CHECK(x.dtype() != kBool, DTypeError, "[", op, "] is not defined for bool tensors: ",
+           x.describe());
+  // Fail with this op's name before allocating outputs on a device the build lacks.
+  CF_DEVICE_DISPATCH(op, x.device(), (void)0, (void)0);
+  SortPlan p;
+  p.axis = normalize_axis(axis, x.dim(), op);
+  p.x1 = x.dim() == 0 ? make_view(x, {1}, {1}, x.offset()) : x;
+  p.len = p.x1.size(p.axis);
+  return p;
+}
+
+// Runs the kernel for the first k of each line; outputs have x's rank (0-d stays 0-d).
+ValuesIndices run_sort(const char* op, const Tensor& x, const SortPlan& p, int64_t k,
+                       bool descending, bool want_values) {
+  Shape os = p.x1.shape();
+  os[size_t(p.axis)] = k;
+  ValuesIndices r;
+  if (want_values) r.values = Tensor::empty(os, x.dtype(), x.device());
+  r.indices = Tensor::empty(os, kInt64, x.device());
+  kernels::sort(op, p.x1, p.axis, k, descending, r.values, r.indices);
+  if (x.dim() == 0) {
+    if (want_values) r.values = make_view(r.values, {}, {}, r.values.offset());
+    r.indices = make_view(r.indices, {}, {}, r.indices.offset());
+  }
+  return r;
+}
+
+// Record `name` on r.values: the gradient scatters back to where each value came from.
+void record_values(const char* name, const Tensor& x, int64_t axis, ValuesIndices& r) {
+  if (!autograd::any_requires_grad({&x})) return;
+  SavedTensor si(r.indices);
+  Shape xs = x.shape();
+  autograd::record(name, {x}, r.values, [si, xs, axis, name](const Tensor& g) -> std::vector<Tensor> {
+    if (xs.empty()) return {g};  // a 0-d input is its own sort
+    Tensor z = Tensor::empty(xs, g.dtype(), g.device());
+    kernels::fill(z, 0.0);
+    return {scatter_add(z, axis, si.unpack(name), g)};
+  });
+}
+
+}  // namespace
+
+ValuesIndices sort(const Tensor& x, int64_t axis, bool descending) {
+  SortPlan p = plan_sort(x, axis, "sort");
+  ValuesIndices r = run_sort("sort", x, p, p.len, descending, true);
+  record_values("sort", x, p.axis, r);
+  return r;
+}
+
+Tensor argsort(const Tensor& x, int64_t axis, bool descending) {
+  SortPlan p = plan_sort(x, axis, "argsort");
+  return run_sort("argsort", x, p, p.len, descending, false).indices;  // never differentiable
+}
+
+ValuesIndices topk(const Tensor& x, int64_t k, int64_t axis, bool largest) {
+  SortPlan p = plan_sort(x, axis, "topk");
+  CF_CHECK(k >= 0 && k <= p.len, ValueError, "[topk] k = ", k, " is out of range for axis ", p.axis,
+           " of length ", p.len, " in ", x.describe());
+  // The k largest in descending order are the head of a descending sort (ties: lower
+  // index first); the k smallest, of an ascending one.
+  ValuesIndices r = run_sort("topk", x, p, k, largest, true);
+  record_values("topk", x, p.axis, r);
+  return r;
+}
+
+}  // namespace cf

@@ -1,0 +1,505 @@
+// Indexing ops: forward against naive loops (contiguous and strided inputs, several
+// dtypes), determinism of the accumulating ops, gradchecks and bad input.
+#include <random>
+
+#include "test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+// ---- naive references over row-major vectors ----
+
+Shape unravel(int64_t pos, const Shape& shape) {
+  Shape c(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    c[d] = pos % shape[d];
+    pos /= shape[d];
+  }
+  return c;
+}
+int64_t ravel(const Shape& c, const Shape& shape) {
+  int64_t p = 0;
+  for (size_t d = 0; d < shape.size(); ++d) p = p * shape[d] + c[d];
+  return p;
+}
+
+std::vector<double> ref_gather(const std::vector<double>& x, const Shape& xs, int64_t axis,
+                               const std::vector<int64_t>& idx, const Shape& is) {
+  std::vector<double> out(idx.size());
+  for (size_t p = 0; p < idx.size(); ++p) {
+    Shape c = unravel(int64_t(p), is);
+    c[size_t(axis)] = idx[p];
+    out[p] = x[size_t(ravel(c, xs))];
+  }
+  return out;
+}
+
+std::vector<double> ref_scatter_add(std::vector<double> x, const Shape& xs, int64_t axis,
+                                    const std::vector<int64_t>& idx, const Shape& is,
+                                    const std::vector<double>& src, const Shape& ss) {
+  for (size_t p = 0; p < idx.size(); ++p) {
+    Shape c = unravel(int64_t(p), is);
+    double v = src[size_t(ravel(c, ss))];
+    c[size_t(axis)] = idx[p];
+    x[size_t(ravel(c, xs))] += v;
+  }
+  return x;
+}
+
+std::vector<double> ref_index_select(const std::vector<double>& x, const Shape& xs, int64_t axis,
+                                     const std::vector<int64_t>& idx) {
+  Shape os = xs;
+  os[size_t(axis)] = int64_t(idx.size());
+  std::vector<double> out(size_t(numel_of(os)));
+  for (size_t p = 0; p < out.size(); ++p) {
+    Shape c = unravel(int64_t(p), os);
+    c[size_t(axis)] = idx[size_t(c[size_t(axis)])];
+    out[p] = x[size_t(ravel(c, xs))];
+  }
+  return out;
+}
+
+std::vector<double> ref_index_add(std::vector<double> x, const Shape& xs, int64_t axis,
+                                  const std::vector<int64_t>& idx, const std::vector<double>& src,
+                                  const Shape& ss) {
+  for (size_t p = 0; p < src.size(); ++p) {
+    Shape c = unravel(int64_t(p), ss);
+    c[size_t(axis)] = idx[size_t(c[size_t(axis)])];
+    x[size_t(ravel(c, xs))] += src[p];
+  }
+  return x;
+}
+
+// ---- inputs ----
+
+std::vector<double> ints(size_t n, int lo, int hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<double> v(n);
+  for (double& e : v) e = d(rng);
+  return v;
+}
+std::vector<int64_t> indices(size_t n, int64_t limit, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> d(0, limit - 1);
+  std::vector<int64_t> v(n);
+  for (int64_t& e : v) e = d(rng);
+  return v;
+}
+
+// Integer-valued data, so every dtype holds it exactly and sums are exact.
+Tensor make(DType dt, const std::vector<double>& v, const Shape& s) {
+  if (dt == kFloat64) return t64(v, s);
+  if (dt == kFloat32) return t32(std::vector<float>(v.begin(), v.end()), s);
+  std::vector<int64_t> iv;
+  for (double e : v) iv.push_back(int64_t(e));
+  return ti64(iv, s);
+}
+
+// The same logical tensor as a contiguous tensor, a transposed-layout view and a
+// step-2 slice of a larger tensor (both non-contiguous).
+std::vector<Tensor> layouts(const Tensor& base) {
+  std::vector<Tensor> out{base};
+  int64_t last = base.dim() - 1;
+  if (base.dim() >= 2) {
+    Tensor t = transpose(contiguous(transpose(base, 0, last)), 0, last);
+    REQUIRE_FALSE(t.is_contiguous());
+    out.push_back(t);
+  }
+  if (base.dim() >= 1 && base.size(last) > 1) {
+    Shape big = base.shape();
+    big[size_t(last)] *= 2;
+    Tensor b = Tensor::zeros(big, base.dtype());
+    Tensor v = slice(b, last, 0, big[size_t(last)], 2);
+    copy_(v, base);
+    REQUIRE_FALSE(v.is_contiguous());
+    out.push_back(v);
+  }
+  return out;
+}
+
+const DType kAllNumeric[] = {kFloat32, kFloat64, kInt64};
+
+}  // namespace
+
+TEST_SUITE("ops/index") {
+
+TEST_CASE("gather matches a naive loop on every axis, dtype and layout") {
+  const Shape xs{3, 4, 5};
+  auto xv = ints(60, -9, 9, 1);
+  for (DType dt : kAllNumeric) {
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      Shape is = xs;
+      for (int64_t d = 0; d < 3; ++d) is[size_t(d)] = d == axis ? 6 : xs[size_t(d)] - 1;
+      auto iv = indices(size_t(numel_of(is)), xs[size_t(axis)], uint32_t(10 + axis));
+      auto want = ref_gather(xv, xs, axis, iv, is);
+      for (const Tensor& x : layouts(make(dt, xv, xs)))
+        for (const Tensor& ix : layouts(ti64(iv, is))) {
+          CAPTURE(axis);
+          Tensor out = gather(x, axis, ix);
+          CHECK(out.dtype() == dt);
+          CHECK(out.shape() == is);
+          check_close(out, want, 0.0);
+          check_close(gather(x, axis - 3, ix), want, 0.0);  // negative axis
+        }
+    }
+  }
+}
+
+TEST_CASE("gather on a large transposed input (parallel path)") {
+  Generator g(7);
+  Tensor base = rand({200, 300}, kFloat32, g);
+  Tensor x = transpose(base, 0, 1);  // (300, 200)
+  auto iv = indices(300 * 500, 200, 3);
+  Tensor out = gather(x, 1, ti64(iv, {300, 500}));
+  check_close(out, ref_gather(values(x), {300, 200}, 1, iv, {300, 500}), 0.0);
+}
+
+TEST_CASE("scatter_add matches a naive loop, with duplicates, larger src, every layout") {
+  const Shape xs{3, 4, 5};
+  auto xv = ints(60, -9, 9, 2);
+  for (DType dt : kAllNumeric) {
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      Shape is = xs, ss;
+      for (int64_t d = 0; d < 3; ++d) is[size_t(d)] = d == axis ? 7 : xs[size_t(d)] - 1;
+      for (int64_t d : is) ss.push_back(d + 1);  // src may be larger than index
+      auto iv = indices(size_t(numel_of(is)), xs[size_t(axis)], uint32_t(20 + axis));
+      auto sv = ints(size_t(numel_of(ss)), -5, 5, uint32_t(30 + axis));
+      auto want = ref_scatter_add(xv, xs, axis, iv, is, sv, ss);
+      for (const Tensor& x : layouts(make(dt, xv, xs)))
+        for (const Tensor& ix : layouts(ti64(iv, is)))
+          for (const Tensor& src : layouts(make(dt, sv, ss))) {
+            CAPTURE(axis);
+            Tensor out = scatter_add(x, axis, ix, src);
+            CHECK(out.dtype() == dt);
+            CHECK(out.shape() == xs);
+            check_close(out, want, 0.0);
+          }
+      // The input is not modified.
+      check_close(make(dt, xv, xs), xv, 0.0);
+    }
+  }
+}
+
+TEST_CASE("scatter_add and index_add are deterministic with many duplicates") {
+  // Two output elements receive 100000 terms each: the result must equal the serial
+  // ascending-order sum bit for bit, run after run.
+  const int64_t n = 100000;
+  Generator g(11);
+  Tensor src = rand({n, 2}, kFloat64, g, -1.0, 1.0);
+  auto iv = indices(size_t(2 * n), 2, 5);
+  Tensor idx = ti64(iv, {n, 2});
+  Tensor x = Tensor::zeros({2, 2}, kFloat64);
+  auto want = ref_scatter_add(values(x), {2, 2}, 0, iv, {n, 2}, values(src), {n, 2});
+  Tensor a = scatter_add(x, 0, idx, src);
+  Tensor b = scatter_add(x, 0, idx, src);
+  check_close(a, want, 0.0);
+  CHECK(values(a) == values(b));
+
+  auto lv = indices(size_t(n), 7, 6);
+  Tensor rows = rand({n, 64}, kFloat64, g, -1.0, 1.0);
+  Tensor acc = Tensor::zeros({7, 64}, kFloat64);
+  auto want2 = ref_index_add(values(acc), {7, 64}, 0, lv, values(rows), {n, 64});
+  Tensor c = index_add(acc, 0, ti64(lv, {n}), rows);
+  Tensor d = index_add(acc, 0, ti64(lv, {n}), rows);
+  check_close(c, want2, 0.0);
+  CHECK(values(c) == values(d));
+}
+
+TEST_CASE("index_select matches a naive loop") {
+  const Shape xs{3, 4, 5};
+  auto xv = ints(60, -9, 9, 3);
+  for (DType dt : kAllNumeric) {
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      auto iv = indices(6, xs[size_t(axis)], uint32_t(40 + axis));
+      auto want = ref_index_select(xv, xs, axis, iv);
+      for (const Tensor& x : layouts(make(dt, xv, xs)))
+        for (const Tensor& ix : layouts(ti64(iv, {6}))) {
+          CAPTURE(axis);
+          Tensor out = index_select(x, axis, ix);
+          Shape os = xs;
+          os[size_t(axis)] = 6;
+          CHECK(out.shape() == os);
+          CHECK(out.dtype() == dt);
+          check_close(out, want, 0.0);
+        }
+    }
+  }
+  // An empty index selects nothing.
+  CHECK(index_select(t64({1, 2, 3, 4}, {2, 2}), 0, ti64({}, {0})).shape() == Shape{0, 2});
+}
+
+TEST_CASE("index_add matches a naive loop") {
+  const Shape xs{3, 4, 5};
+  auto xv = ints(60, -9, 9, 4);
+  for (DType dt : kAllNumeric) {
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      auto iv = indices(6, xs[size_t(axis)], uint32_t(50 + axis));
+      Shape ss = xs;
+      ss[size_t(axis)] = 6;
+      auto sv = ints(size_t(numel_of(ss)), -5, 5, uint32_t(60 + axis));
+      auto want = ref_index_add(xv, xs, axis, iv, sv, ss);
+      for (const Tensor& x : layouts(make(dt, xv, xs)))
+        for (const Tensor& ix : layouts(ti64(iv, {6})))
+          for (const Tensor& src : layouts(make(dt, sv, ss))) {
+            CAPTURE(axis);
+            Tensor out = index_add(x, axis, ix, src);
+            CHECK(out.shape() == xs);
+            check_close(out, want, 0.0);
+          }
+    }
+  }
+}
+
+TEST_CASE("take_along_dim broadcasts index against x") {
+  // x (3,1,5), index (1,4,6) along axis 2 -> (3,4,6).
+  auto xv = ints(15, -9, 9, 5);
+  auto iv = indices(24, 5, 6);
+  std::vector<double> want;
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j)
+      for (int64_t k = 0; k < 6; ++k) want.push_back(xv[size_t(i * 5 + iv[size_t(j * 6 + k)])]);
+  for (DType dt : kAllNumeric)
+    for (const Tensor& x : layouts(make(dt, xv, {3, 1, 5})))
+      for (const Tensor& ix : layouts(ti64(iv, {1, 4, 6}))) {
+        Tensor out = take_along_dim(x, ix, 2);
+        CHECK(out.shape() == Shape{3, 4, 6});
+        check_close(out, want, 0.0);
+      }
+  // Without broadcasting it is gather.
+  Tensor x = make(kFloat64, ints(20, -9, 9, 7), {4, 5});
+  Tensor ix = ti64(indices(15, 4, 8), {3, 5});
+  Tensor ixt = ti64(indices(12, 5, 9), {4, 3});
+  check_close(take_along_dim(x, ix, 0), gather(x, 0, ix), 0.0);
+  check_close(take_along_dim(x, ixt, -1), gather(x, 1, ixt), 0.0);
+  // argsort + take_along_dim sorts.
+  check_close(take_along_dim(x, argsort(x, 1), 1), sort(x, 1).values, 0.0);
+}
+
+TEST_CASE("masked_fill with a broadcast mask") {
+  auto xv = ints(12, -9, 9, 9);
+  std::vector<bool> mrow{true, false, false, true};
+  std::vector<bool> mfull;
+  for (int i = 0; i < 12; ++i) mfull.push_back(i % 5 == 0);
+  for (DType dt : kAllNumeric) {
+    double value = dt == kInt64 ? 7.0 : 7.5;
+    for (const Tensor& x : layouts(make(dt, xv, {3, 4}))) {
+      std::vector<double> want_row = xv, want_full = xv;
+      for (size_t i = 0; i < 12; ++i) {
+        if (mrow[i % 4]) want_row[i] = value;
+        if (mfull[i]) want_full[i] = value;
+      }
+      Tensor out = masked_fill(x, Tensor::from_vector(mrow, {4}), value);
+      CHECK(out.dtype() == dt);
+      check_close(out, want_row, 0.0);
+      for (const Tensor& m : layouts(Tensor::from_vector(mfull, {3, 4})))
+        check_close(masked_fill(x, m, value), want_full, 0.0);
+    }
+  }
+  Tensor neg_inf = masked_fill(t32({1, 2}, {2}), Tensor::from_vector(std::vector<bool>{false, true}, {2}),
+                               -INFINITY);
+  check_close(neg_inf, {1, -INFINITY});
+}
+
+TEST_CASE("one_hot is a 0/1 tensor and not differentiable") {
+  std::vector<int64_t> lv{2, 0, 3, 1, 1, 3};
+  for (DType dt : kAllNumeric)
+    for (const Tensor& labels : layouts(ti64(lv, {2, 3}))) {
+      Tensor oh = one_hot(labels, 4, dt);
+      CHECK(oh.shape() == Shape{2, 3, 4});
+      CHECK(oh.dtype() == dt);
+      std::vector<double> want(24, 0.0);
+      for (size_t i = 0; i < 6; ++i) want[i * 4 + size_t(lv[i])] = 1.0;
+      check_close(oh, want, 0.0);
+      CHECK_FALSE(oh.requires_grad());
+      CHECK(oh.grad_fn() == nullptr);
+    }
+  CHECK(one_hot(ti64({1}, {1}), 3).dtype() == kFloat32);
+  Tensor scalar = one_hot(Tensor::scalar(2, kInt64), 3);
+  CHECK(scalar.shape() == Shape{3});
+  check_close(scalar, {0, 0, 1});
+}
+
+TEST_CASE("index ops record the registry name and differentiate only float inputs") {
+  Tensor x = leaf64({3, 4});
+  Tensor idx = ti64({0, 1, 1, 2, 3, 3}, {3, 2});
+  Tensor y = gather(x, 1, idx);
+  REQUIRE(y.grad_fn() != nullptr);
+  CHECK(std::string(y.grad_fn()->name) == "gather");
+  CHECK(std::string(index_select(x, 0, ti64({0, 0}, {2})).grad_fn()->name) == "index_select");
+  CHECK(std::string(masked_fill(x, gt(x, 0.0), 0.0).grad_fn()->name) == "masked_fill");
+  CHECK(std::string(take_along_dim(x, idx, 1).grad_fn()->name) == "take_along_dim");
+  {
+    NoGradGuard ng;
+    CHECK(gather(x, 1, idx).grad_fn() == nullptr);
+  }
+  // scatter_add into a constant: only src gets a gradient; the x gradient is the identity.
+  Tensor src = leaf64({3, 2}, 2);
+  Tensor base = Tensor::zeros({3, 4}, kFloat64);
+  Tensor s = scatter_add(base, 1, idx, src);
+  CHECK(std::string(s.grad_fn()->name) == "scatter_add");
+  sum(s).backward();
+  check_close(src.grad(), std::vector<double>(6, 1.0));
+  Tensor x2 = leaf64({3, 4}, 3);
+  sum(scatter_add(x2, 1, idx, src)).backward();
+  check_close(x2.grad(), std::vector<double>(12, 1.0));
+  // index_add through x only.
+  Tensor x3 = leaf64({3, 4}, 4);
+  Tensor ia = index_add(x3, 0, ti64({2, 2}, {2}), Tensor::ones({2, 4}, kFloat64));
+  CHECK(std::string(ia.grad_fn()->name) == "index_add");
+  sum(mul(ia, ia)).backward();
+  check_close(x3.grad(), values(mul(ia.detach(), 2.0)));
+}
+
+GRADCHECK_CASE("gather") {
+  Tensor idx = ti64({0, 2, 2, 1, 3, 3, 3, 0, 1, 1, 2, 0, 3, 3, 0}, {3, 5});  // duplicates
+  check_grad("gather", [idx](const std::vector<Tensor>& x) { return gather(x[0], 1, idx); },
+             {leaf64({3, 4})});
+  Tensor idx0 = ti64({0, 2, 2, 1, 1, 0}, {2, 3});  // smaller than x off the axis
+  check_grad("gather", [idx0](const std::vector<Tensor>& x) { return gather(x[0], 0, idx0); },
+             {leaf64({3, 4}, 2)});
+}
+GRADCHECK_CASE("scatter_add") {
+  Tensor idx = ti64({0, 2, 2, 1, 3, 3, 3, 0, 1, 1, 2, 0, 3, 3, 0}, {3, 5});
+  check_grad("scatter_add",
+             [idx](const std::vector<Tensor>& x) { return scatter_add(x[0], 1, idx, x[1]); },
+             {leaf64({3, 4}, 1), leaf64({3, 5}, 2)});
+  // src larger than index: its extra entries get a zero gradient.
+  check_grad("scatter_add",
+             [idx](const std::vector<Tensor>& x) { return scatter_add(x[0], 1, idx, x[1]); },
+             {leaf64({4, 4}, 3), leaf64({4, 6}, 4)});
+}
+GRADCHECK_CASE("index_select") {
+  Tensor idx = ti64({0, 2, 2, 3, 0}, {5});
+  check_grad("index_select",
+             [idx](const std::vector<Tensor>& x) { return index_select(x[0], 0, idx); },
+             {leaf64({4, 3})});
+  check_grad("index_select",
+             [idx](const std::vector<Tensor>& x) { return index_select(x[0], 1, idx); },
+             {leaf64({2, 4}, 2)});
+}
+GRADCHECK_CASE("index_add") {
+  Tensor idx = ti64({1, 1, 3, 0, 1}, {5});
+  check_grad("index_add",
+             [idx](const std::vector<Tensor>& x) { return index_add(x[0], 0, idx, x[1]); },
+             {leaf64({4, 3}, 1), leaf64({5, 3}, 2)});
+  check_grad("index_add",
+             [idx](const std::vector<Tensor>& x) { return index_add(x[0], 1, idx, x[1]); },
+             {leaf64({2, 4}, 3), leaf64({2, 5}, 4)});
+}
+GRADCHECK_CASE("take_along_dim") {
+  Tensor idx = ti64({0, 3, 3, 1, 2, 2, 0, 1, 1, 3}, {1, 2, 5});  // broadcast on axis 0
+  check_grad("take_along_dim",
+             [idx](const std::vector<Tensor>& x) { return take_along_dim(x[0], idx, 2); },
+             {leaf64({3, 1, 4})});
+}
+GRADCHECK_CASE("masked_fill") {
+  Tensor mask = Tensor::from_vector(std::vector<bool>{true, false, false, true}, {4});
+  check_grad("masked_fill",
+             [mask](const std::vector<Tensor>& x) { return masked_fill(x[0], mask, 3.0); },
+             {leaf64({3, 4})});
+}
+
+TEST_CASE("index ops bad input") {
+  Tensor x = t32({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor idx = ti64({0, 1, 2, 0}, {2, 2});
+  Tensor fidx = t32({0, 1, 2, 0}, {2, 2});
+  Tensor bad = ti64({0, 3, 1, 0}, {2, 2});
+  Tensor negi = ti64({0, 1, -1, 0}, {2, 2});
+  Tensor src = t32({1, 1, 1, 1}, {2, 2});
+
+  // gather
+  CHECK_THROWS_MSG(gather(x, 1, fidx), DTypeError, "[gather]", "index", "int64", "float32");
+  CHECK_THROWS_MSG(gather(x, 1, bad), IndexError, "[gather]", "index 3", "axis 1", "length 3",
+                   "(0,1)");
+  CHECK_THROWS_MSG(gather(x, 1, negi), IndexError, "[gather]", "index -1", "axis 1", "length 3");
+  CHECK_THROWS_MSG(gather(x, 2, idx), IndexError, "[gather]", "axis 2", "2 dimensions");
+  CHECK_THROWS_MSG(gather(x, 1, ti64({0, 1}, {2})), ShapeError, "[gather]", "(2)", "(2,3)");
+  CHECK_THROWS_MSG(gather(x, 1, ti64({0, 0, 0, 0, 0, 0}, {3, 2})), ShapeError, "[gather]", "(3,2)",
+                   "(2,3)", "axis 0");
+  CHECK_THROWS_MSG(gather(x, 1, fake_cuda({2, 2}, kInt64)), DeviceError, "[gather]", "cpu", "cuda:0");
+  CHECK_THROWS_MSG(gather(Tensor::scalar(1.0), 0, ti64({0}, {1})), ShapeError, "[gather]",
+                   "at least one dimension");
+
+  // scatter_add
+  CHECK_THROWS_MSG(scatter_add(x, 1, fidx, src), DTypeError, "[scatter_add]", "index", "float32");
+  CHECK_THROWS_MSG(scatter_add(x, 1, bad, src), IndexError, "[scatter_add]", "index 3", "axis 1",
+                   "length 3");
+  CHECK_THROWS_MSG(scatter_add(x, 0, bad, src), IndexError, "[scatter_add]", "index 3", "axis 0",
+                   "length 2");
+  CHECK_THROWS_MSG(scatter_add(x, -3, idx, src), IndexError, "[scatter_add]", "axis -3");
+  CHECK_THROWS_MSG(scatter_add(x, 1, idx, t32({1, 1}, {2, 1})), ShapeError, "[scatter_add]",
+                   "(2,2)", "(2,1)");
+  CHECK_THROWS_MSG(scatter_add(x, 1, idx, t64({1, 1, 1, 1}, {2, 2})), DTypeError, "[scatter_add]",
+                   "float32", "float64");
+  CHECK_THROWS_MSG(scatter_add(x, 1, idx, fake_cuda({2, 2})), DeviceError, "[scatter_add]", "cpu",
+                   "cuda:0");
+  CHECK_THROWS_MSG(scatter_add(Tensor::from_vector(std::vector<bool>{true, false}, {2}), 0,
+                               ti64({0}, {1}), Tensor::from_vector(std::vector<bool>{true}, {1})),
+                   DTypeError, "[scatter_add]", "bool");
+
+  // index_select
+  CHECK_THROWS_MSG(index_select(x, 0, t64({0}, {1})), DTypeError, "[index_select]", "float64");
+  CHECK_THROWS_MSG(index_select(x, 0, ti64({1, 2}, {2})), IndexError, "[index_select]", "index 2",
+                   "axis 0", "length 2");
+  CHECK_THROWS_MSG(index_select(x, 5, ti64({0}, {1})), IndexError, "[index_select]", "axis 5");
+  CHECK_THROWS_MSG(index_select(x, 0, idx), ShapeError, "[index_select]", "1-d", "(2,2)");
+  CHECK_THROWS_MSG(index_select(x, 0, fake_cuda({1}, kInt64)), DeviceError, "[index_select]", "cpu",
+                   "cuda:0");
+
+  // index_add
+  Tensor row = t32({1, 1, 1}, {1, 3});
+  CHECK_THROWS_MSG(index_add(x, 0, t32({0}, {1}), row), DTypeError, "[index_add]", "int64");
+  CHECK_THROWS_MSG(index_add(x, 0, ti64({7}, {1}), row), IndexError, "[index_add]", "index 7",
+                   "axis 0", "length 2");
+  CHECK_THROWS_MSG(index_add(x, 2, ti64({0}, {1}), row), IndexError, "[index_add]", "axis 2");
+  CHECK_THROWS_MSG(index_add(x, 0, ti64({0, 1}, {2}), row), ShapeError, "[index_add]", "(1,3)",
+                   "(2,3)");
+  CHECK_THROWS_MSG(index_add(x, 0, ti64({0}, {1}), fake_cuda({1, 3})), DeviceError, "[index_add]",
+                   "cpu", "cuda:0");
+
+  // take_along_dim
+  CHECK_THROWS_MSG(take_along_dim(x, fidx, 1), DTypeError, "[take_along_dim]", "float32");
+  CHECK_THROWS_MSG(take_along_dim(x, bad, 1), IndexError, "[take_along_dim]", "index 3", "axis 1",
+                   "length 3");
+  CHECK_THROWS_MSG(take_along_dim(x, idx, 3), IndexError, "[take_along_dim]", "axis 3");
+  CHECK_THROWS_MSG(take_along_dim(x, ti64({0, 0, 0, 0, 0, 0}, {3, 2}), 1), ShapeError,
+                   "[take_along_dim]", "(3,2)", "(2,3)", "axis 0");
+  CHECK_THROWS_MSG(take_along_dim(x, fake_cuda({2, 2}, kInt64), 1), DeviceError, "[take_along_dim]",
+                   "cpu", "cuda:0");
+
+  // masked_fill
+  Tensor m = Tensor::from_vector(std::vector<bool>{true, false, true}, {3});
+  CHECK_THROWS_MSG(masked_fill(x, ti64({1, 0, 1}, {3}), 0.0), DTypeError, "[masked_fill]", "mask",
+                   "bool", "int64");
+  CHECK_THROWS_MSG(masked_fill(x, Tensor::from_vector(std::vector<bool>{true, false}, {2}), 0.0),
+                   ShapeError, "[masked_fill]", "(2,3)", "(2)");
+  CHECK_THROWS_MSG(masked_fill(t32({1, 2, 3}, {3}), Tensor::from_vector(
+                                   std::vector<bool>(6, true), {2, 3}), 0.0),
+                   ShapeError, "[masked_fill]", "(2,3)", "(3)");
+  CHECK_THROWS_MSG(masked_fill(x, fake_cuda({3}, kBool), 0.0), DeviceError, "[masked_fill]", "cpu",
+                   "cuda:0");
+  CHECK_THROWS_MSG(masked_fill(ti64({1, 2, 3}, {3}), m, NAN), ValueError, "[masked_fill]", "nan",
+                   "int64");
+
+  // one_hot
+  CHECK_THROWS_MSG(one_hot(t32({1}, {1}), 3), DTypeError, "[one_hot]", "labels", "float32");
+  CHECK_THROWS_MSG(one_hot(ti64({0, 3}, {2}), 3), IndexError, "[one_hot]", "label 3", "(1)",
+                   "num_classes = 3");
+  CHECK_THROWS_MSG(one_hot(ti64({-1}, {1}), 3), IndexError, "[one_hot]", "label -1");
+  CHECK_THROWS_MSG(one_hot(ti64({0}, {1}), 0), ValueError, "[one_hot]", "num_classes", "0");
+
+  // Devices that exist in the tensor but not in the build.
+  if (!cuda_built()) {
+    CHECK_THROWS_MSG(gather(fake_cuda({2, 3}), 1, fake_cuda({2, 2}, kInt64)), NotImplementedError,
+                     "[gather]", "no CUDA implementation");
+    CHECK_THROWS_MSG(one_hot(fake_cuda({2}, kInt64), 3), NotImplementedError, "[one_hot]",
+                     "no CUDA implementation");
+    CHECK_THROWS_MSG(masked_fill(fake_cuda({3}), fake_cuda({3}, kBool), 1.0), NotImplementedError,
+                     "[masked_fill]", "no CUDA implementation");
+  }
+}
+
+}  // TEST_SUITE

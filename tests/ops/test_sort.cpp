@@ -1,0 +1,236 @@
+// Sorting ops: sort/argsort/topk against a naive stable sort of each line, ties and
+// NaN order, gradchecks and bad input.
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+struct Ref {
+  std::vector<double> values;
+  std::vector<int64_t> indices;
+};
+
+// Stable sort of every line along `axis` of a row-major tensor, NaN as the largest
+// value; keeps the first k of each line.
+Ref ref_sort(const std::vector<double>& x, const Shape& shape, int64_t axis, bool descending,
+             int64_t k = -1) {
+  const int64_t len = shape[size_t(axis)];
+  if (k < 0) k = len;
+  int64_t inner = 1, outer = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (int64_t(d) < axis) outer *= shape[d];
+    if (int64_t(d) > axis) inner *= shape[d];
+  }
+  auto less = [](double a, double b) { return !std::isnan(a) && (std::isnan(b) || a < b); };
+  Ref r;
+  r.values.resize(size_t(outer * k * inner));
+  r.indices.resize(r.values.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t n = 0; n < inner; ++n) {
+      std::vector<int64_t> perm(static_cast<size_t>(len));
+      std::iota(perm.begin(), perm.end(), int64_t(0));
+      auto at = [&](int64_t j) { return x[size_t((o * len + j) * inner + n)]; };
+      std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+        return descending ? less(at(b), at(a)) : less(at(a), at(b));
+      });
+      for (int64_t j = 0; j < k; ++j) {
+        size_t p = size_t((o * k + j) * inner + n);
+        r.values[p] = at(perm[size_t(j)]);
+        r.indices[p] = perm[size_t(j)];
+      }
+    }
+  return r;
+}
+
+std::vector<double> ints(size_t n, int lo, int hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<double> v(n);
+  for (double& e : v) e = d(rng);
+  return v;
+}
+
+Tensor make(DType dt, const std::vector<double>& v, const Shape& s) {
+  if (dt == kFloat64) return t64(v, s);
+  if (dt == kFloat32) return t32(std::vector<float>(v.begin(), v.end()), s);
+  std::vector<int64_t> iv;
+  for (double e : v) iv.push_back(int64_t(e));
+  return ti64(iv, s);
+}
+
+// Contiguous, transposed-layout and step-2-slice versions of one logical tensor.
+std::vector<Tensor> layouts(const Tensor& base) {
+  std::vector<Tensor> out{base};
+  int64_t last = base.dim() - 1;
+  if (base.dim() >= 2) out.push_back(transpose(contiguous(transpose(base, 0, last)), 0, last));
+  if (base.dim() >= 1 && base.size(last) > 1) {
+    Shape big = base.shape();
+    big[size_t(last)] *= 2;
+    Tensor b = Tensor::zeros(big, base.dtype());
+    Tensor v = slice(b, last, 0, big[size_t(last)], 2);
+    copy_(v, base);
+    out.push_back(v);
+  }
+  for (size_t i = 1; i < out.size(); ++i) REQUIRE_FALSE(out[i].is_contiguous());
+  return out;
+}
+
+std::vector<double> as_double(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+
+const DType kAllNumeric[] = {kFloat32, kFloat64, kInt64};
+
+}  // namespace
+
+TEST_SUITE("ops/sort") {
+
+TEST_CASE("sort and argsort match a naive stable sort on every axis, dtype and layout") {
+  const Shape xs{3, 4, 5};
+  auto xv = ints(60, 0, 4, 1);  // many ties: stability matters
+  for (DType dt : kAllNumeric)
+    for (const Tensor& x : layouts(make(dt, xv, xs)))
+      for (int64_t axis = 0; axis < 3; ++axis)
+        for (bool desc : {false, true}) {
+          CAPTURE(axis);
+          CAPTURE(desc);
+          Ref want = ref_sort(xv, xs, axis, desc);
+          ValuesIndices r = sort(x, axis, desc);
+          CHECK(r.values.dtype() == dt);
+          CHECK(r.indices.dtype() == kInt64);
+          CHECK(r.values.shape() == xs);
+          CHECK(r.indices.shape() == xs);
+          check_close(r.values, want.values, 0.0);
+          check_close(r.indices, as_double(want.indices), 0.0);
+          check_close(argsort(x, axis - 3, desc), as_double(want.indices), 0.0);
+        }
+}
+
+TEST_CASE("topk matches the head of a naive stable sort") {
+  const Shape xs{3, 4, 5};
+  auto xv = ints(60, 0, 4, 2);
+  for (DType dt : kAllNumeric)
+    for (const Tensor& x : layouts(make(dt, xv, xs)))
+      for (int64_t axis = 0; axis < 3; ++axis)
+        for (int64_t k : {int64_t(0), int64_t(1), int64_t(2), xs[size_t(axis)]})
+          for (bool largest : {true, false}) {
+            CAPTURE(axis);
+            CAPTURE(k);
+            CAPTURE(largest);
+            Ref want = ref_sort(xv, xs, axis, largest, k);
+            ValuesIndices r = topk(x, k, axis, largest);
+            Shape os = xs;
+            os[size_t(axis)] = k;
+            CHECK(r.values.shape() == os);
+            CHECK(r.indices.shape() == os);
+            check_close(r.values, want.values, 0.0);
+            check_close(r.indices, as_double(want.indices), 0.0);
+          }
+}
+
+TEST_CASE("ties keep index order and NaN sorts as the largest value") {
+  Tensor t = t64({2, 1, 2, 1, 2}, {5});
+  check_close(sort(t).indices, {1, 3, 0, 2, 4}, 0.0);
+  check_close(sort(t, -1, true).indices, {0, 2, 4, 1, 3}, 0.0);
+  check_close(topk(t, 2).indices, {0, 2}, 0.0);
+  check_close(topk(t, 3, 0, false).indices, {1, 3, 0}, 0.0);
+
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor n = make(dt, {3, NAN, 1, NAN, 2}, {5});
+    ValuesIndices up = sort(n);
+    check_close(up.values, {1, 2, 3, NAN, NAN}, 0.0);
+    check_close(up.indices, {2, 4, 0, 1, 3}, 0.0);
+    ValuesIndices down = sort(n, 0, true);
+    check_close(down.values, {NAN, NAN, 3, 2, 1}, 0.0);
+    check_close(down.indices, {1, 3, 0, 4, 2}, 0.0);
+    check_close(topk(n, 3).indices, {1, 3, 0}, 0.0);
+    check_close(topk(n, 2, 0, false).values, {1, 2}, 0.0);
+    check_close(sort(make(dt, {INFINITY, NAN, -INFINITY, 0}, {4})).values,
+                {-INFINITY, 0, INFINITY, NAN}, 0.0);
+  }
+}
+
+TEST_CASE("sort of large inputs (parallel path) and of 0-d and empty tensors") {
+  Generator g(3);
+  Tensor x = rand({2000, 40}, kFloat32, g);
+  auto xv = values(x);
+  for (int64_t axis : {0, 1}) {
+    Ref want = ref_sort(xv, {2000, 40}, axis, false);
+    ValuesIndices r = sort(x, axis);
+    check_close(r.values, want.values, 0.0);
+    check_close(r.indices, as_double(want.indices), 0.0);
+  }
+  Tensor s = Tensor::scalar(4.0, kFloat64);
+  ValuesIndices rs = sort(s);
+  CHECK(rs.values.shape() == Shape{});
+  CHECK(rs.values.item() == 4.0);
+  CHECK(rs.indices.item<int64_t>() == 0);
+  CHECK(topk(s, 1).values.item() == 4.0);
+  ValuesIndices re = sort(Tensor::zeros({3, 0}));
+  CHECK(re.values.shape() == Shape{3, 0});
+  CHECK(topk(Tensor::zeros({0, 4}), 2).indices.shape() == Shape{0, 2});
+}
+
+TEST_CASE("sort and topk values are differentiable, indices and argsort are not") {
+  Tensor x = leaf64({3, 4});
+  ValuesIndices r = sort(x, 1);
+  REQUIRE(r.values.grad_fn() != nullptr);
+  CHECK(std::string(r.values.grad_fn()->name) == "sort");
+  CHECK(r.indices.grad_fn() == nullptr);
+  CHECK_FALSE(r.indices.requires_grad());
+  CHECK_THROWS_MSG(r.indices.backward(), AutogradError, "[backward]");
+  ValuesIndices t = topk(x, 2, 0);
+  CHECK(std::string(t.values.grad_fn()->name) == "topk");
+  CHECK(t.indices.grad_fn() == nullptr);
+  Tensor a = argsort(x);
+  CHECK(a.grad_fn() == nullptr);
+  CHECK_FALSE(a.requires_grad());
+  CHECK(a.dtype() == kInt64);
+  // The gradient lands where each value came from.
+  Tensor v = t64({3, 1, 2}, {3});
+  v.set_requires_grad(true);
+  sort(v).values.backward(t64({10, 20, 30}, {3}));
+  check_close(v.grad(), {30, 10, 20}, 0.0);
+  Tensor w = t64({3, 1, 2}, {3});
+  w.set_requires_grad(true);
+  topk(w, 2).values.backward(t64({10, 20}, {2}));
+  check_close(w.grad(), {10, 0, 20}, 0.0);
+}
+
+GRADCHECK_CASE("sort") {
+  check_grad("sort", [](const std::vector<Tensor>& x) { return sort(x[0], 1).values; },
+             {leaf64({3, 5})});
+  check_grad("sort", [](const std::vector<Tensor>& x) { return sort(x[0], 0, true).values; },
+             {leaf64({4, 3}, 2)});
+}
+GRADCHECK_CASE("topk") {
+  check_grad("topk", [](const std::vector<Tensor>& x) { return topk(x[0], 2, 1).values; },
+             {leaf64({3, 5})});
+  check_grad("topk", [](const std::vector<Tensor>& x) { return topk(x[0], 3, 0, false).values; },
+             {leaf64({4, 3}, 2)});
+}
+
+TEST_CASE("sort bad input") {
+  Tensor x = t32({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = Tensor::from_vector(std::vector<bool>{true, false}, {2});
+  CHECK_THROWS_MSG(sort(b), DTypeError, "[sort]", "bool", "(2)");
+  CHECK_THROWS_MSG(argsort(b), DTypeError, "[argsort]", "bool");
+  CHECK_THROWS_MSG(topk(b, 1), DTypeError, "[topk]", "bool");
+  CHECK_THROWS_MSG(sort(x, 2), IndexError, "[sort]", "axis 2", "2 dimensions");
+  CHECK_THROWS_MSG(argsort(x, -3), IndexError, "[argsort]", "axis -3");
+  CHECK_THROWS_MSG(topk(x, 1, 5), IndexError, "[topk]", "axis 5");
+  CHECK_THROWS_MSG(topk(x, 4, 1), ValueError, "[topk]", "k = 4", "axis 1", "length 3", "(2,3)");
+  CHECK_THROWS_MSG(topk(x, -1, 1), ValueError, "[topk]", "k = -1");
+  CHECK_THROWS_MSG(sort(Tensor()), ValueError, "[sort]", "undefined");
+  if (!cuda_built()) {
+    CHECK_THROWS_MSG(sort(fake_cuda({2, 3})), NotImplementedError, "[sort]", "no CUDA implementation");
+    CHECK_THROWS_MSG(topk(fake_cuda({2, 3}), 1), NotImplementedError, "[topk]",
+                     "no CUDA implementation");
+  }
+}
+
+}  // TEST_SUITE
