@@ -114,7 +114,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
     CF_CHECK(root.numel() == 1, AutogradError,
              "[backward] grad_output may be omitted only for a one-element tensor; got shape ",
              shape_str(root.shape()));
-    g = Tensor::ones(root.shape(), root.dtype(), root.device());
+    g = ones_like(root);
   } else {
     CF_CHECK(g.shape() == root.shape() && g.dtype() == root.dtype() && g.device() == root.device(),
              AutogradError, "[backward] grad_output ", g.describe(), " does not match tensor ",

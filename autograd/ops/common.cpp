@@ -78,10 +78,12 @@ void check_inplace(const Tensor& t, const char* op) {
            "); run it under cf::NoGradGuard or on a detach()ed tensor");
 }
 
-Tensor scalar_like(const Tensor& t, double v) {
-  Tensor s = Tensor::empty({}, t.dtype(), t.device());
-  kernels::fill(s, v);
-  return s;
+Tensor scalar_like(const Tensor& t, double v) { return filled({}, v, t.dtype(), t.device()); }
+
+Tensor filled(const Shape& shape, double v, DType dtype, Device device) {
+  Tensor t = Tensor::empty(shape, dtype, device);
+  kernels::fill(t, v);
+  return t;
 }
 
 }  // namespace cf::ops

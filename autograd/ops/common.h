@@ -22,5 +22,7 @@ std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t nd
 void check_inplace(const Tensor& t, const char* op);
 // A 0-d tensor of t's dtype and device holding v.
 Tensor scalar_like(const Tensor& t, double v);
+// A new tensor filled with v on any device (Tensor::full is CPU-only, being in core).
+Tensor filled(const Shape& shape, double v, DType dtype, Device device);
 
 }  // namespace cf::ops

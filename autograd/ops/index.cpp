@@ -50,11 +50,8 @@ void check_numeric(const Tensor& x, const char* op) {
            x.describe());
 }
 
-// Zeros of `shape` with like's dtype and device (Tensor::zeros is CPU-only).
 Tensor zeros_as(const Shape& shape, const Tensor& like) {
-  Tensor t = Tensor::empty(shape, like.dtype(), like.device());
-  kernels::fill(t, 0.0);
-  return t;
+  return ops::filled(shape, 0.0, like.dtype(), like.device());
 }
 
 // A fresh contiguous copy of x: the output of the accumulating ops.

@@ -165,7 +165,7 @@ ValuesIndices max_min(const Tensor& x, int64_t axis, bool keepdim, bool is_max) 
     Shape ks = p.keep_shape, xs = x.shape();
     autograd::record(name, {x}, r.values, [si, ks, xs, a, name](const Tensor& g) -> std::vector<Tensor> {
       if (xs.empty()) return {g};
-      Tensor zeros = Tensor::zeros(xs, g.dtype(), g.device());
+      Tensor zeros = ops::filled(xs, 0.0, g.dtype(), g.device());
       return {scatter_add(zeros, a, si.unpack(name), reshape(g, ks))};
     });
   }

@@ -154,7 +154,7 @@ Tensor slice_view(const Tensor& x, int64_t a, int64_t start, int64_t len, int64_
   if (autograd::any_requires_grad({&x})) {
     Shape xs = x.shape();
     autograd::record("slice", {x}, out, [xs, a, start, len, step](const Tensor& g) -> std::vector<Tensor> {
-      Tensor gx = Tensor::zeros(xs, g.dtype(), g.device());
+      Tensor gx = ops::filled(xs, 0.0, g.dtype(), g.device());
       kernels::copy(g, slice_view(gx, a, start, len, step));
       return {gx};
     });
