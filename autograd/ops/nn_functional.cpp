@@ -1,1 +1,196 @@
-// placeholder: implementation in progress
+// Fused layer ops: softmax, log_softmax, layer_norm, cross_entropy, dropout.
+// Each validates its inputs, runs one fused forward kernel and records a node
+// whose backward is one fused kernel too (kernels/softmax, layer_norm,
+// cross_entropy, dropout). Backward runs under no-grad, so these gradients are
+// not themselves differentiable (no double backward through the fused kernels).
+#include "autograd/ops/nn_functional.h"
+
+#include <cmath>
+
+#include "autograd/ops/common.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/reduce.h"
+#include "kernels/cross_entropy/cross_entropy.h"
+#include "kernels/dropout/dropout.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/layer_norm/layer_norm.h"
+#include "kernels/softmax/softmax.h"
+
+namespace cf {
+
+using autograd::SavedTensor;
+
+namespace {
+
+// t itself when contiguous, else a contiguous copy with no autograd history: the
+// fused kernels below index rows directly and are recorded as one node each.
+Tensor dense(const Tensor& t) {
+  if (t.is_contiguous()) return t.detach();
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
+  kernels::copy(t, c);
+  return c;
+}
+
+// A 0-d tensor seen as shape (1): softmax of a scalar is a one-element row.
+Tensor as_row(const Tensor& t) { return t.dim() == 0 ? make_view(t, {1}, {1}, t.offset()) : t; }
+
+Tensor softmax_impl(const Tensor& x, int64_t axis, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  ops::check_defined(x, name, "x");
+  ops::check_float(x, name, "x");
+  const int64_t a = normalize_axis(axis, x.dim(), name);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels::softmax_forward(as_row(x), a, log, as_row(y));
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor sy(y);
+    autograd::record(name, {x}, y, [sy, a, log, name](const Tensor& g) -> std::vector<Tensor> {
+      Tensor yv = sy.unpack(name);
+      Tensor gx = Tensor::empty(yv.shape(), yv.dtype(), yv.device());
+      kernels::softmax_backward(as_row(yv), as_row(g), a, log, as_row(gx));
+      return {gx};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t axis) { return softmax_impl(x, axis, false); }
+Tensor log_softmax(const Tensor& x, int64_t axis) { return softmax_impl(x, axis, true); }
+
+// ---------------- layer_norm ----------------
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  ops::check_defined(x, "layer_norm", "x");
+  ops::check_float(x, "layer_norm", "x");
+  ops::check_same_device("layer_norm", {&x, &weight, &bias});
+  ops::check_same_dtype("layer_norm", {&x, &weight, &bias});
+  const size_t k = normalized_shape.size();
+  CF_CHECK(k >= 1 && k <= size_t(x.dim()) &&
+               Shape(x.shape().end() - int64_t(k), x.shape().end()) == normalized_shape,
+           ShapeError, "[layer_norm] normalized_shape ", shape_str(normalized_shape),
+           " does not match the trailing axes of x ", x.describe());
+  for (const Tensor* p : {&weight, &bias}) {
+    if (!p->defined()) continue;
+    CF_CHECK(p->shape() == normalized_shape, ShapeError, "[layer_norm] ",
+             p == &weight ? "weight" : "bias", " ", p->describe(), " must have normalized_shape ",
+             shape_str(normalized_shape));
+  }
+  const int64_t n = numel_of(normalized_shape);
+  CF_CHECK(n > 0, ShapeError, "[layer_norm] normalized_shape ", shape_str(normalized_shape),
+           " has no elements");
+  CF_CHECK(std::isfinite(eps) && eps >= 0, ValueError, "[layer_norm] eps must be finite and >= 0, got ",
+           eps);
+
+  Tensor xc = dense(x);
+  Tensor wc = weight.defined() ? dense(weight) : Tensor();
+  Tensor bc = bias.defined() ? dense(bias) : Tensor();
+  Shape stat_shape(x.shape().begin(), x.shape().end() - int64_t(k));
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = Tensor::empty(stat_shape, x.dtype(), x.device());
+  Tensor rstd = Tensor::empty(stat_shape, x.dtype(), x.device());
+  kernels::layer_norm_forward(xc, wc, bc, n, eps, y, mean, rstd);
+
+  if (autograd::any_requires_grad({&x, &weight, &bias})) {
+    const bool need_x = x.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
+               need_b = bias.defined() && bias.requires_grad();
+    SavedTensor sx(xc), sw(wc), sm(mean), sr(rstd);
+    Shape ns = normalized_shape;
+    autograd::record("layer_norm", {x, weight, bias}, y,
+                     [sx, sw, sm, sr, ns, n, need_x, need_w, need_b](const Tensor& g)
+                         -> std::vector<Tensor> {
+      const char* op = "layer_norm";
+      Tensor xv = sx.unpack(op), wv = sw.unpack(op), mv = sm.unpack(op), rv = sr.unpack(op);
+      Tensor gx = need_x ? Tensor::empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
+      Tensor gw = need_w ? Tensor::empty(ns, xv.dtype(), xv.device()) : Tensor();
+      Tensor gb = need_b ? Tensor::empty(ns, xv.dtype(), xv.device()) : Tensor();
+      kernels::layer_norm_backward(dense(g), xv, mv, rv, wv, n, gx, gw, gb);
+      return {gx, gw, gb};
+    });
+  }
+  return y;
+}
+
+// ---------------- cross_entropy ----------------
+
+// Reduction::Mean when every target is ignore_index: cf returns 0 (and a zero
+// gradient) where PyTorch returns NaN (0/0). A fully padded batch then leaves
+// the weights alone instead of poisoning them with NaN.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& o) {
+  ops::check_defined(logits, "cross_entropy", "logits");
+  ops::check_defined(targets, "cross_entropy", "targets");
+  ops::check_same_device("cross_entropy", {&logits, &targets});
+  ops::check_float(logits, "cross_entropy", "logits");
+  ops::check_dtype(targets, kInt64, "cross_entropy", "targets");
+  CF_CHECK(logits.dim() >= 2, ShapeError,
+           "[cross_entropy] logits must be (N, C) or (N, C, d1, ...), got ", logits.describe());
+  Shape want = logits.shape();
+  want.erase(want.begin() + 1);
+  CF_CHECK(targets.shape() == want, ShapeError, "[cross_entropy] targets ", targets.describe(),
+           " do not match logits ", logits.describe(), ": expected targets of shape ",
+           shape_str(want));
+  CF_CHECK(o.label_smoothing >= 0 && o.label_smoothing < 1, ValueError,
+           "[cross_entropy] label_smoothing must be in [0, 1), got ", o.label_smoothing);
+
+  kernels::CrossEntropyParams p;
+  p.classes = logits.shape()[1];
+  p.inner = numel_of(Shape(logits.shape().begin() + 2, logits.shape().end()));
+  p.ignore_index = o.ignore_index;
+  p.label_smoothing = o.label_smoothing;
+  Tensor lc = dense(logits), tc = dense(targets);
+  Tensor losses = Tensor::empty(want, logits.dtype(), logits.device());
+  Tensor lse = Tensor::empty(want, logits.dtype(), logits.device());
+  const int64_t count = kernels::cross_entropy_forward(lc, tc, p, losses, lse);
+
+  Tensor out;
+  double scale = 1.0;  // d out / d losses[s] for every non-ignored s
+  switch (o.reduction) {
+    case Reduction::None: out = losses; break;
+    case Reduction::Sum: out = sum(losses); break;
+    case Reduction::Mean:
+      scale = count > 0 ? 1.0 / double(count) : 0.0;
+      out = mul(sum(losses), scale);
+      break;
+  }
+  if (autograd::any_requires_grad({&logits})) {
+    SavedTensor sl(lc), st(tc), ss(lse);
+    autograd::record("cross_entropy", {logits}, out,
+                     [sl, st, ss, p, scale](const Tensor& g) -> std::vector<Tensor> {
+      const char* op = "cross_entropy";
+      Tensor lv = sl.unpack(op), tv = st.unpack(op), sv = ss.unpack(op);
+      Tensor gl = Tensor::empty(lv.shape(), lv.dtype(), lv.device());
+      kernels::cross_entropy_backward(lv, tv, sv, dense(g), scale, p, gl);
+      return {gl};
+    });
+  }
+  return out;
+}
+
+// ---------------- dropout ----------------
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  ops::check_defined(x, "dropout", "x");
+  ops::check_float(x, "dropout", "x");
+  CF_CHECK(p >= 0 && p < 1, ValueError, "[dropout] probability p must be in [0, 1), got ", p);
+  if (!training || p == 0) return x;
+  kernels::DropoutParams dp;
+  dp.p = p;
+  dp.seed = gen.seed();
+  // One counter per element, reserved up front: the mask depends only on
+  // (seed, offset, i), so the CPU and a future CUDA kernel draw the same one.
+  dp.counter0 = gen.reserve(uint64_t(x.numel()));
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels::dropout(dense(x), out, dp);
+  if (autograd::any_requires_grad({&x})) {
+    // No saved mask: backward regenerates it from the same counters.
+    autograd::record("dropout", {x}, out, [dp](const Tensor& g) -> std::vector<Tensor> {
+      Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
+      kernels::dropout(dense(g), gx, dp);
+      return {gx};
+    });
+  }
+  return out;
+}
+
+}  // namespace cf

@@ -1,0 +1,56 @@
+#pragma once
+// Fused cross entropy over a class axis: log-softmax, NLL and label smoothing in
+// one pass per sample. logits are contiguous (N, C, inner) in memory (inner = the
+// product of the trailing axes, 1 for (N, C)); a sample s = n * inner + i reads
+// classes at logits[n * C * inner + c * inner + i]. targets: contiguous int64 (N * inner).
+#include "core/tensor.h"
+#include "kernels/common/dispatch.h"
+
+namespace cf::kernels {
+
+struct CrossEntropyParams {
+  int64_t classes = 0;
+  int64_t inner = 1;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+
+// losses[s] = (1 - ls) * (lse_s - x_t) + ls * (lse_s - mean_c x_c), 0 for ignored
+// samples; lse[s] = logsumexp over classes (stable). Returns the number of samples
+// not ignored. Throws IndexError (before any parallel work) for a target outside
+// [0, C) that is not ignore_index.
+int64_t cross_entropy_forward_cpu(const Tensor& logits, const Tensor& targets,
+                                  const CrossEntropyParams& p, const Tensor& losses,
+                                  const Tensor& lse);
+// dlogits = grad_s * scale * (softmax - (1 - ls) * onehot(t) - ls / C), zero rows for
+// ignored samples. grad holds one value per sample, or a single value for all.
+void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                const Tensor& grad, double scale, const CrossEntropyParams& p,
+                                const Tensor& dlogits);
+#ifdef CF_WITH_CUDA
+int64_t cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets,
+                                   const CrossEntropyParams& p, const Tensor& losses,
+                                   const Tensor& lse);
+void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                 const Tensor& grad, double scale, const CrossEntropyParams& p,
+                                 const Tensor& dlogits);
+#endif
+
+inline int64_t cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                     const CrossEntropyParams& p, const Tensor& losses,
+                                     const Tensor& lse) {
+  int64_t count = 0;
+  CF_DEVICE_DISPATCH("cross_entropy", logits.device(),
+                     count = cross_entropy_forward_cpu(logits, targets, p, losses, lse),
+                     count = cross_entropy_forward_cuda(logits, targets, p, losses, lse));
+  return count;
+}
+inline void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                   const Tensor& grad, double scale, const CrossEntropyParams& p,
+                                   const Tensor& dlogits) {
+  CF_DEVICE_DISPATCH("cross_entropy", logits.device(),
+                     cross_entropy_backward_cpu(logits, targets, lse, grad, scale, p, dlogits),
+                     cross_entropy_backward_cuda(logits, targets, lse, grad, scale, p, dlogits));
+}
+
+}  // namespace cf::kernels

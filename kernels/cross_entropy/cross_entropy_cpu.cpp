@@ -1,0 +1,107 @@
+#include <cmath>
+#include <limits>
+
+#include "kernels/common/parallel.h"
+#include "kernels/cross_entropy/cross_entropy.h"
+
+namespace cf::kernels {
+
+namespace {
+
+int64_t sample_grain(int64_t c) { return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(c, 1)); }
+
+template <typename T>
+int64_t forward_typed(const Tensor& logits, const Tensor& targets, const CrossEntropyParams& p,
+                      const Tensor& losses, const Tensor& lse) {
+  const int64_t C = p.classes, inner = p.inner, S = targets.numel();
+  const int64_t* tp = targets.data<int64_t>();
+  // Validate every target serially first: nothing may throw inside the parallel region.
+  int64_t count = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t t = tp[s];
+    if (t == p.ignore_index) continue;
+    CF_CHECK(t >= 0 && t < C, IndexError, "[cross_entropy] target ", t, " at position ", s,
+             " is out of range for ", C, " classes (ignore_index is ", p.ignore_index, ")");
+    ++count;
+  }
+  const T* xp = logits.data<T>();
+  T* lp = losses.data<T>();
+  T* sp = lse.data<T>();
+  const double ls = p.label_smoothing;
+  parallel_for(S, sample_grain(C), [&](int64_t b, int64_t e) {
+    for (int64_t s = b; s < e; ++s) {
+      const int64_t t = tp[s];
+      if (t == p.ignore_index) {
+        lp[s] = T(0);
+        sp[s] = T(0);
+        continue;
+      }
+      const T* xi = xp + (s / inner) * C * inner + (s % inner);
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t c = 0; c < C; ++c) m = double(xi[c * inner]) > m ? double(xi[c * inner]) : m;
+      double acc = 0, xsum = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        acc += std::exp(double(xi[c * inner]) - m);
+        xsum += double(xi[c * inner]);
+      }
+      const double l = m + std::log(acc);
+      double loss = (1.0 - ls) * (l - double(xi[t * inner]));
+      if (ls > 0) loss += ls * (l - xsum / double(C));  // mean_c of -log p_c
+      lp[s] = T(loss);
+      sp[s] = T(l);
+    }
+  });
+  return count;
+}
+
+template <typename T>
+void backward_typed(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                    const Tensor& grad, double scale, const CrossEntropyParams& p,
+                    const Tensor& dlogits) {
+  const int64_t C = p.classes, inner = p.inner, S = targets.numel();
+  const int64_t* tp = targets.data<int64_t>();
+  const T* xp = logits.data<T>();
+  const T* sp = lse.data<T>();
+  const T* gp = grad.data<T>();
+  const bool per_sample = grad.numel() != 1 || S == 1;
+  T* op = dlogits.data<T>();
+  const double ls = p.label_smoothing, off = ls / double(C);
+  parallel_for(S, sample_grain(C), [&](int64_t b, int64_t e) {
+    for (int64_t s = b; s < e; ++s) {
+      const int64_t base = (s / inner) * C * inner + (s % inner);
+      const T* xi = xp + base;
+      T* oi = op + base;
+      const int64_t t = tp[s];
+      if (t == p.ignore_index) {
+        for (int64_t c = 0; c < C; ++c) oi[c * inner] = T(0);
+        continue;
+      }
+      const double gs = double(gp[per_sample ? s : 0]) * scale, l = double(sp[s]);
+      for (int64_t c = 0; c < C; ++c) {
+        double d = std::exp(double(xi[c * inner]) - l) - off;
+        if (c == t) d -= 1.0 - ls;
+        oi[c * inner] = T(gs * d);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+int64_t cross_entropy_forward_cpu(const Tensor& logits, const Tensor& targets,
+                                  const CrossEntropyParams& p, const Tensor& losses,
+                                  const Tensor& lse) {
+  int64_t count = 0;
+  CF_DISPATCH_FLOAT(logits.dtype(), "cross_entropy",
+                    count = forward_typed<scalar_t>(logits, targets, p, losses, lse));
+  return count;
+}
+
+void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                const Tensor& grad, double scale, const CrossEntropyParams& p,
+                                const Tensor& dlogits) {
+  CF_DISPATCH_FLOAT(logits.dtype(), "cross_entropy",
+                    backward_typed<scalar_t>(logits, targets, lse, grad, scale, p, dlogits));
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,124 @@
+#include <cmath>
+#include <vector>
+
+#include "kernels/common/parallel.h"
+#include "kernels/layer_norm/layer_norm.h"
+
+namespace cf::kernels {
+
+namespace {
+
+int64_t row_grain(int64_t n) { return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)); }
+
+template <typename T>
+void forward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t n, double eps,
+                   const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  if (x.numel() == 0) return;
+  const int64_t rows = x.numel() / n;
+  const T* xp = x.data<T>();
+  const T* w = weight.defined() ? weight.data<T>() : nullptr;
+  const T* bb = bias.defined() ? bias.data<T>() : nullptr;
+  T* yp = y.data<T>();
+  T* mp = mean.data<T>();
+  T* rp = rstd.data<T>();
+  parallel_for(rows, row_grain(n), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* xi = xp + r * n;
+      T* yi = yp + r * n;
+      // Two passes in double: the centred sum of squares does not cancel the way
+      // E[x^2] - E[x]^2 does when |mean| >> std.
+      double s = 0;
+      for (int64_t k = 0; k < n; ++k) s += double(xi[k]);
+      const double mu = s / double(n);
+      double ss = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        double d = double(xi[k]) - mu;
+        ss += d * d;
+      }
+      const double rs = 1.0 / std::sqrt(ss / double(n) + eps);
+      mp[r] = T(mu);
+      rp[r] = T(rs);
+      for (int64_t k = 0; k < n; ++k) {
+        double v = (double(xi[k]) - mu) * rs;
+        if (w) v *= double(w[k]);
+        if (bb) v += double(bb[k]);
+        yi[k] = T(v);
+      }
+    }
+  });
+}
+
+template <typename T>
+void backward_typed(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                    const Tensor& weight, int64_t n, const Tensor& gx, const Tensor& gweight,
+                    const Tensor& gbias) {
+  const int64_t rows = n > 0 ? x.numel() / n : 0;
+  const T* gp = g.data<T>();
+  const T* xp = x.data<T>();
+  const T* mp = mean.data<T>();
+  const T* rp = rstd.data<T>();
+  const T* w = weight.defined() ? weight.data<T>() : nullptr;
+  if (gx.defined() && rows > 0) {
+    T* op = gx.data<T>();
+    parallel_for(rows, row_grain(n), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* gi = gp + r * n;
+        const T* xi = xp + r * n;
+        T* oi = op + r * n;
+        const double mu = double(mp[r]), rs = double(rp[r]);
+        double a = 0, c = 0;  // sum(gh), sum(gh * xhat)
+        for (int64_t k = 0; k < n; ++k) {
+          double gh = double(gi[k]) * (w ? double(w[k]) : 1.0);
+          a += gh;
+          c += gh * (double(xi[k]) - mu) * rs;
+        }
+        a /= double(n);
+        c /= double(n);
+        for (int64_t k = 0; k < n; ++k) {
+          double gh = double(gi[k]) * (w ? double(w[k]) : 1.0);
+          double xh = (double(xi[k]) - mu) * rs;
+          oi[k] = T(rs * (gh - a - xh * c));
+        }
+      }
+    });
+  }
+  if (!gweight.defined() && !gbias.defined()) return;
+  T* gw = gweight.defined() ? gweight.data<T>() : nullptr;
+  T* gb = gbias.defined() ? gbias.data<T>() : nullptr;
+  // Column sums: each thread owns a range of columns and walks the rows in order,
+  // so every sum is taken in the same order whatever the thread count.
+  parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(rows, 1)),
+               [&](int64_t b, int64_t e) {
+    std::vector<double> aw(size_t(e - b), 0.0), ab(size_t(e - b), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* gi = gp + r * n;
+      const T* xi = xp + r * n;
+      const double mu = double(mp[r]), rs = double(rp[r]);
+      for (int64_t k = b; k < e; ++k) {
+        aw[size_t(k - b)] += double(gi[k]) * (double(xi[k]) - mu) * rs;
+        ab[size_t(k - b)] += double(gi[k]);
+      }
+    }
+    for (int64_t k = b; k < e; ++k) {
+      if (gw) gw[k] = T(aw[size_t(k - b)]);
+      if (gb) gb[k] = T(ab[size_t(k - b)]);
+    }
+  });
+}
+
+}  // namespace
+
+void layer_norm_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t n,
+                            double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  CF_DISPATCH_FLOAT(x.dtype(), "layer_norm",
+                    forward_typed<scalar_t>(x, weight, bias, n, eps, y, mean, rstd));
+}
+
+void layer_norm_backward_cpu(const Tensor& g, const Tensor& x, const Tensor& mean,
+                             const Tensor& rstd, const Tensor& weight, int64_t n, const Tensor& gx,
+                             const Tensor& gweight, const Tensor& gbias) {
+  CF_DISPATCH_FLOAT(x.dtype(), "layer_norm",
+                    backward_typed<scalar_t>(g, x, mean, rstd, weight, n, gx, gweight, gbias));
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,534 @@
+#include <cmath>
+#include <limits>
+
+#include "test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+// Naive references over logical (row-major) values.
+
+// Sizes before, along and after `axis`.
+void split_at(const Shape& s, int64_t axis, int64_t& outer, int64_t& n, int64_t& inner) {
+  outer = 1;
+  inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= s[size_t(d)];
+  n = s[size_t(axis)];
+  for (size_t d = size_t(axis) + 1; d < s.size(); ++d) inner *= s[d];
+}
+
+std::vector<double> softmax_ref(const std::vector<double>& v, const Shape& s, int64_t axis, bool log) {
+  int64_t outer, n, inner;
+  split_at(s, axis, outer, n, inner);
+  std::vector<double> out(v.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t k) { return size_t((o * n + k) * inner + i); };
+      double m = -INFINITY;
+      for (int64_t k = 0; k < n; ++k) m = std::max(m, v[at(k)]);
+      double z = 0;
+      for (int64_t k = 0; k < n; ++k) z += std::exp(v[at(k)] - m);
+      for (int64_t k = 0; k < n; ++k)
+        out[at(k)] = log ? v[at(k)] - m - std::log(z) : std::exp(v[at(k)] - m) / z;
+    }
+  return out;
+}
+
+std::vector<double> layer_norm_ref(const std::vector<double>& x, int64_t n,
+                                   const std::vector<double>& w, const std::vector<double>& b,
+                                   double eps) {
+  std::vector<double> out(x.size());
+  for (size_t r = 0; r < x.size() / size_t(n); ++r) {
+    double mu = 0, var = 0;
+    for (int64_t k = 0; k < n; ++k) mu += x[r * size_t(n) + size_t(k)];
+    mu /= double(n);
+    for (int64_t k = 0; k < n; ++k) var += std::pow(x[r * size_t(n) + size_t(k)] - mu, 2);
+    var /= double(n);
+    for (int64_t k = 0; k < n; ++k) {
+      double y = (x[r * size_t(n) + size_t(k)] - mu) / std::sqrt(var + eps);
+      if (!w.empty()) y *= w[size_t(k)];
+      if (!b.empty()) y += b[size_t(k)];
+      out[r * size_t(n) + size_t(k)] = y;
+    }
+  }
+  return out;
+}
+
+// Per-sample losses of logits (N, C, inner...) with class axis 1, as PyTorch defines them.
+std::vector<double> ce_ref(const std::vector<double>& x, const Shape& s,
+                           const std::vector<int64_t>& t, int64_t ignore, double ls) {
+  int64_t N = s[0], C = s[1], inner = 1;
+  for (size_t d = 2; d < s.size(); ++d) inner *= s[d];
+  std::vector<double> out;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t tt = t[size_t(n * inner + i)];
+      if (tt == ignore) {
+        out.push_back(0);
+        continue;
+      }
+      auto at = [&](int64_t c) { return x[size_t((n * C + c) * inner + i)]; };
+      double z = 0;
+      for (int64_t c = 0; c < C; ++c) z += std::exp(at(c));
+      double nll = -std::log(std::exp(at(tt)) / z), smooth = 0;
+      for (int64_t c = 0; c < C; ++c) smooth += -std::log(std::exp(at(c)) / z) / double(C);
+      out.push_back((1 - ls) * nll + ls * smooth);
+    }
+  return out;
+}
+
+double mean_over(const std::vector<double>& l, const std::vector<int64_t>& t, int64_t ignore) {
+  double s = 0;
+  int64_t c = 0;
+  for (size_t i = 0; i < l.size(); ++i)
+    if (t[i] != ignore) {
+      s += l[i];
+      ++c;
+    }
+  return s / double(c);
+}
+
+Tensor rand32(const Shape& s, uint64_t seed, double lo = -3, double hi = 3) {
+  Generator g(seed);
+  return rand(s, kFloat32, g, lo, hi);
+}
+Tensor rand64(const Shape& s, uint64_t seed, double lo = -3, double hi = 3) {
+  Generator g(seed);
+  return rand(s, kFloat64, g, lo, hi);
+}
+
+}  // namespace
+
+TEST_SUITE("ops/nn_functional") {
+
+// ---------------- softmax / log_softmax ----------------
+
+TEST_CASE("softmax and log_softmax match naive loops on every axis") {
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor x = dt == kFloat32 ? rand32({3, 4, 5}, 7) : rand64({3, 4, 5}, 7);
+    double tol = dt == kFloat32 ? 2e-6 : 1e-12;
+    for (int64_t axis : {0, 1, 2, -1}) {
+      int64_t a = axis < 0 ? axis + 3 : axis;
+      INFO("dtype ", dt, " axis ", axis);
+      check_close(softmax(x, axis), softmax_ref(values(x), x.shape(), a, false), tol);
+      check_close(log_softmax(x, axis), softmax_ref(values(x), x.shape(), a, true), tol * 4);
+    }
+  }
+}
+
+TEST_CASE("softmax on non-contiguous and broadcast views") {
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor base = dt == kFloat32 ? rand32({4, 6}, 3) : rand64({4, 6}, 3);
+    double tol = dt == kFloat32 ? 2e-6 : 1e-12;
+    Tensor xt = transpose(base, 0, 1);  // (6,4), strides (1,6)
+    REQUIRE_FALSE(xt.is_contiguous());
+    check_close(softmax(xt, -1), softmax_ref(values(xt), xt.shape(), 1, false), tol);
+    check_close(log_softmax(xt, 0), softmax_ref(values(xt), xt.shape(), 0, true), tol * 4);
+    Tensor xs = slice(base, 1, 0, 6, 2);  // (4,3), every other column
+    check_close(softmax(xs, 1), softmax_ref(values(xs), xs.shape(), 1, false), tol);
+    Tensor xe = expand(slice(base, 0, 0, 1), {3, 6});  // stride 0 rows
+    check_close(softmax(xe, 0), std::vector<double>(18, 1.0 / 3.0), tol);
+  }
+}
+
+TEST_CASE("softmax is numerically stable") {
+  Tensor x = t32({1000, 1001}, {2});
+  Tensor y = softmax(x);
+  double e = std::exp(-1.0);
+  check_close(y, {e / (1 + e), 1 / (1 + e)}, 1e-6);
+  check_close(log_softmax(x), {-std::log1p(std::exp(1.0)), -std::log1p(e)}, 1e-5);
+  Tensor neg = t64({-1000, -1001, -2000}, {3});
+  for (double v : values(softmax(neg))) CHECK(std::isfinite(v));
+  for (double v : values(log_softmax(neg))) CHECK(std::isfinite(v));
+  // Rows sum to 1 on a large float32 tensor (the parallel path).
+  Tensor big = rand32({512, 300}, 5, -20, 20);
+  auto s = values(sum(softmax(big, 1), {1}));
+  for (double v : s) REQUIRE(std::fabs(v - 1.0) < 1e-5);
+}
+
+TEST_CASE("softmax of a scalar and of an empty tensor") {
+  check_close(softmax(Tensor::scalar(3.0, kFloat64)), {1.0});
+  check_close(log_softmax(Tensor::scalar(3.0, kFloat64)), {0.0});
+  CHECK(softmax(Tensor::zeros({0, 3})).shape() == Shape{0, 3});
+}
+
+TEST_CASE("softmax backward matches the dense Jacobian") {
+  Tensor x = leaf64({2, 3}, 4);
+  Tensor g = rand64({2, 3}, 9);
+  Tensor y = softmax(x, 1);
+  y.backward(g);
+  auto yv = values(y), gv = values(g), gx = values(x.grad());
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 3; ++i) {
+      double want = 0;
+      for (int j = 0; j < 3; ++j)
+        want += gv[size_t(r * 3 + j)] * yv[size_t(r * 3 + j)] * ((i == j) - yv[size_t(r * 3 + i)]);
+      CHECK(gx[size_t(r * 3 + i)] == doctest::Approx(want).epsilon(1e-12));
+    }
+}
+
+TEST_CASE("softmax backward with a broadcast (stride 0) gradient") {
+  // sum() hands back an expanded gradient; softmax rows sum to 1, so the gradient is 0.
+  Tensor x = leaf64({3, 4}, 5);
+  sum(softmax(x, 1)).backward();
+  for (double v : values(x.grad())) CHECK(std::fabs(v) < 1e-15);
+  Tensor z = leaf64({3, 4}, 6);
+  sum(log_softmax(z, 0)).backward();  // d/dx sum_k log p_k = 1 - n * p
+  auto p = softmax_ref(values(z.detach()), {3, 4}, 0, false), gz = values(z.grad());
+  for (size_t i = 0; i < p.size(); ++i) CHECK(gz[i] == doctest::Approx(1 - 3 * p[i]).epsilon(1e-12));
+}
+
+TEST_CASE("softmax bad input") {
+  CHECK_THROWS_MSG(softmax(ti64({1, 2}, {2})), DTypeError, "[softmax]", "int64");
+  CHECK_THROWS_MSG(log_softmax(ti64({1, 2}, {2})), DTypeError, "[log_softmax]", "int64");
+  CHECK_THROWS_MSG(softmax(t32({1, 2}, {2}), 1), IndexError, "[softmax]", "axis 1");
+  CHECK_THROWS_MSG(log_softmax(t32({1, 2, 3, 4}, {2, 2}), -3), IndexError, "[log_softmax]", "-3");
+  CHECK_THROWS_MSG(softmax(Tensor(), 0), ValueError, "[softmax]", "undefined");
+}
+
+GRADCHECK_CASE("softmax") {
+  for (int64_t axis : {0, 1, -1}) {
+    check_grad("softmax", [axis](const std::vector<Tensor>& x) { return softmax(x[0], axis); },
+               {leaf64({3, 4, 2}, 11, -2, 2)});
+  }
+  // Non-contiguous input and gradient (the transpose makes both strided).
+  check_grad("softmax",
+             [](const std::vector<Tensor>& x) { return transpose(softmax(transpose(x[0], 0, 1), 1), 0, 1); },
+             {leaf64({5, 3}, 12, -2, 2)});
+}
+
+GRADCHECK_CASE("log_softmax") {
+  for (int64_t axis : {0, 1}) {
+    check_grad("log_softmax", [axis](const std::vector<Tensor>& x) { return log_softmax(x[0], axis); },
+               {leaf64({4, 3}, 13, -2, 2)});
+  }
+  check_grad("log_softmax",
+             [](const std::vector<Tensor>& x) { return log_softmax(transpose(x[0], 0, 1), 0); },
+             {leaf64({3, 5}, 14, -2, 2)});
+}
+
+// ---------------- layer_norm ----------------
+
+TEST_CASE("layer_norm matches a hand computation") {
+  for (DType dt : {kFloat32, kFloat64}) {
+    INFO("dtype ", dt);
+    double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+    Tensor x = dt == kFloat32 ? rand32({2, 3, 4}, 21) : rand64({2, 3, 4}, 21);
+    Tensor w = dt == kFloat32 ? rand32({4}, 22) : rand64({4}, 22);
+    Tensor b = dt == kFloat32 ? rand32({4}, 23) : rand64({4}, 23);
+    check_close(layer_norm(x, {4}, w, b), layer_norm_ref(values(x), 4, values(w), values(b), 1e-5), tol);
+    check_close(layer_norm(x, {4}), layer_norm_ref(values(x), 4, {}, {}, 1e-5), tol);
+    check_close(layer_norm(x, {4}, w), layer_norm_ref(values(x), 4, values(w), {}, 1e-5), tol);
+    check_close(layer_norm(x, {4}, Tensor(), b), layer_norm_ref(values(x), 4, {}, values(b), 1e-5), tol);
+    Tensor w2 = dt == kFloat32 ? rand32({3, 4}, 24) : rand64({3, 4}, 24);
+    check_close(layer_norm(x, {3, 4}, w2, Tensor(), 0.1),
+                layer_norm_ref(values(x), 12, values(w2), {}, 0.1), tol);
+    // Non-contiguous x and weight.
+    Tensor xt = transpose(x, 0, 2);  // (4,3,2)
+    Tensor wt = slice(dt == kFloat32 ? rand32({4}, 25) : rand64({4}, 25), 0, 0, 4, 2);  // (2)
+    check_close(layer_norm(xt, {2}, wt), layer_norm_ref(values(xt), 2, values(wt), {}, 1e-5), tol);
+  }
+}
+
+TEST_CASE("layer_norm is stable for a large mean and constant rows") {
+  // |mean| >> std: a one-pass E[x^2] - E[x]^2 in float32 would lose every digit.
+  std::vector<float> v;
+  for (int i = 0; i < 64; ++i) v.push_back(10000.0f + float(i % 4) * 0.01f);
+  Tensor x = t32(v, {16, 4});
+  std::vector<double> xd(v.begin(), v.end());
+  check_close(layer_norm(x, {4}), layer_norm_ref(xd, 4, {}, {}, 1e-5), 2e-3);
+  // A constant row normalises to zeros (var 0, eps keeps rstd finite).
+  check_close(layer_norm(t64({5, 5, 5}, {1, 3}), {3}), {0, 0, 0});
+}
+
+TEST_CASE("layer_norm backward of a large tensor is parallel-safe") {
+  // Enough rows for the parallel paths; compare with the same computation done twice.
+  Tensor x = rand64({300, 130}, 26);
+  x.set_requires_grad(true);
+  Tensor w = rand64({130}, 27);
+  w.set_requires_grad(true);
+  Tensor g = rand64({300, 130}, 28);
+  layer_norm(x, {130}, w).backward(g);
+  // dbias-like check: sum over rows of g * xhat equals dweight.
+  Tensor xhat = layer_norm(x.detach(), {130});
+  check_close(w.grad(), values(sum(mul(g, xhat), {0})), 1e-9);
+  // dx rows are orthogonal to 1 (sum of dx over the row is zero).
+  for (double v : values(sum(x.grad(), {1}))) REQUIRE(std::fabs(v) < 1e-9);
+}
+
+TEST_CASE("layer_norm bad input") {
+  Tensor x = t32({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
+  CHECK_THROWS_MSG(layer_norm(x, {5}), ShapeError, "[layer_norm]", "(5)", "(2,4)");
+  CHECK_THROWS_MSG(layer_norm(x, {2, 2, 4}), ShapeError, "[layer_norm]", "(2,2,4)");
+  CHECK_THROWS_MSG(layer_norm(x, {}), ShapeError, "[layer_norm]", "()");
+  CHECK_THROWS_MSG(layer_norm(x, {4}, Tensor::ones({3})), ShapeError, "[layer_norm]", "weight", "(3)");
+  CHECK_THROWS_MSG(layer_norm(x, {4}, Tensor(), Tensor::ones({2, 2})), ShapeError, "[layer_norm]",
+                   "bias", "(2,2)");
+  CHECK_THROWS_MSG(layer_norm(x, {4}, Tensor::ones({4}, kFloat64)), DTypeError, "[layer_norm]",
+                   "float32", "float64");
+  CHECK_THROWS_MSG(layer_norm(x, {4}, fake_cuda({4})), DeviceError, "[layer_norm]", "cpu", "cuda:0");
+  CHECK_THROWS_MSG(layer_norm(ti64({1, 2}, {1, 2}), {2}), DTypeError, "[layer_norm]", "int64");
+  CHECK_THROWS_MSG(layer_norm(x, {4}, Tensor(), Tensor(), -1.0), ValueError, "[layer_norm]", "eps");
+}
+
+GRADCHECK_CASE("layer_norm") {
+  // weight and bias: all three gradients.
+  check_grad("layer_norm",
+             [](const std::vector<Tensor>& x) { return layer_norm(x[0], {4}, x[1], x[2]); },
+             {leaf64({3, 4}, 31), leaf64({4}, 32), leaf64({4}, 33)});
+  // Two normalised axes, weight only.
+  check_grad("layer_norm",
+             [](const std::vector<Tensor>& x) { return layer_norm(x[0], {2, 3}, x[1], Tensor(), 1e-3); },
+             {leaf64({2, 2, 3}, 34), leaf64({2, 3}, 35)});
+  // Neither weight nor bias, non-contiguous input.
+  check_grad("layer_norm",
+             [](const std::vector<Tensor>& x) { return layer_norm(transpose(x[0], 0, 1), {3}); },
+             {leaf64({3, 4}, 36)});
+  // x fixed, only the affine parameters require grad.
+  Tensor xc = rand64({5, 3}, 37);
+  check_grad("layer_norm",
+             [xc](const std::vector<Tensor>& x) { return layer_norm(xc, {3}, x[0], x[1]); },
+             {leaf64({3}, 38), leaf64({3}, 39)});
+}
+
+// ---------------- cross_entropy ----------------
+
+TEST_CASE("cross_entropy matches a hand computation") {
+  std::vector<int64_t> tv = {2, 0, -100, 4, 1, 3};
+  Tensor t = ti64(tv, {6});
+  for (DType dt : {kFloat32, kFloat64}) {
+    double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+    Tensor x = dt == kFloat32 ? rand32({6, 5}, 41) : rand64({6, 5}, 41);
+    for (double ls : {0.0, 0.1, 0.5}) {
+      INFO("dtype ", dt, " label_smoothing ", ls);
+      auto ref = ce_ref(values(x), x.shape(), tv, -100, ls);
+      CrossEntropyOptions o;
+      o.label_smoothing = ls;
+      o.reduction = Reduction::None;
+      Tensor none = cross_entropy(x, t, o);
+      CHECK(none.shape() == Shape{6});
+      check_close(none, ref, tol);
+      o.reduction = Reduction::Sum;
+      double total = 0;
+      for (double v : ref) total += v;
+      check_close(cross_entropy(x, t, o), {total}, tol);
+      o.reduction = Reduction::Mean;
+      Tensor m = cross_entropy(x, t, o);
+      CHECK(m.dim() == 0);
+      check_close(m, {mean_over(ref, tv, -100)}, tol);
+    }
+  }
+}
+
+TEST_CASE("cross_entropy with spatial axes, custom ignore_index and strided logits") {
+  // logits (N, C, d1) = (2, 3, 4), targets (2, 4).
+  std::vector<int64_t> tv = {0, 1, 2, 7, 2, 2, 7, 0};
+  Tensor t = ti64(tv, {2, 4});
+  for (DType dt : {kFloat32, kFloat64}) {
+    double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+    Tensor x = dt == kFloat32 ? rand32({2, 3, 4}, 42) : rand64({2, 3, 4}, 42);
+    CrossEntropyOptions o;
+    o.ignore_index = 7;
+    o.label_smoothing = 0.2;
+    o.reduction = Reduction::None;
+    auto ref = ce_ref(values(x), x.shape(), tv, 7, 0.2);
+    check_close(cross_entropy(x, t, o), ref, tol);
+    o.reduction = Reduction::Mean;
+    check_close(cross_entropy(x, t, o), {mean_over(ref, tv, 7)}, tol);
+    // The same logits stored class-last and permuted into (N, C, d1): a strided view.
+    Tensor xl = contiguous(permute(x, {0, 2, 1}));  // (2,4,3)
+    Tensor xv = permute(xl, {0, 2, 1});
+    REQUIRE_FALSE(xv.is_contiguous());
+    check_close(cross_entropy(xv, t, o), {mean_over(ref, tv, 7)}, tol);
+    // Strided targets too.
+    Tensor tt = transpose(ti64({0, 2, 1, 2, 2, 7, 7, 0}, {4, 2}), 0, 1);
+    check_close(cross_entropy(xv, tt, o), {mean_over(ref, tv, 7)}, tol);
+  }
+}
+
+TEST_CASE("cross_entropy is stable for large logits") {
+  Tensor x = t32({1000, 0, -1000, 2000, 2001, 1999}, {2, 3});
+  CrossEntropyOptions o;
+  o.reduction = Reduction::None;
+  Tensor l = cross_entropy(x, ti64({1, 1}, {2}), o);
+  auto v = values(l);
+  CHECK(v[0] == doctest::Approx(1000.0));
+  CHECK(v[1] == doctest::Approx(std::log(std::exp(-1.0) + 1 + std::exp(-2.0))));
+}
+
+TEST_CASE("cross_entropy mean over all-ignored targets is zero with zero gradient") {
+  // cf chooses 0 where PyTorch gives NaN (0/0): a fully padded batch must not poison training.
+  Tensor x = leaf64({3, 4}, 43);
+  Tensor l = cross_entropy(x, ti64({-100, -100, -100}, {3}));
+  check_close(l, {0.0});
+  l.backward();
+  check_close(x.grad(), std::vector<double>(12, 0.0));
+  CrossEntropyOptions o;
+  o.reduction = Reduction::Sum;
+  check_close(cross_entropy(x, ti64({-100, -100, -100}, {3}), o), {0.0});
+  // An empty batch is the same case.
+  check_close(cross_entropy(Tensor::zeros({0, 4}), Tensor::zeros({0}, kInt64)), {0.0});
+}
+
+TEST_CASE("cross_entropy gradient is softmax minus the smoothed target") {
+  Tensor x = leaf64({2, 3}, 44);
+  CrossEntropyOptions o;
+  o.label_smoothing = 0.3;
+  o.ignore_index = 0;
+  Tensor t = ti64({2, 0}, {2});  // second sample ignored
+  cross_entropy(x, t, o).backward();  // mean over 1 sample
+  auto p = softmax_ref(values(x.detach()), {2, 3}, 1, false);
+  auto g = values(x.grad());
+  for (int c = 0; c < 3; ++c) {
+    CHECK(g[size_t(c)] == doctest::Approx(p[size_t(c)] - 0.1 - (c == 2 ? 0.7 : 0.0)).epsilon(1e-12));
+    CHECK(g[size_t(3 + c)] == 0.0);
+  }
+}
+
+TEST_CASE("cross_entropy on a large batch (parallel path)") {
+  const int64_t N = 3000, C = 40;
+  Tensor x = rand32({N, C}, 45);
+  Generator g(46);
+  Tensor t = randint(-1, C, {N}, g);  // -1 serves as ignore_index
+  std::vector<int64_t> tv = t.to_vector<int64_t>();
+  CrossEntropyOptions o;
+  o.ignore_index = -1;
+  o.label_smoothing = 0.05;
+  o.reduction = Reduction::None;
+  check_close(cross_entropy(x, t, o), ce_ref(values(x), x.shape(), tv, -1, 0.05), 1e-4);
+  Tensor xl = x.detach();
+  xl.set_requires_grad(true);
+  o.reduction = Reduction::Sum;
+  cross_entropy(xl, t, o).backward();
+  // Every gradient row sums to zero (softmax and smoothed target both sum to 1).
+  auto rs = values(sum(xl.grad(), {1}));
+  for (double v : rs) REQUIRE(std::fabs(v) < 1e-5);
+}
+
+TEST_CASE("cross_entropy bad input") {
+  Tensor x = t32({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK_THROWS_MSG(cross_entropy(x, ti64({0, 3}, {2})), IndexError, "[cross_entropy]", "target 3",
+                   "3 classes");
+  CHECK_THROWS_MSG(cross_entropy(x, ti64({-1, 0}, {2})), IndexError, "[cross_entropy]", "target -1");
+  CHECK_THROWS_MSG(cross_entropy(x, t32({0, 1}, {2})), DTypeError, "[cross_entropy]", "targets",
+                   "float32");
+  CHECK_THROWS_MSG(cross_entropy(x, ti64({0, 1, 2}, {3})), ShapeError, "[cross_entropy]", "(3)",
+                   "(2,3)", "expected targets of shape (2)");
+  CHECK_THROWS_MSG(cross_entropy(t32({1, 2, 3}, {3}), ti64({0}, {1})), ShapeError, "[cross_entropy]",
+                   "(3)");
+  CHECK_THROWS_MSG(cross_entropy(ti64({1, 2}, {1, 2}), ti64({0}, {1})), DTypeError, "[cross_entropy]",
+                   "logits", "int64");
+  CHECK_THROWS_MSG(cross_entropy(x, fake_cuda({2}, kInt64)), DeviceError, "[cross_entropy]", "cpu",
+                   "cuda:0");
+  CrossEntropyOptions o;
+  o.label_smoothing = 1.0;
+  CHECK_THROWS_MSG(cross_entropy(x, ti64({0, 1}, {2}), o), ValueError, "[cross_entropy]",
+                   "label_smoothing", "1");
+  o.label_smoothing = -0.1;
+  CHECK_THROWS_MSG(cross_entropy(x, ti64({0, 1}, {2}), o), ValueError, "[cross_entropy]", "-0.1");
+}
+
+GRADCHECK_CASE("cross_entropy") {
+  Tensor t = ti64({2, 0, -100, 4, 1}, {5});
+  for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+    for (double ls : {0.0, 0.15}) {
+      CrossEntropyOptions o;
+      o.reduction = r;
+      o.label_smoothing = ls;
+      check_grad("cross_entropy",
+                 [t, o](const std::vector<Tensor>& x) { return cross_entropy(x[0], t, o); },
+                 {leaf64({5, 5}, 51, -2, 2)});
+    }
+  }
+  // (N, C, d1) with a custom ignore_index, through a non-contiguous view.
+  Tensor t3 = ti64({0, 3, 2, 1, 3, 0}, {2, 3});
+  CrossEntropyOptions o;
+  o.ignore_index = 3;
+  o.label_smoothing = 0.25;
+  check_grad("cross_entropy",
+             [t3, o](const std::vector<Tensor>& x) {
+               return cross_entropy(permute(x[0], {0, 2, 1}), t3, o);
+             },
+             {leaf64({2, 3, 4}, 52, -2, 2)});
+}
+
+// ---------------- dropout ----------------
+
+TEST_CASE("dropout is the identity when not training or p == 0") {
+  Tensor x = rand32({4, 5}, 61);
+  Generator g(1);
+  CHECK(dropout(x, 0.5, false, g).is_same(x));
+  CHECK(dropout(x, 0.0, true, g).is_same(x));
+  CHECK(g.offset() == 0);  // no counters used
+}
+
+TEST_CASE("dropout keeps about 1-p, scales by 1/(1-p), and repeats with the seed") {
+  for (DType dt : {kFloat32, kFloat64}) {
+    INFO("dtype ", dt);
+    const double p = 0.3;
+    Tensor x = Tensor::full({200, 500}, 2.0, dt);
+    Generator g1(123), g2(123);
+    Tensor a = dropout(x, p, true, g1), b = dropout(x, p, true, g2);
+    auto av = values(a), bv = values(b);
+    REQUIRE(av == bv);
+    int64_t kept = 0;
+    for (double v : av) {
+      if (v != 0) {
+        ++kept;
+        REQUIRE(v == doctest::Approx(2.0 / (1 - p)));
+      }
+    }
+    double frac = double(kept) / double(av.size());
+    CHECK(frac == doctest::Approx(1 - p).epsilon(0.01));  // 1e5 draws: sd ~ 0.0015
+    // The generator moved on: the next mask differs.
+    CHECK(values(dropout(x, p, true, g1)) != av);
+    CHECK(g1.offset() == 2 * uint64_t(x.numel()));
+  }
+}
+
+TEST_CASE("dropout mask is the bernoulli stream of the generator") {
+  // Same counters as bernoulli(p): dropped exactly where bernoulli says true. This is
+  // the contract that makes the mask device-independent.
+  Generator g1(9), g2(9);
+  Tensor x = Tensor::ones({1000}, kFloat64);
+  auto d = values(dropout(x, 0.25, true, g1));
+  auto m = bernoulli({1000}, 0.25, g2).to_vector<bool>();
+  for (size_t i = 0; i < d.size(); ++i) REQUIRE((d[i] == 0.0) == bool(m[i]));
+}
+
+TEST_CASE("dropout on a non-contiguous input and its backward") {
+  Tensor base = leaf64({6, 4}, 62, 0.5, 1.5);
+  Generator g(5);
+  Tensor y = dropout(transpose(base, 0, 1), 0.5, true, g);  // (4,6)
+  Tensor go = rand64({4, 6}, 63);
+  y.backward(go);
+  auto yv = values(y), xv = values(transpose(base.detach(), 0, 1)), gv = values(go);
+  auto gx = values(transpose(base.grad(), 0, 1));
+  for (size_t i = 0; i < yv.size(); ++i) {
+    bool kept = yv[i] != 0;
+    CHECK(yv[i] == doctest::Approx(kept ? xv[i] * 2 : 0.0));
+    CHECK(gx[i] == doctest::Approx(kept ? gv[i] * 2 : 0.0));
+  }
+}
+
+TEST_CASE("dropout bad input") {
+  Tensor x = t32({1, 2}, {2});
+  CHECK_THROWS_MSG(dropout(x, 1.0, true), ValueError, "[dropout]", "[0, 1)", "1");
+  CHECK_THROWS_MSG(dropout(x, -0.1, true), ValueError, "[dropout]", "-0.1");
+  CHECK_THROWS_MSG(dropout(x, std::nan(""), false), ValueError, "[dropout]", "nan");
+  CHECK_THROWS_MSG(dropout(ti64({1}, {1}), 0.5, true), DTypeError, "[dropout]", "int64");
+}
+
+GRADCHECK_CASE("dropout") {
+  // A fresh generator per call: every evaluation of f draws the same mask.
+  check_grad("dropout",
+             [](const std::vector<Tensor>& x) {
+               Generator g(77);
+               return dropout(x[0], 0.4, true, g);
+             },
+             {leaf64({4, 5}, 71)});
+}
+
+}
