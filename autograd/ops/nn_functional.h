@@ -17,7 +17,10 @@ enum class Reduction { None, Mean, Sum };
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;    // targets equal to this add no loss and no gradient
   double label_smoothing = 0.0;   // in [0, 1)
-  Reduction reduction = Reduction::Mean;  // mean over non-ignored targets
+  // Mean is over the non-ignored targets. When every target is ignored (or the
+  // batch is empty) the mean is 0 with a zero gradient, not NaN as in PyTorch: a
+  // fully padded batch must not fill the weights with NaN.
+  Reduction reduction = Reduction::Mean;
 };
 // logits (N, C) or (N, C, d1, ...) with class axis 1; targets int64 (N) or (N, d1, ...).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
