@@ -80,6 +80,33 @@ inline void check_close(const Tensor& actual, const Tensor& expected, double tol
   check_close(actual, values(expected), tol);
 }
 
+// The same values as a tensor of dtype dt (integer-valued data stays exact in every dtype).
+inline Tensor make(DType dt, const std::vector<double>& v, const Shape& s) {
+  if (dt == kFloat64) return t64(v, s);
+  if (dt == kFloat32) return t32(std::vector<float>(v.begin(), v.end()), s);
+  std::vector<int64_t> iv;
+  for (double e : v) iv.push_back(int64_t(e));
+  return ti64(iv, s);
+}
+
+// One logical tensor in three layouts: contiguous, transposed-layout and a step-2
+// slice of a larger tensor (the last two non-contiguous), so kernels see strides.
+inline std::vector<Tensor> layouts(const Tensor& base) {
+  std::vector<Tensor> out{base};
+  int64_t last = base.dim() - 1;
+  if (base.dim() >= 2) out.push_back(transpose(contiguous(transpose(base, 0, last)), 0, last));
+  if (base.dim() >= 1 && base.size(last) > 1) {
+    Shape big = base.shape();
+    big[size_t(last)] *= 2;
+    Tensor b = Tensor::zeros(big, base.dtype());
+    Tensor v = slice(b, last, 0, big[size_t(last)], 2);
+    copy_(v, base);
+    out.push_back(v);
+  }
+  for (size_t i = 1; i < out.size(); ++i) REQUIRE_FALSE(out[i].is_contiguous());
+  return out;
+}
+
 // A tensor that claims to live on CUDA (no storage): lets tests check the
 // device validation every op does before touching data, in any build.
 inline Tensor fake_cuda(const Shape& shape, DType dtype = kFloat32) {

@@ -89,37 +89,6 @@ std::vector<int64_t> indices(size_t n, int64_t limit, uint32_t seed) {
   return v;
 }
 
-// Integer-valued data, so every dtype holds it exactly and sums are exact.
-Tensor make(DType dt, const std::vector<double>& v, const Shape& s) {
-  if (dt == kFloat64) return t64(v, s);
-  if (dt == kFloat32) return t32(std::vector<float>(v.begin(), v.end()), s);
-  std::vector<int64_t> iv;
-  for (double e : v) iv.push_back(int64_t(e));
-  return ti64(iv, s);
-}
-
-// The same logical tensor as a contiguous tensor, a transposed-layout view and a
-// step-2 slice of a larger tensor (both non-contiguous).
-std::vector<Tensor> layouts(const Tensor& base) {
-  std::vector<Tensor> out{base};
-  int64_t last = base.dim() - 1;
-  if (base.dim() >= 2) {
-    Tensor t = transpose(contiguous(transpose(base, 0, last)), 0, last);
-    REQUIRE_FALSE(t.is_contiguous());
-    out.push_back(t);
-  }
-  if (base.dim() >= 1 && base.size(last) > 1) {
-    Shape big = base.shape();
-    big[size_t(last)] *= 2;
-    Tensor b = Tensor::zeros(big, base.dtype());
-    Tensor v = slice(b, last, 0, big[size_t(last)], 2);
-    copy_(v, base);
-    REQUIRE_FALSE(v.is_contiguous());
-    out.push_back(v);
-  }
-  return out;
-}
-
 const DType kAllNumeric[] = {kFloat32, kFloat64, kInt64};
 
 }  // namespace

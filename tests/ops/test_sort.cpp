@@ -56,31 +56,6 @@ std::vector<double> ints(size_t n, int lo, int hi, uint32_t seed) {
   return v;
 }
 
-Tensor make(DType dt, const std::vector<double>& v, const Shape& s) {
-  if (dt == kFloat64) return t64(v, s);
-  if (dt == kFloat32) return t32(std::vector<float>(v.begin(), v.end()), s);
-  std::vector<int64_t> iv;
-  for (double e : v) iv.push_back(int64_t(e));
-  return ti64(iv, s);
-}
-
-// Contiguous, transposed-layout and step-2-slice versions of one logical tensor.
-std::vector<Tensor> layouts(const Tensor& base) {
-  std::vector<Tensor> out{base};
-  int64_t last = base.dim() - 1;
-  if (base.dim() >= 2) out.push_back(transpose(contiguous(transpose(base, 0, last)), 0, last));
-  if (base.dim() >= 1 && base.size(last) > 1) {
-    Shape big = base.shape();
-    big[size_t(last)] *= 2;
-    Tensor b = Tensor::zeros(big, base.dtype());
-    Tensor v = slice(b, last, 0, big[size_t(last)], 2);
-    copy_(v, base);
-    out.push_back(v);
-  }
-  for (size_t i = 1; i < out.size(); ++i) REQUIRE_FALSE(out[i].is_contiguous());
-  return out;
-}
-
 std::vector<double> as_double(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
 
 const DType kAllNumeric[] = {kFloat32, kFloat64, kInt64};
