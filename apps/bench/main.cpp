@@ -218,76 +218,55 @@ int64_t reps_for(const Options& o, double flops) {
   return flops < 1e9 ? 21 : flops < 1e10 ? 7 : 5;
 }
 
+// One row: cf::matmul on (bs, n, n) @ (bs, n, n) against cblas_sgemm called once per
+// batch entry on the same buffers (bs = 0 means plain 2-d n x n operands).
+json matmul_row(const Options& o, cf::Generator& gen, int64_t bs, int64_t n) {
+  int64_t count = std::max<int64_t>(bs, 1);
+  cf::Shape shape = bs > 0 ? cf::Shape{bs, n, n} : cf::Shape{n, n};
+  cf::Tensor A = cf::rand(shape, cf::kFloat32, gen, -1, 1);
+  cf::Tensor B = cf::rand(shape, cf::kFloat32, gen, -1, 1);
+  std::vector<float> C(size_t(count * n * n));
+  double flops = 2.0 * double(count) * double(n) * double(n) * double(n);
+  int64_t reps = reps_for(o, flops);
+
+  cf::reset_peak_memory();
+  cf::Tensor out;
+  double t_cf = time_median(reps, [&] {
+    out = cf::Tensor();  // free the previous result first: peak_bytes is one call's
+    out = cf::matmul(A, B);
+  });
+  int64_t peak = cf::memory_stats().peak_bytes;
+  const float* pa = A.data<float>();
+  const float* pb = B.data<float>();
+  double t_blas = time_median(reps, [&] {
+    for (int64_t i = 0; i < count; ++i)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f,
+                  pa + i * n * n, int(n), pb + i * n * n, int(n), 0.0f, C.data() + i * n * n,
+                  int(n));
+  });
+  cf::Tensor outc = cf::contiguous(out);
+  json r;
+  r["name"] = bs > 0 ? "bmm_" + std::to_string(bs) + "x" + std::to_string(n)
+                     : "matmul_" + std::to_string(n);
+  r["params"] = {{"m", n}, {"n", n}, {"k", n}, {"batch", count}, {"dtype", "float32"},
+                 {"repeat", reps}};
+  if (bs > 0) r["params"]["baseline"] = "loop of cblas_sgemm over the batch";
+  r["time_s"] = t_cf;
+  r["gflops"] = flops / t_cf * 1e-9;
+  r["cblas_time_s"] = t_blas;
+  r["cblas_gflops"] = flops / t_blas * 1e-9;
+  r["ratio_vs_cblas"] = t_blas / t_cf;
+  r["peak_bytes"] = peak;
+  r["max_abs_diff_vs_cblas"] = max_abs_diff(outc.data<float>(), C.data(), count * n * n);
+  return r;
+}
+
 json bench_matmul(const Options& o) {
   json rows = json::array();
   cf::Generator gen(42);
-  for (int64_t n : o.sizes) {
-    cf::Tensor A = cf::rand({n, n}, cf::kFloat32, gen, -1, 1);
-    cf::Tensor B = cf::rand({n, n}, cf::kFloat32, gen, -1, 1);
-    std::vector<float> C(size_t(n * n));
-    double flops = 2.0 * double(n) * double(n) * double(n);
-    int64_t reps = reps_for(o, flops);
-
-    cf::reset_peak_memory();
-    cf::Tensor out;
-    double t_cf = time_median(reps, [&] {
-      out = cf::Tensor();  // free the previous result first: peak_bytes is one call's
-      out = cf::matmul(A, B);
-    });
-    int64_t peak = cf::memory_stats().peak_bytes;
-    double t_blas = time_median(reps, [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f,
-                  A.data<float>(), int(n), B.data<float>(), int(n), 0.0f, C.data(), int(n));
-    });
-    cf::Tensor outc = cf::contiguous(out);
-    json r;
-    r["name"] = "matmul_" + std::to_string(n);
-    r["params"] = {{"m", n}, {"n", n}, {"k", n}, {"batch", 1}, {"dtype", "float32"}, {"repeat", reps}};
-    r["time_s"] = t_cf;
-    r["gflops"] = flops / t_cf * 1e-9;
-    r["cblas_time_s"] = t_blas;
-    r["cblas_gflops"] = flops / t_blas * 1e-9;
-    r["ratio_vs_cblas"] = t_blas / t_cf;
-    r["peak_bytes"] = peak;
-    r["max_abs_diff_vs_cblas"] = max_abs_diff(outc.data<float>(), C.data(), n * n);
-    rows.push_back(r);
-  }
-  if (o.batch.size() == 2 && o.batch[0] > 0 && o.batch[1] > 0) {
-    int64_t bs = o.batch[0], n = o.batch[1];
-    cf::Tensor A = cf::rand({bs, n, n}, cf::kFloat32, gen, -1, 1);
-    cf::Tensor B = cf::rand({bs, n, n}, cf::kFloat32, gen, -1, 1);
-    std::vector<float> C(size_t(bs * n * n));
-    double flops = 2.0 * double(bs) * double(n) * double(n) * double(n);
-    int64_t reps = reps_for(o, flops);
-    cf::reset_peak_memory();
-    cf::Tensor out;
-    double t_cf = time_median(reps, [&] {
-      out = cf::Tensor();  // free the previous result first: peak_bytes is one call's
-      out = cf::matmul(A, B);
-    });
-    int64_t peak = cf::memory_stats().peak_bytes;
-    const float* pa = A.data<float>();
-    const float* pb = B.data<float>();
-    double t_blas = time_median(reps, [&] {
-      for (int64_t i = 0; i < bs; ++i)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f,
-                    pa + i * n * n, int(n), pb + i * n * n, int(n), 0.0f, C.data() + i * n * n,
-                    int(n));
-    });
-    cf::Tensor outc = cf::contiguous(out);
-    json r;
-    r["name"] = "bmm_" + std::to_string(bs) + "x" + std::to_string(n);
-    r["params"] = {{"m", n}, {"n", n}, {"k", n}, {"batch", bs}, {"dtype", "float32"},
-                   {"repeat", reps}, {"baseline", "loop of cblas_sgemm over the batch"}};
-    r["time_s"] = t_cf;
-    r["gflops"] = flops / t_cf * 1e-9;
-    r["cblas_time_s"] = t_blas;
-    r["cblas_gflops"] = flops / t_blas * 1e-9;
-    r["ratio_vs_cblas"] = t_blas / t_cf;
-    r["peak_bytes"] = peak;
-    r["max_abs_diff_vs_cblas"] = max_abs_diff(outc.data<float>(), C.data(), bs * n * n);
-    rows.push_back(r);
-  }
+  for (int64_t n : o.sizes) rows.push_back(matmul_row(o, gen, 0, n));
+  if (o.batch.size() == 2 && o.batch[0] > 0 && o.batch[1] > 0)
+    rows.push_back(matmul_row(o, gen, o.batch[0], o.batch[1]));
   return report("matmul", rows);
 }
 
