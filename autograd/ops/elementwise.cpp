@@ -366,12 +366,8 @@ Tensor& add_(Tensor& t, const Tensor& other, double alpha) {
   ops::check_same_dtype("add_", {&t, &other});
   CF_CHECK(broadcast_shapes(t.shape(), other.shape(), "add_") == t.shape(), ShapeError,
            "[add_] cannot broadcast ", shape_str(other.shape()), " into ", shape_str(t.shape()));
-  Tensor src = other;
-  if (alpha != 1.0) {
-    src = Tensor::empty(other.shape(), other.dtype(), other.device());
-    kernels::binary(BinaryOp::Mul, other, ops::scalar_like(other, alpha), src);
-  }
-  kernels::binary(BinaryOp::Add, t, src, t);
+  CF_CHECK(t.dtype() != kBool, DTypeError, "[add_] is not defined for ", t.describe());
+  kernels::add_scaled(t, other, alpha, t);
   t.bump_version();
   return t;
 }

@@ -34,12 +34,14 @@ void binary_cpu(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
 void where_cpu(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 void copy_cpu(const Tensor& src, const Tensor& dst);
 void fill_cpu(const Tensor& t, double value);
+void add_scaled_cpu(const Tensor& a, const Tensor& b, double alpha, const Tensor& out);
 #ifdef CF_WITH_CUDA
 void unary_cuda(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p);
 void binary_cuda(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
 void where_cuda(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 void copy_cuda(const Tensor& src, const Tensor& dst);
 void fill_cuda(const Tensor& t, double value);
+void add_scaled_cuda(const Tensor& a, const Tensor& b, double alpha, const Tensor& out);
 #endif
 
 inline void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p = {}) {
@@ -54,6 +56,11 @@ inline void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Te
 // dst[...] = src broadcast to dst's shape, converting dtype.
 inline void copy(const Tensor& src, const Tensor& dst) {
   CF_DEVICE_DISPATCH("copy", dst.device(), copy_cpu(src, dst), copy_cuda(src, dst));
+}
+// out = a + alpha * b in one pass (optimizer updates; out may be a itself).
+inline void add_scaled(const Tensor& a, const Tensor& b, double alpha, const Tensor& out) {
+  CF_DEVICE_DISPATCH("add_", out.device(), add_scaled_cpu(a, b, alpha, out),
+                     add_scaled_cuda(a, b, alpha, out));
 }
 inline void fill(const Tensor& t, double value) {
   CF_DEVICE_DISPATCH("fill", t.device(), fill_cpu(t, value), fill_cuda(t, value));

@@ -63,12 +63,13 @@ bool is_comparison(BinaryOp op) {
 
 namespace {
 
-// out = f(x); contiguous runs get a plain loop the compiler can vectorise.
+// out = f(x); contiguous runs get a plain loop the compiler can vectorise. No
+// __restrict: in-place ops pass the same buffer as input and output.
 template <typename T, typename R, typename F>
 void map1(const Tensor& x, const Tensor& out, F f) {
   strided_loop<2>(out.shape(), {&out, &x}, [&](auto& p, auto& s, int64_t n) {
-    R* __restrict o = reinterpret_cast<R*>(p[0]);
-    const T* __restrict a = reinterpret_cast<const T*>(p[1]);
+    R* o = reinterpret_cast<R*>(p[0]);
+    const T* a = reinterpret_cast<const T*>(p[1]);
     if (s[0] == sizeof(R) && s[1] == sizeof(T)) {
       for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
     } else {
@@ -81,9 +82,9 @@ void map1(const Tensor& x, const Tensor& out, F f) {
 template <typename T, typename R, typename F>
 void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   strided_loop<3>(out.shape(), {&out, &a, &b}, [&](auto& p, auto& s, int64_t n) {
-    R* __restrict o = reinterpret_cast<R*>(p[0]);
-    const T* __restrict x = reinterpret_cast<const T*>(p[1]);
-    const T* __restrict y = reinterpret_cast<const T*>(p[2]);
+    R* o = reinterpret_cast<R*>(p[0]);
+    const T* x = reinterpret_cast<const T*>(p[1]);
+    const T* y = reinterpret_cast<const T*>(p[2]);
     if (s[0] == sizeof(R) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
       for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
     } else if (s[0] == sizeof(R) && s[1] == sizeof(T) && s[2] == 0) {
@@ -233,6 +234,13 @@ void copy_cpu(const Tensor& src, const Tensor& dst) {
   CF_DISPATCH_ALL(src.dtype(), "copy", {
     using S = scalar_t;
     CF_DISPATCH_ALL(dst.dtype(), "copy", (copy_typed<S, scalar_t>(src, dst)));
+  });
+}
+
+void add_scaled_cpu(const Tensor& a, const Tensor& b, double alpha, const Tensor& out) {
+  CF_DISPATCH_NUMERIC(out.dtype(), "add_", {
+    const scalar_t s = static_cast<scalar_t>(alpha);
+    map2<scalar_t, scalar_t>(a, b, out, [s](scalar_t x, scalar_t y) { return scalar_t(x + s * y); });
   });
 }
 

@@ -133,6 +133,17 @@ TEST_CASE("in-place ops and their bad input") {
   zero_(t);
   check_close(t, {0, 0, 0});
   CHECK(t.version() == 4);
+  Tensor u = t32({1, 2, 3}, {3});
+  add_(u, t32({10, 20, 30}, {3}), -0.5);
+  check_close(u, {-4, -8, -12});
+  Tensor w = t64({1, 1, 1, 1}, {2, 2});
+  add_(w, t64({1, 2}, {2}), 2.0);  // broadcast over rows
+  check_close(w, {3, 5, 3, 5});
+  Tensor big = Tensor::ones({100000});
+  add_(big, Tensor::full({100000}, 2.0), 0.25);  // parallel path
+  for (float v : big.to_vector<float>()) REQUIRE(v == 1.5f);
+  Tensor flags = Tensor::from_vector(std::vector<bool>{true}, {1});
+  CHECK_THROWS_MSG(add_(flags, flags), DTypeError, "[add_]", "bool");
   CHECK_THROWS_MSG(add_(t, t32({1, 2, 3, 4}, {4})), ShapeError, "[add_]", "(4)", "(3)");
   CHECK_THROWS_MSG(add_(t, t64({1}, {1})), DTypeError, "[add_]", "float64");
   CHECK_THROWS_MSG(copy_(t, t32({1, 2}, {2})), ShapeError, "[copy_]", "(2)", "(3)");
