@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include <limits>
 #include <type_traits>
 
@@ -44,6 +46,52 @@ inline void visit(const T* data, const Split& s, int64_t base, F&& f) {
   for_each_offset(s.red_sizes, s.red_strides, base, [&](int64_t off) { f(data[off], pos++); });
 }
 
+// Like visit, over the positions [begin, end) of the reduced region only.
+template <typename T, typename F>
+inline void visit_range(const T* data, const Split& s, int64_t base, int64_t begin, int64_t end,
+                        F&& f) {
+  const int nd = int(s.red_sizes.size());
+  int64_t idx[kMaxDims];
+  int64_t off = base, rem = begin;
+  for (int d = nd - 1; d >= 0; --d) {
+    idx[d] = rem % s.red_sizes[size_t(d)];
+    rem /= s.red_sizes[size_t(d)];
+    off += idx[d] * s.red_strides[size_t(d)];
+  }
+  for (int64_t pos = begin; pos < end; ++pos) {
+    f(data[off], pos);
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < s.red_sizes[size_t(d)]) {
+        off += s.red_strides[size_t(d)];
+        break;
+      }
+      off -= s.red_strides[size_t(d)] * (s.red_sizes[size_t(d)] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+// Sum of one large reduced region, split into a number of chunks fixed by its size
+// (not by the thread count, so every thread count gives the same bits); the partial
+// sums are added in chunk order.
+template <typename T, typename acc_t>
+acc_t chunked_sum(const T* data, const Split& s, int64_t base) {
+  const int64_t n = s.red_numel;
+  const int64_t chunks = std::clamp<int64_t>(n / kParallelGrain, 1, 64);
+  std::vector<acc_t> partial(size_t(chunks), acc_t(0));
+  parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      acc_t acc = 0;
+      visit_range(data, s, base, n * c / chunks, n * (c + 1) / chunks,
+                  [&](T v, int64_t) { acc += acc_t(v); });
+      partial[size_t(c)] = acc;
+    }
+  });
+  acc_t total = 0;
+  for (acc_t p : partial) total += p;
+  return total;
+}
+
 template <typename T>
 void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, const Tensor& out,
                   const Tensor& indices, int64_t correction) {
@@ -55,15 +103,29 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
   const int64_t n_out = numel_of(s.kept_sizes), n_red = s.red_numel;
   const int nk = int(s.kept_sizes.size());
   const int64_t x_off = x.offset();
+  // Offset in x of the first element reduced into output oi.
+  auto base_of = [&](int64_t oi) {
+    int64_t base = x_off, rem = oi;
+    for (int d = nk - 1; d >= 0; --d) {
+      base += (rem % s.kept_sizes[size_t(d)]) * s.kept_strides[size_t(d)];
+      rem /= s.kept_sizes[size_t(d)];
+    }
+    return base;
+  };
+
+  // Few outputs over a large region (a whole-tensor sum): parallelise inside the region.
+  if ((op == ReduceOp::Sum || op == ReduceOp::Mean) && n_out <= 4 && n_red >= 4 * kParallelGrain) {
+    for (int64_t oi = 0; oi < n_out; ++oi) {
+      acc_t acc = chunked_sum<T, acc_t>(data, s, base_of(oi));
+      o[oi] = op == ReduceOp::Mean ? T(double(acc) / double(n_red)) : T(acc);
+    }
+    return;
+  }
 
   parallel_for(n_out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n_red, 1)),
                [&](int64_t b, int64_t e) {
     for (int64_t oi = b; oi < e; ++oi) {
-      int64_t base = x_off, rem = oi;
-      for (int d = nk - 1; d >= 0; --d) {
-        base += (rem % s.kept_sizes[size_t(d)]) * s.kept_strides[size_t(d)];
-        rem /= s.kept_sizes[size_t(d)];
-      }
+      const int64_t base = base_of(oi);
       switch (op) {
         case ReduceOp::Sum:
         case ReduceOp::Mean: {

@@ -1,6 +1,10 @@
 #include <cmath>
 #include <limits>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "test_util.h"
 
 using namespace cf;
@@ -98,6 +102,36 @@ TEST_CASE("a large reduction runs in parallel and matches the serial sum") {
   for (size_t i = 0; i < 512; ++i)
     for (size_t j = 0; j < 1024; ++j) cols[j] += v[i * 1024 + j];
   check_close(sum(x, {0}), cols, 1e-9);
+}
+
+TEST_CASE("a whole-tensor sum splits the region over threads, same bits at any thread count") {
+  Generator gen(8);
+  Tensor x = rand({300, 700}, kFloat64, gen);  // 210000 elements: the chunked path
+  auto v = x.to_vector<double>();
+  double serial = 0;
+  for (double a : v) serial += a;
+  CHECK(std::fabs(sum(x).item() - serial) < 1e-8);
+  CHECK(std::fabs(mean(x).item() - serial / double(v.size())) < 1e-12);
+  // A permuted view walks a two-axis reduced region with strides.
+  CHECK(std::fabs(sum(transpose(x, 0, 1)).item() - serial) < 1e-8);
+  // Two outputs, each a large region.
+  Tensor y = reshape(x, {2, 150, 700});
+  std::vector<double> halves(2, 0.0);
+  for (size_t i = 0; i < v.size(); ++i) halves[i / 105000] += v[i];
+  check_close(sum(y, {1, 2}), halves, 1e-8);
+  Tensor xi = randint(-5, 5, {200000}, gen);
+  int64_t isum = 0;
+  for (int64_t a : xi.to_vector<int64_t>()) isum += a;
+  CHECK(sum(xi).item<int64_t>() == isum);
+#ifdef _OPENMP
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  double one = sum(x).item();
+  omp_set_num_threads(2);
+  double two = sum(x).item();
+  omp_set_num_threads(threads);
+  CHECK(one == two);
+#endif
 }
 
 TEST_CASE("reduce bad input") {
