@@ -1,0 +1,237 @@
+#include "nn/losses.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/linalg.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+
+namespace cf {
+namespace nn {
+
+namespace {
+
+void need_defined(const Tensor& t, const char* loss, const char* arg) {
+  CF_CHECK(t.defined(), ValueError, "[", loss, "] argument '", arg, "' is an undefined tensor");
+}
+void need_float(const Tensor& t, const char* loss, const char* arg) {
+  CF_CHECK(is_floating(t.dtype()), DTypeError, "[", loss, "] argument '", arg,
+           "' must be float32 or float64, got ", t.describe());
+}
+// `other` must match `ref` in dtype and device.
+void need_like(const Tensor& other, const char* other_name, const Tensor& ref, const char* ref_name,
+               const char* loss) {
+  CF_CHECK(other.dtype() == ref.dtype(), DTypeError, "[", loss, "] ", other_name, " ",
+           other.describe(), " and ", ref_name, " ", ref.describe(),
+           " must have the same dtype (cast with cf::to)");
+  CF_CHECK(other.device() == ref.device(), DeviceError, "[", loss, "] ", other_name, " ",
+           other.describe(), " and ", ref_name, " ", ref.describe(), " are on different devices");
+}
+// `other` must broadcast to ref's shape without enlarging it.
+void need_broadcastable(const Tensor& other, const char* other_name, const Tensor& ref,
+                        const char* ref_name, const char* loss) {
+  bool ok = int64_t(other.dim()) <= ref.dim();
+  for (int64_t i = 1; ok && i <= other.dim(); ++i) {
+    int64_t o = other.shape()[size_t(other.dim() - i)], r = ref.shape()[size_t(ref.dim() - i)];
+    ok = o == r || o == 1;
+  }
+  CF_CHECK(ok, ShapeError, "[", loss, "] ", other_name, " ", other.describe(),
+           " does not broadcast to ", ref_name, " ", ref.describe());
+}
+
+Tensor reduce(const Tensor& loss, Reduction r) {
+  switch (r) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return sum(loss);
+    case Reduction::Mean: return mean(loss);
+  }
+  return loss;
+}
+
+}  // namespace
+
+// ---------------- cross entropy ----------------
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyLossOptions& o) {
+  CrossEntropyOptions fused;
+  fused.ignore_index = o.ignore_index;
+  fused.label_smoothing = o.label_smoothing;
+  fused.reduction = o.reduction;
+  if (!o.weight.defined()) return cf::cross_entropy(logits, targets, fused);
+
+  const char* op = "cross_entropy";
+  need_defined(logits, op, "logits");
+  need_defined(targets, op, "targets");
+  need_float(logits, op, "logits");
+  CF_CHECK(targets.dtype() == kInt64, DTypeError, "[cross_entropy] argument 'targets' must be int64, got ",
+           targets.describe());
+  CF_CHECK(logits.dim() >= 2, ShapeError,
+           "[cross_entropy] logits must be (N, C) or (N, C, d1, ...), got ", logits.describe());
+  Shape want = logits.shape();
+  want.erase(want.begin() + 1);
+  CF_CHECK(targets.shape() == want, ShapeError, "[cross_entropy] targets ", targets.describe(),
+           " do not match logits ", logits.describe(), ": expected targets of shape ",
+           shape_str(want));
+  CF_CHECK(targets.device() == logits.device(), DeviceError, "[cross_entropy] targets ",
+           targets.describe(), " and logits ", logits.describe(), " are on different devices");
+  CF_CHECK(o.label_smoothing >= 0 && o.label_smoothing < 1, ValueError,
+           "[cross_entropy] label_smoothing must be in [0, 1), got ", o.label_smoothing);
+  const int64_t C = logits.size(1);
+  const Tensor& weight = o.weight;
+  CF_CHECK(weight.dim() == 1 && weight.size(0) == C, ShapeError, "[cross_entropy] class weights ",
+           weight.describe(), " do not match logits ", logits.describe(),
+           ": expected weights of shape (", C, ")");
+  need_like(weight, "class weights", logits, "logits", op);
+  if (targets.device().is_cpu()) {
+    for (int64_t t : targets.to_vector<int64_t>())
+      CF_CHECK(t == o.ignore_index || (t >= 0 && t < C), IndexError, "[cross_entropy] target ", t,
+               " is out of range for ", C, " classes (logits ", logits.describe(),
+               ", ignore_index ", o.ignore_index, ")");
+  }
+
+  const Tensor w = weight.detach();
+  Tensor logp = log_softmax(logits, 1);                       // (N, C, ...)
+  Tensor ignored = eq(targets, double(o.ignore_index));       // (N, ...)
+  Tensor safe = where(logical_not(ignored), targets, 0.0);  // ignored -> class 0
+  Tensor logp_y = squeeze(gather(logp, 1, unsqueeze(safe, 1)), 1);
+  Tensor w_y = masked_fill(reshape(index_select(w, 0, flatten(safe)), targets.shape()), ignored, 0.0);
+  Tensor loss = neg(mul(w_y, logp_y));
+  if (o.label_smoothing > 0) {
+    Shape ws(size_t(logits.dim()), 1);
+    ws[1] = C;
+    Tensor smooth = neg(sum(mul(logp, reshape(w, ws)), {1}));
+    smooth = masked_fill(smooth, ignored, 0.0);
+    loss = add(mul(loss, 1.0 - o.label_smoothing), mul(smooth, o.label_smoothing / double(C)));
+  }
+  switch (o.reduction) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return sum(loss);
+    case Reduction::Mean: {
+      Tensor wsum = sum(w_y);
+      Tensor denom = where(eq(wsum, 0.0), ones_like(wsum), wsum);
+      return div(sum(loss), denom);
+    }
+  }
+  return loss;
+}
+
+// ---------------- binary cross entropy with logits ----------------
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
+                                        const BCEWithLogitsOptions& o) {
+  const char* op = "binary_cross_entropy_with_logits";
+  need_defined(logits, op, "logits");
+  need_defined(targets, op, "targets");
+  need_float(logits, op, "logits");
+  need_like(targets, "targets", logits, "logits", op);
+  CF_CHECK(targets.shape() == logits.shape(), ShapeError, "[", op, "] targets ", targets.describe(),
+           " do not match logits ", logits.describe(), ": they must have the same shape");
+  if (o.pos_weight.defined()) {
+    need_like(o.pos_weight, "pos_weight", logits, "logits", op);
+    need_broadcastable(o.pos_weight, "pos_weight", logits, "logits", op);
+  }
+  if (o.weight.defined()) {
+    need_like(o.weight, "weight", logits, "logits", op);
+    need_broadcastable(o.weight, "weight", logits, "logits", op);
+  }
+  // softplus(-x) = log(1 + exp(-x)) = logsumexp(0, -x)
+  Tensor sp = logsumexp(stack({zeros_like(logits), neg(logits)}, -1), {-1});
+  if (o.pos_weight.defined()) {
+    Tensor lw = add(mul(sub(o.pos_weight, 1.0), targets), 1.0);
+    sp = mul(lw, sp);
+  }
+  Tensor loss = add(mul(1.0 - targets, logits), sp);
+  if (o.weight.defined()) loss = mul(loss, o.weight);
+  return reduce(loss, o.reduction);
+}
+
+// ---------------- mean squared error ----------------
+
+Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
+  const char* op = "mse_loss";
+  need_defined(a, op, "a");
+  need_defined(b, op, "b");
+  need_float(a, op, "a");
+  need_like(b, "b", a, "a", op);
+  CF_CHECK(a.shape() == b.shape(), ShapeError, "[mse_loss] a ", a.describe(), " and b ",
+           b.describe(), " must have the same shape");
+  return reduce(square(sub(a, b)), reduction);
+}
+
+// ---------------- Chamfer distance ----------------
+
+Tensor chamfer_distance(const Tensor& a, const Tensor& b, Reduction reduction) {
+  const char* op = "chamfer_distance";
+  need_defined(a, op, "a");
+  need_defined(b, op, "b");
+  need_float(a, op, "a");
+  need_like(b, "b", a, "a", op);
+  CF_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(2),
+           ShapeError, "[chamfer_distance] point sets must be a (B, N, D) and b (B, M, D), got a ",
+           a.describe(), " and b ", b.describe());
+  CF_CHECK(a.size(0) > 0 && a.size(1) > 0 && b.size(1) > 0, ShapeError,
+           "[chamfer_distance] empty batch or point set: a ", a.describe(), ", b ", b.describe());
+  Tensor aa = sum(square(a), {2}, true);                 // (B, N, 1)
+  Tensor bb = unsqueeze(sum(square(b), {2}), 1);         // (B, 1, M)
+  Tensor ab = matmul(a, transpose(b, 1, 2));             // (B, N, M)
+  Tensor d = clamp(add(sub(aa, mul(ab, 2.0)), bb), 0.0, std::numeric_limits<double>::infinity());
+  Tensor per = add(mean(amin(d, {2}), {1}), mean(amin(d, {1}), {1}));  // (B)
+  return reduce(per, reduction);
+}
+
+// ---------------- auxiliary losses ----------------
+
+void AuxLosses::add(const std::string& name, const Tensor& loss) {
+  CF_CHECK(!name.empty(), ValueError, "[AuxLosses::add] empty loss name");
+  CF_CHECK(loss.defined(), ValueError, "[AuxLosses::add] loss '", name, "' is an undefined tensor");
+  CF_CHECK(is_floating(loss.dtype()) && loss.numel() == 1, ValueError, "[AuxLosses::add] loss '",
+           name, "' must be a float scalar, got ", loss.describe());
+  losses_[name].push_back(loss.dim() == 0 ? loss : reshape(loss, Shape{}));
+}
+
+const std::vector<Tensor>& AuxLosses::get(const std::string& name) const {
+  static const std::vector<Tensor> none;
+  auto it = losses_.find(name);
+  return it == losses_.end() ? none : it->second;
+}
+
+std::vector<std::string> AuxLosses::names() const {
+  std::vector<std::string> out;
+  for (const auto& kv : losses_) out.push_back(kv.first);
+  return out;
+}
+
+Tensor AuxLosses::total(const std::map<std::string, double>& weights) const {
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& e : v) s += (s.empty() ? "" : ", ") + e;
+    return s.empty() ? std::string("none") : s;
+  };
+  std::vector<std::string> given;
+  for (const auto& kv : weights) given.push_back(kv.first);
+  for (const auto& kv : losses_)
+    CF_CHECK(weights.count(kv.first), ValueError, "[AuxLosses::total] no weight for aux loss '",
+             kv.first, "' (weights given for: ", list(given), ")");
+  for (const auto& kv : weights)
+    CF_CHECK(losses_.count(kv.first), ValueError, "[AuxLosses::total] weight given for unknown aux loss '",
+             kv.first, "' (collected: ", list(names()), ")");
+  CF_CHECK(!losses_.empty(), ValueError, "[AuxLosses::total] no auxiliary loss was collected");
+  Tensor out;
+  DType dt = losses_.begin()->second.front().dtype();
+  for (const auto& kv : losses_) {
+    double wgt = weights.at(kv.first);
+    for (const Tensor& l : kv.second) {
+      CF_CHECK(l.dtype() == dt, DTypeError, "[AuxLosses::total] aux loss '", kv.first, "' is ",
+               l.describe(), " but others are ", dt, "; cast with cf::to");
+      Tensor term = mul(l, wgt);
+      out = out.defined() ? cf::add(out, term) : term;
+    }
+  }
+  return out;
+}
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,84 @@
+#include "nn/optim/clip.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/reduce.h"
+
+namespace cf {
+namespace nn {
+
+namespace {
+
+std::vector<Tensor> tensors_of(const StateDict& params) {
+  std::vector<Tensor> out;
+  out.reserve(params.size());
+  for (const auto& kv : params) out.push_back(kv.second);
+  return out;
+}
+
+template <typename T>
+double sumsq(const T* g, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(g[i]) * double(g[i]);
+  return s;
+}
+
+// Sum of squares of g, in double.
+double grad_sumsq(const Tensor& g) {
+  if (g.device().is_cpu() && g.is_contiguous()) {
+    if (g.dtype() == kFloat32) return sumsq(g.data<float>(), g.numel());
+    if (g.dtype() == kFloat64) return sumsq(g.data<double>(), g.numel());
+  }
+  Tensor g64 = to(g, kFloat64);
+  return sum(mul(g64, g64)).item();
+}
+
+void rescale(const std::vector<Tensor>& params, double factor) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    CF_CHECK(p.defined(), ValueError, "[scale_grads] a parameter is an undefined tensor");
+    Tensor g = p.grad();
+    if (g.defined()) p.set_grad(mul(g, factor));
+  }
+}
+
+}  // namespace
+
+double grad_norm(const std::vector<Tensor>& params) {
+  NoGradGuard no_grad;
+  double total = 0;
+  for (const Tensor& p : params) {
+    CF_CHECK(p.defined(), ValueError, "[grad_norm] a parameter is an undefined tensor");
+    Tensor g = p.grad();
+    if (g.defined()) total += grad_sumsq(g);
+  }
+  return std::sqrt(total);
+}
+double grad_norm(const StateDict& params) { return grad_norm(tensors_of(params)); }
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, bool error_if_nonfinite) {
+  CF_CHECK(max_norm > 0, ValueError, "[clip_grad_norm] max_norm must be > 0, got ", max_norm);
+  double norm = grad_norm(params);
+  if (!std::isfinite(norm)) {
+    CF_CHECK(!error_if_nonfinite, ValueError, "[clip_grad_norm] the total gradient norm is ", norm,
+             "; the gradients were left unchanged");
+    return norm;
+  }
+  double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) rescale(params, coef);
+  return norm;
+}
+double clip_grad_norm(const StateDict& params, double max_norm, bool error_if_nonfinite) {
+  return clip_grad_norm(tensors_of(params), max_norm, error_if_nonfinite);
+}
+
+void scale_grads(const std::vector<Tensor>& params, double factor) {
+  CF_CHECK(std::isfinite(factor), ValueError, "[scale_grads] factor must be finite, got ", factor);
+  rescale(params, factor);
+}
+void scale_grads(const StateDict& params, double factor) { scale_grads(tensors_of(params), factor); }
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,41 @@
+#pragma once
+// Gradient utilities for a training loop: global-norm clipping and scaling.
+//
+// Both replace each gradient with a new tensor (p.set_grad(g * c)) instead of
+// writing into it: a gradient handed out earlier is never changed behind the
+// caller's back, and a broadcast (stride-0) gradient from the engine is safe.
+//
+// Gradient accumulation: the engine already sums gradients over backward()
+// calls. To train on a batch in k micro-batches and get the gradient of the
+// full-batch mean loss, either scale each micro-batch loss by 1/k before its
+// backward(), or call scale_grads(params, 1.0 / k) once before step(). (With
+// Reduction::Mean and micro-batches of unequal size, weight each micro-batch
+// loss by its share of the batch instead.)
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/state_dict.h"
+
+namespace cf {
+namespace nn {
+
+// sqrt(sum of squares of every defined gradient), accumulated in double;
+// parameters without a gradient are skipped (0 when none has one).
+double grad_norm(const std::vector<Tensor>& params);
+double grad_norm(const StateDict& params);
+
+// Scales every gradient by max_norm / (norm + 1e-6) when that is below 1, as
+// PyTorch's clip_grad_norm_ does, and returns the norm before clipping.
+// A non-finite norm (a NaN or inf gradient) leaves the gradients unchanged and is
+// returned, so the caller can skip the step; with error_if_nonfinite it throws
+// ValueError instead. max_norm must be > 0 (inf means "measure only").
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm,
+                      bool error_if_nonfinite = false);
+double clip_grad_norm(const StateDict& params, double max_norm, bool error_if_nonfinite = false);
+
+// Multiplies every defined gradient by factor (e.g. 1/k after k accumulated micro-batches).
+void scale_grads(const std::vector<Tensor>& params, double factor);
+void scale_grads(const StateDict& params, double factor);
+
+}  // namespace nn
+}  // namespace cf

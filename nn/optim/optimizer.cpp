@@ -1,0 +1,230 @@
+#include "nn/optim/optimizer.h"
+
+#include <cmath>
+#include <set>
+#include <unordered_map>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+
+namespace cf {
+namespace nn {
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// A 0-d scalar entry ("step", "lr", "step.<name>") as a double; "" when fine,
+// else what is wrong with it.
+std::string scalar_problem(const Tensor& t, bool integral, double& value) {
+  if (!t.defined()) return "is an undefined tensor";
+  if (t.numel() != 1 || t.dim() > 1)
+    return str("must be a 0-d scalar, got ", t.describe());
+  if (!t.device().is_cpu()) return str("must be a CPU tensor, got ", t.describe());
+  if (t.dtype() == kInt64) {
+    value = double(t.item<int64_t>());
+  } else if (t.dtype() == kFloat64 || t.dtype() == kFloat32) {
+    value = t.item();
+  } else {
+    return str("must be int64 or float64, got ", t.describe());
+  }
+  if (!std::isfinite(value)) return str("is not finite (", value, ")");
+  if (integral && (value < 0 || value != std::floor(value)))
+    return str("must be a non-negative integer, got ", value);
+  return "";
+}
+
+}  // namespace
+
+std::vector<ParamGroup> single_group(const StateDict& params) {
+  ParamGroup g;
+  g.params = params;
+  return {g};
+}
+
+namespace detail {
+bool fast_path(const Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); }
+}  // namespace detail
+
+std::string Optimizer::where(const char* fn) const { return str("[", name_, ".", fn, "]"); }
+
+void Optimizer::check_hyper(bool ok, const std::string& where, const std::string& what) {
+  if (!ok) throw ValueError(str(where, " ", what));
+}
+
+Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr,
+                     double weight_decay, std::vector<std::string> slot_names)
+    : name_(std::move(name)),
+      groups_(std::move(groups)),
+      slot_names_(std::move(slot_names)),
+      lr_(lr),
+      weight_decay_(weight_decay) {
+  const std::string w = str("[", name_, "]");
+  check_hyper(std::isfinite(lr) && lr >= 0, w, str("learning rate must be finite and >= 0, got ", lr));
+  check_hyper(std::isfinite(weight_decay) && weight_decay >= 0, w,
+              str("weight_decay must be finite and >= 0, got ", weight_decay));
+  std::set<std::string> names;
+  std::set<const TensorImpl*> seen;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const ParamGroup& g = groups_[gi];
+    check_hyper(std::isfinite(g.lr_scale) && g.lr_scale >= 0, w,
+                str("parameter group ", gi, ": lr_scale must be finite and >= 0, got ", g.lr_scale));
+    if (g.weight_decay)
+      check_hyper(std::isfinite(*g.weight_decay) && *g.weight_decay >= 0, w,
+                  str("parameter group ", gi, ": weight_decay must be finite and >= 0, got ",
+                      *g.weight_decay));
+    for (const auto& [pname, p] : g.params) {
+      CF_CHECK(p.defined(), ValueError, w, " parameter '", pname, "' is an undefined tensor");
+      CF_CHECK(is_floating(p.dtype()), DTypeError, w, " parameter '", pname,
+               "' must be float32 or float64, got ", p.describe());
+      CF_CHECK(p.is_leaf(), ValueError, w, " parameter '", pname,
+               "' is not a leaf tensor (it has autograd history); optimize the leaf it came from");
+      CF_CHECK(names.insert(pname).second, ValueError, w, " parameter name '", pname,
+               "' appears twice");
+      CF_CHECK(seen.insert(p.impl_ptr()).second, ValueError, w, " parameter '", pname,
+               "' is the same tensor as an earlier parameter");
+      Entry e;
+      e.name = pname;
+      e.param = p;
+      e.group = gi;
+      for (size_t s = 0; s < slot_names_.size(); ++s)
+        e.slots.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+      entries_.push_back(std::move(e));
+    }
+  }
+  CF_CHECK(!entries_.empty(), ValueError, w, " got an empty parameter list");
+}
+
+void Optimizer::set_lr(double lr) {
+  CF_CHECK(std::isfinite(lr) && lr >= 0, ValueError, where("set_lr"),
+           " learning rate must be finite and >= 0, got ", lr);
+  lr_ = lr;
+}
+
+void Optimizer::step() {
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads(entries_.size());
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    Tensor g = e.param.grad();
+    if (!g.defined()) continue;
+    CF_CHECK(g.shape() == e.param.shape() && g.dtype() == e.param.dtype() &&
+                 g.device() == e.param.device(),
+             ValueError, where("step"), " gradient of '", e.name, "' is ", g.describe(),
+             " but the parameter is ", e.param.describe());
+    grads[i] = g;
+  }
+  ++step_count_;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    Entry& e = entries_[i];
+    const ParamGroup& grp = groups_[e.group];
+    ++e.step;
+    update(e, grads[i], lr_ * grp.lr_scale, grp.weight_decay ? *grp.weight_decay : weight_decay_);
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (const Entry& e : entries_) e.param.zero_grad();
+}
+
+StateDict Optimizer::state_dict() const {
+  NoGradGuard no_grad;
+  StateDict out;
+  out.emplace_back("step", Tensor::scalar(double(step_count_), kInt64));
+  out.emplace_back("lr", Tensor::scalar(lr_, kFloat64));
+  for (size_t s = 0; s < slot_names_.size(); ++s)
+    for (const Entry& e : entries_) out.emplace_back(slot_names_[s] + "." + e.name, clone(e.slots[s]));
+  if (!slot_names_.empty())
+    for (const Entry& e : entries_)
+      out.emplace_back("step." + e.name, Tensor::scalar(double(e.step), kInt64));
+  return out;
+}
+
+void Optimizer::load_state_dict(const StateDict& dict) {
+  const std::string w = where("load_state_dict");
+  std::unordered_map<std::string, const Tensor*> given;
+  std::vector<std::string> duplicated;
+  for (const auto& [k, t] : dict)
+    if (!given.emplace(k, &t).second) duplicated.push_back(k);
+
+  std::vector<std::string> missing, bad;
+  std::set<std::string> expected;
+  auto lookup = [&](const std::string& key) -> const Tensor* {
+    expected.insert(key);
+    auto it = given.find(key);
+    if (it == given.end()) {
+      missing.push_back(key);
+      return nullptr;
+    }
+    return it->second;
+  };
+
+  double step_v = 0, lr_v = 0;
+  if (const Tensor* t = lookup("step")) {
+    std::string p = scalar_problem(*t, true, step_v);
+    if (!p.empty()) bad.push_back("'step' " + p);
+  }
+  if (const Tensor* t = lookup("lr")) {
+    std::string p = scalar_problem(*t, false, lr_v);
+    if (p.empty() && lr_v < 0) p = str("must be >= 0, got ", lr_v);
+    if (!p.empty()) bad.push_back("'lr' " + p);
+  }
+  // Slot buffers: (entry, slot) -> source tensor.
+  std::vector<std::vector<const Tensor*>> src(entries_.size(),
+                                              std::vector<const Tensor*>(slot_names_.size()));
+  std::vector<double> steps(entries_.size(), 0);
+  for (size_t s = 0; s < slot_names_.size(); ++s)
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const Entry& e = entries_[i];
+      std::string key = slot_names_[s] + "." + e.name;
+      const Tensor* t = lookup(key);
+      if (!t) continue;
+      if (!t->defined()) {
+        bad.push_back("'" + key + "' is an undefined tensor");
+      } else if (t->shape() != e.param.shape() || t->dtype() != e.param.dtype() ||
+                 t->device() != e.param.device()) {
+        bad.push_back(str("'", key, "' is ", t->describe(), " but parameter '", e.name, "' is ",
+                          e.param.describe()));
+      } else {
+        src[i][s] = t;
+      }
+    }
+  if (!slot_names_.empty())
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      std::string key = "step." + entries_[i].name;
+      if (const Tensor* t = lookup(key)) {
+        std::string p = scalar_problem(*t, true, steps[i]);
+        if (!p.empty()) bad.push_back("'" + key + "' " + p);
+      }
+    }
+  std::vector<std::string> unexpected;
+  for (const auto& kv : dict)
+    if (!expected.count(kv.first)) unexpected.push_back(kv.first);
+
+  if (!missing.empty() || !unexpected.empty() || !bad.empty() || !duplicated.empty()) {
+    std::string msg = w + " state dict does not fit this " + name_ + " optimizer:";
+    if (!missing.empty()) msg += " missing entries: " + join(missing) + ";";
+    if (!unexpected.empty()) msg += " unexpected entries: " + join(unexpected) + ";";
+    if (!duplicated.empty()) msg += " repeated entries: " + join(duplicated) + ";";
+    if (!bad.empty()) msg += " wrong entries: " + join(bad) + ";";
+    msg.pop_back();
+    throw ValueError(msg);
+  }
+
+  NoGradGuard no_grad;
+  step_count_ = int64_t(step_v);
+  lr_ = lr_v;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Entry& e = entries_[i];
+    for (size_t s = 0; s < slot_names_.size(); ++s) copy_(e.slots[s], *src[i][s]);
+    e.step = int64_t(steps[i]);
+  }
+}
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,104 @@
+#pragma once
+// Optimizer base: parameter groups built from named parameters, step(),
+// zero_grad(), a settable learning rate, and a strict state dict holding every
+// per-parameter buffer keyed by parameter name, so a checkpoint restores the
+// optimizer and training resumes bit-identically.
+//
+// State dict layout (all entries are snapshots, i.e. copies):
+//   "step"                 0-d int64: number of step() calls so far
+//   "lr"                   0-d float64: the current base learning rate
+//   "<slot>.<param name>"  one buffer per slot and parameter, the parameter's
+//                          shape and dtype (slots: SGD "momentum"; Adam/AdamW
+//                          "exp_avg", "exp_avg_sq")
+//   "step.<param name>"    0-d int64: how many updates this parameter received
+//                          (present when the optimizer has per-parameter slots)
+// load_state_dict is strict: it lists every missing, unexpected or wrongly
+// shaped entry in one error and changes nothing unless everything fits. "step"
+// and the per-parameter steps may be int64 or float64 holding an integer.
+//
+// Parameters without a gradient are skipped by step() (as in PyTorch): their
+// buffers and their per-parameter step stay as they are. Updates run under
+// NoGradGuard. On the CPU a contiguous parameter is updated by one fused loop
+// (OpenMP above 32768 elements); other parameters (non-contiguous, or on another
+// device) go through the public in-place ops, with the same formulas.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/state_dict.h"
+
+namespace cf {
+namespace nn {
+
+// A set of parameters sharing hyperparameters. The group's learning rate is the
+// optimizer's lr() times lr_scale (so a schedule that sets lr() moves every
+// group); weight_decay, when set, replaces the optimizer's weight decay (the
+// usual use: no decay for biases and norm weights).
+struct ParamGroup {
+  StateDict params;
+  double lr_scale = 1.0;
+  std::optional<double> weight_decay;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient. Every gradient is checked
+  // (shape, dtype, device) before any parameter changes.
+  void step();
+  // Drops every parameter's gradient (PyTorch's set_to_none=True).
+  void zero_grad();
+
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+  // Number of step() calls so far (restored by load_state_dict).
+  int64_t step_count() const { return step_count_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // "SGD", "Adam", "AdamW".
+  const std::string& name() const { return name_; }
+
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& dict);
+
+ protected:
+  struct Entry {
+    std::string name;
+    Tensor param;
+    size_t group = 0;
+    int64_t step = 0;            // updates applied to this parameter
+    std::vector<Tensor> slots;   // one per slot_names(), shaped like param
+  };
+  // slot_names: the per-parameter buffers this optimizer keeps ("momentum", ...).
+  Optimizer(std::string name, std::vector<ParamGroup> groups, double lr,
+            double weight_decay, std::vector<std::string> slot_names);
+  // Apply one update to e (e.step already counts this update). grad has the
+  // parameter's shape, dtype and device. Runs under NoGradGuard.
+  virtual void update(Entry& e, const Tensor& grad, double lr, double weight_decay) = 0;
+  // "[<name>.<fn>]" for error messages.
+  std::string where(const char* fn) const;
+  static void check_hyper(bool ok, const std::string& where, const std::string& what);
+
+  std::string name_;
+  std::vector<ParamGroup> groups_;
+  std::vector<Entry> entries_;
+  std::vector<std::string> slot_names_;
+  double lr_ = 0;
+  double weight_decay_ = 0;
+  int64_t step_count_ = 0;
+};
+
+// The same parameters as one group.
+std::vector<ParamGroup> single_group(const StateDict& params);
+
+namespace detail {
+// True when t is a contiguous CPU tensor (the fused-loop fast path).
+bool fast_path(const Tensor& t);
+}  // namespace detail
+
+}  // namespace nn
+}  // namespace cf
