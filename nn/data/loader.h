@@ -1,0 +1,173 @@
+#pragma once
+// DataLoader: batches of a Dataset, optionally shuffled (seeded, reproducible on
+// every standard library), padded, prefetched on a background thread, and
+// resumable mid-epoch at the exact same batch.
+//
+//   auto ds = std::make_shared<data::SequenceDataset>(
+//       data::SequenceDataset::language_model(token_lists));
+//   data::DataLoaderOptions o;
+//   o.batch_size = 32; o.shuffle = true; o.seed = 7; o.prefetch = 2;
+//   data::DataLoader loader(ds, o);
+//   for (int e = 0; e < epochs; ++e)
+//     for (const data::Batch& b : loader) { ... b.input (B,N) int64, b.key_padding_mask (B,N) ... }
+//
+// Iteration and state. The loader keeps a position state() = {epoch, batch}: the
+// next batch it will deliver. next() (and a range-for, which calls it) delivers that
+// batch and advances; when batch == size() the epoch is over, next() returns false
+// (a range-for ends) and the state becomes {epoch + 1, 0}. A range-for that stops
+// early (break, exception) leaves the state at the first batch not yet delivered,
+// so the next range-for continues the epoch there. To restart training from a
+// checkpoint, store state() and call set_state() on a loader built with the same
+// dataset and options: the batches that follow are bit-identical.
+//
+// Shuffle. Epoch e's order is a Fisher-Yates shuffle driven by Philox4x32-10 with
+// key = seed and counter = 2^63 + e * 2^32 + i for the swap at position i, so it
+// depends only on (seed, e, dataset size): not on the standard library, on
+// prefetching, or on where a run was resumed. j = (64 random bits) mod (i + 1); the
+// modulo bias is below 2^-32 for any dataset we can index. The top counter bit keeps
+// these draws apart from the counters that random ops take from a Generator.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/data/dataset.h"
+
+namespace cf {
+namespace data {
+
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  bool drop_last = false;       // drop a last batch smaller than batch_size
+  int64_t pad_id = 0;           // input padding token (<pad> of the tokenizers is 0)
+  int64_t target_pad = -100;    // target sequence padding (cross_entropy's ignore_index)
+  int64_t pad_to_multiple = 1;  // padded length rounded up to a multiple of this
+  int64_t prefetch = 0;         // batches a background thread builds ahead; 0 = none
+};
+
+struct Batch {
+  Tensor input;             // (B, ...) stacked, or (B, N) int64 padded sequences
+  Tensor target;            // (B, ...) stacked, (B, M) padded sequences, or undefined
+  Tensor key_padding_mask;  // (B, N) bool, true = padding; undefined unless inputs are sequences
+  int64_t size = 0;         // B
+  std::vector<int64_t> indices;  // the dataset index of each row
+};
+
+struct LoaderState {
+  int64_t epoch = 0;
+  int64_t batch = 0;  // the next batch to deliver; size() means the epoch is over
+  bool operator==(const LoaderState& o) const { return epoch == o.epoch && batch == o.batch; }
+  bool operator!=(const LoaderState& o) const { return !(*this == o); }
+};
+
+// Turn examples into a batch (rules in nn/data/dataset.h). Uses pad_id, target_pad
+// and pad_to_multiple from `options`. `indices` (the dataset index of each example,
+// for error messages and Batch::indices) may be empty: positions 0..B-1 are used.
+// Mismatched examples give a ShapeError / DTypeError naming both indices and shapes.
+Batch collate(const std::vector<Example>& examples, const DataLoaderOptions& options,
+              const std::vector<int64_t>& indices = {});
+
+class DataLoader {
+ public:
+  class Iterator;
+
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
+  ~DataLoader();  // stops and joins the prefetch thread
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Batches per epoch.
+  int64_t size() const { return num_batches_; }
+  const DataLoaderOptions& options() const { return opt_; }
+  const Dataset& dataset() const { return *dataset_; }
+
+  LoaderState state() const { return state_; }
+  // Move to {epoch, batch}; 0 <= batch <= size(). Drops any prefetched batches.
+  void set_state(const LoaderState& s);
+  // Shorthand for set_state({epoch, 0}).
+  void set_epoch(int64_t epoch) { set_state({epoch, 0}); }
+
+  // Deliver the batch at state() and advance; false at the end of an epoch (see top).
+  // An exception from the dataset or collate leaves the state unchanged (a retry
+  // asks for the same batch), with or without prefetch.
+  bool next(Batch& out);
+  // Stop the prefetch thread and drop what it built ahead; state() is unchanged.
+  void stop();
+
+  // Stateless random access: batch b of epoch e (no prefetch).
+  Batch batch(int64_t epoch, int64_t b) const;
+  // Dataset indices of epoch e in delivery order.
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+
+  // Range-for over the rest of the current epoch (see top).
+  Iterator begin();
+  Iterator end();
+
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Batch*;
+    using reference = const Batch&;
+
+    Iterator() = default;
+    Iterator(Iterator&& o) noexcept;
+    Iterator& operator=(Iterator&& o) noexcept;
+    Iterator(const Iterator&) = delete;
+    Iterator& operator=(const Iterator&) = delete;
+    ~Iterator();  // an iteration abandoned early stops the prefetch thread
+
+    const Batch& operator*() const { return batch_; }
+    const Batch* operator->() const { return &batch_; }
+    Iterator& operator++();
+    bool operator==(const Iterator& o) const { return done() == o.done(); }
+    bool operator!=(const Iterator& o) const { return !(*this == o); }
+
+   private:
+    friend class DataLoader;
+    explicit Iterator(DataLoader* loader);
+    bool done() const { return loader_ == nullptr; }
+    DataLoader* loader_ = nullptr;
+    Batch batch_;
+  };
+
+ private:
+  std::shared_ptr<const std::vector<int64_t>> order_for(int64_t epoch);
+  Batch make_batch(const std::vector<int64_t>& order, int64_t b) const;
+  void start_worker();
+  void worker_main(int64_t epoch, int64_t start, std::shared_ptr<const std::vector<int64_t>> order);
+
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions opt_;
+  int64_t n_ = 0;
+  int64_t num_batches_ = 0;
+  LoaderState state_;
+
+  // cached order of one epoch
+  int64_t order_epoch_ = -1;
+  std::shared_ptr<const std::vector<int64_t>> order_;
+
+  // prefetch (all below m_ except worker_ itself, which only the consumer touches)
+  std::thread worker_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  std::exception_ptr worker_error_;
+  bool stop_flag_ = false;
+  bool worker_done_ = false;
+  bool worker_running_ = false;  // a worker exists for (worker_epoch_, worker_next_)
+  int64_t worker_epoch_ = 0;
+  int64_t worker_next_ = 0;  // the batch index the front of the queue holds
+};
+
+}  // namespace data
+}  // namespace cf
