@@ -66,6 +66,12 @@ class Generator {
   }
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
+  // Restore a state saved from seed() and offset() (training checkpoints).
+  void set_state(uint64_t seed, uint64_t offset) {
+    std::lock_guard<std::mutex> l(m_);
+    seed_ = seed;
+    offset_ = offset;
+  }
   // Returns the first counter of a fresh block of n counters.
   uint64_t reserve(uint64_t n) {
     std::lock_guard<std::mutex> l(m_);

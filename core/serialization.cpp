@@ -1,0 +1,432 @@
+#include "core/serialization.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+// The buffer and the header length are little-endian on disk; cf copies bytes
+// straight between the file and tensor memory, so it needs a little-endian host.
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "cf serialization (safetensors) assumes a little-endian host");
+#endif
+
+namespace cf {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// Runtime twin of the static_assert above, for compilers without __BYTE_ORDER__.
+void check_little_endian(const char* op) {
+  const uint16_t probe = 1;
+  unsigned char first = 0;
+  std::memcpy(&first, &probe, 1);
+  CF_CHECK(first == 1, NotImplementedError, "[", op,
+           "] safetensors files are little-endian; this host is big-endian, which cf does not support");
+}
+
+bool parse_dtype(const std::string& s, DType& out) {
+  if (s == "F32") out = kFloat32;
+  else if (s == "F64") out = kFloat64;
+  else if (s == "I64") out = kInt64;
+  else if (s == "BOOL") out = kBool;
+  else return false;
+  return true;
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// ---- writing ----
+
+// Closes the fd and removes the temporary unless release()d (after the rename).
+class TempFile {
+ public:
+  explicit TempFile(std::string p) : path_(std::move(p)) {}
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!released_) ::unlink(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  int& fd() { return fd_; }
+  const std::string& path() const { return path_; }
+  void release() { released_ = true; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool released_ = false;
+};
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t(1) << 30));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw IOError(str("[save_safetensors] ", path, ": write failed: ", errno_text(errno)));
+    }
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+std::string temp_path_for(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  std::filesystem::path p(path);
+  std::string name = "." + p.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                     std::to_string(counter.fetch_add(1));
+  return (p.parent_path() / name).string();
+}
+
+// Write the tensor's elements in logical order.
+void write_tensor(int fd, const Tensor& t, const std::string& path) {
+  size_t nbytes = t.nbytes();
+  if (nbytes == 0) return;
+  if (t.is_contiguous()) {
+    write_all(fd, t.raw_data(), nbytes, path);
+    return;
+  }
+  // Gather in chunks of whole elements so a large strided tensor needs no full copy.
+  const size_t item = dtype_size(t.dtype());
+  const char* base = static_cast<const char*>(t.impl_ptr()->storage->data);
+  std::vector<char> buf;
+  const size_t chunk = size_t(1) << 20;
+  buf.reserve(std::min(nbytes, chunk));
+  for_each_offset(t.shape(), t.strides(), t.offset(), [&](int64_t o) {
+    const char* src = base + o * int64_t(item);
+    buf.insert(buf.end(), src, src + item);
+    if (buf.size() >= chunk) {
+      write_all(fd, buf.data(), buf.size(), path);
+      buf.clear();
+    }
+  });
+  if (!buf.empty()) write_all(fd, buf.data(), buf.size(), path);
+}
+
+}  // namespace
+
+const char* safetensors_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return "F32";
+    case DType::Float64: return "F64";
+    case DType::Int64: return "I64";
+    case DType::Bool: return "BOOL";
+  }
+  return "?";
+}
+
+const Tensor* SafetensorsFile::find(const std::string& name) const {
+  for (const auto& e : tensors)
+    if (e.first == name) return &e.second;
+  return nullptr;
+}
+
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  const char* op = "save_safetensors";
+  check_little_endian(op);
+  CF_CHECK(!path.empty(), ValueError, "[save_safetensors] empty file path");
+
+  // ---- validate everything before touching the disk ----
+  std::set<std::string> seen;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string& name = tensors[i].first;
+    const Tensor& t = tensors[i].second;
+    CF_CHECK(!name.empty(), ValueError, "[save_safetensors] ", path, ": tensor #", i,
+             " has an empty name");
+    CF_CHECK(name != "__metadata__", ValueError, "[save_safetensors] ", path,
+             ": '__metadata__' is reserved and cannot name a tensor");
+    CF_CHECK(seen.insert(name).second, ValueError, "[save_safetensors] ", path,
+             ": duplicate tensor name '", name, "'");
+    CF_CHECK(t.defined(), ValueError, "[save_safetensors] ", path, ": tensor '", name,
+             "' is undefined");
+    CF_CHECK(t.device().is_cpu(), DeviceError, "[save_safetensors] ", path, ": tensor '", name,
+             "' is ", t.describe(), "; move it to the CPU first");
+  }
+
+  // ---- header ----
+  ojson header = ojson::object();
+  if (!metadata.empty()) {
+    ojson meta = ojson::object();
+    for (const auto& kv : metadata) meta[kv.first] = kv.second;
+    header["__metadata__"] = std::move(meta);
+  }
+  uint64_t offset = 0;
+  for (const auto& e : tensors) {
+    const Tensor& t = e.second;
+    ojson entry = ojson::object();
+    entry["dtype"] = safetensors_dtype_name(t.dtype());
+    ojson shape = ojson::array();
+    for (int64_t d = 0; d < t.dim(); ++d) shape.push_back(t.size(d));
+    entry["shape"] = std::move(shape);
+    uint64_t end = offset + uint64_t(t.nbytes());
+    entry["data_offsets"] = ojson::array({offset, end});
+    offset = end;
+    header[e.first] = std::move(entry);
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& ex) {
+    throw ValueError(str("[save_safetensors] ", path,
+                         ": a tensor name or metadata string is not valid UTF-8 (", ex.what(), ")"));
+  }
+  // Pad the header with spaces so the buffer starts 8-byte aligned, as the reference
+  // implementation does.
+  while (text.size() % 8 != 0) text.push_back(' ');
+  unsigned char len_bytes[8];
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(n >> (8 * i));
+
+  // ---- write the temporary, fsync, rename ----
+  TempFile tmp(temp_path_for(path));
+  tmp.fd() = ::open(tmp.path().c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (tmp.fd() < 0) {
+    int err = errno;
+    tmp.release();  // nothing was created
+    throw IOError(str("[save_safetensors] ", path, ": cannot create temporary file '", tmp.path(),
+                      "': ", errno_text(err)));
+  }
+  write_all(tmp.fd(), len_bytes, 8, path);
+  write_all(tmp.fd(), text.data(), text.size(), path);
+  for (const auto& e : tensors) write_tensor(tmp.fd(), e.second, path);
+  if (::fsync(tmp.fd()) != 0)
+    throw IOError(str("[save_safetensors] ", path, ": fsync failed: ", errno_text(errno)));
+  int fd = tmp.fd();
+  tmp.fd() = -1;
+  if (::close(fd) != 0)
+    throw IOError(str("[save_safetensors] ", path, ": close failed: ", errno_text(errno)));
+  if (::rename(tmp.path().c_str(), path.c_str()) != 0)
+    throw IOError(str("[save_safetensors] ", path, ": cannot rename the temporary file over it: ",
+                      errno_text(errno)));
+  tmp.release();
+  // Make the rename itself durable; a failure here does not undo a complete file.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+// ---- reading ----
+
+namespace {
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+  size_t header_index;
+};
+
+class ReadFile {
+ public:
+  explicit ReadFile(int fd) : fd_(fd) {}
+  ~ReadFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ReadFile(const ReadFile&) = delete;
+  ReadFile& operator=(const ReadFile&) = delete;
+  // Read exactly n bytes at offset; false on a short read or an error.
+  bool read_at(void* dst, size_t n, uint64_t off, int& err) const {
+    char* p = static_cast<char*>(dst);
+    while (n > 0) {
+      ssize_t r = ::pread(fd_, p, std::min<size_t>(n, size_t(1) << 30), off_t(off));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        err = errno;
+        return false;
+      }
+      if (r == 0) {
+        err = 0;
+        return false;
+      }
+      p += r;
+      n -= size_t(r);
+      off += uint64_t(r);
+    }
+    return true;
+  }
+
+ private:
+  int fd_;
+};
+
+std::string json_type_of(const ojson& j) {
+  if (j.is_number_float()) return "a float";
+  if (j.is_number()) return "an integer";
+  if (j.is_string()) return "a string";
+  if (j.is_boolean()) return "a boolean";
+  if (j.is_array()) return "an array";
+  if (j.is_object()) return "an object";
+  return "null";
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  check_little_endian("load_safetensors");
+  auto fail = [&](const auto&... a) { return IOError(str("[load_safetensors] ", path, ": ", a...)); };
+
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) throw fail("no such file");
+    throw fail("cannot open: ", errno_text(err));
+  }
+  ReadFile file(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) throw fail("cannot stat: ", errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw fail("not a regular file");
+  const uint64_t file_size = uint64_t(st.st_size);
+  int err = 0;
+
+  // ---- header length and header ----
+  if (file_size < 8)
+    throw fail("file is ", file_size, " bytes, shorter than the 8-byte header length");
+  unsigned char len_bytes[8];
+  if (!file.read_at(len_bytes, 8, 0, err)) throw fail("cannot read the header length: ", errno_text(err));
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= uint64_t(len_bytes[i]) << (8 * i);
+  if (header_len > file_size - 8)
+    throw fail("header length ", header_len, " runs past the end of the file (", file_size,
+               " bytes, so at most ", file_size - 8, ")");
+  std::string text(size_t(header_len), '\0');
+  if (header_len > 0 && !file.read_at(&text[0], text.size(), 8, err))
+    throw fail("cannot read the header: ", err ? errno_text(err) : "file shrank while reading");
+  const uint64_t data_start = 8 + header_len;
+  const uint64_t buffer_size = file_size - data_start;
+
+  ojson header;
+  try {
+    header = ojson::parse(text);
+  } catch (const nlohmann::json::parse_error& ex) {
+    throw fail("header is not valid JSON (at header byte ", ex.byte, "): ", ex.what());
+  }
+  if (!header.is_object()) throw fail("header is ", json_type_of(header), ", not a JSON object");
+
+  // ---- entries and metadata ----
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const ojson& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) throw fail("'__metadata__' is ", json_type_of(v), ", not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          throw fail("metadata value '", m.key(), "' is ", json_type_of(m.value()),
+                     ", not a string");
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!v.is_object()) throw fail("entry '", name, "' is ", json_type_of(v), ", not an object");
+    for (const char* field : {"dtype", "shape", "data_offsets"})
+      if (!v.contains(field)) throw fail("entry '", name, "' has no '", field, "'");
+    Entry e;
+    e.name = name;
+    e.header_index = entries.size();
+
+    const ojson& dt = v["dtype"];
+    if (!dt.is_string()) throw fail("entry '", name, "': dtype is ", json_type_of(dt), ", not a string");
+    if (!parse_dtype(dt.get<std::string>(), e.dtype))
+      throw fail("entry '", name, "': unsupported dtype '", dt.get<std::string>(),
+                 "' (cf reads F32, F64, I64, BOOL)");
+
+    const ojson& sh = v["shape"];
+    if (!sh.is_array()) throw fail("entry '", name, "': shape is ", json_type_of(sh), ", not an array");
+    if (sh.size() > size_t(kMaxDims))
+      throw fail("entry '", name, "': shape has ", sh.size(), " dimensions; cf supports at most ",
+                 kMaxDims);
+    uint64_t numel = 1;
+    bool overflow = false;
+    for (const auto& d : sh) {
+      if (!d.is_number_integer())
+        throw fail("entry '", name, "': shape holds ", json_type_of(d), " (", d.dump(),
+                   "), not an integer");
+      if (d.is_number_unsigned() ? d.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())
+                                 : d.get<int64_t>() < 0)
+        throw fail("entry '", name, "': shape ", sh.dump(), " has a ",
+                   d.is_number_unsigned() ? "too large" : "negative", " dimension");
+      int64_t di = d.get<int64_t>();
+      e.shape.push_back(di);
+      if (di != 0 && numel > std::numeric_limits<uint64_t>::max() / uint64_t(di)) overflow = true;
+      numel *= uint64_t(di);
+    }
+
+    const ojson& offs = v["data_offsets"];
+    if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_integer() ||
+        !offs[1].is_number_integer())
+      throw fail("entry '", name, "': data_offsets must be an array of two integers, got ",
+                 offs.dump());
+    if (!offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
+      throw fail("entry '", name, "': data_offsets ", offs.dump(), " are negative");
+    e.begin = offs[0].get<uint64_t>();
+    e.end = offs[1].get<uint64_t>();
+    if (e.end < e.begin)
+      throw fail("entry '", name, "': data_offsets ", offs.dump(), " end before they begin");
+    if (e.end > buffer_size)
+      throw fail("entry '", name, "': data_offsets ", offs.dump(), " run past the data buffer (",
+                 buffer_size, " bytes)");
+    const uint64_t item = dtype_size(e.dtype);
+    if (overflow || numel > std::numeric_limits<uint64_t>::max() / item ||
+        numel * item != e.end - e.begin)
+      throw fail("entry '", name, "': ", e.end - e.begin, " bytes for shape ", shape_str(e.shape),
+                 " of ", dt.get<std::string>(), ", which needs ",
+                 overflow ? std::string("more than 2^64") : std::to_string(numel * item));
+    entries.push_back(std::move(e));
+  }
+
+  // ---- the entries must tile the buffer exactly ----
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t pos = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin < pos)
+      throw fail("entries '", prev->name, "' [", prev->begin, ", ", prev->end, ") and '", e.name,
+                 "' [", e.begin, ", ", e.end, ") overlap");
+    if (e.begin > pos)
+      throw fail("bytes [", pos, ", ", e.begin, ") of the data buffer belong to no tensor (a hole before '",
+                 e.name, "')");
+    pos = e.end;
+    if (e.end > e.begin || !prev) prev = &e;
+  }
+  if (pos < buffer_size)
+    throw fail(buffer_size - pos, " bytes of trailing data after the last tensor (buffer is ",
+               buffer_size, " bytes, tensors cover ", pos, ")");
+
+  // ---- data ----
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    size_t n = size_t(e.end - e.begin);
+    if (n > 0 && !file.read_at(t.raw_data(), n, data_start + e.begin, err))
+      throw fail("cannot read the data of '", e.name, "': ", err ? errno_text(err) : "file shrank while reading");
+    if (e.dtype == kBool) {
+      const unsigned char* b = static_cast<const unsigned char*>(t.raw_data());
+      for (size_t i = 0; i < n; ++i)
+        if (b[i] > 1)
+          throw fail("BOOL tensor '", e.name, "' holds byte ", int(b[i]), " at element ", i,
+                     "; expected 0 or 1");
+    }
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace cf
