@@ -182,7 +182,7 @@ void DataLoader::stop() {
   worker_running_ = false;
 }
 
-void DataLoader::worker_main(int64_t epoch, int64_t start,
+void DataLoader::worker_main(int64_t start,
                              std::shared_ptr<const std::vector<int64_t>> order) {
   // Nothing may escape this function: every failure goes to worker_error_.
   try {
@@ -209,7 +209,6 @@ void DataLoader::worker_main(int64_t epoch, int64_t start,
     worker_done_ = true;
   }
   cv_.notify_all();
-  (void)epoch;
 }
 
 void DataLoader::start_worker() {
@@ -218,7 +217,7 @@ void DataLoader::start_worker() {
   worker_epoch_ = state_.epoch;
   worker_next_ = state_.batch;
   worker_running_ = true;
-  worker_ = std::thread(&DataLoader::worker_main, this, state_.epoch, state_.batch, order);
+  worker_ = std::thread(&DataLoader::worker_main, this, state_.batch, std::move(order));
 }
 
 bool DataLoader::next(Batch& out) {

@@ -144,7 +144,7 @@ class DataLoader {
   std::shared_ptr<const std::vector<int64_t>> order_for(int64_t epoch);
   Batch make_batch(const std::vector<int64_t>& order, int64_t b) const;
   void start_worker();
-  void worker_main(int64_t epoch, int64_t start, std::shared_ptr<const std::vector<int64_t>> order);
+  void worker_main(int64_t start, std::shared_ptr<const std::vector<int64_t>> order);
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions opt_;

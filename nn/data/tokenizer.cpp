@@ -1,7 +1,6 @@
 #include "nn/data/tokenizer.h"
 
 #include <algorithm>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -143,14 +142,16 @@ Tokenizer Tokenizer::build(TokenizerKind kind, const std::vector<std::string>& c
            "[Tokenizer::build] max_size must be 0 (no limit) or >= ", kNumSpecial,
            " (the special tokens), got ", o.max_size);
   Tokenizer proto(kind, special_tokens(), o.lowercase);
-  std::map<std::string, int64_t> counts;  // ordered: deterministic ties below
+  std::unordered_map<std::string, int64_t> counts;
   for (const std::string& text : corpus)
     for (std::string& piece : proto.split(text)) ++counts[piece];
   std::vector<std::pair<std::string, int64_t>> items;
   for (auto& kv : counts)
     if (kv.second >= o.min_count && !proto.contains(kv.first)) items.emplace_back(kv);
-  std::stable_sort(items.begin(), items.end(),
-                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  // Count descending, ties byte-wise: a total order, so the result is deterministic.
+  std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
   std::vector<std::string> tokens = special_tokens();
   for (auto& it : items) {
     if (o.max_size > 0 && int64_t(tokens.size()) >= o.max_size) break;
