@@ -19,3 +19,5 @@
 #include "core/rng.h"
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "nn/nn.h"
+#include "models/transformer.h"

@@ -53,6 +53,14 @@ void forward_typed(const Tensor& x, int64_t axis, bool log, const Tensor& y) {
   auto row = [&](const T* xi, T* yi, int64_t sx, int64_t sy) {
     T m = -std::numeric_limits<T>::infinity();
     for (int64_t k = 0; k < n; ++k) m = xi[k * sx] > m ? xi[k * sx] : m;
+    bool all_masked = !log && m == -std::numeric_limits<T>::infinity();
+    for (int64_t k = 0; all_masked && k < n; ++k) all_masked = !std::isnan(xi[k * sx]);
+    if (all_masked) {
+      // Every entry masked: the row is all zeros (not NaN), so a query that may
+      // attend to nothing outputs zero and passes a zero gradient.
+      for (int64_t k = 0; k < n; ++k) yi[k * sy] = T(0);
+      return;
+    }
     double acc = 0;
     if (log) {
       for (int64_t k = 0; k < n; ++k) acc += double(std::exp(xi[k * sx] - m));

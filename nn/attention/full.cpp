@@ -1,0 +1,44 @@
+#include "nn/attention/full.h"
+
+#include <cmath>
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/linalg.h"
+#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/shape.h"
+#include "core/error.h"
+
+namespace cf {
+namespace nn {
+
+Tensor dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocked, double scale,
+                       double dropout_p, bool training, Generator& gen) {
+  Tensor scores = matmul(q, transpose(k, -2, -1)) * scale;
+  if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
+  Tensor w = softmax(scores, -1);
+  if (training && dropout_p > 0) w = dropout(w, dropout_p, true, gen);
+  return matmul(w, v);
+}
+
+FullAttention::FullAttention(double dropout, double scale) : dropout_(dropout), scale_(scale) {
+  CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[FullAttention] dropout must be in [0, 1), got ", dropout);
+  CF_CHECK(scale >= 0, ValueError, "[FullAttention] scale must be >= 0 (0: 1/sqrt(d_k)), got ", scale);
+}
+
+std::shared_ptr<Attention> FullAttention::create(const AttentionSpec& spec) {
+  const Config& o = spec.options;
+  double dropout = o.get<double>("dropout", 0.0);
+  double scale = o.get<double>("scale", 0.0);
+  o.finish();
+  return std::make_shared<FullAttention>(dropout, scale);
+}
+
+Tensor FullAttention::forward(const AttentionArgs& a) {
+  check_attention_args(a, "FullAttention");
+  double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(a.q.shape()[3]));
+  return dense_attention(a.q, a.k, a.v, dense_block_mask(a), scale, dropout_, is_training());
+}
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,43 @@
+// The one list of attention variants a model can be configured with. A new
+// variant adds one line here (explicit, because a static library drops
+// self-registering objects nobody references).
+#include <map>
+
+#include "core/error.h"
+#include "nn/attention/attention.h"
+#include "nn/attention/full.h"
+
+namespace cf {
+namespace nn {
+
+namespace {
+using Factory = std::shared_ptr<Attention> (*)(const AttentionSpec&);
+const std::map<std::string, Factory>& factories() {
+  static const std::map<std::string, Factory> f = {
+      {"full", &FullAttention::create},
+  };
+  return f;
+}
+}  // namespace
+
+std::vector<std::string> attention_types() {
+  std::vector<std::string> out;
+  for (auto& e : factories()) out.push_back(e.first);
+  return out;
+}
+
+std::shared_ptr<Attention> make_attention(const AttentionSpec& spec) {
+  CF_CHECK(spec.d_model > 0 && spec.n_heads > 0 && spec.d_model % spec.n_heads == 0, ValueError,
+           "[make_attention] d_model (", spec.d_model, ") must be a positive multiple of n_heads (", spec.n_heads,
+           ")");
+  auto it = factories().find(spec.type);
+  if (it == factories().end()) {
+    std::string known;
+    for (auto& t : attention_types()) known += (known.empty() ? "" : ", ") + t;
+    throw ValueError(str("[make_attention] unknown attention type '", spec.type, "' (known: ", known, ")"));
+  }
+  return it->second(spec);
+}
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,99 @@
+#include "nn/layers/sequence.h"
+
+#include <cmath>
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/shape.h"
+#include "core/error.h"
+#include "nn/init.h"
+
+namespace cf {
+namespace nn {
+
+namespace {
+void check_sequence(const char* layer, const Tensor& x, int64_t dim, int64_t max_len) {
+  CF_CHECK(x.defined(), ValueError, "[", layer, "] input is undefined");
+  CF_CHECK(x.dim() == 3 && x.shape()[2] == dim, ShapeError, "[", layer, "] expected input (B, N, ", dim,
+           "), got ", shape_str(x.shape()));
+  CF_CHECK(max_len < 0 || x.shape()[1] <= max_len, ShapeError, "[", layer, "] sequence length ", x.shape()[1],
+           " exceeds max_len ", max_len);
+}
+}  // namespace
+
+SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int64_t dim)
+    : max_len_(max_len), dim_(dim) {
+  CF_CHECK(max_len > 0 && dim > 0, ValueError, "[SinusoidalPositionalEncoding] sizes must be positive, got max_len=",
+           max_len, " dim=", dim);
+  std::vector<float> v(size_t(max_len * dim));
+  for (int64_t pos = 0; pos < max_len; ++pos)
+    for (int64_t i = 0; i < dim; ++i) {
+      double freq = std::pow(10000.0, -double(i - i % 2) / double(dim));
+      double a = double(pos) * freq;
+      v[size_t(pos * dim + i)] = float(i % 2 == 0 ? std::sin(a) : std::cos(a));
+    }
+  table = Tensor::from_vector(v, {max_len, dim});
+  register_buffer("table", &table, /*persistent=*/false);
+}
+
+Tensor SinusoidalPositionalEncoding::forward(const Tensor& x) {
+  check_sequence("SinusoidalPositionalEncoding", x, dim_, max_len_);
+  Tensor pe = narrow(table, 0, 0, x.shape()[1]);
+  if (pe.dtype() != x.dtype()) pe = cf::to(pe, x.dtype());
+  return x + pe;
+}
+
+LearnedPositionalEncoding::LearnedPositionalEncoding(int64_t max_len, int64_t dim, Generator& gen)
+    : max_len_(max_len), dim_(dim) {
+  CF_CHECK(max_len > 0 && dim > 0, ValueError, "[LearnedPositionalEncoding] sizes must be positive, got max_len=",
+           max_len, " dim=", dim);
+  weight = Tensor::empty({max_len, dim});
+  init::normal_(weight, 0.0, 0.02, gen);
+  register_parameter("weight", &weight);
+}
+
+Tensor LearnedPositionalEncoding::forward(const Tensor& x) {
+  check_sequence("LearnedPositionalEncoding", x, dim_, max_len_);
+  return x + narrow(weight, 0, 0, x.shape()[1]);
+}
+
+DepthwiseConv1d::DepthwiseConv1d(int64_t channels, int64_t kernel_size, int64_t stride, int64_t padding,
+                                 bool with_bias, Generator& gen)
+    : channels_(channels), kernel_(kernel_size), stride_(stride), padding_(padding) {
+  CF_CHECK(channels > 0 && kernel_size > 0 && stride > 0 && padding >= 0, ValueError,
+           "[DepthwiseConv1d] needs channels, kernel_size, stride > 0 and padding >= 0, got channels=", channels,
+           " kernel_size=", kernel_size, " stride=", stride, " padding=", padding);
+  double bound = 1.0 / std::sqrt(double(kernel_size));
+  weight = Tensor::empty({channels, kernel_size});
+  init::uniform_(weight, -bound, bound, gen);
+  register_parameter("weight", &weight);
+  if (with_bias) {
+    bias = Tensor::empty({channels});
+    init::uniform_(bias, -bound, bound, gen);
+    register_parameter("bias", &bias);
+  }
+}
+
+int64_t DepthwiseConv1d::output_length(int64_t n) const {
+  int64_t span = n + 2 * padding_ - kernel_;
+  return span < 0 ? 0 : span / stride_ + 1;
+}
+
+Tensor DepthwiseConv1d::forward(const Tensor& x) {
+  check_sequence("DepthwiseConv1d", x, channels_, -1);
+  int64_t n_out = output_length(x.shape()[1]);
+  CF_CHECK(n_out > 0, ShapeError, "[DepthwiseConv1d] sequence of length ", x.shape()[1], " with padding ",
+           padding_, " is shorter than the kernel (", kernel_, ")");
+  Tensor xp = padding_ > 0 ? pad(x, {0, 0, padding_, padding_, 0, 0}) : x;
+  // y[:, t, c] = sum_j w[c, j] x[:, t*s + j, c]: one strided slice per tap, so the
+  // cost is k passes over the output and no (B, N_out, C, k) unfolded copy.
+  Tensor y;
+  for (int64_t j = 0; j < kernel_; ++j) {
+    Tensor tap = slice(xp, 1, j, j + stride_ * (n_out - 1) + 1, stride_);
+    Tensor term = tap * reshape(narrow(weight, 1, j, 1), {channels_});
+    y = j == 0 ? term : y + term;
+  }
+  return bias.defined() ? y + bias : y;
+}
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,51 @@
+#pragma once
+// Layers over sequences (B, N, D): positional encodings and a depthwise 1-d convolution.
+#include "core/rng.h"
+#include "nn/module.h"
+
+namespace cf {
+namespace nn {
+
+// x + PE[:N] with the fixed sinusoids of Vaswani et al. (2017), section 3.5:
+// PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)).
+// The table is a non-persistent buffer: it is not part of the state dict.
+class SinusoidalPositionalEncoding : public UnaryModule {
+ public:
+  SinusoidalPositionalEncoding(int64_t max_len, int64_t dim);
+  Tensor forward(const Tensor& x) override;  // (B, N, D) with N <= max_len
+  Tensor table;                              // (max_len, dim), float32
+
+ private:
+  int64_t max_len_, dim_;
+};
+
+// x + P[:N] with a learned table P ~ N(0, 0.02^2).
+class LearnedPositionalEncoding : public UnaryModule {
+ public:
+  LearnedPositionalEncoding(int64_t max_len, int64_t dim, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+  Tensor weight;  // (max_len, dim)
+
+ private:
+  int64_t max_len_, dim_;
+};
+
+// Depthwise convolution along the sequence axis of (B, N, C): each channel has its
+// own kernel of `kernel_size` taps, no mixing between channels. With stride s and
+// zero padding p on both ends, N_out = floor((N + 2p - k) / s) + 1. Used to
+// down-sample tokens (e.g. the stride-2 centroid initialisation).
+// weight (C, k) and bias (C), init U(-1/sqrt(k), 1/sqrt(k)) as PyTorch's Conv1d with groups = C.
+class DepthwiseConv1d : public UnaryModule {
+ public:
+  DepthwiseConv1d(int64_t channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
+                  bool bias = true, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+  int64_t output_length(int64_t n) const;
+  Tensor weight, bias;
+
+ private:
+  int64_t channels_, kernel_, stride_, padding_;
+};
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,199 @@
+#include "nn/module.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "core/error.h"
+
+namespace cf {
+namespace nn {
+
+void Module::check_new_name(const std::string& name, const char* what) const {
+  CF_CHECK(!name.empty(), ValueError, "[Module] ", what, " name must not be empty");
+  CF_CHECK(name.find('.') == std::string::npos, ValueError, "[Module] ", what, " name '", name,
+           "' must not contain '.' (dots separate the levels of a qualified name)");
+  auto taken = [&](const auto& v) {
+    return std::any_of(v.begin(), v.end(), [&](const auto& e) { return e.name == name; });
+  };
+  bool child = std::any_of(children_.begin(), children_.end(),
+                           [&](const auto& c) { return c.first == name; });
+  CF_CHECK(!taken(params_) && !taken(buffers_) && !child, ValueError, "[Module] ", what, " name '",
+           name, "' is already taken in this module");
+}
+
+void Module::register_parameter(const std::string& name, Tensor* slot) {
+  check_new_name(name, "parameter");
+  CF_CHECK(slot != nullptr, ValueError, "[Module] parameter '", name, "' has a null slot");
+  if (slot->defined()) {
+    CF_CHECK(is_floating(slot->dtype()), DTypeError, "[Module] parameter '", name,
+             "' must be float32 or float64, got ", slot->dtype());
+    *slot = slot->detach();
+    slot->set_requires_grad(true);
+  }
+  params_.push_back({name, slot, true});
+}
+
+void Module::register_buffer(const std::string& name, Tensor* slot, bool persistent) {
+  check_new_name(name, "buffer");
+  CF_CHECK(slot != nullptr, ValueError, "[Module] buffer '", name, "' has a null slot");
+  buffers_.push_back({name, slot, persistent});
+}
+
+void Module::register_module_impl(const std::string& name, std::shared_ptr<Module> module) {
+  check_new_name(name, "submodule");
+  CF_CHECK(module != nullptr, ValueError, "[Module] submodule '", name, "' is null");
+  children_.emplace_back(name, std::move(module));
+}
+
+// Calls f(qualified_name, slot, is_parameter, persistent) for every tensor slot,
+// this module's parameters then buffers, then each child in order.
+template <class F>
+void Module::visit(const std::string& prefix, F&& f) const {
+  for (const auto& s : params_) f(prefix + s.name, s.tensor, true, true);
+  for (const auto& s : buffers_) f(prefix + s.name, s.tensor, false, s.persistent);
+  for (const auto& c : children_) c.second->visit(prefix + c.first + ".", f);
+}
+
+StateDict Module::named_parameters() const {
+  StateDict out;
+  visit("", [&](const std::string& n, Tensor* t, bool is_param, bool) {
+    if (is_param && t->defined()) out.emplace_back(n, *t);
+  });
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& e : named_parameters()) out.push_back(e.second);
+  return out;
+}
+
+StateDict Module::named_buffers() const {
+  StateDict out;
+  visit("", [&](const std::string& n, Tensor* t, bool is_param, bool) {
+    if (!is_param && t->defined()) out.emplace_back(n, *t);
+  });
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (auto& c : children_)
+    for (auto& sub : c.second->named_modules())
+      out.emplace_back(sub.first.empty() ? c.first : c.first + "." + sub.first, sub.second);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& e : named_parameters()) n += e.second.numel();
+  return n;
+}
+
+StateDict Module::state_dict() const {
+  StateDict out;
+  visit("", [&](const std::string& n, Tensor* t, bool, bool persistent) {
+    if (persistent && t->defined()) out.emplace_back(n, t->detach());
+  });
+  return out;
+}
+
+void Module::load_state_dict(const StateDict& dict, bool strict) {
+  std::map<std::string, const Tensor*> given;
+  std::vector<std::string> duplicates;
+  for (const auto& e : dict)
+    if (!given.emplace(e.first, &e.second).second) duplicates.push_back(e.first);
+  std::vector<std::string> missing, mismatched;
+  std::vector<std::pair<Tensor*, const Tensor*>> copies;
+  std::map<std::string, bool> used;
+  visit("", [&](const std::string& n, Tensor* t, bool, bool persistent) {
+    if (!persistent || !t->defined()) return;
+    auto it = given.find(n);
+    if (it == given.end()) {
+      missing.push_back(n);
+      return;
+    }
+    used[n] = true;
+    const Tensor& src = *it->second;
+    if (!src.defined() || src.shape() != t->shape()) {
+      mismatched.push_back(n + " (expected " + shape_str(t->shape()) + ", got " +
+                           (src.defined() ? shape_str(src.shape()) : std::string("undefined")) + ")");
+      return;
+    }
+    copies.emplace_back(t, &src);
+  });
+  std::vector<std::string> unexpected;
+  for (const auto& e : dict)
+    if (!used.count(e.first)) unexpected.push_back(e.first);
+  auto list = [](const std::vector<std::string>& v) {
+    std::ostringstream os;
+    for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+    return os.str();
+  };
+  bool bad = !mismatched.empty() || !duplicates.empty() ||
+             (strict && (!missing.empty() || !unexpected.empty()));
+  if (bad) {
+    std::ostringstream os;
+    os << "[load_state_dict] state dict does not fit the module:";
+    if (!missing.empty() && strict) os << " missing keys: " << list(missing) << ";";
+    if (!unexpected.empty() && strict) os << " unexpected keys: " << list(unexpected) << ";";
+    if (!mismatched.empty()) os << " shape mismatch: " << list(mismatched) << ";";
+    if (!duplicates.empty()) os << " duplicate keys: " << list(duplicates) << ";";
+    throw ValueError(os.str());
+  }
+  // Everything checked first, so a failed load changes nothing.
+  NoGradGuard ng;
+  for (auto& c : copies) copy_(*c.first, *c.second);  // converts dtype if they differ
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& c : children_) c.second->train(on);
+}
+
+void Module::to(DType dtype) {
+  CF_CHECK(is_floating(dtype), DTypeError, "[Module::to] parameters can only be float32 or float64, got ",
+           dtype);
+  NoGradGuard ng;
+  visit("", [&](const std::string&, Tensor* t, bool is_param, bool) {
+    if (!t->defined() || !is_floating(t->dtype()) || t->dtype() == dtype) return;
+    *t = cf::to(*t, dtype);
+    if (is_param) t->set_requires_grad(true);
+  });
+}
+
+void Module::to(Device device) {
+  visit("", [&](const std::string& n, Tensor* t, bool, bool) {
+    CF_CHECK(!t->defined() || t->device() == device, NotImplementedError, "[Module::to] cannot move '", n,
+             "' from ", t->device(), " to ", device,
+             ": copies between devices need the CUDA backend, which this build does not have");
+  });
+}
+
+void Module::set_parameters(const std::vector<Tensor>& values) {
+  std::vector<std::pair<std::string, Tensor*>> slots;
+  visit("", [&](const std::string& n, Tensor* t, bool is_param, bool) {
+    if (is_param && t->defined()) slots.emplace_back(n, t);
+  });
+  CF_CHECK(values.size() == slots.size(), ValueError, "[set_parameters] module has ", slots.size(),
+           " parameters, got ", values.size(), " tensors");
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Tensor& v = values[i];
+    const Tensor& t = *slots[i].second;
+    CF_CHECK(v.defined() && v.shape() == t.shape() && v.dtype() == t.dtype(), ValueError, "[set_parameters] '",
+             slots[i].first, "' is ", t.describe(), ", got ", v.defined() ? v.describe() : std::string("undefined"));
+  }
+  for (size_t i = 0; i < slots.size(); ++i) *slots[i].second = values[i];
+}
+
+void Module::zero_grad() {
+  visit("", [&](const std::string&, Tensor* t, bool is_param, bool) {
+    if (is_param && t->defined()) t->zero_grad();
+  });
+}
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,112 @@
+#pragma once
+// Module: the base of every layer and model. A module owns named parameters,
+// buffers and submodules, each in registration order, and names them
+// recursively as "blocks.0.attn.w_q.weight".
+//
+// Parameters and buffers are Tensor members of the derived class, registered by
+// address (register_parameter("weight", &weight_)). The module writes through
+// that address when it loads a state dict or changes dtype, so the member and
+// the registry never disagree. For that reason modules are neither copyable nor
+// movable: hold them by std::shared_ptr.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "nn/state_dict.h"
+
+namespace cf {
+namespace nn {
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // ---- what the module holds, recursively, in registration order ----
+  std::vector<Tensor> parameters() const;
+  StateDict named_parameters() const;
+  StateDict named_buffers() const;  // persistent and non-persistent
+  std::vector<std::pair<std::string, Module*>> named_modules();  // this one first, as ""
+  int64_t num_parameters() const;  // number of scalar parameters
+
+  // ---- state dict: parameters, then persistent buffers, of each module before
+  // its children (PyTorch's order) ----
+  StateDict state_dict() const;
+  // Copies values into the registered tensors (their identity is kept). Strict:
+  // missing, unexpected and wrongly shaped entries are all listed in one error.
+  // Non-strict: missing and unexpected entries are ignored, shapes still checked.
+  void load_state_dict(const StateDict& dict, bool strict = true);
+
+  // ---- mode and placement ----
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Converts float parameters and buffers (int64/bool buffers keep their dtype).
+  // Parameters stay leaves that require grad.
+  void to(DType dtype);
+  void to(Device device);
+  void zero_grad();
+  // Replaces the parameter tensors, in named_parameters() order, by `values`
+  // (same count, shapes and dtypes), used as given: no copy, no detach. This
+  // evaluates the module at other parameter values (gradcheck does so); restore
+  // the old ones with set_parameters(old) where old = parameters().
+  void set_parameters(const std::vector<Tensor>& values);
+
+ protected:
+  // `slot` must be a member of the derived module (it outlives the registration).
+  // A defined parameter is made a leaf that requires grad.
+  void register_parameter(const std::string& name, Tensor* slot);
+  void register_buffer(const std::string& name, Tensor* slot, bool persistent = true);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    register_module_impl(name, module);
+    return module;
+  }
+
+ private:
+  struct Slot {
+    std::string name;
+    Tensor* tensor;
+    bool persistent;
+  };
+  void check_new_name(const std::string& name, const char* what) const;
+  void register_module_impl(const std::string& name, std::shared_ptr<Module> module);
+  template <class F>
+  void visit(const std::string& prefix, F&& f) const;
+
+  std::vector<Slot> params_;
+  std::vector<Slot> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// A module that maps one tensor to one tensor; what Sequential chains.
+class UnaryModule : public Module {
+ public:
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+};
+
+// An ordered list of submodules named "0", "1", ... (so names read "layers.3.ff.fc1.weight").
+class ModuleList : public Module {
+ public:
+  template <class M>
+  std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
+    register_module(std::to_string(size_++), module);
+    return module;
+  }
+  size_t size() const { return size_; }
+
+ private:
+  size_t size_ = 0;
+};
+
+}  // namespace nn
+}  // namespace cf

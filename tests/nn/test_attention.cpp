@@ -1,0 +1,187 @@
+#include <cmath>
+
+#include "nn/nn_test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+// Softmax attention written out element by element: the reference of the reference.
+std::vector<double> naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                    bool causal) {
+  const Shape &sq = q.shape(), &sk = k.shape(), &sv = v.shape();
+  const int64_t B = sq[0], H = sq[1], Nq = sq[2], D = sq[3], Nk = sk[2], Dv = sv[3];
+  auto qv = values(q), kv = values(k), vv = values(v);
+  std::vector<bool> pad(size_t(B * Nk), false);
+  if (kpm.defined()) {
+    auto m = kpm.to_vector<bool>();
+    for (size_t i = 0; i < m.size(); ++i) pad[i] = m[i];
+  }
+  std::vector<double> out(size_t(B * H * Nq * Dv), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Nq; ++i) {
+        std::vector<double> s(size_t(Nk), -INFINITY);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < Nk; ++j) {
+          if (pad[size_t(b * Nk + j)] || (causal && j > i + (Nk - Nq))) continue;
+          double acc = 0;
+          for (int64_t d = 0; d < D; ++d)
+            acc += qv[size_t(((b * H + h) * Nq + i) * D + d)] * kv[size_t(((b * H + h) * Nk + j) * D + d)];
+          s[size_t(j)] = acc / std::sqrt(double(D));
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        if (mx == -INFINITY) continue;  // nothing to attend to: zeros
+        double z = 0;
+        for (auto& e : s) z += (e = std::exp(e - mx));
+        for (int64_t j = 0; j < Nk; ++j)
+          for (int64_t d = 0; d < Dv; ++d)
+            out[size_t(((b * H + h) * Nq + i) * Dv + d)] +=
+                s[size_t(j)] / z * vv[size_t(((b * H + h) * Nk + j) * Dv + d)];
+      }
+  return out;
+}
+
+nn::AttentionArgs args_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, bool causal) {
+  nn::AttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.key_padding_mask = kpm;
+  a.causal = causal;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("full attention equals the element-wise reference with padding and causal masks") {
+  nn::FullAttention att;
+  Tensor q = leaf64({2, 2, 5, 3}, 1), k = leaf64({2, 2, 5, 3}, 2), v = leaf64({2, 2, 5, 4}, 3);
+  // Batch 1 has its last two keys padded; in the causal case query 0 of batch... all queries see key 0.
+  Tensor kpm = Tensor::from_vector(std::vector<bool>{false, false, false, false, false, false, false, false, true, true},
+                                   {2, 5});
+  for (bool causal : {false, true})
+    for (bool masked : {false, true}) {
+      Tensor m = masked ? kpm : Tensor();
+      Tensor y = att.forward(args_of(q, k, v, m, causal));
+      auto ref = naive_attention(q, k, v, m, causal);
+      auto got = values(y);
+      REQUIRE(got.size() == ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) CHECK(got[i] == doctest::Approx(ref[i]).epsilon(1e-12));
+      GradcheckResult r = gradcheck(
+          [&](const std::vector<Tensor>& xs) { return att.forward(args_of(xs[0], xs[1], xs[2], m, causal)); },
+          {q, k, v});
+      CHECK_MESSAGE(r.ok, r.message);
+    }
+  // Cross-attention with Nq != Nk under the causal rule: queries align with the last keys.
+  Tensor q2 = leaf64({1, 1, 2, 3}, 4), k2 = leaf64({1, 1, 4, 3}, 5), v2 = leaf64({1, 1, 4, 2}, 6);
+  auto got = values(att.forward(args_of(q2, k2, v2, Tensor(), true)));
+  auto ref = naive_attention(q2, k2, v2, Tensor(), true);
+  for (size_t i = 0; i < ref.size(); ++i) CHECK(got[i] == doctest::Approx(ref[i]).epsilon(1e-12));
+}
+
+TEST_CASE("a query with every key masked outputs zeros and passes a zero gradient") {
+  nn::FullAttention att;
+  Tensor q = leaf64({1, 1, 2, 3}, 1), k = leaf64({1, 1, 2, 3}, 2), v = leaf64({1, 1, 2, 3}, 3);
+  Tensor all = Tensor::from_vector(std::vector<bool>{true, true}, {1, 2});
+  Tensor y = att.forward(args_of(q, k, v, all, false));
+  CHECK(values(y) == std::vector<double>(6, 0.0));
+  sum(y).backward();
+  CHECK(values(v.grad()) == std::vector<double>(6, 0.0));
+  CHECK(values(q.grad()) == std::vector<double>(6, 0.0));
+  // softmax itself: an all -inf row is zeros, a NaN still propagates.
+  CHECK(values(softmax(t64({-INFINITY, -INFINITY}, {2}))) == std::vector<double>{0, 0});
+  CHECK(std::isnan(values(softmax(t64({-INFINITY, NAN}, {2})))[0]));
+}
+
+TEST_CASE("causal attention: no query sees a later position") {
+  nn::FullAttention att;
+  Tensor q = leaf64({1, 1, 6, 4}, 1), k = leaf64({1, 1, 6, 4}, 2), v = leaf64({1, 1, 6, 4}, 3);
+  auto base = values(att.forward(args_of(q, k, v, Tensor(), true)));
+  // Change key and value 4: outputs 0..3 must not move, output 4 must.
+  Tensor k2 = clone(k.detach()), v2 = clone(v.detach());
+  {
+    NoGradGuard ng;
+    Tensor kr = narrow(k2, 2, 4, 1), vr = narrow(v2, 2, 4, 1);
+    fill_(kr, 3.0);
+    fill_(vr, -2.0);
+  }
+  auto moved = values(att.forward(args_of(q, k2, v2, Tensor(), true)));
+  for (size_t i = 0; i < 16; ++i) CHECK(moved[i] == base[i]);
+  CHECK(moved[16] != base[16]);
+}
+
+TEST_CASE("attention argument checks name the variant and the shapes") {
+  nn::FullAttention att;
+  Tensor q = leaf64({1, 2, 3, 4}), k = leaf64({1, 2, 5, 4}), v = leaf64({1, 2, 5, 2});
+  CHECK_THROWS_MSG(att.forward(args_of(q, leaf64({1, 2, 5, 3}), v, Tensor(), false)), ShapeError,
+                   "[FullAttention] inconsistent shapes: q (1,2,3,4), k (1,2,5,3)");
+  CHECK_THROWS_MSG(att.forward(args_of(reshape(q, {2, 3, 4}), k, v, Tensor(), false)), ShapeError,
+                   "[FullAttention] expected q (B, H, Nq, Dk)");
+  CHECK_THROWS_MSG(att.forward(args_of(q, k, v, Tensor::zeros({1, 5}), false)), DTypeError,
+                   "key_padding_mask must be bool");
+  CHECK_THROWS_MSG(att.forward(args_of(q, k, v, Tensor::from_vector(std::vector<bool>{true}, {1, 1}), false)),
+                   ShapeError, "key_padding_mask must be (B, N) = (1, 5), got (1,1)");
+  CHECK_THROWS_MSG(att.forward(args_of(q, k, to(v, kFloat32), Tensor(), false)), DTypeError,
+                   "must share one float dtype");
+}
+
+TEST_CASE("make_attention builds by name and checks options") {
+  nn::AttentionSpec spec;
+  spec.d_model = 8;
+  spec.n_heads = 2;
+  CHECK(nn::make_attention(spec)->type() == "full");
+  spec.options = nn::Config(nlohmann::json{{"dropout", 0.1}}, "attention");
+  CHECK(nn::make_attention(spec)->type() == "full");
+  spec.options = nn::Config(nlohmann::json{{"dropuot", 0.1}}, "attention");
+  CHECK_THROWS_MSG(nn::make_attention(spec), ValueError, "unknown key", "attention.dropuot");
+  spec.options = nn::Config(nlohmann::json{{"dropout", "high"}}, "attention");
+  CHECK_THROWS_MSG(nn::make_attention(spec), ValueError, "attention.dropout");
+  spec.options = nn::Config(nlohmann::json::object(), "attention");
+  spec.type = "fancy";
+  CHECK_THROWS_MSG(nn::make_attention(spec), ValueError, "[make_attention] unknown attention type 'fancy'", "full");
+  spec.type = "full";
+  spec.n_heads = 3;
+  CHECK_THROWS_MSG(nn::make_attention(spec), ValueError, "d_model (8) must be a positive multiple of n_heads (3)");
+  CHECK_THROWS_MSG(nn::FullAttention(1.0), ValueError, "[FullAttention] dropout must be in [0, 1)");
+}
+
+TEST_CASE("MultiHeadAttention: names, reference, padding, gradcheck") {
+  Generator g(7);
+  nn::MultiHeadAttention mha(8, 2, std::make_shared<nn::FullAttention>(), g);
+  std::vector<std::string> names;
+  for (auto& e : mha.named_parameters()) names.push_back(e.first);
+  CHECK(names == std::vector<std::string>{"w_q.weight", "w_q.bias", "w_k.weight", "w_k.bias", "w_v.weight",
+                                          "w_v.bias", "w_o.weight", "w_o.bias"});
+  mha.to(kFloat64);
+  Tensor x = leaf64({2, 4, 8}, 3);
+  // Against the plain formula: concat_h softmax(Q_h K_h^T / sqrt(4)) V_h, then W_o.
+  {
+    Tensor q = mha.w_q->forward(x), k = mha.w_k->forward(x), v = mha.w_v->forward(x);
+    auto heads = [](const Tensor& t) { return permute(reshape(t, {2, 4, 2, 4}), {0, 2, 1, 3}); };
+    auto ref = naive_attention(heads(q), heads(k), heads(v), Tensor(), false);
+    Tensor merged = reshape(permute(t64(ref, {2, 2, 4, 4}), {0, 2, 1, 3}), {2, 4, 8});
+    check_close(mha(x), mha.w_o->forward(merged), 1e-12);
+  }
+  // Padding: a padded token changes nothing for the others.
+  Tensor mask = Tensor::from_vector(std::vector<bool>{false, false, false, true, false, false, false, false}, {2, 4});
+  Tensor y = mha(x, mask);
+  Tensor x2 = clone(x.detach());
+  {
+    NoGradGuard ng;
+    Tensor row = narrow(narrow(x2, 0, 0, 1), 1, 3, 1);
+    fill_(row, 5.0);
+  }
+  Tensor y2 = mha(x2, mask);
+  check_close(narrow(narrow(y2, 0, 0, 1), 1, 0, 3), narrow(narrow(y, 0, 0, 1), 1, 0, 3), 1e-12);
+  check_module_grad(mha, [&](const std::vector<Tensor>& xs) { return mha(xs[0], mask, true); }, {leaf64({2, 4, 8}, 4)});
+  // Cross-attention with a different key length.
+  check_module_grad(
+      mha, [&](const std::vector<Tensor>& xs) { return mha.forward(xs[0], xs[1], xs[1]); },
+      {leaf64({1, 2, 8}, 5), leaf64({1, 3, 8}, 6)});
+  CHECK_THROWS_MSG(mha(leaf64({2, 4, 6})), ShapeError, "[MultiHeadAttention] expected query (B, Nq, 8)");
+  CHECK_THROWS_MSG(nn::MultiHeadAttention(8, 3, std::make_shared<nn::FullAttention>()), ValueError,
+                   "d_model (8) must be a positive multiple of n_heads (3)");
+  CHECK_THROWS_MSG(nn::MultiHeadAttention(8, 2, nullptr), ValueError, "attention is null");
+}

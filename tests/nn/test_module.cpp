@@ -1,0 +1,199 @@
+#include <cmath>
+
+#include "nn/nn_test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+// A two-level module for naming tests: params, a buffer and nested children.
+class Block : public nn::Module {
+ public:
+  explicit Block(Generator& gen) {
+    fc = register_module("fc", std::make_shared<nn::Linear>(3, 2, true, gen));
+    scale = Tensor::full({2}, 0.5);
+    register_parameter("scale", &scale);
+    counter = Tensor::zeros({1}, kInt64);
+    register_buffer("counter", &counter);
+    cache = Tensor::zeros({4});
+    register_buffer("cache", &cache, /*persistent=*/false);
+  }
+  Tensor forward(const Tensor& x) { return fc->forward(x) * scale; }
+  std::shared_ptr<nn::Linear> fc;
+  Tensor scale, counter, cache;
+};
+
+class Net : public nn::Module {
+ public:
+  explicit Net(uint64_t seed) {
+    Generator gen(seed);
+    auto list = register_module("blocks", std::make_shared<nn::ModuleList>());
+    for (int i = 0; i < 2; ++i) blocks.push_back(list->push_back(std::make_shared<Block>(gen)));
+    head = register_module("head", std::make_shared<nn::Linear>(2, 1, false, gen));
+  }
+  Tensor forward(const Tensor& x) { return head->forward(blocks[1]->forward(x) + blocks[0]->forward(x)); }
+  std::vector<std::shared_ptr<Block>> blocks;
+  std::shared_ptr<nn::Linear> head;
+};
+
+// Exposes the protected registration calls to test their checks.
+class Open : public nn::Module {
+ public:
+  using nn::Module::register_buffer;
+  using nn::Module::register_module;
+  using nn::Module::register_parameter;
+  Tensor a, b;
+};
+
+std::vector<std::string> names(const nn::StateDict& d) {
+  std::vector<std::string> out;
+  for (auto& e : d) out.push_back(e.first);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Module names parameters, buffers and children in registration order") {
+  Net net(1);
+  // A module's own parameters come before its children's (PyTorch's order).
+  std::vector<std::string> params = {"blocks.0.scale", "blocks.0.fc.weight", "blocks.0.fc.bias",
+                                     "blocks.1.scale", "blocks.1.fc.weight", "blocks.1.fc.bias", "head.weight"};
+  CHECK(names(net.named_parameters()) == params);
+  CHECK(names(net.named_buffers()) ==
+        std::vector<std::string>{"blocks.0.counter", "blocks.0.cache", "blocks.1.counter", "blocks.1.cache"});
+  // The state dict: each module's parameters then persistent buffers, then its children.
+  CHECK(names(net.state_dict()) ==
+        std::vector<std::string>{"blocks.0.scale", "blocks.0.counter", "blocks.0.fc.weight", "blocks.0.fc.bias",
+                                 "blocks.1.scale", "blocks.1.counter", "blocks.1.fc.weight", "blocks.1.fc.bias",
+                                 "head.weight"});
+  CHECK(net.num_parameters() == 2 * (6 + 2 + 2) + 2);
+  auto mods = net.named_modules();
+  REQUIRE(mods.size() == 7);
+  CHECK(mods[0].first == "");
+  CHECK(mods[1].first == "blocks");
+  CHECK(mods[3].first == "blocks.0.fc");
+  for (auto& p : net.parameters()) CHECK(p.requires_grad());
+}
+
+TEST_CASE("Module rejects empty, dotted and duplicate names") {
+  Open m;
+  m.a = Tensor::zeros({2});
+  CHECK_THROWS_MSG(m.register_parameter("", &m.a), ValueError, "[Module] parameter name must not be empty");
+  CHECK_THROWS_MSG(m.register_parameter("w.x", &m.a), ValueError, "'w.x'", "must not contain '.'");
+  m.register_parameter("w", &m.a);
+  CHECK_THROWS_MSG(m.register_buffer("w", &m.b), ValueError, "buffer name 'w' is already taken");
+  CHECK_THROWS_MSG(m.register_module("w", std::make_shared<nn::ReLU>()), ValueError, "submodule name 'w'");
+  m.b = Tensor::zeros({2}, kInt64);
+  CHECK_THROWS_MSG(m.register_parameter("ints", &m.b), DTypeError, "[Module] parameter 'ints' must be float");
+  CHECK_THROWS_MSG(m.register_module("null", std::shared_ptr<nn::Module>()), ValueError, "submodule 'null' is null");
+}
+
+TEST_CASE("state_dict / load_state_dict round trip is exact") {
+  Net a(1), b(2);
+  Tensor x = rand({4, 3}, kFloat32, default_generator());
+  CHECK(values(a.forward(x)) != values(b.forward(x)));
+  {
+    NoGradGuard ng;
+    Tensor c = a.blocks[0]->counter;
+    fill_(c, 7);
+  }
+  b.load_state_dict(a.state_dict());
+  CHECK(values(a.forward(x)) == values(b.forward(x)));
+  CHECK(b.blocks[0]->counter.item<int64_t>() == 7);
+  // Loading keeps the identity of the parameter tensors (optimizers hold them).
+  Tensor w = b.head->weight;
+  b.load_state_dict(Net(3).state_dict());
+  CHECK(w.is_same(b.head->weight));
+  CHECK(w.requires_grad());
+}
+
+TEST_CASE("load_state_dict lists missing, unexpected and mis-shaped entries, and changes nothing on error") {
+  Net a(1);
+  nn::StateDict d = a.state_dict();
+  std::vector<double> before = values(a.head->weight);
+  nn::StateDict bad;
+  for (auto& e : d) {
+    if (e.first == "blocks.1.scale") continue;                             // missing
+    if (e.first == "head.weight") bad.emplace_back(e.first, Tensor::zeros({2, 1}));  // wrong shape
+    else bad.emplace_back(e.first, e.second);
+  }
+  bad.emplace_back("blocks.2.fc.weight", Tensor::zeros({2, 3}));  // unexpected
+  CHECK_THROWS_MSG(a.load_state_dict(bad), ValueError, "[load_state_dict]", "missing keys: blocks.1.scale",
+                   "unexpected keys: blocks.2.fc.weight", "head.weight (expected (1,2), got (2,1))");
+  CHECK(values(a.head->weight) == before);
+  // Non-strict: missing and unexpected are fine, shapes are still checked.
+  nn::StateDict partial = {{"head.weight", Tensor::ones({1, 2})}, {"extra", Tensor::ones({1})}};
+  a.load_state_dict(partial, /*strict=*/false);
+  CHECK(values(a.head->weight) == std::vector<double>{1, 1});
+  CHECK_THROWS_MSG(a.load_state_dict({{"head.weight", Tensor::ones({3})}}, false), ValueError, "shape mismatch");
+  nn::StateDict dup = d;
+  dup.push_back(d[0]);
+  CHECK_THROWS_MSG(a.load_state_dict(dup), ValueError, "duplicate keys: blocks.0.scale");
+}
+
+TEST_CASE("train/eval propagates; to(dtype) converts; to(cuda) refuses clearly in a CPU build") {
+  Net a(1);
+  CHECK(a.is_training());
+  a.eval();
+  CHECK(!a.blocks[1]->fc->is_training());
+  a.train();
+  CHECK(a.head->is_training());
+  std::vector<double> w = values(a.head->weight);
+  a.to(kFloat64);
+  CHECK(a.head->weight.dtype() == kFloat64);
+  CHECK(a.head->weight.requires_grad());
+  CHECK(a.blocks[0]->counter.dtype() == kInt64);  // int buffers keep their dtype
+  CHECK(a.blocks[0]->cache.dtype() == kFloat64);
+  for (size_t i = 0; i < w.size(); ++i) CHECK(values(a.head->weight)[i] == w[i]);
+  CHECK_THROWS_MSG(a.to(kInt64), DTypeError, "[Module::to]");
+  a.to(Device::cpu());
+  if (!cuda_built()) CHECK_THROWS_MSG(a.to(Device::cuda(0)), NotImplementedError, "[Module::to]", "cuda:0");
+}
+
+TEST_CASE("gradients flow to every parameter; zero_grad clears them; set_parameters checks") {
+  Net a(1);
+  Tensor x = rand({4, 3}, kFloat32, default_generator());
+  sum(a.forward(x)).backward();
+  for (auto& e : a.named_parameters()) CHECK_MESSAGE(e.second.grad().defined(), e.first);
+  a.zero_grad();
+  for (auto& p : a.parameters()) CHECK(!p.grad().defined());
+  CHECK_THROWS_MSG(a.set_parameters({}), ValueError, "[set_parameters] module has 7 parameters, got 0");
+  std::vector<Tensor> ps = a.parameters();
+  ps[6] = Tensor::zeros({2, 1});
+  CHECK_THROWS_MSG(a.set_parameters(ps), ValueError, "'head.weight'");
+}
+
+TEST_CASE("float64 gradcheck of a composite module through check_module_grad") {
+  Net a(4);
+  a.to(kFloat64);
+  check_module_grad(a, [&](const std::vector<Tensor>& xs) { return a.forward(xs[0]); }, {leaf64({3, 3}, 5)});
+}
+
+TEST_CASE("initialisers are seeded and follow their formulas") {
+  Tensor a = Tensor::empty({64, 32}), b = Tensor::empty({64, 32});
+  Generator g1(9), g2(9);
+  nn::init::xavier_uniform_(a, 1.0, g1);
+  nn::init::xavier_uniform_(b, 1.0, g2);
+  CHECK(values(a) == values(b));
+  double bound = std::sqrt(6.0 / (32 + 64));
+  double mx = 0;
+  for (double v : values(a)) mx = std::max(mx, std::abs(v));
+  CHECK(mx <= bound);
+  CHECK(mx > 0.9 * bound);
+  Tensor k = Tensor::empty({256, 128});
+  nn::init::kaiming_normal_(k, 0.0, g1);
+  double s2 = 0;
+  for (double v : values(k)) s2 += v * v;
+  double std_dev = std::sqrt(s2 / double(k.numel()));
+  CHECK(std_dev == doctest::Approx(std::sqrt(2.0 / 128)).epsilon(0.03));
+  Tensor c = Tensor::empty({4, 3, 5});
+  CHECK(nn::init::fans(c).in == 15);
+  CHECK(nn::init::fans(c).out == 20);
+  nn::init::zeros_(c);
+  CHECK(values(sum(abs(c)))[0] == 0);
+  Tensor i = Tensor::zeros({2}, kInt64);
+  CHECK_THROWS_MSG(nn::init::normal_(i, 0, 1), DTypeError, "[init::normal_] needs a float tensor");
+  Tensor s = Tensor::empty({});
+  CHECK_THROWS_MSG(nn::init::xavier_normal_(s), ShapeError, "[init]", "()");
+}
