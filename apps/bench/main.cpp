@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -46,6 +48,9 @@ Subcommands (each prints one JSON object on stdout):
   matmul        GFLOP/s of cf::matmul (float32) vs a direct cblas_sgemm call on
                 the same buffers, square sizes and a batched case
   elementwise   GB/s of add, mul, exp on float32 vs memcpy of the same bytes
+  attention     forward and forward+backward time and peak bytes of attention
+                variants on q, k, v of (1, 4 heads, N, 64), float32; each
+                variant's ratio_vs_full is measured in the same run
 
 Options:
   --repeat N    timed repetitions per row; the median is reported
@@ -55,11 +60,21 @@ Options:
   --sizes LIST  matmul: square sizes, comma separated (default 256,512,1024,2048)
   --batch B,N   matmul: batched case B x (N x N x N) (default 64,128; 0,0 skips it)
   --numel N     elementwise: elements per tensor (default 16777216)
+  --variants L  attention: comma-separated variant names (default: full);
+                known: )" "__VARIANTS__" R"(
+  --sizes LIST  attention: sequence lengths (default 512,1024,2048,4096,8192,16384)
+  --causal      attention: causal masking
+  --max-gib G   attention: skip a dense row whose score matrices would need more
+                than G GiB (default: half of this machine's memory)
   -h, --help    this text
 )";
 
 struct Options {
   std::string cmd;
+  std::vector<std::string> variants = {"full"};
+  bool sizes_given = false;
+  bool causal = false;
+  double max_gib = -1;
   int64_t repeat = -1;
   int64_t threads = -1;
   int64_t iters = 2000;
@@ -332,6 +347,92 @@ json bench_elementwise(const Options& o) {
   return report("elementwise", rows);
 }
 
+// ---------------------------------------------------------------- attention
+double physical_gib() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? double(pages) * double(page) / double(1 << 30) : 8.0;
+}
+
+json bench_attention(const Options& o) {
+  const int64_t B = 1, H = 4, Dh = 64;
+  std::vector<int64_t> sizes = o.sizes_given ? o.sizes : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
+  const double max_gib = o.max_gib > 0 ? o.max_gib : physical_gib() / 2;
+  json rows = json::array();
+  for (int64_t n : sizes) {
+    cf::Generator gen{uint64_t(n)};
+    cf::Tensor q = cf::randn({B, H, n, Dh}, cf::kFloat32, gen), k = cf::randn({B, H, n, Dh}, cf::kFloat32, gen),
+               v = cf::randn({B, H, n, Dh}, cf::kFloat32, gen);
+    double full_fwd = -1, full_bwd = -1;
+    for (const std::string& variant : o.variants) {
+      cf::nn::AttentionSpec spec;
+      spec.type = variant;
+      spec.d_model = H * Dh;
+      spec.n_heads = H;
+      std::shared_ptr<cf::nn::Attention> att = cf::nn::make_attention(spec);
+      json r;
+      r["name"] = variant + "_" + std::to_string(n);
+      r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"heads", H}, {"head_dim", Dh},
+                     {"causal", o.causal}, {"dtype", "float32"}};
+      // A dense variant holds a few (B, H, N, N) float32 matrices: about 3 in the
+      // forward, 6 with the backward. Skip rows that would not fit rather than swap.
+      const double nn_gib = double(B * H) * double(n) * double(n) * 4.0 / double(1 << 30);
+      const bool dense = variant == "full";
+      auto args = [&](const cf::Tensor& qq, const cf::Tensor& kk, const cf::Tensor& vv) {
+        cf::nn::AttentionArgs a;
+        a.q = qq;
+        a.k = kk;
+        a.v = vv;
+        a.causal = o.causal;
+        return a;
+      };
+      const int64_t reps = o.repeat > 0 ? o.repeat : (n >= 8192 ? 1 : 3);
+      r["params"]["repeat"] = reps;
+      if (dense && 3 * nn_gib > max_gib) {
+        r["skipped"] = "forward needs about " + std::to_string(3 * nn_gib) + " GiB > --max-gib";
+        rows.push_back(r);
+        continue;
+      }
+      cf::Tensor out;
+      cf::reset_peak_memory();
+      double t_fwd;
+      {
+        cf::NoGradGuard ng;
+        t_fwd = time_median(reps, [&] {
+          out = cf::Tensor();
+          out = att->forward(args(q, k, v));
+        });
+      }
+      out = cf::Tensor();
+      r["forward_time_s"] = t_fwd;
+      r["forward_peak_bytes"] = cf::memory_stats().peak_bytes;
+      if (variant == "full") full_fwd = t_fwd;
+      if (full_fwd > 0) r["forward_ratio_vs_full"] = t_fwd / full_fwd;
+      if (dense && 6 * nn_gib > max_gib) {
+        r["backward_skipped"] = "forward+backward needs about " + std::to_string(6 * nn_gib) + " GiB > --max-gib";
+        rows.push_back(r);
+        continue;
+      }
+      cf::Tensor qg = q.detach(), kg = k.detach(), vg = v.detach();
+      qg.set_requires_grad(true);
+      kg.set_requires_grad(true);
+      vg.set_requires_grad(true);
+      cf::reset_peak_memory();
+      double t_bwd = time_median(reps, [&] {
+        qg.zero_grad();
+        kg.zero_grad();
+        vg.zero_grad();
+        cf::sum(att->forward(args(qg, kg, vg))).backward();
+      });
+      r["forward_backward_time_s"] = t_bwd;
+      r["forward_backward_peak_bytes"] = cf::memory_stats().peak_bytes;
+      if (variant == "full") full_bwd = t_bwd;
+      if (full_bwd > 0) r["forward_backward_ratio_vs_full"] = t_bwd / full_bwd;
+      rows.push_back(r);
+    }
+  }
+  return report("attention", rows);
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   if (argc < 2) throw UsageError("missing subcommand");
@@ -340,7 +441,7 @@ Options parse(int argc, char** argv) {
     o.cmd = "help";
     return o;
   }
-  if (o.cmd != "overhead" && o.cmd != "matmul" && o.cmd != "elementwise")
+  if (o.cmd != "overhead" && o.cmd != "matmul" && o.cmd != "elementwise" && o.cmd != "attention")
     throw UsageError("unknown subcommand '" + o.cmd + "'");
   cf::apps::ArgReader args(argc, argv, 2);
   while (!args.done()) {
@@ -355,8 +456,29 @@ Options parse(int argc, char** argv) {
       o.threads = cf::apps::parse_int(opt, args.value(opt), 1);
     } else if (opt == "--iters" && o.cmd == "overhead") {
       o.iters = cf::apps::parse_int(opt, args.value(opt), 1);
-    } else if (opt == "--sizes" && o.cmd == "matmul") {
+    } else if (opt == "--sizes" && (o.cmd == "matmul" || o.cmd == "attention")) {
       o.sizes = cf::apps::parse_int_list(opt, args.value(opt), 1);
+      o.sizes_given = true;
+    } else if (opt == "--variants" && o.cmd == "attention") {
+      o.variants.clear();
+      std::string list = args.value(opt), item;
+      std::vector<std::string> known = cf::nn::attention_types();
+      for (size_t i = 0; i <= list.size(); ++i) {
+        if (i < list.size() && list[i] != ',') {
+          item += list[i];
+          continue;
+        }
+        if (std::find(known.begin(), known.end(), item) == known.end())
+          throw UsageError("--variants: unknown attention variant '" + item + "'");
+        o.variants.push_back(item);
+        item.clear();
+      }
+    } else if (opt == "--causal" && o.cmd == "attention") {
+      args.no_value(opt);
+      o.causal = true;
+    } else if (opt == "--max-gib" && o.cmd == "attention") {
+      o.max_gib = cf::apps::parse_double(opt, args.value(opt));
+      if (!(o.max_gib > 0)) throw UsageError("--max-gib must be positive");
     } else if (opt == "--batch" && o.cmd == "matmul") {
       o.batch = cf::apps::parse_int_list(opt, args.value(opt), 0);
       if (o.batch.size() != 2) throw UsageError("--batch expects B,N (two integers)");
@@ -380,7 +502,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.cmd == "help") {
-    std::cout << kUsage;
+    std::string usage = kUsage, known;
+    for (const std::string& t : cf::nn::attention_types()) known += (known.empty() ? "" : ", ") + t;
+    usage.replace(usage.find("__VARIANTS__"), std::string("__VARIANTS__").size(), known);
+    std::cout << usage;
     return 0;
   }
   if (o.threads > 0) {
@@ -390,9 +515,10 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(int(o.threads));
   }
   try {
-    json out = o.cmd == "overhead" ? bench_overhead(o)
-               : o.cmd == "matmul" ? bench_matmul(o)
-                                   : bench_elementwise(o);
+    json out = o.cmd == "overhead"      ? bench_overhead(o)
+               : o.cmd == "matmul"      ? bench_matmul(o)
+               : o.cmd == "attention"   ? bench_attention(o)
+                                        : bench_elementwise(o);
     std::cout << out.dump() << std::endl;
   } catch (const std::exception& e) {
     std::cerr << "cf-bench " << o.cmd << ": " << e.what() << "\n";
