@@ -23,3 +23,7 @@
 #include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"
 #include "nn/state_dict.h"
+#include "nn/train/early_stopping.h"
+#include "nn/train/loop.h"
+#include "nn/train/metrics.h"
+#include "nn/train/progress.h"
