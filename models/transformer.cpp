@@ -84,13 +84,17 @@ void TransformerConfig::validate(const char* who) const {
   CF_CHECK(num_classes > 0, ValueError, "[", who, "] num_classes must be positive, got ", num_classes);
   CF_CHECK(layer.dropout >= 0 && layer.dropout < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ",
            layer.dropout);
+  CF_CHECK(layer.d_model > 0 && layer.n_heads > 0 && layer.d_model % layer.n_heads == 0 && layer.d_ff > 0,
+           ValueError, "[", who, "] needs d_model a positive multiple of n_heads and d_ff > 0; got d_model=",
+           layer.d_model, " n_heads=", layer.n_heads, " d_ff=", layer.d_ff);
+  nn::make_activation(layer.activation);  // throws naming the unknown activation
 }
 
 // ---- encoder trunk ----
 
 TransformerEncoder::TransformerEncoder(const TransformerConfig& c, int64_t vocab_size, int64_t n_layers,
                                        Generator& gen)
-    : vocab_(vocab_size) {
+    : vocab_(vocab_size), pad_id_(c.pad_id) {
   c.validate("TransformerEncoder");
   embedding = register_module("embedding", std::make_shared<nn::Embedding>(vocab_size, c.layer.d_model, c.pad_id, gen));
   positions_ = register_module("positions", make_positions(c, gen));
@@ -103,8 +107,23 @@ TransformerEncoder::TransformerEncoder(const TransformerConfig& c, int64_t vocab
 
 Tensor TransformerEncoder::embed(const Tensor& ids) { return drop_->forward(positions_->forward(embedding->forward(ids))); }
 
-Tensor TransformerEncoder::forward(const Tensor& ids, const Tensor& mask, bool causal, nn::AuxLosses* aux) {
-  check_ids("TransformerEncoder", ids, mask);
+namespace {
+bool any_true(const Tensor& m) { return sum(cf::to(m, kInt64)).item<int64_t>() > 0; }
+}  // namespace
+
+Tensor padding_mask(const Tensor& ids, int64_t pad_id) {
+  if (pad_id < 0) return Tensor();
+  Tensor m = eq(ids, double(pad_id));
+  return any_true(m) ? m : Tensor();
+}
+
+Tensor TransformerEncoder::effective_mask(const Tensor& ids, const Tensor& mask) const {
+  return mask.defined() ? mask : padding_mask(ids, pad_id_);
+}
+
+Tensor TransformerEncoder::forward(const Tensor& ids, const Tensor& given_mask, bool causal, nn::AuxLosses* aux) {
+  check_ids("TransformerEncoder", ids, given_mask);
+  const Tensor mask = effective_mask(ids, given_mask);
   Tensor h = embed(ids);
   for (auto& l : layers) h = l->forward(h, mask, causal, aux);
   return final_norm ? final_norm->forward(h) : h;
@@ -127,7 +146,8 @@ EncoderClassifier::EncoderClassifier(const TransformerConfig& c, Generator& gen)
   head = register_module("head", std::make_shared<nn::Linear>(c.layer.d_model, c.num_classes, true, gen));
 }
 
-Tensor EncoderClassifier::forward(const Tensor& ids, const Tensor& mask, nn::AuxLosses* aux) {
+Tensor EncoderClassifier::forward(const Tensor& ids, const Tensor& given_mask, nn::AuxLosses* aux) {
+  const Tensor mask = ids.defined() ? encoder->effective_mask(ids, given_mask) : given_mask;
   return head->forward(pool_sequence(encoder->forward(ids, mask, false, aux), mask, pooling_));
 }
 
@@ -145,8 +165,9 @@ Tensor PairClassifier::forward(const Tensor& ids_a, const Tensor& mask_a, const 
            ShapeError, "[PairClassifier] the two texts need (B, N) ids with one batch size, got ",
            ids_a.defined() ? shape_str(ids_a.shape()) : "undefined", " and ",
            ids_b.defined() ? shape_str(ids_b.shape()) : "undefined");
-  Tensor u = pool_sequence(encoder->forward(ids_a, mask_a, false, aux), mask_a, pooling_);
-  Tensor v = pool_sequence(encoder->forward(ids_b, mask_b, false, aux), mask_b, pooling_);
+  const Tensor ma = encoder->effective_mask(ids_a, mask_a), mb = encoder->effective_mask(ids_b, mask_b);
+  Tensor u = pool_sequence(encoder->forward(ids_a, ma, false, aux), ma, pooling_);
+  Tensor v = pool_sequence(encoder->forward(ids_b, mb, false, aux), mb, pooling_);
   Tensor f = cat({u, v, u * v, u - v}, 1);
   return fc2->forward(relu(fc1->forward(f)));
 }
@@ -165,7 +186,7 @@ Tensor CausalLM::forward(const Tensor& ids, const Tensor& mask, nn::AuxLosses* a
 // ---- encoder-decoder ----
 
 EncoderDecoder::EncoderDecoder(const TransformerConfig& c, Generator& gen)
-    : tgt_vocab_(c.tgt_vocab_size > 0 ? c.tgt_vocab_size : c.vocab_size) {
+    : tgt_vocab_(c.tgt_vocab_size > 0 ? c.tgt_vocab_size : c.vocab_size), pad_id_(c.pad_id) {
   c.validate("EncoderDecoder");
   const int64_t d = c.layer.d_model;
   encoder = register_module("encoder", std::make_shared<TransformerEncoder>(c, c.vocab_size, c.n_layers, gen));
@@ -186,17 +207,20 @@ Tensor EncoderDecoder::encode(const Tensor& src, const Tensor& src_mask, nn::Aux
   return encoder->forward(src, src_mask, false, aux);
 }
 
-Tensor EncoderDecoder::decode(const Tensor& memory, const Tensor& src_mask, const Tensor& tgt, const Tensor& tgt_mask,
-                              nn::AuxLosses* aux) {
-  check_ids("EncoderDecoder", tgt, tgt_mask);
+Tensor EncoderDecoder::decode(const Tensor& memory, const Tensor& src_mask, const Tensor& tgt,
+                              const Tensor& given_tgt_mask, nn::AuxLosses* aux) {
+  check_ids("EncoderDecoder", tgt, given_tgt_mask);
+  const Tensor tgt_mask = given_tgt_mask.defined() ? given_tgt_mask : padding_mask(tgt, pad_id_);
   Tensor h = drop_->forward(positions_->forward(tgt_embedding->forward(tgt)));
   for (auto& l : decoder_layers) h = l->forward(h, memory, tgt_mask, src_mask, aux);
   if (final_norm) h = final_norm->forward(h);
   return head->forward(h);
 }
 
-Tensor EncoderDecoder::forward(const Tensor& src, const Tensor& src_mask, const Tensor& tgt, const Tensor& tgt_mask,
-                               nn::AuxLosses* aux) {
+Tensor EncoderDecoder::forward(const Tensor& src, const Tensor& given_src_mask, const Tensor& tgt,
+                               const Tensor& tgt_mask, nn::AuxLosses* aux) {
+  CF_CHECK(src.defined(), ValueError, "[EncoderDecoder] src is undefined");
+  const Tensor src_mask = encoder->effective_mask(src, given_src_mask);
   return decode(encode(src, src_mask, aux), src_mask, tgt, tgt_mask, aux);
 }
 

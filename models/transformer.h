@@ -42,9 +42,13 @@ class TransformerEncoder : public nn::Module {
   TransformerEncoder(const TransformerConfig& c, int64_t vocab_size, int64_t n_layers,
                      Generator& gen = default_generator());
   // ids int64 (B, N), key_padding_mask bool (B, N) true = padding -> (B, N, D).
+  // Without a mask, tokens equal to pad_id (when pad_id >= 0) are masked: padding
+  // never leaks into attention or pooling because a caller forgot the mask.
   Tensor forward(const Tensor& ids, const Tensor& key_padding_mask = {}, bool causal = false,
                  nn::AuxLosses* aux = nullptr);
   Tensor embed(const Tensor& ids);  // embedding + positions + dropout
+  // `mask` when given, else padding_mask(ids, pad_id).
+  Tensor effective_mask(const Tensor& ids, const Tensor& mask) const;
   std::shared_ptr<nn::Embedding> embedding;
   std::vector<std::shared_ptr<nn::TransformerEncoderLayer>> layers;
   std::shared_ptr<nn::LayerNorm> final_norm;  // null in the post-LN form
@@ -52,8 +56,11 @@ class TransformerEncoder : public nn::Module {
  private:
   std::shared_ptr<nn::UnaryModule> positions_;
   std::shared_ptr<nn::Dropout> drop_;
-  int64_t vocab_;
+  int64_t vocab_, pad_id_;
 };
+
+// The padding mask of ids (ids == pad_id), or undefined when pad_id < 0 or no id is padding.
+Tensor padding_mask(const Tensor& ids, int64_t pad_id);
 
 // Mean over the non-padding tokens, or the first token: (B, N, D) -> (B, D).
 Tensor pool_sequence(const Tensor& h, const Tensor& key_padding_mask, const std::string& pooling);
@@ -113,7 +120,7 @@ class EncoderDecoder : public nn::Module {
  private:
   std::shared_ptr<nn::UnaryModule> positions_;
   std::shared_ptr<nn::Dropout> drop_;
-  int64_t tgt_vocab_;
+  int64_t tgt_vocab_, pad_id_;
 };
 
 }  // namespace models

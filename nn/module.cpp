@@ -58,9 +58,15 @@ void Module::visit(const std::string& prefix, F&& f) const {
 }
 
 StateDict Module::named_parameters() const {
+  // A tensor reached twice (a shared submodule, tied weights) is listed once, under
+  // its first name, so an optimizer steps it once.
   StateDict out;
+  std::vector<const TensorImpl*> seen;
   visit("", [&](const std::string& n, Tensor* t, bool is_param, bool) {
-    if (is_param && t->defined()) out.emplace_back(n, *t);
+    if (!is_param || !t->defined()) return;
+    if (std::find(seen.begin(), seen.end(), t->impl_ptr()) != seen.end()) return;
+    seen.push_back(t->impl_ptr());
+    out.emplace_back(n, *t);
   });
   return out;
 }
@@ -160,8 +166,9 @@ void Module::to(DType dtype) {
   NoGradGuard ng;
   visit("", [&](const std::string&, Tensor* t, bool is_param, bool) {
     if (!t->defined() || !is_floating(t->dtype()) || t->dtype() == dtype) return;
+    const bool trainable = t->requires_grad();  // a frozen parameter stays frozen
     *t = cf::to(*t, dtype);
-    if (is_param) t->set_requires_grad(true);
+    if (is_param && trainable) t->set_requires_grad(true);
   });
 }
 
@@ -169,14 +176,27 @@ void Module::to(Device device) {
   visit("", [&](const std::string& n, Tensor* t, bool, bool) {
     CF_CHECK(!t->defined() || t->device() == device, NotImplementedError, "[Module::to] cannot move '", n,
              "' from ", t->device(), " to ", device,
-             ": copies between devices need the CUDA backend, which this build does not have");
+             cuda_built() ? ": copies between devices are not implemented yet"
+                          : ": this build of cf has no CUDA backend");
   });
 }
 
 void Module::set_parameters(const std::vector<Tensor>& values) {
+  // The slots in named_parameters() order; a tensor shared by several slots is
+  // replaced in all of them.
   std::vector<std::pair<std::string, Tensor*>> slots;
+  std::vector<std::vector<Tensor*>> aliases;
+  std::vector<const TensorImpl*> seen;
   visit("", [&](const std::string& n, Tensor* t, bool is_param, bool) {
-    if (is_param && t->defined()) slots.emplace_back(n, t);
+    if (!is_param || !t->defined()) return;
+    auto it = std::find(seen.begin(), seen.end(), t->impl_ptr());
+    if (it != seen.end()) {
+      aliases[size_t(it - seen.begin())].push_back(t);
+      return;
+    }
+    seen.push_back(t->impl_ptr());
+    slots.emplace_back(n, t);
+    aliases.push_back({t});
   });
   CF_CHECK(values.size() == slots.size(), ValueError, "[set_parameters] module has ", slots.size(),
            " parameters, got ", values.size(), " tensors");
@@ -186,7 +206,8 @@ void Module::set_parameters(const std::vector<Tensor>& values) {
     CF_CHECK(v.defined() && v.shape() == t.shape() && v.dtype() == t.dtype(), ValueError, "[set_parameters] '",
              slots[i].first, "' is ", t.describe(), ", got ", v.defined() ? v.describe() : std::string("undefined"));
   }
-  for (size_t i = 0; i < slots.size(); ++i) *slots[i].second = values[i];
+  for (size_t i = 0; i < slots.size(); ++i)
+    for (Tensor* t : aliases[i]) *t = values[i];
 }
 
 void Module::zero_grad() {

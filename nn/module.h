@@ -99,7 +99,8 @@ class ModuleList : public Module {
  public:
   template <class M>
   std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
-    register_module(std::to_string(size_++), module);
+    register_module(std::to_string(size_), module);  // may throw: count only after it succeeded
+    ++size_;
     return module;
   }
   size_t size() const { return size_; }

@@ -60,7 +60,8 @@ Options:
   --sizes LIST  matmul: square sizes, comma separated (default 256,512,1024,2048)
   --batch B,N   matmul: batched case B x (N x N x N) (default 64,128; 0,0 skips it)
   --numel N     elementwise: elements per tensor (default 16777216)
-  --variants L  attention: comma-separated variant names (default: full);
+  --variants L  attention: comma-separated variant names (default: full; --variant
+                is the same option);
                 known: )" "__VARIANTS__" R"(
   --sizes LIST  attention: sequence lengths (default 512,1024,2048,4096,8192,16384)
   --causal      attention: causal masking
@@ -459,7 +460,7 @@ Options parse(int argc, char** argv) {
     } else if (opt == "--sizes" && (o.cmd == "matmul" || o.cmd == "attention")) {
       o.sizes = cf::apps::parse_int_list(opt, args.value(opt), 1);
       o.sizes_given = true;
-    } else if (opt == "--variants" && o.cmd == "attention") {
+    } else if ((opt == "--variants" || opt == "--variant") && o.cmd == "attention") {
       o.variants.clear();
       std::string list = args.value(opt), item;
       std::vector<std::string> known = cf::nn::attention_types();

@@ -10,11 +10,10 @@ namespace nn {
 Tensor causal_mask(int64_t nq, int64_t nk, Device device) {
   CF_CHECK(nq >= 0 && nk >= 0, ShapeError, "[causal_mask] negative size: nq=", nq, " nk=", nk);
   CF_CHECK(device.is_cpu(), NotImplementedError, "[causal_mask] only CPU masks in this build, asked for ", device);
-  std::vector<bool> m(size_t(nq * nk));
-  const int64_t shift = nk - nq;
-  for (int64_t i = 0; i < nq; ++i)
-    for (int64_t j = 0; j < nk; ++j) m[size_t(i * nk + j)] = j > i + shift;
-  return Tensor::from_vector(m, {nq, nk});
+  // key index > query index + (nk - nq), as one broadcast comparison (parallel for large N).
+  Tensor keys = reshape(Tensor::arange(nk), {1, nk});
+  Tensor queries = reshape(Tensor::arange(nq), {nq, 1}) + double(nk - nq);
+  return gt(keys, queries);
 }
 
 void check_attention_args(const AttentionArgs& a, const char* who) {

@@ -14,7 +14,8 @@ namespace nn {
 
 Tensor dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocked, double scale,
                        double dropout_p, bool training, Generator& gen) {
-  Tensor scores = matmul(q, transpose(k, -2, -1)) * scale;
+  // Scale q (N x d) rather than the scores (N x N): one pass over the smaller tensor.
+  Tensor scores = matmul(q * scale, transpose(k, -2, -1));
   if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
   Tensor w = softmax(scores, -1);
   if (training && dropout_p > 0) w = dropout(w, dropout_p, true, gen);

@@ -49,8 +49,8 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, int64_t padding_idx, G
     : num_(num_embeddings), dim_(dim), padding_idx_(padding_idx) {
   CF_CHECK(num_ > 0 && dim_ > 0, ValueError, "[Embedding] sizes must be positive, got num_embeddings=", num_,
            " dim=", dim_);
-  CF_CHECK(padding_idx < num_, ValueError, "[Embedding] padding_idx ", padding_idx, " out of range for ",
-           num_, " embeddings");
+  CF_CHECK(padding_idx >= -1 && padding_idx < num_, ValueError, "[Embedding] padding_idx ", padding_idx,
+           " out of range for ", num_, " embeddings (-1: none)");
   weight = Tensor::empty({num_, dim_});
   init::normal_(weight, 0.0, 1.0, gen);
   if (padding_idx_ >= 0) {
@@ -64,12 +64,12 @@ Tensor Embedding::forward(const Tensor& ids) {
   check_input("Embedding", ids);
   CF_CHECK(ids.dtype() == kInt64, DTypeError, "[Embedding] ids must be int64, got ", ids.dtype());
   Tensor flat = reshape(ids, {ids.numel()});
-  if (flat.device().is_cpu()) {
-    for (int64_t v : flat.to_vector<int64_t>())
-      CF_CHECK(v >= 0 && v < num_, IndexError, "[Embedding] id ", v, " out of range for ", num_,
-               " embeddings (ids shape ", shape_str(ids.shape()), ")");
+  Tensor rows;
+  try {
+    rows = index_select(weight, 0, flat);  // checks every id
+  } catch (const IndexError& e) {
+    throw IndexError(str("[Embedding] ids ", shape_str(ids.shape()), " for ", num_, " embeddings: ", e.what()));
   }
-  Tensor rows = index_select(weight, 0, flat);
   if (padding_idx_ >= 0) {
     // Zero rows for padding ids, so the padding row neither contributes nor learns.
     Tensor keep = cf::to(reshape(ne(flat, double(padding_idx_)), {flat.numel(), 1}), weight.dtype());
@@ -146,6 +146,11 @@ Sequential& Sequential::push_back(std::shared_ptr<UnaryModule> layer) {
   register_module(std::to_string(layers_.size()), layer);
   layers_.push_back(std::move(layer));
   return *this;
+}
+
+UnaryModule& Sequential::operator[](size_t i) const {
+  CF_CHECK(i < layers_.size(), IndexError, "[Sequential] layer ", i, " out of range for ", layers_.size(), " layers");
+  return *layers_[i];
 }
 
 Tensor Sequential::forward(const Tensor& x) {

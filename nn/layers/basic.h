@@ -106,7 +106,7 @@ class Sequential : public UnaryModule {
   Sequential& push_back(std::shared_ptr<UnaryModule> layer);
   Tensor forward(const Tensor& x) override;
   size_t size() const { return layers_.size(); }
-  UnaryModule& operator[](size_t i) const { return *layers_.at(i); }
+  UnaryModule& operator[](size_t i) const;
 
  private:
   std::vector<std::shared_ptr<UnaryModule>> layers_;

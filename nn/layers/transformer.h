@@ -21,7 +21,8 @@ struct TransformerLayerOptions {
   std::string activation = "relu";
   bool norm_first = true;  // pre-LN; false: post-LN
   AttentionSpec attention;        // self-attention variant (d_model/n_heads are filled in)
-  AttentionSpec cross_attention;  // decoder cross-attention variant (default full)
+  // Decoder cross-attention variant (default full); errors name its options "cross_attention.*".
+  AttentionSpec cross_attention{"full", 0, 0, Config(nlohmann::json::object(), "cross_attention")};
 };
 
 class TransformerEncoderLayer : public Module {

@@ -44,9 +44,11 @@ TEST_CASE("Embedding looks up rows; the padding row is zero and gets no gradient
   CHECK(gw[9] == 0);                   // id 3 unused
   emb.to(kFloat64);
   check_module_grad(emb, [&](const std::vector<Tensor>&) { return emb.forward(ids); }, {});
-  CHECK_THROWS_MSG(emb.forward(ti64({5}, {1})), IndexError, "[Embedding] id 5 out of range for 5 embeddings");
+  CHECK_THROWS_MSG(emb.forward(ti64({5}, {1})), IndexError, "[Embedding] ids (1) for 5 embeddings", "index 5 is out of range");
   CHECK_THROWS_MSG(emb.forward(t64({1}, {1})), DTypeError, "[Embedding] ids must be int64");
   CHECK_THROWS_MSG(nn::Embedding(5, 3, 5), ValueError, "[Embedding] padding_idx 5 out of range");
+  CHECK_THROWS_MSG(nn::Embedding(5, 3, -2), ValueError, "[Embedding] padding_idx -2 out of range");
+  CHECK_THROWS_MSG(emb.forward(ti64({-1}, {1})), IndexError, "[Embedding]", "-1");
 }
 
 TEST_CASE("LayerNorm, activations, Sequential and FeedForward pass gradcheck") {
@@ -76,6 +78,7 @@ TEST_CASE("LayerNorm, activations, Sequential and FeedForward pass gradcheck") {
   seq.push_back(std::make_shared<nn::Linear>(4, 6, true, g)).push_back(std::make_shared<nn::Tanh>());
   seq.push_back(std::make_shared<nn::Linear>(6, 2, true, g));
   CHECK(seq.named_parameters()[2].first == "2.weight");
+  CHECK_THROWS_MSG(seq[3], IndexError, "[Sequential] layer 3 out of range for 3 layers");
   seq.to(kFloat64);
   check_module_grad(seq, [&](const std::vector<Tensor>& xs) { return seq.forward(xs[0]); }, {leaf64({3, 4}, 6)});
 
@@ -98,6 +101,10 @@ TEST_CASE("Dropout: identity in eval, inverted scaling in training, seeded") {
   }
   CHECK(zeros > 900);
   CHECK(zeros < 1100);
+  Generator g2(11);
+  nn::Dropout same(0.25, g2);
+  CHECK(values(same.forward(x)) == v);  // same seed, same mask
+  CHECK(values(d.forward(x)) != v);     // the generator moved on
   d.eval();
   CHECK(d.forward(x).is_same(x));
   CHECK_THROWS_MSG(nn::Dropout(1.0), ValueError, "[Dropout] p must be in [0, 1), got 1");

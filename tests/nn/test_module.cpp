@@ -110,8 +110,12 @@ TEST_CASE("state_dict / load_state_dict round trip is exact") {
 
 TEST_CASE("load_state_dict lists missing, unexpected and mis-shaped entries, and changes nothing on error") {
   Net a(1);
-  nn::StateDict d = a.state_dict();
-  std::vector<double> before = values(a.head->weight);
+  nn::StateDict d = Net(2).state_dict();  // valid entries with other values
+  const auto before = a.state_dict();
+  auto unchanged = [&] {
+    auto now = a.state_dict();
+    for (size_t i = 0; i < now.size(); ++i) CHECK_MESSAGE(values(now[i].second) == values(before[i].second), now[i].first);
+  };
   nn::StateDict bad;
   for (auto& e : d) {
     if (e.first == "blocks.1.scale") continue;                             // missing
@@ -121,7 +125,7 @@ TEST_CASE("load_state_dict lists missing, unexpected and mis-shaped entries, and
   bad.emplace_back("blocks.2.fc.weight", Tensor::zeros({2, 3}));  // unexpected
   CHECK_THROWS_MSG(a.load_state_dict(bad), ValueError, "[load_state_dict]", "missing keys: blocks.1.scale",
                    "unexpected keys: blocks.2.fc.weight", "head.weight (expected (1,2), got (2,1))");
-  CHECK(values(a.head->weight) == before);
+  unchanged();
   // Non-strict: missing and unexpected are fine, shapes are still checked.
   nn::StateDict partial = {{"head.weight", Tensor::ones({1, 2})}, {"extra", Tensor::ones({1})}};
   a.load_state_dict(partial, /*strict=*/false);
@@ -129,7 +133,9 @@ TEST_CASE("load_state_dict lists missing, unexpected and mis-shaped entries, and
   CHECK_THROWS_MSG(a.load_state_dict({{"head.weight", Tensor::ones({3})}}, false), ValueError, "shape mismatch");
   nn::StateDict dup = d;
   dup.push_back(d[0]);
+  const auto before_dup = values(a.blocks[0]->scale);
   CHECK_THROWS_MSG(a.load_state_dict(dup), ValueError, "duplicate keys: blocks.0.scale");
+  CHECK(values(a.blocks[0]->scale) == before_dup);
 }
 
 TEST_CASE("train/eval propagates; to(dtype) converts; to(cuda) refuses clearly in a CPU build") {
@@ -147,8 +153,32 @@ TEST_CASE("train/eval propagates; to(dtype) converts; to(cuda) refuses clearly i
   CHECK(a.blocks[0]->cache.dtype() == kFloat64);
   for (size_t i = 0; i < w.size(); ++i) CHECK(values(a.head->weight)[i] == w[i]);
   CHECK_THROWS_MSG(a.to(kInt64), DTypeError, "[Module::to]");
+  a.head->weight.set_requires_grad(false);  // frozen
+  a.to(kFloat32);
+  CHECK(!a.head->weight.requires_grad());
+  CHECK(a.blocks[0]->scale.requires_grad());
   a.to(Device::cpu());
   if (!cuda_built()) CHECK_THROWS_MSG(a.to(Device::cuda(0)), NotImplementedError, "[Module::to]", "cuda:0");
+}
+
+TEST_CASE("ModuleList names stay dense after a failed push; shared parameters are listed once") {
+  nn::ModuleList list;
+  list.push_back(std::make_shared<nn::ReLU>());
+  CHECK_THROWS_MSG(list.push_back(std::shared_ptr<nn::Module>()), ValueError, "submodule '1' is null");
+  list.push_back(std::make_shared<nn::Linear>(2, 2));
+  CHECK(list.size() == 2);
+  CHECK(list.named_parameters()[0].first == "1.weight");
+  // The same layer twice (weight tying): one entry, so an optimizer steps it once.
+  Open tied;
+  auto lin = std::make_shared<nn::Linear>(2, 2);
+  tied.register_module("a", lin);
+  tied.register_module("b", lin);
+  CHECK(names(tied.named_parameters()) == std::vector<std::string>{"a.weight", "a.bias"});
+  CHECK(tied.num_parameters() == 6);
+  CHECK(names(tied.state_dict()).size() == 4);  // both names stay loadable
+  auto twice = tied.parameters();
+  tied.set_parameters({Tensor::ones({2, 2}), Tensor::ones({2})});
+  CHECK(values(lin->weight) == std::vector<double>{1, 1, 1, 1});
 }
 
 TEST_CASE("gradients flow to every parameter; zero_grad clears them; set_parameters checks") {

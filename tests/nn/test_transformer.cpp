@@ -55,6 +55,25 @@ TEST_CASE("encoder and decoder layers pass float64 gradcheck, pre-LN and post-LN
   CHECK_THROWS_MSG(nn::TransformerEncoderLayer{bad}, ValueError, "[TransformerEncoderLayer]", "n_heads=3");
 }
 
+TEST_CASE("pre-LN and post-LN compute their own formulas") {
+  Generator g(4);
+  Tensor x = leaf64({2, 3, 4}, 9);
+  for (bool pre : {true, false}) {
+    nn::TransformerEncoderLayer l(small_layer(pre), g);
+    l.to(kFloat64);
+    Tensor y = l.forward(x);
+    if (pre) {  // y = h + ff(norm2(h)), h = x + attn(norm1(x))
+      Tensor n1 = l.norm1->forward(x);
+      Tensor h = x + l.self_attn->forward(n1, n1, n1);
+      check_close(y, h + l.ff->forward(l.norm2->forward(h)), 1e-12);
+    } else {  // y = norm2(h + ff(h)), h = norm1(x + attn(x)): every token normalised
+      Tensor h = l.norm1->forward(x + l.self_attn->forward(x, x, x));
+      check_close(y, l.norm2->forward(h + l.ff->forward(h)), 1e-12);
+      check_close(mean(y, {2}), std::vector<double>(6, 0.0), 1e-12);
+    }
+  }
+}
+
 TEST_CASE("Transformer models: names, shapes, padding invariance, causality") {
   Generator g(1);
   models::TransformerConfig c = tiny_config(10);
@@ -96,6 +115,14 @@ TEST_CASE("Transformer models: names, shapes, padding invariance, causality") {
   CHECK(out.shape() == Shape{1, 3, 6});
   Tensor out2 = s2s.forward(src, Tensor(), ti64({1, 2, 5}, {1, 3}));
   check_close(narrow(out2, 1, 0, 2), narrow(out, 1, 0, 2), 0);
+  // A padded source (masked) decodes like the unpadded one: cross-attention honours the mask.
+  Tensor src_padded = ti64({1, 2, 3, 4, 0, 0, 1, 2, 3, 4, 5, 6}, {2, 6});
+  Tensor src_mask = bools({false, false, false, false, true, true, false, false, false, false, false, false}, {2, 6});
+  Tensor both = s2s.forward(src_padded, src_mask, ti64({1, 2, 3, 1, 2, 3}, {2, 3}));
+  check_close(narrow(both, 0, 0, 1), out, 1e-5);
+  // Without a mask the pad_id tokens are masked by default: the same result.
+  check_close(s2s.forward(src_padded, Tensor(), ti64({1, 2, 3, 1, 2, 3}, {2, 3})), both, 0);
+  check_close(clf.forward(ti64({3, 4, 5, 0, 0, 7, 7, 7, 7, 7}, {2, 5})), padded, 0);
 }
 
 TEST_CASE("TransformerConfig::from_json reads every key and refuses unknown or mistyped ones") {
@@ -124,6 +151,11 @@ TEST_CASE("TransformerConfig::from_json reads every key and refuses unknown or m
                    ValueError, "unknown key", "attention.heads");
   CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("vocab_size", 0)), ValueError,
                    "vocab_size must be positive");
+  CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("activation", "swishh")), ValueError,
+                   "unknown activation 'swishh'");
+  CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("d_ff", 0)), ValueError, "d_ff=0");
+  CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("cross_attention", {{"scale", "big"}})), ValueError,
+                   "cross_attention.scale");
   CHECK_THROWS_MSG(models::TransformerConfig::from_json(nlohmann::json::array()), ValueError, "object");
 }
 
