@@ -122,6 +122,27 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
     return;
   }
 
+  // Sum/mean over the leading axes of a contiguous tensor (bias gradients, sum_to of a
+  // broadcast operand): stream x once in memory order, adding each row into a row of
+  // accumulators, instead of striding through x once per output. Each output still
+  // adds its elements in the same order as the general path below: the same bits.
+  bool leading = !axes.empty() && x.is_contiguous() && n_out > 1;
+  for (size_t j = 0; leading && j < axes.size(); ++j) leading = axes[j] == int64_t(j);
+  if ((op == ReduceOp::Sum || op == ReduceOp::Mean) && leading) {
+    const T* rows = data + x_off;
+    parallel_for(n_out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n_red, 1)),
+                 [&](int64_t b, int64_t e) {
+      std::vector<acc_t> acc(size_t(e - b), acc_t(0));
+      for (int64_t r = 0; r < n_red; ++r) {
+        const T* row = rows + r * n_out + b;
+        for (int64_t j = 0; j < e - b; ++j) acc[size_t(j)] += acc_t(row[j]);
+      }
+      for (int64_t j = b; j < e; ++j)
+        o[j] = op == ReduceOp::Mean ? T(double(acc[size_t(j - b)]) / double(n_red)) : T(acc[size_t(j - b)]);
+    });
+    return;
+  }
+
   parallel_for(n_out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n_red, 1)),
                [&](int64_t b, int64_t e) {
     for (int64_t oi = b; oi < e; ++oi) {
