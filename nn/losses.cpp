@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"
@@ -14,13 +15,8 @@ namespace nn {
 
 namespace {
 
-void need_defined(const Tensor& t, const char* loss, const char* arg) {
-  CF_CHECK(t.defined(), ValueError, "[", loss, "] argument '", arg, "' is an undefined tensor");
-}
-void need_float(const Tensor& t, const char* loss, const char* arg) {
-  CF_CHECK(is_floating(t.dtype()), DTypeError, "[", loss, "] argument '", arg,
-           "' must be float32 or float64, got ", t.describe());
-}
+using ops::check_defined;
+using ops::check_float;
 // `other` must match `ref` in dtype and device.
 void need_like(const Tensor& other, const char* other_name, const Tensor& ref, const char* ref_name,
                const char* loss) {
@@ -63,22 +59,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   if (!o.weight.defined()) return cf::cross_entropy(logits, targets, fused);
 
   const char* op = "cross_entropy";
-  need_defined(logits, op, "logits");
-  need_defined(targets, op, "targets");
-  need_float(logits, op, "logits");
-  CF_CHECK(targets.dtype() == kInt64, DTypeError, "[cross_entropy] argument 'targets' must be int64, got ",
-           targets.describe());
-  CF_CHECK(logits.dim() >= 2, ShapeError,
-           "[cross_entropy] logits must be (N, C) or (N, C, d1, ...), got ", logits.describe());
-  Shape want = logits.shape();
-  want.erase(want.begin() + 1);
-  CF_CHECK(targets.shape() == want, ShapeError, "[cross_entropy] targets ", targets.describe(),
-           " do not match logits ", logits.describe(), ": expected targets of shape ",
-           shape_str(want));
-  CF_CHECK(targets.device() == logits.device(), DeviceError, "[cross_entropy] targets ",
-           targets.describe(), " and logits ", logits.describe(), " are on different devices");
-  CF_CHECK(o.label_smoothing >= 0 && o.label_smoothing < 1, ValueError,
-           "[cross_entropy] label_smoothing must be in [0, 1), got ", o.label_smoothing);
+  check_cross_entropy_args(logits, targets, o.label_smoothing);
   const int64_t C = logits.size(1);
   const Tensor& weight = o.weight;
   CF_CHECK(weight.dim() == 1 && weight.size(0) == C, ShapeError, "[cross_entropy] class weights ",
@@ -123,9 +104,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
                                         const BCEWithLogitsOptions& o) {
   const char* op = "binary_cross_entropy_with_logits";
-  need_defined(logits, op, "logits");
-  need_defined(targets, op, "targets");
-  need_float(logits, op, "logits");
+  check_defined(logits, op, "logits");
+  check_defined(targets, op, "targets");
+  check_float(logits, op, "logits");
   need_like(targets, "targets", logits, "logits", op);
   CF_CHECK(targets.shape() == logits.shape(), ShapeError, "[", op, "] targets ", targets.describe(),
            " do not match logits ", logits.describe(), ": they must have the same shape");
@@ -152,9 +133,9 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
   const char* op = "mse_loss";
-  need_defined(a, op, "a");
-  need_defined(b, op, "b");
-  need_float(a, op, "a");
+  check_defined(a, op, "a");
+  check_defined(b, op, "b");
+  check_float(a, op, "a");
   need_like(b, "b", a, "a", op);
   CF_CHECK(a.shape() == b.shape(), ShapeError, "[mse_loss] a ", a.describe(), " and b ",
            b.describe(), " must have the same shape");
@@ -165,9 +146,9 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
 
 Tensor chamfer_distance(const Tensor& a, const Tensor& b, Reduction reduction) {
   const char* op = "chamfer_distance";
-  need_defined(a, op, "a");
-  need_defined(b, op, "b");
-  need_float(a, op, "a");
+  check_defined(a, op, "a");
+  check_defined(b, op, "b");
+  check_float(a, op, "a");
   need_like(b, "b", a, "a", op);
   CF_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(2),
            ShapeError, "[chamfer_distance] point sets must be a (B, N, D) and b (B, M, D), got a ",

@@ -117,7 +117,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // Reduction::Mean when every target is ignore_index: cf returns 0 (and a zero
 // gradient) where PyTorch returns NaN (0/0). A fully padded batch then leaves
 // the weights alone instead of poisoning them with NaN.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& o) {
+void check_cross_entropy_args(const Tensor& logits, const Tensor& targets, double label_smoothing) {
   ops::check_defined(logits, "cross_entropy", "logits");
   ops::check_defined(targets, "cross_entropy", "targets");
   ops::check_same_device("cross_entropy", {&logits, &targets});
@@ -130,8 +130,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   CF_CHECK(targets.shape() == want, ShapeError, "[cross_entropy] targets ", targets.describe(),
            " do not match logits ", logits.describe(), ": expected targets of shape ",
            shape_str(want));
-  CF_CHECK(o.label_smoothing >= 0 && o.label_smoothing < 1, ValueError,
-           "[cross_entropy] label_smoothing must be in [0, 1), got ", o.label_smoothing);
+  CF_CHECK(label_smoothing >= 0 && label_smoothing < 1, ValueError,
+           "[cross_entropy] label_smoothing must be in [0, 1), got ", label_smoothing);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& o) {
+  check_cross_entropy_args(logits, targets, o.label_smoothing);
+  Shape want = logits.shape();  // the targets' shape: logits without the class axis
+  want.erase(want.begin() + 1);
 
   kernels::CrossEntropyParams p;
   p.classes = logits.shape()[1];

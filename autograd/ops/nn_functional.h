@@ -25,6 +25,10 @@ struct CrossEntropyOptions {
 // logits (N, C) or (N, C, d1, ...) with class axis 1; targets int64 (N) or (N, d1, ...).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                      const CrossEntropyOptions& options = {});
+// The argument checks of cross_entropy (defined, one device, float logits (N, C, ...),
+// int64 targets (N, ...), label_smoothing in [0, 1)), shared with the class-weighted
+// loss in nn/losses.h so both report bad input alike.
+void check_cross_entropy_args(const Tensor& logits, const Tensor& targets, double label_smoothing);
 
 // Inverted dropout: zero with probability p, scale survivors by 1/(1-p); identity
 // when !training or p == 0. Mask drawn from the Philox generator.

@@ -7,38 +7,16 @@
 #include <random>
 
 #include "core/serialization.h"
+#include "test_files.h"
 #include "test_util.h"
 
 using namespace cf;
+using cf::test::read_bytes;
+using cf::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    std::random_device rd;
-    dir = fs::temp_directory_path() /
-          ("cf_ser_test_" + std::to_string(rd()) + "_" + std::to_string(rd()));
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-  size_t count() const {
-    size_t n = 0;
-    for (auto it = fs::directory_iterator(dir); it != fs::directory_iterator(); ++it) ++n;
-    return n;
-  }
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // Write a safetensors file from a header string and a data buffer by hand.
 void write_raw(const std::string& path, const std::string& header, const std::string& data,

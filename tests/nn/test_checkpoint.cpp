@@ -7,35 +7,19 @@
 
 #include "core/serialization.h"
 #include "nn/checkpoint.h"
+#include "test_files.h"
 #include "test_util.h"
 
 using namespace cf;
+using cf::test::read_bytes;
+using cf::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-struct CkptDir {
-  fs::path dir;
-  CkptDir() {
-    std::random_device rd;
-    dir = fs::temp_directory_path() /
-          ("cf_ckpt_test_" + std::to_string(rd()) + "_" + std::to_string(rd()));
-    fs::create_directories(dir);
-  }
-  ~CkptDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string file(const std::string& n) const { return (dir / n).string(); }
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 }  // namespace
 
 TEST_CASE("checkpoint round trip") {
-  CkptDir tmp;
+  TempDir tmp;
   std::string path = tmp.file("run.ckpt");
   Generator g(7);
   (void)rand({5}, kFloat32, g);  // advance the offset
@@ -90,7 +74,7 @@ TEST_CASE("checkpoint round trip") {
 }
 
 TEST_CASE("checkpoint: empty checkpoint and overwrite") {
-  CkptDir tmp;
+  TempDir tmp;
   std::string path = tmp.file("e.ckpt");
   nn::save_checkpoint(path, {});
   nn::TrainingCheckpoint r = nn::load_checkpoint(path);
@@ -105,12 +89,12 @@ TEST_CASE("checkpoint: empty checkpoint and overwrite") {
 }
 
 TEST_CASE("checkpoint: bad input is refused before writing") {
-  CkptDir tmp;
+  TempDir tmp;
   std::string path = tmp.file("keep.ckpt");
   nn::TrainingCheckpoint good;
   good.step = 3;
   nn::save_checkpoint(path, good);
-  const std::string before = slurp(path);
+  const std::string before = read_bytes(path);
 
   nn::TrainingCheckpoint dup;
   dup.model = {{"w", Tensor::ones({1})}, {"w", Tensor::ones({1})}};
@@ -126,14 +110,14 @@ TEST_CASE("checkpoint: bad input is refused before writing") {
   nn::TrainingCheckpoint both;
   both.model = {{"w", Tensor::ones({1})}};
   both.optimizer = {{"w", Tensor::zeros({1})}};
-  CHECK(slurp(path) == before);
+  CHECK(read_bytes(path) == before);
   nn::save_checkpoint(path, both);
   CHECK(nn::load_checkpoint(path).optimizer.at(0).second.item<float>() == 0.0f);
   CHECK(std::distance(fs::directory_iterator(tmp.dir), fs::directory_iterator()) == 1);
 }
 
 TEST_CASE("checkpoint: foreign, newer and damaged files") {
-  CkptDir tmp;
+  TempDir tmp;
   std::string path = tmp.file("x.safetensors");
   CHECK_THROWS_MSG(nn::load_checkpoint(tmp.file("absent.ckpt")), IOError, "absent.ckpt", "no such file");
 
@@ -175,7 +159,7 @@ TEST_CASE("checkpoint: foreign, newer and damaged files") {
   nn::TrainingCheckpoint ck;
   ck.model = {{"w", Tensor::ones({16})}};
   nn::save_checkpoint(path, ck);
-  std::string bytes = slurp(path);
+  std::string bytes = read_bytes(path);
   std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() - 10);
   CHECK_THROWS_MSG(nn::load_checkpoint(path), IOError, "[load_safetensors]", "x.safetensors",
                    "run past the data buffer");

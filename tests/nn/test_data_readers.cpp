@@ -15,12 +15,12 @@
 #include "nn/data/fortunes.h"
 #include "nn/data/idx.h"
 #include "nn/data/tokenizer.h"
-#include "nn/data_test_util.h"
+#include "test_files.h"
 #include "test_util.h"
 
 using namespace cf;
 using namespace cf::data;
-using cf::test::DataTempDir;
+using cf::test::TempDir;
 using cf::test::write_bytes;
 
 namespace {
@@ -47,17 +47,13 @@ std::string be_bytes(uint64_t v, int n) {
   return s;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 }  // namespace
 
 TEST_SUITE("data") {
 
 TEST_CASE("data: IDX round trip, raw and gzip, every element type") {
-  DataTempDir dir;
+  TempDir dir;
   std::string u8;
   for (int i = 0; i < 24; ++i) u8 += char(i * 10);  // up to 230: beyond int8
   std::string bytes = idx_bytes(0x08, {2, 3, 4}, u8);
@@ -104,7 +100,7 @@ TEST_CASE("data: IDX round trip, raw and gzip, every element type") {
 }
 
 TEST_CASE("data: bad IDX files give errors naming the file") {
-  DataTempDir dir;
+  TempDir dir;
   std::string good = idx_bytes(0x08, {2, 3}, std::string(6, char(1)));
   auto bad = [&](const std::string& name, const std::string& bytes, bool gz = false) {
     std::string p = dir.file(name);
@@ -136,7 +132,7 @@ TEST_CASE("data: bad IDX files give errors naming the file") {
                    IOError, "huge.gz", "too large");
   // A gzip stream cut in half, and one with garbage after its magic.
   bad("ok.gz", good, true);
-  std::string gzb = slurp(dir.file("ok.gz"));
+  std::string gzb = cf::test::read_bytes(dir.file("ok.gz"));
   CHECK_THROWS_MSG(read_idx(bad("cut.gz", gzb.substr(0, gzb.size() / 2))), IOError, "cut.gz",
                    "[read_idx]");
   std::string garbage = gzb.substr(0, 10) + std::string(30, char(0x5a));
@@ -145,7 +141,7 @@ TEST_CASE("data: bad IDX files give errors naming the file") {
 }
 
 TEST_CASE("data: load_fashion_mnist finds the standard names, plain or gzip'd") {
-  DataTempDir dir;
+  TempDir dir;
   std::string img;
   for (int i = 0; i < 3 * 2 * 2; ++i) img += char(i == 0 ? 255 : i);
   write_gz(dir.file("train-images-idx3-ubyte.gz"), idx_bytes(0x08, {3, 2, 2}, img));
@@ -200,7 +196,7 @@ TEST_CASE("data: the real Fashion-MNIST files (dataset-fashion-mnist), when inst
 }
 
 TEST_CASE("data: fortune files on generated data") {
-  DataTempDir dir;
+  TempDir dir;
   write_bytes(dir.file("zeta"), "first line\n  second\n%\n\n%\n  \n  padded entry \n%\r\nlast, no %");
   write_bytes(dir.file("alpha"), "A\n%\nB\n%\n");
   write_bytes(dir.file("alpha.dat"), std::string("\0\0\0\x02", 4));
@@ -232,7 +228,7 @@ TEST_CASE("data: fortune files on generated data") {
                    "cannot open");
   CHECK_THROWS_MSG(read_fortunes(dir.file("none")), IOError, "[read_fortunes]", "none");
   CHECK_THROWS_MSG(read_fortunes(dir.file("off"), true), IOError, "[read_fortunes]", "no off/ folder");
-  DataTempDir empty;
+  TempDir empty;
   write_bytes(empty.file("x.dat"), "");
   CHECK_THROWS_MSG(read_fortunes(empty.str()), IOError, "[read_fortunes]", "no fortune files");
 }

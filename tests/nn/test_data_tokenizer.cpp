@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "nn/data/tokenizer.h"
-#include "nn/data_test_util.h"
+#include "test_files.h"
 #include "test_util.h"
 
 using namespace cf;
@@ -94,7 +94,7 @@ TEST_CASE("data: word tokenizer splitting rule, lowercase, min_count and max_siz
 }
 
 TEST_CASE("data: tokenizer save and load") {
-  cf::test::DataTempDir dir;
+  cf::test::TempDir dir;
   Tokenizer c = Tokenizer::build_char({"Grüße, ☃!"}, {true, 1, 0});
   Tokenizer w = Tokenizer::build_word({"a b b c c c"});
   c.save(dir.file("c.json"));
@@ -111,7 +111,7 @@ TEST_CASE("data: tokenizer save and load") {
   w.save(dir.file("c.json"));
   CHECK(Tokenizer::load(dir.file("c.json")).kind() == TokenizerKind::Word);
   int files = 0;
-  for (auto& e : std::filesystem::directory_iterator(dir.path)) {
+  for (auto& e : std::filesystem::directory_iterator(dir.dir)) {
     (void)e;
     ++files;
   }

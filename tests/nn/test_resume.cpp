@@ -1,22 +1,12 @@
 // Checkpoints of whole training runs: a model's state dict survives safetensors
 // exactly, and resuming mid-epoch reproduces the uninterrupted run bit for bit.
-#include <cstdio>
-#include <filesystem>
-
-#include <unistd.h>
-
 #include "nn/nn_test_util.h"
+#include "test_files.h"
 
 using namespace cf;
 using namespace cf::test;
 
 namespace {
-
-std::string temp_path(const char* name) {
-  return (std::filesystem::temp_directory_path() / (std::string("cf_resume_") + name + "_" +
-                                                    std::to_string(::getpid()) + ".safetensors"))
-      .string();
-}
 
 models::TransformerConfig config() {
   models::TransformerConfig c;
@@ -95,10 +85,10 @@ std::vector<std::vector<double>> all_values(const nn::StateDict& d) {
 TEST_CASE("a model's state dict round-trips exactly through a safetensors file") {
   Generator g1(1), g2(2);
   models::CausalLM a(config(), g1), b(config(), g2);
-  const std::string path = temp_path("model");
+  cf::test::TempDir tmp;
+  const std::string path = tmp.file("model.safetensors");
   save_safetensors(path, a.state_dict());
   b.load_state_dict(load_safetensors(path).tensors);
-  std::remove(path.c_str());
   CHECK(all_values(a.state_dict()) == all_values(b.state_dict()));
   a.eval();
   b.eval();
@@ -114,7 +104,8 @@ TEST_CASE("resuming from a checkpoint mid-epoch reproduces the uninterrupted run
   const auto expected_opt = all_values(straight.opt->state_dict());
 
   manual_seed(123);
-  const std::string path = temp_path("run");
+  cf::test::TempDir tmp;
+  const std::string path = tmp.file("run.safetensors");
   {
     Run first(1);
     first.steps(6);  // stops in the middle of the second epoch
@@ -123,7 +114,6 @@ TEST_CASE("resuming from a checkpoint mid-epoch reproduces the uninterrupted run
   manual_seed(999);  // whatever the process did in between
   Run resumed(2);    // other initial weights: everything must come from the file
   resumed.restore(nn::load_checkpoint(path));
-  std::remove(path.c_str());
   CHECK(resumed.opt->step_count() == 6);
   resumed.steps(5);
   CHECK(all_values(resumed.model->state_dict()) == expected);

@@ -1,5 +1,3 @@
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -17,6 +15,7 @@
 #include "nn/train/loop.h"
 #include "nn/train/metrics.h"
 #include "nn/train/progress.h"
+#include "test_files.h"
 #include "test_util.h"
 
 using namespace cf;
@@ -44,12 +43,6 @@ nn::ProgressBarOptions fake_bar(std::ostringstream& out, double* now, bool tty, 
   o.total = total;
   o.clock = [now] { return *now; };
   return o;
-}
-
-std::string temp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("cf_test_train_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
 }
 
 // y = 2x + 1 on 4 points, float64.
@@ -257,8 +250,8 @@ TEST_CASE("train: MetricsWriter writes JSON lines in order, non-finite as null")
 }
 
 TEST_CASE("train: MetricsWriter files append or truncate, flush each line, name the file on error") {
-  std::string path = temp_path("metrics.jsonl");
-  std::filesystem::remove(path);
+  cf::test::TempDir tmp;
+  std::string path = tmp.file("metrics.jsonl");
   {
     nn::MetricsWriter w(path, nn::MetricsWriter::Mode::Truncate);
     w.log(1, "train", {{"loss", 1.0}});
@@ -291,8 +284,7 @@ TEST_CASE("train: MetricsWriter files append or truncate, flush each line, name 
     ss << in.rdbuf();
     CHECK(lines_of(ss.str()).size() == 1);
   }
-  std::filesystem::remove(path);
-  std::string bad = temp_path("no_such_dir/metrics.jsonl");
+  std::string bad = tmp.file("no_such_dir/metrics.jsonl");
   CHECK_THROWS_MSG(nn::MetricsWriter{bad}, IOError, "[MetricsWriter] cannot open", bad.c_str());
 }
 
