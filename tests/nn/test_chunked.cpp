@@ -1,0 +1,195 @@
+// The shared sort-and-chunk attention (nn/attention/chunked.h) against its dense
+// reference and against full attention.
+#include <cmath>
+
+#include "nn/attention/chunked.h"
+#include "nn/nn_test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+// A random permutation per (batch, head), as a sort order (B, Hm, N).
+Tensor random_order(int64_t B, int64_t Hm, int64_t N, uint64_t seed) {
+  Generator gen{seed};
+  return argsort(rand({B, Hm, N}, kFloat64, gen), -1);
+}
+
+// Checks out and lse of the efficient path against the dense reference, and the
+// gradients of a random projection of both with respect to q, k and v.
+void check_against_dense(const Tensor& members, const Tensor& kpm, const nn::ChunkedAttentionOptions& o,
+                         int64_t H = 2, int64_t N = 10) {
+  Tensor q = leaf64({2, H, N, 3}, 11), k = leaf64({2, H, N, 3}, 12), v = leaf64({2, H, N, 4}, 13);
+  Tensor wo = leaf64({2, H, N, 4}, 14).detach(), wl = leaf64({2, H, N}, 15).detach();
+  auto loss = [&](const nn::ChunkedAttentionResult& r) {
+    // lse is -inf for tokens with nothing to attend to: leave those out of the loss.
+    Tensor finite = masked_fill(r.lse, eq(r.lse, -INFINITY), 0.0);
+    return sum(r.out * wo) + sum(finite * wl);
+  };
+  nn::ChunkedAttentionResult fast = nn::chunked_attention(q, k, v, members, kpm, o);
+  loss(fast).backward();
+  std::vector<Tensor> g_fast = {q.grad(), k.grad(), v.grad()};
+  q.zero_grad();
+  k.zero_grad();
+  v.zero_grad();
+  nn::ChunkedAttentionResult dense = nn::chunked_dense_attention(q, k, v, members, kpm, o);
+  loss(dense).backward();
+  check_close(fast.out, dense.out, 1e-12);
+  auto lf = values(fast.lse), ld = values(dense.lse);
+  REQUIRE(lf.size() == ld.size());
+  for (size_t i = 0; i < lf.size(); ++i) {
+    if (std::isinf(ld[i])) {
+      CHECK(lf[i] == ld[i]);
+    } else {
+      CHECK(lf[i] == doctest::Approx(ld[i]).epsilon(1e-12));
+    }
+  }
+  check_close(g_fast[0], q.grad(), 1e-12);
+  check_close(g_fast[1], k.grad(), 1e-12);
+  check_close(g_fast[2], v.grad(), 1e-12);
+}
+
+Tensor padding_mask_2x10() {
+  std::vector<bool> m(20, false);
+  m[17] = m[18] = m[19] = true;  // batch 1: the last three tokens are padding
+  return Tensor::from_vector(m, {2, 10});
+}
+
+}  // namespace
+
+TEST_CASE("chunked attention equals its dense reference, forward and backward, under every rule") {
+  Tensor kpm = padding_mask_2x10();
+  for (int64_t hm : {int64_t(1), int64_t(2)})
+    for (int64_t w : {int64_t(3), int64_t(4)})  // 10 tokens: the last chunk has empty slots
+      for (bool causal : {false, true})
+        for (bool self : {false, true})
+          for (int64_t back : {int64_t(0), int64_t(1), int64_t(2)}) {
+            CAPTURE(hm);
+            CAPTURE(w);
+            CAPTURE(causal);
+            CAPTURE(self);
+            CAPTURE(back);
+            nn::ChunkedAttentionOptions o;
+            o.look_back = back;
+            o.look_ahead = back == 2 ? 1 : 0;
+            o.causal = causal;
+            o.self_mask = self;
+            Tensor members = nn::chunk_order(random_order(2, hm, 10, uint64_t(7 + w + hm)), w);
+            check_against_dense(members, kpm, o);
+          }
+}
+
+TEST_CASE("one chunk holding every token is full attention") {
+  Tensor q = leaf64({2, 2, 6, 3}, 1), k = leaf64({2, 2, 6, 3}, 2), v = leaf64({2, 2, 6, 4}, 3);
+  std::vector<bool> pm(12, false);
+  pm[10] = pm[11] = true;
+  Tensor kpm = Tensor::from_vector(pm, {2, 6});
+  for (bool causal : {false, true}) {
+    nn::ChunkedAttentionOptions o;
+    o.causal = causal;
+    o.look_back = 1;  // wraps onto the only chunk: its keys must count once
+    Tensor members = nn::chunk_order(random_order(2, 1, 6, 3), 6);
+    nn::AttentionArgs a;
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.key_padding_mask = kpm;
+    a.causal = causal;
+    Tensor full = nn::dense_attention(q, k, v, nn::dense_block_mask(a), 1.0 / std::sqrt(3.0));
+    check_close(nn::chunked_attention(q, k, v, members, kpm, o).out, full, 1e-12);
+  }
+}
+
+TEST_CASE("a window wrapping around a few chunks counts each chunk once") {
+  // Two chunks, look_back 3 and look_ahead 2 reach both chunks many times over:
+  // the result is attention over all tokens.
+  Tensor q = leaf64({1, 1, 8, 3}, 4), k = leaf64({1, 1, 8, 3}, 5), v = leaf64({1, 1, 8, 2}, 6);
+  nn::ChunkedAttentionOptions o;
+  o.look_back = 3;
+  o.look_ahead = 2;
+  Tensor members = nn::chunk_order(random_order(1, 1, 8, 9), 4);
+  Tensor full = nn::dense_attention(q, k, v, Tensor(), 1.0 / std::sqrt(3.0));
+  check_close(nn::chunked_attention(q, k, v, members, Tensor(), o).out, full, 1e-12);
+}
+
+TEST_CASE("chunked attention: tokens in no slot, self-only queries and fully padded windows") {
+  Tensor q = leaf64({1, 1, 5, 2}, 1), k = leaf64({1, 1, 5, 2}, 2), v = leaf64({1, 1, 5, 3}, 3);
+  // Chunks {3, 1}, {4, -1}; token 0 and 2 are in no slot.
+  Tensor members = ti64({3, 1, 4, -1}, {1, 1, 2, 2});
+  nn::ChunkedAttentionOptions o;
+  o.causal = true;
+  o.self_mask = true;
+  nn::ChunkedAttentionResult r = nn::chunked_attention(q, k, v, members, Tensor(), o);
+  auto out = values(r.out), lse = values(r.lse), vv = values(v);
+  for (int64_t t : {0, 2}) {
+    CHECK(lse[size_t(t)] == -INFINITY);
+    for (int64_t d = 0; d < 3; ++d) CHECK(out[size_t(t * 3 + d)] == 0.0);
+  }
+  // Token 1 (chunk 0, causal) may only see itself: it attends to itself, with the
+  // Reformer's self score. Token 4 is alone in its chunk: the same.
+  for (int64_t t : {1, 4}) {
+    CHECK(lse[size_t(t)] == doctest::Approx(nn::kSelfMaskedScore));
+    for (int64_t d = 0; d < 3; ++d) CHECK(out[size_t(t * 3 + d)] == doctest::Approx(vv[size_t(t * 3 + d)]));
+  }
+  // Token 3 sees token 1 (earlier) and itself: the self score must give way.
+  for (int64_t d = 0; d < 3; ++d) CHECK(out[size_t(3 * 3 + d)] == doctest::Approx(vv[size_t(1 * 3 + d)]));
+  // Every key padded: zeros, -inf, and a zero (not NaN) gradient.
+  Tensor all = Tensor::from_vector(std::vector<bool>(5, true), {1, 5});
+  nn::ChunkedAttentionResult z = nn::chunked_attention(q, k, v, members, all, nn::ChunkedAttentionOptions{});
+  CHECK(values(z.out) == std::vector<double>(15, 0.0));
+  sum(z.out).backward();
+  CHECK(values(q.grad()) == std::vector<double>(10, 0.0));
+}
+
+TEST_CASE("chunked attention float64 gradcheck (look-back, causal, self mask, shared members)") {
+  Tensor kpm = padding_mask_2x10();
+  nn::ChunkedAttentionOptions o;
+  o.look_back = 1;
+  o.causal = true;
+  o.self_mask = true;
+  Tensor members = nn::chunk_order(random_order(2, 1, 10, 21), 4);
+  Tensor q = leaf64({2, 2, 10, 3}, 1), k = leaf64({2, 2, 10, 3}, 2), v = leaf64({2, 2, 10, 2}, 3);
+  GradcheckResult r = gradcheck(
+      [&](const std::vector<Tensor>& xs) {
+        nn::ChunkedAttentionResult c = nn::chunked_attention(xs[0], xs[1], xs[2], members, kpm, o);
+        // Leave out the lse of self-only queries (-1e5, constant): next to it, a
+        // finite difference of step 1e-6 loses the digits it measures.
+        return sum(c.out * c.out) + sum(masked_fill(c.lse, lt(c.lse, -1e4), 0.0));
+      },
+      {q, k, v});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("chunk_order pads the last chunk") {
+  Tensor order = ti64({4, 0, 3, 1, 2}, {1, 1, 5});
+  CHECK(nn::chunk_order(order, 2).shape() == Shape{1, 1, 3, 2});
+  CHECK(nn::chunk_order(order, 2).to_vector<int64_t>() == std::vector<int64_t>{4, 0, 3, 1, 2, -1});
+  CHECK(nn::chunk_order(order, 8).to_vector<int64_t>() == std::vector<int64_t>{4, 0, 3, 1, 2, -1, -1, -1});
+  CHECK_THROWS_MSG(nn::chunk_order(order, 0), ValueError, "[chunk_order] chunk size w must be >= 1, got 0");
+  CHECK_THROWS_MSG(nn::chunk_order(to(order, kFloat32), 2), ShapeError, "[chunk_order] order must be int64");
+}
+
+TEST_CASE("chunked attention rejects bad arguments with the shapes in the message") {
+  Tensor q = leaf64({1, 2, 4, 3}), k = leaf64({1, 2, 4, 3}), v = leaf64({1, 2, 4, 2});
+  Tensor members = ti64({0, 1, 2, 3}, {1, 1, 2, 2});
+  nn::ChunkedAttentionOptions o;
+  CHECK_THROWS_MSG(nn::chunked_attention(q, leaf64({1, 2, 5, 3}), v, members, Tensor(), o), ShapeError,
+                   "[chunked_attention] q and k must have one shape", "(1,2,5,3)");
+  CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, Tensor::full({1, 3, 2, 2}, -1.0, kInt64), Tensor(), o),
+                   ShapeError, "members (1,3,2,2) does not fit q (1,2,4,3)");
+  CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, ti64({0, 1, 1, 3}, {1, 1, 2, 2}), Tensor(), o), ValueError,
+                   "position 1 appears twice in members[0, 0]");
+  CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, ti64({0, 1, 4, 3}, {1, 1, 2, 2}), Tensor(), o), IndexError,
+                   "holds position 4, outside [-1, 4)");
+  CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, to(members, kFloat32), Tensor(), o), ShapeError,
+                   "members must be int64");
+  CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, members, Tensor::zeros({1, 3}, kBool), o), ShapeError,
+                   "key_padding_mask must be bool (B, N) = (1, 4), got bool (1,3)");
+  nn::ChunkedAttentionOptions bad;
+  bad.look_back = -1;
+  CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, members, Tensor(), bad), ValueError,
+                   "look_back and look_ahead must be >= 0", "look_back=-1");
+  CHECK_THROWS_MSG(nn::chunked_attention(q, k, to(v, kFloat32), members, Tensor(), o), DTypeError,
+                   "must share one float dtype");
+}
