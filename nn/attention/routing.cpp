@@ -1,0 +1,273 @@
+#include "nn/attention/routing.h"
+
+#include <cmath>
+#include <vector>
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/linalg.h"
+#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/random.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/sort.h"
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "nn/attention/full.h"
+#include "nn/losses.h"
+
+namespace cf {
+namespace nn {
+
+namespace {
+
+// members (B', H', C, w) with B' in {1, B}, H' in {1, H}, int64.
+void check_members(const Tensor& m, int64_t B, int64_t H, const char* name, const char* who) {
+  CF_CHECK(m.defined() && m.dtype() == kInt64 && m.dim() == 4, ShapeError, "[", who, "] ", name,
+           " must be int64 (B, H, C, w), got ", m.defined() ? shape_str(m.shape()) : std::string("undefined"),
+           m.defined() ? str(" ", m.dtype()) : std::string());
+  CF_CHECK((m.shape()[0] == B || m.shape()[0] == 1) && (m.shape()[1] == H || m.shape()[1] == 1), ShapeError, "[",
+           who, "] ", name, " ", shape_str(m.shape()), " does not broadcast to (B, H) = (", B, ", ", H, ")");
+}
+
+void check_routed_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm, const Tensor& km,
+                       const Tensor& kpm, const char* who) {
+  AttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.key_padding_mask = kpm;
+  check_attention_args(a, who);
+  const int64_t B = q.shape()[0], H = q.shape()[1];
+  CF_CHECK(q.shape()[2] == k.shape()[2], ShapeError, "[", who, "] self-attention only: q has ", q.shape()[2],
+           " positions, k ", k.shape()[2]);
+  check_members(qm, B, H, "query_members", who);
+  check_members(km, B, H, "key_members", who);
+  CF_CHECK(qm.shape()[2] == km.shape()[2], ShapeError, "[", who, "] query_members ", shape_str(qm.shape()),
+           " and key_members ", shape_str(km.shape()), " must have the same number of lists C");
+  const int64_t n = q.shape()[2];
+  for (const Tensor* m : {&qm, &km}) {
+    if (m->numel() == 0) continue;
+    int64_t lo = amin(*m).item<int64_t>(), hi = amax(*m).item<int64_t>();
+    CF_CHECK(lo >= -1 && hi < n, IndexError, "[", who, "] member positions must be in [-1, ", n, "), got range [",
+             lo, ", ", hi, "]");
+  }
+}
+
+}  // namespace
+
+Tensor l2_normalize(const Tensor& x) { return x * rsqrt(sum(square(x), {-1}, true) + 1e-12); }
+
+Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                        const Tensor& key_members, const Tensor& key_padding_mask, bool causal, double scale) {
+  check_routed_args(q, k, v, query_members, key_members, key_padding_mask, "routed_attention");
+  const int64_t B = q.shape()[0], H = q.shape()[1], N = q.shape()[2], Dv = v.shape()[3];
+  const int64_t C = query_members.shape()[2], wq = query_members.shape()[3], wk = key_members.shape()[3];
+  if (scale <= 0) scale = 1.0 / std::sqrt(double(q.shape()[3]));
+  Tensor qm = contiguous(expand(query_members, {B, H, C, wq})), km = contiguous(expand(key_members, {B, H, C, wk}));
+  // Empty slots (-1) read position 0 and are masked below.
+  Tensor qi = reshape(where(ge(qm, 0.0), qm, 0.0), {B, H, C * wq, 1});
+  Tensor ki = reshape(where(ge(km, 0.0), km, 0.0), {B, H, C * wk, 1});
+  Tensor qc = reshape(take_along_dim(q, qi, 2), {B, H, C, wq, q.shape()[3]});
+  Tensor kc = reshape(take_along_dim(k, ki, 2), {B, H, C, wk, k.shape()[3]});
+  Tensor vc = reshape(take_along_dim(v, ki, 2), {B, H, C, wk, Dv});
+  Tensor scores = matmul(qc * scale, transpose(kc, -2, -1));  // (B, H, C, wq, wk): within-list scores only
+  Tensor kpos = reshape(km, {B, H, C, 1, wk});
+  Tensor blocked = lt(kpos, 0.0);
+  if (key_padding_mask.defined()) {
+    Tensor pad = take_along_dim(reshape(to(key_padding_mask, kInt64), {B, 1, N}), reshape(ki, {B, H, C * wk}), 2);
+    blocked = logical_or(blocked, reshape(gt(pad, 0.0), {B, H, C, 1, wk}));
+  }
+  // Eq. (12): causal masking on the ORIGINAL positions, j <= i.
+  if (causal) blocked = logical_or(blocked, gt(kpos, reshape(qm, {B, H, C, wq, 1})));
+  Tensor w = softmax(masked_fill(scores, blocked, -INFINITY), -1);  // a row with nothing allowed: zeros
+  Tensor oc = masked_fill(matmul(w, vc), reshape(lt(qm, 0.0), {B, H, C, wq, 1}), 0.0);
+  Tensor idx = contiguous(expand(qi, {B, H, C * wq, Dv}));
+  Tensor out = scatter_add(Tensor::zeros({B, H, N, Dv}, v.dtype()), 2, idx, reshape(oc, {B, H, C * wq, Dv}));
+  // The average over the lists holding each query (the reference code's scatter_mean).
+  Tensor count = scatter_add(Tensor::zeros({B, H, N, 1}, v.dtype()), 2, qi, to(reshape(ge(qm, 0.0), {B, H, C * wq, 1}), v.dtype()));
+  return out / clamp(count, 1.0, INFINITY);
+}
+
+Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& query_members, const Tensor& key_members,
+                                        const Tensor& key_padding_mask, bool causal, double scale) {
+  const char* who = "routed_attention_dense_reference";
+  check_routed_args(q, k, v, query_members, key_members, key_padding_mask, who);
+  const int64_t B = q.shape()[0], H = q.shape()[1], N = q.shape()[2];
+  const int64_t C = query_members.shape()[2], wq = query_members.shape()[3], wk = key_members.shape()[3];
+  if (scale <= 0) scale = 1.0 / std::sqrt(double(q.shape()[3]));
+  auto qm = contiguous(expand(query_members, {B, H, C, wq})).to_vector<int64_t>();
+  auto km = contiguous(expand(key_members, {B, H, C, wk})).to_vector<int64_t>();
+  std::vector<bool> pad(size_t(B * N), false);
+  if (key_padding_mask.defined()) {
+    auto p = key_padding_mask.to_vector<bool>();
+    for (size_t i = 0; i < p.size(); ++i) pad[i] = p[i];
+  }
+  Tensor total, count;
+  for (int64_t c = 0; c < C; ++c) {
+    std::vector<bool> blocked(size_t(B * H * N * N), true);
+    std::vector<double> in_c(size_t(B * H * N), 0.0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        const size_t base = size_t(((b * H + h) * C + c));
+        for (int64_t s = 0; s < wq; ++s) {
+          int64_t i = qm[base * size_t(wq) + size_t(s)];
+          if (i < 0) continue;
+          in_c[size_t((b * H + h) * N + i)] = 1.0;
+          for (int64_t t = 0; t < wk; ++t) {
+            int64_t j = km[base * size_t(wk) + size_t(t)];
+            if (j < 0 || pad[size_t(b * N + j)] || (causal && j > i)) continue;
+            blocked[size_t(((b * H + h) * N + i) * N + j)] = false;
+          }
+        }
+      }
+    Tensor mask = Tensor::from_vector(blocked, {B, H, N, N});
+    Tensor member = to(Tensor::from_vector(in_c, {B, H, N, 1}), v.dtype());
+    Tensor out_c = dense_attention(q, k, v, mask, scale) * member;
+    total = total.defined() ? total + out_c : out_c;
+    count = count.defined() ? count + member : member;
+  }
+  return total / clamp(count, 1.0, INFINITY);
+}
+
+void local_members(int64_t n, int64_t window, bool causal, Tensor& query_members, Tensor& key_members) {
+  CF_CHECK(n > 0 && window > 0, ValueError, "[local_members] need n > 0 and window > 0, got n=", n,
+           " window=", window);
+  const int64_t C = (n + window - 1) / window, span = causal ? 2 : 3;
+  std::vector<int64_t> qm(size_t(C * window)), km(size_t(C * span * window));
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t s = 0; s < window; ++s) {
+      int64_t p = c * window + s;
+      qm[size_t(c * window + s)] = p < n ? p : -1;
+    }
+    for (int64_t o = 0; o < span; ++o)
+      for (int64_t s = 0; s < window; ++s) {
+        int64_t p = (c - 1 + o) * window + s;  // blocks c-1, c (, c+1); no wrap-around
+        km[size_t((c * span + o) * window + s)] = p >= 0 && p < n ? p : -1;
+      }
+  }
+  query_members = Tensor::from_vector(qm, {1, 1, C, window});
+  key_members = Tensor::from_vector(km, {1, 1, C, span * window});
+}
+
+Tensor balanced_routing(const Tensor& xn, const Tensor& centroids, const Tensor& key_padding_mask, int64_t w) {
+  const Shape& s = xn.shape();
+  const int64_t B = s[0], H = s[1], N = s[2], C = centroids.shape()[1];
+  NoGradGuard ng;
+  // Per cluster, tokens ranked by xn . mu_c: for unit xn the same order as -|xn - mu_c|^2.
+  Tensor scores = transpose(matmul(xn, transpose(reshape(centroids, {1, H, C, s[3]}), -2, -1)), -2, -1);
+  if (key_padding_mask.defined()) scores = masked_fill(scores, reshape(key_padding_mask, {B, 1, 1, N}), -INFINITY);
+  ValuesIndices top = topk(scores, w, -1);  // (B, H, C, w); ties keep position order
+  return where(ne(top.values, -INFINITY), top.indices, -1.0);
+}
+
+Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids) {
+  NoGradGuard ng;
+  const int64_t H = centroids.shape()[0], C = centroids.shape()[1], D = centroids.shape()[2];
+  Tensor mu = reshape(centroids, {1, H, C, D});
+  // argmin_c |x - mu_c|^2 = argmax_c (x . mu_c - |mu_c|^2 / 2)
+  Tensor score = matmul(xn, transpose(mu, -2, -1)) - transpose(sum(square(mu), {-1}, true), -2, -1) * 0.5;
+  return argmax(score, -1);
+}
+
+RoutingAttention::RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_clusters, int64_t local_heads,
+                                   int64_t local_window, double decay, double scale, uint64_t seed)
+    : n_heads_(n_heads),
+      head_dim_(head_dim),
+      n_clusters_(n_clusters),
+      local_heads_(local_heads),
+      local_window_(local_window),
+      decay_(decay),
+      scale_(scale) {
+  CF_CHECK(n_heads > 0 && head_dim > 0, ValueError, "[RoutingAttention] n_heads and head_dim must be positive, got ",
+           n_heads, " and ", head_dim);
+  CF_CHECK(n_clusters > 0, ValueError, "[RoutingAttention] n_clusters must be positive, got ", n_clusters);
+  CF_CHECK(local_heads >= 0 && local_heads <= n_heads, ValueError, "[RoutingAttention] local_heads must be in [0, ",
+           n_heads, "] (n_heads), got ", local_heads);
+  CF_CHECK(local_window >= 0, ValueError, "[RoutingAttention] local_window must be >= 0 (0: the cluster size), got ",
+           local_window);
+  CF_CHECK(decay >= 0 && decay < 1, ValueError, "[RoutingAttention] decay must be in [0, 1), got ", decay);
+  CF_CHECK(scale >= 0, ValueError, "[RoutingAttention] scale must be >= 0 (0: 1/sqrt(d_k)), got ", scale);
+  Generator g(seed);
+  centroids_ = l2_normalize(randn({n_heads - local_heads, n_clusters, head_dim}, kFloat32, g));
+  register_buffer("centroids", &centroids_);
+}
+
+std::shared_ptr<Attention> RoutingAttention::create(const AttentionSpec& spec) {
+  const Config& o = spec.options;
+  int64_t n_clusters = o.get<int64_t>("n_clusters", 8);
+  int64_t local_heads = o.get<int64_t>("local_heads", 0);
+  int64_t local_window = o.get<int64_t>("local_window", 0);
+  double decay = o.get<double>("decay", 0.999);
+  double scale = o.get<double>("scale", 0.0);
+  uint64_t seed = o.get<uint64_t>("seed", 0);
+  o.finish();
+  return std::make_shared<RoutingAttention>(spec.n_heads, spec.d_model / spec.n_heads, n_clusters, local_heads,
+                                            local_window, decay, scale, seed);
+}
+
+Tensor RoutingAttention::forward(const AttentionArgs& a) {
+  const char* who = "RoutingAttention";
+  check_attention_args(a, who);
+  const Shape& s = a.q.shape();
+  const int64_t B = s[0], H = s[1], N = s[2], D = s[3];
+  CF_CHECK(a.k.shape()[2] == N, ShapeError, "[RoutingAttention] routing attention is self-attention: q has ", N,
+           " positions, k ", a.k.shape()[2]);
+  CF_CHECK(H == n_heads_ && D == head_dim_, ShapeError, "[RoutingAttention] built for ", n_heads_,
+           " heads of size ", head_dim_, ", got q ", shape_str(s));
+  CF_CHECK(a.q.dtype() == centroids_.dtype(), DTypeError, "[RoutingAttention] q is ", a.q.dtype(),
+           " but the centroids are ", centroids_.dtype(), " (convert the module with to(dtype))");
+  const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(D));
+  const int64_t w = (N + n_clusters_ - 1) / n_clusters_;  // balanced clusters: w = N / C tokens each
+  const int64_t L = local_heads_, R = H - L;
+  std::vector<Tensor> outs;
+  if (L > 0) {
+    Tensor qm, km;
+    local_members(N, local_window_ > 0 ? local_window_ : w, a.causal, qm, km);
+    outs.push_back(routed_attention(narrow(a.q, 1, 0, L), narrow(a.k, 1, 0, L), narrow(a.v, 1, 0, L), qm, km,
+                                    a.key_padding_mask, a.causal, scale));
+  }
+  if (R > 0) {
+    Tensor q = narrow(a.q, 1, L, R), k = narrow(a.k, 1, L, R), v = narrow(a.v, 1, L, R);
+    Tensor qn = l2_normalize(q), kn = l2_normalize(k);
+    Tensor qd = qn.detach(), kd = kn.detach();
+    Tensor qm = balanced_routing(qd, centroids_, a.query_padding_mask, w);
+    Tensor km = balanced_routing(kd, centroids_, a.key_padding_mask, w);
+    outs.push_back(routed_attention(q, k, v, qm, km, a.key_padding_mask, a.causal, scale));
+    if (a.aux || is_training()) {
+      Tensor qa = nearest_centroid(qd, centroids_), ka = nearest_centroid(kd, centroids_);
+      auto valid_of = [&](const Tensor& mask) {  // (B, 1, N, 1) 1 for real tokens
+        return mask.defined() ? cf::to(reshape(logical_not(mask), {B, 1, N, 1}), a.q.dtype())
+                              : Tensor::ones({B, 1, N, 1}, a.q.dtype());
+      };
+      Tensor vq = valid_of(a.query_padding_mask), vk = valid_of(a.key_padding_mask);
+      Tensor mu = reshape(centroids_, {1, R, n_clusters_, D});
+      if (a.aux) {
+        auto commit = [&](const Tensor& xn, const Tensor& assign, const Tensor& valid) {
+          Tensor target = take_along_dim(mu, reshape(assign, {B, R, N, 1}), 2);  // sg(mu): a buffer, no grad
+          Tensor se = sum(square(xn - target) * valid);
+          return se / std::max(1.0, cf::to(sum(valid), kFloat64).item<double>() * double(R * D));
+        };
+        a.aux->add("routing_commitment", (commit(qn, qa, vq) + commit(kn, ka, vk)) * 0.5);
+      }
+      if (is_training()) {
+        NoGradGuard ng;
+        // Section 4.1: mu <- lambda mu + (1 - lambda)/2 mean(assigned Q) + (1 - lambda)/2 mean(assigned K).
+        auto assigned_mean = [&](const Tensor& xd, const Tensor& assign, const Tensor& valid) {
+          Tensor onehot = one_hot(assign, n_clusters_, xd.dtype()) * valid;                   // (B, R, N, C)
+          Tensor sums = sum(matmul(transpose(onehot, -2, -1), xd), {0});                     // (R, C, D)
+          Tensor cnt = reshape(sum(onehot, {0, 2}), {R, n_clusters_, 1});                     // (R, C, 1)
+          return where(gt(cnt, 0.0), sums / clamp(cnt, 1.0, INFINITY), centroids_);
+        };
+        Tensor mq = assigned_mean(qd, qa, vq), mk = assigned_mean(kd, ka, vk);
+        Tensor updated = centroids_ * decay_ + (mq + mk) * ((1.0 - decay_) / 2.0);
+        copy_(centroids_, updated);
+      }
+    }
+  }
+  return outs.size() == 1 ? outs[0] : cat(outs, 1);
+}
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,95 @@
+#pragma once
+// Routing attention (Roy, Saffar, Vaswani, Grangier 2021, "Efficient Content-Based Sparse Attention with
+// Routing Transformers", TACL 9; section 4 "Routing Attention").
+//
+// Per routing head, C centroids mu_1..mu_C (a buffer, not a parameter) cluster the L2-normalised queries and
+// keys (section 4.1: routing is done on the unit sphere, where nearest-centroid assignment is a cosine-similarity
+// ranking). Balanced routing (section 4.1, "to ensure ... equal sized clusters"): every cluster c takes the
+// w = ceil(N / C) queries and, separately, the w keys closest to mu_c, so a token may sit in several clusters or
+// in none. Attention then runs within each cluster, eq. (12): X'_i = sum_{j in K_c, j <= i (causal)} A_ij V_j for
+// i in Q_c. A query routed to several clusters gets the AVERAGE of its per-cluster outputs (the rule of the
+// reference port github.com/lucidrains/routing-transformer, scatter_mean, which the ClusterFormer paper used for
+// its comparison, its section 4 footnote 2); a query routed to no cluster outputs zeros.
+//
+// Centroids are learnt by online k-means, not by gradient (section 4.1, the EMA update):
+//   mu_c <- lambda mu_c + (1 - lambda)/2 * mean_{i: nearest(Q_i) = c} Q_i + (1 - lambda)/2 * mean_{j: nearest(K_j) = c} K_j
+// (Q, K normalised, padding excluded, the means pooled over the batch). The paper writes the assigned vectors'
+// sums; its code and the port above use the means, which keep the centroids on the scale of the unit-norm inputs
+// so that nearest-centroid assignment stays meaningful. A cluster with no assigned query (key) keeps mu_c in that
+// half. The update happens in training mode only, after routing (the forward routes with the old centroids).
+//
+// Commitment loss (the VQ-VAE commitment term of the reference code, pulling queries/keys toward their centroid):
+//   routing_commitment = 1/2 * ( mean_{valid i, d} (Qhat_id - sg(mu_{nearest(Q_i), d}))^2
+//                               + mean_{valid j, d} (Khat_jd - sg(mu_{nearest(K_j), d}))^2 )
+// averaged over the routing heads, added to args.aux under the name "routing_commitment" (unweighted: the model
+// chooses the weight, the reference code uses 1e-4).
+//
+// Local heads (section 5: the models mix local and routing heads): the first local_heads heads use local
+// attention instead: the sequence is cut into blocks of local_window tokens and block b's queries attend to
+// blocks b-1 and b (and b+1 unless causal), never wrapping around the sequence ends.
+//
+// Nothing here builds an N x N matrix: memory is O(B * H * C * w * w) = O(B * H * N * w).
+#include <cstdint>
+
+#include "core/rng.h"
+#include "nn/attention/attention.h"
+
+namespace cf {
+namespace nn {
+
+// Attention within index lists. query_members (B', H', C, wq) and key_members (B', H', C, wk) int64 hold original
+// token positions (-1 = empty slot); B' and H' are B/H or 1 (broadcast). Query slot s of list c attends to the
+// key slots of list c, except empty slots, keys with key_padding_mask (B, N) true and, when causal, keys after the
+// query. Unlike chunked_attention (nn/attention/chunked.h) a position may appear in several lists (and the query
+// and key lists differ): each query's output is the average of its outputs over the lists holding it, zeros if
+// none (or if it may attend to nothing). Differentiable in q, k, v.
+Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                        const Tensor& key_members, const Tensor& key_padding_mask, bool causal, double scale);
+
+// The dense reference of routed_attention for tests: for every list c an explicit (B, H, N, N) blocked mask,
+// dense_attention over it, rows of queries in c averaged. O(C N^2) memory.
+Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& query_members, const Tensor& key_members,
+                                        const Tensor& key_padding_mask, bool causal, double scale);
+
+// The local-attention lists of the local heads: (1, 1, C, window) query blocks and (1, 1, C, 2 or 3 windows) key
+// blocks (previous, own, and next unless causal), -1 outside the sequence.
+void local_members(int64_t n, int64_t window, bool causal, Tensor& query_members, Tensor& key_members);
+
+// L2 normalisation over the last axis: x / sqrt(sum x^2 + 1e-12). Differentiable.
+Tensor l2_normalize(const Tensor& x);
+
+// Balanced routing of normalised vectors xn (B, H, N, D) to centroids (H, C, D): each cluster takes the w vectors
+// with the largest xn . mu_c (ties by position), padding (bool (B, N) true) last and marked -1. Returns
+// (B, H, C, w) int64 positions. Not differentiable (indices).
+Tensor balanced_routing(const Tensor& xn, const Tensor& centroids, const Tensor& key_padding_mask, int64_t w);
+
+// Nearest centroid of each vector, argmin_c |xn - mu_c|^2: (B, H, N) int64.
+Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids);
+
+// Options (JSON), all optional:
+//   "n_clusters": C, default 8;  "local_heads": heads with local attention, default 0 (0 <= local_heads <= n_heads);
+//   "local_window": block size of the local heads, default 0 = ceil(N / n_clusters), the routing cluster size;
+//   "decay": EMA lambda in [0, 1), default 0.999 (section 4.1);  "scale": score scale, default 1/sqrt(d_k);
+//   "seed": seed of the centroid initialisation (unit-norm Gaussian directions), default 0.
+class RoutingAttention : public Attention {
+ public:
+  RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_clusters, int64_t local_heads = 0,
+                   int64_t local_window = 0, double decay = 0.999, double scale = 0.0, uint64_t seed = 0);
+  static std::shared_ptr<Attention> create(const AttentionSpec& spec);
+  Tensor forward(const AttentionArgs& args) override;
+  std::string type() const override { return "routing"; }
+
+  int64_t n_clusters() const { return n_clusters_; }
+  int64_t local_heads() const { return local_heads_; }
+  // (n_heads - local_heads, C, head_dim); the buffer "centroids" of the state dict.
+  const Tensor& centroids() const { return centroids_; }
+
+ private:
+  int64_t n_heads_, head_dim_, n_clusters_, local_heads_, local_window_;
+  double decay_, scale_;
+  Tensor centroids_;
+};
+
+}  // namespace nn
+}  // namespace cf

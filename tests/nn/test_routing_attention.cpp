@@ -1,0 +1,374 @@
+// Routing attention (Roy et al. 2021, nn/attention/routing.h): balanced routing, attention within clusters
+// against explicit dense references, online k-means (EMA) centroids, the commitment loss, local heads.
+#include <cmath>
+
+#include "nn/attention/routing.h"
+#include "nn/nn_test_util.h"
+#include "nn/optim/adam.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+nn::AttentionArgs args_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, bool causal,
+                          nn::AuxLosses* aux = nullptr) {
+  nn::AttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.key_padding_mask = kpm;
+  a.query_padding_mask = kpm;
+  a.causal = causal;
+  a.aux = aux;
+  return a;
+}
+
+Tensor pad_mask(int64_t B, int64_t N, const std::vector<std::pair<int64_t, int64_t>>& padded) {
+  std::vector<bool> m(size_t(B * N), false);
+  for (auto& p : padded) m[size_t(p.first * N + p.second)] = true;
+  return Tensor::from_vector(m, {B, N});
+}
+
+// Rows (b, h, i) of a (B, H, N, D) tensor whose token is not padding.
+std::vector<double> real_rows(const Tensor& t, const Tensor& kpm) {
+  const Shape& s = t.shape();
+  auto v = values(t);
+  std::vector<bool> pad(size_t(s[0] * s[2]), false);
+  if (kpm.defined()) pad = kpm.to_vector<bool>();
+  std::vector<double> out;
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t h = 0; h < s[1]; ++h)
+      for (int64_t i = 0; i < s[2]; ++i)
+        if (!pad[size_t(b * s[2] + i)])
+          for (int64_t d = 0; d < s[3]; ++d) out.push_back(v[size_t(((b * s[1] + h) * s[2] + i) * s[3] + d)]);
+  return out;
+}
+
+void check_vec_close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(std::fabs(a[i] - b[i]) <= tol)) FAIL_CHECK("element ", i, ": ", a[i], " vs ", b[i]);
+}
+
+// Query lists with a position in two lists and empty slots; key lists differ from the query lists.
+void example_members(Tensor& qm, Tensor& km) {
+  // (B=2, H=1, C=3, w=3), N = 7
+  qm = ti64({0, 3, 5, /**/ 1, 3, -1, /**/ 2, 4, 6, /**/ 6, 5, 4, /**/ 0, 1, -1, /**/ 2, 3, 0}, {2, 1, 3, 3});
+  km = ti64({1, 3, 6, /**/ 0, 2, 4, /**/ 5, 6, -1, /**/ 3, 4, 5, /**/ 0, 6, 1, /**/ -1, 2, 3}, {2, 1, 3, 3});
+}
+
+}  // namespace
+
+TEST_CASE("routing attention: routed_attention equals its dense reference, forward and backward") {
+  Tensor qm, km;
+  example_members(qm, km);
+  Tensor kpm = pad_mask(2, 7, {{1, 6}});
+  for (bool causal : {false, true})
+    for (bool padded : {false, true}) {
+      INFO("causal ", causal, " padded ", padded);
+      Tensor m = padded ? kpm : Tensor();
+      Tensor q = leaf64({2, 2, 7, 3}, 1), k = leaf64({2, 2, 7, 3}, 2), v = leaf64({2, 2, 7, 4}, 3);
+      Tensor wo = leaf64({2, 2, 7, 4}, 4).detach();
+      Tensor fast = nn::routed_attention(q, k, v, qm, km, m, causal, 0.0);
+      sum(fast * wo).backward();
+      std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
+      q.zero_grad();
+      k.zero_grad();
+      v.zero_grad();
+      Tensor dense = nn::routed_attention_dense_reference(q, k, v, qm, km, m, causal, 0.0);
+      sum(dense * wo).backward();
+      check_close(fast, dense, 1e-12);
+      check_close(g[0], q.grad(), 1e-12);
+      check_close(g[1], k.grad(), 1e-12);
+      check_close(g[2], v.grad(), 1e-12);
+      // Position 0 of batch 0 is in no key list with an earlier-or-equal key under causal... it is in query
+      // list 0 only; position 1 of batch 0 is in list 1 only; token 3 of batch 0 is in two lists: its output is
+      // the average of the two per-list outputs, which the dense reference computes list by list.
+      GradcheckResult r = gradcheck(
+          [&](const std::vector<Tensor>& xs) { return nn::routed_attention(xs[0], xs[1], xs[2], qm, km, m, causal, 0.0); },
+          {q, k, v});
+      CHECK_MESSAGE(r.ok, r.message);
+    }
+}
+
+TEST_CASE("routing attention: one cluster equals full attention (padding, causal)") {
+  nn::RoutingAttention att(2, 4, /*n_clusters=*/1);
+  att.to(kFloat64);
+  att.eval();
+  nn::FullAttention full;
+  Tensor q = leaf64({2, 2, 7, 4}, 1), k = leaf64({2, 2, 7, 4}, 2), v = leaf64({2, 2, 7, 3}, 3);
+  Tensor kpm = pad_mask(2, 7, {{1, 5}, {1, 6}});
+  for (bool causal : {false, true})
+    for (bool padded : {false, true}) {
+      Tensor m = padded ? kpm : Tensor();
+      Tensor got = att.forward(args_of(q, k, v, m, causal));
+      Tensor ref = full.forward(args_of(q, k, v, m, causal));
+      check_vec_close(real_rows(got, m), real_rows(ref, m), 1e-12);
+    }
+}
+
+TEST_CASE("routing attention: balanced routing takes each cluster's top-w tokens by cosine similarity") {
+  Generator g(5);
+  Tensor xn = nn::l2_normalize(randn({1, 2, 6, 3}, kFloat64, g));
+  Tensor mu = nn::l2_normalize(randn({2, 3, 3}, kFloat64, g));
+  Tensor kpm = pad_mask(1, 6, {{0, 4}});
+  Tensor m = nn::balanced_routing(xn, mu, kpm, 2);
+  REQUIRE(m.shape() == Shape{1, 2, 3, 2});
+  auto x = values(xn), c = values(mu);
+  auto got = m.to_vector<int64_t>();
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t cl = 0; cl < 3; ++cl) {
+      std::vector<std::pair<double, int64_t>> s;
+      for (int64_t i = 0; i < 6; ++i) {
+        if (i == 4) continue;  // padding is never routed
+        double d = 0;
+        for (int64_t e = 0; e < 3; ++e) d += x[size_t((h * 6 + i) * 3 + e)] * c[size_t((h * 3 + cl) * 3 + e)];
+        s.push_back({-d, i});
+      }
+      std::sort(s.begin(), s.end());
+      CHECK(got[size_t((h * 3 + cl) * 2)] == s[0].second);
+      CHECK(got[size_t((h * 3 + cl) * 2 + 1)] == s[1].second);
+    }
+  // With fewer real tokens than slots the rest is -1.
+  Tensor all_but_one = pad_mask(1, 6, {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}});
+  auto few = nn::balanced_routing(xn, mu, all_but_one, 2).to_vector<int64_t>();
+  for (size_t i = 0; i < few.size(); i += 2) {
+    CHECK(few[i] == 5);
+    CHECK(few[i + 1] == -1);
+  }
+}
+
+TEST_CASE("routing attention: the module equals the dense reference of its own routing; causal sees no later key") {
+  const int64_t B = 2, H = 3, N = 9, D = 4;
+  nn::RoutingAttention att(H, D, /*n_clusters=*/3, /*local_heads=*/1, /*local_window=*/2);
+  att.to(kFloat64);
+  att.eval();
+  Tensor q = leaf64({B, H, N, D}, 1), k = leaf64({B, H, N, D}, 2), v = leaf64({B, H, N, 2}, 3);
+  Tensor kpm = pad_mask(B, N, {{1, 8}});
+  for (bool causal : {false, true}) {
+    INFO("causal ", causal);
+    Tensor got = att.forward(args_of(q, k, v, kpm, causal));
+    // Routing heads 1, 2: the clusters from balanced_routing, attention from the dense reference.
+    NoGradGuard ng;
+    Tensor qr = narrow(q, 1, 1, 2), kr = narrow(k, 1, 1, 2), vr = narrow(v, 1, 1, 2);
+    Tensor qm = nn::balanced_routing(nn::l2_normalize(qr), att.centroids(), kpm, 3);
+    Tensor km = nn::balanced_routing(nn::l2_normalize(kr), att.centroids(), kpm, 3);
+    Tensor ref_r = nn::routed_attention_dense_reference(qr, kr, vr, qm, km, kpm, causal, 0.0);
+    check_vec_close(real_rows(narrow(got, 1, 1, 2), kpm), real_rows(ref_r, kpm), 1e-12);
+    // Local head 0: blocks of 2, block b sees blocks b-1, b (, b+1 unless causal), written as a band mask.
+    std::vector<bool> band(size_t(N * N));
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        int64_t d = j / 2 - i / 2;
+        band[size_t(i * N + j)] = !(d >= -1 && d <= (causal ? 0 : 1)) || (causal && j > i);
+      }
+    Tensor blocked = logical_or(reshape(Tensor::from_vector(band, {N, N}), {1, 1, N, N}), reshape(kpm, {B, 1, 1, N}));
+    Tensor ref_l = nn::dense_attention(narrow(q, 1, 0, 1), narrow(k, 1, 0, 1), narrow(v, 1, 0, 1), blocked,
+                                       1.0 / std::sqrt(double(D)));
+    check_vec_close(real_rows(narrow(got, 1, 0, 1), kpm), real_rows(ref_l, kpm), 1e-12);
+  }
+  // Causal with the routing held fixed: changing the keys and values of positions >= 5 leaves outputs 0..4 alone.
+  Tensor qm, km;
+  example_members(qm, km);
+  Tensor base = nn::routed_attention(q.detach(), k.detach(), v.detach(), qm, km, Tensor(), true, 0.0);
+  Tensor k2 = clone(k.detach()), v2 = clone(v.detach());
+  {
+    NoGradGuard ng;
+    Tensor kr = narrow(k2, 2, 5, 4), vr = narrow(v2, 2, 5, 4);
+    fill_(kr, 4.0);
+    fill_(vr, -3.0);
+  }
+  Tensor moved = nn::routed_attention(q.detach(), k2, v2, qm, km, Tensor(), true, 0.0);
+  check_close(narrow(moved, 2, 0, 5), narrow(base, 2, 0, 5), 0.0);
+  CHECK(values(narrow(moved, 2, 5, 4)) != values(narrow(base, 2, 5, 4)));
+}
+
+TEST_CASE("routing attention: the EMA centroid update and the commitment loss match a direct computation") {
+  const int64_t B = 2, H = 2, N = 6, D = 3, C = 2;
+  const double lambda = 0.9;
+  nn::RoutingAttention att(H, D, C, /*local_heads=*/0, 0, lambda, 0.0, /*seed=*/3);
+  att.to(kFloat64);
+  Tensor q = leaf64({B, H, N, D}, 1), k = leaf64({B, H, N, D}, 2), v = leaf64({B, H, N, 2}, 3);
+  Tensor kpm = pad_mask(B, N, {{1, 4}, {1, 5}});
+  std::vector<double> mu = values(att.centroids());
+  auto unit = [&](const std::vector<double>& x, int64_t row) {
+    std::vector<double> u(static_cast<size_t>(D), 0.0);
+    double n2 = 1e-12;
+    for (int64_t d = 0; d < D; ++d) n2 += x[size_t(row * D + d)] * x[size_t(row * D + d)];
+    for (int64_t d = 0; d < D; ++d) u[size_t(d)] = x[size_t(row * D + d)] / std::sqrt(n2);
+    return u;
+  };
+  auto qv = values(q), kv = values(k);
+  auto pad = kpm.to_vector<bool>();
+  std::vector<double> expected = mu;
+  double commit = 0;
+  for (int64_t h = 0; h < H; ++h) {
+    std::vector<double> sum_q(size_t(C * D), 0), sum_k(size_t(C * D), 0), cnt_q(size_t(C), 0), cnt_k(size_t(C), 0);
+    for (const std::vector<double>* x : {&qv, &kv}) {
+      double se = 0, count = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < N; ++i) {
+          if (pad[size_t(b * N + i)]) continue;
+          auto u = unit(*x, (b * H + h) * N + i);
+          int64_t best = 0;
+          double best_d = INFINITY;
+          for (int64_t c = 0; c < C; ++c) {
+            double d2 = 0;
+            for (int64_t d = 0; d < D; ++d) d2 += std::pow(u[size_t(d)] - mu[size_t((h * C + c) * D + d)], 2);
+            if (d2 < best_d) best_d = d2, best = c;
+          }
+          se += best_d;
+          count += 1;
+          auto& s = x == &qv ? sum_q : sum_k;
+          auto& n = x == &qv ? cnt_q : cnt_k;
+          for (int64_t d = 0; d < D; ++d) s[size_t(best * D + d)] += u[size_t(d)];
+          n[size_t(best)] += 1;
+        }
+      commit += 0.5 * se / (count * double(D)) / double(H);
+    }
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t d = 0; d < D; ++d) {
+        size_t at = size_t((h * C + c) * D + d);
+        double mq = cnt_q[size_t(c)] > 0 ? sum_q[size_t(c * D + d)] / cnt_q[size_t(c)] : mu[at];
+        double mk = cnt_k[size_t(c)] > 0 ? sum_k[size_t(c * D + d)] / cnt_k[size_t(c)] : mu[at];
+        expected[at] = lambda * mu[at] + (1 - lambda) / 2 * (mq + mk);
+      }
+  }
+  // Eval mode: the loss is reported, the centroids stay.
+  nn::AuxLosses aux;
+  att.eval();
+  att.forward(args_of(q, k, v, kpm, false, &aux));
+  REQUIRE(aux.get("routing_commitment").size() == 1);
+  CHECK(aux.get("routing_commitment")[0].item<double>() == doctest::Approx(commit).epsilon(1e-12));
+  check_close(att.centroids(), mu, 0.0);
+  // Training mode: mu <- lambda mu + (1 - lambda)/2 (mean assigned Q + mean assigned K).
+  att.train();
+  att.forward(args_of(q, k, v, kpm, false));
+  check_close(att.centroids(), expected, 1e-12);
+  // The centroids live in the state dict as a buffer, not a parameter (no gradient).
+  auto sd = att.state_dict();
+  REQUIRE(nn::find_entry(sd, "centroids") != nullptr);
+  CHECK(att.parameters().empty());
+  // The commitment loss sends gradient to q and k (through the normalisation), none to the centroids.
+  att.eval();
+  GradcheckResult r = gradcheck(
+      [&](const std::vector<Tensor>& xs) {
+        nn::AuxLosses a2;
+        att.forward(args_of(xs[0], xs[1], v.detach(), kpm, false, &a2));
+        return a2.get("routing_commitment")[0];
+      },
+      {q, k});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("routing attention: float64 gradcheck through MultiHeadAttention with the routing fixed") {
+  Generator g(2);
+  nn::AttentionSpec spec;
+  spec.type = "routing";
+  spec.d_model = 8;
+  spec.n_heads = 2;
+  spec.options = nn::Config(nlohmann::json{{"n_clusters", 2}, {"local_heads", 1}, {"local_window", 2}}, "attention");
+  nn::MultiHeadAttention mha(8, 2, nn::make_attention(spec), g);
+  CHECK(mha.attention().type() == "routing");
+  mha.to(kFloat64);
+  mha.eval();  // no EMA update: the centroids, hence the routing, stay fixed between evaluations
+  Tensor mask = pad_mask(1, 5, {{0, 4}});
+  check_module_grad(mha, [&](const std::vector<Tensor>& xs) { return mha(xs[0], mask, true); },
+                    {leaf64({1, 5, 8}, 4)});
+}
+
+TEST_CASE("routing attention: bad arguments and options are errors naming the values") {
+  CHECK_THROWS_MSG(nn::RoutingAttention(2, 4, 0), ValueError, "[RoutingAttention] n_clusters must be positive, got 0");
+  CHECK_THROWS_MSG(nn::RoutingAttention(2, 4, 2, 3), ValueError, "local_heads must be in [0, 2] (n_heads), got 3");
+  CHECK_THROWS_MSG(nn::RoutingAttention(2, 4, 2, 0, -1), ValueError, "local_window must be >= 0");
+  CHECK_THROWS_MSG(nn::RoutingAttention(2, 4, 2, 0, 0, 1.0), ValueError, "decay must be in [0, 1), got 1");
+  CHECK_THROWS_MSG(nn::RoutingAttention(2, 4, 2, 0, 0, 0.9, -1.0), ValueError, "scale must be >= 0");
+  nn::RoutingAttention att(2, 4, 2);
+  Tensor q = leaf64({1, 2, 5, 4});
+  CHECK_THROWS_MSG(att.forward(args_of(q, q, q, Tensor(), false)), DTypeError,
+                   "[RoutingAttention] q is float64 but the centroids are float32");
+  att.to(kFloat64);
+  CHECK_THROWS_MSG(att.forward(args_of(leaf64({1, 3, 5, 4}), leaf64({1, 3, 5, 4}), leaf64({1, 3, 5, 4}), Tensor(), false)),
+                   ShapeError, "[RoutingAttention] built for 2 heads of size 4, got q (1,3,5,4)");
+  CHECK_THROWS_MSG(att.forward(args_of(q, leaf64({1, 2, 6, 4}), leaf64({1, 2, 6, 4}), Tensor(), false)), ShapeError,
+                   "[RoutingAttention] routing attention is self-attention: q has 5 positions, k 6");
+  CHECK_THROWS_MSG(att.forward(args_of(q, leaf64({1, 2, 5, 3}), q, Tensor(), false)), ShapeError,
+                   "[RoutingAttention] inconsistent shapes");
+  Tensor qm, km;
+  example_members(qm, km);
+  Tensor q7 = leaf64({2, 1, 7, 3});
+  CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, ti64({0, 9}, {1, 1, 1, 2}), ti64({0, 1}, {1, 1, 1, 2}), Tensor(),
+                                        false, 0.0),
+                   IndexError, "[routed_attention] member positions must be in [-1, 7), got range [0, 9]");
+  CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, qm, narrow(km, 2, 0, 2), Tensor(), false, 0.0), ShapeError,
+                   "must have the same number of lists C");
+  CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, to(qm, kFloat64), km, Tensor(), false, 0.0), ShapeError,
+                   "query_members must be int64 (B, H, C, w)");
+  CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, ti64({0, 0, 0}, {3, 1, 1, 1}), km, Tensor(), false, 0.0), ShapeError,
+                   "query_members (3,1,1,1) does not broadcast to (B, H) = (2, 1)");
+  CHECK_THROWS_MSG(nn::local_members(4, 0, false, qm, km), ValueError, "[local_members] need n > 0 and window > 0");
+  nn::AttentionSpec spec;
+  spec.type = "routing";
+  spec.d_model = 8;
+  spec.n_heads = 2;
+  spec.options = nn::Config(nlohmann::json{{"n_cluster", 2}}, "attention");
+  CHECK_THROWS_MSG(nn::make_attention(spec), ValueError, "unknown key", "attention.n_cluster");
+  spec.options = nn::Config(nlohmann::json{{"local_heads", 3}}, "attention");
+  CHECK_THROWS_MSG(nn::make_attention(spec), ValueError, "local_heads must be in [0, 2]");
+}
+
+// The repeating-pattern corpus of the Transformer tests (period 6: the next token depends on the last two).
+TEST_CASE("routing attention: a causal LM with routing and local heads learns the pattern corpus") {
+  const std::vector<int64_t> pattern = {1, 2, 1, 3, 2, 4};
+  const int64_t N = 24, B = 16;
+  Generator data(5), g(9);
+  auto batch = [&](std::vector<int64_t>& in, std::vector<int64_t>& target) {
+    in.clear();
+    target.clear();
+    auto offsets = randint(0, 6, {B}, data).to_vector<int64_t>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < N; ++t) {
+        in.push_back(pattern[size_t((offsets[size_t(b)] + t) % 6)]);
+        target.push_back(pattern[size_t((offsets[size_t(b)] + t + 1) % 6)]);
+      }
+  };
+  models::TransformerConfig c;
+  c.vocab_size = 5;
+  c.max_len = 64;
+  c.n_layers = 2;
+  c.layer.d_model = 32;
+  c.layer.n_heads = 2;
+  c.layer.d_ff = 64;
+  c.layer.dropout = 0.0;
+  c.layer.attention.type = "routing";
+  c.layer.attention.options =
+      nn::Config(nlohmann::json{{"n_clusters", 3}, {"local_heads", 1}, {"local_window", 4}, {"decay", 0.99}},
+                 "attention");
+  models::CausalLM lm(c, g);
+  nn::AdamWOptions o;
+  o.lr = 3e-3;
+  o.weight_decay = 0.0;
+  nn::AdamW opt(lm.named_parameters(), o);
+  std::vector<int64_t> in, target;
+  double first = 0, last = 0;
+  for (int step = 0; step < 150; ++step) {
+    batch(in, target);
+    nn::AuxLosses aux;
+    Tensor logits = lm.forward(ti64(in, {B, N}), Tensor(), &aux);
+    Tensor loss = cross_entropy(reshape(logits, {B * N, 5}), ti64(target, {B * N}));
+    Tensor total = loss + aux.total({{"routing_commitment", 1e-4}});
+    opt.zero_grad();
+    total.backward();
+    opt.step();
+    if (step == 0) first = loss.item<float>();
+    last = loss.item<float>();
+  }
+  lm.eval();
+  NoGradGuard ng;
+  batch(in, target);
+  double held_out =
+      cross_entropy(reshape(lm.forward(ti64(in, {B, N})), {B * N, 5}), ti64(target, {B * N})).item<float>();
+  MESSAGE("routing causal LM: loss ", first, " -> ", last, ", held-out ", held_out, " nats/token");
+  CHECK(held_out < 0.1);
+}
