@@ -6,6 +6,8 @@
 #include "core/error.h"
 #include "nn/attention/attention.h"
 #include "nn/attention/full.h"
+#include "nn/attention/lsh.h"
+#include "nn/attention/routing.h"
 
 namespace cf {
 namespace nn {
@@ -15,6 +17,8 @@ using Factory = std::shared_ptr<Attention> (*)(const AttentionSpec&);
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> f = {
       {"full", &FullAttention::create},
+      {"lsh", &LSHAttention::create},
+      {"routing", &RoutingAttention::create},
   };
   return f;
 }

@@ -1,0 +1,72 @@
+#pragma once
+// LSH attention (Kitaev, Kaiser, Levskaya 2020, "Reformer: The Efficient Transformer", section 2).
+//
+//  * Shared-QK (section 2, "Shared-QK Transformer"): keys are the queries' projection, normalised,
+//    k_j = q_j / |q_j|; MultiHeadAttention honours shares_qk() by passing k = q.
+//  * Hashing (section 2, "Locality sensitive hashing", Figure 1): per round r a random rotation R_r (d_k x b/2,
+//    Gaussian entries) maps x to h(x) = argmax([xR; -xR]), b = n_buckets buckets. Rotations are drawn per head
+//    and per round from a Generator at every forward, or fixed by the "seed" option.
+//  * Sort and chunk (section 2, eqs. (3)-(4), "LSH attention" and Figure 2): tokens sorted by (bucket, position),
+//    cut into chunks of m = bucket_size consecutive tokens; each chunk attends to itself and to the previous
+//    chunk (cyclically, as the reference code's look-adjacent), i.e. P~_i = {j : floor(s_i/m) - 1 <= floor(s_j/m)
+//    <= floor(s_i/m)}. Default n_buckets = 2N/m (rounded to an even number >= 2), the paper's m = 2l/n_buckets:
+//    chunks twice the average bucket size.
+//  * "Causal masking for shared-QK attention": a token does not attend to itself unless it has no other target
+//    (the self score becomes -1e5), causal masks use the ORIGINAL positions.
+//  * Multi-round (section 2, "Multi-round LSH attention"): P_i = union_r P_i^(r); the n_hashes rounds run
+//    independently and combine as o_i = sum_r exp(z(i, P_i^(r)) - z(i, P_i)) o_i^(r), z the log-sum-exp of the
+//    round's scores (the reference code's combination; keys found in several rounds are not de-duplicated).
+//  * Key padding: padded tokens are masked as keys and sorted behind every real bucket so that they take no slot
+//    of a real chunk; any N works (the last chunk is padded internally).
+// The sort-and-chunk attention itself is the shared nn/attention/chunked.h (rounds folded into the head axis).
+// Nothing builds an N x N matrix: memory O(B * H * n_hashes * N * 2m).
+#include <cstdint>
+
+#include "core/rng.h"
+#include "nn/attention/attention.h"
+
+namespace cf {
+namespace nn {
+
+// Gaussian random rotations (H, D, n_hashes, n_buckets / 2) for n_buckets even >= 2.
+Tensor lsh_rotations(int64_t n_heads, int64_t head_dim, int64_t n_hashes, int64_t n_buckets, DType dtype,
+                     Generator& gen);
+
+// Buckets h(x) = argmax([x R; -x R]) of x (B, H, N, D) under rotations (H, D, n_hashes, n_buckets / 2):
+// int64 (B, H, n_hashes, N) in [0, n_buckets).
+Tensor lsh_buckets(const Tensor& x, const Tensor& rotations);
+
+// LSH attention of q (B, H, N, D) (keys: q normalised) and v (B, H, N, Dv) for fixed buckets (B, H, n_hashes, N)
+// with values in [0, n_buckets]; tokens with key_padding_mask (B, N) true are moved to bucket n_buckets. With
+// dense_reference the same computation with explicit N x N masks (chunked_dense_attention): for tests.
+Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, int64_t n_buckets,
+                     const Tensor& key_padding_mask, bool causal, int64_t bucket_size, double scale,
+                     bool dense_reference = false);
+
+// Options (JSON), all optional:
+//   "n_hashes": hashing rounds, default 8 (the port github.com/lucidrains/reformer-pytorch the ClusterFormer
+//               comparison used, and the Reformer's best setting, LSH-8, section 5);
+//   "bucket_size": chunk length m, default 64 (both);
+//   "n_buckets": 0 (default) = 2N/m rounded to an even number >= 2; 1 = no hashing (one bucket); else even;
+//   "seed": -1 (default) draws new rotations from the default generator each forward; >= 0 fixes them;
+//   "scale": score scale, default 1/sqrt(d_k).
+class LSHAttention : public Attention {
+ public:
+  LSHAttention(int64_t n_hashes = 8, int64_t bucket_size = 64, int64_t n_buckets = 0, int64_t seed = -1,
+               double scale = 0.0);
+  static std::shared_ptr<Attention> create(const AttentionSpec& spec);
+  Tensor forward(const AttentionArgs& args) override;
+  std::string type() const override { return "lsh"; }
+  bool shares_qk() const override { return true; }
+  // The bucket count used for a sequence of n tokens.
+  int64_t buckets_for(int64_t n) const;
+  // The buckets a forward over q would use (draws rotations like forward: fixed when seeded).
+  Tensor hash(const Tensor& q);
+
+ private:
+  int64_t n_hashes_, bucket_size_, n_buckets_, seed_;
+  double scale_;
+};
+
+}  // namespace nn
+}  // namespace cf
