@@ -172,7 +172,7 @@ Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids) {
 }
 
 RoutingAttention::RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_clusters, int64_t local_heads,
-                                   int64_t local_window, double decay, double scale, uint64_t seed)
+                                   int64_t local_window, double decay, double scale, int64_t seed)
     : n_heads_(n_heads),
       head_dim_(head_dim),
       n_clusters_(n_clusters),
@@ -189,8 +189,10 @@ RoutingAttention::RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_
            local_window);
   CF_CHECK(decay >= 0 && decay < 1, ValueError, "[RoutingAttention] decay must be in [0, 1), got ", decay);
   CF_CHECK(scale >= 0, ValueError, "[RoutingAttention] scale must be >= 0 (0: 1/sqrt(d_k)), got ", scale);
-  Generator g(seed);
-  centroids_ = l2_normalize(randn({n_heads - local_heads, n_clusters, head_dim}, kFloat32, g));
+  CF_CHECK(seed >= -1, ValueError, "[RoutingAttention] seed must be -1 (default generator) or >= 0, got ", seed);
+  Generator seeded(uint64_t(seed < 0 ? 0 : seed));
+  centroids_ = l2_normalize(randn({n_heads - local_heads, n_clusters, head_dim}, kFloat32,
+                                  seed >= 0 ? seeded : default_generator()));
   register_buffer("centroids", &centroids_);
 }
 
@@ -201,7 +203,7 @@ std::shared_ptr<Attention> RoutingAttention::create(const AttentionSpec& spec) {
   int64_t local_window = o.get<int64_t>("local_window", 0);
   double decay = o.get<double>("decay", 0.999);
   double scale = o.get<double>("scale", 0.0);
-  uint64_t seed = o.get<uint64_t>("seed", 0);
+  int64_t seed = o.get<int64_t>("seed", -1);
   o.finish();
   return std::make_shared<RoutingAttention>(spec.n_heads, spec.d_model / spec.n_heads, n_clusters, local_heads,
                                             local_window, decay, scale, seed);

@@ -24,6 +24,10 @@
 // averaged over the routing heads, added to args.aux under the name "routing_commitment" (unweighted: the model
 // chooses the weight, the reference code uses 1e-4).
 //
+// Causality: with causal = true no query attends to a later position (eq. (12)). As in the paper, the balanced
+// top-w routing itself ranks all N tokens, so WHICH earlier keys share a query's cluster can depend on later
+// tokens (the same holds for the Reformer's hashing and sorting); tests hold the routing fixed to check eq. (12).
+//
 // Local heads (section 5: the models mix local and routing heads): the first local_heads heads use local
 // attention instead: the sequence is cut into blocks of local_window tokens and block b's queries attend to
 // blocks b-1 and b (and b+1 unless causal), never wrapping around the sequence ends.
@@ -71,11 +75,12 @@ Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids);
 //   "n_clusters": C, default 8;  "local_heads": heads with local attention, default 0 (0 <= local_heads <= n_heads);
 //   "local_window": block size of the local heads, default 0 = ceil(N / n_clusters), the routing cluster size;
 //   "decay": EMA lambda in [0, 1), default 0.999 (section 4.1);  "scale": score scale, default 1/sqrt(d_k);
-//   "seed": seed of the centroid initialisation (unit-norm Gaussian directions), default 0.
+//   "seed": seed of the centroid initialisation (unit-norm Gaussian directions); default -1 draws them from the
+//           default generator (so the layers of a model start from different centroids).
 class RoutingAttention : public Attention {
  public:
   RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_clusters, int64_t local_heads = 0,
-                   int64_t local_window = 0, double decay = 0.999, double scale = 0.0, uint64_t seed = 0);
+                   int64_t local_window = 0, double decay = 0.999, double scale = 0.0, int64_t seed = -1);
   static std::shared_ptr<Attention> create(const AttentionSpec& spec);
   Tensor forward(const AttentionArgs& args) override;
   std::string type() const override { return "routing"; }

@@ -200,6 +200,16 @@ TEST_CASE("LSH attention: causal never lets a query see a later position") {
 
 TEST_CASE("LSH attention: MultiHeadAttention shares Q and K; float64 gradcheck with the hashing fixed") {
   Generator g(2);
+  // Chosen by config in a model: the encoder classifier and the encoder-decoder (decoder self-attention).
+  {
+    nlohmann::json j = {{"vocab_size", 10}, {"d_model", 8}, {"n_heads", 2}, {"d_ff", 16},
+                        {"attention", {{"type", "lsh"}, {"n_hashes", 2}, {"bucket_size", 2}}}};
+    models::TransformerConfig c = models::TransformerConfig::from_json(j);
+    models::EncoderClassifier clf(c);
+    CHECK(clf.forward(ti64({1, 2, 3, 0, 0, 4, 5, 6, 7, 8}, {2, 5})).shape() == Shape{2, 2});
+    models::EncoderDecoder s2s(c);
+    CHECK(s2s.forward(ti64({1, 2, 3, 4}, {1, 4}), Tensor(), ti64({1, 2, 3}, {1, 3})).shape() == Shape{1, 3, 10});
+  }
   nn::AttentionSpec spec;
   spec.type = "lsh";
   spec.d_model = 8;

@@ -264,6 +264,16 @@ TEST_CASE("routing attention: the EMA centroid update and the commitment loss ma
 
 TEST_CASE("routing attention: float64 gradcheck through MultiHeadAttention with the routing fixed") {
   Generator g(2);
+  // Chosen by config in a model: the encoder classifier and the encoder-decoder (decoder self-attention).
+  {
+    nlohmann::json j = {{"vocab_size", 10}, {"d_model", 8}, {"n_heads", 2}, {"d_ff", 16},
+                        {"attention", {{"type", "routing"}, {"n_clusters", 2}, {"local_heads", 1}}}};
+    models::TransformerConfig c = models::TransformerConfig::from_json(j);
+    models::EncoderClassifier clf(c);
+    CHECK(clf.forward(ti64({1, 2, 3, 0, 0, 4, 5, 6, 7, 8}, {2, 5})).shape() == Shape{2, 2});
+    models::EncoderDecoder s2s(c);
+    CHECK(s2s.forward(ti64({1, 2, 3, 4}, {1, 4}), Tensor(), ti64({1, 2, 3}, {1, 3})).shape() == Shape{1, 3, 10});
+  }
   nn::AttentionSpec spec;
   spec.type = "routing";
   spec.d_model = 8;
@@ -284,6 +294,8 @@ TEST_CASE("routing attention: bad arguments and options are errors naming the va
   CHECK_THROWS_MSG(nn::RoutingAttention(2, 4, 2, 0, -1), ValueError, "local_window must be >= 0");
   CHECK_THROWS_MSG(nn::RoutingAttention(2, 4, 2, 0, 0, 1.0), ValueError, "decay must be in [0, 1), got 1");
   CHECK_THROWS_MSG(nn::RoutingAttention(2, 4, 2, 0, 0, 0.9, -1.0), ValueError, "scale must be >= 0");
+  CHECK_THROWS_MSG(nn::RoutingAttention(2, 4, 2, 0, 0, 0.9, 0.0, -2), ValueError,
+                   "[RoutingAttention] seed must be -1 (default generator) or >= 0, got -2");
   nn::RoutingAttention att(2, 4, 2);
   Tensor q = leaf64({1, 2, 5, 4});
   CHECK_THROWS_MSG(att.forward(args_of(q, q, q, Tensor(), false)), DTypeError,
@@ -323,6 +335,7 @@ TEST_CASE("routing attention: a causal LM with routing and local heads learns th
   const std::vector<int64_t> pattern = {1, 2, 1, 3, 2, 4};
   const int64_t N = 24, B = 16;
   Generator data(5), g(9);
+  manual_seed(21);  // the centroids are drawn from the default generator: the same run whatever ran before
   auto batch = [&](std::vector<int64_t>& in, std::vector<int64_t>& target) {
     in.clear();
     target.clear();
