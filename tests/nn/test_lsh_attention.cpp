@@ -172,6 +172,28 @@ TEST_CASE("LSH attention equals its dense reference, forward and backward (round
   CHECK_MESSAGE(r.ok, r.message);
 }
 
+TEST_CASE("LSH attention: tokens with nothing to attend to (fully padded windows) give zeros and finite gradients") {
+  const int64_t B = 1, H = 1, N = 10, R = 3, nb = 2, m = 2;
+  Generator g(8);
+  Tensor q = leaf64({B, H, N, 3}, 1), v = leaf64({B, H, N, 2}, 2);
+  Tensor buckets = nn::lsh_buckets(q, nn::lsh_rotations(H, 3, R, nb, kFloat64, g));
+  // Seven padded tokens sort into chunks 2, 3, 4 (behind the three real ones): chunks 3 and 4 see only padding.
+  Tensor kpm = pad_mask(B, N, {{0, 0}, {0, 2}, {0, 3}, {0, 5}, {0, 6}, {0, 8}, {0, 9}});
+  Tensor y = nn::lsh_attention(q, v, buckets, nb, kpm, false, m, 0.0);
+  sum(y * leaf64({B, H, N, 2}, 3).detach()).backward();
+  int64_t zero_rows = 0;
+  auto yv = values(y);
+  for (int64_t i = 0; i < N; ++i) zero_rows += yv[size_t(2 * i)] == 0.0 && yv[size_t(2 * i + 1)] == 0.0;
+  CHECK(zero_rows >= 3);
+  for (double e : values(q.grad())) CHECK(std::isfinite(e));
+  for (double e : values(v.grad())) CHECK(std::isfinite(e));
+  check_close(y, nn::lsh_attention(q, v, buckets, nb, kpm, false, m, 0.0, true), 1e-12);
+  GradcheckResult r = gradcheck(
+      [&](const std::vector<Tensor>& xs) { return nn::lsh_attention(xs[0], xs[1], buckets, nb, kpm, false, m, 0.0); },
+      {q, v});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
 TEST_CASE("LSH attention: causal never lets a query see a later position") {
   const int64_t B = 1, H = 2, N = 12;
   Generator g(6);
