@@ -77,7 +77,7 @@ Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, in
   };
   Tensor qr = rep(q), kr = rep(l2_normalize(q)), vr = rep(v);  // section 2: k_j = q_j / |q_j|
   ChunkedAttentionOptions o;
-  o.look_back = 1;  // eq. (4): own chunk and the previous one
+  o.look_back = 1;  // section 2, "LSH attention": own chunk and the previous one
   o.causal = causal;
   o.self_mask = true;
   o.scale = scale;

@@ -6,7 +6,7 @@
 //  * Hashing (section 2, "Locality sensitive hashing", Figure 1): per round r a random rotation R_r (d_k x b/2,
 //    Gaussian entries) maps x to h(x) = argmax([xR; -xR]), b = n_buckets buckets. Rotations are drawn per head
 //    and per round from a Generator at every forward, or fixed by the "seed" option.
-//  * Sort and chunk (section 2, eqs. (3)-(4), "LSH attention" and Figure 2): tokens sorted by (bucket, position),
+//  * Sort and chunk (section 2, "LSH attention", and Figure 2): tokens sorted by (bucket, position),
 //    cut into chunks of m = bucket_size consecutive tokens; each chunk attends to itself and to the previous
 //    chunk (cyclically, as the reference code's look-adjacent), i.e. P~_i = {j : floor(s_i/m) - 1 <= floor(s_j/m)
 //    <= floor(s_i/m)}. Default n_buckets = 2N/m (rounded to an even number >= 2), the paper's m = 2l/n_buckets:

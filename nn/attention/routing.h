@@ -3,13 +3,13 @@
 // Routing Transformers", TACL 9; section 4 "Routing Attention").
 //
 // Per routing head, C centroids mu_1..mu_C (a buffer, not a parameter) cluster the L2-normalised queries and
-// keys (section 4.1: routing is done on the unit sphere, where nearest-centroid assignment is a cosine-similarity
-// ranking). Balanced routing (section 4.1, "to ensure ... equal sized clusters"): every cluster c takes the
+// keys (section 4.1: queries and keys are normalised before routing, so that nearest-centroid assignment is a
+// cosine-similarity ranking). Balanced routing (section 4.1, equal-sized clusters): every cluster c takes the
 // w = ceil(N / C) queries and, separately, the w keys closest to mu_c, so a token may sit in several clusters or
-// in none. Attention then runs within each cluster, eq. (12): X'_i = sum_{j in K_c, j <= i (causal)} A_ij V_j for
+// in none. Attention then runs within each cluster (section 4.1): X'_i = sum_{j in K_c, j <= i (causal)} A_ij V_j for
 // i in Q_c. A query routed to several clusters gets the AVERAGE of its per-cluster outputs (the rule of the
 // reference port github.com/lucidrains/routing-transformer, scatter_mean, which the ClusterFormer paper used for
-// its comparison, its section 4 footnote 2); a query routed to no cluster outputs zeros.
+// its comparison: section 4, footnotes 1-2); a query routed to no cluster outputs zeros.
 //
 // Centroids are learnt by online k-means, not by gradient (section 4.1, the EMA update):
 //   mu_c <- lambda mu_c + (1 - lambda)/2 * mean_{i: nearest(Q_i) = c} Q_i + (1 - lambda)/2 * mean_{j: nearest(K_j) = c} K_j
@@ -24,11 +24,11 @@
 // averaged over the routing heads, added to args.aux under the name "routing_commitment" (unweighted: the model
 // chooses the weight, the reference code uses 1e-4).
 //
-// Causality: with causal = true no query attends to a later position (eq. (12)). As in the paper, the balanced
+// Causality: with causal = true no query attends to a later position (j <= i above). As in the paper, the balanced
 // top-w routing itself ranks all N tokens, so WHICH earlier keys share a query's cluster can depend on later
-// tokens (the same holds for the Reformer's hashing and sorting); tests hold the routing fixed to check eq. (12).
+// tokens (the same holds for the Reformer's hashing and sorting); tests hold the routing fixed to check j <= i.
 //
-// Local heads (section 5: the models mix local and routing heads): the first local_heads heads use local
+// Local heads (the experiments, section 5, mix local and routing attention heads): the first local_heads heads use local
 // attention instead: the sequence is cut into blocks of local_window tokens and block b's queries attend to
 // blocks b-1 and b (and b+1 unless causal), never wrapping around the sequence ends.
 //
@@ -74,7 +74,7 @@ Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids);
 // Options (JSON), all optional:
 //   "n_clusters": C, default 8;  "local_heads": heads with local attention, default 0 (0 <= local_heads <= n_heads);
 //   "local_window": block size of the local heads, default 0 = ceil(N / n_clusters), the routing cluster size;
-//   "decay": EMA lambda in [0, 1), default 0.999 (section 4.1);  "scale": score scale, default 1/sqrt(d_k);
+//   "decay": EMA lambda in [0, 1), default 0.999 (section 4.1, and the reference code);  "scale": score scale, default 1/sqrt(d_k);
 //   "seed": seed of the centroid initialisation (unit-norm Gaussian directions); default -1 draws them from the
 //           default generator (so the layers of a model start from different centroids).
 class RoutingAttention : public Attention {
