@@ -283,6 +283,8 @@ TEST_CASE("LSH attention: bad arguments and options are errors naming the values
                    "rotations (2,3,1,2)");
   CHECK_THROWS_MSG(nn::lsh_attention(q, v, ti64({0, 0}, {1, 1, 1, 2}), 2, Tensor(), false, 2, 0.0), ShapeError,
                    "[lsh_attention] buckets must be int64 (B, H, n_hashes, N) = (1, 2, n_hashes, 5)");
+  CHECK_THROWS_MSG(nn::lsh_attention(q, v, Tensor::full({1, 2, 1, 5}, 3.0, kInt64), 2, Tensor(), false, 2, 0.0),
+                   IndexError, "[lsh_attention] bucket ids must be in [0, 2] (n_buckets), got range [3, 3]");
   CHECK_THROWS_MSG(nn::lsh_attention(q, v, Tensor::zeros({1, 2, 1, 5}, kInt64), 2, Tensor(), false, 0, 0.0),
                    ValueError, "[lsh_attention] bucket_size and n_buckets must be positive, got 0 and 2");
   nn::AttentionSpec spec;
