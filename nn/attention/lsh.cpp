@@ -38,7 +38,10 @@ Tensor lsh_buckets(const Tensor& x, const Tensor& rotations) {
   const int64_t H = s[1], D = s[3], R = rotations.shape()[2], half = rotations.shape()[3];
   // Figure 1: h(x) = argmax([xR; -xR]) for each round's rotation.
   Tensor xr = reshape(matmul(x.detach(), reshape(rotations, {1, H, D, R * half})), {s[0], H, s[2], R, half});
-  Tensor b = argmax(cat({xr, -xr}, -1), -1);  // (B, H, N, R)
+  // argmax over [xR; -xR] without building it: the larger of max(xR) and -min(xR); on a tie the first index,
+  // which lies in the xR half (what argmax of the concatenation returns).
+  ValuesIndices hi = max(xr, -1), lo = min(xr, -1);
+  Tensor b = where(ge(hi.values, -lo.values), hi.indices, lo.indices + double(half));  // (B, H, N, R)
   return contiguous(transpose(b, 2, 3));
 }
 

@@ -109,6 +109,11 @@ TEST_CASE("LSH attention: hashing is argmax over [xR; -xR], fixed by the seed, f
         int64_t best = int64_t(std::max_element(proj.begin(), proj.end()) - proj.begin());
         CHECK(bv[size_t((h * 2 + r) * 5 + i)] == best);
       }
+  // Ties between xR and -xR go to the first index, as argmax of the concatenation: [1, -1, -1, 1] -> 0.
+  Tensor one = t64({1.0}, {1, 1, 1, 1});
+  CHECK(nn::lsh_buckets(one, t64({1.0, -1.0}, {1, 1, 1, 2})).to_vector<int64_t>() == std::vector<int64_t>{0});
+  CHECK(nn::lsh_buckets(one, t64({-1.0, 1.0}, {1, 1, 1, 2})).to_vector<int64_t>() == std::vector<int64_t>{1});
+  CHECK(nn::lsh_buckets(one, t64({-1.0, -2.0}, {1, 1, 1, 2})).to_vector<int64_t>() == std::vector<int64_t>{3});
   Tensor q = randn({1, 2, 40, 3}, kFloat64, g);
   nn::LSHAttention seeded(4, 4, 8, /*seed=*/7), fresh(4, 4, 8);
   CHECK(values(seeded.hash(q)) == values(seeded.hash(q)));
