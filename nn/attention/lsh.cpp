@@ -142,6 +142,7 @@ Tensor LSHAttention::forward(const AttentionArgs& a) {
            "[LSHAttention] shares queries and keys (Reformer section 2): args.k must be args.q, got k ",
            shape_str(a.k.shape()), " distinct from q ", shape_str(a.q.shape()));
   const int64_t N = a.q.shape()[2];
+  if (N == 0) return Tensor::zeros({a.q.shape()[0], a.q.shape()[1], 0, a.v.shape()[3]}, a.v.dtype());
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(a.q.shape()[3]));
   return lsh_attention(a.q, a.v, hash(a.q), buckets_for(N), a.key_padding_mask, a.causal, bucket_size_, scale);
 }

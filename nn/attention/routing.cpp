@@ -220,6 +220,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
            " heads of size ", head_dim_, ", got q ", shape_str(s));
   CF_CHECK(a.q.dtype() == centroids_.dtype(), DTypeError, "[RoutingAttention] q is ", a.q.dtype(),
            " but the centroids are ", centroids_.dtype(), " (convert the module with to(dtype))");
+  if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype());  // nothing to route
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(D));
   const int64_t w = (N + n_clusters_ - 1) / n_clusters_;  // balanced clusters: w = N / C tokens each
   const int64_t L = local_heads_, R = H - L;

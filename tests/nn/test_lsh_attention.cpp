@@ -292,6 +292,11 @@ TEST_CASE("LSH attention: bad arguments and options are errors naming the values
                    IndexError, "[lsh_attention] bucket ids must be in [0, 2] (n_buckets), got range [3, 3]");
   CHECK_THROWS_MSG(nn::lsh_attention(q, v, Tensor::zeros({1, 2, 1, 5}, kInt64), 2, Tensor(), false, 0, 0.0),
                    ValueError, "[lsh_attention] bucket_size and n_buckets must be positive, got 0 and 2");
+  {  // An empty sequence gives an empty output.
+    nn::LSHAttention e(2, 4);
+    Tensor z = leaf64({1, 2, 0, 4});
+    CHECK(e.forward(self_args(z, z, Tensor(), true)).shape() == Shape{1, 2, 0, 4});
+  }
   nn::AttentionSpec spec;
   spec.type = "lsh";
   spec.d_model = 8;

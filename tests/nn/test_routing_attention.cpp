@@ -320,6 +320,12 @@ TEST_CASE("routing attention: bad arguments and options are errors naming the va
   CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, ti64({0, 0, 0}, {3, 1, 1, 1}), km, Tensor(), false, 0.0), ShapeError,
                    "query_members (3,1,1,1) does not broadcast to (B, H) = (2, 1)");
   CHECK_THROWS_MSG(nn::local_members(4, 0, false, qm, km), ValueError, "[local_members] need n > 0 and window > 0");
+  {  // An empty sequence gives an empty output.
+    nn::RoutingAttention e(2, 4, 2, 1);
+    e.to(kFloat64);
+    Tensor z = leaf64({1, 2, 0, 4});
+    CHECK(e.forward(args_of(z, z, z, Tensor(), true)).shape() == Shape{1, 2, 0, 4});
+  }
   nn::AttentionSpec spec;
   spec.type = "routing";
   spec.d_model = 8;
