@@ -17,6 +17,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace cf::kernels {
 
 inline void exp_shifted(const float* x, float* y, int64_t n, float shift) {
@@ -42,6 +46,42 @@ inline void exp_shifted(const float* x, float* y, int64_t n, float shift) {
     y[k] = v >= -87.0f ? er * scale : (v < -87.0f ? 0.0f : v);
   }
 }
+
+// Maximum of a row, ignoring NaN (a NaN entry later makes the row's exp sum NaN).
+// Eight partial maxima in the form a vector max instruction computes.
+template <typename T>
+inline T max_row(const T* x, int64_t n, T init) {
+  T m[8] = {init, init, init, init, init, init, init, init};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int j = 0; j < 8; ++j) m[j] = x[k + j] > m[j] ? x[k + j] : m[j];
+  for (; k < n; ++k) m[0] = x[k] > m[0] ? x[k] : m[0];
+  T r = m[0];
+  for (int j = 1; j < 8; ++j) r = m[j] > r ? m[j] : r;
+  return r;
+}
+
+#if defined(__SSE2__)
+// GCC keeps `a > b ? a : b` scalar under IEEE rules (it may not assume away NaN
+// and signed zeros), although maxps computes exactly that: say it directly.
+// _mm_max_ps(x, m) is x > m ? x : m lane-wise, so a NaN entry is skipped as above.
+template <>
+inline float max_row<float>(const float* x, int64_t n, float init) {
+  __m128 m0 = _mm_set1_ps(init), m1 = m0;
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    m0 = _mm_max_ps(_mm_loadu_ps(x + k), m0);
+    m1 = _mm_max_ps(_mm_loadu_ps(x + k + 4), m1);
+  }
+  alignas(16) float lanes[8];
+  _mm_store_ps(lanes, m0);
+  _mm_store_ps(lanes + 4, m1);
+  float r = init;
+  for (float v : lanes) r = v > r ? v : r;
+  for (; k < n; ++k) r = x[k] > r ? x[k] : r;
+  return r;
+}
+#endif
 
 // Sum of a row in double with independent partial sums (a single accumulator
 // is a chain of dependent adds, one per add latency).

@@ -53,7 +53,10 @@ void forward_typed(const Tensor& x, int64_t axis, bool log, const Tensor& y) {
   // The strides are parameters so the contiguous call below gets its own unit-stride copy.
   auto row = [&](const T* xi, T* yi, int64_t sx, int64_t sy) {
     T m = -std::numeric_limits<T>::infinity();
-    for (int64_t k = 0; k < n; ++k) m = xi[k * sx] > m ? xi[k * sx] : m;
+    if (sx == 1)
+      m = max_row(xi, n, m);
+    else
+      for (int64_t k = 0; k < n; ++k) m = xi[k * sx] > m ? xi[k * sx] : m;
     bool all_masked = !log && m == -std::numeric_limits<T>::infinity();
     for (int64_t k = 0; all_masked && k < n; ++k) all_masked = !std::isnan(xi[k * sx]);
     if (all_masked) {

@@ -556,6 +556,15 @@ TEST_CASE("softmax's vectorised exp matches std::exp to float32 rounding over it
   CHECK(y[x.size() - 3] == 0.0f);
   CHECK(std::isnan(y[x.size() - 2]));
   CHECK(y[x.size() - 1] == 1.0f);
+  // max_row (vector and tail paths) skips NaN like the scalar loop it replaced.
+  std::vector<float> row(21);
+  for (int i = 0; i < 21; ++i) row[size_t(i)] = float((i * 7) % 11) - 5.0f;
+  row[3] = NAN;
+  CHECK(kernels::max_row(row.data(), 21, -INFINITY) == 5.0f);
+  row[20] = 9.0f;  // in the scalar tail
+  CHECK(kernels::max_row(row.data(), 21, -INFINITY) == 9.0f);
+  std::vector<float> masked(9, -INFINITY);
+  CHECK(kernels::max_row(masked.data(), 9, -INFINITY) == -INFINITY);
   // The shift is subtracted first: exp(x - 3) with x = 3 is 1 exactly.
   float three = 3.0f, out = 0;
   kernels::exp_shifted(&three, &out, 1, 3.0f);
