@@ -82,9 +82,9 @@ TEST_CASE("routing attention: routed_attention equals its dense reference, forwa
       check_close(g[0], q.grad(), 1e-12);
       check_close(g[1], k.grad(), 1e-12);
       check_close(g[2], v.grad(), 1e-12);
-      // Position 0 of batch 0 is in no key list with an earlier-or-equal key under causal... it is in query
-      // list 0 only; position 1 of batch 0 is in list 1 only; token 3 of batch 0 is in two lists: its output is
-      // the average of the two per-list outputs, which the dense reference computes list by list.
+      if (causal) check_close(narrow(narrow(fast, 0, 0, 1), 2, 0, 1), std::vector<double>(8, 0.0), 0.0);
+      // Token 3 of batch 0 sits in query lists 0 and 1 (its output is the average of the two, computed list by
+      // list in the reference); under causal, token 0 of batch 0 (list 0 only, keys 1, 3, 6) has no allowed key.
       GradcheckResult r = gradcheck(
           [&](const std::vector<Tensor>& xs) { return nn::routed_attention(xs[0], xs[1], xs[2], qm, km, m, causal, 0.0); },
           {q, k, v});
