@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "nn/attention/attention.h"
+#include "nn/attention/clustered.h"
 #include "nn/attention/full.h"
 
 namespace cf {
@@ -15,6 +16,8 @@ using Factory = std::shared_ptr<Attention> (*)(const AttentionSpec&);
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> f = {
       {"full", &FullAttention::create},
+      {"clustered", &ClusteredAttention::create_clustered},
+      {"improved-clustered", &ClusteredAttention::create_improved},
   };
   return f;
 }
