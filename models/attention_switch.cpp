@@ -1,5 +1,8 @@
 #include "models/attention_switch.h"
 
+#include <memory>
+#include <vector>
+
 #include "core/error.h"
 #include "nn/attention/multi_head.h"
 
@@ -7,20 +10,27 @@ namespace cf {
 namespace models {
 
 int64_t set_attention(nn::Module& model, const nn::AttentionSpec& spec, bool include_cross) {
-  int64_t switched = 0;
+  // Collect first, switch after: switching frees the old attention modules, which
+  // named_modules() lists too (after their layer), so they must not be visited.
+  std::vector<nn::MultiHeadAttention*> layers;
   for (auto& [name, m] : model.named_modules()) {
     auto* mha = dynamic_cast<nn::MultiHeadAttention*>(m);
     if (!mha) continue;
     const std::string suffix = ".self_attn";
     const bool self = name == "self_attn" || (name.size() > suffix.size() &&
                                               name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0);
-    if (!self && !include_cross) continue;
+    if (self || include_cross) layers.push_back(mha);
+  }
+  // Build every new variant before switching any, so that bad options leave the model unchanged.
+  std::vector<std::shared_ptr<nn::Attention>> fresh;
+  for (nn::MultiHeadAttention* mha : layers) {
     nn::AttentionSpec s = spec;
     s.d_model = mha->d_model();
     s.n_heads = mha->n_heads();
-    mha->set_attention(nn::make_attention(s));
-    ++switched;
+    fresh.push_back(nn::make_attention(s));
   }
+  const int64_t switched = int64_t(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->set_attention(fresh[i]);
   CF_CHECK(switched > 0, ValueError, "[set_attention] the model has no ", include_cross ? "" : "self-",
            "attention layer (MultiHeadAttention", include_cross ? "" : " named self_attn", ") to switch");
   return switched;

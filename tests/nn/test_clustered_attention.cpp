@@ -485,6 +485,7 @@ TEST_CASE("set_attention switches every self-attention layer and refuses models 
                    "[set_attention] the model has no self-attention layer");
   CHECK_THROWS_MSG(models::set_attention(ed, nlohmann::json{{"type", "clustered"}, {"clustres", 3}}), ValueError,
                    "attention.clustres");
+  CHECK(ed.encoder->layers[0]->self_attn->attention().type() == "full");  // a failed switch changes nothing
   CHECK_THROWS_MSG(models::set_attention(ed, nlohmann::json::array()), ValueError, "[set_attention] expected an object");
   // The switched-in variant follows the model's mode.
   ed.eval();
