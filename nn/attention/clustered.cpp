@@ -70,9 +70,12 @@ void membership(const Tensor& assignment, int64_t c, DType dt, Tensor& member, T
 }  // namespace
 
 Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& assignment,
-                           int64_t n_clusters, const Tensor& kpm, double scale, int64_t topk) {
+                           int64_t n_clusters, const Tensor& kpm, double scale, int64_t topk, double dropout_p,
+                           bool training, Generator& gen) {
   const char* who = "clustered_attention";
   check_inputs(who, q, k, v, assignment, n_clusters, kpm, scale, topk);
+  CF_CHECK(dropout_p >= 0 && dropout_p < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout_p);
+  auto drop = [&](const Tensor& w) { return training && dropout_p > 0 ? dropout(w, dropout_p, true, gen) : w; };
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], D = q.shape()[3];
   const int64_t Nk = k.shape()[2], Dv = v.shape()[3], G = B * H, C = n_clusters;
   const DType dt = q.dtype();
@@ -92,7 +95,7 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   Tensor ac = softmax(scores, -1);
 
   if (topk == 0) {
-    Tensor vc = matmul(ac, vf);  // eq. 5
+    Tensor vc = matmul(drop(ac), vf);  // eq. 5
     // Eq. 6: each query takes its centroid's value.
     return reshape(matmul(member, vc), {B, H, Nq, Dv});
   }
@@ -109,7 +112,7 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   }
   Tensor mass = sum(gather(ac, 2, idx), {-1});  // eq. 9: m_j, (G, C)
   // The keys outside the top-k keep the centroid weights A^c_jl (eq. 10, second case).
-  Tensor v_rest = matmul(masked_fill(ac, tmask, 0.0), vf);
+  Tensor v_rest = matmul(drop(masked_fill(ac, tmask, 0.0)), vf);
   Tensor out = matmul(member, v_rest);  // (G, Nq, Dv)
 
   // Per query: its cluster's top-k keys; blocked where the key is padding or the
@@ -140,7 +143,7 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   // Eq. 10, first case: m_j * softmax of the exact scores over the cluster's top-k.
   Tensor exact = masked_fill(sparse_dot(qs, kf, per_q), blocked, -INFINITY);
   Tensor mq = matmul(member, reshape(mass, {G, C, 1}));  // m_{j(i)}, (G, Nq, 1)
-  Tensor top = sparse_weighted_sum(softmax(exact, -1) * mq, vf, per_q);  // eq. 11, sparse part
+  Tensor top = sparse_weighted_sum(drop(softmax(exact, -1)) * mq, vf, per_q);  // eq. 11, sparse part
   return reshape(out + top, {B, H, Nq, Dv});
 }
 
@@ -179,7 +182,8 @@ Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tenso
 
 // ---------------------------------------------------------------- the layer
 
-ClusteredAttention::ClusteredAttention(const ClusteredOptions& o, double scale) : opt_(o), scale_(scale) {
+ClusteredAttention::ClusteredAttention(const ClusteredOptions& o, double scale, double dropout)
+    : opt_(o), scale_(scale), dropout_(dropout) {
   const char* who = o.improved ? "ImprovedClusteredAttention" : "ClusteredAttention";
   CF_CHECK(o.clusters >= 1, ValueError, "[", who, "] clusters must be >= 1, got ", o.clusters);
   CF_CHECK(o.bits >= 1 && o.bits <= 63, ValueError, "[", who, "] bits must be in [1, 63] (codes are int64), got ",
@@ -188,6 +192,7 @@ ClusteredAttention::ClusteredAttention(const ClusteredOptions& o, double scale) 
   CF_CHECK(!o.improved || o.topk >= 1, ValueError, "[", who, "] topk must be >= 1, got ", o.topk);
   CF_CHECK(scale >= 0 && std::isfinite(scale), ValueError, "[", who, "] scale must be >= 0 (0: 1/sqrt(d_k)), got ",
            scale);
+  CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout);
 }
 
 namespace {
@@ -207,8 +212,9 @@ std::shared_ptr<Attention> create(const AttentionSpec& spec, bool improved) {
     c.hash_seed = uint64_t(s);
   }
   double scale = o.get<double>("scale", 0.0);
+  double dropout = o.get<double>("dropout", 0.0);
   o.finish();
-  return std::make_shared<ClusteredAttention>(c, scale);
+  return std::make_shared<ClusteredAttention>(c, scale, dropout);
 }
 }  // namespace
 
@@ -274,7 +280,7 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
   }
   last_ = a;
   return clustered_attention(args.q, args.k, args.v, a, c, args.key_padding_mask, scale,
-                             opt_.improved ? opt_.topk : 0);
+                             opt_.improved ? opt_.topk : 0, dropout_, is_training());
 }
 
 }  // namespace nn

@@ -54,8 +54,12 @@ struct ClusteredOptions {
 // topk > 0: improved (eqs. 9-11). key_padding_mask bool (B, Nk), true = padding.
 // q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, Dv) -> (B, H, Nq, Dv).
 // Never forms an Nq x Nk matrix.
+// Attention-weight dropout (training only) drops entries of A^c per cluster (so the
+// members of a cluster share the mask) and the exact top-k weights per query; the
+// mass m_j is computed before dropout, so the expected weights are A^t.
 Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& assignment,
-                           int64_t n_clusters, const Tensor& key_padding_mask, double scale, int64_t topk = 0);
+                           int64_t n_clusters, const Tensor& key_padding_mask, double scale, int64_t topk = 0,
+                           double dropout_p = 0.0, bool training = false, Generator& gen = default_generator());
 
 // Dense reference of the same computation: the (B, H, Nq, Nk) matrix A^c broadcast
 // to the members (eq. 6) when topk = 0, or A^t of eq. 10 when topk > 0, built with
@@ -67,10 +71,11 @@ Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tenso
 // Options (JSON), "clustered" and "improved-clustered":
 //   {"clusters": C (100), "bits": B (63), "iterations": L (10),
 //    "topk": k (32, improved-clustered only), "hash_seed": fixed hyperplanes (absent:
-//    drawn from the global generator at each forward), "scale": 0 = 1/sqrt(D)}.
+//    drawn from the global generator at each forward), "scale": 0 = 1/sqrt(D),
+//    "dropout": attention-weight dropout in [0, 1), default 0}.
 class ClusteredAttention : public Attention {
  public:
-  explicit ClusteredAttention(const ClusteredOptions& o, double scale = 0.0);
+  explicit ClusteredAttention(const ClusteredOptions& o, double scale = 0.0, double dropout = 0.0);
   static std::shared_ptr<Attention> create_clustered(const AttentionSpec& spec);
   static std::shared_ptr<Attention> create_improved(const AttentionSpec& spec);
   Tensor forward(const AttentionArgs& args) override;
@@ -90,7 +95,7 @@ class ClusteredAttention : public Attention {
 
  private:
   ClusteredOptions opt_;
-  double scale_;
+  double scale_, dropout_;
   Tensor planes_;  // fixed hyperplanes (fixed_planes), created at the first forward
   Tensor given_, last_;
 };

@@ -413,6 +413,41 @@ TEST_CASE("clustered attention layers run in float32 through the registry and Mu
   }
 }
 
+TEST_CASE("attention-weight dropout acts in training only and keeps the expected output") {
+  const int64_t B = 1, H = 1, N = 8;
+  Tensor q = leaf64({B, H, N, 4}, 41).detach(), k = leaf64({B, H, N, 4}, 42).detach(), v = leaf64({B, H, N, 3}, 43).detach();
+  for (const char* type : {"clustered", "improved-clustered"}) {
+    INFO(type);
+    nlohmann::json o = {{"clusters", 3}, {"dropout", 0.5}, {"hash_seed", 2}};
+    if (std::string(type) == "improved-clustered") o["topk"] = 3;
+    auto layer = make_layer(type, o);
+    layer->eval();
+    auto clean = values(layer->forward(args_of(q, k, v, Tensor())));
+    layer->set_assignment(layer->last_assignment());
+    layer->train();
+    auto once = values(layer->forward(args_of(q, k, v, Tensor())));
+    CHECK(once != clean);
+    // The mean over many draws is the clean output (inverted dropout): within 4.5
+    // standard errors for every element.
+    std::vector<double> mean(clean.size(), 0.0), sq(clean.size(), 0.0);
+    const int draws = 400;
+    for (int d = 0; d < draws; ++d) {
+      auto y = values(layer->forward(args_of(q, k, v, Tensor())));
+      for (size_t i = 0; i < y.size(); ++i) {
+        mean[i] += y[i] / draws;
+        sq[i] += y[i] * y[i] / draws;
+      }
+    }
+    int outside = 0;
+    for (size_t i = 0; i < clean.size(); ++i) {
+      const double se = std::sqrt(std::max(sq[i] - mean[i] * mean[i], 0.0) / draws);
+      outside += std::abs(mean[i] - clean[i]) > 4.5 * se + 1e-12;
+    }
+    CHECK(outside == 0);
+  }
+  CHECK_THROWS_MSG(make_layer("clustered", {{"dropout", 1.0}}), ValueError, "[ClusteredAttention] dropout must be in [0, 1)");
+}
+
 TEST_CASE("clustered attention refuses bad input with messages naming the problem") {
   Tensor q = leaf64({1, 1, 4, 2}, 1), k = leaf64({1, 1, 4, 2}, 2), v = leaf64({1, 1, 4, 2}, 3);
   Tensor a = ti64({0, 1, 0, 1}, {1, 1, 4});
