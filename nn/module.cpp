@@ -48,6 +48,16 @@ void Module::register_module_impl(const std::string& name, std::shared_ptr<Modul
   children_.emplace_back(name, std::move(module));
 }
 
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  CF_CHECK(module != nullptr, ValueError, "[Module] replacement for submodule '", name, "' is null");
+  for (auto& c : children_)
+    if (c.first == name) {
+      c.second = std::move(module);
+      return;
+    }
+  throw ValueError(str("[Module] replace_module: no submodule named '", name, "'"));
+}
+
 // Calls f(qualified_name, slot, is_parameter, persistent) for every tensor slot,
 // this module's parameters then buffers, then each child in order.
 template <class F>

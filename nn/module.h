@@ -69,6 +69,9 @@ class Module {
     register_module_impl(name, module);
     return module;
   }
+  // Swap the submodule registered as `name` for another (a model switching its
+  // attention variant); the name must already be registered.
+  void replace_module(const std::string& name, std::shared_ptr<Module> module);
 
  private:
   struct Slot {

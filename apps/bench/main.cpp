@@ -396,6 +396,9 @@ nlohmann::json bench_attention_options(const std::string& variant, int64_t n) {
   if (variant == "lsh") return {{"n_hashes", 8}, {"bucket_size", 64}, {"seed", 0}};
   // Routing Transformer: sqrt(N) clusters of sqrt(N) tokens, the setting of its O(N^1.5 d) complexity (section 4.1).
   if (variant == "routing") return {{"n_clusters", int64_t(std::lround(std::sqrt(double(n))))}};
+  // Vyas et al. 2020 benchmark clustered attention with C = 100 (and top-32 keys).
+  if (variant == "clustered") return {{"clusters", 100}};
+  if (variant == "improved-clustered") return {{"clusters", 100}, {"topk", 32}};
   return nlohmann::json::object();
 }
 

@@ -19,6 +19,16 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t n_heads, std::sh
   register_module("attention", attention_);
 }
 
+void MultiHeadAttention::set_attention(std::shared_ptr<Attention> attention) {
+  CF_CHECK(attention != nullptr, ValueError, "[MultiHeadAttention] set_attention: attention is null");
+  CF_CHECK(attention->shares_qk() == attention_->shares_qk(), ValueError, "[MultiHeadAttention] set_attention: '",
+           attention->type(), "' and '", attention_->type(),
+           "' disagree on sharing queries and keys, so they need different projections");
+  attention->train(is_training());
+  replace_module("attention", attention);
+  attention_ = std::move(attention);
+}
+
 Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
   const Shape& s = x.shape();
   return transpose(reshape(x, {s[0], s[1], n_heads_, d_model_ / n_heads_}), 1, 2);

@@ -28,6 +28,11 @@ class MultiHeadAttention : public Module {
   int64_t d_model() const { return d_model_; }
   int64_t n_heads() const { return n_heads_; }
   Attention& attention() const { return *attention_; }
+  // Switch the attention variant, keeping the projections (variants without
+  // parameters of their own then share every weight: a model trained with one
+  // variant is evaluated with another). The new variant takes this layer's
+  // training mode; it must agree on sharing Q and K, which decides w_k.
+  void set_attention(std::shared_ptr<Attention> attention);
 
   std::shared_ptr<Linear> w_q, w_k, w_v, w_o;  // w_k is null when the variant shares Q and K
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "nn/attention/attention.h"
+#include "nn/attention/clustered.h"
 #include "nn/attention/full.h"
 #include "nn/attention/lsh.h"
 #include "nn/attention/routing.h"
@@ -19,6 +20,8 @@ const std::map<std::string, Factory>& factories() {
       {"full", &FullAttention::create},
       {"lsh", &LSHAttention::create},
       {"routing", &RoutingAttention::create},
+      {"clustered", &ClusteredAttention::create_clustered},
+      {"improved-clustered", &ClusteredAttention::create_improved},
   };
   return f;
 }

@@ -1,0 +1,104 @@
+#pragma once
+// Clustered and improved clustered attention (Vyas, Katharopoulos, Fleuret 2020,
+// "Fast Transformers with Clustered Attention", sections 3.2-3.3).
+//
+// Clustered (eqs. 3-6): queries are grouped into C clusters (hashing + Hamming
+// K-Means, nn/attention/hamming_kmeans.h); each centroid Q^c_j is the mean of its
+// member queries (eq. 3), attends to every key (eq. 4, key padding applied), and its
+// value V^c_j = A^c_j V (eq. 5) is broadcast to the members (eq. 6). Cost O(N C D).
+// Improved (eqs. 9-11): for each cluster the top-k keys of A^c_j; each member query
+// i computes exact scores with those keys, softmax over them, rescaled by the
+// cluster's mass m_j on them (eq. 9); every other key keeps A^c_jl (eq. 10). The
+// output (eq. 11) is A^c with the top-k columns zeroed times V, plus the sparse
+// product of the rescaled exact weights with the top-k values. Cost O(N C D + N k D).
+//
+// Rules this implementation fixes (the paper does not state them):
+// - Padded queries (query_padding_mask) take part in no cluster (id -1): they add
+//   nothing to any centroid, output zeros and receive no gradient. (Full attention
+//   gives them an ordinary row; compare the two on the valid queries.)
+// - The number of clusters is clamped per row to the number of valid queries, so
+//   C > N works; top-k is clamped to the number of keys Nk, and a cluster whose row
+//   has fewer valid keys than k carries padded keys in its top-k set with weight
+//   exactly 0 (their exact scores are masked), so top-k is in effect clamped to the
+//   valid keys.
+// - A row whose keys are all padding outputs zeros.
+// - Causal masking is refused (NotImplementedError). A cluster mixes queries from
+//   different positions: its centroid is the mean of later queries too, and the
+//   clustering itself reads every query, so even restricting each member to its own
+//   past keys would let a later token change an earlier output. A causal clustered
+//   attention needs a different grouping (per-position prefix centroids), which the
+//   paper does not define.
+// - Hashing and clustering are not differentiable; gradients reach Q through the
+//   centroid means (eq. 3) and, for the improved form, through the exact top-k
+//   products and the mass m_j; K and V get theirs through every product.
+#include <memory>
+
+#include "core/rng.h"
+#include "nn/attention/attention.h"
+
+namespace cf {
+namespace nn {
+
+struct ClusteredOptions {
+  int64_t clusters = 100;   // C
+  int64_t bits = 63;        // B, hash bits, in [1, 63]
+  int64_t iterations = 10;  // L, Lloyd iterations
+  int64_t topk = 32;        // k (improved only)
+  bool improved = false;
+  bool fixed_planes = false;  // true: hyperplanes drawn once from hash_seed; false: fresh each forward
+  uint64_t hash_seed = 0;
+};
+
+// The clustered output for a given assignment int64 (B, H, Nq) with ids in
+// [0, n_clusters) or -1 (no cluster: output 0). topk = 0: clustered (eqs. 3-6);
+// topk > 0: improved (eqs. 9-11). key_padding_mask bool (B, Nk), true = padding.
+// q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, Dv) -> (B, H, Nq, Dv).
+// Never forms an Nq x Nk matrix.
+// Attention-weight dropout (training only) drops entries of A^c per cluster (so the
+// members of a cluster share the mask) and the exact top-k weights per query; the
+// mass m_j is computed before dropout, so the expected weights are A^t.
+Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& assignment,
+                           int64_t n_clusters, const Tensor& key_padding_mask, double scale, int64_t topk = 0,
+                           double dropout_p = 0.0, bool training = false, Generator& gen = default_generator());
+
+// Dense reference of the same computation: the (B, H, Nq, Nk) matrix A^c broadcast
+// to the members (eq. 6) when topk = 0, or A^t of eq. 10 when topk > 0, built with
+// dense ops and an explicit top-k mask. For tests and analysis (Proposition 2).
+// Rows of queries without a cluster are zero.
+Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tensor& assignment, int64_t n_clusters,
+                                   const Tensor& key_padding_mask, double scale, int64_t topk = 0);
+
+// Options (JSON), "clustered" and "improved-clustered":
+//   {"clusters": C (100), "bits": B (63), "iterations": L (10),
+//    "topk": k (32, improved-clustered only), "hash_seed": fixed hyperplanes (absent:
+//    drawn from the global generator at each forward), "scale": 0 = 1/sqrt(D),
+//    "dropout": attention-weight dropout in [0, 1), default 0}.
+class ClusteredAttention : public Attention {
+ public:
+  explicit ClusteredAttention(const ClusteredOptions& o, double scale = 0.0, double dropout = 0.0);
+  static std::shared_ptr<Attention> create_clustered(const AttentionSpec& spec);
+  static std::shared_ptr<Attention> create_improved(const AttentionSpec& spec);
+  Tensor forward(const AttentionArgs& args) override;
+  std::string type() const override { return opt_.improved ? "improved-clustered" : "clustered"; }
+
+  // Cluster ids int64 (B, H, Nq) of q (B, H, Nq, D): hashing then Hamming K-Means
+  // over the valid queries (-1 for padded ones).
+  Tensor cluster(const Tensor& q, const Tensor& query_padding_mask = Tensor());
+  // Use this assignment (int64 (B, H, Nq), ids in [0, C) or -1) in every following
+  // forward instead of clustering, until clear_assignment(). Padded queries are
+  // still excluded. The number of clusters is the largest id + 1.
+  void set_assignment(const Tensor& assignment);
+  void clear_assignment() { given_ = Tensor(); }
+  // The assignment the last forward used.
+  const Tensor& last_assignment() const { return last_; }
+  const ClusteredOptions& options() const { return opt_; }
+
+ private:
+  ClusteredOptions opt_;
+  double scale_, dropout_;
+  Tensor planes_;  // fixed hyperplanes (fixed_planes), created at the first forward
+  Tensor given_, last_;
+};
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,613 @@
+// Clustered and improved clustered attention (Vyas et al. 2020, eqs. 3-11),
+// their hashing + Hamming K-Means, the sparse top-k products, and switching a
+// trained model's attention (Table 1).
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "models/attention_switch.h"
+#include "nn/attention/clustered.h"
+#include "nn/attention/hamming_kmeans.h"
+#include "nn/attention/sparse_products.h"
+#include "nn/nn_test_util.h"
+#include "nn/optim/adam.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+Tensor bools(const std::vector<bool>& v, const Shape& s) { return Tensor::from_vector(v, s); }
+
+// Batch 1 pads its last two positions (keys and queries alike).
+Tensor padding_2x6() {
+  return bools({false, false, false, false, false, false, false, false, false, false, true, true}, {2, 6});
+}
+
+// (B, H, N) int64 with each query in its own cluster.
+Tensor singleton_clusters(int64_t B, int64_t H, int64_t N) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < B * H * N; ++i) v.push_back(i % N);
+  return ti64(v, {B, H, N});
+}
+
+// Random ids in [0, C), every id used in every (b, h) row (C <= N).
+Tensor random_clusters(int64_t B, int64_t H, int64_t N, int64_t C, uint64_t seed) {
+  Generator g(seed);
+  std::vector<int64_t> v;
+  for (int64_t r = 0; r < B * H; ++r) {
+    auto ids = randint(0, C, {N}, g).to_vector<int64_t>();
+    for (int64_t j = 0; j < C; ++j) ids[size_t(j)] = j;  // no empty cluster
+    v.insert(v.end(), ids.begin(), ids.end());
+  }
+  return ti64(v, {B, H, N});
+}
+
+// 1 on valid queries, 0 on padded ones, as (B, 1, N, 1) float64.
+Tensor valid_rows(const Tensor& qpm) {
+  const int64_t B = qpm.shape()[0], N = qpm.shape()[1];
+  return reshape(to(logical_not(qpm), kFloat64), {B, 1, N, 1});
+}
+
+struct Grads {
+  std::vector<double> out, dq, dk, dv;
+};
+
+// Output and the gradients of sum(w * out * valid) with respect to q, k, v.
+Grads run(const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f, const Tensor& q,
+          const Tensor& k, const Tensor& v, const Tensor& row_weight) {
+  Tensor qq = q.detach().set_requires_grad(true), kk = k.detach().set_requires_grad(true),
+         vv = v.detach().set_requires_grad(true);
+  Tensor out = f(qq, kk, vv);
+  Generator g(99);
+  Tensor w = rand(out.shape(), kFloat64, g, -1.0, 1.0);
+  if (row_weight.defined()) w = w * row_weight;
+  sum(out * w).backward();
+  Tensor o = row_weight.defined() ? out * row_weight : out;
+  return {values(o), values(qq.grad()), values(kk.grad()), values(vv.grad())};
+}
+
+void check_same(const std::vector<double>& a, const std::vector<double>& b, double tol, const char* what) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  CHECK_MESSAGE(worst <= tol, what, ": max |difference| ", worst);
+}
+
+void check_same(const Grads& a, const Grads& b, double tol) {
+  check_same(a.out, b.out, tol, "output");
+  check_same(a.dq, b.dq, tol, "dq");
+  check_same(a.dk, b.dk, tol, "dk");
+  check_same(a.dv, b.dv, tol, "dv");
+}
+
+Tensor full_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm) {
+  Tensor blocked = kpm.defined() ? reshape(kpm, {kpm.shape()[0], 1, 1, kpm.shape()[1]}) : Tensor();
+  return nn::dense_attention(q, k, v, blocked, 1.0 / std::sqrt(double(q.shape()[3])));
+}
+
+nn::AttentionArgs args_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm) {
+  nn::AttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.key_padding_mask = kpm;
+  a.query_padding_mask = kpm;
+  return a;
+}
+
+std::shared_ptr<nn::ClusteredAttention> make_layer(const std::string& type, const nlohmann::json& options) {
+  nn::AttentionSpec spec;
+  spec.type = type;
+  spec.d_model = 8;
+  spec.n_heads = 2;
+  spec.options = nn::Config(options.is_null() ? nlohmann::json::object() : options, "attention");
+  return std::dynamic_pointer_cast<nn::ClusteredAttention>(nn::make_attention(spec));
+}
+
+bool graph_has(const Tensor& y, const char* name) {
+  for (const char* n : autograd::graph_node_names(y))
+    if (std::string(n) == name) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_SUITE("clustered_attention") {
+
+TEST_CASE("clustered attention with one query per cluster equals full attention, forward and backward") {
+  const int64_t B = 2, H = 2, N = 6;
+  Tensor q = leaf64({B, H, N, 3}, 1, -2, 2), k = leaf64({B, H, N, 3}, 2, -2, 2), v = leaf64({B, H, N, 4}, 3);
+  Tensor kpm = padding_2x6();
+  Tensor valid = valid_rows(kpm);
+  auto layer = make_layer("clustered", {});
+  layer->set_assignment(singleton_clusters(B, H, N));
+  Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) { return layer->forward(args_of(a, b, c, kpm)); },
+                  q, k, v, valid);
+  Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) { return full_reference(a, b, c, kpm); }, q,
+                   k, v, valid);
+  check_same(got, want, 1e-12);
+  // Padded queries belong to no cluster: their rows are zero.
+  Tensor y = layer->forward(args_of(q, k, v, kpm));
+  auto a = layer->last_assignment().to_vector<int64_t>();
+  CHECK(a[size_t((1 * H + 0) * N + 4)] == -1);
+  CHECK(a[size_t((1 * H + 1) * N + 5)] == -1);
+  for (double x : values(slice(slice(y, 0, 1, 2), 2, 4, 6))) CHECK(x == 0.0);
+  // And without any mask.
+  Grads g2 = run([&](const Tensor& a2, const Tensor& b2, const Tensor& c2) {
+    return layer->forward(args_of(a2, b2, c2, Tensor()));
+  }, q, k, v, Tensor());
+  Grads w2 = run([&](const Tensor& a2, const Tensor& b2, const Tensor& c2) { return full_reference(a2, b2, c2, Tensor()); },
+                 q, k, v, Tensor());
+  check_same(g2, w2, 1e-12);
+}
+
+TEST_CASE("improved clustered attention with top-k = number of keys equals full attention, forward and backward") {
+  const int64_t B = 2, H = 2, N = 6;
+  Tensor q = leaf64({B, H, N, 3}, 4, -2, 2), k = leaf64({B, H, N, 3}, 5, -2, 2), v = leaf64({B, H, N, 4}, 6);
+  Tensor kpm = padding_2x6();
+  Tensor valid = valid_rows(kpm);
+  for (int64_t C : {1, 2, 3}) {
+    INFO("clusters: ", C);
+    auto layer = make_layer("improved-clustered", {{"topk", N}});
+    layer->set_assignment(random_clusters(B, H, N, C, uint64_t(10 + C)));
+    Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return layer->forward(args_of(a, b, c, kpm));
+    }, q, k, v, valid);
+    Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) { return full_reference(a, b, c, kpm); },
+                     q, k, v, valid);
+    check_same(got, want, 1e-12);
+  }
+}
+
+TEST_CASE("the efficient paths match the dense reference matrices, forward and backward, with padding") {
+  const int64_t B = 2, H = 2, N = 6;
+  Tensor q = leaf64({B, H, N, 3}, 7, -2, 2), k = leaf64({B, H, N, 3}, 8, -2, 2), v = leaf64({B, H, N, 4}, 9);
+  Tensor kpm = padding_2x6();
+  Tensor valid = valid_rows(kpm);
+  const double scale = 1.0 / std::sqrt(3.0);
+  // Padded queries get -1, as the layer does.
+  Tensor assign = where(expand(reshape(kpm, {B, 1, N}), {B, H, N}), Tensor::full({1}, -1.0, kInt64),
+                        random_clusters(B, H, N, 3, 21));
+  for (int64_t topk : {0, 2, 3}) {
+    INFO("topk: ", topk);
+    Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return nn::clustered_attention(a, b, c, assign, 3, kpm, scale, topk);
+    }, q, k, v, Tensor());
+    Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return matmul(nn::clustered_attention_weights(a, b, assign, 3, kpm, scale, topk), c);
+    }, q, k, v, Tensor());
+    check_same(got, want, 1e-12);
+    // The rows of the dense matrices are distributions over the valid keys.
+    Tensor w = nn::clustered_attention_weights(q, k, assign, 3, kpm, scale, topk);
+    auto rows = values(sum(w, {-1}));
+    auto a = assign.to_vector<int64_t>();
+    for (size_t i = 0; i < rows.size(); ++i) CHECK(rows[i] == doctest::Approx(a[i] < 0 ? 0.0 : 1.0).epsilon(1e-12));
+    for (double x : values(slice(slice(w, 0, 1, 2), 3, 4, 6))) CHECK(x == 0.0);  // padded keys
+  }
+  (void)valid;
+}
+
+TEST_CASE("Proposition 2: improved clustered attention is never farther from full attention than clustered (L1)") {
+  const int64_t B = 2, H = 3, N = 24, D = 4;
+  int64_t rows_checked = 0, strictly_better = 0;
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    Tensor q = leaf64({B, H, N, D}, 100 + seed, -3, 3).detach(), k = leaf64({B, H, N, D}, 200 + seed, -3, 3).detach();
+    std::vector<bool> pad(size_t(B * N), false);
+    for (int64_t i = N - 1 - int64_t(seed); i < N; ++i) pad[size_t(N + i)] = true;  // batch 1 shorter
+    Tensor kpm = bools(pad, {B, N});
+    auto layer = make_layer("clustered", {{"clusters", 4}, {"hash_seed", int64_t(seed)}});
+    Tensor assign = layer->cluster(q, kpm);
+    const double scale = 1.0 / std::sqrt(double(D));
+    Tensor full = softmax(masked_fill(matmul(q * scale, transpose(k, 2, 3)), reshape(kpm, {B, 1, 1, N}), -INFINITY), -1);
+    Tensor ac = nn::clustered_attention_weights(q, k, assign, 4, kpm, scale, 0);
+    Tensor at = nn::clustered_attention_weights(q, k, assign, 4, kpm, scale, 5);
+    auto ec = values(sum(abs(ac - full), {-1})), et = values(sum(abs(at - full), {-1}));
+    auto a = assign.to_vector<int64_t>();
+    for (size_t i = 0; i < ec.size(); ++i) {
+      if (a[i] < 0) continue;
+      ++rows_checked;
+      CHECK(et[i] <= ec[i] + 1e-12);
+      strictly_better += et[i] < ec[i] - 1e-9;
+    }
+  }
+  MESSAGE("Proposition 2: ", rows_checked, " rows, improved strictly better on ", strictly_better);
+  CHECK(rows_checked > 500);
+  CHECK(strictly_better > rows_checked / 2);  // the bound is not met trivially by equal rows
+}
+
+TEST_CASE("query hashing: sign bits of random projections, packed in int64, fixed by a seed") {
+  Tensor x = leaf64({2, 5, 4}, 3).detach();
+  Generator g(1);
+  Tensor planes = nn::random_hyperplanes(7, 4, kFloat64, g);
+  auto codes = nn::hash_codes(x, planes).to_vector<int64_t>();
+  auto xv = values(x), pv = values(planes);
+  for (int64_t r = 0; r < 10; ++r) {
+    int64_t want = 0;
+    for (int64_t b = 0; b < 7; ++b) {
+      double s = 0;
+      for (int64_t d = 0; d < 4; ++d) s += xv[size_t(r * 4 + d)] * pv[size_t(b * 4 + d)];
+      if (s > 0) want |= int64_t(1) << b;
+    }
+    CHECK(codes[size_t(r)] == want);
+  }
+  // 63 bits fit in a non-negative int64.
+  Generator g2(2);
+  for (int64_t c : nn::hash_codes(x, nn::random_hyperplanes(63, 4, kFloat64, g2)).to_vector<int64_t>()) CHECK(c >= 0);
+  // A fixed hash_seed gives the same clusters at every forward; the default draws new planes.
+  Tensor q = leaf64({1, 2, 16, 4}, 5).detach();
+  auto fixed = make_layer("clustered", {{"clusters", 3}, {"hash_seed", 7}});
+  CHECK(values(fixed->cluster(q)) == values(fixed->cluster(q)));
+  auto fresh = make_layer("clustered", {{"clusters", 3}, {"bits", 4}});
+  std::set<std::vector<double>> seen;
+  for (int i = 0; i < 5; ++i) seen.insert(values(fresh->cluster(q)));
+  CHECK(seen.size() > 1);
+}
+
+TEST_CASE("Hamming K-Means recovers planted clusters exactly, excludes padding, and clamps the cluster count") {
+  const int64_t C = 5, per = 9, N = C * per, bits = 63;
+  Generator g(3);
+  // Centers 63 random bits apart by ~31; members flip at most 3 bits, so every
+  // member is far nearer its own center than any other.
+  std::vector<int64_t> centers;
+  for (int64_t j = 0; j < C; ++j) centers.push_back(randint(0, int64_t(1) << 62, {1}, g).item<int64_t>());
+  std::vector<int64_t> codes, truth;
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t j = (i * 7) % C;  // interleaved, so no cluster is contiguous
+    int64_t c = centers[size_t(j)];
+    auto flips = randint(0, bits, {3}, g).to_vector<int64_t>();
+    for (int64_t f : flips) c ^= int64_t(1) << f;
+    codes.push_back(c);
+    truth.push_back(j);
+  }
+  // Two rows: the planted data, and the same with the last 4 entries excluded.
+  std::vector<int64_t> both = codes;
+  both.insert(both.end(), codes.begin(), codes.end());
+  std::vector<bool> excl(size_t(2 * N), false);
+  for (int64_t i = N - 4; i < N; ++i) excl[size_t(N + i)] = true;
+  auto got = nn::hamming_kmeans(ti64(both, {2, N}), C, 10, bits, bools(excl, {2, N})).to_vector<int64_t>();
+  for (int row = 0; row < 2; ++row) {
+    std::map<int64_t, int64_t> to_truth, from_truth;
+    bool consistent = true;
+    for (int64_t i = 0; i < N; ++i) {
+      int64_t id = got[size_t(row * N + i)];
+      if (row == 1 && i >= N - 4) {
+        CHECK(id == -1);
+        continue;
+      }
+      auto [it, fresh] = to_truth.emplace(id, truth[size_t(i)]);
+      auto [jt, fresh2] = from_truth.emplace(truth[size_t(i)], id);
+      consistent = consistent && it->second == truth[size_t(i)] && jt->second == id;
+      (void)fresh;
+      (void)fresh2;
+    }
+    CHECK_MESSAGE(consistent, "row ", row, ": the partition differs from the planted one");
+    CHECK(to_truth.size() == size_t(C));
+  }
+  // More clusters than entries: each valid entry alone, ids in [0, n).
+  auto few = nn::hamming_kmeans(ti64({1, 2, 4, 8, 16}, {1, 5}), 100, 10, 8, bools({false, false, false, true, true}, {1, 5}))
+                 .to_vector<int64_t>();
+  CHECK(few == std::vector<int64_t>{0, 1, 2, -1, -1});
+  // Duplicate codes only: fewer distinct codes than clusters is no error.
+  auto dup = nn::hamming_kmeans(ti64({5, 5, 5, 5}, {1, 4}), 3, 10, 8).to_vector<int64_t>();
+  CHECK(dup == std::vector<int64_t>{0, 0, 0, 0});
+  // Everything excluded.
+  auto none = nn::hamming_kmeans(ti64({1, 2}, {1, 2}), 2, 10, 8, bools({true, true}, {1, 2})).to_vector<int64_t>();
+  CHECK(none == std::vector<int64_t>{-1, -1});
+}
+
+TEST_CASE("more clusters than queries and top-k larger than the keys work, with mixed lengths") {
+  const int64_t B = 2, H = 2, N = 6;
+  Tensor q = leaf64({B, H, N, 4}, 11, -2, 2), k = leaf64({B, H, N, 4}, 12, -2, 2), v = leaf64({B, H, N, 4}, 13);
+  Tensor kpm = padding_2x6();
+  Tensor valid = valid_rows(kpm);
+  // Defaults: 100 clusters, top-32, on 6 queries: every valid query alone, and all keys in the top-k.
+  for (const char* type : {"clustered", "improved-clustered"}) {
+    INFO(type);
+    auto layer = make_layer(type, {});
+    Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return layer->forward(args_of(a, b, c, kpm));
+    }, q, k, v, valid);
+    Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) { return full_reference(a, b, c, kpm); },
+                     q, k, v, valid);
+    check_same(got, want, 1e-12);
+  }
+  // Top-k above the valid keys of a short row but below Nk: padded keys in the top-k carry no weight.
+  auto imp = make_layer("improved-clustered", {{"clusters", 2}, {"topk", 5}, {"hash_seed", 1}});
+  Tensor y = imp->forward(args_of(q, k, v, kpm));
+  Tensor ref = matmul(nn::clustered_attention_weights(q, k, imp->last_assignment(), 2, kpm, 0.5, 5), v);
+  check_same(values(y), values(ref), 1e-12, "top-k 5 over 4 valid keys");
+  // A row of all padding outputs zeros and no NaN.
+  Tensor allpad = bools({true, true, true, true, true, true, false, false, false, false, false, false}, {2, 6});
+  for (const char* type : {"clustered", "improved-clustered"}) {
+    nlohmann::json o = {{"clusters", 2}};
+    if (std::string(type) == "improved-clustered") o["topk"] = 2;
+    auto layer = make_layer(type, o);
+    nn::AttentionArgs a = args_of(q, k, v, allpad);
+    for (double x : values(slice(layer->forward(a), 0, 0, 1))) CHECK(x == 0.0);
+    for (double x : values(layer->forward(a))) CHECK(std::isfinite(x));
+  }
+}
+
+TEST_CASE("float64 gradcheck of clustered and improved clustered attention with the clustering held fixed") {
+  const int64_t B = 2, H = 1, N = 6;
+  Tensor q = leaf64({B, H, N, 3}, 21, -2, 2), k = leaf64({B, H, N, 3}, 22, -2, 2), v = leaf64({B, H, N, 2}, 23);
+  Tensor kpm = padding_2x6();
+  for (const char* type : {"clustered", "improved-clustered"}) {
+    INFO(type);
+    nlohmann::json o = {{"clusters", 2}, {"hash_seed", 3}};
+    if (std::string(type) == "improved-clustered") o["topk"] = 2;
+    auto layer = make_layer(type, o);
+    layer->forward(args_of(q, k, v, kpm));
+    layer->set_assignment(layer->last_assignment());  // held fixed under the perturbations
+    auto f = [&](const std::vector<Tensor>& xs) { return layer->forward(args_of(xs[0], xs[1], xs[2], kpm)); };
+    GradcheckResult r = gradcheck(f, {q, k, v});
+    CHECK_MESSAGE(r.ok, r.message);
+    CHECK(r.entries_checked > 0);
+    if (std::string(type) == "improved-clustered") {
+      Tensor y = f({q, k, v});
+      CHECK(graph_has(y, "sparse_dot"));
+      CHECK(graph_has(y, "sparse_weighted_sum"));
+    }
+  }
+  // Inside a MultiHeadAttention with its projections.
+  Generator g(4);
+  auto att = make_layer("improved-clustered", {{"clusters", 2}, {"topk", 2}, {"hash_seed", 3}});
+  nn::MultiHeadAttention mha(8, 2, att, g);
+  mha.to(kFloat64);
+  Tensor x = leaf64({2, 6, 8}, 24);
+  mha.forward(x, x, x, kpm);
+  att->set_assignment(att->last_assignment());
+  check_module_grad(mha, [&](const std::vector<Tensor>& xs) { return mha.forward(xs[0], xs[0], xs[0], kpm); }, {x});
+}
+
+TEST_CASE("sparse top-k products: float64 gradcheck with repeated indices, and the dense formula") {
+  Tensor q = leaf64({2, 3, 4}, 31), k = leaf64({2, 5, 4}, 32), v = leaf64({2, 5, 3}, 33), w = leaf64({2, 3, 2}, 34);
+  Tensor idx = ti64({0, 4, 4, 4, 2, 1, 3, 3, 0, 2, 1, 0}, {2, 3, 2});  // repeats within and across rows
+  auto dot = [&](const std::vector<Tensor>& xs) { return nn::sparse_dot(xs[0], xs[1], idx); };
+  auto wsum = [&](const std::vector<Tensor>& xs) { return nn::sparse_weighted_sum(xs[0], xs[1], idx); };
+  CHECK(graph_has(dot({q, k}), "sparse_dot"));
+  CHECK(graph_has(wsum({w, v}), "sparse_weighted_sum"));
+  GradcheckResult r1 = gradcheck(dot, {q, k});
+  CHECK_MESSAGE(r1.ok, r1.message);
+  GradcheckResult r2 = gradcheck(wsum, {w, v});
+  CHECK_MESSAGE(r2.ok, r2.message);
+  // Against the gathered dense formula.
+  auto qd = values(nn::sparse_dot(q, k, idx)), qv = values(q), kv = values(k);
+  auto iv = idx.to_vector<int64_t>();
+  for (int64_t g = 0; g < 2; ++g)
+    for (int64_t n = 0; n < 3; ++n)
+      for (int64_t t = 0; t < 2; ++t) {
+        double s = 0;
+        for (int64_t d = 0; d < 4; ++d)
+          s += qv[size_t((g * 3 + n) * 4 + d)] * kv[size_t((g * 5 + iv[size_t((g * 3 + n) * 2 + t)]) * 4 + d)];
+        CHECK(qd[size_t((g * 3 + n) * 2 + t)] == doctest::Approx(s).epsilon(1e-14));
+      }
+  // float32 runs too.
+  CHECK(nn::sparse_weighted_sum(to(w.detach(), kFloat32), to(v.detach(), kFloat32), idx).dtype() == kFloat32);
+}
+
+TEST_CASE("clustered attention layers run in float32 through the registry and MultiHeadAttention") {
+  for (const char* type : {"clustered", "improved-clustered"}) {
+    INFO(type);
+    nn::AttentionSpec spec;
+    spec.type = type;
+    spec.d_model = 16;
+    spec.n_heads = 2;
+    spec.options = nn::Config(nlohmann::json{{"clusters", 4}}, "attention");
+    Generator g(1);
+    nn::MultiHeadAttention mha(16, 2, nn::make_attention(spec), g);
+    CHECK(mha.attention().type() == type);
+    Tensor x = randn({3, 20, 16}, kFloat32, g).set_requires_grad(true);
+    std::vector<bool> pad(60, false);
+    for (int i = 45; i < 60; ++i) pad[size_t(i)] = true;
+    Tensor y = mha(x, bools(pad, {3, 20}));
+    CHECK(y.shape() == Shape{3, 20, 16});
+    sum(y).backward();
+    for (double d : values(x.grad())) CHECK(std::isfinite(d));
+    auto a = dynamic_cast<nn::ClusteredAttention&>(mha.attention()).last_assignment().to_vector<int64_t>();
+    std::set<int64_t> ids(a.begin(), a.end());
+    CHECK(ids.count(-1) == 1);  // padded queries of the last sequence
+    CHECK(*ids.rbegin() == 3);
+  }
+}
+
+TEST_CASE("attention-weight dropout acts in training only and keeps the expected output") {
+  const int64_t B = 1, H = 1, N = 8;
+  Tensor q = leaf64({B, H, N, 4}, 41).detach(), k = leaf64({B, H, N, 4}, 42).detach(), v = leaf64({B, H, N, 3}, 43).detach();
+  for (const char* type : {"clustered", "improved-clustered"}) {
+    INFO(type);
+    nlohmann::json o = {{"clusters", 3}, {"dropout", 0.5}, {"hash_seed", 2}};
+    if (std::string(type) == "improved-clustered") o["topk"] = 3;
+    auto layer = make_layer(type, o);
+    layer->eval();
+    auto clean = values(layer->forward(args_of(q, k, v, Tensor())));
+    layer->set_assignment(layer->last_assignment());
+    layer->train();
+    auto once = values(layer->forward(args_of(q, k, v, Tensor())));
+    CHECK(once != clean);
+    // The mean over many draws is the clean output (inverted dropout): within 4.5
+    // standard errors for every element.
+    std::vector<double> mean(clean.size(), 0.0), sq(clean.size(), 0.0);
+    const int draws = 400;
+    for (int d = 0; d < draws; ++d) {
+      auto y = values(layer->forward(args_of(q, k, v, Tensor())));
+      for (size_t i = 0; i < y.size(); ++i) {
+        mean[i] += y[i] / draws;
+        sq[i] += y[i] * y[i] / draws;
+      }
+    }
+    int outside = 0;
+    for (size_t i = 0; i < clean.size(); ++i) {
+      const double se = std::sqrt(std::max(sq[i] - mean[i] * mean[i], 0.0) / draws);
+      outside += std::abs(mean[i] - clean[i]) > 4.5 * se + 1e-12;
+    }
+    CHECK(outside == 0);
+  }
+  CHECK_THROWS_MSG(make_layer("clustered", {{"dropout", 1.0}}), ValueError, "[ClusteredAttention] dropout must be in [0, 1)");
+}
+
+TEST_CASE("clustered attention refuses bad input with messages naming the problem") {
+  Tensor q = leaf64({1, 1, 4, 2}, 1), k = leaf64({1, 1, 4, 2}, 2), v = leaf64({1, 1, 4, 2}, 3);
+  Tensor a = ti64({0, 1, 0, 1}, {1, 1, 4});
+  CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, ti64({0, 1, 0}, {1, 1, 3}), 2, Tensor(), 1.0), ShapeError,
+                   "[clustered_attention] assignment must be (B, H, Nq) = (1, 1, 4)", "(1,1,3)");
+  CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, ti64({0, 2, 0, 1}, {1, 1, 4}), 2, Tensor(), 1.0), IndexError,
+                   "[clustered_attention] cluster id 2", "[-1, 2)");
+  CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, to(a, kFloat64), 2, Tensor(), 1.0), DTypeError,
+                   "[clustered_attention] assignment must be an int64");
+  CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, a, 2, Tensor(), 1.0, -1), ValueError, "topk must be >= 0");
+  CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, a, 0, Tensor(), 1.0), ValueError, "n_clusters must be >= 1");
+  CHECK_THROWS_MSG(nn::clustered_attention(q, k, leaf64({1, 1, 3, 2}, 4), a, 2, Tensor(), 1.0), ShapeError,
+                   "[clustered_attention] inconsistent shapes");
+  CHECK_THROWS_MSG(make_layer("clustered", {{"bits", 64}}), ValueError, "[ClusteredAttention] bits must be in [1, 63]",
+                   "64");
+  CHECK_THROWS_MSG(make_layer("clustered", {{"clusters", 0}}), ValueError, "clusters must be >= 1");
+  CHECK_THROWS_MSG(make_layer("improved-clustered", {{"topk", 0}}), ValueError,
+                   "[ImprovedClusteredAttention] topk must be >= 1");
+  CHECK_THROWS_MSG(make_layer("clustered", {{"topk", 4}}), ValueError, "attention.topk");
+  CHECK_THROWS_MSG(make_layer("clustered", {{"hash_seed", -1}}), ValueError, "hash_seed must be >= 0");
+  auto layer = make_layer("clustered", {});
+  nn::AttentionArgs causal = args_of(q, k, v, Tensor());
+  causal.causal = true;
+  CHECK_THROWS_MSG(layer->forward(causal), NotImplementedError, "[ClusteredAttention] causal masking is not supported");
+  CHECK_THROWS_MSG(layer->set_assignment(to(a, kFloat64)), DTypeError, "set_assignment: expected int64 (B, H, Nq)");
+  layer->set_assignment(ti64({0, 0, 0}, {1, 1, 3}));
+  CHECK_THROWS_MSG(layer->forward(args_of(q, k, v, Tensor())), ShapeError, "set_assignment is (1,1,3)",
+                   "(B, H, Nq) = (1, 1, 4)");
+  CHECK_THROWS_MSG(layer->cluster(ti64({1}, {1})), ShapeError, "cluster: expected float q (B, H, Nq, D)");
+  CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 300}, {1, 2}), 2, 10, 8), ValueError,
+                   "[hamming_kmeans] code 300", "beyond the 8 given");
+  CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 3}, {1, 2}), 0, 10, 8), ValueError, "clusters must be >= 1");
+  CHECK_THROWS_MSG(nn::hamming_kmeans(t64({1, 3}, {1, 2}), 2, 10, 8), DTypeError, "codes must be int64 (G, N)");
+  CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 3}, {1, 2}), 2, 10, 8, bools({true}, {1, 1})), ShapeError,
+                   "exclude must be bool of the codes' shape (1,2)");
+  CHECK_THROWS_MSG(nn::hash_codes(leaf64({2, 3}, 1), leaf64({2, 4}, 2)), ShapeError,
+                   "[hash_codes] expected x (..., D) and planes (bits, D)");
+  CHECK_THROWS_MSG(nn::random_hyperplanes(0, 4, kFloat32, default_generator()), ValueError, "bits must be in [1, 63]");
+  Tensor sq = leaf64({1, 2, 3}, 1), sk = leaf64({1, 4, 3}, 2);
+  CHECK_THROWS_MSG(nn::sparse_dot(sq, sk, ti64({0, 4}, {1, 2, 1})), IndexError,
+                   "[sparse_dot] idx value 4", "out of range for k with 4 rows");
+  CHECK_THROWS_MSG(nn::sparse_dot(sq, sk, ti64({0, 1}, {1, 1, 2})), ShapeError, "[sparse_dot] expected q (G, N, D)");
+  CHECK_THROWS_MSG(nn::sparse_weighted_sum(leaf64({1, 2, 2}, 1), sk, ti64({0, 1}, {1, 2, 1})), ShapeError,
+                   "[sparse_weighted_sum] expected w (G, N, 1)");
+  CHECK_THROWS_MSG(nn::sparse_weighted_sum(to(sq.detach(), kFloat32), sk, ti64({0, 1}, {1, 2, 1})), DTypeError,
+                   "[sparse_weighted_sum] w and v must share one float dtype");
+}
+
+TEST_CASE("set_attention switches every self-attention layer and refuses models without one") {
+  models::TransformerConfig c;
+  c.vocab_size = 6;
+  c.max_len = 16;
+  c.n_layers = 2;
+  c.layer.d_model = 8;
+  c.layer.n_heads = 2;
+  c.layer.d_ff = 16;
+  c.layer.dropout = 0.0;
+  Generator g(1);
+  models::EncoderDecoder ed(c, g);
+  auto before = ed.state_dict();
+  CHECK(models::set_attention(ed, nlohmann::json{{"type", "improved-clustered"}, {"clusters", 3}}) == 4);
+  CHECK(ed.encoder->layers[0]->self_attn->attention().type() == "improved-clustered");
+  CHECK(ed.decoder_layers[1]->self_attn->attention().type() == "improved-clustered");
+  CHECK(ed.decoder_layers[1]->cross_attn->attention().type() == "full");
+  CHECK(ed.state_dict().size() == before.size());  // no parameters added or lost
+  CHECK(models::set_attention(ed, nlohmann::json{{"type", "full"}}, true) == 6);
+  CHECK(ed.decoder_layers[1]->cross_attn->attention().type() == "full");
+  nn::Linear lin(2, 2, true, g);
+  CHECK_THROWS_MSG(models::set_attention(lin, nlohmann::json{{"type", "full"}}), ValueError,
+                   "[set_attention] the model has no self-attention layer");
+  CHECK_THROWS_MSG(models::set_attention(ed, nlohmann::json{{"type", "clustered"}, {"clustres", 3}}), ValueError,
+                   "attention.clustres");
+  CHECK(ed.encoder->layers[0]->self_attn->attention().type() == "full");  // a failed switch changes nothing
+  CHECK_THROWS_MSG(models::set_attention(ed, nlohmann::json::array()), ValueError, "[set_attention] expected an object");
+  // The switched-in variant follows the model's mode.
+  ed.eval();
+  models::set_attention(ed, nlohmann::json{{"type", "clustered"}});
+  CHECK_FALSE(ed.encoder->layers[0]->self_attn->attention().is_training());
+}
+
+TEST_CASE("a classifier trained with clustered attention learns, and keeps working under full and improved") {
+  // The pattern task of test_transformer.cpp (does the bigram 3 5 occur?) on
+  // sequences of 12 tokens, with 4 clusters per head: a real approximation.
+  const int64_t V = 8, N = 12;
+  Generator data(42);
+  auto make_set = [&](int64_t count, std::vector<int64_t>& ids, std::vector<int64_t>& labels) {
+    for (int64_t i = 0; i < count; ++i) {
+      const bool positive = i % 2 == 0;
+      for (;;) {
+        auto r = randint(1, V, {N}, data).to_vector<int64_t>();
+        bool has = false;
+        for (int64_t t = 0; t + 1 < N; ++t) has = has || (r[size_t(t)] == 3 && r[size_t(t + 1)] == 5);
+        if (positive && !has) {
+          int64_t at = randint(0, N - 1, {1}, data).item<int64_t>();
+          r[size_t(at)] = 3;
+          r[size_t(at + 1)] = 5;
+          has = true;
+        }
+        if (has == positive) {
+          ids.insert(ids.end(), r.begin(), r.end());
+          break;
+        }
+      }
+      labels.push_back(positive ? 1 : 0);
+    }
+  };
+  std::vector<int64_t> te_ids, te_y;
+  make_set(256, te_ids, te_y);
+  Tensor Xte = ti64(te_ids, {256, N});
+
+  models::TransformerConfig c;
+  c.vocab_size = V;
+  c.max_len = 32;
+  c.n_layers = 2;
+  c.layer.d_model = 32;
+  c.layer.n_heads = 2;
+  c.layer.d_ff = 64;
+  c.layer.dropout = 0.0;
+  c.layer.attention.type = "clustered";
+  c.layer.attention.options = nn::Config(nlohmann::json{{"clusters", 4}, {"bits", 31}}, "attention");
+  Generator g(7);
+  models::EncoderClassifier model(c, g);
+  nn::AdamWOptions o;
+  o.lr = 3e-3;
+  o.weight_decay = 0.0;
+  nn::AdamW opt(model.named_parameters(), o);
+  auto accuracy = [&] {
+    NoGradGuard ng;
+    auto pred = argmax(model.forward(Xte), 1).to_vector<int64_t>();
+    int64_t correct = 0;
+    for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == te_y[i];
+    return double(correct) / double(pred.size());
+  };
+  model.eval();
+  const double acc_untrained = accuracy();
+  model.train();
+  double first_loss = 0, last_loss = 0;
+  const int64_t B = 32;
+  for (int64_t step = 0; step < 600; ++step) {
+    std::vector<int64_t> ids, y;
+    make_set(B, ids, y);
+    Tensor loss = cross_entropy(model.forward(ti64(ids, {B, N})), ti64(y, {B}));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    if (step == 0) first_loss = loss.item<float>();
+    last_loss = loss.item<float>();
+  }
+  model.eval();
+  const double acc_clustered = accuracy();
+  models::set_attention(model, nlohmann::json{{"type", "improved-clustered"}, {"clusters", 4}, {"bits", 31}, {"topk", 4}});
+  const double acc_improved = accuracy();
+  models::set_attention(model, nlohmann::json{{"type", "full"}});
+  const double acc_full = accuracy();
+  MESSAGE("trained with clustered-4: loss ", first_loss, " -> ", last_loss, "; held-out accuracy untrained ",
+          acc_untrained, ", clustered ", acc_clustered, ", improved-clustered ", acc_improved, ", full ", acc_full);
+  CHECK(last_loss < 0.5 * first_loss);
+  CHECK(acc_clustered >= 0.9);
+  CHECK(acc_improved >= 0.85);
+  CHECK(acc_full >= 0.75);
+}
+
+}  // TEST_SUITE
