@@ -160,7 +160,7 @@ nn::Cost CentroidSummarizer::encoder_cost(int64_t batch, int64_t src_len) {
   Generator g(0);
   Tensor src = randint(std::max<int64_t>(pad_id_ + 1, 0), vocab_, {batch, src_len}, g);
   nn::Cost c = nn::measure_cost(*this, [&] { return std::vector<Tensor>{encode(src).h}; });
-  c.params = src_embedding->num_parameters() + encoder->num_parameters() +
+  c.params = src_embedding->num_parameters() + src_pos_->num_parameters() + encoder->num_parameters() +
              (encoder_norm ? encoder_norm->num_parameters() : 0);
   return c;
 }

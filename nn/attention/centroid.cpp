@@ -40,13 +40,13 @@ void check_mask(const char* who, const char* name, const Tensor& mask, int64_t b
 bool any_true(const Tensor& m) { return m.defined() && sum(cf::to(m, kInt64)).item<int64_t>() > 0; }
 
 // Per-batch-row indices (B, M) -> flat row indices into (B*N, ...) (B*M).
-Tensor flat_rows(const Tensor& idx, int64_t n) {
+Tensor flat_rows(const Tensor& idx, int64_t n, const char* who) {
   const int64_t b = idx.shape()[0], m = idx.numel() / b;
   std::vector<int64_t> v = contiguous(idx).to_vector<int64_t>();
   for (int64_t r = 0; r < b; ++r)
     for (int64_t j = 0; j < m; ++j) {
       int64_t& x = v[size_t(r * m + j)];
-      CF_CHECK(x >= 0 && x < n, IndexError, "[gather_rows] index ", x, " out of range for ", n, " rows");
+      CF_CHECK(x >= 0 && x < n, IndexError, "[", who, "] index ", x, " out of range for ", n, " rows");
       x += r * n;
     }
   return Tensor::from_vector(v, {b * m});
@@ -65,7 +65,7 @@ Tensor gather_mask(const Tensor& mask, const Tensor& idx) {
 Tensor segment_mean(const Tensor& x, const Tensor& seg, int64_t m, const Tensor& keep, const Tensor& fallback,
                     Tensor* counts_out) {
   const int64_t b = x.shape()[0], n = x.shape()[1], d = x.shape()[2];
-  Tensor flat_seg = flat_rows(seg, m);  // segment ids offset per batch row into (B*M)
+  Tensor flat_seg = flat_rows(seg, m, "CentroidInit");  // segment ids offset per batch row into (B*M)
   Tensor src = reshape(x, {b * n, d});
   Tensor w = keep.defined() ? reshape(keep, {b * n}) : Tensor::ones({b * n}, x.dtype());
   if (keep.defined()) src = src * unsqueeze(w, 1);
@@ -177,7 +177,7 @@ Tensor gather_rows(const Tensor& x, const Tensor& idx) {
   CF_CHECK(idx.defined() && idx.dtype() == kInt64 && idx.dim() == 2 && idx.shape()[0] == x.shape()[0], ShapeError,
            "[gather_rows] idx must be int64 (B, M) with B = ", x.shape()[0], ", got ", describe(idx));
   const int64_t b = x.shape()[0], n = x.shape()[1], d = x.shape()[2], m = idx.shape()[1];
-  return reshape(index_select(reshape(x, {b * n, d}), 0, flat_rows(idx, n)), {b, m, d});
+  return reshape(index_select(reshape(x, {b * n, d}), 0, flat_rows(idx, n, "gather_rows")), {b, m, d});
 }
 
 // ---------------------------------------------------------------- eq. 4 kernels
@@ -200,7 +200,22 @@ Tensor centroid_attention_dense(const Tensor& q, const Tensor& k, const Tensor& 
   const int64_t b = q.shape()[0], m = q.shape()[2], n = k.shape()[2];
   check_mask("centroid_attention_dense", "key_mask", key_mask, b, n);
   check_mask("centroid_attention_dense", "centroid_mask", centroid_mask, b, m);
-  Tensor scores = matmul(q * scale, transpose(k, -2, -1));  // (B, H, M, N): phi_l(x_i, u_j) = Q(u_j)^T K(x_i)
+  if (normalize == "centroids") {
+    // eq. 4: sim_l(x_i, u_j) is a softmax over the centroids j for each input i, the
+    // transpose of self-attention's softmax over the inputs. The scores are built
+    // input-major, (B, H, N, M), so that softmax runs over contiguous rows, and the
+    // weighted sum is formed as (V^T W)^T, so that W's gradient (V G^T) is contiguous too.
+    Tensor st = matmul(k, transpose(q * scale, -2, -1));  // phi_l(x_i, u_j) = Q(u_j)^T K(x_i)
+    Tensor blocked;
+    if (key_mask.defined()) blocked = reshape(key_mask, {b, 1, n, 1});
+    if (centroid_mask.defined()) {
+      Tensor c = reshape(centroid_mask, {b, 1, 1, m});
+      blocked = blocked.defined() ? logical_or(blocked, c) : c;
+    }
+    if (blocked.defined()) st = masked_fill(st, blocked, -INFINITY);
+    return transpose(matmul(transpose(v, -2, -1), softmax(st, -1)), -2, -1);
+  }
+  Tensor scores = matmul(q * scale, transpose(k, -2, -1));  // (B, H, M, N)
   Tensor blocked;
   if (key_mask.defined()) blocked = reshape(key_mask, {b, 1, 1, n});
   if (centroid_mask.defined()) {
@@ -208,10 +223,7 @@ Tensor centroid_attention_dense(const Tensor& q, const Tensor& k, const Tensor& 
     blocked = blocked.defined() ? logical_or(blocked, c) : c;
   }
   if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
-  // eq. 4: sim_l(x_i, u_j) is a softmax over the centroids j for each input i
-  // (axis -2), the transpose of self-attention's softmax over the inputs.
-  Tensor w = softmax(scores, normalize == "centroids" ? -2 : -1);
-  return matmul(w, v);
+  return matmul(softmax(scores, -1), v);
 }
 
 Tensor centroid_attention_knn(const Tensor& q, const Tensor& kx, const Tensor& vx, const Tensor& nbr, double scale,
@@ -230,7 +242,7 @@ Tensor centroid_attention_knn(const Tensor& q, const Tensor& kx, const Tensor& v
   check_mask("centroid_attention_knn", "centroid_mask", centroid_mask, b, m);
   // Gather the K neighbours' projected rows once (B*M*K rows), then split heads:
   // (B, M, K, H, dh) -> (B, H, M, K, dh). Gradients flow back through index_select.
-  Tensor flat = flat_rows(reshape(nbr, {b, m * k}), n);
+  Tensor flat = flat_rows(reshape(nbr, {b, m * k}), n, "centroid_attention_knn");
   auto gathered = [&](const Tensor& t) {
     Tensor g = reshape(index_select(reshape(t, {b * n, h * dh}), 0, flat), {b, m, k, h, dh});
     return permute(g, {0, 3, 1, 2, 4});

@@ -403,6 +403,9 @@ TEST_CASE("CentroidAttention: bad inputs") {
   CHECK_THROWS_MSG(nn::centroid_attention_knn(randn({1, 1, 2, 4}), randn({1, 3, 4}), randn({1, 3, 4}),
                                               Tensor::zeros({1, 3, 2}, kInt64), 1.0, "centroids"),
                    ShapeError, "[centroid_attention_knn] nbr must be int64 (B, M, K) = (1, 2, K), got int64 (1,3,2)");
+  CHECK_THROWS_MSG(nn::centroid_attention_knn(randn({1, 1, 2, 4}), randn({1, 3, 4}), randn({1, 3, 4}),
+                                              Tensor::full({1, 2, 2}, 3, kInt64), 1.0, "centroids"),
+                   IndexError, "[centroid_attention_knn] index 3 out of range for 3 rows");
   CHECK_THROWS_MSG(nn::measure_cost(blk, nullptr), ValueError, "[measure_cost] forward is empty");
 }
 
