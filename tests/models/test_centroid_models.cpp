@@ -85,7 +85,7 @@ models::PointCloudOptions tiny_point_options() {
   o.widths = {16, 32, 32, 64};
   o.n_heads = 2;
   o.knn = 8;
-  o.fuse_dim = 64;
+  o.fuse_dim = 32;
   o.head = {32, 16};
   o.dropout = 0.0;
   return o;
@@ -132,7 +132,7 @@ TEST_CASE("PointCloudClassifier learns generated shapes (sphere/cube/cylinder/to
   double acc = double(correct) / double(pred.size());
   MESSAGE("point clouds: loss ", first, " -> ", last, ", held-out accuracy ", acc, " (chance 0.25)");
   CHECK(last < first);
-  CHECK(acc >= 0.6);  // chance is 0.25; three seeds gave 0.75-0.83 after 200 steps
+  CHECK(acc >= 0.6);  // chance is 0.25; three seeds gave 0.73-0.89 after 200 steps
 }
 
 TEST_CASE("PointCloudClassifier: the section 3.2 architecture, shapes and costs") {
