@@ -9,6 +9,14 @@
 namespace cf {
 namespace nn {
 
+namespace {
+thread_local int64_t* g_selection = nullptr;
+}
+
+void report_macs(int64_t macs) {
+  if (g_selection) *g_selection += macs;
+}
+
 int64_t graph_macs(const std::vector<Tensor>& outputs) {
   std::unordered_set<const autograd::Node*> seen;
   std::vector<const autograd::Node*> stack;
@@ -44,12 +52,19 @@ Cost measure_cost(Module& module, const std::function<std::vector<Tensor>()>& fo
   Cost c;
   c.params = module.num_parameters();
   try {
-    struct GradOn {
+    struct Scope {  // grad mode on and the selection counter active, both restored on exit
       bool prev = grad_enabled();
-      GradOn() { set_grad_enabled(true); }
-      ~GradOn() { set_grad_enabled(prev); }
-    } on;
-    c.macs = graph_macs(forward());
+      int64_t* prev_sel = g_selection;
+      explicit Scope(int64_t* sel) {
+        set_grad_enabled(true);
+        g_selection = sel;
+      }
+      ~Scope() {
+        set_grad_enabled(prev);
+        g_selection = prev_sel;
+      }
+    } scope(&c.selection_macs);
+    c.macs = graph_macs(forward()) + c.selection_macs;
   } catch (...) {
     for (size_t i = 0; i < params.size(); ++i) params[i].set_requires_grad(had_grad[i]);
     module.train(was_training);

@@ -11,12 +11,13 @@
 // included. Each node counts once, so a tensor reused by several consumers is not
 // double counted.
 //
-// What it does not count, by construction: elementwise products and sums
-// (activations, LayerNorm, softmax, depthwise-convolution taps, pooling), and work
-// that does not lie on a differentiable path to the outputs (index selection:
-// KNN distance GEMMs, farthest point sampling, K-Means assignments). Those are
-// the conventions of the usual layer-based counters (GEMM/conv MACs of the
-// network's learned transforms and attention products).
+// Work that does not lie on a differentiable path to the outputs (index
+// selection: KNN distance GEMMs, farthest point sampling, K-Means assignments) is
+// not in the graph; such code reports its multiply-adds with report_macs(), and
+// measure_cost adds them (Cost::selection_macs, included in Cost::macs).
+// Not counted, by construction: elementwise products and sums (activations,
+// LayerNorm, softmax, depthwise-convolution taps, pooling), as in the usual
+// layer-based counters (GEMM/conv MACs of the learned transforms and attention products).
 #include <functional>
 #include <vector>
 
@@ -28,8 +29,13 @@ namespace nn {
 
 struct Cost {
   int64_t params = 0;  // scalar parameters (shared ones once)
-  int64_t macs = 0;    // forward multiply-accumulates for the given input
+  int64_t macs = 0;    // forward multiply-accumulates for the given input (selection included)
+  int64_t selection_macs = 0;  // the part reported through report_macs (not in the graph)
 };
+
+// Called by selection code outside the autograd graph: adds `macs` to the
+// measure_cost running on this thread, if any (otherwise does nothing).
+void report_macs(int64_t macs);
 
 // MACs of the matmul nodes in the graph that produced `outputs` (0 for tensors without history).
 int64_t graph_macs(const std::vector<Tensor>& outputs);

@@ -15,6 +15,7 @@
 #include "autograd/ops/shape.h"
 #include "autograd/ops/sort.h"
 #include "core/error.h"
+#include "nn/cost.h"
 #include "nn/init.h"
 
 namespace cf {
@@ -115,6 +116,7 @@ Tensor farthest_point_sampling(const Tensor& points, int64_t m, const Tensor& ma
     for (size_t i = 0; i < mv.size(); ++i) pad[i] = mv[i];
   }
   const double kInf = std::numeric_limits<double>::infinity();
+  report_macs(b * m * n * c);  // the O(N M C) distance updates (nn/cost.h)
   std::vector<int64_t> out(size_t(b * m));
 #pragma omp parallel for if (b > 1 && n * m * c > 32768)
   for (int64_t bb = 0; bb < b; ++bb) {
@@ -165,6 +167,7 @@ Tensor knn_indices(const Tensor& queries, const Tensor& inputs, int64_t k, const
   CF_CHECK(k >= 1 && k <= xs[1], ValueError, "[knn_indices] k must be in [1, N] = [1, ", xs[1], "], got ", k);
   check_mask("knn_indices", "mask", mask, xs[0], xs[1]);
   NoGradGuard ng;
+  report_macs(qs[0] * qs[1] * xs[1] * qs[2]);  // the distance GEMM, outside the graph (nn/cost.h)
   Tensor u = queries.detach(), x = inputs.detach();
   // ||u - x||^2 = |u|^2 - 2 u.x + |x|^2: one GEMM, no (B, M, N, C) difference tensor.
   Tensor d = unsqueeze(sum(u * u, {2}), 2) - 2.0 * matmul(u, transpose(x, 1, 2)) + unsqueeze(sum(x * x, {2}), 1);

@@ -340,7 +340,11 @@ TEST_CASE("measure_cost: MACs of a centroid attention block match a hand count")
     const int64_t kv = 2 * N * D * D;                                         // K and V projections, once
     const int64_t step = M * D * D + 2 * H * M * keys * dh + M * D * D;       // Q, scores, weighted sum, W_o
     const int64_t mlp = M * D * F + M * F * D;                                // FF on the centroids
-    CHECK(c.macs == B * (kv + T * step + mlp));
+    // Selection outside the graph: FPS (M steps over N points of width D) and, with
+    // KNN, one (M x D) @ (D x N) distance GEMM per step.
+    const int64_t selection = M * N * D + (knn ? T * M * N * D : 0);
+    CHECK(c.selection_macs == B * selection);
+    CHECK(c.macs == B * (kv + T * step + mlp + selection));
     // 4 projections (D*D + D) + 2 LayerNorms in the attention and 1 before the MLP (2D each) + MLP.
     CHECK(c.params == 4 * (D * D + D) + 3 * 2 * D + (D * F + F) + (F * D + D));
   }
@@ -351,6 +355,8 @@ TEST_CASE("measure_cost: MACs of a centroid attention block match a hand count")
   CHECK(c.macs == 7 * 3 * 5);
   CHECK_FALSE(lin.weight.requires_grad());
   CHECK(nn::graph_macs({randn({2, 2})}) == 0);
+  nn::report_macs(5);  // outside measure_cost: ignored
+  CHECK(nn::measure_cost(lin, [&] { return std::vector<Tensor>{lin.forward(randn({1, 3}))}; }).selection_macs == 0);
 }
 
 TEST_CASE("CentroidAttention: bad inputs") {
