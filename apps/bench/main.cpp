@@ -27,6 +27,7 @@
 
 #include "cf.h"
 #include "common/cli.h"
+#include "nn/attention/centroid.h"
 
 #ifndef CF_BUILD_TYPE
 #define CF_BUILD_TYPE "unknown"
@@ -69,7 +70,9 @@ Options:
   --numel N     elementwise: elements per tensor (default 16777216)
   --variants L  attention, model: comma-separated variant names (default: full; --variant
                 is the same option);
-                known: )" "__VARIANTS__" R"(
+                known: )" "__VARIANTS__" R"(;
+                and the N -> N/4 centroid attention layer (not a q, k, v variant):
+                centroid, centroid-knn (K = 40), on x (1, N, 256)
   --sizes LIST  attention: sequence lengths (default 512,1024,2048,4096,8192,16384)
   --causal      attention: causal masking
   --sizes LIST  model: sequence lengths (default 128,512,2048)
@@ -402,6 +405,61 @@ nlohmann::json bench_attention_options(const std::string& variant, int64_t n) {
   return nlohmann::json::object();
 }
 
+// ---- centroid attention (Centroid Transformers, eq. 4): N inputs -> M = N/4 centroids.
+// It maps x (B, N, D) to (B, M, D) and builds its own queries, so it does not fit the
+// (q, k, v) -> same-length Attention interface and is not in the registry. Its rows
+// run the whole layer (mean-pooling init, K/V/Q/O projections, T = 1 step of eq. 4,
+// with or without the KNN approximation, K = 40 as in section 3.2) on x (B, N, 256),
+// and report the same fields and ratios against the full-attention row of the same
+// N (which gets pre-projected q, k, v: the centroid rows include work full does not).
+bool is_centroid_variant(const std::string& v) { return v == "centroid" || v == "centroid-knn"; }
+
+json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor& x, int64_t heads, int64_t reps,
+                        double full_fwd, double full_bwd) {
+  cf::nn::CentroidAttentionOptions co;
+  co.d_model = x.shape()[2];
+  co.n_heads = heads;
+  co.init = "mean";
+  co.downsample = 4;
+  co.iterations = 1;
+  co.knn = variant == "centroid-knn" ? 40 : 0;
+  cf::Generator gen(1);
+  cf::nn::CentroidInit init(co, gen);
+  cf::nn::CentroidAttention layer(co, gen);
+  json r;
+  r["name"] = variant + "_" + std::to_string(n);
+  r["params"] = {{"variant", variant}, {"n", n}, {"m", init.num_centroids(n)}, {"batch", x.shape()[0]},
+                 {"heads", heads}, {"d_model", co.d_model}, {"knn", co.knn}, {"iterations", co.iterations},
+                 {"init", co.init}, {"dtype", "float32"}, {"repeat", reps}};
+  auto run = [&](const cf::Tensor& in) { return layer.forward(in, init.forward(in).u); };
+  cf::Tensor out;
+  cf::reset_peak_memory();
+  double t_fwd;
+  {
+    cf::NoGradGuard ng;
+    t_fwd = time_median(reps, [&] {
+      out = cf::Tensor();
+      out = run(x);
+    });
+  }
+  out = cf::Tensor();
+  r["forward_time_s"] = t_fwd;
+  r["forward_peak_bytes"] = cf::memory_stats().peak_bytes;
+  if (full_fwd > 0) r["forward_ratio_vs_full"] = t_fwd / full_fwd;
+  cf::Tensor xg = x.detach();
+  xg.set_requires_grad(true);
+  cf::reset_peak_memory();
+  double t_bwd = time_median(reps, [&] {
+    xg.zero_grad();
+    layer.zero_grad();
+    cf::sum(run(xg)).backward();
+  });
+  r["forward_backward_time_s"] = t_bwd;
+  r["forward_backward_peak_bytes"] = cf::memory_stats().peak_bytes;
+  if (full_bwd > 0) r["forward_backward_ratio_vs_full"] = t_bwd / full_bwd;
+  return r;
+}
+
 json bench_attention(const Options& o) {
   const int64_t B = 1, H = 4, Dh = 64;
   std::vector<int64_t> sizes = o.sizes_given ? o.sizes : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
@@ -415,6 +473,11 @@ json bench_attention(const Options& o) {
     cf::Tensor x = cf::randn({B, n, H * Dh}, cf::kFloat32, gen);
     double full_fwd = -1, full_bwd = -1;
     for (const std::string& variant : o.variants) {
+      if (is_centroid_variant(variant)) {
+        rows.push_back(bench_centroid_row(variant, n, x, H, o.repeat > 0 ? o.repeat : (n >= 8192 ? 1 : 3), full_fwd,
+                                          full_bwd));
+        continue;
+      }
       cf::nn::AttentionSpec spec;
       spec.type = variant;
       spec.d_model = H * Dh;
@@ -604,7 +667,7 @@ Options parse(int argc, char** argv) {
           item += list[i];
           continue;
         }
-        if (std::find(known.begin(), known.end(), item) == known.end())
+        if (std::find(known.begin(), known.end(), item) == known.end() && !is_centroid_variant(item))
           throw UsageError("--variants: unknown attention variant '" + item + "'");
         o.variants.push_back(item);
         item.clear();

@@ -1,0 +1,578 @@
+#include "nn/attention/centroid.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/linalg.h"
+#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/random.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/sort.h"
+#include "core/error.h"
+#include "nn/cost.h"
+#include "nn/init.h"
+
+namespace cf {
+namespace nn {
+
+namespace {
+
+std::string describe(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+
+void check_points(const char* who, const char* name, const Tensor& t) {
+  CF_CHECK(t.defined() && t.dim() == 3 && is_floating(t.dtype()), ShapeError, "[", who, "] ", name,
+           " must be a float (B, N, C) tensor, got ", describe(t));
+}
+
+void check_mask(const char* who, const char* name, const Tensor& mask, int64_t b, int64_t n) {
+  if (!mask.defined()) return;
+  CF_CHECK(mask.dtype() == kBool, DTypeError, "[", who, "] ", name, " must be bool (true = padding), got ",
+           mask.dtype());
+  CF_CHECK(mask.dim() == 2 && mask.shape()[0] == b && mask.shape()[1] == n, ShapeError, "[", who, "] ", name,
+           " must be (B, N) = (", b, ", ", n, "), got ", shape_str(mask.shape()));
+}
+
+bool any_true(const Tensor& m) { return m.defined() && sum(cf::to(m, kInt64)).item<int64_t>() > 0; }
+
+// Per-batch-row indices (B, M) -> flat row indices into (B*N, ...) (B*M).
+Tensor flat_rows(const Tensor& idx, int64_t n, const char* who) {
+  const int64_t b = idx.shape()[0], m = idx.numel() / b;
+  std::vector<int64_t> v = contiguous(idx).to_vector<int64_t>();
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t j = 0; j < m; ++j) {
+      int64_t& x = v[size_t(r * m + j)];
+      CF_CHECK(x >= 0 && x < n, IndexError, "[", who, "] index ", x, " out of range for ", n, " rows");
+      x += r * n;
+    }
+  return Tensor::from_vector(v, {b * m});
+}
+
+// mask (B, N) bool at idx (B, M) -> bool (B, M), or undefined when nothing is padding.
+Tensor gather_mask(const Tensor& mask, const Tensor& idx) {
+  if (!mask.defined()) return Tensor();
+  Tensor g = gt(gather(cf::to(mask, kFloat32), 1, idx), 0.5);
+  return any_true(g) ? g : Tensor();
+}
+
+// Mean of x (B, N, D) per segment seg (B, N) int64 in [0, M), weighted by keep
+// (B, N) (undefined: all ones). Empty segments give `fallback` rows (or zero).
+// Differentiable in x (and fallback); returns also the counts (B, M).
+Tensor segment_mean(const Tensor& x, const Tensor& seg, int64_t m, const Tensor& keep, const Tensor& fallback,
+                    Tensor* counts_out) {
+  const int64_t b = x.shape()[0], n = x.shape()[1], d = x.shape()[2];
+  Tensor flat_seg = flat_rows(seg, m, "CentroidInit");  // segment ids offset per batch row into (B*M)
+  Tensor src = reshape(x, {b * n, d});
+  Tensor w = keep.defined() ? reshape(keep, {b * n}) : Tensor::ones({b * n}, x.dtype());
+  if (keep.defined()) src = src * unsqueeze(w, 1);
+  Tensor sums = index_add(Tensor::zeros({b * m, d}, x.dtype()), 0, flat_seg, src);
+  Tensor counts = index_add(Tensor::zeros({b * m}, x.dtype()), 0, flat_seg, w);
+  Tensor empty = eq(counts, 0.0);
+  Tensor mean_rows = sums / unsqueeze(clamp(counts, 1.0, INFINITY), 1);
+  if (fallback.defined() && any_true(empty))
+    mean_rows = where(unsqueeze(empty, 1), reshape(fallback, {b * m, d}), mean_rows);
+  if (counts_out) *counts_out = reshape(counts, {b, m});
+  return reshape(mean_rows, {b, m, d});
+}
+
+template <typename T>
+void group_max(const T* s, const int64_t* nbr, int64_t b, int64_t h, int64_t m, int64_t k, int64_t n, T* shift) {
+  // Max over the entries that share one input i, per (b, h): the softmax over the
+  // centroids that keep input i (eq. 4 under the KNN mask) is shifted by it.
+  std::vector<double> mx(static_cast<size_t>(n));
+  for (int64_t bb = 0; bb < b; ++bb)
+    for (int64_t hh = 0; hh < h; ++hh) {
+      std::fill(mx.begin(), mx.end(), -std::numeric_limits<double>::infinity());
+      const T* sp = s + (bb * h + hh) * m * k;
+      const int64_t* np = nbr + bb * m * k;
+      for (int64_t e = 0; e < m * k; ++e) mx[size_t(np[e])] = std::max(mx[size_t(np[e])], double(sp[e]));
+      T* out = shift + (bb * h + hh) * m * k;
+      for (int64_t e = 0; e < m * k; ++e) {
+        double v = mx[size_t(np[e])];
+        out[e] = std::isfinite(v) ? T(v) : T(0);  // an all-masked group: any finite shift
+      }
+    }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- selection
+
+Tensor farthest_point_sampling(const Tensor& points, int64_t m, const Tensor& mask) {
+  check_points("farthest_point_sampling", "points", points);
+  const int64_t b = points.shape()[0], n = points.shape()[1], c = points.shape()[2];
+  CF_CHECK(m >= 1 && m <= n, ValueError, "[farthest_point_sampling] m must be in [1, N] = [1, ", n, "], got ", m);
+  check_mask("farthest_point_sampling", "mask", mask, b, n);
+  Tensor p = contiguous(cf::to(points.detach(), kFloat64));
+  const double* pd = p.data<double>();
+  std::vector<bool> pad(size_t(b * n), false);
+  if (mask.defined()) {
+    std::vector<bool> mv = contiguous(mask).to_vector<bool>();
+    for (size_t i = 0; i < mv.size(); ++i) pad[i] = mv[i];
+  }
+  const double kInf = std::numeric_limits<double>::infinity();
+  report_macs(b * m * n * c);  // the O(N M C) distance updates (nn/cost.h)
+  std::vector<int64_t> out(size_t(b * m));
+#pragma omp parallel for if (b > 1 && n * m * c > 32768)
+  for (int64_t bb = 0; bb < b; ++bb) {
+    // dist[i]: squared distance to the nearest point taken; padding ranks below any
+    // real point (-1), and a taken point never again (-inf).
+    std::vector<double> dist(static_cast<size_t>(n));
+    int64_t cur = 0;
+    for (int64_t i = n - 1; i >= 0; --i) {
+      dist[size_t(i)] = pad[size_t(bb * n + i)] ? -1.0 : kInf;
+      if (!pad[size_t(bb * n + i)]) cur = i;
+    }
+    const double* base = pd + bb * n * c;
+    for (int64_t j = 0; j < m; ++j) {
+      out[size_t(bb * m + j)] = cur;
+      dist[size_t(cur)] = -kInf;
+      const double* pc = base + cur * c;
+      int64_t best = -1;
+      double best_d = -kInf;
+      for (int64_t i = 0; i < n; ++i) {
+        double& di = dist[size_t(i)];
+        if (di >= 0) {  // real and not taken
+          const double* pi = base + i * c;
+          double s = 0;
+          for (int64_t a = 0; a < c; ++a) {
+            double t = pi[a] - pc[a];
+            s += t * t;
+          }
+          di = std::min(di, s);
+        }
+        if (di > best_d) {
+          best_d = di;
+          best = i;
+        }
+      }
+      cur = best < 0 ? 0 : best;
+    }
+  }
+  return Tensor::from_vector(out, {b, m});
+}
+
+Tensor knn_indices(const Tensor& queries, const Tensor& inputs, int64_t k, const Tensor& mask) {
+  check_points("knn_indices", "queries", queries);
+  check_points("knn_indices", "inputs", inputs);
+  const Shape &qs = queries.shape(), &xs = inputs.shape();
+  CF_CHECK(qs[0] == xs[0] && qs[2] == xs[2] && queries.dtype() == inputs.dtype(), ShapeError,
+           "[knn_indices] queries ", queries.describe(), " and inputs ", inputs.describe(),
+           " need one batch size, width and dtype");
+  CF_CHECK(k >= 1 && k <= xs[1], ValueError, "[knn_indices] k must be in [1, N] = [1, ", xs[1], "], got ", k);
+  check_mask("knn_indices", "mask", mask, xs[0], xs[1]);
+  NoGradGuard ng;
+  report_macs(qs[0] * qs[1] * xs[1] * qs[2]);  // the distance GEMM, outside the graph (nn/cost.h)
+  Tensor u = queries.detach(), x = inputs.detach();
+  // ||u - x||^2 = |u|^2 - 2 u.x + |x|^2: one GEMM, no (B, M, N, C) difference tensor.
+  Tensor d = unsqueeze(sum(u * u, {2}), 2) - 2.0 * matmul(u, transpose(x, 1, 2)) + unsqueeze(sum(x * x, {2}), 1);
+  if (mask.defined()) d = masked_fill(d, unsqueeze(mask, 1), INFINITY);
+  return topk(d, k, -1, false).indices;
+}
+
+Tensor gather_rows(const Tensor& x, const Tensor& idx) {
+  check_points("gather_rows", "x", x);
+  CF_CHECK(idx.defined() && idx.dtype() == kInt64 && idx.dim() == 2 && idx.shape()[0] == x.shape()[0], ShapeError,
+           "[gather_rows] idx must be int64 (B, M) with B = ", x.shape()[0], ", got ", describe(idx));
+  const int64_t b = x.shape()[0], n = x.shape()[1], d = x.shape()[2], m = idx.shape()[1];
+  return reshape(index_select(reshape(x, {b * n, d}), 0, flat_rows(idx, n, "gather_rows")), {b, m, d});
+}
+
+// ---------------------------------------------------------------- eq. 4 kernels
+
+namespace {
+void check_normalize(const char* who, const std::string& normalize) {
+  CF_CHECK(normalize == "centroids" || normalize == "inputs", ValueError, "[", who,
+           "] normalize must be \"centroids\" (eq. 4) or \"inputs\", got \"", normalize, "\"");
+}
+}  // namespace
+
+Tensor centroid_attention_dense(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                const std::string& normalize, const Tensor& key_mask, const Tensor& centroid_mask) {
+  check_normalize("centroid_attention_dense", normalize);
+  CF_CHECK(q.defined() && k.defined() && v.defined() && q.dim() == 4 && k.dim() == 4 && v.dim() == 4 &&
+               q.shape()[0] == k.shape()[0] && q.shape()[1] == k.shape()[1] && q.shape()[3] == k.shape()[3] &&
+               k.shape() == v.shape(),
+           ShapeError, "[centroid_attention_dense] expected q (B, H, M, dh), k and v (B, H, N, dh); got q ",
+           describe(q), ", k ", describe(k), ", v ", describe(v));
+  const int64_t b = q.shape()[0], m = q.shape()[2], n = k.shape()[2];
+  check_mask("centroid_attention_dense", "key_mask", key_mask, b, n);
+  check_mask("centroid_attention_dense", "centroid_mask", centroid_mask, b, m);
+  if (normalize == "centroids") {
+    // eq. 4: sim_l(x_i, u_j) is a softmax over the centroids j for each input i, the
+    // transpose of self-attention's softmax over the inputs. The scores are built
+    // input-major, (B, H, N, M), so that softmax runs over contiguous rows, and the
+    // weighted sum is formed as (V^T W)^T, so that W's gradient (V G^T) is contiguous too.
+    Tensor st = matmul(k, transpose(q * scale, -2, -1));  // phi_l(x_i, u_j) = Q(u_j)^T K(x_i)
+    Tensor blocked;
+    if (key_mask.defined()) blocked = reshape(key_mask, {b, 1, n, 1});
+    if (centroid_mask.defined()) {
+      Tensor c = reshape(centroid_mask, {b, 1, 1, m});
+      blocked = blocked.defined() ? logical_or(blocked, c) : c;
+    }
+    if (blocked.defined()) st = masked_fill(st, blocked, -INFINITY);
+    return transpose(matmul(transpose(v, -2, -1), softmax(st, -1)), -2, -1);
+  }
+  Tensor scores = matmul(q * scale, transpose(k, -2, -1));  // (B, H, M, N)
+  Tensor blocked;
+  if (key_mask.defined()) blocked = reshape(key_mask, {b, 1, 1, n});
+  if (centroid_mask.defined()) {
+    Tensor c = reshape(centroid_mask, {b, 1, m, 1});
+    blocked = blocked.defined() ? logical_or(blocked, c) : c;
+  }
+  if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
+  return matmul(softmax(scores, -1), v);
+}
+
+Tensor centroid_attention_knn(const Tensor& q, const Tensor& kx, const Tensor& vx, const Tensor& nbr, double scale,
+                              const std::string& normalize, const Tensor& key_mask, const Tensor& centroid_mask) {
+  check_normalize("centroid_attention_knn", normalize);
+  CF_CHECK(q.defined() && q.dim() == 4 && kx.defined() && vx.defined() && kx.dim() == 3 && kx.shape() == vx.shape() &&
+               kx.shape()[0] == q.shape()[0] && kx.shape()[2] == q.shape()[1] * q.shape()[3],
+           ShapeError, "[centroid_attention_knn] expected q (B, H, M, dh) and kx, vx (B, N, H*dh); got q ",
+           describe(q), ", kx ", describe(kx), ", vx ", describe(vx));
+  const int64_t b = q.shape()[0], h = q.shape()[1], m = q.shape()[2], dh = q.shape()[3], n = kx.shape()[1];
+  CF_CHECK(nbr.defined() && nbr.dtype() == kInt64 && nbr.dim() == 3 && nbr.shape()[0] == b && nbr.shape()[1] == m,
+           ShapeError, "[centroid_attention_knn] nbr must be int64 (B, M, K) = (", b, ", ", m, ", K), got ",
+           describe(nbr));
+  const int64_t k = nbr.shape()[2];
+  check_mask("centroid_attention_knn", "key_mask", key_mask, b, n);
+  check_mask("centroid_attention_knn", "centroid_mask", centroid_mask, b, m);
+  // Gather the K neighbours' projected rows once (B*M*K rows), then split heads:
+  // (B, M, K, H, dh) -> (B, H, M, K, dh). Gradients flow back through index_select.
+  Tensor flat = flat_rows(reshape(nbr, {b, m * k}), n, "centroid_attention_knn");
+  auto gathered = [&](const Tensor& t) {
+    Tensor g = reshape(index_select(reshape(t, {b * n, h * dh}), 0, flat), {b, m, k, h, dh});
+    return permute(g, {0, 3, 1, 2, 4});
+  };
+  Tensor kg = gathered(kx), vg = gathered(vx);
+  Tensor scores = reshape(matmul(unsqueeze(q * scale, 3), transpose(kg, -2, -1)), {b, h, m, k});
+  Tensor blocked;
+  if (key_mask.defined()) blocked = reshape(gather(cf::to(key_mask, kFloat32), 1, reshape(nbr, {b, m * k})), {b, 1, m, k});
+  if (blocked.defined()) blocked = gt(blocked, 0.5);
+  if (centroid_mask.defined()) {
+    Tensor c = reshape(centroid_mask, {b, 1, m, 1});
+    blocked = blocked.defined() ? logical_or(blocked, c) : c;
+  }
+  if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
+  Tensor w;
+  if (normalize == "inputs") {
+    w = softmax(scores, -1);
+  } else {
+    // eq. 4 under the KNN mask: for input i, normalise over the centroids whose K
+    // neighbours include i. exp(s - shift_i) / sum over those pairs, with shift_i
+    // the group's max (detached: the softmax does not depend on it).
+    Tensor shift;
+    {
+      NoGradGuard ng;
+      Tensor s = contiguous(scores.detach());
+      Tensor nb = contiguous(nbr);
+      shift = Tensor::empty({b, h, m, k}, s.dtype());
+      if (s.dtype() == kFloat64)
+        group_max(s.data<double>(), nb.data<int64_t>(), b, h, m, k, n, shift.data<double>());
+      else
+        group_max(s.data<float>(), nb.data<int64_t>(), b, h, m, k, n, shift.data<float>());
+    }
+    Tensor e = exp(scores - shift);                                      // masked pairs: 0
+    Tensor idx = contiguous(expand(reshape(nbr, {b, 1, m * k}), {b, h, m * k}));
+    Tensor den = scatter_add(Tensor::zeros({b, h, n}, q.dtype()), 2, idx, reshape(e, {b, h, m * k}));
+    Tensor den_g = reshape(gather(den, 2, idx), {b, h, m, k});
+    // A pair whose whole group is masked has e = 0 and den = 0: divide by 1 instead.
+    w = e / (den_g + cf::to(eq(den_g.detach(), 0.0), q.dtype()));
+  }
+  return reshape(matmul(unsqueeze(w, 3), vg), {b, h, m, dh});
+}
+
+// ---------------------------------------------------------------- options
+
+void CentroidAttentionOptions::validate(const char* who) const {
+  CF_CHECK(d_model > 0 && n_heads > 0 && d_model % n_heads == 0, ValueError, "[", who, "] d_model (", d_model,
+           ") must be a positive multiple of n_heads (", n_heads, ")");
+  CF_CHECK(iterations >= 1, ValueError, "[", who, "] iterations (T) must be >= 1, got ", iterations);
+  CF_CHECK(eps >= 0 && std::isfinite(eps), ValueError, "[", who, "] eps must be >= 0 (0: 1/T), got ", eps);
+  check_normalize(who, normalize);
+  CF_CHECK(knn >= 0, ValueError, "[", who, "] knn must be >= 0 (0: dense), got ", knn);
+  CF_CHECK(scale >= 0, ValueError, "[", who, "] scale must be >= 0 (0: 1/sqrt(d_head)), got ", scale);
+  static const char* kInits[] = {"random", "mean", "fps", "kmeans", "linear", "conv", "conv2d"};
+  CF_CHECK(std::find(std::begin(kInits), std::end(kInits), init) != std::end(kInits), ValueError, "[", who,
+           "] unknown init \"", init, "\" (known: random, mean, fps, kmeans, linear, conv, conv2d)");
+  CF_CHECK(num_centroids >= 0 && downsample >= 1, ValueError, "[", who,
+           "] needs num_centroids >= 0 and downsample >= 1, got num_centroids=", num_centroids,
+           " downsample=", downsample);
+  CF_CHECK(kmeans_iters >= 1, ValueError, "[", who, "] kmeans_iters must be >= 1, got ", kmeans_iters);
+  if (init == "linear")
+    CF_CHECK(seq_len > 0 && num_centroids > 0 && num_centroids <= seq_len, ValueError, "[", who,
+             "] init \"linear\" needs seq_len > 0 and 0 < num_centroids <= seq_len, got seq_len=", seq_len,
+             " num_centroids=", num_centroids);
+  if (init == "conv" || init == "conv2d")
+    CF_CHECK(conv_kernel > 0 && conv_stride > 0 && conv_padding >= 0, ValueError, "[", who,
+             "] conv init needs conv_kernel, conv_stride > 0 and conv_padding >= 0, got ", conv_kernel, ", ",
+             conv_stride, ", ", conv_padding);
+}
+
+// ---------------------------------------------------------------- DepthwiseConv2d
+
+DepthwiseConv2d::DepthwiseConv2d(int64_t channels, int64_t kernel_size, int64_t stride, int64_t padding,
+                                 bool with_bias, Generator& gen)
+    : channels_(channels), kernel_(kernel_size), stride_(stride), padding_(padding) {
+  CF_CHECK(channels > 0 && kernel_size > 0 && stride > 0 && padding >= 0, ValueError,
+           "[DepthwiseConv2d] needs channels, kernel_size, stride > 0 and padding >= 0, got channels=", channels,
+           " kernel_size=", kernel_size, " stride=", stride, " padding=", padding);
+  // PyTorch's Conv2d(groups = C) default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = k*k.
+  double bound = 1.0 / double(kernel_size);
+  weight = Tensor::empty({channels, kernel_size * kernel_size});
+  init::uniform_(weight, -bound, bound, gen);
+  register_parameter("weight", &weight);
+  if (with_bias) {
+    bias = Tensor::empty({channels});
+    init::uniform_(bias, -bound, bound, gen);
+    register_parameter("bias", &bias);
+  }
+}
+
+int64_t DepthwiseConv2d::output_side(int64_t side) const {
+  int64_t span = side + 2 * padding_ - kernel_;
+  return span < 0 ? 0 : span / stride_ + 1;
+}
+
+Tensor DepthwiseConv2d::forward(const Tensor& x) {
+  CF_CHECK(x.defined() && x.dim() == 3 && x.shape()[2] == channels_, ShapeError,
+           "[DepthwiseConv2d] expected input (B, N, ", channels_, "), got ", describe(x));
+  const int64_t b = x.shape()[0], n = x.shape()[1];
+  const int64_t side = int64_t(std::llround(std::sqrt(double(n))));
+  CF_CHECK(side * side == n, ShapeError, "[DepthwiseConv2d] N = ", n,
+           " tokens is not a square grid (the tokens are read as sqrt(N) x sqrt(N))");
+  const int64_t so = output_side(side);
+  CF_CHECK(so > 0, ShapeError, "[DepthwiseConv2d] a ", side, "x", side, " grid with padding ", padding_,
+           " is smaller than the kernel (", kernel_, ")");
+  Tensor img = reshape(x, {b, side, side, channels_});
+  if (padding_ > 0) img = pad(img, {0, 0, padding_, padding_, padding_, padding_, 0, 0});
+  // One strided window per tap (k*k passes over the output, no unfolded copy), as DepthwiseConv1d.
+  Tensor y;
+  const int64_t span = stride_ * (so - 1) + 1;
+  for (int64_t a = 0; a < kernel_; ++a)
+    for (int64_t c = 0; c < kernel_; ++c) {
+      Tensor tap = slice(slice(img, 1, a, a + span, stride_), 2, c, c + span, stride_);
+      Tensor term = tap * reshape(narrow(weight, 1, a * kernel_ + c, 1), {channels_});
+      y = y.defined() ? y + term : term;
+    }
+  if (bias.defined()) y = y + bias;
+  return reshape(y, {b, so * so, channels_});
+}
+
+// ---------------------------------------------------------------- CentroidInit
+
+CentroidInit::CentroidInit(const CentroidAttentionOptions& o, Generator& gen) : o_(o) {
+  o.validate("CentroidInit");
+  // Learnable initialisations: a linear projection over the sequence (section 3.3,
+  // "We use a linear projection to learn the initialization of the latent
+  // capsules") and a depthwise strided convolution of the tokens (section 3.4).
+  if (o.init == "linear") seq_proj = register_module("seq_proj", std::make_shared<Linear>(o.seq_len, o.num_centroids, o.bias, gen));
+  if (o.init == "conv")
+    conv1d = register_module("conv", std::make_shared<DepthwiseConv1d>(o.d_model, o.conv_kernel, o.conv_stride,
+                                                                       o.conv_padding, o.bias, gen));
+  if (o.init == "conv2d")
+    conv2d = register_module("conv", std::make_shared<DepthwiseConv2d>(o.d_model, o.conv_kernel, o.conv_stride,
+                                                                       o.conv_padding, o.bias, gen));
+}
+
+int64_t CentroidInit::num_centroids(int64_t n) const {
+  if (o_.init == "linear") return o_.num_centroids;
+  if (o_.init == "conv") return conv1d->output_length(n);
+  if (o_.init == "conv2d") {
+    int64_t side = int64_t(std::llround(std::sqrt(double(n))));
+    int64_t so = conv2d->output_side(side);
+    return so * so;
+  }
+  if (o_.num_centroids > 0) return o_.num_centroids;
+  return std::max<int64_t>(1, int64_t(std::ceil(double(n) / o_.downsample - 1e-9)));
+}
+
+CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, const Tensor& space,
+                                         Generator* sampler) {
+  CF_CHECK(x.defined() && x.dim() == 3 && x.shape()[2] == o_.d_model && is_floating(x.dtype()), ShapeError,
+           "[CentroidInit] expected float input (B, N, ", o_.d_model, "), got ", describe(x));
+  const int64_t b = x.shape()[0], n = x.shape()[1];
+  check_mask("CentroidInit", "key_padding_mask", mask, b, n);
+  if (space.defined())
+    CF_CHECK(space.dim() == 3 && space.shape()[0] == b && space.shape()[1] == n && is_floating(space.dtype()),
+             ShapeError, "[CentroidInit] sample_space must be float (B, N, C) = (", b, ", ", n, ", C), got ",
+             space.describe());
+  const std::string& mode = o_.init;
+  const bool learned = mode == "linear" || mode == "conv" || mode == "conv2d";
+  CF_CHECK(!(learned || mode == "kmeans") || !mask.defined(), ValueError, "[CentroidInit] init \"", mode,
+           "\" does not support a key_padding_mask (use random, mean or fps with padded inputs)");
+  CentroidInitResult r;
+  if (mode == "linear") {
+    CF_CHECK(n == o_.seq_len, ShapeError, "[CentroidInit] init \"linear\" projects a sequence of length seq_len = ",
+             o_.seq_len, ", got N = ", n);
+    r.u = transpose(seq_proj->forward(transpose(x, 1, 2)), 1, 2);
+    return r;
+  }
+  if (mode == "conv") {
+    r.u = conv1d->forward(x);
+    return r;
+  }
+  if (mode == "conv2d") {
+    r.u = conv2d->forward(x);
+    return r;
+  }
+  const int64_t m = num_centroids(n);
+  CF_CHECK(m >= 1 && m <= n, ShapeError, "[CentroidInit] M = ", m, " centroids for N = ", n,
+           " inputs; centroid attention needs 1 <= M <= N");
+  if (mode == "random") {
+    // Section 3.1: "randomly sample N/3 elements from the original sequence"; kept in
+    // sequence order, so a text's centroids stay in reading order.
+    Tensor keys = rand({b, n}, kFloat32, sampler ? *sampler : default_generator());
+    if (mask.defined()) keys = masked_fill(keys, mask, 2.0);  // padding only when real inputs run out
+    Tensor idx = topk(keys, m, -1, false).indices;
+    std::vector<int64_t> v = contiguous(idx).to_vector<int64_t>();
+    for (int64_t r0 = 0; r0 < b; ++r0) std::sort(v.begin() + r0 * m, v.begin() + (r0 + 1) * m);
+    r.indices = Tensor::from_vector(v, {b, m});
+  } else if (mode == "fps" || mode == "kmeans") {
+    // Section 3.2: "We use Farthest Point Sampling (FPS) as our initialization function".
+    r.indices = farthest_point_sampling(space.defined() ? space : x, m, mask);
+  }
+  if (mode == "random" || mode == "fps") {
+    r.u = gather_rows(x, r.indices);
+    r.mask = gather_mask(mask, r.indices);
+    return r;
+  }
+  if (mode == "mean") {
+    // Section 3.1: "mean pooling refers to apply mean pooling on every three
+    // elements"; for N not a multiple of M, window j covers [floor(jN/M), floor((j+1)N/M)).
+    // Padding is left out of each mean; a window of padding only is a padded centroid.
+    if (!mask.defined() && n % m == 0) {
+      r.u = mean(reshape(x, {b, m, n / m, o_.d_model}), {2});
+      return r;
+    }
+    std::vector<int64_t> seg(size_t(b * n));
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t i = j * n / m; i < (j + 1) * n / m; ++i)
+        for (int64_t r0 = 0; r0 < b; ++r0) seg[size_t(r0 * n + i)] = j;
+    Tensor keep = mask.defined() ? cf::to(logical_not(mask), x.dtype()) : Tensor();
+    Tensor counts;
+    r.u = segment_mean(x, Tensor::from_vector(seg, {b, n}), m, keep, Tensor(), &counts);
+    if (mask.defined()) {
+      Tensor cm = eq(counts, 0.0);
+      if (any_true(cm)) r.mask = cm;
+    }
+    return r;
+  }
+  // K-Means (Table 3's baseline, "K-means for 3 iterations"): FPS seeds, then Lloyd
+  // steps: assign each input to its nearest centroid (in sample space), move each
+  // centroid to the mean of its inputs (an empty cluster keeps its centroid). The
+  // centroids are means of x under fixed assignments, so gradients reach x.
+  // TODO(issue 6): switch to nn/clustering/kmeans.h `kmeans(x, init, options)` once it lands.
+  Tensor pts = space.defined() ? space.detach() : x.detach();
+  Tensor c = gather_rows(pts, r.indices);
+  r.u = gather_rows(x, r.indices);
+  for (int64_t it = 0; it < o_.kmeans_iters; ++it) {
+    Tensor assign = reshape(knn_indices(pts, c, 1), {b, n});
+    r.u = segment_mean(x, assign, m, Tensor(), r.u, nullptr);
+    NoGradGuard ng;
+    c = segment_mean(pts, assign, m, Tensor(), c, nullptr);
+  }
+  r.indices = Tensor();
+  return r;
+}
+
+// ---------------------------------------------------------------- CentroidAttention
+
+CentroidAttention::CentroidAttention(const CentroidAttentionOptions& o, Generator& gen) : o_(o) {
+  o.validate("CentroidAttention");
+  const int64_t d = o.d_model;
+  // Section 2.2: "we may define sim_l by setting phi(x_i, u_j) = Q_l(u_j)^T K(x_i) as
+  // typical self-attention, while setting V_l(x_i, u_j) with a separate trainable
+  // value function": Q reads the centroids, K and V the inputs.
+  w_q = register_module("w_q", std::make_shared<Linear>(d, d, o.bias, gen));
+  w_k = register_module("w_k", std::make_shared<Linear>(d, d, o.bias, gen));
+  w_v = register_module("w_v", std::make_shared<Linear>(d, d, o.bias, gen));
+  // The sum over heads l of V_l in R^d is W_o applied to the concatenated heads.
+  w_o = register_module("w_o", std::make_shared<Linear>(d, d, o.bias, gen));
+  if (o.norm) {
+    norm_q = register_module("norm_q", std::make_shared<LayerNorm>(d));
+    norm_kv = register_module("norm_kv", std::make_shared<LayerNorm>(d));
+  }
+}
+
+Tensor CentroidAttention::heads(const Tensor& x) const {
+  const Shape& s = x.shape();
+  return transpose(reshape(x, {s[0], s[1], o_.n_heads, o_.d_model / o_.n_heads}), 1, 2);
+}
+
+Tensor CentroidAttention::forward(const Tensor& x, const Tensor& u0, const Tensor& key_mask,
+                                  const Tensor& centroid_mask) {
+  const int64_t d = o_.d_model;
+  CF_CHECK(x.defined() && u0.defined() && x.dim() == 3 && u0.dim() == 3 && x.shape()[2] == d && u0.shape()[2] == d &&
+               x.shape()[0] == u0.shape()[0],
+           ShapeError, "[CentroidAttention] expected x (B, N, ", d, ") and u0 (B, M, ", d, "), got x ", describe(x),
+           ", u0 ", describe(u0));
+  CF_CHECK(x.dtype() == u0.dtype() && is_floating(x.dtype()), DTypeError,
+           "[CentroidAttention] x and u0 must share one float dtype, got ", x.dtype(), " and ", u0.dtype());
+  const int64_t b = x.shape()[0], n = x.shape()[1], m = u0.shape()[1];
+  check_mask("CentroidAttention", "key_padding_mask", key_mask, b, n);
+  check_mask("CentroidAttention", "centroid_mask", centroid_mask, b, m);
+  const double scale = o_.scale > 0 ? o_.scale : 1.0 / std::sqrt(double(d / o_.n_heads));
+  // "We set eps = 1/T in practice."
+  const double eps = o_.eps > 0 ? o_.eps : 1.0 / double(o_.iterations);
+  // K and V depend on the inputs only: projected once for all T steps.
+  Tensor xn = norm_kv ? norm_kv->forward(x) : x;
+  Tensor kx = w_k->forward(xn), vx = w_v->forward(xn);
+  Tensor kh, vh;
+  const bool knn = o_.knn > 0;
+  if (!knn) {
+    kh = heads(kx);
+    vh = heads(vx);
+  }
+  // K larger than N keeps every input (the dense layer, which KNN then equals).
+  const int64_t k = std::min(o_.knn, n);
+  Tensor u = u0;
+  for (int64_t t = 0; t < o_.iterations; ++t) {
+    Tensor q = heads(w_q->forward(norm_q ? norm_q->forward(u) : u));
+    Tensor upd;
+    if (knn) {
+      // KNN approximation: N_{j,K} by d(x_i, u_j) = ||x_i - u_j||_2 on the features the
+      // block receives ("the KNN is calculated in feature space"), refreshed every step.
+      Tensor nbr = knn_indices(u, x, k, key_mask);
+      upd = centroid_attention_knn(q, kx, vx, nbr, scale, o_.normalize, key_mask, centroid_mask);
+    } else {
+      upd = centroid_attention_dense(q, kh, vh, scale, o_.normalize, key_mask, centroid_mask);
+    }
+    Tensor merged = reshape(transpose(upd, 1, 2), {b, m, d});
+    u = u + w_o->forward(merged) * eps;  // eq. 4: u^{t+1} = u^t + eps * sum_l sum_i sim V
+  }
+  return u;
+}
+
+// ---------------------------------------------------------------- block
+
+CentroidAttentionBlock::CentroidAttentionBlock(const CentroidAttentionOptions& o, int64_t d_ff,
+                                               const std::string& activation, double dropout, Generator& gen) {
+  o.validate("CentroidAttentionBlock");
+  CF_CHECK(d_ff > 0 && dropout >= 0 && dropout < 1, ValueError,
+           "[CentroidAttentionBlock] needs d_ff > 0 and dropout in [0, 1), got d_ff=", d_ff, " dropout=", dropout);
+  init = register_module("init", std::make_shared<CentroidInit>(o, gen));
+  attn = register_module("attn", std::make_shared<CentroidAttention>(o, gen));
+  // Figure 1: "Every self-attention / centroid attention module is also associated
+  // with a multi-layer perceptron module" with a residual link (section 2.2).
+  if (o.norm) norm_ff = register_module("norm_ff", std::make_shared<LayerNorm>(o.d_model));
+  ff = register_module("ff", std::make_shared<FeedForward>(o.d_model, d_ff, activation, dropout, gen));
+  drop_ = register_module("dropout", std::make_shared<Dropout>(dropout));
+}
+
+CentroidBlockOutput CentroidAttentionBlock::forward(const Tensor& x, const Tensor& mask, const Tensor& space,
+                                                    Generator* sampler) {
+  CentroidInitResult r = init->forward(x, mask, space, sampler);
+  Tensor u = attn->forward(x, r.u, mask, r.mask);
+  u = u + drop_->forward(ff->forward(norm_ff ? norm_ff->forward(u) : u));
+  return {u, r.mask, r.indices};
+}
+
+}  // namespace nn
+}  // namespace cf
