@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "nn/attention/attention.h"
+#include "nn/attention/cluster_former.h"
 #include "nn/attention/full.h"
 
 namespace cf {
@@ -15,6 +16,7 @@ using Factory = std::shared_ptr<Attention> (*)(const AttentionSpec&);
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> f = {
       {"full", &FullAttention::create},
+      {"cluster-former", &ClusterFormerAttention::create},
   };
   return f;
 }
