@@ -1,5 +1,6 @@
 #include "nn/layers/cluster_former.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "autograd/ops/elementwise.h"
@@ -24,6 +25,7 @@ struct Inputs {
   int64_t b = 0, x = 0, d = 0, k = 0, q = 0;
   Tensor question;               // (B, K, q, D) or undefined
   std::vector<bool> cmask, qmask;  // (B, x), (B, q): true = padding
+  std::vector<bool> wqmask;        // (B, K, q): the question mask of each window's copy
 };
 
 // Validates the shared inputs of both layers and broadcasts a (B, q, D) question to every window.
@@ -66,6 +68,18 @@ Inputs check_inputs(const char* who, int64_t d_model, int64_t stride, const Tens
   } else {
     in.qmask.assign(size_t(in.b * in.q), false);
   }
+  // The question copy of a window whose own context slice X[m k : m k + m] (its
+  // part of eq. 4) is all padding is padding too: batch padding must not add
+  // question copies that attend or get clustered.
+  in.wqmask.assign(size_t(in.b * in.k * in.q), false);
+  for (int64_t b = 0; b < in.b; ++b)
+    for (int64_t k = 0; k < in.k; ++k) {
+      bool empty = true;
+      for (int64_t p = stride * k; p < std::min(stride * (k + 1), in.x) && empty; ++p)
+        empty = in.cmask[size_t(b * in.x + p)];
+      for (int64_t i = 0; i < in.q; ++i)
+        in.wqmask[size_t((b * in.k + k) * in.q + i)] = empty || in.qmask[size_t(b * in.q + i)];
+    }
   return in;
 }
 
@@ -107,7 +121,7 @@ WindowedStates SlidingWindowLayer::forward(const Tensor& context, const Tensor& 
   for (int64_t b = 0; b < B; ++b)
     for (int64_t k = 0; k < K; ++k) {
       const size_t row = size_t((b * K + k) * (q + l));
-      for (int64_t i = 0; i < q; ++i) mask[row + size_t(i)] = in.qmask[size_t(b * q + i)];
+      for (int64_t i = 0; i < q; ++i) mask[row + size_t(i)] = in.wqmask[size_t((b * K + k) * q + i)];
       for (int64_t j = 0; j < l; ++j) {
         const int64_t p = idx[size_t(k * l + j)];
         mask[row + size_t(q + j)] = p >= X || in.cmask[size_t(b * X + p)];
@@ -166,7 +180,7 @@ WindowedStates ClusterFormerLayer::forward(const Tensor& context, const Tensor& 
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < n; ++i) {
       const int64_t src = perm[size_t(i)];
-      mask[size_t(b * n + i)] = src < K * q ? in.qmask[size_t(b * q + src % q)] : in.cmask[size_t(b * X + src - K * q)];
+      mask[size_t(b * n + i)] = src < K * q ? in.wqmask[size_t(b * K * q + src)] : in.cmask[size_t(b * X + src - K * q)];
     }
   Tensor all = cat({reshape(in.question, {B, K * q, D}), context}, 1);
   Tensor h = index_select(all, 1, Tensor::from_vector(perm, {n}));

@@ -34,6 +34,8 @@ struct WindowedStates {
 // K = ceil(x / m), at least 1: the number of windows (eq. 4).
 int64_t num_windows(int64_t context_len, int64_t stride);
 
+// Padding: the question copy of a window whose slice X[m k : m k + m] is all
+// padding is masked as padding, so batch padding changes nothing.
 // Shared checks and masks of both layers. context (B, x, D); context_mask bool
 // (B, x) true = padding, or undefined; question (B, q, D) (the same for every
 // window: the first layer) or (B, K, q, D); question_mask bool (B, q) or undefined.
