@@ -231,14 +231,23 @@ TEST_CASE("Cluster-Former memory bank in training: schedule, state_dict and chec
   nn::AdamW opt(lm.named_parameters());
   const std::vector<double> c0 = values(bank->centroids);
   std::vector<int64_t> recomputed;
-  for (int64_t s = 1; s <= 7; ++s) {
-    Tensor ids = randint(1, 12, {2, 9}, data);
-    Tensor loss = cross_entropy(reshape(lm.forward(ids), {18, 12}), reshape(ids, {18}));
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-    if (lm.on_train_step() == 1) recomputed.push_back(s);
-  }
+  nn::TrainLoopOptions lo;
+  lo.max_steps = 7;
+  lo.progress = false;
+  lo.eval_at_end = false;
+  nn::TrainLoopHooks hooks;
+  hooks.model = &lm;
+  // The memory-bank update of Algorithm 1, once per optimizer step.
+  hooks.on_step_end = [&](const nn::TrainStepInfo& info) {
+    if (lm.on_train_step() == 1) recomputed.push_back(info.step);
+  };
+  nn::train_loop(
+      opt,
+      [&](int64_t, int64_t) {
+        Tensor ids = randint(1, 12, {2, 9}, data);
+        return cross_entropy(reshape(lm.forward(ids), {18, 12}), reshape(ids, {18}));
+      },
+      lo, hooks);
   CHECK(recomputed == std::vector<int64_t>{3, 6});
   CHECK(bank->steps() == 7);
   CHECK(bank->updates() == 2);
