@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -47,24 +48,32 @@ Subcommands (each prints one JSON object on stdout):
                 forward+backward of a 3-op chain
   matmul        GFLOP/s of cf::matmul (float32) vs a direct cblas_sgemm call on
                 the same buffers, square sizes and a batched case
-  elementwise   GB/s of add, mul, exp on float32 vs memcpy of the same bytes
+  elementwise   GB/s of add, mul, exp, softmax and layer_norm (rows of 1024) on
+                float32 vs memcpy of the same bytes
   attention     forward and forward+backward time and peak bytes of attention
                 variants on q, k, v of (1, 4 heads, N, 64), float32; each
                 variant's ratio_vs_full is measured in the same run
+  model         tokens/s and peak bytes of one training step (forward, backward,
+                AdamW) and one inference step of a Transformer encoder classifier
+                (2 post-LN layers, d 256, 4 heads, FFN 1024, vocab 1000) per
+                attention variant; apps/bench/peers.py runs the PyTorch twin
 
 Options:
   --repeat N    timed repetitions per row; the median is reported
                 (default: overhead 201 samples, others 5)
-  --threads N   OpenMP and OpenBLAS threads (default: the runtime's choice)
+  --threads N   threads of cf's OpenMP team and of the raw-BLAS baselines
+                (default: the runtime's choice)
   --iters N     overhead: ops per timed sample (default 2000)
   --sizes LIST  matmul: square sizes, comma separated (default 256,512,1024,2048)
   --batch B,N   matmul: batched case B x (N x N x N) (default 64,128; 0,0 skips it)
   --numel N     elementwise: elements per tensor (default 16777216)
-  --variants L  attention: comma-separated variant names (default: full; --variant
+  --variants L  attention, model: comma-separated variant names (default: full; --variant
                 is the same option);
                 known: )" "__VARIANTS__" R"(
   --sizes LIST  attention: sequence lengths (default 512,1024,2048,4096,8192,16384)
   --causal      attention: causal masking
+  --sizes LIST  model: sequence lengths (default 128,512,2048)
+  --batch-size B  model: sequences per step (default 8)
   --max-gib G   attention: skip a dense row whose score matrices would need more
                 than G GiB (default: half of this machine's memory)
   -h, --help    this text
@@ -82,6 +91,7 @@ struct Options {
   std::vector<int64_t> sizes = {256, 512, 1024, 2048};
   std::vector<int64_t> batch = {64, 128};
   int64_t numel = int64_t(1) << 24;
+  int64_t batch_size = 8;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -126,7 +136,10 @@ json machine_info() {
 #else
   m["openmp_threads"] = 1;
 #endif
-  m["openblas_threads"] = openblas_get_num_threads();
+  // cf runs each BLAS call on one thread and parallelises GEMMs over its OpenMP
+  // team (kernels/matmul); the raw-BLAS baselines below run OpenBLAS with as
+  // many threads as that team.
+  m["blas_threading"] = "cf: OpenMP team, 1-thread BLAS calls; raw-BLAS baselines: OpenBLAS threads = OpenMP threads";
   m["openblas_config"] = std::string(openblas_get_config());
 #if defined(__clang__)
   m["compiler"] = std::string("clang ") + __clang_version__;
@@ -222,6 +235,17 @@ json bench_overhead(const Options& o) {
 }
 
 // ---------------------------------------------------------------- matmul
+// While alive, OpenBLAS runs with as many threads as cf's OpenMP team: the
+// raw-BLAS baseline at its own best. cf's next matmul puts it back to 1 thread.
+struct RawBlasThreads {
+  RawBlasThreads() {
+#ifdef _OPENMP
+    openblas_set_num_threads(omp_get_max_threads());
+#endif
+  }
+  ~RawBlasThreads() { openblas_set_num_threads(1); }
+};
+
 double max_abs_diff(const float* a, const float* b, int64_t n) {
   double m = 0;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
@@ -254,6 +278,7 @@ json matmul_row(const Options& o, cf::Generator& gen, int64_t bs, int64_t n) {
   int64_t peak = cf::memory_stats().peak_bytes;
   const float* pa = A.data<float>();
   const float* pb = B.data<float>();
+  RawBlasThreads raw_blas;
   double t_blas = time_median(reps, [&] {
     for (int64_t i = 0; i < count; ++i)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f,
@@ -319,10 +344,18 @@ json bench_elementwise(const Options& o) {
     const char* note;
   };
   cf::Tensor keep;
+  // Row-wise ops over rows of 1024 (attention- and Transformer-like widths).
+  const int64_t row = 1024;
+  cf::Tensor rows2d = cf::reshape(a, {n / row, row});
+  cf::Tensor ln_w = cf::Tensor::ones({row}), ln_b = cf::Tensor::zeros({row});
   std::vector<Case> cases = {
       {"add", 3, [&] { keep = cf::Tensor(); keep = cf::add(a, b); }, "out = a + b (allocates out)"},
       {"mul", 3, [&] { keep = cf::Tensor(); keep = cf::mul(a, b); }, "out = a * b (allocates out)"},
       {"exp", 2, [&] { keep = cf::Tensor(); keep = cf::exp(a); }, "out = exp(a) (allocates out)"},
+      {"softmax", 2, [&] { keep = cf::Tensor(); keep = cf::softmax(rows2d, -1); },
+       "softmax over rows of 1024 (allocates out)"},
+      {"layer_norm", 2, [&] { keep = cf::Tensor(); keep = cf::layer_norm(rows2d, {row}, ln_w, ln_b); },
+       "layer_norm over rows of 1024 with weight and bias (allocates out)"},
       {"add_inplace", 3,
        [&] {
          cf::NoGradGuard ng;
@@ -451,6 +484,87 @@ json bench_attention(const Options& o) {
   return report("attention", rows);
 }
 
+// ---------------------------------------------------------------- model
+// One training step (forward, backward, AdamW) and one inference step of a
+// Transformer encoder classifier: token embedding + sinusoidal positions, 2
+// post-LN layers (d = 256, 4 heads, FFN 1024, ReLU, no dropout), mean pooling, a
+// linear head and cross-entropy. apps/bench/peers.py builds the same model in
+// PyTorch (nn.TransformerEncoder) for the side-by-side table.
+json bench_model(const Options& o) {
+  const int64_t B = o.batch_size, vocab = 1000, classes = 10;
+  std::vector<int64_t> sizes = o.sizes_given ? o.sizes : std::vector<int64_t>{128, 512, 2048};
+  json rows = json::array();
+  for (int64_t n : sizes) {
+    double full_train = -1, full_infer = -1;
+    for (const std::string& variant : o.variants) {
+      cf::Generator gen{uint64_t(1000 + n)};
+      cf::models::TransformerConfig c;
+      c.vocab_size = vocab;
+      c.max_len = n;
+      c.n_layers = 2;
+      c.num_classes = classes;
+      c.pad_id = -1;  // random tokens: none of them is padding
+      c.layer.d_model = 256;
+      c.layer.n_heads = 4;
+      c.layer.d_ff = 1024;
+      c.layer.dropout = 0.0;
+      c.layer.activation = "relu";
+      c.layer.norm_first = false;
+      c.layer.attention.type = variant;
+      c.layer.attention.options = cf::nn::Config(bench_attention_options(variant, n), "attention");
+      cf::models::EncoderClassifier model(c, gen);
+      cf::nn::AdamW opt(model.named_parameters());
+      cf::Tensor ids = cf::randint(0, vocab, {B, n}, gen);
+      cf::Tensor labels = cf::randint(0, classes, {B}, gen);
+      const int64_t reps = o.repeat > 0 ? o.repeat : (n >= 2048 ? 2 : 5);
+      json r;
+      r["name"] = "model_" + variant + "_" + std::to_string(n);
+      r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"layers", 2}, {"d_model", 256},
+                     {"heads", 4}, {"d_ff", 1024}, {"vocab", vocab}, {"classes", classes},
+                     {"parameters", model.num_parameters()}, {"repeat", reps}, {"dtype", "float32"}};
+      model.train();
+      cf::reset_peak_memory();
+      double t_train = time_median(reps, [&] {
+        opt.zero_grad();
+        cf::nn::AuxLosses aux;
+        cf::Tensor loss = cf::nn::cross_entropy(model.forward(ids, cf::Tensor(), &aux), labels);
+        if (!aux.empty()) {  // variants with auxiliary losses (clustering, commitment): weight 1 each
+          std::map<std::string, double> weights;
+          for (const std::string& name : aux.names()) weights[name] = 1.0;
+          loss = loss + aux.total(weights);
+        }
+        loss.backward();
+        opt.step();
+      });
+      r["train_step_time_s"] = t_train;
+      r["train_tokens_per_s"] = double(B * n) / t_train;
+      r["train_peak_bytes"] = cf::memory_stats().peak_bytes;
+      model.eval();
+      cf::Tensor logits;
+      cf::reset_peak_memory();
+      double t_infer;
+      {
+        cf::NoGradGuard ng;
+        t_infer = time_median(reps, [&] {
+          logits = cf::Tensor();
+          logits = model.forward(ids);
+        });
+      }
+      r["infer_step_time_s"] = t_infer;
+      r["infer_tokens_per_s"] = double(B * n) / t_infer;
+      r["infer_peak_bytes"] = cf::memory_stats().peak_bytes;
+      if (variant == "full") {
+        full_train = t_train;
+        full_infer = t_infer;
+      }
+      if (full_train > 0) r["train_ratio_vs_full"] = t_train / full_train;
+      if (full_infer > 0) r["infer_ratio_vs_full"] = t_infer / full_infer;
+      rows.push_back(r);
+    }
+  }
+  return report("model", rows);
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   if (argc < 2) throw UsageError("missing subcommand");
@@ -459,7 +573,8 @@ Options parse(int argc, char** argv) {
     o.cmd = "help";
     return o;
   }
-  if (o.cmd != "overhead" && o.cmd != "matmul" && o.cmd != "elementwise" && o.cmd != "attention")
+  if (o.cmd != "overhead" && o.cmd != "matmul" && o.cmd != "elementwise" && o.cmd != "attention" &&
+      o.cmd != "model")
     throw UsageError("unknown subcommand '" + o.cmd + "'");
   cf::apps::ArgReader args(argc, argv, 2);
   while (!args.done()) {
@@ -474,10 +589,10 @@ Options parse(int argc, char** argv) {
       o.threads = cf::apps::parse_int(opt, args.value(opt), 1);
     } else if (opt == "--iters" && o.cmd == "overhead") {
       o.iters = cf::apps::parse_int(opt, args.value(opt), 1);
-    } else if (opt == "--sizes" && (o.cmd == "matmul" || o.cmd == "attention")) {
+    } else if (opt == "--sizes" && (o.cmd == "matmul" || o.cmd == "attention" || o.cmd == "model")) {
       o.sizes = cf::apps::parse_int_list(opt, args.value(opt), 1);
       o.sizes_given = true;
-    } else if ((opt == "--variants" || opt == "--variant") && o.cmd == "attention") {
+    } else if ((opt == "--variants" || opt == "--variant") && (o.cmd == "attention" || o.cmd == "model")) {
       o.variants.clear();
       std::string list = args.value(opt), item;
       std::vector<std::string> known = cf::nn::attention_types();
@@ -497,11 +612,14 @@ Options parse(int argc, char** argv) {
     } else if (opt == "--max-gib" && o.cmd == "attention") {
       o.max_gib = cf::apps::parse_double(opt, args.value(opt));
       if (!(o.max_gib > 0)) throw UsageError("--max-gib must be positive");
+    } else if (opt == "--batch-size" && o.cmd == "model") {
+      o.batch_size = cf::apps::parse_int(opt, args.value(opt), 1);
     } else if (opt == "--batch" && o.cmd == "matmul") {
       o.batch = cf::apps::parse_int_list(opt, args.value(opt), 0);
       if (o.batch.size() != 2) throw UsageError("--batch expects B,N (two integers)");
     } else if (opt == "--numel" && o.cmd == "elementwise") {
-      o.numel = cf::apps::parse_int(opt, args.value(opt), 1);
+      o.numel = cf::apps::parse_int(opt, args.value(opt), 1024);
+      if (o.numel % 1024 != 0) throw UsageError("--numel must be a multiple of 1024 (softmax rows)");
     } else {
       throw UsageError("unknown option '" + opt + "' for subcommand " + o.cmd);
     }
@@ -530,12 +648,12 @@ int main(int argc, char** argv) {
 #ifdef _OPENMP
     omp_set_num_threads(int(o.threads));
 #endif
-    openblas_set_num_threads(int(o.threads));
   }
   try {
     json out = o.cmd == "overhead"      ? bench_overhead(o)
                : o.cmd == "matmul"      ? bench_matmul(o)
                : o.cmd == "attention"   ? bench_attention(o)
+               : o.cmd == "model"       ? bench_model(o)
                                         : bench_elementwise(o);
     std::cout << out.dump() << std::endl;
   } catch (const std::exception& e) {

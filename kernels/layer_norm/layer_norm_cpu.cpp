@@ -1,6 +1,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/common/row_math.h"
 #include "kernels/common/parallel.h"
 #include "kernels/layer_norm/layer_norm.h"
 
@@ -27,22 +28,29 @@ void forward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias, in
       T* yi = yp + r * n;
       // Two passes in double: the centred sum of squares does not cancel the way
       // E[x^2] - E[x]^2 does when |mean| >> std.
-      double s = 0;
-      for (int64_t k = 0; k < n; ++k) s += double(xi[k]);
-      const double mu = s / double(n);
-      double ss = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        double d = double(xi[k]) - mu;
-        ss += d * d;
-      }
+      // (Eight partial sums each: one accumulator is a chain of dependent adds.)
+      const double mu = sum_row(xi, n) / double(n);
+      double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t k = 0;
+      for (; k + 8 <= n; k += 8)
+        for (int j = 0; j < 8; ++j) {
+          const double d = double(xi[k + j]) - mu;
+          part[j] += d * d;
+        }
+      for (; k < n; ++k) part[0] += (double(xi[k]) - mu) * (double(xi[k]) - mu);
+      const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
       const double rs = 1.0 / std::sqrt(ss / double(n) + eps);
       mp[r] = T(mu);
       rp[r] = T(rs);
-      for (int64_t k = 0; k < n; ++k) {
-        double v = (double(xi[k]) - mu) * rs;
-        if (w) v *= double(w[k]);
-        if (bb) v += double(bb[k]);
-        yi[k] = T(v);
+      // One branch-free loop per case, so each vectorises.
+      if (w && bb) {
+        for (int64_t i = 0; i < n; ++i) yi[i] = T((double(xi[i]) - mu) * rs * double(w[i]) + double(bb[i]));
+      } else if (w) {
+        for (int64_t i = 0; i < n; ++i) yi[i] = T((double(xi[i]) - mu) * rs * double(w[i]));
+      } else if (bb) {
+        for (int64_t i = 0; i < n; ++i) yi[i] = T((double(xi[i]) - mu) * rs + double(bb[i]));
+      } else {
+        for (int64_t i = 0; i < n; ++i) yi[i] = T((double(xi[i]) - mu) * rs);
       }
     }
   });

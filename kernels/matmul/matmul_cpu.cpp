@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/matmul.h"
 
@@ -29,15 +33,44 @@ Layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return l;
 }
 
-void gemm(const float* a, const float* b, float* c, int64_t M, int64_t N, int64_t K, Layout la,
-          Layout lb) {
+void gemm(const float* a, const float* b, float* c, int64_t M, int64_t N, int64_t K, Layout la, Layout lb,
+          int64_t ldc) {
   cblas_sgemm(CblasRowMajor, la.trans, lb.trans, int(M), int(N), int(K), 1.0f, a, int(la.ld), b,
-              int(lb.ld), 0.0f, c, int(std::max<int64_t>(N, 1)));
+              int(lb.ld), 0.0f, c, int(ldc));
 }
-void gemm(const double* a, const double* b, double* c, int64_t M, int64_t N, int64_t K, Layout la,
-          Layout lb) {
-  cblas_dgemm(CblasRowMajor, la.trans, lb.trans, int(M), int(N), int(K), 1.0, a, int(la.ld), b,
-              int(lb.ld), 0.0, c, int(std::max<int64_t>(N, 1)));
+void gemm(const double* a, const double* b, double* c, int64_t M, int64_t N, int64_t K, Layout la, Layout lb,
+          int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, la.trans, lb.trans, int(M), int(N), int(K), 1.0, a, int(la.ld), b, int(lb.ld),
+              0.0, c, int(ldc));
+}
+
+// Where row r (NoTrans) or column r (Trans) of a BLAS operand starts: the offset
+// of the r-th row of the logical (rows x cols) matrix.
+int64_t row_offset(const Layout& l, int64_t r) { return l.trans == CblasNoTrans ? r * l.ld : r; }
+// ... and of its c-th column.
+int64_t col_offset(const Layout& l, int64_t c) { return l.trans == CblasNoTrans ? c : c * l.ld; }
+
+// Threading. cf parallelises GEMMs itself, with the same OpenMP team as every
+// other kernel, and runs each BLAS call on one thread. Two thread pools (ours
+// and OpenBLAS's pthreads) on the same cores made each wait for the other: on 2
+// cores, half of a small Transformer's training step went to libgomp spinning
+// and sched_yield (perf), and small per-chunk GEMMs (clustered attention) ran
+// one at a time on a pool sized for large ones.
+constexpr double kParallelFlops = 2e6;  // below this a parallel region costs more than it saves
+constexpr int64_t kMinPartRows = 16;    // a split GEMM keeps at least this many rows (or columns) per part
+
+void use_single_threaded_blas() {
+  // Cheap check every call: a user (or a benchmark's raw-BLAS baseline) may
+  // have raised OpenBLAS's thread count since.
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+int max_threads() {
+#ifdef _OPENMP
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  return 1;
+#endif
 }
 
 template <typename T>
@@ -58,8 +91,23 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* pc = out.data<T>();
-  int64_t nb = numel_of(batch);
-  for (int64_t i = 0; i < nb; ++i) {
+  const int64_t nb = numel_of(batch);
+  use_single_threaded_blas();
+
+  // Work items: every batch entry, each cut into `parts` slabs of rows of C (or
+  // of columns when C is wide and short) so that a few large GEMMs still keep
+  // every thread busy; many batch entries are simply shared out.
+  const int threads = max_threads();
+  const double flops = 2.0 * double(M) * double(N) * double(K) * double(nb);
+  const bool split_rows = M >= N;
+  const int64_t split_len = split_rows ? M : N;
+  int64_t parts = 1;
+  if (threads > 1 && nb % threads != 0 && nb < 8 * int64_t(threads))
+    parts = std::max<int64_t>(1, std::min<int64_t>(threads, split_len / kMinPartRows));
+  const int64_t items = nb * parts, part_len = (split_len + parts - 1) / parts;
+
+  auto run = [&](int64_t item) {
+    const int64_t i = item / parts, part = item % parts;
     int64_t oa = 0, ob = 0, rem = i;
     for (size_t d = batch.size(); d-- > 0;) {
       int64_t k = rem % batch[d];
@@ -67,7 +115,19 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
       oa += k * sa[d];
       ob += k * sb[d];
     }
-    gemm(pa + oa, pb + ob, pc + i * M * N, M, N, K, la, lb);
+    const int64_t lo = part * part_len, len = std::min(part_len, split_len - lo);
+    if (len <= 0) return;
+    T* c = pc + i * M * N;
+    if (split_rows)
+      gemm(pa + oa + row_offset(la, lo), pb + ob, c + lo * N, len, N, K, la, lb, std::max<int64_t>(N, 1));
+    else
+      gemm(pa + oa, pb + ob + col_offset(lb, lo), c + lo, M, len, K, la, lb, std::max<int64_t>(N, 1));
+  };
+  if (threads > 1 && items > 1 && flops >= kParallelFlops) {
+#pragma omp parallel for schedule(static)
+    for (int64_t item = 0; item < items; ++item) run(item);
+  } else {
+    for (int64_t item = 0; item < items; ++item) run(item);
   }
 }
 

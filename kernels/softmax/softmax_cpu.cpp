@@ -1,6 +1,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/common/row_math.h"
 #include "kernels/common/parallel.h"
 #include "kernels/softmax/softmax.h"
 
@@ -52,13 +53,30 @@ void forward_typed(const Tensor& x, int64_t axis, bool log, const Tensor& y) {
   // The strides are parameters so the contiguous call below gets its own unit-stride copy.
   auto row = [&](const T* xi, T* yi, int64_t sx, int64_t sy) {
     T m = -std::numeric_limits<T>::infinity();
-    for (int64_t k = 0; k < n; ++k) m = xi[k * sx] > m ? xi[k * sx] : m;
+    if (sx == 1)
+      m = max_row(xi, n, m);
+    else
+      for (int64_t k = 0; k < n; ++k) m = xi[k * sx] > m ? xi[k * sx] : m;
     bool all_masked = !log && m == -std::numeric_limits<T>::infinity();
     for (int64_t k = 0; all_masked && k < n; ++k) all_masked = !std::isnan(xi[k * sx]);
     if (all_masked) {
       // Every entry masked: the row is all zeros (not NaN), so a query that may
       // attend to nothing outputs zero and passes a zero gradient.
       for (int64_t k = 0; k < n; ++k) yi[k * sy] = T(0);
+      return;
+    }
+    if (sx == 1 && sy == 1) {
+      // Contiguous rows: vectorised exp into the output, then normalise (or,
+      // for log_softmax, overwrite with the shifted log-probabilities).
+      exp_shifted(xi, yi, n, m);
+      const double z = sum_row(yi, n);
+      if (log) {
+        const T lz = T(std::log(z));
+        for (int64_t k = 0; k < n; ++k) yi[k] = (xi[k] - m) - lz;
+      } else {
+        const T inv = T(1.0 / z);
+        for (int64_t k = 0; k < n; ++k) yi[k] *= inv;
+      }
       return;
     }
     double acc = 0;

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/common/row_math.h"
 #include "test_util.h"
 
 using namespace cf;
@@ -531,4 +532,41 @@ GRADCHECK_CASE("dropout") {
              {leaf64({4, 5}, 71)});
 }
 
+}
+
+TEST_CASE("softmax's vectorised exp matches std::exp to float32 rounding over its whole range") {
+  // exp_shifted serves rows shifted by their maximum: arguments in [-inf, 0].
+  std::vector<float> x;
+  for (int i = 0; i <= 200000; ++i) x.push_back(-100.0f * float(i) / 200000.0f);
+  x.push_back(-INFINITY);
+  x.push_back(NAN);
+  x.push_back(-0.0f);
+  std::vector<float> y(x.size());
+  kernels::exp_shifted(x.data(), y.data(), int64_t(x.size()), 0.0f);
+  double worst = 0;
+  for (size_t i = 0; i + 3 < x.size(); ++i) {
+    const double want = std::exp(double(x[i]));
+    if (x[i] < -87.0f) {
+      CHECK(y[i] == 0.0f);  // below the normal range: 0, documented
+    } else {
+      worst = std::max(worst, std::fabs(double(y[i]) - want) / want);
+    }
+  }
+  CHECK(worst < 3e-7);
+  CHECK(y[x.size() - 3] == 0.0f);
+  CHECK(std::isnan(y[x.size() - 2]));
+  CHECK(y[x.size() - 1] == 1.0f);
+  // max_row (vector and tail paths) skips NaN like the scalar loop it replaced.
+  std::vector<float> row(21);
+  for (int i = 0; i < 21; ++i) row[size_t(i)] = float((i * 7) % 11) - 5.0f;
+  row[3] = NAN;
+  CHECK(kernels::max_row(row.data(), 21, -INFINITY) == 5.0f);
+  row[20] = 9.0f;  // in the scalar tail
+  CHECK(kernels::max_row(row.data(), 21, -INFINITY) == 9.0f);
+  std::vector<float> masked(9, -INFINITY);
+  CHECK(kernels::max_row(masked.data(), 9, -INFINITY) == -INFINITY);
+  // The shift is subtracted first: exp(x - 3) with x = 3 is 1 exactly.
+  float three = 3.0f, out = 0;
+  kernels::exp_shifted(&three, &out, 1, 3.0f);
+  CHECK(out == 1.0f);
 }

@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""cf beside its peers: the same computations on identical shapes in one run.
+
+Runs `cf-bench` subcommands and their twins in PyTorch (CPU; CUDA when present
+and --device cuda), faiss and scikit-learn, then prints one table of time ratios
+cf / peer (below 1: cf is faster) and writes it as JSON (--out).
+
+It installs nothing. Peers that are missing are named with how to install them,
+and skipped; with no peer at all it prints that and exits 0.
+
+    python3 apps/bench/peers.py --cf-bench build/apps/cf-bench [--quick] [--out peers.json]
+
+What is compared (docs/benchmarks.md explains each figure):
+  matmul        float32 square GEMM: cf::matmul vs torch.mm
+  softmax       rows of 1024, 16M floats: cf::softmax vs torch.softmax
+  layer_norm    rows of 1024 with weight and bias: cf::layer_norm vs F.layer_norm
+  chain3        per-op overhead: loss = sum(tanh(x * w)) on 1 element, backward
+  attention     full attention (1, 4 heads, N, 64), forward and forward+backward,
+                the same algorithm on both sides (softmax(q k^T / 8) v)
+  model         Transformer encoder classifier (2 post-LN layers, d 256, 4 heads,
+                FFN 1024, batch 8): one training step (forward, backward, AdamW)
+                and one inference step, vs the nn.TransformerEncoder twin
+  kmeans        one Lloyd iteration (assignment + update) on the same shape vs
+                faiss.Kmeans and sklearn.cluster.KMeans (lloyd), same init
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+INSTALL_HINTS = {
+    "torch": "pip install torch  (or: apt-get install python3-torch)",
+    "faiss": "pip install faiss-cpu  (or: apt-get install python3-faiss)",
+    "sklearn": "pip install scikit-learn  (or: apt-get install python3-sklearn)",
+    "numpy": "pip install numpy  (or: apt-get install python3-numpy)",
+}
+
+
+def try_import(name):
+    try:
+        return __import__(name)
+    except Exception:  # ImportError, or a broken install raising something else
+        return None
+
+
+def median_time(fn, reps, warmup=1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run_cf(cf_bench, args):
+    cmd = [cf_bench] + args
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError("'%s' failed (exit %d): %s" % (" ".join(cmd), proc.returncode, proc.stderr.strip()))
+    return json.loads(proc.stdout)
+
+
+def cf_rows(report):
+    return {r["name"]: r for r in report["results"]}
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, bench, case, what, cf_s, peer, peer_s):
+        self.rows.append({
+            "bench": bench, "case": case, "what": what, "cf_time_s": cf_s, "peer": peer,
+            "peer_time_s": peer_s, "ratio_cf_over_peer": cf_s / peer_s if peer_s > 0 else None,
+        })
+
+    def render(self):
+        head = ["bench", "case", "peer", "cf time (s)", "peer time (s)", "cf/peer"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in self.rows:
+            lines.append("| %s | %s | %s | %.4g | %.4g | %.2f |" % (
+                r["bench"], r["case"], r["peer"], r["cf_time_s"], r["peer_time_s"], r["ratio_cf_over_peer"]))
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- PyTorch twins
+def torch_matmul(torch, n, reps, device):
+    a = torch.rand(n, n, device=device) * 2 - 1
+    b = torch.rand(n, n, device=device) * 2 - 1
+    return median_time(lambda: sync(torch, device, torch.mm(a, b)), reps)
+
+
+def sync(torch, device, x=None):
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return x
+
+
+def torch_rowwise(torch, numel, reps, device, which):
+    x = (torch.rand(numel // 1024, 1024, device=device) * 2 - 1)
+    if which == "softmax":
+        return median_time(lambda: sync(torch, device, torch.softmax(x, -1)), reps)
+    w = torch.ones(1024, device=device)
+    b = torch.zeros(1024, device=device)
+    return median_time(lambda: sync(torch, device, torch.nn.functional.layer_norm(x, (1024,), w, b)), reps)
+
+
+def torch_chain3(torch, iters, samples):
+    x = torch.full((1,), 0.5, requires_grad=True)
+    w = torch.full((1,), 1.5)
+
+    def step():
+        loss = torch.tanh(x * w).sum()
+        loss.backward()
+        x.grad = None
+
+    def sample():
+        for _ in range(iters):
+            step()
+    return median_time(sample, samples) / iters
+
+
+def torch_attention(torch, n, reps, device):
+    g = torch.Generator(device="cpu").manual_seed(n)
+    q, k, v = (torch.randn(1, 4, n, 64, generator=g).to(device) for _ in range(3))
+
+    def fwd(q, k, v):
+        return torch.matmul(torch.softmax(torch.matmul(q * 0.125, k.transpose(-2, -1)), -1), v)
+
+    with torch.no_grad():
+        t_fwd = median_time(lambda: sync(torch, device, fwd(q, k, v)), reps)
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+
+    def fwd_bwd():
+        for t in (qg, kg, vg):
+            t.grad = None
+        fwd(qg, kg, vg).sum().backward()
+        sync(torch, device)
+    return t_fwd, median_time(fwd_bwd, reps)
+
+
+def torch_model(torch, n, batch, reps, device):
+    nn = torch.nn
+    d, heads, ff, layers, vocab, classes = 256, 4, 1024, 2, 1000, 10
+
+    class Twin(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d)
+            pos = torch.arange(n, dtype=torch.float32).unsqueeze(1)
+            rate = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+            pe = torch.zeros(n, d)
+            pe[:, 0::2] = torch.sin(pos * rate)
+            pe[:, 1::2] = torch.cos(pos * rate)
+            self.register_buffer("pe", pe)
+            layer = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, activation="relu", batch_first=True,
+                                               norm_first=False)
+            self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.head = nn.Linear(d, classes)
+
+        def forward(self, ids):
+            return self.head(self.enc(self.emb(ids) + self.pe).mean(1))
+
+    torch.manual_seed(1000 + n)
+    model = Twin().to(device)
+    opt = torch.optim.AdamW(model.parameters())
+    ids = torch.randint(0, vocab, (batch, n), device=device)
+    labels = torch.randint(0, classes, (batch,), device=device)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def train_step():
+        opt.zero_grad()
+        loss_fn(model(ids), labels).backward()
+        opt.step()
+        sync(torch, device)
+
+    model.train()
+    t_train = median_time(train_step, reps)
+    model.eval()
+    with torch.no_grad():
+        t_infer = median_time(lambda: sync(torch, device, model(ids)), reps)
+    return t_train, t_infer
+
+
+# ---------------------------------------------------------------- K-Means twins
+def kmeans_data(np, n, d, k, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d), dtype=np.float32)
+    init = x[rng.choice(n, k, replace=False)].copy()
+    return x, init
+
+
+def faiss_lloyd_iteration(faiss, np, n, d, k, iters, reps):
+    x, init = kmeans_data(np, n, d, k, 0)
+
+    def run():
+        km = faiss.Kmeans(d, k, niter=iters, seed=1, verbose=False, max_points_per_centroid=n)
+        km.train(x, init_centroids=init)
+    return median_time(run, reps) / iters
+
+
+def sklearn_lloyd_iteration(sklearn_cluster, np, n, d, k, iters, reps):
+    x, init = kmeans_data(np, n, d, k, 0)
+
+    def run():
+        sklearn_cluster.KMeans(n_clusters=k, init=init, n_init=1, max_iter=iters, tol=0.0,
+                               algorithm="lloyd").fit(x)
+    return median_time(run, reps) / iters
+
+
+# ---------------------------------------------------------------- main
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cf-bench", default=os.path.join(root, "build", "apps", "cf-bench"),
+                    help="path to the cf-bench binary (default: build/apps/cf-bench)")
+    ap.add_argument("--out", default="peers.json", help="where to write the JSON table (default: peers.json)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="threads for every side (default: all cores)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="PyTorch device (cf: CPU)")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
+    ap.add_argument("--only", default="", help="comma-separated benches to run (default: all)")
+    args = ap.parse_args()
+
+    mods = {name: try_import(name) for name in ("numpy", "torch", "faiss", "sklearn")}
+    missing = [name for name, m in mods.items() if m is None]
+    for name in missing:
+        print("peers: %s is missing; skipping what needs it. Install: %s" % (name, INSTALL_HINTS[name]))
+    if mods["torch"] is None and mods["faiss"] is None and mods["sklearn"] is None:
+        print("peers: no peer installed (torch, faiss, scikit-learn); nothing to compare")
+        return 0
+    if not (os.path.isfile(args.cf_bench) and os.access(args.cf_bench, os.X_OK)):
+        print("peers: cf-bench not found at %s (build it: cmake --build build --target cf-bench, or pass "
+              "--cf-bench)" % args.cf_bench, file=sys.stderr)
+        return 2
+    only = set(filter(None, args.only.split(",")))
+    want = lambda name: not only or name in only
+
+    torch, np = mods["torch"], mods["numpy"]
+    threads = ["--threads", str(args.threads)]
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+        if args.device == "cuda" and not torch.cuda.is_available():
+            print("peers: --device cuda but torch sees no GPU", file=sys.stderr)
+            return 2
+    if mods["faiss"] is not None:
+        mods["faiss"].omp_set_num_threads(args.threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    quick = args.quick
+    dev = args.device
+    table = Table()
+
+    if torch is not None and want("matmul"):
+        sizes = [256, 512, 1024] if quick else [256, 512, 1024, 2048]
+        cf = cf_rows(run_cf(args.cf_bench, ["matmul", "--sizes", ",".join(map(str, sizes)), "--batch", "0,0"]
+                            + threads))
+        for n in sizes:
+            t = torch_matmul(torch, n, 5 if n >= 1024 else 11, dev)
+            table.add("matmul", "n=%d" % n, "float32 GEMM", cf["matmul_%d" % n]["time_s"], "torch", t)
+
+    if torch is not None and (want("softmax") or want("layer_norm")):
+        numel = 1 << (22 if quick else 24)
+        cf = cf_rows(run_cf(args.cf_bench, ["elementwise", "--numel", str(numel)] + threads))
+        for which in ("softmax", "layer_norm"):
+            if want(which):
+                t = torch_rowwise(torch, numel, 5, dev, which)
+                table.add(which, "%d x 1024" % (numel // 1024), "row-wise, float32", cf[which]["time_s"], "torch", t)
+
+    if torch is not None and want("chain3"):
+        cf = cf_rows(run_cf(args.cf_bench, ["overhead", "--repeat", "51"] + threads))
+        t = torch_chain3(torch, 500, 51)
+        table.add("chain3", "1 element", "3 ops forward + backward + zero_grad",
+                  cf["chain3_forward_backward"]["ns_per_iter"] * 1e-9, "torch", t)
+
+    if torch is not None and want("attention"):
+        sizes = [512, 1024] if quick else [512, 1024, 2048]
+        cf = cf_rows(run_cf(args.cf_bench, ["attention", "--variants", "full", "--sizes",
+                                            ",".join(map(str, sizes))] + threads))
+        for n in sizes:
+            t_fwd, t_bwd = torch_attention(torch, n, 3, dev)
+            row = cf["full_%d" % n]
+            table.add("attention", "N=%d fwd" % n, "full attention forward", row["forward_time_s"], "torch", t_fwd)
+            table.add("attention", "N=%d fwd+bwd" % n, "full attention forward+backward",
+                      row["forward_backward_time_s"], "torch", t_bwd)
+
+    if torch is not None and want("model"):
+        sizes = [128, 512] if quick else [128, 512, 2048]
+        cf = cf_rows(run_cf(args.cf_bench, ["model", "--variants", "full", "--sizes", ",".join(map(str, sizes)),
+                                            "--batch-size", "8"] + threads))
+        for n in sizes:
+            reps = 2 if n >= 2048 else 5
+            t_train, t_infer = torch_model(torch, n, 8, reps, dev)
+            row = cf["model_full_%d" % n]
+            table.add("model", "N=%d train step" % n, "fwd+bwd+AdamW, batch 8", row["train_step_time_s"], "torch",
+                      t_train)
+            table.add("model", "N=%d inference" % n, "forward, batch 8", row["infer_step_time_s"], "torch", t_infer)
+
+    if (mods["faiss"] is not None or mods["sklearn"] is not None) and np is not None and want("kmeans"):
+        n, d, k, iters = (20000, 64, 256, 5) if quick else (100000, 64, 256, 5)
+        try:
+            cf = cf_rows(run_cf(args.cf_bench, ["kmeans", "--points", str(n), "--dims", str(d), "--clusters", str(k),
+                                                "--iters", str(iters)] + threads))
+            cf_iter = cf["lloyd_%dx%d_k%d" % (n, d, k)]["iteration_time_s"]
+        except (RuntimeError, KeyError) as e:
+            print("peers: cf-bench kmeans unavailable (%s); skipping kmeans" % e)
+            cf_iter = None
+        if cf_iter is not None:
+            if mods["faiss"] is not None:
+                t = faiss_lloyd_iteration(mods["faiss"], np, n, d, k, iters, 3)
+                table.add("kmeans", "%dx%d k=%d" % (n, d, k), "one Lloyd iteration", cf_iter, "faiss", t)
+            if mods["sklearn"] is not None:
+                import sklearn.cluster
+                t = sklearn_lloyd_iteration(sklearn.cluster, np, n, d, k, iters, 3)
+                table.add("kmeans", "%dx%d k=%d" % (n, d, k), "one Lloyd iteration", cf_iter, "sklearn", t)
+
+    versions = {name: getattr(m, "__version__", "?") for name, m in mods.items() if m is not None}
+    machine = run_cf(args.cf_bench, ["overhead", "--repeat", "1", "--iters", "1"])["machine"]
+    out = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine, "python": platform.python_version(), "peer_versions": versions,
+        "threads": args.threads, "device": dev, "missing": missing, "rows": table.rows,
+    }
+    print("cf vs peers, %s, %s (%d threads), %s" % (out["date"], machine.get("cpu", "?"), args.threads,
+                                                      ", ".join("%s %s" % kv for kv in versions.items())))
+    print(table.render())
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f, indent=1)
+    os.replace(tmp, args.out)
+    print("peers: wrote %s" % args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
