@@ -8,13 +8,17 @@
 // exactly a TransformerEncoderLayer whose attention is this one.
 //
 // The centroids come from the layer's own MemoryBank (a child module, so they
-// are in the state_dict as "....attention.bank.centroids"). In training mode each
-// forward adds its non-padding hidden states to the bank (Algorithm 1,
-// Memory.add); bank->step() (through the model's on_train_step) recomputes the
+// are in the state_dict as "....attention.bank.centroids"). In training mode with
+// gradients enabled each forward adds its non-padding hidden states to the bank
+// (Algorithm 1, Memory.add); bank->step() (through the model's on_train_step) recomputes the
 // centroids every update_every steps. The hidden states clustered (and stored)
 // are AttentionArgs::query_input: the layer input H^n of eq. 5 in the post-LN
 // form; LayerNorm(H^n) in the pre-LN form, so bank and assignment always see the
 // same vectors.
+//
+// In a causal model the keys after a query are masked, but which earlier keys
+// share its chunk depends on the cluster ids of all tokens (eqs. 6 and 8), later
+// ones included, as with Reformer's LSH chunks.
 #include <memory>
 
 #include "nn/attention/attention.h"

@@ -61,6 +61,8 @@ class ClusterFormerLayer : public Module {
   ClusterFormerLayer(const TransformerLayerOptions& layer, int64_t stride, Generator& gen = default_generator());
   WindowedStates forward(const Tensor& context, const Tensor& context_mask = {}, const Tensor& question = {},
                          const Tensor& question_mask = {}, bool causal = false, AuxLosses* aux = nullptr);
+  // The layer's attention; its set_fixed_assignments / last_assignments ids are
+  // (B, K q + x) in eq. 4's order.
   ClusterFormerAttention& attention() const;
   int64_t stride() const { return stride_; }
   std::shared_ptr<TransformerEncoderLayer> layer;
