@@ -402,6 +402,9 @@ nlohmann::json bench_attention_options(const std::string& variant, int64_t n) {
   // Vyas et al. 2020 benchmark clustered attention with C = 100 (and top-32 keys).
   if (variant == "clustered") return {{"clusters", 100}};
   if (variant == "improved-clustered") return {{"clusters", 100}, {"topk", 32}};
+  // Cluster-Former (paper section 4.2: 64-512 clusters, chunks of the stride m = 224
+  // for QA, 128 for LM); the bank only receives the states here (no K-Means in the timing).
+  if (variant == "cluster-former") return {{"num_clusters", 64}, {"chunk_size", 256}, {"memory_size", 16384}};
   return nlohmann::json::object();
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "nn/attention/attention.h"
+#include "nn/attention/cluster_former.h"
 #include "nn/attention/clustered.h"
 #include "nn/attention/full.h"
 #include "nn/attention/lsh.h"
@@ -22,6 +23,7 @@ const std::map<std::string, Factory>& factories() {
       {"routing", &RoutingAttention::create},
       {"clustered", &ClusteredAttention::create_clustered},
       {"improved-clustered", &ClusteredAttention::create_improved},
+      {"cluster-former", &ClusterFormerAttention::create},
   };
   return f;
 }

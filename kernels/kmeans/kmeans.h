@@ -1,0 +1,57 @@
+#pragma once
+// K-Means kernels: the assignment step, the update step (segment sums) and the
+// k-means++ distance update, each on contiguous CPU tensors with the CUDA arm to
+// come with the CUDA backend (CF_DEVICE_DISPATCH). nn/clustering/kmeans.cpp owns
+// validation, initialisation, empty-cluster re-seeding and the iteration loop.
+#include "core/tensor.h"
+#include "core/error.h"
+
+namespace cf::kernels {
+
+// For each row i of x (N, d) the index of the nearest centroid of c (k, d), both
+// contiguous and of one float dtype. The nearest minimises |c_j|^2 - 2 x_i.c_j (l2)
+// or -x_i.c_j (cosine: rows of x and c already unit-norm); ties go to the lower j.
+// The scores of block_rows rows at a time come from one GEMM into `workspace`
+// (at least (block_rows + 1) * k elements of x's dtype; the last row holds the
+// centroid term); nothing is allocated. Writes labels (N,) int64 and dist (N,)
+// float64: |x_i - c_j|^2 (l2) or 1 - x_i.c_j clamped at 0 (cosine), computed
+// directly rather than from the expansion.
+void kmeans_assign_cpu(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
+                       const Tensor& workspace, const Tensor& labels, const Tensor& dist);
+
+// Segment sums: counts[j] = #{i : labels[i] == j} (int64 (k,)) and sums[j] = the sum
+// of those rows of x (float64 (k, d)), added in increasing i whatever the thread
+// count, so the result is bitwise reproducible. `order` (N,) int64 is scratch: the
+// point indices sorted stably by label (a counting sort).
+void kmeans_update_cpu(const Tensor& x, const Tensor& labels, const Tensor& order,
+                       const Tensor& counts, const Tensor& sums);
+
+// k-means++ step: dist[i] = min(dist[i], |x_i - x_c|^2) (cosine rows: the same,
+// which is 2 - 2 cos) for the new centre row `center` of x; dist (N,) float64.
+void kmeans_pp_update_cpu(const Tensor& x, int64_t center, const Tensor& dist);
+
+// Device dispatch. The CUDA arms (a GEMM + row-argmin kernel, a sort-by-label +
+// segmented reduction, a fused distance-min) come with the CUDA backend; until then
+// a CUDA tensor is a clear error even in a CUDA build.
+#define CF_KMEANS_DISPATCH(OP, device, cpu_call)                                              \
+  do {                                                                                        \
+    if ((device).is_cuda())                                                                   \
+      throw ::cf::NotImplementedError(::cf::str("[", OP, "] has no CUDA implementation yet")); \
+    cpu_call;                                                                                 \
+  } while (0)
+
+inline void kmeans_assign(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
+                          const Tensor& workspace, const Tensor& labels, const Tensor& dist) {
+  CF_KMEANS_DISPATCH("kmeans_assign", x.device(),
+                     kmeans_assign_cpu(x, c, cosine, block_rows, workspace, labels, dist));
+}
+inline void kmeans_update(const Tensor& x, const Tensor& labels, const Tensor& order,
+                          const Tensor& counts, const Tensor& sums) {
+  CF_KMEANS_DISPATCH("kmeans_update", x.device(), kmeans_update_cpu(x, labels, order, counts, sums));
+}
+inline void kmeans_pp_update(const Tensor& x, int64_t center, const Tensor& dist) {
+  CF_KMEANS_DISPATCH("kmeans_pp_update", x.device(), kmeans_pp_update_cpu(x, center, dist));
+}
+#undef CF_KMEANS_DISPATCH
+
+}  // namespace cf::kernels

@@ -1,0 +1,156 @@
+#include <cblas.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/common/parallel.h"
+#include "kernels/kmeans/kmeans.h"
+
+namespace cf::kernels {
+
+namespace {
+
+// scores (rows, k) = alpha * x (rows, d) @ c^T (d, k)
+void gemm_nt(const float* x, const float* c, float* out, int64_t rows, int64_t k, int64_t d,
+             float alpha) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(k), int(d), alpha, x, int(d),
+              c, int(d), 0.0f, out, int(k));
+}
+void gemm_nt(const double* x, const double* c, double* out, int64_t rows, int64_t k, int64_t d,
+             double alpha) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(k), int(d), alpha, x, int(d),
+              c, int(d), 0.0, out, int(k));
+}
+
+template <typename T>
+void assign_typed(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
+                  const Tensor& workspace, const Tensor& labels, const Tensor& dist) {
+  const int64_t N = x.size(0), d = x.size(1), k = c.size(0);
+  const T* X = x.data<T>();
+  const T* C = c.data<T>();
+  T* scores = workspace.data<T>();
+  int64_t* L = labels.data<int64_t>();
+  double* D = dist.data<double>();
+  const int64_t rows_max = std::max<int64_t>(1, std::min(block_rows, N));
+  CF_CHECK(workspace.numel() >= (rows_max + 1) * k, ValueError, "[kmeans_assign] workspace of ",
+           workspace.numel(), " elements, needs (", rows_max, " + 1) * ", k);
+  // The centroid term of the expansion |x|^2 - 2 x.c + |c|^2; |x|^2 is the same for
+  // every centroid of a row, so the argmin does not need it.
+  T* bias = scores + rows_max * k;
+  for (int64_t j = 0; j < k; ++j) {
+    double s = 0;
+    if (!cosine)
+      for (int64_t t = 0; t < d; ++t) s += double(C[j * d + t]) * double(C[j * d + t]);
+    bias[j] = T(s);
+  }
+  const T alpha = cosine ? T(-1) : T(-2);
+  // Rows per parallel chunk: enough score entries that a thread start pays off.
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(k, 1));
+  for (int64_t b0 = 0; b0 < N; b0 += rows_max) {
+    const int64_t rows = std::min(rows_max, N - b0);
+    gemm_nt(X + b0 * d, C, scores, rows, k, d, alpha);
+    parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* s = scores + r * k;
+        T best = s[0] + bias[0];
+        // A min reduction that vectorises, then the first index reaching it: the
+        // lowest index wins ties, as in a sequential scan.
+#pragma omp simd reduction(min : best)
+        for (int64_t j = 1; j < k; ++j) best = std::min(best, s[j] + bias[j]);
+        int64_t bj = 0;
+        while (bj < k - 1 && !(s[bj] + bias[bj] == best)) ++bj;
+        const int64_t i = b0 + r;
+        L[i] = bj;
+        const T* xi = X + i * d;
+        const T* cj = C + bj * d;
+        double acc = 0;
+        if (cosine) {
+          for (int64_t t = 0; t < d; ++t) acc += double(xi[t]) * double(cj[t]);
+          D[i] = std::max(0.0, 1.0 - acc);
+        } else {
+          for (int64_t t = 0; t < d; ++t) {
+            double e = double(xi[t]) - double(cj[t]);
+            acc += e * e;
+          }
+          D[i] = acc;
+        }
+      }
+    });
+  }
+}
+
+template <typename T>
+void update_typed(const Tensor& x, const Tensor& labels, const Tensor& order, const Tensor& counts,
+                  const Tensor& sums) {
+  const int64_t N = x.size(0), d = x.size(1), k = counts.numel();
+  const T* X = x.data<T>();
+  const int64_t* L = labels.data<int64_t>();
+  int64_t* O = order.data<int64_t>();
+  int64_t* cnt = counts.data<int64_t>();
+  double* S = sums.data<double>();
+  std::fill(cnt, cnt + k, int64_t(0));
+  for (int64_t i = 0; i < N; ++i) {
+    CF_CHECK(L[i] >= 0 && L[i] < k, IndexError, "[kmeans_update] label ", L[i], " of point ", i,
+             " is outside [0, ", k, ")");
+    ++cnt[L[i]];
+  }
+  // Counting sort of the point indices by label, stable: within a cluster the rows
+  // are summed in increasing index, which fixes the floating-point result.
+  std::vector<int64_t> start(size_t(k) + 1, 0);
+  for (int64_t j = 0; j < k; ++j) start[size_t(j) + 1] = start[size_t(j)] + cnt[j];
+  {
+    std::vector<int64_t> pos(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < N; ++i) O[pos[size_t(L[i])]++] = i;
+  }
+  // One cluster per task: each sum is computed by one thread in a fixed order, so the
+  // partition of clusters over threads cannot change any bit.
+  const bool par = N * d > kParallelGrain && k > 1;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+  for (int64_t j = 0; j < k; ++j) {
+    double* acc = S + j * d;
+    std::fill(acc, acc + d, 0.0);
+    for (int64_t p = start[size_t(j)]; p < start[size_t(j) + 1]; ++p) {
+      const T* row = X + O[p] * d;
+      for (int64_t t = 0; t < d; ++t) acc[t] += double(row[t]);
+    }
+  }
+}
+
+template <typename T>
+void pp_update_typed(const Tensor& x, int64_t center, const Tensor& dist) {
+  const int64_t N = x.size(0), d = x.size(1);
+  const T* X = x.data<T>();
+  const T* c = X + center * d;
+  double* D = dist.data<double>();
+  parallel_for(N, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t i = b; i < e; ++i) {
+                   const T* xi = X + i * d;
+                   double acc = 0;
+                   for (int64_t t = 0; t < d; ++t) {
+                     double v = double(xi[t]) - double(c[t]);
+                     acc += v * v;
+                   }
+                   D[i] = std::min(D[i], acc);
+                 }
+               });
+}
+
+}  // namespace
+
+void kmeans_assign_cpu(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
+                       const Tensor& workspace, const Tensor& labels, const Tensor& dist) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_assign",
+                    assign_typed<scalar_t>(x, c, cosine, block_rows, workspace, labels, dist));
+}
+
+void kmeans_update_cpu(const Tensor& x, const Tensor& labels, const Tensor& order,
+                       const Tensor& counts, const Tensor& sums) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_update", update_typed<scalar_t>(x, labels, order, counts, sums));
+}
+
+void kmeans_pp_update_cpu(const Tensor& x, int64_t center, const Tensor& dist) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_pp_update", pp_update_typed<scalar_t>(x, center, dist));
+}
+
+}  // namespace cf::kernels

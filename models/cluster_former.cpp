@@ -1,0 +1,243 @@
+#include "models/cluster_former.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+#include "core/error.h"
+#include "models/transformer.h"
+#include "nn/config.h"
+
+namespace cf {
+namespace models {
+
+namespace {
+
+std::string desc(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+
+void check_ids(const char* who, const char* name, const Tensor& ids, const Tensor& mask) {
+  CF_CHECK(ids.defined() && ids.dtype() == kInt64 && ids.dim() == 2 && ids.shape()[1] > 0, ValueError, "[", who,
+           "] ", name, " ids must be int64 (B, N) with N > 0, got ", desc(ids));
+  if (mask.defined())
+    CF_CHECK(mask.dtype() == kBool && mask.shape() == ids.shape(), ShapeError, "[", who, "] ", name,
+             " mask must be bool ", shape_str(ids.shape()), " like the ids, got ", mask.describe());
+}
+
+// The cluster layers' attention spec; chunk_size defaults to the stride m (eq. 8).
+nn::AttentionSpec cluster_spec(const ClusterFormerConfig& c) {
+  nlohmann::json j = c.cluster_attention;
+  if (!j.contains("chunk_size")) j["chunk_size"] = c.stride;
+  nn::AttentionSpec s{"cluster-former", c.layer.d_model, c.layer.n_heads, nn::Config(j, "cluster_attention")};
+  return s;
+}
+
+}  // namespace
+
+ClusterFormerConfig ClusterFormerConfig::from_json(const nlohmann::json& j) {
+  nn::Config c(j, "model");
+  ClusterFormerConfig t;
+  t.vocab_size = c.get<int64_t>("vocab_size", t.vocab_size);
+  t.max_len = c.get<int64_t>("max_len", t.max_len);
+  t.pad_id = c.get<int64_t>("pad_id", t.pad_id);
+  t.positional = c.get<std::string>("positional", t.positional);
+  t.n_layers = c.get<int64_t>("n_layers", t.n_layers);
+  t.window = c.get<int64_t>("window", t.window);
+  t.stride = c.get<int64_t>("stride", t.stride);
+  t.cluster_layers = c.get<std::vector<int64_t>>("cluster_layers", t.cluster_layers);
+  t.cluster_every = c.get<int64_t>("cluster_every", t.cluster_every);
+  t.cluster_from = c.get<int64_t>("cluster_from", t.cluster_from);
+  nn::TransformerLayerOptions& l = t.layer;
+  l.d_model = c.get<int64_t>("d_model", l.d_model);
+  l.n_heads = c.get<int64_t>("n_heads", l.n_heads);
+  l.d_ff = c.get<int64_t>("d_ff", l.d_ff);
+  l.dropout = c.get<double>("dropout", l.dropout);
+  l.activation = c.get<std::string>("activation", l.activation);
+  l.norm_first = c.get<bool>("norm_first", l.norm_first);
+  nn::Config a = c.optional_child("attention");
+  l.attention.type = a.get<std::string>("type", "full");
+  l.attention.options = a;
+  nn::Config ca = c.optional_child("cluster_attention");
+  t.cluster_attention = ca.raw();
+  t.validate("ClusterFormerConfig");
+  // Build each attention once so its options are read (and checked) now.
+  l.attention.d_model = l.d_model;
+  l.attention.n_heads = l.n_heads;
+  nn::make_attention(l.attention);
+  nn::ClusterFormerAttention::read_options(ca);  // checks the keys without building a bank
+  c.finish();
+  return t;
+}
+
+void ClusterFormerConfig::validate(const char* who) const {
+  CF_CHECK(vocab_size > 0, ValueError, "[", who, "] vocab_size must be positive, got ", vocab_size);
+  CF_CHECK(max_len > 0 && n_layers > 0, ValueError, "[", who, "] max_len and n_layers must be positive, got max_len=",
+           max_len, " n_layers=", n_layers);
+  CF_CHECK(pad_id >= -1 && pad_id < vocab_size, ValueError, "[", who, "] pad_id ", pad_id,
+           " out of range for vocab_size ", vocab_size, " (-1: no padding token)");
+  CF_CHECK(positional == "sinusoidal" || positional == "learned" || positional == "none", ValueError, "[", who,
+           "] positional must be \"sinusoidal\", \"learned\" or \"none\", got \"", positional, "\"");
+  CF_CHECK(stride > 0 && window > stride, ValueError, "[", who, "] needs window l > stride m > 0, got window=",
+           window, " stride=", stride);
+  CF_CHECK(cluster_every >= 0 && cluster_from >= 0, ValueError, "[", who,
+           "] cluster_every and cluster_from must be >= 0, got ", cluster_every, " and ", cluster_from);
+  CF_CHECK(cluster_layers.empty() || cluster_every == 0, ValueError, "[", who,
+           "] give either cluster_layers or cluster_every/cluster_from, not both");
+  for (int64_t i : cluster_layers)
+    CF_CHECK(i >= 0 && i < n_layers, ValueError, "[", who, "] cluster layer ", i, " out of range [0, ", n_layers,
+             ")");
+  CF_CHECK(layer.dropout >= 0 && layer.dropout < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ",
+           layer.dropout);
+  CF_CHECK(layer.d_model > 0 && layer.n_heads > 0 && layer.d_model % layer.n_heads == 0 && layer.d_ff > 0,
+           ValueError, "[", who, "] needs d_model a positive multiple of n_heads and d_ff > 0; got d_model=",
+           layer.d_model, " n_heads=", layer.n_heads, " d_ff=", layer.d_ff);
+  CF_CHECK(layer.attention.type != "cluster-former", ValueError, "[", who,
+           "] attention is the sliding-window layers' attention; cluster layers are chosen by cluster_layers or "
+           "cluster_every/cluster_from");
+  nn::make_activation(layer.activation);
+}
+
+bool ClusterFormerConfig::is_cluster_layer(int64_t i) const {
+  if (!cluster_layers.empty()) return std::find(cluster_layers.begin(), cluster_layers.end(), i) != cluster_layers.end();
+  return cluster_every > 0 && i % cluster_every == 0 && i >= cluster_from;  // Table 4's rule
+}
+
+// ---------------- encoder ----------------
+
+ClusterFormerEncoder::ClusterFormerEncoder(const ClusterFormerConfig& c, Generator& gen) : config_(c) {
+  c.validate("ClusterFormerEncoder");
+  const int64_t d = c.layer.d_model;
+  embedding = register_module("embedding", std::make_shared<nn::Embedding>(c.vocab_size, d, c.pad_id, gen));
+  if (c.positional == "learned")
+    positions_ = register_module("positions", std::make_shared<nn::LearnedPositionalEncoding>(c.max_len, d, gen));
+  else if (c.positional == "sinusoidal")
+    positions_ = register_module("positions", std::make_shared<nn::SinusoidalPositionalEncoding>(c.max_len, d));
+  drop_ = register_module("dropout", std::make_shared<nn::Dropout>(c.layer.dropout));
+  auto list = register_module("layers", std::make_shared<nn::ModuleList>());
+  nn::TransformerLayerOptions cl = c.layer;
+  cl.attention = cluster_spec(c);
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    if (c.is_cluster_layer(i)) {
+      sliding.push_back(nullptr);
+      clusters.push_back(list->push_back(std::make_shared<nn::ClusterFormerLayer>(cl, c.stride, gen)));
+    } else {
+      sliding.push_back(list->push_back(std::make_shared<nn::SlidingWindowLayer>(c.layer, c.window, c.stride, gen)));
+      clusters.push_back(nullptr);
+    }
+  }
+  if (c.layer.norm_first) final_norm = register_module("final_norm", std::make_shared<nn::LayerNorm>(d));
+}
+
+std::vector<std::shared_ptr<nn::MemoryBank>> ClusterFormerEncoder::memory_banks() const {
+  std::vector<std::shared_ptr<nn::MemoryBank>> out;
+  for (auto& l : clusters)
+    if (l) out.push_back(l->attention().bank);
+  return out;
+}
+
+int64_t ClusterFormerEncoder::on_train_step() {
+  int64_t n = 0;
+  for (auto& b : memory_banks()) n += b->step() ? 1 : 0;
+  return n;
+}
+
+nn::WindowedStates ClusterFormerEncoder::forward(const Tensor& context, const Tensor& given_cmask,
+                                                 const Tensor& question, const Tensor& given_qmask, bool causal,
+                                                 nn::AuxLosses* aux) {
+  check_ids("ClusterFormerEncoder", "context", context, given_cmask);
+  const int64_t x = context.shape()[1];
+  int64_t q = 0;
+  if (question.defined()) {
+    check_ids("ClusterFormerEncoder", "question", question, given_qmask);
+    CF_CHECK(question.shape()[0] == context.shape()[0], ShapeError,
+             "[ClusterFormerEncoder] question ", shape_str(question.shape()), " and context ",
+             shape_str(context.shape()), " need one batch size");
+    q = question.shape()[1];
+  } else {
+    CF_CHECK(!given_qmask.defined(), ValueError, "[ClusterFormerEncoder] question mask given without a question");
+  }
+  CF_CHECK(q + x <= config_.max_len, ValueError, "[ClusterFormerEncoder] question (", q, ") + context (", x,
+           ") tokens exceed max_len ", config_.max_len);
+  Tensor cmask = given_cmask.defined() ? given_cmask : padding_mask(context, config_.pad_id);
+  Tensor qmask = q > 0 ? (given_qmask.defined() ? given_qmask : padding_mask(question, config_.pad_id)) : Tensor();
+  // One embedding pass over [question; context], so positions run over both.
+  Tensor ids = q > 0 ? cat({question, context}, 1) : context;
+  Tensor h = embedding->forward(ids);
+  if (positions_) h = positions_->forward(h);
+  h = drop_->forward(h);
+  nn::WindowedStates s;
+  s.context = q > 0 ? narrow(h, 1, q, x) : h;
+  if (q > 0) s.question = narrow(h, 1, 0, q);
+  for (size_t i = 0; i < sliding.size(); ++i)
+    s = sliding[i] ? sliding[i]->forward(s.context, cmask, s.question, qmask, causal, aux)
+                   : clusters[i]->forward(s.context, cmask, s.question, qmask, causal, aux);
+  if (final_norm) {
+    s.context = final_norm->forward(s.context);
+    if (s.question.defined()) s.question = final_norm->forward(s.question);
+  }
+  if (s.question.defined() && s.question.dim() == 3)  // no layer ran per window: give each window its copy
+    s.question = expand(unsqueeze(s.question, 1), {context.shape()[0], nn::num_windows(x, config_.stride), q,
+                                                   config_.layer.d_model});
+  return s;
+}
+
+// ---------------- QA ----------------
+
+ClusterFormerQA::ClusterFormerQA(const ClusterFormerConfig& c, Generator& gen) {
+  encoder = register_module("encoder", std::make_shared<ClusterFormerEncoder>(c, gen));
+  span_head = register_module("span_head", std::make_shared<nn::Linear>(c.layer.d_model, 2, true, gen));
+  answerable_head = register_module("answerable_head", std::make_shared<nn::Linear>(c.layer.d_model, 1, true, gen));
+}
+
+QAOutput ClusterFormerQA::forward(const Tensor& question, const Tensor& qmask, const Tensor& context,
+                                  const Tensor& given_cmask, nn::AuxLosses* aux) {
+  CF_CHECK(question.defined(), ValueError, "[ClusterFormerQA] a question is required");
+  check_ids("ClusterFormerQA", "context", context, given_cmask);
+  const ClusterFormerConfig& c = encoder->config();
+  const Tensor cmask = given_cmask.defined() ? given_cmask : padding_mask(context, c.pad_id);
+  nn::WindowedStates s = encoder->forward(context, cmask, question, qmask, false, aux);
+  const int64_t b = context.shape()[0], x = context.shape()[1], k = s.question.shape()[1];
+  QAOutput out;
+  Tensor logits = span_head->forward(s.context);  // (B, x, 2)
+  Tensor start = squeeze(narrow(logits, 2, 0, 1), 2), end = squeeze(narrow(logits, 2, 1, 1), 2);
+  if (cmask.defined()) {
+    start = masked_fill(start, cmask, -1e9);
+    end = masked_fill(end, cmask, -1e9);
+  }
+  out.start_logits = start;
+  out.end_logits = end;
+  // (1/K) sum_k H_k[0] (section 4.2) over the windows whose eq. 4 slice holds some
+  // context (the layers treat the others as padding).
+  std::vector<double> w(size_t(b * k), 1.0);
+  if (cmask.defined()) {
+    std::vector<bool> m = cmask.to_vector<bool>();
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t j = 0; j < k; ++j) {
+        bool any = false;
+        for (int64_t p = j * c.stride; p < std::min((j + 1) * c.stride, x) && !any; ++p)
+          any = !m[size_t(i * x + p)];
+        w[size_t(i * k + j)] = any ? 1.0 : 0.0;
+      }
+  }
+  Tensor wt = reshape(cf::to(Tensor::from_vector(w, {b, k}), s.context.dtype()), {b, k, 1});
+  Tensor first = squeeze(narrow(s.question, 2, 0, 1), 2);  // (B, K, D)
+  Tensor pooled = sum(first * wt, {1}) / clamp(sum(wt, {1}), 1.0, INFINITY);
+  out.answerable_logits = squeeze(answerable_head->forward(pooled), 1);
+  return out;
+}
+
+// ---------------- LM ----------------
+
+ClusterFormerLM::ClusterFormerLM(const ClusterFormerConfig& c, Generator& gen) {
+  encoder = register_module("encoder", std::make_shared<ClusterFormerEncoder>(c, gen));
+  head = register_module("head", std::make_shared<nn::Linear>(c.layer.d_model, c.vocab_size, true, gen));
+}
+
+Tensor ClusterFormerLM::forward(const Tensor& ids, const Tensor& mask, nn::AuxLosses* aux) {
+  return head->forward(encoder->forward(ids, mask, {}, {}, true, aux).context);
+}
+
+}  // namespace models
+}  // namespace cf

@@ -1,0 +1,114 @@
+#include "nn/attention/cluster_former.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/sort.h"
+#include "core/error.h"
+#include "nn/attention/chunked.h"
+#include "nn/clustering/kmeans.h"
+
+namespace cf {
+namespace nn {
+
+ClusterFormerAttention::ClusterFormerAttention(int64_t d_model, const ClusterFormerAttentionOptions& o,
+                                               Generator& gen)
+    : chunk_(o.chunk_size), scale_(o.scale) {
+  CF_CHECK(d_model > 0, ValueError, "[ClusterFormerAttention] d_model must be positive, got ", d_model);
+  CF_CHECK(o.chunk_size > 0, ValueError, "[ClusterFormerAttention] chunk_size must be positive, got ",
+           o.chunk_size);
+  CF_CHECK(o.scale >= 0, ValueError, "[ClusterFormerAttention] scale must be >= 0 (0: 1/sqrt(d_k)), got ", o.scale);
+  MemoryBankOptions bo = o.bank;
+  bo.dim = d_model;
+  bank = register_module("bank", std::make_shared<MemoryBank>(bo, gen));
+}
+
+ClusterFormerAttentionOptions ClusterFormerAttention::read_options(const Config& c) {
+  ClusterFormerAttentionOptions o;
+  o.chunk_size = c.get<int64_t>("chunk_size", o.chunk_size);
+  o.scale = c.get<double>("scale", o.scale);
+  o.bank.num_clusters = c.get<int64_t>("num_clusters", o.bank.num_clusters);
+  o.bank.capacity = c.get<int64_t>("memory_size", o.bank.capacity);
+  o.bank.update_every = c.get<int64_t>("update_every", o.bank.update_every);
+  o.bank.kmeans_iters = c.get<int64_t>("kmeans_iters", o.bank.kmeans_iters);
+  o.bank.seed = c.get<uint64_t>("seed", o.bank.seed);
+  o.bank.save_memory = c.get<bool>("save_memory", o.bank.save_memory);
+  c.finish();
+  CF_CHECK(o.chunk_size > 0, ValueError, "[ClusterFormerAttention] ", c.path_of("chunk_size"), " must be positive, got ",
+           o.chunk_size);
+  return o;
+}
+
+std::shared_ptr<Attention> ClusterFormerAttention::create(const AttentionSpec& spec) {
+  return std::make_shared<ClusterFormerAttention>(spec.d_model, read_options(spec.options));
+}
+
+Tensor ClusterFormerAttention::assign(const Tensor& x, const Tensor& mask) const {
+  const int64_t d = bank->options().dim, p = bank->options().num_clusters;
+  CF_CHECK(x.defined() && x.dim() == 3 && x.shape()[2] == d && is_floating(x.dtype()), ShapeError,
+           "[ClusterFormerAttention] hidden states must be float (B, N, ", d, "), got ",
+           x.defined() ? x.describe() : std::string("undefined"));
+  if (mask.defined())
+    CF_CHECK(mask.dtype() == kBool && mask.dim() == 2 && mask.shape()[0] == x.shape()[0] &&
+                 mask.shape()[1] == x.shape()[1],
+             ShapeError, "[ClusterFormerAttention] padding mask must be bool (", x.shape()[0], ", ", x.shape()[1],
+             "), got ", mask.describe());
+  NoGradGuard ng;
+  const int64_t b = x.shape()[0], n = x.shape()[1];
+  // eq. 5: argmax_c cos(h, c), through the K-Means engine's blocked assignment.
+  Tensor flat = contiguous(reshape(x.detach(), {b * n, d}));
+  Tensor ids = reshape(kmeans_assign(flat, cf::to(bank->centroids, x.dtype()), KMeansMetric::cosine), {b, n});
+  if (mask.defined()) ids = where(mask, Tensor::full({b, n}, double(p), kInt64), ids);
+  return ids;
+}
+
+void ClusterFormerAttention::set_fixed_assignments(const Tensor& ids) {
+  if (ids.defined()) {
+    const int64_t p = bank->options().num_clusters;
+    CF_CHECK(ids.dtype() == kInt64 && ids.dim() == 2, ValueError,
+             "[ClusterFormerAttention] fixed assignments must be int64 (B, N), got ", ids.describe());
+    for (int64_t v : ids.to_vector<int64_t>())
+      CF_CHECK(v >= 0 && v <= p, IndexError, "[ClusterFormerAttention] fixed cluster id ", v,
+               " out of range [0, ", p, "] (", p, " = padding)");
+  }
+  fixed_ids_ = ids;
+}
+
+Tensor ClusterFormerAttention::forward(const AttentionArgs& a) {
+  check_attention_args(a, "ClusterFormerAttention");
+  const Shape& qs = a.q.shape();
+  const int64_t b = qs[0], n = qs[2];
+  CF_CHECK(a.k.shape()[2] == n, ShapeError, "[ClusterFormerAttention] self-attention only: ", n, " queries but ",
+           a.k.shape()[2], " keys");
+  CF_CHECK(a.query_input.defined() && a.query_input.dim() == 3 && a.query_input.shape()[0] == b &&
+               a.query_input.shape()[1] == n && a.query_input.shape()[2] == bank->options().dim,
+           ValueError, "[ClusterFormerAttention] needs the layer input as query_input (", b, ", ", n,
+           ", ", bank->options().dim, "), got ", a.query_input.defined() ? a.query_input.describe() : std::string("undefined"));
+  const Tensor& pad = a.key_padding_mask;
+  // Algorithm 1: Memory.add(States) during training, padding excluded.
+  if (is_training() && grad_enabled()) bank->add(a.query_input, pad);
+  Tensor ids;
+  if (fixed_ids_.defined()) {
+    CF_CHECK(fixed_ids_.shape()[0] == b && fixed_ids_.shape()[1] == n, ShapeError,
+             "[ClusterFormerAttention] fixed assignments are ", shape_str(fixed_ids_.shape()), " but the input is (",
+             b, ", ", n, ")");
+    ids = fixed_ids_;
+  } else {
+    ids = assign(a.query_input, pad);
+  }
+  last_ids_ = ids;
+  // eq. 6: stable argsort, so equal ids keep position order; eq. 8: uniform chunks.
+  Tensor order = reshape(argsort(ids, 1), {b, 1, n});
+  Tensor members = chunk_order(order, std::min(chunk_, n));
+  ChunkedAttentionOptions co;
+  co.causal = a.causal;
+  co.scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(qs[3]));
+  // eqs. 7 and 9: attention within each chunk, outputs back in token order.
+  return chunked_attention(a.q, a.k, a.v, members, pad, co).out;
+}
+
+}  // namespace nn
+}  // namespace cf

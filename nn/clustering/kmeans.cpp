@@ -1,0 +1,345 @@
+#include "nn/clustering/kmeans.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <unordered_map>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "core/rng.h"
+#include "kernels/kmeans/kmeans.h"
+
+namespace cf::nn {
+
+namespace {
+
+// Rank, dtype, device and emptiness of a data matrix; `what` names it in messages.
+void check_matrix(const Tensor& t, const char* op, const char* what) {
+  CF_CHECK(t.defined(), ValueError, "[", op, "] ", what, " is an undefined tensor");
+  CF_CHECK(t.device().is_cpu(), DeviceError, "[", op, "] ", what, " is ", t.describe(),
+           "; K-Means runs on the CPU until the CUDA backend lands");
+  CF_CHECK(t.dim() == 2, ShapeError, "[", op, "] ", what, " must be a matrix (N, d), got ",
+           t.describe());
+  CF_CHECK(is_floating(t.dtype()), DTypeError, "[", op, "] ", what,
+           " must be float32 or float64, got ", t.describe());
+  CF_CHECK(t.size(0) > 0 && t.size(1) > 0, ValueError, "[", op, "] empty input: ", what, " is ",
+           t.describe());
+}
+
+// The first NaN/Inf of a contiguous float matrix is an error naming its position.
+template <typename T>
+void check_finite_typed(const Tensor& t, const char* op, const char* what) {
+  const T* p = t.data<T>();
+  const int64_t n = t.numel(), d = t.size(1);
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(p[i]))
+      throw ValueError(str("[", op, "] ", what, " ", t.describe(), " has a non-finite value (",
+                           double(p[i]), ") at row ", i / d, ", column ", i % d));
+}
+void check_finite(const Tensor& t, const char* op, const char* what) {
+  CF_DISPATCH_FLOAT(t.dtype(), op, check_finite_typed<scalar_t>(t, op, what));
+}
+
+template <typename T>
+void normalize_rows_typed(const Tensor& src, const Tensor& dst, const char* op, const char* what) {
+  const int64_t n = src.size(0), d = src.size(1);
+  const T* s = src.data<T>();
+  T* o = dst.data<T>();
+  for (int64_t i = 0; i < n; ++i) {
+    double nn = 0;
+    for (int64_t t = 0; t < d; ++t) nn += double(s[i * d + t]) * double(s[i * d + t]);
+    CF_CHECK(nn > 0, ValueError, "[", op, "] cosine metric: row ", i, " of ", what, " ",
+             src.describe(), " has zero norm (no direction)");
+    const double inv = 1.0 / std::sqrt(nn);
+    for (int64_t t = 0; t < d; ++t) o[i * d + t] = T(double(s[i * d + t]) * inv);
+  }
+}
+
+// The data as the loop reads it: contiguous (no copy when it already is), checked
+// finite; for cosine a copy with unit rows.
+Tensor prepare(const Tensor& t, KMeansMetric metric, const char* op, const char* what) {
+  Tensor c = contiguous(t.detach());
+  check_finite(c, op, what);
+  if (metric == KMeansMetric::l2) return c;
+  Tensor out = Tensor::empty(c.shape(), c.dtype());
+  CF_DISPATCH_FLOAT(c.dtype(), op, normalize_rows_typed<scalar_t>(c, out, op, what));
+  return out;
+}
+
+void check_options(const KMeansOptions& o, int64_t n, const Tensor& x, const char* op) {
+  CF_CHECK(o.k >= 1, ValueError, "[", op, "] k must be at least 1, got ", o.k);
+  CF_CHECK(o.k <= n, ValueError, "[", op, "] k = ", o.k, " exceeds the number of points N = ", n,
+           " (x is ", x.describe(), ")");
+  CF_CHECK(o.max_iter >= 1, ValueError, "[", op, "] max_iter must be at least 1, got ", o.max_iter);
+  CF_CHECK(o.tol >= 0 && std::isfinite(o.tol), ValueError, "[", op,
+           "] tol must be finite and non-negative, got ", o.tol);
+  CF_CHECK(o.block_rows >= 1, ValueError, "[", op, "] block_rows must be at least 1, got ",
+           o.block_rows);
+}
+
+// Uniform double in [0, 1) from (seed, counter): a fixed stream per seed.
+double uniform(uint64_t seed, uint64_t counter) {
+  return philox_uniform_d(philox4x32_10(seed, counter));
+}
+
+int64_t uniform_index(uint64_t seed, uint64_t counter, int64_t n) {
+  return std::min<int64_t>(n - 1, int64_t(uniform(seed, counter) * double(n)));
+}
+
+Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& idx) {
+  const int64_t d = x.size(1);
+  Tensor out = Tensor::empty({int64_t(idx.size()), d}, x.dtype());
+  const size_t row_bytes = size_t(d) * dtype_size(x.dtype());
+  const char* src = static_cast<const char*>(x.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (size_t r = 0; r < idx.size(); ++r)
+    std::memcpy(dst + r * row_bytes, src + size_t(idx[r]) * row_bytes, row_bytes);
+  return out;
+}
+
+// Initial centroids from prepared (contiguous, finite, cosine: unit-row) data.
+Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
+  const int64_t n = x.size(0), k = o.k;
+  std::vector<int64_t> chosen;
+  chosen.reserve(size_t(k));
+  if (o.init == KMeansInit::random) {
+    // Partial Fisher-Yates: k distinct rows, uniformly.
+    std::vector<int64_t> perm(static_cast<size_t>(n));
+    std::iota(perm.begin(), perm.end(), int64_t(0));
+    for (int64_t i = 0; i < k; ++i) {
+      int64_t j = i + uniform_index(o.seed, uint64_t(i), n - i);
+      std::swap(perm[size_t(i)], perm[size_t(j)]);
+      chosen.push_back(perm[size_t(i)]);
+    }
+    return gather_rows(x, chosen);
+  }
+  // k-means++ (Arthur & Vassilvitskii 2007), D^2 sampling.
+  Tensor dist = Tensor::full({n}, HUGE_VAL, kFloat64);
+  double* D = dist.data<double>();
+  chosen.push_back(uniform_index(o.seed, 0, n));
+  for (int64_t s = 1; s < k; ++s) {
+    kernels::kmeans_pp_update(x, chosen.back(), dist);
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += D[i];
+    // Every point sits on a chosen centre: the data has exactly s distinct rows.
+    CF_CHECK(total > 0, ValueError, "[", op, "] x ", x.describe(), " has only ", s,
+             " distinct points, fewer than k = ", k);
+    const double target = uniform(o.seed, uint64_t(s)) * total;
+    double cum = 0;
+    int64_t pick = -1, last_positive = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      if (D[i] <= 0) continue;
+      last_positive = i;
+      cum += D[i];
+      if (cum > target) {
+        pick = i;
+        break;
+      }
+    }
+    chosen.push_back(pick >= 0 ? pick : last_positive);  // rounding at the very end of the scan
+  }
+  return gather_rows(x, chosen);
+}
+
+// Lloyd's loop on prepared data x and centroids c (both contiguous, dtype T, cosine: unit rows).
+template <typename T>
+KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char* op) {
+  const int64_t n = x.size(0), d = x.size(1), k = o.k;
+  const bool cosine = o.metric == KMeansMetric::cosine;
+  const int64_t rows = std::min(o.block_rows, n);
+  // Every buffer of the loop, allocated once.
+  Tensor workspace = Tensor::empty({(rows + 1) * k}, x.dtype());
+  Tensor labels = Tensor::empty({n}, kInt64), prev_labels = Tensor::empty({n}, kInt64);
+  Tensor dist = Tensor::empty({n}, kFloat64);
+  Tensor order = Tensor::empty({n}, kInt64), counts = Tensor::empty({k}, kInt64);
+  Tensor sums = Tensor::empty({k, d}, kFloat64);
+  std::vector<int64_t> members(static_cast<size_t>(k));
+  const T* X = x.data<T>();
+  T* C = c.data<T>();
+  const double* D = dist.data<double>();
+
+  KMeansResult res;
+  auto assign = [&]() {
+    kernels::kmeans_assign(x, c, cosine, rows, workspace, labels, dist);
+    double inertia = 0;
+    for (int64_t i = 0; i < n; ++i) inertia += D[i];  // fixed order: reproducible
+    res.inertia_history.push_back(inertia);
+    const int64_t* L = labels.data<int64_t>();
+    std::fill(members.begin(), members.end(), int64_t(0));
+    for (int64_t i = 0; i < n; ++i) ++members[size_t(L[i])];
+    return inertia;
+  };
+  auto has_empty = [&]() {
+    return std::any_of(members.begin(), members.end(), [](int64_t m) { return m == 0; });
+  };
+  // Moves each empty cluster's centroid onto a far point, farthest-first: the point
+  // farthest from its centroid, then the point farthest from its centroid and the
+  // seeds placed so far, and so on (ties to the lower index). So several empty
+  // clusters spread over the data instead of piling into one far group, and the
+  // next assignment gives each seed at least its own point. Inertia cannot rise: an
+  // empty centroid serves no point before it moves.
+  Tensor far;
+  auto reseed = [&]() {
+    std::vector<int64_t> empty;
+    for (int64_t j = 0; j < k; ++j)
+      if (members[size_t(j)] == 0) empty.push_back(j);
+    if (empty.empty()) return;
+    if (!far.defined()) far = Tensor::empty({n}, kFloat64);
+    double* F = far.data<double>();
+    // Squared L2 distances throughout (for unit rows |x - c|^2 = 2 (1 - cos)).
+    for (int64_t i = 0; i < n; ++i) F[i] = cosine ? 2 * D[i] : D[i];
+    for (size_t e = 0; e < empty.size(); ++e) {
+      const int64_t pick = std::max_element(F, F + n) - F;
+      // Every point sits on a centroid or a seed: too few distinct rows to go round.
+      CF_CHECK(F[pick] > 0, ValueError, "[", op, "] x ", x.describe(),
+               " has fewer distinct points (at most ", k - int64_t(empty.size() - e),
+               ") than k = ", k, "; cannot fill ", empty.size() - e, " empty cluster(s)");
+      std::memcpy(C + empty[e] * d, X + pick * d, size_t(d) * sizeof(T));
+      kernels::kmeans_pp_update(x, pick, far);
+      ++res.reseeded_clusters;
+    }
+  };
+
+  double inertia = assign();
+  for (int64_t it = 1; it <= o.max_iter; ++it) {
+    // Update: each centroid the mean of its members (cosine: re-normalised, Dhillon &
+    // Modha 2001); a mean of zero norm keeps the old direction (every unit vector is
+    // then equally good).
+    kernels::kmeans_update(x, labels, order, counts, sums);
+    const int64_t* cnt = counts.data<int64_t>();
+    const double* S = sums.data<double>();
+    for (int64_t j = 0; j < k; ++j) {
+      if (cnt[j] == 0) continue;
+      const double inv = 1.0 / double(cnt[j]);
+      double nn = 0;
+      for (int64_t t = 0; t < d; ++t) nn += S[j * d + t] * S[j * d + t];
+      if (cosine && !(nn > 0)) continue;
+      const double scale = cosine ? 1.0 / std::sqrt(nn) : inv;
+      for (int64_t t = 0; t < d; ++t) C[j * d + t] = T(S[j * d + t] * scale);
+    }
+    reseed();
+    std::swap(labels, prev_labels);
+    const double prev = inertia;
+    inertia = assign();
+    res.iterations = it;
+    const bool same = std::memcmp(labels.raw_data(), prev_labels.raw_data(),
+                                  size_t(n) * sizeof(int64_t)) == 0;
+    if (!has_empty() && (same || prev - inertia < o.tol * prev)) {
+      res.converged = true;
+      break;
+    }
+  }
+  // Out of iterations with a cluster still empty: re-seed and re-assign (no mean
+  // update) until every cluster has a point; each round moves a far point onto its
+  // own centroid, so inertia falls and the rounds end.
+  for (int64_t round = 0; has_empty(); ++round) {
+    CF_CHECK(round < k + 1, Error, "[", op, "] internal error: clusters still empty after ", round,
+             " re-seeding rounds");
+    reseed();
+    inertia = assign();
+  }
+  res.centroids = c;
+  res.assignments = labels;
+  res.inertia = inertia;
+  return res;
+}
+
+}  // namespace
+
+Tensor kmeans_init(const Tensor& x, const KMeansOptions& options) {
+  NoGradGuard ng;
+  check_matrix(x, "kmeans_init", "x");
+  check_options(options, x.size(0), x, "kmeans_init");
+  Tensor xp = prepare(x, options.metric, "kmeans_init", "x");
+  return init_prepared(xp, options, "kmeans_init");
+}
+
+KMeansResult kmeans(const Tensor& x, const KMeansOptions& options) {
+  NoGradGuard ng;
+  check_matrix(x, "kmeans", "x");
+  check_options(options, x.size(0), x, "kmeans");
+  Tensor xp = prepare(x, options.metric, "kmeans", "x");
+  Tensor c = init_prepared(xp, options, "kmeans");
+  KMeansResult r;
+  CF_DISPATCH_FLOAT(xp.dtype(), "kmeans", r = lloyd<scalar_t>(xp, c, options, "kmeans"));
+  return r;
+}
+
+KMeansResult kmeans(const Tensor& x, const Tensor& initial_centroids, const KMeansOptions& options) {
+  NoGradGuard ng;
+  check_matrix(x, "kmeans", "x");
+  check_options(options, x.size(0), x, "kmeans");
+  check_matrix(initial_centroids, "kmeans", "initial_centroids");
+  CF_CHECK(initial_centroids.size(0) == options.k && initial_centroids.size(1) == x.size(1),
+           ShapeError, "[kmeans] initial_centroids must be (k, d) = (", options.k, ", ", x.size(1),
+           "), got ", initial_centroids.describe(), " for x ", x.describe());
+  CF_CHECK(initial_centroids.dtype() == x.dtype(), DTypeError,
+           "[kmeans] initial_centroids must have the dtype of x: ", initial_centroids.describe(),
+           " vs x ", x.describe());
+  Tensor xp = prepare(x, options.metric, "kmeans", "x");
+  // A copy: the loop updates the centroids in place.
+  Tensor c = prepare(initial_centroids, options.metric, "kmeans", "initial_centroids");
+  if (c.is_same(initial_centroids) || c.shares_storage(initial_centroids)) c = clone(c);
+  KMeansResult r;
+  CF_DISPATCH_FLOAT(xp.dtype(), "kmeans", r = lloyd<scalar_t>(xp, c, options, "kmeans"));
+  return r;
+}
+
+Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metric) {
+  NoGradGuard ng;
+  check_matrix(x, "kmeans_assign", "x");
+  check_matrix(centroids, "kmeans_assign", "centroids");
+  CF_CHECK(centroids.size(1) == x.size(1), ShapeError, "[kmeans_assign] centroids ",
+           centroids.describe(), " and x ", x.describe(), " differ in the feature size d");
+  CF_CHECK(centroids.dtype() == x.dtype(), DTypeError, "[kmeans_assign] centroids ",
+           centroids.describe(), " must have the dtype of x ", x.describe());
+  Tensor xp = prepare(x, metric, "kmeans_assign", "x");
+  Tensor cp = prepare(centroids, metric, "kmeans_assign", "centroids");
+  const int64_t n = xp.size(0), k = cp.size(0);
+  const int64_t rows = std::min<int64_t>(KMeansOptions{}.block_rows, n);
+  Tensor workspace = Tensor::empty({(rows + 1) * k}, xp.dtype());
+  Tensor labels = Tensor::empty({n}, kInt64);
+  Tensor dist = Tensor::empty({n}, kFloat64);
+  kernels::kmeans_assign(xp, cp, metric == KMeansMetric::cosine, rows, workspace, labels, dist);
+  return labels;
+}
+
+double adjusted_rand_index(const Tensor& a, const Tensor& b) {
+  const char* op = "adjusted_rand_index";
+  for (const Tensor* t : {&a, &b}) {
+    CF_CHECK(t->defined(), ValueError, "[", op, "] undefined labels tensor");
+    CF_CHECK(t->dim() == 1 && t->dtype() == kInt64, DTypeError, "[", op,
+             "] labels must be 1-d int64, got ", t->describe());
+  }
+  CF_CHECK(a.numel() == b.numel(), ShapeError, "[", op, "] labelings of different lengths: ",
+           a.describe(), " vs ", b.describe());
+  std::vector<int64_t> la = a.to_vector<int64_t>(), lb = b.to_vector<int64_t>();
+  const int64_t n = int64_t(la.size());
+  for (int64_t i = 0; i < n; ++i)
+    CF_CHECK(la[size_t(i)] >= 0 && lb[size_t(i)] >= 0, ValueError, "[", op,
+             "] labels must be non-negative, got (", la[size_t(i)], ", ", lb[size_t(i)],
+             ") at position ", i);
+  auto comb2 = [](double m) { return m * (m - 1) / 2; };
+  std::unordered_map<int64_t, int64_t> ca, cb;
+  std::unordered_map<int64_t, std::unordered_map<int64_t, int64_t>> cab;  // contingency table
+  for (int64_t i = 0; i < n; ++i) {
+    ++ca[la[size_t(i)]];
+    ++cb[lb[size_t(i)]];
+    ++cab[la[size_t(i)]][lb[size_t(i)]];
+  }
+  double sum_ab = 0, sum_a = 0, sum_b = 0;
+  for (auto& [ka, row] : cab)
+    for (auto& [kb, m] : row) sum_ab += comb2(double(m));
+  for (auto& [ka, m] : ca) sum_a += comb2(double(m));
+  for (auto& [kb, m] : cb) sum_b += comb2(double(m));
+  const double total = comb2(double(n));
+  if (total == 0) return 1.0;
+  const double expected = sum_a * sum_b / total;
+  const double max_index = 0.5 * (sum_a + sum_b);
+  if (max_index == expected) return 1.0;  // both trivial (one cluster or all singletons)
+  return (sum_ab - expected) / (max_index - expected);
+}
+
+}  // namespace cf::nn

@@ -1,0 +1,74 @@
+#pragma once
+// K-Means (Lloyd's algorithm) with k-means++ or random initialisation, L2 or cosine
+// (spherical) metric. Used by the Cluster-Former memory bank (Cluster-Former paper,
+// Algorithm 1: centroids recomputed from the bank every F steps) and by users who
+// cluster their own vectors (the cf-kmeans app).
+//
+// One Lloyd iteration = an assignment step and an update step, each a kernel of
+// the kmeans family (kernels/kmeans/kmeans.h) that a CUDA arm can replace:
+//  - assignment: scores = |c|^2 - 2 x.c (cosine: -x.c) through one GEMM per block of
+//    block_rows rows into a (block_rows, k) buffer reused across blocks and
+//    iterations, then a row argmin; the distance to the chosen centroid is then
+//    recomputed directly, so the inertia carries no GEMM cancellation error;
+//  - update: per-cluster sums of the member rows in point order (deterministic, the
+//    same bits for any thread count), divided by the counts.
+// A cluster left empty by an assignment is re-seeded with the point farthest from
+// its centroid (the next farthest for the next empty one), so a result never holds
+// an empty cluster; data with fewer distinct points than k is an error.
+//
+// Not differentiable: runs under no-grad; inputs that require grad are read as constants.
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace cf::nn {
+
+enum class KMeansInit { kmeans_plus_plus, random };
+enum class KMeansMetric { l2, cosine };  // cosine: points and centroids L2-normalised (spherical k-means)
+
+struct KMeansOptions {
+  int64_t k = 8;
+  int64_t max_iter = 100;
+  double tol = 1e-4;  // stop when the relative inertia decrease < tol (or assignments unchanged)
+  KMeansInit init = KMeansInit::kmeans_plus_plus;
+  KMeansMetric metric = KMeansMetric::l2;
+  uint64_t seed = 0;          // deterministic for a seed
+  int64_t block_rows = 8192;  // rows per assignment block: bounds the (rows x k) distance buffer
+};
+
+struct KMeansResult {
+  Tensor centroids;    // (k, d), dtype of x
+  Tensor assignments;  // (N,) int64
+  double inertia = 0;  // sum of squared L2 distances (cosine: sum of 1 - cos) to the assigned centroid
+  int64_t iterations = 0;
+  bool converged = false;
+  // Inertia after each assignment: [0] for the initial centroids, [t] after update t.
+  // Never increases (Lloyd's steps each lower the objective); back() == inertia.
+  std::vector<double> inertia_history;
+  // Empty clusters re-seeded with far points over the whole run (0 in a benign run).
+  int64_t reseeded_clusters = 0;
+};
+
+// x (N, d) float32/64 on the CPU; initial centroids chosen by options.init from options.seed.
+KMeansResult kmeans(const Tensor& x, const KMeansOptions& options);
+// Starts from initial_centroids (k, d), same dtype as x; options.init and seed are unused.
+KMeansResult kmeans(const Tensor& x, const Tensor& initial_centroids, const KMeansOptions& options);
+
+// Nearest centroid of each row, (N,) int64; blocked GEMM |x|^2 - 2 x.c + |c|^2 (or max cosine).
+// Ties go to the lower centroid index.
+Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metric = KMeansMetric::l2);
+
+// The initial centroids kmeans() starts from: (k, d), dtype of x (cosine: unit rows).
+// k-means++ (Arthur & Vassilvitskii 2007): first centre uniform, each next one drawn
+// with probability proportional to the squared distance to the nearest chosen centre.
+// random: k distinct rows drawn uniformly.
+Tensor kmeans_init(const Tensor& x, const KMeansOptions& options);
+
+// Adjusted Rand index (Hubert & Arabie 1985) of two labelings of the same N points,
+// each (N,) int64 with non-negative labels: 1 for identical partitions (up to label
+// names), about 0 for independent ones. Defined as 1 when both are a single cluster
+// or all singletons (the index is 0/0 there).
+double adjusted_rand_index(const Tensor& labels_a, const Tensor& labels_b);
+
+}  // namespace cf::nn

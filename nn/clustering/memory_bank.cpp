@@ -1,0 +1,146 @@
+#include "nn/clustering/memory_bank.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/linalg.h"
+#include "autograd/ops/random.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+#include "core/error.h"
+#include "nn/clustering/kmeans.h"
+
+namespace cf {
+namespace nn {
+
+namespace {
+enum Counter { kSize = 0, kNext = 1, kSteps = 2, kUpdates = 3 };
+}  // namespace
+
+Tensor order_centroids_greedy(const Tensor& c) {
+  CF_CHECK(c.defined() && c.dim() == 2 && c.shape()[0] > 0 && is_floating(c.dtype()), ValueError,
+           "[order_centroids_greedy] expected float centroids (p, d) with p > 0, got ",
+           c.defined() ? c.describe() : std::string("undefined"));
+  NoGradGuard ng;
+  const int64_t p = c.shape()[0];
+  // Cosine similarities of every pair, p x p (p is small: the paper uses <= 512).
+  Tensor norms = clamp(sqrt(sum(square(c), {1}, true)), 1e-12, INFINITY);
+  Tensor u = c / norms;
+  std::vector<double> sim = to(contiguous(matmul(u, transpose(u, 0, 1))), kFloat64).to_vector<double>();
+  std::vector<int64_t> order{0};
+  std::vector<char> used(size_t(p), 0);
+  used[0] = 1;
+  for (int64_t i = 1; i < p; ++i) {
+    const int64_t prev = order.back();
+    int64_t best = -1;
+    double best_sim = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < p; ++j)
+      if (!used[size_t(j)] && (best < 0 || sim[size_t(prev * p + j)] > best_sim)) {
+        best = j;
+        best_sim = sim[size_t(prev * p + j)];
+      }
+    used[size_t(best)] = 1;
+    order.push_back(best);
+  }
+  return contiguous(index_select(c, 0, Tensor::from_vector(order, {p})));
+}
+
+MemoryBank::MemoryBank(const MemoryBankOptions& o, Generator& gen) : options_(o) {
+  CF_CHECK(o.dim > 0 && o.num_clusters > 0 && o.capacity > 0 && o.update_every > 0 && o.kmeans_iters > 0,
+           ValueError,
+           "[MemoryBank] dim, num_clusters, capacity, update_every and kmeans_iters must be positive; got dim=",
+           o.dim, " num_clusters=", o.num_clusters, " capacity=", o.capacity, " update_every=", o.update_every,
+           " kmeans_iters=", o.kmeans_iters);
+  CF_CHECK(o.num_clusters <= o.capacity, ValueError, "[MemoryBank] num_clusters (", o.num_clusters,
+           ") exceeds the capacity (", o.capacity, "): K-Means could never run");
+  memory = Tensor::zeros({o.capacity, o.dim});
+  centroids = order_centroids_greedy(randn({o.num_clusters, o.dim}, kFloat32, gen));
+  counters = Tensor::zeros({4}, kInt64);
+  register_buffer("memory", &memory, o.save_memory);
+  register_buffer("centroids", &centroids);
+  register_buffer("counters", &counters);
+}
+
+int64_t MemoryBank::size() const { return counters.data<int64_t>()[kSize]; }
+int64_t MemoryBank::steps() const { return counters.data<int64_t>()[kSteps]; }
+int64_t MemoryBank::updates() const { return counters.data<int64_t>()[kUpdates]; }
+
+void MemoryBank::add(const Tensor& states, const Tensor& mask) {
+  const int64_t d = options_.dim;
+  CF_CHECK(states.defined() && states.dim() >= 1 && states.shape()[states.dim() - 1] == d &&
+               is_floating(states.dtype()),
+           ShapeError, "[MemoryBank] add expects float states (..., ", d, "), got ",
+           states.defined() ? states.describe() : std::string("undefined"));
+  CF_CHECK(states.device() == memory.device(), DeviceError, "[MemoryBank] states on ", states.device(),
+           " but the bank is on ", memory.device());
+  Shape lead(states.shape().begin(), states.shape().end() - 1);
+  if (mask.defined())
+    CF_CHECK(mask.dtype() == kBool && mask.shape() == lead, ShapeError, "[MemoryBank] padding_mask must be bool ",
+             shape_str(lead), " (true = padding), got ", mask.describe());
+  NoGradGuard ng;
+  const int64_t rows = numel_of(lead);
+  Tensor x = contiguous(cf::to(reshape(states.detach(), {rows, d}), memory.dtype()));
+  std::vector<int64_t> keep;
+  keep.reserve(size_t(rows));
+  if (mask.defined()) {
+    std::vector<bool> m = mask.to_vector<bool>();
+    for (int64_t i = 0; i < rows; ++i)
+      if (!m[size_t(i)]) keep.push_back(i);
+  } else {
+    for (int64_t i = 0; i < rows; ++i) keep.push_back(i);
+  }
+  const int64_t cap = options_.capacity;
+  // Only the newest `cap` rows can survive the pops.
+  const size_t first = keep.size() > size_t(cap) ? keep.size() - size_t(cap) : 0;
+  int64_t* c = counters.data<int64_t>();
+  const size_t row_bytes = size_t(d) * dtype_size(memory.dtype());
+  char* dst = static_cast<char*>(memory.raw_data());
+  const char* src = static_cast<const char*>(x.raw_data());
+  for (size_t i = first; i < keep.size(); ++i) {
+    std::memcpy(dst + size_t(c[kNext]) * row_bytes, src + size_t(keep[i]) * row_bytes, row_bytes);
+    c[kNext] = (c[kNext] + 1) % cap;
+    if (c[kSize] < cap) ++c[kSize];
+  }
+  memory.bump_version();
+  counters.bump_version();
+}
+
+Tensor MemoryBank::contents() const {
+  const int64_t n = size(), cap = options_.capacity, next = counters.data<int64_t>()[kNext];
+  if (n < cap) return narrow(memory, 0, 0, n);  // not wrapped yet: rows [0, n) in order
+  return cat({narrow(memory, 0, next, cap - next), narrow(memory, 0, 0, next)}, 0);
+}
+
+bool MemoryBank::step() {
+  int64_t* c = counters.data<int64_t>();
+  ++c[kSteps];
+  counters.bump_version();
+  if (c[kSteps] % options_.update_every != 0 || c[kSize] < options_.num_clusters) return false;
+  update_centroids();
+  return true;
+}
+
+void MemoryBank::update_centroids() {
+  CF_CHECK(size() >= options_.num_clusters, ValueError, "[MemoryBank] cannot compute ", options_.num_clusters,
+           " centroids from ", size(), " stored vectors");
+  NoGradGuard ng;
+  KMeansOptions ko;
+  ko.k = options_.num_clusters;
+  ko.max_iter = options_.kmeans_iters;
+  ko.metric = KMeansMetric::cosine;
+  ko.init = KMeansInit::kmeans_plus_plus;
+  ko.seed = options_.seed + uint64_t(updates());
+  KMeansResult r = kmeans(contents(), ko);
+  Tensor ordered = order_centroids_greedy(r.centroids);
+  copy_(centroids, ordered);
+  counters.data<int64_t>()[kUpdates] += 1;
+  counters.bump_version();
+}
+
+}  // namespace nn
+}  // namespace cf
