@@ -1,6 +1,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/common/parallel.h"
@@ -21,6 +22,86 @@ void gemm_nt(const double* x, const double* c, double* out, int64_t rows, int64_
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(k), int(d), alpha, x, int(d),
               c, int(d), 0.0, out, int(k));
 }
+
+// Argmin of s[j] + bias[j] over a row, the lowest index among equal values, in one
+// pass over W lanes (GCC/Clang vector extensions, one 512-bit register of T, which
+// the compiler splits into what the target has): each lane keeps its first minimum,
+// then the lanes merge by (value, index). The tail shorter than W comes last; its
+// indices exceed every lane's, so a strict < keeps the lower index on ties.
+template <typename T>
+struct Lanes;
+template <>
+struct Lanes<float> {
+  typedef float V __attribute__((vector_size(64)));
+  typedef int32_t I __attribute__((vector_size(64)));
+  static constexpr int W = 16;
+};
+template <>
+struct Lanes<double> {
+  typedef double V __attribute__((vector_size(64)));
+  typedef int64_t I __attribute__((vector_size(64)));
+  static constexpr int W = 8;
+};
+
+template <typename T>
+inline __attribute__((always_inline)) int64_t row_argmin(const T* s, const T* bias, int64_t k) {
+  using V = typename Lanes<T>::V;
+  using I = typename Lanes<T>::I;
+  constexpr int W = Lanes<T>::W;
+  int64_t j = 1, idx = 0;
+  T best = s[0] + bias[0];
+  if (k >= 2 * W) {
+    V a, b;
+    I cur, bi;
+    std::memcpy(&a, s, sizeof(V));
+    std::memcpy(&b, bias, sizeof(V));
+    V bv = a + b;
+    for (int l = 0; l < W; ++l) cur[l] = l;
+    bi = cur;
+    for (j = W; j + W <= k; j += W) {
+      cur += W;
+      std::memcpy(&a, s + j, sizeof(V));
+      std::memcpy(&b, bias + j, sizeof(V));
+      const V v = a + b;
+      const I lt = v < bv;
+      bv = lt ? v : bv;
+      bi = lt ? cur : bi;
+    }
+    best = bv[0];
+    idx = bi[0];
+    for (int l = 1; l < W; ++l)
+      if (bv[l] < best || (bv[l] == best && bi[l] < idx)) {
+        best = bv[l];
+        idx = bi[l];
+      }
+  }
+  for (; j < k; ++j) {
+    const T v = s[j] + bias[j];
+    if (v < best) {
+      best = v;
+      idx = j;
+    }
+  }
+  return idx;
+}
+
+// The argmin over rows [r0, r1) of a score block, compiled for several x86-64 levels
+// and picked at load time: the build targets baseline x86-64 (SSE2), where the
+// lanes run 4 wide, AVX-512 runs them 16 wide.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CF_KMEANS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CF_KMEANS_CLONES
+#endif
+CF_KMEANS_CLONES void argmin_rows(const float* scores, const float* bias, int64_t r0, int64_t r1,
+                                  int64_t k, int64_t* out) {
+  for (int64_t r = r0; r < r1; ++r) out[r] = row_argmin(scores + r * k, bias, k);
+}
+CF_KMEANS_CLONES void argmin_rows(const double* scores, const double* bias, int64_t r0, int64_t r1,
+                                  int64_t k, int64_t* out) {
+  for (int64_t r = r0; r < r1; ++r) out[r] = row_argmin(scores + r * k, bias, k);
+}
+#undef CF_KMEANS_CLONES
 
 template <typename T>
 void assign_typed(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
@@ -50,17 +131,10 @@ void assign_typed(const Tensor& x, const Tensor& c, bool cosine, int64_t block_r
     const int64_t rows = std::min(rows_max, N - b0);
     gemm_nt(X + b0 * d, C, scores, rows, k, d, alpha);
     parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+      argmin_rows(scores, bias, r0, r1, k, L + b0);
       for (int64_t r = r0; r < r1; ++r) {
-        const T* s = scores + r * k;
-        T best = s[0] + bias[0];
-        // A min reduction that vectorises, then the first index reaching it: the
-        // lowest index wins ties, as in a sequential scan.
-#pragma omp simd reduction(min : best)
-        for (int64_t j = 1; j < k; ++j) best = std::min(best, s[j] + bias[j]);
-        int64_t bj = 0;
-        while (bj < k - 1 && !(s[bj] + bias[bj] == best)) ++bj;
         const int64_t i = b0 + r;
-        L[i] = bj;
+        const int64_t bj = L[i];
         const T* xi = X + i * d;
         const T* cj = C + bj * d;
         double acc = 0;
