@@ -30,6 +30,13 @@ void kmeans_update_cpu(const Tensor& x, const Tensor& labels, const Tensor& orde
 // which is 2 - 2 cos) for the new centre row `center` of x; dist (N,) float64.
 void kmeans_pp_update_cpu(const Tensor& x, int64_t center, const Tensor& dist);
 
+// Greedy k-means++ trial: potential[l] = sum_i min(dist[i], |x_i - x_{cand[l]}|^2)
+// for each candidate row cand (L,) int64, into potential (L,) float64, in one pass
+// over x. Summed in fixed chunks of rows, then the chunks in order: the same bits
+// for any thread count.
+void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& dist, const Tensor& cand,
+                              const Tensor& potential);
+
 // Device dispatch. The CUDA arms (a GEMM + row-argmin kernel, a sort-by-label +
 // segmented reduction, a fused distance-min) come with the CUDA backend; until then
 // a CUDA tensor is a clear error even in a CUDA build.
@@ -51,6 +58,10 @@ inline void kmeans_update(const Tensor& x, const Tensor& labels, const Tensor& o
 }
 inline void kmeans_pp_update(const Tensor& x, int64_t center, const Tensor& dist) {
   CF_KMEANS_DISPATCH("kmeans_pp_update", x.device(), kmeans_pp_update_cpu(x, center, dist));
+}
+inline void kmeans_pp_potentials(const Tensor& x, const Tensor& dist, const Tensor& cand,
+                                 const Tensor& potential) {
+  CF_KMEANS_DISPATCH("kmeans_pp_potentials", x.device(), kmeans_pp_potentials_cpu(x, dist, cand, potential));
 }
 #undef CF_KMEANS_DISPATCH
 

@@ -210,7 +210,49 @@ void pp_update_typed(const Tensor& x, int64_t center, const Tensor& dist) {
                });
 }
 
+template <typename T>
+void pp_potentials_typed(const Tensor& x, const Tensor& dist, const Tensor& cand,
+                         const Tensor& potential) {
+  const int64_t N = x.size(0), d = x.size(1), L = cand.numel();
+  const T* X = x.data<T>();
+  const double* D = dist.data<double>();
+  const int64_t* C = cand.data<int64_t>();
+  double* P = potential.data<double>();
+  // Fixed chunks (not one per thread) so the order of the additions never changes.
+  constexpr int64_t kChunk = 2048;
+  const int64_t chunks = (N + kChunk - 1) / kChunk;
+  std::vector<double> partial(size_t(chunks * L), 0.0);
+  const bool par = N * d * L > kParallelGrain && chunks > 1;
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    double* acc = partial.data() + ch * L;
+    for (int64_t i = ch * kChunk; i < std::min(N, (ch + 1) * kChunk); ++i) {
+      const T* xi = X + i * d;
+      for (int64_t l = 0; l < L; ++l) {
+        const T* c = X + C[l] * d;
+        double s = 0;
+        for (int64_t t = 0; t < d; ++t) {
+          const double v = double(xi[t]) - double(c[t]);
+          s += v * v;
+        }
+        acc[l] += std::min(D[i], s);
+      }
+    }
+  }
+  for (int64_t l = 0; l < L; ++l) {
+    double s = 0;
+    for (int64_t ch = 0; ch < chunks; ++ch) s += partial[size_t(ch * L + l)];
+    P[l] = s;
+  }
+}
+
 }  // namespace
+
+void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& dist, const Tensor& cand,
+                              const Tensor& potential) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_pp_potentials",
+                    pp_potentials_typed<scalar_t>(x, dist, cand, potential));
+}
 
 void kmeans_assign_cpu(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
                        const Tensor& workspace, const Tensor& labels, const Tensor& dist) {

@@ -18,6 +18,7 @@
 //
 // Not differentiable: runs under no-grad; inputs that require grad are read as constants.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -35,6 +36,9 @@ struct KMeansOptions {
   KMeansMetric metric = KMeansMetric::l2;
   uint64_t seed = 0;          // deterministic for a seed
   int64_t block_rows = 8192;  // rows per assignment block: bounds the (rows x k) distance buffer
+  // Optional: called after each Lloyd iteration (1, 2, ...) with the inertia of its
+  // assignment, e.g. for a progress bar or metrics lines.
+  std::function<void(int64_t iteration, double inertia)> on_iteration;
 };
 
 struct KMeansResult {
@@ -60,8 +64,10 @@ KMeansResult kmeans(const Tensor& x, const Tensor& initial_centroids, const KMea
 Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metric = KMeansMetric::l2);
 
 // The initial centroids kmeans() starts from: (k, d), dtype of x (cosine: unit rows).
-// k-means++ (Arthur & Vassilvitskii 2007): first centre uniform, each next one drawn
-// with probability proportional to the squared distance to the nearest chosen centre.
+// k-means++ (Arthur & Vassilvitskii 2007), greedy as in scikit-learn: first centre
+// uniform; for each next one 2 + floor(ln k) candidates are drawn with probability
+// proportional to the squared distance to the nearest chosen centre, and the one
+// that lowers the sum of those squared distances most is kept.
 // random: k distinct rows drawn uniformly.
 Tensor kmeans_init(const Tensor& x, const KMeansOptions& options);
 
