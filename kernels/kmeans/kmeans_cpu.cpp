@@ -85,22 +85,69 @@ inline __attribute__((always_inline)) int64_t row_argmin(const T* s, const T* bi
   return idx;
 }
 
-// The argmin over rows [r0, r1) of a score block, compiled for several x86-64 levels
-// and picked at load time: the build targets baseline x86-64 (SSE2), where the
-// lanes run 4 wide, AVX-512 runs them 16 wide.
+// Squared distance and dot product accumulated in double. The simd reduction lets
+// the compiler split the sum over vector lanes: the bits then depend on the vector
+// width of the machine, never on the thread count.
+template <typename T>
+inline __attribute__((always_inline)) double sqdist(const T* a, const T* b, int64_t d) {
+  double acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t t = 0; t < d; ++t) {
+    const double e = double(a[t]) - double(b[t]);
+    acc += e * e;
+  }
+  return acc;
+}
+template <typename T>
+inline __attribute__((always_inline)) double dot(const T* a, const T* b, int64_t d) {
+  double acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t t = 0; t < d; ++t) acc += double(a[t]) * double(b[t]);
+  return acc;
+}
+
+// The row loops of the kernels, compiled for several x86-64 levels and picked at
+// load time (GCC function multiversioning): the build targets baseline x86-64
+// (SSE2), where the lanes above run 4 wide; AVX-512 runs them 16 wide.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CF_KMEANS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CF_KMEANS_CLONES
 #endif
-CF_KMEANS_CLONES void argmin_rows(const float* scores, const float* bias, int64_t r0, int64_t r1,
-                                  int64_t k, int64_t* out) {
-  for (int64_t r = r0; r < r1; ++r) out[r] = row_argmin(scores + r * k, bias, k);
-}
-CF_KMEANS_CLONES void argmin_rows(const double* scores, const double* bias, int64_t r0, int64_t r1,
-                                  int64_t k, int64_t* out) {
-  for (int64_t r = r0; r < r1; ++r) out[r] = row_argmin(scores + r * k, bias, k);
-}
+
+// Rows [r0, r1) of a score block starting at point b0: nearest centroid, then the
+// distance to it computed directly (no cancellation error from the expansion).
+#define CF_KMEANS_ROW_LOOPS(T)                                                                  \
+  CF_KMEANS_CLONES void assign_rows(const T* scores, const T* bias, const T* X, const T* C,   \
+                                    int64_t b0, int64_t r0, int64_t r1, int64_t k, int64_t d, \
+                                    bool cosine, int64_t* L, double* D) {                     \
+    for (int64_t r = r0; r < r1; ++r) {                                                       \
+      const int64_t i = b0 + r, j = row_argmin(scores + r * k, bias, k);                      \
+      L[i] = j;                                                                               \
+      D[i] = cosine ? std::max(0.0, 1.0 - dot(X + i * d, C + j * d, d))                       \
+                    : sqdist(X + i * d, C + j * d, d);                                        \
+    }                                                                                         \
+  }                                                                                           \
+  CF_KMEANS_CLONES void pp_update_rows(const T* X, const T* c, int64_t b, int64_t e, int64_t d, \
+                                       double* D) {                                           \
+    for (int64_t i = b; i < e; ++i) D[i] = std::min(D[i], sqdist(X + i * d, c, d));          \
+  }                                                                                           \
+  CF_KMEANS_CLONES void pp_potential_rows(const T* X, const double* D, const int64_t* cand,   \
+                                          int64_t L, int64_t b, int64_t e, int64_t d,         \
+                                          double* acc) {                                      \
+    for (int64_t i = b; i < e; ++i)                                                           \
+      for (int64_t l = 0; l < L; ++l) acc[l] += std::min(D[i], sqdist(X + i * d, X + cand[l] * d, d)); \
+  }                                                                                           \
+  CF_KMEANS_CLONES void add_rows(const T* X, const int64_t* order, int64_t p0, int64_t p1,    \
+                                 int64_t d, double* acc) {                                    \
+    for (int64_t p = p0; p < p1; ++p) {                                                       \
+      const T* row = X + order[p] * d;                                                        \
+      for (int64_t t = 0; t < d; ++t) acc[t] += double(row[t]);                               \
+    }                                                                                         \
+  }
+CF_KMEANS_ROW_LOOPS(float)
+CF_KMEANS_ROW_LOOPS(double)
+#undef CF_KMEANS_ROW_LOOPS
 #undef CF_KMEANS_CLONES
 
 template <typename T>
@@ -131,24 +178,7 @@ void assign_typed(const Tensor& x, const Tensor& c, bool cosine, int64_t block_r
     const int64_t rows = std::min(rows_max, N - b0);
     gemm_nt(X + b0 * d, C, scores, rows, k, d, alpha);
     parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
-      argmin_rows(scores, bias, r0, r1, k, L + b0);
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t i = b0 + r;
-        const int64_t bj = L[i];
-        const T* xi = X + i * d;
-        const T* cj = C + bj * d;
-        double acc = 0;
-        if (cosine) {
-          for (int64_t t = 0; t < d; ++t) acc += double(xi[t]) * double(cj[t]);
-          D[i] = std::max(0.0, 1.0 - acc);
-        } else {
-          for (int64_t t = 0; t < d; ++t) {
-            double e = double(xi[t]) - double(cj[t]);
-            acc += e * e;
-          }
-          D[i] = acc;
-        }
-      }
+      assign_rows(scores, bias, X, C, b0, r0, r1, k, d, cosine, L, D);
     });
   }
 }
@@ -183,10 +213,7 @@ void update_typed(const Tensor& x, const Tensor& labels, const Tensor& order, co
   for (int64_t j = 0; j < k; ++j) {
     double* acc = S + j * d;
     std::fill(acc, acc + d, 0.0);
-    for (int64_t p = start[size_t(j)]; p < start[size_t(j) + 1]; ++p) {
-      const T* row = X + O[p] * d;
-      for (int64_t t = 0; t < d; ++t) acc[t] += double(row[t]);
-    }
+    add_rows(X, O, start[size_t(j)], start[size_t(j) + 1], d, acc);
   }
 }
 
@@ -194,20 +221,9 @@ template <typename T>
 void pp_update_typed(const Tensor& x, int64_t center, const Tensor& dist) {
   const int64_t N = x.size(0), d = x.size(1);
   const T* X = x.data<T>();
-  const T* c = X + center * d;
   double* D = dist.data<double>();
   parallel_for(N, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t i = b; i < e; ++i) {
-                   const T* xi = X + i * d;
-                   double acc = 0;
-                   for (int64_t t = 0; t < d; ++t) {
-                     double v = double(xi[t]) - double(c[t]);
-                     acc += v * v;
-                   }
-                   D[i] = std::min(D[i], acc);
-                 }
-               });
+               [&](int64_t b, int64_t e) { pp_update_rows(X, X + center * d, b, e, d, D); });
 }
 
 template <typename T>
@@ -224,21 +240,9 @@ void pp_potentials_typed(const Tensor& x, const Tensor& dist, const Tensor& cand
   std::vector<double> partial(size_t(chunks * L), 0.0);
   const bool par = N * d * L > kParallelGrain && chunks > 1;
 #pragma omp parallel for schedule(static) if (par)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    double* acc = partial.data() + ch * L;
-    for (int64_t i = ch * kChunk; i < std::min(N, (ch + 1) * kChunk); ++i) {
-      const T* xi = X + i * d;
-      for (int64_t l = 0; l < L; ++l) {
-        const T* c = X + C[l] * d;
-        double s = 0;
-        for (int64_t t = 0; t < d; ++t) {
-          const double v = double(xi[t]) - double(c[t]);
-          s += v * v;
-        }
-        acc[l] += std::min(D[i], s);
-      }
-    }
-  }
+  for (int64_t ch = 0; ch < chunks; ++ch)
+    pp_potential_rows(X, D, C, L, ch * kChunk, std::min(N, (ch + 1) * kChunk), d,
+                      partial.data() + ch * L);
   for (int64_t l = 0; l < L; ++l) {
     double s = 0;
     for (int64_t ch = 0; ch < chunks; ++ch) s += partial[size_t(ch * L + l)];
