@@ -96,3 +96,22 @@ run(1 out err --input data.npy --format raw --shape 10,10)
 expect_match("${err}" "\\[read_raw_float32\\] 'data.npy' holds" "raw size mismatch")
 run(1 out err --input data.npy --labels c.npy --k 3)
 expect_match("${err}" "labels 'c.npy' must hold integers" "float labels")
+
+# IDX input, when the Debian package dataset-fashion-mnist is installed: the test
+# images (10000 x 28 x 28 bytes, gzip) flattened to rows of 784.
+set(fmnist /usr/share/datasets/fashion-mnist)
+if(EXISTS "${fmnist}/t10k-images-idx3-ubyte.gz" AND EXISTS "${fmnist}/t10k-labels-idx1-ubyte.gz")
+  run(0 out err --input "${fmnist}/t10k-images-idx3-ubyte.gz" --labels "${fmnist}/t10k-labels-idx1-ubyte.gz"
+      --k 10 --max-iter 5 --scale 0.00392156862745098 --assignments fm.npy)
+  summary_of("${out}" s)
+  string(JSON n GET "${s}" n)
+  string(JSON d GET "${s}" d)
+  string(JSON ari GET "${s}" adjusted_rand_index)
+  # Ten clothing classes are not ten round blobs: the clusters agree with the
+  # classes only partly, but far above chance (0).
+  if(NOT n EQUAL 10000 OR NOT d EQUAL 784 OR ari LESS 0.2)
+    message(FATAL_ERROR "Fashion-MNIST t10k: ${s}")
+  endif()
+else()
+  message(STATUS "Fashion-MNIST not installed: IDX input not exercised here (see tests/nn/test_data_readers.cpp)")
+endif()

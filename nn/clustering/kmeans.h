@@ -47,7 +47,8 @@ struct KMeansResult {
   double inertia = 0;  // sum of squared L2 distances (cosine: sum of 1 - cos) to the assigned centroid
   int64_t iterations = 0;
   bool converged = false;
-  // Inertia after each assignment: [0] for the initial centroids, [t] after update t.
+  // Inertia after each assignment: [0] for the initial centroids, [t] after update t
+  // (then one entry per re-seeding round when max_iter ended with a cluster empty).
   // Never increases (Lloyd's steps each lower the objective); back() == inertia.
   std::vector<double> inertia_history;
   // Empty clusters re-seeded with far points over the whole run (0 in a benign run).
