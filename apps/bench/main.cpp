@@ -78,6 +78,8 @@ Options:
   --ks LIST     kmeans: cluster counts k (default 256,1024)
   --block-rows R  kmeans: rows per assignment block (default: KMeansOptions's)
   --iters M     kmeans: Lloyd iterations timed (default 3)
+  --elkan       kmeans: also time an iteration of Elkan's variant (N x k float64
+                bounds in memory)
   -h, --help    this text
 )";
 
@@ -98,6 +100,7 @@ struct Options {
   std::vector<int64_t> kmeans_ks = {256, 1024};
   int64_t block_rows = cf::nn::KMeansOptions{}.block_rows;
   int64_t lloyd_iters = 3;
+  bool elkan = false;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -509,6 +512,13 @@ json kmeans_row(const Options& o, int64_t n, int64_t d, int64_t k) {
   int64_t iters = 0;
   double tM = time_median(lreps, [&] { iters = cf::nn::kmeans(x, c, kM).iterations; });
   int64_t peak = cf::memory_stats().peak_bytes;
+  double t_elkan = -1;
+  if (o.elkan) {
+    k1.algorithm = kM.algorithm = cf::nn::KMeansAlgorithm::elkan;
+    double e1 = time_median(lreps, [&] { cf::nn::kmeans(x, c, k1); });
+    double eM = time_median(lreps, [&] { cf::nn::kmeans(x, c, kM); });
+    t_elkan = (eM - e1) / double(M);
+  }
 
   json r;
   r["name"] = "kmeans_n" + std::to_string(n) + "_d" + std::to_string(d) + "_k" + std::to_string(k);
@@ -523,7 +533,11 @@ json kmeans_row(const Options& o, int64_t n, int64_t d, int64_t k) {
   r["kmeans_assign_call_time_s"] = t_public;
   r["kmeans_assign_call_ratio_vs_cblas"] = t_blas / t_public;
   r["lloyd_iteration_time_s"] = (tM - t1) / double(M);
-  r["lloyd_peak_bytes"] = peak;  // buffers of one kmeans() run (x was allocated before)
+  r["lloyd_peak_bytes"] = peak;
+  if (t_elkan > 0) {
+    r["elkan_iteration_time_s"] = t_elkan;
+    r["elkan_ratio_vs_lloyd"] = t_elkan / r["lloyd_iteration_time_s"].get<double>();
+  }  // buffers of one kmeans() run (x was allocated before)
   return r;
 }
 
@@ -594,6 +608,9 @@ Options parse(int argc, char** argv) {
       o.block_rows = cf::apps::parse_int(opt, args.value(opt), 1);
     } else if (opt == "--iters" && o.cmd == "kmeans") {
       o.lloyd_iters = cf::apps::parse_int(opt, args.value(opt), 1);
+    } else if (opt == "--elkan" && o.cmd == "kmeans") {
+      args.no_value(opt);
+      o.elkan = true;
     } else if (opt == "--numel" && o.cmd == "elementwise") {
       o.numel = cf::apps::parse_int(opt, args.value(opt), 1);
     } else {

@@ -77,6 +77,16 @@ if(leftovers)
   message(FATAL_ERROR "temporary files left behind: ${leftovers}")
 endif()
 
+# Elkan's variant finds the same clusters.
+run(0 out err --input data.npy --labels labels.npy --k 3 --algorithm elkan)
+summary_of("${out}" s)
+string(JSON ari GET "${s}" adjusted_rand_index)
+if(NOT ari EQUAL 1)
+  message(FATAL_ERROR "elkan on data.npy: ${s}")
+endif()
+run(2 out err --algorithm hamerly)
+expect_match("${err}" "--algorithm must be lloyd or elkan" "bad algorithm")
+
 # A config file sets the options; the command line wins over it.
 file(WRITE "${WORK_DIR}/run.json" "{\"input\": \"data.npy\", \"k\": 5, \"max_iter\": 1, \"init\": \"random\", \"metric\": \"cosine\"}")
 run(0 out err --config run.json --k 3)

@@ -58,6 +58,9 @@ Clustering:
   --seed N            seed of the initialisation (default 0)
   --block-rows R      rows per assignment block, bounding the (R, k) distance
                       buffer (default 8192)
+  --algorithm A       lloyd | elkan: how the nearest centroids are found; the
+                      same clustering either way (default lloyd: blocked GEMM;
+                      elkan: triangle-inequality bounds, N x k doubles of memory)
   --device D          cpu (cuda once the CUDA backend exists)
 Output (written atomically: a temporary file, then rename):
   --centroids FILE    .npy (k, d), dtype of the clustering
@@ -83,7 +86,7 @@ struct Config {
   double scale = 1;
   int64_t k = 8, max_iter = 100, seed = 0, block_rows = 8192;
   double tol = 1e-4;
-  std::string init = "kmeans++", metric = "l2", device = "cpu";
+  std::string init = "kmeans++", metric = "l2", device = "cpu", algorithm = "lloyd";
   int64_t demo_n = 20000, demo_d = 16;
 };
 
@@ -116,6 +119,7 @@ void set_key(Config& c, const std::string& key, const json& v) {
   else if (key == "init") c.init = need_str();
   else if (key == "metric") c.metric = need_str();
   else if (key == "device") c.device = need_str();
+  else if (key == "algorithm") c.algorithm = need_str();
   else if (key == "k") c.k = need_int(1);
   else if (key == "max_iter") c.max_iter = need_int(1);
   else if (key == "seed") c.seed = need_int(0);
@@ -141,7 +145,8 @@ Config parse(int argc, char** argv, bool& help) {
   std::string config_file;
   const std::vector<std::string> strings = {"--input", "--format", "--dtype", "--labels",
                                             "--centroids", "--assignments", "--save-data",
-                                            "--save-labels", "--init", "--metric", "--device"};
+                                            "--save-labels", "--init", "--metric", "--device",
+                                            "--algorithm"};
   const std::vector<std::string> ints = {"--k", "--max-iter", "--seed", "--block-rows", "--demo-n",
                                          "--demo-d"};
   auto key_of = [](std::string opt) {
@@ -192,6 +197,8 @@ Config parse(int argc, char** argv, bool& help) {
     throw UsageError("--init must be kmeans++ or random, got '" + c.init + "'");
   if (c.metric != "l2" && c.metric != "cosine")
     throw UsageError("--metric must be l2 or cosine, got '" + c.metric + "'");
+  if (c.algorithm != "lloyd" && c.algorithm != "elkan")
+    throw UsageError("--algorithm must be lloyd or elkan, got '" + c.algorithm + "'");
   if (!c.dtype.empty() && c.dtype != "float32" && c.dtype != "float64")
     throw UsageError("--dtype must be float32 or float64, got '" + c.dtype + "'");
   if (!(c.tol >= 0) || !std::isfinite(c.tol)) throw UsageError("--tol must be a non-negative number");
@@ -308,7 +315,7 @@ int main(int argc, char** argv) {
     std::cout << json{{"event", "start"}, {"input", demo ? "demo (planted clusters)" : cfg.input},
                       {"format", demo ? "generated" : cfg.format}, {"n", x.size(0)}, {"d", x.size(1)},
                       {"dtype", cf::dtype_name(x.dtype())}, {"k", cfg.k}, {"init", cfg.init},
-                      {"metric", cfg.metric}, {"seed", cfg.seed}, {"read_time_s", read_s}}
+                      {"metric", cfg.metric}, {"algorithm", cfg.algorithm}, {"seed", cfg.seed}, {"read_time_s", read_s}}
                      .dump()
               << std::endl;
 
@@ -320,6 +327,7 @@ int main(int argc, char** argv) {
     o.metric = cfg.metric == "cosine" ? cf::nn::KMeansMetric::cosine : cf::nn::KMeansMetric::l2;
     o.seed = uint64_t(cfg.seed);
     o.block_rows = cfg.block_rows;
+    o.algorithm = cfg.algorithm == "elkan" ? cf::nn::KMeansAlgorithm::elkan : cf::nn::KMeansAlgorithm::lloyd;
     auto t1 = std::chrono::steady_clock::now();
     cf::nn::ProgressBarOptions po;
     po.total = cfg.max_iter;

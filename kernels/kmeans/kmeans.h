@@ -37,6 +37,19 @@ void kmeans_pp_update_cpu(const Tensor& x, int64_t center, const Tensor& dist);
 void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& dist, const Tensor& cand,
                               const Tensor& potential);
 
+// Elkan's assignment step (Elkan 2003, "Using the triangle inequality to accelerate
+// k-means"): the same nearest centroid as kmeans_assign_cpu, skipping the distances
+// the bounds prove useless. Euclidean distances on the rows as given (cosine: unit
+// rows, whose Euclidean nearest is the cosine nearest). State between calls:
+// lower (N, k) float64 lower bounds of |x_i - c_j|, upper (N,) float64 an upper bound
+// of |x_i - c_labels[i]|, labels (N,) int64. first = true computes every distance and
+// fills the state; otherwise c_prev (k, d) holds the centroids of the previous call,
+// whose moves loosen the bounds first. `scratch` holds at least k * k + 2 * k
+// doubles. Writes dist (N,) float64 exactly as kmeans_assign_cpu does.
+void kmeans_elkan_assign_cpu(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,
+                             bool cosine, const Tensor& lower, const Tensor& upper,
+                             const Tensor& scratch, const Tensor& labels, const Tensor& dist);
+
 // Device dispatch. The CUDA arms (a GEMM + row-argmin kernel, a sort-by-label +
 // segmented reduction, a fused distance-min) come with the CUDA backend; until then
 // a CUDA tensor is a clear error even in a CUDA build.
@@ -62,6 +75,13 @@ inline void kmeans_pp_update(const Tensor& x, int64_t center, const Tensor& dist
 inline void kmeans_pp_potentials(const Tensor& x, const Tensor& dist, const Tensor& cand,
                                  const Tensor& potential) {
   CF_KMEANS_DISPATCH("kmeans_pp_potentials", x.device(), kmeans_pp_potentials_cpu(x, dist, cand, potential));
+}
+inline void kmeans_elkan_assign(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,
+                                bool cosine, const Tensor& lower, const Tensor& upper,
+                                const Tensor& scratch, const Tensor& labels, const Tensor& dist) {
+  CF_KMEANS_DISPATCH("kmeans_elkan_assign", x.device(),
+                     kmeans_elkan_assign_cpu(x, c, c_prev, first, cosine, lower, upper, scratch,
+                                             labels, dist));
 }
 #undef CF_KMEANS_DISPATCH
 

@@ -1,6 +1,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -250,7 +251,101 @@ void pp_potentials_typed(const Tensor& x, const Tensor& dist, const Tensor& cand
   }
 }
 
+template <typename T>
+void elkan_typed(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first, bool cosine,
+                 const Tensor& lower, const Tensor& upper, const Tensor& scratch,
+                 const Tensor& labels, const Tensor& dist) {
+  const int64_t N = x.size(0), d = x.size(1), k = c.size(0);
+  const T* X = x.data<T>();
+  const T* C = c.data<T>();
+  double* lo = lower.data<double>();
+  double* up = upper.data<double>();
+  int64_t* L = labels.data<int64_t>();
+  double* D = dist.data<double>();
+  CF_CHECK(scratch.numel() >= k * k + 2 * k, ValueError, "[kmeans_elkan_assign] scratch of ",
+           scratch.numel(), " elements, needs ", k * k + 2 * k);
+  double* cc = scratch.data<double>();  // (k, k): half the centroid-centroid distances
+  double* s = cc + k * k;               // (k,): min over j' != j of cc[j][j']
+  double* shift = s + k;                // (k,): how far each centroid moved
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(k * d, 1));
+  if (first) {
+    parallel_for(N, grain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        int64_t a = 0;
+        double best = HUGE_VAL;
+        for (int64_t j = 0; j < k; ++j) {
+          const double dij = std::sqrt(sqdist(X + i * d, C + j * d, d));
+          lo[i * k + j] = dij;
+          if (dij < best) best = dij, a = j;
+        }
+        L[i] = a;
+        up[i] = best;
+      }
+    });
+  } else {
+    const T* P = c_prev.data<T>();
+    for (int64_t j = 0; j < k; ++j) shift[j] = std::sqrt(sqdist(P + j * d, C + j * d, d));
+    for (int64_t j = 0; j < k; ++j) {
+      s[j] = HUGE_VAL;
+      for (int64_t j2 = 0; j2 < k; ++j2) {
+        cc[j * k + j2] = 0.5 * std::sqrt(sqdist(C + j * d, C + j2 * d, d));
+        if (j2 != j) s[j] = std::min(s[j], cc[j * k + j2]);
+      }
+    }
+    parallel_for(N, grain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        double* li = lo + i * k;
+        // The bounds after the centroids moved (Elkan's steps 5 and 6).
+        for (int64_t j = 0; j < k; ++j) li[j] = std::max(0.0, li[j] - shift[j]);
+        int64_t a = L[i];
+        double u = up[i] + shift[a];
+        if (u <= s[a]) {  // no other centroid can be nearer (step 2)
+          up[i] = u;
+          continue;
+        }
+        bool tight = false;
+        for (int64_t j = 0; j < k; ++j) {
+          if (j == a || u <= li[j] || u <= cc[a * k + j]) continue;  // step 3
+          if (!tight) {  // step 3a: make the upper bound exact once
+            u = std::sqrt(sqdist(X + i * d, C + a * d, d));
+            li[a] = u;
+            tight = true;
+            if (u <= li[j] || u <= cc[a * k + j]) continue;
+          }
+          const double dij = std::sqrt(sqdist(X + i * d, C + j * d, d));  // step 3b
+          li[j] = dij;
+          // Ties keep the lower index, as the full argmin does.
+          if (dij < u || (dij == u && j < a)) {
+            a = j;
+            u = dij;
+          }
+        }
+        L[i] = a;
+        up[i] = u;
+      }
+    });
+  }
+  // The exact distance to the chosen centroid, as the plain assignment reports it;
+  // it also makes the upper bound exact for the next call.
+  parallel_for(N, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const double sq = sqdist(X + i * d, C + L[i] * d, d);
+      D[i] = cosine ? std::max(0.0, 0.5 * sq) : sq;
+      up[i] = std::sqrt(sq);
+      lo[i * k + L[i]] = up[i];
+    }
+  });
+}
+
 }  // namespace
+
+void kmeans_elkan_assign_cpu(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,
+                             bool cosine, const Tensor& lower, const Tensor& upper,
+                             const Tensor& scratch, const Tensor& labels, const Tensor& dist) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_elkan_assign",
+                    elkan_typed<scalar_t>(x, c, c_prev, first, cosine, lower, upper, scratch,
+                                          labels, dist));
+}
 
 void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& dist, const Tensor& cand,
                               const Tensor& potential) {

@@ -164,7 +164,8 @@ KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char
   const bool cosine = o.metric == KMeansMetric::cosine;
   const int64_t rows = std::min(o.block_rows, n);
   // Every buffer of the loop, allocated once.
-  Tensor workspace = Tensor::empty({(rows + 1) * k}, x.dtype());
+  Tensor workspace = o.algorithm == KMeansAlgorithm::lloyd ? Tensor::empty({(rows + 1) * k}, x.dtype())
+                                                           : Tensor();
   Tensor labels = Tensor::empty({n}, kInt64), prev_labels = Tensor::empty({n}, kInt64);
   Tensor dist = Tensor::empty({n}, kFloat64);
   Tensor order = Tensor::empty({n}, kInt64), counts = Tensor::empty({k}, kInt64);
@@ -173,10 +174,26 @@ KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char
   const T* X = x.data<T>();
   T* C = c.data<T>();
   const double* D = dist.data<double>();
+  // Elkan's state: bounds, the centroids of the previous assignment, scratch.
+  const bool elkan = o.algorithm == KMeansAlgorithm::elkan;
+  Tensor lower, upper, scratch, c_prev;
+  if (elkan) {
+    lower = Tensor::empty({n, k}, kFloat64);
+    upper = Tensor::empty({n}, kFloat64);
+    scratch = Tensor::empty({k * k + 2 * k}, kFloat64);
+    c_prev = Tensor::empty({k, d}, x.dtype());
+  }
+  bool first = true;
 
   KMeansResult res;
   auto assign = [&]() {
-    kernels::kmeans_assign(x, c, cosine, rows, workspace, labels, dist);
+    if (elkan) {
+      kernels::kmeans_elkan_assign(x, c, c_prev, first, cosine, lower, upper, scratch, labels, dist);
+      std::memcpy(c_prev.raw_data(), C, size_t(k * d) * sizeof(T));
+    } else {
+      kernels::kmeans_assign(x, c, cosine, rows, workspace, labels, dist);
+    }
+    first = false;
     double inertia = 0;
     for (int64_t i = 0; i < n; ++i) inertia += D[i];  // fixed order: reproducible
     res.inertia_history.push_back(inertia);
@@ -234,7 +251,8 @@ KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char
       for (int64_t t = 0; t < d; ++t) C[j * d + t] = T(S[j * d + t] * scale);
     }
     reseed();
-    std::swap(labels, prev_labels);
+    // A copy, not a swap: Elkan's step reads the current labels as its state.
+    std::memcpy(prev_labels.raw_data(), labels.raw_data(), size_t(n) * sizeof(int64_t));
     const double prev = inertia;
     inertia = assign();
     res.iterations = it;

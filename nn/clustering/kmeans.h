@@ -27,6 +27,12 @@ namespace cf::nn {
 
 enum class KMeansInit { kmeans_plus_plus, random };
 enum class KMeansMetric { l2, cosine };  // cosine: points and centroids L2-normalised (spherical k-means)
+// How the assignment step finds the nearest centroids; both give the same clustering.
+//  lloyd: every distance, through the blocked GEMM (memory: block_rows x k).
+//  elkan: Elkan (2003) triangle-inequality bounds skip most distances once the
+//         centroids settle; direct distances, no GEMM. Memory: N x k float64 lower
+//         bounds, so it suits moderate k; faster when d is large and k moderate.
+enum class KMeansAlgorithm { lloyd, elkan };
 
 struct KMeansOptions {
   int64_t k = 8;
@@ -36,6 +42,7 @@ struct KMeansOptions {
   KMeansMetric metric = KMeansMetric::l2;
   uint64_t seed = 0;          // deterministic for a seed
   int64_t block_rows = 8192;  // rows per assignment block: bounds the (rows x k) distance buffer
+  KMeansAlgorithm algorithm = KMeansAlgorithm::lloyd;
   // Optional: called after each Lloyd iteration (1, 2, ...) with the inertia of its
   // assignment, e.g. for a progress bar or metrics lines.
   std::function<void(int64_t iteration, double inertia)> on_iteration;

@@ -234,6 +234,53 @@ TEST_CASE("KMeans: kmeans_init picks distinct data rows, k-means++ spread over t
   }
 }
 
+TEST_CASE("KMeans: Elkan's accelerated variant gives Lloyd's result") {
+  auto compare = [](const Tensor& x, const Tensor& init, KMeansOptions o, double tol) {
+    o.algorithm = KMeansAlgorithm::lloyd;
+    KMeansResult a = kmeans(x, init, o);
+    o.algorithm = KMeansAlgorithm::elkan;
+    KMeansResult b = kmeans(x, init, o);
+    CHECK(b.assignments.to_vector<int64_t>() == a.assignments.to_vector<int64_t>());
+    cf::test::check_close(b.centroids, cf::test::values(a.centroids), tol);
+    CHECK(b.iterations == a.iterations);
+    CHECK(b.converged == a.converged);
+    CHECK(b.reseeded_clusters == a.reseeded_clusters);
+    REQUIRE(b.inertia_history.size() == a.inertia_history.size());
+    for (size_t t = 0; t < a.inertia_history.size(); ++t)
+      CHECK(b.inertia_history[t] == doctest::Approx(a.inertia_history[t]).epsilon(tol));
+    return a.iterations;
+  };
+  {
+    // Overlapping blobs: many iterations in which the bounds must stay valid.
+    Planted p = planted(1200, 6, 15, 2.0, 1.0, 61);
+    KMeansOptions o;
+    o.k = 15;
+    o.tol = 0;
+    o.init = KMeansInit::random;
+    o.seed = 4;
+    CHECK(compare(p.x, kmeans_init(p.x, o), o, 1e-9) >= 5);
+    o.metric = KMeansMetric::cosine;
+    CHECK(compare(p.x, kmeans_init(p.x, o), o, 1e-9) >= 3);
+    o.metric = KMeansMetric::l2;
+    o.max_iter = 3;  // stopped early, not converged
+    compare(p.x, kmeans_init(p.x, o), o, 1e-9);
+  }
+  {
+    // Re-seeding moves a centroid far: the bounds follow the move.
+    std::vector<double> x = {0, 0, 0.1, 0, 0, 0.1, 5, 5, 5.1, 5, 5, 5.1, 0, 3};
+    KMeansOptions o;
+    o.k = 3;
+    compare(Tensor::from_vector(x, {7, 2}),
+            Tensor::from_vector(std::vector<double>{0, 0, 5, 5, 1000, -1000}, {3, 2}), o, 1e-12);
+  }
+  {
+    Planted p = planted(1000, 8, 6, 10.0, 0.5, 62, kFloat32);
+    KMeansOptions o;
+    o.k = 6;
+    compare(p.x, kmeans_init(p.x, o), o, 1e-5);
+  }
+}
+
 TEST_CASE("KMeans: float32 and float64 agree from the same init") {
   Planted p = planted(800, 6, 5, 3.0, 0.6, 33, kFloat64);
   KMeansOptions o;
