@@ -31,11 +31,18 @@ void kmeans_update_cpu(const Tensor& x, const Tensor& labels, const Tensor& orde
 void kmeans_pp_update_cpu(const Tensor& x, int64_t center, const Tensor& dist);
 
 // Greedy k-means++ trial: potential[l] = sum_i min(dist[i], |x_i - x_{cand[l]}|^2)
-// for each candidate row cand (L,) int64, into potential (L,) float64, in one pass
-// over x. Summed in fixed chunks of rows, then the chunks in order: the same bits
-// for any thread count.
-void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& dist, const Tensor& cand,
-                              const Tensor& potential);
+// for each candidate row cand (L,) int64, into potential (L,) float64. The distances
+// come from one GEMM per chunk of kPotentialChunk rows through the expansion
+// xnorm[i] + |x_c|^2 - 2 x_i.x_c (clamped at 0), xnorm (N,) float64 holding |x_i|^2
+// (kmeans_row_sqnorms). They only rank the candidates; the chosen one's distances
+// are then computed exactly by kmeans_pp_update. Chunks are summed in order, so the
+// result does not depend on the thread count. workspace: at least
+// L * d + kPotentialChunk * L elements of x's dtype.
+constexpr int64_t kPotentialChunk = 2048;
+void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& xnorm, const Tensor& dist,
+                              const Tensor& cand, const Tensor& workspace, const Tensor& potential);
+// out[i] = |x_i|^2 in double, out (N,) float64.
+void kmeans_row_sqnorms_cpu(const Tensor& x, const Tensor& out);
 
 // Elkan's assignment step (Elkan 2003, "Using the triangle inequality to accelerate
 // k-means"): the same nearest centroid as kmeans_assign_cpu, skipping the distances
@@ -72,9 +79,13 @@ inline void kmeans_update(const Tensor& x, const Tensor& labels, const Tensor& o
 inline void kmeans_pp_update(const Tensor& x, int64_t center, const Tensor& dist) {
   CF_KMEANS_DISPATCH("kmeans_pp_update", x.device(), kmeans_pp_update_cpu(x, center, dist));
 }
-inline void kmeans_pp_potentials(const Tensor& x, const Tensor& dist, const Tensor& cand,
-                                 const Tensor& potential) {
-  CF_KMEANS_DISPATCH("kmeans_pp_potentials", x.device(), kmeans_pp_potentials_cpu(x, dist, cand, potential));
+inline void kmeans_pp_potentials(const Tensor& x, const Tensor& xnorm, const Tensor& dist,
+                                 const Tensor& cand, const Tensor& workspace, const Tensor& potential) {
+  CF_KMEANS_DISPATCH("kmeans_pp_potentials", x.device(),
+                     kmeans_pp_potentials_cpu(x, xnorm, dist, cand, workspace, potential));
+}
+inline void kmeans_row_sqnorms(const Tensor& x, const Tensor& out) {
+  CF_KMEANS_DISPATCH("kmeans_row_sqnorms", x.device(), kmeans_row_sqnorms_cpu(x, out));
 }
 inline void kmeans_elkan_assign(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,
                                 bool cosine, const Tensor& lower, const Tensor& upper,

@@ -133,11 +133,8 @@ inline __attribute__((always_inline)) double dot(const T* a, const T* b, int64_t
                                        double* D) {                                           \
     for (int64_t i = b; i < e; ++i) D[i] = std::min(D[i], sqdist(X + i * d, c, d));          \
   }                                                                                           \
-  CF_KMEANS_CLONES void pp_potential_rows(const T* X, const double* D, const int64_t* cand,   \
-                                          int64_t L, int64_t b, int64_t e, int64_t d,         \
-                                          double* acc) {                                      \
-    for (int64_t i = b; i < e; ++i)                                                           \
-      for (int64_t l = 0; l < L; ++l) acc[l] += std::min(D[i], sqdist(X + i * d, X + cand[l] * d, d)); \
+  CF_KMEANS_CLONES void sqnorm_rows(const T* X, int64_t b, int64_t e, int64_t d, double* out) { \
+    for (int64_t i = b; i < e; ++i) out[i] = dot(X + i * d, X + i * d, d);                   \
   }                                                                                           \
   CF_KMEANS_CLONES void add_rows(const T* X, const int64_t* order, int64_t p0, int64_t p1,    \
                                  int64_t d, double* acc) {                                    \
@@ -228,27 +225,47 @@ void pp_update_typed(const Tensor& x, int64_t center, const Tensor& dist) {
 }
 
 template <typename T>
-void pp_potentials_typed(const Tensor& x, const Tensor& dist, const Tensor& cand,
-                         const Tensor& potential) {
+void pp_potentials_typed(const Tensor& x, const Tensor& xnorm, const Tensor& dist, const Tensor& cand,
+                         const Tensor& workspace, const Tensor& potential) {
   const int64_t N = x.size(0), d = x.size(1), L = cand.numel();
+  CF_CHECK(workspace.numel() >= L * d + kPotentialChunk * L, ValueError,
+           "[kmeans_pp_potentials] workspace of ", workspace.numel(), " elements, needs ",
+           L * d + kPotentialChunk * L);
   const T* X = x.data<T>();
+  const double* XN = xnorm.data<double>();
   const double* D = dist.data<double>();
   const int64_t* C = cand.data<int64_t>();
   double* P = potential.data<double>();
-  // Fixed chunks (not one per thread) so the order of the additions never changes.
-  constexpr int64_t kChunk = 2048;
-  const int64_t chunks = (N + kChunk - 1) / kChunk;
-  std::vector<double> partial(size_t(chunks * L), 0.0);
-  const bool par = N * d * L > kParallelGrain && chunks > 1;
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t ch = 0; ch < chunks; ++ch)
-    pp_potential_rows(X, D, C, L, ch * kChunk, std::min(N, (ch + 1) * kChunk), d,
-                      partial.data() + ch * L);
+  T* cbuf = workspace.data<T>();  // (L, d): the candidate rows
+  T* S = cbuf + L * d;            // (chunk, L): x_i . x_c
+  double cn[64];
+  CF_CHECK(L <= 64, ValueError, "[kmeans_pp_potentials] at most 64 candidates, got ", L);
   for (int64_t l = 0; l < L; ++l) {
-    double s = 0;
-    for (int64_t ch = 0; ch < chunks; ++ch) s += partial[size_t(ch * L + l)];
-    P[l] = s;
+    std::memcpy(cbuf + l * d, X + C[l] * d, size_t(d) * sizeof(T));
+    cn[l] = XN[C[l]];
+    P[l] = 0;
   }
+  for (int64_t b = 0; b < N; b += kPotentialChunk) {
+    const int64_t rows = std::min(kPotentialChunk, N - b);
+    gemm_nt(X + b * d, cbuf, S, rows, L, d, T(1));
+    // Per chunk first, then into the totals: a fixed order of additions.
+    double acc[64] = {0};
+    for (int64_t r = 0; r < rows; ++r) {
+      const double xn = XN[b + r], di = D[b + r];
+      for (int64_t l = 0; l < L; ++l)
+        acc[l] += std::min(di, std::max(0.0, xn + cn[l] - 2.0 * double(S[r * L + l])));
+    }
+    for (int64_t l = 0; l < L; ++l) P[l] += acc[l];
+  }
+}
+
+template <typename T>
+void sqnorms_typed(const Tensor& x, const Tensor& out) {
+  const int64_t N = x.size(0), d = x.size(1);
+  const T* X = x.data<T>();
+  double* O = out.data<double>();
+  parallel_for(N, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d, 1)),
+               [&](int64_t b, int64_t e) { sqnorm_rows(X, b, e, d, O); });
 }
 
 template <typename T>
@@ -347,10 +364,14 @@ void kmeans_elkan_assign_cpu(const Tensor& x, const Tensor& c, const Tensor& c_p
                                           labels, dist));
 }
 
-void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& dist, const Tensor& cand,
-                              const Tensor& potential) {
+void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& xnorm, const Tensor& dist,
+                              const Tensor& cand, const Tensor& workspace, const Tensor& potential) {
   CF_DISPATCH_FLOAT(x.dtype(), "kmeans_pp_potentials",
-                    pp_potentials_typed<scalar_t>(x, dist, cand, potential));
+                    pp_potentials_typed<scalar_t>(x, xnorm, dist, cand, workspace, potential));
+}
+
+void kmeans_row_sqnorms_cpu(const Tensor& x, const Tensor& out) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_row_sqnorms", sqnorms_typed<scalar_t>(x, out));
 }
 
 void kmeans_assign_cpu(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,

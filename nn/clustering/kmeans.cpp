@@ -123,6 +123,9 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
   const int64_t trials = 2 + int64_t(std::log(double(k)));
   Tensor dist = Tensor::full({n}, HUGE_VAL, kFloat64);
   Tensor cand = Tensor::empty({trials}, kInt64), pot = Tensor::empty({trials}, kFloat64);
+  Tensor xnorm = Tensor::empty({n}, kFloat64);
+  Tensor workspace = Tensor::empty({trials * x.size(1) + kernels::kPotentialChunk * trials}, x.dtype());
+  kernels::kmeans_row_sqnorms(x, xnorm);
   double* D = dist.data<double>();
   int64_t* cd = cand.data<int64_t>();
   const double* P = pot.data<double>();
@@ -148,7 +151,7 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
       while (l < trials && cum > targets[size_t(l)]) cd[l++] = i;
     }
     for (; l < trials; ++l) cd[l] = last_positive;  // rounding at the very end of the scan
-    kernels::kmeans_pp_potentials(x, dist, cand, pot);
+    kernels::kmeans_pp_potentials(x, xnorm, dist, cand, workspace, pot);
     int64_t best = 0;
     for (int64_t t = 1; t < trials; ++t)
       if (P[t] < P[best]) best = t;
