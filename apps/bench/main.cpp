@@ -28,6 +28,8 @@
 #include "cf.h"
 #include "common/cli.h"
 #include "nn/attention/centroid.h"
+#include "kernels/kmeans/kmeans.h"
+#include "nn/clustering/kmeans.h"
 
 #ifndef CF_BUILD_TYPE
 #define CF_BUILD_TYPE "unknown"
@@ -79,6 +81,18 @@ Options:
   --batch-size B  model: sequences per step (default 8)
   --max-gib G   attention: skip a dense row whose score matrices would need more
                 than G GiB (default: half of this machine's memory)
+  kmeans        K-Means on N random float32 points: GFLOP/s of the assignment
+                step (blocked GEMM + argmin, buffers reused as in Lloyd's loop)
+                vs one cblas_sgemm of the same (N,d) x (d,k) product, and the
+                time of one full Lloyd iteration (assignment + update)
+  --n N         kmeans: points (default 100000)
+  --dims LIST   kmeans: feature sizes d (default 64,256)
+  --ks LIST     kmeans: cluster counts k (default 256,1024)
+  --block-rows R  kmeans: rows per assignment block (default: KMeansOptions's)
+  --iters M     kmeans: Lloyd iterations run; the median iteration time is
+                reported (default 5)
+  --elkan       kmeans: also time an iteration of Elkan's variant (N x k float64
+                bounds in memory)
   -h, --help    this text
 )";
 
@@ -95,6 +109,12 @@ struct Options {
   std::vector<int64_t> batch = {64, 128};
   int64_t numel = int64_t(1) << 24;
   int64_t batch_size = 8;
+  int64_t kmeans_n = 100000;
+  std::vector<int64_t> kmeans_dims = {64, 256};
+  std::vector<int64_t> kmeans_ks = {256, 1024};
+  int64_t block_rows = cf::nn::KMeansOptions{}.block_rows;
+  int64_t lloyd_iters = 5;
+  bool elkan = false;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -634,6 +654,99 @@ json bench_model(const Options& o) {
   return report("model", rows);
 }
 
+// ---------------------------------------------------------------- kmeans
+json kmeans_row(const Options& o, int64_t n, int64_t d, int64_t k) {
+  cf::Generator gen{uint64_t(n * 131 + d * 7 + k)};
+  cf::Tensor x = cf::randn({n, d}, cf::kFloat32, gen);
+  cf::nn::KMeansOptions ko;
+  ko.k = k;
+  ko.init = cf::nn::KMeansInit::random;
+  ko.block_rows = o.block_rows;
+  ko.tol = 0;
+  cf::Tensor c = cf::nn::kmeans_init(x, ko);
+  const double flops = 2.0 * double(n) * double(d) * double(k);
+  const int64_t reps = o.repeat > 0 ? o.repeat : 5;
+
+  // Baseline: the same product in one cblas_sgemm call, (N, k) output, on as
+  // many OpenBLAS threads as cf's OpenMP team.
+  std::vector<float> full(size_t(n * k));
+  const float* px = x.data<float>();
+  const float* pc = c.data<float>();
+  double t_blas;
+  {
+    RawBlasThreads raw_blas;
+    t_blas = time_median(reps, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(k), int(d), -2.0f, px, int(d),
+                  pc, int(d), 0.0f, full.data(), int(k));
+    });
+  }
+  full = std::vector<float>();
+
+  // The assignment step as Lloyd's loop runs it: buffers allocated once.
+  const int64_t rows = std::min(ko.block_rows, n);
+  cf::Tensor ws = cf::Tensor::empty({(rows + 1) * k}, cf::kFloat32);
+  cf::Tensor labels = cf::Tensor::empty({n}, cf::kInt64), dist = cf::Tensor::empty({n}, cf::kFloat64);
+  double t_assign = time_median(reps, [&] {
+    cf::kernels::kmeans_assign(x, c, false, rows, ws, labels, dist);
+  });
+  // The public call (validation, finiteness scan and its own buffers included).
+  double t_public = time_median(reps, [&] { cf::Tensor l = cf::nn::kmeans_assign(x, c); });
+
+  // One Lloyd iteration (update + assignment + bookkeeping), timed between the
+  // on_iteration callbacks of one run of M iterations; the median is reported.
+  const int64_t M = o.lloyd_iters;
+  cf::nn::KMeansOptions kM = ko;
+  kM.max_iter = M;
+  std::vector<double> stamps;
+  auto t_start = Clock::now();
+  kM.on_iteration = [&](int64_t, double) { stamps.push_back(seconds_since(t_start)); };
+  cf::reset_peak_memory();
+  int64_t iters = 0;
+  auto lloyd_median = [&](cf::nn::KMeansOptions opts) {
+    stamps.clear();
+    t_start = Clock::now();
+    iters = cf::nn::kmeans(x, c, opts).iterations;
+    std::vector<double> dt;
+    for (size_t i = 1; i < stamps.size(); ++i) dt.push_back(stamps[i] - stamps[i - 1]);
+    if (dt.empty() && !stamps.empty()) dt.push_back(stamps[0]);  // M = 1: setup included
+    return dt.empty() ? -1.0 : median(dt);
+  };
+  const double t_lloyd = lloyd_median(kM);
+  int64_t peak = cf::memory_stats().peak_bytes;
+  double t_elkan = -1;
+  if (o.elkan) {
+    kM.algorithm = cf::nn::KMeansAlgorithm::elkan;
+    t_elkan = lloyd_median(kM);
+  }
+
+  json r;
+  r["name"] = "kmeans_n" + std::to_string(n) + "_d" + std::to_string(d) + "_k" + std::to_string(k);
+  r["params"] = {{"n", n}, {"d", d}, {"k", k}, {"block_rows", rows}, {"dtype", "float32"},
+                 {"repeat", reps}, {"lloyd_iters_run", iters},
+                 {"baseline", "one cblas_sgemm (N,d) x (d,k) into an (N,k) buffer"}};
+  r["cblas_time_s"] = t_blas;
+  r["cblas_gflops"] = flops / t_blas * 1e-9;
+  r["assign_time_s"] = t_assign;
+  r["assign_gflops"] = flops / t_assign * 1e-9;
+  r["ratio_vs_cblas"] = t_blas / t_assign;
+  r["kmeans_assign_call_time_s"] = t_public;
+  r["kmeans_assign_call_ratio_vs_cblas"] = t_blas / t_public;
+  r["lloyd_iteration_time_s"] = t_lloyd;
+  r["lloyd_peak_bytes"] = peak;
+  if (t_elkan > 0) {
+    r["elkan_iteration_time_s"] = t_elkan;
+    r["elkan_ratio_vs_lloyd"] = t_elkan / r["lloyd_iteration_time_s"].get<double>();
+  }  // buffers of one kmeans() run (x was allocated before)
+  return r;
+}
+
+json bench_kmeans(const Options& o) {
+  json rows = json::array();
+  for (int64_t d : o.kmeans_dims)
+    for (int64_t k : o.kmeans_ks) rows.push_back(kmeans_row(o, o.kmeans_n, d, k));
+  return report("kmeans", rows);
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   if (argc < 2) throw UsageError("missing subcommand");
@@ -643,7 +756,7 @@ Options parse(int argc, char** argv) {
     return o;
   }
   if (o.cmd != "overhead" && o.cmd != "matmul" && o.cmd != "elementwise" && o.cmd != "attention" &&
-      o.cmd != "model")
+      o.cmd != "model" && o.cmd != "kmeans")
     throw UsageError("unknown subcommand '" + o.cmd + "'");
   cf::apps::ArgReader args(argc, argv, 2);
   while (!args.done()) {
@@ -686,6 +799,19 @@ Options parse(int argc, char** argv) {
     } else if (opt == "--batch" && o.cmd == "matmul") {
       o.batch = cf::apps::parse_int_list(opt, args.value(opt), 0);
       if (o.batch.size() != 2) throw UsageError("--batch expects B,N (two integers)");
+    } else if (opt == "--n" && o.cmd == "kmeans") {
+      o.kmeans_n = cf::apps::parse_int(opt, args.value(opt), 1);
+    } else if (opt == "--dims" && o.cmd == "kmeans") {
+      o.kmeans_dims = cf::apps::parse_int_list(opt, args.value(opt), 1);
+    } else if (opt == "--ks" && o.cmd == "kmeans") {
+      o.kmeans_ks = cf::apps::parse_int_list(opt, args.value(opt), 1);
+    } else if (opt == "--block-rows" && o.cmd == "kmeans") {
+      o.block_rows = cf::apps::parse_int(opt, args.value(opt), 1);
+    } else if (opt == "--iters" && o.cmd == "kmeans") {
+      o.lloyd_iters = cf::apps::parse_int(opt, args.value(opt), 1);
+    } else if (opt == "--elkan" && o.cmd == "kmeans") {
+      args.no_value(opt);
+      o.elkan = true;
     } else if (opt == "--numel" && o.cmd == "elementwise") {
       o.numel = cf::apps::parse_int(opt, args.value(opt), 1024);
       if (o.numel % 1024 != 0) throw UsageError("--numel must be a multiple of 1024 (softmax rows)");
@@ -723,6 +849,7 @@ int main(int argc, char** argv) {
                : o.cmd == "matmul"      ? bench_matmul(o)
                : o.cmd == "attention"   ? bench_attention(o)
                : o.cmd == "model"       ? bench_model(o)
+               : o.cmd == "kmeans"      ? bench_kmeans(o)
                                         : bench_elementwise(o);
     std::cout << out.dump() << std::endl;
   } catch (const std::exception& e) {

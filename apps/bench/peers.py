@@ -198,22 +198,31 @@ def kmeans_data(np, n, d, k, seed):
     return x, init
 
 
+def per_iteration(run, iters, reps):
+    """Time of one Lloyd iteration: (T(2m) - T(m)) / m, so set-up costs (copies,
+    norms, index building) cancel, as cf-bench reports the median interval
+    between iterations of one run."""
+    t1 = median_time(lambda: run(iters), reps)
+    t2 = median_time(lambda: run(2 * iters), reps)
+    return max(t2 - t1, 1e-9) / iters
+
+
 def faiss_lloyd_iteration(faiss, np, n, d, k, iters, reps):
     x, init = kmeans_data(np, n, d, k, 0)
 
-    def run():
-        km = faiss.Kmeans(d, k, niter=iters, seed=1, verbose=False, max_points_per_centroid=n)
+    def run(m):
+        km = faiss.Kmeans(d, k, niter=m, seed=1, verbose=False, max_points_per_centroid=n)
         km.train(x, init_centroids=init)
-    return median_time(run, reps) / iters
+    return per_iteration(run, iters, reps)
 
 
 def sklearn_lloyd_iteration(sklearn_cluster, np, n, d, k, iters, reps):
     x, init = kmeans_data(np, n, d, k, 0)
 
-    def run():
-        sklearn_cluster.KMeans(n_clusters=k, init=init, n_init=1, max_iter=iters, tol=0.0,
+    def run(m):
+        sklearn_cluster.KMeans(n_clusters=k, init=init, n_init=1, max_iter=m, tol=0.0,
                                algorithm="lloyd").fit(x)
-    return median_time(run, reps) / iters
+    return per_iteration(run, iters, reps)
 
 
 # ---------------------------------------------------------------- main
@@ -307,9 +316,9 @@ def main():
     if (mods["faiss"] is not None or mods["sklearn"] is not None) and np is not None and want("kmeans"):
         n, d, k, iters = (20000, 64, 256, 5) if quick else (100000, 64, 256, 5)
         try:
-            cf = cf_rows(run_cf(args.cf_bench, ["kmeans", "--points", str(n), "--dims", str(d), "--clusters", str(k),
+            cf = cf_rows(run_cf(args.cf_bench, ["kmeans", "--n", str(n), "--dims", str(d), "--ks", str(k),
                                                 "--iters", str(iters)] + threads))
-            cf_iter = cf["lloyd_%dx%d_k%d" % (n, d, k)]["iteration_time_s"]
+            cf_iter = cf["kmeans_n%d_d%d_k%d" % (n, d, k)]["lloyd_iteration_time_s"]
         except (RuntimeError, KeyError) as e:
             print("peers: cf-bench kmeans unavailable (%s); skipping kmeans" % e)
             cf_iter = None

@@ -30,6 +30,33 @@ void kmeans_update_cpu(const Tensor& x, const Tensor& labels, const Tensor& orde
 // which is 2 - 2 cos) for the new centre row `center` of x; dist (N,) float64.
 void kmeans_pp_update_cpu(const Tensor& x, int64_t center, const Tensor& dist);
 
+// Greedy k-means++ trial: potential[l] = sum_i min(dist[i], |x_i - x_{cand[l]}|^2)
+// for each candidate row cand (L,) int64, into potential (L,) float64. The distances
+// come from one GEMM per chunk of kPotentialChunk rows through the expansion
+// xnorm[i] + |x_c|^2 - 2 x_i.x_c (clamped at 0), xnorm (N,) float64 holding |x_i|^2
+// (kmeans_row_sqnorms). They only rank the candidates; the chosen one's distances
+// are then computed exactly by kmeans_pp_update. Chunks are summed in order, so the
+// result does not depend on the thread count. workspace: at least
+// L * d + kPotentialChunk * L elements of x's dtype.
+constexpr int64_t kPotentialChunk = 2048;
+void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& xnorm, const Tensor& dist,
+                              const Tensor& cand, const Tensor& workspace, const Tensor& potential);
+// out[i] = |x_i|^2 in double, out (N,) float64.
+void kmeans_row_sqnorms_cpu(const Tensor& x, const Tensor& out);
+
+// Elkan's assignment step (Elkan 2003, "Using the triangle inequality to accelerate
+// k-means"): the same nearest centroid as kmeans_assign_cpu, skipping the distances
+// the bounds prove useless. Euclidean distances on the rows as given (cosine: unit
+// rows, whose Euclidean nearest is the cosine nearest). State between calls:
+// lower (N, k) float64 lower bounds of |x_i - c_j|, upper (N,) float64 an upper bound
+// of |x_i - c_labels[i]|, labels (N,) int64. first = true computes every distance and
+// fills the state; otherwise c_prev (k, d) holds the centroids of the previous call,
+// whose moves loosen the bounds first. `scratch` holds at least k * k + 2 * k
+// doubles. Writes dist (N,) float64 exactly as kmeans_assign_cpu does.
+void kmeans_elkan_assign_cpu(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,
+                             bool cosine, const Tensor& lower, const Tensor& upper,
+                             const Tensor& scratch, const Tensor& labels, const Tensor& dist);
+
 // Device dispatch. The CUDA arms (a GEMM + row-argmin kernel, a sort-by-label +
 // segmented reduction, a fused distance-min) come with the CUDA backend; until then
 // a CUDA tensor is a clear error even in a CUDA build.
@@ -51,6 +78,21 @@ inline void kmeans_update(const Tensor& x, const Tensor& labels, const Tensor& o
 }
 inline void kmeans_pp_update(const Tensor& x, int64_t center, const Tensor& dist) {
   CF_KMEANS_DISPATCH("kmeans_pp_update", x.device(), kmeans_pp_update_cpu(x, center, dist));
+}
+inline void kmeans_pp_potentials(const Tensor& x, const Tensor& xnorm, const Tensor& dist,
+                                 const Tensor& cand, const Tensor& workspace, const Tensor& potential) {
+  CF_KMEANS_DISPATCH("kmeans_pp_potentials", x.device(),
+                     kmeans_pp_potentials_cpu(x, xnorm, dist, cand, workspace, potential));
+}
+inline void kmeans_row_sqnorms(const Tensor& x, const Tensor& out) {
+  CF_KMEANS_DISPATCH("kmeans_row_sqnorms", x.device(), kmeans_row_sqnorms_cpu(x, out));
+}
+inline void kmeans_elkan_assign(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,
+                                bool cosine, const Tensor& lower, const Tensor& upper,
+                                const Tensor& scratch, const Tensor& labels, const Tensor& dist) {
+  CF_KMEANS_DISPATCH("kmeans_elkan_assign", x.device(),
+                     kmeans_elkan_assign_cpu(x, c, c_prev, first, cosine, lower, upper, scratch,
+                                             labels, dist));
 }
 #undef CF_KMEANS_DISPATCH
 

@@ -1,10 +1,13 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/common/parallel.h"
 #include "kernels/kmeans/kmeans.h"
+#include "kernels/matmul/matmul.h"
 
 namespace cf::kernels {
 
@@ -21,6 +24,130 @@ void gemm_nt(const double* x, const double* c, double* out, int64_t rows, int64_
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(k), int(d), alpha, x, int(d),
               c, int(d), 0.0, out, int(k));
 }
+
+// Argmin of s[j] + bias[j] over a row, the lowest index among equal values, in one
+// pass over W lanes (GCC/Clang vector extensions, one 512-bit register of T, which
+// the compiler splits into what the target has): each lane keeps its first minimum,
+// then the lanes merge by (value, index). The tail shorter than W comes last; its
+// indices exceed every lane's, so a strict < keeps the lower index on ties.
+template <typename T>
+struct Lanes;
+template <>
+struct Lanes<float> {
+  typedef float V __attribute__((vector_size(64)));
+  typedef int32_t I __attribute__((vector_size(64)));
+  static constexpr int W = 16;
+};
+template <>
+struct Lanes<double> {
+  typedef double V __attribute__((vector_size(64)));
+  typedef int64_t I __attribute__((vector_size(64)));
+  static constexpr int W = 8;
+};
+
+template <typename T>
+inline __attribute__((always_inline)) int64_t row_argmin(const T* s, const T* bias, int64_t k) {
+  using V = typename Lanes<T>::V;
+  using I = typename Lanes<T>::I;
+  constexpr int W = Lanes<T>::W;
+  int64_t j = 1, idx = 0;
+  T best = s[0] + bias[0];
+  if (k >= 2 * W) {
+    V a, b;
+    I cur, bi;
+    std::memcpy(&a, s, sizeof(V));
+    std::memcpy(&b, bias, sizeof(V));
+    V bv = a + b;
+    for (int l = 0; l < W; ++l) cur[l] = l;
+    bi = cur;
+    for (j = W; j + W <= k; j += W) {
+      cur += W;
+      std::memcpy(&a, s + j, sizeof(V));
+      std::memcpy(&b, bias + j, sizeof(V));
+      const V v = a + b;
+      const I lt = v < bv;
+      bv = lt ? v : bv;
+      bi = lt ? cur : bi;
+    }
+    best = bv[0];
+    idx = bi[0];
+    for (int l = 1; l < W; ++l)
+      if (bv[l] < best || (bv[l] == best && bi[l] < idx)) {
+        best = bv[l];
+        idx = bi[l];
+      }
+  }
+  for (; j < k; ++j) {
+    const T v = s[j] + bias[j];
+    if (v < best) {
+      best = v;
+      idx = j;
+    }
+  }
+  return idx;
+}
+
+// Squared distance and dot product accumulated in double. The simd reduction lets
+// the compiler split the sum over vector lanes: the bits then depend on the vector
+// width of the machine, never on the thread count.
+template <typename T>
+inline __attribute__((always_inline)) double sqdist(const T* a, const T* b, int64_t d) {
+  double acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t t = 0; t < d; ++t) {
+    const double e = double(a[t]) - double(b[t]);
+    acc += e * e;
+  }
+  return acc;
+}
+template <typename T>
+inline __attribute__((always_inline)) double dot(const T* a, const T* b, int64_t d) {
+  double acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t t = 0; t < d; ++t) acc += double(a[t]) * double(b[t]);
+  return acc;
+}
+
+// The row loops of the kernels, compiled for several x86-64 levels and picked at
+// load time (GCC function multiversioning): the build targets baseline x86-64
+// (SSE2), where the lanes above run 4 wide; AVX-512 runs them 16 wide.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CF_KMEANS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CF_KMEANS_CLONES
+#endif
+
+// Rows [r0, r1) of a score block starting at point b0: nearest centroid, then the
+// distance to it computed directly (no cancellation error from the expansion).
+#define CF_KMEANS_ROW_LOOPS(T)                                                                  \
+  CF_KMEANS_CLONES void assign_rows(const T* scores, const T* bias, const T* X, const T* C,   \
+                                    int64_t b0, int64_t r0, int64_t r1, int64_t k, int64_t d, \
+                                    bool cosine, int64_t* L, double* D) {                     \
+    for (int64_t r = r0; r < r1; ++r) {                                                       \
+      const int64_t i = b0 + r, j = row_argmin(scores + r * k, bias, k);                      \
+      L[i] = j;                                                                               \
+      D[i] = cosine ? std::max(0.0, 1.0 - dot(X + i * d, C + j * d, d))                       \
+                    : sqdist(X + i * d, C + j * d, d);                                        \
+    }                                                                                         \
+  }                                                                                           \
+  CF_KMEANS_CLONES void pp_update_rows(const T* X, const T* c, int64_t b, int64_t e, int64_t d, \
+                                       double* D) {                                           \
+    for (int64_t i = b; i < e; ++i) D[i] = std::min(D[i], sqdist(X + i * d, c, d));          \
+  }                                                                                           \
+  CF_KMEANS_CLONES void sqnorm_rows(const T* X, int64_t b, int64_t e, int64_t d, double* out) { \
+    for (int64_t i = b; i < e; ++i) out[i] = dot(X + i * d, X + i * d, d);                   \
+  }                                                                                           \
+  CF_KMEANS_CLONES void add_rows(const T* X, const int64_t* order, int64_t p0, int64_t p1,    \
+                                 int64_t d, double* acc) {                                    \
+    for (int64_t p = p0; p < p1; ++p) {                                                       \
+      const T* row = X + order[p] * d;                                                        \
+      for (int64_t t = 0; t < d; ++t) acc[t] += double(row[t]);                               \
+    }                                                                                         \
+  }
+CF_KMEANS_ROW_LOOPS(float)
+CF_KMEANS_ROW_LOOPS(double)
+#undef CF_KMEANS_ROW_LOOPS
+#undef CF_KMEANS_CLONES
 
 template <typename T>
 void assign_typed(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
@@ -44,37 +171,17 @@ void assign_typed(const Tensor& x, const Tensor& c, bool cosine, int64_t block_r
     bias[j] = T(s);
   }
   const T alpha = cosine ? T(-1) : T(-2);
-  // Rows per parallel chunk: enough score entries that a thread start pays off.
-  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(k, 1));
+  // Each thread computes the scores of its own rows of the block (a one-thread
+  // GEMM: one thread pool, see kernels/matmul/matmul.h) and takes their argmins
+  // while the rows are still in cache. Rows per chunk: enough score entries that
+  // a thread start pays off, and enough rows for an efficient GEMM.
+  use_single_threaded_blas();
+  const int64_t grain = std::max<int64_t>(64, kParallelGrain / std::max<int64_t>(k, 1));
   for (int64_t b0 = 0; b0 < N; b0 += rows_max) {
     const int64_t rows = std::min(rows_max, N - b0);
-    gemm_nt(X + b0 * d, C, scores, rows, k, d, alpha);
     parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* s = scores + r * k;
-        T best = s[0] + bias[0];
-        // A min reduction that vectorises, then the first index reaching it: the
-        // lowest index wins ties, as in a sequential scan.
-#pragma omp simd reduction(min : best)
-        for (int64_t j = 1; j < k; ++j) best = std::min(best, s[j] + bias[j]);
-        int64_t bj = 0;
-        while (bj < k - 1 && !(s[bj] + bias[bj] == best)) ++bj;
-        const int64_t i = b0 + r;
-        L[i] = bj;
-        const T* xi = X + i * d;
-        const T* cj = C + bj * d;
-        double acc = 0;
-        if (cosine) {
-          for (int64_t t = 0; t < d; ++t) acc += double(xi[t]) * double(cj[t]);
-          D[i] = std::max(0.0, 1.0 - acc);
-        } else {
-          for (int64_t t = 0; t < d; ++t) {
-            double e = double(xi[t]) - double(cj[t]);
-            acc += e * e;
-          }
-          D[i] = acc;
-        }
-      }
+      gemm_nt(X + (b0 + r0) * d, C, scores + r0 * k, r1 - r0, k, d, alpha);
+      assign_rows(scores, bias, X, C, b0, r0, r1, k, d, cosine, L, D);
     });
   }
 }
@@ -109,10 +216,7 @@ void update_typed(const Tensor& x, const Tensor& labels, const Tensor& order, co
   for (int64_t j = 0; j < k; ++j) {
     double* acc = S + j * d;
     std::fill(acc, acc + d, 0.0);
-    for (int64_t p = start[size_t(j)]; p < start[size_t(j) + 1]; ++p) {
-      const T* row = X + O[p] * d;
-      for (int64_t t = 0; t < d; ++t) acc[t] += double(row[t]);
-    }
+    add_rows(X, O, start[size_t(j)], start[size_t(j) + 1], d, acc);
   }
 }
 
@@ -120,23 +224,160 @@ template <typename T>
 void pp_update_typed(const Tensor& x, int64_t center, const Tensor& dist) {
   const int64_t N = x.size(0), d = x.size(1);
   const T* X = x.data<T>();
-  const T* c = X + center * d;
   double* D = dist.data<double>();
   parallel_for(N, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t i = b; i < e; ++i) {
-                   const T* xi = X + i * d;
-                   double acc = 0;
-                   for (int64_t t = 0; t < d; ++t) {
-                     double v = double(xi[t]) - double(c[t]);
-                     acc += v * v;
-                   }
-                   D[i] = std::min(D[i], acc);
-                 }
-               });
+               [&](int64_t b, int64_t e) { pp_update_rows(X, X + center * d, b, e, d, D); });
+}
+
+template <typename T>
+void pp_potentials_typed(const Tensor& x, const Tensor& xnorm, const Tensor& dist, const Tensor& cand,
+                         const Tensor& workspace, const Tensor& potential) {
+  const int64_t N = x.size(0), d = x.size(1), L = cand.numel();
+  CF_CHECK(workspace.numel() >= L * d + kPotentialChunk * L, ValueError,
+           "[kmeans_pp_potentials] workspace of ", workspace.numel(), " elements, needs ",
+           L * d + kPotentialChunk * L);
+  const T* X = x.data<T>();
+  const double* XN = xnorm.data<double>();
+  const double* D = dist.data<double>();
+  const int64_t* C = cand.data<int64_t>();
+  double* P = potential.data<double>();
+  T* cbuf = workspace.data<T>();  // (L, d): the candidate rows
+  T* S = cbuf + L * d;            // (chunk, L): x_i . x_c
+  double cn[64];
+  CF_CHECK(L <= 64, ValueError, "[kmeans_pp_potentials] at most 64 candidates, got ", L);
+  for (int64_t l = 0; l < L; ++l) {
+    std::memcpy(cbuf + l * d, X + C[l] * d, size_t(d) * sizeof(T));
+    cn[l] = XN[C[l]];
+    P[l] = 0;
+  }
+  for (int64_t b = 0; b < N; b += kPotentialChunk) {
+    const int64_t rows = std::min(kPotentialChunk, N - b);
+    gemm_nt(X + b * d, cbuf, S, rows, L, d, T(1));
+    // Per chunk first, then into the totals: a fixed order of additions.
+    double acc[64] = {0};
+    for (int64_t r = 0; r < rows; ++r) {
+      const double xn = XN[b + r], di = D[b + r];
+      for (int64_t l = 0; l < L; ++l)
+        acc[l] += std::min(di, std::max(0.0, xn + cn[l] - 2.0 * double(S[r * L + l])));
+    }
+    for (int64_t l = 0; l < L; ++l) P[l] += acc[l];
+  }
+}
+
+template <typename T>
+void sqnorms_typed(const Tensor& x, const Tensor& out) {
+  const int64_t N = x.size(0), d = x.size(1);
+  const T* X = x.data<T>();
+  double* O = out.data<double>();
+  parallel_for(N, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d, 1)),
+               [&](int64_t b, int64_t e) { sqnorm_rows(X, b, e, d, O); });
+}
+
+template <typename T>
+void elkan_typed(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first, bool cosine,
+                 const Tensor& lower, const Tensor& upper, const Tensor& scratch,
+                 const Tensor& labels, const Tensor& dist) {
+  const int64_t N = x.size(0), d = x.size(1), k = c.size(0);
+  const T* X = x.data<T>();
+  const T* C = c.data<T>();
+  double* lo = lower.data<double>();
+  double* up = upper.data<double>();
+  int64_t* L = labels.data<int64_t>();
+  double* D = dist.data<double>();
+  CF_CHECK(scratch.numel() >= k * k + 2 * k, ValueError, "[kmeans_elkan_assign] scratch of ",
+           scratch.numel(), " elements, needs ", k * k + 2 * k);
+  double* cc = scratch.data<double>();  // (k, k): half the centroid-centroid distances
+  double* s = cc + k * k;               // (k,): min over j' != j of cc[j][j']
+  double* shift = s + k;                // (k,): how far each centroid moved
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(k * d, 1));
+  if (first) {
+    parallel_for(N, grain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        int64_t a = 0;
+        double best = HUGE_VAL;
+        for (int64_t j = 0; j < k; ++j) {
+          const double dij = std::sqrt(sqdist(X + i * d, C + j * d, d));
+          lo[i * k + j] = dij;
+          if (dij < best) best = dij, a = j;
+        }
+        L[i] = a;
+        up[i] = best;
+      }
+    });
+  } else {
+    const T* P = c_prev.data<T>();
+    for (int64_t j = 0; j < k; ++j) shift[j] = std::sqrt(sqdist(P + j * d, C + j * d, d));
+    for (int64_t j = 0; j < k; ++j) {
+      s[j] = HUGE_VAL;
+      for (int64_t j2 = 0; j2 < k; ++j2) {
+        cc[j * k + j2] = 0.5 * std::sqrt(sqdist(C + j * d, C + j2 * d, d));
+        if (j2 != j) s[j] = std::min(s[j], cc[j * k + j2]);
+      }
+    }
+    parallel_for(N, grain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        double* li = lo + i * k;
+        // The bounds after the centroids moved (Elkan's steps 5 and 6).
+        for (int64_t j = 0; j < k; ++j) li[j] = std::max(0.0, li[j] - shift[j]);
+        int64_t a = L[i];
+        double u = up[i] + shift[a];
+        if (u <= s[a]) {  // no other centroid can be nearer (step 2)
+          up[i] = u;
+          continue;
+        }
+        bool tight = false;
+        for (int64_t j = 0; j < k; ++j) {
+          if (j == a || u <= li[j] || u <= cc[a * k + j]) continue;  // step 3
+          if (!tight) {  // step 3a: make the upper bound exact once
+            u = std::sqrt(sqdist(X + i * d, C + a * d, d));
+            li[a] = u;
+            tight = true;
+            if (u <= li[j] || u <= cc[a * k + j]) continue;
+          }
+          const double dij = std::sqrt(sqdist(X + i * d, C + j * d, d));  // step 3b
+          li[j] = dij;
+          // Ties keep the lower index, as the full argmin does.
+          if (dij < u || (dij == u && j < a)) {
+            a = j;
+            u = dij;
+          }
+        }
+        L[i] = a;
+        up[i] = u;
+      }
+    });
+  }
+  // The exact distance to the chosen centroid, as the plain assignment reports it;
+  // it also makes the upper bound exact for the next call.
+  parallel_for(N, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const double sq = sqdist(X + i * d, C + L[i] * d, d);
+      D[i] = cosine ? std::max(0.0, 0.5 * sq) : sq;
+      up[i] = std::sqrt(sq);
+      lo[i * k + L[i]] = up[i];
+    }
+  });
 }
 
 }  // namespace
+
+void kmeans_elkan_assign_cpu(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,
+                             bool cosine, const Tensor& lower, const Tensor& upper,
+                             const Tensor& scratch, const Tensor& labels, const Tensor& dist) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_elkan_assign",
+                    elkan_typed<scalar_t>(x, c, c_prev, first, cosine, lower, upper, scratch,
+                                          labels, dist));
+}
+
+void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& xnorm, const Tensor& dist,
+                              const Tensor& cand, const Tensor& workspace, const Tensor& potential) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_pp_potentials",
+                    pp_potentials_typed<scalar_t>(x, xnorm, dist, cand, workspace, potential));
+}
+
+void kmeans_row_sqnorms_cpu(const Tensor& x, const Tensor& out) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_row_sqnorms", sqnorms_typed<scalar_t>(x, out));
+}
 
 void kmeans_assign_cpu(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
                        const Tensor& workspace, const Tensor& labels, const Tensor& dist) {

@@ -10,6 +10,11 @@ namespace cf::kernels {
 // Whether a matrix with these strides can be handed to BLAS without a copy.
 bool blas_compatible(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride);
 
+// cf runs every BLAS call on one thread and shares GEMM work out over its own
+// OpenMP team (matmul_cpu.cpp says why). Kernels that call BLAS directly call
+// this first and split their GEMMs themselves.
+void use_single_threaded_blas();
+
 void matmul_cpu(const Tensor& a, const Tensor& b, const Tensor& out);
 #ifdef CF_WITH_CUDA
 void matmul_cuda(const Tensor& a, const Tensor& b, const Tensor& out);

@@ -59,11 +59,6 @@ int64_t col_offset(const Layout& l, int64_t c) { return l.trans == CblasNoTrans 
 constexpr double kParallelFlops = 2e6;  // below this a parallel region costs more than it saves
 constexpr int64_t kMinPartRows = 16;    // a split GEMM keeps at least this many rows (or columns) per part
 
-void use_single_threaded_blas() {
-  // Cheap check every call: a user (or a benchmark's raw-BLAS baseline) may
-  // have raised OpenBLAS's thread count since.
-  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-}
 
 int max_threads() {
 #ifdef _OPENMP
@@ -132,6 +127,12 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 }  // namespace
+
+void use_single_threaded_blas() {
+  // Cheap check every call: a user (or a benchmark's raw-BLAS baseline) may
+  // have raised OpenBLAS's thread count since.
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
 
 bool blas_compatible(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return layout_of(rows, cols, rs, cs).ok;

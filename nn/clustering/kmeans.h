@@ -18,6 +18,7 @@
 //
 // Not differentiable: runs under no-grad; inputs that require grad are read as constants.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -26,6 +27,12 @@ namespace cf::nn {
 
 enum class KMeansInit { kmeans_plus_plus, random };
 enum class KMeansMetric { l2, cosine };  // cosine: points and centroids L2-normalised (spherical k-means)
+// How the assignment step finds the nearest centroids; both give the same clustering.
+//  lloyd: every distance, through the blocked GEMM (memory: block_rows x k).
+//  elkan: Elkan (2003) triangle-inequality bounds skip most distances once the
+//         centroids settle; direct distances, no GEMM. Memory: N x k float64 lower
+//         bounds, so it suits moderate k; faster when d is large and k moderate.
+enum class KMeansAlgorithm { lloyd, elkan };
 
 struct KMeansOptions {
   int64_t k = 8;
@@ -35,6 +42,10 @@ struct KMeansOptions {
   KMeansMetric metric = KMeansMetric::l2;
   uint64_t seed = 0;          // deterministic for a seed
   int64_t block_rows = 8192;  // rows per assignment block: bounds the (rows x k) distance buffer
+  KMeansAlgorithm algorithm = KMeansAlgorithm::lloyd;
+  // Optional: called after each Lloyd iteration (1, 2, ...) with the inertia of its
+  // assignment, e.g. for a progress bar or metrics lines.
+  std::function<void(int64_t iteration, double inertia)> on_iteration;
 };
 
 struct KMeansResult {
@@ -43,7 +54,8 @@ struct KMeansResult {
   double inertia = 0;  // sum of squared L2 distances (cosine: sum of 1 - cos) to the assigned centroid
   int64_t iterations = 0;
   bool converged = false;
-  // Inertia after each assignment: [0] for the initial centroids, [t] after update t.
+  // Inertia after each assignment: [0] for the initial centroids, [t] after update t
+  // (then one entry per re-seeding round when max_iter ended with a cluster empty).
   // Never increases (Lloyd's steps each lower the objective); back() == inertia.
   std::vector<double> inertia_history;
   // Empty clusters re-seeded with far points over the whole run (0 in a benign run).
@@ -60,8 +72,10 @@ KMeansResult kmeans(const Tensor& x, const Tensor& initial_centroids, const KMea
 Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metric = KMeansMetric::l2);
 
 // The initial centroids kmeans() starts from: (k, d), dtype of x (cosine: unit rows).
-// k-means++ (Arthur & Vassilvitskii 2007): first centre uniform, each next one drawn
-// with probability proportional to the squared distance to the nearest chosen centre.
+// k-means++ (Arthur & Vassilvitskii 2007), greedy as in scikit-learn: first centre
+// uniform; for each next one 2 + floor(ln k) candidates are drawn with probability
+// proportional to the squared distance to the nearest chosen centre, and the one
+// that lowers the sum of those squared distances most is kept.
 // random: k distinct rows drawn uniformly.
 Tensor kmeans_init(const Tensor& x, const KMeansOptions& options);
 

@@ -1,6 +1,7 @@
 // K-Means engine (nn/clustering/kmeans.h): planted-cluster recovery, monotone
 // inertia, determinism across runs, thread counts and block sizes, the cosine
 // metric, empty-cluster re-seeding, the adjusted Rand index and every bad input.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -137,8 +138,15 @@ TEST_CASE("KMeans: inertia never increases between iterations (random init, over
       o.init = KMeansInit::random;
       o.tol = 0;
       o.max_iter = 300;
+      std::vector<double> seen;
+      o.on_iteration = [&](int64_t it, double inertia) {
+        CHECK(it == int64_t(seen.size()) + 1);
+        seen.push_back(inertia);
+      };
       KMeansResult r = kmeans(p.x, o);
       INFO("dtype ", dt, " seed ", seed);
+      // The callback saw every iteration's inertia, in order.
+      CHECK(seen == std::vector<double>(r.inertia_history.begin() + 1, r.inertia_history.end()));
       REQUIRE(r.inertia_history.size() >= 4);  // the test needs a real descent
       CHECK(r.iterations + 1 == int64_t(r.inertia_history.size()));
       const double rel = dt == kFloat64 ? 1e-12 : 1e-6;
@@ -194,6 +202,82 @@ TEST_CASE("KMeans: the same seed or the same init gives the same bits, for any t
     INFO("block_rows ", rows);
     CHECK(same_bits(r.assignments, a.assignments));
     CHECK(r.inertia == doctest::Approx(a.inertia).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("KMeans: kmeans_init picks distinct data rows, k-means++ spread over the clusters") {
+  Planted p = planted(500, 3, 5, 10.0, 0.1, 12);
+  std::vector<double> X = cf::test::values(p.x);
+  for (KMeansInit init : {KMeansInit::random, KMeansInit::kmeans_plus_plus}) {
+    for (uint64_t seed : {0u, 1u, 2u, 3u}) {
+      KMeansOptions o;
+      o.k = 5;
+      o.init = init;
+      o.seed = seed;
+      Tensor c = kmeans_init(p.x, o);
+      REQUIRE(c.shape() == Shape{5, 3});
+      std::vector<double> C = cf::test::values(c);
+      // Each centre is one of the rows.
+      std::set<int64_t> rows;
+      for (int64_t j = 0; j < 5; ++j)
+        for (int64_t i = 0; i < 500; ++i)
+          if (std::equal(C.begin() + j * 3, C.begin() + j * 3 + 3, X.begin() + i * 3)) rows.insert(i);
+      CHECK(rows.size() == 5);
+      // k-means++ on well-separated blobs: one centre per blob.
+      if (init == KMeansInit::kmeans_plus_plus) {
+        std::set<int64_t> blobs;
+        std::vector<int64_t> lab = p.labels.to_vector<int64_t>();
+        for (int64_t i : rows) blobs.insert(lab[size_t(i)]);
+        CHECK(blobs.size() == 5);
+      }
+    }
+  }
+}
+
+TEST_CASE("KMeans: Elkan's accelerated variant gives Lloyd's result") {
+  auto compare = [](const Tensor& x, const Tensor& init, KMeansOptions o, double tol) {
+    o.algorithm = KMeansAlgorithm::lloyd;
+    KMeansResult a = kmeans(x, init, o);
+    o.algorithm = KMeansAlgorithm::elkan;
+    KMeansResult b = kmeans(x, init, o);
+    CHECK(b.assignments.to_vector<int64_t>() == a.assignments.to_vector<int64_t>());
+    cf::test::check_close(b.centroids, cf::test::values(a.centroids), tol);
+    CHECK(b.iterations == a.iterations);
+    CHECK(b.converged == a.converged);
+    CHECK(b.reseeded_clusters == a.reseeded_clusters);
+    REQUIRE(b.inertia_history.size() == a.inertia_history.size());
+    for (size_t t = 0; t < a.inertia_history.size(); ++t)
+      CHECK(b.inertia_history[t] == doctest::Approx(a.inertia_history[t]).epsilon(tol));
+    return a.iterations;
+  };
+  {
+    // Overlapping blobs: many iterations in which the bounds must stay valid.
+    Planted p = planted(1200, 6, 15, 2.0, 1.0, 61);
+    KMeansOptions o;
+    o.k = 15;
+    o.tol = 0;
+    o.init = KMeansInit::random;
+    o.seed = 4;
+    CHECK(compare(p.x, kmeans_init(p.x, o), o, 1e-9) >= 5);
+    o.metric = KMeansMetric::cosine;
+    CHECK(compare(p.x, kmeans_init(p.x, o), o, 1e-9) >= 3);
+    o.metric = KMeansMetric::l2;
+    o.max_iter = 3;  // stopped early, not converged
+    compare(p.x, kmeans_init(p.x, o), o, 1e-9);
+  }
+  {
+    // Re-seeding moves a centroid far: the bounds follow the move.
+    std::vector<double> x = {0, 0, 0.1, 0, 0, 0.1, 5, 5, 5.1, 5, 5, 5.1, 0, 3};
+    KMeansOptions o;
+    o.k = 3;
+    compare(Tensor::from_vector(x, {7, 2}),
+            Tensor::from_vector(std::vector<double>{0, 0, 5, 5, 1000, -1000}, {3, 2}), o, 1e-12);
+  }
+  {
+    Planted p = planted(1000, 8, 6, 10.0, 0.5, 62, kFloat32);
+    KMeansOptions o;
+    o.k = 6;
+    compare(p.x, kmeans_init(p.x, o), o, 1e-5);
   }
 }
 

@@ -1,0 +1,127 @@
+# End-to-end test of cf-kmeans (run by CTest: cmake -DAPP=... -DWORK_DIR=... -P this file).
+# The demo writes a planted data set as .npy; the app then clusters it from the file
+# and must recover the planted labels (adjusted Rand index 1), write its outputs,
+# and answer bad command lines with status 2 and bad inputs with status 1.
+cmake_minimum_required(VERSION 3.25)
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+# run(<expected status> <var for stdout> <var for stderr> args...)
+function(run expected out_var err_var)
+  execute_process(COMMAND "${APP}" ${ARGN} WORKING_DIRECTORY "${WORK_DIR}"
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL expected)
+    message(FATAL_ERROR "cf-kmeans ${ARGN}: exit status ${rc}, expected ${expected}\nstdout:\n${out}\nstderr:\n${err}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+  set(${err_var} "${err}" PARENT_SCOPE)
+endfunction()
+
+function(expect_match text regex what)
+  if(NOT text MATCHES "${regex}")
+    message(FATAL_ERROR "${what}: expected to match '${regex}', got:\n${text}")
+  endif()
+endfunction()
+
+# The last line of the output: the JSON summary.
+function(summary_of out var)
+  string(STRIP "${out}" out)
+  string(REGEX REPLACE ".*\n" "" last "${out}")
+  set(${var} "${last}" PARENT_SCOPE)
+endfunction()
+
+run(0 out err --help)
+expect_match("${out}" "usage: cf-kmeans" "--help")
+
+# Usage errors: status 2 and a message naming the problem.
+run(2 out err --k)
+expect_match("${err}" "--k needs a value" "missing value")
+run(2 out err --bogus 1)
+expect_match("${err}" "unknown option '--bogus'" "unknown option")
+run(2 out err --k 0)
+expect_match("${err}" "'k' must be at least 1" "k = 0")
+run(2 out err --input data.bin)
+expect_match("${err}" "needs --shape N,D" "raw without a shape")
+run(2 out err --metric manhattan)
+expect_match("${err}" "--metric must be l2 or cosine" "bad metric")
+file(WRITE "${WORK_DIR}/bad.json" "{\"k\": 3, \"clusters\": 4}")
+run(2 out err --config bad.json)
+expect_match("${err}" "unknown config key 'clusters'" "unknown config key")
+
+# The demo: planted clusters recovered; it saves the data and labels for the next runs.
+run(0 out err --demo-n 900 --demo-d 4 --k 3 --seed 1 --save-data data.npy --save-labels labels.npy)
+summary_of("${out}" s)
+string(JSON recovered GET "${s}" recovered_planted_clusters)
+if(NOT recovered)
+  message(FATAL_ERROR "demo did not recover its planted clusters: ${s}")
+endif()
+
+# Cluster the saved file: ARI 1 against the saved labels, outputs written.
+run(0 out err --input data.npy --labels labels.npy --k 3 --centroids c.npy --assignments a.npy)
+summary_of("${out}" s)
+string(JSON ari GET "${s}" adjusted_rand_index)
+string(JSON n GET "${s}" n)
+string(JSON iterations GET "${s}" iterations)
+if(NOT ari EQUAL 1 OR NOT n EQUAL 900 OR iterations LESS 1)
+  message(FATAL_ERROR "clustering data.npy: ${s}")
+endif()
+expect_match("${out}" "\"event\":\"iteration\",\"iteration\":1," "iteration lines")
+# .npy sizes: a 128-byte header, then (3, 4) float32 and (900,) int64.
+file(SIZE "${WORK_DIR}/c.npy" c_size)
+file(SIZE "${WORK_DIR}/a.npy" a_size)
+if(NOT c_size EQUAL 176 OR NOT a_size EQUAL 7328)
+  message(FATAL_ERROR "output sizes: centroids ${c_size} (expected 176), assignments ${a_size} (expected 7328)")
+endif()
+file(GLOB leftovers "${WORK_DIR}/*.tmp.*")
+if(leftovers)
+  message(FATAL_ERROR "temporary files left behind: ${leftovers}")
+endif()
+
+# Elkan's variant finds the same clusters.
+run(0 out err --input data.npy --labels labels.npy --k 3 --algorithm elkan)
+summary_of("${out}" s)
+string(JSON ari GET "${s}" adjusted_rand_index)
+if(NOT ari EQUAL 1)
+  message(FATAL_ERROR "elkan on data.npy: ${s}")
+endif()
+run(2 out err --algorithm hamerly)
+expect_match("${err}" "--algorithm must be lloyd or elkan" "bad algorithm")
+
+# A config file sets the options; the command line wins over it.
+file(WRITE "${WORK_DIR}/run.json" "{\"input\": \"data.npy\", \"k\": 5, \"max_iter\": 1, \"init\": \"random\", \"metric\": \"cosine\"}")
+run(0 out err --config run.json --k 3)
+summary_of("${out}" s)
+string(JSON k GET "${s}" k)
+string(JSON iterations GET "${s}" iterations)
+if(NOT k EQUAL 3 OR NOT iterations EQUAL 1)
+  message(FATAL_ERROR "config run: ${s}")
+endif()
+
+# Bad inputs: status 1 and the library's message naming the file or the values.
+run(1 out err --input missing.npy)
+expect_match("${err}" "\\[read_npy\\] cannot open 'missing.npy'" "missing file")
+run(1 out err --input data.npy --k 5000)
+expect_match("${err}" "\\[kmeans\\] k = 5000 exceeds the number of points N = 900" "k > N")
+run(1 out err --input data.npy --format raw --shape 10,10)
+expect_match("${err}" "\\[read_raw_float32\\] 'data.npy' holds" "raw size mismatch")
+run(1 out err --input data.npy --labels c.npy --k 3)
+expect_match("${err}" "labels 'c.npy' must hold integers" "float labels")
+
+# IDX input, when the Debian package dataset-fashion-mnist is installed: the test
+# images (10000 x 28 x 28 bytes, gzip) flattened to rows of 784.
+set(fmnist /usr/share/datasets/fashion-mnist)
+if(EXISTS "${fmnist}/t10k-images-idx3-ubyte.gz" AND EXISTS "${fmnist}/t10k-labels-idx1-ubyte.gz")
+  run(0 out err --input "${fmnist}/t10k-images-idx3-ubyte.gz" --labels "${fmnist}/t10k-labels-idx1-ubyte.gz"
+      --k 10 --max-iter 5 --scale 0.00392156862745098 --assignments fm.npy)
+  summary_of("${out}" s)
+  string(JSON n GET "${s}" n)
+  string(JSON d GET "${s}" d)
+  string(JSON ari GET "${s}" adjusted_rand_index)
+  # Ten clothing classes are not ten round blobs: the clusters agree with the
+  # classes only partly, but far above chance (0).
+  if(NOT n EQUAL 10000 OR NOT d EQUAL 784 OR ari LESS 0.2)
+    message(FATAL_ERROR "Fashion-MNIST t10k: ${s}")
+  endif()
+else()
+  message(STATUS "Fashion-MNIST not installed: IDX input not exercised here (see tests/nn/test_data_readers.cpp)")
+endif()
