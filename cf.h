@@ -20,4 +20,7 @@
 #include "core/shape.h"
 #include "core/tensor.h"
 #include "nn/nn.h"
+#include "models/attention_switch.h"
+#include "models/centroid_transformer.h"
+#include "models/cluster_former.h"
 #include "models/transformer.h"
