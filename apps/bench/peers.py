@@ -20,8 +20,10 @@ What is compared (docs/benchmarks.md explains each figure):
   model         Transformer encoder classifier (2 post-LN layers, d 256, 4 heads,
                 FFN 1024, batch 8): one training step (forward, backward, AdamW)
                 and one inference step, vs the nn.TransformerEncoder twin
-  kmeans        one Lloyd iteration (assignment + update) on the same shape vs
-                faiss.Kmeans and sklearn.cluster.KMeans (lloyd), same init
+  kmeans        one Lloyd iteration (assignment + update) vs faiss.Kmeans and
+                sklearn.cluster.KMeans (lloyd): the same shape of standard normal
+                data and k centres drawn from the points on every side (each side
+                draws its own; random data converges no faster on one than another)
 """
 import argparse
 import datetime
