@@ -3,7 +3,7 @@
 // tokens into chunks by some key and attends within a chunk and its neighbours:
 //   neural clustering attention (ClusterFormer eqs. 8-10: cluster-sorted blocks,
 //     block i sees blocks i-1 and i),
-//   LSH attention (Reformer section 3: bucket-sorted chunks, each chunk sees
+//   LSH attention (Reformer section 2: bucket-sorted chunks, each chunk sees
 //     itself and the previous one, no attention to oneself),
 //   routing attention (attention within a routing cluster),
 //   the Cluster-Former layer (Cluster-Former eq. 7: attention within a chunk).
@@ -20,7 +20,7 @@ struct ChunkedAttentionOptions {
   int64_t look_back = 0;   // each chunk's queries also see the previous look_back chunks (cyclic: chunk 0 sees the last)
   int64_t look_ahead = 0;  // ... and the next look_ahead chunks (cyclic)
   bool causal = false;     // block keys whose ORIGINAL position is after the query's original position
-  // Reformer rule (section 3, "Causal masking for shared-QK attention"): a query
+  // Reformer rule (section 2, "Causal masking for shared-QK attention"): a query
   // attends to its own position only when no other key is allowed. Realised as
   // the Reformer does: the self score is replaced by -1e5, so it gets weight 0
   // next to any allowed key and weight 1 when it is alone.
