@@ -2,7 +2,10 @@
 // Gradient checks of whole modules: the module's parameters join the inputs of
 // cf::gradcheck, and each evaluation installs the (perturbed) values with
 // Module::set_parameters.
+#include <cmath>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "cf.h"
 #include "test_util.h"
@@ -25,6 +28,37 @@ inline void check_module_grad(nn::Module& m, const std::function<Tensor(const st
   m.set_parameters(params);
   CHECK_MESSAGE(r.ok, r.message);
   CHECK(r.entries_checked > 0);
+}
+
+// A (B, N) key padding mask, true at the (batch, position) pairs listed.
+inline Tensor pad_mask(int64_t B, int64_t N, const std::vector<std::pair<int64_t, int64_t>>& padded) {
+  std::vector<bool> m(size_t(B * N), false);
+  for (auto& p : padded) m[size_t(p.first * N + p.second)] = true;
+  return Tensor::from_vector(m, {B, N});
+}
+
+// The rows (b, h, i) of a (B, H, N, D) tensor whose token is not padding, flattened:
+// attention variants are compared on these (padded queries' rows follow each
+// variant's own rule).
+inline std::vector<double> real_rows(const Tensor& t, const Tensor& kpm) {
+  const Shape& s = t.shape();
+  auto v = values(t);
+  std::vector<bool> pad(size_t(s[0] * s[2]), false);
+  if (kpm.defined()) pad = kpm.to_vector<bool>();
+  std::vector<double> out;
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t h = 0; h < s[1]; ++h)
+      for (int64_t i = 0; i < s[2]; ++i)
+        if (!pad[size_t(b * s[2] + i)])
+          for (int64_t d = 0; d < s[3]; ++d) out.push_back(v[size_t(((b * s[1] + h) * s[2] + i) * s[3] + d)]);
+  return out;
+}
+
+// Element-wise |a - b| <= tol, each failure reported with its index.
+inline void check_vec_close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(std::fabs(a[i] - b[i]) <= tol)) FAIL_CHECK("element ", i, ": ", a[i], " vs ", b[i]);
 }
 
 }  // namespace cf::test

@@ -24,32 +24,6 @@ nn::AttentionArgs self_args(const Tensor& q, const Tensor& v, const Tensor& kpm,
   return a;
 }
 
-Tensor pad_mask(int64_t B, int64_t N, const std::vector<std::pair<int64_t, int64_t>>& padded) {
-  std::vector<bool> m(size_t(B * N), false);
-  for (auto& p : padded) m[size_t(p.first * N + p.second)] = true;
-  return Tensor::from_vector(m, {B, N});
-}
-
-std::vector<double> real_rows(const Tensor& t, const Tensor& kpm) {
-  const Shape& s = t.shape();
-  auto v = values(t);
-  std::vector<bool> pad(size_t(s[0] * s[2]), false);
-  if (kpm.defined()) pad = kpm.to_vector<bool>();
-  std::vector<double> out;
-  for (int64_t b = 0; b < s[0]; ++b)
-    for (int64_t h = 0; h < s[1]; ++h)
-      for (int64_t i = 0; i < s[2]; ++i)
-        if (!pad[size_t(b * s[2] + i)])
-          for (int64_t d = 0; d < s[3]; ++d) out.push_back(v[size_t(((b * s[1] + h) * s[2] + i) * s[3] + d)]);
-  return out;
-}
-
-void check_vec_close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::fabs(a[i] - b[i]) <= tol)) FAIL_CHECK("element ", i, ": ", a[i], " vs ", b[i]);
-}
-
 // Full shared-QK attention with the Reformer's rules, written densely: keys k = q / |q|, the self score -1e5
 // (a token attends to itself only when nothing else is allowed), padding and causal masks.
 Tensor shared_qk_full_reference(const Tensor& q, const Tensor& v, const Tensor& kpm, bool causal) {

@@ -24,33 +24,6 @@ nn::AttentionArgs args_of(const Tensor& q, const Tensor& k, const Tensor& v, con
   return a;
 }
 
-Tensor pad_mask(int64_t B, int64_t N, const std::vector<std::pair<int64_t, int64_t>>& padded) {
-  std::vector<bool> m(size_t(B * N), false);
-  for (auto& p : padded) m[size_t(p.first * N + p.second)] = true;
-  return Tensor::from_vector(m, {B, N});
-}
-
-// Rows (b, h, i) of a (B, H, N, D) tensor whose token is not padding.
-std::vector<double> real_rows(const Tensor& t, const Tensor& kpm) {
-  const Shape& s = t.shape();
-  auto v = values(t);
-  std::vector<bool> pad(size_t(s[0] * s[2]), false);
-  if (kpm.defined()) pad = kpm.to_vector<bool>();
-  std::vector<double> out;
-  for (int64_t b = 0; b < s[0]; ++b)
-    for (int64_t h = 0; h < s[1]; ++h)
-      for (int64_t i = 0; i < s[2]; ++i)
-        if (!pad[size_t(b * s[2] + i)])
-          for (int64_t d = 0; d < s[3]; ++d) out.push_back(v[size_t(((b * s[1] + h) * s[2] + i) * s[3] + d)]);
-  return out;
-}
-
-void check_vec_close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::fabs(a[i] - b[i]) <= tol)) FAIL_CHECK("element ", i, ": ", a[i], " vs ", b[i]);
-}
-
 // Query lists with a position in two lists and empty slots; key lists differ from the query lists.
 void example_members(Tensor& qm, Tensor& km) {
   // (B=2, H=1, C=3, w=3), N = 7
