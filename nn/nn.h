@@ -4,6 +4,7 @@
 #include "nn/attention/attention.h"
 #include "nn/attention/full.h"
 #include "nn/attention/multi_head.h"
+#include "nn/attention/neural_clustering.h"
 #include "nn/checkpoint.h"
 #include "nn/config.h"
 #include "nn/data/dataset.h"

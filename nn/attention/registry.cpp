@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "nn/attention/attention.h"
 #include "nn/attention/full.h"
+#include "nn/attention/neural_clustering.h"
 
 namespace cf {
 namespace nn {
@@ -15,6 +16,7 @@ using Factory = std::shared_ptr<Attention> (*)(const AttentionSpec&);
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> f = {
       {"full", &FullAttention::create},
+      {"neural-clustering", &NeuralClusteringAttention::create},
   };
   return f;
 }
