@@ -20,4 +20,5 @@
 #include "core/shape.h"
 #include "core/tensor.h"
 #include "nn/nn.h"
+#include "models/clusterformer.h"
 #include "models/transformer.h"
