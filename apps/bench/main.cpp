@@ -391,8 +391,8 @@ double physical_gib() {
 // its paper's efficiency claims are stated for. One entry per variant that needs
 // any; a variant not listed runs with its defaults.
 nlohmann::json bench_attention_options(const std::string& variant, int64_t n) {
-  (void)n;
-  (void)variant;
+  // ClusterFormer appendix E: k = sqrt(max length).
+  if (variant == "neural-clustering") return {{"clusters", std::max<int64_t>(1, std::llround(std::sqrt(double(n))))}};
   return nlohmann::json::object();
 }
 
