@@ -23,4 +23,5 @@
 #include "models/attention_switch.h"
 #include "models/centroid_transformer.h"
 #include "models/cluster_former.h"
+#include "models/neural_clustering.h"
 #include "models/transformer.h"

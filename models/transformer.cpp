@@ -6,6 +6,7 @@
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "core/error.h"
+#include "nn/attention/neural_clustering.h"
 #include "nn/config.h"
 
 namespace cf {
@@ -25,6 +26,15 @@ std::shared_ptr<nn::UnaryModule> make_positions(const TransformerConfig& c, Gene
   if (c.positional == "learned")
     return std::make_shared<nn::LearnedPositionalEncoding>(c.max_len, c.layer.d_model, gen);
   return std::make_shared<nn::SinusoidalPositionalEncoding>(c.max_len, c.layer.d_model);
+}
+
+// Neural clustering attention hands each layer's updated centroids to the next
+// layer of its stack (ClusterFormer section 3.1); other variants ignore this.
+template <class Layer>
+void link_stack(const std::vector<std::shared_ptr<Layer>>& layers) {
+  std::vector<nn::Attention*> stack;
+  for (auto& l : layers) stack.push_back(&l->self_attn->attention());
+  nn::link_centroid_chain(stack);
 }
 
 void check_ids(const char* who, const Tensor& ids, const Tensor& mask) {
@@ -64,7 +74,10 @@ TransformerConfig TransformerConfig::from_json(const nlohmann::json& j) {
   for (nn::AttentionSpec* spec : {&l.attention, &l.cross_attention}) {
     spec->d_model = l.d_model;
     spec->n_heads = l.n_heads;
+    Generator scratch(0);  // checking a config draws nothing from the global generator
+    spec->gen = &scratch;
     nn::make_attention(*spec);
+    spec->gen = nullptr;
   }
   c.finish();
   return t;
@@ -102,6 +115,7 @@ TransformerEncoder::TransformerEncoder(const TransformerConfig& c, int64_t vocab
   auto list = register_module("layers", std::make_shared<nn::ModuleList>());
   for (int64_t i = 0; i < n_layers; ++i)
     layers.push_back(list->push_back(std::make_shared<nn::TransformerEncoderLayer>(c.layer, gen)));
+  link_stack(layers);
   if (c.layer.norm_first) final_norm = register_module("final_norm", std::make_shared<nn::LayerNorm>(c.layer.d_model));
 }
 
@@ -199,6 +213,7 @@ EncoderDecoder::EncoderDecoder(const TransformerConfig& c, Generator& gen)
   auto list = register_module("decoder_layers", std::make_shared<nn::ModuleList>());
   for (int64_t i = 0; i < n_dec; ++i)
     decoder_layers.push_back(list->push_back(std::make_shared<nn::TransformerDecoderLayer>(c.layer, gen)));
+  link_stack(decoder_layers);
   if (c.layer.norm_first) final_norm = register_module("final_norm", std::make_shared<nn::LayerNorm>(d));
   head = register_module("head", std::make_shared<nn::Linear>(d, tgt_vocab_, true, gen));
 }

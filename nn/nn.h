@@ -10,6 +10,7 @@
 #include "nn/attention/hamming_kmeans.h"
 #include "nn/attention/lsh.h"
 #include "nn/attention/multi_head.h"
+#include "nn/attention/neural_clustering.h"
 #include "nn/attention/routing.h"
 #include "nn/attention/sparse_products.h"
 #include "nn/checkpoint.h"

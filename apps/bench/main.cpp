@@ -425,6 +425,8 @@ nlohmann::json bench_attention_options(const std::string& variant, int64_t n) {
   // Cluster-Former (paper section 4.2: 64-512 clusters, chunks of the stride m = 224
   // for QA, 128 for LM); the bank only receives the states here (no K-Means in the timing).
   if (variant == "cluster-former") return {{"num_clusters", 64}, {"chunk_size", 256}, {"memory_size", 16384}};
+  // ClusterFormer appendix E: k = sqrt(max length).
+  if (variant == "neural-clustering") return {{"clusters", std::max<int64_t>(1, std::llround(std::sqrt(double(n))))}};
   return nlohmann::json::object();
 }
 

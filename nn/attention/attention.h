@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "core/tensor.h"
 #include "nn/config.h"
 #include "nn/module.h"
@@ -52,6 +53,10 @@ struct AttentionSpec {
   std::string type = "full";
   int64_t d_model = 0, n_heads = 0;
   Config options{nlohmann::json::object(), "attention"};
+  // Draws the initial values of a variant's own parameters (neural clustering's C
+  // and W^C); null: the global generator. A layer passes the generator it is
+  // built with, so a model's initial weights depend only on that generator.
+  Generator* gen = nullptr;
 };
 
 // Builds the variant named by spec.type. The list of variants lives in one place

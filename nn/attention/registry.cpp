@@ -9,6 +9,7 @@
 #include "nn/attention/clustered.h"
 #include "nn/attention/full.h"
 #include "nn/attention/lsh.h"
+#include "nn/attention/neural_clustering.h"
 #include "nn/attention/routing.h"
 
 namespace cf {
@@ -24,6 +25,7 @@ const std::map<std::string, Factory>& factories() {
       {"clustered", &ClusteredAttention::create_clustered},
       {"improved-clustered", &ClusteredAttention::create_improved},
       {"cluster-former", &ClusterFormerAttention::create},
+      {"neural-clustering", &NeuralClusteringAttention::create},
   };
   return f;
 }

@@ -10,6 +10,7 @@ namespace {
 std::shared_ptr<MultiHeadAttention> make_mha(const TransformerLayerOptions& o, AttentionSpec spec, Generator& gen) {
   spec.d_model = o.d_model;
   spec.n_heads = o.n_heads;
+  spec.gen = &gen;
   return std::make_shared<MultiHeadAttention>(o.d_model, o.n_heads, make_attention(spec), gen);
 }
 void check_options(const TransformerLayerOptions& o, const char* who) {

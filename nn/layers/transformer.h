@@ -22,7 +22,7 @@ struct TransformerLayerOptions {
   bool norm_first = true;  // pre-LN; false: post-LN
   AttentionSpec attention;        // self-attention variant (d_model/n_heads are filled in)
   // Decoder cross-attention variant (default full); errors name its options "cross_attention.*".
-  AttentionSpec cross_attention{"full", 0, 0, Config(nlohmann::json::object(), "cross_attention")};
+  AttentionSpec cross_attention{"full", 0, 0, Config(nlohmann::json::object(), "cross_attention"), nullptr};
 };
 
 class TransformerEncoderLayer : public Module {

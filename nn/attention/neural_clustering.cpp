@@ -1,0 +1,227 @@
+#include "nn/attention/neural_clustering.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/linalg.h"
+#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/sort.h"
+#include "core/error.h"
+#include "nn/attention/chunked.h"
+#include "nn/init.h"
+#include "nn/losses.h"
+
+namespace cf {
+namespace nn {
+
+namespace {
+
+std::string describe(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+
+void check_mask(const Tensor& m, int64_t b, int64_t n, const char* who) {
+  if (!m.defined()) return;
+  CF_CHECK(m.dtype() == kBool && m.dim() == 2 && m.shape()[0] == b && m.shape()[1] == n, ShapeError, "[", who,
+           "] key_padding_mask must be bool (B, N) = (", b, ", ", n, "), got ", m.describe());
+}
+
+}  // namespace
+
+NeuralClusteringResult neural_clustering(const Tensor& x, const Tensor& c, const Tensor& w_c,
+                                         const Tensor& key_padding_mask, ClusterTieOrder tie_order) {
+  const char* who = "neural_clustering";
+  CF_CHECK(x.defined() && x.dim() == 3 && is_floating(x.dtype()), ShapeError, "[", who,
+           "] x must be float (B, N, D), got ", describe(x));
+  const int64_t B = x.shape()[0], N = x.shape()[1], D = x.shape()[2];
+  CF_CHECK(c.defined() && ((c.dim() == 2 && c.shape()[1] == D) ||
+                           (c.dim() == 3 && c.shape()[0] == B && c.shape()[2] == D)) &&
+               c.shape()[c.dim() - 2] >= 1,
+           ShapeError, "[", who, "] centroids must be (k, D) or (B, k, D) with k >= 1 for x ", shape_str(x.shape()),
+           ", got ", describe(c));
+  CF_CHECK(w_c.defined() && w_c.dim() == 2 && w_c.shape()[0] == D && w_c.shape()[1] == D, ShapeError, "[", who,
+           "] W^C must be (D, D) = (", D, ", ", D, "), got ", describe(w_c));
+  CF_CHECK(c.dtype() == x.dtype() && w_c.dtype() == x.dtype(), DTypeError, "[", who,
+           "] x, centroids and W^C must share one dtype, got ", x.dtype(), ", ", c.dtype(), ", ", w_c.dtype());
+  check_mask(key_padding_mask, B, N, who);
+  const int64_t k = c.shape()[c.dim() - 2];
+
+  NeuralClusteringResult r;
+  Tensor xw = matmul(x, w_c);                                  // X W^C (B, N, D)
+  Tensor scores = matmul(c, transpose(xw, 1, 2));              // phi(C_i, X_j W^C), (B, k, N)
+  if (key_padding_mask.defined())
+    scores = masked_fill(scores, reshape(key_padding_mask, {B, 1, N}), -INFINITY);
+  r.u = softmax(scores, -1);                                   // eq. 2: normalised over the sequence
+  r.c_hat = matmul(r.u, xw);                                   // eq. 3
+  NoGradGuard ng;
+  Tensor u = r.u.detach();
+  Tensor index = argmax(u, 1);                                 // eq. 4, (B, N)
+  if (key_padding_mask.defined()) index = masked_fill(index, key_padding_mask, double(k));
+  Tensor first = Tensor::arange(N);
+  Tensor order;
+  if (tie_order == ClusterTieOrder::kMembership) {
+    // Two stable passes (least significant key first): by descending U_{I_j, j},
+    // then by cluster index, so a cluster's most typical members come first.
+    Tensor by_membership = argsort(amax(u, {1}), -1, /*descending=*/true);
+    Tensor by_cluster = argsort(gather(index, 1, by_membership), -1);
+    order = gather(by_membership, 1, by_cluster);
+  } else {
+    order = argsort(index, -1);                                // stable: ties keep their positions
+  }
+  r.index = index;
+  r.order = order;                                             // eq. 5: I'
+  return r;
+}
+
+Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& key_padding_mask) {
+  const char* who = "clustering_loss";
+  const bool index_ok = index.defined() && index.dtype() == kInt64 && x.defined() && x.dim() == 3 &&
+                        index.shape() == Shape({x.shape()[0], x.shape()[1]});
+  CF_CHECK(x.defined() && x.dim() == 3 && c_hat.defined() && c_hat.dim() == 3 && c_hat.shape()[0] == x.shape()[0] &&
+               c_hat.shape()[2] == x.shape()[2] && index_ok,
+           ShapeError, "[", who, "] expected x (B, N, D), c_hat (B, k, D) and int64 index (B, N); got x ",
+           describe(x), ", c_hat ", describe(c_hat), ", index ", describe(index));
+  const int64_t B = x.shape()[0], N = x.shape()[1];
+  check_mask(key_padding_mask, B, N, who);
+  // Padded tokens carry index k (no centroid): point them at centroid 0 and zero their term.
+  Tensor idx = key_padding_mask.defined() ? masked_fill(index, key_padding_mask, 0.0) : index;
+  Tensor own = take_along_dim(c_hat, unsqueeze(idx, 2), 1);    // C^_{I_j}, (B, N, D)
+  Tensor phi = sum(x * own, {2});                              // (B, N)
+  Tensor count;
+  if (key_padding_mask.defined()) {
+    phi = masked_fill(phi, key_padding_mask, 0.0);
+    count = clamp(sum(cf::to(logical_not(key_padding_mask), x.dtype()), {1}), 1.0, INFINITY);
+  } else {
+    count = Tensor::full({B}, double(N > 0 ? N : 1), x.dtype());
+  }
+  return -mean(sum(phi, {1}) / count);                         // eq. 6, averaged over the batch
+}
+
+Tensor centroid_sorting_loss(const Tensor& c_hat) {
+  CF_CHECK(c_hat.defined() && c_hat.dim() == 3 && c_hat.shape()[1] >= 1 && is_floating(c_hat.dtype()), ShapeError,
+           "[centroid_sorting_loss] c_hat must be float (B, k, D) with k >= 1, got ", describe(c_hat));
+  const int64_t k = c_hat.shape()[1];
+  // prev[i] = C^_{i-1}, prev[1] = C^_k: the sum of eq. 11 including its cyclic term.
+  Tensor prev = k == 1 ? c_hat : cat({narrow(c_hat, 1, k - 1, 1), narrow(c_hat, 1, 0, k - 1)}, 1);
+  return -mean(sum(c_hat * prev, {1, 2})) / double(k);
+}
+
+// ---------------------------------------------------------------- the layer
+
+NeuralClusteringAttention::NeuralClusteringAttention(int64_t d_model, const NeuralClusteringOptions& o, Generator& gen)
+    : d_model_(d_model), options_(o) {
+  CF_CHECK(d_model >= 1, ValueError, "[NeuralClusteringAttention] d_model must be >= 1, got ", d_model);
+  CF_CHECK(o.clusters >= 1, ValueError, "[NeuralClusteringAttention] clusters (k) must be >= 1, got ", o.clusters);
+  CF_CHECK(o.look_back >= 0, ValueError, "[NeuralClusteringAttention] look_back must be >= 0, got ", o.look_back);
+  CF_CHECK(o.scale >= 0 && std::isfinite(o.scale), ValueError,
+           "[NeuralClusteringAttention] scale must be >= 0 (0: 1/sqrt(d_k)), got ", o.scale);
+  centroids = Tensor::empty({o.clusters, d_model});
+  init::normal_(centroids, 0.0, 1.0 / std::sqrt(double(d_model)), gen);
+  w_c = Tensor::empty({d_model, d_model});
+  const double a = 1.0 / std::sqrt(double(d_model));
+  init::uniform_(w_c, -a, a, gen);
+  register_parameter("centroids", &centroids);
+  register_parameter("w_c", &w_c);
+}
+
+std::shared_ptr<Attention> NeuralClusteringAttention::create(const AttentionSpec& spec) {
+  const Config& c = spec.options;
+  NeuralClusteringOptions o;
+  o.clusters = c.require<int64_t>("clusters");
+  o.look_back = c.get<int64_t>("look_back", o.look_back);
+  o.scale = c.get<double>("scale", o.scale);
+  o.losses_reach_input = c.get<bool>("losses_reach_input", o.losses_reach_input);
+  const std::string tie = c.get<std::string>("tie_order", "membership");
+  CF_CHECK(tie == "membership" || tie == "position", ValueError, "[NeuralClusteringAttention] ",
+           c.path_of("tie_order"), " must be \"membership\" or \"position\", got \"", tie, "\"");
+  o.tie_order = tie == "membership" ? ClusterTieOrder::kMembership : ClusterTieOrder::kPosition;
+  c.finish();
+  return std::make_shared<NeuralClusteringAttention>(spec.d_model, o, spec.gen ? *spec.gen : default_generator());
+}
+
+Tensor NeuralClusteringAttention::current_centroids() const {
+  if (chain_index_ == 0) return centroids;
+  return chain_ && chain_->next == chain_index_ ? chain_->c_hat : Tensor();
+}
+
+Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
+  const char* who = "NeuralClusteringAttention";
+  check_attention_args(a, who);
+  const Shape& qs = a.q.shape();
+  const int64_t B = qs[0], H = qs[1], N = qs[2];
+  CF_CHECK(a.k.shape()[2] == N, ShapeError, "[", who, "] is self-attention only: Nq (", N, ") != Nk (",
+           a.k.shape()[2], ")");
+  CF_CHECK(a.query_input.defined() && a.query_input.dim() == 3 && a.query_input.shape()[0] == B &&
+               a.query_input.shape()[1] == N && a.query_input.shape()[2] == d_model_,
+           ShapeError, "[", who, "] clusters the layer input: query_input must be (B, N, d_model) = (", B, ", ", N,
+           ", ", d_model_, "), got ", describe(a.query_input));
+  CF_CHECK(a.query_input.dtype() == a.q.dtype(), DTypeError, "[", who, "] query_input is ", a.query_input.dtype(),
+           " but q is ", a.q.dtype());
+  Tensor c = current_centroids();
+  CF_CHECK(c.defined(), ValueError, "[", who, "] layer ", chain_index_,
+           " of a centroid chain ran before layer ", chain_index_ - 1,
+           " in this forward pass: it clusters with that layer's updated centroids (eq. 3)");
+  CF_CHECK(c.dtype() == a.q.dtype() && (c.dim() == 2 || c.shape()[0] == B), ShapeError, "[", who,
+           "] centroids ", c.describe(), " do not fit this batch (B = ", B, ", ", a.q.dtype(), ")");
+  if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype());
+
+  // See NeuralClusteringOptions::losses_reach_input: by default U, C^, L1 and L2
+  // see X as a constant, so the unbounded losses move only C and W^C.
+  Tensor xin = options_.losses_reach_input ? a.query_input : a.query_input.detach();
+  NeuralClusteringResult r = neural_clustering(xin, c, w_c, a.key_padding_mask, options_.tie_order);
+  if (chain_) {
+    // Hand C^ to the next layer; the last one clears it (no graph kept between passes).
+    const bool last = chain_index_ + 1 >= chain_->size;
+    chain_->c_hat = last ? Tensor() : r.c_hat;
+    chain_->next = last ? 0 : chain_index_ + 1;
+  }
+
+  // Eqs. 8-10 (appendix B's eqs. 12-14 when causal): k blocks of w = ceil(N / k)
+  // sorted tokens, each seeing itself and look_back blocks before it, cyclically.
+  // Exactly k blocks: the k w - N slots after the last token are empty (-1), so
+  // when ceil(N / w) < k (e.g. N = 11, k = 5, w = 3) the last block is empty and
+  // block 1's cyclic look-back (eq. 8: K^S((1-2)w : w)) reaches nothing there.
+  const int64_t k = options_.clusters, w = (N + k - 1) / k;
+  Tensor order = reshape(r.order, {B, 1, N});
+  if (k * w > N) order = pad(order, {0, k * w - N}, -1.0);
+  Tensor members = reshape(contiguous(order), {B, 1, k, w});
+  ChunkedAttentionOptions co;
+  co.look_back = options_.look_back;
+  co.causal = a.causal;
+  co.scale = options_.scale;
+  Tensor out = chunked_attention(a.q, a.k, a.v, members, a.key_padding_mask, co).out;
+
+  if (a.aux) {
+    a.aux->add(kClusteringLossName, clustering_loss(xin, r.c_hat, r.index, a.key_padding_mask));
+    a.aux->add(kCentroidSortingLossName, centroid_sorting_loss(r.c_hat));
+  }
+  return out;
+}
+
+void link_centroid_chain(const std::vector<Attention*>& stack) {
+  std::vector<NeuralClusteringAttention*> layers;
+  for (Attention* a : stack)
+    if (auto* l = dynamic_cast<NeuralClusteringAttention*>(a)) layers.push_back(l);
+  if (layers.size() < 2) return;
+  CF_CHECK(layers[0]->centroids.defined(), ValueError,
+           "[link_centroid_chain] the first layer of the stack has no centroids of its own (it was linked as a "
+           "later layer of another stack)");
+  for (size_t i = 1; i < layers.size(); ++i)
+    CF_CHECK(layers[i]->options_.clusters == layers[0]->options_.clusters &&
+                 layers[i]->d_model_ == layers[0]->d_model_,
+             ValueError, "[link_centroid_chain] layer ", i, " has k = ", layers[i]->options_.clusters,
+             ", d_model = ", layers[i]->d_model_, " but layer 0 has k = ", layers[0]->options_.clusters,
+             ", d_model = ", layers[0]->d_model_, ": C^ is handed over unchanged");
+  auto chain = std::make_shared<CentroidChain>();
+  chain->size = int64_t(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    layers[i]->chain_ = chain;
+    layers[i]->chain_index_ = int64_t(i);
+    if (i > 0) layers[i]->centroids = Tensor();  // unregistered: undefined parameters are skipped
+  }
+}
+
+}  // namespace nn
+}  // namespace cf
