@@ -100,6 +100,13 @@ foreach(train full clustered-4 i-clustered-4)
       message(FATAL_ERROR "smoke: accuracy ${train}/${eval} = ${a}")
     endif()
   endforeach()
+  # The attention a model was trained with reproduces its own predictions exactly
+  # (same hashing seed in every evaluation).
+  set(native ${train})
+  string(JSON g GET "${summary}" table ${train} ${native} agreement_mean)
+  if(NOT g EQUAL 1)
+    message(FATAL_ERROR "smoke: ${train} evaluated with itself agrees on ${g} of the texts, not 1")
+  endif()
   foreach(variant clustered i-clustered)
     foreach(c 2 8)
       string(JSON t GET "${summary}" sweep ${train} ${variant} ${c} time_s_mean)
