@@ -64,8 +64,10 @@ Data:
   --val-fraction X      per topic (default 0.1)
   --test-fraction X     per topic (default 0.2)
   --split-seed N        the fixed split (default 0)
-Model (pre-LN encoder, mean pooling, sinusoidal positions):
+Model (pre-LN encoder, sinusoidal positions):
   --d-model N (64) --n-heads N (4) --n-layers N (2) --d-ff N (128) --dropout X (0.1)
+  --pooling P           mean: mean of the last layer over the text; first: a
+                        <cls> token put before each text (default mean)
 Training (AdamW, warmup + cosine, gradient clipping 1):
   --steps N             optimizer steps per model (default 300)
   --batch-size N        (default 32)
@@ -87,7 +89,8 @@ Attention:
   --iterations L        Hamming K-Means iterations (default 10)
   --oracle-top B        true | false: evaluate oracle-top too (default true)
   --sweep-clusters LIST cluster counts of the trade-off sweep; empty: no sweep
-                        (default 2,4,8,16,32,64)
+                        (default 1,2,4,8,16,32,64; C=1 gives every query of a
+                        text the same attention weights)
 Runs:
   --seed N              one seed (model initialisation, dropout, batch order,
                         hashing); shorthand for --seeds N
@@ -113,13 +116,14 @@ struct Config {
   int64_t split_seed = 0;
   int64_t d_model = 64, n_heads = 4, n_layers = 2, d_ff = 128;
   double dropout = 0.1;
+  std::string pooling = "mean";
   int64_t steps = 300, batch_size = 32, warmup = 30, eval_every = 100, log_every = 25, eval_batch_size = 64;
   double lr = 3e-3, weight_decay = 0.01;
   std::vector<std::string> train = {"full", "clustered", "improved-clustered"};
   int64_t clusters = 16, topk = 8, bits = 63, iterations = 10;
   std::vector<int64_t> eval_clusters;  // empty: {C, 2C}
   bool oracle_top = true;
-  std::vector<int64_t> sweep_clusters = {2, 4, 8, 16, 32, 64};
+  std::vector<int64_t> sweep_clusters = {1, 2, 4, 8, 16, 32, 64};
   std::vector<int64_t> seeds = {0};
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
@@ -171,6 +175,7 @@ void set_key(Config& c, const std::string& key, const json& v) {
   else if (key == "n_layers") c.n_layers = need_int(1);
   else if (key == "d_ff") c.d_ff = need_int(1);
   else if (key == "dropout") c.dropout = need_num();
+  else if (key == "pooling") c.pooling = need_str();
   else if (key == "steps") c.steps = need_int(1);
   else if (key == "batch_size") c.batch_size = need_int(1);
   else if (key == "warmup") c.warmup = need_int(0);
@@ -222,7 +227,7 @@ Config parse(int argc, char** argv, bool& help) {
   cf::apps::ArgReader args(argc, argv, 1);
   json cli = json::object();
   std::string config_file;
-  const std::vector<std::string> strings = {"--data-dir", "--checkpoint-dir", "--device"};
+  const std::vector<std::string> strings = {"--data-dir", "--checkpoint-dir", "--device", "--pooling"};
   const std::vector<std::string> ints = {"--min-texts", "--max-per-class", "--min-chars", "--max-len",
                                          "--split-seed", "--d-model", "--n-heads", "--n-layers", "--d-ff",
                                          "--steps", "--batch-size", "--warmup", "--eval-every", "--log-every",
@@ -287,6 +292,8 @@ Config parse(int argc, char** argv, bool& help) {
   if (c.val_fraction <= 0 || c.test_fraction <= 0 || c.val_fraction + c.test_fraction >= 0.9)
     throw UsageError("--val-fraction and --test-fraction must be positive and sum to less than 0.9");
   if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
+  if (c.pooling != "mean" && c.pooling != "first")
+    throw UsageError("--pooling must be mean or first, got '" + c.pooling + "'");
   if (!(c.lr > 0)) throw UsageError("--lr must be positive");
   if (c.weight_decay < 0) throw UsageError("--weight-decay must be non-negative");
   if (c.d_model % c.n_heads != 0)
@@ -367,6 +374,7 @@ Data load_data(const Config& c) {
     for (size_t i = 0; i < texts.size(); ++i) {
       std::vector<int64_t> ids = tok.encode(texts[i]);
       if (int64_t(ids.size()) > c.max_len) ids.resize(size_t(c.max_len));
+      if (c.pooling == "first") ids.insert(ids.begin(), cf::data::Tokenizer::kCls);
       total += int64_t(ids.size());
       ++count;
       d.max_len_seen = std::max<int64_t>(d.max_len_seen, int64_t(ids.size()));
@@ -591,7 +599,8 @@ int main(int argc, char** argv) {
         const std::string& tname = cfg.train[ti];
         const std::string tlabel = train_labels[ti];
         json model_json = {{"vocab_size", data.vocab},
-                           {"max_len", cfg.max_len},
+                           {"max_len", cfg.max_len + 1},
+                           {"pooling", cfg.pooling},
                            {"n_layers", cfg.n_layers},
                            {"num_classes", int64_t(data.topics.size())},
                            {"d_model", cfg.d_model},
@@ -626,7 +635,8 @@ int main(int argc, char** argv) {
                           {"warmup", cfg.warmup},
                           {"data", {{"dir", cfg.data_dir}, {"min_texts", cfg.min_texts},
                                     {"max_per_class", cfg.max_per_class}, {"min_chars", cfg.min_chars},
-                                    {"max_len", cfg.max_len}, {"val_fraction", cfg.val_fraction},
+                                    {"max_len", cfg.max_len + 1},
+                           {"pooling", cfg.pooling}, {"val_fraction", cfg.val_fraction},
                                     {"test_fraction", cfg.test_fraction}, {"split_seed", cfg.split_seed}}}};
         const std::string ckpt_path =
             cfg.checkpoint_dir.empty()
