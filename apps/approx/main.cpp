@@ -66,8 +66,11 @@ Data:
   --split-seed N        the fixed split (default 0)
 Model (pre-LN encoder, sinusoidal positions):
   --d-model N (64) --n-heads N (4) --n-layers N (2) --d-ff N (128) --dropout X (0.1)
-  --pooling P           mean: mean of the last layer over the text; first: a
-                        <cls> token put before each text (default mean)
+  --pooling P           first: a <cls> token put before each text, whose last
+                        hidden state is classified, so the prediction rests on
+                        one query's attention (as the paper's per-frame
+                        outputs do); mean: the mean over the text, which
+                        averages attention errors away (default first)
 Training (AdamW, warmup + cosine, gradient clipping 1):
   --steps N             optimizer steps per model (default 300)
   --batch-size N        (default 32)
@@ -116,7 +119,7 @@ struct Config {
   int64_t split_seed = 0;
   int64_t d_model = 64, n_heads = 4, n_layers = 2, d_ff = 128;
   double dropout = 0.1;
-  std::string pooling = "mean";
+  std::string pooling = "first";
   int64_t steps = 300, batch_size = 32, warmup = 30, eval_every = 100, log_every = 25, eval_batch_size = 64;
   double lr = 3e-3, weight_decay = 0.01;
   std::vector<std::string> train = {"full", "clustered", "improved-clustered"};
