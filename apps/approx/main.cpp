@@ -726,7 +726,7 @@ int main(int argc, char** argv) {
           train_time = seconds_since(t_train);
           train_loader.stop();
         }
-        train_secs[tlabel].push_back(train_time);
+        if (start_step < cfg.steps) train_secs[tlabel].push_back(train_time);  // not for a reused model
 
         // Evaluate with every attention (the trained projections stay). Agreement:
         // the fraction of test texts given the same topic as the model with the
@@ -819,7 +819,7 @@ int main(int argc, char** argv) {
       }
     }
     json train_time = json::object();
-    for (auto& [t, v] : train_secs) train_time[t] = stats_of(v).mean;
+    for (auto& [t, v] : train_secs) train_time[t] = stats_of(v).mean;  // models trained by this run only
     emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
           {"test_size", data.test.ids.size()}, {"mean_len", data.mean_len}, {"table", table}, {"sweep", sweep},
           {"train_time_s_mean", train_time}, {"total_time_s", seconds_since(t_start)},
