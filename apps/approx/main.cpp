@@ -46,9 +46,11 @@ Transformer encoder classifier on fortunes topic classification (Debian package
 attention, then evaluates every trained model with every attention: full,
 clustered and improved clustered with C and 2C clusters (the paper's -100/-200
 rows) and oracle-top (each query keeps only its top-k exact attention weights).
-Then the speed/accuracy trade-off: test accuracy and inference time of each
-trained model with clustered and improved-clustered attention for each number
-of clusters in --sweep-clusters. Texts are characters (one token per code
+Each evaluation reports test accuracy and agreement: the fraction of test
+texts given the same topic as the model with the attention it was trained
+with. Then the speed/accuracy trade-off: accuracy, agreement and inference time
+of each trained model with clustered and improved-clustered attention for each
+number of clusters in --sweep-clusters. Texts are characters (one token per code
 point), so sequences are long enough for clustering to approximate.
 
 Output: one JSON line per event on stdout (start, data, train, val, eval,
