@@ -25,7 +25,7 @@ TEST_CASE("reusing a tensor many times and accumulation across calls") {
   CHECK_FALSE(x.grad().defined());
 }
 
-TEST_CASE("retain_graph allows a second backward; otherwise the graph is freed") {
+TEST_CASE("retain_graph allows a second backward - otherwise the graph is freed") {
   Tensor x = t64({1, 2}, {2}).set_requires_grad(true);
   Tensor y = sum(exp(x));
   y.backward(Tensor(), true);

@@ -218,7 +218,7 @@ TEST_CASE("CentroidAttention: KNN with K < N sums each centroid over its K neare
   check_close(att.forward(x2, u0), y, 1e-14);
 }
 
-TEST_CASE("farthest_point_sampling matches a naive O(N^2 M) reference; knn_indices matches brute force") {
+TEST_CASE("farthest_point_sampling matches a naive O(N^2 M) reference - knn_indices matches brute force") {
   Tensor pts = leaf64({3, 40, 3}, 21).detach();
   for (int64_t m : {1, 5, 17, 40}) {
     Tensor idx = nn::farthest_point_sampling(pts, m);

@@ -29,7 +29,7 @@ TEST_CASE("Linear computes x W^T + b and passes gradcheck") {
   CHECK_THROWS_MSG(nn::Linear(0, 2), ValueError, "[Linear] features must be positive");
 }
 
-TEST_CASE("Embedding looks up rows; the padding row is zero and gets no gradient") {
+TEST_CASE("Embedding looks up rows - the padding row is zero and gets no gradient") {
   Generator g(2);
   nn::Embedding emb(5, 3, /*padding_idx=*/0, g);
   CHECK(values(narrow(emb.weight, 0, 0, 1)) == std::vector<double>{0, 0, 0});

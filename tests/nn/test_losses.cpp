@@ -109,7 +109,7 @@ TEST_CASE("cross_entropy by hand") {
   check_close(nn::cross_entropy(x, t, o), {0.5 * (l0 + l1) / 4 + 0.25 * (2 * sm) / 4}, 1e-14);
 }
 
-TEST_CASE("cross_entropy without weights is the fused op; with unit weights it agrees") {
+TEST_CASE("cross_entropy without weights is the fused op - with unit weights it agrees") {
   Tensor x = rnd({6, 5}, kFloat64, 8);
   Tensor t = ti64({4, -1, 0, 2, -1, 3}, {6});
   for (double eps : {0.0, 0.1}) {

@@ -62,7 +62,7 @@ TEST_CASE("LSH attention: one bucket and one round equals full shared-QK attenti
   check_close(narrow(y, 2, 0, 1), narrow(v, 2, 0, 1), 1e-12);
 }
 
-TEST_CASE("LSH attention: hashing is argmax over [xR; -xR], fixed by the seed, fresh without it") {
+TEST_CASE("LSH attention: hashing is argmax over [xR | -xR], fixed by the seed, fresh without it") {
   Generator g(3);
   Tensor x = randn({1, 2, 5, 3}, kFloat64, g);
   Tensor rot = nn::lsh_rotations(2, 3, 2, 4, kFloat64, g);  // (H, D, rounds, buckets / 2)
@@ -199,7 +199,7 @@ TEST_CASE("LSH attention: causal never lets a query see a later position") {
               nn::lsh_attention(q, v, att.hash(q), 4, Tensor(), true, 3, 0.0, true), 1e-12);
 }
 
-TEST_CASE("LSH attention: MultiHeadAttention shares Q and K; float64 gradcheck with the hashing fixed") {
+TEST_CASE("LSH attention: MultiHeadAttention shares Q and K - float64 gradcheck with the hashing fixed") {
   Generator g(2);
   // Chosen by config in a model: the encoder classifier and the encoder-decoder (decoder self-attention).
   {

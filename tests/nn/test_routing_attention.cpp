@@ -112,7 +112,7 @@ TEST_CASE("routing attention: balanced routing takes each cluster's top-w tokens
   }
 }
 
-TEST_CASE("routing attention: the module equals the dense reference of its own routing; causal sees no later key") {
+TEST_CASE("routing attention: the module equals the dense reference of its own routing - causal sees no later key") {
   const int64_t B = 2, H = 3, N = 9, D = 4;
   nn::RoutingAttention att(H, D, /*n_clusters=*/3, /*local_heads=*/1, /*local_window=*/2);
   att.to(kFloat64);

@@ -290,7 +290,7 @@ TEST_CASE("train: MetricsWriter files append or truncate, flush each line, name 
 
 // ---------------------------------------------------------------- EarlyStopping
 
-TEST_CASE("train: EarlyStopping in min mode with patience and min_delta; NaN never improves") {
+TEST_CASE("train: EarlyStopping in min mode with patience and min_delta - NaN never improves") {
   nn::EarlyStopping es({"min", 2, 0.1});
   CHECK_FALSE(es.has_best());
   CHECK(es.update(1.0, 10));       // first value: best
@@ -316,7 +316,7 @@ TEST_CASE("train: EarlyStopping in min mode with patience and min_delta; NaN nev
   CHECK_FALSE(es2.update(5.0));  // equal is not better
 }
 
-TEST_CASE("train: EarlyStopping in max mode; patience 0 stops at the first non-improvement") {
+TEST_CASE("train: EarlyStopping in max mode - patience 0 stops at the first non-improvement") {
   nn::EarlyStopping es({"max", 0, 0.0});
   CHECK(es.maximize());
   CHECK(es.update(0.5, 1));
