@@ -13,6 +13,7 @@
 #include "autograd/ops/sort.h"
 #include "autograd/registry.h"
 #include "core/allocator.h"
+#include "core/cuda.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"

@@ -110,11 +110,18 @@ class CpuAllocator final : public Allocator {
 
 }  // namespace
 
+#ifdef CF_WITH_CUDA
+Allocator& cuda_allocator(Device d);  // core/cuda.cpp
+#endif
+
 Allocator& allocator_for(Device d) {
   static CpuAllocator* cpu = new CpuAllocator();  // never destroyed: tensors may outlive statics
   if (d.is_cpu()) return *cpu;
-  throw DeviceError(str("[allocate] device ", d, " is not available: ",
-                        cuda_built() ? "no such CUDA device" : "this build has no CUDA backend"));
+#ifdef CF_WITH_CUDA
+  return cuda_allocator(d);
+#else
+  throw DeviceError(str("[allocate] device ", d, " is not available: this build has no CUDA backend"));
+#endif
 }
 
 MemoryStats memory_stats(Device d) { return allocator_for(d).stats(); }

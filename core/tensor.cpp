@@ -1,6 +1,8 @@
 #include "core/tensor.h"
 
 #include <cmath>
+
+#include "core/cuda.h"
 #include <iomanip>
 
 namespace cf {
@@ -21,6 +23,31 @@ void fill_raw(void* p, int64_t n, double v) {
 }
 }  // namespace
 
+Tensor Tensor::on_device(const Tensor& host, Device device, const char* op) {
+  // host is a fresh contiguous CPU tensor: one byte copy (core cannot call
+  // kernels; cf::to is the general, differentiable device move).
+  cuda::check_device(device, op);
+  Tensor t = empty(host.shape(), host.dtype(), device);
+  copy_bytes(t.raw_data(), device, host.raw_data(), host.device(), host.nbytes(), op);
+  return t;
+}
+
+void Tensor::read_span(std::vector<unsigned char>& bytes, int64_t& base) const {
+  // The elements of a strided view lie in [offset, offset + sum((size-1)*stride)]:
+  // copy that span of the storage to the host once.
+  int64_t lo = offset(), hi = offset();
+  for (size_t d = 0; d < shape().size(); ++d) {
+    if (shape()[d] == 0) { lo = hi = offset(); bytes.clear(); base = offset(); return; }
+    const int64_t reach = (shape()[d] - 1) * strides()[d];
+    if (reach > 0) hi += reach; else lo += reach;
+  }
+  const size_t es = dtype_size(dtype());
+  bytes.resize(size_t(hi - lo + 1) * es);
+  copy_bytes(bytes.data(), Device::cpu(), static_cast<const char*>(impl().storage->data) + lo * int64_t(es),
+             device(), bytes.size(), "to_vector");
+  base = lo;
+}
+
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   check_shape(shape, "empty");
   auto impl = std::make_shared<TensorImpl>();
@@ -34,8 +61,7 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
-  CF_CHECK(device.is_cpu(), NotImplementedError, "[full] has no implementation for device ", device,
-           " in this build");
+  if (device.is_cuda()) return on_device(full(shape, value, dtype), device, "full");
   Tensor t = empty(shape, dtype, device);
   CF_DISPATCH_ALL(dtype, "full", fill_raw<scalar_t>(t.raw_data(), t.numel(), value));
   return t;
@@ -52,8 +78,7 @@ Tensor Tensor::scalar(double value, DType dtype, Device device) {
 Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
   CF_CHECK(n >= 0, ValueError, "[arange] length must be >= 0, got ", n);
   CF_CHECK(dtype != kBool, DTypeError, "[arange] cannot make a bool range");
-  CF_CHECK(device.is_cpu(), NotImplementedError, "[arange] has no implementation for device ",
-           device, " in this build");
+  if (device.is_cuda()) return on_device(arange(n, dtype), device, "arange");
   Tensor t = empty({n}, dtype, device);
   CF_DISPATCH_NUMERIC(dtype, "arange", {
     scalar_t* p = t.data<scalar_t>();
@@ -64,8 +89,7 @@ Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
 Tensor Tensor::from_vector(const std::vector<bool>& values, const Shape& shape, Device device) {
   CF_CHECK(int64_t(values.size()) == numel_of(shape), ShapeError, "[from_vector] ", values.size(),
            " values do not fill shape ", shape_str(shape));
-  CF_CHECK(device.is_cpu(), NotImplementedError,
-           "[from_vector] only CPU tensors can be filled from host data in this build");
+  if (device.is_cuda()) return on_device(from_vector(values, shape), device, "from_vector");
   Tensor t = empty(shape, kBool, device);
   bool* p = t.data<bool>();
   for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];

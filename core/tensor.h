@@ -74,7 +74,8 @@ class Tensor {
   // "float32 (2,3) on cpu", for error messages.
   std::string describe() const;
 
-  // ---- data access (CPU only; T must match dtype) ----
+  // ---- data access (T must match dtype). data()/raw_data() give the address on
+  // the tensor's own device; item() and to_vector() copy from any device. ----
   template <typename T>
   T* data() const;
   void* raw_data() const;  // address of the first element
@@ -97,6 +98,11 @@ class Tensor {
   void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false) const;
   // Same storage, no autograd history.
   Tensor detach() const;
+  // Device moves (cf::to(x, device); defined in autograd/ops/elementwise.cpp):
+  // differentiable copies, or this tensor when it is on that device already.
+  Tensor to(Device device) const;
+  Tensor cpu() const;
+  Tensor cuda(int index = 0) const;
   int64_t version() const { return impl().storage->version.load(); }
   void bump_version() const { impl().storage->version.fetch_add(1); }
 
@@ -108,6 +114,10 @@ class Tensor {
   }
 
  private:
+  // A CUDA copy of a fresh contiguous CPU tensor (factories on CUDA).
+  static Tensor on_device(const Tensor& host, Device device, const char* op);
+  // Copies the storage span holding this view to the host; base = its first element's offset.
+  void read_span(std::vector<unsigned char>& bytes, int64_t& base) const;
   TensorImpl& impl() const {
     if (!impl_) throw ValueError("[tensor] use of an undefined tensor");
     return *impl_;
@@ -154,8 +164,7 @@ template <typename T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
   CF_CHECK(int64_t(values.size()) == numel_of(shape), ShapeError, "[from_vector] ", values.size(),
            " values do not fill shape ", shape_str(shape));
-  CF_CHECK(device.is_cpu(), NotImplementedError,
-           "[from_vector] only CPU tensors can be filled from host data in this build");
+  if (device.is_cuda()) return on_device(from_vector(values, shape), device, "from_vector");
   Tensor t = empty(shape, dtype_of<T>::value, device);
   T* p = t.data<T>();
   for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
@@ -166,12 +175,18 @@ template <typename T>
 std::vector<T> Tensor::to_vector() const {
   CF_CHECK(dtype() == dtype_of<T>::value, DTypeError, "[to_vector] tensor is ", dtype(),
            ", asked for ", dtype_of<T>::value);
-  CF_CHECK(device().is_cpu(), DeviceError, "[to_vector] tensor is on ", device(),
-           "; move it to the CPU first");
   std::vector<T> out;
   out.reserve(size_t(numel()));
   const T* base = static_cast<const T*>(impl().storage->data);
-  for_each_offset(shape(), strides(), offset(), [&](int64_t o) { out.push_back(base[o]); });
+  int64_t start = offset();
+  std::vector<unsigned char> host;  // a device tensor's elements, copied once
+  if (device().is_cuda()) {
+    int64_t lo = 0;
+    read_span(host, lo);
+    base = reinterpret_cast<const T*>(host.data());
+    start = offset() - lo;
+  }
+  for_each_offset(shape(), strides(), start, [&](int64_t o) { out.push_back(base[o]); });
   return out;
 }
 

@@ -1,3 +1,4 @@
+#include "core/cuda.h"
 #include "nn/module.h"
 
 #include <algorithm>
@@ -183,11 +184,13 @@ void Module::to(DType dtype) {
 }
 
 void Module::to(Device device) {
-  visit("", [&](const std::string& n, Tensor* t, bool, bool) {
-    CF_CHECK(!t->defined() || t->device() == device, NotImplementedError, "[Module::to] cannot move '", n,
-             "' from ", t->device(), " to ", device,
-             cuda_built() ? ": copies between devices are not implemented yet"
-                          : ": this build of cf has no CUDA backend");
+  cuda::check_device(device, "Module::to");
+  NoGradGuard ng;
+  visit("", [&](const std::string&, Tensor* t, bool is_param, bool) {
+    if (!t->defined() || t->device() == device) return;
+    const bool trainable = t->requires_grad();  // a moved parameter is a leaf again
+    *t = cf::to(*t, device);
+    if (is_param && trainable) t->set_requires_grad(true);
   });
 }
 

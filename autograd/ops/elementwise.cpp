@@ -1,4 +1,5 @@
 // Elementwise ops: validation, output allocation, kernel call and backward.
+#include "core/cuda.h"
 #include "autograd/ops/elementwise.h"
 
 #include "autograd/ops/common.h"
@@ -333,6 +334,30 @@ Tensor to(const Tensor& x, DType dtype) {
   }
   return out;
 }
+
+Tensor to(const Tensor& x, Device device) {
+  ops::check_defined(x, "to", "x");
+  if (x.device() == device) return x;
+  cuda::check_device(device, "to");
+  Tensor src = x;
+  {
+    NoGradGuard ng;  // the move below records the one node, "to"
+    if (!src.is_contiguous()) src = contiguous(src);
+  }
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
+  copy_bytes(out.raw_data(), device, src.raw_data(), src.device(), out.nbytes(), "to");
+  if (autograd::any_requires_grad({&x})) {
+    Device from = x.device();
+    autograd::record("to", {x}, out, [from](const Tensor& g) -> std::vector<Tensor> {
+      return {to(g, from)};
+    });
+  }
+  return out;
+}
+
+Tensor Tensor::to(Device device) const { return cf::to(*this, device); }
+Tensor Tensor::cpu() const { return cf::to(*this, Device::cpu()); }
+Tensor Tensor::cuda(int index) const { return cf::to(*this, Device::cuda(index)); }
 
 Tensor clone(const Tensor& x) {
   ops::check_defined(x, "clone", "x");

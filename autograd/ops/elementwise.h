@@ -79,6 +79,9 @@ Tensor clamp(const Tensor& x, double low, double high);
 // ---- copies and casts ----
 // A new tensor with x's dtype converted; differentiable between float dtypes.
 Tensor to(const Tensor& x, DType dtype);
+// A copy on `device` (x itself when it is there already); differentiable: the
+// gradient moves back to x's device.
+Tensor to(const Tensor& x, Device device);
 // x itself when already contiguous, else a contiguous copy (differentiable).
 Tensor contiguous(const Tensor& x);
 // Always a new contiguous copy (differentiable).

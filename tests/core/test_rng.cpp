@@ -76,7 +76,7 @@ TEST_CASE("random bad input") {
   CHECK_THROWS_MSG(randn({2}, kFloat32, g, 0.0, -1.0), ValueError, "[randn]", "std");
   CHECK_THROWS_MSG(randint(3, 3, {2}, g), ValueError, "[randint]", "[3, 3)");
   CHECK_THROWS_MSG(bernoulli({2}, 1.5, g), ValueError, "[bernoulli]", "1.5");
-  CHECK_THROWS_MSG(rand({2}, kFloat32, g, 0.0, 1.0, Device::cuda(0)), DeviceError, "cuda:0");
+  CHECK_THROWS_MSG(rand({2}, kFloat32, g, 0.0, 1.0, Device::cuda(63)), DeviceError, "cuda:63");
 }
 
 }

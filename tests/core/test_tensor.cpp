@@ -34,7 +34,9 @@ TEST_CASE("core bad input") {
                    "[from_vector]", "3 values", "(2,2)");
   CHECK_THROWS_MSG(t32({1, 2}, {2}).data<double>(), DTypeError, "[data]", "float32", "float64");
   CHECK_THROWS_MSG(t32({1, 2}, {2}).item(), ShapeError, "[item]", "(2)");
-  CHECK_THROWS_MSG(Tensor::empty({2}, kFloat32, Device::cuda(0)), DeviceError, "[allocate]", "cuda:0");
+  CHECK_THROWS_MSG(Tensor::empty({2}, kFloat32, Device::cuda(63)), DeviceError, "[allocate]", "cuda:63",
+                   "not available");
+  CHECK_THROWS_MSG(t32({1}, {1}).to(Device::cuda(63)), DeviceError, "[to]", "cuda:63");
   CHECK_THROWS_MSG(ti64({1}, {1}).set_requires_grad(true), DTypeError, "[requires_grad]", "int64");
   CHECK_THROWS_MSG(t32({1}, {1}).size(3), IndexError, "[size]", "axis 3");
   CHECK_THROWS_MSG(Device::parse("gpu"), ValueError, "[device]", "gpu");

@@ -138,7 +138,7 @@ TEST_CASE("load_state_dict lists missing, unexpected and mis-shaped entries, and
   CHECK(values(a.blocks[0]->scale) == before_dup);
 }
 
-TEST_CASE("train/eval propagates; to(dtype) converts; to(cuda) refuses clearly in a CPU build") {
+TEST_CASE("train/eval propagates - to(dtype) converts - to(device) refuses a missing device clearly") {
   Net a(1);
   CHECK(a.is_training());
   a.eval();
@@ -158,10 +158,11 @@ TEST_CASE("train/eval propagates; to(dtype) converts; to(cuda) refuses clearly i
   CHECK(!a.head->weight.requires_grad());
   CHECK(a.blocks[0]->scale.requires_grad());
   a.to(Device::cpu());
-  if (!cuda_built()) CHECK_THROWS_MSG(a.to(Device::cuda(0)), NotImplementedError, "[Module::to]", "cuda:0");
+  CHECK_THROWS_MSG(a.to(Device::cuda(63)), DeviceError, "[Module::to]", "cuda:63", "not available");
+  CHECK(a.head->weight.device().is_cpu());  // a refused move changes nothing
 }
 
-TEST_CASE("ModuleList names stay dense after a failed push; shared parameters are listed once") {
+TEST_CASE("ModuleList names stay dense after a failed push - shared parameters are listed once") {
   nn::ModuleList list;
   list.push_back(std::make_shared<nn::ReLU>());
   CHECK_THROWS_MSG(list.push_back(std::shared_ptr<nn::Module>()), ValueError, "submodule '1' is null");
@@ -181,7 +182,7 @@ TEST_CASE("ModuleList names stay dense after a failed push; shared parameters ar
   CHECK(values(lin->weight) == std::vector<double>{1, 1, 1, 1});
 }
 
-TEST_CASE("gradients flow to every parameter; zero_grad clears them; set_parameters checks") {
+TEST_CASE("gradients flow to every parameter - zero_grad clears them - set_parameters checks") {
   Net a(1);
   Tensor x = rand({4, 3}, kFloat32, default_generator());
   sum(a.forward(x)).backward();

@@ -1,0 +1,144 @@
+// The CUDA device model: moves between devices, factories, the caching
+// allocator's counters, transfer paths and errors.
+#include "cuda/cuda_test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+TEST_SUITE("cuda") {
+
+TEST_CASE("device availability is reported and a missing device is a clear error") {
+  CHECK(cuda::device_count() >= 0);
+  if (!cuda_built()) CHECK(cuda::device_count() == 0);
+  CHECK_THROWS_MSG(Tensor::zeros({2}, kFloat32, Device::cuda(63)), DeviceError, "cuda:63", "not available");
+  CHECK_THROWS_MSG(cuda::check_device(Device::cuda(-1), "myop"), DeviceError, "[myop]", "cuda:-1");
+  cuda::check_device(Device::cpu(), "myop");  // the CPU is always there
+  const bool tf32 = cuda::allow_tf32();
+  CHECK_FALSE(tf32);  // off by default
+  cuda::set_allow_tf32(true);
+  CHECK(cuda::allow_tf32());
+  cuda::set_allow_tf32(tf32);
+}
+
+CUDA_TEST_CASE("to(cuda) and back keeps values and dtype and views come back in logical order") {
+  for (DType dt : {kFloat32, kFloat64, kInt64, kBool}) {
+    Tensor x = make(dt == kBool ? kInt64 : dt, {1, 0, 3, 4, 0, 6}, {2, 3});
+    if (dt == kBool) x = ne(x, 0.0);
+    Tensor g = x.cuda();
+    CHECK(g.device() == Device::cuda(0));
+    CHECK(g.dtype() == dt);
+    CHECK(values(g) == values(x));  // to_vector reads device memory
+    Tensor back = g.cpu();
+    CHECK(back.device().is_cpu());
+    CHECK(values(back) == values(x));
+  }
+  Tensor x = Tensor::arange(24, kFloat32).cuda();
+  Tensor v = slice(transpose(reshape(x, {2, 3, 4}), 0, 2), 1, 1, 3);  // a strided view on the GPU
+  CHECK_FALSE(v.is_contiguous());
+  Tensor ref = slice(transpose(reshape(Tensor::arange(24, kFloat32), {2, 3, 4}), 0, 2), 1, 1, 3);
+  CHECK(values(v) == values(ref));
+  CHECK(values(v.cpu()) == values(ref));
+  CHECK(x.cuda().is_same(x));  // already there: the same tensor
+}
+
+CUDA_TEST_CASE("factories on cuda") {
+  CHECK(values(Tensor::full({3}, 2.5, kFloat64, Device::cuda(0))) == std::vector<double>{2.5, 2.5, 2.5});
+  CHECK(values(Tensor::arange(4, kInt64, Device::cuda(0))) == std::vector<double>{0, 1, 2, 3});
+  Tensor f = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2}, Device::cuda(0));
+  CHECK(f.device().is_cuda());
+  CHECK_THROWS_MSG(f.item<float>(), ShapeError, "[item]");  // item needs one element
+  CHECK(sum(f).item<float>() == 10.0f);
+  CHECK(Tensor::scalar(7, kInt64, Device::cuda(0)).item<int64_t>() == 7);
+  CHECK(Tensor::zeros({0, 3}, kFloat32, Device::cuda(0)).numel() == 0);
+}
+
+CUDA_TEST_CASE("large transfers go through the pinned staging buffers intact") {
+  // 4 MiB chunks: 9 MiB + 3 floats crosses two chunk boundaries and ends mid-chunk.
+  const int64_t n = (9 << 20) / 4 + 3;
+  Generator g(3);
+  Tensor x = rand({n}, kFloat32, g);
+  Tensor d = x.cuda();
+  Tensor back = d.cpu();
+  CHECK(std::memcmp(back.raw_data(), x.raw_data(), size_t(n) * 4) == 0);
+  // A device-side computation on it agrees with the CPU.
+  CHECK(std::fabs(sum(d).item() - sum(x).item()) <= 1e-3 * std::fabs(sum(x).item()));
+}
+
+CUDA_TEST_CASE("the caching allocator reuses blocks and counts live and peak bytes") {
+  const Device dev = Device::cuda(0);
+  empty_cache(dev);
+  MemoryStats s0 = memory_stats(dev);
+  CHECK(s0.cached_bytes == 0);
+  reset_peak_memory(dev);
+  {
+    Tensor a = Tensor::empty({1000}, kFloat32, dev);
+    MemoryStats s1 = memory_stats(dev);
+    CHECK(s1.live_bytes == s0.live_bytes + 4000);
+    CHECK(s1.peak_bytes >= s1.live_bytes);
+  }
+  MemoryStats s2 = memory_stats(dev);
+  CHECK(s2.live_bytes == s0.live_bytes);
+  CHECK(s2.cached_bytes > 0);  // the block was kept, not freed
+  const void* first = nullptr;
+  {
+    Tensor b = Tensor::empty({1000}, kFloat32, dev);
+    first = b.raw_data();
+    CHECK(memory_stats(dev).cached_bytes == s2.cached_bytes - 4096);  // served from the cache
+  }
+  {
+    Tensor c = Tensor::empty({990}, kFloat32, dev);  // the same 512-byte size class
+    CHECK(c.raw_data() == first);
+  }
+  empty_cache(dev);
+  CHECK(memory_stats(dev).cached_bytes == 0);
+  CHECK(memory_stats(dev).peak_bytes >= s0.live_bytes + 4000);
+  // CPU counters are separate.
+  CHECK(memory_stats(Device::cpu()).live_bytes >= 0);
+}
+
+CUDA_TEST_CASE("ops refuse operands on different devices and name both") {
+  Tensor a = Tensor::ones({2}, kFloat32);
+  Tensor b = Tensor::ones({2}, kFloat32, Device::cuda(0));
+  CHECK_THROWS_MSG(add(a, b), DeviceError, "[add]", "cpu", "cuda:0");
+  CHECK_THROWS_MSG(matmul(reshape(a, {1, 2}), reshape(b, {2, 1})), DeviceError, "[matmul]", "cuda:0");
+}
+
+CUDA_TEST_CASE("the device move is differentiable both ways") {
+  Tensor x = leaf64({3, 2});
+  check_grad("to", [](const std::vector<Tensor>& in) { return mul(in[0].cuda(), 2.0); }, {x});
+  Tensor y = leaf_on(leaf64({3, 2}), Device::cuda(0));
+  check_grad("to", [](const std::vector<Tensor>& in) { return mul(in[0].cpu(), 3.0); }, {y});
+}
+
+CUDA_TEST_CASE("a Module moves to cuda and trains there") {
+  Generator g(1);
+  nn::Linear lin(4, 3, true, g);
+  lin.to(Device::cuda(0));
+  for (auto& [name, p] : lin.named_parameters()) {
+    CHECK_MESSAGE(p.device().is_cuda(), name);
+    CHECK_MESSAGE(p.requires_grad(), name);
+    CHECK_MESSAGE(p.is_leaf(), name);
+  }
+  Tensor x = rand({8, 4}, kFloat32, g).cuda();
+  Tensor t = rand({8, 3}, kFloat32, g).cuda();
+  nn::SGD opt(lin.named_parameters(), nn::SGDOptions{0.1});
+  double first = 0, last = 0;
+  for (int s = 0; s < 50; ++s) {
+    Tensor loss = mean(square(sub(lin.forward(x), t)));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    (s == 0 ? first : last) = loss.item();
+  }
+  CHECK(last < 0.5 * first);
+}
+
+CUDA_TEST_CASE("sync debug mode still runs kernels and reports nothing for correct ones") {
+  const bool before = cuda::sync_debug();
+  cuda::set_sync_debug(true);
+  Tensor x = Tensor::ones({1000}, kFloat32, Device::cuda(0));
+  CHECK(sum(mul(x, 2.0)).item<float>() == 2000.0f);
+  cuda::set_sync_debug(before);
+}
+
+}
