@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run):
 #  1. Release build with warnings as errors, whole CTest suite (doctest cases,
-#     consumer tests of add_subdirectory and find_package);
+#     consumer tests of add_subdirectory and find_package); the CUDA backend is
+#     compiled when nvcc is found, and its tests run when a GPU is visible
+#     (reported as skipped by CTest otherwise);
 #  2. a second build under AddressSanitizer + UndefinedBehaviorSanitizer and the
 #     doctest suite again.
 # Exits non-zero on the first failure. CF_JOBS (default 2) sets the parallelism,
@@ -33,8 +35,10 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # (Exported before the build: doctest test discovery runs the test binary then.)
 # No -Werror here: gcc warns differently with sanitizer instrumentation; the
 # warnings gate is the first build.
+# CPU only (CF_CUDA=OFF): nvcc does not take the sanitizer flags, the CUDA
+# runtime is not ASan-clean, and the first build already compiles the CUDA code.
 cmake -S "$root" -B "$build_san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCF_SANITIZE=ON \
-  -DCF_BUILD_APPS=OFF
+  -DCF_BUILD_APPS=OFF -DCF_CUDA=OFF
 cmake --build "$build_san" -j "$jobs"
 ctest --test-dir "$build_san" --output-on-failure -j "$jobs"
 echo "== test: all passed =="

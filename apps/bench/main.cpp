@@ -1,4 +1,4 @@
-// cf-bench: micro-benchmarks of the cf CPU backend. Each subcommand prints ONE
+// cf-bench: micro-benchmarks of the cf CPU and CUDA backends. Each subcommand prints ONE
 // JSON object {"bench": NAME, "machine": {...}, "results": [ROW, ...]} where a
 // ROW has "name", "params" and numeric fields named with their unit (time_s,
 // peak_bytes, gflops, gbps, ns_per_op, ...) and ratios ratio_vs_<baseline>
@@ -30,6 +30,9 @@
 #include "nn/attention/centroid.h"
 #include "kernels/kmeans/kmeans.h"
 #include "nn/clustering/kmeans.h"
+#ifdef CF_WITH_CUDA
+#include "bench/cuda_baselines.h"
+#endif
 
 #ifndef CF_BUILD_TYPE
 #define CF_BUILD_TYPE "unknown"
@@ -93,11 +96,17 @@ Options:
                 reported (default 5)
   --elkan       kmeans: also time an iteration of Elkan's variant (N x k float64
                 bounds in memory)
+  --device D    overhead, matmul, elementwise, attention, model: cpu (default) or
+                cuda[:i]. On CUDA, every timed call ends with a device
+                synchronisation; the baselines become a direct cuBLAS
+                strided-batched SGEMM (matmul) and a device-to-device
+                cudaMemcpy (elementwise), timed in the same run
   -h, --help    this text
 )";
 
 struct Options {
   std::string cmd;
+  cf::Device device = cf::Device::cpu();
   std::vector<std::string> variants = {"full"};
   bool sizes_given = false;
   bool causal = false;
@@ -117,6 +126,13 @@ struct Options {
   bool elkan = false;
 };
 
+// The device every benchmark runs on (--device); timed calls end with a
+// synchronisation there, so a time covers the work, not just its launch.
+cf::Device g_device = cf::Device::cpu();
+void device_sync() {
+  if (g_device.is_cuda()) cf::cuda::synchronize();
+}
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -130,10 +146,12 @@ double median(std::vector<double> v) {
 // Median wall time of `reps` calls of f, after one warm-up call.
 double time_median(int64_t reps, const std::function<void()>& f) {
   f();
+  device_sync();
   std::vector<double> t;
   for (int64_t r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
     f();
+    device_sync();
     t.push_back(seconds_since(t0));
   }
   return median(t);
@@ -174,6 +192,13 @@ json machine_info() {
   m["build_type"] = CF_BUILD_TYPE;
   m["cf_version"] = CF_VERSION;
   m["cuda_built"] = cf::cuda_built();
+  m["device"] = g_device.str();
+#ifdef CF_WITH_CUDA
+  if (g_device.is_cuda()) {
+    m["gpu"] = cf::bench::gpu_name(g_device.index);
+    m["tf32"] = cf::cuda::allow_tf32();
+  }
+#endif
   return m;
 }
 
@@ -189,10 +214,12 @@ json report(const std::string& name, json results) {
 // ns per call of f, median over `samples` samples of `iters` calls each.
 double ns_per_call(int64_t samples, int64_t iters, const std::function<void()>& f) {
   for (int64_t i = 0; i < std::min<int64_t>(iters, 1000); ++i) f();  // warm up
+  device_sync();
   std::vector<double> ns;
   for (int64_t s = 0; s < samples; ++s) {
     auto t0 = Clock::now();
     for (int64_t i = 0; i < iters; ++i) f();
+    device_sync();
     ns.push_back(seconds_since(t0) * 1e9 / double(iters));
   }
   return median(ns);
@@ -201,9 +228,10 @@ double ns_per_call(int64_t samples, int64_t iters, const std::function<void()>& 
 json bench_overhead(const Options& o) {
   int64_t samples = o.repeat > 0 ? o.repeat : 201;
   json rows = json::array();
-  cf::Tensor a = cf::Tensor::ones({1});
-  cf::Tensor b = cf::Tensor::ones({1});
-  cf::Tensor ag = cf::Tensor::ones({1});
+  const cf::Device dev = g_device;
+  cf::Tensor a = cf::Tensor::ones({1}, cf::kFloat32, dev);
+  cf::Tensor b = cf::Tensor::ones({1}, cf::kFloat32, dev);
+  cf::Tensor ag = cf::Tensor::ones({1}, cf::kFloat32, dev);
   ag.set_requires_grad(true);
 
   auto row = [&](const char* name, const char* desc, double ns, int64_t ops, int64_t iters) {
@@ -216,23 +244,23 @@ json bench_overhead(const Options& o) {
     return r;
   };
 
-  cf::reset_peak_memory();
+  cf::reset_peak_memory(dev);
   double t_plain = ns_per_call(samples, o.iters, [&] { cf::Tensor c = cf::add(a, b); });
   json r0 = row("add_no_autograd", "add of two 1-element tensors, no input requires grad", t_plain, 1, o.iters);
-  r0["peak_bytes"] = cf::memory_stats().peak_bytes;
+  r0["peak_bytes"] = cf::memory_stats(dev).peak_bytes;
   rows.push_back(r0);
 
-  cf::reset_peak_memory();
+  cf::reset_peak_memory(dev);
   double t_grad = ns_per_call(samples, o.iters, [&] { cf::Tensor c = cf::add(ag, b); });
   json r1 = row("add_autograd", "add recording a graph node (first input requires grad)", t_grad, 1, o.iters);
-  r1["peak_bytes"] = cf::memory_stats().peak_bytes;
+  r1["peak_bytes"] = cf::memory_stats(dev).peak_bytes;
   r1["ratio_vs_no_autograd"] = t_grad / t_plain;
   rows.push_back(r1);
 
-  cf::Tensor x = cf::Tensor::full({1}, 0.5);
+  cf::Tensor x = cf::Tensor::full({1}, 0.5, cf::kFloat32, dev);
   x.set_requires_grad(true);
-  cf::Tensor w = cf::Tensor::full({1}, 1.5);
-  cf::reset_peak_memory();
+  cf::Tensor w = cf::Tensor::full({1}, 1.5, cf::kFloat32, dev);
+  cf::reset_peak_memory(dev);
   const int64_t chain_iters = std::max<int64_t>(1, o.iters / 4);
   double t_chain = ns_per_call(samples, chain_iters, [&] {
     cf::Tensor loss = cf::sum(cf::tanh(cf::mul(x, w)));
@@ -242,7 +270,7 @@ json bench_overhead(const Options& o) {
   json r2 = row("chain3_forward_backward",
                 "loss = sum(tanh(x * w)) on 1 element, loss.backward(), x.zero_grad()", t_chain, 3,
                 chain_iters);
-  r2["peak_bytes"] = cf::memory_stats().peak_bytes;
+  r2["peak_bytes"] = cf::memory_stats(dev).peak_bytes;
   rows.push_back(r2);
 
   double t_chain_fwd;
@@ -286,19 +314,44 @@ int64_t reps_for(const Options& o, double flops) {
 json matmul_row(const Options& o, cf::Generator& gen, int64_t bs, int64_t n) {
   int64_t count = std::max<int64_t>(bs, 1);
   cf::Shape shape = bs > 0 ? cf::Shape{bs, n, n} : cf::Shape{n, n};
-  cf::Tensor A = cf::rand(shape, cf::kFloat32, gen, -1, 1);
-  cf::Tensor B = cf::rand(shape, cf::kFloat32, gen, -1, 1);
+  cf::Tensor A = cf::rand(shape, cf::kFloat32, gen, -1, 1).to(g_device);
+  cf::Tensor B = cf::rand(shape, cf::kFloat32, gen, -1, 1).to(g_device);
   std::vector<float> C(size_t(count * n * n));
   double flops = 2.0 * double(count) * double(n) * double(n) * double(n);
   int64_t reps = reps_for(o, flops);
 
-  cf::reset_peak_memory();
+  cf::reset_peak_memory(g_device);
   cf::Tensor out;
   double t_cf = time_median(reps, [&] {
     out = cf::Tensor();  // free the previous result first: peak_bytes is one call's
     out = cf::matmul(A, B);
   });
-  int64_t peak = cf::memory_stats().peak_bytes;
+  int64_t peak = cf::memory_stats(g_device).peak_bytes;
+  json r;
+  r["name"] = bs > 0 ? "bmm_" + std::to_string(bs) + "x" + std::to_string(n)
+                     : "matmul_" + std::to_string(n);
+  r["params"] = {{"m", n}, {"n", n}, {"k", n}, {"batch", count}, {"dtype", "float32"},
+                 {"repeat", reps}};
+  r["time_s"] = t_cf;
+  r["gflops"] = flops / t_cf * 1e-9;
+  r["peak_bytes"] = peak;
+#ifdef CF_WITH_CUDA
+  if (g_device.is_cuda()) {
+    // Baseline: one cublasSgemmStridedBatched call on the same device buffers.
+    cf::Tensor Cd = cf::Tensor::empty(shape, cf::kFloat32, g_device);
+    double t_cublas = time_median(reps, [&] {
+      cf::bench::cublas_sgemm_strided_batched(A.raw_data(), B.raw_data(), Cd.raw_data(), count, n, n, n,
+                                              g_device.index);
+    });
+    r["params"]["baseline"] = "cublasSgemmStridedBatched on the same device buffers";
+    r["cublas_time_s"] = t_cublas;
+    r["cublas_gflops"] = flops / t_cublas * 1e-9;
+    r["ratio_vs_cublas"] = t_cublas / t_cf;
+    std::vector<float> got = out.to_vector<float>(), want = Cd.to_vector<float>();
+    r["max_abs_diff_vs_cublas"] = max_abs_diff(got.data(), want.data(), count * n * n);
+    return r;
+  }
+#endif
   const float* pa = A.data<float>();
   const float* pb = B.data<float>();
   RawBlasThreads raw_blas;
@@ -309,18 +362,10 @@ json matmul_row(const Options& o, cf::Generator& gen, int64_t bs, int64_t n) {
                   int(n));
   });
   cf::Tensor outc = cf::contiguous(out);
-  json r;
-  r["name"] = bs > 0 ? "bmm_" + std::to_string(bs) + "x" + std::to_string(n)
-                     : "matmul_" + std::to_string(n);
-  r["params"] = {{"m", n}, {"n", n}, {"k", n}, {"batch", count}, {"dtype", "float32"},
-                 {"repeat", reps}};
   if (bs > 0) r["params"]["baseline"] = "loop of cblas_sgemm over the batch";
-  r["time_s"] = t_cf;
-  r["gflops"] = flops / t_cf * 1e-9;
   r["cblas_time_s"] = t_blas;
   r["cblas_gflops"] = flops / t_blas * 1e-9;
   r["ratio_vs_cblas"] = t_blas / t_cf;
-  r["peak_bytes"] = peak;
   r["max_abs_diff_vs_cblas"] = max_abs_diff(outc.data<float>(), C.data(), count * n * n);
   return r;
 }
@@ -340,20 +385,27 @@ json bench_elementwise(const Options& o) {
   int64_t reps = o.repeat > 0 ? o.repeat : 5;
   double bytes1 = double(n) * sizeof(float);
   cf::Generator gen(7);
-  cf::Tensor a = cf::rand({n}, cf::kFloat32, gen, -1, 1);
-  cf::Tensor b = cf::rand({n}, cf::kFloat32, gen, -1, 1);
+  cf::Tensor a = cf::rand({n}, cf::kFloat32, gen, -1, 1).to(g_device);
+  cf::Tensor b = cf::rand({n}, cf::kFloat32, gen, -1, 1).to(g_device);
   cf::Tensor inplace = cf::clone(a);
 
-  // Baseline: memcpy of one tensor's bytes into a buffer already touched.
-  std::vector<float> dst(size_t(n), 0.0f);
-  double t_copy = time_median(reps, [&] {
-    std::memcpy(dst.data(), a.data<float>(), size_t(bytes1));
-  });
+  // Baseline: memcpy of one tensor's bytes into a buffer already touched (on
+  // CUDA a device-to-device cudaMemcpy between two device buffers).
+  double t_copy = 0;
+  if (g_device.is_cuda()) {
+#ifdef CF_WITH_CUDA
+    cf::Tensor dst = cf::Tensor::zeros({n}, cf::kFloat32, g_device);
+    t_copy = time_median(reps, [&] { cf::bench::device_copy(dst.raw_data(), a.raw_data(), size_t(bytes1)); });
+#endif
+  } else {
+    std::vector<float> dst(size_t(n), 0.0f);
+    t_copy = time_median(reps, [&] { std::memcpy(dst.data(), a.data<float>(), size_t(bytes1)); });
+  }
   double gbps_copy = 2 * bytes1 / t_copy * 1e-9;  // read + write
 
   json rows = json::array();
   json base;
-  base["name"] = "memcpy";
+  base["name"] = g_device.is_cuda() ? "cudaMemcpy_d2d" : "memcpy";
   base["params"] = {{"numel", n}, {"dtype", "float32"}, {"repeat", reps},
                     {"bytes_moved", 2 * bytes1}};
   base["time_s"] = t_copy;
@@ -370,7 +422,8 @@ json bench_elementwise(const Options& o) {
   // Row-wise ops over rows of 1024 (attention- and Transformer-like widths).
   const int64_t row = 1024;
   cf::Tensor rows2d = cf::reshape(a, {n / row, row});
-  cf::Tensor ln_w = cf::Tensor::ones({row}), ln_b = cf::Tensor::zeros({row});
+  cf::Tensor ln_w = cf::Tensor::ones({row}, cf::kFloat32, g_device),
+             ln_b = cf::Tensor::zeros({row}, cf::kFloat32, g_device);
   std::vector<Case> cases = {
       {"add", 3, [&] { keep = cf::Tensor(); keep = cf::add(a, b); }, "out = a + b (allocates out)"},
       {"mul", 3, [&] { keep = cf::Tensor(); keep = cf::mul(a, b); }, "out = a * b (allocates out)"},
@@ -388,7 +441,7 @@ json bench_elementwise(const Options& o) {
   };
   for (const Case& c : cases) {
     keep = cf::Tensor();
-    cf::reset_peak_memory();
+    cf::reset_peak_memory(g_device);
     double t = time_median(reps, c.f);
     double moved = c.tensors_moved * bytes1;
     json r;
@@ -398,7 +451,7 @@ json bench_elementwise(const Options& o) {
     r["time_s"] = t;
     r["gbps"] = moved / t * 1e-9;
     r["ratio_vs_memcpy"] = (moved / t * 1e-9) / gbps_copy;
-    r["peak_bytes"] = cf::memory_stats().peak_bytes;
+    r["peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
     rows.push_back(r);
   }
   return report("elementwise", rows);
@@ -458,7 +511,7 @@ json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor&
                  {"init", co.init}, {"dtype", "float32"}, {"repeat", reps}};
   auto run = [&](const cf::Tensor& in) { return layer.forward(in, init.forward(in).u); };
   cf::Tensor out;
-  cf::reset_peak_memory();
+  cf::reset_peak_memory(g_device);
   double t_fwd;
   {
     cf::NoGradGuard ng;
@@ -469,18 +522,18 @@ json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor&
   }
   out = cf::Tensor();
   r["forward_time_s"] = t_fwd;
-  r["forward_peak_bytes"] = cf::memory_stats().peak_bytes;
+  r["forward_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
   if (full_fwd > 0) r["forward_ratio_vs_full"] = t_fwd / full_fwd;
   cf::Tensor xg = x.detach();
   xg.set_requires_grad(true);
-  cf::reset_peak_memory();
+  cf::reset_peak_memory(g_device);
   double t_bwd = time_median(reps, [&] {
     xg.zero_grad();
     layer.zero_grad();
     cf::sum(run(xg)).backward();
   });
   r["forward_backward_time_s"] = t_bwd;
-  r["forward_backward_peak_bytes"] = cf::memory_stats().peak_bytes;
+  r["forward_backward_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
   if (full_bwd > 0) r["forward_backward_ratio_vs_full"] = t_bwd / full_bwd;
   return r;
 }
@@ -492,10 +545,11 @@ json bench_attention(const Options& o) {
   json rows = json::array();
   for (int64_t n : sizes) {
     cf::Generator gen{uint64_t(n)};
-    cf::Tensor q = cf::randn({B, H, n, Dh}, cf::kFloat32, gen), k = cf::randn({B, H, n, Dh}, cf::kFloat32, gen),
-               v = cf::randn({B, H, n, Dh}, cf::kFloat32, gen);
+    cf::Tensor q = cf::randn({B, H, n, Dh}, cf::kFloat32, gen).to(g_device),
+               k = cf::randn({B, H, n, Dh}, cf::kFloat32, gen).to(g_device),
+               v = cf::randn({B, H, n, Dh}, cf::kFloat32, gen).to(g_device);
     // The layer input before projection, for variants that cluster hidden states.
-    cf::Tensor x = cf::randn({B, n, H * Dh}, cf::kFloat32, gen);
+    cf::Tensor x = cf::randn({B, n, H * Dh}, cf::kFloat32, gen).to(g_device);
     double full_fwd = -1, full_bwd = -1;
     for (const std::string& variant : o.variants) {
       if (is_centroid_variant(variant)) {
@@ -535,7 +589,7 @@ json bench_attention(const Options& o) {
         continue;
       }
       cf::Tensor out;
-      cf::reset_peak_memory();
+      cf::reset_peak_memory(g_device);
       double t_fwd;
       {
         cf::NoGradGuard ng;
@@ -546,7 +600,7 @@ json bench_attention(const Options& o) {
       }
       out = cf::Tensor();
       r["forward_time_s"] = t_fwd;
-      r["forward_peak_bytes"] = cf::memory_stats().peak_bytes;
+      r["forward_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
       if (variant == "full") full_fwd = t_fwd;
       if (full_fwd > 0) r["forward_ratio_vs_full"] = t_fwd / full_fwd;
       if (dense && 6 * nn_gib > max_gib) {
@@ -558,7 +612,7 @@ json bench_attention(const Options& o) {
       qg.set_requires_grad(true);
       kg.set_requires_grad(true);
       vg.set_requires_grad(true);
-      cf::reset_peak_memory();
+      cf::reset_peak_memory(g_device);
       double t_bwd = time_median(reps, [&] {
         qg.zero_grad();
         kg.zero_grad();
@@ -566,7 +620,7 @@ json bench_attention(const Options& o) {
         cf::sum(att->forward(args(qg, kg, vg))).backward();
       });
       r["forward_backward_time_s"] = t_bwd;
-      r["forward_backward_peak_bytes"] = cf::memory_stats().peak_bytes;
+      r["forward_backward_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
       if (variant == "full") full_bwd = t_bwd;
       if (full_bwd > 0) r["forward_backward_ratio_vs_full"] = t_bwd / full_bwd;
       rows.push_back(r);
@@ -604,9 +658,10 @@ json bench_model(const Options& o) {
       c.layer.attention.type = variant;
       c.layer.attention.options = cf::nn::Config(bench_attention_options(variant, n), "attention");
       cf::models::EncoderClassifier model(c, gen);
+      model.to(g_device);
       cf::nn::AdamW opt(model.named_parameters());
-      cf::Tensor ids = cf::randint(0, vocab, {B, n}, gen);
-      cf::Tensor labels = cf::randint(0, classes, {B}, gen);
+      cf::Tensor ids = cf::randint(0, vocab, {B, n}, gen).to(g_device);
+      cf::Tensor labels = cf::randint(0, classes, {B}, gen).to(g_device);
       const int64_t reps = o.repeat > 0 ? o.repeat : (n >= 2048 ? 2 : 5);
       json r;
       r["name"] = "model_" + variant + "_" + std::to_string(n);
@@ -614,7 +669,7 @@ json bench_model(const Options& o) {
                      {"heads", 4}, {"d_ff", 1024}, {"vocab", vocab}, {"classes", classes},
                      {"parameters", model.num_parameters()}, {"repeat", reps}, {"dtype", "float32"}};
       model.train();
-      cf::reset_peak_memory();
+      cf::reset_peak_memory(g_device);
       double t_train = time_median(reps, [&] {
         opt.zero_grad();
         cf::nn::AuxLosses aux;
@@ -629,10 +684,10 @@ json bench_model(const Options& o) {
       });
       r["train_step_time_s"] = t_train;
       r["train_tokens_per_s"] = double(B * n) / t_train;
-      r["train_peak_bytes"] = cf::memory_stats().peak_bytes;
+      r["train_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
       model.eval();
       cf::Tensor logits;
-      cf::reset_peak_memory();
+      cf::reset_peak_memory(g_device);
       double t_infer;
       {
         cf::NoGradGuard ng;
@@ -643,7 +698,7 @@ json bench_model(const Options& o) {
       }
       r["infer_step_time_s"] = t_infer;
       r["infer_tokens_per_s"] = double(B * n) / t_infer;
-      r["infer_peak_bytes"] = cf::memory_stats().peak_bytes;
+      r["infer_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
       if (variant == "full") {
         full_train = t_train;
         full_infer = t_infer;
@@ -769,6 +824,12 @@ Options parse(int argc, char** argv) {
       return o;
     } else if (opt == "--repeat") {
       o.repeat = cf::apps::parse_int(opt, args.value(opt), 1);
+    } else if (opt == "--device" && o.cmd != "kmeans") {
+      try {
+        o.device = cf::Device::parse(args.value(opt));
+      } catch (const cf::Error& e) {
+        throw UsageError(std::string("--device: ") + e.what());
+      }
     } else if (opt == "--threads") {
       o.threads = cf::apps::parse_int(opt, args.value(opt), 1);
     } else if (opt == "--iters" && o.cmd == "overhead") {
@@ -847,6 +908,8 @@ int main(int argc, char** argv) {
 #endif
   }
   try {
+    cf::cuda::check_device(o.device, "cf-bench");
+    g_device = o.device;
     json out = o.cmd == "overhead"      ? bench_overhead(o)
                : o.cmd == "matmul"      ? bench_matmul(o)
                : o.cmd == "attention"   ? bench_attention(o)
