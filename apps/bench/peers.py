@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """cf beside its peers: the same computations on identical shapes in one run.
 
-Runs `cf-bench` subcommands and their twins in PyTorch (CPU; CUDA when present
-and --device cuda), faiss and scikit-learn, then prints one table of time ratios
+Runs `cf-bench` subcommands and their twins in PyTorch (CPU; with --device cuda
+both cf and PyTorch run on the GPU, K-Means stays on the CPU), faiss and scikit-learn, then prints one table of time ratios
 cf / peer (below 1: cf is faster) and writes it as JSON (--out).
 
 It installs nothing. Peers that are missing are named with how to install them,
@@ -115,9 +115,9 @@ def torch_rowwise(torch, numel, reps, device, which):
     return median_time(lambda: sync(torch, device, torch.nn.functional.layer_norm(x, (1024,), w, b)), reps)
 
 
-def torch_chain3(torch, iters, samples):
-    x = torch.full((1,), 0.5, requires_grad=True)
-    w = torch.full((1,), 1.5)
+def torch_chain3(torch, iters, samples, device="cpu"):
+    x = torch.full((1,), 0.5, requires_grad=True, device=device)
+    w = torch.full((1,), 1.5, device=device)
 
     def step():
         loss = torch.tanh(x * w).sum()
@@ -127,6 +127,7 @@ def torch_chain3(torch, iters, samples):
     def sample():
         for _ in range(iters):
             step()
+        sync(torch, device)
     return median_time(sample, samples) / iters
 
 
@@ -237,7 +238,8 @@ def main():
     ap.add_argument("--out", default="peers.json", help="where to write the JSON table (default: peers.json)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="threads for every side (default: all cores)")
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="PyTorch device (cf: CPU)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="device of cf and PyTorch (K-Means peers stay on the CPU)")
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     ap.add_argument("--only", default="", help="comma-separated benches to run (default: all)")
     args = ap.parse_args()
@@ -258,6 +260,7 @@ def main():
 
     torch, np = mods["torch"], mods["numpy"]
     threads = ["--threads", str(args.threads)]
+    on_dev = ["--device", args.device]  # cf-bench's device for the GPU-capable benches
     if torch is not None:
         torch.set_num_threads(args.threads)
         if args.device == "cuda" and not torch.cuda.is_available():
@@ -273,29 +276,29 @@ def main():
     if torch is not None and want("matmul"):
         sizes = [256, 512, 1024] if quick else [256, 512, 1024, 2048]
         cf = cf_rows(run_cf(args.cf_bench, ["matmul", "--sizes", ",".join(map(str, sizes)), "--batch", "0,0"]
-                            + threads))
+                            + threads + on_dev))
         for n in sizes:
             t = torch_matmul(torch, n, 5 if n >= 1024 else 11, dev)
             table.add("matmul", "n=%d" % n, "float32 GEMM", cf["matmul_%d" % n]["time_s"], "torch", t)
 
     if torch is not None and (want("softmax") or want("layer_norm")):
         numel = 1 << (22 if quick else 24)
-        cf = cf_rows(run_cf(args.cf_bench, ["elementwise", "--numel", str(numel)] + threads))
+        cf = cf_rows(run_cf(args.cf_bench, ["elementwise", "--numel", str(numel)] + threads + on_dev))
         for which in ("softmax", "layer_norm"):
             if want(which):
                 t = torch_rowwise(torch, numel, 5, dev, which)
                 table.add(which, "%d x 1024" % (numel // 1024), "row-wise, float32", cf[which]["time_s"], "torch", t)
 
     if torch is not None and want("chain3"):
-        cf = cf_rows(run_cf(args.cf_bench, ["overhead", "--repeat", "51"] + threads))
-        t = torch_chain3(torch, 500, 51)
+        cf = cf_rows(run_cf(args.cf_bench, ["overhead", "--repeat", "51"] + threads + on_dev))
+        t = torch_chain3(torch, 500, 51, dev)
         table.add("chain3", "1 element", "3 ops forward + backward + zero_grad",
                   cf["chain3_forward_backward"]["ns_per_iter"] * 1e-9, "torch", t)
 
     if torch is not None and want("attention"):
         sizes = [512, 1024] if quick else [512, 1024, 2048]
         cf = cf_rows(run_cf(args.cf_bench, ["attention", "--variants", "full", "--sizes",
-                                            ",".join(map(str, sizes))] + threads))
+                                            ",".join(map(str, sizes))] + threads + on_dev))
         for n in sizes:
             t_fwd, t_bwd = torch_attention(torch, n, 3, dev)
             row = cf["full_%d" % n]
@@ -306,7 +309,7 @@ def main():
     if torch is not None and want("model"):
         sizes = [128, 512] if quick else [128, 512, 2048]
         cf = cf_rows(run_cf(args.cf_bench, ["model", "--variants", "full", "--sizes", ",".join(map(str, sizes)),
-                                            "--batch-size", "8"] + threads))
+                                            "--batch-size", "8"] + threads + on_dev))
         for n in sizes:
             reps = 2 if n >= 2048 else 5
             t_train, t_infer = torch_model(torch, n, 8, reps, dev)
@@ -334,7 +337,7 @@ def main():
                 table.add("kmeans", "%dx%d k=%d" % (n, d, k), "one Lloyd iteration", cf_iter, "sklearn", t)
 
     versions = {name: getattr(m, "__version__", "?") for name, m in mods.items() if m is not None}
-    machine = run_cf(args.cf_bench, ["overhead", "--repeat", "1", "--iters", "1"])["machine"]
+    machine = run_cf(args.cf_bench, ["overhead", "--repeat", "1", "--iters", "1"] + on_dev)["machine"]
     out = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine, "python": platform.python_version(), "peer_versions": versions,
