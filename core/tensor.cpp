@@ -203,15 +203,21 @@ void print_rec(std::ostream& os, const Tensor& t, const T* base, int d, int64_t 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
   os << "tensor(";
-  if (!t.device().is_cpu()) {
-    os << "<on " << t.device() << ">";
-  } else {
+  if (t.device().is_cpu()) {
     CF_DISPATCH_ALL(t.dtype(), "print", {
       const scalar_t* base = static_cast<const scalar_t*>(t.impl_ptr()->storage->data);
       print_rec(os, t, base, 0, t.offset());
     });
+  } else {  // print from a host copy of the view's span of device memory
+    std::vector<unsigned char> host;
+    int64_t lo = 0;
+    t.read_span(host, lo);
+    CF_DISPATCH_ALL(t.dtype(), "print", {
+      print_rec(os, t, reinterpret_cast<const scalar_t*>(host.data()), 0, t.offset() - lo);
+    });
   }
   os << ", shape=" << shape_str(t.shape()) << ", dtype=" << t.dtype();
+  if (!t.device().is_cpu()) os << ", device=" << t.device();
   if (t.requires_grad()) os << ", requires_grad=true";
   return os << ")";
 }

@@ -98,6 +98,9 @@ class Tensor {
   void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false) const;
   // Same storage, no autograd history.
   Tensor detach() const;
+  // Copies the span of storage that holds this view (any device) to the host;
+  // base = the storage offset of bytes[0], in elements.
+  void read_span(std::vector<unsigned char>& bytes, int64_t& base) const;
   // Device moves (cf::to(x, device); defined in autograd/ops/elementwise.cpp):
   // differentiable copies, or this tensor when it is on that device already.
   Tensor to(Device device) const;
@@ -116,8 +119,6 @@ class Tensor {
  private:
   // A CUDA copy of a fresh contiguous CPU tensor (factories on CUDA).
   static Tensor on_device(const Tensor& host, Device device, const char* op);
-  // Copies the storage span holding this view to the host; base = its first element's offset.
-  void read_span(std::vector<unsigned char>& bytes, int64_t& base) const;
   TensorImpl& impl() const {
     if (!impl_) throw ValueError("[tensor] use of an undefined tensor");
     return *impl_;

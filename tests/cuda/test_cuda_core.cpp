@@ -50,6 +50,9 @@ CUDA_TEST_CASE("factories on cuda") {
   CHECK(sum(f).item<float>() == 10.0f);
   CHECK(Tensor::scalar(7, kInt64, Device::cuda(0)).item<int64_t>() == 7);
   CHECK(Tensor::zeros({0, 3}, kFloat32, Device::cuda(0)).numel() == 0);
+  std::ostringstream os;
+  os << transpose(Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4}, {2, 2}, Device::cuda(0)), 0, 1);
+  CHECK(os.str() == "tensor([[1, 3],\n [2, 4]], shape=(2,2), dtype=int64, device=cuda:0)");
 }
 
 CUDA_TEST_CASE("large transfers go through the pinned staging buffers intact") {
