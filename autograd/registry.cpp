@@ -15,7 +15,7 @@ const std::vector<OpInfo>& op_registry() {
       {"exp", true, c}, {"log", true, c}, {"sqrt", true, c}, {"rsqrt", true, c},
       {"sin", true, c}, {"cos", true, c}, {"tanh", true, c}, {"sigmoid", true, c},
       {"relu", true, c}, {"gelu", true, c}, {"leaky_relu", true, c},
-      {"reciprocal", true, c}, {"log1p", true, false}, {"expm1", true, false},
+      {"reciprocal", true, c}, {"log1p", true, c}, {"expm1", true, c},
       {"erf", true, c}, {"clamp", true, c}, {"to", true, c}, {"clone", true, c},
       {"eq", false, c}, {"ne", false, c}, {"lt", false, c}, {"le", false, c},
       {"gt", false, c}, {"ge", false, c}, {"logical_and", false, c},

@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "core/cuda_check.h"
@@ -129,4 +131,153 @@ __device__ T block_reduce(T v, Op op, T identity, T* shared) {
   return shared[0];
 }
 
+// ---------------- row kernels (softmax, layer_norm, cross_entropy) ----------------
+// A row is reduced by one warp (rows up to 1024 elements) or one block; these
+// give both the same interface so a row routine is written once.
+
+// Grid size for a kernel with b independent units (rows), at most 65535 blocks;
+// the kernels loop over the rest.
+inline unsigned blocks_for(int64_t b) { return unsigned(b < 1 ? 1 : (b > 65535 ? 65535 : b)); }
+
+// Streaming multiprocessors of t's device (cached per device).
+inline int sm_count(const Tensor& t, const char* op) {
+  static int cached[64] = {};
+  const int d = t.device().index;
+  if (d >= 0 && d < 64 && cached[d] > 0) return cached[d];
+  int v = 0;
+  CF_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d), op);
+  v = v < 1 ? 1 : v;
+  if (d >= 0 && d < 64) cached[d] = v;
+  return v;
+}
+
+struct WarpRow {
+  __device__ int lane() const { return int(threadIdx.x) % kWarp; }
+  __device__ int size() const { return kWarp; }
+  template <typename T>
+  __device__ T max(T v) const {
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      const T w = __shfl_xor_sync(0xffffffffu, v, o);
+      v = w > v ? w : v;  // NaN never wins a comparison: NaNs are ignored
+    }
+    return v;
+  }
+  __device__ double sum(double v) const {
+    for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+  }
+  __device__ bool any(bool b) const { return __any_sync(0xffffffffu, b) != 0; }
+};
+
+struct BlockRow {
+  double* shared;  // 32 doubles of __shared__ memory
+  __device__ int lane() const { return int(threadIdx.x); }
+  __device__ int size() const { return int(blockDim.x); }
+  template <typename T>
+  __device__ T max(T v) const {
+    return block_reduce(v, MaxOp{}, T(-INFINITY), reinterpret_cast<T*>(shared));
+  }
+  __device__ double sum(double v) const { return block_reduce(v, SumOp{}, 0.0, shared); }
+  __device__ bool any(bool b) const {
+    return block_reduce(int(b), MaxOp{}, 0, reinterpret_cast<int*>(shared)) != 0;
+  }
+};
+
+// Register-cached rows: each thread of a group of W holds VPT elements of a row.
+// Scalar layout: slot i is element lane + i * W (every load instruction of a warp
+// is coalesced, any stride). VEC layout (float rows that are contiguous, n % 4 == 0
+// and 16-byte aligned): slots 4j..4j+3 are the 4 consecutive elements starting at
+// 4 * (lane + j * W), read and written as one float4, which is what lets a warp
+// per row reach memcpy bandwidth (scalar loads reached about 50-75% on an H100).
+// The VEC the slot helpers get: float4 slots exist for float only (VPT >= 4).
+template <typename T, bool VEC>
+constexpr bool use_vec = VEC && std::is_same<T, float>::value;
+
+template <bool VEC>
+__device__ __forceinline__ int64_t slot_index(int lane, int i, int W) {
+  return VEC ? 4 * (lane + int64_t(i / 4) * W) + i % 4 : lane + int64_t(i) * W;
+}
+
+// v[i] = row[slot_index(i) * step], `fill` beyond n.
+template <bool VEC, int VPT, typename T>
+__device__ __forceinline__ void load_slots(T (&v)[VPT], const T* row, int64_t step, int64_t n, int lane, int W,
+                                           T fill) {
+  if constexpr (VEC) {
+    static_assert(std::is_same<T, float>::value && VPT % 4 == 0, "float4 slots need float and VPT % 4 == 0");
+#pragma unroll
+    for (int j = 0; j < VPT / 4; ++j) {
+      const int64_t k = 4 * (lane + int64_t(j) * W);
+      const float4 q = k < n ? *reinterpret_cast<const float4*>(row + k) : make_float4(fill, fill, fill, fill);
+      v[4 * j] = q.x;
+      v[4 * j + 1] = q.y;
+      v[4 * j + 2] = q.z;
+      v[4 * j + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      const int64_t k = lane + int64_t(i) * W;
+      v[i] = k < n ? row[k * step] : fill;
+    }
+  }
+}
+
+// row[slot_index(i) * step] = v[i] for the slots inside the row.
+template <bool VEC, int VPT, typename T>
+__device__ __forceinline__ void store_slots(const T (&v)[VPT], T* row, int64_t step, int64_t n, int lane, int W) {
+  if constexpr (VEC) {
+    static_assert(std::is_same<T, float>::value && VPT % 4 == 0, "float4 slots need float and VPT % 4 == 0");
+#pragma unroll
+    for (int j = 0; j < VPT / 4; ++j) {
+      const int64_t k = 4 * (lane + int64_t(j) * W);
+      if (k < n) *reinterpret_cast<float4*>(row + k) = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      const int64_t k = lane + int64_t(i) * W;
+      if (k < n) row[k * step] = v[i];
+    }
+  }
+}
+
+// Whether float4 slots apply: float rows of n % 4 == 0 elements at 16-byte aligned
+// starts (each pointer is a row-0 start of a contiguous tensor whose rows are n apart).
+template <typename T>
+inline bool vec4_rows(int64_t n, std::initializer_list<const void*> row0) {
+  bool ok = std::is_same<T, float>::value && n % 4 == 0;
+  for (const void* p : row0) ok = ok && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  return ok;
+}
+
+constexpr int kRowBlock = 512;  // threads per row in the block-per-row kernels
+
 }  // namespace cf::kernels::cu
+
+// Launches the row-kernel instance for rows of n elements: WARP<T, VPT, VEC> (a warp
+// per row, kThreads / 32 rows per block) up to 1024 elements, BLOCK<T, VPT, VEC> (a
+// block of kRowBlock threads per row) beyond; rows up to 8 * kRowBlock elements stay
+// in registers (VPT slots per thread), longer ones are re-read (VPT = 0). VEC (float4
+// slots) is taken where `vec` and VPT % 4 == 0. The kernel arguments are the macro
+// ARGS, #defined by the caller around the use.
+#define CF_ROW_LAUNCH(WARP, BLOCK, rows, n, vec)                                                           \
+  do {                                                                                                     \
+    namespace cu_ = ::cf::kernels::cu;                                                                     \
+    const unsigned wb_ = cu_::blocks_for(((rows) + cu_::kThreads / cu_::kWarp - 1) / (cu_::kThreads / cu_::kWarp)); \
+    const unsigned bb_ = cu_::blocks_for(rows);                                                            \
+    const bool v_ = (vec);                                                                                 \
+    if ((n) <= 32) WARP<T, 1, false><<<wb_, cu_::kThreads>>>(ARGS);                                        \
+    else if ((n) <= 64) WARP<T, 2, false><<<wb_, cu_::kThreads>>>(ARGS);                                   \
+    else if ((n) <= 128) CF_ROW_LAUNCH_VEC_(WARP, 4, wb_, cu_::kThreads, v_);                              \
+    else if ((n) <= 256) CF_ROW_LAUNCH_VEC_(WARP, 8, wb_, cu_::kThreads, v_);                              \
+    else if ((n) <= 512) CF_ROW_LAUNCH_VEC_(WARP, 16, wb_, cu_::kThreads, v_);                             \
+    else if ((n) <= 1024) CF_ROW_LAUNCH_VEC_(WARP, 32, wb_, cu_::kThreads, v_);                            \
+    else if ((n) <= 4 * cu_::kRowBlock) CF_ROW_LAUNCH_VEC_(BLOCK, 4, bb_, cu_::kRowBlock, v_);             \
+    else if ((n) <= 8 * cu_::kRowBlock) CF_ROW_LAUNCH_VEC_(BLOCK, 8, bb_, cu_::kRowBlock, v_);             \
+    else BLOCK<T, 0, false><<<bb_, cu_::kRowBlock>>>(ARGS);                                                \
+  } while (0)
+#define CF_ROW_LAUNCH_VEC_(K, VPT, grid, threads, v)                        \
+  do {                                                                      \
+    if ((v) && std::is_same<T, float>::value) K<T, VPT, true><<<grid, threads>>>(ARGS); \
+    else K<T, VPT, false><<<grid, threads>>>(ARGS);                         \
+  } while (0)

@@ -1,0 +1,215 @@
+// CUDA cross entropy. Semantics and formulas are those of cross_entropy_cpu.cpp
+// (cross_entropy.h states the contract and the (N, C, inner) layout): per sample,
+// the NaN-ignoring maximum, then sum(exp(x - max)) and sum(x) in double, the loss
+// (1 - ls) * (lse - x_t) + ls * (lse - mean_c x_c); ignored samples give zeros.
+//
+// Forward: with inner == 1 a sample's classes are contiguous: one warp per sample
+// (a block when C is large), reads coalesced along the classes. With inner > 1
+// consecutive samples are adjacent in memory for each class: one thread per
+// sample, reads coalesced across samples.
+// Every launch also counts the non-ignored samples (integer atomics: exact) and
+// records the first out-of-range target (atomicMin of its position); both come
+// back to the host in one synchronising copy, which the op needs anyway (the
+// count sets the mean's scale). A bad target throws the CPU's IndexError after
+// the kernel ran; the kernel never reads logits at a bad target.
+// Backward: one thread per logit element.
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/cross_entropy/cross_entropy.h"
+
+namespace cf::kernels {
+
+namespace {
+
+using cu::kThreads;
+constexpr int64_t kBlockClasses = 4096;  // above this many classes, a block per sample
+
+struct Flags {
+  unsigned long long count;  // samples not ignored (and in range)
+  unsigned long long first_bad;  // smallest bad position, ULLONG_MAX if none
+};
+
+struct ThreadGroup {  // one thread per sample
+  __device__ int lane() const { return 0; }
+  __device__ int size() const { return 1; }
+  __device__ double max(double v) const { return v; }
+  __device__ double sum(double v) const { return v; }
+};
+
+// Loss and lse of sample s (target t in range) whose class c is at xi[c * inner].
+template <typename T, class G>
+__device__ void sample_loss(const G& grp, const T* xi, int64_t inner, int64_t C, int64_t t, double ls, T* loss,
+                            T* lse) {
+  const int lane = grp.lane(), W = grp.size();
+  double m = -INFINITY;
+  for (int64_t c = lane; c < C; c += W) {
+    const double v = double(xi[c * inner]);
+    m = v > m ? v : m;
+  }
+  m = grp.max(m);
+  double acc = 0, xsum = 0;
+  for (int64_t c = lane; c < C; c += W) {
+    const double v = double(xi[c * inner]);
+    acc += exp(v - m);
+    xsum += v;
+  }
+  acc = grp.sum(acc);
+  xsum = grp.sum(xsum);
+  if (lane == 0) {
+    const double l = m + ::log(acc);
+    double r = (1.0 - ls) * (l - double(xi[t * inner]));
+    if (ls > 0) r += ls * (l - xsum / double(C));  // mean_c of -log p_c
+    *loss = T(r);
+    *lse = T(l);
+  }
+}
+
+// Samples [g0, ...) by groups: `per` groups per block, grid-stride.
+template <typename T, class G>
+__device__ void forward_samples(const G& grp, int64_t group, int64_t groups, const T* x, const int64_t* tp,
+                                int64_t S, CrossEntropyParams p, T* lp, T* sp, unsigned long long& count,
+                                Flags* flags) {
+  for (int64_t s = group; s < S; s += groups) {
+    const int64_t t = tp[s];
+    if (t == p.ignore_index || t < 0 || t >= p.classes) {
+      if (grp.lane() == 0) {
+        lp[s] = T(0);
+        sp[s] = T(0);
+        if (t != p.ignore_index) atomicMin(&flags->first_bad, (unsigned long long)s);
+      }
+      continue;
+    }
+    if (grp.lane() == 0) ++count;
+    const T* xi = x + (s / p.inner) * p.classes * p.inner + (s % p.inner);
+    sample_loss<T>(grp, xi, p.inner, p.classes, t, p.label_smoothing, lp + s, sp + s);
+  }
+}
+
+// Adds the block's count to flags->count (all threads of the block must call it).
+__device__ void add_count(unsigned long long count, Flags* flags) {
+  __shared__ unsigned long long sh[cu::kWarp];
+  count = cu::block_reduce(count, cu::SumOp{}, 0ull, sh);
+  if (threadIdx.x == 0 && count > 0) atomicAdd(&flags->count, count);
+}
+
+template <typename T>
+__global__ void forward_thread_kernel(const T* x, const int64_t* tp, int64_t S, CrossEntropyParams p, T* lp,
+                                      T* sp, Flags* flags) {
+  unsigned long long count = 0;
+  forward_samples<T>(ThreadGroup{}, int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
+                     int64_t(gridDim.x) * blockDim.x, x, tp, S, p, lp, sp, count, flags);
+  add_count(count, flags);
+}
+
+template <typename T>
+__global__ void forward_warp_kernel(const T* x, const int64_t* tp, int64_t S, CrossEntropyParams p, T* lp,
+                                    T* sp, Flags* flags) {
+  const int64_t per = kThreads / cu::kWarp;
+  unsigned long long count = 0;
+  forward_samples<T>(cu::WarpRow{}, int64_t(blockIdx.x) * per + threadIdx.x / cu::kWarp,
+                     int64_t(gridDim.x) * per, x, tp, S, p, lp, sp, count, flags);
+  add_count(count, flags);
+}
+
+template <typename T>
+__global__ void forward_block_kernel(const T* x, const int64_t* tp, int64_t S, CrossEntropyParams p, T* lp,
+                                     T* sp, Flags* flags) {
+  __shared__ double shared[cu::kWarp];
+  unsigned long long count = 0;
+  // Block-uniform loop: every thread of the block sees the same sample and target.
+  forward_samples<T>(cu::BlockRow{shared}, blockIdx.x, gridDim.x, x, tp, S, p, lp, sp, count, flags);
+  add_count(count, flags);
+}
+
+
+template <typename T>
+int64_t forward_typed(const Tensor& logits, const Tensor& targets, const CrossEntropyParams& p,
+                      const Tensor& losses, const Tensor& lse) {
+  const int64_t S = targets.numel(), C = p.classes;
+  if (S == 0) return 0;
+  const Device dev = logits.device();
+  cu::use_device_of(losses, "cross_entropy");
+  Tensor ft = Tensor::empty({2}, kInt64, dev);  // Flags, through cf's caching allocator
+  Flags* flags = static_cast<Flags*>(ft.raw_data());
+  CF_CUDA_CHECK(cudaMemsetAsync(&flags->count, 0, sizeof(unsigned long long), 0), "cross_entropy");
+  CF_CUDA_CHECK(cudaMemsetAsync(&flags->first_bad, 0xff, sizeof(unsigned long long), 0), "cross_entropy");
+  const T* xp = cu::ptr<const T>(logits);
+  const int64_t* tp = cu::ptr<const int64_t>(targets);
+  T* lp = cu::ptr<T>(losses);
+  T* sp = cu::ptr<T>(lse);
+  if (p.inner > 1)
+    forward_thread_kernel<T><<<cu::grid_for(S), kThreads>>>(xp, tp, S, p, lp, sp, flags);
+  else if (C <= kBlockClasses)
+    forward_warp_kernel<T><<<cu::blocks_for((S + kThreads / cu::kWarp - 1) / (kThreads / cu::kWarp)), kThreads>>>(
+        xp, tp, S, p, lp, sp, flags);
+  else
+    forward_block_kernel<T><<<cu::blocks_for(S), kThreads>>>(xp, tp, S, p, lp, sp, flags);
+  ::cf::cuda::check_launch("cross_entropy");
+  // The one synchronisation of the op: the count (the mean's divisor) and the
+  // first bad target must reach the host.
+  Flags h{};
+  copy_bytes(&h, Device::cpu(), flags, dev, sizeof(h), "cross_entropy");
+  if (h.first_bad != ULLONG_MAX) {
+    const int64_t s = int64_t(h.first_bad);
+    int64_t t = 0;
+    copy_bytes(&t, Device::cpu(), tp + s, dev, sizeof(t), "cross_entropy");  // error path only
+    CF_CHECK(false, IndexError, "[cross_entropy] target ", t, " at position ", s, " is out of range for ", C,
+             " classes (ignore_index is ", p.ignore_index, ")");
+  }
+  return int64_t(h.count);
+}
+
+// dlogits[e] for every logit element e = (n, c, i): sample s = n * inner + i.
+template <typename T>
+__global__ void backward_kernel(const T* x, const int64_t* tp, const T* sp, const T* gp, bool per_sample,
+                                double scale, CrossEntropyParams p, T* op, int64_t total) {
+  const int64_t C = p.classes, inner = p.inner, step = int64_t(gridDim.x) * blockDim.x;
+  const double ls = p.label_smoothing, off = ls / double(C);
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t i = e % inner, c = (e / inner) % C, n = e / (inner * C);
+    const int64_t s = n * inner + i, t = tp[s];
+    if (t == p.ignore_index) {
+      op[e] = T(0);
+      continue;
+    }
+    const double gs = double(gp[per_sample ? s : 0]) * scale, l = double(sp[s]);
+    double d = exp(double(x[e]) - l) - off;
+    if (c == t) d -= 1.0 - ls;
+    op[e] = T(gs * d);
+  }
+}
+
+template <typename T>
+void backward_typed(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad,
+                    double scale, const CrossEntropyParams& p, const Tensor& dlogits) {
+  const int64_t total = dlogits.numel(), S = targets.numel();
+  if (total == 0) return;
+  const bool per_sample = grad.numel() != 1 || S == 1;
+  cu::use_device_of(dlogits, "cross_entropy");
+  backward_kernel<T><<<cu::grid_for(total), kThreads>>>(cu::ptr<const T>(logits), cu::ptr<const int64_t>(targets),
+                                                        cu::ptr<const T>(lse), cu::ptr<const T>(grad),
+                                                        per_sample, scale, p, cu::ptr<T>(dlogits), total);
+  ::cf::cuda::check_launch("cross_entropy");
+}
+
+}  // namespace
+
+int64_t cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, const CrossEntropyParams& p,
+                                   const Tensor& losses, const Tensor& lse) {
+  int64_t count = 0;
+  CF_DISPATCH_FLOAT(logits.dtype(), "cross_entropy",
+                    count = forward_typed<scalar_t>(logits, targets, p, losses, lse));
+  return count;
+}
+
+void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                 const Tensor& grad, double scale, const CrossEntropyParams& p,
+                                 const Tensor& dlogits) {
+  CF_DISPATCH_FLOAT(logits.dtype(), "cross_entropy",
+                    backward_typed<scalar_t>(logits, targets, lse, grad, scale, p, dlogits));
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,50 @@
+// CUDA inverted dropout: element i is dropped when the Philox uniform (double,
+// 53 bits) of counter counter0 + i under key seed is below p, else multiplied by
+// 1/(1-p) (computed on the host in double and cast to T, as dropout_cpu.cpp does).
+// The draw is bit-identical to the CPU's, so the mask is the same on every device
+// and backward (this kernel rerun on the gradient) drops the same elements.
+#include <cstdint>
+
+#include "core/rng.h"
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/dropout/dropout.h"
+
+namespace cf::kernels {
+
+namespace {
+
+// One thread per element (grid-stride): Philox dominates the cost, the loads and
+// stores are coalesced. out may alias x.
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* out, int64_t n, double p, T scale, uint64_t seed, uint64_t counter0) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const PhiloxOut r = philox4x32_10(seed, counter0 + uint64_t(i));
+    out[i] = philox_uniform_d(r) < p ? T(0) : x[i] * scale;
+  }
+}
+
+template <typename T>
+void dropout_typed(const Tensor& x, const Tensor& out, const DropoutParams& p) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const T scale = T(1.0 / (1.0 - p.p));
+  cu::use_device_of(out, "dropout");
+  dropout_kernel<T><<<cu::grid_for(n), cu::kThreads>>>(cu::ptr<T>(x), cu::ptr<T>(out), n, p.p, scale, p.seed,
+                                                        p.counter0);
+  ::cf::cuda::check_launch("dropout");
+}
+
+}  // namespace
+
+void dropout_cuda(const Tensor& x, const Tensor& out, const DropoutParams& p) {
+  // Contract of dropout.h: x and out contiguous (cf::dropout passes dense copies).
+  CF_CHECK(x.is_contiguous() && out.is_contiguous() && x.shape() == out.shape(), Error,
+           "[dropout] internal error: x and out must be contiguous and of one shape, got ", x.describe(), ", ",
+           out.describe());
+  CF_CHECK(x.device() == out.device(), DeviceError, "[dropout] tensors are on different devices: ", x.describe(),
+           ", ", out.describe());
+  CF_DISPATCH_FLOAT(x.dtype(), "dropout", dropout_typed<scalar_t>(x, out, p));
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,196 @@
+// CUDA batched GEMM through cuBLAS. Contract and operand layouts: matmul.h and
+// matmul_cpu.cpp (layout_of / blas_compatible decide which views BLAS can read).
+//
+// cuBLAS is column-major and cf is row-major: a row-major (M x N) C is the
+// column-major (N x M) C^T, and C^T = B^T A^T, so every call passes B first and
+// swaps M and N. A row-major operand with unit column stride (NoTrans on the CPU)
+// is, read column-major, already its own transpose: CUBLAS_OP_N; one with unit
+// row stride (Trans on the CPU) needs CUBLAS_OP_T. The leading dimension is the
+// same number in both views.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <climits>
+#include <mutex>
+#include <vector>
+
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/matmul/matmul.h"
+
+namespace cf::kernels {
+
+namespace {
+
+[[noreturn]] void throw_cublas(cublasStatus_t s, const char* what) {
+  throw DeviceError(str("[matmul] cuBLAS error ", cublasGetStatusName(s), " (", cublasGetStatusString(s),
+                        ") in ", what));
+}
+
+#define CF_CUBLAS_CHECK(call)                                   \
+  do {                                                          \
+    cublasStatus_t cf_st_ = (call);                             \
+    if (cf_st_ != CUBLAS_STATUS_SUCCESS) throw_cublas(cf_st_, #call); \
+  } while (0)
+
+// One handle per device, created on first use and never destroyed: destroying it
+// at exit can run after the CUDA runtime has shut down (static destruction order),
+// and the driver reclaims everything at process exit anyway. Every handle is bound
+// to the default stream, the stream of every cf kernel, so GEMMs are ordered with
+// the kernels around them without any synchronisation.
+// cuBLAS handles are not safe for concurrent use from several host threads; cf
+// launches work from one thread at a time (like its other CUDA kernels).
+cublasHandle_t handle_for(const Tensor& t) {
+  static std::mutex mu;
+  static std::vector<cublasHandle_t>* handles = new std::vector<cublasHandle_t>();  // never destroyed
+  cu::use_device_of(t, "matmul");
+  const int dev = t.device().index;
+  std::lock_guard<std::mutex> lock(mu);
+  if (int(handles->size()) <= dev) handles->resize(size_t(dev) + 1, nullptr);
+  cublasHandle_t& h = (*handles)[size_t(dev)];
+  if (!h) {
+    CF_CUBLAS_CHECK(cublasCreate(&h));
+    CF_CUBLAS_CHECK(cublasSetStream(h, 0));
+    // Default math: no TF32 unless a call asks for it through its compute type
+    // (CUBLAS_COMPUTE_32F_FAST_TF32 below). Pedantic math is not needed: with
+    // CUBLAS_COMPUTE_32F, default math already keeps float32 products and sums
+    // in float32 (it only allows reduced precision when the compute type or the
+    // math mode asks for it), and pedantic can rule out the fastest kernels.
+    CF_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  }
+  return h;
+}
+
+// layout_of of matmul_cpu.cpp, with cuBLAS's operation for the column-major view.
+struct Layout {
+  bool ok = false;
+  bool trans = false;  // true: unit row stride (CUBLAS_OP_T); false: unit column stride (OP_N)
+  int64_t ld = 1;
+};
+
+Layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if (cols == 1 || cs == 1) {
+    int64_t ld = rows == 1 ? std::max<int64_t>(cols, 1) : rs;
+    if (ld >= std::max<int64_t>(cols, 1)) return {true, false, ld};
+  }
+  if (rows == 1 || rs == 1) {
+    int64_t ld = cols == 1 ? std::max<int64_t>(rows, 1) : cs;
+    if (ld >= std::max<int64_t>(rows, 1)) return {true, true, ld};
+  }
+  return {};
+}
+
+// A contiguous device copy of t when its last two axes are not BLAS-readable
+// (the autograd layer normally hands over BLAS-ready views, see linalg.cpp, so
+// this is a fallback for direct kernel callers).
+Tensor blas_ready(const Tensor& t) {
+  const int64_t nd = t.dim();
+  if (layout_of(t.shape()[size_t(nd - 2)], t.shape()[size_t(nd - 1)], t.strides()[size_t(nd - 2)],
+                t.strides()[size_t(nd - 1)])
+          .ok)
+    return t;
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
+  copy_cuda(t, c);
+  return c;
+}
+
+// If offset(b) = b * stride for every row-major batch index b, the batch
+// collapses to one stride (stride 0 for a fully broadcast operand).
+bool single_stride(const Shape& batch, const Shape& strides, int64_t& stride) {
+  int64_t inner = -1, span = 1;  // inner: stride of one step of b; span: product of later sizes
+  for (size_t d = batch.size(); d-- > 0;) {
+    if (batch[d] == 1) continue;
+    if (inner < 0) inner = strides[d];  // innermost batch axis of size > 1: span is 1 here
+    if (strides[d] != inner * span) return false;
+    span *= batch[d];
+  }
+  stride = inner < 0 ? 0 : inner;
+  return true;
+}
+
+int as_int(int64_t v, const char* what) {
+  CF_CHECK(v <= INT_MAX, ValueError, "[matmul] ", what, " = ", v,
+           " is too large for cuBLAS (at most ", INT_MAX, ")");
+  return int(v);
+}
+
+template <typename T>
+void matmul_typed(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+  const int64_t nd = a_in.dim();
+  const int64_t M = a_in.shape()[size_t(nd - 2)], K = a_in.shape()[size_t(nd - 1)],
+                N = b_in.shape()[size_t(nd - 1)];
+  if (M == 0 || N == 0 || out.numel() == 0) return;
+  cu::use_device_of(out, "matmul");
+  if (K == 0) {  // empty sums: zeros (all-zero bits are 0.0 for float and double)
+    CF_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), 0), "matmul");
+    return;
+  }
+  const Tensor a = blas_ready(a_in), b = blas_ready(b_in);
+  const Layout la = layout_of(M, K, a.strides()[size_t(nd - 2)], a.strides()[size_t(nd - 1)]);
+  const Layout lb = layout_of(K, N, b.strides()[size_t(nd - 2)], b.strides()[size_t(nd - 1)]);
+  CF_CHECK(la.ok && lb.ok, Error, "[matmul] internal error: operands not BLAS-compatible");
+
+  constexpr bool f32 = std::is_same_v<T, float>;
+  const cudaDataType dt = f32 ? CUDA_R_32F : CUDA_R_64F;
+  // TF32 only when the user opted in (cf::cuda::set_allow_tf32); otherwise full
+  // float32 products and sums so results match the CPU to float32 tolerances.
+  const cublasComputeType_t ct =
+      f32 ? (::cf::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F) : CUBLAS_COMPUTE_64F;
+  const T alpha = T(1), beta = T(0);
+  const cublasOperation_t opa = la.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opb = lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
+  const int lda = as_int(la.ld, "lda"), ldb = as_int(lb.ld, "ldb"), ldc = m;
+
+  Shape batch(a.shape().begin(), a.shape().end() - 2);
+  Shape sa(a.strides().begin(), a.strides().end() - 2), sb(b.strides().begin(), b.strides().end() - 2);
+  const int64_t nb = numel_of(batch);
+  const int count = as_int(nb, "batch count");
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* pc = static_cast<T*>(out.raw_data());
+  cublasHandle_t h = handle_for(out);
+
+  int64_t stride_a = 0, stride_b = 0;
+  if (single_stride(batch, sa, stride_a) && single_stride(batch, sb, stride_b)) {
+    // The common case (plain batch, or an operand broadcast over the whole batch
+    // with stride 0): one strided-batched call.
+    CF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, opb, opa, m, n, k, &alpha, pb, dt, ldb, stride_b, pa, dt, lda,
+                                               stride_a, &beta, pc, dt, ldc, M * N, count, ct,
+                                               CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  // Batch axes that do not collapse to one stride (e.g. (4,1) against (1,5)
+  // broadcasting): one cublasGemmBatchedEx call with pointer arrays built on the
+  // host and copied to a device tensor (cf's caching allocator). The copy is a
+  // synchronous cudaMemcpy ordered on the default stream, so the host vector may
+  // die right after; the device array is only returned to the cache after the
+  // call is queued, and later users of that block run after it on the same stream.
+  std::vector<const void*> ptrs(size_t(3 * nb));
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t oa = 0, ob = 0, rem = i;
+    for (size_t d = batch.size(); d-- > 0;) {
+      const int64_t c = rem % batch[d];
+      rem /= batch[d];
+      oa += c * sa[d];
+      ob += c * sb[d];
+    }
+    ptrs[size_t(i)] = pb + ob;
+    ptrs[size_t(nb + i)] = pa + oa;
+    ptrs[size_t(2 * nb + i)] = pc + i * M * N;
+  }
+  static_assert(sizeof(void*) == sizeof(int64_t), "pointer arrays are stored as int64");
+  Tensor dev = Tensor::empty({3 * nb}, kInt64, out.device());
+  copy_bytes(dev.raw_data(), out.device(), ptrs.data(), Device::cpu(), ptrs.size() * sizeof(void*), "matmul");
+  void** dp = static_cast<void**>(dev.raw_data());
+  CF_CUBLAS_CHECK(cublasGemmBatchedEx(h, opb, opa, m, n, k, &alpha, dp, dt, ldb, dp + nb, dt, lda, &beta,
+                                      dp + 2 * nb, dt, ldc, count, ct, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void matmul_cuda(const Tensor& a, const Tensor& b, const Tensor& out) {
+  CF_DISPATCH_FLOAT(a.dtype(), "matmul", matmul_typed<scalar_t>(a, b, out));
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,76 @@
+// CUDA Philox fills: element i draws philox4x32_10(seed, counter0 + i) and maps it
+// with the same functions and expressions as random_cpu.cpp (core/rng.h is
+// __host__ __device__), so uniform, integer and bernoulli tensors are bit-identical
+// to the CPU's and normal ones equal up to the device libm's log/cos/sqrt rounding.
+// One thread per element (grid-stride); Philox's 10 rounds make this compute-bound,
+// so there is nothing to gain from vector stores.
+#include <cstdint>
+#include <type_traits>
+
+#include "core/rng.h"
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/random/random.h"
+
+namespace cf::kernels {
+
+namespace {
+
+// The products and sums below are rounded separately (__dmul_rn / __dadd_rn):
+// nvcc would otherwise contract a + s * u into one FMA, which the CPU (x86-64
+// baseline, no FMA) does not do, and the uniform values would differ in the last bit.
+template <typename T, RandomKind K>
+__global__ void random_kernel(T* out, int64_t n, double a, double b, int64_t ia, uint64_t span, uint64_t seed,
+                              uint64_t counter0) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const PhiloxOut r = philox4x32_10(seed, counter0 + uint64_t(i));
+    if constexpr (K == RandomKind::Uniform) {
+      const double u = std::is_same_v<T, float> ? double(philox_uniform_f(r)) : philox_uniform_d(r);
+      out[i] = T(__dadd_rn(a, __dmul_rn(__dsub_rn(b, a), u)));
+    } else if constexpr (K == RandomKind::Normal) {
+      out[i] = T(__dadd_rn(a, __dmul_rn(b, philox_normal(r))));
+    } else if constexpr (K == RandomKind::Integer) {
+      const uint64_t bits = (uint64_t(r.v[0]) << 32) | r.v[1];
+      out[i] = T(ia + int64_t(bits % span));
+    } else {
+      out[i] = T(philox_uniform_d(r) < a);
+    }
+  }
+}
+
+template <typename T>
+void fill_typed(const Tensor& out, const RandomParams& p) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  T* o = cu::ptr<T>(out);
+  const int64_t ia = int64_t(p.a);
+  const uint64_t span = uint64_t(int64_t(p.b) - ia);  // as random_cpu.cpp
+  cu::use_device_of(out, "random");
+  const unsigned g = cu::grid_for(n);
+  switch (p.kind) {
+    case RandomKind::Uniform:
+      random_kernel<T, RandomKind::Uniform><<<g, cu::kThreads>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0);
+      break;
+    case RandomKind::Normal:
+      random_kernel<T, RandomKind::Normal><<<g, cu::kThreads>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0);
+      break;
+    case RandomKind::Integer:
+      // span == 0 (low == high) is refused by cf::randint before any kernel runs.
+      random_kernel<T, RandomKind::Integer><<<g, cu::kThreads>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0);
+      break;
+    case RandomKind::Bernoulli:
+      random_kernel<T, RandomKind::Bernoulli><<<g, cu::kThreads>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0);
+      break;
+  }
+  ::cf::cuda::check_launch("random");
+}
+
+}  // namespace
+
+void random_fill_cuda(const Tensor& out, const RandomParams& p) {
+  // Element i is the i-th element in memory, as on the CPU (out.data<T>()[i]).
+  CF_CHECK(out.is_contiguous(), Error, "[random] internal error: output must be contiguous, got ", out.describe());
+  CF_DISPATCH_ALL(out.dtype(), "random", fill_typed<scalar_t>(out, p));
+}
+
+}  // namespace cf::kernels
