@@ -35,12 +35,24 @@ struct ParityOptions {
   uint64_t seed = 5;
 };
 
-// Copies of t on `device`: a fresh leaf (requiring grad when t does) so both
-// runs build their own graphs.
+// A copy of t on `device` in t's own layout: a fresh leaf (requiring grad when
+// t does) so both runs build their own graphs. A non-contiguous t (a transposed
+// or sliced view) comes back as the same view of a copy of the storage span it
+// covers, so the kernels under test see the same strides on both devices.
 inline Tensor leaf_on(const Tensor& t, Device device) {
   if (!t.defined()) return t;
-  Tensor c = t.detach().to(device);
-  if (c.is_same(t) || c.shares_storage(t)) c = clone(t.detach());  // same device: a separate leaf
+  Tensor src = t.detach(), c;
+  if (src.is_contiguous() || src.numel() == 0) {
+    c = clone(src).to(device);
+  } else {
+    int64_t span = 1;
+    for (size_t d = 0; d < src.shape().size(); ++d) {
+      REQUIRE_MESSAGE(src.strides()[d] >= 0, "leaf_on: negative strides are not supported");
+      span += (src.shape()[d] - 1) * src.strides()[d];
+    }
+    Tensor storage = clone(make_view(src, {span}, {1}, src.offset())).to(device);
+    c = make_view(storage, src.shape(), src.strides(), 0);
+  }
   c = c.detach();
   if (t.requires_grad()) c.set_requires_grad(true);
   return c;
@@ -100,6 +112,19 @@ inline void check_grad_cuda(const char* op, const GradcheckFn& f, const std::vec
   std::vector<Tensor> gpu_in;
   for (const Tensor& t : inputs) gpu_in.push_back(leaf_on(t, Device::cuda(0)));
   check_grad(op, f, gpu_in, opt);
+}
+
+inline Tensor cuda0(const Tensor& t) { return t.to(Device::cuda(0)); }
+
+// The message of the cf::Error f throws ("" if none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // float32 leaf on the CPU with distinct seeded values (parity inputs).

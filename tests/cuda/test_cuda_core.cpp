@@ -113,6 +113,22 @@ CUDA_TEST_CASE("the device move is differentiable both ways") {
   check_grad("to", [](const std::vector<Tensor>& in) { return mul(in[0].cpu(), 3.0); }, {y});
 }
 
+CUDA_TEST_CASE("parity inputs keep their layout on both devices") {
+  for (const Tensor& v : layouts(leaf64({3, 4}))) {
+    Tensor x = v.detach();
+    x.set_requires_grad(true);
+    for (Device d : {Device::cpu(), Device::cuda(0)}) {
+      Tensor c = leaf_on(x, d);
+      CHECK(c.device() == d);
+      CHECK(c.strides() == x.strides());
+      CHECK(c.requires_grad());
+      CHECK(c.is_leaf());
+      CHECK_FALSE(c.shares_storage(x));
+      CHECK(values(c) == values(x));
+    }
+  }
+}
+
 CUDA_TEST_CASE("a Module moves to cuda and trains there") {
   Generator g(1);
   nn::Linear lin(4, 3, true, g);

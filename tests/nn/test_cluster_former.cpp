@@ -439,7 +439,8 @@ TEST_CASE("Cluster-Former layer passes float64 gradcheck with the assignments he
     Tensor cmask = bools({false, false, false, true, false}, {1, X});
     if (q == 0) ids[3] = 2;  // the padded token: id p
     layer.attention().set_fixed_assignments(ti64(ids, {1, n}));
-    std::vector<Tensor> xs = {leaf64({1, X, 4}, 1)};
+    std::vector<Tensor> xs;  // (push_back, not a one-element list: gcc 13 -O3 warns falsely on that)
+    xs.push_back(leaf64({1, X, 4}, 1));
     if (q > 0) xs.push_back(leaf64({1, q, 4}, 2));
     check_module_grad(layer,
                       [&](const std::vector<Tensor>& in) {
