@@ -43,7 +43,10 @@ ClusterFormerAttentionOptions ClusterFormerAttention::read_options(const Config&
 }
 
 std::shared_ptr<Attention> ClusterFormerAttention::create(const AttentionSpec& spec) {
-  return std::make_shared<ClusterFormerAttention>(spec.d_model, read_options(spec.options));
+  // The bank's initial centroids come from the layer's generator (spec.gen), so a
+  // model's initial state depends only on the generator it is built with.
+  return std::make_shared<ClusterFormerAttention>(spec.d_model, read_options(spec.options),
+                                                  spec.gen ? *spec.gen : default_generator());
 }
 
 Tensor ClusterFormerAttention::assign(const Tensor& x, const Tensor& mask) const {
@@ -61,7 +64,7 @@ Tensor ClusterFormerAttention::assign(const Tensor& x, const Tensor& mask) const
   // eq. 5: argmax_c cos(h, c), through the K-Means engine's blocked assignment.
   Tensor flat = contiguous(reshape(x.detach(), {b * n, d}));
   Tensor ids = reshape(kmeans_assign(flat, cf::to(bank->centroids, x.dtype()), KMeansMetric::cosine), {b, n});
-  if (mask.defined()) ids = where(mask, Tensor::full({b, n}, double(p), kInt64), ids);
+  if (mask.defined()) ids = where(mask, Tensor::full({b, n}, double(p), kInt64, ids.device()), ids);
   return ids;
 }
 

@@ -83,9 +83,9 @@ Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   Tensor w = softmax(masked_fill(scores, blocked, -INFINITY), -1);  // a row with nothing allowed: zeros
   Tensor oc = masked_fill(matmul(w, vc), reshape(lt(qm, 0.0), {B, H, C, wq, 1}), 0.0);
   Tensor idx = contiguous(expand(qi, {B, H, C * wq, Dv}));
-  Tensor out = scatter_add(Tensor::zeros({B, H, N, Dv}, v.dtype()), 2, idx, reshape(oc, {B, H, C * wq, Dv}));
+  Tensor out = scatter_add(Tensor::zeros({B, H, N, Dv}, v.dtype(), v.device()), 2, idx, reshape(oc, {B, H, C * wq, Dv}));
   // The average over the lists holding each query (the reference code's scatter_mean).
-  Tensor count = scatter_add(Tensor::zeros({B, H, N, 1}, v.dtype()), 2, qi, to(reshape(ge(qm, 0.0), {B, H, C * wq, 1}), v.dtype()));
+  Tensor count = scatter_add(Tensor::zeros({B, H, N, 1}, v.dtype(), v.device()), 2, qi, to(reshape(ge(qm, 0.0), {B, H, C * wq, 1}), v.dtype()));
   return out / clamp(count, 1.0, INFINITY);
 }
 
@@ -122,8 +122,8 @@ Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const 
           }
         }
       }
-    Tensor mask = Tensor::from_vector(blocked, {B, H, N, N});
-    Tensor member = to(Tensor::from_vector(in_c, {B, H, N, 1}), v.dtype());
+    Tensor mask = Tensor::from_vector(blocked, {B, H, N, N}).to(v.device());
+    Tensor member = to(Tensor::from_vector(in_c, {B, H, N, 1}).to(v.device()), v.dtype());
     Tensor out_c = dense_attention(q, k, v, mask, scale) * member;
     total = total.defined() ? total + out_c : out_c;
     count = count.defined() ? count + member : member;
@@ -172,7 +172,7 @@ Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids) {
 }
 
 RoutingAttention::RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_clusters, int64_t local_heads,
-                                   int64_t local_window, double decay, double scale, int64_t seed)
+                                   int64_t local_window, double decay, double scale, int64_t seed, Generator* gen)
     : n_heads_(n_heads),
       head_dim_(head_dim),
       n_clusters_(n_clusters),
@@ -192,7 +192,7 @@ RoutingAttention::RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_
   CF_CHECK(seed >= -1, ValueError, "[RoutingAttention] seed must be -1 (default generator) or >= 0, got ", seed);
   Generator seeded(uint64_t(seed < 0 ? 0 : seed));
   centroids_ = l2_normalize(randn({n_heads - local_heads, n_clusters, head_dim}, kFloat32,
-                                  seed >= 0 ? seeded : default_generator()));
+                                  seed >= 0 ? seeded : (gen ? *gen : default_generator())));
   register_buffer("centroids", &centroids_);
 }
 
@@ -206,7 +206,7 @@ std::shared_ptr<Attention> RoutingAttention::create(const AttentionSpec& spec) {
   int64_t seed = o.get<int64_t>("seed", -1);
   o.finish();
   return std::make_shared<RoutingAttention>(spec.n_heads, spec.d_model / spec.n_heads, n_clusters, local_heads,
-                                            local_window, decay, scale, seed);
+                                            local_window, decay, scale, seed, spec.gen);
 }
 
 Tensor RoutingAttention::forward(const AttentionArgs& a) {
@@ -220,7 +220,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
            " heads of size ", head_dim_, ", got q ", shape_str(s));
   CF_CHECK(a.q.dtype() == centroids_.dtype(), DTypeError, "[RoutingAttention] q is ", a.q.dtype(),
            " but the centroids are ", centroids_.dtype(), " (convert the module with to(dtype))");
-  if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype());  // nothing to route
+  if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());  // nothing to route
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(D));
   const int64_t w = (N + n_clusters_ - 1) / n_clusters_;  // balanced clusters: w = N / C tokens each
   const int64_t L = local_heads_, R = H - L;
@@ -228,6 +228,8 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
   if (L > 0) {
     Tensor qm, km;
     local_members(N, local_window_ > 0 ? local_window_ : w, a.causal, qm, km);
+    qm = qm.to(a.q.device());
+    km = km.to(a.q.device());
     outs.push_back(routed_attention(narrow(a.q, 1, 0, L), narrow(a.k, 1, 0, L), narrow(a.v, 1, 0, L), qm, km,
                                     a.key_padding_mask, a.causal, scale));
   }
@@ -242,7 +244,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       Tensor qa = nearest_centroid(qd, centroids_), ka = nearest_centroid(kd, centroids_);
       auto valid_of = [&](const Tensor& mask) {  // (B, 1, N, 1) 1 for real tokens
         return mask.defined() ? cf::to(reshape(logical_not(mask), {B, 1, N, 1}), a.q.dtype())
-                              : Tensor::ones({B, 1, N, 1}, a.q.dtype());
+                              : Tensor::ones({B, 1, N, 1}, a.q.dtype(), a.q.device());
       };
       Tensor vq = valid_of(a.query_padding_mask), vk = valid_of(a.key_padding_mask);
       Tensor mu = reshape(centroids_, {1, R, n_clusters_, D});

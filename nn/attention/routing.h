@@ -75,12 +75,14 @@ Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids);
 //   "n_clusters": C, default 8;  "local_heads": heads with local attention, default 0 (0 <= local_heads <= n_heads);
 //   "local_window": block size of the local heads, default 0 = ceil(N / n_clusters), the routing cluster size;
 //   "decay": EMA lambda in [0, 1), default 0.999 (section 4.1, and the reference code);  "scale": score scale, default 1/sqrt(d_k);
-//   "seed": seed of the centroid initialisation (unit-norm Gaussian directions); default -1 draws them from the
-//           default generator (so the layers of a model start from different centroids).
+//   "seed": seed of the centroid initialisation (unit-norm Gaussian directions); default -1 draws them from
+//           `gen`: the generator the layer is built with (AttentionSpec::gen), else the default generator
+//           (either way the layers of a model start from different centroids).
 class RoutingAttention : public Attention {
  public:
   RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_clusters, int64_t local_heads = 0,
-                   int64_t local_window = 0, double decay = 0.999, double scale = 0.0, int64_t seed = -1);
+                   int64_t local_window = 0, double decay = 0.999, double scale = 0.0, int64_t seed = -1,
+                   Generator* gen = nullptr);
   static std::shared_ptr<Attention> create(const AttentionSpec& spec);
   Tensor forward(const AttentionArgs& args) override;
   std::string type() const override { return "routing"; }
