@@ -221,7 +221,7 @@ QAOutput ClusterFormerQA::forward(const Tensor& question, const Tensor& qmask, c
         w[size_t(i * k + j)] = any ? 1.0 : 0.0;
       }
   }
-  Tensor wt = reshape(cf::to(Tensor::from_vector(w, {b, k}), s.context.dtype()), {b, k, 1});
+  Tensor wt = reshape(cf::to(Tensor::from_vector(w, {b, k}).to(s.context.device()), s.context.dtype()), {b, k, 1});
   Tensor first = squeeze(narrow(s.question, 2, 0, 1), 2);  // (B, K, D)
   Tensor pooled = sum(first * wt, {1}) / clamp(sum(wt, {1}), 1.0, INFINITY);
   out.answerable_logits = squeeze(answerable_head->forward(pooled), 1);

@@ -9,10 +9,9 @@ namespace nn {
 
 Tensor causal_mask(int64_t nq, int64_t nk, Device device) {
   CF_CHECK(nq >= 0 && nk >= 0, ShapeError, "[causal_mask] negative size: nq=", nq, " nk=", nk);
-  CF_CHECK(device.is_cpu(), NotImplementedError, "[causal_mask] only CPU masks in this build, asked for ", device);
   // key index > query index + (nk - nq), as one broadcast comparison (parallel for large N).
-  Tensor keys = reshape(Tensor::arange(nk), {1, nk});
-  Tensor queries = reshape(Tensor::arange(nq), {nq, 1}) + double(nk - nq);
+  Tensor keys = reshape(Tensor::arange(nk, kInt64, device), {1, nk});
+  Tensor queries = reshape(Tensor::arange(nq, kInt64, device), {nq, 1}) + double(nk - nq);
   return gt(keys, queries);
 }
 

@@ -40,8 +40,9 @@ void check_mask(const char* who, const char* name, const Tensor& mask, int64_t b
 
 bool any_true(const Tensor& m) { return m.defined() && sum(cf::to(m, kInt64)).item<int64_t>() > 0; }
 
-// Per-batch-row indices (B, M) -> flat row indices into (B*N, ...) (B*M).
-Tensor flat_rows(const Tensor& idx, int64_t n, const char* who) {
+// Per-batch-row indices (B, M) -> flat row indices into (B*N, ...) (B*M), on `device`
+// (checked and offset on the host: selection indices are small).
+Tensor flat_rows(const Tensor& idx, int64_t n, const char* who, Device device) {
   const int64_t b = idx.shape()[0], m = idx.numel() / b;
   std::vector<int64_t> v = contiguous(idx).to_vector<int64_t>();
   for (int64_t r = 0; r < b; ++r)
@@ -50,7 +51,7 @@ Tensor flat_rows(const Tensor& idx, int64_t n, const char* who) {
       CF_CHECK(x >= 0 && x < n, IndexError, "[", who, "] index ", x, " out of range for ", n, " rows");
       x += r * n;
     }
-  return Tensor::from_vector(v, {b * m});
+  return Tensor::from_vector(v, {b * m}).to(device);
 }
 
 // mask (B, N) bool at idx (B, M) -> bool (B, M), or undefined when nothing is padding.
@@ -66,12 +67,12 @@ Tensor gather_mask(const Tensor& mask, const Tensor& idx) {
 Tensor segment_mean(const Tensor& x, const Tensor& seg, int64_t m, const Tensor& keep, const Tensor& fallback,
                     Tensor* counts_out) {
   const int64_t b = x.shape()[0], n = x.shape()[1], d = x.shape()[2];
-  Tensor flat_seg = flat_rows(seg, m, "CentroidInit");  // segment ids offset per batch row into (B*M)
+  Tensor flat_seg = flat_rows(seg, m, "CentroidInit", x.device());  // segment ids offset per batch row into (B*M)
   Tensor src = reshape(x, {b * n, d});
-  Tensor w = keep.defined() ? reshape(keep, {b * n}) : Tensor::ones({b * n}, x.dtype());
+  Tensor w = keep.defined() ? reshape(keep, {b * n}) : Tensor::ones({b * n}, x.dtype(), x.device());
   if (keep.defined()) src = src * unsqueeze(w, 1);
-  Tensor sums = index_add(Tensor::zeros({b * m, d}, x.dtype()), 0, flat_seg, src);
-  Tensor counts = index_add(Tensor::zeros({b * m}, x.dtype()), 0, flat_seg, w);
+  Tensor sums = index_add(Tensor::zeros({b * m, d}, x.dtype(), x.device()), 0, flat_seg, src);
+  Tensor counts = index_add(Tensor::zeros({b * m}, x.dtype(), x.device()), 0, flat_seg, w);
   Tensor empty = eq(counts, 0.0);
   Tensor mean_rows = sums / unsqueeze(clamp(counts, 1.0, INFINITY), 1);
   if (fallback.defined() && any_true(empty))
@@ -108,7 +109,8 @@ Tensor farthest_point_sampling(const Tensor& points, int64_t m, const Tensor& ma
   const int64_t b = points.shape()[0], n = points.shape()[1], c = points.shape()[2];
   CF_CHECK(m >= 1 && m <= n, ValueError, "[farthest_point_sampling] m must be in [1, N] = [1, ", n, "], got ", m);
   check_mask("farthest_point_sampling", "mask", mask, b, n);
-  Tensor p = contiguous(cf::to(points.detach(), kFloat64));
+  // A host loop (on CUDA from a copy of the points); the indices go back to their device.
+  Tensor p = contiguous(cf::to(points.detach(), kFloat64)).cpu();
   const double* pd = p.data<double>();
   std::vector<bool> pad(size_t(b * n), false);
   if (mask.defined()) {
@@ -154,7 +156,7 @@ Tensor farthest_point_sampling(const Tensor& points, int64_t m, const Tensor& ma
       cur = best < 0 ? 0 : best;
     }
   }
-  return Tensor::from_vector(out, {b, m});
+  return Tensor::from_vector(out, {b, m}).to(points.device());
 }
 
 Tensor knn_indices(const Tensor& queries, const Tensor& inputs, int64_t k, const Tensor& mask) {
@@ -180,7 +182,7 @@ Tensor gather_rows(const Tensor& x, const Tensor& idx) {
   CF_CHECK(idx.defined() && idx.dtype() == kInt64 && idx.dim() == 2 && idx.shape()[0] == x.shape()[0], ShapeError,
            "[gather_rows] idx must be int64 (B, M) with B = ", x.shape()[0], ", got ", describe(idx));
   const int64_t b = x.shape()[0], n = x.shape()[1], d = x.shape()[2], m = idx.shape()[1];
-  return reshape(index_select(reshape(x, {b * n, d}), 0, flat_rows(idx, n, "gather_rows")), {b, m, d});
+  return reshape(index_select(reshape(x, {b * n, d}), 0, flat_rows(idx, n, "gather_rows", x.device())), {b, m, d});
 }
 
 // ---------------------------------------------------------------- eq. 4 kernels
@@ -245,7 +247,7 @@ Tensor centroid_attention_knn(const Tensor& q, const Tensor& kx, const Tensor& v
   check_mask("centroid_attention_knn", "centroid_mask", centroid_mask, b, m);
   // Gather the K neighbours' projected rows once (B*M*K rows), then split heads:
   // (B, M, K, H, dh) -> (B, H, M, K, dh). Gradients flow back through index_select.
-  Tensor flat = flat_rows(reshape(nbr, {b, m * k}), n, "centroid_attention_knn");
+  Tensor flat = flat_rows(reshape(nbr, {b, m * k}), n, "centroid_attention_knn", kx.device());
   auto gathered = [&](const Tensor& t) {
     Tensor g = reshape(index_select(reshape(t, {b * n, h * dh}), 0, flat), {b, m, k, h, dh});
     return permute(g, {0, 3, 1, 2, 4});
@@ -270,17 +272,18 @@ Tensor centroid_attention_knn(const Tensor& q, const Tensor& kx, const Tensor& v
     Tensor shift;
     {
       NoGradGuard ng;
-      Tensor s = contiguous(scores.detach());
-      Tensor nb = contiguous(nbr);
+      Tensor s = contiguous(scores.detach()).cpu();  // a host loop (copies on CUDA)
+      Tensor nb = contiguous(nbr).cpu();
       shift = Tensor::empty({b, h, m, k}, s.dtype());
       if (s.dtype() == kFloat64)
         group_max(s.data<double>(), nb.data<int64_t>(), b, h, m, k, n, shift.data<double>());
       else
         group_max(s.data<float>(), nb.data<int64_t>(), b, h, m, k, n, shift.data<float>());
+      shift = shift.to(scores.device());
     }
     Tensor e = exp(scores - shift);                                      // masked pairs: 0
     Tensor idx = contiguous(expand(reshape(nbr, {b, 1, m * k}), {b, h, m * k}));
-    Tensor den = scatter_add(Tensor::zeros({b, h, n}, q.dtype()), 2, idx, reshape(e, {b, h, m * k}));
+    Tensor den = scatter_add(Tensor::zeros({b, h, n}, q.dtype(), q.device()), 2, idx, reshape(e, {b, h, m * k}));
     Tensor den_g = reshape(gather(den, 2, idx), {b, h, m, k});
     // A pair whose whole group is masked has e = 0 and den = 0: divide by 1 instead.
     w = e / (den_g + cf::to(eq(den_g.detach(), 0.0), q.dtype()));
@@ -429,11 +432,11 @@ CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, co
     // Section 3.1: "randomly sample N/3 elements from the original sequence"; kept in
     // sequence order, so a text's centroids stay in reading order.
     Tensor keys = rand({b, n}, kFloat32, sampler ? *sampler : default_generator());
-    if (mask.defined()) keys = masked_fill(keys, mask, 2.0);  // padding only when real inputs run out
+    if (mask.defined()) keys = masked_fill(keys, mask.cpu(), 2.0);  // padding only when real inputs run out
     Tensor idx = topk(keys, m, -1, false).indices;
     std::vector<int64_t> v = contiguous(idx).to_vector<int64_t>();
     for (int64_t r0 = 0; r0 < b; ++r0) std::sort(v.begin() + r0 * m, v.begin() + (r0 + 1) * m);
-    r.indices = Tensor::from_vector(v, {b, m});
+    r.indices = Tensor::from_vector(v, {b, m}).to(x.device());
   } else if (mode == "fps" || mode == "kmeans") {
     // Section 3.2: "We use Farthest Point Sampling (FPS) as our initialization function".
     r.indices = farthest_point_sampling(space.defined() ? space : x, m, mask);
@@ -457,7 +460,7 @@ CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, co
         for (int64_t r0 = 0; r0 < b; ++r0) seg[size_t(r0 * n + i)] = j;
     Tensor keep = mask.defined() ? cf::to(logical_not(mask), x.dtype()) : Tensor();
     Tensor counts;
-    r.u = segment_mean(x, Tensor::from_vector(seg, {b, n}), m, keep, Tensor(), &counts);
+    r.u = segment_mean(x, Tensor::from_vector(seg, {b, n}).to(x.device()), m, keep, Tensor(), &counts);
     if (mask.defined()) {
       Tensor cm = eq(counts, 0.0);
       if (any_true(cm)) r.mask = cm;

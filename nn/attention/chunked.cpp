@@ -123,7 +123,9 @@ ChunkedAttentionResult chunked_attention(const Tensor& q, const Tensor& k, const
   const int64_t nb = int64_t(offs.size()), W = nb * d.w, S = d.C * d.w;
 
   // ---- masks over the (chunk, query slot, window key slot) score blocks ----
-  Tensor mem = contiguous(members);
+  // Built by a host loop (on CUDA from a copy of the slot table), then moved to
+  // q's device with the gather index.
+  Tensor mem = contiguous(members).cpu();
   const int64_t* m = mem.data<int64_t>();
   const std::vector<bool> pad = padding_of(key_padding_mask, d.B, d.N);
   Tensor blocked = Tensor::empty({d.B, d.Hm, d.C, d.w, W}, kBool);
@@ -165,6 +167,15 @@ ChunkedAttentionResult chunked_attention(const Tensor& q, const Tensor& k, const
       }
     }
 
+  const Device dev = q.device();
+  if (!dev.is_cpu()) {
+    blocked = blocked.to(dev);
+    self = self.to(dev);
+    row_dead = row_dead.to(dev);
+    token_dead = token_dead.to(dev);
+    gather_index = gather_index.to(dev);
+  }
+
   // ---- gather q, k, v into chunks: (B, H, C, w, D) ----
   auto chunks_of = [&](const Tensor& x) {
     return reshape(take_along_dim(x, gather_index, 2), {d.B, d.H, d.C, d.w, x.shape()[3]});
@@ -177,7 +188,7 @@ ChunkedAttentionResult chunked_attention(const Tensor& q, const Tensor& k, const
     for (int64_t off : offs) {
       std::vector<int64_t> map(size_t(d.C));
       for (int64_t c = 0; c < d.C; ++c) map[size_t(c)] = (((c + off) % d.C) + d.C) % d.C;
-      Tensor idx = Tensor::from_vector(map, {d.C});
+      Tensor idx = Tensor::from_vector(map, {d.C}).to(dev);
       kp.push_back(off == 0 ? ks : index_select(ks, 2, idx));
       vp.push_back(off == 0 ? vs : index_select(vs, 2, idx));
     }
@@ -234,7 +245,7 @@ Tensor chunked_dense_mask(const Tensor& members, int64_t n, const Tensor& key_pa
           }
         }
       }
-  return Tensor::from_vector(blocked, {B, Hm, n, n});
+  return Tensor::from_vector(blocked, {B, Hm, n, n}).to(members.device());
 }
 
 ChunkedAttentionResult chunked_dense_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -244,7 +255,8 @@ ChunkedAttentionResult chunked_dense_attention(const Tensor& q, const Tensor& k,
   Tensor blocked = chunked_dense_mask(members, d.N, key_padding_mask, o);  // (B, Hm, N, N)
   Tensor scores = matmul(q * score_scale(o, d.Dk), transpose(k, -2, -1));
   if (o.self_mask) {
-    Tensor eye = eq(reshape(Tensor::arange(d.N), {d.N, 1}), reshape(Tensor::arange(d.N), {1, d.N}));
+    Tensor pos = Tensor::arange(d.N, kInt64, q.device());
+    Tensor eye = eq(reshape(pos, {d.N, 1}), reshape(pos, {1, d.N}));
     scores = masked_fill(scores, logical_and(eye, logical_not(blocked)), kSelfMaskedScore);
   }
   scores = masked_fill(scores, blocked, -INFINITY);

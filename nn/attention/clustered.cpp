@@ -28,7 +28,9 @@ void check_inputs(const char* who, const Tensor& q, const Tensor& k, const Tenso
   a.v = v;
   a.key_padding_mask = kpm;
   check_attention_args(a, who);
-  CF_CHECK(q.device().is_cpu(), NotImplementedError, "[", who, "] only CPU tensors in this build, got ", q.device());
+  CF_CHECK(q.device().is_cpu(), NotImplementedError, "[", who,
+           "] runs on the CPU only (hashing, Hamming K-Means and the sparse products have no CUDA kernels yet); "
+           "got q on ", q.device());
   CF_CHECK(n_clusters >= 1, ValueError, "[", who, "] n_clusters must be >= 1, got ", n_clusters);
   CF_CHECK(topk >= 0, ValueError, "[", who, "] topk must be >= 0 (0: clustered), got ", topk);
   CF_CHECK(scale > 0 && std::isfinite(scale), ValueError, "[", who, "] scale must be finite and > 0, got ", scale);

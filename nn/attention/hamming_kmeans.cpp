@@ -37,7 +37,8 @@ void pack_signs(const T* proj, int64_t rows, int64_t bits, int64_t* out) {
 Tensor hash_codes(const Tensor& x, const Tensor& planes) {
   CF_CHECK(x.defined() && planes.defined(), ValueError, "[hash_codes] x and planes must be defined");
   CF_CHECK(x.device().is_cpu() && planes.device().is_cpu(), NotImplementedError,
-           "[hash_codes] only CPU tensors in this build, got x on ", x.device(), ", planes on ", planes.device());
+           "[hash_codes] runs on the CPU only (no CUDA kernel yet); got x on ", x.device(), ", planes on ",
+           planes.device());
   CF_CHECK(is_floating(x.dtype()) && x.dtype() == planes.dtype(), DTypeError,
            "[hash_codes] x and planes must share one float dtype, got ", x.dtype(), " and ", planes.dtype());
   CF_CHECK(x.dim() >= 1 && planes.dim() == 2 && planes.shape()[1] == x.shape()[x.dim() - 1], ShapeError,
@@ -164,8 +165,7 @@ Tensor hamming_kmeans(const Tensor& codes, int64_t clusters, int64_t iterations,
   CF_CHECK(codes.defined(), ValueError, "[hamming_kmeans] codes must be defined");
   CF_CHECK(codes.dtype() == kInt64 && codes.dim() == 2, DTypeError,
            "[hamming_kmeans] codes must be int64 (G, N), got ", codes.describe());
-  CF_CHECK(codes.device().is_cpu(), NotImplementedError, "[hamming_kmeans] only CPU tensors in this build, got ",
-           codes.device());
+  CF_CHECK(codes.device().is_cpu(), NotImplementedError, "[hamming_kmeans] runs on the CPU only (no CUDA kernel yet); got codes on ", codes.device());
   CF_CHECK(clusters >= 1, ValueError, "[hamming_kmeans] clusters must be >= 1, got ", clusters);
   CF_CHECK(iterations >= 0, ValueError, "[hamming_kmeans] iterations must be >= 0, got ", iterations);
   CF_CHECK(bits >= 1 && bits <= 63, ValueError, "[hamming_kmeans] bits must be in [1, 63], got ", bits);

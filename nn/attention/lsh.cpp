@@ -73,7 +73,7 @@ Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, in
                  key_padding_mask.shape()[0] == B && key_padding_mask.shape()[1] == N,
              ShapeError, "[", who, "] key_padding_mask must be bool (B, N) = (", B, ", ", N, "), got ",
              key_padding_mask.describe());
-    b = where(reshape(key_padding_mask, {B, 1, 1, N}), Tensor::full({1}, double(n_buckets), kInt64), b);
+    b = where(reshape(key_padding_mask, {B, 1, 1, N}), Tensor::full({1}, double(n_buckets), kInt64, b.device()), b);
   }
   // Sort by (bucket, position): the sort is stable, so equal buckets keep position order.
   Tensor order = reshape(argsort(b, -1), {B, H * R, N});
@@ -130,10 +130,11 @@ int64_t LSHAttention::buckets_for(int64_t n) const {
 Tensor LSHAttention::hash(const Tensor& q) {
   const Shape& s = q.shape();
   const int64_t nb = buckets_for(s[2]);
-  if (nb == 1) return Tensor::zeros({s[0], s[1], n_hashes_, s[2]}, kInt64);
+  if (nb == 1) return Tensor::zeros({s[0], s[1], n_hashes_, s[2]}, kInt64, q.device());
   Generator fixed(uint64_t(seed_ < 0 ? 0 : seed_));
   Generator& gen = seed_ >= 0 ? fixed : default_generator();
-  return lsh_buckets(q, lsh_rotations(s[1], s[3], n_hashes_, nb, q.dtype(), gen));
+  // Drawn on the host (the same stream on every device), then moved to q's device.
+  return lsh_buckets(q, lsh_rotations(s[1], s[3], n_hashes_, nb, q.dtype(), gen).to(q.device()));
 }
 
 Tensor LSHAttention::forward(const AttentionArgs& a) {
@@ -142,7 +143,7 @@ Tensor LSHAttention::forward(const AttentionArgs& a) {
            "[LSHAttention] shares queries and keys (Reformer section 2): args.k must be args.q, got k ",
            shape_str(a.k.shape()), " distinct from q ", shape_str(a.q.shape()));
   const int64_t N = a.q.shape()[2];
-  if (N == 0) return Tensor::zeros({a.q.shape()[0], a.q.shape()[1], 0, a.v.shape()[3]}, a.v.dtype());
+  if (N == 0) return Tensor::zeros({a.q.shape()[0], a.q.shape()[1], 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(a.q.shape()[3]));
   return lsh_attention(a.q, a.v, hash(a.q), buckets_for(N), a.key_padding_mask, a.causal, bucket_size_, scale);
 }

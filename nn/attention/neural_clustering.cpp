@@ -59,7 +59,7 @@ NeuralClusteringResult neural_clustering(const Tensor& x, const Tensor& c, const
   Tensor u = r.u.detach();
   Tensor index = argmax(u, 1);                                 // eq. 4, (B, N)
   if (key_padding_mask.defined()) index = masked_fill(index, key_padding_mask, double(k));
-  Tensor first = Tensor::arange(N);
+  Tensor first = Tensor::arange(N, kInt64, x.device());
   Tensor order;
   if (tie_order == ClusterTieOrder::kMembership) {
     // Two stable passes (least significant key first): by descending U_{I_j, j},
@@ -94,7 +94,7 @@ Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index
     phi = masked_fill(phi, key_padding_mask, 0.0);
     count = clamp(sum(cf::to(logical_not(key_padding_mask), x.dtype()), {1}), 1.0, INFINITY);
   } else {
-    count = Tensor::full({B}, double(N > 0 ? N : 1), x.dtype());
+    count = Tensor::full({B}, double(N > 0 ? N : 1), x.dtype(), x.device());
   }
   return -mean(sum(phi, {1}) / count);                         // eq. 6, averaged over the batch
 }
@@ -165,7 +165,7 @@ Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
            " in this forward pass: it clusters with that layer's updated centroids (eq. 3)");
   CF_CHECK(c.dtype() == a.q.dtype() && (c.dim() == 2 || c.shape()[0] == B), ShapeError, "[", who,
            "] centroids ", c.describe(), " do not fit this batch (B = ", B, ", ", a.q.dtype(), ")");
-  if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype());
+  if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());
 
   // See NeuralClusteringOptions::losses_reach_input: by default U, C^, L1 and L2
   // see X as a constant, so the unbounded losses move only C and W^C.

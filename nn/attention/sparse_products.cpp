@@ -16,7 +16,8 @@ void check_args(const char* op, const Tensor& a, const char* an, const Tensor& b
   CF_CHECK(a.defined() && b.defined() && idx.defined(), ValueError, "[", op, "] ", an, ", ", bn,
            " and idx must be defined");
   CF_CHECK(a.device().is_cpu() && b.device().is_cpu() && idx.device().is_cpu(), NotImplementedError, "[", op,
-           "] only CPU tensors in this build");
+           "] runs on the CPU only (no CUDA kernel yet); got ", an, " on ", a.device(), ", ", bn, " on ", b.device(),
+           ", idx on ", idx.device());
   CF_CHECK(is_floating(a.dtype()) && a.dtype() == b.dtype(), DTypeError, "[", op, "] ", an, " and ", bn,
            " must share one float dtype, got ", a.dtype(), " and ", b.dtype());
   CF_CHECK(idx.dtype() == kInt64, DTypeError, "[", op, "] idx must be int64, got ", idx.dtype());

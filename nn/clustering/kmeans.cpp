@@ -19,7 +19,7 @@ namespace {
 void check_matrix(const Tensor& t, const char* op, const char* what) {
   CF_CHECK(t.defined(), ValueError, "[", op, "] ", what, " is an undefined tensor");
   CF_CHECK(t.device().is_cpu(), DeviceError, "[", op, "] ", what, " is ", t.describe(),
-           "; K-Means runs on the CPU until the CUDA backend lands");
+           "; K-Means runs on the CPU only (its kernels have no CUDA arm yet): move it with .cpu()");
   CF_CHECK(t.dim() == 2, ShapeError, "[", op, "] ", what, " must be a matrix (N, d), got ",
            t.describe());
   CF_CHECK(is_floating(t.dtype()), DTypeError, "[", op, "] ", what,

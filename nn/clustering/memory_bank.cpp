@@ -66,9 +66,20 @@ MemoryBank::MemoryBank(const MemoryBankOptions& o, Generator& gen) : options_(o)
   register_buffer("counters", &counters);
 }
 
-int64_t MemoryBank::size() const { return counters.data<int64_t>()[kSize]; }
-int64_t MemoryBank::steps() const { return counters.data<int64_t>()[kSteps]; }
-int64_t MemoryBank::updates() const { return counters.data<int64_t>()[kUpdates]; }
+// Reads copy the counters (any device); the writers below run on the CPU only.
+int64_t MemoryBank::size() const { return counters.to_vector<int64_t>()[kSize]; }
+int64_t MemoryBank::steps() const { return counters.to_vector<int64_t>()[kSteps]; }
+int64_t MemoryBank::updates() const { return counters.to_vector<int64_t>()[kUpdates]; }
+
+namespace {
+// The bank's FIFO writes and its K-Means are host code: a bank moved to CUDA
+// refuses them by name instead of touching device memory from the host.
+void require_cpu_bank(const Tensor& memory, const char* fn) {
+  CF_CHECK(memory.device().is_cpu(), NotImplementedError, "[MemoryBank] ", fn,
+           " runs on the CPU only (its FIFO writes and K-Means have no CUDA arm yet); the bank is on ",
+           memory.device());
+}
+}  // namespace
 
 void MemoryBank::add(const Tensor& states, const Tensor& mask) {
   const int64_t d = options_.dim;
@@ -78,6 +89,7 @@ void MemoryBank::add(const Tensor& states, const Tensor& mask) {
            states.defined() ? states.describe() : std::string("undefined"));
   CF_CHECK(states.device() == memory.device(), DeviceError, "[MemoryBank] states on ", states.device(),
            " but the bank is on ", memory.device());
+  require_cpu_bank(memory, "add");
   Shape lead(states.shape().begin(), states.shape().end() - 1);
   if (mask.defined())
     CF_CHECK(mask.dtype() == kBool && mask.shape() == lead, ShapeError, "[MemoryBank] padding_mask must be bool ",
@@ -111,12 +123,13 @@ void MemoryBank::add(const Tensor& states, const Tensor& mask) {
 }
 
 Tensor MemoryBank::contents() const {
-  const int64_t n = size(), cap = options_.capacity, next = counters.data<int64_t>()[kNext];
+  const int64_t n = size(), cap = options_.capacity, next = counters.to_vector<int64_t>()[kNext];
   if (n < cap) return narrow(memory, 0, 0, n);  // not wrapped yet: rows [0, n) in order
   return cat({narrow(memory, 0, next, cap - next), narrow(memory, 0, 0, next)}, 0);
 }
 
 bool MemoryBank::step() {
+  require_cpu_bank(memory, "step");
   int64_t* c = counters.data<int64_t>();
   ++c[kSteps];
   counters.bump_version();
@@ -128,6 +141,7 @@ bool MemoryBank::step() {
 void MemoryBank::update_centroids() {
   CF_CHECK(size() >= options_.num_clusters, ValueError, "[MemoryBank] cannot compute ", options_.num_clusters,
            " centroids from ", size(), " stored vectors");
+  require_cpu_bank(memory, "update_centroids");
   NoGradGuard ng;
   KMeansOptions ko;
   ko.k = options_.num_clusters;

@@ -83,9 +83,9 @@ Inputs check_inputs(const char* who, int64_t d_model, int64_t stride, const Tens
   return in;
 }
 
-Tensor bool_tensor(const std::vector<bool>& v, const Shape& s) {
+Tensor bool_tensor(const std::vector<bool>& v, const Shape& s, Device device) {
   for (bool e : v)
-    if (e) return Tensor::from_vector(v, s);
+    if (e) return Tensor::from_vector(v, s).to(device);
   return Tensor();  // nothing masked: let the attention skip the mask
 }
 
@@ -127,18 +127,18 @@ WindowedStates SlidingWindowLayer::forward(const Tensor& context, const Tensor& 
         mask[row + size_t(q + j)] = p >= X || in.cmask[size_t(b * X + p)];
       }
     }
-  const Tensor index = Tensor::from_vector(idx, {K * l});
+  const Tensor index = Tensor::from_vector(idx, {K * l}).to(context.device());
   Tensor padded = cat({context, Tensor::zeros({B, 1, D}, context.dtype(), context.device())}, 1);
   Tensor windows = reshape(index_select(padded, 1, index), {B * K, l, D});
   if (q > 0) windows = cat({reshape(in.question, {B * K, q, D}), windows}, 1);  // eq. 1: [Q; X[mk : mk+l]]
   // eq. 2: one Transformer layer over the windows, batched as B*K sequences.
-  Tensor out = layer->forward(windows, bool_tensor(mask, {B * K, q + l}), causal, aux);
+  Tensor out = layer->forward(windows, bool_tensor(mask, {B * K, q + l}, context.device()), causal, aux);
   WindowedStates s;
   if (q > 0) s.question = reshape(narrow(out, 1, 0, q), {B, K, q, D});
   // eqs. 2-3: each context token becomes the mean of its outputs in the windows that hold it.
   Tensor ctx = reshape(narrow(out, 1, q, l), {B, K * l, D});
   Tensor sums = index_add(Tensor::zeros({B, X + 1, D}, context.dtype(), context.device()), 1, index, ctx);
-  Tensor counts = reshape(cf::to(Tensor::from_vector(count, {X}), context.dtype()), {1, X, 1});
+  Tensor counts = reshape(cf::to(Tensor::from_vector(count, {X}).to(context.device()), context.dtype()), {1, X, 1});
   s.context = narrow(sums, 1, 0, X) / counts;
   return s;
 }
@@ -164,7 +164,7 @@ WindowedStates ClusterFormerLayer::forward(const Tensor& context, const Tensor& 
   const int64_t B = in.b, X = in.x, D = in.d, K = in.k, q = in.q, m = stride_;
   if (q == 0) {  // no question: eq. 4 is the context itself
     WindowedStates s;
-    s.context = layer->forward(context, bool_tensor(in.cmask, {B, X}), causal, aux);
+    s.context = layer->forward(context, bool_tensor(in.cmask, {B, X}, context.device()), causal, aux);
     return s;
   }
   // eq. 4: [Q_0; X[0 : m]; Q_1; X[m : 2m]; ...], read from cat([Q_0 .. Q_{K-1}, X]).
@@ -183,9 +183,9 @@ WindowedStates ClusterFormerLayer::forward(const Tensor& context, const Tensor& 
       mask[size_t(b * n + i)] = src < K * q ? in.wqmask[size_t(b * K * q + src)] : in.cmask[size_t(b * X + src - K * q)];
     }
   Tensor all = cat({reshape(in.question, {B, K * q, D}), context}, 1);
-  Tensor h = index_select(all, 1, Tensor::from_vector(perm, {n}));
-  Tensor out = layer->forward(h, bool_tensor(mask, {B, n}), causal, aux);
-  Tensor back = index_select(out, 1, Tensor::from_vector(inverse, {n}));
+  Tensor h = index_select(all, 1, Tensor::from_vector(perm, {n}).to(context.device()));
+  Tensor out = layer->forward(h, bool_tensor(mask, {B, n}, context.device()), causal, aux);
+  Tensor back = index_select(out, 1, Tensor::from_vector(inverse, {n}).to(context.device()));
   WindowedStates s;
   s.question = reshape(narrow(back, 1, 0, K * q), {B, K, q, D});
   s.context = narrow(back, 1, K * q, X);

@@ -1,0 +1,140 @@
+// The attention variants and clustering layers on CUDA: each either gives the
+// CPU's result (forward and input gradients, with padding, causal where the
+// variant supports it) or refuses with an error that says it runs on the CPU
+// only. Never a crash, never a silent wrong answer.
+#include "cuda/cuda_test_util.h"
+#include "nn/attention/attention.h"
+#include "nn/attention/centroid.h"
+#include "nn/clustering/memory_bank.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+// An error that names the CPU-only piece ("runs on the CPU only").
+void check_cpu_only_refusal(const std::string& what, const std::string& type) {
+  INFO("attention ", type, " on CUDA threw: ", what);
+  CHECK(what.find("CPU only") != std::string::npos);
+  CHECK(what.find("[") == 0);  // names the op
+}
+
+}  // namespace
+
+TEST_SUITE("cuda/attention") {
+
+CUDA_TEST_CASE("every attention variant of the registry runs on CUDA like on the CPU, or refuses by name") {
+  const int64_t B = 2, H = 2, N = 24, Dh = 8, D = H * Dh;
+  int matched = 0;
+  for (const std::string& type : nn::attention_types()) {
+    for (bool causal : {false, true}) {
+      INFO("attention ", type, causal ? " (causal)" : "");
+      nn::AttentionSpec spec;
+      spec.type = type;
+      spec.d_model = D;
+      spec.n_heads = H;
+      Generator g1(3), g2(3);
+      spec.gen = &g1;
+      std::shared_ptr<nn::Attention> on_cpu = nn::make_attention(spec);
+      spec.gen = &g2;
+      std::shared_ptr<nn::Attention> on_gpu = nn::make_attention(spec);
+      on_cpu->eval();  // no EMA/memory updates: both copies keep the same state
+      on_gpu->eval();
+      on_gpu->to(Device::cuda(0));
+      const bool shared = on_cpu->shares_qk();
+      std::vector<bool> pv(size_t(B * N), false);
+      for (int64_t j = N - 5; j < N; ++j) pv[size_t(N + j)] = true;  // batch row 1: 5 padded keys
+      const Tensor pad = Tensor::from_vector(pv, {B, N});
+      auto run = [&](const std::vector<Tensor>& x) {
+        const bool gpu = x[0].device().is_cuda();
+        nn::AttentionArgs a;
+        a.q = x[0];
+        a.k = shared ? x[0] : x[1];
+        a.v = x[2];
+        a.query_input = x[3];
+        a.key_padding_mask = pad.to(x[0].device());
+        a.query_padding_mask = a.key_padding_mask;
+        a.causal = causal;
+        manual_seed(11);  // LSH draws its rotations per forward
+        return (gpu ? on_gpu : on_cpu)->forward(a);
+      };
+      std::vector<Tensor> in = {leaf32({B, H, N, Dh}, 1), leaf32({B, H, N, Dh}, 2), leaf32({B, H, N, Dh}, 3),
+                                leaf32({B, N, D}, 4)};
+      std::string cpu_error;
+      try {
+        std::vector<Tensor> probe;
+        for (const Tensor& t : in) probe.push_back(t.detach());
+        (void)run(probe);
+      } catch (const Error& e) {
+        cpu_error = e.what();
+      }
+      if (!cpu_error.empty()) {  // e.g. clustered attention refuses causal masks: the same on CUDA
+        std::vector<Tensor> probe;
+        for (const Tensor& t : in) probe.push_back(cuda0(t.detach()));
+        const std::string gpu_error = error_of([&] { (void)run(probe); });
+        CHECK_MESSAGE(!gpu_error.empty(), "the CPU refused (", cpu_error, ") but CUDA did not");
+        continue;
+      }
+      std::vector<Tensor> probe;
+      for (const Tensor& t : in) probe.push_back(cuda0(t.detach()));
+      const std::string gpu_error = error_of([&] { (void)run(probe); });
+      if (!gpu_error.empty()) {
+        check_cpu_only_refusal(gpu_error, type);
+        continue;
+      }
+      ParityOptions opt;
+      opt.atol = 1e-4;  // several chained GEMMs and softmaxes in float32
+      opt.rtol = 1e-3;
+      check_parity(type.c_str(), run, in, opt);
+      ++matched;
+    }
+  }
+  // full, lsh, routing and neural-clustering run on CUDA (both masks): 8 runs.
+  CHECK(matched >= 8);
+}
+
+CUDA_TEST_CASE("centroid attention blocks run on CUDA like on the CPU under every initialisation") {
+  const int64_t B = 2, N = 20, D = 16;
+  for (const char* init : {"mean", "random", "fps", "kmeans", "conv"}) {
+    for (int64_t knn : {int64_t(0), int64_t(6)}) {
+      INFO("init ", init, ", knn ", knn);
+      nn::CentroidAttentionOptions o;
+      o.d_model = D;
+      o.n_heads = 2;
+      o.init = init;
+      o.knn = knn;
+      Generator g1(5), g2(5);
+      nn::CentroidAttentionBlock on_cpu(o, 32, "relu", 0.0, g1);
+      nn::CentroidAttentionBlock on_gpu(o, 32, "relu", 0.0, g2);
+      on_gpu.to(Device::cuda(0));
+      std::vector<bool> pv(size_t(B * N), false);
+      for (int64_t j = N - 4; j < N; ++j) pv[size_t(N + j)] = true;
+      Tensor pad = Tensor::from_vector(pv, {B, N});
+      auto run = [&](const std::vector<Tensor>& x) {
+        const bool gpu = x[0].device().is_cuda();
+        Generator sampler(9);  // "random" draws on the host: the same sample on both devices
+        return (gpu ? on_gpu : on_cpu).forward(x[0], pad.to(x[0].device()), Tensor(), &sampler).u;
+      };
+      ParityOptions opt;
+      opt.atol = 1e-4;
+      opt.rtol = 1e-3;
+      check_parity("centroid attention", run, {leaf32({B, N, D}, 21)}, opt);
+    }
+  }
+}
+
+CUDA_TEST_CASE("a memory bank moved to CUDA reads its counters and refuses host-side writes by name") {
+  nn::MemoryBankOptions o;
+  o.dim = 4;
+  o.num_clusters = 2;
+  o.capacity = 8;
+  nn::MemoryBank bank(o);
+  bank.to(Device::cuda(0));
+  CHECK(bank.size() == 0);
+  CHECK(bank.steps() == 0);
+  CHECK_THROWS_MSG(bank.add(Tensor::zeros({3, 4}, kFloat32, Device::cuda(0))), NotImplementedError,
+                   "[MemoryBank] add", "CPU only", "cuda:0");
+  CHECK_THROWS_MSG(bank.step(), NotImplementedError, "[MemoryBank] step", "CPU only");
+}
+
+}  // TEST_SUITE
