@@ -274,7 +274,7 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
     a = given_;
     if (args.query_padding_mask.defined())
       a = where(expand(reshape(args.query_padding_mask, {s[0], 1, s[2]}), {s[0], s[1], s[2]}),
-                Tensor::full({1}, -1.0, kInt64), a);
+                Tensor::full({1}, -1.0, kInt64, a.device()), a);
     for (int64_t id : a.to_vector<int64_t>()) c = std::max(c, id + 1);
   } else {
     a = cluster(args.q, args.query_padding_mask);

@@ -59,7 +59,6 @@ NeuralClusteringResult neural_clustering(const Tensor& x, const Tensor& c, const
   Tensor u = r.u.detach();
   Tensor index = argmax(u, 1);                                 // eq. 4, (B, N)
   if (key_padding_mask.defined()) index = masked_fill(index, key_padding_mask, double(k));
-  Tensor first = Tensor::arange(N, kInt64, x.device());
   Tensor order;
   if (tie_order == ClusterTieOrder::kMembership) {
     // Two stable passes (least significant key first): by descending U_{I_j, j},

@@ -139,9 +139,9 @@ bool MemoryBank::step() {
 }
 
 void MemoryBank::update_centroids() {
+  require_cpu_bank(memory, "update_centroids");
   CF_CHECK(size() >= options_.num_clusters, ValueError, "[MemoryBank] cannot compute ", options_.num_clusters,
            " centroids from ", size(), " stored vectors");
-  require_cpu_bank(memory, "update_centroids");
   NoGradGuard ng;
   KMeansOptions ko;
   ko.k = options_.num_clusters;

@@ -25,19 +25,29 @@ TEST_SUITE("cuda/attention") {
 
 CUDA_TEST_CASE("every attention variant of the registry runs on CUDA like on the CPU, or refuses by name") {
   const int64_t B = 2, H = 2, N = 24, Dh = 8, D = H * Dh;
+  // Every variant with its defaults (neural clustering requires k: 4 clusters, so
+  // 4 blocks of 6 and the look-back gather), plus LSH with buckets of 4 (6 chunks)
+  // so its chunked path runs too.
+  std::vector<std::pair<std::string, nlohmann::json>> variants;
+  for (const std::string& type : nn::attention_types())
+    variants.push_back({type, type == "neural-clustering" ? nlohmann::json{{"clusters", 4}} : nlohmann::json::object()});
+  variants.push_back({"lsh", {{"bucket_size", 4}}});
   int matched = 0;
-  for (const std::string& type : nn::attention_types()) {
+  for (const auto& [type, options] : variants) {
     for (bool causal : {false, true}) {
-      INFO("attention ", type, causal ? " (causal)" : "");
-      nn::AttentionSpec spec;
-      spec.type = type;
-      spec.d_model = D;
-      spec.n_heads = H;
+      INFO("attention ", type, " ", options.dump(), causal ? " (causal)" : "");
       Generator g1(3), g2(3);
-      spec.gen = &g1;
-      std::shared_ptr<nn::Attention> on_cpu = nn::make_attention(spec);
-      spec.gen = &g2;
-      std::shared_ptr<nn::Attention> on_gpu = nn::make_attention(spec);
+      auto build = [&](Generator& g) {  // a fresh spec (and Config) per build
+        nn::AttentionSpec spec;
+        spec.type = type;
+        spec.d_model = D;
+        spec.n_heads = H;
+        spec.options = nn::Config(options, "attention");
+        spec.gen = &g;
+        return nn::make_attention(spec);
+      };
+      std::shared_ptr<nn::Attention> on_cpu = build(g1);
+      std::shared_ptr<nn::Attention> on_gpu = build(g2);
       on_cpu->eval();  // no EMA/memory updates: both copies keep the same state
       on_gpu->eval();
       on_gpu->to(Device::cuda(0));
@@ -89,8 +99,8 @@ CUDA_TEST_CASE("every attention variant of the registry runs on CUDA like on the
       ++matched;
     }
   }
-  // full, lsh, routing and neural-clustering run on CUDA (both masks): 8 runs.
-  CHECK(matched >= 8);
+  // full, lsh (twice), routing and neural-clustering run on CUDA (both masks): 10 runs.
+  CHECK(matched >= 10);
 }
 
 CUDA_TEST_CASE("centroid attention blocks run on CUDA like on the CPU under every initialisation") {
@@ -107,13 +117,16 @@ CUDA_TEST_CASE("centroid attention blocks run on CUDA like on the CPU under ever
       nn::CentroidAttentionBlock on_cpu(o, 32, "relu", 0.0, g1);
       nn::CentroidAttentionBlock on_gpu(o, 32, "relu", 0.0, g2);
       on_gpu.to(Device::cuda(0));
+      // Padding masks are for the sampling and pooling inits (the learned and
+      // K-Means inits refuse them, as on the CPU).
+      const bool masked = std::string(init) == "mean" || std::string(init) == "random" || std::string(init) == "fps";
       std::vector<bool> pv(size_t(B * N), false);
-      for (int64_t j = N - 4; j < N; ++j) pv[size_t(N + j)] = true;
-      Tensor pad = Tensor::from_vector(pv, {B, N});
+      for (int64_t j = N - 4; j < N; ++j) pv[size_t(N + j)] = masked;
+      const Tensor pad = masked ? Tensor::from_vector(pv, {B, N}) : Tensor();
       auto run = [&](const std::vector<Tensor>& x) {
         const bool gpu = x[0].device().is_cuda();
         Generator sampler(9);  // "random" draws on the host: the same sample on both devices
-        return (gpu ? on_gpu : on_cpu).forward(x[0], pad.to(x[0].device()), Tensor(), &sampler).u;
+        return (gpu ? on_gpu : on_cpu).forward(x[0], pad.defined() ? pad.to(x[0].device()) : Tensor(), Tensor(), &sampler).u;
       };
       ParityOptions opt;
       opt.atol = 1e-4;
