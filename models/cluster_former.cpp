@@ -65,7 +65,10 @@ ClusterFormerConfig ClusterFormerConfig::from_json(const nlohmann::json& j) {
   // Build each attention once so its options are read (and checked) now.
   l.attention.d_model = l.d_model;
   l.attention.n_heads = l.n_heads;
+  Generator scratch(0);  // checking a config draws nothing from the global generator (as TransformerConfig)
+  l.attention.gen = &scratch;
   nn::make_attention(l.attention);
+  l.attention.gen = nullptr;
   nn::ClusterFormerAttention::read_options(ca);  // checks the keys without building a bank
   c.finish();
   return t;
