@@ -6,6 +6,7 @@
 // PARITY_CASE(op) registers a CUDA-vs-CPU parity case for an op of the
 // registry; tests/cuda/test_cuda_registry.cpp fails when an op has none.
 #include <functional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -112,6 +113,15 @@ inline void check_grad_cuda(const char* op, const GradcheckFn& f, const std::vec
   std::vector<Tensor> gpu_in;
   for (const Tensor& t : inputs) gpu_in.push_back(leaf_on(t, Device::cuda(0)));
   check_grad(op, f, gpu_in, opt);
+}
+
+// int64 tensor of shape s with values in [lo, hi] (many duplicates when the range is small).
+inline Tensor random_ints(const Shape& s, int64_t lo, int64_t hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> d(lo, hi);
+  std::vector<int64_t> v(size_t(numel_of(s)));
+  for (int64_t& e : v) e = d(rng);
+  return Tensor::from_vector(v, s);
 }
 
 inline Tensor cuda0(const Tensor& t) { return t.to(Device::cuda(0)); }

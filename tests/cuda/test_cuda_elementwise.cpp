@@ -97,13 +97,6 @@ Tensor ties32(const Shape& s, uint32_t seed, int levels = 3) {
   for (float& e : v) e = float(d(rng)) - 1.0f;
   return t32(v, s);
 }
-Tensor ints(const Shape& s, int64_t lo, int64_t hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int64_t> d(lo, hi);
-  std::vector<int64_t> v(size_t(numel_of(s)));
-  for (int64_t& e : v) e = d(rng);
-  return Tensor::from_vector(v, s);
-}
 Tensor bools(const Shape& s, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<bool> v(size_t(numel_of(s)));
@@ -137,19 +130,19 @@ TEST_SUITE("cuda/elementwise") {
 PARITY_CASE("add") {
   binary_case("add", [](const Tensor& a, const Tensor& b) { return add(a, b); });
   check_parity("add", [](const Inputs& x) { return add(x[0], 1.5) + 2.0; }, {leaf32({1000}, 1)});
-  check_parity("add", [](const Inputs& x) { return add(x[0], x[1]); }, {ints({4, 1, 3}, -9, 9, 1), ints({5, 1}, -9, 9, 2)});
+  check_parity("add", [](const Inputs& x) { return add(x[0], x[1]); }, {random_ints({4, 1, 3}, -9, 9, 1), random_ints({5, 1}, -9, 9, 2)});
   specials_binary("add", [](const Tensor& a, const Tensor& b) { return add(a, b); });
   check_grad_cuda("add", [](const Inputs& x) { return add(x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({3}, 2)});
 }
 PARITY_CASE("sub") {
   binary_case("sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); });
   check_parity("sub", [](const Inputs& x) { return 1.0 - x[0]; }, {leaf32({1000}, 2)});
-  check_parity("sub", [](const Inputs& x) { return sub(x[0], x[1]); }, {ints({7}, -9, 9, 3), ints({7}, -9, 9, 4)});
+  check_parity("sub", [](const Inputs& x) { return sub(x[0], x[1]); }, {random_ints({7}, -9, 9, 3), random_ints({7}, -9, 9, 4)});
   check_grad_cuda("sub", [](const Inputs& x) { return sub(x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({2, 1}, 2)});
 }
 PARITY_CASE("mul") {
   binary_case("mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); });
-  check_parity("mul", [](const Inputs& x) { return mul(x[0], x[1]); }, {ints({7}, -9, 9, 5), ints({7}, -9, 9, 6)});
+  check_parity("mul", [](const Inputs& x) { return mul(x[0], x[1]); }, {random_ints({7}, -9, 9, 5), random_ints({7}, -9, 9, 6)});
   // mul_ (in place, the output aliases the input) on a contiguous and a strided tensor.
   check_parity("mul", [](const Inputs& x) {
     Tensor t = clone(x[0].detach());
@@ -198,7 +191,7 @@ PARITY_CASE("maximum") {
   ta.set_requires_grad(true);
   tb.set_requires_grad(true);
   check_parity("maximum", [](const Inputs& x) { return maximum(x[0], x[1]); }, {ta, tb});
-  check_parity("maximum", [](const Inputs& x) { return maximum(x[0], x[1]); }, {ints({9}, -5, 5, 3), ints({9}, -5, 5, 4)});
+  check_parity("maximum", [](const Inputs& x) { return maximum(x[0], x[1]); }, {random_ints({9}, -5, 5, 3), random_ints({9}, -5, 5, 4)});
   Tensor a = t64({1, 5, 3, -2}, {4}).set_requires_grad(true);
   Tensor b = t64({2, 4, 0, -1}, {4}).set_requires_grad(true);
   check_grad_cuda("maximum", [](const Inputs& x) { return maximum(x[0], x[1]); }, {a, b});
@@ -210,7 +203,7 @@ PARITY_CASE("minimum") {
   ta.set_requires_grad(true);
   tb.set_requires_grad(true);
   check_parity("minimum", [](const Inputs& x) { return minimum(x[0], x[1]); }, {ta, tb});
-  check_parity("minimum", [](const Inputs& x) { return minimum(x[0], x[1]); }, {ints({9}, -5, 5, 5), ints({9}, -5, 5, 6)});
+  check_parity("minimum", [](const Inputs& x) { return minimum(x[0], x[1]); }, {random_ints({9}, -5, 5, 5), random_ints({9}, -5, 5, 6)});
   Tensor a = t64({1, 5, 3, -2}, {4}).set_requires_grad(true);
   Tensor b = t64({2, 4, 0, -1}, {4}).set_requires_grad(true);
   check_grad_cuda("minimum", [](const Inputs& x) { return minimum(x[0], x[1]); }, {a, b});
@@ -225,7 +218,7 @@ PARITY_CASE("where") {
   check_parity("where", [](const Inputs& x) { return where(x[0], x[1], -1.0); }, {bools({300}, 4), leaf32({300}, 7)});
   check_parity("where", w, {bools({1 << 20}, 5), leaf32({1 << 20}, 8), leaf32({1 << 20}, 9)});
   check_parity("where", w, {bools({0, 3}, 6), leaf32({0, 3}, 10), leaf32({3}, 11)});
-  check_parity("where", w, {bools({9}, 7), ints({9}, -5, 5, 1), ints({9}, -5, 5, 2)});
+  check_parity("where", w, {bools({9}, 7), random_ints({9}, -5, 5, 1), random_ints({9}, -5, 5, 2)});
   check_parity("where", w, {bools({9}, 8), bools({9}, 9), bools({1}, 10)});
   Tensor c = cuda0(Tensor::from_vector(std::vector<bool>{true, false, true}, {3}));
   check_grad_cuda("where", [c](const Inputs& x) { return where(c, x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({3}, 2)});
@@ -235,27 +228,27 @@ PARITY_CASE("where") {
 
 PARITY_CASE("neg") {
   unary_case("neg", [](const Tensor& x) { return neg(x); });
-  check_parity("neg", [](const Inputs& x) { return -x[0]; }, {ints({4, 5}, -100, 100, 1)});
+  check_parity("neg", [](const Inputs& x) { return -x[0]; }, {random_ints({4, 5}, -100, 100, 1)});
   specials_unary("neg", [](const Tensor& x) { return neg(x); });
   grad_unary("neg", [](const Tensor& x) { return neg(x); });
 }
 PARITY_CASE("abs") {
   unary_case("abs", [](const Tensor& x) { return abs(x); });
-  check_parity("abs", [](const Inputs& x) { return abs(transpose(x[0], 0, 1)); }, {ints({4, 5}, -100, 100, 2)});
+  check_parity("abs", [](const Inputs& x) { return abs(transpose(x[0], 0, 1)); }, {random_ints({4, 5}, -100, 100, 2)});
   specials_unary("abs", [](const Tensor& x) { return abs(x); });
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9}, {4}).set_requires_grad(true);
   check_grad_cuda("abs", [](const Inputs& v) { return abs(v[0]); }, {x});
 }
 PARITY_CASE("square") {
   unary_case("square", [](const Tensor& x) { return square(x); });
-  check_parity("square", [](const Inputs& x) { return square(x[0]); }, {ints({4, 5}, -1000, 1000, 3)});
+  check_parity("square", [](const Inputs& x) { return square(x[0]); }, {random_ints({4, 5}, -1000, 1000, 3)});
   grad_unary("square", [](const Tensor& x) { return square(x); });
 }
 PARITY_CASE("sign") {
   ParityOptions fwd;
   fwd.backward = false;  // sign records no graph (zero gradient almost everywhere)
   unary_case("sign", [](const Tensor& x) { return sign(x); }, -2, 2, fwd);
-  check_parity("sign", [](const Inputs& x) { return sign(x[0]); }, {ints({4, 5}, -2, 2, 4)});
+  check_parity("sign", [](const Inputs& x) { return sign(x[0]); }, {random_ints({4, 5}, -2, 2, 4)});
   specials_unary("sign", [](const Tensor& x) { return sign(x); });
 }
 PARITY_CASE("exp") {
@@ -347,7 +340,7 @@ void comparison_case(const char* op, const Fn2& f) {
   check_parity(op, g, {ties32({6, 7}, 1), ties32({6, 7}, 2)});
   check_parity(op, g, {ties32({4, 1, 3}, 3), ties32({5, 1}, 4)});
   check_parity(op, [f](const Inputs& x) { return f(transpose(x[0], 0, 1), x[1]); }, {ties32({5, 4}, 5), ties32({1}, 6)});
-  check_parity(op, g, {ints({4, 1, 3}, -2, 2, 7), ints({5, 1}, -2, 2, 8)});
+  check_parity(op, g, {random_ints({4, 1, 3}, -2, 2, 7), random_ints({5, 1}, -2, 2, 8)});
   check_parity(op, g, {ties32({0, 3}, 9), ties32({3}, 10)});
   check_parity(op, g, {ties32({1 << 20}, 11), ties32({1 << 20}, 12)});
   check_parity(op, g, {specials32(), specials32_b()});
@@ -409,10 +402,10 @@ PARITY_CASE("to") {
   // Non-float casts (forward only): float -> int64 truncates, -> bool is != 0 (NaN -> true).
   check_parity("to", [](const Inputs& x) { return to(mul(x[0], 50.0), kInt64); }, {leaf32({100}, 5)});
   check_parity("to", [](const Inputs& x) { return to(x[0], kBool); }, {specials32()});
-  check_parity("to", [](const Inputs& x) { return to(x[0], kFloat32); }, {ints({4, 5}, -1000, 1000, 6)});
+  check_parity("to", [](const Inputs& x) { return to(x[0], kFloat32); }, {random_ints({4, 5}, -1000, 1000, 6)});
   check_parity("to", [](const Inputs& x) { return to(transpose(x[0], 0, 1), kInt64); }, {bools({5, 4}, 7)});
   check_parity("to", [](const Inputs& x) { return to(x[0], kFloat64); }, {bools({33}, 8)});
-  check_parity("to", [](const Inputs& x) { return to(x[0], kBool); }, {ints({33}, -2, 2, 9)});
+  check_parity("to", [](const Inputs& x) { return to(x[0], kBool); }, {random_ints({33}, -2, 2, 9)});
   check_grad_cuda("to", [](const Inputs& x) { return to(to(x[0], kFloat32), kFloat64); }, {leaf64({3})},
                   GradcheckOptions{1e-3, 1e-4, 1e-2});  // the float32 round trip limits precision
   // Device moves: cf::to(x, Device), x.cuda(), x.cpu(); the gradient moves back.
@@ -449,7 +442,7 @@ PARITY_CASE("clone") {
   check_parity("clone", [](const Inputs& x) { return clone(transpose(x[0], 0, 1)); }, {leaf32({1024, 1024}, 4)});
   check_parity("clone", [](const Inputs& x) { return clone(x[0]); }, {leaf32({1 << 20}, 5)});
   check_parity("clone", [](const Inputs& x) { return clone(x[0]); }, {leaf32({0}, 6)});
-  check_parity("clone", [](const Inputs& x) { return clone(permute(x[0], {2, 0, 1})); }, {ints({3, 4, 5}, -9, 9, 7)});
+  check_parity("clone", [](const Inputs& x) { return clone(permute(x[0], {2, 0, 1})); }, {random_ints({3, 4, 5}, -9, 9, 7)});
   check_parity("clone", [](const Inputs& x) { return clone(transpose(x[0], 0, 1)); }, {bools({7, 9}, 8)});
   check_grad_cuda("clone", [](const Inputs& x) { return clone(transpose(x[0], 0, 1)); }, {leaf64({2, 3})});
 }
@@ -494,7 +487,7 @@ PARITY_CASE("cat") {
                {leaf32({3, 2}, 4), leaf32({1, 3}, 5)});
   check_parity("cat", c1, {leaf32({2, 0}, 6), leaf32({2, 1}, 7), leaf32({2, 2}, 8)});
   check_parity("cat", [](const Inputs& x) { return cat({x[0], x[1]}, 0); }, {leaf32({1 << 19}, 9), leaf32({1 << 19}, 10)});
-  check_parity("cat", [](const Inputs& x) { return cat({x[0], x[1]}, 0); }, {ints({3, 2}, -9, 9, 11), ints({1, 2}, -9, 9, 12)});
+  check_parity("cat", [](const Inputs& x) { return cat({x[0], x[1]}, 0); }, {random_ints({3, 2}, -9, 9, 11), random_ints({1, 2}, -9, 9, 12)});
   check_grad_cuda("cat", [](const Inputs& x) { return cat({x[0], x[1], x[2]}, 1); },
                   {leaf64({2, 3}, 1), leaf64({2, 1}, 2), leaf64({2, 2}, 3)});
   check_grad_cuda("cat", [](const Inputs& x) { return cat({transpose(x[0], 0, 1), x[1]}, 0); },
@@ -515,7 +508,7 @@ PARITY_CASE("pad") {
   check_parity("pad", [](const Inputs& x) { return pad(transpose(x[0], 0, 1), {-1, 1, 1, -1}); }, {leaf32({3, 4}, 2)});
   check_parity("pad", [](const Inputs& x) { return pad(x[0], {3, 5}, -1.0); }, {leaf32({1024, 1024}, 3)});
   check_parity("pad", [](const Inputs& x) { return pad(x[0], {1, 1}); }, {leaf32({0, 2}, 4)});
-  check_parity("pad", [](const Inputs& x) { return pad(x[0], {2, 0}, 7.0); }, {ints({3, 2}, -9, 9, 5)});
+  check_parity("pad", [](const Inputs& x) { return pad(x[0], {2, 0}, 7.0); }, {random_ints({3, 2}, -9, 9, 5)});
   check_grad_cuda("pad", [](const Inputs& x) { return pad(x[0], {1, 2, 0, 1}, 0.5); }, {leaf64({2, 3}, 1)});
   check_grad_cuda("pad", [](const Inputs& x) { return pad(transpose(x[0], 0, 1), {-1, 1, 1, -1}); }, {leaf64({3, 4}, 2)});
 }
@@ -634,7 +627,7 @@ CUDA_TEST_CASE("fill and add_ match the CPU") {
   }
   // copy_ between dtypes into a strided destination.
   Tensor hd = Tensor::zeros({4, 6}), dd = cuda0(hd);
-  Tensor src = ints({6, 1}, -9, 9, 6);
+  Tensor src = random_ints({6, 1}, -9, 9, 6);
   Tensor hv = transpose(hd, 0, 1), dv = transpose(dd, 0, 1);
   copy_(hv, src);
   copy_(dv, cuda0(src));

@@ -14,14 +14,6 @@ namespace {
 
 using Inputs = std::vector<Tensor>;
 
-// int64 tensor of shape s with values in [lo, hi] (many duplicates when the range is small).
-Tensor rand_index(const Shape& s, int64_t lo, int64_t hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int64_t> d(lo, hi);
-  std::vector<int64_t> v(size_t(numel_of(s)));
-  for (int64_t& e : v) e = d(rng);
-  return Tensor::from_vector(v, s);
-}
 
 // The same error message on both devices for f(x, index) with x/index on that device.
 template <typename F>
@@ -37,19 +29,19 @@ void check_same_error(const Tensor& x, const Tensor& index, F&& f) {
 TEST_SUITE("cuda/index") {
 
 PARITY_CASE("gather") {
-  const Tensor idx = rand_index({3, 5}, 0, 3, 1);  // duplicates, larger than x on the axis
+  const Tensor idx = random_ints({3, 5}, 0, 3, 1);  // duplicates, larger than x on the axis
   check_parity("gather", [](const Inputs& x) { return gather(x[0], 1, x[1]); }, {leaf32({3, 4}), idx});
   // Index smaller than x off the axis, gathering along axis 0.
   check_parity("gather", [](const Inputs& x) { return gather(x[0], 0, x[1]); },
-               {leaf32({3, 4}, 2), rand_index({2, 3}, 0, 2, 2)});
+               {leaf32({3, 4}, 2), random_ints({2, 3}, 0, 2, 2)});
   // Non-contiguous x and index (transposed views made inside f).
   check_parity("gather", [](const Inputs& x) { return gather(transpose(x[0], 0, 1), 1, transpose(x[1], 0, 1)); },
-               {leaf32({4, 3}, 3), rand_index({5, 3}, 0, 3, 3)});
+               {leaf32({4, 3}, 3), random_ints({5, 3}, 0, 3, 3)});
   check_parity("gather", [](const Inputs& x) { return gather(slice(x[0], 1, 0, 8, 2), 1, x[1]); },
                {leaf32({3, 8}, 4), idx});
   // int64 and bool (forward only).
   check_parity("gather", [](const Inputs& x) { return gather(x[0], 1, x[1]); },
-               {rand_index({3, 4}, -50, 50, 5), idx});
+               {random_ints({3, 4}, -50, 50, 5), idx});
   check_parity("gather", [](const Inputs& x) { return gather(gt(x[0], 0.0), 1, x[1]); },
                {leaf32({3, 4}, 6), idx});
   // Empty index.
@@ -57,39 +49,39 @@ PARITY_CASE("gather") {
                {leaf32({3, 4}, 7), Tensor::zeros({3, 0}, kInt64)});
   // 1M outputs: many blocks of the grid-stride loop; the backward is a large scatter_add.
   check_parity("gather", [](const Inputs& x) { return gather(x[0], 1, x[1]); },
-               {leaf32({1024, 512}, 8), rand_index({1024, 1024}, 0, 511, 8)});
+               {leaf32({1024, 512}, 8), random_ints({1024, 1024}, 0, 511, 8)});
   check_grad_cuda("gather", [](const Inputs& x) { return gather(x[0], 1, x[1]); }, {leaf64({3, 4}), idx});
   check_grad_cuda("gather", [](const Inputs& x) { return gather(x[0], 0, x[1]); },
-                  {leaf64({3, 4}, 2), rand_index({2, 3}, 0, 2, 2)});
+                  {leaf64({3, 4}, 2), random_ints({2, 3}, 0, 2, 2)});
 }
 
 PARITY_CASE("scatter_add") {
   auto f1 = [](const Inputs& x) { return scatter_add(x[0], 1, x[2], x[1]); };
-  const Tensor idx = rand_index({3, 5}, 0, 3, 11);
+  const Tensor idx = random_ints({3, 5}, 0, 3, 11);
   check_parity("scatter_add", f1, {leaf32({3, 4}), leaf32({3, 5}, 2), idx});
   // src larger than index; x larger than index off the axis.
-  check_parity("scatter_add", f1, {leaf32({4, 4}, 3), leaf32({4, 6}, 4), rand_index({3, 5}, 0, 3, 12)});
+  check_parity("scatter_add", f1, {leaf32({4, 4}, 3), leaf32({4, 6}, 4), random_ints({3, 5}, 0, 3, 12)});
   // Non-contiguous x, src and index.
   check_parity("scatter_add",
                [](const Inputs& x) {
                  return scatter_add(transpose(x[0], 0, 1), 0, transpose(x[2], 0, 1), slice(x[1], 0, 0, 10, 2));
                },
-               {leaf32({3, 4}, 5), leaf32({10, 3}, 6), rand_index({3, 5}, 0, 3, 13)});
+               {leaf32({3, 4}, 5), leaf32({10, 3}, 6), random_ints({3, 5}, 0, 3, 13)});
   // int64.
-  check_parity("scatter_add", f1, {rand_index({3, 4}, -9, 9, 14), rand_index({3, 5}, -9, 9, 15), idx});
+  check_parity("scatter_add", f1, {random_ints({3, 4}, -9, 9, 14), random_ints({3, 5}, -9, 9, 15), idx});
   // Empty index: out == x.
   check_parity("scatter_add", f1, {leaf32({3, 4}, 7), leaf32({3, 2}, 8), Tensor::zeros({3, 0}, kInt64)});
   // Long lines with many duplicates: the sort-based path, per-line index (x rows
   // of 300, 4096 terms per line, 64 lines); exercised in float32 and int64.
-  const Tensor big_idx = rand_index({64, 4096}, 0, 299, 16);
+  const Tensor big_idx = random_ints({64, 4096}, 0, 299, 16);
   check_parity("scatter_add", f1, {leaf32({64, 300}, 9), leaf32({64, 4096}, 10), big_idx});
   check_parity("scatter_add", f1,
-               {rand_index({64, 300}, -5, 5, 17), rand_index({64, 4096}, -1000, 1000, 18), big_idx});
+               {random_ints({64, 300}, -5, 5, 17), random_ints({64, 4096}, -1000, 1000, 18), big_idx});
   check_grad_cuda("scatter_add", f1, {leaf64({3, 4}, 1), leaf64({3, 5}, 2), idx});
-  check_grad_cuda("scatter_add", f1, {leaf64({4, 4}, 3), leaf64({4, 6}, 4), rand_index({3, 5}, 0, 3, 12)});
+  check_grad_cuda("scatter_add", f1, {leaf64({4, 4}, 3), leaf64({4, 6}, 4), random_ints({3, 5}, 0, 3, 12)});
   // Long lines in float64 gradcheck (sort path in both forward and backward).
   check_grad_cuda("scatter_add", [](const Inputs& x) { return scatter_add(x[0], 0, x[2], x[1]); },
-                  {leaf64({5, 2}, 5), leaf64({40, 2}, 6), rand_index({40, 2}, 0, 4, 19)});
+                  {leaf64({5, 2}, 5), leaf64({40, 2}, 6), random_ints({40, 2}, 0, 4, 19)});
 }
 
 CUDA_TEST_CASE("scatter_add and index_add with duplicates match the CPU exactly and repeat bit for bit") {
@@ -102,11 +94,11 @@ CUDA_TEST_CASE("scatter_add and index_add with duplicates match the CPU exactly 
   };
   Generator g(21);
   std::vector<Case> cases = {
-      {randn({4, 8}, kFloat32, g), randn({4, 20}, kFloat32, g), rand_index({4, 20}, 0, 2, 22), 1, false},
-      {randn({4, 100}, kFloat32, g), randn({4, 5000}, kFloat32, g), rand_index({4, 5000}, 0, 3, 23), 1, false},
-      {randn({1000, 64}, kFloat32, g), randn({20000, 64}, kFloat32, g), rand_index({20000}, 0, 999, 24), 0, true},
-      {randn({7, 64}, kFloat64, g), randn({3000, 64}, kFloat64, g), rand_index({3000}, 0, 6, 25), 0, true},
-      {randn({64, 9}, kFloat32, g), randn({64, 33}, kFloat32, g), rand_index({33}, 0, 8, 26), 1, true},
+      {randn({4, 8}, kFloat32, g), randn({4, 20}, kFloat32, g), random_ints({4, 20}, 0, 2, 22), 1, false},
+      {randn({4, 100}, kFloat32, g), randn({4, 5000}, kFloat32, g), random_ints({4, 5000}, 0, 3, 23), 1, false},
+      {randn({1000, 64}, kFloat32, g), randn({20000, 64}, kFloat32, g), random_ints({20000}, 0, 999, 24), 0, true},
+      {randn({7, 64}, kFloat64, g), randn({3000, 64}, kFloat64, g), random_ints({3000}, 0, 6, 25), 0, true},
+      {randn({64, 9}, kFloat32, g), randn({64, 33}, kFloat32, g), random_ints({33}, 0, 8, 26), 1, true},
   };
   for (const Case& c : cases) {
     auto run = [&](Device d) {
@@ -126,15 +118,15 @@ PARITY_CASE("index_select") {
                {leaf32({2, 4}, 2), idx});
   check_parity("index_select",
                [](const Inputs& x) { return index_select(transpose(x[0], 0, 1), 1, slice(x[1], 0, 0, 10, 2)); },
-               {leaf32({4, 3}, 3), rand_index({10}, 0, 3, 31)});
+               {leaf32({4, 3}, 3), random_ints({10}, 0, 3, 31)});
   check_parity("index_select", [](const Inputs& x) { return index_select(x[0], 0, x[1]); },
-               {rand_index({4, 3}, -9, 9, 32), idx});
+               {random_ints({4, 3}, -9, 9, 32), idx});
   check_parity("index_select", [](const Inputs& x) { return index_select(x[0], 0, x[1]); },
                {leaf32({4, 3}, 4), Tensor::zeros({0}, kInt64)});
   // Embedding-style lookup: 4096 rows of 256 from a table of 1000 (1M outputs);
   // the backward is an index_add of many rows into the table (sort path).
   check_parity("index_select", [](const Inputs& x) { return index_select(x[0], 0, x[1]); },
-               {leaf32({1000, 256}, 5), rand_index({4096}, 0, 999, 33)});
+               {leaf32({1000, 256}, 5), random_ints({4096}, 0, 999, 33)});
   check_grad_cuda("index_select", [](const Inputs& x) { return index_select(x[0], 0, x[1]); },
                   {leaf64({4, 3}), idx});
   check_grad_cuda("index_select", [](const Inputs& x) { return index_select(x[0], 1, x[1]); },
@@ -150,10 +142,10 @@ PARITY_CASE("index_add") {
   check_parity("index_add",
                [](const Inputs& x) { return index_add(transpose(x[0], 0, 1), 0, x[2], transpose(x[1], 0, 1)); },
                {leaf32({3, 4}, 5), leaf32({3, 5}, 6), idx});
-  check_parity("index_add", f0, {rand_index({4, 3}, -9, 9, 41), rand_index({5, 3}, -9, 9, 42), idx});
+  check_parity("index_add", f0, {random_ints({4, 3}, -9, 9, 41), random_ints({5, 3}, -9, 9, 42), idx});
   check_parity("index_add", f0, {leaf32({4, 3}, 7), Tensor::zeros({0, 3}), Tensor::zeros({0}, kInt64)});
   // Embedding backward shape: 20000 rows of 64 into a table of 1000 (1.28M terms).
-  check_parity("index_add", f0, {leaf32({1000, 64}, 8), leaf32({20000, 64}, 9), rand_index({20000}, 0, 999, 43)});
+  check_parity("index_add", f0, {leaf32({1000, 64}, 8), leaf32({20000, 64}, 9), random_ints({20000}, 0, 999, 43)});
   check_grad_cuda("index_add", f0, {leaf64({4, 3}, 1), leaf64({5, 3}, 2), idx});
   check_grad_cuda("index_add", f1, {leaf64({2, 4}, 3), leaf64({2, 5}, 4), idx});
 }
@@ -162,15 +154,15 @@ PARITY_CASE("take_along_dim") {
   const Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 3, 3, 1, 2, 2, 0, 1, 1, 3}, {1, 2, 5});
   auto f = [](const Inputs& x) { return take_along_dim(x[0], x[1], 2); };
   check_parity("take_along_dim", f, {leaf32({3, 1, 4}), idx});  // broadcast both ways
-  check_parity("take_along_dim", f, {leaf32({3, 2, 4}, 2), rand_index({3, 2, 6}, 0, 3, 51)});
+  check_parity("take_along_dim", f, {leaf32({3, 2, 4}, 2), random_ints({3, 2, 6}, 0, 3, 51)});
   check_parity("take_along_dim",
                [](const Inputs& x) { return take_along_dim(transpose(x[0], 0, 2), x[1], 0); },
-               {leaf32({4, 1, 3}, 3), rand_index({5, 2, 1}, 0, 2, 52)});
-  check_parity("take_along_dim", f, {rand_index({3, 1, 4}, -9, 9, 53), idx});
+               {leaf32({4, 1, 3}, 3), random_ints({5, 2, 1}, 0, 2, 52)});
+  check_parity("take_along_dim", f, {random_ints({3, 1, 4}, -9, 9, 53), idx});
   check_parity("take_along_dim", f, {leaf32({3, 1, 4}, 4), Tensor::zeros({1, 2, 0}, kInt64)});
   // Cross-entropy-like pick of one entry per row over many rows.
   check_parity("take_along_dim", [](const Inputs& x) { return take_along_dim(x[0], x[1], 1); },
-               {leaf32({1 << 16, 32}, 5), rand_index({1 << 16, 1}, 0, 31, 54)});
+               {leaf32({1 << 16, 32}, 5), random_ints({1 << 16, 1}, 0, 31, 54)});
   check_grad_cuda("take_along_dim", f, {leaf64({3, 1, 4}), idx});
 }
 
@@ -181,7 +173,7 @@ PARITY_CASE("masked_fill") {
   Generator g(3);
   check_parity("masked_fill", [](const Inputs& x) { return masked_fill(transpose(x[0], 0, 1), x[1], -2.5); },
                {leaf32({4, 3}, 2), gt(rand({3, 1}, kFloat32, g), 0.5)});
-  check_parity("masked_fill", f, {rand_index({3, 4}, -9, 9, 61), mask});
+  check_parity("masked_fill", f, {random_ints({3, 4}, -9, 9, 61), mask});
   check_parity("masked_fill", [](const Inputs& x) { return masked_fill(gt(x[0], 0.0), x[1], 1.0); },
                {leaf32({3, 4}, 4), mask});
   check_parity("masked_fill", [](const Inputs& x) { return masked_fill(x[0], x[1], -INFINITY); },
@@ -193,14 +185,14 @@ PARITY_CASE("masked_fill") {
 }
 
 PARITY_CASE("one_hot") {
-  const Tensor labels = rand_index({2, 3}, 0, 4, 71);
+  const Tensor labels = random_ints({2, 3}, 0, 4, 71);
   check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 5); }, {labels});
   check_parity("one_hot", [](const Inputs& x) { return one_hot(transpose(x[0], 0, 1), 5, kFloat64); }, {labels});
   check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 5, kInt64); }, {labels});
   check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 5, kBool); }, {labels});
   check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 3); }, {Tensor::zeros({0, 2}, kInt64)});
   check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 7); }, {Tensor::scalar(4, kInt64)});
-  check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 1000); }, {rand_index({4096}, 0, 999, 72)});
+  check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 1000); }, {random_ints({4096}, 0, 999, 72)});
 }
 
 CUDA_TEST_CASE("out-of-range indices give the CPU's error on CUDA") {
