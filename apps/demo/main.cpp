@@ -10,6 +10,8 @@
 
 #include "cf.h"
 #include "common/cli.h"
+#include "common/options.h"
+#include "common/report.h"
 
 using json = nlohmann::ordered_json;
 using cf::apps::UsageError;
@@ -47,105 +49,37 @@ struct Config {
   std::string device = "cpu";
 };
 
-// Applies one key of a --config file or command line; value given as a string
-// (command line) or as JSON (config file).
-void set_key(Config& c, const std::string& key, const json& v) {
-  auto need_int = [&](int64_t min_value) {
-    if (!v.is_number_integer()) throw UsageError("config key '" + key + "' must be an integer");
-    int64_t x = v.get<int64_t>();
-    if (x < min_value)
-      throw UsageError("config key '" + key + "' must be at least " + std::to_string(min_value));
-    return x;
-  };
-  auto need_num = [&] {
-    if (!v.is_number()) throw UsageError("config key '" + key + "' must be a number");
-    return v.get<double>();
-  };
-  if (key == "steps") c.steps = need_int(1);
-  else if (key == "seed") c.seed = need_int(0);
-  else if (key == "lr") c.lr = need_num();
-  else if (key == "hidden") c.hidden = need_int(1);
-  else if (key == "samples") c.samples = need_int(1);
-  else if (key == "noise") c.noise = need_num();
-  else if (key == "log_every") c.log_every = need_int(1);
-  else if (key == "device") {
-    if (!v.is_string()) throw UsageError("config key 'device' must be a string");
-    c.device = v.get<std::string>();
-  } else {
-    throw UsageError("unknown config key '" + key + "'");
-  }
-}
-
-Config parse(int argc, char** argv, bool& help) {
-  Config c;
-  cf::apps::ArgReader args(argc, argv, 1);
-  json cli = json::object();
-  std::string config_file;
-  while (!args.done()) {
-    std::string opt = args.next();
-    if (opt == "-h" || opt == "--help") {
-      args.no_value(opt);
-      help = true;
-      return c;
-    }
-    if (opt == "--config") {
-      config_file = args.value(opt);
-      continue;
-    }
-    std::string v;
-    if (opt == "--steps" || opt == "--seed" || opt == "--hidden" || opt == "--samples" ||
-        opt == "--log-every") {
-      v = args.value(opt);
-      cli[opt == "--log-every" ? "log_every" : opt.substr(2)] = cf::apps::parse_int(opt, v, 0);
-    } else if (opt == "--lr" || opt == "--noise") {
-      v = args.value(opt);
-      cli[opt.substr(2)] = cf::apps::parse_double(opt, v);
-    } else if (opt == "--device") {
-      cli["device"] = args.value(opt);
-    } else {
-      throw UsageError("unknown option '" + opt + "'");
-    }
-  }
-  if (!config_file.empty()) {
-    std::ifstream in(config_file);
-    if (!in) throw UsageError("cannot read config file '" + config_file + "'");
-    json file;
-    try {
-      file = json::parse(in);
-    } catch (const json::parse_error& e) {
-      throw UsageError("config file '" + config_file + "' is not valid JSON: " + e.what());
-    }
-    if (!file.is_object()) throw UsageError("config file must hold a JSON object");
-    for (auto& [k, v] : file.items()) set_key(c, k, v);
-  }
-  for (auto& [k, v] : cli.items()) set_key(c, k, v);
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  cf::apps::Options o;
+  o.add_int("steps", &c.steps, 1);
+  o.add_int("seed", &c.seed, 0);
+  o.add_number("lr", &c.lr);
+  o.add_int("hidden", &c.hidden, 1);
+  o.add_int("samples", &c.samples, 1);
+  o.add_number("noise", &c.noise);
+  o.add_int("log_every", &c.log_every, 1);
+  o.add_string("device", &c.device);
+  if (!o.parse(argc, argv)) return false;
   if (c.lr <= 0) throw UsageError("lr must be positive");
   if (c.noise < 0) throw UsageError("noise must be non-negative");
-  return c;
+  return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Config cfg;
-  bool help = false;
   try {
-    cfg = parse(argc, argv, help);
-    cf::Device dev = cf::Device::parse(cfg.device);
-    if (!dev.is_cpu() && !cf::cuda_built())
-      throw UsageError("device '" + cfg.device + "' is not available: this cf was built without CUDA");
-    if (!dev.is_cpu())
-      throw UsageError("the demo runs on the CPU only until the CUDA backend lands");
-  } catch (const UsageError& e) {
+    if (!parse(argc, argv, cfg)) {
+      std::cout << kUsage;
+      return 0;
+    }
+    cf::Device dev = cf::apps::parse_device(cfg.device);
+    if (!dev.is_cpu()) throw UsageError("the demo runs on the CPU only (it is a hand-written SGD loop on host data)");
+  } catch (const std::exception& e) {
     std::cerr << "cf-demo: " << e.what() << "\n(run 'cf-demo --help' for usage)\n";
     return 2;
-  } catch (const cf::Error& e) {
-    std::cerr << "cf-demo: " << e.what() << "\n(run 'cf-demo --help' for usage)\n";
-    return 2;
-  }
-  if (help) {
-    std::cout << kUsage;
-    return 0;
   }
 
   try {

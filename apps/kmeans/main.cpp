@@ -14,6 +14,8 @@
 
 #include "cf.h"
 #include "common/cli.h"
+#include "common/options.h"
+#include "common/report.h"
 #include "nn/clustering/kmeans.h"
 #include "nn/data/npy.h"
 
@@ -90,109 +92,27 @@ struct Config {
   int64_t demo_n = 20000, demo_d = 16;
 };
 
-// One key from the config file (JSON) or the command line (converted to JSON).
-void set_key(Config& c, const std::string& key, const json& v) {
-  auto need_str = [&] {
-    if (!v.is_string()) throw UsageError("config key '" + key + "' must be a string");
-    return v.get<std::string>();
-  };
-  auto need_int = [&](int64_t min_value) {
-    if (!v.is_number_integer()) throw UsageError("config key '" + key + "' must be an integer");
-    int64_t x = v.get<int64_t>();
-    if (x < min_value)
-      throw UsageError("config key '" + key + "' must be at least " + std::to_string(min_value) +
-                       ", got " + std::to_string(x));
-    return x;
-  };
-  auto need_num = [&] {
-    if (!v.is_number()) throw UsageError("config key '" + key + "' must be a number");
-    return v.get<double>();
-  };
-  if (key == "input") c.input = need_str();
-  else if (key == "format") c.format = need_str();
-  else if (key == "dtype") c.dtype = need_str();
-  else if (key == "labels") c.labels = need_str();
-  else if (key == "centroids") c.centroids = need_str();
-  else if (key == "assignments") c.assignments = need_str();
-  else if (key == "save_data") c.save_data = need_str();
-  else if (key == "save_labels") c.save_labels = need_str();
-  else if (key == "init") c.init = need_str();
-  else if (key == "metric") c.metric = need_str();
-  else if (key == "device") c.device = need_str();
-  else if (key == "algorithm") c.algorithm = need_str();
-  else if (key == "k") c.k = need_int(1);
-  else if (key == "max_iter") c.max_iter = need_int(1);
-  else if (key == "seed") c.seed = need_int(0);
-  else if (key == "block_rows") c.block_rows = need_int(1);
-  else if (key == "demo_n") c.demo_n = need_int(1);
-  else if (key == "demo_d") c.demo_d = need_int(1);
-  else if (key == "tol") c.tol = need_num();
-  else if (key == "scale") c.scale = need_num();
-  else if (key == "shape") {
-    if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer())
-      throw UsageError("config key 'shape' must be an array of two integers [N, D]");
-    c.shape = {v[0].get<int64_t>(), v[1].get<int64_t>()};
-    if (c.shape[0] < 1 || c.shape[1] < 1) throw UsageError("shape sizes must be at least 1");
-  } else {
-    throw UsageError("unknown config key '" + key + "'");
-  }
-}
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  cf::apps::Options o;
+  for (auto [key, field] : std::vector<std::pair<const char*, std::string*>>{
+           {"input", &c.input}, {"format", &c.format}, {"dtype", &c.dtype}, {"labels", &c.labels},
+           {"centroids", &c.centroids}, {"assignments", &c.assignments}, {"save_data", &c.save_data},
+           {"save_labels", &c.save_labels}, {"init", &c.init}, {"metric", &c.metric}, {"device", &c.device},
+           {"algorithm", &c.algorithm}})
+    o.add_string(key, field);
+  o.add_int("k", &c.k, 1);
+  o.add_int("max_iter", &c.max_iter, 1);
+  o.add_int("seed", &c.seed, 0);
+  o.add_int("block_rows", &c.block_rows, 1);
+  o.add_int("demo_n", &c.demo_n, 1);
+  o.add_int("demo_d", &c.demo_d, 1);
+  o.add_number("tol", &c.tol);
+  o.add_number("scale", &c.scale);
+  o.add_int_list("shape", &c.shape, 1);
+  if (!o.parse(argc, argv)) return false;
 
-Config parse(int argc, char** argv, bool& help) {
-  Config c;
-  cf::apps::ArgReader args(argc, argv, 1);
-  json cli = json::object();
-  std::string config_file;
-  const std::vector<std::string> strings = {"--input", "--format", "--dtype", "--labels",
-                                            "--centroids", "--assignments", "--save-data",
-                                            "--save-labels", "--init", "--metric", "--device",
-                                            "--algorithm"};
-  const std::vector<std::string> ints = {"--k", "--max-iter", "--seed", "--block-rows", "--demo-n",
-                                         "--demo-d"};
-  auto key_of = [](std::string opt) {
-    opt = opt.substr(2);
-    for (char& ch : opt)
-      if (ch == '-') ch = '_';
-    return opt;
-  };
-  auto in = [](const std::vector<std::string>& list, const std::string& s) {
-    for (const std::string& x : list)
-      if (x == s) return true;
-    return false;
-  };
-  while (!args.done()) {
-    std::string opt = args.next();
-    if (opt == "-h" || opt == "--help") {
-      args.no_value(opt);
-      help = true;
-      return c;
-    }
-    if (opt == "--config") config_file = args.value(opt);
-    else if (in(strings, opt)) cli[key_of(opt)] = args.value(opt);
-    else if (in(ints, opt)) cli[key_of(opt)] = cf::apps::parse_int(opt, args.value(opt), 0);
-    else if (opt == "--tol" || opt == "--scale") cli[key_of(opt)] = cf::apps::parse_double(opt, args.value(opt));
-    else if (opt == "--shape") {
-      std::vector<int64_t> s = cf::apps::parse_int_list(opt, args.value(opt), 1);
-      if (s.size() != 2) throw UsageError("--shape expects N,D (two integers)");
-      cli["shape"] = s;
-    } else {
-      throw UsageError("unknown option '" + opt + "'");
-    }
-  }
-  if (!config_file.empty()) {
-    std::ifstream f(config_file);
-    if (!f) throw UsageError("cannot read config file '" + config_file + "'");
-    json file;
-    try {
-      file = json::parse(f);
-    } catch (const json::parse_error& e) {
-      throw UsageError("config file '" + config_file + "' is not valid JSON: " + e.what());
-    }
-    if (!file.is_object()) throw UsageError("config file '" + config_file + "' must hold a JSON object");
-    for (auto& [k, v] : file.items()) set_key(c, k, v);
-  }
-  for (auto& [k, v] : cli.items()) set_key(c, k, v);
-
+  if (!c.shape.empty() && c.shape.size() != 2) throw UsageError("--shape expects N,D (two integers)");
   if (c.init != "kmeans++" && c.init != "random")
     throw UsageError("--init must be kmeans++ or random, got '" + c.init + "'");
   if (c.metric != "l2" && c.metric != "cosine")
@@ -222,7 +142,7 @@ Config parse(int argc, char** argv, bool& help) {
       throw UsageError("raw input '" + c.input + "' needs --shape N,D (or name it .npy / use --format)");
     if (c.format != "raw" && !c.shape.empty()) throw UsageError("--shape is for raw input only");
   }
-  return c;
+  return true;
 }
 
 // Any tensor of rank >= 1 as an (N, rest) matrix.
@@ -277,23 +197,16 @@ Demo make_demo(const Config& c) {
 
 int main(int argc, char** argv) {
   Config cfg;
-  bool help = false;
   try {
-    cfg = parse(argc, argv, help);
-    cf::Device dev = cf::Device::parse(cfg.device);
-    if (!dev.is_cpu() && !cf::cuda_built())
-      throw UsageError("device '" + cfg.device + "' is not available: this cf was built without CUDA");
-    if (!dev.is_cpu()) throw UsageError("K-Means runs on the CPU only until the CUDA backend lands");
-  } catch (const UsageError& e) {
+    if (!parse(argc, argv, cfg)) {
+      std::cout << kUsage;
+      return 0;
+    }
+    cf::Device dev = cf::apps::parse_device(cfg.device);
+    if (!dev.is_cpu()) throw UsageError("K-Means runs on the CPU only until its CUDA kernels land");
+  } catch (const std::exception& e) {
     std::cerr << "cf-kmeans: " << e.what() << "\n(run 'cf-kmeans --help' for usage)\n";
     return 2;
-  } catch (const cf::Error& e) {
-    std::cerr << "cf-kmeans: " << e.what() << "\n(run 'cf-kmeans --help' for usage)\n";
-    return 2;
-  }
-  if (help) {
-    std::cout << kUsage;
-    return 0;
   }
 
   try {

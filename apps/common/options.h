@@ -1,0 +1,196 @@
+#pragma once
+// The option table every app parses its command line and --config file with
+// (DESIGN.md section 9): each option is declared once, with the field it sets,
+// and is then accepted as "--max-len 128" / "--max-len=128" on the command line
+// and as "max_len": 128 in the JSON config file. Unknown options and keys,
+// missing values, mistyped values and values below a minimum are UsageErrors
+// that name the option or key; the command line wins over the file.
+//
+//   cf::apps::Options opts;
+//   opts.add_int("steps", &cfg.steps, 1);
+//   opts.add_seeds(&cfg.seeds);
+//   if (!opts.parse(argc, argv)) { print usage; return 0; }   // --help
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/cli.h"
+
+namespace cf::apps {
+
+// "a,b,c" -> {"a", "b", "c"}; "" -> {""}.
+inline std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+class Options {
+ public:
+  using json = nlohmann::ordered_json;
+
+  // Names are config keys ("max_len"); the command-line form swaps '_' for '-'.
+  void add_int(const std::string& key, int64_t* field, int64_t min_value) {
+    add(key, Kind::Int, [=](const json& v) {
+      *field = need_int(key, v, min_value);
+    });
+  }
+  void add_number(const std::string& key, double* field) {
+    add(key, Kind::Number, [=](const json& v) { *field = need_number(key, v); });
+  }
+  void add_string(const std::string& key, std::string* field) {
+    add(key, Kind::String, [=](const json& v) {
+      if (!v.is_string()) throw UsageError("config key '" + key + "' must be a string");
+      *field = v.get<std::string>();
+    });
+  }
+  // Command line: true | false.
+  void add_bool(const std::string& key, bool* field) {
+    add(key, Kind::Bool, [=](const json& v) {
+      if (!v.is_boolean()) throw UsageError("config key '" + key + "' must be true or false");
+      *field = v.get<bool>();
+    });
+  }
+  // Command line: "1,2,3" (an empty value is an empty list); config: [1, 2, 3].
+  void add_int_list(const std::string& key, std::vector<int64_t>* field, int64_t min_value) {
+    add(key, Kind::IntList, [=](const json& v) { *field = need_int_list(key, v, min_value); });
+  }
+  // Command line: "a,b"; config: ["a", "b"]. Never empty.
+  void add_string_list(const std::string& key, std::vector<std::string>* field) {
+    add(key, Kind::StringList, [=](const json& v) {
+      const std::string what = "config key '" + key + "' must be a non-empty array of strings";
+      if (!v.is_array() || v.empty()) throw UsageError(what);
+      std::vector<std::string> out;
+      for (const json& x : v) {
+        if (!x.is_string()) throw UsageError(what);
+        out.push_back(x.get<std::string>());
+      }
+      *field = out;
+    });
+  }
+  // --seed N (one seed) and --seeds LIST (several); giving both is an error.
+  void add_seeds(std::vector<int64_t>* seeds) {
+    add("seed", Kind::Int, [=](const json& v) { *seeds = {need_int("seed", v, 0)}; });
+    add("seeds", Kind::IntList, [=](const json& v) {
+      std::vector<int64_t> s = need_int_list("seeds", v, 0);
+      if (s.empty()) throw UsageError("config key 'seeds' must list at least one seed");
+      *seeds = s;
+    });
+  }
+
+  // Reads argv[1..]: returns false for -h/--help (the caller prints its usage),
+  // true once every option has been applied. Throws UsageError.
+  bool parse(int argc, char** argv) {
+    ArgReader args(argc, argv, 1);
+    json cli = json::object();
+    std::string config_file;
+    while (!args.done()) {
+      const std::string opt = args.next();
+      if (opt == "-h" || opt == "--help") {
+        args.no_value(opt);
+        return false;
+      }
+      if (opt == "--config") {
+        config_file = args.value(opt);
+        continue;
+      }
+      std::string key = opt.substr(2);
+      for (char& ch : key)
+        if (ch == '-') ch = '_';
+      auto it = options_.find(key);
+      if (it == options_.end()) throw UsageError("unknown option '" + opt + "'");
+      const std::string s = args.value(opt);
+      switch (it->second.kind) {
+        case Kind::Int: cli[key] = parse_int(opt, s, std::numeric_limits<int64_t>::min()); break;
+        case Kind::Number: cli[key] = parse_double(opt, s); break;
+        case Kind::String: cli[key] = s; break;
+        case Kind::Bool:
+          if (s != "true" && s != "false") throw UsageError(opt + " must be true or false, got '" + s + "'");
+          cli[key] = s == "true";
+          break;
+        case Kind::IntList:
+          cli[key] = s.empty() ? std::vector<int64_t>{}
+                               : parse_int_list(opt, s, std::numeric_limits<int64_t>::min());
+          break;
+        case Kind::StringList: cli[key] = split_commas(s); break;
+      }
+    }
+    if (cli.contains("seed") && cli.contains("seeds")) throw UsageError("give --seed or --seeds, not both");
+    if (!config_file.empty()) apply_file(config_file);
+    for (auto& [k, v] : cli.items()) options_.at(k).set(v);
+    return true;
+  }
+
+  // Applies the keys of a JSON config file (an object).
+  void apply_file(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw UsageError("cannot read config file '" + path + "'");
+    json file;
+    try {
+      file = json::parse(f);
+    } catch (const json::parse_error& e) {
+      throw UsageError("config file '" + path + "' is not valid JSON: " + e.what());
+    }
+    if (!file.is_object()) throw UsageError("config file '" + path + "' must hold a JSON object");
+    if (file.contains("seed") && file.contains("seeds"))
+      throw UsageError("config file '" + path + "' sets both 'seed' and 'seeds'");
+    for (auto& [k, v] : file.items()) {
+      auto it = options_.find(k);
+      if (it == options_.end()) throw UsageError("unknown config key '" + k + "'");
+      it->second.set(v);
+    }
+  }
+
+ private:
+  enum class Kind { Int, Number, String, Bool, IntList, StringList };
+  struct Option {
+    Kind kind;
+    std::function<void(const json&)> set;
+  };
+  std::map<std::string, Option> options_;
+
+  void add(const std::string& key, Kind kind, std::function<void(const json&)> set) {
+    options_[key] = Option{kind, std::move(set)};
+  }
+  static int64_t need_int(const std::string& key, const json& v, int64_t min_value) {
+    if (!v.is_number_integer()) throw UsageError("config key '" + key + "' must be an integer");
+    const int64_t x = v.get<int64_t>();
+    if (x < min_value)
+      throw UsageError("config key '" + key + "' must be at least " + std::to_string(min_value) + ", got " +
+                       std::to_string(x));
+    return x;
+  }
+  static double need_number(const std::string& key, const json& v) {
+    if (!v.is_number()) throw UsageError("config key '" + key + "' must be a number");
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) throw UsageError("config key '" + key + "' must be finite");
+    return x;
+  }
+  static std::vector<int64_t> need_int_list(const std::string& key, const json& v, int64_t min_value) {
+    if (!v.is_array()) throw UsageError("config key '" + key + "' must be an array of integers");
+    std::vector<int64_t> out;
+    for (const json& x : v) {
+      if (!x.is_number_integer()) throw UsageError("config key '" + key + "' must be an array of integers");
+      const int64_t i = x.get<int64_t>();
+      if (i < min_value)
+        throw UsageError("config key '" + key + "': every entry must be at least " + std::to_string(min_value) +
+                         ", got " + std::to_string(i));
+      out.push_back(i);
+    }
+    return out;
+  }
+};
+
+}  // namespace cf::apps

@@ -1,0 +1,85 @@
+#pragma once
+// What every app prints and measures the same way (DESIGN.md section 9): one
+// JSON line per event on stdout, wall-clock seconds, mean and sample standard
+// deviation over seeds, and the output folder of checkpoints and files.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+#include "cf.h"
+#include "common/cli.h"
+
+namespace cf::apps {
+
+// One metrics line (flushed, so a pipe sees progress as it happens).
+inline void emit(const nlohmann::ordered_json& j) { std::cout << j.dump() << std::endl; }
+
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+struct Stats {
+  double mean = 0, std = 0;  // std: sample standard deviation (0 for one value)
+  int64_t n = 0;
+};
+
+inline Stats stats_of(const std::vector<double>& v) {
+  Stats s;
+  s.n = int64_t(v.size());
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= double(v.size());
+  if (v.size() > 1) {
+    double ss = 0;
+    for (double x : v) ss += (x - s.mean) * (x - s.mean);
+    s.std = std::sqrt(ss / double(v.size() - 1));
+  }
+  return s;
+}
+
+// A fraction as "61.3 ± 2.5" (percent; the spread only over several values).
+inline std::string fmt_pct(const Stats& s) {
+  char buf[64];
+  if (s.n > 1) std::snprintf(buf, sizeof buf, "%.1f ± %.1f", 100 * s.mean, 100 * s.std);
+  else std::snprintf(buf, sizeof buf, "%.1f", 100 * s.mean);
+  return buf;
+}
+
+inline bool file_exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+// Creates `dir` (one level) when missing; an IOError naming the app and the
+// option when it cannot be made.
+inline void make_dir(const std::string& dir, const std::string& app, const std::string& option) {
+  ::mkdir(dir.c_str(), 0777);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw cf::IOError("[" + app + "] cannot create " + option + " '" + dir + "'");
+}
+
+// The device named by --device, or a UsageError when this build or machine
+// cannot use it.
+inline cf::Device parse_device(const std::string& name) {
+  cf::Device dev;
+  try {
+    dev = cf::Device::parse(name);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--device: ") + e.what());
+  }
+  if (dev.is_cpu()) return dev;
+  if (!cf::cuda_built())
+    throw UsageError("device '" + name + "' is not available: this cf was built without CUDA");
+  if (dev.index >= cf::cuda::device_count())
+    throw UsageError("device '" + name + "' is not available: " + std::to_string(cf::cuda::device_count()) +
+                     " CUDA device(s) visible");
+  return dev;
+}
+
+}  // namespace cf::apps

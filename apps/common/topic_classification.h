@@ -1,0 +1,391 @@
+#pragma once
+// Fortunes topic classification, shared by the apps that train encoder
+// classifiers on it (cf-textcls, cf-approx): the data options and the fixed
+// per-topic split, the training options, one classifier trained with
+// checkpoints and resume, and its evaluation.
+//
+// Data: the Debian package 'fortunes', one topic per file; topics with at least
+// --min-texts texts (of at least --min-chars characters), at most
+// --max-per-class texts each, split per topic into train/val/test with
+// --split-seed. Texts are characters (one token per code point, vocabulary from
+// the training texts), cut at --max-len, with a <cls> token in front when the
+// classifier reads the first token.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cf.h"
+#include "common/options.h"
+#include "common/report.h"
+#include "models/transformer.h"
+#include "nn/checkpoint.h"
+#include "nn/data/fortunes.h"
+#include "nn/data/loader.h"
+#include "nn/data/tokenizer.h"
+
+namespace cf::apps {
+
+using ojson = nlohmann::ordered_json;
+
+// ---------------------------------------------------------------- data
+
+struct TopicDataConfig {
+  std::string data_dir = cf::data::kFortunesDir;
+  int64_t min_texts = 500, max_per_class = 500, min_chars = 64, max_len = 128;
+  double val_fraction = 0.1, test_fraction = 0.2;
+  int64_t split_seed = 0;
+  bool cls_token = true;  // set by the app from its pooling, not an option
+};
+
+inline void add_topic_data_options(Options& o, TopicDataConfig& c) {
+  o.add_string("data_dir", &c.data_dir);
+  o.add_int("min_texts", &c.min_texts, 2);
+  o.add_int("max_per_class", &c.max_per_class, 2);
+  o.add_int("min_chars", &c.min_chars, 1);
+  o.add_int("max_len", &c.max_len, 1);
+  o.add_number("val_fraction", &c.val_fraction);
+  o.add_number("test_fraction", &c.test_fraction);
+  o.add_int("split_seed", &c.split_seed, 0);
+}
+
+inline void check_topic_data_config(const TopicDataConfig& c) {
+  if (c.val_fraction <= 0 || c.test_fraction <= 0 || c.val_fraction + c.test_fraction >= 0.9)
+    throw UsageError("--val-fraction and --test-fraction must be positive and sum to less than 0.9");
+}
+
+// What a checkpoint must agree on about the data.
+inline ojson topic_data_signature(const TopicDataConfig& c) {
+  return {{"dir", c.data_dir},         {"min_texts", c.min_texts},         {"max_per_class", c.max_per_class},
+          {"min_chars", c.min_chars},   {"max_len", c.max_len + (c.cls_token ? 1 : 0)},
+          {"pooling", c.cls_token ? "first" : "mean"}, {"val_fraction", c.val_fraction},
+          {"test_fraction", c.test_fraction}, {"split_seed", c.split_seed}};
+}
+
+struct TopicSplit {
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<int64_t> labels;
+};
+
+struct TopicData {
+  std::vector<std::string> topics;
+  TopicSplit train, val, test;
+  int64_t vocab = 0;
+  int64_t max_tokens = 0;  // the longest sequence the model can see (max_len, +1 with <cls>)
+  double mean_len = 0;     // tokens per text, <cls> included
+  int64_t max_len_seen = 0;
+};
+
+// Fisher-Yates with a 64-bit Mersenne twister (its output is fixed by the standard;
+// std::uniform_int_distribution is not, so the draw is done by hand).
+template <class T>
+void seeded_shuffle(std::vector<T>& v, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(rng() % i)]);
+}
+
+inline TopicData load_topic_data(const TopicDataConfig& c, const std::string& app) {
+  std::vector<cf::data::Fortune> all = cf::data::read_fortunes(c.data_dir);
+  std::map<std::string, std::vector<std::string>> by_topic;
+  for (auto& f : all) {
+    if (int64_t(cf::data::utf8_code_points(f.text).size()) < c.min_chars) continue;
+    by_topic[f.category].push_back(f.text);
+  }
+  TopicData d;
+  std::vector<std::pair<std::string, std::vector<std::string>>> kept;
+  for (auto& [topic, texts] : by_topic)
+    if (int64_t(texts.size()) >= c.min_texts) kept.emplace_back(topic, texts);
+  if (kept.size() < 2) {
+    std::ostringstream m;
+    m << "[" << app << "] only " << kept.size() << " topic(s) in '" << c.data_dir << "' have at least "
+      << c.min_texts << " texts of at least " << c.min_chars << " characters; lower --min-texts or --min-chars";
+    throw cf::ValueError(m.str());
+  }
+  std::vector<std::string> train_texts, val_texts, test_texts;
+  std::vector<int64_t> train_y, val_y, test_y;
+  for (size_t t = 0; t < kept.size(); ++t) {
+    auto& texts = kept[t].second;
+    d.topics.push_back(kept[t].first);
+    seeded_shuffle(texts, uint64_t(c.split_seed) * 1000003u + t);
+    if (int64_t(texts.size()) > c.max_per_class) texts.resize(size_t(c.max_per_class));
+    const size_t n = texts.size();
+    const size_t n_test = std::max<size_t>(1, size_t(std::llround(double(n) * c.test_fraction)));
+    const size_t n_val = std::max<size_t>(1, size_t(std::llround(double(n) * c.val_fraction)));
+    for (size_t i = 0; i < n; ++i) {
+      if (i < n_test) test_texts.push_back(texts[i]), test_y.push_back(int64_t(t));
+      else if (i < n_test + n_val) val_texts.push_back(texts[i]), val_y.push_back(int64_t(t));
+      else train_texts.push_back(texts[i]), train_y.push_back(int64_t(t));
+    }
+  }
+  cf::data::Tokenizer tok = cf::data::Tokenizer::build_char(train_texts);
+  d.vocab = tok.vocab_size();
+  d.max_tokens = c.max_len + (c.cls_token ? 1 : 0);
+  int64_t total = 0, count = 0;
+  auto encode = [&](const std::vector<std::string>& texts, const std::vector<int64_t>& y, TopicSplit& s) {
+    for (size_t i = 0; i < texts.size(); ++i) {
+      std::vector<int64_t> ids = tok.encode(texts[i]);
+      if (int64_t(ids.size()) > c.max_len) ids.resize(size_t(c.max_len));
+      if (c.cls_token) ids.insert(ids.begin(), cf::data::Tokenizer::kCls);
+      total += int64_t(ids.size());
+      ++count;
+      d.max_len_seen = std::max<int64_t>(d.max_len_seen, int64_t(ids.size()));
+      s.ids.push_back(std::move(ids));
+      s.labels.push_back(y[i]);
+    }
+  };
+  encode(train_texts, train_y, d.train);
+  encode(val_texts, val_y, d.val);
+  encode(test_texts, test_y, d.test);
+  d.mean_len = count ? double(total) / double(count) : 0.0;
+  return d;
+}
+
+inline ojson topic_data_event(const TopicDataConfig& c, const TopicData& d) {
+  return {{"event", "data"},         {"dir", c.data_dir},          {"topics", d.topics},
+          {"classes", d.topics.size()}, {"train", d.train.ids.size()}, {"val", d.val.ids.size()},
+          {"test", d.test.ids.size()},  {"vocab", d.vocab},           {"mean_len", d.mean_len},
+          {"max_len", d.max_len_seen},  {"split_seed", c.split_seed}};
+}
+
+// ---------------------------------------------------------------- training
+
+struct ClassifierTrainConfig {
+  int64_t steps = 300, batch_size = 32, warmup = 30, eval_every = 100, log_every = 25, eval_batch_size = 64;
+  double lr = 3e-3, weight_decay = 0.01;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+};
+
+inline void add_classifier_train_options(Options& o, ClassifierTrainConfig& c) {
+  o.add_int("steps", &c.steps, 1);
+  o.add_int("batch_size", &c.batch_size, 1);
+  o.add_int("warmup", &c.warmup, 0);
+  o.add_int("eval_every", &c.eval_every, 0);
+  o.add_int("log_every", &c.log_every, 0);
+  o.add_int("eval_batch_size", &c.eval_batch_size, 1);
+  o.add_number("lr", &c.lr);
+  o.add_number("weight_decay", &c.weight_decay);
+  o.add_string("checkpoint_dir", &c.checkpoint_dir);
+  o.add_int("checkpoint_every", &c.checkpoint_every, 0);
+}
+
+inline void check_classifier_train_config(const ClassifierTrainConfig& c) {
+  if (!(c.lr > 0)) throw UsageError("--lr must be positive");
+  if (c.weight_decay < 0) throw UsageError("--weight-decay must be non-negative");
+  if (c.warmup >= c.steps)
+    throw UsageError("--warmup (" + std::to_string(c.warmup) + ") must be less than --steps (" +
+                     std::to_string(c.steps) + ")");
+}
+
+struct EvalResult {
+  double accuracy = 0, time_s = 0;
+  std::vector<int64_t> predictions;  // in the loader's order
+};
+
+// Accuracy of `model` over one pass of `loader` (in eval mode, without gradients).
+// Attentions that draw random numbers (hash hyperplanes) draw them from the
+// global generator seeded with `draw_seed`: every evaluation sees the same
+// draws, and the training stream is left as it was.
+inline EvalResult evaluate_classifier(cf::models::EncoderClassifier& model, cf::data::DataLoader& loader,
+                                      uint64_t draw_seed, cf::Device dev) {
+  model.eval();
+  cf::NoGradGuard ng;
+  const cf::nn::GeneratorState saved = cf::nn::GeneratorState::of(cf::default_generator());
+  cf::manual_seed(draw_seed);
+  loader.set_epoch(0);
+  int64_t correct = 0, total = 0;
+  EvalResult r;
+  auto t0 = std::chrono::steady_clock::now();
+  cf::data::Batch b;
+  while (loader.next(b)) {
+    cf::Tensor mask = b.key_padding_mask.defined() ? b.key_padding_mask.to(dev) : cf::Tensor();
+    cf::Tensor pred = cf::argmax(model.forward(b.input.to(dev), mask), -1);
+    std::vector<int64_t> p = pred.to_vector<int64_t>(), y = b.target.to_vector<int64_t>();
+    for (size_t i = 0; i < p.size(); ++i) correct += p[i] == y[i];
+    total += int64_t(p.size());
+    r.predictions.insert(r.predictions.end(), p.begin(), p.end());
+  }
+  if (dev.is_cuda()) cf::cuda::synchronize();
+  r.time_s = seconds_since(t0);
+  saved.restore(cf::default_generator());
+  r.accuracy = total ? double(correct) / double(total) : 0.0;
+  return r;
+}
+
+// The fraction of items on which two evaluations predict the same class.
+inline double agreement(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  if (a.empty() || a.size() != b.size()) return 0.0;
+  int64_t same = 0;
+  for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
+  return double(same) / double(a.size());
+}
+
+struct ClassifierRun {
+  std::string app;         // "cf-textcls": names errors
+  ojson tags;              // put in every event line after "event" ({"seed": 0, "train_attention": "full"})
+  ojson signature;         // what a reused checkpoint must have been written with
+  std::string checkpoint;  // path, or empty: no checkpoints
+  int64_t seed = 0;        // batch order (the caller seeds initialisation and dropout)
+  cf::Device device;
+  // Weights of the auxiliary losses the attention adds (ClusterFormer eq. 17:
+  // mu for L1, nu for L2; routing's commitment loss); the task loss weighs 1.
+  // A loss the model adds without a weight here is an error (AuxLosses::total).
+  std::map<std::string, double> aux_weights;
+};
+
+// task + sum of the weighted auxiliary losses the forward pass collected.
+inline cf::Tensor total_loss(const cf::Tensor& task, const cf::nn::AuxLosses& aux,
+                             const std::map<std::string, double>& weights) {
+  if (aux.empty()) return task;
+  std::map<std::string, double> used;
+  for (const std::string& name : aux.names()) {
+    auto it = weights.find(name);
+    if (it == weights.end()) throw cf::ValueError("[train] the model added the auxiliary loss '" + name + "', which has no weight");
+    used[name] = it->second;
+  }
+  return task + aux.total(used);
+}
+
+struct ClassifierTrainResult {
+  bool trained = false;    // false: a finished checkpoint was reused
+  double time_s = 0;       // training wall time of this run
+  int64_t peak_bytes = 0;  // peak allocator bytes while training (0 when reused)
+  double last_loss = 0;    // mean task+aux loss of the last logged window
+};
+
+// Trains `model` with AdamW (warmup + cosine to 5% of lr, gradient clipping 1)
+// for cfg.steps steps, logging "train" and "val" events; with run.checkpoint,
+// resumes an unfinished checkpoint written with the same signature, skips
+// training for a finished one, and refuses one written with other settings.
+inline ClassifierTrainResult train_classifier(cf::models::EncoderClassifier& model, const ClassifierTrainConfig& cfg,
+                                              const ClassifierRun& run,
+                                              std::shared_ptr<cf::data::SequenceDataset> train_ds,
+                                              cf::data::DataLoader& val_loader) {
+  auto event = [&](const char* name) {
+    ojson j = {{"event", name}};
+    for (auto& [k, v] : run.tags.items()) j[k] = v;
+    return j;
+  };
+  cf::nn::AdamWOptions ao;
+  ao.lr = cfg.lr;
+  ao.weight_decay = cfg.weight_decay;
+  cf::nn::AdamW opt(model.named_parameters(), ao);
+  cf::nn::WarmupCosineLR schedule(cfg.lr, cfg.warmup, cfg.steps, cfg.lr * 0.05);
+  cf::data::DataLoaderOptions to;
+  to.batch_size = cfg.batch_size;
+  to.shuffle = true;
+  to.seed = uint64_t(run.seed);
+  to.drop_last = true;
+  to.prefetch = 2;
+  cf::data::DataLoader train_loader(train_ds, to);
+  if (train_loader.size() == 0)
+    throw cf::ValueError("[" + run.app + "] the training set (" + std::to_string(train_ds->size()) +
+                         " texts) is smaller than one batch of " + std::to_string(cfg.batch_size));
+
+  ClassifierTrainResult result;
+  int64_t start_step = 0;
+  if (!run.checkpoint.empty() && file_exists(run.checkpoint)) {
+    cf::nn::TrainingCheckpoint ck = cf::nn::load_checkpoint(run.checkpoint);
+    auto it = ck.extra.find("signature");
+    if (it == ck.extra.end() || it->second != run.signature.dump())
+      throw cf::ValueError("[" + run.app + "] checkpoint '" + run.checkpoint +
+                           "' was written with other settings (model, data or training options); "
+                           "delete it or use another --checkpoint-dir");
+    model.load_state_dict(ck.model);
+    opt.load_state_dict(ck.optimizer);
+    for (auto& [name, g] : ck.generators)
+      if (name == "default") g.restore(cf::default_generator());
+    start_step = ck.step;
+    const int64_t nb = train_loader.size();
+    train_loader.set_state({start_step / nb, start_step % nb});
+    ojson j = event("resume");
+    j["checkpoint"] = run.checkpoint;
+    j["step"] = start_step;
+    emit(j);
+  }
+  if (start_step >= cfg.steps) return result;
+  auto save = [&](int64_t step) {
+    cf::nn::TrainingCheckpoint ck;
+    ck.model = model.state_dict();
+    ck.optimizer = opt.state_dict();
+    ck.step = step;
+    ck.generators = {{"default", cf::nn::GeneratorState::of(cf::default_generator())}};
+    ck.extra["signature"] = run.signature.dump();
+    cf::nn::save_checkpoint(run.checkpoint, ck);
+  };
+
+  cf::nn::TrainLoopOptions lo;
+  lo.max_steps = cfg.steps;
+  lo.start_step = start_step;
+  lo.eval_every = cfg.eval_every;
+  lo.clip_norm = 1.0;
+  lo.metric_name = "accuracy";
+  lo.metric_mode = "max";
+  cf::nn::ProgressBarOptions po;
+  po.total = cfg.steps;
+  po.initial = start_step;
+  po.desc = "train";
+  for (auto& [k, v] : run.tags.items()) po.desc += " " + (v.is_string() ? v.get<std::string>() : k + " " + v.dump());
+  po.unit = "step";
+  cf::nn::ProgressBar bar(po);
+  cf::nn::TrainLoopHooks hooks;
+  hooks.model = &model;
+  hooks.schedule = &schedule;
+  hooks.progress = &bar;
+  hooks.evaluate = [&] { return evaluate_classifier(model, val_loader, uint64_t(run.seed) + 777, run.device).accuracy; };
+  double loss_sum = 0;
+  int64_t loss_n = 0;
+  const auto t_train = std::chrono::steady_clock::now();
+  hooks.on_step_end = [&](const cf::nn::TrainStepInfo& info) {
+    loss_sum += info.loss;
+    ++loss_n;
+    if (cfg.log_every > 0 && info.step % cfg.log_every == 0) {
+      ojson j = event("train");
+      j["step"] = info.step;
+      j["loss"] = loss_sum / double(loss_n);
+      j["lr"] = info.lr;
+      j["elapsed_s"] = seconds_since(t_train);
+      emit(j);
+      result.last_loss = loss_sum / double(loss_n);
+      loss_sum = 0;
+      loss_n = 0;
+    }
+    if (info.evaluated) {
+      ojson j = event("val");
+      j["step"] = info.step;
+      j["accuracy"] = info.metric;
+      emit(j);
+    }
+    if (!run.checkpoint.empty() &&
+        ((cfg.checkpoint_every > 0 && info.step % cfg.checkpoint_every == 0) || info.step == cfg.steps))
+      save(info.step);
+  };
+  cf::reset_peak_memory(run.device);
+  const int64_t live_before = cf::memory_stats(run.device).live_bytes;
+  cf::data::Batch b;
+  auto step_loss = [&](int64_t, int64_t) {
+    if (!train_loader.next(b) && !train_loader.next(b))
+      throw cf::ValueError("[" + run.app + "] the training loader delivered no batch");
+    cf::nn::AuxLosses aux;
+    cf::Tensor mask = b.key_padding_mask.defined() ? b.key_padding_mask.to(run.device) : cf::Tensor();
+    cf::Tensor logits = model.forward(b.input.to(run.device), mask, &aux);
+    cf::Tensor task = cf::cross_entropy(logits, b.target.to(run.device));
+    return total_loss(task, aux, run.aux_weights);
+  };
+  cf::nn::train_loop(opt, step_loss, lo, hooks);
+  if (run.device.is_cuda()) cf::cuda::synchronize();
+  result.time_s = seconds_since(t_train);
+  // Peak above what was live before training (the parameters): optimizer state,
+  // activations, gradients.
+  result.peak_bytes = cf::memory_stats(run.device).peak_bytes - live_before;
+  result.trained = true;
+  train_loader.stop();
+  return result;
+}
+
+}  // namespace cf::apps

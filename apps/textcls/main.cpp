@@ -1,0 +1,437 @@
+// cf-textcls: topic classification on the fortunes corpus with encoder
+// classifiers that are identical except for their attention: the ClusterFormer
+// paper's text classification experiment (Wang et al., ACL 2022, section 4.2,
+// Table 2) rerun with full attention, neural clustering attention (ClusterFormer),
+// LSH (Reformer), routing (Routing Transformer), clustered and improved clustered
+// attention (Fast Transformers). Optional parts: the L1/L2 loss-weight ablation
+// (section 4.5, Table 5) and the sweep over the number of clusters k with
+// accuracy, training time and peak memory (section 4.4, Table 4).
+//
+// One JSON line per event on stdout, a final JSON summary; the tables in Markdown
+// on stderr.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cf.h"
+#include "common/options.h"
+#include "common/report.h"
+#include "common/topic_classification.h"
+#include "models/neural_clustering.h"
+#include "nn/attention/neural_clustering.h"
+
+using json = nlohmann::ordered_json;
+using cf::apps::emit;
+using cf::apps::fmt_pct;
+using cf::apps::seconds_since;
+using cf::apps::Stats;
+using cf::apps::stats_of;
+using cf::apps::UsageError;
+
+namespace {
+
+const char* kUsage = R"(usage: cf-textcls [options]
+
+Topic classification on the fortunes corpus (Debian package 'fortunes', one
+topic per file) with Transformer encoder classifiers that differ only in their
+attention: the ClusterFormer paper's text classification experiment (Table 2).
+By default it trains the full-attention Transformer and ClusterFormer (neural
+clustering attention) and prints their test accuracy, training time and peak
+memory side by side. --attentions all adds LSH (Reformer), routing (Routing
+Transformer), clustered and improved clustered attention; --ablation adds the
+L1/L2 loss-weight ablation (Table 5); --k-sweep the number of clusters of
+neural clustering attention (Table 4: accuracy, peak memory, time).
+
+Output: one JSON line per event on stdout (start, data, train, val, result), a
+final {"event": "summary", ...} line with mean and spread over the seeds; the
+tables in Markdown on stderr. Texts are characters (one token per code point).
+
+Data:
+  --data-dir DIR        fortune files (default /usr/share/games/fortunes)
+  --min-texts N         topics with at least N texts (after --min-chars) (default 500)
+  --max-per-class N     at most N texts per topic, drawn with --split-seed (default 500)
+  --min-chars N         drop texts shorter than N characters (default 64)
+  --max-len N           truncate texts to N characters (default 256)
+  --val-fraction X      per topic (default 0.1)
+  --test-fraction X     per topic (default 0.2)
+  --split-seed N        the fixed split (default 0)
+Model (pre-LN encoder, sinusoidal positions, the same for every attention):
+  --d-model N (64) --n-heads N (4) --n-layers N (2) --d-ff N (128) --dropout X (0.1)
+  --pooling P           mean: mean of the last hidden states over the text;
+                        first: a <cls> token in front, classified (default mean)
+Attention:
+  --attentions LIST     comma-separated, from full, neural-clustering, lsh,
+                        routing, clustered, improved-clustered; 'all' for all six
+                        (default full,neural-clustering)
+  --k K                 neural clustering: clusters k (default 0: the paper's
+                        rule, the square root of the longest sequence, rounded)
+  --look-back N         neural clustering: blocks before its own each query
+                        block attends to (default 1, the paper's eq. 8)
+  --mu X                weight of the clustering loss L1 (eq. 6) (default 1e-3)
+  --nu X                weight of the centroid sorting loss L2 (eq. 11) (default 1e-3)
+  --lsh-bucket-size N   LSH: tokens per bucket (default 32)
+  --lsh-hashes N        LSH: hashing rounds (default 2)
+  --routing-clusters N  routing: clusters (default 0: the square root of the
+                        longest sequence, as the Routing Transformer)
+  --routing-weight X    routing: weight of its commitment loss (default 1e-4,
+                        the reference implementation's)
+  --clusters C          clustered and improved clustered: clusters (default 16)
+  --topk K              improved clustered: keys per cluster (default 32)
+Experiments:
+  --ablation B          true: also train neural clustering with (mu, nu) set to
+                        (0, 0), (0, nu) and (mu, 0) (Table 5) (default false)
+  --k-sweep LIST        also train neural clustering with each k in LIST
+                        (Table 4), e.g. 2,4,8,16,32 (default: none)
+Training (AdamW, warmup + cosine, gradient clipping 1):
+  --steps N             optimizer steps per model (default 300)
+  --batch-size N        (default 32)
+  --lr X                peak learning rate (default 3e-3)
+  --weight-decay X      (default 0.01)
+  --warmup N            (default 30)
+  --eval-every N        validation accuracy every N steps, 0 = only at the end (default 100)
+  --log-every N         a train line every N steps (default 25)
+  --eval-batch-size N   (default 64)
+Runs:
+  --seed N              one seed (model initialisation, dropout, batch order,
+                        hashing); shorthand for --seeds N (default 0)
+  --seeds LIST          several seeds: the summary gives mean and spread
+  --checkpoint-dir DIR  save each trained model there (<run>-seed<S>.safetensors)
+                        and reuse it on the next run with the same settings: a
+                        finished model is not retrained, an unfinished one resumes
+  --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
+  --device D            cpu | cuda (clustered and improved clustered attention
+                        run on the CPU only: on cuda they stop with an error)
+  --config FILE         JSON object with any of the options above, '-' as '_'
+                        (lists as arrays: {"seeds": [0, 1, 2], "attentions": ["full"]});
+                        the command line wins; unknown keys are errors
+  -h, --help            this text
+
+Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line.
+)";
+
+const std::vector<std::string> kAttentions = {"full",    "neural-clustering", "lsh",
+                                              "routing", "clustered",         "improved-clustered"};
+
+struct Config {
+  cf::apps::TopicDataConfig data;
+  int64_t d_model = 64, n_heads = 4, n_layers = 2, d_ff = 128;
+  double dropout = 0.1;
+  std::string pooling = "mean";
+  cf::apps::ClassifierTrainConfig train;
+  std::vector<std::string> attentions = {"full", "neural-clustering"};
+  int64_t k = 0, look_back = 1;
+  double mu = 1e-3, nu = 1e-3;
+  int64_t lsh_bucket_size = 32, lsh_hashes = 2, routing_clusters = 0;
+  double routing_weight = 1e-4;
+  int64_t clusters = 16, topk = 32;
+  bool ablation = false;
+  std::vector<int64_t> k_sweep;
+  std::vector<int64_t> seeds = {0};
+  std::string device = "cpu";
+};
+
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  c.data.max_len = 256;
+  c.train.steps = 300;
+  c.train.warmup = 30;
+  cf::apps::Options o;
+  cf::apps::add_topic_data_options(o, c.data);
+  o.add_int("d_model", &c.d_model, 1);
+  o.add_int("n_heads", &c.n_heads, 1);
+  o.add_int("n_layers", &c.n_layers, 1);
+  o.add_int("d_ff", &c.d_ff, 1);
+  o.add_number("dropout", &c.dropout);
+  o.add_string("pooling", &c.pooling);
+  cf::apps::add_classifier_train_options(o, c.train);
+  o.add_string_list("attentions", &c.attentions);
+  o.add_int("k", &c.k, 0);
+  o.add_int("look_back", &c.look_back, 0);
+  o.add_number("mu", &c.mu);
+  o.add_number("nu", &c.nu);
+  o.add_int("lsh_bucket_size", &c.lsh_bucket_size, 1);
+  o.add_int("lsh_hashes", &c.lsh_hashes, 1);
+  o.add_int("routing_clusters", &c.routing_clusters, 0);
+  o.add_number("routing_weight", &c.routing_weight);
+  o.add_int("clusters", &c.clusters, 1);
+  o.add_int("topk", &c.topk, 1);
+  o.add_bool("ablation", &c.ablation);
+  o.add_int_list("k_sweep", &c.k_sweep, 1);
+  o.add_seeds(&c.seeds);
+  o.add_string("device", &c.device);
+  if (!o.parse(argc, argv)) return false;
+
+  if (c.attentions.size() == 1 && c.attentions[0] == "all") c.attentions = kAttentions;
+  for (const std::string& a : c.attentions) {
+    bool known = false;
+    for (const std::string& k : kAttentions) known = known || a == k;
+    if (!known)
+      throw UsageError("--attentions: unknown attention '" + a +
+                       "' (expected all, or from full, neural-clustering, lsh, routing, clustered, "
+                       "improved-clustered)");
+  }
+  cf::apps::check_topic_data_config(c.data);
+  cf::apps::check_classifier_train_config(c.train);
+  if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
+  if (c.pooling != "mean" && c.pooling != "first")
+    throw UsageError("--pooling must be mean or first, got '" + c.pooling + "'");
+  c.data.cls_token = c.pooling == "first";
+  if (c.d_model % c.n_heads != 0)
+    throw UsageError("--d-model (" + std::to_string(c.d_model) + ") must be divisible by --n-heads (" +
+                     std::to_string(c.n_heads) + ")");
+  if (c.mu < 0 || c.nu < 0) throw UsageError("--mu and --nu must be non-negative");
+  if (c.routing_weight < 0) throw UsageError("--routing-weight must be non-negative");
+  if ((c.ablation || !c.k_sweep.empty()) &&
+      std::find(c.attentions.begin(), c.attentions.end(), "neural-clustering") == c.attentions.end())
+    throw UsageError("--ablation and --k-sweep vary neural clustering attention: add it to --attentions");
+  if (c.ablation && (c.mu == 0 || c.nu == 0))
+    throw UsageError("--ablation switches L1 and L2 off in turn: --mu and --nu must be positive");
+  return true;
+}
+
+// One trained model: an attention, and for neural clustering its k and loss weights.
+struct Arm {
+  std::string name;  // "full", "neural-clustering", "neural-clustering k=8", "neural-clustering L1=N L2=Y", ...
+  std::string attention;
+  json spec;  // the model config's "attention" object
+  std::map<std::string, double> aux_weights;
+  std::string file;  // checkpoint file stem
+  int64_t k = 0;
+  double mu = 0, nu = 0;
+};
+
+int64_t rounded_sqrt(int64_t n) { return std::max<int64_t>(1, std::llround(std::sqrt(double(n)))); }
+
+Arm make_arm(const Config& c, const std::string& attention, int64_t max_tokens, int64_t k, double mu, double nu) {
+  Arm a;
+  a.attention = attention;
+  a.name = attention;
+  a.file = attention;
+  if (attention == "full") {
+    a.spec = {{"type", "full"}};
+  } else if (attention == "neural-clustering") {
+    a.k = k;
+    a.mu = mu;
+    a.nu = nu;
+    a.spec = {{"type", "neural-clustering"}, {"clusters", k}, {"look_back", c.look_back}};
+    a.aux_weights = {{cf::nn::kClusteringLossName, mu}, {cf::nn::kCentroidSortingLossName, nu}};
+    a.file += "-k" + std::to_string(k) + "-mu" + (mu > 0 ? "Y" : "N") + "-nu" + (nu > 0 ? "Y" : "N");
+  } else if (attention == "lsh") {
+    a.spec = {{"type", "lsh"}, {"bucket_size", c.lsh_bucket_size}, {"n_hashes", c.lsh_hashes}};
+  } else if (attention == "routing") {
+    const int64_t clusters = c.routing_clusters > 0 ? c.routing_clusters : rounded_sqrt(max_tokens);
+    a.spec = {{"type", "routing"}, {"n_clusters", clusters}};
+    a.aux_weights = {{"routing_commitment", c.routing_weight}};
+  } else {
+    a.spec = {{"type", attention}, {"clusters", c.clusters}};
+    if (attention == "improved-clustered") a.spec["topk"] = c.topk;
+  }
+  return a;
+}
+
+struct ArmResult {
+  std::vector<double> accuracy, train_s, infer_s, peak_mib;
+};
+
+std::string fmt(double v, const char* f) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  cf::Device dev;
+  try {
+    if (!parse(argc, argv, cfg)) {
+      std::cout << kUsage;
+      return 0;
+    }
+    dev = cf::apps::parse_device(cfg.device);
+  } catch (const std::exception& e) {
+    std::cerr << "cf-textcls: " << e.what() << "\n(run 'cf-textcls --help' for usage)\n";
+    return 2;
+  }
+
+  try {
+    const auto t_start = std::chrono::steady_clock::now();
+    const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-textcls");
+    const cf::apps::ClassifierTrainConfig& tc = cfg.train;
+    const int64_t k_default = cfg.k > 0 ? cfg.k : rounded_sqrt(data.max_tokens);
+
+    // The models to train: the main table first, then the ablation and the k
+    // sweep; an arm equal to one already listed is trained once.
+    std::vector<Arm> arms;
+    auto add_arm = [&](Arm a) {
+      for (const Arm& b : arms)
+        if (b.spec == a.spec && b.aux_weights == a.aux_weights) return;
+      arms.push_back(std::move(a));
+    };
+    for (const std::string& a : cfg.attentions) add_arm(make_arm(cfg, a, data.max_tokens, k_default, cfg.mu, cfg.nu));
+    // Table 5: N/N, N/Y, Y/N, Y/Y (Y/Y is the main table's model).
+    const std::vector<std::pair<double, double>> ablation = {{0, 0}, {0, cfg.nu}, {cfg.mu, 0}, {cfg.mu, cfg.nu}};
+    if (cfg.ablation)
+      for (auto [mu, nu] : ablation) add_arm(make_arm(cfg, "neural-clustering", data.max_tokens, k_default, mu, nu));
+    for (int64_t k : cfg.k_sweep) add_arm(make_arm(cfg, "neural-clustering", data.max_tokens, k, cfg.mu, cfg.nu));
+    auto find_arm = [&](int64_t k, double mu, double nu) -> const Arm& {
+      for (const Arm& a : arms)
+        if (a.attention == "neural-clustering" && a.k == k && a.mu == mu && a.nu == nu) return a;
+      throw cf::ValueError("[cf-textcls] internal: no neural clustering run with k=" + std::to_string(k));
+    };
+
+    std::vector<std::string> names;
+    for (const Arm& a : arms) names.push_back(a.file);
+    emit({{"event", "start"}, {"app", "cf-textcls"}, {"device", dev.str()}, {"seeds", cfg.seeds},
+          {"attentions", cfg.attentions}, {"k", k_default}, {"runs", names}, {"steps", tc.steps}});
+    emit(cf::apps::topic_data_event(cfg.data, data));
+
+    auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
+    auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
+    auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
+    cf::data::DataLoaderOptions eo;
+    eo.batch_size = tc.eval_batch_size;
+    cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
+    if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-textcls", "--checkpoint-dir");
+
+    std::map<std::string, ArmResult> results;  // by Arm::file
+    for (int64_t seed : cfg.seeds) {
+      for (const Arm& arm : arms) {
+        json model_json = {{"vocab_size", data.vocab},
+                           {"max_len", data.max_tokens},
+                           {"pooling", cfg.pooling},
+                           {"n_layers", cfg.n_layers},
+                           {"num_classes", int64_t(data.topics.size())},
+                           {"d_model", cfg.d_model},
+                           {"n_heads", cfg.n_heads},
+                           {"d_ff", cfg.d_ff},
+                           {"dropout", cfg.dropout},
+                           {"attention", arm.spec}};
+        // The same seed gives every arm the same initial embeddings, feed-forward
+        // layers and batch order: only the attention differs.
+        cf::manual_seed(uint64_t(seed));
+        cf::Generator gen{uint64_t(seed)};
+        auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
+        auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
+        model->to(dev);
+
+        cf::apps::ClassifierRun run;
+        run.app = "cf-textcls";
+        run.tags = {{"seed", seed}, {"run", arm.file}};
+        json weights = json::object();
+        for (auto& [k, w] : arm.aux_weights) weights[k] = w;
+        run.signature = {{"model", model_json},         {"aux_weights", weights}, {"seed", seed},
+                         {"steps", tc.steps},           {"batch_size", tc.batch_size}, {"lr", tc.lr},
+                         {"weight_decay", tc.weight_decay}, {"warmup", tc.warmup},
+                         {"data", cf::apps::topic_data_signature(cfg.data)}};
+        if (!tc.checkpoint_dir.empty())
+          run.checkpoint = tc.checkpoint_dir + "/" + arm.file + "-seed" + std::to_string(seed) + ".safetensors";
+        run.seed = seed;
+        run.device = dev;
+        run.aux_weights = arm.aux_weights;
+        const cf::apps::ClassifierTrainResult tr = cf::apps::train_classifier(*model, tc, run, train_ds, val_loader);
+        const cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
+
+        ArmResult& res = results[arm.file];
+        res.accuracy.push_back(r.accuracy);
+        res.infer_s.push_back(r.time_s);
+        json line = {{"event", "result"}, {"seed", seed}, {"run", arm.file}, {"attention", arm.attention},
+                     {"test_accuracy", r.accuracy}, {"inference_s", r.time_s}, {"trained", tr.trained}};
+        if (tr.trained) {  // a reused checkpoint has no training time or memory
+          res.train_s.push_back(tr.time_s);
+          res.peak_mib.push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
+          line["train_s"] = tr.time_s;
+          line["train_peak_bytes"] = tr.peak_bytes;
+        }
+        if (arm.attention == "neural-clustering") {
+          line["k"] = arm.k;
+          line["mu"] = arm.mu;
+          line["nu"] = arm.nu;
+        }
+        emit(line);
+      }
+    }
+
+    // ---- summary: JSON and Markdown
+    auto cell = [&](const Arm& a) {
+      const ArmResult& r = results[a.file];
+      Stats acc = stats_of(r.accuracy), tr = stats_of(r.train_s), inf = stats_of(r.infer_s), mem = stats_of(r.peak_mib);
+      return json{{"accuracy_mean", acc.mean}, {"accuracy_std", acc.std}, {"accuracy", r.accuracy},
+                  {"train_s_mean", tr.mean},   {"train_peak_mib_mean", mem.mean}, {"inference_s_mean", inf.mean}};
+    };
+    const Arm* full = nullptr;
+    for (const Arm& a : arms)
+      if (a.attention == "full") full = &a;
+    auto ratio = [&](const Arm& a, const char* key) -> std::string {
+      if (!full) return "";
+      const double base = cell(*full)[key].get<double>(), v = cell(a)[key].get<double>();
+      return v > 0 && base > 0 ? " (" + fmt(base / v, "%.2f") + "x)" : "";
+    };
+    const std::string seeds_note = std::to_string(cfg.seeds.size()) + " seed(s)";
+    std::ostringstream md;
+    json table = json::object();
+    md << "\nTest accuracy (%, mean ± sample std over " << seeds_note << "), training time (s) and peak training "
+       << "memory (MiB) of " << tc.steps << " steps, test-set inference time (s); (x): full attention's value "
+       << "divided by this one\n\n| attention | accuracy | train time | peak memory | inference |\n|---|---|---|---|---|\n";
+    for (const std::string& name : cfg.attentions) {
+      const Arm& a = name == "neural-clustering" ? find_arm(k_default, cfg.mu, cfg.nu) : *std::find_if(
+          arms.begin(), arms.end(), [&](const Arm& x) { return x.attention == name; });
+      json c = cell(a);
+      table[name] = c;
+      md << "| " << (name == "neural-clustering" ? "neural-clustering (k=" + std::to_string(k_default) + ")" : name)
+         << " | " << fmt_pct(stats_of(results[a.file].accuracy)) << " | "
+         << fmt(c["train_s_mean"].get<double>(), "%.1f") << ratio(a, "train_s_mean") << " | "
+         << fmt(c["train_peak_mib_mean"].get<double>(), "%.1f") << ratio(a, "train_peak_mib_mean") << " | "
+         << fmt(c["inference_s_mean"].get<double>(), "%.2f") << ratio(a, "inference_s_mean") << " |\n";
+    }
+    json ablation_json = json::object();
+    if (cfg.ablation) {
+      md << "\nL1/L2 ablation of neural clustering attention (k=" << k_default << "), test accuracy %, " << seeds_note
+         << " (N: weight 0, Y: mu=" << cfg.mu << " / nu=" << cfg.nu << ")\n\n| L1/L2 | N/N | N/Y | Y/N | Y/Y |\n"
+         << "|---|---|---|---|---|\n| accuracy |";
+      for (auto [mu, nu] : ablation) {
+        const Arm& a = find_arm(k_default, mu, nu);
+        const std::string key = std::string(mu > 0 ? "Y" : "N") + "/" + (nu > 0 ? "Y" : "N");
+        ablation_json[key] = cell(a);
+        md << " " << fmt_pct(stats_of(results[a.file].accuracy)) << " |";
+      }
+      md << "\n";
+    }
+    json sweep_json = json::object();
+    if (!cfg.k_sweep.empty()) {
+      md << "\nNumber of clusters k of neural clustering attention: test accuracy %, training time s and peak "
+         << "training memory MiB, " << seeds_note << "; (x): full attention's value divided by this one\n\n"
+         << "| model | accuracy | train time | peak memory |\n|---|---|---|---|\n";
+      if (full) {
+        json c = cell(*full);
+        md << "| full | " << fmt_pct(stats_of(results[full->file].accuracy)) << " | "
+           << fmt(c["train_s_mean"].get<double>(), "%.1f") << " | "
+           << fmt(c["train_peak_mib_mean"].get<double>(), "%.1f") << " |\n";
+      }
+      for (int64_t k : cfg.k_sweep) {
+        const Arm& a = find_arm(k, cfg.mu, cfg.nu);
+        json c = cell(a);
+        sweep_json[std::to_string(k)] = c;
+        md << "| k=" << k << " | " << fmt_pct(stats_of(results[a.file].accuracy)) << " | "
+           << fmt(c["train_s_mean"].get<double>(), "%.1f") << ratio(a, "train_s_mean") << " | "
+           << fmt(c["train_peak_mib_mean"].get<double>(), "%.1f") << ratio(a, "train_peak_mib_mean") << " |\n";
+      }
+    }
+    emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
+          {"test_size", data.test.ids.size()}, {"mean_len", data.mean_len}, {"k", k_default}, {"table", table},
+          {"ablation", ablation_json}, {"k_sweep", sweep_json}, {"total_time_s", seconds_since(t_start)}});
+    std::cerr << md.str() << std::flush;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "cf-textcls: " << e.what() << "\n";
+    return 1;
+  }
+}
