@@ -26,6 +26,7 @@
 #endif
 
 #include "cf.h"
+#include "common/attention_bench.h"
 #include "common/cli.h"
 #include "nn/attention/centroid.h"
 #include "kernels/kmeans/kmeans.h"
@@ -129,32 +130,19 @@ struct Options {
 // The device every benchmark runs on (--device); timed calls end with a
 // synchronisation there, so a time covers the work, not just its launch.
 cf::Device g_device = cf::Device::cpu();
-void device_sync() {
-  if (g_device.is_cuda()) cf::cuda::synchronize();
-}
+void device_sync() { cf::apps::device_sync(g_device); }
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using cf::apps::bench_attention_options;
+using cf::apps::median;
 
-// Median wall time of `reps` calls of f, after one warm-up call.
+// Median wall time of `reps` calls of f, after one warm-up call
+// (apps/common/attention_bench.h, shared with cf-efficiency).
 double time_median(int64_t reps, const std::function<void()>& f) {
-  f();
-  device_sync();
-  std::vector<double> t;
-  for (int64_t r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    f();
-    device_sync();
-    t.push_back(seconds_since(t0));
-  }
-  return median(t);
+  return cf::apps::time_median(reps, g_device, f);
 }
 
 std::string cpu_model() {
@@ -458,30 +446,8 @@ json bench_elementwise(const Options& o) {
 }
 
 // ---------------------------------------------------------------- attention
-double physical_gib() {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? double(pages) * double(page) / double(1 << 30) : 8.0;
-}
-
-// The options each variant is benchmarked with at sequence length n: the settings
-// its paper's efficiency claims are stated for. One entry per variant that needs
-// any; a variant not listed runs with its defaults.
-nlohmann::json bench_attention_options(const std::string& variant, int64_t n) {
-  // Reformer: LSH-8 (its best setting, section 5) with chunks of 64, the defaults of the reformer-pytorch port the
-  // ClusterFormer comparison used; n_buckets follows from N (2N/64). Fixed rotations: every repeat times the same work.
-  if (variant == "lsh") return {{"n_hashes", 8}, {"bucket_size", 64}, {"seed", 0}};
-  // Routing Transformer: sqrt(N) clusters of sqrt(N) tokens, the setting of its O(N^1.5 d) complexity (section 4.1).
-  if (variant == "routing") return {{"n_clusters", int64_t(std::lround(std::sqrt(double(n))))}};
-  // Vyas et al. 2020 benchmark clustered attention with C = 100 (and top-32 keys).
-  if (variant == "clustered") return {{"clusters", 100}};
-  if (variant == "improved-clustered") return {{"clusters", 100}, {"topk", 32}};
-  // Cluster-Former (paper section 4.2: 64-512 clusters, chunks of the stride m = 224
-  // for QA, 128 for LM); the bank only receives the states here (no K-Means in the timing).
-  if (variant == "cluster-former") return {{"num_clusters", 64}, {"chunk_size", 256}, {"memory_size", 16384}};
-  // ClusterFormer appendix E: k = sqrt(max length).
-  if (variant == "neural-clustering") return {{"clusters", std::max<int64_t>(1, std::llround(std::sqrt(double(n))))}};
-  return nlohmann::json::object();
-}
+// physical_gib(), bench_attention_options(variant, n) and the dense memory guard
+// live in apps/common/attention_bench.h, shared with cf-efficiency.
 
 // ---- centroid attention (Centroid Transformers, eq. 4): N inputs -> M = N/4 centroids.
 // It maps x (B, N, D) to (B, M, D) and builds its own queries, so it does not fit the
@@ -541,7 +507,7 @@ json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor&
 json bench_attention(const Options& o) {
   const int64_t B = 1, H = 4, Dh = 64;
   std::vector<int64_t> sizes = o.sizes_given ? o.sizes : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
-  const double max_gib = o.max_gib > 0 ? o.max_gib : physical_gib() / 2;
+  const double max_gib = o.max_gib > 0 ? o.max_gib : cf::apps::physical_gib() / 2;
   json rows = json::array();
   for (int64_t n : sizes) {
     cf::Generator gen{uint64_t(n)};
@@ -570,8 +536,8 @@ json bench_attention(const Options& o) {
                      {"causal", o.causal}, {"dtype", "float32"}, {"options", options}};
       // A dense variant holds a few (B, H, N, N) float32 matrices: about 3 in the
       // forward, 6 with the backward. Skip rows that would not fit rather than swap.
-      const double nn_gib = double(B * H) * double(n) * double(n) * 4.0 / double(1 << 30);
-      const bool dense = variant == "full";
+      const double nn_gib = cf::apps::dense_scores_gib(B * H, n);
+      const bool dense = cf::apps::is_dense_attention(variant);
       auto args = [&](const cf::Tensor& qq, const cf::Tensor& kk, const cf::Tensor& vv) {
         cf::nn::AttentionArgs a;
         a.q = qq;
@@ -642,63 +608,35 @@ json bench_model(const Options& o) {
   for (int64_t n : sizes) {
     double full_train = -1, full_infer = -1;
     for (const std::string& variant : o.variants) {
-      cf::Generator gen{uint64_t(1000 + n)};
-      cf::models::TransformerConfig c;
-      c.vocab_size = vocab;
-      c.max_len = n;
-      c.n_layers = 2;
-      c.num_classes = classes;
-      c.pad_id = -1;  // random tokens: none of them is padding
-      c.layer.d_model = 256;
-      c.layer.n_heads = 4;
-      c.layer.d_ff = 1024;
-      c.layer.dropout = 0.0;
-      c.layer.activation = "relu";
-      c.layer.norm_first = false;
-      c.layer.attention.type = variant;
-      c.layer.attention.options = cf::nn::Config(bench_attention_options(variant, n), "attention");
-      cf::models::EncoderClassifier model(c, gen);
-      model.to(g_device);
-      cf::nn::AdamW opt(model.named_parameters());
-      cf::Tensor ids = cf::randint(0, vocab, {B, n}, gen).to(g_device);
-      cf::Tensor labels = cf::randint(0, classes, {B}, gen).to(g_device);
+      cf::apps::EncoderBenchConfig bc;  // apps/common/attention_bench.h, shared with cf-efficiency
+      bc.variant = variant;
+      bc.n = n;
+      bc.batch = B;
+      bc.layers = 2;
+      bc.d_model = 256;
+      bc.heads = 4;
+      bc.d_ff = 1024;
+      bc.vocab = vocab;
+      bc.classes = classes;
+      bc.seed = uint64_t(1000 + n);
+      bc.device = g_device;
+      cf::apps::EncoderBench model(bc);
       const int64_t reps = o.repeat > 0 ? o.repeat : (n >= 2048 ? 2 : 5);
       json r;
       r["name"] = "model_" + variant + "_" + std::to_string(n);
       r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"layers", 2}, {"d_model", 256},
                      {"heads", 4}, {"d_ff", 1024}, {"vocab", vocab}, {"classes", classes},
                      {"parameters", model.num_parameters()}, {"repeat", reps}, {"dtype", "float32"}};
-      model.train();
-      cf::reset_peak_memory(g_device);
-      double t_train = time_median(reps, [&] {
-        opt.zero_grad();
-        cf::nn::AuxLosses aux;
-        cf::Tensor loss = cf::nn::cross_entropy(model.forward(ids, cf::Tensor(), &aux), labels);
-        if (!aux.empty()) {  // variants with auxiliary losses (clustering, commitment): weight 1 each
-          std::map<std::string, double> weights;
-          for (const std::string& name : aux.names()) weights[name] = 1.0;
-          loss = loss + aux.total(weights);
-        }
-        loss.backward();
-        opt.step();
-      });
+      const cf::apps::Measurement train = model.measure_train(reps, 1);
+      const double t_train = train.median_s;
       r["train_step_time_s"] = t_train;
       r["train_tokens_per_s"] = double(B * n) / t_train;
-      r["train_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
-      model.eval();
-      cf::Tensor logits;
-      cf::reset_peak_memory(g_device);
-      double t_infer;
-      {
-        cf::NoGradGuard ng;
-        t_infer = time_median(reps, [&] {
-          logits = cf::Tensor();
-          logits = model.forward(ids);
-        });
-      }
+      r["train_peak_bytes"] = train.peak_bytes;
+      const cf::apps::Measurement infer = model.measure_infer(reps, 1);
+      const double t_infer = infer.median_s;
       r["infer_step_time_s"] = t_infer;
       r["infer_tokens_per_s"] = double(B * n) / t_infer;
-      r["infer_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
+      r["infer_peak_bytes"] = infer.peak_bytes;
       if (variant == "full") {
         full_train = t_train;
         full_infer = t_infer;

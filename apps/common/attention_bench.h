@@ -1,0 +1,208 @@
+#pragma once
+// What `cf-bench attention|model` and `cf-efficiency` measure the same way: the
+// options each attention variant is benchmarked with at sequence length N, the
+// memory guard for dense attention, median wall time with warm-up and device
+// synchronisation, peak bytes from the device's allocator, and one training /
+// inference step of a Transformer encoder classifier with any attention.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cf.h"
+
+namespace cf::apps {
+
+// Total memory of this machine in GiB (8 when it cannot be read).
+inline double physical_gib() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? double(pages) * double(page) / double(1 << 30) : 8.0;
+}
+
+// The options each variant is benchmarked with at sequence length n: the settings
+// its paper's efficiency claims are stated for. One entry per variant that needs
+// any; a variant not listed runs with its defaults.
+inline nlohmann::json bench_attention_options(const std::string& variant, int64_t n) {
+  // Reformer: LSH-8 (its best setting, section 5) with chunks of 64, the defaults of the reformer-pytorch port the
+  // ClusterFormer comparison used; n_buckets follows from N (2N/64). Fixed rotations: every repeat times the same work.
+  if (variant == "lsh") return {{"n_hashes", 8}, {"bucket_size", 64}, {"seed", 0}};
+  // Routing Transformer: sqrt(N) clusters of sqrt(N) tokens, the setting of its O(N^1.5 d) complexity (section 4.1).
+  if (variant == "routing") return {{"n_clusters", int64_t(std::lround(std::sqrt(double(n))))}};
+  // Vyas et al. 2020 benchmark clustered attention with C = 100 (and top-32 keys).
+  if (variant == "clustered") return {{"clusters", 100}};
+  if (variant == "improved-clustered") return {{"clusters", 100}, {"topk", 32}};
+  // Cluster-Former (paper section 4.2: 64-512 clusters, chunks of the stride m = 224
+  // for QA, 128 for LM); the bank only receives the states here (no K-Means in the timing).
+  if (variant == "cluster-former") return {{"num_clusters", 64}, {"chunk_size", 256}, {"memory_size", 16384}};
+  // ClusterFormer appendix E: k = sqrt(max length).
+  if (variant == "neural-clustering") return {{"clusters", std::max<int64_t>(1, std::llround(std::sqrt(double(n))))}};
+  return nlohmann::json::object();
+}
+
+// GiB of one float32 score matrix (batch_heads, n, n): a dense variant holds about
+// 3 of them in the forward and 6 with the backward (per layer); rows that would
+// need more than --max-gib are skipped rather than swapped.
+inline double dense_scores_gib(int64_t batch_heads, int64_t n) {
+  return double(batch_heads) * double(n) * double(n) * 4.0 / double(1 << 30);
+}
+
+// Variants that build an (N x N) score matrix (the memory guard applies to them).
+inline bool is_dense_attention(const std::string& variant) { return variant == "full"; }
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+inline void device_sync(cf::Device dev) {
+  if (dev.is_cuda()) cf::cuda::synchronize();
+}
+
+// One timed measurement: `warmup` untimed calls, then `reps` timed calls, each
+// ending with a synchronisation of `dev` (a time covers the work, not its launch).
+// Peak bytes are counted from before the warm-up (so one-time allocations such as
+// optimizer state are in it); base_bytes is what was live once the warm-up ended.
+struct Measurement {
+  double median_s = 0;
+  std::vector<double> samples_s;
+  int64_t peak_bytes = 0;
+  int64_t base_bytes = 0;
+};
+
+inline Measurement measure(int64_t reps, int64_t warmup, cf::Device dev, const std::function<void()>& f) {
+  using Clock = std::chrono::steady_clock;
+  Measurement m;
+  cf::reset_peak_memory(dev);
+  for (int64_t i = 0; i < warmup; ++i) f();
+  device_sync(dev);
+  m.base_bytes = cf::memory_stats(dev).live_bytes;
+  for (int64_t r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    f();
+    device_sync(dev);
+    m.samples_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  m.median_s = median(m.samples_s);
+  m.peak_bytes = cf::memory_stats(dev).peak_bytes;
+  return m;
+}
+
+// Wall time of one call of f (ending with a synchronisation of `dev`).
+inline double time_once(cf::Device dev, const std::function<void()>& f) {
+  auto t0 = std::chrono::steady_clock::now();
+  f();
+  device_sync(dev);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Median wall time of `reps` calls of f after one warm-up call.
+inline double time_median(int64_t reps, cf::Device dev, const std::function<void()>& f) {
+  using Clock = std::chrono::steady_clock;
+  f();
+  device_sync(dev);
+  std::vector<double> t;
+  for (int64_t r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    f();
+    device_sync(dev);
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return median(t);
+}
+
+// A Transformer encoder classifier with attention `variant` (options from
+// bench_attention_options) on random tokens: token embedding + sinusoidal
+// positions, post-LN layers (ReLU, no dropout), mean pooling, a linear head and
+// cross-entropy, trained with AdamW. apps/bench/peers.py builds the same model
+// in PyTorch for cf-bench's side-by-side table.
+struct EncoderBenchConfig {
+  std::string variant = "full";
+  int64_t n = 128, batch = 8, layers = 2, d_model = 256, heads = 4, d_ff = 1024;
+  int64_t vocab = 1000, classes = 10;
+  uint64_t seed = 0;
+  cf::Device device = cf::Device::cpu();
+};
+
+class EncoderBench {
+ public:
+  explicit EncoderBench(const EncoderBenchConfig& cfg) : cfg_(cfg), gen_(cfg.seed) {
+    cf::models::TransformerConfig c;
+    c.vocab_size = cfg.vocab;
+    c.max_len = cfg.n;
+    c.n_layers = cfg.layers;
+    c.num_classes = cfg.classes;
+    c.pad_id = -1;  // random tokens: none of them is padding
+    c.layer.d_model = cfg.d_model;
+    c.layer.n_heads = cfg.heads;
+    c.layer.d_ff = cfg.d_ff;
+    c.layer.dropout = 0.0;
+    c.layer.activation = "relu";
+    c.layer.norm_first = false;
+    c.layer.attention.type = cfg.variant;
+    c.layer.attention.options = cf::nn::Config(bench_attention_options(cfg.variant, cfg.n), "attention");
+    model_ = std::make_unique<cf::models::EncoderClassifier>(c, gen_);
+    model_->to(cfg.device);
+    opt_ = std::make_unique<cf::nn::AdamW>(model_->named_parameters());
+    ids_ = cf::randint(0, cfg.vocab, {cfg.batch, cfg.n}, gen_).to(cfg.device);
+    labels_ = cf::randint(0, cfg.classes, {cfg.batch}, gen_).to(cfg.device);
+  }
+
+  int64_t num_parameters() const { return model_->num_parameters(); }
+
+  // Forward, backward and an AdamW step (train mode). Variants with auxiliary
+  // losses (clustering, commitment) add them with weight 1 each.
+  void train_step() {
+    opt_->zero_grad();
+    cf::nn::AuxLosses aux;
+    cf::Tensor loss = cf::nn::cross_entropy(model_->forward(ids_, cf::Tensor(), &aux), labels_);
+    if (!aux.empty()) {
+      std::map<std::string, double> weights;
+      for (const std::string& name : aux.names()) weights[name] = 1.0;
+      loss = loss + aux.total(weights);
+    }
+    loss.backward();
+    opt_->step();
+  }
+
+  // One forward in eval mode under NoGradGuard (the logits of the previous call
+  // are freed first, so a peak is one call's).
+  void infer_step() {
+    cf::NoGradGuard ng;
+    logits_ = cf::Tensor();
+    logits_ = model_->forward(ids_);
+  }
+
+  // Train / eval mode for callers that time single steps themselves.
+  void set_training(bool on) {
+    if (on) model_->train();
+    else model_->eval();
+  }
+
+  Measurement measure_train(int64_t reps, int64_t warmup) {
+    model_->train();
+    return measure(reps, warmup, cfg_.device, [&] { train_step(); });
+  }
+  Measurement measure_infer(int64_t reps, int64_t warmup) {
+    model_->eval();
+    return measure(reps, warmup, cfg_.device, [&] { infer_step(); });
+  }
+
+ private:
+  EncoderBenchConfig cfg_;
+  cf::Generator gen_;
+  std::unique_ptr<cf::models::EncoderClassifier> model_;
+  std::unique_ptr<cf::nn::AdamW> opt_;
+  cf::Tensor ids_, labels_, logits_;
+};
+
+}  // namespace cf::apps
