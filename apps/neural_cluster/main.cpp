@@ -1,0 +1,644 @@
+// cf-neural-cluster: the ClusterFormer paper's appendix A (Wang et al., ACL 2022,
+// "A Comparison experiment for clustering methods", Table 6): the Neural
+// Clustering Method used alone as a clusterer, against K-Means and a
+// self-organising map, k in {10, 50, 100, 200, 300}, scored by clustering
+// accuracy. The paper clusters MNIST; we cluster Fashion-MNIST (the Debian
+// package dataset-fashion-mnist), the image set that can be installed here.
+//
+//  - NCM: learned centroids C (k, d) and W^C (d, d); eqs. 2-4 and the clustering
+//    loss L1 (eq. 6) from nn/attention/neural_clustering.h, trained with Adam on
+//    minibatches (each minibatch is one "sequence" of eq. 2).
+//  - K-Means: the library's engine (nn/clustering/kmeans.h), k-means++.
+//  - SOM: a 2-D Kohonen map written here with cf tensor ops (som.h).
+//
+// One JSON line per event on stdout, a final summary line, and the table in
+// Markdown on stderr.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cf.h"
+#include "common/cli.h"
+#include "common/options.h"
+#include "common/report.h"
+#include "neural_cluster/som.h"
+#include "nn/attention/neural_clustering.h"
+#include "nn/checkpoint.h"
+#include "nn/clustering/kmeans.h"
+#include "nn/data/idx.h"
+#include "nn/optim/adam.h"
+#include "nn/train/progress.h"
+
+using json = nlohmann::ordered_json;
+using cf::Tensor;
+using cf::apps::UsageError;
+
+namespace {
+
+const char* kUsage = R"(usage: cf-neural-cluster [options]
+
+ClusterFormer (Wang et al., ACL 2022) appendix A, Table 6: clustering images
+with the Neural Clustering Method (NCM, section 3.1, eqs. 2-4, trained on the
+clustering loss L1 of eq. 6) against K-Means and a self-organising map (SOM),
+for each number of clusters k. The paper uses MNIST; this app uses
+Fashion-MNIST (Debian package dataset-fashion-mnist), pixels scaled to [0, 1],
+each image one 784-d vector.
+
+Metric: clustering accuracy. Every cluster is labelled with the majority class
+of its training members; accuracy is the fraction of images whose cluster's
+label is their own. Test images are assigned to the clusters learned on the
+training images and scored with the labels taken from the training images (a
+cluster without training members gets the most frequent training class).
+
+Methods:
+  ncm     centroids C (k x d) and W^C (d x d); U = softmax over the points of
+          <C_i, X_j W^C> (eq. 2), C^ = U X W^C (eq. 3), cluster of X_j =
+          argmax_i U_ij (eq. 4); Adam on L1 = -(1/N) sum_j <X_j, C^_{I_j}>
+          (eq. 6) over random minibatches, each minibatch one sequence of
+          eq. 2, constant learning rate; C starts random (the paper's
+          "initialized randomly"). W^C is fixed at the identity by default:
+          L1 is linear in W^C, so descending it on W^C only grows W^C (L1
+          falls without bound) and the clustering degrades to about chance
+          (measured, see RESULTS.md); --ncm-learn-wc true learns it anyway.
+          After training, eq. 4 assigns the whole training subset as one
+          sequence, and the test subset as another (the softmax of eq. 2
+          normalises over the set it is given; for a set drawn from the same
+          distribution that shifts every cluster's normaliser by about the
+          same constant, which the argmax ignores).
+  kmeans  Lloyd's algorithm with k-means++ (the library's engine, CPU only:
+          with --device cuda it still runs on the CPU).
+  som     2-D Kohonen map (the most square rows x cols = k grid), Gaussian
+          neighbourhood on the grid, learning rate and radius decaying
+          exponentially, minibatch updates (distances by one matmul per
+          batch), units initialised with k random training images; a point's
+          cluster is its best-matching unit.
+
+Output: one JSON line per event on stdout (start, data, ncm_train, result,
+resume), a final {"event": "summary", ...} line with mean and sample standard
+deviation over the seeds, and the tables in Markdown on stderr (test and train
+accuracy, with the paper's MNIST numbers beside them).
+
+Data:
+  --data-dir DIR          Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
+  --train-size N          training images used, a random subset (default 10000, at most 60000)
+  --test-size N           test images used, a random subset (default 2000, at most 10000)
+  --data-seed N           the subsets (the same for every --seed) (default 0)
+  --centre B              true | false: subtract the training mean image from
+                          all images (default true)
+  --normalize B           true | false: then scale every image to unit L2 norm
+                          (default true). NCM's similarity is an inner product
+                          (eq. 2, eq. 6): on raw pixels it prefers bright images
+                          to similar ones, on centred unit vectors it is the
+                          cosine. All three methods get the same vectors.
+Experiment:
+  --k-list LIST           numbers of clusters (default 10,50,100,200,300)
+  --methods LIST          from som, kmeans, ncm (default som,kmeans,ncm)
+NCM:
+  --ncm-steps N           Adam steps (default 300: 15 passes over 10000 images)
+  --ncm-batch N           images per minibatch (= one sequence of eq. 2) (default 500)
+  --ncm-lr X              Adam learning rate, constant (default 0.03)
+  --ncm-weight-decay X    Adam's L2 penalty (added to the gradient) (default 0)
+  --ncm-init I            C's initial value: random (normal, std 1/sqrt(d), as the
+                          paper's "initialized randomly") or data (k random training
+                          images) (default random)
+  --ncm-wc-init I         W^C's value (initial value when learned): identity or
+                          uniform (U(-1/sqrt(d), 1/sqrt(d)), the attention
+                          layer's) (default identity)
+  --ncm-learn-wc B        true | false: train W^C too (default false, see above)
+K-Means:
+  --kmeans-max-iter N     Lloyd iterations at most (default 100)
+  --kmeans-tol X          relative inertia decrease that stops it (default 1e-4)
+SOM:
+  --som-epochs N          passes over the training images (default 10)
+  --som-batch N           images per update (default 128)
+  --som-lr X              initial learning rate, in (0, 1] (default 0.5)
+  --som-lr-end X          final learning rate (default 0.05)
+  --som-sigma X           initial neighbourhood radius in grid units; 0 = half
+                          the longer side of the grid (default 0)
+  --som-sigma-end X       final radius (default 0.2)
+Runs:
+  --seed N                one seed (initialisations, minibatch order); shorthand for --seeds N
+  --seeds LIST            several seeds: the summary gives mean and sample std (default 0)
+  --device D              cpu | cuda[:N] (NCM and SOM run there; K-Means on the CPU)
+  --log-every N           an ncm_train line every N steps, 0 = none (default 100)
+  --checkpoint-dir DIR    save each NCM training (ncm-k<k>-seed<s>.safetensors)
+                          and reuse it on the next run with the same settings: a
+                          finished one is not retrained, a shorter one is continued
+                          up to --ncm-steps (the batch order is a function of the
+                          step, so the result is the same as one long run)
+  --checkpoint-every N    also checkpoint every N NCM steps (default 0: at the end only)
+  --config FILE           JSON object with any of the options above, '-' as '_'
+                          (lists as arrays: {"k_list": [10, 50], "methods": ["ncm"]});
+                          the command line wins; unknown keys are errors
+  -h, --help              this text
+
+Exit status: 0 done, 1 failure (no data, bad checkpoint, ...), 2 bad command line.
+)";
+
+// The paper's Table 6 (MNIST), clustering accuracy in percent: SOM, K-Means, NCM.
+const std::map<int64_t, std::vector<double>> kPaperTable6 = {{10, {59.8, 59.2, 60.7}},
+                                                             {50, {80.9, 82.5, 82.5}},
+                                                             {100, {87.8, 87.7, 90.1}},
+                                                             {200, {91.2, 90.7, 91.8}},
+                                                             {300, {93.1, 92.0, 93.6}}};
+const std::vector<std::string> kMethodOrder = {"som", "kmeans", "ncm"};
+const char* method_title(const std::string& m) {
+  return m == "som" ? "SOM" : m == "kmeans" ? "K-Means" : "NCM";
+}
+
+struct Config {
+  std::string data_dir = cf::data::kFashionMnistDir;
+  int64_t train_size = 10000, test_size = 2000, data_seed = 0;
+  bool centre = true, normalize = true;
+  std::vector<int64_t> k_list = {10, 50, 100, 200, 300};
+  std::vector<std::string> methods = {"som", "kmeans", "ncm"};
+  int64_t ncm_steps = 300, ncm_batch = 500;
+  double ncm_lr = 0.03, ncm_weight_decay = 0.0;
+  std::string ncm_init = "random", ncm_wc_init = "identity";
+  bool ncm_learn_wc = false;
+  int64_t kmeans_max_iter = 100;
+  double kmeans_tol = 1e-4;
+  int64_t som_epochs = 10, som_batch = 128;
+  double som_lr = 0.5, som_lr_end = 0.05, som_sigma = 0.0, som_sigma_end = 0.2;
+  std::vector<int64_t> seeds = {0};
+  std::string device = "cpu";
+  int64_t log_every = 100;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+};
+
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  cf::apps::Options o;
+  o.add_string("data_dir", &c.data_dir);
+  o.add_int("train_size", &c.train_size, 1);
+  o.add_int("test_size", &c.test_size, 1);
+  o.add_int("data_seed", &c.data_seed, 0);
+  o.add_bool("centre", &c.centre);
+  o.add_bool("normalize", &c.normalize);
+  o.add_int_list("k_list", &c.k_list, 1);
+  o.add_string_list("methods", &c.methods);
+  o.add_int("ncm_steps", &c.ncm_steps, 0);
+  o.add_int("ncm_batch", &c.ncm_batch, 1);
+  o.add_number("ncm_lr", &c.ncm_lr);
+  o.add_number("ncm_weight_decay", &c.ncm_weight_decay);
+  o.add_string("ncm_init", &c.ncm_init);
+  o.add_string("ncm_wc_init", &c.ncm_wc_init);
+  o.add_bool("ncm_learn_wc", &c.ncm_learn_wc);
+  o.add_int("kmeans_max_iter", &c.kmeans_max_iter, 1);
+  o.add_number("kmeans_tol", &c.kmeans_tol);
+  o.add_int("som_epochs", &c.som_epochs, 1);
+  o.add_int("som_batch", &c.som_batch, 1);
+  o.add_number("som_lr", &c.som_lr);
+  o.add_number("som_lr_end", &c.som_lr_end);
+  o.add_number("som_sigma", &c.som_sigma);
+  o.add_number("som_sigma_end", &c.som_sigma_end);
+  o.add_seeds(&c.seeds);
+  o.add_string("device", &c.device);
+  o.add_int("log_every", &c.log_every, 0);
+  o.add_string("checkpoint_dir", &c.checkpoint_dir);
+  o.add_int("checkpoint_every", &c.checkpoint_every, 0);
+  if (!o.parse(argc, argv)) return false;
+
+  // Rules between fields.
+  if (c.train_size > 60000) throw UsageError("--train-size must be at most 60000, got " + std::to_string(c.train_size));
+  if (c.test_size > 10000) throw UsageError("--test-size must be at most 10000, got " + std::to_string(c.test_size));
+  if (c.k_list.empty()) throw UsageError("--k-list must list at least one k");
+  for (int64_t k : c.k_list)
+    if (k > c.train_size)
+      throw UsageError("--k-list: k = " + std::to_string(k) + " exceeds --train-size (" +
+                       std::to_string(c.train_size) + ")");
+  std::set<std::string> seen;
+  for (const std::string& m : c.methods) {
+    if (std::find(kMethodOrder.begin(), kMethodOrder.end(), m) == kMethodOrder.end())
+      throw UsageError("--methods: unknown method '" + m + "' (expected som, kmeans or ncm)");
+    if (!seen.insert(m).second) throw UsageError("--methods lists '" + m + "' twice");
+  }
+  if (c.ncm_batch > c.train_size)
+    throw UsageError("--ncm-batch (" + std::to_string(c.ncm_batch) + ") exceeds --train-size (" +
+                     std::to_string(c.train_size) + ")");
+  if (!(c.ncm_lr > 0)) throw UsageError("--ncm-lr must be positive");
+  if (c.ncm_weight_decay < 0) throw UsageError("--ncm-weight-decay must be non-negative");
+  if (c.ncm_init != "random" && c.ncm_init != "data")
+    throw UsageError("--ncm-init must be random or data, got '" + c.ncm_init + "'");
+  if (c.ncm_wc_init != "identity" && c.ncm_wc_init != "uniform")
+    throw UsageError("--ncm-wc-init must be identity or uniform, got '" + c.ncm_wc_init + "'");
+  if (c.kmeans_tol < 0) throw UsageError("--kmeans-tol must be non-negative");
+  if (!(c.som_lr > 0 && c.som_lr <= 1)) throw UsageError("--som-lr must be in (0, 1]");
+  if (!(c.som_lr_end > 0 && c.som_lr_end <= c.som_lr)) throw UsageError("--som-lr-end must be in (0, --som-lr]");
+  if (c.som_sigma < 0) throw UsageError("--som-sigma must be non-negative (0: automatic)");
+  if (!(c.som_sigma_end > 0)) throw UsageError("--som-sigma-end must be positive");
+  if (c.som_sigma > 0 && c.som_sigma_end > c.som_sigma)
+    throw UsageError("--som-sigma-end must not exceed --som-sigma");
+  return true;
+}
+
+// ---------------------------------------------------------------- data
+
+struct Data {
+  Tensor x_train, x_test;  // (N, 784) float32 on the CPU, scaled to [0, 1], centred if asked
+  std::vector<int64_t> y_train, y_test;
+};
+
+// The first n of a permutation of 0..total-1 drawn from `seed` (Fisher-Yates
+// with mt19937_64, so the subset is the same on every platform).
+std::vector<int64_t> permutation(int64_t total, uint64_t seed) {
+  std::vector<int64_t> p(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) p[size_t(i)] = i;
+  std::mt19937_64 rng(seed);
+  for (int64_t i = total - 1; i > 0; --i) {
+    const int64_t j = int64_t(rng() % uint64_t(i + 1));
+    std::swap(p[size_t(i)], p[size_t(j)]);
+  }
+  return p;
+}
+
+Data load_data(const Config& cfg) {
+  cf::data::FashionMnist fm = cf::data::load_fashion_mnist(cfg.data_dir, /*scale=*/true);
+  auto take = [](const Tensor& images, const Tensor& labels, int64_t n, uint64_t seed, Tensor& x,
+                 std::vector<int64_t>& y) {
+    const int64_t total = images.shape()[0];
+    std::vector<int64_t> p = permutation(total, seed);
+    p.resize(size_t(std::min(n, total)));
+    Tensor idx = Tensor::from_vector(p, {int64_t(p.size())});
+    x = cf::contiguous(cf::reshape(cf::index_select(images, 0, idx), {int64_t(p.size()), -1}));
+    y = cf::index_select(labels, 0, idx).to_vector<int64_t>();
+  };
+  Data d;
+  take(fm.train_images, fm.train_labels, cfg.train_size, uint64_t(cfg.data_seed) * 2 + 1, d.x_train, d.y_train);
+  take(fm.test_images, fm.test_labels, cfg.test_size, uint64_t(cfg.data_seed) * 2 + 2, d.x_test, d.y_test);
+  if (cfg.centre) {
+    Tensor mu = cf::mean(d.x_train, {0}, /*keepdim=*/true);
+    d.x_train = cf::contiguous(d.x_train - mu);
+    d.x_test = cf::contiguous(d.x_test - mu);
+  }
+  if (cfg.normalize) {
+    auto unit = [](const Tensor& x) {
+      return cf::contiguous(x * cf::rsqrt(cf::clamp(cf::sum(x * x, {1}, true), 1e-12, INFINITY)));
+    };
+    d.x_train = unit(d.x_train);
+    d.x_test = unit(d.x_test);
+  }
+  return d;
+}
+
+// ---------------------------------------------------------------- scoring
+
+struct Score {
+  double train_accuracy = 0, test_accuracy = 0;
+  int64_t clusters_used = 0;  // clusters with at least one training member
+};
+
+// Clustering accuracy: each cluster takes the majority label of its training
+// members (ties: the lower label); an empty cluster the most frequent training label.
+Score score(const std::vector<int64_t>& a_train, const std::vector<int64_t>& y_train,
+            const std::vector<int64_t>& a_test, const std::vector<int64_t>& y_test, int64_t k) {
+  const int64_t n_classes = 10;
+  std::vector<int64_t> counts(size_t(k * n_classes), 0), class_total(size_t(n_classes), 0);
+  for (size_t i = 0; i < a_train.size(); ++i) {
+    ++counts[size_t(a_train[i] * n_classes + y_train[i])];
+    ++class_total[size_t(y_train[i])];
+  }
+  const int64_t fallback = int64_t(std::max_element(class_total.begin(), class_total.end()) - class_total.begin());
+  std::vector<int64_t> label(size_t(k), fallback);
+  Score s;
+  int64_t correct = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    auto first = counts.begin() + c * n_classes;
+    auto best = std::max_element(first, first + n_classes);
+    if (*best == 0) continue;
+    ++s.clusters_used;
+    label[size_t(c)] = int64_t(best - first);
+    correct += *best;
+  }
+  s.train_accuracy = double(correct) / double(a_train.size());
+  int64_t test_correct = 0;
+  for (size_t i = 0; i < a_test.size(); ++i) test_correct += label[size_t(a_test[i])] == y_test[i];
+  s.test_accuracy = a_test.empty() ? 0.0 : double(test_correct) / double(a_test.size());
+  return s;
+}
+
+uint64_t mix_seed(int64_t seed, int64_t k, uint64_t salt) {
+  return uint64_t(seed) * 1000003ULL + uint64_t(k) * 7919ULL + salt;
+}
+
+// ---------------------------------------------------------------- NCM
+
+struct NcmOutcome {
+  std::vector<int64_t> a_train, a_test;
+  int64_t start_step = 0;
+  double final_loss = 0;  // L1 over the whole training subset as one sequence
+};
+
+NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x_test_dev,
+                   cf::Device dev, int64_t k, int64_t seed) {
+  const int64_t n = x_train_dev.shape()[0], d = x_train_dev.shape()[1];
+  NcmOutcome out;
+  // What a checkpoint must agree on to be continued: everything that shapes training but the step count.
+  const json signature = {{"data", {{"dir", cfg.data_dir}, {"train_size", cfg.train_size},
+                                    {"data_seed", cfg.data_seed}, {"centre", cfg.centre}, {"normalize", cfg.normalize}}},
+                          {"k", k}, {"seed", seed}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
+                          {"ncm_weight_decay", cfg.ncm_weight_decay}, {"ncm_init", cfg.ncm_init},
+                          {"ncm_wc_init", cfg.ncm_wc_init}, {"ncm_learn_wc", cfg.ncm_learn_wc}};
+  const std::string ckpt_path = cfg.checkpoint_dir.empty() ? std::string()
+                                                           : cfg.checkpoint_dir + "/ncm-k" + std::to_string(k) +
+                                                                 "-seed" + std::to_string(seed) + ".safetensors";
+  Tensor c, w_c;
+  cf::nn::TrainingCheckpoint loaded;
+  bool resumed = false;
+  if (!ckpt_path.empty() && cf::apps::file_exists(ckpt_path)) {
+    loaded = cf::nn::load_checkpoint(ckpt_path);
+    auto it = loaded.extra.find("signature");
+    if (it == loaded.extra.end() || it->second != signature.dump())
+      throw cf::ValueError("[cf-neural-cluster] checkpoint '" + ckpt_path +
+                           "' was written with other settings (data or NCM options); "
+                           "delete it or use another --checkpoint-dir");
+    if (loaded.step > cfg.ncm_steps)
+      throw cf::ValueError("[cf-neural-cluster] checkpoint '" + ckpt_path + "' holds " +
+                           std::to_string(loaded.step) + " NCM steps, more than --ncm-steps (" +
+                           std::to_string(cfg.ncm_steps) + "); delete it or ask for at least as many steps");
+    const Tensor* lc = cf::nn::find_entry(loaded.model, "centroids");
+    const Tensor* lw = cf::nn::find_entry(loaded.model, "w_c");
+    if (!lc || !lw || lc->shape() != cf::Shape({k, d}) || lw->shape() != cf::Shape({d, d}) ||
+        lc->dtype() != cf::kFloat32 || lw->dtype() != cf::kFloat32)
+      throw cf::IOError("[cf-neural-cluster] checkpoint '" + ckpt_path +
+                        "' lacks float32 'centroids' (k, d) and 'w_c' (d, d)");
+    c = cf::clone(*lc).to(dev);
+    w_c = cf::clone(*lw).to(dev);
+    out.start_step = loaded.step;
+    resumed = true;
+  } else {
+    cf::Generator gen(mix_seed(seed, k, 11));
+    if (cfg.ncm_init == "random") {
+      c = cf::randn({k, d}, cf::kFloat32, gen, 0.0, 1.0 / std::sqrt(double(d)), dev);
+    } else {
+      std::vector<int64_t> p = permutation(n, mix_seed(seed, k, 12));
+      p.resize(size_t(k));
+      c = cf::contiguous(cf::index_select(x_train_dev, 0, Tensor::from_vector(p, {k}, dev)));
+    }
+    if (cfg.ncm_wc_init == "identity") {
+      std::vector<float> eye(size_t(d * d), 0.0f);
+      for (int64_t i = 0; i < d; ++i) eye[size_t(i * d + i)] = 1.0f;
+      w_c = Tensor::from_vector(eye, {d, d}, dev);
+    } else {
+      const double a = 1.0 / std::sqrt(double(d));
+      w_c = cf::rand({d, d}, cf::kFloat32, gen, -a, a, dev);
+    }
+  }
+  c.set_requires_grad(true);
+  cf::nn::StateDict params = {{"centroids", c}};
+  if (cfg.ncm_learn_wc) {
+    w_c.set_requires_grad(true);
+    params.push_back({"w_c", w_c});
+  }
+  cf::nn::AdamOptions ao;
+  ao.lr = cfg.ncm_lr;
+  ao.weight_decay = cfg.ncm_weight_decay;  // L2 penalty in the gradient
+  cf::nn::Adam opt(params, ao);
+  if (resumed) {
+    opt.load_state_dict(loaded.optimizer);
+    cf::apps::emit({{"event", "resume"}, {"seed", seed}, {"k", k}, {"checkpoint", ckpt_path},
+                    {"step", loaded.step}});
+  }
+  auto save = [&](int64_t step) {
+    cf::nn::TrainingCheckpoint ck;
+    ck.model = {{"centroids", c.detach().cpu()}, {"w_c", w_c.detach().cpu()}};
+    for (auto& [name, t] : opt.state_dict()) ck.optimizer.emplace_back(name, t.cpu());
+    ck.step = step;
+    ck.extra["signature"] = signature.dump();
+    cf::nn::save_checkpoint(ckpt_path, ck);
+  };
+
+  // Minibatch b of epoch e: positions [b*B, (b+1)*B) of a permutation drawn from
+  // (seed, k, e), so the batch of a step does not depend on where a run started.
+  const int64_t batches_per_epoch = n / cfg.ncm_batch;
+  int64_t perm_epoch = -1;
+  std::vector<int64_t> perm;
+  if (out.start_step < cfg.ncm_steps) {
+    cf::nn::ProgressBarOptions po;
+    po.total = cfg.ncm_steps;
+    po.initial = out.start_step;
+    po.desc = "ncm k=" + std::to_string(k) + " seed " + std::to_string(seed);
+    po.unit = "step";
+    cf::nn::ProgressBar bar(po);
+    const auto t0 = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    int64_t loss_n = 0;
+    for (int64_t step = out.start_step; step < cfg.ncm_steps; ++step) {
+      const int64_t epoch = step / batches_per_epoch, b = step % batches_per_epoch;
+      if (epoch != perm_epoch) {
+        perm = permutation(n, mix_seed(seed, k, 1000 + uint64_t(epoch)));
+        perm_epoch = epoch;
+      }
+      std::vector<int64_t> idx(perm.begin() + b * cfg.ncm_batch, perm.begin() + (b + 1) * cfg.ncm_batch);
+      Tensor xb = cf::reshape(cf::index_select(x_train_dev, 0, Tensor::from_vector(idx, {cfg.ncm_batch}, dev)),
+                              {1, cfg.ncm_batch, d});
+      cf::nn::NeuralClusteringResult r =
+          cf::nn::neural_clustering(xb, c, w_c, Tensor(), cf::nn::ClusterTieOrder::kPosition);
+      Tensor loss = cf::nn::clustering_loss(xb, r.c_hat, r.index, Tensor());  // eq. 6
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      const double l = loss.item();
+      if (!std::isfinite(l))
+        throw cf::ValueError("[cf-neural-cluster] NCM loss is not finite at step " + std::to_string(step + 1) +
+                             " (k = " + std::to_string(k) + "); lower --ncm-lr");
+      loss_sum += l;
+      ++loss_n;
+      bar.set_field("L1", l);
+      bar.update();
+      const int64_t done = step + 1;
+      if (cfg.log_every > 0 && done % cfg.log_every == 0) {
+        cf::apps::emit({{"event", "ncm_train"}, {"seed", seed}, {"k", k}, {"step", done},
+                        {"loss", loss_sum / double(loss_n)}, {"elapsed_s", cf::apps::seconds_since(t0)}});
+        loss_sum = 0;
+        loss_n = 0;
+      }
+      if (!ckpt_path.empty() &&
+          ((cfg.checkpoint_every > 0 && done % cfg.checkpoint_every == 0) || done == cfg.ncm_steps))
+        save(done);
+    }
+    bar.finish();
+  }
+
+  // Eq. 4 on each whole set, one sequence each.
+  cf::NoGradGuard ng;
+  auto assign = [&](const Tensor& x, bool with_loss) {
+    const int64_t m = x.shape()[0];
+    Tensor xs = cf::reshape(x, {1, m, d});
+    cf::nn::NeuralClusteringResult r =
+        cf::nn::neural_clustering(xs, c, w_c, Tensor(), cf::nn::ClusterTieOrder::kPosition);
+    if (with_loss) out.final_loss = cf::nn::clustering_loss(xs, r.c_hat, r.index, Tensor()).item();
+    return cf::reshape(r.index, {m}).to_vector<int64_t>();
+  };
+  out.a_train = assign(x_train_dev, true);
+  out.a_test = assign(x_test_dev, false);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  cf::Device dev;
+  try {
+    if (!parse(argc, argv, cfg)) {
+      std::cout << kUsage;
+      return 0;
+    }
+    dev = cf::apps::parse_device(cfg.device);
+  } catch (const UsageError& e) {
+    std::cerr << "cf-neural-cluster: " << e.what() << "\n(run 'cf-neural-cluster --help' for usage)\n";
+    return 2;
+  }
+
+  try {
+    const auto t_start = std::chrono::steady_clock::now();
+    if (!cfg.checkpoint_dir.empty()) cf::apps::make_dir(cfg.checkpoint_dir, "cf-neural-cluster", "--checkpoint-dir");
+    Data data = load_data(cfg);
+    const int64_t d = data.x_train.shape()[1];
+    cf::apps::emit({{"event", "start"}, {"app", "cf-neural-cluster"}, {"device", cfg.device},
+                    {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", cfg.methods},
+                    {"ncm_steps", cfg.ncm_steps}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
+                    {"som_epochs", cfg.som_epochs}, {"kmeans_device", "cpu"}});
+    cf::apps::emit({{"event", "data"}, {"dir", cfg.data_dir}, {"train", data.y_train.size()},
+                    {"test", data.y_test.size()}, {"dim", d}, {"classes", 10}, {"centre", cfg.centre},
+                    {"normalize", cfg.normalize},
+                    {"data_seed", cfg.data_seed}});
+    const Tensor x_train_dev = data.x_train.to(dev), x_test_dev = data.x_test.to(dev);
+
+    // acc[method][k] -> values over seeds.
+    std::map<std::string, std::map<int64_t, std::vector<double>>> test_acc, train_acc, secs, used;
+    for (int64_t seed : cfg.seeds) {
+      for (int64_t k : cfg.k_list) {
+        for (const std::string& m : kMethodOrder) {
+          if (std::find(cfg.methods.begin(), cfg.methods.end(), m) == cfg.methods.end()) continue;
+          const auto t0 = std::chrono::steady_clock::now();
+          std::vector<int64_t> a_train, a_test;
+          json extra = json::object();
+          if (m == "kmeans") {
+            cf::nn::KMeansOptions ko;
+            ko.k = k;
+            ko.max_iter = cfg.kmeans_max_iter;
+            ko.tol = cfg.kmeans_tol;
+            ko.seed = mix_seed(seed, k, 21);
+            cf::nn::ProgressBarOptions po;
+            po.total = cfg.kmeans_max_iter;
+            po.desc = "kmeans k=" + std::to_string(k) + " seed " + std::to_string(seed);
+            po.unit = "iter";
+            cf::nn::ProgressBar bar(po);
+            ko.on_iteration = [&](int64_t it, double inertia) {
+              bar.set_field("inertia", inertia);
+              bar.set_count(it);
+            };
+            cf::nn::KMeansResult r = cf::nn::kmeans(data.x_train, ko);
+            bar.finish();
+            a_train = r.assignments.to_vector<int64_t>();
+            a_test = cf::nn::kmeans_assign(data.x_test, r.centroids).to_vector<int64_t>();
+            extra = {{"iterations", r.iterations}, {"converged", r.converged}, {"inertia", r.inertia}};
+          } else if (m == "som") {
+            cf::apps::SomOptions so;
+            so.k = k;
+            so.epochs = cfg.som_epochs;
+            so.batch = cfg.som_batch;
+            so.lr = cfg.som_lr;
+            so.lr_end = cfg.som_lr_end;
+            so.sigma = cfg.som_sigma;
+            so.sigma_end = cfg.som_sigma_end;
+            so.seed = mix_seed(seed, k, 31);
+            so.desc = "som k=" + std::to_string(k) + " seed " + std::to_string(seed);
+            cf::apps::Som som = cf::apps::train_som(x_train_dev, so);
+            a_train = cf::apps::som_assign(x_train_dev, som.weights).to_vector<int64_t>();
+            a_test = cf::apps::som_assign(x_test_dev, som.weights).to_vector<int64_t>();
+            extra = {{"grid", {som.rows, som.cols}}, {"sigma", som.sigma}, {"steps", som.steps}};
+          } else {
+            NcmOutcome r = run_ncm(cfg, x_train_dev, x_test_dev, dev, k, seed);
+            a_train = std::move(r.a_train);
+            a_test = std::move(r.a_test);
+            extra = {{"steps", cfg.ncm_steps}, {"resumed_from_step", r.start_step}, {"final_l1", r.final_loss}};
+          }
+          const double t = cf::apps::seconds_since(t0);
+          Score s = score(a_train, data.y_train, a_test, data.y_test, k);
+          test_acc[m][k].push_back(s.test_accuracy);
+          train_acc[m][k].push_back(s.train_accuracy);
+          secs[m][k].push_back(t);
+          used[m][k].push_back(double(s.clusters_used));
+          json line = {{"event", "result"},        {"seed", seed},
+                       {"k", k},                   {"method", m},
+                       {"test_accuracy", s.test_accuracy}, {"train_accuracy", s.train_accuracy},
+                       {"clusters_used", s.clusters_used}, {"time_s", t}};
+          for (auto& [key, v] : extra.items()) line[key] = v;
+          cf::apps::emit(line);
+        }
+      }
+    }
+
+    // ---- summary: JSON and Markdown
+    json table = json::object();
+    std::vector<std::string> methods;
+    for (const std::string& m : kMethodOrder)
+      if (std::find(cfg.methods.begin(), cfg.methods.end(), m) != cfg.methods.end()) methods.push_back(m);
+    std::ostringstream md;
+    for (int part = 0; part < 2; ++part) {
+      md << "\n" << (part == 0 ? "Test" : "Train") << " clustering accuracy (%), Fashion-MNIST, "
+         << data.y_train.size() << " train / " << data.y_test.size() << " test images, seeds";
+      for (int64_t s : cfg.seeds) md << " " << s;
+      md << (cfg.seeds.size() > 1 ? " (mean ± sample std)" : "") << "\n\n| k |";
+      for (const std::string& m : methods) md << " " << method_title(m) << " |";
+      md << " paper (MNIST): SOM / K-Means / NCM |\n|---|";
+      for (size_t i = 0; i < methods.size(); ++i) md << "---|";
+      md << "---|\n";
+      for (int64_t k : cfg.k_list) {
+        md << "| " << k << " |";
+        double best = -1;
+        for (const std::string& m : methods)
+          best = std::max(best, cf::apps::stats_of(part == 0 ? test_acc[m][k] : train_acc[m][k]).mean);
+        for (const std::string& m : methods) {
+          cf::apps::Stats st = cf::apps::stats_of(part == 0 ? test_acc[m][k] : train_acc[m][k]);
+          const std::string cell = cf::apps::fmt_pct(st);
+          md << " " << (st.mean == best ? "**" + cell + "**" : cell) << " |";
+        }
+        auto p = kPaperTable6.find(k);
+        if (p != kPaperTable6.end()) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, " %.1f / %.1f / %.1f |", p->second[0], p->second[1], p->second[2]);
+          md << buf << "\n";
+        } else {
+          md << " - |\n";
+        }
+      }
+    }
+    for (int64_t k : cfg.k_list) {
+      json row = json::object();
+      for (const std::string& m : methods) {
+        cf::apps::Stats te = cf::apps::stats_of(test_acc[m][k]), tr = cf::apps::stats_of(train_acc[m][k]),
+                        ti = cf::apps::stats_of(secs[m][k]), us = cf::apps::stats_of(used[m][k]);
+        row[m] = {{"test_accuracy_mean", te.mean}, {"test_accuracy_std", te.std},
+                  {"train_accuracy_mean", tr.mean}, {"train_accuracy_std", tr.std},
+                  {"clusters_used_mean", us.mean}, {"time_s_mean", ti.mean}};
+      }
+      auto p = kPaperTable6.find(k);
+      if (p != kPaperTable6.end())
+        row["paper_mnist"] = {{"som", p->second[0] / 100}, {"kmeans", p->second[1] / 100}, {"ncm", p->second[2] / 100}};
+      table[std::to_string(k)] = row;
+    }
+    cf::apps::emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", methods},
+                    {"train_size", data.y_train.size()}, {"test_size", data.y_test.size()}, {"table", table},
+                    {"total_time_s", cf::apps::seconds_since(t_start)},
+                    {"peak_bytes", cf::memory_stats().peak_bytes}});
+    std::cerr << md.str() << std::flush;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "cf-neural-cluster: " << e.what() << "\n";
+    return 1;
+  }
+}
