@@ -27,11 +27,19 @@ void check_ids(const char* who, const char* name, const Tensor& ids, const Tenso
 }
 
 // The cluster layers' attention spec; chunk_size defaults to the stride m (eq. 8).
+// The cluster layers' attention: "cluster-former" unless cluster_attention names
+// another "type" (the paper's Table 5 baselines put LSH or sparse attention in
+// those layers instead).
 nn::AttentionSpec cluster_spec(const ClusterFormerConfig& c) {
   nlohmann::json j = c.cluster_attention;
-  if (!j.contains("chunk_size")) j["chunk_size"] = c.stride;
-  nn::AttentionSpec s{"cluster-former", c.layer.d_model, c.layer.n_heads, nn::Config(j, "cluster_attention")};
-  return s;
+  nn::Config options(j, "cluster_attention");
+  const std::string type = options.get<std::string>("type", "cluster-former");  // read: not an option of the variant
+  if (type == "cluster-former" && !j.contains("chunk_size")) {
+    j["chunk_size"] = c.stride;
+    options = nn::Config(j, "cluster_attention");
+    options.get<std::string>("type", "cluster-former");
+  }
+  return nn::AttentionSpec{type, c.layer.d_model, c.layer.n_heads, options};
 }
 
 }  // namespace
@@ -61,6 +69,7 @@ ClusterFormerConfig ClusterFormerConfig::from_json(const nlohmann::json& j) {
   l.attention.options = a;
   nn::Config ca = c.optional_child("cluster_attention");
   t.cluster_attention = ca.raw();
+  const std::string cluster_type = ca.get<std::string>("type", "cluster-former");
   t.validate("ClusterFormerConfig");
   // Build each attention once so its options are read (and checked) now.
   l.attention.d_model = l.d_model;
@@ -69,7 +78,13 @@ ClusterFormerConfig ClusterFormerConfig::from_json(const nlohmann::json& j) {
   l.attention.gen = &scratch;
   nn::make_attention(l.attention);
   l.attention.gen = nullptr;
-  nn::ClusterFormerAttention::read_options(ca);  // checks the keys without building a bank
+  if (cluster_type == "cluster-former") {
+    nn::ClusterFormerAttention::read_options(ca);  // checks the keys without building a bank
+  } else {
+    nn::AttentionSpec cs{cluster_type, l.d_model, l.n_heads, ca};
+    cs.gen = &scratch;
+    nn::make_attention(cs);
+  }
   c.finish();
   return t;
 }
@@ -136,7 +151,7 @@ ClusterFormerEncoder::ClusterFormerEncoder(const ClusterFormerConfig& c, Generat
 std::vector<std::shared_ptr<nn::MemoryBank>> ClusterFormerEncoder::memory_banks() const {
   std::vector<std::shared_ptr<nn::MemoryBank>> out;
   for (auto& l : clusters)
-    if (l) out.push_back(l->attention().bank);
+    if (l && l->has_memory_bank()) out.push_back(l->attention().bank);
   return out;
 }
 

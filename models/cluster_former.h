@@ -44,6 +44,10 @@ struct ClusterFormerConfig {
   nn::TransformerLayerOptions layer;    // layer.attention: the sliding-window layers' attention (default full)
   // Options of the cluster layers' "cluster-former" attention (see
   // nn/attention/cluster_former.h); chunk_size defaults to the stride m (eq. 8).
+  // With a "type" other than "cluster-former" (e.g. {"type": "lsh", "n_buckets":
+  // 64}) those layers run that attention over the whole sequence instead: the
+  // paper's Table 5 baselines (LSH or sparse attention in the layers Cluster-Former
+  // would take, sliding windows elsewhere); they have no memory bank.
   nlohmann::json cluster_attention = nlohmann::json::object();
 
   // Reads {"vocab_size", "max_len", "pad_id", "positional", "n_layers", "window",

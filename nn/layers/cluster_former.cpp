@@ -148,13 +148,18 @@ WindowedStates SlidingWindowLayer::forward(const Tensor& context, const Tensor& 
 ClusterFormerLayer::ClusterFormerLayer(const TransformerLayerOptions& o, int64_t stride, Generator& gen)
     : stride_(stride) {
   CF_CHECK(stride > 0, ValueError, "[ClusterFormerLayer] stride must be positive, got ", stride);
-  CF_CHECK(o.attention.type == "cluster-former", ValueError,
-           "[ClusterFormerLayer] the layer's attention must be \"cluster-former\", got \"", o.attention.type, "\"");
   layer = register_module("layer", std::make_shared<TransformerEncoderLayer>(o, gen));
 }
 
+bool ClusterFormerLayer::has_memory_bank() const {
+  return dynamic_cast<ClusterFormerAttention*>(&layer->self_attn->attention()) != nullptr;
+}
+
 ClusterFormerAttention& ClusterFormerLayer::attention() const {
-  return dynamic_cast<ClusterFormerAttention&>(layer->self_attn->attention());
+  auto* a = dynamic_cast<ClusterFormerAttention*>(&layer->self_attn->attention());
+  CF_CHECK(a, ValueError, "[ClusterFormerLayer] attention(): the layer's attention is \"",
+           layer->self_attn->attention().type(), "\", not \"cluster-former\"");
+  return *a;
 }
 
 WindowedStates ClusterFormerLayer::forward(const Tensor& context, const Tensor& cmask, const Tensor& question,

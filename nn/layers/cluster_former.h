@@ -57,13 +57,17 @@ class SlidingWindowLayer : public Module {
 
 class ClusterFormerLayer : public Module {
  public:
-  // layer.attention must be of type "cluster-former"; stride m lays out eq. 4.
+  // layer.attention is "cluster-former" (section 3.2); another variant (e.g.
+  // "lsh") makes this a whole-sequence layer with that attention in the same
+  // layout, the paper's Table 5 baselines. stride m lays out eq. 4.
   ClusterFormerLayer(const TransformerLayerOptions& layer, int64_t stride, Generator& gen = default_generator());
   WindowedStates forward(const Tensor& context, const Tensor& context_mask = {}, const Tensor& question = {},
                          const Tensor& question_mask = {}, bool causal = false, AuxLosses* aux = nullptr);
   // The layer's attention; its set_fixed_assignments / last_assignments ids are
   // (B, K q + x) in eq. 4's order.
+  // ValueError when the layer's attention is not "cluster-former".
   ClusterFormerAttention& attention() const;
+  bool has_memory_bank() const;  // the attention is "cluster-former"
   int64_t stride() const { return stride_; }
   std::shared_ptr<TransformerEncoderLayer> layer;
 

@@ -169,6 +169,36 @@ TEST_CASE("ClusterFormerConfig: the paper's layer rule, an explicit list, from_j
   CHECK_THROWS_MSG(bad({{"positional", "rotary"}}), ValueError, "positional", "rotary");
 }
 
+// The paper's Table 5 baselines: LSH (or another variant) in the layers that
+// would be Cluster-Former layers, sliding windows elsewhere.
+TEST_CASE("ClusterFormerConfig: cluster_attention of another type makes whole-sequence layers of that attention") {
+  nlohmann::json j = {{"vocab_size", 20}, {"n_layers", 3}, {"window", 6}, {"stride", 4}, {"d_model", 16},
+                      {"n_heads", 2},     {"d_ff", 32},    {"cluster_layers", {1}},
+                      {"cluster_attention", {{"type", "lsh"}, {"bucket_size", 4}, {"n_hashes", 2}}}};
+  models::ClusterFormerConfig c = models::ClusterFormerConfig::from_json(j);
+  Generator g(5);
+  models::ClusterFormerLM lm(c, g);
+  CHECK(lm.encoder->memory_banks().empty());
+  REQUIRE(lm.encoder->clusters[1] != nullptr);
+  CHECK(lm.encoder->clusters[1]->layer->self_attn->attention().type() == "lsh");
+  CHECK_FALSE(lm.encoder->clusters[1]->has_memory_bank());
+  CHECK_THROWS_MSG(lm.encoder->clusters[1]->attention(), ValueError, "[ClusterFormerLayer]", "\"lsh\"");
+  CHECK(lm.on_train_step() == 0);
+
+  // The LM runs causally through the LSH layer (Reformer's causal masking).
+  std::vector<int64_t> a(24);
+  for (int64_t i = 0; i < 24; ++i) a[size_t(i)] = 1 + (i * 7) % 19;
+  Tensor y = lm.forward(ti64(a, {1, 24}));
+  CHECK(y.shape() == Shape{1, 24, 20});
+  for (float v : y.to_vector<float>()) REQUIRE(std::isfinite(v));
+
+  nlohmann::json bad = j;
+  bad["cluster_attention"] = {{"type", "lsh"}, {"num_clusters", 4}};
+  CHECK_THROWS_MSG(models::ClusterFormerConfig::from_json(bad), ValueError, "num_clusters");
+  bad["cluster_attention"] = {{"type", "sparse-magic"}};
+  CHECK_THROWS_MSG(models::ClusterFormerConfig::from_json(bad), ValueError, "unknown attention type 'sparse-magic'");
+}
+
 TEST_CASE("Cluster-Former QA and LM heads: shapes, padding, causality") {
   models::ClusterFormerConfig c = tiny(12, {1});
   c.cluster_attention = {{"num_clusters", 3}, {"memory_size", 64}};
