@@ -157,7 +157,7 @@ bool parse(int argc, char** argv, Config& c) {
     if (t != "full" && t != "clustered" && t != "improved-clustered")
       throw UsageError("--train: unknown attention '" + t + "' (expected full, clustered or improved-clustered)");
   cf::apps::check_topic_data_config(c.data);
-  cf::apps::check_classifier_train_config(c.train_opts);
+  cf::apps::check_train_settings(c.train_opts);
   if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
   if (c.pooling != "mean" && c.pooling != "first")
     throw UsageError("--pooling must be mean or first, got '" + c.pooling + "'");
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
         auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
         model->to(dev);
 
-        cf::apps::ClassifierRun run;
+        cf::apps::TrainRun run;
         run.app = "cf-approx";
         run.tags = {{"seed", seed}, {"train_attention", tlabel}};
         // What a checkpoint must agree on to be reused: everything that shapes training.
@@ -316,9 +316,8 @@ int main(int argc, char** argv) {
         if (!tc.checkpoint_dir.empty())
           run.checkpoint = tc.checkpoint_dir + "/" + tname + "-C" + std::to_string(cfg.clusters) + "-seed" +
                            std::to_string(seed) + ".safetensors";
-        run.seed = seed;
         run.device = dev;
-        const cf::apps::ClassifierTrainResult tr = cf::apps::train_classifier(*model, tc, run, train_ds, val_loader);
+        const cf::apps::TrainResult tr = cf::apps::train_classifier(*model, tc, run, seed, {}, train_ds, val_loader);
         if (tr.trained) train_secs[tlabel].push_back(tr.time_s);  // not for a reused model
 
         // Evaluate with every attention (the trained projections stay). Agreement:

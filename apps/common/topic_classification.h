@@ -2,7 +2,7 @@
 // Fortunes topic classification, shared by the apps that train encoder
 // classifiers on it (cf-textcls, cf-approx): the data options and the fixed
 // per-topic split, the training options, one classifier trained with
-// checkpoints and resume, and its evaluation.
+// checkpoints and resume (common/train_run.h), and its evaluation.
 //
 // Data: the Debian package 'fortunes', one topic per file; topics with at least
 // --min-texts texts (of at least --min-chars characters), at most
@@ -23,6 +23,7 @@
 #include "cf.h"
 #include "common/options.h"
 #include "common/report.h"
+#include "common/train_run.h"
 #include "models/transformer.h"
 #include "nn/checkpoint.h"
 #include "nn/data/fortunes.h"
@@ -154,32 +155,14 @@ inline ojson topic_data_event(const TopicDataConfig& c, const TopicData& d) {
 
 // ---------------------------------------------------------------- training
 
-struct ClassifierTrainConfig {
-  int64_t steps = 300, batch_size = 32, warmup = 30, eval_every = 100, log_every = 25, eval_batch_size = 64;
-  double lr = 3e-3, weight_decay = 0.01;
-  std::string checkpoint_dir;
-  int64_t checkpoint_every = 0;
+struct ClassifierTrainConfig : TrainSettings {
+  int64_t batch_size = 32, eval_batch_size = 64;
 };
 
 inline void add_classifier_train_options(Options& o, ClassifierTrainConfig& c) {
-  o.add_int("steps", &c.steps, 1);
+  add_train_options(o, c);
   o.add_int("batch_size", &c.batch_size, 1);
-  o.add_int("warmup", &c.warmup, 0);
-  o.add_int("eval_every", &c.eval_every, 0);
-  o.add_int("log_every", &c.log_every, 0);
   o.add_int("eval_batch_size", &c.eval_batch_size, 1);
-  o.add_number("lr", &c.lr);
-  o.add_number("weight_decay", &c.weight_decay);
-  o.add_string("checkpoint_dir", &c.checkpoint_dir);
-  o.add_int("checkpoint_every", &c.checkpoint_every, 0);
-}
-
-inline void check_classifier_train_config(const ClassifierTrainConfig& c) {
-  if (!(c.lr > 0)) throw UsageError("--lr must be positive");
-  if (c.weight_decay < 0) throw UsageError("--weight-decay must be non-negative");
-  if (c.warmup >= c.steps)
-    throw UsageError("--warmup (" + std::to_string(c.warmup) + ") must be less than --steps (" +
-                     std::to_string(c.steps) + ")");
 }
 
 struct EvalResult {
@@ -225,167 +208,44 @@ inline double agreement(const std::vector<int64_t>& a, const std::vector<int64_t
   return double(same) / double(a.size());
 }
 
-struct ClassifierRun {
-  std::string app;         // "cf-textcls": names errors
-  ojson tags;              // put in every event line after "event" ({"seed": 0, "train_attention": "full"})
-  ojson signature;         // what a reused checkpoint must have been written with
-  std::string checkpoint;  // path, or empty: no checkpoints
-  int64_t seed = 0;        // batch order (the caller seeds initialisation and dropout)
-  cf::Device device;
-  // Weights of the auxiliary losses the attention adds (ClusterFormer eq. 17:
-  // mu for L1, nu for L2; routing's commitment loss); the task loss weighs 1.
-  // A loss the model adds without a weight here is an error (AuxLosses::total).
-  std::map<std::string, double> aux_weights;
-};
-
-// task + sum of the weighted auxiliary losses the forward pass collected.
-inline cf::Tensor total_loss(const cf::Tensor& task, const cf::nn::AuxLosses& aux,
-                             const std::map<std::string, double>& weights) {
-  if (aux.empty()) return task;
-  std::map<std::string, double> used;
-  for (const std::string& name : aux.names()) {
-    auto it = weights.find(name);
-    if (it == weights.end()) throw cf::ValueError("[train] the model added the auxiliary loss '" + name + "', which has no weight");
-    used[name] = it->second;
-  }
-  return task + aux.total(used);
-}
-
-struct ClassifierTrainResult {
-  bool trained = false;    // false: a finished checkpoint was reused
-  double time_s = 0;       // training wall time of this run
-  int64_t peak_bytes = 0;  // peak allocator bytes while training (0 when reused)
-  double last_loss = 0;    // mean task+aux loss of the last logged window
-};
-
-// Trains `model` with AdamW (warmup + cosine to 5% of lr, gradient clipping 1)
-// for cfg.steps steps, logging "train" and "val" events; with run.checkpoint,
-// resumes an unfinished checkpoint written with the same signature, skips
-// training for a finished one, and refuses one written with other settings.
-inline ClassifierTrainResult train_classifier(cf::models::EncoderClassifier& model, const ClassifierTrainConfig& cfg,
-                                              const ClassifierRun& run,
-                                              std::shared_ptr<cf::data::SequenceDataset> train_ds,
-                                              cf::data::DataLoader& val_loader) {
-  auto event = [&](const char* name) {
-    ojson j = {{"event", name}};
-    for (auto& [k, v] : run.tags.items()) j[k] = v;
-    return j;
-  };
-  cf::nn::AdamWOptions ao;
-  ao.lr = cfg.lr;
-  ao.weight_decay = cfg.weight_decay;
-  cf::nn::AdamW opt(model.named_parameters(), ao);
-  cf::nn::WarmupCosineLR schedule(cfg.lr, cfg.warmup, cfg.steps, cfg.lr * 0.05);
+// Trains an encoder classifier on `train_ds` (shuffled batches in the order of
+// `seed`, the last partial batch dropped) with train_model; the validation
+// metric is accuracy on `val_loader`; aux_weights weigh the auxiliary losses.
+inline TrainResult train_classifier(cf::models::EncoderClassifier& model, const ClassifierTrainConfig& cfg,
+                                    const TrainRun& run, int64_t seed,
+                                    const std::map<std::string, double>& aux_weights,
+                                    std::shared_ptr<cf::data::SequenceDataset> train_ds,
+                                    cf::data::DataLoader& val_loader) {
   cf::data::DataLoaderOptions to;
   to.batch_size = cfg.batch_size;
   to.shuffle = true;
-  to.seed = uint64_t(run.seed);
+  to.seed = uint64_t(seed);
   to.drop_last = true;
   to.prefetch = 2;
   cf::data::DataLoader train_loader(train_ds, to);
   if (train_loader.size() == 0)
     throw cf::ValueError("[" + run.app + "] the training set (" + std::to_string(train_ds->size()) +
                          " texts) is smaller than one batch of " + std::to_string(cfg.batch_size));
-
-  ClassifierTrainResult result;
-  int64_t start_step = 0;
-  if (!run.checkpoint.empty() && file_exists(run.checkpoint)) {
-    cf::nn::TrainingCheckpoint ck = cf::nn::load_checkpoint(run.checkpoint);
-    auto it = ck.extra.find("signature");
-    if (it == ck.extra.end() || it->second != run.signature.dump())
-      throw cf::ValueError("[" + run.app + "] checkpoint '" + run.checkpoint +
-                           "' was written with other settings (model, data or training options); "
-                           "delete it or use another --checkpoint-dir");
-    model.load_state_dict(ck.model);
-    opt.load_state_dict(ck.optimizer);
-    for (auto& [name, g] : ck.generators)
-      if (name == "default") g.restore(cf::default_generator());
-    start_step = ck.step;
+  TrainHooks hooks;
+  hooks.resumed = [&](int64_t start_step) {
     const int64_t nb = train_loader.size();
     train_loader.set_state({start_step / nb, start_step % nb});
-    ojson j = event("resume");
-    j["checkpoint"] = run.checkpoint;
-    j["step"] = start_step;
-    emit(j);
-  }
-  if (start_step >= cfg.steps) return result;
-  auto save = [&](int64_t step) {
-    cf::nn::TrainingCheckpoint ck;
-    ck.model = model.state_dict();
-    ck.optimizer = opt.state_dict();
-    ck.step = step;
-    ck.generators = {{"default", cf::nn::GeneratorState::of(cf::default_generator())}};
-    ck.extra["signature"] = run.signature.dump();
-    cf::nn::save_checkpoint(run.checkpoint, ck);
   };
-
-  cf::nn::TrainLoopOptions lo;
-  lo.max_steps = cfg.steps;
-  lo.start_step = start_step;
-  lo.eval_every = cfg.eval_every;
-  lo.clip_norm = 1.0;
-  lo.metric_name = "accuracy";
-  lo.metric_mode = "max";
-  cf::nn::ProgressBarOptions po;
-  po.total = cfg.steps;
-  po.initial = start_step;
-  po.desc = "train";
-  for (auto& [k, v] : run.tags.items()) po.desc += " " + (v.is_string() ? v.get<std::string>() : k + " " + v.dump());
-  po.unit = "step";
-  cf::nn::ProgressBar bar(po);
-  cf::nn::TrainLoopHooks hooks;
-  hooks.model = &model;
-  hooks.schedule = &schedule;
-  hooks.progress = &bar;
-  hooks.evaluate = [&] { return evaluate_classifier(model, val_loader, uint64_t(run.seed) + 777, run.device).accuracy; };
-  double loss_sum = 0;
-  int64_t loss_n = 0;
-  const auto t_train = std::chrono::steady_clock::now();
-  hooks.on_step_end = [&](const cf::nn::TrainStepInfo& info) {
-    loss_sum += info.loss;
-    ++loss_n;
-    if (cfg.log_every > 0 && info.step % cfg.log_every == 0) {
-      ojson j = event("train");
-      j["step"] = info.step;
-      j["loss"] = loss_sum / double(loss_n);
-      j["lr"] = info.lr;
-      j["elapsed_s"] = seconds_since(t_train);
-      emit(j);
-      result.last_loss = loss_sum / double(loss_n);
-      loss_sum = 0;
-      loss_n = 0;
-    }
-    if (info.evaluated) {
-      ojson j = event("val");
-      j["step"] = info.step;
-      j["accuracy"] = info.metric;
-      emit(j);
-    }
-    if (!run.checkpoint.empty() &&
-        ((cfg.checkpoint_every > 0 && info.step % cfg.checkpoint_every == 0) || info.step == cfg.steps))
-      save(info.step);
-  };
-  cf::reset_peak_memory(run.device);
-  const int64_t live_before = cf::memory_stats(run.device).live_bytes;
+  hooks.evaluate = [&] { return evaluate_classifier(model, val_loader, uint64_t(seed) + 777, run.device).accuracy; };
   cf::data::Batch b;
-  auto step_loss = [&](int64_t, int64_t) {
+  hooks.loss = [&](int64_t, double* task_loss) {
     if (!train_loader.next(b) && !train_loader.next(b))
       throw cf::ValueError("[" + run.app + "] the training loader delivered no batch");
     cf::nn::AuxLosses aux;
     cf::Tensor mask = b.key_padding_mask.defined() ? b.key_padding_mask.to(run.device) : cf::Tensor();
     cf::Tensor logits = model.forward(b.input.to(run.device), mask, &aux);
     cf::Tensor task = cf::cross_entropy(logits, b.target.to(run.device));
-    return total_loss(task, aux, run.aux_weights);
+    *task_loss = task.item();
+    return total_loss(task, aux, aux_weights);
   };
-  cf::nn::train_loop(opt, step_loss, lo, hooks);
-  if (run.device.is_cuda()) cf::cuda::synchronize();
-  result.time_s = seconds_since(t_train);
-  // Peak above what was live before training (the parameters): optimizer state,
-  // activations, gradients.
-  result.peak_bytes = cf::memory_stats(run.device).peak_bytes - live_before;
-  result.trained = true;
+  TrainResult r = train_model(model, cfg, run, hooks);
   train_loader.stop();
-  return result;
+  return r;
 }
 
 }  // namespace cf::apps

@@ -178,7 +178,7 @@ bool parse(int argc, char** argv, Config& c) {
                        "improved-clustered)");
   }
   cf::apps::check_topic_data_config(c.data);
-  cf::apps::check_classifier_train_config(c.train);
+  cf::apps::check_train_settings(c.train);
   if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
   if (c.pooling != "mean" && c.pooling != "first")
     throw UsageError("--pooling must be mean or first, got '" + c.pooling + "'");
@@ -323,7 +323,7 @@ int main(int argc, char** argv) {
         auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
         model->to(dev);
 
-        cf::apps::ClassifierRun run;
+        cf::apps::TrainRun run;
         run.app = "cf-textcls";
         run.tags = {{"seed", seed}, {"run", arm.file}};
         json weights = json::object();
@@ -334,10 +334,9 @@ int main(int argc, char** argv) {
                          {"data", cf::apps::topic_data_signature(cfg.data)}};
         if (!tc.checkpoint_dir.empty())
           run.checkpoint = tc.checkpoint_dir + "/" + arm.file + "-seed" + std::to_string(seed) + ".safetensors";
-        run.seed = seed;
         run.device = dev;
-        run.aux_weights = arm.aux_weights;
-        const cf::apps::ClassifierTrainResult tr = cf::apps::train_classifier(*model, tc, run, train_ds, val_loader);
+        const cf::apps::TrainResult tr =
+            cf::apps::train_classifier(*model, tc, run, seed, arm.aux_weights, train_ds, val_loader);
         const cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
 
         ArmResult& res = results[arm.file];

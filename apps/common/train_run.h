@@ -1,0 +1,209 @@
+#pragma once
+// One model trained the way every app trains (DESIGN.md section 9): AdamW with
+// linear warmup and cosine decay to 5% of the peak rate, gradient clipping at 1,
+// "train" and "val" JSON lines, a progress bar, the peak memory of training,
+// and safetensors checkpoints: an unfinished checkpoint written with the same
+// settings resumes, a finished one is reused without training, and one written
+// with other settings is refused, naming the file.
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cf.h"
+#include "common/options.h"
+#include "common/report.h"
+#include "nn/checkpoint.h"
+
+namespace cf::apps {
+
+struct TrainSettings {
+  int64_t steps = 300, warmup = 30, eval_every = 100, log_every = 25;
+  double lr = 3e-3, weight_decay = 0.01;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+};
+
+// Registers steps, warmup, eval_every, log_every, lr, weight_decay,
+// checkpoint_dir and checkpoint_every.
+inline void add_train_options(Options& o, TrainSettings& c) {
+  o.add_int("steps", &c.steps, 1);
+  o.add_int("warmup", &c.warmup, 0);
+  o.add_int("eval_every", &c.eval_every, 0);
+  o.add_int("log_every", &c.log_every, 0);
+  o.add_number("lr", &c.lr);
+  o.add_number("weight_decay", &c.weight_decay);
+  o.add_string("checkpoint_dir", &c.checkpoint_dir);
+  o.add_int("checkpoint_every", &c.checkpoint_every, 0);
+}
+
+inline void check_train_settings(const TrainSettings& c) {
+  if (!(c.lr > 0)) throw UsageError("--lr must be positive");
+  if (c.weight_decay < 0) throw UsageError("--weight-decay must be non-negative");
+  if (c.warmup >= c.steps)
+    throw UsageError("--warmup (" + std::to_string(c.warmup) + ") must be less than --steps (" +
+                     std::to_string(c.steps) + ")");
+}
+
+// What shapes training, for a checkpoint's signature.
+inline nlohmann::ordered_json train_signature(const TrainSettings& c) {
+  return {{"steps", c.steps}, {"warmup", c.warmup}, {"lr", c.lr}, {"weight_decay", c.weight_decay}};
+}
+
+// task + the weighted auxiliary losses the forward pass collected (ClusterFormer
+// eq. 17: mu L1 + nu L2; routing's commitment loss). A loss added without a
+// weight is an error: a typo must not drop a loss silently.
+inline cf::Tensor total_loss(const cf::Tensor& task, const cf::nn::AuxLosses& aux,
+                             const std::map<std::string, double>& weights) {
+  if (aux.empty()) return task;
+  std::map<std::string, double> used;
+  for (const std::string& name : aux.names()) {
+    auto it = weights.find(name);
+    if (it == weights.end())
+      throw cf::ValueError("[train] the model added the auxiliary loss '" + name + "', which has no weight");
+    used[name] = it->second;
+  }
+  return task + aux.total(used);
+}
+
+struct TrainRun {
+  std::string app;                  // names errors: "cf-textcls"
+  nlohmann::ordered_json tags;      // put in every event line after "event" ({"seed": 0, "run": "full"})
+  nlohmann::ordered_json signature; // what a reused checkpoint must have been written with
+  std::string checkpoint;           // path, or empty: no checkpoints
+  cf::Device device;
+  std::string metric_name = "accuracy", metric_mode = "max";  // of evaluate()
+  // Generators besides the global one whose state a checkpoint keeps (e.g. the
+  // one that draws training windows).
+  std::vector<std::pair<std::string, cf::Generator*>> generators;
+};
+
+struct TrainHooks {
+  // The loss of step `step` (1-based); sets *task to the task loss alone (for the logs).
+  std::function<cf::Tensor(int64_t step, double* task)> loss;
+  std::function<double()> evaluate;                  // the validation metric (optional)
+  std::function<void(int64_t step)> after_step;      // e.g. memory-bank updates (optional)
+  std::function<void(int64_t start_step)> resumed;   // e.g. move a data loader (optional)
+};
+
+struct TrainResult {
+  bool trained = false;    // false: a finished checkpoint was reused
+  double time_s = 0;       // wall time of the steps this run made
+  int64_t peak_bytes = 0;  // peak allocator bytes above what was live before (0 when reused)
+  double last_loss = std::nan("");
+};
+
+inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, const TrainRun& run,
+                               const TrainHooks& hooks) {
+  using ojson = nlohmann::ordered_json;
+  auto event = [&](const char* name) {
+    ojson j = {{"event", name}};
+    for (auto& [k, v] : run.tags.items()) j[k] = v;
+    return j;
+  };
+  cf::nn::AdamWOptions ao;
+  ao.lr = cfg.lr;
+  ao.weight_decay = cfg.weight_decay;
+  cf::nn::AdamW opt(model.named_parameters(), ao);
+  cf::nn::WarmupCosineLR schedule(cfg.lr, cfg.warmup, cfg.steps, cfg.lr * 0.05);
+
+  TrainResult result;
+  int64_t start_step = 0;
+  if (!run.checkpoint.empty() && file_exists(run.checkpoint)) {
+    cf::nn::TrainingCheckpoint ck = cf::nn::load_checkpoint(run.checkpoint);
+    auto it = ck.extra.find("signature");
+    if (it == ck.extra.end() || it->second != run.signature.dump())
+      throw cf::ValueError("[" + run.app + "] checkpoint '" + run.checkpoint +
+                           "' was written with other settings (model, data or training options); "
+                           "delete it or use another --checkpoint-dir");
+    model.load_state_dict(ck.model);
+    opt.load_state_dict(ck.optimizer);
+    for (auto& [name, g] : ck.generators) {
+      if (name == "default") g.restore(cf::default_generator());
+      for (auto& [own, gen] : run.generators)
+        if (own == name) g.restore(*gen);
+    }
+    start_step = ck.step;
+    if (hooks.resumed) hooks.resumed(start_step);
+    ojson j = event("resume");
+    j["checkpoint"] = run.checkpoint;
+    j["step"] = start_step;
+    emit(j);
+  }
+  if (start_step >= cfg.steps) return result;
+  auto save = [&](int64_t step) {
+    cf::nn::TrainingCheckpoint ck;
+    ck.model = model.state_dict();
+    ck.optimizer = opt.state_dict();
+    ck.step = step;
+    ck.generators = {{"default", cf::nn::GeneratorState::of(cf::default_generator())}};
+    for (auto& [name, gen] : run.generators) ck.generators.emplace_back(name, cf::nn::GeneratorState::of(*gen));
+    ck.extra["signature"] = run.signature.dump();
+    cf::nn::save_checkpoint(run.checkpoint, ck);
+  };
+
+  cf::nn::TrainLoopOptions lo;
+  lo.max_steps = cfg.steps;
+  lo.start_step = start_step;
+  lo.eval_every = hooks.evaluate ? cfg.eval_every : 0;
+  lo.clip_norm = 1.0;
+  lo.metric_name = run.metric_name;
+  lo.metric_mode = run.metric_mode;
+  cf::nn::ProgressBarOptions po;
+  po.total = cfg.steps;
+  po.initial = start_step;
+  po.desc = "train";
+  for (auto& [k, v] : run.tags.items()) po.desc += " " + (v.is_string() ? v.get<std::string>() : k + " " + v.dump());
+  po.unit = "step";
+  cf::nn::ProgressBar bar(po);
+  cf::nn::TrainLoopHooks loop_hooks;
+  loop_hooks.model = &model;
+  loop_hooks.schedule = &schedule;
+  loop_hooks.progress = &bar;
+  if (hooks.evaluate) loop_hooks.evaluate = hooks.evaluate;
+  double loss_sum = 0, task_sum = 0, task = 0;
+  int64_t loss_n = 0;
+  const auto t_train = std::chrono::steady_clock::now();
+  loop_hooks.on_step_end = [&](const cf::nn::TrainStepInfo& info) {
+    if (hooks.after_step) hooks.after_step(info.step);
+    loss_sum += info.loss;
+    task_sum += task;
+    ++loss_n;
+    if (cfg.log_every > 0 && info.step % cfg.log_every == 0) {
+      ojson j = event("train");
+      j["step"] = info.step;
+      j["loss"] = loss_sum / double(loss_n);  // what is minimised: task + weighted auxiliary losses
+      j["task_loss"] = task_sum / double(loss_n);
+      j["lr"] = info.lr;
+      j["elapsed_s"] = seconds_since(t_train);
+      emit(j);
+      result.last_loss = loss_sum / double(loss_n);
+      loss_sum = task_sum = 0;
+      loss_n = 0;
+    }
+    if (info.evaluated) {
+      ojson j = event("val");
+      j["step"] = info.step;
+      j[run.metric_name] = info.metric;
+      emit(j);
+    }
+    if (!run.checkpoint.empty() &&
+        ((cfg.checkpoint_every > 0 && info.step % cfg.checkpoint_every == 0) || info.step == cfg.steps))
+      save(info.step);
+  };
+  cf::reset_peak_memory(run.device);
+  const int64_t live_before = cf::memory_stats(run.device).live_bytes;
+  auto step_loss = [&](int64_t step, int64_t) { return hooks.loss(step, &task); };
+  cf::nn::train_loop(opt, step_loss, lo, loop_hooks);
+  if (run.device.is_cuda()) cf::cuda::synchronize();
+  result.time_s = seconds_since(t_train);
+  result.peak_bytes = cf::memory_stats(run.device).peak_bytes - live_before;
+  result.trained = true;
+  return result;
+}
+
+}  // namespace cf::apps

@@ -1,0 +1,576 @@
+// cf-lm: character-level language modelling on the fortunes corpus, the
+// Cluster-Former paper's language-modelling experiment (Wang et al. 2021,
+// section 4.4, Table 5) at this machine's scale: a stack of sliding-window
+// layers alone, with LSH attention in the middle layers (the paper's LSH row),
+// with Cluster-Former layers (#C clusters from a memory bank, Algorithm 1), and
+// ClusterFormer's masked neural clustering attention (ACL 2022, appendix B) over
+// the whole sequence; bits per character on held-out fortunes. Then the
+// generated long-range retrieval task: a key stated early must be copied at
+// the end, beyond the reach of the sliding windows.
+//
+// One JSON line per event on stdout, a final JSON summary, the tables in
+// Markdown on stderr.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cf.h"
+#include "common/options.h"
+#include "common/report.h"
+#include "common/topic_classification.h"
+#include "common/train_run.h"
+#include "models/cluster_former.h"
+#include "models/transformer.h"
+#include "nn/attention/neural_clustering.h"
+#include "nn/data/fortunes.h"
+#include "nn/data/tokenizer.h"
+
+using json = nlohmann::ordered_json;
+using cf::apps::emit;
+using cf::apps::seconds_since;
+using cf::apps::Stats;
+using cf::apps::stats_of;
+using cf::apps::UsageError;
+
+namespace {
+
+const char* kUsage = R"(usage: cf-lm [options]
+
+Character-level language modelling on the fortunes corpus (Debian package
+'fortunes'): the Cluster-Former paper's Table 5 at this machine's scale. Every
+model has the same layers, width and training; they differ in how tokens see
+far-away tokens:
+  sliding-window       every layer attends within windows of --window tokens,
+                       stride --stride, overlapping outputs averaged (section 3.1)
+  sliding-window+lsh   the layers in --cluster-layers run LSH attention
+                       (Reformer) over the whole sequence instead, with
+                       --lsh-buckets hash buckets (the paper's LSH row)
+  cluster-former-C     those layers are Cluster-Former layers with C clusters
+                       (one model per C in --clusters; section 3.2, Algorithm 1:
+                       centroids from a memory bank, recomputed every
+                       --update-every steps)
+  neural-clustering    ClusterFormer (ACL 2022): masked neural clustering
+                       attention (appendix B) in every layer, whole sequence
+Reported: bits per character (cross-entropy / ln 2) on held-out fortunes,
+training time and peak memory. Then the long-range retrieval task (generated):
+a sequence [v, #, fillers..., #] whose last '#' must predict the key v stated
+--retrieval-len - 1 positions before, beyond any window of the sliding layers;
+accuracy on 512 fresh sequences (chance 25%).
+
+Output: one JSON line per event on stdout (start, data, train, val, result,
+retrieval), a final {"event": "summary", ...} line; the tables in Markdown on
+stderr.
+
+Data:
+  --data-dir DIR        fortune files (default /usr/share/games/fortunes)
+  --val-fraction X      fortunes held out for validation (default 0.05)
+  --test-fraction X     fortunes held out for the test (default 0.05)
+  --split-seed N        the fixed split (default 0)
+  --seq-len N           characters per training window (default 256)
+  --eval-windows N      validation/test windows of --seq-len, spread over the
+                        held-out text (default 64)
+Models:
+  --models LIST         from sliding-window, sliding-window+lsh, cluster-former,
+                        neural-clustering, or all (default all)
+  --n-layers N (4) --d-model N (64) --n-heads N (4) --d-ff N (128) --dropout X (0.1)
+  --window L            sliding window l (default 32)
+  --stride M            stride m < l, also the Cluster-Former chunk size (default 16)
+  --cluster-layers LIST 0-based layers that cluster (or run LSH) (default 2)
+  --clusters LIST       Cluster-Former cluster counts, one model each (default 16,64)
+  --memory-size N       memory bank capacity in vectors (default 20000)
+  --update-every N      recompute the centroids every N steps (default 50)
+  --kmeans-iters N      K-Means iterations per recomputation (default 10)
+  --lsh-buckets N       LSH hash buckets (default 16)
+  --lsh-hashes N        LSH hashing rounds (default 2)
+  --k K                 neural clustering clusters (default 0: round(sqrt(seq-len)))
+  --mu X --nu X         weights of its losses L1 and L2 (default 1e-3 each)
+Training (AdamW, warmup + cosine, gradient clipping 1):
+  --steps N (300) --batch-size N (16) --lr X (2e-3) --weight-decay X (0.01)
+  --warmup N (30) --eval-every N (100) --log-every N (25)
+Retrieval task:
+  --retrieval B         true | false (default true)
+  --retrieval-len N     sequence length (default 64); the models there have 3
+                        layers (d_model 32, 2 heads), windows l = 8, stride m = 4
+                        (21 positions of reach), layer 1 clustering, a memory
+                        bank of 4096 vectors updated every 5 steps
+  --retrieval-steps N   training steps per model (default 400)
+Runs:
+  --seed N / --seeds LIST  model initialisation, dropout, training windows (default 0)
+  --checkpoint-dir DIR  save each trained LM there (<model>-seed<S>.safetensors)
+                        and reuse it with the same settings (resumes an
+                        unfinished one); the retrieval models are not saved
+  --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
+  --device D            cpu | cuda (Cluster-Former's memory bank and K-Means run
+                        on the CPU only: on cuda those models stop with an error)
+  --config FILE         JSON object with any of the options above, '-' as '_'
+                        (lists as arrays); the command line wins; unknown keys
+                        are errors
+  -h, --help            this text
+
+Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line.
+)";
+
+struct Config {
+  std::string data_dir = cf::data::kFortunesDir;
+  double val_fraction = 0.05, test_fraction = 0.05;
+  int64_t split_seed = 0, seq_len = 256, eval_windows = 64, batch_size = 16;
+  std::vector<std::string> models = {"all"};
+  int64_t n_layers = 4, d_model = 64, n_heads = 4, d_ff = 128;
+  double dropout = 0.1;
+  int64_t window = 32, stride = 16;
+  std::vector<int64_t> cluster_layers = {2}, clusters = {16, 64};
+  int64_t memory_size = 20000, update_every = 50, kmeans_iters = 10, lsh_buckets = 16, lsh_hashes = 2, k = 0;
+  double mu = 1e-3, nu = 1e-3;
+  cf::apps::TrainSettings train;
+  bool retrieval = true;
+  int64_t retrieval_len = 64, retrieval_steps = 400;
+  std::vector<int64_t> seeds = {0};
+  std::string device = "cpu";
+};
+
+bool parse(int argc, char** argv, Config& c) {
+  c.train.lr = 2e-3;
+  cf::apps::Options o;
+  o.add_string("data_dir", &c.data_dir);
+  o.add_number("val_fraction", &c.val_fraction);
+  o.add_number("test_fraction", &c.test_fraction);
+  o.add_int("split_seed", &c.split_seed, 0);
+  o.add_int("seq_len", &c.seq_len, 2);
+  o.add_int("eval_windows", &c.eval_windows, 1);
+  o.add_int("batch_size", &c.batch_size, 1);
+  o.add_string_list("models", &c.models);
+  o.add_int("n_layers", &c.n_layers, 1);
+  o.add_int("d_model", &c.d_model, 1);
+  o.add_int("n_heads", &c.n_heads, 1);
+  o.add_int("d_ff", &c.d_ff, 1);
+  o.add_number("dropout", &c.dropout);
+  o.add_int("window", &c.window, 2);
+  o.add_int("stride", &c.stride, 1);
+  o.add_int_list("cluster_layers", &c.cluster_layers, 0);
+  o.add_int_list("clusters", &c.clusters, 1);
+  o.add_int("memory_size", &c.memory_size, 1);
+  o.add_int("update_every", &c.update_every, 1);
+  o.add_int("kmeans_iters", &c.kmeans_iters, 1);
+  o.add_int("lsh_buckets", &c.lsh_buckets, 1);
+  o.add_int("lsh_hashes", &c.lsh_hashes, 1);
+  o.add_int("k", &c.k, 0);
+  o.add_number("mu", &c.mu);
+  o.add_number("nu", &c.nu);
+  cf::apps::add_train_options(o, c.train);
+  o.add_bool("retrieval", &c.retrieval);
+  o.add_int("retrieval_len", &c.retrieval_len, 16);
+  o.add_int("retrieval_steps", &c.retrieval_steps, 1);
+  o.add_seeds(&c.seeds);
+  o.add_string("device", &c.device);
+  if (!o.parse(argc, argv)) return false;
+
+  const std::vector<std::string> known = {"sliding-window", "sliding-window+lsh", "cluster-former", "neural-clustering"};
+  if (c.models.size() == 1 && c.models[0] == "all") c.models = known;
+  for (const std::string& m : c.models)
+    if (std::find(known.begin(), known.end(), m) == known.end())
+      throw UsageError("--models: unknown model '" + m +
+                       "' (expected all, or from sliding-window, sliding-window+lsh, cluster-former, "
+                       "neural-clustering)");
+  if (c.val_fraction <= 0 || c.test_fraction <= 0 || c.val_fraction + c.test_fraction >= 0.5)
+    throw UsageError("--val-fraction and --test-fraction must be positive and sum to less than 0.5");
+  if (c.stride >= c.window)
+    throw UsageError("--stride (" + std::to_string(c.stride) + ") must be less than --window (" +
+                     std::to_string(c.window) + ")");
+  if (c.d_model % c.n_heads != 0)
+    throw UsageError("--d-model (" + std::to_string(c.d_model) + ") must be divisible by --n-heads (" +
+                     std::to_string(c.n_heads) + ")");
+  for (int64_t l : c.cluster_layers)
+    if (l >= c.n_layers)
+      throw UsageError("--cluster-layers: layer " + std::to_string(l) + " out of range [0, " +
+                       std::to_string(c.n_layers) + ")");
+  if (c.cluster_layers.empty()) throw UsageError("--cluster-layers must name at least one layer");
+  if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
+  if (c.mu < 0 || c.nu < 0) throw UsageError("--mu and --nu must be non-negative");
+  cf::apps::check_train_settings(c.train);
+  return true;
+}
+
+// ---------------------------------------------------------------- data
+
+struct Corpus {
+  std::vector<int64_t> train, val, test;  // token streams
+  int64_t vocab = 0;
+  size_t fortunes = 0;
+};
+
+// The fortunes, shuffled with the split seed, held out by fortune (not by
+// position, so no text is split between train and test), each split one stream
+// with the fortunes separated by a newline.
+Corpus load_corpus(const Config& c) {
+  std::vector<cf::data::Fortune> all = cf::data::read_fortunes(c.data_dir);
+  if (all.size() < 20)
+    throw cf::ValueError("[cf-lm] '" + c.data_dir + "' holds " + std::to_string(all.size()) +
+                         " fortunes; at least 20 are needed");
+  std::vector<std::string> texts;
+  for (auto& f : all) texts.push_back(f.text);
+  cf::apps::seeded_shuffle(texts, uint64_t(c.split_seed) * 1000003u + 17);
+  const size_t n_test = std::max<size_t>(1, size_t(std::llround(double(texts.size()) * c.test_fraction)));
+  const size_t n_val = std::max<size_t>(1, size_t(std::llround(double(texts.size()) * c.val_fraction)));
+  std::vector<std::string> train(texts.begin() + long(n_test + n_val), texts.end());
+  cf::data::Tokenizer tok = cf::data::Tokenizer::build_char(train);
+  Corpus out;
+  out.vocab = tok.vocab_size();
+  out.fortunes = texts.size();
+  auto stream = [&](size_t from, size_t to, std::vector<int64_t>& s) {
+    const std::vector<int64_t> nl = tok.encode("\n");
+    for (size_t i = from; i < to; ++i) {
+      std::vector<int64_t> ids = tok.encode(texts[i]);
+      s.insert(s.end(), ids.begin(), ids.end());
+      s.insert(s.end(), nl.begin(), nl.end());
+    }
+  };
+  stream(0, n_test, out.test);
+  stream(n_test, n_test + n_val, out.val);
+  stream(n_test + n_val, texts.size(), out.train);
+  if (int64_t(out.val.size()) <= c.seq_len || int64_t(out.test.size()) <= c.seq_len)
+    throw cf::ValueError("[cf-lm] the held-out text (" + std::to_string(std::min(out.val.size(), out.test.size())) +
+                         " characters) is shorter than one window of --seq-len " + std::to_string(c.seq_len));
+  return out;
+}
+
+// ---------------------------------------------------------------- models
+
+// A language model of either family behind one interface.
+struct LM {
+  std::shared_ptr<cf::nn::Module> module;
+  std::function<cf::Tensor(const cf::Tensor&, cf::nn::AuxLosses*)> forward;  // ids (B, N) -> logits (B, N, V)
+  std::function<void()> after_step = [] {};
+  std::map<std::string, double> aux_weights;
+  json spec;  // what defines it (for checkpoint signatures)
+};
+
+// kind: sliding-window, sliding-window+lsh, cluster-former (with `clusters`), neural-clustering.
+LM make_lm(const Config& c, const std::string& kind, int64_t clusters, int64_t vocab, int64_t max_len,
+           const std::string& positional, cf::Generator& gen) {
+  LM lm;
+  if (kind == "neural-clustering") {
+    // The Transformer models have no position-free form: sinusoidal positions
+    // stand in for "none" (they do not extend any window's reach).
+    const std::string pos = positional == "none" ? "sinusoidal" : positional;
+    const int64_t k = c.k > 0 ? c.k : std::max<int64_t>(1, std::llround(std::sqrt(double(max_len))));
+    json mj = {{"vocab_size", vocab}, {"max_len", max_len}, {"n_layers", c.n_layers}, {"d_model", c.d_model},
+               {"n_heads", c.n_heads}, {"d_ff", c.d_ff},     {"dropout", c.dropout},   {"positional", pos},
+               {"attention", {{"type", "neural-clustering"}, {"clusters", k}}}};
+    auto m = std::make_shared<cf::models::CausalLM>(
+        cf::models::TransformerConfig::from_json(nlohmann::json::parse(mj.dump())), gen);
+    lm.module = m;
+    lm.forward = [m](const cf::Tensor& ids, cf::nn::AuxLosses* aux) { return m->forward(ids, {}, aux); };
+    lm.aux_weights = {{cf::nn::kClusteringLossName, c.mu}, {cf::nn::kCentroidSortingLossName, c.nu}};
+    lm.spec = mj;
+    lm.spec["mu"] = c.mu;
+    lm.spec["nu"] = c.nu;
+    return lm;
+  }
+  json mj = {{"vocab_size", vocab}, {"max_len", max_len}, {"n_layers", c.n_layers}, {"d_model", c.d_model},
+             {"n_heads", c.n_heads}, {"d_ff", c.d_ff},     {"dropout", c.dropout},   {"positional", positional},
+             {"window", c.window},   {"stride", c.stride}};
+  if (kind == "cluster-former") {
+    mj["cluster_layers"] = c.cluster_layers;
+    mj["cluster_attention"] = {{"num_clusters", clusters}, {"memory_size", c.memory_size},
+                               {"update_every", c.update_every}, {"kmeans_iters", c.kmeans_iters}};
+  } else if (kind == "sliding-window+lsh") {
+    mj["cluster_layers"] = c.cluster_layers;
+    mj["cluster_attention"] = {{"type", "lsh"}, {"n_buckets", c.lsh_buckets}, {"n_hashes", c.lsh_hashes},
+                               {"bucket_size", c.stride}};
+  }
+  auto m = std::make_shared<cf::models::ClusterFormerLM>(
+      cf::models::ClusterFormerConfig::from_json(nlohmann::json::parse(mj.dump())), gen);
+  lm.module = m;
+  lm.forward = [m](const cf::Tensor& ids, cf::nn::AuxLosses* aux) { return m->forward(ids, {}, aux); };
+  lm.after_step = [m] { m->on_train_step(); };
+  lm.spec = mj;
+  return lm;
+}
+
+std::string model_name(const std::string& kind, int64_t clusters) {
+  return kind == "cluster-former" ? "cluster-former-" + std::to_string(clusters) : kind;
+}
+
+// Next-token cross-entropy of logits (B, N, V) against targets (B, N).
+cf::Tensor lm_loss(const cf::Tensor& logits, const cf::Tensor& targets) {
+  const int64_t b = logits.size(0), n = logits.size(1), v = logits.size(2);
+  return cf::cross_entropy(cf::reshape(logits, {b * n, v}), cf::reshape(targets, {b * n}));
+}
+
+// Windows of n + 1 tokens starting at `starts`: inputs the first n, targets the last n.
+void windows(const std::vector<int64_t>& stream, const std::vector<int64_t>& starts, int64_t n, cf::Device dev,
+             cf::Tensor& ids, cf::Tensor& targets) {
+  const int64_t b = int64_t(starts.size());
+  std::vector<int64_t> x(size_t(b * n)), y(size_t(b * n));
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      x[size_t(i * n + j)] = stream[size_t(starts[size_t(i)] + j)];
+      y[size_t(i * n + j)] = stream[size_t(starts[size_t(i)] + j + 1)];
+    }
+  ids = cf::Tensor::from_vector(x, {b, n}).to(dev);
+  targets = cf::Tensor::from_vector(y, {b, n}).to(dev);
+}
+
+// Bits per character over `count` windows spread evenly over the stream (every
+// target of every window counted; the first characters of a window have less
+// context, the same for every model).
+double bits_per_char(LM& lm, const std::vector<int64_t>& stream, int64_t n, int64_t count, int64_t batch,
+                     cf::Device dev, uint64_t draw_seed) {
+  lm.module->eval();
+  cf::NoGradGuard ng;
+  const cf::nn::GeneratorState saved = cf::nn::GeneratorState::of(cf::default_generator());
+  cf::manual_seed(draw_seed);  // LSH hyperplanes: the same draws in every evaluation
+  const int64_t last = int64_t(stream.size()) - n - 1;
+  count = std::min<int64_t>(count, last + 1);
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < count; ++i) starts.push_back(count == 1 ? 0 : i * last / (count - 1));
+  double nats = 0;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < starts.size(); i += size_t(batch)) {
+    std::vector<int64_t> part(starts.begin() + long(i), starts.begin() + long(std::min(starts.size(), i + size_t(batch))));
+    cf::Tensor ids, targets;
+    windows(stream, part, n, dev, ids, targets);
+    const int64_t t = int64_t(part.size()) * n;
+    nats += lm_loss(lm.forward(ids, nullptr), targets).item() * double(t);
+    tokens += t;
+  }
+  saved.restore(cf::default_generator());
+  lm.module->train();
+  return nats / double(tokens) / std::log(2.0);
+}
+
+// ---------------------------------------------------------------- retrieval task
+
+// The retrieval models: the same kinds, small, with windows too short to reach
+// the key: 3 layers of windows l = 8, stride m = 4 see at most 3 * 7 = 21
+// positions back; the key is --retrieval-len - 8 positions before the query.
+Config retrieval_config(const Config& c) {
+  Config r = c;
+  r.n_layers = 3;
+  r.d_model = 32;
+  r.n_heads = 2;
+  r.d_ff = 64;
+  r.dropout = 0.0;
+  r.window = 8;
+  r.stride = 4;
+  r.cluster_layers = {1};
+  r.memory_size = 4096;
+  r.update_every = 5;
+  r.train.lr = 3e-3;
+  r.train.weight_decay = 0.0;
+  r.train.steps = c.retrieval_steps;
+  r.train.warmup = std::min<int64_t>(c.train.warmup, c.retrieval_steps - 1);
+  r.train.checkpoint_dir.clear();
+  r.train.eval_every = 0;
+  return r;
+}
+
+// Tokens: 0 pad, 1 '#', 2..5 the key values, 6..13 fillers. A sequence is
+// [f, .., v, #, f, ..., f, #]: v at position kKeyAt - 1, '#' after it and at the
+// end, where the model must predict v (chance 1/4).
+constexpr int64_t kKeyAt = 7, kHash = 1, kValues = 4, kFirstFiller = 6, kFillers = 8, kRetrievalVocab = 14;
+
+void retrieval_batch(cf::Generator& g, int64_t b, int64_t n, cf::Tensor& ids, cf::Tensor& targets,
+                     std::vector<int64_t>& answers) {
+  std::vector<int64_t> v = cf::randint(0, kValues, {b}, g).to_vector<int64_t>();
+  std::vector<int64_t> f = cf::randint(0, kFillers, {b, n}, g).to_vector<int64_t>();
+  std::vector<int64_t> x(size_t(b * n)), t(size_t(b * n), -100);
+  answers.clear();
+  for (int64_t i = 0; i < b; ++i) {
+    for (int64_t j = 0; j < n; ++j) x[size_t(i * n + j)] = kFirstFiller + f[size_t(i * n + j)];
+    x[size_t(i * n + kKeyAt - 1)] = 2 + v[size_t(i)];
+    x[size_t(i * n + kKeyAt)] = kHash;
+    x[size_t(i * n + n - 1)] = kHash;
+    t[size_t(i * n + n - 1)] = 2 + v[size_t(i)];
+    answers.push_back(2 + v[size_t(i)]);
+  }
+  ids = cf::Tensor::from_vector(x, {b, n});
+  targets = cf::Tensor::from_vector(t, {b, n});
+}
+
+std::string fmt(double v, const char* f) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string fmt_stats(const std::vector<double>& v, const char* f) {
+  Stats s = stats_of(v);
+  return v.size() > 1 ? fmt(s.mean, f) + " ± " + fmt(s.std, f) : fmt(s.mean, f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  cf::Device dev;
+  try {
+    if (!parse(argc, argv, cfg)) {
+      std::cout << kUsage;
+      return 0;
+    }
+    dev = cf::apps::parse_device(cfg.device);
+  } catch (const std::exception& e) {
+    std::cerr << "cf-lm: " << e.what() << "\n(run 'cf-lm --help' for usage)\n";
+    return 2;
+  }
+
+  try {
+    const auto t_start = std::chrono::steady_clock::now();
+    const Corpus corpus = load_corpus(cfg);
+    // The models: one per kind, cluster-former once per cluster count.
+    std::vector<std::pair<std::string, int64_t>> runs;
+    for (const std::string& m : cfg.models) {
+      if (m == "cluster-former")
+        for (int64_t c : cfg.clusters) runs.emplace_back(m, c);
+      else
+        runs.emplace_back(m, 0);
+    }
+    std::vector<std::string> names;
+    for (auto& [kind, c] : runs) names.push_back(model_name(kind, c));
+    emit({{"event", "start"}, {"app", "cf-lm"}, {"device", dev.str()}, {"seeds", cfg.seeds}, {"models", names},
+          {"steps", cfg.train.steps}, {"seq_len", cfg.seq_len}});
+    emit({{"event", "data"}, {"dir", cfg.data_dir}, {"fortunes", corpus.fortunes}, {"vocab", corpus.vocab},
+          {"train_chars", corpus.train.size()}, {"val_chars", corpus.val.size()},
+          {"test_chars", corpus.test.size()}, {"split_seed", cfg.split_seed}});
+    if (!cfg.train.checkpoint_dir.empty()) cf::apps::make_dir(cfg.train.checkpoint_dir, "cf-lm", "--checkpoint-dir");
+
+    std::map<std::string, std::vector<double>> val_bpc, test_bpc, train_s, peak_mib, retrieval_acc;
+    for (int64_t seed : cfg.seeds) {
+      for (auto& [kind, clusters] : runs) {
+        const std::string name = model_name(kind, clusters);
+        cf::manual_seed(uint64_t(seed));
+        cf::Generator gen{uint64_t(seed)}, data_gen{uint64_t(seed) * 7919u + 1};
+        LM lm = make_lm(cfg, kind, clusters, corpus.vocab, cfg.seq_len, "sinusoidal", gen);
+        lm.module->to(dev);
+
+        cf::apps::TrainRun run;
+        run.app = "cf-lm";
+        run.tags = {{"seed", seed}, {"model", name}};
+        run.signature = {{"model", lm.spec}, {"seed", seed}, {"train", cf::apps::train_signature(cfg.train)},
+                         {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len},
+                         {"data", {{"dir", cfg.data_dir}, {"val_fraction", cfg.val_fraction},
+                                   {"test_fraction", cfg.test_fraction}, {"split_seed", cfg.split_seed}}}};
+        if (!cfg.train.checkpoint_dir.empty())
+          run.checkpoint = cfg.train.checkpoint_dir + "/" + name + "-seed" + std::to_string(seed) + ".safetensors";
+        run.device = dev;
+        run.metric_name = "val_bpc";
+        run.metric_mode = "min";
+        run.generators = {{"data", &data_gen}};
+        cf::apps::TrainHooks hooks;
+        const int64_t max_start = int64_t(corpus.train.size()) - cfg.seq_len - 1;
+        hooks.loss = [&](int64_t, double* task_loss) {
+          std::vector<int64_t> starts = cf::randint(0, max_start + 1, {cfg.batch_size}, data_gen).to_vector<int64_t>();
+          cf::Tensor ids, targets;
+          windows(corpus.train, starts, cfg.seq_len, dev, ids, targets);
+          cf::nn::AuxLosses aux;
+          cf::Tensor task = lm_loss(lm.forward(ids, &aux), targets);
+          *task_loss = task.item();
+          return cf::apps::total_loss(task, aux, lm.aux_weights);
+        };
+        hooks.evaluate = [&] {
+          return bits_per_char(lm, corpus.val, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, uint64_t(seed) + 777);
+        };
+        hooks.after_step = [&](int64_t) { lm.after_step(); };
+        const cf::apps::TrainResult tr = cf::apps::train_model(*lm.module, cfg.train, run, hooks);
+        const uint64_t draw = uint64_t(seed) + 999;
+        const double vb = bits_per_char(lm, corpus.val, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, draw);
+        const double tb = bits_per_char(lm, corpus.test, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, draw);
+        val_bpc[name].push_back(vb);
+        test_bpc[name].push_back(tb);
+        json line = {{"event", "result"}, {"seed", seed}, {"model", name}, {"val_bpc", vb}, {"test_bpc", tb},
+                     {"trained", tr.trained}};
+        if (tr.trained) {
+          train_s[name].push_back(tr.time_s);
+          peak_mib[name].push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
+          line["train_s"] = tr.time_s;
+          line["train_peak_bytes"] = tr.peak_bytes;
+        }
+        emit(line);
+      }
+
+      // The retrieval task: the same kinds of model, small, no positions (the key
+      // must be found by content), trained from scratch on generated sequences.
+      if (!cfg.retrieval) continue;
+      for (auto& [kind, clusters] : runs) {
+        const std::string name = model_name(kind, clusters);
+        cf::manual_seed(uint64_t(seed));
+        cf::Generator gen{uint64_t(seed)}, data_gen{uint64_t(seed) * 7919u + 2};
+        const Config rc = retrieval_config(cfg);
+        LM lm = make_lm(rc, kind, clusters, kRetrievalVocab, cfg.retrieval_len, "none", gen);
+        lm.module->to(dev);
+        cf::apps::TrainRun run;
+        run.app = "cf-lm";
+        run.tags = {{"seed", seed}, {"task", "retrieval"}, {"model", name}};
+        run.device = dev;
+        cf::apps::TrainHooks hooks;
+        std::vector<int64_t> answers;
+        hooks.loss = [&](int64_t, double* task_loss) {
+          cf::Tensor ids, targets;
+          retrieval_batch(data_gen, cfg.batch_size, cfg.retrieval_len, ids, targets, answers);
+          cf::nn::AuxLosses aux;
+          cf::Tensor task = lm_loss(lm.forward(ids.to(dev), &aux), targets.to(dev));
+          *task_loss = task.item();
+          return cf::apps::total_loss(task, aux, lm.aux_weights);
+        };
+        hooks.after_step = [&](int64_t) { lm.after_step(); };
+        cf::apps::train_model(*lm.module, rc.train, run, hooks);
+        lm.module->eval();
+        cf::NoGradGuard ng;
+        cf::Generator test_gen{uint64_t(seed) + 4242};
+        int64_t correct = 0;
+        const int64_t total = 512, b = 64;
+        for (int64_t i = 0; i < total; i += b) {
+          cf::Tensor ids, targets;
+          retrieval_batch(test_gen, b, cfg.retrieval_len, ids, targets, answers);
+          cf::Tensor last = cf::narrow(lm.forward(ids.to(dev), nullptr), 1, cfg.retrieval_len - 1, 1);
+          std::vector<int64_t> pred = cf::argmax(cf::reshape(last, {b, kRetrievalVocab}), 1).to_vector<int64_t>();
+          for (int64_t j = 0; j < b; ++j) correct += pred[size_t(j)] == answers[size_t(j)];
+        }
+        const double acc = double(correct) / double(total);
+        retrieval_acc[name].push_back(acc);
+        emit({{"event", "retrieval"}, {"seed", seed}, {"model", name}, {"accuracy", acc}});
+      }
+    }
+
+    // ---- summary
+    json table = json::object(), retrieval = json::object();
+    std::ostringstream md;
+    md << "\nCharacter-level LM on fortunes: bits per character (mean ± sample std over " << cfg.seeds.size()
+       << " seed(s)), training time (s) and peak training memory (MiB) of " << cfg.train.steps << " steps\n\n"
+       << "| model | val bpc | test bpc | train time | peak memory |\n|---|---|---|---|---|\n";
+    for (const std::string& name : names) {
+      table[name] = {{"val_bpc_mean", stats_of(val_bpc[name]).mean}, {"test_bpc_mean", stats_of(test_bpc[name]).mean},
+                     {"test_bpc_std", stats_of(test_bpc[name]).std}, {"test_bpc", test_bpc[name]},
+                     {"train_s_mean", stats_of(train_s[name]).mean}, {"train_peak_mib_mean", stats_of(peak_mib[name]).mean}};
+      md << "| " << name << " | " << fmt_stats(val_bpc[name], "%.3f") << " | " << fmt_stats(test_bpc[name], "%.3f")
+         << " | " << fmt(stats_of(train_s[name]).mean, "%.1f") << " | " << fmt(stats_of(peak_mib[name]).mean, "%.1f")
+         << " |\n";
+    }
+    if (cfg.retrieval) {
+      md << "\nLong-range retrieval (generated; sequence length " << cfg.retrieval_len << ", key at position "
+         << kKeyAt - 1 << "; chance 25%): accuracy % on 512 fresh sequences\n\n| model | accuracy |\n|---|---|\n";
+      for (const std::string& name : names) {
+        Stats s = stats_of(retrieval_acc[name]);
+        retrieval[name] = {{"accuracy_mean", s.mean}, {"accuracy_std", s.std}, {"accuracy", retrieval_acc[name]}};
+        md << "| " << name << " | " << cf::apps::fmt_pct(s) << " |\n";
+      }
+    }
+    emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"table", table}, {"retrieval", retrieval},
+          {"total_time_s", seconds_since(t_start)}});
+    std::cerr << md.str() << std::flush;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "cf-lm: " << e.what() << "\n";
+    return 1;
+  }
+}
