@@ -5,8 +5,9 @@
 // accuracy. The paper clusters MNIST; we cluster Fashion-MNIST (the Debian
 // package dataset-fashion-mnist), the image set that can be installed here.
 //
-//  - NCM: learned centroids C (k, d) and W^C (d, d); eqs. 2-4 and the clustering
-//    loss L1 (eq. 6) from nn/attention/neural_clustering.h, trained with Adam on
+//  - NCM: learned centroids C (k, d) and W^C (d, d) (fixed at the identity by
+//    default: L1 is linear in W^C, see --help); eqs. 2-4 and the clustering loss
+//    L1 (eq. 6) from nn/attention/neural_clustering.h, trained with Adam on
 //    minibatches (each minibatch is one "sequence" of eq. 2).
 //  - K-Means: the library's engine (nn/clustering/kmeans.h), k-means++.
 //  - SOM: a 2-D Kohonen map written here with cf tensor ops (som.h).
@@ -88,9 +89,12 @@ deviation over the seeds, and the tables in Markdown on stderr (test and train
 accuracy, with the paper's MNIST numbers beside them).
 
 Data:
-  --data-dir DIR          Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
-  --train-size N          training images used, a random subset (default 10000, at most 60000)
-  --test-size N           test images used, a random subset (default 2000, at most 10000)
+  --data-dir DIR          Fashion-MNIST IDX files
+                          (default /usr/share/datasets/fashion-mnist)
+  --train-size N          training images used, a random subset
+                          (default 10000, at most 60000)
+  --test-size N           test images used, a random subset
+                          (default 2000, at most 10000)
   --data-seed N           the subsets (the same for every --seed) (default 0)
   --centre B              true | false: subtract the training mean image from
                           all images (default true)
@@ -104,12 +108,13 @@ Experiment:
   --methods LIST          from som, kmeans, ncm (default som,kmeans,ncm)
 NCM:
   --ncm-steps N           Adam steps (default 300: 15 passes over 10000 images)
-  --ncm-batch N           images per minibatch (= one sequence of eq. 2) (default 500)
+  --ncm-batch N           images per minibatch = one sequence of eq. 2
+                          (default 500)
   --ncm-lr X              Adam learning rate, constant (default 0.03)
   --ncm-weight-decay X    Adam's L2 penalty (added to the gradient) (default 0)
-  --ncm-init I            C's initial value: random (normal, std 1/sqrt(d), as the
-                          paper's "initialized randomly") or data (k random training
-                          images) (default random)
+  --ncm-init I            C's initial value: random (normal, std 1/sqrt(d),
+                          the paper's "initialized randomly") or data (k
+                          random training images) (default random)
   --ncm-wc-init I         W^C's value (initial value when learned): identity or
                           uniform (U(-1/sqrt(d), 1/sqrt(d)), the attention
                           layer's) (default identity)
@@ -126,22 +131,29 @@ SOM:
                           the longer side of the grid (default 0)
   --som-sigma-end X       final radius (default 0.2)
 Runs:
-  --seed N                one seed (initialisations, minibatch order); shorthand for --seeds N
-  --seeds LIST            several seeds: the summary gives mean and sample std (default 0)
-  --device D              cpu | cuda[:N] (NCM and SOM run there; K-Means on the CPU)
-  --log-every N           an ncm_train line every N steps, 0 = none (default 100)
+  --seed N                one seed (initialisations, minibatch order);
+                          shorthand for --seeds N
+  --seeds LIST            several seeds: the summary gives mean and sample
+                          standard deviation (default 0)
+  --device D              cpu | cuda[:N]: NCM and SOM run there, K-Means on
+                          the CPU (the library's engine is CPU-only)
+  --log-every N           an ncm_train line every N steps, 0: none (default 100)
   --checkpoint-dir DIR    save each NCM training (ncm-k<k>-seed<s>.safetensors)
-                          and reuse it on the next run with the same settings: a
-                          finished one is not retrained, a shorter one is continued
-                          up to --ncm-steps (the batch order is a function of the
-                          step, so the result is the same as one long run)
-  --checkpoint-every N    also checkpoint every N NCM steps (default 0: at the end only)
+                          and reuse it on the next run with the same settings:
+                          a finished one is not retrained, a shorter one is
+                          continued up to --ncm-steps (the batch order is a
+                          function of the step, so the result is the same as
+                          one long run)
+  --checkpoint-every N    also checkpoint every N NCM steps (default 0: at the
+                          end only)
   --config FILE           JSON object with any of the options above, '-' as '_'
-                          (lists as arrays: {"k_list": [10, 50], "methods": ["ncm"]});
-                          the command line wins; unknown keys are errors
+                          (lists as arrays: {"k_list": [10, 50],
+                          "methods": ["ncm"]}); the command line wins;
+                          unknown keys are errors
   -h, --help              this text
 
-Exit status: 0 done, 1 failure (no data, bad checkpoint, ...), 2 bad command line.
+Exit status: 0 done, 1 failure (no data, bad checkpoint, ...), 2 bad command
+line.
 )";
 
 // The paper's Table 6 (MNIST), clustering accuracy in percent: SOM, K-Means, NCM.
