@@ -2,33 +2,7 @@
 # The demo writes a planted data set as .npy; the app then clusters it from the file
 # and must recover the planted labels (adjusted Rand index 1), write its outputs,
 # and answer bad command lines with status 2 and bad inputs with status 1.
-cmake_minimum_required(VERSION 3.25)
-file(REMOVE_RECURSE "${WORK_DIR}")
-file(MAKE_DIRECTORY "${WORK_DIR}")
-
-# run(<expected status> <var for stdout> <var for stderr> args...)
-function(run expected out_var err_var)
-  execute_process(COMMAND "${APP}" ${ARGN} WORKING_DIRECTORY "${WORK_DIR}"
-    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL expected)
-    message(FATAL_ERROR "cf-kmeans ${ARGN}: exit status ${rc}, expected ${expected}\nstdout:\n${out}\nstderr:\n${err}")
-  endif()
-  set(${out_var} "${out}" PARENT_SCOPE)
-  set(${err_var} "${err}" PARENT_SCOPE)
-endfunction()
-
-function(expect_match text regex what)
-  if(NOT text MATCHES "${regex}")
-    message(FATAL_ERROR "${what}: expected to match '${regex}', got:\n${text}")
-  endif()
-endfunction()
-
-# The last line of the output: the JSON summary.
-function(summary_of out var)
-  string(STRIP "${out}" out)
-  string(REGEX REPLACE ".*\n" "" last "${out}")
-  set(${var} "${last}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../common/app_test_lib.cmake)
 
 run(0 out err --help)
 expect_match("${out}" "usage: cf-kmeans" "--help")
@@ -50,7 +24,7 @@ expect_match("${err}" "unknown config key 'clusters'" "unknown config key")
 
 # The demo: planted clusters recovered; it saves the data and labels for the next runs.
 run(0 out err --demo-n 900 --demo-d 4 --k 3 --seed 1 --save-data data.npy --save-labels labels.npy)
-summary_of("${out}" s)
+last_line("${out}" s)
 string(JSON recovered GET "${s}" recovered_planted_clusters)
 if(NOT recovered)
   message(FATAL_ERROR "demo did not recover its planted clusters: ${s}")
@@ -58,7 +32,7 @@ endif()
 
 # Cluster the saved file: ARI 1 against the saved labels, outputs written.
 run(0 out err --input data.npy --labels labels.npy --k 3 --centroids c.npy --assignments a.npy)
-summary_of("${out}" s)
+last_line("${out}" s)
 string(JSON ari GET "${s}" adjusted_rand_index)
 string(JSON n GET "${s}" n)
 string(JSON iterations GET "${s}" iterations)
@@ -79,7 +53,7 @@ endif()
 
 # Elkan's variant finds the same clusters.
 run(0 out err --input data.npy --labels labels.npy --k 3 --algorithm elkan)
-summary_of("${out}" s)
+last_line("${out}" s)
 string(JSON ari GET "${s}" adjusted_rand_index)
 if(NOT ari EQUAL 1)
   message(FATAL_ERROR "elkan on data.npy: ${s}")
@@ -90,7 +64,7 @@ expect_match("${err}" "--algorithm must be lloyd or elkan" "bad algorithm")
 # A config file sets the options; the command line wins over it.
 file(WRITE "${WORK_DIR}/run.json" "{\"input\": \"data.npy\", \"k\": 5, \"max_iter\": 1, \"init\": \"random\", \"metric\": \"cosine\"}")
 run(0 out err --config run.json --k 3)
-summary_of("${out}" s)
+last_line("${out}" s)
 string(JSON k GET "${s}" k)
 string(JSON iterations GET "${s}" iterations)
 if(NOT k EQUAL 3 OR NOT iterations EQUAL 1)
@@ -113,7 +87,7 @@ set(fmnist /usr/share/datasets/fashion-mnist)
 if(EXISTS "${fmnist}/t10k-images-idx3-ubyte.gz" AND EXISTS "${fmnist}/t10k-labels-idx1-ubyte.gz")
   run(0 out err --input "${fmnist}/t10k-images-idx3-ubyte.gz" --labels "${fmnist}/t10k-labels-idx1-ubyte.gz"
       --k 10 --max-iter 5 --scale 0.00392156862745098 --assignments fm.npy)
-  summary_of("${out}" s)
+  last_line("${out}" s)
   string(JSON n GET "${s}" n)
   string(JSON d GET "${s}" d)
   string(JSON ari GET "${s}" adjusted_rand_index)

@@ -4,34 +4,10 @@
 #   smoke:  a tiny config trains every model a few steps on fortunes and on the
 #           retrieval task, writes every table cell and reuses its checkpoints;
 #           exits with 77 (CTest: skipped) when the Debian package fortunes is missing.
-cmake_minimum_required(VERSION 3.25)
-file(REMOVE_RECURSE "${WORK_DIR}")
-file(MAKE_DIRECTORY "${WORK_DIR}")
-
-function(run expected out_var err_var)
-  execute_process(COMMAND "${APP}" ${ARGN} WORKING_DIRECTORY "${WORK_DIR}"
-    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL expected)
-    message(FATAL_ERROR "cf-lm ${ARGN}: exit status ${rc}, expected ${expected}\nstdout:\n${out}\nstderr:\n${err}")
-  endif()
-  set(${out_var} "${out}" PARENT_SCOPE)
-  set(${err_var} "${err}" PARENT_SCOPE)
-endfunction()
-
-function(expect_match text regex what)
-  if(NOT text MATCHES "${regex}")
-    message(FATAL_ERROR "${what}: expected to match '${regex}', got:\n${text}")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../common/app_test_lib.cmake)
 
 if(MODE STREQUAL "errors")
-  run(0 out err --help)
-  expect_match("${out}" "usage: cf-lm" "--help")
-  expect_match("${out}" "--retrieval-len" "--help lists the options")
-  run(2 out err --bogus 1)
-  expect_match("${err}" "unknown option '--bogus'" "unknown option")
-  run(2 out err --seq-len x)
-  expect_match("${err}" "--seq-len expects an integer, got 'x'" "non-integer")
+  check_option_errors(seq-len)
   run(2 out err --models sliding-window,reformer)
   expect_match("${err}" "--models: unknown model 'reformer'" "bad model")
   run(2 out err --window 16 --stride 16)
@@ -42,9 +18,6 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "--retrieval must be true or false, got 'yes'" "bad bool")
   run(2 out err --d-model 30)
   expect_match("${err}" "--d-model \\(30\\) must be divisible by --n-heads \\(4\\)" "heads")
-  file(WRITE "${WORK_DIR}/bad_key.json" "{\"seq_lenn\": 64}")
-  run(2 out err --config bad_key.json)
-  expect_match("${err}" "unknown config key 'seq_lenn'" "unknown config key")
   file(WRITE "${WORK_DIR}/bad_type.json" "{\"clusters\": 16}")
   run(2 out err --config bad_type.json)
   expect_match("${err}" "config key 'clusters' must be an array of integers" "mistyped config key")
@@ -66,8 +39,7 @@ set(tiny --seq-len 32 --batch-size 4 --eval-windows 4 --n-layers 2 --d-model 16 
     --steps 4 --warmup 1 --eval-every 2 --log-every 2 --retrieval-len 32 --retrieval-steps 3 --seed 2
     --checkpoint-dir ckpt)
 run(0 out err ${tiny})
-string(STRIP "${out}" out)
-string(REGEX REPLACE ".*\n" "" summary "${out}")
+last_line("${out}" summary)
 foreach(m sliding-window sliding-window+lsh cluster-former-4 neural-clustering)
   string(JSON b GET "${summary}" table ${m} test_bpc_mean)
   # An untrained character model is near log2(vocab) ~ 7 bits; a few steps must
@@ -87,8 +59,7 @@ expect_match("${out}" "\"event\":\"val\",\"seed\":2,\"model\":\"cluster-former-4
 expect_match("${err}" "\\| sliding-window\\+lsh \\|" "Markdown table")
 
 run(0 out2 err2 ${tiny} --retrieval false)
-string(STRIP "${out2}" out2)
-string(REGEX REPLACE ".*\n" "" summary2 "${out2}")
+last_line("${out2}" summary2)
 if(out2 MATCHES "\"event\":\"train\"")
   message(FATAL_ERROR "smoke: a finished checkpoint was trained again:\n${out2}")
 endif()

@@ -1,0 +1,62 @@
+# What every app's CTest script (apps/<app>/app_test.cmake, run as
+# cmake -DAPP=<binary> -DWORK_DIR=<dir> [-DMODE=smoke|errors] -P app_test.cmake)
+# shares: a fresh work folder, running the app with an expected exit status,
+# matching its output, reading its JSON summary, and the checks of the option
+# table (apps/common/options.h) that every app must pass.
+cmake_minimum_required(VERSION 3.25)
+get_filename_component(APP_NAME "${APP}" NAME)
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+# run(<expected status> <var for stdout> <var for stderr> args...), in WORK_DIR.
+function(run expected out_var err_var)
+  execute_process(COMMAND "${APP}" ${ARGN} WORKING_DIRECTORY "${WORK_DIR}"
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL expected)
+    message(FATAL_ERROR "${APP_NAME} ${ARGN}: exit status ${rc}, expected ${expected}\nstdout:\n${out}\nstderr:\n${err}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+  set(${err_var} "${err}" PARENT_SCOPE)
+endfunction()
+
+function(expect_match text regex what)
+  if(NOT text MATCHES "${regex}")
+    message(FATAL_ERROR "${what}: expected to match '${regex}', got:\n${text}")
+  endif()
+endfunction()
+
+# The last line of stdout: the JSON summary.
+function(last_line text out_var)
+  string(STRIP "${text}" text)
+  string(REGEX REPLACE ".*\n" "" line "${text}")
+  set(${out_var} "${line}" PARENT_SCOPE)
+endfunction()
+
+# The option table's errors, the same in every app: --help, an unknown option,
+# a missing value, a non-integer for `int_option`, unknown and mistyped config
+# keys (`int_option` as a string), a file that is not JSON, a missing file.
+function(check_option_errors int_option)
+  run(0 out err --help)
+  expect_match("${out}" "usage: ${APP_NAME}" "--help")
+  run(2 out err --bogus 1)
+  expect_match("${err}" "unknown option '--bogus'" "unknown option")
+  expect_match("${err}" "run '${APP_NAME} --help' for usage" "usage hint")
+  run(2 out err --${int_option})
+  expect_match("${err}" "--${int_option} needs a value" "missing value")
+  run(2 out err --${int_option} ten)
+  expect_match("${err}" "--${int_option} expects an integer, got 'ten'" "non-integer")
+  string(REPLACE "-" "_" key "${int_option}")
+  file(WRITE "${WORK_DIR}/bad_key.json" "{\"${key}x\": 3}")
+  run(2 out err --config bad_key.json)
+  expect_match("${err}" "unknown config key '${key}x'" "unknown config key")
+  file(WRITE "${WORK_DIR}/bad_type.json" "{\"${key}\": \"three\"}")
+  run(2 out err --config bad_type.json)
+  expect_match("${err}" "config key '${key}' must be an integer" "mistyped config key")
+  file(WRITE "${WORK_DIR}/not_json.json" "{${key}: 3")
+  run(2 out err --config not_json.json)
+  expect_match("${err}" "config file 'not_json.json' is not valid JSON" "invalid JSON")
+  run(2 out err --config missing.json)
+  expect_match("${err}" "cannot read config file 'missing.json'" "missing config")
+  run(2 out err --device tpu)
+  expect_match("${err}" "tpu" "unknown device")
+endfunction()
