@@ -104,7 +104,9 @@ Measurement:
                         would need more than G GiB (about 6 per layer of
                         (B, H, N, N) float32 matrices to train, 3 to infer);
                         0: half of this machine's memory (default 0)
-  --threads T           threads of cf's OpenMP team; 0: the runtime's choice (default 0)
+  --threads T           threads of cf's OpenMP team; 0: the runtime's choice (default 0).
+                        On a machine shared with other busy processes, 1 gives far
+                        steadier times (a preempted thread stalls a whole team)
 Runs:
   --seed N              one seed (weights and tokens); shorthand for --seeds N
   --seeds LIST          several seeds: the summary gives mean and spread (default 0)
