@@ -239,16 +239,12 @@ void install(cf::nn::Module& model, const json& spec, int64_t topk) {
 int main(int argc, char** argv) {
   Config cfg;
   cf::Device dev;
-  try {
-    if (!parse(argc, argv, cfg)) {
-      std::cout << kUsage;
-      return 0;
-    }
+  const int rc = cf::apps::parse_command_line("cf-approx", kUsage, [&] {
+    if (!parse(argc, argv, cfg)) return false;
     dev = cf::apps::parse_device(cfg.device);
-  } catch (const std::exception& e) {
-    std::cerr << "cf-approx: " << e.what() << "\n(run 'cf-approx --help' for usage)\n";
-    return 2;
-  }
+    return true;
+  });
+  if (rc >= 0) return rc;
 
   try {
     const auto t_start = std::chrono::steady_clock::now();

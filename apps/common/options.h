@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <iostream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -192,5 +193,20 @@ class Options {
     return out;
   }
 };
+
+// The start of every app's main(): runs `parse` (false for --help), prints the
+// usage for --help, or the error and a hint for a bad command line. Returns -1
+// when the app should go on, else its exit status (0 after --help, 2).
+template <class Parse>
+int parse_command_line(const std::string& app, const std::string& usage, Parse&& parse) {
+  try {
+    if (parse()) return -1;
+    std::cout << usage;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << app << ": " << e.what() << "\n(run '" << app << " --help' for usage)\n";
+    return 2;
+  }
+}
 
 }  // namespace cf::apps

@@ -70,17 +70,13 @@ bool parse(int argc, char** argv, Config& c) {
 
 int main(int argc, char** argv) {
   Config cfg;
-  try {
-    if (!parse(argc, argv, cfg)) {
-      std::cout << kUsage;
-      return 0;
-    }
+  const int rc = cf::apps::parse_command_line("cf-demo", kUsage, [&] {
+    if (!parse(argc, argv, cfg)) return false;
     cf::Device dev = cf::apps::parse_device(cfg.device);
     if (!dev.is_cpu()) throw UsageError("the demo runs on the CPU only (it is a hand-written SGD loop on host data)");
-  } catch (const std::exception& e) {
-    std::cerr << "cf-demo: " << e.what() << "\n(run 'cf-demo --help' for usage)\n";
-    return 2;
-  }
+    return true;
+  });
+  if (rc >= 0) return rc;
 
   try {
     const double pi = 3.14159265358979323846;

@@ -197,17 +197,13 @@ Demo make_demo(const Config& c) {
 
 int main(int argc, char** argv) {
   Config cfg;
-  try {
-    if (!parse(argc, argv, cfg)) {
-      std::cout << kUsage;
-      return 0;
-    }
+  const int rc = cf::apps::parse_command_line("cf-kmeans", kUsage, [&] {
+    if (!parse(argc, argv, cfg)) return false;
     cf::Device dev = cf::apps::parse_device(cfg.device);
     if (!dev.is_cpu()) throw UsageError("K-Means runs on the CPU only until its CUDA kernels land");
-  } catch (const std::exception& e) {
-    std::cerr << "cf-kmeans: " << e.what() << "\n(run 'cf-kmeans --help' for usage)\n";
-    return 2;
-  }
+    return true;
+  });
+  if (rc >= 0) return rc;
 
   try {
     const bool demo = cfg.input.empty();
