@@ -163,7 +163,8 @@ bool parse(int argc, char** argv, Config& c) {
   if (c.train_size + c.val_size > kTrainTotal)
     throw UsageError("--train-size + --val-size (" + str(c.train_size + c.val_size) +
                      ") exceeds the 60000 training images");
-  if (c.test_size > kTestTotal) throw UsageError("--test-size (" + str(c.test_size) + ") exceeds the 10000 test images");
+  if (c.test_size > kTestTotal)
+    throw UsageError("--test-size (" + str(c.test_size) + ") exceeds the 10000 test images");
   if (c.patch_stride == 0) c.patch_stride = c.patch_kernel;
   check_patches("--patch-kernel/--patch-stride/--patch-padding", c.patch_kernel, c.patch_stride, c.patch_padding);
   if (!c.overlap.empty()) {
@@ -305,8 +306,8 @@ int main(int argc, char** argv) {
     emit({{"event", "data"}, {"dir", cfg.data_dir}, {"train", cfg.train_size}, {"val", cfg.val_size},
           {"test", cfg.test_size}, {"classes", kClasses}});
     if (train_ds->size() < cfg.batch_size)
-      throw cf::ValueError("[cf-vit] the training set (" + str(train_ds->size()) + " images) is smaller than one batch of " +
-                           str(cfg.batch_size));
+      throw cf::ValueError("[cf-vit] the training set (" + str(train_ds->size()) +
+                           " images) is smaller than one batch of " + str(cfg.batch_size));
     cf::data::DataLoaderOptions eo;
     eo.batch_size = cfg.eval_batch_size;
     cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
@@ -391,16 +392,17 @@ int main(int argc, char** argv) {
        << "|---|---|---|---|---|---|---|\n";
     for (const Variant& v : variants) {
       const VariantResult& r = results[v.file];
-      const Stats acc = stats_of(r.accuracy), tr = stats_of(r.train_s), cpu = stats_of(r.train_cpu_s), mem = stats_of(r.peak_mib),
-                  inf = stats_of(r.infer_s);
+      const Stats acc = stats_of(r.accuracy), tr = stats_of(r.train_s), cpu = stats_of(r.train_cpu_s),
+                  mem = stats_of(r.peak_mib), inf = stats_of(r.infer_s);
       table[v.file] = {{"name", v.name},          {"centroid_at", v.opts.centroid_at}, {"tokens", v.tokens},
                        {"macs", v.macs},          {"params", v.params},     {"accuracy_mean", acc.mean},
                        {"accuracy_std", acc.std}, {"accuracy", r.accuracy}, {"train_s_mean", tr.mean},
-                       {"train_cpu_s_mean", cpu.mean},                       {"train_peak_mib_mean", mem.mean}, {"inference_s_mean", inf.mean}};
+                       {"train_cpu_s_mean", cpu.mean}, {"train_peak_mib_mean", mem.mean},
+                       {"inference_s_mean", inf.mean}};
       md << "| " << v.name << " | " << v.tokens << " | " << fmt_pct(acc) << " | " << fmt(double(v.macs) / 1e6, "%.2f")
          << (plain ? " (" + fmt(double(v.macs) / double(plain->macs), "%.2f") + "x)" : std::string()) << " | "
-         << fmt(double(v.params) / 1e3, "%.1f") << " | " << fmt(tr.mean, "%.1f") << " / " << fmt(cpu.mean, "%.1f") << " | " << fmt(mem.mean, "%.1f")
-         << " |\n";
+         << fmt(double(v.params) / 1e3, "%.1f") << " | " << fmt(tr.mean, "%.1f") << " / " << fmt(cpu.mean, "%.1f")
+         << " | " << fmt(mem.mean, "%.1f") << " |\n";
     }
     emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"train_size", cfg.train_size}, {"test_size", cfg.test_size},
           {"steps", tc.steps}, {"table", table}, {"total_time_s", seconds_since(t_start)}});
