@@ -1,0 +1,473 @@
+// cf-pointcloud: point-cloud classification with the Centroid Transformer
+// (Wu et al., "Centroid Transformers", section 3.2, Figure 5) on a generated data
+// set of parametric 3-D shapes, comparing the centroid initialisations farthest
+// point sampling, random sampling and K-Means (the paper's Table 3: accuracy and
+// MACs per initialisation).
+//
+// One JSON line per event on stdout, a final JSON summary; the table in Markdown
+// on stderr.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cf.h"
+#include "common/options.h"
+#include "common/report.h"
+#include "common/train_run.h"
+#include "models/centroid_transformer.h"
+#include "nn/cost.h"
+#include "pointcloud/shapes.h"
+
+using json = nlohmann::ordered_json;
+using cf::apps::emit;
+using cf::apps::fmt_pct;
+using cf::apps::seconds_since;
+using cf::apps::Stats;
+using cf::apps::stats_of;
+using cf::apps::UsageError;
+namespace pc = cf::apps::pointcloud;
+
+namespace {
+
+const char* kUsage = R"(usage: cf-pointcloud [options]
+
+Point-cloud classification with the Centroid Transformer (section 3.2 of the
+Centroid Transformers paper, Figure 5: self-attention and centroid attention
+blocks, KNN masks, features of every block fused, max + mean pooling, MLP head)
+on a generated set of 12 parametric shapes: sphere, ellipsoid, cube, cylinder,
+cone, torus, square pyramid, square sheet, helix tube, capsule, dumbbell and
+tetrahedron. Points are sampled on each surface, every axis is stretched by a
+random factor, Gaussian noise is added, the cloud is turned by a uniform random
+rotation and normalised into the unit sphere. One model is trained per centroid
+initialisation (farthest point sampling, random sampling, K-Means: the paper's
+Table 3) and the test accuracy and forward MACs per cloud are compared.
+
+Output: one JSON line per event on stdout (start, data, train, val, result), a
+final {"event": "summary", ...} line with mean and spread over the seeds; the
+table in Markdown on stderr.
+
+Data (train, validation and test sets drawn from --data-seed):
+  --points N            points per cloud (default 256 for CPU speed; the
+                        paper's setting is 1024)
+  --train-per-class N   (default 100)
+  --val-per-class N     (default 20)
+  --test-per-class N    (default 30)
+  --noise X             Gaussian noise std before normalisation (default 0.01)
+  --scale-jitter X      each axis stretched by a factor in [1-X, 1+X] (default 0.2)
+  --rotation R          so3: a uniform random 3-D rotation per cloud; z: about
+                        the z axis only; none (default so3)
+  --align A             pca: after normalising, turn each cloud onto its
+                        principal axes (largest variance first, signs by the
+                        third moment), which undoes the random rotation up to
+                        the shape's symmetries; none: keep the rotated cloud
+                        (a much harder task for a small model) (default pca)
+  --data-seed N         (default 0)
+Model (defaults are small for the CPU; the paper's: --widths 64,128,128,512
+--fuse-dim 1024 --head 512,256 --knn 40 --points 1024):
+  --widths LIST         width of each block (default 32,64,64,128)
+  --blocks LIST         self or centroid per block (default self,centroid,self,centroid)
+  --downsample LIST     N/M of each block, used by centroid blocks (default 1,2,1,4)
+  --n-heads N           (default 4)
+  --ff-mult N           feed-forward width / block width (default 2)
+  --knn K               K of the KNN masks, 0 = every input (default 16)
+  --iterations T        centroid update steps T (default 1)
+  --fuse-dim N          the layer after concatenating every block (default 256)
+  --head LIST           the two hidden widths of the MLP head (default 128,64)
+  --dropout X           dropout of the MLP head (default 0: with a few hundred
+                        steps the paper's 0.5 slows learning down a lot)
+  --kmeans-iters N      Lloyd steps of the K-Means initialisation (default 3, the
+                        paper's)
+  --inits LIST          from fps, random, kmeans (default fps,random,kmeans)
+Training (AdamW, warmup + cosine, gradient clipping 1, cross-entropy):
+  --steps N             optimizer steps per model (default 300)
+  --batch-size N        (default 16)
+  --lr X                peak learning rate (default 2e-3)
+  --weight-decay X      (default 0.01)
+  --warmup N            (default 30)
+  --eval-every N        validation accuracy every N steps, 0 = never (default 100)
+  --log-every N         a train line every N steps (default 25)
+  --eval-batch-size N   (default 64)
+Runs:
+  --seed N              one seed (model initialisation, dropout, batch order,
+                        random sampling); shorthand for --seeds N (default 0)
+  --seeds LIST          several seeds: the summary gives mean and spread
+  --checkpoint-dir DIR  save each trained model there (<init>-seed<S>.safetensors)
+                        and reuse it on the next run with the same settings: a
+                        finished model is not retrained, an unfinished one resumes
+  --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
+  --device D            cpu | cuda
+  --config FILE         JSON object with any of the options above, '-' as '_'
+                        (lists as arrays: {"seeds": [0, 1], "inits": ["fps"]});
+                        the command line wins; unknown keys are errors
+  -h, --help            this text
+
+Exit status: 0 done, 1 failure (bad checkpoint, ...), 2 bad command line.
+)";
+
+const std::vector<std::string> kInits = {"fps", "random", "kmeans"};
+
+struct Config {
+  pc::ShapeDataConfig data;
+  std::vector<int64_t> widths = {32, 64, 64, 128};
+  std::vector<std::string> blocks = {"self", "centroid", "self", "centroid"};
+  std::vector<int64_t> downsample = {1, 2, 1, 4};
+  int64_t n_heads = 4, ff_mult = 2, knn = 16, iterations = 1, fuse_dim = 256, kmeans_iters = 3;
+  std::vector<int64_t> head = {128, 64};
+  double dropout = 0.0;
+  std::vector<std::string> inits = kInits;
+  cf::apps::TrainSettings train;
+  int64_t batch_size = 16, eval_batch_size = 64;
+  std::vector<int64_t> seeds = {0};
+  std::string device = "cpu";
+};
+
+cf::models::PointCloudOptions model_options(const Config& c, int64_t classes) {
+  cf::models::PointCloudOptions o;
+  o.num_classes = classes;
+  o.widths = c.widths;
+  o.blocks = c.blocks;
+  o.downsample.assign(c.downsample.begin(), c.downsample.end());
+  o.n_heads = c.n_heads;
+  o.ff_mult = c.ff_mult;
+  o.knn = c.knn;
+  o.iterations = c.iterations;
+  o.init = "fps";  // K-Means runs through kmeans_forward() below on the same modules
+  o.fuse_dim = c.fuse_dim;
+  o.head = c.head;
+  o.dropout = c.dropout;
+  return o;
+}
+
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  c.train.lr = 2e-3;
+  cf::apps::Options o;
+  o.add_int("points", &c.data.points, 1);
+  o.add_int("train_per_class", &c.data.train_per_class, 1);
+  o.add_int("val_per_class", &c.data.val_per_class, 0);
+  o.add_int("test_per_class", &c.data.test_per_class, 1);
+  o.add_number("noise", &c.data.noise);
+  o.add_number("scale_jitter", &c.data.scale_jitter);
+  o.add_int("data_seed", &c.data.data_seed, 0);
+  o.add_string("rotation", &c.data.rotation);
+  o.add_string("align", &c.data.align);
+  o.add_int_list("widths", &c.widths, 1);
+  o.add_string_list("blocks", &c.blocks);
+  o.add_int_list("downsample", &c.downsample, 1);
+  o.add_int("n_heads", &c.n_heads, 1);
+  o.add_int("ff_mult", &c.ff_mult, 1);
+  o.add_int("knn", &c.knn, 0);
+  o.add_int("iterations", &c.iterations, 1);
+  o.add_int("fuse_dim", &c.fuse_dim, 1);
+  o.add_int_list("head", &c.head, 1);
+  o.add_number("dropout", &c.dropout);
+  o.add_int("kmeans_iters", &c.kmeans_iters, 1);
+  o.add_string_list("inits", &c.inits);
+  cf::apps::add_train_options(o, c.train);
+  o.add_int("batch_size", &c.batch_size, 1);
+  o.add_int("eval_batch_size", &c.eval_batch_size, 1);
+  o.add_seeds(&c.seeds);
+  o.add_string("device", &c.device);
+  if (!o.parse(argc, argv)) return false;
+
+  for (size_t i = 0; i < c.inits.size(); ++i) {
+    if (std::find(kInits.begin(), kInits.end(), c.inits[i]) == kInits.end())
+      throw UsageError("--inits: unknown init '" + c.inits[i] + "' (expected fps, random or kmeans)");
+    if (std::find(c.inits.begin(), c.inits.begin() + long(i), c.inits[i]) != c.inits.begin() + long(i))
+      throw UsageError("--inits: '" + c.inits[i] + "' listed twice");
+  }
+  cf::apps::check_train_settings(c.train);
+  if (c.data.rotation != "so3" && c.data.rotation != "z" && c.data.rotation != "none")
+    throw UsageError("--rotation must be so3, z or none, got '" + c.data.rotation + "'");
+  if (c.data.align != "pca" && c.data.align != "none")
+    throw UsageError("--align must be pca or none, got '" + c.data.align + "'");
+  if (c.data.noise < 0) throw UsageError("--noise must be non-negative");
+  if (c.data.scale_jitter < 0 || c.data.scale_jitter >= 1) throw UsageError("--scale-jitter must be in [0, 1)");
+  if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
+  if (c.widths.size() != c.blocks.size() || c.downsample.size() != c.blocks.size())
+    throw UsageError("--widths, --blocks and --downsample need one entry per block, got " +
+                     std::to_string(c.widths.size()) + ", " + std::to_string(c.blocks.size()) + " and " +
+                     std::to_string(c.downsample.size()));
+  if (c.head.size() != 2) throw UsageError("--head needs two widths, got " + std::to_string(c.head.size()));
+  try {
+    model_options(c, 2).validate("cf-pointcloud");
+  } catch (const cf::ValueError& e) {
+    throw UsageError(e.what());
+  }
+  if (c.data.points < 8) throw UsageError("--points must be at least 8, got " + std::to_string(c.data.points));
+  // Every centroid block needs at least one centroid and, with KNN masks, at
+  // least K inputs.
+  int64_t n = c.data.points;
+  for (size_t i = 0; i < c.blocks.size(); ++i) {
+    if (c.blocks[i] != "centroid") continue;
+    if (c.knn > n)
+      throw UsageError("--points " + std::to_string(c.data.points) + " is too few: centroid block " +
+                       std::to_string(i + 1) + " gets " + std::to_string(n) + " points, fewer than --knn " +
+                       std::to_string(c.knn));
+    n = (n + c.downsample[i] - 1) / c.downsample[i];
+  }
+  return true;
+}
+
+// The K-Means arm: PointCloudClassifier::forward with the initialisation of each
+// centroid block replaced by K-Means in xyz (FPS seeds, then Lloyd steps: each
+// point joins its nearest centroid, each centroid moves to its points' mean, an
+// empty cluster keeps its centroid), as CentroidInit's "kmeans" does. The
+// centroid features are means of the block's input features (gradients reach
+// them); each centroid's xyz is its cluster's mean, used for the next block and
+// for the nearest-neighbour up-sampling.
+cf::Tensor segment_mean(const cf::Tensor& x, const cf::Tensor& assign, int64_t m, const cf::Tensor& fallback) {
+  const int64_t b = x.shape()[0], n = x.shape()[1], d = x.shape()[2];
+  std::vector<int64_t> seg = cf::contiguous(assign.cpu()).to_vector<int64_t>();
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t i = 0; i < n; ++i) seg[size_t(r * n + i)] += r * m;
+  cf::Tensor flat = cf::Tensor::from_vector(seg, {b * n}).to(x.device());
+  cf::Tensor sums = cf::index_add(cf::Tensor::zeros({b * m, d}, x.dtype(), x.device()), 0, flat, cf::reshape(x, {b * n, d}));
+  cf::Tensor counts = cf::index_add(cf::Tensor::zeros({b * m}, x.dtype(), x.device()), 0, flat,
+                                    cf::Tensor::ones({b * n}, x.dtype(), x.device()));
+  cf::Tensor means = sums / cf::unsqueeze(cf::clamp(counts, 1.0, INFINITY), 1);
+  means = cf::where(cf::unsqueeze(cf::eq(counts, 0.0), 1), cf::reshape(fallback, {b * m, d}), means);
+  return cf::reshape(means, {b, m, d});
+}
+
+cf::Tensor kmeans_forward(cf::models::PointCloudClassifier& model, const Config& c, const cf::Tensor& points) {
+  const double slope = 0.2;  // PointCloudOptions::negative_slope
+  const int64_t b = points.shape()[0], n = points.shape()[1];
+  cf::Tensor h = cf::leaky_relu(model.embed->forward(points), slope);
+  cf::Tensor xyz = points.detach();
+  std::vector<cf::Tensor> feats;
+  for (size_t i = 0; i < c.blocks.size(); ++i) {
+    if (model.width_proj[i]) h = model.width_proj[i]->forward(h);
+    if (model.self_blocks[i]) {
+      h = model.self_blocks[i]->forward(h);
+    } else {
+      auto& block = *model.centroid_blocks[i];
+      const int64_t cur = xyz.shape()[1], m = block.init->num_centroids(cur);
+      cf::Tensor idx = cf::nn::farthest_point_sampling(xyz, m);
+      cf::Tensor cen = cf::nn::gather_rows(xyz, idx);
+      cf::Tensor u = cf::nn::gather_rows(h, idx);
+      for (int64_t it = 0; it < c.kmeans_iters; ++it) {
+        cf::Tensor assign = cf::reshape(cf::nn::knn_indices(xyz, cen, 1), {b, cur});
+        u = segment_mean(h, assign, m, u);
+        cf::NoGradGuard ng;
+        cen = segment_mean(xyz, assign, m, cen);
+      }
+      u = block.attn->forward(h, u);
+      h = u + block.ff->forward(block.norm_ff ? block.norm_ff->forward(u) : u);
+      xyz = cen;
+    }
+    if (h.shape()[1] == n) {
+      feats.push_back(h);
+    } else {
+      cf::Tensor nn_idx = cf::reshape(cf::nn::knn_indices(points.detach(), xyz, 1), {b, n});
+      feats.push_back(cf::nn::gather_rows(h, nn_idx));
+    }
+  }
+  cf::Tensor f = cf::leaky_relu(model.fuse->forward(cf::cat(feats, 2)), slope);
+  cf::Tensor g = cf::cat({cf::amax(f, {1}), cf::mean(f, {1})}, 1);
+  const bool train = model.is_training();
+  g = cf::dropout(cf::leaky_relu(model.fc1->forward(g), slope), c.dropout, train);
+  g = cf::dropout(cf::leaky_relu(model.fc2->forward(g), slope), c.dropout, train);
+  return model.fc3->forward(g);
+}
+
+// Rows `idx` of a set as a (B, N, 3) tensor and their labels.
+std::pair<cf::Tensor, cf::Tensor> batch_of(const pc::ShapeSet& s, const std::vector<int64_t>& idx, int64_t points,
+                                           const cf::Device& dev) {
+  std::vector<float> x;
+  std::vector<int64_t> y;
+  x.reserve(idx.size() * size_t(points) * 3);
+  for (int64_t i : idx) {
+    x.insert(x.end(), s.xyz.begin() + i * points * 3, s.xyz.begin() + (i + 1) * points * 3);
+    y.push_back(s.labels[size_t(i)]);
+  }
+  const int64_t bsz = int64_t(idx.size());
+  return {cf::Tensor::from_vector(x, {bsz, points, 3}).to(dev), cf::Tensor::from_vector(y, {bsz}).to(dev)};
+}
+
+std::string fmt(double v, const char* f) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+struct InitResult {
+  std::vector<double> accuracy, train_s;
+  int64_t macs = 0, selection_macs = 0, params = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  cf::Device dev;
+  const int rc = cf::apps::parse_command_line("cf-pointcloud", kUsage, [&] {
+    if (!parse(argc, argv, cfg)) return false;
+    dev = cf::apps::parse_device(cfg.device);
+    return true;
+  });
+  if (rc >= 0) return rc;
+
+  try {
+    const auto t_start = std::chrono::steady_clock::now();
+    const pc::ShapeDataConfig& dc = cfg.data;
+    const int64_t classes = int64_t(pc::shape_names().size());
+    const pc::ShapeSet train = pc::make_shapes(dc, dc.train_per_class, 0);
+    const pc::ShapeSet val = pc::make_shapes(dc, dc.val_per_class, 1);
+    const pc::ShapeSet test = pc::make_shapes(dc, dc.test_per_class, 2);
+    const int64_t batches = train.count() / cfg.batch_size;
+    if (batches == 0)
+      throw cf::ValueError("[cf-pointcloud] the training set (" + std::to_string(train.count()) +
+                           " clouds) is smaller than one batch of " + std::to_string(cfg.batch_size));
+
+    const json data_sig = {{"points", dc.points},
+                           {"noise", dc.noise},
+                           {"scale_jitter", dc.scale_jitter},
+                           {"train_per_class", dc.train_per_class},
+                           {"data_seed", dc.data_seed},
+                           {"rotation", dc.rotation},
+                           {"align", dc.align},
+                           {"classes", pc::shape_names()}};
+    emit({{"event", "start"}, {"app", "cf-pointcloud"}, {"device", dev.str()}, {"seeds", cfg.seeds},
+          {"inits", cfg.inits}, {"points", dc.points}, {"steps", cfg.train.steps}});
+    emit({{"event", "data"}, {"classes", pc::shape_names()}, {"points", dc.points}, {"train", train.count()},
+          {"val", val.count()}, {"test", test.count()}, {"data_seed", dc.data_seed}, {"rotation", dc.rotation},
+          {"align", dc.align}});
+    if (!cfg.train.checkpoint_dir.empty())
+      cf::apps::make_dir(cfg.train.checkpoint_dir, "cf-pointcloud", "--checkpoint-dir");
+
+    const cf::models::PointCloudOptions mo = model_options(cfg, classes);
+    const json model_json = {{"widths", cfg.widths},       {"blocks", cfg.blocks},     {"downsample", cfg.downsample},
+                             {"n_heads", cfg.n_heads},     {"ff_mult", cfg.ff_mult},   {"knn", cfg.knn},
+                             {"iterations", cfg.iterations}, {"fuse_dim", cfg.fuse_dim}, {"head", cfg.head},
+                             {"dropout", cfg.dropout},     {"classes", classes}};
+
+    std::map<std::string, InitResult> results;
+    for (int64_t seed : cfg.seeds) {
+      for (const std::string& init : cfg.inits) {
+        // The same seed gives every init the same initial weights and batch order.
+        cf::manual_seed(uint64_t(seed));
+        cf::Generator gen{uint64_t(seed)};
+        // init "random" is the model's own; the others build it with "fps" (K-Means
+        // runs through kmeans_forward() on the same modules).
+        cf::models::PointCloudOptions mi = mo;
+        if (init == "random") mi.init = "random";
+        auto model = std::make_shared<cf::models::PointCloudClassifier>(mi, gen);
+        model->to(dev);
+        cf::Generator sampler{uint64_t(seed) * 7919u + 11u};  // random-sampling init during training
+        const bool kmeans = init == "kmeans";
+        auto forward = [&](const cf::Tensor& x, cf::Generator* s) {
+          if (kmeans) return kmeans_forward(*model, cfg, x);
+          return model->forward(x, init == "random" ? s : nullptr);
+        };
+
+        InitResult& res = results[init];
+        if (res.macs == 0) {
+          cf::nn::Cost cost = kmeans ? cf::nn::measure_cost(*model, [&] {
+            cf::Generator g(0);
+            return std::vector<cf::Tensor>{kmeans_forward(*model, cfg, cf::randn({1, dc.points, 3}, cf::kFloat32, g))};
+          })
+                                     : model->cost(1, dc.points);
+          res.macs = cost.macs;
+          res.selection_macs = cost.selection_macs;
+          res.params = cost.params;
+        }
+
+        // Batch order: a permutation of the training set per epoch, from the seed
+        // and the epoch alone, so a resumed run continues with the same batches.
+        auto batch_indices = [&](int64_t step) {
+          const int64_t epoch = (step - 1) / batches, pos = (step - 1) % batches;
+          std::vector<int64_t> perm(size_t(train.count()));
+          std::iota(perm.begin(), perm.end(), 0);
+          std::mt19937_64 rng(uint64_t(seed) * 1000003ull + uint64_t(epoch));
+          std::shuffle(perm.begin(), perm.end(), rng);
+          return std::vector<int64_t>(perm.begin() + pos * cfg.batch_size, perm.begin() + (pos + 1) * cfg.batch_size);
+        };
+        auto accuracy = [&](const pc::ShapeSet& s, uint64_t draw_seed) {
+          cf::NoGradGuard ng;
+          cf::Generator g{draw_seed};
+          int64_t correct = 0;
+          for (int64_t start = 0; start < s.count(); start += cfg.eval_batch_size) {
+            std::vector<int64_t> idx;
+            for (int64_t i = start; i < std::min(s.count(), start + cfg.eval_batch_size); ++i) idx.push_back(i);
+            auto [x, y] = batch_of(s, idx, dc.points, dev);
+            std::vector<int64_t> p = cf::argmax(forward(x, &g), -1).cpu().to_vector<int64_t>();
+            std::vector<int64_t> t = y.cpu().to_vector<int64_t>();
+            for (size_t i = 0; i < p.size(); ++i) correct += p[i] == t[i];
+          }
+          return s.count() ? double(correct) / double(s.count()) : 0.0;
+        };
+
+        cf::apps::TrainRun run;
+        run.app = "cf-pointcloud";
+        run.tags = {{"seed", seed}, {"run", init}};
+        run.signature = {{"model", model_json},      {"init", init},
+                         {"kmeans_iters", kmeans ? cfg.kmeans_iters : 0},
+                         {"seed", seed},             {"batch_size", cfg.batch_size},
+                         {"train", cf::apps::train_signature(cfg.train)},
+                         {"data", data_sig}};
+        if (!cfg.train.checkpoint_dir.empty())
+          run.checkpoint = cfg.train.checkpoint_dir + "/" + init + "-seed" + std::to_string(seed) + ".safetensors";
+        run.device = dev;
+        run.generators = {{"sampler", &sampler}};
+        cf::apps::TrainHooks hooks;
+        hooks.loss = [&](int64_t step, double* task) {
+          auto [x, y] = batch_of(train, batch_indices(step), dc.points, dev);
+          cf::Tensor loss = cf::cross_entropy(forward(x, &sampler), y);
+          *task = loss.item();
+          return loss;
+        };
+        if (val.count() > 0) hooks.evaluate = [&] { return accuracy(val, uint64_t(seed) + 777); };
+        const cf::apps::TrainResult tr = cf::apps::train_model(*model, cfg.train, run, hooks);
+        model->eval();
+        const double acc = accuracy(test, uint64_t(seed) + 999);
+        res.accuracy.push_back(acc);
+        json line = {{"event", "result"}, {"seed", seed}, {"run", init}, {"test_accuracy", acc},
+                     {"macs", res.macs}, {"trained", tr.trained}};
+        if (tr.trained) {
+          res.train_s.push_back(tr.time_s);
+          line["train_s"] = tr.time_s;
+          line["train_peak_bytes"] = tr.peak_bytes;
+        }
+        emit(line);
+      }
+    }
+
+    // ---- summary: JSON and Markdown
+    std::ostringstream md;
+    json table = json::object();
+    md << "\nCentroid initialisations (Table 3 analogue): test accuracy (%, mean ± sample std over "
+       << cfg.seeds.size() << " seed(s)), forward MACs per cloud of " << dc.points
+       << " points (M; the initialisation's selection MACs in brackets), parameters, training time (s) of "
+       << cfg.train.steps << " steps\n\n| init | accuracy | MACs (M) | params | train time |\n|---|---|---|---|---|\n";
+    for (const std::string& init : cfg.inits) {
+      const InitResult& r = results[init];
+      const Stats acc = stats_of(r.accuracy), ts = stats_of(r.train_s);
+      table[init] = {{"accuracy_mean", acc.mean},         {"accuracy_std", acc.std},
+                     {"accuracy", r.accuracy},            {"macs", r.macs},
+                     {"selection_macs", r.selection_macs}, {"params", r.params},
+                     {"train_s_mean", ts.mean}};
+      md << "| " << (init == "fps" ? "FPS" : init == "kmeans" ? "K-Means" : "random") << " | " << fmt_pct(acc)
+         << " | " << fmt(double(r.macs) / 1e6, "%.2f") << " (" << fmt(double(r.selection_macs) / 1e6, "%.3f")
+         << ") | " << r.params << " | " << fmt(ts.mean, "%.1f") << " |\n";
+    }
+    emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", classes}, {"points", dc.points},
+          {"train_size", train.count()}, {"test_size", test.count()}, {"table", table},
+          {"total_time_s", seconds_since(t_start)}});
+    std::cerr << md.str() << std::flush;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "cf-pointcloud: " << e.what() << "\n";
+    return 1;
+  }
+}
