@@ -96,6 +96,8 @@ Models:
 Training (AdamW, warmup + cosine, gradient clipping 1):
   --steps N (300) --batch-size N (16) --lr X (2e-3) --weight-decay X (0.01)
   --warmup N (30) --eval-every N (100) --log-every N (25)
+Parts:
+  --lm B                true | false: the language models (default true)
 Retrieval task:
   --retrieval B         true | false (default true)
   --retrieval-len N     sequence length (default 64); the models there have 3
@@ -131,7 +133,7 @@ struct Config {
   int64_t memory_size = 20000, update_every = 50, kmeans_iters = 10, lsh_buckets = 16, lsh_hashes = 2, k = 0;
   double mu = 1e-3, nu = 1e-3;
   cf::apps::TrainSettings train;
-  bool retrieval = true;
+  bool lm = true, retrieval = true;
   int64_t retrieval_len = 64, retrieval_steps = 400;
   std::vector<int64_t> seeds = {0};
   std::string device = "cpu";
@@ -166,6 +168,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_number("mu", &c.mu);
   o.add_number("nu", &c.nu);
   cf::apps::add_train_options(o, c.train);
+  o.add_bool("lm", &c.lm);
   o.add_bool("retrieval", &c.retrieval);
   o.add_int("retrieval_len", &c.retrieval_len, 16);
   o.add_int("retrieval_steps", &c.retrieval_steps, 1);
@@ -194,6 +197,7 @@ bool parse(int argc, char** argv, Config& c) {
                        std::to_string(c.n_layers) + ")");
   if (c.cluster_layers.empty()) throw UsageError("--cluster-layers must name at least one layer");
   if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
+  if (!c.lm && !c.retrieval) throw UsageError("--lm false and --retrieval false leave nothing to run");
   if (c.mu < 0 || c.nu < 0) throw UsageError("--mu and --nu must be non-negative");
   cf::apps::check_train_settings(c.train);
   return true;
@@ -442,7 +446,7 @@ int main(int argc, char** argv) {
 
     std::map<std::string, std::vector<double>> val_bpc, test_bpc, train_s, peak_mib, retrieval_acc;
     for (int64_t seed : cfg.seeds) {
-      for (auto& [kind, clusters] : runs) {
+      for (auto& [kind, clusters] : (cfg.lm ? runs : decltype(runs){})) {
         const std::string name = model_name(kind, clusters);
         cf::manual_seed(uint64_t(seed));
         cf::Generator gen{uint64_t(seed)}, data_gen{uint64_t(seed) * 7919u + 1};
@@ -541,10 +545,10 @@ int main(int argc, char** argv) {
     // ---- summary
     json table = json::object(), retrieval = json::object();
     std::ostringstream md;
-    md << "\nCharacter-level LM on fortunes: bits per character (mean ± sample std over " << cfg.seeds.size()
+    if (cfg.lm) md << "\nCharacter-level LM on fortunes: bits per character (mean ± sample std over " << cfg.seeds.size()
        << " seed(s)), training time (s) and peak training memory (MiB) of " << cfg.train.steps << " steps\n\n"
        << "| model | val bpc | test bpc | train time | peak memory |\n|---|---|---|---|---|\n";
-    for (const std::string& name : names) {
+    for (const std::string& name : (cfg.lm ? names : std::vector<std::string>{})) {
       table[name] = {{"val_bpc_mean", stats_of(val_bpc[name]).mean}, {"test_bpc_mean", stats_of(test_bpc[name]).mean},
                      {"test_bpc_std", stats_of(test_bpc[name]).std}, {"test_bpc", test_bpc[name]},
                      {"train_s_mean", stats_of(train_s[name]).mean}, {"train_peak_mib_mean", stats_of(peak_mib[name]).mean}};
