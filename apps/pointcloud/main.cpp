@@ -232,7 +232,8 @@ cf::Tensor segment_mean(const cf::Tensor& x, const cf::Tensor& assign, int64_t m
   for (int64_t r = 0; r < b; ++r)
     for (int64_t i = 0; i < n; ++i) seg[size_t(r * n + i)] += r * m;
   cf::Tensor flat = cf::Tensor::from_vector(seg, {b * n}).to(x.device());
-  cf::Tensor sums = cf::index_add(cf::Tensor::zeros({b * m, d}, x.dtype(), x.device()), 0, flat, cf::reshape(x, {b * n, d}));
+  cf::Tensor sums =
+      cf::index_add(cf::Tensor::zeros({b * m, d}, x.dtype(), x.device()), 0, flat, cf::reshape(x, {b * n, d}));
   cf::Tensor counts = cf::index_add(cf::Tensor::zeros({b * m}, x.dtype(), x.device()), 0, flat,
                                     cf::Tensor::ones({b * n}, x.dtype(), x.device()));
   cf::Tensor means = sums / cf::unsqueeze(cf::clamp(counts, 1.0, INFINITY), 1);
@@ -448,7 +449,8 @@ int main(int argc, char** argv) {
     json table = json::object();
     md << "\nCentroid initialisations (Table 3 analogue): test accuracy (%, mean ± sample std over "
        << cfg.seeds.size() << " seed(s)), forward MACs per cloud of " << dc.points
-       << " points (M; the initialisation's selection MACs in brackets), parameters, training time (s) of "
+       << " points (M; in brackets the selection part: FPS / K-Means distances, KNN masks, up-sampling), "
+       << "parameters, training time (s) of "
        << cfg.train.steps << " steps\n\n| init | accuracy | MACs (M) | params | train time |\n|---|---|---|---|---|\n";
     for (const std::string& init : cfg.inits) {
       const InitResult& r = results[init];

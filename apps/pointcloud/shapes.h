@@ -98,7 +98,7 @@ class ShapeSampler {
       v = 1 - v;
     }
     Vec3 p;
-    for (int i = 0; i < 3; ++i) p[size_t(i)] = a[size_t(i)] + u * (b[size_t(i)] - a[size_t(i)]) + v * (c[size_t(i)] - a[size_t(i)]);
+    for (size_t i = 0; i < 3; ++i) p[i] = a[i] + u * (b[i] - a[i]) + v * (c[i] - a[i]);
     return p;
   }
   // Side (lateral) surface of a z-aligned cylinder of radius r, z in [z0, z1].
