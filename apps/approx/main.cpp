@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   });
   if (rc >= 0) return rc;
 
-  try {
+  return cf::apps::run_app("cf-approx", [&] {
     const auto t_start = std::chrono::steady_clock::now();
     const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-approx");
     const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
@@ -414,8 +414,5 @@ int main(int argc, char** argv) {
           {"peak_bytes", cf::memory_stats(dev).peak_bytes}});
     std::cerr << md.str() << std::flush;
     return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "cf-approx: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

@@ -209,4 +209,16 @@ int parse_command_line(const std::string& app, const std::string& usage, Parse&&
   }
 }
 
+// The rest of every app's main(): runs `body` (which returns the exit status);
+// an exception becomes "<app>: <message>" on stderr and exit status 1.
+template <class Body>
+int run_app(const std::string& app, Body&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::cerr << app << ": " << e.what() << "\n";
+    return 1;
+  }
+}
+
 }  // namespace cf::apps

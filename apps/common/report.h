@@ -50,6 +50,13 @@ inline std::string fmt_pct(const Stats& s) {
   return buf;
 }
 
+// One number through a printf format ("%.2f").
+inline std::string fmt(double v, const char* format) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
 inline bool file_exists(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0;

@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   });
   if (rc >= 0) return rc;
 
-  try {
+  return cf::apps::run_app("cf-demo", [&] {
     const double pi = 3.14159265358979323846;
     cf::Generator gen(uint64_t(cfg.seed));
     const int64_t N = cfg.samples, H = cfg.hidden;
@@ -149,8 +149,5 @@ int main(int argc, char** argv) {
                      .dump()
               << std::endl;
     return learned ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::cerr << "cf-demo: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

@@ -224,14 +224,9 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-std::string fmt(const char* f, double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, x);
-  return buf;
-}
 
 // A CSV number: empty when not measured.
-std::string csv_num(double x, const char* f = "%.6g") { return std::isfinite(x) ? fmt(f, x) : ""; }
+std::string csv_num(double x, const char* f = "%.6g") { return std::isfinite(x) ? cf::apps::fmt(x, f) : ""; }
 
 std::string csv_text(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -395,7 +390,7 @@ int run(const Config& cfg) {
           for (int k = 0; k < 2; ++k)
             if (need[k] > max_gib)
               s.rows[k].note = std::string(k == 0 ? "training" : "inference") + " needs about " +
-                               fmt("%.2f", need[k]) + " GiB of attention scores > --max-gib " + fmt("%.2f", max_gib);
+                               cf::apps::fmt(need[k], "%.2f") + " GiB of attention scores > --max-gib " + cf::apps::fmt(max_gib, "%.2f");
         }
         try {
           if (s.rows[0].note.empty() || s.rows[1].note.empty()) {
@@ -560,7 +555,7 @@ int run(const Config& cfg) {
       for (const std::string& v : cfg.variants) {
         const Agg& a = agg[v][n][k % 2 == 0 ? "train" : "infer"];
         double x = k < 2 ? mean_or_nan(a.time) : mean_or_nan(a.peak) / double(1 << 20);
-        pcsv << "," << (std::isfinite(x) ? fmt("%.6g", x) : std::string("NaN"));
+        pcsv << "," << (std::isfinite(x) ? cf::apps::fmt(x, "%.6g") : std::string("NaN"));
       }
     pcsv << "\n";
   }
@@ -626,11 +621,11 @@ int run(const Config& cfg) {
         const Agg& a = agg[v][n][mode];
         std::string cell = "skipped";
         if (!a.time.empty()) {
-          if (v == "full") cell = fmt("%.3g s", cf::apps::stats_of(a.time).mean);
+          if (v == "full") cell = cf::apps::fmt(cf::apps::stats_of(a.time).mean, "%.3g s");
           else if (!a.time_ratio.empty()) {
             const cf::apps::Stats s = cf::apps::stats_of(a.time_ratio);
-            cell = fmt("%.2f", s.mean) + (s.n > 1 ? fmt(" ± %.2f", s.std) : "");
-          } else cell = fmt("%.3g s", cf::apps::stats_of(a.time).mean);
+            cell = cf::apps::fmt(s.mean, "%.2f") + (s.n > 1 ? cf::apps::fmt(s.std, " ± %.2f") : "");
+          } else cell = cf::apps::fmt(cf::apps::stats_of(a.time).mean, "%.3g s");
         }
         md << " " << cell << " |";
       }
@@ -643,11 +638,11 @@ int run(const Config& cfg) {
         const Agg& a = agg[v][n][mode];
         std::string cell = "skipped";
         if (!a.peak.empty()) {
-          if (v == "full") cell = fmt("%.1f MiB", mean_or_nan(a.peak) / double(1 << 20));
+          if (v == "full") cell = cf::apps::fmt(mean_or_nan(a.peak) / double(1 << 20), "%.1f MiB");
           else if (!a.peak_ratio.empty()) {
             const cf::apps::Stats s = cf::apps::stats_of(a.peak_ratio);
-            cell = fmt("%.2f", s.mean) + (s.n > 1 ? fmt(" ± %.2f", s.std) : "");
-          } else cell = fmt("%.1f MiB", mean_or_nan(a.peak) / double(1 << 20));
+            cell = cf::apps::fmt(s.mean, "%.2f") + (s.n > 1 ? cf::apps::fmt(s.std, " ± %.2f") : "");
+          } else cell = cf::apps::fmt(mean_or_nan(a.peak) / double(1 << 20), "%.1f MiB");
         }
         md << " " << cell << " |";
       }
@@ -679,26 +674,16 @@ int run(const Config& cfg) {
 
 int main(int argc, char** argv) {
   Config cfg;
-  try {
-    if (!parse_config(argc, argv, cfg)) {
-      std::string usage = kUsage;
-      const std::string key = "__VARIANTS__";
-      usage.replace(usage.find(key), key.size(), join(cf::nn::attention_types(), ", "));
-      std::cout << usage;
-      return 0;
-    }
+  std::string usage = kUsage;
+  const std::string key = "__VARIANTS__";
+  usage.replace(usage.find(key), key.size(), join(cf::nn::attention_types(), ", "));
+  const int rc = cf::apps::parse_command_line("cf-efficiency", usage, [&] {
+    if (!parse_config(argc, argv, cfg)) return false;
     cf::apps::parse_device(cfg.device);  // a bad device is a usage error (exit 2)
-  } catch (const UsageError& e) {
-    std::cerr << "cf-efficiency: " << e.what() << "\n(run 'cf-efficiency --help' for usage)\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "cf-efficiency: " << e.what() << "\n";
-    return 1;
-  }
-  try {
+    return true;
+  });
+  if (rc >= 0) return rc;
+  return cf::apps::run_app("cf-efficiency", [&] {
     return run(cfg);
-  } catch (const std::exception& e) {
-    std::cerr << "cf-efficiency: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
   });
   if (rc >= 0) return rc;
 
-  try {
+  return cf::apps::run_app("cf-kmeans", [&] {
     const bool demo = cfg.input.empty();
     auto t0 = std::chrono::steady_clock::now();
     cf::Tensor x, truth;
@@ -276,8 +276,5 @@ int main(int argc, char** argv) {
     if (demo) summary["recovered_planted_clusters"] = ari > 0.99;
     std::cout << summary.dump() << std::endl;
     return demo && !(ari > 0.99) ? 1 : 0;
-  } catch (const std::exception& e) {
-    std::cerr << "cf-kmeans: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

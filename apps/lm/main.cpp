@@ -36,6 +36,7 @@
 
 using json = nlohmann::ordered_json;
 using cf::apps::emit;
+using cf::apps::fmt;
 using cf::apps::seconds_since;
 using cf::apps::Stats;
 using cf::apps::stats_of;
@@ -401,12 +402,6 @@ void retrieval_batch(cf::Generator& g, int64_t b, int64_t n, cf::Tensor& ids, cf
   targets = cf::Tensor::from_vector(t, {b, n});
 }
 
-std::string fmt(double v, const char* f) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 std::string fmt_stats(const std::vector<double>& v, const char* f) {
   Stats s = stats_of(v);
   return v.size() > 1 ? fmt(s.mean, f) + " ± " + fmt(s.std, f) : fmt(s.mean, f);
@@ -424,7 +419,7 @@ int main(int argc, char** argv) {
   });
   if (rc >= 0) return rc;
 
-  try {
+  return cf::apps::run_app("cf-lm", [&] {
     const auto t_start = std::chrono::steady_clock::now();
     const Corpus corpus = load_corpus(cfg);
     // The models: one per kind, cluster-former once per cluster count.
@@ -569,8 +564,5 @@ int main(int argc, char** argv) {
           {"total_time_s", seconds_since(t_start)}});
     std::cerr << md.str() << std::flush;
     return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "cf-lm: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

@@ -502,18 +502,14 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
 int main(int argc, char** argv) {
   Config cfg;
   cf::Device dev;
-  try {
-    if (!parse(argc, argv, cfg)) {
-      std::cout << kUsage;
-      return 0;
-    }
+  const int rc = cf::apps::parse_command_line("cf-neural-cluster", kUsage, [&] {
+    if (!parse(argc, argv, cfg)) return false;
     dev = cf::apps::parse_device(cfg.device);
-  } catch (const UsageError& e) {
-    std::cerr << "cf-neural-cluster: " << e.what() << "\n(run 'cf-neural-cluster --help' for usage)\n";
-    return 2;
-  }
+    return true;
+  });
+  if (rc >= 0) return rc;
 
-  try {
+  return cf::apps::run_app("cf-neural-cluster", [&] {
     const auto t_start = std::chrono::steady_clock::now();
     if (!cfg.checkpoint_dir.empty()) cf::apps::make_dir(cfg.checkpoint_dir, "cf-neural-cluster", "--checkpoint-dir");
     Data data = load_data(cfg);
@@ -649,8 +645,5 @@ int main(int argc, char** argv) {
                     {"peak_bytes", cf::memory_stats().peak_bytes}});
     std::cerr << md.str() << std::flush;
     return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "cf-neural-cluster: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

@@ -30,6 +30,7 @@
 
 using json = nlohmann::ordered_json;
 using cf::apps::emit;
+using cf::apps::fmt;
 using cf::apps::fmt_pct;
 using cf::apps::seconds_since;
 using cf::apps::Stats;
@@ -296,12 +297,6 @@ std::pair<cf::Tensor, cf::Tensor> batch_of(const pc::ShapeSet& s, const std::vec
   return {cf::Tensor::from_vector(x, {bsz, points, 3}).to(dev), cf::Tensor::from_vector(y, {bsz}).to(dev)};
 }
 
-std::string fmt(double v, const char* f) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 struct InitResult {
   std::vector<double> accuracy, train_s;
   int64_t macs = 0, selection_macs = 0, params = 0;
@@ -319,7 +314,7 @@ int main(int argc, char** argv) {
   });
   if (rc >= 0) return rc;
 
-  try {
+  return cf::apps::run_app("cf-pointcloud", [&] {
     const auto t_start = std::chrono::steady_clock::now();
     const pc::ShapeDataConfig& dc = cfg.data;
     const int64_t classes = int64_t(pc::shape_names().size());
@@ -468,8 +463,5 @@ int main(int argc, char** argv) {
           {"total_time_s", seconds_since(t_start)}});
     std::cerr << md.str() << std::flush;
     return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "cf-pointcloud: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

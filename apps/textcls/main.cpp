@@ -29,6 +29,7 @@
 
 using json = nlohmann::ordered_json;
 using cf::apps::emit;
+using cf::apps::fmt;
 using cf::apps::fmt_pct;
 using cf::apps::seconds_since;
 using cf::apps::Stats;
@@ -240,12 +241,6 @@ struct ArmResult {
   std::vector<double> accuracy, train_s, infer_s, peak_mib;
 };
 
-std::string fmt(double v, const char* f) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -258,7 +253,7 @@ int main(int argc, char** argv) {
   });
   if (rc >= 0) return rc;
 
-  try {
+  return cf::apps::run_app("cf-textcls", [&] {
     const auto t_start = std::chrono::steady_clock::now();
     const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-textcls");
     const cf::apps::ClassifierTrainConfig& tc = cfg.train;
@@ -425,8 +420,5 @@ int main(int argc, char** argv) {
           {"ablation", ablation_json}, {"k_sweep", sweep_json}, {"total_time_s", seconds_since(t_start)}});
     std::cerr << md.str() << std::flush;
     return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "cf-textcls: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

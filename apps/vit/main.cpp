@@ -30,6 +30,7 @@
 
 using json = nlohmann::ordered_json;
 using cf::apps::emit;
+using cf::apps::fmt;
 using cf::apps::fmt_pct;
 using cf::apps::seconds_since;
 using cf::apps::Stats;
@@ -233,12 +234,6 @@ struct VariantResult {
   std::vector<double> accuracy, train_s, train_cpu_s, peak_mib, infer_s;
 };
 
-std::string fmt(double v, const char* f) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -251,7 +246,7 @@ int main(int argc, char** argv) {
   });
   if (rc >= 0) return rc;
 
-  try {
+  return cf::apps::run_app("cf-vit", [&] {
     const auto t_start = std::chrono::steady_clock::now();
     const cf::apps::TrainSettings& tc = cfg.train;
 
@@ -408,8 +403,5 @@ int main(int argc, char** argv) {
           {"steps", tc.steps}, {"table", table}, {"total_time_s", seconds_since(t_start)}});
     std::cerr << md.str() << std::flush;
     return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "cf-vit: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }
