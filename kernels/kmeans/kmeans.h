@@ -1,10 +1,11 @@
 #pragma once
 // K-Means kernels: the assignment step, the update step (segment sums) and the
-// k-means++ distance update, each on contiguous CPU tensors with the CUDA arm to
-// come with the CUDA backend (CF_DEVICE_DISPATCH). nn/clustering/kmeans.cpp owns
+// k-means++ distance update, each on contiguous tensors of one device, with a CPU
+// arm (kmeans_cpu.cpp) and a CUDA arm (kmeans_cuda.cu). nn/clustering/kmeans.cpp owns
 // validation, initialisation, empty-cluster re-seeding and the iteration loop.
 #include "core/tensor.h"
 #include "core/error.h"
+#include "kernels/common/dispatch.h"
 
 namespace cf::kernels {
 
@@ -57,43 +58,53 @@ void kmeans_elkan_assign_cpu(const Tensor& x, const Tensor& c, const Tensor& c_p
                              bool cosine, const Tensor& lower, const Tensor& upper,
                              const Tensor& scratch, const Tensor& labels, const Tensor& dist);
 
-// Device dispatch. The CUDA arms (a GEMM + row-argmin kernel, a sort-by-label +
-// segmented reduction, a fused distance-min) come with the CUDA backend; until then
-// a CUDA tensor is a clear error even in a CUDA build.
-#define CF_KMEANS_DISPATCH(OP, device, cpu_call)                                              \
-  do {                                                                                        \
-    if ((device).is_cuda())                                                                   \
-      throw ::cf::NotImplementedError(::cf::str("[", OP, "] has no CUDA implementation yet")); \
-    cpu_call;                                                                                 \
-  } while (0)
+#ifdef CF_WITH_CUDA
+void kmeans_assign_cuda(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
+                        const Tensor& workspace, const Tensor& labels, const Tensor& dist);
+void kmeans_update_cuda(const Tensor& x, const Tensor& labels, const Tensor& order,
+                        const Tensor& counts, const Tensor& sums);
+void kmeans_pp_update_cuda(const Tensor& x, int64_t center, const Tensor& dist);
+// The CUDA arm ranks the candidates by direct distances (xnorm and workspace unused).
+void kmeans_pp_potentials_cuda(const Tensor& x, const Tensor& xnorm, const Tensor& dist,
+                               const Tensor& cand, const Tensor& workspace, const Tensor& potential);
+void kmeans_row_sqnorms_cuda(const Tensor& x, const Tensor& out);
+#endif
 
+// Device dispatch: every tensor argument on x's device (nn/clustering/kmeans.cpp
+// allocates them there).
 inline void kmeans_assign(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
                           const Tensor& workspace, const Tensor& labels, const Tensor& dist) {
-  CF_KMEANS_DISPATCH("kmeans_assign", x.device(),
-                     kmeans_assign_cpu(x, c, cosine, block_rows, workspace, labels, dist));
+  CF_DEVICE_DISPATCH("kmeans_assign", x.device(),
+                     kmeans_assign_cpu(x, c, cosine, block_rows, workspace, labels, dist),
+                     kmeans_assign_cuda(x, c, cosine, block_rows, workspace, labels, dist));
 }
 inline void kmeans_update(const Tensor& x, const Tensor& labels, const Tensor& order,
                           const Tensor& counts, const Tensor& sums) {
-  CF_KMEANS_DISPATCH("kmeans_update", x.device(), kmeans_update_cpu(x, labels, order, counts, sums));
+  CF_DEVICE_DISPATCH("kmeans_update", x.device(), kmeans_update_cpu(x, labels, order, counts, sums),
+                     kmeans_update_cuda(x, labels, order, counts, sums));
 }
 inline void kmeans_pp_update(const Tensor& x, int64_t center, const Tensor& dist) {
-  CF_KMEANS_DISPATCH("kmeans_pp_update", x.device(), kmeans_pp_update_cpu(x, center, dist));
+  CF_DEVICE_DISPATCH("kmeans_pp_update", x.device(), kmeans_pp_update_cpu(x, center, dist),
+                     kmeans_pp_update_cuda(x, center, dist));
 }
 inline void kmeans_pp_potentials(const Tensor& x, const Tensor& xnorm, const Tensor& dist,
                                  const Tensor& cand, const Tensor& workspace, const Tensor& potential) {
-  CF_KMEANS_DISPATCH("kmeans_pp_potentials", x.device(),
-                     kmeans_pp_potentials_cpu(x, xnorm, dist, cand, workspace, potential));
+  CF_DEVICE_DISPATCH("kmeans_pp_potentials", x.device(),
+                     kmeans_pp_potentials_cpu(x, xnorm, dist, cand, workspace, potential),
+                     kmeans_pp_potentials_cuda(x, xnorm, dist, cand, workspace, potential));
 }
 inline void kmeans_row_sqnorms(const Tensor& x, const Tensor& out) {
-  CF_KMEANS_DISPATCH("kmeans_row_sqnorms", x.device(), kmeans_row_sqnorms_cpu(x, out));
+  CF_DEVICE_DISPATCH("kmeans_row_sqnorms", x.device(), kmeans_row_sqnorms_cpu(x, out),
+                     kmeans_row_sqnorms_cuda(x, out));
 }
+// Elkan's bounds are a CPU speed-up with no CUDA arm: on CUDA the loop in
+// nn/clustering/kmeans.cpp runs the GEMM assignment, which gives the same clustering.
 inline void kmeans_elkan_assign(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,
                                 bool cosine, const Tensor& lower, const Tensor& upper,
                                 const Tensor& scratch, const Tensor& labels, const Tensor& dist) {
-  CF_KMEANS_DISPATCH("kmeans_elkan_assign", x.device(),
-                     kmeans_elkan_assign_cpu(x, c, c_prev, first, cosine, lower, upper, scratch,
-                                             labels, dist));
+  CF_CHECK(x.device().is_cpu(), NotImplementedError,
+           "[kmeans_elkan_assign] runs on the CPU only; x is ", x.describe());
+  kmeans_elkan_assign_cpu(x, c, c_prev, first, cosine, lower, upper, scratch, labels, dist);
 }
-#undef CF_KMEANS_DISPATCH
 
 }  // namespace cf::kernels

@@ -8,6 +8,8 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "core/cuda.h"
 #include "core/rng.h"
 #include "kernels/kmeans/kmeans.h"
 
@@ -18,8 +20,6 @@ namespace {
 // Rank, dtype, device and emptiness of a data matrix; `what` names it in messages.
 void check_matrix(const Tensor& t, const char* op, const char* what) {
   CF_CHECK(t.defined(), ValueError, "[", op, "] ", what, " is an undefined tensor");
-  CF_CHECK(t.device().is_cpu(), DeviceError, "[", op, "] ", what, " is ", t.describe(),
-           "; K-Means runs on the CPU only (its kernels have no CUDA arm yet): move it with .cpu()");
   CF_CHECK(t.dim() == 2, ShapeError, "[", op, "] ", what, " must be a matrix (N, d), got ",
            t.describe());
   CF_CHECK(is_floating(t.dtype()), DTypeError, "[", op, "] ", what,
@@ -28,22 +28,24 @@ void check_matrix(const Tensor& t, const char* op, const char* what) {
            t.describe());
 }
 
-// The first NaN/Inf of a contiguous float matrix is an error naming its position.
+// The first NaN/Inf of a contiguous host float matrix is an error naming its
+// position; `desc` describes the caller's tensor (its device, not the host copy's).
 template <typename T>
-void check_finite_typed(const Tensor& t, const char* op, const char* what) {
+void check_finite_typed(const Tensor& t, const char* op, const char* what, const std::string& desc) {
   const T* p = t.data<T>();
   const int64_t n = t.numel(), d = t.size(1);
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(p[i]))
-      throw ValueError(str("[", op, "] ", what, " ", t.describe(), " has a non-finite value (",
+      throw ValueError(str("[", op, "] ", what, " ", desc, " has a non-finite value (",
                            double(p[i]), ") at row ", i / d, ", column ", i % d));
 }
-void check_finite(const Tensor& t, const char* op, const char* what) {
-  CF_DISPATCH_FLOAT(t.dtype(), op, check_finite_typed<scalar_t>(t, op, what));
+void check_finite(const Tensor& t, const char* op, const char* what, const std::string& desc) {
+  CF_DISPATCH_FLOAT(t.dtype(), op, check_finite_typed<scalar_t>(t, op, what, desc));
 }
 
 template <typename T>
-void normalize_rows_typed(const Tensor& src, const Tensor& dst, const char* op, const char* what) {
+void normalize_rows_typed(const Tensor& src, const Tensor& dst, const char* op, const char* what,
+                          const std::string& desc) {
   const int64_t n = src.size(0), d = src.size(1);
   const T* s = src.data<T>();
   T* o = dst.data<T>();
@@ -51,22 +53,50 @@ void normalize_rows_typed(const Tensor& src, const Tensor& dst, const char* op, 
     double nn = 0;
     for (int64_t t = 0; t < d; ++t) nn += double(s[i * d + t]) * double(s[i * d + t]);
     CF_CHECK(nn > 0, ValueError, "[", op, "] cosine metric: row ", i, " of ", what, " ",
-             src.describe(), " has zero norm (no direction)");
+             desc, " has zero norm (no direction)");
     const double inv = 1.0 / std::sqrt(nn);
     for (int64_t t = 0; t < d; ++t) o[i * d + t] = T(double(s[i * d + t]) * inv);
   }
 }
 
-// The data as the loop reads it: contiguous (no copy when it already is), checked
-// finite; for cosine a copy with unit rows.
+// The data as the loop reads it, on its own device: contiguous (no copy when it
+// already is), checked finite; for cosine a copy with unit rows. Device data is
+// checked (and normalised) on a host copy, once per call.
 Tensor prepare(const Tensor& t, KMeansMetric metric, const char* op, const char* what) {
   Tensor c = contiguous(t.detach());
-  check_finite(c, op, what);
+  const Tensor host = c.cpu();
+  check_finite(host, op, what, c.describe());
   if (metric == KMeansMetric::l2) return c;
-  Tensor out = Tensor::empty(c.shape(), c.dtype());
-  CF_DISPATCH_FLOAT(c.dtype(), op, normalize_rows_typed<scalar_t>(c, out, op, what));
-  return out;
+  Tensor out = Tensor::empty(host.shape(), host.dtype());
+  CF_DISPATCH_FLOAT(host.dtype(), op, normalize_rows_typed<scalar_t>(host, out, op, what, c.describe()));
+  return out.to(c.device());
 }
+
+// A buffer that the loop's host code reads or writes and the kernels use on the
+// data's device: one tensor on the CPU; on CUDA a device tensor and a host copy,
+// synchronised where the loop needs it (pull: device to host, push: back).
+struct Mirrored {
+  Tensor dev, host;
+  Mirrored() = default;
+  Mirrored(const Shape& shape, DType dtype, Device device)
+      : dev(Tensor::empty(shape, dtype, device)),
+        host(device.is_cpu() ? dev : Tensor::empty(shape, dtype)) {}
+  // Wraps an existing tensor (centroids passed in) the same way.
+  static Mirrored of(const Tensor& t) {
+    Mirrored m;
+    m.dev = t;
+    m.host = t.device().is_cpu() ? t : t.cpu();
+    return m;
+  }
+  void pull() {
+    if (!host.is_same(dev))
+      copy_bytes(host.raw_data(), host.device(), dev.raw_data(), dev.device(), dev.nbytes(), "kmeans");
+  }
+  void push() {
+    if (!host.is_same(dev))
+      copy_bytes(dev.raw_data(), dev.device(), host.raw_data(), host.device(), dev.nbytes(), "kmeans");
+  }
+};
 
 void check_options(const KMeansOptions& o, int64_t n, const Tensor& x, const char* op) {
   CF_CHECK(o.k >= 1, ValueError, "[", op, "] k must be at least 1, got ", o.k);
@@ -89,6 +119,8 @@ int64_t uniform_index(uint64_t seed, uint64_t counter, int64_t n) {
 }
 
 Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& idx) {
+  if (!x.device().is_cpu())
+    return index_select(x, 0, Tensor::from_vector<int64_t>(idx, {int64_t(idx.size())}, x.device()));
   const int64_t d = x.size(1);
   Tensor out = Tensor::empty({int64_t(idx.size()), d}, x.dtype());
   const size_t row_bytes = size_t(d) * dtype_size(x.dtype());
@@ -121,18 +153,21 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
   // puts two of the first centres in one well-separated cluster now and then
   // (about 1 seed in 20 on three planted blobs), a local minimum Lloyd cannot leave.
   const int64_t trials = 2 + int64_t(std::log(double(k)));
-  Tensor dist = Tensor::full({n}, HUGE_VAL, kFloat64);
-  Tensor cand = Tensor::empty({trials}, kInt64), pot = Tensor::empty({trials}, kFloat64);
-  Tensor xnorm = Tensor::empty({n}, kFloat64);
-  Tensor workspace = Tensor::empty({trials * x.size(1) + kernels::kPotentialChunk * trials}, x.dtype());
+  const Device dev = x.device();
+  Mirrored dist({n}, kFloat64, dev), cand({trials}, kInt64, dev), pot({trials}, kFloat64, dev);
+  std::fill_n(dist.host.data<double>(), n, HUGE_VAL);
+  dist.push();
+  Tensor xnorm = Tensor::empty({n}, kFloat64, dev);
+  Tensor workspace = Tensor::empty({trials * x.size(1) + kernels::kPotentialChunk * trials}, x.dtype(), dev);
   kernels::kmeans_row_sqnorms(x, xnorm);
-  double* D = dist.data<double>();
-  int64_t* cd = cand.data<int64_t>();
-  const double* P = pot.data<double>();
+  const double* D = dist.host.data<double>();
+  int64_t* cd = cand.host.data<int64_t>();
+  const double* P = pot.host.data<double>();
   std::vector<double> targets(static_cast<size_t>(trials));
   chosen.push_back(uniform_index(o.seed, 0, n));
   for (int64_t s = 1; s < k; ++s) {
-    kernels::kmeans_pp_update(x, chosen.back(), dist);
+    kernels::kmeans_pp_update(x, chosen.back(), dist.dev);
+    dist.pull();
     double total = 0;
     for (int64_t i = 0; i < n; ++i) total += D[i];
     // Every point sits on a chosen centre: the data has exactly s distinct rows.
@@ -151,7 +186,9 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
       while (l < trials && cum > targets[size_t(l)]) cd[l++] = i;
     }
     for (; l < trials; ++l) cd[l] = last_positive;  // rounding at the very end of the scan
-    kernels::kmeans_pp_potentials(x, xnorm, dist, cand, workspace, pot);
+    cand.push();
+    kernels::kmeans_pp_potentials(x, xnorm, dist.dev, cand.dev, workspace, pot.dev);
+    pot.pull();
     int64_t best = 0;
     for (int64_t t = 1; t < trials; ++t)
       if (P[t] < P[best]) best = t;
@@ -160,25 +197,31 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
   return gather_rows(x, chosen);
 }
 
-// Lloyd's loop on prepared data x and centroids c (both contiguous, dtype T, cosine: unit rows).
+// Lloyd's loop on prepared data x and centroids c (both contiguous, dtype T, cosine:
+// unit rows, on one device). The kernels run on that device; the host code between
+// them (inertia, empty clusters, the mean division, re-seeding) reads host copies
+// of the labels, distances and sums, and writes the centroids back (Mirrored).
 template <typename T>
-KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char* op) {
+KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const char* op) {
   const int64_t n = x.size(0), d = x.size(1), k = o.k;
   const bool cosine = o.metric == KMeansMetric::cosine;
   const int64_t rows = std::min(o.block_rows, n);
+  const Device dev = x.device();
+  // Elkan's bounds are CPU code; on CUDA the GEMM assignment gives the same clustering.
+  const bool elkan = o.algorithm == KMeansAlgorithm::elkan && dev.is_cpu();
   // Every buffer of the loop, allocated once.
-  Tensor workspace = o.algorithm == KMeansAlgorithm::lloyd ? Tensor::empty({(rows + 1) * k}, x.dtype())
-                                                           : Tensor();
-  Tensor labels = Tensor::empty({n}, kInt64), prev_labels = Tensor::empty({n}, kInt64);
-  Tensor dist = Tensor::empty({n}, kFloat64);
-  Tensor order = Tensor::empty({n}, kInt64), counts = Tensor::empty({k}, kInt64);
-  Tensor sums = Tensor::empty({k, d}, kFloat64);
+  Tensor workspace = elkan ? Tensor() : Tensor::empty({(rows + 1) * k}, x.dtype(), dev);
+  Mirrored labels({n}, kInt64, dev), dist({n}, kFloat64, dev);
+  Mirrored counts({k}, kInt64, dev), sums({k, d}, kFloat64, dev);
+  Mirrored c = Mirrored::of(c_init);
+  Tensor prev_labels = Tensor::empty({n}, kInt64);
+  Tensor order = Tensor::empty({n}, kInt64, dev);
   std::vector<int64_t> members(static_cast<size_t>(k));
-  const T* X = x.data<T>();
-  T* C = c.data<T>();
-  const double* D = dist.data<double>();
+  T* C = c.host.data<T>();
+  const double* D = dist.host.data<double>();
+  // The data on the host, for re-seeding only (a copy on CUDA, made when first needed).
+  Tensor x_host;
   // Elkan's state: bounds, the centroids of the previous assignment, scratch.
-  const bool elkan = o.algorithm == KMeansAlgorithm::elkan;
   Tensor lower, upper, scratch, c_prev;
   if (elkan) {
     lower = Tensor::empty({n, k}, kFloat64);
@@ -191,16 +234,19 @@ KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char
   KMeansResult res;
   auto assign = [&]() {
     if (elkan) {
-      kernels::kmeans_elkan_assign(x, c, c_prev, first, cosine, lower, upper, scratch, labels, dist);
+      kernels::kmeans_elkan_assign(x, c.dev, c_prev, first, cosine, lower, upper, scratch, labels.dev,
+                                   dist.dev);
       std::memcpy(c_prev.raw_data(), C, size_t(k * d) * sizeof(T));
     } else {
-      kernels::kmeans_assign(x, c, cosine, rows, workspace, labels, dist);
+      kernels::kmeans_assign(x, c.dev, cosine, rows, workspace, labels.dev, dist.dev);
     }
     first = false;
+    labels.pull();
+    dist.pull();
     double inertia = 0;
     for (int64_t i = 0; i < n; ++i) inertia += D[i];  // fixed order: reproducible
     res.inertia_history.push_back(inertia);
-    const int64_t* L = labels.data<int64_t>();
+    const int64_t* L = labels.host.data<int64_t>();
     std::fill(members.begin(), members.end(), int64_t(0));
     for (int64_t i = 0; i < n; ++i) ++members[size_t(L[i])];
     return inertia;
@@ -221,6 +267,8 @@ KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char
       if (members[size_t(j)] == 0) empty.push_back(j);
     if (empty.empty()) return;
     if (!far.defined()) far = Tensor::empty({n}, kFloat64);
+    if (!x_host.defined()) x_host = x.cpu();
+    const T* X = x_host.data<T>();
     double* F = far.data<double>();
     // Squared L2 distances throughout (for unit rows |x - c|^2 = 2 (1 - cos)).
     for (int64_t i = 0; i < n; ++i) F[i] = cosine ? 2 * D[i] : D[i];
@@ -231,7 +279,7 @@ KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char
                " has fewer distinct points (at most ", k - int64_t(empty.size() - e),
                ") than k = ", k, "; cannot fill ", empty.size() - e, " empty cluster(s)");
       std::memcpy(C + empty[e] * d, X + pick * d, size_t(d) * sizeof(T));
-      kernels::kmeans_pp_update(x, pick, far);
+      kernels::kmeans_pp_update(x_host, pick, far);
       ++res.reseeded_clusters;
     }
   };
@@ -241,9 +289,11 @@ KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char
     // Update: each centroid the mean of its members (cosine: re-normalised, Dhillon &
     // Modha 2001); a mean of zero norm keeps the old direction (every unit vector is
     // then equally good).
-    kernels::kmeans_update(x, labels, order, counts, sums);
-    const int64_t* cnt = counts.data<int64_t>();
-    const double* S = sums.data<double>();
+    kernels::kmeans_update(x, labels.dev, order, counts.dev, sums.dev);
+    counts.pull();
+    sums.pull();
+    const int64_t* cnt = counts.host.data<int64_t>();
+    const double* S = sums.host.data<double>();
     for (int64_t j = 0; j < k; ++j) {
       if (cnt[j] == 0) continue;
       const double inv = 1.0 / double(cnt[j]);
@@ -254,13 +304,14 @@ KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char
       for (int64_t t = 0; t < d; ++t) C[j * d + t] = T(S[j * d + t] * scale);
     }
     reseed();
+    c.push();
     // A copy, not a swap: Elkan's step reads the current labels as its state.
-    std::memcpy(prev_labels.raw_data(), labels.raw_data(), size_t(n) * sizeof(int64_t));
+    std::memcpy(prev_labels.raw_data(), labels.host.raw_data(), size_t(n) * sizeof(int64_t));
     const double prev = inertia;
     inertia = assign();
     res.iterations = it;
     if (o.on_iteration) o.on_iteration(it, inertia);
-    const bool same = std::memcmp(labels.raw_data(), prev_labels.raw_data(),
+    const bool same = std::memcmp(labels.host.raw_data(), prev_labels.raw_data(),
                                   size_t(n) * sizeof(int64_t)) == 0;
     if (!has_empty() && (same || prev - inertia < o.tol * prev)) {
       res.converged = true;
@@ -274,10 +325,11 @@ KMeansResult lloyd(const Tensor& x, Tensor c, const KMeansOptions& o, const char
     CF_CHECK(round < k + 1, Error, "[", op, "] internal error: clusters still empty after ", round,
              " re-seeding rounds");
     reseed();
+    c.push();
     inertia = assign();
   }
-  res.centroids = c;
-  res.assignments = labels;
+  res.centroids = c.dev;
+  res.assignments = labels.dev;
   res.inertia = inertia;
   return res;
 }
@@ -314,6 +366,9 @@ KMeansResult kmeans(const Tensor& x, const Tensor& initial_centroids, const KMea
   CF_CHECK(initial_centroids.dtype() == x.dtype(), DTypeError,
            "[kmeans] initial_centroids must have the dtype of x: ", initial_centroids.describe(),
            " vs x ", x.describe());
+  CF_CHECK(initial_centroids.device() == x.device(), DeviceError,
+           "[kmeans] initial_centroids must be on the device of x: ", initial_centroids.describe(),
+           " vs x ", x.describe());
   Tensor xp = prepare(x, options.metric, "kmeans", "x");
   // A copy: the loop updates the centroids in place.
   Tensor c = prepare(initial_centroids, options.metric, "kmeans", "initial_centroids");
@@ -331,13 +386,15 @@ Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metr
            centroids.describe(), " and x ", x.describe(), " differ in the feature size d");
   CF_CHECK(centroids.dtype() == x.dtype(), DTypeError, "[kmeans_assign] centroids ",
            centroids.describe(), " must have the dtype of x ", x.describe());
+  CF_CHECK(centroids.device() == x.device(), DeviceError, "[kmeans_assign] centroids ",
+           centroids.describe(), " must be on the device of x ", x.describe());
   Tensor xp = prepare(x, metric, "kmeans_assign", "x");
   Tensor cp = prepare(centroids, metric, "kmeans_assign", "centroids");
   const int64_t n = xp.size(0), k = cp.size(0);
   const int64_t rows = std::min<int64_t>(KMeansOptions{}.block_rows, n);
-  Tensor workspace = Tensor::empty({(rows + 1) * k}, xp.dtype());
-  Tensor labels = Tensor::empty({n}, kInt64);
-  Tensor dist = Tensor::empty({n}, kFloat64);
+  Tensor workspace = Tensor::empty({(rows + 1) * k}, xp.dtype(), xp.device());
+  Tensor labels = Tensor::empty({n}, kInt64, xp.device());
+  Tensor dist = Tensor::empty({n}, kFloat64, xp.device());
   kernels::kmeans_assign(xp, cp, metric == KMeansMetric::cosine, rows, workspace, labels, dist);
   return labels;
 }

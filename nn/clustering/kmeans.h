@@ -62,9 +62,14 @@ struct KMeansResult {
   int64_t reseeded_clusters = 0;
 };
 
-// x (N, d) float32/64 on the CPU; initial centroids chosen by options.init from options.seed.
+// x (N, d) float32/64 on the CPU or a CUDA device; the kernels run there and the
+// result (centroids, assignments) is on that device. Initial centroids chosen by
+// options.init from options.seed. On CUDA the sums are the CPU's bit for bit for the
+// same labels; the GEMM's rounding may differ, so a near-tie can go to another
+// centroid than on the CPU. KMeansAlgorithm::elkan is a CPU speed-up: on CUDA the
+// GEMM assignment runs instead (the same clustering).
 KMeansResult kmeans(const Tensor& x, const KMeansOptions& options);
-// Starts from initial_centroids (k, d), same dtype as x; options.init and seed are unused.
+// Starts from initial_centroids (k, d), same dtype and device as x; options.init and seed are unused.
 KMeansResult kmeans(const Tensor& x, const Tensor& initial_centroids, const KMeansOptions& options);
 
 // Nearest centroid of each row, (N,) int64; blocked GEMM |x|^2 - 2 x.c + |c|^2 (or max cosine).

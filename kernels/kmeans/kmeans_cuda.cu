@@ -1,0 +1,319 @@
+// CUDA arms of the K-Means kernels (kernels/kmeans/kmeans.h): the same contracts
+// as kmeans_cpu.cpp, on device tensors.
+//  - assign: one cuBLAS GEMM per block of rows (through matmul_cuda) into the
+//    workspace, then a warp per row takes the argmin of alpha * x.c + |c|^2 (ties
+//    to the lower index) and the exact distance to the winner, summed in double.
+//  - update: counts by integer atomics (exact), a stable radix sort of the point
+//    indices by label, an exclusive scan of the counts, then one thread per
+//    (cluster, column) adds the member rows in increasing point index in double:
+//    the same additions in the same order as the CPU, so the same bits for the
+//    same labels.
+//  - k-means++: a warp per row for the distance update and the row norms; the
+//    candidates' potentials from direct distances (the CPU ranks them through a
+//    GEMM expansion; either only ranks candidates), summed per warp, then over the
+//    warps in a fixed order, so the result does not depend on scheduling.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/kmeans/kmeans.h"
+#include "kernels/matmul/matmul.h"
+
+namespace cf::kernels {
+
+namespace {
+
+using cu::kThreads;
+using cu::kWarp;
+constexpr int kWarpsPerBlock = kThreads / kWarp;
+
+// A device tensor of at least `bytes` bytes from cf's caching allocator (CUB's
+// temporary storage included: never a bare cudaMalloc).
+Tensor device_bytes(size_t bytes, Device d) { return Tensor::empty({int64_t((bytes + 7) / 8) + 1}, kInt64, d); }
+
+// Blocks of kWarpsPerBlock warps for a warp-per-row loop over n rows.
+unsigned warp_row_blocks(int64_t n) { return cu::blocks_for((n + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+
+__device__ __forceinline__ int lane_id() { return int(threadIdx.x) % kWarp; }
+__device__ __forceinline__ int64_t first_warp_row() {
+  return int64_t(blockIdx.x) * kWarpsPerBlock + int64_t(threadIdx.x) / kWarp;
+}
+__device__ __forceinline__ int64_t warp_row_step() { return int64_t(gridDim.x) * kWarpsPerBlock; }
+
+// Sums over the warp; every lane gets the total.
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ double warp_sqdist(const T* a, const T* b, int64_t d) {
+  double acc = 0;
+  for (int64_t t = lane_id(); t < d; t += kWarp) {
+    const double e = double(a[t]) - double(b[t]);
+    acc += e * e;
+  }
+  return warp_sum(acc);
+}
+template <typename T>
+__device__ __forceinline__ double warp_dot(const T* a, const T* b, int64_t d) {
+  double acc = 0;
+  for (int64_t t = lane_id(); t < d; t += kWarp) acc += double(a[t]) * double(b[t]);
+  return warp_sum(acc);
+}
+
+// bias[j] = |c_j|^2 (cosine: 0), the centroid term of the expansion.
+template <typename T>
+__global__ void centroid_bias_kernel(const T* C, int64_t k, int64_t d, bool cosine, T* bias) {
+  for (int64_t j = first_warp_row(); j < k; j += warp_row_step()) {
+    const double s = cosine ? 0.0 : warp_dot(C + j * d, C + j * d, d);
+    if (lane_id() == 0) bias[j] = T(s);
+  }
+}
+
+// Rows [b0, b0 + rows) of the data: argmin over j of alpha * scores[r][j] + bias[j]
+// (each lane its own first minimum over j = lane, lane + 32, ...; then a merge by
+// (value, index)), then the distance to that centroid computed directly.
+template <typename T>
+__global__ void assign_argmin_kernel(const T* scores, const T* bias, T alpha, const T* X, const T* C,
+                                     int64_t b0, int64_t rows, int64_t k, int64_t d, bool cosine,
+                                     int64_t* L, double* D) {
+  for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
+    const T* s = scores + r * k;
+    T best = T(0);
+    int64_t idx = -1;
+    for (int64_t j = lane_id(); j < k; j += kWarp) {
+      const T v = alpha * s[j] + bias[j];
+      if (idx < 0 || v < best) {
+        best = v;
+        idx = j;
+      }
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      const T ov = __shfl_xor_sync(0xffffffffu, best, o);
+      const int64_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
+      if (oi >= 0 && (idx < 0 || ov < best || (ov == best && oi < idx))) {
+        best = ov;
+        idx = oi;
+      }
+    }
+    const int64_t i = b0 + r;
+    const double dist = cosine ? 1.0 - warp_dot(X + i * d, C + idx * d, d) : warp_sqdist(X + i * d, C + idx * d, d);
+    if (lane_id() == 0) {
+      L[i] = idx;
+      D[i] = cosine ? (dist > 0 ? dist : 0.0) : dist;
+    }
+  }
+}
+
+template <typename T>
+void assign_typed(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows, const Tensor& workspace,
+                  const Tensor& labels, const Tensor& dist) {
+  const int64_t N = x.size(0), d = x.size(1), k = c.size(0);
+  const int64_t rows_max = std::max<int64_t>(1, std::min(block_rows, N));
+  CF_CHECK(workspace.numel() >= (rows_max + 1) * k, ValueError, "[kmeans_assign] workspace of ",
+           workspace.numel(), " elements, needs (", rows_max, " + 1) * ", k);
+  cu::use_device_of(x, "kmeans_assign");
+  T* scores = cu::ptr<T>(workspace);
+  T* bias = scores + rows_max * k;
+  centroid_bias_kernel<T><<<warp_row_blocks(k), kThreads>>>(cu::ptr<T>(c), k, d, cosine, bias);
+  ::cf::cuda::check_launch("kmeans_assign");
+  // c^T as a (d, k) view: cuBLAS reads it transposed, no copy.
+  const Tensor ct = make_view(c, {d, k}, {1, d}, c.offset());
+  const T alpha = cosine ? T(-1) : T(-2);  // exact scalings: the CPU folds them into its GEMM
+  for (int64_t b0 = 0; b0 < N; b0 += rows_max) {
+    const int64_t rows = std::min(rows_max, N - b0);
+    const Tensor xb = make_view(x, {rows, d}, {d, 1}, x.offset() + b0 * d);
+    const Tensor sb = make_view(workspace, {rows, k}, {k, 1}, workspace.offset());
+    matmul_cuda(xb, ct, sb);
+    assign_argmin_kernel<T><<<warp_row_blocks(rows), kThreads>>>(scores, bias, alpha, cu::ptr<T>(x),
+                                                                 cu::ptr<T>(c), b0, rows, k, d, cosine,
+                                                                 cu::ptr<int64_t>(labels), cu::ptr<double>(dist));
+    ::cf::cuda::check_launch("kmeans_assign");
+  }
+}
+
+// counts[L[i]] += 1; the lowest point index with a label outside [0, k) goes to *bad.
+__global__ void count_labels_kernel(const int64_t* L, int64_t n, int64_t k, unsigned long long* counts,
+                                    unsigned long long* bad, int64_t* pos) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    pos[i] = i;
+    const int64_t l = L[i];
+    if (l < 0 || l >= k) {
+      atomicMin(bad, (unsigned long long)i);
+      continue;
+    }
+    atomicAdd(counts + l, 1ull);
+  }
+}
+
+// S[j][t] = sum of X[order[p]][t] over p in [start[j], start[j] + counts[j]), in
+// increasing p; blockDim.x threads over the columns, a block per cluster.
+template <typename T>
+__global__ void segment_sums_kernel(const T* X, const int64_t* order, const int64_t* start, const int64_t* counts,
+                                    int64_t k, int64_t d, double* S) {
+  for (int64_t j = blockIdx.x; j < k; j += gridDim.x) {
+    const int64_t p0 = start[j], p1 = p0 + counts[j];
+    for (int64_t t = threadIdx.x; t < d; t += blockDim.x) {
+      double acc = 0;
+      for (int64_t p = p0; p < p1; ++p) acc += double(X[order[p] * d + t]);
+      S[j * d + t] = acc;
+    }
+  }
+}
+
+template <typename T>
+void update_typed(const Tensor& x, const Tensor& labels, const Tensor& order, const Tensor& counts,
+                  const Tensor& sums) {
+  const int64_t N = x.size(0), d = x.size(1), k = counts.numel();
+  const Device dev = x.device();
+  cu::use_device_of(x, "kmeans_update");
+  int64_t* cnt = cu::ptr<int64_t>(counts);
+  CF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, size_t(k) * sizeof(int64_t), 0), "kmeans_update");
+  // bad[0]: the first point with an invalid label (UINT64_MAX: none).
+  // -1 has all bits set: UINT64_MAX for the unsigned atomicMin.
+  Tensor bad = Tensor::from_vector<int64_t>({-1}, {1}, dev);
+  Tensor pos = Tensor::empty({N}, kInt64, dev);  // point indices 0..N-1, the sort's values
+  count_labels_kernel<<<cu::grid_for(N), kThreads>>>(cu::ptr<int64_t>(labels), N, k,
+                                                     reinterpret_cast<unsigned long long*>(cnt),
+                                                     reinterpret_cast<unsigned long long*>(cu::ptr<int64_t>(bad)),
+                                                     cu::ptr<int64_t>(pos));
+  ::cf::cuda::check_launch("kmeans_update");
+  const int64_t first_bad = bad.to_vector<int64_t>()[0];
+  if (first_bad >= 0) {
+    const int64_t l = labels.to_vector<int64_t>()[size_t(first_bad)];
+    throw IndexError(str("[kmeans_update] label ", l, " of point ", first_bad, " is outside [0, ", k, ")"));
+  }
+  CF_CHECK(N <= INT_MAX, ValueError, "[kmeans_update] N = ", N, " points exceed the CUDA sort's limit (", INT_MAX,
+           ")");
+  // Labels are in [0, k): as unsigned keys their order is the same, and only the
+  // low bits that can be set need sorting. CUB's radix sort is stable, so within a
+  // cluster the points stay in increasing index: the CPU's counting-sort order.
+  int end_bit = 1;
+  while (end_bit < 63 && (int64_t(1) << end_bit) < k) ++end_bit;
+  const uint64_t* keys_in = reinterpret_cast<const uint64_t*>(cu::ptr<int64_t>(labels));
+  Tensor keys_out = Tensor::empty({N}, kInt64, dev);
+  uint64_t* ko = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(keys_out));
+  size_t sort_bytes = 0, scan_bytes = 0;
+  CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_in, ko, cu::ptr<int64_t>(pos),
+                                                cu::ptr<int64_t>(order), int(N), 0, end_bit, 0),
+                "kmeans_update");
+  Tensor start = Tensor::empty({k}, kInt64, dev);
+  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, cnt, cu::ptr<int64_t>(start), int(k), 0),
+                "kmeans_update");
+  Tensor temp = device_bytes(std::max(sort_bytes, scan_bytes), dev);
+  CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), sort_bytes, keys_in, ko, cu::ptr<int64_t>(pos),
+                                                cu::ptr<int64_t>(order), int(N), 0, end_bit, 0),
+                "kmeans_update");
+  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.raw_data(), scan_bytes, cnt, cu::ptr<int64_t>(start), int(k), 0),
+                "kmeans_update");
+  const int threads = int(std::min<int64_t>(kThreads, (d + kWarp - 1) / kWarp * kWarp));
+  segment_sums_kernel<T><<<cu::blocks_for(k), threads>>>(cu::ptr<T>(x), cu::ptr<int64_t>(order),
+                                                          cu::ptr<int64_t>(start), cnt, k, d,
+                                                          cu::ptr<double>(sums));
+  ::cf::cuda::check_launch("kmeans_update");
+}
+
+template <typename T>
+__global__ void pp_update_kernel(const T* X, int64_t center, int64_t n, int64_t d, double* D) {
+  for (int64_t i = first_warp_row(); i < n; i += warp_row_step()) {
+    const double s = warp_sqdist(X + i * d, X + center * d, d);
+    if (lane_id() == 0) D[i] = s < D[i] ? s : D[i];
+  }
+}
+
+template <typename T>
+__global__ void sqnorms_kernel(const T* X, int64_t n, int64_t d, double* out) {
+  for (int64_t i = first_warp_row(); i < n; i += warp_row_step()) {
+    const double s = warp_dot(X + i * d, X + i * d, d);
+    if (lane_id() == 0) out[i] = s;
+  }
+}
+
+constexpr int kMaxCandidates = 64;
+constexpr unsigned kPotentialBlocks = 512;  // fixed: the partial sums' order never changes
+
+// partial[w][l] = sum over the rows of global warp w of min(D[i], |x_i - x_cand[l]|^2);
+// lane l % 32 keeps candidate l in slot l / 32.
+template <typename T>
+__global__ void pp_potentials_kernel(const T* X, const double* D, const int64_t* cand, int64_t L, int64_t n,
+                                     int64_t d, double* partial) {
+  double acc[2] = {0, 0};
+  for (int64_t i = first_warp_row(); i < n; i += warp_row_step()) {
+    for (int64_t l = 0; l < L; ++l) {
+      const double s = warp_sqdist(X + i * d, X + cand[l] * d, d);
+      if (lane_id() == int(l % kWarp)) acc[l / kWarp] += s < D[i] ? s : D[i];
+    }
+  }
+  const int64_t w = first_warp_row();
+  for (int64_t l = lane_id(); l < L; l += kWarp) partial[w * L + l] = acc[l / kWarp];
+}
+
+__global__ void sum_partials_kernel(const double* partial, int64_t warps, int64_t L, double* P) {
+  for (int64_t l = threadIdx.x; l < L; l += blockDim.x) {
+    double s = 0;
+    for (int64_t w = 0; w < warps; ++w) s += partial[w * L + l];
+    P[l] = s;
+  }
+}
+
+template <typename T>
+void pp_potentials_typed(const Tensor& x, const Tensor& dist, const Tensor& cand, const Tensor& potential) {
+  const int64_t N = x.size(0), d = x.size(1), L = cand.numel();
+  CF_CHECK(L <= kMaxCandidates, ValueError, "[kmeans_pp_potentials] at most ", kMaxCandidates,
+           " candidates, got ", L);
+  cu::use_device_of(x, "kmeans_pp_potentials");
+  const unsigned blocks = std::min(kPotentialBlocks, warp_row_blocks(N));
+  const int64_t warps = int64_t(blocks) * kWarpsPerBlock;
+  Tensor partial = Tensor::empty({warps * L}, kFloat64, x.device());
+  pp_potentials_kernel<T><<<blocks, kThreads>>>(cu::ptr<T>(x), cu::ptr<double>(dist), cu::ptr<int64_t>(cand), L,
+                                                N, d, cu::ptr<double>(partial));
+  ::cf::cuda::check_launch("kmeans_pp_potentials");
+  sum_partials_kernel<<<1, kWarp * 2>>>(cu::ptr<double>(partial), warps, L, cu::ptr<double>(potential));
+  ::cf::cuda::check_launch("kmeans_pp_potentials");
+}
+
+}  // namespace
+
+void kmeans_assign_cuda(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows, const Tensor& workspace,
+                        const Tensor& labels, const Tensor& dist) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_assign",
+                    assign_typed<scalar_t>(x, c, cosine, block_rows, workspace, labels, dist));
+}
+
+void kmeans_update_cuda(const Tensor& x, const Tensor& labels, const Tensor& order, const Tensor& counts,
+                        const Tensor& sums) {
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_update", update_typed<scalar_t>(x, labels, order, counts, sums));
+}
+
+void kmeans_pp_update_cuda(const Tensor& x, int64_t center, const Tensor& dist) {
+  const int64_t N = x.size(0), d = x.size(1);
+  cu::use_device_of(x, "kmeans_pp_update");
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_pp_update",
+                    (pp_update_kernel<scalar_t><<<warp_row_blocks(N), kThreads>>>(
+                        cu::ptr<scalar_t>(x), center, N, d, cu::ptr<double>(dist))));
+  ::cf::cuda::check_launch("kmeans_pp_update");
+}
+
+void kmeans_pp_potentials_cuda(const Tensor& x, const Tensor& xnorm, const Tensor& dist, const Tensor& cand,
+                               const Tensor& workspace, const Tensor& potential) {
+  (void)xnorm;  // the CUDA arm computes the distances directly
+  (void)workspace;
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_pp_potentials", pp_potentials_typed<scalar_t>(x, dist, cand, potential));
+}
+
+void kmeans_row_sqnorms_cuda(const Tensor& x, const Tensor& out) {
+  const int64_t N = x.size(0), d = x.size(1);
+  cu::use_device_of(x, "kmeans_row_sqnorms");
+  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_row_sqnorms",
+                    (sqnorms_kernel<scalar_t><<<warp_row_blocks(N), kThreads>>>(cu::ptr<scalar_t>(x), N, d,
+                                                                                 cu::ptr<double>(out))));
+  ::cf::cuda::check_launch("kmeans_row_sqnorms");
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,144 @@
+// K-Means on CUDA (kernels/kmeans/kmeans_cuda.cu through nn/clustering/kmeans.h)
+// against the CPU: the same clustering from the same initial centroids, planted
+// clusters recovered from k-means++, empty clusters re-seeded, the blocked
+// assignment with ties, and the device errors.
+#include <cmath>
+#include <limits>
+
+#include "cuda/cuda_test_util.h"
+#include "nn/clustering/kmeans.h"
+#include "nn/kmeans_test_util.h"
+
+using namespace cf;
+using namespace cf::nn;
+using namespace cf::test;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = values(a), y = values(b);
+  REQUIRE(x.size() == y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+}  // namespace
+
+TEST_SUITE("cuda/kmeans") {
+
+CUDA_TEST_CASE("K-Means on CUDA from the CPU's initial centroids gives the CPU's clustering") {
+  for (DType dt : {kFloat64, kFloat32}) {
+    for (KMeansMetric metric : {KMeansMetric::l2, KMeansMetric::cosine}) {
+      INFO(dt, metric == KMeansMetric::l2 ? " l2" : " cosine");
+      // Overlapping clusters: Lloyd needs several iterations, and empty clusters
+      // are possible; block_rows 300 makes the assignment run 7 GEMM blocks.
+      Planted p = planted(2000, 16, 10, 2.0, 1.0, 7, dt);
+      KMeansOptions o;
+      o.k = 12;
+      o.metric = metric;
+      o.seed = 3;
+      o.max_iter = 40;
+      o.tol = 0;
+      o.block_rows = 300;
+      const Tensor init = kmeans_init(p.x, o);
+      const KMeansResult c = kmeans(p.x, init, o);
+      const KMeansResult g = kmeans(p.x.to(kGpu), init.to(kGpu), o);
+      CHECK(g.centroids.device() == kGpu);
+      CHECK(g.assignments.device() == kGpu);
+      CHECK(g.centroids.dtype() == dt);
+      CHECK(c.iterations >= 3);
+      const double rel = std::fabs(g.inertia - c.inertia) / c.inertia;
+      if (dt == kFloat64) {
+        // Sums in the same order in double: only the GEMM's rounding differs,
+        // far below any gap between two centroids' distances here.
+        CHECK(values(g.assignments.cpu()) == values(c.assignments));
+        CHECK(g.iterations == c.iterations);
+        CHECK(max_abs_diff(g.centroids.cpu(), c.centroids) < 1e-10);
+        CHECK(rel < 1e-10);
+      } else {
+        // float32 scores: a near-tie may go the other way and the runs drift
+        // apart by a point or two; the partition and the objective stay the same.
+        CHECK(adjusted_rand_index(g.assignments.cpu(), c.assignments) > 0.99);
+        CHECK(rel < 1e-3);
+      }
+      // The history never rises on CUDA either.
+      for (size_t t = 1; t < g.inertia_history.size(); ++t)
+        CHECK(g.inertia_history[t] <= g.inertia_history[t - 1] * (1 + 1e-6));
+    }
+  }
+}
+
+CUDA_TEST_CASE("K-Means on CUDA: k-means++ recovers well-separated planted clusters exactly") {
+  for (KMeansMetric metric : {KMeansMetric::l2, KMeansMetric::cosine}) {
+    for (uint64_t seed = 0; seed < 3; ++seed) {
+      INFO("seed ", seed, metric == KMeansMetric::l2 ? " l2" : " cosine");
+      Planted p = planted(1200, 8, 6, 10.0, 0.2, 100 + seed, kFloat32);
+      KMeansOptions o;
+      o.k = 6;
+      o.metric = metric;
+      o.seed = seed;
+      const KMeansResult g = kmeans(p.x.to(kGpu), o);
+      CHECK(adjusted_rand_index(g.assignments.cpu(), p.labels) == doctest::Approx(1.0));
+      CHECK(g.converged);
+      // The same seed on CUDA gives the same run again.
+      const KMeansResult again = kmeans(p.x.to(kGpu), o);
+      CHECK(values(again.assignments.cpu()) == values(g.assignments.cpu()));
+      CHECK(values(again.centroids.cpu()) == values(g.centroids.cpu()));
+    }
+  }
+}
+
+CUDA_TEST_CASE("K-Means on CUDA re-seeds an empty cluster like the CPU") {
+  // Two tight groups and three centroids, one far from everything: it is empty
+  // after the first assignment and must be re-seeded from the farthest point.
+  std::vector<double> x;
+  for (int i = 0; i < 40; ++i) {
+    const double e = 0.01 * (i % 7);
+    x.push_back(i < 20 ? e : 5.0 + e);
+    x.push_back(i < 20 ? 0.0 : 1.0 + 0.1 * (i % 3));
+  }
+  const Tensor xs = Tensor::from_vector(x, {40, 2});
+  const Tensor init = Tensor::from_vector(std::vector<double>{0.0, 0.0, 5.0, 1.0, 100.0, 100.0}, {3, 2});
+  KMeansOptions o;
+  o.k = 3;
+  const KMeansResult c = kmeans(xs, init, o);
+  const KMeansResult g = kmeans(xs.to(kGpu), init.to(kGpu), o);
+  CHECK(c.reseeded_clusters >= 1);
+  CHECK(g.reseeded_clusters == c.reseeded_clusters);
+  CHECK(values(g.assignments.cpu()) == values(c.assignments));
+  CHECK(max_abs_diff(g.centroids.cpu(), c.centroids) < 1e-12);
+  for (double v : values(g.centroids.cpu())) CHECK(std::isfinite(v));
+}
+
+CUDA_TEST_CASE("kmeans_assign on CUDA: the nearest centroid, lowest index on ties, any block size") {
+  Planted p = planted(3000, 24, 40, 1.0, 0.5, 11, kFloat64);
+  KMeansOptions o;
+  o.k = 40;
+  const Tensor c = kmeans_init(p.x, o);
+  CHECK(values(kmeans_assign(p.x.to(kGpu), c.to(kGpu)).cpu()) == values(kmeans_assign(p.x, c)));
+  CHECK(values(kmeans_assign(p.x.to(kGpu), c.to(kGpu), KMeansMetric::cosine).cpu()) ==
+        values(kmeans_assign(p.x, c, KMeansMetric::cosine)));
+  // Duplicate centroids: every point goes to the first copy.
+  const Tensor dup = Tensor::from_vector(std::vector<double>{1, 1, 1, 1, -1, -1}, {3, 2});
+  const Tensor pts = Tensor::from_vector(std::vector<double>{2, 2, 0.9, 1.1, -3, -2}, {3, 2});
+  CHECK(values(kmeans_assign(pts.to(kGpu), dup.to(kGpu)).cpu()) == std::vector<double>{0, 0, 2});
+}
+
+CUDA_TEST_CASE("K-Means on CUDA: mixed devices and non-finite data are clear errors") {
+  Planted p = planted(100, 4, 3, 5.0, 0.1, 1, kFloat32);
+  KMeansOptions o;
+  o.k = 3;
+  const Tensor init = kmeans_init(p.x, o);
+  CHECK_THROWS_MSG(kmeans(p.x.to(kGpu), init, o), DeviceError, "[kmeans] initial_centroids", "device of x",
+                   "cuda:0");
+  CHECK_THROWS_MSG(kmeans_assign(p.x.to(kGpu), init), DeviceError, "[kmeans_assign] centroids", "device of x");
+  std::vector<float> bad = p.x.to_vector<float>();
+  bad[4 * 17 + 2] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_MSG(kmeans(Tensor::from_vector(bad, {100, 4}).to(kGpu), o), ValueError, "[kmeans] x",
+                   "non-finite", "row 17, column 2");
+}
+
+}  // TEST_SUITE
