@@ -1,5 +1,6 @@
 #include "nn/clustering/memory_bank.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,7 @@
 #include "autograd/ops/random.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
+#include "core/cuda.h"
 #include "core/error.h"
 #include "nn/clustering/kmeans.h"
 
@@ -47,7 +49,7 @@ Tensor order_centroids_greedy(const Tensor& c) {
     used[size_t(best)] = 1;
     order.push_back(best);
   }
-  return contiguous(index_select(c, 0, Tensor::from_vector(order, {p})));
+  return contiguous(index_select(c, 0, Tensor::from_vector(order, {p}, c.device())));
 }
 
 MemoryBank::MemoryBank(const MemoryBankOptions& o, Generator& gen) : options_(o) {
@@ -66,18 +68,17 @@ MemoryBank::MemoryBank(const MemoryBankOptions& o, Generator& gen) : options_(o)
   register_buffer("counters", &counters);
 }
 
-// Reads copy the counters (any device); the writers below run on the CPU only.
+// The counters live wherever the module was moved; the bookkeeping reads them
+// into host code and writes them back (4 integers, on any device).
 int64_t MemoryBank::size() const { return counters.to_vector<int64_t>()[kSize]; }
 int64_t MemoryBank::steps() const { return counters.to_vector<int64_t>()[kSteps]; }
 int64_t MemoryBank::updates() const { return counters.to_vector<int64_t>()[kUpdates]; }
 
 namespace {
-// The bank's FIFO writes and its K-Means are host code: a bank moved to CUDA
-// refuses them by name instead of touching device memory from the host.
-void require_cpu_bank(const Tensor& memory, const char* fn) {
-  CF_CHECK(memory.device().is_cpu(), NotImplementedError, "[MemoryBank] ", fn,
-           " runs on the CPU only (its FIFO writes and K-Means have no CUDA arm yet); the bank is on ",
-           memory.device());
+void store_counters(Tensor& counters, const std::vector<int64_t>& c) {
+  copy_bytes(counters.raw_data(), counters.device(), c.data(), Device::cpu(), c.size() * sizeof(int64_t),
+             "MemoryBank");
+  counters.bump_version();
 }
 }  // namespace
 
@@ -89,7 +90,6 @@ void MemoryBank::add(const Tensor& states, const Tensor& mask) {
            states.defined() ? states.describe() : std::string("undefined"));
   CF_CHECK(states.device() == memory.device(), DeviceError, "[MemoryBank] states on ", states.device(),
            " but the bank is on ", memory.device());
-  require_cpu_bank(memory, "add");
   Shape lead(states.shape().begin(), states.shape().end() - 1);
   if (mask.defined())
     CF_CHECK(mask.dtype() == kBool && mask.shape() == lead, ShapeError, "[MemoryBank] padding_mask must be bool ",
@@ -109,17 +109,27 @@ void MemoryBank::add(const Tensor& states, const Tensor& mask) {
   const int64_t cap = options_.capacity;
   // Only the newest `cap` rows can survive the pops.
   const size_t first = keep.size() > size_t(cap) ? keep.size() - size_t(cap) : 0;
-  int64_t* c = counters.data<int64_t>();
+  const int64_t count = int64_t(keep.size() - first);
+  if (count == 0) return;
+  // The surviving rows, gathered on the bank's device, go into the ring from the
+  // next write row on: one span up to the end of the buffer and, when it wraps,
+  // one from row 0 (count <= capacity, so never more).
+  std::vector<int64_t> rows_kept(keep.begin() + std::ptrdiff_t(first), keep.end());
+  Tensor src = count == rows ? x : contiguous(index_select(x, 0, Tensor::from_vector(rows_kept, {count}, x.device())));
+  std::vector<int64_t> c = counters.to_vector<int64_t>();
   const size_t row_bytes = size_t(d) * dtype_size(memory.dtype());
   char* dst = static_cast<char*>(memory.raw_data());
-  const char* src = static_cast<const char*>(x.raw_data());
-  for (size_t i = first; i < keep.size(); ++i) {
-    std::memcpy(dst + size_t(c[kNext]) * row_bytes, src + size_t(keep[i]) * row_bytes, row_bytes);
-    c[kNext] = (c[kNext] + 1) % cap;
-    if (c[kSize] < cap) ++c[kSize];
-  }
+  const char* from = static_cast<const char*>(src.raw_data());
+  const int64_t head = std::min(count, cap - c[kNext]);
+  copy_bytes(dst + size_t(c[kNext]) * row_bytes, memory.device(), from, src.device(), size_t(head) * row_bytes,
+             "MemoryBank");
+  if (count > head)
+    copy_bytes(dst, memory.device(), from + size_t(head) * row_bytes, src.device(), size_t(count - head) * row_bytes,
+               "MemoryBank");
+  c[kNext] = (c[kNext] + count) % cap;
+  c[kSize] = std::min(cap, c[kSize] + count);
   memory.bump_version();
-  counters.bump_version();
+  store_counters(counters, c);
 }
 
 Tensor MemoryBank::contents() const {
@@ -129,17 +139,15 @@ Tensor MemoryBank::contents() const {
 }
 
 bool MemoryBank::step() {
-  require_cpu_bank(memory, "step");
-  int64_t* c = counters.data<int64_t>();
+  std::vector<int64_t> c = counters.to_vector<int64_t>();
   ++c[kSteps];
-  counters.bump_version();
+  store_counters(counters, c);
   if (c[kSteps] % options_.update_every != 0 || c[kSize] < options_.num_clusters) return false;
   update_centroids();
   return true;
 }
 
 void MemoryBank::update_centroids() {
-  require_cpu_bank(memory, "update_centroids");
   CF_CHECK(size() >= options_.num_clusters, ValueError, "[MemoryBank] cannot compute ", options_.num_clusters,
            " centroids from ", size(), " stored vectors");
   NoGradGuard ng;
@@ -152,8 +160,9 @@ void MemoryBank::update_centroids() {
   KMeansResult r = kmeans(contents(), ko);
   Tensor ordered = order_centroids_greedy(r.centroids);
   copy_(centroids, ordered);
-  counters.data<int64_t>()[kUpdates] += 1;
-  counters.bump_version();
+  std::vector<int64_t> c = counters.to_vector<int64_t>();
+  c[kUpdates] += 1;
+  store_counters(counters, c);
 }
 
 }  // namespace nn

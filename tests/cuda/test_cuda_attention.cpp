@@ -136,18 +136,38 @@ CUDA_TEST_CASE("centroid attention blocks run on CUDA like on the CPU under ever
   }
 }
 
-CUDA_TEST_CASE("a memory bank moved to CUDA reads its counters and refuses host-side writes by name") {
+CUDA_TEST_CASE("a memory bank on CUDA keeps the CPU's FIFO and recomputes the same centroids") {
   nn::MemoryBankOptions o;
-  o.dim = 4;
-  o.num_clusters = 2;
-  o.capacity = 8;
-  nn::MemoryBank bank(o);
-  bank.to(Device::cuda(0));
-  CHECK(bank.size() == 0);
-  CHECK(bank.steps() == 0);
-  CHECK_THROWS_MSG(bank.add(Tensor::zeros({3, 4}, kFloat32, Device::cuda(0))), NotImplementedError,
-                   "[MemoryBank] add", "CPU only", "cuda:0");
-  CHECK_THROWS_MSG(bank.step(), NotImplementedError, "[MemoryBank] step", "CPU only");
+  o.dim = 8;
+  o.num_clusters = 4;
+  o.capacity = 50;  // the adds below wrap the ring twice
+  o.update_every = 3;
+  o.kmeans_iters = 20;
+  Generator g1(4), g2(4);
+  nn::MemoryBank on_cpu(o, g1), on_gpu(o, g2);
+  on_gpu.to(Device::cuda(0));
+  // States around 4 well-separated directions, so K-Means finds the same clusters
+  // on both devices whatever the rounding.
+  Generator data(9);
+  const Tensor dirs = randn({4, 8}, kFloat32, data) * 10.0;
+  for (int step = 0; step < 6; ++step) {
+    const Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 1, 2, 3, 0, 2, 3, 0, 1}, {12});
+    const Tensor states = reshape(index_select(dirs, 0, idx) + randn({12, 8}, kFloat32, data) * 0.1, {2, 6, 8});
+    std::vector<bool> pv(12, false);
+    pv[5] = pv[11] = true;  // one padded position per row: never stored
+    const Tensor pad = Tensor::from_vector(pv, {2, 6});
+    on_cpu.add(states, pad);
+    on_gpu.add(states.to(Device::cuda(0)), pad.to(Device::cuda(0)));
+    CHECK(on_gpu.step() == on_cpu.step());
+  }
+  CHECK(on_gpu.size() == on_cpu.size());
+  CHECK(on_gpu.updates() == 2);
+  CHECK(on_gpu.updates() == on_cpu.updates());
+  CHECK(values(on_gpu.contents().cpu()) == values(on_cpu.contents()));
+  CHECK(values(on_gpu.counters.cpu()) == values(on_cpu.counters));
+  CHECK(on_gpu.centroids.device() == Device::cuda(0));
+  check_close(on_gpu.centroids.cpu(), on_cpu.centroids, 1e-4);
+  CHECK_THROWS_MSG(on_gpu.add(Tensor::zeros({3, 8})), DeviceError, "[MemoryBank] states on cpu", "cuda:0");
 }
 
 }  // TEST_SUITE
