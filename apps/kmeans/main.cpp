@@ -63,7 +63,9 @@ Clustering:
   --algorithm A       lloyd | elkan: how the nearest centroids are found; the
                       same clustering either way (default lloyd: blocked GEMM;
                       elkan: triangle-inequality bounds, N x k doubles of memory)
-  --device D          cpu (cuda once the CUDA backend exists)
+  --device D          cpu | cuda[:N]: where the data and the clustering live
+                      (--algorithm elkan is a CPU speed-up: on CUDA the GEMM
+                      assignment runs, with the same result)
 Output (written atomically: a temporary file, then rename):
   --centroids FILE    .npy (k, d), dtype of the clustering
   --assignments FILE  .npy (N,) int64
@@ -199,8 +201,7 @@ int main(int argc, char** argv) {
   Config cfg;
   const int rc = cf::apps::parse_command_line("cf-kmeans", kUsage, [&] {
     if (!parse(argc, argv, cfg)) return false;
-    cf::Device dev = cf::apps::parse_device(cfg.device);
-    if (!dev.is_cpu()) throw UsageError("K-Means runs on the CPU only until its CUDA kernels land");
+    cf::apps::parse_device(cfg.device);
     return true;
   });
   if (rc >= 0) return rc;
@@ -220,11 +221,13 @@ int main(int argc, char** argv) {
       x = read_data(cfg);
       if (!cfg.labels.empty()) truth = read_labels(cfg.labels, x.size(0));
     }
+    const cf::Device dev = cf::apps::parse_device(cfg.device);
+    x = x.to(dev);
     const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::cout << json{{"event", "start"}, {"input", demo ? "demo (planted clusters)" : cfg.input},
                       {"format", demo ? "generated" : cfg.format}, {"n", x.size(0)}, {"d", x.size(1)},
                       {"dtype", cf::dtype_name(x.dtype())}, {"k", cfg.k}, {"init", cfg.init},
-                      {"metric", cfg.metric}, {"algorithm", cfg.algorithm}, {"seed", cfg.seed}, {"read_time_s", read_s}}
+                      {"metric", cfg.metric}, {"algorithm", cfg.algorithm}, {"device", cfg.device}, {"seed", cfg.seed}, {"read_time_s", read_s}}
                      .dump()
               << std::endl;
 
@@ -253,8 +256,8 @@ int main(int argc, char** argv) {
     bar.finish();
     const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 
-    if (!cfg.centroids.empty()) cf::data::save_npy(cfg.centroids, r.centroids);
-    if (!cfg.assignments.empty()) cf::data::save_npy(cfg.assignments, r.assignments);
+    if (!cfg.centroids.empty()) cf::data::save_npy(cfg.centroids, r.centroids.cpu());
+    if (!cfg.assignments.empty()) cf::data::save_npy(cfg.assignments, r.assignments.cpu());
 
     std::vector<int64_t> sizes(size_t(cfg.k), 0);
     for (int64_t a : r.assignments.to_vector<int64_t>()) ++sizes[size_t(a)];

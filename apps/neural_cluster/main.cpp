@@ -75,8 +75,8 @@ Methods:
           normalises over the set it is given; for a set drawn from the same
           distribution that shifts every cluster's normaliser by about the
           same constant, which the argmax ignores).
-  kmeans  Lloyd's algorithm with k-means++ (the library's engine, CPU only:
-          with --device cuda it still runs on the CPU).
+  kmeans  Lloyd's algorithm with k-means++ (the library's engine, on
+          --device).
   som     2-D Kohonen map (the most square rows x cols = k grid), Gaussian
           neighbourhood on the grid, learning rate and radius decaying
           exponentially, minibatch updates (distances by one matmul per
@@ -135,8 +135,7 @@ Runs:
                           shorthand for --seeds N
   --seeds LIST            several seeds: the summary gives mean and sample
                           standard deviation (default 0)
-  --device D              cpu | cuda[:N]: NCM and SOM run there, K-Means on
-                          the CPU (the library's engine is CPU-only)
+  --device D              cpu | cuda[:N]: every method runs there
   --log-every N           an ncm_train line every N steps, 0: none (default 100)
   --checkpoint-dir DIR    save each NCM training (ncm-k<k>-seed<s>.safetensors)
                           and reuse it on the next run with the same settings:
@@ -517,7 +516,7 @@ int main(int argc, char** argv) {
     cf::apps::emit({{"event", "start"}, {"app", "cf-neural-cluster"}, {"device", cfg.device},
                     {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", cfg.methods},
                     {"ncm_steps", cfg.ncm_steps}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
-                    {"som_epochs", cfg.som_epochs}, {"kmeans_device", "cpu"}});
+                    {"som_epochs", cfg.som_epochs}, {"kmeans_device", cfg.device}});
     cf::apps::emit({{"event", "data"}, {"dir", cfg.data_dir}, {"train", data.y_train.size()},
                     {"test", data.y_test.size()}, {"dim", d}, {"classes", 10}, {"centre", cfg.centre},
                     {"normalize", cfg.normalize},
@@ -548,10 +547,10 @@ int main(int argc, char** argv) {
               bar.set_field("inertia", inertia);
               bar.set_count(it);
             };
-            cf::nn::KMeansResult r = cf::nn::kmeans(data.x_train, ko);
+            cf::nn::KMeansResult r = cf::nn::kmeans(x_train_dev, ko);
             bar.finish();
             a_train = r.assignments.to_vector<int64_t>();
-            a_test = cf::nn::kmeans_assign(data.x_test, r.centroids).to_vector<int64_t>();
+            a_test = cf::nn::kmeans_assign(x_test_dev, r.centroids).to_vector<int64_t>();
             extra = {{"iterations", r.iterations}, {"converged", r.converged}, {"inertia", r.inertia}};
           } else if (m == "som") {
             cf::apps::SomOptions so;
