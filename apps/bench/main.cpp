@@ -97,10 +97,9 @@ Options:
                 reported (default 5)
   --elkan       kmeans: also time an iteration of Elkan's variant (N x k float64
                 bounds in memory)
-  --device D    overhead, matmul, elementwise, attention, model: cpu (default) or
-                cuda[:i]. On CUDA, every timed call ends with a device
-                synchronisation; the baselines become a direct cuBLAS
-                strided-batched SGEMM (matmul) and a device-to-device
+  --device D    cpu (default) or cuda[:i]. On CUDA, every timed call ends with
+                a device synchronisation; the baselines become a direct cuBLAS
+                strided-batched SGEMM (matmul, kmeans) and a device-to-device
                 cudaMemcpy (elementwise), timed in the same run
   -h, --help    this text
 )";
@@ -659,28 +658,43 @@ json kmeans_row(const Options& o, int64_t n, int64_t d, int64_t k) {
   ko.block_rows = o.block_rows;
   ko.tol = 0;
   cf::Tensor c = cf::nn::kmeans_init(x, ko);
+  x = x.to(g_device);
+  c = c.to(g_device);
   const double flops = 2.0 * double(n) * double(d) * double(k);
   const int64_t reps = o.repeat > 0 ? o.repeat : 5;
 
-  // Baseline: the same product in one cblas_sgemm call, (N, k) output, on as
-  // many OpenBLAS threads as cf's OpenMP team.
-  std::vector<float> full(size_t(n * k));
-  const float* px = x.data<float>();
-  const float* pc = c.data<float>();
-  double t_blas;
-  {
+  // Baseline: the same product in one raw BLAS call, (N, k) output. CPU: one
+  // cblas_sgemm on as many OpenBLAS threads as cf's OpenMP team; CUDA: one
+  // cuBLAS SGEMM on the same device buffers (c transposed once, outside the timing).
+  double t_blas = 0;
+  std::string baseline;
+  if (g_device.is_cuda()) {
+#ifdef CF_WITH_CUDA
+    cf::Tensor ct = cf::contiguous(cf::transpose(c, 0, 1));
+    cf::Tensor full = cf::Tensor::empty({n, k}, cf::kFloat32, g_device);
+    t_blas = time_median(reps, [&] {
+      cf::bench::cublas_sgemm_strided_batched(x.raw_data(), ct.raw_data(), full.raw_data(), 1, n, k, d,
+                                              g_device.index);
+    });
+    baseline = "one cuBLAS SGEMM (N,d) x (d,k) into an (N,k) device buffer";
+#endif
+  } else {
+    std::vector<float> full(size_t(n * k));
+    const float* px = x.data<float>();
+    const float* pc = c.data<float>();
     RawBlasThreads raw_blas;
     t_blas = time_median(reps, [&] {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(k), int(d), -2.0f, px, int(d),
                   pc, int(d), 0.0f, full.data(), int(k));
     });
+    baseline = "one cblas_sgemm (N,d) x (d,k) into an (N,k) buffer";
   }
-  full = std::vector<float>();
 
   // The assignment step as Lloyd's loop runs it: buffers allocated once.
   const int64_t rows = std::min(ko.block_rows, n);
-  cf::Tensor ws = cf::Tensor::empty({(rows + 1) * k}, cf::kFloat32);
-  cf::Tensor labels = cf::Tensor::empty({n}, cf::kInt64), dist = cf::Tensor::empty({n}, cf::kFloat64);
+  cf::Tensor ws = cf::Tensor::empty({(rows + 1) * k}, cf::kFloat32, g_device);
+  cf::Tensor labels = cf::Tensor::empty({n}, cf::kInt64, g_device),
+             dist = cf::Tensor::empty({n}, cf::kFloat64, g_device);
   double t_assign = time_median(reps, [&] {
     cf::kernels::kmeans_assign(x, c, false, rows, ws, labels, dist);
   });
@@ -695,7 +709,7 @@ json kmeans_row(const Options& o, int64_t n, int64_t d, int64_t k) {
   std::vector<double> stamps;
   auto t_start = Clock::now();
   kM.on_iteration = [&](int64_t, double) { stamps.push_back(seconds_since(t_start)); };
-  cf::reset_peak_memory();
+  cf::reset_peak_memory(g_device);
   int64_t iters = 0;
   auto lloyd_median = [&](cf::nn::KMeansOptions opts) {
     stamps.clear();
@@ -707,9 +721,9 @@ json kmeans_row(const Options& o, int64_t n, int64_t d, int64_t k) {
     return dt.empty() ? -1.0 : median(dt);
   };
   const double t_lloyd = lloyd_median(kM);
-  int64_t peak = cf::memory_stats().peak_bytes;
+  int64_t peak = cf::memory_stats(g_device).peak_bytes;
   double t_elkan = -1;
-  if (o.elkan) {
+  if (o.elkan && g_device.is_cpu()) {  // Elkan's bounds are a CPU speed-up
     kM.algorithm = cf::nn::KMeansAlgorithm::elkan;
     t_elkan = lloyd_median(kM);
   }
@@ -718,14 +732,16 @@ json kmeans_row(const Options& o, int64_t n, int64_t d, int64_t k) {
   r["name"] = "kmeans_n" + std::to_string(n) + "_d" + std::to_string(d) + "_k" + std::to_string(k);
   r["params"] = {{"n", n}, {"d", d}, {"k", k}, {"block_rows", rows}, {"dtype", "float32"},
                  {"repeat", reps}, {"lloyd_iters_run", iters},
-                 {"baseline", "one cblas_sgemm (N,d) x (d,k) into an (N,k) buffer"}};
-  r["cblas_time_s"] = t_blas;
-  r["cblas_gflops"] = flops / t_blas * 1e-9;
+                 {"baseline", baseline}};
+  // Keys name the baseline as cf-bench matmul does: cblas on the CPU, cublas on CUDA.
+  const std::string blas = g_device.is_cuda() ? "cublas" : "cblas";
+  r[blas + "_time_s"] = t_blas;
+  r[blas + "_gflops"] = flops / t_blas * 1e-9;
   r["assign_time_s"] = t_assign;
   r["assign_gflops"] = flops / t_assign * 1e-9;
-  r["ratio_vs_cblas"] = t_blas / t_assign;
+  r["ratio_vs_" + blas] = t_blas / t_assign;
   r["kmeans_assign_call_time_s"] = t_public;
-  r["kmeans_assign_call_ratio_vs_cblas"] = t_blas / t_public;
+  r["kmeans_assign_call_ratio_vs_" + blas] = t_blas / t_public;
   r["lloyd_iteration_time_s"] = t_lloyd;
   r["lloyd_peak_bytes"] = peak;
   if (t_elkan > 0) {
@@ -762,7 +778,7 @@ Options parse(int argc, char** argv) {
       return o;
     } else if (opt == "--repeat") {
       o.repeat = cf::apps::parse_int(opt, args.value(opt), 1);
-    } else if (opt == "--device" && o.cmd != "kmeans") {
+    } else if (opt == "--device") {
       try {
         o.device = cf::Device::parse(args.value(opt));
       } catch (const cf::Error& e) {
