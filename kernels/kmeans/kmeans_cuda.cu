@@ -3,8 +3,8 @@
 //  - assign: one cuBLAS GEMM per block of rows (through matmul_cuda) into the
 //    workspace, then a warp per row takes the argmin of alpha * x.c + |c|^2 (ties
 //    to the lower index) and the exact distance to the winner, summed in double.
-//  - update: counts by integer atomics (exact), a stable radix sort of the point
-//    indices by label, an exclusive scan of the counts, then one thread per
+//  - update: the points grouped by label (kernels/common/segments.h: integer
+//    counts, a stable radix sort, an exclusive scan), then one thread per
 //    (cluster, column) adds the member rows in increasing point index in double:
 //    the same additions in the same order as the CPU, so the same bits for the
 //    same labels.
@@ -12,14 +12,11 @@
 //    candidates' potentials from direct distances (the CPU ranks them through a
 //    GEMM expansion; either only ranks candidates), summed per warp, then over the
 //    warps in a fixed order, so the result does not depend on scheduling.
-#include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
-
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/segments.h"
 #include "kernels/kmeans/kmeans.h"
 #include "kernels/matmul/matmul.h"
 
@@ -30,10 +27,6 @@ namespace {
 using cu::kThreads;
 using cu::kWarp;
 constexpr int kWarpsPerBlock = kThreads / kWarp;
-
-// A device tensor of at least `bytes` bytes from cf's caching allocator (CUB's
-// temporary storage included: never a bare cudaMalloc).
-Tensor device_bytes(size_t bytes, Device d) { return Tensor::empty({int64_t((bytes + 7) / 8) + 1}, kInt64, d); }
 
 // Blocks of kWarpsPerBlock warps for a warp-per-row loop over n rows.
 unsigned warp_row_blocks(int64_t n) { return cu::blocks_for((n + kWarpsPerBlock - 1) / kWarpsPerBlock); }
@@ -137,19 +130,11 @@ void assign_typed(const Tensor& x, const Tensor& c, bool cosine, int64_t block_r
   }
 }
 
-// counts[L[i]] += 1; the lowest point index with a label outside [0, k) goes to *bad.
-__global__ void count_labels_kernel(const int64_t* L, int64_t n, int64_t k, unsigned long long* counts,
-                                    unsigned long long* bad, int64_t* pos) {
+// The lowest point index with a label outside [0, k) goes to *bad.
+__global__ void check_labels_kernel(const int64_t* L, int64_t n, int64_t k, unsigned long long* bad) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
-    pos[i] = i;
-    const int64_t l = L[i];
-    if (l < 0 || l >= k) {
-      atomicMin(bad, (unsigned long long)i);
-      continue;
-    }
-    atomicAdd(counts + l, 1ull);
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
+    if (L[i] < 0 || L[i] >= k) atomicMin(bad, (unsigned long long)i);
 }
 
 // S[j][t] = sum of X[order[p]][t] over p in [start[j], start[j] + counts[j]), in
@@ -173,45 +158,22 @@ void update_typed(const Tensor& x, const Tensor& labels, const Tensor& order, co
   const int64_t N = x.size(0), d = x.size(1), k = counts.numel();
   const Device dev = x.device();
   cu::use_device_of(x, "kmeans_update");
-  int64_t* cnt = cu::ptr<int64_t>(counts);
-  CF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, size_t(k) * sizeof(int64_t), 0), "kmeans_update");
-  // bad[0]: the first point with an invalid label (UINT64_MAX: none).
-  // -1 has all bits set: UINT64_MAX for the unsigned atomicMin.
+  // -1 has all bits set: UINT64_MAX for the unsigned atomicMin (no bad label).
   Tensor bad = Tensor::from_vector<int64_t>({-1}, {1}, dev);
-  Tensor pos = Tensor::empty({N}, kInt64, dev);  // point indices 0..N-1, the sort's values
-  count_labels_kernel<<<cu::grid_for(N), kThreads>>>(cu::ptr<int64_t>(labels), N, k,
-                                                     reinterpret_cast<unsigned long long*>(cnt),
-                                                     reinterpret_cast<unsigned long long*>(cu::ptr<int64_t>(bad)),
-                                                     cu::ptr<int64_t>(pos));
+  check_labels_kernel<<<cu::grid_for(N), kThreads>>>(
+      cu::ptr<int64_t>(labels), N, k, reinterpret_cast<unsigned long long*>(cu::ptr<int64_t>(bad)));
   ::cf::cuda::check_launch("kmeans_update");
   const int64_t first_bad = bad.to_vector<int64_t>()[0];
   if (first_bad >= 0) {
     const int64_t l = labels.to_vector<int64_t>()[size_t(first_bad)];
     throw IndexError(str("[kmeans_update] label ", l, " of point ", first_bad, " is outside [0, ", k, ")"));
   }
-  CF_CHECK(N <= INT_MAX, ValueError, "[kmeans_update] N = ", N, " points exceed the CUDA sort's limit (", INT_MAX,
-           ")");
-  // Labels are in [0, k): as unsigned keys their order is the same, and only the
-  // low bits that can be set need sorting. CUB's radix sort is stable, so within a
-  // cluster the points stay in increasing index: the CPU's counting-sort order.
-  int end_bit = 1;
-  while (end_bit < 63 && (int64_t(1) << end_bit) < k) ++end_bit;
-  const uint64_t* keys_in = reinterpret_cast<const uint64_t*>(cu::ptr<int64_t>(labels));
-  Tensor keys_out = Tensor::empty({N}, kInt64, dev);
-  uint64_t* ko = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(keys_out));
-  size_t sort_bytes = 0, scan_bytes = 0;
-  CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_in, ko, cu::ptr<int64_t>(pos),
-                                                cu::ptr<int64_t>(order), int(N), 0, end_bit, 0),
-                "kmeans_update");
+  // Labels in [0, k) read as unsigned keys: the stable sort keeps each cluster's
+  // points in increasing index, the CPU's counting-sort order.
   Tensor start = Tensor::empty({k}, kInt64, dev);
-  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, cnt, cu::ptr<int64_t>(start), int(k), 0),
-                "kmeans_update");
-  Tensor temp = device_bytes(std::max(sort_bytes, scan_bytes), dev);
-  CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), sort_bytes, keys_in, ko, cu::ptr<int64_t>(pos),
-                                                cu::ptr<int64_t>(order), int(N), 0, end_bit, 0),
-                "kmeans_update");
-  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.raw_data(), scan_bytes, cnt, cu::ptr<int64_t>(start), int(k), 0),
-                "kmeans_update");
+  segments_by_key_cuda(reinterpret_cast<const uint64_t*>(cu::ptr<int64_t>(labels)), N, k, order, start, counts,
+                       "kmeans_update");
+  int64_t* cnt = cu::ptr<int64_t>(counts);
   const int threads = int(std::min<int64_t>(kThreads, (d + kWarp - 1) / kWarp * kWarp));
   segment_sums_kernel<T><<<cu::blocks_for(k), threads>>>(cu::ptr<T>(x), cu::ptr<int64_t>(order),
                                                           cu::ptr<int64_t>(start), cnt, k, d,

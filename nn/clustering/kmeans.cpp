@@ -9,6 +9,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
+#include "autograd/ops/reduce.h"
 #include "core/cuda.h"
 #include "core/rng.h"
 #include "kernels/kmeans/kmeans.h"
@@ -60,16 +61,28 @@ void normalize_rows_typed(const Tensor& src, const Tensor& dst, const char* op, 
 }
 
 // The data as the loop reads it, on its own device: contiguous (no copy when it
-// already is), checked finite; for cosine a copy with unit rows. Device data is
-// checked (and normalised) on a host copy, once per call.
+// already is), checked finite; for cosine a copy with unit rows.
 Tensor prepare(const Tensor& t, KMeansMetric metric, const char* op, const char* what) {
   Tensor c = contiguous(t.detach());
-  const Tensor host = c.cpu();
-  check_finite(host, op, what, c.describe());
+  if (!c.device().is_cpu()) {
+    // Device data: checked and normalised by tensor ops with one scalar read back
+    // each; only a failing check copies the data to the host, to name the entry.
+    const double bad = sum(to(logical_not(lt(abs(c), INFINITY)), kFloat64)).item<double>();
+    if (bad > 0) check_finite(c.cpu(), op, what, c.describe());  // throws
+    if (metric == KMeansMetric::l2) return c;
+    const Tensor c64 = to(c, kFloat64);
+    const Tensor norms = sqrt(sum(square(c64), {1}, true));
+    if (!(amin(norms).item<double>() > 0)) {  // throws, naming the row
+      Tensor host = c.cpu(), out = Tensor::empty(host.shape(), host.dtype());
+      CF_DISPATCH_FLOAT(host.dtype(), op, normalize_rows_typed<scalar_t>(host, out, op, what, c.describe()));
+    }
+    return contiguous(to(c64 * reciprocal(norms), c.dtype()));
+  }
+  check_finite(c, op, what, c.describe());
   if (metric == KMeansMetric::l2) return c;
-  Tensor out = Tensor::empty(host.shape(), host.dtype());
-  CF_DISPATCH_FLOAT(host.dtype(), op, normalize_rows_typed<scalar_t>(host, out, op, what, c.describe()));
-  return out.to(c.device());
+  Tensor out = Tensor::empty(c.shape(), c.dtype());
+  CF_DISPATCH_FLOAT(c.dtype(), op, normalize_rows_typed<scalar_t>(c, out, op, what, c.describe()));
+  return out;
 }
 
 // A buffer that the loop's host code reads or writes and the kernels use on the

@@ -66,7 +66,9 @@ struct KMeansResult {
 // result (centroids, assignments) is on that device. Initial centroids chosen by
 // options.init from options.seed. On CUDA the sums are the CPU's bit for bit for the
 // same labels; the GEMM's rounding may differ, so a near-tie can go to another
-// centroid than on the CPU. KMeansAlgorithm::elkan is a CPU speed-up: on CUDA the
+// centroid than on the CPU, and k-means++ ranks its candidates by direct distances
+// on CUDA (by the GEMM expansion on the CPU), so one seed may start from other
+// centroids on the two devices: pass initial_centroids to compare them. KMeansAlgorithm::elkan is a CPU speed-up: on CUDA the
 // GEMM assignment runs instead (the same clustering).
 KMeansResult kmeans(const Tensor& x, const KMeansOptions& options);
 // Starts from initial_centroids (k, d), same dtype and device as x; options.init and seed are unused.

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "cuda/cuda_test_util.h"
+#include "kernels/kmeans/kmeans.h"
 #include "nn/clustering/kmeans.h"
 #include "nn/kmeans_test_util.h"
 
@@ -119,6 +120,12 @@ CUDA_TEST_CASE("kmeans_assign on CUDA: the nearest centroid, lowest index on tie
   o.k = 40;
   const Tensor c = kmeans_init(p.x, o);
   CHECK(values(kmeans_assign(p.x.to(kGpu), c.to(kGpu)).cpu()) == values(kmeans_assign(p.x, c)));
+  // The kernel itself with blocks of 7 rows (the public call takes 8192 at a time).
+  const Tensor xg = p.x.to(kGpu), cg = c.to(kGpu);
+  Tensor ws = Tensor::empty({8 * 40}, kFloat64, kGpu), labels = Tensor::empty({3000}, kInt64, kGpu),
+         dist = Tensor::empty({3000}, kFloat64, kGpu);
+  kernels::kmeans_assign(xg, cg, false, 7, ws, labels, dist);
+  CHECK(values(labels.cpu()) == values(kmeans_assign(p.x, c)));
   CHECK(values(kmeans_assign(p.x.to(kGpu), c.to(kGpu), KMeansMetric::cosine).cpu()) ==
         values(kmeans_assign(p.x, c, KMeansMetric::cosine)));
   // Duplicate centroids: every point goes to the first copy.
