@@ -28,15 +28,14 @@ void check_inputs(const char* who, const Tensor& q, const Tensor& k, const Tenso
   a.v = v;
   a.key_padding_mask = kpm;
   check_attention_args(a, who);
-  CF_CHECK(q.device().is_cpu(), NotImplementedError, "[", who,
-           "] runs on the CPU only (hashing, Hamming K-Means and the sparse products have no CUDA kernels yet); "
-           "got q on ", q.device());
   CF_CHECK(n_clusters >= 1, ValueError, "[", who, "] n_clusters must be >= 1, got ", n_clusters);
   CF_CHECK(topk >= 0, ValueError, "[", who, "] topk must be >= 0 (0: clustered), got ", topk);
   CF_CHECK(scale > 0 && std::isfinite(scale), ValueError, "[", who, "] scale must be finite and > 0, got ", scale);
   CF_CHECK(assignment.defined() && assignment.dtype() == kInt64, DTypeError, "[", who,
            "] assignment must be an int64 tensor (B, H, Nq)",
            assignment.defined() ? ", got " + assignment.describe() : std::string(""));
+  CF_CHECK(assignment.device() == q.device(), DeviceError, "[", who, "] assignment is on ", assignment.device(),
+           " but q is on ", q.device());
   const Shape& s = q.shape();
   CF_CHECK(assignment.dim() == 3 && assignment.shape()[0] == s[0] && assignment.shape()[1] == s[1] &&
                assignment.shape()[2] == s[2],
@@ -49,24 +48,23 @@ void check_inputs(const char* who, const Tensor& q, const Tensor& k, const Tenso
 }
 
 // The membership matrix S of eq. 3 as (G, Nq, C) 0/1 in q's dtype (a query with
-// id -1 has a zero row), and 1 / |cluster| as (G, C, 1) (0 for an empty cluster).
-// Eqs. 3 and 6 are then batched GEMMs with S (N x C, never N x N), whose backward
-// is again a GEMM with S.
+// id -1 has a zero row: one-hot over C + 1 classes, the last dropped), and
+// 1 / max(|cluster|, 1) as (G, C, 1) (an empty cluster's centroid sum is 0 either
+// way). Eqs. 3 and 6 are then batched GEMMs with S (N x C, never N x N), whose
+// backward is again a GEMM with S. Tensor ops: the same code on every device.
 void membership(const Tensor& assignment, int64_t c, DType dt, Tensor& member, Tensor& inv_count) {
-  Tensor a = contiguous(assignment);
-  const int64_t g = a.shape()[0] * a.shape()[1], n = a.shape()[2];
-  Tensor m = Tensor::zeros({g, n, c}, kFloat64);
-  std::vector<double> inv(size_t(g * c), 0.0);
-  const int64_t* ap = a.data<int64_t>();
-  double* mp = m.data<double>();
-  for (int64_t i = 0; i < g * n; ++i)
-    if (ap[i] >= 0) {
-      mp[i * c + ap[i]] = 1.0;
-      inv[size_t((i / n) * c + ap[i])] += 1.0;
-    }
-  for (double& x : inv) x = x > 0 ? 1.0 / x : 0.0;
-  member = dt == kFloat64 ? m : to(m, dt);
-  inv_count = to(Tensor::from_vector(inv, {g, c, 1}), dt);
+  const int64_t g = assignment.shape()[0] * assignment.shape()[1], n = assignment.shape()[2];
+  Tensor a = reshape(assignment, {g, n});
+  member = contiguous(slice(one_hot(where(ge(a, 0.0), a, double(c)), c + 1, dt), -1, 0, c));
+  inv_count = 1.0 / clamp(sum(member, {1}, true), 1.0, INFINITY);  // (G, 1, C)
+  inv_count = transpose(inv_count, 1, 2);                            // (G, C, 1)
+}
+
+// (G, 1) int64 column g * c: the first row of group g in a (G * c, ...) matrix.
+Tensor arange_rows(int64_t g, int64_t c, Device device) {
+  std::vector<int64_t> v(static_cast<size_t>(g));
+  for (int64_t i = 0; i < g; ++i) v[size_t(i)] = i * c;
+  return Tensor::from_vector(v, {g, 1}, device);
 }
 
 }  // namespace
@@ -105,42 +103,29 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   // Eqs. 9-11. Top-k keys of each cluster (ties: lower key index), clamped to Nk.
   const int64_t kk = std::min(topk, Nk);
   Tensor idx = contiguous(cf::topk(scores.detach(), kk, -1).indices);  // (G, C, kk)
-  Tensor tmask = Tensor::zeros({G, C, Nk}, kBool);
-  {
-    const int64_t* ip = idx.data<int64_t>();
-    bool* tp = tmask.data<bool>();
-    for (int64_t r = 0; r < G * C; ++r)
-      for (int64_t t = 0; t < kk; ++t) tp[r * Nk + ip[r * kk + t]] = true;
-  }
+  // T of eq. 9 as a mask (G, C, Nk): true at each cluster's top-k keys.
+  Tensor tmask = gt(scatter_add(Tensor::zeros({G, C, Nk}, dt, q.device()), 2, idx,
+                                Tensor::ones({G, C, kk}, dt, q.device())),
+                    0.5);
   Tensor mass = sum(gather(ac, 2, idx), {-1});  // eq. 9: m_j, (G, C)
   // The keys outside the top-k keep the centroid weights A^c_jl (eq. 10, second case).
   Tensor v_rest = matmul(drop(masked_fill(ac, tmask, 0.0)), vf);
   Tensor out = matmul(member, v_rest);  // (G, Nq, Dv)
 
-  // Per query: its cluster's top-k keys; blocked where the key is padding or the
-  // query has no cluster, so those weights are exactly 0.
-  Tensor per_q = Tensor::zeros({G, Nq, kk}, kInt64);
-  Tensor blocked = Tensor::zeros({G, Nq, kk}, kBool);
-  {
-    Tensor a = contiguous(assignment);
-    Tensor m = kpm.defined() ? contiguous(kpm) : Tensor();
-    const int64_t* ap = a.data<int64_t>();
-    const int64_t* ip = idx.data<int64_t>();
-    const bool* mp = m.defined() ? m.data<bool>() : nullptr;
-    int64_t* pp = per_q.data<int64_t>();
-    bool* bp = blocked.data<bool>();
-    for (int64_t r = 0; r < G * Nq; ++r) {
-      const int64_t g = r / Nq, j = ap[r], b = g / H;
-      for (int64_t t = 0; t < kk; ++t) {
-        if (j < 0) {
-          bp[r * kk + t] = true;
-          continue;
-        }
-        const int64_t key = ip[(g * C + j) * kk + t];
-        pp[r * kk + t] = key;
-        bp[r * kk + t] = mp && mp[b * Nk + key];
-      }
-    }
+  // Per query: its cluster's top-k keys (rows of idx picked by the cluster id; a
+  // query with no cluster takes cluster 0's and is blocked); blocked where the key
+  // is padding or the query has no cluster, so those weights are exactly 0.
+  Tensor a = reshape(assignment, {G, Nq});
+  Tensor no_cluster = lt(a, 0.0);
+  Tensor rows = where(no_cluster, Tensor::zeros({1}, kInt64, q.device()), a) +
+                arange_rows(G, C, q.device());  // g * C + j, (G, Nq)
+  Tensor per_q = reshape(index_select(reshape(idx, {G * C, kk}), 0, reshape(rows, {G * Nq})), {G, Nq, kk});
+  Tensor blocked = expand(reshape(no_cluster, {G, Nq, 1}), {G, Nq, kk});
+  if (kpm.defined()) {
+    // kpm (B, Nk) -> per group (G, Nk) as 0/1, then gathered at each query's keys.
+    Tensor pad = reshape(expand(reshape(to(kpm, kInt64), {B, 1, Nk}), {B, H, Nk}), {G, Nk});
+    Tensor key_pad = gt(reshape(gather(pad, 1, reshape(per_q, {G, Nq * kk})), {G, Nq, kk}), 0.5);
+    blocked = logical_or(blocked, key_pad);
   }
   // Eq. 10, first case: m_j * softmax of the exact scores over the cluster's top-k.
   Tensor exact = masked_fill(sparse_dot(qs, kf, per_q), blocked, -INFINITY);
@@ -243,7 +228,7 @@ Tensor ClusteredAttention::cluster(const Tensor& q, const Tensor& qpm) {
   } else {
     planes = random_hyperplanes(opt_.bits, D, q.dtype(), default_generator());
   }
-  Tensor codes = reshape(hash_codes(q, planes), {B * H, Nq});
+  Tensor codes = reshape(hash_codes(q, planes.to(q.device())), {B * H, Nq});
   Tensor excl = qpm.defined() ? reshape(contiguous(expand(reshape(qpm, {B, 1, Nq}), {B, H, Nq})), {B * H, Nq})
                               : Tensor();
   return reshape(hamming_kmeans(codes, std::max<int64_t>(1, std::min(opt_.clusters, Nq)), opt_.iterations,

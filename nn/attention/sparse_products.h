@@ -3,7 +3,7 @@
 // "two sparse dot products, one for every query with the top-k keys and one for the
 // top-k attention weights with the corresponding values"). Each row n of a group g
 // names K key positions idx[g, n, :]; nothing of size N x N is formed.
-// CPU loops (OpenMP over the rows); a CUDA kernel joins with the CUDA backend.
+// Kernels on the CPU and CUDA: kernels/clustered/clustered.h.
 // Both are differentiable in their float inputs, never in idx; they record nodes
 // named "sparse_dot" and "sparse_weighted_sum" (local to clustered attention, so not
 // in the op registry; tests/nn/test_clustered_attention.cpp gradchecks both).

@@ -494,13 +494,14 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
                    "[sparse_weighted_sum] expected w (G, N, 1)");
   CHECK_THROWS_MSG(nn::sparse_weighted_sum(to(sq.detach(), kFloat32), sk, ti64({0, 1}, {1, 2, 1})), DTypeError,
                    "[sparse_weighted_sum] w and v must share one float dtype");
-  // CPU-only pieces refuse CUDA tensors by name (any build: fake_cuda has no storage).
-  CHECK_THROWS_MSG(nn::hash_codes(fake_cuda({2, 3}), fake_cuda({3, 4})), NotImplementedError, "[hash_codes]",
-                   "CPU only", "cuda:0");
-  CHECK_THROWS_MSG(nn::hamming_kmeans(fake_cuda({1, 3}, kInt64), 2, 10, 8), NotImplementedError,
-                   "[hamming_kmeans]", "CPU only", "cuda:0");
-  CHECK_THROWS_MSG(nn::sparse_dot(fake_cuda({1, 2, 2}), fake_cuda({1, 2, 2}), fake_cuda({1, 2, 1}, kInt64)),
-                   NotImplementedError, "[sparse_dot]", "CPU only", "cuda:0");
+  // Operands on two devices are refused by name before any kernel runs (any
+  // build: fake_cuda has no storage and is never read).
+  CHECK_THROWS_MSG(nn::hash_codes(leaf64({2, 4}, 1), fake_cuda({3, 4}, kFloat64)), DeviceError, "[hash_codes]",
+                   "one device", "cuda:0");
+  CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 2, 3}, {1, 3}), 2, 10, 8, fake_cuda({1, 3}, kBool)), DeviceError,
+                   "[hamming_kmeans] exclude is on cuda:0");
+  CHECK_THROWS_MSG(nn::sparse_dot(sq, fake_cuda({1, 4, 3}, kFloat64), ti64({0, 1}, {1, 2, 1})), DeviceError,
+                   "[sparse_dot] q, k and idx must be on one device", "cuda:0");
 }
 
 TEST_CASE("set_attention switches every self-attention layer and refuses models without one") {

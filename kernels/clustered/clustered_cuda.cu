@@ -1,0 +1,350 @@
+// CUDA arm of the clustered-attention kernels (kernels/clustered/clustered.h),
+// the same contracts and tie rules as clustered_cpu.cpp:
+//  - hashing: a thread per row packs the signs of its projections;
+//  - Hamming K-Means: a block per row (one (batch, head) problem), its codes,
+//    assignments and distances in global scratch, block reductions for the
+//    farthest-point picks (lowest index among equal distances, as the CPU's
+//    first-maximum scan), integer atomics for the counts and the majority votes
+//    (exact, so the result is the CPU's bit for bit);
+//  - sparse products: a thread per output element, summing in the CPU's order;
+//  - scatter: the terms grouped by destination row (kernels/common/segments.h,
+//    stable: increasing (n, t), the CPU's order), then a thread per (row,
+//    column) adds its terms; no floating-point atomics, the same bits every run.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "kernels/clustered/clustered.h"
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/segments.h"
+
+namespace cf::kernels {
+
+namespace {
+
+using cu::kThreads;
+using cu::kWarp;
+
+// ---------------------------------------------------------------- hashing
+template <typename T>
+__global__ void pack_signs_kernel(const T* proj, int64_t rows, int64_t bits, int64_t* out) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += step) {
+    const T* p = proj + r * bits;
+    uint64_t c = 0;
+    for (int64_t j = 0; j < bits; ++j) c |= uint64_t(p[j] > T(0)) << j;
+    out[r] = int64_t(c);
+  }
+}
+
+// ---------------------------------------------------------------- Hamming K-Means
+constexpr int kHamThreads = 256;
+constexpr int kBig = 1 << 30;
+
+struct ArgMax {
+  int value;      // -1: no candidate
+  int64_t index;  // the lowest index holding `value`
+};
+
+// Larger value wins; equal values: the lower index (an empty candidate never wins).
+__device__ __forceinline__ ArgMax better(ArgMax a, ArgMax b) {
+  if (b.value > a.value || (b.value == a.value && b.value >= 0 && b.index < a.index)) return b;
+  return a;
+}
+
+// The block's best (value, index); every thread gets it. `sv`/`si` hold 32 entries.
+__device__ ArgMax block_argmax(ArgMax v, int* sv, int64_t* si) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    ArgMax w{__shfl_down_sync(0xffffffffu, v.value, o), __shfl_down_sync(0xffffffffu, v.index, o)};
+    v = better(v, w);
+  }
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  __syncthreads();  // the shared slots may still be read by the previous call
+  if (lane == 0) {
+    sv[warp] = v.value;
+    si[warp] = v.index;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = int(blockDim.x) / kWarp;
+    ArgMax w = lane < warps ? ArgMax{sv[lane], si[lane]} : ArgMax{-1, 0};
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      ArgMax u{__shfl_down_sync(0xffffffffu, w.value, o), __shfl_down_sync(0xffffffffu, w.index, o)};
+      w = better(w, u);
+    }
+    if (lane == 0) {
+      sv[0] = w.value;
+      si[0] = w.index;
+    }
+  }
+  __syncthreads();
+  return ArgMax{sv[0], si[0]};
+}
+
+// Per-row global scratch: cen (C) uint64, count (C) int, ones (C * bits) int,
+// dist (N) int, mind (N) int. Entry i of the row is valid when excl is null or
+// !excl[i]; the CPU compacts the valid entries first, which keeps their order, so
+// "the lowest valid index" is the same entry on both devices.
+__global__ void hamming_kmeans_kernel(const int64_t* codes, const bool* excl, int64_t g_rows, int64_t n,
+                                      int64_t clusters, int64_t iterations, int64_t bits, uint64_t* cen_all,
+                                      int* count_all, int* ones_all, int* dist_all, int* mind_all, int64_t* out) {
+  __shared__ int sv[kWarp];
+  __shared__ int64_t si[kWarp];
+  __shared__ int s_flag;
+  for (int64_t row = blockIdx.x; row < g_rows; row += gridDim.x) {
+    const uint64_t* x = reinterpret_cast<const uint64_t*>(codes + row * n);
+    const bool* ex = excl ? excl + row * n : nullptr;
+    int64_t* a = out + row * n;
+    int* dist = dist_all + row * n;
+    int* mind = mind_all + row * n;
+    uint64_t* cen = cen_all + row * clusters;
+    int* count = count_all + row * clusters;
+    int* ones = ones_all + row * clusters * bits;
+    auto valid = [&](int64_t i) { return ex == nullptr || !ex[i]; };
+
+    // m = the valid entries; the first valid one is the first seed.
+    int local = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      if (valid(i)) {
+        ++local;
+        mind[i] = kBig;
+      } else {
+        a[i] = -1;
+      }
+    }
+    const int m = cu::block_reduce(local, cu::SumOp{}, 0, sv);
+    if (m == 0) continue;  // uniform: every thread read the same m
+    const int64_t c = clusters < m ? clusters : m;
+    ArgMax first{-1, 0};
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      if (valid(i) && (first.value < 0 || i < first.index)) first = ArgMax{0, i};
+    int64_t pick = block_argmax(first, sv, si).index;
+
+    // Farthest-point initialisation: seed j is the entry farthest from seeds < j.
+    for (int64_t j = 0; j < c; ++j) {
+      const uint64_t cj = x[pick];
+      if (threadIdx.x == 0) cen[j] = cj;
+      ArgMax best{-1, 0};
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        if (!valid(i)) continue;
+        const int h = __popcll(x[i] ^ cj);
+        if (h < mind[i]) mind[i] = h;
+        best = better(best, ArgMax{mind[i], i});
+      }
+      pick = block_argmax(best, sv, si).index;
+    }
+    __syncthreads();
+
+    // Nearest seed of every entry (lowest id on ties), then the re-seeding of
+    // empty clusters from the farthest member of a cluster of two or more.
+    auto assign = [&]() {
+      for (int64_t j = threadIdx.x; j < c; j += blockDim.x) count[j] = 0;
+      __syncthreads();
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        if (!valid(i)) continue;
+        int best = kBig;
+        int64_t bj = 0;
+        for (int64_t j = 0; j < c; ++j) {
+          const int h = __popcll(x[i] ^ cen[j]);
+          if (h < best) {
+            best = h;
+            bj = j;
+          }
+        }
+        a[i] = bj;
+        dist[i] = best;
+        atomicAdd(count + bj, 1);
+      }
+      __syncthreads();
+      for (int64_t j = 0; j < c; ++j) {
+        if (count[j] > 0) continue;  // uniform: count is re-read after each barrier
+        ArgMax far{-1, 0};
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+          if (valid(i) && count[a[i]] >= 2) far = better(far, ArgMax{dist[i], i});
+        far = block_argmax(far, sv, si);
+        if (far.value <= 0) break;  // no candidate, or only duplicates left
+        if (threadIdx.x == 0) {
+          --count[a[far.index]];
+          a[far.index] = j;
+          dist[far.index] = 0;
+          cen[j] = x[far.index];
+          count[j] = 1;
+        }
+        __syncthreads();
+      }
+      __syncthreads();
+    };
+    assign();
+
+    for (int64_t it = 0; it < iterations; ++it) {
+      for (int64_t e = threadIdx.x; e < c * bits; e += blockDim.x) ones[e] = 0;
+      if (threadIdx.x == 0) s_flag = 0;
+      __syncthreads();
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        if (!valid(i)) continue;
+        int* o = ones + a[i] * bits;
+        for (uint64_t v = x[i]; v; v &= v - 1) atomicAdd(o + (__ffsll(int64_t(v)) - 1), 1);
+      }
+      __syncthreads();
+      // Majority vote per bit; a tie keeps the old bit.
+      for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+        if (count[j] == 0) continue;
+        uint64_t cj = cen[j];
+        for (int64_t b = 0; b < bits; ++b) {
+          const int twice = 2 * ones[j * bits + b];
+          if (twice > count[j])
+            cj |= uint64_t(1) << b;
+          else if (twice < count[j])
+            cj &= ~(uint64_t(1) << b);
+        }
+        if (cj != cen[j]) {
+          cen[j] = cj;
+          s_flag = 1;
+        }
+      }
+      __syncthreads();
+      const bool changed = s_flag != 0;
+      __syncthreads();
+      if (!changed) break;  // a fixed point, as on the CPU
+      assign();
+    }
+    __syncthreads();  // the next row reuses the shared slots
+  }
+}
+
+// ---------------------------------------------------------------- sparse products
+template <typename T>
+__global__ void sparse_dot_kernel(const T* q, const T* k, const int64_t* idx, T* out, int64_t total, int64_t n,
+                                  int64_t m, int64_t kk, int64_t d) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t r = e / kk;  // row g * n + i
+    const T* qr = q + r * d;
+    const T* kr = k + ((r / n) * m + idx[e]) * d;
+    T s = 0;
+    for (int64_t j = 0; j < d; ++j) s += qr[j] * kr[j];
+    out[e] = s;
+  }
+}
+
+template <typename T>
+__global__ void sparse_wsum_kernel(const T* w, const T* v, const int64_t* idx, T* out, int64_t total, int64_t n,
+                                   int64_t m, int64_t kk, int64_t d) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t r = e / d, j = e % d;
+    const T* vg = v + (r / n) * m * d;
+    T s = 0;
+    for (int64_t t = 0; t < kk; ++t) {
+      const T c = w[r * kk + t];
+      if (c == T(0)) continue;
+      s += c * vg[idx[r * kk + t] * d + j];
+    }
+    out[e] = s;
+  }
+}
+
+// key of term (r, t) = g * m + idx[r, t]: its destination row in the (G * M, D) output.
+__global__ void scatter_keys_kernel(const int64_t* idx, int64_t total, int64_t n, int64_t m, int64_t kk,
+                                    uint64_t* keys) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step)
+    keys[e] = uint64_t((e / kk / n) * m + idx[e]);
+}
+
+// out row `row`, column j: the sum over its terms (in `order`, increasing (n, t))
+// of c[term] * x[term's query row][j]; terms with c == 0 skipped, as on the CPU.
+template <typename T>
+__global__ void scatter_sum_kernel(const T* c, const T* x, const int64_t* order, const int64_t* start,
+                                   const int64_t* count, int64_t rows, int64_t kk, int64_t d, T* out) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t p0 = start[row], p1 = p0 + count[row];
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      T s = out[row * d + j];
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t term = order[p];
+        const T cv = c[term];
+        if (cv == T(0)) continue;
+        s += cv * x[(term / kk) * d + j];
+      }
+      out[row * d + j] = s;
+    }
+  }
+}
+
+}  // namespace
+
+void hash_pack_signs_cuda(const Tensor& proj, const Tensor& out) {
+  const int64_t rows = proj.size(0), bits = proj.size(1);
+  if (rows == 0) return;
+  cu::use_device_of(proj, "hash_codes");
+  CF_DISPATCH_FLOAT(proj.dtype(), "hash_codes",
+                    (pack_signs_kernel<scalar_t><<<cu::grid_for(rows), kThreads>>>(
+                        cu::ptr<scalar_t>(proj), rows, bits, cu::ptr<int64_t>(out))));
+  ::cf::cuda::check_launch("hash_codes");
+}
+
+void hamming_kmeans_cuda(const Tensor& codes, const Tensor& exclude, int64_t clusters, int64_t iterations,
+                         int64_t bits, const Tensor& out) {
+  const int64_t g = codes.size(0), n = codes.size(1);
+  if (g == 0 || n == 0) return;
+  CF_CHECK(n <= INT_MAX, ValueError, "[hamming_kmeans] rows of ", n, " codes exceed the CUDA kernel's limit (",
+           INT_MAX, ")");
+  const int64_t c = std::min(clusters, n);  // no row uses more
+  const Device dev = codes.device();
+  cu::use_device_of(codes, "hamming_kmeans");
+  Tensor cen = Tensor::empty({g * c}, kInt64, dev);
+  // int32 scratch in int64 tensors (cf has no int32 dtype): two per element.
+  auto ints = [&](int64_t count) { return Tensor::empty({count / 2 + 1}, kInt64, dev); };
+  Tensor counts = ints(g * c), ones = ints(g * c * bits), dist = ints(g * n), mind = ints(g * n);
+  hamming_kmeans_kernel<<<cu::blocks_for(g), kHamThreads>>>(
+      cu::ptr<int64_t>(codes), exclude.defined() ? cu::ptr<bool>(exclude) : nullptr, g, n, c, iterations, bits,
+      reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(cen)), cu::ptr<int>(counts), cu::ptr<int>(ones),
+      cu::ptr<int>(dist), cu::ptr<int>(mind), cu::ptr<int64_t>(out));
+  ::cf::cuda::check_launch("hamming_kmeans");
+}
+
+void sparse_dot_cuda(const Tensor& q, const Tensor& k, const Tensor& idx, const Tensor& out) {
+  const int64_t n = q.size(1), d = q.size(2), m = k.size(1), kk = idx.size(2), total = out.numel();
+  if (total == 0) return;
+  cu::use_device_of(q, "sparse_dot");
+  CF_DISPATCH_FLOAT(q.dtype(), "sparse_dot",
+                    (sparse_dot_kernel<scalar_t><<<cu::grid_for(total), kThreads>>>(
+                        cu::ptr<scalar_t>(q), cu::ptr<scalar_t>(k), cu::ptr<int64_t>(idx), cu::ptr<scalar_t>(out),
+                        total, n, m, kk, d)));
+  ::cf::cuda::check_launch("sparse_dot");
+}
+
+void sparse_weighted_sum_cuda(const Tensor& w, const Tensor& v, const Tensor& idx, const Tensor& out) {
+  const int64_t n = w.size(1), kk = w.size(2), m = v.size(1), d = v.size(2), total = out.numel();
+  if (total == 0) return;
+  cu::use_device_of(w, "sparse_weighted_sum");
+  CF_DISPATCH_FLOAT(w.dtype(), "sparse_weighted_sum",
+                    (sparse_wsum_kernel<scalar_t><<<cu::grid_for(total), kThreads>>>(
+                        cu::ptr<scalar_t>(w), cu::ptr<scalar_t>(v), cu::ptr<int64_t>(idx), cu::ptr<scalar_t>(out),
+                        total, n, m, kk, d)));
+  ::cf::cuda::check_launch("sparse_weighted_sum");
+}
+
+void sparse_scatter_rows_cuda(const Tensor& c, const Tensor& x, const Tensor& idx, const Tensor& out) {
+  const int64_t g = c.size(0), n = c.size(1), kk = c.size(2), d = x.size(2), m = out.size(1);
+  const int64_t terms = g * n * kk, rows = g * m;
+  if (terms == 0 || rows == 0 || d == 0) return;
+  const Device dev = x.device();
+  cu::use_device_of(x, "sparse_scatter_rows");
+  Tensor keys = Tensor::empty({terms}, kInt64, dev);
+  uint64_t* kp = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(keys));
+  scatter_keys_kernel<<<cu::grid_for(terms), kThreads>>>(cu::ptr<int64_t>(idx), terms, n, m, kk, kp);
+  ::cf::cuda::check_launch("sparse_scatter_rows");
+  Tensor order = Tensor::empty({terms}, kInt64, dev), start = Tensor::empty({rows}, kInt64, dev),
+         count = Tensor::empty({rows}, kInt64, dev);
+  segments_by_key_cuda(kp, terms, rows, order, start, count, "sparse_scatter_rows");
+  const int threads = int(std::min<int64_t>(kThreads, (d + kWarp - 1) / kWarp * kWarp));
+  CF_DISPATCH_FLOAT(x.dtype(), "sparse_scatter_rows",
+                    (scatter_sum_kernel<scalar_t><<<cu::blocks_for(rows), threads>>>(
+                        cu::ptr<scalar_t>(c), cu::ptr<scalar_t>(x), cu::ptr<int64_t>(order), cu::ptr<int64_t>(start),
+                        cu::ptr<int64_t>(count), rows, kk, d, cu::ptr<scalar_t>(out))));
+  ::cf::cuda::check_launch("sparse_scatter_rows");
+}
+
+}  // namespace cf::kernels
