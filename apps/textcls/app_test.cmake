@@ -111,6 +111,12 @@ foreach(a full neural-clustering routing)
     message(FATAL_ERROR "smoke: reloaded ${a} gives ${a2}, trained model gave ${a1}")
   endif()
 endforeach()
+# Nothing was trained: no training time or memory (null, "–"), never a 0.
+string(JSON t2 TYPE "${summary2}" table full train_s_mean)
+if(NOT t2 STREQUAL "NULL")
+  message(FATAL_ERROR "smoke: a reused model reports a training time (${t2}): ${summary2}")
+endif()
+expect_match("${err2}" "\\| full \\| [0-9.]+ \\| – \\| – \\|" "reused rows show – for time and memory")
 # A checkpoint written with other settings is refused, naming the file.
 run(1 out err ${tiny} --mu 0.01)
 expect_match("${err}" "checkpoint 'ckpt/neural-clustering-k8-muY-nuY-seed3.safetensors' was written with other settings" "stale checkpoint")

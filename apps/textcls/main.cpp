@@ -354,15 +354,23 @@ int main(int argc, char** argv) {
     auto cell = [&](const Arm& a) {
       const ArmResult& r = results[a.file];
       Stats acc = stats_of(r.accuracy), tr = stats_of(r.train_s), inf = stats_of(r.infer_s), mem = stats_of(r.peak_mib);
+      // A model reused from its checkpoint for every seed was not trained by this
+      // run: no training time or memory (null, "–" in the tables), never a 0.
+      auto mean = [](const Stats& st) { return st.n > 0 ? json(st.mean) : json(nullptr); };
       return json{{"accuracy_mean", acc.mean}, {"accuracy_std", acc.std}, {"accuracy", r.accuracy},
-                  {"train_s_mean", tr.mean},   {"train_peak_mib_mean", mem.mean}, {"inference_s_mean", inf.mean}};
+                  {"train_s_mean", mean(tr)},  {"train_peak_mib_mean", mean(mem)}, {"inference_s_mean", mean(inf)}};
+    };
+    auto num = [](const json& c, const char* key, const char* format) {
+      return c[key].is_null() ? std::string("–") : fmt(c[key].get<double>(), format);
     };
     const Arm* full = nullptr;
     for (const Arm& a : arms)
       if (a.attention == "full") full = &a;
     auto ratio = [&](const Arm& a, const char* key) -> std::string {
       if (!full) return "";
-      const double base = cell(*full)[key].get<double>(), v = cell(a)[key].get<double>();
+      const json b = cell(*full)[key], c = cell(a)[key];
+      if (b.is_null() || c.is_null()) return "";
+      const double base = b.get<double>(), v = c.get<double>();
       return v > 0 && base > 0 ? " (" + fmt(base / v, "%.2f") + "x)" : "";
     };
     const std::string seeds_note = std::to_string(cfg.seeds.size()) + " seed(s)";
@@ -378,9 +386,9 @@ int main(int argc, char** argv) {
       table[name] = c;
       md << "| " << (name == "neural-clustering" ? "neural-clustering (k=" + std::to_string(k_default) + ")" : name)
          << " | " << fmt_pct(stats_of(results[a.file].accuracy)) << " | "
-         << fmt(c["train_s_mean"].get<double>(), "%.1f") << ratio(a, "train_s_mean") << " | "
-         << fmt(c["train_peak_mib_mean"].get<double>(), "%.1f") << ratio(a, "train_peak_mib_mean") << " | "
-         << fmt(c["inference_s_mean"].get<double>(), "%.2f") << ratio(a, "inference_s_mean") << " |\n";
+         << num(c, "train_s_mean", "%.1f") << ratio(a, "train_s_mean") << " | "
+         << num(c, "train_peak_mib_mean", "%.1f") << ratio(a, "train_peak_mib_mean") << " | "
+         << num(c, "inference_s_mean", "%.2f") << ratio(a, "inference_s_mean") << " |\n";
     }
     json ablation_json = json::object();
     if (cfg.ablation) {
@@ -403,16 +411,15 @@ int main(int argc, char** argv) {
       if (full) {
         json c = cell(*full);
         md << "| full | " << fmt_pct(stats_of(results[full->file].accuracy)) << " | "
-           << fmt(c["train_s_mean"].get<double>(), "%.1f") << " | "
-           << fmt(c["train_peak_mib_mean"].get<double>(), "%.1f") << " |\n";
+           << num(c, "train_s_mean", "%.1f") << " | " << num(c, "train_peak_mib_mean", "%.1f") << " |\n";
       }
       for (int64_t k : cfg.k_sweep) {
         const Arm& a = find_arm(k, cfg.mu, cfg.nu);
         json c = cell(a);
         sweep_json[std::to_string(k)] = c;
         md << "| k=" << k << " | " << fmt_pct(stats_of(results[a.file].accuracy)) << " | "
-           << fmt(c["train_s_mean"].get<double>(), "%.1f") << ratio(a, "train_s_mean") << " | "
-           << fmt(c["train_peak_mib_mean"].get<double>(), "%.1f") << ratio(a, "train_peak_mib_mean") << " |\n";
+           << num(c, "train_s_mean", "%.1f") << ratio(a, "train_s_mean") << " | "
+           << num(c, "train_peak_mib_mean", "%.1f") << ratio(a, "train_peak_mib_mean") << " |\n";
       }
     }
     emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
