@@ -124,9 +124,13 @@ __device__ T block_reduce(T v, Op op, T identity, T* shared) {
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   const int warps = int(blockDim.x) / kWarp;
-  T w = lane < warps ? shared[lane] : identity;
-  if (warp == 0) w = warp_reduce(w, op);
-  if (threadIdx.x == 0) shared[0] = w;
+  // Only warp 0 reads the partials: a read of shared[0] by another warp could
+  // race with thread 0's write of the total below (harmless, but racecheck's).
+  if (warp == 0) {
+    T w = lane < warps ? shared[lane] : identity;
+    w = warp_reduce(w, op);
+    if (lane == 0) shared[0] = w;
+  }
   __syncthreads();
   return shared[0];
 }

@@ -141,13 +141,10 @@ Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tenso
   const int64_t B = q.shape()[0], H = q.shape()[1], Nk = k.shape()[2], C = n_clusters;
   const DType dt = q.dtype();
   // S (B, H, Nq, C): the membership matrix of eq. 3, dense.
-  Tensor member = to(one_hot(where(lt(assignment, 0.0), Tensor::full({1}, double(C), kInt64),
-                                   assignment),
-                             C + 1, dt),
-                     dt);
+  Tensor member = one_hot(where(ge(assignment, 0.0), assignment, double(C)), C + 1, dt);
   member = slice(member, -1, 0, C);
   Tensor count = sum(member, {2}, true);  // (B, H, 1, C)
-  Tensor qc = matmul(transpose(member, 2, 3), q * scale) / transpose(maximum(count, Tensor::ones({1}, dt)), 2, 3);
+  Tensor qc = matmul(transpose(member, 2, 3), q * scale) / transpose(clamp(count, 1.0, INFINITY), 2, 3);
   Tensor sc = matmul(qc, transpose(k, 2, 3));  // (B, H, C, Nk)
   Tensor kblock = kpm.defined() ? reshape(kpm, {B, 1, 1, Nk}) : Tensor();
   if (kblock.defined()) sc = masked_fill(sc, kblock, -INFINITY);
@@ -256,7 +253,7 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
     CF_CHECK(given_.shape()[0] == s[0] && given_.shape()[1] == s[1] && given_.shape()[2] == s[2], ShapeError, "[",
              who, "] the assignment given by set_assignment is ", shape_str(given_.shape()),
              " but q needs (B, H, Nq) = (", s[0], ", ", s[1], ", ", s[2], ")");
-    a = given_;
+    a = given_.to(args.q.device());
     if (args.query_padding_mask.defined())
       a = where(expand(reshape(args.query_padding_mask, {s[0], 1, s[2]}), {s[0], s[1], s[2]}),
                 Tensor::full({1}, -1.0, kInt64, a.device()), a);
