@@ -110,9 +110,8 @@ Measurement:
 Runs:
   --seed N              one seed (weights and tokens); shorthand for --seeds N
   --seeds LIST          several seeds: the summary gives mean and spread (default 0)
-  --device D            cpu (default) or cuda[:i]; variants with CPU-only parts
-                        (clustered attention's hashing, ...) are reported as
-                        skipped with their error
+  --device D            cpu (default) or cuda[:i]; a variant that fails there is
+                        reported as skipped with its error
   --out-dir DIR         where the CSV, script and plots go (default efficiency-out)
   --plots B             true | false: run gnuplot when it is installed (default true)
   --config FILE         JSON object with any of the options above, '-' as '_'

@@ -112,8 +112,8 @@ Runs:
                         and reuse it with the same settings (resumes an
                         unfinished one); the retrieval models are not saved
   --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
-  --device D            cpu | cuda (Cluster-Former's memory bank and K-Means run
-                        on the CPU only: on cuda those models stop with an error)
+  --device D            cpu | cuda[:N]: where the models train and run (the
+                        Cluster-Former memory bank and its K-Means included)
   --config FILE         JSON object with any of the options above, '-' as '_'
                         (lists as arrays); the command line wins; unknown keys
                         are errors

@@ -107,8 +107,7 @@ Runs:
                         and reuse it on the next run with the same settings: a
                         finished model is not retrained, an unfinished one resumes
   --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
-  --device D            cpu | cuda (clustered and improved clustered attention
-                        run on the CPU only: on cuda they stop with an error)
+  --device D            cpu | cuda[:N]: where the models train and run
   --config FILE         JSON object with any of the options above, '-' as '_'
                         (lists as arrays: {"seeds": [0, 1, 2], "attentions": ["full"]});
                         the command line wins; unknown keys are errors
