@@ -54,22 +54,24 @@ void make_set(Generator& data, int64_t V, int64_t N, int64_t count, std::vector<
   }
 }
 
-// Trains a classifier on the task with the test_transformer.cpp recipe; returns held-out accuracy.
-double train_pattern_task(const models::TransformerConfig& c, double* first_loss, double* last_loss,
-                          const models::ClusterFormerLossWeights& w = {}) {
+// Trains a classifier on the task with the test_transformer.cpp recipe (AdamW,
+// lr 3e-3, batches of 32 fresh examples) for `steps` updates from model seed
+// `seed`; returns held-out accuracy.
+double train_pattern_task(const models::TransformerConfig& c, int64_t steps, uint64_t seed, double* first_loss,
+                          double* last_loss, const models::ClusterFormerLossWeights& w = {}) {
   const int64_t V = 8, N = 10, B = 32;
   Generator data(42), held_out(4242);
   std::vector<int64_t> te_ids, te_y, skip_ids, skip_y;
   make_set(data, V, N, 256, skip_ids, skip_y);  // the draws test_transformer.cpp spends on its test set
   const int64_t TE = 2048;  // a separate, larger held-out set: one example is 0.05 points
   make_set(held_out, V, N, TE, te_ids, te_y);
-  Generator g(7);
+  Generator g(seed);
   models::EncoderClassifier model(c, g);
   nn::AdamWOptions o;
   o.lr = 3e-3;
   o.weight_decay = 0.0;
   nn::AdamW opt(model.named_parameters(), o);
-  for (int64_t step = 0; step < 600; ++step) {
+  for (int64_t step = 0; step < steps; ++step) {
     std::vector<int64_t> ids, y;
     make_set(data, V, N, B, ids, y);
     nn::AuxLosses aux;
@@ -91,25 +93,31 @@ double train_pattern_task(const models::TransformerConfig& c, double* first_loss
 
 }  // namespace
 
-// The issue asks for accuracy within 2 points of full attention; that is NOT met
-// on this task at this budget. Measured (600 steps, 2048 held-out examples,
-// model seeds 7, 8, 9, 10): full 0.992, 0.981, 0.999, 0.993; ClusterFormer
-// 0.962, 0.908, 0.899, 0.839. With 1000 steps (seeds 8, 10, 1024 held-out):
-// 0.920 vs 0.992 and 0.963 vs 0.994. With mu = nu = 0 (fixed random clustering):
-// 0.949 vs 0.978 and 0.806 vs 0.974. The task is positional ("bigram (3, 5)"),
-// N = 10 and k = 3: each query sees 6 to 8 of the 10 tokens, chosen by content
-// clusters that the task loss cannot move (argmax). This case checks what holds:
-// the classifier learns, and (at seed 7) stays within 5 points of full attention.
-TEST_CASE("a ClusterFormer classifier learns the pattern task (within 5 points of full attention)") {
+// Issue 5: "learns the task as well as the full-attention baseline (within 2
+// points of accuracy)". ClusterFormer learns this task more slowly: N = 10 and
+// k = 3 (k near sqrt(N), section 4.2), so each query sees 6 to 8 of the 10 tokens,
+// chosen by content clusters that the task loss cannot move (eq. 4's argmax),
+// while the task is positional ("bigram (3, 5)"). So both models train to
+// convergence with the same recipe and budget. Held-out accuracy (2048 examples)
+// for model seeds 7..14, mu = nu = 1e-3, measured when this budget was chosen:
+//   600 steps:  full      0.986 0.971 0.999 0.995 0.952 0.980 0.994 0.997
+//               ClusterF. 0.968 0.913 0.923 0.830 0.940 0.847 0.869 0.936
+//   3000 steps: full      1.000 on all eight seeds
+//               ClusterF. 1.000 1.000 0.999 0.995 0.999 0.987 1.000 1.000
+// (2000 steps: ClusterFormer 0.970 at seed 12, 3 points behind.) The case runs
+// seed 7; the table is the evidence that the 2-point margin is not one seed's luck.
+TEST_CASE("a ClusterFormer classifier learns the pattern task as well as full attention (within 2 points)") {
+  const int64_t steps = 3000;
+  const uint64_t seed = 7;
   double f0 = 0, f1 = 0, c0 = 0, c1 = 0;
-  const double full = train_pattern_task(tiny_config(8, "full", 0), &f0, &f1);
+  const double full = train_pattern_task(tiny_config(8, "full", 0), steps, seed, &f0, &f1);
   // k near sqrt(max length) (section 4.2): N = 10 -> k = 3, blocks of 4 tokens.
-  const double nc = train_pattern_task(tiny_config(8, "neural-clustering", 3), &c0, &c1);
-  MESSAGE("pattern task held-out accuracy: full ", full, " (loss ", f0, " -> ", f1, "), ClusterFormer ", nc, " (loss ",
-          c0, " -> ", c1, ")");
-  CHECK(c1 < 0.5 * c0);
-  CHECK(nc >= full - 0.05);
-  CHECK(nc >= 0.9);
+  const double nc = train_pattern_task(tiny_config(8, "neural-clustering", 3), steps, seed, &c0, &c1);
+  MESSAGE("pattern task held-out accuracy after ", steps, " steps: full ", full, " (loss ", f0, " -> ", f1,
+          "), ClusterFormer ", nc, " (loss ", c0, " -> ", c1, ")");
+  CHECK(c1 < 0.1 * c0);
+  CHECK(full >= 0.98);
+  CHECK(nc >= full - 0.02);
 }
 
 TEST_CASE("ClusterFormer causal LM (masked variant) learns the repeating-pattern corpus") {
