@@ -10,7 +10,7 @@ if(MODE STREQUAL "errors")
   check_option_errors(steps)
 
   run(2 out err --clusters 0)
-  expect_match("${err}" "'clusters' must be at least 1, got 0" "clusters = 0")
+  expect_match("${err}" "--clusters must be at least 1, got 0" "clusters = 0")
   run(2 out err --train full,sparse)
   expect_match("${err}" "--train: unknown attention 'sparse'" "bad train attention")
   run(2 out err --d-model 30 --n-heads 4)

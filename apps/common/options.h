@@ -43,35 +43,36 @@ class Options {
   using json = nlohmann::ordered_json;
 
   // Names are config keys ("max_len"); the command-line form swaps '_' for '-'.
+  // A setter's `where` names the source of the value in its errors: "config key
+  // 'max_len'" for the file, "--max-len" for the command line.
   void add_int(const std::string& key, int64_t* field, int64_t min_value) {
-    add(key, Kind::Int, [=](const json& v) {
-      *field = need_int(key, v, min_value);
-    });
+    add(key, Kind::Int, [=](const json& v, const std::string& where) { *field = need_int(where, v, min_value); });
   }
   void add_number(const std::string& key, double* field) {
-    add(key, Kind::Number, [=](const json& v) { *field = need_number(key, v); });
+    add(key, Kind::Number, [=](const json& v, const std::string& where) { *field = need_number(where, v); });
   }
   void add_string(const std::string& key, std::string* field) {
-    add(key, Kind::String, [=](const json& v) {
-      if (!v.is_string()) throw UsageError("config key '" + key + "' must be a string");
+    add(key, Kind::String, [=](const json& v, const std::string& where) {
+      if (!v.is_string()) throw UsageError(where + " must be a string");
       *field = v.get<std::string>();
     });
   }
   // Command line: true | false.
   void add_bool(const std::string& key, bool* field) {
-    add(key, Kind::Bool, [=](const json& v) {
-      if (!v.is_boolean()) throw UsageError("config key '" + key + "' must be true or false");
+    add(key, Kind::Bool, [=](const json& v, const std::string& where) {
+      if (!v.is_boolean()) throw UsageError(where + " must be true or false");
       *field = v.get<bool>();
     });
   }
   // Command line: "1,2,3" (an empty value is an empty list); config: [1, 2, 3].
   void add_int_list(const std::string& key, std::vector<int64_t>* field, int64_t min_value) {
-    add(key, Kind::IntList, [=](const json& v) { *field = need_int_list(key, v, min_value); });
+    add(key, Kind::IntList,
+        [=](const json& v, const std::string& where) { *field = need_int_list(where, v, min_value); });
   }
   // Command line: "a,b"; config: ["a", "b"]. Never empty.
   void add_string_list(const std::string& key, std::vector<std::string>* field) {
-    add(key, Kind::StringList, [=](const json& v) {
-      const std::string what = "config key '" + key + "' must be a non-empty array of strings";
+    add(key, Kind::StringList, [=](const json& v, const std::string& where) {
+      const std::string what = where + " must be a non-empty array of strings";
       if (!v.is_array() || v.empty()) throw UsageError(what);
       std::vector<std::string> out;
       for (const json& x : v) {
@@ -83,10 +84,10 @@ class Options {
   }
   // --seed N (one seed) and --seeds LIST (several); giving both is an error.
   void add_seeds(std::vector<int64_t>* seeds) {
-    add("seed", Kind::Int, [=](const json& v) { *seeds = {need_int("seed", v, 0)}; });
-    add("seeds", Kind::IntList, [=](const json& v) {
-      std::vector<int64_t> s = need_int_list("seeds", v, 0);
-      if (s.empty()) throw UsageError("config key 'seeds' must list at least one seed");
+    add("seed", Kind::Int, [=](const json& v, const std::string& where) { *seeds = {need_int(where, v, 0)}; });
+    add("seeds", Kind::IntList, [=](const json& v, const std::string& where) {
+      std::vector<int64_t> s = need_int_list(where, v, 0);
+      if (s.empty()) throw UsageError(where + " must list at least one seed");
       *seeds = s;
     });
   }
@@ -130,7 +131,7 @@ class Options {
     }
     if (cli.contains("seed") && cli.contains("seeds")) throw UsageError("give --seed or --seeds, not both");
     if (!config_file.empty()) apply_file(config_file);
-    for (auto& [k, v] : cli.items()) options_.at(k).set(v);
+    for (auto& [k, v] : cli.items()) options_.at(k).set(v, "--" + cli_name(k));
     return true;
   }
 
@@ -150,7 +151,7 @@ class Options {
     for (auto& [k, v] : file.items()) {
       auto it = options_.find(k);
       if (it == options_.end()) throw UsageError("unknown config key '" + k + "'");
-      it->second.set(v);
+      it->second.set(v, "config key '" + k + "'");
     }
   }
 
@@ -158,36 +159,41 @@ class Options {
   enum class Kind { Int, Number, String, Bool, IntList, StringList };
   struct Option {
     Kind kind;
-    std::function<void(const json&)> set;
+    std::function<void(const json&, const std::string& where)> set;
   };
   std::map<std::string, Option> options_;
 
-  void add(const std::string& key, Kind kind, std::function<void(const json&)> set) {
+  void add(const std::string& key, Kind kind, std::function<void(const json&, const std::string&)> set) {
     options_[key] = Option{kind, std::move(set)};
   }
-  static int64_t need_int(const std::string& key, const json& v, int64_t min_value) {
-    if (!v.is_number_integer()) throw UsageError("config key '" + key + "' must be an integer");
+  // "max_len" -> "max-len"
+  static std::string cli_name(std::string key) {
+    for (char& ch : key)
+      if (ch == '_') ch = '-';
+    return key;
+  }
+  static int64_t need_int(const std::string& where, const json& v, int64_t min_value) {
+    if (!v.is_number_integer()) throw UsageError(where + " must be an integer");
     const int64_t x = v.get<int64_t>();
     if (x < min_value)
-      throw UsageError("config key '" + key + "' must be at least " + std::to_string(min_value) + ", got " +
-                       std::to_string(x));
+      throw UsageError(where + " must be at least " + std::to_string(min_value) + ", got " + std::to_string(x));
     return x;
   }
-  static double need_number(const std::string& key, const json& v) {
-    if (!v.is_number()) throw UsageError("config key '" + key + "' must be a number");
+  static double need_number(const std::string& where, const json& v) {
+    if (!v.is_number()) throw UsageError(where + " must be a number");
     const double x = v.get<double>();
-    if (!std::isfinite(x)) throw UsageError("config key '" + key + "' must be finite");
+    if (!std::isfinite(x)) throw UsageError(where + " must be finite");
     return x;
   }
-  static std::vector<int64_t> need_int_list(const std::string& key, const json& v, int64_t min_value) {
-    if (!v.is_array()) throw UsageError("config key '" + key + "' must be an array of integers");
+  static std::vector<int64_t> need_int_list(const std::string& where, const json& v, int64_t min_value) {
+    if (!v.is_array()) throw UsageError(where + " must be an array of integers");
     std::vector<int64_t> out;
     for (const json& x : v) {
-      if (!x.is_number_integer()) throw UsageError("config key '" + key + "' must be an array of integers");
+      if (!x.is_number_integer()) throw UsageError(where + " must be an array of integers");
       const int64_t i = x.get<int64_t>();
       if (i < min_value)
-        throw UsageError("config key '" + key + "': every entry must be at least " + std::to_string(min_value) +
-                         ", got " + std::to_string(i));
+        throw UsageError(where + ": every entry must be at least " + std::to_string(min_value) + ", got " +
+                         std::to_string(i));
       out.push_back(i);
     }
     return out;

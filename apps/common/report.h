@@ -42,20 +42,22 @@ inline Stats stats_of(const std::vector<double>& v) {
   return s;
 }
 
-// A fraction as "61.3 ± 2.5" (percent; the spread only over several values).
-inline std::string fmt_pct(const Stats& s) {
-  char buf[64];
-  if (s.n > 1) std::snprintf(buf, sizeof buf, "%.1f ± %.1f", 100 * s.mean, 100 * s.std);
-  else std::snprintf(buf, sizeof buf, "%.1f", 100 * s.mean);
-  return buf;
-}
-
 // One number through a printf format ("%.2f").
 inline std::string fmt(double v, const char* format) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
 }
+
+// "mean ± std" with each number through `format`, times `scale`; the spread
+// only over several values ("3.734" for one seed).
+inline std::string fmt_stats(const Stats& s, const char* format, double scale = 1.0) {
+  std::string out = fmt(scale * s.mean, format);
+  return s.n > 1 ? out + " ± " + fmt(scale * s.std, format) : out;
+}
+
+// A fraction as percent: "61.3 ± 2.5".
+inline std::string fmt_pct(const Stats& s) { return fmt_stats(s, "%.1f", 100.0); }
 
 inline bool file_exists(const std::string& p) {
   struct stat st;

@@ -621,10 +621,8 @@ int run(const Config& cfg) {
         std::string cell = "skipped";
         if (!a.time.empty()) {
           if (v == "full") cell = cf::apps::fmt(cf::apps::stats_of(a.time).mean, "%.3g s");
-          else if (!a.time_ratio.empty()) {
-            const cf::apps::Stats s = cf::apps::stats_of(a.time_ratio);
-            cell = cf::apps::fmt(s.mean, "%.2f") + (s.n > 1 ? cf::apps::fmt(s.std, " ± %.2f") : "");
-          } else cell = cf::apps::fmt(cf::apps::stats_of(a.time).mean, "%.3g s");
+          else if (!a.time_ratio.empty()) cell = cf::apps::fmt_stats(cf::apps::stats_of(a.time_ratio), "%.2f");
+          else cell = cf::apps::fmt(cf::apps::stats_of(a.time).mean, "%.3g s");
         }
         md << " " << cell << " |";
       }
@@ -638,10 +636,8 @@ int run(const Config& cfg) {
         std::string cell = "skipped";
         if (!a.peak.empty()) {
           if (v == "full") cell = cf::apps::fmt(mean_or_nan(a.peak) / double(1 << 20), "%.1f MiB");
-          else if (!a.peak_ratio.empty()) {
-            const cf::apps::Stats s = cf::apps::stats_of(a.peak_ratio);
-            cell = cf::apps::fmt(s.mean, "%.2f") + (s.n > 1 ? cf::apps::fmt(s.std, " ± %.2f") : "");
-          } else cell = cf::apps::fmt(mean_or_nan(a.peak) / double(1 << 20), "%.1f MiB");
+          else if (!a.peak_ratio.empty()) cell = cf::apps::fmt_stats(cf::apps::stats_of(a.peak_ratio), "%.2f");
+          else cell = cf::apps::fmt(mean_or_nan(a.peak) / double(1 << 20), "%.1f MiB");
         }
         md << " " << cell << " |";
       }

@@ -402,11 +402,6 @@ void retrieval_batch(cf::Generator& g, int64_t b, int64_t n, cf::Tensor& ids, cf
   targets = cf::Tensor::from_vector(t, {b, n});
 }
 
-std::string fmt_stats(const std::vector<double>& v, const char* f) {
-  Stats s = stats_of(v);
-  return v.size() > 1 ? fmt(s.mean, f) + " ± " + fmt(s.std, f) : fmt(s.mean, f);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -547,7 +542,8 @@ int main(int argc, char** argv) {
       table[name] = {{"val_bpc_mean", stats_of(val_bpc[name]).mean}, {"test_bpc_mean", stats_of(test_bpc[name]).mean},
                      {"test_bpc_std", stats_of(test_bpc[name]).std}, {"test_bpc", test_bpc[name]},
                      {"train_s_mean", stats_of(train_s[name]).mean}, {"train_peak_mib_mean", stats_of(peak_mib[name]).mean}};
-      md << "| " << name << " | " << fmt_stats(val_bpc[name], "%.3f") << " | " << fmt_stats(test_bpc[name], "%.3f")
+      md << "| " << name << " | " << fmt_stats(stats_of(val_bpc[name]), "%.3f") << " | "
+         << fmt_stats(stats_of(test_bpc[name]), "%.3f")
          << " | " << fmt(stats_of(train_s[name]).mean, "%.1f") << " | " << fmt(stats_of(peak_mib[name]).mean, "%.1f")
          << " |\n";
     }

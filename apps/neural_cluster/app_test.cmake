@@ -15,7 +15,7 @@ if(MODE STREQUAL "errors")
   expect_match("${out}" "Table 6" "--help names the experiment")
 
   run(2 out err --k-list 10,0)
-  expect_match("${err}" "'k_list': every entry must be at least 1, got 0" "k = 0")
+  expect_match("${err}" "--k-list: every entry must be at least 1, got 0" "k = 0")
   run(2 out err --k-list 10,x)
   expect_match("${err}" "--k-list expects an integer, got 'x'" "bad list entry")
   run(2 out err --methods ncm,dbscan)

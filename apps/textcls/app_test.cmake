@@ -11,7 +11,7 @@ if(MODE STREQUAL "errors")
   check_option_errors(steps)
 
   run(2 out err --k -1)
-  expect_match("${err}" "'k' must be at least 0, got -1" "negative k")
+  expect_match("${err}" "--k must be at least 0, got -1" "negative k")
   run(2 out err --attentions full,sparse)
   expect_match("${err}" "--attentions: unknown attention 'sparse'" "bad attention")
   run(2 out err --d-model 30 --n-heads 4)
