@@ -185,11 +185,12 @@ void PointCloudOptions::validate(const char* who) const {
            ValueError, "[", who,
            "] needs ff_mult > 0, knn >= 0, iterations >= 1, fuse_dim > 0, two positive head widths and dropout in "
            "[0, 1)");
-  // The nearest-neighbour up-sampling needs each centroid's seed point, which the
-  // sampling initialisations have (K-Means centroids have none).
-  CF_CHECK(init == "fps" || init == "random", ValueError, "[", who,
-           "] init must be \"fps\" or \"random\" (sampling inits keep a seed point per centroid), got \"", init,
-           "\"");
+  // The nearest-neighbour up-sampling needs each centroid's position in xyz: the
+  // sampling initialisations keep their seed point, K-Means its cluster's mean.
+  CF_CHECK(init == "fps" || init == "random" || init == "kmeans", ValueError, "[", who,
+           "] init must be \"fps\", \"random\" or \"kmeans\" (inits that place each centroid in xyz), got \"",
+           init, "\"");
+  CF_CHECK(kmeans_iters >= 1, ValueError, "[", who, "] kmeans_iters must be >= 1, got ", kmeans_iters);
 }
 
 PointCloudClassifier::PointCloudClassifier(const PointCloudOptions& o, Generator& gen) : o_(o) {
@@ -220,6 +221,7 @@ PointCloudClassifier::PointCloudClassifier(const PointCloudOptions& o, Generator
       c.d_model = w;
       c.n_heads = o.n_heads;
       c.init = o.init;
+      c.kmeans_iters = o.kmeans_iters;
       c.downsample = o.downsample[i];
       c.knn = o.knn;
       c.iterations = o.iterations;
@@ -248,12 +250,12 @@ Tensor PointCloudClassifier::forward(const Tensor& points, Generator* sampler) {
     if (self_blocks[i]) {
       h = self_blocks[i]->forward(h);
     } else {
-      // FPS runs on the points' coordinates; the KNN of the centroid update runs in
-      // feature space ("the KNN is calculated in feature space in the centroid
-      // attention blocks"). Each centroid keeps the coordinates of its seed point.
+      // FPS (and K-Means) run on the points' coordinates; the KNN of the centroid
+      // update runs in feature space ("the KNN is calculated in feature space in the
+      // centroid attention blocks"). Each centroid takes its init's position in xyz.
       nn::CentroidBlockOutput c = centroid_blocks[i]->forward(h, Tensor(), xyz, sampler);
       h = c.u;
-      xyz = nn::gather_rows(xyz, c.indices);
+      xyz = c.positions;
     }
     // "we fuse the features in each layer by upsampling their number of points to N
     // using nearest-neighbor sampling": each input point takes the features of the

@@ -105,7 +105,12 @@ struct PointCloudOptions {
   int64_t ff_mult = 2;          // d_ff = ff_mult * width
   int64_t knn = 40;             // "We set K = 40 in all the KNN masks"
   int64_t iterations = 1;       // T (Table 3: T = 1 for the performance-efficiency balance)
-  std::string init = "fps";     // or "random"; "We use Farthest Point Sampling (FPS) as our initialization function"
+  // "We use Farthest Point Sampling (FPS) as our initialization function"; or
+  // "random", or "kmeans" (Table 3's baseline: FPS seeds, then kmeans_iters Lloyd
+  // steps in xyz). Each centroid sits at its seed point (its cluster's mean for
+  // "kmeans"): the next block samples from there, and the up-sampling reads it.
+  std::string init = "fps";
+  int64_t kmeans_iters = 3;     // "K-means for 3 iterations" (Table 3)
   int64_t fuse_dim = 1024;      // the fully connected layer after concatenating every block's features
   std::vector<int64_t> head{512, 256};  // hidden widths of the 3-layer MLP head
   double dropout = 0.5;         // in the MLP head

@@ -142,7 +142,8 @@ cf::models::PointCloudOptions model_options(const Config& c, int64_t classes) {
   o.ff_mult = c.ff_mult;
   o.knn = c.knn;
   o.iterations = c.iterations;
-  o.init = "fps";  // K-Means runs through kmeans_forward() below on the same modules
+  o.init = "fps";  // each run sets its own
+  o.kmeans_iters = c.kmeans_iters;
   o.fuse_dim = c.fuse_dim;
   o.head = c.head;
   o.dropout = c.dropout;
@@ -220,69 +221,6 @@ bool parse(int argc, char** argv, Config& c) {
   return true;
 }
 
-// The K-Means arm: PointCloudClassifier::forward with the initialisation of each
-// centroid block replaced by K-Means in xyz (FPS seeds, then Lloyd steps: each
-// point joins its nearest centroid, each centroid moves to its points' mean, an
-// empty cluster keeps its centroid), as CentroidInit's "kmeans" does. The
-// centroid features are means of the block's input features (gradients reach
-// them); each centroid's xyz is its cluster's mean, used for the next block and
-// for the nearest-neighbour up-sampling.
-cf::Tensor segment_mean(const cf::Tensor& x, const cf::Tensor& assign, int64_t m, const cf::Tensor& fallback) {
-  const int64_t b = x.shape()[0], n = x.shape()[1], d = x.shape()[2];
-  std::vector<int64_t> seg = cf::contiguous(assign.cpu()).to_vector<int64_t>();
-  for (int64_t r = 0; r < b; ++r)
-    for (int64_t i = 0; i < n; ++i) seg[size_t(r * n + i)] += r * m;
-  cf::Tensor flat = cf::Tensor::from_vector(seg, {b * n}).to(x.device());
-  cf::Tensor sums =
-      cf::index_add(cf::Tensor::zeros({b * m, d}, x.dtype(), x.device()), 0, flat, cf::reshape(x, {b * n, d}));
-  cf::Tensor counts = cf::index_add(cf::Tensor::zeros({b * m}, x.dtype(), x.device()), 0, flat,
-                                    cf::Tensor::ones({b * n}, x.dtype(), x.device()));
-  cf::Tensor means = sums / cf::unsqueeze(cf::clamp(counts, 1.0, INFINITY), 1);
-  means = cf::where(cf::unsqueeze(cf::eq(counts, 0.0), 1), cf::reshape(fallback, {b * m, d}), means);
-  return cf::reshape(means, {b, m, d});
-}
-
-cf::Tensor kmeans_forward(cf::models::PointCloudClassifier& model, const Config& c, const cf::Tensor& points) {
-  const double slope = 0.2;  // PointCloudOptions::negative_slope
-  const int64_t b = points.shape()[0], n = points.shape()[1];
-  cf::Tensor h = cf::leaky_relu(model.embed->forward(points), slope);
-  cf::Tensor xyz = points.detach();
-  std::vector<cf::Tensor> feats;
-  for (size_t i = 0; i < c.blocks.size(); ++i) {
-    if (model.width_proj[i]) h = model.width_proj[i]->forward(h);
-    if (model.self_blocks[i]) {
-      h = model.self_blocks[i]->forward(h);
-    } else {
-      auto& block = *model.centroid_blocks[i];
-      const int64_t cur = xyz.shape()[1], m = block.init->num_centroids(cur);
-      cf::Tensor idx = cf::nn::farthest_point_sampling(xyz, m);
-      cf::Tensor cen = cf::nn::gather_rows(xyz, idx);
-      cf::Tensor u = cf::nn::gather_rows(h, idx);
-      for (int64_t it = 0; it < c.kmeans_iters; ++it) {
-        cf::Tensor assign = cf::reshape(cf::nn::knn_indices(xyz, cen, 1), {b, cur});
-        u = segment_mean(h, assign, m, u);
-        cf::NoGradGuard ng;
-        cen = segment_mean(xyz, assign, m, cen);
-      }
-      u = block.attn->forward(h, u);
-      h = u + block.ff->forward(block.norm_ff ? block.norm_ff->forward(u) : u);
-      xyz = cen;
-    }
-    if (h.shape()[1] == n) {
-      feats.push_back(h);
-    } else {
-      cf::Tensor nn_idx = cf::reshape(cf::nn::knn_indices(points.detach(), xyz, 1), {b, n});
-      feats.push_back(cf::nn::gather_rows(h, nn_idx));
-    }
-  }
-  cf::Tensor f = cf::leaky_relu(model.fuse->forward(cf::cat(feats, 2)), slope);
-  cf::Tensor g = cf::cat({cf::amax(f, {1}), cf::mean(f, {1})}, 1);
-  const bool train = model.is_training();
-  g = cf::dropout(cf::leaky_relu(model.fc1->forward(g), slope), c.dropout, train);
-  g = cf::dropout(cf::leaky_relu(model.fc2->forward(g), slope), c.dropout, train);
-  return model.fc3->forward(g);
-}
-
 // Rows `idx` of a set as a (B, N, 3) tensor and their labels.
 std::pair<cf::Tensor, cf::Tensor> batch_of(const pc::ShapeSet& s, const std::vector<int64_t>& idx, int64_t points,
                                            const cf::Device& dev) {
@@ -354,26 +292,18 @@ int main(int argc, char** argv) {
         // The same seed gives every init the same initial weights and batch order.
         cf::manual_seed(uint64_t(seed));
         cf::Generator gen{uint64_t(seed)};
-        // init "random" is the model's own; the others build it with "fps" (K-Means
-        // runs through kmeans_forward() on the same modules).
         cf::models::PointCloudOptions mi = mo;
-        if (init == "random") mi.init = "random";
+        mi.init = init;
         auto model = std::make_shared<cf::models::PointCloudClassifier>(mi, gen);
         model->to(dev);
         cf::Generator sampler{uint64_t(seed) * 7919u + 11u};  // random-sampling init during training
-        const bool kmeans = init == "kmeans";
         auto forward = [&](const cf::Tensor& x, cf::Generator* s) {
-          if (kmeans) return kmeans_forward(*model, cfg, x);
           return model->forward(x, init == "random" ? s : nullptr);
         };
 
         InitResult& res = results[init];
         if (res.macs == 0) {
-          cf::nn::Cost cost = kmeans ? cf::nn::measure_cost(*model, [&] {
-            cf::Generator g(0);
-            return std::vector<cf::Tensor>{kmeans_forward(*model, cfg, cf::randn({1, dc.points, 3}, cf::kFloat32, g))};
-          })
-                                     : model->cost(1, dc.points);
+          cf::nn::Cost cost = model->cost(1, dc.points);
           res.macs = cost.macs;
           res.selection_macs = cost.selection_macs;
           res.params = cost.params;
@@ -408,7 +338,7 @@ int main(int argc, char** argv) {
         run.app = "cf-pointcloud";
         run.tags = {{"seed", seed}, {"run", init}};
         run.signature = {{"model", model_json},      {"init", init},
-                         {"kmeans_iters", kmeans ? cfg.kmeans_iters : 0},
+                         {"kmeans_iters", init == "kmeans" ? cfg.kmeans_iters : 0},
                          {"seed", seed},             {"batch_size", cfg.batch_size},
                          {"train", cf::apps::train_signature(cfg.train)},
                          {"data", data_sig}};

@@ -444,6 +444,7 @@ CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, co
   if (mode == "random" || mode == "fps") {
     r.u = gather_rows(x, r.indices);
     r.mask = gather_mask(mask, r.indices);
+    if (space.defined()) r.positions = gather_rows(space.detach(), r.indices);
     return r;
   }
   if (mode == "mean") {
@@ -471,7 +472,9 @@ CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, co
   // steps: assign each input to its nearest centroid (in sample space), move each
   // centroid to the mean of its inputs (an empty cluster keeps its centroid). The
   // centroids are means of x under fixed assignments, so gradients reach x.
-  // TODO(issue 6): switch to nn/clustering/kmeans.h `kmeans(x, init, options)` once it lands.
+  // Not nn/clustering/kmeans.h: that engine re-seeds empty clusters and stops on a
+  // tolerance, while this baseline is a fixed number of steps, and its means of x
+  // must stay differentiable.
   Tensor pts = space.defined() ? space.detach() : x.detach();
   Tensor c = gather_rows(pts, r.indices);
   r.u = gather_rows(x, r.indices);
@@ -482,6 +485,7 @@ CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, co
     c = segment_mean(pts, assign, m, Tensor(), c, nullptr);
   }
   r.indices = Tensor();
+  if (space.defined()) r.positions = c;
   return r;
 }
 
@@ -574,7 +578,7 @@ CentroidBlockOutput CentroidAttentionBlock::forward(const Tensor& x, const Tenso
   CentroidInitResult r = init->forward(x, mask, space, sampler);
   Tensor u = attn->forward(x, r.u, mask, r.mask);
   u = u + drop_->forward(ff->forward(norm_ff ? norm_ff->forward(u) : u));
-  return {u, r.mask, r.indices};
+  return {u, r.mask, r.indices, r.positions};
 }
 
 }  // namespace nn

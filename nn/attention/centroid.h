@@ -106,12 +106,16 @@ class DepthwiseConv2d : public UnaryModule {
 };
 
 // What an initialisation produced: the centroids, their padding mask (undefined
-// when none is padding), and for sampling inits the index of the input each
-// centroid started from (models use it to carry point coordinates along).
+// when none is padding), for sampling inits the index of the input each centroid
+// started from, and where each centroid sits in the sample space (models use it
+// to carry point coordinates along to the next block and to up-sample).
 struct CentroidInitResult {
-  Tensor u;        // (B, M, D)
-  Tensor mask;     // bool (B, M) or undefined
-  Tensor indices;  // int64 (B, M) for "random"/"fps"; undefined otherwise
+  Tensor u;          // (B, M, D)
+  Tensor mask;       // bool (B, M) or undefined
+  Tensor indices;    // int64 (B, M) for "random"/"fps"; undefined otherwise
+  Tensor positions;  // (B, M, C), no gradient, when a sample_space was given: the seed
+                     // rows for "random"/"fps", each cluster's mean for "kmeans"
+                     // (the centroid its last Lloyd step moved to); else undefined
 };
 
 // The initialisation I(x) of eq. 4. `sample_space` (B, N, C), when given, is where
@@ -154,7 +158,7 @@ class CentroidAttention : public Module {
 // the MLP with its residual link that follows every attention module:
 //   u = I(x);  u = u + eps * sum (eq. 4, T times);  u = u + FF(LN(u)).
 struct CentroidBlockOutput {
-  Tensor u, mask, indices;  // as CentroidInitResult, after the updates
+  Tensor u, mask, indices, positions;  // as CentroidInitResult; u after the updates
 };
 
 class CentroidAttentionBlock : public Module {

@@ -165,6 +165,34 @@ TEST_CASE("PointCloudClassifier: the section 3.2 architecture, shapes and costs"
   CHECK(cp.macs > 0);
 }
 
+TEST_CASE("PointCloudClassifier with K-Means centroids (Table 3's baseline): same weights as FPS, own centroids") {
+  models::PointCloudOptions o = tiny_point_options();
+  Generator g1(1), g2(1);
+  models::PointCloudClassifier fps(o, g1);
+  o.init = "kmeans";
+  models::PointCloudClassifier km(o, g2);
+  CHECK(km.num_parameters() == fps.num_parameters());
+  Tensor pts = randn({2, 40, 3});
+  Tensor yk = km.forward(pts), yf = fps.forward(pts);
+  CHECK(yk.shape() == Shape({2, 4}));
+  // Identical weights: only the centroids' initialisation (and the xyz that the next
+  // block and the up-sampling read) differ.
+  CHECK(amax(abs(yk - yf)).item<float>() > 1e-6f);
+  // The first centroid block alone: 40 points -> 20 centroids, each at its cluster's
+  // mean in xyz, so inside the cloud's bounding box and not all at input points.
+  nn::CentroidBlockOutput c = km.centroid_blocks[1]->forward(randn({2, 40, 32}), Tensor(), pts);
+  CHECK(c.u.shape() == Shape({2, 20, 32}));
+  CHECK(c.positions.shape() == Shape({2, 20, 3}));
+  CHECK(amax(c.positions).item<float>() <= amax(pts).item<float>());
+  CHECK(amin(c.positions).item<float>() >= amin(pts).item<float>());
+  // Gradients reach the embedding through the K-Means means of the features.
+  sum(yk).backward();
+  CHECK(km.embed->weight.grad().defined());
+  CHECK(amax(abs(km.embed->weight.grad())).item<float>() > 0);
+  // The Lloyd steps cost selection MACs on top of FPS's.
+  CHECK(km.cost(1, 40).selection_macs > fps.cost(1, 40).selection_macs);
+}
+
 TEST_CASE("CentroidTransformerEncoder: the sequence shortens at each centroid block, masks follow") {
   models::CentroidTransformerOptions o;
   o.layer.d_model = 16;
@@ -347,8 +375,14 @@ TEST_CASE("PointCloudClassifier: bad inputs") {
   CHECK_THROWS_MSG(models::PointCloudClassifier{o}, ValueError,
                    "[PointCloudClassifier] widths, blocks and downsample need one entry per block, got 2, 4 and 4");
   o = tiny_point_options();
+  o.init = "mean";
+  CHECK_THROWS_MSG(models::PointCloudClassifier{o}, ValueError,
+                   "[PointCloudClassifier] init must be \"fps\", \"random\" or \"kmeans\" (inits that place each "
+                   "centroid in xyz), got \"mean\"");
+  o = tiny_point_options();
   o.init = "kmeans";
-  CHECK_THROWS_MSG(models::PointCloudClassifier{o}, ValueError, "[PointCloudClassifier] init must be \"fps\" or \"random\"");
+  o.kmeans_iters = 0;
+  CHECK_THROWS_MSG(models::PointCloudClassifier{o}, ValueError, "[PointCloudClassifier] kmeans_iters must be >= 1, got 0");
   o = tiny_point_options();
   o.widths = {16, 31, 32, 64};
   CHECK_THROWS_MSG(models::PointCloudClassifier{o}, ValueError, "width 31 of block 1 must be a positive multiple of n_heads (2)");

@@ -289,6 +289,24 @@ TEST_CASE("CentroidInit: mean windows, random sampling order and padding, K-Mean
   std::multiset<double> got{c[0], c[2]};
   CHECK(std::abs(*got.begin() - 0.2 / 3) < 1e-12);
   CHECK(std::abs(*got.rbegin() - 15.2 / 3) < 1e-12);
+  CHECK_FALSE(km.forward(blobs).positions.defined());  // no sample space given
+  // Clustering in a sample space (the blobs) while averaging other features: u is
+  // the mean of the features, positions the cluster means in the sample space.
+  Tensor feats = Tensor::from_vector(std::vector<double>{1, 0, 2, 0, 3, 0, 10, 1, 20, 1, 30, 4}, {1, 6, 2});
+  nn::CentroidInitResult kr = km.forward(feats, Tensor(), blobs);
+  std::vector<double> u = vals(kr.u), pos = vals(kr.positions);
+  CHECK(kr.positions.shape() == Shape({1, 2, 2}));
+  const size_t near = pos[0] < 1 ? 0 : 1, far = 1 - near;  // FPS picks the seeds' order
+  check_close(Tensor::from_vector(std::vector<double>{pos[2 * near], pos[2 * near + 1], pos[2 * far], pos[2 * far + 1]}, {4}),
+              {0.2 / 3, 0.2 / 3, 15.2 / 3, 15.4 / 3}, 1e-12);
+  check_close(Tensor::from_vector(std::vector<double>{u[2 * near], u[2 * near + 1], u[2 * far], u[2 * far + 1]}, {4}),
+              {2, 0, 20, 2}, 1e-12);
+  // FPS: each centroid sits at its seed point.
+  o.init = "fps";
+  nn::CentroidInit fps(o);
+  nn::CentroidInitResult fr = fps.forward(feats, Tensor(), blobs);
+  check_close(fr.positions, vals(nn::gather_rows(blobs, fr.indices)), 0.0);
+  check_close(fr.u, vals(nn::gather_rows(feats, fr.indices)), 0.0);
 }
 
 TEST_CASE("CentroidAttentionBlock: float64 gradcheck under every differentiable initialisation") {
