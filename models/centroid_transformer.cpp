@@ -150,15 +150,17 @@ Tensor CentroidSummarizer::forward(const Tensor& src, const Tensor& src_mask, co
 }
 
 nn::Cost CentroidSummarizer::cost(int64_t batch, int64_t src_len, int64_t tgt_len) {
-  Generator g(0);
-  Tensor src = randint(std::max<int64_t>(pad_id_ + 1, 0), vocab_, {batch, src_len}, g);
-  Tensor tgt = randint(std::max<int64_t>(pad_id_ + 1, 0), tgt_vocab_, {batch, tgt_len}, g);
+  Generator g(0);  // sample inputs on the model's device
+  const Device dev = src_embedding->weight.device();
+  Tensor src = randint(std::max<int64_t>(pad_id_ + 1, 0), vocab_, {batch, src_len}, g).to(dev);
+  Tensor tgt = randint(std::max<int64_t>(pad_id_ + 1, 0), tgt_vocab_, {batch, tgt_len}, g).to(dev);
   return nn::measure_cost(*this, [&] { return std::vector<Tensor>{forward(src, Tensor(), tgt)}; });
 }
 
 nn::Cost CentroidSummarizer::encoder_cost(int64_t batch, int64_t src_len) {
   Generator g(0);
-  Tensor src = randint(std::max<int64_t>(pad_id_ + 1, 0), vocab_, {batch, src_len}, g);
+  const Device dev = src_embedding->weight.device();
+  Tensor src = randint(std::max<int64_t>(pad_id_ + 1, 0), vocab_, {batch, src_len}, g).to(dev);
   nn::Cost c = nn::measure_cost(*this, [&] { return std::vector<Tensor>{encode(src).h}; });
   c.params = src_embedding->num_parameters() + src_pos_->num_parameters() + encoder->num_parameters() +
              (encoder_norm ? encoder_norm->num_parameters() : 0);
@@ -279,7 +281,7 @@ Tensor PointCloudClassifier::forward(const Tensor& points, Generator* sampler) {
 
 nn::Cost PointCloudClassifier::cost(int64_t batch, int64_t num_points) {
   Generator g(0);
-  Tensor pts = randn({batch, num_points, 3}, kFloat32, g);
+  Tensor pts = randn({batch, num_points, 3}, kFloat32, g).to(embed->weight.device());  // the model's device
   return nn::measure_cost(*this, [&] { return std::vector<Tensor>{forward(pts)}; });
 }
 
@@ -366,7 +368,8 @@ Tensor CentroidViT::forward(const Tensor& images) {
 
 nn::Cost CentroidViT::cost(int64_t batch) {
   Generator g(0);
-  Tensor img = randn({batch, o_.in_channels, o_.image_size, o_.image_size}, kFloat32, g);
+  const Device dev = patch_proj->weight.device();  // sample images on the model's device
+  Tensor img = randn({batch, o_.in_channels, o_.image_size, o_.image_size}, kFloat32, g).to(dev);
   return nn::measure_cost(*this, [&] { return std::vector<Tensor>{forward(img)}; });
 }
 

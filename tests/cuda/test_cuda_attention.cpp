@@ -5,6 +5,7 @@
 #include "cuda/cuda_test_util.h"
 #include "nn/attention/attention.h"
 #include "nn/attention/centroid.h"
+#include "models/centroid_transformer.h"
 #include "nn/clustering/memory_bank.h"
 
 using namespace cf;
@@ -134,6 +135,33 @@ CUDA_TEST_CASE("centroid attention blocks run on CUDA like on the CPU under ever
       opt.rtol = 1e-3;
       check_parity("centroid attention", run, {leaf32({B, N, D}, 21)}, opt);
     }
+  }
+}
+
+CUDA_TEST_CASE("the point-cloud classifier runs on CUDA like on the CPU (FPS and K-Means centroids), cost() too") {
+  for (const char* init : {"fps", "kmeans"}) {
+    INFO("init ", init);
+    models::PointCloudOptions o;
+    o.num_classes = 4;
+    o.widths = {16, 32, 32, 64};
+    o.n_heads = 2;
+    o.knn = 8;
+    o.fuse_dim = 32;
+    o.head = {32, 16};
+    o.dropout = 0.0;
+    o.init = init;
+    Generator g1(3), g2(3);
+    models::PointCloudClassifier on_cpu(o, g1), on_gpu(o, g2);
+    on_gpu.to(Device::cuda(0));
+    auto run = [&](const std::vector<Tensor>& x) { return (x[0].device().is_cuda() ? on_gpu : on_cpu).forward(x[0]); };
+    ParityOptions opt;
+    opt.atol = 1e-4;
+    opt.rtol = 1e-3;
+    check_parity("point-cloud classifier", run, {leaf32({2, 40, 3}, 4)}, opt);
+    // cost() draws its sample cloud on the model's device.
+    const nn::Cost c_cpu = on_cpu.cost(1, 40), c_gpu = on_gpu.cost(1, 40);
+    CHECK(c_gpu.macs == c_cpu.macs);
+    CHECK(c_gpu.params == c_cpu.params);
   }
 }
 
