@@ -21,7 +21,7 @@ namespace nn {
 namespace {
 
 void check_inputs(const char* who, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& assignment,
-                  int64_t n_clusters, const Tensor& kpm, double scale, int64_t topk) {
+                  int64_t n_clusters, const Tensor& kpm, double scale, int64_t topk, bool causal) {
   AttentionArgs a;
   a.q = q;
   a.k = k;
@@ -30,6 +30,9 @@ void check_inputs(const char* who, const Tensor& q, const Tensor& k, const Tenso
   check_attention_args(a, who);
   CF_CHECK(n_clusters >= 1, ValueError, "[", who, "] n_clusters must be >= 1, got ", n_clusters);
   CF_CHECK(topk >= 0, ValueError, "[", who, "] topk must be >= 0 (0: clustered), got ", topk);
+  CF_CHECK(!causal || topk > 0, NotImplementedError, "[", who,
+           "] causal masking needs topk > 0 (improved clustered): clustered attention gives every member its "
+           "centroid's weights over all keys, later ones included");
   CF_CHECK(scale > 0 && std::isfinite(scale), ValueError, "[", who, "] scale must be finite and > 0, got ", scale);
   CF_CHECK(assignment.defined() && assignment.dtype() == kInt64, DTypeError, "[", who,
            "] assignment must be an int64 tensor (B, H, Nq)",
@@ -67,13 +70,19 @@ Tensor arange_rows(int64_t g, int64_t c, Device device) {
   return Tensor::from_vector(v, {g, 1}, device);
 }
 
+// (1, Nq, 1) int64: the last key position query i may see under the causal rule
+// of attention.h (key l is in the future when l > i + (Nk - Nq)).
+Tensor last_visible_key(int64_t nq, int64_t nk, Device device) {
+  return reshape(Tensor::arange(nq, kInt64, device), {1, nq, 1}) + double(nk - nq);
+}
+
 }  // namespace
 
 Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& assignment,
                            int64_t n_clusters, const Tensor& kpm, double scale, int64_t topk, double dropout_p,
-                           bool training, Generator& gen) {
+                           bool training, Generator& gen, bool causal) {
   const char* who = "clustered_attention";
-  check_inputs(who, q, k, v, assignment, n_clusters, kpm, scale, topk);
+  check_inputs(who, q, k, v, assignment, n_clusters, kpm, scale, topk, causal);
   CF_CHECK(dropout_p >= 0 && dropout_p < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout_p);
   auto drop = [&](const Tensor& w) { return training && dropout_p > 0 ? dropout(w, dropout_p, true, gen) : w; };
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], D = q.shape()[3];
@@ -103,14 +112,6 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   // Eqs. 9-11. Top-k keys of each cluster (ties: lower key index), clamped to Nk.
   const int64_t kk = std::min(topk, Nk);
   Tensor idx = contiguous(cf::topk(scores.detach(), kk, -1).indices);  // (G, C, kk)
-  // T of eq. 9 as a mask (G, C, Nk): true at each cluster's top-k keys.
-  Tensor tmask = gt(scatter_add(Tensor::zeros({G, C, Nk}, dt, q.device()), 2, idx,
-                                Tensor::ones({G, C, kk}, dt, q.device())),
-                    0.5);
-  Tensor mass = sum(gather(ac, 2, idx), {-1});  // eq. 9: m_j, (G, C)
-  // The keys outside the top-k keep the centroid weights A^c_jl (eq. 10, second case).
-  Tensor v_rest = matmul(drop(masked_fill(ac, tmask, 0.0)), vf);
-  Tensor out = matmul(member, v_rest);  // (G, Nq, Dv)
 
   // Per query: its cluster's top-k keys (rows of idx picked by the cluster id; a
   // query with no cluster takes cluster 0's and is blocked); blocked where the key
@@ -127,6 +128,21 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     Tensor key_pad = gt(reshape(gather(pad, 1, reshape(per_q, {G, Nq * kk})), {G, Nq, kk}), 0.5);
     blocked = logical_or(blocked, key_pad);
   }
+  if (causal) {
+    // The causal variant (see clustered.h): softmax of the exact scores over the
+    // cluster's top-k keys that are not in the query's future; no other key.
+    blocked = logical_or(blocked, gt(per_q, last_visible_key(Nq, Nk, q.device())));
+    Tensor exact = masked_fill(sparse_dot(qs, kf, per_q), blocked, -INFINITY);
+    return reshape(sparse_weighted_sum(drop(softmax(exact, -1)), vf, per_q), {B, H, Nq, Dv});
+  }
+  // T of eq. 9 as a mask (G, C, Nk): true at each cluster's top-k keys.
+  Tensor tmask = gt(scatter_add(Tensor::zeros({G, C, Nk}, dt, q.device()), 2, idx,
+                                Tensor::ones({G, C, kk}, dt, q.device())),
+                    0.5);
+  Tensor mass = sum(gather(ac, 2, idx), {-1});  // eq. 9: m_j, (G, C)
+  // The keys outside the top-k keep the centroid weights A^c_jl (eq. 10, second case).
+  Tensor v_rest = matmul(drop(masked_fill(ac, tmask, 0.0)), vf);
+  Tensor out = matmul(member, v_rest);  // (G, Nq, Dv)
   // Eq. 10, first case: m_j * softmax of the exact scores over the cluster's top-k.
   Tensor exact = masked_fill(sparse_dot(qs, kf, per_q), blocked, -INFINITY);
   Tensor mq = matmul(member, reshape(mass, {G, C, 1}));  // m_{j(i)}, (G, Nq, 1)
@@ -135,9 +151,9 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
 }
 
 Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tensor& assignment, int64_t n_clusters,
-                                   const Tensor& kpm, double scale, int64_t topk) {
+                                   const Tensor& kpm, double scale, int64_t topk, bool causal) {
   const char* who = "clustered_attention_weights";
-  check_inputs(who, q, k, k, assignment, n_clusters, kpm, scale, topk);
+  check_inputs(who, q, k, k, assignment, n_clusters, kpm, scale, topk, causal);
   const int64_t B = q.shape()[0], H = q.shape()[1], Nk = k.shape()[2], C = n_clusters;
   const DType dt = q.dtype();
   // S (B, H, Nq, C): the membership matrix of eq. 3, dense.
@@ -159,6 +175,11 @@ Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tenso
   Tensor exact = matmul(q * scale, transpose(k, 2, 3));                    // Q_i K_l
   Tensor blocked = logical_not(tq);
   if (kblock.defined()) blocked = logical_or(blocked, kblock);
+  if (causal) {  // the cluster's top-k keys up to the query's position, nothing else
+    const int64_t Nq = q.shape()[2];
+    blocked = logical_or(blocked, reshape(causal_mask(Nq, Nk, q.device()), {1, 1, Nq, Nk}));
+    return softmax(masked_fill(exact, blocked, -INFINITY), -1);
+  }
   Tensor wt = softmax(masked_fill(exact, blocked, -INFINITY), -1) * mq;    // eq. 10, first case
   (void)H;
   return where(tq, wt, aq);
@@ -242,9 +263,9 @@ void ClusteredAttention::set_assignment(const Tensor& a) {
 Tensor ClusteredAttention::forward(const AttentionArgs& args) {
   const char* who = opt_.improved ? "ImprovedClusteredAttention" : "ClusteredAttention";
   check_attention_args(args, who);
-  CF_CHECK(!args.causal, NotImplementedError, "[", who,
-           "] causal masking is not supported: a cluster mixes queries of all positions (its centroid averages "
-           "later queries), so an earlier output would depend on later tokens; use full attention for causal layers");
+  CF_CHECK(!args.causal || opt_.improved, NotImplementedError, "[", who,
+           "] causal masking is not supported: every member takes its centroid's weights over all keys, later ones "
+           "included; use improved-clustered (causal over its top-k keys) or full attention for causal layers");
   const Shape& s = args.q.shape();
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(s[3]));
   Tensor a;
@@ -264,7 +285,7 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
   }
   last_ = a;
   return clustered_attention(args.q, args.k, args.v, a, c, args.key_padding_mask, scale,
-                             opt_.improved ? opt_.topk : 0, dropout_, is_training());
+                             opt_.improved ? opt_.topk : 0, dropout_, is_training(), default_generator(), args.causal);
 }
 
 }  // namespace nn

@@ -22,12 +22,19 @@
 //   exactly 0 (their exact scores are masked), so top-k is in effect clamped to the
 //   valid keys.
 // - A row whose keys are all padding outputs zeros.
-// - Causal masking is refused (NotImplementedError). A cluster mixes queries from
-//   different positions: its centroid is the mean of later queries too, and the
-//   clustering itself reads every query, so even restricting each member to its own
-//   past keys would let a later token change an earlier output. A causal clustered
-//   attention needs a different grouping (per-position prefix centroids), which the
-//   paper does not define.
+// - Causal masking (issue 7: "a causal variant that keeps only past keys"): the
+//   improved form only. Each query attends with exact softmax weights to those of
+//   its cluster's top-k keys that are not in its future (attention.h's rule) and
+//   to no other key: the centroid part of eq. 10 and the mass m_j are dropped, as
+//   they average over every key. A query none of whose cluster's top-k keys is in
+//   its past outputs zeros. This is the public reference implementation's
+//   "causal-improved-clustered" rule. It is causal in the keys and values read,
+//   NOT in the selection: the clusters and each cluster's top-k set are computed
+//   from every query, later ones included, so changing a later token can change
+//   which past keys an earlier query sees (never their values). Fine for training
+//   a model whose outputs are read all at once; not equivalent to step-by-step
+//   decoding. Plain clustered attention refuses causal masks (NotImplementedError):
+//   every member takes its centroid's weights over all keys.
 // - Hashing and clustering are not differentiable; gradients reach Q through the
 //   centroid means (eq. 3) and, for the improved form, through the exact top-k
 //   products and the mass m_j; K and V get theirs through every product.
@@ -57,16 +64,19 @@ struct ClusteredOptions {
 // Attention-weight dropout (training only) drops entries of A^c per cluster (so the
 // members of a cluster share the mask) and the exact top-k weights per query; the
 // mass m_j is computed before dropout, so the expected weights are A^t.
+// causal (topk > 0 only): the causal improved variant described above.
 Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& assignment,
                            int64_t n_clusters, const Tensor& key_padding_mask, double scale, int64_t topk = 0,
-                           double dropout_p = 0.0, bool training = false, Generator& gen = default_generator());
+                           double dropout_p = 0.0, bool training = false, Generator& gen = default_generator(),
+                           bool causal = false);
 
 // Dense reference of the same computation: the (B, H, Nq, Nk) matrix A^c broadcast
 // to the members (eq. 6) when topk = 0, or A^t of eq. 10 when topk > 0, built with
-// dense ops and an explicit top-k mask. For tests and analysis (Proposition 2).
-// Rows of queries without a cluster are zero.
+// dense ops and an explicit top-k mask; causal: the causal improved weights.
+// For tests and analysis (Proposition 2). Rows of queries without a cluster are zero.
 Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tensor& assignment, int64_t n_clusters,
-                                   const Tensor& key_padding_mask, double scale, int64_t topk = 0);
+                                   const Tensor& key_padding_mask, double scale, int64_t topk = 0,
+                                   bool causal = false);
 
 // Options (JSON), "clustered" and "improved-clustered":
 //   {"clusters": C (100), "bits": B (63), "iterations": L (10),

@@ -100,9 +100,9 @@ CUDA_TEST_CASE("every attention variant of the registry runs on CUDA like on the
       ++matched;
     }
   }
-  // full, lsh (twice), routing and neural-clustering run on CUDA (both masks),
-  // clustered and improved clustered without the causal mask they refuse: 12 runs.
-  CHECK(matched >= 12);
+  // full, lsh (twice), routing, neural-clustering and improved clustered run on
+  // CUDA with both masks, clustered without the causal mask it refuses: 13 runs.
+  CHECK(matched >= 13);
 }
 
 CUDA_TEST_CASE("centroid attention blocks run on CUDA like on the CPU under every initialisation") {

@@ -99,7 +99,7 @@ CUDA_TEST_CASE("sparse products on CUDA: forward and gradients equal the CPU's, 
   }
 }
 
-CUDA_TEST_CASE("clustered and improved clustered attention on CUDA equal the CPU with a given assignment") {
+CUDA_TEST_CASE("clustered and improved clustered attention (causal too) on CUDA equal the CPU with a given assignment") {
   const int64_t B = 2, H = 2, N = 20, D = 8, C = 5;
   std::vector<int64_t> a;
   for (int64_t i = 0; i < B * H * N; ++i) a.push_back((i * 7 + i / 3) % C);
@@ -108,18 +108,21 @@ CUDA_TEST_CASE("clustered and improved clustered attention on CUDA equal the CPU
   std::vector<bool> pv(size_t(B * N), false);
   for (int64_t j = N - 4; j < N; ++j) pv[size_t(N + j)] = true;  // batch row 1: 4 padded keys
   const Tensor pad = Tensor::from_vector(pv, {B, N});
-  for (int64_t topk : {0, 3, 32}) {
-    INFO("topk ", topk);
-    ParityOptions opt;
-    opt.atol = 1e-10;
-    opt.rtol = 1e-9;
-    check_parity("clustered_attention",
-                 [&](const std::vector<Tensor>& x) {
-                   const Device d = x[0].device();
-                   return nn::clustered_attention(x[0], x[1], x[2], assignment.to(d), C, pad.to(d), 0.35, topk);
-                 },
-                 {leaf64({B, H, N, D}, 1), leaf64({B, H, N, D}, 2), leaf64({B, H, N, D}, 3)}, opt);
-  }
+  for (int64_t topk : {0, 3, 32})
+    for (bool causal : {false, true}) {
+      if (causal && topk == 0) continue;  // plain clustered attention refuses causal masks
+      INFO("topk ", topk, causal ? " (causal)" : "");
+      ParityOptions opt;
+      opt.atol = 1e-10;
+      opt.rtol = 1e-9;
+      check_parity("clustered_attention",
+                   [&](const std::vector<Tensor>& x) {
+                     const Device d = x[0].device();
+                     return nn::clustered_attention(x[0], x[1], x[2], assignment.to(d), C, pad.to(d), 0.35, topk, 0.0,
+                                                    false, default_generator(), causal);
+                   },
+                   {leaf64({B, H, N, D}, 1), leaf64({B, H, N, D}, 2), leaf64({B, H, N, D}, 3)}, opt);
+    }
 }
 
 }  // TEST_SUITE

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "models/attention_switch.h"
+#include "models/transformer.h"
 #include "nn/attention/clustered.h"
 #include "nn/attention/hamming_kmeans.h"
 #include "nn/attention/sparse_products.h"
@@ -187,6 +188,77 @@ TEST_CASE("the efficient paths match the dense reference matrices, forward and b
     for (double x : values(slice(slice(w, 0, 1, 2), 3, 4, 6))) CHECK(x == 0.0);  // padded keys
   }
   (void)valid;
+}
+
+TEST_CASE("causal improved clustered attention: past top-k keys only, dense reference, full causal at top-k = N") {
+  const int64_t B = 2, H = 2, N = 6;
+  Tensor q = leaf64({B, H, N, 3}, 31, -2, 2), k = leaf64({B, H, N, 3}, 32, -2, 2), v = leaf64({B, H, N, 4}, 33);
+  Tensor kpm = padding_2x6();
+  Tensor valid = valid_rows(kpm);
+  const double scale = 1.0 / std::sqrt(3.0);
+  Tensor assign = where(expand(reshape(kpm, {B, 1, N}), {B, H, N}), Tensor::full({1}, -1.0, kInt64),
+                        random_clusters(B, H, N, 3, 34));
+  Generator none(0);
+  for (int64_t topk : {2, 3}) {
+    INFO("topk: ", topk);
+    auto efficient = [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return nn::clustered_attention(a, b, c, assign, 3, kpm, scale, topk, 0.0, false, none, /*causal=*/true);
+    };
+    Grads got = run(efficient, q, k, v, Tensor());
+    Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return matmul(nn::clustered_attention_weights(a, b, assign, 3, kpm, scale, topk, /*causal=*/true), c);
+    }, q, k, v, Tensor());
+    check_same(got, want, 1e-12);
+    // Each row is a distribution over past, valid keys of the cluster's top-k, or
+    // zero (no such key): never weight on a later key.
+    Tensor w = nn::clustered_attention_weights(q, k, assign, 3, kpm, scale, topk, true);
+    std::vector<double> wv = values(w), rows = values(sum(w, {-1}));
+    int64_t empty = 0;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      CHECK((std::abs(rows[r] - 1.0) < 1e-12 || rows[r] == 0.0));
+      empty += rows[r] == 0.0;
+      const int64_t i = int64_t(r) % N;
+      for (int64_t l = i + 1; l < N; ++l) CHECK(wv[r * size_t(N) + size_t(l)] == 0.0);
+    }
+    MESSAGE("topk ", topk, ": ", empty, " of ", rows.size(), " rows see none of their cluster's top-k keys");
+    // The output of query i reads no later key or value (gradients exactly zero).
+    for (int64_t i = 0; i < N; ++i) {
+      Tensor kk = k.detach().set_requires_grad(true), vv = v.detach().set_requires_grad(true);
+      sum(slice(efficient(q, kk, vv), 2, i, i + 1)).backward();
+      for (const Tensor& g : {kk.grad(), vv.grad()})
+        for (double x : values(slice(g, 2, i + 1, N))) CHECK(x == 0.0);
+    }
+  }
+  // With top-k = N every key is in every cluster's set: full causal attention.
+  for (int64_t C : {1, 3}) {
+    INFO("clusters: ", C);
+    auto layer = make_layer("improved-clustered", {{"topk", N}});
+    layer->set_assignment(random_clusters(B, H, N, C, uint64_t(40 + C)));
+    auto causal_args = [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      nn::AttentionArgs x = args_of(a, b, c, kpm);
+      x.causal = true;
+      return x;
+    };
+    Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) { return layer->forward(causal_args(a, b, c)); },
+                    q, k, v, valid);
+    Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return nn::dense_attention(a, b, c, nn::dense_block_mask(causal_args(a, b, c)), scale);
+    }, q, k, v, valid);
+    check_same(got, want, 1e-12);
+  }
+  // float64 gradcheck with the clustering held fixed.
+  auto layer = make_layer("improved-clustered", {{"clusters", 2}, {"topk", 2}, {"hash_seed", 3}});
+  nn::AttentionArgs a0 = args_of(q, k, v, kpm);
+  a0.causal = true;
+  layer->forward(a0);
+  layer->set_assignment(layer->last_assignment());
+  auto f = [&](const std::vector<Tensor>& xs) {
+    nn::AttentionArgs a = args_of(xs[0], xs[1], xs[2], kpm);
+    a.causal = true;
+    return layer->forward(a);
+  };
+  GradcheckResult r = gradcheck(f, {q, k, v});
+  CHECK_MESSAGE(r.ok, r.message);
 }
 
 TEST_CASE("Proposition 2: improved clustered attention is never farther from full attention than clustered (L1)") {
@@ -471,7 +543,10 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
   auto layer = make_layer("clustered", {});
   nn::AttentionArgs causal = args_of(q, k, v, Tensor());
   causal.causal = true;
-  CHECK_THROWS_MSG(layer->forward(causal), NotImplementedError, "[ClusteredAttention] causal masking is not supported");
+  CHECK_THROWS_MSG(layer->forward(causal), NotImplementedError, "[ClusteredAttention] causal masking is not supported",
+                   "use improved-clustered");
+  CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, a, 2, Tensor(), 1.0, 0, 0.0, false, default_generator(), true),
+                   NotImplementedError, "[clustered_attention] causal masking needs topk > 0");
   CHECK_THROWS_MSG(layer->set_assignment(to(a, kFloat64)), DTypeError, "set_assignment: expected int64 (B, H, Nq)");
   layer->set_assignment(ti64({0, 0, 0}, {1, 1, 3}));
   CHECK_THROWS_MSG(layer->forward(args_of(q, k, v, Tensor())), ShapeError, "set_assignment is (1,1,3)",
@@ -502,6 +577,59 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
                    "[hamming_kmeans] exclude is on cuda:0");
   CHECK_THROWS_MSG(nn::sparse_dot(sq, fake_cuda({1, 4, 3}, kFloat64), ti64({0, 1}, {1, 2, 1})), DeviceError,
                    "[sparse_dot] q, k and idx must be on one device", "cuda:0");
+}
+
+// The corpus of the ClusterFormer causal LM test (tests/models): a period-6
+// pattern; the next token follows from the last two.
+TEST_CASE("a causal LM with improved clustered attention learns the repeating-pattern corpus") {
+  const std::vector<int64_t> pattern = {1, 2, 1, 3, 2, 4};
+  const int64_t N = 24, B = 16;
+  Generator data(5), g(9);
+  auto batch = [&](std::vector<int64_t>& in, std::vector<int64_t>& target) {
+    in.clear();
+    target.clear();
+    auto offsets = randint(0, 6, {B}, data).to_vector<int64_t>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < N; ++t) {
+        in.push_back(pattern[size_t((offsets[size_t(b)] + t) % 6)]);
+        target.push_back(pattern[size_t((offsets[size_t(b)] + t + 1) % 6)]);
+      }
+  };
+  models::TransformerConfig c;
+  c.vocab_size = 5;
+  c.max_len = 64;
+  c.n_layers = 2;
+  c.layer.d_model = 32;
+  c.layer.n_heads = 2;
+  c.layer.d_ff = 64;
+  c.layer.dropout = 0.0;
+  c.layer.attention.type = "improved-clustered";
+  // 4 clusters, each query sees at most 8 of the 24 keys (those in its past).
+  c.layer.attention.options = nn::Config(nlohmann::json{{"clusters", 4}, {"topk", 8}}, "attention");
+  models::CausalLM lm(c, g);
+  nn::AdamWOptions o;
+  o.lr = 3e-3;
+  o.weight_decay = 0.0;
+  nn::AdamW opt(lm.named_parameters(), o);
+  std::vector<int64_t> in, target;
+  double first = 0;
+  for (int step = 0; step < 150; ++step) {
+    batch(in, target);
+    Tensor loss = cross_entropy(reshape(lm.forward(ti64(in, {B, N})), {B * N, 5}), ti64(target, {B * N}));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    if (step == 0) first = loss.item<float>();
+  }
+  lm.eval();
+  NoGradGuard ng;
+  batch(in, target);
+  const double held_out =
+      cross_entropy(reshape(lm.forward(ti64(in, {B, N})), {B * N, 5}), ti64(target, {B * N})).item<float>();
+  const double unigram = -(2 * (2.0 / 6) * std::log(2.0 / 6) + 2 * (1.0 / 6) * std::log(1.0 / 6));
+  MESSAGE("improved clustered causal LM: loss ", first, " -> held-out ", held_out, " nats/token (unigram ", unigram,
+          ")");
+  CHECK(held_out < 0.5 * unigram);
 }
 
 TEST_CASE("set_attention switches every self-attention layer and refuses models without one") {
