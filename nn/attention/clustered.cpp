@@ -44,6 +44,10 @@ void check_inputs(const char* who, const Tensor& q, const Tensor& k, const Tenso
                assignment.shape()[2] == s[2],
            ShapeError, "[", who, "] assignment must be (B, H, Nq) = (", s[0], ", ", s[1], ", ", s[2], "), got ",
            shape_str(assignment.shape()));
+  if (assignment.numel() == 0) return;
+  // Two reductions on the assignment's device; the ids are copied to the host
+  // only to name the first bad one.
+  if (amin(assignment).item<int64_t>() >= -1 && amax(assignment).item<int64_t>() < n_clusters) return;
   std::vector<int64_t> ids = assignment.to_vector<int64_t>();
   for (size_t i = 0; i < ids.size(); ++i)
     CF_CHECK(ids[i] >= -1 && ids[i] < n_clusters, IndexError, "[", who, "] cluster id ", ids[i],
@@ -278,7 +282,7 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
     if (args.query_padding_mask.defined())
       a = where(expand(reshape(args.query_padding_mask, {s[0], 1, s[2]}), {s[0], s[1], s[2]}),
                 Tensor::full({1}, -1.0, kInt64, a.device()), a);
-    for (int64_t id : a.to_vector<int64_t>()) c = std::max(c, id + 1);
+    if (a.numel() > 0) c = std::max<int64_t>(c, amax(a).item<int64_t>() + 1);
   } else {
     a = cluster(args.q, args.query_padding_mask);
     c = std::max<int64_t>(1, std::min(opt_.clusters, s[2]));

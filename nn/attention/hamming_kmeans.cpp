@@ -8,6 +8,7 @@
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/random.h"
 #include "autograd/ops/shape.h"
+#include "autograd/ops/reduce.h"
 #include "core/error.h"
 #include "kernels/clustered/clustered.h"
 
@@ -58,12 +59,18 @@ Tensor hamming_kmeans(const Tensor& codes, int64_t clusters, int64_t iterations,
   Tensor c = contiguous(codes);
   Tensor e = exclude.defined() ? contiguous(exclude) : Tensor();
   const int64_t g = c.shape()[0], n = c.shape()[1];
-  // The range check reads the codes on the host (a copy for device codes).
-  const std::vector<int64_t> cv = c.to_vector<int64_t>();
-  const uint64_t mask = (uint64_t(1) << bits) - 1;
-  for (int64_t i = 0; i < g * n; ++i)
-    CF_CHECK(cv[size_t(i)] >= 0 && (uint64_t(cv[size_t(i)]) & ~mask) == 0, ValueError, "[hamming_kmeans] code ",
-             cv[size_t(i)], " at position ", i, " has bits beyond the ", bits, " given");
+  // Every code in [0, 2^bits): two reductions on the codes' device (with 63 bits
+  // any non-negative int64 fits); the codes are copied to the host only to name
+  // the first bad one.
+  const bool in_range = g * n == 0 || (amin(c).item<int64_t>() >= 0 &&
+                                       (bits == 63 || amax(c).item<int64_t>() < (int64_t(1) << bits)));
+  if (!in_range) {
+    const std::vector<int64_t> cv = c.to_vector<int64_t>();
+    const uint64_t mask = (uint64_t(1) << bits) - 1;
+    for (int64_t i = 0; i < g * n; ++i)
+      CF_CHECK(cv[size_t(i)] >= 0 && (uint64_t(cv[size_t(i)]) & ~mask) == 0, ValueError, "[hamming_kmeans] code ",
+               cv[size_t(i)], " at position ", i, " has bits beyond the ", bits, " given");
+  }
   Tensor out = Tensor::empty({g, n}, kInt64, c.device());
   kernels::hamming_kmeans(c, e, clusters, iterations, bits, out);
   return out;

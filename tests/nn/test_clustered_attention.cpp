@@ -527,6 +527,8 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
                    "[clustered_attention] assignment must be (B, H, Nq) = (1, 1, 4)", "(1,1,3)");
   CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, ti64({0, 2, 0, 1}, {1, 1, 4}), 2, Tensor(), 1.0), IndexError,
                    "[clustered_attention] cluster id 2", "[-1, 2)");
+  CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, ti64({0, 1, -2, 1}, {1, 1, 4}), 2, Tensor(), 1.0), IndexError,
+                   "[clustered_attention] cluster id -2 at flat position 2", "[-1, 2)");
   CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, to(a, kFloat64), 2, Tensor(), 1.0), DTypeError,
                    "[clustered_attention] assignment must be an int64");
   CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, a, 2, Tensor(), 1.0, -1), ValueError, "topk must be >= 0");
@@ -554,6 +556,8 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
   CHECK_THROWS_MSG(layer->cluster(ti64({1}, {1})), ShapeError, "cluster: expected float q (B, H, Nq, D)");
   CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 300}, {1, 2}), 2, 10, 8), ValueError,
                    "[hamming_kmeans] code 300", "beyond the 8 given");
+  CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, -5}, {1, 2}), 2, 10, 63), ValueError,
+                   "[hamming_kmeans] code -5 at position 1", "beyond the 63 given");
   CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 3}, {1, 2}), 0, 10, 8), ValueError, "clusters must be >= 1");
   CHECK_THROWS_MSG(nn::hamming_kmeans(t64({1, 3}, {1, 2}), 2, 10, 8), DTypeError, "codes must be int64 (G, N)");
   CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 3}, {1, 2}), 2, 10, 8, bools({true}, {1, 1})), ShapeError,
