@@ -5,6 +5,7 @@
 #include "models/neural_clustering.h"
 #include "nn/attention/neural_clustering.h"
 #include "nn/nn_test_util.h"
+#include "nn/pattern_lm.h"
 #include "nn/optim/adam.h"
 
 using namespace cf;
@@ -13,17 +14,10 @@ using namespace cf::test;
 namespace {
 
 models::TransformerConfig tiny_config(int64_t vocab, const std::string& attention, int64_t clusters) {
-  models::TransformerConfig c;  // tests/nn/test_transformer.cpp's tiny model
+  // tests/nn/test_transformer.cpp's tiny model (the pattern LM's), with this vocabulary.
+  models::TransformerConfig c = pattern_lm_config(
+      attention, attention == "neural-clustering" ? nlohmann::json{{"clusters", clusters}} : nlohmann::json::object());
   c.vocab_size = vocab;
-  c.max_len = 64;
-  c.n_layers = 2;
-  c.layer.d_model = 32;
-  c.layer.n_heads = 2;
-  c.layer.d_ff = 64;
-  c.layer.dropout = 0.0;
-  c.layer.attention.type = attention;
-  if (attention == "neural-clustering")
-    c.layer.attention.options = nn::Config(nlohmann::json{{"clusters", clusters}}, "attention");
   return c;
 }
 
@@ -121,46 +115,15 @@ TEST_CASE("a ClusterFormer classifier learns the pattern task as well as full at
 }
 
 TEST_CASE("ClusterFormer causal LM (masked variant) learns the repeating-pattern corpus") {
-  const std::vector<int64_t> pattern = {1, 2, 1, 3, 2, 4};
-  const int64_t N = 24, B = 16;
-  Generator data(5), g(9);
-  auto batch = [&](std::vector<int64_t>& in, std::vector<int64_t>& target) {
-    in.clear();
-    target.clear();
-    auto offsets = randint(0, 6, {B}, data).to_vector<int64_t>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < N; ++t) {
-        in.push_back(pattern[size_t((offsets[size_t(b)] + t) % 6)]);
-        target.push_back(pattern[size_t((offsets[size_t(b)] + t + 1) % 6)]);
-      }
-  };
+  Generator g(9);
   models::CausalLM lm(tiny_config(5, "neural-clustering", 5), g);
-  nn::AdamWOptions o;
-  o.lr = 3e-3;
-  o.weight_decay = 0.0;
-  nn::AdamW opt(lm.named_parameters(), o);
-  std::vector<int64_t> in, target;
-  double first = 0;
-  for (int step = 0; step < 150; ++step) {
-    batch(in, target);
-    nn::AuxLosses aux;
-    Tensor logits = lm.forward(ti64(in, {B, N}), {}, &aux);
+  const PatternLMRun r = train_pattern_lm(lm, 150, [](const Tensor& task, nn::AuxLosses& aux) {
     REQUIRE(aux.get(nn::kClusteringLossName).size() == 2);
-    Tensor task = cross_entropy(reshape(logits, {B * N, 5}), ti64(target, {B * N}));
-    Tensor loss = models::clusterformer_loss(task, aux, {});
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-    if (step == 0) first = task.item<float>();
-  }
-  lm.eval();
-  NoGradGuard ng;
-  batch(in, target);
-  double held_out =
-      cross_entropy(reshape(lm.forward(ti64(in, {B, N})), {B * N, 5}), ti64(target, {B * N})).item<float>();
-  // A model that ignores context does no better than the unigram entropy of the
-  // pattern (tokens 1, 2 twice, 3, 4 once each in 6): about 1.33 nats.
-  const double unigram = -(2 * (2.0 / 6) * std::log(2.0 / 6) + 2 * (1.0 / 6) * std::log(1.0 / 6));
+    return models::clusterformer_loss(task, aux, {});
+  });
+  const double first = r.first, held_out = r.held_out;
+  // A model that ignores context does no better than the unigram entropy.
+  const double unigram = pattern_unigram_nats();
   MESSAGE("ClusterFormer causal LM: loss ", first, " -> held-out ", held_out, " nats/token (unigram ", unigram, ")");
   CHECK(held_out < 0.5 * unigram);
 }

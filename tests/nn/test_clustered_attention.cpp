@@ -12,6 +12,7 @@
 #include "nn/attention/hamming_kmeans.h"
 #include "nn/attention/sparse_products.h"
 #include "nn/nn_test_util.h"
+#include "nn/pattern_lm.h"
 #include "nn/optim/adam.h"
 
 using namespace cf;
@@ -583,54 +584,13 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
                    "[sparse_dot] q, k and idx must be on one device", "cuda:0");
 }
 
-// The corpus of the ClusterFormer causal LM test (tests/models): a period-6
-// pattern; the next token follows from the last two.
+// The pattern corpus of every causal-LM test (nn/pattern_lm.h).
 TEST_CASE("a causal LM with improved clustered attention learns the repeating-pattern corpus") {
-  const std::vector<int64_t> pattern = {1, 2, 1, 3, 2, 4};
-  const int64_t N = 24, B = 16;
-  Generator data(5), g(9);
-  auto batch = [&](std::vector<int64_t>& in, std::vector<int64_t>& target) {
-    in.clear();
-    target.clear();
-    auto offsets = randint(0, 6, {B}, data).to_vector<int64_t>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < N; ++t) {
-        in.push_back(pattern[size_t((offsets[size_t(b)] + t) % 6)]);
-        target.push_back(pattern[size_t((offsets[size_t(b)] + t + 1) % 6)]);
-      }
-  };
-  models::TransformerConfig c;
-  c.vocab_size = 5;
-  c.max_len = 64;
-  c.n_layers = 2;
-  c.layer.d_model = 32;
-  c.layer.n_heads = 2;
-  c.layer.d_ff = 64;
-  c.layer.dropout = 0.0;
-  c.layer.attention.type = "improved-clustered";
+  Generator g(9);
   // 4 clusters, each query sees at most 8 of the 24 keys (those in its past).
-  c.layer.attention.options = nn::Config(nlohmann::json{{"clusters", 4}, {"topk", 8}}, "attention");
-  models::CausalLM lm(c, g);
-  nn::AdamWOptions o;
-  o.lr = 3e-3;
-  o.weight_decay = 0.0;
-  nn::AdamW opt(lm.named_parameters(), o);
-  std::vector<int64_t> in, target;
-  double first = 0;
-  for (int step = 0; step < 150; ++step) {
-    batch(in, target);
-    Tensor loss = cross_entropy(reshape(lm.forward(ti64(in, {B, N})), {B * N, 5}), ti64(target, {B * N}));
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-    if (step == 0) first = loss.item<float>();
-  }
-  lm.eval();
-  NoGradGuard ng;
-  batch(in, target);
-  const double held_out =
-      cross_entropy(reshape(lm.forward(ti64(in, {B, N})), {B * N, 5}), ti64(target, {B * N})).item<float>();
-  const double unigram = -(2 * (2.0 / 6) * std::log(2.0 / 6) + 2 * (1.0 / 6) * std::log(1.0 / 6));
+  models::CausalLM lm(pattern_lm_config("improved-clustered", {{"clusters", 4}, {"topk", 8}}), g);
+  const PatternLMRun r = train_pattern_lm(lm, 150);
+  const double first = r.first, held_out = r.held_out, unigram = pattern_unigram_nats();
   MESSAGE("improved clustered causal LM: loss ", first, " -> held-out ", held_out, " nats/token (unigram ", unigram,
           ")");
   CHECK(held_out < 0.5 * unigram);

@@ -6,6 +6,7 @@
 #include "nn/attention/lsh.h"
 #include "nn/attention/routing.h"
 #include "nn/nn_test_util.h"
+#include "nn/pattern_lm.h"
 #include "nn/optim/adam.h"
 
 using namespace cf;
@@ -282,52 +283,11 @@ TEST_CASE("LSH attention: bad arguments and options are errors naming the values
 }
 
 TEST_CASE("LSH attention: a causal LM with LSH attention learns the pattern corpus") {
-  const std::vector<int64_t> pattern = {1, 2, 1, 3, 2, 4};
-  const int64_t N = 24, B = 16;
-  Generator data(5), g(9);
+  Generator g(9);
   manual_seed(21);  // the rotations come from the default generator: the same run whatever ran before
-  auto batch = [&](std::vector<int64_t>& in, std::vector<int64_t>& target) {
-    in.clear();
-    target.clear();
-    auto offsets = randint(0, 6, {B}, data).to_vector<int64_t>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < N; ++t) {
-        in.push_back(pattern[size_t((offsets[size_t(b)] + t) % 6)]);
-        target.push_back(pattern[size_t((offsets[size_t(b)] + t + 1) % 6)]);
-      }
-  };
-  models::TransformerConfig c;
-  c.vocab_size = 5;
-  c.max_len = 64;
-  c.n_layers = 2;
-  c.layer.d_model = 32;
-  c.layer.n_heads = 2;
-  c.layer.d_ff = 64;
-  c.layer.dropout = 0.0;
-  c.layer.attention.type = "lsh";
-  c.layer.attention.options = nn::Config(nlohmann::json{{"n_hashes", 2}, {"bucket_size", 4}}, "attention");
-  models::CausalLM lm(c, g);
-  nn::AdamWOptions o;
-  o.lr = 3e-3;
-  o.weight_decay = 0.0;
-  nn::AdamW opt(lm.named_parameters(), o);
-  std::vector<int64_t> in, target;
-  double first = 0, last = 0;
-  for (int step = 0; step < 300; ++step) {
-    batch(in, target);
-    Tensor logits = lm.forward(ti64(in, {B, N}));
-    Tensor loss = cross_entropy(reshape(logits, {B * N, 5}), ti64(target, {B * N}));
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-    if (step == 0) first = loss.item<float>();
-    last = loss.item<float>();
-  }
-  lm.eval();
-  NoGradGuard ng;
-  batch(in, target);
-  double held_out =
-      cross_entropy(reshape(lm.forward(ti64(in, {B, N})), {B * N, 5}), ti64(target, {B * N})).item<float>();
+  models::CausalLM lm(pattern_lm_config("lsh", {{"n_hashes", 2}, {"bucket_size", 4}}), g);
+  const PatternLMRun r = train_pattern_lm(lm, 300);
+  const double first = r.first, last = r.last, held_out = r.held_out;
   MESSAGE("LSH causal LM: loss ", first, " -> ", last, ", held-out ", held_out, " nats/token");
   // A model reading only the current token cannot beat (4/6) ln 2 = 0.46 nats/token on this corpus (after 1 and
   // 2 two continuations are equally likely): going well below it shows attention to the previous tokens.

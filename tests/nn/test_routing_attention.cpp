@@ -4,6 +4,7 @@
 
 #include "nn/attention/routing.h"
 #include "nn/nn_test_util.h"
+#include "nn/pattern_lm.h"
 #include "nn/optim/adam.h"
 
 using namespace cf;
@@ -311,56 +312,14 @@ TEST_CASE("routing attention: bad arguments and options are errors naming the va
 
 // The repeating-pattern corpus of the Transformer tests (period 6: the next token depends on the last two).
 TEST_CASE("routing attention: a causal LM with routing and local heads learns the pattern corpus") {
-  const std::vector<int64_t> pattern = {1, 2, 1, 3, 2, 4};
-  const int64_t N = 24, B = 16;
-  Generator data(5), g(9);
+  Generator g(9);
   manual_seed(21);  // the centroids are drawn from the default generator: the same run whatever ran before
-  auto batch = [&](std::vector<int64_t>& in, std::vector<int64_t>& target) {
-    in.clear();
-    target.clear();
-    auto offsets = randint(0, 6, {B}, data).to_vector<int64_t>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < N; ++t) {
-        in.push_back(pattern[size_t((offsets[size_t(b)] + t) % 6)]);
-        target.push_back(pattern[size_t((offsets[size_t(b)] + t + 1) % 6)]);
-      }
-  };
-  models::TransformerConfig c;
-  c.vocab_size = 5;
-  c.max_len = 64;
-  c.n_layers = 2;
-  c.layer.d_model = 32;
-  c.layer.n_heads = 2;
-  c.layer.d_ff = 64;
-  c.layer.dropout = 0.0;
-  c.layer.attention.type = "routing";
-  c.layer.attention.options =
-      nn::Config(nlohmann::json{{"n_clusters", 3}, {"local_heads", 1}, {"local_window", 4}, {"decay", 0.99}},
-                 "attention");
-  models::CausalLM lm(c, g);
-  nn::AdamWOptions o;
-  o.lr = 3e-3;
-  o.weight_decay = 0.0;
-  nn::AdamW opt(lm.named_parameters(), o);
-  std::vector<int64_t> in, target;
-  double first = 0, last = 0;
-  for (int step = 0; step < 150; ++step) {
-    batch(in, target);
-    nn::AuxLosses aux;
-    Tensor logits = lm.forward(ti64(in, {B, N}), Tensor(), &aux);
-    Tensor loss = cross_entropy(reshape(logits, {B * N, 5}), ti64(target, {B * N}));
-    Tensor total = loss + aux.total({{"routing_commitment", 1e-4}});
-    opt.zero_grad();
-    total.backward();
-    opt.step();
-    if (step == 0) first = loss.item<float>();
-    last = loss.item<float>();
-  }
-  lm.eval();
-  NoGradGuard ng;
-  batch(in, target);
-  double held_out =
-      cross_entropy(reshape(lm.forward(ti64(in, {B, N})), {B * N, 5}), ti64(target, {B * N})).item<float>();
+  models::CausalLM lm(pattern_lm_config("routing", {{"n_clusters", 3}, {"local_heads", 1}, {"local_window", 4},
+                                                     {"decay", 0.99}}),
+                      g);
+  const PatternLMRun r = train_pattern_lm(
+      lm, 150, [](const Tensor& task, nn::AuxLosses& aux) { return task + aux.total({{"routing_commitment", 1e-4}}); });
+  const double first = r.first, last = r.last, held_out = r.held_out;
   MESSAGE("routing causal LM: loss ", first, " -> ", last, ", held-out ", held_out, " nats/token");
   CHECK(held_out < 0.1);
 }

@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "nn/nn_test_util.h"
+#include "nn/pattern_lm.h"
 #include "nn/optim/adam.h"
 
 using namespace cf;
@@ -9,14 +10,8 @@ using namespace cf::test;
 namespace {
 
 models::TransformerConfig tiny_config(int64_t vocab, bool norm_first = true) {
-  models::TransformerConfig c;
+  models::TransformerConfig c = pattern_lm_config();  // 2 layers of 32, 2 heads, FFN 64, no dropout
   c.vocab_size = vocab;
-  c.max_len = 64;
-  c.n_layers = 2;
-  c.layer.d_model = 32;
-  c.layer.n_heads = 2;
-  c.layer.d_ff = 64;
-  c.layer.dropout = 0.0;
   c.layer.norm_first = norm_first;
   return c;
 }
@@ -223,41 +218,10 @@ TEST_CASE("the encoder classifier learns a pattern task to >= 95% held-out accur
 // A corpus repeating the period-6 pattern 1 2 1 3 2 4 from random offsets: the
 // next token depends on the last two, so the model must use context.
 TEST_CASE("the causal LM drives a repeating-pattern corpus below 0.1 nats/token") {
-  const std::vector<int64_t> pattern = {1, 2, 1, 3, 2, 4};
-  const int64_t N = 24, B = 16;
-  Generator data(5), g(9);
-  auto batch = [&](std::vector<int64_t>& in, std::vector<int64_t>& target) {
-    in.clear();
-    target.clear();
-    auto offsets = randint(0, 6, {B}, data).to_vector<int64_t>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < N; ++t) {
-        in.push_back(pattern[size_t((offsets[size_t(b)] + t) % 6)]);
-        target.push_back(pattern[size_t((offsets[size_t(b)] + t + 1) % 6)]);
-      }
-  };
-  models::CausalLM lm(tiny_config(5), g);
-  nn::AdamWOptions o;
-  o.lr = 3e-3;
-  o.weight_decay = 0.0;
-  nn::AdamW opt(lm.named_parameters(), o);
-  std::vector<int64_t> in, target;
-  double first = 0, last = 0;
-  for (int step = 0; step < 150; ++step) {
-    batch(in, target);
-    Tensor logits = lm.forward(ti64(in, {B, N}));
-    Tensor loss = cross_entropy(reshape(logits, {B * N, 5}), ti64(target, {B * N}));
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-    if (step == 0) first = loss.item<float>();
-    last = loss.item<float>();
-  }
-  lm.eval();
-  NoGradGuard ng;
-  batch(in, target);
-  double held_out =
-      cross_entropy(reshape(lm.forward(ti64(in, {B, N})), {B * N, 5}), ti64(target, {B * N})).item<float>();
+  Generator g(9);
+  models::CausalLM lm(pattern_lm_config(), g);
+  const PatternLMRun r = train_pattern_lm(lm, 150);
+  const double first = r.first, last = r.last, held_out = r.held_out;
   MESSAGE("causal LM: loss ", first, " -> ", last, ", held-out ", held_out, " nats/token");
   CHECK(held_out < 0.1);
 }
