@@ -105,7 +105,8 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   if (kpm.defined())
     scores = reshape(masked_fill(reshape(scores, {B, H, C, Nk}), reshape(kpm, {B, 1, 1, Nk}), -INFINITY),
                      {G, C, Nk});
-  Tensor ac = softmax(scores, -1);
+  // (The causal variant reads the scores only to pick each cluster's top-k keys.)
+  Tensor ac = causal ? Tensor() : softmax(scores, -1);
 
   if (topk == 0) {
     Tensor vc = matmul(drop(ac), vf);  // eq. 5

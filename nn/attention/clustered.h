@@ -37,7 +37,9 @@
 //   every member takes its centroid's weights over all keys.
 // - Hashing and clustering are not differentiable; gradients reach Q through the
 //   centroid means (eq. 3) and, for the improved form, through the exact top-k
-//   products and the mass m_j; K and V get theirs through every product.
+//   products and the mass m_j; K and V get theirs through every product. In the
+//   causal variant Q, K and V get gradients through the top-k products only (the
+//   top-k selection is not differentiable).
 #include <memory>
 
 #include "core/rng.h"

@@ -179,7 +179,7 @@ TEST_CASE("PointCloudClassifier with K-Means centroids (Table 3's baseline): sam
   // block and the up-sampling read) differ.
   CHECK(amax(abs(yk - yf)).item<float>() > 1e-6f);
   // The first centroid block alone: 40 points -> 20 centroids, each at its cluster's
-  // mean in xyz, so inside the cloud's bounding box and not all at input points.
+  // mean in xyz, so inside the cloud's bounding box.
   nn::CentroidBlockOutput c = km.centroid_blocks[1]->forward(randn({2, 40, 32}), Tensor(), pts);
   CHECK(c.u.shape() == Shape({2, 20, 32}));
   CHECK(c.positions.shape() == Shape({2, 20, 3}));

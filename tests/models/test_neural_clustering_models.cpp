@@ -122,10 +122,10 @@ TEST_CASE("ClusterFormer causal LM (masked variant) learns the repeating-pattern
     return models::clusterformer_loss(task, aux, {});
   });
   const double first = r.first, held_out = r.held_out;
-  // A model that ignores context does no better than the unigram entropy.
   const double unigram = pattern_unigram_nats();
   MESSAGE("ClusterFormer causal LM: loss ", first, " -> held-out ", held_out, " nats/token (unigram ", unigram, ")");
-  CHECK(held_out < 0.5 * unigram);
+  // Below what the current token alone allows (0.46 nats, pattern_lm.h).
+  CHECK(held_out < 0.3);
 }
 
 // One training step of a model at the paper's sizes on a tiny batch: the output

@@ -230,6 +230,22 @@ TEST_CASE("causal improved clustered attention: past top-k keys only, dense refe
         for (double x : values(slice(g, 2, i + 1, N))) CHECK(x == 0.0);
     }
   }
+  // Nq != Nk (queries aligned with the last keys, attention.h's rule): 4 queries,
+  // 6 keys, query i sees keys up to i + 2.
+  {
+    Tensor q4 = leaf64({1, 1, 4, 3}, 35, -2, 2), k6 = leaf64({1, 1, 6, 3}, 36, -2, 2), v6 = leaf64({1, 1, 6, 2}, 37);
+    Tensor a4 = ti64({0, 1, 0, 1}, {1, 1, 4});
+    Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return nn::clustered_attention(a, b, c, a4, 2, Tensor(), scale, 3, 0.0, false, none, true);
+    }, q4, k6, v6, Tensor());
+    Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return matmul(nn::clustered_attention_weights(a, b, a4, 2, Tensor(), scale, 3, true), c);
+    }, q4, k6, v6, Tensor());
+    check_same(got, want, 1e-12);
+    std::vector<double> w4 = values(nn::clustered_attention_weights(q4, k6, a4, 2, Tensor(), scale, 3, true));
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t l = i + 3; l < 6; ++l) CHECK(w4[size_t(i * 6 + l)] == 0.0);
+  }
   // With top-k = N every key is in every cluster's set: full causal attention.
   for (int64_t C : {1, 3}) {
     INFO("clusters: ", C);
@@ -587,13 +603,17 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
 // The pattern corpus of every causal-LM test (nn/pattern_lm.h).
 TEST_CASE("a causal LM with improved clustered attention learns the repeating-pattern corpus") {
   Generator g(9);
+  manual_seed(21);  // the hyperplanes come from the default generator: the same run whatever ran before
   // 4 clusters, each query sees at most 8 of the 24 keys (those in its past).
   models::CausalLM lm(pattern_lm_config("improved-clustered", {{"clusters", 4}, {"topk", 8}}), g);
   const PatternLMRun r = train_pattern_lm(lm, 150);
   const double first = r.first, held_out = r.held_out, unigram = pattern_unigram_nats();
   MESSAGE("improved clustered causal LM: loss ", first, " -> held-out ", held_out, " nats/token (unigram ", unigram,
           ")");
-  CHECK(held_out < 0.5 * unigram);
+  // Below what the current token alone allows (0.46, pattern_lm.h): the model reads
+  // earlier tokens through the causal top-k products. (Default-generator seeds 1, 2,
+  // 3, 21 gave 0.21, 0.20, 0.11, 0.18.)
+  CHECK(held_out < 0.3);
 }
 
 TEST_CASE("set_attention switches every self-attention layer and refuses models without one") {
