@@ -6,6 +6,7 @@
 #include "nn/attention/attention.h"
 #include "nn/attention/centroid.h"
 #include "models/centroid_transformer.h"
+#include "models/point_cloud_test_util.h"
 #include "nn/clustering/memory_bank.h"
 
 using namespace cf;
@@ -141,14 +142,7 @@ CUDA_TEST_CASE("centroid attention blocks run on CUDA like on the CPU under ever
 CUDA_TEST_CASE("the point-cloud classifier runs on CUDA like on the CPU (FPS and K-Means centroids), cost() too") {
   for (const char* init : {"fps", "kmeans"}) {
     INFO("init ", init);
-    models::PointCloudOptions o;
-    o.num_classes = 4;
-    o.widths = {16, 32, 32, 64};
-    o.n_heads = 2;
-    o.knn = 8;
-    o.fuse_dim = 32;
-    o.head = {32, 16};
-    o.dropout = 0.0;
+    models::PointCloudOptions o = tiny_point_options();
     o.init = init;
     Generator g1(3), g2(3);
     models::PointCloudClassifier on_cpu(o, g1), on_gpu(o, g2);

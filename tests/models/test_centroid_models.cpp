@@ -5,6 +5,7 @@
 
 #include "cf.h"
 #include "models/centroid_transformer.h"
+#include "models/point_cloud_test_util.h"
 #include "test_util.h"
 
 using namespace cf;
@@ -77,18 +78,6 @@ ShapeSet make_shapes(int64_t count, int64_t n, Generator& gen) {
     labels.push_back(cls);
   }
   return {Tensor::from_vector(pts, {count, n, 3}), labels};
-}
-
-models::PointCloudOptions tiny_point_options() {
-  models::PointCloudOptions o;
-  o.num_classes = 4;
-  o.widths = {16, 32, 32, 64};
-  o.n_heads = 2;
-  o.knn = 8;
-  o.fuse_dim = 32;
-  o.head = {32, 16};
-  o.dropout = 0.0;
-  return o;
 }
 
 models::TransformerConfig tiny_text_config(int64_t vocab) {
