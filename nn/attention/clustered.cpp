@@ -54,17 +54,46 @@ void check_inputs(const char* who, const Tensor& q, const Tensor& k, const Tenso
              " at flat position ", i, " is out of range [-1, ", n_clusters, ")");
 }
 
-// The membership matrix S of eq. 3 as (G, Nq, C) 0/1 in q's dtype (a query with
-// id -1 has a zero row: one-hot over C + 1 classes, the last dropped), and
-// 1 / max(|cluster|, 1) as (G, C, 1) (an empty cluster's centroid sum is 0 either
-// way). Eqs. 3 and 6 are then batched GEMMs with S (N x C, never N x N), whose
-// backward is again a GEMM with S. Tensor ops: the same code on every device.
-void membership(const Tensor& assignment, int64_t c, DType dt, Tensor& member, Tensor& inv_count) {
-  const int64_t g = assignment.shape()[0] * assignment.shape()[1], n = assignment.shape()[2];
-  Tensor a = reshape(assignment, {g, n});
-  member = contiguous(slice(one_hot(where(ge(a, 0.0), a, double(c)), c + 1, dt), -1, 0, c));
-  inv_count = 1.0 / clamp(sum(member, {1}, true), 1.0, INFINITY);  // (G, 1, C)
-  inv_count = transpose(inv_count, 1, 2);                            // (G, C, 1)
+// Cluster membership as an index rather than the membership matrix S of eq. 3:
+// each query's slot is its cluster id, or the extra slot C for a query with no
+// cluster (id -1). Eq. 3's sums are a scatter_add of the query rows into C + 1
+// slots (the extra one is dropped) and eq. 6's broadcast is a gather from C + 1 rows
+// (the extra one is zeros): O(Nq D) work and memory instead of the O(Nq C D) GEMMs
+// with a dense (Nq, C) S. scatter_add and gather are each other's backward, sum in
+// a fixed order (bit-identical reruns) and are shared with every other op on CPU
+// and CUDA.
+struct Membership {
+  int64_t groups = 0, queries = 0, clusters = 0;
+  Tensor slot;       // (G, Nq, 1) int64 in [0, C]
+  Tensor inv_count;  // (G, C, 1): 1 / max(|cluster|, 1) (an empty cluster's sum is 0 either way)
+};
+
+Membership membership(const Tensor& assignment, int64_t c, DType dt) {
+  Membership m;
+  m.groups = assignment.shape()[0] * assignment.shape()[1];
+  m.queries = assignment.shape()[2];
+  m.clusters = c;
+  Tensor a = reshape(assignment, {m.groups, m.queries, 1});
+  m.slot = contiguous(where(ge(a, 0.0), a, double(c)));
+  Tensor count = scatter_add(Tensor::zeros({m.groups, c + 1, 1}, dt, a.device()), 1, m.slot,
+                             Tensor::ones({m.groups, m.queries, 1}, dt, a.device()));
+  m.inv_count = 1.0 / clamp(slice(count, 1, 0, c), 1.0, INFINITY);
+  return m;
+}
+
+// Per-cluster sums of the member rows of x (G, Nq, D) -> (G, C, D) (eq. 3's numerator).
+Tensor cluster_sum(const Tensor& x, const Membership& m) {
+  const int64_t d = x.shape()[2];
+  Tensor sums = scatter_add(Tensor::zeros({m.groups, m.clusters + 1, d}, x.dtype(), x.device()), 1,
+                            expand(m.slot, {m.groups, m.queries, d}), x);
+  return slice(sums, 1, 0, m.clusters);
+}
+
+// Each query's row of its cluster in y (G, C, D) -> (G, Nq, D) (eq. 6); zeros for a
+// query without a cluster.
+Tensor to_members(const Tensor& y, const Membership& m) {
+  Tensor rows = cat({y, Tensor::zeros({m.groups, 1, y.shape()[2]}, y.dtype(), y.device())}, 1);
+  return take_along_dim(rows, m.slot, 1);
 }
 
 // (G, 1) int64 column g * c: the first row of group g in a (G * c, ...) matrix.
@@ -92,12 +121,11 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], D = q.shape()[3];
   const int64_t Nk = k.shape()[2], Dv = v.shape()[3], G = B * H, C = n_clusters;
   const DType dt = q.dtype();
-  Tensor member, inv_count;
-  membership(assignment, C, dt, member, inv_count);
+  const Membership member = membership(assignment, C, dt);
   // Eq. 3: centroid = sum of member queries / member count. The queries are scaled
   // first: the centroids of scaled queries are the scaled centroids.
   Tensor qs = reshape(q * scale, {G, Nq, D});
-  Tensor qc = matmul(transpose(member, 1, 2), qs) * inv_count;  // (G, C, D)
+  Tensor qc = cluster_sum(qs, member) * member.inv_count;  // (G, C, D)
 
   // Eq. 4: centroid attention over every key, padding masked.
   Tensor kf = reshape(k, {G, Nk, D}), vf = reshape(v, {G, Nk, Dv});
@@ -111,7 +139,7 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   if (topk == 0) {
     Tensor vc = matmul(drop(ac), vf);  // eq. 5
     // Eq. 6: each query takes its centroid's value.
-    return reshape(matmul(member, vc), {B, H, Nq, Dv});
+    return reshape(to_members(vc, member), {B, H, Nq, Dv});
   }
 
   // Eqs. 9-11. Top-k keys of each cluster (ties: lower key index), clamped to Nk.
@@ -147,10 +175,10 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   Tensor mass = sum(gather(ac, 2, idx), {-1});  // eq. 9: m_j, (G, C)
   // The keys outside the top-k keep the centroid weights A^c_jl (eq. 10, second case).
   Tensor v_rest = matmul(drop(masked_fill(ac, tmask, 0.0)), vf);
-  Tensor out = matmul(member, v_rest);  // (G, Nq, Dv)
+  Tensor out = to_members(v_rest, member);  // (G, Nq, Dv)
   // Eq. 10, first case: m_j * softmax of the exact scores over the cluster's top-k.
   Tensor exact = masked_fill(sparse_dot(qs, kf, per_q), blocked, -INFINITY);
-  Tensor mq = matmul(member, reshape(mass, {G, C, 1}));  // m_{j(i)}, (G, Nq, 1)
+  Tensor mq = to_members(reshape(mass, {G, C, 1}), member);  // m_{j(i)}, (G, Nq, 1)
   Tensor top = sparse_weighted_sum(drop(softmax(exact, -1)) * mq, vf, per_q);  // eq. 11, sparse part
   return reshape(out + top, {B, H, Nq, Dv});
 }

@@ -167,7 +167,6 @@ TEST_CASE("the efficient paths match the dense reference matrices, forward and b
   const int64_t B = 2, H = 2, N = 6;
   Tensor q = leaf64({B, H, N, 3}, 7, -2, 2), k = leaf64({B, H, N, 3}, 8, -2, 2), v = leaf64({B, H, N, 4}, 9);
   Tensor kpm = padding_2x6();
-  Tensor valid = valid_rows(kpm);
   const double scale = 1.0 / std::sqrt(3.0);
   // Padded queries get -1, as the layer does.
   Tensor assign = where(expand(reshape(kpm, {B, 1, N}), {B, H, N}), Tensor::full({1}, -1.0, kInt64),
@@ -188,7 +187,36 @@ TEST_CASE("the efficient paths match the dense reference matrices, forward and b
     for (size_t i = 0; i < rows.size(); ++i) CHECK(rows[i] == doctest::Approx(a[i] < 0 ? 0.0 : 1.0).epsilon(1e-12));
     for (double x : values(slice(slice(w, 0, 1, 2), 3, 4, 6))) CHECK(x == 0.0);  // padded keys
   }
-  (void)valid;
+}
+
+TEST_CASE("the efficient paths match the dense reference with more queries than keys, an empty cluster and no-cluster queries") {
+  // Nq = 20 queries in 6 clusters of which cluster 4 is empty, a few queries without a
+  // cluster (-1, as padded ones), Nk = 13 keys of which batch 1 pads the last 5.
+  const int64_t B = 2, H = 2, Nq = 20, Nk = 13, D = 5, C = 6;
+  Tensor q = leaf64({B, H, Nq, D}, 31, -2, 2), k = leaf64({B, H, Nk, D}, 32, -2, 2), v = leaf64({B, H, Nk, 3}, 33);
+  std::vector<bool> pad(size_t(B * Nk), false);
+  for (int64_t l = Nk - 5; l < Nk; ++l) pad[size_t(Nk + l)] = true;
+  Tensor kpm = bools(pad, {B, Nk});
+  Generator g(34);
+  std::vector<int64_t> ids = randint(0, C - 1, {B * H * Nq}, g).to_vector<int64_t>();
+  for (int64_t& id : ids) id = id >= 4 ? id + 1 : id;          // ids 0-3 and 5: cluster 4 stays empty
+  for (size_t i = 3; i < ids.size(); i += 7) ids[i] = -1;  // some queries in no cluster
+  Tensor assign = ti64(ids, {B, H, Nq});
+  const double scale = 0.4;
+  for (int64_t topk : {0, 1, 4, 9, 13}) {
+    INFO("topk: ", topk);
+    Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return nn::clustered_attention(a, b, c, assign, C, kpm, scale, topk);
+    }, q, k, v, Tensor());
+    Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return matmul(nn::clustered_attention_weights(a, b, assign, C, kpm, scale, topk), c);
+    }, q, k, v, Tensor());
+    check_same(got, want, 1e-12);
+    auto out = got.out;
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0)
+        for (int64_t c = 0; c < 3; ++c) CHECK(out[i * 3 + size_t(c)] == 0.0);  // no cluster: zero output
+  }
 }
 
 TEST_CASE("causal improved clustered attention: past top-k keys only, dense reference, full causal at top-k = N") {
@@ -292,6 +320,14 @@ TEST_CASE("Proposition 2: improved clustered attention is never farther from ful
     Tensor full = softmax(masked_fill(matmul(q * scale, transpose(k, 2, 3)), reshape(kpm, {B, 1, 1, N}), -INFINITY), -1);
     Tensor ac = nn::clustered_attention_weights(q, k, assign, 4, kpm, scale, 0);
     Tensor at = nn::clustered_attention_weights(q, k, assign, 4, kpm, scale, 5);
+    // The efficient path gives the same matrices: with V = I its output is the weights.
+    std::vector<double> id(size_t(N * N), 0.0);
+    for (int64_t i = 0; i < N; ++i) id[size_t(i * N + i)] = 1.0;
+    Tensor eye = expand(Tensor::from_vector(id, {1, 1, N, N}), {B, H, N, N});
+    check_same(values(nn::clustered_attention(q, k, eye, assign, 4, kpm, scale, 0)), values(ac), 1e-12,
+               "efficient A^c");
+    check_same(values(nn::clustered_attention(q, k, eye, assign, 4, kpm, scale, 5)), values(at), 1e-12,
+               "efficient A^t");
     auto ec = values(sum(abs(ac - full), {-1})), et = values(sum(abs(at - full), {-1}));
     auto a = assign.to_vector<int64_t>();
     for (size_t i = 0; i < ec.size(); ++i) {
@@ -386,12 +422,41 @@ TEST_CASE("Hamming K-Means recovers planted clusters exactly, excludes padding, 
   CHECK(none == std::vector<int64_t>{-1, -1});
 }
 
+TEST_CASE("Hamming K-Means: the Lloyd iterations move a wrong farthest-point split to the right one") {
+  // Thermometer codes (value v -> its lowest v bits set) make Hamming distance |v - w|
+  // and the majority-vote centroid the median, so the run can be followed by hand.
+  // Values 0..9 (one wide group) and 14, 15 (a narrow one), the first entry 0.
+  // Farthest-point seeds: 0 and 15 (ids 0 and 1). Assignment: 8 and 9 are nearer 15,
+  // so the split is {0..7} | {8, 9, 14, 15}. Iteration 1: medians 3 and 14 (tied
+  // bits keep the old ones), 8 moves back: {0..8} | {9, 14, 15}. Iteration 2:
+  // medians 4 and 14, 9 is 5 from both and goes to the lower id: {0..9} | {14, 15},
+  // the planted split, a fixed point.
+  const std::vector<int64_t> value = {0, 14, 1, 8, 2, 15, 3, 9, 4, 5, 6, 7};
+  std::vector<int64_t> codes;
+  for (int64_t v : value) codes.push_back((int64_t(1) << v) - 1);
+  auto split = [&](int64_t iterations) {
+    auto ids = nn::hamming_kmeans(ti64(codes, {1, int64_t(codes.size())}), 2, iterations, 16).to_vector<int64_t>();
+    std::vector<int64_t> second;  // the values put in cluster 1
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] == 1) second.push_back(value[i]);
+    std::sort(second.begin(), second.end());
+    return second;
+  };
+  CHECK(split(0) == std::vector<int64_t>{8, 9, 14, 15});
+  CHECK(split(1) == std::vector<int64_t>{9, 14, 15});
+  CHECK(split(2) == std::vector<int64_t>{14, 15});
+  CHECK(split(10) == std::vector<int64_t>{14, 15});
+}
+
 TEST_CASE("more clusters than queries and top-k larger than the keys work, with mixed lengths") {
   const int64_t B = 2, H = 2, N = 6;
   Tensor q = leaf64({B, H, N, 4}, 11, -2, 2), k = leaf64({B, H, N, 4}, 12, -2, 2), v = leaf64({B, H, N, 4}, 13);
   Tensor kpm = padding_2x6();
   Tensor valid = valid_rows(kpm);
   // Defaults: 100 clusters, top-32, on 6 queries: every valid query alone, and all keys in the top-k.
+  // (The default layer draws its hyperplanes from the global generator: seeded, so the
+  // case does not depend on the tests run before it.)
+  manual_seed(5);
   for (const char* type : {"clustered", "improved-clustered"}) {
     INFO(type);
     auto layer = make_layer(type, {});
