@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
+#include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/sort.h"
 #include "core/error.h"
@@ -62,8 +63,13 @@ Tensor ClusterFormerAttention::assign(const Tensor& x, const Tensor& mask) const
   NoGradGuard ng;
   const int64_t b = x.shape()[0], n = x.shape()[1];
   // eq. 5: argmax_c cos(h, c), through the K-Means engine's blocked assignment.
-  Tensor flat = contiguous(reshape(x.detach(), {b * n, d}));
-  Tensor ids = reshape(kmeans_assign(flat, cf::to(bank->centroids, x.dtype()), KMeansMetric::cosine), {b, n});
+  // A zero state has no direction (its cosine is undefined; padding rows are often
+  // zero): it is given centroid 0's direction, so it joins cluster 0 (ties go to
+  // the lower id), and every other row keeps its exact assignment.
+  Tensor centroids = cf::to(bank->centroids, x.dtype());
+  Tensor flat = reshape(x.detach(), {b * n, d});
+  flat = contiguous(where(eq(sum(square(flat), {1}, true), 0.0), narrow(centroids, 0, 0, 1), flat));
+  Tensor ids = reshape(kmeans_assign(flat, centroids, KMeansMetric::cosine), {b, n});
   if (mask.defined()) ids = where(mask, Tensor::full({b, n}, double(p), kInt64, ids.device()), ids);
   return ids;
 }

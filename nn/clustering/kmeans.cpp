@@ -184,8 +184,10 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
     double total = 0;
     for (int64_t i = 0; i < n; ++i) total += D[i];
     // Every point sits on a chosen centre: the data has exactly s distinct rows.
-    CF_CHECK(total > 0, ValueError, "[", op, "] x ", x.describe(), " has only ", s,
-             " distinct points, fewer than k = ", k);
+    if (!(total > 0))
+      throw KMeansTooFewPointsError(str("[", op, "] x ", x.describe(), " has only ", s,
+                                        " distinct points, fewer than k = ", k),
+                                    s);
     for (int64_t l = 0; l < trials; ++l)
       targets[size_t(l)] = uniform(o.seed, uint64_t(s) * 64 + uint64_t(l)) * total;
     std::sort(targets.begin(), targets.end());
@@ -288,9 +290,11 @@ KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const
     for (size_t e = 0; e < empty.size(); ++e) {
       const int64_t pick = std::max_element(F, F + n) - F;
       // Every point sits on a centroid or a seed: too few distinct rows to go round.
-      CF_CHECK(F[pick] > 0, ValueError, "[", op, "] x ", x.describe(),
-               " has fewer distinct points (at most ", k - int64_t(empty.size() - e),
-               ") than k = ", k, "; cannot fill ", empty.size() - e, " empty cluster(s)");
+      if (!(F[pick] > 0))
+        throw KMeansTooFewPointsError(str("[", op, "] x ", x.describe(), " has fewer distinct points (at most ",
+                                          k - int64_t(empty.size() - e), ") than k = ", k, "; cannot fill ",
+                                          empty.size() - e, " empty cluster(s)"),
+                                      k - int64_t(empty.size() - e));
       std::memcpy(C + empty[e] * d, X + pick * d, size_t(d) * sizeof(T));
       kernels::kmeans_pp_update(x_host, pick, far);
       ++res.reseeded_clusters;

@@ -19,11 +19,26 @@
 // Not differentiable: runs under no-grad; inputs that require grad are read as constants.
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace cf::nn {
+
+// Thrown by kmeans when the data has fewer distinct points than k (a ValueError, so
+// callers that only report errors need not know it): at_most() is an upper bound on
+// the number of distinct points (exact when raised by the k-means++ start), so a
+// caller can retry with fewer clusters, as the Cluster-Former memory bank does.
+class KMeansTooFewPointsError : public ValueError {
+ public:
+  KMeansTooFewPointsError(const std::string& message, int64_t at_most) : ValueError(message), at_most_(at_most) {}
+  int64_t at_most() const { return at_most_; }
+
+ private:
+  int64_t at_most_;
+};
 
 enum class KMeansInit { kmeans_plus_plus, random };
 enum class KMeansMetric { l2, cosine };  // cosine: points and centroids L2-normalised (spherical k-means)

@@ -84,10 +84,11 @@ void store_counters(Tensor& counters, const std::vector<int64_t>& c) {
 
 void MemoryBank::add(const Tensor& states, const Tensor& mask) {
   const int64_t d = options_.dim;
-  CF_CHECK(states.defined() && states.dim() >= 1 && states.shape()[states.dim() - 1] == d &&
-               is_floating(states.dtype()),
-           ShapeError, "[MemoryBank] add expects float states (..., ", d, "), got ",
+  CF_CHECK(states.defined() && states.dim() >= 1 && states.shape()[states.dim() - 1] == d, ShapeError,
+           "[MemoryBank] add expects float states (..., ", d, "), got ",
            states.defined() ? states.describe() : std::string("undefined"));
+  CF_CHECK(is_floating(states.dtype()), DTypeError, "[MemoryBank] add expects float states (..., ", d, "), got ",
+           states.describe());
   CF_CHECK(states.device() == memory.device(), DeviceError, "[MemoryBank] states on ", states.device(),
            " but the bank is on ", memory.device());
   Shape lead(states.shape().begin(), states.shape().end() - 1);
@@ -97,14 +98,18 @@ void MemoryBank::add(const Tensor& states, const Tensor& mask) {
   NoGradGuard ng;
   const int64_t rows = numel_of(lead);
   Tensor x = contiguous(cf::to(reshape(states.detach(), {rows, d}), memory.dtype()));
+  // The rows' squared norms, read once on the host: a state with a non-finite value
+  // is an error (it would poison every later clustering); a zero state has no
+  // direction for the cosine K-Means (and eq. 5), so it is not stored, like padding.
+  const std::vector<double> norm2 = sum(square(cf::to(x, kFloat64)), {1}).to_vector<double>();
+  const std::vector<bool> pad = mask.defined() ? mask.to_vector<bool>() : std::vector<bool>(size_t(rows), false);
   std::vector<int64_t> keep;
   keep.reserve(size_t(rows));
-  if (mask.defined()) {
-    std::vector<bool> m = mask.to_vector<bool>();
-    for (int64_t i = 0; i < rows; ++i)
-      if (!m[size_t(i)]) keep.push_back(i);
-  } else {
-    for (int64_t i = 0; i < rows; ++i) keep.push_back(i);
+  for (int64_t i = 0; i < rows; ++i) {
+    if (pad[size_t(i)]) continue;
+    CF_CHECK(std::isfinite(norm2[size_t(i)]), ValueError, "[MemoryBank] add: state ", i, " of ", states.describe(),
+             " (row-major over the leading dimensions) has a non-finite value");
+    if (norm2[size_t(i)] > 0) keep.push_back(i);
   }
   const int64_t cap = options_.capacity;
   // Only the newest `cap` rows can survive the pops.
@@ -157,8 +162,26 @@ void MemoryBank::update_centroids() {
   ko.metric = KMeansMetric::cosine;
   ko.init = KMeansInit::kmeans_plus_plus;
   ko.seed = options_.seed + uint64_t(updates());
-  KMeansResult r = kmeans(contents(), ko);
-  Tensor ordered = order_centroids_greedy(r.centroids);
+  // K-Means needs num_clusters distinct directions. A bank holding fewer (a layer fed
+  // by a small vocabulary without positions, say) is clustered into as many as it
+  // has, and the remaining centroids repeat the last one: eq. 5 sends ties to the
+  // lower id, so those ids stay empty until a later update finds more directions.
+  const Tensor held = contents();
+  KMeansResult r;
+  for (;;) {
+    try {
+      r = kmeans(held, ko);
+      break;
+    } catch (const KMeansTooFewPointsError& e) {
+      CF_CHECK(e.at_most() >= 1 && e.at_most() < ko.k, Error, "[MemoryBank] internal error: K-Means found ",
+               e.at_most(), " distinct directions for k = ", ko.k);
+      ko.k = e.at_most();
+    }
+  }
+  Tensor found = r.centroids;
+  if (ko.k < options_.num_clusters)
+    found = cat({found, expand(narrow(found, 0, ko.k - 1, 1), {options_.num_clusters - ko.k, options_.dim})}, 0);
+  Tensor ordered = order_centroids_greedy(found);
   copy_(centroids, ordered);
   std::vector<int64_t> c = counters.to_vector<int64_t>();
   c[kUpdates] += 1;

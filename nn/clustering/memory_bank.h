@@ -34,6 +34,8 @@ class MemoryBank : public Module {
   // Memory.add(States) + "while len(Memory) > M: Memory.pop()": appends the rows
   // of states (..., d) whose padding_mask (...) entry is false (true = padding,
   // never stored), dropping the oldest rows beyond the capacity. Stored detached.
+  // A zero row has no direction to cluster by cosine and is skipped like padding;
+  // a row with a NaN or infinity is a ValueError naming it.
   void add(const Tensor& states, const Tensor& padding_mask = {});
   // One training step is done: every update_every steps ("i % F == 0") the
   // centroids are recomputed from the memory. Returns true when they were. A
@@ -42,7 +44,9 @@ class MemoryBank : public Module {
   bool step();
   // GetCentroids(Memory) now: spherical K-Means (cosine, the similarity of eq. 5)
   // from k-means++ over the held vectors, then the greedy nearest-neighbour order.
-  // ValueError when fewer than num_clusters vectors are held.
+  // ValueError when fewer than num_clusters vectors are held. Held vectors with
+  // fewer than num_clusters distinct directions give that many clusters, and the
+  // other centroids repeat one of them (their ids then stay empty).
   void update_centroids();
 
   // The held vectors, oldest first, (size(), d).

@@ -8,6 +8,7 @@
 
 #include "nn/attention/chunked.h"
 #include "nn/attention/cluster_former.h"
+#include "nn/clustering/kmeans.h"
 #include "nn/clustering/memory_bank.h"
 #include "nn/layers/cluster_former.h"
 #include "nn/nn_test_util.h"
@@ -223,13 +224,13 @@ TEST_CASE("memory bank: FIFO keeps the newest capacity vectors in order and skip
     return out;
   };
   CHECK(bank.size() == 0);
-  // (1, 3, 2) states with the middle one padding: stores 0 and 2.
-  bank.add(reshape(rows(0, 3), {1, 3, 2}), bools({false, true, false}, {1, 3}));
+  // (1, 3, 2) states with the middle one padding: stores 1 and 3.
+  bank.add(reshape(rows(1, 3), {1, 3, 2}), bools({false, true, false}, {1, 3}));
   CHECK(bank.size() == 2);
-  CHECK(firsts(bank.contents()) == std::vector<double>{0, 2});
-  bank.add(rows(10, 4));  // 6 vectors offered to a 5-slot bank: the oldest (0) pops
+  CHECK(firsts(bank.contents()) == std::vector<double>{1, 3});
+  bank.add(rows(10, 4));  // 6 vectors offered to a 5-slot bank: the oldest (1) pops
   CHECK(bank.size() == 5);
-  CHECK(firsts(bank.contents()) == std::vector<double>{2, 10, 11, 12, 13});
+  CHECK(firsts(bank.contents()) == std::vector<double>{3, 10, 11, 12, 13});
   bank.add(rows(20, 2));
   CHECK(firsts(bank.contents()) == std::vector<double>{11, 12, 13, 20, 21});
   bank.add(rows(30, 7));  // more than the capacity at once: the last 5 of them
@@ -239,6 +240,60 @@ TEST_CASE("memory bank: FIFO keeps the newest capacity vectors in order and skip
   Tensor x = leaf64({1, 2}, 3);
   bank.add(x);
   CHECK_FALSE(bank.memory.requires_grad());
+  // A zero state has no direction to cluster by: skipped like padding (0 is dropped, 40 kept).
+  bank.add(Tensor::from_vector(std::vector<double>{0, 0, 40, -40}, {2, 2}));
+  CHECK(firsts(bank.contents()).back() == 40);
+  CHECK(bank.size() == 5);
+  // A non-finite state is an error naming it, and nothing of that call is stored.
+  const std::vector<double> before = values(bank.contents());
+  CHECK_THROWS_MSG(bank.add(Tensor::from_vector(std::vector<double>{50, -50, NAN, 1}, {1, 2, 2})), ValueError,
+                   "[MemoryBank] add: state 1 of", "(1,2,2)", "non-finite");
+  CHECK_THROWS_MSG(bank.add(Tensor::from_vector(std::vector<double>{INFINITY, 1}, {1, 2})), ValueError,
+                   "[MemoryBank] add: state 0");
+  CHECK(values(bank.contents()) == before);
+  // ... unless it is padding.
+  bank.add(Tensor::from_vector(std::vector<double>{NAN, 1, 60, -60}, {2, 2}), bools({true, false}, {2}));
+  CHECK(firsts(bank.contents()).back() == 60);
+}
+
+TEST_CASE("memory bank: fewer distinct directions than clusters give that many centroids, the rest repeated") {
+  // A layer fed by a 2-symbol vocabulary without positions holds only 2 directions
+  // (at many norms); 4 centroids are asked for. K-Means cannot find 4 distinct ones,
+  // so it clusters into 2 and the other 2 repeat one of them: training goes on.
+  nn::MemoryBankOptions o;
+  o.dim = 3;
+  o.num_clusters = 4;
+  o.capacity = 50;
+  o.update_every = 2;
+  nn::MemoryBank bank(o);
+  std::vector<float> v;
+  for (int64_t i = 0; i < 20; ++i) {
+    const float s = float(1 + i % 7);
+    if (i % 2 == 0)
+      v.insert(v.end(), {s, 0.f, 0.f});
+    else
+      v.insert(v.end(), {0.f, s, s});
+  }
+  bank.add(Tensor::from_vector(v, {20, 3}));
+  CHECK_FALSE(bank.step());
+  CHECK(bank.step());  // step 2: recomputed without an error
+  CHECK(bank.updates() == 1);
+  std::vector<double> c = values(bank.centroids);
+  int64_t near_x = 0, near_yz = 0;
+  for (int64_t j = 0; j < 4; ++j) {
+    std::vector<double> r = row(c, j, 3);
+    const double n = std::sqrt(r[0] * r[0] + r[1] * r[1] + r[2] * r[2]);
+    near_x += r[0] / n > 0.999;
+    near_yz += (r[1] + r[2]) / (n * std::sqrt(2.0)) > 0.999;
+  }
+  CHECK(near_x >= 1);
+  CHECK(near_yz >= 1);
+  CHECK(near_x + near_yz == 4);
+  // The cluster layer's eq. 5 then uses only the lowest id of each repeated direction.
+  nn::KMeansOptions four;
+  four.k = 4;
+  four.metric = nn::KMeansMetric::cosine;
+  CHECK_THROWS_MSG(nn::kmeans(bank.contents(), four), nn::KMeansTooFewPointsError, "only 2 distinct points");
 }
 
 TEST_CASE("GetCentroids order: each next centroid is the nearest (cosine) unpicked one") {
@@ -317,7 +372,8 @@ TEST_CASE("memory bank bad inputs name the bank and the shapes") {
   nn::MemoryBank bank(o);
   CHECK_THROWS_MSG(bank.add(Tensor::zeros({2, 4})), ShapeError, "[MemoryBank] add expects float states (..., 3)",
                    "(2,4)");
-  CHECK_THROWS_MSG(bank.add(Tensor::zeros({2, 3}, kInt64)), ShapeError, "[MemoryBank]", "int64");
+  CHECK_THROWS_MSG(bank.add(Tensor::zeros({2, 3}, kInt64)), DTypeError, "[MemoryBank] add expects float states",
+                   "int64");
   CHECK_THROWS_MSG(bank.add(Tensor::zeros({2, 3}), Tensor::zeros({3}, kBool)), ShapeError,
                    "[MemoryBank] padding_mask must be bool (2)");
   o.num_clusters = 9;
@@ -325,6 +381,14 @@ TEST_CASE("memory bank bad inputs name the bank and the shapes") {
   o.num_clusters = 2;
   o.update_every = 0;
   CHECK_THROWS_MSG(nn::MemoryBank{o}, ValueError, "[MemoryBank]", "update_every=0");
+  o.update_every = 1;
+  for (int64_t* field : {&o.dim, &o.capacity, &o.kmeans_iters, &o.num_clusters}) {
+    const int64_t keep = *field;
+    *field = 0;
+    CHECK_THROWS_MSG(nn::MemoryBank{o}, ValueError, "[MemoryBank] dim, num_clusters, capacity, update_every and "
+                     "kmeans_iters must be positive");
+    *field = keep;
+  }
 }
 
 // ---------------- Cluster-Former attention and layer ----------------
@@ -495,6 +559,33 @@ TEST_CASE("Cluster-Former attention fills its bank in training mode only, paddin
   // The stored vectors are what eq. 5 clusters: the attention's query_input (pre-LN: LayerNorm(x)).
   Tensor normed = layer.norm1->forward(x);
   check_close(narrow(att.bank->contents(), 0, 0, 5), reshape(narrow(normed, 0, 0, 1), {5, 4}), 1e-6);
+}
+
+TEST_CASE("Cluster-Former attention: a zero hidden state joins cluster 0 and is not stored; padding gets id p") {
+  // An embedding's padding row and a LayerNorm of a constant row at init are zero:
+  // eq. 5's cosine has no value there, and neither the forward nor the bank may fail.
+  Generator g(2);
+  nn::ClusterFormerAttentionOptions o;
+  o.bank.num_clusters = 3;
+  o.bank.capacity = 16;
+  nn::ClusterFormerAttention att(4, o, g);
+  Tensor x = rand({1, 5, 4}, kFloat32, g, -1, 1);
+  Tensor zero_at_1_and_4 = Tensor::from_vector(std::vector<float>{1, 0, 1, 1, 0}, {1, 5, 1});
+  Tensor xz = x * zero_at_1_and_4;
+  Tensor pad = bools({false, false, false, false, true}, {1, 5});
+  std::vector<int64_t> ids = att.assign(xz, pad).to_vector<int64_t>();
+  std::vector<int64_t> plain = att.assign(x).to_vector<int64_t>();
+  CHECK(ids[1] == 0);  // zero state: cluster 0
+  CHECK(ids[4] == 3);  // padding: p
+  for (size_t i : {size_t(0), size_t(2), size_t(3)}) CHECK(ids[i] == plain[i]);  // the others as before
+  nn::AttentionArgs a;
+  a.q = a.k = a.v = rand({1, 2, 5, 2}, kFloat32, g);
+  a.query_input = xz;
+  a.key_padding_mask = pad;
+  att.train();
+  Tensor y = att.forward(a);
+  for (float v : y.to_vector<float>()) CHECK(std::isfinite(v));
+  CHECK(att.bank->size() == 3);  // rows 0, 2, 3: the zero row and the padding are not stored
 }
 
 TEST_CASE("Cluster-Former attention and layer bad inputs name the class and the values") {

@@ -358,10 +358,23 @@ TEST_CASE("KMeans: fewer distinct points than k is an error, not an empty cluste
   KMeansOptions o;
   o.k = 4;
   CHECK_THROWS_MSG(kmeans(xt, o), ValueError, "[kmeans]", "only 3 distinct points", "k = 4");
+  // The typed error carries the bound a caller can retry with (the memory bank does).
+  auto bound = [&]() -> int64_t {
+    try {
+      kmeans(xt, o);
+    } catch (const KMeansTooFewPointsError& e) {
+      return e.at_most();
+    }
+    return -1;
+  };
+  CHECK(bound() == 3);  // k-means++ finds the exact count
   o.init = KMeansInit::random;
   for (uint64_t seed : {0u, 1u, 2u}) {
     o.seed = seed;
     CHECK_THROWS_MSG(kmeans(xt, o), ValueError, "[kmeans]", "fewer distinct points", "k = 4");
+    const int64_t b = bound();
+    CHECK(b >= 3);
+    CHECK(b < 4);
   }
   o.k = 3;  // exactly enough
   KMeansResult r = kmeans(xt, o);
