@@ -21,8 +21,9 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "--pooling must be mean or first, got 'max'" "bad pooling")
   run(2 out err --oracle-top maybe)
   expect_match("${err}" "--oracle-top must be true or false, got 'maybe'" "bad bool")
-  run(2 out err --device cuda)
-  expect_match("${err}" "device 'cuda' is not available|runs on the CPU only until the CUDA backend" "cuda refused")
+  # A device no machine has (a GPU machine accepts plain 'cuda' and would train).
+  run(2 out err --device cuda:99)
+  expect_match("${err}" "device 'cuda:99' is not available" "missing CUDA device refused")
 
   file(WRITE "${WORK_DIR}/bad_type.json" "{\"lr\": \"fast\"}")
   run(2 out err --config bad_type.json)
