@@ -15,6 +15,13 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown by train_model (train_run.h) when --stop-after steps are done and the
+// model is not finished: its checkpoint is written and the same command
+// continues from it (for machines that give a job a time limit); run_app exits 3.
+struct TrainingStopped : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 inline int64_t parse_int(const std::string& opt, const std::string& s, int64_t min_value) {
   size_t pos = 0;
   long long v = 0;

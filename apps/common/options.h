@@ -216,11 +216,15 @@ int parse_command_line(const std::string& app, const std::string& usage, Parse&&
 }
 
 // The rest of every app's main(): runs `body` (which returns the exit status);
-// an exception becomes "<app>: <message>" on stderr and exit status 1.
+// an exception becomes "<app>: <message>" on stderr and exit status 1, a
+// TrainingStopped (--stop-after, train_run.h) exit status 3.
 template <class Body>
 int run_app(const std::string& app, Body&& body) {
   try {
     return body();
+  } catch (const TrainingStopped& e) {
+    std::cerr << app << ": " << e.what() << "\n";
+    return 3;
   } catch (const std::exception& e) {
     std::cerr << app << ": " << e.what() << "\n";
     return 1;

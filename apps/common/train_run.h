@@ -26,10 +26,12 @@ struct TrainSettings {
   double lr = 3e-3, weight_decay = 0.01;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
+  int64_t stop_after = 0;  // > 0: end the run after this many steps of one model (see TrainingStopped)
 };
 
+
 // Registers steps, warmup, eval_every, log_every, lr, weight_decay,
-// checkpoint_dir and checkpoint_every.
+// checkpoint_dir, checkpoint_every and stop_after.
 inline void add_train_options(Options& o, TrainSettings& c) {
   o.add_int("steps", &c.steps, 1);
   o.add_int("warmup", &c.warmup, 0);
@@ -39,11 +41,14 @@ inline void add_train_options(Options& o, TrainSettings& c) {
   o.add_number("weight_decay", &c.weight_decay);
   o.add_string("checkpoint_dir", &c.checkpoint_dir);
   o.add_int("checkpoint_every", &c.checkpoint_every, 0);
+  o.add_int("stop_after", &c.stop_after, 0);
 }
 
 inline void check_train_settings(const TrainSettings& c) {
   if (!(c.lr > 0)) throw UsageError("--lr must be positive");
   if (c.weight_decay < 0) throw UsageError("--weight-decay must be non-negative");
+  if (c.stop_after > 0 && c.checkpoint_dir.empty())
+    throw UsageError("--stop-after needs --checkpoint-dir (the next run continues from the checkpoint)");
   if (c.warmup >= c.steps)
     throw UsageError("--warmup (" + std::to_string(c.warmup) + ") must be less than --steps (" +
                      std::to_string(c.steps) + ")");
@@ -191,9 +196,20 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
       j[run.metric_name] = info.metric;
       emit(j);
     }
+    const bool stop = cfg.stop_after > 0 && info.step - start_step >= cfg.stop_after && info.step < cfg.steps;
     if (!run.checkpoint.empty() &&
-        ((cfg.checkpoint_every > 0 && info.step % cfg.checkpoint_every == 0) || info.step == cfg.steps))
+        ((cfg.checkpoint_every > 0 && info.step % cfg.checkpoint_every == 0) || info.step == cfg.steps || stop))
       save(info.step);
+    if (stop) {
+      ojson j = event("stopped");
+      j["step"] = info.step;
+      j["checkpoint"] = run.checkpoint;
+      emit(j);
+      throw TrainingStopped("stopped after " + std::to_string(info.step - start_step) +
+                            " steps as --stop-after asked: '" + run.checkpoint + "' holds step " +
+                            std::to_string(info.step) + " of " + std::to_string(cfg.steps) +
+                            "; run the same command again to continue");
+    }
   };
   cf::reset_peak_memory(run.device);
   const int64_t live_before = cf::memory_stats(run.device).live_bytes;

@@ -112,6 +112,9 @@ Runs:
                         and reuse it with the same settings (resumes an
                         unfinished one); the retrieval models are not saved
   --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
+  --stop-after N        end this run after N training steps of a model, its
+                        checkpoint written (exit status 3); the same command
+                        continues from there (default 0: run to the end)
   --device D            cpu | cuda[:N]: where the models train and run (the
                         Cluster-Former memory bank and its K-Means included)
   --config FILE         JSON object with any of the options above, '-' as '_'
@@ -119,7 +122,8 @@ Runs:
                         are errors
   -h, --help            this text
 
-Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line.
+Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line,
+3 stopped by --stop-after.
 )";
 
 struct Config {

@@ -120,3 +120,24 @@ expect_match("${err2}" "\\| full \\| [0-9.]+ \\| – \\| – \\|" "reused rows s
 # A checkpoint written with other settings is refused, naming the file.
 run(1 out err ${tiny} --mu 0.01)
 expect_match("${err}" "checkpoint 'ckpt/neural-clustering-k8-muY-nuY-seed3.safetensors' was written with other settings" "stale checkpoint")
+
+# --stop-after: full attention trained in runs of 4 steps (exit 3 after each
+# unfinished model) ends with the uninterrupted run's accuracy; the data order and
+# generators resume with the model.
+set(stopping --min-texts 600 --max-per-class 40 --max-len 64 --d-model 16 --n-heads 2 --n-layers 1 --d-ff 32
+    --steps 6 --batch-size 8 --warmup 2 --eval-every 3 --log-every 3 --attentions full,routing --seed 3
+    --checkpoint-dir ckpt-stop --stop-after 4)
+run(3 out_s err_s ${stopping})
+expect_match("${err_s}" "stopped after 4 steps as --stop-after asked: 'ckpt-stop/full-seed3.safetensors' holds step 4 of 6" "stop message")
+run(3 out_s err_s ${stopping})
+expect_match("${out_s}" "\"event\":\"resume\",\"seed\":3,\"run\":\"full\",\"checkpoint\":\"ckpt-stop/full-seed3.safetensors\",\"step\":4" "resume line")
+expect_match("${err_s}" "'ckpt-stop/routing-seed3.safetensors' holds step 4 of 6" "second model stopped")
+run(0 out_s err_s ${stopping})
+last_line("${out_s}" summary_s)
+foreach(a full routing)
+  string(JSON a1 GET "${summary}" table ${a} accuracy_mean)
+  string(JSON a2 GET "${summary_s}" table ${a} accuracy_mean)
+  if(NOT a1 STREQUAL a2)
+    message(FATAL_ERROR "smoke: ${a} trained in runs of 4 steps gives ${a2}, in one run ${a1}")
+  endif()
+endforeach()

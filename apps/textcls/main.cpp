@@ -107,13 +107,17 @@ Runs:
                         and reuse it on the next run with the same settings: a
                         finished model is not retrained, an unfinished one resumes
   --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
+  --stop-after N        end this run after N training steps of a model, its
+                        checkpoint written (exit status 3); the same command
+                        continues from there (default 0: run to the end)
   --device D            cpu | cuda[:N]: where the models train and run
   --config FILE         JSON object with any of the options above, '-' as '_'
                         (lists as arrays: {"seeds": [0, 1, 2], "attentions": ["full"]});
                         the command line wins; unknown keys are errors
   -h, --help            this text
 
-Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line.
+Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line,
+3 stopped by --stop-after.
 )";
 
 const std::vector<std::string> kAttentions = {"full",    "neural-clustering", "lsh",

@@ -94,13 +94,17 @@ Runs:
                         finished model is not retrained, an unfinished one resumes;
                         one written with other settings is refused
   --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
+  --stop-after N        end this run after N training steps of a model, its
+                        checkpoint written (exit status 3); the same command
+                        continues from there (default 0: run to the end)
   --device D            cpu | cuda
   --config FILE         JSON object with any of the options above, '-' as '_'
                         (lists as arrays: {"seeds": [0, 1], "centroid_at": [0, 2]});
                         the command line wins; unknown keys are errors
   -h, --help            this text
 
-Exit status: 0 done, 1 failure (no Fashion-MNIST, bad checkpoint, ...), 2 bad command line.
+Exit status: 0 done, 1 failure (no Fashion-MNIST, bad checkpoint, ...), 2 bad command line,
+3 stopped by --stop-after.
 )";
 
 constexpr int64_t kImage = 28, kClasses = 10, kTrainTotal = 60000, kTestTotal = 10000;
