@@ -25,6 +25,16 @@ function(expect_match text regex what)
   endif()
 endfunction()
 
+# The value at a JSON path (the remaining arguments: keys) must be the same string
+# in two summaries: `what` names the runs being compared in the error.
+function(expect_same_json first second what)
+  string(JSON a GET "${first}" ${ARGN})
+  string(JSON b GET "${second}" ${ARGN})
+  if(NOT a STREQUAL b)
+    message(FATAL_ERROR "smoke: ${what}: ${ARGN} is ${b}, expected ${a}")
+  endif()
+endfunction()
+
 # The last line of stdout: the JSON summary.
 function(last_line text out_var)
   string(STRIP "${text}" text)

@@ -86,7 +86,8 @@ Models:
   --window L            sliding window l (default 32)
   --stride M            stride m < l, also the Cluster-Former chunk size (default 16)
   --cluster-layers LIST 0-based layers that cluster (or run LSH) (default 2)
-  --clusters LIST       Cluster-Former cluster counts, one model each (default 16,64)
+  --clusters LIST       Cluster-Former cluster counts, one model each (default
+                        64,256, the paper's first two)
   --memory-size N       memory bank capacity in vectors (default 20000)
   --update-every N      recompute the centroids every N steps (default 50)
   --kmeans-iters N      K-Means iterations per recomputation (default 10)
@@ -134,7 +135,7 @@ struct Config {
   int64_t n_layers = 4, d_model = 64, n_heads = 4, d_ff = 128;
   double dropout = 0.1;
   int64_t window = 32, stride = 16;
-  std::vector<int64_t> cluster_layers = {2}, clusters = {16, 64};
+  std::vector<int64_t> cluster_layers = {2}, clusters = {64, 256};
   int64_t memory_size = 20000, update_every = 50, kmeans_iters = 10, lsh_buckets = 16, lsh_hashes = 2, k = 0;
   double mu = 1e-3, nu = 1e-3;
   cf::apps::TrainSettings train;

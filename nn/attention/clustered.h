@@ -11,6 +11,9 @@
 // cluster's mass m_j on them (eq. 9); every other key keeps A^c_jl (eq. 10). The
 // output (eq. 11) is A^c with the top-k columns zeroed times V, plus the sparse
 // product of the rescaled exact weights with the top-k values. Cost O(N C D + N k D).
+// The centroid sums of eq. 3 and the broadcasts of eqs. 6 and 11 (values and the
+// mass m_j) are a scatter_add and gathers over per-query cluster slots, O(N D):
+// no (N, C) membership matrix is formed (the dense reference below forms one).
 //
 // Rules this implementation fixes (the paper does not state them):
 // - Padded queries (query_padding_mask) take part in no cluster (id -1): they add
