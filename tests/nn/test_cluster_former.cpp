@@ -561,7 +561,7 @@ TEST_CASE("Cluster-Former attention fills its bank in training mode only, paddin
   check_close(narrow(att.bank->contents(), 0, 0, 5), reshape(narrow(normed, 0, 0, 1), {5, 4}), 1e-6);
 }
 
-TEST_CASE("Cluster-Former attention: a zero hidden state joins cluster 0 and is not stored; padding gets id p") {
+TEST_CASE("Cluster-Former attention: a zero hidden state joins cluster 0 and is not stored, padding gets id p") {
   // An embedding's padding row and a LayerNorm of a constant row at init are zero:
   // eq. 5's cosine has no value there, and neither the forward nor the bank may fail.
   Generator g(2);
