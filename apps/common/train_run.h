@@ -29,7 +29,6 @@ struct TrainSettings {
   int64_t stop_after = 0;  // > 0: end the run after this many steps of one model (see TrainingStopped)
 };
 
-
 // Registers steps, warmup, eval_every, log_every, lr, weight_decay,
 // checkpoint_dir, checkpoint_every and stop_after.
 inline void add_train_options(Options& o, TrainSettings& c) {
@@ -97,8 +96,11 @@ struct TrainHooks {
 
 struct TrainResult {
   bool trained = false;    // false: a finished checkpoint was reused
-  double time_s = 0;       // wall time of the steps this run made
-  int64_t peak_bytes = 0;  // peak allocator bytes above what was live before (0 when reused)
+  // Wall time of the training steps and peak allocator bytes above what was live
+  // before them; for a model resumed from a checkpoint, summed (time) and the
+  // maximum (memory) over every run that trained it. 0 when a finished model was reused.
+  double time_s = 0;
+  int64_t peak_bytes = 0;
   double last_loss = std::nan("");
 };
 
@@ -118,8 +120,18 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
 
   TrainResult result;
   int64_t start_step = 0;
+  // Training time and peak memory of the runs before this one (a model trained in
+  // several runs, --stop-after or an interruption, reports their sum and maximum).
+  double earlier_time_s = 0;
+  int64_t earlier_peak_bytes = 0;
   if (!run.checkpoint.empty() && file_exists(run.checkpoint)) {
     cf::nn::TrainingCheckpoint ck = cf::nn::load_checkpoint(run.checkpoint);
+    auto number = [&](const char* key) {
+      auto v = ck.extra.find(key);
+      return v == ck.extra.end() ? 0.0 : std::stod(v->second);
+    };
+    earlier_time_s = number("train_time_s");
+    earlier_peak_bytes = int64_t(number("train_peak_bytes"));
     auto it = ck.extra.find("signature");
     if (it == ck.extra.end() || it->second != run.signature.dump())
       throw cf::ValueError("[" + run.app + "] checkpoint '" + run.checkpoint +
@@ -140,6 +152,13 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     emit(j);
   }
   if (start_step >= cfg.steps) return result;
+  // Set when the steps start (below); read by save() and at the end.
+  std::chrono::steady_clock::time_point t_train;
+  int64_t live_before = 0;
+  auto train_time_s = [&] { return earlier_time_s + seconds_since(t_train); };
+  auto train_peak_bytes = [&] {
+    return std::max(earlier_peak_bytes, cf::memory_stats(run.device).peak_bytes - live_before);
+  };
   auto save = [&](int64_t step) {
     cf::nn::TrainingCheckpoint ck;
     ck.model = model.state_dict();
@@ -148,6 +167,8 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     ck.generators = {{"default", cf::nn::GeneratorState::of(cf::default_generator())}};
     for (auto& [name, gen] : run.generators) ck.generators.emplace_back(name, cf::nn::GeneratorState::of(*gen));
     ck.extra["signature"] = run.signature.dump();
+    ck.extra["train_time_s"] = std::to_string(train_time_s());
+    ck.extra["train_peak_bytes"] = std::to_string(train_peak_bytes());
     cf::nn::save_checkpoint(run.checkpoint, ck);
   };
 
@@ -172,7 +193,7 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   if (hooks.evaluate) loop_hooks.evaluate = hooks.evaluate;
   double loss_sum = 0, task_sum = 0, task = 0;
   int64_t loss_n = 0;
-  const auto t_train = std::chrono::steady_clock::now();
+  t_train = std::chrono::steady_clock::now();
   loop_hooks.on_step_end = [&](const cf::nn::TrainStepInfo& info) {
     if (hooks.after_step) hooks.after_step(info.step);
     loss_sum += info.loss;
@@ -196,7 +217,8 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
       j[run.metric_name] = info.metric;
       emit(j);
     }
-    const bool stop = cfg.stop_after > 0 && info.step - start_step >= cfg.stop_after && info.step < cfg.steps;
+    const bool stop = !run.checkpoint.empty() && cfg.stop_after > 0 && info.step - start_step >= cfg.stop_after &&
+                      info.step < cfg.steps;
     if (!run.checkpoint.empty() &&
         ((cfg.checkpoint_every > 0 && info.step % cfg.checkpoint_every == 0) || info.step == cfg.steps || stop))
       save(info.step);
@@ -212,12 +234,12 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     }
   };
   cf::reset_peak_memory(run.device);
-  const int64_t live_before = cf::memory_stats(run.device).live_bytes;
+  live_before = cf::memory_stats(run.device).live_bytes;
   auto step_loss = [&](int64_t step, int64_t) { return hooks.loss(step, &task); };
   cf::nn::train_loop(opt, step_loss, lo, loop_hooks);
   if (run.device.is_cuda()) cf::cuda::synchronize();
-  result.time_s = seconds_since(t_train);
-  result.peak_bytes = cf::memory_stats(run.device).peak_bytes - live_before;
+  result.time_s = train_time_s();
+  result.peak_bytes = train_peak_bytes();
   result.trained = true;
   return result;
 }

@@ -69,7 +69,8 @@ expect_same_json("${summary}" "${summary2}" "reloaded vs trained" table cluster-
 # --stop-after: each run ends after 2 steps of the model it is training (exit 3,
 # checkpoint written); rerunning the same command continues. Four models of 4
 # steps take five runs, and every model ends with the uninterrupted run's bits.
-set(stopping ${tiny} --retrieval false --checkpoint-dir ckpt-stop --stop-after 2)
+# (The retrieval models keep no checkpoint: they train whole in the last run.)
+set(stopping ${tiny} --checkpoint-dir ckpt-stop --stop-after 2)
 foreach(i RANGE 1 4)
   run(3 out_s err_s ${stopping})
   expect_match("${err_s}" "stopped after 2 steps as --stop-after asked: 'ckpt-stop/[a-z+-]+4?-seed2.safetensors' holds step 2 of 4; run the same command again to continue" "stop message ${i}")
@@ -82,6 +83,7 @@ run(0 out_s err_s ${stopping})
 last_line("${out_s}" summary_s)
 foreach(m sliding-window sliding-window+lsh cluster-former-4 neural-clustering)
   expect_same_json("${summary}" "${summary_s}" "trained in runs of 2 steps vs one run" table ${m} test_bpc_mean)
+  expect_same_json("${summary}" "${summary_s}" "retrieval after runs of 2 steps vs one run" retrieval ${m} accuracy_mean)
 endforeach()
 run(2 out err --stop-after 2)
 expect_match("${err}" "--stop-after needs --checkpoint-dir" "stop-after without checkpoints")

@@ -379,7 +379,8 @@ Config retrieval_config(const Config& c) {
   r.train.weight_decay = 0.0;
   r.train.steps = c.retrieval_steps;
   r.train.warmup = std::min<int64_t>(c.train.warmup, c.retrieval_steps - 1);
-  r.train.checkpoint_dir.clear();
+  r.train.checkpoint_dir.clear();  // not saved, so --stop-after does not apply to them
+  r.train.stop_after = 0;
   r.train.eval_every = 0;
   return r;
 }

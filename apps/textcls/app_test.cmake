@@ -56,6 +56,7 @@ set(tiny --min-texts 600 --max-per-class 40 --max-len 64 --d-model 16 --n-heads 
     --steps 6 --batch-size 8 --warmup 2 --eval-every 3 --log-every 3 --attentions all --ablation true
     --k-sweep 2,4 --clusters 4 --topk 8 --lsh-bucket-size 8 --seed 3 --checkpoint-dir ckpt)
 run(0 out err ${tiny})
+set(out_first "${out}")  # (out is reused below)
 last_line("${out}" summary)
 string(JSON classes GET "${summary}" classes)
 if(classes LESS 2)
@@ -117,19 +118,31 @@ expect_match("${err2}" "\\| full \\| [0-9.]+ \\| – \\| – \\|" "reused rows s
 run(1 out err ${tiny} --mu 0.01)
 expect_match("${err}" "checkpoint 'ckpt/neural-clustering-k8-muY-nuY-seed3.safetensors' was written with other settings" "stale checkpoint")
 
-# --stop-after: full attention trained in runs of 4 steps (exit 3 after each
-# unfinished model) ends with the uninterrupted run's accuracy; the data order and
-# generators resume with the model.
+# --stop-after: full attention and routing trained in runs of 3 steps (exit 3 after
+# each unfinished model) end with the uninterrupted run's accuracy and the same
+# training loss over steps 4-6 (logged every 3 steps, so the windows line up): the
+# data order and the generators resume with the model.
 set(stopping --min-texts 600 --max-per-class 40 --max-len 64 --d-model 16 --n-heads 2 --n-layers 1 --d-ff 32
     --steps 6 --batch-size 8 --warmup 2 --eval-every 3 --log-every 3 --attentions full,routing --seed 3
-    --checkpoint-dir ckpt-stop --stop-after 4)
-run(3 out_s err_s ${stopping})
-expect_match("${err_s}" "stopped after 4 steps as --stop-after asked: 'ckpt-stop/full-seed3.safetensors' holds step 4 of 6" "stop message")
-run(3 out_s err_s ${stopping})
-expect_match("${out_s}" "\"event\":\"resume\",\"seed\":3,\"run\":\"full\",\"checkpoint\":\"ckpt-stop/full-seed3.safetensors\",\"step\":4" "resume line")
-expect_match("${err_s}" "'ckpt-stop/routing-seed3.safetensors' holds step 4 of 6" "second model stopped")
-run(0 out_s err_s ${stopping})
-last_line("${out_s}" summary_s)
+    --checkpoint-dir ckpt-stop --stop-after 3)
+run(3 out_s1 err_s ${stopping})
+expect_match("${err_s}" "stopped after 3 steps as --stop-after asked: 'ckpt-stop/full-seed3.safetensors' holds step 3 of 6" "stop message")
+run(3 out_s2 err_s ${stopping})
+expect_match("${out_s2}" "\"event\":\"resume\",\"seed\":3,\"run\":\"full\",\"checkpoint\":\"ckpt-stop/full-seed3.safetensors\",\"step\":3" "resume line")
+expect_match("${err_s}" "'ckpt-stop/routing-seed3.safetensors' holds step 3 of 6" "second model stopped")
+run(0 out_s3 err_s ${stopping})
+last_line("${out_s3}" summary_s)
 foreach(a full routing)
-  expect_same_json("${summary}" "${summary_s}" "trained in runs of 4 steps vs one run" table ${a} accuracy_mean)
+  expect_same_json("${summary}" "${summary_s}" "trained in runs of 3 steps vs one run" table ${a} accuracy_mean)
+  string(REGEX MATCH "\"event\":\"train\",\"seed\":3,\"run\":\"${a}\",\"step\":6,\"loss\":[^,]+" want "${out_first}")
+  string(REGEX MATCH "\"event\":\"train\",\"seed\":3,\"run\":\"${a}\",\"step\":6,\"loss\":[^,]+" got "${out_s2}${out_s3}")
+  if(want STREQUAL "" OR NOT want STREQUAL got)
+    message(FATAL_ERROR "smoke: ${a}: the training loss of steps 4-6 in one run is '${want}', resumed '${got}'")
+  endif()
 endforeach()
+# Routing was resumed by the last run: its training time is its two runs' sum
+# (full, finished in the second run, is reused there: no time).
+string(JSON t GET "${summary_s}" table routing train_s_mean)
+if(NOT t GREATER 0)
+  message(FATAL_ERROR "smoke: routing, trained over two runs, reports training time '${t}'")
+endif()

@@ -98,19 +98,25 @@ void MemoryBank::add(const Tensor& states, const Tensor& mask) {
   NoGradGuard ng;
   const int64_t rows = numel_of(lead);
   Tensor x = contiguous(cf::to(reshape(states.detach(), {rows, d}), memory.dtype()));
-  // The rows' squared norms, read once on the host: a state with a non-finite value
-  // is an error (it would poison every later clustering); a zero state has no
-  // direction for the cosine K-Means (and eq. 5), so it is not stored, like padding.
-  const std::vector<double> norm2 = sum(square(cf::to(x, kFloat64)), {1}).to_vector<double>();
-  const std::vector<bool> pad = mask.defined() ? mask.to_vector<bool>() : std::vector<bool>(size_t(rows), false);
+  // Which rows to store, decided on the bank's device (one bool per row and one
+  // scalar come back): a state with a non-finite value is an error (it would
+  // poison every later clustering), found on the host only then to name it; a
+  // zero state has no direction for the cosine K-Means (and eq. 5), so it is not
+  // stored, like padding.
+  const Tensor norm2 = sum(square(cf::to(x, kFloat64)), {1});  // (rows,); NaN or inf for a non-finite row
+  const Tensor valid = mask.defined() ? logical_not(reshape(mask, {rows})) : Tensor::ones({rows}, kBool, x.device());
+  const Tensor bad = logical_and(valid, logical_not(lt(norm2, INFINITY)));
+  if (sum(cf::to(bad, kFloat64)).item<double>() > 0) {
+    const std::vector<bool> b = bad.to_vector<bool>();
+    const int64_t i = int64_t(std::find(b.begin(), b.end(), true) - b.begin());
+    throw ValueError(str("[MemoryBank] add: state ", i, " of ", states.describe(),
+                         " (row-major over the leading dimensions) has a non-finite value"));
+  }
+  const std::vector<bool> stored = logical_and(valid, gt(norm2, 0.0)).to_vector<bool>();
   std::vector<int64_t> keep;
   keep.reserve(size_t(rows));
-  for (int64_t i = 0; i < rows; ++i) {
-    if (pad[size_t(i)]) continue;
-    CF_CHECK(std::isfinite(norm2[size_t(i)]), ValueError, "[MemoryBank] add: state ", i, " of ", states.describe(),
-             " (row-major over the leading dimensions) has a non-finite value");
-    if (norm2[size_t(i)] > 0) keep.push_back(i);
-  }
+  for (int64_t i = 0; i < rows; ++i)
+    if (stored[size_t(i)]) keep.push_back(i);
   const int64_t cap = options_.capacity;
   // Only the newest `cap` rows can survive the pops.
   const size_t first = keep.size() > size_t(cap) ? keep.size() - size_t(cap) : 0;
