@@ -35,6 +35,15 @@ function(expect_same_json first second what)
   endif()
 endfunction()
 
+# A model reused from its checkpoint reports no training time: null at the JSON
+# path (the remaining arguments), never a 0.
+function(expect_null_json summary what)
+  string(JSON t TYPE "${summary}" ${ARGN})
+  if(NOT t STREQUAL "NULL")
+    message(FATAL_ERROR "smoke: ${what}: ${ARGN} is not null: ${summary}")
+  endif()
+endfunction()
+
 # The last line of stdout: the JSON summary.
 function(last_line text out_var)
   string(STRIP "${text}" text)

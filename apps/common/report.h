@@ -59,6 +59,14 @@ inline std::string fmt_stats(const Stats& s, const char* format, double scale = 
 // A fraction as percent: "61.3 ± 2.5".
 inline std::string fmt_pct(const Stats& s) { return fmt_stats(s, "%.1f", 100.0); }
 
+// The mean of what this run measured (training time, memory), or null in the
+// JSON and "–" in a table when it measured nothing (every seed's model was
+// reused from its checkpoint): never a 0.
+inline nlohmann::json mean_or_null(const Stats& s) { return s.n > 0 ? nlohmann::json(s.mean) : nlohmann::json(nullptr); }
+inline std::string fmt_mean_or_dash(const Stats& s, const char* format) {
+  return s.n > 0 ? fmt(s.mean, format) : std::string("–");
+}
+
 inline bool file_exists(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0;

@@ -387,10 +387,10 @@ int main(int argc, char** argv) {
       table[init] = {{"accuracy_mean", acc.mean},         {"accuracy_std", acc.std},
                      {"accuracy", r.accuracy},            {"macs", r.macs},
                      {"selection_macs", r.selection_macs}, {"params", r.params},
-                     {"train_s_mean", ts.mean}};
+                     {"train_s_mean", mean_or_null(ts)}};
       md << "| " << (init == "fps" ? "FPS" : init == "kmeans" ? "K-Means" : "random") << " | " << fmt_pct(acc)
          << " | " << fmt(double(r.macs) / 1e6, "%.2f") << " (" << fmt(double(r.selection_macs) / 1e6, "%.3f")
-         << ") | " << r.params << " | " << fmt(ts.mean, "%.1f") << " |\n";
+         << ") | " << r.params << " | " << fmt_mean_or_dash(ts, "%.1f") << " |\n";
     }
     emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", classes}, {"points", dc.points},
           {"train_size", train.count()}, {"test_size", test.count()}, {"table", table},

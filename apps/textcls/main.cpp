@@ -359,9 +359,9 @@ int main(int argc, char** argv) {
       Stats acc = stats_of(r.accuracy), tr = stats_of(r.train_s), inf = stats_of(r.infer_s), mem = stats_of(r.peak_mib);
       // A model reused from its checkpoint for every seed was not trained by this
       // run: no training time or memory (null, "–" in the tables), never a 0.
-      auto mean = [](const Stats& st) { return st.n > 0 ? json(st.mean) : json(nullptr); };
-      return json{{"accuracy_mean", acc.mean}, {"accuracy_std", acc.std}, {"accuracy", r.accuracy},
-                  {"train_s_mean", mean(tr)},  {"train_peak_mib_mean", mean(mem)}, {"inference_s_mean", mean(inf)}};
+      return json{{"accuracy_mean", acc.mean},         {"accuracy_std", acc.std},
+                  {"accuracy", r.accuracy},            {"train_s_mean", mean_or_null(tr)},
+                  {"train_peak_mib_mean", mean_or_null(mem)}, {"inference_s_mean", mean_or_null(inf)}};
     };
     auto num = [](const json& c, const char* key, const char* format) {
       return c[key].is_null() ? std::string("–") : fmt(c[key].get<double>(), format);

@@ -108,6 +108,8 @@ if(out2 MATCHES "\"event\":\"train\"")
 endif()
 foreach(v plain centroid2 centroid2-overlap)
   expect_same_json("${summary}" "${summary2}" "reloaded vs trained" table ${v} accuracy_mean)
+  expect_null_json("${summary2}" "reused model" table ${v} train_s_mean)
+  expect_null_json("${summary2}" "reused model" table ${v} train_peak_mib_mean)
 endforeach()
 # A checkpoint written with other settings is refused, naming the file.
 run(1 out err ${tiny} --lr 0.01)

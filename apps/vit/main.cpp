@@ -395,13 +395,13 @@ int main(int argc, char** argv) {
                   mem = stats_of(r.peak_mib), inf = stats_of(r.infer_s);
       table[v.file] = {{"name", v.name},          {"centroid_at", v.opts.centroid_at}, {"tokens", v.tokens},
                        {"macs", v.macs},          {"params", v.params},     {"accuracy_mean", acc.mean},
-                       {"accuracy_std", acc.std}, {"accuracy", r.accuracy}, {"train_s_mean", tr.mean},
-                       {"train_cpu_s_mean", cpu.mean}, {"train_peak_mib_mean", mem.mean},
+                       {"accuracy_std", acc.std}, {"accuracy", r.accuracy}, {"train_s_mean", mean_or_null(tr)},
+                       {"train_cpu_s_mean", mean_or_null(cpu)}, {"train_peak_mib_mean", mean_or_null(mem)},
                        {"inference_s_mean", inf.mean}};
       md << "| " << v.name << " | " << v.tokens << " | " << fmt_pct(acc) << " | " << fmt(double(v.macs) / 1e6, "%.2f")
          << (plain ? " (" + fmt(double(v.macs) / double(plain->macs), "%.2f") + "x)" : std::string()) << " | "
-         << fmt(double(v.params) / 1e3, "%.1f") << " | " << fmt(tr.mean, "%.1f") << " / " << fmt(cpu.mean, "%.1f")
-         << " | " << fmt(mem.mean, "%.1f") << " |\n";
+         << fmt(double(v.params) / 1e3, "%.1f") << " | " << fmt_mean_or_dash(tr, "%.1f") << " / "
+         << fmt_mean_or_dash(cpu, "%.1f") << " | " << fmt_mean_or_dash(mem, "%.1f") << " |\n";
     }
     emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"train_size", cfg.train_size}, {"test_size", cfg.test_size},
           {"steps", tc.steps}, {"table", table}, {"total_time_s", seconds_since(t_start)}});
