@@ -40,6 +40,16 @@ nn::TransformerLayerOptions cluster_layer_options(int64_t d, int64_t clusters, i
 
 Tensor bools(const std::vector<bool>& v, const Shape& s) { return Tensor::from_vector(v, s); }
 
+// A small memory bank's options (the other fields keep their defaults).
+nn::MemoryBankOptions bank_options(int64_t dim, int64_t clusters, int64_t capacity, int64_t update_every) {
+  nn::MemoryBankOptions o;
+  o.dim = dim;
+  o.num_clusters = clusters;
+  o.capacity = capacity;
+  o.update_every = update_every;
+  return o;
+}
+
 // Row r of a (N, D) tensor's values.
 std::vector<double> row(const std::vector<double>& v, int64_t r, int64_t d) {
   return std::vector<double>(v.begin() + r * d, v.begin() + (r + 1) * d);
@@ -204,12 +214,7 @@ TEST_CASE("sliding-window layer bad inputs name the layer and the shapes") {
 // ---------------- memory bank ----------------
 
 TEST_CASE("memory bank: FIFO keeps the newest capacity vectors in order and skips padding") {
-  nn::MemoryBankOptions o;
-  o.dim = 2;
-  o.num_clusters = 2;
-  o.capacity = 5;
-  o.update_every = 100;
-  nn::MemoryBank bank(o);
+  nn::MemoryBank bank(bank_options(2, 2, 5, 100));
   auto rows = [](double start, int64_t n) {
     std::vector<double> v;
     for (int64_t i = 0; i < n; ++i) {  // (two push_backs: gcc 12 -O3 misreads insert of a list here)
@@ -262,12 +267,7 @@ TEST_CASE("memory bank: fewer distinct directions than clusters give that many c
   // A layer fed by a 2-symbol vocabulary without positions holds only 2 directions
   // (at many norms); 4 centroids are asked for. K-Means cannot find 4 distinct ones,
   // so it clusters into 2 and the other 2 repeat one of them: training goes on.
-  nn::MemoryBankOptions o;
-  o.dim = 3;
-  o.num_clusters = 4;
-  o.capacity = 50;
-  o.update_every = 2;
-  nn::MemoryBank bank(o);
+  nn::MemoryBank bank(bank_options(3, 4, 50, 2));
   std::vector<float> v;
   for (int64_t i = 0; i < 20; ++i) {
     const float s = float(1 + i % 7);
@@ -316,11 +316,8 @@ TEST_CASE("GetCentroids order: each next centroid is the nearest (cosine) unpick
 
 // Algorithm 1: "if i % ClusterUpdateFrequency == 0: Centroids = GetCentroids(Memory)".
 TEST_CASE("memory bank recomputes centroids every update_every steps from the memory") {
-  nn::MemoryBankOptions o;
-  o.dim = 3;
-  o.num_clusters = 3;
-  o.capacity = 30;  // the 30 planted vectors below push out the two first ones
-  o.update_every = 3;
+  // capacity 30: the 30 planted vectors below push out the two first ones
+  nn::MemoryBankOptions o = bank_options(3, 3, 30, 3);
   o.kmeans_iters = 20;
   Generator g(4);
   nn::MemoryBank bank(o, g);
@@ -367,10 +364,7 @@ TEST_CASE("memory bank recomputes centroids every update_every steps from the me
 }
 
 TEST_CASE("memory bank bad inputs name the bank and the shapes") {
-  nn::MemoryBankOptions o;
-  o.dim = 3;
-  o.num_clusters = 4;
-  o.capacity = 8;
+  nn::MemoryBankOptions o = bank_options(3, 4, 8, 1000);
   nn::MemoryBank bank(o);
   CHECK_THROWS_MSG(bank.add(Tensor::zeros({2, 4})), ShapeError, "[MemoryBank] add expects float states (..., 3)",
                    "(2,4)");
