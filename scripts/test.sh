@@ -1,30 +1,76 @@
 #!/usr/bin/env bash
-# The test command (README, .ci/run):
-#  1. Release build with warnings as errors, whole CTest suite (doctest cases,
-#     consumer tests of add_subdirectory and find_package); the CUDA backend is
-#     compiled when nvcc is found, and its tests run when a GPU is visible
-#     (reported as skipped by CTest otherwise);
-#  2. a second build under AddressSanitizer + UndefinedBehaviorSanitizer and the
-#     doctest suite again.
-# Exits non-zero on the first failure. CF_JOBS (default 2) sets the parallelism,
-# CF_TEST_SANITIZE=0 skips step 2 (quick local runs).
+# The test command (README, .ci/run). Stages, each timed:
+#  release   Release build with warnings as errors (the CUDA backend compiled when
+#            nvcc is found), then the whole CTest suite, slow tier included; CUDA
+#            tests run when a GPU is visible and report themselves skipped otherwise.
+#  sanitize  ASan + UBSan build of the library and the doctest suite (no apps, no
+#            CUDA), then the unit tier: `ctest -LE slow`. The learning tests (label
+#            `slow`, over about 10 s in Release) add little there that the unit
+#            cases lack, and cost minutes under the sanitizers.
+# At the end: each stage's wall time and the ten slowest tests of the Release run.
+# Exits non-zero on the first failure. Environment knobs: CF_JOBS (default 2),
+# CF_BUILD_DIR, CF_SAN_BUILD_DIR, CF_TEST_SANITIZE=0 skips the sanitizer stage.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="${CF_JOBS:-2}"
 build="${CF_BUILD_DIR:-$root/build}"
 build_san="${CF_SAN_BUILD_DIR:-$root/build-sanitize}"
 
-echo "== test: Release build, -Werror =="
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCF_WERROR=ON
+stage_names=()
+stage_secs=()
+stage_start=0
+stage_begin() {
+  echo "== test: $1 =="
+  stage_names+=("$1")
+  stage_start=$SECONDS
+}
+stage_end() { stage_secs+=($((SECONDS - stage_start))); }
+
+summary() {
+  local rc=$?
+  echo "== test: stage times =="
+  local i
+  for i in "${!stage_secs[@]}"; do
+    printf '  %-40s %4d min %02d s\n' "${stage_names[$i]}" $((stage_secs[i] / 60)) $((stage_secs[i] % 60))
+  done
+  if [ "${#stage_secs[@]}" -lt "${#stage_names[@]}" ]; then
+    echo "  ${stage_names[-1]}: failed after $((SECONDS - stage_start)) s"
+  fi
+  printf '  %-40s %4d min %02d s\n' "total" $((SECONDS / 60)) $((SECONDS % 60))
+  # CTest keeps each test's last duration in CTestCostData.txt: "name runs seconds".
+  local costs="$build/Testing/Temporary/CTestCostData.txt"
+  if [ -f "$costs" ]; then
+    echo "== test: ten slowest tests (Release) =="
+    awk '/^---/ { exit } NF >= 3 { t = $NF; $NF = ""; $(NF-1) = ""; printf "%9.1f s  %s\n", t, $0 }' "$costs" |
+      sort -rn | head -10
+  fi
+  return $rc
+}
+trap summary EXIT
+
+# configure <dir> <cmake args...>: Ninja when present (its log gives compile
+# times), unless the folder was already configured with another generator.
+configure() {
+  local dir=$1; shift
+  local gen=()
+  if [ ! -f "$dir/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+  cmake -S "$root" -B "$dir" "${gen[@]}" "$@"
+}
+
+stage_begin "release: build"
+configure "$build" -DCMAKE_BUILD_TYPE=Release -DCF_WERROR=ON
 cmake --build "$build" -j "$jobs"
+stage_end
+
+stage_begin "release: ctest (all tiers)"
 ctest --test-dir "$build" --output-on-failure -j "$jobs"
+stage_end
 
 if [ "${CF_TEST_SANITIZE:-1}" = "0" ]; then
-  echo "== test: sanitizer run skipped (CF_TEST_SANITIZE=0) =="
+  echo "== test: sanitizer stage skipped (CF_TEST_SANITIZE=0) =="
   exit 0
 fi
 
-echo "== test: ASan + UBSan build =="
 # LeakSanitizer: OpenBLAS keeps its thread pool and buffers and libgomp its team
 # until process exit; some versions of these libraries show up as LSan leaks that
 # are not ours. As a precaution those two libraries are suppressed (none was
@@ -37,8 +83,12 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # warnings gate is the first build.
 # CPU only (CF_CUDA=OFF): nvcc does not take the sanitizer flags, the CUDA
 # runtime is not ASan-clean, and the first build already compiles the CUDA code.
-cmake -S "$root" -B "$build_san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCF_SANITIZE=ON \
-  -DCF_BUILD_APPS=OFF -DCF_CUDA=OFF
+stage_begin "sanitize: ASan + UBSan build"
+configure "$build_san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCF_SANITIZE=ON -DCF_BUILD_APPS=OFF -DCF_CUDA=OFF
 cmake --build "$build_san" -j "$jobs"
-ctest --test-dir "$build_san" --output-on-failure -j "$jobs"
+stage_end
+
+stage_begin "sanitize: ctest -LE slow (unit tier)"
+ctest --test-dir "$build_san" --output-on-failure -j "$jobs" -LE slow
+stage_end
 echo "== test: all passed =="

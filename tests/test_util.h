@@ -120,6 +120,11 @@ inline Tensor fake_cuda(const Shape& shape, DType dtype = kFloat32) {
 
 }  // namespace cf::test
 
+// Test tiers: a learning test that takes over about 10 s in Release is declared
+// TEST_CASE("..." * CF_SLOW). CTest labels it `slow` (tests/slow_labels.cmake),
+// and the sanitizer stage of scripts/test.sh runs `ctest -LE slow`.
+#define CF_SLOW doctest::test_suite("slow")
+
 // Register a gradcheck test case for `op` (the name in cf::op_registry()).
 #define CF_GRADCHECK_CONCAT2(a, b) a##b
 #define CF_GRADCHECK_CONCAT(a, b) CF_GRADCHECK_CONCAT2(a, b)

@@ -95,7 +95,7 @@ models::TransformerConfig tiny_text_config(int64_t vocab) {
 
 }  // namespace
 
-TEST_CASE("PointCloudClassifier learns generated shapes (sphere/cube/cylinder/torus) well above chance") {
+TEST_CASE("PointCloudClassifier learns generated shapes (sphere/cube/cylinder/torus) well above chance" * CF_SLOW) {
   const int64_t N = 48, B = 16, STEPS = 200;
   Generator data(123), g(5);
   ShapeSet test = make_shapes(64, N, data);

@@ -103,7 +103,7 @@ CopyResult train_copy(bool with_cluster_layer, uint64_t seed, int64_t steps) {
 // states far away that share its chunk. Over seeds 1-6, 400 steps reach a
 // held-out accuracy of 0.71-1.0 (sliding window: 0.23-0.27) on 256 fresh sequences;
 // the test trains seed 1 (CF_CLUSTER_FORMER_SEED picks another).
-TEST_CASE("long-range copy: the Cluster-Former model learns it, the sliding-window model stays near chance") {
+TEST_CASE("long-range copy: the Cluster-Former model learns it, the sliding-window model stays near chance" * CF_SLOW) {
   const uint64_t seed = std::getenv("CF_CLUSTER_FORMER_SEED") ? std::strtoull(std::getenv("CF_CLUSTER_FORMER_SEED"), nullptr, 10) : 1;
   CopyResult cl = train_copy(true, seed, 400);
   CopyResult sw = train_copy(false, seed, 400);
@@ -315,7 +315,7 @@ TEST_CASE("Cluster-Former memory bank in training: schedule, state_dict and chec
 // end = that position), or not at all (unanswerable). Every window sees the
 // question (eq. 1), so the span is found locally; the answerable flag needs the
 // windows' first states pooled (section 4.2).
-TEST_CASE("Cluster-Former QA learns span extraction and the answerable flag") {
+TEST_CASE("Cluster-Former QA learns span extraction and the answerable flag" * CF_SLOW) {
   const int64_t X = 20, B = 16, V = 12;
   models::ClusterFormerConfig c = tiny(V, {1});
   c.cluster_attention = {{"num_clusters", 4}, {"memory_size", 512}, {"update_every", 10}, {"kmeans_iters", 5}};

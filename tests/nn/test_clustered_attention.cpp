@@ -713,7 +713,7 @@ TEST_CASE("set_attention switches every self-attention layer and refuses models 
   CHECK_FALSE(ed.encoder->layers[0]->self_attn->attention().is_training());
 }
 
-TEST_CASE("a classifier trained with clustered attention learns, and keeps working under full and improved") {
+TEST_CASE("a classifier trained with clustered attention learns, and keeps working under full and improved" * CF_SLOW) {
   // The pattern task of test_transformer.cpp (does the bigram 3 5 occur?) on
   // sequences of 12 tokens, with 4 clusters per head: a real approximation.
   const int64_t V = 8, N = 12;
