@@ -3,7 +3,7 @@
 # Idempotent: a second run does nothing. Runs apt-get as root, or through sudo.
 set -euo pipefail
 
-PACKAGES=(cmake g++ make pkg-config nlohmann-json3-dev doctest-dev libopenblas-dev zlib1g-dev
+PACKAGES=(cmake g++ make ninja-build pkg-config nlohmann-json3-dev doctest-dev libopenblas-dev zlib1g-dev
   dataset-fashion-mnist fortunes)  # real data for the apps and the data tests (31 MB + 0.9 MB download)
 
 missing=()
