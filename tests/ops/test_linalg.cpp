@@ -28,6 +28,14 @@ TEST_CASE("matmul matches naive loops for 2-d, batched, broadcast and transposed
   check_close(matmul(A, Bm), naive_mm(A.to_vector<double>(), Bm.to_vector<double>(), 4, 5, 7, 3), 1e-12);
   // Broadcast batch: (4,5,7) @ (7,3).
   check_close(matmul(A, b), naive_mm(A.to_vector<double>(), b.to_vector<double>(), 4, 5, 7, 3, true), 1e-12);
+  // A batch against one shared right operand runs as one folded GEMM: 4-d with a
+  // (1, 1, K, N) right operand, and a non-contiguous batch (a per-entry GEMM).
+  Tensor A4 = randn({2, 3, 5, 7}, kFloat64, g);
+  check_close(matmul(A4, reshape(b, {1, 1, 7, 3})),
+              naive_mm(A4.to_vector<double>(), b.to_vector<double>(), 6, 5, 7, 3, true), 1e-12);
+  Tensor A4t = transpose(A4, 0, 1);
+  check_close(matmul(A4t, b), naive_mm(contiguous(A4t).to_vector<double>(), b.to_vector<double>(), 6, 5, 7, 3, true),
+              1e-12);
   // Transposed operands go to BLAS without copies; a sliced column stride needs one.
   Tensor at = transpose(randn({7, 5}, kFloat64, g), 0, 1);
   check_close(matmul(at, b), naive_mm(contiguous(at).to_vector<double>(), b.to_vector<double>(), 1, 5, 7, 3), 1e-12);
@@ -69,6 +77,10 @@ GRADCHECK_CASE("matmul") {
   check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({2, 3, 4}, 1), leaf64({4, 2}, 2)});
   check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); },
              {leaf64({2, 1, 3, 4}, 1), leaf64({3, 4, 2}, 2)});
+  // The folded forms: a shared (1, K, N) right operand; a non-contiguous batch.
+  check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({2, 3, 4}, 1), leaf64({1, 4, 2}, 2)});
+  check_grad("matmul", [](auto& x) { return matmul(transpose(x[0], 0, 1), x[1]); },
+             {leaf64({3, 2, 4}, 1), leaf64({4, 2}, 2)});
   check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({4}, 1), leaf64({4, 2}, 2)});
   check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({3, 4}, 1), leaf64({4}, 2)});
   check_grad("matmul", [](auto& x) { return matmul(transpose(x[0], 0, 1), x[1]); },
