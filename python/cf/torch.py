@@ -1,0 +1,119 @@
+"""cf's attentions inside PyTorch models.
+
+    import torch, cf.torch
+    attn = cf.torch.Attention("neural-clustering", d_model=64, n_heads=4, clusters=8)
+    y = attn(x)                       # x: torch tensor (B, N, 64), CPU or CUDA
+    y.sum().backward()                # gradients reach x and attn's parameters
+
+`Attention` is a torch.nn.Module wrapping one cf MultiHeadAttention (the
+projections and the variant, built by name with its options as keyword
+arguments, exactly as cf.nn.MultiHeadAttention). Its forward and backward run
+cf's kernels on the tensors' own device through a torch.autograd.Function; the
+data crosses by DLPack, without copies. Its parameters are torch Parameters
+sharing memory with cf's: optimizers, state_dict, .to(device) and .double() work
+as for any PyTorch layer. (Assigning `param.data = ...` by hand breaks the
+sharing; use copy_ or load_state_dict, which write in place.)
+
+Auxiliary losses: neural clustering attention adds ClusterFormer's clustering
+and centroid-sorting losses (eqs. 6 and 11), weighted by mu and nu (appendix C,
+eq. 17; defaults 1e-3). Their gradients are added inside the backward pass, as
+if `mu * L1 + nu * L2` were part of the loss, and their value of the last call
+is `attn.last_aux_loss`. Pass aux_weights={} to leave them out, or give the
+weights of other variants' losses (routing: {"routing_commitment": w}).
+
+CUDA streams: cf runs on the legacy default stream. When PyTorch's current
+stream is another one, the two are ordered with events (no host wait).
+"""
+import torch as _torch
+from torch.utils import dlpack as _dlpack
+
+from . import _cf
+
+_bridge = _cf._bridge
+_from_capsule = _dlpack.from_dlpack
+_to_capsule = _dlpack.to_dlpack
+
+__all__ = ["Attention"]
+
+
+def _to_cf(t):
+    # torch's to_dlpack needs a contiguous-or-strided tensor without grad history.
+    return _to_capsule(t.detach())
+
+
+class _AttentionFunction(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, module, x, mask, causal, *params):
+        out, tape = module._bridge.forward(_to_cf(x), None if mask is None else _to_cf(mask), causal)
+        ctx.tape = tape
+        ctx.module = module
+        ctx.x_requires_grad = x.requires_grad
+        module.last_aux_loss = tape.aux_loss
+        return _from_capsule(out)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grads = ctx.module._bridge.backward(ctx.tape, _to_cf(grad_out.contiguous()))
+        ctx.tape = None
+        out = [None, None, None, None]
+        gx = grads[0]
+        out[1] = _from_capsule(gx) if gx is not None and ctx.x_requires_grad else None
+        out.extend(_from_capsule(g) if g is not None else None for g in grads[1:])
+        return tuple(out)
+
+
+class Attention(_torch.nn.Module):
+    """A cf attention layer as a torch.nn.Module: cf.nn.MultiHeadAttention(type,
+    d_model, n_heads, **options) run by cf's kernels inside PyTorch's autograd.
+
+    forward(x, key_padding_mask=None, causal=False): self-attention on x
+    (B, N, d_model), float32 or float64, CPU or CUDA; key_padding_mask bool
+    (B, N), True = padding. Returns (B, N, d_model).
+    """
+
+    def __init__(self, type, d_model, n_heads=1, *, seed=None, bias=True, aux_weights=None, mu=1e-3, nu=1e-3,
+                 **options):
+        super().__init__()
+        gen = _cf.Generator(seed) if seed is not None else None
+        self.cf_module = _cf.nn.MultiHeadAttention(type, d_model, n_heads, generator=gen, bias=bias, **options)
+        if aux_weights is None:
+            aux_weights = ({_cf.nn.CLUSTERING_LOSS: mu, _cf.nn.CENTROID_SORTING_LOSS: nu}
+                           if type == "neural-clustering" else {})
+        self.type = type
+        self.last_aux_loss = 0.0
+        self._bridge = _bridge.AttentionBridge(self.cf_module, dict(aux_weights))
+        self._param_names = []
+        for name, cap in self._bridge.parameter_capsules():
+            pname = name.replace(".", "_")
+            self.register_parameter(pname, _torch.nn.Parameter(_from_capsule(cap)))
+            self._param_names.append(pname)
+
+    def _cf_params(self):
+        return [getattr(self, n) for n in self._param_names]
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to(device), .double(), .cuda(): PyTorch makes new parameter tensors;
+        # cf's parameters must alias them again (and cf's buffers follow).
+        super()._apply(fn, *args, **kwargs)
+        self._bridge.bind_parameters([_to_capsule(p.detach()) for p in self._cf_params()])
+        return self
+
+    def forward(self, x, key_padding_mask=None, causal=False):
+        cur = None
+        if x.is_cuda:
+            cur = _torch.cuda.current_stream(x.device)
+            default = _torch.cuda.default_stream(x.device)
+            if cur == default:
+                cur = None
+            else:
+                default.wait_stream(cur)
+        if key_padding_mask is not None and key_padding_mask.dtype != _torch.bool:
+            raise TypeError("[cf.torch.Attention] key_padding_mask must be bool (True = padding), got %s"
+                            % key_padding_mask.dtype)
+        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), *self._cf_params())
+        if cur is not None:
+            cur.wait_stream(_torch.cuda.default_stream(x.device))
+        return y
+
+    def extra_repr(self):
+        return "type=%r, d_model=%d, n_heads=%d" % (self.type, self.cf_module.d_model, self.cf_module.n_heads)

@@ -1,0 +1,181 @@
+// The C++ half of cf.torch.Attention (python/cf/torch.py): one cf
+// MultiHeadAttention driven from a torch.autograd.Function through DLPack
+// capsules, so the per-call work outside cf's kernels is a few capsule
+// conversions and no Python loop over parameters.
+//
+// The module's parameters live in memory that PyTorch's nn.Parameters share
+// (they are created from cf's tensors through DLPack, and rebound after
+// PyTorch moves them, see bind_parameters). Each forward runs the layer on fresh
+// leaves that alias those parameters, so every call has its own graph (a
+// "tape") and gradients never mix between calls; backward returns the gradient
+// of the input and of every parameter as capsules for the Function to hand to
+// PyTorch, which accumulates them into .grad as for any of its own layers.
+#include <chrono>
+#include <map>
+
+#include <nanobind/stl/map.h>
+
+#include "common.h"
+
+namespace cfpy {
+
+nb::object to_capsule(const cf::Tensor& t, bool versioned);
+cf::Tensor from_dlpack_object(nb::handle obj);
+
+namespace {
+
+namespace cnn = cf::nn;
+using cf::Tensor;
+
+nb::object capsule_or_none(const Tensor& t) { return t.defined() ? to_capsule(t, false) : nb::none(); }
+
+struct Tape {
+  Tensor input, output, aux_total;
+  std::vector<Tensor> leaves;
+  bool done = false;
+};
+
+class AttentionBridge {
+ public:
+  AttentionBridge(std::shared_ptr<cnn::MultiHeadAttention> mha, std::map<std::string, double> aux_weights)
+      : mha_(std::move(mha)), aux_weights_(std::move(aux_weights)) {}
+
+  // The parameters as capsules, in named_parameters order (PyTorch wraps them once).
+  nb::list parameter_capsules() const {
+    nb::list out;
+    for (auto& [name, t] : mha_->named_parameters()) out.append(nb::make_tuple(name, to_capsule(t, false)));
+    return out;
+  }
+
+  // After PyTorch moved or converted its parameters (Module._apply): make cf's
+  // parameters alias the new tensors, and move cf's buffers to match.
+  void bind_parameters(const std::vector<Tensor>& params) {
+    std::vector<Tensor> old = mha_->parameters();
+    CF_CHECK(params.size() == old.size(), ValueError, "[cf.torch.Attention] ", params.size(),
+             " parameters given for ", old.size());
+    if (!params.empty()) {
+      if (params[0].dtype() != old[0].dtype()) mha_->to(params[0].dtype());
+      if (params[0].device() != old[0].device()) mha_->to(params[0].device());
+    }
+    mha_->set_parameters(params);
+  }
+
+  std::pair<nb::object, std::shared_ptr<Tape>> forward(const Tensor& x, std::optional<Tensor> mask, bool causal) {
+    auto tape = std::make_shared<Tape>();
+    Tensor out;
+    {
+      nb::gil_scoped_release g;
+      bool prev = cf::grad_enabled();
+      cf::set_grad_enabled(true);  // PyTorch runs Function.forward under its own no_grad, not cf's
+      std::vector<Tensor> params = mha_->parameters();
+      tape->leaves.reserve(params.size());
+      for (auto& p : params) tape->leaves.push_back(p.detach().set_requires_grad(true));
+      tape->input = x.detach();
+      if (cf::is_floating(x.dtype())) tape->input.set_requires_grad(true);
+      cnn::AuxLosses aux;
+      try {
+        mha_->set_parameters(tape->leaves);
+        out = mha_->forward(tape->input, tape->input, tape->input, mask ? *mask : Tensor(), causal,
+                            aux_weights_.empty() ? nullptr : &aux);
+        mha_->set_parameters(params);
+      } catch (...) {
+        mha_->set_parameters(params);
+        cf::set_grad_enabled(prev);
+        throw;
+      }
+      if (!aux.empty()) tape->aux_total = aux.total(aux_weights_);
+      cf::set_grad_enabled(prev);
+      tape->output = out;
+    }
+    return {to_capsule(out.detach(), false), tape};
+  }
+
+  // Gradients of the input and of every parameter (None where there is none).
+  nb::list backward(Tape& tape, const Tensor& grad_output) {
+    CF_CHECK(!tape.done, AutogradError,
+             "[cf.torch.Attention] backward through the same call twice (retain_graph) is not supported");
+    {
+      nb::gil_scoped_release g;
+      if (tape.aux_total.defined()) {
+        // d/dtheta of (sum(out * g) + aux): PyTorch's gradient of the task loss plus
+        // the auxiliary losses' own (ClusterFormer eq. 17), in one cf backward.
+        Tensor root = cf::sum(tape.output * grad_output.detach()) + tape.aux_total;
+        root.backward();
+      } else {
+        tape.output.backward(grad_output);
+      }
+      tape.done = true;
+    }
+    nb::list out;
+    out.append(capsule_or_none(tape.input.requires_grad() ? tape.input.grad() : Tensor()));
+    for (auto& l : tape.leaves) out.append(capsule_or_none(l.grad()));
+    tape = Tape{Tensor(), Tensor(), Tensor(), {}, true};  // free the graph and the gradients now
+    return out;
+  }
+
+  // The value of the auxiliary losses of the last call on this tape (0 when none).
+  static double aux_value(const Tape& t) { return t.aux_total.defined() ? t.aux_total.item() : 0.0; }
+
+  std::shared_ptr<cnn::MultiHeadAttention> module() const { return mha_; }
+
+ private:
+  std::shared_ptr<cnn::MultiHeadAttention> mha_;
+  std::map<std::string, double> aux_weights_;
+};
+
+// The same attention step timed from C++: forward + backward of sum(out * g) on x
+// (requires grad), `iters` times; seconds per call (the minimum of `repeats` runs).
+double time_attention_step(cnn::MultiHeadAttention& mha, const Tensor& x, const Tensor& g, int64_t iters,
+                           int64_t repeats) {
+  double best = 1e300;
+  Tensor xin = x.detach().set_requires_grad(true);
+  for (int64_t r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < iters; ++i) {
+      Tensor out = mha(xin);
+      out.backward(g);
+      xin.zero_grad();
+      mha.zero_grad();
+    }
+    cf::cuda::synchronize();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(iters);
+    best = std::min(best, s);
+  }
+  return best;
+}
+
+}  // namespace
+
+void bind_bridge(nb::module_& m) {
+  nb::module_ b = m.def_submodule("_bridge", "Internals of cf.torch (not a public API).");
+  nb::class_<Tape>(b, "Tape").def_prop_ro("aux_loss", &AttentionBridge::aux_value);
+  nb::class_<AttentionBridge>(b, "AttentionBridge")
+      .def(nb::init<std::shared_ptr<cnn::MultiHeadAttention>, std::map<std::string, double>>(), nb::arg("module"),
+           nb::arg("aux_weights"))
+      .def("parameter_capsules", &AttentionBridge::parameter_capsules)
+      .def("bind_parameters",
+           [](AttentionBridge& br, nb::list capsules) {
+             std::vector<Tensor> ts;
+             for (nb::handle c : capsules) ts.push_back(from_dlpack_object(c));
+             br.bind_parameters(ts);
+           },
+           nb::arg("capsules"))
+      .def("forward",
+           [](AttentionBridge& br, nb::handle x, nb::handle mask, bool causal) {
+             Tensor xt = from_dlpack_object(x);
+             std::optional<Tensor> mt;
+             if (!mask.is_none()) mt = from_dlpack_object(mask);
+             return br.forward(xt, mt, causal);
+           },
+           nb::arg("x"), nb::arg("mask").none(), nb::arg("causal"))
+      .def("backward",
+           [](AttentionBridge& br, Tape& tape, nb::handle g) { return br.backward(tape, from_dlpack_object(g)); },
+           nb::arg("tape"), nb::arg("grad_output"))
+      .def_prop_ro("module", &AttentionBridge::module);
+  b.def("time_attention_step", &time_attention_step, nb::arg("module"), nb::arg("x"), nb::arg("grad_output"),
+        nb::arg("iters"), nb::arg("repeats") = 5, release_gil(),
+        "Seconds per forward+backward of a MultiHeadAttention, timed in C++ (the baseline of the cf.torch overhead "
+        "benchmark).");
+}
+
+}  // namespace cfpy
