@@ -44,7 +44,8 @@ def _to_cf(t):
 class _AttentionFunction(_torch.autograd.Function):
     @staticmethod
     def forward(ctx, module, x, mask, causal, *params):
-        out, tape = module._bridge.forward(_to_cf(x), None if mask is None else _to_cf(mask), causal)
+        # a bool mask crosses as its bytes (PyTorch 1.x has no bool in DLPack)
+        out, tape = module._bridge.forward(_to_cf(x), None if mask is None else _to_cf(mask.view(_torch.uint8)), causal)
         ctx.tape = tape
         ctx.module = module
         ctx.x_requires_grad = x.requires_grad
@@ -53,8 +54,8 @@ class _AttentionFunction(_torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        # ctx.tape (the cf graph of this call) lives as long as PyTorch keeps ctx
         grads = ctx.module._bridge.backward(ctx.tape, _to_cf(grad_out.contiguous()))
-        ctx.tape = None
         out = [None, None, None, None]
         gx = grads[0]
         out[1] = _from_capsule(gx) if gx is not None and ctx.x_requires_grad else None

@@ -20,7 +20,7 @@
 namespace cfpy {
 
 nb::object to_capsule(const cf::Tensor& t, bool versioned);
-cf::Tensor from_dlpack_object(nb::handle obj);
+cf::Tensor from_dlpack_object(nb::handle obj, bool uint8_as_bool);
 
 namespace {
 
@@ -32,7 +32,6 @@ nb::object capsule_or_none(const Tensor& t) { return t.defined() ? to_capsule(t,
 struct Tape {
   Tensor input, output, aux_total;
   std::vector<Tensor> leaves;
-  bool done = false;
 };
 
 class AttentionBridge {
@@ -91,25 +90,32 @@ class AttentionBridge {
   }
 
   // Gradients of the input and of every parameter (None where there is none).
+  // The cf graph is kept (retain_graph) for as long as PyTorch keeps the call's
+  // context, which owns the tape: PyTorch may run backward through one call
+  // several times (retain_graph=True, torch.autograd.gradcheck), so each run
+  // starts from cleared gradients.
   nb::list backward(Tape& tape, const Tensor& grad_output) {
-    CF_CHECK(!tape.done, AutogradError,
-             "[cf.torch.Attention] backward through the same call twice (retain_graph) is not supported");
+    CF_CHECK(tape.output.defined(), AutogradError, "[cf.torch.Attention] backward after the call's graph was freed");
     {
       nb::gil_scoped_release g;
+      if (tape.input.requires_grad()) tape.input.zero_grad();
+      for (auto& l : tape.leaves) l.zero_grad();
       if (tape.aux_total.defined()) {
         // d/dtheta of (sum(out * g) + aux): PyTorch's gradient of the task loss plus
         // the auxiliary losses' own (ClusterFormer eq. 17), in one cf backward.
         Tensor root = cf::sum(tape.output * grad_output.detach()) + tape.aux_total;
-        root.backward();
+        root.backward(Tensor(), /*retain_graph=*/true);
       } else {
-        tape.output.backward(grad_output);
+        tape.output.backward(grad_output, /*retain_graph=*/true);
       }
-      tape.done = true;
     }
     nb::list out;
     out.append(capsule_or_none(tape.input.requires_grad() ? tape.input.grad() : Tensor()));
-    for (auto& l : tape.leaves) out.append(capsule_or_none(l.grad()));
-    tape = Tape{Tensor(), Tensor(), Tensor(), {}, true};  // free the graph and the gradients now
+    for (auto& l : tape.leaves) {
+      out.append(capsule_or_none(l.grad()));
+      l.zero_grad();  // PyTorch owns these gradients now
+    }
+    if (tape.input.requires_grad()) tape.input.zero_grad();
     return out;
   }
 
@@ -156,20 +162,20 @@ void bind_bridge(nb::module_& m) {
       .def("bind_parameters",
            [](AttentionBridge& br, nb::list capsules) {
              std::vector<Tensor> ts;
-             for (nb::handle c : capsules) ts.push_back(from_dlpack_object(c));
+             for (nb::handle c : capsules) ts.push_back(from_dlpack_object(c, false));
              br.bind_parameters(ts);
            },
            nb::arg("capsules"))
       .def("forward",
            [](AttentionBridge& br, nb::handle x, nb::handle mask, bool causal) {
-             Tensor xt = from_dlpack_object(x);
+             Tensor xt = from_dlpack_object(x, false);
              std::optional<Tensor> mt;
-             if (!mask.is_none()) mt = from_dlpack_object(mask);
+             if (!mask.is_none()) mt = from_dlpack_object(mask, true);  // a bool mask viewed as uint8
              return br.forward(xt, mt, causal);
            },
            nb::arg("x"), nb::arg("mask").none(), nb::arg("causal"))
       .def("backward",
-           [](AttentionBridge& br, Tape& tape, nb::handle g) { return br.backward(tape, from_dlpack_object(g)); },
+           [](AttentionBridge& br, Tape& tape, nb::handle g) { return br.backward(tape, from_dlpack_object(g, false)); },
            nb::arg("tape"), nb::arg("grad_output"))
       .def_prop_ro("module", &AttentionBridge::module);
   b.def("time_attention_step", &time_attention_step, nb::arg("module"), nb::arg("x"), nb::arg("grad_output"),

@@ -77,7 +77,8 @@ DLDataType dl_dtype(cf::DType d) {
   return {};
 }
 
-cf::DType cf_dtype(DLDataType t) {
+cf::DType cf_dtype(DLDataType t, bool uint8_as_bool) {
+  if (uint8_as_bool && t.code == kDLUInt && t.bits == 8 && t.lanes == 1) return cf::kBool;
   CF_CHECK(t.lanes == 1, DTypeError, "[from_dlpack] vector dtypes (lanes ", t.lanes, ") are not supported");
   if (t.code == kDLFloat && t.bits == 32) return cf::kFloat32;
   if (t.code == kDLFloat && t.bits == 64) return cf::kFloat64;
@@ -184,7 +185,7 @@ nb::object to_capsule(const cf::Tensor& t, bool versioned) {
 namespace {
 
 // Wrap a DLTensor's memory as a cf tensor; `release` gives it back to the producer.
-cf::Tensor wrap(const DLTensor& dl, std::function<void()> release) {
+cf::Tensor wrap(const DLTensor& dl, std::function<void()> release, bool uint8_as_bool) {
   cf::Device device;
   if (dl.device.device_type == kDLCPU || dl.device.device_type == kDLCUDAHost) {
     device = cf::Device::cpu();
@@ -198,7 +199,7 @@ cf::Tensor wrap(const DLTensor& dl, std::function<void()> release) {
   }
   CF_CHECK(dl.ndim >= 0 && dl.ndim <= cf::kMaxDims, ShapeError, "[from_dlpack] ", dl.ndim,
            " dimensions (cf takes at most ", cf::kMaxDims, ")");
-  cf::DType dtype = cf_dtype(dl.dtype);
+  cf::DType dtype = cf_dtype(dl.dtype, uint8_as_bool);
   const int64_t es = int64_t(cf::dtype_size(dtype));
   CF_CHECK(dl.byte_offset % uint64_t(es) == 0, ValueError, "[from_dlpack] byte_offset ", dl.byte_offset,
            " is not a multiple of the element size ", es);
@@ -237,7 +238,7 @@ std::function<void()> releaser(M* mt) {
   };
 }
 
-cf::Tensor from_capsule(nb::handle cap) {
+cf::Tensor from_capsule(nb::handle cap, bool uint8_as_bool) {
   PyObject* c = cap.ptr();
   if (PyCapsule_IsValid(c, kCapsuleVersioned)) {
     auto* mt = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, kCapsuleVersioned));
@@ -246,13 +247,13 @@ cf::Tensor from_capsule(nb::handle cap) {
     CF_CHECK(!(mt->flags & kFlagReadOnly), ValueError,
              "[from_dlpack] the producer marked the tensor read-only, and cf tensors are writable: copy it first "
              "(e.g. cf.tensor(x))");
-    cf::Tensor t = wrap(mt->dl_tensor, releaser(mt));
+    cf::Tensor t = wrap(mt->dl_tensor, releaser(mt), uint8_as_bool);
     PyCapsule_SetName(c, kUsedCapsuleVersioned);
     return t;
   }
   if (PyCapsule_IsValid(c, kCapsule)) {
     auto* mt = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kCapsule));
-    cf::Tensor t = wrap(mt->dl_tensor, releaser(mt));
+    cf::Tensor t = wrap(mt->dl_tensor, releaser(mt), uint8_as_bool);
     PyCapsule_SetName(c, kUsedCapsule);
     return t;
   }
@@ -262,9 +263,11 @@ cf::Tensor from_capsule(nb::handle cap) {
 }  // namespace
 
 // cf.from_dlpack: a cf.Tensor as is, a capsule, or any object with __dlpack__.
-cf::Tensor from_dlpack_object(nb::handle obj) {
+// uint8_as_bool: read uint8 bytes (0/1) as bool, for masks of producers whose
+// DLPack has no bool (PyTorch before 2.0).
+cf::Tensor from_dlpack_object(nb::handle obj, bool uint8_as_bool) {
   if (nb::isinstance<cf::Tensor>(obj)) return nb::cast<cf::Tensor>(obj);
-  if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj);
+  if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj, uint8_as_bool);
   if (!nb::hasattr(obj, "__dlpack__"))
     throw cf::ValueError(cf::str("[from_dlpack] ", nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(obj.ptr())))),
                                  " has no __dlpack__ method"));
@@ -281,7 +284,7 @@ cf::Tensor from_dlpack_object(nb::handle obj) {
     if (!e.matches(PyExc_TypeError)) throw;
     cap = obj.attr("__dlpack__")(nb::arg("stream") = stream);  // a producer older than DLPack 1.0
   }
-  return from_capsule(cap);
+  return from_capsule(cap, uint8_as_bool);
 }
 
 void bind_dlpack(nb::module_& m, nb::class_<cf::Tensor>& cls) {
@@ -310,7 +313,7 @@ void bind_dlpack(nb::module_& m, nb::class_<cf::Tensor>& cls) {
              return t.device().is_cuda() ? nb::make_tuple(int(kDLCUDA), t.device().index) : nb::make_tuple(int(kDLCPU), 0);
            },
            "(device type, index) as DLPack numbers: (1, 0) for the CPU, (2, i) for cuda:i.");
-  m.def("from_dlpack", &from_dlpack_object, nb::arg("x"),
+  m.def("from_dlpack", [](nb::handle x) { return from_dlpack_object(x, false); }, nb::arg("x"),
         "A cf tensor viewing the memory of x (no copy): a NumPy array, a PyTorch tensor, anything with "
         "__dlpack__, or a DLPack capsule. Writes through either side are seen by the other. CPU and CUDA.");
   m.def("to_dlpack", [](const cf::Tensor& t) { return to_capsule(t, false); }, nb::arg("x"),

@@ -85,6 +85,10 @@ NB_MODULE(_cf, m) {
   m.doc() = "cf: a C++17 tensor library with eager autograd, CPU and CUDA backends, and the models of four "
             "clustered-attention papers. This extension is the thin layer over cf.h; import it as `cf`.";
   bind_errors(m);
+  // cf objects are often still held by other frameworks' objects (a PyTorch
+  // module, an autograd graph) when the interpreter shuts down; nanobind's
+  // leak report would then list them on every exit.
+  nb::set_leak_warnings(false);
 
   nb::enum_<cf::DType>(m, "dtype", "Element types: float32 (default), float64, int64 (indices), bool (masks).")
       .value("float32", cf::DType::Float32)

@@ -134,7 +134,17 @@ cnn::TransformerLayerOptions layer_options(const nb::kwargs& kw) {
     spec->type = a.get<std::string>("type", "full");
     spec->options = a;
   }
-  c.finish();  // attention options are checked when the layer builds its attention
+  // Build each attention once (as TransformerConfig::from_json does), so its
+  // options are read and checked now; then every key was read or is unknown.
+  for (cnn::AttentionSpec* spec : {&o.attention, &o.cross_attention}) {
+    spec->d_model = o.d_model;
+    spec->n_heads = o.n_heads;
+    cf::Generator scratch(0);
+    spec->gen = &scratch;
+    cnn::make_attention(*spec);
+    spec->gen = nullptr;
+  }
+  c.finish();
   return o;
 }
 
