@@ -129,8 +129,9 @@ void bind_data(nb::module_& m, nb::module_& data) {
   data.def("load_fashion_mnist", &cd::load_fashion_mnist, nb::arg("dir") = cd::kFashionMnistDir,
            nb::arg("scale") = true, release_gil(),
            "The four Fashion-MNIST files from dir (Debian package dataset-fashion-mnist); images / 255 when scale.");
-  data.def("fashion_mnist_available", &cd::fashion_mnist_available, nb::arg("dir") = cd::kFashionMnistDir);
-  data.def("fashion_mnist_class_name", &cd::fashion_mnist_class_name, nb::arg("label"));
+  data.def("fashion_mnist_available", &cd::fashion_mnist_available, nb::arg("dir") = cd::kFashionMnistDir,
+           "Whether all four Fashion-MNIST files are in dir.");
+  data.def("fashion_mnist_class_name", &cd::fashion_mnist_class_name, nb::arg("label"), "The class name of a label 0..9.");
   data.attr("FORTUNES_DIR") = cd::kFortunesDir;
   data.def("read_fortune_file", &cd::read_fortune_file, nb::arg("path"), release_gil(),
            "Entries of one fortune file (separated by lines holding '%').");

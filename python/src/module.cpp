@@ -151,19 +151,20 @@ NB_MODULE(_cf, m) {
       });
   m.def("memory_stats", &cf::memory_stats, nb::arg("device") = cf::Device::cpu(),
         "Live and peak bytes held by tensors on a device (memory borrowed through DLPack is not counted).");
-  m.def("reset_peak_memory", &cf::reset_peak_memory, nb::arg("device") = cf::Device::cpu());
+  m.def("reset_peak_memory", &cf::reset_peak_memory, nb::arg("device") = cf::Device::cpu(),
+        "Start a new peak: peak_bytes = live_bytes.");
   m.def("empty_cache", &cf::empty_cache, nb::arg("device") = cf::Device::cpu(),
         "Release the blocks a caching allocator keeps for reuse.");
 
   nb::module_ cuda = m.def_submodule("cuda", "The CUDA runtime as cf sees it.");
   cuda.def("device_count", &cf::cuda::device_count, "CUDA devices visible (0 without the backend, driver or GPU).");
-  cuda.def("is_available", &cf::cuda::is_available);
+  cuda.def("is_available", &cf::cuda::is_available, "True when a CUDA device is visible to this build.");
   cuda.def("synchronize", &cf::cuda::synchronize, release_gil(), "Wait for all queued work on the device.");
   cuda.def("set_allow_tf32", &cf::cuda::set_allow_tf32, nb::arg("on"), "TF32 tensor cores in float32 matmuls (off by default).");
-  cuda.def("allow_tf32", &cf::cuda::allow_tf32);
+  cuda.def("allow_tf32", &cf::cuda::allow_tf32, "Whether float32 matmuls may use TF32 tensor cores.");
   cuda.def("set_sync_debug", &cf::cuda::set_sync_debug, nb::arg("on"),
            "Synchronise and check after every kernel launch, so an error names its op.");
-  cuda.def("sync_debug", &cf::cuda::sync_debug);
+  cuda.def("sync_debug", &cf::cuda::sync_debug, "Whether every kernel launch is followed by a synchronising check.");
 
   nb::class_<cf::OpInfo>(m, "OpInfo", "One entry of the op registry.")
       .def_prop_ro("name", [](const cf::OpInfo& o) { return std::string(o.name); })

@@ -681,21 +681,22 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // ---------------------------------------------------------------- init
   nb::module_ init = nn.def_submodule("init", "Seeded initialisers; each overwrites a tensor in place (no grad).");
   auto gen_arg = [] { return nb::arg("generator").none() = nb::none(); };
-  init.def("zeros_", [](Tensor& t) { cnn::init::zeros_(t); }, nb::arg("t"));
-  init.def("ones_", [](Tensor& t) { cnn::init::ones_(t); }, nb::arg("t"));
-  init.def("constant_", [](Tensor& t, double v) { cnn::init::constant_(t, v); }, nb::arg("t"), nb::arg("value"));
+  init.def("zeros_", [](Tensor& t) { cnn::init::zeros_(t); }, nb::arg("t"), "Fill with 0.");
+  init.def("ones_", [](Tensor& t) { cnn::init::ones_(t); }, nb::arg("t"), "Fill with 1.");
+  init.def("constant_", [](Tensor& t, double v) { cnn::init::constant_(t, v); }, nb::arg("t"), nb::arg("value"),
+           "Fill with value.");
   init.def("uniform_", [](Tensor& t, double a, double b, cf::Generator* g) { cnn::init::uniform_(t, a, b, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("low"), nb::arg("high"), gen_arg());
+           nb::arg("t"), nb::arg("low"), nb::arg("high"), gen_arg(), "U(low, high) from the generator.");
   init.def("normal_", [](Tensor& t, double a, double b, cf::Generator* g) { cnn::init::normal_(t, a, b, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("mean"), nb::arg("std"), gen_arg());
+           nb::arg("t"), nb::arg("mean"), nb::arg("std"), gen_arg(), "N(mean, std^2) from the generator.");
   init.def("xavier_uniform_", [](Tensor& t, double gain, cf::Generator* g) { cnn::init::xavier_uniform_(t, gain, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg());
+           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg(), "Glorot: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)).");
   init.def("xavier_normal_", [](Tensor& t, double gain, cf::Generator* g) { cnn::init::xavier_normal_(t, gain, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg());
+           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg(), "Glorot normal: std = gain * sqrt(2 / (fan_in + fan_out)).");
   init.def("kaiming_uniform_", [](Tensor& t, double a, cf::Generator* g) { cnn::init::kaiming_uniform_(t, a, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("a") = 0.0, gen_arg());
+           nb::arg("t"), nb::arg("a") = 0.0, gen_arg(), "He uniform, fan_in mode, gain sqrt(2 / (1 + a^2)) (leaky ReLU slope a).");
   init.def("kaiming_normal_", [](Tensor& t, double a, cf::Generator* g) { cnn::init::kaiming_normal_(t, a, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("a") = 0.0, gen_arg());
+           nb::arg("t"), nb::arg("a") = 0.0, gen_arg(), "He normal, fan_in mode, gain sqrt(2 / (1 + a^2)).");
 
   // ---------------------------------------------------------------- files
   m.def("save_safetensors",

@@ -53,9 +53,9 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
 #undef CF_BINARY
   m.def("maximum", &cf::maximum, nb::arg("a"), nb::arg("b"), "Elementwise max; ties send the gradient to a.", release_gil());
   m.def("minimum", &cf::minimum, nb::arg("a"), nb::arg("b"), "Elementwise min; ties send the gradient to a.", release_gil());
-  m.def("logical_and", &cf::logical_and, nb::arg("a"), nb::arg("b"), release_gil());
-  m.def("logical_or", &cf::logical_or, nb::arg("a"), nb::arg("b"), release_gil());
-  m.def("logical_not", &cf::logical_not, nb::arg("x"), release_gil());
+  m.def("logical_and", &cf::logical_and, nb::arg("a"), nb::arg("b"), "a AND b of bool tensors, broadcast.", release_gil());
+  m.def("logical_or", &cf::logical_or, nb::arg("a"), nb::arg("b"), "a OR b of bool tensors, broadcast.", release_gil());
+  m.def("logical_not", &cf::logical_not, nb::arg("x"), "NOT x of a bool tensor.", release_gil());
   m.def("where", nb::overload_cast<const Tensor&, const Tensor&, const Tensor&>(&cf::where), nb::arg("cond"),
         nb::arg("a"), nb::arg("b"), "cond ? a : b, broadcasting all three; differentiable in a and b.", release_gil());
   m.def("where", nb::overload_cast<const Tensor&, const Tensor&, double>(&cf::where), nb::arg("cond"), nb::arg("a"),
@@ -101,9 +101,9 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   cls.def("long", [](const Tensor& x) { return cf::to(x, cf::kInt64); }, release_gil());
   CF_UNARY(contiguous, "x itself when contiguous, else a contiguous copy (differentiable).");
   CF_UNARY(clone, "Always a new contiguous copy (differentiable).");
-  m.def("zeros_like", &cf::zeros_like, nb::arg("x"), release_gil());
-  m.def("ones_like", &cf::ones_like, nb::arg("x"), release_gil());
-  m.def("full_like", &cf::full_like, nb::arg("x"), nb::arg("value"), release_gil());
+  m.def("zeros_like", &cf::zeros_like, nb::arg("x"), "Zeros of x's shape, dtype and device.", release_gil());
+  m.def("ones_like", &cf::ones_like, nb::arg("x"), "Ones of x's shape, dtype and device.", release_gil());
+  m.def("full_like", &cf::full_like, nb::arg("x"), nb::arg("value"), "value in x's shape, dtype and device.", release_gil());
 
   // ---- in place (bump the version counter; refused on tensors that require
   // grad while grad mode is on: use cf.no_grad(), as optimizers do) ----
