@@ -30,8 +30,10 @@ from torch.utils import dlpack as _dlpack
 from . import _cf
 
 _bridge = _cf._bridge
-_from_capsule = _dlpack.from_dlpack
-_to_capsule = _dlpack.to_dlpack
+# Capsule in, tensor out: the C entry points behind torch.utils.dlpack (its
+# Python wrappers add checks this module does not need), when this PyTorch has them.
+_from_capsule = getattr(_torch._C, "_from_dlpack", _dlpack.from_dlpack)
+_to_capsule = getattr(_torch._C, "_to_dlpack", _dlpack.to_dlpack)
 
 __all__ = ["Attention"]
 
@@ -49,7 +51,7 @@ class _AttentionFunction(_torch.autograd.Function):
         ctx.tape = tape
         ctx.module = module
         ctx.x_requires_grad = x.requires_grad
-        module.last_aux_loss = tape.aux_loss
+        module.__dict__["_last_tape"] = tape  # (Module.__setattr__ is slow)
         return _from_capsule(out)
 
     @staticmethod
@@ -81,22 +83,29 @@ class Attention(_torch.nn.Module):
             aux_weights = ({_cf.nn.CLUSTERING_LOSS: mu, _cf.nn.CENTROID_SORTING_LOSS: nu}
                            if type == "neural-clustering" else {})
         self.type = type
-        self.last_aux_loss = 0.0
+        self._last_tape = None
         self._bridge = _bridge.AttentionBridge(self.cf_module, dict(aux_weights))
         self._param_names = []
         for name, cap in self._bridge.parameter_capsules():
             pname = name.replace(".", "_")
             self.register_parameter(pname, _torch.nn.Parameter(_from_capsule(cap)))
             self._param_names.append(pname)
+        self._params = self._cf_params()
+
+    @property
+    def last_aux_loss(self):
+        """The weighted auxiliary losses of the last call (0.0 when none)."""
+        return self._last_tape.aux_loss if self._last_tape is not None else 0.0
 
     def _cf_params(self):
-        return [getattr(self, n) for n in self._param_names]
+        return [self._parameters[n] for n in self._param_names]
 
     def _apply(self, fn, *args, **kwargs):
         # .to(device), .double(), .cuda(): PyTorch makes new parameter tensors;
         # cf's parameters must alias them again (and cf's buffers follow).
         super()._apply(fn, *args, **kwargs)
-        self._bridge.bind_parameters([_to_capsule(p.detach()) for p in self._cf_params()])
+        self._params = self._cf_params()
+        self._bridge.bind_parameters([_to_capsule(p.detach()) for p in self._params])
         return self
 
     def forward(self, x, key_padding_mask=None, causal=False):
@@ -111,7 +120,7 @@ class Attention(_torch.nn.Module):
         if key_padding_mask is not None and key_padding_mask.dtype != _torch.bool:
             raise TypeError("[cf.torch.Attention] key_padding_mask must be bool (True = padding), got %s"
                             % key_padding_mask.dtype)
-        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), *self._cf_params())
+        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), *self._params)
         if cur is not None:
             cur.wait_stream(_torch.cuda.default_stream(x.device))
         return y

@@ -5,11 +5,11 @@
 //
 // The module's parameters live in memory that PyTorch's nn.Parameters share
 // (they are created from cf's tensors through DLPack, and rebound after
-// PyTorch moves them, see bind_parameters). Each forward runs the layer on fresh
-// leaves that alias those parameters, so every call has its own graph (a
-// "tape") and gradients never mix between calls; backward returns the gradient
-// of the input and of every parameter as capsules for the Function to hand to
-// PyTorch, which accumulates them into .grad as for any of its own layers.
+// PyTorch moves them, see bind_parameters). Each forward records its own graph
+// (a "tape"); backward runs it, hands the gradient of the input and of every
+// parameter to PyTorch as capsules (PyTorch accumulates them into .grad, as for
+// any of its own layers) and clears cf's side at once, so the gradients of
+// separate calls never mix: PyTorch runs the backward of one call at a time.
 #include <chrono>
 #include <map>
 
@@ -31,13 +31,12 @@ nb::object capsule_or_none(const Tensor& t) { return t.defined() ? to_capsule(t,
 
 struct Tape {
   Tensor input, output, aux_total;
-  std::vector<Tensor> leaves;
 };
 
 class AttentionBridge {
  public:
   AttentionBridge(std::shared_ptr<cnn::MultiHeadAttention> mha, std::map<std::string, double> aux_weights)
-      : mha_(std::move(mha)), aux_weights_(std::move(aux_weights)) {}
+      : mha_(std::move(mha)), aux_weights_(std::move(aux_weights)), params_(mha_->parameters()) {}
 
   // The parameters as capsules, in named_parameters order (PyTorch wraps them once).
   nb::list parameter_capsules() const {
@@ -57,49 +56,40 @@ class AttentionBridge {
       if (params[0].device() != old[0].device()) mha_->to(params[0].device());
     }
     mha_->set_parameters(params);
+    params_ = mha_->parameters();
   }
 
   std::pair<nb::object, std::shared_ptr<Tape>> forward(const Tensor& x, std::optional<Tensor> mask, bool causal) {
     auto tape = std::make_shared<Tape>();
-    Tensor out;
     {
       nb::gil_scoped_release g;
-      bool prev = cf::grad_enabled();
-      cf::set_grad_enabled(true);  // PyTorch runs Function.forward under its own no_grad, not cf's
-      std::vector<Tensor> params = mha_->parameters();
-      tape->leaves.reserve(params.size());
-      for (auto& p : params) tape->leaves.push_back(p.detach().set_requires_grad(true));
+      // PyTorch runs Function.forward under its own no_grad, which is not cf's;
+      // cf records here whatever the caller's cf grad mode.
+      struct GradOn {
+        bool prev = cf::grad_enabled();
+        GradOn() { cf::set_grad_enabled(true); }
+        ~GradOn() { cf::set_grad_enabled(prev); }
+      } on;
       tape->input = x.detach();
       if (cf::is_floating(x.dtype())) tape->input.set_requires_grad(true);
       cnn::AuxLosses aux;
-      try {
-        mha_->set_parameters(tape->leaves);
-        out = mha_->forward(tape->input, tape->input, tape->input, mask ? *mask : Tensor(), causal,
-                            aux_weights_.empty() ? nullptr : &aux);
-        mha_->set_parameters(params);
-      } catch (...) {
-        mha_->set_parameters(params);
-        cf::set_grad_enabled(prev);
-        throw;
-      }
+      tape->output = mha_->forward(tape->input, tape->input, tape->input, mask ? *mask : Tensor(), causal,
+                                   aux_weights_.empty() ? nullptr : &aux);
       if (!aux.empty()) tape->aux_total = aux.total(aux_weights_);
-      cf::set_grad_enabled(prev);
-      tape->output = out;
     }
-    return {to_capsule(out.detach(), false), tape};
+    return {to_capsule(tape->output.detach(), false), tape};
   }
 
   // Gradients of the input and of every parameter (None where there is none).
   // The cf graph is kept (retain_graph) for as long as PyTorch keeps the call's
   // context, which owns the tape: PyTorch may run backward through one call
-  // several times (retain_graph=True, torch.autograd.gradcheck), so each run
-  // starts from cleared gradients.
+  // several times (retain_graph=True, torch.autograd.gradcheck).
   nb::list backward(Tape& tape, const Tensor& grad_output) {
     CF_CHECK(tape.output.defined(), AutogradError, "[cf.torch.Attention] backward after the call's graph was freed");
+    std::vector<Tensor> grads;
+    grads.reserve(params_.size() + 1);
     {
       nb::gil_scoped_release g;
-      if (tape.input.requires_grad()) tape.input.zero_grad();
-      for (auto& l : tape.leaves) l.zero_grad();
       if (tape.aux_total.defined()) {
         // d/dtheta of (sum(out * g) + aux): PyTorch's gradient of the task loss plus
         // the auxiliary losses' own (ClusterFormer eq. 17), in one cf backward.
@@ -108,14 +98,16 @@ class AttentionBridge {
       } else {
         tape.output.backward(grad_output, /*retain_graph=*/true);
       }
+      // Hand the gradients over and clear cf's side, ready for the next call.
+      grads.push_back(tape.input.requires_grad() ? tape.input.grad() : Tensor());
+      if (tape.input.requires_grad()) tape.input.zero_grad();
+      for (auto& p : params_) {
+        grads.push_back(p.grad());
+        p.zero_grad();
+      }
     }
     nb::list out;
-    out.append(capsule_or_none(tape.input.requires_grad() ? tape.input.grad() : Tensor()));
-    for (auto& l : tape.leaves) {
-      out.append(capsule_or_none(l.grad()));
-      l.zero_grad();  // PyTorch owns these gradients now
-    }
-    if (tape.input.requires_grad()) tape.input.zero_grad();
+    for (auto& g : grads) out.append(capsule_or_none(g));
     return out;
   }
 
@@ -127,6 +119,7 @@ class AttentionBridge {
  private:
   std::shared_ptr<cnn::MultiHeadAttention> mha_;
   std::map<std::string, double> aux_weights_;
+  std::vector<Tensor> params_;  // the module's parameter tensors (leaves that require grad)
 };
 
 // The same attention step timed from C++: forward + backward of sum(out * g) on x
