@@ -407,7 +407,7 @@ std::string describe_repr(const cf::Tensor& t) {
   os << t;
   std::string s = os.str();
   if (t.device().is_cuda()) s.insert(s.size() - 1, ", device='" + t.device().str() + "'");
-  if (t.requires_grad()) s.insert(s.size() - 1, t.grad_fn() ? std::string(", grad_fn=") + t.grad_fn()->name : ", requires_grad=True");
+  if (t.grad_fn()) s.insert(s.size() - 1, std::string(", grad_fn=") + t.grad_fn()->name);  // (cf prints requires_grad)
   return s;
 }
 
