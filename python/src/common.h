@@ -108,6 +108,38 @@ inline cf::Generator& gen_or_default(cf::Generator* g) { return g ? *g : cf::def
 cf::nn::StateDict to_state_dict(nb::handle h, const char* op);
 nb::dict state_dict_to_python(const cf::nn::StateDict& d);
 
+// An optional tensor argument (None) as cf's undefined Tensor.
+inline cf::Tensor opt(const std::optional<cf::Tensor>& t) { return t ? *t : cf::Tensor(); }
+
+// Module.forward and Module.__call__ from one function, run without the GIL.
+template <typename Cls, typename F, typename... Extra>
+void def_forward(Cls& cls, F f, const char* doc, const Extra&... extra) {
+  cls.def("forward", f, extra..., doc, release_gil());
+  cls.def("__call__", f, extra..., doc, release_gil());
+}
+
+// Options structs take keyword arguments: Options(k=v, ...) starts from the
+// defaults and sets each field; an unknown name is a cf.ValueError listing the known ones.
+template <typename T>
+void def_kwargs_init(nb::class_<T>& cls, const char* name) {
+  cls.def("__init__", [name](T* p, nb::kwargs kw) {
+    new (p) T();
+    nb::handle self = nb::find(p);
+    nb::inst_mark_ready(self);
+    for (auto [k, v] : kw) {
+      std::string key = nb::cast<std::string>(k);
+      if (!nb::hasattr(self, key.c_str()) || key.rfind("_", 0) == 0) {
+        nb::list known;
+        for (nb::handle a : nb::steal(PyObject_Dir(self.ptr())))
+          if (nb::cast<std::string>(a).rfind("_", 0) != 0) known.append(a);
+        throw cf::ValueError(cf::str("[", name, "] unknown option '", key, "' (known: ",
+                                     nb::cast<std::string>(nb::str(", ").attr("join")(known)), ")"));
+      }
+      nb::setattr(self, key.c_str(), v);
+    }
+  }, "Defaults, then each keyword argument set (unknown names are an error).");
+}
+
 // Binding entry points, one per file.
 void bind_errors(nb::module_& m);
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m);

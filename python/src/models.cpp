@@ -17,8 +17,6 @@ namespace cm = cf::models;
 
 namespace {
 
-Tensor opt(const std::optional<Tensor>& t) { return t ? *t : Tensor(); }
-
 // A config given as a dict, as keyword arguments, or both (keywords win).
 nlohmann::json config_json(nb::handle config, const nb::kwargs& kw, const char* who) {
   nlohmann::json j = config.is_none() ? nlohmann::json::object() : to_json(config, who);
@@ -26,27 +24,6 @@ nlohmann::json config_json(nb::handle config, const nb::kwargs& kw, const char* 
   nlohmann::json extra = to_json(kw, who);
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
   return j;
-}
-
-template <typename Cls, typename F, typename... Extra>
-void def_forward(Cls& cls, F f, const char* doc, const Extra&... extra) {
-  cls.def("forward", f, extra..., doc, release_gil());
-  cls.def("__call__", f, extra..., doc, release_gil());
-}
-
-template <typename T>
-void kwargs_fields(nb::class_<T>& cls, const char* name) {
-  cls.def("__init__", [name](T* p, nb::kwargs kw) {
-    new (p) T();
-    nb::handle self = nb::find(p);
-    nb::inst_mark_ready(self);
-    for (auto [k, v] : kw) {
-      std::string key = nb::cast<std::string>(k);
-      CF_CHECK(nb::hasattr(self, key.c_str()) && key.rfind("_", 0) != 0, ValueError, "[", name,
-               "] unknown option '", key, "'");
-      nb::setattr(self, key.c_str(), v);
-    }
-  }, "Defaults, then each keyword argument set (unknown names are an error).");
 }
 
 }  // namespace
@@ -249,7 +226,7 @@ void bind_models(nb::module_& m, nb::module_& models) {
 
   // ---- Centroid Transformers ----
   nb::class_<cm::PointCloudOptions> pco(models, "PointCloudOptions", "Options of the point-cloud network (Figure 5).");
-  kwargs_fields(pco, "PointCloudOptions");
+  def_kwargs_init(pco, "PointCloudOptions");
   pco.def_rw("num_classes", &cm::PointCloudOptions::num_classes)
       .def_rw("widths", &cm::PointCloudOptions::widths)
       .def_rw("blocks", &cm::PointCloudOptions::blocks)
@@ -277,7 +254,7 @@ void bind_models(nb::module_& m, nb::module_& models) {
               },
               "points (B, N, 3) -> logits (B, num_classes).", nb::arg("points"), nb::arg("sampler").none() = nb::none());
   nb::class_<cm::CentroidViTOptions> vo(models, "CentroidViTOptions", "Options of the ViT with a centroid block (section 3.4).");
-  kwargs_fields(vo, "CentroidViTOptions");
+  def_kwargs_init(vo, "CentroidViTOptions");
   vo.def_rw("image_size", &cm::CentroidViTOptions::image_size)
       .def_rw("in_channels", &cm::CentroidViTOptions::in_channels)
       .def_rw("patch_kernel", &cm::CentroidViTOptions::patch_kernel)

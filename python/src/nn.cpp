@@ -118,34 +118,20 @@ cnn::AttentionSpec attention_spec(const std::string& type, int64_t d_model, int6
 }
 
 // TransformerLayerOptions from keyword arguments: d_model, n_heads, d_ff, dropout,
-// activation, norm_first, attention={"type": ..., options}, cross_attention={...}.
+// activation, norm_first, attention={"type": ..., options}, cross_attention={...},
+// read (types checked, attention options included) by the models' config reader.
 cnn::TransformerLayerOptions layer_options(const nb::kwargs& kw) {
-  cnn::Config c(to_json(kw, "layer"), "layer");
-  cnn::TransformerLayerOptions o;
-  o.d_model = c.get<int64_t>("d_model", o.d_model);
-  o.n_heads = c.get<int64_t>("n_heads", o.n_heads);
-  o.d_ff = c.get<int64_t>("d_ff", o.d_ff);
-  o.dropout = c.get<double>("dropout", o.dropout);
-  o.activation = c.get<std::string>("activation", o.activation);
-  o.norm_first = c.get<bool>("norm_first", o.norm_first);
-  for (auto [key, spec] : {std::pair<const char*, cnn::AttentionSpec*>{"attention", &o.attention},
-                           {"cross_attention", &o.cross_attention}}) {
-    cnn::Config a = c.optional_child(key);
-    spec->type = a.get<std::string>("type", "full");
-    spec->options = a;
+  static const char* const keys[] = {"d_model", "n_heads", "d_ff", "dropout", "activation", "norm_first",
+                                     "attention", "cross_attention"};
+  nlohmann::json j = to_json(kw, "layer");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const char* k : keys) known = known || it.key() == k;
+    CF_CHECK(known, ValueError, "[layer] unknown option '", it.key(), "' (known: d_model, n_heads, d_ff, dropout, "
+             "activation, norm_first, attention, cross_attention)");
   }
-  // Build each attention once (as TransformerConfig::from_json does), so its
-  // options are read and checked now; then every key was read or is unknown.
-  for (cnn::AttentionSpec* spec : {&o.attention, &o.cross_attention}) {
-    spec->d_model = o.d_model;
-    spec->n_heads = o.n_heads;
-    cf::Generator scratch(0);
-    spec->gen = &scratch;
-    cnn::make_attention(*spec);
-    spec->gen = nullptr;
-  }
-  c.finish();
-  return o;
+  j["vocab_size"] = 1;  // the model-level keys keep their defaults
+  return cf::models::TransformerConfig::from_json(j).layer;
 }
 
 cnn::AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -162,37 +148,6 @@ cnn::AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor
   if (query_input) a.query_input = *query_input;
   a.aux = aux;
   return a;
-}
-
-Tensor opt(const std::optional<Tensor>& t) { return t ? *t : Tensor(); }
-
-// Module.forward and Module.__call__ from one function.
-template <typename Cls, typename F, typename... Extra>
-void def_forward(Cls& cls, F f, const char* doc, const Extra&... extra) {
-  cls.def("forward", f, extra..., doc, release_gil());
-  cls.def("__call__", f, extra..., doc, release_gil());
-}
-
-// Options structs take keyword arguments: Options(k=v, ...); an unknown name is
-// a cf.ValueError listing the known ones.
-template <typename T>
-void kwargs_init(nb::class_<T>& cls, const char* name) {
-  cls.def("__init__", [name](T* p, nb::kwargs kw) {
-    new (p) T();
-    nb::handle self = nb::find(p);
-    nb::inst_mark_ready(self);
-    for (auto [k, v] : kw) {
-      std::string key = nb::cast<std::string>(k);
-      if (!nb::hasattr(self, key.c_str()) || key.rfind("_", 0) == 0) {
-        nb::list known;
-        for (nb::handle a : nb::steal(PyObject_Dir(self.ptr())))
-          if (nb::cast<std::string>(a).rfind("_", 0) != 0) known.append(a);
-        throw cf::ValueError(cf::str("[", name, "] unknown option '", key, "' (known: ",
-                                     nb::cast<std::string>(nb::str(", ").attr("join")(known)), ")"));
-      }
-      nb::setattr(self, key.c_str(), v);
-    }
-  }, "Defaults, then each keyword argument set (unknown names are an error).");
 }
 
 }  // namespace
@@ -352,7 +307,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("clear_assignment", &cnn::ClusteredAttention::clear_assignment)
       .def_prop_ro("last_assignment", &cnn::ClusteredAttention::last_assignment);
   nb::class_<cnn::MemoryBankOptions> mbo(nn, "MemoryBankOptions", "Options of a Cluster-Former memory bank (Algorithm 1).");
-  kwargs_init(mbo, "MemoryBankOptions");
+  def_kwargs_init(mbo, "MemoryBankOptions");
   mbo.def_rw("dim", &cnn::MemoryBankOptions::dim)
       .def_rw("num_clusters", &cnn::MemoryBankOptions::num_clusters)
       .def_rw("capacity", &cnn::MemoryBankOptions::capacity)
@@ -487,7 +442,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // ---- centroid attention (Centroid Transformers, eqs. 3-4) ----
   nb::class_<cnn::CentroidAttentionOptions> cao(nn, "CentroidAttentionOptions",
                                                "Options of centroid attention (nn/attention/centroid.h).");
-  kwargs_init(cao, "CentroidAttentionOptions");
+  def_kwargs_init(cao, "CentroidAttentionOptions");
   cao.def_rw("d_model", &cnn::CentroidAttentionOptions::d_model)
       .def_rw("n_heads", &cnn::CentroidAttentionOptions::n_heads)
       .def_rw("iterations", &cnn::CentroidAttentionOptions::iterations)
