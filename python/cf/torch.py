@@ -38,6 +38,24 @@ _to_capsule = getattr(_torch._C, "_to_dlpack", _dlpack.to_dlpack)
 __all__ = ["Attention"]
 
 
+def _cf_stream_enter(t):
+    """When PyTorch's current CUDA stream is not the default one, make cf's stream
+    (the legacy default) wait for it; returns the stream to order after cf, or None."""
+    if not t.is_cuda:
+        return None
+    cur = _torch.cuda.current_stream(t.device)
+    default = _torch.cuda.default_stream(t.device)
+    if cur == default:
+        return None
+    default.wait_stream(cur)  # events, no host wait
+    return cur
+
+
+def _cf_stream_leave(cur, t):
+    if cur is not None:
+        cur.wait_stream(_torch.cuda.default_stream(t.device))
+
+
 def _to_cf(t):
     # torch's to_dlpack needs a contiguous-or-strided tensor without grad history.
     return _to_capsule(t.detach())
@@ -57,7 +75,9 @@ class _AttentionFunction(_torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         # ctx.tape (the cf graph of this call) lives as long as PyTorch keeps ctx
+        cur = _cf_stream_enter(grad_out)
         grads = ctx.module._bridge.backward(ctx.tape, _to_cf(grad_out.contiguous()))
+        _cf_stream_leave(cur, grad_out)
         out = [None, None, None, None]
         gx = grads[0]
         out[1] = _from_capsule(gx) if gx is not None and ctx.x_requires_grad else None
@@ -109,20 +129,12 @@ class Attention(_torch.nn.Module):
         return self
 
     def forward(self, x, key_padding_mask=None, causal=False):
-        cur = None
-        if x.is_cuda:
-            cur = _torch.cuda.current_stream(x.device)
-            default = _torch.cuda.default_stream(x.device)
-            if cur == default:
-                cur = None
-            else:
-                default.wait_stream(cur)
         if key_padding_mask is not None and key_padding_mask.dtype != _torch.bool:
             raise TypeError("[cf.torch.Attention] key_padding_mask must be bool (True = padding), got %s"
                             % key_padding_mask.dtype)
+        cur = _cf_stream_enter(x)
         y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), *self._params)
-        if cur is not None:
-            cur.wait_stream(_torch.cuda.default_stream(x.device))
+        _cf_stream_leave(cur, x)
         return y
 
     def extra_repr(self):

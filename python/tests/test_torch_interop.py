@@ -4,7 +4,6 @@ when torch does not import."""
 import pytest
 
 import cf
-from conftest import requires_cuda
 
 torch = pytest.importorskip("torch", reason="torch not importable: PyTorch interop tests skipped")
 import cf.torch  # noqa: E402
@@ -136,7 +135,26 @@ def test_small_pytorch_classifier_trains_with_cf_attention():
     assert model.attn.cf_module.w_o.weight.data_ptr() == model.attn.w_o_weight.data_ptr()
 
 
-@requires_cuda
+requires_both_cuda = pytest.mark.skipif(not (cf.cuda.is_available() and torch.cuda.is_available()),
+                                        reason="needs a CUDA device visible to both cf and torch")
+
+
+@requires_both_cuda
+def test_cuda_dlpack_with_torch_shares_memory():
+    t = cf.arange(6, dtype=cf.float32, device="cuda")
+    tt = torch.from_dlpack(t)
+    assert tt.is_cuda and tt.data_ptr() == t.data_ptr()
+    tt[2] = -7.0
+    assert t[2].item() == -7.0
+    a = torch.ones(4, device="cuda")
+    c = cf.from_dlpack(a)
+    assert c.device == cf.Device("cuda:0") and c.data_ptr() == a.data_ptr()
+    c[1] = 5.0
+    torch.cuda.synchronize()
+    assert a[1].item() == 5.0
+
+
+@requires_both_cuda
 def test_attention_on_cuda_matches_cpu():
     layer = cf.torch.Attention("full", d_model=16, n_heads=2, seed=3)
     x = torch.randn(2, 10, 16)
