@@ -4,6 +4,8 @@
 # cf-textcls trains the full-attention Transformer and ClusterFormer (neural
 # clustering attention) on fortunes topic classification and prints their test
 # accuracy, training time and peak memory side by side.
+# It also builds the Python package into build/python and makes it importable
+# by python3 and by .venv/bin/python (scripts/python-link.sh).
 # Extra arguments go to cf-textcls, e.g. scripts/demo.sh --seeds 0,1,2 --attentions all
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,6 +13,7 @@ build="${CF_BUILD_DIR:-$root/build}"
 jobs="${CF_JOBS:-2}"
 
 "$root/scripts/setup.sh"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$build" -j "$jobs" --target cf-textcls
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCF_PYTHON=ON -DPython_EXECUTABLE="$root/.venv/bin/python"
+cmake --build "$build" -j "$jobs" --target cf-textcls cf_python
+"$root/scripts/python-link.sh" "$build/python"
 "$build/apps/cf-textcls" "$@"

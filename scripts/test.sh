@@ -3,13 +3,16 @@
 #  release   Release build with warnings as errors (the CUDA backend compiled when
 #            nvcc is found), then the whole CTest suite, slow tier included; CUDA
 #            tests run when a GPU is visible and report themselves skipped otherwise.
+#  python    the Python package built against that library (python/, nanobind),
+#            then its pytest suite in the .venv of scripts/setup.sh.
 #  sanitize  ASan + UBSan build of the library and the doctest suite (no apps, no
 #            CUDA), then the unit tier: `ctest -LE slow`. The learning tests (label
 #            `slow`, over about 10 s in Release) add little there that the unit
 #            cases lack, and cost minutes under the sanitizers.
 # At the end: each stage's wall time and the ten slowest tests of the Release run.
 # Exits non-zero on the first failure. Environment knobs: CF_JOBS (default 2),
-# CF_BUILD_DIR, CF_SAN_BUILD_DIR, CF_TEST_SANITIZE=0 skips the sanitizer stage.
+# CF_BUILD_DIR, CF_SAN_BUILD_DIR, CF_TEST_SANITIZE=0 skips the sanitizer stage,
+# CF_TEST_PYTHON=0 the Python stage.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="${CF_JOBS:-2}"
@@ -65,6 +68,21 @@ stage_end
 stage_begin "release: ctest (all tiers)"
 ctest --test-dir "$build" --output-on-failure -j "$jobs"
 stage_end
+
+# The Python package (python/): the extension built against the Release
+# library above, then pytest in the .venv scripts/setup.sh made. PyTorch
+# interop tests report themselves skipped when torch does not import there.
+if [ "${CF_TEST_PYTHON:-1}" != "0" ]; then
+  stage_begin "python: extension + pytest"
+  if [ ! -x "$root/.venv/bin/python" ]; then
+    echo "test: $root/.venv is missing: run scripts/setup.sh (or CF_TEST_PYTHON=0 to skip this stage)" >&2
+    exit 1
+  fi
+  configure "$build" -DCF_PYTHON=ON -DPython_EXECUTABLE="$root/.venv/bin/python"
+  cmake --build "$build" -j "$jobs" --target cf_python
+  PYTHONPATH="$build/python" "$root/.venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$root/python/tests"
+  stage_end
+fi
 
 if [ "${CF_TEST_SANITIZE:-1}" = "0" ]; then
   echo "== test: sanitizer stage skipped (CF_TEST_SANITIZE=0) =="

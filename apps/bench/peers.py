@@ -24,6 +24,16 @@ What is compared (docs/benchmarks.md explains each figure):
                 sklearn.cluster.KMeans (lloyd): the same shape of standard normal
                 data and k centres drawn from the points on every side (each side
                 draws its own; random data converges no faster on one than another)
+  python_add    per-call overhead from Python: `a + b` on 1-element tensors that
+                require grad, cf's Python package vs PyTorch (target: cf <= 2x)
+  torch_attention
+                a cf attention inside a PyTorch training step (cf.torch.Attention:
+                forward, backward into x and the parameters) vs the same
+                MultiHeadAttention step timed in C++ (target: + <= 20 us per call);
+                also reported: an empty torch.autograd.Function with the same
+                parameters in the same step, PyTorch's own floor for such a layer
+The last two need the Python package (--cf-python, default build/python: built by
+scripts/demo.sh or `cmake --build build --target cf_python` with -DCF_PYTHON=ON).
 """
 import argparse
 import datetime
@@ -193,6 +203,71 @@ def torch_model(torch, n, batch, reps, device):
     return t_train, t_infer
 
 
+# ---------------------------------------------------------------- cf from Python
+def best_per_call(fn, iters, samples):
+    fn()
+    best = float("inf")
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best
+
+
+def python_add_overhead(cf, torch, iters, samples):
+    """Seconds per `a + b` on 1-element tensors requiring grad: (cf, torch), interleaved."""
+    a, b = cf.ones([1], requires_grad=True), cf.ones([1], requires_grad=True)
+    x, y = torch.ones(1, requires_grad=True), torch.ones(1, requires_grad=True)
+    t_cf, t_torch = float("inf"), float("inf")
+    for _ in range(3):  # alternate, so both see the same machine
+        t_cf = min(t_cf, best_per_call(lambda: a + b, iters, samples))
+        t_torch = min(t_torch, best_per_call(lambda: x + y, iters, samples))
+    return t_cf, t_torch
+
+
+def torch_attention_overhead(cf, torch, variant, options, batch, n, d, heads, iters, samples):
+    """Seconds per training-step call of one attention: (cf.torch.Attention inside
+    PyTorch, the same MultiHeadAttention forward+backward timed in C++, an empty
+    torch.autograd.Function with the same parameters in the same PyTorch step)."""
+    import cf.torch as cft
+    layer = cft.Attention(variant, d_model=d, n_heads=heads, seed=0, aux_weights={}, **options)
+    params = list(layer.parameters())
+    x = torch.randn(batch, n, d, requires_grad=True)
+    g = torch.randn(batch, n, d)
+
+    def step():
+        layer(x).backward(g)
+        x.grad = None
+        for p in params:
+            p.grad = None
+
+    grads = [torch.zeros_like(p) for p in params]
+
+    class Empty(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, inp, *ps):
+            return inp.clone()
+
+        @staticmethod
+        def backward(ctx, go):
+            return (go,) + tuple(grads)
+
+    def empty_step():
+        Empty.apply(x, *params).backward(g)
+        x.grad = None
+        for p in params:
+            p.grad = None
+
+    xc, gc = cf.from_dlpack(x.detach()), cf.from_dlpack(g)
+    t_torch, t_cpp, t_empty = float("inf"), float("inf"), float("inf")
+    for _ in range(3):
+        t_torch = min(t_torch, best_per_call(step, iters, samples))
+        t_cpp = min(t_cpp, cf._cf._bridge.time_attention_step(layer.cf_module, xc, gc, iters, samples))
+        t_empty = min(t_empty, best_per_call(empty_step, iters, samples))
+    return t_torch, t_cpp, t_empty
+
+
 # ---------------------------------------------------------------- K-Means twins
 def kmeans_data(np, n, d, k, seed):
     rng = np.random.default_rng(seed)
@@ -242,6 +317,8 @@ def main():
                     help="device of cf and PyTorch (K-Means peers stay on the CPU)")
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     ap.add_argument("--only", default="", help="comma-separated benches to run (default: all)")
+    ap.add_argument("--cf-python", default=os.path.join(root, "build", "python"),
+                    help="folder holding the built cf Python package (default: build/python)")
     args = ap.parse_args()
 
     mods = {name: try_import(name) for name in ("numpy", "torch", "faiss", "sklearn")}
@@ -335,6 +412,32 @@ def main():
                 import sklearn.cluster
                 t = sklearn_lloyd_iteration(sklearn.cluster, np, n, d, k, iters, 3)
                 table.add("kmeans", "%dx%d k=%d" % (n, d, k), "one Lloyd iteration", cf_iter, "sklearn", t)
+
+    if torch is not None and (want("python_add") or want("torch_attention")):
+        sys.path.insert(0, args.cf_python)
+        try:
+            import cf as cfpy
+        except ImportError as e:
+            print("peers: the cf Python package is not importable from %s (%s); skipping python_add and "
+                  "torch_attention (build it: scripts/demo.sh)" % (args.cf_python, e))
+            cfpy = None
+        if cfpy is not None and want("python_add"):
+            t_cf, t_torch = python_add_overhead(cfpy, torch, 20000 if quick else 100000, 5)
+            table.add("python_add", "1 element", "a + b with autograd, from Python", t_cf, "torch", t_torch)
+        if cfpy is not None and want("torch_attention") and dev == "cpu":
+            cases = [("full", {}, 1, 16, 32, 4), ("neural-clustering", {"clusters": 4}, 1, 16, 32, 4),
+                     ("full", {}, 2, 128, 64, 4), ("neural-clustering", {"clusters": 8}, 2, 128, 64, 4)]
+            for variant, options, b, n, d, h in cases:
+                iters = 200 if n <= 16 else 20
+                t_torch, t_cpp, t_empty = torch_attention_overhead(cfpy, torch, variant, options, b, n, d, h,
+                                                                   iters // (4 if quick else 1), 5)
+                table.add("torch_attention", "%s B=%d N=%d d=%d" % (variant, b, n, d),
+                          "fwd+bwd in a PyTorch step vs from C++", t_torch, "cf C++", t_cpp)
+                table.rows[-1].update(overhead_us=(t_torch - t_cpp) * 1e6, torch_empty_function_us=t_empty * 1e6)
+                print("peers: torch_attention %s B=%d N=%d: %.1f us per call over C++; an empty "
+                      "torch.autograd.Function with the same %d parameters costs %.1f us in the same step"
+                      % (variant, b, n, (t_torch - t_cpp) * 1e6, len(list(cfpy.nn.MultiHeadAttention(
+                          variant, d, h, **options).parameters())), t_empty * 1e6))
 
     versions = {name: getattr(m, "__version__", "?") for name, m in mods.items() if m is not None}
     machine = run_cf(args.cf_bench, ["overhead", "--repeat", "1", "--iters", "1"] + on_dev)["machine"]

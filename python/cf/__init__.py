@@ -1,0 +1,70 @@
+"""cf: a C++17 tensor library with an eager autograd engine, CPU and CUDA
+backends, and the models of four clustered-attention papers, from Python.
+
+    import cf
+    x = cf.randn([2, 3], requires_grad=True)
+    y = (cf.tanh(x) * x).sum()
+    y.backward()
+    print(x.grad)
+
+The functions and classes are cf's own (a thin nanobind layer over cf.h):
+cf.Tensor, every op of the registry (cf.op_registry()), cf.nn (layers, attention
+variants, losses, optimizers, checkpoints, configs), cf.models (the papers'
+models), cf.data (datasets, loader, tokenizers, readers), cf.kmeans. cf.torch
+holds cf's attentions as torch.nn.Modules (it imports torch). Errors are
+cf.Error subclasses whose message starts with "[op]".
+"""
+import sys as _sys
+
+from . import _cf
+from ._cf import *  # noqa: F401,F403  (the extension's public names)
+from ._cf import nn, models, data, cuda  # noqa: F401
+
+__version__ = "0.1.0"
+
+# `import cf.nn`, `from cf.nn import Linear`, ...: the extension's submodules
+# under their package names.
+for _name in ("nn", "nn.init", "models", "data", "cuda"):
+    _mod = _cf
+    for _part in _name.split("."):
+        _mod = getattr(_mod, _part)
+    _sys.modules[__name__ + "." + _name] = _mod
+del _name, _mod, _part
+
+
+class no_grad:
+    """Context manager (and decorator) that turns off autograd recording on
+    this thread: ops inside record no history, as under torch.no_grad()."""
+
+    def __enter__(self):
+        self._prev = _cf.grad_enabled()
+        _cf.set_grad_enabled(False)
+        return self
+
+    def __exit__(self, *exc):
+        _cf.set_grad_enabled(self._prev)
+        return False
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class enable_grad(no_grad):
+    """Context manager (and decorator) that turns autograd recording back on."""
+
+    def __enter__(self):
+        self._prev = _cf.grad_enabled()
+        _cf.set_grad_enabled(True)
+        return self
+
+
+def numpy(t):
+    """A NumPy array sharing the memory of the CPU tensor t (no copy)."""
+    import numpy as _np
+    return _np.asarray(t)

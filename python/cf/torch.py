@@ -1,0 +1,141 @@
+"""cf's attentions inside PyTorch models.
+
+    import torch, cf.torch
+    attn = cf.torch.Attention("neural-clustering", d_model=64, n_heads=4, clusters=8)
+    y = attn(x)                       # x: torch tensor (B, N, 64), CPU or CUDA
+    y.sum().backward()                # gradients reach x and attn's parameters
+
+`Attention` is a torch.nn.Module wrapping one cf MultiHeadAttention (the
+projections and the variant, built by name with its options as keyword
+arguments, exactly as cf.nn.MultiHeadAttention). Its forward and backward run
+cf's kernels on the tensors' own device through a torch.autograd.Function; the
+data crosses by DLPack, without copies. Its parameters are torch Parameters
+sharing memory with cf's: optimizers, state_dict, .to(device) and .double() work
+as for any PyTorch layer. (Assigning `param.data = ...` by hand breaks the
+sharing; use copy_ or load_state_dict, which write in place.)
+
+Auxiliary losses: neural clustering attention adds ClusterFormer's clustering
+and centroid-sorting losses (eqs. 6 and 11), weighted by mu and nu (appendix C,
+eq. 17; defaults 1e-3). Their gradients are added inside the backward pass, as
+if `mu * L1 + nu * L2` were part of the loss, and their value of the last call
+is `attn.last_aux_loss`. Pass aux_weights={} to leave them out, or give the
+weights of other variants' losses (routing: {"routing_commitment": w}).
+
+CUDA streams: cf runs on the legacy default stream. When PyTorch's current
+stream is another one, the two are ordered with events (no host wait).
+"""
+import torch as _torch
+from torch.utils import dlpack as _dlpack
+
+from . import _cf
+
+_bridge = _cf._bridge
+# Capsule in, tensor out: the C entry points behind torch.utils.dlpack (its
+# Python wrappers add checks this module does not need), when this PyTorch has them.
+_from_capsule = getattr(_torch._C, "_from_dlpack", _dlpack.from_dlpack)
+_to_capsule = getattr(_torch._C, "_to_dlpack", _dlpack.to_dlpack)
+
+__all__ = ["Attention"]
+
+
+def _cf_stream_enter(t):
+    """When PyTorch's current CUDA stream is not the default one, make cf's stream
+    (the legacy default) wait for it; returns the stream to order after cf, or None."""
+    if not t.is_cuda:
+        return None
+    cur = _torch.cuda.current_stream(t.device)
+    default = _torch.cuda.default_stream(t.device)
+    if cur == default:
+        return None
+    default.wait_stream(cur)  # events, no host wait
+    return cur
+
+
+def _cf_stream_leave(cur, t):
+    if cur is not None:
+        cur.wait_stream(_torch.cuda.default_stream(t.device))
+
+
+def _to_cf(t):
+    # torch's to_dlpack needs a contiguous-or-strided tensor without grad history.
+    return _to_capsule(t.detach())
+
+
+class _AttentionFunction(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, module, x, mask, causal, *params):
+        # a bool mask crosses as its bytes (PyTorch 1.x has no bool in DLPack)
+        out, tape = module._bridge.forward(_to_cf(x), None if mask is None else _to_cf(mask.view(_torch.uint8)), causal)
+        ctx.tape = tape
+        ctx.module = module
+        ctx.x_requires_grad = x.requires_grad
+        module.__dict__["_last_tape"] = tape  # (Module.__setattr__ is slow)
+        return _from_capsule(out)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        # ctx.tape (the cf graph of this call) lives as long as PyTorch keeps ctx
+        cur = _cf_stream_enter(grad_out)
+        grads = ctx.module._bridge.backward(ctx.tape, _to_cf(grad_out.contiguous()))
+        _cf_stream_leave(cur, grad_out)
+        out = [None, None, None, None]
+        gx = grads[0]
+        out[1] = _from_capsule(gx) if gx is not None and ctx.x_requires_grad else None
+        out.extend(_from_capsule(g) if g is not None else None for g in grads[1:])
+        return tuple(out)
+
+
+class Attention(_torch.nn.Module):
+    """A cf attention layer as a torch.nn.Module: cf.nn.MultiHeadAttention(type,
+    d_model, n_heads, **options) run by cf's kernels inside PyTorch's autograd.
+
+    forward(x, key_padding_mask=None, causal=False): self-attention on x
+    (B, N, d_model), float32 or float64, CPU or CUDA; key_padding_mask bool
+    (B, N), True = padding. Returns (B, N, d_model).
+    """
+
+    def __init__(self, type, d_model, n_heads=1, *, seed=None, bias=True, aux_weights=None, mu=1e-3, nu=1e-3,
+                 **options):
+        super().__init__()
+        gen = _cf.Generator(seed) if seed is not None else None
+        self.cf_module = _cf.nn.MultiHeadAttention(type, d_model, n_heads, generator=gen, bias=bias, **options)
+        if aux_weights is None:
+            aux_weights = ({_cf.nn.CLUSTERING_LOSS: mu, _cf.nn.CENTROID_SORTING_LOSS: nu}
+                           if type == "neural-clustering" else {})
+        self.type = type
+        self._last_tape = None
+        self._bridge = _bridge.AttentionBridge(self.cf_module, dict(aux_weights))
+        self._param_names = []
+        for name, cap in self._bridge.parameter_capsules():
+            pname = name.replace(".", "_")
+            self.register_parameter(pname, _torch.nn.Parameter(_from_capsule(cap)))
+            self._param_names.append(pname)
+        self._params = self._cf_params()
+
+    @property
+    def last_aux_loss(self):
+        """The weighted auxiliary losses of the last call (0.0 when none)."""
+        return self._last_tape.aux_loss if self._last_tape is not None else 0.0
+
+    def _cf_params(self):
+        return [self._parameters[n] for n in self._param_names]
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to(device), .double(), .cuda(): PyTorch makes new parameter tensors;
+        # cf's parameters must alias them again (and cf's buffers follow).
+        super()._apply(fn, *args, **kwargs)
+        self._params = self._cf_params()
+        self._bridge.bind_parameters([_to_capsule(p.detach()) for p in self._params])
+        return self
+
+    def forward(self, x, key_padding_mask=None, causal=False):
+        if key_padding_mask is not None and key_padding_mask.dtype != _torch.bool:
+            raise TypeError("[cf.torch.Attention] key_padding_mask must be bool (True = padding), got %s"
+                            % key_padding_mask.dtype)
+        cur = _cf_stream_enter(x)
+        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), *self._params)
+        _cf_stream_leave(cur, x)
+        return y
+
+    def extra_repr(self):
+        return "type=%r, d_model=%d, n_heads=%d" % (self.type, self.cf_module.d_model, self.cf_module.n_heads)

@@ -1,0 +1,180 @@
+// The C++ half of cf.torch.Attention (python/cf/torch.py): one cf
+// MultiHeadAttention driven from a torch.autograd.Function through DLPack
+// capsules, so the per-call work outside cf's kernels is a few capsule
+// conversions and no Python loop over parameters.
+//
+// The module's parameters live in memory that PyTorch's nn.Parameters share
+// (they are created from cf's tensors through DLPack, and rebound after
+// PyTorch moves them, see bind_parameters). Each forward records its own graph
+// (a "tape"); backward runs it, hands the gradient of the input and of every
+// parameter to PyTorch as capsules (PyTorch accumulates them into .grad, as for
+// any of its own layers) and clears cf's side at once, so the gradients of
+// separate calls never mix: PyTorch runs the backward of one call at a time.
+#include <chrono>
+#include <map>
+
+#include <nanobind/stl/map.h>
+
+#include "common.h"
+
+namespace cfpy {
+
+nb::object to_capsule(const cf::Tensor& t, bool versioned);
+cf::Tensor from_dlpack_object(nb::handle obj, bool uint8_as_bool);
+
+namespace {
+
+namespace cnn = cf::nn;
+using cf::Tensor;
+
+nb::object capsule_or_none(const Tensor& t) { return t.defined() ? to_capsule(t, false) : nb::none(); }
+
+struct Tape {
+  Tensor input, output, aux_total;
+};
+
+class AttentionBridge {
+ public:
+  AttentionBridge(std::shared_ptr<cnn::MultiHeadAttention> mha, std::map<std::string, double> aux_weights)
+      : mha_(std::move(mha)), aux_weights_(std::move(aux_weights)), params_(mha_->parameters()) {}
+
+  // The parameters as capsules, in named_parameters order (PyTorch wraps them once).
+  nb::list parameter_capsules() const {
+    nb::list out;
+    for (auto& [name, t] : mha_->named_parameters()) out.append(nb::make_tuple(name, to_capsule(t, false)));
+    return out;
+  }
+
+  // After PyTorch moved or converted its parameters (Module._apply): make cf's
+  // parameters alias the new tensors, and move cf's buffers to match.
+  void bind_parameters(const std::vector<Tensor>& params) {
+    std::vector<Tensor> old = mha_->parameters();
+    CF_CHECK(params.size() == old.size(), ValueError, "[cf.torch.Attention] ", params.size(),
+             " parameters given for ", old.size());
+    if (!params.empty()) {
+      if (params[0].dtype() != old[0].dtype()) mha_->to(params[0].dtype());
+      if (params[0].device() != old[0].device()) mha_->to(params[0].device());
+    }
+    mha_->set_parameters(params);
+    params_ = mha_->parameters();
+  }
+
+  std::pair<nb::object, std::shared_ptr<Tape>> forward(const Tensor& x, std::optional<Tensor> mask, bool causal) {
+    auto tape = std::make_shared<Tape>();
+    {
+      nb::gil_scoped_release g;
+      // PyTorch runs Function.forward under its own no_grad, which is not cf's;
+      // cf records here whatever the caller's cf grad mode.
+      struct GradOn {
+        bool prev = cf::grad_enabled();
+        GradOn() { cf::set_grad_enabled(true); }
+        ~GradOn() { cf::set_grad_enabled(prev); }
+      } on;
+      tape->input = x.detach();
+      if (cf::is_floating(x.dtype())) tape->input.set_requires_grad(true);
+      cnn::AuxLosses aux;
+      tape->output = mha_->forward(tape->input, tape->input, tape->input, mask ? *mask : Tensor(), causal,
+                                   aux_weights_.empty() ? nullptr : &aux);
+      if (!aux.empty()) tape->aux_total = aux.total(aux_weights_);
+    }
+    return {to_capsule(tape->output.detach(), false), tape};
+  }
+
+  // Gradients of the input and of every parameter (None where there is none).
+  // The cf graph is kept (retain_graph) for as long as PyTorch keeps the call's
+  // context, which owns the tape: PyTorch may run backward through one call
+  // several times (retain_graph=True, torch.autograd.gradcheck).
+  nb::list backward(Tape& tape, const Tensor& grad_output) {
+    CF_CHECK(tape.output.defined(), AutogradError, "[cf.torch.Attention] backward after the call's graph was freed");
+    std::vector<Tensor> grads;
+    grads.reserve(params_.size() + 1);
+    {
+      nb::gil_scoped_release g;
+      if (tape.aux_total.defined()) {
+        // d/dtheta of (sum(out * g) + aux): PyTorch's gradient of the task loss plus
+        // the auxiliary losses' own (ClusterFormer eq. 17), in one cf backward.
+        Tensor root = cf::sum(tape.output * grad_output.detach()) + tape.aux_total;
+        root.backward(Tensor(), /*retain_graph=*/true);
+      } else {
+        tape.output.backward(grad_output, /*retain_graph=*/true);
+      }
+      // Hand the gradients over and clear cf's side, ready for the next call.
+      grads.push_back(tape.input.requires_grad() ? tape.input.grad() : Tensor());
+      if (tape.input.requires_grad()) tape.input.zero_grad();
+      for (auto& p : params_) {
+        grads.push_back(p.grad());
+        p.zero_grad();
+      }
+    }
+    nb::list out;
+    for (auto& g : grads) out.append(capsule_or_none(g));
+    return out;
+  }
+
+  // The value of the auxiliary losses of the last call on this tape (0 when none).
+  static double aux_value(const Tape& t) { return t.aux_total.defined() ? t.aux_total.item() : 0.0; }
+
+  std::shared_ptr<cnn::MultiHeadAttention> module() const { return mha_; }
+
+ private:
+  std::shared_ptr<cnn::MultiHeadAttention> mha_;
+  std::map<std::string, double> aux_weights_;
+  std::vector<Tensor> params_;  // the module's parameter tensors (leaves that require grad)
+};
+
+// The same attention step timed from C++: forward + backward of sum(out * g) on x
+// (requires grad), `iters` times; seconds per call (the minimum of `repeats` runs).
+double time_attention_step(cnn::MultiHeadAttention& mha, const Tensor& x, const Tensor& g, int64_t iters,
+                           int64_t repeats) {
+  double best = 1e300;
+  Tensor xin = x.detach().set_requires_grad(true);
+  for (int64_t r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < iters; ++i) {
+      Tensor out = mha(xin);
+      out.backward(g);
+      xin.zero_grad();
+      mha.zero_grad();
+    }
+    cf::cuda::synchronize();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(iters);
+    best = std::min(best, s);
+  }
+  return best;
+}
+
+}  // namespace
+
+void bind_bridge(nb::module_& m) {
+  nb::module_ b = m.def_submodule("_bridge", "Internals of cf.torch (not a public API).");
+  nb::class_<Tape>(b, "Tape").def_prop_ro("aux_loss", &AttentionBridge::aux_value);
+  nb::class_<AttentionBridge>(b, "AttentionBridge")
+      .def(nb::init<std::shared_ptr<cnn::MultiHeadAttention>, std::map<std::string, double>>(), nb::arg("module"),
+           nb::arg("aux_weights"))
+      .def("parameter_capsules", &AttentionBridge::parameter_capsules)
+      .def("bind_parameters",
+           [](AttentionBridge& br, nb::list capsules) {
+             std::vector<Tensor> ts;
+             for (nb::handle c : capsules) ts.push_back(from_dlpack_object(c, false));
+             br.bind_parameters(ts);
+           },
+           nb::arg("capsules"))
+      .def("forward",
+           [](AttentionBridge& br, nb::handle x, nb::handle mask, bool causal) {
+             Tensor xt = from_dlpack_object(x, false);
+             std::optional<Tensor> mt;
+             if (!mask.is_none()) mt = from_dlpack_object(mask, true);  // a bool mask viewed as uint8
+             return br.forward(xt, mt, causal);
+           },
+           nb::arg("x"), nb::arg("mask").none(), nb::arg("causal"))
+      .def("backward",
+           [](AttentionBridge& br, Tape& tape, nb::handle g) { return br.backward(tape, from_dlpack_object(g, false)); },
+           nb::arg("tape"), nb::arg("grad_output"))
+      .def_prop_ro("module", &AttentionBridge::module);
+  b.def("time_attention_step", &time_attention_step, nb::arg("module"), nb::arg("x"), nb::arg("grad_output"),
+        nb::arg("iters"), nb::arg("repeats") = 5, release_gil(),
+        "Seconds per forward+backward of a MultiHeadAttention, timed in C++ (the baseline of the cf.torch overhead "
+        "benchmark).");
+}
+
+}  // namespace cfpy

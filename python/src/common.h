@@ -1,0 +1,153 @@
+#pragma once
+// Shared pieces of the cf Python bindings (python/src/*.cpp): type casters for
+// Shape and the argument helpers every binding file uses. The bindings are a
+// thin layer over the public header cf.h: no kernel or autograd code lives here.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cf.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+
+// Kernels run with the GIL released, so other Python threads go on meanwhile.
+using release_gil = nb::call_guard<nb::gil_scoped_release>;
+
+// cf::Shape <-> Python: any sequence of ints (or one int) in; a tuple out.
+namespace nanobind::detail {
+template <>
+struct type_caster<cf::Shape> {
+  NB_TYPE_CASTER(cf::Shape, const_name("collections.abc.Sequence[int]"))
+
+  bool from_python(handle src, uint8_t flags, cleanup_list*) noexcept {
+    if (PyLong_Check(src.ptr()) && !PyBool_Check(src.ptr())) {
+      long long v = PyLong_AsLongLong(src.ptr());
+      if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+      }
+      value = cf::Shape{int64_t(v)};
+      return true;
+    }
+    if (!PySequence_Check(src.ptr()) || PyUnicode_Check(src.ptr()) || PyBytes_Check(src.ptr())) return false;
+    // A tensor is a sequence too (len + getitem): never read it as a shape.
+    if (!PyList_Check(src.ptr()) && !PyTuple_Check(src.ptr())) return false;
+    PyObject* fast = PySequence_Fast(src.ptr(), "");
+    if (!fast) {
+      PyErr_Clear();
+      return false;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject** items = PySequence_Fast_ITEMS(fast);
+    value.clear();
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (!PyLong_Check(items[i]) || PyBool_Check(items[i])) {
+        // numpy integers and other __index__ objects
+        PyObject* idx = PyNumber_Index(items[i]);
+        if (!idx) {
+          PyErr_Clear();
+          Py_DECREF(fast);
+          return false;
+        }
+        value.push_back(PyLong_AsLongLong(idx));
+        Py_DECREF(idx);
+      } else {
+        value.push_back(PyLong_AsLongLong(items[i]));
+      }
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_DECREF(fast);
+        return false;
+      }
+    }
+    Py_DECREF(fast);
+    (void)flags;
+    return true;
+  }
+
+  static handle from_cpp(const cf::Shape& s, rv_policy, cleanup_list*) noexcept {
+    PyObject* t = PyTuple_New(Py_ssize_t(s.size()));
+    if (!t) return handle();
+    for (size_t i = 0; i < s.size(); ++i) PyTuple_SET_ITEM(t, Py_ssize_t(i), PyLong_FromLongLong(s[i]));
+    return t;
+  }
+};
+}  // namespace nanobind::detail
+
+namespace cfpy {
+
+// Axes from None (all axes), an int, or a sequence of ints.
+std::vector<int64_t> to_axes(nb::handle h, const char* op);
+
+// A Python value as a tensor operand: a cf.Tensor as is, a Python number as a 0-d
+// tensor of `like`'s dtype and device (cf's rule: a scalar takes the tensor's dtype).
+cf::Tensor as_tensor_like(nb::handle h, const cf::Tensor& like, const char* op);
+
+// Tensor from nested Python sequences / numbers / buffer objects (a copy).
+cf::Tensor tensor_from_python(nb::handle data, std::optional<cf::DType> dtype, cf::Device device);
+
+// Python <-> JSON (configs and attention options given as keyword arguments).
+nlohmann::json to_json(nb::handle h, const std::string& where);
+nb::object from_json(const nlohmann::json& j);
+
+// "mean" | "sum" | "none" -> cf::Reduction.
+cf::Reduction parse_reduction(const std::string& s, const char* op);
+
+// The generator argument of a binding: the given one, or the process-wide default.
+inline cf::Generator& gen_or_default(cf::Generator* g) { return g ? *g : cf::default_generator(); }
+
+// Named parameters from a Python object: a Module, a list of (name, tensor) pairs,
+// a dict name -> tensor, or a list of tensors (named "0", "1", ...).
+cf::nn::StateDict to_state_dict(nb::handle h, const char* op);
+nb::dict state_dict_to_python(const cf::nn::StateDict& d);
+
+// An optional tensor argument (None) as cf's undefined Tensor.
+inline cf::Tensor opt(const std::optional<cf::Tensor>& t) { return t ? *t : cf::Tensor(); }
+
+// Module.forward and Module.__call__ from one function, run without the GIL.
+template <typename Cls, typename F, typename... Extra>
+void def_forward(Cls& cls, F f, const char* doc, const Extra&... extra) {
+  cls.def("forward", f, extra..., doc, release_gil());
+  cls.def("__call__", f, extra..., doc, release_gil());
+}
+
+// Options structs take keyword arguments: Options(k=v, ...) starts from the
+// defaults and sets each field; an unknown name is a cf.ValueError listing the known ones.
+template <typename T>
+void def_kwargs_init(nb::class_<T>& cls, const char* name) {
+  cls.def("__init__", [name](T* p, nb::kwargs kw) {
+    new (p) T();
+    nb::handle self = nb::find(p);
+    nb::inst_mark_ready(self);
+    for (auto [k, v] : kw) {
+      std::string key = nb::cast<std::string>(k);
+      if (!nb::hasattr(self, key.c_str()) || key.rfind("_", 0) == 0) {
+        nb::list known;
+        for (nb::handle a : nb::steal(PyObject_Dir(self.ptr())))
+          if (nb::cast<std::string>(a).rfind("_", 0) != 0) known.append(a);
+        throw cf::ValueError(cf::str("[", name, "] unknown option '", key, "' (known: ",
+                                     nb::cast<std::string>(nb::str(", ").attr("join")(known)), ")"));
+      }
+      nb::setattr(self, key.c_str(), v);
+    }
+  }, "Defaults, then each keyword argument set (unknown names are an error).");
+}
+
+// Binding entry points, one per file.
+void bind_errors(nb::module_& m);
+nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m);
+void bind_ops(nb::module_& m, nb::class_<cf::Tensor>& cls);
+void bind_dlpack(nb::module_& m, nb::class_<cf::Tensor>& cls);
+void bind_nn(nb::module_& m, nb::module_& nn);
+void bind_models(nb::module_& m, nb::module_& models);
+void bind_data(nb::module_& m, nb::module_& data);
+void bind_bridge(nb::module_& m);
+
+}  // namespace cfpy

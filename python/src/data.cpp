@@ -1,0 +1,249 @@
+// K-Means (cf.kmeans) and cf.data: datasets, the data loader, tokenizers and the
+// file readers (IDX / Fashion-MNIST, fortunes, .npy, raw float32).
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/tuple.h>
+
+#include "common.h"
+
+namespace cfpy {
+
+using cf::Tensor;
+namespace cnn = cf::nn;
+namespace cd = cf::data;
+
+namespace {
+
+cnn::KMeansInit parse_init(const std::string& s) {
+  if (s == "k-means++" || s == "kmeans++") return cnn::KMeansInit::kmeans_plus_plus;
+  if (s == "random") return cnn::KMeansInit::random;
+  throw cf::ValueError("[kmeans] init must be 'k-means++' or 'random', got '" + s + "'");
+}
+cnn::KMeansMetric parse_metric(const std::string& s) {
+  if (s == "l2") return cnn::KMeansMetric::l2;
+  if (s == "cosine") return cnn::KMeansMetric::cosine;
+  throw cf::ValueError("[kmeans] metric must be 'l2' or 'cosine', got '" + s + "'");
+}
+cnn::KMeansAlgorithm parse_algorithm(const std::string& s) {
+  if (s == "lloyd") return cnn::KMeansAlgorithm::lloyd;
+  if (s == "elkan") return cnn::KMeansAlgorithm::elkan;
+  throw cf::ValueError("[kmeans] algorithm must be 'lloyd' or 'elkan', got '" + s + "'");
+}
+
+cnn::KMeansOptions kmeans_options(int64_t k, int64_t max_iter, double tol, const std::string& init,
+                                  const std::string& metric, uint64_t seed, int64_t block_rows,
+                                  const std::string& algorithm) {
+  cnn::KMeansOptions o;
+  o.k = k;
+  o.max_iter = max_iter;
+  o.tol = tol;
+  o.init = parse_init(init);
+  o.metric = parse_metric(metric);
+  o.seed = seed;
+  o.block_rows = block_rows;
+  o.algorithm = parse_algorithm(algorithm);
+  return o;
+}
+
+}  // namespace
+
+void bind_data(nb::module_& m, nb::module_& data) {
+  // ---------------------------------------------------------------- K-Means
+  nb::class_<cnn::KMeansResult>(m, "KMeansResult",
+                                "centroids (k, d), assignments (N,) int64, inertia; unpacks as (centroids, assignments, "
+                                "inertia).")
+      .def_ro("centroids", &cnn::KMeansResult::centroids)
+      .def_ro("assignments", &cnn::KMeansResult::assignments)
+      .def_ro("inertia", &cnn::KMeansResult::inertia, "Sum of squared distances (cosine: of 1 - cos) to the centroids.")
+      .def_ro("iterations", &cnn::KMeansResult::iterations)
+      .def_ro("converged", &cnn::KMeansResult::converged)
+      .def_ro("inertia_history", &cnn::KMeansResult::inertia_history)
+      .def_ro("reseeded_clusters", &cnn::KMeansResult::reseeded_clusters)
+      .def("__len__", [](const cnn::KMeansResult&) { return 3; })
+      .def("__iter__", [](const cnn::KMeansResult& r) {
+        return nb::iter(nb::make_tuple(r.centroids, r.assignments, r.inertia));
+      })
+      .def("__getitem__", [](const cnn::KMeansResult& r, int i) -> nb::object {
+        switch (i < 0 ? i + 3 : i) {
+          case 0: return nb::cast(r.centroids);
+          case 1: return nb::cast(r.assignments);
+          case 2: return nb::float_(r.inertia);
+        }
+        throw cf::IndexError("[KMeansResult] index out of range (0: centroids, 1: assignments, 2: inertia)");
+      })
+      .def("__repr__", [](const cnn::KMeansResult& r) {
+        return "KMeansResult(k=" + std::to_string(r.centroids.defined() ? r.centroids.size(0) : 0) +
+               ", inertia=" + std::to_string(r.inertia) + ", iterations=" + std::to_string(r.iterations) +
+               ", converged=" + (r.converged ? "True" : "False") + ")";
+      });
+  m.def("kmeans",
+        [](const Tensor& x, int64_t k, int64_t max_iter, double tol, const std::string& init, const std::string& metric,
+           uint64_t seed, int64_t block_rows, const std::string& algorithm, std::optional<Tensor> initial_centroids,
+           std::optional<std::function<void(int64_t, double)>> on_iteration) {
+          cnn::KMeansOptions o = kmeans_options(k, max_iter, tol, init, metric, seed, block_rows, algorithm);
+          if (on_iteration) {
+            // Called from the kernel loop, which runs without the GIL.
+            auto f = *on_iteration;
+            o.on_iteration = [f](int64_t it, double inertia) {
+              nb::gil_scoped_acquire g;
+              f(it, inertia);
+            };
+          }
+          nb::gil_scoped_release g;
+          return initial_centroids ? cnn::kmeans(x, *initial_centroids, o) : cnn::kmeans(x, o);
+        },
+        nb::arg("x"), nb::arg("k"), nb::arg("max_iter") = 100, nb::arg("tol") = 1e-4, nb::arg("init") = "k-means++",
+        nb::arg("metric") = "l2", nb::arg("seed") = 0, nb::arg("block_rows") = 8192, nb::arg("algorithm") = "lloyd",
+        nb::arg("initial_centroids") = nb::none(), nb::arg("on_iteration") = nb::none(),
+        "K-Means of x (N, d) float32/64 on the CPU or a CUDA device: Lloyd's algorithm (or Elkan's, same result) with "
+        "k-means++ or random initialisation, L2 or cosine metric, empty clusters re-seeded, deterministic for a seed. "
+        "Returns a KMeansResult: c, a, inertia = cf.kmeans(x, k). on_iteration(iteration, inertia) is called after "
+        "each iteration.");
+  m.def("kmeans_assign",
+        [](const Tensor& x, const Tensor& c, const std::string& metric) {
+          cnn::KMeansMetric mt = parse_metric(metric);
+          nb::gil_scoped_release g;
+          return cnn::kmeans_assign(x, c, mt);
+        },
+        nb::arg("x"), nb::arg("centroids"), nb::arg("metric") = "l2",
+        "Nearest centroid of each row, (N,) int64 (ties to the lower index).");
+  m.def("kmeans_init",
+        [](const Tensor& x, int64_t k, const std::string& init, const std::string& metric, uint64_t seed) {
+          cnn::KMeansOptions o = kmeans_options(k, 100, 1e-4, init, metric, seed, 8192, "lloyd");
+          nb::gil_scoped_release g;
+          return cnn::kmeans_init(x, o);
+        },
+        nb::arg("x"), nb::arg("k"), nb::arg("init") = "k-means++", nb::arg("metric") = "l2", nb::arg("seed") = 0,
+        "The initial centroids kmeans starts from (greedy k-means++ as scikit-learn, or k distinct random rows).");
+  m.def("adjusted_rand_index", &cnn::adjusted_rand_index, nb::arg("labels_a"), nb::arg("labels_b"), release_gil(),
+        "Adjusted Rand index of two labelings (N,) int64: 1 for identical partitions.");
+
+  // ---------------------------------------------------------------- readers
+  data.def("read_idx", &cd::read_idx, nb::arg("path"), nb::arg("dtype") = cf::kFloat32, release_gil(),
+           "The tensor of an IDX file (MNIST format), plain or gzip; errors name the file.");
+  data.attr("FASHION_MNIST_DIR") = cd::kFashionMnistDir;
+  nb::class_<cd::FashionMnist>(data, "FashionMnist", "Fashion-MNIST: images float32 (N, 28, 28), labels int64.")
+      .def_ro("train_images", &cd::FashionMnist::train_images)
+      .def_ro("train_labels", &cd::FashionMnist::train_labels)
+      .def_ro("test_images", &cd::FashionMnist::test_images)
+      .def_ro("test_labels", &cd::FashionMnist::test_labels);
+  data.def("load_fashion_mnist", &cd::load_fashion_mnist, nb::arg("dir") = cd::kFashionMnistDir,
+           nb::arg("scale") = true, release_gil(),
+           "The four Fashion-MNIST files from dir (Debian package dataset-fashion-mnist); images / 255 when scale.");
+  data.def("fashion_mnist_available", &cd::fashion_mnist_available, nb::arg("dir") = cd::kFashionMnistDir,
+           "Whether all four Fashion-MNIST files are in dir.");
+  data.def("fashion_mnist_class_name", &cd::fashion_mnist_class_name, nb::arg("label"), "The class name of a label 0..9.");
+  data.attr("FORTUNES_DIR") = cd::kFortunesDir;
+  data.def("read_fortune_file", &cd::read_fortune_file, nb::arg("path"), release_gil(),
+           "Entries of one fortune file (separated by lines holding '%').");
+  data.def("read_fortunes",
+           [](const std::string& dir, bool off) {
+             std::vector<cd::Fortune> f;
+             {
+               nb::gil_scoped_release g;
+               f = cd::read_fortunes(dir, off);
+             }
+             nb::list out;
+             for (auto& e : f) out.append(nb::make_tuple(e.category, e.text));
+             return out;
+           },
+           nb::arg("dir") = cd::kFortunesDir, nb::arg("include_offensive") = false,
+           "[(category, text), ...] of every fortune file in dir (Debian package fortunes).");
+  data.def("read_npy", &cd::read_npy, nb::arg("path"), release_gil(), "A NumPy .npy file as a tensor.");
+  data.def("save_npy", &cd::save_npy, nb::arg("path"), nb::arg("t"), release_gil(), "Write a .npy file atomically.");
+  data.def("read_raw_float32", &cd::read_raw_float32, nb::arg("path"), nb::arg("shape"), release_gil(),
+           "A file of raw little-endian float32 values as shape.");
+
+  // ---------------------------------------------------------------- tokenizers
+  nb::enum_<cd::TokenizerKind>(data, "TokenizerKind").value("char", cd::TokenizerKind::Char).value("word", cd::TokenizerKind::Word);
+  nb::class_<cd::Tokenizer>(data, "Tokenizer",
+                            "Character or word tokenizer; ids 0-5 are <pad> <unk> <bos> <eos> <cls> <sep>.")
+      .def_static("build_char",
+                  [](const std::vector<std::string>& corpus, bool lowercase, int64_t min_count, int64_t max_size) {
+                    return cd::Tokenizer::build_char(corpus, {lowercase, min_count, max_size});
+                  },
+                  nb::arg("corpus"), nb::arg("lowercase") = false, nb::arg("min_count") = 1, nb::arg("max_size") = 0)
+      .def_static("build_word",
+                  [](const std::vector<std::string>& corpus, bool lowercase, int64_t min_count, int64_t max_size) {
+                    return cd::Tokenizer::build_word(corpus, {lowercase, min_count, max_size});
+                  },
+                  nb::arg("corpus"), nb::arg("lowercase") = false, nb::arg("min_count") = 1, nb::arg("max_size") = 0)
+      .def_static("load", nb::overload_cast<const std::string&>(&cd::Tokenizer::load), nb::arg("path"))
+      .def("save", &cd::Tokenizer::save, nb::arg("path"))
+      .def_prop_ro("kind", &cd::Tokenizer::kind)
+      .def_prop_ro("vocab_size", &cd::Tokenizer::vocab_size)
+      .def_prop_ro("tokens", &cd::Tokenizer::tokens)
+      .def("token", &cd::Tokenizer::token, nb::arg("id"))
+      .def("id", &cd::Tokenizer::id, nb::arg("token"))
+      .def("split", &cd::Tokenizer::split, nb::arg("text"))
+      .def("encode", &cd::Tokenizer::encode, nb::arg("text"), nb::arg("add_bos") = false, nb::arg("add_eos") = false)
+      .def("decode", &cd::Tokenizer::decode, nb::arg("ids"), nb::arg("skip_special") = true)
+      .def_ro_static("PAD", &cd::Tokenizer::kPad)
+      .def_ro_static("UNK", &cd::Tokenizer::kUnk)
+      .def_ro_static("BOS", &cd::Tokenizer::kBos)
+      .def_ro_static("EOS", &cd::Tokenizer::kEos)
+      .def_ro_static("CLS", &cd::Tokenizer::kCls)
+      .def_ro_static("SEP", &cd::Tokenizer::kSep);
+
+  // ---------------------------------------------------------------- datasets and loader
+  nb::class_<cd::Dataset>(data, "Dataset", "Indexable examples (input, target).")
+      .def("__len__", &cd::Dataset::size)
+      .def("__getitem__", [](const cd::Dataset& d, int64_t i) {
+        CF_CHECK(i >= 0 && i < d.size(), IndexError, "[Dataset] index ", i, " out of range for ", d.size(), " examples");
+        cd::Example e = d.get(i);
+        return std::make_pair(e.input, e.target);
+      });
+  nb::class_<cd::TensorDataset, cd::Dataset>(data, "TensorDataset", "Rows of inputs (and targets) along axis 0.")
+      .def(nb::init<Tensor, Tensor>(), nb::arg("inputs"), nb::arg("targets") = Tensor());
+  nb::class_<cd::SequenceDataset, cd::Dataset>(data, "SequenceDataset",
+                                               "Token id sequences of varying length, with labels or target sequences.")
+      .def(nb::init<std::vector<std::vector<int64_t>>>(), nb::arg("inputs"))
+      .def(nb::init<std::vector<std::vector<int64_t>>, std::vector<int64_t>>(), nb::arg("inputs"), nb::arg("labels"))
+      .def(nb::init<std::vector<std::vector<int64_t>>, std::vector<std::vector<int64_t>>>(), nb::arg("inputs"),
+           nb::arg("target_sequences"))
+      .def_static("language_model", &cd::SequenceDataset::language_model, nb::arg("sequences"));
+  nb::class_<cd::Batch>(data, "Batch", "input (B, ...), target, key_padding_mask (B, N) True = padding, size, indices.")
+      .def_ro("input", &cd::Batch::input)
+      .def_prop_ro("target", [](const cd::Batch& b) -> std::optional<Tensor> {
+        if (!b.target.defined()) return std::nullopt;
+        return b.target;
+      })
+      .def_prop_ro("key_padding_mask", [](const cd::Batch& b) -> std::optional<Tensor> {
+        if (!b.key_padding_mask.defined()) return std::nullopt;
+        return b.key_padding_mask;
+      })
+      .def_ro("size", &cd::Batch::size)
+      .def_ro("indices", &cd::Batch::indices);
+  nb::class_<cd::DataLoader>(data, "DataLoader",
+                             "Batches of a dataset: Philox-seeded shuffle per epoch, padding collate with key padding "
+                             "masks, drop_last, resumable state, optional prefetch thread.")
+      .def("__init__",
+           [](cd::DataLoader* self, std::shared_ptr<cd::Dataset> ds, int64_t batch_size, bool shuffle, uint64_t seed,
+              bool drop_last, int64_t pad_id, int64_t target_pad, int64_t pad_to_multiple, int64_t prefetch) {
+             cd::DataLoaderOptions o{batch_size, shuffle, seed, drop_last, pad_id, target_pad, pad_to_multiple, prefetch};
+             new (self) cd::DataLoader(std::move(ds), o);
+           },
+           nb::arg("dataset"), nb::arg("batch_size") = 1, nb::arg("shuffle") = false, nb::arg("seed") = 0,
+           nb::arg("drop_last") = false, nb::arg("pad_id") = 0, nb::arg("target_pad") = -100,
+           nb::arg("pad_to_multiple") = 1, nb::arg("prefetch") = 0)
+      .def("__len__", &cd::DataLoader::size)
+      .def("set_epoch", &cd::DataLoader::set_epoch, nb::arg("epoch"))
+      .def_prop_ro("state", [](const cd::DataLoader& l) { return std::make_pair(l.state().epoch, l.state().batch); },
+                   "(epoch, next batch), for checkpoints.")
+      .def("set_state", [](cd::DataLoader& l, int64_t epoch, int64_t batch) { l.set_state({epoch, batch}); },
+           nb::arg("epoch"), nb::arg("batch"))
+      .def("batch", &cd::DataLoader::batch, nb::arg("epoch"), nb::arg("index"), release_gil(),
+           "Batch `index` of `epoch`, built directly (no state change).")
+      .def("__iter__", [](nb::handle self) { return self; })
+      .def("__next__", [](cd::DataLoader& l) {
+        cd::Batch b;
+        bool more;
+        {
+          nb::gil_scoped_release g;
+          more = l.next(b);
+        }
+        if (!more) throw nb::stop_iteration();
+        return b;
+      }, "The next batch of the current epoch; at its end StopIteration, and the next iteration runs the next epoch.");
+}
+
+}  // namespace cfpy

@@ -1,0 +1,190 @@
+// The extension module cf._cf: errors, dtypes, devices, generators, grad mode,
+// memory and CUDA controls, the op registry; the other files add the rest.
+#include "common.h"
+
+namespace cfpy {
+
+namespace {
+
+// cf::Error family -> Python classes of matching names. Each also derives from the
+// closest built-in exception (ShapeError is a ValueError, DTypeError a TypeError,
+// IOError an OSError, ...) so code that catches built-ins keeps working; the
+// message is cf's, starting with "[op]".
+struct ErrorTypes {
+  nb::object error, shape, dtype, device, index, value, io, autograd, not_implemented, kmeans_too_few;
+};
+ErrorTypes* g_errors = nullptr;
+
+nb::object make_exception(nb::module_& m, const char* name, std::initializer_list<nb::handle> bases,
+                          const char* doc) {
+  nb::list b;
+  for (nb::handle h : bases) b.append(h);
+  nb::dict ns;
+  ns["__module__"] = "cf";
+  ns["__doc__"] = doc;
+  nb::object type = nb::borrow(reinterpret_cast<PyObject*>(&PyType_Type))(name, nb::tuple(b), ns);
+  m.attr(name) = type;
+  return type;
+}
+
+void raise(const nb::object& type, const std::exception& e) { PyErr_SetString(type.ptr(), e.what()); }
+
+}  // namespace
+
+void bind_errors(nb::module_& m) {
+  g_errors = new ErrorTypes();  // lives as long as the process: the translator uses it
+  nb::handle runtime(PyExc_RuntimeError), value(PyExc_ValueError), type(PyExc_TypeError),
+      index(PyExc_IndexError), os(PyExc_OSError), notimpl(PyExc_NotImplementedError);
+  ErrorTypes& e = *g_errors;
+  e.error = make_exception(m, "Error", {runtime}, "Base of every cf error (C++ cf::Error); the message starts with \"[op]\".");
+  e.shape = make_exception(m, "ShapeError", {e.error, value}, "Shapes that do not fit (cf::ShapeError).");
+  e.dtype = make_exception(m, "DTypeError", {e.error, type}, "A dtype the op does not take (cf::DTypeError).");
+  e.device = make_exception(m, "DeviceError", {e.error}, "Mixed devices, or a device this build or machine lacks (cf::DeviceError).");
+  e.index = make_exception(m, "IndexError", {e.error, index}, "An index or axis out of range (cf::IndexError).");
+  e.value = make_exception(m, "ValueError", {e.error, value}, "A bad argument value (cf::ValueError).");
+  e.io = make_exception(m, "IOError", {e.error, os}, "A file that cannot be read or written, or is corrupt (cf::IOError).");
+  e.autograd = make_exception(m, "AutogradError", {e.error}, "Misuse of autograd: backward twice, in-place change of a saved tensor, ... (cf::AutogradError).");
+  e.not_implemented = make_exception(m, "NotImplementedError", {e.error, notimpl}, "A feature this build lacks (cf::NotImplementedError).");
+  e.kmeans_too_few = make_exception(m, "KMeansTooFewPointsError", {e.value},
+                                    "K-Means on data with fewer distinct points than k; .at_most bounds the distinct points.");
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    ErrorTypes& t = *g_errors;
+    try {
+      std::rethrow_exception(p);
+    } catch (const cf::nn::KMeansTooFewPointsError& ex) {
+      nb::object inst = t.kmeans_too_few(ex.what());
+      inst.attr("at_most") = ex.at_most();
+      PyErr_SetObject(t.kmeans_too_few.ptr(), inst.ptr());
+    } catch (const cf::ShapeError& ex) {
+      raise(t.shape, ex);
+    } catch (const cf::DTypeError& ex) {
+      raise(t.dtype, ex);
+    } catch (const cf::DeviceError& ex) {
+      raise(t.device, ex);
+    } catch (const cf::IndexError& ex) {
+      raise(t.index, ex);
+    } catch (const cf::ValueError& ex) {
+      raise(t.value, ex);
+    } catch (const cf::IOError& ex) {
+      raise(t.io, ex);
+    } catch (const cf::AutogradError& ex) {
+      raise(t.autograd, ex);
+    } catch (const cf::NotImplementedError& ex) {
+      raise(t.not_implemented, ex);
+    } catch (const cf::Error& ex) {
+      raise(t.error, ex);
+    }
+  });
+}
+
+}  // namespace cfpy
+
+NB_MODULE(_cf, m) {
+  using namespace cfpy;
+  m.doc() = "cf: a C++17 tensor library with eager autograd, CPU and CUDA backends, and the models of four "
+            "clustered-attention papers. This extension is the thin layer over cf.h; import it as `cf`.";
+  bind_errors(m);
+  // cf objects are often still held by other frameworks' objects (a PyTorch
+  // module, an autograd graph) when the interpreter shuts down; nanobind's
+  // leak report would then list them on every exit.
+  nb::set_leak_warnings(false);
+
+  nb::enum_<cf::DType>(m, "dtype", "Element types: float32 (default), float64, int64 (indices), bool (masks).")
+      .value("float32", cf::DType::Float32)
+      .value("float64", cf::DType::Float64)
+      .value("int64", cf::DType::Int64)
+      .value("bool", cf::DType::Bool);
+  m.attr("float32") = nb::cast(cf::kFloat32);
+  m.attr("float64") = nb::cast(cf::kFloat64);
+  m.attr("int64") = nb::cast(cf::kInt64);
+  m.attr("bool") = nb::cast(cf::kBool);
+  m.def("dtype_size", &cf::dtype_size, nb::arg("dtype"), "Bytes per element of a dtype.");
+  m.def("is_floating", &cf::is_floating, nb::arg("dtype"), "True for float32 and float64.");
+
+  nb::class_<cf::Device>(m, "Device", "A device: cpu, or cuda:N. Anywhere a device is taken, a string works too.")
+      .def(nb::init<>())
+      .def("__init__", [](cf::Device* d, const std::string& s) { new (d) cf::Device(cf::Device::parse(s)); },
+           nb::arg("spec"), "Parse \"cpu\", \"cuda\" or \"cuda:N\" (cf.ValueError otherwise).")
+      .def_static("cpu", &cf::Device::cpu)
+      .def_static("cuda", &cf::Device::cuda, nb::arg("index") = 0)
+      .def_prop_ro("type", [](const cf::Device& d) { return d.is_cpu() ? "cpu" : "cuda"; })
+      .def_ro("index", &cf::Device::index)
+      .def_prop_ro("is_cpu", &cf::Device::is_cpu)
+      .def_prop_ro("is_cuda", &cf::Device::is_cuda)
+      .def("__eq__", [](const cf::Device& a, const cf::Device& b) { return a == b; })
+      .def("__eq__", [](const cf::Device& a, const std::string& b) { return a == cf::Device::parse(b); })
+      .def("__hash__", [](const cf::Device& d) { return int(d.type) * 1024 + d.index; })
+      .def("__str__", &cf::Device::str)
+      .def("__repr__", [](const cf::Device& d) { return "device('" + d.str() + "')"; });
+  nb::implicitly_convertible<std::string, cf::Device>();
+  m.def("cuda_built", &cf::cuda_built, "True when this build has the CUDA backend.");
+
+  nb::class_<cf::Generator>(m, "Generator",
+                            "Counter-based Philox4x32-10 generator: a seed and a running offset. Element i of a "
+                            "random op draws from (seed, offset + i), the same stream on CPU and CUDA.")
+      .def(nb::init<uint64_t>(), nb::arg("seed") = 0)
+      .def("manual_seed", &cf::Generator::manual_seed, nb::arg("seed"), "Reset to seed, offset 0.")
+      .def_prop_ro("seed", &cf::Generator::seed)
+      .def_prop_ro("offset", &cf::Generator::offset)
+      .def("set_state", &cf::Generator::set_state, nb::arg("seed"), nb::arg("offset"),
+           "Restore a state saved from seed and offset (training checkpoints).")
+      .def("__repr__", [](const cf::Generator& g) {
+        return "Generator(seed=" + std::to_string(g.seed()) + ", offset=" + std::to_string(g.offset()) + ")";
+      });
+  m.def("default_generator", &cf::default_generator, nb::rv_policy::reference,
+        "The process-wide generator random ops use when given none.");
+  m.def("manual_seed", &cf::manual_seed, nb::arg("seed"), "Reseed the process-wide generator.");
+
+  m.def("grad_enabled", &cf::grad_enabled, "Whether ops record autograd history on this thread.");
+  m.def("set_grad_enabled", &cf::set_grad_enabled, nb::arg("on"),
+        "Turn history recording on or off for this thread (cf.no_grad() is the context manager).");
+
+  nb::class_<cf::MemoryStats>(m, "MemoryStats", "Allocator counters of one device.")
+      .def_ro("live_bytes", &cf::MemoryStats::live_bytes)
+      .def_ro("peak_bytes", &cf::MemoryStats::peak_bytes)
+      .def_ro("cached_bytes", &cf::MemoryStats::cached_bytes)
+      .def_ro("num_allocs", &cf::MemoryStats::num_allocs)
+      .def("__repr__", [](const cf::MemoryStats& s) {
+        return "MemoryStats(live_bytes=" + std::to_string(s.live_bytes) + ", peak_bytes=" +
+               std::to_string(s.peak_bytes) + ", cached_bytes=" + std::to_string(s.cached_bytes) + ")";
+      });
+  m.def("memory_stats", &cf::memory_stats, nb::arg("device") = cf::Device::cpu(),
+        "Live and peak bytes held by tensors on a device (memory borrowed through DLPack is not counted).");
+  m.def("reset_peak_memory", &cf::reset_peak_memory, nb::arg("device") = cf::Device::cpu(),
+        "Start a new peak: peak_bytes = live_bytes.");
+  m.def("empty_cache", &cf::empty_cache, nb::arg("device") = cf::Device::cpu(),
+        "Release the blocks a caching allocator keeps for reuse.");
+
+  nb::module_ cuda = m.def_submodule("cuda", "The CUDA runtime as cf sees it.");
+  cuda.def("device_count", &cf::cuda::device_count, "CUDA devices visible (0 without the backend, driver or GPU).");
+  cuda.def("is_available", &cf::cuda::is_available, "True when a CUDA device is visible to this build.");
+  cuda.def("synchronize", &cf::cuda::synchronize, release_gil(), "Wait for all queued work on the device.");
+  cuda.def("set_allow_tf32", &cf::cuda::set_allow_tf32, nb::arg("on"), "TF32 tensor cores in float32 matmuls (off by default).");
+  cuda.def("allow_tf32", &cf::cuda::allow_tf32, "Whether float32 matmuls may use TF32 tensor cores.");
+  cuda.def("set_sync_debug", &cf::cuda::set_sync_debug, nb::arg("on"),
+           "Synchronise and check after every kernel launch, so an error names its op.");
+  cuda.def("sync_debug", &cf::cuda::sync_debug, "Whether every kernel launch is followed by a synchronising check.");
+
+  nb::class_<cf::OpInfo>(m, "OpInfo", "One entry of the op registry.")
+      .def_prop_ro("name", [](const cf::OpInfo& o) { return std::string(o.name); })
+      .def_ro("differentiable", &cf::OpInfo::differentiable)
+      .def_ro("cuda", &cf::OpInfo::cuda)
+      .def("__repr__", [](const cf::OpInfo& o) {
+        return std::string("OpInfo(") + o.name + (o.differentiable ? ", differentiable" : "") +
+               (o.cuda ? ", cuda" : "") + ")";
+      });
+  m.def("op_registry", &cf::op_registry, nb::rv_policy::reference,
+        "The one list of ops (autograd/registry.cpp); each is a function of this module.");
+
+  nb::class_<cf::Tensor> tensor = bind_tensor_class(m);
+  bind_dlpack(m, tensor);
+  bind_ops(m, tensor);
+  nb::module_ nn = m.def_submodule("nn", "Modules, layers, attention variants, losses, optimizers, checkpoints.");
+  bind_nn(m, nn);
+  nb::module_ models = m.def_submodule("models", "The Transformer baselines and the papers' models.");
+  bind_models(m, models);
+  nb::module_ data = m.def_submodule("data", "Datasets, loaders, tokenizers and file readers.");
+  bind_data(m, data);
+  bind_bridge(m);
+}

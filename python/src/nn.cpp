@@ -1,0 +1,761 @@
+// cf.nn: Module and the layers, the attention family (every variant by name, its
+// options as keyword arguments), losses, optimizers and schedules, gradient
+// clipping, initialisers, checkpoints, safetensors files and checked configs.
+// Docstrings follow the header comments of nn/.
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/tuple.h>
+
+#include "common.h"
+
+namespace cfpy {
+
+using cf::Tensor;
+namespace cnn = cf::nn;
+
+// ---------------------------------------------------------------- JSON
+
+nlohmann::json to_json(nb::handle h, const std::string& where) {
+  if (h.is_none()) return nullptr;
+  if (PyBool_Check(h.ptr())) return h.ptr() == Py_True;
+  if (PyLong_Check(h.ptr())) return nb::cast<int64_t>(h);
+  if (PyFloat_Check(h.ptr())) return nb::cast<double>(h);
+  if (PyUnicode_Check(h.ptr())) return nb::cast<std::string>(h);
+  if (PyDict_Check(h.ptr())) {
+    nlohmann::json j = nlohmann::json::object();
+    for (auto [k, v] : nb::borrow<nb::dict>(h)) {
+      CF_CHECK(PyUnicode_Check(k.ptr()), ValueError, "[", where, "] keys must be strings");
+      std::string key = nb::cast<std::string>(k);
+      j[key] = to_json(v, where + "." + key);
+    }
+    return j;
+  }
+  if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) {
+    nlohmann::json j = nlohmann::json::array();
+    for (nb::handle v : h) j.push_back(to_json(v, where));
+    return j;
+  }
+  throw cf::ValueError(cf::str("[", where, "] cannot store a ",
+                               nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr())))),
+                               " in a config (numbers, strings, bools, None, lists and dicts only)"));
+}
+
+nb::object from_json(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return nb::none();
+    case nlohmann::json::value_t::boolean: return nb::bool_(j.get<bool>());
+    case nlohmann::json::value_t::number_integer: return nb::int_(j.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned: return nb::int_(j.get<uint64_t>());
+    case nlohmann::json::value_t::number_float: return nb::float_(j.get<double>());
+    case nlohmann::json::value_t::string: return nb::str(j.get<std::string>().c_str());
+    case nlohmann::json::value_t::array: {
+      nb::list l;
+      for (auto& v : j) l.append(from_json(v));
+      return l;
+    }
+    case nlohmann::json::value_t::object: {
+      nb::dict d;
+      for (auto it = j.begin(); it != j.end(); ++it) d[nb::str(it.key().c_str())] = from_json(it.value());
+      return d;
+    }
+    default: return nb::none();
+  }
+}
+
+// ---------------------------------------------------------------- state dicts
+
+cf::nn::StateDict to_state_dict(nb::handle h, const char* op) {
+  if (nb::isinstance<cnn::Module>(h)) return nb::cast<cnn::Module&>(h).named_parameters();
+  cnn::StateDict out;
+  if (PyDict_Check(h.ptr())) {
+    for (auto [k, v] : nb::borrow<nb::dict>(h)) out.emplace_back(nb::cast<std::string>(k), nb::cast<Tensor>(v));
+    return out;
+  }
+  if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) {
+    int64_t i = 0;
+    for (nb::handle item : h) {
+      if (nb::isinstance<Tensor>(item)) {
+        out.emplace_back(std::to_string(i++), nb::cast<Tensor>(item));
+      } else {
+        auto p = nb::cast<std::pair<std::string, Tensor>>(item);
+        out.push_back(std::move(p));
+      }
+    }
+    return out;
+  }
+  throw cf::ValueError(cf::str("[", op, "] expects a Module, a dict name -> Tensor, a list of (name, Tensor) "
+                               "pairs or a list of tensors"));
+}
+
+nb::dict state_dict_to_python(const cnn::StateDict& d) {
+  nb::dict out;
+  for (auto& [k, v] : d) out[nb::str(k.c_str())] = nb::cast(v);
+  return out;
+}
+
+namespace {
+
+nb::list named_list(const cnn::StateDict& d) {
+  nb::list out;
+  for (auto& [k, v] : d) out.append(nb::make_tuple(k, v));
+  return out;
+}
+
+// Keyword arguments as the JSON options object of a variant ({"clusters": 8, ...}).
+cnn::Config options_config(const nb::kwargs& kw, const std::string& name) {
+  return cnn::Config(to_json(kw, name), name);
+}
+
+cnn::AttentionSpec attention_spec(const std::string& type, int64_t d_model, int64_t n_heads, cf::Generator* gen,
+                                  const nb::kwargs& options) {
+  cnn::AttentionSpec spec;
+  spec.type = type;
+  spec.d_model = d_model;
+  spec.n_heads = n_heads;
+  spec.options = options_config(options, "attention");
+  spec.gen = gen;
+  return spec;
+}
+
+// TransformerLayerOptions from keyword arguments: d_model, n_heads, d_ff, dropout,
+// activation, norm_first, attention={"type": ..., options}, cross_attention={...},
+// read (types checked, attention options included) by the models' config reader.
+cnn::TransformerLayerOptions layer_options(const nb::kwargs& kw) {
+  static const char* const keys[] = {"d_model", "n_heads", "d_ff", "dropout", "activation", "norm_first",
+                                     "attention", "cross_attention"};
+  nlohmann::json j = to_json(kw, "layer");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const char* k : keys) known = known || it.key() == k;
+    CF_CHECK(known, ValueError, "[layer] unknown option '", it.key(), "' (known: d_model, n_heads, d_ff, dropout, "
+             "activation, norm_first, attention, cross_attention)");
+  }
+  j["vocab_size"] = 1;  // the model-level keys keep their defaults
+  return cf::models::TransformerConfig::from_json(j).layer;
+}
+
+cnn::AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const std::optional<Tensor>& key_padding_mask,
+                                  const std::optional<Tensor>& query_padding_mask, bool causal,
+                                  const std::optional<Tensor>& query_input, cnn::AuxLosses* aux) {
+  cnn::AttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  if (key_padding_mask) a.key_padding_mask = *key_padding_mask;
+  if (query_padding_mask) a.query_padding_mask = *query_padding_mask;
+  a.causal = causal;
+  if (query_input) a.query_input = *query_input;
+  a.aux = aux;
+  return a;
+}
+
+}  // namespace
+
+void bind_nn(nb::module_& m, nb::module_& nn) {
+  // ---------------------------------------------------------------- Module
+  nb::class_<cnn::Module>(nn, "Module",
+                          "Base of every layer and model: named parameters, buffers and submodules in registration "
+                          "order (names like \"layers.0.self_attn.w_q.weight\").")
+      .def("parameters", &cnn::Module::parameters, "The parameter tensors, recursively, in order.")
+      .def("named_parameters", [](const cnn::Module& mod) { return named_list(mod.named_parameters()); },
+           "[(name, tensor), ...] in registration order.")
+      .def("named_buffers", [](const cnn::Module& mod) { return named_list(mod.named_buffers()); })
+      .def("named_modules", [](cnn::Module& mod) { return mod.named_modules(); }, nb::rv_policy::reference_internal,
+           "[(name, module), ...], this one first as \"\".")
+      .def("num_parameters", &cnn::Module::num_parameters, "Number of scalar parameters.")
+      .def("state_dict", [](const cnn::Module& mod) { return state_dict_to_python(mod.state_dict()); },
+           "Parameters and persistent buffers, name -> tensor (the module's own tensors, not copies).")
+      .def("load_state_dict",
+           [](cnn::Module& mod, nb::handle dict, bool strict) {
+             cnn::StateDict d = to_state_dict(dict, "load_state_dict");
+             nb::gil_scoped_release g;
+             mod.load_state_dict(d, strict);
+           },
+           nb::arg("state_dict"), nb::arg("strict") = true,
+           "Copy values into the registered tensors. Strict: one error lists every missing, unexpected and "
+           "mis-shaped key; a failed load changes nothing.")
+      .def("train", [](cnn::Module& mod, bool on) -> cnn::Module& { mod.train(on); return mod; },
+           nb::arg("on") = true, nb::rv_policy::reference, "Training mode (dropout on); returns self.")
+      .def("eval", [](cnn::Module& mod) -> cnn::Module& { mod.eval(); return mod; }, nb::rv_policy::reference,
+           "Evaluation mode; returns self.")
+      .def_prop_ro("training", &cnn::Module::is_training)
+      .def("to", [](cnn::Module& mod, cf::DType d) -> cnn::Module& { mod.to(d); return mod; }, nb::arg("dtype"),
+           nb::rv_policy::reference, release_gil(), "Convert float parameters and buffers; returns self.")
+      .def("to", [](cnn::Module& mod, cf::Device d) -> cnn::Module& { mod.to(d); return mod; }, nb::arg("device"),
+           nb::rv_policy::reference, release_gil(), "Move parameters and buffers; returns self.")
+      .def("zero_grad", &cnn::Module::zero_grad, "Drop every parameter's gradient.")
+      .def("set_parameters", &cnn::Module::set_parameters, nb::arg("values"),
+           "Replace the parameter tensors (named_parameters order) by values, used as given: no copy, no detach.");
+
+  nb::class_<cnn::UnaryModule, cnn::Module> unary(nn, "UnaryModule", "A module mapping one tensor to one tensor.");
+  def_forward(unary, [](cnn::UnaryModule& mod, const Tensor& x) { return mod.forward(x); }, "forward(x)", nb::arg("x"));
+
+  // ---------------------------------------------------------------- layers
+  nb::class_<cnn::Linear, cnn::UnaryModule>(nn, "Linear",
+                                            "y = x W^T + b; W is (out, in) as in PyTorch. Init U(-1/sqrt(in), 1/sqrt(in)).")
+      .def(nb::init<int64_t, int64_t, bool, cf::Generator&>(), nb::arg("in_features"), nb::arg("out_features"),
+           nb::arg("bias") = true, nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
+      .def_prop_ro("in_features", &cnn::Linear::in_features)
+      .def_prop_ro("out_features", &cnn::Linear::out_features)
+      .def_rw("weight", &cnn::Linear::weight)
+      .def_rw("bias", &cnn::Linear::bias);
+  nb::class_<cnn::Embedding, cnn::Module> emb(nn, "Embedding",
+                                              "Rows of a (num, dim) table picked by int64 ids of any shape -> (..., dim). "
+                                              "The padding row starts at zero and gets no gradient.");
+  emb.def(nb::init<int64_t, int64_t, int64_t, cf::Generator&>(), nb::arg("num_embeddings"), nb::arg("dim"),
+          nb::arg("padding_idx") = -1, nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
+      .def_rw("weight", &cnn::Embedding::weight)
+      .def_prop_ro("num_embeddings", &cnn::Embedding::num_embeddings)
+      .def_prop_ro("dim", &cnn::Embedding::dim);
+  def_forward(emb, [](cnn::Embedding& e, const Tensor& ids) { return e.forward(ids); }, "forward(ids)", nb::arg("ids"));
+  nb::class_<cnn::LayerNorm, cnn::UnaryModule>(nn, "LayerNorm", "Layer normalisation over the last axis, learned scale and shift.")
+      .def(nb::init<int64_t, double, bool>(), nb::arg("dim"), nb::arg("eps") = 1e-5, nb::arg("affine") = true)
+      .def_rw("weight", &cnn::LayerNorm::weight)
+      .def_rw("bias", &cnn::LayerNorm::bias);
+  nb::class_<cnn::Dropout, cnn::UnaryModule>(nn, "Dropout", "Inverted dropout in training mode, identity in eval mode.")
+      .def(nb::init<double, cf::Generator&>(), nb::arg("p"),
+           nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)),
+           nb::keep_alive<1, 3>())
+      .def_prop_ro("p", &cnn::Dropout::p);
+  nb::class_<cnn::ReLU, cnn::UnaryModule>(nn, "ReLU").def(nb::init<>());
+  nb::class_<cnn::GELU, cnn::UnaryModule>(nn, "GELU", "GELU, exact erf form.").def(nb::init<>());
+  nb::class_<cnn::LeakyReLU, cnn::UnaryModule>(nn, "LeakyReLU").def(nb::init<double>(), nb::arg("negative_slope") = 0.01);
+  nb::class_<cnn::Tanh, cnn::UnaryModule>(nn, "Tanh").def(nb::init<>());
+  nb::class_<cnn::Sigmoid, cnn::UnaryModule>(nn, "Sigmoid").def(nb::init<>());
+  nb::class_<cnn::Identity, cnn::UnaryModule>(nn, "Identity").def(nb::init<>());
+  nn.def("make_activation", &cnn::make_activation, nb::arg("name"),
+         "\"relu\", \"gelu\", \"leaky_relu\" (or \"leaky_relu:0.2\"), \"tanh\", \"sigmoid\", \"identity\".");
+  nb::class_<cnn::Sequential, cnn::UnaryModule>(nn, "Sequential", "Applies its layers in order; named \"0\", \"1\", ...")
+      .def(nb::init<std::vector<std::shared_ptr<cnn::UnaryModule>>>(), nb::arg("layers"))
+      .def("append", [](cnn::Sequential& s, std::shared_ptr<cnn::UnaryModule> l) { s.push_back(std::move(l)); },
+           nb::arg("layer"))
+      .def("__len__", &cnn::Sequential::size)
+      .def("__getitem__", [](cnn::Sequential& s, size_t i) -> cnn::UnaryModule& {
+        CF_CHECK(i < s.size(), IndexError, "[Sequential] index ", i, " out of range for ", s.size(), " layers");
+        return s[i];
+      }, nb::rv_policy::reference_internal);
+  nb::class_<cnn::FeedForward, cnn::UnaryModule>(nn, "FeedForward",
+                                                 "Linear(d, d_ff) -> activation -> dropout -> Linear(d_ff, d).")
+      .def(nb::init<int64_t, int64_t, const std::string&, double, cf::Generator&>(), nb::arg("d_model"),
+           nb::arg("d_ff"), nb::arg("activation") = "relu", nb::arg("dropout") = 0.0,
+           nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)),
+           nb::keep_alive<1, 6>())
+      .def_ro("fc1", &cnn::FeedForward::fc1)
+      .def_ro("fc2", &cnn::FeedForward::fc2);
+  nb::class_<cnn::SinusoidalPositionalEncoding, cnn::UnaryModule>(
+      nn, "SinusoidalPositionalEncoding", "x + PE[:N], the fixed sinusoids of Vaswani et al. (2017), section 3.5.")
+      .def(nb::init<int64_t, int64_t>(), nb::arg("max_len"), nb::arg("dim"));
+  nb::class_<cnn::LearnedPositionalEncoding, cnn::UnaryModule>(nn, "LearnedPositionalEncoding",
+                                                               "x + P[:N] with a learned table P ~ N(0, 0.02^2).")
+      .def(nb::init<int64_t, int64_t, cf::Generator&>(), nb::arg("max_len"), nb::arg("dim"),
+           nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
+      .def_rw("weight", &cnn::LearnedPositionalEncoding::weight);
+  nb::class_<cnn::DepthwiseConv1d, cnn::UnaryModule>(
+      nn, "DepthwiseConv1d",
+      "Depthwise convolution along the sequence axis of (B, N, C); N_out = floor((N + 2p - k) / s) + 1.")
+      .def(nb::init<int64_t, int64_t, int64_t, int64_t, bool, cf::Generator&>(), nb::arg("channels"),
+           nb::arg("kernel_size"), nb::arg("stride") = 1, nb::arg("padding") = 0, nb::arg("bias") = true,
+           nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
+      .def("output_length", &cnn::DepthwiseConv1d::output_length, nb::arg("n"))
+      .def_rw("weight", &cnn::DepthwiseConv1d::weight)
+      .def_rw("bias", &cnn::DepthwiseConv1d::bias);
+
+  // ---------------------------------------------------------------- attention
+  nb::class_<cnn::AuxLosses>(nn, "AuxLosses",
+                             "Collects named auxiliary losses during a forward pass (e.g. neural clustering's L1, L2).")
+      .def(nb::init<>())
+      .def("add", &cnn::AuxLosses::add, nb::arg("name"), nb::arg("loss"))
+      .def("get", &cnn::AuxLosses::get, nb::arg("name"))
+      .def("names", &cnn::AuxLosses::names)
+      .def("empty", &cnn::AuxLosses::empty)
+      .def("clear", &cnn::AuxLosses::clear)
+      .def("total", &cnn::AuxLosses::total, nb::arg("weights"), release_gil(),
+           "sum over names of weights[name] * (that name's losses); a missing or unknown name is an error.");
+
+  nb::class_<cnn::Attention, cnn::Module> att(
+      nn, "Attention",
+      "One attention variant on per-head q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv) -> (B, H, Nq, Dv). "
+      "key_padding_mask: bool (B, Nk), True = padding. Build one with cf.nn.make_attention(type, ...).");
+  att.def_prop_ro("type", &cnn::Attention::type, "The name this variant is configured by.")
+      .def_prop_ro("shares_qk", &cnn::Attention::shares_qk, "True when keys must be the queries' projection (LSH).");
+  auto att_forward = [](cnn::Attention& a, const Tensor& q, const Tensor& k, const Tensor& v,
+                        std::optional<Tensor> kpm, std::optional<Tensor> qpm, bool causal,
+                        std::optional<Tensor> query_input, cnn::AuxLosses* aux) {
+    return a.forward(attention_args(q, k, v, kpm, qpm, causal, query_input, aux));
+  };
+  def_forward(att, att_forward, "Per-head attention (see the class doc).", nb::arg("q"), nb::arg("k"), nb::arg("v"),
+              nb::arg("key_padding_mask") = nb::none(), nb::arg("query_padding_mask") = nb::none(),
+              nb::arg("causal") = false, nb::arg("query_input") = nb::none(), nb::arg("aux").none() = nb::none());
+  nb::class_<cnn::FullAttention, cnn::Attention>(nn, "FullAttention", "Softmax attention (options: dropout, scale).");
+  nb::class_<cnn::LSHAttention, cnn::Attention>(nn, "LSHAttention",
+                                                "Reformer's LSH attention (options: n_hashes, bucket_size, n_buckets, seed, scale).")
+      .def("buckets_for", &cnn::LSHAttention::buckets_for, nb::arg("n"))
+      .def("hash", &cnn::LSHAttention::hash, nb::arg("q"), release_gil());
+  nb::class_<cnn::RoutingAttention, cnn::Attention>(
+      nn, "RoutingAttention", "Routing Transformer attention: EMA K-Means centroids, local heads (see routing.h).")
+      .def_prop_ro("n_clusters", &cnn::RoutingAttention::n_clusters)
+      .def_prop_ro("local_heads", &cnn::RoutingAttention::local_heads)
+      .def_prop_ro("centroids", &cnn::RoutingAttention::centroids);
+  nb::class_<cnn::ClusteredAttention, cnn::Attention>(
+      nn, "ClusteredAttention",
+      "Clustered / improved clustered attention (Vyas et al. 2020): hashed queries, Hamming K-Means, centroid "
+      "attention; improved adds exact top-k products. Options: clusters, bits, iterations, topk, fixed_planes, ...")
+      .def("cluster", &cnn::ClusteredAttention::cluster, nb::arg("q"), nb::arg("query_padding_mask") = Tensor(),
+           release_gil(), "Cluster ids int64 (B, H, Nq) of q (-1 for padded queries).")
+      .def("set_assignment", &cnn::ClusteredAttention::set_assignment, nb::arg("assignment"))
+      .def("clear_assignment", &cnn::ClusteredAttention::clear_assignment)
+      .def_prop_ro("last_assignment", &cnn::ClusteredAttention::last_assignment);
+  nb::class_<cnn::MemoryBankOptions> mbo(nn, "MemoryBankOptions", "Options of a Cluster-Former memory bank (Algorithm 1).");
+  def_kwargs_init(mbo, "MemoryBankOptions");
+  mbo.def_rw("dim", &cnn::MemoryBankOptions::dim)
+      .def_rw("num_clusters", &cnn::MemoryBankOptions::num_clusters)
+      .def_rw("capacity", &cnn::MemoryBankOptions::capacity)
+      .def_rw("update_every", &cnn::MemoryBankOptions::update_every)
+      .def_rw("kmeans_iters", &cnn::MemoryBankOptions::kmeans_iters)
+      .def_rw("seed", &cnn::MemoryBankOptions::seed)
+      .def_rw("save_memory", &cnn::MemoryBankOptions::save_memory);
+  nb::class_<cnn::MemoryBank, cnn::Module>(
+      nn, "MemoryBank", "FIFO of hidden states re-clustered by K-Means every update_every steps (Cluster-Former, Alg. 1).")
+      .def(nb::init<const cnn::MemoryBankOptions&, cf::Generator&>(), nb::arg("options"),
+           nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
+      .def("add", &cnn::MemoryBank::add, nb::arg("states"), nb::arg("padding_mask") = Tensor(), release_gil())
+      .def("step", &cnn::MemoryBank::step, release_gil(), "Count one training step; recluster when due. True if it did.")
+      .def("update_centroids", &cnn::MemoryBank::update_centroids, release_gil())
+      .def("contents", &cnn::MemoryBank::contents)
+      .def("size", &cnn::MemoryBank::size)
+      .def("steps", &cnn::MemoryBank::steps)
+      .def("updates", &cnn::MemoryBank::updates)
+      .def_rw("centroids", &cnn::MemoryBank::centroids);
+  nb::class_<cnn::ClusterFormerAttention, cnn::Attention>(
+      nn, "ClusterFormerAttention",
+      "Cluster-Former's cluster layer attention (eqs. 5-9): tokens sorted by nearest memory-bank centroid, attended in "
+      "chunks. Options: chunk_size, scale, num_clusters, capacity, update_every, ...")
+      .def("assign", &cnn::ClusterFormerAttention::assign, nb::arg("x"), nb::arg("padding_mask") = Tensor(), release_gil())
+      .def("set_fixed_assignments", &cnn::ClusterFormerAttention::set_fixed_assignments, nb::arg("ids"))
+      .def_prop_ro("last_assignments", &cnn::ClusterFormerAttention::last_assignments)
+      .def_prop_ro("chunk_size", &cnn::ClusterFormerAttention::chunk_size)
+      .def_ro("bank", &cnn::ClusterFormerAttention::bank);
+  nb::class_<cnn::NeuralClusteringAttention, cnn::Attention>(
+      nn, "NeuralClusteringAttention",
+      "ClusterFormer's neural clustering attention (eqs. 2-11; masked variant of appendix B). Options: clusters "
+      "(required), look_back, scale, tie_order, losses_reach_input. Self-attention only (needs query_input).")
+      .def_rw("centroids", &cnn::NeuralClusteringAttention::centroids)
+      .def_rw("w_c", &cnn::NeuralClusteringAttention::w_c)
+      .def_prop_ro("d_model", &cnn::NeuralClusteringAttention::d_model)
+      .def_prop_ro("chain_index", &cnn::NeuralClusteringAttention::chain_index)
+      .def("current_centroids", &cnn::NeuralClusteringAttention::current_centroids);
+  nn.attr("CLUSTERING_LOSS") = cnn::kClusteringLossName;
+  nn.attr("CENTROID_SORTING_LOSS") = cnn::kCentroidSortingLossName;
+
+  nn.def("make_attention",
+         [](const std::string& type, int64_t d_model, int64_t n_heads, cf::Generator* gen, nb::kwargs options) {
+           return cnn::make_attention(attention_spec(type, d_model, n_heads, gen, options));
+         },
+         nb::arg("type"), nb::arg("d_model"), nb::arg("n_heads") = 1, nb::arg("generator").none() = nb::none(),
+         nb::arg("options"),
+         "Build the attention variant named `type` (cf.nn.attention_types()) with its options as keyword arguments, "
+         "e.g. make_attention(\"neural-clustering\", 64, 4, clusters=8). Unknown or mistyped options are errors "
+         "naming the key.");
+  nn.def("attention_types", &cnn::attention_types, "The variant names make_attention takes.");
+
+  nb::class_<cnn::MultiHeadAttention, cnn::Module> mha(
+      nn, "MultiHeadAttention",
+      "Multi-head attention around any variant: project q, k, v (w_q, w_k, w_v), split heads, run the variant, merge, "
+      "project back (w_o). MultiHeadAttention(\"clustered\", d_model=64, n_heads=4, clusters=16) builds the variant by "
+      "name with its options as keyword arguments.");
+  mha.def("__init__",
+          [](cnn::MultiHeadAttention* self, const std::string& type, int64_t d_model, int64_t n_heads,
+             cf::Generator* gen, bool bias, nb::kwargs options) {
+            cf::Generator& g = gen_or_default(gen);
+            auto a = cnn::make_attention(attention_spec(type, d_model, n_heads, &g, options));
+            new (self) cnn::MultiHeadAttention(d_model, n_heads, a, g, bias);
+          },
+          nb::arg("type"), nb::arg("d_model"), nb::arg("n_heads") = 1, nb::arg("generator").none() = nb::none(),
+          nb::arg("bias") = true, nb::arg("options"))
+      .def("__init__",
+           [](cnn::MultiHeadAttention* self, std::shared_ptr<cnn::Attention> a, int64_t d_model, int64_t n_heads,
+              cf::Generator* gen, bool bias) {
+             new (self) cnn::MultiHeadAttention(d_model, n_heads, std::move(a), gen_or_default(gen), bias);
+           },
+           nb::arg("attention"), nb::arg("d_model"), nb::arg("n_heads") = 1, nb::arg("generator").none() = nb::none(),
+           nb::arg("bias") = true)
+      .def_prop_ro("d_model", &cnn::MultiHeadAttention::d_model)
+      .def_prop_ro("n_heads", &cnn::MultiHeadAttention::n_heads)
+      .def_prop_ro("attention", [](cnn::MultiHeadAttention& m) { return &m.attention(); }, nb::rv_policy::reference_internal)
+      .def("set_attention", &cnn::MultiHeadAttention::set_attention, nb::arg("attention"),
+           "Switch the variant, keeping the projections.")
+      .def_ro("w_q", &cnn::MultiHeadAttention::w_q)
+      .def_ro("w_k", &cnn::MultiHeadAttention::w_k)
+      .def_ro("w_v", &cnn::MultiHeadAttention::w_v)
+      .def_ro("w_o", &cnn::MultiHeadAttention::w_o);
+  def_forward(mha,
+              [](cnn::MultiHeadAttention& a, const Tensor& query, std::optional<Tensor> key, std::optional<Tensor> value,
+                 std::optional<Tensor> kpm, bool causal, cnn::AuxLosses* aux, std::optional<Tensor> qpm) {
+                Tensor k = key ? *key : query, v = value ? *value : k;
+                return a.forward(query, k, v, opt(kpm), causal, aux, opt(qpm));
+              },
+              "query (B, Nq, D), key/value (B, Nk, D) (default: self-attention) -> (B, Nq, D). key_padding_mask "
+              "bool (B, Nk), True = padding.",
+              nb::arg("query"), nb::arg("key") = nb::none(), nb::arg("value") = nb::none(),
+              nb::arg("key_padding_mask") = nb::none(), nb::arg("causal") = false, nb::arg("aux").none() = nb::none(),
+              nb::arg("query_padding_mask") = nb::none());
+
+  // ---- transformer layers ----
+  nb::class_<cnn::TransformerEncoderLayer, cnn::Module> enc(
+      nn, "TransformerEncoderLayer",
+      "Self-attention + feed-forward, pre-LN (norm_first) or post-LN. Keyword options: d_model, n_heads, d_ff, "
+      "dropout, activation, norm_first, attention={\"type\": ..., options}.");
+  enc.def("__init__",
+          [](cnn::TransformerEncoderLayer* self, cf::Generator* gen, nb::kwargs kw) {
+            new (self) cnn::TransformerEncoderLayer(layer_options(kw), gen_or_default(gen));
+          },
+          nb::arg("generator").none() = nb::none(), nb::arg("options"), nb::keep_alive<1, 2>())
+      .def_ro("self_attn", &cnn::TransformerEncoderLayer::self_attn)
+      .def_ro("ff", &cnn::TransformerEncoderLayer::ff)
+      .def_ro("norm1", &cnn::TransformerEncoderLayer::norm1)
+      .def_ro("norm2", &cnn::TransformerEncoderLayer::norm2);
+  def_forward(enc,
+              [](cnn::TransformerEncoderLayer& l, const Tensor& x, std::optional<Tensor> kpm, bool causal,
+                 cnn::AuxLosses* aux) { return l.forward(x, opt(kpm), causal, aux); },
+              "x (B, N, D) -> (B, N, D).", nb::arg("x"), nb::arg("key_padding_mask") = nb::none(),
+              nb::arg("causal") = false, nb::arg("aux").none() = nb::none());
+  nb::class_<cnn::TransformerDecoderLayer, cnn::Module> dec(
+      nn, "TransformerDecoderLayer", "Causal self-attention, cross-attention to memory, feed-forward.");
+  dec.def("__init__",
+          [](cnn::TransformerDecoderLayer* self, cf::Generator* gen, nb::kwargs kw) {
+            new (self) cnn::TransformerDecoderLayer(layer_options(kw), gen_or_default(gen));
+          },
+          nb::arg("generator").none() = nb::none(), nb::arg("options"), nb::keep_alive<1, 2>())
+      .def_ro("self_attn", &cnn::TransformerDecoderLayer::self_attn)
+      .def_ro("cross_attn", &cnn::TransformerDecoderLayer::cross_attn)
+      .def_ro("ff", &cnn::TransformerDecoderLayer::ff);
+  def_forward(dec,
+              [](cnn::TransformerDecoderLayer& l, const Tensor& x, const Tensor& memory, std::optional<Tensor> tpm,
+                 std::optional<Tensor> mpm, cnn::AuxLosses* aux) {
+                return l.forward(x, memory, opt(tpm), opt(mpm), aux);
+              },
+              "x (B, Nt, D) attends causally to itself and fully to memory (B, Ns, D).", nb::arg("x"),
+              nb::arg("memory"), nb::arg("tgt_padding_mask") = nb::none(), nb::arg("memory_padding_mask") = nb::none(),
+              nb::arg("aux").none() = nb::none());
+
+  // ---- centroid attention (Centroid Transformers, eqs. 3-4) ----
+  nb::class_<cnn::CentroidAttentionOptions> cao(nn, "CentroidAttentionOptions",
+                                               "Options of centroid attention (nn/attention/centroid.h).");
+  def_kwargs_init(cao, "CentroidAttentionOptions");
+  cao.def_rw("d_model", &cnn::CentroidAttentionOptions::d_model)
+      .def_rw("n_heads", &cnn::CentroidAttentionOptions::n_heads)
+      .def_rw("iterations", &cnn::CentroidAttentionOptions::iterations)
+      .def_rw("eps", &cnn::CentroidAttentionOptions::eps)
+      .def_rw("normalize", &cnn::CentroidAttentionOptions::normalize)
+      .def_rw("knn", &cnn::CentroidAttentionOptions::knn)
+      .def_rw("scale", &cnn::CentroidAttentionOptions::scale)
+      .def_rw("norm", &cnn::CentroidAttentionOptions::norm)
+      .def_rw("bias", &cnn::CentroidAttentionOptions::bias)
+      .def_rw("init", &cnn::CentroidAttentionOptions::init)
+      .def_rw("num_centroids", &cnn::CentroidAttentionOptions::num_centroids)
+      .def_rw("downsample", &cnn::CentroidAttentionOptions::downsample)
+      .def_rw("kmeans_iters", &cnn::CentroidAttentionOptions::kmeans_iters)
+      .def_rw("seq_len", &cnn::CentroidAttentionOptions::seq_len)
+      .def_rw("conv_kernel", &cnn::CentroidAttentionOptions::conv_kernel)
+      .def_rw("conv_stride", &cnn::CentroidAttentionOptions::conv_stride)
+      .def_rw("conv_padding", &cnn::CentroidAttentionOptions::conv_padding);
+  nb::class_<cnn::CentroidAttention, cnn::Module> ca(
+      nn, "CentroidAttention", "N inputs -> M centroids by T steps of eq. 4 (Centroid Transformers).");
+  ca.def(nb::init<const cnn::CentroidAttentionOptions&, cf::Generator&>(), nb::arg("options"),
+         nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)));
+  def_forward(ca,
+              [](cnn::CentroidAttention& a, const Tensor& x, const Tensor& u0, std::optional<Tensor> kpm,
+                 std::optional<Tensor> cm) { return a.forward(x, u0, opt(kpm), opt(cm)); },
+              "x (B, N, D), initial centroids u0 (B, M, D) -> (B, M, D).", nb::arg("x"), nb::arg("u0"),
+              nb::arg("key_padding_mask") = nb::none(), nb::arg("centroid_mask") = nb::none());
+  nb::class_<cnn::CentroidAttentionBlock, cnn::Module> cab(
+      nn, "CentroidAttentionBlock", "Centroid initialisation, centroid attention and a feed-forward block.");
+  cab.def(nb::init<const cnn::CentroidAttentionOptions&, int64_t, const std::string&, double, cf::Generator&>(),
+          nb::arg("options"), nb::arg("d_ff"), nb::arg("activation") = "relu", nb::arg("dropout") = 0.0,
+          nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)),
+          nb::keep_alive<1, 6>());
+  def_forward(cab,
+              [](cnn::CentroidAttentionBlock& b, const Tensor& x, std::optional<Tensor> kpm,
+                 std::optional<Tensor> sample_space, cf::Generator* sampler) {
+                cnn::CentroidBlockOutput o = b.forward(x, opt(kpm), opt(sample_space), sampler);
+                return std::make_tuple(o.u, o.mask, o.indices, o.positions);
+              },
+              "x (B, N, D) -> (centroids (B, M, D), mask, indices, positions); undefined parts are None-like empty "
+              "handles.",
+              nb::arg("x"), nb::arg("key_padding_mask") = nb::none(), nb::arg("sample_space") = nb::none(),
+              nb::arg("sampler").none() = nb::none());
+  nn.def("farthest_point_sampling", &cnn::farthest_point_sampling, nb::arg("points"), nb::arg("m"),
+         nb::arg("mask") = Tensor(), release_gil(), "Indices int64 (B, m) of farthest point sampling over points (B, N, C).");
+  nn.def("knn_indices", &cnn::knn_indices, nb::arg("queries"), nb::arg("inputs"), nb::arg("k"), nb::arg("mask") = Tensor(),
+         release_gil(), "Indices int64 (B, M, k) of each query's k nearest inputs.");
+
+  // ---- neural clustering (ClusterFormer eqs. 2-6, 11) as functions ----
+  nn.def("neural_clustering",
+         [](const Tensor& x, const Tensor& c, const Tensor& w_c, std::optional<Tensor> kpm) {
+           cnn::NeuralClusteringResult r = cnn::neural_clustering(x, c, w_c, opt(kpm));
+           return std::make_tuple(r.u, r.c_hat, r.index, r.order);
+         },
+         nb::arg("x"), nb::arg("c"), nb::arg("w_c"), nb::arg("key_padding_mask") = nb::none(), release_gil(),
+         "Eqs. 2-5: (U (B, k, N), C^ (B, k, D), cluster index (B, N), sort order (B, N)).");
+  nn.def("clustering_loss", &cnn::clustering_loss, nb::arg("x"), nb::arg("c_hat"), nb::arg("index"),
+         nb::arg("key_padding_mask") = Tensor(), release_gil(), "L1 of eq. 6.");
+  nn.def("centroid_sorting_loss", &cnn::centroid_sorting_loss, nb::arg("c_hat"), release_gil(), "L2 of eq. 11.");
+
+  // ---------------------------------------------------------------- losses
+  nn.def("cross_entropy",
+         [](const Tensor& logits, const Tensor& targets, int64_t ignore_index, double label_smoothing,
+            std::optional<Tensor> weight, const std::string& reduction) {
+           cnn::CrossEntropyLossOptions o;
+           o.ignore_index = ignore_index;
+           o.label_smoothing = label_smoothing;
+           o.weight = opt(weight);
+           o.reduction = parse_reduction(reduction, "cross_entropy");
+           return cnn::cross_entropy(logits, targets, o);
+         },
+         nb::arg("logits"), nb::arg("targets"), nb::arg("ignore_index") = -100, nb::arg("label_smoothing") = 0.0,
+         nb::arg("weight") = nb::none(), nb::arg("reduction") = "mean", release_gil(),
+         "PyTorch's F.cross_entropy: ignore_index, label smoothing, class weights; class axis 1.");
+  nn.def("binary_cross_entropy_with_logits",
+         [](const Tensor& logits, const Tensor& targets, std::optional<Tensor> pos_weight, std::optional<Tensor> weight,
+            const std::string& reduction) {
+           cnn::BCEWithLogitsOptions o;
+           o.pos_weight = opt(pos_weight);
+           o.weight = opt(weight);
+           o.reduction = parse_reduction(reduction, "binary_cross_entropy_with_logits");
+           return cnn::binary_cross_entropy_with_logits(logits, targets, o);
+         },
+         nb::arg("logits"), nb::arg("targets"), nb::arg("pos_weight") = nb::none(), nb::arg("weight") = nb::none(),
+         nb::arg("reduction") = "mean", release_gil(), "Stable BCE on logits, PyTorch's semantics.");
+  nn.def("mse_loss",
+         [](const Tensor& a, const Tensor& b, const std::string& r) {
+           return cnn::mse_loss(a, b, parse_reduction(r, "mse_loss"));
+         },
+         nb::arg("a"), nb::arg("b"), nb::arg("reduction") = "mean", release_gil(), "(a - b)^2, reduced.");
+  nn.def("chamfer_distance",
+         [](const Tensor& a, const Tensor& b, const std::string& r) {
+           return cnn::chamfer_distance(a, b, parse_reduction(r, "chamfer_distance"));
+         },
+         nb::arg("a"), nb::arg("b"), nb::arg("reduction") = "mean", release_gil(),
+         "Chamfer distance of point sets (B, N, D) and (B, M, D), squared Euclidean.");
+
+  // ---------------------------------------------------------------- optimizers
+  auto groups = [](nb::handle params) {
+    // A list of dicts {"params": ..., "lr_scale": ..., "weight_decay": ...} is a list of groups.
+    std::vector<cnn::ParamGroup> out;
+    if (PyList_Check(params.ptr()) && PyList_GET_SIZE(params.ptr()) > 0 &&
+        PyDict_Check(PyList_GET_ITEM(params.ptr(), 0))) {
+      for (nb::handle g : params) {
+        nb::dict d = nb::borrow<nb::dict>(g);
+        cnn::ParamGroup pg;
+        pg.params = to_state_dict(d["params"], "optimizer");
+        if (d.contains("lr_scale")) pg.lr_scale = nb::cast<double>(d["lr_scale"]);
+        if (d.contains("weight_decay")) pg.weight_decay = nb::cast<double>(d["weight_decay"]);
+        out.push_back(std::move(pg));
+      }
+      return out;
+    }
+    return cnn::single_group(to_state_dict(params, "optimizer"));
+  };
+  nb::class_<cnn::Optimizer>(nn, "Optimizer",
+                             "Base of SGD, Adam, AdamW: step(), zero_grad(), lr, and a strict state dict keyed by "
+                             "parameter name (a checkpoint resumes bit-identically).")
+      .def("step", &cnn::Optimizer::step, release_gil(), "One update of every parameter that has a gradient.")
+      .def("zero_grad", &cnn::Optimizer::zero_grad, "Drop every parameter's gradient.")
+      .def_prop_rw("lr", &cnn::Optimizer::lr, &cnn::Optimizer::set_lr)
+      .def_prop_ro("step_count", &cnn::Optimizer::step_count)
+      .def_prop_ro("name", &cnn::Optimizer::name)
+      .def("state_dict", [](const cnn::Optimizer& o) { return state_dict_to_python(o.state_dict()); })
+      .def("load_state_dict",
+           [](cnn::Optimizer& o, nb::handle d) { o.load_state_dict(to_state_dict(d, "Optimizer.load_state_dict")); },
+           nb::arg("state_dict"));
+  nb::class_<cnn::SGD, cnn::Optimizer>(nn, "SGD", "torch.optim.SGD's update: momentum, dampening, Nesterov, L2 decay.")
+      .def("__init__",
+           [groups](cnn::SGD* self, nb::handle params, double lr, double momentum, double dampening, bool nesterov,
+                    double weight_decay) {
+             cnn::SGDOptions o{lr, momentum, dampening, nesterov, weight_decay};
+             new (self) cnn::SGD(groups(params), o);
+           },
+           nb::arg("params"), nb::arg("lr") = 1e-2, nb::arg("momentum") = 0.0, nb::arg("dampening") = 0.0,
+           nb::arg("nesterov") = false, nb::arg("weight_decay") = 0.0,
+           "params: a Module, named parameters, a dict, tensors, or a list of group dicts "
+           "{\"params\", \"lr_scale\", \"weight_decay\"}.");
+  nb::class_<cnn::Adam, cnn::Optimizer>(nn, "Adam", "torch.optim.Adam's update (L2 decay into the gradient).")
+      .def("__init__",
+           [groups](cnn::Adam* self, nb::handle params, double lr, double beta1, double beta2, double eps, double wd) {
+             cnn::AdamOptions o{lr, beta1, beta2, eps, wd};
+             new (self) cnn::Adam(groups(params), o);
+           },
+           nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("beta1") = 0.9, nb::arg("beta2") = 0.999,
+           nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 0.0);
+  nb::class_<cnn::AdamW, cnn::Adam>(nn, "AdamW", "torch.optim.AdamW's update (decoupled weight decay, default 1e-2).")
+      .def("__init__",
+           [groups](cnn::AdamW* self, nb::handle params, double lr, double beta1, double beta2, double eps, double wd) {
+             cnn::AdamWOptions o;
+             o.lr = lr;
+             o.beta1 = beta1;
+             o.beta2 = beta2;
+             o.eps = eps;
+             o.weight_decay = wd;
+             new (self) cnn::AdamW(groups(params), o);
+           },
+           nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("beta1") = 0.9, nb::arg("beta2") = 0.999,
+           nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 1e-2);
+
+  nb::class_<cnn::LRSchedule>(nn, "LRSchedule",
+                              "step -> learning rate; step is the 1-based number of the update about to be applied.")
+      .def("lr_at", &cnn::LRSchedule::lr_at, nb::arg("step"))
+      .def("multiplier", &cnn::LRSchedule::multiplier, nb::arg("step"))
+      .def_prop_ro("base_lr", &cnn::LRSchedule::base_lr)
+      .def("apply", &cnn::LRSchedule::apply, nb::arg("optimizer"),
+           "Set the optimizer's lr for its next step (lr_at(step_count + 1)); returns it.");
+  nb::class_<cnn::ConstantLR, cnn::LRSchedule>(nn, "ConstantLR").def(nb::init<double>(), nb::arg("lr"));
+  nb::class_<cnn::InverseSqrtLR, cnn::LRSchedule>(nn, "InverseSqrtLR",
+                                                  "lr * min(step / warmup, sqrt(warmup / step)).")
+      .def(nb::init<double, int64_t>(), nb::arg("lr"), nb::arg("warmup"));
+  nb::class_<cnn::WarmupCosineLR, cnn::LRSchedule>(nn, "WarmupCosineLR", "Linear warmup, then cosine decay to min_lr.")
+      .def(nb::init<double, int64_t, int64_t, double>(), nb::arg("lr"), nb::arg("warmup"), nb::arg("total"),
+           nb::arg("min_lr") = 0.0);
+  nb::class_<cnn::StepLR, cnn::LRSchedule>(nn, "StepLR", "lr * gamma^floor((step - 1) / step_size).")
+      .def(nb::init<double, int64_t, double>(), nb::arg("lr"), nb::arg("step_size"), nb::arg("gamma") = 0.1);
+
+  auto tensors_of = [](nb::handle params) {
+    std::vector<Tensor> out;
+    for (auto& [k, v] : to_state_dict(params, "grad_norm")) out.push_back(v);
+    return out;
+  };
+  nn.def("grad_norm", [tensors_of](nb::handle p) { return cnn::grad_norm(tensors_of(p)); }, nb::arg("params"),
+         "Global L2 norm of the gradients (parameters without one are skipped).");
+  nn.def("clip_grad_norm",
+         [tensors_of](nb::handle p, double max_norm, bool err) { return cnn::clip_grad_norm(tensors_of(p), max_norm, err); },
+         nb::arg("params"), nb::arg("max_norm"), nb::arg("error_if_nonfinite") = false,
+         "Scale gradients so their global norm is at most max_norm (PyTorch's rule); returns the norm before.");
+  nn.def("scale_grads", [tensors_of](nb::handle p, double f) { cnn::scale_grads(tensors_of(p), f); },
+         nb::arg("params"), nb::arg("factor"), "Multiply every gradient by factor (gradient accumulation).");
+
+  // ---------------------------------------------------------------- init
+  nb::module_ init = nn.def_submodule("init", "Seeded initialisers; each overwrites a tensor in place (no grad).");
+  auto gen_arg = [] { return nb::arg("generator").none() = nb::none(); };
+  init.def("zeros_", [](Tensor& t) { cnn::init::zeros_(t); }, nb::arg("t"), "Fill with 0.");
+  init.def("ones_", [](Tensor& t) { cnn::init::ones_(t); }, nb::arg("t"), "Fill with 1.");
+  init.def("constant_", [](Tensor& t, double v) { cnn::init::constant_(t, v); }, nb::arg("t"), nb::arg("value"),
+           "Fill with value.");
+  init.def("uniform_", [](Tensor& t, double a, double b, cf::Generator* g) { cnn::init::uniform_(t, a, b, gen_or_default(g)); },
+           nb::arg("t"), nb::arg("low"), nb::arg("high"), gen_arg(), "U(low, high) from the generator.");
+  init.def("normal_", [](Tensor& t, double a, double b, cf::Generator* g) { cnn::init::normal_(t, a, b, gen_or_default(g)); },
+           nb::arg("t"), nb::arg("mean"), nb::arg("std"), gen_arg(), "N(mean, std^2) from the generator.");
+  init.def("xavier_uniform_", [](Tensor& t, double gain, cf::Generator* g) { cnn::init::xavier_uniform_(t, gain, gen_or_default(g)); },
+           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg(), "Glorot: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)).");
+  init.def("xavier_normal_", [](Tensor& t, double gain, cf::Generator* g) { cnn::init::xavier_normal_(t, gain, gen_or_default(g)); },
+           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg(), "Glorot normal: std = gain * sqrt(2 / (fan_in + fan_out)).");
+  init.def("kaiming_uniform_", [](Tensor& t, double a, cf::Generator* g) { cnn::init::kaiming_uniform_(t, a, gen_or_default(g)); },
+           nb::arg("t"), nb::arg("a") = 0.0, gen_arg(), "He uniform, fan_in mode, gain sqrt(2 / (1 + a^2)) (leaky ReLU slope a).");
+  init.def("kaiming_normal_", [](Tensor& t, double a, cf::Generator* g) { cnn::init::kaiming_normal_(t, a, gen_or_default(g)); },
+           nb::arg("t"), nb::arg("a") = 0.0, gen_arg(), "He normal, fan_in mode, gain sqrt(2 / (1 + a^2)).");
+
+  // ---------------------------------------------------------------- files
+  m.def("save_safetensors",
+        [](const std::string& path, nb::handle tensors, std::optional<std::map<std::string, std::string>> metadata) {
+          cnn::StateDict d = to_state_dict(tensors, "save_safetensors");
+          nb::gil_scoped_release g;
+          cf::save_safetensors(path, d, metadata ? *metadata : std::map<std::string, std::string>{});
+        },
+        nb::arg("path"), nb::arg("tensors"), nb::arg("metadata") = nb::none(),
+        "Write tensors (dict or (name, tensor) pairs; CPU) and string metadata as a safetensors file, atomically.");
+  m.def("load_safetensors",
+        [](const std::string& path) {
+          cf::SafetensorsFile f;
+          {
+            nb::gil_scoped_release g;
+            f = cf::load_safetensors(path);
+          }
+          return std::make_pair(state_dict_to_python(f.tensors), f.metadata);
+        },
+        nb::arg("path"), "(tensors dict, metadata dict) of a safetensors file; corrupt files are cf.IOError naming the file.");
+  nb::class_<cnn::TrainingCheckpoint>(nn, "TrainingCheckpoint",
+                                      "Model and optimizer state, step, generator states and extra strings.")
+      .def_prop_ro("model", [](const cnn::TrainingCheckpoint& c) { return state_dict_to_python(c.model); })
+      .def_prop_ro("optimizer", [](const cnn::TrainingCheckpoint& c) { return state_dict_to_python(c.optimizer); })
+      .def_ro("step", &cnn::TrainingCheckpoint::step)
+      .def_prop_ro("generators", [](const cnn::TrainingCheckpoint& c) {
+        nb::dict d;
+        for (auto& [name, s] : c.generators) d[nb::str(name.c_str())] = nb::make_tuple(s.seed, s.offset);
+        return d;
+      }, "name -> (seed, offset).")
+      .def_ro("extra", &cnn::TrainingCheckpoint::extra)
+      .def("restore_generator", [](const cnn::TrainingCheckpoint& c, const std::string& name, cf::Generator& g) {
+        for (auto& [n, s] : c.generators)
+          if (n == name) return s.restore(g);
+        throw cf::ValueError(cf::str("[load_checkpoint] no generator named '", name, "' in the checkpoint"));
+      }, nb::arg("name"), nb::arg("generator"));
+  nn.def("save_checkpoint",
+         [](const std::string& path, nb::handle model, nb::handle optimizer, int64_t step, nb::handle generators,
+            std::optional<std::map<std::string, std::string>> extra) {
+           cnn::TrainingCheckpoint c;
+           if (!model.is_none())
+             c.model = nb::isinstance<cnn::Module>(model) ? nb::cast<cnn::Module&>(model).state_dict()
+                                                          : to_state_dict(model, "save_checkpoint");
+           if (!optimizer.is_none())
+             c.optimizer = nb::isinstance<cnn::Optimizer>(optimizer) ? nb::cast<cnn::Optimizer&>(optimizer).state_dict()
+                                                                     : to_state_dict(optimizer, "save_checkpoint");
+           c.step = step;
+           if (!generators.is_none())
+             for (auto [k, v] : nb::borrow<nb::dict>(generators))
+               c.generators.emplace_back(nb::cast<std::string>(k), cnn::GeneratorState::of(nb::cast<cf::Generator&>(v)));
+           if (extra) c.extra = *extra;
+           nb::gil_scoped_release g;
+           cnn::save_checkpoint(path, c);
+         },
+         nb::arg("path"), nb::arg("model") = nb::none(), nb::arg("optimizer") = nb::none(), nb::arg("step") = 0,
+         nb::arg("generators") = nb::none(), nb::arg("extra") = nb::none(),
+         "Write a training checkpoint (one safetensors file, atomically). model/optimizer: a Module / Optimizer or a "
+         "state dict; generators: name -> cf.Generator; extra: str -> str.");
+  nn.def("load_checkpoint",
+         [](const std::string& path) {
+           nb::gil_scoped_release g;
+           return cnn::load_checkpoint(path);
+         },
+         nb::arg("path"), "Read a checkpoint written by save_checkpoint (errors name the file and the problem).");
+
+  // ---------------------------------------------------------------- configs
+  nn.def("load_json_file", [](const std::string& path) { return from_json(cnn::load_json_file(path)); }, nb::arg("path"),
+         "Parse a JSON file (comments allowed); errors name the file, line and column.");
+  nb::class_<cnn::Config>(nn, "Config",
+                          "Checked configuration over a JSON object: get/require read keys with type checks, "
+                          "finish() refuses keys that were never read (a misspelt key is an error).")
+      .def("__init__",
+           [](cnn::Config* self, nb::handle json, const std::string& name, const std::string& source) {
+             new (self) cnn::Config(to_json(json, "config"), name, source);
+           },
+           nb::arg("json"), nb::arg("name") = "", nb::arg("source") = "")
+      .def_static("from_file", &cnn::Config::from_file, nb::arg("path"), nb::arg("name") = "")
+      .def("has", &cnn::Config::has, nb::arg("key"))
+      .def("get",
+           [](const cnn::Config& c, const std::string& key, nb::handle def) -> nb::object {
+             if (PyBool_Check(def.ptr())) return nb::bool_(c.get<bool>(key, def.ptr() == Py_True));
+             if (PyLong_Check(def.ptr())) return nb::int_(c.get<int64_t>(key, nb::cast<int64_t>(def)));
+             if (PyFloat_Check(def.ptr())) return nb::float_(c.get<double>(key, nb::cast<double>(def)));
+             if (PyUnicode_Check(def.ptr())) return nb::str(c.get<std::string>(key, nb::cast<std::string>(def)).c_str());
+             throw cf::ValueError("[config] get() takes a bool, int, float or str default (its type is the key's type)");
+           },
+           nb::arg("key"), nb::arg("default"),
+           "The value of key with the type of default (bool, int, float, str), or default when absent.")
+      .def("require",
+           [](const cnn::Config& c, const std::string& key, nb::handle type) -> nb::object {
+             if (type.ptr() == reinterpret_cast<PyObject*>(&PyBool_Type)) return nb::bool_(c.require<bool>(key));
+             if (type.ptr() == reinterpret_cast<PyObject*>(&PyLong_Type)) return nb::int_(c.require<int64_t>(key));
+             if (type.ptr() == reinterpret_cast<PyObject*>(&PyFloat_Type)) return nb::float_(c.require<double>(key));
+             if (type.ptr() == reinterpret_cast<PyObject*>(&PyUnicode_Type))
+               return nb::str(c.require<std::string>(key).c_str());
+             throw cf::ValueError("[config] require() takes the type bool, int, float or str");
+           },
+           nb::arg("key"), nb::arg("type"), "The value of key as type; an error when absent.")
+      .def("child", &cnn::Config::child, nb::arg("key"))
+      .def("optional_child", &cnn::Config::optional_child, nb::arg("key"))
+      .def("keys", &cnn::Config::keys)
+      .def("path_of", &cnn::Config::path_of, nb::arg("key"))
+      .def("raw", [](const cnn::Config& c) { return from_json(c.raw()); })
+      .def("finish", &cnn::Config::finish, "cf.ValueError listing every key present but never read.");
+}
+
+}  // namespace cfpy

@@ -1,0 +1,466 @@
+// Every op of the registry (autograd/registry.cpp) as a function of cf, the
+// helpers beside them in autograd/ops/*.h, the factories, the operators of
+// cf.Tensor, and Tensor methods that mirror the functions (x.sum(), x.exp(), ...).
+// Docstrings are the header comments of autograd/ops/*.h. Every kernel call runs
+// with the GIL released.
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/tuple.h>
+
+#include "common.h"
+
+namespace cfpy {
+
+namespace {
+
+using cf::Tensor;
+using Pair = std::pair<Tensor, Tensor>;
+using TensorCls = nb::class_<Tensor>;
+
+Pair vi(const cf::ValuesIndices& r) { return {r.values, r.indices}; }
+
+// Register f as cf.<name>(x, ...) and as the method x.<name>(...).
+template <typename F, typename... Extra>
+void fn_and_method(nb::module_& m, TensorCls& cls, const char* name, F f, const char* doc, const Extra&... extra) {
+  m.def(name, f, nb::arg("x"), extra..., doc, release_gil());
+  cls.def(name, f, extra..., doc, release_gil());
+}
+
+Tensor with_grad(Tensor t, bool requires_grad) {
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+#define CF_UNARY(name, doc) fn_and_method(m, cls, #name, [](const Tensor& x) { return cf::name(x); }, doc)
+
+void bind_elementwise(nb::module_& m, TensorCls& cls) {
+  // ---- binary arithmetic: tensor (op) tensor, tensor (op) number ----
+#define CF_BINARY(name, doc)                                                                            \
+  m.def(#name, [](const Tensor& a, const Tensor& b) { return cf::name(a, b); }, nb::arg("a"), nb::arg("b"), \
+        doc, release_gil());                                                                            \
+  m.def(#name, [](const Tensor& a, double b) { return cf::name(a, b); }, nb::arg("a"), nb::arg("b"), doc,  \
+        release_gil());
+  CF_BINARY(add, "a + b with NumPy broadcasting; both operands of one dtype and device (a number takes a's dtype).")
+  CF_BINARY(sub, "a - b with broadcasting.")
+  CF_BINARY(mul, "a * b with broadcasting.")
+  CF_BINARY(div, "a / b with broadcasting (integer division by zero is an error).")
+  CF_BINARY(pow, "a ** b with broadcasting.")
+  CF_BINARY(eq, "a == b elementwise, bool (never differentiable).")
+  CF_BINARY(ne, "a != b elementwise, bool.")
+  CF_BINARY(lt, "a < b elementwise, bool.")
+  CF_BINARY(le, "a <= b elementwise, bool.")
+  CF_BINARY(gt, "a > b elementwise, bool.")
+  CF_BINARY(ge, "a >= b elementwise, bool.")
+#undef CF_BINARY
+  m.def("maximum", &cf::maximum, nb::arg("a"), nb::arg("b"), "Elementwise max; ties send the gradient to a.", release_gil());
+  m.def("minimum", &cf::minimum, nb::arg("a"), nb::arg("b"), "Elementwise min; ties send the gradient to a.", release_gil());
+  m.def("logical_and", &cf::logical_and, nb::arg("a"), nb::arg("b"), "a AND b of bool tensors, broadcast.", release_gil());
+  m.def("logical_or", &cf::logical_or, nb::arg("a"), nb::arg("b"), "a OR b of bool tensors, broadcast.", release_gil());
+  m.def("logical_not", &cf::logical_not, nb::arg("x"), "NOT x of a bool tensor.", release_gil());
+  m.def("where", nb::overload_cast<const Tensor&, const Tensor&, const Tensor&>(&cf::where), nb::arg("cond"),
+        nb::arg("a"), nb::arg("b"), "cond ? a : b, broadcasting all three; differentiable in a and b.", release_gil());
+  m.def("where", nb::overload_cast<const Tensor&, const Tensor&, double>(&cf::where), nb::arg("cond"), nb::arg("a"),
+        nb::arg("b"), release_gil());
+
+  // ---- unary ----
+  CF_UNARY(neg, "-x.");
+  CF_UNARY(abs, "|x|.");
+  CF_UNARY(sign, "Sign of x (not differentiable: no graph).");
+  CF_UNARY(square, "x * x.");
+  CF_UNARY(exp, "e^x.");
+  CF_UNARY(log, "Natural logarithm.");
+  CF_UNARY(sqrt, "Square root.");
+  CF_UNARY(rsqrt, "1 / sqrt(x).");
+  CF_UNARY(sin, "Sine.");
+  CF_UNARY(cos, "Cosine.");
+  CF_UNARY(tanh, "Hyperbolic tangent.");
+  CF_UNARY(sigmoid, "1 / (1 + e^-x).");
+  CF_UNARY(relu, "max(x, 0).");
+  CF_UNARY(gelu, "GELU, exact (erf) form.");
+  CF_UNARY(reciprocal, "1 / x.");
+  CF_UNARY(log1p, "log(1 + x).");
+  CF_UNARY(expm1, "e^x - 1.");
+  CF_UNARY(erf, "The error function.");
+  fn_and_method(m, cls, "leaky_relu", [](const Tensor& x, double s) { return cf::leaky_relu(x, s); },
+                "x where x > 0, else negative_slope * x.", nb::arg("negative_slope") = 0.01);
+  fn_and_method(m, cls, "clamp", [](const Tensor& x, double lo, double hi) { return cf::clamp(x, lo, hi); },
+                "x limited to [low, high].", nb::arg("low"), nb::arg("high"));
+
+  // ---- copies and casts ----
+  m.def("to", nb::overload_cast<const Tensor&, cf::DType>(&cf::to), nb::arg("x"), nb::arg("dtype"),
+        "A new tensor with the dtype converted; differentiable between float dtypes.", release_gil());
+  m.def("to", nb::overload_cast<const Tensor&, cf::Device>(&cf::to), nb::arg("x"), nb::arg("device"),
+        "A copy on device (x itself when it is there already); differentiable.", release_gil());
+  cls.def("to", [](const Tensor& x, cf::DType d) { return cf::to(x, d); }, nb::arg("dtype"), release_gil(),
+          "Convert the dtype (differentiable between float dtypes).");
+  cls.def("to", [](const Tensor& x, cf::Device d) { return cf::to(x, d); }, nb::arg("device"), release_gil(),
+          "Move to a device (\"cpu\", \"cuda:0\", ...); differentiable.");
+  cls.def("cpu", &Tensor::cpu, release_gil(), "A copy on the CPU (self when already there).");
+  cls.def("cuda", &Tensor::cuda, nb::arg("index") = 0, release_gil(), "A copy on cuda:index.");
+  cls.def("float", [](const Tensor& x) { return cf::to(x, cf::kFloat32); }, release_gil());
+  cls.def("double", [](const Tensor& x) { return cf::to(x, cf::kFloat64); }, release_gil());
+  cls.def("long", [](const Tensor& x) { return cf::to(x, cf::kInt64); }, release_gil());
+  CF_UNARY(contiguous, "x itself when contiguous, else a contiguous copy (differentiable).");
+  CF_UNARY(clone, "Always a new contiguous copy (differentiable).");
+  m.def("zeros_like", &cf::zeros_like, nb::arg("x"), "Zeros of x's shape, dtype and device.", release_gil());
+  m.def("ones_like", &cf::ones_like, nb::arg("x"), "Ones of x's shape, dtype and device.", release_gil());
+  m.def("full_like", &cf::full_like, nb::arg("x"), nb::arg("value"), "value in x's shape, dtype and device.", release_gil());
+
+  // ---- in place (bump the version counter; refused on tensors that require
+  // grad while grad mode is on: use cf.no_grad(), as optimizers do) ----
+  auto inplace = [&](const char* name, auto f, const char* doc, auto... extra) {
+    m.def(name, f, nb::arg("t"), extra..., nb::rv_policy::reference, doc, release_gil());
+    cls.def(name, f, extra..., nb::rv_policy::reference, doc, release_gil());
+  };
+  inplace("add_", [](Tensor& t, const Tensor& o, double alpha) -> Tensor& { return cf::add_(t, o, alpha); },
+          "t += alpha * other, in place; returns t.", nb::arg("other"), nb::arg("alpha") = 1.0);
+  inplace("mul_", [](Tensor& t, double s) -> Tensor& { return cf::mul_(t, s); }, "t *= s, in place.", nb::arg("s"));
+  inplace("fill_", [](Tensor& t, double v) -> Tensor& { return cf::fill_(t, v); }, "Set every element to value.",
+          nb::arg("value"));
+  inplace("zero_", [](Tensor& t) -> Tensor& { return cf::zero_(t); }, "Set every element to 0.");
+  inplace("copy_", [](Tensor& t, const Tensor& src) -> Tensor& { return cf::copy_(t, src); },
+          "Copy src (broadcast to t's shape, dtype converted) into t.", nb::arg("src"));
+}
+
+void bind_operators(TensorCls& cls) {
+  // Python operators. A number operand takes the tensor's dtype (cf's rule).
+  cls.def("__add__", [](const Tensor& a, const Tensor& b) { return a + b; }, release_gil())
+      .def("__add__", [](const Tensor& a, double b) { return a + b; }, release_gil())
+      .def("__radd__", [](const Tensor& a, double b) { return b + a; }, release_gil())
+      .def("__sub__", [](const Tensor& a, const Tensor& b) { return a - b; }, release_gil())
+      .def("__sub__", [](const Tensor& a, double b) { return a - b; }, release_gil())
+      .def("__rsub__", [](const Tensor& a, double b) { return b - a; }, release_gil())
+      .def("__mul__", [](const Tensor& a, const Tensor& b) { return a * b; }, release_gil())
+      .def("__mul__", [](const Tensor& a, double b) { return a * b; }, release_gil())
+      .def("__rmul__", [](const Tensor& a, double b) { return b * a; }, release_gil())
+      .def("__truediv__", [](const Tensor& a, const Tensor& b) { return a / b; }, release_gil())
+      .def("__truediv__", [](const Tensor& a, double b) { return a / b; }, release_gil())
+      .def("__rtruediv__", [](const Tensor& a, double b) { return b / a; }, release_gil())
+      .def("__pow__", [](const Tensor& a, const Tensor& b) { return cf::pow(a, b); }, release_gil())
+      .def("__pow__", [](const Tensor& a, double b) { return cf::pow(a, b); }, release_gil())
+      .def("__rpow__", [](const Tensor& a, double b) { return cf::pow(cf::Tensor::scalar(b, a.dtype(), a.device()), a); }, release_gil())
+      .def("__matmul__", [](const Tensor& a, const Tensor& b) { return cf::matmul(a, b); }, release_gil())
+      .def("__neg__", [](const Tensor& a) { return -a; }, release_gil())
+      .def("__pos__", [](const Tensor& a) { return a; })
+      .def("__abs__", [](const Tensor& a) { return cf::abs(a); }, release_gil())
+      .def("__invert__", [](const Tensor& a) { return cf::logical_not(a); }, release_gil())
+      .def("__and__", [](const Tensor& a, const Tensor& b) { return cf::logical_and(a, b); }, release_gil())
+      .def("__or__", [](const Tensor& a, const Tensor& b) { return cf::logical_or(a, b); }, release_gil());
+#define CF_CMP(py, fn)                                                                              \
+  cls.def(py, [](const Tensor& a, const Tensor& b) { return cf::fn(a, b); }, release_gil()) \
+      .def(py, [](const Tensor& a, double b) { return cf::fn(a, b); }, release_gil());
+  CF_CMP("__eq__", eq)
+  CF_CMP("__ne__", ne)
+  CF_CMP("__lt__", lt)
+  CF_CMP("__le__", le)
+  CF_CMP("__gt__", gt)
+  CF_CMP("__ge__", ge)
+#undef CF_CMP
+  // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on).
+  cls.def("__iadd__", [](Tensor& a, const Tensor& b) -> Tensor& { return cf::add_(a, b); }, nb::rv_policy::reference, release_gil())
+      .def("__iadd__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::Tensor::scalar(b, a.dtype(), a.device())); }, nb::rv_policy::reference, release_gil())
+      .def("__isub__", [](Tensor& a, const Tensor& b) -> Tensor& { return cf::add_(a, b, -1.0); }, nb::rv_policy::reference, release_gil())
+      .def("__isub__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::Tensor::scalar(b, a.dtype(), a.device()), -1.0); }, nb::rv_policy::reference, release_gil())
+      .def("__imul__", [](Tensor& a, double b) -> Tensor& { return cf::mul_(a, b); }, nb::rv_policy::reference, release_gil())
+      .def("__imul__", [](Tensor& a, const Tensor& b) -> Tensor& {
+        Tensor prod = [&] { cf::NoGradGuard g; return a * b; }();
+        return cf::copy_(a, prod);
+      }, nb::rv_policy::reference, release_gil())
+      .def("__itruediv__", [](Tensor& a, double b) -> Tensor& { return cf::mul_(a, 1.0 / b); }, nb::rv_policy::reference, release_gil())
+      .def("__itruediv__", [](Tensor& a, const Tensor& b) -> Tensor& {
+        Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
+        return cf::copy_(a, q);
+      }, nb::rv_policy::reference, release_gil());
+}
+
+void bind_reductions(nb::module_& m, TensorCls& cls) {
+  // axes: None (all axes), an int or a sequence; float inputs accumulate in double.
+  auto axes_fn = [&](const char* name, Tensor (*f)(const Tensor&, const cf::Axes&, bool), const char* doc) {
+    auto g = [f, name](const Tensor& x, nb::handle axes, bool keepdim) {
+      cf::Axes a = to_axes(axes, name);
+      nb::gil_scoped_release r;
+      return f(x, a, keepdim);
+    };
+    m.def(name, g, nb::arg("x"), nb::arg("axes") = nb::none(), nb::arg("keepdim") = false, doc);
+    cls.def(name, g, nb::arg("axes") = nb::none(), nb::arg("keepdim") = false, doc);
+  };
+  axes_fn("sum", &cf::sum, "Sum over axes (None: all); keepdim keeps them with size 1.");
+  axes_fn("mean", &cf::mean, "Mean over axes (None: all).");
+  axes_fn("logsumexp", &cf::logsumexp, "log(sum(exp(x))) over axes, computed stably.");
+  axes_fn("amax", &cf::amax, "Max over several axes; the gradient is shared equally between tied maxima.");
+  axes_fn("amin", &cf::amin, "Min over several axes; the gradient is shared equally between tied minima.");
+  auto var = [](const Tensor& x, nb::handle axes, int64_t correction, bool keepdim) {
+    cf::Axes a = to_axes(axes, "var");
+    nb::gil_scoped_release r;
+    return cf::var(x, a, correction, keepdim);
+  };
+  const char* var_doc = "Variance with `correction` subtracted from the count (1: unbiased).";
+  m.def("var", var, nb::arg("x"), nb::arg("axes") = nb::none(), nb::arg("correction") = 1, nb::arg("keepdim") = false, var_doc);
+  cls.def("var", var, nb::arg("axes") = nb::none(), nb::arg("correction") = 1, nb::arg("keepdim") = false, var_doc);
+
+  // max/min: with an axis (values, indices) of the first extremum; without, the amax/amin of all.
+  auto maxmin = [&](const char* name, cf::ValuesIndices (*f)(const Tensor&, int64_t, bool),
+                    Tensor (*all)(const Tensor&, const cf::Axes&, bool)) {
+    auto g = [f, all](const Tensor& x, std::optional<int64_t> axis, bool keepdim) -> nb::object {
+      if (!axis) {
+        Tensor t;
+        {
+          nb::gil_scoped_release r;
+          t = all(x, {}, false);
+        }
+        return nb::cast(t);
+      }
+      cf::ValuesIndices v;
+      {
+        nb::gil_scoped_release r;
+        v = f(x, *axis, keepdim);
+      }
+      return nb::cast(vi(v));
+    };
+    const char* doc = "With an axis: (values, indices) of the first extremum along it (the gradient flows to that "
+                      "index). Without: the extremum of all elements (as amax/amin).";
+    m.def(name, g, nb::arg("x"), nb::arg("axis") = nb::none(), nb::arg("keepdim") = false, doc);
+    cls.def(name, g, nb::arg("axis") = nb::none(), nb::arg("keepdim") = false, doc);
+  };
+  maxmin("max", &cf::max, &cf::amax);
+  maxmin("min", &cf::min, &cf::amin);
+  fn_and_method(m, cls, "argmax", [](const Tensor& x, int64_t a, bool k) { return cf::argmax(x, a, k); },
+                "Index (int64) of the first maximum along axis.", nb::arg("axis"), nb::arg("keepdim") = false);
+  fn_and_method(m, cls, "argmin", [](const Tensor& x, int64_t a, bool k) { return cf::argmin(x, a, k); },
+                "Index (int64) of the first minimum along axis.", nb::arg("axis"), nb::arg("keepdim") = false);
+  m.def("sum_to", &cf::sum_to, nb::arg("g"), nb::arg("shape"),
+        "Sum g down to shape (the inverse of broadcasting g from shape).", release_gil());
+  m.def("matmul", &cf::matmul, nb::arg("a"), nb::arg("b"),
+        "NumPy matmul: 1-d operands are promoted, leading batch axes broadcast; BLAS / cuBLAS underneath.",
+        release_gil());
+  cls.def("matmul", &cf::matmul, nb::arg("other"), release_gil());
+}
+
+void bind_shape(nb::module_& m, TensorCls& cls) {
+  fn_and_method(m, cls, "reshape", [](const Tensor& x, const cf::Shape& s) { return cf::reshape(x, s); },
+                "A view with the new shape when the strides allow it, else a copy; one entry may be -1.",
+                nb::arg("shape"));
+  fn_and_method(m, cls, "view", [](const Tensor& x, const cf::Shape& s) { return cf::view(x, s); },
+                "Like reshape but never copies (cf.ShapeError when the strides forbid a view).", nb::arg("shape"));
+  fn_and_method(m, cls, "flatten", [](const Tensor& x, int64_t a, int64_t b) { return cf::flatten(x, a, b); },
+                "Merge axes start_axis..end_axis into one.", nb::arg("start_axis") = 0, nb::arg("end_axis") = -1);
+  fn_and_method(m, cls, "permute", [](const Tensor& x, const std::vector<int64_t>& a) { return cf::permute(x, a); },
+                "A view with the axes reordered.", nb::arg("axes"));
+  fn_and_method(m, cls, "transpose", [](const Tensor& x, int64_t a, int64_t b) { return cf::transpose(x, a, b); },
+                "A view with two axes swapped.", nb::arg("axis0"), nb::arg("axis1"));
+  fn_and_method(m, cls, "slice",
+                [](const Tensor& x, int64_t a, int64_t s, int64_t e, int64_t st) { return cf::slice(x, a, s, e, st); },
+                "Elements start, start+step, ... < end along axis (a view; negative start/end count from the end, "
+                "both clamped).",
+                nb::arg("axis"), nb::arg("start"), nb::arg("end"), nb::arg("step") = 1);
+  fn_and_method(m, cls, "narrow", [](const Tensor& x, int64_t a, int64_t s, int64_t l) { return cf::narrow(x, a, s, l); },
+                "length elements from start along axis (a view; out of range is an error).", nb::arg("axis"),
+                nb::arg("start"), nb::arg("length"));
+  fn_and_method(m, cls, "expand", [](const Tensor& x, const cf::Shape& s) { return cf::expand(x, s); },
+                "Broadcast view to shape (-1 keeps a dimension).", nb::arg("shape"));
+  fn_and_method(m, cls, "squeeze",
+                [](const Tensor& x, std::optional<int64_t> a) { return a ? cf::squeeze(x, *a) : cf::squeeze(x); },
+                "Remove size-1 axes (all, or the one given, which must have size 1).", nb::arg("axis") = nb::none());
+  fn_and_method(m, cls, "unsqueeze", [](const Tensor& x, int64_t a) { return cf::unsqueeze(x, a); },
+                "Insert a size-1 axis.", nb::arg("axis"));
+  m.def("cat", &cf::cat, nb::arg("tensors"), nb::arg("axis") = 0, "Join along an existing axis (a copy).", release_gil());
+  m.def("stack", &cf::stack, nb::arg("tensors"), nb::arg("axis") = 0, "Join along a new axis (a copy).", release_gil());
+  fn_and_method(m, cls, "pad",
+                [](const Tensor& x, const std::vector<int64_t>& p, double v) { return cf::pad(x, p, v); },
+                "Constant padding; pads = (before_last, after_last, before_second_last, ...) as torch's F.pad.",
+                nb::arg("pads"), nb::arg("value") = 0.0);
+  auto split = [](const Tensor& x, nb::handle size, int64_t axis) {
+    if (PyLong_Check(size.ptr())) {
+      int64_t s = nb::cast<int64_t>(size);
+      nb::gil_scoped_release r;
+      return cf::split(x, s, axis);
+    }
+    std::vector<int64_t> sizes = nb::cast<std::vector<int64_t>>(size);
+    nb::gil_scoped_release r;
+    return cf::split(x, sizes, axis);
+  };
+  const char* split_doc = "Views of pieces along axis: of `size` each (the last may be shorter), or of the given "
+                          "sizes (adding up to the axis length).";
+  m.def("split", split, nb::arg("x"), nb::arg("size"), nb::arg("axis") = 0, split_doc);
+  cls.def("split", split, nb::arg("size"), nb::arg("axis") = 0, split_doc);
+  cls.def_prop_ro("T", [](const Tensor& x) {
+    CF_CHECK(x.dim() == 2, ShapeError, "[T] needs a 2-d tensor, got ", x.describe(), " (use transpose/permute)");
+    return cf::transpose(x, 0, 1);
+  }, "The transpose of a 2-d tensor (a view).");
+}
+
+void bind_index(nb::module_& m, TensorCls& cls) {
+  m.def("gather", &cf::gather, nb::arg("x"), nb::arg("axis"), nb::arg("index"),
+        "out[i][j][k] = x[i][index[i][j][k]][k] (axis = 1); index (int64) has x's rank.", release_gil());
+  m.def("scatter_add", &cf::scatter_add, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"),
+        "out = x; out[i][index[i][j][k]][k] += src[i][j][k] (axis = 1). Differentiable in x and src.", release_gil());
+  m.def("index_select", &cf::index_select, nb::arg("x"), nb::arg("axis"), nb::arg("index"),
+        "Rows of x along axis picked by a 1-d int64 index.", release_gil());
+  m.def("index_add", &cf::index_add, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"),
+        "out = x; out.select(axis, index[i]) += src.select(axis, i). Differentiable in x and src.", release_gil());
+  m.def("take_along_dim", &cf::take_along_dim, nb::arg("x"), nb::arg("index"), nb::arg("axis"),
+        "gather with NumPy broadcasting of index against x on the other axes.", release_gil());
+  fn_and_method(m, cls, "masked_fill",
+                [](const Tensor& x, const Tensor& mask, double v) { return cf::masked_fill(x, mask, v); },
+                "x with value where mask (bool, broadcast to x) is true. Differentiable in x.", nb::arg("mask"),
+                nb::arg("value"));
+  m.def("one_hot", &cf::one_hot, nb::arg("labels"), nb::arg("num_classes"), nb::arg("dtype") = cf::kFloat32,
+        "int64 labels in [0, num_classes) -> (..., num_classes) of 0/1.", release_gil());
+}
+
+void bind_sort(nb::module_& m, TensorCls& cls) {
+  fn_and_method(m, cls, "sort", [](const Tensor& x, int64_t a, bool d) { return vi(cf::sort(x, a, d)); },
+                "Stable sort along axis: (values, indices); values differentiable, indices int64.",
+                nb::arg("axis") = -1, nb::arg("descending") = false);
+  fn_and_method(m, cls, "argsort", [](const Tensor& x, int64_t a, bool d) { return cf::argsort(x, a, d); },
+                "Indices of the stable sort along axis.", nb::arg("axis") = -1, nb::arg("descending") = false);
+  fn_and_method(m, cls, "topk", [](const Tensor& x, int64_t k, int64_t a, bool l) { return vi(cf::topk(x, k, a, l)); },
+                "The k largest (or smallest) along axis in sorted order, (values, indices); ties keep index order.",
+                nb::arg("k"), nb::arg("axis") = -1, nb::arg("largest") = true);
+}
+
+void bind_fused(nb::module_& m, TensorCls& cls) {
+  fn_and_method(m, cls, "softmax", [](const Tensor& x, int64_t a) { return cf::softmax(x, a); },
+                "Fused, numerically stable softmax along axis.", nb::arg("axis") = -1);
+  fn_and_method(m, cls, "log_softmax", [](const Tensor& x, int64_t a) { return cf::log_softmax(x, a); },
+                "Fused log-softmax along axis.", nb::arg("axis") = -1);
+  m.def("layer_norm",
+        [](const Tensor& x, const cf::Shape& ns, std::optional<Tensor> w, std::optional<Tensor> b, double eps) {
+          return cf::layer_norm(x, ns, w ? *w : Tensor(), b ? *b : Tensor(), eps);
+        },
+        nb::arg("x"), nb::arg("normalized_shape"), nb::arg("weight") = nb::none(), nb::arg("bias") = nb::none(),
+        nb::arg("eps") = 1e-5,
+        "Normalise over the last len(normalized_shape) axes; weight and bias optional, shaped like "
+        "normalized_shape.",
+        release_gil());
+  m.def("cross_entropy",
+        [](const Tensor& logits, const Tensor& targets, int64_t ignore_index, double label_smoothing,
+           const std::string& reduction) {
+          cf::CrossEntropyOptions o;
+          o.ignore_index = ignore_index;
+          o.label_smoothing = label_smoothing;
+          o.reduction = parse_reduction(reduction, "cross_entropy");
+          return cf::cross_entropy(logits, targets, o);
+        },
+        nb::arg("logits"), nb::arg("targets"), nb::arg("ignore_index") = -100, nb::arg("label_smoothing") = 0.0,
+        nb::arg("reduction") = "mean",
+        "Fused cross entropy: logits (N, C) or (N, C, d1, ...), int64 targets (N) or (N, d1, ...). The mean is over "
+        "the non-ignored targets (0 with a zero gradient when all are ignored). Class weights: "
+        "cf.nn.cross_entropy.",
+        release_gil());
+  m.def("dropout",
+        [](const Tensor& x, double p, bool training, cf::Generator* gen) {
+          return cf::dropout(x, p, training, gen_or_default(gen));
+        },
+        nb::arg("x"), nb::arg("p"), nb::arg("training") = true, nb::arg("generator").none() = nb::none(),
+        "Inverted dropout: zero with probability p, survivors scaled by 1/(1-p); identity when not training.",
+        release_gil());
+}
+
+void bind_factories(nb::module_& m) {
+  const auto dev = nb::arg("device") = cf::Device::cpu();
+  const auto rg = nb::arg("requires_grad") = false;
+  m.def("tensor",
+        [](nb::handle data, std::optional<cf::DType> dtype, cf::Device device, bool requires_grad) {
+          return with_grad(tensor_from_python(data, dtype, device), requires_grad);
+        },
+        nb::arg("data"), nb::arg("dtype") = nb::none(), dev, rg,
+        "A tensor copied from nested lists, numbers, a buffer (NumPy array) or a tensor. The dtype is inferred "
+        "(bool, int64, else float32) unless given.");
+  m.def("empty", [](const cf::Shape& s, cf::DType d, cf::Device dv, bool g) { return with_grad(cf::Tensor::empty(s, d, dv), g); },
+        nb::arg("shape"), nb::arg("dtype") = cf::kFloat32, dev, rg, "Uninitialised tensor.", release_gil());
+  m.def("zeros", [](const cf::Shape& s, cf::DType d, cf::Device dv, bool g) { return with_grad(cf::Tensor::zeros(s, d, dv), g); },
+        nb::arg("shape"), nb::arg("dtype") = cf::kFloat32, dev, rg, "Tensor of zeros.", release_gil());
+  m.def("ones", [](const cf::Shape& s, cf::DType d, cf::Device dv, bool g) { return with_grad(cf::Tensor::ones(s, d, dv), g); },
+        nb::arg("shape"), nb::arg("dtype") = cf::kFloat32, dev, rg, "Tensor of ones.", release_gil());
+  m.def("full",
+        [](const cf::Shape& s, double v, cf::DType d, cf::Device dv, bool g) {
+          return with_grad(cf::Tensor::full(s, v, d, dv), g);
+        },
+        nb::arg("shape"), nb::arg("value"), nb::arg("dtype") = cf::kFloat32, dev, rg, "Tensor filled with value.",
+        release_gil());
+  m.def("scalar", [](double v, cf::DType d, cf::Device dv, bool g) { return with_grad(cf::Tensor::full({}, v, d, dv), g); },
+        nb::arg("value"), nb::arg("dtype") = cf::kFloat32, dev, rg, "0-d tensor holding one value.", release_gil());
+  m.def("arange", [](int64_t n, cf::DType d, cf::Device dv) { return cf::Tensor::arange(n, d, dv); }, nb::arg("n"),
+        nb::arg("dtype") = cf::kInt64, dev, "[0, 1, ..., n-1].", release_gil());
+  m.def("rand",
+        [](const cf::Shape& s, cf::DType d, cf::Generator* gen, double lo, double hi, cf::Device dv, bool g) {
+          return with_grad(cf::rand(s, d, gen_or_default(gen), lo, hi, dv), g);
+        },
+        nb::arg("shape"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(),
+        nb::arg("low") = 0.0, nb::arg("high") = 1.0, dev, rg,
+        "Uniform in [low, high) from a Philox generator (default: the process-wide one).", release_gil());
+  m.def("randn",
+        [](const cf::Shape& s, cf::DType d, cf::Generator* gen, double mean, double std, cf::Device dv, bool g) {
+          return with_grad(cf::randn(s, d, gen_or_default(gen), mean, std, dv), g);
+        },
+        nb::arg("shape"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(),
+        nb::arg("mean") = 0.0, nb::arg("std") = 1.0, dev, rg, "Normal(mean, std) from a Philox generator.",
+        release_gil());
+  m.def("randint",
+        [](int64_t lo, int64_t hi, const cf::Shape& s, cf::Generator* gen, cf::Device dv) {
+          return cf::randint(lo, hi, s, gen_or_default(gen), dv);
+        },
+        nb::arg("low"), nb::arg("high"), nb::arg("shape"), nb::arg("generator").none() = nb::none(), dev,
+        "int64 uniform in [low, high).", release_gil());
+  m.def("bernoulli",
+        [](const cf::Shape& s, double p, cf::Generator* gen, cf::Device dv) {
+          return cf::bernoulli(s, p, gen_or_default(gen), dv);
+        },
+        nb::arg("shape"), nb::arg("p"), nb::arg("generator").none() = nb::none(), dev,
+        "bool, each element true with probability p.", release_gil());
+}
+
+void bind_gradcheck(nb::module_& m) {
+  nb::class_<cf::GradcheckResult>(m, "GradcheckResult", "The outcome of cf.gradcheck.")
+      .def_ro("ok", &cf::GradcheckResult::ok)
+      .def_ro("message", &cf::GradcheckResult::message, "The first failure: op, input, index, analytic and numeric values.")
+      .def_ro("max_abs_error", &cf::GradcheckResult::max_abs_error)
+      .def_ro("entries_checked", &cf::GradcheckResult::entries_checked)
+      .def_ro("mode", &cf::GradcheckResult::mode, "\"full-jacobian\" or \"weighted-gradient+projections\".")
+      .def("__bool__", [](const cf::GradcheckResult& r) { return r.ok; })
+      .def("__repr__", [](const cf::GradcheckResult& r) {
+        return std::string("GradcheckResult(ok=") + (r.ok ? "True" : "False") + ", mode='" + r.mode +
+               "', entries_checked=" + std::to_string(r.entries_checked) + (r.ok ? "" : ", message='" + r.message + "'") + ")";
+      });
+  // f runs Python code, so the GIL stays held.
+  m.def("gradcheck",
+        [](const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs, double eps,
+           double atol, double rtol, int64_t full_jacobian_max_entries, int64_t elementwise_max_inputs,
+           int num_projections, uint64_t seed, bool check_repeat, bool check_zero_grad) {
+          cf::GradcheckOptions o;
+          o.eps = eps;
+          o.atol = atol;
+          o.rtol = rtol;
+          o.full_jacobian_max_entries = full_jacobian_max_entries;
+          o.elementwise_max_inputs = elementwise_max_inputs;
+          o.num_projections = num_projections;
+          o.seed = seed;
+          o.check_repeat = check_repeat;
+          o.check_zero_grad = check_zero_grad;
+          return cf::gradcheck(f, inputs, o);
+        },
+        nb::arg("f"), nb::arg("inputs"), nb::arg("eps") = 1e-6, nb::arg("atol") = 1e-5, nb::arg("rtol") = 1e-3,
+        nb::arg("full_jacobian_max_entries") = 4096, nb::arg("elementwise_max_inputs") = 2048,
+        nb::arg("num_projections") = 3, nb::arg("seed") = 1234, nb::arg("check_repeat") = true,
+        nb::arg("check_zero_grad") = true,
+        "Finite-difference check of d f(inputs) / d inputs (DESIGN.md section 4): float64 central differences, a "
+        "random-weighted scalar loss, the full Jacobian for small problems and random projections for large ones; "
+        "backward twice must give identical gradients and a zero upstream gradient zeros. f takes the list of "
+        "inputs and returns one tensor; inputs that require grad must be float64.");
+}
+
+}  // namespace
+
+void bind_ops(nb::module_& m, TensorCls& cls) {
+  bind_elementwise(m, cls);
+  bind_operators(cls);
+  bind_reductions(m, cls);
+  bind_shape(m, cls);
+  bind_index(m, cls);
+  bind_sort(m, cls);
+  bind_fused(m, cls);
+  bind_factories(m);
+  bind_gradcheck(m);
+}
+
+}  // namespace cfpy

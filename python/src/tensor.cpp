@@ -1,0 +1,519 @@
+// cf.Tensor: metadata, autograd fields, conversion to and from Python values,
+// indexing and slicing (views, as cf's shape ops), operators, NumPy's array
+// interface. The op functions and the Tensor methods that mirror them are in ops.cpp.
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "common.h"
+
+namespace cfpy {
+
+// ---------------------------------------------------------------- helpers
+
+std::vector<int64_t> to_axes(nb::handle h, const char* op) {
+  if (h.is_none()) return {};
+  if (PyLong_Check(h.ptr())) return {nb::cast<int64_t>(h)};
+  try {
+    return nb::cast<std::vector<int64_t>>(h);
+  } catch (const nb::cast_error&) {
+    throw cf::ValueError(cf::str("[", op, "] axes must be None, an int or a sequence of ints, got ",
+                                 nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr()))))));
+  }
+}
+
+cf::Tensor as_tensor_like(nb::handle h, const cf::Tensor& like, const char* op) {
+  if (nb::isinstance<cf::Tensor>(h)) return nb::cast<cf::Tensor>(h);
+  if (PyFloat_Check(h.ptr()) || PyLong_Check(h.ptr()))
+    return cf::Tensor::scalar(nb::cast<double>(h), like.dtype(), like.device());
+  throw cf::ValueError(cf::str("[", op, "] expects a cf.Tensor or a Python number, got ",
+                               nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr()))))));
+}
+
+cf::Reduction parse_reduction(const std::string& s, const char* op) {
+  if (s == "mean") return cf::Reduction::Mean;
+  if (s == "sum") return cf::Reduction::Sum;
+  if (s == "none") return cf::Reduction::None;
+  throw cf::ValueError(cf::str("[", op, "] reduction must be 'mean', 'sum' or 'none', got '", s, "'"));
+}
+
+namespace {
+
+std::string py_type_name(nb::handle h) { return nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr())))); }
+
+// ---- tensors from Python data ----
+
+struct Gathered {
+  std::vector<double> f;
+  std::vector<int64_t> i;
+  bool all_bool = true, all_int = true;
+};
+
+void gather_nested(nb::handle h, size_t depth, cf::Shape& shape, Gathered& g) {
+  if (PyBool_Check(h.ptr())) {
+    CF_CHECK(depth == shape.size(), ValueError, "[tensor] ragged nested sequence at depth ", depth);
+    bool b = h.ptr() == Py_True;
+    g.f.push_back(b);
+    g.i.push_back(b);
+    return;
+  }
+  if (PyLong_Check(h.ptr()) || PyFloat_Check(h.ptr()) || (PyIndex_Check(h.ptr()) && !PySequence_Check(h.ptr()))) {
+    CF_CHECK(depth == shape.size(), ValueError, "[tensor] ragged nested sequence at depth ", depth);
+    g.all_bool = false;
+    if (PyFloat_Check(h.ptr())) {
+      g.all_int = false;
+      double v = PyFloat_AS_DOUBLE(h.ptr());
+      g.f.push_back(v);
+      g.i.push_back(int64_t(v));
+    } else {
+      int64_t v = nb::cast<int64_t>(nb::int_(h));
+      g.f.push_back(double(v));
+      g.i.push_back(v);
+    }
+    return;
+  }
+  if (nb::isinstance<cf::Tensor>(h)) {  // a 0-d tensor inside a list
+    cf::Tensor t = nb::cast<cf::Tensor>(h);
+    CF_CHECK(t.numel() == 1 && depth == shape.size(), ValueError,
+             "[tensor] a tensor inside a nested list must hold one value, got ", t.describe());
+    g.all_bool = g.all_bool && t.dtype() == cf::kBool;
+    g.all_int = g.all_int && (t.dtype() == cf::kInt64 || t.dtype() == cf::kBool);
+    g.f.push_back(t.item());
+    g.i.push_back(int64_t(t.item()));
+    return;
+  }
+  if (!PySequence_Check(h.ptr()) || PyUnicode_Check(h.ptr()))
+    throw cf::ValueError(cf::str("[tensor] cannot make a tensor from ", py_type_name(h)));
+  nb::object seq = nb::steal(PySequence_Fast(h.ptr(), "sequence"));
+  if (!seq.is_valid()) throw nb::python_error();
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+  if (depth == shape.size()) {
+    CF_CHECK(g.f.empty() || depth > 0, ValueError, "[tensor] ragged nested sequence at depth ", depth);
+    if (!g.f.empty())
+      throw cf::ValueError(cf::str("[tensor] ragged nested sequence: a sequence where a number was expected at depth ",
+                                   depth));
+    shape.push_back(n);
+  } else {
+    CF_CHECK(depth < shape.size() && shape[depth] == n, ValueError,
+             "[tensor] ragged nested sequence: length ", n, " at depth ", depth, " where ",
+             depth < shape.size() ? shape[depth] : -1, " was expected");
+  }
+  PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+  for (Py_ssize_t k = 0; k < n; ++k) gather_nested(items[k], depth + 1, shape, g);
+}
+
+template <typename T>
+cf::Tensor from_buffer_typed(const Py_buffer& b, const cf::Shape& shape) {
+  std::vector<T> out(size_t(cf::numel_of(shape)));
+  const char* base = static_cast<const char*>(b.buf);
+  // Walk the strided buffer in row-major order.
+  cf::Shape strides(size_t(b.ndim));
+  for (int d = 0; d < b.ndim; ++d) strides[size_t(d)] = b.strides ? b.strides[d] : 0;
+  if (!b.strides) {
+    int64_t s = b.itemsize;
+    for (int d = b.ndim - 1; d >= 0; --d) {
+      strides[size_t(d)] = s;
+      s *= b.shape[d];
+    }
+  }
+  size_t k = 0;
+  cf::for_each_offset(shape, strides, 0, [&](int64_t off) {
+    const char* p = base + off;
+    if constexpr (std::is_same_v<T, bool>) {
+      out[k++] = *reinterpret_cast<const bool*>(p);
+    } else if (b.format && (b.format[0] == 'i' || (b.format[0] == '<' && b.format[1] == 'i') ||
+                            (b.format[0] == '=' && b.format[1] == 'i'))) {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      out[k++] = T(v);
+    } else {
+      T v;
+      std::memcpy(&v, p, sizeof(T));
+      out[k++] = v;
+    }
+  });
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<bool> vb(out.begin(), out.end());
+    return cf::Tensor::from_vector(vb, shape);
+  } else {
+    return cf::Tensor::from_vector(out, shape);
+  }
+}
+
+// A copy of a buffer-protocol object (NumPy array, memoryview, array.array).
+bool tensor_from_buffer(nb::handle data, cf::Tensor& out) {
+  if (!PyObject_CheckBuffer(data.ptr())) return false;
+  Py_buffer b;
+  if (PyObject_GetBuffer(data.ptr(), &b, PyBUF_RECORDS_RO) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  struct Release {
+    Py_buffer* b;
+    ~Release() { PyBuffer_Release(b); }
+  } release{&b};
+  cf::Shape shape;
+  for (int d = 0; d < b.ndim; ++d) shape.push_back(b.shape[d]);
+  std::string fmt = b.format ? b.format : "B";
+  char code = fmt.empty() ? 'B' : fmt.back();
+  if (!fmt.empty() && (fmt[0] == '>' || fmt[0] == '!'))
+    throw cf::DTypeError("[tensor] big-endian buffers are not supported");
+  if (code == 'f' && b.itemsize == 4) out = from_buffer_typed<float>(b, shape);
+  else if (code == 'd' && b.itemsize == 8) out = from_buffer_typed<double>(b, shape);
+  else if ((code == 'q' || code == 'l' || code == 'Q' || code == 'L') && b.itemsize == 8) out = from_buffer_typed<int64_t>(b, shape);
+  else if (code == 'i' && b.itemsize == 4) out = from_buffer_typed<int64_t>(b, shape);
+  else if (code == '?' && b.itemsize == 1) out = from_buffer_typed<bool>(b, shape);
+  else
+    throw cf::DTypeError(cf::str("[tensor] buffer format '", fmt, "' (itemsize ", b.itemsize,
+                                 ") is not float32, float64, int32, int64 or bool"));
+  return true;
+}
+
+}  // namespace
+
+cf::Tensor tensor_from_python(nb::handle data, std::optional<cf::DType> dtype, cf::Device device) {
+  cf::Tensor t;
+  if (nb::isinstance<cf::Tensor>(data)) {
+    t = cf::clone(nb::cast<cf::Tensor>(data).detach());
+  } else if (!tensor_from_buffer(data, t)) {
+    cf::Shape shape;
+    Gathered g;
+    gather_nested(data, 0, shape, g);
+    cf::DType dt = dtype ? *dtype : (g.all_bool && !g.f.empty()) ? cf::kBool : (g.all_int && !g.f.empty()) ? cf::kInt64 : cf::kFloat32;
+    switch (dt) {
+      case cf::DType::Float32: t = cf::Tensor::from_vector(std::vector<float>(g.f.begin(), g.f.end()), shape); break;
+      case cf::DType::Float64: t = cf::Tensor::from_vector(g.f, shape); break;
+      case cf::DType::Int64:
+        CF_CHECK(g.all_int, DTypeError, "[tensor] float values cannot make an int64 tensor (cast after with .to)");
+        t = cf::Tensor::from_vector(g.i, shape);
+        break;
+      case cf::DType::Bool: {
+        std::vector<bool> vb;
+        for (double v : g.f) vb.push_back(v != 0);
+        t = cf::Tensor::from_vector(vb, shape);
+        break;
+      }
+    }
+  }
+  if (dtype && t.dtype() != *dtype) t = cf::to(t, *dtype);
+  if (device != t.device()) t = cf::to(t, device);
+  return t;
+}
+
+namespace {
+
+// ---- Python values out ----
+
+nb::object scalar_to_python(const cf::Tensor& t) {
+  switch (t.dtype()) {
+    case cf::DType::Float32: return nb::float_(double(t.item<float>()));
+    case cf::DType::Float64: return nb::float_(t.item<double>());
+    case cf::DType::Int64: return nb::int_(t.item<int64_t>());
+    case cf::DType::Bool: return nb::bool_(t.item<bool>());
+  }
+  return nb::none();
+}
+
+template <typename T>
+nb::object nested_list(const std::vector<T>& v, const cf::Shape& shape, size_t d, size_t& k) {
+  if (d == shape.size()) {
+    if constexpr (std::is_same_v<T, bool>) return nb::bool_(v[k++]);
+    else if constexpr (std::is_same_v<T, int64_t>) return nb::int_(v[k++]);
+    else return nb::float_(double(v[k++]));
+  }
+  nb::list l;
+  for (int64_t i = 0; i < shape[d]; ++i) l.append(nested_list(v, shape, d + 1, k));
+  return l;
+}
+
+nb::object tolist(const cf::Tensor& t) {
+  size_t k = 0;
+  switch (t.dtype()) {
+    case cf::DType::Float32: return nested_list(t.to_vector<float>(), t.shape(), 0, k);
+    case cf::DType::Float64: return nested_list(t.to_vector<double>(), t.shape(), 0, k);
+    case cf::DType::Int64: return nested_list(t.to_vector<int64_t>(), t.shape(), 0, k);
+    case cf::DType::Bool: {
+      std::vector<bool> v = t.to_vector<bool>();
+      return nested_list(v, t.shape(), 0, k);
+    }
+  }
+  return nb::none();
+}
+
+const char* typestr(cf::DType d) {
+  switch (d) {
+    case cf::DType::Float32: return "<f4";
+    case cf::DType::Float64: return "<f8";
+    case cf::DType::Int64: return "<i8";
+    case cf::DType::Bool: return "|b1";
+  }
+  return "";
+}
+
+// NumPy's __array_interface__ (version 3): np.asarray(t) is a view of a CPU
+// tensor's memory, kept alive by the tensor object (NumPy holds it as the base).
+nb::dict array_interface(const cf::Tensor& t) {
+  CF_CHECK(t.device().is_cpu(), DeviceError, "[__array_interface__] tensor is on ", t.device(),
+           ": NumPy reads CPU memory only; copy it first with t.cpu()");
+  nb::dict d;
+  nb::list shape, strides;
+  const int64_t es = int64_t(cf::dtype_size(t.dtype()));
+  for (size_t i = 0; i < t.shape().size(); ++i) {
+    shape.append(t.shape()[i]);
+    strides.append(t.strides()[i] * es);
+  }
+  d["shape"] = nb::tuple(shape);
+  d["strides"] = nb::tuple(strides);
+  d["typestr"] = typestr(t.dtype());
+  d["data"] = nb::make_tuple(reinterpret_cast<uintptr_t>(t.raw_data()), false);
+  d["version"] = 3;
+  return d;
+}
+
+// ---- indexing ----
+
+struct IndexItem {
+  enum Kind { Int, Slice, None, Ellipsis, Tensor } kind;
+  int64_t i = 0;
+  nb::handle slice;
+  cf::Tensor index;
+};
+
+std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x) {
+  std::vector<IndexItem> items;
+  auto one = [&](nb::handle h) {
+    IndexItem it{};
+    it.kind = IndexItem::Int;
+    if (h.is_none()) {
+      it.kind = IndexItem::None;
+    } else if (h.ptr() == Py_Ellipsis) {
+      it.kind = IndexItem::Ellipsis;
+    } else if (PySlice_Check(h.ptr())) {
+      it.kind = IndexItem::Slice;
+      it.slice = h;
+    } else if (nb::isinstance<cf::Tensor>(h)) {
+      it.kind = IndexItem::Tensor;
+      it.index = nb::cast<cf::Tensor>(h);
+      CF_CHECK(it.index.dtype() == cf::kInt64, IndexError, "[getitem] index tensors must be int64, got ",
+               it.index.describe(), " (boolean masks: use cf.where or cf.masked_fill)");
+    } else if (PyList_Check(h.ptr())) {
+      it.kind = IndexItem::Tensor;
+      it.index = tensor_from_python(h, cf::kInt64, x.device());
+    } else if (PyIndex_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
+      it.i = nb::cast<int64_t>(nb::int_(h));
+    } else {
+      throw cf::IndexError(cf::str("[getitem] unsupported index of type ", py_type_name(h),
+                                   ": use ints, slices, None, ..., int64 tensors or lists of ints"));
+    }
+    items.push_back(std::move(it));
+  };
+  if (PyTuple_Check(key.ptr())) {
+    for (nb::handle h : nb::borrow<nb::tuple>(key)) one(h);
+  } else {
+    one(key);
+  }
+  return items;
+}
+
+cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
+  std::vector<IndexItem> items = parse_key(key, x);
+  int64_t consuming = 0, ellipses = 0;
+  for (auto& it : items) {
+    if (it.kind == IndexItem::Ellipsis) ++ellipses;
+    else if (it.kind != IndexItem::None) ++consuming;
+  }
+  CF_CHECK(ellipses <= 1, IndexError, "[getitem] an index can only have a single ellipsis ('...')");
+  CF_CHECK(consuming <= x.dim(), IndexError, "[getitem] too many indices (", consuming, ") for ",
+           x.describe());
+  cf::Tensor y = x;
+  int64_t d = 0;  // the axis of y the next item applies to
+  int tensor_items = 0;
+  for (auto& it : items) {
+    switch (it.kind) {
+      case IndexItem::None: y = cf::unsqueeze(y, d++); break;
+      case IndexItem::Ellipsis: {
+        // The ellipsis stands for the axes that the items after it leave over:
+        // those apply to the last axes of y.
+        int64_t consuming_after = 0;
+        bool after = false;
+        for (auto& jt : items) {
+          if (&jt == &it) after = true;
+          else if (after && (jt.kind == IndexItem::Int || jt.kind == IndexItem::Slice || jt.kind == IndexItem::Tensor))
+            ++consuming_after;
+        }
+        d = y.dim() - consuming_after;
+        break;
+      }
+      case IndexItem::Int: {
+        int64_t n = y.shape()[size_t(d)];
+        int64_t i = it.i < 0 ? it.i + n : it.i;
+        CF_CHECK(i >= 0 && i < n, IndexError, "[getitem] index ", it.i, " is out of range for axis ", d,
+                 " of size ", n, " in ", y.describe());
+        y = cf::squeeze(cf::narrow(y, d, i, 1), d);
+        break;
+      }
+      case IndexItem::Slice: {
+        Py_ssize_t start, stop, step;
+        if (PySlice_Unpack(it.slice.ptr(), &start, &stop, &step) != 0) throw nb::python_error();
+        CF_CHECK(step > 0, IndexError, "[getitem] slice steps must be positive, got ", step);
+        int64_t n = y.shape()[size_t(d)];
+        Py_ssize_t len = PySlice_AdjustIndices(Py_ssize_t(n), &start, &stop, step);
+        if (!(start == 0 && len == n && step == 1))
+          y = cf::slice(y, d, start, len > 0 ? start + (len - 1) * step + 1 : start, step);
+        ++d;
+        break;
+      }
+      case IndexItem::Tensor: {
+        CF_CHECK(++tensor_items == 1, IndexError,
+                 "[getitem] at most one index tensor (or list) per indexing; chain them instead");
+        cf::Tensor flat = cf::reshape(it.index, {-1});
+        cf::Tensor sel = cf::index_select(y, d, flat);
+        cf::Shape s = y.shape();
+        s.erase(s.begin() + d);
+        s.insert(s.begin() + d, it.index.shape().begin(), it.index.shape().end());
+        y = cf::reshape(sel, s);
+        d += it.index.dim();
+        if (copied) *copied = true;
+        break;
+      }
+    }
+  }
+  return y;
+}
+
+void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
+  bool copied = false;
+  cf::Tensor view = index_tensor(x, key, &copied);
+  CF_CHECK(!copied, IndexError,
+           "[setitem] an index tensor selects a copy, so writing to it would not change the tensor; "
+           "use cf.index_add or cf.scatter_add");
+  if (nb::isinstance<cf::Tensor>(value)) {
+    cf::Tensor src = nb::cast<cf::Tensor>(value);
+    nb::gil_scoped_release g;
+    cf::copy_(view, src);
+  } else if (PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr())) {
+    double v = nb::cast<double>(value);
+    nb::gil_scoped_release g;
+    cf::fill_(view, v);
+  } else {
+    cf::Tensor src = tensor_from_python(value, view.dtype(), view.device());
+    nb::gil_scoped_release g;
+    cf::copy_(view, src);
+  }
+}
+
+std::string describe_repr(const cf::Tensor& t) {
+  std::ostringstream os;
+  os << t;
+  std::string s = os.str();
+  if (t.device().is_cuda()) s.insert(s.size() - 1, ", device='" + t.device().str() + "'");
+  if (t.grad_fn()) s.insert(s.size() - 1, std::string(", grad_fn=") + t.grad_fn()->name);  // (cf prints requires_grad)
+  return s;
+}
+
+}  // namespace
+
+nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m);
+
+nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
+  auto cls = nb::class_<cf::Tensor>(
+      m, "Tensor",
+      "A cheap handle to strided storage (float32, float64, int64 or bool) on the CPU or a CUDA device, with "
+      "autograd fields. Views (slicing, reshape, transpose, ...) share storage. Build one with cf.tensor, the "
+      "factories (cf.zeros, cf.randn, ...) or cf.from_dlpack.");
+  cls.def("__init__",
+          [](cf::Tensor* self, nb::handle data, std::optional<cf::DType> dtype, cf::Device device, bool requires_grad) {
+            new (self) cf::Tensor(tensor_from_python(data, dtype, device));
+            if (requires_grad) self->set_requires_grad(true);
+          },
+          nb::arg("data"), nb::arg("dtype") = nb::none(), nb::arg("device") = cf::Device::cpu(),
+          nb::arg("requires_grad") = false,
+          "A tensor copied from data: nested lists of numbers, a buffer (NumPy array), or another tensor. "
+          "dtype: inferred (bool, int64, else float32) unless given.")
+      // ---- metadata ----
+      .def_prop_ro("dtype", &cf::Tensor::dtype)
+      .def_prop_ro("device", &cf::Tensor::device)
+      .def_prop_ro("shape", [](const cf::Tensor& t) { return t.shape(); }, "The dimensions, a tuple.")
+      .def_prop_ro("strides", [](const cf::Tensor& t) { return t.strides(); }, "Strides in elements, a tuple.")
+      .def_prop_ro("storage_offset", &cf::Tensor::offset, "Offset of the first element in its storage, in elements.")
+      .def_prop_ro("ndim", &cf::Tensor::dim)
+      .def("dim", &cf::Tensor::dim, "Number of dimensions.")
+      .def("numel", &cf::Tensor::numel, "Number of elements.")
+      .def("size", [](const cf::Tensor& t, std::optional<int64_t> axis) -> nb::object {
+             if (axis) return nb::int_(t.size(*axis));
+             return nb::cast(t.shape());
+           }, nb::arg("axis") = nb::none(), "The shape, or the size of one axis.")
+      .def_prop_ro("nbytes", [](const cf::Tensor& t) { return int64_t(t.nbytes()); })
+      .def("is_contiguous", &cf::Tensor::is_contiguous)
+      .def("data_ptr", [](const cf::Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); },
+           "Address of the first element on the tensor's device.")
+      .def("shares_storage", &cf::Tensor::shares_storage, nb::arg("other"), "True when both view one storage.")
+      .def_prop_ro("version", &cf::Tensor::version, "The storage's version counter (bumped by in-place writes).")
+      // ---- autograd ----
+      .def_prop_rw("requires_grad", &cf::Tensor::requires_grad,
+                   [](cf::Tensor& t, bool on) { t.set_requires_grad(on); },
+                   "Whether ops on this tensor record history. Only float tensors can require grad.")
+      .def("requires_grad_", [](cf::Tensor& t, bool on) -> cf::Tensor& { return t.set_requires_grad(on); },
+           nb::arg("requires_grad") = true, nb::rv_policy::reference, "Set requires_grad in place; returns self.")
+      .def_prop_rw("grad",
+                   [](const cf::Tensor& t) -> std::optional<cf::Tensor> {
+                     cf::Tensor g = t.grad();
+                     if (!g.defined()) return std::nullopt;
+                     return g;
+                   },
+                   [](const cf::Tensor& t, std::optional<cf::Tensor> g) {
+                     if (g) t.set_grad(*g);
+                     else t.zero_grad();
+                   },
+                   nb::arg("grad").none(),
+                   "The accumulated gradient (None before backward reaches this tensor). Setting None drops it.")
+      .def_prop_ro("grad_fn", [](const cf::Tensor& t) -> std::optional<std::string> {
+                     if (!t.grad_fn()) return std::nullopt;
+                     return std::string(t.grad_fn()->name);
+                   }, "The registry name of the op that produced this tensor, or None for a leaf.")
+      .def_prop_ro("is_leaf", &cf::Tensor::is_leaf)
+      .def("backward",
+           [](const cf::Tensor& t, std::optional<cf::Tensor> grad, bool retain_graph) {
+             nb::gil_scoped_release g;
+             t.backward(grad ? *grad : cf::Tensor(), retain_graph);
+           },
+           nb::arg("grad") = nb::none(), nb::arg("retain_graph") = false,
+           "Backpropagate from this tensor into the leaves' .grad (accumulating). grad may be omitted for a "
+           "one-element tensor. The graph is freed unless retain_graph.")
+      .def("detach", &cf::Tensor::detach, "Same storage, no autograd history.")
+      .def("zero_grad", &cf::Tensor::zero_grad, "Drop the accumulated gradient.")
+      // ---- values ----
+      .def("item", &scalar_to_python, "The single value as a Python float, int or bool.")
+      .def("tolist", &tolist, "Nested Python lists (a number for a 0-d tensor).")
+      .def("__float__", [](const cf::Tensor& t) { return t.item(); })
+      .def("__int__", [](const cf::Tensor& t) { return int64_t(t.item()); })
+      .def("__index__", [](const cf::Tensor& t) {
+        CF_CHECK(t.dtype() == cf::kInt64 || t.dtype() == cf::kBool, DTypeError,
+                 "[__index__] only integer tensors can be used as an index, got ", t.describe());
+        return int64_t(t.item());
+      })
+      .def("__bool__", [](const cf::Tensor& t) {
+        CF_CHECK(t.numel() == 1, ValueError, "[__bool__] the truth value of a tensor with ", t.numel(),
+                 " elements is ambiguous; use cf.amax / cf.amin or compare elements");
+        return t.item() != 0.0;
+      })
+      .def("__len__", [](const cf::Tensor& t) {
+        CF_CHECK(t.dim() > 0, ShapeError, "[__len__] len() of a 0-d tensor");
+        return t.shape()[0];
+      })
+      .def("__repr__", &describe_repr)
+      .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })
+      .def_prop_ro("__array_interface__", &array_interface)
+      .def("numpy", [](nb::handle self) { return nb::module_::import_("numpy").attr("asarray")(self); },
+           "A NumPy array sharing this CPU tensor's memory (no copy).")
+      // ---- indexing ----
+      .def("__getitem__", [](const cf::Tensor& t, nb::handle key) { return index_tensor(t, key, nullptr); },
+           nb::arg("key").none(),
+           "Basic indexing gives views: ints, slices (positive steps), None, Ellipsis. An int64 tensor or a list "
+           "of ints on one axis selects a copy (index_select).")
+      .def("__setitem__", &setitem, nb::arg("key").none(), nb::arg("value"),
+           "Write a tensor (broadcast, dtype converted) or a number into the view t[key], in place.");
+  return cls;
+}
+
+}  // namespace cfpy

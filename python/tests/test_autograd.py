@@ -1,0 +1,92 @@
+"""Autograd from Python: backward, grad, requires_grad, detach, no_grad, gradcheck."""
+import pytest
+
+import cf
+
+
+def test_backward_fills_leaf_grads():
+    x = cf.tensor([0.5, -1.0, 2.0], dtype=cf.float64, requires_grad=True)
+    y = cf.sum(cf.tanh(x) * x)
+    assert y.grad_fn == "sum" and x.grad is None
+    y.backward()
+    expected = [float(cf.tanh(cf.tensor(v, dtype=cf.float64)).item() + v * (1 - cf.tanh(cf.tensor(v, dtype=cf.float64)).item() ** 2))
+                for v in (0.5, -1.0, 2.0)]
+    assert x.grad.tolist() == pytest.approx(expected, rel=1e-12)
+    # gradients accumulate across backward calls, until dropped
+    cf.sum(x * 2.0).backward()
+    assert x.grad.tolist() == pytest.approx([e + 2 for e in expected], rel=1e-12)
+    x.grad = None
+    assert x.grad is None
+
+
+def test_backward_with_grad_output_and_retain_graph():
+    x = cf.ones([2, 2], requires_grad=True)
+    y = x * 3.0
+    y.backward(cf.full([2, 2], 2.0), retain_graph=True)
+    y.backward(cf.ones([2, 2]))
+    assert x.grad.tolist() == [[9, 9], [9, 9]]
+    with pytest.raises(cf.AutogradError):
+        y.backward(cf.ones([2, 2]))  # the graph was freed by the last backward
+
+
+def test_detach_and_requires_grad():
+    x = cf.randn([3], requires_grad=True)
+    d = x.detach()
+    assert not d.requires_grad and d.shares_storage(x)
+    y = x.requires_grad_(False)
+    assert y is x and not x.requires_grad
+    with pytest.raises(cf.DTypeError):
+        cf.arange(3).requires_grad = True
+
+
+def test_no_grad_context_manager_and_decorator():
+    x = cf.ones([2], requires_grad=True)
+    with cf.no_grad():
+        assert not cf.grad_enabled()
+        y = x * 2.0
+        with cf.enable_grad():
+            z = x * 2.0
+    assert cf.grad_enabled()
+    assert not y.requires_grad and y.grad_fn is None and z.grad_fn == "mul"
+
+    @cf.no_grad()
+    def f(t):
+        return t + 1.0
+    assert f(x).grad_fn is None and cf.grad_enabled()
+
+
+def test_inplace_on_a_leaf_that_requires_grad_is_refused():
+    x = cf.ones([2], requires_grad=True)
+    with pytest.raises(cf.Error, match=r"^\[add_\]"):
+        x += 1
+    with cf.no_grad():
+        x += 1
+    assert x.tolist() == [2, 2]
+
+
+def test_inplace_change_of_a_saved_tensor_is_an_error():
+    x = cf.ones([2], requires_grad=True)
+    h = x * 1.0
+    y = cf.sum(h * h)
+    with cf.no_grad():
+        h.fill_(3.0)
+    with pytest.raises(cf.AutogradError):
+        y.backward()
+
+
+def softplus(x):
+    return cf.log1p(cf.exp(x))
+
+
+def test_gradcheck_of_a_python_composition():
+    x = cf.rand([4, 5], dtype=cf.float64, generator=cf.Generator(1), low=-2, high=2, requires_grad=True)
+    r = cf.gradcheck(lambda inputs: softplus(inputs[0]), [x])
+    assert r.ok, r.message
+    assert r.mode == "full-jacobian" and r.entries_checked > 0
+
+
+def test_gradcheck_reports_a_wrong_gradient():
+    # round-trips through a detached copy: the analytic gradient is zero, the numeric one is not
+    x = cf.rand([3], dtype=cf.float64, generator=cf.Generator(2), requires_grad=True)
+    r = cf.gradcheck(lambda inputs: inputs[0].detach() * inputs[0].detach() + inputs[0] * 0.0, [x])
+    assert not r.ok and r.message

@@ -1,0 +1,95 @@
+"""Zero-copy exchange with NumPy through DLPack and the array interface: writing
+through one side is seen by the other, and memory outlives the side it came from."""
+import gc
+
+import pytest
+
+import cf
+from conftest import requires_cuda
+
+np = pytest.importorskip("numpy")
+
+
+def test_numpy_asarray_views_cpu_tensor():
+    t = cf.arange(6, dtype=cf.float32).reshape([2, 3])
+    a = np.asarray(t)
+    assert a.dtype == np.float32 and a.shape == (2, 3) and a.ctypes.data == t.data_ptr()
+    a[0, 1] = 42.0  # NumPy writes, cf sees
+    assert t[0, 1].item() == 42.0
+    t[1, 2] = -1.0  # cf writes, NumPy sees
+    assert a[1, 2] == -1.0
+    # strided views keep their strides
+    tt = t.T
+    at = np.asarray(tt)
+    assert at.strides == (4, 12) and at[1, 0] == 42.0
+    assert np.asarray(cf.tensor([True, False])).dtype == np.bool_
+    assert np.asarray(cf.arange(3)).dtype == np.int64
+
+
+def test_numpy_array_outlives_the_tensor_object():
+    a = np.asarray(cf.full([1000], 3.0))
+    gc.collect()
+    assert float(a.sum()) == 3000.0
+
+
+def test_from_dlpack_numpy_shares_memory():
+    a = np.arange(12, dtype=np.float64).reshape(3, 4)
+    t = cf.from_dlpack(a)
+    assert t.dtype == cf.float64 and t.shape == (3, 4) and t.data_ptr() == a.ctypes.data
+    t[0, 0] = 100.0
+    assert a[0, 0] == 100.0
+    a[2, 3] = -5.0
+    assert t[2, 3].item() == -5.0
+    # a non-contiguous NumPy view
+    v = cf.from_dlpack(a[:, ::2])
+    assert v.shape == (3, 2) and v.strides == (4, 2) and v.tolist()[2] == [8.0, 10.0]
+    # the producer's memory stays alive while cf holds it
+    b = np.ones(4, dtype=np.int64)
+    tb = cf.from_dlpack(b)
+    del b
+    gc.collect()
+    assert tb.tolist() == [1, 1, 1, 1]
+    # cf ops on borrowed memory, and autograd through it
+    x = cf.from_dlpack(np.linspace(-1, 1, 5)).requires_grad_()
+    cf.sum(x * x).backward()
+    assert x.grad.tolist() == pytest.approx([-2, -1, 0, 1, 2])
+
+
+def test_numpy_from_dlpack_of_cf_tensor():
+    t = cf.randn([4, 5], generator=cf.Generator(3))
+    a = np.from_dlpack(t)
+    assert a.ctypes.data == t.data_ptr()
+    t.fill_(0.0)  # NumPy (before 2.1) marks DLPack imports read-only, so cf writes and NumPy reads
+    assert float(np.abs(a).max()) == 0.0
+    assert t.__dlpack_device__() == (1, 0)
+
+
+def test_capsule_round_trip():
+    t = cf.arange(4)
+    u = cf.from_dlpack(cf.to_dlpack(t))
+    assert u.shares_storage(t) is False and u.data_ptr() == t.data_ptr()  # a new storage over the same bytes
+    u[0] = 7
+    assert t[0].item() == 7
+    cap = t.__dlpack__()
+    cf.from_dlpack(cap)
+    with pytest.raises(cf.ValueError, match=r"^\[from_dlpack\]"):
+        cf.from_dlpack(cap)  # a capsule is consumed once
+
+
+def test_unsupported_inputs_are_clear_errors():
+    with pytest.raises(cf.DTypeError, match=r"^\[from_dlpack\] dtype"):
+        cf.from_dlpack(np.zeros(3, dtype=np.int32))
+    with pytest.raises(cf.ValueError, match="no __dlpack__"):
+        cf.from_dlpack([1, 2, 3])
+
+
+@requires_cuda
+def test_cuda_dlpack_round_trip():
+    t = cf.arange(8, dtype=cf.float32, device="cuda")
+    assert t.__dlpack_device__() == (2, 0)
+    u = cf.from_dlpack(t.__dlpack__(stream=1))
+    assert u.device == t.device and u.data_ptr() == t.data_ptr()
+    u[3] = -1.0
+    assert t[3].item() == -1.0
+    with pytest.raises(cf.DeviceError):
+        np.asarray(t)

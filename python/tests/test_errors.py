@@ -1,0 +1,68 @@
+"""C++ errors become Python exceptions of matching classes carrying cf's "[op]" message."""
+import os
+
+import pytest
+
+import cf
+
+
+def test_hierarchy():
+    assert issubclass(cf.Error, RuntimeError)
+    for cls, builtin in [(cf.ShapeError, ValueError), (cf.DTypeError, TypeError), (cf.IndexError, IndexError),
+                         (cf.ValueError, ValueError), (cf.IOError, OSError),
+                         (cf.NotImplementedError, NotImplementedError)]:
+        assert issubclass(cls, cf.Error) and issubclass(cls, builtin), cls
+    assert issubclass(cf.DeviceError, cf.Error) and issubclass(cf.AutogradError, cf.Error)
+    assert issubclass(cf.KMeansTooFewPointsError, cf.ValueError)
+
+
+def test_shape_error_message():
+    with pytest.raises(cf.ShapeError) as e:
+        cf.matmul(cf.ones([2, 3]), cf.ones([4, 5]))
+    assert str(e.value).startswith("[matmul]") and "(2,3)" in str(e.value) and "(4,5)" in str(e.value)
+
+
+def test_dtype_index_value_errors():
+    with pytest.raises(cf.DTypeError, match=r"^\[softmax\]"):
+        cf.softmax(cf.arange(3))
+    with pytest.raises(cf.IndexError, match=r"^\[sum\]"):
+        cf.sum(cf.ones([2]), 3)
+    with pytest.raises(cf.ValueError, match=r"^\[device\] cannot parse device 'gpu'"):
+        cf.Device("gpu")
+    with pytest.raises(TypeError):  # as an argument, a bad device string does not convert
+        cf.zeros([1], device="gpu")
+    with pytest.raises(cf.ValueError, match=r"^\[cross_entropy\] reduction"):
+        cf.cross_entropy(cf.zeros([2, 3]), cf.zeros([2], dtype=cf.int64), reduction="avg")
+
+
+def test_io_error_names_the_file(tmp_path):
+    missing = str(tmp_path / "nope.safetensors")
+    with pytest.raises(cf.IOError) as e:
+        cf.load_safetensors(missing)
+    assert str(e.value).startswith("[load_safetensors]") and "nope.safetensors" in str(e.value)
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(b"not numpy")
+    with pytest.raises(OSError, match="bad.npy"):
+        cf.data.read_npy(str(bad))
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(cf.ValueError, match="lookback"):
+        cf.nn.make_attention("neural-clustering", 16, 2, clusters=4, lookback=1)
+    with pytest.raises(cf.ValueError, match=r"unknown attention type 'fast'"):
+        cf.nn.make_attention("fast", 16, 2)
+    with pytest.raises(cf.ValueError, match="d_modle"):
+        cf.models.EncoderClassifier({"vocab_size": 10, "d_modle": 8})
+
+
+def test_kmeans_too_few_points_carries_the_bound():
+    x = cf.zeros([5, 2])
+    with pytest.raises(cf.KMeansTooFewPointsError) as e:
+        cf.kmeans(x, 3)
+    assert e.value.at_most >= 1 and str(e.value).startswith("[kmeans")
+
+
+@pytest.mark.skipif(cf.cuda.is_available(), reason="checks the error of a machine without a usable CUDA device")
+def test_cuda_without_a_device_is_a_device_error():
+    with pytest.raises(cf.DeviceError):
+        cf.zeros([2], device="cuda")

@@ -1,0 +1,41 @@
+"""Kernels run with the GIL released: another Python thread runs meanwhile."""
+import threading
+import time
+
+import cf
+
+
+def test_other_threads_run_while_a_kernel_runs():
+    # Thread T times one long cf call (a 1700^3 float64 matmul, about half a
+    # second); the main thread sleeps 50 ms and then reads the clock. Had the call
+    # kept the GIL, the main thread could not run Python code until the call
+    # returned, so it would read the clock after start + duration.
+    a = cf.randn([1700, 1700], dtype=cf.float64, generator=cf.Generator(0))
+    times = {}
+    started = threading.Event()
+
+    def work():
+        started.set()
+        times["start"] = time.perf_counter()
+        cf.matmul(a, a)
+        times["end"] = time.perf_counter()
+
+    for _ in range(5):  # retried only if the main thread woke before T entered the call
+        t = threading.Thread(target=work)
+        t.start()
+        started.wait()
+        time.sleep(0.05)
+        woke = time.perf_counter()
+        t.join()
+        started.clear()
+        if woke > times["start"]:
+            break
+    duration = times["end"] - times["start"]
+    assert woke - times["start"] < 0.6 * duration, (woke - times["start"], duration)
+
+
+def test_kmeans_callback_reacquires_the_gil():
+    x = cf.randn([500, 4], generator=cf.Generator(1))
+    calls = []
+    cf.kmeans(x, 5, max_iter=5, tol=0.0, on_iteration=lambda i, inertia: calls.append(threading.get_ident()))
+    assert calls and set(calls) == {threading.get_ident()}

@@ -1,0 +1,76 @@
+"""cf.kmeans and the cf.data readers, datasets and loader."""
+import os
+
+import pytest
+
+import cf
+
+
+def planted(n_per, centers, seed):
+    g = cf.Generator(seed)
+    parts = [cf.randn([n_per, len(c)], generator=g, std=0.05) + cf.tensor(c) for c in centers]
+    labels = cf.cat([cf.full([n_per], i, dtype=cf.int64) for i in range(len(centers))])
+    return cf.cat(parts), labels
+
+
+def test_kmeans_recovers_planted_clusters():
+    x, labels = planted(50, [[0.0, 0.0], [3.0, 0.0], [0.0, 3.0], [3.0, 3.0]], seed=7)
+    seen = []
+    res = cf.kmeans(x, 4, seed=1, on_iteration=lambda it, inertia: seen.append((it, inertia)))
+    centroids, assignments, inertia = res
+    assert centroids.shape == (4, 2) and assignments.shape == (200,) and assignments.dtype == cf.int64
+    assert cf.adjusted_rand_index(assignments, labels) == 1.0
+    assert inertia == res.inertia and res.converged and seen and seen[0][0] == 1
+    assert all(b <= a + 1e-9 for a, b in zip(res.inertia_history, res.inertia_history[1:]))
+    # same seed, same result; elkan gives the same clustering
+    again = cf.kmeans(x, 4, seed=1, algorithm="elkan")
+    assert again.assignments.tolist() == assignments.tolist()
+    assert cf.kmeans_assign(x, centroids).tolist() == assignments.tolist()
+    assert cf.kmeans_init(x, 4, seed=1).shape == (4, 2)
+    with pytest.raises(cf.ValueError, match="metric"):
+        cf.kmeans(x, 4, metric="l1")
+
+
+def test_npy_round_trip(tmp_path):
+    t = cf.arange(6, dtype=cf.float64).reshape([2, 3])
+    path = str(tmp_path / "t.npy")
+    cf.data.save_npy(path, t)
+    assert cf.data.read_npy(path).tolist() == t.tolist()
+    np = pytest.importorskip("numpy")
+    assert np.load(path).tolist() == t.tolist()
+
+
+def test_tokenizer_dataset_loader(tmp_path):
+    texts = ["hello world", "hi", "hello there world"]
+    tok = cf.data.Tokenizer.build_word(texts)
+    ids = [tok.encode(s) for s in texts]
+    assert tok.decode(ids[0]) == "hello world" and tok.vocab_size == 6 + 4
+    path = str(tmp_path / "tok.json")
+    tok.save(path)
+    assert cf.data.Tokenizer.load(path).tokens == tok.tokens
+    ds = cf.data.SequenceDataset(ids, [0, 1, 0])
+    assert len(ds) == 3
+    loader = cf.data.DataLoader(ds, batch_size=2, shuffle=True, seed=3)
+    batches = list(loader)
+    assert len(batches) == len(loader) == 2
+    b = batches[0]
+    assert b.input.dtype == cf.int64 and b.key_padding_mask.dtype == cf.bool and b.size == 2
+    assert b.input.shape == b.key_padding_mask.shape and b.target.shape == (2,)
+    assert sorted(i for bb in batches for i in bb.indices) == [0, 1, 2]
+    assert [bb.indices for bb in cf.data.DataLoader(ds, batch_size=2, shuffle=True, seed=3)] == [bb.indices for bb in batches]
+    td = cf.data.TensorDataset(cf.randn([5, 2]), cf.arange(5))
+    x, y = td[4]
+    assert x.shape == (2,) and y.item() == 4
+
+
+@pytest.mark.skipif(not os.path.isdir(cf.data.FORTUNES_DIR), reason="Debian package fortunes not installed")
+def test_read_fortunes():
+    f = cf.data.read_fortunes()
+    assert len(f) > 1000 and all(isinstance(c, str) and isinstance(t, str) for c, t in f[:10])
+
+
+@pytest.mark.skipif(not cf.data.fashion_mnist_available(), reason="Debian package dataset-fashion-mnist not installed")
+def test_read_idx_labels():
+    labels = cf.data.read_idx(os.path.join(cf.data.FASHION_MNIST_DIR, "t10k-labels-idx1-ubyte.gz"), cf.int64)
+    assert labels.shape == (10000,) and 0 <= cf.amin(labels).item() and cf.amax(labels).item() == 9
+    assert cf.data.fashion_mnist_class_name(0) == "T-shirt/top"

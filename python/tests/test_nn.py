@@ -1,0 +1,184 @@
+"""cf.nn and cf.models from Python: layers, every attention variant by name, losses,
+optimizers and schedules, checkpoints, configs, the papers' models."""
+import pytest
+
+import cf
+
+# Options that make each variant work on the small inputs below.
+VARIANT_OPTIONS = {
+    "full": {},
+    "lsh": {"n_hashes": 2, "bucket_size": 4, "seed": 1},
+    "routing": {"n_clusters": 2, "seed": 1},
+    "clustered": {"clusters": 3, "bits": 16, "iterations": 3},
+    "improved-clustered": {"clusters": 3, "bits": 16, "iterations": 3, "topk": 4},
+    "cluster-former": {"chunk_size": 4, "num_clusters": 2, "memory_size": 64},
+    "neural-clustering": {"clusters": 3},
+}
+
+
+def test_every_registered_variant_has_options_here():
+    assert sorted(cf.nn.attention_types()) == sorted(VARIANT_OPTIONS)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANT_OPTIONS))
+def test_multi_head_attention_by_name(variant):
+    g = cf.Generator(0)
+    mha = cf.nn.MultiHeadAttention(variant, d_model=16, n_heads=2, generator=g, **VARIANT_OPTIONS[variant])
+    assert mha.attention.type == variant and isinstance(mha.attention, cf.nn.Attention)
+    x = cf.randn([2, 12, 16], generator=g, requires_grad=True)
+    mask = cf.zeros([2, 12], dtype=cf.bool)
+    mask[1, 10:] = True
+    y = mha(x, key_padding_mask=mask)
+    assert y.shape == (2, 12, 16)
+    cf.sum(y * y).backward()
+    assert x.grad is not None and all(p.grad is not None for p in (mha.w_q.weight, mha.w_o.weight))
+    names = [n for n, _ in mha.named_parameters()]
+    assert "w_q.weight" in names and "w_o.bias" in names
+
+
+def test_make_attention_and_specific_classes():
+    a = cf.nn.make_attention("neural-clustering", 16, 2, clusters=4)
+    assert isinstance(a, cf.nn.NeuralClusteringAttention) and a.centroids.shape == (4, 16)
+    c = cf.nn.make_attention("clustered", 16, 2, clusters=2, bits=8)
+    assert isinstance(c, cf.nn.ClusteredAttention) and c.type == "clustered"
+    q = cf.randn([1, 2, 6, 8])
+    aux = cf.nn.AuxLosses()
+    out = a(q, q, q, query_input=cf.randn([1, 6, 16]), aux=aux)
+    assert out.shape == (1, 2, 6, 8) and aux.names() == [cf.nn.CLUSTERING_LOSS, cf.nn.CENTROID_SORTING_LOSS]
+    with pytest.raises(cf.ValueError, match="required key 'attention.clusters'"):
+        cf.nn.make_attention("neural-clustering", 16, 2)
+
+
+def test_linear_matches_the_formula_and_layers_compose():
+    lin = cf.nn.Linear(3, 2, generator=cf.Generator(1))
+    x = cf.randn([4, 3])
+    ref = x @ lin.weight.T + lin.bias
+    assert cf.amax(cf.abs(lin(x) - ref)).item() < 1e-6
+    seq = cf.nn.Sequential([lin, cf.nn.ReLU(), cf.nn.Linear(2, 1)])
+    assert seq(x).shape == (4, 1) and len(seq) == 3 and isinstance(seq[1], cf.nn.ReLU)
+    assert [n for n, _ in seq.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    enc = cf.nn.TransformerEncoderLayer(d_model=8, n_heads=2, d_ff=16, dropout=0.0,
+                                        attention={"type": "neural-clustering", "clusters": 2})
+    assert enc(cf.randn([2, 5, 8])).shape == (2, 5, 8)
+    with pytest.raises(cf.ValueError, match="unknown option .d_fff."):
+        cf.nn.TransformerEncoderLayer(d_model=8, d_fff=3)
+    opts = cf.nn.CentroidAttentionOptions(d_model=8, n_heads=2, init="mean", downsample=2)
+    block = cf.nn.CentroidAttentionBlock(opts, d_ff=16)
+    u, mask, idx, pos = block(cf.randn([2, 6, 8]))
+    assert u.shape == (2, 3, 8)
+    with pytest.raises(cf.ValueError, match="unknown option 'dmodel'"):
+        cf.nn.CentroidAttentionOptions(dmodel=8)
+
+
+def test_training_with_adamw_and_a_schedule_lowers_the_loss():
+    g = cf.Generator(3)
+    x = cf.randn([64, 4], generator=g)
+    w_true = cf.tensor([[1.0], [-2.0], [0.5], [3.0]])
+    y = x @ w_true
+    model = cf.nn.Sequential([cf.nn.Linear(4, 16, generator=g), cf.nn.Tanh(), cf.nn.Linear(16, 1, generator=g)])
+    opt = cf.nn.AdamW(model, lr=1e-2, weight_decay=0.0)
+    sched = cf.nn.WarmupCosineLR(1e-2, warmup=10, total=200)
+    losses = []
+    for _ in range(200):
+        sched.apply(opt)
+        loss = cf.nn.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        cf.nn.clip_grad_norm(model, 10.0)
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.05 * losses[0], (losses[0], losses[-1])
+    assert opt.step_count == 200 and opt.name == "AdamW" and sched.lr_at(10) == pytest.approx(1e-2)
+    sd = opt.state_dict()
+    assert "step" in sd and any(k.startswith("exp_avg.") for k in sd)
+
+
+def test_state_dict_checkpoint_and_safetensors(tmp_path):
+    g = cf.Generator(5)
+    model = cf.nn.Linear(3, 2, generator=g)
+    opt = cf.nn.SGD(model, lr=0.1, momentum=0.9)
+    cf.nn.mse_loss(model(cf.ones([1, 3])), cf.zeros([1, 2])).backward()
+    opt.step()
+    path = str(tmp_path / "ckpt.safetensors")
+    cf.nn.save_checkpoint(path, model=model, optimizer=opt, step=7, generators={"g": g}, extra={"note": "hi"})
+    ck = cf.nn.load_checkpoint(path)
+    assert ck.step == 7 and ck.extra == {"note": "hi"} and ck.generators["g"] == (g.seed, g.offset)
+    other = cf.nn.Linear(3, 2, generator=cf.Generator(99))
+    other.load_state_dict(ck.model)
+    assert other.weight.tolist() == model.weight.tolist()
+    opt2 = cf.nn.SGD(other, lr=0.1, momentum=0.9)
+    opt2.load_state_dict(ck.optimizer)
+    assert opt2.step_count == 1
+    with pytest.raises(cf.ValueError):
+        other.load_state_dict({"weight": cf.zeros([3, 3])})
+    st = str(tmp_path / "t.safetensors")
+    cf.save_safetensors(st, {"a": cf.arange(3), "b": cf.ones([2, 2])}, {"k": "v"})
+    tensors, meta = cf.load_safetensors(st)
+    assert list(tensors) == ["a", "b"] and tensors["a"].tolist() == [0, 1, 2] and meta == {"k": "v"}
+
+
+def test_config_checks_types_and_unknown_keys(tmp_path):
+    c = cf.nn.Config({"steps": 10, "lr": 0.5, "model": {"d": 4}}, "", "run.json")
+    assert c.get("steps", 1) == 10 and c.get("lr", 0.1) == 0.5 and c.get("name", "x") == "x"
+    assert c.child("model").require("d", int) == 4
+    with pytest.raises(cf.ValueError, match="steps"):
+        c.get("steps", "text")
+    c2 = cf.nn.Config({"a": 1, "b": 2})
+    c2.get("a", 0)
+    with pytest.raises(cf.ValueError, match="unknown key 'b'"):
+        c2.finish()
+    p = tmp_path / "c.json"
+    p.write_text('{"x": [1, 2], // comment\n "y": {"z": null}}')
+    assert cf.nn.load_json_file(str(p)) == {"x": [1, 2], "y": {"z": None}}
+
+
+def test_encoder_classifier_from_config_learns_a_token_rule():
+    # class = whether token 3 occurs in the sequence
+    g = cf.Generator(11)
+    ids = cf.randint(4, 10, [64, 8], generator=g)
+    labels = cf.bernoulli([64], 0.5, generator=g)
+    for i, flag in enumerate(labels.tolist()):
+        if flag:
+            ids[i, i % 8] = 3
+    labels = labels.to(cf.int64)
+    model = cf.models.EncoderClassifier({"vocab_size": 10, "d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1,
+                                         "dropout": 0.0, "num_classes": 2, "max_len": 8, "pad_id": 0},
+                                        generator=g)
+    opt = cf.nn.AdamW(model, lr=3e-3)
+    for _ in range(80):
+        loss = cf.cross_entropy(model(ids), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    acc = cf.mean(cf.to(cf.eq(cf.argmax(model(ids), 1), labels), cf.float32)).item()
+    assert acc > 0.9, acc
+
+
+def test_paper_models_build_and_run():
+    g = cf.Generator(2)
+    cfg = cf.models.clusterformer_classifier_config(vocab_size=20, max_len=16, num_classes=3)
+    assert cfg["attention"]["type"] == "neural-clustering" and cfg["d_model"] == 300
+    cfg.update(d_model=16, n_heads=2, d_ff=32)
+    clf = cf.models.EncoderClassifier(cfg, generator=g)
+    ids = cf.randint(1, 20, [2, 16], generator=g)
+    aux = cf.nn.AuxLosses()
+    logits = clf(ids, aux=aux)
+    loss = cf.models.clusterformer_loss(cf.cross_entropy(logits, cf.tensor([0, 2])), aux,
+                                        cf.models.ClusterFormerLossWeights())
+    loss.backward()
+    lm = cf.models.ClusterFormerLM(vocab_size=12, max_len=32, n_layers=2, window=8, stride=6, cluster_layers=[1],
+                                   d_model=16, n_heads=2, d_ff=32, dropout=0.0,
+                                   cluster_attention={"num_clusters": 2, "memory_size": 64, "update_every": 1},
+                                   generator=g)
+    assert lm(cf.randint(1, 12, [2, 20], generator=g)).shape == (2, 20, 12)
+    assert lm.on_train_step() >= 0
+    pc = cf.models.PointCloudClassifier(cf.models.PointCloudOptions(num_classes=3, widths=[8, 8, 8, 16], knn=4,
+                                                                     fuse_dim=16, head=[8, 8], n_heads=2),
+                                        generator=g)
+    assert pc(cf.randn([2, 32, 3], generator=g)).shape == (2, 3)
+    vit = cf.models.CentroidViT(cf.models.CentroidViTOptions(image_size=8, in_channels=1, patch_kernel=2,
+                                                            patch_stride=2, d_model=8, n_heads=2, d_ff=16,
+                                                            n_layers=2, centroid_at=2, num_classes=4), generator=g)
+    assert vit(cf.randn([2, 1, 8, 8], generator=g)).shape == (2, 4)
+    assert cf.models.set_attention(clf, {"type": "full"}) == 2

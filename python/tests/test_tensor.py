@@ -1,0 +1,132 @@
+"""cf.Tensor from Python: construction, metadata, values, indexing as views, operators."""
+import pytest
+
+import cf
+
+
+def test_randn_prints():
+    t = cf.randn([2, 3])
+    assert t.shape == (2, 3) and t.dtype == cf.float32 and str(t.device) == "cpu"
+    assert repr(t).startswith("tensor(")
+
+
+def test_tensor_from_nested_lists_infers_dtype():
+    assert cf.tensor([[1, 2], [3, 4]]).dtype == cf.int64
+    assert cf.tensor([1.0, 2]).dtype == cf.float32
+    assert cf.tensor([True, False]).dtype == cf.bool
+    t = cf.tensor([[1, 2, 3], [4, 5, 6]], dtype=cf.float64)
+    assert t.dtype == cf.float64 and t.shape == (2, 3) and t.strides == (3, 1)
+    assert t.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    assert cf.tensor(2.5).shape == () and cf.tensor(2.5).item() == 2.5
+    with pytest.raises(cf.ValueError, match=r"^\[tensor\] ragged"):
+        cf.tensor([[1, 2], [3]])
+
+
+def test_factories():
+    assert cf.zeros([2, 2]).tolist() == [[0, 0], [0, 0]]
+    assert cf.ones(3, dtype=cf.int64).tolist() == [1, 1, 1]
+    assert cf.full([2], 7.0, dtype=cf.float64).tolist() == [7.0, 7.0]
+    assert cf.arange(4).tolist() == [0, 1, 2, 3]
+    assert cf.scalar(3.0).item() == 3.0
+    g1, g2 = cf.Generator(5), cf.Generator(5)
+    assert cf.rand([4], generator=g1).tolist() == cf.rand([4], generator=g2).tolist()
+    r = cf.randint(0, 3, [100], generator=g1)
+    assert r.dtype == cf.int64 and 0 <= cf.amin(r).item() and cf.amax(r).item() < 3
+    assert cf.bernoulli([10], 1.0).tolist() == [True] * 10
+    z = cf.zeros([2], requires_grad=True)
+    assert z.requires_grad and z.is_leaf
+
+
+def test_metadata_and_values():
+    t = cf.arange(6).reshape([2, 3])
+    assert t.ndim == 2 and t.dim() == 2 and t.numel() == 6 and len(t) == 2
+    assert t.size() == (2, 3) and t.size(1) == 3 and t.nbytes == 48
+    assert t.is_contiguous() and not t.T.is_contiguous()
+    assert int(cf.tensor(4)) == 4 and float(cf.tensor(0.5)) == 0.5
+    assert bool(cf.tensor(True))
+    with pytest.raises(cf.ValueError, match="ambiguous"):
+        bool(cf.ones([2]))
+    assert hash(t) == hash(t) and t in {t}
+
+
+def test_indexing_gives_views_that_share_storage():
+    t = cf.arange(12, dtype=cf.float32).reshape([3, 4])
+    row = t[1]
+    assert row.tolist() == [4, 5, 6, 7] and row.shares_storage(t)
+    col = t[:, 2]
+    assert col.tolist() == [2, 6, 10] and col.strides == (4,)
+    assert t[0, -1].item() == 3
+    assert t[::2, 1:3].tolist() == [[1, 2], [9, 10]]
+    assert t[None].shape == (1, 3, 4) and t[..., None].shape == (3, 4, 1)
+    assert t[..., 0].tolist() == [0, 4, 8]
+    # writing through a view is seen by the base tensor, and the reverse
+    row[...] = 0.0
+    assert t[1].tolist() == [0, 0, 0, 0]
+    t[2, 1:3] = cf.tensor([20.0, 30.0])
+    assert col.tolist() == [2, 0, 30]
+    t[0] = 1.5
+    assert t[0].tolist() == [1.5] * 4
+
+
+def test_index_tensors_select_copies():
+    t = cf.arange(10).reshape([5, 2])
+    sel = t[cf.tensor([4, 0])]
+    assert sel.tolist() == [[8, 9], [0, 1]] and not sel.shares_storage(t)
+    assert t[[1, 1], 0].tolist() == [2, 2]
+    with pytest.raises(cf.IndexError, match=r"^\[setitem\]"):
+        t[cf.tensor([0])] = 1
+    with pytest.raises(cf.IndexError, match=r"^\[getitem\] index 5 is out of range for axis 0 of size 5"):
+        t[5]
+    with pytest.raises(cf.IndexError, match="too many indices"):
+        t[0, 0, 0]
+    with pytest.raises(IndexError):  # a built-in IndexError too: iteration stops there
+        t[-6]
+    assert [r.tolist() for r in t][:2] == [[0, 1], [2, 3]]
+
+
+def test_operators_and_numbers():
+    a = cf.tensor([1.0, 2.0, 3.0])
+    b = cf.tensor([4.0, 5.0, 6.0])
+    assert (a + b).tolist() == [5, 7, 9]
+    assert (a - 1).tolist() == [0, 1, 2] and (1 - a).tolist() == [0, -1, -2]
+    assert (2 * a).tolist() == [2, 4, 6] and (a / 2).tolist() == [0.5, 1, 1.5]
+    assert (1 / cf.tensor([2.0])).tolist() == [0.5]
+    assert (a ** 2).tolist() == [1, 4, 9] and (2 ** a).tolist() == [2, 4, 8]
+    assert (-a).tolist() == [-1, -2, -3] and abs(-a).tolist() == [1, 2, 3]
+    assert (a < 2).tolist() == [True, False, False] and (a == b).tolist() == [False] * 3
+    assert ((a > 1) & (a < 3)).tolist() == [False, True, False] and (~(a > 1)).tolist() == [True, False, False]
+    m = cf.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert (m @ m).tolist() == [[7, 10], [15, 22]]
+    # the int64 rule: a number takes the tensor's dtype
+    assert (cf.arange(3) * 2).dtype == cf.int64
+    with pytest.raises(cf.DTypeError, match=r"^\[add\]"):
+        a + cf.arange(3)
+
+
+def test_inplace_operators_bump_the_version():
+    t = cf.zeros([3])
+    v0 = t.version
+    t += 1
+    t *= 3
+    t -= cf.ones([3])
+    t /= 2
+    assert t.tolist() == [1, 1, 1] and t.version > v0
+    t.fill_(2.0).mul_(0.5)
+    assert t.tolist() == [1, 1, 1]
+
+
+def test_methods_mirror_functions():
+    x = cf.tensor([[1.0, -2.0], [3.0, 0.5]])
+    assert x.sum().item() == 2.5 and x.sum(0).tolist() == [4.0, -1.5]
+    assert x.mean(axes=[0, 1]).item() == pytest.approx(0.625)
+    assert x.relu().tolist() == [[1, 0], [3, 0.5]]
+    values, idx = x.max(1)
+    assert values.tolist() == [1, 3] and idx.tolist() == [0, 0]
+    assert x.max().item() == 3
+    assert x.transpose(0, 1).tolist() == [[1, 3], [-2, 0.5]]
+    assert x.to(cf.float64).dtype == cf.float64 and x.double().dtype == cf.float64
+    assert x.flatten().shape == (4,) and x.unsqueeze(0).squeeze(0).shape == (2, 2)
+    v, i = cf.topk(cf.tensor([3.0, 1.0, 2.0]), 2)
+    assert v.tolist() == [3, 2] and i.tolist() == [0, 2]
+    parts = cf.arange(5).split(2)
+    assert [p.tolist() for p in parts] == [[0, 1], [2, 3], [4]]

@@ -1,0 +1,166 @@
+"""PyTorch interop: zero-copy DLPack both ways, and cf.torch.Attention as a
+torch.nn.Module whose forward and backward run cf's kernels. Skipped, by name,
+when torch does not import."""
+import pytest
+
+import cf
+
+torch = pytest.importorskip("torch", reason="torch not importable: PyTorch interop tests skipped")
+import cf.torch  # noqa: E402
+
+
+def test_torch_from_dlpack_shares_memory():
+    t = cf.arange(6, dtype=cf.float32).reshape([2, 3])
+    tt = torch.utils.dlpack.from_dlpack(t.__dlpack__())
+    assert tt.data_ptr() == t.data_ptr() and tt.shape == (2, 3)
+    tt[0, 0] = 9.0  # torch writes, cf sees
+    assert t[0, 0].item() == 9.0
+    t[1, 2] = -3.0  # cf writes, torch sees
+    assert tt[1, 2].item() == -3.0
+    tv = torch.from_dlpack(t.T)  # the protocol path, on a strided view
+    assert tv.stride() == (1, 3) and tv[2, 1].item() == -3.0
+
+
+def test_cf_from_dlpack_of_torch_tensor_shares_memory():
+    a = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+    t = cf.from_dlpack(a)
+    assert t.dtype == cf.float64 and t.data_ptr() == a.data_ptr()
+    t[2, 3] = 100.0
+    assert a[2, 3].item() == 100.0
+    a[0, 0] = -1.0
+    assert t[0, 0].item() == -1.0
+    assert cf.from_dlpack(a[:, 1]).strides == (4,)
+    try:
+        assert cf.from_dlpack(torch.tensor([True, False])).dtype == cf.bool
+    except RuntimeError as e:  # PyTorch 1.x: "Bool type is not supported by dlpack"
+        assert "Bool" in str(e)
+    del a
+    assert t[2, 3].item() == 100.0  # cf keeps torch's memory alive
+
+
+def make_pair(variant, **options):
+    torch.manual_seed(0)
+    layer = cf.torch.Attention(variant, d_model=16, n_heads=2, seed=3, aux_weights={}, **options)
+    twin = cf.nn.MultiHeadAttention(variant, d_model=16, n_heads=2, generator=cf.Generator(3), **options)
+    return layer, twin
+
+
+@pytest.mark.parametrize("variant,options", [("full", {}), ("neural-clustering", {"clusters": 3})])
+def test_attention_matches_cf_forward_and_gradients(variant, options):
+    layer, twin = make_pair(variant, **options)
+    x = torch.randn(2, 10, 16, requires_grad=True)
+    mask = torch.zeros(2, 10, dtype=torch.bool)
+    mask[1, 8:] = True
+    y = layer(x, key_padding_mask=mask)
+    xc = cf.from_dlpack(x.detach()).detach().requires_grad_()
+    mc = cf.tensor(mask.tolist())
+    yc = twin(xc, key_padding_mask=mc)
+    assert torch.allclose(y, torch.from_dlpack(yc.detach()), atol=1e-6)
+    g = torch.randn(2, 10, 16)
+    (y * g).sum().backward()
+    cf.sum(yc * cf.from_dlpack(g)).backward()
+    assert torch.allclose(x.grad, torch.from_dlpack(xc.grad), atol=1e-5)
+    for (name, p), (cname, cp) in zip(layer.named_parameters(), twin.named_parameters()):
+        if cp.grad is None:  # neural clustering's C and W^C learn only from the auxiliary losses (off here)
+            assert p.grad is None, name
+        else:
+            assert torch.allclose(p.grad, torch.from_dlpack(cp.grad), atol=1e-5), (name, cname)
+
+
+def test_attention_gradcheck_in_float64():
+    layer = cf.torch.Attention("neural-clustering", d_model=8, n_heads=2, seed=1, clusters=2).double()
+    x = torch.randn(1, 6, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda inp: layer(inp), (x,), eps=1e-6, atol=1e-5, rtol=1e-3)
+    assert layer.last_aux_loss != 0.0  # clustering losses were added (mu, nu default 1e-3)
+
+
+def test_parameters_are_torch_parameters_sharing_cf_memory():
+    layer = cf.torch.Attention("full", d_model=8, n_heads=2, seed=1)
+    names = [n for n, _ in layer.named_parameters()]
+    assert names == ["w_q_weight", "w_q_bias", "w_k_weight", "w_k_bias", "w_v_weight", "w_v_bias", "w_o_weight",
+                     "w_o_bias"]
+    cfw = layer.cf_module.w_q.weight
+    assert layer.w_q_weight.data_ptr() == cfw.data_ptr()
+    with torch.no_grad():
+        layer.w_q_weight.add_(1.0)  # an optimizer's in-place update is what cf computes with
+    assert cfw[0, 0].item() == layer.w_q_weight[0, 0].item()
+    sd = layer.state_dict()
+    other = cf.torch.Attention("full", d_model=8, n_heads=2, seed=2)
+    other.load_state_dict(sd)
+    x = torch.randn(1, 4, 8)
+    assert torch.allclose(layer(x), other(x))
+
+
+class Classifier(torch.nn.Module):
+    """Token embedding (torch) -> cf attention -> mean pool -> linear head (torch)."""
+
+    def __init__(self, vocab, d, classes, length):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Parameter(0.5 * torch.randn(length, d))
+        self.attn = cf.torch.Attention("neural-clustering", d_model=d, n_heads=2, seed=0, clusters=2)
+        self.norm = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, classes)
+
+    def forward(self, ids):
+        h = self.emb(ids) + self.pos
+        h = self.norm(h + self.attn(h))
+        return self.head(h.mean(1))
+
+
+def test_small_pytorch_classifier_trains_with_cf_attention():
+    # label: does token 1 occur before token 2 in the sequence (order matters, so attention is needed)
+    torch.manual_seed(0)
+    n, length = 256, 12
+    ids = torch.randint(3, 10, (n, length))
+    labels = torch.randint(0, 2, (n,))
+    for i in range(n):
+        a, b = torch.randperm(length)[:2].sort().values.tolist()
+        first, second = (1, 2) if labels[i] == 1 else (2, 1)
+        ids[i, a], ids[i, b] = first, second
+    model = Classifier(10, 16, 2, length)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    before = [p.detach().clone() for p in model.attn.parameters()]
+    first_loss = None
+    for step in range(150):
+        loss = torch.nn.functional.cross_entropy(model(ids), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        first_loss = first_loss if first_loss is not None else loss.item()
+    acc = (model(ids).argmax(1) == labels).float().mean().item()
+    assert loss.item() < 0.5 * first_loss and acc > 0.85, (first_loss, loss.item(), acc)
+    # the optimizer moved the cf parameters (they are the torch parameters)
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.attn.parameters()))
+    assert model.attn.cf_module.w_o.weight.data_ptr() == model.attn.w_o_weight.data_ptr()
+
+
+requires_both_cuda = pytest.mark.skipif(not (cf.cuda.is_available() and torch.cuda.is_available()),
+                                        reason="needs a CUDA device visible to both cf and torch")
+
+
+@requires_both_cuda
+def test_cuda_dlpack_with_torch_shares_memory():
+    t = cf.arange(6, dtype=cf.float32, device="cuda")
+    tt = torch.from_dlpack(t)
+    assert tt.is_cuda and tt.data_ptr() == t.data_ptr()
+    tt[2] = -7.0
+    assert t[2].item() == -7.0
+    a = torch.ones(4, device="cuda")
+    c = cf.from_dlpack(a)
+    assert c.device == cf.Device("cuda:0") and c.data_ptr() == a.data_ptr()
+    c[1] = 5.0
+    torch.cuda.synchronize()
+    assert a[1].item() == 5.0
+
+
+@requires_both_cuda
+def test_attention_on_cuda_matches_cpu():
+    layer = cf.torch.Attention("full", d_model=16, n_heads=2, seed=3)
+    x = torch.randn(2, 10, 16)
+    y_cpu = layer(x)
+    layer.cuda()
+    y = layer(x.cuda())
+    assert y.is_cuda and torch.allclose(y.cpu(), y_cpu, atol=1e-5)
+    y.sum().backward()
+    assert layer.w_q_weight.grad.is_cuda
