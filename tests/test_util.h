@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <vector>
@@ -124,6 +125,17 @@ inline Tensor fake_cuda(const Shape& shape, DType dtype = kFloat32) {
 // TEST_CASE("..." * CF_SLOW). CTest labels it `slow` (tests/slow_labels.cmake),
 // and the sanitizer stage of scripts/test.sh runs `ctest -LE slow`.
 #define CF_SLOW doctest::test_suite("slow")
+
+namespace cf::test {
+// The seed of a learning test: `fallback` unless CF_TEST_SEED is set, so that a
+// test's margin can be checked over many seeds (bits differ between machines:
+// OpenBLAS picks other kernels on other CPUs), e.g.
+//   for s in 1 2 3 4 5 6 7 8; do CF_TEST_SEED=$s build/tests/cf_tests -tc="long-range*"; done
+inline uint64_t test_seed(uint64_t fallback) {
+  const char* s = std::getenv("CF_TEST_SEED");
+  return s && *s ? std::strtoull(s, nullptr, 10) : fallback;
+}
+}  // namespace cf::test
 
 // Register a gradcheck test case for `op` (the name in cf::op_registry()).
 #define CF_GRADCHECK_CONCAT2(a, b) a##b

@@ -96,8 +96,8 @@ models::TransformerConfig tiny_text_config(int64_t vocab) {
 }  // namespace
 
 TEST_CASE("PointCloudClassifier learns generated shapes (sphere/cube/cylinder/torus) well above chance" * CF_SLOW) {
-  const int64_t N = 48, B = 16, STEPS = 200;
-  Generator data(123), g(5);
+  const int64_t N = 48, B = 16, STEPS = 400;
+  Generator data(123), g(test_seed(5));
   ShapeSet test = make_shapes(64, N, data);
   models::PointCloudClassifier model(tiny_point_options(), g);
   nn::AdamOptions o;
@@ -121,7 +121,7 @@ TEST_CASE("PointCloudClassifier learns generated shapes (sphere/cube/cylinder/to
   double acc = double(correct) / double(pred.size());
   MESSAGE("point clouds: loss ", first, " -> ", last, ", held-out accuracy ", acc, " (chance 0.25)");
   CHECK(last < first);
-  CHECK(acc >= 0.6);  // chance is 0.25; three seeds gave 0.73-0.89 after 200 steps
+  CHECK(acc >= 0.6);  // chance 0.25; seeds 1-12 gave 0.73-0.91 after 400 steps (0.63-0.91 after 200)
 }
 
 TEST_CASE("PointCloudClassifier: the section 3.2 architecture, shapes and costs") {
@@ -220,7 +220,7 @@ TEST_CASE("CentroidSummarizer: decoder cross-attends to N/3 centroids - learns a
   const int64_t V = 12, Ns = 18, Nt = 6, B = 16;
   models::CentroidSummarizerConfig c;
   c.base = tiny_text_config(V);
-  Generator g(11), data(4);
+  Generator g(test_seed(11)), data(4);
   models::CentroidSummarizer model(c, g);
   // M = N / 3 centroids, mean-pooled (section 3.1).
   CHECK(model.encode(randint(1, V, {2, Ns}, data)).h.shape() == Shape({2, Ns / 3, 32}));

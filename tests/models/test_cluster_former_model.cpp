@@ -7,6 +7,7 @@
 #include "models/cluster_former.h"
 #include "nn/nn_test_util.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/schedule.h"
 #include "test_files.h"
 
 using namespace cf;
@@ -55,9 +56,10 @@ struct CopyResult {
   double accuracy, first_loss, last_loss;
 };
 
-CopyResult train_copy(bool with_cluster_layer, uint64_t seed, int64_t steps) {
+// Trains the Cluster-Former LM (layer 1 a cluster layer) on the copy task.
+CopyResult train_copy(uint64_t seed, int64_t steps) {
   const int64_t N = 48, B = 16;
-  models::ClusterFormerConfig c = tiny(kVocab, with_cluster_layer ? std::vector<int64_t>{1} : std::vector<int64_t>{});
+  models::ClusterFormerConfig c = tiny(kVocab, {1});
   c.positional = "none";
   c.cluster_attention = {{"num_clusters", 16}, {"chunk_size", 8}, {"memory_size", 4096}, {"update_every", 5},
                          {"kmeans_iters", 10}};
@@ -97,22 +99,44 @@ CopyResult train_copy(bool with_cluster_layer, uint64_t seed, int64_t steps) {
 
 // The key v sits at position 6, the query '#' at position 47. Three layers with
 // windows l = 8, stride m = 4 see at most 3 * 7 = 21 positions back, so the
-// sliding-window-only model cannot reach v: it stays at chance (1/4) by
-// construction. With layer 1 a Cluster-Former layer (16 clusters from a 4096-vector
-// memory bank recomputed every 5 steps, chunks of 8), the query can attend to
-// states far away that share its chunk. Over seeds 1-6, 400 steps reach a
-// held-out accuracy of 0.71-1.0 (sliding window: 0.23-0.27) on 256 fresh sequences;
-// the test trains seed 1 (CF_CLUSTER_FORMER_SEED picks another).
-TEST_CASE("long-range copy: the Cluster-Former model learns it, the sliding-window model stays near chance" * CF_SLOW) {
-  const uint64_t seed = std::getenv("CF_CLUSTER_FORMER_SEED") ? std::strtoull(std::getenv("CF_CLUSTER_FORMER_SEED"), nullptr, 10) : 1;
-  CopyResult cl = train_copy(true, seed, 400);
-  CopyResult sw = train_copy(false, seed, 400);
+// sliding-window-only model cannot reach v: its prediction at the last '#' does
+// not depend on v at all (checked bit for bit below, for any weights), so it
+// stays at chance (1/4). With layer 1 a Cluster-Former layer (16 clusters from a
+// 4096-vector memory bank recomputed every 5 steps, chunks of 8), the query can
+// attend to states far away that share its chunk. Over seeds 1-11, 400 steps
+// reach a held-out accuracy of 0.61-0.78 on 256 fresh sequences (a trained
+// sliding-window model: 0.23-0.27); the test trains seed 1 (CF_TEST_SEED picks
+// another).
+TEST_CASE("long-range copy: the Cluster-Former model learns it, the sliding-window model cannot see the key" * CF_SLOW) {
+  const uint64_t seed = test_seed(1);
+  CopyResult cl = train_copy(seed, 400);
   MESSAGE("seed ", seed, ": cluster-former held-out accuracy ", cl.accuracy, " (loss ", cl.first_loss, " -> ",
-          cl.last_loss, "), sliding-window ", sw.accuracy, " (loss ", sw.first_loss, " -> ", sw.last_loss,
-          "); chance 0.25");
+          cl.last_loss, "); chance 0.25");
   CHECK(cl.accuracy >= 0.5);
   CHECK(cl.last_loss < cl.first_loss);
-  CHECK(sw.accuracy <= 0.35);
+
+  // The sliding-window model's logits at the last position are the same whatever
+  // the key: it is at chance by construction, trained or not.
+  models::ClusterFormerConfig c = tiny(kVocab, {});
+  c.positional = "none";
+  Generator g(seed), data(seed + 100);
+  models::ClusterFormerLM sw(c, g);
+  sw.eval();
+  NoGradGuard ng;
+  const int64_t N = 48, B = 8;
+  Tensor ids, targets;
+  std::vector<int64_t> answers;
+  copy_batch(data, B, N, ids, targets, answers);
+  std::vector<int64_t> other = ids.to_vector<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {  // another key value in every sequence
+    int64_t& key = other[size_t(b * N + kKeyAt - 1)];
+    key = 2 + (key - 2 + 1) % kValues;
+  }
+  Tensor last = narrow(sw.forward(ids), 1, N - 1, 1), last_other = narrow(sw.forward(ti64(other, {B, N})), 1, N - 1, 1);
+  check_close(last_other, last, 0.0);
+  // ... while the key itself is seen by the positions near it (the check can fail).
+  CHECK(values(sum(abs(narrow(sw.forward(ti64(other, {B, N})), 1, kKeyAt, 1) - narrow(sw.forward(ids), 1, kKeyAt, 1))))
+            .front() > 0);
 }
 
 TEST_CASE("ClusterFormerConfig: the paper's layer rule, an explicit list, from_json and its errors") {
@@ -314,17 +338,23 @@ TEST_CASE("Cluster-Former memory bank in training: schedule, state_dict and chec
 // context (fillers 4..11) holds a once, at a random position (answerable: start =
 // end = that position), or not at all (unanswerable). Every window sees the
 // question (eq. 1), so the span is found locally; the answerable flag needs the
-// windows' first states pooled (section 4.2).
+// windows' first states pooled (section 4.2). Model seeds 1-12 (CF_TEST_SEED):
+// start accuracy 1.0, answerable 0.95-1.0 after 500 steps with a decaying rate (at
+// 300 or 500 steps of constant rate one seed's flag ended at 0.54-0.79).
 TEST_CASE("Cluster-Former QA learns span extraction and the answerable flag" * CF_SLOW) {
   const int64_t X = 20, B = 16, V = 12;
   models::ClusterFormerConfig c = tiny(V, {1});
   c.cluster_attention = {{"num_clusters", 4}, {"memory_size", 512}, {"update_every", 10}, {"kmeans_iters", 5}};
-  Generator g(2), data(3);
+  Generator g(test_seed(2)), data(3);
   models::ClusterFormerQA qa(c, g);
   nn::AdamWOptions o;
   o.lr = 3e-3;
   o.weight_decay = 0.0;
   nn::AdamW opt(qa.named_parameters(), o);
+  const int64_t steps = 500;
+  // Cosine decay: at a constant rate the answerable head of 1 seed in 12 fell
+  // back to chance late in training.
+  const nn::WarmupCosineLR schedule(o.lr, 0, steps);
   auto batch = [&](int64_t n, Tensor& question, Tensor& context, std::vector<int64_t>& pos, std::vector<double>& ans) {
     std::vector<int64_t> a = randint(2, 4, {n}, data).to_vector<int64_t>();
     std::vector<int64_t> at = randint(0, X, {n}, data).to_vector<int64_t>();
@@ -348,7 +378,8 @@ TEST_CASE("Cluster-Former QA learns span extraction and the answerable flag" * C
   std::vector<int64_t> pos;
   std::vector<double> ans;
   double first = 0, last = 0;
-  for (int64_t s = 0; s < 300; ++s) {
+  for (int64_t s = 0; s < steps; ++s) {
+    schedule.apply(opt);
     batch(B, question, context, pos, ans);
     models::QAOutput out = qa.forward(question, {}, context);
     // Span loss on the answerable examples only (ignore_index for the others).

@@ -5,6 +5,7 @@
 // one that reads only the current token cannot beat (4/6) ln 2 = 0.46 nats/token
 // (after 1 and after 2 two continuations are equally likely), one that ignores
 // the context entirely not the unigram entropy, 1.33 nats/token.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "models/transformer.h"
 #include "nn/nn_test_util.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/schedule.h"
 
 namespace cf::test {
 
@@ -46,9 +48,11 @@ struct PatternLMRun {
 // Trains `lm` for `steps` AdamW steps (lr 3e-3, no weight decay) on batches of 16
 // sequences of 24 tokens drawn from Generator(5). The loss minimised is
 // total(task_loss, aux) when given (e.g. adding a variant's auxiliary losses),
-// else the task loss (next-token cross-entropy).
+// else the task loss (next-token cross-entropy). cosine_decay: the rate decays to
+// 0 over the run (a steadier end point where the last steps are noisy).
 inline PatternLMRun train_pattern_lm(models::CausalLM& lm, int64_t steps,
-                                     const std::function<Tensor(const Tensor&, nn::AuxLosses&)>& total = nullptr) {
+                                     const std::function<Tensor(const Tensor&, nn::AuxLosses&)>& total = nullptr,
+                                     bool cosine_decay = false) {
   const std::vector<int64_t> pattern = {1, 2, 1, 3, 2, 4};
   const int64_t N = 24, B = 16;
   Generator data(5);
@@ -70,8 +74,10 @@ inline PatternLMRun train_pattern_lm(models::CausalLM& lm, int64_t steps,
   o.lr = 3e-3;
   o.weight_decay = 0.0;
   nn::AdamW opt(lm.named_parameters(), o);
+  const nn::WarmupCosineLR schedule(o.lr, 0, std::max<int64_t>(steps, 1));
   PatternLMRun r;
   for (int64_t step = 0; step < steps; ++step) {
+    if (cosine_decay) schedule.apply(opt);
     batch();
     nn::AuxLosses aux;
     Tensor task = task_loss(lm.forward(Tensor::from_vector(in, {B, N}), Tensor(), &aux));

@@ -14,6 +14,7 @@
 #include "nn/nn_test_util.h"
 #include "nn/pattern_lm.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/schedule.h"
 
 using namespace cf;
 using namespace cf::test;
@@ -667,17 +668,19 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
 
 // The pattern corpus of every causal-LM test (nn/pattern_lm.h).
 TEST_CASE("a causal LM with improved clustered attention learns the repeating-pattern corpus") {
-  Generator g(9);
-  manual_seed(21);  // the hyperplanes come from the default generator: the same run whatever ran before
+  Generator g(test_seed(9));
+  manual_seed(test_seed(21));  // the hyperplanes come from the default generator: the same run whatever ran before
   // 4 clusters, each query sees at most 8 of the 24 keys (those in its past).
   models::CausalLM lm(pattern_lm_config("improved-clustered", {{"clusters", 4}, {"topk", 8}}), g);
-  const PatternLMRun r = train_pattern_lm(lm, 150);
+  const PatternLMRun r = train_pattern_lm(lm, 300, nullptr, true);
   const double first = r.first, held_out = r.held_out, unigram = pattern_unigram_nats();
   MESSAGE("improved clustered causal LM: loss ", first, " -> held-out ", held_out, " nats/token (unigram ", unigram,
           ")");
   // Below what the current token alone allows (0.46, pattern_lm.h): the model reads
-  // earlier tokens through the causal top-k products. (Default-generator seeds 1, 2,
-  // 3, 21 gave 0.21, 0.20, 0.11, 0.18.)
+  // earlier tokens through the causal top-k products. With fresh hyperplanes at
+  // every forward the last steps are noisy: at 150 or 300 steps of constant rate
+  // 2 of 12 seeds ended at 0.34-0.54; with the rate decayed over 300 steps, seeds
+  // 1-12 (CF_TEST_SEED, both generators) gave 0.03-0.26.
   CHECK(held_out < 0.3);
 }
 
@@ -716,6 +719,9 @@ TEST_CASE("set_attention switches every self-attention layer and refuses models 
 TEST_CASE("a classifier trained with clustered attention learns, and keeps working under full and improved" * CF_SLOW) {
   // The pattern task of test_transformer.cpp (does the bigram 3 5 occur?) on
   // sequences of 12 tokens, with 4 clusters per head: a real approximation.
+  // Seeds 1-12 (CF_TEST_SEED) after 1500 steps with a decaying rate: clustered
+  // 0.93-0.99, improved 0.94-0.99, full 0.94-0.99 (600 steps at a constant rate,
+  // the old budget, left 6 of 12 seeds below 0.9).
   const int64_t V = 8, N = 12;
   Generator data(42);
   auto make_set = [&](int64_t count, std::vector<int64_t>& ids, std::vector<int64_t>& labels) {
@@ -756,8 +762,8 @@ TEST_CASE("a classifier trained with clustered attention learns, and keeps worki
   // Clustered attention draws fresh hyperplanes from the global generator on every
   // forward (Fast Transformers, section 3.2.1): seed it, or the result depends on
   // which tests ran before this one.
-  manual_seed(7);
-  Generator g(7);
+  manual_seed(test_seed(7));
+  Generator g(test_seed(7));
   models::EncoderClassifier model(c, g);
   nn::AdamWOptions o;
   o.lr = 3e-3;
@@ -775,7 +781,10 @@ TEST_CASE("a classifier trained with clustered attention learns, and keeps worki
   model.train();
   double first_loss = 0, last_loss = 0;
   const int64_t B = 32;
-  for (int64_t step = 0; step < 600; ++step) {
+  const int64_t steps = 1500;
+  const nn::WarmupCosineLR schedule(o.lr, 0, steps);  // decay: a steadier end point across seeds
+  for (int64_t step = 0; step < steps; ++step) {
+    schedule.apply(opt);
     std::vector<int64_t> ids, y;
     make_set(B, ids, y);
     Tensor loss = cross_entropy(model.forward(ti64(ids, {B, N})), ti64(y, {B}));

@@ -155,7 +155,10 @@ TEST_CASE("TransformerConfig::from_json reads every key and refuses unknown or m
 }
 
 // "Does the sequence contain the bigram (3, 5)?": needs attention between
-// neighbours (position-aware), not just a bag of tokens.
+// neighbours (position-aware), not just a bag of tokens. After 1000 steps, model
+// seeds 1-12 (CF_TEST_SEED) reached 0.988-1.0 on this machine; after 600 they
+// reached 0.965-1.0, and seed 7 0.941 on an AMD EPYC whose OpenBLAS kernels give
+// other bits: too thin a margin, hence 1000.
 TEST_CASE("the encoder classifier learns a pattern task to >= 95% held-out accuracy") {
   const int64_t V = 8, N = 10;
   Generator data(42);
@@ -186,7 +189,7 @@ TEST_CASE("the encoder classifier learns a pattern task to >= 95% held-out accur
   make_set(256, te_ids, te_y);
   Tensor Xte = ti64(te_ids, {256, N});
 
-  Generator g(7);
+  Generator g(test_seed(7));
   models::EncoderClassifier model(tiny_config(V), g);
   nn::AdamWOptions o;
   o.lr = 3e-3;
@@ -194,7 +197,7 @@ TEST_CASE("the encoder classifier learns a pattern task to >= 95% held-out accur
   nn::AdamW opt(model.named_parameters(), o);
   double first_loss = 0, last_loss = 0;
   const int64_t B = 32;
-  for (int64_t step = 0; step < 600; ++step) {
+  for (int64_t step = 0; step < 1000; ++step) {
     std::vector<int64_t> ids, y;  // a fresh batch each step: no sample is seen twice
     make_set(B, ids, y);
     Tensor loss = cross_entropy(model.forward(ti64(ids, {B, N})), ti64(y, {B}));
@@ -218,7 +221,7 @@ TEST_CASE("the encoder classifier learns a pattern task to >= 95% held-out accur
 // A corpus repeating the period-6 pattern 1 2 1 3 2 4 from random offsets: the
 // next token depends on the last two, so the model must use context.
 TEST_CASE("the causal LM drives a repeating-pattern corpus below 0.1 nats/token") {
-  Generator g(9);
+  Generator g(test_seed(9));
   models::CausalLM lm(pattern_lm_config(), g);
   const PatternLMRun r = train_pattern_lm(lm, 150);
   const double first = r.first, last = r.last, held_out = r.held_out;
