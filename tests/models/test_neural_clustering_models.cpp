@@ -1,5 +1,6 @@
 // ClusterFormer models: the Transformer baselines with neural clustering attention,
 // trained with eq. 17's L_total = mu L1 + nu L2 + lambda L_task.
+#include <algorithm>
 #include <cmath>
 
 #include "models/neural_clustering.h"
@@ -7,6 +8,7 @@
 #include "nn/nn_test_util.h"
 #include "nn/pattern_lm.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/schedule.h"
 
 using namespace cf;
 using namespace cf::test;
@@ -49,7 +51,7 @@ void make_set(Generator& data, int64_t V, int64_t N, int64_t count, std::vector<
 }
 
 // Trains a classifier on the task with the test_transformer.cpp recipe (AdamW,
-// lr 3e-3, batches of 32 fresh examples) for `steps` updates from model seed
+// lr 3e-3 decayed to 0 on a cosine, batches of 32 fresh examples) for `steps` updates from model seed
 // `seed`; returns held-out accuracy.
 double train_pattern_task(const models::TransformerConfig& c, int64_t steps, uint64_t seed, double* first_loss,
                           double* last_loss, const models::ClusterFormerLossWeights& w = {}) {
@@ -65,7 +67,9 @@ double train_pattern_task(const models::TransformerConfig& c, int64_t steps, uin
   o.lr = 3e-3;
   o.weight_decay = 0.0;
   nn::AdamW opt(model.named_parameters(), o);
+  const nn::WarmupCosineLR schedule(o.lr, 0, std::max<int64_t>(steps, 1));
   for (int64_t step = 0; step < steps; ++step) {
+    schedule.apply(opt);
     std::vector<int64_t> ids, y;
     make_set(data, V, N, B, ids, y);
     nn::AuxLosses aux;
@@ -93,15 +97,21 @@ double train_pattern_task(const models::TransformerConfig& c, int64_t steps, uin
 // chosen by content clusters that the task loss cannot move (eq. 4's argmax),
 // while the task is positional ("bigram (3, 5)"). So both models train to
 // convergence with the same recipe and budget. Held-out accuracy (2048 examples)
-// for model seeds 7..14, mu = nu = 1e-3, measured when this budget was chosen:
+// for model seeds 7..14 (CF_TEST_SEED), mu = nu = 1e-3:
 //   600 steps:  full      0.986 0.971 0.999 0.995 0.952 0.980 0.994 0.997
 //               ClusterF. 0.968 0.913 0.923 0.830 0.940 0.847 0.869 0.936
-//   3000 steps: full      1.000 on all eight seeds
+//   3000 steps, constant rate, on another machine, and then on an AMD EPYC:
+//               full      1.000 on all eight seeds, both machines
 //               ClusterF. 1.000 1.000 0.999 0.995 0.999 0.987 1.000 1.000
-// (2000 steps: ClusterFormer 0.970 at seed 12, 3 points behind.) The case runs
-// seed 7; the table is the evidence that the 2-point margin is not one seed's luck.
+//                         1.000 0.987 0.993 0.999 1.000 0.973 1.000 1.000
+//   4000 steps, rate decayed to 0 (the budget here), AMD EPYC:
+//               full      1.000 on all eight seeds
+//               ClusterF. 1.000 1.000 1.000 1.000 0.999 0.994 1.000 1.000
+// Seed 12 is the slow one (0.973 at 3000 constant, 0.981 at 3000 decayed). The
+// case runs seed 7; the table is the evidence that the 2-point margin is not one
+// seed's luck. The last training loss is one batch of 32: one mistake costs ~0.12.
 TEST_CASE("a ClusterFormer classifier learns the pattern task as well as full attention (within 2 points)" * CF_SLOW) {
-  const int64_t steps = 3000;
+  const int64_t steps = 4000;
   const uint64_t seed = test_seed(7);
   double f0 = 0, f1 = 0, c0 = 0, c1 = 0;
   const double full = train_pattern_task(tiny_config(8, "full", 0), steps, seed, &f0, &f1);
@@ -109,7 +119,7 @@ TEST_CASE("a ClusterFormer classifier learns the pattern task as well as full at
   const double nc = train_pattern_task(tiny_config(8, "neural-clustering", 3), steps, seed, &c0, &c1);
   MESSAGE("pattern task held-out accuracy after ", steps, " steps: full ", full, " (loss ", f0, " -> ", f1,
           "), ClusterFormer ", nc, " (loss ", c0, " -> ", c1, ")");
-  CHECK(c1 < 0.1 * c0);
+  CHECK(c1 < 0.25 * c0);
   CHECK(full >= 0.98);
   CHECK(nc >= full - 0.02);
 }
