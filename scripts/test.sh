@@ -111,7 +111,11 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # CPU only (CF_CUDA=OFF): nvcc does not take the sanitizer flags, the CUDA
 # runtime is not ASan-clean, and the first build already compiles the CUDA code.
 stage_begin "sanitize: ASan + UBSan build"
-configure "$build_san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCF_SANITIZE=ON -DCF_BUILD_APPS=OFF -DCF_CUDA=OFF
+# -O1 -g1 (line tables: ASan's and UBSan's reports keep file:line): the
+# instrumented build is this run's longest stage, and -O2 -g compiled the largest
+# translation unit (elementwise_cpu.cpp) in 38.5 s of CPU against 22.4 s.
+configure "$build_san" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+  -DCF_SANITIZE=ON -DCF_BUILD_APPS=OFF -DCF_CUDA=OFF
 cmake --build "$build_san" -j "$jobs"
 stage_end
 
