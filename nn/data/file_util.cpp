@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "core/error.h"
 
@@ -58,6 +59,40 @@ std::string read_file(const std::string& path, const char* op) {
   ss << f.rdbuf();
   if (f.bad()) throw IOError(str("[", op, "] read error in '", path, "'"));
   return ss.str();
+}
+
+std::string read_file_maybe_gzip(const std::string& path, const char* op) {
+  std::string raw = read_file(path, op);
+  if (raw.size() < 2 || (unsigned char)raw[0] != 0x1f || (unsigned char)raw[1] != 0x8b) return raw;
+  // inflate with gzip framing (windowBits 15 + 16); concatenated members are read in turn.
+  std::string out;
+  z_stream z{};
+  CF_CHECK(inflateInit2(&z, 15 + 16) == Z_OK, IOError, "[", op, "] '", path, "': zlib init failed");
+  z.next_in = reinterpret_cast<Bytef*>(raw.data());
+  z.avail_in = uInt(raw.size());
+  char buf[1 << 16];
+  int rc = Z_OK;
+  while (true) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof(buf);
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof(buf) - z.avail_out);
+    if (rc == Z_STREAM_END) {
+      if (z.avail_in == 0) break;
+      inflateReset(&z);  // another gzip member follows
+      continue;
+    }
+    if (rc != Z_OK) break;
+    if (z.avail_in == 0 && z.avail_out != 0) {
+      rc = Z_BUF_ERROR;  // input ended inside the stream
+      break;
+    }
+  }
+  const char* msg = z.msg;
+  std::string why = msg ? msg : (rc == Z_BUF_ERROR ? "unexpected end of data" : "error " + std::to_string(rc));
+  inflateEnd(&z);
+  CF_CHECK(rc == Z_STREAM_END, IOError, "[", op, "] '", path, "': corrupt or truncated gzip stream: ", why);
+  return out;
 }
 
 }  // namespace detail

@@ -11,6 +11,9 @@ namespace detail {
 void write_file_atomic(const std::string& path, const std::string& contents, const char* op);
 // The whole file; IOError naming it when it cannot be opened or read.
 std::string read_file(const std::string& path, const char* op);
+// The whole file, decompressed when it is gzip (recognised by its 1f 8b magic);
+// IOError naming it when it cannot be read or the stream is corrupt or truncated.
+std::string read_file_maybe_gzip(const std::string& path, const char* op);
 
 }  // namespace detail
 }  // namespace data

