@@ -182,10 +182,10 @@ void PointCloudOptions::validate(const char* who) const {
     CF_CHECK(downsample[i] >= 1, ValueError, "[", who, "] downsample of block ", i, " must be >= 1, got ",
              downsample[i]);
   }
-  CF_CHECK(ff_mult > 0 && knn >= 0 && iterations >= 1 && fuse_dim > 0 && head.size() == 2 && head[0] > 0 &&
+  CF_CHECK(ff_mult > 0 && knn >= 0 && iterations >= 0 && fuse_dim > 0 && head.size() == 2 && head[0] > 0 &&
                head[1] > 0 && dropout >= 0 && dropout < 1,
            ValueError, "[", who,
-           "] needs ff_mult > 0, knn >= 0, iterations >= 1, fuse_dim > 0, two positive head widths and dropout in "
+           "] needs ff_mult > 0, knn >= 0, iterations >= 0, fuse_dim > 0, two positive head widths and dropout in "
            "[0, 1)");
   // The nearest-neighbour up-sampling needs each centroid's position in xyz: the
   // sampling initialisations keep their seed point, K-Means its cluster's mean.

@@ -104,7 +104,7 @@ struct PointCloudOptions {
   int64_t n_heads = 4;
   int64_t ff_mult = 2;          // d_ff = ff_mult * width
   int64_t knn = 40;             // "We set K = 40 in all the KNN masks"
-  int64_t iterations = 1;       // T (Table 3: T = 1 for the performance-efficiency balance)
+  int64_t iterations = 1;       // T (Table 3: T = 1 for the performance-efficiency balance; 0: sampling alone)
   // "We use Farthest Point Sampling (FPS) as our initialization function"; or
   // "random", or "kmeans" (Table 3's baseline: FPS seeds, then kmeans_iters Lloyd
   // steps in xyz). Each centroid sits at its seed point (its cluster's mean for

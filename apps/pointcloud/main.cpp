@@ -81,7 +81,9 @@ Model (defaults are small for the CPU; the paper's: --widths 64,128,128,512
   --n-heads N           (default 4)
   --ff-mult N           feed-forward width / block width (default 2)
   --knn K               K of the KNN masks, 0 = every input (default 16)
-  --iterations T        centroid update steps T (default 1)
+  --iterations T        centroid update steps T (default 1); 0: no attention
+                        step, the sampled (or K-Means) centroids pass through
+                        (Table 3's down-sampling baselines)
   --fuse-dim N          the layer after concatenating every block (default 256)
   --head LIST           the two hidden widths of the MLP head (default 128,64)
   --dropout X           dropout of the MLP head (default 0: with a few hundred
@@ -173,7 +175,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_int("n_heads", &c.n_heads, 1);
   o.add_int("ff_mult", &c.ff_mult, 1);
   o.add_int("knn", &c.knn, 0);
-  o.add_int("iterations", &c.iterations, 1);
+  o.add_int("iterations", &c.iterations, 0);
   o.add_int("fuse_dim", &c.fuse_dim, 1);
   o.add_int_list("head", &c.head, 1);
   o.add_number("dropout", &c.dropout);

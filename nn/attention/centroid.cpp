@@ -296,7 +296,8 @@ Tensor centroid_attention_knn(const Tensor& q, const Tensor& kx, const Tensor& v
 void CentroidAttentionOptions::validate(const char* who) const {
   CF_CHECK(d_model > 0 && n_heads > 0 && d_model % n_heads == 0, ValueError, "[", who, "] d_model (", d_model,
            ") must be a positive multiple of n_heads (", n_heads, ")");
-  CF_CHECK(iterations >= 1, ValueError, "[", who, "] iterations (T) must be >= 1, got ", iterations);
+  CF_CHECK(iterations >= 0, ValueError, "[", who,
+           "] iterations (T) must be >= 0 (0: the initial centroids pass through unchanged), got ", iterations);
   CF_CHECK(eps >= 0 && std::isfinite(eps), ValueError, "[", who, "] eps must be >= 0 (0: 1/T), got ", eps);
   check_normalize(who, normalize);
   CF_CHECK(knn >= 0, ValueError, "[", who, "] knn must be >= 0 (0: dense), got ", knn);
@@ -525,6 +526,9 @@ Tensor CentroidAttention::forward(const Tensor& x, const Tensor& u0, const Tenso
   const int64_t b = x.shape()[0], n = x.shape()[1], m = u0.shape()[1];
   check_mask("CentroidAttention", "key_padding_mask", key_mask, b, n);
   check_mask("CentroidAttention", "centroid_mask", centroid_mask, b, m);
+  // T = 0: no step of eq. 4, the block is down-sampling alone (the sampling and
+  // K-Means rows of the paper's Table 3); nothing is projected or selected.
+  if (o_.iterations == 0) return u0;
   const double scale = o_.scale > 0 ? o_.scale : 1.0 / std::sqrt(double(d / o_.n_heads));
   // "We set eps = 1/T in practice."
   const double eps = o_.eps > 0 ? o_.eps : 1.0 / double(o_.iterations);

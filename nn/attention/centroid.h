@@ -68,7 +68,8 @@ Tensor centroid_attention_knn(const Tensor& q, const Tensor& kx, const Tensor& v
 
 struct CentroidAttentionOptions {
   int64_t d_model = 0, n_heads = 1;
-  int64_t iterations = 1;               // T of eq. 4 (the paper uses T = 1 in the efficient setting)
+  int64_t iterations = 1;               // T of eq. 4 (the paper uses T = 1 in the efficient setting;
+                                        // 0: no attention step, the initial centroids pass through)
   double eps = 0;                       // step size; 0: 1/T, as the paper sets it
   std::string normalize = "centroids";  // eq. 4; "inputs": softmax over the inputs instead
   int64_t knn = 0;                      // K of the KNN approximation; 0: every input

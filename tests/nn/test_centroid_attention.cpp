@@ -377,6 +377,26 @@ TEST_CASE("measure_cost: MACs of a centroid attention block match a hand count")
   CHECK(nn::measure_cost(lin, [&] { return std::vector<Tensor>{lin.forward(randn({1, 3}))}; }).selection_macs == 0);
 }
 
+TEST_CASE("centroid attention with T = 0: the sampled centroids pass through, only the MLP acts") {
+  const int64_t B = 2, N = 12, M = 4, D = 8, H = 2, F = 16;
+  for (int64_t knn : {int64_t(0), int64_t(5)}) {
+    CAPTURE(knn);
+    nn::CentroidAttentionOptions o = opts(D, H, "fps");
+    o.num_centroids = M;
+    o.iterations = 0;
+    o.knn = knn;
+    nn::CentroidAttentionBlock blk(o, F);
+    Tensor x = randn({B, N, D});
+    nn::CentroidBlockOutput out = blk.forward(x);
+    // u = I(x) (FPS picks the same points again), then u + FF(LN(u)).
+    Tensor u0 = blk.init->forward(x).u;
+    cf::test::check_close(blk.attn->forward(x, u0), u0, 0);
+    cf::test::check_close(out.u, u0 + blk.ff->forward(blk.norm_ff->forward(u0)), 1e-6);
+    nn::Cost c = nn::measure_cost(blk, [&] { return std::vector<Tensor>{blk.forward(x).u}; });
+    CHECK(c.macs == B * (M * D * F + M * F * D + M * N * D));  // the MLP and FPS: no projection, no KNN
+  }
+}
+
 TEST_CASE("CentroidAttention: bad inputs") {
   nn::CentroidAttentionOptions o = opts(8, 3);
   CHECK_THROWS_MSG(nn::CentroidAttention{o}, ValueError, "[CentroidAttention] d_model (8) must be a positive multiple of n_heads (3)");
@@ -386,8 +406,8 @@ TEST_CASE("CentroidAttention: bad inputs") {
   o = opts(8, 2, "median");
   CHECK_THROWS_MSG(nn::CentroidInit{o}, ValueError, "[CentroidInit] unknown init \"median\"");
   o = opts(8, 2);
-  o.iterations = 0;
-  CHECK_THROWS_MSG(nn::CentroidAttentionBlock(o, 16), ValueError, "[CentroidAttentionBlock] iterations (T) must be >= 1, got 0");
+  o.iterations = -1;
+  CHECK_THROWS_MSG(nn::CentroidAttentionBlock(o, 16), ValueError, "[CentroidAttentionBlock] iterations (T) must be >= 0 (0: the initial centroids pass through unchanged), got -1");
   o = opts(8, 2, "linear");
   CHECK_THROWS_MSG(nn::CentroidInit{o}, ValueError, "init \"linear\" needs seq_len > 0 and 0 < num_centroids <= seq_len");
   o.seq_len = 6;
