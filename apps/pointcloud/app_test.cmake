@@ -111,6 +111,16 @@ expect_match("${err2}" "\\| FPS \\| [0-9.]+ \\| [0-9.]+ \\([0-9.]+\\) \\| [0-9]+
 run(1 out err ${tiny} --noise 0.05)
 expect_match("${err}" "checkpoint 'ckpt/fps-seed2.safetensors' was written with other settings" "stale checkpoint")
 
+# --iterations 0: sampling alone (Table 3's baselines): trains, and costs fewer MACs
+# than T = 1 (no projections, no KNN selection in the attention).
+run(0 out0 err0 --points 64 --train-per-class 4 --val-per-class 1 --test-per-class 2 --widths 8,16,16,32
+    --fuse-dim 32 --head 16,16 --knn 8 --steps 3 --warmup 1 --batch-size 8 --seed 2 --inits fps --iterations 0)
+last_line("${out0}" summary0)
+string(JSON macs_t0 GET "${summary0}" table fps macs)
+if(NOT macs_t0 LESS macs_fps)
+  message(FATAL_ERROR "smoke: --iterations 0 costs ${macs_t0} MACs, T = 1 ${macs_fps}: expected fewer")
+endif()
+
 # --points 1024 (the paper's setting) runs: one step of a tiny FPS model.
 run(0 out err --points 1024 --train-per-class 1 --val-per-class 0 --test-per-class 1 --widths 8,16,16,32
     --fuse-dim 32 --head 16,16 --knn 8 --steps 2 --warmup 1 --batch-size 12 --inits fps)
