@@ -68,6 +68,8 @@ configure() {
 # thread at a barrier burns the core its partner needs (a Cluster-Former test
 # spent 25 of its 29 CPU seconds spinning; 3.5 s with passive waiting).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# OpenBLAS kernels for CPUs its version does not know (scripts/openblas-env.sh).
+source "$root/scripts/openblas-env.sh"
 
 stage_begin "release: build"
 configure "$build" -DCMAKE_BUILD_TYPE=Release -DCF_WERROR=ON
