@@ -2,6 +2,7 @@
 // cf: the one header a user includes.
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
+#include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
@@ -20,6 +21,7 @@
 #include "core/rng.h"
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "dist/dist.h"
 #include "nn/nn.h"
 #include "models/attention_switch.h"
 #include "models/centroid_transformer.h"

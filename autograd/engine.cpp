@@ -1,9 +1,14 @@
 // Backward engine: dependency-counted reverse topological walk (Kahn's
 // algorithm) from the root's node; gradients for one node are summed in a
 // buffer before its backward runs, so each node runs once per backward call.
+#include <algorithm>
+#include <atomic>
 #include <deque>
+#include <map>
+#include <mutex>
 #include <unordered_map>
 
+#include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/shape.h"
@@ -48,6 +53,72 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   for (const Tensor& t : inputs)
     if (t.defined() && t.requires_grad()) return true;
   return false;
+}
+
+// ---- hooks (autograd/hooks.h) ----
+namespace {
+struct GradHook {
+  std::weak_ptr<TensorImpl> leaf;  // the key's impl, to tell a reused address apart
+  std::function<void(const Tensor&)> f;
+};
+struct HookTable {
+  std::mutex m;
+  std::atomic<int64_t> count{0};  // the engine's fast path: no hooks at all
+  int64_t next_id = 1;
+  std::multimap<const TensorImpl*, std::pair<int64_t, GradHook>> by_leaf;
+};
+HookTable& hooks() {
+  static HookTable t;
+  return t;
+}
+// The callbacks of the backward running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+void run_grad_hooks(const Tensor& leaf) {
+  HookTable& t = hooks();
+  if (t.count.load(std::memory_order_relaxed) == 0) return;
+  std::vector<std::function<void(const Tensor&)>> fs;
+  {
+    std::lock_guard<std::mutex> lock(t.m);
+    auto range = t.by_leaf.equal_range(leaf.impl_ptr());
+    std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> found;
+    for (auto it = range.first; it != range.second; ++it)
+      if (it->second.second.leaf.lock() == leaf.impl_shared()) found.emplace_back(it->second.first, it->second.second.f);
+    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& p : found) fs.push_back(std::move(p.second));
+  }
+  for (auto& f : fs) f(leaf);
+}
+}  // namespace
+
+int64_t add_grad_accumulated_hook(const Tensor& leaf, std::function<void(const Tensor&)> f) {
+  CF_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(), AutogradError,
+           "[add_grad_accumulated_hook] needs a leaf tensor that requires grad, got ",
+           leaf.defined() ? leaf.describe() : std::string("an undefined tensor"),
+           leaf.defined() && !leaf.is_leaf() ? " (not a leaf)" : "");
+  HookTable& t = hooks();
+  std::lock_guard<std::mutex> lock(t.m);
+  int64_t id = t.next_id++;
+  t.by_leaf.emplace(leaf.impl_ptr(), std::make_pair(id, GradHook{leaf.impl_shared(), std::move(f)}));
+  t.count.fetch_add(1);
+  return id;
+}
+
+void remove_grad_hook(int64_t id) {
+  HookTable& t = hooks();
+  std::lock_guard<std::mutex> lock(t.m);
+  for (auto it = t.by_leaf.begin(); it != t.by_leaf.end(); ++it)
+    if (it->second.first == id) {
+      t.by_leaf.erase(it);
+      t.count.fetch_sub(1);
+      return;
+    }
+}
+
+void queue_callback(std::function<void()> f) {
+  CF_CHECK(t_callbacks != nullptr, AutogradError,
+           "[queue_callback] only a hook running inside backward can queue a callback");
+  t_callbacks->push_back(std::move(f));
 }
 
 namespace {
@@ -123,6 +194,13 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
 
   NoGradGuard no_grad;
   std::shared_ptr<Node> root_node = node_of(root);
+  // Callbacks queued by hooks during this backward (restored for a nested one).
+  std::vector<std::function<void()>> callbacks;
+  struct CallbackScope {
+    std::vector<std::function<void()>>* saved;
+    explicit CallbackScope(std::vector<std::function<void()>>* mine) : saved(t_callbacks) { t_callbacks = mine; }
+    ~CallbackScope() { t_callbacks = saved; }
+  } callback_scope(&callbacks);
 
   // Count, for every reachable node, how many edges point at it.
   std::unordered_map<Node*, int> deps;
@@ -160,6 +238,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
       Tensor old = leaf.grad();
       // Accumulate out of place: a gradient handed to the user is never changed later.
       leaf.set_grad(old.defined() ? add(old, gn) : clone(gn));
+      run_grad_hooks(leaf);
       continue;
     }
     if (n->released)
@@ -191,6 +270,11 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
       n->backward = nullptr;  // frees the saved tensors
       n->released = true;
     }
+  }
+  // A callback may queue another (index loop: the vector may grow).
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    auto f = std::move(callbacks[i]);
+    f();
   }
 }
 

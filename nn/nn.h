@@ -36,6 +36,7 @@
 #include "nn/optim/optimizer.h"
 #include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"
+#include "nn/parallel/ddp.h"
 #include "nn/state_dict.h"
 #include "nn/train/early_stopping.h"
 #include "nn/train/loop.h"

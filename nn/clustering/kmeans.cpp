@@ -12,6 +12,7 @@
 #include "autograd/ops/reduce.h"
 #include "core/cuda.h"
 #include "core/rng.h"
+#include "dist/dist.h"
 #include "kernels/kmeans/kmeans.h"
 
 namespace cf::nn {
@@ -450,6 +451,248 @@ double adjusted_rand_index(const Tensor& a, const Tensor& b) {
   const double max_index = 0.5 * (sum_a + sum_b);
   if (max_index == expected) return 1.0;  // both trivial (one cluster or all singletons)
   return (sum_ab - expected) / (max_index - expected);
+}
+
+}  // namespace cf::nn
+
+// ---------------------------------------------------------------- distributed
+// (kmeans.h: kmeans_distributed). Host code in double on this rank's rows; every
+// decision (chosen rows, convergence, empty clusters, errors) is taken from
+// all-reduced quantities, so all ranks take it together.
+namespace cf::nn {
+
+namespace {
+double sqdist(const double* a, const double* b, int64_t d) {
+  double s = 0;
+  for (int64_t t = 0; t < d; ++t) {
+    const double e = a[t] - b[t];
+    s += e * e;
+  }
+  return s;
+}
+
+// The row with global index g (rows of rank r start at offsets[r]), on every rank:
+// its owner writes it, the others add zeros (an exact sum).
+std::vector<double> fetch_row(const std::vector<double>& X, const std::vector<int64_t>& offsets, int64_t g,
+                              int64_t d) {
+  Tensor row = Tensor::zeros({d}, kFloat64);
+  const int r = dist::rank();
+  if (g >= offsets[size_t(r)] && g < offsets[size_t(r) + 1])
+    std::memcpy(row.data<double>(), X.data() + size_t(g - offsets[size_t(r)]) * size_t(d), size_t(d) * sizeof(double));
+  dist::all_reduce(row, dist::ReduceOp::sum);
+  return row.to_vector<double>();
+}
+}  // namespace
+
+KMeansResult kmeans_distributed(const Tensor& x_local, const KMeansOptions& o) {
+  const char* op = "kmeans_distributed";
+  CF_CHECK(dist::is_initialized(), dist::DistError, "[", op,
+           "] the process group is not initialised: call cf::dist::init() first");
+  if (dist::world_size() == 1) return kmeans(x_local, o);
+  check_matrix(x_local, op, "x");
+  const Device dev = x_local.device();
+  const DType dt = x_local.dtype();
+  Tensor xp = prepare(x_local, o.metric, op, "x").cpu();
+  const int64_t n = xp.size(0), d = xp.size(1), k = o.k;
+  const bool cosine = o.metric == KMeansMetric::cosine;
+  // Shapes across ranks: the row counts (offsets) and one width.
+  Tensor nd = Tensor::from_vector(std::vector<int64_t>{n, d}, {1, 2});
+  std::vector<int64_t> all = dist::all_gather(nd).to_vector<int64_t>();
+  const int W = dist::world_size(), R = dist::rank();
+  std::vector<int64_t> offsets(static_cast<size_t>(W) + 1, 0);
+  for (int r = 0; r < W; ++r) {
+    CF_CHECK(all[size_t(r) * 2 + 1] == d, dist::DistError, "[", op, "] rank ", r, " has rows of width ",
+             all[size_t(r) * 2 + 1], ", rank ", R, " of width ", d);
+    offsets[size_t(r) + 1] = offsets[size_t(r)] + all[size_t(r) * 2];
+  }
+  const int64_t N = offsets[size_t(W)];
+  check_options(o, N, x_local, op);
+  std::vector<double> X = (dt == kFloat64 ? xp : to(xp, kFloat64)).to_vector<double>();
+  auto row = [&](int64_t i) { return X.data() + size_t(i) * size_t(d); };
+  const int64_t my0 = offsets[size_t(R)];
+
+  // ---- seeding: the draws of init_prepared over the global row indices ----
+  std::vector<double> C;  // (k, d) row-major
+  C.reserve(size_t(k * d));
+  auto add_centre = [&](const std::vector<double>& c) { C.insert(C.end(), c.begin(), c.end()); };
+  if (o.init == KMeansInit::random) {
+    std::vector<int64_t> perm(static_cast<size_t>(N));
+    std::iota(perm.begin(), perm.end(), int64_t(0));
+    for (int64_t i = 0; i < k; ++i) {
+      int64_t j = i + uniform_index(o.seed, uint64_t(i), N - i);
+      std::swap(perm[size_t(i)], perm[size_t(j)]);
+      add_centre(fetch_row(X, offsets, perm[size_t(i)], d));
+    }
+  } else {
+    const int64_t trials = 2 + int64_t(std::log(double(k)));
+    std::vector<double> D(static_cast<size_t>(n), HUGE_VAL), targets(static_cast<size_t>(trials));
+    add_centre(fetch_row(X, offsets, uniform_index(o.seed, 0, N), d));
+    for (int64_t s = 1; s < k; ++s) {
+      const double* c = C.data() + size_t(s - 1) * size_t(d);
+      double local = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        D[size_t(i)] = std::min(D[size_t(i)], sqdist(row(i), c, d));
+        local += D[size_t(i)];
+      }
+      // Each rank's total, in rank order: the global cumulative sum is theirs in turn.
+      std::vector<double> totals = dist::all_gather(Tensor::from_vector(std::vector<double>{local}, {1}))
+                                       .to_vector<double>();
+      double total = 0;
+      std::vector<double> before(static_cast<size_t>(W));
+      for (int r = 0; r < W; ++r) {
+        before[size_t(r)] = total;
+        total += totals[size_t(r)];
+      }
+      if (!(total > 0))
+        throw KMeansTooFewPointsError(str("[", op, "] x (", N, " rows over ", W, " ranks) has only ", s,
+                                          " distinct points, fewer than k = ", k),
+                                      s);
+      for (int64_t l = 0; l < trials; ++l) targets[size_t(l)] = uniform(o.seed, uint64_t(s) * 64 + uint64_t(l)) * total;
+      std::sort(targets.begin(), targets.end());
+      // Candidates: the global index where the cumulative sum first exceeds each target.
+      Tensor cand = Tensor::full({trials + 1}, -1.0, kInt64);
+      int64_t* cd = cand.data<int64_t>();
+      {
+        double cum = before[size_t(R)];
+        int64_t l = 0;
+        while (l < trials && !(targets[size_t(l)] >= cum)) ++l;  // belongs to an earlier rank
+        for (int64_t i = 0; i < n && l < trials; ++i) {
+          if (D[size_t(i)] <= 0) continue;
+          cd[trials] = my0 + i;  // last positive so far
+          cum += D[size_t(i)];
+          while (l < trials && cum > targets[size_t(l)]) cd[l++] = my0 + i;
+        }
+        for (int64_t i = n - 1; i >= 0 && cd[trials] < my0; --i)
+          if (D[size_t(i)] > 0) cd[trials] = my0 + i;
+      }
+      dist::all_reduce(cand, dist::ReduceOp::max);
+      for (int64_t l = 0; l < trials; ++l)
+        if (cd[l] < 0) cd[l] = cd[trials];  // rounding at the very end of the scan
+      // The candidates' rows and their potentials sum_i min(D_i, |x_i - c|^2).
+      std::vector<std::vector<double>> rows(static_cast<size_t>(trials));
+      Tensor pot = Tensor::zeros({trials}, kFloat64);
+      for (int64_t l = 0; l < trials; ++l) {
+        rows[size_t(l)] = fetch_row(X, offsets, cd[l], d);
+        double p = 0;
+        for (int64_t i = 0; i < n; ++i) p += std::min(D[size_t(i)], sqdist(row(i), rows[size_t(l)].data(), d));
+        pot.data<double>()[l] = p;
+      }
+      dist::all_reduce(pot, dist::ReduceOp::sum);
+      const double* P = pot.data<double>();
+      int64_t best = 0;
+      for (int64_t t = 1; t < trials; ++t)
+        if (P[t] < P[best]) best = t;
+      add_centre(rows[size_t(best)]);
+    }
+  }
+  // Centroids are kept in x's dtype (as kmeans() keeps them), computed in double.
+  auto round_to_dtype = [&](std::vector<double>& c) {
+    if (dt == kFloat32)
+      for (double& v : c) v = double(float(v));
+  };
+  round_to_dtype(C);
+
+  // ---- Lloyd ----
+  KMeansResult res;
+  std::vector<int64_t> labels(static_cast<size_t>(n), 0);
+  std::vector<double> D(static_cast<size_t>(n), 0);
+  // One buffer all-reduced per assignment: sums (k*d), counts (k), inertia, changed.
+  Tensor red = Tensor::zeros({k * d + k + 2}, kFloat64);
+  double* S = red.data<double>();
+  double* cnt = S + k * d;
+  auto assign = [&]() {
+    // The assignment kernel of kmeans() on the data and centroids in x's dtype.
+    Tensor ct = to(Tensor::from_vector(C, {k, d}), dt);
+    Tensor lab = n > 0 ? kmeans_assign(xp, ct, o.metric) : Tensor::zeros({0}, kInt64);
+    std::vector<int64_t> L = lab.to_vector<int64_t>();
+    std::fill(S, S + k * d + k + 2, 0.0);
+    double inertia = 0, changed = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t j = L[size_t(i)];
+      const double* c = C.data() + size_t(j) * size_t(d);
+      D[size_t(i)] = cosine ? 1.0 - std::inner_product(row(i), row(i) + d, c, 0.0) : sqdist(row(i), c, d);
+      inertia += D[size_t(i)];
+      for (int64_t t = 0; t < d; ++t) S[j * d + t] += row(i)[t];
+      cnt[j] += 1;
+      if (L[size_t(i)] != labels[size_t(i)]) changed = 1;
+    }
+    labels = L;
+    S[k * d + k] = inertia;
+    S[k * d + k + 1] = changed;
+    dist::all_reduce(red, dist::ReduceOp::sum);
+    res.inertia_history.push_back(S[k * d + k]);
+    return S[k * d + k];
+  };
+  auto has_empty = [&]() {
+    for (int64_t j = 0; j < k; ++j)
+      if (cnt[j] == 0) return true;
+    return false;
+  };
+  // Farthest-first over all ranks (ties to the lower global index), as kmeans().
+  auto reseed = [&]() {
+    std::vector<int64_t> empty;
+    for (int64_t j = 0; j < k; ++j)
+      if (cnt[j] == 0) empty.push_back(j);
+    if (empty.empty()) return;
+    std::vector<double> F(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) F[size_t(i)] = cosine ? 2 * D[size_t(i)] : D[size_t(i)];
+    for (size_t e = 0; e < empty.size(); ++e) {
+      int64_t pick = n > 0 ? int64_t(std::max_element(F.begin(), F.end()) - F.begin()) : -1;
+      Tensor mine = Tensor::from_vector(std::vector<double>{pick >= 0 ? F[size_t(pick)] : -1.0,
+                                                            double(my0 + pick)}, {1, 2});
+      std::vector<double> cands = dist::all_gather(mine).to_vector<double>();
+      int64_t best = -1;
+      for (int r = 0; r < W; ++r)
+        if (cands[size_t(r) * 2 + 1] >= double(offsets[size_t(r)]) &&
+            (best < 0 || cands[size_t(r) * 2] > cands[size_t(best) * 2]))
+          best = r;
+      if (best < 0 || !(cands[size_t(best) * 2] > 0))
+        throw KMeansTooFewPointsError(str("[", op, "] x (", N, " rows over ", W, " ranks) has fewer distinct points (at most ",
+                                          k - int64_t(empty.size() - e), ") than k = ", k, "; cannot fill ",
+                                          empty.size() - e, " empty cluster(s)"),
+                                      k - int64_t(empty.size() - e));
+      std::vector<double> c = fetch_row(X, offsets, int64_t(cands[size_t(best) * 2 + 1]), d);
+      round_to_dtype(c);
+      std::copy(c.begin(), c.end(), C.begin() + empty[e] * d);
+      for (int64_t i = 0; i < n; ++i) F[size_t(i)] = std::min(F[size_t(i)], sqdist(row(i), c.data(), d));
+      ++res.reseeded_clusters;
+    }
+  };
+
+  std::fill(labels.begin(), labels.end(), int64_t(-1));
+  double inertia = assign();
+  for (int64_t it = 1; it <= o.max_iter; ++it) {
+    for (int64_t j = 0; j < k; ++j) {
+      if (cnt[j] == 0) continue;
+      const double inv = 1.0 / cnt[j];
+      double nn = 0;
+      for (int64_t t = 0; t < d; ++t) nn += S[j * d + t] * S[j * d + t];
+      if (cosine && !(nn > 0)) continue;
+      const double scale = cosine ? 1.0 / std::sqrt(nn) : inv;
+      for (int64_t t = 0; t < d; ++t) C[size_t(j * d + t)] = S[j * d + t] * scale;
+    }
+    round_to_dtype(C);
+    reseed();
+    const double before = inertia;
+    inertia = assign();
+    res.iterations = it;
+    if (o.on_iteration) o.on_iteration(it, inertia);
+    const bool same = S[k * d + k + 1] == 0;
+    if (!has_empty() && (same || before - inertia < o.tol * before)) {
+      res.converged = true;
+      break;
+    }
+  }
+  for (int64_t round = 0; has_empty(); ++round) {
+    CF_CHECK(round < k + 1, Error, "[", op, "] internal error: clusters still empty after ", round,
+             " re-seeding rounds");
+    reseed();
+    inertia = assign();
+  }
+  res.centroids = to(Tensor::from_vector(C, {k, d}), dt).to(dev);
+  res.assignments = Tensor::from_vector(labels, {n}).to(dev);
+  res.inertia = inertia;
+  return res;
 }
 
 }  // namespace cf::nn

@@ -101,6 +101,22 @@ Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metr
 // random: k distinct rows drawn uniformly.
 Tensor kmeans_init(const Tensor& x, const KMeansOptions& options);
 
+// Distributed K-Means over the process group (dist/dist.h): every rank passes its
+// shard x_local (n_r, d) of the data X = the ranks' shards stacked in rank order
+// (n_r may differ, even be 0 on some ranks, but not on all); every rank must call
+// it with the same options. Lloyd's iteration with local assignment and one
+// all-reduce of the cluster sums, counts and inertia per iteration; the seeding
+// (k-means++ or random, the same draws from options.seed as kmeans()) is done
+// across ranks: the D^2 totals and the candidates' potentials are all-reduced and
+// a chosen row is sent by the rank holding it; empty clusters are re-seeded
+// farthest-first over all ranks. So on the same X and seed it makes the same
+// choices as kmeans(X, options) up to the rounding of sums taken in another order
+// (centroids agree to ~1e-15 relative). Returns the centroids (same on every rank),
+// this rank's assignments (n_r,) and the global inertia. Runs on the CPU (a CUDA
+// x_local is copied there; results come back on its device); algorithm elkan runs
+// as lloyd (the same clustering). A world of one is kmeans(x_local, options).
+KMeansResult kmeans_distributed(const Tensor& x_local, const KMeansOptions& options);
+
 // Adjusted Rand index (Hubert & Arabie 1985) of two labelings of the same N points,
 // each (N,) int64 with non-negative labels: 1 for identical partitions (up to label
 // names), about 0 for independent ones. Defined as 1 when both are a single cluster

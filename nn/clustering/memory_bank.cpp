@@ -11,6 +11,7 @@
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/random.h"
+#include "dist/dist.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "core/cuda.h"
@@ -176,7 +177,8 @@ void MemoryBank::update_centroids() {
   KMeansResult r;
   for (;;) {
     try {
-      r = kmeans(held, ko);
+      r = options_.distributed && dist::is_initialized() && dist::world_size() > 1 ? kmeans_distributed(held, ko)
+                                                                                 : kmeans(held, ko);
       break;
     } catch (const KMeansTooFewPointsError& e) {
       CF_CHECK(e.at_most() >= 1 && e.at_most() < ko.k, Error, "[MemoryBank] internal error: K-Means found ",

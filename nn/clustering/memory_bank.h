@@ -23,6 +23,12 @@ struct MemoryBankOptions {
   int64_t kmeans_iters = 50;    // Lloyd iterations per recomputation (max)
   uint64_t seed = 0;            // K-Means seed (update u uses seed + u)
   bool save_memory = true;      // the FIFO contents join the state_dict (exact resume)
+  // Data-parallel training (nn/parallel/ddp.h): each rank's bank holds the states
+  // of its own shard; with distributed = true (and a process group of several
+  // ranks) the centroids are computed by kmeans_distributed over the union of all
+  // ranks' banks, so every rank gets the same centroids. All ranks must then
+  // reach each update together (they do: the same steps in the same order).
+  bool distributed = false;
 };
 
 class MemoryBank : public Module {

@@ -111,10 +111,17 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
            "[DataLoader] pad_to_multiple must be >= 1, got ", opt_.pad_to_multiple);
   CF_CHECK(opt_.prefetch >= 0, ValueError, "[DataLoader] prefetch must be >= 0, got ",
            opt_.prefetch);
+  CF_CHECK(opt_.num_replicas >= 1, ValueError, "[DataLoader] num_replicas must be >= 1, got ",
+           opt_.num_replicas);
+  CF_CHECK(opt_.rank >= 0 && opt_.rank < opt_.num_replicas, ValueError, "[DataLoader] rank ", opt_.rank,
+           " is outside [0, ", opt_.num_replicas, ") (num_replicas)");
   n_ = dataset_->size();
   CF_CHECK(n_ >= 0 && n_ < (int64_t(1) << 32), ValueError,
            "[DataLoader] dataset size ", n_, " is outside [0, 2^32)");
-  num_batches_ = opt_.drop_last ? n_ / opt_.batch_size : (n_ + opt_.batch_size - 1) / opt_.batch_size;
+  const int64_t W = opt_.num_replicas, G = opt_.batch_size * W;
+  // Distributed without drop_last: the order padded to a multiple of W (see loader.h).
+  padded_n_ = (W > 1 && !opt_.drop_last) ? (n_ + W - 1) / W * W : n_;
+  num_batches_ = opt_.drop_last ? n_ / G : (padded_n_ + G - 1) / G;
 }
 
 DataLoader::~DataLoader() { stop(); }
@@ -133,7 +140,10 @@ std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
            "[DataLoader::epoch_order] epoch ", epoch, " is outside [0, 2^31)");
   std::vector<int64_t> order(static_cast<size_t>(n_));
   std::iota(order.begin(), order.end(), int64_t(0));
-  if (!opt_.shuffle) return order;
+  if (!opt_.shuffle) {
+    for (int64_t i = n_; i < padded_n_; ++i) order.push_back(order[size_t(i - n_)]);
+    return order;
+  }
   const uint64_t base = (uint64_t(1) << 63) | (uint64_t(epoch) << 32);
   for (int64_t i = n_ - 1; i > 0; --i) {
     PhiloxOut r = philox4x32_10(opt_.seed, base | uint64_t(i));
@@ -141,6 +151,7 @@ std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
     int64_t j = int64_t(x % uint64_t(i + 1));
     std::swap(order[size_t(i)], order[size_t(j)]);
   }
+  for (int64_t i = n_; i < padded_n_; ++i) order.push_back(order[size_t(i - n_)]);
   return order;
 }
 
@@ -153,7 +164,13 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::order_for(int64_t epoch)
 }
 
 Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t b) const {
-  int64_t lo = b * opt_.batch_size, hi = std::min(n_, lo + opt_.batch_size);
+  const int64_t W = opt_.num_replicas, G = opt_.batch_size * W;
+  int64_t lo = b * G, hi = std::min(padded_n_, lo + G);
+  if (W > 1) {  // this rank's share of the global batch [lo, hi)
+    const int64_t g = hi - lo;
+    hi = lo + (opt_.rank + 1) * g / W;
+    lo = lo + opt_.rank * g / W;
+  }
   std::vector<int64_t> idx(order.begin() + lo, order.begin() + hi);
   std::vector<Example> ex;
   ex.reserve(idx.size());

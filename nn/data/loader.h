@@ -26,6 +26,16 @@
 // prefetching, or on where a run was resumed. j = (64 random bits) mod (i + 1); the
 // modulo bias is below 2^-32 for any dataset we can index. The top counter bit keeps
 // these draws apart from the counters that random ops take from a Generator.
+//
+// Distributed sampling. With num_replicas = W > 1 every rank builds the same epoch
+// order (same seed) and cuts it into global batches of G = batch_size * W; rank r
+// gets rows [r * g / W, (r + 1) * g / W) of each global batch of g rows. So W ranks
+// together see exactly the batches one process with batch_size G would see, and a
+// mean loss averaged over ranks (DDP) is the one process's mean loss. Without
+// drop_last the order is first padded to a multiple of W by repeating its first
+// examples (at most W - 1), so the last global batch splits evenly. The state
+// {epoch, batch} counts global batches: it is the same on every rank and means the
+// same position for any W, so a run resumes on any world size that divides G.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -51,6 +61,10 @@ struct DataLoaderOptions {
   int64_t target_pad = -100;    // target sequence padding (cross_entropy's ignore_index)
   int64_t pad_to_multiple = 1;  // padded length rounded up to a multiple of this
   int64_t prefetch = 0;         // batches a background thread builds ahead; 0 = none
+  // Distributed sampling (DistributedDataParallel): num_replicas ranks each take
+  // their share of every global batch of batch_size * num_replicas examples (see top).
+  int64_t num_replicas = 1;
+  int64_t rank = 0;
 };
 
 struct Batch {
@@ -104,7 +118,8 @@ class DataLoader {
 
   // Stateless random access: batch b of epoch e (no prefetch).
   Batch batch(int64_t epoch, int64_t b) const;
-  // Dataset indices of epoch e in delivery order.
+  // Dataset indices of epoch e in delivery order (distributed: every rank's, the
+  // padded global order; this rank's are its share of each global batch).
   std::vector<int64_t> epoch_order(int64_t epoch) const;
 
   // Range-for over the rest of the current epoch (see top).
@@ -149,6 +164,7 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions opt_;
   int64_t n_ = 0;
+  int64_t padded_n_ = 0;  // n_, or the distributed order's padded length
   int64_t num_batches_ = 0;
   LoaderState state_;
 

@@ -1,0 +1,151 @@
+// The MPI backend: non-blocking MPI-3 collectives (MPI_Iallreduce, ...) on host
+// buffers, so that the front end can poll them against a timeout and DDP can
+// overlap them with the backward pass. Errors return (MPI_ERRORS_RETURN) instead
+// of aborting, so they become DistErrors with MPI's own message.
+#include <mpi.h>
+
+#include "dist/backend.h"
+
+namespace cf {
+namespace dist {
+namespace detail {
+
+namespace {
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, size_t(len));
+}
+
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) throw DistError(str("[dist] ", what, " failed: ", mpi_error_string(rc)));
+}
+
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::Bool: return MPI_UINT8_T;  // one byte per element
+  }
+  throw DistError("[dist] internal error: unknown dtype");
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::mean: break;
+  }
+  throw DistError("[dist] internal error: the MPI backend reduces with sum or max only");
+}
+
+int checked_count(int64_t n, const char* op) {
+  if (n > int64_t(INT32_MAX))
+    throw DistError(str("[", op, "] ", n, " elements exceed MPI's int count (2^31 - 1); split the tensor"));
+  return int(n);
+}
+
+class MpiRequest : public Request {
+ public:
+  MpiRequest(MPI_Request r, const char* op) : r_(r), op_(op) {}
+  ~MpiRequest() override {
+    // An abandoned request (a timeout) is left to MPI: freeing an active
+    // collective request is not allowed, and the process is about to exit.
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    check(MPI_Test(&r_, &flag, MPI_STATUS_IGNORE), op_);
+    done_ = flag != 0;
+    return done_;
+  }
+
+ private:
+  MPI_Request r_;
+  const char* op_;
+  bool done_ = false;
+};
+
+class MpiBackend : public Backend {
+ public:
+  MpiBackend() {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;
+      // Funneled: only the thread that called init() communicates (DDP's hooks
+      // run on the thread that runs backward).
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    }
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  }
+  const char* name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+
+  std::unique_ptr<Request> all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
+    MPI_Request r;
+    check(MPI_Iallreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), mpi_type(dtype),
+                         mpi_op(op), comm_, &r),
+          "MPI_Iallreduce");
+    return std::make_unique<MpiRequest>(r, "MPI_Iallreduce");
+  }
+  std::unique_ptr<Request> broadcast(void* buf, int64_t count, DType dtype, int root) override {
+    MPI_Request r;
+    check(MPI_Ibcast(buf, checked_count(count, "broadcast"), mpi_type(dtype), root, comm_, &r),
+          "MPI_Ibcast");
+    return std::make_unique<MpiRequest>(r, "MPI_Ibcast");
+  }
+  std::unique_ptr<Request> all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    MPI_Request r;
+    int n = checked_count(count, "all_gather");
+    checked_count(count * size_, "all_gather");
+    check(MPI_Iallgather(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_, &r), "MPI_Iallgather");
+    return std::make_unique<MpiRequest>(r, "MPI_Iallgather");
+  }
+  std::unique_ptr<Request> reduce_scatter(const void* send, void* recv, int64_t count, DType dtype,
+                                          ReduceOp op) override {
+    MPI_Request r;
+    int n = checked_count(count, "reduce_scatter");
+    checked_count(count * size_, "reduce_scatter");
+    check(MPI_Ireduce_scatter_block(send, recv, n, mpi_type(dtype), mpi_op(op), comm_, &r),
+          "MPI_Ireduce_scatter_block");
+    return std::make_unique<MpiRequest>(r, "MPI_Ireduce_scatter_block");
+  }
+  std::unique_ptr<Request> barrier() override {
+    MPI_Request r;
+    check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+    return std::make_unique<MpiRequest>(r, "MPI_Ibarrier");
+  }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_mpi_backend() { return std::make_unique<MpiBackend>(); }
+
+void mpi_finalize() {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Finalize();
+}
+
+void mpi_abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace cf

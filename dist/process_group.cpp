@@ -1,0 +1,433 @@
+// The process group: one MPI backend for CPU tensors (and the bootstrap), an
+// NCCL backend for CUDA tensors when built with it; validation, the descriptor
+// check across ranks, the mean, and the timeout (dist/dist.h explains each).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "core/cuda.h"
+#include "dist/backend.h"
+
+namespace cf {
+namespace dist {
+
+using detail::Backend;
+using detail::Request;
+
+namespace {
+
+struct Group {
+  bool initialized = false;
+  bool owns_mpi = false;
+  bool broken = false;  // a collective timed out: the ranks are out of step for good
+  std::string broken_by;
+  int rank = 0;
+  int world = 1;
+  double timeout = 300;
+  bool check = true;
+  std::unique_ptr<Backend> cpu;   // mpi, or null for backend "none"
+  std::unique_ptr<Backend> cuda;  // nccl, or null
+};
+
+Group& group() {
+  static Group g;
+  return g;
+}
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0) return -1;
+  return int(x);
+}
+
+double env_timeout() {
+  const char* v = std::getenv("CF_DIST_TIMEOUT");
+  if (!v || !*v) return 300;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  if (*end != '\0' || !(x > 0))
+    throw DistError(str("[dist] CF_DIST_TIMEOUT='", v, "' is not a positive number of seconds"));
+  return x;
+}
+
+void require_init(const char* op) {
+  Group& g = group();
+  if (!g.initialized)
+    throw DistError(str("[", op, "] the process group is not initialised: call cf::dist::init() first"));
+  if (g.broken)
+    throw DistError(str("[", op, "] the process group is broken: ", g.broken_by,
+                        "; the ranks are out of step, exit and restart the job"));
+}
+
+Backend* backend_for(const Tensor& t, const char* op) {
+  Group& g = group();
+  if (t.device().is_cuda()) {
+    if (g.cuda) return g.cuda.get();
+    if (g.world == 1) return nullptr;
+    throw DistError(str("[", op, "] tensor ", t.describe(), " is on CUDA but the process group has no CUDA backend (",
+                        built_with("nccl") ? "init() with backend 'nccl' or 'auto' on a machine with a GPU"
+                                           : "cf was built without NCCL (CF_NCCL=OFF, no CUDA or no nccl.h)",
+                        "); move it to the CPU or use NCCL"));
+  }
+  return g.cpu.get();  // null for backend "none" (world of one)
+}
+
+void check_tensor(const Tensor& t, const char* op, bool allow_bool) {
+  CF_CHECK(t.defined(), dist::DistError, "[", op, "] undefined tensor");
+  CF_CHECK(t.is_contiguous(), dist::DistError, "[", op, "] tensor ", t.describe(),
+           " is not contiguous; call contiguous() first (collectives move one flat buffer)");
+  bool ok = t.dtype() == kFloat32 || t.dtype() == kFloat64 || t.dtype() == kInt64 ||
+            (allow_bool && t.dtype() == kBool);
+  CF_CHECK(ok, dist::DistError, "[", op, "] dtype ", t.dtype(), " is not supported (tensor ", t.describe(), ")");
+}
+
+// Wait for r, polling, at most the group's timeout. Spins briefly (latency of
+// small messages), then sleeps 50 us between polls (two ranks share the cores).
+void wait_for(Request& r, const char* op, const std::string& what) {
+  Group& g = group();
+  auto start = std::chrono::steady_clock::now();
+  int polls = 0;
+  while (!r.test()) {
+    if (++polls < 2000) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > g.timeout) {
+      g.broken = true;
+      g.broken_by = str(op, " timed out");
+      throw DistError(str("[", op, "] rank ", g.rank, " of ", g.world, " timed out after ", g.timeout,
+                          " s waiting for the other ranks (", what,
+                          "): a rank may have died, hung, or called a different collective; "
+                          "exit (mpirun then stops the job) and restart from the last checkpoint"));
+    }
+  }
+}
+
+// ---- the descriptor check ----
+enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter };
+constexpr int kMaxDims = 8;
+constexpr int kDescLen = 7 + kMaxDims;
+
+const char* kind_name(int64_t k) {
+  switch (k) {
+    case kAllReduce: return "all_reduce";
+    case kBroadcast: return "broadcast";
+    case kAllGather: return "all_gather";
+    case kReduceScatter: return "reduce_scatter";
+  }
+  return "?";
+}
+
+std::vector<int64_t> descriptor(Kind kind, const Tensor& t, int64_t arg) {
+  std::vector<int64_t> d(kDescLen, -1);
+  d[0] = kind;
+  d[1] = int64_t(t.dtype());
+  d[2] = int64_t(t.device().type);
+  d[3] = arg;  // op or root
+  d[4] = t.dim();
+  d[5] = t.numel();
+  d[6] = 0;
+  for (int i = 0; i < t.dim() && i < kMaxDims; ++i) d[7 + i] = t.size(i);
+  return d;
+}
+
+std::string describe_desc(const int64_t* d) {
+  std::string s = kind_name(d[0]);
+  if (d[0] == kAllReduce || d[0] == kReduceScatter)
+    s += str("(", reduce_op_name(ReduceOp(d[3])), ")");
+  if (d[0] == kBroadcast) s += str("(root ", d[3], ")");
+  s += str(" of ", DType(d[1]), " (");
+  for (int64_t i = 0; i < d[4] && i < kMaxDims; ++i) s += str(i ? "," : "", d[7 + i]);
+  if (d[4] > kMaxDims) s += ",...";
+  s += str(") on ", d[2] == int64_t(DeviceType::CPU) ? "cpu" : "cuda");
+  return s;
+}
+
+void check_descriptors(Kind kind, const Tensor& t, int64_t arg, const char* op) {
+  Group& g = group();
+  if (!g.check || g.world == 1 || !g.cpu) return;
+  std::vector<int64_t> mine = descriptor(kind, t, arg);
+  std::vector<int64_t> all(size_t(kDescLen) * size_t(g.world));
+  auto r = g.cpu->all_gather(mine.data(), all.data(), kDescLen, kInt64);
+  wait_for(*r, op, "descriptor check of " + describe_desc(mine.data()));
+  for (int q = 0; q < g.world; ++q) {
+    const int64_t* d = all.data() + size_t(q) * kDescLen;
+    if (std::memcmp(d, all.data(), sizeof(int64_t) * kDescLen) != 0)
+      throw DistError(str("[", op, "] ranks disagree: rank 0 calls ", describe_desc(all.data()), ", rank ", q,
+                          " calls ", describe_desc(d), " (every rank must call the same collective on tensors "
+                          "of the same shape and dtype, in the same order)"));
+  }
+}
+
+// Divide t (the sum) by the world size, in place, on its own device.
+void divide_by_world(Tensor& t) {
+  Group& g = group();
+  if (g.world == 1) return;
+  NoGradGuard ng;
+  Tensor d = t.detach();
+  copy_(d, div(d, double(g.world)));
+}
+
+}  // namespace
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::mean: return "mean";
+    case ReduceOp::max: return "max";
+  }
+  return "?";
+}
+
+LauncherEnv launcher_env() {
+  LauncherEnv e;
+  e.rank = env_int("OMPI_COMM_WORLD_RANK");
+  e.world_size = env_int("OMPI_COMM_WORLD_SIZE");
+  if (e.rank < 0 || e.world_size < 0) {
+    e.rank = env_int("PMI_RANK");
+    e.world_size = env_int("PMI_SIZE");
+  }
+  if (e.rank < 0 && env_int("PMIX_RANK") >= 0) e.rank = env_int("PMIX_RANK");
+  return e;
+}
+
+bool built_with(const std::string& backend) {
+#ifdef CF_WITH_MPI
+  if (backend == "mpi") return true;
+#endif
+#ifdef CF_WITH_NCCL
+  if (backend == "nccl") return true;
+#endif
+  return backend == "none";
+}
+
+void init(const InitOptions& options) {
+  Group& g = group();
+  if (g.initialized) throw DistError("[dist::init] already initialised (call finalize() first)");
+  const std::string& b = options.backend;
+  if (b != "auto" && b != "mpi" && b != "nccl" && b != "none")
+    throw DistError(str("[dist::init] unknown backend '", b, "' (expected auto, mpi, nccl or none)"));
+  LauncherEnv env = launcher_env();
+  g.timeout = options.timeout_s > 0 ? options.timeout_s : env_timeout();
+  g.check = true;
+  g.broken = false;
+  bool want_mpi = b == "mpi" || b == "nccl" || (b == "auto" && built_with("mpi"));
+  if (want_mpi) {
+#ifdef CF_WITH_MPI
+    g.cpu = detail::make_mpi_backend();
+    g.owns_mpi = true;
+    g.rank = g.cpu->rank();
+    g.world = g.cpu->world_size();
+#else
+    throw DistError(str("[dist::init] backend '", b, "' needs MPI but cf was built without it (CF_MPI=OFF or "
+                        "libopenmpi-dev missing at configure time); rebuild with MPI, or use backend 'none' "
+                        "for a single process"));
+#endif
+  } else {
+    // backend "none", or "auto" without MPI: a world of one, unless a launcher started several.
+    if (env.world_size > 1)
+      throw DistError(str("[dist::init] started by a launcher as rank ", env.rank, " of ", env.world_size,
+                          " but cf was built without MPI (CF_MPI=OFF or libopenmpi-dev missing); "
+                          "rebuild with MPI or run one process"));
+    g.rank = 0;
+    g.world = 1;
+  }
+  if ((options.rank >= 0 && options.rank != g.rank) || (options.world_size >= 0 && options.world_size != g.world)) {
+    int r = g.rank, w = g.world;
+    g.cpu.reset();
+    throw DistError(str("[dist::init] asked for rank ", options.rank, " of ", options.world_size,
+                        " but the launcher started this process as rank ", r, " of ", w));
+  }
+  // auto: NCCL when every process on this node can have its own GPU (NCCL refuses
+  // two ranks on one device).
+  int local_size = std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE"));
+  bool want_nccl = b == "nccl" || (b == "auto" && built_with("nccl") && cuda::is_available() &&
+                                   cuda::device_count() >= local_size);
+  if (want_nccl) {
+#ifdef CF_WITH_NCCL
+    if (!cuda::is_available()) throw DistError("[dist::init] backend 'nccl' needs a visible CUDA device");
+    g.cuda = detail::make_nccl_backend(*g.cpu);
+#else
+    throw DistError("[dist::init] backend 'nccl' asked for but cf was built without NCCL (CF_NCCL=OFF, no CUDA, "
+                    "or nccl.h/libnccl not found at configure time)");
+#endif
+  }
+  g.initialized = true;
+}
+
+bool is_initialized() { return group().initialized; }
+
+void finalize() {
+  Group& g = group();
+  if (!g.initialized) return;
+  g.cuda.reset();
+  g.cpu.reset();
+  g.initialized = false;
+  g.rank = 0;
+  g.world = 1;
+#ifdef CF_WITH_MPI
+  if (g.owns_mpi && !g.broken) detail::mpi_finalize();
+#endif
+  g.owns_mpi = false;
+}
+
+int rank() { return group().rank; }
+int world_size() { return group().world; }
+bool is_main() { return group().rank == 0; }
+std::string backend_name(const Device& device) {
+  Group& g = group();
+  Backend* b = device.is_cuda() ? g.cuda.get() : g.cpu.get();
+  return b ? b->name() : "none";
+}
+double timeout_s() { return group().timeout; }
+void set_timeout(double seconds) {
+  CF_CHECK(seconds > 0, dist::DistError, "[dist::set_timeout] timeout must be positive, got ", seconds);
+  group().timeout = seconds;
+}
+bool check_enabled() { return group().check; }
+void set_check(bool on) { group().check = on; }
+
+void all_reduce(Tensor& t, ReduceOp op) {
+  require_init("all_reduce");
+  check_tensor(t, "all_reduce", false);
+  CF_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), dist::DistError,
+           "[all_reduce] mean needs a float tensor, got ", t.describe());
+  Backend* b = backend_for(t, "all_reduce");
+  check_descriptors(kAllReduce, t, int64_t(op), "all_reduce");
+  if (b && t.numel() > 0) {
+    auto r = b->all_reduce(t.raw_data(), t.numel(), t.dtype(), op == ReduceOp::max ? op : ReduceOp::sum);
+    wait_for(*r, "all_reduce", t.describe());
+  }
+  if (op == ReduceOp::mean) divide_by_world(t);
+  t.bump_version();
+}
+
+void broadcast(Tensor& t, int root) {
+  require_init("broadcast");
+  check_tensor(t, "broadcast", true);
+  Group& g = group();
+  CF_CHECK(root >= 0 && root < g.world, dist::DistError, "[broadcast] root ", root, " is not a rank of a world of ",
+           g.world);
+  Backend* b = backend_for(t, "broadcast");
+  check_descriptors(kBroadcast, t, root, "broadcast");
+  if (b && t.numel() > 0) {
+    auto r = b->broadcast(t.raw_data(), t.numel(), t.dtype(), root);
+    wait_for(*r, "broadcast", t.describe());
+  }
+  t.bump_version();
+}
+
+Tensor all_gather(const Tensor& t) {
+  require_init("all_gather");
+  check_tensor(t, "all_gather", true);
+  CF_CHECK(t.dim() >= 1, dist::DistError, "[all_gather] needs at least one dimension (rows to stack), got ",
+           t.describe());
+  Group& g = group();
+  Backend* b = backend_for(t, "all_gather");
+  check_descriptors(kAllGather, t, 0, "all_gather");
+  Shape s = t.shape();
+  s[0] *= g.world;
+  Tensor out = Tensor::empty(s, t.dtype(), t.device());
+  if (!b) {
+    NoGradGuard ng;
+    copy_(out, t.detach());
+    return out;
+  }
+  if (t.numel() > 0) {
+    auto r = b->all_gather(t.raw_data(), out.raw_data(), t.numel(), t.dtype());
+    wait_for(*r, "all_gather", t.describe());
+  }
+  return out;
+}
+
+Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
+  require_init("reduce_scatter");
+  check_tensor(t, "reduce_scatter", false);
+  Group& g = group();
+  CF_CHECK(t.dim() >= 1 && t.size(0) % g.world == 0, dist::DistError, "[reduce_scatter] the first dimension of ",
+           t.describe(), " must be a multiple of the world size ", g.world);
+  CF_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), dist::DistError,
+           "[reduce_scatter] mean needs a float tensor, got ", t.describe());
+  Backend* b = backend_for(t, "reduce_scatter");
+  check_descriptors(kReduceScatter, t, int64_t(op), "reduce_scatter");
+  Shape s = t.shape();
+  s[0] /= g.world;
+  Tensor out = Tensor::empty(s, t.dtype(), t.device());
+  if (!b) {
+    NoGradGuard ng;
+    copy_(out, t.detach());
+    return out;
+  }
+  if (out.numel() > 0) {
+    auto r = b->reduce_scatter(t.raw_data(), out.raw_data(), out.numel(), t.dtype(),
+                               op == ReduceOp::max ? op : ReduceOp::sum);
+    wait_for(*r, "reduce_scatter", t.describe());
+  }
+  if (op == ReduceOp::mean) divide_by_world(out);
+  return out;
+}
+
+void barrier() {
+  require_init("barrier");
+  Group& g = group();
+  if (!g.cpu) return;
+  auto r = g.cpu->barrier();
+  wait_for(*r, "barrier", "barrier");
+}
+
+namespace {
+class AsyncAllReduce : public Work {
+ public:
+  AsyncAllReduce(Tensor t, ReduceOp op, std::unique_ptr<Request> r)
+      : t_(std::move(t)), op_(op), r_(std::move(r)) {}
+  bool test() override { return !r_ || r_->test(); }
+  void wait() override {
+    if (done_) return;
+    if (r_) wait_for(*r_, "all_reduce", t_.describe());
+    if (op_ == ReduceOp::mean) divide_by_world(t_);
+    t_.bump_version();
+    done_ = true;
+  }
+
+ private:
+  Tensor t_;
+  ReduceOp op_;
+  std::unique_ptr<Request> r_;
+  bool done_ = false;
+};
+}  // namespace
+
+std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op) {
+  require_init("all_reduce");
+  check_tensor(t, "all_reduce", false);
+  CF_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), dist::DistError,
+           "[all_reduce] mean needs a float tensor, got ", t.describe());
+  Backend* b = backend_for(t, "all_reduce");
+  std::unique_ptr<Request> r;
+  if (b && t.numel() > 0)
+    r = b->all_reduce(t.raw_data(), t.numel(), t.dtype(), op == ReduceOp::max ? op : ReduceOp::sum);
+  return std::make_shared<AsyncAllReduce>(t, op, std::move(r));
+}
+
+void abort(int code, const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+#ifdef CF_WITH_MPI
+  if (group().cpu) detail::mpi_abort(code);
+#endif
+  std::_Exit(code);
+}
+
+}  // namespace dist
+}  // namespace cf

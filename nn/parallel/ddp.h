@@ -1,0 +1,120 @@
+#pragma once
+// DistributedDataParallel: data-parallel training over the process group of
+// dist/dist.h. Each rank runs the same model on its shard of the batch; after
+// backward every parameter's .grad is the mean over ranks of the local
+// gradients, so an optimizer step keeps all replicas identical and equal to one
+// process training on the combined batch (with a loss that is a mean over the
+// batch and equal shard sizes).
+//
+//   cf::dist::init();
+//   auto model = std::make_shared<MyModel>(...);       // same seed on every rank, or not:
+//   cf::nn::DistributedDataParallel ddp(model);        // rank 0's values are broadcast
+//   optim::Adam opt(model->named_parameters(), ...);
+//   loss = model->forward(my_shard) ...; loss.backward();  // gradients averaged here
+//   opt.step();
+//
+// How. Parameters are grouped into buckets (reverse registration order, the
+// order backward tends to produce gradients; at most bucket_bytes each, one
+// dtype and device each). A hook per parameter (autograd/hooks.h) marks its
+// gradient ready; when a bucket is complete -- and every earlier bucket has been
+// started, so all ranks start them in the same order -- its gradients are
+// copied into one flat buffer whose asynchronous all-reduce (mean) starts at
+// once and runs while backward goes on. A callback at the end of backward
+// starts the buckets still waiting (a parameter that got no gradient on this
+// rank contributes zeros), waits for all, and gives every parameter its
+// averaged gradient (a view of the bucket's buffer, a new buffer each step).
+//
+// no_sync(): while the returned guard lives, backward only accumulates local
+// gradients (gradient accumulation); the first backward after it all-reduces
+// the accumulated sums.
+//
+// State that is not a parameter: buffers (and the memory bank's entries, which
+// are persistent buffers) are broadcast from rank 0 at construction and then
+// kept per rank; a model whose buffers must agree calls sync_buffers().
+// Construct DDP after moving the model to its device and dtype (the hooks
+// belong to the parameter tensors of that moment).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dist/dist.h"
+#include "nn/checkpoint.h"
+#include "nn/module.h"
+
+namespace cf {
+namespace nn {
+
+struct DDPOptions {
+  int64_t bucket_bytes = 25 << 20;  // PyTorch's default bucket cap
+  bool broadcast_at_init = true;    // rank 0's parameters and buffers to every rank
+};
+
+class DistributedDataParallel {
+ public:
+  explicit DistributedDataParallel(std::shared_ptr<Module> module, DDPOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  Module& module() { return *module_; }
+  const std::shared_ptr<Module>& module_ptr() const { return module_; }
+  int64_t num_buckets() const { return int64_t(buckets_.size()); }
+  // The parameter indices (named_parameters() order) of each bucket.
+  std::vector<std::vector<int64_t>> bucket_layout() const;
+
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel* d) : d_(d) { d_->sync_ = false; }
+    ~NoSync() {
+      if (d_) d_->sync_ = true;
+    }
+    NoSync(NoSync&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+
+   private:
+    DistributedDataParallel* d_;
+  };
+  NoSync no_sync() { return NoSync(this); }
+  bool sync_enabled() const { return sync_; }
+
+  // Broadcast rank 0's buffers (persistent and not) to every rank.
+  void sync_buffers();
+
+ private:
+  struct Bucket {
+    std::vector<int64_t> params;   // indices into params_
+    std::vector<int64_t> offsets;  // element offset of each in the flat buffer
+    int64_t numel = 0;
+    DType dtype = kFloat32;
+    Device device;
+    int64_t ready = 0;
+    bool launched = false;
+    Tensor flat;
+    std::shared_ptr<dist::Work> work;
+  };
+  void on_grad(int64_t param);
+  void launch_ready();
+  void launch(Bucket& b);
+  void finish();
+
+  std::shared_ptr<Module> module_;
+  DDPOptions options_;
+  std::vector<Tensor> params_;
+  std::vector<int64_t> bucket_of_;  // param index -> bucket
+  std::vector<bool> marked_;        // got its gradient in this backward
+  std::vector<Bucket> buckets_;
+  std::vector<int64_t> hook_ids_;
+  size_t next_launch_ = 0;
+  bool in_backward_ = false;
+  bool sync_ = true;
+};
+
+// Rank-0 checkpoints: rank 0 writes `ckpt` with save_checkpoint (atomic), the
+// others only wait; every rank returns once the file is complete, and every rank
+// throws when the write failed (rank 0's IOError text). A single process just saves.
+void save_checkpoint_rank0(const std::string& path, const TrainingCheckpoint& ckpt);
+
+}  // namespace nn
+}  // namespace cf

@@ -1,0 +1,209 @@
+// DistributedDataParallel: W processes on shards of a batch end with the
+// parameters of one process on the combined batch. Every rank also runs the
+// one-process reference itself (same seed), so one mpirun compares both.
+#include <algorithm>
+#include <cmath>
+
+#include "test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+namespace d = cf::dist;
+
+namespace {
+
+class Mlp : public nn::Module {
+ public:
+  Mlp(DType dt, uint64_t seed) {
+    Generator g(seed);
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 16, true, g));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(16, 16, true, g));
+    head = register_module("head", std::make_shared<nn::Linear>(16, 3, true, g));
+    to(dt);
+  }
+  Tensor forward(const Tensor& x) { return head->forward(tanh(fc2->forward(tanh(fc1->forward(x))))); }
+  std::shared_ptr<nn::Linear> fc1, fc2, head;
+};
+
+// Largest |a - b| / max(|b|, floor) over all parameters.
+double max_rel_diff(nn::Module& a, nn::Module& b, double floor) {
+  auto pa = a.parameters(), pb = b.parameters();
+  REQUIRE(pa.size() == pb.size());
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    std::vector<double> x = values(pa[i]), y = values(pb[i]);
+    for (size_t j = 0; j < x.size(); ++j)
+      worst = std::max(worst, std::abs(x[j] - y[j]) / std::max(std::abs(y[j]), floor));
+  }
+  return worst;
+}
+
+// 20 Adam steps of the MLP: the reference on the whole batch of B rows, the
+// Largest ||a - b|| / ||b|| over the parameter tensors (float32: rounding of 1e-7
+// per operation compounds over 20 steps on elements near zero, which the
+// elementwise measure divides by the floor; the tensor norm is the usual measure).
+double max_norm_rel_diff(nn::Module& a, nn::Module& b) {
+  auto pa = a.parameters(), pb = b.parameters();
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    std::vector<double> x = values(pa[i]), y = values(pb[i]);
+    double num = 0, den = 0;
+    for (size_t j = 0; j < x.size(); ++j) {
+      num += (x[j] - y[j]) * (x[j] - y[j]);
+      den += y[j] * y[j];
+    }
+    worst = std::max(worst, std::sqrt(num / den));
+  }
+  return worst;
+}
+
+// Every rank holds the same parameters, bit for bit (the all-reduce gives all the same sum).
+void check_replicas_agree(nn::Module& m) {
+  for (const Tensor& p : m.parameters()) {
+    Tensor flat = reshape(p.detach(), {1, p.numel()});
+    std::vector<double> all = values(d::all_gather(contiguous(flat)));
+    for (int r = 1; r < d::world_size(); ++r)
+      for (int64_t j = 0; j < p.numel(); ++j) REQUIRE(all[size_t(r * p.numel() + j)] == all[size_t(j)]);
+  }
+}
+
+// DDP model on this rank's B / W rows. Returns the largest relative difference
+// (elementwise for float64, by tensor norm for float32).
+double mlp_run(DType dt, int64_t bucket_bytes, int64_t* buckets) {
+  const int R = d::rank(), W = d::world_size();
+  const int64_t B = 4 * W;
+  auto ref = std::make_shared<Mlp>(dt, 11);
+  // Another seed on the DDP replicas: the construction broadcast must fix it.
+  auto model = std::make_shared<Mlp>(dt, R == 0 ? 11 : 99);
+  nn::DDPOptions o;
+  o.bucket_bytes = bucket_bytes;
+  nn::DistributedDataParallel ddp(model, o);
+  *buckets = ddp.num_buckets();
+  CHECK(max_rel_diff(*model, *ref, 1e-3) == 0.0);
+  // SGD with momentum: the update is linear in the gradient, so the comparison sees
+  // the all-reduce's rounding, not Adam's division by sqrt(v) + eps amplifying it
+  // on near-zero gradients.
+  nn::SGD opt_ref(ref->named_parameters(), {0.05, 0.9});
+  nn::SGD opt(model->named_parameters(), {0.05, 0.9});
+  Generator data(5);
+  for (int step = 0; step < 20; ++step) {
+    Tensor x = randn({B, 6}, dt, data);
+    Tensor y = randint(0, 3, {B}, data);
+    opt_ref.zero_grad();
+    nn::cross_entropy(ref->forward(x), y).backward();
+    opt_ref.step();
+    opt.zero_grad();
+    Tensor xs = narrow(x, 0, R * 4, 4), ys = narrow(y, 0, R * 4, 4);
+    nn::cross_entropy(model->forward(xs), ys).backward();
+    opt.step();
+  }
+  check_replicas_agree(*model);
+  return dt == kFloat64 ? max_rel_diff(*model, *ref, 1e-3) : max_norm_rel_diff(*model, *ref);
+}
+}  // namespace
+
+TEST_CASE("ddp: W processes on shards equal one process on the combined batch (MLP, 20 steps)") {
+  int64_t buckets = 0;
+  // float64: the sum over ranks of per-shard means differs from one mean only by rounding.
+  double e64 = mlp_run(kFloat64, 25 << 20, &buckets);
+  CHECK(buckets == 1);
+  CHECK(e64 <= 1e-12);
+  // Small buckets: several all-reduces in flight during backward, same result.
+  double e64b = mlp_run(kFloat64, 600, &buckets);
+  CHECK(buckets >= 3);
+  CHECK(e64b <= 1e-12);
+  double e32 = mlp_run(kFloat32, 600, &buckets);
+  CHECK(e32 <= 1e-6);
+  MESSAGE("DDP vs one process, max relative parameter difference after 20 steps: float64 ", e64, ", float32 ", e32);
+}
+
+TEST_CASE("ddp: no_sync accumulates locally, the next backward averages the sums") {
+  const int R = d::rank(), W = d::world_size();
+  auto model = std::make_shared<Mlp>(kFloat64, 3);
+  nn::DistributedDataParallel ddp(model);
+  Generator data(8);
+  Tensor x1 = randn({2 * W, 6}, kFloat64, data), x2 = randn({2 * W, 6}, kFloat64, data);
+  // Reference: the gradient of one process summing both micro-batches' mean losses.
+  auto ref = std::make_shared<Mlp>(kFloat64, 3);
+  ref->zero_grad();
+  (sum(ref->forward(x1)) / double(2 * W) + sum(ref->forward(x2)) / double(2 * W)).backward();
+  model->zero_grad();
+  {
+    auto guard = ddp.no_sync();
+    CHECK_FALSE(ddp.sync_enabled());
+    (sum(model->forward(narrow(x1, 0, 2 * R, 2))) / 2.0).backward();
+  }
+  CHECK(ddp.sync_enabled());
+  (sum(model->forward(narrow(x2, 0, 2 * R, 2))) / 2.0).backward();
+  auto pr = ref->parameters(), pm = model->parameters();
+  for (size_t i = 0; i < pr.size(); ++i) check_close(pm[i].grad(), pr[i].grad(), 1e-12);
+}
+
+TEST_CASE("ddp: every attention variant with its auxiliary losses (float64, 3 steps)") {
+  const int R = d::rank(), W = d::world_size();
+  for (const std::string& type : nn::attention_types()) {
+    CAPTURE(type);
+    nlohmann::json j = {{"vocab_size", 12}, {"d_model", 8},    {"n_heads", 2},      {"d_ff", 16},
+                        {"n_layers", 1},    {"num_classes", 3}, {"dropout", 0.0},    {"max_len", 16},
+                        {"attention", {{"type", type}}}};
+    if (type == "neural-clustering") j["attention"]["clusters"] = 2;
+    models::TransformerConfig c = models::TransformerConfig::from_json(j);
+    auto make = [&](uint64_t seed) {
+      Generator g(seed);
+      auto m = std::make_shared<models::EncoderClassifier>(c, g);
+      m->to(kFloat64);
+      return m;
+    };
+    auto ref = make(4), model = make(4);
+    nn::DistributedDataParallel ddp(model);
+    nn::SGD opt_ref(ref->named_parameters(), {0.05, 0.9});
+    nn::SGD opt(model->named_parameters(), {0.05, 0.9});
+    Generator data(6);
+    auto loss_of = [](models::EncoderClassifier& m, const Tensor& ids, const Tensor& y) {
+      nn::AuxLosses aux;
+      Tensor loss = nn::cross_entropy(m.forward(ids, {}, &aux), y);
+      std::map<std::string, double> w;
+      for (const std::string& n : aux.names()) w[n] = 0.1;
+      return aux.empty() ? loss : loss + aux.total(w);
+    };
+    for (int step = 0; step < 3; ++step) {
+      Tensor ids = randint(1, 12, {2 * W, 8}, data);
+      Tensor y = randint(0, 3, {2 * W}, data);
+      // The same random stream for the variants that draw (LSH rotations, ...): each
+      // forward starts from one seed, the reference's and every replica's.
+      default_generator().manual_seed(100 + uint64_t(step));
+      opt_ref.zero_grad();
+      loss_of(*ref, ids, y).backward();
+      opt_ref.step();
+      default_generator().manual_seed(100 + uint64_t(step));
+      opt.zero_grad();
+      loss_of(*model, narrow(ids, 0, 2 * R, 2), narrow(y, 0, 2 * R, 2)).backward();
+      opt.step();
+    }
+    check_replicas_agree(*model);
+    // Routing attention's online K-Means centroids are buffers each replica updates
+    // from its own shard (ddp.h: buffers are per rank), so its run is not the one
+    // process's; every other variant's state is its parameters.
+    if (type == "routing") continue;
+    double e = max_rel_diff(*model, *ref, 1e-3);
+    MESSAGE(type, ": max relative parameter difference ", e);
+    CHECK(e <= 1e-12);
+  }
+}
+
+TEST_CASE("ddp: bad input") {
+  CHECK_THROWS_MSG(nn::DistributedDataParallel(nullptr), ValueError, "[DistributedDataParallel] null module");
+  nn::DDPOptions o;
+  o.bucket_bytes = 0;
+  CHECK_THROWS_MSG(nn::DistributedDataParallel(std::make_shared<Mlp>(kFloat32, 1), o), ValueError,
+                   "bucket_bytes must be positive");
+  if (d::world_size() > 1) {
+    // Different models on different ranks: caught before any gradient moves.
+    std::shared_ptr<nn::Module> m;
+    if (d::rank() == 0)
+      m = std::make_shared<Mlp>(kFloat32, 1);
+    else
+      m = std::make_shared<nn::Linear>(6, 16);
+    CHECK_THROWS_MSG(nn::DistributedDataParallel(m), d::DistError, "ranks hold different models");
+  }
+}
