@@ -38,8 +38,12 @@ namespace cf::kernels {
 
 namespace {
 
-constexpr int64_t kBr = 64;   // query rows per tile
-constexpr int64_t kBc = 128;  // key rows per tile
+// Tiles: 128 query rows x 512 keys. The (128 x 512) score tile (256 KiB in
+// float32) stays in L2, and the GEMMs are large enough for BLAS to run near its
+// peak: on the 2-core dev machine 64 x 128 tiles were 1.3-1.5x slower
+// (cf-bench attention --threads 1, N = 2048), 256 x 1024 no faster.
+constexpr int64_t kBr = 128;
+constexpr int64_t kBc = 512;
 
 // Row-major C = alpha op(A) op(B) + beta C.
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
