@@ -29,6 +29,7 @@
 #include "common/attention_bench.h"
 #include "common/cli.h"
 #include "nn/attention/centroid.h"
+#include "nn/attention/chunked.h"
 #include "kernels/kmeans/kmeans.h"
 #include "nn/clustering/kmeans.h"
 #ifdef CF_WITH_CUDA
@@ -74,13 +75,15 @@ Options:
   --sizes LIST  matmul: square sizes, comma separated (default 256,512,1024,2048)
   --batch B,N   matmul: batched case B x (N x N x N) (default 64,128; 0,0 skips it)
   --numel N     elementwise: elements per tensor (default 16777216)
-  --variants L  attention, model: comma-separated variant names (default: full; --variant
-                is the same option);
+  --variants L  attention, model: comma-separated variant names, or all (default: full;
+                --variant is the same option);
                 known: )" "__VARIANTS__" R"(;
                 and the N -> N/4 centroid attention layer (not a q, k, v variant):
                 centroid, centroid-knn (K = 40), on x (1, N, 256);
                 attention only: full-dense, full attention through the dense
-                (B, H, N, N) path (nn::dense_attention), beside the fused "full"
+                (B, H, N, N) path (nn::dense_attention), beside the fused "full";
+                block, the gathered block attention alone (random order, sqrt(N)
+                blocks, each seeing itself and the previous one)
   --sizes LIST  attention: sequence lengths (default 512,1024,2048,4096,8192,16384)
   --causal      attention: causal masking
   --sizes LIST  model: sequence lengths (default 128,512,2048)
@@ -463,6 +466,12 @@ bool is_centroid_variant(const std::string& v) { return v == "centroid" || v == 
 // (nn::dense_attention, what FullAttention ran before the fused kernel), so one
 // run reports the fused kernel's time and memory against it.
 bool is_full_dense(const std::string& v) { return v == "full-dense"; }
+// "block": the gathered block attention alone (nn::chunked_attention, the fused
+// block_attention kernel) for a fixed random order cut into k = sqrt(N) blocks,
+// each block seeing itself and the one before (ClusterFormer eqs. 8-10 without
+// the clustering): the computation apps/bench/peers.py writes in plain PyTorch.
+bool is_block(const std::string& v) { return v == "block"; }
+bool is_bench_only(const std::string& v) { return is_full_dense(v) || is_block(v); }
 
 json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor& x, int64_t heads, int64_t reps,
                         double full_fwd, double full_bwd) {
@@ -532,7 +541,7 @@ json bench_attention(const Options& o) {
         continue;
       }
       cf::nn::AttentionSpec spec;
-      spec.type = is_full_dense(variant) ? "full" : variant;
+      spec.type = is_bench_only(variant) ? "full" : variant;
       spec.d_model = H * Dh;
       spec.n_heads = H;
       nlohmann::json options = bench_attention_options(variant, n);
@@ -547,7 +556,22 @@ json bench_attention(const Options& o) {
       // forward, 6 with the backward. Skip rows that would not fit rather than swap.
       const double nn_gib = cf::apps::dense_scores_gib(B * H, n);
       const bool dense = cf::apps::is_dense_attention(variant);
+      cf::Tensor members;
+      if (is_block(variant)) {
+        const int64_t blocks = std::max<int64_t>(1, std::llround(std::sqrt(double(n))));
+        cf::Generator order_gen{uint64_t(n) + 7};
+        cf::Tensor order = cf::argsort(cf::rand({B, 1, n}, cf::kFloat32, order_gen), -1);
+        members = cf::nn::chunk_order(order, (n + blocks - 1) / blocks).to(g_device);
+        r["params"]["blocks"] = members.shape()[2];
+        r["params"]["block_size"] = members.shape()[3];
+      }
       auto forward = [&](const cf::nn::AttentionArgs& a) {
+        if (is_block(variant)) {
+          cf::nn::ChunkedAttentionOptions co;
+          co.look_back = 1;
+          co.causal = a.causal;
+          return cf::nn::chunked_attention(a.q, a.k, a.v, members, cf::Tensor(), co).out;
+        }
         if (!is_full_dense(variant)) return att->forward(a);
         return cf::nn::dense_attention(a.q, a.k, a.v, cf::nn::dense_block_mask(a), 1.0 / std::sqrt(double(Dh)));
       };
@@ -817,13 +841,19 @@ Options parse(int argc, char** argv) {
       o.variants.clear();
       std::string list = args.value(opt), item;
       std::vector<std::string> known = cf::nn::attention_types();
+      if (list == "all") {  // every registry variant, and for attention the centroid layers and bench-only rows
+        o.variants = known;
+        if (o.cmd == "attention")
+          for (const char* extra : {"centroid", "centroid-knn", "full-dense", "block"}) o.variants.push_back(extra);
+        continue;
+      }
       for (size_t i = 0; i <= list.size(); ++i) {
         if (i < list.size() && list[i] != ',') {
           item += list[i];
           continue;
         }
         if (std::find(known.begin(), known.end(), item) == known.end() && !is_centroid_variant(item) &&
-            !(is_full_dense(item) && o.cmd == "attention"))
+            !(is_bench_only(item) && o.cmd == "attention"))
           throw UsageError("--variants: unknown attention variant '" + item + "'");
         o.variants.push_back(item);
         item.clear();
