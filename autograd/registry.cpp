@@ -40,6 +40,8 @@ const std::vector<OpInfo>& op_registry() {
       // fused layers
       {"softmax", true, c}, {"log_softmax", true, c}, {"layer_norm", true, c},
       {"cross_entropy", true, c}, {"dropout", true, c},
+      // fused attention
+      {"flash_attention", true, c}, {"block_attention", true, c},
       // random
       {"rand", false, c}, {"randn", false, c}, {"randint", false, c},
       {"bernoulli", false, c},

@@ -29,6 +29,7 @@
 #include "common/attention_bench.h"
 #include "common/cli.h"
 #include "nn/attention/centroid.h"
+#include "nn/attention/chunked.h"
 #include "kernels/kmeans/kmeans.h"
 #include "nn/clustering/kmeans.h"
 #ifdef CF_WITH_CUDA
@@ -74,11 +75,15 @@ Options:
   --sizes LIST  matmul: square sizes, comma separated (default 256,512,1024,2048)
   --batch B,N   matmul: batched case B x (N x N x N) (default 64,128; 0,0 skips it)
   --numel N     elementwise: elements per tensor (default 16777216)
-  --variants L  attention, model: comma-separated variant names (default: full; --variant
-                is the same option);
+  --variants L  attention, model: comma-separated variant names, or all (default: full;
+                --variant is the same option);
                 known: )" "__VARIANTS__" R"(;
                 and the N -> N/4 centroid attention layer (not a q, k, v variant):
-                centroid, centroid-knn (K = 40), on x (1, N, 256)
+                centroid, centroid-knn (K = 40), on x (1, N, 256);
+                attention only: full-dense, full attention through the dense
+                (B, H, N, N) path (nn::dense_attention), beside the fused "full";
+                block, the gathered block attention alone (random order, sqrt(N)
+                blocks, each seeing itself and the previous one)
   --sizes LIST  attention: sequence lengths (default 512,1024,2048,4096,8192,16384)
   --causal      attention: causal masking
   --sizes LIST  model: sequence lengths (default 128,512,2048)
@@ -457,6 +462,17 @@ json bench_elementwise(const Options& o) {
 // N (which gets pre-projected q, k, v: the centroid rows include work full does not).
 bool is_centroid_variant(const std::string& v) { return v == "centroid" || v == "centroid-knn"; }
 
+// "full-dense": full attention with the (B, H, N, N) scores materialised
+// (nn::dense_attention, what FullAttention ran before the fused kernel), so one
+// run reports the fused kernel's time and memory against it.
+bool is_full_dense(const std::string& v) { return v == "full-dense"; }
+// "block": the gathered block attention alone (nn::chunked_attention, the fused
+// block_attention kernel) for a fixed random order cut into k = sqrt(N) blocks,
+// each block seeing itself and the one before (ClusterFormer eqs. 8-10 without
+// the clustering): the computation apps/bench/peers.py writes in plain PyTorch.
+bool is_block(const std::string& v) { return v == "block"; }
+bool is_bench_only(const std::string& v) { return is_full_dense(v) || is_block(v); }
+
 json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor& x, int64_t heads, int64_t reps,
                         double full_fwd, double full_bwd) {
   cf::nn::CentroidAttentionOptions co;
@@ -469,6 +485,8 @@ json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor&
   cf::Generator gen(1);
   cf::nn::CentroidInit init(co, gen);
   cf::nn::CentroidAttention layer(co, gen);
+  init.to(x.device());
+  layer.to(x.device());
   json r;
   r["name"] = variant + "_" + std::to_string(n);
   r["params"] = {{"variant", variant}, {"n", n}, {"m", init.num_centroids(n)}, {"batch", x.shape()[0]},
@@ -523,12 +541,13 @@ json bench_attention(const Options& o) {
         continue;
       }
       cf::nn::AttentionSpec spec;
-      spec.type = variant;
+      spec.type = is_bench_only(variant) ? "full" : variant;
       spec.d_model = H * Dh;
       spec.n_heads = H;
       nlohmann::json options = bench_attention_options(variant, n);
       spec.options = cf::nn::Config(options, "attention");
       std::shared_ptr<cf::nn::Attention> att = cf::nn::make_attention(spec);
+      att->to(g_device);  // variants with parameters or buffers (neural clustering, routing, Cluster-Former)
       json r;
       r["name"] = variant + "_" + std::to_string(n);
       r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"heads", H}, {"head_dim", Dh},
@@ -537,6 +556,25 @@ json bench_attention(const Options& o) {
       // forward, 6 with the backward. Skip rows that would not fit rather than swap.
       const double nn_gib = cf::apps::dense_scores_gib(B * H, n);
       const bool dense = cf::apps::is_dense_attention(variant);
+      cf::Tensor members;
+      if (is_block(variant)) {
+        const int64_t blocks = std::max<int64_t>(1, std::llround(std::sqrt(double(n))));
+        cf::Generator order_gen{uint64_t(n) + 7};
+        cf::Tensor order = cf::argsort(cf::rand({B, 1, n}, cf::kFloat32, order_gen), -1);
+        members = cf::nn::chunk_order(order, (n + blocks - 1) / blocks).to(g_device);
+        r["params"]["blocks"] = members.shape()[2];
+        r["params"]["block_size"] = members.shape()[3];
+      }
+      auto forward = [&](const cf::nn::AttentionArgs& a) {
+        if (is_block(variant)) {
+          cf::nn::ChunkedAttentionOptions co;
+          co.look_back = 1;
+          co.causal = a.causal;
+          return cf::nn::chunked_attention(a.q, a.k, a.v, members, cf::Tensor(), co).out;
+        }
+        if (!is_full_dense(variant)) return att->forward(a);
+        return cf::nn::dense_attention(a.q, a.k, a.v, cf::nn::dense_block_mask(a), 1.0 / std::sqrt(double(Dh)));
+      };
       auto args = [&](const cf::Tensor& qq, const cf::Tensor& kk, const cf::Tensor& vv) {
         cf::nn::AttentionArgs a;
         a.q = qq;
@@ -563,7 +601,7 @@ json bench_attention(const Options& o) {
         try {
           t_fwd = time_median(reps, [&] {
             out = cf::Tensor();
-            out = att->forward(args(q, k, v));
+            out = forward(args(q, k, v));
           });
         } catch (const cf::NotImplementedError& e) {
           r["skipped"] = e.what();
@@ -590,7 +628,7 @@ json bench_attention(const Options& o) {
         qg.zero_grad();
         kg.zero_grad();
         vg.zero_grad();
-        cf::sum(att->forward(args(qg, kg, vg))).backward();
+        cf::sum(forward(args(qg, kg, vg))).backward();
       });
       r["forward_backward_time_s"] = t_bwd;
       r["forward_backward_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
@@ -803,12 +841,19 @@ Options parse(int argc, char** argv) {
       o.variants.clear();
       std::string list = args.value(opt), item;
       std::vector<std::string> known = cf::nn::attention_types();
+      if (list == "all") {  // every registry variant, and for attention the centroid layers and bench-only rows
+        o.variants = known;
+        if (o.cmd == "attention")
+          for (const char* extra : {"centroid", "centroid-knn", "full-dense", "block"}) o.variants.push_back(extra);
+        continue;
+      }
       for (size_t i = 0; i <= list.size(); ++i) {
         if (i < list.size() && list[i] != ',') {
           item += list[i];
           continue;
         }
-        if (std::find(known.begin(), known.end(), item) == known.end() && !is_centroid_variant(item))
+        if (std::find(known.begin(), known.end(), item) == known.end() && !is_centroid_variant(item) &&
+            !(is_bench_only(item) && o.cmd == "attention"))
           throw UsageError("--variants: unknown attention variant '" + item + "'");
         o.variants.push_back(item);
         item.clear();

@@ -17,6 +17,15 @@ What is compared (docs/benchmarks.md explains each figure):
   chain3        per-op overhead: loss = sum(tanh(x * w)) on 1 element, backward
   attention     full attention (1, 4 heads, N, 64), forward and forward+backward,
                 the same algorithm on both sides (softmax(q k^T / 8) v)
+  attention_variants
+                every cf attention variant (1, 4 heads, N, 64, fp32, forward and
+                forward+backward, non-causal and causal) beside PyTorch's
+                scaled_dot_product_attention: math and memory-efficient fp32 and,
+                on CUDA, flash in bfloat16 (a different precision, shown for scale);
+                cf's gathered block attention ("block": a random order in sqrt(N)
+                blocks, each seeing itself and the previous one) beside the same
+                computation in plain PyTorch (gather, cat with the rolled previous
+                block, matmul, softmax, matmul, scatter). Peak bytes on CUDA.
   model         Transformer encoder classifier (2 post-LN layers, d 256, 4 heads,
                 FFN 1024, batch 8): one training step (forward, backward, AdamW)
                 and one inference step, vs the nn.TransformerEncoder twin
@@ -158,6 +167,82 @@ def torch_attention(torch, n, reps, device):
         fwd(qg, kg, vg).sum().backward()
         sync(torch, device)
     return t_fwd, median_time(fwd_bwd, reps)
+
+
+def _peak_reset(torch, device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak(torch, device):
+    return torch.cuda.max_memory_allocated() if device == "cuda" else None
+
+
+def _time_fwd_bwd(torch, fwd, qkv, reps, device):
+    """Median forward and forward+backward times of fwd(q, k, v), and the peak bytes of the latter (CUDA)."""
+    q, k, v = qkv
+    with torch.no_grad():
+        t_fwd = median_time(lambda: sync(torch, device, fwd(q, k, v)), reps)
+    qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+
+    def fwd_bwd():
+        for t in (qg, kg, vg):
+            t.grad = None
+        fwd(qg, kg, vg).float().sum().backward()
+        sync(torch, device)
+    _peak_reset(torch, device)
+    t_bwd = median_time(fwd_bwd, reps)
+    return t_fwd, t_bwd, _peak(torch, device)
+
+
+def torch_sdpa(torch, n, reps, device, backend, causal, dtype="float32"):
+    """scaled_dot_product_attention on (1, 4, n, 64) with one backend forced ("math", "efficient",
+    "flash"), or None when this torch or device lacks that backend for these inputs."""
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    which = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+             "flash": SDPBackend.FLASH_ATTENTION}[backend]
+    g = torch.Generator(device="cpu").manual_seed(n)
+    qkv = [torch.randn(1, 4, n, 64, generator=g).to(device=device, dtype=getattr(torch, dtype)) for _ in range(3)]
+    F = torch.nn.functional
+
+    def fwd(q, k, v):
+        with sdpa_kernel([which]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    try:
+        return _time_fwd_bwd(torch, fwd, qkv, reps, device)
+    except RuntimeError as e:  # no kernel of that backend for these inputs, or out of memory
+        print("peers: sdpa %s %s N=%d: %s" % (backend, dtype, n, str(e).splitlines()[0]))
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        return None
+
+
+def torch_block_attention(torch, n, reps, device, causal):
+    """Neural clustering's block attention (ClusterFormer eqs. 8-10) for a given order, as a user writes it in
+    plain PyTorch: gather the sorted q, k, v into sqrt(N) blocks, each block's keys are its own and the previous
+    block's (rolled), matmul, softmax, matmul, scatter back to token order. Mirrors cf-bench's "block" row."""
+    blocks = max(1, round(math.sqrt(n)))
+    if n % blocks:
+        return None
+    w, d = n // blocks, 64
+    g = torch.Generator(device="cpu").manual_seed(n)
+    qkv = [torch.randn(1, 4, n, d, generator=g).to(device) for _ in range(3)]
+    order = torch.argsort(torch.rand(1, 1, n, generator=g), -1).to(device)
+    gi = order.expand(1, 4, n).unsqueeze(-1).expand(1, 4, n, d)
+    pos = order.view(1, 1, blocks, w)
+    kpos = torch.cat([pos, pos.roll(1, dims=2)], -1)  # (1, 1, blocks, 2w)
+    blocked = (kpos.unsqueeze(-2) > pos.unsqueeze(-1)) if causal else None
+
+    def fwd(q, k, v):
+        qs, ks, vs = (torch.gather(x, 2, gi).view(1, 4, blocks, w, d) for x in (q, k, v))
+        kw, vw = (torch.cat([x, x.roll(1, dims=2)], 3) for x in (ks, vs))
+        s = torch.matmul(qs * (1.0 / math.sqrt(d)), kw.transpose(-2, -1))
+        if blocked is not None:
+            s = s.masked_fill(blocked, float("-inf"))
+        o = torch.matmul(torch.softmax(s, -1), vw).reshape(1, 4, n, d)
+        return torch.zeros_like(q).scatter(2, gi, o)
+    return _time_fwd_bwd(torch, fwd, qkv, reps, device)
 
 
 def torch_model(torch, n, batch, reps, device):
@@ -382,6 +467,52 @@ def main():
             table.add("attention", "N=%d fwd" % n, "full attention forward", row["forward_time_s"], "torch", t_fwd)
             table.add("attention", "N=%d fwd+bwd" % n, "full attention forward+backward",
                       row["forward_backward_time_s"], "torch", t_bwd)
+
+    if torch is not None and want("attention_variants"):
+        sizes = ([1024, 4096] if quick else [1024, 4096, 16384, 65536]) if dev == "cuda" else \
+                ([512, 1024] if quick else [1024, 2048, 4096])
+        variants = ["full", "neural-clustering", "clustered", "improved-clustered", "lsh", "routing",
+                    "cluster-former", "block"]
+        backends = [("math", "float32"), ("efficient", "float32")] + ([("flash", "bfloat16")] if dev == "cuda" else [])
+        for causal in (False, True):
+            tag = " causal" if causal else ""
+            cf = cf_rows(run_cf(args.cf_bench, ["attention", "--variants", ",".join(variants), "--sizes",
+                                                ",".join(map(str, sizes)), "--repeat", "3"]
+                                + (["--causal"] if causal else []) + threads + on_dev))
+            for n in sizes:
+                reps = 3
+                peers = {}
+                for backend, dtype in backends:
+                    # math materialises (1, 4, N, N) scores and their gradients: skip it where they would
+                    # take over a quarter of the memory (65536 on an 80 GB GPU).
+                    if backend == "math" and 6 * 4 * n * n * 4 > (20 << 30):
+                        continue
+                    r = torch_sdpa(torch, n, reps, dev, backend, causal, dtype)
+                    if r is not None:
+                        peers["sdpa %s %s" % (backend, dtype)] = r
+                block_peer = torch_block_attention(torch, n, reps, dev, causal)
+
+                def add(row, peer, p):
+                    for mode, key, i in (("fwd", "forward_time_s", 0), ("fwd+bwd", "forward_backward_time_s", 1)):
+                        if key not in row:
+                            continue
+                        table.add("attention_variants", "%s N=%d %s%s" % (row["params"]["variant"], n, mode, tag),
+                                  "fp32 (1, 4, N, 64)", row[key], peer, p[i])
+                        if mode == "fwd+bwd":
+                            table.rows[-1].update(cf_peak_bytes=row.get("forward_backward_peak_bytes"),
+                                                  peer_peak_bytes=p[2])
+                for variant in variants:
+                    row = cf.get("%s_%d" % (variant, n))
+                    if row is None or "skipped" in row:
+                        continue
+                    if variant == "block":
+                        if block_peer is not None:
+                            add(row, "torch gather+matmul block", block_peer)
+                    elif variant == "full":
+                        for name, p in peers.items():
+                            add(row, name, p)
+                    elif "sdpa efficient float32" in peers:
+                        add(row, "sdpa efficient float32", peers["sdpa efficient float32"])
 
     if torch is not None and want("model"):
         sizes = [128, 512] if quick else [128, 512, 2048]

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/ops/attention.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"
@@ -38,7 +39,11 @@ std::shared_ptr<Attention> FullAttention::create(const AttentionSpec& spec) {
 Tensor FullAttention::forward(const AttentionArgs& a) {
   check_attention_args(a, "FullAttention");
   double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(a.q.shape()[3]));
-  return dense_attention(a.q, a.k, a.v, dense_block_mask(a), scale, dropout_, is_training());
+  // Dropout on the attention weights needs the weights: only then the dense path.
+  if (is_training() && dropout_ > 0)
+    return dense_attention(a.q, a.k, a.v, dense_block_mask(a), scale, dropout_, true);
+  // The fused kernel (FlashAttention-2): no (Nq, Nk) matrix, O(N d) memory.
+  return flash_attention(a.q, a.k, a.v, a.key_padding_mask, scale, a.causal);
 }
 
 }  // namespace nn

@@ -1,7 +1,9 @@
 #pragma once
 // Full softmax attention (Vaswani et al. 2017, eq. 1): softmax(Q K^T / sqrt(d_k)) V.
-// Materialises the (B, H, Nq, Nk) score matrix: the baseline every efficient
-// variant is measured against, and the dense reference of their tests.
+// FullAttention runs the fused flash_attention kernel (autograd/ops/attention.h:
+// no (B, H, Nq, Nk) matrix, O(N d) memory); with attention-weight dropout while
+// training it takes dense_attention, which materialises the score matrix and is
+// also the dense reference of the efficient variants' tests.
 #include "core/rng.h"
 #include "nn/attention/attention.h"
 

@@ -80,6 +80,19 @@ TEST_CASE("chunked attention equals its dense reference, forward and backward, u
           }
 }
 
+TEST_CASE("chunked attention equals its dense reference on chunks large enough for the parallel kernel") {
+  std::vector<bool> m(1200, false);
+  for (int64_t j = 1190; j < 1200; ++j) m[size_t(j)] = true;
+  Tensor kpm = Tensor::from_vector(m, {2, 600});
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    nn::ChunkedAttentionOptions o;
+    o.look_back = 1;
+    o.causal = causal;
+    check_against_dense(nn::chunk_order(random_order(2, 2, 600, 31), 32), kpm, o, 2, 600);
+  }
+}
+
 TEST_CASE("one chunk holding every token is full attention") {
   Tensor q = leaf64({2, 2, 6, 3}, 1), k = leaf64({2, 2, 6, 3}, 2), v = leaf64({2, 2, 6, 4}, 3);
   std::vector<bool> pm(12, false);

@@ -1,0 +1,199 @@
+// Fused attention ops: flash_attention and block_attention (kernels/attention).
+// Each validates its inputs, runs one forward kernel and records one node whose
+// backward is one kernel too (recomputing the probabilities from the saved
+// log-sum-exp). Backward runs under no-grad: no double backward through them.
+#include "autograd/ops/attention.h"
+
+#include <cmath>
+
+#include "autograd/ops/common.h"
+#include "autograd/ops/shape.h"
+#include "kernels/attention/attention.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace cf {
+
+using autograd::SavedTensor;
+
+namespace {
+
+// t itself (detached) when contiguous, else a contiguous copy: the kernels index rows directly.
+Tensor dense(const Tensor& t) {
+  if (!t.defined()) return t;
+  if (t.is_contiguous()) return t.detach();
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
+  kernels::copy(t, c);
+  return c;
+}
+
+double default_scale(double scale, int64_t dk) { return scale > 0 ? scale : 1.0 / std::sqrt(double(dk)); }
+
+void check_scale(double scale, const char* who) {
+  CF_CHECK(scale >= 0 && std::isfinite(scale), ValueError, "[", who,
+           "] scale must be finite and >= 0 (0: 1/sqrt(d_k)), got ", scale);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- flash_attention
+
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, double scale,
+                       bool causal) {
+  const char* op = "flash_attention";
+  ops::check_defined(q, op, "q");
+  ops::check_defined(k, op, "k");
+  ops::check_defined(v, op, "v");
+  ops::check_same_device(op, {&q, &k, &v, &kpm});
+  CF_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, ShapeError, "[", op,
+           "] expected q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv); got q ", shape_str(q.shape()),
+           ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
+  const Shape &sq = q.shape(), &sk = k.shape(), &sv = v.shape();
+  CF_CHECK(sq[0] == sk[0] && sk[0] == sv[0] && sq[1] == sk[1] && sk[1] == sv[1] && sq[3] == sk[3] &&
+               sk[2] == sv[2],
+           ShapeError, "[", op, "] inconsistent shapes: q ", shape_str(sq), ", k ", shape_str(sk), ", v ",
+           shape_str(sv));
+  CF_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype() && is_floating(q.dtype()), DTypeError, "[", op,
+           "] q, k, v must share one float dtype, got ", q.dtype(), ", ", k.dtype(), ", ", v.dtype());
+  if (kpm.defined())
+    CF_CHECK(kpm.dtype() == kBool && kpm.dim() == 2 && kpm.shape()[0] == sq[0] && kpm.shape()[1] == sk[2],
+             ShapeError, "[", op, "] key_padding_mask must be bool (B, Nk) = (", sq[0], ", ", sk[2], "), got ",
+             kpm.describe());
+  check_scale(scale, op);
+  kernels::FlashAttentionParams p;
+  p.scale = default_scale(scale, sq[3]);
+  p.causal = causal;
+  Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(kpm);
+  Tensor out = Tensor::empty({sq[0], sq[1], sq[2], sv[3]}, q.dtype(), q.device());
+  Tensor lse = Tensor::empty({sq[0], sq[1], sq[2]}, q.dtype(), q.device());
+  kernels::flash_attention_forward(qc, kc, vc, mc, p, out, lse);
+  if (autograd::any_requires_grad({&q, &k, &v})) {
+    SavedTensor s_q(qc), s_k(kc), s_v(vc), s_m(mc), s_o(out), s_l(lse);
+    autograd::record(op, {q, k, v}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+      Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), ov = s_o.unpack(op),
+             lv = s_l.unpack(op), mv = s_m.defined() ? s_m.unpack(op) : Tensor();
+      Tensor dq = Tensor::empty(qv.shape(), qv.dtype(), qv.device());
+      Tensor dk = Tensor::empty(kv.shape(), kv.dtype(), kv.device());
+      Tensor dv = Tensor::empty(vv.shape(), vv.dtype(), vv.device());
+      kernels::flash_attention_backward(qv, kv, vv, mv, p, ov, lv, dense(g), dq, dk, dv);
+      return {dq, dk, dv};
+    });
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- block_attention
+
+namespace ops {
+
+std::vector<int64_t> block_window_offsets(int64_t C, int64_t look_back, int64_t look_ahead) {
+  std::vector<int64_t> offs;
+  std::vector<char> used(size_t(std::max<int64_t>(C, 1)), 0);
+  auto add = [&](int64_t off) {
+    const int64_t r = ((off % C) + C) % C;
+    if (!used[size_t(r)]) {
+      used[size_t(r)] = 1;
+      offs.push_back(off);
+    }
+  };
+  add(0);
+  // A window wider than C reaches every chunk; stop once all are in.
+  for (int64_t i = 1; i <= look_back && int64_t(offs.size()) < C; ++i) add(-i);
+  for (int64_t i = 1; i <= look_ahead && int64_t(offs.size()) < C; ++i) add(i);
+  return offs;
+}
+
+void check_block_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                const Tensor& kpm, const BlockAttentionOptions& o, const char* who) {
+  for (auto* t : {&q, &k, &v}) check_defined(*t, who, t == &q ? "q" : t == &k ? "k" : "v");
+  check_defined(members, who, "members");
+  CF_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, ShapeError, "[", who,
+           "] expected q, k (B, H, N, Dk) and v (B, H, N, Dv); got q ", shape_str(q.shape()), ", k ",
+           shape_str(k.shape()), ", v ", shape_str(v.shape()));
+  const Shape &sq = q.shape(), &sk = k.shape(), &sv = v.shape();
+  CF_CHECK(sq == sk && sv[0] == sq[0] && sv[1] == sq[1] && sv[2] == sq[2], ShapeError, "[", who,
+           "] q and k must have one shape and v the same (B, H, N): q ", shape_str(sq), ", k ", shape_str(sk),
+           ", v ", shape_str(sv));
+  CF_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype() && is_floating(q.dtype()), DTypeError, "[", who,
+           "] q, k, v must share one float dtype, got ", q.dtype(), ", ", k.dtype(), ", ", v.dtype());
+  check_same_device(who, {&q, &k, &v, &members, &kpm});
+  CF_CHECK(members.dtype() == kInt64 && members.dim() == 4, ShapeError, "[", who,
+           "] members must be int64 (B, H or 1, C, w), got ", members.describe());
+  const Shape& sm = members.shape();
+  const int64_t B = sq[0], H = sq[1], N = sq[2], Hm = sm[1], C = sm[2], w = sm[3];
+  CF_CHECK(sm[0] == B && (Hm == H || Hm == 1) && C >= 1 && w >= 1, ShapeError, "[", who, "] members ",
+           shape_str(sm), " does not fit q ", shape_str(sq), " (want (", B, ", ", H, " or 1, C >= 1, w >= 1))");
+  if (kpm.defined()) {
+    CF_CHECK(kpm.dtype() == kBool && kpm.dim() == 2 && kpm.shape()[0] == B && kpm.shape()[1] == N, ShapeError,
+             "[", who, "] key_padding_mask must be bool (B, N) = (", B, ", ", N, "), got ", kpm.describe());
+  }
+  CF_CHECK(o.look_back >= 0 && o.look_ahead >= 0 && o.scale >= 0 && std::isfinite(o.scale) &&
+               std::isfinite(o.self_score),
+           ValueError, "[", who,
+           "] look_back and look_ahead must be >= 0, scale >= 0 (0: 1/sqrt(d_k)) and self_score finite, got "
+           "look_back=",
+           o.look_back, " look_ahead=", o.look_ahead, " scale=", o.scale, " self_score=", o.self_score);
+  std::vector<int64_t> m = members.to_vector<int64_t>();
+  std::vector<char> seen(static_cast<size_t>(N));
+  const int64_t per_head = C * w;
+  for (int64_t bh = 0; bh < B * Hm; ++bh) {
+    std::fill(seen.begin(), seen.end(), 0);
+    for (int64_t s = 0; s < per_head; ++s) {
+      const int64_t p = m[size_t(bh * per_head + s)];
+      CF_CHECK(p >= -1 && p < N, IndexError, "[", who, "] members[", bh / Hm, ", ", bh % Hm, "] holds position ",
+               p, ", outside [-1, ", N, ")");
+      if (p < 0) continue;
+      CF_CHECK(!seen[size_t(p)], ValueError, "[", who, "] position ", p, " appears twice in members[", bh / Hm,
+               ", ", bh % Hm, "]");
+      seen[size_t(p)] = 1;
+    }
+  }
+}
+
+BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& members, const Tensor& kpm,
+                                               const BlockAttentionOptions& o) {
+  const char* op = "block_attention";
+  const Shape& sq = q.shape();
+  const int64_t B = sq[0], H = sq[1], N = sq[2], Dv = v.shape()[3];
+  kernels::BlockAttentionParams p;
+  p.offsets = block_window_offsets(members.shape()[2], o.look_back, o.look_ahead);
+  p.scale = default_scale(o.scale, sq[3]);
+  p.causal = o.causal;
+  p.self_mask = o.self_mask;
+  p.self_score = o.self_score;
+  Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(members), pc = dense(kpm);
+  // One output for the one node: out and lse side by side, (B, H, N, Dv + 1).
+  Tensor packed = Tensor::empty({B, H, N, Dv + 1}, q.dtype(), q.device());
+  auto out_of = [B, H, N, Dv](const Tensor& t) {
+    return make_view(t, {B, H, N, Dv}, {H * N * (Dv + 1), N * (Dv + 1), Dv + 1, 1}, t.offset());
+  };
+  auto lse_of = [B, H, N, Dv](const Tensor& t) {
+    return make_view(t, {B, H, N}, {H * N * (Dv + 1), N * (Dv + 1), Dv + 1}, t.offset() + Dv);
+  };
+  kernels::block_attention_forward(qc, kc, vc, mc, pc, p, out_of(packed), lse_of(packed));
+  if (autograd::any_requires_grad({&q, &k, &v})) {
+    SavedTensor s_q(qc), s_k(kc), s_v(vc), s_m(mc), s_p(pc), s_o(packed);
+    autograd::record(op, {q, k, v}, packed, [=](const Tensor& g) -> std::vector<Tensor> {
+      Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), mv = s_m.unpack(op),
+             ov = s_o.unpack(op), pv = s_p.defined() ? s_p.unpack(op) : Tensor();
+      Tensor gd = dense(g);
+      Tensor dq = Tensor::empty(qv.shape(), qv.dtype(), qv.device());
+      Tensor dk = Tensor::empty(kv.shape(), kv.dtype(), kv.device());
+      Tensor dv = Tensor::empty(vv.shape(), vv.dtype(), vv.device());
+      kernels::block_attention_backward(qv, kv, vv, mv, pv, p, out_of(ov), lse_of(ov), out_of(gd), lse_of(gd), dq,
+                                        dk, dv);
+      return {dq, dk, dv};
+    });
+  }
+  return {slice(packed, 3, 0, Dv), squeeze(slice(packed, 3, Dv, Dv + 1), 3)};
+}
+
+}  // namespace ops
+
+BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                     const Tensor& kpm, const BlockAttentionOptions& o) {
+  ops::check_block_attention_args(q, k, v, members, kpm, o, "block_attention");
+  return ops::block_attention_unchecked(q, k, v, members, kpm, o);
+}
+
+}  // namespace cf

@@ -1,0 +1,69 @@
+#pragma once
+// Fused attention ops (kernels/attention): one kernel forward, one backward,
+// one autograd node each. Float32/float64, CPU and CUDA.
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace cf {
+
+// softmax(scale * q k^T, blocked -> -inf) v without the (Nq, Nk) score matrix
+// (FlashAttention-2): memory O(N d). q (B, H, Nq, Dk), k (B, H, Nk, Dk),
+// v (B, H, Nk, Dv); key_padding_mask bool (B, Nk), true = padding, or undefined;
+// scale 0 means 1/sqrt(Dk); causal: query i sees key j only when
+// j <= i + (Nk - Nq). A query with every key blocked outputs zeros (and passes a
+// zero gradient). Differentiable in q, k and v.
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask = Tensor(),
+                       double scale = 0.0, bool causal = false);
+
+struct BlockAttentionOptions {
+  int64_t look_back = 0;   // chunk c also sees chunks c-1 .. c-look_back (cyclic)
+  int64_t look_ahead = 0;  // ... and c+1 .. c+look_ahead (cyclic); a chunk reached twice counts once
+  bool causal = false;     // key position j blocked for query position i when j > i (original positions)
+  // Reformer (section 2): a query's own score is replaced by self_score, so it
+  // gets weight 0 beside any allowed key and weight 1 when alone.
+  bool self_mask = false;
+  double self_score = -1e5;
+  double scale = 0.0;  // 0: 1/sqrt(Dk)
+};
+
+struct BlockAttentionResult {
+  Tensor out;  // (B, H, N, Dv), original token order
+  Tensor lse;  // (B, H, N): log-sum-exp of the query's allowed scaled scores; -inf where none
+};
+
+// Attention within gathered blocks (the sort-and-chunk mechanism, nn/attention/chunked.h):
+// q, k (B, H, N, Dk), v (B, H, N, Dv); members int64 (B, Hm, C, w), Hm == H or 1,
+// the original position held by each slot (-1 empty), each position at most
+// once per (b, hm). Query slot s of chunk c attends to the key slots of chunks
+// c - look_back .. c + look_ahead, except empty slots, padded keys, later
+// positions when causal; tokens in no slot and queries with nothing allowed get
+// out = 0, lse = -inf. Differentiable in q, k and v through out and lse (one
+// node: its output packs out and lse as (B, H, N, Dv + 1); out and lse are views).
+BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                     const Tensor& key_padding_mask = Tensor(),
+                                     const BlockAttentionOptions& options = {});
+
+namespace ops {
+
+// The chunk offsets a chunk sees, deduplicated modulo C: 0, -1, ..., -look_back,
+// 1, ..., look_ahead (a chunk reached twice through the wrap-around counts once).
+std::vector<int64_t> block_window_offsets(int64_t C, int64_t look_back, int64_t look_ahead);
+
+// The argument checks of block_attention, `who` naming the caller in errors:
+// shapes, one float dtype and device, the mask, the options, and the member
+// table (positions in [-1, N), each at most once per (batch, head); this reads
+// the table on the host).
+void check_block_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                const Tensor& key_padding_mask, const BlockAttentionOptions& options,
+                                const char* who);
+
+// block_attention without the checks, for a caller that ran
+// check_block_attention_args itself (under its own name).
+BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& members, const Tensor& key_padding_mask,
+                                               const BlockAttentionOptions& options);
+
+}  // namespace ops
+
+}  // namespace cf

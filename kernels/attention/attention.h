@@ -1,0 +1,115 @@
+#pragma once
+// Fused attention kernels (CPU + CUDA, float32/float64, forward and backward).
+//
+// flash_attention: full softmax attention in the FlashAttention-2 manner (Dao
+//   2023, Algorithm 1 forward, Algorithm 2 backward): tiles of queries and keys,
+//   a running row maximum and sum (online softmax), only the output and one
+//   log-sum-exp per query row kept; the backward recomputes the probabilities
+//   tile by tile from that log-sum-exp. Memory O(N d), never O(N^2).
+//
+// block_attention: the same computation restricted to gathered blocks, the
+//   mechanism of every sort-and-chunk attention (nn/attention/chunked.h): a
+//   member table (B, Hm, C, w) names the original position held by each slot of
+//   each of C chunks (-1: empty); chunk c's queries see the keys of the chunks
+//   c + offsets[t] (cyclic). Queries and keys are read through the table and the
+//   outputs written back to token order inside the kernel: no gathered copy of
+//   q, k, v and no (C, w, W) score tensor is ever materialised.
+//
+// The callers (autograd/ops/attention.cpp) validate shapes and the member table
+// and pass contiguous q, k, v; these kernels only compute.
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/common/dispatch.h"
+
+namespace cf::kernels {
+
+struct FlashAttentionParams {
+  double scale = 1.0;   // scores are scale * q . k
+  bool causal = false;  // query i sees key j only when j <= i + (Nk - Nq)
+};
+
+// q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv) contiguous, one float dtype.
+// key_padding_mask: contiguous bool (B, Nk), true = padding, or undefined.
+// Writes out (B, H, Nq, Dv) and lse (B, H, Nq) (contiguous). A query with every
+// key blocked gets out = 0 and lse = -inf.
+void flash_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
+                                 const FlashAttentionParams& p, const Tensor& out, const Tensor& lse);
+// dout (B, H, Nq, Dv) contiguous; writes dq, dk, dv (contiguous, preallocated).
+void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& key_padding_mask, const FlashAttentionParams& p, const Tensor& out,
+                                  const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                                  const Tensor& dv);
+
+struct BlockAttentionParams {
+  // The chunk offsets every chunk sees, distinct modulo C, offsets[0] == 0.
+  std::vector<int64_t> offsets;
+  double scale = 1.0;
+  bool causal = false;     // key position j blocked for query position p when j > p
+  bool self_mask = false;  // a query's own score is replaced by self_score (Reformer)
+  double self_score = -1e5;
+};
+
+// q, k (B, H, N, Dk), v (B, H, N, Dv) contiguous; members contiguous int64
+// (B, Hm, C, w), Hm == H or 1, every position at most once per (b, hm), in
+// [-1, N). key_padding_mask as above. out (B, H, N, Dv) and lse (B, H, N) may be
+// strided views (last axis of out unit-stride): tokens in no slot, and queries
+// with nothing allowed, get out = 0 and lse = -inf.
+void block_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                 const Tensor& key_padding_mask, const BlockAttentionParams& p, const Tensor& out,
+                                 const Tensor& lse);
+// dout (B, H, N, Dv) (last axis unit-stride) and dlse (B, H, N) (undefined: no
+// gradient reaches lse) may be strided views; out and lse as the forward wrote
+// them. Writes dq, dk, dv (contiguous, preallocated).
+void block_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                  const Tensor& key_padding_mask, const BlockAttentionParams& p, const Tensor& out,
+                                  const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                                  const Tensor& dk, const Tensor& dv);
+
+#ifdef CF_WITH_CUDA
+void flash_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& key_padding_mask, const FlashAttentionParams& p, const Tensor& out,
+                                  const Tensor& lse);
+void flash_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& key_padding_mask, const FlashAttentionParams& p,
+                                   const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                                   const Tensor& dk, const Tensor& dv);
+void block_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                  const Tensor& key_padding_mask, const BlockAttentionParams& p,
+                                  const Tensor& out, const Tensor& lse);
+void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                   const Tensor& key_padding_mask, const BlockAttentionParams& p,
+                                   const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
+                                   const Tensor& dq, const Tensor& dk, const Tensor& dv);
+#endif
+
+inline void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                    const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  CF_DEVICE_DISPATCH("flash_attention", out.device(), flash_attention_forward_cpu(q, k, v, kpm, p, out, lse),
+                     flash_attention_forward_cuda(q, k, v, kpm, p, out, lse));
+}
+inline void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                     const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                     const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  CF_DEVICE_DISPATCH("flash_attention", out.device(),
+                     flash_attention_backward_cpu(q, k, v, kpm, p, out, lse, dout, dq, dk, dv),
+                     flash_attention_backward_cuda(q, k, v, kpm, p, out, lse, dout, dq, dk, dv));
+}
+inline void block_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                    const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                    const Tensor& lse) {
+  CF_DEVICE_DISPATCH("block_attention", out.device(),
+                     block_attention_forward_cpu(q, k, v, members, kpm, p, out, lse),
+                     block_attention_forward_cuda(q, k, v, members, kpm, p, out, lse));
+}
+inline void block_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                     const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                     const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                                     const Tensor& dk, const Tensor& dv) {
+  CF_DEVICE_DISPATCH("block_attention", out.device(),
+                     block_attention_backward_cpu(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv),
+                     block_attention_backward_cuda(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv));
+}
+
+}  // namespace cf::kernels

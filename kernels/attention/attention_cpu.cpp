@@ -1,0 +1,581 @@
+// CPU fused attention: tiles multiplied by single-threaded BLAS inside one
+// OpenMP team (kernels/matmul/matmul.h says why cf never nests BLAS threads).
+//
+// flash_attention forward (FlashAttention-2, Alg. 1): work item = (batch*head,
+// query tile). For each key tile: S = scale Q K^T, masked entries -inf, running
+// max m and sum l per row, O <- O exp(m_old - m_new) + exp(S - m_new) V; at the
+// end O / l and lse = m + log l.
+// Backward (Alg. 2): P = exp(S - lse) recomputed per tile, D_i = dO_i . O_i,
+// dV += P^T dO, dP = dO V^T, dS = P (dP - D), dQ += scale dS K, dK += scale dS^T Q.
+// Work item = (batch*head, slice of key tiles): each owns its dK, dV rows; when
+// there are fewer (batch*head) than threads the key range is split and each
+// slice adds its dQ into a private buffer, summed at the end (O(N d) memory).
+//
+// block_attention: work item = (batch*head, chunk). Forward gathers the chunk's
+// query rows and its window's key/value rows (w x D, W x D tiles), one softmax
+// per row, and writes rows straight to token order. Backward: pass A per
+// (batch*head, chunk) writes dQ rows and the window's dK/dV contributions into a
+// buffer; pass B per (batch*head, key chunk) sums, for each key row, the
+// contributions of the (distinct) windows that contain it. No atomics, no races,
+// deterministic.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kernels/attention/attention.h"
+#include "kernels/common/parallel.h"
+#include "kernels/common/row_math.h"
+#include "kernels/matmul/matmul.h"
+
+namespace cf::kernels {
+
+namespace {
+
+// Tiles: 128 query rows x 512 keys. The (128 x 512) score tile (256 KiB in
+// float32) stays in L2, and the GEMMs are large enough for BLAS to run near its
+// peak: on the 2-core dev machine 64 x 128 tiles were 1.3-1.5x slower
+// (cf-bench attention --threads 1, N = 2048), 256 x 1024 no faster.
+constexpr int64_t kBr = 128;
+constexpr int64_t kBc = 512;
+
+// Row-major C = alpha op(A) op(B) + beta C.
+inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N),
+              int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+}
+inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+                 const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N),
+              int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
+int threads_available() {
+#ifdef _OPENMP
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// Runs body(item, thread) over [0, items) on the OpenMP team (dynamic schedule:
+// causal tiles differ in cost), serially when the work is small. `per_thread`
+// is called once per thread before its items, to allocate its scratch.
+template <typename Init, typename Body>
+void run_items(int64_t items, double flops, Init&& per_thread, Body&& body) {
+  const int nt = threads_available();
+  const bool par = nt > 1 && items > 1 && flops >= 2e6;
+#pragma omp parallel num_threads(nt) if (par)
+  {
+    auto scratch = per_thread();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) body(it, scratch);
+  }
+}
+
+// ------------------------------------------------------------- flash attention
+
+struct FlashDims {
+  int64_t B, H, Nq, Nk, Dk, Dv;
+};
+
+FlashDims flash_dims(const Tensor& q, const Tensor& v) {
+  return {q.shape()[0], q.shape()[1], q.shape()[2], v.shape()[2], q.shape()[3], v.shape()[3]};
+}
+
+// Scores of one tile with the masks applied: S[r, c] = -inf where key j0 + c is
+// padding or (causal) after query i0 + r.
+template <typename T>
+void mask_tile(T* S, int64_t nr, int64_t nc, int64_t i0, int64_t j0, const bool* pad, bool causal,
+               int64_t shift) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  if (pad) {
+    for (int64_t c = 0; c < nc; ++c)
+      if (pad[j0 + c])
+        for (int64_t r = 0; r < nr; ++r) S[r * nc + c] = ninf;
+  }
+  if (causal && j0 + nc - 1 > i0 + shift) {  // the tile crosses the diagonal
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t first_blocked = std::max<int64_t>(0, i0 + r + shift + 1 - j0);
+      for (int64_t c = first_blocked; c < nc; ++c) S[r * nc + c] = ninf;
+    }
+  }
+}
+
+template <typename T>
+void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                         const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  const FlashDims d = flash_dims(q, v);
+  if (d.B * d.H * d.Nq == 0) return;
+  use_single_threaded_blas();
+  const T* Q = q.data<T>();
+  const T* K = k.data<T>();
+  const T* V = v.data<T>();
+  const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  T* O = out.data<T>();
+  T* L = lse.data<T>();
+  const T scale = T(p.scale);
+  const int64_t shift = d.Nk - d.Nq, nqt = (d.Nq + kBr - 1) / kBr;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  struct Scratch {
+    std::vector<T> S, acc;
+    std::vector<T> m;
+    std::vector<double> l;
+  };
+  run_items(
+      d.B * d.H * nqt, 2.0 * double(d.B * d.H) * double(d.Nq) * double(d.Nk) * double(d.Dk + d.Dv),
+      [&] {
+        return Scratch{std::vector<T>(size_t(kBr * kBc)), std::vector<T>(size_t(kBr * d.Dv)),
+                       std::vector<T>(size_t(kBr)), std::vector<double>(size_t(kBr))};
+      },
+      [&](int64_t it, Scratch& s) {
+        const int64_t bh = it / nqt, i0 = (it % nqt) * kBr, nr = std::min(kBr, d.Nq - i0), b = bh / d.H;
+        const T* Qt = Q + (bh * d.Nq + i0) * d.Dk;
+        const T* Kb = K + bh * d.Nk * d.Dk;
+        const T* Vb = V + bh * d.Nk * d.Dv;
+        const bool* pb = pad ? pad + b * d.Nk : nullptr;
+        std::fill(s.acc.begin(), s.acc.begin() + nr * d.Dv, T(0));
+        std::fill(s.m.begin(), s.m.end(), ninf);
+        std::fill(s.l.begin(), s.l.end(), 0.0);
+        // Causal: keys after the tile's last query are blocked for every row.
+        const int64_t j_end = p.causal ? std::min(d.Nk, std::max<int64_t>(0, i0 + nr + shift)) : d.Nk;
+        for (int64_t j0 = 0; j0 < j_end; j0 += kBc) {
+          const int64_t nc = std::min(kBc, j_end - j0);
+          T* S = s.S.data();
+          gemm(false, true, nr, nc, d.Dk, scale, Qt, d.Dk, Kb + j0 * d.Dk, d.Dk, T(0), S, nc);
+          mask_tile(S, nr, nc, i0, j0, pb, p.causal, shift);
+          for (int64_t r = 0; r < nr; ++r) {
+            T* Sr = S + r * nc;
+            const T m_new = std::max(s.m[size_t(r)], max_row(Sr, nc, ninf));
+            if (m_new == ninf) {  // nothing allowed in this row yet: P = 0
+              std::fill(Sr, Sr + nc, T(0));
+              continue;
+            }
+            exp_shifted(Sr, Sr, nc, m_new);
+            const T alpha = s.m[size_t(r)] == ninf ? T(0) : T(std::exp(s.m[size_t(r)] - m_new));
+            s.l[size_t(r)] = s.l[size_t(r)] * double(alpha) + sum_row(Sr, nc);
+            s.m[size_t(r)] = m_new;
+            if (alpha != T(1)) {
+              T* a = s.acc.data() + r * d.Dv;
+              for (int64_t c = 0; c < d.Dv; ++c) a[c] *= alpha;
+            }
+          }
+          gemm(false, false, nr, d.Dv, nc, T(1), S, nc, Vb + j0 * d.Dv, d.Dv, T(1), s.acc.data(), d.Dv);
+        }
+        T* Ot = O + (bh * d.Nq + i0) * d.Dv;
+        for (int64_t r = 0; r < nr; ++r) {
+          const double l = s.l[size_t(r)];
+          T* o = Ot + r * d.Dv;
+          const T* a = s.acc.data() + r * d.Dv;
+          if (l > 0) {
+            const T inv = T(1.0 / l);
+            for (int64_t c = 0; c < d.Dv; ++c) o[c] = a[c] * inv;
+            L[bh * d.Nq + i0 + r] = T(double(s.m[size_t(r)]) + std::log(l));
+          } else {  // every key blocked: zeros (the documented rule), lse -inf
+            std::fill(o, o + d.Dv, T(0));
+            L[bh * d.Nq + i0 + r] = ninf;
+          }
+        }
+      });
+}
+
+// P = exp(S - lse_row) over a tile, in place; rows with lse = -inf (nothing
+// allowed) and masked entries (-inf scores) give 0.
+template <typename T>
+void probs_from_lse(T* S, int64_t nr, int64_t nc, const T* lse) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < nr; ++r) {
+    T* Sr = S + r * nc;
+    if (lse[r] == ninf)
+      std::fill(Sr, Sr + nc, T(0));
+    else
+      exp_shifted(Sr, Sr, nc, lse[r]);
+  }
+}
+
+// D_i = dO_i . O_i (FlashAttention-2 Alg. 2 line 4), for rows [0, n), minus the
+// incoming lse gradient where there is one (d lse_i / d S_ij = P_ij, so that
+// term joins dS = P (dP - D + dlse)).
+template <typename T>
+void row_dots(const T* dO, int64_t ldo_d, const T* O, int64_t ldo, int64_t n, int64_t Dv, const T* dlse,
+              int64_t ld_lse, T* D) {
+  for (int64_t r = 0; r < n; ++r) {
+    double acc = 0;
+    const T* a = dO + r * ldo_d;
+    const T* o = O + r * ldo;
+    for (int64_t c = 0; c < Dv; ++c) acc += double(a[c]) * double(o[c]);
+    if (dlse) acc -= double(dlse[r * ld_lse]);
+    D[r] = T(acc);
+  }
+}
+
+template <typename T>
+void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                          const FlashAttentionParams& p, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                          const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const FlashDims d = flash_dims(q, v);
+  const int64_t BH = d.B * d.H;
+  std::fill(dq.data<T>(), dq.data<T>() + dq.numel(), T(0));
+  std::fill(dk.data<T>(), dk.data<T>() + dk.numel(), T(0));
+  std::fill(dv.data<T>(), dv.data<T>() + dv.numel(), T(0));
+  if (BH * d.Nq * d.Nk == 0) return;
+  use_single_threaded_blas();
+  const T* Q = q.data<T>();
+  const T* K = k.data<T>();
+  const T* V = v.data<T>();
+  const T* O = out.data<T>();
+  const T* L = lse.data<T>();
+  const T* dO = dout.data<T>();
+  const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  const T scale = T(p.scale);
+  const int64_t shift = d.Nk - d.Nq, nkt = (d.Nk + kBc - 1) / kBc;
+  const double flops = 2.0 * double(BH) * double(d.Nq) * double(d.Nk) * double(3 * d.Dk + 2 * d.Dv);
+
+  std::vector<T> D(size_t(BH * d.Nq));
+  parallel_for(BH * d.Nq, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.Dv, 1)),
+               [&](int64_t a, int64_t e) {
+                 row_dots<T>(dO + a * d.Dv, d.Dv, O + a * d.Dv, d.Dv, e - a, d.Dv, nullptr, 0, D.data() + a);
+               });
+
+  // Key slices per batch*head: enough items for every thread.
+  const int nt = threads_available();
+  const int64_t parts = std::min<int64_t>(nkt, std::max<int64_t>(1, (nt + BH - 1) / BH));
+  std::vector<T> dq_part(parts > 1 ? size_t(BH * parts * d.Nq * d.Dk) : 0, T(0));
+  struct Scratch {
+    std::vector<T> S, dP;
+  };
+  run_items(
+      BH * parts, flops,
+      [&] { return Scratch{std::vector<T>(size_t(kBr * kBc)), std::vector<T>(size_t(kBr * kBc))}; },
+      [&](int64_t it, Scratch& s) {
+        const int64_t bh = it / parts, part = it % parts, b = bh / d.H;
+        const int64_t t_begin = part * nkt / parts, t_end = (part + 1) * nkt / parts;
+        const T* Qb = Q + bh * d.Nq * d.Dk;
+        const T* Kb = K + bh * d.Nk * d.Dk;
+        const T* Vb = V + bh * d.Nk * d.Dv;
+        const T* dOb = dO + bh * d.Nq * d.Dv;
+        const T* Lb = L + bh * d.Nq;
+        const T* Db = D.data() + bh * d.Nq;
+        T* dQb = parts > 1 ? dq_part.data() + it * d.Nq * d.Dk : dq.data<T>() + bh * d.Nq * d.Dk;
+        T* dKb = dk.data<T>() + bh * d.Nk * d.Dk;
+        T* dVb = dv.data<T>() + bh * d.Nk * d.Dv;
+        const bool* pb = pad ? pad + b * d.Nk : nullptr;
+        for (int64_t t = t_begin; t < t_end; ++t) {
+          const int64_t j0 = t * kBc, nc = std::min(kBc, d.Nk - j0);
+          // Causal: query i sees key j0 only when i >= j0 - shift.
+          const int64_t i_first = p.causal ? std::max<int64_t>(0, j0 - shift) : 0;
+          for (int64_t i0 = (i_first / kBr) * kBr; i0 < d.Nq; i0 += kBr) {
+            const int64_t nr = std::min(kBr, d.Nq - i0);
+            T* S = s.S.data();
+            T* dP = s.dP.data();
+            gemm(false, true, nr, nc, d.Dk, scale, Qb + i0 * d.Dk, d.Dk, Kb + j0 * d.Dk, d.Dk, T(0), S, nc);
+            mask_tile(S, nr, nc, i0, j0, pb, p.causal, shift);
+            probs_from_lse(S, nr, nc, Lb + i0);
+            // dV += P^T dO
+            gemm(true, false, nc, d.Dv, nr, T(1), S, nc, dOb + i0 * d.Dv, d.Dv, T(1), dVb + j0 * d.Dv, d.Dv);
+            // dP = dO V^T, then dS = P (dP - D) in place
+            gemm(false, true, nr, nc, d.Dv, T(1), dOb + i0 * d.Dv, d.Dv, Vb + j0 * d.Dv, d.Dv, T(0), dP, nc);
+            for (int64_t r = 0; r < nr; ++r) {
+              const T Di = Db[i0 + r];
+              T* a = dP + r * nc;
+              const T* pr = S + r * nc;
+              for (int64_t c = 0; c < nc; ++c) a[c] = pr[c] * (a[c] - Di);
+            }
+            // dQ += scale dS K, dK += scale dS^T Q
+            gemm(false, false, nr, d.Dk, nc, scale, dP, nc, Kb + j0 * d.Dk, d.Dk, T(1), dQb + i0 * d.Dk, d.Dk);
+            gemm(true, false, nc, d.Dk, nr, scale, dP, nc, Qb + i0 * d.Dk, d.Dk, T(1), dKb + j0 * d.Dk, d.Dk);
+          }
+        }
+      });
+  if (parts > 1) {
+    T* dQ = dq.data<T>();
+    const int64_t per = d.Nq * d.Dk;
+    parallel_for(BH * per, kParallelGrain, [&](int64_t a, int64_t e) {
+      for (int64_t x = a; x < e; ++x) {
+        const int64_t bh = x / per, r = x % per;
+        T acc = T(0);
+        for (int64_t pt = 0; pt < parts; ++pt) acc += dq_part[size_t((bh * parts + pt) * per + r)];
+        dQ[x] = acc;
+      }
+    });
+  }
+}
+
+// ------------------------------------------------------------- block attention
+
+struct BlockDims {
+  int64_t B, H, N, Dk, Dv, Hm, C, w, nb, W;
+};
+
+BlockDims block_dims(const Tensor& q, const Tensor& v, const Tensor& members, const BlockAttentionParams& p) {
+  BlockDims d{q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3], v.shape()[3],
+              members.shape()[1], members.shape()[2], members.shape()[3], int64_t(p.offsets.size()), 0};
+  d.W = d.nb * d.w;
+  return d;
+}
+
+// The window of chunk c: key position of each of the W window slots (-1 empty).
+inline void window_positions(const int64_t* mh, int64_t c, const BlockDims& d, const BlockAttentionParams& p,
+                             int64_t* jpos) {
+  for (int64_t t = 0; t < d.nb; ++t) {
+    const int64_t cc = (((c + p.offsets[size_t(t)]) % d.C) + d.C) % d.C;
+    for (int64_t u = 0; u < d.w; ++u) jpos[t * d.w + u] = mh[cc * d.w + u];
+  }
+}
+
+// Copies rows pos[i] of X (row length D) into G (n x D); empty positions give zero rows.
+template <typename T>
+void gather_rows(const T* X, int64_t D, const int64_t* pos, int64_t n, T* G) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (pos[i] < 0)
+      std::fill(G + i * D, G + (i + 1) * D, T(0));
+    else
+      std::copy(X + pos[i] * D, X + (pos[i] + 1) * D, G + i * D);
+  }
+}
+
+// Masks a (w x W) score tile of chunk c: blocked -> -inf (empty query or key
+// slot, padded key, causal by original position), own score -> self_score under
+// self_mask (the Reformer rule: weight 0 beside any allowed key, 1 alone). Sets
+// self[r * W + c] for the entries that got self_score (their score has no gradient).
+template <typename T>
+void mask_block(T* S, const int64_t* qpos, const int64_t* jpos, const BlockDims& d, const bool* pad,
+                const BlockAttentionParams& p, char* self) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < d.w; ++r) {
+    const int64_t i = qpos[r];
+    for (int64_t c = 0; c < d.W; ++c) {
+      const int64_t j = jpos[c];
+      const bool no = i < 0 || j < 0 || (pad && pad[j]) || (p.causal && j > i);
+      const bool own = !no && p.self_mask && j == i;
+      if (self) self[r * d.W + c] = own;
+      if (no)
+        S[r * d.W + c] = ninf;
+      else if (own)
+        S[r * d.W + c] = T(p.self_score);
+    }
+  }
+}
+
+template <typename T>
+void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                         const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  const BlockDims d = block_dims(q, v, members, p);
+  const T ninf = -std::numeric_limits<T>::infinity();
+  T* O = out.data<T>();
+  T* L = lse.data<T>();
+  const int64_t os0 = out.strides()[0], os1 = out.strides()[1], os2 = out.strides()[2];
+  const int64_t ls0 = lse.strides()[0], ls1 = lse.strides()[1], ls2 = lse.strides()[2];
+  // Tokens in no slot keep these.
+  parallel_for(d.B * d.H * d.N, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.Dv, 1)),
+               [&](int64_t a, int64_t e) {
+                 for (int64_t x = a; x < e; ++x) {
+                   const int64_t b = x / (d.H * d.N), h = (x / d.N) % d.H, n = x % d.N;
+                   T* o = O + b * os0 + h * os1 + n * os2;
+                   std::fill(o, o + d.Dv, T(0));
+                   L[b * ls0 + h * ls1 + n * ls2] = ninf;
+                 }
+               });
+  if (d.B * d.H * d.N == 0) return;
+  use_single_threaded_blas();
+  const T* Q = q.data<T>();
+  const T* K = k.data<T>();
+  const T* V = v.data<T>();
+  const int64_t* M = members.data<int64_t>();
+  const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  struct Scratch {
+    std::vector<T> Qg, Kg, Vg, S, Og;
+    std::vector<int64_t> jpos;
+  };
+  run_items(
+      d.B * d.H * d.C, 2.0 * double(d.B * d.H * d.C) * double(d.w * d.W) * double(d.Dk + d.Dv),
+      [&] {
+        return Scratch{std::vector<T>(size_t(d.w * d.Dk)), std::vector<T>(size_t(d.W * d.Dk)),
+                       std::vector<T>(size_t(d.W * d.Dv)), std::vector<T>(size_t(d.w * d.W)),
+                       std::vector<T>(size_t(d.w * d.Dv)), std::vector<int64_t>(size_t(d.W))};
+      },
+      [&](int64_t it, Scratch& s) {
+        const int64_t bh = it / d.C, c = it % d.C, b = bh / d.H, h = bh % d.H;
+        const int64_t* mh = M + (b * d.Hm + (d.Hm == 1 ? 0 : h)) * d.C * d.w;
+        const int64_t* qpos = mh + c * d.w;
+        window_positions(mh, c, d, p, s.jpos.data());
+        gather_rows(Q + bh * d.N * d.Dk, d.Dk, qpos, d.w, s.Qg.data());
+        gather_rows(K + bh * d.N * d.Dk, d.Dk, s.jpos.data(), d.W, s.Kg.data());
+        gather_rows(V + bh * d.N * d.Dv, d.Dv, s.jpos.data(), d.W, s.Vg.data());
+        T* S = s.S.data();
+        gemm(false, true, d.w, d.W, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.W);
+        mask_block(S, qpos, s.jpos.data(), d, pad ? pad + b * d.N : nullptr, p, static_cast<char*>(nullptr));
+        for (int64_t r = 0; r < d.w; ++r) {
+          T* Sr = S + r * d.W;
+          const T m = max_row(Sr, d.W, ninf);
+          if (m == ninf) {
+            std::fill(Sr, Sr + d.W, T(0));
+            continue;
+          }
+          exp_shifted(Sr, Sr, d.W, m);
+          const double z = sum_row(Sr, d.W);
+          const T inv = T(1.0 / z);
+          for (int64_t c2 = 0; c2 < d.W; ++c2) Sr[c2] *= inv;
+          L[b * ls0 + h * ls1 + qpos[r] * ls2] = T(double(m) + std::log(z));
+        }
+        gemm(false, false, d.w, d.Dv, d.W, T(1), S, d.W, s.Vg.data(), d.Dv, T(0), s.Og.data(), d.Dv);
+        for (int64_t r = 0; r < d.w; ++r) {
+          if (qpos[r] < 0) continue;
+          std::copy(s.Og.data() + r * d.Dv, s.Og.data() + (r + 1) * d.Dv, O + b * os0 + h * os1 + qpos[r] * os2);
+        }
+      });
+}
+
+template <typename T>
+void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                          const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out, const Tensor& lse,
+                          const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
+                          const Tensor& dv) {
+  const BlockDims d = block_dims(q, v, members, p);
+  std::fill(dq.data<T>(), dq.data<T>() + dq.numel(), T(0));
+  std::fill(dk.data<T>(), dk.data<T>() + dk.numel(), T(0));
+  std::fill(dv.data<T>(), dv.data<T>() + dv.numel(), T(0));
+  if (d.B * d.H * d.N == 0) return;
+  use_single_threaded_blas();
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const T* Q = q.data<T>();
+  const T* K = k.data<T>();
+  const T* V = v.data<T>();
+  const T* O = out.data<T>();
+  const T* L = lse.data<T>();
+  const T* dO = dout.data<T>();
+  const T* dL = dlse.defined() ? dlse.data<T>() : nullptr;
+  const int64_t* M = members.data<int64_t>();
+  const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  const int64_t os0 = out.strides()[0], os1 = out.strides()[1], os2 = out.strides()[2];
+  const int64_t ls0 = lse.strides()[0], ls1 = lse.strides()[1], ls2 = lse.strides()[2];
+  const int64_t gs0 = dout.strides()[0], gs1 = dout.strides()[1], gs2 = dout.strides()[2];
+  const int64_t es0 = dL ? dlse.strides()[0] : 0, es1 = dL ? dlse.strides()[1] : 0,
+                es2 = dL ? dlse.strides()[2] : 0;
+  const int64_t Dkv = d.Dk + d.Dv;
+  // Pass A output: per (batch*head, chunk), the window's dK | dV rows.
+  std::vector<T> contrib(size_t(d.B * d.H * d.C * d.W * Dkv));
+  T* dQ = dq.data<T>();
+  struct Scratch {
+    std::vector<T> Qg, Kg, Vg, dOg, S, dP, Dr, Lr, G;
+    std::vector<int64_t> jpos;
+    std::vector<char> self;
+  };
+  run_items(
+      d.B * d.H * d.C, 2.0 * double(d.B * d.H * d.C) * double(d.w * d.W) * double(3 * d.Dk + 2 * d.Dv),
+      [&] {
+        return Scratch{std::vector<T>(size_t(d.w * d.Dk)),  std::vector<T>(size_t(d.W * d.Dk)),
+                       std::vector<T>(size_t(d.W * d.Dv)),  std::vector<T>(size_t(d.w * d.Dv)),
+                       std::vector<T>(size_t(d.w * d.W)),   std::vector<T>(size_t(d.w * d.W)),
+                       std::vector<T>(size_t(d.w)),         std::vector<T>(size_t(d.w)),
+                       std::vector<T>(size_t(d.w * d.Dk)),  std::vector<int64_t>(size_t(d.W)),
+                       std::vector<char>(size_t(d.w * d.W))};
+      },
+      [&](int64_t it, Scratch& s) {
+        const int64_t bh = it / d.C, c = it % d.C, b = bh / d.H, h = bh % d.H;
+        const int64_t* mh = M + (b * d.Hm + (d.Hm == 1 ? 0 : h)) * d.C * d.w;
+        const int64_t* qpos = mh + c * d.w;
+        window_positions(mh, c, d, p, s.jpos.data());
+        gather_rows(Q + bh * d.N * d.Dk, d.Dk, qpos, d.w, s.Qg.data());
+        gather_rows(K + bh * d.N * d.Dk, d.Dk, s.jpos.data(), d.W, s.Kg.data());
+        gather_rows(V + bh * d.N * d.Dv, d.Dv, s.jpos.data(), d.W, s.Vg.data());
+        for (int64_t r = 0; r < d.w; ++r) {
+          const int64_t i = qpos[r];
+          T* g = s.dOg.data() + r * d.Dv;
+          if (i < 0) {
+            std::fill(g, g + d.Dv, T(0));
+            s.Dr[size_t(r)] = T(0);
+            s.Lr[size_t(r)] = ninf;
+            continue;
+          }
+          const T* src = dO + b * gs0 + h * gs1 + i * gs2;
+          std::copy(src, src + d.Dv, g);
+          row_dots<T>(g, d.Dv, O + b * os0 + h * os1 + i * os2, d.Dv, 1, d.Dv,
+                      dL ? dL + b * es0 + h * es1 + i * es2 : nullptr, 0, s.Dr.data() + r);
+          s.Lr[size_t(r)] = L[b * ls0 + h * ls1 + i * ls2];
+        }
+        T* S = s.S.data();
+        T* dP = s.dP.data();
+        gemm(false, true, d.w, d.W, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.W);
+        mask_block(S, qpos, s.jpos.data(), d, pad ? pad + b * d.N : nullptr, p, s.self.data());
+        probs_from_lse(S, d.w, d.W, s.Lr.data());
+        T* cb = contrib.data() + it * d.W * Dkv;
+        // dV window = P^T dO  (into the dV columns of the contribution rows)
+        gemm(true, false, d.W, d.Dv, d.w, T(1), S, d.W, s.dOg.data(), d.Dv, T(0), cb + d.Dk, Dkv);
+        gemm(false, true, d.w, d.W, d.Dv, T(1), s.dOg.data(), d.Dv, s.Vg.data(), d.Dv, T(0), dP, d.W);
+        for (int64_t r = 0; r < d.w; ++r) {
+          const T Di = s.Dr[size_t(r)];
+          for (int64_t c2 = 0; c2 < d.W; ++c2) {
+            const int64_t e = r * d.W + c2;
+            // A self-masked score is a constant: no gradient through it.
+            dP[e] = s.self[size_t(e)] ? T(0) : S[e] * (dP[e] - Di);
+          }
+        }
+        gemm(false, false, d.w, d.Dk, d.W, T(p.scale), dP, d.W, s.Kg.data(), d.Dk, T(0), s.G.data(), d.Dk);
+        for (int64_t r = 0; r < d.w; ++r)
+          if (qpos[r] >= 0)
+            std::copy(s.G.data() + r * d.Dk, s.G.data() + (r + 1) * d.Dk, dQ + (bh * d.N + qpos[r]) * d.Dk);
+        gemm(true, false, d.W, d.Dk, d.w, T(p.scale), dP, d.W, s.Qg.data(), d.Dk, T(0), cb, Dkv);
+      });
+  // Pass B: key row j of chunk cc sits at window slot t * w + u of chunk cc - offsets[t].
+  T* dKp = dk.data<T>();
+  T* dVp = dv.data<T>();
+  parallel_for(d.B * d.H * d.C, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.w * Dkv * d.nb, 1)),
+               [&](int64_t a, int64_t e) {
+                 for (int64_t it = a; it < e; ++it) {
+                   const int64_t bh = it / d.C, cc = it % d.C, b = bh / d.H, h = bh % d.H;
+                   const int64_t* mh = M + (b * d.Hm + (d.Hm == 1 ? 0 : h)) * d.C * d.w;
+                   for (int64_t t = 0; t < d.nb; ++t) {
+                     const int64_t c = (((cc - p.offsets[size_t(t)]) % d.C) + d.C) % d.C;
+                     const T* cb = contrib.data() + (bh * d.C + c) * d.W * Dkv;
+                     for (int64_t u = 0; u < d.w; ++u) {
+                       const int64_t j = mh[cc * d.w + u];
+                       if (j < 0) continue;
+                       const T* src = cb + (t * d.w + u) * Dkv;
+                       T* gk = dKp + (bh * d.N + j) * d.Dk;
+                       T* gv = dVp + (bh * d.N + j) * d.Dv;
+                       for (int64_t x = 0; x < d.Dk; ++x) gk[x] += src[x];
+                       for (int64_t x = 0; x < d.Dv; ++x) gv[x] += src[d.Dk + x];
+                     }
+                   }
+                 }
+               });
+}
+
+}  // namespace
+
+void flash_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                 const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  CF_DISPATCH_FLOAT(q.dtype(), "flash_attention", flash_forward_typed<scalar_t>(q, k, v, kpm, p, out, lse));
+}
+
+void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                  const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                  const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  CF_DISPATCH_FLOAT(q.dtype(), "flash_attention",
+                    flash_backward_typed<scalar_t>(q, k, v, kpm, p, out, lse, dout, dq, dk, dv));
+}
+
+void block_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                 const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                 const Tensor& lse) {
+  CF_DISPATCH_FLOAT(q.dtype(), "block_attention",
+                    block_forward_typed<scalar_t>(q, k, v, members, kpm, p, out, lse));
+}
+
+void block_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                  const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                  const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                                  const Tensor& dk, const Tensor& dv) {
+  CF_DISPATCH_FLOAT(q.dtype(), "block_attention",
+                    block_backward_typed<scalar_t>(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv));
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,624 @@
+// CUDA fused attention (FlashAttention-2 scheme), written against the CPU
+// reference in attention_cpu.cpp: the same tiles, masks and formulas.
+//
+// One set of kernels serves both ops through a "map" that says which rows a
+// tile reads:
+//   FullMap  (flash_attention): group 0 holds query rows 0..Nq-1 and keys 0..Nk-1.
+//   BlockMap (block_attention): group c is chunk c; its query rows are the
+//            positions in members[b, h, c, :], its keys the positions in the
+//            window chunks c + offsets[t]. Rows are gathered as tiles are loaded
+//            and outputs scattered to token order as they are written.
+// Kernels (blocks of 128 threads, tiles of 32 query rows x 32 keys in shared memory):
+//   forward : grid (query tile, group, batch*head): online softmax over the
+//             group's key tiles (Alg. 1); writes out and lse.
+//   dq      : same grid: P = exp(S - lse), dS = P (dO.V - D), dQ = scale dS K.
+//   dkdv    : grid (key tile, key group, batch*head): loops over the query tiles
+//             of every group whose window holds the key group (for blocks, the
+//             chunks c = cc - offsets[t], distinct by construction): dV = P^T dO,
+//             dK = scale dS^T Q. Each key row is owned by one block: no atomics,
+//             deterministic.
+// Accumulation is in T (float32 like the CPU's sgemm tiles).
+#include <cuda_runtime.h>
+
+#include <limits>
+#include <vector>
+
+#include "kernels/attention/attention.h"
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/elementwise/elementwise.h"
+
+namespace cf::kernels {
+
+namespace {
+
+constexpr int BR = 32;  // query rows per tile
+constexpr int BC = 32;  // keys per tile (one per lane in the row statistics)
+constexpr int NT = 128;
+constexpr int NW = NT / 32;
+
+// (b, h, n) element strides of a row-indexed tensor (out, lse, dout, dlse).
+struct Rows3 {
+  int64_t s0 = 0, s1 = 0, s2 = 0;
+};
+Rows3 rows3(const Tensor& t) {
+  if (!t.defined()) return {};
+  return {t.strides()[0], t.strides()[1], t.strides()[2]};
+}
+
+struct FullMap {
+  int64_t H, Nq, Nk, shift;
+  bool causal;
+  const bool* pad;  // (B, Nk) or null
+  __device__ int64_t rows() const { return Nq; }
+  __device__ int64_t qpos(int64_t, int64_t, int64_t r) const { return r < Nq ? r : -1; }
+  __device__ int64_t kpos(int64_t, int64_t, int64_t j) const { return j < Nk ? j : -1; }
+  __device__ bool blocked(int64_t b, int64_t i, int64_t j) const {
+    return i < 0 || j < 0 || (pad && pad[b * Nk + j]) || (causal && j > i + shift);
+  }
+  __device__ bool self(int64_t, int64_t) const { return false; }
+  // Keys [0, key_end) can be allowed for the query rows [r0, r0 + BR).
+  __device__ int64_t key_end(int64_t r0) const {
+    if (!causal) return Nk;
+    const int64_t e = r0 + BR + shift;
+    return e < 0 ? 0 : (e < Nk ? e : Nk);
+  }
+  // dK/dV side: key groups, their keys, and the query groups that see them.
+  __device__ int64_t group_keys() const { return Nk; }
+  __device__ int64_t group_kpos(int64_t, int64_t, int64_t u) const { return u < Nk ? u : -1; }
+  __device__ int64_t visits() const { return 1; }
+  __device__ int64_t visit_group(int64_t, int64_t) const { return 0; }
+  // First query row that may see key j0 (causal: i + shift >= j0), tile-aligned.
+  __device__ int64_t row_begin(int64_t j0) const {
+    if (!causal) return 0;
+    const int64_t r = j0 - shift;
+    return r <= 0 ? 0 : (r / BR) * BR;
+  }
+};
+
+struct BlockMap {
+  int64_t H, Hm, N, C, w, nb;
+  const int64_t* members;  // (B, Hm, C, w)
+  const int64_t* offsets;  // (nb)
+  bool causal, self_mask;
+  const bool* pad;  // (B, N) or null
+  __device__ const int64_t* head(int64_t bh) const {
+    const int64_t b = bh / H, h = bh % H;
+    return members + (b * Hm + (Hm == 1 ? 0 : h)) * C * w;
+  }
+  __device__ int64_t chunk(int64_t c) const { return ((c % C) + C) % C; }
+  __device__ int64_t rows() const { return w; }
+  __device__ int64_t qpos(int64_t bh, int64_t c, int64_t r) const { return r < w ? head(bh)[c * w + r] : -1; }
+  __device__ int64_t kpos(int64_t bh, int64_t c, int64_t j) const {
+    if (j >= nb * w) return -1;
+    return head(bh)[chunk(c + offsets[j / w]) * w + j % w];
+  }
+  __device__ bool blocked(int64_t b, int64_t i, int64_t j) const {
+    return i < 0 || j < 0 || (pad && pad[b * N + j]) || (causal && j > i);
+  }
+  __device__ bool self(int64_t i, int64_t j) const { return self_mask && i == j; }
+  __device__ int64_t key_end(int64_t) const { return nb * w; }
+  __device__ int64_t group_keys() const { return w; }
+  __device__ int64_t group_kpos(int64_t bh, int64_t cc, int64_t u) const {
+    return u < w ? head(bh)[cc * w + u] : -1;
+  }
+  __device__ int64_t visits() const { return nb; }
+  __device__ int64_t visit_group(int64_t cc, int64_t t) const { return chunk(cc - offsets[t]); }
+  __device__ int64_t row_begin(int64_t) const { return 0; }
+};
+
+struct Args {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  void* lse;
+  const void* dout;
+  const void* dlse;  // may be null
+  void* dq;
+  void* dk;
+  void* dv;
+  Rows3 so, sl, sgo, sgl;
+  int64_t H, Nq, Nk, Dk, Dv;  // Nq == Nk == N for blocks
+  double scale, self_score;
+};
+
+__device__ __forceinline__ float dexp(float x) { return expf(x); }
+__device__ __forceinline__ double dexp(double x) { return exp(x); }
+__device__ __forceinline__ float dlog(float x) { return logf(x); }
+__device__ __forceinline__ double dlog(double x) { return log(x); }
+
+template <typename T>
+__device__ __forceinline__ T ninf() {
+  return -std::numeric_limits<T>::infinity();
+}
+
+// Loads rows pos(r) of X (B*H*n rows of D, contiguous) for r in [0, R) into a
+// shared tile with row stride ld; missing rows (pos -1) are zeros.
+template <typename T, typename Pos>
+__device__ void load_rows(T* tile, int ld, const T* X, int64_t bh, int64_t n, int64_t D, int R, Pos pos) {
+  for (int64_t e = threadIdx.x; e < int64_t(R) * D; e += NT) {
+    const int r = int(e / D);
+    const int64_t c = e % D, p = pos(r);
+    tile[r * ld + c] = p < 0 ? T(0) : X[(bh * n + p) * D + c];
+  }
+}
+
+// Shared layout helper: carve consecutive arrays out of the dynamic buffer.
+template <typename T>
+struct Carver {
+  T* p;
+  __device__ T* take(int64_t n) {
+    T* r = p;
+    p += n;
+    return r;
+  }
+};
+
+// ---------------------------------------------------------------- forward
+
+template <typename T, typename Map>
+__global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int64_t Dk = a.Dk, Dv = a.Dv;
+  const int ldk = int(Dk) + 1, ldv = int(Dv);
+  Carver<T> cv{reinterpret_cast<T*>(smem_raw)};
+  T* Qs = cv.take(BR * ldk);
+  T* Ks = cv.take(BC * ldk);
+  T* Vs = cv.take(BC * ldv);
+  T* S = cv.take(BR * BC);
+  T* Os = cv.take(BR * ldv);
+  T* m = cv.take(BR);
+  T* l = cv.take(BR);
+  T* alpha = cv.take(BR);
+  __shared__ int64_t qp[BR], kp[BC];
+
+  const int64_t r0 = int64_t(blockIdx.x) * BR, g = blockIdx.y, bh = blockIdx.z, b = bh / a.H;
+  if (r0 >= map.rows()) return;
+  const T* Q = static_cast<const T*>(a.q);
+  const T* K = static_cast<const T*>(a.k);
+  const T* V = static_cast<const T*>(a.v);
+  const T scale = T(a.scale);
+  for (int r = threadIdx.x; r < BR; r += NT) {
+    qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
+    m[r] = ninf<T>();
+    l[r] = T(0);
+  }
+  for (int64_t e = threadIdx.x; e < BR * Dv; e += NT) Os[(e / Dv) * ldv + e % Dv] = T(0);
+  __syncthreads();
+  load_rows(Qs, ldk, Q, bh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t kend = map.key_end(r0);
+  for (int64_t j0 = 0; j0 < kend; j0 += BC) {
+    __syncthreads();
+    for (int j = threadIdx.x; j < BC; j += NT) kp[j] = j0 + j < kend ? map.kpos(bh, g, j0 + j) : -1;
+    __syncthreads();
+    load_rows(Ks, ldk, K, bh, a.Nk, Dk, BC, [&](int j) { return kp[j]; });
+    load_rows(Vs, ldv, V, bh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
+    __syncthreads();
+    // Scores: warp `warp` takes rows warp, warp + NW, ...; lane = key.
+    for (int r = warp; r < BR; r += NW) {
+      const int64_t i = qp[r], j = kp[lane];
+      T s;
+      if (map.blocked(b, i, j)) {
+        s = ninf<T>();
+      } else if (map.self(i, j)) {
+        s = T(a.self_score);
+      } else {
+        T acc = T(0);
+        for (int64_t c = 0; c < Dk; ++c) acc += Qs[r * ldk + c] * Ks[lane * ldk + c];
+        s = acc * scale;
+      }
+      T mx = s;
+      for (int o = 16; o > 0; o >>= 1) {
+        const T y = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = y > mx ? y : mx;
+      }
+      const T m_old = m[r];
+      const T m_new = mx > m_old ? mx : m_old;
+      const T p = (m_new == ninf<T>() || s == ninf<T>()) ? T(0) : dexp(s - m_new);
+      T sum = p;
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      S[r * BC + lane] = p;
+      __syncwarp();
+      if (lane == 0) {
+        const T al = m_new == ninf<T>() ? T(1) : (m_old == ninf<T>() ? T(0) : dexp(m_old - m_new));
+        alpha[r] = al;
+        l[r] = l[r] * al + sum;
+        m[r] = m_new;
+      }
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < BR * Dv; e += NT) {
+      const int r = int(e / Dv);
+      const int64_t c = e % Dv;
+      T acc = Os[r * ldv + c] * alpha[r];
+      for (int j = 0; j < BC; ++j) acc += S[r * BC + j] * Vs[j * ldv + c];
+      Os[r * ldv + c] = acc;
+    }
+  }
+  __syncthreads();
+  T* O = static_cast<T*>(a.out);
+  T* L = static_cast<T*>(a.lse);
+  const int64_t h = bh % a.H;
+  for (int64_t e = threadIdx.x; e < BR * Dv; e += NT) {
+    const int r = int(e / Dv);
+    const int64_t c = e % Dv, i = qp[r];
+    if (i < 0) continue;
+    O[b * a.so.s0 + h * a.so.s1 + i * a.so.s2 + c] = l[r] > T(0) ? Os[r * ldv + c] / l[r] : T(0);
+  }
+  for (int r = threadIdx.x; r < BR; r += NT) {
+    const int64_t i = qp[r];
+    if (i < 0) continue;
+    L[b * a.sl.s0 + h * a.sl.s1 + i * a.sl.s2] = l[r] > T(0) ? m[r] + dlog(l[r]) : ninf<T>();
+  }
+}
+
+// ---------------------------------------------------------------- backward
+
+// D_r = dO_r . O_r - dlse_r for the rows of a tile (FlashAttention-2 Alg. 2 line 4,
+// plus the lse gradient: d lse_i / d S_ij = P_ij).
+template <typename T>
+__device__ void row_terms(const Args& a, int64_t b, int64_t h, const int64_t* qp, T* dOs, int ldv, T* Ls, T* Ds) {
+  const T* O = static_cast<const T*>(a.out);
+  const T* L = static_cast<const T*>(a.lse);
+  const T* G = static_cast<const T*>(a.dout);
+  const T* GL = static_cast<const T*>(a.dlse);
+  for (int64_t e = threadIdx.x; e < BR * a.Dv; e += NT) {
+    const int r = int(e / a.Dv);
+    const int64_t c = e % a.Dv, i = qp[r];
+    dOs[r * ldv + c] = i < 0 ? T(0) : G[b * a.sgo.s0 + h * a.sgo.s1 + i * a.sgo.s2 + c];
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int r = warp; r < BR; r += NW) {
+    const int64_t i = qp[r];
+    T acc = T(0);
+    if (i >= 0)
+      for (int64_t c = lane; c < a.Dv; c += 32) acc += dOs[r * ldv + c] * O[b * a.so.s0 + h * a.so.s1 + i * a.so.s2 + c];
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) {
+      if (i >= 0 && GL) acc -= GL[b * a.sgl.s0 + h * a.sgl.s1 + i * a.sgl.s2];
+      Ds[r] = acc;
+      Ls[r] = i < 0 ? ninf<T>() : L[b * a.sl.s0 + h * a.sl.s1 + i * a.sl.s2];
+    }
+  }
+  __syncthreads();
+}
+
+// P and dS of one (query tile, key tile): P = exp(S - lse) (0 where blocked),
+// dS = P (dO.V - D), 0 on self-masked entries (a constant score).
+template <typename T, typename Map>
+__device__ void probs_and_dS(const Args& a, const Map& map, int64_t b, const int64_t* qp, const int64_t* kp,
+                             const T* Qs, const T* Ks, const T* Vs, const T* dOs, const T* Ls, const T* Ds,
+                             int ldk, int ldv, T* P, T* dS) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int r = warp; r < BR; r += NW) {
+    const int64_t i = qp[r], j = kp[lane];
+    T p = T(0), ds = T(0);
+    if (!map.blocked(b, i, j) && Ls[r] != ninf<T>()) {
+      const bool own = map.self(i, j);
+      T s;
+      if (own) {
+        s = T(a.self_score);
+      } else {
+        T acc = T(0);
+        for (int64_t c = 0; c < a.Dk; ++c) acc += Qs[r * ldk + c] * Ks[lane * ldk + c];
+        s = acc * T(a.scale);
+      }
+      p = dexp(s - Ls[r]);
+      if (!own) {
+        T dp = T(0);
+        for (int64_t c = 0; c < a.Dv; ++c) dp += dOs[r * ldv + c] * Vs[lane * ldv + c];
+        ds = p * (dp - Ds[r]);
+      }
+    }
+    P[r * BC + lane] = p;
+    dS[r * BC + lane] = ds;
+  }
+}
+
+template <typename T, typename Map>
+__global__ void __launch_bounds__(NT) dq_kernel(Args a, Map map) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int64_t Dk = a.Dk, Dv = a.Dv;
+  const int ldk = int(Dk) + 1, ldv = int(Dv) + 1;
+  Carver<T> cv{reinterpret_cast<T*>(smem_raw)};
+  T* Qs = cv.take(BR * ldk);
+  T* dOs = cv.take(BR * ldv);
+  T* Ks = cv.take(BC * ldk);
+  T* Vs = cv.take(BC * ldv);
+  T* P = cv.take(BR * BC);
+  T* dS = cv.take(BR * BC);
+  T* dQs = cv.take(BR * ldk);
+  T* Ls = cv.take(BR);
+  T* Ds = cv.take(BR);
+  __shared__ int64_t qp[BR], kp[BC];
+  const int64_t r0 = int64_t(blockIdx.x) * BR, g = blockIdx.y, bh = blockIdx.z, b = bh / a.H, h = bh % a.H;
+  if (r0 >= map.rows()) return;
+  for (int r = threadIdx.x; r < BR; r += NT) qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
+  for (int64_t e = threadIdx.x; e < BR * Dk; e += NT) dQs[(e / Dk) * ldk + e % Dk] = T(0);
+  __syncthreads();
+  load_rows(Qs, ldk, static_cast<const T*>(a.q), bh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
+  row_terms<T>(a, b, h, qp, dOs, ldv, Ls, Ds);
+  const int64_t kend = map.key_end(r0);
+  for (int64_t j0 = 0; j0 < kend; j0 += BC) {
+    __syncthreads();
+    for (int j = threadIdx.x; j < BC; j += NT) kp[j] = j0 + j < kend ? map.kpos(bh, g, j0 + j) : -1;
+    __syncthreads();
+    load_rows(Ks, ldk, static_cast<const T*>(a.k), bh, a.Nk, Dk, BC, [&](int j) { return kp[j]; });
+    load_rows(Vs, ldv, static_cast<const T*>(a.v), bh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
+    __syncthreads();
+    probs_and_dS<T>(a, map, b, qp, kp, Qs, Ks, Vs, dOs, Ls, Ds, ldk, ldv, P, dS);
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < BR * Dk; e += NT) {
+      const int r = int(e / Dk);
+      const int64_t c = e % Dk;
+      T acc = T(0);
+      for (int j = 0; j < BC; ++j) acc += dS[r * BC + j] * Ks[j * ldk + c];
+      dQs[r * ldk + c] += acc * T(a.scale);
+    }
+  }
+  __syncthreads();
+  T* dQ = static_cast<T*>(a.dq);
+  for (int64_t e = threadIdx.x; e < BR * Dk; e += NT) {
+    const int r = int(e / Dk);
+    const int64_t c = e % Dk, i = qp[r];
+    if (i >= 0) dQ[(bh * a.Nq + i) * Dk + c] = dQs[r * ldk + c];
+  }
+}
+
+template <typename T, typename Map>
+__global__ void __launch_bounds__(NT) dkdv_kernel(Args a, Map map) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int64_t Dk = a.Dk, Dv = a.Dv;
+  const int ldk = int(Dk) + 1, ldv = int(Dv) + 1;
+  Carver<T> cv{reinterpret_cast<T*>(smem_raw)};
+  T* Qs = cv.take(BR * ldk);
+  T* dOs = cv.take(BR * ldv);
+  T* Ks = cv.take(BC * ldk);
+  T* Vs = cv.take(BC * ldv);
+  T* P = cv.take(BR * BC);
+  T* dS = cv.take(BR * BC);
+  T* dKs = cv.take(BC * ldk);
+  T* dVs = cv.take(BC * ldv);
+  T* Ls = cv.take(BR);
+  T* Ds = cv.take(BR);
+  __shared__ int64_t qp[BR], kp[BC];
+  const int64_t u0 = int64_t(blockIdx.x) * BC, kg = blockIdx.y, bh = blockIdx.z, b = bh / a.H, h = bh % a.H;
+  if (u0 >= map.group_keys()) return;
+  for (int j = threadIdx.x; j < BC; j += NT) kp[j] = u0 + j < map.group_keys() ? map.group_kpos(bh, kg, u0 + j) : -1;
+  for (int64_t e = threadIdx.x; e < BC * Dk; e += NT) dKs[(e / Dk) * ldk + e % Dk] = T(0);
+  for (int64_t e = threadIdx.x; e < BC * Dv; e += NT) dVs[(e / Dv) * ldv + e % Dv] = T(0);
+  __syncthreads();
+  load_rows(Ks, ldk, static_cast<const T*>(a.k), bh, a.Nk, Dk, BC, [&](int j) { return kp[j]; });
+  load_rows(Vs, ldv, static_cast<const T*>(a.v), bh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
+  for (int64_t t = 0; t < map.visits(); ++t) {
+    const int64_t g = map.visit_group(kg, t);
+    for (int64_t r0 = map.row_begin(u0); r0 < map.rows(); r0 += BR) {
+      __syncthreads();
+      for (int r = threadIdx.x; r < BR; r += NT) qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
+      __syncthreads();
+      load_rows(Qs, ldk, static_cast<const T*>(a.q), bh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
+      row_terms<T>(a, b, h, qp, dOs, ldv, Ls, Ds);  // ends with a barrier
+      probs_and_dS<T>(a, map, b, qp, kp, Qs, Ks, Vs, dOs, Ls, Ds, ldk, ldv, P, dS);
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < BC * Dv; e += NT) {
+        const int j = int(e / Dv);
+        const int64_t c = e % Dv;
+        T acc = T(0);
+        for (int r = 0; r < BR; ++r) acc += P[r * BC + j] * dOs[r * ldv + c];
+        dVs[j * ldv + c] += acc;
+      }
+      for (int64_t e = threadIdx.x; e < BC * Dk; e += NT) {
+        const int j = int(e / Dk);
+        const int64_t c = e % Dk;
+        T acc = T(0);
+        for (int r = 0; r < BR; ++r) acc += dS[r * BC + j] * Qs[r * ldk + c];
+        dKs[j * ldk + c] += acc * T(a.scale);
+      }
+    }
+  }
+  __syncthreads();
+  T* dK = static_cast<T*>(a.dk);
+  T* dV = static_cast<T*>(a.dv);
+  for (int64_t e = threadIdx.x; e < BC * Dk; e += NT) {
+    const int j = int(e / Dk);
+    const int64_t c = e % Dk, p = kp[j];
+    if (p >= 0) dK[(bh * a.Nk + p) * Dk + c] = dKs[j * ldk + c];
+  }
+  for (int64_t e = threadIdx.x; e < BC * Dv; e += NT) {
+    const int j = int(e / Dv);
+    const int64_t c = e % Dv, p = kp[j];
+    if (p >= 0) dV[(bh * a.Nk + p) * Dv + c] = dVs[j * ldv + c];
+  }
+}
+
+// ---------------------------------------------------------------- launchers
+
+template <typename T>
+size_t fwd_smem(int64_t Dk, int64_t Dv) {
+  return sizeof(T) * size_t(BR * (Dk + 1) + BC * (Dk + 1) + BC * Dv + BR * BC + BR * Dv + 3 * BR);
+}
+template <typename T>
+size_t dq_smem(int64_t Dk, int64_t Dv) {
+  return sizeof(T) * size_t(2 * BR * (Dk + 1) + BR * (Dv + 1) + BC * (Dk + 1) + BC * (Dv + 1) + 2 * BR * BC + 2 * BR);
+}
+template <typename T>
+size_t dkdv_smem(int64_t Dk, int64_t Dv) {
+  return sizeof(T) * size_t(BR * (Dk + 1) + BR * (Dv + 1) + 2 * BC * (Dk + 1) + 2 * BC * (Dv + 1) + 2 * BR * BC +
+                            2 * BR);
+}
+
+// Groups (chunks) ride on grid.y and batch*heads on grid.z: 65535 at most each.
+void check_grid(const char* op, int64_t groups, int64_t BH) {
+  CF_CHECK(groups <= 65535 && BH <= 65535, NotImplementedError, "[", op, "] the CUDA kernel takes at most 65535 ",
+           "chunks and 65535 batch*heads, got ", groups, " and ", BH);
+}
+
+template <typename T, typename Map>
+void run_forward(const char* op, const Args& a, const Map& map, int64_t rows, int64_t groups, int64_t BH) {
+  check_grid(op, groups, BH);
+  const dim3 grid(unsigned((rows + BR - 1) / BR), unsigned(groups), unsigned(BH));
+  const size_t smem = fwd_smem<T>(a.Dk, a.Dv);
+  auto k = fwd_kernel<T, Map>;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  int dev = 0, limit = 0;
+  CF_CUDA_CHECK(cudaGetDevice(&dev), op);
+  CF_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), op);
+  CF_CHECK(smem <= size_t(limit), NotImplementedError, "[", op, "] head size too large for the CUDA kernel: ",
+           smem, " bytes of shared memory needed, the device allows ", limit);
+  if (smem > 48 * 1024) CF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), op);
+  k<<<grid, NT, smem>>>(a, map);
+  ::cf::cuda::check_launch(op);
+}
+
+template <typename T, typename Map>
+void run_backward(const char* op, const Args& a, const Map& map, int64_t rows, int64_t groups, int64_t gkeys,
+                  int64_t kgroups, int64_t BH) {
+  check_grid(op, std::max(groups, kgroups), BH);
+  int dev = 0, limit = 0;
+  CF_CUDA_CHECK(cudaGetDevice(&dev), op);
+  CF_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), op);
+  const size_t s1 = dq_smem<T>(a.Dk, a.Dv), s2 = dkdv_smem<T>(a.Dk, a.Dv);
+  CF_CHECK(std::max(s1, s2) <= size_t(limit), NotImplementedError, "[", op,
+           "] head size too large for the CUDA kernel: ", std::max(s1, s2),
+           " bytes of shared memory needed, the device allows ", limit);
+  const dim3 g1(unsigned((rows + BR - 1) / BR), unsigned(groups), unsigned(BH));
+  const dim3 g2(unsigned((gkeys + BC - 1) / BC), unsigned(kgroups), unsigned(BH));
+  auto k1 = dq_kernel<T, Map>;
+  auto k2 = dkdv_kernel<T, Map>;
+  if (s1 > 48 * 1024) CF_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)), op);
+  if (s2 > 48 * 1024) CF_CUDA_CHECK(cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s2)), op);
+  if (g1.x > 0 && g1.y > 0 && g1.z > 0) {
+    k1<<<g1, NT, s1>>>(a, map);
+    ::cf::cuda::check_launch(op);
+  }
+  if (g2.x > 0 && g2.y > 0 && g2.z > 0) {
+    k2<<<g2, NT, s2>>>(a, map);
+    ::cf::cuda::check_launch(op);
+  }
+}
+
+void zero(const Tensor& t, const char* op) {
+  if (t.numel() == 0) return;
+  CF_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, size_t(t.numel()) * dtype_size(t.dtype()), 0), op);
+}
+
+Args make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
+               double self_score) {
+  Args a{};
+  a.q = q.raw_data();
+  a.k = k.raw_data();
+  a.v = v.raw_data();
+  a.out = out.raw_data();
+  a.lse = lse.raw_data();
+  a.so = rows3(out);
+  a.sl = rows3(lse);
+  a.H = q.shape()[1];
+  a.Nq = q.shape()[2];
+  a.Nk = k.shape()[2];
+  a.Dk = q.shape()[3];
+  a.Dv = v.shape()[3];
+  a.scale = scale;
+  a.self_score = self_score;
+  return a;
+}
+
+FullMap full_map(const Tensor& q, const Tensor& k, const Tensor& kpm, const FlashAttentionParams& p) {
+  return FullMap{q.shape()[1], q.shape()[2], k.shape()[2], k.shape()[2] - q.shape()[2], p.causal,
+                 kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr};
+}
+
+// The offsets live in a small device tensor for the call (kept alive by the caller).
+BlockMap block_map(const Tensor& q, const Tensor& members, const Tensor& kpm, const BlockAttentionParams& p,
+                   const Tensor& offsets) {
+  return BlockMap{q.shape()[1],
+                  members.shape()[1],
+                  q.shape()[2],
+                  members.shape()[2],
+                  members.shape()[3],
+                  int64_t(p.offsets.size()),
+                  static_cast<const int64_t*>(members.raw_data()),
+                  static_cast<const int64_t*>(offsets.raw_data()),
+                  p.causal,
+                  p.self_mask,
+                  kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr};
+}
+
+Tensor offsets_on(const BlockAttentionParams& p, Device d) {
+  return Tensor::from_vector(p.offsets, {int64_t(p.offsets.size())}).to(d);
+}
+
+}  // namespace
+
+void flash_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                  const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  const char* op = "flash_attention";
+  cu::use_device_of(out, op);
+  const Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
+  const FullMap map = full_map(q, k, kpm, p);
+  const int64_t BH = q.shape()[0] * q.shape()[1];
+  CF_DISPATCH_FLOAT(q.dtype(), op, run_forward<scalar_t>(op, a, map, a.Nq, 1, BH));
+}
+
+void flash_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                   const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const char* op = "flash_attention";
+  cu::use_device_of(out, op);
+  Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
+  a.dout = dout.raw_data();
+  a.sgo = rows3(dout);
+  a.dq = dq.raw_data();
+  a.dk = dk.raw_data();
+  a.dv = dv.raw_data();
+  // Rows the kernels never write: none for full attention, but Nq or Nk may be 0.
+  zero(dq, op);
+  zero(dk, op);
+  zero(dv, op);
+  const FullMap map = full_map(q, k, kpm, p);
+  const int64_t BH = q.shape()[0] * q.shape()[1];
+  CF_DISPATCH_FLOAT(q.dtype(), op, run_backward<scalar_t>(op, a, map, a.Nq, 1, a.Nk, 1, BH));
+}
+
+void block_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                  const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                  const Tensor& lse) {
+  const char* op = "block_attention";
+  cu::use_device_of(out, op);
+  // Tokens in no slot keep out = 0, lse = -inf.
+  fill_cuda(out, 0.0);
+  fill_cuda(lse, -std::numeric_limits<double>::infinity());
+  const Tensor offs = offsets_on(p, out.device());
+  const Args a = make_args(q, k, v, out, lse, p.scale, p.self_score);
+  const BlockMap map = block_map(q, members, kpm, p, offs);
+  const int64_t BH = q.shape()[0] * q.shape()[1];
+  CF_DISPATCH_FLOAT(q.dtype(), op, run_forward<scalar_t>(op, a, map, map.w, map.C, BH));
+}
+
+void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                   const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                   const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                                   const Tensor& dk, const Tensor& dv) {
+  const char* op = "block_attention";
+  cu::use_device_of(out, op);
+  const Tensor offs = offsets_on(p, out.device());
+  Args a = make_args(q, k, v, out, lse, p.scale, p.self_score);
+  a.dout = dout.raw_data();
+  a.sgo = rows3(dout);
+  if (dlse.defined()) {
+    a.dlse = dlse.raw_data();
+    a.sgl = rows3(dlse);
+  }
+  a.dq = dq.raw_data();
+  a.dk = dk.raw_data();
+  a.dv = dv.raw_data();
+  zero(dq, op);  // tokens in no slot get no gradient
+  zero(dk, op);
+  zero(dv, op);
+  const BlockMap map = block_map(q, members, kpm, p, offs);
+  const int64_t BH = q.shape()[0] * q.shape()[1];
+  CF_DISPATCH_FLOAT(q.dtype(), op, run_backward<scalar_t>(op, a, map, map.w, map.C, map.w, map.C, BH));
+}
+
+}  // namespace cf::kernels

@@ -1,0 +1,192 @@
+// The fused attention ops (autograd/ops/attention.h) against dense references
+// written with primitive ops: forward and gradients, every mask, causal with
+// Nq != Nk, sizes that are not multiples of the tiles (128 query rows, 512 keys
+// on the CPU; 32 x 32 on CUDA), fully masked rows; float64 gradchecks; bad input.
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "autograd/ops/attention.h"
+#include "test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+// softmax(scale q k^T, blocked -> -inf) v with the (Nq, Nk) scores materialised.
+Tensor dense_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, double scale,
+                       bool causal) {
+  const int64_t B = q.shape()[0], Nq = q.shape()[2], Nk = k.shape()[2];
+  Tensor s = matmul(q * scale, transpose(k, -2, -1));
+  Tensor blocked;
+  if (kpm.defined()) blocked = reshape(kpm, {B, 1, 1, Nk});
+  if (causal) {
+    Tensor keys = reshape(Tensor::arange(Nk, kInt64), {1, Nk});
+    Tensor rows = reshape(Tensor::arange(Nq, kInt64), {Nq, 1}) + double(Nk - Nq);
+    Tensor c = reshape(gt(keys, rows), {1, 1, Nq, Nk});
+    blocked = blocked.defined() ? logical_or(blocked, c) : c;
+  }
+  if (blocked.defined()) s = masked_fill(s, blocked, -INFINITY);
+  return matmul(softmax(s, -1), v);
+}
+
+Tensor padding(int64_t B, int64_t N, const std::vector<std::pair<int64_t, int64_t>>& padded) {
+  std::vector<bool> m(size_t(B * N), false);
+  for (auto [b, j] : padded) m[size_t(b * N + j)] = true;
+  return Tensor::from_vector(m, {B, N});
+}
+
+// The fused op and the reference agree on the output and on the gradients of a
+// random projection of it.
+void check_flash(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t Dk, int64_t Dv, const Tensor& kpm,
+                 bool causal, double scale, DType dt, double tol) {
+  CAPTURE(Nq);
+  CAPTURE(Nk);
+  CAPTURE(causal);
+  CAPTURE(scale);
+  auto leaf = [dt](const Shape& s, uint64_t seed) {
+    Tensor t = to(leaf64(s, seed, -2.0, 2.0).detach(), dt);
+    t.set_requires_grad(true);
+    return t;
+  };
+  Tensor q = leaf({B, H, Nq, Dk}, 1), k = leaf({B, H, Nk, Dk}, 2), v = leaf({B, H, Nk, Dv}, 3);
+  Tensor w = to(leaf64({B, H, Nq, Dv}, 4).detach(), dt);
+  const double used = scale > 0 ? scale : 1.0 / std::sqrt(double(Dk));
+  Tensor fast = flash_attention(q, k, v, kpm, scale, causal);
+  sum(fast * w).backward();
+  std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
+  q.zero_grad();
+  k.zero_grad();
+  v.zero_grad();
+  Tensor ref = dense_reference(q, k, v, kpm, used, causal);
+  sum(ref * w).backward();
+  check_close(fast, ref, tol);
+  check_close(g[0], q.grad(), tol);
+  check_close(g[1], k.grad(), tol);
+  check_close(g[2], v.grad(), tol);
+}
+
+}  // namespace
+
+TEST_SUITE("ops/attention") {
+
+TEST_CASE("flash attention equals dense attention: masks, causal, Nq != Nk, sizes off the tile") {
+  for (bool causal : {false, true}) {
+    // Batch 1 has padded keys; Nq > Nk with causal leaves the first queries no key (zeros).
+    check_flash(2, 2, 7, 7, 3, 4, padding(2, 7, {{1, 0}, {1, 5}}), causal, 0.0, kFloat64, 1e-12);
+    check_flash(2, 1, 130, 150, 5, 3, padding(2, 150, {{1, 3}, {1, 149}, {0, 64}}), causal, 0.0, kFloat64, 1e-12);
+    check_flash(1, 2, 150, 70, 4, 4, Tensor(), causal, 0.3, kFloat64, 1e-12);
+    check_flash(1, 2, 20, 300, 4, 6, Tensor(), causal, 0.0, kFloat64, 1e-12);
+    check_flash(2, 3, 65, 129, 8, 8, padding(2, 129, {{0, 128}, {1, 127}}), causal, 0.0, kFloat32, 2e-5);
+    // One (batch, head) and several key tiles: large enough to run on the OpenMP
+    // team, where the backward splits the keys and sums per-slice dQ buffers.
+    check_flash(1, 1, 130, 1100, 8, 8, padding(1, 1100, {{0, 7}, {0, 600}}), causal, 0.0, kFloat64, 1e-12);
+  }
+}
+
+TEST_CASE("flash attention: a query with every key blocked outputs zeros and passes a zero gradient") {
+  std::vector<std::pair<int64_t, int64_t>> all;
+  for (int64_t j = 0; j < 9; ++j) all.push_back({1, j});  // batch 1: every key padded
+  Tensor q = leaf64({2, 2, 5, 3}, 1), k = leaf64({2, 2, 9, 3}, 2), v = leaf64({2, 2, 9, 2}, 3);
+  Tensor out = flash_attention(q, k, v, padding(2, 9, all));
+  std::vector<double> o = values(out);
+  for (size_t i = 20; i < 40; ++i) CHECK(o[i] == 0.0);
+  sum(out * out + out).backward();
+  std::vector<double> gq = values(q.grad()), gk = values(k.grad()), gv = values(v.grad());
+  for (size_t i = 30; i < 60; ++i) CHECK(gq[i] == 0.0);
+  for (size_t i = 54; i < 108; ++i) CHECK(gk[i] == 0.0);
+  for (size_t i = 36; i < 72; ++i) CHECK(gv[i] == 0.0);
+  for (double x : gq) CHECK(std::isfinite(x));
+  // Causal with Nq > Nk: queries 0..Nq-Nk-1 see nothing.
+  Tensor c = flash_attention(q, slice(k, 2, 0, 3), slice(v, 2, 0, 3), Tensor(), 0.0, true);
+  std::vector<double> co = values(c);
+  for (int64_t bh = 0; bh < 4; ++bh)
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t d = 0; d < 2; ++d) CHECK(co[size_t((bh * 5 + i) * 2 + d)] == 0.0);
+}
+
+TEST_CASE("flash attention: strided inputs, zero grad_output, repeatable backward") {
+  Tensor base = leaf64({1, 6, 2, 4}, 5);  // (B, N, H, D) viewed as (B, H, N, D)
+  auto q = [&] { return transpose(base, 1, 2); };
+  Tensor k = leaf64({1, 2, 6, 4}, 6), v = leaf64({1, 2, 6, 3}, 7);
+  check_close(flash_attention(q(), k, v), dense_reference(q(), k, v, Tensor(), 0.5, false), 1e-12);
+  Tensor out = flash_attention(q(), k, v);
+  sum(out * 0.0).backward();
+  for (double x : values(base.grad())) CHECK(x == 0.0);
+  base.zero_grad();
+  Tensor w = leaf64({1, 2, 6, 3}, 8).detach();
+  sum(flash_attention(q(), k, v, Tensor(), 0.0, true) * w).backward();
+  std::vector<double> first = values(base.grad());
+  base.zero_grad();
+  sum(flash_attention(q(), k, v, Tensor(), 0.0, true) * w).backward();
+  CHECK(values(base.grad()) == first);
+}
+
+GRADCHECK_CASE("flash_attention") {
+  Tensor kpm = padding(2, 6, {{1, 1}, {1, 4}});
+  for (bool causal : {false, true})
+    check_grad("flash_attention",
+               [&](const std::vector<Tensor>& x) { return flash_attention(x[0], x[1], x[2], kpm, 0.0, causal); },
+               {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
+}
+
+TEST_CASE("flash attention rejects bad input with the shapes in the message") {
+  Tensor q = leaf64({1, 2, 4, 3}), k = leaf64({1, 2, 5, 3}), v = leaf64({1, 2, 5, 2});
+  CHECK_THROWS_MSG(flash_attention(q, leaf64({1, 2, 5, 4}), v), ShapeError, "[flash_attention] inconsistent shapes",
+                   "(1,2,5,4)");
+  CHECK_THROWS_MSG(flash_attention(reshape(q, {2, 4, 3}), k, v), ShapeError, "[flash_attention] expected q (B, H, Nq, Dk)");
+  CHECK_THROWS_MSG(flash_attention(q, k, to(v, kFloat32)), DTypeError, "[flash_attention] q, k, v must share one float dtype");
+  CHECK_THROWS_MSG(flash_attention(q, k, v, Tensor::zeros({1, 4}, kBool)), ShapeError,
+                   "[flash_attention] key_padding_mask must be bool (B, Nk) = (1, 5), got bool (1,4)");
+  CHECK_THROWS_MSG(flash_attention(q, k, v, Tensor(), -1.0), ValueError, "[flash_attention] scale must be finite and >= 0");
+  CHECK_THROWS_MSG(flash_attention(q, k, v, Tensor(), std::nan("")), ValueError, "scale must be finite");
+  CHECK_THROWS_MSG(flash_attention(q, k, fake_cuda({1, 2, 5, 2}, kFloat64)), DeviceError,
+                   "[flash_attention] tensors are on different devices");
+  CHECK_THROWS_MSG(flash_attention(Tensor(), k, v), ValueError, "[flash_attention] argument 'q' is an undefined tensor");
+}
+
+GRADCHECK_CASE("block_attention") {
+  // Chunks of 3 over 7 tokens (the last chunk has 2 empty slots; token 5 is in no
+  // slot), per-head tables, look-back 1, causal, self mask, padding: out and lse.
+  Tensor members = ti64({4, 0, 2, 6, 1, 3, -1, -1, -1,  //
+                         1, 2, 3, 0, 4, 6, -1, -1, -1,  //
+                         6, 5, 4, 3, 2, 1, 0, -1, -1,  //
+                         0, 1, 2, 3, 4, 5, 6, -1, -1},
+                        {2, 2, 3, 3});
+  Tensor kpm = padding(2, 7, {{1, 2}});
+  BlockAttentionOptions o;
+  o.look_back = 1;
+  for (bool causal : {false, true}) {
+    o.causal = causal;
+    o.self_mask = causal;
+    check_grad("block_attention",
+               [&](const std::vector<Tensor>& x) {
+                 BlockAttentionResult r = block_attention(x[0], x[1], x[2], members, kpm, o);
+                 // lse is -inf for tokens with nothing to attend to, and the
+                 // self-only queries' lse (about -1e5) loses the digits a
+                 // finite difference measures: leave both out.
+                 return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
+               },
+               {leaf64({2, 2, 7, 3}, 1), leaf64({2, 2, 7, 3}, 2), leaf64({2, 2, 7, 2}, 3)});
+  }
+}
+
+TEST_CASE("block attention rejects bad input with the shapes in the message") {
+  Tensor q = leaf64({1, 2, 4, 3}), k = leaf64({1, 2, 4, 3}), v = leaf64({1, 2, 4, 2});
+  Tensor members = ti64({0, 1, 2, 3}, {1, 1, 2, 2});
+  CHECK_THROWS_MSG(block_attention(q, k, v, ti64({0, 1, 1, 3}, {1, 1, 2, 2})), ValueError,
+                   "[block_attention] position 1 appears twice in members[0, 0]");
+  CHECK_THROWS_MSG(block_attention(q, k, v, Tensor::full({1, 3, 2, 2}, -1.0, kInt64)), ShapeError,
+                   "[block_attention] members (1,3,2,2) does not fit q (1,2,4,3)");
+  CHECK_THROWS_MSG(block_attention(q, k, v, members, Tensor::zeros({1, 5}, kBool)), ShapeError,
+                   "[block_attention] key_padding_mask must be bool (B, N) = (1, 4), got bool (1,5)");
+  BlockAttentionOptions bad;
+  bad.look_ahead = -2;
+  CHECK_THROWS_MSG(block_attention(q, k, v, members, Tensor(), bad), ValueError, "[block_attention] look_back and look_ahead",
+                   "look_ahead=-2");
+  CHECK_THROWS_MSG(block_attention(q, k, v, fake_cuda({1, 1, 2, 2}, kInt64)), DeviceError,
+                   "[block_attention] tensors are on different devices");
+}
+
+}  // TEST_SUITE
