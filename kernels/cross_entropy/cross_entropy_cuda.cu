@@ -200,7 +200,7 @@ void backward_typed(const Tensor& logits, const Tensor& targets, const Tensor& l
 int64_t cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, const CrossEntropyParams& p,
                                    const Tensor& losses, const Tensor& lse) {
   int64_t count = 0;
-  CF_DISPATCH_FLOAT(logits.dtype(), "cross_entropy",
+  CF_DISPATCH_FLOAT_STD(logits.dtype(), "cross_entropy",
                     count = forward_typed<scalar_t>(logits, targets, p, losses, lse));
   return count;
 }
@@ -208,7 +208,7 @@ int64_t cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, 
 void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                  const Tensor& grad, double scale, const CrossEntropyParams& p,
                                  const Tensor& dlogits) {
-  CF_DISPATCH_FLOAT(logits.dtype(), "cross_entropy",
+  CF_DISPATCH_FLOAT_STD(logits.dtype(), "cross_entropy",
                     backward_typed<scalar_t>(logits, targets, lse, grad, scale, p, dlogits));
 }
 

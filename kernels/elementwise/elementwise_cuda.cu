@@ -457,7 +457,7 @@ void unary_cuda(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) {
     unary_numeric<int64_t>(op, x, out);
     return;
   }
-  CF_DISPATCH_FLOAT(x.dtype(), op_name(op), unary_float<scalar_t>(op, x, out, p));
+  CF_DISPATCH_FLOAT_STD(x.dtype(), op_name(op), unary_float<scalar_t>(op, x, out, p));
 }
 
 void binary_cuda(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -471,7 +471,7 @@ void binary_cuda(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
     binary_bool(op, a, b, out);
     return;
   }
-  CF_DISPATCH_NUMERIC(a.dtype(), op_name(op), binary_typed<scalar_t>(op, a, b, out));
+  CF_DISPATCH_NUMERIC_STD(a.dtype(), op_name(op), binary_typed<scalar_t>(op, a, b, out));
 }
 
 void where_cuda(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -480,7 +480,7 @@ void where_cuda(const Tensor& cond, const Tensor& a, const Tensor& b, const Tens
   check_operand_device("where", b, out);
   const int64_t n = out.numel();
   if (n == 0) return;
-  CF_DISPATCH_ALL(out.dtype(), "where", {
+  CF_DISPATCH_ALL_STD(out.dtype(), "where", {
     using T = scalar_t;
     if (out.is_contiguous() && dense_as(cond, out) && dense_as(a, out) && dense_as(b, out)) {
       cu::use_device_of(out, "where");
@@ -504,15 +504,15 @@ void copy_cuda(const Tensor& src, const Tensor& dst) {
                   "copy");
     return;
   }
-  CF_DISPATCH_ALL(src.dtype(), "copy", {
+  CF_DISPATCH_ALL_STD(src.dtype(), "copy", {
     using S = scalar_t;
-    CF_DISPATCH_ALL(dst.dtype(), "copy", (map1<S, scalar_t>("copy", src, dst, CastFn<S, scalar_t>{})));
+    CF_DISPATCH_ALL_STD(dst.dtype(), "copy", (map1<S, scalar_t>("copy", src, dst, CastFn<S, scalar_t>{})));
   });
 }
 
 void fill_cuda(const Tensor& t, double value) {
   if (t.numel() == 0) return;
-  CF_DISPATCH_ALL(t.dtype(), "fill", {
+  CF_DISPATCH_ALL_STD(t.dtype(), "fill", {
     const scalar_t v = static_cast<scalar_t>(value);
     const int64_t n = t.numel();
     if (t.is_contiguous()) {
@@ -537,7 +537,7 @@ void fill_cuda(const Tensor& t, double value) {
 void add_scaled_cuda(const Tensor& a, const Tensor& b, double alpha, const Tensor& out) {
   check_operand_device("add_", a, out);
   check_operand_device("add_", b, out);
-  CF_DISPATCH_NUMERIC(out.dtype(), "add_", {
+  CF_DISPATCH_NUMERIC_STD(out.dtype(), "add_", {
     const scalar_t s = static_cast<scalar_t>(alpha);
     map2<scalar_t, scalar_t>("add_", a, b, out, AddScaledFn<scalar_t>{s});
   });

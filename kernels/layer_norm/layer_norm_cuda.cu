@@ -268,13 +268,13 @@ void backward_typed(const Tensor& g, const Tensor& x, const Tensor& mean, const 
 
 void layer_norm_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t n,
                              double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
-  CF_DISPATCH_FLOAT(x.dtype(), "layer_norm", forward_typed<scalar_t>(x, weight, bias, n, eps, y, mean, rstd));
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "layer_norm", forward_typed<scalar_t>(x, weight, bias, n, eps, y, mean, rstd));
 }
 
 void layer_norm_backward_cuda(const Tensor& g, const Tensor& x, const Tensor& mean,
                               const Tensor& rstd, const Tensor& weight, int64_t n, const Tensor& gx,
                               const Tensor& gweight, const Tensor& gbias) {
-  CF_DISPATCH_FLOAT(x.dtype(), "layer_norm",
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "layer_norm",
                     backward_typed<scalar_t>(g, x, mean, rstd, weight, n, gx, gweight, gbias));
 }
 

@@ -190,7 +190,7 @@ void matmul_typed(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
 }  // namespace
 
 void matmul_cuda(const Tensor& a, const Tensor& b, const Tensor& out) {
-  CF_DISPATCH_FLOAT(a.dtype(), "matmul", matmul_typed<scalar_t>(a, b, out));
+  CF_DISPATCH_FLOAT_STD(a.dtype(), "matmul", matmul_typed<scalar_t>(a, b, out));
 }
 
 }  // namespace cf::kernels

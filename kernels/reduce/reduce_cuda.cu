@@ -397,7 +397,7 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
 
 void reduce_cuda(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, const Tensor& out,
                  const Tensor& indices, int64_t correction) {
-  CF_DISPATCH_NUMERIC(x.dtype(), "reduce", reduce_typed<scalar_t>(op, x, axes, out, indices, correction));
+  CF_DISPATCH_NUMERIC_STD(x.dtype(), "reduce", reduce_typed<scalar_t>(op, x, axes, out, indices, correction));
 }
 
 }  // namespace cf::kernels

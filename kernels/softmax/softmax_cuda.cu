@@ -236,11 +236,11 @@ void backward_typed(const Tensor& y, const Tensor& gr, int64_t axis, bool log, c
 }  // namespace
 
 void softmax_forward_cuda(const Tensor& x, int64_t axis, bool log, const Tensor& y) {
-  CF_DISPATCH_FLOAT(x.dtype(), log ? "log_softmax" : "softmax", forward_typed<scalar_t>(x, axis, log, y));
+  CF_DISPATCH_FLOAT_STD(x.dtype(), log ? "log_softmax" : "softmax", forward_typed<scalar_t>(x, axis, log, y));
 }
 
 void softmax_backward_cuda(const Tensor& y, const Tensor& g, int64_t axis, bool log, const Tensor& gx) {
-  CF_DISPATCH_FLOAT(y.dtype(), log ? "log_softmax" : "softmax",
+  CF_DISPATCH_FLOAT_STD(y.dtype(), log ? "log_softmax" : "softmax",
                     backward_typed<scalar_t>(y, g, axis, log, gx));
 }
 

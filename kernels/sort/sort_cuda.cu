@@ -170,7 +170,7 @@ void sort_typed(const Tensor& x, int64_t axis, int64_t k, bool descending, const
 
 void sort_cuda(const Tensor& x, int64_t axis, int64_t k, bool descending, const Tensor& values,
                const Tensor& indices) {
-  CF_DISPATCH_NUMERIC(x.dtype(), "sort", sort_typed<scalar_t>(x, axis, k, descending, values, indices));
+  CF_DISPATCH_NUMERIC_STD(x.dtype(), "sort", sort_typed<scalar_t>(x, axis, k, descending, values, indices));
 }
 
 }  // namespace cf::kernels
