@@ -4,6 +4,7 @@
 #include <deque>
 #include <unordered_map>
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/shape.h"
@@ -122,6 +123,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
   }
 
   NoGradGuard no_grad;
+  AutocastGuard no_autocast(std::nullopt);  // backward ops run in their forward's dtypes
   std::shared_ptr<Node> root_node = node_of(root);
 
   // Count, for every reachable node, how many edges point at it.
