@@ -1,5 +1,6 @@
 #pragma once
 // cf: the one header a user includes.
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/hooks.h"

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "autograd/autocast.h"
 #include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "autograd/ops/elementwise.h"
@@ -193,6 +194,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
   }
 
   NoGradGuard no_grad;
+  AutocastGuard no_autocast(std::nullopt);  // backward ops run in their forward's dtypes
   std::shared_ptr<Node> root_node = node_of(root);
   // Callbacks queued by hooks during this backward (restored for a nested one).
   std::vector<std::function<void()>> callbacks;

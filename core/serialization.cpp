@@ -39,6 +39,8 @@ bool parse_dtype(const std::string& s, DType& out) {
   else if (s == "F64") out = kFloat64;
   else if (s == "I64") out = kInt64;
   else if (s == "BOOL") out = kBool;
+  else if (s == "BF16") out = kBFloat16;
+  else if (s == "F16") out = kFloat16;
   else return false;
   return true;
 }
@@ -121,6 +123,8 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::Float64: return "F64";
     case DType::Int64: return "I64";
     case DType::Bool: return "BOOL";
+    case DType::BFloat16: return "BF16";
+    case DType::Float16: return "F16";
   }
   return "?";
 }
@@ -345,7 +349,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     if (!dt.is_string()) throw fail("entry '", name, "': dtype is ", json_type_of(dt), ", not a string");
     if (!parse_dtype(dt.get<std::string>(), e.dtype))
       throw fail("entry '", name, "': unsupported dtype '", dt.get<std::string>(),
-                 "' (cf reads F32, F64, I64, BOOL)");
+                 "' (cf reads F32, F64, I64, BOOL, BF16, F16)");
 
     const ojson& sh = v["shape"];
     if (!sh.is_array()) throw fail("entry '", name, "': shape is ", json_type_of(sh), ", not an array");

@@ -170,6 +170,8 @@ template <typename T>
 void print_value(std::ostream& os, T v) {
   if constexpr (std::is_same_v<T, bool>) {
     os << (v ? "true" : "false");
+  } else if constexpr (is_low_precision_v<T>) {
+    os << std::setprecision(4) << float(v);  // 8 or 11 significant bits: about 3 digits
   } else if constexpr (std::is_integral_v<T>) {
     os << v;
   } else {

@@ -57,6 +57,7 @@ void save_checkpoint(const std::string& path, const TrainingCheckpoint& ckpt) {
   tensors.reserve(ckpt.model.size() + ckpt.optimizer.size());
   add_prefixed(tensors, ckpt.model, "model.", path, "model");
   add_prefixed(tensors, ckpt.optimizer, "optim.", path, "optimizer");
+  add_prefixed(tensors, ckpt.scaler, "scaler.", path, "scaler");
 
   std::map<std::string, std::string> meta;
   meta[kFormatKey] = kFormatValue;
@@ -126,8 +127,10 @@ TrainingCheckpoint load_checkpoint(const std::string& path) {
       ck.model.emplace_back(n.substr(6), std::move(e.second));
     else if (n.compare(0, 6, "optim.") == 0 && n.size() > 6)
       ck.optimizer.emplace_back(n.substr(6), std::move(e.second));
+    else if (n.compare(0, 7, "scaler.") == 0 && n.size() > 7)
+      ck.scaler.emplace_back(n.substr(7), std::move(e.second));
     else
-      throw fail("tensor '", n, "' is neither 'model.*' nor 'optim.*'");
+      throw fail("tensor '", n, "' is neither 'model.*', 'optim.*' nor 'scaler.*'");
   }
   return ck;
 }

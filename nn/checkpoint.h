@@ -4,7 +4,8 @@
 // temporary, fsync, rename), so a crash never leaves a half checkpoint.
 //
 // File layout (readable by any safetensors reader):
-//   tensors   "model.<name>" for the model state, "optim.<name>" for the optimizer's
+//   tensors   "model.<name>" for the model state, "optim.<name>" for the optimizer's,
+//             "scaler.<name>" for a dynamic loss scaler's (nn/optim/grad_scaler.h)
 //   metadata  "cf.format" = "cf.checkpoint", "cf.format_version" = "1",
 //             "step" = decimal int64,
 //             "rng.count" = N, "rng.<i>.name" / "rng.<i>.seed" / "rng.<i>.offset"
@@ -34,6 +35,7 @@ struct GeneratorState {
 struct TrainingCheckpoint {
   StateDict model;
   StateDict optimizer;
+  StateDict scaler;  // GradScaler::state_dict() (mixed precision), or empty
   int64_t step = 0;
   // Named generator states, in order (e.g. {"default", GeneratorState::of(default_generator())}).
   std::vector<std::pair<std::string, GeneratorState>> generators;

@@ -30,7 +30,7 @@ void Module::register_parameter(const std::string& name, Tensor* slot) {
   CF_CHECK(slot != nullptr, ValueError, "[Module] parameter '", name, "' has a null slot");
   if (slot->defined()) {
     CF_CHECK(is_floating(slot->dtype()), DTypeError, "[Module] parameter '", name,
-             "' must be float32 or float64, got ", slot->dtype());
+             "' must be floating (float32, float64, bfloat16, float16), got ", slot->dtype());
     *slot = slot->detach();
     slot->set_requires_grad(true);
   }
@@ -172,7 +172,7 @@ void Module::train(bool on) {
 }
 
 void Module::to(DType dtype) {
-  CF_CHECK(is_floating(dtype), DTypeError, "[Module::to] parameters can only be float32 or float64, got ",
+  CF_CHECK(is_floating(dtype), DTypeError, "[Module::to] parameters can only be floating (float32, float64, bfloat16, float16), got ",
            dtype);
   NoGradGuard ng;
   visit("", [&](const std::string&, Tensor* t, bool is_param, bool) {

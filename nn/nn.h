@@ -33,6 +33,7 @@
 #include "nn/module.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/clip.h"
+#include "nn/optim/grad_scaler.h"
 #include "nn/optim/optimizer.h"
 #include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"

@@ -51,6 +51,10 @@ inline Tensor ti64(const std::vector<int64_t>& v, const Shape& s) { return Tenso
 // Values of any float tensor as doubles.
 inline std::vector<double> values(const Tensor& t) {
   if (t.dtype() == kFloat64) return t.to_vector<double>();
+  if (is_low_precision(t.dtype())) {  // exact: every bfloat16/float16 value is a float32
+    NoGradGuard ng;
+    return values(to(t.detach(), kFloat32));
+  }
   if (t.dtype() == kFloat32) {
     auto v = t.to_vector<float>();
     return std::vector<double>(v.begin(), v.end());

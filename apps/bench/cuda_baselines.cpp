@@ -38,6 +38,19 @@ void cublas_sgemm_strided_batched(const void* a, const void* b, void* c, int64_t
         "cublasSgemmStridedBatched");
 }
 
+void cublas_gemm_ex_strided_batched_16(const void* a, const void* b, void* c, int64_t batch, int64_t m,
+                                       int64_t n, int64_t k, bool bf16, int device) {
+  static cublasHandle_t handle = nullptr;
+  check(cudaSetDevice(device), "cudaSetDevice");
+  if (!handle) check(cublasCreate(&handle), "cublasCreate");
+  const float one = 1.0f, zero = 0.0f;
+  const cudaDataType dt = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  check(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, b, dt, int(n),
+                                   n * k, a, dt, int(k), m * k, &zero, c, dt, int(n), m * n, int(batch),
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx");
+}
+
 void device_copy(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
 }

@@ -13,6 +13,10 @@ std::string gpu_name(int device);
 // cublasSgemmStridedBatched call (TF32 as cf::cuda::allow_tf32() says).
 void cublas_sgemm_strided_batched(const void* a, const void* b, void* c, int64_t batch, int64_t m,
                                   int64_t n, int64_t k, int device);
+// The same product for bfloat16 (bf16 = true) or float16 operands and output: one
+// cublasGemmStridedBatchedEx call with float32 compute (CUBLAS_COMPUTE_32F, tensor cores).
+void cublas_gemm_ex_strided_batched_16(const void* a, const void* b, void* c, int64_t batch, int64_t m,
+                                       int64_t n, int64_t k, bool bf16, int device);
 // cudaMemcpy device to device.
 void device_copy(void* dst, const void* src, size_t bytes);
 

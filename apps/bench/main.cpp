@@ -14,6 +14,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -102,6 +103,12 @@ Options:
                 reported (default 5)
   --elkan       kmeans: also time an iteration of Elkan's variant (N x k float64
                 bounds in memory)
+  --precision P matmul, attention, model: fp32 (default), bf16 or fp16. matmul: the
+                operands are bfloat16/float16 (float32 accumulation); the CPU baseline
+                stays cblas_sgemm on float32 copies (the ratio says what the 16-bit
+                path costs against float32 sgemm), the CUDA baseline becomes a direct
+                cublasGemmStridedBatchedEx in the same dtype. attention and model run
+                under cf::AutocastGuard (q, k, v in the 16-bit dtype for attention)
   --device D    cpu (default) or cuda[:i]. On CUDA, every timed call ends with
                 a device synchronisation; the baselines become a direct cuBLAS
                 strided-batched SGEMM (matmul, kmeans) and a device-to-device
@@ -129,7 +136,18 @@ struct Options {
   int64_t block_rows = cf::nn::KMeansOptions{}.block_rows;
   int64_t lloyd_iters = 5;
   bool elkan = false;
+  std::string precision = "fp32";
 };
+
+// --precision: the autocast / operand dtype, or nullopt for fp32.
+std::optional<cf::DType> low_dtype(const Options& o) {
+  if (o.precision == "bf16") return cf::kBFloat16;
+  if (o.precision == "fp16") return cf::kFloat16;
+  return std::nullopt;
+}
+const char* dtype_label(const Options& o) {
+  return o.precision == "bf16" ? "bfloat16" : o.precision == "fp16" ? "float16" : "float32";
+}
 
 // The device every benchmark runs on (--device); timed calls end with a
 // synchronisation there, so a time covers the work, not just its launch.
@@ -306,8 +324,14 @@ int64_t reps_for(const Options& o, double flops) {
 json matmul_row(const Options& o, cf::Generator& gen, int64_t bs, int64_t n) {
   int64_t count = std::max<int64_t>(bs, 1);
   cf::Shape shape = bs > 0 ? cf::Shape{bs, n, n} : cf::Shape{n, n};
+  const std::optional<cf::DType> low = low_dtype(o);
   cf::Tensor A = cf::rand(shape, cf::kFloat32, gen, -1, 1).to(g_device);
   cf::Tensor B = cf::rand(shape, cf::kFloat32, gen, -1, 1).to(g_device);
+  if (low) {  // 16-bit operands; the float32 baselines read their exact float32 values
+    A = cf::to(A, *low);
+    B = cf::to(B, *low);
+  }
+  cf::Tensor A32 = cf::to(A, cf::kFloat32), B32 = cf::to(B, cf::kFloat32);
   std::vector<float> C(size_t(count * n * n));
   double flops = 2.0 * double(count) * double(n) * double(n) * double(n);
   int64_t reps = reps_for(o, flops);
@@ -322,12 +346,28 @@ json matmul_row(const Options& o, cf::Generator& gen, int64_t bs, int64_t n) {
   json r;
   r["name"] = bs > 0 ? "bmm_" + std::to_string(bs) + "x" + std::to_string(n)
                      : "matmul_" + std::to_string(n);
-  r["params"] = {{"m", n}, {"n", n}, {"k", n}, {"batch", count}, {"dtype", "float32"},
+  r["params"] = {{"m", n}, {"n", n}, {"k", n}, {"batch", count}, {"dtype", dtype_label(o)},
                  {"repeat", reps}};
   r["time_s"] = t_cf;
   r["gflops"] = flops / t_cf * 1e-9;
   r["peak_bytes"] = peak;
 #ifdef CF_WITH_CUDA
+  if (g_device.is_cuda() && low) {
+    // Baseline: one cublasGemmStridedBatchedEx call in the same dtype on the same buffers.
+    cf::Tensor Cd = cf::Tensor::empty(shape, *low, g_device);
+    double t_cublas = time_median(reps, [&] {
+      cf::bench::cublas_gemm_ex_strided_batched_16(A.raw_data(), B.raw_data(), Cd.raw_data(), count, n, n, n,
+                                                   *low == cf::kBFloat16, g_device.index);
+    });
+    r["params"]["baseline"] = "cublasGemmStridedBatchedEx (16-bit, CUBLAS_COMPUTE_32F) on the same device buffers";
+    r["cublas_time_s"] = t_cublas;
+    r["cublas_gflops"] = flops / t_cublas * 1e-9;
+    r["ratio_vs_cublas"] = t_cublas / t_cf;
+    std::vector<float> got = cf::to(out, cf::kFloat32).to_vector<float>(),
+                       want = cf::to(Cd, cf::kFloat32).to_vector<float>();
+    r["max_abs_diff_vs_cublas"] = max_abs_diff(got.data(), want.data(), count * n * n);
+    return r;
+  }
   if (g_device.is_cuda()) {
     // Baseline: one cublasSgemmStridedBatched call on the same device buffers.
     cf::Tensor Cd = cf::Tensor::empty(shape, cf::kFloat32, g_device);
@@ -344,8 +384,8 @@ json matmul_row(const Options& o, cf::Generator& gen, int64_t bs, int64_t n) {
     return r;
   }
 #endif
-  const float* pa = A.data<float>();
-  const float* pb = B.data<float>();
+  const float* pa = A32.data<float>();
+  const float* pb = B32.data<float>();
   RawBlasThreads raw_blas;
   double t_blas = time_median(reps, [&] {
     for (int64_t i = 0; i < count; ++i)
@@ -353,8 +393,9 @@ json matmul_row(const Options& o, cf::Generator& gen, int64_t bs, int64_t n) {
                   pa + i * n * n, int(n), pb + i * n * n, int(n), 0.0f, C.data() + i * n * n,
                   int(n));
   });
-  cf::Tensor outc = cf::contiguous(out);
+  cf::Tensor outc = cf::contiguous(cf::to(out, cf::kFloat32));
   if (bs > 0) r["params"]["baseline"] = "loop of cblas_sgemm over the batch";
+  if (low) r["params"]["baseline"] = "cblas_sgemm (float32) on float32 copies of the same values";
   r["cblas_time_s"] = t_blas;
   r["cblas_gflops"] = flops / t_blas * 1e-9;
   r["ratio_vs_cblas"] = t_blas / t_cf;
@@ -533,6 +574,13 @@ json bench_attention(const Options& o) {
                v = cf::randn({B, H, n, Dh}, cf::kFloat32, gen).to(g_device);
     // The layer input before projection, for variants that cluster hidden states.
     cf::Tensor x = cf::randn({B, n, H * Dh}, cf::kFloat32, gen).to(g_device);
+    const std::optional<cf::DType> low = low_dtype(o);
+    if (low) {  // 16-bit q, k, v; the attention runs under autocast (softmax statistics in float32)
+      q = cf::to(q, *low);
+      k = cf::to(k, *low);
+      v = cf::to(v, *low);
+    }
+    cf::AutocastGuard autocast(low);
     double full_fwd = -1, full_bwd = -1;
     for (const std::string& variant : o.variants) {
       if (is_centroid_variant(variant)) {
@@ -551,7 +599,7 @@ json bench_attention(const Options& o) {
       json r;
       r["name"] = variant + "_" + std::to_string(n);
       r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"heads", H}, {"head_dim", Dh},
-                     {"causal", o.causal}, {"dtype", "float32"}, {"options", options}};
+                     {"causal", o.causal}, {"dtype", dtype_label(o)}, {"options", options}};
       // A dense variant holds a few (B, H, N, N) float32 matrices: about 3 in the
       // forward, 6 with the backward. Skip rows that would not fit rather than swap.
       const double nn_gib = cf::apps::dense_scores_gib(B * H, n);
@@ -604,6 +652,10 @@ json bench_attention(const Options& o) {
             out = forward(args(q, k, v));
           });
         } catch (const cf::NotImplementedError& e) {
+          r["skipped"] = e.what();
+          rows.push_back(r);
+          continue;
+        } catch (const cf::DTypeError& e) {  // a variant without 16-bit kernels yet (--precision)
           r["skipped"] = e.what();
           rows.push_back(r);
           continue;
@@ -672,6 +724,8 @@ json bench_model(const Options& o) {
       r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"layers", 2}, {"d_model", 256},
                      {"heads", 4}, {"d_ff", 1024}, {"vocab", vocab}, {"classes", classes},
                      {"parameters", model.num_parameters()}, {"repeat", reps}, {"dtype", "float32"}};
+      if (low_dtype(o)) r["params"]["autocast"] = dtype_label(o);  // float32 weights, 16-bit matmuls
+      cf::AutocastGuard autocast(low_dtype(o));
       const cf::apps::Measurement train = model.measure_train(reps, 1);
       const double t_train = train.median_s;
       r["train_step_time_s"] = t_train;
@@ -858,6 +912,10 @@ Options parse(int argc, char** argv) {
         o.variants.push_back(item);
         item.clear();
       }
+    } else if (opt == "--precision" && (o.cmd == "matmul" || o.cmd == "attention" || o.cmd == "model")) {
+      o.precision = args.value(opt);
+      if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16")
+        throw UsageError("--precision must be fp32, bf16 or fp16, got '" + o.precision + "'");
     } else if (opt == "--causal" && o.cmd == "attention") {
       args.no_value(opt);
       o.causal = true;

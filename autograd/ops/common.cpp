@@ -46,7 +46,7 @@ void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
 
 void check_float(const Tensor& t, const char* op, const char* arg) {
   CF_CHECK(is_floating(t.dtype()), DTypeError, "[", op, "] argument '", arg,
-           "' must be float32 or float64, got ", t.describe());
+           "' must be a floating dtype (float32, float64, bfloat16, float16), got ", t.describe());
 }
 
 void check_dtype(const Tensor& t, DType want, const char* op, const char* arg) {

@@ -50,6 +50,27 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, kernels::UnaryParams p = {}) {
   return out;
 }
 
+// Dtype promotion (docs/design-notes.md, "Dtypes and promotion"): floating operands of different
+// dtypes meet at promote_types (PyTorch's rule) through differentiable casts, so each input's
+// gradient comes back in its own dtype. int64/bool never mix with floats implicitly.
+bool promote_pair(const Tensor& a, const Tensor& b, Tensor& pa, Tensor& pb) {
+  if (!a.defined() || !b.defined() || a.dtype() == b.dtype() || !is_floating(a.dtype()) ||
+      !is_floating(b.dtype()))
+    return false;
+  DType t = promote_types(a.dtype(), b.dtype());
+  pa = a.dtype() == t ? a : to(a, t);
+  pb = b.dtype() == t ? b : to(b, t);
+  return true;
+}
+#define CF_PROMOTED(CALL)                        \
+  do {                                           \
+    Tensor pa_, pb_;                             \
+    if (promote_pair(a, b, pa_, pb_)) {          \
+      const Tensor &a = pa_, &b = pb_;           \
+      return CALL;                               \
+    }                                            \
+  } while (0)
+
 // Record y = f(x) with dy/dx computed by `local(x, y, g)`.
 template <typename F>
 Tensor unary_op(UnaryOp op, const Tensor& x, F local, kernels::UnaryParams p = {}) {
@@ -69,6 +90,7 @@ Tensor unary_op(UnaryOp op, const Tensor& x, F local, kernels::UnaryParams p = {
 // ---------------- binary ----------------
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(add(a, b));
   Tensor out = binary_forward(BinaryOp::Add, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     Shape sa = a.shape(), sb = b.shape();
@@ -80,6 +102,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(sub(a, b));
   Tensor out = binary_forward(BinaryOp::Sub, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     Shape sa = a.shape(), sb = b.shape();
@@ -91,6 +114,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(mul(a, b));
   Tensor out = binary_forward(BinaryOp::Mul, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -105,6 +129,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(div(a, b));
   Tensor out = binary_forward(BinaryOp::Div, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     SavedTensor sa(a), sb(b), so(out);
@@ -119,6 +144,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(pow(a, b));
   Tensor out = binary_forward(BinaryOp::Pow, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     bool need_b = b.requires_grad();
@@ -136,6 +162,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 namespace {
 // Gradient of maximum/minimum: `pick_a` marks where a was chosen.
 Tensor minmax_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(minmax_op(op, name, a, b));
   Tensor out = binary_forward(op, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     SavedTensor sa(a), sb(b);
@@ -174,12 +201,30 @@ Tensor operator-(const Tensor& a) { return neg(a); }
 
 // ---------------- comparisons ----------------
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Eq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ne, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Lt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Le, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Gt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ge, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(eq(a, b));
+  return binary_forward(BinaryOp::Eq, a, b);
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(ne(a, b));
+  return binary_forward(BinaryOp::Ne, a, b);
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(lt(a, b));
+  return binary_forward(BinaryOp::Lt, a, b);
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(le(a, b));
+  return binary_forward(BinaryOp::Le, a, b);
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(gt(a, b));
+  return binary_forward(BinaryOp::Gt, a, b);
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(ge(a, b));
+  return binary_forward(BinaryOp::Ge, a, b);
+}
 Tensor eq(const Tensor& a, double b) { return eq(a, ops::scalar_like(a, b)); }
 Tensor ne(const Tensor& a, double b) { return ne(a, ops::scalar_like(a, b)); }
 Tensor lt(const Tensor& a, double b) { return lt(a, ops::scalar_like(a, b)); }
@@ -196,6 +241,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   ops::check_defined(b, "where", "b");
   ops::check_same_device("where", {&cond, &a, &b});
   ops::check_dtype(cond, kBool, "where", "cond");
+  CF_PROMOTED(where(cond, a, b));
   ops::check_same_dtype("where", {&a, &b});
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());

@@ -1,3 +1,4 @@
+#include "autograd/autocast.h"
 #include "autograd/ops/linalg.h"
 
 #include <algorithm>
@@ -68,6 +69,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   ops::check_defined(a, "matmul", "a");
   ops::check_defined(b, "matmul", "b");
   ops::check_same_device("matmul", {&a, &b});
+  if (autocast_dtype()) {  // autocast: the product runs in the low dtype (tensor cores on CUDA)
+    Tensor la = autocast::to_low(a), lb = autocast::to_low(b);
+    if (!la.is_same(a) || !lb.is_same(b)) return matmul(la, lb);
+  }
   ops::check_float(a, "matmul", "a");
   ops::check_same_dtype("matmul", {&a, &b});
   CF_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "[matmul] needs operands of at least 1 dimension: ",

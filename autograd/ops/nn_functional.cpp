@@ -3,6 +3,7 @@
 // whose backward is one fused kernel too (kernels/softmax, layer_norm,
 // cross_entropy, dropout). Backward runs under no-grad, so these gradients are
 // not themselves differentiable (no double backward through the fused kernels).
+#include "autograd/autocast.h"
 #include "autograd/ops/nn_functional.h"
 
 #include <cmath>
@@ -37,6 +38,7 @@ Tensor as_row(const Tensor& t) { return t.dim() == 0 ? make_view(t, {1}, {1}, t.
 Tensor softmax_impl(const Tensor& x, int64_t axis, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   ops::check_defined(x, name, "x");
+  if (autocast_dtype() && is_low_precision(x.dtype())) return softmax_impl(autocast::to_float32(x), axis, log);
   ops::check_float(x, name, "x");
   const int64_t a = normalize_axis(axis, x.dim(), name);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -63,6 +65,11 @@ Tensor log_softmax(const Tensor& x, int64_t axis) { return softmax_impl(x, axis,
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   ops::check_defined(x, "layer_norm", "x");
+  if (autocast_dtype()) {  // autocast: normalisation statistics in float32
+    Tensor xf = autocast::to_float32(x), wf = autocast::to_float32(weight), bf = autocast::to_float32(bias);
+    if (!xf.is_same(x) || (weight.defined() && !wf.is_same(weight)) || (bias.defined() && !bf.is_same(bias)))
+      return layer_norm(xf, normalized_shape, wf, bf, eps);
+  }
   ops::check_float(x, "layer_norm", "x");
   ops::check_same_device("layer_norm", {&x, &weight, &bias});
   ops::check_same_dtype("layer_norm", {&x, &weight, &bias});
@@ -135,6 +142,8 @@ void check_cross_entropy_args(const Tensor& logits, const Tensor& targets, doubl
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& o) {
+  if (autocast_dtype() && logits.defined() && is_low_precision(logits.dtype()))
+    return cross_entropy(autocast::to_float32(logits), targets, o);  // autocast: losses in float32
   check_cross_entropy_args(logits, targets, o.label_smoothing);
   Shape want = logits.shape();  // the targets' shape: logits without the class axis
   want.erase(want.begin() + 1);

@@ -1,3 +1,4 @@
+#include "autograd/autocast.h"
 #include "autograd/ops/reduce.h"
 
 #include "autograd/ops/common.h"
@@ -59,6 +60,7 @@ void check_nonempty(const Tensor& x, const Plan& p, const char* op) {
 
 Tensor sum(const Tensor& x0, const Axes& axes, bool keepdim) {
   ops::check_defined(x0, "sum", "x");
+  if (autocast_dtype() && is_low_precision(x0.dtype())) return sum(autocast::to_float32(x0), axes, keepdim);
   Tensor x = x0.dtype() == kBool ? to(x0, kInt64) : x0;  // sum of a mask counts it
   Plan p = plan_reduce(x, axes, keepdim, "sum");
   Tensor out = reshape(run_reduce(ReduceOp::Sum, x, p).detach(), p.out_shape).detach();
@@ -73,6 +75,7 @@ Tensor sum(const Tensor& x0, const Axes& axes, bool keepdim) {
 
 Tensor mean(const Tensor& x, const Axes& axes, bool keepdim) {
   ops::check_defined(x, "mean", "x");
+  if (autocast_dtype() && is_low_precision(x.dtype())) return mean(autocast::to_float32(x), axes, keepdim);
   ops::check_float(x, "mean", "x");
   Plan p = plan_reduce(x, axes, keepdim, "mean");
   check_nonempty(x, p, "mean");
@@ -89,6 +92,8 @@ Tensor mean(const Tensor& x, const Axes& axes, bool keepdim) {
 
 Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) {
   ops::check_defined(x, "var", "x");
+  if (autocast_dtype() && is_low_precision(x.dtype()))
+    return var(autocast::to_float32(x), axes, correction, keepdim);
   ops::check_float(x, "var", "x");
   Plan p = plan_reduce(x, axes, keepdim, "var");
   CF_CHECK(correction >= 0 && p.count > correction, ShapeError, "[var] needs more than ", correction,
@@ -109,6 +114,7 @@ Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
 
 Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
   ops::check_defined(x, "logsumexp", "x");
+  if (autocast_dtype() && is_low_precision(x.dtype())) return logsumexp(autocast::to_float32(x), axes, keepdim);
   ops::check_float(x, "logsumexp", "x");
   Plan p = plan_reduce(x, axes, keepdim, "logsumexp");
   check_nonempty(x, p, "logsumexp");

@@ -189,7 +189,7 @@ void scatter_groups(const T* c, const T* x, const int64_t* idx, T* out, int64_t 
 
 void hash_pack_signs_cpu(const Tensor& proj, const Tensor& out) {
   const int64_t rows = proj.size(0), bits = proj.size(1);
-  CF_DISPATCH_FLOAT(proj.dtype(), "hash_codes",
+  CF_DISPATCH_FLOAT_STD(proj.dtype(), "hash_codes",
                     pack_signs(proj.data<scalar_t>(), rows, bits, out.data<int64_t>()));
 }
 
@@ -207,21 +207,21 @@ void hamming_kmeans_cpu(const Tensor& codes, const Tensor& exclude, int64_t clus
 
 void sparse_dot_cpu(const Tensor& q, const Tensor& k, const Tensor& idx, const Tensor& out) {
   const int64_t g = q.size(0), n = q.size(1), d = q.size(2), m = k.size(1), kk = idx.size(2);
-  CF_DISPATCH_FLOAT(q.dtype(), "sparse_dot",
+  CF_DISPATCH_FLOAT_STD(q.dtype(), "sparse_dot",
                     dot_rows(q.data<scalar_t>(), k.data<scalar_t>(), idx.data<int64_t>(), out.data<scalar_t>(), g,
                              n, m, kk, d));
 }
 
 void sparse_weighted_sum_cpu(const Tensor& w, const Tensor& v, const Tensor& idx, const Tensor& out) {
   const int64_t g = w.size(0), n = w.size(1), kk = w.size(2), m = v.size(1), d = v.size(2);
-  CF_DISPATCH_FLOAT(w.dtype(), "sparse_weighted_sum",
+  CF_DISPATCH_FLOAT_STD(w.dtype(), "sparse_weighted_sum",
                     wsum_rows(w.data<scalar_t>(), v.data<scalar_t>(), idx.data<int64_t>(), out.data<scalar_t>(), g,
                               n, m, kk, d));
 }
 
 void sparse_scatter_rows_cpu(const Tensor& c, const Tensor& x, const Tensor& idx, const Tensor& out) {
   const int64_t g = c.size(0), n = c.size(1), kk = c.size(2), d = x.size(2), m = out.size(1);
-  CF_DISPATCH_FLOAT(x.dtype(), "sparse_scatter_rows",
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "sparse_scatter_rows",
                     scatter_groups(c.data<scalar_t>(), x.data<scalar_t>(), idx.data<int64_t>(),
                                    out.data<scalar_t>(), g, n, m, kk, d));
 }

@@ -278,7 +278,7 @@ void hash_pack_signs_cuda(const Tensor& proj, const Tensor& out) {
   const int64_t rows = proj.size(0), bits = proj.size(1);
   if (rows == 0) return;
   cu::use_device_of(proj, "hash_codes");
-  CF_DISPATCH_FLOAT(proj.dtype(), "hash_codes",
+  CF_DISPATCH_FLOAT_STD(proj.dtype(), "hash_codes",
                     (pack_signs_kernel<scalar_t><<<cu::grid_for(rows), kThreads>>>(
                         cu::ptr<scalar_t>(proj), rows, bits, cu::ptr<int64_t>(out))));
   ::cf::cuda::check_launch("hash_codes");
@@ -308,7 +308,7 @@ void sparse_dot_cuda(const Tensor& q, const Tensor& k, const Tensor& idx, const 
   const int64_t n = q.size(1), d = q.size(2), m = k.size(1), kk = idx.size(2), total = out.numel();
   if (total == 0) return;
   cu::use_device_of(q, "sparse_dot");
-  CF_DISPATCH_FLOAT(q.dtype(), "sparse_dot",
+  CF_DISPATCH_FLOAT_STD(q.dtype(), "sparse_dot",
                     (sparse_dot_kernel<scalar_t><<<cu::grid_for(total), kThreads>>>(
                         cu::ptr<scalar_t>(q), cu::ptr<scalar_t>(k), cu::ptr<int64_t>(idx), cu::ptr<scalar_t>(out),
                         total, n, m, kk, d)));
@@ -319,7 +319,7 @@ void sparse_weighted_sum_cuda(const Tensor& w, const Tensor& v, const Tensor& id
   const int64_t n = w.size(1), kk = w.size(2), m = v.size(1), d = v.size(2), total = out.numel();
   if (total == 0) return;
   cu::use_device_of(w, "sparse_weighted_sum");
-  CF_DISPATCH_FLOAT(w.dtype(), "sparse_weighted_sum",
+  CF_DISPATCH_FLOAT_STD(w.dtype(), "sparse_weighted_sum",
                     (sparse_wsum_kernel<scalar_t><<<cu::grid_for(total), kThreads>>>(
                         cu::ptr<scalar_t>(w), cu::ptr<scalar_t>(v), cu::ptr<int64_t>(idx), cu::ptr<scalar_t>(out),
                         total, n, m, kk, d)));
@@ -340,7 +340,7 @@ void sparse_scatter_rows_cuda(const Tensor& c, const Tensor& x, const Tensor& id
          count = Tensor::empty({rows}, kInt64, dev);
   segments_by_key_cuda(kp, terms, rows, order, start, count, "sparse_scatter_rows");
   const int threads = int(std::min<int64_t>(kThreads, (d + kWarp - 1) / kWarp * kWarp));
-  CF_DISPATCH_FLOAT(x.dtype(), "sparse_scatter_rows",
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "sparse_scatter_rows",
                     (scatter_sum_kernel<scalar_t><<<cu::blocks_for(rows), threads>>>(
                         cu::ptr<scalar_t>(c), cu::ptr<scalar_t>(x), cu::ptr<int64_t>(order), cu::ptr<int64_t>(start),
                         cu::ptr<int64_t>(count), rows, kk, d, cu::ptr<scalar_t>(out))));

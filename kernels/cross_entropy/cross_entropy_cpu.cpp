@@ -1,6 +1,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/common/upcast.h"
 #include "kernels/common/parallel.h"
 #include "kernels/cross_entropy/cross_entropy.h"
 
@@ -92,6 +93,13 @@ int64_t cross_entropy_forward_cpu(const Tensor& logits, const Tensor& targets,
                                   const CrossEntropyParams& p, const Tensor& losses,
                                   const Tensor& lse) {
   int64_t count = 0;
+  if (is_low_precision(logits.dtype())) {  // float32 logits, one rounding per loss
+    Tensor lf = float32_buffer_for(losses), sf = float32_buffer_for(lse);
+    count = forward_typed<float>(upcast_float32(logits), targets, p, lf, sf);
+    downcast_into(lf, losses);
+    downcast_into(sf, lse);
+    return count;
+  }
   CF_DISPATCH_FLOAT(logits.dtype(), "cross_entropy",
                     count = forward_typed<scalar_t>(logits, targets, p, losses, lse));
   return count;
@@ -100,7 +108,13 @@ int64_t cross_entropy_forward_cpu(const Tensor& logits, const Tensor& targets,
 void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                 const Tensor& grad, double scale, const CrossEntropyParams& p,
                                 const Tensor& dlogits) {
-  CF_DISPATCH_FLOAT(logits.dtype(), "cross_entropy",
+  if (is_low_precision(logits.dtype())) {
+    Tensor df = float32_buffer_for(dlogits);
+    backward_typed<float>(upcast_float32(logits), targets, upcast_float32(lse), upcast_float32(grad), scale, p, df);
+    downcast_into(df, dlogits);
+    return;
+  }
+  CF_DISPATCH_FLOAT_STD(logits.dtype(), "cross_entropy",
                     backward_typed<scalar_t>(logits, targets, lse, grad, scale, p, dlogits));
 }
 

@@ -12,7 +12,7 @@ void dropout_typed(const T* x, T* out, int64_t n, const DropoutParams& p) {
   parallel_for(n, kParallelGrain / 8, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       PhiloxOut r = philox4x32_10(p.seed, p.counter0 + uint64_t(i));
-      out[i] = philox_uniform_d(r) < p.p ? T(0) : x[i] * scale;
+      out[i] = philox_uniform_d(r) < p.p ? T(0) : T(x[i] * scale);
     }
   });
 }

@@ -44,7 +44,7 @@ void dropout_cuda(const Tensor& x, const Tensor& out, const DropoutParams& p) {
            out.describe());
   CF_CHECK(x.device() == out.device(), DeviceError, "[dropout] tensors are on different devices: ", x.describe(),
            ", ", out.describe());
-  CF_DISPATCH_FLOAT(x.dtype(), "dropout", dropout_typed<scalar_t>(x, out, p));
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "dropout", dropout_typed<scalar_t>(x, out, p));
 }
 
 }  // namespace cf::kernels

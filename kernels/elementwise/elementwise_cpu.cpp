@@ -103,53 +103,55 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
 
 template <typename T>
 void unary_numeric(UnaryOp op, const Tensor& x, const Tensor& out) {
+  using C = compute_t<T>;  // float32 registers for bfloat16/float16
   switch (op) {
-    case UnaryOp::Neg: map1<T, T>(x, out, [](T v) { return T(-v); }); break;
-    case UnaryOp::Abs: map1<T, T>(x, out, [](T v) { return v < T(0) ? T(-v) : v; }); break;
-    case UnaryOp::Sign: map1<T, T>(x, out, [](T v) { return T((v > T(0)) - (v < T(0))); }); break;
-    case UnaryOp::Square: map1<T, T>(x, out, [](T v) { return T(v * v); }); break;
+    case UnaryOp::Neg: map1<T, T>(x, out, [](C v) { return C(-v); }); break;
+    case UnaryOp::Abs: map1<T, T>(x, out, [](C v) { return v < C(0) ? C(-v) : v; }); break;
+    case UnaryOp::Sign: map1<T, T>(x, out, [](C v) { return C((v > C(0)) - (v < C(0))); }); break;
+    case UnaryOp::Square: map1<T, T>(x, out, [](C v) { return C(v * v); }); break;
     default: throw DTypeError(str("[", op_name(op), "] expects float32 or float64, got ", x.dtype()));
   }
 }
 
 template <typename T>
 void unary_float(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams prm) {
-  const T a = T(prm.a), b = T(prm.b);
+  using C = compute_t<T>;  // float32 registers for bfloat16/float16
+  const C a = C(prm.a), b = C(prm.b);
   switch (op) {
-    case UnaryOp::Exp: map1<T, T>(x, out, [](T v) { return std::exp(v); }); break;
-    case UnaryOp::Log: map1<T, T>(x, out, [](T v) { return std::log(v); }); break;
-    case UnaryOp::Sqrt: map1<T, T>(x, out, [](T v) { return std::sqrt(v); }); break;
-    case UnaryOp::Rsqrt: map1<T, T>(x, out, [](T v) { return T(1) / std::sqrt(v); }); break;
-    case UnaryOp::Sin: map1<T, T>(x, out, [](T v) { return std::sin(v); }); break;
-    case UnaryOp::Cos: map1<T, T>(x, out, [](T v) { return std::cos(v); }); break;
-    case UnaryOp::Tanh: map1<T, T>(x, out, [](T v) { return std::tanh(v); }); break;
+    case UnaryOp::Exp: map1<T, T>(x, out, [](C v) { return std::exp(v); }); break;
+    case UnaryOp::Log: map1<T, T>(x, out, [](C v) { return std::log(v); }); break;
+    case UnaryOp::Sqrt: map1<T, T>(x, out, [](C v) { return std::sqrt(v); }); break;
+    case UnaryOp::Rsqrt: map1<T, T>(x, out, [](C v) { return C(1) / std::sqrt(v); }); break;
+    case UnaryOp::Sin: map1<T, T>(x, out, [](C v) { return std::sin(v); }); break;
+    case UnaryOp::Cos: map1<T, T>(x, out, [](C v) { return std::cos(v); }); break;
+    case UnaryOp::Tanh: map1<T, T>(x, out, [](C v) { return std::tanh(v); }); break;
     case UnaryOp::Sigmoid:
       // Split by sign so exp never overflows.
-      map1<T, T>(x, out, [](T v) {
-        if (v >= T(0)) return T(1) / (T(1) + std::exp(-v));
-        T e = std::exp(v);
-        return e / (T(1) + e);
+      map1<T, T>(x, out, [](C v) {
+        if (v >= C(0)) return C(1) / (C(1) + std::exp(-v));
+        C e = std::exp(v);
+        return e / (C(1) + e);
       });
       break;
-    case UnaryOp::Relu: map1<T, T>(x, out, [](T v) { return v > T(0) ? v : T(0); }); break;
+    case UnaryOp::Relu: map1<T, T>(x, out, [](C v) { return v > C(0) ? v : C(0); }); break;
     case UnaryOp::Gelu:  // exact GELU: x * Phi(x)
-      map1<T, T>(x, out, [](T v) { return T(0.5) * v * (T(1) + std::erf(v * T(M_SQRT1_2))); });
+      map1<T, T>(x, out, [](C v) { return C(0.5) * v * (C(1) + std::erf(v * C(M_SQRT1_2))); });
       break;
     case UnaryOp::GeluGrad:
-      map1<T, T>(x, out, [](T v) {
-        T cdf = T(0.5) * (T(1) + std::erf(v * T(M_SQRT1_2)));
-        T pdf = std::exp(T(-0.5) * v * v) * T(0.3989422804014327);
+      map1<T, T>(x, out, [](C v) {
+        C cdf = C(0.5) * (C(1) + std::erf(v * C(M_SQRT1_2)));
+        C pdf = std::exp(C(-0.5) * v * v) * C(0.3989422804014327);
         return cdf + v * pdf;
       });
       break;
-    case UnaryOp::Reciprocal: map1<T, T>(x, out, [](T v) { return T(1) / v; }); break;
-    case UnaryOp::Log1p: map1<T, T>(x, out, [](T v) { return std::log1p(v); }); break;
-    case UnaryOp::Expm1: map1<T, T>(x, out, [](T v) { return std::expm1(v); }); break;
-    case UnaryOp::Erf: map1<T, T>(x, out, [](T v) { return std::erf(v); }); break;
-    case UnaryOp::LeakyRelu: map1<T, T>(x, out, [a](T v) { return v > T(0) ? v : a * v; }); break;
-    case UnaryOp::PowScalar: map1<T, T>(x, out, [a](T v) { return std::pow(v, a); }); break;
+    case UnaryOp::Reciprocal: map1<T, T>(x, out, [](C v) { return C(1) / v; }); break;
+    case UnaryOp::Log1p: map1<T, T>(x, out, [](C v) { return std::log1p(v); }); break;
+    case UnaryOp::Expm1: map1<T, T>(x, out, [](C v) { return std::expm1(v); }); break;
+    case UnaryOp::Erf: map1<T, T>(x, out, [](C v) { return std::erf(v); }); break;
+    case UnaryOp::LeakyRelu: map1<T, T>(x, out, [a](C v) { return v > C(0) ? v : a * v; }); break;
+    case UnaryOp::PowScalar: map1<T, T>(x, out, [a](C v) { return std::pow(v, a); }); break;
     case UnaryOp::Clamp:
-      map1<T, T>(x, out, [a, b](T v) { return v < a ? a : (v > b ? b : v); });
+      map1<T, T>(x, out, [a, b](C v) { return v < a ? a : (v > b ? b : v); });
       break;
     default: unary_numeric<T>(op, x, out);
   }
@@ -157,10 +159,11 @@ void unary_float(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams prm
 
 template <typename T>
 void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  using C = compute_t<T>;  // float32 registers for bfloat16/float16
   switch (op) {
-    case BinaryOp::Add: map2<T, T>(a, b, out, [](T x, T y) { return T(x + y); }); break;
-    case BinaryOp::Sub: map2<T, T>(a, b, out, [](T x, T y) { return T(x - y); }); break;
-    case BinaryOp::Mul: map2<T, T>(a, b, out, [](T x, T y) { return T(x * y); }); break;
+    case BinaryOp::Add: map2<T, T>(a, b, out, [](C x, C y) { return C(x + y); }); break;
+    case BinaryOp::Sub: map2<T, T>(a, b, out, [](C x, C y) { return C(x - y); }); break;
+    case BinaryOp::Mul: map2<T, T>(a, b, out, [](C x, C y) { return C(x * y); }); break;
     case BinaryOp::Div:
       if constexpr (std::is_integral_v<T>) {
         // Integer division by zero is undefined behaviour in C++; refuse it before
@@ -168,21 +171,21 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
         for (T v : b.to_vector<T>())
           CF_CHECK(v != 0, ValueError, "[div] integer division by zero");
       }
-      map2<T, T>(a, b, out, [](T x, T y) { return T(x / y); });
+      map2<T, T>(a, b, out, [](C x, C y) { return C(x / y); });
       break;
     case BinaryOp::Pow:
-      map2<T, T>(a, b, out, [](T x, T y) { return T(std::pow(x, y)); });
+      map2<T, T>(a, b, out, [](C x, C y) { return C(std::pow(x, y)); });
       break;
-    case BinaryOp::Maximum: map2<T, T>(a, b, out, [](T x, T y) { return x >= y ? x : y; }); break;
-    case BinaryOp::Minimum: map2<T, T>(a, b, out, [](T x, T y) { return x <= y ? x : y; }); break;
-    case BinaryOp::Eq: map2<T, bool>(a, b, out, [](T x, T y) { return x == y; }); break;
-    case BinaryOp::Ne: map2<T, bool>(a, b, out, [](T x, T y) { return x != y; }); break;
-    case BinaryOp::Lt: map2<T, bool>(a, b, out, [](T x, T y) { return x < y; }); break;
-    case BinaryOp::Le: map2<T, bool>(a, b, out, [](T x, T y) { return x <= y; }); break;
-    case BinaryOp::Gt: map2<T, bool>(a, b, out, [](T x, T y) { return x > y; }); break;
-    case BinaryOp::Ge: map2<T, bool>(a, b, out, [](T x, T y) { return x >= y; }); break;
-    case BinaryOp::LogicalAnd: map2<T, bool>(a, b, out, [](T x, T y) { return bool(x) && bool(y); }); break;
-    case BinaryOp::LogicalOr: map2<T, bool>(a, b, out, [](T x, T y) { return bool(x) || bool(y); }); break;
+    case BinaryOp::Maximum: map2<T, T>(a, b, out, [](C x, C y) { return x >= y ? x : y; }); break;
+    case BinaryOp::Minimum: map2<T, T>(a, b, out, [](C x, C y) { return x <= y ? x : y; }); break;
+    case BinaryOp::Eq: map2<T, bool>(a, b, out, [](C x, C y) { return x == y; }); break;
+    case BinaryOp::Ne: map2<T, bool>(a, b, out, [](C x, C y) { return x != y; }); break;
+    case BinaryOp::Lt: map2<T, bool>(a, b, out, [](C x, C y) { return x < y; }); break;
+    case BinaryOp::Le: map2<T, bool>(a, b, out, [](C x, C y) { return x <= y; }); break;
+    case BinaryOp::Gt: map2<T, bool>(a, b, out, [](C x, C y) { return x > y; }); break;
+    case BinaryOp::Ge: map2<T, bool>(a, b, out, [](C x, C y) { return x >= y; }); break;
+    case BinaryOp::LogicalAnd: map2<T, bool>(a, b, out, [](C x, C y) { return bool(x) && bool(y); }); break;
+    case BinaryOp::LogicalOr: map2<T, bool>(a, b, out, [](C x, C y) { return bool(x) || bool(y); }); break;
   }
 }
 
@@ -239,8 +242,9 @@ void copy_cpu(const Tensor& src, const Tensor& dst) {
 
 void add_scaled_cpu(const Tensor& a, const Tensor& b, double alpha, const Tensor& out) {
   CF_DISPATCH_NUMERIC(out.dtype(), "add_", {
-    const scalar_t s = static_cast<scalar_t>(alpha);
-    map2<scalar_t, scalar_t>(a, b, out, [s](scalar_t x, scalar_t y) { return scalar_t(x + s * y); });
+    using C = compute_t<scalar_t>;
+    const C s = static_cast<C>(alpha);
+    map2<scalar_t, scalar_t>(a, b, out, [s](C x, C y) { return C(x + s * y); });
   });
 }
 

@@ -162,6 +162,29 @@ struct CastFn {
   __device__ __forceinline__ D operator()(S v) const { return static_cast<D>(v); }
 };
 
+// bfloat16 / float16: the float32 functor on widened values; the caller's store rounds the
+// float32 result to the storage type once (RNE, core/half.h), exactly as the CPU map does.
+template <typename T, typename F>
+struct Widen1 {
+  F f;
+  __device__ __forceinline__ auto operator()(T v) const { return f(float(v)); }
+};
+template <typename T, typename F>
+struct Widen2 {
+  F f;
+  __device__ __forceinline__ auto operator()(T x, T y) const { return f(float(x), float(y)); }
+};
+template <typename T, typename F>
+auto widen1(F f) {
+  if constexpr (is_low_precision_v<T>) return Widen1<T, F>{f};
+  else return f;
+}
+template <typename T, typename F>
+auto widen2(F f) {
+  if constexpr (is_low_precision_v<T>) return Widen2<T, F>{f};
+  else return f;
+}
+
 // ---------------------------------------------------------------- kernels
 
 // 16 bytes of T: one vector load/store (ld.global.v4.f32 / v2.f64).
@@ -339,22 +362,24 @@ void map2(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, F
 
 template <typename T>
 void unary_numeric(UnaryOp op, const Tensor& x, const Tensor& out) {
+  using C = compute_t<T>;
   const char* name = op_name(op);
   switch (op) {
-    case UnaryOp::Neg: map1<T, T>(name, x, out, UnaryFn<UnaryOp::Neg, T>{}); break;
-    case UnaryOp::Abs: map1<T, T>(name, x, out, UnaryFn<UnaryOp::Abs, T>{}); break;
-    case UnaryOp::Sign: map1<T, T>(name, x, out, UnaryFn<UnaryOp::Sign, T>{}); break;
-    case UnaryOp::Square: map1<T, T>(name, x, out, UnaryFn<UnaryOp::Square, T>{}); break;
+    case UnaryOp::Neg: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Neg, C>{})); break;
+    case UnaryOp::Abs: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Abs, C>{})); break;
+    case UnaryOp::Sign: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Sign, C>{})); break;
+    case UnaryOp::Square: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Square, C>{})); break;
     default: throw DTypeError(str("[", name, "] expects float32 or float64, got ", x.dtype()));
   }
 }
 
 template <typename T>
 void unary_float(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams prm) {
-  const T a = T(prm.a), b = T(prm.b);
+  using C = compute_t<T>;  // float32 registers for bfloat16/float16
+  const C a = C(prm.a), b = C(prm.b);
   const char* name = op_name(op);
 #define CF_EW_UNARY(OPV) \
-  case UnaryOp::OPV: map1<T, T>(name, x, out, UnaryFn<UnaryOp::OPV, T>{a, b}); break;
+  case UnaryOp::OPV: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::OPV, C>{a, b})); break;
   switch (op) {
     CF_EW_UNARY(Exp)
     CF_EW_UNARY(Log)
@@ -397,15 +422,17 @@ void check_no_zero_divisor(const Tensor& b) {
 
 template <typename T>
 void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  using C = compute_t<T>;
   const char* name = op_name(op);
-#define CF_EW_BINARY(OPV)                                                                  \
-  case BinaryOp::OPV:                                                                      \
-    map2<T, typename BinaryFn<BinaryOp::OPV, T>::R>(name, a, b, out, BinaryFn<BinaryOp::OPV, T>{}); \
+#define CF_EW_BINARY(OPV)                                                                        \
+  case BinaryOp::OPV:                                                                            \
+    map2<T, std::conditional_t<is_cmp(BinaryOp::OPV), bool, T>>(name, a, b, out,                 \
+                                                                widen2<T>(BinaryFn<BinaryOp::OPV, C>{})); \
     break;
   switch (op) {
     case BinaryOp::Div:
       if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) check_no_zero_divisor<T>(b);
-      map2<T, T>(name, a, b, out, BinaryFn<BinaryOp::Div, T>{});
+      map2<T, T>(name, a, b, out, widen2<T>(BinaryFn<BinaryOp::Div, C>{}));
       break;
     CF_EW_BINARY(Add)
     CF_EW_BINARY(Sub)
@@ -538,8 +565,9 @@ void add_scaled_cuda(const Tensor& a, const Tensor& b, double alpha, const Tenso
   check_operand_device("add_", a, out);
   check_operand_device("add_", b, out);
   CF_DISPATCH_NUMERIC(out.dtype(), "add_", {
-    const scalar_t s = static_cast<scalar_t>(alpha);
-    map2<scalar_t, scalar_t>("add_", a, b, out, AddScaledFn<scalar_t>{s});
+    using C = compute_t<scalar_t>;
+    const C s = static_cast<C>(alpha);
+    map2<scalar_t, scalar_t>("add_", a, b, out, widen2<scalar_t>(AddScaledFn<C>{s}));
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/common/loop.h"
 #include "kernels/common/parallel.h"
+#include "kernels/common/upcast.h"
 #include "kernels/index/index.h"
 
 namespace cf::kernels {
@@ -95,6 +96,12 @@ void gather_cpu(const Tensor& x, int64_t axis, const Tensor& index, const Tensor
 }
 
 void scatter_add_cpu(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src) {
+  if (is_low_precision(out.dtype())) {  // accumulate in float32, round each output once
+    Tensor of = upcast_float32(out);
+    scatter_add_cpu(of, axis, index, upcast_float32(src));
+    downcast_into(of, out);
+    return;
+  }
   const int64_t len = index.shape()[size_t(axis)];
   if (len == 0 || index.numel() == 0) return;
   const int64_t out_as = out.strides()[size_t(axis)];

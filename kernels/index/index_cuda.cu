@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/upcast.h"
 #include "kernels/index/index.h"
 
 namespace cf::kernels {
@@ -291,7 +292,13 @@ void gather_cuda(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
 void scatter_add_cuda(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src) {
   const int64_t len = index.shape()[size_t(axis)];
   if (len == 0 || index.numel() == 0) return;
-  CF_DISPATCH_NUMERIC(out.dtype(), "scatter_add", scatter_add_typed<scalar_t>(out, axis, index, src));
+  if (is_low_precision(out.dtype())) {  // float32 accumulation, one rounding (as scatter_add_cpu)
+    Tensor of = upcast_float32(out);
+    scatter_add_typed<float>(of, axis, index, upcast_float32(src));
+    downcast_into(of, out);
+    return;
+  }
+  CF_DISPATCH_NUMERIC_STD(out.dtype(), "scatter_add", scatter_add_typed<scalar_t>(out, axis, index, src));
 }
 
 void masked_fill_cuda(const Tensor& x, const Tensor& mask, double value, const Tensor& out) {

@@ -364,34 +364,34 @@ void elkan_typed(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool fi
 void kmeans_elkan_assign_cpu(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,
                              bool cosine, const Tensor& lower, const Tensor& upper,
                              const Tensor& scratch, const Tensor& labels, const Tensor& dist) {
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_elkan_assign",
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_elkan_assign",
                     elkan_typed<scalar_t>(x, c, c_prev, first, cosine, lower, upper, scratch,
                                           labels, dist));
 }
 
 void kmeans_pp_potentials_cpu(const Tensor& x, const Tensor& xnorm, const Tensor& dist,
                               const Tensor& cand, const Tensor& workspace, const Tensor& potential) {
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_pp_potentials",
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_pp_potentials",
                     pp_potentials_typed<scalar_t>(x, xnorm, dist, cand, workspace, potential));
 }
 
 void kmeans_row_sqnorms_cpu(const Tensor& x, const Tensor& out) {
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_row_sqnorms", sqnorms_typed<scalar_t>(x, out));
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_row_sqnorms", sqnorms_typed<scalar_t>(x, out));
 }
 
 void kmeans_assign_cpu(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows,
                        const Tensor& workspace, const Tensor& labels, const Tensor& dist) {
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_assign",
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_assign",
                     assign_typed<scalar_t>(x, c, cosine, block_rows, workspace, labels, dist));
 }
 
 void kmeans_update_cpu(const Tensor& x, const Tensor& labels, const Tensor& order,
                        const Tensor& counts, const Tensor& sums) {
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_update", update_typed<scalar_t>(x, labels, order, counts, sums));
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_update", update_typed<scalar_t>(x, labels, order, counts, sums));
 }
 
 void kmeans_pp_update_cpu(const Tensor& x, int64_t center, const Tensor& dist) {
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_pp_update", pp_update_typed<scalar_t>(x, center, dist));
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_pp_update", pp_update_typed<scalar_t>(x, center, dist));
 }
 
 }  // namespace cf::kernels

@@ -244,19 +244,19 @@ void pp_potentials_typed(const Tensor& x, const Tensor& dist, const Tensor& cand
 
 void kmeans_assign_cuda(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows, const Tensor& workspace,
                         const Tensor& labels, const Tensor& dist) {
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_assign",
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_assign",
                     assign_typed<scalar_t>(x, c, cosine, block_rows, workspace, labels, dist));
 }
 
 void kmeans_update_cuda(const Tensor& x, const Tensor& labels, const Tensor& order, const Tensor& counts,
                         const Tensor& sums) {
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_update", update_typed<scalar_t>(x, labels, order, counts, sums));
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_update", update_typed<scalar_t>(x, labels, order, counts, sums));
 }
 
 void kmeans_pp_update_cuda(const Tensor& x, int64_t center, const Tensor& dist) {
   const int64_t N = x.size(0), d = x.size(1);
   cu::use_device_of(x, "kmeans_pp_update");
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_pp_update",
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_pp_update",
                     (pp_update_kernel<scalar_t><<<warp_row_blocks(N), kThreads>>>(
                         cu::ptr<scalar_t>(x), center, N, d, cu::ptr<double>(dist))));
   ::cf::cuda::check_launch("kmeans_pp_update");
@@ -266,13 +266,13 @@ void kmeans_pp_potentials_cuda(const Tensor& x, const Tensor& xnorm, const Tenso
                                const Tensor& workspace, const Tensor& potential) {
   (void)xnorm;  // the CUDA arm computes the distances directly
   (void)workspace;
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_pp_potentials", pp_potentials_typed<scalar_t>(x, dist, cand, potential));
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_pp_potentials", pp_potentials_typed<scalar_t>(x, dist, cand, potential));
 }
 
 void kmeans_row_sqnorms_cuda(const Tensor& x, const Tensor& out) {
   const int64_t N = x.size(0), d = x.size(1);
   cu::use_device_of(x, "kmeans_row_sqnorms");
-  CF_DISPATCH_FLOAT(x.dtype(), "kmeans_row_sqnorms",
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_row_sqnorms",
                     (sqnorms_kernel<scalar_t><<<warp_row_blocks(N), kThreads>>>(cu::ptr<scalar_t>(x), N, d,
                                                                                  cu::ptr<double>(out))));
   ::cf::cuda::check_launch("kmeans_row_sqnorms");

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/upcast.h"
 #include "kernels/layer_norm/layer_norm.h"
 
 namespace cf::kernels {
@@ -268,13 +269,31 @@ void backward_typed(const Tensor& g, const Tensor& x, const Tensor& mean, const 
 
 void layer_norm_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t n,
                              double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
-  CF_DISPATCH_FLOAT(x.dtype(), "layer_norm", forward_typed<scalar_t>(x, weight, bias, n, eps, y, mean, rstd));
+  if (is_low_precision(x.dtype())) {  // float32 copies of every operand, one rounding per output
+    Tensor yf = float32_buffer_for(y), mf = float32_buffer_for(mean), rf = float32_buffer_for(rstd);
+    forward_typed<float>(upcast_float32(x), upcast_float32(weight), upcast_float32(bias), n, eps, yf, mf, rf);
+    downcast_into(yf, y);
+    downcast_into(mf, mean);
+    downcast_into(rf, rstd);
+    return;
+  }
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "layer_norm", forward_typed<scalar_t>(x, weight, bias, n, eps, y, mean, rstd));
 }
 
 void layer_norm_backward_cuda(const Tensor& g, const Tensor& x, const Tensor& mean,
                               const Tensor& rstd, const Tensor& weight, int64_t n, const Tensor& gx,
                               const Tensor& gweight, const Tensor& gbias) {
-  CF_DISPATCH_FLOAT(x.dtype(), "layer_norm",
+  if (is_low_precision(x.dtype())) {
+    auto buf = [](const Tensor& t) { return t.defined() ? float32_buffer_for(t) : t; };
+    Tensor gxf = buf(gx), gwf = buf(gweight), gbf = buf(gbias);
+    backward_typed<float>(upcast_float32(g), upcast_float32(x), upcast_float32(mean), upcast_float32(rstd),
+                          upcast_float32(weight), n, gxf, gwf, gbf);
+    if (gx.defined()) downcast_into(gxf, gx);
+    if (gweight.defined()) downcast_into(gwf, gweight);
+    if (gbias.defined()) downcast_into(gbf, gbias);
+    return;
+  }
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "layer_norm",
                     backward_typed<scalar_t>(g, x, mean, rstd, weight, n, gx, gweight, gbias));
 }
 

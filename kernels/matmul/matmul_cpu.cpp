@@ -1,6 +1,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -42,6 +43,44 @@ void gemm(const double* a, const double* b, double* c, int64_t M, int64_t N, int
           int64_t ldc) {
   cblas_dgemm(CblasRowMajor, la.trans, lb.trans, int(M), int(N), int(K), 1.0, a, int(la.ld), b, int(lb.ld),
               0.0, c, int(ldc));
+}
+
+// bfloat16 / float16: OpenBLAS 0.3.21 has no sbgemm in its CBLAS interface, so the operands are
+// converted to float32 row-major blocks, multiplied by sgemm (float32 accumulation), and the
+// product is rounded back once. The buffers are per thread and reused across calls.
+template <typename T>
+void gemm_low(const T* a, const T* b, T* c, int64_t M, int64_t N, int64_t K, Layout la, Layout lb,
+              int64_t ldc) {
+  thread_local std::vector<float> fa, fb, fc;
+  fa.resize(size_t(M * K));
+  fb.resize(size_t(K * N));
+  fc.resize(size_t(M * N));
+  auto widen = [](const T* src, float* dst, int64_t rows, int64_t cols, const Layout& l) {
+    for (int64_t i = 0; i < rows; ++i) {
+      float* d = dst + i * cols;
+      if (l.trans == CblasNoTrans) {
+        const T* s = src + i * l.ld;
+        for (int64_t j = 0; j < cols; ++j) d[j] = float(s[j]);
+      } else {
+        for (int64_t j = 0; j < cols; ++j) d[j] = float(src[i + j * l.ld]);
+      }
+    }
+  };
+  widen(a, fa.data(), M, K, la);
+  widen(b, fb.data(), K, N, lb);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.0f, fa.data(),
+              int(std::max<int64_t>(K, 1)), fb.data(), int(std::max<int64_t>(N, 1)), 0.0f, fc.data(),
+              int(std::max<int64_t>(N, 1)));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = T(fc[size_t(i * N + j)]);
+}
+void gemm(const BFloat16* a, const BFloat16* b, BFloat16* c, int64_t M, int64_t N, int64_t K, Layout la,
+          Layout lb, int64_t ldc) {
+  gemm_low(a, b, c, M, N, K, la, lb, ldc);
+}
+void gemm(const Half* a, const Half* b, Half* c, int64_t M, int64_t N, int64_t K, Layout la, Layout lb,
+          int64_t ldc) {
+  gemm_low(a, b, c, M, N, K, la, lb, ldc);
 }
 
 // Where row r (NoTrans) or column r (Trans) of a BLAS operand starts: the offset

@@ -131,12 +131,20 @@ void matmul_typed(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   CF_CHECK(la.ok && lb.ok, Error, "[matmul] internal error: operands not BLAS-compatible");
 
   constexpr bool f32 = std::is_same_v<T, float>;
-  const cudaDataType dt = f32 ? CUDA_R_32F : CUDA_R_64F;
+  constexpr bool low = is_low_precision_v<T>;
+  const cudaDataType dt = f32 ? CUDA_R_32F
+                          : std::is_same_v<T, BFloat16> ? CUDA_R_16BF
+                          : std::is_same_v<T, Half> ? CUDA_R_16F
+                                                   : CUDA_R_64F;
   // TF32 only when the user opted in (cf::cuda::set_allow_tf32); otherwise full
   // float32 products and sums so results match the CPU to float32 tolerances.
+  // bfloat16/float16 operands run on tensor cores with float32 products and sums
+  // (CUBLAS_COMPUTE_32F, the CPU path's contract: one rounding of a float32 result).
   const cublasComputeType_t ct =
-      f32 ? (::cf::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F) : CUBLAS_COMPUTE_64F;
-  const T alpha = T(1), beta = T(0);
+      low ? CUBLAS_COMPUTE_32F
+      : f32 ? (::cf::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F) : CUBLAS_COMPUTE_64F;
+  using S = compute_t<T>;  // alpha/beta in the compute type (float for the 16-bit types)
+  const S alpha = S(1), beta = S(0);
   const cublasOperation_t opa = la.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opb = lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");

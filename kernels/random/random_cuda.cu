@@ -70,7 +70,7 @@ void fill_typed(const Tensor& out, const RandomParams& p) {
 void random_fill_cuda(const Tensor& out, const RandomParams& p) {
   // Element i is the i-th element in memory, as on the CPU (out.data<T>()[i]).
   CF_CHECK(out.is_contiguous(), Error, "[random] internal error: output must be contiguous, got ", out.describe());
-  CF_DISPATCH_ALL(out.dtype(), "random", fill_typed<scalar_t>(out, p));
+  CF_DISPATCH_ALL_STD(out.dtype(), "random", fill_typed<scalar_t>(out, p));
 }
 
 }  // namespace cf::kernels

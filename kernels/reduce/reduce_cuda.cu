@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/upcast.h"
 #include "kernels/reduce/reduce.h"
 
 namespace cf::kernels {
@@ -397,7 +398,13 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
 
 void reduce_cuda(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, const Tensor& out,
                  const Tensor& indices, int64_t correction) {
-  CF_DISPATCH_NUMERIC(x.dtype(), "reduce", reduce_typed<scalar_t>(op, x, axes, out, indices, correction));
+  if (is_low_precision(x.dtype())) {  // float32 copy, accumulation as for float32, one rounding
+    Tensor of = float32_buffer_for(out);
+    reduce_typed<float>(op, upcast_float32(x), axes, of, indices, correction);
+    downcast_into(of, out);
+    return;
+  }
+  CF_DISPATCH_NUMERIC_STD(x.dtype(), "reduce", reduce_typed<scalar_t>(op, x, axes, out, indices, correction));
 }
 
 }  // namespace cf::kernels

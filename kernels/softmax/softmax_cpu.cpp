@@ -3,6 +3,7 @@
 
 #include "kernels/common/row_math.h"
 #include "kernels/common/parallel.h"
+#include "kernels/common/upcast.h"
 #include "kernels/softmax/softmax.h"
 
 namespace cf::kernels {
@@ -145,13 +146,25 @@ void backward_typed(const Tensor& y, const Tensor& g, int64_t axis, bool log, co
 }  // namespace
 
 void softmax_forward_cpu(const Tensor& x, int64_t axis, bool log, const Tensor& y) {
-  CF_DISPATCH_FLOAT(x.dtype(), log ? "log_softmax" : "softmax",
+  if (is_low_precision(x.dtype())) {  // float32 statistics, one rounding at the end
+    Tensor yf = float32_buffer_for(y);
+    forward_typed<float>(upcast_float32(x), axis, log, yf);
+    downcast_into(yf, y);
+    return;
+  }
+  CF_DISPATCH_FLOAT_STD(x.dtype(), log ? "log_softmax" : "softmax",
                     forward_typed<scalar_t>(x, axis, log, y));
 }
 
 void softmax_backward_cpu(const Tensor& y, const Tensor& g, int64_t axis, bool log,
                           const Tensor& gx) {
-  CF_DISPATCH_FLOAT(y.dtype(), log ? "log_softmax" : "softmax",
+  if (is_low_precision(y.dtype())) {
+    Tensor gf = float32_buffer_for(gx);
+    backward_typed<float>(upcast_float32(y), upcast_float32(g), axis, log, gf);
+    downcast_into(gf, gx);
+    return;
+  }
+  CF_DISPATCH_FLOAT_STD(y.dtype(), log ? "log_softmax" : "softmax",
                     backward_typed<scalar_t>(y, g, axis, log, gx));
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/upcast.h"
 #include "kernels/softmax/softmax.h"
 
 namespace cf::kernels {
@@ -236,11 +237,23 @@ void backward_typed(const Tensor& y, const Tensor& gr, int64_t axis, bool log, c
 }  // namespace
 
 void softmax_forward_cuda(const Tensor& x, int64_t axis, bool log, const Tensor& y) {
-  CF_DISPATCH_FLOAT(x.dtype(), log ? "log_softmax" : "softmax", forward_typed<scalar_t>(x, axis, log, y));
+  if (is_low_precision(x.dtype())) {  // float32 statistics, one rounding (as softmax_cpu)
+    Tensor yf = float32_buffer_for(y);
+    forward_typed<float>(upcast_float32(x), axis, log, yf);
+    downcast_into(yf, y);
+    return;
+  }
+  CF_DISPATCH_FLOAT_STD(x.dtype(), log ? "log_softmax" : "softmax", forward_typed<scalar_t>(x, axis, log, y));
 }
 
 void softmax_backward_cuda(const Tensor& y, const Tensor& g, int64_t axis, bool log, const Tensor& gx) {
-  CF_DISPATCH_FLOAT(y.dtype(), log ? "log_softmax" : "softmax",
+  if (is_low_precision(y.dtype())) {
+    Tensor gf = float32_buffer_for(gx);
+    backward_typed<float>(upcast_float32(y), upcast_float32(g), axis, log, gf);
+    downcast_into(gf, gx);
+    return;
+  }
+  CF_DISPATCH_FLOAT_STD(y.dtype(), log ? "log_softmax" : "softmax",
                     backward_typed<scalar_t>(y, g, axis, log, gx));
 }
 

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/upcast.h"
 #include "kernels/sort/sort.h"
 
 namespace cf::kernels {
@@ -170,7 +171,13 @@ void sort_typed(const Tensor& x, int64_t axis, int64_t k, bool descending, const
 
 void sort_cuda(const Tensor& x, int64_t axis, int64_t k, bool descending, const Tensor& values,
                const Tensor& indices) {
-  CF_DISPATCH_NUMERIC(x.dtype(), "sort", sort_typed<scalar_t>(x, axis, k, descending, values, indices));
+  if (is_low_precision(x.dtype())) {  // every value is exact in float32: sort the widened copy
+    Tensor vf = values.defined() ? float32_buffer_for(values) : values;
+    sort_typed<float>(upcast_float32(x), axis, k, descending, vf, indices);
+    if (values.defined()) downcast_into(vf, values);
+    return;
+  }
+  CF_DISPATCH_NUMERIC_STD(x.dtype(), "sort", sort_typed<scalar_t>(x, axis, k, descending, values, indices));
 }
 
 }  // namespace cf::kernels

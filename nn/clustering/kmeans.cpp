@@ -24,7 +24,8 @@ void check_matrix(const Tensor& t, const char* op, const char* what) {
   CF_CHECK(t.defined(), ValueError, "[", op, "] ", what, " is an undefined tensor");
   CF_CHECK(t.dim() == 2, ShapeError, "[", op, "] ", what, " must be a matrix (N, d), got ",
            t.describe());
-  CF_CHECK(is_floating(t.dtype()), DTypeError, "[", op, "] ", what,
+  // (the K-Means kernels are float32/float64 only; cast bfloat16/float16 inputs with cf::to)
+  CF_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64, DTypeError, "[", op, "] ", what,
            " must be float32 or float64, got ", t.describe());
   CF_CHECK(t.size(0) > 0 && t.size(1) > 0, ValueError, "[", op, "] empty input: ", what, " is ",
            t.describe());

@@ -115,6 +115,9 @@ std::string header_for(const Tensor& t) {
     case DType::Float64: descr = "<f8"; break;
     case DType::Int64: descr = "<i8"; break;
     case DType::Bool: descr = "|b1"; break;
+    case DType::Float16: descr = "<f2"; break;
+    case DType::BFloat16:  // numpy has no bfloat16
+      throw DTypeError(str("[save_npy] numpy has no bfloat16; convert ", t.describe(), " with cf::to first"));
   }
   std::string shape = "(";
   for (size_t i = 0; i < t.shape().size(); ++i)
@@ -160,6 +163,7 @@ Tensor read_npy(const std::string& path) {
   int64_t item;
   if (descr == "<f4") dtype = kFloat32, item = 4;
   else if (descr == "<f8") dtype = kFloat64, item = 8;
+  else if (descr == "<f2") dtype = kFloat16, item = 2;
   else if (descr == "<i8") dtype = kInt64, item = 8;
   else if (descr == "<i4") dtype = kInt64, item = 4;
   else if (descr == "|b1") dtype = kBool, item = 1;
@@ -169,7 +173,7 @@ Tensor read_npy(const std::string& path) {
                       "') is not supported; save it little-endian (astype('<f4'))"));
   else
     throw IOError(str("[read_npy] '", path, "': unsupported dtype '", descr,
-                      "' (float32 '<f4', float64 '<f8', int64 '<i8', int32 '<i4', uint8 '|u1', bool '|b1')"));
+                      "' (float32 '<f4', float64 '<f8', float16 '<f2', int64 '<i8', int32 '<i4', uint8 '|u1', bool '|b1')"));
   const int64_t n = checked_numel(shape, item, path, "read_npy");
   const int64_t data_offset = (major == 1 ? 10 : 12) + hlen;
   const int64_t have = file_size - data_offset, need = n * item;

@@ -80,7 +80,7 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr
     for (const auto& [pname, p] : g.params) {
       CF_CHECK(p.defined(), ValueError, w, " parameter '", pname, "' is an undefined tensor");
       CF_CHECK(is_floating(p.dtype()), DTypeError, w, " parameter '", pname,
-               "' must be float32 or float64, got ", p.describe());
+               "' must be floating, got ", p.describe());
       CF_CHECK(p.is_leaf(), ValueError, w, " parameter '", pname,
                "' is not a leaf tensor (it has autograd history); optimize the leaf it came from");
       CF_CHECK(names.insert(pname).second, ValueError, w, " parameter name '", pname,
@@ -91,8 +91,13 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr
       e.name = pname;
       e.param = p;
       e.group = gi;
+      if (is_low_precision(p.dtype())) {
+        NoGradGuard ng;
+        e.master = to(p.detach(), kFloat32);
+      }
+      const DType sdt = e.master.defined() ? kFloat32 : p.dtype();
       for (size_t s = 0; s < slot_names_.size(); ++s)
-        e.slots.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+        e.slots.push_back(Tensor::zeros(p.shape(), sdt, p.device()));
       entries_.push_back(std::move(e));
     }
   }
@@ -124,8 +129,29 @@ void Optimizer::step() {
     Entry& e = entries_[i];
     const ParamGroup& grp = groups_[e.group];
     ++e.step;
-    update(e, grads[i], lr_ * grp.lr_scale, grp.weight_decay ? *grp.weight_decay : weight_decay_);
+    const double lr = lr_ * grp.lr_scale, wd = grp.weight_decay ? *grp.weight_decay : weight_decay_;
+    if (e.master.defined()) {
+      // float32 update of the master, then one rounding into the low-precision parameter
+      Tensor param = e.param;
+      e.param = e.master;
+      try {
+        update(e, to(grads[i], kFloat32), lr, wd);
+      } catch (...) {
+        e.param = param;
+        throw;
+      }
+      e.param = param;
+      copy_(e.param, e.master);
+    } else {
+      update(e, grads[i], lr, wd);
+    }
   }
+}
+
+Tensor Optimizer::master(const std::string& name) const {
+  for (const Entry& e : entries_)
+    if (e.name == name) return e.master;
+  return Tensor();
 }
 
 void Optimizer::zero_grad() {
@@ -142,6 +168,8 @@ StateDict Optimizer::state_dict() const {
   if (!slot_names_.empty())
     for (const Entry& e : entries_)
       out.emplace_back("step." + e.name, Tensor::scalar(double(e.step), kInt64));
+  for (const Entry& e : entries_)
+    if (e.master.defined()) out.emplace_back("master." + e.name, clone(e.master));
   return out;
 }
 
@@ -186,10 +214,10 @@ void Optimizer::load_state_dict(const StateDict& dict) {
       if (!t) continue;
       if (!t->defined()) {
         bad.push_back("'" + key + "' is an undefined tensor");
-      } else if (t->shape() != e.param.shape() || t->dtype() != e.param.dtype() ||
+      } else if (t->shape() != e.param.shape() || t->dtype() != e.slots[s].dtype() ||
                  t->device() != e.param.device()) {
         bad.push_back(str("'", key, "' is ", t->describe(), " but parameter '", e.name, "' is ",
-                          e.param.describe()));
+                          e.param.describe(), e.master.defined() ? " (float32 master state)" : ""));
       } else {
         src[i][s] = t;
       }
@@ -202,6 +230,20 @@ void Optimizer::load_state_dict(const StateDict& dict) {
         if (!p.empty()) bad.push_back("'" + key + "' " + p);
       }
     }
+  std::vector<const Tensor*> masters(entries_.size(), nullptr);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (!e.master.defined()) continue;
+    std::string key = "master." + e.name;
+    const Tensor* t = lookup(key);
+    if (!t) continue;
+    if (!t->defined() || t->shape() != e.master.shape() || t->dtype() != kFloat32 ||
+        t->device() != e.master.device())
+      bad.push_back(str("'", key, "' is ", t->defined() ? t->describe() : std::string("undefined"),
+                        " but the master of '", e.name, "' is ", e.master.describe()));
+    else
+      masters[i] = t;
+  }
   std::vector<std::string> unexpected;
   for (const auto& kv : dict)
     if (!expected.count(kv.first)) unexpected.push_back(kv.first);
@@ -222,6 +264,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   for (size_t i = 0; i < entries_.size(); ++i) {
     Entry& e = entries_[i];
     for (size_t s = 0; s < slot_names_.size(); ++s) copy_(e.slots[s], *src[i][s]);
+    if (masters[i]) copy_(e.master, *masters[i]);
     e.step = int64_t(steps[i]);
   }
 }

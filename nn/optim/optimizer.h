@@ -12,6 +12,13 @@
 //                          "exp_avg", "exp_avg_sq")
 //   "step.<param name>"    0-d int64: how many updates this parameter received
 //                          (present when the optimizer has per-parameter slots)
+//   "master.<param name>"  float32 master copy of a bfloat16/float16 parameter
+//
+// Low-precision parameters (mixed precision, docs/design-notes.md): the optimizer keeps a
+// float32 master copy of each bfloat16/float16 parameter and float32 slots; step() widens the
+// gradient, updates the master with the float32 formulas and rounds it back into the
+// parameter, so small updates accumulate in the master instead of vanishing below the
+// parameter's precision (a bfloat16 weight near 1 cannot move by less than 2^-8).
 // load_state_dict is strict: it lists every missing, unexpected or wrongly
 // shaped entry in one error and changes nothing unless everything fits. "step"
 // and the per-parameter steps may be int64 or float64 holding an integer.
@@ -58,6 +65,8 @@ class Optimizer {
   void set_lr(double lr);
   // Number of step() calls so far (restored by load_state_dict).
   int64_t step_count() const { return step_count_; }
+  // The float32 master copy of a low-precision parameter called `name`, or an undefined tensor.
+  Tensor master(const std::string& name) const;
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // "SGD", "Adam", "AdamW".
   const std::string& name() const { return name_; }
@@ -71,7 +80,8 @@ class Optimizer {
     Tensor param;
     size_t group = 0;
     int64_t step = 0;            // updates applied to this parameter
-    std::vector<Tensor> slots;   // one per slot_names(), shaped like param
+    std::vector<Tensor> slots;   // one per slot_names(), shaped like param (float32 when master)
+    Tensor master;               // float32 copy of a low-precision param (else undefined)
   };
   // slot_names: the per-parameter buffers this optimizer keeps ("momentum", ...).
   Optimizer(std::string name, std::vector<ParamGroup> groups, double lr,

@@ -206,8 +206,8 @@ TEST_CASE("load_safetensors: every corrupt file gives its own message") {
   check_bad("{" + entry("a", "\"dtype\":\"F32\",\"shape\":[1]") + "}", f32_4, {"'a' has no 'data_offsets'"});
   check_bad("{" + entry("a", "\"dtype\":5,\"shape\":[1],\"data_offsets\":[0,4]") + "}", f32_4,
             {"dtype is an integer, not a string"});
-  check_bad("{" + entry("a", "\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]") + "}", f32_4,
-            {"unsupported dtype 'BF16'", "F32, F64, I64, BOOL"});
+  check_bad("{" + entry("a", "\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,4]") + "}", f32_4,
+            {"unsupported dtype 'F8_E4M3'", "F32, F64, I64, BOOL, BF16, F16"});
   check_bad("{" + entry("a", "\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]") + "}", f32_4,
             {"shape is a string, not an array"});
   check_bad("{" + entry("a", "\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]") + "}", f32_4,

@@ -85,7 +85,7 @@ TEST_CASE("Module rejects empty, dotted and duplicate names") {
   CHECK_THROWS_MSG(m.register_buffer("w", &m.b), ValueError, "buffer name 'w' is already taken");
   CHECK_THROWS_MSG(m.register_module("w", std::make_shared<nn::ReLU>()), ValueError, "submodule name 'w'");
   m.b = Tensor::zeros({2}, kInt64);
-  CHECK_THROWS_MSG(m.register_parameter("ints", &m.b), DTypeError, "[Module] parameter 'ints' must be float");
+  CHECK_THROWS_MSG(m.register_parameter("ints", &m.b), DTypeError, "[Module] parameter 'ints' must be floating");
   CHECK_THROWS_MSG(m.register_module("null", std::shared_ptr<nn::Module>()), ValueError, "submodule 'null' is null");
 }
 

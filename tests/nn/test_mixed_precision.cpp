@@ -1,0 +1,255 @@
+// Mixed precision: the autocast policy per op, float32 master weights for low-precision
+// parameters, the dynamic loss scaler, checkpoints of both, and an autocast training run that
+// tracks the float32 run.
+#include <cmath>
+#include <limits>
+
+#include "tests/test_files.h"
+#include "tests/test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+Tensor rnd(const Shape& s, uint64_t seed, DType dt = kFloat32) {
+  Generator g(seed);
+  return to(randn(s, kFloat32, g), dt);
+}
+}  // namespace
+
+TEST_CASE("autocast: matmul and Linear run in the low dtype, statistics and losses in float32") {
+  Tensor a = rnd({4, 8}, 1), b = rnd({8, 3}, 2);
+  CHECK(!autocast_dtype());
+  {
+    AutocastGuard guard(kBFloat16);
+    REQUIRE(autocast_dtype() == kBFloat16);
+    Tensor y = matmul(a, b);
+    CHECK(y.dtype() == kBFloat16);
+    // the product is the bfloat16 product of the rounded operands
+    check_close(y, to(matmul(to(a, kBFloat16), to(b, kBFloat16)), kFloat32), 0);
+    CHECK(softmax(y, -1).dtype() == kFloat32);
+    CHECK(log_softmax(y, -1).dtype() == kFloat32);
+    CHECK(sum(y).dtype() == kFloat32);
+    CHECK(mean(y, {0}).dtype() == kFloat32);
+    CHECK(var(y, {1}).dtype() == kFloat32);
+    CHECK(logsumexp(y, {1}).dtype() == kFloat32);
+    CHECK(layer_norm(y, {3}).dtype() == kFloat32);
+    CHECK(cross_entropy(y, ti64({0, 1, 2, 0}, {4})).dtype() == kFloat32);
+    CHECK(relu(y).dtype() == kBFloat16);  // unlisted ops keep their input's dtype
+    CHECK(matmul(t64({1, 2}, {1, 2}), t64({3, 4}, {2, 1})).dtype() == kFloat64);  // float64 not eligible
+    nn::Linear lin(8, 5);
+    Tensor o = lin.forward(a);
+    CHECK(o.dtype() == kBFloat16);
+    nn::Linear lin2(5, 2);  // a bfloat16 input meets float32 weights: allowed under autocast
+    CHECK(lin2.forward(o).dtype() == kBFloat16);
+    {
+      AutocastGuard inner(kFloat16);
+      CHECK(matmul(a, b).dtype() == kFloat16);
+      AutocastGuard off(std::nullopt);
+      CHECK(matmul(a, b).dtype() == kFloat32);
+    }
+    CHECK(autocast_dtype() == kBFloat16);
+  }
+  CHECK(!autocast_dtype());
+  CHECK(matmul(a, b).dtype() == kFloat32);
+  CHECK_THROWS_MSG(AutocastGuard{kFloat32}, DTypeError, "[AutocastGuard]", "float32");
+}
+
+TEST_CASE("autocast: float32 weights get float32 gradients; backward ignores the policy") {
+  nn::Linear lin(6, 4);
+  Tensor x = rnd({5, 6}, 4);
+  Tensor loss;
+  {
+    AutocastGuard guard(kBFloat16);
+    loss = cross_entropy(lin.forward(x), ti64({0, 1, 2, 3, 0}, {5}));
+    CHECK(loss.dtype() == kFloat32);
+    loss.backward();  // inside the scope: the engine turns autocast off for backward
+  }
+  CHECK(lin.weight.grad().dtype() == kFloat32);
+  CHECK(lin.bias.grad().dtype() == kFloat32);
+  // against the float32 gradient on the same values: within bfloat16's chained-rounding bound (R3)
+  Tensor g16 = lin.weight.grad();
+  lin.zero_grad();
+  cross_entropy(lin.forward(x), ti64({0, 1, 2, 3, 0}, {5})).backward();
+  std::vector<double> a = values(g16), r = values(lin.weight.grad());
+  double m = 0, e = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(r[i])), e = std::max(e, std::fabs(a[i] - r[i]));
+  CHECK(e <= 8.0 / 256 * m);
+}
+
+TEST_CASE("optimizers keep float32 master weights and state for low-precision parameters") {
+  for (DType dt : {kBFloat16, kFloat16}) {
+    Tensor p = Tensor::full({4}, 1.0, dt).set_requires_grad(true);
+    nn::SGD sgd({{"p", p}}, nn::SGDOptions{1e-4});
+    CHECK(sgd.master("p").dtype() == kFloat32);
+    for (int s = 0; s < 10; ++s) {
+      p.set_grad(Tensor::full({4}, 1.0, dt));
+      sgd.step();
+    }
+    // 1 - 1e-4 rounds back to 1 in either type every single step; the master accumulates.
+    CHECK(std::fabs(values(sgd.master("p"))[0] - (1.0 - 1e-3)) < 1e-6);
+    CHECK(p.dtype() == dt);
+    CHECK(values(p)[0] == double(float(dt == kBFloat16 ? float(BFloat16(float(1.0 - 1e-3)))
+                                                       : float(Half(float(1.0 - 1e-3))))));
+    Tensor q = Tensor::full({3}, 0.5, dt).set_requires_grad(true);
+    nn::Adam adam({{"q", q}}, nn::AdamOptions{});
+    q.set_grad(Tensor::full({3}, 0.25, dt));
+    adam.step();
+    nn::StateDict sd = adam.state_dict();
+    REQUIRE(nn::find_entry(sd, "exp_avg.q"));
+    CHECK(nn::find_entry(sd, "exp_avg.q")->dtype() == kFloat32);
+    REQUIRE(nn::find_entry(sd, "master.q"));
+    // a state dict whose master is missing or of the wrong dtype is refused, naming it
+    nn::StateDict bad;
+    for (auto& kv : sd)
+      if (kv.first != "master.q") bad.push_back(kv);
+    CHECK_THROWS_MSG(adam.load_state_dict(bad), ValueError, "missing entries", "master.q");
+  }
+}
+
+TEST_CASE("GradScaler: unscales, skips a step with inf/NaN gradients, backs off and grows back") {
+  Tensor p = Tensor::full({2}, 1.0, kFloat16).set_requires_grad(true);
+  nn::SGD sgd({{"p", p}}, nn::SGDOptions{0.5});
+  nn::GradScalerOptions o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  nn::GradScaler scaler(o);
+  Tensor loss = sum(mul(p, 2.0));
+  Tensor scaled = scaler.scale(loss);
+  CHECK(values(scaled)[0] == 4.0 * 1024);
+  scaled.backward();
+  CHECK(values(p.grad())[0] == 2.0 * 1024);
+  CHECK(scaler.step(sgd));
+  CHECK(values(p.grad())[0] == 2.0);  // unscaled in place
+  CHECK(values(sgd.master("p"))[0] == 0.0);  // 1 - 0.5 * 2
+  scaler.update();
+  CHECK(scaler.get_scale() == 1024);
+  CHECK(scaler.growth_tracker() == 1);
+
+  // overflow: an inf gradient skips the step and halves the scale
+  const double before = values(sgd.master("p"))[1];
+  p.set_grad(to(t32({1.0f, std::numeric_limits<float>::infinity()}, {2}), kFloat16));
+  CHECK_FALSE(scaler.step(sgd));
+  CHECK(scaler.found_inf());
+  CHECK(values(sgd.master("p"))[1] == before);
+  CHECK(sgd.step_count() == 1);
+  scaler.update();
+  CHECK(scaler.get_scale() == 512);
+  CHECK(scaler.growth_tracker() == 0);
+  p.set_grad(to(t32({std::nanf(""), 0.0f}, {2}), kFloat16));
+  CHECK_FALSE(scaler.step(sgd));
+  scaler.update();
+  CHECK(scaler.get_scale() == 256);
+
+  // three clean steps in a row grow it back
+  for (int s = 0; s < 3; ++s) {
+    p.set_grad(Tensor::full({2}, 0.0, kFloat16));
+    CHECK(scaler.step(sgd));
+    scaler.update();
+  }
+  CHECK(scaler.get_scale() == 512);
+  CHECK(scaler.growth_tracker() == 0);
+
+  // unscale_ twice in one step is an error; so is update() without a step
+  p.set_grad(Tensor::full({2}, 0.0, kFloat16));
+  scaler.unscale_(sgd);
+  CHECK_THROWS_MSG(scaler.unscale_(sgd), ValueError, "[GradScaler.unscale_]", "already");
+  scaler.update();
+  CHECK_THROWS_MSG(scaler.update(), ValueError, "[GradScaler.update]");
+
+  // state dict: round trip and strict checks
+  nn::GradScaler other;
+  other.load_state_dict(scaler.state_dict());
+  CHECK(other.get_scale() == scaler.get_scale());
+  CHECK(other.growth_tracker() == scaler.growth_tracker());
+  CHECK_THROWS_MSG(other.load_state_dict({{"scale", Tensor::scalar(-1.0, kFloat64)}}), ValueError,
+                   "[GradScaler.load_state_dict]", "'scale' must be finite and > 0", "growth_tracker");
+  nn::GradScalerOptions shrinking;
+  shrinking.growth_factor = 0.5;
+  CHECK_THROWS_MSG(nn::GradScaler{shrinking}, ValueError, "growth_factor");
+}
+
+TEST_CASE("checkpoints save and restore master weights, float32 state and the loss scaler bit-exactly") {
+  TempDir tmp;
+  std::string path = tmp.file("amp.ckpt");
+  Tensor p = rnd({3, 4}, 5, kBFloat16).set_requires_grad(true);
+  nn::AdamW opt({{"p", p}}, nn::AdamWOptions{});
+  nn::GradScaler scaler(nn::GradScalerOptions{128.0, 2.0, 0.5, 1});
+  for (int s = 0; s < 3; ++s) {
+    p.set_grad(mul(rnd({3, 4}, 10 + uint64_t(s), kBFloat16), scaler.get_scale()));
+    scaler.step(opt);
+    scaler.update();
+  }
+  nn::TrainingCheckpoint ck;
+  ck.model = {{"p", p.detach()}};
+  ck.optimizer = opt.state_dict();
+  ck.scaler = scaler.state_dict();
+  ck.step = 3;
+  nn::save_checkpoint(path, ck);
+  nn::TrainingCheckpoint back = nn::load_checkpoint(path);
+  Tensor p2 = back.model[0].second.detach().set_requires_grad(true);
+  CHECK(p2.dtype() == kBFloat16);
+  nn::AdamW opt2({{"p", p2}}, nn::AdamWOptions{});
+  opt2.load_state_dict(back.optimizer);
+  nn::GradScaler scaler2;
+  scaler2.load_state_dict(back.scaler);
+  CHECK(scaler2.get_scale() == scaler.get_scale());
+  CHECK(values(opt2.master("p")) == values(opt.master("p")));
+  // both continue identically
+  for (auto* o : {&opt, &opt2}) {
+    Tensor& q = o == &opt ? p : p2;
+    nn::GradScaler& sc = o == &opt ? scaler : scaler2;
+    q.set_grad(mul(rnd({3, 4}, 99, kBFloat16), sc.get_scale()));
+    sc.step(*o);
+    sc.update();
+  }
+  CHECK(values(p2) == values(p));
+  CHECK(values(opt2.master("p")) == values(opt.master("p")));
+}
+
+TEST_CASE("an autocast training run tracks the float32 run's loss") {
+  // A 2-layer MLP with layer norm on a fixed random classification task, trained with Adam from
+  // the same initial weights in float32 and under bfloat16 / float16 (+ GradScaler) autocast.
+  const int64_t N = 64, D = 16, H = 32, C = 4;
+  Tensor x = rnd({N, D}, 7);
+  Generator gy(8);
+  Tensor y = randint(0, C, {N}, gy);
+  auto run = [&](std::optional<DType> dt) {
+    Generator g(9);
+    nn::Linear l1(D, H, true, g), l2(H, C, true, g);
+    nn::LayerNorm ln(H);
+    nn::StateDict params;
+    int mi = 0;
+    for (auto* m : std::initializer_list<nn::Module*>{&l1, &ln, &l2}) {
+      for (auto& kv : m->named_parameters()) params.emplace_back(std::to_string(mi) + "." + kv.first, kv.second);
+      ++mi;
+    }
+    nn::Adam opt(params, nn::AdamOptions{1e-2});
+    nn::GradScaler scaler(nn::GradScalerOptions{65536.0, 2.0, 0.5, 2000, dt == kFloat16});
+    std::vector<double> losses;
+    for (int step = 0; step < 60; ++step) {
+      opt.zero_grad();
+      Tensor loss;
+      {
+        AutocastGuard guard(dt);
+        loss = cross_entropy(l2.forward(gelu(ln.forward(l1.forward(x)))), y);
+      }
+      losses.push_back(loss.item());
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+    }
+    return losses;
+  };
+  std::vector<double> f32 = run(std::nullopt);
+  CHECK(f32.back() < 0.3 * f32.front());  // it learns
+  for (DType dt : {kBFloat16, kFloat16}) {
+    INFO(std::string(dtype_name(dt)));
+    std::vector<double> low = run(dt);
+    double worst = 0;
+    for (size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, std::fabs(low[i] - f32[i]));
+    // bfloat16 rounds the products to 3 digits: the curves stay within 5% of the initial loss
+    CHECK_MESSAGE(worst < 0.05 * f32.front(), "max |loss difference| ", worst, " (initial ", f32.front(), ")");
+    CHECK(low.back() < 0.3 * low.front());
+  }
+}
