@@ -29,8 +29,18 @@ MPI_Datatype mpi_type(DType d) {
     case DType::Float64: return MPI_DOUBLE;
     case DType::Int64: return MPI_INT64_T;
     case DType::Bool: return MPI_UINT8_T;  // one byte per element
+    // MPI has no 16-bit float type: moved as 16-bit words, never reduced (reducible()).
+    case DType::BFloat16:
+    case DType::Float16: return MPI_UINT16_T;
   }
   throw DistError("[dist] internal error: unknown dtype");
+}
+
+// The dtypes MPI's built-in reductions can combine.
+void check_reducible(DType d, const char* op) {
+  if (d == DType::BFloat16 || d == DType::Float16)
+    throw DistError(str("[", op, "] the MPI backend cannot reduce ", d,
+                        " tensors (MPI has no 16-bit float type): reduce a float32 copy"));
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -91,6 +101,7 @@ class MpiBackend : public Backend {
 
   std::unique_ptr<Request> all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
     MPI_Request r;
+    check_reducible(dtype, "all_reduce");
     check(MPI_Iallreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), mpi_type(dtype),
                          mpi_op(op), comm_, &r),
           "MPI_Iallreduce");
@@ -114,6 +125,7 @@ class MpiBackend : public Backend {
     MPI_Request r;
     int n = checked_count(count, "reduce_scatter");
     checked_count(count * size_, "reduce_scatter");
+    check_reducible(dtype, "reduce_scatter");
     check(MPI_Ireduce_scatter_block(send, recv, n, mpi_type(dtype), mpi_op(op), comm_, &r),
           "MPI_Ireduce_scatter_block");
     return std::make_unique<MpiRequest>(r, "MPI_Ireduce_scatter_block");

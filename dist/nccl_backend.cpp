@@ -31,6 +31,8 @@ ncclDataType_t nccl_type(DType d) {
     case DType::Float64: return ncclFloat64;
     case DType::Int64: return ncclInt64;
     case DType::Bool: return ncclUint8;
+    case DType::BFloat16: return ncclBfloat16;
+    case DType::Float16: return ncclFloat16;
   }
   throw DistError("[dist] internal error: unknown dtype");
 }

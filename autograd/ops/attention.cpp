@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
+
 #include "autograd/ops/common.h"
 #include "autograd/ops/shape.h"
 #include "kernels/attention/attention.h"
@@ -43,6 +45,11 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   ops::check_defined(q, op, "q");
   ops::check_defined(k, op, "k");
   ops::check_defined(v, op, "v");
+  // Autocast: the fused kernels have no 16-bit arm yet (issue 26), so they run on
+  // float32 copies, as softmax does; the projections around them stay 16-bit.
+  if (autocast_dtype() && (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype())))
+    return flash_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), kpm, scale,
+                           causal);
   ops::check_same_device(op, {&q, &k, &v, &kpm});
   CF_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, ShapeError, "[", op,
            "] expected q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv); got q ", shape_str(q.shape()),
@@ -192,6 +199,10 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
 
 BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                      const Tensor& kpm, const BlockAttentionOptions& o) {
+  if (autocast_dtype() && q.defined() && k.defined() && v.defined() &&
+      (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype())))
+    return block_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), members, kpm,
+                           o);  // autocast: float32 until the kernels have a 16-bit arm (as flash_attention)
   ops::check_block_attention_args(q, k, v, members, kpm, o, "block_attention");
   return ops::block_attention_unchecked(q, k, v, members, kpm, o);
 }

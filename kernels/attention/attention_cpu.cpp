@@ -553,20 +553,20 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 void flash_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                  const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
-  CF_DISPATCH_FLOAT(q.dtype(), "flash_attention", flash_forward_typed<scalar_t>(q, k, v, kpm, p, out, lse));
+  CF_DISPATCH_FLOAT_STD(q.dtype(), "flash_attention", flash_forward_typed<scalar_t>(q, k, v, kpm, p, out, lse));
 }
 
 void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  CF_DISPATCH_FLOAT(q.dtype(), "flash_attention",
+  CF_DISPATCH_FLOAT_STD(q.dtype(), "flash_attention",
                     flash_backward_typed<scalar_t>(q, k, v, kpm, p, out, lse, dout, dq, dk, dv));
 }
 
 void block_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                  const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                  const Tensor& lse) {
-  CF_DISPATCH_FLOAT(q.dtype(), "block_attention",
+  CF_DISPATCH_FLOAT_STD(q.dtype(), "block_attention",
                     block_forward_typed<scalar_t>(q, k, v, members, kpm, p, out, lse));
 }
 
@@ -574,7 +574,7 @@ void block_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                   const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                   const Tensor& dk, const Tensor& dv) {
-  CF_DISPATCH_FLOAT(q.dtype(), "block_attention",
+  CF_DISPATCH_FLOAT_STD(q.dtype(), "block_attention",
                     block_backward_typed<scalar_t>(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv));
 }
 

@@ -558,7 +558,7 @@ void flash_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor
   const Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
   const FullMap map = full_map(q, k, kpm, p);
   const int64_t BH = q.shape()[0] * q.shape()[1];
-  CF_DISPATCH_FLOAT(q.dtype(), op, run_forward<scalar_t>(op, a, map, a.Nq, 1, BH));
+  CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_forward<scalar_t>(op, a, map, a.Nq, 1, BH));
 }
 
 void flash_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
@@ -578,7 +578,7 @@ void flash_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
   zero(dv, op);
   const FullMap map = full_map(q, k, kpm, p);
   const int64_t BH = q.shape()[0] * q.shape()[1];
-  CF_DISPATCH_FLOAT(q.dtype(), op, run_backward<scalar_t>(op, a, map, a.Nq, 1, a.Nk, 1, BH));
+  CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_backward<scalar_t>(op, a, map, a.Nq, 1, a.Nk, 1, BH));
 }
 
 void block_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
@@ -593,7 +593,7 @@ void block_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor
   const Args a = make_args(q, k, v, out, lse, p.scale, p.self_score);
   const BlockMap map = block_map(q, members, kpm, p, offs);
   const int64_t BH = q.shape()[0] * q.shape()[1];
-  CF_DISPATCH_FLOAT(q.dtype(), op, run_forward<scalar_t>(op, a, map, map.w, map.C, BH));
+  CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_forward<scalar_t>(op, a, map, map.w, map.C, BH));
 }
 
 void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
@@ -618,7 +618,7 @@ void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
   zero(dv, op);
   const BlockMap map = block_map(q, members, kpm, p, offs);
   const int64_t BH = q.shape()[0] * q.shape()[1];
-  CF_DISPATCH_FLOAT(q.dtype(), op, run_backward<scalar_t>(op, a, map, map.w, map.C, map.w, map.C, BH));
+  CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_backward<scalar_t>(op, a, map, map.w, map.C, map.w, map.C, BH));
 }
 
 }  // namespace cf::kernels

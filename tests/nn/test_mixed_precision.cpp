@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "tests/test_files.h"
+#include "autograd/ops/attention.h"
 #include "tests/test_util.h"
 
 using namespace cf;
@@ -251,5 +252,27 @@ TEST_CASE("an autocast training run tracks the float32 run's loss") {
     // bfloat16 rounds the products to 3 digits: the curves stay within 5% of the initial loss
     CHECK_MESSAGE(worst < 0.05 * f32.front(), "max |loss difference| ", worst, " (initial ", f32.front(), ")");
     CHECK(low.back() < 0.3 * low.front());
+  }
+}
+
+TEST_CASE("autocast: the fused attention ops run on float32 copies of 16-bit q, k, v") {
+  // (B, H, N, D) = (1, 2, 6, 4); two blocks of three tokens for block_attention.
+  Tensor q = rnd({1, 2, 6, 4}, 21, kBFloat16), k = rnd({1, 2, 6, 4}, 22, kBFloat16),
+         v = rnd({1, 2, 6, 4}, 23, kBFloat16);
+  Tensor members = expand(ti64({0, 2, 4, 1, 3, 5}, {1, 1, 2, 3}), {1, 2, 2, 3});
+  for (DType dt : {kBFloat16, kFloat16}) {
+    INFO(std::string(dtype_name(dt)));
+    Tensor ql = to(to(q, kFloat32), dt), kl = to(to(k, kFloat32), dt), vl = to(to(v, kFloat32), dt);
+    Tensor want = flash_attention(to(ql, kFloat32), to(kl, kFloat32), to(vl, kFloat32), Tensor(), 0.0, true);
+    BlockAttentionOptions bo;
+    bo.look_back = 1;
+    Tensor want_block = block_attention(to(ql, kFloat32), to(kl, kFloat32), to(vl, kFloat32), members, Tensor(), bo).out;
+    // Without autocast a 16-bit input is a clear error; under it, the float32 kernel on the same values.
+    CHECK_THROWS_MSG(flash_attention(ql, kl, vl), DTypeError, "[flash_attention]", "float32 or float64");
+    AutocastGuard guard(dt);
+    Tensor got = flash_attention(ql, kl, vl, Tensor(), 0.0, true);
+    CHECK(got.dtype() == kFloat32);
+    check_close(got, want, 0);
+    check_close(block_attention(ql, kl, vl, members, Tensor(), bo).out, want_block, 0);
   }
 }
