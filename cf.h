@@ -5,6 +5,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/hooks.h"
 #include "autograd/node.h"
+#include "autograd/ops/attention.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"

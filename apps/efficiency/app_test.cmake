@@ -114,8 +114,12 @@ if(NOT plots STREQUAL "written")
   expect_match("${err}" "note: gnuplot is not installed|note: gnuplot failed" "a note on stderr")
 endif()
 
-# Quadratic versus subquadratic memory: from N = 128 to 512 (x4), full attention's
-# training peak must grow by a larger factor than an efficient variant's.
+# Memory: full attention runs the fused kernel (issue 24: no N x N matrix), so from
+# N = 128 to 512 (x4) its training peak must grow no faster than an efficient
+# variant's. The dense path grew faster than both (its N x N scores and their
+# gradients: this file asserted exactly that before issue 24), so this fails if
+# full attention falls back to it. Peak bytes are counted by cf's allocator and
+# are deterministic for a config.
 string(JSON f128 GET "${summary}" table full 128 train peak_bytes_mean)
 string(JSON f512 GET "${summary}" table full 512 train peak_bytes_mean)
 math(EXPR full_growth_x100 "${f512} * 100 / ${f128}")
@@ -127,9 +131,10 @@ foreach(v clustered lsh)
   string(JSON e128 GET "${summary}" table ${v} 128 train peak_bytes_mean)
   string(JSON e512 GET "${summary}" table ${v} 512 train peak_bytes_mean)
   math(EXPR eff_growth_x100 "${e512} * 100 / ${e128}")
-  if(NOT full_growth_x100 GREATER eff_growth_x100)
+  message(STATUS "training peak growth from N=128 to 512: full x${full_growth_x100}/100, ${v} x${eff_growth_x100}/100")
+  if(full_growth_x100 GREATER eff_growth_x100)
     message(FATAL_ERROR "smoke: full attention's peak grew x${full_growth_x100}/100 from N=128 to 512, "
-                        "${v}'s x${eff_growth_x100}/100: expected full to grow faster")
+                        "${v}'s x${eff_growth_x100}/100: the fused kernel should grow no faster")
   endif()
 endforeach()
 

@@ -8,9 +8,12 @@
 //   routing attention (attention within a routing cluster),
 //   the Cluster-Former layer (Cluster-Former eq. 7: attention within a chunk).
 // The caller decides which original position sits in which slot of which chunk
-// (`members`); this file gathers q/k/v into chunks, attends with batched
-// matmuls over (chunk x window) score blocks, and scatters the outputs back to
-// token order. Never builds an N x N matrix: memory is O(B H N w (1 + L + A)).
+// (`members`); chunked_attention runs the fused block_attention kernel
+// (autograd/ops/attention.h, kernels/attention): rows read through the member
+// table, (chunk x window) score tiles computed and consumed in fast memory,
+// outputs written back in token order. Never builds an N x N matrix, nor the
+// gathered copies or (C, w, W) score tensors: memory is O(B H N d) (the CPU
+// backward adds O(B H N d (1 + L + A)) of per-window key gradients).
 #include "core/tensor.h"
 
 namespace cf {

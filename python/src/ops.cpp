@@ -354,6 +354,38 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         nb::arg("x"), nb::arg("p"), nb::arg("training") = true, nb::arg("generator").none() = nb::none(),
         "Inverted dropout: zero with probability p, survivors scaled by 1/(1-p); identity when not training.",
         release_gil());
+  m.def("flash_attention",
+        [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> kpm, double scale, bool causal) {
+          return cf::flash_attention(q, k, v, kpm ? *kpm : Tensor(), scale, causal);
+        },
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("key_padding_mask") = nb::none(), nb::arg("scale") = 0.0,
+        nb::arg("causal") = false,
+        "Fused full attention softmax(scale q k^T) v (FlashAttention-2: no (Nq, Nk) matrix, O(N d) memory). q (B, H, "
+        "Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv); key_padding_mask bool (B, Nk), True = padding; scale 0 means "
+        "1/sqrt(Dk); causal: query i sees key j only when j <= i + Nk - Nq. A query with every key blocked outputs "
+        "zeros.",
+        release_gil());
+  m.def("block_attention",
+        [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members, std::optional<Tensor> kpm,
+           int64_t look_back, int64_t look_ahead, bool causal, bool self_mask, double scale) {
+          cf::BlockAttentionOptions o;
+          o.look_back = look_back;
+          o.look_ahead = look_ahead;
+          o.causal = causal;
+          o.self_mask = self_mask;
+          o.scale = scale;
+          cf::BlockAttentionResult r = cf::block_attention(q, k, v, members, kpm ? *kpm : Tensor(), o);
+          return Pair{r.out, r.lse};
+        },
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("members"), nb::arg("key_padding_mask") = nb::none(),
+        nb::arg("look_back") = 0, nb::arg("look_ahead") = 0, nb::arg("causal") = false, nb::arg("self_mask") = false,
+        nb::arg("scale") = 0.0,
+        "Fused attention within gathered blocks: members int64 (B, H or 1, C, w) holds the original position of "
+        "each slot (-1 empty); chunk c's queries see the keys of chunks c - look_back .. c + look_ahead (cyclic). "
+        "causal compares original positions; self_mask gives a query's own score -1e5 (Reformer). Returns (out "
+        "(B, H, N, Dv), lse (B, H, N)); tokens in no slot or with nothing allowed get 0 and -inf. Differentiable "
+        "through both.",
+        release_gil());
 }
 
 void bind_factories(nb::module_& m) {
