@@ -55,7 +55,7 @@ TEST_CASE("autocast: matmul and Linear run in the low dtype, statistics and loss
   CHECK_THROWS_MSG(AutocastGuard{kFloat32}, DTypeError, "[AutocastGuard]", "float32");
 }
 
-TEST_CASE("autocast: float32 weights get float32 gradients; backward ignores the policy") {
+TEST_CASE("autocast: float32 weights get float32 gradients, and backward ignores the policy") {
   nn::Linear lin(6, 4);
   Tensor x = rnd({5, 6}, 4);
   Tensor loss;
@@ -251,5 +251,32 @@ TEST_CASE("an autocast training run tracks the float32 run's loss") {
     // bfloat16 rounds the products to 3 digits: the curves stay within 5% of the initial loss
     CHECK_MESSAGE(worst < 0.05 * f32.front(), "max |loss difference| ", worst, " (initial ", f32.front(), ")");
     CHECK(low.back() < 0.3 * low.front());
+  }
+}
+
+TEST_CASE("autocast: full attention runs its products in 16 bits, its softmax in float32, close to float32") {
+  nn::AttentionSpec spec;
+  spec.type = "full";
+  spec.d_model = 32;
+  spec.n_heads = 2;
+  std::shared_ptr<nn::Attention> att = nn::make_attention(spec);
+  nn::AttentionArgs a;
+  a.q = rnd({1, 2, 24, 16}, 31);
+  a.k = rnd({1, 2, 24, 16}, 32);
+  a.v = rnd({1, 2, 24, 16}, 33);
+  a.causal = true;
+  Tensor ref = att->forward(a);
+  for (DType dt : {kBFloat16, kFloat16}) {
+    Tensor low;
+    {
+      AutocastGuard guard(dt);
+      low = att->forward(a);
+    }
+    CHECK(low.dtype() == dt);  // the last product (probabilities @ v) is in the low dtype
+    std::vector<double> l = values(low), r = values(ref);
+    double m = 0, e = 0;
+    for (size_t i = 0; i < l.size(); ++i) m = std::max(m, std::fabs(r[i])), e = std::max(e, std::fabs(l[i] - r[i]));
+    const double u = dt == kBFloat16 ? 1.0 / 256 : 1.0 / 2048;
+    CHECK_MESSAGE(e <= 8 * u * m, std::string(dtype_name(dt)), ": max error ", e, " vs bound ", 8 * u * m);
   }
 }
