@@ -248,8 +248,11 @@ TEST_CASE("an autocast training run tracks the float32 run's loss") {
     std::vector<double> low = run(dt);
     double worst = 0;
     for (size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, std::fabs(low[i] - f32[i]));
-    // bfloat16 rounds the products to 3 digits: the curves stay within 5% of the initial loss
-    CHECK_MESSAGE(worst < 0.05 * f32.front(), "max |loss difference| ", worst, " (initial ", f32.front(), ")");
+    MESSAGE(std::string(dtype_name(dt)), ": max |loss - float32 loss| over 60 steps = ", worst, ", initial ",
+            f32.front(), ", final ", low.back(), " vs ", f32.back());
+    // bfloat16 rounds the products to 3 digits: the curves stay within 1% of the initial loss
+    // (measured: bfloat16 0.0008, float16 0.00008 on an initial 1.37)
+    CHECK_MESSAGE(worst < 0.01 * f32.front(), "max |loss difference| ", worst, " (initial ", f32.front(), ")");
     CHECK(low.back() < 0.3 * low.front());
   }
 }
