@@ -32,6 +32,7 @@
 #include "nn/attention/centroid.h"
 #include "nn/attention/chunked.h"
 #include "kernels/kmeans/kmeans.h"
+#include "kernels/matmul/bf16_dot.h"
 #include "nn/clustering/kmeans.h"
 #ifdef CF_WITH_CUDA
 #include "bench/cuda_baselines.h"
@@ -393,6 +394,16 @@ json matmul_row(const Options& o, cf::Generator& gen, int64_t bs, int64_t n) {
                   pa + i * n * n, int(n), pb + i * n * n, int(n), 0.0f, C.data() + i * n * n,
                   int(n));
   });
+  if (low == cf::kBFloat16 && cf::kernels::bf16_dot_available()) {
+    // Which bfloat16 path won: the AVX-512 BF16 kernel (timed above) vs the converting
+    // float32 + sgemm path, in the same run.
+    cf::kernels::set_bf16_dot_enabled(false);
+    double t_conv = time_median(reps, [&] { cf::Tensor tmp = cf::matmul(A, B); });
+    cf::kernels::set_bf16_dot_enabled(true);
+    r["params"]["kernel"] = "avx512_bf16 (vdpbf16ps)";
+    r["converting_time_s"] = t_conv;
+    r["ratio_vs_converting"] = t_conv / t_cf;
+  }
   cf::Tensor outc = cf::contiguous(cf::to(out, cf::kFloat32));
   if (bs > 0) r["params"]["baseline"] = "loop of cblas_sgemm over the batch";
   if (low) r["params"]["baseline"] = "cblas_sgemm (float32) on float32 copies of the same values";

@@ -1,5 +1,6 @@
 #include "core/rng.h"
 #include "kernels/common/parallel.h"
+#include "kernels/common/upcast.h"
 #include "kernels/dropout/dropout.h"
 
 namespace cf::kernels {
@@ -19,7 +20,13 @@ void dropout_typed(const T* x, T* out, int64_t n, const DropoutParams& p) {
 }  // namespace
 
 void dropout_cpu(const Tensor& x, const Tensor& out, const DropoutParams& p) {
-  CF_DISPATCH_FLOAT(x.dtype(), "dropout",
+  if (is_low_precision(x.dtype())) {  // keep-scale 1/(1-p) in float32, one rounding per element
+    Tensor of = float32_buffer_for(out);
+    dropout_typed<float>(upcast_float32(x).data<float>(), of.data<float>(), out.numel(), p);
+    downcast_into(of, out);
+    return;
+  }
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "dropout",
                     dropout_typed<scalar_t>(x.data<scalar_t>(), out.data<scalar_t>(), out.numel(), p));
 }
 

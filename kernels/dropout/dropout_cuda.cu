@@ -7,6 +7,7 @@
 
 #include "core/rng.h"
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/upcast.h"
 #include "kernels/dropout/dropout.h"
 
 namespace cf::kernels {
@@ -44,6 +45,12 @@ void dropout_cuda(const Tensor& x, const Tensor& out, const DropoutParams& p) {
            out.describe());
   CF_CHECK(x.device() == out.device(), DeviceError, "[dropout] tensors are on different devices: ", x.describe(),
            ", ", out.describe());
+  if (is_low_precision(x.dtype())) {  // as dropout_cpu: the same mask, scale in float32, one rounding
+    Tensor of = float32_buffer_for(out);
+    dropout_typed<float>(upcast_float32(x), of, p);
+    downcast_into(of, out);
+    return;
+  }
   CF_DISPATCH_FLOAT_STD(x.dtype(), "dropout", dropout_typed<scalar_t>(x, out, p));
 }
 

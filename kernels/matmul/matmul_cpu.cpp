@@ -8,6 +8,7 @@
 #endif
 
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/matmul/bf16_dot.h"
 #include "kernels/matmul/matmul.h"
 
 namespace cf::kernels {
@@ -76,6 +77,11 @@ void gemm_low(const T* a, const T* b, T* c, int64_t M, int64_t N, int64_t K, Lay
 }
 void gemm(const BFloat16* a, const BFloat16* b, BFloat16* c, int64_t M, int64_t N, int64_t K, Layout la,
           Layout lb, int64_t ldc) {
+  if (bf16_dot_available()) {  // AVX-512 BF16 dot products, no float32 copies of the operands
+    const bool at = la.trans == CblasTrans, bt = lb.trans == CblasTrans;
+    bf16_dot_gemm(a, at ? 1 : la.ld, at ? la.ld : 1, b, bt ? 1 : lb.ld, bt ? lb.ld : 1, c, ldc, M, N, K);
+    return;
+  }
   gemm_low(a, b, c, M, N, K, la, lb, ldc);
 }
 void gemm(const Half* a, const Half* b, Half* c, int64_t M, int64_t N, int64_t K, Layout la, Layout lb,

@@ -9,6 +9,7 @@
 
 #include "core/rng.h"
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/upcast.h"
 #include "kernels/random/random.h"
 
 namespace cf::kernels {
@@ -70,6 +71,12 @@ void fill_typed(const Tensor& out, const RandomParams& p) {
 void random_fill_cuda(const Tensor& out, const RandomParams& p) {
   // Element i is the i-th element in memory, as on the CPU (out.data<T>()[i]).
   CF_CHECK(out.is_contiguous(), Error, "[random] internal error: output must be contiguous, got ", out.describe());
+  if (is_low_precision(out.dtype())) {  // float32 draws rounded once, as the CPU's fill
+    Tensor f = float32_buffer_for(out);
+    fill_typed<float>(f, p);
+    downcast_into(f, out);
+    return;
+  }
   CF_DISPATCH_ALL_STD(out.dtype(), "random", fill_typed<scalar_t>(out, p));
 }
 

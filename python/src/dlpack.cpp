@@ -73,6 +73,8 @@ DLDataType dl_dtype(cf::DType d) {
     case cf::DType::Float64: return {kDLFloat, 64, 1};
     case cf::DType::Int64: return {kDLInt, 64, 1};
     case cf::DType::Bool: return {kDLBool, 8, 1};
+    case cf::DType::BFloat16: return {kDLBfloat, 16, 1};
+    case cf::DType::Float16: return {kDLFloat, 16, 1};
   }
   return {};
 }
@@ -82,10 +84,12 @@ cf::DType cf_dtype(DLDataType t, bool uint8_as_bool) {
   CF_CHECK(t.lanes == 1, DTypeError, "[from_dlpack] vector dtypes (lanes ", t.lanes, ") are not supported");
   if (t.code == kDLFloat && t.bits == 32) return cf::kFloat32;
   if (t.code == kDLFloat && t.bits == 64) return cf::kFloat64;
+  if (t.code == kDLFloat && t.bits == 16) return cf::kFloat16;
+  if (t.code == kDLBfloat && t.bits == 16) return cf::kBFloat16;
   if (t.code == kDLInt && t.bits == 64) return cf::kInt64;
   if (t.code == kDLBool && t.bits == 8) return cf::kBool;
   throw cf::DTypeError(cf::str("[from_dlpack] dtype code ", int(t.code), " with ", int(t.bits),
-                               " bits is not float32, float64, int64 or bool: convert it first"));
+                               " bits is not float32, float64, float16, bfloat16, int64 or bool: convert it first"));
 }
 
 // What an exported DLManagedTensor(Versioned) owns: the tensor handle (keeps the

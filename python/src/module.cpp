@@ -90,17 +90,23 @@ NB_MODULE(_cf, m) {
   // leak report would then list them on every exit.
   nb::set_leak_warnings(false);
 
-  nb::enum_<cf::DType>(m, "dtype", "Element types: float32 (default), float64, int64 (indices), bool (masks).")
+  nb::enum_<cf::DType>(m, "dtype",
+                       "Element types: float32 (default), float64, int64 (indices), bool (masks), bfloat16 and "
+                       "float16 (storage types: arithmetic in float32).")
       .value("float32", cf::DType::Float32)
       .value("float64", cf::DType::Float64)
       .value("int64", cf::DType::Int64)
-      .value("bool", cf::DType::Bool);
+      .value("bool", cf::DType::Bool)
+      .value("bfloat16", cf::DType::BFloat16)
+      .value("float16", cf::DType::Float16);
   m.attr("float32") = nb::cast(cf::kFloat32);
   m.attr("float64") = nb::cast(cf::kFloat64);
   m.attr("int64") = nb::cast(cf::kInt64);
   m.attr("bool") = nb::cast(cf::kBool);
+  m.attr("bfloat16") = nb::cast(cf::kBFloat16);
+  m.attr("float16") = nb::cast(cf::kFloat16);
   m.def("dtype_size", &cf::dtype_size, nb::arg("dtype"), "Bytes per element of a dtype.");
-  m.def("is_floating", &cf::is_floating, nb::arg("dtype"), "True for float32 and float64.");
+  m.def("is_floating", &cf::is_floating, nb::arg("dtype"), "True for float32, float64, bfloat16 and float16.");
 
   nb::class_<cf::Device>(m, "Device", "A device: cpu, or cuda:N. Anywhere a device is taken, a string works too.")
       .def(nb::init<>())

@@ -160,12 +160,13 @@ bool tensor_from_buffer(nb::handle data, cf::Tensor& out) {
     throw cf::DTypeError("[tensor] big-endian buffers are not supported");
   if (code == 'f' && b.itemsize == 4) out = from_buffer_typed<float>(b, shape);
   else if (code == 'd' && b.itemsize == 8) out = from_buffer_typed<double>(b, shape);
+  else if (code == 'e' && b.itemsize == 2) out = from_buffer_typed<cf::Half>(b, shape);
   else if ((code == 'q' || code == 'l' || code == 'Q' || code == 'L') && b.itemsize == 8) out = from_buffer_typed<int64_t>(b, shape);
   else if (code == 'i' && b.itemsize == 4) out = from_buffer_typed<int64_t>(b, shape);
   else if (code == '?' && b.itemsize == 1) out = from_buffer_typed<bool>(b, shape);
   else
     throw cf::DTypeError(cf::str("[tensor] buffer format '", fmt, "' (itemsize ", b.itemsize,
-                                 ") is not float32, float64, int32, int64 or bool"));
+                                 ") is not float32, float64, float16, int32, int64 or bool"));
   return true;
 }
 
@@ -181,7 +182,11 @@ cf::Tensor tensor_from_python(nb::handle data, std::optional<cf::DType> dtype, c
     gather_nested(data, 0, shape, g);
     cf::DType dt = dtype ? *dtype : (g.all_bool && !g.f.empty()) ? cf::kBool : (g.all_int && !g.f.empty()) ? cf::kInt64 : cf::kFloat32;
     switch (dt) {
-      case cf::DType::Float32: t = cf::Tensor::from_vector(std::vector<float>(g.f.begin(), g.f.end()), shape); break;
+      case cf::DType::Float32:
+      case cf::DType::BFloat16:  // rounded once from float64 values by the cast below
+      case cf::DType::Float16:
+        t = cf::Tensor::from_vector(std::vector<float>(g.f.begin(), g.f.end()), shape);
+        break;
       case cf::DType::Float64: t = cf::Tensor::from_vector(g.f, shape); break;
       case cf::DType::Int64:
         CF_CHECK(g.all_int, DTypeError, "[tensor] float values cannot make an int64 tensor (cast after with .to)");
@@ -210,6 +215,8 @@ nb::object scalar_to_python(const cf::Tensor& t) {
     case cf::DType::Float64: return nb::float_(t.item<double>());
     case cf::DType::Int64: return nb::int_(t.item<int64_t>());
     case cf::DType::Bool: return nb::bool_(t.item<bool>());
+    case cf::DType::BFloat16:
+    case cf::DType::Float16: return nb::float_(t.item());
   }
   return nb::none();
 }
@@ -236,6 +243,11 @@ nb::object tolist(const cf::Tensor& t) {
       std::vector<bool> v = t.to_vector<bool>();
       return nested_list(v, t.shape(), 0, k);
     }
+    case cf::DType::BFloat16:
+    case cf::DType::Float16: {
+      cf::NoGradGuard ng;
+      return nested_list(cf::to(t.detach(), cf::kFloat32).to_vector<float>(), t.shape(), 0, k);
+    }
   }
   return nb::none();
 }
@@ -246,6 +258,9 @@ const char* typestr(cf::DType d) {
     case cf::DType::Float64: return "<f8";
     case cf::DType::Int64: return "<i8";
     case cf::DType::Bool: return "|b1";
+    case cf::DType::Float16: return "<f2";
+    case cf::DType::BFloat16:
+      throw cf::DTypeError("[__array_interface__] NumPy has no bfloat16; convert with t.to(cf.float32) first");
   }
   return "";
 }

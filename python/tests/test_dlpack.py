@@ -93,3 +93,21 @@ def test_cuda_dlpack_round_trip():
     assert t[3].item() == -1.0
     with pytest.raises(cf.DeviceError):
         np.asarray(t)
+
+
+def test_low_precision_dtypes_cross_numpy_and_dlpack():
+    # bfloat16 / float16 (issue 26): values round to nearest even once, float16 crosses NumPy
+    # both ways, bfloat16 (which NumPy lacks) says so, and DLPack carries both to PyTorch.
+    a = cf.tensor([1.0, 2.5, 1.0 + 2.0**-8], dtype=cf.bfloat16)
+    assert a.dtype == cf.bfloat16 and a.tolist() == [1.0, 2.5, 1.0]
+    assert cf.is_floating(cf.float16) and cf.dtype_size(cf.bfloat16) == 2
+    h = cf.tensor(np.array([1.5, 65504.0], dtype=np.float16))
+    assert h.dtype == cf.float16 and np.asarray(h).dtype == np.float16
+    assert np.asarray(h).tolist() == [1.5, 65504.0]
+    with pytest.raises(cf.DTypeError, match="bfloat16"):
+        np.asarray(a)
+    torch = pytest.importorskip("torch")
+    t = torch.from_dlpack(a)
+    assert t.dtype == torch.bfloat16 and t.tolist() == [1.0, 2.5, 1.0]
+    back = cf.from_dlpack(torch.tensor([0.5, -3.0], dtype=torch.float16))
+    assert back.dtype == cf.float16 and back.tolist() == [0.5, -3.0]

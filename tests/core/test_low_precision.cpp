@@ -237,6 +237,10 @@ TEST_CASE("low-precision parity R1: elementwise, comparisons, where, casts are f
     check_r1(where(gt(x.low, 0.0), x.low, y.low), where(gt(x.ref, 0.0), x.ref, y.ref), "where");
     check_r1(transpose(x.low, 0, 1), transpose(x.ref, 0, 1), "transpose");
     check_r1(contiguous(transpose(x.low, 0, 1)), contiguous(transpose(x.ref, 0, 1)), "contiguous");
+    Generator g1(5), g2(5);  // the same mask; the keep-scale 1/(1-p) is applied in float32
+    check_r1(dropout(x.low, 0.3, true, g1), dropout(x.ref, 0.3, true, g2), "dropout");
+    Generator g3(6), g4(6);
+    check_r1(randn({4, 5}, dt, g3), randn({4, 5}, kFloat32, g4), "randn");
   }
 }
 

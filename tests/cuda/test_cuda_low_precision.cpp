@@ -58,6 +58,10 @@ TEST_CASE("cuda: low precision casts, fill and elementwise match the CPU") {
     check_parity("div", [](const std::vector<Tensor>& v) { return div(v[0], v[1]); }, {x, p}, bwd(dt));
     check_parity("maximum", [](const std::vector<Tensor>& v) { return maximum(v[0], v[1]); }, {x, y}, bwd(dt));
     check_parity("lt", [](const std::vector<Tensor>& v) { return lt(v[0], v[1]); }, {x, y}, fwd(dt, 0));
+    check_parity("dropout", [](const std::vector<Tensor>& v) {
+      Generator g(7);  // the same Philox mask on both devices
+      return dropout(v[0], 0.3, true, g);
+    }, {x}, bwd(dt));
     check_parity("where", [](const std::vector<Tensor>& v) { return where(gt(v[0], 0.0), v[0], v[1]); }, {x, y},
                  bwd(dt));
   }

@@ -56,7 +56,7 @@ TEST_CASE("autocast: matmul and Linear run in the low dtype, statistics and loss
   CHECK_THROWS_MSG(AutocastGuard{kFloat32}, DTypeError, "[AutocastGuard]", "float32");
 }
 
-TEST_CASE("autocast: float32 weights get float32 gradients; backward ignores the policy") {
+TEST_CASE("autocast: float32 weights get float32 gradients, and backward ignores the policy") {
   nn::Linear lin(6, 4);
   Tensor x = rnd({5, 6}, 4);
   Tensor loss;
@@ -249,8 +249,11 @@ TEST_CASE("an autocast training run tracks the float32 run's loss") {
     std::vector<double> low = run(dt);
     double worst = 0;
     for (size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, std::fabs(low[i] - f32[i]));
-    // bfloat16 rounds the products to 3 digits: the curves stay within 5% of the initial loss
-    CHECK_MESSAGE(worst < 0.05 * f32.front(), "max |loss difference| ", worst, " (initial ", f32.front(), ")");
+    MESSAGE(std::string(dtype_name(dt)), ": max |loss - float32 loss| over 60 steps = ", worst, ", initial ",
+            f32.front(), ", final ", low.back(), " vs ", f32.back());
+    // bfloat16 rounds the products to 3 digits: the curves stay within 1% of the initial loss
+    // (measured: bfloat16 0.0008, float16 0.00008 on an initial 1.37)
+    CHECK_MESSAGE(worst < 0.01 * f32.front(), "max |loss difference| ", worst, " (initial ", f32.front(), ")");
     CHECK(low.back() < 0.3 * low.front());
   }
 }
@@ -274,5 +277,34 @@ TEST_CASE("autocast: the fused attention ops run on float32 copies of 16-bit q, 
     CHECK(got.dtype() == kFloat32);
     check_close(got, want, 0);
     check_close(block_attention(ql, kl, vl, members, Tensor(), bo).out, want_block, 0);
+  }
+}
+
+TEST_CASE("autocast: full attention (the fused kernel, float32 until it has a 16-bit arm) matches float32") {
+  nn::AttentionSpec spec;
+  spec.type = "full";
+  spec.d_model = 32;
+  spec.n_heads = 2;
+  std::shared_ptr<nn::Attention> att = nn::make_attention(spec);
+  nn::AttentionArgs a;
+  a.q = rnd({1, 2, 24, 16}, 31);
+  a.k = rnd({1, 2, 24, 16}, 32);
+  a.v = rnd({1, 2, 24, 16}, 33);
+  a.causal = true;
+  Tensor ref = att->forward(a);
+  for (DType dt : {kBFloat16, kFloat16}) {
+    Tensor low;
+    {
+      AutocastGuard guard(dt);
+      low = att->forward(a);
+    }
+    // FullAttention runs flash_attention, which autocast leaves in float32 (no 16-bit
+    // kernel yet, docs/design-notes.md "Autocast"); the bound below is what 16 bits must meet.
+    CHECK(low.dtype() == kFloat32);
+    std::vector<double> l = values(low), r = values(ref);
+    double m = 0, e = 0;
+    for (size_t i = 0; i < l.size(); ++i) m = std::max(m, std::fabs(r[i])), e = std::max(e, std::fabs(l[i] - r[i]));
+    const double u = dt == kBFloat16 ? 1.0 / 256 : 1.0 / 2048;
+    CHECK_MESSAGE(e <= 8 * u * m, std::string(dtype_name(dt)), ": max error ", e, " vs bound ", 8 * u * m);
   }
 }
