@@ -22,6 +22,10 @@ class Request {
   virtual bool test() = 0;
 };
 
+// async = false: the caller waits for the result at once (under the process
+// group's watchdog), and a backend may run its blocking call, which can be much
+// faster (Open MPI's blocking collectives use its tuned algorithms; its
+// non-blocking ones go through libnbc). async = true: return while it runs.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -29,15 +33,15 @@ class Backend {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   // op is sum or max (mean is a sum the front end divides).
-  virtual std::unique_ptr<Request> all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
-  virtual std::unique_ptr<Request> broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
+  virtual std::unique_ptr<Request> all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op, bool async) = 0;
+  virtual std::unique_ptr<Request> broadcast(void* buf, int64_t count, DType dtype, int root, bool async) = 0;
   // recv holds world_size * count elements, rank r's block at r * count.
-  virtual std::unique_ptr<Request> all_gather(const void* send, void* recv, int64_t count,
-                                              DType dtype) = 0;
+  virtual std::unique_ptr<Request> all_gather(const void* send, void* recv, int64_t count, DType dtype,
+                                              bool async) = 0;
   // send holds world_size * count elements; recv gets this rank's reduced block.
   virtual std::unique_ptr<Request> reduce_scatter(const void* send, void* recv, int64_t count,
-                                                  DType dtype, ReduceOp op) = 0;
-  virtual std::unique_ptr<Request> barrier() = 0;
+                                                  DType dtype, ReduceOp op, bool async) = 0;
+  virtual std::unique_ptr<Request> barrier(bool async) = 0;
 };
 
 // dist/mpi_backend.cpp (CF_WITH_MPI). Initialises MPI unless it already is.

@@ -25,11 +25,14 @@
 // checked once at construction).
 //
 // Timeouts. A collective waits at most timeout_s (InitOptions, CF_DIST_TIMEOUT
-// seconds in the environment; default 300) for its peers; then it throws a
-// DistError saying that a rank may have died or called another collective.
-// The process group is unusable afterwards: the message says to exit (mpirun
-// then stops the others). A rank that dies outright is reported by mpirun,
-// which ends the job.
+// seconds in the environment; default 300) for its peers. The asynchronous
+// all-reduce (DDP) then throws a DistError saying that a rank may have died or
+// called another collective, after which the group is unusable (the message
+// says to exit; mpirun then stops the others). The blocking collectives run
+// MPI's blocking calls (its tuned algorithms: several times faster than its
+// non-blocking ones here), which cannot be interrupted: a watchdog thread prints
+// the same message and ends the process (status 124) instead. A rank that dies
+// outright is reported by mpirun, which ends the job.
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -1,6 +1,8 @@
-// The MPI backend: non-blocking MPI-3 collectives (MPI_Iallreduce, ...) on host
-// buffers, so that the front end can poll them against a timeout and DDP can
-// overlap them with the backward pass. Errors return (MPI_ERRORS_RETURN) instead
+// The MPI backend: blocking collectives (MPI_Allreduce, ...) for calls the
+// caller waits for (Open MPI's tuned algorithms; the process group's watchdog
+// bounds their time), non-blocking MPI-3 ones (MPI_Iallreduce, ...) for the
+// asynchronous path, polled against the timeout, with which DDP overlaps
+// communication and backward. Errors return (MPI_ERRORS_RETURN) instead
 // of aborting, so they become DistErrors with MPI's own message.
 #include <mpi.h>
 
@@ -79,6 +81,12 @@ class MpiRequest : public Request {
   bool done_ = false;
 };
 
+// A blocking call's result: already complete.
+class Done : public Request {
+ public:
+  bool test() override { return true; }
+};
+
 class MpiBackend : public Backend {
  public:
   MpiBackend() {
@@ -99,38 +107,59 @@ class MpiBackend : public Backend {
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
 
-  std::unique_ptr<Request> all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
-    MPI_Request r;
+  std::unique_ptr<Request> all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op, bool async) override {
     check_reducible(dtype, "all_reduce");
+    if (!async) {
+      check(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), mpi_type(dtype), mpi_op(op), comm_),
+            "MPI_Allreduce");
+      return std::make_unique<Done>();
+    }
+    MPI_Request r;
     check(MPI_Iallreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), mpi_type(dtype),
                          mpi_op(op), comm_, &r),
           "MPI_Iallreduce");
     return std::make_unique<MpiRequest>(r, "MPI_Iallreduce");
   }
-  std::unique_ptr<Request> broadcast(void* buf, int64_t count, DType dtype, int root) override {
+  std::unique_ptr<Request> broadcast(void* buf, int64_t count, DType dtype, int root, bool async) override {
+    if (!async) {
+      check(MPI_Bcast(buf, checked_count(count, "broadcast"), mpi_type(dtype), root, comm_), "MPI_Bcast");
+      return std::make_unique<Done>();
+    }
     MPI_Request r;
     check(MPI_Ibcast(buf, checked_count(count, "broadcast"), mpi_type(dtype), root, comm_, &r),
           "MPI_Ibcast");
     return std::make_unique<MpiRequest>(r, "MPI_Ibcast");
   }
-  std::unique_ptr<Request> all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+  std::unique_ptr<Request> all_gather(const void* send, void* recv, int64_t count, DType dtype, bool async) override {
     MPI_Request r;
     int n = checked_count(count, "all_gather");
     checked_count(count * size_, "all_gather");
+    if (!async) {
+      check(MPI_Allgather(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_), "MPI_Allgather");
+      return std::make_unique<Done>();
+    }
     check(MPI_Iallgather(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_, &r), "MPI_Iallgather");
     return std::make_unique<MpiRequest>(r, "MPI_Iallgather");
   }
-  std::unique_ptr<Request> reduce_scatter(const void* send, void* recv, int64_t count, DType dtype,
-                                          ReduceOp op) override {
+  std::unique_ptr<Request> reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                          bool async) override {
     MPI_Request r;
     int n = checked_count(count, "reduce_scatter");
     checked_count(count * size_, "reduce_scatter");
     check_reducible(dtype, "reduce_scatter");
+    if (!async) {
+      check(MPI_Reduce_scatter_block(send, recv, n, mpi_type(dtype), mpi_op(op), comm_), "MPI_Reduce_scatter_block");
+      return std::make_unique<Done>();
+    }
     check(MPI_Ireduce_scatter_block(send, recv, n, mpi_type(dtype), mpi_op(op), comm_, &r),
           "MPI_Ireduce_scatter_block");
     return std::make_unique<MpiRequest>(r, "MPI_Ireduce_scatter_block");
   }
-  std::unique_ptr<Request> barrier() override {
+  std::unique_ptr<Request> barrier(bool async) override {
+    if (!async) {
+      check(MPI_Barrier(comm_), "MPI_Barrier");
+      return std::make_unique<Done>();
+    }
     MPI_Request r;
     check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
     return std::make_unique<MpiRequest>(r, "MPI_Ibarrier");

@@ -80,7 +80,7 @@ class NcclBackend : public Backend {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     ncclUniqueId id;
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    auto r = bootstrap.broadcast(&id, int64_t(sizeof(id)), DType::Bool, 0);
+    auto r = bootstrap.broadcast(&id, int64_t(sizeof(id)), DType::Bool, 0, false);
     while (!r->test()) {
     }
     check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
@@ -92,29 +92,29 @@ class NcclBackend : public Backend {
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
 
-  std::unique_ptr<Request> all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
+  std::unique_ptr<Request> all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op, bool) override {
     check_nccl(ncclAllReduce(buf, buf, size_t(count), nccl_type(dtype), nccl_op(op), comm_, cudaStreamLegacy),
                "ncclAllReduce");
     return std::make_unique<NcclRequest>(comm_, "ncclAllReduce");
   }
-  std::unique_ptr<Request> broadcast(void* buf, int64_t count, DType dtype, int root) override {
+  std::unique_ptr<Request> broadcast(void* buf, int64_t count, DType dtype, int root, bool) override {
     check_nccl(ncclBroadcast(buf, buf, size_t(count), nccl_type(dtype), root, comm_, cudaStreamLegacy),
                "ncclBroadcast");
     return std::make_unique<NcclRequest>(comm_, "ncclBroadcast");
   }
-  std::unique_ptr<Request> all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+  std::unique_ptr<Request> all_gather(const void* send, void* recv, int64_t count, DType dtype, bool) override {
     check_nccl(ncclAllGather(send, recv, size_t(count), nccl_type(dtype), comm_, cudaStreamLegacy),
                "ncclAllGather");
     return std::make_unique<NcclRequest>(comm_, "ncclAllGather");
   }
   std::unique_ptr<Request> reduce_scatter(const void* send, void* recv, int64_t count, DType dtype,
-                                          ReduceOp op) override {
+                                          ReduceOp op, bool) override {
     check_nccl(ncclReduceScatter(send, recv, size_t(count), nccl_type(dtype), nccl_op(op), comm_,
                                  cudaStreamLegacy),
                "ncclReduceScatter");
     return std::make_unique<NcclRequest>(comm_, "ncclReduceScatter");
   }
-  std::unique_ptr<Request> barrier() override {
+  std::unique_ptr<Request> barrier(bool) override {
     // NCCL has no barrier; the process group's barrier goes over MPI.
     throw DistError("[dist] internal error: barrier runs on the MPI backend");
   }

@@ -2,11 +2,14 @@
 // NCCL backend for CUDA tensors when built with it; validation, the descriptor
 // check across ranks, the mean, and the timeout (dist/dist.h explains each).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <condition_variable>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "autograd/grad_mode.h"
@@ -22,6 +25,64 @@ using detail::Request;
 
 namespace {
 
+// Bounds the blocking calls: a thread that, when a call it was told about
+// outlives the timeout, prints the error and ends this process (mpirun then
+// ends the job). A blocking MPI call cannot be interrupted, and the process
+// group is unusable after such a timeout anyway (PyTorch's NCCL watchdog
+// does the same).
+std::string timeout_message(const char* op, const Tensor* t);
+
+class Watchdog {
+ public:
+  Watchdog() : thread_([this] { run(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> l(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // Two atomic stores per call (no lock, no wake-up: small collectives take a
+  // microsecond); the thread looks every 50 ms, so it fires within 50 ms of the
+  // deadline. `t` (the tensor, for the message; may be null) must outlive the call.
+  void arm(const char* op, const Tensor* t, double timeout_s) {
+    op_.store(op, std::memory_order_relaxed);
+    what_.store(t, std::memory_order_relaxed);
+    timeout_ns_.store(int64_t(timeout_s * 1e9), std::memory_order_relaxed);
+    since_ns_.store(now_ns(), std::memory_order_release);
+  }
+  void disarm() { since_ns_.store(0, std::memory_order_release); }
+
+ private:
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void run() {
+    std::unique_lock<std::mutex> l(m_);
+    while (!cv_.wait_for(l, std::chrono::milliseconds(50), [&] { return stop_; })) {
+      const int64_t since = since_ns_.load(std::memory_order_acquire);
+      if (since == 0 || now_ns() - since <= timeout_ns_.load(std::memory_order_relaxed)) continue;
+      std::string msg = timeout_message(op_.load(std::memory_order_relaxed), what_.load(std::memory_order_relaxed));
+      msg += "ending this process (mpirun then stops the job); restart from the last checkpoint";
+      std::fprintf(stderr, "%s\n", msg.c_str());
+      std::fflush(stderr);
+      std::_Exit(kTimeoutExitCode);
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<int64_t> since_ns_{0}, timeout_ns_{0};
+  std::atomic<const char*> op_{""};
+  std::atomic<const Tensor*> what_{nullptr};
+  std::thread thread_;
+
+ public:
+  static constexpr int kTimeoutExitCode = 124;  // timeout(1)'s status
+};
+
 struct Group {
   bool initialized = false;
   bool owns_mpi = false;
@@ -33,6 +94,7 @@ struct Group {
   bool check = true;
   std::unique_ptr<Backend> cpu;   // mpi, or null for backend "none"
   std::unique_ptr<Backend> cuda;  // nccl, or null
+  std::unique_ptr<Watchdog> watchdog;  // with a backend and several ranks
 };
 
 Group& group() {
@@ -90,26 +152,51 @@ void check_tensor(const Tensor& t, const char* op, bool allow_bool) {
   CF_CHECK(ok, dist::DistError, "[", op, "] dtype ", t.dtype(), " is not supported (tensor ", t.describe(), ")");
 }
 
-// Wait for r, polling, at most the group's timeout. Spins briefly (latency of
-// small messages), then sleeps 50 us between polls (two ranks share the cores).
-void wait_for(Request& r, const char* op, const std::string& what) {
+// The tensor is described only when the message is needed (describe() costs
+// about a microsecond: as much as a small all-reduce).
+std::string timeout_message(const char* op, const Tensor* t) {
   Group& g = group();
-  auto start = std::chrono::steady_clock::now();
-  int polls = 0;
+  return str("[", op, "] rank ", g.rank, " of ", g.world, " timed out after ", g.timeout,
+             " s waiting for the other ranks (", t ? t->describe() : std::string("no tensor"),
+             "): a rank may have died, hung, or called a different collective; ");
+}
+
+// A blocking backend call, bounded by the watchdog.
+template <class F>
+std::unique_ptr<Request> blocking(const char* op, const Tensor* what, F&& start) {
+  Group& g = group();
+  if (!g.watchdog) return start();
+  g.watchdog->arm(op, what, g.timeout);
+  struct Disarm {
+    Watchdog* w;
+    ~Disarm() { w->disarm(); }
+  } disarm{g.watchdog.get()};
+  return start();
+}
+
+// Wait for r, polling, at most the group's timeout. Open MPI advances a
+// non-blocking collective only inside MPI calls, so the first 20 ms poll without
+// pause (a blocking MPI call spins the same way); a longer wait (a slow peer)
+// backs off to sleeps of up to 1 ms so an idle rank leaves its core to the others.
+void wait_for(Request& r, const char* op, const Tensor* what) {
+  Group& g = group();
+  const auto start = std::chrono::steady_clock::now();
+  int64_t polls = 0;
+  auto sleep = std::chrono::microseconds(20);
   while (!r.test()) {
-    if (++polls < 2000) {
-      std::this_thread::yield();
-      continue;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if ((++polls & 255) != 0) continue;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (waited > g.timeout) {
       g.broken = true;
       g.broken_by = str(op, " timed out");
-      throw DistError(str("[", op, "] rank ", g.rank, " of ", g.world, " timed out after ", g.timeout,
-                          " s waiting for the other ranks (", what,
-                          "): a rank may have died, hung, or called a different collective; "
-                          "exit (mpirun then stops the job) and restart from the last checkpoint"));
+      throw DistError(timeout_message(op, what) + "exit (mpirun then stops the job) and restart from the last "
+                                                  "checkpoint");
+    }
+    if (waited > 0.02) {
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+    } else {
+      std::this_thread::yield();
     }
   }
 }
@@ -159,8 +246,8 @@ void check_descriptors(Kind kind, const Tensor& t, int64_t arg, const char* op) 
   if (!g.check || g.world == 1 || !g.cpu) return;
   std::vector<int64_t> mine = descriptor(kind, t, arg);
   std::vector<int64_t> all(size_t(kDescLen) * size_t(g.world));
-  auto r = g.cpu->all_gather(mine.data(), all.data(), kDescLen, kInt64);
-  wait_for(*r, op, "descriptor check of " + describe_desc(mine.data()));
+  auto r = blocking(op, &t, [&] { return g.cpu->all_gather(mine.data(), all.data(), kDescLen, kInt64, false); });
+  wait_for(*r, op, &t);
   for (int q = 0; q < g.world; ++q) {
     const int64_t* d = all.data() + size_t(q) * kDescLen;
     if (std::memcmp(d, all.data(), sizeof(int64_t) * kDescLen) != 0)
@@ -263,6 +350,7 @@ void init(const InitOptions& options) {
                     "or nccl.h/libnccl not found at configure time)");
 #endif
   }
+  if (g.cpu && g.world > 1) g.watchdog = std::make_unique<Watchdog>();
   g.initialized = true;
 }
 
@@ -271,6 +359,7 @@ bool is_initialized() { return group().initialized; }
 void finalize() {
   Group& g = group();
   if (!g.initialized) return;
+  g.watchdog.reset();
   g.cuda.reset();
   g.cpu.reset();
   g.initialized = false;
@@ -306,8 +395,10 @@ void all_reduce(Tensor& t, ReduceOp op) {
   Backend* b = backend_for(t, "all_reduce");
   check_descriptors(kAllReduce, t, int64_t(op), "all_reduce");
   if (b && t.numel() > 0) {
-    auto r = b->all_reduce(t.raw_data(), t.numel(), t.dtype(), op == ReduceOp::max ? op : ReduceOp::sum);
-    wait_for(*r, "all_reduce", t.describe());
+    auto r = blocking("all_reduce", &t, [&] {
+      return b->all_reduce(t.raw_data(), t.numel(), t.dtype(), op == ReduceOp::max ? op : ReduceOp::sum, false);
+    });
+    wait_for(*r, "all_reduce", &t);
   }
   if (op == ReduceOp::mean) divide_by_world(t);
   t.bump_version();
@@ -322,8 +413,9 @@ void broadcast(Tensor& t, int root) {
   Backend* b = backend_for(t, "broadcast");
   check_descriptors(kBroadcast, t, root, "broadcast");
   if (b && t.numel() > 0) {
-    auto r = b->broadcast(t.raw_data(), t.numel(), t.dtype(), root);
-    wait_for(*r, "broadcast", t.describe());
+    auto r = blocking("broadcast", &t,
+                      [&] { return b->broadcast(t.raw_data(), t.numel(), t.dtype(), root, false); });
+    wait_for(*r, "broadcast", &t);
   }
   t.bump_version();
 }
@@ -345,8 +437,9 @@ Tensor all_gather(const Tensor& t) {
     return out;
   }
   if (t.numel() > 0) {
-    auto r = b->all_gather(t.raw_data(), out.raw_data(), t.numel(), t.dtype());
-    wait_for(*r, "all_gather", t.describe());
+    auto r = blocking("all_gather", &t,
+                      [&] { return b->all_gather(t.raw_data(), out.raw_data(), t.numel(), t.dtype(), false); });
+    wait_for(*r, "all_gather", &t);
   }
   return out;
 }
@@ -370,9 +463,11 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
     return out;
   }
   if (out.numel() > 0) {
-    auto r = b->reduce_scatter(t.raw_data(), out.raw_data(), out.numel(), t.dtype(),
-                               op == ReduceOp::max ? op : ReduceOp::sum);
-    wait_for(*r, "reduce_scatter", t.describe());
+    auto r = blocking("reduce_scatter", &t, [&] {
+      return b->reduce_scatter(t.raw_data(), out.raw_data(), out.numel(), t.dtype(),
+                               op == ReduceOp::max ? op : ReduceOp::sum, false);
+    });
+    wait_for(*r, "reduce_scatter", &t);
   }
   if (op == ReduceOp::mean) divide_by_world(out);
   return out;
@@ -382,8 +477,8 @@ void barrier() {
   require_init("barrier");
   Group& g = group();
   if (!g.cpu) return;
-  auto r = g.cpu->barrier();
-  wait_for(*r, "barrier", "barrier");
+  auto r = blocking("barrier", nullptr, [&] { return g.cpu->barrier(false); });
+  wait_for(*r, "barrier", nullptr);
 }
 
 namespace {
@@ -394,7 +489,7 @@ class AsyncAllReduce : public Work {
   bool test() override { return !r_ || r_->test(); }
   void wait() override {
     if (done_) return;
-    if (r_) wait_for(*r_, "all_reduce", t_.describe());
+    if (r_) wait_for(*r_, "all_reduce", &t_);
     if (op_ == ReduceOp::mean) divide_by_world(t_);
     t_.bump_version();
     done_ = true;
@@ -416,7 +511,7 @@ std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op) {
   Backend* b = backend_for(t, "all_reduce");
   std::unique_ptr<Request> r;
   if (b && t.numel() > 0)
-    r = b->all_reduce(t.raw_data(), t.numel(), t.dtype(), op == ReduceOp::max ? op : ReduceOp::sum);
+    r = b->all_reduce(t.raw_data(), t.numel(), t.dtype(), op == ReduceOp::max ? op : ReduceOp::sum, true);
   return std::make_shared<AsyncAllReduce>(t, op, std::move(r));
 }
 

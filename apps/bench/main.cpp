@@ -26,6 +26,7 @@
 #include <omp.h>
 #endif
 
+#include "bench/dist_bench.h"
 #include "cf.h"
 #include "common/attention_bench.h"
 #include "common/cli.h"
@@ -110,6 +111,17 @@ Options:
                 path costs against float32 sgemm), the CUDA baseline becomes a direct
                 cublasGemmStridedBatchedEx in the same dtype. attention and model run
                 under cf::AutocastGuard (q, k, v in the 16-bit dtype for attention)
+  allreduce     under mpirun -np W: GB/s of cf::dist::all_reduce (float32 sum,
+                with and without its cross-rank descriptor check) vs a raw
+                MPI_Allreduce on the same buffer, in the same run
+  --sizes LIST  allreduce: message sizes in bytes (default 8,1024,65536,1048576,16777216)
+  ddp           under mpirun -np W: one training step (forward, backward, AdamW)
+                of a 2-layer encoder classifier, one process on the global batch
+                (rank 0 alone) vs W DDP processes on 1/W each, and DDP with
+                no_sync (no communication); scaling_efficiency = t_one / (W t_ddp)
+  --sizes LIST  ddp: sequence lengths (default 128)
+  --batch-size B  ddp: global batch (default 16; a multiple of W)
+  --variants L  ddp: attention variants (default full)
   --device D    cpu (default) or cuda[:i]. On CUDA, every timed call ends with
                 a device synchronisation; the baselines become a direct cuBLAS
                 strided-batched SGEMM (matmul, kmeans) and a device-to-device
@@ -131,6 +143,7 @@ struct Options {
   std::vector<int64_t> batch = {64, 128};
   int64_t numel = int64_t(1) << 24;
   int64_t batch_size = 8;
+  bool batch_size_given = false;
   int64_t kmeans_n = 100000;
   std::vector<int64_t> kmeans_dims = {64, 256};
   std::vector<int64_t> kmeans_ks = {256, 1024};
@@ -878,7 +891,7 @@ Options parse(int argc, char** argv) {
     return o;
   }
   if (o.cmd != "overhead" && o.cmd != "matmul" && o.cmd != "elementwise" && o.cmd != "attention" &&
-      o.cmd != "model" && o.cmd != "kmeans")
+      o.cmd != "model" && o.cmd != "kmeans" && o.cmd != "allreduce" && o.cmd != "ddp")
     throw UsageError("unknown subcommand '" + o.cmd + "'");
   cf::apps::ArgReader args(argc, argv, 2);
   while (!args.done()) {
@@ -899,10 +912,12 @@ Options parse(int argc, char** argv) {
       o.threads = cf::apps::parse_int(opt, args.value(opt), 1);
     } else if (opt == "--iters" && o.cmd == "overhead") {
       o.iters = cf::apps::parse_int(opt, args.value(opt), 1);
-    } else if (opt == "--sizes" && (o.cmd == "matmul" || o.cmd == "attention" || o.cmd == "model")) {
+    } else if (opt == "--sizes" && (o.cmd == "matmul" || o.cmd == "attention" || o.cmd == "model" ||
+                                     o.cmd == "allreduce" || o.cmd == "ddp")) {
       o.sizes = cf::apps::parse_int_list(opt, args.value(opt), 1);
       o.sizes_given = true;
-    } else if ((opt == "--variants" || opt == "--variant") && (o.cmd == "attention" || o.cmd == "model")) {
+    } else if ((opt == "--variants" || opt == "--variant") &&
+               (o.cmd == "attention" || o.cmd == "model" || o.cmd == "ddp")) {
       o.variants.clear();
       std::string list = args.value(opt), item;
       std::vector<std::string> known = cf::nn::attention_types();
@@ -933,8 +948,9 @@ Options parse(int argc, char** argv) {
     } else if (opt == "--max-gib" && o.cmd == "attention") {
       o.max_gib = cf::apps::parse_double(opt, args.value(opt));
       if (!(o.max_gib > 0)) throw UsageError("--max-gib must be positive");
-    } else if (opt == "--batch-size" && o.cmd == "model") {
+    } else if (opt == "--batch-size" && (o.cmd == "model" || o.cmd == "ddp")) {
       o.batch_size = cf::apps::parse_int(opt, args.value(opt), 1);
+      o.batch_size_given = true;
     } else if (opt == "--batch" && o.cmd == "matmul") {
       o.batch = cf::apps::parse_int_list(opt, args.value(opt), 0);
       if (o.batch.size() != 2) throw UsageError("--batch expects B,N (two integers)");
@@ -986,6 +1002,27 @@ int main(int argc, char** argv) {
   try {
     cf::cuda::check_device(o.device, "cf-bench");
     g_device = o.device;
+    if (o.cmd == "allreduce" || o.cmd == "ddp") {
+      if (!o.device.is_cpu()) throw cf::ValueError("[cf-bench " + o.cmd + "] measures the CPU (MPI) path only");
+      cf::dist::init();
+      json rows;
+      if (o.cmd == "allreduce") {
+        rows = cf::bench::allreduce_rows(o.sizes_given ? o.sizes : std::vector<int64_t>{8, 1024, 65536, 1048576, 16777216},
+                                         o.repeat);
+      } else {
+        cf::bench::DdpBenchOptions d;
+        d.variants = o.variants;
+        if (o.sizes_given) d.sizes = o.sizes;
+        if (o.batch_size_given) d.batch_size = o.batch_size;
+        d.repeat = o.repeat;
+        rows = cf::bench::ddp_rows(d);
+      }
+      json out = report(o.cmd, rows);
+      out["machine"]["processes"] = cf::dist::world_size();
+      if (cf::dist::rank() == 0) std::cout << out.dump() << std::endl;
+      cf::dist::finalize();
+      return 0;
+    }
     json out = o.cmd == "overhead"      ? bench_overhead(o)
                : o.cmd == "matmul"      ? bench_matmul(o)
                : o.cmd == "attention"   ? bench_attention(o)

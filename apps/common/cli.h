@@ -92,6 +92,8 @@ class ArgReader {
     if (i_ >= args_.size()) throw UsageError(opt + " needs a value");
     return args_[i_++];
   }
+  // Whether the option just read came as --name=value.
+  bool has_inline_value() const { return has_inline_; }
   void no_value(const std::string& opt) const {
     if (has_inline_) throw UsageError(opt + " takes no value");
   }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/cli.h"
+#include "dist/dist.h"
 
 namespace cf::apps {
 
@@ -60,6 +61,13 @@ class Options {
   // Command line: true | false.
   void add_bool(const std::string& key, bool* field) {
     add(key, Kind::Bool, [=](const json& v, const std::string& where) {
+      if (!v.is_boolean()) throw UsageError(where + " must be true or false");
+      *field = v.get<bool>();
+    });
+  }
+  // Command line: a bare --name is true, --name=true|false either; config: true | false.
+  void add_flag(const std::string& key, bool* field) {
+    add(key, Kind::Flag, [=](const json& v, const std::string& where) {
       if (!v.is_boolean()) throw UsageError(where + " must be true or false");
       *field = v.get<bool>();
     });
@@ -113,12 +121,17 @@ class Options {
         if (ch == '-') ch = '_';
       auto it = options_.find(key);
       if (it == options_.end()) throw UsageError("unknown option '" + opt + "'");
+      if (it->second.kind == Kind::Flag && !args.has_inline_value()) {
+        cli[key] = true;
+        continue;
+      }
       const std::string s = args.value(opt);
       switch (it->second.kind) {
         case Kind::Int: cli[key] = parse_int(opt, s, std::numeric_limits<int64_t>::min()); break;
         case Kind::Number: cli[key] = parse_double(opt, s); break;
         case Kind::String: cli[key] = s; break;
         case Kind::Bool:
+        case Kind::Flag:
           if (s != "true" && s != "false") throw UsageError(opt + " must be true or false, got '" + s + "'");
           cli[key] = s == "true";
           break;
@@ -156,7 +169,7 @@ class Options {
   }
 
  private:
-  enum class Kind { Int, Number, String, Bool, IntList, StringList };
+  enum class Kind { Int, Number, String, Bool, Flag, IntList, StringList };
   struct Option {
     Kind kind;
     std::function<void(const json&, const std::string& where)> set;
@@ -221,11 +234,18 @@ int parse_command_line(const std::string& app, const std::string& usage, Parse&&
 template <class Body>
 int run_app(const std::string& app, Body&& body) {
   try {
-    return body();
+    const int rc = body();
+    cf::dist::finalize();
+    return rc;
   } catch (const TrainingStopped& e) {
-    std::cerr << app << ": " << e.what() << "\n";
+    // Every rank stops at the same step (--stop-after): they finish together.
+    if (cf::dist::rank() == 0) std::cerr << app << ": " << e.what() << "\n";
+    cf::dist::finalize();
     return 3;
   } catch (const std::exception& e) {
+    // --distributed: the other ranks may be waiting in a collective; end the job.
+    if (cf::dist::is_initialized() && cf::dist::world_size() > 1)
+      cf::dist::abort(1, app + " (rank " + std::to_string(cf::dist::rank()) + "): " + e.what());
     std::cerr << app << ": " << e.what() << "\n";
     return 1;
   }

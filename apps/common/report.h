@@ -17,7 +17,10 @@
 namespace cf::apps {
 
 // One metrics line (flushed, so a pipe sees progress as it happens).
-inline void emit(const nlohmann::ordered_json& j) { std::cout << j.dump() << std::endl; }
+// --distributed: only rank 0 speaks (every rank computes the same lines).
+inline void emit(const nlohmann::ordered_json& j) {
+  if (cf::dist::rank() == 0) std::cout << j.dump() << std::endl;
+}
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

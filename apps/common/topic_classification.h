@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cf.h"
+#include "common/distributed.h"
 #include "common/options.h"
 #include "common/report.h"
 #include "common/train_run.h"
@@ -218,6 +219,12 @@ inline TrainResult train_classifier(cf::models::EncoderClassifier& model, const 
                                     cf::data::DataLoader& val_loader) {
   cf::data::DataLoaderOptions to;
   to.batch_size = cfg.batch_size;
+  if (distributed()) {  // each rank its share of every global batch of --batch-size
+    rank_share(cfg.batch_size, "--batch-size");
+    to.batch_size = cfg.batch_size / cf::dist::world_size();
+    to.num_replicas = cf::dist::world_size();
+    to.rank = cf::dist::rank();
+  }
   to.shuffle = true;
   to.seed = uint64_t(seed);
   to.drop_last = true;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cf.h"
+#include "common/distributed.h"
 #include "common/options.h"
 #include "common/report.h"
 #include "nn/checkpoint.h"
@@ -112,6 +113,12 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     for (auto& [k, v] : run.tags.items()) j[k] = v;
     return j;
   };
+  // --distributed: DDP averages the gradients of the ranks' shards (the model is
+  // the caller's: a non-owning pointer). Built before the optimizer reads the
+  // parameters and before a checkpoint is loaded (every rank loads the same file).
+  std::unique_ptr<cf::nn::DistributedDataParallel> ddp;
+  if (distributed()) ddp = std::make_unique<cf::nn::DistributedDataParallel>(std::shared_ptr<cf::nn::Module>(
+                         std::shared_ptr<cf::nn::Module>(), &model));
   cf::nn::AdamWOptions ao;
   ao.lr = cfg.lr;
   ao.weight_decay = cfg.weight_decay;
@@ -169,7 +176,7 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     ck.extra["signature"] = run.signature.dump();
     ck.extra["train_time_s"] = std::to_string(train_time_s());
     ck.extra["train_peak_bytes"] = std::to_string(train_peak_bytes());
-    cf::nn::save_checkpoint(run.checkpoint, ck);
+    cf::nn::save_checkpoint_rank0(run.checkpoint, ck);  // rank 0 writes; a single process just saves
   };
 
   cf::nn::TrainLoopOptions lo;
@@ -185,6 +192,8 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   po.desc = "train";
   for (auto& [k, v] : run.tags.items()) po.desc += " " + (v.is_string() ? v.get<std::string>() : k + " " + v.dump());
   po.unit = "step";
+  static std::ostream silent(nullptr);  // ranks other than 0 draw no progress bar
+  if (cf::dist::rank() != 0) po.out = &silent;
   cf::nn::ProgressBar bar(po);
   cf::nn::TrainLoopHooks loop_hooks;
   loop_hooks.model = &model;
@@ -200,6 +209,12 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     task_sum += task;
     ++loss_n;
     if (cfg.log_every > 0 && info.step % cfg.log_every == 0) {
+      if (distributed()) {  // the loss of the global batch: the mean over ranks' shards
+        cf::Tensor sums = cf::Tensor::from_vector(std::vector<double>{loss_sum, task_sum}, {2});
+        cf::dist::all_reduce(sums, cf::dist::ReduceOp::mean);
+        loss_sum = sums.to_vector<double>()[0];
+        task_sum = sums.to_vector<double>()[1];
+      }
       ojson j = event("train");
       j["step"] = info.step;
       j["loss"] = loss_sum / double(loss_n);  // what is minimised: task + weighted auxiliary losses

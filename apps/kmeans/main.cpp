@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cf.h"
+#include "common/distributed.h"
 #include "common/cli.h"
 #include "common/options.h"
 #include "common/report.h"
@@ -75,6 +76,11 @@ Demo (no --input):
   --demo-n N          points (default 20000)
   --demo-d D          dimensions (default 16)
 Other:
+  --distributed       data-parallel over the processes mpirun started
+                      (mpirun -np W ...): every rank reads the data and keeps
+                      its 1/W of the rows; distributed K-Means (all-reduced sums,
+                      k-means++ across ranks) gives the clustering of one
+                      process; rank 0 prints and writes the outputs
   --config FILE       JSON object with any of the keys above, '-' as '_'
                       (e.g. {"k": 10, "max_iter": 50, "shape": [100, 8]});
                       the command line wins; unknown keys are errors
@@ -92,6 +98,7 @@ struct Config {
   double tol = 1e-4;
   std::string init = "kmeans++", metric = "l2", device = "cpu", algorithm = "lloyd";
   int64_t demo_n = 20000, demo_d = 16;
+  bool distributed = false;
 };
 
 // Returns false for --help.
@@ -112,6 +119,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_number("tol", &c.tol);
   o.add_number("scale", &c.scale);
   o.add_int_list("shape", &c.shape, 1);
+  o.add_flag("distributed", &c.distributed);
   if (!o.parse(argc, argv)) return false;
 
   if (!c.shape.empty() && c.shape.size() != 2) throw UsageError("--shape expects N,D (two integers)");
@@ -202,10 +210,15 @@ int main(int argc, char** argv) {
   const int rc = cf::apps::parse_command_line("cf-kmeans", kUsage, [&] {
     if (!parse(argc, argv, cfg)) return false;
     cf::apps::parse_device(cfg.device);
+    cf::apps::init_distributed(cfg.distributed);
     return true;
   });
   if (rc >= 0) return rc;
 
+  // --distributed: every rank computes the same lines; rank 0 prints them.
+  auto say = [](const json& j) {
+    if (cf::dist::rank() == 0) std::cout << j.dump() << std::endl;
+  };
   return cf::apps::run_app("cf-kmeans", [&] {
     const bool demo = cfg.input.empty();
     auto t0 = std::chrono::steady_clock::now();
@@ -215,8 +228,8 @@ int main(int argc, char** argv) {
       x = dm.x;
       truth = dm.labels;
       if (cfg.dtype == "float64") x = cf::to(x, cf::kFloat64);
-      if (!cfg.save_data.empty()) cf::data::save_npy(cfg.save_data, dm.x);
-      if (!cfg.save_labels.empty()) cf::data::save_npy(cfg.save_labels, dm.labels);
+      if (!cfg.save_data.empty() && cf::dist::rank() == 0) cf::data::save_npy(cfg.save_data, dm.x);
+      if (!cfg.save_labels.empty() && cf::dist::rank() == 0) cf::data::save_npy(cfg.save_labels, dm.labels);
     } else {
       x = read_data(cfg);
       if (!cfg.labels.empty()) truth = read_labels(cfg.labels, x.size(0));
@@ -224,12 +237,11 @@ int main(int argc, char** argv) {
     const cf::Device dev = cf::apps::parse_device(cfg.device);
     x = x.to(dev);
     const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::cout << json{{"event", "start"}, {"input", demo ? "demo (planted clusters)" : cfg.input},
+    say(json{{"event", "start"}, {"input", demo ? "demo (planted clusters)" : cfg.input},
                       {"format", demo ? "generated" : cfg.format}, {"n", x.size(0)}, {"d", x.size(1)},
                       {"dtype", cf::dtype_name(x.dtype())}, {"k", cfg.k}, {"init", cfg.init},
-                      {"metric", cfg.metric}, {"algorithm", cfg.algorithm}, {"device", cfg.device}, {"seed", cfg.seed}, {"read_time_s", read_s}}
-                     .dump()
-              << std::endl;
+                      {"metric", cfg.metric}, {"algorithm", cfg.algorithm}, {"device", cfg.device}, {"seed", cfg.seed}, {"read_time_s", read_s},
+              {"processes", cf::dist::world_size()}});
 
     cf::nn::KMeansOptions o;
     o.k = cfg.k;
@@ -244,20 +256,39 @@ int main(int argc, char** argv) {
     cf::nn::ProgressBarOptions po;
     po.total = cfg.max_iter;
     po.desc = "kmeans";
+    static std::ostream silent(nullptr);
+    if (cf::dist::rank() != 0) po.out = &silent;
     cf::nn::ProgressBar bar(po);
     o.on_iteration = [&](int64_t it, double inertia) {
       double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-      std::cout << json{{"event", "iteration"}, {"iteration", it}, {"inertia", inertia}, {"elapsed_s", el}}.dump()
-                << std::endl;
+      say(json{{"event", "iteration"}, {"iteration", it}, {"inertia", inertia}, {"elapsed_s", el}});
       bar.set_field("inertia", inertia);
       bar.update();
     };
-    cf::nn::KMeansResult r = cf::nn::kmeans(x, o);
+    cf::nn::KMeansResult r;
+    if (cf::apps::distributed()) {
+      // Rank r clusters rows [N r / W, N (r + 1) / W); the assignments are gathered
+      // back (padded to equal shares with -1 for the all-gather) for the outputs.
+      const int64_t N = x.size(0), W = cf::dist::world_size(), rk = cf::dist::rank();
+      const int64_t lo = N * rk / W, hi = N * (rk + 1) / W, share = (N + W - 1) / W;
+      r = cf::nn::kmeans_distributed(cf::contiguous(cf::narrow(x, 0, lo, hi - lo)), o);
+      std::vector<int64_t> mine = r.assignments.to_vector<int64_t>();
+      mine.resize(size_t(share), -1);
+      std::vector<int64_t> all = cf::dist::all_gather(cf::Tensor::from_vector(mine, {share})).to_vector<int64_t>();
+      std::vector<int64_t> full;
+      for (int64_t a : all)
+        if (a >= 0) full.push_back(a);
+      r.assignments = cf::Tensor::from_vector(full, {N}).to(dev);
+    } else {
+      r = cf::nn::kmeans(x, o);
+    }
     bar.finish();
     const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 
-    if (!cfg.centroids.empty()) cf::data::save_npy(cfg.centroids, r.centroids.cpu());
-    if (!cfg.assignments.empty()) cf::data::save_npy(cfg.assignments, r.assignments.cpu());
+    if (cf::dist::rank() == 0) {
+      if (!cfg.centroids.empty()) cf::data::save_npy(cfg.centroids, r.centroids.cpu());
+      if (!cfg.assignments.empty()) cf::data::save_npy(cfg.assignments, r.assignments.cpu());
+    }
 
     std::vector<int64_t> sizes(size_t(cfg.k), 0);
     for (int64_t a : r.assignments.to_vector<int64_t>()) ++sizes[size_t(a)];
@@ -277,7 +308,7 @@ int main(int argc, char** argv) {
     summary["centroids"] = cfg.centroids.empty() ? json(nullptr) : json(cfg.centroids);
     summary["assignments"] = cfg.assignments.empty() ? json(nullptr) : json(cfg.assignments);
     if (demo) summary["recovered_planted_clusters"] = ari > 0.99;
-    std::cout << summary.dump() << std::endl;
+    say(summary);
     return demo && !(ari > 0.99) ? 1 : 0;
   });
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cf.h"
+#include "common/distributed.h"
 #include "common/options.h"
 #include "common/report.h"
 #include "common/topic_classification.h"
@@ -116,6 +117,11 @@ Runs:
   --stop-after N        end this run after N training steps of a model, its
                         checkpoint written (exit status 3); the same command
                         continues from there (default 0: run to the end)
+  --distributed         data-parallel over the processes mpirun started
+                        (mpirun -np W ...): each takes 1/W of every batch of
+                        --batch-size (a multiple of W) and gradients are
+                        averaged, so the model is the one process trains;
+                        rank 0 prints and writes checkpoints
   --device D            cpu | cuda[:N]: where the models train and run (the
                         Cluster-Former memory bank and its K-Means included)
   --config FILE         JSON object with any of the options above, '-' as '_'
@@ -143,6 +149,7 @@ struct Config {
   int64_t retrieval_len = 64, retrieval_steps = 400;
   std::vector<int64_t> seeds = {0};
   std::string device = "cpu";
+  bool distributed = false;
 };
 
 bool parse(int argc, char** argv, Config& c) {
@@ -180,6 +187,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_int("retrieval_steps", &c.retrieval_steps, 1);
   o.add_seeds(&c.seeds);
   o.add_string("device", &c.device);
+  o.add_flag("distributed", &c.distributed);
   if (!o.parse(argc, argv)) return false;
 
   const std::vector<std::string> known = {"sliding-window", "sliding-window+lsh", "cluster-former", "neural-clustering"};
@@ -416,6 +424,7 @@ int main(int argc, char** argv) {
   const int rc = cf::apps::parse_command_line("cf-lm", kUsage, [&] {
     if (!parse(argc, argv, cfg)) return false;
     dev = cf::apps::parse_device(cfg.device);
+    cf::apps::init_distributed(cfg.distributed);
     return true;
   });
   if (rc >= 0) return rc;
@@ -466,6 +475,10 @@ int main(int argc, char** argv) {
         const int64_t max_start = int64_t(corpus.train.size()) - cfg.seq_len - 1;
         hooks.loss = [&](int64_t, double* task_loss) {
           std::vector<int64_t> starts = cf::randint(0, max_start + 1, {cfg.batch_size}, data_gen).to_vector<int64_t>();
+          if (cf::apps::distributed()) {  // this rank's share of the global batch (every rank draws it all)
+            auto [lo, hi] = cf::apps::rank_share(cfg.batch_size, "--batch-size");
+            starts = std::vector<int64_t>(starts.begin() + lo, starts.begin() + hi);
+          }
           cf::Tensor ids, targets;
           windows(corpus.train, starts, cfg.seq_len, dev, ids, targets);
           cf::nn::AuxLosses aux;
@@ -513,6 +526,11 @@ int main(int argc, char** argv) {
         hooks.loss = [&](int64_t, double* task_loss) {
           cf::Tensor ids, targets;
           retrieval_batch(data_gen, cfg.batch_size, cfg.retrieval_len, ids, targets, answers);
+          if (cf::apps::distributed()) {
+            auto [lo, hi] = cf::apps::rank_share(cfg.batch_size, "--batch-size");
+            ids = cf::narrow(ids, 0, lo, hi - lo);
+            targets = cf::narrow(targets, 0, lo, hi - lo);
+          }
           cf::nn::AuxLosses aux;
           cf::Tensor task = lm_loss(lm.forward(ids.to(dev), &aux), targets.to(dev));
           *task_loss = task.item();

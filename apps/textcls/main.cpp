@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cf.h"
+#include "common/distributed.h"
 #include "common/options.h"
 #include "common/report.h"
 #include "common/topic_classification.h"
@@ -110,6 +111,11 @@ Runs:
   --stop-after N        end this run after N training steps of a model, its
                         checkpoint written (exit status 3); the same command
                         continues from there (default 0: run to the end)
+  --distributed         data-parallel over the processes mpirun started
+                        (mpirun -np W ...): each takes 1/W of every batch of
+                        --batch-size (a multiple of W) and gradients are
+                        averaged, so the model is the one process trains;
+                        rank 0 prints and writes checkpoints
   --device D            cpu | cuda[:N]: where the models train and run
   --config FILE         JSON object with any of the options above, '-' as '_'
                         (lists as arrays: {"seeds": [0, 1, 2], "attentions": ["full"]});
@@ -139,6 +145,7 @@ struct Config {
   std::vector<int64_t> k_sweep;
   std::vector<int64_t> seeds = {0};
   std::string device = "cpu";
+  bool distributed = false;
 };
 
 // Returns false for --help.
@@ -170,6 +177,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_int_list("k_sweep", &c.k_sweep, 1);
   o.add_seeds(&c.seeds);
   o.add_string("device", &c.device);
+  o.add_flag("distributed", &c.distributed);
   if (!o.parse(argc, argv)) return false;
 
   if (c.attentions.size() == 1 && c.attentions[0] == "all") c.attentions = kAttentions;
@@ -252,6 +260,7 @@ int main(int argc, char** argv) {
   const int rc = cf::apps::parse_command_line("cf-textcls", kUsage, [&] {
     if (!parse(argc, argv, cfg)) return false;
     dev = cf::apps::parse_device(cfg.device);
+    cf::apps::init_distributed(cfg.distributed);
     return true;
   });
   if (rc >= 0) return rc;

@@ -150,18 +150,32 @@ Tensor MemoryBank::contents() const {
   return cat({narrow(memory, 0, next, cap - next), narrow(memory, 0, 0, next)}, 0);
 }
 
+namespace {
+// The vectors held by every rank's bank together (distributed), else by this one:
+// every rank must take the same decision to cluster or not (the ranks' padding
+// differs, so their banks' sizes may too).
+int64_t held_for_kmeans(const MemoryBankOptions& o, int64_t local) {
+  if (!o.distributed || !dist::is_initialized() || dist::world_size() == 1) return local;
+  Tensor n = Tensor::from_vector(std::vector<int64_t>{local}, {1});
+  dist::all_reduce(n, dist::ReduceOp::sum);
+  return n.to_vector<int64_t>()[0];
+}
+}  // namespace
+
 bool MemoryBank::step() {
   std::vector<int64_t> c = counters.to_vector<int64_t>();
   ++c[kSteps];
   store_counters(counters, c);
-  if (c[kSteps] % options_.update_every != 0 || c[kSize] < options_.num_clusters) return false;
+  if (c[kSteps] % options_.update_every != 0) return false;
+  if (held_for_kmeans(options_, c[kSize]) < options_.num_clusters) return false;
   update_centroids();
   return true;
 }
 
 void MemoryBank::update_centroids() {
-  CF_CHECK(size() >= options_.num_clusters, ValueError, "[MemoryBank] cannot compute ", options_.num_clusters,
-           " centroids from ", size(), " stored vectors");
+  const int64_t n_held = held_for_kmeans(options_, size());
+  CF_CHECK(n_held >= options_.num_clusters, ValueError, "[MemoryBank] cannot compute ", options_.num_clusters,
+           " centroids from ", n_held, " stored vectors", options_.distributed ? " (all ranks' banks)" : "");
   NoGradGuard ng;
   KMeansOptions ko;
   ko.k = options_.num_clusters;

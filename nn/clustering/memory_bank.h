@@ -61,6 +61,8 @@ class MemoryBank : public Module {
   int64_t steps() const;
   int64_t updates() const;  // how many times the centroids were recomputed
   const MemoryBankOptions& options() const { return options_; }
+  // DistributedDataParallel turns this on for every bank of the model it wraps.
+  void set_distributed(bool on) { options_.distributed = on; }
 
   Tensor memory;     // (capacity, d) ring buffer
   Tensor centroids;  // (p, d), ordered so neighbouring ids are similar

@@ -4,6 +4,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/hooks.h"
 #include "autograd/ops/elementwise.h"
+#include "nn/clustering/memory_bank.h"
 
 namespace cf {
 namespace nn {
@@ -59,6 +60,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
     }
     sync_buffers();
   }
+
+  // Memory banks (Cluster-Former) cluster the union of every rank's bank from now on.
+  if (dist::world_size() > 1)
+    for (auto& [name, m] : module_->named_modules())
+      if (auto* bank = dynamic_cast<MemoryBank*>(m)) bank->set_distributed(true);
 
   // Buckets in reverse registration order, one dtype and device each.
   for (int64_t i = int64_t(params_.size()) - 1; i >= 0; --i) {

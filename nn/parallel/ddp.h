@@ -28,9 +28,13 @@
 // gradients (gradient accumulation); the first backward after it all-reduces
 // the accumulated sums.
 //
-// State that is not a parameter: buffers (and the memory bank's entries, which
-// are persistent buffers) are broadcast from rank 0 at construction and then
-// kept per rank; a model whose buffers must agree calls sync_buffers().
+// State that is not a parameter: buffers are broadcast from rank 0 at
+// construction and then kept per rank; a model whose buffers must agree calls
+// sync_buffers(). So routing attention's online K-Means centroids follow each
+// rank's shard. Cluster-Former's memory banks (nn/clustering/memory_bank.h) each
+// hold their rank's states, and DDP switches them to distributed K-Means: every
+// update clusters the union of all ranks' banks, and all ranks get the same
+// centroids (the banks' update steps are reached by all ranks together).
 // Construct DDP after moving the model to its device and dtype (the hooks
 // belong to the parameter tensors of that moment).
 #include <cstdint>

@@ -143,18 +143,26 @@ TEST_CASE("dist: bad input gives clear errors on every rank") {
 
 // ---- failure scenarios: test suite "failure", run by their own CTest tests
 // (tests/CMakeLists.txt), never with the others ----
-TEST_CASE("dist: a hung rank makes the others time out" * doctest::test_suite("failure")) {
+TEST_CASE("dist: a hung rank makes the others time out (async: a DistError)" * doctest::test_suite("failure")) {
   d::set_timeout(2.0);
   if (d::rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(60));  // hung: never joins
   Tensor t = Tensor::ones({4});
   auto start = std::chrono::steady_clock::now();
   try {
-    d::all_reduce(t);
+    d::all_reduce_async(t)->wait();
   } catch (const d::DistError& e) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // What an application does with the error: report it and end the job.
     d::abort(3, str("rank ", d::rank(), " caught after ", s, " s: ", e.what()));
   }
+  FAIL("all_reduce returned without its peer");
+}
+
+TEST_CASE("dist: a hung rank makes the others time out (blocking: the watchdog)" * doctest::test_suite("failure")) {
+  d::set_timeout(2.0);
+  if (d::rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(60));
+  Tensor t = Tensor::ones({4});
+  d::all_reduce(t);  // the watchdog ends this process after 2 s
   FAIL("all_reduce returned without its peer");
 }
 

@@ -146,3 +146,48 @@ TEST_CASE("kmeans_distributed: equals kmeans on the stacked data, same seeding")
                    "exceeds the number of points");
   CHECK_THROWS_MSG(nn::kmeans_distributed(Tensor::ones({3, 2 + R}, kFloat64), o), d::DistError, "width");
 }
+
+TEST_CASE("sampler: a state saved by one process resumes on W processes at the same global batch") {
+  const int R = d::rank(), W = d::world_size();
+  data::DataLoaderOptions one;
+  one.batch_size = 2 * W;
+  one.shuffle = true;
+  one.seed = 5;
+  one.drop_last = true;
+  data::DataLoader single(numbered(40), one);
+  data::Batch b;
+  for (int i = 0; i < 3; ++i) single.next(b);
+  data::LoaderState s = single.state();
+  single.next(b);  // what one process delivers next
+  data::DataLoaderOptions mine = one;
+  mine.batch_size = 2;
+  mine.num_replicas = W;
+  mine.rank = R;
+  data::DataLoader loader(numbered(40), mine);
+  loader.set_state(s);
+  data::Batch x;
+  loader.next(x);
+  CHECK(gathered_indices(x) == b.indices);
+}
+
+TEST_CASE("memory bank: distributed banks get the centroids of one bank holding every rank's states") {
+  const int R = d::rank(), W = d::world_size();
+  nn::MemoryBankOptions o;
+  o.dim = 4;
+  o.num_clusters = 3;
+  o.capacity = 64;
+  o.update_every = 1;
+  o.kmeans_iters = 10;
+  o.seed = 2;
+  Planted p = planted(12 * W, 4, 3, 2.0, 0.2, 9, kFloat32);
+  // One bank fed every rank's rows in rank order (the union's order).
+  Generator g1(1), g2(1);
+  nn::MemoryBank one(o, g1);
+  one.add(p.x);
+  one.update_centroids();
+  o.distributed = true;
+  nn::MemoryBank mine(o, g2);
+  mine.add(narrow(p.x, 0, 12 * R, 12));
+  CHECK(mine.step());  // every rank decides from the total held
+  check_close(mine.centroids, one.centroids, 1e-6);
+}

@@ -1,0 +1,64 @@
+// dist/ in one process without a launcher (the multi-process tests are
+// cf_dist_tests under mpirun): errors before init, and the "none" backend.
+#include "test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+namespace d = cf::dist;
+
+TEST_CASE("dist: errors before init and for unknown backends") {
+  REQUIRE_FALSE(d::is_initialized());
+  CHECK(d::rank() == 0);
+  CHECK(d::world_size() == 1);
+  Tensor t = Tensor::ones({2});
+  CHECK_THROWS_MSG(d::all_reduce(t), d::DistError, "[all_reduce] the process group is not initialised",
+                   "cf::dist::init()");
+  CHECK_THROWS_MSG(d::barrier(), d::DistError, "[barrier]", "not initialised");
+  d::InitOptions o;
+  o.backend = "gloo";
+  CHECK_THROWS_MSG(d::init(o), d::DistError, "[dist::init] unknown backend 'gloo'");
+  o.backend = "none";
+  o.world_size = 2;
+  CHECK_THROWS_MSG(d::init(o), d::DistError, "asked for rank", "rank 0 of 1");
+  CHECK_FALSE(d::is_initialized());
+  if (!d::built_with("nccl")) {
+    o.backend = "nccl";
+    o.world_size = -1;
+    CHECK_THROWS_MSG(d::init(o), d::DistError, "built without NCCL");
+  }
+  CHECK_THROWS_MSG(d::set_timeout(0), d::DistError, "positive");
+  CHECK_THROWS_MSG(nn::DistributedDataParallel(std::make_shared<nn::Linear>(2, 2)), d::DistError,
+                   "[DistributedDataParallel]", "not initialised");
+  CHECK_THROWS_MSG(nn::kmeans_distributed(Tensor::ones({4, 2}), {}), d::DistError, "[kmeans_distributed]",
+                   "not initialised");
+}
+
+TEST_CASE("dist: backend none is a world of one where every collective is the identity") {
+  d::InitOptions o;
+  o.backend = "none";
+  d::init(o);
+  CHECK(d::is_initialized());
+  CHECK(d::world_size() == 1);
+  CHECK(d::backend_name() == "none");
+  Tensor t = Tensor::from_vector(std::vector<double>{1.5, -2}, {2});
+  d::all_reduce(t, d::ReduceOp::mean);
+  check_close(t, std::vector<double>{1.5, -2}, 0.0);
+  d::broadcast(t, 0);
+  check_close(d::all_gather(t), std::vector<double>{1.5, -2}, 0.0);
+  check_close(d::reduce_scatter(t), std::vector<double>{1.5, -2}, 0.0);
+  d::barrier();
+  auto w = d::all_reduce_async(t);
+  w->wait();
+  CHECK_THROWS_MSG(d::broadcast(t, 1), d::DistError, "[broadcast] root 1");
+  // DDP over a world of one: gradients untouched.
+  auto lin = std::make_shared<nn::Linear>(3, 2);
+  {
+    nn::DistributedDataParallel ddp(lin);
+    Tensor x = Tensor::ones({4, 3});
+    sum(lin->forward(x)).backward();
+    check_close(lin->bias.grad(), std::vector<double>{4, 4}, 0.0);
+  }
+  d::finalize();
+  CHECK_FALSE(d::is_initialized());
+  d::finalize();  // twice: a no-op
+}
