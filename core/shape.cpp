@@ -12,6 +12,38 @@ int64_t numel_of(const Shape& s) {
   return n;
 }
 
+int64_t checked_mul(int64_t a, int64_t b, const char* op, const char* what) {
+  int64_t r = 0;
+  CF_CHECK(!__builtin_mul_overflow(a, b, &r), ShapeError, "[", op, "] ", what, " overflows int64: ", a,
+           " * ", b);
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* op, const char* what) {
+  int64_t r = 0;
+  CF_CHECK(!__builtin_add_overflow(a, b, &r), ShapeError, "[", op, "] ", what, " overflows int64: ", a,
+           " + ", b);
+  return r;
+}
+
+int64_t checked_numel(const Shape& s, const char* op) {
+  // A zero anywhere makes the product 0 whatever the other sizes (a (0, 2^62, 2^62)
+  // tensor is valid and empty), so look for one before multiplying.
+  if (std::find(s.begin(), s.end(), int64_t(0)) != s.end()) return 0;
+  int64_t n = 1;
+  for (int64_t d : s)
+    CF_CHECK(!__builtin_mul_overflow(n, d, &n), ShapeError, "[", op, "] shape ", shape_str(s),
+             " has more elements than int64 can count");
+  return n;
+}
+
+int64_t checked_nbytes(const Shape& s, size_t elem_size, const char* op) {
+  int64_t n = checked_numel(s, op), bytes = 0;
+  CF_CHECK(!__builtin_mul_overflow(n, int64_t(elem_size), &bytes), ShapeError, "[", op, "] shape ",
+           shape_str(s), " of ", elem_size, "-byte elements needs more than 2^63 bytes");
+  return bytes;
+}
+
 Shape contiguous_strides(const Shape& s) {
   Shape st(s.size());
   int64_t acc = 1;
