@@ -27,14 +27,21 @@ int64_t checked_add(int64_t a, int64_t b, const char* op, const char* what) {
 }
 
 int64_t checked_numel(const Shape& s, const char* op) {
-  // A zero anywhere makes the product 0 whatever the other sizes (a (0, 2^62, 2^62)
-  // tensor is valid and empty), so look for one before multiplying.
-  if (std::find(s.begin(), s.end(), int64_t(0)) != s.end()) return 0;
-  int64_t n = 1;
-  for (int64_t d : s)
-    CF_CHECK(!__builtin_mul_overflow(n, d, &n), ShapeError, "[", op, "] shape ", shape_str(s),
-             " has more elements than int64 can count");
-  return n;
+  // The product of max(size, 1) must fit too, not only the element count: it is
+  // the outermost contiguous stride, so an empty shape like (2^40, 0, 2^40) would
+  // overflow contiguous_strides and every index * stride computed on it (found by
+  // fuzz_idx). For a shape without zeros the two products are the same.
+  bool has_zero = false;
+  int64_t extent = 1;
+  for (int64_t d : s) {
+    has_zero = has_zero || d == 0;
+    if (__builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent))
+      throw ShapeError(has_zero || std::find(s.begin(), s.end(), int64_t(0)) != s.end()
+                           ? str("[", op, "] shape ", shape_str(s),
+                                 " has sizes whose product exceeds int64: its strides cannot be represented")
+                           : str("[", op, "] shape ", shape_str(s), " has more elements than int64 can count"));
+  }
+  return has_zero ? 0 : extent;
 }
 
 int64_t checked_nbytes(const Shape& s, size_t elem_size, const char* op) {

@@ -5,6 +5,8 @@ set -euo pipefail
 
 PACKAGES=(cmake g++ make ninja-build pkg-config nlohmann-json3-dev doctest-dev libopenblas-dev zlib1g-dev
   dataset-fashion-mnist fortunes)  # real data for the apps and the data tests (31 MB + 0.9 MB download)
+# The fuzz stage of scripts/test.sh: clang with libFuzzer (tests/fuzz).
+PACKAGES+=(clang libfuzzer-14-dev)
 # The Python package (python/): Debian's Python with venv and headers, NumPy, and
 # PyTorch's CPU build for the interop tests (147 MB download; PyPI's torch wheel
 # pulls gigabytes of CUDA libraries). CF_SETUP_TORCH=0 leaves PyTorch out: its

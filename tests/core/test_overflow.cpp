@@ -15,8 +15,12 @@ TEST_CASE("checked_mul/add/numel/nbytes report overflow and keep exact values") 
   CHECK_THROWS_MSG(checked_add(INT64_MAX, 1, "t"), ShapeError, "[t] size overflows int64");
   CHECK(checked_numel({3, 4, 5}, "t") == 60);
   CHECK(checked_numel({}, "t") == 1);
-  // A zero makes the product 0 whatever the other sizes are: still a valid shape.
-  CHECK(checked_numel({int64_t(1) << 62, 0, int64_t(1) << 62}, "t") == 0);
+  // A zero makes the element count 0, but the strides of the other sizes must
+  // still fit (fuzz_idx found contiguous_strides overflowing on such a shape).
+  CHECK(checked_numel({int64_t(1) << 31, 0, int64_t(1) << 31}, "t") == 0);
+  CHECK_THROWS_MSG(checked_numel({int64_t(1) << 40, 0, int64_t(1) << 40}, "t"), ShapeError, "[t]",
+                   "(1099511627776,0,1099511627776)", "strides cannot be represented");
+  CHECK_THROWS_MSG(Tensor::empty({int64_t(1) << 40, 0, int64_t(1) << 40}), ShapeError, "[empty]");
   CHECK_THROWS_MSG(checked_numel({int64_t(1) << 33, int64_t(1) << 31}, "t"), ShapeError, "[t]",
                    "(8589934592,2147483648)", "more elements than int64");
   CHECK(checked_nbytes({int64_t(1) << 60}, 4, "t") == int64_t(1) << 62);
