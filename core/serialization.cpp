@@ -246,6 +246,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
     header = ojson::parse(text);
   } catch (const nlohmann::json::parse_error& ex) {
     throw fail("header is not valid JSON (at header byte ", ex.byte, "): ", ex.what());
+  } catch (const nlohmann::json::exception& ex) {
+    // A number beyond double's range (1e400) is out_of_range 406, not a
+    // parse_error: it escaped as a non-cf exception (found by fuzz_safetensors).
+    throw fail("header is not valid JSON: ", ex.what());
   }
   if (!header.is_object()) throw fail("header is ", json_type_of(header), ", not a JSON object");
 

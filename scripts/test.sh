@@ -149,7 +149,7 @@ fi
 # runs the concurrency tests, `ctest -L tsan` (tests/core/test_threads.cpp).
 if [ "${CF_TEST_TSAN:-0}" = "1" ]; then
   build_tsan="${CF_TSAN_BUILD_DIR:-$root/build-tsan}"
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$root/scripts/tsan.supp"
   archer="$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | tail -1 || true)"
   if [ -n "$archer" ]; then export OMP_TOOL_LIBRARIES="$archer"; fi
   stage_begin "tsan: ThreadSanitizer build"

@@ -70,7 +70,7 @@ TEST_CASE("defect 13: a write removes the temporaries of its file left by dead p
   CHECK_FALSE(fs::exists(other));
 }
 
-TEST_CASE("defect 14: a failed write says why and leaves no temporary; the old file survives") {
+TEST_CASE("defect 14: a failed write says why, leaves no temporary and keeps the old file") {
   TempDir tmp;
   const std::string path = tmp.file("a.npy");
   data::save_npy(path, Tensor::zeros({4}));
@@ -124,4 +124,15 @@ TEST_CASE("defect 15: a JSON number beyond double's range is an error naming the
   const std::string path = tmp.file("huge.json");
   std::ofstream(path) << "{\"k\": 1e400}";
   CHECK_THROWS_MSG(nn::load_json_file(path), IOError, "[load_json_file]", "huge.json", "1e400");
+}
+
+TEST_CASE("fuzz_safetensors finding: a header number beyond double's range is an IOError naming the file") {
+  TempDir tmp;
+  const std::string path = tmp.file("big.safetensors");
+  const std::string header = "{\"__metadata__\": {}, \"x\": 1e400}";
+  std::string bytes(8, '\0');
+  bytes[0] = char(header.size());
+  std::ofstream(path, std::ios::binary) << bytes << header;
+  CHECK_THROWS_MSG(load_safetensors(path), IOError, "[load_safetensors]", "big.safetensors",
+                   "header is not valid JSON", "number overflow");
 }

@@ -125,7 +125,7 @@ TEST_CASE("threads: independent forward and backward passes in two threads") {
   CHECK(got2 == want2);
 }
 
-TEST_CASE("threads: a shared generator hands out disjoint counters; own generators are reproducible") {
+TEST_CASE("threads: a shared generator hands out disjoint counters and own generators are reproducible") {
   Generator shared(9);
   std::vector<double> r1, r2;
   auto draw = [&](std::vector<double>& out) {
