@@ -64,8 +64,16 @@ class Generator {
     seed_ = seed;
     offset_ = 0;
   }
-  uint64_t seed() const { return seed_; }
-  uint64_t offset() const { return offset_; }
+  // Locked like the writers: reading the state while another thread reserves
+  // counters is otherwise a data race (ThreadSanitizer, issue 27).
+  uint64_t seed() const {
+    std::lock_guard<std::mutex> l(m_);
+    return seed_;
+  }
+  uint64_t offset() const {
+    std::lock_guard<std::mutex> l(m_);
+    return offset_;
+  }
   // Restore a state saved from seed() and offset() (training checkpoints).
   void set_state(uint64_t seed, uint64_t offset) {
     std::lock_guard<std::mutex> l(m_);
@@ -81,7 +89,7 @@ class Generator {
   }
 
  private:
-  std::mutex m_;
+  mutable std::mutex m_;
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
 };

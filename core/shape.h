@@ -152,8 +152,24 @@ class Shape {
   size_t cap_ = kInline;
 };
 
+// Product of the dimensions. Only exact for shapes that passed checked_numel
+// (every tensor's shape did: Tensor::empty and make_view check it).
 int64_t numel_of(const Shape& s);
 Shape contiguous_strides(const Shape& s);
+
+// ---- overflow-checked size arithmetic ----
+// Every int64 product or sum of sizes that comes from user input (shapes,
+// strides, byte counts, file headers, command-line sizes) goes through these, so
+// a huge size is a ShapeError naming the op and the operands instead of a
+// wrapped value (a zero-byte allocation that is then written past, or a sum of 0).
+// `what` names the quantity for the message: "[op] what overflows int64: a * b".
+int64_t checked_mul(int64_t a, int64_t b, const char* op, const char* what = "size");
+int64_t checked_add(int64_t a, int64_t b, const char* op, const char* what = "size");
+// numel_of that throws ShapeError "[op] shape (...) has more elements than int64 can count".
+int64_t checked_numel(const Shape& s, const char* op);
+// Bytes of a tensor of this shape and element size; throws ShapeError when the
+// count exceeds int64 (the largest object size a pointer difference can span).
+int64_t checked_nbytes(const Shape& s, size_t elem_size, const char* op);
 // "(2,3)"; a 0-d shape prints as "()".
 std::string shape_str(const Shape& s);
 // NumPy broadcasting of two shapes; throws ShapeError naming `op`.

@@ -14,6 +14,12 @@ void check_shape(const Shape& shape, const char* op) {
   for (int64_t d : shape)
     CF_CHECK(d >= 0, ShapeError, "[", op, "] negative dimension in shape ", shape_str(shape));
 }
+// check_shape plus the element and byte counts fitting int64 (issue 27: a wrapped
+// count allocated 0 bytes for a (2^62) float tensor, which was then written past).
+int64_t checked_bytes_for(const Shape& shape, DType dtype, const char* op) {
+  check_shape(shape, op);
+  return checked_nbytes(shape, dtype_size(dtype), op);
+}
 
 template <typename T>
 void fill_raw(void* p, int64_t n, double v) {
@@ -49,9 +55,8 @@ void Tensor::read_span(std::vector<unsigned char>& bytes, int64_t& base) const {
 }
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
-  check_shape(shape, "empty");
+  const size_t nbytes = size_t(checked_bytes_for(shape, dtype, "empty"));
   auto impl = std::make_shared<TensorImpl>();
-  size_t nbytes = size_t(numel_of(shape)) * dtype_size(dtype);
   impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
   impl->dtype = dtype;
@@ -61,6 +66,7 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  checked_bytes_for(shape, dtype, "full");  // name the factory the user called, not "empty"
   if (device.is_cuda()) return on_device(full(shape, value, dtype), device, "full");
   Tensor t = empty(shape, dtype, device);
   CF_DISPATCH_ALL(dtype, "full", fill_raw<scalar_t>(t.raw_data(), t.numel(), value));
@@ -156,7 +162,14 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(v));
 }
 
-Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
+Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset,
+                 const char* op) {
+  // A view's shape comes from user input too (expand's target, reshape's sizes):
+  // its element and byte counts must fit int64 so numel() and nbytes() are exact
+  // for every tensor (issue 27: expand to (2^33, 2^31) summed to 0).
+  checked_bytes_for(shape, t.dtype(), op);
+  CF_CHECK(strides.size() == shape.size(), ShapeError, "[", op, "] ", strides.size(), " strides for shape ",
+           shape_str(shape));
   Tensor v = t.detach();
   TensorImpl* p = v.impl_ptr();
   p->shape = shape;

@@ -127,7 +127,10 @@ class Tensor {
 };
 
 // A view of t's storage with new shape/strides/offset (no autograd; see cf::as_strided).
-Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset);
+// Throws ShapeError naming `op` when the shape has a negative size, too many
+// dimensions, or more elements or bytes than int64 can count.
+Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset,
+                 const char* op = "view");
 
 // Print like "tensor([[1, 2], [3, 4]], dtype=int64)".
 std::ostream& operator<<(std::ostream& os, const Tensor& t);

@@ -1,5 +1,6 @@
 #include "nn/checkpoint.h"
 
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -48,6 +49,20 @@ void add_prefixed(std::vector<std::pair<std::string, Tensor>>& out, const StateD
              ": duplicate name '", e.first, "' in the ", what, " state");
     out.emplace_back(prefix + e.first, e.second);
   }
+}
+
+template <typename T>
+int64_t count_non_finite_of(const Tensor& t) {
+  const T* p = t.data<T>();  // load_safetensors gives contiguous CPU tensors
+  int64_t bad = 0;
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) bad += std::isfinite(p[i]) ? 0 : 1;
+  return bad;
+}
+
+int64_t count_non_finite(const Tensor& t) {
+  if (t.dtype() == kFloat32) return count_non_finite_of<float>(t);
+  if (t.dtype() == kFloat64) return count_non_finite_of<double>(t);
+  return 0;
 }
 
 }  // namespace
@@ -123,6 +138,12 @@ TrainingCheckpoint load_checkpoint(const std::string& path) {
 
   for (auto& e : f.tensors) {
     const std::string& n = e.first;
+    // A diverged run's weights: resuming or evaluating them gives chance-level
+    // results or a later "non-finite loss" that does not name this file.
+    const int64_t bad = count_non_finite(e.second);
+    if (bad > 0)
+      throw fail("tensor '", n, "' ", e.second.describe(), " holds ", bad,
+                 " non-finite value(s) (NaN or inf): the run that saved it diverged");
     if (n.compare(0, 6, "model.") == 0 && n.size() > 6)
       ck.model.emplace_back(n.substr(6), std::move(e.second));
     else if (n.compare(0, 6, "optim.") == 0 && n.size() > 6)

@@ -55,7 +55,8 @@ void save_checkpoint(const std::string& path, const TrainingCheckpoint& ckpt);
 // Read a checkpoint written by save_checkpoint. Corrupt files give the
 // "[load_safetensors] <path>: ..." IOError; a safetensors file that is not a cf
 // checkpoint, or of a newer format version, or with malformed cf metadata gives
-// an IOError starting "[load_checkpoint] <path>:". Entries keep the saved order.
+// an IOError starting "[load_checkpoint] <path>:", as does a float tensor holding NaN or inf (the weights of a diverged run). Entries keep
+// the saved order.
 TrainingCheckpoint load_checkpoint(const std::string& path);
 
 }  // namespace nn

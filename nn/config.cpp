@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/io.h"
 
 namespace cf {
 namespace nn {
@@ -16,16 +17,7 @@ namespace nn {
 using nlohmann::json;
 
 json load_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    int err = errno;
-    throw IOError(str("[load_json_file] ", path, ": cannot open: ",
-                      err ? std::strerror(err) : "unknown error"));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw IOError(str("[load_json_file] ", path, ": read failed"));
-  const std::string text = ss.str();
+  const std::string text = io::read_file(path, "load_json_file");  // regular files only, never blocks
   try {
     return json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
@@ -43,6 +35,10 @@ json load_json_file(const std::string& path) {
     }
     throw IOError(str("[load_json_file] ", path, ": JSON parse error at line ", line, ", column ",
                       col, " (byte ", e.byte, "): ", e.what()));
+  } catch (const json::exception& e) {
+    // Not a syntax error but still the file's fault: a number beyond double's
+    // range (1e400) is nlohmann's out_of_range 406, which escaped unnamed.
+    throw IOError(str("[load_json_file] ", path, ": ", e.what()));
   }
 }
 

@@ -8,6 +8,8 @@ PACKAGES=(cmake g++ make ninja-build pkg-config nlohmann-json3-dev doctest-dev l
 # Distributed training (dist/): Open MPI's headers and library, and mpirun for the
 # 2-process tests. NCCL (CUDA tensors) comes with the CUDA toolkit where there is one.
 PACKAGES+=(libopenmpi-dev openmpi-bin)
+# The fuzz stage of scripts/test.sh: clang with libFuzzer (tests/fuzz).
+PACKAGES+=(clang libfuzzer-14-dev)
 # The Python package (python/): Debian's Python with venv and headers, NumPy, and
 # PyTorch's CPU build for the interop tests (147 MB download; PyPI's torch wheel
 # pulls gigabytes of CUDA libraries). CF_SETUP_TORCH=0 leaves PyTorch out: its

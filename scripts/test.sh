@@ -9,10 +9,15 @@
 #            CUDA), then the unit tier: `ctest -LE slow`. The learning tests (label
 #            `slow`, over about 10 s in Release) add little there that the unit
 #            cases lack, and cost minutes under the sanitizers.
+#  fuzz      the file readers' libFuzzer targets (tests/fuzz), built alone with
+#            clang + ASan + UBSan, each run for CF_FUZZ_SECONDS: `ctest -L fuzz`.
+#  tsan      (CF_TEST_TSAN=1 only) ThreadSanitizer build, `ctest -L tsan`.
 # At the end: each stage's wall time and the ten slowest tests of the Release run.
 # Exits non-zero on the first failure. Environment knobs: CF_JOBS (default 2),
 # CF_BUILD_DIR, CF_SAN_BUILD_DIR, CF_TEST_SANITIZE=0 skips the sanitizer stage,
-# CF_TEST_PYTHON=0 the Python stage.
+# CF_TEST_PYTHON=0 the Python stage, CF_TEST_FUZZ=0 the fuzz stage, CF_FUZZ_SECONDS
+# sets its time per target (default 15), CF_TEST_TSAN=1 adds the ThreadSanitizer
+# stage (off by default: it does not fit CI's time).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="${CF_JOBS:-2}"
@@ -97,15 +102,16 @@ fi
 
 if [ "${CF_TEST_SANITIZE:-1}" = "0" ]; then
   echo "== test: sanitizer stage skipped (CF_TEST_SANITIZE=0) =="
-  exit 0
-fi
+else
 
 # LeakSanitizer: OpenBLAS keeps its thread pool and buffers and libgomp its team
 # until process exit; some versions of these libraries show up as LSan leaks that
 # are not ours. As a precaution those two libraries are suppressed (none was
 # reported with OpenBLAS 0.3.21 / gcc 12), and leaks in cf itself still fail.
 export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:check_initialization_order=1"
+# allocator_may_return_null: a request too large for memory is an error cf reports
+# ("[allocate] out of CPU memory"), as in a plain build, not an ASan abort.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:check_initialization_order=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # (Exported before the build: doctest test discovery runs the test binary then.)
 # No -Werror here: gcc warns differently with sanitizer instrumentation; the
@@ -124,4 +130,44 @@ stage_end
 stage_begin "sanitize: ctest -LE slow (unit tier)"
 ctest --test-dir "$build_san" --output-on-failure -j "$jobs" -LE slow
 stage_end
+fi
+
+# Fuzzing (tests/fuzz/README.md): the file readers' libFuzzer targets, built
+# alone with clang under ASan + UBSan (not the whole library), each run for
+# CF_FUZZ_SECONDS (default 15) from the seed corpus in tests/fuzz/corpus/.
+if [ "${CF_TEST_FUZZ:-1}" = "0" ]; then
+  echo "== test: fuzz stage skipped (CF_TEST_FUZZ=0) =="
+else
+  build_fuzz="${CF_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+  stage_begin "fuzz: clang build of the fuzz targets"
+  configure "$build_fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="${CF_FUZZ_CXX:-clang++}" \
+    -DCF_FUZZ=ON -DCF_FUZZ_SECONDS="${CF_FUZZ_SECONDS:-15}" -DCF_BUILD_TESTS=OFF -DCF_BUILD_APPS=OFF \
+    -DCF_CUDA=OFF -DCF_INSTALL=OFF
+  cmake --build "$build_fuzz" -j "$jobs" --target cf_fuzz_all
+  stage_end
+  stage_begin "fuzz: ctest -L fuzz (${CF_FUZZ_SECONDS:-15} s per target)"
+  ctest --test-dir "$build_fuzz" --output-on-failure -j "$jobs" -L fuzz
+  stage_end
+fi
+
+# ThreadSanitizer (off by default: a third full build of the library does not
+# fit CI's time): CF_TEST_TSAN=1 builds build-tsan (clang) with -DCF_SANITIZE=thread and
+# runs the concurrency tests, `ctest -L tsan` (tests/core/test_threads.cpp).
+if [ "${CF_TEST_TSAN:-0}" = "1" ]; then
+  build_tsan="${CF_TSAN_BUILD_DIR:-$root/build-tsan}"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$root/scripts/tsan.supp"
+  archer="$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | tail -1 || true)"
+  if [ -n "$archer" ]; then export OMP_TOOL_LIBRARIES="$archer"; fi
+  stage_begin "tsan: ThreadSanitizer build"
+  # clang: its OpenMP runtime (libomp) tells TSan about its barriers through the
+  # Archer tool (OMP_TOOL_LIBRARIES, set above); GCC's libgomp is not instrumented, so
+  # every OpenMP kernel would report false races there.
+  configure "$build_tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="${CF_TSAN_CXX:-clang++}" \
+    -DCF_SANITIZE=thread -DCF_BUILD_APPS=OFF -DCF_CUDA=OFF -DCF_INSTALL=OFF
+  cmake --build "$build_tsan" -j "$jobs" --target cf_tsan_tests
+  stage_end
+  stage_begin "tsan: ctest -L tsan"
+  ctest --test-dir "$build_tsan" --output-on-failure -j "$jobs" -L tsan
+  stage_end
+fi
 echo "== test: all passed =="

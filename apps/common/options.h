@@ -23,6 +23,8 @@
 
 #include "common/cli.h"
 #include "dist/dist.h"
+#include "core/error.h"
+#include "core/io.h"
 
 namespace cf::apps {
 
@@ -150,12 +152,18 @@ class Options {
 
   // Applies the keys of a JSON config file (an object).
   void apply_file(const std::string& path) {
-    std::ifstream f(path);
-    if (!f) throw UsageError("cannot read config file '" + path + "'");
+    std::string text;
+    try {
+      text = cf::io::read_file(path, "config");  // regular files only: a FIFO is an error, not a hang
+    } catch (const cf::IOError& e) {
+      throw UsageError("cannot read config file '" + path + "': " + e.what());
+    }
     json file;
     try {
-      file = json::parse(f);
-    } catch (const json::parse_error& e) {
+      file = json::parse(text);
+    } catch (const json::exception& e) {
+      // Any nlohmann error, not only parse_error: a number out of range ({"k": 1e400})
+      // is an out_of_range exception, which escaped without the file's name.
       throw UsageError("config file '" + path + "' is not valid JSON: " + e.what());
     }
     if (!file.is_object()) throw UsageError("config file '" + path + "' must hold a JSON object");

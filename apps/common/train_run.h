@@ -133,10 +133,28 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   int64_t earlier_peak_bytes = 0;
   if (!run.checkpoint.empty() && file_exists(run.checkpoint)) {
     cf::nn::TrainingCheckpoint ck = cf::nn::load_checkpoint(run.checkpoint);
+    // Checked against the file, naming it: a bad value used to surface as a bare
+    // "stod" or as "[DataLoader::set_state] batch -5 is outside ..." (issue 27).
+    auto bad = [&](const std::string& what) {
+      return cf::IOError("[" + run.app + "] checkpoint '" + run.checkpoint + "': " + what);
+    };
     auto number = [&](const char* key) {
       auto v = ck.extra.find(key);
-      return v == ck.extra.end() ? 0.0 : std::stod(v->second);
+      if (v == ck.extra.end()) return 0.0;
+      size_t used = 0;
+      double x = 0;
+      try {
+        x = std::stod(v->second, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != v->second.size() || !std::isfinite(x) || x < 0)
+        throw bad(std::string("metadata 'extra.") + key + "' = '" + v->second + "' is not a non-negative number");
+      return x;
     };
+    if (ck.step < 0 || ck.step > cfg.steps)
+      throw bad("holds step " + std::to_string(ck.step) + ", outside [0, " + std::to_string(cfg.steps) +
+                "] of this run's --steps");
     earlier_time_s = number("train_time_s");
     earlier_peak_bytes = int64_t(number("train_peak_bytes"));
     auto it = ck.extra.find("signature");

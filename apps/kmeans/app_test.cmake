@@ -46,7 +46,7 @@ file(SIZE "${WORK_DIR}/a.npy" a_size)
 if(NOT c_size EQUAL 176 OR NOT a_size EQUAL 7328)
   message(FATAL_ERROR "output sizes: centroids ${c_size} (expected 176), assignments ${a_size} (expected 7328)")
 endif()
-file(GLOB leftovers "${WORK_DIR}/*.tmp.*")
+file(GLOB leftovers "${WORK_DIR}/*.tmp*" "${WORK_DIR}/.*.tmp*")
 if(leftovers)
   message(FATAL_ERROR "temporary files left behind: ${leftovers}")
 endif()
@@ -73,13 +73,57 @@ endif()
 
 # Bad inputs: status 1 and the library's message naming the file or the values.
 run(1 out err --input missing.npy)
-expect_match("${err}" "\\[read_npy\\] cannot open 'missing.npy'" "missing file")
+expect_match("${err}" "\\[read_npy\\] cannot open 'missing.npy': no such file" "missing file")
 run(1 out err --input data.npy --k 5000)
 expect_match("${err}" "\\[kmeans\\] k = 5000 exceeds the number of points N = 900" "k > N")
 run(1 out err --input data.npy --format raw --shape 10,10)
 expect_match("${err}" "\\[read_raw_float32\\] 'data.npy' holds" "raw size mismatch")
 run(1 out err --input data.npy --labels c.npy --k 3)
 expect_match("${err}" "labels 'c.npy' must hold integers" "float labels")
+
+# Issue 27. Defect 6: an output naming the input or another output is a usage
+# error (it overwrote the data and lost the centroids).
+run(2 out err --input data.npy --k 3 --assignments ./data.npy)
+expect_match("${err}" "--input and --assignments name the same file './data.npy'" "output over the input")
+run(2 out err --input data.npy --k 3 --centroids o.npy --assignments o.npy)
+expect_match("${err}" "--centroids and --assignments name the same file" "two outputs, one file")
+# Defect 15: a number out of JSON's range is a config error naming the file.
+file(WRITE "${WORK_DIR}/huge.json" "{\"k\": 1e400}")
+run(2 out err --config huge.json)
+expect_match("${err}" "config file 'huge.json' is not valid JSON" "k = 1e400")
+# Defect 7: a FIFO named like the input is an error, not a hang.
+execute_process(COMMAND mkfifo "${WORK_DIR}/fifo.npy" RESULT_VARIABLE mkfifo_rc)
+if(mkfifo_rc EQUAL 0)
+  run(1 out err --input fifo.npy --k 3)
+  expect_match("${err}" "'fifo.npy' is not a regular file \\(it is a FIFO\\)" "FIFO input")
+endif()
+# Defect 9: 0 rows of 4 values: the message shows (0,4) and the file, not (0,0).
+execute_process(COMMAND sh -c "printf '\\223NUMPY\\001\\000v\\000%-117s\\n' \"{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4), }\" > empty.npy"
+  WORKING_DIRECTORY "${WORK_DIR}")
+run(1 out err --input empty.npy --k 3)
+expect_match("${err}" "'empty.npy' holds no vectors: it is float32 \\(0,4\\)" "0 rows")
+# Defect 10: values whose squares overflow float32 (1e31, and 1.3e38 near the
+# float32 maximum) cluster exactly as the unscaled data (range scaling).
+foreach(scale 1e30 1e37 1e-30)
+  run(0 out err --input data.npy --labels labels.npy --k 3 --scale ${scale} --centroids big_c.npy)
+  last_line("${out}" s)
+  string(JSON ari GET "${s}" adjusted_rand_index)
+  if(NOT ari EQUAL 1)
+    message(FATAL_ERROR "clustering data.npy scaled by ${scale}: ${s}")
+  endif()
+endforeach()
+# Defect 14: a write that fails (here a file-size limit, as on a full disk) says why.
+execute_process(COMMAND sh -c "trap '' XFSZ; ulimit -f 1; exec \"$0\" \"$@\"" "${APP}"
+    --input data.npy --k 3 --assignments fsz.npy
+  WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 1)
+  message(FATAL_ERROR "write past the file-size limit: exit status ${rc}, expected 1\n${err}")
+endif()
+expect_match("${err}" "\\[save_npy\\] fsz.npy: writing the temporary file '.*' failed: File too large" "failed write")
+file(GLOB leftovers "${WORK_DIR}/.fsz.npy.tmp*")
+if(leftovers)
+  message(FATAL_ERROR "temporary files left behind by a failed write: ${leftovers}")
+endif()
 
 # IDX input, when the Debian package dataset-fashion-mnist is installed: the test
 # images (10000 x 28 x 28 bytes, gzip) flattened to rows of 784.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -101,6 +102,15 @@ struct Config {
   bool distributed = false;
 };
 
+// Whether two paths name one file: equal after making them absolute and
+// normalised, or the same inode when both exist.
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ea, eb;
+  if (fs::exists(a, ea) && fs::exists(b, eb)) return fs::equivalent(a, b, ea);
+  return fs::absolute(a, ea).lexically_normal() == fs::absolute(b, eb).lexically_normal();
+}
+
 // Returns false for --help.
 bool parse(int argc, char** argv, Config& c) {
   cf::apps::Options o;
@@ -133,6 +143,24 @@ bool parse(int argc, char** argv, Config& c) {
     throw UsageError("--dtype must be float32 or float64, got '" + c.dtype + "'");
   if (!(c.tol >= 0) || !std::isfinite(c.tol)) throw UsageError("--tol must be a non-negative number");
   if (!std::isfinite(c.scale) || c.scale == 0) throw UsageError("--scale must be finite and non-zero");
+  // Two options naming one file: the later write would replace the earlier
+  // output, or the input (issue 27: --assignments equal to --input overwrote the
+  // data and lost the centroids). Compared as absolute, normalised paths, and by
+  // inode where the files exist (links, "./x" vs "x").
+  {
+    const std::vector<std::pair<const char*, const std::string*>> files = {
+        {"--input", &c.input},         {"--labels", &c.labels},       {"--centroids", &c.centroids},
+        {"--assignments", &c.assignments}, {"--save-data", &c.save_data}, {"--save-labels", &c.save_labels}};
+    for (size_t i = 0; i < files.size(); ++i)
+      for (size_t j = i + 1; j < files.size(); ++j) {
+        const std::string &a = *files[i].second, &b = *files[j].second;
+        if (a.empty() || b.empty()) continue;
+        const bool is_output = j >= 2;  // every pair has an output except --input/--labels
+        if (is_output && same_file(a, b))
+          throw UsageError(std::string(files[i].first) + " and " + files[j].first + " name the same file '" +
+                           b + "': the output would overwrite the other file");
+      }
+  }
   if (c.input.empty()) {
     if (!c.format.empty() || !c.shape.empty() || !c.labels.empty())
       throw UsageError("--format, --shape and --labels need --input");
@@ -158,8 +186,14 @@ bool parse(int argc, char** argv, Config& c) {
 // Any tensor of rank >= 1 as an (N, rest) matrix.
 cf::Tensor as_matrix(const cf::Tensor& t, const std::string& path) {
   if (t.dim() == 0) throw cf::ValueError("[cf-kmeans] '" + path + "' holds a single value, not vectors");
+  // The row length is the product of the other sizes, not numel / n: with 0 rows
+  // that gave (0,0) and an error showing the wrong shape.
   const int64_t n = t.size(0);
-  return cf::reshape(t, {n, n == 0 ? 0 : t.numel() / n});
+  const int64_t d = cf::numel_of(cf::Shape(t.shape().begin() + 1, t.shape().end()));
+  if (n == 0)
+    throw cf::ValueError("[cf-kmeans] '" + path + "' holds no vectors: it is " + t.describe() +
+                         ", rows of length " + std::to_string(d));
+  return cf::reshape(t, {n, d});
 }
 
 cf::Tensor read_data(const Config& c) {

@@ -143,3 +143,46 @@ string(JSON t GET "${summary_s}" table routing train_s_mean)
 if(NOT t GREATER 0)
   message(FATAL_ERROR "smoke: routing, trained over two runs, reports training time '${t}'")
 endif()
+
+# Issue 27: sizes that overflow or cannot be allocated are errors naming the
+# shape or layer (defects 4 and 11: SIGSEGV, bare std::bad_alloc), and neural
+# clustering with k above the sequence length is refused (defect 12).
+set(small --min-texts 600 --max-per-class 40 --steps 2 --warmup 1 --attentions full --seed 3)
+run(1 out err ${small} --max-len 64 --d-model 3818277671171063104 --n-heads 1)
+expect_match("${err}" "shape \\([0-9]+,3818277671171063104\\) has more elements than int64 can count" "huge d_model")
+file(WRITE "${WORK_DIR}/long.json" "{\"max_len\": 1000000000}")
+run(1 out err ${small} --config long.json)
+expect_match("${err}" "\\[SinusoidalPositionalEncoding\\] max_len 1000000000 x dim 64: \\[allocate\\] out of CPU memory" "huge max_len")
+run(1 out err ${small} --max-len 32 --attentions neural-clustering --k 100000)
+expect_match("${err}" "neural clustering with k = 100000 clusters exceeds the sequence length N = 32" "k > N")
+
+# Issue 27, defect 8: a checkpoint whose step lies outside the run is refused,
+# naming the file (it failed in DataLoader::set_state without it). The metadata
+# is rewritten with Python's standard library (no numpy needed).
+find_program(PY3 python3)
+if(PY3)
+  set(edit [=[
+import json, struct, sys
+p = sys.argv[1]
+b = open(p, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+h['__metadata__']['step'] = '-5'
+t = json.dumps(h, separators=(',', ':')).encode()
+t += b' ' * (-len(t) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(t)) + t + b[8 + n:])
+]=])
+  file(WRITE "${WORK_DIR}/edit_step.py" "${edit}")
+  file(MAKE_DIRECTORY "${WORK_DIR}/ckpt-neg")
+  file(COPY_FILE "${WORK_DIR}/ckpt-stop/full-seed3.safetensors" "${WORK_DIR}/ckpt-neg/full-seed3.safetensors")
+  execute_process(COMMAND "${PY3}" edit_step.py ckpt-neg/full-seed3.safetensors WORKING_DIRECTORY "${WORK_DIR}"
+                  RESULT_VARIABLE py_rc)
+  if(NOT py_rc EQUAL 0)
+    message(FATAL_ERROR "smoke: editing the checkpoint's step failed")
+  endif()
+  set(negative --min-texts 600 --max-per-class 40 --max-len 64 --d-model 16 --n-heads 2 --n-layers 1 --d-ff 32
+      --steps 6 --batch-size 8 --warmup 2 --eval-every 3 --log-every 3 --attentions full --seed 3
+      --checkpoint-dir ckpt-neg)
+  run(1 out err ${negative})
+  expect_match("${err}" "checkpoint 'ckpt-neg/full-seed3.safetensors': holds step -5, outside \\[0, 6\\]" "negative step")
+endif()

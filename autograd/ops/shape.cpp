@@ -16,23 +16,24 @@ namespace cf {
 namespace {
 
 Shape infer_shape(const Shape& want, int64_t numel, const Shape& from, const char* op) {
-  Shape s = want;
-  int64_t known = 1, infer_at = -1;
+  Shape s = want, known_sizes = want;
+  int64_t infer_at = -1;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == -1) {
       CF_CHECK(infer_at < 0, ShapeError, "[", op, "] only one -1 allowed in ", shape_str(want));
       infer_at = int64_t(i);
+      known_sizes[i] = 1;
     } else {
       CF_CHECK(s[i] >= 0, ShapeError, "[", op, "] invalid size in ", shape_str(want));
-      known *= s[i];
     }
   }
+  const int64_t known = checked_numel(known_sizes, op);
   if (infer_at >= 0) {
     CF_CHECK(known != 0 && numel % known == 0, ShapeError, "[", op, "] cannot reshape ",
              shape_str(from), " into ", shape_str(want));
     s[size_t(infer_at)] = numel / known;
   }
-  CF_CHECK(numel_of(s) == numel, ShapeError, "[", op, "] cannot reshape ", shape_str(from), " (",
+  CF_CHECK(checked_numel(s, op) == numel, ShapeError, "[", op, "] cannot reshape ", shape_str(from), " (",
            numel, " elements) into ", shape_str(want));
   return s;
 }
@@ -75,13 +76,13 @@ Tensor reshape_impl(const Tensor& x, const Shape& want, bool allow_copy, const c
   std::optional<Shape> st = view_strides(x.shape(), x.strides(), s);
   Tensor out;
   if (st) {
-    out = make_view(x, s, *st, x.offset());
+    out = make_view(x, s, *st, x.offset(), op);
   } else {
     CF_CHECK(allow_copy, ShapeError, "[", op, "] cannot view ", x.describe(), " with strides ",
              shape_str(x.strides()), " as ", shape_str(s), "; use reshape (which copies)");
     Tensor c = Tensor::empty(x.shape(), x.dtype(), x.device());
     kernels::copy(x, c);
-    out = make_view(c, s, contiguous_strides(s), 0);
+    out = make_view(c, s, contiguous_strides(s), 0, op);
   }
   if (autograd::any_requires_grad({&x})) {
     Shape xs = x.shape();
@@ -126,7 +127,7 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& axes) {
     shape[i] = x.shape()[size_t(a)];
     strides[i] = x.strides()[size_t(a)];
   }
-  Tensor out = make_view(x, shape, strides, x.offset());
+  Tensor out = make_view(x, shape, strides, x.offset(), "permute");
   if (autograd::any_requires_grad({&x})) {
     autograd::record("permute", {x}, out, [inv](const Tensor& g) -> std::vector<Tensor> {
       return {permute(g, inv)};
@@ -150,7 +151,7 @@ Tensor slice_view(const Tensor& x, int64_t a, int64_t start, int64_t len, int64_
   int64_t offset = x.offset() + start * strides[size_t(a)];
   shape[size_t(a)] = len;
   strides[size_t(a)] *= step;
-  Tensor out = make_view(x, shape, strides, offset);
+  Tensor out = make_view(x, shape, strides, offset, "slice");
   if (autograd::any_requires_grad({&x})) {
     Shape xs = x.shape();
     autograd::record("slice", {x}, out, [xs, a, start, len, step](const Tensor& g) -> std::vector<Tensor> {
@@ -202,12 +203,13 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     }
     int64_t have = x.shape()[i - lead];
     int64_t want = shape[i] == -1 ? have : shape[i];
+    CF_CHECK(want >= 0, ShapeError, "[expand] negative size in ", shape_str(shape));
     CF_CHECK(have == want || have == 1, ShapeError, "[expand] cannot expand ", shape_str(x.shape()),
              " to ", shape_str(shape));
     out_shape[i] = want;
     strides[i] = have == want ? x.strides()[i - lead] : 0;
   }
-  Tensor out = make_view(x, out_shape, strides, x.offset());
+  Tensor out = make_view(x, out_shape, strides, x.offset(), "expand");
   if (autograd::any_requires_grad({&x})) {
     Shape xs = x.shape();
     autograd::record("expand", {x}, out, [xs](const Tensor& g) -> std::vector<Tensor> {

@@ -53,11 +53,15 @@ void normalize_rows_typed(const Tensor& src, const Tensor& dst, const char* op, 
   const T* s = src.data<T>();
   T* o = dst.data<T>();
   for (int64_t i = 0; i < n; ++i) {
-    double nn = 0;
-    for (int64_t t = 0; t < d; ++t) nn += double(s[i * d + t]) * double(s[i * d + t]);
-    CF_CHECK(nn > 0, ValueError, "[", op, "] cosine metric: row ", i, " of ", what, " ",
+    // Divide by the row's largest magnitude before squaring: float64 values near
+    // 1e160 would square to inf (and the row to zeros) otherwise.
+    double mx = 0;
+    for (int64_t t = 0; t < d; ++t) mx = std::max(mx, std::fabs(double(s[i * d + t])));
+    CF_CHECK(mx > 0, ValueError, "[", op, "] cosine metric: row ", i, " of ", what, " ",
              desc, " has zero norm (no direction)");
-    const double inv = 1.0 / std::sqrt(nn);
+    double nn = 0;
+    for (int64_t t = 0; t < d; ++t) nn += (double(s[i * d + t]) / mx) * (double(s[i * d + t]) / mx);
+    const double inv = 1.0 / (mx * std::sqrt(nn));
     for (int64_t t = 0; t < d; ++t) o[i * d + t] = T(double(s[i * d + t]) * inv);
   }
 }
@@ -112,6 +116,32 @@ struct Mirrored {
       copy_bytes(dev.raw_data(), dev.device(), host.raw_data(), host.device(), dev.nbytes(), "kmeans");
   }
 };
+
+// Range scaling for the L2 metric (issue 27, defect 10). Squared distances of
+// float32 values near 3e38 (or of float64 near 1e160) overflow to inf, and of
+// values near 1e-30 underflow to 0: every distance ties, clusters stay empty and
+// Lloyd never moves. Scaling the data by a power of two 2^-e that brings its
+// largest magnitude into [0.5, 1) is exact (only the exponent changes, barring
+// subnormals), so assignments and centroid bits are those of an exact-range run;
+// centroids are scaled back by 2^e and inertias by 4^e (which may then exceed the
+// double range for float64 data beyond ~1e154: reported as inf, honestly).
+// Data whose largest magnitude is in [2^-50, 2^50] is left alone (no copy):
+// its squares cannot overflow or underflow either float type.
+int range_exponent(const Tensor& x, KMeansMetric metric) {
+  if (metric != KMeansMetric::l2) return 0;  // cosine rows are unit vectors
+  const double m = amax(abs(x.detach())).item();
+  if (!(m > 0) || !std::isfinite(m)) return 0;  // zeros; non-finite is rejected by prepare
+  if (m >= std::ldexp(1.0, -50) && m <= std::ldexp(1.0, 50)) return 0;
+  int e = 0;
+  (void)std::frexp(m, &e);  // m = f * 2^e, f in [0.5, 1)
+  return e;
+}
+Tensor scale_by_pow2(const Tensor& t, int e) {
+  if (e == 0) return t;
+  // Two exact steps: 2^128 (float32 data near 3e38 scaled back) is not a float32.
+  const int half = e / 2;
+  return contiguous(mul(mul(t, std::ldexp(1.0, half)), std::ldexp(1.0, e - half)));
+}
 
 void check_options(const KMeansOptions& o, int64_t n, const Tensor& x, const char* op) {
   CF_CHECK(o.k >= 1, ValueError, "[", op, "] k must be at least 1, got ", o.k);
@@ -353,6 +383,24 @@ KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const
   return res;
 }
 
+// Lloyd on data scaled by 2^-e; the result in the caller's units.
+KMeansResult run_scaled(const Tensor& xp, const Tensor& c, const KMeansOptions& options, int e) {
+  const double inertia_scale = std::ldexp(1.0, 2 * e);
+  KMeansOptions o = options;
+  if (e != 0 && options.on_iteration)
+    o.on_iteration = [&options, inertia_scale](int64_t it, double inertia) {
+      options.on_iteration(it, inertia * inertia_scale);
+    };
+  KMeansResult r;
+  CF_DISPATCH_FLOAT(xp.dtype(), "kmeans", r = lloyd<scalar_t>(xp, c, o, "kmeans"));
+  if (e != 0) {
+    r.centroids = scale_by_pow2(r.centroids, e);
+    r.inertia *= inertia_scale;
+    for (double& v : r.inertia_history) v *= inertia_scale;
+  }
+  return r;
+}
+
 }  // namespace
 
 Tensor kmeans_init(const Tensor& x, const KMeansOptions& options) {
@@ -360,7 +408,8 @@ Tensor kmeans_init(const Tensor& x, const KMeansOptions& options) {
   check_matrix(x, "kmeans_init", "x");
   check_options(options, x.size(0), x, "kmeans_init");
   Tensor xp = prepare(x, options.metric, "kmeans_init", "x");
-  return init_prepared(xp, options, "kmeans_init");
+  const int e = range_exponent(xp, options.metric);
+  return scale_by_pow2(init_prepared(scale_by_pow2(xp, -e), options, "kmeans_init"), e);
 }
 
 KMeansResult kmeans(const Tensor& x, const KMeansOptions& options) {
@@ -368,10 +417,10 @@ KMeansResult kmeans(const Tensor& x, const KMeansOptions& options) {
   check_matrix(x, "kmeans", "x");
   check_options(options, x.size(0), x, "kmeans");
   Tensor xp = prepare(x, options.metric, "kmeans", "x");
+  const int e = range_exponent(xp, options.metric);
+  xp = scale_by_pow2(xp, -e);
   Tensor c = init_prepared(xp, options, "kmeans");
-  KMeansResult r;
-  CF_DISPATCH_FLOAT(xp.dtype(), "kmeans", r = lloyd<scalar_t>(xp, c, options, "kmeans"));
-  return r;
+  return run_scaled(xp, c, options, e);
 }
 
 KMeansResult kmeans(const Tensor& x, const Tensor& initial_centroids, const KMeansOptions& options) {
@@ -391,10 +440,12 @@ KMeansResult kmeans(const Tensor& x, const Tensor& initial_centroids, const KMea
   Tensor xp = prepare(x, options.metric, "kmeans", "x");
   // A copy: the loop updates the centroids in place.
   Tensor c = prepare(initial_centroids, options.metric, "kmeans", "initial_centroids");
+  // One factor for both, from the larger range of the two.
+  const int e = std::max(range_exponent(xp, options.metric), range_exponent(c, options.metric));
+  xp = scale_by_pow2(xp, -e);
+  c = scale_by_pow2(c, -e);
   if (c.is_same(initial_centroids) || c.shares_storage(initial_centroids)) c = clone(c);
-  KMeansResult r;
-  CF_DISPATCH_FLOAT(xp.dtype(), "kmeans", r = lloyd<scalar_t>(xp, c, options, "kmeans"));
-  return r;
+  return run_scaled(xp, c, options, e);
 }
 
 Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metric) {
@@ -409,6 +460,9 @@ Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metr
            centroids.describe(), " must be on the device of x ", x.describe());
   Tensor xp = prepare(x, metric, "kmeans_assign", "x");
   Tensor cp = prepare(centroids, metric, "kmeans_assign", "centroids");
+  const int e = std::max(range_exponent(xp, metric), range_exponent(cp, metric));
+  xp = scale_by_pow2(xp, -e);
+  cp = scale_by_pow2(cp, -e);
   const int64_t n = xp.size(0), k = cp.size(0);
   const int64_t rows = std::min<int64_t>(KMeansOptions{}.block_rows, n);
   Tensor workspace = Tensor::empty({(rows + 1) * k}, xp.dtype(), xp.device());

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "nn/data/file_util.h"
+#include "core/io.h"
 
 namespace cf {
 namespace data {
@@ -81,7 +81,7 @@ void read_folder(const std::string& dir, const std::string& prefix,
 }  // namespace
 
 std::vector<std::string> read_fortune_file(const std::string& path) {
-  std::string data = detail::read_file(path, "read_fortune_file");
+  std::string data = io::read_file(path, "read_fortune_file");
   CF_CHECK(data.find('\0') == std::string::npos, IOError, "[read_fortune_file] '", path,
            "' holds NUL bytes: it is a binary file (a strfile .dat index?), not a fortune file");
   std::vector<std::string> entries;

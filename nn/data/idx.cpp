@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "core/io.h"
+
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -107,12 +109,8 @@ bool file_exists(const std::string& p) {
 Tensor read_idx(const std::string& path, DType dtype) {
   CF_CHECK(dtype == kFloat32 || dtype == kFloat64 || dtype == kInt64, DTypeError,
            "[read_idx] dtype must be float32, float64 or int64, got ", dtype);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    int err = errno;
-    throw IOError(str("[read_idx] cannot open '", path, "': ", std::strerror(err)));
-  }
-  CF_CHECK(!S_ISDIR(st.st_mode), IOError, "[read_idx] '", path, "' is a directory, not a file");
+  // Regular files only, checked without blocking (a FIFO would hang fopen/gzopen).
+  const uint64_t file_size = io::check_readable(path, "read_idx");
 
   // Detect gzip by its magic (gzread would also pass plain files through unchanged).
   bool gz = false;
@@ -169,11 +167,11 @@ Tensor read_idx(const std::string& path, DType dtype) {
   uint64_t data_bytes = count * uint64_t(tsize);
   uint64_t header = 4 + 4 * uint64_t(nd);
   if (!gz)
-    CF_CHECK(uint64_t(st.st_size) == header + data_bytes, IOError, "[read_idx] '", path, "' ",
-             (uint64_t(st.st_size) < header + data_bytes ? "is truncated" : "has trailing data"),
+    CF_CHECK(file_size == header + data_bytes, IOError, "[read_idx] '", path, "' ",
+             (file_size < header + data_bytes ? "is truncated" : "has trailing data"),
              ": shape ", shape_str(shape), " of ", type_name(type), " needs ", data_bytes,
              " data bytes after the ", header, "-byte header, the file has ",
-             uint64_t(st.st_size) - header);
+             file_size - header);
 
   // Read in chunks so that a lying gzip header cannot make us allocate it all up front.
   std::vector<unsigned char> raw;

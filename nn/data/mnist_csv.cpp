@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "nn/data/file_util.h"
+#include "core/io.h"
 
 namespace cf {
 namespace data {
@@ -11,7 +11,7 @@ namespace data {
 MnistCsv read_mnist_csv(const std::string& path, bool scale) {
   constexpr const char* op = "read_mnist_csv";
   constexpr int64_t kPixels = 28 * 28;
-  const std::string text = detail::read_file_maybe_gzip(path, op);
+  const std::string text = io::read_file_maybe_gzip(path, op);
   std::vector<float> pixels;
   std::vector<int64_t> labels;
   size_t pos = 0;

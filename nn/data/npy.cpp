@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "nn/data/file_util.h"
+#include "core/io.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "cf's .npy and raw readers assume a little-endian host"
@@ -22,18 +22,13 @@ namespace {
 constexpr char kMagic[] = "\x93NUMPY";
 
 std::ifstream open_input(const std::string& path, const char* op, int64_t& size) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    int err = errno;
-    throw IOError(str("[", op, "] cannot open '", path, "': ", std::strerror(err)));
-  }
-  if (S_ISDIR(st.st_mode)) throw IOError(str("[", op, "] '", path, "' is a directory, not a file"));
+  // Regular files only, checked without blocking (a FIFO would hang the stream open).
+  size = int64_t(io::check_readable(path, op));
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     int err = errno;
     throw IOError(str("[", op, "] cannot open '", path, "': ", std::strerror(err)));
   }
-  size = int64_t(st.st_size);
   return f;
 }
 
@@ -99,13 +94,12 @@ Shape parse_shape(const std::string& t, const std::string& path) {
 
 // Element count, checked for overflow (a corrupt header must not wrap around).
 int64_t checked_numel(const Shape& s, int64_t item, const std::string& path, const char* op) {
-  int64_t n = 1;
-  for (int64_t d : s) {
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / item / d)
-      throw IOError(str("[", op, "] '", path, "': shape ", shape_str(s), " is too large"));
-    n *= d;
+  try {
+    (void)checked_nbytes(s, size_t(item), op);  // the core overflow check, elements and bytes
+  } catch (const ShapeError& e) {
+    throw IOError(str("[", op, "] '", path, "': shape ", shape_str(s), " is too large: ", e.what()));
   }
-  return n;
+  return numel_of(s);
 }
 
 std::string header_for(const Tensor& t) {
@@ -228,7 +222,7 @@ void save_npy(const std::string& path, const Tensor& t) {
       std::memcpy(dst + (i++) * item, base + size_t(o) * item, item);
     });
   }
-  detail::write_file_atomic(path, out, "save_npy");
+  io::write_file_atomic(path, out, "save_npy");
 }
 
 Tensor read_raw_float32(const std::string& path, const Shape& shape) {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "nn/data/file_util.h"
+#include "core/io.h"
 
 namespace cf {
 namespace data {
@@ -210,12 +210,12 @@ void Tokenizer::save(const std::string& path) const {
   j["kind"] = tokenizer_kind_name(kind_);
   j["lowercase"] = lowercase_;
   j["tokens"] = tokens_;
-  detail::write_file_atomic(path, j.dump(1) + "\n", "Tokenizer::save");
+  io::write_file_atomic(path, j.dump(1) + "\n", "Tokenizer::save");
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
   const char* op = "Tokenizer::load";
-  std::string text = detail::read_file(path, op);
+  std::string text = io::read_file(path, op);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

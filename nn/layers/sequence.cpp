@@ -18,20 +18,34 @@ void check_sequence(const char* layer, const Tensor& x, int64_t dim, int64_t max
   CF_CHECK(max_len < 0 || x.shape()[1] <= max_len, ShapeError, "[", layer, "] sequence length ", x.shape()[1],
            " exceeds max_len ", max_len);
 }
+// The (max_len, dim) float32 table; a size that overflows or does not fit in
+// memory is an error naming the layer and its sizes.
+Tensor table_for(const char* layer, int64_t max_len, int64_t dim) {
+  try {
+    return Tensor::empty({max_len, dim});
+  } catch (const ShapeError& e) {
+    throw ShapeError(str("[", layer, "] max_len ", max_len, " x dim ", dim, ": ", e.what()));
+  } catch (const Error& e) {
+    throw Error(str("[", layer, "] max_len ", max_len, " x dim ", dim, ": ", e.what()));
+  }
+}
+
 }  // namespace
 
 SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int64_t dim)
     : max_len_(max_len), dim_(dim) {
   CF_CHECK(max_len > 0 && dim > 0, ValueError, "[SinusoidalPositionalEncoding] sizes must be positive, got max_len=",
            max_len, " dim=", dim);
-  std::vector<float> v(size_t(max_len * dim));
+  // Filled in place: a std::vector staging copy sized max_len * dim wrapped for
+  // huge sizes and failed as a bare std::bad_alloc (issue 27, max_len = 1e9).
+  table = table_for("SinusoidalPositionalEncoding", max_len, dim);
+  float* v = table.data<float>();
   for (int64_t pos = 0; pos < max_len; ++pos)
     for (int64_t i = 0; i < dim; ++i) {
       double freq = std::pow(10000.0, -double(i - i % 2) / double(dim));
       double a = double(pos) * freq;
-      v[size_t(pos * dim + i)] = float(i % 2 == 0 ? std::sin(a) : std::cos(a));
+      v[pos * dim + i] = float(i % 2 == 0 ? std::sin(a) : std::cos(a));
     }
-  table = Tensor::from_vector(v, {max_len, dim});
   register_buffer("table", &table, /*persistent=*/false);
 }
 
@@ -46,7 +60,7 @@ LearnedPositionalEncoding::LearnedPositionalEncoding(int64_t max_len, int64_t di
     : max_len_(max_len), dim_(dim) {
   CF_CHECK(max_len > 0 && dim > 0, ValueError, "[LearnedPositionalEncoding] sizes must be positive, got max_len=",
            max_len, " dim=", dim);
-  weight = Tensor::empty({max_len, dim});
+  weight = table_for("LearnedPositionalEncoding", max_len, dim);
   init::normal_(weight, 0.0, 0.02, gen);
   register_parameter("weight", &weight);
 }
