@@ -309,6 +309,16 @@ void init(const InitOptions& options) {
   g.timeout = options.timeout_s > 0 ? options.timeout_s : env_timeout();
   g.check = true;
   g.broken = false;
+  // Refuse an impossible 'nccl' before MPI is started: MPI_Init cannot be undone
+  // in this process (MPI_Finalize allows no second MPI_Init).
+  if (b == "nccl") {
+#ifdef CF_WITH_NCCL
+    if (!cuda::is_available()) throw DistError("[dist::init] backend 'nccl' needs a visible CUDA device");
+#else
+    throw DistError("[dist::init] backend 'nccl' asked for but cf was built without NCCL (CF_NCCL=OFF, no CUDA, "
+                    "or nccl.h/libnccl not found at configure time)");
+#endif
+  }
   bool want_mpi = b == "mpi" || b == "nccl" || (b == "auto" && built_with("mpi"));
   if (want_mpi) {
 #ifdef CF_WITH_MPI
@@ -343,11 +353,12 @@ void init(const InitOptions& options) {
                                    cuda::device_count() >= local_size);
   if (want_nccl) {
 #ifdef CF_WITH_NCCL
-    if (!cuda::is_available()) throw DistError("[dist::init] backend 'nccl' needs a visible CUDA device");
-    g.cuda = detail::make_nccl_backend(*g.cpu);
-#else
-    throw DistError("[dist::init] backend 'nccl' asked for but cf was built without NCCL (CF_NCCL=OFF, no CUDA, "
-                    "or nccl.h/libnccl not found at configure time)");
+    try {
+      g.cuda = detail::make_nccl_backend(*g.cpu);
+    } catch (...) {
+      g.cpu.reset();
+      throw;
+    }
 #endif
   }
   if (g.cpu && g.world > 1) g.watchdog = std::make_unique<Watchdog>();
