@@ -17,7 +17,7 @@
 #include "models/transformer.h"
 #include "nn/attention/centroid.h"
 #include "nn/cost.h"
-#include "nn/layers/transformer.h"
+#include "nn/blocks/transformer.h"
 
 namespace cf {
 namespace models {

@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/rng.h"
-#include "nn/layers/cluster_former.h"
+#include "nn/blocks/cluster_former_layers.h"
 #include "nn/layers/sequence.h"
 
 namespace cf {

@@ -10,7 +10,7 @@
 
 #include "core/rng.h"
 #include "nn/layers/sequence.h"
-#include "nn/layers/transformer.h"
+#include "nn/blocks/transformer.h"
 
 namespace cf {
 namespace models {

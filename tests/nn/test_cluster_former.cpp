@@ -10,7 +10,7 @@
 #include "nn/attention/cluster_former.h"
 #include "nn/clustering/kmeans.h"
 #include "nn/clustering/memory_bank.h"
-#include "nn/layers/cluster_former.h"
+#include "nn/blocks/cluster_former_layers.h"
 #include "nn/nn_test_util.h"
 
 using namespace cf;

@@ -1,4 +1,4 @@
-#include "nn/layers/cluster_former.h"
+#include "nn/blocks/cluster_former_layers.h"
 
 #include <algorithm>
 #include <vector>

@@ -20,7 +20,7 @@
 #include <memory>
 
 #include "nn/attention/cluster_former.h"
-#include "nn/layers/transformer.h"
+#include "nn/blocks/transformer.h"
 
 namespace cf {
 namespace nn {

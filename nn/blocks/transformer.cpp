@@ -1,4 +1,4 @@
-#include "nn/layers/transformer.h"
+#include "nn/blocks/transformer.h"
 
 #include "autograd/ops/elementwise.h"
 #include "core/error.h"

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""The include graph follows the layers (docs/design-notes.md, "Layers").
+
+core -> kernels -> autograd -> dist -> nn -> models -> apps / python: a file may
+include its own layer and the layers below it, never one above. Inside nn,
+layers/ (Linear, LayerNorm, ...) -> attention/ (the variants, built from
+layers) -> blocks/ (transformer layers, built from both).
+
+nn should reach kernels only through autograd ops; the includes that still do
+not are listed in KNOWN_NN_KERNEL_INCLUDES, so a new one fails and a removed one
+must leave the list.
+
+Usage: check_layers.py SOURCE_ROOT   (exit 0 clean, 1 with the violations listed)
+"""
+import os
+import re
+import sys
+
+LAYERS = ["core", "kernels", "autograd", "dist", "nn", "models", "apps"]
+RANK = {name: i for i, name in enumerate(LAYERS)}
+RANK["python"] = RANK["apps"]
+NN_SUB = {"layers": 0, "attention": 1, "blocks": 2}
+
+KNOWN_NN_KERNEL_INCLUDES = {
+    ("nn/attention/hamming_kmeans.cpp", "kernels/clustered/clustered.h"),
+    ("nn/attention/sparse_products.cpp", "kernels/clustered/clustered.h"),
+    ("nn/attention/sparse_products.cpp", "kernels/index/index.h"),
+    ("nn/clustering/kmeans.cpp", "kernels/kmeans/kmeans.h"),
+}
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def layer_of(path):
+    parts = path.split("/")
+    if parts[0] == "python":
+        return "python", None
+    sub = parts[1] if parts[0] == "nn" and len(parts) > 2 else None
+    return parts[0], sub
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else "."
+    errors, seen_known = [], set()
+    for top in list(RANK):
+        base = os.path.join(root, top)
+        for dirpath, _, files in os.walk(base):
+            for f in files:
+                if not f.endswith((".h", ".cpp", ".cu", ".cuh")):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
+                src_layer, src_sub = layer_of(rel)
+                with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as fh:
+                    for lineno, line in enumerate(fh, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        inc = m.group(1)
+                        dst_layer, dst_sub = layer_of(inc)
+                        if dst_layer not in RANK or inc.count("/") == 0:
+                            continue  # a sibling file ("x.h") or a third-party header
+                        where = f"{rel}:{lineno}: includes {inc}"
+                        if RANK[dst_layer] > RANK[src_layer]:
+                            errors.append(f"{where} ({dst_layer} is above {src_layer})")
+                        elif src_layer == "nn" and dst_layer == "nn" and src_sub in NN_SUB and dst_sub in NN_SUB \
+                                and NN_SUB[dst_sub] > NN_SUB[src_sub]:
+                            errors.append(f"{where} (nn/{dst_sub} is above nn/{src_sub})")
+                        elif src_layer == "nn" and dst_layer == "kernels":
+                            if (rel, inc) in KNOWN_NN_KERNEL_INCLUDES:
+                                seen_known.add((rel, inc))
+                            else:
+                                errors.append(f"{where} (nn reaches kernels only through autograd ops)")
+    for rel, inc in sorted(KNOWN_NN_KERNEL_INCLUDES - seen_known):
+        errors.append(f"{rel} no longer includes {inc}: remove it from KNOWN_NN_KERNEL_INCLUDES")
+    for e in errors:
+        print(e)
+    print(f"check_layers: {len(errors)} problem(s)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
