@@ -32,6 +32,11 @@ struct Node {
   Device output_device;
   std::shared_ptr<TensorImpl> leaf;  // set only on a leaf's gradient accumulator
   bool released = false;
+  // Multiply-adds of a fused forward kernel, for nn::measure_cost (nn/cost.h):
+  // set by ops that replace matmuls (flash_attention, block_attention) so a
+  // model's count does not depend on which path ran; matmul nodes are counted
+  // from their shapes and leave it 0.
+  int64_t forward_macs = 0;
 };
 
 // A tensor kept for backward. It is stored detached (no reference to its own

@@ -33,6 +33,7 @@ int64_t graph_macs(const std::vector<Tensor>& outputs) {
       CF_CHECK(!a.empty(), ValueError, "[graph_macs] matmul node with a 0-d operand");
       macs += numel_of(n->output_shape) * a[a.size() - 1];
     }
+    macs += n->forward_macs;
     for (const autograd::Edge& e : n->next_edges)
       if (e.node) stack.push_back(e.node.get());
   }

@@ -8,7 +8,9 @@
 // walks the graph that produced the outputs and adds up every GEMM node
 // ("matmul", which Linear, attention scores and attention-weighted sums all use):
 // (..., n, k) @ (..., k, m) costs numel(output) * k MACs, broadcast batch axes
-// included. Each node counts once, so a tensor reused by several consumers is not
+// included. A fused kernel that replaces matmuls (flash_attention, block_attention)
+// sets its node's forward_macs to what those matmuls would count, so the figure
+// does not change with the path. Each node counts once, so a tensor reused by several consumers is not
 // double counted.
 //
 // Work that does not lie on a differentiable path to the outputs (index

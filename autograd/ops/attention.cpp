@@ -84,6 +84,8 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
       kernels::flash_attention_backward(qv, kv, vv, mv, p, ov, lv, dense(g), dq, dk, dv);
       return {dq, dk, dv};
     });
+    // What the dense form's two matmuls count (q k^T and weights v), masks or not.
+    out.grad_fn()->forward_macs = sq[0] * sq[1] * sq[2] * sk[2] * (sq[3] + sv[3]);
   }
   return out;
 }
@@ -191,6 +193,10 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
                                         dk, dv);
       return {dq, dk, dv};
     });
+    // The gathered form's two batched matmuls: each of C chunks' w query slots
+    // against the w key slots of every chunk it sees, empty slots included.
+    const int64_t C = members.shape()[2], w = members.shape()[3];
+    packed.grad_fn()->forward_macs = B * H * C * w * int64_t(p.offsets.size()) * w * (sq[3] + Dv);
   }
   return {slice(packed, 3, 0, Dv), squeeze(slice(packed, 3, Dv, Dv + 1), 3)};
 }

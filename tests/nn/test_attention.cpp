@@ -185,3 +185,34 @@ TEST_CASE("MultiHeadAttention: names, reference, padding, gradcheck") {
                    "d_model (8) must be a positive multiple of n_heads (3)");
   CHECK_THROWS_MSG(nn::MultiHeadAttention(8, 2, nullptr), ValueError, "attention is null");
 }
+
+TEST_CASE("measure_cost: the fused attention kernels count the MACs of the matmuls they replace") {
+  // flash_attention and block_attention are one node each, not matmuls; a model's
+  // MAC count (Centroid Transformers' tables) must not change with the path.
+  const int64_t B = 2, H = 3, Nq = 5, Nk = 7, Dk = 4, Dv = 6;
+  Tensor q = leaf64({B, H, Nq, Dk}, 1), k = leaf64({B, H, Nk, Dk}, 2), v = leaf64({B, H, Nk, Dv}, 3);
+  nn::Linear unused(1, 1);
+  auto macs = [&](const std::function<Tensor()>& f) {
+    return nn::measure_cost(unused, [&] { return std::vector<Tensor>{f()}; }).macs;
+  };
+  const int64_t dense = macs([&] { return matmul(softmax(matmul(q, transpose(k, -2, -1))), v); });
+  CHECK(dense == B * H * Nq * Nk * (Dk + Dv));
+  CHECK(macs([&] { return flash_attention(q, k, v); }) == dense);
+  CHECK(macs([&] { return flash_attention(q, k, v, Tensor(), 0.0, true); }) == dense);
+  // Gathered blocks: C = 2 chunks of w = 4 slots (two empty), each chunk seeing
+  // itself and the one before: every query slot against 2 w key slots.
+  const int64_t N = 6, C = 2, w = 4;
+  Tensor qb = leaf64({B, H, N, Dk}, 4), kb = leaf64({B, H, N, Dk}, 5), vb = leaf64({B, H, N, Dv}, 6);
+  Tensor members = ti64({0, 2, 4, -1, 1, 3, 5, -1, 5, 4, 3, 2, 1, 0, -1, -1}, {B, 1, C, w});
+  BlockAttentionOptions o;
+  o.look_back = 1;
+  CHECK(macs([&] { return block_attention(qb, kb, vb, members, Tensor(), o).out; }) ==
+        B * H * C * w * (2 * w) * (Dk + Dv));
+  // A whole MultiHeadAttention over FullAttention: 4 projections and the two products.
+  const int64_t D = 8, heads = 2, L = 5;
+  Generator g(3);
+  nn::MultiHeadAttention mha(D, heads, std::make_shared<nn::FullAttention>(), g);
+  Tensor x = randn({B, L, D});
+  CHECK(nn::measure_cost(mha, [&] { return std::vector<Tensor>{mha(x)}; }).macs ==
+        B * (4 * L * D * D + 2 * heads * L * L * (D / heads)));
+}
