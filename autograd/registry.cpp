@@ -42,6 +42,10 @@ const std::vector<OpInfo>& op_registry() {
       {"cross_entropy", true, c}, {"dropout", true, c},
       // fused attention
       {"flash_attention", true, c}, {"block_attention", true, c},
+      // sparse products (improved clustered attention)
+      {"sparse_dot", true, c}, {"sparse_weighted_sum", true, c},
+      // clustering
+      {"hash_codes", false, c}, {"hamming_kmeans", false, c},
       // random
       {"rand", false, c}, {"randn", false, c}, {"randint", false, c},
       {"bernoulli", false, c},

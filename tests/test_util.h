@@ -22,15 +22,18 @@ struct GradcheckCaseRegistrar {
   explicit GradcheckCaseRegistrar(const char* op) { gradcheck_cases().insert(op); }
 };
 
+// Whether y's graph holds a node named `name`.
+inline bool graph_has(const Tensor& y, const char* name) {
+  for (const char* n : autograd::graph_node_names(y))
+    if (std::string(n) == name) return true;
+  return false;
+}
+
 // Run cf::gradcheck and also prove the graph really contains a node named `op`.
 inline void check_grad(const char* op, const GradcheckFn& f, const std::vector<Tensor>& inputs,
                        const GradcheckOptions& opt = {}) {
-  Tensor y = f(inputs);
-  bool found = false;
-  for (const char* n : autograd::graph_node_names(y))
-    if (std::string(n) == op) found = true;
   INFO("op: ", std::string(op));
-  CHECK_MESSAGE(found, "the graph of the gradcheck function has no node named ", op);
+  CHECK_MESSAGE(graph_has(f(inputs), op), "the graph of the gradcheck function has no node named ", op);
   GradcheckResult r = gradcheck(f, inputs, opt);
   CHECK_MESSAGE(r.ok, r.message);
   CHECK(r.entries_checked > 0);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops/clustering.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"
@@ -11,9 +12,8 @@
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/sort.h"
+#include "autograd/ops/sparse.h"
 #include "core/error.h"
-#include "nn/attention/hamming_kmeans.h"
-#include "nn/attention/sparse_products.h"
 
 namespace cf {
 namespace nn {

@@ -3,7 +3,7 @@
 // "Fast Transformers with Clustered Attention", sections 3.2-3.3).
 //
 // Clustered (eqs. 3-6): queries are grouped into C clusters (hashing + Hamming
-// K-Means, nn/attention/hamming_kmeans.h); each centroid Q^c_j is the mean of its
+// K-Means, autograd/ops/clustering.h); each centroid Q^c_j is the mean of its
 // member queries (eq. 3), attends to every key (eq. 4, key padding applied), and its
 // value V^c_j = A^c_j V (eq. 5) is broadcast to the members (eq. 6). Cost O(N C D).
 // Improved (eqs. 9-11): for each cluster the top-k keys of A^c_j; each member query

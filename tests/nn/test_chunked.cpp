@@ -207,14 +207,6 @@ TEST_CASE("chunked attention rejects bad arguments with the shapes in the messag
                    "must share one float dtype");
 }
 
-namespace {
-bool has_node(const Tensor& t, const std::string& name) {
-  for (const char* n : autograd::graph_node_names(t))
-    if (name == n) return true;
-  return false;
-}
-}  // namespace
-
 TEST_CASE("FullAttention and chunked_attention run the fused kernels (dense only for attention dropout)") {
   Tensor q = leaf64({1, 2, 6, 3}, 1), k = leaf64({1, 2, 6, 3}, 2), v = leaf64({1, 2, 6, 4}, 3);
   nn::AttentionArgs a;
@@ -224,19 +216,19 @@ TEST_CASE("FullAttention and chunked_attention run the fused kernels (dense only
   a.causal = true;
   nn::FullAttention full;
   Tensor out = full.forward(a);
-  CHECK(has_node(out, "flash_attention"));
-  CHECK_FALSE(has_node(out, "softmax"));
+  CHECK(graph_has(out, "flash_attention"));
+  CHECK_FALSE(graph_has(out, "softmax"));
   check_close(out, nn::dense_attention(q, k, v, nn::dense_block_mask(a), 1.0 / std::sqrt(3.0)), 1e-12);
   nn::FullAttention with_dropout(0.5);
   with_dropout.train();
-  CHECK(has_node(with_dropout.forward(a), "softmax"));
+  CHECK(graph_has(with_dropout.forward(a), "softmax"));
   with_dropout.eval();
-  CHECK(has_node(with_dropout.forward(a), "flash_attention"));
+  CHECK(graph_has(with_dropout.forward(a), "flash_attention"));
   nn::ChunkedAttentionOptions o;
   o.look_back = 1;
   Tensor members = nn::chunk_order(random_order(1, 1, 6, 4), 2);
   nn::ChunkedAttentionResult r = nn::chunked_attention(q, k, v, members, Tensor(), o);
-  CHECK(has_node(r.out, "block_attention"));
-  CHECK(has_node(r.lse, "block_attention"));
-  CHECK_FALSE(has_node(r.out, "softmax"));
+  CHECK(graph_has(r.out, "block_attention"));
+  CHECK(graph_has(r.lse, "block_attention"));
+  CHECK_FALSE(graph_has(r.out, "softmax"));
 }

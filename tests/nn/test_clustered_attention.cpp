@@ -1,6 +1,6 @@
-// Clustered and improved clustered attention (Vyas et al. 2020, eqs. 3-11),
-// their hashing + Hamming K-Means, the sparse top-k products, and switching a
-// trained model's attention (Table 1).
+// Clustered and improved clustered attention (Vyas et al. 2020, eqs. 3-11) and
+// switching a trained model's attention (Table 1). Their ops: tests/ops/test_clustering.cpp
+// (hashing, Hamming K-Means) and tests/ops/test_sparse.cpp (the top-k products).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -9,8 +9,6 @@
 #include "models/attention_switch.h"
 #include "models/transformer.h"
 #include "nn/attention/clustered.h"
-#include "nn/attention/hamming_kmeans.h"
-#include "nn/attention/sparse_products.h"
 #include "nn/nn_test_util.h"
 #include "nn/pattern_lm.h"
 #include "nn/optim/adam.h"
@@ -107,12 +105,6 @@ std::shared_ptr<nn::ClusteredAttention> make_layer(const std::string& type, cons
   spec.n_heads = 2;
   spec.options = nn::Config(options.is_null() ? nlohmann::json::object() : options, "attention");
   return std::dynamic_pointer_cast<nn::ClusteredAttention>(nn::make_attention(spec));
-}
-
-bool graph_has(const Tensor& y, const char* name) {
-  for (const char* n : autograd::graph_node_names(y))
-    if (std::string(n) == name) return true;
-  return false;
 }
 
 }  // namespace
@@ -343,25 +335,7 @@ TEST_CASE("Proposition 2: improved clustered attention is never farther from ful
   CHECK(strictly_better > rows_checked / 2);  // the bound is not met trivially by equal rows
 }
 
-TEST_CASE("query hashing: sign bits of random projections, packed in int64, fixed by a seed") {
-  Tensor x = leaf64({2, 5, 4}, 3).detach();
-  Generator g(1);
-  Tensor planes = nn::random_hyperplanes(7, 4, kFloat64, g);
-  auto codes = nn::hash_codes(x, planes).to_vector<int64_t>();
-  auto xv = values(x), pv = values(planes);
-  for (int64_t r = 0; r < 10; ++r) {
-    int64_t want = 0;
-    for (int64_t b = 0; b < 7; ++b) {
-      double s = 0;
-      for (int64_t d = 0; d < 4; ++d) s += xv[size_t(r * 4 + d)] * pv[size_t(b * 4 + d)];
-      if (s > 0) want |= int64_t(1) << b;
-    }
-    CHECK(codes[size_t(r)] == want);
-  }
-  // 63 bits fit in a non-negative int64.
-  Generator g2(2);
-  for (int64_t c : nn::hash_codes(x, nn::random_hyperplanes(63, 4, kFloat64, g2)).to_vector<int64_t>()) CHECK(c >= 0);
-  // A fixed hash_seed gives the same clusters at every forward; the default draws new planes.
+TEST_CASE("a fixed hash_seed gives the same clusters at every forward; the default draws new planes") {
   Tensor q = leaf64({1, 2, 16, 4}, 5).detach();
   auto fixed = make_layer("clustered", {{"clusters", 3}, {"hash_seed", 7}});
   CHECK(values(fixed->cluster(q)) == values(fixed->cluster(q)));
@@ -371,83 +345,6 @@ TEST_CASE("query hashing: sign bits of random projections, packed in int64, fixe
   CHECK(seen.size() > 1);
 }
 
-TEST_CASE("Hamming K-Means recovers planted clusters exactly, excludes padding, and clamps the cluster count") {
-  const int64_t C = 5, per = 9, N = C * per, bits = 63;
-  Generator g(3);
-  // Centers 63 random bits apart by ~31; members flip at most 3 bits, so every
-  // member is far nearer its own center than any other.
-  std::vector<int64_t> centers;
-  for (int64_t j = 0; j < C; ++j) centers.push_back(randint(0, int64_t(1) << 62, {1}, g).item<int64_t>());
-  std::vector<int64_t> codes, truth;
-  for (int64_t i = 0; i < N; ++i) {
-    const int64_t j = (i * 7) % C;  // interleaved, so no cluster is contiguous
-    int64_t c = centers[size_t(j)];
-    auto flips = randint(0, bits, {3}, g).to_vector<int64_t>();
-    for (int64_t f : flips) c ^= int64_t(1) << f;
-    codes.push_back(c);
-    truth.push_back(j);
-  }
-  // Two rows: the planted data, and the same with the last 4 entries excluded.
-  std::vector<int64_t> both = codes;
-  both.insert(both.end(), codes.begin(), codes.end());
-  std::vector<bool> excl(size_t(2 * N), false);
-  for (int64_t i = N - 4; i < N; ++i) excl[size_t(N + i)] = true;
-  auto got = nn::hamming_kmeans(ti64(both, {2, N}), C, 10, bits, bools(excl, {2, N})).to_vector<int64_t>();
-  for (int row = 0; row < 2; ++row) {
-    std::map<int64_t, int64_t> to_truth, from_truth;
-    bool consistent = true;
-    for (int64_t i = 0; i < N; ++i) {
-      int64_t id = got[size_t(row * N + i)];
-      if (row == 1 && i >= N - 4) {
-        CHECK(id == -1);
-        continue;
-      }
-      auto [it, fresh] = to_truth.emplace(id, truth[size_t(i)]);
-      auto [jt, fresh2] = from_truth.emplace(truth[size_t(i)], id);
-      consistent = consistent && it->second == truth[size_t(i)] && jt->second == id;
-      (void)fresh;
-      (void)fresh2;
-    }
-    CHECK_MESSAGE(consistent, "row ", row, ": the partition differs from the planted one");
-    CHECK(to_truth.size() == size_t(C));
-  }
-  // More clusters than entries: each valid entry alone, ids in [0, n).
-  auto few = nn::hamming_kmeans(ti64({1, 2, 4, 8, 16}, {1, 5}), 100, 10, 8, bools({false, false, false, true, true}, {1, 5}))
-                 .to_vector<int64_t>();
-  CHECK(few == std::vector<int64_t>{0, 1, 2, -1, -1});
-  // Duplicate codes only: fewer distinct codes than clusters is no error.
-  auto dup = nn::hamming_kmeans(ti64({5, 5, 5, 5}, {1, 4}), 3, 10, 8).to_vector<int64_t>();
-  CHECK(dup == std::vector<int64_t>{0, 0, 0, 0});
-  // Everything excluded.
-  auto none = nn::hamming_kmeans(ti64({1, 2}, {1, 2}), 2, 10, 8, bools({true, true}, {1, 2})).to_vector<int64_t>();
-  CHECK(none == std::vector<int64_t>{-1, -1});
-}
-
-TEST_CASE("Hamming K-Means: the Lloyd iterations move a wrong farthest-point split to the right one") {
-  // Thermometer codes (value v -> its lowest v bits set) make Hamming distance |v - w|
-  // and the majority-vote centroid the median, so the run can be followed by hand.
-  // Values 0..9 (one wide group) and 14, 15 (a narrow one), the first entry 0.
-  // Farthest-point seeds: 0 and 15 (ids 0 and 1). Assignment: 8 and 9 are nearer 15,
-  // so the split is {0..7} | {8, 9, 14, 15}. Iteration 1: medians 3 and 14 (tied
-  // bits keep the old ones), 8 moves back: {0..8} | {9, 14, 15}. Iteration 2:
-  // medians 4 and 14, 9 is 5 from both and goes to the lower id: {0..9} | {14, 15},
-  // the planted split, a fixed point.
-  const std::vector<int64_t> value = {0, 14, 1, 8, 2, 15, 3, 9, 4, 5, 6, 7};
-  std::vector<int64_t> codes;
-  for (int64_t v : value) codes.push_back((int64_t(1) << v) - 1);
-  auto split = [&](int64_t iterations) {
-    auto ids = nn::hamming_kmeans(ti64(codes, {1, int64_t(codes.size())}), 2, iterations, 16).to_vector<int64_t>();
-    std::vector<int64_t> second;  // the values put in cluster 1
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] == 1) second.push_back(value[i]);
-    std::sort(second.begin(), second.end());
-    return second;
-  };
-  CHECK(split(0) == std::vector<int64_t>{8, 9, 14, 15});
-  CHECK(split(1) == std::vector<int64_t>{9, 14, 15});
-  CHECK(split(2) == std::vector<int64_t>{14, 15});
-  CHECK(split(10) == std::vector<int64_t>{14, 15});
-}
 
 TEST_CASE("more clusters than queries and top-k larger than the keys work, with mixed lengths") {
   const int64_t B = 2, H = 2, N = 6;
@@ -515,32 +412,6 @@ TEST_CASE("float64 gradcheck of clustered and improved clustered attention with 
   mha.forward(x, x, x, kpm);
   att->set_assignment(att->last_assignment());
   check_module_grad(mha, [&](const std::vector<Tensor>& xs) { return mha.forward(xs[0], xs[0], xs[0], kpm); }, {x});
-}
-
-TEST_CASE("sparse top-k products: float64 gradcheck with repeated indices, and the dense formula") {
-  Tensor q = leaf64({2, 3, 4}, 31), k = leaf64({2, 5, 4}, 32), v = leaf64({2, 5, 3}, 33), w = leaf64({2, 3, 2}, 34);
-  Tensor idx = ti64({0, 4, 4, 4, 2, 1, 3, 3, 0, 2, 1, 0}, {2, 3, 2});  // repeats within and across rows
-  auto dot = [&](const std::vector<Tensor>& xs) { return nn::sparse_dot(xs[0], xs[1], idx); };
-  auto wsum = [&](const std::vector<Tensor>& xs) { return nn::sparse_weighted_sum(xs[0], xs[1], idx); };
-  CHECK(graph_has(dot({q, k}), "sparse_dot"));
-  CHECK(graph_has(wsum({w, v}), "sparse_weighted_sum"));
-  GradcheckResult r1 = gradcheck(dot, {q, k});
-  CHECK_MESSAGE(r1.ok, r1.message);
-  GradcheckResult r2 = gradcheck(wsum, {w, v});
-  CHECK_MESSAGE(r2.ok, r2.message);
-  // Against the gathered dense formula.
-  auto qd = values(nn::sparse_dot(q, k, idx)), qv = values(q), kv = values(k);
-  auto iv = idx.to_vector<int64_t>();
-  for (int64_t g = 0; g < 2; ++g)
-    for (int64_t n = 0; n < 3; ++n)
-      for (int64_t t = 0; t < 2; ++t) {
-        double s = 0;
-        for (int64_t d = 0; d < 4; ++d)
-          s += qv[size_t((g * 3 + n) * 4 + d)] * kv[size_t((g * 5 + iv[size_t((g * 3 + n) * 2 + t)]) * 4 + d)];
-        CHECK(qd[size_t((g * 3 + n) * 2 + t)] == doctest::Approx(s).epsilon(1e-14));
-      }
-  // float32 runs too.
-  CHECK(nn::sparse_weighted_sum(to(w.detach(), kFloat32), to(v.detach(), kFloat32), idx).dtype() == kFloat32);
 }
 
 TEST_CASE("clustered attention layers run in float32 through the registry and MultiHeadAttention") {
@@ -637,33 +508,6 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
   CHECK_THROWS_MSG(layer->forward(args_of(q, k, v, Tensor())), ShapeError, "set_assignment is (1,1,3)",
                    "(B, H, Nq) = (1, 1, 4)");
   CHECK_THROWS_MSG(layer->cluster(ti64({1}, {1})), ShapeError, "cluster: expected float q (B, H, Nq, D)");
-  CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 300}, {1, 2}), 2, 10, 8), ValueError,
-                   "[hamming_kmeans] code 300", "beyond the 8 given");
-  CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, -5}, {1, 2}), 2, 10, 63), ValueError,
-                   "[hamming_kmeans] code -5 at position 1", "beyond the 63 given");
-  CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 3}, {1, 2}), 0, 10, 8), ValueError, "clusters must be >= 1");
-  CHECK_THROWS_MSG(nn::hamming_kmeans(t64({1, 3}, {1, 2}), 2, 10, 8), DTypeError, "codes must be int64 (G, N)");
-  CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 3}, {1, 2}), 2, 10, 8, bools({true}, {1, 1})), ShapeError,
-                   "exclude must be bool of the codes' shape (1,2)");
-  CHECK_THROWS_MSG(nn::hash_codes(leaf64({2, 3}, 1), leaf64({2, 4}, 2)), ShapeError,
-                   "[hash_codes] expected x (..., D) and planes (bits, D)");
-  CHECK_THROWS_MSG(nn::random_hyperplanes(0, 4, kFloat32, default_generator()), ValueError, "bits must be in [1, 63]");
-  Tensor sq = leaf64({1, 2, 3}, 1), sk = leaf64({1, 4, 3}, 2);
-  CHECK_THROWS_MSG(nn::sparse_dot(sq, sk, ti64({0, 4}, {1, 2, 1})), IndexError,
-                   "[sparse_dot] idx value 4", "out of range for k with 4 rows");
-  CHECK_THROWS_MSG(nn::sparse_dot(sq, sk, ti64({0, 1}, {1, 1, 2})), ShapeError, "[sparse_dot] expected q (G, N, D)");
-  CHECK_THROWS_MSG(nn::sparse_weighted_sum(leaf64({1, 2, 2}, 1), sk, ti64({0, 1}, {1, 2, 1})), ShapeError,
-                   "[sparse_weighted_sum] expected w (G, N, 1)");
-  CHECK_THROWS_MSG(nn::sparse_weighted_sum(to(sq.detach(), kFloat32), sk, ti64({0, 1}, {1, 2, 1})), DTypeError,
-                   "[sparse_weighted_sum] w and v must share one float dtype");
-  // Operands on two devices are refused by name before any kernel runs (any
-  // build: fake_cuda has no storage and is never read).
-  CHECK_THROWS_MSG(nn::hash_codes(leaf64({2, 4}, 1), fake_cuda({3, 4}, kFloat64)), DeviceError, "[hash_codes]",
-                   "one device", "cuda:0");
-  CHECK_THROWS_MSG(nn::hamming_kmeans(ti64({1, 2, 3}, {1, 3}), 2, 10, 8, fake_cuda({1, 3}, kBool)), DeviceError,
-                   "[hamming_kmeans] exclude is on cuda:0");
-  CHECK_THROWS_MSG(nn::sparse_dot(sq, fake_cuda({1, 4, 3}, kFloat64), ti64({0, 1}, {1, 2, 1})), DeviceError,
-                   "[sparse_dot] q, k and idx must be on one device", "cuda:0");
 }
 
 // The pattern corpus of every causal-LM test (nn/pattern_lm.h).

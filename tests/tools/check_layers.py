@@ -22,9 +22,6 @@ RANK["python"] = RANK["apps"]
 NN_SUB = {"layers": 0, "attention": 1, "blocks": 2}
 
 KNOWN_NN_KERNEL_INCLUDES = {
-    ("nn/attention/hamming_kmeans.cpp", "kernels/clustered/clustered.h"),
-    ("nn/attention/sparse_products.cpp", "kernels/clustered/clustered.h"),
-    ("nn/attention/sparse_products.cpp", "kernels/index/index.h"),
     ("nn/clustering/kmeans.cpp", "kernels/kmeans/kmeans.h"),
 }
 

@@ -1,4 +1,4 @@
-#include "nn/attention/hamming_kmeans.h"
+#include "autograd/ops/clustering.h"
 
 #include <algorithm>
 #include <vector>
@@ -10,10 +10,9 @@
 #include "autograd/ops/shape.h"
 #include "autograd/ops/reduce.h"
 #include "core/error.h"
-#include "kernels/clustered/clustered.h"
+#include "kernels/kmeans/hamming.h"
 
 namespace cf {
-namespace nn {
 
 Tensor random_hyperplanes(int64_t bits, int64_t dim, DType dtype, Generator& gen) {
   CF_CHECK(bits >= 1 && bits <= 63, ValueError, "[random_hyperplanes] bits must be in [1, 63], got ", bits);
@@ -76,5 +75,4 @@ Tensor hamming_kmeans(const Tensor& codes, int64_t clusters, int64_t iterations,
   return out;
 }
 
-}  // namespace nn
 }  // namespace cf

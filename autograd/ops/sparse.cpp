@@ -1,14 +1,15 @@
-#include "nn/attention/sparse_products.h"
+// Sparse products (autograd/ops/sparse.h): each backward is the other product
+// plus a scatter of rows (kernels/sparse).
+#include "autograd/ops/sparse.h"
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops/elementwise.h"
 #include "core/error.h"
-#include "kernels/clustered/clustered.h"
+#include "kernels/sparse/sparse.h"
 #include "kernels/index/index.h"
 
 namespace cf {
-namespace nn {
 
 namespace {
 
@@ -89,5 +90,4 @@ Tensor sparse_weighted_sum(const Tensor& w_in, const Tensor& v_in, const Tensor&
   return out;
 }
 
-}  // namespace nn
 }  // namespace cf

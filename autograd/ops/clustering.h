@@ -8,7 +8,6 @@
 #include "core/tensor.h"
 
 namespace cf {
-namespace nn {
 
 // Random hyperplanes (bits, D) drawn N(0, 1) from gen, in q's dtype.
 Tensor random_hyperplanes(int64_t bits, int64_t dim, DType dtype, Generator& gen);
@@ -32,5 +31,4 @@ Tensor hash_codes(const Tensor& x, const Tensor& planes);
 Tensor hamming_kmeans(const Tensor& codes, int64_t clusters, int64_t iterations, int64_t bits,
                       const Tensor& exclude = Tensor());
 
-}  // namespace nn
 }  // namespace cf
