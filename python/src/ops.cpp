@@ -386,6 +386,27 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "(B, H, N, Dv), lse (B, H, N)); tokens in no slot or with nothing allowed get 0 and -inf. Differentiable "
         "through both.",
         release_gil());
+  m.def("sparse_dot", &cf::sparse_dot, nb::arg("q"), nb::arg("k"), nb::arg("idx"),
+        "out[g, n, t] = q[g, n] . k[g, idx[g, n, t]]: q (G, N, D), k (G, M, D), idx int64 (G, N, K) -> (G, N, K) "
+        "(improved clustered attention's top-k scores). Differentiable in q and k.",
+        release_gil());
+  m.def("sparse_weighted_sum", &cf::sparse_weighted_sum, nb::arg("w"), nb::arg("v"), nb::arg("idx"),
+        "out[g, n] = sum_t w[g, n, t] v[g, idx[g, n, t]]: w (G, N, K), v (G, M, Dv), idx int64 (G, N, K) -> "
+        "(G, N, Dv). Differentiable in w and v.",
+        release_gil());
+  m.def("hash_codes", &cf::hash_codes, nb::arg("x"), nb::arg("planes"),
+        "int64 codes of x (..., D) under planes (bits, D), bits in [1, 63]: bit b is set when x . planes[b] > 0.",
+        release_gil());
+  m.def("hamming_kmeans",
+        [](const Tensor& codes, int64_t clusters, int64_t iterations, int64_t bits, std::optional<Tensor> exclude) {
+          return cf::hamming_kmeans(codes, clusters, iterations, bits, exclude ? *exclude : Tensor());
+        },
+        nb::arg("codes"), nb::arg("clusters"), nb::arg("iterations"), nb::arg("bits"),
+        nb::arg("exclude") = nb::none(),
+        "K-Means in Hamming space on int64 codes (G, N) of `bits` bits, one problem per row: farthest-point "
+        "initialisation, majority-vote centroids. exclude bool (G, N), True = padding (cluster -1). Returns int64 "
+        "(G, N) cluster ids.",
+        release_gil());
 }
 
 void bind_factories(nb::module_& m) {

@@ -90,3 +90,21 @@ def test_gradcheck_reports_a_wrong_gradient():
     x = cf.rand([3], dtype=cf.float64, generator=cf.Generator(2), requires_grad=True)
     r = cf.gradcheck(lambda inputs: inputs[0].detach() * inputs[0].detach() + inputs[0] * 0.0, [x])
     assert not r.ok and r.message
+
+
+def test_sparse_products_and_query_clustering():
+    q = cf.tensor([[[1.0, 2.0], [3.0, -1.0]]], dtype=cf.float64, requires_grad=True)  # (1, 2, 2)
+    k = cf.tensor([[[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]], dtype=cf.float64)  # (1, 3, 2)
+    idx = cf.tensor([[[2, 0], [1, 1]]], dtype=cf.int64)
+    s = cf.sparse_dot(q, k, idx)
+    assert s.tolist() == [[[6.0, 1.0], [-1.0, -1.0]]] and s.grad_fn == "sparse_dot"
+    cf.sum(s).backward()
+    assert q.grad.tolist() == [[[3.0, 2.0], [0.0, 2.0]]]  # row n: the sum of its gathered keys
+    w = cf.sparse_weighted_sum(cf.ones([1, 2, 2], dtype=cf.float64), k, idx)
+    assert w.tolist() == [[[3.0, 2.0], [0.0, 2.0]]]
+    codes = cf.hash_codes(cf.tensor([[1.0, -1.0], [-1.0, 1.0]]), cf.tensor([[1.0, 0.0], [0.0, 1.0]]))
+    assert codes.tolist() == [1, 2]
+    ids = cf.hamming_kmeans(cf.tensor([[0, 1, 254, 255]], dtype=cf.int64), 2, 5, 8)
+    assert ids.tolist() == [[0, 0, 1, 1]]
+    with pytest.raises(cf.IndexError, match=r"\[sparse_dot\] idx value 3"):
+        cf.sparse_dot(q, k, cf.tensor([[[3, 0], [1, 1]]], dtype=cf.int64))

@@ -20,18 +20,25 @@ def test_other_threads_run_while_a_kernel_runs():
         cf.matmul(a, a)
         times["end"] = time.perf_counter()
 
-    for _ in range(5):  # retried only if the main thread woke before T entered the call
-        t = threading.Thread(target=work)
-        t.start()
-        started.wait()
-        time.sleep(0.05)
-        woke = time.perf_counter()
-        t.join()
-        started.clear()
-        if woke > times["start"]:
-            break
-    duration = times["end"] - times["start"]
-    assert woke - times["start"] < 0.6 * duration, (woke - times["start"], duration)
+    def attempt():
+        for _ in range(5):  # retried only if the main thread woke before T entered the call
+            t = threading.Thread(target=work)
+            t.start()
+            started.wait()
+            time.sleep(0.05)
+            woke = time.perf_counter()
+            t.join()
+            started.clear()
+            if woke > times["start"]:
+                break
+        return woke - times["start"], times["end"] - times["start"]
+
+    # A held GIL fails every attempt; a loaded machine (CTest or a build beside
+    # pytest) can oversleep the 50 ms once, so three attempts are allowed.
+    tries = []
+    while len(tries) < 3 and not any(w < 0.6 * d for w, d in tries):
+        tries.append(attempt())
+    assert any(w < 0.6 * d for w, d in tries), tries
 
 
 def test_kmeans_callback_reacquires_the_gil():
