@@ -6,11 +6,18 @@ import cf
 
 
 def test_other_threads_run_while_a_kernel_runs():
-    # Thread T times one long cf call (a 1700^3 float64 matmul, about half a
-    # second); the main thread sleeps 50 ms and then reads the clock. Had the call
-    # kept the GIL, the main thread could not run Python code until the call
-    # returned, so it would read the clock after start + duration.
-    a = cf.randn([1700, 1700], dtype=cf.float64, generator=cf.Generator(0))
+    # Thread T times one long cf call (a float64 matmul sized to last about half a
+    # second on this machine); the main thread sleeps 50 ms and then reads the
+    # clock. Had the call kept the GIL, the main thread could not run Python code
+    # until the call returned, so it would read the clock after start + duration.
+    n = 1700
+    a = cf.randn([n, n], dtype=cf.float64, generator=cf.Generator(0))
+    t0 = time.perf_counter()
+    cf.matmul(a, a)
+    once = time.perf_counter() - t0
+    if once < 0.4:  # a fast BLAS: grow the problem (time ~ n^3), at most 8x the work
+        n = int(n * min(2.0, (0.5 / max(once, 1e-3)) ** (1 / 3)))
+        a = cf.randn([n, n], dtype=cf.float64, generator=cf.Generator(0))
     times = {}
     started = threading.Event()
 
