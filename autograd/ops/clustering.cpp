@@ -11,6 +11,7 @@
 #include "autograd/ops/reduce.h"
 #include "core/error.h"
 #include "kernels/kmeans/hamming.h"
+#include "kernels/kmeans/kmeans.h"
 
 namespace cf {
 
@@ -76,3 +77,61 @@ Tensor hamming_kmeans(const Tensor& codes, int64_t clusters, int64_t iterations,
 }
 
 }  // namespace cf
+
+namespace cf::ops {
+
+namespace {
+
+// Every tensor of a K-Means step defined, contiguous and on x's device: the
+// kernels index raw pointers of one device.
+void check_step(const char* op, const Tensor& x, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    CF_CHECK(t->defined() && t->is_contiguous(), ValueError, "[", op, "] every buffer must be a defined contiguous "
+             "tensor, got ", t->defined() ? t->describe() : std::string("undefined"));
+    CF_CHECK(t->device() == x.device(), DeviceError, "[", op, "] a buffer on ", t->device(), " beside x on ",
+             x.device());
+  }
+}
+
+}  // namespace
+
+int64_t kmeans_potential_chunk() { return kernels::kPotentialChunk; }
+
+void kmeans_assign_into(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows, const Tensor& workspace,
+                        const Tensor& labels, const Tensor& dist) {
+  check_step("kmeans_assign", x, {&x, &c, &workspace, &labels, &dist});
+  kernels::kmeans_assign(x, c, cosine, block_rows, workspace, labels, dist);
+}
+
+void kmeans_elkan_assign_into(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first, bool cosine,
+                              const Tensor& lower, const Tensor& upper, const Tensor& scratch,
+                              const Tensor& labels, const Tensor& dist) {
+  check_step("kmeans_elkan_assign", x, {&x, &c, &c_prev, &lower, &upper, &scratch, &labels, &dist});
+  kernels::kmeans_elkan_assign(x, c, c_prev, first, cosine, lower, upper, scratch, labels, dist);
+}
+
+void kmeans_update_into(const Tensor& x, const Tensor& labels, const Tensor& order, const Tensor& counts,
+                        const Tensor& sums) {
+  check_step("kmeans_update", x, {&x, &labels, &order, &counts, &sums});
+  kernels::kmeans_update(x, labels, order, counts, sums);
+}
+
+void kmeans_pp_update_into(const Tensor& x, int64_t center, const Tensor& dist) {
+  check_step("kmeans_pp_update", x, {&x, &dist});
+  CF_CHECK(center >= 0 && center < x.size(0), IndexError, "[kmeans_pp_update] center ", center, " outside the ",
+           x.size(0), " rows of x");
+  kernels::kmeans_pp_update(x, center, dist);
+}
+
+void kmeans_pp_potentials_into(const Tensor& x, const Tensor& xnorm, const Tensor& dist, const Tensor& cand,
+                               const Tensor& workspace, const Tensor& potential) {
+  check_step("kmeans_pp_potentials", x, {&x, &xnorm, &dist, &cand, &workspace, &potential});
+  kernels::kmeans_pp_potentials(x, xnorm, dist, cand, workspace, potential);
+}
+
+void kmeans_row_sqnorms_into(const Tensor& x, const Tensor& out) {
+  check_step("kmeans_row_sqnorms", x, {&x, &out});
+  kernels::kmeans_row_sqnorms(x, out);
+}
+
+}  // namespace cf::ops

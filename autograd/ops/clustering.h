@@ -32,3 +32,33 @@ Tensor hamming_kmeans(const Tensor& codes, int64_t clusters, int64_t iterations,
                       const Tensor& exclude = Tensor());
 
 }  // namespace cf
+
+// The steps of Euclidean / spherical K-Means (the loop is nn/clustering/kmeans.cpp),
+// writing into outputs the caller allocated on x's device, so a Lloyd loop
+// allocates its buffers once. Each checks that its tensors share x's device and
+// are contiguous, then runs the kernel of that device (kernels/kmeans/kmeans.h,
+// where each contract, with its tie and summation-order rules, is stated).
+namespace cf::ops {
+
+// Rows of the potential workspace per GEMM chunk (kmeans_pp_potentials).
+int64_t kmeans_potential_chunk();
+// labels (N,) int64, dist (N,) float64: each row's nearest centroid of c (k, d) and
+// its distance; workspace of at least (block_rows + 1) * k elements of x's dtype.
+void kmeans_assign_into(const Tensor& x, const Tensor& c, bool cosine, int64_t block_rows, const Tensor& workspace,
+                        const Tensor& labels, const Tensor& dist);
+// The same by Elkan's bounds (CPU only); lower (N, k), upper (N,), scratch and c_prev are its state.
+void kmeans_elkan_assign_into(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first, bool cosine,
+                              const Tensor& lower, const Tensor& upper, const Tensor& scratch,
+                              const Tensor& labels, const Tensor& dist);
+// counts (k,) int64 and sums (k, d) float64 of each cluster's members; order (N,) int64 scratch.
+void kmeans_update_into(const Tensor& x, const Tensor& labels, const Tensor& order, const Tensor& counts,
+                        const Tensor& sums);
+// dist[i] = min(dist[i], |x_i - x_center|^2).
+void kmeans_pp_update_into(const Tensor& x, int64_t center, const Tensor& dist);
+// potential[l] = sum_i min(dist[i], |x_i - x_cand[l]|^2); xnorm from kmeans_row_sqnorms_into.
+void kmeans_pp_potentials_into(const Tensor& x, const Tensor& xnorm, const Tensor& dist, const Tensor& cand,
+                               const Tensor& workspace, const Tensor& potential);
+// out (N,) float64 = |x_i|^2.
+void kmeans_row_sqnorms_into(const Tensor& x, const Tensor& out);
+
+}  // namespace cf::ops

@@ -7,13 +7,13 @@
 #include <unordered_map>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops/clustering.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/reduce.h"
 #include "core/cuda.h"
 #include "core/rng.h"
 #include "dist/dist.h"
-#include "kernels/kmeans/kmeans.h"
 
 namespace cf::nn {
 
@@ -203,15 +203,15 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
   std::fill_n(dist.host.data<double>(), n, HUGE_VAL);
   dist.push();
   Tensor xnorm = Tensor::empty({n}, kFloat64, dev);
-  Tensor workspace = Tensor::empty({trials * x.size(1) + kernels::kPotentialChunk * trials}, x.dtype(), dev);
-  kernels::kmeans_row_sqnorms(x, xnorm);
+  Tensor workspace = Tensor::empty({trials * x.size(1) + ops::kmeans_potential_chunk() * trials}, x.dtype(), dev);
+  ops::kmeans_row_sqnorms_into(x, xnorm);
   const double* D = dist.host.data<double>();
   int64_t* cd = cand.host.data<int64_t>();
   const double* P = pot.host.data<double>();
   std::vector<double> targets(static_cast<size_t>(trials));
   chosen.push_back(uniform_index(o.seed, 0, n));
   for (int64_t s = 1; s < k; ++s) {
-    kernels::kmeans_pp_update(x, chosen.back(), dist.dev);
+    ops::kmeans_pp_update_into(x, chosen.back(), dist.dev);
     dist.pull();
     double total = 0;
     for (int64_t i = 0; i < n; ++i) total += D[i];
@@ -234,7 +234,7 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
     }
     for (; l < trials; ++l) cd[l] = last_positive;  // rounding at the very end of the scan
     cand.push();
-    kernels::kmeans_pp_potentials(x, xnorm, dist.dev, cand.dev, workspace, pot.dev);
+    ops::kmeans_pp_potentials_into(x, xnorm, dist.dev, cand.dev, workspace, pot.dev);
     pot.pull();
     int64_t best = 0;
     for (int64_t t = 1; t < trials; ++t)
@@ -281,11 +281,11 @@ KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const
   KMeansResult res;
   auto assign = [&]() {
     if (elkan) {
-      kernels::kmeans_elkan_assign(x, c.dev, c_prev, first, cosine, lower, upper, scratch, labels.dev,
+      ops::kmeans_elkan_assign_into(x, c.dev, c_prev, first, cosine, lower, upper, scratch, labels.dev,
                                    dist.dev);
       std::memcpy(c_prev.raw_data(), C, size_t(k * d) * sizeof(T));
     } else {
-      kernels::kmeans_assign(x, c.dev, cosine, rows, workspace, labels.dev, dist.dev);
+      ops::kmeans_assign_into(x, c.dev, cosine, rows, workspace, labels.dev, dist.dev);
     }
     first = false;
     labels.pull();
@@ -328,7 +328,7 @@ KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const
                                           empty.size() - e, " empty cluster(s)"),
                                       k - int64_t(empty.size() - e));
       std::memcpy(C + empty[e] * d, X + pick * d, size_t(d) * sizeof(T));
-      kernels::kmeans_pp_update(x_host, pick, far);
+      ops::kmeans_pp_update_into(x_host, pick, far);
       ++res.reseeded_clusters;
     }
   };
@@ -338,7 +338,7 @@ KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const
     // Update: each centroid the mean of its members (cosine: re-normalised, Dhillon &
     // Modha 2001); a mean of zero norm keeps the old direction (every unit vector is
     // then equally good).
-    kernels::kmeans_update(x, labels.dev, order, counts.dev, sums.dev);
+    ops::kmeans_update_into(x, labels.dev, order, counts.dev, sums.dev);
     counts.pull();
     sums.pull();
     const int64_t* cnt = counts.host.data<int64_t>();
@@ -468,7 +468,7 @@ Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metr
   Tensor workspace = Tensor::empty({(rows + 1) * k}, xp.dtype(), xp.device());
   Tensor labels = Tensor::empty({n}, kInt64, xp.device());
   Tensor dist = Tensor::empty({n}, kFloat64, xp.device());
-  kernels::kmeans_assign(xp, cp, metric == KMeansMetric::cosine, rows, workspace, labels, dist);
+  ops::kmeans_assign_into(xp, cp, metric == KMeansMetric::cosine, rows, workspace, labels, dist);
   return labels;
 }
 

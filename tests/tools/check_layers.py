@@ -6,9 +6,8 @@ include its own layer and the layers below it, never one above. Inside nn,
 layers/ (Linear, LayerNorm, ...) -> attention/ (the variants, built from
 layers) -> blocks/ (transformer layers, built from both).
 
-nn should reach kernels only through autograd ops; the includes that still do
-not are listed in KNOWN_NN_KERNEL_INCLUDES, so a new one fails and a removed one
-must leave the list.
+nn reaches kernels only through autograd ops (which validate arguments and
+record graph nodes): no file of nn includes a kernels/ header.
 
 Usage: check_layers.py SOURCE_ROOT   (exit 0 clean, 1 with the violations listed)
 """
@@ -20,10 +19,6 @@ LAYERS = ["core", "kernels", "autograd", "dist", "nn", "models", "apps"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 RANK["python"] = RANK["apps"]
 NN_SUB = {"layers": 0, "attention": 1, "blocks": 2}
-
-KNOWN_NN_KERNEL_INCLUDES = {
-    ("nn/clustering/kmeans.cpp", "kernels/kmeans/kmeans.h"),
-}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -38,7 +33,7 @@ def layer_of(path):
 
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "."
-    errors, seen_known = [], set()
+    errors = []
     for top in list(RANK):
         base = os.path.join(root, top)
         for dirpath, _, files in os.walk(base):
@@ -63,12 +58,7 @@ def main():
                                 and NN_SUB[dst_sub] > NN_SUB[src_sub]:
                             errors.append(f"{where} (nn/{dst_sub} is above nn/{src_sub})")
                         elif src_layer == "nn" and dst_layer == "kernels":
-                            if (rel, inc) in KNOWN_NN_KERNEL_INCLUDES:
-                                seen_known.add((rel, inc))
-                            else:
-                                errors.append(f"{where} (nn reaches kernels only through autograd ops)")
-    for rel, inc in sorted(KNOWN_NN_KERNEL_INCLUDES - seen_known):
-        errors.append(f"{rel} no longer includes {inc}: remove it from KNOWN_NN_KERNEL_INCLUDES")
+                            errors.append(f"{where} (nn reaches kernels only through autograd ops)")
     for e in errors:
         print(e)
     print(f"check_layers: {len(errors)} problem(s)")
