@@ -11,6 +11,7 @@
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/nn_functional.h"
+#include "autograd/ops/point.h"
 #include "autograd/ops/random.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"

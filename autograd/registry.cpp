@@ -46,6 +46,8 @@ const std::vector<OpInfo>& op_registry() {
       {"sparse_dot", true, c}, {"sparse_weighted_sum", true, c},
       // clustering
       {"hash_codes", false, c}, {"hamming_kmeans", false, c},
+      // point sets (centroid attention)
+      {"farthest_point_sampling", false, c}, {"group_max", false, c},
       // random
       {"rand", false, c}, {"randn", false, c}, {"randint", false, c},
       {"bernoulli", false, c},

@@ -1,4 +1,8 @@
+// Centroid attention (Centroid Transformers, eq. 4): the selection helpers, the
+// dense and KNN update directions, the layer and its block. The initialisations:
+// centroid_init.cpp.
 #include "nn/attention/centroid.h"
+#include "nn/attention/centroid_internal.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +14,7 @@
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/nn_functional.h"
+#include "autograd/ops/point.h"
 #include "autograd/ops/random.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
@@ -21,7 +26,7 @@
 namespace cf {
 namespace nn {
 
-namespace {
+namespace centroid_detail {
 
 std::string describe(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
 
@@ -40,124 +45,24 @@ void check_mask(const char* who, const char* name, const Tensor& mask, int64_t b
 
 bool any_true(const Tensor& m) { return m.defined() && sum(cf::to(m, kInt64)).item<int64_t>() > 0; }
 
-// Per-batch-row indices (B, M) -> flat row indices into (B*N, ...) (B*M), on `device`
-// (checked and offset on the host: selection indices are small).
-Tensor flat_rows(const Tensor& idx, int64_t n, const char* who, Device device) {
-  const int64_t b = idx.shape()[0], m = idx.numel() / b;
-  std::vector<int64_t> v = contiguous(idx).to_vector<int64_t>();
-  for (int64_t r = 0; r < b; ++r)
-    for (int64_t j = 0; j < m; ++j) {
-      int64_t& x = v[size_t(r * m + j)];
+// Per-batch-row indices (B, M...) -> flat row indices into (B*N, ...) (B*M...), on
+// idx's device: one range reduction there (a copy to the host only to name the
+// first bad index), then each row's offset r * N added.
+Tensor flat_rows(const Tensor& idx, int64_t n, const char* who) {
+  const int64_t b = idx.shape()[0], m = idx.numel() / std::max<int64_t>(b, 1);
+  Tensor i = reshape(contiguous(idx), {b, m});
+  if (any_true(logical_or(lt(i, 0.0), ge(i, double(n))))) {
+    for (int64_t x : i.to_vector<int64_t>())
       CF_CHECK(x >= 0 && x < n, IndexError, "[", who, "] index ", x, " out of range for ", n, " rows");
-      x += r * n;
-    }
-  return Tensor::from_vector(v, {b * m}).to(device);
+  }
+  return reshape(i + reshape(Tensor::arange(b, kInt64, idx.device()) * double(n), {b, 1}), {b * m});
 }
 
-// mask (B, N) bool at idx (B, M) -> bool (B, M), or undefined when nothing is padding.
-Tensor gather_mask(const Tensor& mask, const Tensor& idx) {
-  if (!mask.defined()) return Tensor();
-  Tensor g = gt(gather(cf::to(mask, kFloat32), 1, idx), 0.5);
-  return any_true(g) ? g : Tensor();
-}
+}  // namespace centroid_detail
 
-// Mean of x (B, N, D) per segment seg (B, N) int64 in [0, M), weighted by keep
-// (B, N) (undefined: all ones). Empty segments give `fallback` rows (or zero).
-// Differentiable in x (and fallback); returns also the counts (B, M).
-Tensor segment_mean(const Tensor& x, const Tensor& seg, int64_t m, const Tensor& keep, const Tensor& fallback,
-                    Tensor* counts_out) {
-  const int64_t b = x.shape()[0], n = x.shape()[1], d = x.shape()[2];
-  Tensor flat_seg = flat_rows(seg, m, "CentroidInit", x.device());  // segment ids offset per batch row into (B*M)
-  Tensor src = reshape(x, {b * n, d});
-  Tensor w = keep.defined() ? reshape(keep, {b * n}) : Tensor::ones({b * n}, x.dtype(), x.device());
-  if (keep.defined()) src = src * unsqueeze(w, 1);
-  Tensor sums = index_add(Tensor::zeros({b * m, d}, x.dtype(), x.device()), 0, flat_seg, src);
-  Tensor counts = index_add(Tensor::zeros({b * m}, x.dtype(), x.device()), 0, flat_seg, w);
-  Tensor empty = eq(counts, 0.0);
-  Tensor mean_rows = sums / unsqueeze(clamp(counts, 1.0, INFINITY), 1);
-  if (fallback.defined() && any_true(empty))
-    mean_rows = where(unsqueeze(empty, 1), reshape(fallback, {b * m, d}), mean_rows);
-  if (counts_out) *counts_out = reshape(counts, {b, m});
-  return reshape(mean_rows, {b, m, d});
-}
-
-template <typename T>
-void group_max(const T* s, const int64_t* nbr, int64_t b, int64_t h, int64_t m, int64_t k, int64_t n, T* shift) {
-  // Max over the entries that share one input i, per (b, h): the softmax over the
-  // centroids that keep input i (eq. 4 under the KNN mask) is shifted by it.
-  std::vector<double> mx(static_cast<size_t>(n));
-  for (int64_t bb = 0; bb < b; ++bb)
-    for (int64_t hh = 0; hh < h; ++hh) {
-      std::fill(mx.begin(), mx.end(), -std::numeric_limits<double>::infinity());
-      const T* sp = s + (bb * h + hh) * m * k;
-      const int64_t* np = nbr + bb * m * k;
-      for (int64_t e = 0; e < m * k; ++e) mx[size_t(np[e])] = std::max(mx[size_t(np[e])], double(sp[e]));
-      T* out = shift + (bb * h + hh) * m * k;
-      for (int64_t e = 0; e < m * k; ++e) {
-        double v = mx[size_t(np[e])];
-        out[e] = std::isfinite(v) ? T(v) : T(0);  // an all-masked group: any finite shift
-      }
-    }
-}
-
-}  // namespace
+using namespace centroid_detail;
 
 // ---------------------------------------------------------------- selection
-
-Tensor farthest_point_sampling(const Tensor& points, int64_t m, const Tensor& mask) {
-  check_points("farthest_point_sampling", "points", points);
-  const int64_t b = points.shape()[0], n = points.shape()[1], c = points.shape()[2];
-  CF_CHECK(m >= 1 && m <= n, ValueError, "[farthest_point_sampling] m must be in [1, N] = [1, ", n, "], got ", m);
-  check_mask("farthest_point_sampling", "mask", mask, b, n);
-  // A host loop (on CUDA from a copy of the points); the indices go back to their device.
-  Tensor p = contiguous(cf::to(points.detach(), kFloat64)).cpu();
-  const double* pd = p.data<double>();
-  std::vector<bool> pad(size_t(b * n), false);
-  if (mask.defined()) {
-    std::vector<bool> mv = contiguous(mask).to_vector<bool>();
-    for (size_t i = 0; i < mv.size(); ++i) pad[i] = mv[i];
-  }
-  const double kInf = std::numeric_limits<double>::infinity();
-  report_macs(b * m * n * c);  // the O(N M C) distance updates (nn/cost.h)
-  std::vector<int64_t> out(size_t(b * m));
-#pragma omp parallel for if (b > 1 && n * m * c > 32768)
-  for (int64_t bb = 0; bb < b; ++bb) {
-    // dist[i]: squared distance to the nearest point taken; padding ranks below any
-    // real point (-1), and a taken point never again (-inf).
-    std::vector<double> dist(static_cast<size_t>(n));
-    int64_t cur = 0;
-    for (int64_t i = n - 1; i >= 0; --i) {
-      dist[size_t(i)] = pad[size_t(bb * n + i)] ? -1.0 : kInf;
-      if (!pad[size_t(bb * n + i)]) cur = i;
-    }
-    const double* base = pd + bb * n * c;
-    for (int64_t j = 0; j < m; ++j) {
-      out[size_t(bb * m + j)] = cur;
-      dist[size_t(cur)] = -kInf;
-      const double* pc = base + cur * c;
-      int64_t best = -1;
-      double best_d = -kInf;
-      for (int64_t i = 0; i < n; ++i) {
-        double& di = dist[size_t(i)];
-        if (di >= 0) {  // real and not taken
-          const double* pi = base + i * c;
-          double s = 0;
-          for (int64_t a = 0; a < c; ++a) {
-            double t = pi[a] - pc[a];
-            s += t * t;
-          }
-          di = std::min(di, s);
-        }
-        if (di > best_d) {
-          best_d = di;
-          best = i;
-        }
-      }
-      cur = best < 0 ? 0 : best;
-    }
-  }
-  return Tensor::from_vector(out, {b, m}).to(points.device());
-}
 
 Tensor knn_indices(const Tensor& queries, const Tensor& inputs, int64_t k, const Tensor& mask) {
   check_points("knn_indices", "queries", queries);
@@ -182,7 +87,7 @@ Tensor gather_rows(const Tensor& x, const Tensor& idx) {
   CF_CHECK(idx.defined() && idx.dtype() == kInt64 && idx.dim() == 2 && idx.shape()[0] == x.shape()[0], ShapeError,
            "[gather_rows] idx must be int64 (B, M) with B = ", x.shape()[0], ", got ", describe(idx));
   const int64_t b = x.shape()[0], n = x.shape()[1], d = x.shape()[2], m = idx.shape()[1];
-  return reshape(index_select(reshape(x, {b * n, d}), 0, flat_rows(idx, n, "gather_rows", x.device())), {b, m, d});
+  return reshape(index_select(reshape(x, {b * n, d}), 0, flat_rows(idx, n, "gather_rows")), {b, m, d});
 }
 
 // ---------------------------------------------------------------- eq. 4 kernels
@@ -247,7 +152,7 @@ Tensor centroid_attention_knn(const Tensor& q, const Tensor& kx, const Tensor& v
   check_mask("centroid_attention_knn", "centroid_mask", centroid_mask, b, m);
   // Gather the K neighbours' projected rows once (B*M*K rows), then split heads:
   // (B, M, K, H, dh) -> (B, H, M, K, dh). Gradients flow back through index_select.
-  Tensor flat = flat_rows(reshape(nbr, {b, m * k}), n, "centroid_attention_knn", kx.device());
+  Tensor flat = flat_rows(reshape(nbr, {b, m * k}), n, "centroid_attention_knn");
   auto gathered = [&](const Tensor& t) {
     Tensor g = reshape(index_select(reshape(t, {b * n, h * dh}), 0, flat), {b, m, k, h, dh});
     return permute(g, {0, 3, 1, 2, 4});
@@ -269,20 +174,9 @@ Tensor centroid_attention_knn(const Tensor& q, const Tensor& kx, const Tensor& v
     // eq. 4 under the KNN mask: for input i, normalise over the centroids whose K
     // neighbours include i. exp(s - shift_i) / sum over those pairs, with shift_i
     // the group's max (detached: the softmax does not depend on it).
-    Tensor shift;
-    {
-      NoGradGuard ng;
-      Tensor s = contiguous(scores.detach()).cpu();  // a host loop (copies on CUDA)
-      Tensor nb = contiguous(nbr).cpu();
-      shift = Tensor::empty({b, h, m, k}, s.dtype());
-      if (s.dtype() == kFloat64)
-        group_max(s.data<double>(), nb.data<int64_t>(), b, h, m, k, n, shift.data<double>());
-      else
-        group_max(s.data<float>(), nb.data<int64_t>(), b, h, m, k, n, shift.data<float>());
-      shift = shift.to(scores.device());
-    }
-    Tensor e = exp(scores - shift);                                      // masked pairs: 0
     Tensor idx = contiguous(expand(reshape(nbr, {b, 1, m * k}), {b, h, m * k}));
+    Tensor shift = reshape(group_max(reshape(scores.detach(), {b, h, m * k}), idx, n), {b, h, m, k});
+    Tensor e = exp(scores - shift);                                      // masked pairs: 0
     Tensor den = scatter_add(Tensor::zeros({b, h, n}, q.dtype(), q.device()), 2, idx, reshape(e, {b, h, m * k}));
     Tensor den_g = reshape(gather(den, 2, idx), {b, h, m, k});
     // A pair whose whole group is masked has e = 0 and den = 0: divide by 1 instead.
@@ -317,177 +211,6 @@ void CentroidAttentionOptions::validate(const char* who) const {
     CF_CHECK(conv_kernel > 0 && conv_stride > 0 && conv_padding >= 0, ValueError, "[", who,
              "] conv init needs conv_kernel, conv_stride > 0 and conv_padding >= 0, got ", conv_kernel, ", ",
              conv_stride, ", ", conv_padding);
-}
-
-// ---------------------------------------------------------------- DepthwiseConv2d
-
-DepthwiseConv2d::DepthwiseConv2d(int64_t channels, int64_t kernel_size, int64_t stride, int64_t padding,
-                                 bool with_bias, Generator& gen)
-    : channels_(channels), kernel_(kernel_size), stride_(stride), padding_(padding) {
-  CF_CHECK(channels > 0 && kernel_size > 0 && stride > 0 && padding >= 0, ValueError,
-           "[DepthwiseConv2d] needs channels, kernel_size, stride > 0 and padding >= 0, got channels=", channels,
-           " kernel_size=", kernel_size, " stride=", stride, " padding=", padding);
-  // PyTorch's Conv2d(groups = C) default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = k*k.
-  double bound = 1.0 / double(kernel_size);
-  weight = Tensor::empty({channels, kernel_size * kernel_size});
-  init::uniform_(weight, -bound, bound, gen);
-  register_parameter("weight", &weight);
-  if (with_bias) {
-    bias = Tensor::empty({channels});
-    init::uniform_(bias, -bound, bound, gen);
-    register_parameter("bias", &bias);
-  }
-}
-
-int64_t DepthwiseConv2d::output_side(int64_t side) const {
-  int64_t span = side + 2 * padding_ - kernel_;
-  return span < 0 ? 0 : span / stride_ + 1;
-}
-
-Tensor DepthwiseConv2d::forward(const Tensor& x) {
-  CF_CHECK(x.defined() && x.dim() == 3 && x.shape()[2] == channels_, ShapeError,
-           "[DepthwiseConv2d] expected input (B, N, ", channels_, "), got ", describe(x));
-  const int64_t b = x.shape()[0], n = x.shape()[1];
-  const int64_t side = int64_t(std::llround(std::sqrt(double(n))));
-  CF_CHECK(side * side == n, ShapeError, "[DepthwiseConv2d] N = ", n,
-           " tokens is not a square grid (the tokens are read as sqrt(N) x sqrt(N))");
-  const int64_t so = output_side(side);
-  CF_CHECK(so > 0, ShapeError, "[DepthwiseConv2d] a ", side, "x", side, " grid with padding ", padding_,
-           " is smaller than the kernel (", kernel_, ")");
-  Tensor img = reshape(x, {b, side, side, channels_});
-  if (padding_ > 0) img = pad(img, {0, 0, padding_, padding_, padding_, padding_, 0, 0});
-  // One strided window per tap (k*k passes over the output, no unfolded copy), as DepthwiseConv1d.
-  Tensor y;
-  const int64_t span = stride_ * (so - 1) + 1;
-  for (int64_t a = 0; a < kernel_; ++a)
-    for (int64_t c = 0; c < kernel_; ++c) {
-      Tensor tap = slice(slice(img, 1, a, a + span, stride_), 2, c, c + span, stride_);
-      Tensor term = tap * reshape(narrow(weight, 1, a * kernel_ + c, 1), {channels_});
-      y = y.defined() ? y + term : term;
-    }
-  if (bias.defined()) y = y + bias;
-  return reshape(y, {b, so * so, channels_});
-}
-
-// ---------------------------------------------------------------- CentroidInit
-
-CentroidInit::CentroidInit(const CentroidAttentionOptions& o, Generator& gen) : o_(o) {
-  o.validate("CentroidInit");
-  // Learnable initialisations: a linear projection over the sequence (section 3.3,
-  // "We use a linear projection to learn the initialization of the latent
-  // capsules") and a depthwise strided convolution of the tokens (section 3.4).
-  if (o.init == "linear") seq_proj = register_module("seq_proj", std::make_shared<Linear>(o.seq_len, o.num_centroids, o.bias, gen));
-  if (o.init == "conv")
-    conv1d = register_module("conv", std::make_shared<DepthwiseConv1d>(o.d_model, o.conv_kernel, o.conv_stride,
-                                                                       o.conv_padding, o.bias, gen));
-  if (o.init == "conv2d")
-    conv2d = register_module("conv", std::make_shared<DepthwiseConv2d>(o.d_model, o.conv_kernel, o.conv_stride,
-                                                                       o.conv_padding, o.bias, gen));
-}
-
-int64_t CentroidInit::num_centroids(int64_t n) const {
-  if (o_.init == "linear") return o_.num_centroids;
-  if (o_.init == "conv") return conv1d->output_length(n);
-  if (o_.init == "conv2d") {
-    int64_t side = int64_t(std::llround(std::sqrt(double(n))));
-    int64_t so = conv2d->output_side(side);
-    return so * so;
-  }
-  if (o_.num_centroids > 0) return o_.num_centroids;
-  return std::max<int64_t>(1, int64_t(std::ceil(double(n) / o_.downsample - 1e-9)));
-}
-
-CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, const Tensor& space,
-                                         Generator* sampler) {
-  CF_CHECK(x.defined() && x.dim() == 3 && x.shape()[2] == o_.d_model && is_floating(x.dtype()), ShapeError,
-           "[CentroidInit] expected float input (B, N, ", o_.d_model, "), got ", describe(x));
-  const int64_t b = x.shape()[0], n = x.shape()[1];
-  check_mask("CentroidInit", "key_padding_mask", mask, b, n);
-  if (space.defined())
-    CF_CHECK(space.dim() == 3 && space.shape()[0] == b && space.shape()[1] == n && is_floating(space.dtype()),
-             ShapeError, "[CentroidInit] sample_space must be float (B, N, C) = (", b, ", ", n, ", C), got ",
-             space.describe());
-  const std::string& mode = o_.init;
-  const bool learned = mode == "linear" || mode == "conv" || mode == "conv2d";
-  CF_CHECK(!(learned || mode == "kmeans") || !mask.defined(), ValueError, "[CentroidInit] init \"", mode,
-           "\" does not support a key_padding_mask (use random, mean or fps with padded inputs)");
-  CentroidInitResult r;
-  if (mode == "linear") {
-    CF_CHECK(n == o_.seq_len, ShapeError, "[CentroidInit] init \"linear\" projects a sequence of length seq_len = ",
-             o_.seq_len, ", got N = ", n);
-    r.u = transpose(seq_proj->forward(transpose(x, 1, 2)), 1, 2);
-    return r;
-  }
-  if (mode == "conv") {
-    r.u = conv1d->forward(x);
-    return r;
-  }
-  if (mode == "conv2d") {
-    r.u = conv2d->forward(x);
-    return r;
-  }
-  const int64_t m = num_centroids(n);
-  CF_CHECK(m >= 1 && m <= n, ShapeError, "[CentroidInit] M = ", m, " centroids for N = ", n,
-           " inputs; centroid attention needs 1 <= M <= N");
-  if (mode == "random") {
-    // Section 3.1: "randomly sample N/3 elements from the original sequence"; kept in
-    // sequence order, so a text's centroids stay in reading order.
-    Tensor keys = rand({b, n}, kFloat32, sampler ? *sampler : default_generator());
-    if (mask.defined()) keys = masked_fill(keys, mask.cpu(), 2.0);  // padding only when real inputs run out
-    Tensor idx = topk(keys, m, -1, false).indices;
-    std::vector<int64_t> v = contiguous(idx).to_vector<int64_t>();
-    for (int64_t r0 = 0; r0 < b; ++r0) std::sort(v.begin() + r0 * m, v.begin() + (r0 + 1) * m);
-    r.indices = Tensor::from_vector(v, {b, m}).to(x.device());
-  } else if (mode == "fps" || mode == "kmeans") {
-    // Section 3.2: "We use Farthest Point Sampling (FPS) as our initialization function".
-    r.indices = farthest_point_sampling(space.defined() ? space : x, m, mask);
-  }
-  if (mode == "random" || mode == "fps") {
-    r.u = gather_rows(x, r.indices);
-    r.mask = gather_mask(mask, r.indices);
-    if (space.defined()) r.positions = gather_rows(space.detach(), r.indices);
-    return r;
-  }
-  if (mode == "mean") {
-    // Section 3.1: "mean pooling refers to apply mean pooling on every three
-    // elements"; for N not a multiple of M, window j covers [floor(jN/M), floor((j+1)N/M)).
-    // Padding is left out of each mean; a window of padding only is a padded centroid.
-    if (!mask.defined() && n % m == 0) {
-      r.u = mean(reshape(x, {b, m, n / m, o_.d_model}), {2});
-      return r;
-    }
-    std::vector<int64_t> seg(size_t(b * n));
-    for (int64_t j = 0; j < m; ++j)
-      for (int64_t i = j * n / m; i < (j + 1) * n / m; ++i)
-        for (int64_t r0 = 0; r0 < b; ++r0) seg[size_t(r0 * n + i)] = j;
-    Tensor keep = mask.defined() ? cf::to(logical_not(mask), x.dtype()) : Tensor();
-    Tensor counts;
-    r.u = segment_mean(x, Tensor::from_vector(seg, {b, n}).to(x.device()), m, keep, Tensor(), &counts);
-    if (mask.defined()) {
-      Tensor cm = eq(counts, 0.0);
-      if (any_true(cm)) r.mask = cm;
-    }
-    return r;
-  }
-  // K-Means (Table 3's baseline, "K-means for 3 iterations"): FPS seeds, then Lloyd
-  // steps: assign each input to its nearest centroid (in sample space), move each
-  // centroid to the mean of its inputs (an empty cluster keeps its centroid). The
-  // centroids are means of x under fixed assignments, so gradients reach x.
-  // Not nn/clustering/kmeans.h: that engine re-seeds empty clusters and stops on a
-  // tolerance, while this baseline is a fixed number of steps, and its means of x
-  // must stay differentiable.
-  Tensor pts = space.defined() ? space.detach() : x.detach();
-  Tensor c = gather_rows(pts, r.indices);
-  r.u = gather_rows(x, r.indices);
-  for (int64_t it = 0; it < o_.kmeans_iters; ++it) {
-    Tensor assign = reshape(knn_indices(pts, c, 1), {b, n});
-    r.u = segment_mean(x, assign, m, Tensor(), r.u, nullptr);
-    NoGradGuard ng;
-    c = segment_mean(pts, assign, m, Tensor(), c, nullptr);
-  }
-  r.indices = Tensor();
-  if (space.defined()) r.positions = c;
-  return r;
 }
 
 // ---------------------------------------------------------------- CentroidAttention

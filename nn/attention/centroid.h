@@ -16,8 +16,8 @@
 // therefore not in the attention registry; cf-bench attention runs it as the
 // separate variants "centroid" and "centroid-knn".
 //
-// CPU: composed from autograd ops, plus plain loops (farthest point sampling,
-// per-input score maxima) where a CUDA kernel will slot in once the CUDA backend exists.
+// Composed from autograd ops; farthest point sampling and the per-input score
+// maxima are ops of their own (autograd/ops/point.h), with CPU and CUDA kernels.
 #include <memory>
 #include <string>
 
@@ -30,13 +30,6 @@ namespace cf {
 namespace nn {
 
 // ---- selection helpers (not differentiable: they return int64 indices) ----
-
-// Farthest point sampling (as in PointNet++): start at the first point that is
-// not padding, then repeatedly take the point farthest (squared L2) from those
-// taken; ties go to the lowest index. points (B, N, C) float; mask bool (B, N),
-// true = padding, never taken while a real point is left. -> int64 (B, M).
-// O(N M C) per batch row.
-Tensor farthest_point_sampling(const Tensor& points, int64_t m, const Tensor& mask = Tensor());
 
 // Indices of the k inputs nearest (L2) to each query: queries (B, M, C), inputs
 // (B, N, C) -> int64 (B, M, k), nearest first. Distances come from the GEMM form
@@ -88,22 +81,6 @@ struct CentroidAttentionOptions {
   int64_t seq_len = 0;        // N, required by "linear"
   int64_t conv_kernel = 3, conv_stride = 2, conv_padding = 1;  // "conv", "conv2d" (section 3.4)
   void validate(const char* who) const;
-};
-
-// Depthwise 2-d convolution over the token grid: x (B, N = S*S, C) is read as an S x S
-// image per channel; output (B, S' * S', C) in row-major grid order with
-// S' = floor((S + 2p - k) / s) + 1. weight (C, k*k), bias (C). The paper's centroid
-// initialisation for image tokens (section 3.4: kernel 3, stride 2, padding 1).
-class DepthwiseConv2d : public UnaryModule {
- public:
-  DepthwiseConv2d(int64_t channels, int64_t kernel_size, int64_t stride, int64_t padding, bool bias = true,
-                  Generator& gen = default_generator());
-  Tensor forward(const Tensor& x) override;
-  int64_t output_side(int64_t side) const;
-  Tensor weight, bias;
-
- private:
-  int64_t channels_, kernel_, stride_, padding_;
 };
 
 // What an initialisation produced: the centroids, their padding mask (undefined

@@ -109,5 +109,53 @@ Tensor DepthwiseConv1d::forward(const Tensor& x) {
   return bias.defined() ? y + bias : y;
 }
 
+DepthwiseConv2d::DepthwiseConv2d(int64_t channels, int64_t kernel_size, int64_t stride, int64_t padding,
+                                 bool with_bias, Generator& gen)
+    : channels_(channels), kernel_(kernel_size), stride_(stride), padding_(padding) {
+  CF_CHECK(channels > 0 && kernel_size > 0 && stride > 0 && padding >= 0, ValueError,
+           "[DepthwiseConv2d] needs channels, kernel_size, stride > 0 and padding >= 0, got channels=", channels,
+           " kernel_size=", kernel_size, " stride=", stride, " padding=", padding);
+  // PyTorch's Conv2d(groups = C) default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = k*k.
+  double bound = 1.0 / double(kernel_size);
+  weight = Tensor::empty({channels, kernel_size * kernel_size});
+  init::uniform_(weight, -bound, bound, gen);
+  register_parameter("weight", &weight);
+  if (with_bias) {
+    bias = Tensor::empty({channels});
+    init::uniform_(bias, -bound, bound, gen);
+    register_parameter("bias", &bias);
+  }
+}
+
+int64_t DepthwiseConv2d::output_side(int64_t side) const {
+  int64_t span = side + 2 * padding_ - kernel_;
+  return span < 0 ? 0 : span / stride_ + 1;
+}
+
+Tensor DepthwiseConv2d::forward(const Tensor& x) {
+  CF_CHECK(x.defined() && x.dim() == 3 && x.shape()[2] == channels_, ShapeError,
+           "[DepthwiseConv2d] expected input (B, N, ", channels_, "), got ", x.defined() ? x.describe() : std::string("undefined"));
+  const int64_t b = x.shape()[0], n = x.shape()[1];
+  const int64_t side = int64_t(std::llround(std::sqrt(double(n))));
+  CF_CHECK(side * side == n, ShapeError, "[DepthwiseConv2d] N = ", n,
+           " tokens is not a square grid (the tokens are read as sqrt(N) x sqrt(N))");
+  const int64_t so = output_side(side);
+  CF_CHECK(so > 0, ShapeError, "[DepthwiseConv2d] a ", side, "x", side, " grid with padding ", padding_,
+           " is smaller than the kernel (", kernel_, ")");
+  Tensor img = reshape(x, {b, side, side, channels_});
+  if (padding_ > 0) img = pad(img, {0, 0, padding_, padding_, padding_, padding_, 0, 0});
+  // One strided window per tap (k*k passes over the output, no unfolded copy), as DepthwiseConv1d.
+  Tensor y;
+  const int64_t span = stride_ * (so - 1) + 1;
+  for (int64_t a = 0; a < kernel_; ++a)
+    for (int64_t c = 0; c < kernel_; ++c) {
+      Tensor tap = slice(slice(img, 1, a, a + span, stride_), 2, c, c + span, stride_);
+      Tensor term = tap * reshape(narrow(weight, 1, a * kernel_ + c, 1), {channels_});
+      y = y.defined() ? y + term : term;
+    }
+  if (bias.defined()) y = y + bias;
+  return reshape(y, {b, so * so, channels_});
+}
+
 }  // namespace nn
 }  // namespace cf

@@ -1,5 +1,6 @@
 #pragma once
-// Layers over sequences (B, N, D): positional encodings and a depthwise 1-d convolution.
+// Layers over token sequences (B, N, D): positional encodings and depthwise
+// convolutions along the sequence (1-d) and over a square token grid (2-d).
 #include "core/rng.h"
 #include "nn/module.h"
 
@@ -41,6 +42,22 @@ class DepthwiseConv1d : public UnaryModule {
                   bool bias = true, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
   int64_t output_length(int64_t n) const;
+  Tensor weight, bias;
+
+ private:
+  int64_t channels_, kernel_, stride_, padding_;
+};
+
+// Depthwise 2-d convolution over the token grid: x (B, N = S*S, C) is read as an S x S
+// image per channel; output (B, S' * S', C) in row-major grid order with
+// S' = floor((S + 2p - k) / s) + 1. weight (C, k*k), bias (C). The paper's centroid
+// initialisation for image tokens (section 3.4: kernel 3, stride 2, padding 1).
+class DepthwiseConv2d : public UnaryModule {
+ public:
+  DepthwiseConv2d(int64_t channels, int64_t kernel_size, int64_t stride, int64_t padding, bool bias = true,
+                  Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+  int64_t output_side(int64_t side) const;
   Tensor weight, bias;
 
  private:

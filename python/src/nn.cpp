@@ -485,8 +485,6 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
               "handles.",
               nb::arg("x"), nb::arg("key_padding_mask") = nb::none(), nb::arg("sample_space") = nb::none(),
               nb::arg("sampler").none() = nb::none());
-  nn.def("farthest_point_sampling", &cnn::farthest_point_sampling, nb::arg("points"), nb::arg("m"),
-         nb::arg("mask") = Tensor(), release_gil(), "Indices int64 (B, m) of farthest point sampling over points (B, N, C).");
   nn.def("knn_indices", &cnn::knn_indices, nb::arg("queries"), nb::arg("inputs"), nb::arg("k"), nb::arg("mask") = Tensor(),
          release_gil(), "Indices int64 (B, M, k) of each query's k nearest inputs.");
 

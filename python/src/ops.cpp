@@ -394,6 +394,15 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "out[g, n] = sum_t w[g, n, t] v[g, idx[g, n, t]]: w (G, N, K), v (G, M, Dv), idx int64 (G, N, K) -> "
         "(G, N, Dv). Differentiable in w and v.",
         release_gil());
+  m.def("farthest_point_sampling", &cf::farthest_point_sampling, nb::arg("points"), nb::arg("m"),
+        nb::arg("mask") = Tensor(),
+        "Indices int64 (B, m) of farthest point sampling over points (B, N, C): the first real point, then "
+        "repeatedly the farthest from those taken (ties to the lowest index); mask bool (B, N), True = padding.",
+        release_gil());
+  m.def("group_max", &cf::group_max, nb::arg("src"), nb::arg("group"), nb::arg("groups"),
+        "Each entry of src (..., E) gets the largest src of its row's entries in the same group (int64 (..., E) in "
+        "[0, groups)); 0 where that is not finite.",
+        release_gil());
   m.def("hash_codes", &cf::hash_codes, nb::arg("x"), nb::arg("planes"),
         "int64 codes of x (..., D) under planes (bits, D), bits in [1, 63]: bit b is set when x . planes[b] > 0.",
         release_gil());

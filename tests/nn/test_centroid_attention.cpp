@@ -50,39 +50,6 @@ Tensor knn_dense_reference(const Tensor& q, const Tensor& kx, const Tensor& vx, 
   return matmul(softmax(s, normalize == "centroids" ? -2 : -1), heads(vx));
 }
 
-std::vector<std::vector<int64_t>> naive_fps(const Tensor& pts, int64_t m) {
-  const int64_t b = pts.shape()[0], n = pts.shape()[1], c = pts.shape()[2];
-  std::vector<double> p = vals(pts);
-  std::vector<std::vector<int64_t>> out(static_cast<size_t>(b));
-  for (int64_t bb = 0; bb < b; ++bb) {
-    std::vector<int64_t>& sel = out[size_t(bb)];
-    sel.push_back(0);
-    while (int64_t(sel.size()) < m) {
-      // For every candidate, its distance to the nearest selected point, from scratch.
-      int64_t best = -1;
-      double best_d = -1;
-      for (int64_t i = 0; i < n; ++i) {
-        if (std::find(sel.begin(), sel.end(), i) != sel.end()) continue;
-        double dmin = std::numeric_limits<double>::infinity();
-        for (int64_t s : sel) {
-          double d = 0;
-          for (int64_t a = 0; a < c; ++a) {
-            double t = p[size_t((bb * n + i) * c + a)] - p[size_t((bb * n + s) * c + a)];
-            d += t * t;
-          }
-          dmin = std::min(dmin, d);
-        }
-        if (dmin > best_d) {
-          best_d = dmin;
-          best = i;
-        }
-      }
-      sel.push_back(best);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("CentroidAttention: M = N, centroids = inputs, T = 1 is the paper's self-attention-like update") {
@@ -202,7 +169,7 @@ TEST_CASE("CentroidAttention: KNN with K < N sums each centroid over its K neare
   nn::CentroidAttention att(o, gen);
   att.to(kFloat64);
   Tensor x = leaf64({1, N, D}, 3);
-  Tensor u0 = nn::gather_rows(x, nn::farthest_point_sampling(x, 2)).detach();
+  Tensor u0 = nn::gather_rows(x, farthest_point_sampling(x, 2)).detach();
   Tensor nbr = nn::knn_indices(u0, x, 2);
   std::set<int64_t> used;
   for (int64_t i : nbr.to_vector<int64_t>()) used.insert(i);
@@ -218,22 +185,7 @@ TEST_CASE("CentroidAttention: KNN with K < N sums each centroid over its K neare
   check_close(att.forward(x2, u0), y, 1e-14);
 }
 
-TEST_CASE("farthest_point_sampling matches a naive O(N^2 M) reference - knn_indices matches brute force") {
-  Tensor pts = leaf64({3, 40, 3}, 21).detach();
-  for (int64_t m : {1, 5, 17, 40}) {
-    Tensor idx = nn::farthest_point_sampling(pts, m);
-    std::vector<std::vector<int64_t>> ref = naive_fps(pts, m);
-    std::vector<int64_t> got = idx.to_vector<int64_t>();
-    for (int64_t b = 0; b < 3; ++b)
-      CHECK(std::vector<int64_t>(got.begin() + b * m, got.begin() + (b + 1) * m) == ref[size_t(b)]);
-  }
-  // With padding: padded points are taken only after every real point.
-  Tensor mask = Tensor::from_vector(std::vector<bool>{true, false, false, true, false}, {1, 5});
-  Tensor p5 = leaf64({1, 5, 2}, 3).detach();
-  std::vector<int64_t> sel = nn::farthest_point_sampling(p5, 5, mask).to_vector<int64_t>();
-  CHECK(sel[0] == 1);
-  CHECK(std::set<int64_t>(sel.begin(), sel.begin() + 3) == std::set<int64_t>{1, 2, 4});
-  CHECK(std::set<int64_t>(sel.begin() + 3, sel.end()) == std::set<int64_t>{0, 3});
+TEST_CASE("knn_indices matches brute force, nearest first") {
   // knn_indices: nearest first, against sorted brute-force distances.
   Tensor qs = leaf64({2, 4, 3}, 5).detach(), xs = leaf64({2, 11, 3}, 6).detach();
   std::vector<int64_t> nb = nn::knn_indices(qs, xs, 5).to_vector<int64_t>();
@@ -431,10 +383,6 @@ TEST_CASE("CentroidAttention: bad inputs") {
                    "[CentroidAttention] expected x (B, N, 8) and u0 (B, M, 8)", "u0 float32 (3,2,8)");
   CHECK_THROWS_MSG(att.forward(randn({2, 5, 8}), randn({2, 2, 8}, kFloat64)), DTypeError,
                    "[CentroidAttention] x and u0 must share one float dtype");
-  CHECK_THROWS_MSG(nn::farthest_point_sampling(randn({1, 4, 3}), 5), ValueError,
-                   "[farthest_point_sampling] m must be in [1, N] = [1, 4], got 5");
-  CHECK_THROWS_MSG(nn::farthest_point_sampling(randn({4, 3}), 2), ShapeError,
-                   "[farthest_point_sampling] points must be a float (B, N, C) tensor, got float32 (4,3)");
   CHECK_THROWS_MSG(nn::knn_indices(randn({1, 2, 3}), randn({1, 4, 2}), 2), ShapeError, "[knn_indices] queries");
   CHECK_THROWS_MSG(nn::knn_indices(randn({1, 2, 3}), randn({1, 4, 3}), 0), ValueError,
                    "[knn_indices] k must be in [1, N] = [1, 4], got 0");

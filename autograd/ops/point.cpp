@@ -1,0 +1,53 @@
+#include "autograd/ops/point.h"
+
+#include "autograd/ops/common.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/shape.h"
+#include "core/error.h"
+#include "kernels/index/index.h"
+#include "kernels/point/point.h"
+
+namespace cf {
+
+Tensor farthest_point_sampling(const Tensor& points, int64_t m, const Tensor& mask) {
+  const char* op = "farthest_point_sampling";
+  ops::check_defined(points, op, "points");
+  CF_CHECK(points.dim() == 3 && is_floating(points.dtype()), ShapeError, "[", op,
+           "] points must be a float (B, N, C) tensor, got ", points.describe());
+  const int64_t b = points.shape()[0], n = points.shape()[1];
+  CF_CHECK(m >= 1 && m <= n, ValueError, "[", op, "] m must be in [1, N] = [1, ", n, "], got ", m);
+  if (mask.defined()) {
+    CF_CHECK(mask.dtype() == kBool, DTypeError, "[", op, "] mask must be bool (true = padding), got ", mask.dtype());
+    CF_CHECK(mask.dim() == 2 && mask.shape()[0] == b && mask.shape()[1] == n, ShapeError, "[", op,
+             "] mask must be (B, N) = (", b, ", ", n, "), got ", shape_str(mask.shape()));
+    ops::check_same_device(op, {&points, &mask});
+  }
+  Tensor p = contiguous(to(points.detach(), kFloat64));
+  Tensor out = Tensor::empty({b, m}, kInt64, points.device());
+  kernels::farthest_point_sampling(p, mask.defined() ? contiguous(mask) : Tensor(), out);
+  return out;
+}
+
+Tensor group_max(const Tensor& src, const Tensor& group, int64_t groups) {
+  const char* op = "group_max";
+  ops::check_defined(src, op, "src");
+  ops::check_defined(group, op, "group");
+  ops::check_same_device(op, {&src, &group});
+  CF_CHECK(src.dtype() == kFloat32 || src.dtype() == kFloat64, DTypeError, "[", op,
+           "] src must be float32 or float64, got ", src.describe());
+  CF_CHECK(group.dtype() == kInt64 && group.shape() == src.shape() && src.dim() >= 1, ShapeError, "[", op,
+           "] group must be int64 of src's shape (..., E), got src ", src.describe(), ", group ", group.describe());
+  CF_CHECK(groups >= 1, ValueError, "[", op, "] groups must be >= 1, got ", groups);
+  Tensor g = contiguous(group);
+  const kernels::BadIndex bad = kernels::find_bad_index(op, g, groups);
+  CF_CHECK(!bad.found, IndexError, "[", op, "] group value ", bad.value, " at flat position ", bad.position,
+           " is out of range for ", groups, " groups");
+  const int64_t e = src.shape()[size_t(src.dim() - 1)], rows = e == 0 ? 0 : src.numel() / e;
+  Tensor out = Tensor::empty(src.shape(), src.dtype(), src.device());
+  // Row views of contiguous tensors: the kernel writes through them into out.
+  kernels::group_max(reshape(contiguous(src.detach()), {rows, e}), reshape(g, {rows, e}), groups,
+                     reshape(out, {rows, e}));
+  return out;
+}
+
+}  // namespace cf
