@@ -3,36 +3,12 @@
 #include <cmath>
 
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/optim.h"
 
 namespace cf {
 namespace nn {
 
 namespace {
-
-template <typename T>
-void adam_loop(T* p, const T* g, T* m, T* v, int64_t n, double lr, double wd, bool decoupled,
-               double b1_d, double b2_d, double eps_d, int64_t t) {
-  const double bc1 = 1.0 - std::pow(b1_d, double(t));
-  const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2_d, double(t)));
-  const T step_size = T(lr / bc1), bc2s = T(bc2_sqrt), eps = T(eps_d);
-  const T b1 = T(b1_d), b2 = T(b2_d), a1 = T(1.0 - b1_d), a2 = T(1.0 - b2_d);
-  const T l2 = decoupled ? T(0) : T(wd);
-  const T shrink = T(1.0 - lr * wd);
-  const bool do_shrink = decoupled && wd != 0;
-#pragma omp parallel for schedule(static) if (n >= 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    T pi = p[i];
-    T gi = g[i];
-    if (l2 != T(0)) gi = gi + l2 * pi;
-    if (do_shrink) pi = pi * shrink;
-    T mi = m[i] * b1 + a1 * gi;
-    T vi = v[i] * b2 + a2 * (gi * gi);
-    m[i] = mi;
-    v[i] = vi;
-    T denom = std::sqrt(vi) / bc2s + eps;
-    p[i] = pi + (-step_size) * (mi / denom);
-  }
-}
 
 void check_adam(const char* name, const AdamOptions& o) {
   const std::string w = str("[", name, "]");
@@ -66,21 +42,19 @@ void Adam::update(Entry& e, const Tensor& grad, double lr, double wd) {
   Tensor& p = e.param;
   Tensor& m = e.slots[0];
   Tensor& v = e.slots[1];
-  if (detail::fast_path(p)) {
-    Tensor g = contiguous(grad);
-    int64_t n = p.numel();
-    if (p.dtype() == kFloat32)
-      adam_loop<float>(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), n, lr,
-                       wd, decoupled_, opt_.beta1, opt_.beta2, opt_.eps, e.step);
-    else
-      adam_loop<double>(p.data<double>(), g.data<double>(), m.data<double>(), v.data<double>(), n,
-                        lr, wd, decoupled_, opt_.beta1, opt_.beta2, opt_.eps, e.step);
-    p.bump_version();
-    m.bump_version();
-    v.bump_version();
+  if (ops::fused_step_supported(p) && m.is_contiguous() && v.is_contiguous()) {  // one fused pass on p's device (kernels/optim)
+    ops::AdamStep s;
+    s.lr = lr;
+    s.weight_decay = wd;
+    s.beta1 = opt_.beta1;
+    s.beta2 = opt_.beta2;
+    s.eps = opt_.eps;
+    s.step = e.step;
+    s.decoupled = decoupled_;
+    ops::adam_step_(p, grad, m, v, s);
     return;
   }
-  // Device-neutral path through the public ops (same formulas).
+  // Strided or 16-bit parameters: the same formulas from elementwise ops.
   const double bc1 = 1.0 - std::pow(opt_.beta1, double(e.step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(opt_.beta2, double(e.step)));
   Tensor g = grad;

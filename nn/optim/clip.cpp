@@ -4,6 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/optim.h"
 #include "autograd/ops/reduce.h"
 
 namespace cf {
@@ -16,23 +17,6 @@ std::vector<Tensor> tensors_of(const StateDict& params) {
   out.reserve(params.size());
   for (const auto& kv : params) out.push_back(kv.second);
   return out;
-}
-
-template <typename T>
-double sumsq(const T* g, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += double(g[i]) * double(g[i]);
-  return s;
-}
-
-// Sum of squares of g, in double.
-double grad_sumsq(const Tensor& g) {
-  if (g.device().is_cpu() && g.is_contiguous()) {
-    if (g.dtype() == kFloat32) return sumsq(g.data<float>(), g.numel());
-    if (g.dtype() == kFloat64) return sumsq(g.data<double>(), g.numel());
-  }
-  Tensor g64 = to(g, kFloat64);
-  return sum(mul(g64, g64)).item();
 }
 
 void rescale(const std::vector<Tensor>& params, double factor) {
@@ -52,7 +36,7 @@ double grad_norm(const std::vector<Tensor>& params) {
   for (const Tensor& p : params) {
     CF_CHECK(p.defined(), ValueError, "[grad_norm] a parameter is an undefined tensor");
     Tensor g = p.grad();
-    if (g.defined()) total += grad_sumsq(g);
+    if (g.defined()) total += ops::sum_squares(g);
   }
   return std::sqrt(total);
 }

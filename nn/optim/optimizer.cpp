@@ -46,10 +46,6 @@ std::vector<ParamGroup> single_group(const StateDict& params) {
   return {g};
 }
 
-namespace detail {
-bool fast_path(const Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); }
-}  // namespace detail
-
 std::string Optimizer::where(const char* fn) const { return str("[", name_, ".", fn, "]"); }
 
 void Optimizer::check_hyper(bool ok, const std::string& where, const std::string& what) {

@@ -105,10 +105,5 @@ class Optimizer {
 // The same parameters as one group.
 std::vector<ParamGroup> single_group(const StateDict& params);
 
-namespace detail {
-// True when t is a contiguous CPU tensor (the fused-loop fast path).
-bool fast_path(const Tensor& t);
-}  // namespace detail
-
 }  // namespace nn
 }  // namespace cf

@@ -3,30 +3,10 @@
 #include <cmath>
 
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/optim.h"
 
 namespace cf {
 namespace nn {
-
-namespace {
-
-template <typename T>
-void sgd_loop(T* p, const T* g, T* buf, int64_t n, double lr_d, double wd_d, double mom_d,
-              double damp_d, bool nesterov, bool first) {
-  const T lr = T(lr_d), wd = T(wd_d), mom = T(mom_d), keep = T(1.0 - damp_d);
-#pragma omp parallel for schedule(static) if (n >= 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    T d = g[i];
-    if (wd != T(0)) d = d + wd * p[i];
-    if (buf) {
-      T b = first ? d : buf[i] * mom + keep * d;
-      buf[i] = b;
-      d = nesterov ? d + mom * b : b;
-    }
-    p[i] = p[i] + (-lr) * d;
-  }
-}
-
-}  // namespace
 
 SGD::SGD(const StateDict& params, const SGDOptions& options) : SGD(single_group(params), options) {}
 
@@ -46,21 +26,18 @@ void SGD::update(Entry& e, const Tensor& grad, double lr, double wd) {
   const bool has_buf = !e.slots.empty();
   const bool first = e.step == 1;
   Tensor& p = e.param;
-  if (detail::fast_path(p)) {
-    Tensor g = contiguous(grad);
-    int64_t n = p.numel();
-    if (p.dtype() == kFloat32)
-      sgd_loop<float>(p.data<float>(), g.data<float>(), has_buf ? e.slots[0].data<float>() : nullptr,
-                      n, lr, wd, opt_.momentum, opt_.dampening, opt_.nesterov, first);
-    else
-      sgd_loop<double>(p.data<double>(), g.data<double>(),
-                       has_buf ? e.slots[0].data<double>() : nullptr, n, lr, wd, opt_.momentum,
-                       opt_.dampening, opt_.nesterov, first);
-    p.bump_version();
-    if (has_buf) e.slots[0].bump_version();
+  if (ops::fused_step_supported(p) && (!has_buf || e.slots[0].is_contiguous())) {  // one fused pass on p's device (kernels/optim)
+    ops::SgdStep s;
+    s.lr = lr;
+    s.weight_decay = wd;
+    s.momentum = opt_.momentum;
+    s.dampening = opt_.dampening;
+    s.nesterov = opt_.nesterov;
+    s.first = first;
+    ops::sgd_step_(p, grad, has_buf ? e.slots[0] : Tensor(), s);
     return;
   }
-  // Device-neutral path through the public in-place ops.
+  // Strided or 16-bit parameters: the same update from in-place elementwise ops.
   Tensor d = grad;
   if (wd != 0) d = add(d, mul(p, wd));
   if (has_buf) {

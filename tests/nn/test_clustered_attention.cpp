@@ -335,7 +335,7 @@ TEST_CASE("Proposition 2: improved clustered attention is never farther from ful
   CHECK(strictly_better > rows_checked / 2);  // the bound is not met trivially by equal rows
 }
 
-TEST_CASE("a fixed hash_seed gives the same clusters at every forward; the default draws new planes") {
+TEST_CASE("a fixed hash_seed gives the same clusters at every forward, the default draws new planes") {
   Tensor q = leaf64({1, 2, 16, 4}, 5).detach();
   auto fixed = make_layer("clustered", {{"clusters", 3}, {"hash_seed", 7}});
   CHECK(values(fixed->cluster(q)) == values(fixed->cluster(q)));

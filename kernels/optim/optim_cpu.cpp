@@ -1,0 +1,53 @@
+// CPU arm of the fused optimizer steps (kernels/optim/optim.h): OpenMP over
+// elements for large parameters.
+#include "kernels/optim/optim_common.h"
+
+namespace cf::kernels {
+
+namespace {
+
+template <typename T>
+void adam_typed(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamStep& s) {
+  const AdamConsts<T> c(s);
+  T *P = p.data<T>(), *M = m.data<T>(), *V = v.data<T>();
+  const T* G = g.data<T>();
+  const int64_t n = p.numel();
+#pragma omp parallel for schedule(static) if (n >= 32768)
+  for (int64_t i = 0; i < n; ++i) adam_element(c, P, G, M, V, i);
+}
+
+template <typename T>
+void sgd_typed(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) {
+  const SgdConsts<T> c(s);
+  T* P = p.data<T>();
+  T* B = buf.defined() ? buf.data<T>() : nullptr;
+  const T* G = g.data<T>();
+  const int64_t n = p.numel();
+#pragma omp parallel for schedule(static) if (n >= 32768)
+  for (int64_t i = 0; i < n; ++i) sgd_element(c, P, G, B, i);
+}
+
+template <typename T>
+double sum_squares_typed(const T* g, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(g[i]) * double(g[i]);
+  return s;
+}
+
+}  // namespace
+
+double sum_squares_cpu(const Tensor& g) {
+  double s = 0;
+  CF_DISPATCH_FLOAT_STD(g.dtype(), "sum_squares", s = sum_squares_typed(g.data<scalar_t>(), g.numel()));
+  return s;
+}
+
+void adam_step_cpu(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamStep& s) {
+  CF_DISPATCH_FLOAT_STD(p.dtype(), "adam_step", adam_typed<scalar_t>(p, g, m, v, s));
+}
+
+void sgd_step_cpu(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) {
+  CF_DISPATCH_FLOAT_STD(p.dtype(), "sgd_step", sgd_typed<scalar_t>(p, g, buf, s));
+}
+
+}  // namespace cf::kernels
