@@ -1,7 +1,6 @@
 #include "nn/attention/chunked.h"
 
 #include <cmath>
-#include <vector>
 
 #include "autograd/ops/attention.h"
 #include "autograd/ops/common.h"
@@ -20,15 +19,6 @@ namespace {
 
 double score_scale(const ChunkedAttentionOptions& o, int64_t dk) {
   return o.scale > 0 ? o.scale : 1.0 / std::sqrt(double(dk));
-}
-
-std::vector<bool> padding_of(const Tensor& kpm, int64_t B, int64_t N) {
-  std::vector<bool> pad(size_t(B * N), false);
-  if (kpm.defined()) {
-    std::vector<bool> m = kpm.to_vector<bool>();
-    for (size_t i = 0; i < m.size(); ++i) pad[i] = m[i];
-  }
-  return pad;
 }
 
 BlockAttentionOptions block_options(const ChunkedAttentionOptions& o) {
@@ -74,26 +64,36 @@ Tensor chunked_dense_mask(const Tensor& members, int64_t n, const Tensor& key_pa
   const int64_t B = sm[0], Hm = sm[1], C = sm[2], w = sm[3];
   CF_CHECK(C >= 1 && w >= 1 && n >= 0, ShapeError, "[chunked_dense_mask] bad sizes: members ", shape_str(sm),
            ", n=", n);
-  const std::vector<int64_t> offs = ops::block_window_offsets(C, o.look_back, o.look_ahead);
-  const std::vector<int64_t> m = members.to_vector<int64_t>();
-  const std::vector<bool> pad = padding_of(key_padding_mask, B, n);
-  std::vector<bool> blocked(size_t(B * Hm * n * n), true);
-  for (int64_t bh = 0; bh < B * Hm; ++bh)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t s = 0; s < w; ++s) {
-        const int64_t p = m[size_t(bh * C * w + c * w + s)];
-        if (p < 0) continue;
-        CF_CHECK(p < n, IndexError, "[chunked_dense_mask] position ", p, " >= n=", n);
-        for (int64_t off : offs) {
-          const int64_t cc = (((c + off) % C) + C) % C;
-          for (int64_t u = 0; u < w; ++u) {
-            const int64_t j = m[size_t(bh * C * w + cc * w + u)];
-            if (j < 0 || pad[size_t((bh / Hm) * n + j)] || (o.causal && j > p)) continue;
-            blocked[size_t((bh * n + p) * n + j)] = false;
-          }
-        }
-      }
-  return Tensor::from_vector(blocked, {B, Hm, n, n}).to(members.device());
+  const Device dev = members.device();
+  // Positions beyond n: one reduction on members' device (a host copy only to name one).
+  if (sum(to(ge(members, double(n)), kInt64)).item<int64_t>() > 0)
+    for (int64_t p : members.to_vector<int64_t>())
+      CF_CHECK(p < n, IndexError, "[chunked_dense_mask] position ", p, " >= n=", n);
+  // chunk[bh, p]: the chunk whose slot holds position p, -1 for none (each position
+  // is in at most one slot per (b, h); empty slots scatter into a spare column n).
+  Tensor pos = reshape(to(members, kFloat64), {B * Hm, C * w});
+  Tensor col = to(where(ge(pos, 0.0), pos, Tensor::full({1}, double(n), kFloat64, dev)), kInt64);
+  Tensor chunk_of_slot = expand(reshape(to(Tensor::arange(C, kInt64, dev), kFloat64), {1, C, 1}), {B * Hm, C, w});
+  Tensor ids = add(reshape(contiguous(chunk_of_slot), {B * Hm, C * w}), 1.0);  // chunk + 1
+  Tensor chunk = sub(narrow(scatter_add(Tensor::zeros({B * Hm, n + 1}, kFloat64, dev), 1, col, ids), 1, 0, n), 1.0);
+  Tensor cp = reshape(chunk, {B, Hm, n, 1}), cj = reshape(chunk, {B, Hm, 1, n});
+  Tensor allowed = logical_and(ge(cp, 0.0), ge(cj, 0.0));
+  // Key chunk cj is in query chunk cp's window when (cj - cp) mod C is one of the
+  // offsets; |cj - cp| < C, so the residue t is reached as t or t - C.
+  Tensor diff = sub(cj, cp), in_window;
+  for (int64_t off : ops::block_window_offsets(C, o.look_back, o.look_ahead)) {
+    const int64_t t = ((off % C) + C) % C;
+    Tensor hit = logical_or(eq(diff, double(t)), eq(diff, double(t - C)));
+    in_window = in_window.defined() ? logical_or(in_window, hit) : hit;
+  }
+  allowed = logical_and(allowed, in_window);
+  if (key_padding_mask.defined())
+    allowed = logical_and(allowed, logical_not(reshape(key_padding_mask.to(dev), {B, 1, 1, n})));
+  if (o.causal) {
+    Tensor at = to(Tensor::arange(n, kInt64, dev), kFloat64);
+    allowed = logical_and(allowed, ge(reshape(at, {n, 1}), reshape(at, {1, n})));  // key j <= query p
+  }
+  return logical_not(allowed);
 }
 
 ChunkedAttentionResult chunked_dense_attention(const Tensor& q, const Tensor& k, const Tensor& v,
