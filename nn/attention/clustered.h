@@ -15,34 +15,9 @@
 // mass m_j) are a scatter_add and gathers over per-query cluster slots, O(N D):
 // no (N, C) membership matrix is formed (the dense reference below forms one).
 //
-// Rules this implementation fixes (the paper does not state them):
-// - Padded queries (query_padding_mask) take part in no cluster (id -1): they add
-//   nothing to any centroid, output zeros and receive no gradient. (Full attention
-//   gives them an ordinary row; compare the two on the valid queries.)
-// - The number of clusters is clamped per row to the number of valid queries, so
-//   C > N works; top-k is clamped to the number of keys Nk, and a cluster whose row
-//   has fewer valid keys than k carries padded keys in its top-k set with weight
-//   exactly 0 (their exact scores are masked), so top-k is in effect clamped to the
-//   valid keys.
-// - A row whose keys are all padding outputs zeros.
-// - Causal masking (issue 7: "a causal variant that keeps only past keys"): the
-//   improved form only. Each query attends with exact softmax weights to those of
-//   its cluster's top-k keys that are not in its future (attention.h's rule) and
-//   to no other key: the centroid part of eq. 10 and the mass m_j are dropped, as
-//   they average over every key. A query none of whose cluster's top-k keys is in
-//   its past outputs zeros. This is the public reference implementation's
-//   "causal-improved-clustered" rule. It is causal in the keys and values read,
-//   NOT in the selection: the clusters and each cluster's top-k set are computed
-//   from every query, later ones included, so changing a later token can change
-//   which past keys an earlier query sees (never their values). Fine for training
-//   a model whose outputs are read all at once; not equivalent to step-by-step
-//   decoding. Plain clustered attention refuses causal masks (NotImplementedError):
-//   every member takes its centroid's weights over all keys.
-// - Hashing and clustering are not differentiable; gradients reach Q through the
-//   centroid means (eq. 3) and, for the improved form, through the exact top-k
-//   products and the mass m_j; K and V get theirs through every product. In the
-//   causal variant Q, K and V get gradients through the top-k products only (the
-//   top-k selection is not differentiable).
+// The rules the paper leaves open (padding, clamped cluster counts and top-k,
+// the causal variant, what is differentiable): docs/design-notes.md, "Attention
+// variants and clustering".
 #include <memory>
 
 #include "core/rng.h"

@@ -31,15 +31,8 @@
 // layer's clustering), X too when losses_reach_input is set, and q, k, v
 // through the gathered blocks.
 //
-// Padding: padded tokens (key_padding_mask true) get no weight in U (their
-// scores are -inf before the softmax over the sequence), so they take no part
-// in C^, L1 or the clustering; they are sorted after every cluster (index k) and
-// are never attended to as keys.
-//
-// Causality note: the paper's masked variant masks the attention only. U is a
-// softmax over the whole sequence, so which block a token lands in (and the
-// next layer's centroids) depends on later tokens too; outputs get no gradient
-// path from later tokens' values, but the block membership does see them.
+// Padding and the causal variant's reach: docs/design-notes.md, "Attention
+// variants and clustering".
 #include <memory>
 #include <string>
 #include <vector>

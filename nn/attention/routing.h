@@ -24,9 +24,8 @@
 // averaged over the routing heads, added to args.aux under the name "routing_commitment" (unweighted: the model
 // chooses the weight, the reference code uses 1e-4).
 //
-// Causality: with causal = true no query attends to a later position (j <= i above). As in the paper, the balanced
-// top-w routing itself ranks all N tokens, so WHICH earlier keys share a query's cluster can depend on later
-// tokens (the same holds for the Reformer's hashing and sorting); tests hold the routing fixed to check j <= i.
+// Causality: no query attends to a later position; what the routing itself sees:
+// docs/design-notes.md, "Attention variants and clustering".
 //
 // Local heads (the experiments, section 5, mix local and routing attention heads): the first local_heads heads use local
 // attention instead: the sequence is cut into blocks of local_window tokens and block b's queries attend to
