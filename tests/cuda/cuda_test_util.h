@@ -5,7 +5,9 @@
 //
 // PARITY_CASE(op) registers a CUDA-vs-CPU parity case for an op of the
 // registry; tests/cuda/test_cuda_registry.cpp fails when an op has none.
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -144,6 +146,166 @@ inline Tensor leaf32(const Shape& shape, uint64_t seed = 1, double low = -1.0, d
   t.set_requires_grad(true);
   return t;
 }
+
+// ---- shared parity fixtures of the op-family tests (tests/ops/test_*.cpp) ----
+
+using Inputs = std::vector<Tensor>;
+using Fn1 = std::function<Tensor(const Tensor&)>;
+using Fn2 = std::function<Tensor(const Tensor&, const Tensor&)>;
+
+
+using Fn1 = std::function<Tensor(const Tensor&)>;
+using Fn2 = std::function<Tensor(const Tensor&, const Tensor&)>;
+
+// f on x in four layouts: contiguous (packed path), transposed view, step-2 slice
+// and a 1-element offset (unaligned: flat path). Views are made inside f.
+inline void unary_layouts(const char* op, const Fn1& f, double lo, double hi, uint64_t seed,
+                   const ParityOptions& opt = {}) {
+  check_parity(op, [f](const Inputs& x) { return f(x[0]); }, {leaf32({4, 5}, seed, lo, hi)}, opt);
+  check_parity(op, [f](const Inputs& x) { return f(transpose(x[0], 0, 1)); }, {leaf32({5, 4}, seed + 1, lo, hi)},
+               opt);
+  check_parity(op, [f](const Inputs& x) { return f(slice(x[0], 1, 0, 10, 2)); }, {leaf32({4, 10}, seed + 2, lo, hi)},
+               opt);
+  check_parity(op, [f](const Inputs& x) { return f(slice(x[0], 0, 1, 1001)); }, {leaf32({1001}, seed + 3, lo, hi)},
+               opt);
+}
+
+// Empty and 1<<20-element inputs (the multi-block grid-stride loops).
+inline void unary_sizes(const char* op, const Fn1& f, double lo, double hi, const ParityOptions& opt = {}) {
+  check_parity(op, [f](const Inputs& x) { return f(x[0]); }, {leaf32({0, 3}, 7, lo, hi)}, opt);
+  check_parity(op, [f](const Inputs& x) { return f(x[0]); }, {leaf32({1 << 20}, 8, lo, hi)}, opt);
+}
+
+inline void unary_case(const char* op, const Fn1& f, double lo = -2.0, double hi = 2.0, const ParityOptions& opt = {}) {
+  unary_layouts(op, f, lo, hi, 11, opt);
+  unary_sizes(op, f, lo, hi, opt);
+}
+
+// Binary op over every path: same-shape contiguous (packed), scalar operand on
+// either side, broadcasting (4,1,3) with (5,1), transposed and unaligned operands,
+// empty and 1<<20 elements.
+inline void binary_case(const char* op, const Fn2& f, double lo = -2.0, double hi = 2.0, double blo = -2.0,
+                 double bhi = 2.0, const ParityOptions& opt = {}) {
+  auto g = [f](const Inputs& x) { return f(x[0], x[1]); };
+  check_parity(op, g, {leaf32({6, 7}, 1, lo, hi), leaf32({6, 7}, 2, blo, bhi)}, opt);
+  check_parity(op, g, {leaf32({4, 1, 3}, 3, lo, hi), leaf32({5, 1}, 4, blo, bhi)}, opt);
+  check_parity(op, g, {leaf32({37}, 5, lo, hi), leaf32({}, 6, blo, bhi)}, opt);
+  check_parity(op, g, {leaf32({}, 7, lo, hi), leaf32({37}, 8, blo, bhi)}, opt);
+  check_parity(op, g, {leaf32({3, 1}, 9, lo, hi), leaf32({1, 3}, 10, blo, bhi)}, opt);
+  check_parity(op, [f](const Inputs& x) { return f(transpose(x[0], 0, 1), x[1]); },
+               {leaf32({5, 4}, 11, lo, hi), leaf32({4, 5}, 12, blo, bhi)}, opt);
+  check_parity(op, [f](const Inputs& x) { return f(slice(x[0], 0, 1, 1001), slice(x[1], 1, 0, 2000, 2)); },
+               {leaf32({1001}, 13, lo, hi), leaf32({1, 2000}, 14, blo, bhi)}, opt);
+  check_parity(op, g, {leaf32({0, 3}, 15, lo, hi), leaf32({3}, 16, blo, bhi)}, opt);
+  check_parity(op, g, {leaf32({1 << 20}, 17, lo, hi), leaf32({1 << 20}, 18, blo, bhi)}, opt);
+  check_parity(op, g, {leaf32({1 << 20}, 19, lo, hi), leaf32({1}, 20, blo, bhi)}, opt);
+}
+
+// Forward-only parity on inputs that hold NaN, +-inf, -0.0 and ties.
+inline Tensor specials32() {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  return t32({nan, -0.0f, 0.0f, 1.0f, -1.0f, inf, -inf, 2.5f, -2.5f, 1.0f, nan, 0.5f}, {12});
+}
+inline Tensor specials32_b() {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  return t32({1.0f, 0.0f, -0.0f, nan, -1.0f, 2.0f, -inf, 2.5f, 3.0f, 1.0f, nan, inf}, {12});
+}
+inline void specials_unary(const char* op, const Fn1& f) {
+  check_parity(op, [f](const Inputs& x) { return f(x[0]); }, {specials32()}, {});
+}
+inline void specials_binary(const char* op, const Fn2& f) {
+  check_parity(op, [f](const Inputs& x) { return f(x[0], x[1]); }, {specials32(), specials32_b()}, {});
+}
+
+// float32 with values from a few levels (many exact ties), no grad.
+inline Tensor ties32(const Shape& s, uint32_t seed, int levels = 3) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, levels - 1);
+  std::vector<float> v(size_t(numel_of(s)));
+  for (float& e : v) e = float(d(rng)) - 1.0f;
+  return t32(v, s);
+}
+inline Tensor bools(const Shape& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<bool> v(size_t(numel_of(s)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (rng() & 1u) != 0;
+  return Tensor::from_vector(v, s);
+}
+
+// f64 gradcheck of a unary op on CUDA (inputs in [lo, hi], away from kinks).
+inline void grad_unary(const char* op, const Fn1& f, double lo = -1.0, double hi = 1.0) {
+  check_grad_cuda(op, [f](const Inputs& x) { return f(x[0]); }, {leaf64({2, 3}, 3, lo, hi)});
+  check_grad_cuda(op, [f](const Inputs& x) { return f(transpose(x[0], 0, 1)); }, {leaf64({3, 2}, 4, lo, hi)});
+}
+
+// Exact equality of two tensors on different devices.
+inline void check_equal(const Tensor& gpu, const Tensor& cpu) {
+  REQUIRE(gpu.device().is_cuda());
+  REQUIRE(gpu.shape() == cpu.shape());
+  REQUIRE(gpu.dtype() == cpu.dtype());
+  std::vector<double> g = values(gpu), c = values(cpu);
+  int bad = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (!(g[i] == c[i]) && bad++ < 5) FAIL_CHECK("element ", i, ": cuda ", g[i], ", cpu ", c[i]);
+}
+
+
+// f on x of shape s in three layouts: contiguous, every axis reversed (a permuted
+// view of a reversed-shape leaf) and a step-2 slice of the last axis.
+inline void parity_layouts(const char* op, const Fn1& f, const Shape& s, uint64_t seed, const ParityOptions& opt = {}) {
+  check_parity(op, [f](const Inputs& x) { return f(x[0]); }, {leaf32(s, seed)}, opt);
+  if (s.size() >= 2) {
+    Shape r;
+    std::vector<int64_t> perm;
+    for (size_t i = s.size(); i-- > 0;) {
+      r.push_back(s[i]);
+      perm.push_back(int64_t(i));
+    }
+    check_parity(op, [f, perm](const Inputs& x) { return f(permute(x[0], perm)); }, {leaf32(r, seed + 1)}, opt);
+  }
+  if (!s.empty()) {
+    Shape b = s;
+    const int64_t last = int64_t(s.size()) - 1;
+    b.back() *= 2;
+    const int64_t len = b.back();
+    check_parity(op, [f, last, len](const Inputs& x) { return f(slice(x[0], last, 0, len, 2)); },
+                 {leaf32(b, seed + 2)}, opt);
+  }
+}
+
+// The axis choices of the reduction cases on a 3-d input.
+inline const std::vector<Axes>& axis_sets() {
+  static const std::vector<Axes> a = {{}, {2}, {0}, {1}, {0, 2}, {-1, 0, 1}};
+  return a;
+}
+
+// ties32 requiring grad.
+inline Tensor tied_leaf32(const Shape& s, uint32_t seed, int levels = 3) {
+  Tensor t = ties32(s, seed, levels);
+  t.set_requires_grad(true);
+  return t;
+}
+
+// float32 with NaN at a few positions (two in the same row), no grad.
+inline Tensor with_nan32(const Shape& s, uint64_t seed) {
+  Tensor t = leaf32(s, seed).detach();
+  std::vector<float> v = t.to_vector<float>();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  v[1] = nan;
+  v[3] = nan;
+  if (v.size() > 10) v[v.size() - 2] = nan;
+  return t32(v, s);
+}
+
+inline Tensor rand_targets(const Shape& s, int64_t classes, uint32_t seed, int64_t ignore = -100, double p_ignore = 0.2) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> d(0, classes - 1);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<int64_t> v(size_t(numel_of(s)));
+  for (int64_t& e : v) e = u(rng) < p_ignore ? ignore : d(rng);
+  return Tensor::from_vector(v, s);
+}
+
 
 }  // namespace cf::test
 

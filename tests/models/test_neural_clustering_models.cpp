@@ -5,6 +5,7 @@
 
 #include "models/neural_clustering.h"
 #include "nn/attention/neural_clustering.h"
+#include "nn/bigram_task.h"
 #include "nn/nn_test_util.h"
 #include "nn/pattern_lm.h"
 #include "nn/optim/adam.h"
@@ -23,33 +24,6 @@ models::TransformerConfig tiny_config(int64_t vocab, const std::string& attentio
   return c;
 }
 
-// The generated task of tests/nn/test_transformer.cpp ("does the sequence contain
-// the bigram (3, 5)?"), same generator, same sizes.
-void make_set(Generator& data, int64_t V, int64_t N, int64_t count, std::vector<int64_t>& ids,
-              std::vector<int64_t>& labels) {
-  for (int64_t i = 0; i < count; ++i) {
-    const bool positive = i % 2 == 0;
-    std::vector<int64_t> s;
-    for (;;) {
-      auto r = randint(1, V, {N}, data).to_vector<int64_t>();
-      bool has = false;
-      for (int64_t t = 0; t + 1 < N; ++t) has = has || (r[size_t(t)] == 3 && r[size_t(t + 1)] == 5);
-      if (positive && !has) {
-        int64_t at = randint(0, N - 1, {1}, data).item<int64_t>();
-        r[size_t(at)] = 3;
-        r[size_t(at + 1)] = 5;
-        has = true;
-      }
-      if (has == positive) {
-        s = r;
-        break;
-      }
-    }
-    ids.insert(ids.end(), s.begin(), s.end());
-    labels.push_back(positive ? 1 : 0);
-  }
-}
-
 // Trains a classifier on the task with the test_transformer.cpp recipe (AdamW,
 // lr 3e-3 decayed to 0 on a cosine, batches of 32 fresh examples) for `steps` updates from model seed
 // `seed`; returns held-out accuracy.
@@ -58,9 +32,9 @@ double train_pattern_task(const models::TransformerConfig& c, int64_t steps, uin
   const int64_t V = 8, N = 10, B = 32;
   Generator data(42), held_out(4242);
   std::vector<int64_t> te_ids, te_y, skip_ids, skip_y;
-  make_set(data, V, N, 256, skip_ids, skip_y);  // the draws test_transformer.cpp spends on its test set
+  make_bigram_set(data, V, N, 256, skip_ids, skip_y);  // the draws test_transformer.cpp spends on its test set
   const int64_t TE = 2048;  // a separate, larger held-out set: one example is 0.05 points
-  make_set(held_out, V, N, TE, te_ids, te_y);
+  make_bigram_set(held_out, V, N, TE, te_ids, te_y);
   Generator g(seed);
   models::EncoderClassifier model(c, g);
   nn::AdamWOptions o;
@@ -71,7 +45,7 @@ double train_pattern_task(const models::TransformerConfig& c, int64_t steps, uin
   for (int64_t step = 0; step < steps; ++step) {
     schedule.apply(opt);
     std::vector<int64_t> ids, y;
-    make_set(data, V, N, B, ids, y);
+    make_bigram_set(data, V, N, B, ids, y);
     nn::AuxLosses aux;
     Tensor task = cross_entropy(model.forward(ti64(ids, {B, N}), {}, &aux), ti64(y, {B}));
     Tensor loss = models::clusterformer_loss(task, aux, w);

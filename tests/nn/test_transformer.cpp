@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "nn/bigram_task.h"
 #include "nn/nn_test_util.h"
 #include "nn/pattern_lm.h"
 #include "nn/optim/adam.h"
@@ -163,27 +164,7 @@ TEST_CASE("the encoder classifier learns a pattern task to >= 95% held-out accur
   const int64_t V = 8, N = 10;
   Generator data(42);
   auto make_set = [&](int64_t count, std::vector<int64_t>& ids, std::vector<int64_t>& labels) {
-    for (int64_t i = 0; i < count; ++i) {
-      const bool positive = i % 2 == 0;
-      std::vector<int64_t> s;
-      for (;;) {
-        auto r = randint(1, V, {N}, data).to_vector<int64_t>();
-        bool has = false;
-        for (int64_t t = 0; t + 1 < N; ++t) has = has || (r[size_t(t)] == 3 && r[size_t(t + 1)] == 5);
-        if (positive && !has) {
-          int64_t at = randint(0, N - 1, {1}, data).item<int64_t>();
-          r[size_t(at)] = 3;
-          r[size_t(at + 1)] = 5;
-          has = true;
-        }
-        if (has == positive) {
-          s = r;
-          break;
-        }
-      }
-      ids.insert(ids.end(), s.begin(), s.end());
-      labels.push_back(positive ? 1 : 0);
-    }
+    make_bigram_set(data, V, N, count, ids, labels);
   };
   std::vector<int64_t> te_ids, te_y;
   make_set(256, te_ids, te_y);

@@ -1,4 +1,10 @@
 #include "test_util.h"
+#include "cuda/cuda_test_util.h"
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
 
 using namespace cf;
 using namespace cf::test;
@@ -237,3 +243,44 @@ TEST_CASE("split bad input") {
 }
 
 }
+
+// ---------------------------------------------------------------- CUDA parity
+// CUDA parity of cat, stack and pad (copy_cuda): strided and large sources,
+// empty tensors, int64, float64 gradchecks on CUDA.
+
+TEST_SUITE("ops/join") {
+
+PARITY_CASE("cat") {
+  auto c1 = [](const Inputs& x) { return cat({x[0], x[1], x[2]}, 1); };
+  check_parity("cat", c1, {leaf32({2, 3}, 1), leaf32({2, 1}, 2), leaf32({2, 2}, 3)});
+  check_parity("cat", [](const Inputs& x) { return cat({transpose(x[0], 0, 1), x[1]}, 0); },
+               {leaf32({3, 2}, 4), leaf32({1, 3}, 5)});
+  check_parity("cat", c1, {leaf32({2, 0}, 6), leaf32({2, 1}, 7), leaf32({2, 2}, 8)});
+  check_parity("cat", [](const Inputs& x) { return cat({x[0], x[1]}, 0); }, {leaf32({1 << 19}, 9), leaf32({1 << 19}, 10)});
+  check_parity("cat", [](const Inputs& x) { return cat({x[0], x[1]}, 0); }, {random_ints({3, 2}, -9, 9, 11), random_ints({1, 2}, -9, 9, 12)});
+  check_grad_cuda("cat", [](const Inputs& x) { return cat({x[0], x[1], x[2]}, 1); },
+                  {leaf64({2, 3}, 1), leaf64({2, 1}, 2), leaf64({2, 2}, 3)});
+  check_grad_cuda("cat", [](const Inputs& x) { return cat({transpose(x[0], 0, 1), x[1]}, 0); },
+                  {leaf64({3, 2}, 4), leaf64({1, 3}, 5)});
+}
+PARITY_CASE("stack") {
+  for (int64_t axis : {0, 1, 2}) {
+    check_parity("stack", [axis](const Inputs& x) { return stack({x[0], transpose(x[1], 0, 1), x[2]}, axis); },
+                 {leaf32({2, 3}, 1), leaf32({3, 2}, 2), leaf32({2, 3}, 3)});
+    check_grad_cuda("stack", [axis](const Inputs& x) { return stack({x[0], x[1], x[2]}, axis); },
+                    {leaf64({2, 3}, 1), leaf64({2, 3}, 2), leaf64({2, 3}, 3)});
+  }
+  check_parity("stack", [](const Inputs& x) { return stack({x[0], x[1]}, 1); }, {leaf32({1 << 19}, 4), leaf32({1 << 19}, 5)});
+  check_parity("stack", [](const Inputs& x) { return stack({x[0], x[1]}, 0); }, {leaf32({0, 2}, 6), leaf32({0, 2}, 7)});
+}
+PARITY_CASE("pad") {
+  check_parity("pad", [](const Inputs& x) { return pad(x[0], {1, 2, 0, 1}, 0.5); }, {leaf32({2, 3}, 1)});
+  check_parity("pad", [](const Inputs& x) { return pad(transpose(x[0], 0, 1), {-1, 1, 1, -1}); }, {leaf32({3, 4}, 2)});
+  check_parity("pad", [](const Inputs& x) { return pad(x[0], {3, 5}, -1.0); }, {leaf32({1024, 1024}, 3)});
+  check_parity("pad", [](const Inputs& x) { return pad(x[0], {1, 1}); }, {leaf32({0, 2}, 4)});
+  check_parity("pad", [](const Inputs& x) { return pad(x[0], {2, 0}, 7.0); }, {random_ints({3, 2}, -9, 9, 5)});
+  check_grad_cuda("pad", [](const Inputs& x) { return pad(x[0], {1, 2, 0, 1}, 0.5); }, {leaf64({2, 3}, 1)});
+  check_grad_cuda("pad", [](const Inputs& x) { return pad(transpose(x[0], 0, 1), {-1, 1, 1, -1}); }, {leaf64({3, 4}, 2)});
+}
+
+}  // TEST_SUITE

@@ -1,4 +1,6 @@
 #include "test_util.h"
+#include "cuda/cuda_test_util.h"
+#include <random>
 
 using namespace cf;
 using namespace cf::test;
@@ -88,3 +90,71 @@ GRADCHECK_CASE("matmul") {
 }
 
 }
+
+// ---------------------------------------------------------------- CUDA parity
+// CUDA parity of matmul (cuBLAS, kernels/matmul/matmul_cuda.cu) against the CPU.
+
+namespace {
+Tensor mm(const Inputs& x) { return matmul(x[0], x[1]); }
+}  // namespace
+
+TEST_SUITE("ops/linalg") {
+
+PARITY_CASE("matmul") {
+  check_parity("matmul", mm, {leaf32({5, 7}, 1), leaf32({7, 3}, 2)});
+  check_parity("matmul", mm, {leaf32({4, 5, 7}, 3), leaf32({4, 7, 3}, 4)});
+  // Broadcast batch: one operand shared by the whole batch (stride 0: one
+  // strided-batched call) and batch axes broadcast both ways (pointer-array call).
+  check_parity("matmul", mm, {leaf32({4, 5, 7}, 5), leaf32({7, 3}, 6)});
+  check_parity("matmul", mm, {leaf32({2, 1, 5, 7}, 7), leaf32({3, 7, 4}, 8)});
+  // Transposed views (CUBLAS_OP_T) and a sliced operand that needs a copy.
+  check_parity("matmul", [](const Inputs& x) { return matmul(transpose(x[0], 0, 1), x[1]); },
+               {leaf32({7, 5}, 9), leaf32({7, 3}, 10)});
+  check_parity("matmul", [](const Inputs& x) { return matmul(x[0], transpose(x[1], -1, -2)); },
+               {leaf32({2, 5, 7}, 11), leaf32({2, 3, 7}, 12)});
+  check_parity("matmul", [](const Inputs& x) { return matmul(slice(x[0], 1, 0, 14, 2), x[1]); },
+               {leaf32({5, 14}, 13), leaf32({7, 3}, 14)});
+  // 1-d operands.
+  check_parity("matmul", mm, {leaf32({7}, 15), leaf32({7, 3}, 16)});
+  check_parity("matmul", mm, {leaf32({5, 7}, 17), leaf32({7}, 18)});
+  check_parity("matmul", mm, {leaf32({7}, 19), leaf32({7}, 20)});
+  check_parity("matmul", mm, {leaf32({3, 1, 7}, 21), leaf32({7}, 22)});
+  // Empty: K = 0 gives zeros; M = 0 or N = 0 gives an empty result.
+  check_parity("matmul", mm, {leaf32({2, 0}, 23), leaf32({0, 3}, 24)});
+  check_parity("matmul", mm, {leaf32({0, 4}, 25), leaf32({4, 3}, 26)});
+  check_parity("matmul", mm, {leaf32({2, 4}, 27), leaf32({4, 0}, 28)});
+  // 512^3: sums of 512 products of float32 values of size ~1 come out ~10 in
+  // size, and the CPU's BLAS and cuBLAS add them in different orders (blocking,
+  // FMA), so results differ by a few float32 ulps of the sum times sqrt(512):
+  // ~1e-4 absolute, beyond the default atol 1e-5. The backward has the same sums.
+  ParityOptions big;
+  big.atol = 1e-3;
+  big.rtol = 1e-3;
+  check_parity("matmul", mm, {leaf32({512, 512}, 29), leaf32({512, 512}, 30)}, big);
+  check_parity("matmul", mm, {leaf32({8, 64, 128}, 31), leaf32({128, 96}, 32)}, big);
+
+  check_grad_cuda("matmul", mm, {leaf64({3, 4}, 1), leaf64({4, 2}, 2)});
+  check_grad_cuda("matmul", mm, {leaf64({2, 3, 4}, 1), leaf64({4, 2}, 2)});
+  check_grad_cuda("matmul", mm, {leaf64({2, 1, 3, 4}, 1), leaf64({3, 4, 2}, 2)});
+  check_grad_cuda("matmul", mm, {leaf64({4}, 1), leaf64({4, 2}, 2)});
+  check_grad_cuda("matmul", mm, {leaf64({3, 4}, 1), leaf64({4}, 2)});
+  check_grad_cuda("matmul", [](const Inputs& x) { return matmul(transpose(x[0], 0, 1), x[1]); },
+                  {leaf64({4, 3}, 1), leaf64({4, 2}, 2)});
+}
+
+CUDA_TEST_CASE("matmul with TF32 allowed stays close and is off again afterwards") {
+  const bool was = cuda::allow_tf32();
+  cuda::set_allow_tf32(true);
+  // TF32 rounds inputs to 10 mantissa bits (relative error ~5e-4 a product).
+  ParityOptions loose;
+  loose.atol = 5e-2;
+  loose.rtol = 1e-2;
+  loose.backward = false;
+  check_parity("matmul", mm, {leaf32({256, 256}, 1), leaf32({256, 256}, 2)}, loose);
+  cuda::set_allow_tf32(was);
+  CHECK_FALSE(cuda::allow_tf32());
+  // Switched off again: float32 is back to full precision (default tolerances).
+  check_parity("matmul", mm, {leaf32({64, 64}, 3), leaf32({64, 64}, 4)});
+}
+
+}  // TEST_SUITE

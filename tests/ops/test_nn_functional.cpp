@@ -3,6 +3,10 @@
 
 #include "kernels/common/row_math.h"
 #include "test_util.h"
+#include "cuda/cuda_test_util.h"
+#include <functional>
+#include <random>
+#include <string>
 
 using namespace cf;
 using namespace cf::test;
@@ -570,3 +574,228 @@ TEST_CASE("softmax's vectorised exp matches std::exp to float32 rounding over it
   kernels::exp_shifted(&three, &out, 1, 3.0f);
   CHECK(out == 1.0f);
 }
+
+// ---------------------------------------------------------------- CUDA parity
+// CUDA parity of dropout (kernels/dropout/dropout_cuda.cu): the same Philox
+// mask as the CPU for the same seed, forward and backward.
+
+TEST_SUITE("ops/nn_functional") {
+
+// ---------------------------------------------------------------- dropout
+
+PARITY_CASE("dropout") {
+  // A fresh generator per call: both devices (and every gradcheck evaluation) draw the same mask.
+  auto d = [](double p) {
+    return [p](const Inputs& x) {
+      Generator g(11);
+      return dropout(x[0], p, true, g);
+    };
+  };
+  check_parity("dropout", d(0.3), {leaf32({6, 7}, 1)});
+  check_parity("dropout", d(0.5), {leaf32({1 << 20}, 2)});
+  check_parity("dropout", [](const Inputs& x) {
+    Generator g(12);
+    return dropout(transpose(x[0], 0, 1), 0.25, true, g);
+  }, {leaf32({5, 4}, 3)});
+  check_parity("dropout", d(0.9), {leaf32({0, 5}, 4)});
+  {
+    // The same elements are zeroed on both devices, and the kept ones scale exactly.
+    Generator gc(13), gg(13);
+    Tensor x = leaf32({4096}, 5).detach();
+    check_equal(dropout(cuda0(x), 0.4, true, gg), dropout(x, 0.4, true, gc));
+    Tensor x64 = leaf64({4096}, 6).detach();
+    check_equal(dropout(cuda0(x64), 0.4, true, gg), dropout(x64, 0.4, true, gc));
+  }
+  check_grad_cuda("dropout", d(0.3), {leaf64({3, 4}, 1)});
+  check_grad_cuda("dropout", [](const Inputs& x) {
+    Generator g(14);
+    return dropout(transpose(x[0], 0, 1), 0.5, true, g);
+  }, {leaf64({4, 3}, 2)});
+}
+
+}  // TEST_SUITE
+
+// ---------------------------------------------------------------- CUDA parity
+// CUDA parity of the fused row ops softmax, log_softmax, layer_norm and
+// cross_entropy: every layout and axis, long and short rows, float64 gradchecks
+// on CUDA and the bad-target error; float32 accumulates in double on both
+// devices, so the default tolerances hold.
+
+TEST_SUITE("ops/nn_functional") {
+
+namespace {
+void softmax_cases(const char* op, bool log) {
+  auto f = [log](const Tensor& x, int64_t axis) { return log ? log_softmax(x, axis) : softmax(x, axis); };
+  uint64_t seed = 70;
+  for (int64_t axis : {0, 1, 2, -1})
+    parity_layouts(op, [f, axis](const Tensor& x) { return f(x, axis); }, {3, 4, 5}, seed += 3);
+  // Strided gradient too: the output is transposed back, so the incoming g is a view.
+  check_parity(op, [f](const Inputs& x) { return transpose(f(transpose(x[0], 0, 1), 1), 0, 1); },
+               {leaf32({50, 30}, 80)});
+  // Every row-length regime: warp kernels (VPT 1..32), block kernels cached
+  // (<= 4096, the attention range) and uncached (5000), many short rows; large logits.
+  // Contiguous float rows with n % 4 == 0 take the float4 slots (100, 132, 500 and
+  // 1500 with a partly filled last slot group), the others the scalar slots.
+  for (int64_t n : {1, 7, 32, 64, 100, 128, 130, 132, 256, 500, 1024, 1026, 1500, 2048, 4096, 5000})
+    check_parity(op, [f](const Inputs& x) { return f(mul(x[0], 4.0), -1); }, {leaf32({16, n}, 81 + uint64_t(n))});
+  // A contiguous view at an odd element offset: rows not 16-byte aligned, scalar slots.
+  check_parity(op, [f](const Inputs& x) { return f(reshape(slice(x[0], 0, 1, 1 + 16 * 128), {16, 128}), -1); },
+               {leaf32({1 + 16 * 128}, 79)});
+  check_parity(op, [f](const Inputs& x) { return f(x[0], 0); }, {leaf32({4096, 8}, 82)});  // strided rows
+  check_parity(op, [f](const Inputs& x) { return f(x[0], -1); }, {leaf32({20000, 7}, 83)});
+  check_parity(op, [f](const Inputs& x) { return f(x[0], 1); }, {leaf32({8, 3000, 4}, 84)});
+  // Masked rows (all -inf: zeros for softmax), partly masked rows, NaN; forward only.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor special = t32({-inf, -inf, -inf, -inf, 1, -inf, 2, 0, 1, nan, 2, 3, -inf, nan, -inf, -inf}, {4, 4});
+  ParityOptions fwd;
+  fwd.backward = false;
+  check_parity(op, [f](const Inputs& x) { return f(x[0], 1); }, {special}, fwd);
+  check_parity(op, [f](const Inputs& x) { return f(x[0], 0); }, {special}, fwd);
+  for (int64_t n : {256, 3000}) {  // fully masked rows in the float4 warp and block kernels
+    Tensor masked = Tensor::full({2, n}, -double(inf), kFloat32);
+    check_parity(op, [f](const Inputs& x) { return f(x[0], 1); }, {masked}, fwd);
+  }
+  // A scalar and an empty tensor.
+  check_parity(op, [f](const Inputs& x) { return f(x[0], 0); }, {leaf32({}, 85)});
+  check_parity(op, [f](const Inputs& x) { return f(x[0], 1); }, {leaf32({0, 5}, 86)});
+}
+}  // namespace
+
+PARITY_CASE("softmax") {
+  softmax_cases("softmax", false);
+  for (int64_t axis : {0, 1, -1})
+    check_grad_cuda("softmax", [axis](const std::vector<Tensor>& x) { return softmax(x[0], axis); },
+                    {leaf64({3, 4, 2}, 11, -2, 2)});
+  check_grad_cuda("softmax",
+                  [](const std::vector<Tensor>& x) { return transpose(softmax(transpose(x[0], 0, 1), 1), 0, 1); },
+                  {leaf64({5, 3}, 12, -2, 2)});
+}
+
+PARITY_CASE("log_softmax") {
+  softmax_cases("log_softmax", true);
+  for (int64_t axis : {0, 1})
+    check_grad_cuda("log_softmax", [axis](const std::vector<Tensor>& x) { return log_softmax(x[0], axis); },
+                    {leaf64({4, 3}, 13, -2, 2)});
+  check_grad_cuda("log_softmax",
+                  [](const std::vector<Tensor>& x) { return log_softmax(transpose(x[0], 0, 1), 0); },
+                  {leaf64({3, 5}, 14, -2, 2)});
+}
+
+PARITY_CASE("layer_norm") {
+  using V = std::vector<Tensor>;
+  // Row lengths across the warp / block / uncached regimes; every weight/bias combination.
+  uint64_t seed = 100;
+  // (100, 768, 1024, 3000: float4 slots; 4, 32, 130: scalar; 5000: uncached rows.)
+  for (int64_t n : {4, 32, 100, 130, 768, 1024, 3000, 5000}) {
+    const int64_t rows = n >= 1000 ? 6 : 37;
+    check_parity("layer_norm", [n](const V& x) { return layer_norm(x[0], {n}, x[1], x[2]); },
+                 {leaf32({rows, n}, seed), leaf32({n}, seed + 1), leaf32({n}, seed + 2)});
+    check_parity("layer_norm", [n](const V& x) { return layer_norm(x[0], {n}, x[1]); },
+                 {leaf32({rows, n}, seed + 3), leaf32({n}, seed + 4)});
+    check_parity("layer_norm", [n](const V& x) { return layer_norm(x[0], {n}, Tensor(), x[1]); },
+                 {leaf32({rows, n}, seed + 5), leaf32({n}, seed + 6)});
+    check_parity("layer_norm", [n](const V& x) { return layer_norm(x[0], {n}); }, {leaf32({rows, n}, seed + 7)});
+    seed += 10;
+  }
+  // Two normalised axes; non-contiguous x (copied by the op); offset mean.
+  check_parity("layer_norm", [](const V& x) { return layer_norm(x[0], {3, 5}, x[1], x[2], 1e-3); },
+               {leaf32({4, 3, 5}, 200), leaf32({3, 5}, 201), leaf32({3, 5}, 202)});
+  check_parity("layer_norm", [](const V& x) { return layer_norm(transpose(x[0], 0, 1), {7}, x[1], x[2]); },
+               {leaf32({7, 9}, 203), leaf32({7}, 204), leaf32({7}, 205)});
+  check_parity("layer_norm", [](const V& x) { return layer_norm(add(x[0], 100.0), {64}, x[1]); },
+               {leaf32({9, 64}, 206), leaf32({64}, 207)});
+  // A contiguous x at an odd element offset: unaligned rows take the scalar slots.
+  check_parity("layer_norm",
+               [](const V& x) { return layer_norm(reshape(slice(x[0], 0, 1, 1 + 9 * 128), {9, 128}), {128}, x[1]); },
+               {leaf32({1 + 9 * 128}, 220), leaf32({128}, 221)});
+  // Many rows: the weight/bias column sums split into row chunks (two-stage), and
+  // many columns with few rows (one stage).
+  check_parity("layer_norm", [](const V& x) { return layer_norm(x[0], {64}, x[1], x[2]); },
+               {leaf32({20000, 64}, 208), leaf32({64}, 209), leaf32({64}, 210)});
+  check_parity("layer_norm", [](const V& x) { return layer_norm(x[0], {256}, x[1], x[2]); },
+               {leaf32({4096, 256}, 211), leaf32({256}, 212), leaf32({256}, 213)});
+  // Only the affine parameters require grad; an empty batch.
+  Tensor xc = leaf32({50, 3}, 214).detach();
+  check_parity("layer_norm", [xc](const V& x) { return layer_norm(xc.to(x[0].device()), {3}, x[0], x[1]); },
+               {leaf32({3}, 215), leaf32({3}, 216)});
+  check_parity("layer_norm", [](const V& x) { return layer_norm(x[0], {5}, x[1], x[2]); },
+               {leaf32({0, 5}, 217), leaf32({5}, 218), leaf32({5}, 219)});
+  // float64 gradchecks of tests/ops/test_nn_functional.cpp.
+  check_grad_cuda("layer_norm", [](const V& x) { return layer_norm(x[0], {4}, x[1], x[2]); },
+                  {leaf64({3, 4}, 31), leaf64({4}, 32), leaf64({4}, 33)});
+  check_grad_cuda("layer_norm", [](const V& x) { return layer_norm(x[0], {2, 3}, x[1], Tensor(), 1e-3); },
+                  {leaf64({2, 2, 3}, 34), leaf64({2, 3}, 35)});
+  check_grad_cuda("layer_norm", [](const V& x) { return layer_norm(transpose(x[0], 0, 1), {3}); },
+                  {leaf64({3, 4}, 36)});
+  Tensor x64 = leaf64({5, 3}, 37).detach().to(Device::cuda(0));
+  check_grad_cuda("layer_norm", [x64](const V& x) { return layer_norm(x64, {3}, x[0], x[1]); },
+                  {leaf64({3}, 38), leaf64({3}, 39)});
+}
+
+PARITY_CASE("cross_entropy") {
+  using V = std::vector<Tensor>;
+  // Every reduction with and without label smoothing, (N, C) warp-per-sample path.
+  const Tensor t = rand_targets({300}, 10, 1);
+  for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None})
+    for (double ls : {0.0, 0.15}) {
+      CrossEntropyOptions o;
+      o.reduction = r;
+      o.label_smoothing = ls;
+      check_parity("cross_entropy", [o](const V& x) { return cross_entropy(x[0], x[1], o); },
+                   {leaf32({300, 10}, 300, -3, 3), t});
+    }
+  // (N, C, d1, d2) with a custom ignore_index and smoothing (thread-per-sample path),
+  // through a permuted view (copied by the op).
+  CrossEntropyOptions o3;
+  o3.ignore_index = 3;
+  o3.label_smoothing = 0.25;
+  const Tensor t3 = rand_targets({4, 6, 5}, 7, 2, 3);
+  check_parity("cross_entropy", [o3](const V& x) { return cross_entropy(x[0], x[1], o3); },
+               {leaf32({4, 7, 6, 5}, 301, -3, 3), t3});
+  check_parity("cross_entropy", [o3](const V& x) { return cross_entropy(permute(x[0], {0, 3, 1, 2}), x[1], o3); },
+               {leaf32({4, 6, 5, 7}, 302, -3, 3), t3});
+  o3.reduction = Reduction::None;
+  check_parity("cross_entropy", [o3](const V& x) { return cross_entropy(x[0], x[1], o3); },
+               {leaf32({4, 7, 6, 5}, 303, -3, 3), t3});
+  // Large C (block per sample), many samples, one sample, an empty batch, all ignored.
+  check_parity("cross_entropy", [](const V& x) { return cross_entropy(x[0], x[1]); },
+               {leaf32({6, 30000}, 304, -5, 5), rand_targets({6}, 30000, 3)});
+  CrossEntropyOptions ls;
+  ls.label_smoothing = 0.1;
+  check_parity("cross_entropy", [ls](const V& x) { return cross_entropy(x[0], x[1], ls); },
+               {leaf32({50000, 10}, 305, -3, 3), rand_targets({50000}, 10, 4)});
+  check_parity("cross_entropy", [](const V& x) { return cross_entropy(x[0], x[1]); },
+               {leaf32({1, 5}, 306), ti64({4}, {1})});
+  check_parity("cross_entropy", [](const V& x) { return cross_entropy(x[0], x[1]); },
+               {leaf32({0, 5}, 307), Tensor::zeros({0}, kInt64)});
+  check_parity("cross_entropy", [](const V& x) { return cross_entropy(x[0], x[1]); },
+               {leaf32({3, 5}, 308), ti64({-100, -100, -100}, {3})});
+  // A bad target: the CPU's IndexError, same message (first bad position).
+  for (const Tensor& bad : {ti64({1, 7, -100, -3}, {4}), ti64({-100, -100, 0, 5}, {4})}) {
+    Tensor x = leaf32({4, 5}, 309).detach();
+    const std::string cpu = error_of([&] { cross_entropy(x, bad); });
+    const std::string gpu = error_of([&] { cross_entropy(cuda0(x), cuda0(bad)); });
+    CHECK(cpu.find("out of range") != std::string::npos);
+    CHECK(gpu == cpu);
+    CHECK_THROWS_AS(cross_entropy(cuda0(x), cuda0(bad)), IndexError);
+  }
+  // float64 gradchecks of tests/ops/test_nn_functional.cpp.
+  const Tensor tg = cuda0(ti64({2, 0, -100, 4, 1}, {5}));
+  for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None})
+    for (double s : {0.0, 0.15}) {
+      CrossEntropyOptions o;
+      o.reduction = r;
+      o.label_smoothing = s;
+      check_grad_cuda("cross_entropy", [tg, o](const V& x) { return cross_entropy(x[0], tg, o); },
+                      {leaf64({5, 5}, 51, -2, 2)});
+    }
+  const Tensor tg3 = cuda0(ti64({0, 3, 2, 1, 3, 0}, {2, 3}));
+  CrossEntropyOptions og;
+  og.ignore_index = 3;
+  og.label_smoothing = 0.25;
+  check_grad_cuda("cross_entropy",
+                  [tg3, og](const V& x) { return cross_entropy(permute(x[0], {0, 2, 1}), tg3, og); },
+                  {leaf64({2, 3, 4}, 52, -2, 2)});
+}
+
+}  // TEST_SUITE

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "test_util.h"
+#include "cuda/cuda_test_util.h"
 
 using namespace cf;
 using namespace cf::test;
@@ -205,6 +206,122 @@ TEST_CASE("sort bad input") {
     CHECK_THROWS_MSG(sort(fake_cuda({2, 3})), NotImplementedError, "[sort]", "no CUDA implementation");
     CHECK_THROWS_MSG(topk(fake_cuda({2, 3}), 1), NotImplementedError, "[topk]",
                      "no CUDA implementation");
+  }
+}
+
+}  // TEST_SUITE
+
+// ---------------------------------------------------------------- CUDA parity
+// CUDA parity of sort / argsort / topk (CUB radix sort, kernels/sort/sort_cuda.cu)
+// against the CPU.
+
+namespace {
+
+
+
+// float32 values in [lo, hi] as small integers (many ties), with NaN, -0.0 and
+// +0.0 sprinkled in at fixed positions.
+Tensor tied(const Shape& s, int lo, int hi, uint32_t seed, bool nan = true) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<float> v(size_t(numel_of(s)));
+  for (float& e : v) e = float(d(rng));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (nan && i % 7 == 3) v[i] = NAN;
+    if (i % 11 == 5) v[i] = -0.0f;
+    if (i % 13 == 6) v[i] = 0.0f;
+  }
+  return Tensor::from_vector(v, s);
+}
+
+// Exact equality of the indices of f on both devices (ties must resolve alike),
+// and of the values where f returns them (NaN == NaN).
+void check_same_order(const std::function<ValuesIndices(const Tensor&)>& f, const Tensor& x) {
+  ValuesIndices c = f(x), g = f(x.to(Device::cuda(0)));
+  REQUIRE(g.indices.device().is_cuda());
+  CHECK(g.indices.shape() == c.indices.shape());
+  CHECK(values(g.indices) == values(c.indices));
+  if (c.values.defined()) {
+    std::vector<double> gv = values(g.values), cv = values(c.values);
+    REQUIRE(gv.size() == cv.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < gv.size(); ++i)
+      if (!(gv[i] == cv[i] || (std::isnan(gv[i]) && std::isnan(cv[i])))) ++bad;
+    CHECK(bad == 0);
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("ops/sort") {
+
+PARITY_CASE("sort") {
+  auto s1 = [](const Inputs& x) { return sort(x[0], 1).values; };
+  check_parity("sort", s1, {leaf32({3, 5})});
+  check_parity("sort", [](const Inputs& x) { return sort(x[0], 0, true).values; }, {leaf32({4, 3}, 2)});
+  // Non-contiguous input along a strided axis.
+  check_parity("sort", [](const Inputs& x) { return sort(transpose(x[0], 0, 1), 1, true).values; },
+               {leaf32({6, 4}, 3)});
+  check_parity("sort", [](const Inputs& x) { return sort(slice(x[0], 1, 0, 10, 2), -1).values; },
+               {leaf32({3, 10}, 4)});
+  // int64 and float64 forward.
+  check_parity("sort", [](const Inputs& x) { return sort(x[0], 1).values; },
+               {Tensor::from_vector(std::vector<int64_t>{5, -3, 5, 0, INT64_MIN, INT64_MAX, -3, 2}, {2, 4})});
+  check_parity("sort", s1, {to(leaf32({3, 5}, 5), kFloat64)});
+  // Empty: no lines, and zero-length lines.
+  check_parity("sort", s1, {leaf32({0, 5}, 6)});
+  check_parity("sort", s1, {leaf32({3, 0}, 7)});
+  // One line longer than 4096 (device-wide sort), several long lines, many short lines.
+  check_parity("sort", [](const Inputs& x) { return sort(x[0], 0).values; }, {leaf32({10000}, 8)});
+  check_parity("sort", s1, {leaf32({3, 5000}, 9)});
+  check_parity("sort", s1, {leaf32({20000, 7}, 10)});
+  // Ties, NaN and signed zeros: indices and values exactly as on the CPU.
+  for (bool desc : {false, true}) {
+    for (const Shape& s : {Shape{4, 37}, Shape{2, 6000}, Shape{30000, 5}}) {
+      check_same_order([desc](const Tensor& t) { return sort(t, -1, desc); }, tied(s, -3, 3, 1));
+      check_same_order([desc](const Tensor& t) { return sort(t, 0, desc); }, tied(s, -3, 3, 2));
+    }
+    check_same_order([desc](const Tensor& t) { return sort(t, -1, desc); }, to(tied({5, 40}, -2, 2, 3), kFloat64));
+    check_same_order([desc](const Tensor& t) { return sort(t, 1, desc); }, to(tied({5, 40}, -2, 2, 4, false), kInt64));
+  }
+  check_grad_cuda("sort", s1, {leaf64({3, 5})});
+  check_grad_cuda("sort", [](const Inputs& x) { return sort(x[0], 0, true).values; }, {leaf64({4, 3}, 2)});
+}
+
+PARITY_CASE("topk") {
+  auto t2 = [](const Inputs& x) { return topk(x[0], 2, 1).values; };
+  check_parity("topk", t2, {leaf32({3, 5})});
+  check_parity("topk", [](const Inputs& x) { return topk(x[0], 3, 0, false).values; }, {leaf32({4, 3}, 2)});
+  check_parity("topk", [](const Inputs& x) { return topk(transpose(x[0], 0, 1), 2, 0).values; },
+               {leaf32({5, 3}, 3)});
+  check_parity("topk", [](const Inputs& x) { return topk(x[0], 2, 1).indices; },
+               {Tensor::from_vector(std::vector<int64_t>{1, 9, 9, -4, 0, 0, 7, 7}, {2, 4})});
+  check_parity("topk", [](const Inputs& x) { return topk(x[0], 0, 1).values; }, {leaf32({3, 5}, 4)});
+  check_parity("topk", t2, {leaf32({0, 5}, 5)});
+  check_parity("topk", [](const Inputs& x) { return topk(x[0], 10, 1).values; }, {leaf32({4, 8192}, 6)});
+  check_parity("topk", [](const Inputs& x) { return topk(x[0], 3, 1, false).values; }, {leaf32({50000, 9}, 7)});
+  for (bool largest : {true, false}) {
+    for (const Shape& s : {Shape{4, 37}, Shape{2, 6000}, Shape{30000, 5}}) {
+      check_same_order([largest](const Tensor& t) { return topk(t, 3, -1, largest); }, tied(s, -3, 3, 5));
+      check_same_order([largest](const Tensor& t) { return topk(t, 2, 0, largest); }, tied(s, -3, 3, 6));
+    }
+  }
+  check_grad_cuda("topk", t2, {leaf64({3, 5})});
+  check_grad_cuda("topk", [](const Inputs& x) { return topk(x[0], 3, 0, false).values; }, {leaf64({4, 3}, 2)});
+}
+
+PARITY_CASE("argsort") {
+  check_parity("argsort", [](const Inputs& x) { return argsort(x[0]); }, {leaf32({3, 5})});
+  check_parity("argsort", [](const Inputs& x) { return argsort(x[0], 0, true); }, {tied({6, 4}, -2, 2, 7)});
+  check_parity("argsort", [](const Inputs& x) { return argsort(transpose(x[0], 0, 1), 1); }, {tied({9, 3}, -2, 2, 8)});
+  check_parity("argsort", [](const Inputs& x) { return argsort(x[0]); },
+               {Tensor::from_vector(std::vector<int64_t>{3, 1, 3, 1, 2, 2}, {6})});
+  check_parity("argsort", [](const Inputs& x) { return argsort(x[0]); }, {leaf32({2, 0}, 9)});
+  for (bool desc : {false, true}) {
+    for (const Shape& s : {Shape{4, 37}, Shape{1, 9000}, Shape{30000, 5}}) {
+      check_same_order([desc](const Tensor& t) { return ValuesIndices{Tensor(), argsort(t, -1, desc)}; },
+                       tied(s, -3, 3, 9));
+    }
   }
 }
 
