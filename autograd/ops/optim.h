@@ -11,8 +11,9 @@ namespace cf::ops {
 using AdamStep = kernels::AdamStep;
 using SgdStep = kernels::SgdStep;
 
-// Whether the fused steps take p (float32/float64, contiguous); otherwise
-// optimizers compose the same update from elementwise ops.
+// Whether the fused steps take p (float32/float64, contiguous; optimizers keep
+// 16-bit parameters as float32 masters); otherwise they compose the same update
+// from elementwise ops.
 bool fused_step_supported(const Tensor& p);
 
 // sum of g's squared entries in double (reads the value to the host: the

@@ -54,7 +54,8 @@ void Adam::update(Entry& e, const Tensor& grad, double lr, double wd) {
     ops::adam_step_(p, grad, m, v, s);
     return;
   }
-  // Strided or 16-bit parameters: the same formulas from elementwise ops.
+  // A strided parameter or state (16-bit parameters arrive as float32 masters):
+  // the same formulas from elementwise ops.
   const double bc1 = 1.0 - std::pow(opt_.beta1, double(e.step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(opt_.beta2, double(e.step)));
   Tensor g = grad;

@@ -37,7 +37,8 @@ void SGD::update(Entry& e, const Tensor& grad, double lr, double wd) {
     ops::sgd_step_(p, grad, has_buf ? e.slots[0] : Tensor(), s);
     return;
   }
-  // Strided or 16-bit parameters: the same update from in-place elementwise ops.
+  // A strided parameter or buffer (16-bit parameters arrive as float32 masters):
+  // the same update from in-place elementwise ops.
   Tensor d = grad;
   if (wd != 0) d = add(d, mul(p, wd));
   if (has_buf) {
