@@ -64,6 +64,35 @@ class enable_grad(no_grad):
         return self
 
 
+class autocast:
+    """Context manager (and decorator) for mixed precision on this thread, as
+    torch.autocast: matmul (Linear, attention products) runs in dtype
+    (cf.bfloat16 or cf.float16), softmax, layer_norm, losses and sums in
+    float32, other ops by dtype promotion. enabled=False turns autocast off
+    inside; leaving restores the outer setting."""
+
+    def __init__(self, dtype=None, enabled=True):
+        self._dtype = (dtype if dtype is not None else _cf.bfloat16) if enabled else None
+
+    def __enter__(self):
+        self._prev = _cf.autocast_dtype()
+        _cf.set_autocast_dtype(self._dtype)
+        return self
+
+    def __exit__(self, *exc):
+        _cf.set_autocast_dtype(self._prev)
+        return False
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with autocast(self._dtype, self._dtype is not None):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
 def numpy(t):
     """A NumPy array sharing the memory of the CPU tensor t (no copy)."""
     import numpy as _np

@@ -142,6 +142,17 @@ NB_MODULE(_cf, m) {
         "The process-wide generator random ops use when given none.");
   m.def("manual_seed", &cf::manual_seed, nb::arg("seed"), "Reseed the process-wide generator.");
 
+  m.def("autocast_dtype", &cf::autocast_dtype,
+        "The autocast dtype of this thread (cf.bfloat16 or cf.float16), or None when autocast is off.");
+  m.def("set_autocast_dtype",
+        [](std::optional<cf::DType> dtype) {
+          CF_CHECK(!dtype || cf::is_low_precision(*dtype), DTypeError,
+                   "[autocast] autocast runs in bfloat16 or float16, got ", *dtype);
+          cf::set_autocast_dtype(dtype);
+        },
+        nb::arg("dtype").none(),
+        "Turn autocast on in a 16-bit dtype, or off with None, for this thread (cf.autocast() is the context "
+        "manager): matmul runs in that dtype, softmax, norms, losses and sums in float32.");
   m.def("grad_enabled", &cf::grad_enabled, "Whether ops record autograd history on this thread.");
   m.def("set_grad_enabled", &cf::set_grad_enabled, nb::arg("on"),
         "Turn history recording on or off for this thread (cf.no_grad() is the context manager).");

@@ -617,6 +617,38 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   nb::class_<cnn::StepLR, cnn::LRSchedule>(nn, "StepLR", "lr * gamma^floor((step - 1) / step_size).")
       .def(nb::init<double, int64_t, double>(), nb::arg("lr"), nb::arg("step_size"), nb::arg("gamma") = 0.1);
 
+  nb::class_<cnn::GradScaler>(nn, "GradScaler",
+                              "Dynamic loss scaling for float16 training (torch.amp.GradScaler): scale(loss)."
+                              "backward(), step(opt) (unscale, skip on inf/NaN), update() (back off or grow).")
+      .def("__init__",
+           [](cnn::GradScaler* self, double init_scale, double growth_factor, double backoff_factor,
+              int64_t growth_interval, bool enabled) {
+             cnn::GradScalerOptions o;
+             o.init_scale = init_scale;
+             o.growth_factor = growth_factor;
+             o.backoff_factor = backoff_factor;
+             o.growth_interval = growth_interval;
+             o.enabled = enabled;
+             new (self) cnn::GradScaler(o);
+           },
+           nb::arg("init_scale") = 65536.0, nb::arg("growth_factor") = 2.0, nb::arg("backoff_factor") = 0.5,
+           nb::arg("growth_interval") = 2000, nb::arg("enabled") = true)
+      .def("scale", &cnn::GradScaler::scale, nb::arg("loss"), "loss * scale (differentiable).")
+      .def("unscale_", &cnn::GradScaler::unscale_, nb::arg("optimizer"),
+           "Divide the optimizer's gradients by the scale in place (before clipping); at most once per step.")
+      .def("step", &cnn::GradScaler::step, nb::arg("optimizer"), release_gil(),
+           "optimizer.step() unless the unscaled gradients hold an inf/NaN; True when it stepped.")
+      .def("update", &cnn::GradScaler::update, "Back off after an overflow, or grow after growth_interval clean steps.")
+      .def("get_scale", &cnn::GradScaler::get_scale, "The current loss scale.")
+      .def_prop_ro("growth_tracker", &cnn::GradScaler::growth_tracker)
+      .def_prop_ro("found_inf", &cnn::GradScaler::found_inf)
+      .def_prop_ro("enabled", &cnn::GradScaler::enabled)
+      .def("state_dict", [](const cnn::GradScaler& s) { return state_dict_to_python(s.state_dict()); },
+           "{'scale': float64 tensor, 'growth_tracker': int64 tensor}.")
+      .def("load_state_dict",
+           [](cnn::GradScaler& s, nb::handle d) { s.load_state_dict(to_state_dict(d, "GradScaler.load_state_dict")); },
+           nb::arg("state_dict"), "Strict: exactly 'scale' (finite, > 0) and 'growth_tracker' (integer >= 0).");
+
   auto tensors_of = [](nb::handle params) {
     std::vector<Tensor> out;
     for (auto& [k, v] : to_state_dict(params, "grad_norm")) out.push_back(v);

@@ -1,0 +1,96 @@
+"""Mixed precision from Python: cf.autocast (as torch.autocast) and cf.nn.GradScaler."""
+import math
+
+import pytest
+
+import cf
+
+
+def test_autocast_runs_matmul_in_16_bits_and_statistics_in_float32():
+    a = cf.randn([4, 8], generator=cf.Generator(0))
+    b = cf.randn([8, 3], generator=cf.Generator(1))
+    assert cf.autocast_dtype() is None
+    with cf.autocast(cf.bfloat16):
+        assert cf.autocast_dtype() == cf.bfloat16
+        y = cf.matmul(a, b)
+        assert y.dtype == cf.bfloat16
+        assert cf.softmax(y, -1).dtype == cf.float32  # statistics in float32
+        with cf.autocast(enabled=False):  # nested: off inside, restored after
+            assert cf.matmul(a, b).dtype == cf.float32
+        assert cf.autocast_dtype() == cf.bfloat16
+        with cf.autocast(cf.float16):
+            assert cf.matmul(a, b).dtype == cf.float16
+    assert cf.autocast_dtype() is None
+    # float64 work keeps its precision (PyTorch's rule)
+    with cf.autocast():
+        assert cf.matmul(cf.to(a, cf.float64), cf.to(b, cf.float64)).dtype == cf.float64
+    ref = cf.matmul(a, b).tolist()
+    got = cf.to(y, cf.float32).tolist()
+    assert all(abs(g - r) <= 0.02 * (1 + abs(r)) for gr, rr in zip(got, ref) for g, r in zip(gr, rr))
+
+
+def test_autocast_decorator_and_errors():
+    @cf.autocast(cf.float16)
+    def f(a, b):
+        return cf.matmul(a, b)
+
+    assert f(cf.ones([2, 2]), cf.ones([2, 2])).dtype == cf.float16
+    assert cf.autocast_dtype() is None
+    with pytest.raises(cf.DTypeError, match=r"\[autocast\] autocast runs in bfloat16 or float16"):
+        with cf.autocast(cf.float32):
+            pass
+    assert cf.autocast_dtype() is None  # a refused dtype changes nothing
+
+
+def test_grad_scaler_scales_skips_overflow_and_adapts():
+    w = cf.tensor([1.0, -2.0], requires_grad=True)
+    opt = cf.nn.SGD({"w": w}, lr=0.1)
+    scaler = cf.nn.GradScaler(init_scale=1024.0, growth_interval=2)
+    loss = cf.sum(w * w)
+    scaled = scaler.scale(loss)
+    assert scaled.item() == pytest.approx(1024.0 * 5.0)
+    scaled.backward()
+    assert scaler.step(opt)  # unscaled gradient 2w: w -= 0.1 * 2w
+    assert w.tolist() == pytest.approx([0.8, -1.6])
+    scaler.update()
+    # An overflowing step is skipped and the scale backs off.
+    opt.zero_grad()
+    cf.sum(w * cf.tensor([math.inf, 1.0])).backward()
+    assert not scaler.step(opt)
+    assert scaler.found_inf
+    assert w.tolist() == pytest.approx([0.8, -1.6])
+    scaler.update()
+    assert scaler.get_scale() == 512.0
+    # Two clean steps in a row grow it again.
+    for _ in range(2):
+        opt.zero_grad()
+        scaler.scale(cf.sum(w * w)).backward()
+        assert scaler.step(opt)
+        scaler.update()
+    assert scaler.get_scale() == 1024.0 and scaler.growth_tracker == 0
+    state = scaler.state_dict()
+    other = cf.nn.GradScaler()
+    other.load_state_dict(state)
+    assert other.get_scale() == 1024.0
+    with pytest.raises(cf.ValueError, match="GradScaler"):
+        other.load_state_dict({"scale": cf.tensor(-1.0, dtype=cf.float64)})
+
+
+def test_float16_training_with_autocast_and_scaler_lowers_the_loss():
+    gen = cf.Generator(3)
+    model = cf.nn.Linear(8, 1, generator=gen)
+    x = cf.randn([64, 8], generator=gen)
+    y = cf.matmul(x, cf.randn([8, 1], generator=gen))
+    opt = cf.nn.Adam(model, lr=0.05)
+    scaler = cf.nn.GradScaler(init_scale=2.0 ** 12)
+    losses = []
+    for _ in range(60):
+        opt.zero_grad()
+        with cf.autocast(cf.float16):
+            pred = model(x)
+            loss = cf.mean(cf.square(cf.to(pred, cf.float32) - y))
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    assert losses[-1] < 0.1 * losses[0], losses[::10]
