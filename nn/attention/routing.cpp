@@ -97,34 +97,31 @@ Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const 
   const int64_t B = q.shape()[0], H = q.shape()[1], N = q.shape()[2];
   const int64_t C = query_members.shape()[2], wq = query_members.shape()[3], wk = key_members.shape()[3];
   if (scale <= 0) scale = 1.0 / std::sqrt(double(q.shape()[3]));
-  auto qm = contiguous(expand(query_members, {B, H, C, wq})).to_vector<int64_t>();
-  auto km = contiguous(expand(key_members, {B, H, C, wk})).to_vector<int64_t>();
-  std::vector<bool> pad(size_t(B * N), false);
-  if (key_padding_mask.defined()) {
-    auto p = key_padding_mask.to_vector<bool>();
-    for (size_t i = 0; i < p.size(); ++i) pad[i] = p[i];
+  // On the members' device: per list c, which positions its query and key slots
+  // hold (a scatter of ones; empty slots go to a spare column N), and every query
+  // of the list may attend to every allowed key of it.
+  const Device dev = v.device();
+  auto holds = [&](const Tensor& members, int64_t c, int64_t w) {  // (B, H, N) bool
+    Tensor m = reshape(contiguous(narrow(expand(members, {B, H, C, w}), 2, c, 1)), {B, H, w});
+    Tensor pos = to(m.to(dev), kFloat64);
+    Tensor col = to(where(ge(pos, 0.0), pos, Tensor::full({1}, double(N), kFloat64, dev)), kInt64);
+    Tensor hits = scatter_add(Tensor::zeros({B, H, N + 1}, kFloat64, dev), 2, col, Tensor::ones({B, H, w}, kFloat64, dev));
+    return gt(narrow(hits, 2, 0, N), 0.0);
+  };
+  Tensor key_ok;  // (B, 1 or H, N, N): padding and causality, the same for every list
+  if (key_padding_mask.defined()) key_ok = logical_not(reshape(key_padding_mask.to(dev), {B, 1, 1, N}));
+  if (causal) {
+    Tensor at = to(Tensor::arange(N, kInt64, dev), kFloat64);
+    Tensor past = ge(reshape(at, {N, 1}), reshape(at, {1, N}));  // key j <= query i
+    key_ok = key_ok.defined() ? logical_and(key_ok, past) : past;
   }
   Tensor total, count;
   for (int64_t c = 0; c < C; ++c) {
-    std::vector<bool> blocked(size_t(B * H * N * N), true);
-    std::vector<double> in_c(size_t(B * H * N), 0.0);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h) {
-        const size_t base = size_t(((b * H + h) * C + c));
-        for (int64_t s = 0; s < wq; ++s) {
-          int64_t i = qm[base * size_t(wq) + size_t(s)];
-          if (i < 0) continue;
-          in_c[size_t((b * H + h) * N + i)] = 1.0;
-          for (int64_t t = 0; t < wk; ++t) {
-            int64_t j = km[base * size_t(wk) + size_t(t)];
-            if (j < 0 || pad[size_t(b * N + j)] || (causal && j > i)) continue;
-            blocked[size_t(((b * H + h) * N + i) * N + j)] = false;
-          }
-        }
-      }
-    Tensor mask = Tensor::from_vector(blocked, {B, H, N, N}).to(v.device());
-    Tensor member = to(Tensor::from_vector(in_c, {B, H, N, 1}).to(v.device()), v.dtype());
-    Tensor out_c = dense_attention(q, k, v, mask, scale) * member;
+    Tensor in_q = holds(query_members, c, wq), in_k = holds(key_members, c, wk);
+    Tensor allowed = logical_and(reshape(in_q, {B, H, N, 1}), reshape(in_k, {B, H, 1, N}));
+    if (key_ok.defined()) allowed = logical_and(allowed, key_ok);
+    Tensor member = to(reshape(in_q, {B, H, N, 1}), v.dtype());
+    Tensor out_c = dense_attention(q, k, v, logical_not(allowed), scale) * member;
     total = total.defined() ? total + out_c : out_c;
     count = count.defined() ? count + member : member;
   }
