@@ -5,6 +5,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/hooks.h"
 #include "autograd/node.h"
+#include "autograd/op_names.h"
 #include "autograd/ops/attention.h"
 #include "autograd/ops/clustering.h"
 #include "autograd/ops/elementwise.h"

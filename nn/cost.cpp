@@ -4,6 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "autograd/op_names.h"
 #include "core/error.h"
 
 namespace cf {
@@ -27,7 +28,7 @@ int64_t graph_macs(const std::vector<Tensor>& outputs) {
     const autograd::Node* n = stack.back();
     stack.pop_back();
     if (!seen.insert(n).second) continue;
-    if (std::string(n->name) == "matmul" && n->next_edges.size() == 2) {
+    if (std::string(n->name) == opname::matmul && n->next_edges.size() == 2) {
       // The contracted length is a's last axis (1-d operands included).
       const Shape& a = n->next_edges[0].shape;
       CF_CHECK(!a.empty(), ValueError, "[graph_macs] matmul node with a 0-d operand");

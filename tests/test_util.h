@@ -144,12 +144,13 @@ inline uint64_t test_seed(uint64_t fallback) {
 }
 }  // namespace cf::test
 
-// Register a gradcheck test case for `op` (the name in cf::op_registry()).
+// Register a gradcheck test case for the op `op` (an identifier of
+// autograd/op_names.h: a name the registry lacks does not compile).
 #define CF_GRADCHECK_CONCAT2(a, b) a##b
 #define CF_GRADCHECK_CONCAT(a, b) CF_GRADCHECK_CONCAT2(a, b)
-#define GRADCHECK_CASE(op)                                                                       \
-  static ::cf::test::GradcheckCaseRegistrar CF_GRADCHECK_CONCAT(cf_gc_reg_, __LINE__)(op);      \
-  TEST_CASE("gradcheck " op)
+#define GRADCHECK_CASE(op)                                                                                  \
+  static ::cf::test::GradcheckCaseRegistrar CF_GRADCHECK_CONCAT(cf_gc_reg_, __LINE__)(::cf::opname::op); \
+  TEST_CASE("gradcheck " #op)
 
 // Check that expr throws ErrType and that its message contains every fragment.
 #define CHECK_THROWS_MSG(expr, ErrType, ...)                                                    \

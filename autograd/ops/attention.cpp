@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "autograd/autocast.h"
+#include "autograd/op_names.h"
 
 #include "autograd/ops/common.h"
 #include "autograd/ops/shape.h"
@@ -41,7 +42,7 @@ void check_scale(double scale, const char* who) {
 
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, double scale,
                        bool causal) {
-  const char* op = "flash_attention";
+  const char* op = opname::flash_attention;
   ops::check_defined(q, op, "q");
   ops::check_defined(k, op, "k");
   ops::check_defined(v, op, "v");
@@ -161,7 +162,7 @@ void check_block_attention_args(const Tensor& q, const Tensor& k, const Tensor& 
 BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v,
                                                const Tensor& members, const Tensor& kpm,
                                                const BlockAttentionOptions& o) {
-  const char* op = "block_attention";
+  const char* op = opname::block_attention;
   const Shape& sq = q.shape();
   const int64_t B = sq[0], H = sq[1], N = sq[2], Dv = v.shape()[3];
   kernels::BlockAttentionParams p;
@@ -209,7 +210,7 @@ BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Ten
       (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype())))
     return block_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), members, kpm,
                            o);  // autocast: float32 until the kernels have a 16-bit arm (as flash_attention)
-  ops::check_block_attention_args(q, k, v, members, kpm, o, "block_attention");
+  ops::check_block_attention_args(q, k, v, members, kpm, o, opname::block_attention);
   return ops::block_attention_unchecked(q, k, v, members, kpm, o);
 }
 

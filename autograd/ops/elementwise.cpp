@@ -1,5 +1,6 @@
 // Elementwise ops: validation, output allocation, kernel call and backward.
 #include "core/cuda.h"
+#include "autograd/op_names.h"
 #include "autograd/ops/elementwise.h"
 
 #include "autograd/ops/common.h"
@@ -94,7 +95,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::Add, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     Shape sa = a.shape(), sb = b.shape();
-    autograd::record("add", {a, b}, out, [sa, sb](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::add, {a, b}, out, [sa, sb](const Tensor& g) -> std::vector<Tensor> {
       return {sum_to(g, sa), sum_to(g, sb)};
     });
   }
@@ -106,7 +107,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::Sub, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     Shape sa = a.shape(), sb = b.shape();
-    autograd::record("sub", {a, b}, out, [sa, sb](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::sub, {a, b}, out, [sa, sb](const Tensor& g) -> std::vector<Tensor> {
       return {sum_to(g, sa), sum_to(neg(g), sb)};
     });
   }
@@ -119,8 +120,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   if (autograd::any_requires_grad({&a, &b})) {
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
     SavedTensor sa(a), sb(b);
-    autograd::record("mul", {a, b}, out, [sa, sb, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
-      Tensor av = sa.unpack("mul"), bv = sb.unpack("mul");
+    autograd::record(opname::mul, {a, b}, out, [sa, sb, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
+      Tensor av = sa.unpack(opname::mul), bv = sb.unpack(opname::mul);
       return {need_a ? sum_to(mul(g, bv), av.shape()) : Tensor(),
               need_b ? sum_to(mul(g, av), bv.shape()) : Tensor()};
     });
@@ -133,8 +134,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::Div, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     SavedTensor sa(a), sb(b), so(out);
-    autograd::record("div", {a, b}, out, [sa, sb, so](const Tensor& g) -> std::vector<Tensor> {
-      Tensor av = sa.unpack("div"), bv = sb.unpack("div"), o = so.unpack("div");
+    autograd::record(opname::div, {a, b}, out, [sa, sb, so](const Tensor& g) -> std::vector<Tensor> {
+      Tensor av = sa.unpack(opname::div), bv = sb.unpack(opname::div), o = so.unpack(opname::div);
       Tensor ga = div(g, bv);
       // d(a/b)/db = -(a/b)/b
       return {sum_to(ga, av.shape()), sum_to(neg(mul(ga, o)), bv.shape())};
@@ -149,8 +150,8 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   if (autograd::any_requires_grad({&a, &b})) {
     bool need_b = b.requires_grad();
     SavedTensor sa(a), sb(b), so(out);
-    autograd::record("pow", {a, b}, out, [sa, sb, so, need_b](const Tensor& g) -> std::vector<Tensor> {
-      Tensor av = sa.unpack("pow"), bv = sb.unpack("pow"), o = so.unpack("pow");
+    autograd::record(opname::pow, {a, b}, out, [sa, sb, so, need_b](const Tensor& g) -> std::vector<Tensor> {
+      Tensor av = sa.unpack(opname::pow), bv = sb.unpack(opname::pow), o = so.unpack(opname::pow);
       Tensor ga = mul(g, mul(bv, pow(av, sub(bv, 1.0))));
       Tensor gb = need_b ? sum_to(mul(g, mul(o, log(av))), bv.shape()) : Tensor();
       return {sum_to(ga, av.shape()), gb};
@@ -177,8 +178,8 @@ Tensor minmax_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
 }
 }  // namespace
 
-Tensor maximum(const Tensor& a, const Tensor& b) { return minmax_op(BinaryOp::Maximum, "maximum", a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return minmax_op(BinaryOp::Minimum, "minimum", a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return minmax_op(BinaryOp::Maximum, opname::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return minmax_op(BinaryOp::Minimum, opname::minimum, a, b); }
 
 Tensor add(const Tensor& a, double b) { return add(a, ops::scalar_like(a, b)); }
 Tensor sub(const Tensor& a, double b) { return sub(a, ops::scalar_like(a, b)); }
@@ -236,21 +237,21 @@ Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_forward(Bina
 Tensor logical_not(const Tensor& a) { return unary_forward(UnaryOp::LogicalNot, a); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  ops::check_defined(cond, "where", "cond");
-  ops::check_defined(a, "where", "a");
-  ops::check_defined(b, "where", "b");
-  ops::check_same_device("where", {&cond, &a, &b});
-  ops::check_dtype(cond, kBool, "where", "cond");
+  ops::check_defined(cond, opname::where, "cond");
+  ops::check_defined(a, opname::where, "a");
+  ops::check_defined(b, opname::where, "b");
+  ops::check_same_device(opname::where, {&cond, &a, &b});
+  ops::check_dtype(cond, kBool, opname::where, "cond");
   CF_PROMOTED(where(cond, a, b));
-  ops::check_same_dtype("where", {&a, &b});
-  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  ops::check_same_dtype(opname::where, {&a, &b});
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), opname::where), b.shape(), opname::where);
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   kernels::where(cond, a, b, out);
   if (autograd::any_requires_grad({&a, &b})) {
     SavedTensor sc(cond);
     Shape sa = a.shape(), sb = b.shape();
-    autograd::record("where", {a, b}, out, [sc, sa, sb](const Tensor& g) -> std::vector<Tensor> {
-      Tensor c = sc.unpack("where");
+    autograd::record(opname::where, {a, b}, out, [sc, sa, sb](const Tensor& g) -> std::vector<Tensor> {
+      Tensor c = sc.unpack(opname::where);
       Tensor zero = ops::scalar_like(g, 0.0);
       return {sum_to(where(c, g, zero), sa), sum_to(where(c, zero, g), sb)};
     });
@@ -258,7 +259,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 Tensor where(const Tensor& cond, const Tensor& a, double b) {
-  ops::check_defined(a, "where", "a");
+  ops::check_defined(a, opname::where, "a");
   return where(cond, a, ops::scalar_like(a, b));
 }
 
@@ -369,12 +370,12 @@ Tensor pow(const Tensor& a, double e) {
 // ---------------- copies and casts ----------------
 
 Tensor to(const Tensor& x, DType dtype) {
-  ops::check_defined(x, "to", "x");
+  ops::check_defined(x, opname::to, "x");
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
   kernels::copy(x, out);
   if (is_floating(dtype) && autograd::any_requires_grad({&x})) {
     DType from = x.dtype();
-    autograd::record("to", {x}, out, [from](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::to, {x}, out, [from](const Tensor& g) -> std::vector<Tensor> {
       return {to(g, from)};
     });
   }
@@ -382,19 +383,19 @@ Tensor to(const Tensor& x, DType dtype) {
 }
 
 Tensor to(const Tensor& x, Device device) {
-  ops::check_defined(x, "to", "x");
+  ops::check_defined(x, opname::to, "x");
   if (x.device() == device) return x;
-  cuda::check_device(device, "to");
+  cuda::check_device(device, opname::to);
   Tensor src = x;
   {
     NoGradGuard ng;  // the move below records the one node, "to"
     if (!src.is_contiguous()) src = contiguous(src);
   }
   Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
-  copy_bytes(out.raw_data(), device, src.raw_data(), src.device(), out.nbytes(), "to");
+  copy_bytes(out.raw_data(), device, src.raw_data(), src.device(), out.nbytes(), opname::to);
   if (autograd::any_requires_grad({&x})) {
     Device from = x.device();
-    autograd::record("to", {x}, out, [from](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::to, {x}, out, [from](const Tensor& g) -> std::vector<Tensor> {
       return {to(g, from)};
     });
   }
@@ -406,11 +407,11 @@ Tensor Tensor::cpu() const { return cf::to(*this, Device::cpu()); }
 Tensor Tensor::cuda(int index) const { return cf::to(*this, Device::cuda(index)); }
 
 Tensor clone(const Tensor& x) {
-  ops::check_defined(x, "clone", "x");
+  ops::check_defined(x, opname::clone, "x");
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels::copy(x, out);
   if (autograd::any_requires_grad({&x}))
-    autograd::record("clone", {x}, out, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
+    autograd::record(opname::clone, {x}, out, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
   return out;
 }
 

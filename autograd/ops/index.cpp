@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "autograd/op_names.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/reduce.h"
 #include "kernels/elementwise/elementwise.h"
@@ -88,7 +89,7 @@ Tensor pad_to(const Tensor& g, const Shape& shape) {
 }  // namespace
 
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
-  const char* op = "gather";
+  const char* op = opname::gather;
   ops::check_defined(x, op, "x");
   ops::check_defined(index, op, "index");
   ops::check_same_device(op, {&x, &index});
@@ -107,14 +108,14 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
     SavedTensor si(index);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
-      return {scatter_add(zeros_as(xs, g), a, si.unpack("gather"), g)};
+      return {scatter_add(zeros_as(xs, g), a, si.unpack(opname::gather), g)};
     });
   }
   return out;
 }
 
 Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
-  const char* op = "scatter_add";
+  const char* op = opname::scatter_add;
   ops::check_defined(x, op, "x");
   ops::check_defined(index, op, "index");
   ops::check_defined(src, op, "src");
@@ -143,7 +144,7 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
     autograd::record(op, {x, src}, out,
                      [si, ss, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
       Tensor gs;
-      if (need_src) gs = pad_to(gather(g, a, si.unpack("scatter_add")), ss);
+      if (need_src) gs = pad_to(gather(g, a, si.unpack(opname::scatter_add)), ss);
       return {need_x ? g : Tensor(), gs};
     });
   }
@@ -151,7 +152,7 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
 }
 
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
-  const char* op = "index_select";
+  const char* op = opname::index_select;
   ops::check_defined(x, op, "x");
   ops::check_defined(index, op, "index");
   ops::check_same_device(op, {&x, &index});
@@ -168,14 +169,14 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
     SavedTensor si(index);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
-      return {index_add(zeros_as(xs, g), a, si.unpack("index_select"), g)};
+      return {index_add(zeros_as(xs, g), a, si.unpack(opname::index_select), g)};
     });
   }
   return out;
 }
 
 Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
-  const char* op = "index_add";
+  const char* op = opname::index_add;
   ops::check_defined(x, op, "x");
   ops::check_defined(index, op, "index");
   ops::check_defined(src, op, "src");
@@ -200,7 +201,7 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
     autograd::record(op, {x, src}, out,
                      [si, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
       Tensor gs;
-      if (need_src) gs = index_select(g, a, si.unpack("index_add"));
+      if (need_src) gs = index_select(g, a, si.unpack(opname::index_add));
       return {need_x ? g : Tensor(), gs};
     });
   }
@@ -208,7 +209,7 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
 }
 
 Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis) {
-  const char* op = "take_along_dim";
+  const char* op = opname::take_along_dim;
   ops::check_defined(x, op, "x");
   ops::check_defined(index, op, "index");
   ops::check_same_device(op, {&x, &index});
@@ -234,7 +235,7 @@ Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis) {
     SavedTensor si(iv);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, xb, a](const Tensor& g) -> std::vector<Tensor> {
-      Tensor gx = scatter_add(zeros_as(xb, g), a, si.unpack("take_along_dim"), g);
+      Tensor gx = scatter_add(zeros_as(xb, g), a, si.unpack(opname::take_along_dim), g);
       return {xb == xs ? gx : sum_to(gx, xs)};
     });
   }
@@ -242,7 +243,7 @@ Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  const char* op = "masked_fill";
+  const char* op = opname::masked_fill;
   ops::check_defined(x, op, "x");
   ops::check_defined(mask, op, "mask");
   ops::check_same_device(op, {&x, &mask});
@@ -259,14 +260,14 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   if (autograd::any_requires_grad({&x})) {
     SavedTensor sm(mask);
     autograd::record(op, {x}, out, [sm](const Tensor& g) -> std::vector<Tensor> {
-      return {masked_fill(g, sm.unpack("masked_fill"), 0.0)};
+      return {masked_fill(g, sm.unpack(opname::masked_fill), 0.0)};
     });
   }
   return out;
 }
 
 Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype) {
-  const char* op = "one_hot";
+  const char* op = opname::one_hot;
   ops::check_defined(labels, op, "labels");
   ops::check_dtype(labels, kInt64, op, "labels");
   CF_CHECK(num_classes >= 1, ValueError, "[one_hot] num_classes must be >= 1, got ", num_classes);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "autograd/op_names.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/shape.h"
 #include "kernels/elementwise/elementwise.h"
@@ -55,11 +56,11 @@ void check_list(const std::vector<Tensor>& xs, const char* op) {
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t axis) {
-  check_list(xs, "cat");
+  check_list(xs, opname::cat);
   const Tensor& f = xs[0];
   CF_CHECK(f.dim() > 0, ShapeError, "[cat] cannot concatenate 0-d tensors: ", describe_all(xs),
            " (use stack)");
-  const int64_t a = normalize_axis(axis, f.dim(), "cat");
+  const int64_t a = normalize_axis(axis, f.dim(), opname::cat);
   Shape shape = f.shape();
   shape[size_t(a)] = 0;
   for (const Tensor& t : xs) {
@@ -79,7 +80,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t axis) {
   if (is_floating(f.dtype()) && autograd::any_requires_grad(xs)) {
     std::vector<int64_t> lens;
     for (const Tensor& t : xs) lens.push_back(t.shape()[size_t(a)]);
-    autograd::record("cat", xs, out, [a, starts, lens](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::cat, xs, out, [a, starts, lens](const Tensor& g) -> std::vector<Tensor> {
       std::vector<Tensor> gs;
       for (size_t i = 0; i < starts.size(); ++i) gs.push_back(band(g, a, starts[i], lens[i]));
       return gs;
@@ -89,9 +90,9 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t axis) {
 }
 
 Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
-  check_list(xs, "stack");
+  check_list(xs, opname::stack);
   const Tensor& f = xs[0];
-  const int64_t a = normalize_axis(axis, f.dim() + 1, "stack");
+  const int64_t a = normalize_axis(axis, f.dim() + 1, opname::stack);
   for (const Tensor& t : xs)
     CF_CHECK(t.shape() == f.shape(), ShapeError, "[stack] all tensors must have the same shape: ",
              describe_all(xs));
@@ -101,7 +102,7 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
   for (size_t i = 0; i < xs.size(); ++i) kernels::copy(xs[i], select_view(out, a, int64_t(i)));
   if (is_floating(f.dtype()) && autograd::any_requires_grad(xs)) {
     const size_t n = xs.size();
-    autograd::record("stack", xs, out, [a, n](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::stack, xs, out, [a, n](const Tensor& g) -> std::vector<Tensor> {
       std::vector<Tensor> gs;
       for (size_t i = 0; i < n; ++i) gs.push_back(select_view(g, a, int64_t(i)));
       return gs;
@@ -111,7 +112,7 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
 }
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
-  ops::check_defined(x, "pad", "x");
+  ops::check_defined(x, opname::pad, "x");
   CF_CHECK(pads.size() % 2 == 0 && pads.size() / 2 <= size_t(x.dim()), ValueError,
            "[pad] pads must hold an even number of values, at most 2 per axis; got ", pads.size(),
            " for ", x.describe());
@@ -140,7 +141,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
   if (numel_of(len) > 0) kernels::copy(region(x, src_start, len), region(out, dst_start, len));
   if (autograd::any_requires_grad({&x})) {
     Shape xs = x.shape();
-    autograd::record("pad", {x}, out,
+    autograd::record(opname::pad, {x}, out,
                      [xs, src_start, dst_start, len, crops, region](const Tensor& g)
                          -> std::vector<Tensor> {
       Tensor kept = region(g, dst_start, len);

@@ -1,4 +1,5 @@
 #include "autograd/autocast.h"
+#include "autograd/op_names.h"
 #include "autograd/ops/linalg.h"
 
 #include <algorithm>
@@ -27,7 +28,7 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
   int64_t M = a.shape()[size_t(a.dim() - 2)], K = a.shape()[size_t(a.dim() - 1)];
   int64_t N = b.shape()[size_t(b.dim() - 1)];
   Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
-  Shape batch = broadcast_shapes(ba, bb, "matmul");
+  Shape batch = broadcast_shapes(ba, bb, opname::matmul);
   Shape sa = batch, sb = batch, so = batch;
   sa.insert(sa.end(), {M, K});
   sb.insert(sb.end(), {K, N});
@@ -66,15 +67,15 @@ Tensor weight_grad(const Tensor& av, const Tensor& bv, const Tensor& g2) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  ops::check_defined(a, "matmul", "a");
-  ops::check_defined(b, "matmul", "b");
-  ops::check_same_device("matmul", {&a, &b});
+  ops::check_defined(a, opname::matmul, "a");
+  ops::check_defined(b, opname::matmul, "b");
+  ops::check_same_device(opname::matmul, {&a, &b});
   if (autocast_dtype()) {  // autocast: the product runs in the low dtype (tensor cores on CUDA)
     Tensor la = autocast::to_low(a), lb = autocast::to_low(b);
     if (!la.is_same(a) || !lb.is_same(b)) return matmul(la, lb);
   }
-  ops::check_float(a, "matmul", "a");
-  ops::check_same_dtype("matmul", {&a, &b});
+  ops::check_float(a, opname::matmul, "a");
+  ops::check_same_dtype(opname::matmul, {&a, &b});
   CF_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "[matmul] needs operands of at least 1 dimension: ",
            shape_str(a.shape()), " @ ", shape_str(b.shape()));
   Tensor a2 = a.dim() == 1 ? reshape(a.detach(), {1, a.shape()[0]}) : a.detach();
@@ -91,9 +92,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     autograd::SavedTensor s_a(a2), s_b(b2);
     Shape full_shape = full.shape(), as = a.shape(), bs = b.shape();
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    autograd::record("matmul", {a, b}, out,
+    autograd::record(opname::matmul, {a, b}, out,
                      [s_a, s_b, full_shape, as, bs, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
-      Tensor av = s_a.unpack("matmul"), bv = s_b.unpack("matmul");
+      Tensor av = s_a.unpack(opname::matmul), bv = s_b.unpack(opname::matmul);
       Tensor g2 = reshape(g, full_shape);
       Tensor ga, gb;
       // dL/dA = G B^T, dL/dB = A^T G, summed over broadcast batch axes.

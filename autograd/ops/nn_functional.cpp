@@ -4,6 +4,7 @@
 // cross_entropy, dropout). Backward runs under no-grad, so these gradients are
 // not themselves differentiable (no double backward through the fused kernels).
 #include "autograd/autocast.h"
+#include "autograd/op_names.h"
 #include "autograd/ops/nn_functional.h"
 
 #include <cmath>
@@ -36,7 +37,7 @@ Tensor dense(const Tensor& t) {
 Tensor as_row(const Tensor& t) { return t.dim() == 0 ? make_view(t, {1}, {1}, t.offset()) : t; }
 
 Tensor softmax_impl(const Tensor& x, int64_t axis, bool log) {
-  const char* name = log ? "log_softmax" : "softmax";
+  const char* name = log ? opname::log_softmax : opname::softmax;
   ops::check_defined(x, name, "x");
   if (autocast_dtype() && is_low_precision(x.dtype())) return softmax_impl(autocast::to_float32(x), axis, log);
   ops::check_float(x, name, "x");
@@ -64,15 +65,15 @@ Tensor log_softmax(const Tensor& x, int64_t axis) { return softmax_impl(x, axis,
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
-  ops::check_defined(x, "layer_norm", "x");
+  ops::check_defined(x, opname::layer_norm, "x");
   if (autocast_dtype()) {  // autocast: normalisation statistics in float32
     Tensor xf = autocast::to_float32(x), wf = autocast::to_float32(weight), bf = autocast::to_float32(bias);
     if (!xf.is_same(x) || (weight.defined() && !wf.is_same(weight)) || (bias.defined() && !bf.is_same(bias)))
       return layer_norm(xf, normalized_shape, wf, bf, eps);
   }
-  ops::check_float(x, "layer_norm", "x");
-  ops::check_same_device("layer_norm", {&x, &weight, &bias});
-  ops::check_same_dtype("layer_norm", {&x, &weight, &bias});
+  ops::check_float(x, opname::layer_norm, "x");
+  ops::check_same_device(opname::layer_norm, {&x, &weight, &bias});
+  ops::check_same_dtype(opname::layer_norm, {&x, &weight, &bias});
   const size_t k = normalized_shape.size();
   CF_CHECK(k >= 1 && k <= size_t(x.dim()) &&
                Shape(x.shape().end() - int64_t(k), x.shape().end()) == normalized_shape,
@@ -104,10 +105,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                need_b = bias.defined() && bias.requires_grad();
     SavedTensor sx(xc), sw(wc), sm(mean), sr(rstd);
     Shape ns = normalized_shape;
-    autograd::record("layer_norm", {x, weight, bias}, y,
+    autograd::record(opname::layer_norm, {x, weight, bias}, y,
                      [sx, sw, sm, sr, ns, n, need_x, need_w, need_b](const Tensor& g)
                          -> std::vector<Tensor> {
-      const char* op = "layer_norm";
+      const char* op = opname::layer_norm;
       Tensor xv = sx.unpack(op), wv = sw.unpack(op), mv = sm.unpack(op), rv = sr.unpack(op);
       Tensor gx = need_x ? Tensor::empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
       Tensor gw = need_w ? Tensor::empty(ns, xv.dtype(), xv.device()) : Tensor();
@@ -125,11 +126,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // gradient) where PyTorch returns NaN (0/0). A fully padded batch then leaves
 // the weights alone instead of poisoning them with NaN.
 void check_cross_entropy_args(const Tensor& logits, const Tensor& targets, double label_smoothing) {
-  ops::check_defined(logits, "cross_entropy", "logits");
-  ops::check_defined(targets, "cross_entropy", "targets");
-  ops::check_same_device("cross_entropy", {&logits, &targets});
-  ops::check_float(logits, "cross_entropy", "logits");
-  ops::check_dtype(targets, kInt64, "cross_entropy", "targets");
+  ops::check_defined(logits, opname::cross_entropy, "logits");
+  ops::check_defined(targets, opname::cross_entropy, "targets");
+  ops::check_same_device(opname::cross_entropy, {&logits, &targets});
+  ops::check_float(logits, opname::cross_entropy, "logits");
+  ops::check_dtype(targets, kInt64, opname::cross_entropy, "targets");
   CF_CHECK(logits.dim() >= 2, ShapeError,
            "[cross_entropy] logits must be (N, C) or (N, C, d1, ...), got ", logits.describe());
   Shape want = logits.shape();
@@ -170,9 +171,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   }
   if (autograd::any_requires_grad({&logits})) {
     SavedTensor sl(lc), st(tc), ss(lse);
-    autograd::record("cross_entropy", {logits}, out,
+    autograd::record(opname::cross_entropy, {logits}, out,
                      [sl, st, ss, p, scale](const Tensor& g) -> std::vector<Tensor> {
-      const char* op = "cross_entropy";
+      const char* op = opname::cross_entropy;
       Tensor lv = sl.unpack(op), tv = st.unpack(op), sv = ss.unpack(op);
       Tensor gl = Tensor::empty(lv.shape(), lv.dtype(), lv.device());
       kernels::cross_entropy_backward(lv, tv, sv, dense(g), scale, p, gl);
@@ -185,8 +186,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
 // ---------------- dropout ----------------
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
-  ops::check_defined(x, "dropout", "x");
-  ops::check_float(x, "dropout", "x");
+  ops::check_defined(x, opname::dropout, "x");
+  ops::check_float(x, opname::dropout, "x");
   CF_CHECK(p >= 0 && p < 1, ValueError, "[dropout] probability p must be in [0, 1), got ", p);
   if (!training || p == 0) return x;
   kernels::DropoutParams dp;
@@ -199,7 +200,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   kernels::dropout(dense(x), out, dp);
   if (autograd::any_requires_grad({&x})) {
     // No saved mask: backward regenerates it from the same counters.
-    autograd::record("dropout", {x}, out, [dp](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::dropout, {x}, out, [dp](const Tensor& g) -> std::vector<Tensor> {
       Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
       kernels::dropout(dense(g), gx, dp);
       return {gx};

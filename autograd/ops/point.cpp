@@ -1,5 +1,6 @@
 #include "autograd/ops/point.h"
 
+#include "autograd/op_names.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/shape.h"
@@ -10,7 +11,7 @@
 namespace cf {
 
 Tensor farthest_point_sampling(const Tensor& points, int64_t m, const Tensor& mask) {
-  const char* op = "farthest_point_sampling";
+  const char* op = opname::farthest_point_sampling;
   ops::check_defined(points, op, "points");
   CF_CHECK(points.dim() == 3 && is_floating(points.dtype()), ShapeError, "[", op,
            "] points must be a float (B, N, C) tensor, got ", points.describe());
@@ -29,7 +30,7 @@ Tensor farthest_point_sampling(const Tensor& points, int64_t m, const Tensor& ma
 }
 
 Tensor group_max(const Tensor& src, const Tensor& group, int64_t groups) {
-  const char* op = "group_max";
+  const char* op = opname::group_max;
   ops::check_defined(src, op, "src");
   ops::check_defined(group, op, "group");
   ops::check_same_device(op, {&src, &group});

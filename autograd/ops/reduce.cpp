@@ -1,4 +1,5 @@
 #include "autograd/autocast.h"
+#include "autograd/op_names.h"
 #include "autograd/ops/reduce.h"
 
 #include "autograd/ops/common.h"
@@ -59,14 +60,14 @@ void check_nonempty(const Tensor& x, const Plan& p, const char* op) {
 }  // namespace
 
 Tensor sum(const Tensor& x0, const Axes& axes, bool keepdim) {
-  ops::check_defined(x0, "sum", "x");
+  ops::check_defined(x0, opname::sum, "x");
   if (autocast_dtype() && is_low_precision(x0.dtype())) return sum(autocast::to_float32(x0), axes, keepdim);
   Tensor x = x0.dtype() == kBool ? to(x0, kInt64) : x0;  // sum of a mask counts it
-  Plan p = plan_reduce(x, axes, keepdim, "sum");
+  Plan p = plan_reduce(x, axes, keepdim, opname::sum);
   Tensor out = reshape(run_reduce(ReduceOp::Sum, x, p).detach(), p.out_shape).detach();
   if (autograd::any_requires_grad({&x})) {
     Shape ks = p.keep_shape, xs = x.shape();
-    autograd::record("sum", {x}, out, [ks, xs](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::sum, {x}, out, [ks, xs](const Tensor& g) -> std::vector<Tensor> {
       return {expand_back(g, ks, xs)};
     });
   }
@@ -74,16 +75,16 @@ Tensor sum(const Tensor& x0, const Axes& axes, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Axes& axes, bool keepdim) {
-  ops::check_defined(x, "mean", "x");
+  ops::check_defined(x, opname::mean, "x");
   if (autocast_dtype() && is_low_precision(x.dtype())) return mean(autocast::to_float32(x), axes, keepdim);
-  ops::check_float(x, "mean", "x");
-  Plan p = plan_reduce(x, axes, keepdim, "mean");
-  check_nonempty(x, p, "mean");
+  ops::check_float(x, opname::mean, "x");
+  Plan p = plan_reduce(x, axes, keepdim, opname::mean);
+  check_nonempty(x, p, opname::mean);
   Tensor out = reshape(run_reduce(ReduceOp::Mean, x, p), p.out_shape).detach();
   if (autograd::any_requires_grad({&x})) {
     Shape ks = p.keep_shape, xs = x.shape();
     double inv = 1.0 / double(p.count);
-    autograd::record("mean", {x}, out, [ks, xs, inv](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::mean, {x}, out, [ks, xs, inv](const Tensor& g) -> std::vector<Tensor> {
       return {expand_back(mul(g, inv), ks, xs)};
     });
   }
@@ -91,11 +92,11 @@ Tensor mean(const Tensor& x, const Axes& axes, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) {
-  ops::check_defined(x, "var", "x");
+  ops::check_defined(x, opname::var, "x");
   if (autocast_dtype() && is_low_precision(x.dtype()))
     return var(autocast::to_float32(x), axes, correction, keepdim);
-  ops::check_float(x, "var", "x");
-  Plan p = plan_reduce(x, axes, keepdim, "var");
+  ops::check_float(x, opname::var, "x");
+  Plan p = plan_reduce(x, axes, keepdim, opname::var);
   CF_CHECK(correction >= 0 && p.count > correction, ShapeError, "[var] needs more than ", correction,
            " elements per output, got ", p.count, " from ", x.describe());
   Tensor out = reshape(run_reduce(ReduceOp::Var, x, p, correction), p.out_shape).detach();
@@ -103,8 +104,8 @@ Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
     SavedTensor sx(x);
     Plan pc = p;
     double scale = 2.0 / double(p.count - correction);
-    autograd::record("var", {x}, out, [sx, pc, scale](const Tensor& g) -> std::vector<Tensor> {
-      Tensor xv = sx.unpack("var");
+    autograd::record(opname::var, {x}, out, [sx, pc, scale](const Tensor& g) -> std::vector<Tensor> {
+      Tensor xv = sx.unpack(opname::var);
       Tensor centered = sub(xv, mean(xv, pc.axes, true));
       return {mul(expand_back(mul(g, scale), pc.keep_shape, xv.shape()), centered)};
     });
@@ -113,19 +114,19 @@ Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
 }
 
 Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
-  ops::check_defined(x, "logsumexp", "x");
+  ops::check_defined(x, opname::logsumexp, "x");
   if (autocast_dtype() && is_low_precision(x.dtype())) return logsumexp(autocast::to_float32(x), axes, keepdim);
-  ops::check_float(x, "logsumexp", "x");
-  Plan p = plan_reduce(x, axes, keepdim, "logsumexp");
-  check_nonempty(x, p, "logsumexp");
+  ops::check_float(x, opname::logsumexp, "x");
+  Plan p = plan_reduce(x, axes, keepdim, opname::logsumexp);
+  check_nonempty(x, p, opname::logsumexp);
   Tensor keep = run_reduce(ReduceOp::LogSumExp, x, p);
   Tensor out = reshape(keep, p.out_shape).detach();
   if (autograd::any_requires_grad({&x})) {
     SavedTensor sx(x), sk(keep);
     Shape ks = p.keep_shape;
-    autograd::record("logsumexp", {x}, out, [sx, sk, ks](const Tensor& g) -> std::vector<Tensor> {
-      Tensor xv = sx.unpack("logsumexp");
-      Tensor w = exp(sub(xv, sk.unpack("logsumexp")));  // softmax weights
+    autograd::record(opname::logsumexp, {x}, out, [sx, sk, ks](const Tensor& g) -> std::vector<Tensor> {
+      Tensor xv = sx.unpack(opname::logsumexp);
+      Tensor w = exp(sub(xv, sk.unpack(opname::logsumexp)));  // softmax weights
       return {mul(expand_back(g, ks, xv.shape()), w)};
     });
   }
@@ -134,7 +135,7 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
 
 namespace {
 Tensor amax_amin(const Tensor& x, const Axes& axes, bool keepdim, bool is_max) {
-  const char* name = is_max ? "amax" : "amin";
+  const char* name = is_max ? opname::amax : opname::amin;
   ops::check_defined(x, name, "x");
   CF_CHECK(x.dtype() != kBool, DTypeError, "[", name, "] is not defined for ", x.describe());
   Plan p = plan_reduce(x, axes, keepdim, name);
@@ -156,7 +157,7 @@ Tensor amax_amin(const Tensor& x, const Axes& axes, bool keepdim, bool is_max) {
 }
 
 ValuesIndices max_min(const Tensor& x, int64_t axis, bool keepdim, bool is_max) {
-  const char* name = is_max ? "max" : "min";
+  const char* name = is_max ? opname::max : opname::min;
   ops::check_defined(x, name, "x");
   CF_CHECK(x.dtype() != kBool, DTypeError, "[", name, "] is not defined for ", x.describe());
   int64_t a = normalize_axis(axis, x.dim(), name);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "autograd/op_names.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/reduce.h"
@@ -86,7 +87,7 @@ Tensor reshape_impl(const Tensor& x, const Shape& want, bool allow_copy, const c
   }
   if (autograd::any_requires_grad({&x})) {
     Shape xs = x.shape();
-    autograd::record("reshape", {x}, out, [xs](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::reshape, {x}, out, [xs](const Tensor& g) -> std::vector<Tensor> {
       return {reshape(g, xs)};
     });
   }
@@ -95,7 +96,7 @@ Tensor reshape_impl(const Tensor& x, const Shape& want, bool allow_copy, const c
 
 }  // namespace
 
-Tensor reshape(const Tensor& x, const Shape& shape) { return reshape_impl(x, shape, true, "reshape"); }
+Tensor reshape(const Tensor& x, const Shape& shape) { return reshape_impl(x, shape, true, opname::reshape); }
 Tensor view(const Tensor& x, const Shape& shape) { return reshape_impl(x, shape, false, "view"); }
 
 Tensor flatten(const Tensor& x, int64_t start, int64_t end) {
@@ -112,14 +113,14 @@ Tensor flatten(const Tensor& x, int64_t start, int64_t end) {
 }
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& axes) {
-  ops::check_defined(x, "permute", "x");
+  ops::check_defined(x, opname::permute, "x");
   CF_CHECK(int64_t(axes.size()) == x.dim(), IndexError, "[permute] got ", axes.size(),
            " axes for a tensor of ", x.dim(), " dimensions");
   std::vector<int64_t> perm(axes.size()), inv(axes.size());
   std::vector<bool> seen(axes.size(), false);
   Shape shape(axes.size()), strides(axes.size());
   for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t a = normalize_axis(axes[i], x.dim(), "permute");
+    int64_t a = normalize_axis(axes[i], x.dim(), opname::permute);
     CF_CHECK(!seen[size_t(a)], IndexError, "[permute] axis ", a, " repeated in the permutation");
     seen[size_t(a)] = true;
     perm[i] = a;
@@ -127,9 +128,9 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& axes) {
     shape[i] = x.shape()[size_t(a)];
     strides[i] = x.strides()[size_t(a)];
   }
-  Tensor out = make_view(x, shape, strides, x.offset(), "permute");
+  Tensor out = make_view(x, shape, strides, x.offset(), opname::permute);
   if (autograd::any_requires_grad({&x})) {
-    autograd::record("permute", {x}, out, [inv](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::permute, {x}, out, [inv](const Tensor& g) -> std::vector<Tensor> {
       return {permute(g, inv)};
     });
   }
@@ -151,10 +152,10 @@ Tensor slice_view(const Tensor& x, int64_t a, int64_t start, int64_t len, int64_
   int64_t offset = x.offset() + start * strides[size_t(a)];
   shape[size_t(a)] = len;
   strides[size_t(a)] *= step;
-  Tensor out = make_view(x, shape, strides, offset, "slice");
+  Tensor out = make_view(x, shape, strides, offset, opname::slice);
   if (autograd::any_requires_grad({&x})) {
     Shape xs = x.shape();
-    autograd::record("slice", {x}, out, [xs, a, start, len, step](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::slice, {x}, out, [xs, a, start, len, step](const Tensor& g) -> std::vector<Tensor> {
       Tensor gx = ops::filled(xs, 0.0, g.dtype(), g.device());
       kernels::copy(g, slice_view(gx, a, start, len, step));
       return {gx};
@@ -165,10 +166,10 @@ Tensor slice_view(const Tensor& x, int64_t a, int64_t start, int64_t len, int64_
 }  // namespace
 
 Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, int64_t step) {
-  ops::check_defined(x, "slice", "x");
+  ops::check_defined(x, opname::slice, "x");
   CF_CHECK(x.dim() > 0, ShapeError, "[slice] cannot slice a 0-d tensor");
   CF_CHECK(step > 0, ValueError, "[slice] step must be positive, got ", step);
-  int64_t a = normalize_axis(axis, x.dim(), "slice");
+  int64_t a = normalize_axis(axis, x.dim(), opname::slice);
   int64_t n = x.shape()[size_t(a)];
   if (start < 0) start += n;
   if (end < 0) end += n;
@@ -189,7 +190,7 @@ Tensor narrow(const Tensor& x, int64_t axis, int64_t start, int64_t length) {
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {
-  ops::check_defined(x, "expand", "x");
+  ops::check_defined(x, opname::expand, "x");
   CF_CHECK(shape.size() >= size_t(x.dim()), ShapeError, "[expand] cannot expand ",
            shape_str(x.shape()), " to fewer dimensions ", shape_str(shape));
   size_t lead = shape.size() - size_t(x.dim());
@@ -209,10 +210,10 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     out_shape[i] = want;
     strides[i] = have == want ? x.strides()[i - lead] : 0;
   }
-  Tensor out = make_view(x, out_shape, strides, x.offset(), "expand");
+  Tensor out = make_view(x, out_shape, strides, x.offset(), opname::expand);
   if (autograd::any_requires_grad({&x})) {
     Shape xs = x.shape();
-    autograd::record("expand", {x}, out, [xs](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(opname::expand, {x}, out, [xs](const Tensor& g) -> std::vector<Tensor> {
       return {sum_to(g, xs)};
     });
   }

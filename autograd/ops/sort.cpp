@@ -3,6 +3,7 @@
 // in kernels/sort/sort.h: stable, NaN is the largest value (as NumPy).
 #include "autograd/ops/sort.h"
 
+#include "autograd/op_names.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/index.h"
 #include "kernels/elementwise/elementwise.h"
@@ -65,25 +66,25 @@ void record_values(const char* name, const Tensor& x, int64_t axis, ValuesIndice
 }  // namespace
 
 ValuesIndices sort(const Tensor& x, int64_t axis, bool descending) {
-  SortPlan p = plan_sort(x, axis, "sort");
-  ValuesIndices r = run_sort("sort", x, p, p.len, descending, true);
-  record_values("sort", x, p.axis, r);
+  SortPlan p = plan_sort(x, axis, opname::sort);
+  ValuesIndices r = run_sort(opname::sort, x, p, p.len, descending, true);
+  record_values(opname::sort, x, p.axis, r);
   return r;
 }
 
 Tensor argsort(const Tensor& x, int64_t axis, bool descending) {
-  SortPlan p = plan_sort(x, axis, "argsort");
-  return run_sort("argsort", x, p, p.len, descending, false).indices;  // never differentiable
+  SortPlan p = plan_sort(x, axis, opname::argsort);
+  return run_sort(opname::argsort, x, p, p.len, descending, false).indices;  // never differentiable
 }
 
 ValuesIndices topk(const Tensor& x, int64_t k, int64_t axis, bool largest) {
-  SortPlan p = plan_sort(x, axis, "topk");
+  SortPlan p = plan_sort(x, axis, opname::topk);
   CF_CHECK(k >= 0 && k <= p.len, ValueError, "[topk] k = ", k, " is out of range for axis ", p.axis,
            " of length ", p.len, " in ", x.describe());
   // The k largest in descending order are the head of a descending sort (ties: lower
   // index first); the k smallest, of an ascending one.
-  ValuesIndices r = run_sort("topk", x, p, k, largest, true);
-  record_values("topk", x, p.axis, r);
+  ValuesIndices r = run_sort(opname::topk, x, p, k, largest, true);
+  record_values(opname::topk, x, p.axis, r);
   return r;
 }
 

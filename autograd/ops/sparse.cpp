@@ -4,6 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "autograd/op_names.h"
 #include "autograd/ops/elementwise.h"
 #include "core/error.h"
 #include "kernels/sparse/sparse.h"
@@ -45,7 +46,7 @@ Tensor scatter_rows(const Tensor& c, const Tensor& x, const Tensor& idx, int64_t
 }  // namespace
 
 Tensor sparse_dot(const Tensor& q_in, const Tensor& k_in, const Tensor& idx_in) {
-  const char* op = "sparse_dot";
+  const char* op = opname::sparse_dot;
   Tensor idx = idx_in.defined() ? contiguous(idx_in) : idx_in;
   check_args(op, q_in, "q", k_in, "k", idx, -1);
   CF_CHECK(q_in.shape()[2] == k_in.shape()[2], ShapeError, "[sparse_dot] q ", shape_str(q_in.shape()), " and k ",
@@ -58,10 +59,10 @@ Tensor sparse_dot(const Tensor& q_in, const Tensor& k_in, const Tensor& idx_in) 
     autograd::SavedTensor sq(q), sk(k), si(idx);
     const bool need_q = q_in.requires_grad(), need_k = k_in.requires_grad();
     autograd::record(op, {q_in, k_in}, out, [sq, sk, si, need_q, need_k, m](const Tensor& gout) {
-      Tensor i = si.unpack("sparse_dot"), dq, dk;
+      Tensor i = si.unpack(opname::sparse_dot), dq, dk;
       // dq[n] = sum_t g[n, t] k[idx[n, t]]; dk[idx[n, t]] += g[n, t] q[n].
-      if (need_q) dq = sparse_weighted_sum(gout, sk.unpack("sparse_dot"), i);
-      if (need_k) dk = scatter_rows(gout, sq.unpack("sparse_dot"), i, m);
+      if (need_q) dq = sparse_weighted_sum(gout, sk.unpack(opname::sparse_dot), i);
+      if (need_k) dk = scatter_rows(gout, sq.unpack(opname::sparse_dot), i, m);
       return std::vector<Tensor>{dq, dk};
     });
   }
@@ -69,7 +70,7 @@ Tensor sparse_dot(const Tensor& q_in, const Tensor& k_in, const Tensor& idx_in) 
 }
 
 Tensor sparse_weighted_sum(const Tensor& w_in, const Tensor& v_in, const Tensor& idx_in) {
-  const char* op = "sparse_weighted_sum";
+  const char* op = opname::sparse_weighted_sum;
   Tensor idx = idx_in.defined() ? contiguous(idx_in) : idx_in;
   check_args(op, w_in, "w", v_in, "v", idx, idx_in.defined() && idx_in.dim() == 3 ? idx_in.shape()[2] : -1);
   Tensor w = contiguous(w_in.detach()), v = contiguous(v_in.detach());
@@ -80,10 +81,10 @@ Tensor sparse_weighted_sum(const Tensor& w_in, const Tensor& v_in, const Tensor&
     autograd::SavedTensor sw(w), sv(v), si(idx);
     const bool need_w = w_in.requires_grad(), need_v = v_in.requires_grad();
     autograd::record(op, {w_in, v_in}, out, [sw, sv, si, need_w, need_v, m](const Tensor& gout) {
-      Tensor i = si.unpack("sparse_weighted_sum"), dw, dv;
+      Tensor i = si.unpack(opname::sparse_weighted_sum), dw, dv;
       // dw[n, t] = g[n] . v[idx[n, t]]; dv[idx[n, t]] += w[n, t] g[n].
-      if (need_w) dw = sparse_dot(gout, sv.unpack("sparse_weighted_sum"), i);
-      if (need_v) dv = scatter_rows(sw.unpack("sparse_weighted_sum"), gout, i, m);
+      if (need_w) dw = sparse_dot(gout, sv.unpack(opname::sparse_weighted_sum), i);
+      if (need_v) dv = scatter_rows(sw.unpack(opname::sparse_weighted_sum), gout, i, m);
       return std::vector<Tensor>{dw, dv};
     });
   }

@@ -51,14 +51,14 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   CF_BINARY(gt, "a > b elementwise, bool.")
   CF_BINARY(ge, "a >= b elementwise, bool.")
 #undef CF_BINARY
-  m.def("maximum", &cf::maximum, nb::arg("a"), nb::arg("b"), "Elementwise max; ties send the gradient to a.", release_gil());
-  m.def("minimum", &cf::minimum, nb::arg("a"), nb::arg("b"), "Elementwise min; ties send the gradient to a.", release_gil());
-  m.def("logical_and", &cf::logical_and, nb::arg("a"), nb::arg("b"), "a AND b of bool tensors, broadcast.", release_gil());
-  m.def("logical_or", &cf::logical_or, nb::arg("a"), nb::arg("b"), "a OR b of bool tensors, broadcast.", release_gil());
-  m.def("logical_not", &cf::logical_not, nb::arg("x"), "NOT x of a bool tensor.", release_gil());
-  m.def("where", nb::overload_cast<const Tensor&, const Tensor&, const Tensor&>(&cf::where), nb::arg("cond"),
+  m.def(cf::opname::maximum, &cf::maximum, nb::arg("a"), nb::arg("b"), "Elementwise max; ties send the gradient to a.", release_gil());
+  m.def(cf::opname::minimum, &cf::minimum, nb::arg("a"), nb::arg("b"), "Elementwise min; ties send the gradient to a.", release_gil());
+  m.def(cf::opname::logical_and, &cf::logical_and, nb::arg("a"), nb::arg("b"), "a AND b of bool tensors, broadcast.", release_gil());
+  m.def(cf::opname::logical_or, &cf::logical_or, nb::arg("a"), nb::arg("b"), "a OR b of bool tensors, broadcast.", release_gil());
+  m.def(cf::opname::logical_not, &cf::logical_not, nb::arg("x"), "NOT x of a bool tensor.", release_gil());
+  m.def(cf::opname::where, nb::overload_cast<const Tensor&, const Tensor&, const Tensor&>(&cf::where), nb::arg("cond"),
         nb::arg("a"), nb::arg("b"), "cond ? a : b, broadcasting all three; differentiable in a and b.", release_gil());
-  m.def("where", nb::overload_cast<const Tensor&, const Tensor&, double>(&cf::where), nb::arg("cond"), nb::arg("a"),
+  m.def(cf::opname::where, nb::overload_cast<const Tensor&, const Tensor&, double>(&cf::where), nb::arg("cond"), nb::arg("a"),
         nb::arg("b"), release_gil());
 
   // ---- unary ----
@@ -80,15 +80,15 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   CF_UNARY(log1p, "log(1 + x).");
   CF_UNARY(expm1, "e^x - 1.");
   CF_UNARY(erf, "The error function.");
-  fn_and_method(m, cls, "leaky_relu", [](const Tensor& x, double s) { return cf::leaky_relu(x, s); },
+  fn_and_method(m, cls, cf::opname::leaky_relu, [](const Tensor& x, double s) { return cf::leaky_relu(x, s); },
                 "x where x > 0, else negative_slope * x.", nb::arg("negative_slope") = 0.01);
-  fn_and_method(m, cls, "clamp", [](const Tensor& x, double lo, double hi) { return cf::clamp(x, lo, hi); },
+  fn_and_method(m, cls, cf::opname::clamp, [](const Tensor& x, double lo, double hi) { return cf::clamp(x, lo, hi); },
                 "x limited to [low, high].", nb::arg("low"), nb::arg("high"));
 
   // ---- copies and casts ----
-  m.def("to", nb::overload_cast<const Tensor&, cf::DType>(&cf::to), nb::arg("x"), nb::arg("dtype"),
+  m.def(cf::opname::to, nb::overload_cast<const Tensor&, cf::DType>(&cf::to), nb::arg("x"), nb::arg("dtype"),
         "A new tensor with the dtype converted; differentiable between float dtypes.", release_gil());
-  m.def("to", nb::overload_cast<const Tensor&, cf::Device>(&cf::to), nb::arg("x"), nb::arg("device"),
+  m.def(cf::opname::to, nb::overload_cast<const Tensor&, cf::Device>(&cf::to), nb::arg("x"), nb::arg("device"),
         "A copy on device (x itself when it is there already); differentiable.", release_gil());
   cls.def("to", [](const Tensor& x, cf::DType d) { return cf::to(x, d); }, nb::arg("dtype"), release_gil(),
           "Convert the dtype (differentiable between float dtypes).");
@@ -183,18 +183,18 @@ void bind_reductions(nb::module_& m, TensorCls& cls) {
     m.def(name, g, nb::arg("x"), nb::arg("axes") = nb::none(), nb::arg("keepdim") = false, doc);
     cls.def(name, g, nb::arg("axes") = nb::none(), nb::arg("keepdim") = false, doc);
   };
-  axes_fn("sum", &cf::sum, "Sum over axes (None: all); keepdim keeps them with size 1.");
-  axes_fn("mean", &cf::mean, "Mean over axes (None: all).");
-  axes_fn("logsumexp", &cf::logsumexp, "log(sum(exp(x))) over axes, computed stably.");
-  axes_fn("amax", &cf::amax, "Max over several axes; the gradient is shared equally between tied maxima.");
-  axes_fn("amin", &cf::amin, "Min over several axes; the gradient is shared equally between tied minima.");
+  axes_fn(cf::opname::sum, &cf::sum, "Sum over axes (None: all); keepdim keeps them with size 1.");
+  axes_fn(cf::opname::mean, &cf::mean, "Mean over axes (None: all).");
+  axes_fn(cf::opname::logsumexp, &cf::logsumexp, "log(sum(exp(x))) over axes, computed stably.");
+  axes_fn(cf::opname::amax, &cf::amax, "Max over several axes; the gradient is shared equally between tied maxima.");
+  axes_fn(cf::opname::amin, &cf::amin, "Min over several axes; the gradient is shared equally between tied minima.");
   auto var = [](const Tensor& x, nb::handle axes, int64_t correction, bool keepdim) {
     cf::Axes a = to_axes(axes, "var");
     nb::gil_scoped_release r;
     return cf::var(x, a, correction, keepdim);
   };
   const char* var_doc = "Variance with `correction` subtracted from the count (1: unbiased).";
-  m.def("var", var, nb::arg("x"), nb::arg("axes") = nb::none(), nb::arg("correction") = 1, nb::arg("keepdim") = false, var_doc);
+  m.def(cf::opname::var, var, nb::arg("x"), nb::arg("axes") = nb::none(), nb::arg("correction") = 1, nb::arg("keepdim") = false, var_doc);
   cls.def("var", var, nb::arg("axes") = nb::none(), nb::arg("correction") = 1, nb::arg("keepdim") = false, var_doc);
 
   // max/min: with an axis (values, indices) of the first extremum; without, the amax/amin of all.
@@ -221,33 +221,33 @@ void bind_reductions(nb::module_& m, TensorCls& cls) {
     m.def(name, g, nb::arg("x"), nb::arg("axis") = nb::none(), nb::arg("keepdim") = false, doc);
     cls.def(name, g, nb::arg("axis") = nb::none(), nb::arg("keepdim") = false, doc);
   };
-  maxmin("max", &cf::max, &cf::amax);
-  maxmin("min", &cf::min, &cf::amin);
-  fn_and_method(m, cls, "argmax", [](const Tensor& x, int64_t a, bool k) { return cf::argmax(x, a, k); },
+  maxmin(cf::opname::max, &cf::max, &cf::amax);
+  maxmin(cf::opname::min, &cf::min, &cf::amin);
+  fn_and_method(m, cls, cf::opname::argmax, [](const Tensor& x, int64_t a, bool k) { return cf::argmax(x, a, k); },
                 "Index (int64) of the first maximum along axis.", nb::arg("axis"), nb::arg("keepdim") = false);
-  fn_and_method(m, cls, "argmin", [](const Tensor& x, int64_t a, bool k) { return cf::argmin(x, a, k); },
+  fn_and_method(m, cls, cf::opname::argmin, [](const Tensor& x, int64_t a, bool k) { return cf::argmin(x, a, k); },
                 "Index (int64) of the first minimum along axis.", nb::arg("axis"), nb::arg("keepdim") = false);
   m.def("sum_to", &cf::sum_to, nb::arg("g"), nb::arg("shape"),
         "Sum g down to shape (the inverse of broadcasting g from shape).", release_gil());
-  m.def("matmul", &cf::matmul, nb::arg("a"), nb::arg("b"),
+  m.def(cf::opname::matmul, &cf::matmul, nb::arg("a"), nb::arg("b"),
         "NumPy matmul: 1-d operands are promoted, leading batch axes broadcast; BLAS / cuBLAS underneath.",
         release_gil());
   cls.def("matmul", &cf::matmul, nb::arg("other"), release_gil());
 }
 
 void bind_shape(nb::module_& m, TensorCls& cls) {
-  fn_and_method(m, cls, "reshape", [](const Tensor& x, const cf::Shape& s) { return cf::reshape(x, s); },
+  fn_and_method(m, cls, cf::opname::reshape, [](const Tensor& x, const cf::Shape& s) { return cf::reshape(x, s); },
                 "A view with the new shape when the strides allow it, else a copy; one entry may be -1.",
                 nb::arg("shape"));
   fn_and_method(m, cls, "view", [](const Tensor& x, const cf::Shape& s) { return cf::view(x, s); },
                 "Like reshape but never copies (cf.ShapeError when the strides forbid a view).", nb::arg("shape"));
   fn_and_method(m, cls, "flatten", [](const Tensor& x, int64_t a, int64_t b) { return cf::flatten(x, a, b); },
                 "Merge axes start_axis..end_axis into one.", nb::arg("start_axis") = 0, nb::arg("end_axis") = -1);
-  fn_and_method(m, cls, "permute", [](const Tensor& x, const std::vector<int64_t>& a) { return cf::permute(x, a); },
+  fn_and_method(m, cls, cf::opname::permute, [](const Tensor& x, const std::vector<int64_t>& a) { return cf::permute(x, a); },
                 "A view with the axes reordered.", nb::arg("axes"));
   fn_and_method(m, cls, "transpose", [](const Tensor& x, int64_t a, int64_t b) { return cf::transpose(x, a, b); },
                 "A view with two axes swapped.", nb::arg("axis0"), nb::arg("axis1"));
-  fn_and_method(m, cls, "slice",
+  fn_and_method(m, cls, cf::opname::slice,
                 [](const Tensor& x, int64_t a, int64_t s, int64_t e, int64_t st) { return cf::slice(x, a, s, e, st); },
                 "Elements start, start+step, ... < end along axis (a view; negative start/end count from the end, "
                 "both clamped).",
@@ -255,16 +255,16 @@ void bind_shape(nb::module_& m, TensorCls& cls) {
   fn_and_method(m, cls, "narrow", [](const Tensor& x, int64_t a, int64_t s, int64_t l) { return cf::narrow(x, a, s, l); },
                 "length elements from start along axis (a view; out of range is an error).", nb::arg("axis"),
                 nb::arg("start"), nb::arg("length"));
-  fn_and_method(m, cls, "expand", [](const Tensor& x, const cf::Shape& s) { return cf::expand(x, s); },
+  fn_and_method(m, cls, cf::opname::expand, [](const Tensor& x, const cf::Shape& s) { return cf::expand(x, s); },
                 "Broadcast view to shape (-1 keeps a dimension).", nb::arg("shape"));
   fn_and_method(m, cls, "squeeze",
                 [](const Tensor& x, std::optional<int64_t> a) { return a ? cf::squeeze(x, *a) : cf::squeeze(x); },
                 "Remove size-1 axes (all, or the one given, which must have size 1).", nb::arg("axis") = nb::none());
   fn_and_method(m, cls, "unsqueeze", [](const Tensor& x, int64_t a) { return cf::unsqueeze(x, a); },
                 "Insert a size-1 axis.", nb::arg("axis"));
-  m.def("cat", &cf::cat, nb::arg("tensors"), nb::arg("axis") = 0, "Join along an existing axis (a copy).", release_gil());
-  m.def("stack", &cf::stack, nb::arg("tensors"), nb::arg("axis") = 0, "Join along a new axis (a copy).", release_gil());
-  fn_and_method(m, cls, "pad",
+  m.def(cf::opname::cat, &cf::cat, nb::arg("tensors"), nb::arg("axis") = 0, "Join along an existing axis (a copy).", release_gil());
+  m.def(cf::opname::stack, &cf::stack, nb::arg("tensors"), nb::arg("axis") = 0, "Join along a new axis (a copy).", release_gil());
+  fn_and_method(m, cls, cf::opname::pad,
                 [](const Tensor& x, const std::vector<int64_t>& p, double v) { return cf::pad(x, p, v); },
                 "Constant padding; pads = (before_last, after_last, before_second_last, ...) as torch's F.pad.",
                 nb::arg("pads"), nb::arg("value") = 0.0);
@@ -289,41 +289,41 @@ void bind_shape(nb::module_& m, TensorCls& cls) {
 }
 
 void bind_index(nb::module_& m, TensorCls& cls) {
-  m.def("gather", &cf::gather, nb::arg("x"), nb::arg("axis"), nb::arg("index"),
+  m.def(cf::opname::gather, &cf::gather, nb::arg("x"), nb::arg("axis"), nb::arg("index"),
         "out[i][j][k] = x[i][index[i][j][k]][k] (axis = 1); index (int64) has x's rank.", release_gil());
-  m.def("scatter_add", &cf::scatter_add, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"),
+  m.def(cf::opname::scatter_add, &cf::scatter_add, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"),
         "out = x; out[i][index[i][j][k]][k] += src[i][j][k] (axis = 1). Differentiable in x and src.", release_gil());
-  m.def("index_select", &cf::index_select, nb::arg("x"), nb::arg("axis"), nb::arg("index"),
+  m.def(cf::opname::index_select, &cf::index_select, nb::arg("x"), nb::arg("axis"), nb::arg("index"),
         "Rows of x along axis picked by a 1-d int64 index.", release_gil());
-  m.def("index_add", &cf::index_add, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"),
+  m.def(cf::opname::index_add, &cf::index_add, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"),
         "out = x; out.select(axis, index[i]) += src.select(axis, i). Differentiable in x and src.", release_gil());
-  m.def("take_along_dim", &cf::take_along_dim, nb::arg("x"), nb::arg("index"), nb::arg("axis"),
+  m.def(cf::opname::take_along_dim, &cf::take_along_dim, nb::arg("x"), nb::arg("index"), nb::arg("axis"),
         "gather with NumPy broadcasting of index against x on the other axes.", release_gil());
-  fn_and_method(m, cls, "masked_fill",
+  fn_and_method(m, cls, cf::opname::masked_fill,
                 [](const Tensor& x, const Tensor& mask, double v) { return cf::masked_fill(x, mask, v); },
                 "x with value where mask (bool, broadcast to x) is true. Differentiable in x.", nb::arg("mask"),
                 nb::arg("value"));
-  m.def("one_hot", &cf::one_hot, nb::arg("labels"), nb::arg("num_classes"), nb::arg("dtype") = cf::kFloat32,
+  m.def(cf::opname::one_hot, &cf::one_hot, nb::arg("labels"), nb::arg("num_classes"), nb::arg("dtype") = cf::kFloat32,
         "int64 labels in [0, num_classes) -> (..., num_classes) of 0/1.", release_gil());
 }
 
 void bind_sort(nb::module_& m, TensorCls& cls) {
-  fn_and_method(m, cls, "sort", [](const Tensor& x, int64_t a, bool d) { return vi(cf::sort(x, a, d)); },
+  fn_and_method(m, cls, cf::opname::sort, [](const Tensor& x, int64_t a, bool d) { return vi(cf::sort(x, a, d)); },
                 "Stable sort along axis: (values, indices); values differentiable, indices int64.",
                 nb::arg("axis") = -1, nb::arg("descending") = false);
-  fn_and_method(m, cls, "argsort", [](const Tensor& x, int64_t a, bool d) { return cf::argsort(x, a, d); },
+  fn_and_method(m, cls, cf::opname::argsort, [](const Tensor& x, int64_t a, bool d) { return cf::argsort(x, a, d); },
                 "Indices of the stable sort along axis.", nb::arg("axis") = -1, nb::arg("descending") = false);
-  fn_and_method(m, cls, "topk", [](const Tensor& x, int64_t k, int64_t a, bool l) { return vi(cf::topk(x, k, a, l)); },
+  fn_and_method(m, cls, cf::opname::topk, [](const Tensor& x, int64_t k, int64_t a, bool l) { return vi(cf::topk(x, k, a, l)); },
                 "The k largest (or smallest) along axis in sorted order, (values, indices); ties keep index order.",
                 nb::arg("k"), nb::arg("axis") = -1, nb::arg("largest") = true);
 }
 
 void bind_fused(nb::module_& m, TensorCls& cls) {
-  fn_and_method(m, cls, "softmax", [](const Tensor& x, int64_t a) { return cf::softmax(x, a); },
+  fn_and_method(m, cls, cf::opname::softmax, [](const Tensor& x, int64_t a) { return cf::softmax(x, a); },
                 "Fused, numerically stable softmax along axis.", nb::arg("axis") = -1);
-  fn_and_method(m, cls, "log_softmax", [](const Tensor& x, int64_t a) { return cf::log_softmax(x, a); },
+  fn_and_method(m, cls, cf::opname::log_softmax, [](const Tensor& x, int64_t a) { return cf::log_softmax(x, a); },
                 "Fused log-softmax along axis.", nb::arg("axis") = -1);
-  m.def("layer_norm",
+  m.def(cf::opname::layer_norm,
         [](const Tensor& x, const cf::Shape& ns, std::optional<Tensor> w, std::optional<Tensor> b, double eps) {
           return cf::layer_norm(x, ns, w ? *w : Tensor(), b ? *b : Tensor(), eps);
         },
@@ -332,7 +332,7 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "Normalise over the last len(normalized_shape) axes; weight and bias optional, shaped like "
         "normalized_shape.",
         release_gil());
-  m.def("cross_entropy",
+  m.def(cf::opname::cross_entropy,
         [](const Tensor& logits, const Tensor& targets, int64_t ignore_index, double label_smoothing,
            const std::string& reduction) {
           cf::CrossEntropyOptions o;
@@ -347,14 +347,14 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "the non-ignored targets (0 with a zero gradient when all are ignored). Class weights: "
         "cf.nn.cross_entropy.",
         release_gil());
-  m.def("dropout",
+  m.def(cf::opname::dropout,
         [](const Tensor& x, double p, bool training, cf::Generator* gen) {
           return cf::dropout(x, p, training, gen_or_default(gen));
         },
         nb::arg("x"), nb::arg("p"), nb::arg("training") = true, nb::arg("generator").none() = nb::none(),
         "Inverted dropout: zero with probability p, survivors scaled by 1/(1-p); identity when not training.",
         release_gil());
-  m.def("flash_attention",
+  m.def(cf::opname::flash_attention,
         [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> kpm, double scale, bool causal) {
           return cf::flash_attention(q, k, v, kpm ? *kpm : Tensor(), scale, causal);
         },
@@ -365,7 +365,7 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "1/sqrt(Dk); causal: query i sees key j only when j <= i + Nk - Nq. A query with every key blocked outputs "
         "zeros.",
         release_gil());
-  m.def("block_attention",
+  m.def(cf::opname::block_attention,
         [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members, std::optional<Tensor> kpm,
            int64_t look_back, int64_t look_ahead, bool causal, bool self_mask, double scale) {
           cf::BlockAttentionOptions o;
@@ -386,27 +386,27 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "(B, H, N, Dv), lse (B, H, N)); tokens in no slot or with nothing allowed get 0 and -inf. Differentiable "
         "through both.",
         release_gil());
-  m.def("sparse_dot", &cf::sparse_dot, nb::arg("q"), nb::arg("k"), nb::arg("idx"),
+  m.def(cf::opname::sparse_dot, &cf::sparse_dot, nb::arg("q"), nb::arg("k"), nb::arg("idx"),
         "out[g, n, t] = q[g, n] . k[g, idx[g, n, t]]: q (G, N, D), k (G, M, D), idx int64 (G, N, K) -> (G, N, K) "
         "(improved clustered attention's top-k scores). Differentiable in q and k.",
         release_gil());
-  m.def("sparse_weighted_sum", &cf::sparse_weighted_sum, nb::arg("w"), nb::arg("v"), nb::arg("idx"),
+  m.def(cf::opname::sparse_weighted_sum, &cf::sparse_weighted_sum, nb::arg("w"), nb::arg("v"), nb::arg("idx"),
         "out[g, n] = sum_t w[g, n, t] v[g, idx[g, n, t]]: w (G, N, K), v (G, M, Dv), idx int64 (G, N, K) -> "
         "(G, N, Dv). Differentiable in w and v.",
         release_gil());
-  m.def("farthest_point_sampling", &cf::farthest_point_sampling, nb::arg("points"), nb::arg("m"),
+  m.def(cf::opname::farthest_point_sampling, &cf::farthest_point_sampling, nb::arg("points"), nb::arg("m"),
         nb::arg("mask") = Tensor(),
         "Indices int64 (B, m) of farthest point sampling over points (B, N, C): the first real point, then "
         "repeatedly the farthest from those taken (ties to the lowest index); mask bool (B, N), True = padding.",
         release_gil());
-  m.def("group_max", &cf::group_max, nb::arg("src"), nb::arg("group"), nb::arg("groups"),
+  m.def(cf::opname::group_max, &cf::group_max, nb::arg("src"), nb::arg("group"), nb::arg("groups"),
         "Each entry of src (..., E) gets the largest src of its row's entries in the same group (int64 (..., E) in "
         "[0, groups)); 0 where that is not finite.",
         release_gil());
-  m.def("hash_codes", &cf::hash_codes, nb::arg("x"), nb::arg("planes"),
+  m.def(cf::opname::hash_codes, &cf::hash_codes, nb::arg("x"), nb::arg("planes"),
         "int64 codes of x (..., D) under planes (bits, D), bits in [1, 63]: bit b is set when x . planes[b] > 0.",
         release_gil());
-  m.def("hamming_kmeans",
+  m.def(cf::opname::hamming_kmeans,
         [](const Tensor& codes, int64_t clusters, int64_t iterations, int64_t bits, std::optional<Tensor> exclude) {
           return cf::hamming_kmeans(codes, clusters, iterations, bits, exclude ? *exclude : Tensor());
         },
@@ -444,27 +444,27 @@ void bind_factories(nb::module_& m) {
         nb::arg("value"), nb::arg("dtype") = cf::kFloat32, dev, rg, "0-d tensor holding one value.", release_gil());
   m.def("arange", [](int64_t n, cf::DType d, cf::Device dv) { return cf::Tensor::arange(n, d, dv); }, nb::arg("n"),
         nb::arg("dtype") = cf::kInt64, dev, "[0, 1, ..., n-1].", release_gil());
-  m.def("rand",
+  m.def(cf::opname::rand,
         [](const cf::Shape& s, cf::DType d, cf::Generator* gen, double lo, double hi, cf::Device dv, bool g) {
           return with_grad(cf::rand(s, d, gen_or_default(gen), lo, hi, dv), g);
         },
         nb::arg("shape"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(),
         nb::arg("low") = 0.0, nb::arg("high") = 1.0, dev, rg,
         "Uniform in [low, high) from a Philox generator (default: the process-wide one).", release_gil());
-  m.def("randn",
+  m.def(cf::opname::randn,
         [](const cf::Shape& s, cf::DType d, cf::Generator* gen, double mean, double std, cf::Device dv, bool g) {
           return with_grad(cf::randn(s, d, gen_or_default(gen), mean, std, dv), g);
         },
         nb::arg("shape"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(),
         nb::arg("mean") = 0.0, nb::arg("std") = 1.0, dev, rg, "Normal(mean, std) from a Philox generator.",
         release_gil());
-  m.def("randint",
+  m.def(cf::opname::randint,
         [](int64_t lo, int64_t hi, const cf::Shape& s, cf::Generator* gen, cf::Device dv) {
           return cf::randint(lo, hi, s, gen_or_default(gen), dv);
         },
         nb::arg("low"), nb::arg("high"), nb::arg("shape"), nb::arg("generator").none() = nb::none(), dev,
         "int64 uniform in [low, high).", release_gil());
-  m.def("bernoulli",
+  m.def(cf::opname::bernoulli,
         [](const cf::Shape& s, double p, cf::Generator* gen, cf::Device dv) {
           return cf::bernoulli(s, p, gen_or_default(gen), dv);
         },

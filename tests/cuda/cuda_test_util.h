@@ -311,7 +311,7 @@ inline Tensor rand_targets(const Shape& s, int64_t classes, uint32_t seed, int64
 
 #define CUDA_TEST_CASE(name) TEST_CASE("cuda: " name * doctest::skip(!::cf::test::cuda_visible()))
 
-// A parity case for `op` (the name in cf::op_registry()).
-#define PARITY_CASE(op)                                                                          \
-  static ::cf::test::ParityCaseRegistrar CF_GRADCHECK_CONCAT(cf_pc_reg_, __LINE__)(op);         \
-  CUDA_TEST_CASE("parity " op)
+// A parity case for the op `op` (an identifier of autograd/op_names.h).
+#define PARITY_CASE(op)                                                                                 \
+  static ::cf::test::ParityCaseRegistrar CF_GRADCHECK_CONCAT(cf_pc_reg_, __LINE__)(::cf::opname::op); \
+  CUDA_TEST_CASE("parity " #op)

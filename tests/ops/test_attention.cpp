@@ -124,7 +124,7 @@ TEST_CASE("flash attention: strided inputs, zero grad_output, repeatable backwar
   CHECK(values(base.grad()) == first);
 }
 
-GRADCHECK_CASE("flash_attention") {
+GRADCHECK_CASE(flash_attention) {
   Tensor kpm = padding(2, 6, {{1, 1}, {1, 4}});
   for (bool causal : {false, true})
     check_grad("flash_attention",
@@ -147,7 +147,7 @@ TEST_CASE("flash attention rejects bad input with the shapes in the message") {
   CHECK_THROWS_MSG(flash_attention(Tensor(), k, v), ValueError, "[flash_attention] argument 'q' is an undefined tensor");
 }
 
-GRADCHECK_CASE("block_attention") {
+GRADCHECK_CASE(block_attention) {
   // Chunks of 3 over 7 tokens (the last chunk has 2 empty slots; token 5 is in no
   // slot), per-head tables, look-back 1, causal, self mask, padding: out and lse.
   Tensor members = ti64({4, 0, 2, 6, 1, 3, -1, -1, -1,  //
@@ -242,7 +242,7 @@ ParityOptions grad_tolerance() {
 
 TEST_SUITE("ops/attention") {
 
-PARITY_CASE("flash_attention") {
+PARITY_CASE(flash_attention) {
   struct Case {
     int64_t B, H, Nq, Nk, Dk, Dv, padded;
     double scale;
@@ -282,7 +282,7 @@ CUDA_TEST_CASE("flash_attention float64 gradcheck on CUDA") {
                     {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
 }
 
-PARITY_CASE("block_attention") {
+PARITY_CASE(block_attention) {
   struct Case {
     int64_t B, H, Hm, N, w, holes, Dk, padded;
   };

@@ -156,7 +156,7 @@ TEST_CASE("hash_codes and hamming_kmeans refuse bad input with messages naming t
                    "[hamming_kmeans] exclude is on cuda:0");
 }
 
-PARITY_CASE("hash_codes") {
+PARITY_CASE(hash_codes) {
   Generator g(3);
   const Tensor x = rand({2, 3, 40, 16}, kFloat64, g, -1, 1);
   const Tensor planes = random_hyperplanes(63, 16, kFloat64, g);
@@ -166,7 +166,7 @@ PARITY_CASE("hash_codes") {
   CHECK(gc.cpu().to_vector<int64_t>() == c.to_vector<int64_t>());
 }
 
-PARITY_CASE("hamming_kmeans") {
+PARITY_CASE(hamming_kmeans) {
   for (int64_t bits : {8, 31, 63}) {
     INFO("bits ", bits);
     const int64_t rows = 5, n = 70;

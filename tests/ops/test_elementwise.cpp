@@ -56,15 +56,15 @@ TEST_CASE("elementwise bad input") {
   CHECK_THROWS_MSG(div(ti64({1}, {1}), ti64({0}, {1})), ValueError, "[div]", "division by zero");
 }
 
-GRADCHECK_CASE("add") {
+GRADCHECK_CASE(add) {
   check_grad("add", [](const std::vector<Tensor>& x) { return add(x[0], x[1]); },
              {leaf64({2, 3}, 1), leaf64({3}, 2)});
 }
-GRADCHECK_CASE("mul") {
+GRADCHECK_CASE(mul) {
   check_grad("mul", [](const std::vector<Tensor>& x) { return mul(x[0], x[1]); },
              {leaf64({2, 3}, 1), leaf64({2, 1}, 2)});
 }
-GRADCHECK_CASE("div") {
+GRADCHECK_CASE(div) {
   check_grad("div", [](const std::vector<Tensor>& x) { return div(x[0], x[1]); },
              {leaf64({2, 3}, 1), leaf64({3}, 2, 0.5, 2.0)});
 }
@@ -158,66 +158,66 @@ TEST_CASE("in-place ops and their bad input") {
   CHECK_THROWS_MSG(exp(Tensor()), ValueError, "[exp]", "undefined");
 }
 
-GRADCHECK_CASE("exp") { check_grad("exp", [](auto& x) { return exp(x[0]); }, {leaf64({2, 3})}); }
-GRADCHECK_CASE("log") { check_grad("log", [](auto& x) { return log(x[0]); }, {leaf64({2, 3}, 1, 0.5, 2)}); }
-GRADCHECK_CASE("sqrt") { check_grad("sqrt", [](auto& x) { return sqrt(x[0]); }, {leaf64({2, 3}, 1, 0.5, 2)}); }
-GRADCHECK_CASE("rsqrt") { check_grad("rsqrt", [](auto& x) { return rsqrt(x[0]); }, {leaf64({2, 3}, 1, 0.5, 2)}); }
-GRADCHECK_CASE("sin") { check_grad("sin", [](auto& x) { return sin(x[0]); }, {leaf64({2, 3})}); }
-GRADCHECK_CASE("cos") { check_grad("cos", [](auto& x) { return cos(x[0]); }, {leaf64({2, 3})}); }
-GRADCHECK_CASE("tanh") { check_grad("tanh", [](auto& x) { return tanh(x[0]); }, {leaf64({2, 3})}); }
-GRADCHECK_CASE("sigmoid") { check_grad("sigmoid", [](auto& x) { return sigmoid(x[0]); }, {leaf64({2, 3}, 1, -4, 4)}); }
-GRADCHECK_CASE("relu") {
+GRADCHECK_CASE(exp) { check_grad("exp", [](auto& x) { return exp(x[0]); }, {leaf64({2, 3})}); }
+GRADCHECK_CASE(log) { check_grad("log", [](auto& x) { return log(x[0]); }, {leaf64({2, 3}, 1, 0.5, 2)}); }
+GRADCHECK_CASE(sqrt) { check_grad("sqrt", [](auto& x) { return sqrt(x[0]); }, {leaf64({2, 3}, 1, 0.5, 2)}); }
+GRADCHECK_CASE(rsqrt) { check_grad("rsqrt", [](auto& x) { return rsqrt(x[0]); }, {leaf64({2, 3}, 1, 0.5, 2)}); }
+GRADCHECK_CASE(sin) { check_grad("sin", [](auto& x) { return sin(x[0]); }, {leaf64({2, 3})}); }
+GRADCHECK_CASE(cos) { check_grad("cos", [](auto& x) { return cos(x[0]); }, {leaf64({2, 3})}); }
+GRADCHECK_CASE(tanh) { check_grad("tanh", [](auto& x) { return tanh(x[0]); }, {leaf64({2, 3})}); }
+GRADCHECK_CASE(sigmoid) { check_grad("sigmoid", [](auto& x) { return sigmoid(x[0]); }, {leaf64({2, 3}, 1, -4, 4)}); }
+GRADCHECK_CASE(relu) {
   // Values kept away from the kink at 0.
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9, 1.7, -2.2}, {2, 3}).set_requires_grad(true);
   check_grad("relu", [](auto& v) { return relu(v[0]); }, {x});
 }
-GRADCHECK_CASE("leaky_relu") {
+GRADCHECK_CASE(leaky_relu) {
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9, 1.7, -2.2}, {2, 3}).set_requires_grad(true);
   check_grad("leaky_relu", [](auto& v) { return leaky_relu(v[0], 0.2); }, {x});
 }
-GRADCHECK_CASE("gelu") { check_grad("gelu", [](auto& x) { return gelu(x[0]); }, {leaf64({2, 3}, 1, -3, 3)}); }
-GRADCHECK_CASE("abs") {
+GRADCHECK_CASE(gelu) { check_grad("gelu", [](auto& x) { return gelu(x[0]); }, {leaf64({2, 3}, 1, -3, 3)}); }
+GRADCHECK_CASE(abs) {
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9}, {4}).set_requires_grad(true);
   check_grad("abs", [](auto& v) { return abs(v[0]); }, {x});
 }
-GRADCHECK_CASE("neg") { check_grad("neg", [](auto& x) { return neg(x[0]); }, {leaf64({3})}); }
-GRADCHECK_CASE("square") { check_grad("square", [](auto& x) { return square(x[0]); }, {leaf64({3})}); }
-GRADCHECK_CASE("reciprocal") {
+GRADCHECK_CASE(neg) { check_grad("neg", [](auto& x) { return neg(x[0]); }, {leaf64({3})}); }
+GRADCHECK_CASE(square) { check_grad("square", [](auto& x) { return square(x[0]); }, {leaf64({3})}); }
+GRADCHECK_CASE(reciprocal) {
   check_grad("reciprocal", [](auto& x) { return reciprocal(x[0]); }, {leaf64({3}, 1, 0.5, 2)});
 }
-GRADCHECK_CASE("log1p") { check_grad("log1p", [](auto& x) { return log1p(x[0]); }, {leaf64({3}, 1, 0, 2)}); }
-GRADCHECK_CASE("expm1") { check_grad("expm1", [](auto& x) { return expm1(x[0]); }, {leaf64({3})}); }
-GRADCHECK_CASE("erf") { check_grad("erf", [](auto& x) { return erf(x[0]); }, {leaf64({3})}); }
-GRADCHECK_CASE("clamp") {
+GRADCHECK_CASE(log1p) { check_grad("log1p", [](auto& x) { return log1p(x[0]); }, {leaf64({3}, 1, 0, 2)}); }
+GRADCHECK_CASE(expm1) { check_grad("expm1", [](auto& x) { return expm1(x[0]); }, {leaf64({3})}); }
+GRADCHECK_CASE(erf) { check_grad("erf", [](auto& x) { return erf(x[0]); }, {leaf64({3})}); }
+GRADCHECK_CASE(clamp) {
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9, 1.7}, {5}).set_requires_grad(true);
   check_grad("clamp", [](auto& v) { return clamp(v[0], -1.0, 1.0); }, {x});
 }
-GRADCHECK_CASE("sub") {
+GRADCHECK_CASE(sub) {
   check_grad("sub", [](auto& x) { return sub(x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({2, 1}, 2)});
 }
-GRADCHECK_CASE("pow") {
+GRADCHECK_CASE(pow) {
   check_grad("pow", [](auto& x) { return pow(x[0], x[1]); }, {leaf64({2, 3}, 1, 0.5, 2), leaf64({3}, 2)});
   check_grad("pow", [](auto& x) { return pow(x[0], 2.5); }, {leaf64({2, 3}, 1, 0.5, 2)});
 }
-GRADCHECK_CASE("maximum") {
+GRADCHECK_CASE(maximum) {
   Tensor a = t64({1, 5, 3, -2}, {4}).set_requires_grad(true);
   Tensor b = t64({2, 4, 0, -1}, {4}).set_requires_grad(true);
   check_grad("maximum", [](auto& x) { return maximum(x[0], x[1]); }, {a, b});
 }
-GRADCHECK_CASE("minimum") {
+GRADCHECK_CASE(minimum) {
   Tensor a = t64({1, 5, 3, -2}, {4}).set_requires_grad(true);
   Tensor b = t64({2, 4, 0, -1}, {4}).set_requires_grad(true);
   check_grad("minimum", [](auto& x) { return minimum(x[0], x[1]); }, {a, b});
 }
-GRADCHECK_CASE("where") {
+GRADCHECK_CASE(where) {
   Tensor c = Tensor::from_vector(std::vector<bool>{true, false, true}, {3});
   check_grad("where", [c](auto& x) { return where(c, x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({3}, 2)});
 }
-GRADCHECK_CASE("to") {
+GRADCHECK_CASE(to) {
   check_grad("to", [](auto& x) { return to(to(x[0], kFloat32), kFloat64); }, {leaf64({3})},
              GradcheckOptions{1e-3, 1e-4, 1e-2});  // the float32 round trip limits precision
 }
-GRADCHECK_CASE("clone") {
+GRADCHECK_CASE(clone) {
   check_grad("clone", [](auto& x) { return clone(transpose(x[0], 0, 1)); }, {leaf64({2, 3})});
 }
 
@@ -243,20 +243,20 @@ TEST_SUITE("ops/elementwise") {
 
 // ---------------------------------------------------------------- binary arithmetic
 
-PARITY_CASE("add") {
+PARITY_CASE(add) {
   binary_case("add", [](const Tensor& a, const Tensor& b) { return add(a, b); });
   check_parity("add", [](const Inputs& x) { return add(x[0], 1.5) + 2.0; }, {leaf32({1000}, 1)});
   check_parity("add", [](const Inputs& x) { return add(x[0], x[1]); }, {random_ints({4, 1, 3}, -9, 9, 1), random_ints({5, 1}, -9, 9, 2)});
   specials_binary("add", [](const Tensor& a, const Tensor& b) { return add(a, b); });
   check_grad_cuda("add", [](const Inputs& x) { return add(x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({3}, 2)});
 }
-PARITY_CASE("sub") {
+PARITY_CASE(sub) {
   binary_case("sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); });
   check_parity("sub", [](const Inputs& x) { return 1.0 - x[0]; }, {leaf32({1000}, 2)});
   check_parity("sub", [](const Inputs& x) { return sub(x[0], x[1]); }, {random_ints({7}, -9, 9, 3), random_ints({7}, -9, 9, 4)});
   check_grad_cuda("sub", [](const Inputs& x) { return sub(x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({2, 1}, 2)});
 }
-PARITY_CASE("mul") {
+PARITY_CASE(mul) {
   binary_case("mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); });
   check_parity("mul", [](const Inputs& x) { return mul(x[0], x[1]); }, {random_ints({7}, -9, 9, 5), random_ints({7}, -9, 9, 6)});
   // mul_ (in place, the output aliases the input) on a contiguous and a strided tensor.
@@ -269,7 +269,7 @@ PARITY_CASE("mul") {
   }, {leaf32({6, 5}, 7).detach()});
   check_grad_cuda("mul", [](const Inputs& x) { return mul(x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({2, 1}, 2)});
 }
-PARITY_CASE("div") {
+PARITY_CASE(div) {
   binary_case("div", [](const Tensor& a, const Tensor& b) { return div(a, b); }, -2, 2, 0.5, 2);
   check_parity("div", [](const Inputs& x) { return div(x[0], 4.0); }, {leaf32({1000}, 3)});
   // int64: C++ truncation toward zero for every sign combination.
@@ -286,7 +286,7 @@ PARITY_CASE("div") {
   check_grad_cuda("div", [](const Inputs& x) { return div(x[0], x[1]); },
                   {leaf64({2, 3}, 1), leaf64({3}, 2, 0.5, 2.0)});
 }
-PARITY_CASE("pow") {
+PARITY_CASE(pow) {
   binary_case("pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, 0.5, 2, -2, 2);
   unary_case("pow", [](const Tensor& x) { return pow(x, 2.5); }, 0.5, 2);
   unary_case("pow", [](const Tensor& x) { return pow(x, 3.0); });
@@ -298,7 +298,7 @@ PARITY_CASE("pow") {
                   {leaf64({2, 3}, 1, 0.5, 2), leaf64({3}, 2)});
   check_grad_cuda("pow", [](const Inputs& x) { return pow(x[0], 2.5); }, {leaf64({2, 3}, 1, 0.5, 2)});
 }
-PARITY_CASE("maximum") {
+PARITY_CASE(maximum) {
   binary_case("maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); });
   // NaN only propagates from b, ties send the gradient to a: forward on specials,
   // forward and backward on exact ties.
@@ -312,7 +312,7 @@ PARITY_CASE("maximum") {
   Tensor b = t64({2, 4, 0, -1}, {4}).set_requires_grad(true);
   check_grad_cuda("maximum", [](const Inputs& x) { return maximum(x[0], x[1]); }, {a, b});
 }
-PARITY_CASE("minimum") {
+PARITY_CASE(minimum) {
   binary_case("minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); });
   specials_binary("minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); });
   Tensor ta = ties32({50}, 3), tb = ties32({50}, 4);
@@ -325,7 +325,7 @@ PARITY_CASE("minimum") {
   check_grad_cuda("minimum", [](const Inputs& x) { return minimum(x[0], x[1]); }, {a, b});
 }
 
-PARITY_CASE("where") {
+PARITY_CASE(where) {
   auto w = [](const Inputs& x) { return where(x[0], x[1], x[2]); };
   check_parity("where", w, {bools({6, 7}, 1), leaf32({6, 7}, 1), leaf32({6, 7}, 2)});
   check_parity("where", w, {bools({4, 1, 3}, 2), leaf32({5, 1}, 3), leaf32({3}, 4)});
@@ -342,105 +342,105 @@ PARITY_CASE("where") {
 
 // ---------------------------------------------------------------- unary
 
-PARITY_CASE("neg") {
+PARITY_CASE(neg) {
   unary_case("neg", [](const Tensor& x) { return neg(x); });
   check_parity("neg", [](const Inputs& x) { return -x[0]; }, {random_ints({4, 5}, -100, 100, 1)});
   specials_unary("neg", [](const Tensor& x) { return neg(x); });
   grad_unary("neg", [](const Tensor& x) { return neg(x); });
 }
-PARITY_CASE("abs") {
+PARITY_CASE(abs) {
   unary_case("abs", [](const Tensor& x) { return abs(x); });
   check_parity("abs", [](const Inputs& x) { return abs(transpose(x[0], 0, 1)); }, {random_ints({4, 5}, -100, 100, 2)});
   specials_unary("abs", [](const Tensor& x) { return abs(x); });
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9}, {4}).set_requires_grad(true);
   check_grad_cuda("abs", [](const Inputs& v) { return abs(v[0]); }, {x});
 }
-PARITY_CASE("square") {
+PARITY_CASE(square) {
   unary_case("square", [](const Tensor& x) { return square(x); });
   check_parity("square", [](const Inputs& x) { return square(x[0]); }, {random_ints({4, 5}, -1000, 1000, 3)});
   grad_unary("square", [](const Tensor& x) { return square(x); });
 }
-PARITY_CASE("sign") {
+PARITY_CASE(sign) {
   ParityOptions fwd;
   fwd.backward = false;  // sign records no graph (zero gradient almost everywhere)
   unary_case("sign", [](const Tensor& x) { return sign(x); }, -2, 2, fwd);
   check_parity("sign", [](const Inputs& x) { return sign(x[0]); }, {random_ints({4, 5}, -2, 2, 4)});
   specials_unary("sign", [](const Tensor& x) { return sign(x); });
 }
-PARITY_CASE("exp") {
+PARITY_CASE(exp) {
   unary_case("exp", [](const Tensor& x) { return exp(x); });
   specials_unary("exp", [](const Tensor& x) { return exp(x); });
   grad_unary("exp", [](const Tensor& x) { return exp(x); });
 }
-PARITY_CASE("log") {
+PARITY_CASE(log) {
   unary_case("log", [](const Tensor& x) { return log(x); }, 0.1, 3);
   specials_unary("log", [](const Tensor& x) { return log(x); });
   grad_unary("log", [](const Tensor& x) { return log(x); }, 0.5, 2);
 }
-PARITY_CASE("sqrt") {
+PARITY_CASE(sqrt) {
   unary_case("sqrt", [](const Tensor& x) { return sqrt(x); }, 0.1, 3);
   specials_unary("sqrt", [](const Tensor& x) { return sqrt(x); });
   grad_unary("sqrt", [](const Tensor& x) { return sqrt(x); }, 0.5, 2);
 }
-PARITY_CASE("rsqrt") {
+PARITY_CASE(rsqrt) {
   unary_case("rsqrt", [](const Tensor& x) { return rsqrt(x); }, 0.1, 3);
   grad_unary("rsqrt", [](const Tensor& x) { return rsqrt(x); }, 0.5, 2);
 }
-PARITY_CASE("sin") {
+PARITY_CASE(sin) {
   unary_case("sin", [](const Tensor& x) { return sin(x); });
   grad_unary("sin", [](const Tensor& x) { return sin(x); });
 }
-PARITY_CASE("cos") {
+PARITY_CASE(cos) {
   unary_case("cos", [](const Tensor& x) { return cos(x); });
   grad_unary("cos", [](const Tensor& x) { return cos(x); });
 }
-PARITY_CASE("tanh") {
+PARITY_CASE(tanh) {
   unary_case("tanh", [](const Tensor& x) { return tanh(x); });
   specials_unary("tanh", [](const Tensor& x) { return tanh(x); });
   grad_unary("tanh", [](const Tensor& x) { return tanh(x); });
 }
-PARITY_CASE("sigmoid") {
+PARITY_CASE(sigmoid) {
   unary_case("sigmoid", [](const Tensor& x) { return sigmoid(x); }, -8, 8);
   check_parity("sigmoid", [](const Inputs& x) { return sigmoid(x[0]); }, {t32({-200.0f, 200.0f, -90.0f}, {3})});
   specials_unary("sigmoid", [](const Tensor& x) { return sigmoid(x); });
   grad_unary("sigmoid", [](const Tensor& x) { return sigmoid(x); }, -4, 4);
 }
-PARITY_CASE("relu") {
+PARITY_CASE(relu) {
   unary_case("relu", [](const Tensor& x) { return relu(x); });
   specials_unary("relu", [](const Tensor& x) { return relu(x); });  // relu(NaN) = 0 as on the CPU
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9, 1.7, -2.2}, {2, 3}).set_requires_grad(true);
   check_grad_cuda("relu", [](const Inputs& v) { return relu(v[0]); }, {x});
 }
-PARITY_CASE("gelu") {
+PARITY_CASE(gelu) {
   // Forward is UnaryOp::Gelu, backward UnaryOp::GeluGrad: both compared here.
   unary_case("gelu", [](const Tensor& x) { return gelu(x); }, -4, 4);
   specials_unary("gelu", [](const Tensor& x) { return gelu(x); });
   grad_unary("gelu", [](const Tensor& x) { return gelu(x); }, -3, 3);
 }
-PARITY_CASE("leaky_relu") {
+PARITY_CASE(leaky_relu) {
   unary_case("leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.2); });
   specials_unary("leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.1); });
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9, 1.7, -2.2}, {2, 3}).set_requires_grad(true);
   check_grad_cuda("leaky_relu", [](const Inputs& v) { return leaky_relu(v[0], 0.2); }, {x});
 }
-PARITY_CASE("reciprocal") {
+PARITY_CASE(reciprocal) {
   unary_case("reciprocal", [](const Tensor& x) { return reciprocal(x); }, 0.2, 3);
   specials_unary("reciprocal", [](const Tensor& x) { return reciprocal(x); });
   grad_unary("reciprocal", [](const Tensor& x) { return reciprocal(x); }, 0.5, 2);
 }
-PARITY_CASE("log1p") {
+PARITY_CASE(log1p) {
   unary_case("log1p", [](const Tensor& x) { return log1p(x); }, -0.5, 3);
   grad_unary("log1p", [](const Tensor& x) { return log1p(x); }, 0, 2);
 }
-PARITY_CASE("expm1") {
+PARITY_CASE(expm1) {
   unary_case("expm1", [](const Tensor& x) { return expm1(x); });
   grad_unary("expm1", [](const Tensor& x) { return expm1(x); });
 }
-PARITY_CASE("erf") {
+PARITY_CASE(erf) {
   unary_case("erf", [](const Tensor& x) { return erf(x); });
   grad_unary("erf", [](const Tensor& x) { return erf(x); });
 }
-PARITY_CASE("clamp") {
+PARITY_CASE(clamp) {
   unary_case("clamp", [](const Tensor& x) { return clamp(x, -1.0, 1.0); });
   specials_unary("clamp", [](const Tensor& x) { return clamp(x, -1.0, 2.0); });  // NaN stays NaN
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9, 1.7}, {5}).set_requires_grad(true);
@@ -464,23 +464,23 @@ void comparison_case(const char* op, const Fn2& f) {
                {ties32({33}, 13), ties32({33}, 14)});
 }
 
-PARITY_CASE("eq") {
+PARITY_CASE(eq) {
   comparison_case("eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); });
   check_parity("eq", [](const Inputs& x) { return eq(x[0], x[1]); }, {bools({4, 1, 3}, 1), bools({5, 1}, 2)});
   check_parity("eq", [](const Inputs& x) { return eq(x[0], 0.0); }, {ties32({100}, 15)});
 }
-PARITY_CASE("ne") {
+PARITY_CASE(ne) {
   comparison_case("ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); });
   check_parity("ne", [](const Inputs& x) { return ne(x[0], x[1]); }, {bools({40}, 3), bools({40}, 4)});
 }
-PARITY_CASE("lt") { comparison_case("lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }); }
-PARITY_CASE("le") { comparison_case("le", [](const Tensor& a, const Tensor& b) { return le(a, b); }); }
-PARITY_CASE("gt") { comparison_case("gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }); }
-PARITY_CASE("ge") {
+PARITY_CASE(lt) { comparison_case("lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }); }
+PARITY_CASE(le) { comparison_case("le", [](const Tensor& a, const Tensor& b) { return le(a, b); }); }
+PARITY_CASE(gt) { comparison_case("gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }); }
+PARITY_CASE(ge) {
   comparison_case("ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); });
   check_parity("ge", [](const Inputs& x) { return ge(x[0], 0.0); }, {ties32({100}, 16)});
 }
-PARITY_CASE("logical_and") {
+PARITY_CASE(logical_and) {
   auto g = [](const Inputs& x) { return logical_and(x[0], x[1]); };
   check_parity("logical_and", g, {bools({6, 7}, 1), bools({6, 7}, 2)});
   check_parity("logical_and", g, {bools({4, 1, 3}, 3), bools({5, 1}, 4)});
@@ -489,7 +489,7 @@ PARITY_CASE("logical_and") {
   check_parity("logical_and", g, {bools({1 << 20}, 7), bools({1 << 20}, 8)});
   check_parity("logical_and", g, {bools({0}, 9), bools({0}, 10)});
 }
-PARITY_CASE("logical_or") {
+PARITY_CASE(logical_or) {
   auto g = [](const Inputs& x) { return logical_or(x[0], x[1]); };
   check_parity("logical_or", g, {bools({6, 7}, 1), bools({6, 7}, 2)});
   check_parity("logical_or", g, {bools({4, 1, 3}, 3), bools({5, 1}, 4)});
@@ -497,7 +497,7 @@ PARITY_CASE("logical_or") {
                {bools({41}, 5), bools({20}, 6)});
   check_parity("logical_or", g, {bools({1 << 20}, 7), bools({1}, 8)});
 }
-PARITY_CASE("logical_not") {
+PARITY_CASE(logical_not) {
   auto g = [](const Inputs& x) { return logical_not(x[0]); };
   check_parity("logical_not", g, {bools({6, 7}, 1)});
   check_parity("logical_not", [](const Inputs& x) { return logical_not(transpose(x[0], 0, 1)); }, {bools({5, 4}, 2)});
@@ -508,7 +508,7 @@ PARITY_CASE("logical_not") {
 
 // ---------------------------------------------------------------- copies, casts, moves
 
-PARITY_CASE("to") {
+PARITY_CASE(to) {
   // dtype casts, differentiable between float dtypes, on contiguous and strided sources.
   check_parity("to", [](const Inputs& x) { return to(x[0], kFloat64); }, {leaf32({6, 7}, 1)});
   check_parity("to", [](const Inputs& x) { return to(to(transpose(x[0], 0, 1), kFloat64), kFloat32); },
@@ -551,7 +551,7 @@ PARITY_CASE("to") {
     CHECK(values(xg.grad()) == values(w));
   }
 }
-PARITY_CASE("clone") {
+PARITY_CASE(clone) {
   check_parity("clone", [](const Inputs& x) { return clone(x[0]); }, {leaf32({6, 7}, 1)});
   check_parity("clone", [](const Inputs& x) { return clone(transpose(x[0], 0, 1)); }, {leaf32({5, 4}, 2)});
   check_parity("clone", [](const Inputs& x) { return clone(slice(x[0], 0, 1, 1001)); }, {leaf32({1001}, 3)});

@@ -323,7 +323,7 @@ TEST_CASE("index ops record the registry name and differentiate only float input
   check_close(x3.grad(), values(mul(ia.detach(), 2.0)));
 }
 
-GRADCHECK_CASE("gather") {
+GRADCHECK_CASE(gather) {
   Tensor idx = ti64({0, 2, 2, 1, 3, 3, 3, 0, 1, 1, 2, 0, 3, 3, 0}, {3, 5});  // duplicates
   check_grad("gather", [idx](const std::vector<Tensor>& x) { return gather(x[0], 1, idx); },
              {leaf64({3, 4})});
@@ -331,7 +331,7 @@ GRADCHECK_CASE("gather") {
   check_grad("gather", [idx0](const std::vector<Tensor>& x) { return gather(x[0], 0, idx0); },
              {leaf64({3, 4}, 2)});
 }
-GRADCHECK_CASE("scatter_add") {
+GRADCHECK_CASE(scatter_add) {
   Tensor idx = ti64({0, 2, 2, 1, 3, 3, 3, 0, 1, 1, 2, 0, 3, 3, 0}, {3, 5});
   check_grad("scatter_add",
              [idx](const std::vector<Tensor>& x) { return scatter_add(x[0], 1, idx, x[1]); },
@@ -341,7 +341,7 @@ GRADCHECK_CASE("scatter_add") {
              [idx](const std::vector<Tensor>& x) { return scatter_add(x[0], 1, idx, x[1]); },
              {leaf64({4, 4}, 3), leaf64({4, 6}, 4)});
 }
-GRADCHECK_CASE("index_select") {
+GRADCHECK_CASE(index_select) {
   Tensor idx = ti64({0, 2, 2, 3, 0}, {5});
   check_grad("index_select",
              [idx](const std::vector<Tensor>& x) { return index_select(x[0], 0, idx); },
@@ -350,7 +350,7 @@ GRADCHECK_CASE("index_select") {
              [idx](const std::vector<Tensor>& x) { return index_select(x[0], 1, idx); },
              {leaf64({2, 4}, 2)});
 }
-GRADCHECK_CASE("index_add") {
+GRADCHECK_CASE(index_add) {
   Tensor idx = ti64({1, 1, 3, 0, 1}, {5});
   check_grad("index_add",
              [idx](const std::vector<Tensor>& x) { return index_add(x[0], 0, idx, x[1]); },
@@ -359,13 +359,13 @@ GRADCHECK_CASE("index_add") {
              [idx](const std::vector<Tensor>& x) { return index_add(x[0], 1, idx, x[1]); },
              {leaf64({2, 4}, 3), leaf64({2, 5}, 4)});
 }
-GRADCHECK_CASE("take_along_dim") {
+GRADCHECK_CASE(take_along_dim) {
   Tensor idx = ti64({0, 3, 3, 1, 2, 2, 0, 1, 1, 3}, {1, 2, 5});  // broadcast on axis 0
   check_grad("take_along_dim",
              [idx](const std::vector<Tensor>& x) { return take_along_dim(x[0], idx, 2); },
              {leaf64({3, 1, 4})});
 }
-GRADCHECK_CASE("masked_fill") {
+GRADCHECK_CASE(masked_fill) {
   Tensor mask = Tensor::from_vector(std::vector<bool>{true, false, false, true}, {4});
   check_grad("masked_fill",
              [mask](const std::vector<Tensor>& x) { return masked_fill(x[0], mask, 3.0); },
@@ -498,7 +498,7 @@ void check_same_error(const Tensor& x, const Tensor& index, F&& f) {
 
 TEST_SUITE("ops/index") {
 
-PARITY_CASE("gather") {
+PARITY_CASE(gather) {
   const Tensor idx = random_ints({3, 5}, 0, 3, 1);  // duplicates, larger than x on the axis
   check_parity("gather", [](const Inputs& x) { return gather(x[0], 1, x[1]); }, {leaf32({3, 4}), idx});
   // Index smaller than x off the axis, gathering along axis 0.
@@ -525,7 +525,7 @@ PARITY_CASE("gather") {
                   {leaf64({3, 4}, 2), random_ints({2, 3}, 0, 2, 2)});
 }
 
-PARITY_CASE("scatter_add") {
+PARITY_CASE(scatter_add) {
   auto f1 = [](const Inputs& x) { return scatter_add(x[0], 1, x[2], x[1]); };
   const Tensor idx = random_ints({3, 5}, 0, 3, 11);
   check_parity("scatter_add", f1, {leaf32({3, 4}), leaf32({3, 5}, 2), idx});
@@ -581,7 +581,7 @@ CUDA_TEST_CASE("scatter_add and index_add with duplicates match the CPU exactly 
   }
 }
 
-PARITY_CASE("index_select") {
+PARITY_CASE(index_select) {
   const Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 2, 2, 3, 0}, {5});
   check_parity("index_select", [](const Inputs& x) { return index_select(x[0], 0, x[1]); }, {leaf32({4, 3}), idx});
   check_parity("index_select", [](const Inputs& x) { return index_select(x[0], 1, x[1]); },
@@ -603,7 +603,7 @@ PARITY_CASE("index_select") {
                   {leaf64({2, 4}, 2), idx});
 }
 
-PARITY_CASE("index_add") {
+PARITY_CASE(index_add) {
   const Tensor idx = Tensor::from_vector(std::vector<int64_t>{1, 1, 3, 0, 1}, {5});
   auto f0 = [](const Inputs& x) { return index_add(x[0], 0, x[2], x[1]); };
   auto f1 = [](const Inputs& x) { return index_add(x[0], 1, x[2], x[1]); };
@@ -620,7 +620,7 @@ PARITY_CASE("index_add") {
   check_grad_cuda("index_add", f1, {leaf64({2, 4}, 3), leaf64({2, 5}, 4), idx});
 }
 
-PARITY_CASE("take_along_dim") {
+PARITY_CASE(take_along_dim) {
   const Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 3, 3, 1, 2, 2, 0, 1, 1, 3}, {1, 2, 5});
   auto f = [](const Inputs& x) { return take_along_dim(x[0], x[1], 2); };
   check_parity("take_along_dim", f, {leaf32({3, 1, 4}), idx});  // broadcast both ways
@@ -636,7 +636,7 @@ PARITY_CASE("take_along_dim") {
   check_grad_cuda("take_along_dim", f, {leaf64({3, 1, 4}), idx});
 }
 
-PARITY_CASE("masked_fill") {
+PARITY_CASE(masked_fill) {
   const Tensor mask = Tensor::from_vector(std::vector<bool>{true, false, false, true}, {4});
   auto f = [](const Inputs& x) { return masked_fill(x[0], x[1], 3.0); };
   check_parity("masked_fill", f, {leaf32({3, 4}), mask});  // broadcast mask
@@ -654,7 +654,7 @@ PARITY_CASE("masked_fill") {
   check_grad_cuda("masked_fill", f, {leaf64({3, 4}), mask});
 }
 
-PARITY_CASE("one_hot") {
+PARITY_CASE(one_hot) {
   const Tensor labels = random_ints({2, 3}, 0, 4, 71);
   check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 5); }, {labels});
   check_parity("one_hot", [](const Inputs& x) { return one_hot(transpose(x[0], 0, 1), 5, kFloat64); }, {labels});

@@ -92,7 +92,7 @@ TEST_CASE("cat bad input") {
   CHECK_THROWS_MSG(cat({a, Tensor()}, 0), ValueError, "[cat]", "undefined");
 }
 
-GRADCHECK_CASE("cat") {
+GRADCHECK_CASE(cat) {
   check_grad("cat",
              [](const std::vector<Tensor>& x) { return cat({x[0], x[1], x[2]}, 1); },
              {leaf64({2, 3}, 1), leaf64({2, 1}, 2), leaf64({2, 2}, 3)});
@@ -137,7 +137,7 @@ TEST_CASE("stack bad input") {
   CHECK_THROWS_MSG(stack({a, a}, 3), IndexError, "[stack]", "axis 3");
 }
 
-GRADCHECK_CASE("stack") {
+GRADCHECK_CASE(stack) {
   for (int64_t axis : {0, 1, 2}) {
     check_grad("stack",
                [axis](const std::vector<Tensor>& x) { return stack({x[0], x[1], x[2]}, axis); },
@@ -187,7 +187,7 @@ TEST_CASE("pad bad input") {
   CHECK_THROWS_MSG(pad(Tensor(), {1, 1}), ValueError, "[pad]", "undefined");
 }
 
-GRADCHECK_CASE("pad") {
+GRADCHECK_CASE(pad) {
   check_grad("pad", [](const std::vector<Tensor>& x) { return pad(x[0], {1, 2, 0, 1}, 0.5); },
              {leaf64({2, 3}, 1)});
   // Cropping pads and a non-contiguous input.
@@ -250,7 +250,7 @@ TEST_CASE("split bad input") {
 
 TEST_SUITE("ops/join") {
 
-PARITY_CASE("cat") {
+PARITY_CASE(cat) {
   auto c1 = [](const Inputs& x) { return cat({x[0], x[1], x[2]}, 1); };
   check_parity("cat", c1, {leaf32({2, 3}, 1), leaf32({2, 1}, 2), leaf32({2, 2}, 3)});
   check_parity("cat", [](const Inputs& x) { return cat({transpose(x[0], 0, 1), x[1]}, 0); },
@@ -263,7 +263,7 @@ PARITY_CASE("cat") {
   check_grad_cuda("cat", [](const Inputs& x) { return cat({transpose(x[0], 0, 1), x[1]}, 0); },
                   {leaf64({3, 2}, 4), leaf64({1, 3}, 5)});
 }
-PARITY_CASE("stack") {
+PARITY_CASE(stack) {
   for (int64_t axis : {0, 1, 2}) {
     check_parity("stack", [axis](const Inputs& x) { return stack({x[0], transpose(x[1], 0, 1), x[2]}, axis); },
                  {leaf32({2, 3}, 1), leaf32({3, 2}, 2), leaf32({2, 3}, 3)});
@@ -273,7 +273,7 @@ PARITY_CASE("stack") {
   check_parity("stack", [](const Inputs& x) { return stack({x[0], x[1]}, 1); }, {leaf32({1 << 19}, 4), leaf32({1 << 19}, 5)});
   check_parity("stack", [](const Inputs& x) { return stack({x[0], x[1]}, 0); }, {leaf32({0, 2}, 6), leaf32({0, 2}, 7)});
 }
-PARITY_CASE("pad") {
+PARITY_CASE(pad) {
   check_parity("pad", [](const Inputs& x) { return pad(x[0], {1, 2, 0, 1}, 0.5); }, {leaf32({2, 3}, 1)});
   check_parity("pad", [](const Inputs& x) { return pad(transpose(x[0], 0, 1), {-1, 1, 1, -1}); }, {leaf32({3, 4}, 2)});
   check_parity("pad", [](const Inputs& x) { return pad(x[0], {3, 5}, -1.0); }, {leaf32({1024, 1024}, 3)});

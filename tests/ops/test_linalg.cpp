@@ -74,7 +74,7 @@ TEST_CASE("matmul bad input") {
   CHECK_THROWS_MSG(matmul(Tensor::zeros({2, 2}), fake_cuda({2, 2})), DeviceError, "[matmul]", "cuda:0");
 }
 
-GRADCHECK_CASE("matmul") {
+GRADCHECK_CASE(matmul) {
   check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({3, 4}, 1), leaf64({4, 2}, 2)});
   check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({2, 3, 4}, 1), leaf64({4, 2}, 2)});
   check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); },
@@ -100,7 +100,7 @@ Tensor mm(const Inputs& x) { return matmul(x[0], x[1]); }
 
 TEST_SUITE("ops/linalg") {
 
-PARITY_CASE("matmul") {
+PARITY_CASE(matmul) {
   check_parity("matmul", mm, {leaf32({5, 7}, 1), leaf32({7, 3}, 2)});
   check_parity("matmul", mm, {leaf32({4, 5, 7}, 3), leaf32({4, 7, 3}, 4)});
   // Broadcast batch: one operand shared by the whole batch (stride 0: one

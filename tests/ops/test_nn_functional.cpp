@@ -193,7 +193,7 @@ TEST_CASE("softmax bad input") {
   CHECK_THROWS_MSG(softmax(Tensor(), 0), ValueError, "[softmax]", "undefined");
 }
 
-GRADCHECK_CASE("softmax") {
+GRADCHECK_CASE(softmax) {
   for (int64_t axis : {0, 1, -1}) {
     check_grad("softmax", [axis](const std::vector<Tensor>& x) { return softmax(x[0], axis); },
                {leaf64({3, 4, 2}, 11, -2, 2)});
@@ -204,7 +204,7 @@ GRADCHECK_CASE("softmax") {
              {leaf64({5, 3}, 12, -2, 2)});
 }
 
-GRADCHECK_CASE("log_softmax") {
+GRADCHECK_CASE(log_softmax) {
   for (int64_t axis : {0, 1}) {
     check_grad("log_softmax", [axis](const std::vector<Tensor>& x) { return log_softmax(x[0], axis); },
                {leaf64({4, 3}, 13, -2, 2)});
@@ -278,7 +278,7 @@ TEST_CASE("layer_norm bad input") {
   CHECK_THROWS_MSG(layer_norm(x, {4}, Tensor(), Tensor(), -1.0), ValueError, "[layer_norm]", "eps");
 }
 
-GRADCHECK_CASE("layer_norm") {
+GRADCHECK_CASE(layer_norm) {
   // weight and bias: all three gradients.
   check_grad("layer_norm",
              [](const std::vector<Tensor>& x) { return layer_norm(x[0], {4}, x[1], x[2]); },
@@ -435,7 +435,7 @@ TEST_CASE("cross_entropy bad input") {
   CHECK_THROWS_MSG(cross_entropy(x, ti64({0, 1}, {2}), o), ValueError, "[cross_entropy]", "-0.1");
 }
 
-GRADCHECK_CASE("cross_entropy") {
+GRADCHECK_CASE(cross_entropy) {
   Tensor t = ti64({2, 0, -100, 4, 1}, {5});
   for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
     for (double ls : {0.0, 0.15}) {
@@ -526,7 +526,7 @@ TEST_CASE("dropout bad input") {
   CHECK_THROWS_MSG(dropout(ti64({1}, {1}), 0.5, true), DTypeError, "[dropout]", "int64");
 }
 
-GRADCHECK_CASE("dropout") {
+GRADCHECK_CASE(dropout) {
   // A fresh generator per call: every evaluation of f draws the same mask.
   check_grad("dropout",
              [](const std::vector<Tensor>& x) {
@@ -583,7 +583,7 @@ TEST_SUITE("ops/nn_functional") {
 
 // ---------------------------------------------------------------- dropout
 
-PARITY_CASE("dropout") {
+PARITY_CASE(dropout) {
   // A fresh generator per call: both devices (and every gradcheck evaluation) draw the same mask.
   auto d = [](double p) {
     return [p](const Inputs& x) {
@@ -661,7 +661,7 @@ void softmax_cases(const char* op, bool log) {
 }
 }  // namespace
 
-PARITY_CASE("softmax") {
+PARITY_CASE(softmax) {
   softmax_cases("softmax", false);
   for (int64_t axis : {0, 1, -1})
     check_grad_cuda("softmax", [axis](const std::vector<Tensor>& x) { return softmax(x[0], axis); },
@@ -671,7 +671,7 @@ PARITY_CASE("softmax") {
                   {leaf64({5, 3}, 12, -2, 2)});
 }
 
-PARITY_CASE("log_softmax") {
+PARITY_CASE(log_softmax) {
   softmax_cases("log_softmax", true);
   for (int64_t axis : {0, 1})
     check_grad_cuda("log_softmax", [axis](const std::vector<Tensor>& x) { return log_softmax(x[0], axis); },
@@ -681,7 +681,7 @@ PARITY_CASE("log_softmax") {
                   {leaf64({3, 5}, 14, -2, 2)});
 }
 
-PARITY_CASE("layer_norm") {
+PARITY_CASE(layer_norm) {
   using V = std::vector<Tensor>;
   // Row lengths across the warp / block / uncached regimes; every weight/bias combination.
   uint64_t seed = 100;
@@ -732,7 +732,7 @@ PARITY_CASE("layer_norm") {
                   {leaf64({3}, 38), leaf64({3}, 39)});
 }
 
-PARITY_CASE("cross_entropy") {
+PARITY_CASE(cross_entropy) {
   using V = std::vector<Tensor>;
   // Every reduction with and without label smoothing, (N, C) warp-per-sample path.
   const Tensor t = rand_targets({300}, 10, 1);

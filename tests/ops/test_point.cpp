@@ -129,7 +129,7 @@ TEST_CASE("farthest_point_sampling and group_max refuse bad input with messages 
   CHECK_THROWS_MSG(group_max(randn({2}), fake_cuda({2}, kInt64), 3), DeviceError, "[group_max]", "cuda:0");
 }
 
-PARITY_CASE("farthest_point_sampling") {
+PARITY_CASE(farthest_point_sampling) {
   // Ties (a grid: many equal distances) and padding, float32 points read in float64.
   std::vector<float> grid;
   for (int64_t i = 0; i < 2 * 49; ++i) {
@@ -150,7 +150,7 @@ PARITY_CASE("farthest_point_sampling") {
         farthest_point_sampling(rnd, 64).to_vector<int64_t>());
 }
 
-PARITY_CASE("group_max") {
+PARITY_CASE(group_max) {
   for (DType dt : {kFloat64, kFloat32}) {
     const Tensor s = group_scores(dt), g = group_ids();
     CHECK(vals(to(group_max(cuda0(s), cuda0(g), 7).cpu(), kFloat64)) == vals(to(group_max(s, g, 7), kFloat64)));

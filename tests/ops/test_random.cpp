@@ -17,7 +17,7 @@ TEST_SUITE("ops/random") {
 
 // ---------------------------------------------------------------- random (same seed, same tensor)
 
-PARITY_CASE("rand") {
+PARITY_CASE(rand) {
   for (DType dt : {kFloat32, kFloat64})
     for (const Shape& s : {Shape{1 << 20}, Shape{3, 5}, Shape{0, 4}, Shape{}}) {
       Generator gc(42), gg(42);
@@ -28,7 +28,7 @@ PARITY_CASE("rand") {
       CHECK(gg.offset() == gc.offset());
     }
 }
-PARITY_CASE("randn") {
+PARITY_CASE(randn) {
   for (DType dt : {kFloat32, kFloat64}) {
     Generator gc(7), gg(7);
     Tensor a = randn({1 << 20}, dt, gc, 0.5, 2.0), b = randn({1 << 20}, dt, gg, 0.5, 2.0, Device::cuda(0));
@@ -43,7 +43,7 @@ PARITY_CASE("randn") {
   Generator gc(8), gg(8);
   check_close_rel(randn({0, 3}, kFloat64, gg, 0, 1, Device::cuda(0)), randn({0, 3}, kFloat64, gc), 0, 0, "randn empty");
 }
-PARITY_CASE("randint") {
+PARITY_CASE(randint) {
   for (auto lh : {std::pair<int64_t, int64_t>{0, 10}, {-50, 3}, {-(int64_t(1) << 40), int64_t(1) << 41}, {5, 6}}) {
     Generator gc(3), gg(3);
     check_equal(randint(lh.first, lh.second, {1 << 20}, gg, Device::cuda(0)), randint(lh.first, lh.second, {1 << 20}, gc));
@@ -51,7 +51,7 @@ PARITY_CASE("randint") {
   Generator gc(4), gg(4);
   check_equal(randint(0, 5, {0, 2}, gg, Device::cuda(0)), randint(0, 5, {0, 2}, gc));
 }
-PARITY_CASE("bernoulli") {
+PARITY_CASE(bernoulli) {
   for (double p : {0.0, 0.3, 0.5, 1.0}) {
     Generator gc(5), gg(5);
     check_equal(bernoulli({1 << 20}, p, gg, Device::cuda(0)), bernoulli({1 << 20}, p, gc));

@@ -152,31 +152,31 @@ TEST_CASE("reduce bad input") {
   CHECK_THROWS_MSG(sum(Tensor()), ValueError, "[sum]", "undefined");
 }
 
-GRADCHECK_CASE("sum") {
+GRADCHECK_CASE(sum) {
   check_grad("sum", [](auto& x) { return sum(x[0], {0, 2}); }, {leaf64({2, 3, 2})});
   check_grad("sum", [](auto& x) { return sum(x[0], {1}, true); }, {leaf64({2, 3})});
 }
-GRADCHECK_CASE("mean") { check_grad("mean", [](auto& x) { return mean(x[0], {1}); }, {leaf64({2, 3})}); }
-GRADCHECK_CASE("var") {
+GRADCHECK_CASE(mean) { check_grad("mean", [](auto& x) { return mean(x[0], {1}); }, {leaf64({2, 3})}); }
+GRADCHECK_CASE(var) {
   check_grad("var", [](auto& x) { return var(x[0], {1}); }, {leaf64({2, 4})});
   check_grad("var", [](auto& x) { return var(x[0], {}, 0); }, {leaf64({2, 4})});
 }
-GRADCHECK_CASE("logsumexp") {
+GRADCHECK_CASE(logsumexp) {
   check_grad("logsumexp", [](auto& x) { return logsumexp(x[0], {0}); }, {leaf64({3, 2})});
 }
-GRADCHECK_CASE("amax") {
+GRADCHECK_CASE(amax) {
   Tensor x = t64({1, 5, 3, -2, 4, 0}, {2, 3}).set_requires_grad(true);
   check_grad("amax", [](auto& v) { return amax(v[0], {1}); }, {x});
 }
-GRADCHECK_CASE("amin") {
+GRADCHECK_CASE(amin) {
   Tensor x = t64({1, 5, 3, -2, 4, 0}, {2, 3}).set_requires_grad(true);
   check_grad("amin", [](auto& v) { return amin(v[0], {0, 1}); }, {x});
 }
-GRADCHECK_CASE("max") {
+GRADCHECK_CASE(max) {
   Tensor x = t64({1, 5, 3, -2, 4, 0}, {2, 3}).set_requires_grad(true);
   check_grad("max", [](auto& v) { return max(v[0], 1).values; }, {x});
 }
-GRADCHECK_CASE("min") {
+GRADCHECK_CASE(min) {
   Tensor x = t64({1, 5, 3, -2, 4, 0}, {2, 3}).set_requires_grad(true);
   check_grad("min", [](auto& v) { return min(v[0], 0, true).values; }, {x});
 }
@@ -228,7 +228,7 @@ void reduce_cases(const char* op, const std::function<Tensor(const Tensor&, cons
 
 TEST_SUITE("ops/reduce") {
 
-PARITY_CASE("sum") {
+PARITY_CASE(sum) {
   reduce_cases("sum", [](const Tensor& x, const Axes& a, bool k) { return sum(x, a, k); });
   // int64 (the CPU accumulates in int64) and bool (counted as int64).
   Tensor xi = ti64({3, -7, 12, 5, 0, 9, -2, 4, 8, 1, 1, 6}, {3, 4});
@@ -246,12 +246,12 @@ PARITY_CASE("sum") {
   check_grad_cuda("sum", [](auto& x) { return sum(x[0], {1}, true); }, {leaf64({2, 3})});
 }
 
-PARITY_CASE("mean") {
+PARITY_CASE(mean) {
   reduce_cases("mean", [](const Tensor& x, const Axes& a, bool k) { return mean(x, a, k); });
   check_grad_cuda("mean", [](auto& x) { return mean(x[0], {1}); }, {leaf64({2, 3})});
 }
 
-PARITY_CASE("var") {
+PARITY_CASE(var) {
   reduce_cases("var", [](const Tensor& x, const Axes& a, bool k) { return var(x, a, 1, k); });
   reduce_cases("var", [](const Tensor& x, const Axes& a, bool k) { return var(x, a, 0, k); });
   // Large mean against a small spread (where a one-pass E[x^2] - E[x]^2 would cancel).
@@ -261,7 +261,7 @@ PARITY_CASE("var") {
   check_grad_cuda("var", [](auto& x) { return var(x[0], {}, 0); }, {leaf64({2, 4})});
 }
 
-PARITY_CASE("logsumexp") {
+PARITY_CASE(logsumexp) {
   reduce_cases("logsumexp", [](const Tensor& x, const Axes& a, bool k) { return logsumexp(x, a, k); });
   // Large values (stability), -inf rows / entries, +inf and NaN (forward: the CPU's rules).
   check_parity("logsumexp", [](const Inputs& x) { return logsumexp(mul(x[0], 500.0), {1}); },
@@ -276,7 +276,7 @@ PARITY_CASE("logsumexp") {
   check_grad_cuda("logsumexp", [](auto& x) { return logsumexp(x[0], {0}); }, {leaf64({3, 2})});
 }
 
-PARITY_CASE("amax") {
+PARITY_CASE(amax) {
   reduce_cases("amax", [](const Tensor& x, const Axes& a, bool k) { return amax(x, a, k); });
   // Ties (the gradient is shared between them) and NaN.
   check_parity("amax", [](const Inputs& x) { return amax(x[0], {1}); }, {tied_leaf32({40, 30}, 16)});
@@ -291,7 +291,7 @@ PARITY_CASE("amax") {
   check_grad_cuda("amax", [](auto& v) { return amax(v[0], {1}); }, {x});
 }
 
-PARITY_CASE("amin") {
+PARITY_CASE(amin) {
   reduce_cases("amin", [](const Tensor& x, const Axes& a, bool k) { return amin(x, a, k); });
   check_parity("amin", [](const Inputs& x) { return amin(x[0], {1}); }, {tied_leaf32({40, 30}, 20)});
   ParityOptions fwd;
@@ -343,17 +343,17 @@ void extremum_cases(const char* op, bool values, bool is_max) {
 
 }  // namespace
 
-PARITY_CASE("max") {
+PARITY_CASE(max) {
   extremum_cases("max", true, true);
   Tensor x = t64({1, 5, 3, -2, 4, 0}, {2, 3}).set_requires_grad(true);
   check_grad_cuda("max", [](auto& v) { return max(v[0], 1).values; }, {x});
 }
-PARITY_CASE("min") {
+PARITY_CASE(min) {
   extremum_cases("min", true, false);
   Tensor x = t64({1, 5, 3, -2, 4, 0}, {2, 3}).set_requires_grad(true);
   check_grad_cuda("min", [](auto& v) { return min(v[0], 0, true).values; }, {x});
 }
-PARITY_CASE("argmax") { extremum_cases("argmax", false, true); }
-PARITY_CASE("argmin") { extremum_cases("argmin", false, false); }
+PARITY_CASE(argmax) { extremum_cases("argmax", false, true); }
+PARITY_CASE(argmin) { extremum_cases("argmin", false, false); }
 
 }  // TEST_SUITE

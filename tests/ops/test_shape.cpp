@@ -11,20 +11,20 @@ using namespace cf::test;
 
 TEST_SUITE("ops/shape") {
 
-GRADCHECK_CASE("reshape") {
+GRADCHECK_CASE(reshape) {
   check_grad("reshape", [](auto& x) { return reshape(x[0], {3, 2}); }, {leaf64({2, 3})});
   // Through a copy (transposed input cannot be viewed flat).
   check_grad("reshape", [](auto& x) { return reshape(transpose(x[0], 0, 1), {6}); }, {leaf64({2, 3})});
   check_grad("reshape", [](auto& x) { return unsqueeze(squeeze(x[0]), 0); }, {leaf64({2, 1, 3})});
 }
-GRADCHECK_CASE("permute") {
+GRADCHECK_CASE(permute) {
   check_grad("permute", [](auto& x) { return permute(x[0], {2, 0, 1}); }, {leaf64({2, 3, 2})});
 }
-GRADCHECK_CASE("slice") {
+GRADCHECK_CASE(slice) {
   check_grad("slice", [](auto& x) { return slice(x[0], 1, 1, 5, 2); }, {leaf64({2, 6})});
   check_grad("slice", [](auto& x) { return narrow(x[0], 0, 1, 2); }, {leaf64({4, 2})});
 }
-GRADCHECK_CASE("expand") {
+GRADCHECK_CASE(expand) {
   check_grad("expand", [](auto& x) { return expand(x[0], {3, 2, 4}); }, {leaf64({2, 1})});
 }
 
@@ -47,7 +47,7 @@ TEST_SUITE("ops/shape") {
 
 // ---------------------------------------------------------------- shape ops (copy_cuda)
 
-PARITY_CASE("reshape") {
+PARITY_CASE(reshape) {
   check_parity("reshape", [](const Inputs& x) { return reshape(x[0], {5, 4}); }, {leaf32({4, 5}, 1)});
   check_parity("reshape", [](const Inputs& x) { return reshape(transpose(x[0], 0, 1), {-1}); }, {leaf32({4, 5}, 2)});
   check_parity("reshape", [](const Inputs& x) { return reshape(slice(x[0], 1, 0, 8, 2), {3, 4}); }, {leaf32({3, 8}, 3)});
@@ -56,14 +56,14 @@ PARITY_CASE("reshape") {
   check_grad_cuda("reshape", [](const Inputs& x) { return reshape(transpose(x[0], 0, 1), {6}); }, {leaf64({2, 3})});
   check_grad_cuda("reshape", [](const Inputs& x) { return reshape(x[0], {3, 2}); }, {leaf64({2, 3}, 2)});
 }
-PARITY_CASE("permute") {
+PARITY_CASE(permute) {
   check_parity("permute", [](const Inputs& x) { return permute(x[0], {2, 0, 1}); }, {leaf32({3, 4, 5}, 1)});
   check_parity("permute", [](const Inputs& x) { return contiguous(permute(x[0], {1, 2, 0})); }, {leaf32({3, 4, 5}, 2)});
   check_parity("permute", [](const Inputs& x) { return contiguous(permute(x[0], {1, 0, 2})); }, {leaf32({64, 128, 128}, 3)});
   check_parity("permute", [](const Inputs& x) { return permute(x[0], {1, 0}); }, {leaf32({0, 3}, 4)});
   check_grad_cuda("permute", [](const Inputs& x) { return permute(x[0], {2, 0, 1}); }, {leaf64({2, 3, 2})});
 }
-PARITY_CASE("slice") {
+PARITY_CASE(slice) {
   check_parity("slice", [](const Inputs& x) { return slice(x[0], 1, 1, 5, 2); }, {leaf32({3, 6}, 1)});
   check_parity("slice", [](const Inputs& x) { return slice(transpose(x[0], 0, 1), 0, 1, 4); }, {leaf32({3, 6}, 2)});
   check_parity("slice", [](const Inputs& x) { return slice(x[0], 0, 3, 1 << 20, 3); }, {leaf32({1 << 20}, 3)});
@@ -71,7 +71,7 @@ PARITY_CASE("slice") {
   check_grad_cuda("slice", [](const Inputs& x) { return slice(x[0], 1, 1, 5, 2); }, {leaf64({2, 6})});
   check_grad_cuda("slice", [](const Inputs& x) { return narrow(x[0], 0, 1, 2); }, {leaf64({4, 2}, 2)});
 }
-PARITY_CASE("expand") {
+PARITY_CASE(expand) {
   check_parity("expand", [](const Inputs& x) { return expand(x[0], {3, 2, 4}); }, {leaf32({2, 1}, 1)});
   check_parity("expand", [](const Inputs& x) { return contiguous(expand(x[0], {5, 4, 3})); }, {leaf32({4, 1}, 2)});
   check_parity("expand", [](const Inputs& x) { return contiguous(expand(x[0], {1024, 1024})); }, {leaf32({1, 1024}, 3)});

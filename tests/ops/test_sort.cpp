@@ -177,13 +177,13 @@ TEST_CASE("sort and topk values are differentiable, indices and argsort are not"
   check_close(w.grad(), {10, 0, 20}, 0.0);
 }
 
-GRADCHECK_CASE("sort") {
+GRADCHECK_CASE(sort) {
   check_grad("sort", [](const std::vector<Tensor>& x) { return sort(x[0], 1).values; },
              {leaf64({3, 5})});
   check_grad("sort", [](const std::vector<Tensor>& x) { return sort(x[0], 0, true).values; },
              {leaf64({4, 3}, 2)});
 }
-GRADCHECK_CASE("topk") {
+GRADCHECK_CASE(topk) {
   check_grad("topk", [](const std::vector<Tensor>& x) { return topk(x[0], 2, 1).values; },
              {leaf64({3, 5})});
   check_grad("topk", [](const std::vector<Tensor>& x) { return topk(x[0], 3, 0, false).values; },
@@ -255,7 +255,7 @@ void check_same_order(const std::function<ValuesIndices(const Tensor&)>& f, cons
 
 TEST_SUITE("ops/sort") {
 
-PARITY_CASE("sort") {
+PARITY_CASE(sort) {
   auto s1 = [](const Inputs& x) { return sort(x[0], 1).values; };
   check_parity("sort", s1, {leaf32({3, 5})});
   check_parity("sort", [](const Inputs& x) { return sort(x[0], 0, true).values; }, {leaf32({4, 3}, 2)});
@@ -288,7 +288,7 @@ PARITY_CASE("sort") {
   check_grad_cuda("sort", [](const Inputs& x) { return sort(x[0], 0, true).values; }, {leaf64({4, 3}, 2)});
 }
 
-PARITY_CASE("topk") {
+PARITY_CASE(topk) {
   auto t2 = [](const Inputs& x) { return topk(x[0], 2, 1).values; };
   check_parity("topk", t2, {leaf32({3, 5})});
   check_parity("topk", [](const Inputs& x) { return topk(x[0], 3, 0, false).values; }, {leaf32({4, 3}, 2)});
@@ -310,7 +310,7 @@ PARITY_CASE("topk") {
   check_grad_cuda("topk", [](const Inputs& x) { return topk(x[0], 3, 0, false).values; }, {leaf64({4, 3}, 2)});
 }
 
-PARITY_CASE("argsort") {
+PARITY_CASE(argsort) {
   check_parity("argsort", [](const Inputs& x) { return argsort(x[0]); }, {leaf32({3, 5})});
   check_parity("argsort", [](const Inputs& x) { return argsort(x[0], 0, true); }, {tied({6, 4}, -2, 2, 7)});
   check_parity("argsort", [](const Inputs& x) { return argsort(transpose(x[0], 0, 1), 1); }, {tied({9, 3}, -2, 2, 8)});

@@ -13,13 +13,13 @@ namespace {
 Tensor repeated_idx() { return ti64({0, 4, 4, 4, 2, 1, 3, 3, 0, 2, 1, 0}, {2, 3, 2}); }
 }  // namespace
 
-GRADCHECK_CASE("sparse_dot") {
+GRADCHECK_CASE(sparse_dot) {
   Tensor q = leaf64({2, 3, 4}, 31), k = leaf64({2, 5, 4}, 32), idx = repeated_idx();
   auto dot = [&](const std::vector<Tensor>& xs) { return sparse_dot(xs[0], xs[1], idx); };
   check_grad("sparse_dot", dot, {q, k});
 }
 
-GRADCHECK_CASE("sparse_weighted_sum") {
+GRADCHECK_CASE(sparse_weighted_sum) {
   Tensor v = leaf64({2, 5, 3}, 33), w = leaf64({2, 3, 2}, 34), idx = repeated_idx();
   auto wsum = [&](const std::vector<Tensor>& xs) { return sparse_weighted_sum(xs[0], xs[1], idx); };
   check_grad("sparse_weighted_sum", wsum, {w, v});
@@ -74,8 +74,8 @@ void sparse_parity(const char* op, const Shape& a, const Shape& b,
 }
 }  // namespace
 
-PARITY_CASE("sparse_dot") { sparse_parity("sparse_dot", {3, 9, 5}, {3, 7, 5}, sparse_dot); }
+PARITY_CASE(sparse_dot) { sparse_parity("sparse_dot", {3, 9, 5}, {3, 7, 5}, sparse_dot); }
 
-PARITY_CASE("sparse_weighted_sum") { sparse_parity("sparse_weighted_sum", {3, 9, 4}, {3, 7, 6}, sparse_weighted_sum); }
+PARITY_CASE(sparse_weighted_sum) { sparse_parity("sparse_weighted_sum", {3, 9, 4}, {3, 7, 6}, sparse_weighted_sum); }
 
 }  // TEST_SUITE
