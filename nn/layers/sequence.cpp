@@ -18,6 +18,25 @@ void check_sequence(const char* layer, const Tensor& x, int64_t dim, int64_t max
   CF_CHECK(max_len < 0 || x.shape()[1] <= max_len, ShapeError, "[", layer, "] sequence length ", x.shape()[1],
            " exceeds max_len ", max_len);
 }
+// The depthwise convolutions' checks, sizes and initialisation (PyTorch's
+// Conv1d/Conv2d with groups = C: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+// fan_in = the taps of one channel's kernel, k or k*k).
+void check_depthwise(const char* layer, int64_t channels, int64_t kernel_size, int64_t stride, int64_t padding) {
+  CF_CHECK(channels > 0 && kernel_size > 0 && stride > 0 && padding >= 0, ValueError, "[", layer,
+           "] needs channels, kernel_size, stride > 0 and padding >= 0, got channels=", channels,
+           " kernel_size=", kernel_size, " stride=", stride, " padding=", padding);
+}
+Tensor depthwise_uniform(const Shape& shape, int64_t taps, Generator& gen) {
+  const double bound = 1.0 / std::sqrt(double(taps));
+  Tensor t = Tensor::empty(shape);
+  init::uniform_(t, -bound, bound, gen);
+  return t;
+}
+// Output length along one axis: floor((n + 2p - k) / s) + 1, or 0 when the kernel does not fit.
+int64_t conv_output_size(int64_t n, int64_t kernel, int64_t stride, int64_t padding) {
+  const int64_t span = n + 2 * padding - kernel;
+  return span < 0 ? 0 : span / stride + 1;
+}
 // The (max_len, dim) float32 table; a size that overflows or does not fit in
 // memory is an error naming the layer and its sizes.
 Tensor table_for(const char* layer, int64_t max_len, int64_t dim) {
@@ -73,24 +92,16 @@ Tensor LearnedPositionalEncoding::forward(const Tensor& x) {
 DepthwiseConv1d::DepthwiseConv1d(int64_t channels, int64_t kernel_size, int64_t stride, int64_t padding,
                                  bool with_bias, Generator& gen)
     : channels_(channels), kernel_(kernel_size), stride_(stride), padding_(padding) {
-  CF_CHECK(channels > 0 && kernel_size > 0 && stride > 0 && padding >= 0, ValueError,
-           "[DepthwiseConv1d] needs channels, kernel_size, stride > 0 and padding >= 0, got channels=", channels,
-           " kernel_size=", kernel_size, " stride=", stride, " padding=", padding);
-  double bound = 1.0 / std::sqrt(double(kernel_size));
-  weight = Tensor::empty({channels, kernel_size});
-  init::uniform_(weight, -bound, bound, gen);
+  check_depthwise("DepthwiseConv1d", channels, kernel_size, stride, padding);
+  weight = depthwise_uniform({channels, kernel_size}, kernel_size, gen);
   register_parameter("weight", &weight);
   if (with_bias) {
-    bias = Tensor::empty({channels});
-    init::uniform_(bias, -bound, bound, gen);
+    bias = depthwise_uniform({channels}, kernel_size, gen);
     register_parameter("bias", &bias);
   }
 }
 
-int64_t DepthwiseConv1d::output_length(int64_t n) const {
-  int64_t span = n + 2 * padding_ - kernel_;
-  return span < 0 ? 0 : span / stride_ + 1;
-}
+int64_t DepthwiseConv1d::output_length(int64_t n) const { return conv_output_size(n, kernel_, stride_, padding_); }
 
 Tensor DepthwiseConv1d::forward(const Tensor& x) {
   check_sequence("DepthwiseConv1d", x, channels_, -1);
@@ -112,24 +123,17 @@ Tensor DepthwiseConv1d::forward(const Tensor& x) {
 DepthwiseConv2d::DepthwiseConv2d(int64_t channels, int64_t kernel_size, int64_t stride, int64_t padding,
                                  bool with_bias, Generator& gen)
     : channels_(channels), kernel_(kernel_size), stride_(stride), padding_(padding) {
-  CF_CHECK(channels > 0 && kernel_size > 0 && stride > 0 && padding >= 0, ValueError,
-           "[DepthwiseConv2d] needs channels, kernel_size, stride > 0 and padding >= 0, got channels=", channels,
-           " kernel_size=", kernel_size, " stride=", stride, " padding=", padding);
-  // PyTorch's Conv2d(groups = C) default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = k*k.
-  double bound = 1.0 / double(kernel_size);
-  weight = Tensor::empty({channels, kernel_size * kernel_size});
-  init::uniform_(weight, -bound, bound, gen);
+  check_depthwise("DepthwiseConv2d", channels, kernel_size, stride, padding);
+  weight = depthwise_uniform({channels, kernel_size * kernel_size}, kernel_size * kernel_size, gen);
   register_parameter("weight", &weight);
   if (with_bias) {
-    bias = Tensor::empty({channels});
-    init::uniform_(bias, -bound, bound, gen);
+    bias = depthwise_uniform({channels}, kernel_size * kernel_size, gen);
     register_parameter("bias", &bias);
   }
 }
 
 int64_t DepthwiseConv2d::output_side(int64_t side) const {
-  int64_t span = side + 2 * padding_ - kernel_;
-  return span < 0 ? 0 : span / stride_ + 1;
+  return conv_output_size(side, kernel_, stride_, padding_);
 }
 
 Tensor DepthwiseConv2d::forward(const Tensor& x) {
