@@ -248,6 +248,56 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
 // unit rows, on one device). The kernels run on that device; the host code between
 // them (inertia, empty clusters, the mean division, re-seeding) reads host copies
 // of the labels, distances and sums, and writes the centroids back (Mirrored).
+// The update step (cosine: re-normalised, Dhillon & Modha 2001): centroid j becomes
+// the mean of its cnt[j] members from their coordinate sums S (k, d). An empty
+// cluster, and a cosine mean of zero norm (every unit vector is then equally
+// good), keep their centroid.
+template <typename Count, typename Out>
+void mean_update(const Count* cnt, const double* S, int64_t k, int64_t d, bool cosine, Out* C) {
+  for (int64_t j = 0; j < k; ++j) {
+    if (cnt[j] == 0) continue;
+    const double inv = 1.0 / double(cnt[j]);
+    double nn = 0;
+    for (int64_t t = 0; t < d; ++t) nn += S[j * d + t] * S[j * d + t];
+    if (cosine && !(nn > 0)) continue;
+    const double scale = cosine ? 1.0 / std::sqrt(nn) : inv;
+    for (int64_t t = 0; t < d; ++t) C[j * d + t] = Out(S[j * d + t] * scale);
+  }
+}
+
+// Lloyd's iterations, shared by the local and the distributed loop, from the
+// inertia of the first assignment: step() moves the centroids (mean update, then
+// re-seeding of empty clusters), assign() reassigns every point and returns the
+// inertia, unchanged() says whether that moved no point, has_empty() whether a
+// cluster is empty, reseed() re-seeds without a mean update. Stops after max_iter
+// or once no cluster is empty and the points stood still or the inertia fell by
+// less than tol. Returns the final inertia.
+template <class Step, class Assign, class Unchanged, class HasEmpty, class Reseed>
+double lloyd_iterations(const KMeansOptions& o, const char* op, double inertia, KMeansResult& res, Step step,
+                        Assign assign, Unchanged unchanged, HasEmpty has_empty, Reseed reseed) {
+  for (int64_t it = 1; it <= o.max_iter; ++it) {
+    step();
+    const double prev = inertia;
+    inertia = assign();
+    res.iterations = it;
+    if (o.on_iteration) o.on_iteration(it, inertia);
+    if (!has_empty() && (unchanged() || prev - inertia < o.tol * prev)) {
+      res.converged = true;
+      break;
+    }
+  }
+  // Out of iterations with a cluster still empty: re-seed and re-assign (no mean
+  // update) until every cluster has a point; each round moves a far point onto its
+  // own centroid, so inertia falls and the rounds end.
+  for (int64_t round = 0; has_empty(); ++round) {
+    CF_CHECK(round < o.k + 1, Error, "[", op, "] internal error: clusters still empty after ", round,
+             " re-seeding rounds");
+    reseed();
+    inertia = assign();
+  }
+  return inertia;
+}
+
 template <typename T>
 KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const char* op) {
   const int64_t n = x.size(0), d = x.size(1), k = o.k;
@@ -333,50 +383,24 @@ KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const
     }
   };
 
-  double inertia = assign();
-  for (int64_t it = 1; it <= o.max_iter; ++it) {
-    // Update: each centroid the mean of its members (cosine: re-normalised, Dhillon &
-    // Modha 2001); a mean of zero norm keeps the old direction (every unit vector is
-    // then equally good).
+  const double first_inertia = assign();
+  auto step = [&]() {
     ops::kmeans_update_into(x, labels.dev, order, counts.dev, sums.dev);
     counts.pull();
     sums.pull();
-    const int64_t* cnt = counts.host.data<int64_t>();
-    const double* S = sums.host.data<double>();
-    for (int64_t j = 0; j < k; ++j) {
-      if (cnt[j] == 0) continue;
-      const double inv = 1.0 / double(cnt[j]);
-      double nn = 0;
-      for (int64_t t = 0; t < d; ++t) nn += S[j * d + t] * S[j * d + t];
-      if (cosine && !(nn > 0)) continue;
-      const double scale = cosine ? 1.0 / std::sqrt(nn) : inv;
-      for (int64_t t = 0; t < d; ++t) C[j * d + t] = T(S[j * d + t] * scale);
-    }
+    mean_update(counts.host.data<int64_t>(), sums.host.data<double>(), k, d, cosine, C);
     reseed();
     c.push();
     // A copy, not a swap: Elkan's step reads the current labels as its state.
     std::memcpy(prev_labels.raw_data(), labels.host.raw_data(), size_t(n) * sizeof(int64_t));
-    const double prev = inertia;
-    inertia = assign();
-    res.iterations = it;
-    if (o.on_iteration) o.on_iteration(it, inertia);
-    const bool same = std::memcmp(labels.host.raw_data(), prev_labels.raw_data(),
-                                  size_t(n) * sizeof(int64_t)) == 0;
-    if (!has_empty() && (same || prev - inertia < o.tol * prev)) {
-      res.converged = true;
-      break;
-    }
-  }
-  // Out of iterations with a cluster still empty: re-seed and re-assign (no mean
-  // update) until every cluster has a point; each round moves a far point onto its
-  // own centroid, so inertia falls and the rounds end.
-  for (int64_t round = 0; has_empty(); ++round) {
-    CF_CHECK(round < k + 1, Error, "[", op, "] internal error: clusters still empty after ", round,
-             " re-seeding rounds");
+  };
+  auto unchanged = [&]() {
+    return std::memcmp(labels.host.raw_data(), prev_labels.raw_data(), size_t(n) * sizeof(int64_t)) == 0;
+  };
+  const double inertia = lloyd_iterations(o, op, first_inertia, res, step, assign, unchanged, has_empty, [&]() {
     reseed();
     c.push();
-    inertia = assign();
-  }
+  });
   res.centroids = c.dev;
   res.assignments = labels.dev;
   res.inertia = inertia;
@@ -715,35 +739,14 @@ KMeansResult kmeans_distributed(const Tensor& x_local, const KMeansOptions& o) {
   };
 
   std::fill(labels.begin(), labels.end(), int64_t(-1));
-  double inertia = assign();
-  for (int64_t it = 1; it <= o.max_iter; ++it) {
-    for (int64_t j = 0; j < k; ++j) {
-      if (cnt[j] == 0) continue;
-      const double inv = 1.0 / cnt[j];
-      double nn = 0;
-      for (int64_t t = 0; t < d; ++t) nn += S[j * d + t] * S[j * d + t];
-      if (cosine && !(nn > 0)) continue;
-      const double scale = cosine ? 1.0 / std::sqrt(nn) : inv;
-      for (int64_t t = 0; t < d; ++t) C[size_t(j * d + t)] = S[j * d + t] * scale;
-    }
+  const double first_inertia = assign();
+  auto step = [&]() {
+    mean_update(cnt, S, k, d, cosine, C.data());
     round_to_dtype(C);
     reseed();
-    const double before = inertia;
-    inertia = assign();
-    res.iterations = it;
-    if (o.on_iteration) o.on_iteration(it, inertia);
-    const bool same = S[k * d + k + 1] == 0;
-    if (!has_empty() && (same || before - inertia < o.tol * before)) {
-      res.converged = true;
-      break;
-    }
-  }
-  for (int64_t round = 0; has_empty(); ++round) {
-    CF_CHECK(round < k + 1, Error, "[", op, "] internal error: clusters still empty after ", round,
-             " re-seeding rounds");
-    reseed();
-    inertia = assign();
-  }
+  };
+  auto unchanged = [&]() { return S[k * d + k + 1] == 0; };
+  const double inertia = lloyd_iterations(o, op, first_inertia, res, step, assign, unchanged, has_empty, reseed);
   res.centroids = to(Tensor::from_vector(C, {k, d}), dt).to(dev);
   res.assignments = Tensor::from_vector(labels, {n}).to(dev);
   res.inertia = inertia;
