@@ -30,6 +30,7 @@
 #include "cf.h"
 #include "common/attention_bench.h"
 #include "common/cli.h"
+#include "common/report.h"
 #include "nn/attention/centroid.h"
 #include "nn/attention/chunked.h"
 #include "kernels/kmeans/kmeans.h"
@@ -49,6 +50,7 @@
 using json = nlohmann::ordered_json;
 using cf::apps::UsageError;
 using Clock = std::chrono::steady_clock;
+using cf::apps::seconds_since;
 
 namespace {
 
@@ -168,10 +170,6 @@ const char* dtype_label(const Options& o) {
 cf::Device g_device = cf::Device::cpu();
 void device_sync() { cf::apps::device_sync(g_device); }
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 using cf::apps::bench_attention_options;
 using cf::apps::median;
 
@@ -181,20 +179,9 @@ double time_median(int64_t reps, const std::function<void()>& f) {
   return cf::apps::time_median(reps, g_device, f);
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      size_t c = line.find(':');
-      if (c != std::string::npos) return line.substr(line.find_first_not_of(' ', c + 1));
-    }
-  return "unknown";
-}
-
 json machine_info() {
   json m;
-  m["cpu"] = cpu_model();
+  m["cpu"] = cf::apps::cpu_model();
   m["cores"] = std::thread::hardware_concurrency();
 #ifdef _OPENMP
   m["openmp_threads"] = omp_get_max_threads();

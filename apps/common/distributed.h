@@ -12,12 +12,21 @@
 
 #include "cf.h"
 #include "common/cli.h"
+#include "common/report.h"
 
 namespace cf::apps {
 
 // Starts the process group when `on` (rank and world size from mpirun).
 inline void init_distributed(bool on) {
   if (on && !cf::dist::is_initialized()) cf::dist::init();
+}
+
+// The end of a training app's command line: the --device it names (a bad one
+// is a usage error) and, with --distributed, the process group started.
+inline cf::Device start_device(const std::string& device, bool distributed) {
+  const cf::Device dev = parse_device(device);
+  init_distributed(distributed);
+  return dev;
 }
 
 inline bool distributed() { return cf::dist::is_initialized() && cf::dist::world_size() > 1; }
