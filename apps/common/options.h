@@ -132,30 +132,37 @@ class Options {
     std::ostringstream out;
     out << intro_;
     if (!intro_.empty() && intro_.back() != '\n') out << "\n";
-    out << "\nOptions (the command line wins over --config):\n";
-    for (const std::string& entry : help_order_) {
-      if (entry.rfind("\n", 0) == 0) {
-        out << entry;
-        continue;
-      }
-      const Option& o = options_.at(entry);
-      const std::string def = o.show();
-      // "(default X)" stays on one line ('\1' is a space that help_line does not break at).
-      const std::string text = def.empty() ? o.help : o.help + " (default\1" + def + ")";
-      out << help_line("--" + cli_name(entry) + metavar(o.kind), text);
-    }
-    out << "\n"
+    out << "\nOptions (the command line wins over --config):\n" << table() << "\n"
         << help_line("--config FILE",
                      "JSON object with any of the options above, '-' as '_' (lists as arrays); unknown or "
                      "mistyped keys are errors")
         << help_line("-h, --help", "this text") << (outro_.empty() ? "" : "\n") << outro_;
     return out.str();
   }
+  // The option lines alone, in the order they were added, under their sections.
+  std::string table() const {
+    std::string out;
+    for (const std::string& entry : help_order_) {
+      if (entry.rfind("\n", 0) == 0) {
+        out += entry;
+        continue;
+      }
+      const Option& o = options_.at(entry);
+      const std::string def = o.show();
+      // "(default X)" stays on one line ('\1' is a space that help_line does not
+      // break at); a help text that states its default in words gets none appended.
+      const bool own_default = o.help.find("(default") != std::string::npos;
+      const std::string text = def.empty() || own_default ? o.help : o.help + " (default\1" + def + ")";
+      out += help_line("--" + cli_name(entry) + metavar(o.kind), text);
+    }
+    return out;
+  }
 
-  // Reads argv[1..]: prints usage() and returns false for -h/--help, returns
-  // true once every option has been applied. Throws UsageError.
-  bool parse(int argc, char** argv) {
-    ArgReader args(argc, argv, 1);
+
+  // Reads argv[first..]: prints usage() and returns false for -h/--help,
+  // returns true once every option has been applied. Throws UsageError.
+  bool parse(int argc, char** argv, int first = 1) {
+    ArgReader args(argc, argv, first);
     json cli = json::object();
     std::string config_file;
     while (!args.done()) {
