@@ -195,113 +195,104 @@ void install(cf::nn::Module& model, const json& spec, int64_t topk) {
 
 // ---------------------------------------------------------------- training and evaluation
 
-// The app once its command line is read: its exit status.
-int run(const Config& cfg, cf::Device dev) {
-  const auto t_start = std::chrono::steady_clock::now();
-  const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-approx");
-  const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
-  emit({{"event", "start"}, {"app", "cf-approx"}, {"device", cfg.device}, {"seeds", cfg.seeds},
-        {"train", cfg.train}, {"clusters", cfg.clusters}, {"eval_clusters", cfg.eval_clusters},
-        {"topk", cfg.topk}, {"sweep_clusters", cfg.sweep_clusters}, {"steps", tc.steps}});
-  emit(cf::apps::topic_data_event(cfg.data, data));
+// results[train][eval] -> one entry per seed; the sweep's [train][variant][C].
+struct Results {
+  std::map<std::string, std::map<std::string, std::vector<double>>> acc, secs, agree;
+  std::map<std::string, std::vector<double>> train_secs;
+  std::map<std::string, std::map<std::string, std::map<int64_t, std::vector<double>>>> sweep_acc, sweep_secs,
+      sweep_agree;
+};
 
-  auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
-  auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
-  auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
-  cf::data::DataLoaderOptions eo;
-  eo.batch_size = tc.eval_batch_size;
-  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
-
-  // The evaluated attentions (rows of the table), in the paper's order.
+// The evaluated attentions (rows of the table), in the paper's order.
+std::vector<json> eval_specs_of(const Config& cfg) {
   std::vector<json> eval_specs = {json{{"type", "full"}}};
   for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, false, cl));
   for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, true, cl));
   if (cfg.oracle_top) eval_specs.push_back(json{{"type", "oracle-top"}});
-  auto row_label = [&](const json& s) {
-    return s["type"] == "oracle-top" ? std::string("oracle-top") : label_of(s);
-  };
+  return eval_specs;
+}
 
-  // results[train][eval] -> accuracies over seeds; times likewise.
-  std::map<std::string, std::map<std::string, std::vector<double>>> acc, secs, agree;
-  std::map<std::string, std::vector<double>> train_secs;
-  // sweep[train][variant][C]
-  std::map<std::string, std::map<std::string, std::map<int64_t, std::vector<double>>>> sweep_acc, sweep_secs,
-      sweep_agree;
-  std::vector<std::string> train_labels;
-  for (const std::string& t : cfg.train) train_labels.push_back(label_of(train_spec(cfg, t)));
+std::string row_label(const json& s) { return s["type"] == "oracle-top" ? std::string("oracle-top") : label_of(s); }
 
-  if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-approx", "--checkpoint-dir");
+// The model trained with attention cfg.train[ti] at one seed (or reused from its
+// checkpoint), then evaluated with every attention and in the sweep.
+void train_and_evaluate(const Config& cfg, cf::Device dev, const cf::apps::TopicData& data,
+                        const std::shared_ptr<cf::data::SequenceDataset>& train_ds, cf::data::DataLoader& val_loader,
+                        cf::data::DataLoader& test_loader, int64_t seed, size_t ti, const std::string& tlabel,
+                        Results& res) {
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
+  const std::vector<json> eval_specs = eval_specs_of(cfg);
+  const std::string& tname = cfg.train[ti];
+  json model_json = {{"vocab_size", data.vocab},
+                     {"max_len", data.max_tokens},
+                     {"pooling", cfg.pooling},
+                     {"n_layers", cfg.n_layers},
+                     {"num_classes", int64_t(data.topics.size())},
+                     {"d_model", cfg.d_model},
+                     {"n_heads", cfg.n_heads},
+                     {"d_ff", cfg.d_ff},
+                     {"dropout", cfg.dropout},
+                     {"attention", train_spec(cfg, tname)}};
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)};
+  auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
+  auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
+  model->to(dev);
 
-  for (int64_t seed : cfg.seeds) {
-    for (size_t ti = 0; ti < cfg.train.size(); ++ti) {
-      const std::string& tname = cfg.train[ti];
-      const std::string tlabel = train_labels[ti];
-      json model_json = {{"vocab_size", data.vocab},
-                         {"max_len", data.max_tokens},
-                         {"pooling", cfg.pooling},
-                         {"n_layers", cfg.n_layers},
-                         {"num_classes", int64_t(data.topics.size())},
-                         {"d_model", cfg.d_model},
-                         {"n_heads", cfg.n_heads},
-                         {"d_ff", cfg.d_ff},
-                         {"dropout", cfg.dropout},
-                         {"attention", train_spec(cfg, tname)}};
-      cf::manual_seed(uint64_t(seed));
-      cf::Generator gen{uint64_t(seed)};
-      auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
-      auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
-      model->to(dev);
+  cf::apps::TrainRun run;
+  run.app = "cf-approx";
+  run.tags = {{"seed", seed}, {"train_attention", tlabel}};
+  // What a checkpoint must agree on to be reused: everything that shapes training.
+  run.signature = {{"model", model_json}, {"seed", seed},           {"steps", tc.steps},
+                   {"batch_size", tc.batch_size}, {"lr", tc.lr},     {"weight_decay", tc.weight_decay},
+                   {"warmup", tc.warmup},         {"data", cf::apps::topic_data_signature(cfg.data)}};
+  if (!tc.checkpoint_dir.empty())
+    run.checkpoint = tc.checkpoint_dir + "/" + tname + "-C" + std::to_string(cfg.clusters) + "-seed" +
+                     std::to_string(seed) + ".safetensors";
+  run.device = dev;
+  const cf::apps::TrainResult tr = cf::apps::train_classifier(*model, tc, run, seed, {}, train_ds, val_loader);
+  if (tr.trained) res.train_secs[tlabel].push_back(tr.time_s);  // not for a reused model
 
-      cf::apps::TrainRun run;
-      run.app = "cf-approx";
-      run.tags = {{"seed", seed}, {"train_attention", tlabel}};
-      // What a checkpoint must agree on to be reused: everything that shapes training.
-      run.signature = {{"model", model_json}, {"seed", seed},           {"steps", tc.steps},
-                       {"batch_size", tc.batch_size}, {"lr", tc.lr},     {"weight_decay", tc.weight_decay},
-                       {"warmup", tc.warmup},         {"data", cf::apps::topic_data_signature(cfg.data)}};
-      if (!tc.checkpoint_dir.empty())
-        run.checkpoint = tc.checkpoint_dir + "/" + tname + "-C" + std::to_string(cfg.clusters) + "-seed" +
-                         std::to_string(seed) + ".safetensors";
-      run.device = dev;
-      const cf::apps::TrainResult tr = cf::apps::train_classifier(*model, tc, run, seed, {}, train_ds, val_loader);
-      if (tr.trained) train_secs[tlabel].push_back(tr.time_s);  // not for a reused model
-
-      // Evaluate with every attention (the trained projections stay). Agreement:
-      // the fraction of test texts given the same topic as the model with the
-      // attention it was trained with (a direct measure of the approximation,
-      // which task accuracy blurs: pooling over a text averages attention errors).
-      install(*model, train_spec(cfg, tname), cfg.topk);
-      const std::vector<int64_t> native = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev).predictions;
-      for (const json& spec : eval_specs) {
-        install(*model, spec, cfg.topk);
-        cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
-        const std::string el = row_label(spec);
-        const double ag = agreement(r.predictions, native);
-        acc[tlabel][el].push_back(r.accuracy);
-        secs[tlabel][el].push_back(r.time_s);
-        agree[tlabel][el].push_back(ag);
-        emit({{"event", "eval"}, {"seed", seed}, {"train_attention", tlabel}, {"eval_attention", el},
-              {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}, {"same", el == tlabel}});
-      }
-      // Speed/accuracy trade-off: each number of clusters, both variants.
-      for (int64_t cl : cfg.sweep_clusters) {
-        for (bool improved : {false, true}) {
-          json spec = clustered_spec(cfg, improved, cl);
-          install(*model, spec, cfg.topk);
-          cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
-          const std::string variant = improved ? "i-clustered" : "clustered";
-          const double ag = agreement(r.predictions, native);
-          sweep_acc[tlabel][variant][cl].push_back(r.accuracy);
-          sweep_secs[tlabel][variant][cl].push_back(r.time_s);
-          sweep_agree[tlabel][variant][cl].push_back(ag);
-          emit({{"event", "sweep"}, {"seed", seed}, {"train_attention", tlabel}, {"eval_attention", variant},
-                {"clusters", cl}, {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}});
-        }
-      }
+  // Evaluate with every attention (the trained projections stay). Agreement:
+  // the fraction of test texts given the same topic as the model with the
+  // attention it was trained with (a direct measure of the approximation,
+  // which task accuracy blurs: pooling over a text averages attention errors).
+  install(*model, train_spec(cfg, tname), cfg.topk);
+  const std::vector<int64_t> native =
+      cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev).predictions;
+  for (const json& spec : eval_specs) {
+    install(*model, spec, cfg.topk);
+    cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
+    const std::string el = row_label(spec);
+    const double ag = agreement(r.predictions, native);
+    res.acc[tlabel][el].push_back(r.accuracy);
+    res.secs[tlabel][el].push_back(r.time_s);
+    res.agree[tlabel][el].push_back(ag);
+    emit({{"event", "eval"}, {"seed", seed}, {"train_attention", tlabel}, {"eval_attention", el},
+          {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}, {"same", el == tlabel}});
+  }
+  // Speed/accuracy trade-off: each number of clusters, both variants.
+  for (int64_t cl : cfg.sweep_clusters) {
+    for (bool improved : {false, true}) {
+      json spec = clustered_spec(cfg, improved, cl);
+      install(*model, spec, cfg.topk);
+      cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
+      const std::string variant = improved ? "i-clustered" : "clustered";
+      const double ag = agreement(r.predictions, native);
+      res.sweep_acc[tlabel][variant][cl].push_back(r.accuracy);
+      res.sweep_secs[tlabel][variant][cl].push_back(r.time_s);
+      res.sweep_agree[tlabel][variant][cl].push_back(ag);
+      emit({{"event", "sweep"}, {"seed", seed}, {"train_attention", tlabel}, {"eval_attention", variant},
+            {"clusters", cl}, {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}});
     }
   }
+}
 
-  // ---- summary: JSON and Markdown
+// The summary line (JSON) and the Markdown tables on stderr.
+void summarise(const Config& cfg, cf::Device dev, const cf::apps::TopicData& data,
+               const std::vector<std::string>& train_labels, Results& res,
+               std::chrono::steady_clock::time_point t_start) {
+  const std::vector<json> eval_specs = eval_specs_of(cfg);
   json table = json::object();
   std::ostringstream md;
   auto header = [&](const std::string& title) {
@@ -318,10 +309,10 @@ int run(const Config& cfg, cf::Device dev) {
       const std::string el = row_label(spec);
       md << "| " << el << " |";
       for (const std::string& t : train_labels) {
-        Stats s = stats_of(part == 0 ? acc[t][el] : agree[t][el]);
+        Stats s = stats_of(part == 0 ? res.acc[t][el] : res.agree[t][el]);
         if (part == 0) {
-          Stats g = stats_of(agree[t][el]), ts = stats_of(secs[t][el]);
-          table[t][el] = {{"accuracy_mean", s.mean}, {"accuracy_std", s.std}, {"accuracy", acc[t][el]},
+          Stats g = stats_of(res.agree[t][el]), ts = stats_of(res.secs[t][el]);
+          table[t][el] = {{"accuracy_mean", s.mean}, {"accuracy_std", s.std}, {"accuracy", res.acc[t][el]},
                           {"agreement_mean", g.mean}, {"agreement_std", g.std}, {"time_s_mean", ts.mean}};
         }
         md << " " << (el == t ? "**" + fmt_pct(s) + "**" : fmt_pct(s)) << " |";
@@ -340,12 +331,12 @@ int run(const Config& cfg, cf::Device dev) {
     for (const std::string& t : train_labels) {
       for (const std::string variant : {"clustered", "i-clustered"}) {
         char buf[96];
-        Stats fa = stats_of(acc[t]["full"]), fg = stats_of(agree[t]["full"]), ft = stats_of(secs[t]["full"]);
+        Stats fa = stats_of(res.acc[t]["full"]), fg = stats_of(res.agree[t]["full"]), ft = stats_of(res.secs[t]["full"]);
         std::snprintf(buf, sizeof buf, "%.1f / %.1f / %.2f", 100 * fa.mean, 100 * fg.mean, ft.mean);
         md << "| " << t << " | " << variant << " | " << buf << " |";
         for (int64_t cl : cfg.sweep_clusters) {
-          Stats a = stats_of(sweep_acc[t][variant][cl]), g = stats_of(sweep_agree[t][variant][cl]),
-                s = stats_of(sweep_secs[t][variant][cl]);
+          Stats a = stats_of(res.sweep_acc[t][variant][cl]), g = stats_of(res.sweep_agree[t][variant][cl]),
+                s = stats_of(res.sweep_secs[t][variant][cl]);
           sweep[t][variant][std::to_string(cl)] = {{"accuracy_mean", a.mean}, {"accuracy_std", a.std},
                                                    {"agreement_mean", g.mean}, {"time_s_mean", s.mean},
                                                    {"time_s_std", s.std}};
@@ -357,12 +348,40 @@ int run(const Config& cfg, cf::Device dev) {
     }
   }
   json train_time = json::object();
-  for (auto& [t, v] : train_secs) train_time[t] = stats_of(v).mean;  // models trained by this run only
+  for (auto& [t, v] : res.train_secs) train_time[t] = stats_of(v).mean;  // models trained by this run only
   emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
         {"test_size", data.test.ids.size()}, {"mean_len", data.mean_len}, {"table", table}, {"sweep", sweep},
         {"train_time_s_mean", train_time}, {"total_time_s", seconds_since(t_start)},
         {"peak_bytes", cf::memory_stats(dev).peak_bytes}});
   std::cerr << md.str() << std::flush;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg, cf::Device dev) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-approx");
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
+  emit({{"event", "start"}, {"app", "cf-approx"}, {"device", cfg.device}, {"seeds", cfg.seeds},
+        {"train", cfg.train}, {"clusters", cfg.clusters}, {"eval_clusters", cfg.eval_clusters},
+        {"topk", cfg.topk}, {"sweep_clusters", cfg.sweep_clusters}, {"steps", tc.steps}});
+  emit(cf::apps::topic_data_event(cfg.data, data));
+
+  auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
+  auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
+  auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
+  cf::data::DataLoaderOptions eo;
+  eo.batch_size = tc.eval_batch_size;
+  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
+
+  std::vector<std::string> train_labels;
+  for (const std::string& t : cfg.train) train_labels.push_back(label_of(train_spec(cfg, t)));
+  if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-approx", "--checkpoint-dir");
+
+  Results res;
+  for (int64_t seed : cfg.seeds)
+    for (size_t ti = 0; ti < cfg.train.size(); ++ti)
+      train_and_evaluate(cfg, dev, data, train_ds, val_loader, test_loader, seed, ti, train_labels[ti], res);
+  summarise(cfg, dev, data, train_labels, res, t_start);
   return 0;
 }
 

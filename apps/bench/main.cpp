@@ -94,7 +94,8 @@ struct Subcommand {
 };
 
 const std::vector<Subcommand> kSubcommands = {
-    {"overhead", [](cf::apps::Options& o, BenchOptions& b) { o.add_int("iters", &b.iters, 1, "ops per timed sample"); },
+    {"overhead",
+     [](cf::apps::Options& o, BenchOptions& b) { o.add_int("iters", &b.iters, 1, "ops per timed sample"); },
      cf::bench::bench_overhead},
     {"matmul",
      [](cf::apps::Options& o, BenchOptions& b) {

@@ -501,105 +501,76 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
   return out;
 }
 
-// The app once its command line is read: its exit status.
-int run(const Config& cfg, cf::Device dev) {
-  const auto t_start = std::chrono::steady_clock::now();
-  if (!cfg.checkpoint_dir.empty()) cf::apps::make_dir(cfg.checkpoint_dir, "cf-neural-cluster", "--checkpoint-dir");
-  Data data = load_data(cfg);
-  const int64_t d = data.x_train.shape()[1];
-  cf::apps::emit({{"event", "start"}, {"app", "cf-neural-cluster"}, {"device", cfg.device},
-                  {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", cfg.methods},
-                  {"ncm_steps", cfg.ncm_steps}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
-                  {"som_epochs", cfg.som_epochs}, {"kmeans_device", cfg.device}});
-  cf::apps::emit({{"event", "data"}, {"dataset", cfg.dataset}, {"dir", data.source},
-                  {"train", data.y_train.size()}, {"val", data.y_val.size()}, {"test", data.y_test.size()}, {"dim", d}, {"classes", 10}, {"centre", cfg.centre},
-                  {"normalize", cfg.normalize},
-                  {"data_seed", cfg.data_seed}});
-  const Tensor x_train_dev = data.x_train.to(dev), x_val_dev = data.x_val.to(dev),
-               x_test_dev = data.x_test.to(dev);
-  const bool with_val = !data.y_val.empty();
+// One method's clusters of the training, validation and test images, and what
+// its result line adds (iterations, grid, steps, ...).
+struct Assignments {
+  std::vector<int64_t> train, val, test;
+  json extra = json::object();
+};
 
-  // acc[method][k] -> values over seeds.
-  std::map<std::string, std::map<int64_t, std::vector<double>>> test_acc, val_acc, train_acc, secs, used;
-  for (int64_t seed : cfg.seeds) {
-    for (int64_t k : cfg.k_list) {
-      for (const std::string& m : kMethodOrder) {
-        if (std::find(cfg.methods.begin(), cfg.methods.end(), m) == cfg.methods.end()) continue;
-        const auto t0 = std::chrono::steady_clock::now();
-        std::vector<int64_t> a_train, a_val, a_test;
-        json extra = json::object();
-        if (m == "kmeans") {
-          cf::nn::KMeansOptions ko;
-          ko.k = k;
-          ko.max_iter = cfg.kmeans_max_iter;
-          ko.tol = cfg.kmeans_tol;
-          ko.seed = mix_seed(seed, k, 21);
-          cf::nn::ProgressBarOptions po;
-          po.total = cfg.kmeans_max_iter;
-          po.desc = "kmeans k=" + std::to_string(k) + " seed " + std::to_string(seed);
-          po.unit = "iter";
-          cf::nn::ProgressBar bar(po);
-          ko.on_iteration = [&](int64_t it, double inertia) {
-            bar.set_field("inertia", inertia);
-            bar.set_count(it);
-          };
-          cf::nn::KMeansResult r = cf::nn::kmeans(x_train_dev, ko);
-          bar.finish();
-          a_train = r.assignments.to_vector<int64_t>();
-          if (with_val) a_val = cf::nn::kmeans_assign(x_val_dev, r.centroids).to_vector<int64_t>();
-          a_test = cf::nn::kmeans_assign(x_test_dev, r.centroids).to_vector<int64_t>();
-          extra = {{"iterations", r.iterations}, {"converged", r.converged}, {"inertia", r.inertia}};
-        } else if (m == "som") {
-          cf::apps::SomOptions so;
-          so.k = k;
-          so.epochs = cfg.som_epochs;
-          so.batch = cfg.som_batch;
-          so.lr = cfg.som_lr;
-          so.lr_end = cfg.som_lr_end;
-          so.sigma = cfg.som_sigma;
-          so.sigma_end = cfg.som_sigma_end;
-          so.seed = mix_seed(seed, k, 31);
-          so.desc = "som k=" + std::to_string(k) + " seed " + std::to_string(seed);
-          cf::apps::Som som = cf::apps::train_som(x_train_dev, so);
-          a_train = cf::apps::som_assign(x_train_dev, som.weights).to_vector<int64_t>();
-          if (with_val) a_val = cf::apps::som_assign(x_val_dev, som.weights).to_vector<int64_t>();
-          a_test = cf::apps::som_assign(x_test_dev, som.weights).to_vector<int64_t>();
-          extra = {{"grid", {som.rows, som.cols}}, {"sigma", som.sigma}, {"steps", som.steps}};
-        } else {
-          NcmOutcome r = run_ncm(cfg, x_train_dev, x_val_dev, x_test_dev, dev, k, seed);
-          a_train = std::move(r.a_train);
-          a_val = std::move(r.a_val);
-          a_test = std::move(r.a_test);
-          extra = {{"steps", cfg.ncm_steps}, {"resumed_from_step", r.start_step}, {"final_l1", r.final_loss}};
-        }
-        const double t = cf::apps::seconds_since(t0);
-        Score s = score(a_train, data.y_train, a_val, data.y_val, a_test, data.y_test, k);
-        test_acc[m][k].push_back(s.test_accuracy);
-        val_acc[m][k].push_back(s.val_accuracy);
-        train_acc[m][k].push_back(s.train_accuracy);
-        secs[m][k].push_back(t);
-        used[m][k].push_back(double(s.clusters_used));
-        json line = {{"event", "result"},        {"seed", seed},
-                     {"k", k},                   {"method", m},
-                     {"test_accuracy", s.test_accuracy}, {"train_accuracy", s.train_accuracy},
-                     {"clusters_used", s.clusters_used}, {"time_s", t}};
-        if (with_val) line["val_accuracy"] = s.val_accuracy;
-        for (auto& [key, v] : extra.items()) line[key] = v;
-        cf::apps::emit(line);
-      }
-    }
+Assignments cluster(const Config& cfg, cf::Device dev, const std::string& m, int64_t k, int64_t seed,
+                    const Tensor& x_train_dev, const Tensor& x_val_dev, const Tensor& x_test_dev, bool with_val) {
+  Assignments out;
+  if (m == "kmeans") {
+    cf::nn::KMeansOptions ko;
+    ko.k = k;
+    ko.max_iter = cfg.kmeans_max_iter;
+    ko.tol = cfg.kmeans_tol;
+    ko.seed = mix_seed(seed, k, 21);
+    cf::nn::ProgressBarOptions po;
+    po.total = cfg.kmeans_max_iter;
+    po.desc = "kmeans k=" + std::to_string(k) + " seed " + std::to_string(seed);
+    po.unit = "iter";
+    cf::nn::ProgressBar bar(po);
+    ko.on_iteration = [&](int64_t it, double inertia) {
+      bar.set_field("inertia", inertia);
+      bar.set_count(it);
+    };
+    cf::nn::KMeansResult r = cf::nn::kmeans(x_train_dev, ko);
+    bar.finish();
+    out.train = r.assignments.to_vector<int64_t>();
+    if (with_val) out.val = cf::nn::kmeans_assign(x_val_dev, r.centroids).to_vector<int64_t>();
+    out.test = cf::nn::kmeans_assign(x_test_dev, r.centroids).to_vector<int64_t>();
+    out.extra = {{"iterations", r.iterations}, {"converged", r.converged}, {"inertia", r.inertia}};
+  } else if (m == "som") {
+    cf::apps::SomOptions so;
+    so.k = k;
+    so.epochs = cfg.som_epochs;
+    so.batch = cfg.som_batch;
+    so.lr = cfg.som_lr;
+    so.lr_end = cfg.som_lr_end;
+    so.sigma = cfg.som_sigma;
+    so.sigma_end = cfg.som_sigma_end;
+    so.seed = mix_seed(seed, k, 31);
+    so.desc = "som k=" + std::to_string(k) + " seed " + std::to_string(seed);
+    cf::apps::Som som = cf::apps::train_som(x_train_dev, so);
+    out.train = cf::apps::som_assign(x_train_dev, som.weights).to_vector<int64_t>();
+    if (with_val) out.val = cf::apps::som_assign(x_val_dev, som.weights).to_vector<int64_t>();
+    out.test = cf::apps::som_assign(x_test_dev, som.weights).to_vector<int64_t>();
+    out.extra = {{"grid", {som.rows, som.cols}}, {"sigma", som.sigma}, {"steps", som.steps}};
+  } else {
+    NcmOutcome r = run_ncm(cfg, x_train_dev, x_val_dev, x_test_dev, dev, k, seed);
+    out.train = std::move(r.a_train);
+    out.val = std::move(r.a_val);
+    out.test = std::move(r.a_test);
+    out.extra = {{"steps", cfg.ncm_steps}, {"resumed_from_step", r.start_step}, {"final_l1", r.final_loss}};
   }
+  return out;
+}
 
-  // ---- summary: JSON and Markdown
-  json table = json::object();
-  std::vector<std::string> methods;
-  for (const std::string& m : kMethodOrder)
-    if (std::find(cfg.methods.begin(), cfg.methods.end(), m) != cfg.methods.end()) methods.push_back(m);
+// acc[method][k] -> values over seeds.
+struct Results {
+  std::map<std::string, std::map<int64_t, std::vector<double>>> test_acc, val_acc, train_acc, secs, used;
+};
+
+// The accuracy tables (test, validation, train) in Markdown, beside the paper's.
+std::string markdown_tables(const Config& cfg, const Data& data, const std::vector<std::string>& methods,
+                            Results& res, bool with_val) {
   std::ostringstream md;
   const char* data_name = cfg.dataset == "mnist" ? "MNIST" : "Fashion-MNIST";
   std::vector<std::pair<const char*, std::map<std::string, std::map<int64_t, std::vector<double>>>*>> parts = {
-      {"Test", &test_acc}, {"Train", &train_acc}};
-  if (with_val) parts.insert(parts.begin() + 1, {"Validation", &val_acc});
+      {"Test", &res.test_acc}, {"Train", &res.train_acc}};
+  if (with_val) parts.insert(parts.begin() + 1, {"Validation", &res.val_acc});
   for (const auto& [part_name, part_acc] : parts) {
     md << "\n" << part_name << " clustering accuracy (%), " << data_name << ", " << data.y_train.size()
        << " train / ";
@@ -631,16 +602,22 @@ int run(const Config& cfg, cf::Device dev) {
       }
     }
   }
+  return md.str();
+}
+
+// The summary's table: per k and method, means and spreads (and the paper's MNIST numbers).
+json summary_table(const Config& cfg, const std::vector<std::string>& methods, Results& res, bool with_val) {
+  json table = json::object();
   for (int64_t k : cfg.k_list) {
     json row = json::object();
     for (const std::string& m : methods) {
-      cf::apps::Stats te = cf::apps::stats_of(test_acc[m][k]), tr = cf::apps::stats_of(train_acc[m][k]),
-                      ti = cf::apps::stats_of(secs[m][k]), us = cf::apps::stats_of(used[m][k]);
+      cf::apps::Stats te = cf::apps::stats_of(res.test_acc[m][k]), tr = cf::apps::stats_of(res.train_acc[m][k]),
+                      ti = cf::apps::stats_of(res.secs[m][k]), us = cf::apps::stats_of(res.used[m][k]);
       row[m] = {{"test_accuracy_mean", te.mean}, {"test_accuracy_std", te.std},
                 {"train_accuracy_mean", tr.mean}, {"train_accuracy_std", tr.std},
                 {"clusters_used_mean", us.mean}, {"time_s_mean", ti.mean}};
       if (with_val) {
-        cf::apps::Stats va = cf::apps::stats_of(val_acc[m][k]);
+        cf::apps::Stats va = cf::apps::stats_of(res.val_acc[m][k]);
         row[m]["val_accuracy_mean"] = va.mean;
         row[m]["val_accuracy_std"] = va.std;
       }
@@ -650,12 +627,64 @@ int run(const Config& cfg, cf::Device dev) {
       row["paper_mnist"] = {{"som", p->second[0] / 100}, {"kmeans", p->second[1] / 100}, {"ncm", p->second[2] / 100}};
     table[std::to_string(k)] = row;
   }
+  return table;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg, cf::Device dev) {
+  const auto t_start = std::chrono::steady_clock::now();
+  if (!cfg.checkpoint_dir.empty()) cf::apps::make_dir(cfg.checkpoint_dir, "cf-neural-cluster", "--checkpoint-dir");
+  Data data = load_data(cfg);
+  const int64_t d = data.x_train.shape()[1];
+  cf::apps::emit({{"event", "start"}, {"app", "cf-neural-cluster"}, {"device", cfg.device},
+                  {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", cfg.methods},
+                  {"ncm_steps", cfg.ncm_steps}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
+                  {"som_epochs", cfg.som_epochs}, {"kmeans_device", cfg.device}});
+  cf::apps::emit({{"event", "data"}, {"dataset", cfg.dataset}, {"dir", data.source},
+                  {"train", data.y_train.size()}, {"val", data.y_val.size()}, {"test", data.y_test.size()}, {"dim", d}, {"classes", 10}, {"centre", cfg.centre},
+                  {"normalize", cfg.normalize},
+                  {"data_seed", cfg.data_seed}});
+  const Tensor x_train_dev = data.x_train.to(dev), x_val_dev = data.x_val.to(dev),
+               x_test_dev = data.x_test.to(dev);
+  const bool with_val = !data.y_val.empty();
+
+  Results res;
+  for (int64_t seed : cfg.seeds) {
+    for (int64_t k : cfg.k_list) {
+      for (const std::string& m : kMethodOrder) {
+        if (std::find(cfg.methods.begin(), cfg.methods.end(), m) == cfg.methods.end()) continue;
+        const auto t0 = std::chrono::steady_clock::now();
+        const Assignments a = cluster(cfg, dev, m, k, seed, x_train_dev, x_val_dev, x_test_dev, with_val);
+        const double t = cf::apps::seconds_since(t0);
+        Score s = score(a.train, data.y_train, a.val, data.y_val, a.test, data.y_test, k);
+        res.test_acc[m][k].push_back(s.test_accuracy);
+        res.val_acc[m][k].push_back(s.val_accuracy);
+        res.train_acc[m][k].push_back(s.train_accuracy);
+        res.secs[m][k].push_back(t);
+        res.used[m][k].push_back(double(s.clusters_used));
+        json line = {{"event", "result"},        {"seed", seed},
+                     {"k", k},                   {"method", m},
+                     {"test_accuracy", s.test_accuracy}, {"train_accuracy", s.train_accuracy},
+                     {"clusters_used", s.clusters_used}, {"time_s", t}};
+        if (with_val) line["val_accuracy"] = s.val_accuracy;
+        for (auto& [key, v] : a.extra.items()) line[key] = v;
+        cf::apps::emit(line);
+      }
+    }
+  }
+
+  // ---- summary: JSON and Markdown
+  std::vector<std::string> methods;
+  for (const std::string& m : kMethodOrder)
+    if (std::find(cfg.methods.begin(), cfg.methods.end(), m) != cfg.methods.end()) methods.push_back(m);
+  const std::string md = markdown_tables(cfg, data, methods, res, with_val);
+  const json table = summary_table(cfg, methods, res, with_val);
   cf::apps::emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", methods},
                   {"dataset", cfg.dataset}, {"train_size", data.y_train.size()}, {"val_size", data.y_val.size()},
                   {"test_size", data.y_test.size()}, {"table", table},
                   {"total_time_s", cf::apps::seconds_since(t_start)},
                   {"peak_bytes", cf::memory_stats().peak_bytes}});
-  std::cerr << md.str() << std::flush;
+  std::cerr << md << std::flush;
   return 0;
 }
 

@@ -199,6 +199,122 @@ struct InitResult {
   int64_t macs = 0, selection_macs = 0, params = 0;
 };
 
+// Batch order: a permutation of the training set per epoch, from the seed and
+// the epoch alone, so a resumed run continues with the same batches.
+std::vector<int64_t> batch_indices(int64_t count, int64_t batch_size, int64_t seed, int64_t step) {
+  const int64_t batches = count / batch_size;
+  const int64_t epoch = (step - 1) / batches, pos = (step - 1) % batches;
+  std::vector<int64_t> perm(static_cast<size_t>(count));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(uint64_t(seed) * 1000003ull + uint64_t(epoch));
+  std::shuffle(perm.begin(), perm.end(), rng);
+  return std::vector<int64_t>(perm.begin() + pos * batch_size, perm.begin() + (pos + 1) * batch_size);
+}
+
+// The model with centroid initialisation `init` at one seed, trained (or reused
+// from its checkpoint) and tested: its "result" line, its numbers in `results`.
+void train_init(const Config& cfg, cf::Device dev, const pc::ShapeSet& train, const pc::ShapeSet& val,
+                const pc::ShapeSet& test, const cf::models::PointCloudOptions& mo, const json& model_json,
+                const json& data_sig, int64_t seed, const std::string& init,
+                std::map<std::string, InitResult>& results) {
+  const pc::ShapeDataConfig& dc = cfg.data;
+  // The same seed gives every init the same initial weights and batch order.
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)};
+  cf::models::PointCloudOptions mi = mo;
+  mi.init = init;
+  auto model = std::make_shared<cf::models::PointCloudClassifier>(mi, gen);
+  model->to(dev);
+  cf::Generator sampler{uint64_t(seed) * 7919u + 11u};  // random-sampling init during training
+  auto forward = [&](const cf::Tensor& x, cf::Generator* s) {
+    return model->forward(x, init == "random" ? s : nullptr);
+  };
+
+  InitResult& res = results[init];
+  if (res.macs == 0) {
+    cf::nn::Cost cost = model->cost(1, dc.points);
+    res.macs = cost.macs;
+    res.selection_macs = cost.selection_macs;
+    res.params = cost.params;
+  }
+
+  auto accuracy = [&](const pc::ShapeSet& s, uint64_t draw_seed) {
+    cf::NoGradGuard ng;
+    cf::Generator g{draw_seed};
+    int64_t correct = 0;
+    for (int64_t start = 0; start < s.count(); start += cfg.eval_batch_size) {
+      std::vector<int64_t> idx;
+      for (int64_t i = start; i < std::min(s.count(), start + cfg.eval_batch_size); ++i) idx.push_back(i);
+      auto [x, y] = batch_of(s, idx, dc.points, dev);
+      std::vector<int64_t> p = cf::argmax(forward(x, &g), -1).cpu().to_vector<int64_t>();
+      std::vector<int64_t> t = y.cpu().to_vector<int64_t>();
+      for (size_t i = 0; i < p.size(); ++i) correct += p[i] == t[i];
+    }
+    return s.count() ? double(correct) / double(s.count()) : 0.0;
+  };
+
+  cf::apps::TrainRun run;
+  run.app = "cf-pointcloud";
+  run.tags = {{"seed", seed}, {"run", init}};
+  run.signature = {{"model", model_json},      {"init", init},
+                   {"kmeans_iters", init == "kmeans" ? cfg.kmeans_iters : 0},
+                   {"seed", seed},             {"batch_size", cfg.batch_size},
+                   {"train", cf::apps::train_signature(cfg.train)},
+                   {"data", data_sig}};
+  if (!cfg.train.checkpoint_dir.empty())
+    run.checkpoint = cfg.train.checkpoint_dir + "/" + init + "-seed" + std::to_string(seed) + ".safetensors";
+  run.device = dev;
+  run.generators = {{"sampler", &sampler}};
+  cf::apps::TrainHooks hooks;
+  hooks.loss = [&](int64_t step, double* task) {
+    auto [x, y] = batch_of(train, batch_indices(train.count(), cfg.batch_size, seed, step), dc.points, dev);
+    cf::Tensor loss = cf::cross_entropy(forward(x, &sampler), y);
+    *task = loss.item();
+    return loss;
+  };
+  if (val.count() > 0) hooks.evaluate = [&] { return accuracy(val, uint64_t(seed) + 777); };
+  const cf::apps::TrainResult tr = cf::apps::train_model(*model, cfg.train, run, hooks);
+  model->eval();
+  const double acc = accuracy(test, uint64_t(seed) + 999);
+  res.accuracy.push_back(acc);
+  json line = {{"event", "result"}, {"seed", seed}, {"run", init}, {"test_accuracy", acc},
+               {"macs", res.macs}, {"trained", tr.trained}};
+  if (tr.trained) {
+    res.train_s.push_back(tr.time_s);
+    line["train_s"] = tr.time_s;
+    line["train_peak_bytes"] = tr.peak_bytes;
+  }
+  emit(line);
+}
+
+// The summary line (JSON) and the Markdown table on stderr.
+void summarise(const Config& cfg, int64_t classes, int64_t train_size, int64_t test_size,
+               std::map<std::string, InitResult>& results, std::chrono::steady_clock::time_point t_start) {
+  const pc::ShapeDataConfig& dc = cfg.data;
+  std::ostringstream md;
+  json table = json::object();
+  md << "\nCentroid initialisations (Table 3 analogue): test accuracy (%, mean ± sample std over "
+     << cfg.seeds.size() << " seed(s)), forward MACs per cloud of " << dc.points
+     << " points (M; in brackets the selection part: FPS / K-Means distances, KNN masks, up-sampling), "
+     << "parameters, training time (s) of "
+     << cfg.train.steps << " steps\n\n| init | accuracy | MACs (M) | params | train time |\n|---|---|---|---|---|\n";
+  for (const std::string& init : cfg.inits) {
+    const InitResult& r = results[init];
+    const Stats acc = stats_of(r.accuracy), ts = stats_of(r.train_s);
+    table[init] = {{"accuracy_mean", acc.mean},         {"accuracy_std", acc.std},
+                   {"accuracy", r.accuracy},            {"macs", r.macs},
+                   {"selection_macs", r.selection_macs}, {"params", r.params},
+                   {"train_s_mean", mean_or_null(ts)}};
+    md << "| " << (init == "fps" ? "FPS" : init == "kmeans" ? "K-Means" : "random") << " | " << fmt_pct(acc)
+       << " | " << fmt(double(r.macs) / 1e6, "%.2f") << " (" << fmt(double(r.selection_macs) / 1e6, "%.3f")
+       << ") | " << r.params << " | " << fmt_mean_or_dash(ts, "%.1f") << " |\n";
+  }
+  emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", classes}, {"points", dc.points},
+        {"train_size", train_size}, {"test_size", test_size}, {"table", table},
+        {"total_time_s", seconds_since(t_start)}});
+  std::cerr << md.str() << std::flush;
+}
+
 // The app once its command line is read: its exit status.
 int run(const Config& cfg, cf::Device dev) {
   const auto t_start = std::chrono::steady_clock::now();
@@ -235,111 +351,10 @@ int run(const Config& cfg, cf::Device dev) {
                            {"dropout", cfg.dropout},     {"classes", classes}};
 
   std::map<std::string, InitResult> results;
-  for (int64_t seed : cfg.seeds) {
-    for (const std::string& init : cfg.inits) {
-      // The same seed gives every init the same initial weights and batch order.
-      cf::manual_seed(uint64_t(seed));
-      cf::Generator gen{uint64_t(seed)};
-      cf::models::PointCloudOptions mi = mo;
-      mi.init = init;
-      auto model = std::make_shared<cf::models::PointCloudClassifier>(mi, gen);
-      model->to(dev);
-      cf::Generator sampler{uint64_t(seed) * 7919u + 11u};  // random-sampling init during training
-      auto forward = [&](const cf::Tensor& x, cf::Generator* s) {
-        return model->forward(x, init == "random" ? s : nullptr);
-      };
-
-      InitResult& res = results[init];
-      if (res.macs == 0) {
-        cf::nn::Cost cost = model->cost(1, dc.points);
-        res.macs = cost.macs;
-        res.selection_macs = cost.selection_macs;
-        res.params = cost.params;
-      }
-
-      // Batch order: a permutation of the training set per epoch, from the seed
-      // and the epoch alone, so a resumed run continues with the same batches.
-      auto batch_indices = [&](int64_t step) {
-        const int64_t epoch = (step - 1) / batches, pos = (step - 1) % batches;
-        std::vector<int64_t> perm(size_t(train.count()));
-        std::iota(perm.begin(), perm.end(), 0);
-        std::mt19937_64 rng(uint64_t(seed) * 1000003ull + uint64_t(epoch));
-        std::shuffle(perm.begin(), perm.end(), rng);
-        return std::vector<int64_t>(perm.begin() + pos * cfg.batch_size, perm.begin() + (pos + 1) * cfg.batch_size);
-      };
-      auto accuracy = [&](const pc::ShapeSet& s, uint64_t draw_seed) {
-        cf::NoGradGuard ng;
-        cf::Generator g{draw_seed};
-        int64_t correct = 0;
-        for (int64_t start = 0; start < s.count(); start += cfg.eval_batch_size) {
-          std::vector<int64_t> idx;
-          for (int64_t i = start; i < std::min(s.count(), start + cfg.eval_batch_size); ++i) idx.push_back(i);
-          auto [x, y] = batch_of(s, idx, dc.points, dev);
-          std::vector<int64_t> p = cf::argmax(forward(x, &g), -1).cpu().to_vector<int64_t>();
-          std::vector<int64_t> t = y.cpu().to_vector<int64_t>();
-          for (size_t i = 0; i < p.size(); ++i) correct += p[i] == t[i];
-        }
-        return s.count() ? double(correct) / double(s.count()) : 0.0;
-      };
-
-      cf::apps::TrainRun run;
-      run.app = "cf-pointcloud";
-      run.tags = {{"seed", seed}, {"run", init}};
-      run.signature = {{"model", model_json},      {"init", init},
-                       {"kmeans_iters", init == "kmeans" ? cfg.kmeans_iters : 0},
-                       {"seed", seed},             {"batch_size", cfg.batch_size},
-                       {"train", cf::apps::train_signature(cfg.train)},
-                       {"data", data_sig}};
-      if (!cfg.train.checkpoint_dir.empty())
-        run.checkpoint = cfg.train.checkpoint_dir + "/" + init + "-seed" + std::to_string(seed) + ".safetensors";
-      run.device = dev;
-      run.generators = {{"sampler", &sampler}};
-      cf::apps::TrainHooks hooks;
-      hooks.loss = [&](int64_t step, double* task) {
-        auto [x, y] = batch_of(train, batch_indices(step), dc.points, dev);
-        cf::Tensor loss = cf::cross_entropy(forward(x, &sampler), y);
-        *task = loss.item();
-        return loss;
-      };
-      if (val.count() > 0) hooks.evaluate = [&] { return accuracy(val, uint64_t(seed) + 777); };
-      const cf::apps::TrainResult tr = cf::apps::train_model(*model, cfg.train, run, hooks);
-      model->eval();
-      const double acc = accuracy(test, uint64_t(seed) + 999);
-      res.accuracy.push_back(acc);
-      json line = {{"event", "result"}, {"seed", seed}, {"run", init}, {"test_accuracy", acc},
-                   {"macs", res.macs}, {"trained", tr.trained}};
-      if (tr.trained) {
-        res.train_s.push_back(tr.time_s);
-        line["train_s"] = tr.time_s;
-        line["train_peak_bytes"] = tr.peak_bytes;
-      }
-      emit(line);
-    }
-  }
-
-  // ---- summary: JSON and Markdown
-  std::ostringstream md;
-  json table = json::object();
-  md << "\nCentroid initialisations (Table 3 analogue): test accuracy (%, mean ± sample std over "
-     << cfg.seeds.size() << " seed(s)), forward MACs per cloud of " << dc.points
-     << " points (M; in brackets the selection part: FPS / K-Means distances, KNN masks, up-sampling), "
-     << "parameters, training time (s) of "
-     << cfg.train.steps << " steps\n\n| init | accuracy | MACs (M) | params | train time |\n|---|---|---|---|---|\n";
-  for (const std::string& init : cfg.inits) {
-    const InitResult& r = results[init];
-    const Stats acc = stats_of(r.accuracy), ts = stats_of(r.train_s);
-    table[init] = {{"accuracy_mean", acc.mean},         {"accuracy_std", acc.std},
-                   {"accuracy", r.accuracy},            {"macs", r.macs},
-                   {"selection_macs", r.selection_macs}, {"params", r.params},
-                   {"train_s_mean", mean_or_null(ts)}};
-    md << "| " << (init == "fps" ? "FPS" : init == "kmeans" ? "K-Means" : "random") << " | " << fmt_pct(acc)
-       << " | " << fmt(double(r.macs) / 1e6, "%.2f") << " (" << fmt(double(r.selection_macs) / 1e6, "%.3f")
-       << ") | " << r.params << " | " << fmt_mean_or_dash(ts, "%.1f") << " |\n";
-  }
-  emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", classes}, {"points", dc.points},
-        {"train_size", train.count()}, {"test_size", test.count()}, {"table", table},
-        {"total_time_s", seconds_since(t_start)}});
-  std::cerr << md.str() << std::flush;
+  for (int64_t seed : cfg.seeds)
+    for (const std::string& init : cfg.inits)
+      train_init(cfg, dev, train, val, test, mo, model_json, data_sig, seed, init, results);
+  summarise(cfg, classes, train.count(), test.count(), results, t_start);
   return 0;
 }
 

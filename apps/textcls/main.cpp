@@ -212,105 +212,98 @@ struct ArmResult {
   std::vector<double> accuracy, train_s, infer_s, peak_mib;
 };
 
-// The app once its command line is read: its exit status.
-int run(const Config& cfg, cf::Device dev) {
-  const auto t_start = std::chrono::steady_clock::now();
-  const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-textcls");
-  const cf::apps::ClassifierTrainConfig& tc = cfg.train;
-  const int64_t k_default = cfg.k > 0 ? cfg.k : rounded_sqrt(data.max_tokens);
+// Table 5's (mu, nu) pairs: N/N, N/Y, Y/N, Y/Y (Y/Y is the main table's model).
+std::vector<std::pair<double, double>> ablation_pairs(const Config& cfg) {
+  return {{0, 0}, {0, cfg.nu}, {cfg.mu, 0}, {cfg.mu, cfg.nu}};
+}
 
-  // The models to train: the main table first, then the ablation and the k
-  // sweep; an arm equal to one already listed is trained once.
+// The models to train: the main table first, then the ablation and the k
+// sweep; an arm equal to one already listed is trained once.
+std::vector<Arm> plan_arms(const Config& cfg, int64_t max_tokens, int64_t k_default) {
   std::vector<Arm> arms;
   auto add_arm = [&](Arm a) {
     for (const Arm& b : arms)
       if (b.spec == a.spec && b.aux_weights == a.aux_weights) return;
     arms.push_back(std::move(a));
   };
-  for (const std::string& a : cfg.attentions) add_arm(make_arm(cfg, a, data.max_tokens, k_default, cfg.mu, cfg.nu));
-  // Table 5: N/N, N/Y, Y/N, Y/Y (Y/Y is the main table's model).
-  const std::vector<std::pair<double, double>> ablation = {{0, 0}, {0, cfg.nu}, {cfg.mu, 0}, {cfg.mu, cfg.nu}};
+  for (const std::string& a : cfg.attentions) add_arm(make_arm(cfg, a, max_tokens, k_default, cfg.mu, cfg.nu));
   if (cfg.ablation)
-    for (auto [mu, nu] : ablation) add_arm(make_arm(cfg, "neural-clustering", data.max_tokens, k_default, mu, nu));
-  for (int64_t k : cfg.k_sweep) add_arm(make_arm(cfg, "neural-clustering", data.max_tokens, k, cfg.mu, cfg.nu));
-  auto find_arm = [&](int64_t k, double mu, double nu) -> const Arm& {
-    for (const Arm& a : arms)
-      if (a.attention == "neural-clustering" && a.k == k && a.mu == mu && a.nu == nu) return a;
-    throw cf::ValueError("[cf-textcls] internal: no neural clustering run with k=" + std::to_string(k));
-  };
+    for (auto [mu, nu] : ablation_pairs(cfg))
+      add_arm(make_arm(cfg, "neural-clustering", max_tokens, k_default, mu, nu));
+  for (int64_t k : cfg.k_sweep) add_arm(make_arm(cfg, "neural-clustering", max_tokens, k, cfg.mu, cfg.nu));
+  return arms;
+}
 
-  std::vector<std::string> names;
-  for (const Arm& a : arms) names.push_back(a.file);
-  emit({{"event", "start"}, {"app", "cf-textcls"}, {"device", dev.str()}, {"seeds", cfg.seeds},
-        {"attentions", cfg.attentions}, {"k", k_default}, {"runs", names}, {"steps", tc.steps}});
-  emit(cf::apps::topic_data_event(cfg.data, data));
+const Arm& find_arm(const std::vector<Arm>& arms, int64_t k, double mu, double nu) {
+  for (const Arm& a : arms)
+    if (a.attention == "neural-clustering" && a.k == k && a.mu == mu && a.nu == nu) return a;
+  throw cf::ValueError("[cf-textcls] internal: no neural clustering run with k=" + std::to_string(k));
+}
 
-  auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
-  auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
-  auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
-  cf::data::DataLoaderOptions eo;
-  eo.batch_size = tc.eval_batch_size;
-  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
-  if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-textcls", "--checkpoint-dir");
+// One arm at one seed trained (or reused from its checkpoint) and tested: its
+// "result" line, its numbers added to `results`.
+void train_arm(const Config& cfg, cf::Device dev, const cf::apps::TopicData& data,
+               const std::shared_ptr<cf::data::SequenceDataset>& train_ds, cf::data::DataLoader& val_loader,
+               cf::data::DataLoader& test_loader, int64_t seed, const Arm& arm,
+               std::map<std::string, ArmResult>& results) {
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train;
+  json model_json = {{"vocab_size", data.vocab},
+                     {"max_len", data.max_tokens},
+                     {"pooling", cfg.pooling},
+                     {"n_layers", cfg.n_layers},
+                     {"num_classes", int64_t(data.topics.size())},
+                     {"d_model", cfg.d_model},
+                     {"n_heads", cfg.n_heads},
+                     {"d_ff", cfg.d_ff},
+                     {"dropout", cfg.dropout},
+                     {"attention", arm.spec}};
+  // The same seed gives every arm the same initial embeddings, feed-forward
+  // layers and batch order: only the attention differs.
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)};
+  auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
+  auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
+  model->to(dev);
 
-  std::map<std::string, ArmResult> results;  // by Arm::file
-  for (int64_t seed : cfg.seeds) {
-    for (const Arm& arm : arms) {
-      json model_json = {{"vocab_size", data.vocab},
-                         {"max_len", data.max_tokens},
-                         {"pooling", cfg.pooling},
-                         {"n_layers", cfg.n_layers},
-                         {"num_classes", int64_t(data.topics.size())},
-                         {"d_model", cfg.d_model},
-                         {"n_heads", cfg.n_heads},
-                         {"d_ff", cfg.d_ff},
-                         {"dropout", cfg.dropout},
-                         {"attention", arm.spec}};
-      // The same seed gives every arm the same initial embeddings, feed-forward
-      // layers and batch order: only the attention differs.
-      cf::manual_seed(uint64_t(seed));
-      cf::Generator gen{uint64_t(seed)};
-      auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
-      auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
-      model->to(dev);
+  cf::apps::TrainRun run;
+  run.app = "cf-textcls";
+  run.tags = {{"seed", seed}, {"run", arm.file}};
+  json weights = json::object();
+  for (auto& [k, w] : arm.aux_weights) weights[k] = w;
+  run.signature = {{"model", model_json},         {"aux_weights", weights}, {"seed", seed},
+                   {"steps", tc.steps},           {"batch_size", tc.batch_size}, {"lr", tc.lr},
+                   {"weight_decay", tc.weight_decay}, {"warmup", tc.warmup},
+                   {"data", cf::apps::topic_data_signature(cfg.data)}};
+  if (!tc.checkpoint_dir.empty())
+    run.checkpoint = tc.checkpoint_dir + "/" + arm.file + "-seed" + std::to_string(seed) + ".safetensors";
+  run.device = dev;
+  const cf::apps::TrainResult tr =
+      cf::apps::train_classifier(*model, tc, run, seed, arm.aux_weights, train_ds, val_loader);
+  const cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
 
-      cf::apps::TrainRun run;
-      run.app = "cf-textcls";
-      run.tags = {{"seed", seed}, {"run", arm.file}};
-      json weights = json::object();
-      for (auto& [k, w] : arm.aux_weights) weights[k] = w;
-      run.signature = {{"model", model_json},         {"aux_weights", weights}, {"seed", seed},
-                       {"steps", tc.steps},           {"batch_size", tc.batch_size}, {"lr", tc.lr},
-                       {"weight_decay", tc.weight_decay}, {"warmup", tc.warmup},
-                       {"data", cf::apps::topic_data_signature(cfg.data)}};
-      if (!tc.checkpoint_dir.empty())
-        run.checkpoint = tc.checkpoint_dir + "/" + arm.file + "-seed" + std::to_string(seed) + ".safetensors";
-      run.device = dev;
-      const cf::apps::TrainResult tr =
-          cf::apps::train_classifier(*model, tc, run, seed, arm.aux_weights, train_ds, val_loader);
-      const cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
-
-      ArmResult& res = results[arm.file];
-      res.accuracy.push_back(r.accuracy);
-      res.infer_s.push_back(r.time_s);
-      json line = {{"event", "result"}, {"seed", seed}, {"run", arm.file}, {"attention", arm.attention},
-                   {"test_accuracy", r.accuracy}, {"inference_s", r.time_s}, {"trained", tr.trained}};
-      if (tr.trained) {  // a reused checkpoint has no training time or memory
-        res.train_s.push_back(tr.time_s);
-        res.peak_mib.push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
-        line["train_s"] = tr.time_s;
-        line["train_peak_bytes"] = tr.peak_bytes;
-      }
-      if (arm.attention == "neural-clustering") {
-        line["k"] = arm.k;
-        line["mu"] = arm.mu;
-        line["nu"] = arm.nu;
-      }
-      emit(line);
-    }
+  ArmResult& res = results[arm.file];
+  res.accuracy.push_back(r.accuracy);
+  res.infer_s.push_back(r.time_s);
+  json line = {{"event", "result"}, {"seed", seed}, {"run", arm.file}, {"attention", arm.attention},
+               {"test_accuracy", r.accuracy}, {"inference_s", r.time_s}, {"trained", tr.trained}};
+  if (tr.trained) {  // a reused checkpoint has no training time or memory
+    res.train_s.push_back(tr.time_s);
+    res.peak_mib.push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
+    line["train_s"] = tr.time_s;
+    line["train_peak_bytes"] = tr.peak_bytes;
   }
+  if (arm.attention == "neural-clustering") {
+    line["k"] = arm.k;
+    line["mu"] = arm.mu;
+    line["nu"] = arm.nu;
+  }
+  emit(line);
+}
 
-  // ---- summary: JSON and Markdown
+// The summary line (JSON) and the Markdown tables on stderr.
+void summarise(const Config& cfg, const cf::apps::TopicData& data, const std::vector<Arm>& arms, int64_t k_default,
+               std::map<std::string, ArmResult>& results, std::chrono::steady_clock::time_point t_start) {
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train;
   auto cell = [&](const Arm& a) {
     const ArmResult& r = results[a.file];
     Stats acc = stats_of(r.accuracy), tr = stats_of(r.train_s), inf = stats_of(r.infer_s), mem = stats_of(r.peak_mib);
@@ -340,7 +333,7 @@ int run(const Config& cfg, cf::Device dev) {
      << "memory (MiB) of " << tc.steps << " steps, test-set inference time (s); (x): full attention's value "
      << "divided by this one\n\n| attention | accuracy | train time | peak memory | inference |\n|---|---|---|---|---|\n";
   for (const std::string& name : cfg.attentions) {
-    const Arm& a = name == "neural-clustering" ? find_arm(k_default, cfg.mu, cfg.nu) : *std::find_if(
+    const Arm& a = name == "neural-clustering" ? find_arm(arms, k_default, cfg.mu, cfg.nu) : *std::find_if(
         arms.begin(), arms.end(), [&](const Arm& x) { return x.attention == name; });
     json c = cell(a);
     table[name] = c;
@@ -355,8 +348,8 @@ int run(const Config& cfg, cf::Device dev) {
     md << "\nL1/L2 ablation of neural clustering attention (k=" << k_default << "), test accuracy %, " << seeds_note
        << " (N: weight 0, Y: mu=" << cfg.mu << " / nu=" << cfg.nu << ")\n\n| L1/L2 | N/N | N/Y | Y/N | Y/Y |\n"
        << "|---|---|---|---|---|\n| accuracy |";
-    for (auto [mu, nu] : ablation) {
-      const Arm& a = find_arm(k_default, mu, nu);
+    for (auto [mu, nu] : ablation_pairs(cfg)) {
+      const Arm& a = find_arm(arms, k_default, mu, nu);
       const std::string key = std::string(mu > 0 ? "Y" : "N") + "/" + (nu > 0 ? "Y" : "N");
       ablation_json[key] = cell(a);
       md << " " << fmt_pct(stats_of(results[a.file].accuracy)) << " |";
@@ -374,7 +367,7 @@ int run(const Config& cfg, cf::Device dev) {
          << num(c, "train_s_mean", "%.1f") << " | " << num(c, "train_peak_mib_mean", "%.1f") << " |\n";
     }
     for (int64_t k : cfg.k_sweep) {
-      const Arm& a = find_arm(k, cfg.mu, cfg.nu);
+      const Arm& a = find_arm(arms, k, cfg.mu, cfg.nu);
       json c = cell(a);
       sweep_json[std::to_string(k)] = c;
       md << "| k=" << k << " | " << fmt_pct(stats_of(results[a.file].accuracy)) << " | "
@@ -386,6 +379,34 @@ int run(const Config& cfg, cf::Device dev) {
         {"test_size", data.test.ids.size()}, {"mean_len", data.mean_len}, {"k", k_default}, {"table", table},
         {"ablation", ablation_json}, {"k_sweep", sweep_json}, {"total_time_s", seconds_since(t_start)}});
   std::cerr << md.str() << std::flush;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg, cf::Device dev) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-textcls");
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train;
+  const int64_t k_default = cfg.k > 0 ? cfg.k : rounded_sqrt(data.max_tokens);
+  const std::vector<Arm> arms = plan_arms(cfg, data.max_tokens, k_default);
+
+  std::vector<std::string> names;
+  for (const Arm& a : arms) names.push_back(a.file);
+  emit({{"event", "start"}, {"app", "cf-textcls"}, {"device", dev.str()}, {"seeds", cfg.seeds},
+        {"attentions", cfg.attentions}, {"k", k_default}, {"runs", names}, {"steps", tc.steps}});
+  emit(cf::apps::topic_data_event(cfg.data, data));
+
+  auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
+  auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
+  auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
+  cf::data::DataLoaderOptions eo;
+  eo.batch_size = tc.eval_batch_size;
+  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
+  if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-textcls", "--checkpoint-dir");
+
+  std::map<std::string, ArmResult> results;  // by Arm::file
+  for (int64_t seed : cfg.seeds)
+    for (const Arm& arm : arms) train_arm(cfg, dev, data, train_ds, val_loader, test_loader, seed, arm, results);
+  summarise(cfg, data, arms, k_default, results, t_start);
   return 0;
 }
 

@@ -206,135 +206,115 @@ struct VariantResult {
   std::vector<double> accuracy, train_s, train_cpu_s, peak_mib, infer_s;
 };
 
-// The app once its command line is read: its exit status.
-int run(const Config& cfg, cf::Device dev) {
-  const auto t_start = std::chrono::steady_clock::now();
-  const cf::apps::TrainSettings& tc = cfg.train;
-
-  // ---- the variants, with their cost per image
+// The variants: one per --centroid-at entry, and with --overlap the centroid
+// ones again with the overlapping patch embedding; each with its cost per image.
+std::vector<Variant> plan_variants(const Config& cfg) {
   std::vector<Variant> variants;
   auto add_variant = [&](int64_t at, bool overlap) {
-    Variant v;
-    cf::models::CentroidViTOptions& o = v.opts;
-    o.image_size = kImage;
-    o.in_channels = 1;
-    o.patch_kernel = overlap ? cfg.overlap[0] : cfg.patch_kernel;
-    o.patch_stride = overlap ? cfg.overlap[1] : cfg.patch_stride;
-    o.patch_padding = overlap ? cfg.overlap[2] : cfg.patch_padding;
-    o.d_model = cfg.d_model;
-    o.n_heads = cfg.n_heads;
-    o.d_ff = cfg.d_ff;
-    o.n_layers = cfg.n_layers;
-    o.centroid_at = at;
-    o.num_classes = kClasses;
-    o.dropout = cfg.dropout;
-    v.name = at == 0 ? "plain" : "centroid@" + str(at);
-    v.file = at == 0 ? "plain" : "centroid" + str(at);
-    if (overlap) v.name += " overlap", v.file += "-overlap";
-    for (const Variant& w : variants)
-      if (w.file == v.file) return;
-    cf::Generator g(0);
-    cf::models::CentroidViT m(o, g);
-    v.tokens = m.num_tokens();
-    const cf::nn::Cost cost = m.cost(1);
-    v.macs = cost.macs;
-    v.params = cost.params;
-    variants.push_back(v);
+  Variant v;
+  cf::models::CentroidViTOptions& o = v.opts;
+  o.image_size = kImage;
+  o.in_channels = 1;
+  o.patch_kernel = overlap ? cfg.overlap[0] : cfg.patch_kernel;
+  o.patch_stride = overlap ? cfg.overlap[1] : cfg.patch_stride;
+  o.patch_padding = overlap ? cfg.overlap[2] : cfg.patch_padding;
+  o.d_model = cfg.d_model;
+  o.n_heads = cfg.n_heads;
+  o.d_ff = cfg.d_ff;
+  o.n_layers = cfg.n_layers;
+  o.centroid_at = at;
+  o.num_classes = kClasses;
+  o.dropout = cfg.dropout;
+  v.name = at == 0 ? "plain" : "centroid@" + str(at);
+  v.file = at == 0 ? "plain" : "centroid" + str(at);
+  if (overlap) v.name += " overlap", v.file += "-overlap";
+  for (const Variant& w : variants)
+    if (w.file == v.file) return;
+  cf::Generator g(0);
+  cf::models::CentroidViT m(o, g);
+  v.tokens = m.num_tokens();
+  const cf::nn::Cost cost = m.cost(1);
+  v.macs = cost.macs;
+  v.params = cost.params;
+  variants.push_back(v);
   };
   for (int64_t at : cfg.centroid_at) add_variant(at, false);
   if (!cfg.overlap.empty())
     for (int64_t at : cfg.centroid_at)
       if (at > 0) add_variant(at, true);
+  return variants;
+}
 
-  std::vector<std::string> names;
-  for (const Variant& v : variants) names.push_back(v.name);
-  emit({{"event", "start"}, {"app", "cf-vit"}, {"device", dev.str()}, {"seeds", cfg.seeds},
-        {"variants", names}, {"steps", tc.steps}});
-  for (const Variant& v : variants)
-    emit({{"event", "variant"}, {"run", v.file}, {"name", v.name}, {"tokens", v.tokens}, {"macs", v.macs},
-          {"params", v.params}, {"model", options_json(v.opts)}});
+// One variant at one seed trained (or reused from its checkpoint) and tested:
+// its "result" line, its numbers added to `results`.
+void train_variant(const Config& cfg, cf::Device dev, const std::shared_ptr<cf::data::Dataset>& train_ds,
+                   cf::data::DataLoader& val_loader, cf::data::DataLoader& test_loader, const json& data_sig,
+                   int64_t seed, const Variant& v, std::map<std::string, VariantResult>& results) {
+  const cf::apps::TrainSettings& tc = cfg.train;
+  // The same seed gives every variant the same batch order.
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)};
+  auto model = std::make_shared<cf::models::CentroidViT>(v.opts, gen);
+  model->to(dev);
 
-  // ---- data
-  const cf::data::FashionMnist fm = cf::data::load_fashion_mnist(cfg.data_dir);
-  auto train_ds = subset(fm.train_images, fm.train_labels, 0, cfg.train_size);
-  auto val_ds = subset(fm.train_images, fm.train_labels, kTrainTotal - cfg.val_size, cfg.val_size);
-  auto test_ds = subset(fm.test_images, fm.test_labels, 0, cfg.test_size);
-  emit({{"event", "data"}, {"dir", cfg.data_dir}, {"train", cfg.train_size}, {"val", cfg.val_size},
-        {"test", cfg.test_size}, {"classes", kClasses}});
-  if (train_ds->size() < cfg.batch_size)
-    throw cf::ValueError("[cf-vit] the training set (" + str(train_ds->size()) +
-                         " images) is smaller than one batch of " + str(cfg.batch_size));
-  cf::data::DataLoaderOptions eo;
-  eo.batch_size = cfg.eval_batch_size;
-  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
-  if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-vit", "--checkpoint-dir");
-  const json data_sig = {{"dir", cfg.data_dir}, {"train", cfg.train_size}, {"val", cfg.val_size}};
+  cf::apps::TrainRun run;
+  run.app = "cf-vit";
+  run.tags = {{"seed", seed}, {"run", v.file}};
+  run.signature = {{"model", options_json(v.opts)}, {"seed", seed}, {"batch_size", cfg.batch_size},
+                   {"train", cf::apps::train_signature(tc)}, {"data", data_sig}};
+  if (!tc.checkpoint_dir.empty())
+    run.checkpoint = tc.checkpoint_dir + "/" + v.file + "-seed" + str(seed) + ".safetensors";
+  run.device = dev;
 
-  std::map<std::string, VariantResult> results;  // by Variant::file
-  for (int64_t seed : cfg.seeds) {
-    for (const Variant& v : variants) {
-      // The same seed gives every variant the same batch order.
-      cf::manual_seed(uint64_t(seed));
-      cf::Generator gen{uint64_t(seed)};
-      auto model = std::make_shared<cf::models::CentroidViT>(v.opts, gen);
-      model->to(dev);
+  cf::data::DataLoaderOptions to;
+  to.batch_size = cfg.batch_size;
+  to.shuffle = true;
+  to.seed = uint64_t(seed);
+  to.drop_last = true;
+  to.prefetch = 2;
+  cf::data::DataLoader train_loader(train_ds, to);
+  cf::apps::TrainHooks hooks;
+  hooks.resumed = [&](int64_t start_step) {
+    const int64_t nb = train_loader.size();
+    train_loader.set_state({start_step / nb, start_step % nb});
+  };
+  hooks.evaluate = [&] { return evaluate(*model, val_loader, dev, nullptr); };
+  cf::data::Batch b;
+  hooks.loss = [&](int64_t, double* task_loss) {
+    if (!train_loader.next(b) && !train_loader.next(b))
+      throw cf::ValueError("[cf-vit] the training loader delivered no batch");
+    cf::Tensor loss = cf::cross_entropy(model->forward(b.input.to(dev)), b.target.to(dev));
+    *task_loss = loss.item();
+    return loss;
+  };
+  model->train();
+  const std::clock_t cpu0 = std::clock();  // CPU time of the process (every thread): the machine may be shared
+  const cf::apps::TrainResult tr = cf::apps::train_model(*model, tc, run, hooks);
+  const double train_cpu_s = double(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  train_loader.stop();
+  double infer_s = 0;
+  const double acc = evaluate(*model, test_loader, dev, &infer_s);
 
-      cf::apps::TrainRun run;
-      run.app = "cf-vit";
-      run.tags = {{"seed", seed}, {"run", v.file}};
-      run.signature = {{"model", options_json(v.opts)}, {"seed", seed}, {"batch_size", cfg.batch_size},
-                       {"train", cf::apps::train_signature(tc)}, {"data", data_sig}};
-      if (!tc.checkpoint_dir.empty())
-        run.checkpoint = tc.checkpoint_dir + "/" + v.file + "-seed" + str(seed) + ".safetensors";
-      run.device = dev;
-
-      cf::data::DataLoaderOptions to;
-      to.batch_size = cfg.batch_size;
-      to.shuffle = true;
-      to.seed = uint64_t(seed);
-      to.drop_last = true;
-      to.prefetch = 2;
-      cf::data::DataLoader train_loader(train_ds, to);
-      cf::apps::TrainHooks hooks;
-      hooks.resumed = [&](int64_t start_step) {
-        const int64_t nb = train_loader.size();
-        train_loader.set_state({start_step / nb, start_step % nb});
-      };
-      hooks.evaluate = [&] { return evaluate(*model, val_loader, dev, nullptr); };
-      cf::data::Batch b;
-      hooks.loss = [&](int64_t, double* task_loss) {
-        if (!train_loader.next(b) && !train_loader.next(b))
-          throw cf::ValueError("[cf-vit] the training loader delivered no batch");
-        cf::Tensor loss = cf::cross_entropy(model->forward(b.input.to(dev)), b.target.to(dev));
-        *task_loss = loss.item();
-        return loss;
-      };
-      model->train();
-      const std::clock_t cpu0 = std::clock();  // CPU time of the process (every thread): the machine may be shared
-      const cf::apps::TrainResult tr = cf::apps::train_model(*model, tc, run, hooks);
-      const double train_cpu_s = double(std::clock() - cpu0) / CLOCKS_PER_SEC;
-      train_loader.stop();
-      double infer_s = 0;
-      const double acc = evaluate(*model, test_loader, dev, &infer_s);
-
-      VariantResult& res = results[v.file];
-      res.accuracy.push_back(acc);
-      res.infer_s.push_back(infer_s);
-      json line = {{"event", "result"}, {"seed", seed}, {"run", v.file}, {"test_accuracy", acc},
-                   {"macs", v.macs}, {"params", v.params}, {"inference_s", infer_s}, {"trained", tr.trained}};
-      if (tr.trained) {  // a reused checkpoint has no training time or memory
-        res.train_s.push_back(tr.time_s);
-        res.train_cpu_s.push_back(train_cpu_s);
-        res.peak_mib.push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
-        line["train_s"] = tr.time_s;
-        line["train_cpu_s"] = train_cpu_s;
-        line["train_peak_bytes"] = tr.peak_bytes;
-      }
-      emit(line);
-    }
+  VariantResult& res = results[v.file];
+  res.accuracy.push_back(acc);
+  res.infer_s.push_back(infer_s);
+  json line = {{"event", "result"}, {"seed", seed}, {"run", v.file}, {"test_accuracy", acc},
+               {"macs", v.macs}, {"params", v.params}, {"inference_s", infer_s}, {"trained", tr.trained}};
+  if (tr.trained) {  // a reused checkpoint has no training time or memory
+    res.train_s.push_back(tr.time_s);
+    res.train_cpu_s.push_back(train_cpu_s);
+    res.peak_mib.push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
+    line["train_s"] = tr.time_s;
+    line["train_cpu_s"] = train_cpu_s;
+    line["train_peak_bytes"] = tr.peak_bytes;
   }
+  emit(line);
+}
 
-  // ---- summary: JSON and Markdown
+// The summary line (JSON) and the Markdown table on stderr.
+void summarise(const Config& cfg, const std::vector<Variant>& variants, std::map<std::string, VariantResult>& results,
+               std::chrono::steady_clock::time_point t_start) {
+  const cf::apps::TrainSettings& tc = cfg.train;
   const Variant* plain = nullptr;
   for (const Variant& v : variants)
     if (v.opts.centroid_at == 0) plain = &v;
@@ -363,6 +343,42 @@ int run(const Config& cfg, cf::Device dev) {
   emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"train_size", cfg.train_size}, {"test_size", cfg.test_size},
         {"steps", tc.steps}, {"table", table}, {"total_time_s", seconds_since(t_start)}});
   std::cerr << md.str() << std::flush;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg, cf::Device dev) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const cf::apps::TrainSettings& tc = cfg.train;
+  const std::vector<Variant> variants = plan_variants(cfg);
+  std::vector<std::string> names;
+  for (const Variant& v : variants) names.push_back(v.name);
+  emit({{"event", "start"}, {"app", "cf-vit"}, {"device", dev.str()}, {"seeds", cfg.seeds},
+        {"variants", names}, {"steps", tc.steps}});
+  for (const Variant& v : variants)
+    emit({{"event", "variant"}, {"run", v.file}, {"name", v.name}, {"tokens", v.tokens}, {"macs", v.macs},
+          {"params", v.params}, {"model", options_json(v.opts)}});
+
+  // ---- data
+  const cf::data::FashionMnist fm = cf::data::load_fashion_mnist(cfg.data_dir);
+  auto train_ds = subset(fm.train_images, fm.train_labels, 0, cfg.train_size);
+  auto val_ds = subset(fm.train_images, fm.train_labels, kTrainTotal - cfg.val_size, cfg.val_size);
+  auto test_ds = subset(fm.test_images, fm.test_labels, 0, cfg.test_size);
+  emit({{"event", "data"}, {"dir", cfg.data_dir}, {"train", cfg.train_size}, {"val", cfg.val_size},
+        {"test", cfg.test_size}, {"classes", kClasses}});
+  if (train_ds->size() < cfg.batch_size)
+    throw cf::ValueError("[cf-vit] the training set (" + str(train_ds->size()) +
+                         " images) is smaller than one batch of " + str(cfg.batch_size));
+  cf::data::DataLoaderOptions eo;
+  eo.batch_size = cfg.eval_batch_size;
+  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
+  if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-vit", "--checkpoint-dir");
+  const json data_sig = {{"dir", cfg.data_dir}, {"train", cfg.train_size}, {"val", cfg.val_size}};
+
+  std::map<std::string, VariantResult> results;  // by Variant::file
+  for (int64_t seed : cfg.seeds)
+    for (const Variant& v : variants)
+      train_variant(cfg, dev, train_ds, val_loader, test_loader, data_sig, seed, v, results);
+  summarise(cfg, variants, results, t_start);
   return 0;
 }
 
