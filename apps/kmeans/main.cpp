@@ -67,9 +67,8 @@ bool same_file(const std::string& a, const std::string& b) {
   return fs::absolute(a, ea).lexically_normal() == fs::absolute(b, eb).lexically_normal();
 }
 
-// Returns false for --help.
-bool parse(int argc, char** argv, Config& c) {
-  cf::apps::Options o(kUsage, kExitStatus);
+// The option table (--help lists the options in this order).
+void add_options(cf::apps::Options& o, Config& c) {
   o.section("Input");
   o.add_string("input", &c.input, "the vectors, one per row (formats above)");
   o.add_string("format", &c.format,
@@ -111,8 +110,10 @@ bool parse(int argc, char** argv, Config& c) {
              "data-parallel over the processes mpirun started (mpirun -np W ...): every rank reads the data and "
              "keeps its 1/W of the rows; distributed K-Means (all-reduced sums, k-means++ across ranks) gives the "
              "clustering of one process; rank 0 prints and writes the outputs");
-  if (!o.parse(argc, argv)) return false;
+}
 
+// The checks no single option makes, and the values derived from several.
+void check(Config& c) {
   if (!c.shape.empty() && c.shape.size() != 2) throw UsageError("--shape expects N,D (two integers)");
   if (c.init != "kmeans++" && c.init != "random")
     throw UsageError("--init must be kmeans++ or random, got '" + c.init + "'");
@@ -161,6 +162,14 @@ bool parse(int argc, char** argv, Config& c) {
       throw UsageError("raw input '" + c.input + "' needs --shape N,D (or name it .npy / use --format)");
     if (c.format != "raw" && !c.shape.empty()) throw UsageError("--shape is for raw input only");
   }
+}
+
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  cf::apps::Options o(kUsage, kExitStatus);
+  add_options(o, c);
+  if (!o.parse(argc, argv)) return false;
+  check(c);
   return true;
 }
 
@@ -223,31 +232,8 @@ void say(const json& j) {
   if (cf::dist::rank() == 0) std::cout << j.dump() << std::endl;
 }
 
-// The app once its command line is read: its exit status.
-int run(const Config& cfg) {
-  const bool demo = cfg.input.empty();
-  auto t0 = std::chrono::steady_clock::now();
-  cf::Tensor x, truth;
-  if (demo) {
-    Demo dm = make_demo(cfg);
-    x = dm.x;
-    truth = dm.labels;
-    if (cfg.dtype == "float64") x = cf::to(x, cf::kFloat64);
-    if (!cfg.save_data.empty() && cf::dist::rank() == 0) cf::data::save_npy(cfg.save_data, dm.x);
-    if (!cfg.save_labels.empty() && cf::dist::rank() == 0) cf::data::save_npy(cfg.save_labels, dm.labels);
-  } else {
-    x = read_data(cfg);
-    if (!cfg.labels.empty()) truth = read_labels(cfg.labels, x.size(0));
-  }
-  const cf::Device dev = cf::apps::parse_device(cfg.device);
-  x = x.to(dev);
-  const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  say(json{{"event", "start"}, {"input", demo ? "demo (planted clusters)" : cfg.input},
-                    {"format", demo ? "generated" : cfg.format}, {"n", x.size(0)}, {"d", x.size(1)},
-                    {"dtype", cf::dtype_name(x.dtype())}, {"k", cfg.k}, {"init", cfg.init},
-                    {"metric", cfg.metric}, {"algorithm", cfg.algorithm}, {"device", cfg.device}, {"seed", cfg.seed}, {"read_time_s", read_s},
-            {"processes", cf::dist::world_size()}});
-
+// The clustering settings from the options.
+cf::nn::KMeansOptions kmeans_options(const Config& cfg) {
   cf::nn::KMeansOptions o;
   o.k = cfg.k;
   o.max_iter = cfg.max_iter;
@@ -257,6 +243,13 @@ int run(const Config& cfg) {
   o.seed = uint64_t(cfg.seed);
   o.block_rows = cfg.block_rows;
   o.algorithm = cfg.algorithm == "elkan" ? cf::nn::KMeansAlgorithm::elkan : cf::nn::KMeansAlgorithm::lloyd;
+  return o;
+}
+
+// K-Means on x (this rank's share of the rows with --distributed, the
+// assignments gathered back), an "iteration" line and a progress bar step per
+// Lloyd iteration.
+cf::nn::KMeansResult fit(const Config& cfg, const cf::Tensor& x, cf::Device dev, cf::nn::KMeansOptions o) {
   auto t1 = std::chrono::steady_clock::now();
   cf::nn::ProgressBarOptions po;
   po.total = cfg.max_iter;
@@ -288,13 +281,12 @@ int run(const Config& cfg) {
     r = cf::nn::kmeans(x, o);
   }
   bar.finish();
-  const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  return r;
+}
 
-  if (cf::dist::rank() == 0) {
-    if (!cfg.centroids.empty()) cf::data::save_npy(cfg.centroids, r.centroids.cpu());
-    if (!cfg.assignments.empty()) cf::data::save_npy(cfg.assignments, r.assignments.cpu());
-  }
-
+// The summary line (with the adjusted Rand index against `truth` when there is one).
+json summary_of(const Config& cfg, const cf::Tensor& x, const cf::Tensor& truth, const cf::nn::KMeansResult& r,
+                double fit_s) {
   std::vector<int64_t> sizes(size_t(cfg.k), 0);
   for (int64_t a : r.assignments.to_vector<int64_t>()) ++sizes[size_t(a)];
   json summary = {{"event", "summary"}, {"n", x.size(0)}, {"d", x.size(1)}, {"k", cfg.k},
@@ -305,13 +297,49 @@ int run(const Config& cfg) {
                   {"cluster_sizes_max", *std::max_element(sizes.begin(), sizes.end())},
                   {"fit_time_s", fit_s}, {"s_per_iteration", fit_s / double(std::max<int64_t>(1, r.iterations))},
                   {"peak_bytes", cf::memory_stats().peak_bytes}};
-  double ari = -2;
-  if (truth.defined()) {
-    ari = cf::nn::adjusted_rand_index(r.assignments, truth);
-    summary["adjusted_rand_index"] = ari;
-  }
+  if (truth.defined()) summary["adjusted_rand_index"] = cf::nn::adjusted_rand_index(r.assignments, truth);
   summary["centroids"] = cfg.centroids.empty() ? json(nullptr) : json(cfg.centroids);
   summary["assignments"] = cfg.assignments.empty() ? json(nullptr) : json(cfg.assignments);
+  return summary;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg) {
+  const bool demo = cfg.input.empty();
+  auto t0 = std::chrono::steady_clock::now();
+  cf::Tensor x, truth;
+  if (demo) {
+    Demo dm = make_demo(cfg);
+    x = dm.x;
+    truth = dm.labels;
+    if (cfg.dtype == "float64") x = cf::to(x, cf::kFloat64);
+    if (!cfg.save_data.empty() && cf::dist::rank() == 0) cf::data::save_npy(cfg.save_data, dm.x);
+    if (!cfg.save_labels.empty() && cf::dist::rank() == 0) cf::data::save_npy(cfg.save_labels, dm.labels);
+  } else {
+    x = read_data(cfg);
+    if (!cfg.labels.empty()) truth = read_labels(cfg.labels, x.size(0));
+  }
+  const cf::Device dev = cf::apps::parse_device(cfg.device);
+  x = x.to(dev);
+  const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  say(json{{"event", "start"}, {"input", demo ? "demo (planted clusters)" : cfg.input},
+                    {"format", demo ? "generated" : cfg.format}, {"n", x.size(0)}, {"d", x.size(1)},
+                    {"dtype", cf::dtype_name(x.dtype())}, {"k", cfg.k}, {"init", cfg.init},
+                    {"metric", cfg.metric}, {"algorithm", cfg.algorithm}, {"device", cfg.device}, {"seed", cfg.seed}, {"read_time_s", read_s},
+            {"processes", cf::dist::world_size()}});
+
+  const cf::nn::KMeansOptions o = kmeans_options(cfg);
+  auto t1 = std::chrono::steady_clock::now();
+  const cf::nn::KMeansResult r = fit(cfg, x, dev, o);
+  const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+
+  if (cf::dist::rank() == 0) {
+    if (!cfg.centroids.empty()) cf::data::save_npy(cfg.centroids, r.centroids.cpu());
+    if (!cfg.assignments.empty()) cf::data::save_npy(cfg.assignments, r.assignments.cpu());
+  }
+
+  json summary = summary_of(cfg, x, truth, r, fit_s);
+  const double ari = truth.defined() ? summary["adjusted_rand_index"].get<double>() : -2;
   if (demo) summary["recovered_planted_clusters"] = ari > 0.99;
   say(summary);
   return demo && !(ari > 0.99) ? 1 : 0;

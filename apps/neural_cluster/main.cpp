@@ -131,9 +131,8 @@ struct Config {
   int64_t checkpoint_every = 0;
 };
 
-// Returns false for --help.
-bool parse(int argc, char** argv, Config& c) {
-  cf::apps::Options o(kUsage, kExitStatus);
+// The option table (--help lists the options in this order).
+void add_options(cf::apps::Options& o, Config& c) {
   o.section("Data");
   o.add_string("dataset", &c.dataset, "fashion-mnist or mnist");
   o.add_string("data_dir", &c.data_dir, "Fashion-MNIST IDX files");
@@ -185,8 +184,10 @@ bool parse(int argc, char** argv, Config& c) {
                "settings: a finished one is not retrained, a shorter one is continued up to --ncm-steps (the "
                "batch order is a function of the step, so the result is the same as one long run)");
   o.add_int("checkpoint_every", &c.checkpoint_every, 0, "also checkpoint every N NCM steps (0: at the end only)");
-  if (!o.parse(argc, argv)) return false;
+}
 
+// The checks no single option makes, and the values derived from several.
+void check(Config& c) {
   // Rules between fields.
   if (c.dataset != "fashion-mnist" && c.dataset != "mnist")
     throw UsageError("--dataset must be fashion-mnist or mnist, got '" + c.dataset + "'");
@@ -222,6 +223,14 @@ bool parse(int argc, char** argv, Config& c) {
   if (!(c.som_sigma_end > 0)) throw UsageError("--som-sigma-end must be positive");
   if (c.som_sigma > 0 && c.som_sigma_end > c.som_sigma)
     throw UsageError("--som-sigma-end must not exceed --som-sigma");
+}
+
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  cf::apps::Options o(kUsage, kExitStatus);
+  add_options(o, c);
+  if (!o.parse(argc, argv)) return false;
+  check(c);
   return true;
 }
 

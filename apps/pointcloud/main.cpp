@@ -96,10 +96,8 @@ cf::models::PointCloudOptions model_options(const Config& c, int64_t classes) {
   return o;
 }
 
-// Returns false for --help.
-bool parse(int argc, char** argv, Config& c) {
-  c.train.lr = 2e-3;
-  cf::apps::Options o(kUsage, kExitStatus);
+// The option table (--help lists the options in this order).
+void add_options(cf::apps::Options& o, Config& c) {
   o.section("Data (train, validation and test sets drawn from --data-seed)");
   o.add_int("points", &c.data.points, 1, "points per cloud (small for CPU speed; the paper's setting is 1024)");
   o.add_int("train_per_class", &c.data.train_per_class, 1, "training clouds per shape");
@@ -139,8 +137,10 @@ bool parse(int argc, char** argv, Config& c) {
   o.section("Runs");
   o.add_seeds(&c.seeds, "model initialisation, dropout, batch order, random sampling");
   o.add_string("device", &c.device, "cpu | cuda");
-  if (!o.parse(argc, argv)) return false;
+}
 
+// The checks no single option makes, and the values derived from several.
+void check(Config& c) {
   for (size_t i = 0; i < c.inits.size(); ++i) {
     if (std::find(kInits.begin(), kInits.end(), c.inits[i]) == kInits.end())
       throw UsageError("--inits: unknown init '" + c.inits[i] + "' (expected fps, random or kmeans)");
@@ -177,6 +177,15 @@ bool parse(int argc, char** argv, Config& c) {
                        std::to_string(c.knn));
     n = (n + c.downsample[i] - 1) / c.downsample[i];
   }
+}
+
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  c.train.lr = 2e-3;
+  cf::apps::Options o(kUsage, kExitStatus);
+  add_options(o, c);
+  if (!o.parse(argc, argv)) return false;
+  check(c);
   return true;
 }
 
