@@ -113,6 +113,118 @@ json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor&
   return r;
 }
 
+// The forward+backward time and peak bytes of one attention row (the inputs
+// detached, requiring gradients).
+template <class Forward, class Args>
+void time_backward(json& r, const std::string& variant, int64_t reps, Forward& forward, Args& args,
+                   const cf::Tensor& q, const cf::Tensor& k, const cf::Tensor& v, double& full_bwd) {
+  cf::Tensor qg = q.detach(), kg = k.detach(), vg = v.detach();
+  qg.set_requires_grad(true);
+  kg.set_requires_grad(true);
+  vg.set_requires_grad(true);
+  cf::reset_peak_memory(g_device);
+  double t_bwd = time_median(reps, [&] {
+    qg.zero_grad();
+    kg.zero_grad();
+    vg.zero_grad();
+    cf::sum(forward(args(qg, kg, vg))).backward();
+  });
+  r["forward_backward_time_s"] = t_bwd;
+  r["forward_backward_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
+  if (variant == "full") full_bwd = t_bwd;
+  if (full_bwd > 0) r["forward_backward_ratio_vs_full"] = t_bwd / full_bwd;
+}
+
+// One row of cf-bench attention: `variant` on q, k, v (x: the layer input, for
+// variants that cluster hidden states) at sequence length n, or the reason it
+// was skipped. full_fwd / full_bwd: full attention's times at this n, once measured.
+json attention_row(const BenchOptions& o, const std::string& variant, int64_t n, const cf::Tensor& q,
+                   const cf::Tensor& k, const cf::Tensor& v, const cf::Tensor& x, double max_gib, double& full_fwd,
+                   double& full_bwd) {
+  const int64_t B = 1, H = 4, Dh = 64;
+  cf::nn::AttentionSpec spec;
+  spec.type = is_bench_only(variant) ? "full" : variant;
+  spec.d_model = H * Dh;
+  spec.n_heads = H;
+  nlohmann::json options = bench_attention_options(variant, n);
+  spec.options = cf::nn::Config(options, "attention");
+  std::shared_ptr<cf::nn::Attention> att = cf::nn::make_attention(spec);
+  att->to(g_device);  // variants with parameters or buffers (neural clustering, routing, Cluster-Former)
+  json r;
+  r["name"] = variant + "_" + std::to_string(n);
+  r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"heads", H}, {"head_dim", Dh},
+                 {"causal", o.causal}, {"dtype", dtype_label(o)}, {"options", options}};
+  // A dense variant holds a few (B, H, N, N) float32 matrices: about 3 in the
+  // forward, 6 with the backward. Skip rows that would not fit rather than swap.
+  const double nn_gib = cf::apps::dense_scores_gib(B * H, n);
+  const bool dense = cf::apps::is_dense_attention(variant);
+  cf::Tensor members;
+  if (is_block(variant)) {
+    const int64_t blocks = std::max<int64_t>(1, std::llround(std::sqrt(double(n))));
+    cf::Generator order_gen{uint64_t(n) + 7};
+    cf::Tensor order = cf::argsort(cf::rand({B, 1, n}, cf::kFloat32, order_gen), -1);
+    members = cf::nn::chunk_order(order, (n + blocks - 1) / blocks).to(g_device);
+    r["params"]["blocks"] = members.shape()[2];
+    r["params"]["block_size"] = members.shape()[3];
+  }
+  auto forward = [&](const cf::nn::AttentionArgs& a) {
+    if (is_block(variant)) {
+      cf::nn::ChunkedAttentionOptions co;
+      co.look_back = 1;
+      co.causal = a.causal;
+      return cf::nn::chunked_attention(a.q, a.k, a.v, members, cf::Tensor(), co).out;
+    }
+    if (!is_full_dense(variant)) return att->forward(a);
+    return cf::nn::dense_attention(a.q, a.k, a.v, cf::nn::dense_block_mask(a), 1.0 / std::sqrt(double(Dh)));
+  };
+  auto args = [&](const cf::Tensor& qq, const cf::Tensor& kk, const cf::Tensor& vv) {
+    cf::nn::AttentionArgs a;
+    a.q = qq;
+    a.k = att->shares_qk() ? qq : kk;  // shared-QK variants (LSH) take the queries as keys
+    a.v = vv;
+    a.query_input = x;
+    a.causal = o.causal;
+    return a;
+  };
+  const int64_t reps = o.repeat > 0 ? o.repeat : (n >= 8192 ? 1 : 3);
+  r["params"]["repeat"] = reps;
+  if (dense && 3 * nn_gib > max_gib) {
+    r["skipped"] = "forward needs about " + std::to_string(3 * nn_gib) + " GiB > --max-gib";
+    return r;
+  }
+  cf::Tensor out;
+  cf::reset_peak_memory(g_device);
+  double t_fwd;
+  {
+    cf::NoGradGuard ng;
+    // A variant that refuses these arguments (plain clustered attention takes no
+    // causal mask) gets a row that says so; the other variants still run.
+    try {
+      t_fwd = time_median(reps, [&] {
+        out = cf::Tensor();
+        out = forward(args(q, k, v));
+      });
+    } catch (const cf::NotImplementedError& e) {
+      r["skipped"] = e.what();
+      return r;
+    } catch (const cf::DTypeError& e) {  // a variant without 16-bit kernels yet (--precision)
+      r["skipped"] = e.what();
+      return r;
+    }
+  }
+  out = cf::Tensor();
+  r["forward_time_s"] = t_fwd;
+  r["forward_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
+  if (variant == "full") full_fwd = t_fwd;
+  if (full_fwd > 0) r["forward_ratio_vs_full"] = t_fwd / full_fwd;
+  if (dense && 6 * nn_gib > max_gib) {
+    r["backward_skipped"] = "forward+backward needs about " + std::to_string(6 * nn_gib) + " GiB > --max-gib";
+    return r;
+  }
+  time_backward(r, variant, reps, forward, args, q, k, v, full_bwd);
+  return r;
+}
+
 }  // namespace
 
 json bench_attention(const BenchOptions& o) {
@@ -141,105 +253,7 @@ json bench_attention(const BenchOptions& o) {
                                           full_bwd));
         continue;
       }
-      cf::nn::AttentionSpec spec;
-      spec.type = is_bench_only(variant) ? "full" : variant;
-      spec.d_model = H * Dh;
-      spec.n_heads = H;
-      nlohmann::json options = bench_attention_options(variant, n);
-      spec.options = cf::nn::Config(options, "attention");
-      std::shared_ptr<cf::nn::Attention> att = cf::nn::make_attention(spec);
-      att->to(g_device);  // variants with parameters or buffers (neural clustering, routing, Cluster-Former)
-      json r;
-      r["name"] = variant + "_" + std::to_string(n);
-      r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"heads", H}, {"head_dim", Dh},
-                     {"causal", o.causal}, {"dtype", dtype_label(o)}, {"options", options}};
-      // A dense variant holds a few (B, H, N, N) float32 matrices: about 3 in the
-      // forward, 6 with the backward. Skip rows that would not fit rather than swap.
-      const double nn_gib = cf::apps::dense_scores_gib(B * H, n);
-      const bool dense = cf::apps::is_dense_attention(variant);
-      cf::Tensor members;
-      if (is_block(variant)) {
-        const int64_t blocks = std::max<int64_t>(1, std::llround(std::sqrt(double(n))));
-        cf::Generator order_gen{uint64_t(n) + 7};
-        cf::Tensor order = cf::argsort(cf::rand({B, 1, n}, cf::kFloat32, order_gen), -1);
-        members = cf::nn::chunk_order(order, (n + blocks - 1) / blocks).to(g_device);
-        r["params"]["blocks"] = members.shape()[2];
-        r["params"]["block_size"] = members.shape()[3];
-      }
-      auto forward = [&](const cf::nn::AttentionArgs& a) {
-        if (is_block(variant)) {
-          cf::nn::ChunkedAttentionOptions co;
-          co.look_back = 1;
-          co.causal = a.causal;
-          return cf::nn::chunked_attention(a.q, a.k, a.v, members, cf::Tensor(), co).out;
-        }
-        if (!is_full_dense(variant)) return att->forward(a);
-        return cf::nn::dense_attention(a.q, a.k, a.v, cf::nn::dense_block_mask(a), 1.0 / std::sqrt(double(Dh)));
-      };
-      auto args = [&](const cf::Tensor& qq, const cf::Tensor& kk, const cf::Tensor& vv) {
-        cf::nn::AttentionArgs a;
-        a.q = qq;
-        a.k = att->shares_qk() ? qq : kk;  // shared-QK variants (LSH) take the queries as keys
-        a.v = vv;
-        a.query_input = x;
-        a.causal = o.causal;
-        return a;
-      };
-      const int64_t reps = o.repeat > 0 ? o.repeat : (n >= 8192 ? 1 : 3);
-      r["params"]["repeat"] = reps;
-      if (dense && 3 * nn_gib > max_gib) {
-        r["skipped"] = "forward needs about " + std::to_string(3 * nn_gib) + " GiB > --max-gib";
-        rows.push_back(r);
-        continue;
-      }
-      cf::Tensor out;
-      cf::reset_peak_memory(g_device);
-      double t_fwd;
-      {
-        cf::NoGradGuard ng;
-        // A variant that refuses these arguments (plain clustered attention takes no
-        // causal mask) gets a row that says so; the other variants still run.
-        try {
-          t_fwd = time_median(reps, [&] {
-            out = cf::Tensor();
-            out = forward(args(q, k, v));
-          });
-        } catch (const cf::NotImplementedError& e) {
-          r["skipped"] = e.what();
-          rows.push_back(r);
-          continue;
-        } catch (const cf::DTypeError& e) {  // a variant without 16-bit kernels yet (--precision)
-          r["skipped"] = e.what();
-          rows.push_back(r);
-          continue;
-        }
-      }
-      out = cf::Tensor();
-      r["forward_time_s"] = t_fwd;
-      r["forward_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
-      if (variant == "full") full_fwd = t_fwd;
-      if (full_fwd > 0) r["forward_ratio_vs_full"] = t_fwd / full_fwd;
-      if (dense && 6 * nn_gib > max_gib) {
-        r["backward_skipped"] = "forward+backward needs about " + std::to_string(6 * nn_gib) + " GiB > --max-gib";
-        rows.push_back(r);
-        continue;
-      }
-      cf::Tensor qg = q.detach(), kg = k.detach(), vg = v.detach();
-      qg.set_requires_grad(true);
-      kg.set_requires_grad(true);
-      vg.set_requires_grad(true);
-      cf::reset_peak_memory(g_device);
-      double t_bwd = time_median(reps, [&] {
-        qg.zero_grad();
-        kg.zero_grad();
-        vg.zero_grad();
-        cf::sum(forward(args(qg, kg, vg))).backward();
-      });
-      r["forward_backward_time_s"] = t_bwd;
-      r["forward_backward_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
-      if (variant == "full") full_bwd = t_bwd;
-      if (full_bwd > 0) r["forward_backward_ratio_vs_full"] = t_bwd / full_bwd;
-      rows.push_back(r);
+      rows.push_back(attention_row(o, variant, n, q, k, v, x, max_gib, full_fwd, full_bwd));
     }
   }
   return report("attention", rows);
