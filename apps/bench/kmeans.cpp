@@ -41,25 +41,14 @@ namespace cf::bench {
 namespace {
 
 // ---------------------------------------------------------------- kmeans
-json kmeans_row(const BenchOptions& o, int64_t n, int64_t d, int64_t k) {
-  cf::Generator gen{uint64_t(n * 131 + d * 7 + k)};
-  cf::Tensor x = cf::randn({n, d}, cf::kFloat32, gen);
-  cf::nn::KMeansOptions ko;
-  ko.k = k;
-  ko.init = cf::nn::KMeansInit::random;
-  ko.block_rows = o.block_rows;
-  ko.tol = 0;
-  cf::Tensor c = cf::nn::kmeans_init(x, ko);
-  x = x.to(g_device);
-  c = c.to(g_device);
-  const double flops = 2.0 * double(n) * double(d) * double(k);
-  const int64_t reps = o.repeat > 0 ? o.repeat : 5;
-
-  // Baseline: the same product in one raw BLAS call, (N, k) output. CPU: one
-  // cblas_sgemm on as many OpenBLAS threads as cf's OpenMP team; CUDA: one
-  // cuBLAS SGEMM on the same device buffers (c transposed once, outside the timing).
+// Baseline of cf-bench kmeans: the same product in one raw BLAS call, (N, k) output. CPU: one
+// cblas_sgemm on as many OpenBLAS threads as cf's OpenMP team; CUDA: one
+// cuBLAS SGEMM on the same device buffers (c transposed once, outside the timing).
+// Returns its time; *baseline says what it is.
+double blas_baseline(const cf::Tensor& x, const cf::Tensor& c, int64_t n, int64_t d, int64_t k, int64_t reps,
+                     std::string* baseline_out) {
   double t_blas = 0;
-  std::string baseline;
+  std::string& baseline = *baseline_out;
   if (g_device.is_cuda()) {
 #ifdef CF_WITH_CUDA
     cf::Tensor ct = cf::contiguous(cf::transpose(c, 0, 1));
@@ -81,6 +70,26 @@ json kmeans_row(const BenchOptions& o, int64_t n, int64_t d, int64_t k) {
     });
     baseline = "one cblas_sgemm (N,d) x (d,k) into an (N,k) buffer";
   }
+  return t_blas;
+}
+
+json kmeans_row(const BenchOptions& o, int64_t n, int64_t d, int64_t k) {
+  cf::Generator gen{uint64_t(n * 131 + d * 7 + k)};
+  cf::Tensor x = cf::randn({n, d}, cf::kFloat32, gen);
+  cf::nn::KMeansOptions ko;
+  ko.k = k;
+  ko.init = cf::nn::KMeansInit::random;
+  ko.block_rows = o.block_rows;
+  ko.tol = 0;
+  cf::Tensor c = cf::nn::kmeans_init(x, ko);
+  x = x.to(g_device);
+  c = c.to(g_device);
+  const double flops = 2.0 * double(n) * double(d) * double(k);
+  const int64_t reps = o.repeat > 0 ? o.repeat : 5;
+
+  // Baseline: the same product in one raw BLAS call (blas_baseline).
+  std::string baseline;
+  const double t_blas = blas_baseline(x, c, n, d, k, reps, &baseline);
 
   // The assignment step as Lloyd's loop runs it: buffers allocated once.
   const int64_t rows = std::min(ko.block_rows, n);

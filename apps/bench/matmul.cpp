@@ -54,6 +54,42 @@ int64_t reps_for(const BenchOptions& o, double flops) {
   return flops < 1e9 ? 21 : flops < 1e10 ? 7 : 5;
 }
 
+#ifdef CF_WITH_CUDA
+// matmul_row's baseline on CUDA, into r: one cublasGemmStridedBatchedEx in the
+// 16-bit dtype, or one cublasSgemmStridedBatched, on the same device buffers.
+void cublas_baseline(json& r, const cf::Tensor& A, const cf::Tensor& B, const cf::Tensor& out, const cf::Shape& shape,
+                     std::optional<cf::DType> low, int64_t count, int64_t n, int64_t reps, double flops, double t_cf) {
+  if (low) {
+    // Baseline: one cublasGemmStridedBatchedEx call in the same dtype on the same buffers.
+    cf::Tensor Cd = cf::Tensor::empty(shape, *low, g_device);
+    double t_cublas = time_median(reps, [&] {
+      cf::bench::cublas_gemm_ex_strided_batched_16(A.raw_data(), B.raw_data(), Cd.raw_data(), count, n, n, n,
+                                                   *low == cf::kBFloat16, g_device.index);
+    });
+    r["params"]["baseline"] = "cublasGemmStridedBatchedEx (16-bit, CUBLAS_COMPUTE_32F) on the same device buffers";
+    r["cublas_time_s"] = t_cublas;
+    r["cublas_gflops"] = flops / t_cublas * 1e-9;
+    r["ratio_vs_cublas"] = t_cublas / t_cf;
+    std::vector<float> got = cf::to(out, cf::kFloat32).to_vector<float>(),
+                       want = cf::to(Cd, cf::kFloat32).to_vector<float>();
+    r["max_abs_diff_vs_cublas"] = max_abs_diff(got.data(), want.data(), count * n * n);
+  } else {
+    // Baseline: one cublasSgemmStridedBatched call on the same device buffers.
+    cf::Tensor Cd = cf::Tensor::empty(shape, cf::kFloat32, g_device);
+    double t_cublas = time_median(reps, [&] {
+      cf::bench::cublas_sgemm_strided_batched(A.raw_data(), B.raw_data(), Cd.raw_data(), count, n, n, n,
+                                              g_device.index);
+    });
+    r["params"]["baseline"] = "cublasSgemmStridedBatched on the same device buffers";
+    r["cublas_time_s"] = t_cublas;
+    r["cublas_gflops"] = flops / t_cublas * 1e-9;
+    r["ratio_vs_cublas"] = t_cublas / t_cf;
+    std::vector<float> got = out.to_vector<float>(), want = Cd.to_vector<float>();
+    r["max_abs_diff_vs_cublas"] = max_abs_diff(got.data(), want.data(), count * n * n);
+  }
+}
+#endif
+
 // One row: cf::matmul on (bs, n, n) @ (bs, n, n) against cblas_sgemm called once per
 // batch entry on the same buffers (bs = 0 means plain 2-d n x n operands).
 json matmul_row(const BenchOptions& o, cf::Generator& gen, int64_t bs, int64_t n) {
@@ -87,35 +123,8 @@ json matmul_row(const BenchOptions& o, cf::Generator& gen, int64_t bs, int64_t n
   r["gflops"] = flops / t_cf * 1e-9;
   r["peak_bytes"] = peak;
 #ifdef CF_WITH_CUDA
-  if (g_device.is_cuda() && low) {
-    // Baseline: one cublasGemmStridedBatchedEx call in the same dtype on the same buffers.
-    cf::Tensor Cd = cf::Tensor::empty(shape, *low, g_device);
-    double t_cublas = time_median(reps, [&] {
-      cf::bench::cublas_gemm_ex_strided_batched_16(A.raw_data(), B.raw_data(), Cd.raw_data(), count, n, n, n,
-                                                   *low == cf::kBFloat16, g_device.index);
-    });
-    r["params"]["baseline"] = "cublasGemmStridedBatchedEx (16-bit, CUBLAS_COMPUTE_32F) on the same device buffers";
-    r["cublas_time_s"] = t_cublas;
-    r["cublas_gflops"] = flops / t_cublas * 1e-9;
-    r["ratio_vs_cublas"] = t_cublas / t_cf;
-    std::vector<float> got = cf::to(out, cf::kFloat32).to_vector<float>(),
-                       want = cf::to(Cd, cf::kFloat32).to_vector<float>();
-    r["max_abs_diff_vs_cublas"] = max_abs_diff(got.data(), want.data(), count * n * n);
-    return r;
-  }
   if (g_device.is_cuda()) {
-    // Baseline: one cublasSgemmStridedBatched call on the same device buffers.
-    cf::Tensor Cd = cf::Tensor::empty(shape, cf::kFloat32, g_device);
-    double t_cublas = time_median(reps, [&] {
-      cf::bench::cublas_sgemm_strided_batched(A.raw_data(), B.raw_data(), Cd.raw_data(), count, n, n, n,
-                                              g_device.index);
-    });
-    r["params"]["baseline"] = "cublasSgemmStridedBatched on the same device buffers";
-    r["cublas_time_s"] = t_cublas;
-    r["cublas_gflops"] = flops / t_cublas * 1e-9;
-    r["ratio_vs_cublas"] = t_cublas / t_cf;
-    std::vector<float> got = out.to_vector<float>(), want = Cd.to_vector<float>();
-    r["max_abs_diff_vs_cublas"] = max_abs_diff(got.data(), want.data(), count * n * n);
+    cublas_baseline(r, A, B, out, shape, low, count, n, reps, flops, t_cf);
     return r;
   }
 #endif
