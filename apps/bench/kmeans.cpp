@@ -1,36 +1,10 @@
 // cf-bench kmeans (apps/bench/bench.h).
-#include <cblas.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <fstream>
-#include <functional>
-#include <iostream>
-#include <map>
-#include <optional>
-#include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include <unistd.h>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "bench/bench.h"
-#include "cf.h"
-#include "common/attention_bench.h"
-#include "common/cli.h"
-#include "common/report.h"
-#include "nn/attention/centroid.h"
-#include "nn/attention/chunked.h"
 #include "kernels/kmeans/kmeans.h"
-#include "kernels/matmul/bf16_dot.h"
 #include "nn/clustering/kmeans.h"
 #ifdef CF_WITH_CUDA
 #include "bench/cuda_baselines.h"
