@@ -144,10 +144,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_string("device", &c.device,
                "cpu | cuda[:N]: where the models train and run (the Cluster-Former memory bank and its K-Means "
                "included)");
-  o.add_flag("distributed", &c.distributed,
-             "data-parallel over the processes mpirun started (mpirun -np W ...): each takes 1/W of every batch "
-             "of --batch-size (a multiple of W) and gradients are averaged, so the model is the one process "
-             "trains; rank 0 prints and writes checkpoints");
+  cf::apps::add_distributed_option(o, &c.distributed);
   if (!o.parse(argc, argv)) return false;
 
   const std::vector<std::string> known = {"sliding-window", "sliding-window+lsh", "cluster-former", "neural-clustering"};

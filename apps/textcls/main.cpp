@@ -126,10 +126,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.section("Runs");
   o.add_seeds(&c.seeds, "model initialisation, dropout, batch order, hashing");
   o.add_string("device", &c.device, "cpu | cuda[:N]: where the models train and run");
-  o.add_flag("distributed", &c.distributed,
-             "data-parallel over the processes mpirun started (mpirun -np W ...): each takes 1/W of every batch "
-             "of --batch-size (a multiple of W) and gradients are averaged, so the model is the one process "
-             "trains; rank 0 prints and writes checkpoints");
+  cf::apps::add_distributed_option(o, &c.distributed);
   if (!o.parse(argc, argv)) return false;
 
   if (c.attentions.size() == 1 && c.attentions[0] == "all") c.attentions = kAttentions;
