@@ -56,65 +56,8 @@ point), so sequences are long enough for clustering to approximate.
 Output: one JSON line per event on stdout (start, data, train, val, eval,
 sweep), a final {"event": "summary", ...} line with mean and spread over the
 seeds; the same tables in Markdown on stderr.
-
-Data:
-  --data-dir DIR        fortune files (default /usr/share/games/fortunes)
-  --min-texts N         topics with at least N texts (after --min-chars) (default 500)
-  --max-per-class N     at most N texts per topic, drawn with --split-seed (default 500)
-  --min-chars N         drop texts shorter than N characters (default 64)
-  --max-len N           truncate texts to N characters (default 128)
-  --val-fraction X      per topic (default 0.1)
-  --test-fraction X     per topic (default 0.2)
-  --split-seed N        the fixed split (default 0)
-Model (pre-LN encoder, sinusoidal positions):
-  --d-model N (64) --n-heads N (4) --n-layers N (2) --d-ff N (128) --dropout X (0.1)
-  --pooling P           first: a <cls> token put before each text, whose last
-                        hidden state is classified, so the prediction rests on
-                        one query's attention (as the paper's per-frame
-                        outputs do); mean: the mean over the text, which
-                        averages attention errors away (default first)
-Training (AdamW, warmup + cosine, gradient clipping 1):
-  --steps N             optimizer steps per model (default 300)
-  --batch-size N        (default 32)
-  --lr X                peak learning rate (default 3e-3)
-  --weight-decay X      (default 0.01)
-  --warmup N            (default 30)
-  --eval-every N        validation accuracy every N steps, 0 = only at the end (default 100)
-  --log-every N         a train line every N steps (default 25)
-  --eval-batch-size N   (default 64)
-Attention:
-  --train LIST          attentions to train with, comma-separated, from full,
-                        clustered, improved-clustered (default all three)
-  --clusters C          clusters of the trained clustered models (default 16: the
-                        paper's 100 clusters for ~780 frames, scaled to 128 characters)
-  --eval-clusters LIST  cluster counts evaluated in the table (default C,2C)
-  --topk K              improved clustered and oracle-top keys (default 8: the
-                        paper's 32 of ~780, scaled likewise)
-  --bits B              hash bits (default 63)
-  --iterations L        Hamming K-Means iterations (default 10)
-  --oracle-top B        true | false: evaluate oracle-top too (default true)
-  --sweep-clusters LIST cluster counts of the trade-off sweep; empty: no sweep
-                        (default 1,2,4,8,16,32,64; C=1 gives every query of a
-                        text the same attention weights)
-Runs:
-  --seed N              one seed (model initialisation, dropout, batch order,
-                        hashing); shorthand for --seeds N
-  --seeds LIST          several seeds: the summary gives mean and spread (default 0)
-  --checkpoint-dir DIR  save each trained model there
-                        (<train>-C<C>-seed<S>.safetensors) and reuse it on the
-                        next run with the same settings: a finished model is
-                        not retrained, an unfinished one resumes
-  --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
-  --stop-after N        end this run after N training steps of a model, its
-                        checkpoint written (exit status 3); the same command
-                        continues from there (default 0: run to the end)
-  --device D            cpu | cuda[:N]: where the models train and run
-  --config FILE         JSON object with any of the options above, '-' as '_'
-                        (lists as arrays: {"seeds": [0, 1, 2], "train": ["full"]});
-                        the command line wins; unknown keys are errors
-  -h, --help            this text
-
-Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line,
+)";
+const char* kExitStatus = R"(Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line,
 3 stopped by --stop-after.
 )";
 
@@ -135,25 +78,40 @@ struct Config {
 
 // Returns false for --help.
 bool parse(int argc, char** argv, Config& c) {
-  cf::apps::Options o;
+  cf::apps::Options o(kUsage, kExitStatus);
+  o.section("Data");
   cf::apps::add_topic_data_options(o, c.data);
-  o.add_int("d_model", &c.d_model, 1);
-  o.add_int("n_heads", &c.n_heads, 1);
-  o.add_int("n_layers", &c.n_layers, 1);
-  o.add_int("d_ff", &c.d_ff, 1);
-  o.add_number("dropout", &c.dropout);
-  o.add_string("pooling", &c.pooling);
+  o.section("Model (pre-LN encoder, sinusoidal positions)");
+  o.add_int("d_model", &c.d_model, 1, "model width");
+  o.add_int("n_heads", &c.n_heads, 1, "attention heads");
+  o.add_int("n_layers", &c.n_layers, 1, "encoder layers");
+  o.add_int("d_ff", &c.d_ff, 1, "feed-forward width");
+  o.add_number("dropout", &c.dropout, "dropout rate");
+  o.add_string("pooling", &c.pooling,
+               "first: a <cls> token put before each text, whose last hidden state is classified, so the "
+               "prediction rests on one query's attention (as the paper's per-frame outputs do); mean: the mean "
+               "over the text, which averages attention errors away");
+  o.section("Training (AdamW, warmup + cosine, gradient clipping 1)");
   cf::apps::add_classifier_train_options(o, c.train_opts);
-  o.add_string_list("train", &c.train);
-  o.add_int("clusters", &c.clusters, 1);
-  o.add_int("topk", &c.topk, 1);
-  o.add_int("bits", &c.bits, 1);
-  o.add_int("iterations", &c.iterations, 1);
-  o.add_int_list("eval_clusters", &c.eval_clusters, 1);
-  o.add_int_list("sweep_clusters", &c.sweep_clusters, 1);
-  o.add_bool("oracle_top", &c.oracle_top);
-  o.add_seeds(&c.seeds);
-  o.add_string("device", &c.device);
+  o.section("Attention");
+  o.add_string_list("train", &c.train,
+                    "attentions to train with, comma-separated, from full, clustered, improved-clustered");
+  o.add_int("clusters", &c.clusters, 1,
+            "clusters of the trained clustered models (16: the paper's 100 clusters for ~780 frames, scaled to "
+            "128 characters)");
+  o.add_int("topk", &c.topk, 1,
+            "improved clustered and oracle-top keys (8: the paper's 32 of ~780, scaled likewise)");
+  o.add_int("bits", &c.bits, 1, "hash bits");
+  o.add_int("iterations", &c.iterations, 1, "Hamming K-Means iterations");
+  o.add_int_list("eval_clusters", &c.eval_clusters, 1,
+                 "cluster counts evaluated in the table (empty: C,2C, C = --clusters)");
+  o.add_int_list("sweep_clusters", &c.sweep_clusters, 1,
+                 "cluster counts of the trade-off sweep; empty: no sweep (C=1 gives every query of a text the "
+                 "same attention weights)");
+  o.add_bool("oracle_top", &c.oracle_top, "evaluate oracle-top too");
+  o.section("Runs");
+  o.add_seeds(&c.seeds, "model initialisation, dropout, batch order, hashing");
+  o.add_string("device", &c.device, "cpu | cuda[:N]: where the models train and run");
   if (!o.parse(argc, argv)) return false;
 
   for (const std::string& t : c.train)
@@ -237,185 +195,207 @@ void install(cf::nn::Module& model, const json& spec, int64_t topk) {
 
 // ---------------------------------------------------------------- training and evaluation
 
+// results[train][eval] -> one entry per seed; the sweep's [train][variant][C].
+struct Results {
+  std::map<std::string, std::map<std::string, std::vector<double>>> acc, secs, agree;
+  std::map<std::string, std::vector<double>> train_secs;
+  std::map<std::string, std::map<std::string, std::map<int64_t, std::vector<double>>>> sweep_acc, sweep_secs,
+      sweep_agree;
+};
+
+// The evaluated attentions (rows of the table), in the paper's order.
+std::vector<json> eval_specs_of(const Config& cfg) {
+  std::vector<json> eval_specs = {json{{"type", "full"}}};
+  for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, false, cl));
+  for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, true, cl));
+  if (cfg.oracle_top) eval_specs.push_back(json{{"type", "oracle-top"}});
+  return eval_specs;
+}
+
+std::string row_label(const json& s) { return s["type"] == "oracle-top" ? std::string("oracle-top") : label_of(s); }
+
+// The model trained with attention cfg.train[ti] at one seed (or reused from its
+// checkpoint), then evaluated with every attention and in the sweep.
+void train_and_evaluate(const Config& cfg, cf::Device dev, const cf::apps::TopicData& data,
+                        const std::shared_ptr<cf::data::SequenceDataset>& train_ds, cf::data::DataLoader& val_loader,
+                        cf::data::DataLoader& test_loader, int64_t seed, size_t ti, const std::string& tlabel,
+                        Results& res) {
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
+  const std::vector<json> eval_specs = eval_specs_of(cfg);
+  const std::string& tname = cfg.train[ti];
+  json model_json = {{"vocab_size", data.vocab},
+                     {"max_len", data.max_tokens},
+                     {"pooling", cfg.pooling},
+                     {"n_layers", cfg.n_layers},
+                     {"num_classes", int64_t(data.topics.size())},
+                     {"d_model", cfg.d_model},
+                     {"n_heads", cfg.n_heads},
+                     {"d_ff", cfg.d_ff},
+                     {"dropout", cfg.dropout},
+                     {"attention", train_spec(cfg, tname)}};
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)};
+  auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
+  auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
+  model->to(dev);
+
+  cf::apps::TrainRun run;
+  run.app = "cf-approx";
+  run.tags = {{"seed", seed}, {"train_attention", tlabel}};
+  // What a checkpoint must agree on to be reused: everything that shapes training.
+  run.signature = {{"model", model_json}, {"seed", seed},           {"steps", tc.steps},
+                   {"batch_size", tc.batch_size}, {"lr", tc.lr},     {"weight_decay", tc.weight_decay},
+                   {"warmup", tc.warmup},         {"data", cf::apps::topic_data_signature(cfg.data)}};
+  if (!tc.checkpoint_dir.empty())
+    run.checkpoint = tc.checkpoint_dir + "/" + tname + "-C" + std::to_string(cfg.clusters) + "-seed" +
+                     std::to_string(seed) + ".safetensors";
+  run.device = dev;
+  const cf::apps::TrainResult tr = cf::apps::train_classifier(*model, tc, run, seed, {}, train_ds, val_loader);
+  if (tr.trained) res.train_secs[tlabel].push_back(tr.time_s);  // not for a reused model
+
+  // Evaluate with every attention (the trained projections stay). Agreement:
+  // the fraction of test texts given the same topic as the model with the
+  // attention it was trained with (a direct measure of the approximation,
+  // which task accuracy blurs: pooling over a text averages attention errors).
+  install(*model, train_spec(cfg, tname), cfg.topk);
+  const std::vector<int64_t> native =
+      cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev).predictions;
+  for (const json& spec : eval_specs) {
+    install(*model, spec, cfg.topk);
+    cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
+    const std::string el = row_label(spec);
+    const double ag = agreement(r.predictions, native);
+    res.acc[tlabel][el].push_back(r.accuracy);
+    res.secs[tlabel][el].push_back(r.time_s);
+    res.agree[tlabel][el].push_back(ag);
+    emit({{"event", "eval"}, {"seed", seed}, {"train_attention", tlabel}, {"eval_attention", el},
+          {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}, {"same", el == tlabel}});
+  }
+  // Speed/accuracy trade-off: each number of clusters, both variants.
+  for (int64_t cl : cfg.sweep_clusters) {
+    for (bool improved : {false, true}) {
+      json spec = clustered_spec(cfg, improved, cl);
+      install(*model, spec, cfg.topk);
+      cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
+      const std::string variant = improved ? "i-clustered" : "clustered";
+      const double ag = agreement(r.predictions, native);
+      res.sweep_acc[tlabel][variant][cl].push_back(r.accuracy);
+      res.sweep_secs[tlabel][variant][cl].push_back(r.time_s);
+      res.sweep_agree[tlabel][variant][cl].push_back(ag);
+      emit({{"event", "sweep"}, {"seed", seed}, {"train_attention", tlabel}, {"eval_attention", variant},
+            {"clusters", cl}, {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}});
+    }
+  }
+}
+
+// The summary line (JSON) and the Markdown tables on stderr.
+void summarise(const Config& cfg, cf::Device dev, const cf::apps::TopicData& data,
+               const std::vector<std::string>& train_labels, Results& res,
+               std::chrono::steady_clock::time_point t_start) {
+  const std::vector<json> eval_specs = eval_specs_of(cfg);
+  json table = json::object();
+  std::ostringstream md;
+  auto header = [&](const std::string& title) {
+    md << "\n" << title << ", mean ± sample std over " << cfg.seeds.size()
+       << " seed(s); columns: trained with, rows: evaluated with\n\n| evaluate with |";
+    for (const std::string& t : train_labels) md << " " << t << " |";
+    md << "\n|---|";
+    for (size_t i = 0; i < train_labels.size(); ++i) md << "---|";
+    md << "\n";
+  };
+  for (int part = 0; part < 2; ++part) {
+    header(part == 0 ? "Test accuracy (%)" : "Agreement (%) with the predictions of the attention trained with");
+    for (const json& spec : eval_specs) {
+      const std::string el = row_label(spec);
+      md << "| " << el << " |";
+      for (const std::string& t : train_labels) {
+        Stats s = stats_of(part == 0 ? res.acc[t][el] : res.agree[t][el]);
+        if (part == 0) {
+          Stats g = stats_of(res.agree[t][el]), ts = stats_of(res.secs[t][el]);
+          table[t][el] = {{"accuracy_mean", s.mean}, {"accuracy_std", s.std}, {"accuracy", res.acc[t][el]},
+                          {"agreement_mean", g.mean}, {"agreement_std", g.std}, {"time_s_mean", ts.mean}};
+        }
+        md << " " << (el == t ? "**" + fmt_pct(s) + "**" : fmt_pct(s)) << " |";
+      }
+      md << "\n";
+    }
+  }
+  json sweep = json::object();
+  if (!cfg.sweep_clusters.empty()) {
+    md << "\nSpeed/accuracy trade-off: test accuracy % / agreement % / test-set inference time s, mean over "
+       << cfg.seeds.size() << " seed(s)\n\n| trained with | evaluated with | full |";
+    for (int64_t cl : cfg.sweep_clusters) md << " C=" << cl << " |";
+    md << "\n|---|---|---|";
+    for (size_t i = 0; i < cfg.sweep_clusters.size(); ++i) md << "---|";
+    md << "\n";
+    for (const std::string& t : train_labels) {
+      for (const std::string variant : {"clustered", "i-clustered"}) {
+        char buf[96];
+        Stats fa = stats_of(res.acc[t]["full"]), fg = stats_of(res.agree[t]["full"]), ft = stats_of(res.secs[t]["full"]);
+        std::snprintf(buf, sizeof buf, "%.1f / %.1f / %.2f", 100 * fa.mean, 100 * fg.mean, ft.mean);
+        md << "| " << t << " | " << variant << " | " << buf << " |";
+        for (int64_t cl : cfg.sweep_clusters) {
+          Stats a = stats_of(res.sweep_acc[t][variant][cl]), g = stats_of(res.sweep_agree[t][variant][cl]),
+                s = stats_of(res.sweep_secs[t][variant][cl]);
+          sweep[t][variant][std::to_string(cl)] = {{"accuracy_mean", a.mean}, {"accuracy_std", a.std},
+                                                   {"agreement_mean", g.mean}, {"time_s_mean", s.mean},
+                                                   {"time_s_std", s.std}};
+          std::snprintf(buf, sizeof buf, "%.1f / %.1f / %.2f", 100 * a.mean, 100 * g.mean, s.mean);
+          md << " " << buf << " |";
+        }
+        md << "\n";
+      }
+    }
+  }
+  json train_time = json::object();
+  for (auto& [t, v] : res.train_secs) train_time[t] = stats_of(v).mean;  // models trained by this run only
+  emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
+        {"test_size", data.test.ids.size()}, {"mean_len", data.mean_len}, {"table", table}, {"sweep", sweep},
+        {"train_time_s_mean", train_time}, {"total_time_s", seconds_since(t_start)},
+        {"peak_bytes", cf::memory_stats(dev).peak_bytes}});
+  std::cerr << md.str() << std::flush;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg, cf::Device dev) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-approx");
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
+  emit({{"event", "start"}, {"app", "cf-approx"}, {"device", cfg.device}, {"seeds", cfg.seeds},
+        {"train", cfg.train}, {"clusters", cfg.clusters}, {"eval_clusters", cfg.eval_clusters},
+        {"topk", cfg.topk}, {"sweep_clusters", cfg.sweep_clusters}, {"steps", tc.steps}});
+  emit(cf::apps::topic_data_event(cfg.data, data));
+
+  auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
+  auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
+  auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
+  cf::data::DataLoaderOptions eo;
+  eo.batch_size = tc.eval_batch_size;
+  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
+
+  std::vector<std::string> train_labels;
+  for (const std::string& t : cfg.train) train_labels.push_back(label_of(train_spec(cfg, t)));
+  if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-approx", "--checkpoint-dir");
+
+  Results res;
+  for (int64_t seed : cfg.seeds)
+    for (size_t ti = 0; ti < cfg.train.size(); ++ti)
+      train_and_evaluate(cfg, dev, data, train_ds, val_loader, test_loader, seed, ti, train_labels[ti], res);
+  summarise(cfg, dev, data, train_labels, res, t_start);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Config cfg;
   cf::Device dev;
-  const int rc = cf::apps::parse_command_line("cf-approx", kUsage, [&] {
-    if (!parse(argc, argv, cfg)) return false;
-    dev = cf::apps::parse_device(cfg.device);
-    return true;
-  });
-  if (rc >= 0) return rc;
-
-  return cf::apps::run_app("cf-approx", [&] {
-    const auto t_start = std::chrono::steady_clock::now();
-    const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-approx");
-    const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
-    emit({{"event", "start"}, {"app", "cf-approx"}, {"device", cfg.device}, {"seeds", cfg.seeds},
-          {"train", cfg.train}, {"clusters", cfg.clusters}, {"eval_clusters", cfg.eval_clusters},
-          {"topk", cfg.topk}, {"sweep_clusters", cfg.sweep_clusters}, {"steps", tc.steps}});
-    emit(cf::apps::topic_data_event(cfg.data, data));
-
-    auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
-    auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
-    auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
-    cf::data::DataLoaderOptions eo;
-    eo.batch_size = tc.eval_batch_size;
-    cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
-
-    // The evaluated attentions (rows of the table), in the paper's order.
-    std::vector<json> eval_specs = {json{{"type", "full"}}};
-    for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, false, cl));
-    for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, true, cl));
-    if (cfg.oracle_top) eval_specs.push_back(json{{"type", "oracle-top"}});
-    auto row_label = [&](const json& s) {
-      return s["type"] == "oracle-top" ? std::string("oracle-top") : label_of(s);
-    };
-
-    // results[train][eval] -> accuracies over seeds; times likewise.
-    std::map<std::string, std::map<std::string, std::vector<double>>> acc, secs, agree;
-    std::map<std::string, std::vector<double>> train_secs;
-    // sweep[train][variant][C]
-    std::map<std::string, std::map<std::string, std::map<int64_t, std::vector<double>>>> sweep_acc, sweep_secs,
-        sweep_agree;
-    std::vector<std::string> train_labels;
-    for (const std::string& t : cfg.train) train_labels.push_back(label_of(train_spec(cfg, t)));
-
-    if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-approx", "--checkpoint-dir");
-
-    for (int64_t seed : cfg.seeds) {
-      for (size_t ti = 0; ti < cfg.train.size(); ++ti) {
-        const std::string& tname = cfg.train[ti];
-        const std::string tlabel = train_labels[ti];
-        json model_json = {{"vocab_size", data.vocab},
-                           {"max_len", data.max_tokens},
-                           {"pooling", cfg.pooling},
-                           {"n_layers", cfg.n_layers},
-                           {"num_classes", int64_t(data.topics.size())},
-                           {"d_model", cfg.d_model},
-                           {"n_heads", cfg.n_heads},
-                           {"d_ff", cfg.d_ff},
-                           {"dropout", cfg.dropout},
-                           {"attention", train_spec(cfg, tname)}};
-        cf::manual_seed(uint64_t(seed));
-        cf::Generator gen{uint64_t(seed)};
-        auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
-        auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
-        model->to(dev);
-
-        cf::apps::TrainRun run;
-        run.app = "cf-approx";
-        run.tags = {{"seed", seed}, {"train_attention", tlabel}};
-        // What a checkpoint must agree on to be reused: everything that shapes training.
-        run.signature = {{"model", model_json}, {"seed", seed},           {"steps", tc.steps},
-                         {"batch_size", tc.batch_size}, {"lr", tc.lr},     {"weight_decay", tc.weight_decay},
-                         {"warmup", tc.warmup},         {"data", cf::apps::topic_data_signature(cfg.data)}};
-        if (!tc.checkpoint_dir.empty())
-          run.checkpoint = tc.checkpoint_dir + "/" + tname + "-C" + std::to_string(cfg.clusters) + "-seed" +
-                           std::to_string(seed) + ".safetensors";
-        run.device = dev;
-        const cf::apps::TrainResult tr = cf::apps::train_classifier(*model, tc, run, seed, {}, train_ds, val_loader);
-        if (tr.trained) train_secs[tlabel].push_back(tr.time_s);  // not for a reused model
-
-        // Evaluate with every attention (the trained projections stay). Agreement:
-        // the fraction of test texts given the same topic as the model with the
-        // attention it was trained with (a direct measure of the approximation,
-        // which task accuracy blurs: pooling over a text averages attention errors).
-        install(*model, train_spec(cfg, tname), cfg.topk);
-        const std::vector<int64_t> native = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev).predictions;
-        for (const json& spec : eval_specs) {
-          install(*model, spec, cfg.topk);
-          cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
-          const std::string el = row_label(spec);
-          const double ag = agreement(r.predictions, native);
-          acc[tlabel][el].push_back(r.accuracy);
-          secs[tlabel][el].push_back(r.time_s);
-          agree[tlabel][el].push_back(ag);
-          emit({{"event", "eval"}, {"seed", seed}, {"train_attention", tlabel}, {"eval_attention", el},
-                {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}, {"same", el == tlabel}});
-        }
-        // Speed/accuracy trade-off: each number of clusters, both variants.
-        for (int64_t cl : cfg.sweep_clusters) {
-          for (bool improved : {false, true}) {
-            json spec = clustered_spec(cfg, improved, cl);
-            install(*model, spec, cfg.topk);
-            cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
-            const std::string variant = improved ? "i-clustered" : "clustered";
-            const double ag = agreement(r.predictions, native);
-            sweep_acc[tlabel][variant][cl].push_back(r.accuracy);
-            sweep_secs[tlabel][variant][cl].push_back(r.time_s);
-            sweep_agree[tlabel][variant][cl].push_back(ag);
-            emit({{"event", "sweep"}, {"seed", seed}, {"train_attention", tlabel}, {"eval_attention", variant},
-                  {"clusters", cl}, {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}});
-          }
-        }
-      }
-    }
-
-    // ---- summary: JSON and Markdown
-    json table = json::object();
-    std::ostringstream md;
-    auto header = [&](const std::string& title) {
-      md << "\n" << title << ", mean ± sample std over " << cfg.seeds.size()
-         << " seed(s); columns: trained with, rows: evaluated with\n\n| evaluate with |";
-      for (const std::string& t : train_labels) md << " " << t << " |";
-      md << "\n|---|";
-      for (size_t i = 0; i < train_labels.size(); ++i) md << "---|";
-      md << "\n";
-    };
-    for (int part = 0; part < 2; ++part) {
-      header(part == 0 ? "Test accuracy (%)" : "Agreement (%) with the predictions of the attention trained with");
-      for (const json& spec : eval_specs) {
-        const std::string el = row_label(spec);
-        md << "| " << el << " |";
-        for (const std::string& t : train_labels) {
-          Stats s = stats_of(part == 0 ? acc[t][el] : agree[t][el]);
-          if (part == 0) {
-            Stats g = stats_of(agree[t][el]), ts = stats_of(secs[t][el]);
-            table[t][el] = {{"accuracy_mean", s.mean}, {"accuracy_std", s.std}, {"accuracy", acc[t][el]},
-                            {"agreement_mean", g.mean}, {"agreement_std", g.std}, {"time_s_mean", ts.mean}};
-          }
-          md << " " << (el == t ? "**" + fmt_pct(s) + "**" : fmt_pct(s)) << " |";
-        }
-        md << "\n";
-      }
-    }
-    json sweep = json::object();
-    if (!cfg.sweep_clusters.empty()) {
-      md << "\nSpeed/accuracy trade-off: test accuracy % / agreement % / test-set inference time s, mean over "
-         << cfg.seeds.size() << " seed(s)\n\n| trained with | evaluated with | full |";
-      for (int64_t cl : cfg.sweep_clusters) md << " C=" << cl << " |";
-      md << "\n|---|---|---|";
-      for (size_t i = 0; i < cfg.sweep_clusters.size(); ++i) md << "---|";
-      md << "\n";
-      for (const std::string& t : train_labels) {
-        for (const std::string variant : {"clustered", "i-clustered"}) {
-          char buf[96];
-          Stats fa = stats_of(acc[t]["full"]), fg = stats_of(agree[t]["full"]), ft = stats_of(secs[t]["full"]);
-          std::snprintf(buf, sizeof buf, "%.1f / %.1f / %.2f", 100 * fa.mean, 100 * fg.mean, ft.mean);
-          md << "| " << t << " | " << variant << " | " << buf << " |";
-          for (int64_t cl : cfg.sweep_clusters) {
-            Stats a = stats_of(sweep_acc[t][variant][cl]), g = stats_of(sweep_agree[t][variant][cl]),
-                  s = stats_of(sweep_secs[t][variant][cl]);
-            sweep[t][variant][std::to_string(cl)] = {{"accuracy_mean", a.mean}, {"accuracy_std", a.std},
-                                                     {"agreement_mean", g.mean}, {"time_s_mean", s.mean},
-                                                     {"time_s_std", s.std}};
-            std::snprintf(buf, sizeof buf, "%.1f / %.1f / %.2f", 100 * a.mean, 100 * g.mean, s.mean);
-            md << " " << buf << " |";
-          }
-          md << "\n";
-        }
-      }
-    }
-    json train_time = json::object();
-    for (auto& [t, v] : train_secs) train_time[t] = stats_of(v).mean;  // models trained by this run only
-    emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
-          {"test_size", data.test.ids.size()}, {"mean_len", data.mean_len}, {"table", table}, {"sweep", sweep},
-          {"train_time_s_mean", train_time}, {"total_time_s", seconds_since(t_start)},
-          {"peak_bytes", cf::memory_stats(dev).peak_bytes}});
-    std::cerr << md.str() << std::flush;
-    return 0;
-  });
+  return cf::apps::app_main(
+      "cf-approx",
+      [&] {
+        if (!parse(argc, argv, cfg)) return false;
+        dev = cf::apps::parse_device(cfg.device);
+        return true;
+      },
+      [&] { return run(cfg, dev); });
 }

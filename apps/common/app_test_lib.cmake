@@ -57,6 +57,11 @@ endfunction()
 function(check_option_errors int_option)
   run(0 out err --help)
   expect_match("${out}" "usage: ${APP_NAME}" "--help")
+  # The list is generated from the option table: every option with its value
+  # placeholder, its default read from the field.
+  expect_match("${out}" "\n  --${int_option} N " "--help lists --${int_option}")
+  expect_match("${out}" "\\(default [^)\n]+\\)" "--help prints the defaults")
+  expect_match("${out}" "\n  --config FILE " "--help lists --config")
   run(2 out err --bogus 1)
   expect_match("${err}" "unknown option '--bogus'" "unknown option")
   expect_match("${err}" "run '${APP_NAME} --help' for usage" "usage hint")

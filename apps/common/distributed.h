@@ -12,12 +12,30 @@
 
 #include "cf.h"
 #include "common/cli.h"
+#include "common/options.h"
+#include "common/report.h"
 
 namespace cf::apps {
 
 // Starts the process group when `on` (rank and world size from mpirun).
 inline void init_distributed(bool on) {
   if (on && !cf::dist::is_initialized()) cf::dist::init();
+}
+
+// --distributed of the training apps (data-parallel training, DDP).
+inline void add_distributed_option(Options& o, bool* distributed) {
+  o.add_flag("distributed", distributed,
+             "data-parallel over the processes mpirun started (mpirun -np W ...): each takes 1/W of every batch "
+             "of --batch-size (a multiple of W) and gradients are averaged, so the model is the one process "
+             "trains; rank 0 prints and writes checkpoints");
+}
+
+// The end of a training app's command line: the --device it names (a bad one
+// is a usage error) and, with --distributed, the process group started.
+inline cf::Device start_device(const std::string& device, bool distributed) {
+  const cf::Device dev = parse_device(device);
+  init_distributed(distributed);
+  return dev;
 }
 
 inline bool distributed() { return cf::dist::is_initialized() && cf::dist::world_size() > 1; }

@@ -6,11 +6,17 @@
 // missing values, mistyped values and values below a minimum are UsageErrors
 // that name the option or key; the command line wins over the file.
 //
-//   cf::apps::Options opts;
-//   opts.add_int("steps", &cfg.steps, 1);
+// Each option also carries one help string: --help prints the app's own text
+// and then this table, every default read from its field, so the list cannot
+// drift from what is parsed.
+//
+//   cf::apps::Options opts("usage: cf-x [options]\n\nWhat cf-x does.\n");
+//   opts.section("Training");
+//   opts.add_int("steps", &cfg.steps, 1, "training steps");
 //   opts.add_seeds(&cfg.seeds);
-//   if (!opts.parse(argc, argv)) { print usage; return 0; }   // --help
+//   if (!opts.parse(argc, argv)) return 0;   // --help, printed
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -18,7 +24,9 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cli.h"
@@ -45,43 +53,55 @@ class Options {
  public:
   using json = nlohmann::ordered_json;
 
+  // `intro` starts --help (usage line, what the app does); `outro` ends it
+  // (exit statuses, notes), after the generated option list.
+  explicit Options(std::string intro = "", std::string outro = "")
+      : intro_(std::move(intro)), outro_(std::move(outro)) {}
+
   // Names are config keys ("max_len"); the command-line form swaps '_' for '-'.
   // A setter's `where` names the source of the value in its errors: "config key
-  // 'max_len'" for the file, "--max-len" for the command line.
-  void add_int(const std::string& key, int64_t* field, int64_t min_value) {
-    add(key, Kind::Int, [=](const json& v, const std::string& where) { *field = need_int(where, v, min_value); });
+  // 'max_len'" for the file, "--max-len" for the command line. `help` is the
+  // option's line in --help, which appends "(default <the field's value>)".
+  void add_int(const std::string& key, int64_t* field, int64_t min_value, const std::string& help) {
+    add(key, Kind::Int, help, [=] { return std::to_string(*field); },
+        [=](const json& v, const std::string& where) { *field = need_int(where, v, min_value); });
   }
-  void add_number(const std::string& key, double* field) {
-    add(key, Kind::Number, [=](const json& v, const std::string& where) { *field = need_number(where, v); });
+  void add_number(const std::string& key, double* field, const std::string& help) {
+    add(key, Kind::Number, help, [=] { return show_number(*field); },
+        [=](const json& v, const std::string& where) { *field = need_number(where, v); });
   }
-  void add_string(const std::string& key, std::string* field) {
-    add(key, Kind::String, [=](const json& v, const std::string& where) {
+  // An empty default is not printed.
+  void add_string(const std::string& key, std::string* field, const std::string& help) {
+    add(key, Kind::String, help, [=] { return *field; }, [=](const json& v, const std::string& where) {
       if (!v.is_string()) throw UsageError(where + " must be a string");
       *field = v.get<std::string>();
     });
   }
   // Command line: true | false.
-  void add_bool(const std::string& key, bool* field) {
-    add(key, Kind::Bool, [=](const json& v, const std::string& where) {
-      if (!v.is_boolean()) throw UsageError(where + " must be true or false");
-      *field = v.get<bool>();
-    });
+  void add_bool(const std::string& key, bool* field, const std::string& help) {
+    add(key, Kind::Bool, help, [=] { return std::string(*field ? "true" : "false"); },
+        [=](const json& v, const std::string& where) {
+          if (!v.is_boolean()) throw UsageError(where + " must be true or false");
+          *field = v.get<bool>();
+        });
   }
   // Command line: a bare --name is true, --name=true|false either; config: true | false.
-  void add_flag(const std::string& key, bool* field) {
-    add(key, Kind::Flag, [=](const json& v, const std::string& where) {
-      if (!v.is_boolean()) throw UsageError(where + " must be true or false");
-      *field = v.get<bool>();
-    });
+  void add_flag(const std::string& key, bool* field, const std::string& help) {
+    add(key, Kind::Flag, help, [=] { return std::string(*field ? "true" : ""); },
+        [=](const json& v, const std::string& where) {
+          if (!v.is_boolean()) throw UsageError(where + " must be true or false");
+          *field = v.get<bool>();
+        });
   }
   // Command line: "1,2,3" (an empty value is an empty list); config: [1, 2, 3].
-  void add_int_list(const std::string& key, std::vector<int64_t>* field, int64_t min_value) {
-    add(key, Kind::IntList,
+  void add_int_list(const std::string& key, std::vector<int64_t>* field, int64_t min_value,
+                    const std::string& help) {
+    add(key, Kind::IntList, help, [=] { return join(*field); },
         [=](const json& v, const std::string& where) { *field = need_int_list(where, v, min_value); });
   }
   // Command line: "a,b"; config: ["a", "b"]. Never empty.
-  void add_string_list(const std::string& key, std::vector<std::string>* field) {
-    add(key, Kind::StringList, [=](const json& v, const std::string& where) {
+  void add_string_list(const std::string& key, std::vector<std::string>* field, const std::string& help) {
+    add(key, Kind::StringList, help, [=] { return join(*field); }, [=](const json& v, const std::string& where) {
       const std::string what = where + " must be a non-empty array of strings";
       if (!v.is_array() || v.empty()) throw UsageError(what);
       std::vector<std::string> out;
@@ -93,25 +113,63 @@ class Options {
     });
   }
   // --seed N (one seed) and --seeds LIST (several); giving both is an error.
-  void add_seeds(std::vector<int64_t>* seeds) {
-    add("seed", Kind::Int, [=](const json& v, const std::string& where) { *seeds = {need_int(where, v, 0)}; });
-    add("seeds", Kind::IntList, [=](const json& v, const std::string& where) {
-      std::vector<int64_t> s = need_int_list(where, v, 0);
-      if (s.empty()) throw UsageError(where + " must list at least one seed");
-      *seeds = s;
-    });
+  void add_seeds(std::vector<int64_t>* seeds, const std::string& what = "model initialisation and data order") {
+    add("seed", Kind::Int, "one seed: " + what, [] { return std::string(); },
+        [=](const json& v, const std::string& where) { *seeds = {need_int(where, v, 0)}; });
+    add("seeds", Kind::IntList, "several seeds, one run each (not with --seed)", [=] { return join(*seeds); },
+        [=](const json& v, const std::string& where) {
+          std::vector<int64_t> s = need_int_list(where, v, 0);
+          if (s.empty()) throw UsageError(where + " must list at least one seed");
+          *seeds = s;
+        });
+  }
+  // A heading in --help before the options added next.
+  void section(const std::string& title) { help_order_.push_back("\n" + title + ":\n"); }
+
+  // The --help text: intro, the options in the order they were added (with
+  // their current values as defaults), --config and --help, outro.
+  std::string usage() const {
+    std::ostringstream out;
+    out << intro_;
+    if (!intro_.empty() && intro_.back() != '\n') out << "\n";
+    out << "\nOptions (the command line wins over --config):\n" << table() << "\n"
+        << help_line("--config FILE",
+                     "JSON object with any of the options above, '-' as '_' (lists as arrays); unknown or "
+                     "mistyped keys are errors")
+        << help_line("-h, --help", "this text") << (outro_.empty() ? "" : "\n") << outro_;
+    return out.str();
+  }
+  // The option lines alone, in the order they were added, under their sections.
+  std::string table() const {
+    std::string out;
+    for (const std::string& entry : help_order_) {
+      if (entry.rfind("\n", 0) == 0) {
+        out += entry;
+        continue;
+      }
+      const Option& o = options_.at(entry);
+      const std::string def = o.show();
+      // "(default X)" stays on one line ('\1' is a space that help_line does not
+      // break at); a help text that states its default in words gets none appended.
+      const bool own_default = o.help.find("(default") != std::string::npos;
+      const std::string text = def.empty() || own_default ? o.help : o.help + " (default\1" + def + ")";
+      out += help_line("--" + cli_name(entry) + metavar(o.kind), text);
+    }
+    return out;
   }
 
-  // Reads argv[1..]: returns false for -h/--help (the caller prints its usage),
-  // true once every option has been applied. Throws UsageError.
-  bool parse(int argc, char** argv) {
-    ArgReader args(argc, argv, 1);
+
+  // Reads argv[first..]: prints usage() and returns false for -h/--help,
+  // returns true once every option has been applied. Throws UsageError.
+  bool parse(int argc, char** argv, int first = 1) {
+    ArgReader args(argc, argv, first);
     json cli = json::object();
     std::string config_file;
     while (!args.done()) {
       const std::string opt = args.next();
       if (opt == "-h" || opt == "--help") {
         args.no_value(opt);
+        std::cout << usage();  // before any value is applied: the defaults are the fields' own
         return false;
       }
       if (opt == "--config") {
@@ -180,12 +238,70 @@ class Options {
   enum class Kind { Int, Number, String, Bool, Flag, IntList, StringList };
   struct Option {
     Kind kind;
+    std::string help;
+    std::function<std::string()> show;  // the current value for --help; "" prints no default
     std::function<void(const json&, const std::string& where)> set;
   };
   std::map<std::string, Option> options_;
+  std::vector<std::string> help_order_;  // option keys, and "\n<title>:" section headings
+  std::string intro_, outro_;
 
-  void add(const std::string& key, Kind kind, std::function<void(const json&, const std::string&)> set) {
-    options_[key] = Option{kind, std::move(set)};
+  void add(const std::string& key, Kind kind, const std::string& help, std::function<std::string()> show,
+           std::function<void(const json&, const std::string&)> set) {
+    if (!options_.count(key)) help_order_.push_back(key);
+    options_[key] = Option{kind, help, std::move(show), std::move(set)};
+  }
+  static std::string metavar(Kind kind) {
+    switch (kind) {
+      case Kind::Int: return " N";
+      case Kind::Number: return " X";
+      case Kind::String: return " S";
+      case Kind::Bool: return " B";
+      case Kind::Flag: return "";
+      case Kind::IntList:
+      case Kind::StringList: return " LIST";
+    }
+    return "";
+  }
+  // Shortest form that reads back as the same double: 0.001, 1e-05, 0.1.
+  static std::string show_number(double x) {
+    char buf[32];
+    for (int precision = 6; precision <= 17; ++precision) {
+      std::snprintf(buf, sizeof buf, "%.*g", precision, x);
+      if (std::strtod(buf, nullptr) == x) break;
+    }
+    return buf;
+  }
+  template <class T>
+  static std::string join(const std::vector<T>& items) {
+    std::ostringstream out;
+    for (size_t i = 0; i < items.size(); ++i) out << (i ? "," : "") << items[i];
+    return out.str();
+  }
+  // "  --name N              text" with the text wrapped at 79 columns, indented 24.
+  static std::string help_line(const std::string& name, const std::string& text) {
+    constexpr size_t kIndent = 24, kWidth = 79;
+    std::string out = "  " + name;
+    out += out.size() + 2 <= kIndent ? std::string(kIndent - out.size(), ' ') : "\n" + std::string(kIndent, ' ');
+    size_t col = kIndent;
+    std::istringstream words(text);
+    std::string word;
+    bool first = true;
+    while (words >> word) {
+      if (!first && col + 1 + word.size() > kWidth) {
+        out += "\n" + std::string(kIndent, ' ');
+        col = kIndent;
+      } else if (!first) {
+        out += ' ';
+        ++col;
+      }
+      for (char& ch : word)
+        if (ch == '\1') ch = ' ';
+      out += word;
+      col += word.size();
+      first = false;
+    }
+    return out + "\n";
   }
   // "max_len" -> "max-len"
   static std::string cli_name(std::string key) {
@@ -221,14 +337,14 @@ class Options {
   }
 };
 
-// The start of every app's main(): runs `parse` (false for --help), prints the
-// usage for --help, or the error and a hint for a bad command line. Returns -1
-// when the app should go on, else its exit status (0 after --help, 2).
+// The start of every app's main(): runs `parse` (false for --help, which
+// Options::parse has printed), or prints the error and a hint for a bad command
+// line. Returns -1 when the app should go on, else its exit status (0 after
+// --help, 2).
 template <class Parse>
-int parse_command_line(const std::string& app, const std::string& usage, Parse&& parse) {
+int parse_command_line(const std::string& app, Parse&& parse) {
   try {
     if (parse()) return -1;
-    std::cout << usage;
     return 0;
   } catch (const std::exception& e) {
     std::cerr << app << ": " << e.what() << "\n(run '" << app << " --help' for usage)\n";
@@ -257,6 +373,14 @@ int run_app(const std::string& app, Body&& body) {
     std::cerr << app << ": " << e.what() << "\n";
     return 1;
   }
+}
+
+// Every app's main(): parse_command_line(app, parse), then, unless that ended
+// the program (--help, a bad command line), run_app(app, body).
+template <class Parse, class Body>
+int app_main(const std::string& app, Parse&& parse, Body&& body) {
+  const int rc = parse_command_line(app, std::forward<Parse>(parse));
+  return rc >= 0 ? rc : run_app(app, std::forward<Body>(body));
 }
 
 }  // namespace cf::apps

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,6 +25,19 @@ inline void emit(const nlohmann::ordered_json& j) {
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The CPU's model name from /proc/cpuinfo, for the machine block of a benchmark's
+// JSON ("unknown" where there is none).
+inline std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      size_t c = line.find(':');
+      if (c != std::string::npos) return line.substr(line.find_first_not_of(' ', c + 1));
+    }
+  return "unknown";
 }
 
 struct Stats {

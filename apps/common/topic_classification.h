@@ -46,14 +46,14 @@ struct TopicDataConfig {
 };
 
 inline void add_topic_data_options(Options& o, TopicDataConfig& c) {
-  o.add_string("data_dir", &c.data_dir);
-  o.add_int("min_texts", &c.min_texts, 2);
-  o.add_int("max_per_class", &c.max_per_class, 2);
-  o.add_int("min_chars", &c.min_chars, 1);
-  o.add_int("max_len", &c.max_len, 1);
-  o.add_number("val_fraction", &c.val_fraction);
-  o.add_number("test_fraction", &c.test_fraction);
-  o.add_int("split_seed", &c.split_seed, 0);
+  o.add_string("data_dir", &c.data_dir, "fortune files, one topic per file");
+  o.add_int("min_texts", &c.min_texts, 2, "topics with at least N texts (after --min-chars)");
+  o.add_int("max_per_class", &c.max_per_class, 2, "at most N texts per topic, drawn with --split-seed");
+  o.add_int("min_chars", &c.min_chars, 1, "drop texts shorter than N characters");
+  o.add_int("max_len", &c.max_len, 1, "truncate texts to N characters");
+  o.add_number("val_fraction", &c.val_fraction, "validation share, per topic");
+  o.add_number("test_fraction", &c.test_fraction, "test share, per topic");
+  o.add_int("split_seed", &c.split_seed, 0, "the fixed split");
 }
 
 inline void check_topic_data_config(const TopicDataConfig& c) {
@@ -162,8 +162,8 @@ struct ClassifierTrainConfig : TrainSettings {
 
 inline void add_classifier_train_options(Options& o, ClassifierTrainConfig& c) {
   add_train_options(o, c);
-  o.add_int("batch_size", &c.batch_size, 1);
-  o.add_int("eval_batch_size", &c.eval_batch_size, 1);
+  o.add_int("batch_size", &c.batch_size, 1, "training batch size");
+  o.add_int("eval_batch_size", &c.eval_batch_size, 1, "evaluation batch size");
 }
 
 struct EvalResult {

@@ -33,15 +33,19 @@ struct TrainSettings {
 // Registers steps, warmup, eval_every, log_every, lr, weight_decay,
 // checkpoint_dir, checkpoint_every and stop_after.
 inline void add_train_options(Options& o, TrainSettings& c) {
-  o.add_int("steps", &c.steps, 1);
-  o.add_int("warmup", &c.warmup, 0);
-  o.add_int("eval_every", &c.eval_every, 0);
-  o.add_int("log_every", &c.log_every, 0);
-  o.add_number("lr", &c.lr);
-  o.add_number("weight_decay", &c.weight_decay);
-  o.add_string("checkpoint_dir", &c.checkpoint_dir);
-  o.add_int("checkpoint_every", &c.checkpoint_every, 0);
-  o.add_int("stop_after", &c.stop_after, 0);
+  o.add_int("steps", &c.steps, 1, "optimizer steps per model");
+  o.add_int("warmup", &c.warmup, 0, "linear warmup steps before the cosine decay");
+  o.add_int("eval_every", &c.eval_every, 0, "validate every N steps (0: only at the end)");
+  o.add_int("log_every", &c.log_every, 0, "a train line every N steps");
+  o.add_number("lr", &c.lr, "peak learning rate (AdamW)");
+  o.add_number("weight_decay", &c.weight_decay, "AdamW weight decay");
+  o.add_string("checkpoint_dir", &c.checkpoint_dir,
+               "save each trained model there (<run>-seed<S>.safetensors) and reuse it on the next run with the "
+               "same settings: a finished model is not retrained, an unfinished one resumes");
+  o.add_int("checkpoint_every", &c.checkpoint_every, 0, "also checkpoint every N steps (0: at the end only)");
+  o.add_int("stop_after", &c.stop_after, 0,
+            "end this run after N training steps of a model, its checkpoint written (exit status 3); the same "
+            "command continues from there (0: run to the end)");
 }
 
 inline void check_train_settings(const TrainSettings& c) {

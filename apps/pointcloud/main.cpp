@@ -56,68 +56,8 @@ Table 3) and the test accuracy and forward MACs per cloud are compared.
 Output: one JSON line per event on stdout (start, data, train, val, result), a
 final {"event": "summary", ...} line with mean and spread over the seeds; the
 table in Markdown on stderr.
-
-Data (train, validation and test sets drawn from --data-seed):
-  --points N            points per cloud (default 256 for CPU speed; the
-                        paper's setting is 1024)
-  --train-per-class N   (default 100)
-  --val-per-class N     (default 20)
-  --test-per-class N    (default 30)
-  --noise X             Gaussian noise std before normalisation (default 0.01)
-  --scale-jitter X      each axis stretched by a factor in [1-X, 1+X] (default 0.2)
-  --rotation R          so3: a uniform random 3-D rotation per cloud; z: about
-                        the z axis only; none (default so3)
-  --align A             pca: after normalising, turn each cloud onto its
-                        principal axes (largest variance first, signs by the
-                        third moment), which undoes the random rotation up to
-                        the shape's symmetries; none: keep the rotated cloud
-                        (a much harder task for a small model) (default pca)
-  --data-seed N         (default 0)
-Model (defaults are small for the CPU; the paper's: --widths 64,128,128,512
---fuse-dim 1024 --head 512,256 --knn 40 --points 1024):
-  --widths LIST         width of each block (default 32,64,64,128)
-  --blocks LIST         self or centroid per block (default self,centroid,self,centroid)
-  --downsample LIST     N/M of each block, used by centroid blocks (default 1,2,1,4)
-  --n-heads N           (default 4)
-  --ff-mult N           feed-forward width / block width (default 2)
-  --knn K               K of the KNN masks, 0 = every input (default 16)
-  --iterations T        centroid update steps T (default 1); 0: no attention
-                        step, the sampled (or K-Means) centroids pass through
-                        (Table 3's down-sampling baselines)
-  --fuse-dim N          the layer after concatenating every block (default 256)
-  --head LIST           the two hidden widths of the MLP head (default 128,64)
-  --dropout X           dropout of the MLP head (default 0: with a few hundred
-                        steps the paper's 0.5 slows learning down a lot)
-  --kmeans-iters N      Lloyd steps of the K-Means initialisation (default 3, the
-                        paper's)
-  --inits LIST          from fps, random, kmeans (default fps,random,kmeans)
-Training (AdamW, warmup + cosine, gradient clipping 1, cross-entropy):
-  --steps N             optimizer steps per model (default 300)
-  --batch-size N        (default 16)
-  --lr X                peak learning rate (default 2e-3)
-  --weight-decay X      (default 0.01)
-  --warmup N            (default 30)
-  --eval-every N        validation accuracy every N steps, 0 = never (default 100)
-  --log-every N         a train line every N steps (default 25)
-  --eval-batch-size N   (default 64)
-Runs:
-  --seed N              one seed (model initialisation, dropout, batch order,
-                        random sampling); shorthand for --seeds N (default 0)
-  --seeds LIST          several seeds: the summary gives mean and spread
-  --checkpoint-dir DIR  save each trained model there (<init>-seed<S>.safetensors)
-                        and reuse it on the next run with the same settings: a
-                        finished model is not retrained, an unfinished one resumes
-  --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
-  --stop-after N        end this run after N training steps of a model, its
-                        checkpoint written (exit status 3); the same command
-                        continues from there (default 0: run to the end)
-  --device D            cpu | cuda
-  --config FILE         JSON object with any of the options above, '-' as '_'
-                        (lists as arrays: {"seeds": [0, 1], "inits": ["fps"]});
-                        the command line wins; unknown keys are errors
-  -h, --help            this text
-
-Exit status: 0 done, 1 failure (bad checkpoint, ...), 2 bad command line,
+)";
+const char* kExitStatus = R"(Exit status: 0 done, 1 failure (bad checkpoint, ...), 2 bad command line,
 3 stopped by --stop-after.
 )";
 
@@ -156,38 +96,51 @@ cf::models::PointCloudOptions model_options(const Config& c, int64_t classes) {
   return o;
 }
 
-// Returns false for --help.
-bool parse(int argc, char** argv, Config& c) {
-  c.train.lr = 2e-3;
-  cf::apps::Options o;
-  o.add_int("points", &c.data.points, 1);
-  o.add_int("train_per_class", &c.data.train_per_class, 1);
-  o.add_int("val_per_class", &c.data.val_per_class, 0);
-  o.add_int("test_per_class", &c.data.test_per_class, 1);
-  o.add_number("noise", &c.data.noise);
-  o.add_number("scale_jitter", &c.data.scale_jitter);
-  o.add_int("data_seed", &c.data.data_seed, 0);
-  o.add_string("rotation", &c.data.rotation);
-  o.add_string("align", &c.data.align);
-  o.add_int_list("widths", &c.widths, 1);
-  o.add_string_list("blocks", &c.blocks);
-  o.add_int_list("downsample", &c.downsample, 1);
-  o.add_int("n_heads", &c.n_heads, 1);
-  o.add_int("ff_mult", &c.ff_mult, 1);
-  o.add_int("knn", &c.knn, 0);
-  o.add_int("iterations", &c.iterations, 0);
-  o.add_int("fuse_dim", &c.fuse_dim, 1);
-  o.add_int_list("head", &c.head, 1);
-  o.add_number("dropout", &c.dropout);
-  o.add_int("kmeans_iters", &c.kmeans_iters, 1);
-  o.add_string_list("inits", &c.inits);
+// The option table (--help lists the options in this order).
+void add_options(cf::apps::Options& o, Config& c) {
+  o.section("Data (train, validation and test sets drawn from --data-seed)");
+  o.add_int("points", &c.data.points, 1, "points per cloud (small for CPU speed; the paper's setting is 1024)");
+  o.add_int("train_per_class", &c.data.train_per_class, 1, "training clouds per shape");
+  o.add_int("val_per_class", &c.data.val_per_class, 0, "validation clouds per shape");
+  o.add_int("test_per_class", &c.data.test_per_class, 1, "test clouds per shape");
+  o.add_number("noise", &c.data.noise, "Gaussian noise std before normalisation");
+  o.add_number("scale_jitter", &c.data.scale_jitter, "each axis stretched by a factor in [1-X, 1+X]");
+  o.add_int("data_seed", &c.data.data_seed, 0, "seed of the generated data set");
+  o.add_string("rotation", &c.data.rotation,
+               "so3: a uniform random 3-D rotation per cloud; z: about the z axis only; none");
+  o.add_string("align", &c.data.align,
+               "pca: after normalising, turn each cloud onto its principal axes (largest variance first, signs "
+               "by the third moment), which undoes the random rotation up to the shape's symmetries; none: keep "
+               "the rotated cloud (a much harder task for a small model)");
+  o.section(
+      "Model (defaults are small for the CPU; the paper's: --widths 64,128,128,512\n"
+      "--fuse-dim 1024 --head 512,256 --knn 40 --points 1024)");
+  o.add_int_list("widths", &c.widths, 1, "width of each block");
+  o.add_string_list("blocks", &c.blocks, "self or centroid per block");
+  o.add_int_list("downsample", &c.downsample, 1, "N/M of each block, used by centroid blocks");
+  o.add_int("n_heads", &c.n_heads, 1, "attention heads");
+  o.add_int("ff_mult", &c.ff_mult, 1, "feed-forward width / block width");
+  o.add_int("knn", &c.knn, 0, "K of the KNN masks, 0 = every input");
+  o.add_int("iterations", &c.iterations, 0,
+            "centroid update steps T; 0: no attention step, the sampled (or K-Means) centroids pass through "
+            "(Table 3's down-sampling baselines)");
+  o.add_int("fuse_dim", &c.fuse_dim, 1, "the layer after concatenating every block");
+  o.add_int_list("head", &c.head, 1, "the two hidden widths of the MLP head");
+  o.add_number("dropout", &c.dropout,
+               "dropout of the MLP head (0: with a few hundred steps the paper's 0.5 slows learning down a lot)");
+  o.add_int("kmeans_iters", &c.kmeans_iters, 1, "Lloyd steps of the K-Means initialisation (the paper's)");
+  o.add_string_list("inits", &c.inits, "from fps, random, kmeans");
+  o.section("Training (AdamW, warmup + cosine, gradient clipping 1, cross-entropy)");
   cf::apps::add_train_options(o, c.train);
-  o.add_int("batch_size", &c.batch_size, 1);
-  o.add_int("eval_batch_size", &c.eval_batch_size, 1);
-  o.add_seeds(&c.seeds);
-  o.add_string("device", &c.device);
-  if (!o.parse(argc, argv)) return false;
+  o.add_int("batch_size", &c.batch_size, 1, "training batch size");
+  o.add_int("eval_batch_size", &c.eval_batch_size, 1, "evaluation batch size");
+  o.section("Runs");
+  o.add_seeds(&c.seeds, "model initialisation, dropout, batch order, random sampling");
+  o.add_string("device", &c.device, "cpu | cuda");
+}
 
+// The checks no single option makes, and the values derived from several.
+void check(Config& c) {
   for (size_t i = 0; i < c.inits.size(); ++i) {
     if (std::find(kInits.begin(), kInits.end(), c.inits[i]) == kInits.end())
       throw UsageError("--inits: unknown init '" + c.inits[i] + "' (expected fps, random or kmeans)");
@@ -224,6 +177,15 @@ bool parse(int argc, char** argv, Config& c) {
                        std::to_string(c.knn));
     n = (n + c.downsample[i] - 1) / c.downsample[i];
   }
+}
+
+// Returns false for --help.
+bool parse(int argc, char** argv, Config& c) {
+  c.train.lr = 2e-3;
+  cf::apps::Options o(kUsage, kExitStatus);
+  add_options(o, c);
+  if (!o.parse(argc, argv)) return false;
+  check(c);
   return true;
 }
 
@@ -246,158 +208,176 @@ struct InitResult {
   int64_t macs = 0, selection_macs = 0, params = 0;
 };
 
+// Batch order: a permutation of the training set per epoch, from the seed and
+// the epoch alone, so a resumed run continues with the same batches.
+std::vector<int64_t> batch_indices(int64_t count, int64_t batch_size, int64_t seed, int64_t step) {
+  const int64_t batches = count / batch_size;
+  const int64_t epoch = (step - 1) / batches, pos = (step - 1) % batches;
+  std::vector<int64_t> perm(static_cast<size_t>(count));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(uint64_t(seed) * 1000003ull + uint64_t(epoch));
+  std::shuffle(perm.begin(), perm.end(), rng);
+  return std::vector<int64_t>(perm.begin() + pos * batch_size, perm.begin() + (pos + 1) * batch_size);
+}
+
+// The model with centroid initialisation `init` at one seed, trained (or reused
+// from its checkpoint) and tested: its "result" line, its numbers in `results`.
+void train_init(const Config& cfg, cf::Device dev, const pc::ShapeSet& train, const pc::ShapeSet& val,
+                const pc::ShapeSet& test, const cf::models::PointCloudOptions& mo, const json& model_json,
+                const json& data_sig, int64_t seed, const std::string& init,
+                std::map<std::string, InitResult>& results) {
+  const pc::ShapeDataConfig& dc = cfg.data;
+  // The same seed gives every init the same initial weights and batch order.
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)};
+  cf::models::PointCloudOptions mi = mo;
+  mi.init = init;
+  auto model = std::make_shared<cf::models::PointCloudClassifier>(mi, gen);
+  model->to(dev);
+  cf::Generator sampler{uint64_t(seed) * 7919u + 11u};  // random-sampling init during training
+  auto forward = [&](const cf::Tensor& x, cf::Generator* s) {
+    return model->forward(x, init == "random" ? s : nullptr);
+  };
+
+  InitResult& res = results[init];
+  if (res.macs == 0) {
+    cf::nn::Cost cost = model->cost(1, dc.points);
+    res.macs = cost.macs;
+    res.selection_macs = cost.selection_macs;
+    res.params = cost.params;
+  }
+
+  auto accuracy = [&](const pc::ShapeSet& s, uint64_t draw_seed) {
+    cf::NoGradGuard ng;
+    cf::Generator g{draw_seed};
+    int64_t correct = 0;
+    for (int64_t start = 0; start < s.count(); start += cfg.eval_batch_size) {
+      std::vector<int64_t> idx;
+      for (int64_t i = start; i < std::min(s.count(), start + cfg.eval_batch_size); ++i) idx.push_back(i);
+      auto [x, y] = batch_of(s, idx, dc.points, dev);
+      std::vector<int64_t> p = cf::argmax(forward(x, &g), -1).cpu().to_vector<int64_t>();
+      std::vector<int64_t> t = y.cpu().to_vector<int64_t>();
+      for (size_t i = 0; i < p.size(); ++i) correct += p[i] == t[i];
+    }
+    return s.count() ? double(correct) / double(s.count()) : 0.0;
+  };
+
+  cf::apps::TrainRun run;
+  run.app = "cf-pointcloud";
+  run.tags = {{"seed", seed}, {"run", init}};
+  run.signature = {{"model", model_json},      {"init", init},
+                   {"kmeans_iters", init == "kmeans" ? cfg.kmeans_iters : 0},
+                   {"seed", seed},             {"batch_size", cfg.batch_size},
+                   {"train", cf::apps::train_signature(cfg.train)},
+                   {"data", data_sig}};
+  if (!cfg.train.checkpoint_dir.empty())
+    run.checkpoint = cfg.train.checkpoint_dir + "/" + init + "-seed" + std::to_string(seed) + ".safetensors";
+  run.device = dev;
+  run.generators = {{"sampler", &sampler}};
+  cf::apps::TrainHooks hooks;
+  hooks.loss = [&](int64_t step, double* task) {
+    auto [x, y] = batch_of(train, batch_indices(train.count(), cfg.batch_size, seed, step), dc.points, dev);
+    cf::Tensor loss = cf::cross_entropy(forward(x, &sampler), y);
+    *task = loss.item();
+    return loss;
+  };
+  if (val.count() > 0) hooks.evaluate = [&] { return accuracy(val, uint64_t(seed) + 777); };
+  const cf::apps::TrainResult tr = cf::apps::train_model(*model, cfg.train, run, hooks);
+  model->eval();
+  const double acc = accuracy(test, uint64_t(seed) + 999);
+  res.accuracy.push_back(acc);
+  json line = {{"event", "result"}, {"seed", seed}, {"run", init}, {"test_accuracy", acc},
+               {"macs", res.macs}, {"trained", tr.trained}};
+  if (tr.trained) {
+    res.train_s.push_back(tr.time_s);
+    line["train_s"] = tr.time_s;
+    line["train_peak_bytes"] = tr.peak_bytes;
+  }
+  emit(line);
+}
+
+// The summary line (JSON) and the Markdown table on stderr.
+void summarise(const Config& cfg, int64_t classes, int64_t train_size, int64_t test_size,
+               std::map<std::string, InitResult>& results, std::chrono::steady_clock::time_point t_start) {
+  const pc::ShapeDataConfig& dc = cfg.data;
+  std::ostringstream md;
+  json table = json::object();
+  md << "\nCentroid initialisations (Table 3 analogue): test accuracy (%, mean ± sample std over "
+     << cfg.seeds.size() << " seed(s)), forward MACs per cloud of " << dc.points
+     << " points (M; in brackets the selection part: FPS / K-Means distances, KNN masks, up-sampling), "
+     << "parameters, training time (s) of "
+     << cfg.train.steps << " steps\n\n| init | accuracy | MACs (M) | params | train time |\n|---|---|---|---|---|\n";
+  for (const std::string& init : cfg.inits) {
+    const InitResult& r = results[init];
+    const Stats acc = stats_of(r.accuracy), ts = stats_of(r.train_s);
+    table[init] = {{"accuracy_mean", acc.mean},         {"accuracy_std", acc.std},
+                   {"accuracy", r.accuracy},            {"macs", r.macs},
+                   {"selection_macs", r.selection_macs}, {"params", r.params},
+                   {"train_s_mean", mean_or_null(ts)}};
+    md << "| " << (init == "fps" ? "FPS" : init == "kmeans" ? "K-Means" : "random") << " | " << fmt_pct(acc)
+       << " | " << fmt(double(r.macs) / 1e6, "%.2f") << " (" << fmt(double(r.selection_macs) / 1e6, "%.3f")
+       << ") | " << r.params << " | " << fmt_mean_or_dash(ts, "%.1f") << " |\n";
+  }
+  emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", classes}, {"points", dc.points},
+        {"train_size", train_size}, {"test_size", test_size}, {"table", table},
+        {"total_time_s", seconds_since(t_start)}});
+  std::cerr << md.str() << std::flush;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg, cf::Device dev) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const pc::ShapeDataConfig& dc = cfg.data;
+  const int64_t classes = int64_t(pc::shape_names().size());
+  const pc::ShapeSet train = pc::make_shapes(dc, dc.train_per_class, 0);
+  const pc::ShapeSet val = pc::make_shapes(dc, dc.val_per_class, 1);
+  const pc::ShapeSet test = pc::make_shapes(dc, dc.test_per_class, 2);
+  const int64_t batches = train.count() / cfg.batch_size;
+  if (batches == 0)
+    throw cf::ValueError("[cf-pointcloud] the training set (" + std::to_string(train.count()) +
+                         " clouds) is smaller than one batch of " + std::to_string(cfg.batch_size));
+
+  const json data_sig = {{"points", dc.points},
+                         {"noise", dc.noise},
+                         {"scale_jitter", dc.scale_jitter},
+                         {"train_per_class", dc.train_per_class},
+                         {"data_seed", dc.data_seed},
+                         {"rotation", dc.rotation},
+                         {"align", dc.align},
+                         {"classes", pc::shape_names()}};
+  emit({{"event", "start"}, {"app", "cf-pointcloud"}, {"device", dev.str()}, {"seeds", cfg.seeds},
+        {"inits", cfg.inits}, {"points", dc.points}, {"steps", cfg.train.steps}});
+  emit({{"event", "data"}, {"classes", pc::shape_names()}, {"points", dc.points}, {"train", train.count()},
+        {"val", val.count()}, {"test", test.count()}, {"data_seed", dc.data_seed}, {"rotation", dc.rotation},
+        {"align", dc.align}});
+  if (!cfg.train.checkpoint_dir.empty())
+    cf::apps::make_dir(cfg.train.checkpoint_dir, "cf-pointcloud", "--checkpoint-dir");
+
+  const cf::models::PointCloudOptions mo = model_options(cfg, classes);
+  const json model_json = {{"widths", cfg.widths},       {"blocks", cfg.blocks},     {"downsample", cfg.downsample},
+                           {"n_heads", cfg.n_heads},     {"ff_mult", cfg.ff_mult},   {"knn", cfg.knn},
+                           {"iterations", cfg.iterations}, {"fuse_dim", cfg.fuse_dim}, {"head", cfg.head},
+                           {"dropout", cfg.dropout},     {"classes", classes}};
+
+  std::map<std::string, InitResult> results;
+  for (int64_t seed : cfg.seeds)
+    for (const std::string& init : cfg.inits)
+      train_init(cfg, dev, train, val, test, mo, model_json, data_sig, seed, init, results);
+  summarise(cfg, classes, train.count(), test.count(), results, t_start);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Config cfg;
   cf::Device dev;
-  const int rc = cf::apps::parse_command_line("cf-pointcloud", kUsage, [&] {
-    if (!parse(argc, argv, cfg)) return false;
-    dev = cf::apps::parse_device(cfg.device);
-    return true;
-  });
-  if (rc >= 0) return rc;
-
-  return cf::apps::run_app("cf-pointcloud", [&] {
-    const auto t_start = std::chrono::steady_clock::now();
-    const pc::ShapeDataConfig& dc = cfg.data;
-    const int64_t classes = int64_t(pc::shape_names().size());
-    const pc::ShapeSet train = pc::make_shapes(dc, dc.train_per_class, 0);
-    const pc::ShapeSet val = pc::make_shapes(dc, dc.val_per_class, 1);
-    const pc::ShapeSet test = pc::make_shapes(dc, dc.test_per_class, 2);
-    const int64_t batches = train.count() / cfg.batch_size;
-    if (batches == 0)
-      throw cf::ValueError("[cf-pointcloud] the training set (" + std::to_string(train.count()) +
-                           " clouds) is smaller than one batch of " + std::to_string(cfg.batch_size));
-
-    const json data_sig = {{"points", dc.points},
-                           {"noise", dc.noise},
-                           {"scale_jitter", dc.scale_jitter},
-                           {"train_per_class", dc.train_per_class},
-                           {"data_seed", dc.data_seed},
-                           {"rotation", dc.rotation},
-                           {"align", dc.align},
-                           {"classes", pc::shape_names()}};
-    emit({{"event", "start"}, {"app", "cf-pointcloud"}, {"device", dev.str()}, {"seeds", cfg.seeds},
-          {"inits", cfg.inits}, {"points", dc.points}, {"steps", cfg.train.steps}});
-    emit({{"event", "data"}, {"classes", pc::shape_names()}, {"points", dc.points}, {"train", train.count()},
-          {"val", val.count()}, {"test", test.count()}, {"data_seed", dc.data_seed}, {"rotation", dc.rotation},
-          {"align", dc.align}});
-    if (!cfg.train.checkpoint_dir.empty())
-      cf::apps::make_dir(cfg.train.checkpoint_dir, "cf-pointcloud", "--checkpoint-dir");
-
-    const cf::models::PointCloudOptions mo = model_options(cfg, classes);
-    const json model_json = {{"widths", cfg.widths},       {"blocks", cfg.blocks},     {"downsample", cfg.downsample},
-                             {"n_heads", cfg.n_heads},     {"ff_mult", cfg.ff_mult},   {"knn", cfg.knn},
-                             {"iterations", cfg.iterations}, {"fuse_dim", cfg.fuse_dim}, {"head", cfg.head},
-                             {"dropout", cfg.dropout},     {"classes", classes}};
-
-    std::map<std::string, InitResult> results;
-    for (int64_t seed : cfg.seeds) {
-      for (const std::string& init : cfg.inits) {
-        // The same seed gives every init the same initial weights and batch order.
-        cf::manual_seed(uint64_t(seed));
-        cf::Generator gen{uint64_t(seed)};
-        cf::models::PointCloudOptions mi = mo;
-        mi.init = init;
-        auto model = std::make_shared<cf::models::PointCloudClassifier>(mi, gen);
-        model->to(dev);
-        cf::Generator sampler{uint64_t(seed) * 7919u + 11u};  // random-sampling init during training
-        auto forward = [&](const cf::Tensor& x, cf::Generator* s) {
-          return model->forward(x, init == "random" ? s : nullptr);
-        };
-
-        InitResult& res = results[init];
-        if (res.macs == 0) {
-          cf::nn::Cost cost = model->cost(1, dc.points);
-          res.macs = cost.macs;
-          res.selection_macs = cost.selection_macs;
-          res.params = cost.params;
-        }
-
-        // Batch order: a permutation of the training set per epoch, from the seed
-        // and the epoch alone, so a resumed run continues with the same batches.
-        auto batch_indices = [&](int64_t step) {
-          const int64_t epoch = (step - 1) / batches, pos = (step - 1) % batches;
-          std::vector<int64_t> perm(size_t(train.count()));
-          std::iota(perm.begin(), perm.end(), 0);
-          std::mt19937_64 rng(uint64_t(seed) * 1000003ull + uint64_t(epoch));
-          std::shuffle(perm.begin(), perm.end(), rng);
-          return std::vector<int64_t>(perm.begin() + pos * cfg.batch_size, perm.begin() + (pos + 1) * cfg.batch_size);
-        };
-        auto accuracy = [&](const pc::ShapeSet& s, uint64_t draw_seed) {
-          cf::NoGradGuard ng;
-          cf::Generator g{draw_seed};
-          int64_t correct = 0;
-          for (int64_t start = 0; start < s.count(); start += cfg.eval_batch_size) {
-            std::vector<int64_t> idx;
-            for (int64_t i = start; i < std::min(s.count(), start + cfg.eval_batch_size); ++i) idx.push_back(i);
-            auto [x, y] = batch_of(s, idx, dc.points, dev);
-            std::vector<int64_t> p = cf::argmax(forward(x, &g), -1).cpu().to_vector<int64_t>();
-            std::vector<int64_t> t = y.cpu().to_vector<int64_t>();
-            for (size_t i = 0; i < p.size(); ++i) correct += p[i] == t[i];
-          }
-          return s.count() ? double(correct) / double(s.count()) : 0.0;
-        };
-
-        cf::apps::TrainRun run;
-        run.app = "cf-pointcloud";
-        run.tags = {{"seed", seed}, {"run", init}};
-        run.signature = {{"model", model_json},      {"init", init},
-                         {"kmeans_iters", init == "kmeans" ? cfg.kmeans_iters : 0},
-                         {"seed", seed},             {"batch_size", cfg.batch_size},
-                         {"train", cf::apps::train_signature(cfg.train)},
-                         {"data", data_sig}};
-        if (!cfg.train.checkpoint_dir.empty())
-          run.checkpoint = cfg.train.checkpoint_dir + "/" + init + "-seed" + std::to_string(seed) + ".safetensors";
-        run.device = dev;
-        run.generators = {{"sampler", &sampler}};
-        cf::apps::TrainHooks hooks;
-        hooks.loss = [&](int64_t step, double* task) {
-          auto [x, y] = batch_of(train, batch_indices(step), dc.points, dev);
-          cf::Tensor loss = cf::cross_entropy(forward(x, &sampler), y);
-          *task = loss.item();
-          return loss;
-        };
-        if (val.count() > 0) hooks.evaluate = [&] { return accuracy(val, uint64_t(seed) + 777); };
-        const cf::apps::TrainResult tr = cf::apps::train_model(*model, cfg.train, run, hooks);
-        model->eval();
-        const double acc = accuracy(test, uint64_t(seed) + 999);
-        res.accuracy.push_back(acc);
-        json line = {{"event", "result"}, {"seed", seed}, {"run", init}, {"test_accuracy", acc},
-                     {"macs", res.macs}, {"trained", tr.trained}};
-        if (tr.trained) {
-          res.train_s.push_back(tr.time_s);
-          line["train_s"] = tr.time_s;
-          line["train_peak_bytes"] = tr.peak_bytes;
-        }
-        emit(line);
-      }
-    }
-
-    // ---- summary: JSON and Markdown
-    std::ostringstream md;
-    json table = json::object();
-    md << "\nCentroid initialisations (Table 3 analogue): test accuracy (%, mean ± sample std over "
-       << cfg.seeds.size() << " seed(s)), forward MACs per cloud of " << dc.points
-       << " points (M; in brackets the selection part: FPS / K-Means distances, KNN masks, up-sampling), "
-       << "parameters, training time (s) of "
-       << cfg.train.steps << " steps\n\n| init | accuracy | MACs (M) | params | train time |\n|---|---|---|---|---|\n";
-    for (const std::string& init : cfg.inits) {
-      const InitResult& r = results[init];
-      const Stats acc = stats_of(r.accuracy), ts = stats_of(r.train_s);
-      table[init] = {{"accuracy_mean", acc.mean},         {"accuracy_std", acc.std},
-                     {"accuracy", r.accuracy},            {"macs", r.macs},
-                     {"selection_macs", r.selection_macs}, {"params", r.params},
-                     {"train_s_mean", mean_or_null(ts)}};
-      md << "| " << (init == "fps" ? "FPS" : init == "kmeans" ? "K-Means" : "random") << " | " << fmt_pct(acc)
-         << " | " << fmt(double(r.macs) / 1e6, "%.2f") << " (" << fmt(double(r.selection_macs) / 1e6, "%.3f")
-         << ") | " << r.params << " | " << fmt_mean_or_dash(ts, "%.1f") << " |\n";
-    }
-    emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", classes}, {"points", dc.points},
-          {"train_size", train.count()}, {"test_size", test.count()}, {"table", table},
-          {"total_time_s", seconds_since(t_start)}});
-    std::cerr << md.str() << std::flush;
-    return 0;
-  });
+  return cf::apps::app_main(
+      "cf-pointcloud",
+      [&] {
+        if (!parse(argc, argv, cfg)) return false;
+        dev = cf::apps::parse_device(cfg.device);
+        return true;
+      },
+      [&] { return run(cfg, dev); });
 }

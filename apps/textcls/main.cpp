@@ -54,75 +54,8 @@ neural clustering attention (Table 4: accuracy, peak memory, time).
 Output: one JSON line per event on stdout (start, data, train, val, result), a
 final {"event": "summary", ...} line with mean and spread over the seeds; the
 tables in Markdown on stderr. Texts are characters (one token per code point).
-
-Data:
-  --data-dir DIR        fortune files (default /usr/share/games/fortunes)
-  --min-texts N         topics with at least N texts (after --min-chars) (default 500)
-  --max-per-class N     at most N texts per topic, drawn with --split-seed (default 500)
-  --min-chars N         drop texts shorter than N characters (default 64)
-  --max-len N           truncate texts to N characters (default 256)
-  --val-fraction X      per topic (default 0.1)
-  --test-fraction X     per topic (default 0.2)
-  --split-seed N        the fixed split (default 0)
-Model (pre-LN encoder, sinusoidal positions, the same for every attention):
-  --d-model N (64) --n-heads N (4) --n-layers N (2) --d-ff N (128) --dropout X (0.1)
-  --pooling P           mean: mean of the last hidden states over the text;
-                        first: a <cls> token in front, classified (default mean)
-Attention:
-  --attentions LIST     comma-separated, from full, neural-clustering, lsh,
-                        routing, clustered, improved-clustered; 'all' for all six
-                        (default full,neural-clustering)
-  --k K                 neural clustering: clusters k (default 0: the paper's
-                        rule, the square root of the longest sequence, rounded)
-  --look-back N         neural clustering: blocks before its own each query
-                        block attends to (default 1, the paper's eq. 8)
-  --mu X                weight of the clustering loss L1 (eq. 6) (default 1e-3)
-  --nu X                weight of the centroid sorting loss L2 (eq. 11) (default 1e-3)
-  --lsh-bucket-size N   LSH: tokens per bucket (default 32)
-  --lsh-hashes N        LSH: hashing rounds (default 2)
-  --routing-clusters N  routing: clusters (default 0: the square root of the
-                        longest sequence, as the Routing Transformer)
-  --routing-weight X    routing: weight of its commitment loss (default 1e-4,
-                        the reference implementation's)
-  --clusters C          clustered and improved clustered: clusters (default 16)
-  --topk K              improved clustered: keys per cluster (default 32)
-Experiments:
-  --ablation B          true: also train neural clustering with (mu, nu) set to
-                        (0, 0), (0, nu) and (mu, 0) (Table 5) (default false)
-  --k-sweep LIST        also train neural clustering with each k in LIST
-                        (Table 4), e.g. 2,4,8,16,32 (default: none)
-Training (AdamW, warmup + cosine, gradient clipping 1):
-  --steps N             optimizer steps per model (default 300)
-  --batch-size N        (default 32)
-  --lr X                peak learning rate (default 3e-3)
-  --weight-decay X      (default 0.01)
-  --warmup N            (default 30)
-  --eval-every N        validation accuracy every N steps, 0 = only at the end (default 100)
-  --log-every N         a train line every N steps (default 25)
-  --eval-batch-size N   (default 64)
-Runs:
-  --seed N              one seed (model initialisation, dropout, batch order,
-                        hashing); shorthand for --seeds N (default 0)
-  --seeds LIST          several seeds: the summary gives mean and spread
-  --checkpoint-dir DIR  save each trained model there (<run>-seed<S>.safetensors)
-                        and reuse it on the next run with the same settings: a
-                        finished model is not retrained, an unfinished one resumes
-  --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
-  --stop-after N        end this run after N training steps of a model, its
-                        checkpoint written (exit status 3); the same command
-                        continues from there (default 0: run to the end)
-  --distributed         data-parallel over the processes mpirun started
-                        (mpirun -np W ...): each takes 1/W of every batch of
-                        --batch-size (a multiple of W) and gradients are
-                        averaged, so the model is the one process trains;
-                        rank 0 prints and writes checkpoints
-  --device D            cpu | cuda[:N]: where the models train and run
-  --config FILE         JSON object with any of the options above, '-' as '_'
-                        (lists as arrays: {"seeds": [0, 1, 2], "attentions": ["full"]});
-                        the command line wins; unknown keys are errors
-  -h, --help            this text
-
-Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line,
+)";
+const char* kExitStatus = R"(Exit status: 0 done, 1 failure (no fortunes, bad checkpoint, ...), 2 bad command line,
 3 stopped by --stop-after.
 )";
 
@@ -153,31 +86,47 @@ bool parse(int argc, char** argv, Config& c) {
   c.data.max_len = 256;
   c.train.steps = 300;
   c.train.warmup = 30;
-  cf::apps::Options o;
+  cf::apps::Options o(kUsage, kExitStatus);
+  o.section("Data");
   cf::apps::add_topic_data_options(o, c.data);
-  o.add_int("d_model", &c.d_model, 1);
-  o.add_int("n_heads", &c.n_heads, 1);
-  o.add_int("n_layers", &c.n_layers, 1);
-  o.add_int("d_ff", &c.d_ff, 1);
-  o.add_number("dropout", &c.dropout);
-  o.add_string("pooling", &c.pooling);
+  o.section("Model (pre-LN encoder, sinusoidal positions, the same for every attention)");
+  o.add_int("d_model", &c.d_model, 1, "model width");
+  o.add_int("n_heads", &c.n_heads, 1, "attention heads");
+  o.add_int("n_layers", &c.n_layers, 1, "encoder layers");
+  o.add_int("d_ff", &c.d_ff, 1, "feed-forward width");
+  o.add_number("dropout", &c.dropout, "dropout rate");
+  o.add_string("pooling", &c.pooling,
+               "mean: mean of the last hidden states over the text; first: a <cls> token in front, classified");
+  o.section("Training (AdamW, warmup + cosine, gradient clipping 1)");
   cf::apps::add_classifier_train_options(o, c.train);
-  o.add_string_list("attentions", &c.attentions);
-  o.add_int("k", &c.k, 0);
-  o.add_int("look_back", &c.look_back, 0);
-  o.add_number("mu", &c.mu);
-  o.add_number("nu", &c.nu);
-  o.add_int("lsh_bucket_size", &c.lsh_bucket_size, 1);
-  o.add_int("lsh_hashes", &c.lsh_hashes, 1);
-  o.add_int("routing_clusters", &c.routing_clusters, 0);
-  o.add_number("routing_weight", &c.routing_weight);
-  o.add_int("clusters", &c.clusters, 1);
-  o.add_int("topk", &c.topk, 1);
-  o.add_bool("ablation", &c.ablation);
-  o.add_int_list("k_sweep", &c.k_sweep, 1);
-  o.add_seeds(&c.seeds);
-  o.add_string("device", &c.device);
-  o.add_flag("distributed", &c.distributed);
+  o.section("Attention");
+  o.add_string_list("attentions", &c.attentions,
+                    "comma-separated, from full, neural-clustering, lsh, routing, clustered, improved-clustered; "
+                    "'all' for all six");
+  o.add_int("k", &c.k, 0,
+            "neural clustering: clusters k (0: the paper's rule, the square root of the longest sequence, "
+            "rounded)");
+  o.add_int("look_back", &c.look_back, 0,
+            "neural clustering: blocks before its own each query block attends to (the paper's eq. 8)");
+  o.add_number("mu", &c.mu, "weight of the clustering loss L1 (eq. 6)");
+  o.add_number("nu", &c.nu, "weight of the centroid sorting loss L2 (eq. 11)");
+  o.add_int("lsh_bucket_size", &c.lsh_bucket_size, 1, "LSH: tokens per bucket");
+  o.add_int("lsh_hashes", &c.lsh_hashes, 1, "LSH: hashing rounds");
+  o.add_int("routing_clusters", &c.routing_clusters, 0,
+            "routing: clusters (0: the square root of the longest sequence, as the Routing Transformer)");
+  o.add_number("routing_weight", &c.routing_weight,
+               "routing: weight of its commitment loss (the reference implementation's)");
+  o.add_int("clusters", &c.clusters, 1, "clustered and improved clustered: clusters");
+  o.add_int("topk", &c.topk, 1, "improved clustered: keys per cluster");
+  o.section("Experiments");
+  o.add_bool("ablation", &c.ablation,
+             "true: also train neural clustering with (mu, nu) set to (0, 0), (0, nu) and (mu, 0) (Table 5)");
+  o.add_int_list("k_sweep", &c.k_sweep, 1,
+                 "also train neural clustering with each k in LIST (Table 4), e.g. 2,4,8,16,32");
+  o.section("Runs");
+  o.add_seeds(&c.seeds, "model initialisation, dropout, batch order, hashing");
+  o.add_string("device", &c.device, "cpu | cuda[:N]: where the models train and run");
+  cf::apps::add_distributed_option(o, &c.distributed);
   if (!o.parse(argc, argv)) return false;
 
   if (c.attentions.size() == 1 && c.attentions[0] == "all") c.attentions = kAttentions;
@@ -260,192 +209,215 @@ struct ArmResult {
   std::vector<double> accuracy, train_s, infer_s, peak_mib;
 };
 
+// Table 5's (mu, nu) pairs: N/N, N/Y, Y/N, Y/Y (Y/Y is the main table's model).
+std::vector<std::pair<double, double>> ablation_pairs(const Config& cfg) {
+  return {{0, 0}, {0, cfg.nu}, {cfg.mu, 0}, {cfg.mu, cfg.nu}};
+}
+
+// The models to train: the main table first, then the ablation and the k
+// sweep; an arm equal to one already listed is trained once.
+std::vector<Arm> plan_arms(const Config& cfg, int64_t max_tokens, int64_t k_default) {
+  std::vector<Arm> arms;
+  auto add_arm = [&](Arm a) {
+    for (const Arm& b : arms)
+      if (b.spec == a.spec && b.aux_weights == a.aux_weights) return;
+    arms.push_back(std::move(a));
+  };
+  for (const std::string& a : cfg.attentions) add_arm(make_arm(cfg, a, max_tokens, k_default, cfg.mu, cfg.nu));
+  if (cfg.ablation)
+    for (auto [mu, nu] : ablation_pairs(cfg))
+      add_arm(make_arm(cfg, "neural-clustering", max_tokens, k_default, mu, nu));
+  for (int64_t k : cfg.k_sweep) add_arm(make_arm(cfg, "neural-clustering", max_tokens, k, cfg.mu, cfg.nu));
+  return arms;
+}
+
+const Arm& find_arm(const std::vector<Arm>& arms, int64_t k, double mu, double nu) {
+  for (const Arm& a : arms)
+    if (a.attention == "neural-clustering" && a.k == k && a.mu == mu && a.nu == nu) return a;
+  throw cf::ValueError("[cf-textcls] internal: no neural clustering run with k=" + std::to_string(k));
+}
+
+// One arm at one seed trained (or reused from its checkpoint) and tested: its
+// "result" line, its numbers added to `results`.
+void train_arm(const Config& cfg, cf::Device dev, const cf::apps::TopicData& data,
+               const std::shared_ptr<cf::data::SequenceDataset>& train_ds, cf::data::DataLoader& val_loader,
+               cf::data::DataLoader& test_loader, int64_t seed, const Arm& arm,
+               std::map<std::string, ArmResult>& results) {
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train;
+  json model_json = {{"vocab_size", data.vocab},
+                     {"max_len", data.max_tokens},
+                     {"pooling", cfg.pooling},
+                     {"n_layers", cfg.n_layers},
+                     {"num_classes", int64_t(data.topics.size())},
+                     {"d_model", cfg.d_model},
+                     {"n_heads", cfg.n_heads},
+                     {"d_ff", cfg.d_ff},
+                     {"dropout", cfg.dropout},
+                     {"attention", arm.spec}};
+  // The same seed gives every arm the same initial embeddings, feed-forward
+  // layers and batch order: only the attention differs.
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)};
+  auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
+  auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
+  model->to(dev);
+
+  cf::apps::TrainRun run;
+  run.app = "cf-textcls";
+  run.tags = {{"seed", seed}, {"run", arm.file}};
+  json weights = json::object();
+  for (auto& [k, w] : arm.aux_weights) weights[k] = w;
+  run.signature = {{"model", model_json},         {"aux_weights", weights}, {"seed", seed},
+                   {"steps", tc.steps},           {"batch_size", tc.batch_size}, {"lr", tc.lr},
+                   {"weight_decay", tc.weight_decay}, {"warmup", tc.warmup},
+                   {"data", cf::apps::topic_data_signature(cfg.data)}};
+  if (!tc.checkpoint_dir.empty())
+    run.checkpoint = tc.checkpoint_dir + "/" + arm.file + "-seed" + std::to_string(seed) + ".safetensors";
+  run.device = dev;
+  const cf::apps::TrainResult tr =
+      cf::apps::train_classifier(*model, tc, run, seed, arm.aux_weights, train_ds, val_loader);
+  const cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
+
+  ArmResult& res = results[arm.file];
+  res.accuracy.push_back(r.accuracy);
+  res.infer_s.push_back(r.time_s);
+  json line = {{"event", "result"}, {"seed", seed}, {"run", arm.file}, {"attention", arm.attention},
+               {"test_accuracy", r.accuracy}, {"inference_s", r.time_s}, {"trained", tr.trained}};
+  if (tr.trained) {  // a reused checkpoint has no training time or memory
+    res.train_s.push_back(tr.time_s);
+    res.peak_mib.push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
+    line["train_s"] = tr.time_s;
+    line["train_peak_bytes"] = tr.peak_bytes;
+  }
+  if (arm.attention == "neural-clustering") {
+    line["k"] = arm.k;
+    line["mu"] = arm.mu;
+    line["nu"] = arm.nu;
+  }
+  emit(line);
+}
+
+// The summary line (JSON) and the Markdown tables on stderr.
+void summarise(const Config& cfg, const cf::apps::TopicData& data, const std::vector<Arm>& arms, int64_t k_default,
+               std::map<std::string, ArmResult>& results, std::chrono::steady_clock::time_point t_start) {
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train;
+  auto cell = [&](const Arm& a) {
+    const ArmResult& r = results[a.file];
+    Stats acc = stats_of(r.accuracy), tr = stats_of(r.train_s), inf = stats_of(r.infer_s), mem = stats_of(r.peak_mib);
+    // A model reused from its checkpoint for every seed was not trained by this
+    // run: no training time or memory (null, "–" in the tables), never a 0.
+    return json{{"accuracy_mean", acc.mean},         {"accuracy_std", acc.std},
+                {"accuracy", r.accuracy},            {"train_s_mean", mean_or_null(tr)},
+                {"train_peak_mib_mean", mean_or_null(mem)}, {"inference_s_mean", mean_or_null(inf)}};
+  };
+  auto num = [](const json& c, const char* key, const char* format) {
+    return c[key].is_null() ? std::string("–") : fmt(c[key].get<double>(), format);
+  };
+  const Arm* full = nullptr;
+  for (const Arm& a : arms)
+    if (a.attention == "full") full = &a;
+  auto ratio = [&](const Arm& a, const char* key) -> std::string {
+    if (!full) return "";
+    const json b = cell(*full)[key], c = cell(a)[key];
+    if (b.is_null() || c.is_null()) return "";
+    const double base = b.get<double>(), v = c.get<double>();
+    return v > 0 && base > 0 ? " (" + fmt(base / v, "%.2f") + "x)" : "";
+  };
+  const std::string seeds_note = std::to_string(cfg.seeds.size()) + " seed(s)";
+  std::ostringstream md;
+  json table = json::object();
+  md << "\nTest accuracy (%, mean ± sample std over " << seeds_note << "), training time (s) and peak training "
+     << "memory (MiB) of " << tc.steps << " steps, test-set inference time (s); (x): full attention's value "
+     << "divided by this one\n\n| attention | accuracy | train time | peak memory | inference |\n|---|---|---|---|---|\n";
+  for (const std::string& name : cfg.attentions) {
+    const Arm& a = name == "neural-clustering" ? find_arm(arms, k_default, cfg.mu, cfg.nu) : *std::find_if(
+        arms.begin(), arms.end(), [&](const Arm& x) { return x.attention == name; });
+    json c = cell(a);
+    table[name] = c;
+    md << "| " << (name == "neural-clustering" ? "neural-clustering (k=" + std::to_string(k_default) + ")" : name)
+       << " | " << fmt_pct(stats_of(results[a.file].accuracy)) << " | "
+       << num(c, "train_s_mean", "%.1f") << ratio(a, "train_s_mean") << " | "
+       << num(c, "train_peak_mib_mean", "%.1f") << ratio(a, "train_peak_mib_mean") << " | "
+       << num(c, "inference_s_mean", "%.2f") << ratio(a, "inference_s_mean") << " |\n";
+  }
+  json ablation_json = json::object();
+  if (cfg.ablation) {
+    md << "\nL1/L2 ablation of neural clustering attention (k=" << k_default << "), test accuracy %, " << seeds_note
+       << " (N: weight 0, Y: mu=" << cfg.mu << " / nu=" << cfg.nu << ")\n\n| L1/L2 | N/N | N/Y | Y/N | Y/Y |\n"
+       << "|---|---|---|---|---|\n| accuracy |";
+    for (auto [mu, nu] : ablation_pairs(cfg)) {
+      const Arm& a = find_arm(arms, k_default, mu, nu);
+      const std::string key = std::string(mu > 0 ? "Y" : "N") + "/" + (nu > 0 ? "Y" : "N");
+      ablation_json[key] = cell(a);
+      md << " " << fmt_pct(stats_of(results[a.file].accuracy)) << " |";
+    }
+    md << "\n";
+  }
+  json sweep_json = json::object();
+  if (!cfg.k_sweep.empty()) {
+    md << "\nNumber of clusters k of neural clustering attention: test accuracy %, training time s and peak "
+       << "training memory MiB, " << seeds_note << "; (x): full attention's value divided by this one\n\n"
+       << "| model | accuracy | train time | peak memory |\n|---|---|---|---|\n";
+    if (full) {
+      json c = cell(*full);
+      md << "| full | " << fmt_pct(stats_of(results[full->file].accuracy)) << " | "
+         << num(c, "train_s_mean", "%.1f") << " | " << num(c, "train_peak_mib_mean", "%.1f") << " |\n";
+    }
+    for (int64_t k : cfg.k_sweep) {
+      const Arm& a = find_arm(arms, k, cfg.mu, cfg.nu);
+      json c = cell(a);
+      sweep_json[std::to_string(k)] = c;
+      md << "| k=" << k << " | " << fmt_pct(stats_of(results[a.file].accuracy)) << " | "
+         << num(c, "train_s_mean", "%.1f") << ratio(a, "train_s_mean") << " | "
+         << num(c, "train_peak_mib_mean", "%.1f") << ratio(a, "train_peak_mib_mean") << " |\n";
+    }
+  }
+  emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
+        {"test_size", data.test.ids.size()}, {"mean_len", data.mean_len}, {"k", k_default}, {"table", table},
+        {"ablation", ablation_json}, {"k_sweep", sweep_json}, {"total_time_s", seconds_since(t_start)}});
+  std::cerr << md.str() << std::flush;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg, cf::Device dev) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-textcls");
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train;
+  const int64_t k_default = cfg.k > 0 ? cfg.k : rounded_sqrt(data.max_tokens);
+  const std::vector<Arm> arms = plan_arms(cfg, data.max_tokens, k_default);
+
+  std::vector<std::string> names;
+  for (const Arm& a : arms) names.push_back(a.file);
+  emit({{"event", "start"}, {"app", "cf-textcls"}, {"device", dev.str()}, {"seeds", cfg.seeds},
+        {"attentions", cfg.attentions}, {"k", k_default}, {"runs", names}, {"steps", tc.steps}});
+  emit(cf::apps::topic_data_event(cfg.data, data));
+
+  auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
+  auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
+  auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
+  cf::data::DataLoaderOptions eo;
+  eo.batch_size = tc.eval_batch_size;
+  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
+  if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-textcls", "--checkpoint-dir");
+
+  std::map<std::string, ArmResult> results;  // by Arm::file
+  for (int64_t seed : cfg.seeds)
+    for (const Arm& arm : arms) train_arm(cfg, dev, data, train_ds, val_loader, test_loader, seed, arm, results);
+  summarise(cfg, data, arms, k_default, results, t_start);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Config cfg;
   cf::Device dev;
-  const int rc = cf::apps::parse_command_line("cf-textcls", kUsage, [&] {
-    if (!parse(argc, argv, cfg)) return false;
-    dev = cf::apps::parse_device(cfg.device);
-    cf::apps::init_distributed(cfg.distributed);
-    return true;
-  });
-  if (rc >= 0) return rc;
-
-  return cf::apps::run_app("cf-textcls", [&] {
-    const auto t_start = std::chrono::steady_clock::now();
-    const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-textcls");
-    const cf::apps::ClassifierTrainConfig& tc = cfg.train;
-    const int64_t k_default = cfg.k > 0 ? cfg.k : rounded_sqrt(data.max_tokens);
-
-    // The models to train: the main table first, then the ablation and the k
-    // sweep; an arm equal to one already listed is trained once.
-    std::vector<Arm> arms;
-    auto add_arm = [&](Arm a) {
-      for (const Arm& b : arms)
-        if (b.spec == a.spec && b.aux_weights == a.aux_weights) return;
-      arms.push_back(std::move(a));
-    };
-    for (const std::string& a : cfg.attentions) add_arm(make_arm(cfg, a, data.max_tokens, k_default, cfg.mu, cfg.nu));
-    // Table 5: N/N, N/Y, Y/N, Y/Y (Y/Y is the main table's model).
-    const std::vector<std::pair<double, double>> ablation = {{0, 0}, {0, cfg.nu}, {cfg.mu, 0}, {cfg.mu, cfg.nu}};
-    if (cfg.ablation)
-      for (auto [mu, nu] : ablation) add_arm(make_arm(cfg, "neural-clustering", data.max_tokens, k_default, mu, nu));
-    for (int64_t k : cfg.k_sweep) add_arm(make_arm(cfg, "neural-clustering", data.max_tokens, k, cfg.mu, cfg.nu));
-    auto find_arm = [&](int64_t k, double mu, double nu) -> const Arm& {
-      for (const Arm& a : arms)
-        if (a.attention == "neural-clustering" && a.k == k && a.mu == mu && a.nu == nu) return a;
-      throw cf::ValueError("[cf-textcls] internal: no neural clustering run with k=" + std::to_string(k));
-    };
-
-    std::vector<std::string> names;
-    for (const Arm& a : arms) names.push_back(a.file);
-    emit({{"event", "start"}, {"app", "cf-textcls"}, {"device", dev.str()}, {"seeds", cfg.seeds},
-          {"attentions", cfg.attentions}, {"k", k_default}, {"runs", names}, {"steps", tc.steps}});
-    emit(cf::apps::topic_data_event(cfg.data, data));
-
-    auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
-    auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
-    auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
-    cf::data::DataLoaderOptions eo;
-    eo.batch_size = tc.eval_batch_size;
-    cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
-    if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-textcls", "--checkpoint-dir");
-
-    std::map<std::string, ArmResult> results;  // by Arm::file
-    for (int64_t seed : cfg.seeds) {
-      for (const Arm& arm : arms) {
-        json model_json = {{"vocab_size", data.vocab},
-                           {"max_len", data.max_tokens},
-                           {"pooling", cfg.pooling},
-                           {"n_layers", cfg.n_layers},
-                           {"num_classes", int64_t(data.topics.size())},
-                           {"d_model", cfg.d_model},
-                           {"n_heads", cfg.n_heads},
-                           {"d_ff", cfg.d_ff},
-                           {"dropout", cfg.dropout},
-                           {"attention", arm.spec}};
-        // The same seed gives every arm the same initial embeddings, feed-forward
-        // layers and batch order: only the attention differs.
-        cf::manual_seed(uint64_t(seed));
-        cf::Generator gen{uint64_t(seed)};
-        auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
-        auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
-        model->to(dev);
-
-        cf::apps::TrainRun run;
-        run.app = "cf-textcls";
-        run.tags = {{"seed", seed}, {"run", arm.file}};
-        json weights = json::object();
-        for (auto& [k, w] : arm.aux_weights) weights[k] = w;
-        run.signature = {{"model", model_json},         {"aux_weights", weights}, {"seed", seed},
-                         {"steps", tc.steps},           {"batch_size", tc.batch_size}, {"lr", tc.lr},
-                         {"weight_decay", tc.weight_decay}, {"warmup", tc.warmup},
-                         {"data", cf::apps::topic_data_signature(cfg.data)}};
-        if (!tc.checkpoint_dir.empty())
-          run.checkpoint = tc.checkpoint_dir + "/" + arm.file + "-seed" + std::to_string(seed) + ".safetensors";
-        run.device = dev;
-        const cf::apps::TrainResult tr =
-            cf::apps::train_classifier(*model, tc, run, seed, arm.aux_weights, train_ds, val_loader);
-        const cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
-
-        ArmResult& res = results[arm.file];
-        res.accuracy.push_back(r.accuracy);
-        res.infer_s.push_back(r.time_s);
-        json line = {{"event", "result"}, {"seed", seed}, {"run", arm.file}, {"attention", arm.attention},
-                     {"test_accuracy", r.accuracy}, {"inference_s", r.time_s}, {"trained", tr.trained}};
-        if (tr.trained) {  // a reused checkpoint has no training time or memory
-          res.train_s.push_back(tr.time_s);
-          res.peak_mib.push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
-          line["train_s"] = tr.time_s;
-          line["train_peak_bytes"] = tr.peak_bytes;
-        }
-        if (arm.attention == "neural-clustering") {
-          line["k"] = arm.k;
-          line["mu"] = arm.mu;
-          line["nu"] = arm.nu;
-        }
-        emit(line);
-      }
-    }
-
-    // ---- summary: JSON and Markdown
-    auto cell = [&](const Arm& a) {
-      const ArmResult& r = results[a.file];
-      Stats acc = stats_of(r.accuracy), tr = stats_of(r.train_s), inf = stats_of(r.infer_s), mem = stats_of(r.peak_mib);
-      // A model reused from its checkpoint for every seed was not trained by this
-      // run: no training time or memory (null, "–" in the tables), never a 0.
-      return json{{"accuracy_mean", acc.mean},         {"accuracy_std", acc.std},
-                  {"accuracy", r.accuracy},            {"train_s_mean", mean_or_null(tr)},
-                  {"train_peak_mib_mean", mean_or_null(mem)}, {"inference_s_mean", mean_or_null(inf)}};
-    };
-    auto num = [](const json& c, const char* key, const char* format) {
-      return c[key].is_null() ? std::string("–") : fmt(c[key].get<double>(), format);
-    };
-    const Arm* full = nullptr;
-    for (const Arm& a : arms)
-      if (a.attention == "full") full = &a;
-    auto ratio = [&](const Arm& a, const char* key) -> std::string {
-      if (!full) return "";
-      const json b = cell(*full)[key], c = cell(a)[key];
-      if (b.is_null() || c.is_null()) return "";
-      const double base = b.get<double>(), v = c.get<double>();
-      return v > 0 && base > 0 ? " (" + fmt(base / v, "%.2f") + "x)" : "";
-    };
-    const std::string seeds_note = std::to_string(cfg.seeds.size()) + " seed(s)";
-    std::ostringstream md;
-    json table = json::object();
-    md << "\nTest accuracy (%, mean ± sample std over " << seeds_note << "), training time (s) and peak training "
-       << "memory (MiB) of " << tc.steps << " steps, test-set inference time (s); (x): full attention's value "
-       << "divided by this one\n\n| attention | accuracy | train time | peak memory | inference |\n|---|---|---|---|---|\n";
-    for (const std::string& name : cfg.attentions) {
-      const Arm& a = name == "neural-clustering" ? find_arm(k_default, cfg.mu, cfg.nu) : *std::find_if(
-          arms.begin(), arms.end(), [&](const Arm& x) { return x.attention == name; });
-      json c = cell(a);
-      table[name] = c;
-      md << "| " << (name == "neural-clustering" ? "neural-clustering (k=" + std::to_string(k_default) + ")" : name)
-         << " | " << fmt_pct(stats_of(results[a.file].accuracy)) << " | "
-         << num(c, "train_s_mean", "%.1f") << ratio(a, "train_s_mean") << " | "
-         << num(c, "train_peak_mib_mean", "%.1f") << ratio(a, "train_peak_mib_mean") << " | "
-         << num(c, "inference_s_mean", "%.2f") << ratio(a, "inference_s_mean") << " |\n";
-    }
-    json ablation_json = json::object();
-    if (cfg.ablation) {
-      md << "\nL1/L2 ablation of neural clustering attention (k=" << k_default << "), test accuracy %, " << seeds_note
-         << " (N: weight 0, Y: mu=" << cfg.mu << " / nu=" << cfg.nu << ")\n\n| L1/L2 | N/N | N/Y | Y/N | Y/Y |\n"
-         << "|---|---|---|---|---|\n| accuracy |";
-      for (auto [mu, nu] : ablation) {
-        const Arm& a = find_arm(k_default, mu, nu);
-        const std::string key = std::string(mu > 0 ? "Y" : "N") + "/" + (nu > 0 ? "Y" : "N");
-        ablation_json[key] = cell(a);
-        md << " " << fmt_pct(stats_of(results[a.file].accuracy)) << " |";
-      }
-      md << "\n";
-    }
-    json sweep_json = json::object();
-    if (!cfg.k_sweep.empty()) {
-      md << "\nNumber of clusters k of neural clustering attention: test accuracy %, training time s and peak "
-         << "training memory MiB, " << seeds_note << "; (x): full attention's value divided by this one\n\n"
-         << "| model | accuracy | train time | peak memory |\n|---|---|---|---|\n";
-      if (full) {
-        json c = cell(*full);
-        md << "| full | " << fmt_pct(stats_of(results[full->file].accuracy)) << " | "
-           << num(c, "train_s_mean", "%.1f") << " | " << num(c, "train_peak_mib_mean", "%.1f") << " |\n";
-      }
-      for (int64_t k : cfg.k_sweep) {
-        const Arm& a = find_arm(k, cfg.mu, cfg.nu);
-        json c = cell(a);
-        sweep_json[std::to_string(k)] = c;
-        md << "| k=" << k << " | " << fmt_pct(stats_of(results[a.file].accuracy)) << " | "
-           << num(c, "train_s_mean", "%.1f") << ratio(a, "train_s_mean") << " | "
-           << num(c, "train_peak_mib_mean", "%.1f") << ratio(a, "train_peak_mib_mean") << " |\n";
-      }
-    }
-    emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
-          {"test_size", data.test.ids.size()}, {"mean_len", data.mean_len}, {"k", k_default}, {"table", table},
-          {"ablation", ablation_json}, {"k_sweep", sweep_json}, {"total_time_s", seconds_since(t_start)}});
-    std::cerr << md.str() << std::flush;
-    return 0;
-  });
+  return cf::apps::app_main(
+      "cf-textcls",
+      [&] {
+        if (!parse(argc, argv, cfg)) return false;
+        dev = cf::apps::start_device(cfg.device, cfg.distributed);
+        return true;
+      },
+      [&] { return run(cfg, dev); });
 }

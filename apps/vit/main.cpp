@@ -55,55 +55,12 @@ Output: one JSON line per event on stdout (start, data, variants, train, val,
 result), a final {"event": "summary", ...} line with mean and spread over the
 seeds; the table in Markdown on stderr.
 
-Data (the first --train-size training images; the validation images are the
+Data: the first --train-size training images; the validation images are the
 last --val-size of the 60000 training images, disjoint from them; the first
 --test-size test images; pixels scaled to [0, 1], then normalised with the
-data set's mean 0.286 and std 0.353):
-  --data-dir DIR        Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
-  --train-size N        (default 10000, at most 60000 - val-size)
-  --val-size N          (default 1000)
-  --test-size N         (default 2000, at most 10000)
-Model (28 x 28 x 1 images):
-  --patch-kernel N      patch embedding kernel (default 4: 7 x 7 = 49 tokens)
-  --patch-stride N      (default: the kernel)
-  --patch-padding N     (default 0); (28 + 2 padding - kernel) must be a
-                        multiple of the stride: the patches tile the image
-  --d-model N (64) --n-heads N (4) --d-ff N (128) --n-layers N (4) --dropout X (0)
-Variants:
-  --centroid-at LIST    one model per entry: 0 is the plain ViT, L (1-based) the
-                        ViT whose layer L is the centroid block (default 0,1,2:
-                        plain, an early and a middle layer)
-  --overlap LIST        kernel,stride,padding of an overlapping patch embedding
-                        (the paper's 16,14,1): the centroid variants are also
-                        trained with it (default: none)
-Training (AdamW, warmup + cosine, gradient clipping 1, cross-entropy):
-  --steps N             optimizer steps per model (default 300)
-  --batch-size N        (default 64)
-  --lr X                peak learning rate (default 2e-3)
-  --weight-decay X      (default 0.05)
-  --warmup N            (default 30)
-  --eval-every N        validation accuracy every N steps, 0 = only at the end (default 100)
-  --log-every N         a train line every N steps (default 25)
-  --eval-batch-size N   (default 250)
-Runs:
-  --seed N              one seed (initialisation, dropout, batch order);
-                        shorthand for --seeds N (default 0)
-  --seeds LIST          several seeds: the summary gives mean and spread
-  --checkpoint-dir DIR  save each trained model there (<variant>-seed<S>.safetensors)
-                        and reuse it on the next run with the same settings: a
-                        finished model is not retrained, an unfinished one resumes;
-                        one written with other settings is refused
-  --checkpoint-every N  also checkpoint every N steps (default 0: at the end only)
-  --stop-after N        end this run after N training steps of a model, its
-                        checkpoint written (exit status 3); the same command
-                        continues from there (default 0: run to the end)
-  --device D            cpu | cuda
-  --config FILE         JSON object with any of the options above, '-' as '_'
-                        (lists as arrays: {"seeds": [0, 1], "centroid_at": [0, 2]});
-                        the command line wins; unknown keys are errors
-  -h, --help            this text
-
-Exit status: 0 done, 1 failure (no Fashion-MNIST, bad checkpoint, ...), 2 bad command line,
+data set's mean 0.286 and std 0.353.
+)";
+const char* kExitStatus = R"(Exit status: 0 done, 1 failure (no Fashion-MNIST, bad checkpoint, ...), 2 bad command line,
 3 stopped by --stop-after.
 )";
 
@@ -142,26 +99,37 @@ bool parse(int argc, char** argv, Config& c) {
   c.train.warmup = 30;
   c.train.lr = 2e-3;
   c.train.weight_decay = 0.05;
-  cf::apps::Options o;
-  o.add_string("data_dir", &c.data_dir);
-  o.add_int("train_size", &c.train_size, 1);
-  o.add_int("val_size", &c.val_size, 1);
-  o.add_int("test_size", &c.test_size, 1);
-  o.add_int("patch_kernel", &c.patch_kernel, 1);
-  o.add_int("patch_stride", &c.patch_stride, 0);
-  o.add_int("patch_padding", &c.patch_padding, 0);
-  o.add_int("d_model", &c.d_model, 1);
-  o.add_int("n_heads", &c.n_heads, 1);
-  o.add_int("d_ff", &c.d_ff, 1);
-  o.add_int("n_layers", &c.n_layers, 1);
-  o.add_number("dropout", &c.dropout);
-  o.add_int_list("centroid_at", &c.centroid_at, 0);
-  o.add_int_list("overlap", &c.overlap, 0);
+  cf::apps::Options o(kUsage, kExitStatus);
+  o.section("Data");
+  o.add_string("data_dir", &c.data_dir, "Fashion-MNIST IDX files");
+  o.add_int("train_size", &c.train_size, 1, "training images (at most 60000 - val-size)");
+  o.add_int("val_size", &c.val_size, 1, "validation images");
+  o.add_int("test_size", &c.test_size, 1, "test images (at most 10000)");
+  o.section("Model (28 x 28 x 1 images)");
+  o.add_int("patch_kernel", &c.patch_kernel, 1, "patch embedding kernel (4: 7 x 7 = 49 tokens)");
+  o.add_int("patch_stride", &c.patch_stride, 0, "patch embedding stride (0: the kernel)");
+  o.add_int("patch_padding", &c.patch_padding, 0,
+            "patch embedding padding; (28 + 2 padding - kernel) must be a multiple of the stride: the patches "
+            "tile the image");
+  o.add_int("d_model", &c.d_model, 1, "model width");
+  o.add_int("n_heads", &c.n_heads, 1, "attention heads");
+  o.add_int("d_ff", &c.d_ff, 1, "feed-forward width");
+  o.add_int("n_layers", &c.n_layers, 1, "layers");
+  o.add_number("dropout", &c.dropout, "dropout rate");
+  o.section("Variants");
+  o.add_int_list("centroid_at", &c.centroid_at, 0,
+                 "one model per entry: 0 is the plain ViT, L (1-based) the ViT whose layer L is the centroid "
+                 "block");
+  o.add_int_list("overlap", &c.overlap, 0,
+                 "kernel,stride,padding of an overlapping patch embedding (the paper's 16,14,1): the centroid "
+                 "variants are also trained with it");
+  o.section("Training (AdamW, warmup + cosine, gradient clipping 1, cross-entropy)");
   cf::apps::add_train_options(o, c.train);
-  o.add_int("batch_size", &c.batch_size, 1);
-  o.add_int("eval_batch_size", &c.eval_batch_size, 1);
-  o.add_seeds(&c.seeds);
-  o.add_string("device", &c.device);
+  o.add_int("batch_size", &c.batch_size, 1, "training batch size");
+  o.add_int("eval_batch_size", &c.eval_batch_size, 1, "evaluation batch size");
+  o.section("Runs");
+  o.add_seeds(&c.seeds, "initialisation, dropout, batch order");
+  o.add_string("device", &c.device, "cpu | cuda");
   if (!o.parse(argc, argv)) return false;
 
   cf::apps::check_train_settings(c.train);
@@ -238,174 +206,193 @@ struct VariantResult {
   std::vector<double> accuracy, train_s, train_cpu_s, peak_mib, infer_s;
 };
 
+// The variants: one per --centroid-at entry, and with --overlap the centroid
+// ones again with the overlapping patch embedding; each with its cost per image.
+std::vector<Variant> plan_variants(const Config& cfg) {
+  std::vector<Variant> variants;
+  auto add_variant = [&](int64_t at, bool overlap) {
+  Variant v;
+  cf::models::CentroidViTOptions& o = v.opts;
+  o.image_size = kImage;
+  o.in_channels = 1;
+  o.patch_kernel = overlap ? cfg.overlap[0] : cfg.patch_kernel;
+  o.patch_stride = overlap ? cfg.overlap[1] : cfg.patch_stride;
+  o.patch_padding = overlap ? cfg.overlap[2] : cfg.patch_padding;
+  o.d_model = cfg.d_model;
+  o.n_heads = cfg.n_heads;
+  o.d_ff = cfg.d_ff;
+  o.n_layers = cfg.n_layers;
+  o.centroid_at = at;
+  o.num_classes = kClasses;
+  o.dropout = cfg.dropout;
+  v.name = at == 0 ? "plain" : "centroid@" + str(at);
+  v.file = at == 0 ? "plain" : "centroid" + str(at);
+  if (overlap) v.name += " overlap", v.file += "-overlap";
+  for (const Variant& w : variants)
+    if (w.file == v.file) return;
+  cf::Generator g(0);
+  cf::models::CentroidViT m(o, g);
+  v.tokens = m.num_tokens();
+  const cf::nn::Cost cost = m.cost(1);
+  v.macs = cost.macs;
+  v.params = cost.params;
+  variants.push_back(v);
+  };
+  for (int64_t at : cfg.centroid_at) add_variant(at, false);
+  if (!cfg.overlap.empty())
+    for (int64_t at : cfg.centroid_at)
+      if (at > 0) add_variant(at, true);
+  return variants;
+}
+
+// One variant at one seed trained (or reused from its checkpoint) and tested:
+// its "result" line, its numbers added to `results`.
+void train_variant(const Config& cfg, cf::Device dev, const std::shared_ptr<cf::data::Dataset>& train_ds,
+                   cf::data::DataLoader& val_loader, cf::data::DataLoader& test_loader, const json& data_sig,
+                   int64_t seed, const Variant& v, std::map<std::string, VariantResult>& results) {
+  const cf::apps::TrainSettings& tc = cfg.train;
+  // The same seed gives every variant the same batch order.
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)};
+  auto model = std::make_shared<cf::models::CentroidViT>(v.opts, gen);
+  model->to(dev);
+
+  cf::apps::TrainRun run;
+  run.app = "cf-vit";
+  run.tags = {{"seed", seed}, {"run", v.file}};
+  run.signature = {{"model", options_json(v.opts)}, {"seed", seed}, {"batch_size", cfg.batch_size},
+                   {"train", cf::apps::train_signature(tc)}, {"data", data_sig}};
+  if (!tc.checkpoint_dir.empty())
+    run.checkpoint = tc.checkpoint_dir + "/" + v.file + "-seed" + str(seed) + ".safetensors";
+  run.device = dev;
+
+  cf::data::DataLoaderOptions to;
+  to.batch_size = cfg.batch_size;
+  to.shuffle = true;
+  to.seed = uint64_t(seed);
+  to.drop_last = true;
+  to.prefetch = 2;
+  cf::data::DataLoader train_loader(train_ds, to);
+  cf::apps::TrainHooks hooks;
+  hooks.resumed = [&](int64_t start_step) {
+    const int64_t nb = train_loader.size();
+    train_loader.set_state({start_step / nb, start_step % nb});
+  };
+  hooks.evaluate = [&] { return evaluate(*model, val_loader, dev, nullptr); };
+  cf::data::Batch b;
+  hooks.loss = [&](int64_t, double* task_loss) {
+    if (!train_loader.next(b) && !train_loader.next(b))
+      throw cf::ValueError("[cf-vit] the training loader delivered no batch");
+    cf::Tensor loss = cf::cross_entropy(model->forward(b.input.to(dev)), b.target.to(dev));
+    *task_loss = loss.item();
+    return loss;
+  };
+  model->train();
+  const std::clock_t cpu0 = std::clock();  // CPU time of the process (every thread): the machine may be shared
+  const cf::apps::TrainResult tr = cf::apps::train_model(*model, tc, run, hooks);
+  const double train_cpu_s = double(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  train_loader.stop();
+  double infer_s = 0;
+  const double acc = evaluate(*model, test_loader, dev, &infer_s);
+
+  VariantResult& res = results[v.file];
+  res.accuracy.push_back(acc);
+  res.infer_s.push_back(infer_s);
+  json line = {{"event", "result"}, {"seed", seed}, {"run", v.file}, {"test_accuracy", acc},
+               {"macs", v.macs}, {"params", v.params}, {"inference_s", infer_s}, {"trained", tr.trained}};
+  if (tr.trained) {  // a reused checkpoint has no training time or memory
+    res.train_s.push_back(tr.time_s);
+    res.train_cpu_s.push_back(train_cpu_s);
+    res.peak_mib.push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
+    line["train_s"] = tr.time_s;
+    line["train_cpu_s"] = train_cpu_s;
+    line["train_peak_bytes"] = tr.peak_bytes;
+  }
+  emit(line);
+}
+
+// The summary line (JSON) and the Markdown table on stderr.
+void summarise(const Config& cfg, const std::vector<Variant>& variants, std::map<std::string, VariantResult>& results,
+               std::chrono::steady_clock::time_point t_start) {
+  const cf::apps::TrainSettings& tc = cfg.train;
+  const Variant* plain = nullptr;
+  for (const Variant& v : variants)
+    if (v.opts.centroid_at == 0) plain = &v;
+  std::ostringstream md;
+  json table = json::object();
+  md << "\nFashion-MNIST test accuracy (%, mean ± sample std over " << cfg.seeds.size() << " seed(s), "
+     << cfg.test_size << " test images) of ViTs with " << cfg.n_layers << " layers, d " << cfg.d_model << ", "
+     << cfg.n_heads << " heads, trained " << tc.steps << " steps on " << cfg.train_size << " images; MACs per "
+     << "image (forward; (x): relative to the plain ViT), parameters, training time (wall s / CPU s), peak "
+     << "training memory (MiB)\n\n| model | tokens | accuracy | MACs (M) | params (K) | train time | peak memory |\n"
+     << "|---|---|---|---|---|---|---|\n";
+  for (const Variant& v : variants) {
+    const VariantResult& r = results[v.file];
+    const Stats acc = stats_of(r.accuracy), tr = stats_of(r.train_s), cpu = stats_of(r.train_cpu_s),
+                mem = stats_of(r.peak_mib), inf = stats_of(r.infer_s);
+    table[v.file] = {{"name", v.name},          {"centroid_at", v.opts.centroid_at}, {"tokens", v.tokens},
+                     {"macs", v.macs},          {"params", v.params},     {"accuracy_mean", acc.mean},
+                     {"accuracy_std", acc.std}, {"accuracy", r.accuracy}, {"train_s_mean", mean_or_null(tr)},
+                     {"train_cpu_s_mean", mean_or_null(cpu)}, {"train_peak_mib_mean", mean_or_null(mem)},
+                     {"inference_s_mean", inf.mean}};
+    md << "| " << v.name << " | " << v.tokens << " | " << fmt_pct(acc) << " | " << fmt(double(v.macs) / 1e6, "%.2f")
+       << (plain ? " (" + fmt(double(v.macs) / double(plain->macs), "%.2f") + "x)" : std::string()) << " | "
+       << fmt(double(v.params) / 1e3, "%.1f") << " | " << fmt_mean_or_dash(tr, "%.1f") << " / "
+       << fmt_mean_or_dash(cpu, "%.1f") << " | " << fmt_mean_or_dash(mem, "%.1f") << " |\n";
+  }
+  emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"train_size", cfg.train_size}, {"test_size", cfg.test_size},
+        {"steps", tc.steps}, {"table", table}, {"total_time_s", seconds_since(t_start)}});
+  std::cerr << md.str() << std::flush;
+}
+
+// The app once its command line is read: its exit status.
+int run(const Config& cfg, cf::Device dev) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const cf::apps::TrainSettings& tc = cfg.train;
+  const std::vector<Variant> variants = plan_variants(cfg);
+  std::vector<std::string> names;
+  for (const Variant& v : variants) names.push_back(v.name);
+  emit({{"event", "start"}, {"app", "cf-vit"}, {"device", dev.str()}, {"seeds", cfg.seeds},
+        {"variants", names}, {"steps", tc.steps}});
+  for (const Variant& v : variants)
+    emit({{"event", "variant"}, {"run", v.file}, {"name", v.name}, {"tokens", v.tokens}, {"macs", v.macs},
+          {"params", v.params}, {"model", options_json(v.opts)}});
+
+  // ---- data
+  const cf::data::FashionMnist fm = cf::data::load_fashion_mnist(cfg.data_dir);
+  auto train_ds = subset(fm.train_images, fm.train_labels, 0, cfg.train_size);
+  auto val_ds = subset(fm.train_images, fm.train_labels, kTrainTotal - cfg.val_size, cfg.val_size);
+  auto test_ds = subset(fm.test_images, fm.test_labels, 0, cfg.test_size);
+  emit({{"event", "data"}, {"dir", cfg.data_dir}, {"train", cfg.train_size}, {"val", cfg.val_size},
+        {"test", cfg.test_size}, {"classes", kClasses}});
+  if (train_ds->size() < cfg.batch_size)
+    throw cf::ValueError("[cf-vit] the training set (" + str(train_ds->size()) +
+                         " images) is smaller than one batch of " + str(cfg.batch_size));
+  cf::data::DataLoaderOptions eo;
+  eo.batch_size = cfg.eval_batch_size;
+  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
+  if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-vit", "--checkpoint-dir");
+  const json data_sig = {{"dir", cfg.data_dir}, {"train", cfg.train_size}, {"val", cfg.val_size}};
+
+  std::map<std::string, VariantResult> results;  // by Variant::file
+  for (int64_t seed : cfg.seeds)
+    for (const Variant& v : variants)
+      train_variant(cfg, dev, train_ds, val_loader, test_loader, data_sig, seed, v, results);
+  summarise(cfg, variants, results, t_start);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Config cfg;
   cf::Device dev;
-  const int rc = cf::apps::parse_command_line("cf-vit", kUsage, [&] {
-    if (!parse(argc, argv, cfg)) return false;
-    dev = cf::apps::parse_device(cfg.device);
-    return true;
-  });
-  if (rc >= 0) return rc;
-
-  return cf::apps::run_app("cf-vit", [&] {
-    const auto t_start = std::chrono::steady_clock::now();
-    const cf::apps::TrainSettings& tc = cfg.train;
-
-    // ---- the variants, with their cost per image
-    std::vector<Variant> variants;
-    auto add_variant = [&](int64_t at, bool overlap) {
-      Variant v;
-      cf::models::CentroidViTOptions& o = v.opts;
-      o.image_size = kImage;
-      o.in_channels = 1;
-      o.patch_kernel = overlap ? cfg.overlap[0] : cfg.patch_kernel;
-      o.patch_stride = overlap ? cfg.overlap[1] : cfg.patch_stride;
-      o.patch_padding = overlap ? cfg.overlap[2] : cfg.patch_padding;
-      o.d_model = cfg.d_model;
-      o.n_heads = cfg.n_heads;
-      o.d_ff = cfg.d_ff;
-      o.n_layers = cfg.n_layers;
-      o.centroid_at = at;
-      o.num_classes = kClasses;
-      o.dropout = cfg.dropout;
-      v.name = at == 0 ? "plain" : "centroid@" + str(at);
-      v.file = at == 0 ? "plain" : "centroid" + str(at);
-      if (overlap) v.name += " overlap", v.file += "-overlap";
-      for (const Variant& w : variants)
-        if (w.file == v.file) return;
-      cf::Generator g(0);
-      cf::models::CentroidViT m(o, g);
-      v.tokens = m.num_tokens();
-      const cf::nn::Cost cost = m.cost(1);
-      v.macs = cost.macs;
-      v.params = cost.params;
-      variants.push_back(v);
-    };
-    for (int64_t at : cfg.centroid_at) add_variant(at, false);
-    if (!cfg.overlap.empty())
-      for (int64_t at : cfg.centroid_at)
-        if (at > 0) add_variant(at, true);
-
-    std::vector<std::string> names;
-    for (const Variant& v : variants) names.push_back(v.name);
-    emit({{"event", "start"}, {"app", "cf-vit"}, {"device", dev.str()}, {"seeds", cfg.seeds},
-          {"variants", names}, {"steps", tc.steps}});
-    for (const Variant& v : variants)
-      emit({{"event", "variant"}, {"run", v.file}, {"name", v.name}, {"tokens", v.tokens}, {"macs", v.macs},
-            {"params", v.params}, {"model", options_json(v.opts)}});
-
-    // ---- data
-    const cf::data::FashionMnist fm = cf::data::load_fashion_mnist(cfg.data_dir);
-    auto train_ds = subset(fm.train_images, fm.train_labels, 0, cfg.train_size);
-    auto val_ds = subset(fm.train_images, fm.train_labels, kTrainTotal - cfg.val_size, cfg.val_size);
-    auto test_ds = subset(fm.test_images, fm.test_labels, 0, cfg.test_size);
-    emit({{"event", "data"}, {"dir", cfg.data_dir}, {"train", cfg.train_size}, {"val", cfg.val_size},
-          {"test", cfg.test_size}, {"classes", kClasses}});
-    if (train_ds->size() < cfg.batch_size)
-      throw cf::ValueError("[cf-vit] the training set (" + str(train_ds->size()) +
-                           " images) is smaller than one batch of " + str(cfg.batch_size));
-    cf::data::DataLoaderOptions eo;
-    eo.batch_size = cfg.eval_batch_size;
-    cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
-    if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-vit", "--checkpoint-dir");
-    const json data_sig = {{"dir", cfg.data_dir}, {"train", cfg.train_size}, {"val", cfg.val_size}};
-
-    std::map<std::string, VariantResult> results;  // by Variant::file
-    for (int64_t seed : cfg.seeds) {
-      for (const Variant& v : variants) {
-        // The same seed gives every variant the same batch order.
-        cf::manual_seed(uint64_t(seed));
-        cf::Generator gen{uint64_t(seed)};
-        auto model = std::make_shared<cf::models::CentroidViT>(v.opts, gen);
-        model->to(dev);
-
-        cf::apps::TrainRun run;
-        run.app = "cf-vit";
-        run.tags = {{"seed", seed}, {"run", v.file}};
-        run.signature = {{"model", options_json(v.opts)}, {"seed", seed}, {"batch_size", cfg.batch_size},
-                         {"train", cf::apps::train_signature(tc)}, {"data", data_sig}};
-        if (!tc.checkpoint_dir.empty())
-          run.checkpoint = tc.checkpoint_dir + "/" + v.file + "-seed" + str(seed) + ".safetensors";
-        run.device = dev;
-
-        cf::data::DataLoaderOptions to;
-        to.batch_size = cfg.batch_size;
-        to.shuffle = true;
-        to.seed = uint64_t(seed);
-        to.drop_last = true;
-        to.prefetch = 2;
-        cf::data::DataLoader train_loader(train_ds, to);
-        cf::apps::TrainHooks hooks;
-        hooks.resumed = [&](int64_t start_step) {
-          const int64_t nb = train_loader.size();
-          train_loader.set_state({start_step / nb, start_step % nb});
-        };
-        hooks.evaluate = [&] { return evaluate(*model, val_loader, dev, nullptr); };
-        cf::data::Batch b;
-        hooks.loss = [&](int64_t, double* task_loss) {
-          if (!train_loader.next(b) && !train_loader.next(b))
-            throw cf::ValueError("[cf-vit] the training loader delivered no batch");
-          cf::Tensor loss = cf::cross_entropy(model->forward(b.input.to(dev)), b.target.to(dev));
-          *task_loss = loss.item();
-          return loss;
-        };
-        model->train();
-        const std::clock_t cpu0 = std::clock();  // CPU time of the process (every thread): the machine may be shared
-        const cf::apps::TrainResult tr = cf::apps::train_model(*model, tc, run, hooks);
-        const double train_cpu_s = double(std::clock() - cpu0) / CLOCKS_PER_SEC;
-        train_loader.stop();
-        double infer_s = 0;
-        const double acc = evaluate(*model, test_loader, dev, &infer_s);
-
-        VariantResult& res = results[v.file];
-        res.accuracy.push_back(acc);
-        res.infer_s.push_back(infer_s);
-        json line = {{"event", "result"}, {"seed", seed}, {"run", v.file}, {"test_accuracy", acc},
-                     {"macs", v.macs}, {"params", v.params}, {"inference_s", infer_s}, {"trained", tr.trained}};
-        if (tr.trained) {  // a reused checkpoint has no training time or memory
-          res.train_s.push_back(tr.time_s);
-          res.train_cpu_s.push_back(train_cpu_s);
-          res.peak_mib.push_back(double(tr.peak_bytes) / (1024.0 * 1024.0));
-          line["train_s"] = tr.time_s;
-          line["train_cpu_s"] = train_cpu_s;
-          line["train_peak_bytes"] = tr.peak_bytes;
-        }
-        emit(line);
-      }
-    }
-
-    // ---- summary: JSON and Markdown
-    const Variant* plain = nullptr;
-    for (const Variant& v : variants)
-      if (v.opts.centroid_at == 0) plain = &v;
-    std::ostringstream md;
-    json table = json::object();
-    md << "\nFashion-MNIST test accuracy (%, mean ± sample std over " << cfg.seeds.size() << " seed(s), "
-       << cfg.test_size << " test images) of ViTs with " << cfg.n_layers << " layers, d " << cfg.d_model << ", "
-       << cfg.n_heads << " heads, trained " << tc.steps << " steps on " << cfg.train_size << " images; MACs per "
-       << "image (forward; (x): relative to the plain ViT), parameters, training time (wall s / CPU s), peak "
-       << "training memory (MiB)\n\n| model | tokens | accuracy | MACs (M) | params (K) | train time | peak memory |\n"
-       << "|---|---|---|---|---|---|---|\n";
-    for (const Variant& v : variants) {
-      const VariantResult& r = results[v.file];
-      const Stats acc = stats_of(r.accuracy), tr = stats_of(r.train_s), cpu = stats_of(r.train_cpu_s),
-                  mem = stats_of(r.peak_mib), inf = stats_of(r.infer_s);
-      table[v.file] = {{"name", v.name},          {"centroid_at", v.opts.centroid_at}, {"tokens", v.tokens},
-                       {"macs", v.macs},          {"params", v.params},     {"accuracy_mean", acc.mean},
-                       {"accuracy_std", acc.std}, {"accuracy", r.accuracy}, {"train_s_mean", mean_or_null(tr)},
-                       {"train_cpu_s_mean", mean_or_null(cpu)}, {"train_peak_mib_mean", mean_or_null(mem)},
-                       {"inference_s_mean", inf.mean}};
-      md << "| " << v.name << " | " << v.tokens << " | " << fmt_pct(acc) << " | " << fmt(double(v.macs) / 1e6, "%.2f")
-         << (plain ? " (" + fmt(double(v.macs) / double(plain->macs), "%.2f") + "x)" : std::string()) << " | "
-         << fmt(double(v.params) / 1e3, "%.1f") << " | " << fmt_mean_or_dash(tr, "%.1f") << " / "
-         << fmt_mean_or_dash(cpu, "%.1f") << " | " << fmt_mean_or_dash(mem, "%.1f") << " |\n";
-    }
-    emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"train_size", cfg.train_size}, {"test_size", cfg.test_size},
-          {"steps", tc.steps}, {"table", table}, {"total_time_s", seconds_since(t_start)}});
-    std::cerr << md.str() << std::flush;
-    return 0;
-  });
+  return cf::apps::app_main(
+      "cf-vit",
+      [&] {
+        if (!parse(argc, argv, cfg)) return false;
+        dev = cf::apps::parse_device(cfg.device);
+        return true;
+      },
+      [&] { return run(cfg, dev); });
 }

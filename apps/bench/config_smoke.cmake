@@ -1,0 +1,43 @@
+cmake_minimum_required(VERSION 3.25)
+# cf-bench reads the shared option table (cmake -DAPP=cf-bench -DWORK_DIR=... -P this file):
+# a JSON --config sets a subcommand's options, the command line wins over it, an
+# unknown or mistyped key is a usage error (exit status 2) naming the key, and an
+# option of another subcommand is refused with the subcommand named.
+file(MAKE_DIRECTORY "${WORK_DIR}")
+function(bench expected out_var err_var)
+  execute_process(COMMAND "${APP}" ${ARGN} WORKING_DIRECTORY "${WORK_DIR}"
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL expected)
+    message(FATAL_ERROR "cf-bench ${ARGN}: exit status ${rc}, expected ${expected}\n${out}\n${err}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+  set(${err_var} "${err}" PARENT_SCOPE)
+endfunction()
+
+file(WRITE "${WORK_DIR}/kmeans.json" "{\"n\": 500, \"dims\": [8], \"ks\": [4, 8], \"iters\": 2, \"repeat\": 1}")
+bench(0 out err kmeans --config kmeans.json --ks 16)
+string(JSON rows LENGTH "${out}" results)
+string(JSON k GET "${out}" results 0 params k)
+string(JSON n GET "${out}" results 0 params n)
+if(NOT rows EQUAL 1 OR NOT k EQUAL 16 OR NOT n EQUAL 500)
+  message(FATAL_ERROR "--config with --ks 16: expected one row, k 16, n 500; got ${rows} rows, k ${k}, n ${n}")
+endif()
+
+file(WRITE "${WORK_DIR}/bad_key.json" "{\"n\": 500, \"sizes\": [64]}")
+bench(2 out err kmeans --config bad_key.json)
+if(NOT err MATCHES "unknown config key 'sizes'")
+  message(FATAL_ERROR "a key of another subcommand: ${err}")
+endif()
+file(WRITE "${WORK_DIR}/bad_type.json" "{\"n\": \"many\"}")
+bench(2 out err kmeans --config bad_type.json)
+if(NOT err MATCHES "config key 'n' must be an integer")
+  message(FATAL_ERROR "a mistyped key: ${err}")
+endif()
+bench(2 out err matmul --n 3)
+if(NOT err MATCHES "unknown option '--n' for subcommand matmul")
+  message(FATAL_ERROR "an option of another subcommand: ${err}")
+endif()
+bench(0 out err kmeans --help)
+if(NOT out MATCHES "--ks LIST +cluster counts k \\(default 256,1024\\)")
+  message(FATAL_ERROR "cf-bench kmeans --help: ${out}")
+endif()

@@ -1,0 +1,70 @@
+// cf-bench model (apps/bench/bench.h).
+#include <optional>
+#include <vector>
+
+#include "bench/bench.h"
+
+namespace cf::bench {
+
+namespace {
+
+// ---------------------------------------------------------------- model
+
+}  // namespace
+
+// One training step (forward, backward, AdamW) and one inference step of a
+// Transformer encoder classifier: token embedding + sinusoidal positions, 2
+// post-LN layers (d = 256, 4 heads, FFN 1024, ReLU, no dropout), mean pooling, a
+// linear head and cross-entropy. apps/bench/peers.py builds the same model in
+// PyTorch (nn.TransformerEncoder) for the side-by-side table.
+json bench_model(const BenchOptions& o) {
+  const int64_t B = o.batch_size, vocab = 1000, classes = 10;
+  const std::vector<int64_t>& sizes = o.sizes;
+  json rows = json::array();
+  for (int64_t n : sizes) {
+    double full_train = -1, full_infer = -1;
+    for (const std::string& variant : o.variants) {
+      cf::apps::EncoderBenchConfig bc;  // apps/common/attention_bench.h, shared with cf-efficiency
+      bc.variant = variant;
+      bc.n = n;
+      bc.batch = B;
+      bc.layers = 2;
+      bc.d_model = 256;
+      bc.heads = 4;
+      bc.d_ff = 1024;
+      bc.vocab = vocab;
+      bc.classes = classes;
+      bc.seed = uint64_t(1000 + n);
+      bc.device = g_device;
+      cf::apps::EncoderBench model(bc);
+      const int64_t reps = o.repeat > 0 ? o.repeat : (n >= 2048 ? 2 : 5);
+      json r;
+      r["name"] = "model_" + variant + "_" + std::to_string(n);
+      r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"layers", 2}, {"d_model", 256},
+                     {"heads", 4}, {"d_ff", 1024}, {"vocab", vocab}, {"classes", classes},
+                     {"parameters", model.num_parameters()}, {"repeat", reps}, {"dtype", "float32"}};
+      if (low_dtype(o)) r["params"]["autocast"] = dtype_label(o);  // float32 weights, 16-bit matmuls
+      cf::AutocastGuard autocast(low_dtype(o));
+      const cf::apps::Measurement train = model.measure_train(reps, 1);
+      const double t_train = train.median_s;
+      r["train_step_time_s"] = t_train;
+      r["train_tokens_per_s"] = double(B * n) / t_train;
+      r["train_peak_bytes"] = train.peak_bytes;
+      const cf::apps::Measurement infer = model.measure_infer(reps, 1);
+      const double t_infer = infer.median_s;
+      r["infer_step_time_s"] = t_infer;
+      r["infer_tokens_per_s"] = double(B * n) / t_infer;
+      r["infer_peak_bytes"] = infer.peak_bytes;
+      if (variant == "full") {
+        full_train = t_train;
+        full_infer = t_infer;
+      }
+      if (full_train > 0) r["train_ratio_vs_full"] = t_train / full_train;
+      if (full_infer > 0) r["infer_ratio_vs_full"] = t_infer / full_infer;
+      rows.push_back(r);
+    }
+  }
+  return report("model", rows);
+}
+
+}  // namespace cf::bench
