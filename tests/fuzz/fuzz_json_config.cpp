@@ -47,12 +47,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<int64_t> ints, seeds;
   std::vector<std::string> strings;
   cf::apps::Options o;
-  o.add_int("k", &k, 1);
-  o.add_number("lr", &lr);
-  o.add_string("type", &s);
-  o.add_bool("causal", &b);
-  o.add_int_list("shape", &ints, 1);
-  o.add_string_list("attentions", &strings);
+  o.add_int("k", &k, 1, "an integer");
+  o.add_number("lr", &lr, "a number");
+  o.add_string("type", &s, "a string");
+  o.add_bool("causal", &b, "a boolean");
+  o.add_int_list("shape", &ints, 1, "an integer list");
+  o.add_string_list("attentions", &strings, "a string list");
   o.add_seeds(&seeds);
   try {
     o.apply_file(f.path());
