@@ -246,6 +246,7 @@ void train_and_evaluate(const Config& cfg, cf::Device dev, const cf::apps::Topic
   run.signature = {{"model", model_json}, {"seed", seed},           {"steps", tc.steps},
                    {"batch_size", tc.batch_size}, {"lr", tc.lr},     {"weight_decay", tc.weight_decay},
                    {"warmup", tc.warmup},         {"data", cf::apps::topic_data_signature(cfg.data)}};
+  if (tc.precision != "fp32") run.signature["precision"] = tc.precision;
   if (!tc.checkpoint_dir.empty())
     run.checkpoint = tc.checkpoint_dir + "/" + tname + "-C" + std::to_string(cfg.clusters) + "-seed" +
                      std::to_string(seed) + ".safetensors";

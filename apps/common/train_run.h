@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -28,6 +29,7 @@ struct TrainSettings {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   int64_t stop_after = 0;  // > 0: end the run after this many steps of one model (see TrainingStopped)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (autocast; fp16 with dynamic loss scaling)
 };
 
 // Registers steps, warmup, eval_every, log_every, lr, weight_decay,
@@ -43,6 +45,10 @@ inline void add_train_options(Options& o, TrainSettings& c) {
                "save each trained model there (<run>-seed<S>.safetensors) and reuse it on the next run with the "
                "same settings: a finished model is not retrained, an unfinished one resumes");
   o.add_int("checkpoint_every", &c.checkpoint_every, 0, "also checkpoint every N steps (0: at the end only)");
+  o.add_string("precision", &c.precision,
+               "fp32, or bf16 / fp16: the training steps' forward passes run under autocast (matmuls in that "
+               "dtype, softmax, norms and losses in float32, parameters in float32), fp16 with dynamic loss "
+               "scaling");
   o.add_int("stop_after", &c.stop_after, 0,
             "end this run after N training steps of a model, its checkpoint written (exit status 3); the same "
             "command continues from there (0: run to the end)");
@@ -53,6 +59,8 @@ inline void check_train_settings(const TrainSettings& c) {
   if (c.weight_decay < 0) throw UsageError("--weight-decay must be non-negative");
   if (c.stop_after > 0 && c.checkpoint_dir.empty())
     throw UsageError("--stop-after needs --checkpoint-dir (the next run continues from the checkpoint)");
+  if (c.precision != "fp32" && c.precision != "bf16" && c.precision != "fp16")
+    throw UsageError("--precision must be fp32, bf16 or fp16, got '" + c.precision + "'");
   if (c.warmup >= c.steps)
     throw UsageError("--warmup (" + std::to_string(c.warmup) + ") must be less than --steps (" +
                      std::to_string(c.steps) + ")");
@@ -60,7 +68,9 @@ inline void check_train_settings(const TrainSettings& c) {
 
 // What shapes training, for a checkpoint's signature.
 inline nlohmann::ordered_json train_signature(const TrainSettings& c) {
-  return {{"steps", c.steps}, {"warmup", c.warmup}, {"lr", c.lr}, {"weight_decay", c.weight_decay}};
+  nlohmann::ordered_json j = {{"steps", c.steps}, {"warmup", c.warmup}, {"lr", c.lr}, {"weight_decay", c.weight_decay}};
+  if (c.precision != "fp32") j["precision"] = c.precision;  // fp32 runs keep their old signature
+  return j;
 }
 
 // task + the weighted auxiliary losses the forward pass collected (ClusterFormer
@@ -128,6 +138,13 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   ao.weight_decay = cfg.weight_decay;
   cf::nn::AdamW opt(model.named_parameters(), ao);
   cf::nn::WarmupCosineLR schedule(cfg.lr, cfg.warmup, cfg.steps, cfg.lr * 0.05);
+  // --precision: the autocast dtype of the training forward passes; fp16 also
+  // scales the loss (its gradients would underflow), with the scaler's state in
+  // the checkpoint.
+  std::optional<cf::DType> autocast;
+  if (cfg.precision == "bf16") autocast = cf::kBFloat16;
+  if (cfg.precision == "fp16") autocast = cf::kFloat16;
+  cf::nn::GradScaler scaler;
 
   TrainResult result;
   int64_t start_step = 0;
@@ -168,6 +185,7 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
                            "delete it or use another --checkpoint-dir");
     model.load_state_dict(ck.model);
     opt.load_state_dict(ck.optimizer);
+    if (!ck.scaler.empty()) scaler.load_state_dict(ck.scaler);
     for (auto& [name, g] : ck.generators) {
       if (name == "default") g.restore(cf::default_generator());
       for (auto& [own, gen] : run.generators)
@@ -192,6 +210,7 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     cf::nn::TrainingCheckpoint ck;
     ck.model = model.state_dict();
     ck.optimizer = opt.state_dict();
+    if (cfg.precision == "fp16") ck.scaler = scaler.state_dict();
     ck.step = step;
     ck.generators = {{"default", cf::nn::GeneratorState::of(cf::default_generator())}};
     for (auto& [name, gen] : run.generators) ck.generators.emplace_back(name, cf::nn::GeneratorState::of(*gen));
@@ -222,6 +241,7 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   loop_hooks.schedule = &schedule;
   loop_hooks.progress = &bar;
   if (hooks.evaluate) loop_hooks.evaluate = hooks.evaluate;
+  if (cfg.precision == "fp16") loop_hooks.scaler = &scaler;
   double loss_sum = 0, task_sum = 0, task = 0;
   int64_t loss_n = 0;
   t_train = std::chrono::steady_clock::now();
@@ -272,7 +292,10 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   };
   cf::reset_peak_memory(run.device);
   live_before = cf::memory_stats(run.device).live_bytes;
-  auto step_loss = [&](int64_t step, int64_t) { return hooks.loss(step, &task); };
+  auto step_loss = [&](int64_t step, int64_t) {
+    cf::AutocastGuard guard(autocast);
+    return hooks.loss(step, &task);
+  };
   cf::nn::train_loop(opt, step_loss, lo, loop_hooks);
   if (run.device.is_cuda()) cf::cuda::synchronize();
   result.time_s = train_time_s();

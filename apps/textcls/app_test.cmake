@@ -18,6 +18,8 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "--d-model \\(30\\) must be divisible by --n-heads \\(4\\)" "heads")
   run(2 out err --seed 1 --seeds 1,2)
   expect_match("${err}" "give --seed or --seeds, not both" "seed and seeds")
+  run(2 out err --precision fp8)
+  expect_match("${err}" "--precision must be fp32, bf16 or fp16, got 'fp8'" "bad precision")
   run(2 out err --pooling max)
   expect_match("${err}" "--pooling must be mean or first, got 'max'" "bad pooling")
   run(2 out err --ablation maybe)
@@ -143,6 +145,29 @@ string(JSON t GET "${summary_s}" table routing train_s_mean)
 if(NOT t GREATER 0)
   message(FATAL_ERROR "smoke: routing, trained over two runs, reports training time '${t}'")
 endif()
+
+# --precision (issue 26): bf16 and fp16 autocast training runs, and an fp16 run
+# trained in two halves (--stop-after: the loss scaler's state resumes with the
+# model) ends with the uninterrupted fp16 run's loss and accuracy. A checkpoint
+# of another precision is refused.
+set(half --min-texts 600 --max-per-class 40 --max-len 64 --d-model 16 --n-heads 2 --n-layers 1 --d-ff 32
+    --steps 6 --batch-size 8 --warmup 2 --eval-every 3 --log-every 3 --attentions full --seed 3)
+run(0 out_bf err_bf ${half} --precision bf16)
+last_line("${out_bf}" summary_bf)
+string(JSON acc GET "${summary_bf}" table full accuracy_mean)
+run(0 out_h err_h ${half} --precision fp16)
+last_line("${out_h}" summary_h)
+run(3 out_h1 err_h1 ${half} --precision fp16 --checkpoint-dir ckpt-fp16 --stop-after 3)
+run(0 out_h2 err_h2 ${half} --precision fp16 --checkpoint-dir ckpt-fp16)
+last_line("${out_h2}" summary_h2)
+expect_same_json("${summary_h}" "${summary_h2}" "fp16 trained in two runs vs one" table full accuracy_mean)
+string(REGEX MATCH "\"event\":\"train\",\"seed\":3,\"run\":\"full\",\"step\":6,\"loss\":[^,]+" want "${out_h}")
+string(REGEX MATCH "\"event\":\"train\",\"seed\":3,\"run\":\"full\",\"step\":6,\"loss\":[^,]+" got "${out_h2}")
+if(want STREQUAL "" OR NOT want STREQUAL got)
+  message(FATAL_ERROR "smoke: fp16: the training loss of steps 4-6 in one run is '${want}', resumed '${got}'")
+endif()
+run(1 out err ${half} --precision bf16 --checkpoint-dir ckpt-fp16)
+expect_match("${err}" "checkpoint 'ckpt-fp16/full-seed3.safetensors' was written with other settings" "precision in the signature")
 
 # Issue 27: sizes that overflow or cannot be allocated are errors naming the
 # shape or layer (defects 4 and 11: SIGSEGV, bare std::bad_alloc), and neural

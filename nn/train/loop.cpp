@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "nn/module.h"
 #include "nn/optim/clip.h"
+#include "nn/optim/grad_scaler.h"
 #include "nn/optim/optimizer.h"
 #include "nn/optim/schedule.h"
 #include "nn/train/early_stopping.h"
@@ -139,16 +140,23 @@ TrainLoopResult train_loop(Optimizer& optimizer, const TrainStepFn& train_step_l
       Tensor loss = train_step_loss(step, micro);
       loss_sum += checked_loss(loss, step, micro);
       if (o.grad_accum > 1) loss = loss * (1.0 / double(o.grad_accum));
-      loss.backward();
+      (hooks.scaler ? hooks.scaler->scale(loss) : loss).backward();
     }
     info.loss = loss_sum / double(o.grad_accum);
-    if (o.clip_norm > 0) {
+    if (hooks.scaler) hooks.scaler->unscale_(optimizer);  // before clipping (the scaler's rule)
+    const bool overflow = hooks.scaler && hooks.scaler->found_inf();
+    if (o.clip_norm > 0 && !overflow) {
       info.grad_norm = clip_grad_norm(params, o.clip_norm);
       CF_CHECK(std::isfinite(info.grad_norm), ValueError, "[train_loop] step ", step,
                ": non-finite gradient norm ", info.grad_norm);
     }
     info.lr = hooks.schedule ? hooks.schedule->apply(optimizer) : optimizer.lr();
-    optimizer.step();
+    if (hooks.scaler) {
+      hooks.scaler->step(optimizer);  // skipped on overflow
+      hooks.scaler->update();
+    } else {
+      optimizer.step();
+    }
     optimizer.zero_grad();
 
     res.steps_run += 1;

@@ -50,6 +50,7 @@ class LRSchedule;
 class EarlyStopping;
 class MetricsWriter;
 class ProgressBar;
+class GradScaler;
 
 struct TrainLoopOptions {
   int64_t max_steps = 0;   // the last step number (absolute), >= start_step
@@ -83,6 +84,10 @@ struct TrainLoopHooks {
   EarlyStopping* early_stopping = nullptr;
   MetricsWriter* metrics = nullptr;
   ProgressBar* progress = nullptr;    // used instead of the default bar (finished at the end)
+  // Dynamic loss scaling (float16 training): the loss is scaled before backward,
+  // the gradients unscaled before clipping, and a step whose gradients overflow
+  // is skipped (no clipping error) while the scale backs off.
+  GradScaler* scaler = nullptr;
   std::function<void(const TrainStepInfo&)> on_step_end;  // e.g. checkpointing
 };
 

@@ -625,3 +625,25 @@ TEST_CASE("train: train_loop rejects bad options and bad losses, naming the step
   CHECK_THROWS_MSG(nn::train_loop(opt, good, o, h), IOError, "[eval] boom");
   CHECK(model->is_training());
 }
+
+TEST_CASE("train_loop with a GradScaler: scaled backward, unscaled clipping, an overflowing step skipped") {
+  Tensor w = Tensor::from_vector(std::vector<float>{1.0f, -2.0f}, {2});
+  w.set_requires_grad(true);
+  nn::SGD opt({{"w", w}}, nn::SGDOptions{0.1});
+  nn::GradScalerOptions so;
+  so.init_scale = 1024.0;
+  nn::GradScaler scaler(so);
+  nn::TrainLoopHooks hooks;
+  hooks.scaler = &scaler;
+  nn::TrainLoopOptions o;
+  o.max_steps = 3;
+  o.clip_norm = 100.0;  // clipping sees unscaled gradients: 2w, well below 100
+  o.progress = false;
+  // Step 2's gradient, 1e36 per element, overflows float32 once scaled by 1024:
+  // the step is skipped without a clipping error and the scale backs off.
+  nn::train_loop(opt, [&](int64_t step, int64_t) { return step == 2 ? sum(w) * 1e36 : sum(w * w); }, o, hooks);
+  CHECK(scaler.get_scale() == 512.0);
+  CHECK(opt.step_count() == 2);
+  // Two SGD steps on sum(w^2): w <- w - 0.1 * 2w = 0.8 w, twice.
+  check_close(w.detach(), std::vector<double>{0.64, -1.28}, 1e-6);
+}
