@@ -28,6 +28,8 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "add it to --attentions" "ablation without neural clustering")
   run(2 out err --ablation true --mu 0)
   expect_match("${err}" "--mu and --nu must be positive" "ablation with a zero weight")
+  run(2 out err --loss-form unit)
+  expect_match("${err}" "--loss-form must be inner, cosine or sphere, got 'unit'" "bad loss form")
 
   file(WRITE "${WORK_DIR}/bad_type.json" "{\"mu\": \"small\"}")
   run(2 out err --config bad_type.json)
@@ -116,6 +118,18 @@ expect_match("${err2}" "\\| full \\| [0-9.]+ \\| – \\| – \\|" "reused rows s
 # A checkpoint written with other settings is refused, naming the file.
 run(1 out err ${tiny} --mu 0.01)
 expect_match("${err}" "checkpoint 'ckpt/neural-clustering-k8-muY-nuY-seed3.safetensors' was written with other settings" "stale checkpoint")
+
+# The bounded loss form (--loss-form cosine): the models with a weighted loss are
+# new (their own checkpoints), the N/N model is the same model and is reused.
+run(0 out err ${tiny} --attentions neural-clustering --loss-form cosine)
+expect_match("${out}" "\"event\":\"resume\",\"seed\":3,\"run\":\"neural-clustering-k8-muN-nuN\"" "N/N reused")
+foreach(f neural-clustering-k8-muY-nuY-cosine-seed3 neural-clustering-k8-muN-nuY-cosine-seed3
+          neural-clustering-k8-muY-nuN-cosine-seed3)
+  if(NOT EXISTS "${WORK_DIR}/ckpt/${f}.safetensors")
+    message(FATAL_ERROR "smoke: checkpoint ${f}.safetensors not written")
+  endif()
+endforeach()
+expect_match("${err}" "phi: cosine\\)" "ablation table names the form")
 
 # --stop-after: full attention and routing trained in runs of 3 steps (exit 3 after
 # each unfinished model) end with the uninterrupted run's accuracy and the same

@@ -71,6 +71,7 @@ struct Config {
   std::vector<std::string> attentions = {"full", "neural-clustering"};
   int64_t k = 0, look_back = 1;
   double mu = 1e-3, nu = 1e-3;
+  std::string loss_form = "inner";
   int64_t lsh_bucket_size = 32, lsh_hashes = 2, routing_clusters = 0;
   double routing_weight = 1e-4;
   int64_t clusters = 16, topk = 32;
@@ -110,6 +111,9 @@ bool parse(int argc, char** argv, Config& c) {
             "neural clustering: blocks before its own each query block attends to (the paper's eq. 8)");
   o.add_number("mu", &c.mu, "weight of the clustering loss L1 (eq. 6)");
   o.add_number("nu", &c.nu, "weight of the centroid sorting loss L2 (eq. 11)");
+  o.add_string("loss_form", &c.loss_form,
+               "phi of L1 and L2: inner (the paper's inner product, unbounded below), cosine (normalised phi) or "
+               "sphere (centroids on the unit sphere); see nn/attention/neural_clustering.h");
   o.add_int("lsh_bucket_size", &c.lsh_bucket_size, 1, "LSH: tokens per bucket");
   o.add_int("lsh_hashes", &c.lsh_hashes, 1, "LSH: hashing rounds");
   o.add_int("routing_clusters", &c.routing_clusters, 0,
@@ -148,6 +152,8 @@ bool parse(int argc, char** argv, Config& c) {
     throw UsageError("--d-model (" + std::to_string(c.d_model) + ") must be divisible by --n-heads (" +
                      std::to_string(c.n_heads) + ")");
   if (c.mu < 0 || c.nu < 0) throw UsageError("--mu and --nu must be non-negative");
+  if (c.loss_form != "inner" && c.loss_form != "cosine" && c.loss_form != "sphere")
+    throw UsageError("--loss-form must be inner, cosine or sphere, got '" + c.loss_form + "'");
   if (c.routing_weight < 0) throw UsageError("--routing-weight must be non-negative");
   if ((c.ablation || !c.k_sweep.empty()) &&
       std::find(c.attentions.begin(), c.attentions.end(), "neural-clustering") == c.attentions.end())
@@ -192,6 +198,12 @@ Arm make_arm(const Config& c, const std::string& attention, int64_t max_tokens, 
     a.spec = {{"type", "neural-clustering"}, {"clusters", k}, {"look_back", c.look_back}};
     a.aux_weights = {{cf::nn::kClusteringLossName, mu}, {cf::nn::kCentroidSortingLossName, nu}};
     a.file += "-k" + std::to_string(k) + "-mu" + (mu > 0 ? "Y" : "N") + "-nu" + (nu > 0 ? "Y" : "N");
+    // The form matters only where a loss is weighted: the N/N model is the same
+    // model (and checkpoint) whatever the form.
+    if (c.loss_form != "inner" && (mu > 0 || nu > 0)) {
+      a.spec["loss_form"] = c.loss_form;
+      a.file += "-" + c.loss_form;
+    }
   } else if (attention == "lsh") {
     a.spec = {{"type", "lsh"}, {"bucket_size", c.lsh_bucket_size}, {"n_hashes", c.lsh_hashes}};
   } else if (attention == "routing") {
@@ -344,7 +356,7 @@ void summarise(const Config& cfg, const cf::apps::TopicData& data, const std::ve
   json ablation_json = json::object();
   if (cfg.ablation) {
     md << "\nL1/L2 ablation of neural clustering attention (k=" << k_default << "), test accuracy %, " << seeds_note
-       << " (N: weight 0, Y: mu=" << cfg.mu << " / nu=" << cfg.nu << ")\n\n| L1/L2 | N/N | N/Y | Y/N | Y/Y |\n"
+       << " (N: weight 0, Y: mu=" << cfg.mu << " / nu=" << cfg.nu << "; phi: " << cfg.loss_form << ")\n\n| L1/L2 | N/N | N/Y | Y/N | Y/Y |\n"
        << "|---|---|---|---|---|\n| accuracy |";
     for (auto [mu, nu] : ablation_pairs(cfg)) {
       const Arm& a = find_arm(arms, k_default, mu, nu);
@@ -390,7 +402,8 @@ int run(const Config& cfg, cf::Device dev) {
   std::vector<std::string> names;
   for (const Arm& a : arms) names.push_back(a.file);
   emit({{"event", "start"}, {"app", "cf-textcls"}, {"device", dev.str()}, {"seeds", cfg.seeds},
-        {"attentions", cfg.attentions}, {"k", k_default}, {"runs", names}, {"steps", tc.steps}});
+        {"attentions", cfg.attentions}, {"k", k_default}, {"loss_form", cfg.loss_form}, {"runs", names},
+        {"steps", tc.steps}});
   emit(cf::apps::topic_data_event(cfg.data, data));
 
   auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);

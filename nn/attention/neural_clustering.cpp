@@ -28,7 +28,26 @@ void check_mask(const Tensor& m, int64_t b, int64_t n, const char* who) {
            "] key_padding_mask must be bool (B, N) = (", b, ", ", n, "), got ", m.describe());
 }
 
+// t / |t| along the last axis, a zero row counting as length 1e-12.
+Tensor unit_rows(const Tensor& t) { return t / clamp(sqrt(sum(t * t, {-1}, true)), 1e-12, INFINITY); }
+
 }  // namespace
+
+ClusterLossForm cluster_loss_form_from_string(const std::string& name, const std::string& who) {
+  CF_CHECK(name == "inner" || name == "cosine" || name == "sphere", ValueError, "[", who,
+           "] loss_form must be \"inner\", \"cosine\" or \"sphere\", got \"", name, "\"");
+  return name == "inner" ? ClusterLossForm::kInner
+                         : name == "cosine" ? ClusterLossForm::kCosine : ClusterLossForm::kSphere;
+}
+
+std::string to_string(ClusterLossForm form) {
+  switch (form) {
+    case ClusterLossForm::kCosine: return "cosine";
+    case ClusterLossForm::kSphere: return "sphere";
+    case ClusterLossForm::kInner: break;
+  }
+  return "inner";
+}
 
 NeuralClusteringResult neural_clustering(const Tensor& x, const Tensor& c, const Tensor& w_c,
                                          const Tensor& key_padding_mask, ClusterTieOrder tie_order) {
@@ -74,7 +93,8 @@ NeuralClusteringResult neural_clustering(const Tensor& x, const Tensor& c, const
   return r;
 }
 
-Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& key_padding_mask) {
+Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& key_padding_mask,
+                       ClusterLossForm form) {
   const char* who = "clustering_loss";
   const bool index_ok = index.defined() && index.dtype() == kInt64 && x.defined() && x.dim() == 3 &&
                         index.shape() == Shape({x.shape()[0], x.shape()[1]});
@@ -87,7 +107,8 @@ Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index
   // Padded tokens carry index k (no centroid): point them at centroid 0 and zero their term.
   Tensor idx = key_padding_mask.defined() ? masked_fill(index, key_padding_mask, 0.0) : index;
   Tensor own = take_along_dim(c_hat, unsqueeze(idx, 2), 1);    // C^_{I_j}, (B, N, D)
-  Tensor phi = sum(x * own, {2});                              // (B, N)
+  if (form != ClusterLossForm::kInner) own = unit_rows(own);
+  Tensor phi = sum((form == ClusterLossForm::kCosine ? unit_rows(x) : x) * own, {2});  // (B, N)
   Tensor count;
   if (key_padding_mask.defined()) {
     phi = masked_fill(phi, key_padding_mask, 0.0);
@@ -98,10 +119,12 @@ Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index
   return -mean(sum(phi, {1}) / count);                         // eq. 6, averaged over the batch
 }
 
-Tensor centroid_sorting_loss(const Tensor& c_hat) {
-  CF_CHECK(c_hat.defined() && c_hat.dim() == 3 && c_hat.shape()[1] >= 1 && is_floating(c_hat.dtype()), ShapeError,
-           "[centroid_sorting_loss] c_hat must be float (B, k, D) with k >= 1, got ", describe(c_hat));
-  const int64_t k = c_hat.shape()[1];
+Tensor centroid_sorting_loss(const Tensor& c_hat_in, ClusterLossForm form) {
+  CF_CHECK(c_hat_in.defined() && c_hat_in.dim() == 3 && c_hat_in.shape()[1] >= 1 && is_floating(c_hat_in.dtype()),
+           ShapeError, "[centroid_sorting_loss] c_hat must be float (B, k, D) with k >= 1, got ", describe(c_hat_in));
+  const int64_t k = c_hat_in.shape()[1];
+  // Both bounded forms are the cosine here: both arguments are centroids.
+  const Tensor c_hat = form == ClusterLossForm::kInner ? c_hat_in : unit_rows(c_hat_in);
   // prev[i] = C^_{i-1}, prev[1] = C^_k: the sum of eq. 11 including its cyclic term.
   Tensor prev = k == 1 ? c_hat : cat({narrow(c_hat, 1, k - 1, 1), narrow(c_hat, 1, 0, k - 1)}, 1);
   return -mean(sum(c_hat * prev, {1, 2})) / double(k);
@@ -132,6 +155,8 @@ std::shared_ptr<Attention> NeuralClusteringAttention::create(const AttentionSpec
   o.look_back = c.get<int64_t>("look_back", o.look_back);
   o.scale = c.get<double>("scale", o.scale);
   o.losses_reach_input = c.get<bool>("losses_reach_input", o.losses_reach_input);
+  o.loss_form = cluster_loss_form_from_string(c.get<std::string>("loss_form", "inner"),
+                                              "NeuralClusteringAttention");
   const std::string tie = c.get<std::string>("tie_order", "membership");
   CF_CHECK(tie == "membership" || tie == "position", ValueError, "[NeuralClusteringAttention] ",
            c.path_of("tie_order"), " must be \"membership\" or \"position\", got \"", tie, "\"");
@@ -193,8 +218,8 @@ Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
   Tensor out = chunked_attention(a.q, a.k, a.v, members, a.key_padding_mask, co).out;
 
   if (a.aux) {
-    a.aux->add(kClusteringLossName, clustering_loss(xin, r.c_hat, r.index, a.key_padding_mask));
-    a.aux->add(kCentroidSortingLossName, centroid_sorting_loss(r.c_hat));
+    a.aux->add(kClusteringLossName, clustering_loss(xin, r.c_hat, r.index, a.key_padding_mask, options_.loss_form));
+    a.aux->add(kCentroidSortingLossName, centroid_sorting_loss(r.c_hat, options_.loss_form));
   }
   return out;
 }

@@ -70,11 +70,26 @@ NeuralClusteringResult neural_clustering(const Tensor& x, const Tensor& c, const
                                          const Tensor& key_padding_mask,
                                          ClusterTieOrder tie_order = ClusterTieOrder::kMembership);
 
-// L1 (eq. 6): mean over the batch of -(1/N_b) sum_j x_j . c_hat[I_j], N_b the
+// The phi of the two losses. The paper's phi is the inner product (kInner, eqs. 6
+// and 11 as written): both losses are then unbounded below, and descending them
+// grows C^ and W^C without limit (RESULTS.md, the Table 5 ablation). The bounded
+// forms the equations allow (the paper names none):
+//   kCosine: phi(a, b) = a . b / (|a| |b|) in L1 and L2: every term in [-1, 1];
+//   kSphere: C^ put on the unit sphere, phi(X_j, C^_i / |C^_i|) in L1 (bounded by
+//            |X_j|, which the pre-LN layer input fixes) and the cosine in L2 (where
+//            both arguments are centroids, projecting them is the cosine).
+// A zero vector counts as length 1e-12 (its terms are 0, not NaN).
+enum class ClusterLossForm { kInner, kCosine, kSphere };
+// "inner", "cosine", "sphere" <-> the form; a bad name is a ValueError naming `who`.
+ClusterLossForm cluster_loss_form_from_string(const std::string& name, const std::string& who);
+std::string to_string(ClusterLossForm form);
+
+// L1 (eq. 6): mean over the batch of -(1/N_b) sum_j phi(x_j, c_hat[I_j]), N_b the
 // number of non-padding tokens of sequence b (a fully padded sequence adds 0).
-Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& key_padding_mask);
+Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& key_padding_mask,
+                       ClusterLossForm form = ClusterLossForm::kInner);
 // L2 (eq. 11, with the cyclic term phi(C^_1, C^_k)): mean over the batch.
-Tensor centroid_sorting_loss(const Tensor& c_hat);
+Tensor centroid_sorting_loss(const Tensor& c_hat, ClusterLossForm form = ClusterLossForm::kInner);
 
 // The hand-over of centroids along one stack of layers (see the top comment).
 // Layer 0 writes its C^; layer i > 0 reads C^ of layer i-1 and writes its own;
@@ -105,11 +120,13 @@ struct NeuralClusteringOptions {
   // a later layer's losses still reach earlier layers' C and W^C through the
   // centroid chain.
   bool losses_reach_input = false;
+  ClusterLossForm loss_form = ClusterLossForm::kInner;  // phi of L1 and L2 (see ClusterLossForm)
 };
 
 // Options (JSON): {"clusters": k (required, >= 1), "look_back": >= 0 (default 1),
 //   "scale": >= 0 (default 0: 1/sqrt(d_k)), "tie_order": "membership" (default) or "position",
-//   "losses_reach_input": bool (default false, see NeuralClusteringOptions)}.
+//   "losses_reach_input": bool (default false, see NeuralClusteringOptions),
+//   "loss_form": "inner" (default, the paper's), "cosine" or "sphere" (see ClusterLossForm)}.
 // Self-attention only: q, k, v must be projections of args.query_input.
 class NeuralClusteringAttention : public Attention {
  public:

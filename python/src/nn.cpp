@@ -496,9 +496,19 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
          },
          nb::arg("x"), nb::arg("c"), nb::arg("w_c"), nb::arg("key_padding_mask") = nb::none(), release_gil(),
          "Eqs. 2-5: (U (B, k, N), C^ (B, k, D), cluster index (B, N), sort order (B, N)).");
-  nn.def("clustering_loss", &cnn::clustering_loss, nb::arg("x"), nb::arg("c_hat"), nb::arg("index"),
-         nb::arg("key_padding_mask") = Tensor(), release_gil(), "L1 of eq. 6.");
-  nn.def("centroid_sorting_loss", &cnn::centroid_sorting_loss, nb::arg("c_hat"), release_gil(), "L2 of eq. 11.");
+  nn.def("clustering_loss",
+         [](const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& kpm, const std::string& form) {
+           return cnn::clustering_loss(x, c_hat, index, kpm, cnn::cluster_loss_form_from_string(form, "clustering_loss"));
+         },
+         nb::arg("x"), nb::arg("c_hat"), nb::arg("index"), nb::arg("key_padding_mask") = Tensor(),
+         nb::arg("form") = "inner", release_gil(),
+         "L1 of eq. 6; form: \"inner\" (the paper's phi), \"cosine\" or \"sphere\" (the bounded forms).");
+  nn.def("centroid_sorting_loss",
+         [](const Tensor& c_hat, const std::string& form) {
+           return cnn::centroid_sorting_loss(c_hat, cnn::cluster_loss_form_from_string(form, "centroid_sorting_loss"));
+         },
+         nb::arg("c_hat"), nb::arg("form") = "inner", release_gil(),
+         "L2 of eq. 11; form: \"inner\", or \"cosine\"/\"sphere\" (both the cosine between centroids).");
 
   // ---------------------------------------------------------------- losses
   nn.def("cross_entropy",

@@ -182,3 +182,20 @@ def test_paper_models_build_and_run():
                                                             n_layers=2, centroid_at=2, num_classes=4), generator=g)
     assert vit(cf.randn([2, 1, 8, 8], generator=g)).shape == (2, 4)
     assert cf.models.set_attention(clf, {"type": "full"}) == 2
+
+
+def test_neural_clustering_losses_and_their_bounded_forms():
+    x = cf.randn([2, 6, 4])
+    u, c_hat, index, order = cf.nn.neural_clustering(x, cf.randn([3, 4]), cf.randn([4, 4]))
+    assert u.shape == (2, 3, 6) and c_hat.shape == (2, 3, 4)
+    # The paper's inner product scales with the centroids; the bounded forms do not.
+    for form in ("cosine", "sphere"):
+        l1 = cf.nn.clustering_loss(x, c_hat, index, form=form).item()
+        l1_scaled = cf.nn.clustering_loss(x, c_hat * 100.0, index, form=form).item()
+        assert abs(l1 - l1_scaled) < 1e-4 * max(1.0, abs(l1))
+        l2 = cf.nn.centroid_sorting_loss(c_hat, form=form).item()
+        assert -1.0 - 1e-6 <= l2 <= 1.0 + 1e-6
+    inner = cf.nn.centroid_sorting_loss(c_hat).item()
+    assert cf.nn.centroid_sorting_loss(c_hat * 10.0).item() == pytest.approx(100.0 * inner, rel=1e-4)
+    with pytest.raises(ValueError, match=r'\[clustering_loss\] loss_form must be "inner", "cosine" or "sphere"'):
+        cf.nn.clustering_loss(x, c_hat, index, form="unit")

@@ -208,6 +208,72 @@ TEST_CASE("neural clustering: U, C^, I, I', L1 and L2 follow eqs. 2-6 and 11 ele
   check_close(nn::centroid_sorting_loss(c1), {-values(sum(c1 * c1)).front()}, 1e-12);
 }
 
+TEST_CASE("neural clustering: the bounded loss forms (cosine, sphere) follow their formulas and pass gradcheck") {
+  const int64_t B = 2, N = 5, K = 3, D = 4;
+  Tensor x = leaf64({B, N, D}, 81), c_hat = leaf64({B, K, D}, 82);
+  Tensor index = ti64({0, 2, 1, 0, 2, 1, 1, 0, 2, 2}, {B, N});
+  Tensor mask = bools({false, false, false, false, false, false, false, false, true, true}, {B, N});
+  const std::vector<double> xv = values(x), cv = values(c_hat);
+  const std::vector<int64_t> iv = index.to_vector<int64_t>();
+  auto norm = [&](const std::vector<double>& v, size_t off) {
+    double s = 0;
+    for (int64_t e = 0; e < D; ++e) s += v[off + size_t(e)] * v[off + size_t(e)];
+    return std::sqrt(s);
+  };
+  auto dot = [&](const std::vector<double>& a, size_t oa, const std::vector<double>& b, size_t ob) {
+    double s = 0;
+    for (int64_t e = 0; e < D; ++e) s += a[oa + size_t(e)] * b[ob + size_t(e)];
+    return s;
+  };
+  const bool pad[] = {false, false, false, false, false, false, false, false, true, true};
+  for (nn::ClusterLossForm form : {nn::ClusterLossForm::kCosine, nn::ClusterLossForm::kSphere}) {
+    INFO("form ", nn::to_string(form));
+    for (bool padded : {false, true}) {
+      double l1 = 0;  // eq. 6 with phi normalised: the mean over the batch of -(1/N_b) sum_j phi
+      for (int64_t b = 0; b < B; ++b) {
+        double s = 0;
+        int64_t n = 0;
+        for (int64_t j = 0; j < N; ++j) {
+          if (padded && pad[b * N + j]) continue;
+          const size_t ox = size_t((b * N + j) * D), oc = size_t((b * K + iv[size_t(b * N + j)]) * D);
+          const double phi = dot(xv, ox, cv, oc) / norm(cv, oc);
+          s += form == nn::ClusterLossForm::kCosine ? phi / norm(xv, ox) : phi;
+          ++n;
+        }
+        l1 -= s / double(n) / double(B);
+      }
+      check_close(nn::clustering_loss(x, c_hat, index, padded ? mask : Tensor(), form), {l1}, 1e-12);
+    }
+    double l2 = 0;  // eq. 11 with the cosine, cyclic term included
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < K; ++i) {
+        const size_t oi = size_t((b * K + i) * D), op = size_t((b * K + (i + K - 1) % K) * D);
+        l2 -= dot(cv, oi, cv, op) / (norm(cv, oi) * norm(cv, op)) / double(K) / double(B);
+      }
+    check_close(nn::centroid_sorting_loss(c_hat, form), {l2}, 1e-12);
+    // Bounded: scaling the centroids (what descending the inner-product losses
+    // does without limit) changes neither loss, and L2 stays in [-1, 1].
+    check_close(nn::clustering_loss(x, c_hat * 1000.0, index, mask, form),
+                values(nn::clustering_loss(x, c_hat, index, mask, form)), 1e-12);
+    check_close(nn::centroid_sorting_loss(c_hat * 1000.0, form), {l2}, 1e-12);
+    check_grad("take_along_dim",
+               [&](const std::vector<Tensor>& in) {
+                 return cat({reshape(nn::clustering_loss(in[0], in[1], index, mask, form), {1}),
+                             reshape(nn::centroid_sorting_loss(in[1], form), {1})},
+                            0);
+               },
+               {leaf64({B, N, D}, 83), leaf64({B, K, D}, 84)});
+  }
+  // The inner product is not bounded: the same scaling scales both losses.
+  check_close(nn::centroid_sorting_loss(c_hat * 10.0), values(nn::centroid_sorting_loss(c_hat) * 100.0), 1e-12);
+  // A zero centroid gives zero terms, not NaN.
+  Tensor zero = Tensor::zeros({1, 2, D}, kFloat64);
+  check_close(nn::centroid_sorting_loss(zero, nn::ClusterLossForm::kCosine), {0.0}, 0);
+  CHECK(nn::to_string(nn::cluster_loss_form_from_string("sphere", "t")) == "sphere");
+  CHECK_THROWS_MSG(nn::cluster_loss_form_from_string("unit", "cf-textcls"), ValueError,
+                   "[cf-textcls] loss_form must be \"inner\", \"cosine\" or \"sphere\"", "\"unit\"");
+}
+
 TEST_CASE("neural clustering attention equals its dense reference with padding and causal masks, fwd and bwd") {
   const int64_t B = 2, H = 2, N = 11, D = 8, Dh = 4;
   Tensor q = leaf64({B, H, N, Dh}, 11), k = leaf64({B, H, N, Dh}, 12), v = leaf64({B, H, N, Dh}, 13);
@@ -439,6 +505,11 @@ TEST_CASE("neural clustering: options and bad input name the problem") {
   CHECK_THROWS_MSG(build({{"clusters", 2}, {"look_back", -1}}), ValueError, "look_back must be >= 0", "-1");
   CHECK_THROWS_MSG(build({{"clusters", 2}, {"tie_order", "random"}}), ValueError, "attention.tie_order", "random");
   CHECK_THROWS_MSG(build({{"clusters", 2}, {"clustres", 2}}), ValueError, "attention.clustres");
+  CHECK(static_cast<nn::NeuralClusteringAttention&>(*build({{"clusters", 2}, {"loss_form", "cosine"}}))
+            .options()
+            .loss_form == nn::ClusterLossForm::kCosine);
+  CHECK_THROWS_MSG(build({{"clusters", 2}, {"loss_form", "l2"}}), ValueError,
+                   "[NeuralClusteringAttention] loss_form must be", "\"l2\"");
 
   // forward: query_input, self-attention only, dtype
   auto att = make_nc64(8, nc_options(2), 71);
