@@ -165,6 +165,15 @@ Tensor EncoderClassifier::forward(const Tensor& ids, const Tensor& given_mask, n
   return head->forward(pool_sequence(encoder->forward(ids, mask, false, aux), mask, pooling_));
 }
 
+TokenClassifier::TokenClassifier(const TransformerConfig& c, Generator& gen) {
+  encoder = register_module("encoder", std::make_shared<TransformerEncoder>(c, c.vocab_size, c.n_layers, gen));
+  head = register_module("head", std::make_shared<nn::Linear>(c.layer.d_model, c.num_classes, true, gen));
+}
+
+Tensor TokenClassifier::forward(const Tensor& ids, const Tensor& mask, nn::AuxLosses* aux) {
+  return head->forward(encoder->forward(ids, mask, false, aux));
+}
+
 PairClassifier::PairClassifier(const TransformerConfig& c, Generator& gen) : pooling_(c.pooling) {
   const int64_t d = c.layer.d_model;
   encoder = register_module("encoder", std::make_shared<TransformerEncoder>(c, c.vocab_size, c.n_layers, gen));

@@ -77,6 +77,18 @@ class EncoderClassifier : public nn::Module {
   std::string pooling_;
 };
 
+// Per-token classifier (tagging, masked-token prediction): the bidirectional
+// encoder and a linear head on every position -> logits (B, N, num_classes).
+// Padded positions get logits too (the caller's loss ignores them); no position
+// sees a padded one.
+class TokenClassifier : public nn::Module {
+ public:
+  explicit TokenClassifier(const TransformerConfig& c, Generator& gen = default_generator());
+  Tensor forward(const Tensor& ids, const Tensor& key_padding_mask = {}, nn::AuxLosses* aux = nullptr);
+  std::shared_ptr<TransformerEncoder> encoder;
+  std::shared_ptr<nn::Linear> head;
+};
+
 // Sentence-pair classifier in the two-tower form of the Long Range Arena
 // retrieval task: one shared encoder pools each text to u and v, and an MLP
 // classifies [u, v, u * v, u - v] -> logits (B, num_classes).

@@ -80,6 +80,22 @@ void bind_models(nb::module_& m, nb::module_& models) {
               "ids int64 (B, N) -> logits (B, num_classes).", nb::arg("ids"), nb::arg("key_padding_mask") = nb::none(),
               nb::arg("aux").none() = nb::none());
 
+  nb::class_<cm::TokenClassifier, cnn::Module> tok(models, "TokenClassifier",
+                                                   "Per-token classifier: bidirectional encoder, linear head.");
+  tok.def("__init__",
+          [tcfg](cm::TokenClassifier* self, nb::handle config, cf::Generator* gen, nb::kwargs kw) {
+            new (self) cm::TokenClassifier(tcfg(config, kw, "TokenClassifier"), gen_or_default(gen));
+          },
+          nb::arg("config") = nb::none(), nb::arg("generator").none() = nb::none(), nb::arg("kwargs"), nb::keep_alive<1, 3>(), tdoc)
+      .def_ro("encoder", &cm::TokenClassifier::encoder)
+      .def_ro("head", &cm::TokenClassifier::head);
+  def_forward(tok,
+              [](cm::TokenClassifier& c, const Tensor& ids, std::optional<Tensor> mask, cnn::AuxLosses* aux) {
+                return c.forward(ids, opt(mask), aux);
+              },
+              "ids int64 (B, N) -> logits (B, N, num_classes).", nb::arg("ids"),
+              nb::arg("key_padding_mask") = nb::none(), nb::arg("aux").none() = nb::none());
+
   nb::class_<cm::PairClassifier, cnn::Module> pair(models, "PairClassifier",
                                                    "Two-tower pair classifier over [u, v, u*v, u-v].");
   pair.def("__init__",

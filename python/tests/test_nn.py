@@ -182,6 +182,11 @@ def test_paper_models_build_and_run():
                                                             n_layers=2, centroid_at=2, num_classes=4), generator=g)
     assert vit(cf.randn([2, 1, 8, 8], generator=g)).shape == (2, 4)
     assert cf.models.set_attention(clf, {"type": "full"}) == 2
+    tok = cf.models.TokenClassifier({"vocab_size": 10, "d_model": 8, "n_heads": 2, "d_ff": 16, "n_layers": 1,
+                                     "num_classes": 4, "max_len": 8}, generator=g)
+    assert tok(cf.randint(1, 10, [3, 8], generator=g)).shape == (3, 8, 4)
+    with pytest.raises(ValueError, match="num_classes must be positive"):
+        cf.models.TokenClassifier(vocab_size=10, num_classes=0)
 
 
 def test_neural_clustering_losses_and_their_bounded_forms():
