@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -24,6 +25,7 @@
 #include "common/options.h"
 #include "common/report.h"
 #include "common/topic_classification.h"
+#include "masked_task.h"
 #include "models/attention_switch.h"
 #include "nn/attention/multi_head.h"
 
@@ -53,6 +55,13 @@ of each trained model with clustered and improved-clustered attention for each
 number of clusters in --sweep-clusters. Texts are characters (one token per code
 point), so sequences are long enough for clustering to approximate.
 
+--task masked runs the same protocol per token (the paper scores every frame):
+the texts of each split are joined into one character stream, cut into windows
+of --seq-len, and a bidirectional encoder predicts the characters hidden behind
+a <mask> token (--mask-rate of the positions); accuracy and agreement are then
+over the hidden characters of --eval-windows test windows (one fixed draw of
+hidden positions, the same for every evaluation).
+
 Output: one JSON line per event on stdout (start, data, train, val, eval,
 sweep), a final {"event": "summary", ...} line with mean and spread over the
 seeds; the same tables in Markdown on stderr.
@@ -62,6 +71,8 @@ const char* kExitStatus = R"(Exit status: 0 done, 1 failure (no fortunes, bad ch
 )";
 
 struct Config {
+  std::string task = "topic";  // topic | masked
+  cf::apps::MaskedTaskConfig masked;
   cf::apps::TopicDataConfig data;
   int64_t d_model = 64, n_heads = 4, n_layers = 2, d_ff = 128;
   double dropout = 0.1;
@@ -79,6 +90,14 @@ struct Config {
 // Returns false for --help.
 bool parse(int argc, char** argv, Config& c) {
   cf::apps::Options o(kUsage, kExitStatus);
+  o.section("Task");
+  o.add_string("task", &c.task,
+               "topic: one topic per text (the default); masked: the hidden characters of a masked-character "
+               "model, one prediction per token");
+  o.add_int("seq_len", &c.masked.seq_len, 2, "masked task: characters per window");
+  o.add_number("mask_rate", &c.masked.mask_rate, "masked task: fraction of the positions hidden, in (0, 1)");
+  o.add_int("eval_windows", &c.masked.eval_windows, 1,
+            "masked task: test (and validation) windows, spread evenly over the held-out stream");
   o.section("Data");
   cf::apps::add_topic_data_options(o, c.data);
   o.section("Model (pre-LN encoder, sinusoidal positions)");
@@ -114,6 +133,10 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_string("device", &c.device, "cpu | cuda[:N]: where the models train and run");
   if (!o.parse(argc, argv)) return false;
 
+  if (c.task != "topic" && c.task != "masked")
+    throw UsageError("--task must be topic or masked, got '" + c.task + "'");
+  if (!(c.masked.mask_rate > 0 && c.masked.mask_rate < 1))
+    throw UsageError("--mask-rate must be in (0, 1), got " + std::to_string(c.masked.mask_rate));
   for (const std::string& t : c.train)
     if (t != "full" && t != "clustered" && t != "improved-clustered")
       throw UsageError("--train: unknown attention '" + t + "' (expected full, clustered or improved-clustered)");
@@ -122,7 +145,7 @@ bool parse(int argc, char** argv, Config& c) {
   if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
   if (c.pooling != "mean" && c.pooling != "first")
     throw UsageError("--pooling must be mean or first, got '" + c.pooling + "'");
-  c.data.cls_token = c.pooling == "first";
+  c.data.cls_token = c.task == "topic" && c.pooling == "first";
   if (c.d_model % c.n_heads != 0)
     throw UsageError("--d-model (" + std::to_string(c.d_model) + ") must be divisible by --n-heads (" +
                      std::to_string(c.n_heads) + ")");
@@ -214,58 +237,21 @@ std::vector<json> eval_specs_of(const Config& cfg) {
 
 std::string row_label(const json& s) { return s["type"] == "oracle-top" ? std::string("oracle-top") : label_of(s); }
 
-// The model trained with attention cfg.train[ti] at one seed (or reused from its
-// checkpoint), then evaluated with every attention and in the sweep.
-void train_and_evaluate(const Config& cfg, cf::Device dev, const cf::apps::TopicData& data,
-                        const std::shared_ptr<cf::data::SequenceDataset>& train_ds, cf::data::DataLoader& val_loader,
-                        cf::data::DataLoader& test_loader, int64_t seed, size_t ti, const std::string& tlabel,
-                        Results& res) {
-  const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
-  const std::vector<json> eval_specs = eval_specs_of(cfg);
-  const std::string& tname = cfg.train[ti];
-  json model_json = {{"vocab_size", data.vocab},
-                     {"max_len", data.max_tokens},
-                     {"pooling", cfg.pooling},
-                     {"n_layers", cfg.n_layers},
-                     {"num_classes", int64_t(data.topics.size())},
-                     {"d_model", cfg.d_model},
-                     {"n_heads", cfg.n_heads},
-                     {"d_ff", cfg.d_ff},
-                     {"dropout", cfg.dropout},
-                     {"attention", train_spec(cfg, tname)}};
-  cf::manual_seed(uint64_t(seed));
-  cf::Generator gen{uint64_t(seed)};
-  auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
-  auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
-  model->to(dev);
-
-  cf::apps::TrainRun run;
-  run.app = "cf-approx";
-  run.tags = {{"seed", seed}, {"train_attention", tlabel}};
-  // What a checkpoint must agree on to be reused: everything that shapes training.
-  run.signature = {{"model", model_json}, {"seed", seed},           {"steps", tc.steps},
-                   {"batch_size", tc.batch_size}, {"lr", tc.lr},     {"weight_decay", tc.weight_decay},
-                   {"warmup", tc.warmup},         {"data", cf::apps::topic_data_signature(cfg.data)}};
-  if (tc.precision != "fp32") run.signature["precision"] = tc.precision;
-  if (!tc.checkpoint_dir.empty())
-    run.checkpoint = tc.checkpoint_dir + "/" + tname + "-C" + std::to_string(cfg.clusters) + "-seed" +
-                     std::to_string(seed) + ".safetensors";
-  run.device = dev;
-  const cf::apps::TrainResult tr = cf::apps::train_classifier(*model, tc, run, seed, {}, train_ds, val_loader);
-  if (tr.trained) res.train_secs[tlabel].push_back(tr.time_s);  // not for a reused model
-
-  // Evaluate with every attention (the trained projections stay). Agreement:
-  // the fraction of test texts given the same topic as the model with the
-  // attention it was trained with (a direct measure of the approximation,
-  // which task accuracy blurs: pooling over a text averages attention errors).
-  install(*model, train_spec(cfg, tname), cfg.topk);
-  const std::vector<int64_t> native =
-      cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev).predictions;
-  for (const json& spec : eval_specs) {
-    install(*model, spec, cfg.topk);
-    cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
+// The evaluations of one trained model: with the attention it was trained with
+// (`native`), with every attention of the table and in the trade-off sweep (the
+// trained projections stay). Agreement: the fraction of test items (texts, or
+// hidden characters) given the same prediction as the native model, a direct
+// measure of the approximation, which task accuracy blurs.
+void evaluate_everywhere(const Config& cfg, cf::nn::Module& model, const json& native, int64_t seed,
+                         const std::string& tlabel, const std::function<cf::apps::EvalResult()>& evaluate,
+                         Results& res) {
+  install(model, native, cfg.topk);
+  const std::vector<int64_t> native_pred = evaluate().predictions;
+  for (const json& spec : eval_specs_of(cfg)) {
+    install(model, spec, cfg.topk);
+    cf::apps::EvalResult r = evaluate();
     const std::string el = row_label(spec);
-    const double ag = agreement(r.predictions, native);
+    const double ag = agreement(r.predictions, native_pred);
     res.acc[tlabel][el].push_back(r.accuracy);
     res.secs[tlabel][el].push_back(r.time_s);
     res.agree[tlabel][el].push_back(ag);
@@ -275,11 +261,10 @@ void train_and_evaluate(const Config& cfg, cf::Device dev, const cf::apps::Topic
   // Speed/accuracy trade-off: each number of clusters, both variants.
   for (int64_t cl : cfg.sweep_clusters) {
     for (bool improved : {false, true}) {
-      json spec = clustered_spec(cfg, improved, cl);
-      install(*model, spec, cfg.topk);
-      cf::apps::EvalResult r = cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
+      install(model, clustered_spec(cfg, improved, cl), cfg.topk);
+      cf::apps::EvalResult r = evaluate();
       const std::string variant = improved ? "i-clustered" : "clustered";
-      const double ag = agreement(r.predictions, native);
+      const double ag = agreement(r.predictions, native_pred);
       res.sweep_acc[tlabel][variant][cl].push_back(r.accuracy);
       res.sweep_secs[tlabel][variant][cl].push_back(r.time_s);
       res.sweep_agree[tlabel][variant][cl].push_back(ag);
@@ -287,6 +272,80 @@ void train_and_evaluate(const Config& cfg, cf::Device dev, const cf::apps::Topic
             {"clusters", cl}, {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}});
     }
   }
+}
+
+// What both tasks share when training one model: the run's tags, signature and checkpoint.
+cf::apps::TrainRun train_run_of(const Config& cfg, cf::Device dev, const json& model_json, int64_t seed,
+                                const std::string& tname, const std::string& tlabel) {
+  const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
+  cf::apps::TrainRun run;
+  run.app = "cf-approx";
+  run.tags = {{"seed", seed}, {"train_attention", tlabel}};
+  // What a checkpoint must agree on to be reused: everything that shapes training.
+  run.signature = {{"model", model_json}, {"seed", seed},           {"steps", tc.steps},
+                   {"batch_size", tc.batch_size}, {"lr", tc.lr},     {"weight_decay", tc.weight_decay},
+                   {"warmup", tc.warmup},         {"data", cf::apps::topic_data_signature(cfg.data)}};
+  if (tc.precision != "fp32") run.signature["precision"] = tc.precision;
+  if (cfg.task == "masked")
+    run.signature["masked_task"] = {{"seq_len", cfg.masked.seq_len}, {"mask_rate", cfg.masked.mask_rate},
+                                    {"eval_windows", cfg.masked.eval_windows}};
+  if (!tc.checkpoint_dir.empty())
+    run.checkpoint = tc.checkpoint_dir + "/" + (cfg.task == "masked" ? "masked-" : "") + tname + "-C" +
+                     std::to_string(cfg.clusters) + "-seed" + std::to_string(seed) + ".safetensors";
+  run.device = dev;
+  return run;
+}
+
+json model_json_of(const Config& cfg, const std::string& tname, int64_t vocab, int64_t max_len, int64_t classes) {
+  json j = {{"vocab_size", vocab}, {"max_len", max_len}, {"n_layers", cfg.n_layers}, {"num_classes", classes},
+            {"d_model", cfg.d_model}, {"n_heads", cfg.n_heads}, {"d_ff", cfg.d_ff}, {"dropout", cfg.dropout},
+            {"attention", train_spec(cfg, tname)}};
+  if (cfg.task == "topic") j["pooling"] = cfg.pooling;
+  return j;
+}
+
+// The topic classifier trained with attention cfg.train[ti] at one seed (or
+// reused from its checkpoint), then evaluated with every attention.
+void train_and_evaluate(const Config& cfg, cf::Device dev, const cf::apps::TopicData& data,
+                        const std::shared_ptr<cf::data::SequenceDataset>& train_ds, cf::data::DataLoader& val_loader,
+                        cf::data::DataLoader& test_loader, int64_t seed, size_t ti, const std::string& tlabel,
+                        Results& res) {
+  const std::string& tname = cfg.train[ti];
+  const json model_json = model_json_of(cfg, tname, data.vocab, data.max_tokens, int64_t(data.topics.size()));
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)};
+  auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
+  auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
+  model->to(dev);
+  const cf::apps::TrainResult tr = cf::apps::train_classifier(
+      *model, cfg.train_opts, train_run_of(cfg, dev, model_json, seed, tname, tlabel), seed, {}, train_ds, val_loader);
+  if (tr.trained) res.train_secs[tlabel].push_back(tr.time_s);  // not for a reused model
+  evaluate_everywhere(cfg, *model, train_spec(cfg, tname), seed, tlabel, [&] {
+    return cf::apps::evaluate_classifier(*model, test_loader, uint64_t(seed) + 999, dev);
+  }, res);
+}
+
+// The masked-character model (--task masked) likewise. The vocabulary gains the
+// <mask> id (data.vocab); the classes are the characters.
+void train_and_evaluate_masked(const Config& cfg, cf::Device dev, const cf::apps::TopicData& data,
+                               const std::vector<int64_t>& train_stream, const cf::apps::MaskedEvalSet& val_set,
+                               const cf::apps::MaskedEvalSet& test_set, int64_t seed, size_t ti,
+                               const std::string& tlabel, Results& res) {
+  const std::string& tname = cfg.train[ti];
+  const int64_t mask_id = data.vocab;
+  const json model_json = model_json_of(cfg, tname, data.vocab + 1, cfg.masked.seq_len, data.vocab);
+  cf::manual_seed(uint64_t(seed));
+  cf::Generator gen{uint64_t(seed)};
+  auto mcfg = cf::models::TransformerConfig::from_json(nlohmann::json::parse(model_json.dump()));
+  auto model = std::make_shared<cf::models::TokenClassifier>(mcfg, gen);
+  model->to(dev);
+  const cf::apps::TrainResult tr =
+      cf::apps::train_masked(*model, cfg.train_opts, train_run_of(cfg, dev, model_json, seed, tname, tlabel),
+                             cfg.masked, train_stream, val_set, mask_id, data.vocab, seed);
+  if (tr.trained) res.train_secs[tlabel].push_back(tr.time_s);
+  evaluate_everywhere(cfg, *model, train_spec(cfg, tname), seed, tlabel, [&] {
+    return cf::apps::evaluate_masked(*model, test_set, uint64_t(seed) + 999, dev);
+  }, res);
 }
 
 // The summary line (JSON) and the Markdown tables on stderr.
@@ -350,7 +409,7 @@ void summarise(const Config& cfg, cf::Device dev, const cf::apps::TopicData& dat
   }
   json train_time = json::object();
   for (auto& [t, v] : res.train_secs) train_time[t] = stats_of(v).mean;  // models trained by this run only
-  emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
+  emit({{"event", "summary"}, {"task", cfg.task}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
         {"test_size", data.test.ids.size()}, {"mean_len", data.mean_len}, {"table", table}, {"sweep", sweep},
         {"train_time_s_mean", train_time}, {"total_time_s", seconds_since(t_start)},
         {"peak_bytes", cf::memory_stats(dev).peak_bytes}});
@@ -362,7 +421,7 @@ int run(const Config& cfg, cf::Device dev) {
   const auto t_start = std::chrono::steady_clock::now();
   const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-approx");
   const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
-  emit({{"event", "start"}, {"app", "cf-approx"}, {"device", cfg.device}, {"seeds", cfg.seeds},
+  emit({{"event", "start"}, {"app", "cf-approx"}, {"device", cfg.device}, {"task", cfg.task}, {"seeds", cfg.seeds},
         {"train", cfg.train}, {"clusters", cfg.clusters}, {"eval_clusters", cfg.eval_clusters},
         {"topk", cfg.topk}, {"sweep_clusters", cfg.sweep_clusters}, {"steps", tc.steps}});
   emit(cf::apps::topic_data_event(cfg.data, data));
@@ -379,9 +438,24 @@ int run(const Config& cfg, cf::Device dev) {
   if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-approx", "--checkpoint-dir");
 
   Results res;
-  for (int64_t seed : cfg.seeds)
-    for (size_t ti = 0; ti < cfg.train.size(); ++ti)
-      train_and_evaluate(cfg, dev, data, train_ds, val_loader, test_loader, seed, ti, train_labels[ti], res);
+  if (cfg.task == "masked") {
+    const std::vector<int64_t> train_stream = cf::apps::join_texts(data.train);
+    // Fixed draws of hidden positions (seeds 1 and 2), the same for every model and seed.
+    const cf::apps::MaskedEvalSet val_set = cf::apps::masked_eval_set(
+        cf::apps::join_texts(data.val), cfg.masked, tc.eval_batch_size, data.vocab, 1, dev, "cf-approx",
+        "validation");
+    const cf::apps::MaskedEvalSet test_set = cf::apps::masked_eval_set(
+        cf::apps::join_texts(data.test), cfg.masked, tc.eval_batch_size, data.vocab, 2, dev, "cf-approx", "test");
+    emit({{"event", "masked_task"}, {"train_characters", train_stream.size()}, {"seq_len", cfg.masked.seq_len},
+          {"mask_rate", cfg.masked.mask_rate}, {"val_hidden", val_set.hidden}, {"test_hidden", test_set.hidden}});
+    for (int64_t seed : cfg.seeds)
+      for (size_t ti = 0; ti < cfg.train.size(); ++ti)
+        train_and_evaluate_masked(cfg, dev, data, train_stream, val_set, test_set, seed, ti, train_labels[ti], res);
+  } else {
+    for (int64_t seed : cfg.seeds)
+      for (size_t ti = 0; ti < cfg.train.size(); ++ti)
+        train_and_evaluate(cfg, dev, data, train_ds, val_loader, test_loader, seed, ti, train_labels[ti], res);
+  }
   summarise(cfg, dev, data, train_labels, res, t_start);
   return 0;
 }
