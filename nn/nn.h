@@ -21,6 +21,7 @@
 #include "nn/data/dataset.h"
 #include "nn/data/fortunes.h"
 #include "nn/data/idx.h"
+#include "nn/data/labelled_text.h"
 #include "nn/data/loader.h"
 #include "nn/data/mnist_csv.h"
 #include "nn/data/npy.h"

