@@ -308,11 +308,7 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
   // kernels yet (issue 26): the layer runs in float32 on float32 copies of 16-bit q, k, v and
   // returns float32 (clustered_attention above); the projections around it stay 16-bit.
   if (autocast_dtype()) {
-    AttentionArgs a = args;
-    // autocast::to_float32 reads the policy: cast before turning it off.
-    a.q = autocast::to_float32(args.q);
-    a.k = autocast::to_float32(args.k);
-    a.v = autocast::to_float32(args.v);
+    const AttentionArgs a = autocast_float32_args(args);  // cast before turning the policy off
     AutocastGuard off(std::nullopt);
     return forward(a);
   }
