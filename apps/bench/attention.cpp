@@ -39,8 +39,8 @@ namespace {
 // live in apps/common/attention_bench.h, shared with cf-efficiency.
 
 
-json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor& x, int64_t heads, int64_t reps,
-                        double full_fwd, double full_bwd) {
+json bench_centroid_row(const BenchOptions& o, const std::string& variant, int64_t n, const cf::Tensor& x,
+                        int64_t heads, int64_t reps, double full_fwd, double full_bwd) {
   cf::nn::CentroidAttentionOptions co;
   co.d_model = x.shape()[2];
   co.n_heads = heads;
@@ -58,16 +58,24 @@ json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor&
   r["params"] = {{"variant", variant}, {"n", n}, {"m", init.num_centroids(n)}, {"batch", x.shape()[0]},
                  {"heads", heads}, {"d_model", co.d_model}, {"knn", co.knn}, {"iterations", co.iterations},
                  {"init", co.init}, {"dtype", "float32"}, {"repeat", reps}};
+  if (low_dtype(o)) r["params"]["autocast"] = dtype_label(o);  // float32 x and weights, 16-bit matmuls
   auto run = [&](const cf::Tensor& in) { return layer.forward(in, init.forward(in).u); };
   cf::Tensor out;
   cf::reset_peak_memory(g_device);
-  double t_fwd;
+  double t_fwd = 0;
   {
     cf::NoGradGuard ng;
-    t_fwd = time_median(reps, [&] {
-      out = cf::Tensor();
-      out = run(x);
+    // A part without a 16-bit path (--precision bf16|fp16) gives a skipped row (apps/common/precision.h).
+    const std::optional<std::string> no_16bit = cf::apps::skip_without_16bit(low_dtype(o).has_value(), [&] {
+      t_fwd = time_median(reps, [&] {
+        out = cf::Tensor();
+        out = run(x);
+      });
     });
+    if (no_16bit) {
+      r["skipped"] = *no_16bit;
+      return r;
+    }
   }
   out = cf::Tensor();
   r["forward_time_s"] = t_fwd;
@@ -76,11 +84,18 @@ json bench_centroid_row(const std::string& variant, int64_t n, const cf::Tensor&
   cf::Tensor xg = x.detach();
   xg.set_requires_grad(true);
   cf::reset_peak_memory(g_device);
-  double t_bwd = time_median(reps, [&] {
-    xg.zero_grad();
-    layer.zero_grad();
-    cf::sum(run(xg)).backward();
+  double t_bwd = 0;
+  const std::optional<std::string> no_16bit = cf::apps::skip_without_16bit(low_dtype(o).has_value(), [&] {
+    t_bwd = time_median(reps, [&] {
+      xg.zero_grad();
+      layer.zero_grad();
+      cf::sum(run(xg)).backward();
+    });
   });
+  if (no_16bit) {
+    r["backward_skipped"] = *no_16bit;
+    return r;
+  }
   r["forward_backward_time_s"] = t_bwd;
   r["forward_backward_peak_bytes"] = cf::memory_stats(g_device).peak_bytes;
   if (full_bwd > 0) r["forward_backward_ratio_vs_full"] = t_bwd / full_bwd;
@@ -173,15 +188,20 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
     cf::NoGradGuard ng;
     // A variant that refuses these arguments (plain clustered attention takes no
     // causal mask) gets a row that says so; the other variants still run.
+    // A variant without 16-bit kernels yet (--precision bf16|fp16) is skipped the same way
+    // (apps/common/precision.h, shared with cf-efficiency).
     try {
-      t_fwd = time_median(reps, [&] {
-        out = cf::Tensor();
-        out = forward(args(q, k, v));
+      const std::optional<std::string> no_16bit = cf::apps::skip_without_16bit(low_dtype(o).has_value(), [&] {
+        t_fwd = time_median(reps, [&] {
+          out = cf::Tensor();
+          out = forward(args(q, k, v));
+        });
       });
+      if (no_16bit) {
+        r["skipped"] = *no_16bit;
+        return r;
+      }
     } catch (const cf::NotImplementedError& e) {
-      r["skipped"] = e.what();
-      return r;
-    } catch (const cf::DTypeError& e) {  // a variant without 16-bit kernels yet (--precision)
       r["skipped"] = e.what();
       return r;
     }
@@ -195,7 +215,9 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
     r["backward_skipped"] = "forward+backward needs about " + std::to_string(6 * nn_gib) + " GiB > --max-gib";
     return r;
   }
-  time_backward(r, variant, reps, forward, args, q, k, v, full_bwd);
+  const std::optional<std::string> no_16bit = cf::apps::skip_without_16bit(
+      low_dtype(o).has_value(), [&] { time_backward(r, variant, reps, forward, args, q, k, v, full_bwd); });
+  if (no_16bit) r["backward_skipped"] = *no_16bit;
   return r;
 }
 
@@ -223,7 +245,7 @@ json bench_attention(const BenchOptions& o) {
     double full_fwd = -1, full_bwd = -1;
     for (const std::string& variant : o.variants) {
       if (is_centroid_variant(variant)) {
-        rows.push_back(bench_centroid_row(variant, n, x, H, o.repeat > 0 ? o.repeat : (n >= 8192 ? 1 : 3), full_fwd,
+        rows.push_back(bench_centroid_row(o, variant, n, x, H, o.repeat > 0 ? o.repeat : (n >= 8192 ? 1 : 3), full_fwd,
                                           full_bwd));
         continue;
       }

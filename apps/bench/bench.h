@@ -24,6 +24,7 @@
 #include "cf.h"
 #include "common/attention_bench.h"
 #include "common/cli.h"
+#include "common/precision.h"
 #include "common/report.h"
 #include "nn/clustering/kmeans.h"
 

@@ -63,7 +63,10 @@ blocks, each seeing itself and the previous one).
 accumulation); the CPU baseline stays cblas_sgemm on float32 copies (the ratio
 says what the 16-bit path costs against float32 sgemm), the CUDA baseline
 becomes a direct cublasGemmStridedBatchedEx in the same dtype. attention and
-model run under cf::AutocastGuard (q, k, v in the 16-bit dtype for attention).
+model run under cf::AutocastGuard (q, k, v in the 16-bit dtype for attention);
+a variant with a part that has no 16-bit path yet gets a row whose "skipped"
+(attention: "backward_skipped" when only its backward lacks one) is the error's
+message, and the other variants still run.
 
 On CUDA (--device cuda), every timed call ends with a device synchronisation;
 the baselines become a direct cuBLAS strided-batched SGEMM (matmul, kmeans) and

@@ -45,12 +45,21 @@ json bench_model(const BenchOptions& o) {
                      {"parameters", model.num_parameters()}, {"repeat", reps}, {"dtype", "float32"}};
       if (low_dtype(o)) r["params"]["autocast"] = dtype_label(o);  // float32 weights, 16-bit matmuls
       cf::AutocastGuard autocast(low_dtype(o));
-      const cf::apps::Measurement train = model.measure_train(reps, 1);
+      // A variant without a 16-bit path (--precision bf16|fp16) gets a skipped row (apps/common/precision.h).
+      cf::apps::Measurement train, infer;
+      const std::optional<std::string> no_16bit = cf::apps::skip_without_16bit(low_dtype(o).has_value(), [&] {
+        train = model.measure_train(reps, 1);
+        infer = model.measure_infer(reps, 1);
+      });
+      if (no_16bit) {
+        r["skipped"] = *no_16bit;
+        rows.push_back(r);
+        continue;
+      }
       const double t_train = train.median_s;
       r["train_step_time_s"] = t_train;
       r["train_tokens_per_s"] = double(B * n) / t_train;
       r["train_peak_bytes"] = train.peak_bytes;
-      const cf::apps::Measurement infer = model.measure_infer(reps, 1);
       const double t_infer = infer.median_s;
       r["infer_step_time_s"] = t_infer;
       r["infer_tokens_per_s"] = double(B * n) / t_infer;

@@ -44,8 +44,16 @@ What is compared (docs/benchmarks.md explains each figure):
                 parameters in the same step, PyTorch's own floor for such a layer
 The last two need the Python package (--cf-python, default build/python: built by
 scripts/demo.sh or `cmake --build build --target cf_python` with -DCF_PYTHON=ON).
+
+--precision bf16|fp16 (attention and model only; the other benches stay float32):
+cf-bench runs with --precision (autocast; attention's q, k, v in the 16-bit dtype)
+and the PyTorch twin under torch.autocast(device, dtype) with the same inputs, so
+both sides compute in the same precision. Where this torch has no autocast in that
+dtype on that device (torch 1.13's CPU autocast takes only bfloat16), the rows keep
+cf's time and say why the peer was skipped.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -55,6 +63,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 
 INSTALL_HINTS = {
     "torch": "pip install torch  (or: apt-get install python3-torch)",
@@ -98,6 +107,13 @@ class Table:
     def __init__(self):
         self.rows = []
 
+    def skip(self, bench, case, what, cf_s, peer, reason):
+        """A row whose peer did not run: cf's time and the reason."""
+        self.rows.append({
+            "bench": bench, "case": case, "what": what, "cf_time_s": cf_s, "peer": peer,
+            "peer_time_s": None, "ratio_cf_over_peer": None, "peer_skipped": reason,
+        })
+
     def add(self, bench, case, what, cf_s, peer, peer_s):
         self.rows.append({
             "bench": bench, "case": case, "what": what, "cf_time_s": cf_s, "peer": peer,
@@ -108,12 +124,40 @@ class Table:
         head = ["bench", "case", "peer", "cf time (s)", "peer time (s)", "cf/peer"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self.rows:
+            if r.get("peer_skipped"):
+                lines.append("| %s | %s | %s | %.4g | skipped: %s | - |" % (
+                    r["bench"], r["case"], r["peer"], r["cf_time_s"], r["peer_skipped"]))
+                continue
             lines.append("| %s | %s | %s | %.4g | %.4g | %.2f |" % (
                 r["bench"], r["case"], r["peer"], r["cf_time_s"], r["peer_time_s"], r["ratio_cf_over_peer"]))
         return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- PyTorch twins
+LOW_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def torch_autocast(torch, device, precision):
+    """(a factory of the context the twin runs in, None), or (None, why this torch cannot run it): for fp32
+    nothing, else torch.autocast(device, dtype) -- entered once here, because torch 1.13's CPU autocast
+    accepts float16 when built and refuses it only on entry."""
+    if precision == "fp32":
+        return contextlib.nullcontext, None
+    dtype = getattr(torch, LOW_DTYPES[precision])
+
+    def make():
+        return torch.autocast(device, dtype=dtype)
+    try:
+        with warnings.catch_warnings():  # torch 1.13 warns when built with float16 on the CPU, then raises
+            warnings.simplefilter("ignore")
+            with make():
+                pass
+    except (RuntimeError, ValueError) as e:
+        return None, "torch %s has no %s autocast on the %s (%s)" % (
+            torch.__version__, LOW_DTYPES[precision], device, str(e).splitlines()[0])
+    return make, None
+
+
 def torch_matmul(torch, n, reps, device):
     a = torch.rand(n, n, device=device) * 2 - 1
     b = torch.rand(n, n, device=device) * 2 - 1
@@ -151,12 +195,15 @@ def torch_chain3(torch, iters, samples, device="cpu"):
     return median_time(sample, samples) / iters
 
 
-def torch_attention(torch, n, reps, device):
+def torch_attention(torch, n, reps, device, autocast=contextlib.nullcontext, dtype=None):
+    """Full attention's forward and forward+backward times; with `autocast` (torch_autocast) and `dtype`
+    (q, k, v in it, as cf-bench --precision has them) the twin of cf's autocast row."""
     g = torch.Generator(device="cpu").manual_seed(n)
-    q, k, v = (torch.randn(1, 4, n, 64, generator=g).to(device) for _ in range(3))
+    q, k, v = (torch.randn(1, 4, n, 64, generator=g).to(device=device, dtype=dtype) for _ in range(3))
 
     def fwd(q, k, v):
-        return torch.matmul(torch.softmax(torch.matmul(q * 0.125, k.transpose(-2, -1)), -1), v)
+        with autocast():
+            return torch.matmul(torch.softmax(torch.matmul(q * 0.125, k.transpose(-2, -1)), -1), v)
 
     with torch.no_grad():
         t_fwd = median_time(lambda: sync(torch, device, fwd(q, k, v)), reps)
@@ -165,7 +212,7 @@ def torch_attention(torch, n, reps, device):
     def fwd_bwd():
         for t in (qg, kg, vg):
             t.grad = None
-        fwd(qg, kg, vg).sum().backward()
+        fwd(qg, kg, vg).float().sum().backward()
         sync(torch, device)
     return t_fwd, median_time(fwd_bwd, reps)
 
@@ -250,7 +297,9 @@ def torch_block_attention(torch, n, reps, device, causal):
     return _time_fwd_bwd(torch, fwd, qkv, reps, device)
 
 
-def torch_model(torch, n, batch, reps, device):
+def torch_model(torch, n, batch, reps, device, autocast=contextlib.nullcontext):
+    """Train and inference step times of the encoder twin; with `autocast` (torch_autocast) the forward
+    passes and the loss run under it, backward and AdamW outside (as cf's autocast model row)."""
     nn = torch.nn
     d, heads, ff, layers, vocab, classes = 256, 4, 1024, 2, 1000, 10
 
@@ -281,15 +330,25 @@ def torch_model(torch, n, batch, reps, device):
 
     def train_step():
         opt.zero_grad()
-        loss_fn(model(ids), labels).backward()
+        with autocast():
+            loss = loss_fn(model(ids), labels)
+        loss.backward()
         opt.step()
         sync(torch, device)
 
+    def infer_step():
+        with autocast():
+            return sync(torch, device, model(ids))
+
     model.train()
     t_train = median_time(train_step, reps)
-    model.eval()
+    # The fused inference fast paths of torch 1.13's TransformerEncoderLayer and MultiheadAttention (eval mode)
+    # ignore CPU autocast (they check only the CUDA flag) and fail on the mixed dtypes ("expected scalar type
+    # BFloat16 but found Float"): under autocast the twin infers in train mode, which with dropout 0 computes
+    # the same, through the layers' ordinary forward.
+    model.train(autocast is not contextlib.nullcontext)
     with torch.no_grad():
-        t_infer = median_time(lambda: sync(torch, device, model(ids)), reps)
+        t_infer = median_time(infer_step, reps)
     return t_train, t_infer
 
 
@@ -407,6 +466,9 @@ def main():
                     help="device of cf and PyTorch (K-Means peers stay on the CPU)")
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     ap.add_argument("--only", default="", help="comma-separated benches to run (default: all)")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="attention and model rows: cf-bench --precision (autocast) beside the PyTorch twin "
+                         "under torch.autocast(device, dtype); the other benches stay float32 (default: fp32)")
     ap.add_argument("--cf-python", default=os.path.join(root, "build", "python"),
                     help="folder holding the built cf Python package (default: build/python)")
     args = ap.parse_args()
@@ -439,6 +501,13 @@ def main():
     quick = args.quick
     dev = args.device
     table = Table()
+    precision = ["--precision", args.precision]  # cf-bench attention and model
+    low = args.precision != "fp32"
+    prec_tag = "" if not low else ", %s autocast" % args.precision
+    autocast, no_autocast = (torch_autocast(torch, dev, args.precision) if torch is not None
+                             else (None, None))
+    if no_autocast:
+        print("peers: %s; the attention and model rows keep cf's time without a peer" % no_autocast)
 
     if torch is not None and want("matmul"):
         sizes = [256, 512, 1024] if quick else [256, 512, 1024, 2048]
@@ -465,13 +534,20 @@ def main():
     if torch is not None and want("attention"):
         sizes = [512, 1024] if quick else [512, 1024, 2048]
         cf = cf_rows(run_cf(args.cf_bench, ["attention", "--variants", "full", "--sizes",
-                                            ",".join(map(str, sizes))] + threads + on_dev))
+                                            ",".join(map(str, sizes))] + precision + threads + on_dev))
         for n in sizes:
-            t_fwd, t_bwd = torch_attention(torch, n, 3, dev)
             row = cf["full_%d" % n]
-            table.add("attention", "N=%d fwd" % n, "full attention forward", row["forward_time_s"], "torch", t_fwd)
-            table.add("attention", "N=%d fwd+bwd" % n, "full attention forward+backward",
-                      row["forward_backward_time_s"], "torch", t_bwd)
+            cases = (("N=%d fwd" % n, "full attention forward" + prec_tag, row["forward_time_s"]),
+                     ("N=%d fwd+bwd" % n, "full attention forward+backward" + prec_tag,
+                      row["forward_backward_time_s"]))
+            if no_autocast:
+                for case, what, cf_s in cases:
+                    table.skip("attention", case, what, cf_s, "torch", no_autocast)
+                continue
+            dtype = getattr(torch, LOW_DTYPES[args.precision]) if low else None
+            times = torch_attention(torch, n, 3, dev, autocast, dtype)
+            for (case, what, cf_s), t in zip(cases, times):
+                table.add("attention", case, what, cf_s, "torch", t)
 
     if torch is not None and want("attention_variants"):
         sizes = ([1024, 4096] if quick else [1024, 4096, 16384, 65536]) if dev == "cuda" else \
@@ -526,14 +602,19 @@ def main():
     if torch is not None and want("model"):
         sizes = [128, 512] if quick else [128, 512, 2048]
         cf = cf_rows(run_cf(args.cf_bench, ["model", "--variants", "full", "--sizes", ",".join(map(str, sizes)),
-                                            "--batch-size", "8"] + threads + on_dev))
+                                            "--batch-size", "8"] + precision + threads + on_dev))
         for n in sizes:
             reps = 2 if n >= 2048 else 5
-            t_train, t_infer = torch_model(torch, n, 8, reps, dev)
             row = cf["model_full_%d" % n]
-            table.add("model", "N=%d train step" % n, "fwd+bwd+AdamW, batch 8", row["train_step_time_s"], "torch",
-                      t_train)
-            table.add("model", "N=%d inference" % n, "forward, batch 8", row["infer_step_time_s"], "torch", t_infer)
+            cases = (("N=%d train step" % n, "fwd+bwd+AdamW, batch 8" + prec_tag, row["train_step_time_s"]),
+                     ("N=%d inference" % n, "forward, batch 8" + prec_tag, row["infer_step_time_s"]))
+            if no_autocast:
+                for case, what, cf_s in cases:
+                    table.skip("model", case, what, cf_s, "torch", no_autocast)
+                continue
+            times = torch_model(torch, n, 8, reps, dev, autocast)
+            for (case, what, cf_s), t in zip(cases, times):
+                table.add("model", case, what, cf_s, "torch", t)
 
     if (mods["faiss"] is not None or mods["sklearn"] is not None) and np is not None and want("kmeans"):
         n, d, k, iters = (20000, 64, 256, 5) if quick else (100000, 64, 256, 5)
@@ -584,10 +665,13 @@ def main():
     out = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine, "python": platform.python_version(), "peer_versions": versions,
-        "threads": args.threads, "device": dev, "missing": missing, "rows": table.rows,
+        "threads": args.threads, "device": dev, "precision": args.precision, "missing": missing,
+        "rows": table.rows,
     }
-    print("cf vs peers, %s, %s (%d threads), %s" % (out["date"], machine.get("cpu", "?"), args.threads,
-                                                      ", ".join("%s %s" % kv for kv in versions.items())))
+    print("cf vs peers, %s, %s (%d threads)%s, %s" % (out["date"], machine.get("cpu", "?"), args.threads,
+                                                        "" if not low else ", attention and model in " +
+                                                        args.precision,
+                                                        ", ".join("%s %s" % kv for kv in versions.items())))
     print(table.render())
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:

@@ -4,7 +4,11 @@
 #   smoke:  a tiny model at two sequence lengths, every registered variant: the CSV
 #           has a row per (variant, N, mode) with positive times and peak bytes, the
 #           summary has the ratios to full, full attention's peak memory grows faster
-#           with N than efficient variants', and a rerun replaces the files whole.
+#           with N than efficient variants', and a rerun replaces the files whole;
+#           --precision bf16: the start and summary lines and the tables say so,
+#           every variant of this build is measured (full and the float32 islands
+#           of docs/design-notes.md), and a variant added without a 16-bit path
+#           would have a row skipped with the error of the op that lacks it.
 include(${CMAKE_CURRENT_LIST_DIR}/../common/app_test_lib.cmake)
 
 if(MODE STREQUAL "errors")
@@ -27,6 +31,10 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "give --seed or --seeds, not both" "seed and seeds")
   run(2 out err --plots maybe)
   expect_match("${err}" "--plots must be true or false, got 'maybe'" "bad bool")
+  run(2 out err --precision fp8)
+  expect_match("${err}" "--precision must be fp32, bf16 or fp16, got 'fp8'" "bad precision")
+  run(0 out err --help)
+  expect_match("${out}" "--precision S " "--help lists --precision")
 
   file(WRITE "${WORK_DIR}/bad_type.json" "{\"max_gib\": \"lots\"}")
   run(2 out err --config bad_type.json)
@@ -156,3 +164,38 @@ foreach(png efficiency_time.png efficiency_memory.png)
     message(FATAL_ERROR "smoke: ${png} of the first run survived a rerun without plots (it shows other data)")
   endif()
 endforeach()
+
+# --precision bf16: both steps of every variant under autocast. The run names its
+# precision (start and summary lines, the Markdown titles); the variants known
+# here all run under autocast (full attention's fused kernel and the others as
+# float32 islands) and must be measured; any other variant is measured or
+# skipped with the DTypeError of the op that has no 16-bit path ("[op] expects
+# float32 or float64, got bfloat16"), and the run still ends with its summary.
+run(0 out err --sizes 128 --d-model 16 --n-heads 2 --n-layers 1 --d-ff 32 --vocab 50 --repeat 1 --warmup 0
+    --out-dir out_bf16 --plots false --precision bf16)
+expect_match("${out}" "^\\{\"event\":\"start\",[^\n]*\"precision\":\"bf16\"" "start line names the precision")
+last_line("${out}" summary)
+string(JSON p GET "${summary}" precision)
+if(NOT p STREQUAL "bf16")
+  message(FATAL_ERROR "smoke: bf16 summary says precision '${p}'")
+endif()
+expect_match("${err}" "training step \\(forward \\+ backward \\+ AdamW\\) under bf16 autocast" "Markdown title")
+set(measured "")
+foreach(v IN LISTS variants)
+  foreach(mode train infer)
+    string(JSON t ERROR_VARIABLE no_time GET "${summary}" table ${v} 128 ${mode} time_s_mean)
+    if(no_time)
+      string(JSON why GET "${summary}" table ${v} 128 ${mode} skipped)
+      if(v MATCHES "^(full|clustered|improved-clustered|neural-clustering|routing|lsh|cluster-former)$"
+         OR NOT why MATCHES "^no bf16 path: \\[[A-Za-z_]+\\] .*bfloat16")
+        message(FATAL_ERROR "smoke: bf16 ${v} ${mode} not measured: '${why}'")
+      endif()
+      message(STATUS "bf16: ${v} ${mode} skipped: ${why}")
+    elseif(NOT t GREATER 0)
+      message(FATAL_ERROR "smoke: bf16 ${v} ${mode} time ${t}")
+    else()
+      list(APPEND measured "${v}/${mode}")
+    endif()
+  endforeach()
+endforeach()
+message(STATUS "bf16: measured ${measured}")

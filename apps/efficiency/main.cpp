@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -38,6 +39,7 @@
 #include "common/attention_bench.h"
 #include "common/cli.h"
 #include "common/options.h"
+#include "common/precision.h"
 #include "common/report.h"
 #include "nn/train/progress.h"
 
@@ -66,6 +68,11 @@ models of every variant at that N alive and their calls interleaved
 round-robin, so that a change in the machine's load hits every variant alike.
 Every variant's time and peak memory is also given as a ratio to full
 attention at the same N and seed, measured in the same run.
+--precision bf16|fp16 runs both steps under autocast (matmuls in that dtype,
+softmax, norms and the loss in float32, parameters and AdamW state in float32;
+no loss scaling: a step's time is measured, not its convergence). A variant
+with a part that has no 16-bit path yet is reported as skipped with the
+error's message; the others still run.
 
 Variant options follow the papers' efficiency settings, scaled by N (shared
 with 'cf-bench attention'): lsh 8 hashes, buckets of 64 (2N/64 buckets);
@@ -108,6 +115,7 @@ struct Config {
   std::string device = "cpu";
   std::string out_dir = "efficiency-out";
   bool plots = true;
+  std::string precision = "fp32";  // fp32 | bf16 | fp16: the autocast dtype of the timed steps
 };
 
 std::string join(const std::vector<std::string>& v, const std::string& sep) {
@@ -138,6 +146,10 @@ bool parse_config(int argc, char** argv, Config& c) {
   opts.add_int("threads", &c.threads, 0,
                "threads of cf's OpenMP team; 0: the runtime's choice. On a machine shared with other busy "
                "processes, 1 gives far steadier times (a preempted thread stalls a whole team)");
+  opts.add_string("precision", &c.precision,
+                  "fp32, or bf16 / fp16: the training and inference steps run under autocast (matmuls in that "
+                  "dtype, softmax, norms and the loss in float32, float32 parameters); a variant without a "
+                  "16-bit path is reported as skipped");
   opts.add_number("max_gib", &c.max_gib,
                   "skip a full-attention measurement whose score matrices would need more than X GiB (about 6 "
                   "per layer of (B, H, N, N) float32 matrices to train, 3 to infer); 0: half of this machine's "
@@ -167,6 +179,7 @@ bool parse_config(int argc, char** argv, Config& c) {
                      std::to_string(c.n_heads) + ")");
   if (c.max_gib < 0) throw UsageError("--max-gib must be positive, or 0 for half of this machine's memory");
   if (c.out_dir.empty()) throw UsageError("--out-dir must not be empty");
+  cf::apps::check_precision(c.precision);
   return true;
 }
 
@@ -320,6 +333,7 @@ void emit_start(const Config& cfg, cf::Device dev, double max_gib) {
                     {"d_ff", cfg.d_ff}, {"vocab", cfg.vocab}, {"classes", cfg.classes}}},
                   {"repeat", cfg.repeat},
                   {"warmup", cfg.warmup},
+                  {"precision", cfg.precision},
                   {"max_gib", max_gib},
                   {"device", dev.str()},
                   {"machine",
@@ -330,7 +344,8 @@ void emit_start(const Config& cfg, cf::Device dev, double max_gib) {
 
 // Pass 1, memory: one model alive at a time, one step per mode; peak bytes
 // counted from before the step (parameters, gradients, AdamW state,
-// activations). Also where the memory guard and CUDA refusals apply.
+// activations). Also where the memory guard, CUDA refusals and, under
+// --precision bf16|fp16, variants without a 16-bit path are found.
 void measure_memory(const Config& cfg, cf::Device dev, int64_t seed, int64_t n, double max_gib,
                     const std::string& variant, Slot& s) {
   s.variant = variant;
@@ -354,9 +369,17 @@ void measure_memory(const Config& cfg, cf::Device dev, int64_t seed, int64_t n, 
   try {
     if (s.rows[0].note.empty() || s.rows[1].note.empty()) {
       std::unique_ptr<cf::apps::EncoderBench> model = make_model(cfg, dev, seed, n, s.variant);
+      const std::optional<cf::DType> low = cf::apps::precision_dtype(cfg.precision);
+      cf::AutocastGuard autocast(low);
       for (int k = 0; k < 2; ++k) {
         if (!s.rows[k].note.empty()) continue;
-        const cf::apps::Measurement m = k == 0 ? model->measure_train(1, 0) : model->measure_infer(1, 0);
+        cf::apps::Measurement m;
+        const std::optional<std::string> no_16bit = cf::apps::skip_without_16bit(
+            low.has_value(), [&] { m = k == 0 ? model->measure_train(1, 0) : model->measure_infer(1, 0); });
+        if (no_16bit) {
+          s.rows[k].note = "no " + cfg.precision + " path: " + *no_16bit;
+          continue;
+        }
         s.rows[k].peak_bytes = double(m.peak_bytes);
         s.rows[k].ok = true;
       }
@@ -380,6 +403,7 @@ void measure_time(const Config& cfg, cf::Device dev, int64_t seed, int64_t n, st
                   cf::nn::ProgressBar& bar) {
   for (Slot& s : slots)
     if (s.rows[0].ok || s.rows[1].ok) s.model = make_model(cfg, dev, seed, n, s.variant);
+  cf::AutocastGuard autocast(cf::apps::precision_dtype(cfg.precision));  // --precision, as in the memory pass
   for (int k = 0; k < 2; ++k) {
     for (Slot& s : slots) {
       if (!s.rows[k].ok) continue;
@@ -616,8 +640,9 @@ std::string markdown(const Config& cfg, Aggregates& agg, const std::vector<json>
   };
   const std::string spread = cfg.seeds.size() > 1 ? ", mean ± std over " + std::to_string(cfg.seeds.size()) + " seeds" : "";
   for (const char* mode : {"train", "infer"}) {
-    const std::string what = std::string(mode) == "train" ? "training step (forward + backward + AdamW)"
-                                                           : "inference step (forward, no grad)";
+    const std::string what = (std::string(mode) == "train" ? "training step (forward + backward + AdamW)"
+                                                            : "inference step (forward, no grad)") +
+                             (cfg.precision == "fp32" ? std::string() : " under " + cfg.precision + " autocast");
     header("Time of one " + what + ": full in seconds, the others as a ratio to full" + spread);
     for (const std::string& v : cfg.variants) {
       md << "| " << v << " |";
@@ -689,6 +714,7 @@ int run(const Config& cfg) {
                   {"seeds", cfg.seeds},
                   {"batch_size", cfg.batch_size},
                   {"device", dev.str()},
+                  {"precision", cfg.precision},
                   {"table", table},
                   {"skipped", skipped},
                   {"files", files},

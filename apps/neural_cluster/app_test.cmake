@@ -1,7 +1,10 @@
 # Tests of cf-neural-cluster (run by CTest: cmake -DAPP=... -DWORK_DIR=... -DMODE=smoke|errors -P this file).
 #   errors: bad command lines and config files exit with status 2 and a message
 #           naming the bad option or key; a missing data folder exits with 1 and names it;
-#           --dataset mnist on a generated CSV (sizes, validation split, tables).
+#           --dataset mnist on a generated CSV (sizes, validation split, tables);
+#           --precision on it: bf16 named in the start and summary lines, fp16 (loss
+#           scaling) continued from a checkpoint ends where one run ends, and a
+#           checkpoint of another precision is refused.
 #   smoke:  a tiny config (600 Fashion-MNIST images, k in {5, 10}, a few dozen NCM
 #           steps) checks the summary's fields and ranges, that every method beats
 #           chance, and that an NCM checkpoint is continued to the same result as
@@ -37,6 +40,8 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "k = 300 exceeds --train-size \\(100\\)" "k > train size")
   run(2 out err --som-lr 1.5)
   expect_match("${err}" "--som-lr must be in \\(0, 1\\]" "som lr")
+  run(2 out err --precision fp8)
+  expect_match("${err}" "--precision must be fp32, bf16 or fp16, got 'fp8'" "bad precision")
 
   file(WRITE "${WORK_DIR}/bad_key.json" "{\"ncm_steps\": 3, \"k_lsit\": [4]}")
   run(2 out err --config bad_key.json)
@@ -86,6 +91,33 @@ if(MODE STREQUAL "errors")
     endif()
   endforeach()
   expect_match("${err}" "Validation clustering accuracy \\(%\\), MNIST, 20 train / 10 validation / 10 test images" "validation table")
+
+  # --precision: NCM's training steps under autocast on the same generated digits.
+  set(ncm16 --dataset mnist --mnist-csv digits.csv --train-size 20 --test-size 10 --k-list 2 --methods ncm
+            --ncm-batch 10 --log-every 1)
+  run(0 out err ${ncm16} --ncm-steps 4 --precision bf16)
+  expect_match("${out}" "^{\"event\":\"start\",[^\n]*\"precision\":\"bf16\"" "start line names the precision")
+  last_line("${out}" summary)
+  string(JSON p GET "${summary}" precision)
+  string(JSON a GET "${summary}" table 2 ncm test_accuracy_mean)
+  if(NOT p STREQUAL "bf16" OR a LESS 0 OR a GREATER 1)
+    message(FATAL_ERROR "precision bf16: summary precision '${p}', NCM test accuracy ${a}: ${summary}")
+  endif()
+  expect_match("${out}" "\"event\":\"ncm_train\",\"seed\":0,\"k\":2,\"step\":4,\"loss\":-?[0-9]" "bf16 NCM trains")
+  # fp16 with loss scaling: 2 steps, a checkpoint (with the scaler's state), 2 more, as one 4-step run.
+  run(0 out_long err ${ncm16} --ncm-steps 4 --precision fp16)
+  run(0 out err ${ncm16} --ncm-steps 2 --precision fp16 --checkpoint-dir ck16)
+  run(0 out_cont err ${ncm16} --ncm-steps 4 --precision fp16 --checkpoint-dir ck16)
+  expect_match("${out_cont}" "\"event\":\"resume\",\"seed\":0,\"k\":2,\"checkpoint\":\"ck16/ncm-k2-seed0.safetensors\",\"step\":2" "fp16 resume line")
+  foreach(pattern "\"step\":4,\"loss\":([^,]+)" "\"final_l1\":([^,}]+)")
+    string(REGEX MATCH "${pattern}" m_long "${out_long}")
+    string(REGEX MATCH "${pattern}" m_cont "${out_cont}")
+    if(NOT m_long OR NOT m_long STREQUAL m_cont)
+      message(FATAL_ERROR "fp16: 2 + 2 steps from a checkpoint give '${m_cont}', one 4-step run '${m_long}'")
+    endif()
+  endforeach()
+  run(1 out err ${ncm16} --ncm-steps 4 --checkpoint-dir ck16)
+  expect_match("${err}" "checkpoint 'ck16/ncm-k2-seed0.safetensors' was written with other settings" "fp32 run on an fp16 checkpoint")
   return()
 endif()
 

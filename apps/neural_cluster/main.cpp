@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -31,6 +32,7 @@
 #include "cf.h"
 #include "common/cli.h"
 #include "common/options.h"
+#include "common/precision.h"
 #include "common/report.h"
 #include "neural_cluster/som.h"
 #include "nn/attention/neural_clustering.h"
@@ -79,7 +81,12 @@ Methods:
           sequence, and the test subset as another (the softmax of eq. 2
           normalises over the set it is given; for a set drawn from the same
           distribution that shifts every cluster's normaliser by about the
-          same constant, which the argmax ignores).
+          same constant, which the argmax ignores). --precision bf16|fp16
+          runs the training steps' forward passes (eqs. 2-3 and L1) under
+          autocast: the products in that dtype, the softmax and the loss in
+          float32, C and W^C and Adam's state in float32; fp16 with dynamic
+          loss scaling (its state goes into the checkpoint). The final
+          assignment (eq. 4), K-Means and the SOM run in float32.
   kmeans  Lloyd's algorithm with k-means++ (the library's engine, on
           --device).
   som     2-D Kohonen map (the most square rows x cols = k grid), Gaussian
@@ -120,6 +127,7 @@ struct Config {
   double ncm_lr = 0.03, ncm_weight_decay = 0.0;
   std::string ncm_init = "random", ncm_wc_init = "identity";
   bool ncm_learn_wc = false;
+  std::string precision = "fp32";  // NCM training: fp32 | bf16 | fp16 (autocast)
   int64_t kmeans_max_iter = 100;
   double kmeans_tol = 1e-4;
   int64_t som_epochs = 10, som_batch = 128;
@@ -164,6 +172,10 @@ void add_options(cf::apps::Options& o, Config& c) {
                "W^C's value (initial value when learned): identity or uniform (U(-1/sqrt(d), 1/sqrt(d)), the "
                "attention layer's)");
   o.add_bool("ncm_learn_wc", &c.ncm_learn_wc, "train W^C too (see above)");
+  o.add_string("precision", &c.precision,
+               "fp32, or bf16 / fp16: NCM's training forward passes run under autocast (float32 C, W^C and "
+               "Adam state), fp16 with dynamic loss scaling; K-Means, the SOM and the final assignment stay "
+               "float32");
   o.section("K-Means");
   o.add_int("kmeans_max_iter", &c.kmeans_max_iter, 1, "Lloyd iterations at most");
   o.add_number("kmeans_tol", &c.kmeans_tol, "relative inertia decrease that stops it");
@@ -214,6 +226,7 @@ void check(Config& c) {
   if (c.ncm_weight_decay < 0) throw UsageError("--ncm-weight-decay must be non-negative");
   if (c.ncm_init != "random" && c.ncm_init != "data")
     throw UsageError("--ncm-init must be random or data, got '" + c.ncm_init + "'");
+  cf::apps::check_precision(c.precision);
   if (c.ncm_wc_init != "identity" && c.ncm_wc_init != "uniform")
     throw UsageError("--ncm-wc-init must be identity or uniform, got '" + c.ncm_wc_init + "'");
   if (c.kmeans_tol < 0) throw UsageError("--kmeans-tol must be non-negative");
@@ -369,10 +382,16 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
     data_signature["dataset"] = cfg.dataset;
     data_signature["dir"] = cfg.mnist_csv;
   }
-  const json signature = {{"data", data_signature},
-                          {"k", k}, {"seed", seed}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
-                          {"ncm_weight_decay", cfg.ncm_weight_decay}, {"ncm_init", cfg.ncm_init},
-                          {"ncm_wc_init", cfg.ncm_wc_init}, {"ncm_learn_wc", cfg.ncm_learn_wc}};
+  json signature = {{"data", data_signature},
+                    {"k", k}, {"seed", seed}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
+                    {"ncm_weight_decay", cfg.ncm_weight_decay}, {"ncm_init", cfg.ncm_init},
+                    {"ncm_wc_init", cfg.ncm_wc_init}, {"ncm_learn_wc", cfg.ncm_learn_wc}};
+  if (cfg.precision != "fp32") signature["precision"] = cfg.precision;  // fp32 checkpoints stay valid
+  // --precision: the autocast dtype of the training forward passes; fp16 also
+  // scales the loss (float16 gradients underflow), the scaler's state in the checkpoint.
+  const std::optional<cf::DType> autocast = cf::apps::precision_dtype(cfg.precision);
+  const bool scaled = cfg.precision == "fp16";
+  cf::nn::GradScaler scaler;
   const std::string ckpt_path = cfg.checkpoint_dir.empty() ? std::string()
                                                            : cfg.checkpoint_dir + "/ncm-k" + std::to_string(k) +
                                                                  "-seed" + std::to_string(seed) + ".safetensors";
@@ -430,6 +449,12 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
   cf::nn::Adam opt(params, ao);
   if (resumed) {
     opt.load_state_dict(loaded.optimizer);
+    if (scaled) {
+      if (loaded.scaler.empty())
+        throw cf::IOError("[cf-neural-cluster] checkpoint '" + ckpt_path + "' of an fp16 run lacks the loss "
+                          "scaler's state ('scaler.*')");
+      scaler.load_state_dict(loaded.scaler);
+    }
     cf::apps::emit({{"event", "resume"}, {"seed", seed}, {"k", k}, {"checkpoint", ckpt_path},
                     {"step", loaded.step}});
   }
@@ -437,6 +462,7 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
     cf::nn::TrainingCheckpoint ck;
     ck.model = {{"centroids", c.detach().cpu()}, {"w_c", w_c.detach().cpu()}};
     for (auto& [name, t] : opt.state_dict()) ck.optimizer.emplace_back(name, t.cpu());
+    if (scaled) ck.scaler = scaler.state_dict();
     ck.step = step;
     ck.extra["signature"] = signature.dump();
     cf::nn::save_checkpoint(ckpt_path, ck);
@@ -466,12 +492,22 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
       std::vector<int64_t> idx(perm.begin() + b * cfg.ncm_batch, perm.begin() + (b + 1) * cfg.ncm_batch);
       Tensor xb = cf::reshape(cf::index_select(x_train_dev, 0, Tensor::from_vector(idx, {cfg.ncm_batch}, dev)),
                               {1, cfg.ncm_batch, d});
-      cf::nn::NeuralClusteringResult r =
-          cf::nn::neural_clustering(xb, c, w_c, Tensor(), cf::nn::ClusterTieOrder::kPosition);
-      Tensor loss = cf::nn::clustering_loss(xb, r.c_hat, r.index, Tensor());  // eq. 6
+      Tensor loss;
+      {
+        cf::AutocastGuard guard(autocast);
+        cf::nn::NeuralClusteringResult r =
+            cf::nn::neural_clustering(xb, c, w_c, Tensor(), cf::nn::ClusterTieOrder::kPosition);
+        loss = cf::nn::clustering_loss(xb, r.c_hat, r.index, Tensor());  // eq. 6
+      }
       opt.zero_grad();
-      loss.backward();
-      opt.step();
+      if (scaled) {
+        scaler.scale(loss).backward();
+        scaler.step(opt);  // unscales; skips a step whose gradients overflowed
+        scaler.update();
+      } else {
+        loss.backward();
+        opt.step();
+      }
       const double l = loss.item();
       if (!std::isfinite(l))
         throw cf::ValueError("[cf-neural-cluster] NCM loss is not finite at step " + std::to_string(step + 1) +
@@ -648,7 +684,7 @@ int run(const Config& cfg, cf::Device dev) {
   cf::apps::emit({{"event", "start"}, {"app", "cf-neural-cluster"}, {"device", cfg.device},
                   {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", cfg.methods},
                   {"ncm_steps", cfg.ncm_steps}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
-                  {"som_epochs", cfg.som_epochs}, {"kmeans_device", cfg.device}});
+                  {"precision", cfg.precision}, {"som_epochs", cfg.som_epochs}, {"kmeans_device", cfg.device}});
   cf::apps::emit({{"event", "data"}, {"dataset", cfg.dataset}, {"dir", data.source},
                   {"train", data.y_train.size()}, {"val", data.y_val.size()}, {"test", data.y_test.size()}, {"dim", d}, {"classes", 10}, {"centre", cfg.centre},
                   {"normalize", cfg.normalize},
@@ -690,7 +726,7 @@ int run(const Config& cfg, cf::Device dev) {
   const json table = summary_table(cfg, methods, res, with_val);
   cf::apps::emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", methods},
                   {"dataset", cfg.dataset}, {"train_size", data.y_train.size()}, {"val_size", data.y_val.size()},
-                  {"test_size", data.y_test.size()}, {"table", table},
+                  {"test_size", data.y_test.size()}, {"precision", cfg.precision}, {"table", table},
                   {"total_time_s", cf::apps::seconds_since(t_start)},
                   {"peak_bytes", cf::memory_stats().peak_bytes}});
   std::cerr << md << std::flush;

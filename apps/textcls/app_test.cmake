@@ -182,6 +182,19 @@ if(want STREQUAL "" OR NOT want STREQUAL got)
 endif()
 run(1 out err ${half} --precision bf16 --checkpoint-dir ckpt-fp16)
 expect_match("${err}" "checkpoint 'ckpt-fp16/full-seed3.safetensors' was written with other settings" "precision in the signature")
+# Every attention trains under bf16 autocast (the clustering variants as float32
+# islands); the default pair, full and neural clustering, used to stop at
+# "[NeuralClusteringAttention] query_input is float32 but q is bfloat16".
+run(0 out_all err_all --min-texts 600 --max-per-class 40 --max-len 64 --d-model 16 --n-heads 2 --n-layers 1
+    --d-ff 32 --steps 3 --batch-size 8 --warmup 1 --eval-every 3 --log-every 3 --attentions all --seed 3
+    --precision bf16)
+last_line("${out_all}" summary_all)
+foreach(a full neural-clustering lsh routing clustered improved-clustered)
+  string(JSON acc GET "${summary_all}" table ${a} accuracy_mean)
+  if(acc LESS 0 OR acc GREATER 1)
+    message(FATAL_ERROR "smoke: bf16 ${a}: accuracy ${acc}")
+  endif()
+endforeach()
 
 # Issue 27: sizes that overflow or cannot be allocated are errors naming the
 # shape or layer (defects 4 and 11: SIGSEGV, bare std::bad_alloc), and neural

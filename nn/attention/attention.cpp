@@ -1,5 +1,6 @@
 #include "nn/attention/attention.h"
 
+#include "autograd/autocast.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/shape.h"
 #include "core/error.h"
@@ -13,6 +14,14 @@ Tensor causal_mask(int64_t nq, int64_t nk, Device device) {
   Tensor keys = reshape(Tensor::arange(nk, kInt64, device), {1, nk});
   Tensor queries = reshape(Tensor::arange(nq, kInt64, device), {nq, 1}) + double(nk - nq);
   return gt(keys, queries);
+}
+
+AttentionArgs autocast_float32_args(const AttentionArgs& args) {
+  AttentionArgs a = args;
+  for (Tensor* t : {&a.q, &a.k, &a.v, &a.query_input})
+    if (t->defined()) *t = autocast::to_float32(*t);
+  if (args.k.is_same(args.q)) a.k = a.q;  // shared-QK variants (LSH) still get one tensor
+  return a;
 }
 
 void check_attention_args(const AttentionArgs& a, const char* who) {

@@ -72,6 +72,14 @@ Tensor causal_mask(int64_t nq, int64_t nk, Device device = Device::cpu());
 // Checks the shapes, dtypes and masks of args; `who` names the caller in errors.
 void check_attention_args(const AttentionArgs& args, const char* who);
 
+// Autocast (issue 26), for variants whose clustering or kernels have no 16-bit path yet:
+// args with q, k, v and query_input cast to float32 where they are bfloat16/float16
+// (differentiable casts; only while autocast is on; k stays q when it was q). Such a variant's
+// forward calls it while
+// autocast is on and runs its body under AutocastGuard(std::nullopt): a float32 island with
+// a float32 output, as flash_attention under autocast (docs/design-notes.md, "Autocast").
+AttentionArgs autocast_float32_args(const AttentionArgs& args);
+
 // The blocked-positions mask of args as bool broadcastable to (B, H, Nq, Nk):
 // key padding OR causal. Undefined when nothing is masked.
 Tensor dense_block_mask(const AttentionArgs& args);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/clustering.h"
 #include "autograd/ops/elementwise.h"
@@ -114,6 +115,15 @@ Tensor last_visible_key(int64_t nq, int64_t nk, Device device) {
 Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& assignment,
                            int64_t n_clusters, const Tensor& kpm, double scale, int64_t topk, double dropout_p,
                            bool training, Generator& gen, bool causal) {
+  // Autocast: the sparse top-k products have no 16-bit kernels yet (issue 26), so the whole
+  // computation runs in float32 on float32 copies of 16-bit q, k, v (its matmuls too: no
+  // 16-bit weights meet the float32 kernels) and returns float32, as flash_attention does.
+  if (autocast_dtype()) {
+    const Tensor q32 = autocast::to_float32(q), k32 = autocast::to_float32(k), v32 = autocast::to_float32(v);
+    AutocastGuard off(std::nullopt);  // after the casts: to_float32 reads the policy
+    return clustered_attention(q32, k32, v32, assignment, n_clusters, kpm, scale, topk, dropout_p, training, gen,
+                               causal);
+  }
   const char* who = "clustered_attention";
   check_inputs(who, q, k, v, assignment, n_clusters, kpm, scale, topk, causal);
   CF_CHECK(dropout_p >= 0 && dropout_p < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout_p);
@@ -294,6 +304,14 @@ void ClusteredAttention::set_assignment(const Tensor& a) {
 }
 
 Tensor ClusteredAttention::forward(const AttentionArgs& args) {
+  // Autocast: the clustering (hashing, Hamming K-Means) and the sparse products have no 16-bit
+  // kernels yet (issue 26): the layer runs in float32 on float32 copies of 16-bit q, k, v and
+  // returns float32 (clustered_attention above); the projections around it stay 16-bit.
+  if (autocast_dtype()) {
+    const AttentionArgs a = autocast_float32_args(args);  // cast before turning the policy off
+    AutocastGuard off(std::nullopt);
+    return forward(a);
+  }
   const char* who = opt_.improved ? "ImprovedClusteredAttention" : "ClusteredAttention";
   check_attention_args(args, who);
   CF_CHECK(!args.causal || opt_.improved, NotImplementedError, "[", who,

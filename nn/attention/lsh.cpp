@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/linalg.h"
@@ -138,6 +139,14 @@ Tensor LSHAttention::hash(const Tensor& q) {
 }
 
 Tensor LSHAttention::forward(const AttentionArgs& a) {
+  // Autocast: the hashing (random rotations, argmax) would bucket 16-bit-rounded products and
+  // the gathered block kernel has no 16-bit path yet (issue 26): a float32 island on float32
+  // copies of 16-bit q, v, output float32 (attention.h).
+  if (autocast_dtype()) {
+    const AttentionArgs a32 = autocast_float32_args(a);  // cast before turning the policy off
+    AutocastGuard off(std::nullopt);
+    return forward(a32);
+  }
   check_attention_args(a, "LSHAttention");
   CF_CHECK(a.k.is_same(a.q), ValueError,
            "[LSHAttention] shares queries and keys (Reformer section 2): args.k must be args.q, got k ",

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
@@ -171,6 +172,14 @@ Tensor NeuralClusteringAttention::current_centroids() const {
 }
 
 Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
+  // Autocast: the clustering (eqs. 2-4: argmax, sort) and the gathered block kernel have no
+  // 16-bit path yet (issue 26): the layer runs as a float32 island on float32 copies of 16-bit
+  // q, k, v and query_input, C and W^C in their own float32, output float32 (attention.h).
+  if (autocast_dtype()) {
+    const AttentionArgs a32 = autocast_float32_args(a);  // cast before turning the policy off
+    AutocastGuard off(std::nullopt);
+    return forward(a32);
+  }
   const char* who = "NeuralClusteringAttention";
   check_attention_args(a, who);
   const Shape& qs = a.q.shape();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "models/attention_switch.h"
@@ -437,6 +438,86 @@ TEST_CASE("clustered attention layers run in float32 through the registry and Mu
     std::set<int64_t> ids(a.begin(), a.end());
     CHECK(ids.count(-1) == 1);  // padded queries of the last sequence
     CHECK(*ids.rbegin() == 3);
+  }
+}
+
+TEST_CASE("under autocast, clustered attention takes 16-bit q, k, v, computes in float32 and returns float32") {
+  // Issue 26: the clustering (hashing, Hamming K-Means) and the sparse top-k products have no
+  // 16-bit kernels yet, so under autocast the layer runs in float32 on float32 copies of 16-bit
+  // q, k, v. Reference: the float32 layer on the same values widened (exact), with the same
+  // fixed hash planes: the same clusters and the same float32 arithmetic, so the output is
+  // equal and the gradients are the float32 ones rounded once to the 16-bit dtype (R1).
+  const int64_t B = 2, H = 2, N = 24, D = 4;
+  for (const char* type : {"clustered", "improved-clustered"}) {
+    for (DType dt : {kBFloat16, kFloat16}) {
+      const std::string what = std::string(type) + " " + dtype_name(dt);
+      INFO(what);
+      nlohmann::json o = {{"clusters", 5}, {"hash_seed", 7}};
+      if (std::string(type) == "improved-clustered") o["topk"] = 6;
+      Generator g(5);
+      Tensor q = to(randn({B, H, N, D}, kFloat32, g), dt), k = to(randn({B, H, N, D}, kFloat32, g), dt),
+             v = to(randn({B, H, N, D}, kFloat32, g), dt);
+      Tensor w = randn({B, H, N, D}, kFloat32, g);
+      // Without autocast a 16-bit input stays a clear dtype error.
+      CHECK_THROWS_AS(make_layer(type, o)->forward(args_of(q, k, v, Tensor())), DTypeError);
+      auto grads = [&](bool low) {
+        Tensor qq = (low ? q : to(q, kFloat32)).detach().set_requires_grad(true),
+               kk = (low ? k : to(k, kFloat32)).detach().set_requires_grad(true),
+               vv = (low ? v : to(v, kFloat32)).detach().set_requires_grad(true);
+        std::shared_ptr<nn::ClusteredAttention> att = make_layer(type, o);
+        Tensor out;
+        {
+          AutocastGuard guard(low ? std::optional<DType>(dt) : std::nullopt);
+          out = att->forward(args_of(qq, kk, vv, Tensor()));
+        }
+        CHECK(out.dtype() == kFloat32);
+        sum(out * w).backward();
+        CHECK(qq.grad().dtype() == qq.dtype());
+        return std::vector<Tensor>{out.detach(), qq.grad(), kk.grad(), vv.grad(), att->last_assignment()};
+      };
+      std::vector<Tensor> low = grads(true), ref = grads(false);
+      check_close(low[4], ref[4], 0);  // the same clusters
+      check_close(low[0], ref[0], 0);
+      for (int i = 1; i < 4; ++i) check_close(low[size_t(i)], to(ref[size_t(i)], dt), 0);
+    }
+  }
+}
+
+TEST_CASE("clustered attention in a bfloat16 / float16 autocast MultiHeadAttention stays within 8u of float32") {
+  // The model path: 16-bit projections around the float32 layer. The clusters are held fixed
+  // (set_assignment: hashing the slightly different 16-bit queries could regroup a query near a
+  // boundary, a different approximation rather than an error), and improved clustered takes
+  // top-k = N (no near-tie among the selected keys can flip). The bound is R3's, the one full
+  // attention under autocast meets (tests/nn/test_mixed_precision.cpp).
+  const int64_t B = 2, N = 20, d = 16, H = 2;
+  for (const char* type : {"clustered", "improved-clustered"}) {
+    for (DType dt : {kBFloat16, kFloat16}) {
+      const std::string what = std::string(type) + " " + dtype_name(dt);
+      INFO(what);
+      nn::AttentionSpec spec;
+      spec.type = type;
+      spec.d_model = d;
+      spec.n_heads = H;
+      nlohmann::json o = {{"clusters", 4}};
+      if (std::string(type) == "improved-clustered") o["topk"] = N;
+      spec.options = nn::Config(o, "attention");
+      Generator g(3);
+      nn::MultiHeadAttention mha(d, H, nn::make_attention(spec), g);
+      dynamic_cast<nn::ClusteredAttention&>(mha.attention()).set_assignment(random_clusters(B, H, N, 4, 11));
+      Tensor x = randn({B, N, d}, kFloat32, g);
+      Tensor ref = mha(x), low;
+      {
+        AutocastGuard guard(dt);
+        low = mha(x);
+      }
+      std::vector<double> l = values(low), r = values(ref);
+      REQUIRE(l.size() == r.size());
+      double m = 0, e = 0;
+      for (size_t i = 0; i < l.size(); ++i) m = std::max(m, std::fabs(r[i])), e = std::max(e, std::fabs(l[i] - r[i]));
+      const double u = dt == kBFloat16 ? 1.0 / 256 : 1.0 / 2048;
+      MESSAGE(what, ": max error ", e, " = ", e / (u * m), " u max|ref|");
+      CHECK_MESSAGE(e <= 8 * u * m, "max error ", e, " vs bound ", 8 * u * m);
+    }
   }
 }
 
