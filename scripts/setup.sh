@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(cmake g++ make ninja-build pkg-config nlohmann-json3-dev doctest-dev libopenblas-dev zlib1g-dev
-  dataset-fashion-mnist fortunes)  # real data for the apps and the data tests (31 MB + 0.9 MB download)
+  dataset-fashion-mnist fortunes bible-kjv)  # real data for the apps and the data tests (31 + 0.9 + 1.6 MB download)
 # Distributed training (dist/): Open MPI's headers and library, and mpirun for the
 # 2-process tests. NCCL (CUDA tensors) comes with the CUDA toolkit where there is one.
 PACKAGES+=(libopenmpi-dev openmpi-bin)

@@ -28,6 +28,7 @@
 #include "models/transformer.h"
 #include "nn/checkpoint.h"
 #include "nn/data/fortunes.h"
+#include "nn/data/labelled_text.h"
 #include "nn/data/loader.h"
 #include "nn/data/tokenizer.h"
 
@@ -39,6 +40,7 @@ using ojson = nlohmann::ordered_json;
 
 struct TopicDataConfig {
   std::string data_dir = cf::data::kFortunesDir;
+  std::string data_file;  // labelled texts (nn/data/labelled_text.h) instead of the fortune files
   int64_t min_texts = 500, max_per_class = 500, min_chars = 64, max_len = 128;
   double val_fraction = 0.1, test_fraction = 0.2;
   int64_t split_seed = 0;
@@ -47,6 +49,9 @@ struct TopicDataConfig {
 
 inline void add_topic_data_options(Options& o, TopicDataConfig& c) {
   o.add_string("data_dir", &c.data_dir, "fortune files, one topic per file");
+  o.add_string("data_file", &c.data_file,
+               "a corpus of labelled texts (label TAB text per line, see nn/data/labelled_text.h; e.g. the Bible "
+               "chapters of scripts/bible_corpus.sh) instead of --data-dir");
   o.add_int("min_texts", &c.min_texts, 2, "topics with at least N texts (after --min-chars)");
   o.add_int("max_per_class", &c.max_per_class, 2, "at most N texts per topic, drawn with --split-seed");
   o.add_int("min_chars", &c.min_chars, 1, "drop texts shorter than N characters");
@@ -63,6 +68,11 @@ inline void check_topic_data_config(const TopicDataConfig& c) {
 
 // What a checkpoint must agree on about the data.
 inline ojson topic_data_signature(const TopicDataConfig& c) {
+  if (!c.data_file.empty())
+    return {{"file", c.data_file},        {"min_texts", c.min_texts},         {"max_per_class", c.max_per_class},
+            {"min_chars", c.min_chars},   {"max_len", c.max_len + (c.cls_token ? 1 : 0)},
+            {"pooling", c.cls_token ? "first" : "mean"}, {"val_fraction", c.val_fraction},
+            {"test_fraction", c.test_fraction}, {"split_seed", c.split_seed}};
   return {{"dir", c.data_dir},         {"min_texts", c.min_texts},         {"max_per_class", c.max_per_class},
           {"min_chars", c.min_chars},   {"max_len", c.max_len + (c.cls_token ? 1 : 0)},
           {"pooling", c.cls_token ? "first" : "mean"}, {"val_fraction", c.val_fraction},
@@ -91,20 +101,30 @@ void seeded_shuffle(std::vector<T>& v, uint64_t seed) {
   for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(rng() % i)]);
 }
 
-inline TopicData load_topic_data(const TopicDataConfig& c, const std::string& app) {
-  std::vector<cf::data::Fortune> all = cf::data::read_fortunes(c.data_dir);
+// The texts of the corpus by topic: the labelled-text file when given, else the
+// fortune files (one topic per file).
+inline std::map<std::string, std::vector<std::string>> read_topic_texts(const TopicDataConfig& c) {
   std::map<std::string, std::vector<std::string>> by_topic;
-  for (auto& f : all) {
-    if (int64_t(cf::data::utf8_code_points(f.text).size()) < c.min_chars) continue;
-    by_topic[f.category].push_back(f.text);
-  }
+  auto keep = [&](const std::string& topic, std::string& text) {
+    if (int64_t(cf::data::utf8_code_points(text).size()) >= c.min_chars) by_topic[topic].push_back(std::move(text));
+  };
+  if (!c.data_file.empty())
+    for (cf::data::LabelledText& t : cf::data::read_labelled_texts(c.data_file)) keep(t.label, t.text);
+  else
+    for (cf::data::Fortune& f : cf::data::read_fortunes(c.data_dir)) keep(f.category, f.text);
+  return by_topic;
+}
+
+inline TopicData load_topic_data(const TopicDataConfig& c, const std::string& app) {
+  std::map<std::string, std::vector<std::string>> by_topic = read_topic_texts(c);
   TopicData d;
   std::vector<std::pair<std::string, std::vector<std::string>>> kept;
   for (auto& [topic, texts] : by_topic)
     if (int64_t(texts.size()) >= c.min_texts) kept.emplace_back(topic, texts);
   if (kept.size() < 2) {
     std::ostringstream m;
-    m << "[" << app << "] only " << kept.size() << " topic(s) in '" << c.data_dir << "' have at least "
+    m << "[" << app << "] only " << kept.size() << " topic(s) in '" << (c.data_file.empty() ? c.data_dir : c.data_file)
+      << "' have at least "
       << c.min_texts << " texts of at least " << c.min_chars << " characters; lower --min-texts or --min-chars";
     throw cf::ValueError(m.str());
   }
@@ -148,10 +168,11 @@ inline TopicData load_topic_data(const TopicDataConfig& c, const std::string& ap
 }
 
 inline ojson topic_data_event(const TopicDataConfig& c, const TopicData& d) {
-  return {{"event", "data"},         {"dir", c.data_dir},          {"topics", d.topics},
-          {"classes", d.topics.size()}, {"train", d.train.ids.size()}, {"val", d.val.ids.size()},
-          {"test", d.test.ids.size()},  {"vocab", d.vocab},           {"mean_len", d.mean_len},
-          {"max_len", d.max_len_seen},  {"split_seed", c.split_seed}};
+  const bool file = !c.data_file.empty();
+  return {{"event", "data"},         {file ? "file" : "dir", file ? c.data_file : c.data_dir},
+          {"topics", d.topics},      {"classes", d.topics.size()},  {"train", d.train.ids.size()},
+          {"val", d.val.ids.size()}, {"test", d.test.ids.size()},   {"vocab", d.vocab},
+          {"mean_len", d.mean_len},  {"max_len", d.max_len_seen},   {"split_seed", c.split_seed}};
 }
 
 // ---------------------------------------------------------------- training

@@ -40,6 +40,11 @@ if(MODE STREQUAL "errors")
 
   run(2 out err --steps 10 --warmup 10)
   expect_match("${err}" "--warmup \\(10\\) must be less than --steps \\(10\\)" "warmup >= steps")
+  run(1 out err --data-file "${WORK_DIR}/no-such.tsv" --steps 2 --warmup 1)
+  expect_match("${err}" "\\[read_labelled_texts\\] .*no-such.tsv" "missing corpus file named")
+  file(WRITE "${WORK_DIR}/bad.tsv" "a\ttext one\nno tab\n")
+  run(1 out err --data-file bad.tsv --steps 2 --warmup 1)
+  expect_match("${err}" "'bad.tsv' line 2: expected label<TAB>text" "bad corpus line named")
   run(1 out err --data-dir "${WORK_DIR}/no-such-dir" --steps 2 --warmup 1)
   expect_match("${err}" "no-such-dir" "missing data folder named")
   return()
@@ -118,6 +123,39 @@ expect_match("${err2}" "\\| full \\| [0-9.]+ \\| – \\| – \\|" "reused rows s
 # A checkpoint written with other settings is refused, naming the file.
 run(1 out err ${tiny} --mu 0.01)
 expect_match("${err}" "checkpoint 'ckpt/neural-clustering-k8-muY-nuY-seed3.safetensors' was written with other settings" "stale checkpoint")
+
+# --data-file: a corpus of labelled texts instead of the fortune files (two
+# generated topics whose texts differ in their letters, 40 texts each).
+set(corpus "")
+foreach(i RANGE 1 40)
+  string(APPEND corpus "vowels\taeiou ${i} aaee iioo uuaa eeii ${i} ooaa\n")
+  string(APPEND corpus "consonants\tbcdfg ${i} bbcc ddff ggbb ${i} ccdd\n")
+endforeach()
+file(WRITE "${WORK_DIR}/corpus.tsv" "${corpus}")
+run(0 out err --data-file corpus.tsv --min-texts 30 --min-chars 8 --max-len 32 --d-model 16 --n-heads 2
+    --n-layers 1 --d-ff 32 --steps 4 --batch-size 8 --warmup 1 --attentions full --seed 3)
+expect_match("${out}" "\"event\":\"data\",\"file\":\"corpus.tsv\",\"topics\":\\[\"consonants\",\"vowels\"\\]" "data line names the file and its topics")
+last_line("${out}" summary_corpus)
+string(JSON classes GET "${summary_corpus}" classes)
+if(NOT classes EQUAL 2)
+  message(FATAL_ERROR "smoke: the corpus file has 2 topics, the summary says ${classes}")
+endif()
+# The long-document corpus (scripts/bible_corpus.sh) when the Debian package
+# bible-kjv is installed: 8 book groups, 1,189 chapters, each trainable.
+find_program(BIBLE bible)
+if(BIBLE)
+  execute_process(COMMAND bash "${CMAKE_CURRENT_LIST_DIR}/../../scripts/bible_corpus.sh" "${WORK_DIR}/bible.tsv"
+                  RESULT_VARIABLE rc ERROR_VARIABLE berr)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "smoke: scripts/bible_corpus.sh failed (${rc}): ${berr}")
+  endif()
+  run(0 out err --data-file bible.tsv --min-texts 50 --max-per-class 12 --max-len 256 --d-model 16 --n-heads 2
+      --n-layers 1 --d-ff 32 --steps 2 --batch-size 8 --warmup 1 --attentions neural-clustering --seed 3)
+  expect_match("${out}" "\"topics\":\\[\"general-epistles-revelation\",\"gospels-acts\",\"history\",\"law\",\"major-prophets\",\"minor-prophets\",\"pauline-epistles\",\"wisdom\"\\]" "the Bible's 8 book groups")
+  expect_match("${berr}" "wrote 1189 chapters" "every chapter")
+else()
+  message("bible (Debian package bible-kjv) is not installed: the Bible corpus part is skipped")
+endif()
 
 # The bounded loss form (--loss-form cosine): the models with a weighted loss are
 # new (their own checkpoints), the N/N model is the same model and is reused.
