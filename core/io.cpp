@@ -213,5 +213,19 @@ std::string read_file_maybe_gzip(const std::string& path, const char* op) {
   return out;
 }
 
+void for_each_line(const std::string& text, const std::function<void(int64_t line, std::string_view row)>& f) {
+  const std::string_view all(text);
+  size_t pos = 0;
+  int64_t line = 0;
+  while (pos < all.size()) {
+    size_t end = all.find('\n', pos);
+    if (end == std::string_view::npos) end = all.size();
+    size_t stop = end;
+    if (stop > pos && all[stop - 1] == '\r') --stop;
+    f(++line, all.substr(pos, stop - pos));
+    pos = end + 1;
+  }
+}
+
 }  // namespace io
 }  // namespace cf

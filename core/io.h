@@ -14,7 +14,9 @@
 // Every error is a cf::IOError starting with "[op] " and naming the file.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 
 namespace cf {
 namespace io {
@@ -66,6 +68,11 @@ std::string read_file(const std::string& path, const char* op);
 // The whole file, decompressed when it is gzip (recognised by its 1f 8b magic);
 // "[op] 'PATH': corrupt or truncated gzip stream: <zlib's reason>" when it is broken.
 std::string read_file_maybe_gzip(const std::string& path, const char* op);
+
+// Calls f(line, row) for each line of a text file's contents: split at '\n', a
+// trailing '\r' dropped (CRLF files), lines numbered from 1 (for error messages);
+// a last line without '\n' counts, an empty text has no lines.
+void for_each_line(const std::string& text, const std::function<void(int64_t line, std::string_view row)>& f);
 
 }  // namespace io
 }  // namespace cf

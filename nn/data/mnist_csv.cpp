@@ -14,29 +14,20 @@ MnistCsv read_mnist_csv(const std::string& path, bool scale) {
   const std::string text = io::read_file_maybe_gzip(path, op);
   std::vector<float> pixels;
   std::vector<int64_t> labels;
-  size_t pos = 0;
-  int64_t line = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    ++line;
-    size_t stop = end;
-    if (stop > pos && text[stop - 1] == '\r') --stop;  // CRLF files
-    if (stop == pos) {  // a blank line: only allowed as the last one
-      pos = end + 1;
-      continue;
-    }
+  io::for_each_line(text, [&](int64_t line, std::string_view row) {
+    if (row.empty()) return;  // blank lines (a last empty line) are skipped
+    const size_t stop = row.size();
     int64_t column = 0;
-    size_t p = pos;
+    size_t p = 0;
     while (true) {
       // One non-negative decimal integer (the format has no signs, spaces or decimals).
       size_t q = p;
       int64_t v = 0;
-      while (q < stop && text[q] >= '0' && text[q] <= '9' && q - p < 4) v = v * 10 + (text[q++] - '0');
-      const bool sep_ok = q == stop || text[q] == ',';
+      while (q < stop && row[q] >= '0' && row[q] <= '9' && q - p < 4) v = v * 10 + (row[q++] - '0');
+      const bool sep_ok = q == stop || row[q] == ',';
       CF_CHECK(q > p && sep_ok, IOError, "[", op, "] '", path, "' line ", line, " column ", column + 1,
                ": expected an integer 0..255 (pixel) or 0..9 (label), got '",
-               text.substr(p, std::min<size_t>(stop - p, 12)), "'");
+               row.substr(p, std::min<size_t>(stop - p, 12)), "'");
       if (column < kPixels) {
         CF_CHECK(v <= 255, IOError, "[", op, "] '", path, "' line ", line, " column ", column + 1,
                  ": pixel ", v, " is outside 0..255");
@@ -51,8 +42,7 @@ MnistCsv read_mnist_csv(const std::string& path, bool scale) {
     }
     CF_CHECK(column == kPixels + 1, IOError, "[", op, "] '", path, "' line ", line, ": ", column,
              " columns, expected 785 (784 pixels of a 28 x 28 image, then the label)");
-    pos = end + 1;
-  }
+  });
   const int64_t n = int64_t(labels.size());
   CF_CHECK(n > 0, IOError, "[", op, "] '", path, "' holds no images");
   MnistCsv out;
