@@ -7,10 +7,14 @@
 
 namespace cf::kernels {
 
-// True when this CPU has avx512bf16 and the kernel is not switched off.
+// True when this CPU has avx512bf16 (the kernel can run).
+bool bf16_dot_supported();
+// True when it is supported and switched on: matmul then uses it for bfloat16.
 bool bf16_dot_available();
-// Switches the kernel off (matmul then takes the converting float32 + sgemm path): tests
-// compare the two, benchmarks time both.
+// Switches the kernel on or off. Off by default: on the CPUs measured (a Sapphire Rapids
+// Xeon with OpenBLAS's SkylakeX sgemm; docs/benchmarks.md) the converting path (float32
+// blocks + sgemm) was faster at every size, 1.6-1.9x at 1024-2048, since vdpbf16ps issues
+// once per cycle there where float32 FMAs issue twice. Tests compare the two, cf-bench times both.
 void set_bf16_dot_enabled(bool on);
 // c (M x N, row stride ldc) = a (M x K, element strides a_rs, a_cs) @ b (K x N, strides b_rs,
 // b_cs): products and sums in float32 (vdpbf16ps), one rounding to bfloat16 per output.
