@@ -32,7 +32,57 @@ std::atomic<bool>& sync_flag() {
   static std::atomic<bool> f{sync_debug_default()};
   return f;
 }
+
+struct TransferCounters {
+  std::atomic<int64_t> d2h{0}, d2h_bytes{0}, h2d{0}, h2d_bytes{0}, syncs{0};
+};
+TransferCounters& counters() {
+  static TransferCounters c;
+  return c;
+}
+
+// Called by copy_bytes for a copy with one side on a CUDA device (unused without CUDA).
+[[maybe_unused]] void count_transfer(bool to_host, size_t n) {
+  TransferCounters& c = counters();
+  if (to_host) {
+    ++c.d2h;
+    c.d2h_bytes += int64_t(n);
+  } else {
+    ++c.h2d;
+    c.h2d_bytes += int64_t(n);
+  }
+}
 }  // namespace
+
+TransferStats transfer_stats() {
+  TransferCounters& c = counters();
+  TransferStats s;
+  s.device_to_host = c.d2h.load();
+  s.device_to_host_bytes = c.d2h_bytes.load();
+  s.host_to_device = c.h2d.load();
+  s.host_to_device_bytes = c.h2d_bytes.load();
+  s.synchronizations = c.syncs.load();
+  return s;
+}
+
+void reset_transfer_stats() {
+  TransferCounters& c = counters();
+  c.d2h = 0;
+  c.d2h_bytes = 0;
+  c.h2d = 0;
+  c.h2d_bytes = 0;
+  c.syncs = 0;
+}
+
+TransferStats operator-(const TransferStats& b, const TransferStats& a) {
+  TransferStats d;
+  d.device_to_host = b.device_to_host - a.device_to_host;
+  d.device_to_host_bytes = b.device_to_host_bytes - a.device_to_host_bytes;
+  d.host_to_device = b.host_to_device - a.host_to_device;
+  d.host_to_device_bytes = b.host_to_device_bytes - a.host_to_device_bytes;
+  d.synchronizations = b.synchronizations - a.synchronizations;
+  return d;
+}
 
 void set_allow_tf32(bool on) { g_tf32.store(on); }
 bool allow_tf32() { return g_tf32.load(); }
@@ -78,7 +128,9 @@ void set_device(Device d, const char* op) {
 }
 
 void synchronize() {
-  if (device_count() > 0) CF_CUDA_CHECK(cudaDeviceSynchronize(), "synchronize");
+  if (device_count() == 0) return;
+  ++counters().syncs;
+  CF_CUDA_CHECK(cudaDeviceSynchronize(), "synchronize");
 }
 
 #else
@@ -275,6 +327,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     return;
   }
   cuda::set_device(dst_device.is_cuda() ? dst_device : src_device, op);
+  cuda::count_transfer(dst_device.is_cpu(), n);
   if (n < PinnedStaging::kChunk) {
     CF_CUDA_CHECK(cudaMemcpy(dst, src, n, dst_device.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost),
                   op);

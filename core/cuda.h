@@ -3,6 +3,7 @@
 // how kernels run, and byte copies between devices. Every function works in a
 // build without CUDA (no devices; copies between CPU buffers only).
 #include <cstddef>
+#include <cstdint>
 
 #include "core/device.h"
 
@@ -15,6 +16,23 @@ bool is_available();
 void check_device(Device d, const char* op);
 // Waits for all work queued on the current device (no-op without CUDA).
 void synchronize();
+
+// Host round trips, counted since the start or the last reset (issue 25's measured
+// residency: on the GPU the host waits for nothing, so a forward or backward pass
+// must leave these unchanged). device_to_host: copies from a CUDA device to the CPU
+// (item(), to_vector(), .cpu(): each makes the host wait for the stream);
+// host_to_device: copies the other way (synchronous for pageable host memory);
+// synchronizations: calls of synchronize(). Copies between CPU buffers, and every
+// count in a build without CUDA, stay 0. Thread-safe; counts all threads.
+struct TransferStats {
+  int64_t device_to_host = 0, device_to_host_bytes = 0;
+  int64_t host_to_device = 0, host_to_device_bytes = 0;
+  int64_t synchronizations = 0;
+};
+TransferStats transfer_stats();
+void reset_transfer_stats();
+// b - a, field by field (the round trips of the code between two reads).
+TransferStats operator-(const TransferStats& b, const TransferStats& a);
 
 // TF32 tensor-core math in float32 matmuls. Off by default: float32 results then
 // agree with the CPU to float32 tolerances (DESIGN.md section 4).

@@ -64,6 +64,12 @@ json bench_model(const BenchOptions& o) {
       r["infer_step_time_s"] = t_infer;
       r["infer_tokens_per_s"] = double(B * n) / t_infer;
       r["infer_peak_bytes"] = infer.peak_bytes;
+      if (g_device.is_cuda()) {  // issue 25: the host waits for nothing inside a step
+        r["train_device_to_host_per_step"] = train.transfers.device_to_host;
+        r["train_synchronizations_per_step"] = train.transfers.synchronizations;
+        r["infer_device_to_host_per_step"] = infer.transfers.device_to_host;
+        r["infer_synchronizations_per_step"] = infer.transfers.synchronizations;
+      }
       if (variant == "full") {
         full_train = t_train;
         full_infer = t_infer;

@@ -78,6 +78,9 @@ struct Measurement {
   std::vector<double> samples_s;
   int64_t peak_bytes = 0;
   int64_t base_bytes = 0;
+  // Host round trips inside one call of f (the last timed one; the timing's own
+  // synchronisation excluded): 0 on the CPU.
+  cf::cuda::TransferStats transfers;
 };
 
 inline Measurement measure(int64_t reps, int64_t warmup, cf::Device dev, const std::function<void()>& f) {
@@ -89,7 +92,9 @@ inline Measurement measure(int64_t reps, int64_t warmup, cf::Device dev, const s
   m.base_bytes = cf::memory_stats(dev).live_bytes;
   for (int64_t r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
+    const cf::cuda::TransferStats before = cf::cuda::transfer_stats();
     f();
+    m.transfers = cf::cuda::transfer_stats() - before;
     device_sync(dev);
     m.samples_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }

@@ -106,6 +106,51 @@ CUDA_TEST_CASE("every attention variant of the registry runs on CUDA like on the
   CHECK(matched >= 13);
 }
 
+// Issue 25's measured residency: the host round trips of one forward + backward of
+// each registry variant after a warm-up pass (cuda::transfer_stats). Full attention
+// must make none; the others are reported (MESSAGE) until their selection steps
+// have all moved to the device, so that a GPU run shows where each one still waits.
+CUDA_TEST_CASE("host round trips of each attention variant's forward and backward on CUDA") {
+  const int64_t B = 2, H = 2, N = 24, Dh = 8, D = H * Dh;
+  for (const std::string& type : nn::attention_types()) {
+    INFO("attention ", type);
+    Generator g(3);
+    nn::AttentionSpec spec;
+    spec.type = type;
+    spec.d_model = D;
+    spec.n_heads = H;
+    spec.options = nn::Config(type == "neural-clustering" ? nlohmann::json{{"clusters", 4}} : nlohmann::json::object(),
+                              "attention");
+    spec.gen = &g;
+    std::shared_ptr<nn::Attention> att = nn::make_attention(spec);
+    att->to(Device::cuda(0));
+    // Leaves on the device (a moved CPU leaf would copy its gradient back to the host).
+    auto device_leaf = [](const Tensor& t) { return cuda0(t.detach()).set_requires_grad(true); };
+    std::vector<Tensor> in = {device_leaf(leaf32({B, H, N, Dh}, 1)), device_leaf(leaf32({B, H, N, Dh}, 2)),
+                              device_leaf(leaf32({B, H, N, Dh}, 3)), device_leaf(leaf32({B, N, D}, 4))};
+    Tensor weight = cuda0(leaf32({B, H, N, Dh}, 5).detach());
+    auto pass = [&] {
+      nn::AttentionArgs a;
+      a.q = in[0];
+      a.k = att->shares_qk() ? in[0] : in[1];
+      a.v = in[2];
+      a.query_input = in[3];
+      sum(att->forward(a) * weight).backward();
+    };
+    pass();  // warm-up: allocator blocks, cuBLAS handles, lazily built tables
+    cuda::synchronize();
+    const cuda::TransferStats before = cuda::transfer_stats();
+    pass();
+    const cuda::TransferStats d = cuda::transfer_stats() - before;
+    MESSAGE(type, ": ", d.device_to_host, " device-to-host copies (", d.device_to_host_bytes, " bytes), ",
+            d.host_to_device, " host-to-device copies, ", d.synchronizations, " synchronizations per forward + backward");
+    if (type == "full") {
+      CHECK(d.device_to_host == 0);
+      CHECK(d.synchronizations == 0);
+    }
+  }
+}
+
 CUDA_TEST_CASE("centroid attention blocks run on CUDA like on the CPU under every initialisation") {
   const int64_t B = 2, N = 20, D = 16;
   for (const char* init : {"mean", "random", "fps", "kmeans", "conv"}) {

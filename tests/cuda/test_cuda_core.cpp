@@ -20,6 +20,43 @@ TEST_CASE("device availability is reported and a missing device is a clear error
   cuda::set_allow_tf32(tf32);
 }
 
+TEST_CASE("the transfer counters start at 0, count nothing for CPU work and reset") {
+  cuda::reset_transfer_stats();
+  Tensor x = Tensor::arange(10, kFloat32);
+  CHECK(sum(x * x).item<float>() == 285.0f);
+  CHECK(x.to(Device::cpu()).numel() == 10);
+  const cuda::TransferStats s = cuda::transfer_stats();
+  CHECK(s.device_to_host == 0);
+  CHECK(s.host_to_device == 0);
+  CHECK(s.synchronizations == 0);
+  cuda::synchronize();  // counted only where there is a device to wait for
+  CHECK(cuda::transfer_stats().synchronizations == (cuda::device_count() > 0 ? 1 : 0));
+  cuda::reset_transfer_stats();
+  CHECK(cuda::transfer_stats().synchronizations == 0);
+}
+
+CUDA_TEST_CASE("the transfer counters count every host round trip: item, to_vector, cpu, synchronize") {
+  Tensor g = Tensor::arange(6, kFloat32).cuda();  // one host-to-device copy (before the reset)
+  cuda::synchronize();
+  cuda::reset_transfer_stats();
+  Tensor s = sum(g);  // stays on the device
+  CHECK(cuda::transfer_stats().device_to_host == 0);
+  CHECK(s.item<float>() == 15.0f);
+  CHECK(g.to_vector<float>().size() == 6);
+  Tensor back = g.cpu();
+  cuda::TransferStats t = cuda::transfer_stats();
+  CHECK(t.device_to_host == 3);
+  CHECK(t.device_to_host_bytes == 4 + 24 + 24);
+  CHECK(t.host_to_device == 0);
+  Tensor up = back.cuda();
+  cuda::synchronize();
+  const cuda::TransferStats d = cuda::transfer_stats() - t;
+  CHECK(d.host_to_device == 1);
+  CHECK(d.host_to_device_bytes == 24);
+  CHECK(d.synchronizations == 1);
+  CHECK(d.device_to_host == 0);
+}
+
 CUDA_TEST_CASE("to(cuda) and back keeps values and dtype and views come back in logical order") {
   for (DType dt : {kFloat32, kFloat64, kInt64, kBool}) {
     Tensor x = make(dt == kBool ? kInt64 : dt, {1, 0, 3, 4, 0, 6}, {2, 3});
