@@ -100,6 +100,12 @@ put("gzip", "labels.gz", gzip.compress(labels, mtime=0))
 put("gzip", "double.gz", gzip.compress(idx(0x0E, [2], struct.pack(">2d", 1, 2)), mtime=0))
 put("gzip", "truncated.gz", gzip.compress(images, mtime=0)[:-6])
 
+# ---- text_tables (labelled texts and MNIST CSV) ----
+put("text_tables", "labelled", "law\tIn the beginning\nwisdom\tline one\\nline two \\\\ x\r\n\nb\tz")
+put("text_tables", "bad_line", "a\tb\nno tab\n")
+put("text_tables", "mnist_row", ",".join(str((7 * i) % 256) for i in range(784)) + ",3\n")
+put("text_tables", "mnist_short", "1,2,3\n")
+
 # ---- fortunes ----
 put("fortunes", "three", "A first fortune.\n%\nA second one,\n  over two lines.\n%\n%\nThird\r\n%\n")
 put("fortunes", "no_percent", "just one text without separators\n")
