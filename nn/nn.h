@@ -11,6 +11,7 @@
 #include "nn/attention/multi_head.h"
 #include "nn/attention/neural_clustering.h"
 #include "nn/attention/routing.h"
+#include "nn/attention/sparse.h"
 #include "nn/blocks/cluster_former_layers.h"
 #include "nn/blocks/transformer.h"
 #include "nn/checkpoint.h"

@@ -14,6 +14,8 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "--stride \\(16\\) must be less than --window \\(16\\)" "stride >= window")
   run(2 out err --cluster-layers 7)
   expect_match("${err}" "--cluster-layers: layer 7 out of range \\[0, 4\\)" "layer out of range")
+  run(2 out err --sparse-summary 5 --stride 4)
+  expect_match("${err}" "--sparse-summary \\(5\\) must be at most the block of 4 tokens" "summary > block")
   run(2 out err --lm false --retrieval false)
   expect_match("${err}" "leave nothing to run" "nothing to run")
   run(2 out err --retrieval yes)
@@ -42,7 +44,7 @@ set(tiny --seq-len 32 --batch-size 4 --eval-windows 4 --n-layers 2 --d-model 16 
     --checkpoint-dir ckpt)
 run(0 out err ${tiny})
 last_line("${out}" summary)
-foreach(m sliding-window sliding-window+lsh cluster-former-4 neural-clustering)
+foreach(m sliding-window sliding-window+lsh sliding-window+sparse cluster-former-4 neural-clustering)
   string(JSON b GET "${summary}" table ${m} test_bpc_mean)
   # An untrained character model is near log2(vocab) ~ 7 bits; a few steps must
   # give a finite value in a sane range.
@@ -67,11 +69,11 @@ if(out2 MATCHES "\"event\":\"train\"")
 endif()
 expect_same_json("${summary}" "${summary2}" "reloaded vs trained" table cluster-former-4 test_bpc_mean)
 # --stop-after: each run ends after 2 steps of the model it is training (exit 3,
-# checkpoint written); rerunning the same command continues. Four models of 4
-# steps take five runs, and every model ends with the uninterrupted run's bits.
+# checkpoint written); rerunning the same command continues. Five models of 4
+# steps take six runs, and every model ends with the uninterrupted run's bits.
 # (The retrieval models keep no checkpoint: they train whole in the last run.)
 set(stopping ${tiny} --checkpoint-dir ckpt-stop --stop-after 2)
-foreach(i RANGE 1 4)
+foreach(i RANGE 1 5)
   run(3 out_s err_s ${stopping})
   expect_match("${err_s}" "stopped after 2 steps as --stop-after asked: 'ckpt-stop/[a-z+-]+4?-seed2.safetensors' holds step 2 of 4; run the same command again to continue" "stop message ${i}")
   expect_match("${out_s}" "\"event\":\"stopped\",\"seed\":2,\"model\":\"[a-z+-]+4?\",\"step\":2" "stopped line ${i}")
@@ -81,7 +83,7 @@ foreach(i RANGE 1 4)
 endforeach()
 run(0 out_s err_s ${stopping})
 last_line("${out_s}" summary_s)
-foreach(m sliding-window sliding-window+lsh cluster-former-4 neural-clustering)
+foreach(m sliding-window sliding-window+lsh sliding-window+sparse cluster-former-4 neural-clustering)
   expect_same_json("${summary}" "${summary_s}" "trained in runs of 2 steps vs one run" table ${m} test_bpc_mean)
   expect_same_json("${summary}" "${summary_s}" "retrieval after runs of 2 steps vs one run" retrieval ${m} accuracy_mean)
 endforeach()

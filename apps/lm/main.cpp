@@ -56,6 +56,12 @@ far-away tokens:
   sliding-window+lsh   the layers in --cluster-layers run LSH attention
                        (Reformer) over the whole sequence instead, with
                        --lsh-buckets hash buckets (the paper's LSH row)
+  sliding-window+sparse
+                       those layers run fixed sparse attention (Child et al.
+                       2019) over the whole sequence: blocks of
+                       --sparse-block tokens, each token seeing its block and
+                       the last --sparse-summary tokens of every block (the
+                       paper's Sparse Attention row)
   cluster-former-C     those layers are Cluster-Former layers with C clusters
                        (one model per C in --clusters; section 3.2, Algorithm 1:
                        centroids from a memory bank, recomputed every
@@ -88,6 +94,7 @@ struct Config {
   int64_t window = 32, stride = 16;
   std::vector<int64_t> cluster_layers = {2}, clusters = {64, 256};
   int64_t memory_size = 20000, update_every = 50, kmeans_iters = 10, lsh_buckets = 16, lsh_hashes = 2, k = 0;
+  int64_t sparse_block = 0, sparse_summary = 0;
   double mu = 1e-3, nu = 1e-3;
   cf::apps::TrainSettings train;
   bool lm = true, retrieval = true;
@@ -111,7 +118,8 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_int("batch_size", &c.batch_size, 1, "training windows per step");
   o.section("Models");
   o.add_string_list("models", &c.models,
-                    "from sliding-window, sliding-window+lsh, cluster-former, neural-clustering, or all");
+                    "from sliding-window, sliding-window+lsh, sliding-window+sparse, cluster-former, neural-clustering, or "
+                    "all");
   o.add_int("n_layers", &c.n_layers, 1, "layers");
   o.add_int("d_model", &c.d_model, 1, "model width");
   o.add_int("n_heads", &c.n_heads, 1, "attention heads");
@@ -126,6 +134,9 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_int("kmeans_iters", &c.kmeans_iters, 1, "K-Means iterations per recomputation");
   o.add_int("lsh_buckets", &c.lsh_buckets, 1, "LSH hash buckets");
   o.add_int("lsh_hashes", &c.lsh_hashes, 1, "LSH hashing rounds");
+  o.add_int("sparse_block", &c.sparse_block, 0, "sparse attention block l (0: --stride)");
+  o.add_int("sparse_summary", &c.sparse_summary, 0,
+            "sparse attention summary positions c per block, 1 <= c <= l (0: max(1, l / 4))");
   o.add_int("k", &c.k, 0, "neural clustering clusters (0: round(sqrt(seq-len)))");
   o.add_number("mu", &c.mu, "weight of the neural clustering loss L1");
   o.add_number("nu", &c.nu, "weight of the neural clustering loss L2");
@@ -137,7 +148,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_int("retrieval_len", &c.retrieval_len, 16,
             "retrieval task: sequence length; the models there have 3 layers (d_model 32, 2 heads), windows l = "
             "8, stride m = 4 (21 positions of reach), layer 1 clustering, a memory bank of 4096 vectors updated "
-            "every 5 steps");
+            "every 5 steps, sparse blocks of 4 with 1 summary position");
   o.add_int("retrieval_steps", &c.retrieval_steps, 1, "retrieval task: training steps per model");
   o.section("Runs");
   o.add_seeds(&c.seeds);
@@ -147,13 +158,18 @@ bool parse(int argc, char** argv, Config& c) {
   cf::apps::add_distributed_option(o, &c.distributed);
   if (!o.parse(argc, argv)) return false;
 
-  const std::vector<std::string> known = {"sliding-window", "sliding-window+lsh", "cluster-former", "neural-clustering"};
+  const std::vector<std::string> known = {"sliding-window", "sliding-window+lsh", "sliding-window+sparse",
+                                          "cluster-former", "neural-clustering"};
   if (c.models.size() == 1 && c.models[0] == "all") c.models = known;
   for (const std::string& m : c.models)
     if (std::find(known.begin(), known.end(), m) == known.end())
       throw UsageError("--models: unknown model '" + m +
-                       "' (expected all, or from sliding-window, sliding-window+lsh, cluster-former, "
-                       "neural-clustering)");
+                       "' (expected all, or from sliding-window, sliding-window+lsh, sliding-window+sparse, "
+                       "cluster-former, neural-clustering)");
+  const int64_t block = c.sparse_block > 0 ? c.sparse_block : c.stride;
+  if (c.sparse_summary > block)
+    throw UsageError("--sparse-summary (" + std::to_string(c.sparse_summary) + ") must be at most the block of " +
+                     std::to_string(block) + " tokens (--sparse-block, or --stride when 0)");
   if (c.val_fraction <= 0 || c.test_fraction <= 0 || c.val_fraction + c.test_fraction >= 0.5)
     throw UsageError("--val-fraction and --test-fraction must be positive and sum to less than 0.5");
   if (c.stride >= c.window)
@@ -228,7 +244,8 @@ struct LM {
   json spec;  // what defines it (for checkpoint signatures)
 };
 
-// kind: sliding-window, sliding-window+lsh, cluster-former (with `clusters`), neural-clustering.
+// kind: sliding-window, sliding-window+lsh, sliding-window+sparse, cluster-former (with `clusters`),
+// neural-clustering.
 LM make_lm(const Config& c, const std::string& kind, int64_t clusters, int64_t vocab, int64_t max_len,
            const std::string& positional, cf::Generator& gen) {
   LM lm;
@@ -261,6 +278,13 @@ LM make_lm(const Config& c, const std::string& kind, int64_t clusters, int64_t v
     mj["cluster_layers"] = c.cluster_layers;
     mj["cluster_attention"] = {{"type", "lsh"}, {"n_buckets", c.lsh_buckets}, {"n_hashes", c.lsh_hashes},
                                {"bucket_size", c.stride}};
+  } else if (kind == "sliding-window+sparse") {
+    // Blocks of the chunk size m by default: the summary cells carry each chunk's information to the others,
+    // as the paper's Sparse Attention layer runs across the sliding-window chunks.
+    const int64_t block = c.sparse_block > 0 ? c.sparse_block : c.stride;
+    mj["cluster_layers"] = c.cluster_layers;
+    mj["cluster_attention"] = {{"type", "sparse"}, {"block_size", block},
+                               {"summary", c.sparse_summary > 0 ? c.sparse_summary : std::max<int64_t>(1, block / 4)}};
   }
   auto m = std::make_shared<cf::models::ClusterFormerLM>(
       cf::models::ClusterFormerConfig::from_json(nlohmann::json::parse(mj.dump())), gen);
@@ -338,6 +362,8 @@ Config retrieval_config(const Config& c) {
   r.window = 8;
   r.stride = 4;
   r.cluster_layers = {1};
+  r.sparse_block = 0;  // blocks of the stride, 4, with one summary position
+  r.sparse_summary = 0;
   r.memory_size = 4096;
   r.update_every = 5;
   r.train.lr = 3e-3;

@@ -11,6 +11,7 @@
 #include "nn/attention/lsh.h"
 #include "nn/attention/neural_clustering.h"
 #include "nn/attention/routing.h"
+#include "nn/attention/sparse.h"
 
 namespace cf {
 namespace nn {
@@ -26,6 +27,7 @@ const std::map<std::string, Factory>& factories() {
       {"improved-clustered", &ClusteredAttention::create_improved},
       {"cluster-former", &ClusterFormerAttention::create},
       {"neural-clustering", &NeuralClusteringAttention::create},
+      {"sparse", &SparseAttention::create},
   };
   return f;
 }

@@ -297,6 +297,13 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def_prop_ro("n_clusters", &cnn::RoutingAttention::n_clusters)
       .def_prop_ro("local_heads", &cnn::RoutingAttention::local_heads)
       .def_prop_ro("centroids", &cnn::RoutingAttention::centroids);
+  nb::class_<cnn::SparseAttention, cnn::Attention>(
+      nn, "SparseAttention",
+      "Fixed sparse attention (Child et al. 2019): blocks of block_size tokens, each query attending to its block "
+      "and the last `summary` tokens of every block (options: block_size, summary, scale; see sparse.h).")
+      .def("block_for", &cnn::SparseAttention::block_for, nb::arg("n"), "The block l used for n positions.")
+      .def("summary_for", &cnn::SparseAttention::summary_for, nb::arg("block"),
+           "The summary positions c used with blocks of `block`.");
   nb::class_<cnn::ClusteredAttention, cnn::Attention>(
       nn, "ClusteredAttention",
       "Clustered / improved clustered attention (Vyas et al. 2020): hashed queries, Hamming K-Means, centroid "

@@ -13,6 +13,7 @@ VARIANT_OPTIONS = {
     "improved-clustered": {"clusters": 3, "bits": 16, "iterations": 3, "topk": 4},
     "cluster-former": {"chunk_size": 4, "num_clusters": 2, "memory_size": 64},
     "neural-clustering": {"clusters": 3},
+    "sparse": {"block_size": 4, "summary": 1},
 }
 
 
@@ -47,6 +48,10 @@ def test_make_attention_and_specific_classes():
     assert out.shape == (1, 2, 6, 8) and aux.names() == [cf.nn.CLUSTERING_LOSS, cf.nn.CENTROID_SORTING_LOSS]
     with pytest.raises(cf.ValueError, match="required key 'attention.clusters'"):
         cf.nn.make_attention("neural-clustering", 16, 2)
+    s = cf.nn.make_attention("sparse", 16, 2, summary=2)
+    assert isinstance(s, cf.nn.SparseAttention) and s.block_for(10) == 4 and s.summary_for(4) == 2
+    with pytest.raises(cf.ValueError, match=r"summary \(c = 5\) must be <= block_size \(l = 4\)"):
+        cf.nn.make_attention("sparse", 16, 2, block_size=4, summary=5)
 
 
 def test_linear_matches_the_formula_and_layers_compose():
