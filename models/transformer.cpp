@@ -121,14 +121,11 @@ TransformerEncoder::TransformerEncoder(const TransformerConfig& c, int64_t vocab
 
 Tensor TransformerEncoder::embed(const Tensor& ids) { return drop_->forward(positions_->forward(embedding->forward(ids))); }
 
-namespace {
-bool any_true(const Tensor& m) { return sum(cf::to(m, kInt64)).item<int64_t>() > 0; }
-}  // namespace
-
 Tensor padding_mask(const Tensor& ids, int64_t pad_id) {
   if (pad_id < 0) return Tensor();
-  Tensor m = eq(ids, double(pad_id));
-  return any_true(m) ? m : Tensor();
+  // Defined even when no id is padding: dropping an all-false mask would need its sum on the host, a read
+  // on every forward of a CUDA model (issue 25); every attention treats an all-false mask as no mask.
+  return eq(ids, double(pad_id));
 }
 
 Tensor TransformerEncoder::effective_mask(const Tensor& ids, const Tensor& mask) const {

@@ -59,7 +59,8 @@ class TransformerEncoder : public nn::Module {
   int64_t vocab_, pad_id_;
 };
 
-// The padding mask of ids (ids == pad_id), or undefined when pad_id < 0 or no id is padding.
+// The padding mask of ids (ids == pad_id), undefined when pad_id < 0. Defined (all false) when no id is
+// padding: deciding otherwise would read the ids back from the device on every forward.
 Tensor padding_mask(const Tensor& ids, int64_t pad_id);
 
 // Mean over the non-padding tokens, or the first token: (B, N, D) -> (B, D).

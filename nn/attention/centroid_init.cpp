@@ -30,11 +30,11 @@ using namespace centroid_detail;
 
 namespace {
 
-// mask (B, N) bool at idx (B, M) -> bool (B, M), or undefined when nothing is padding.
+// mask (B, N) bool at idx (B, M) -> bool (B, M), or undefined without a mask. Kept when all false:
+// deciding otherwise would read it back from the device (issue 25).
 Tensor gather_mask(const Tensor& mask, const Tensor& idx) {
   if (!mask.defined()) return Tensor();
-  Tensor g = gt(gather(cf::to(mask, kFloat32), 1, idx), 0.5);
-  return any_true(g) ? g : Tensor();
+  return gt(gather(cf::to(mask, kFloat32), 1, idx), 0.5);
 }
 
 // Mean of x (B, N, D) per segment seg (B, N) int64 in [0, M), weighted by keep
@@ -99,8 +99,10 @@ CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, co
              space.describe());
   const std::string& mode = o_.init;
   const bool learned = mode == "linear" || mode == "conv" || mode == "conv2d";
-  CF_CHECK(!(learned || mode == "kmeans") || !mask.defined(), ValueError, "[CentroidInit] init \"", mode,
-           "\" does not support a key_padding_mask (use random, mean or fps with padded inputs)");
+  // A text model passes its padding mask even when nothing is padding (models::padding_mask); only these
+  // inits, which cannot leave padding out, pay for the look at its values.
+  CF_CHECK(!(learned || mode == "kmeans") || !any_true(mask), ValueError, "[CentroidInit] init \"", mode,
+           "\" does not support padded inputs (use random, mean or fps with a key_padding_mask that masks any)");
   CentroidInitResult r;
   if (mode == "linear") {
     CF_CHECK(n == o_.seq_len, ShapeError, "[CentroidInit] init \"linear\" projects a sequence of length seq_len = ",
@@ -130,7 +132,7 @@ CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, co
     // Section 3.2: "We use Farthest Point Sampling (FPS) as our initialization function".
     const Tensor& points = space.defined() ? space : x;
     report_macs(b * m * n * points.shape()[2]);  // the O(N M C) distance updates (nn/cost.h)
-    r.indices = farthest_point_sampling(points, m, mask);
+    r.indices = farthest_point_sampling(points, m, mode == "kmeans" ? Tensor() : mask);
   }
   if (mode == "random" || mode == "fps") {
     r.u = gather_rows(x, r.indices);
@@ -153,10 +155,7 @@ CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, co
     Tensor keep = mask.defined() ? cf::to(logical_not(mask), x.dtype()) : Tensor();
     Tensor counts;
     r.u = segment_mean(x, Tensor::from_vector(seg, {b, n}).to(x.device()), m, keep, Tensor(), &counts);
-    if (mask.defined()) {
-      Tensor cm = eq(counts, 0.0);
-      if (any_true(cm)) r.mask = cm;
-    }
+    if (mask.defined()) r.mask = eq(counts, 0.0);  // a window of padding only
     return r;
   }
   // K-Means (Table 3's baseline, "K-means for 3 iterations"): FPS seeds, then Lloyd

@@ -1,5 +1,7 @@
 #include <cmath>
+#include <map>
 
+#include "models/transformer.h"
 #include "nn/nn_test_util.h"
 
 using namespace cf;
@@ -145,6 +147,48 @@ TEST_CASE("make_attention builds by name and checks options") {
   spec.n_heads = 3;
   CHECK_THROWS_MSG(nn::make_attention(spec), ValueError, "d_model (8) must be a positive multiple of n_heads (3)");
   CHECK_THROWS_MSG(nn::FullAttention(1.0), ValueError, "[FullAttention] dropout must be in [0, 1)");
+}
+
+// models::padding_mask hands every layer a mask even when no id is padding (deciding to drop it would read the ids
+// back from a GPU on every forward, issue 25), so every variant must treat an all-false mask as no mask.
+TEST_CASE("every registered attention variant: a padding mask with nothing padded is no mask") {
+  const int64_t B = 2, H = 2, N = 16, D = 4;
+  const std::map<std::string, nlohmann::json> options = {
+      {"lsh", {{"seed", 0}, {"bucket_size", 4}, {"n_hashes", 2}}},
+      {"routing", {{"n_clusters", 4}, {"seed", 0}}},
+      {"cluster-former", {{"chunk_size", 4}, {"num_clusters", 4}}},
+      {"neural-clustering", {{"clusters", 4}}},
+      {"clustered", {{"clusters", 4}, {"hash_seed", 7}}},
+      {"improved-clustered", {{"clusters", 4}, {"topk", 4}, {"hash_seed", 7}}},
+      {"sparse", {{"block_size", 4}, {"summary", 1}}}};
+  int compared = 0;
+  for (const std::string& type : nn::attention_types())
+    for (bool causal : {false, true}) {
+      if (type == "clustered" && causal) continue;  // refuses causal masks
+      INFO(type, causal ? " (causal)" : "");
+      nn::AttentionSpec spec;
+      spec.type = type;
+      spec.d_model = H * D;
+      spec.n_heads = H;
+      auto o = options.find(type);
+      if (o != options.end()) spec.options = nn::Config(o->second, "attention");
+      std::shared_ptr<nn::Attention> att = nn::make_attention(spec);
+      att->to(kFloat64);
+      att->eval();
+      nn::AttentionArgs a;
+      a.q = leaf64({B, H, N, D}, 1);
+      a.k = att->shares_qk() ? a.q : leaf64({B, H, N, D}, 2);
+      a.v = leaf64({B, H, N, D}, 3);
+      a.query_input = leaf64({B, N, H * D}, 4);
+      a.causal = causal;
+      Tensor plain = att->forward(a);
+      a.key_padding_mask = a.query_padding_mask = Tensor::zeros({B, N}, kBool);
+      check_close(att->forward(a), plain, 1e-12);
+      ++compared;
+    }
+  CHECK(compared == 2 * int(nn::attention_types().size()) - 1);
+  CHECK(models::padding_mask(ti64({1, 2, 3}, {1, 3}), 0).to_vector<bool>() == std::vector<bool>{false, false, false});
+  CHECK_FALSE(models::padding_mask(ti64({1, 0, 3}, {1, 3}), -1).defined());
 }
 
 TEST_CASE("MultiHeadAttention: names, reference, padding, gradcheck") {

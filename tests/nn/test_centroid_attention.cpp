@@ -224,7 +224,7 @@ TEST_CASE("CentroidInit: mean windows, random sampling order and padding, K-Mean
   std::vector<int64_t> idx = rr.indices.to_vector<int64_t>();
   CHECK(std::is_sorted(idx.begin(), idx.end()));
   CHECK(std::set<int64_t>(idx.begin(), idx.end()) == std::set<int64_t>{0, 2, 3, 4});
-  CHECK_FALSE(rr.mask.defined());
+  CHECK(rr.mask.to_vector<bool>() == std::vector<bool>(4, false));  // every sampled input is real
   o.num_centroids = 5;  // one more than the real inputs: a padded centroid
   nn::CentroidInit rnd5(o);
   Generator g5(9);
@@ -366,8 +366,14 @@ TEST_CASE("CentroidAttention: bad inputs") {
   o.num_centroids = 2;
   nn::CentroidInit lin(o);
   CHECK_THROWS_MSG(lin.forward(randn({1, 5, 8})), ShapeError, "seq_len = 6, got N = 5");
-  CHECK_THROWS_MSG(lin.forward(randn({1, 6, 8}), Tensor::zeros({1, 6}, kBool)), ValueError,
-                   "[CentroidInit] init \"linear\" does not support a key_padding_mask");
+  // A mask with nothing padded (what text models pass for unpadded ids) is no mask; one that pads is refused.
+  Tensor x6 = randn({1, 6, 8});
+  check_close(lin.forward(x6, Tensor::zeros({1, 6}, kBool)).u, lin.forward(x6).u, 0.0);
+  nn::CentroidInit km(opts(8, 2, "kmeans"));
+  Tensor x5 = randn({2, 5, 8});
+  check_close(km.forward(x5, Tensor::zeros({2, 5}, kBool)).u, km.forward(x5).u, 0.0);
+  CHECK_THROWS_MSG(lin.forward(x6, pad_mask(1, 6, {{0, 5}})), ValueError,
+                   "[CentroidInit] init \"linear\" does not support padded inputs (use random, mean or fps");
   nn::CentroidAttentionBlock blk(opts(8, 2, "mean"), 16);
   CHECK_THROWS_MSG(blk.forward(randn({2, 5, 6})), ShapeError, "[CentroidInit] expected float input (B, N, 8), got float32 (2,5,6)");
   CHECK_THROWS_MSG(blk.forward(randn({2, 5, 8}), Tensor::zeros({2, 4}, kBool)), ShapeError,
