@@ -32,7 +32,7 @@ void check_members(const Tensor& m, int64_t B, int64_t H, const char* name, cons
 }
 
 void check_routed_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm, const Tensor& km,
-                       const Tensor& kpm, const char* who) {
+                       const Tensor& kpm, const char* who, bool check_range = true) {
   AttentionArgs a;
   a.q = q;
   a.k = k;
@@ -47,6 +47,7 @@ void check_routed_args(const Tensor& q, const Tensor& k, const Tensor& v, const 
   CF_CHECK(qm.shape()[2] == km.shape()[2], ShapeError, "[", who, "] query_members ", shape_str(qm.shape()),
            " and key_members ", shape_str(km.shape()), " must have the same number of lists C");
   const int64_t n = q.shape()[2];
+  if (!check_range) return;
   for (const Tensor* m : {&qm, &km}) {
     if (m->numel() == 0) continue;
     int64_t lo = amin(*m).item<int64_t>(), hi = amax(*m).item<int64_t>();
@@ -60,8 +61,9 @@ void check_routed_args(const Tensor& q, const Tensor& k, const Tensor& v, const 
 Tensor l2_normalize(const Tensor& x) { return x * rsqrt(sum(square(x), {-1}, true) + 1e-12); }
 
 Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
-                        const Tensor& key_members, const Tensor& key_padding_mask, bool causal, double scale) {
-  check_routed_args(q, k, v, query_members, key_members, key_padding_mask, "routed_attention");
+                        const Tensor& key_members, const Tensor& key_padding_mask, bool causal, double scale,
+                        bool check_members_range) {
+  check_routed_args(q, k, v, query_members, key_members, key_padding_mask, "routed_attention", check_members_range);
   const int64_t B = q.shape()[0], H = q.shape()[1], N = q.shape()[2], Dv = v.shape()[3];
   const int64_t C = query_members.shape()[2], wq = query_members.shape()[3], wk = key_members.shape()[3];
   if (scale <= 0) scale = 1.0 / std::sqrt(double(q.shape()[3]));
@@ -237,7 +239,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
     qm = qm.to(a.q.device());
     km = km.to(a.q.device());
     outs.push_back(routed_attention(narrow(a.q, 1, 0, L), narrow(a.k, 1, 0, L), narrow(a.v, 1, 0, L), qm, km,
-                                    a.key_padding_mask, a.causal, scale));
+                                    a.key_padding_mask, a.causal, scale, /*check_members_range=*/false));
   }
   if (R > 0) {
     Tensor q = narrow(a.q, 1, L, R), k = narrow(a.k, 1, L, R), v = narrow(a.v, 1, L, R);
@@ -245,7 +247,8 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
     Tensor qd = qn.detach(), kd = kn.detach();
     Tensor qm = balanced_routing(qd, centroids_, a.query_padding_mask, w);
     Tensor km = balanced_routing(kd, centroids_, a.key_padding_mask, w);
-    outs.push_back(routed_attention(q, k, v, qm, km, a.key_padding_mask, a.causal, scale));
+    outs.push_back(
+        routed_attention(q, k, v, qm, km, a.key_padding_mask, a.causal, scale, /*check_members_range=*/false));
     if (a.aux || is_training()) {
       Tensor qa = nearest_centroid(qd, centroids_), ka = nearest_centroid(kd, centroids_);
       auto valid_of = [&](const Tensor& mask) {  // (B, 1, N, 1) 1 for real tokens

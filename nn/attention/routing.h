@@ -46,8 +46,12 @@ namespace nn {
 // query. Unlike chunked_attention (nn/attention/chunked.h) a position may appear in several lists (and the query
 // and key lists differ): each query's output is the average of its outputs over the lists holding it, zeros if
 // none (or if it may attend to nothing). Differentiable in q, k, v.
+// check_members_range: verify that every member is in [-1, N), an IndexError otherwise. It reads the lists' range
+// back to the host (a synchronisation on CUDA); the variants pass false for lists in range by construction
+// (top-k indices, the fixed sparse pattern).
 Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
-                        const Tensor& key_members, const Tensor& key_padding_mask, bool causal, double scale);
+                        const Tensor& key_members, const Tensor& key_padding_mask, bool causal, double scale,
+                        bool check_members_range = true);
 
 // The dense reference of routed_attention for tests: for every list c an explicit (B, H, N, N) blocked mask,
 // dense_attention over it, rows of queries in c averaged. O(C N^2) memory.

@@ -99,7 +99,7 @@ Tensor SparseAttention::forward(const AttentionArgs& a) {
   fixed_sparse_members(N, l, summary_for(l), a.causal, qm, km);
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(a.q.shape()[3]));
   return routed_attention(a.q, a.k, a.v, qm.to(a.q.device()), km.to(a.q.device()), a.key_padding_mask, a.causal,
-                          scale);
+                          scale, /*check_members_range=*/false);
 }
 
 }  // namespace nn
