@@ -4,6 +4,8 @@
 // Module::set_parameters.
 #include <cmath>
 #include <functional>
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -28,6 +30,40 @@ inline void check_module_grad(nn::Module& m, const std::function<Tensor(const st
   m.set_parameters(params);
   CHECK_MESSAGE(r.ok, r.message);
   CHECK(r.entries_checked > 0);
+}
+
+// Attention arguments with one padding mask for the keys and the queries (undefined: none).
+inline nn::AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm = {},
+                                        bool causal = false, nn::AuxLosses* aux = nullptr) {
+  nn::AttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.key_padding_mask = kpm;
+  a.query_padding_mask = kpm;
+  a.causal = causal;
+  a.aux = aux;
+  return a;
+}
+
+// The spec of a registered variant with options that suit the small inputs of the tests (N >= 16: 4 clusters,
+// buckets, chunks or blocks; fixed seeds for the variants that draw).
+inline nn::AttentionSpec small_attention_spec(const std::string& type, int64_t d_model, int64_t n_heads) {
+  static const std::map<std::string, nlohmann::json> options = {
+      {"lsh", {{"seed", 0}, {"bucket_size", 4}, {"n_hashes", 2}}},
+      {"routing", {{"n_clusters", 4}, {"seed", 0}}},
+      {"cluster-former", {{"chunk_size", 4}, {"num_clusters", 4}}},
+      {"neural-clustering", {{"clusters", 4}}},
+      {"clustered", {{"clusters", 4}, {"hash_seed", 7}}},
+      {"improved-clustered", {{"clusters", 4}, {"topk", 4}, {"hash_seed", 7}}},
+      {"sparse", {{"block_size", 4}, {"summary", 1}}}};
+  nn::AttentionSpec spec;
+  spec.type = type;
+  spec.d_model = d_model;
+  spec.n_heads = n_heads;
+  auto o = options.find(type);
+  if (o != options.end()) spec.options = nn::Config(o->second, "attention");
+  return spec;
 }
 
 // A (B, N) key padding mask, true at the (batch, position) pairs listed.

@@ -1,5 +1,4 @@
 #include <cmath>
-#include <map>
 
 #include "models/transformer.h"
 #include "nn/nn_test_util.h"
@@ -153,25 +152,12 @@ TEST_CASE("make_attention builds by name and checks options") {
 // back from a GPU on every forward, issue 25), so every variant must treat an all-false mask as no mask.
 TEST_CASE("every registered attention variant: a padding mask with nothing padded is no mask") {
   const int64_t B = 2, H = 2, N = 16, D = 4;
-  const std::map<std::string, nlohmann::json> options = {
-      {"lsh", {{"seed", 0}, {"bucket_size", 4}, {"n_hashes", 2}}},
-      {"routing", {{"n_clusters", 4}, {"seed", 0}}},
-      {"cluster-former", {{"chunk_size", 4}, {"num_clusters", 4}}},
-      {"neural-clustering", {{"clusters", 4}}},
-      {"clustered", {{"clusters", 4}, {"hash_seed", 7}}},
-      {"improved-clustered", {{"clusters", 4}, {"topk", 4}, {"hash_seed", 7}}},
-      {"sparse", {{"block_size", 4}, {"summary", 1}}}};
   int compared = 0;
   for (const std::string& type : nn::attention_types())
     for (bool causal : {false, true}) {
       if (type == "clustered" && causal) continue;  // refuses causal masks
       INFO(type, causal ? " (causal)" : "");
-      nn::AttentionSpec spec;
-      spec.type = type;
-      spec.d_model = H * D;
-      spec.n_heads = H;
-      auto o = options.find(type);
-      if (o != options.end()) spec.options = nn::Config(o->second, "attention");
+      nn::AttentionSpec spec = small_attention_spec(type, H * D, H);
       std::shared_ptr<nn::Attention> att = nn::make_attention(spec);
       att->to(kFloat64);
       att->eval();

@@ -9,6 +9,7 @@
 #include "autograd/ops/attention.h"
 #include "nn/attention/chunked.h"
 #include "tests/test_util.h"
+#include "nn/nn_test_util.h"
 
 using namespace cf;
 using namespace cf::test;
@@ -327,29 +328,17 @@ TEST_CASE("autocast: every registered attention variant takes 16-bit q, k, v and
   // Issue 26. Under autocast a variant gets what 16-bit projections give it: bfloat16 / float16
   // q, k, v (neural clustering also a float32 layer input). None has 16-bit kernels yet: full
   // attention runs flash_attention on float32 copies; clustered, improved clustered, neural
-  // clustering, routing and LSH run as float32 islands (nn::autocast_float32_args);
+  // clustering, routing, fixed sparse and LSH run as float32 islands (nn::autocast_float32_args);
   // Cluster-Former reaches the gathered block kernel through chunked_attention, which takes the
   // same float32 route. Reference: the same module (eval mode, fixed hash rotations) on the
   // widened values without autocast: the same clusters and the same float32 arithmetic, so the
   // outputs are equal and float32.
   const int64_t B = 2, H = 2, N = 32, D = 8;
-  const std::map<std::string, nlohmann::json> options = {
-      {"lsh", {{"seed", 0}, {"bucket_size", 8}, {"n_hashes", 2}}},
-      {"routing", {{"n_clusters", 4}, {"seed", 0}}},
-      {"cluster-former", {{"chunk_size", 8}, {"num_clusters", 4}}},
-      {"neural-clustering", {{"clusters", 4}}},
-      {"clustered", {{"clusters", 4}, {"hash_seed", 7}}},
-      {"improved-clustered", {{"clusters", 4}, {"topk", 8}, {"hash_seed", 7}}}};
   for (const std::string& type : nn::attention_types()) {
     for (DType dt : {kBFloat16, kFloat16}) {
       const std::string what = type + " " + dtype_name(dt);
       INFO(what);
-      nn::AttentionSpec spec;
-      spec.type = type;
-      spec.d_model = H * D;
-      spec.n_heads = H;
-      auto o = options.find(type);
-      if (o != options.end()) spec.options = nn::Config(o->second, "attention");
+      nn::AttentionSpec spec = small_attention_spec(type, H * D, H);
       std::shared_ptr<nn::Attention> att = nn::make_attention(spec);
       att->eval();
       nn::AttentionArgs a;

@@ -12,19 +12,6 @@ using namespace cf::test;
 
 namespace {
 
-nn::AttentionArgs args_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, bool causal,
-                          nn::AuxLosses* aux = nullptr) {
-  nn::AttentionArgs a;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.key_padding_mask = kpm;
-  a.query_padding_mask = kpm;
-  a.causal = causal;
-  a.aux = aux;
-  return a;
-}
-
 // Query lists with a position in two lists and empty slots; key lists differ from the query lists.
 void example_members(Tensor& qm, Tensor& km) {
   // (B=2, H=1, C=3, w=3), N = 7
@@ -76,8 +63,8 @@ TEST_CASE("routing attention: one cluster equals full attention (padding, causal
   for (bool causal : {false, true})
     for (bool padded : {false, true}) {
       Tensor m = padded ? kpm : Tensor();
-      Tensor got = att.forward(args_of(q, k, v, m, causal));
-      Tensor ref = full.forward(args_of(q, k, v, m, causal));
+      Tensor got = att.forward(attention_args(q, k, v, m, causal));
+      Tensor ref = full.forward(attention_args(q, k, v, m, causal));
       check_vec_close(real_rows(got, m), real_rows(ref, m), 1e-12);
     }
 }
@@ -122,7 +109,7 @@ TEST_CASE("routing attention: the module equals the dense reference of its own r
   Tensor kpm = pad_mask(B, N, {{1, 8}});
   for (bool causal : {false, true}) {
     INFO("causal ", causal);
-    Tensor got = att.forward(args_of(q, k, v, kpm, causal));
+    Tensor got = att.forward(attention_args(q, k, v, kpm, causal));
     // Routing heads 1, 2: the clusters from balanced_routing, attention from the dense reference.
     NoGradGuard ng;
     Tensor qr = narrow(q, 1, 1, 2), kr = narrow(k, 1, 1, 2), vr = narrow(v, 1, 1, 2);
@@ -212,13 +199,13 @@ TEST_CASE("routing attention: the EMA centroid update and the commitment loss ma
   // Eval mode: the loss is reported, the centroids stay.
   nn::AuxLosses aux;
   att.eval();
-  att.forward(args_of(q, k, v, kpm, false, &aux));
+  att.forward(attention_args(q, k, v, kpm, false, &aux));
   REQUIRE(aux.get("routing_commitment").size() == 1);
   CHECK(aux.get("routing_commitment")[0].item<double>() == doctest::Approx(commit).epsilon(1e-12));
   check_close(att.centroids(), mu, 0.0);
   // Training mode: mu <- lambda mu + (1 - lambda)/2 (mean assigned Q + mean assigned K).
   att.train();
-  att.forward(args_of(q, k, v, kpm, false));
+  att.forward(attention_args(q, k, v, kpm, false));
   check_close(att.centroids(), expected, 1e-12);
   // The centroids live in the state dict as a buffer, not a parameter (no gradient).
   auto sd = att.state_dict();
@@ -229,7 +216,7 @@ TEST_CASE("routing attention: the EMA centroid update and the commitment loss ma
   GradcheckResult r = gradcheck(
       [&](const std::vector<Tensor>& xs) {
         nn::AuxLosses a2;
-        att.forward(args_of(xs[0], xs[1], v.detach(), kpm, false, &a2));
+        att.forward(attention_args(xs[0], xs[1], v.detach(), kpm, false, &a2));
         return a2.get("routing_commitment")[0];
       },
       {q, k});
@@ -272,14 +259,14 @@ TEST_CASE("routing attention: bad arguments and options are errors naming the va
                    "[RoutingAttention] seed must be -1 (default generator) or >= 0, got -2");
   nn::RoutingAttention att(2, 4, 2);
   Tensor q = leaf64({1, 2, 5, 4});
-  CHECK_THROWS_MSG(att.forward(args_of(q, q, q, Tensor(), false)), DTypeError,
+  CHECK_THROWS_MSG(att.forward(attention_args(q, q, q, Tensor(), false)), DTypeError,
                    "[RoutingAttention] q is float64 but the centroids are float32");
   att.to(kFloat64);
-  CHECK_THROWS_MSG(att.forward(args_of(leaf64({1, 3, 5, 4}), leaf64({1, 3, 5, 4}), leaf64({1, 3, 5, 4}), Tensor(), false)),
+  CHECK_THROWS_MSG(att.forward(attention_args(leaf64({1, 3, 5, 4}), leaf64({1, 3, 5, 4}), leaf64({1, 3, 5, 4}), Tensor(), false)),
                    ShapeError, "[RoutingAttention] built for 2 heads of size 4, got q (1,3,5,4)");
-  CHECK_THROWS_MSG(att.forward(args_of(q, leaf64({1, 2, 6, 4}), leaf64({1, 2, 6, 4}), Tensor(), false)), ShapeError,
+  CHECK_THROWS_MSG(att.forward(attention_args(q, leaf64({1, 2, 6, 4}), leaf64({1, 2, 6, 4}), Tensor(), false)), ShapeError,
                    "[RoutingAttention] routing attention is self-attention: q has 5 positions, k 6");
-  CHECK_THROWS_MSG(att.forward(args_of(q, leaf64({1, 2, 5, 3}), q, Tensor(), false)), ShapeError,
+  CHECK_THROWS_MSG(att.forward(attention_args(q, leaf64({1, 2, 5, 3}), q, Tensor(), false)), ShapeError,
                    "[RoutingAttention] inconsistent shapes");
   Tensor qm, km;
   example_members(qm, km);
@@ -298,7 +285,7 @@ TEST_CASE("routing attention: bad arguments and options are errors naming the va
     nn::RoutingAttention e(2, 4, 2, 1);
     e.to(kFloat64);
     Tensor z = leaf64({1, 2, 0, 4});
-    CHECK(e.forward(args_of(z, z, z, Tensor(), true)).shape() == Shape{1, 2, 0, 4});
+    CHECK(e.forward(attention_args(z, z, z, Tensor(), true)).shape() == Shape{1, 2, 0, 4});
   }
   nn::AttentionSpec spec;
   spec.type = "routing";

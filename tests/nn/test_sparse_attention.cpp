@@ -14,17 +14,6 @@ using namespace cf::test;
 
 namespace {
 
-nn::AttentionArgs self_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, bool causal) {
-  nn::AttentionArgs a;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.key_padding_mask = kpm;
-  a.query_padding_mask = kpm;
-  a.causal = causal;
-  return a;
-}
-
 // Dense attention over A(1) u A(2) of the header, plus the usual padding and causal masks.
 Tensor dense_sparse_reference(const nn::AttentionArgs& a, int64_t block, int64_t summary) {
   const int64_t n = a.q.shape()[2];
@@ -63,7 +52,7 @@ TEST_CASE("sparse attention: equals dense attention over the pattern, forward an
         Tensor q = leaf64({2, 2, 11, 3}, 1), k = leaf64({2, 2, 11, 3}, 2), v = leaf64({2, 2, 11, 5}, 3);
         Tensor m = padded ? pad_mask(2, 11, {{0, 10}, {1, 2}, {1, 9}}) : Tensor();
         Tensor wo = leaf64({2, 2, 11, 5}, 4).detach();
-        nn::AttentionArgs a = self_args(q, k, v, m, causal);
+        nn::AttentionArgs a = attention_args(q, k, v, m, causal);
         Tensor fast = att.forward(a);
         sum(fast * wo).backward();
         std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
@@ -84,7 +73,7 @@ TEST_CASE("sparse attention: c = l and a single block are full attention, and th
   nn::FullAttention full;
   for (bool causal : {false, true}) {
     INFO("causal ", causal);
-    nn::AttentionArgs a = self_args(q, k, v, pad_mask(1, 9, {{0, 8}}), causal);
+    nn::AttentionArgs a = attention_args(q, k, v, pad_mask(1, 9, {{0, 8}}), causal);
     Tensor ref = full.forward(a);
     check_close(nn::SparseAttention(3, 3).forward(a), ref, 1e-12);  // every cell is a summary cell
     check_close(nn::SparseAttention(9, 1).forward(a), ref, 1e-12);  // one block
@@ -97,7 +86,7 @@ TEST_CASE("sparse attention: c = l and a single block are full attention, and th
   CHECK(d.summary_for(12) == 3);  // l / 4
   CHECK(d.summary_for(3) == 1);
   CHECK(nn::SparseAttention(0, 5).summary_for(3) == 3);  // a given c never exceeds a derived l
-  nn::AttentionArgs a = self_args(q, k, v, Tensor(), true);
+  nn::AttentionArgs a = attention_args(q, k, v, Tensor(), true);
   check_close(d.forward(a), dense_sparse_reference(a, 3, 1), 1e-12);
 }
 
@@ -126,9 +115,9 @@ TEST_CASE("sparse attention: bad arguments and options are errors naming the val
   CHECK_THROWS_MSG(nn::SparseAttention(4, 1, -1.0), ValueError, "[SparseAttention] scale must be >= 0");
   nn::SparseAttention att(4, 1);
   Tensor q = leaf64({1, 2, 5, 4});
-  CHECK_THROWS_MSG(att.forward(self_args(q, leaf64({1, 2, 6, 4}), leaf64({1, 2, 6, 4}), Tensor(), false)), ShapeError,
+  CHECK_THROWS_MSG(att.forward(attention_args(q, leaf64({1, 2, 6, 4}), leaf64({1, 2, 6, 4}), Tensor(), false)), ShapeError,
                    "[SparseAttention] the fixed pattern is self-attention: q has 5 positions, k 6");
-  CHECK_THROWS_MSG(att.forward(self_args(q, leaf64({1, 2, 5, 3}), q, Tensor(), false)), ShapeError,
+  CHECK_THROWS_MSG(att.forward(attention_args(q, leaf64({1, 2, 5, 3}), q, Tensor(), false)), ShapeError,
                    "[SparseAttention] inconsistent shapes");
   Tensor qm, km;
   CHECK_THROWS_MSG(nn::fixed_sparse_members(5, 0, 1, false, qm, km), ValueError,
@@ -136,7 +125,7 @@ TEST_CASE("sparse attention: bad arguments and options are errors naming the val
   CHECK_THROWS_MSG(nn::fixed_sparse_blocked(5, 2, 3), ValueError, "[fixed_sparse_blocked]", "l=2 c=3");
   {  // An empty sequence gives an empty output.
     Tensor z = leaf64({1, 2, 0, 4});
-    CHECK(att.forward(self_args(z, z, z, Tensor(), true)).shape() == Shape{1, 2, 0, 4});
+    CHECK(att.forward(attention_args(z, z, z, Tensor(), true)).shape() == Shape{1, 2, 0, 4});
   }
   nn::AttentionSpec spec;
   spec.type = "sparse";
