@@ -90,16 +90,6 @@ Tensor full_reference(const Tensor& q, const Tensor& k, const Tensor& v, const T
   return nn::dense_attention(q, k, v, blocked, 1.0 / std::sqrt(double(q.shape()[3])));
 }
 
-nn::AttentionArgs args_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm) {
-  nn::AttentionArgs a;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.key_padding_mask = kpm;
-  a.query_padding_mask = kpm;
-  return a;
-}
-
 std::shared_ptr<nn::ClusteredAttention> make_layer(const std::string& type, const nlohmann::json& options) {
   nn::AttentionSpec spec;
   spec.type = type;
@@ -120,20 +110,20 @@ TEST_CASE("clustered attention with one query per cluster equals full attention,
   Tensor valid = valid_rows(kpm);
   auto layer = make_layer("clustered", {});
   layer->set_assignment(singleton_clusters(B, H, N));
-  Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) { return layer->forward(args_of(a, b, c, kpm)); },
+  Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) { return layer->forward(attention_args(a, b, c, kpm)); },
                   q, k, v, valid);
   Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) { return full_reference(a, b, c, kpm); }, q,
                    k, v, valid);
   check_same(got, want, 1e-12);
   // Padded queries belong to no cluster: their rows are zero.
-  Tensor y = layer->forward(args_of(q, k, v, kpm));
+  Tensor y = layer->forward(attention_args(q, k, v, kpm));
   auto a = layer->last_assignment().to_vector<int64_t>();
   CHECK(a[size_t((1 * H + 0) * N + 4)] == -1);
   CHECK(a[size_t((1 * H + 1) * N + 5)] == -1);
   for (double x : values(slice(slice(y, 0, 1, 2), 2, 4, 6))) CHECK(x == 0.0);
   // And without any mask.
   Grads g2 = run([&](const Tensor& a2, const Tensor& b2, const Tensor& c2) {
-    return layer->forward(args_of(a2, b2, c2, Tensor()));
+    return layer->forward(attention_args(a2, b2, c2, Tensor()));
   }, q, k, v, Tensor());
   Grads w2 = run([&](const Tensor& a2, const Tensor& b2, const Tensor& c2) { return full_reference(a2, b2, c2, Tensor()); },
                  q, k, v, Tensor());
@@ -150,7 +140,7 @@ TEST_CASE("improved clustered attention with top-k = number of keys equals full 
     auto layer = make_layer("improved-clustered", {{"topk", N}});
     layer->set_assignment(random_clusters(B, H, N, C, uint64_t(10 + C)));
     Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
-      return layer->forward(args_of(a, b, c, kpm));
+      return layer->forward(attention_args(a, b, c, kpm));
     }, q, k, v, valid);
     Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) { return full_reference(a, b, c, kpm); },
                      q, k, v, valid);
@@ -275,7 +265,7 @@ TEST_CASE("causal improved clustered attention: past top-k keys only, dense refe
     auto layer = make_layer("improved-clustered", {{"topk", N}});
     layer->set_assignment(random_clusters(B, H, N, C, uint64_t(40 + C)));
     auto causal_args = [&](const Tensor& a, const Tensor& b, const Tensor& c) {
-      nn::AttentionArgs x = args_of(a, b, c, kpm);
+      nn::AttentionArgs x = attention_args(a, b, c, kpm);
       x.causal = true;
       return x;
     };
@@ -288,12 +278,12 @@ TEST_CASE("causal improved clustered attention: past top-k keys only, dense refe
   }
   // float64 gradcheck with the clustering held fixed.
   auto layer = make_layer("improved-clustered", {{"clusters", 2}, {"topk", 2}, {"hash_seed", 3}});
-  nn::AttentionArgs a0 = args_of(q, k, v, kpm);
+  nn::AttentionArgs a0 = attention_args(q, k, v, kpm);
   a0.causal = true;
   layer->forward(a0);
   layer->set_assignment(layer->last_assignment());
   auto f = [&](const std::vector<Tensor>& xs) {
-    nn::AttentionArgs a = args_of(xs[0], xs[1], xs[2], kpm);
+    nn::AttentionArgs a = attention_args(xs[0], xs[1], xs[2], kpm);
     a.causal = true;
     return layer->forward(a);
   };
@@ -361,7 +351,7 @@ TEST_CASE("more clusters than queries and top-k larger than the keys work, with 
     INFO(type);
     auto layer = make_layer(type, {});
     Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
-      return layer->forward(args_of(a, b, c, kpm));
+      return layer->forward(attention_args(a, b, c, kpm));
     }, q, k, v, valid);
     Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) { return full_reference(a, b, c, kpm); },
                      q, k, v, valid);
@@ -369,7 +359,7 @@ TEST_CASE("more clusters than queries and top-k larger than the keys work, with 
   }
   // Top-k above the valid keys of a short row but below Nk: padded keys in the top-k carry no weight.
   auto imp = make_layer("improved-clustered", {{"clusters", 2}, {"topk", 5}, {"hash_seed", 1}});
-  Tensor y = imp->forward(args_of(q, k, v, kpm));
+  Tensor y = imp->forward(attention_args(q, k, v, kpm));
   Tensor ref = matmul(nn::clustered_attention_weights(q, k, imp->last_assignment(), 2, kpm, 0.5, 5), v);
   check_same(values(y), values(ref), 1e-12, "top-k 5 over 4 valid keys");
   // A row of all padding outputs zeros and no NaN.
@@ -378,7 +368,7 @@ TEST_CASE("more clusters than queries and top-k larger than the keys work, with 
     nlohmann::json o = {{"clusters", 2}};
     if (std::string(type) == "improved-clustered") o["topk"] = 2;
     auto layer = make_layer(type, o);
-    nn::AttentionArgs a = args_of(q, k, v, allpad);
+    nn::AttentionArgs a = attention_args(q, k, v, allpad);
     for (double x : values(slice(layer->forward(a), 0, 0, 1))) CHECK(x == 0.0);
     for (double x : values(layer->forward(a))) CHECK(std::isfinite(x));
   }
@@ -393,9 +383,9 @@ TEST_CASE("float64 gradcheck of clustered and improved clustered attention with 
     nlohmann::json o = {{"clusters", 2}, {"hash_seed", 3}};
     if (std::string(type) == "improved-clustered") o["topk"] = 2;
     auto layer = make_layer(type, o);
-    layer->forward(args_of(q, k, v, kpm));
+    layer->forward(attention_args(q, k, v, kpm));
     layer->set_assignment(layer->last_assignment());  // held fixed under the perturbations
-    auto f = [&](const std::vector<Tensor>& xs) { return layer->forward(args_of(xs[0], xs[1], xs[2], kpm)); };
+    auto f = [&](const std::vector<Tensor>& xs) { return layer->forward(attention_args(xs[0], xs[1], xs[2], kpm)); };
     GradcheckResult r = gradcheck(f, {q, k, v});
     CHECK_MESSAGE(r.ok, r.message);
     CHECK(r.entries_checked > 0);
@@ -459,7 +449,7 @@ TEST_CASE("under autocast, clustered attention takes 16-bit q, k, v, computes in
              v = to(randn({B, H, N, D}, kFloat32, g), dt);
       Tensor w = randn({B, H, N, D}, kFloat32, g);
       // Without autocast a 16-bit input stays a clear dtype error.
-      CHECK_THROWS_AS(make_layer(type, o)->forward(args_of(q, k, v, Tensor())), DTypeError);
+      CHECK_THROWS_AS(make_layer(type, o)->forward(attention_args(q, k, v, Tensor())), DTypeError);
       auto grads = [&](bool low) {
         Tensor qq = (low ? q : to(q, kFloat32)).detach().set_requires_grad(true),
                kk = (low ? k : to(k, kFloat32)).detach().set_requires_grad(true),
@@ -468,7 +458,7 @@ TEST_CASE("under autocast, clustered attention takes 16-bit q, k, v, computes in
         Tensor out;
         {
           AutocastGuard guard(low ? std::optional<DType>(dt) : std::nullopt);
-          out = att->forward(args_of(qq, kk, vv, Tensor()));
+          out = att->forward(attention_args(qq, kk, vv, Tensor()));
         }
         CHECK(out.dtype() == kFloat32);
         sum(out * w).backward();
@@ -530,17 +520,17 @@ TEST_CASE("attention-weight dropout acts in training only and keeps the expected
     if (std::string(type) == "improved-clustered") o["topk"] = 3;
     auto layer = make_layer(type, o);
     layer->eval();
-    auto clean = values(layer->forward(args_of(q, k, v, Tensor())));
+    auto clean = values(layer->forward(attention_args(q, k, v, Tensor())));
     layer->set_assignment(layer->last_assignment());
     layer->train();
-    auto once = values(layer->forward(args_of(q, k, v, Tensor())));
+    auto once = values(layer->forward(attention_args(q, k, v, Tensor())));
     CHECK(once != clean);
     // The mean over many draws is the clean output (inverted dropout): within 4.5
     // standard errors for every element.
     std::vector<double> mean(clean.size(), 0.0), sq(clean.size(), 0.0);
     const int draws = 400;
     for (int d = 0; d < draws; ++d) {
-      auto y = values(layer->forward(args_of(q, k, v, Tensor())));
+      auto y = values(layer->forward(attention_args(q, k, v, Tensor())));
       for (size_t i = 0; i < y.size(); ++i) {
         mean[i] += y[i] / draws;
         sq[i] += y[i] * y[i] / draws;
@@ -579,7 +569,7 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
   CHECK_THROWS_MSG(make_layer("clustered", {{"topk", 4}}), ValueError, "attention.topk");
   CHECK_THROWS_MSG(make_layer("clustered", {{"hash_seed", -1}}), ValueError, "hash_seed must be >= 0");
   auto layer = make_layer("clustered", {});
-  nn::AttentionArgs causal = args_of(q, k, v, Tensor());
+  nn::AttentionArgs causal = attention_args(q, k, v, Tensor());
   causal.causal = true;
   CHECK_THROWS_MSG(layer->forward(causal), NotImplementedError, "[ClusteredAttention] causal masking is not supported",
                    "use improved-clustered");
@@ -587,7 +577,7 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
                    NotImplementedError, "[clustered_attention] causal masking needs topk > 0");
   CHECK_THROWS_MSG(layer->set_assignment(to(a, kFloat64)), DTypeError, "set_assignment: expected int64 (B, H, Nq)");
   layer->set_assignment(ti64({0, 0, 0}, {1, 1, 3}));
-  CHECK_THROWS_MSG(layer->forward(args_of(q, k, v, Tensor())), ShapeError, "set_assignment is (1,1,3)",
+  CHECK_THROWS_MSG(layer->forward(attention_args(q, k, v, Tensor())), ShapeError, "set_assignment is (1,1,3)",
                    "(B, H, Nq) = (1, 1, 4)");
   CHECK_THROWS_MSG(layer->cluster(ti64({1}, {1})), ShapeError, "cluster: expected float q (B, H, Nq, D)");
 }
