@@ -426,12 +426,7 @@ int run(const Config& cfg, cf::Device dev) {
         {"topk", cfg.topk}, {"sweep_clusters", cfg.sweep_clusters}, {"steps", tc.steps}});
   emit(cf::apps::topic_data_event(cfg.data, data));
 
-  auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
-  auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
-  auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
-  cf::data::DataLoaderOptions eo;
-  eo.batch_size = tc.eval_batch_size;
-  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
+  cf::apps::TopicLoaders loaders(data, tc.eval_batch_size);
 
   std::vector<std::string> train_labels;
   for (const std::string& t : cfg.train) train_labels.push_back(label_of(train_spec(cfg, t)));
@@ -454,7 +449,7 @@ int run(const Config& cfg, cf::Device dev) {
   } else {
     for (int64_t seed : cfg.seeds)
       for (size_t ti = 0; ti < cfg.train.size(); ++ti)
-        train_and_evaluate(cfg, dev, data, train_ds, val_loader, test_loader, seed, ti, train_labels[ti], res);
+        train_and_evaluate(cfg, dev, data, loaders.train, loaders.val, loaders.test, seed, ti, train_labels[ti], res);
   }
   summarise(cfg, dev, data, train_labels, res, t_start);
   return 0;

@@ -1,8 +1,7 @@
 #pragma once
-// --precision fp32|bf16|fp16 for the apps that time or train without train_run.h
-// (cf-efficiency, cf-neural-cluster; cf-bench has its own BenchOptions): the
-// check of the value, the autocast dtype it names, and the one rule for a part
-// that has no 16-bit path yet.
+// --precision fp32|bf16|fp16: the check of the value and the autocast dtype it
+// names (train_run.h's training loop, cf-efficiency, cf-neural-cluster; cf-bench
+// has its own BenchOptions), and the one rule for a part that has no 16-bit path yet.
 #include <functional>
 #include <optional>
 #include <string>
@@ -13,7 +12,7 @@
 namespace cf::apps {
 
 // A UsageError (exit status 2) unless `p` is fp32, bf16 or fp16; the message is
-// train_run.h's and cf-bench's.
+// cf-bench's too.
 inline void check_precision(const std::string& p) {
   if (p != "fp32" && p != "bf16" && p != "fp16")
     throw UsageError("--precision must be fp32, bf16 or fp16, got '" + p + "'");

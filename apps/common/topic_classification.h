@@ -93,6 +93,24 @@ struct TopicData {
   int64_t max_len_seen = 0;
 };
 
+// The splits as the apps use them: the training set (the training loop batches and shuffles it) and in-order
+// loaders of eval_batch_size over the validation and test sets.
+struct TopicLoaders {
+  TopicLoaders(const TopicData& d, int64_t eval_batch_size)
+      : train(std::make_shared<cf::data::SequenceDataset>(d.train.ids, d.train.labels)),
+        val(std::make_shared<cf::data::SequenceDataset>(d.val.ids, d.val.labels), eval_options(eval_batch_size)),
+        test(std::make_shared<cf::data::SequenceDataset>(d.test.ids, d.test.labels), eval_options(eval_batch_size)) {}
+  std::shared_ptr<cf::data::SequenceDataset> train;
+  cf::data::DataLoader val, test;
+
+ private:
+  static cf::data::DataLoaderOptions eval_options(int64_t batch_size) {
+    cf::data::DataLoaderOptions o;
+    o.batch_size = batch_size;
+    return o;
+  }
+};
+
 // Fisher-Yates with a 64-bit Mersenne twister (its output is fixed by the standard;
 // std::uniform_int_distribution is not, so the draw is done by hand).
 template <class T>

@@ -18,6 +18,7 @@
 #include "cf.h"
 #include "common/distributed.h"
 #include "common/options.h"
+#include "common/precision.h"
 #include "common/report.h"
 #include "nn/checkpoint.h"
 
@@ -59,8 +60,7 @@ inline void check_train_settings(const TrainSettings& c) {
   if (c.weight_decay < 0) throw UsageError("--weight-decay must be non-negative");
   if (c.stop_after > 0 && c.checkpoint_dir.empty())
     throw UsageError("--stop-after needs --checkpoint-dir (the next run continues from the checkpoint)");
-  if (c.precision != "fp32" && c.precision != "bf16" && c.precision != "fp16")
-    throw UsageError("--precision must be fp32, bf16 or fp16, got '" + c.precision + "'");
+  check_precision(c.precision);
   if (c.warmup >= c.steps)
     throw UsageError("--warmup (" + std::to_string(c.warmup) + ") must be less than --steps (" +
                      std::to_string(c.steps) + ")");
@@ -141,9 +141,7 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   // --precision: the autocast dtype of the training forward passes; fp16 also
   // scales the loss (its gradients would underflow), with the scaler's state in
   // the checkpoint.
-  std::optional<cf::DType> autocast;
-  if (cfg.precision == "bf16") autocast = cf::kBFloat16;
-  if (cfg.precision == "fp16") autocast = cf::kFloat16;
+  const std::optional<cf::DType> autocast = precision_dtype(cfg.precision);
   cf::nn::GradScaler scaler;
 
   TrainResult result;

@@ -406,17 +406,12 @@ int run(const Config& cfg, cf::Device dev) {
         {"steps", tc.steps}});
   emit(cf::apps::topic_data_event(cfg.data, data));
 
-  auto train_ds = std::make_shared<cf::data::SequenceDataset>(data.train.ids, data.train.labels);
-  auto val_ds = std::make_shared<cf::data::SequenceDataset>(data.val.ids, data.val.labels);
-  auto test_ds = std::make_shared<cf::data::SequenceDataset>(data.test.ids, data.test.labels);
-  cf::data::DataLoaderOptions eo;
-  eo.batch_size = tc.eval_batch_size;
-  cf::data::DataLoader val_loader(val_ds, eo), test_loader(test_ds, eo);
+  cf::apps::TopicLoaders loaders(data, tc.eval_batch_size);
   if (!tc.checkpoint_dir.empty()) cf::apps::make_dir(tc.checkpoint_dir, "cf-textcls", "--checkpoint-dir");
 
   std::map<std::string, ArmResult> results;  // by Arm::file
   for (int64_t seed : cfg.seeds)
-    for (const Arm& arm : arms) train_arm(cfg, dev, data, train_ds, val_loader, test_loader, seed, arm, results);
+    for (const Arm& arm : arms) train_arm(cfg, dev, data, loaders.train, loaders.val, loaders.test, seed, arm, results);
   summarise(cfg, data, arms, k_default, results, t_start);
   return 0;
 }
