@@ -15,9 +15,12 @@
 // choice for images) and heads attending to distinct summary sub-blocks (its multi-head refinement); every
 // head here uses the same pattern.
 //
-// Cost: each query scores at most l + c * ceil(N / l) keys, O(N (l + c N / l)), O(N^1.5) for l ~ sqrt(N). The
-// pattern becomes index lists (one per block: its queries, and its block's keys followed by the other blocks'
-// summaries) run by routed_attention (routing.h), so nothing builds an N x N matrix.
+// Cost: each query scores at most l + c * ceil(N / l) keys, O(N (l + c N / l)): O(N^1.5) for l ~ sqrt(N) and a
+// fixed c, while with the default ratio c = l / 4 a quarter of the keys are summaries (N^2 / 4 scores). The pattern
+// becomes index lists (one per block: its queries, and its block's keys followed by the other blocks' summaries)
+// run by routed_attention (routing.h), so nothing builds an N x N matrix; but every block gathers its own copy of
+// the summary keys and values, so memory is O(N / l * (l + c N / l) * d) besides the scores (a kernel that shares
+// them across blocks would not copy them).
 #include <cstdint>
 
 #include "nn/attention/attention.h"
