@@ -34,7 +34,7 @@ std::atomic<bool>& sync_flag() {
 }
 
 struct TransferCounters {
-  std::atomic<int64_t> d2h{0}, d2h_bytes{0}, h2d{0}, h2d_bytes{0}, syncs{0};
+  std::atomic<int64_t> d2h{0}, d2h_bytes{0}, h2d{0}, h2d_bytes{0}, syncs{0}, launches{0};
 };
 TransferCounters& counters() {
   static TransferCounters c;
@@ -62,6 +62,7 @@ TransferStats transfer_stats() {
   s.host_to_device = c.h2d.load();
   s.host_to_device_bytes = c.h2d_bytes.load();
   s.synchronizations = c.syncs.load();
+  s.kernel_launches = c.launches.load();
   return s;
 }
 
@@ -72,6 +73,7 @@ void reset_transfer_stats() {
   c.h2d = 0;
   c.h2d_bytes = 0;
   c.syncs = 0;
+  c.launches = 0;
 }
 
 TransferStats operator-(const TransferStats& b, const TransferStats& a) {
@@ -81,6 +83,7 @@ TransferStats operator-(const TransferStats& b, const TransferStats& a) {
   d.host_to_device = b.host_to_device - a.host_to_device;
   d.host_to_device_bytes = b.host_to_device_bytes - a.host_to_device_bytes;
   d.synchronizations = b.synchronizations - a.synchronizations;
+  d.kernel_launches = b.kernel_launches - a.kernel_launches;
   return d;
 }
 
@@ -111,12 +114,130 @@ void throw_cuda_error(cudaError_t err, const char* op, const char* what) {
                         cudaGetErrorString(err), " (in ", what, ")"));
 }
 
+void count_launch() { ++counters().launches; }
+
+namespace {
+// True while this thread runs a deferred check's launch under the record's lock:
+// check_launch must not read the record then (defer_check reads it right after).
+thread_local bool t_in_check_launch = false;
+}  // namespace
+
 void check_launch(const char* op) {
+  count_launch();
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, op, "kernel launch");
   if (sync_debug()) {
     err = cudaDeviceSynchronize();
     if (err != cudaSuccess) throw_cuda_error(err, op, "kernel execution (CF_CUDA_SYNC_DEBUG)");
+    if (!t_in_check_launch) check_errors();
+  }
+}
+
+namespace {
+
+// The deferred data checks of every device. A device's slots are one cudaMalloc'd
+// array (outside cf's allocator, so memory statistics do not see it), handed out in
+// order and reset together after each read; `pending` lists the unread checks in
+// the order they were queued, so the first failure reported is the first queued.
+struct DeferredChecks {
+  static constexpr int64_t kSlots = 4096;
+  struct Pending {
+    int device;
+    int64_t slot;
+    RaiseCheck raise;
+  };
+  std::mutex mu;
+  std::vector<CheckSlot*> slots;  // per device, allocated on first use
+  std::vector<int64_t> used;      // per device: slots handed out since the last read
+  std::vector<Pending> pending;
+  std::atomic<int64_t> count{0};  // pending.size(), read without the lock
+};
+DeferredChecks& deferred() {
+  static DeferredChecks* d = new DeferredChecks();  // never destroyed: device memory lives to exit
+  return *d;
+}
+
+const std::vector<CheckSlot>& unused_slots() {
+  static const std::vector<CheckSlot> v(size_t(DeferredChecks::kSlots), CheckSlot{kNoFailure, 0, 0, 0});
+  return v;
+}
+
+}  // namespace
+
+void defer_check(Device d, RaiseCheck raise, const char* op, const std::function<void(CheckSlot*)>& launch) {
+  check_device(d, op);
+  DeferredChecks& r = deferred();
+  const size_t dev = size_t(d.index);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(r.mu);
+      if (r.slots.empty()) {
+        r.slots.assign(size_t(device_count()), nullptr);
+        r.used.assign(size_t(device_count()), 0);
+      }
+      if (!r.slots[dev]) {
+        set_device(d, op);
+        const size_t bytes = sizeof(CheckSlot) * size_t(DeferredChecks::kSlots);
+        CheckSlot* p = nullptr;
+        CF_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), bytes), op);
+        const cudaError_t err = cudaMemcpy(p, unused_slots().data(), bytes, cudaMemcpyHostToDevice);
+        if (err != cudaSuccess) {
+          (void)cudaFree(p);
+          throw_cuda_error(err, op, "cudaMemcpy of the check record");
+        }
+        r.slots[dev] = p;  // only once initialised
+      }
+      if (r.used[dev] < DeferredChecks::kSlots) {
+        CheckSlot* slot = r.slots[dev] + r.used[dev];
+        set_device(d, op);
+        struct Flag {  // reset however launch leaves
+          Flag() { t_in_check_launch = true; }
+          ~Flag() { t_in_check_launch = false; }
+        } flag;
+        launch(slot);  // may throw: then nothing is reserved
+        r.pending.push_back({d.index, r.used[dev], std::move(raise)});
+        ++r.used[dev];
+        ++r.count;
+        break;
+      }
+    }
+    check_errors();  // every slot holds an unread check: read them (waits), then take one
+  }
+  if (sync_debug()) check_errors();  // CF_CUDA_SYNC_DEBUG: the failing op throws itself
+}
+
+int64_t pending_checks() { return deferred().count.load(); }
+
+void check_errors() {
+  DeferredChecks& r = deferred();
+  if (r.count.load() == 0) return;
+  std::vector<DeferredChecks::Pending> pending;
+  std::vector<std::vector<CheckSlot>> read(r.slots.size());
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    pending.swap(r.pending);
+    r.count = 0;
+    std::vector<int64_t> used(r.used.size(), 0);
+    used.swap(r.used);  // every slot is free again, whatever happens below
+    int current = -1;
+    CF_CUDA_CHECK(cudaGetDevice(&current), "check_errors");
+    // The record's own copies are part of the host read that called this: they are
+    // not counted in transfer_stats. Each device's copy runs with that device
+    // current, so it is ordered after the check kernels queued on it.
+    for (size_t dev = 0; dev < r.slots.size(); ++dev) {
+      const int64_t n = used[dev];
+      if (n == 0) continue;
+      CF_CUDA_CHECK(cudaSetDevice(int(dev)), "check_errors");
+      const size_t bytes = sizeof(CheckSlot) * size_t(n);
+      read[dev].resize(size_t(n));
+      CF_CUDA_CHECK(cudaMemcpy(read[dev].data(), r.slots[dev], bytes, cudaMemcpyDeviceToHost), "check_errors");
+      CF_CUDA_CHECK(cudaMemcpy(r.slots[dev], unused_slots().data(), bytes, cudaMemcpyHostToDevice), "check_errors");
+    }
+    CF_CUDA_CHECK(cudaSetDevice(current), "check_errors");
+  }
+  for (const DeferredChecks::Pending& p : pending) {
+    const CheckSlot& s = read[size_t(p.device)][size_t(p.slot)];
+    if (s.position != kNoFailure) p.raise(int64_t(s.position), int64_t(s.value));
   }
 }
 
@@ -131,12 +252,15 @@ void synchronize() {
   if (device_count() == 0) return;
   ++counters().syncs;
   CF_CUDA_CHECK(cudaDeviceSynchronize(), "synchronize");
+  check_errors();
 }
 
 #else
 
 int device_count() { return 0; }
 void synchronize() {}
+void check_errors() {}
+int64_t pending_checks() { return 0; }
 
 #endif
 
@@ -331,10 +455,13 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   if (n < PinnedStaging::kChunk) {
     CF_CUDA_CHECK(cudaMemcpy(dst, src, n, dst_device.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost),
                   op);
-    return;
+  } else {
+    static PinnedStaging* staging = new PinnedStaging();  // never destroyed: pinned memory lives to exit
+    staging->copy(dst, dst_device, src, n);
   }
-  static PinnedStaging* staging = new PinnedStaging();  // never destroyed: pinned memory lives to exit
-  staging->copy(dst, dst_device, src, n);
+  // A value read back to the host: the deferred checks queued before it have run,
+  // and a failed one is reported here instead of the value.
+  if (dst_device.is_cpu()) cuda::check_errors();
 #else
   cuda::check_device(dst_device.is_cuda() ? dst_device : src_device, op);
 #endif

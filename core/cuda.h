@@ -22,17 +22,36 @@ void synchronize();
 // must leave these unchanged). device_to_host: copies from a CUDA device to the CPU
 // (item(), to_vector(), .cpu(): each makes the host wait for the stream);
 // host_to_device: copies the other way (synchronous for pageable host memory);
-// synchronizations: calls of synchronize(). Copies between CPU buffers, and every
-// count in a build without CUDA, stay 0. Thread-safe; counts all threads.
+// synchronizations: calls of synchronize(); kernel_launches: kernels cf queued (its
+// own, each checked by check_launch, and each cuBLAS or CUB call, counted once though
+// a library call may queue several kernels; memsets and device-to-device copies are
+// not counted), the launch overhead a fused kernel or a CUDA graph would remove.
+// Copies between CPU buffers, and every count in a build without CUDA, stay 0.
+// Thread-safe; counts all threads.
 struct TransferStats {
   int64_t device_to_host = 0, device_to_host_bytes = 0;
   int64_t host_to_device = 0, host_to_device_bytes = 0;
   int64_t synchronizations = 0;
+  int64_t kernel_launches = 0;
 };
 TransferStats transfer_stats();
 void reset_transfer_stats();
 // b - a, field by field (the round trips of the code between two reads).
 TransferStats operator-(const TransferStats& b, const TransferStats& a);
+
+// Deferred data checks (issue 25): a check that must look at device data (an index
+// out of range, a cross-entropy target outside the classes, an integer division by
+// zero) does not stop the stream. Its kernel records what it finds on the device,
+// and the op returns at once (its output is then meaningless, never out of bounds:
+// the kernels clamp bad indices). The next device-to-host copy (item, to_vector,
+// cpu, printing), synchronize() or check_errors() reads the records and throws the
+// error of the first failed check, with the same type and "[op] ..." message the CPU
+// raises at once; later failures are dropped with it. With sync_debug() each check
+// is read as soon as it is queued, so the op that failed throws itself.
+// check_errors: waits for the device when a check is pending; no-op otherwise and
+// without CUDA. pending_checks: checks queued and not yet read.
+void check_errors();
+int64_t pending_checks();
 
 // TF32 tensor-core math in float32 matmuls. Off by default: float32 results then
 // agree with the CPU to float32 tolerances (DESIGN.md section 4).

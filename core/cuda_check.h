@@ -4,6 +4,9 @@
 // names the op and the CUDA error.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <functional>
+
 #include "core/cuda.h"
 #include "core/error.h"
 
@@ -11,9 +14,36 @@ namespace cf::cuda {
 
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* op, const char* what);
 
-// Checks the last launch; with sync_debug() also waits and checks for errors
-// raised while the kernel ran.
+// Checks the last launch and counts it (TransferStats::kernel_launches); with
+// sync_debug() also waits, checks for errors raised while the kernel ran, and reads
+// the deferred data checks (check_errors).
 void check_launch(const char* op);
+
+// Deferred data checks (core/cuda.h states the contract). A check reserves a slot of
+// its device's record with defer_check, whose `launch` queues the kernel that looks
+// at the data and writes the slot, and returns without waiting. The kernel stores the smallest failing
+// row-major position in `position` (atomicMin; kNoFailure: none) and the value found
+// there in `value` (only the thread or block that owns the final minimum may write
+// it: see find_bad_index_cuda); `blocks_done` is scratch for a kernel whose last
+// block finishes the slot, and must be left 0. `raise` runs on the host when the
+// slot is read with a failure and throws the op's error from (position, value).
+struct CheckSlot {
+  unsigned long long position;
+  long long value;
+  unsigned int blocks_done;
+  unsigned int unused;
+};
+constexpr unsigned long long kNoFailure = ~0ull;
+using RaiseCheck = std::function<void(int64_t position, int64_t value)>;
+// Slots live in a fixed device array per device, reset after each read; when all are
+// in use, the records are read first (one synchronisation per 4096 unread checks).
+// `launch` runs under the record's lock, so no reader on another thread can read and
+// reset the slot between its reservation and its kernel. The record is per process:
+// a host read on any thread reports a failed check queued by any thread.
+void defer_check(Device d, RaiseCheck raise, const char* op, const std::function<void(CheckSlot*)>& launch);
+
+// Counts one kernel launch (check_launch does; cuBLAS and CUB calls call it too).
+void count_launch();
 
 // Makes d the current device of the calling thread.
 void set_device(Device d, const char* op);

@@ -69,6 +69,8 @@ json bench_model(const BenchOptions& o) {
         r["train_synchronizations_per_step"] = train.transfers.synchronizations;
         r["infer_device_to_host_per_step"] = infer.transfers.device_to_host;
         r["infer_synchronizations_per_step"] = infer.transfers.synchronizations;
+        r["train_kernel_launches_per_step"] = train.transfers.kernel_launches;
+        r["infer_kernel_launches_per_step"] = infer.transfers.kernel_launches;
       }
       if (variant == "full") {
         full_train = t_train;

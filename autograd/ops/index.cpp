@@ -35,11 +35,13 @@ std::string coords(const Shape& shape, int64_t pos) {
   return shape_str(c);
 }
 
+// On CUDA a deferred check: the error is thrown at the next host read (core/cuda.h).
 void check_index_values(const char* op, const Tensor& index, int64_t axis, int64_t len) {
-  kernels::BadIndex b = kernels::find_bad_index(op, index, len);
-  CF_CHECK(!b.found, IndexError, "[", op, "] index ", b.value, " is out of range for axis ", axis,
-           " of length ", len, " (at ", coords(index.shape(), b.position), " of index ",
-           shape_str(index.shape()), "; valid indices are 0..", len - 1, ")");
+  kernels::check_index_range(op, index, len, [op, axis, len, shape = index.shape()](int64_t at, int64_t value) {
+    throw IndexError(str("[", op, "] index ", value, " is out of range for axis ", axis, " of length ", len, " (at ",
+                         coords(shape, at), " of index ", shape_str(shape), "; valid indices are 0..", len - 1,
+                         ")"));
+  });
 }
 
 void check_index_tensor(const char* op, const Tensor& index) {
@@ -266,16 +268,25 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   return out;
 }
 
+void check_indices(const char* op, const Tensor& ids, int64_t limit, std::function<void(int64_t, int64_t)> raise,
+                   std::optional<int64_t> allowed) {
+  ops::check_defined(ids, op, "ids");
+  ops::check_dtype(ids, kInt64, op, "ids");
+  const int64_t a = allowed.value_or(0);
+  kernels::check_index_range(op, ids, limit, std::move(raise), allowed ? &a : nullptr);
+}
+
 Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype) {
   const char* op = opname::one_hot;
   ops::check_defined(labels, op, "labels");
   ops::check_dtype(labels, kInt64, op, "labels");
   CF_CHECK(num_classes >= 1, ValueError, "[one_hot] num_classes must be >= 1, got ", num_classes);
-  kernels::BadIndex b = kernels::find_bad_index(op, labels, num_classes);
-  CF_CHECK(!b.found, IndexError, "[one_hot] label ", b.value, " at ",
-           coords(labels.shape(), b.position), " of labels ", shape_str(labels.shape()),
-           " is out of range for num_classes = ", num_classes, " (valid labels are 0..",
-           num_classes - 1, ")");
+  kernels::check_index_range(op, labels, num_classes,
+                             [num_classes, shape = labels.shape()](int64_t at, int64_t value) {
+    throw IndexError(str("[one_hot] label ", value, " at ", coords(shape, at), " of labels ", shape_str(shape),
+                         " is out of range for num_classes = ", num_classes, " (valid labels are 0..",
+                         num_classes - 1, ")"));
+  });
   Shape os = labels.shape();
   os.push_back(num_classes);
   Tensor out = Tensor::empty(os, dtype, labels.device());

@@ -2,9 +2,22 @@
 // Indexing ops. Index tensors are int64; out-of-range indices are an IndexError
 // naming the op, the bad index and the axis length. Each op's backward is its
 // partner: gather <-> scatter_add, index_select <-> index_add.
+#include <cstdint>
+#include <functional>
+#include <optional>
+
 #include "core/tensor.h"
 
 namespace cf {
+
+// A data check of an int64 tensor of ids (cluster ids, member positions, buckets):
+// raise(position, value), which must throw the caller's error, runs for the first
+// value outside [0, limit) in row-major order, other than `allowed` when given (-1
+// for "no cluster"). On the CPU it runs at once; on CUDA it is a deferred check
+// (core/cuda.h): the call returns without waiting for the device, and the error is
+// thrown at the next host read. `op` names the caller in a device error.
+void check_indices(const char* op, const Tensor& ids, int64_t limit, std::function<void(int64_t, int64_t)> raise,
+                   std::optional<int64_t> allowed = std::nullopt);
 
 // out[i][j][k] = x[i][index[i][j][k]][k] (axis = 1); index has x's rank and
 // may be smaller than x on every axis except `axis`.

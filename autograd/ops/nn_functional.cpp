@@ -142,6 +142,10 @@ void check_cross_entropy_args(const Tensor& logits, const Tensor& targets, doubl
            "[cross_entropy] label_smoothing must be in [0, 1), got ", label_smoothing);
 }
 
+namespace {
+Tensor as_dtype(const Tensor& t, DType d) { return t.dtype() == d ? t : to(t, d); }  // no copy when it is d
+}  // namespace
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& o) {
   if (autocast_dtype() && logits.defined() && is_low_precision(logits.dtype()))
     return cross_entropy(autocast::to_float32(logits), targets, o);  // autocast: losses in float32
@@ -157,16 +161,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   Tensor lc = dense(logits), tc = dense(targets);
   Tensor losses = Tensor::empty(want, logits.dtype(), logits.device());
   Tensor lse = Tensor::empty(want, logits.dtype(), logits.device());
-  const int64_t count = kernels::cross_entropy_forward(lc, tc, p, losses, lse);
+  const bool mean = o.reduction == Reduction::Mean;
+  // d out / d losses[s] for every non-ignored s: 1, or the mean's scale (on CUDA a
+  // device scalar, so that the op never waits for the count of non-ignored samples).
+  const kernels::MeanScale scale = kernels::cross_entropy_forward(lc, tc, p, losses, lse, mean);
 
   Tensor out;
-  double scale = 1.0;  // d out / d losses[s] for every non-ignored s
   switch (o.reduction) {
     case Reduction::None: out = losses; break;
     case Reduction::Sum: out = sum(losses); break;
     case Reduction::Mean:
-      scale = count > 0 ? 1.0 / double(count) : 0.0;
-      out = mul(sum(losses), scale);
+      // A 16-bit loss is scaled by its dtype's rounding of the scale, as mul(t, double) does on the CPU.
+      out = scale.device.defined() ? mul(sum(losses), as_dtype(scale.device, losses.dtype()))
+                                   : mul(sum(losses), scale.host);
       break;
   }
   if (autograd::any_requires_grad({&logits})) {
@@ -176,7 +183,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
       const char* op = opname::cross_entropy;
       Tensor lv = sl.unpack(op), tv = st.unpack(op), sv = ss.unpack(op);
       Tensor gl = Tensor::empty(lv.shape(), lv.dtype(), lv.device());
-      kernels::cross_entropy_backward(lv, tv, sv, dense(g), scale, p, gl);
+      // On CUDA the scale multiplies g in the scale's dtype (float32 for 16-bit logits).
+      const Tensor gs = scale.device.defined() ? mul(as_dtype(g, scale.device.dtype()), scale.device) : g;
+      kernels::cross_entropy_backward(lv, tv, sv, dense(gs), scale.host, p, gl);
       return {gl};
     });
   }

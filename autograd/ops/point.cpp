@@ -40,9 +40,10 @@ Tensor group_max(const Tensor& src, const Tensor& group, int64_t groups) {
            "] group must be int64 of src's shape (..., E), got src ", src.describe(), ", group ", group.describe());
   CF_CHECK(groups >= 1, ValueError, "[", op, "] groups must be >= 1, got ", groups);
   Tensor g = contiguous(group);
-  const kernels::BadIndex bad = kernels::find_bad_index(op, g, groups);
-  CF_CHECK(!bad.found, IndexError, "[", op, "] group value ", bad.value, " at flat position ", bad.position,
-           " is out of range for ", groups, " groups");
+  kernels::check_index_range(op, g, groups, [op, groups](int64_t at, int64_t value) {
+    throw IndexError(str("[", op, "] group value ", value, " at flat position ", at, " is out of range for ",
+                         groups, " groups"));
+  });
   const int64_t e = src.shape()[size_t(src.dim() - 1)], rows = e == 0 ? 0 : src.numel() / e;
   Tensor out = Tensor::empty(src.shape(), src.dtype(), src.device());
   // Row views of contiguous tensors: the kernel writes through them into out.

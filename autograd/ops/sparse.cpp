@@ -31,9 +31,10 @@ void check_args(const char* op, const Tensor& a, const char* an, const Tensor& b
            "), ", bn, " (G, M, D), idx (G, N, K); got ", an, " ", shape_str(a.shape()), ", ", bn, " ",
            shape_str(b.shape()), ", idx ", shape_str(idx.shape()));
   const int64_t m = b.shape()[1];
-  const kernels::BadIndex bad = kernels::find_bad_index(op, idx, m);
-  CF_CHECK(!bad.found, IndexError, "[", op, "] idx value ", bad.value, " at flat position ", bad.position,
-           " is out of range for ", bn, " with ", m, " rows");
+  kernels::check_index_range(op, idx, m, [op, bn, m](int64_t at, int64_t value) {
+    throw IndexError(str("[", op, "] idx value ", value, " at flat position ", at, " is out of range for ", bn,
+                         " with ", m, " rows"));
+  });
 }
 
 // (G, M, D): the transpose of both products with respect to their gathered operand.

@@ -93,6 +93,12 @@ void for_each_index(const char* op, const Tensor& on, int64_t n, F f) {
   ::cf::cuda::check_launch(op);
 }
 
+// v clamped into [0, n), n >= 1. Kernels that index with data checked by a deferred
+// check (core/cuda.h: the op does not wait for the answer) clamp every index, so a
+// bad one gives a meaningless result, reported at the next host read, and never an
+// out-of-bounds access.
+__device__ __forceinline__ int64_t clamp_index(int64_t v, int64_t n) { return v < 0 ? 0 : (v >= n ? n - 1 : v); }
+
 // ---- reductions ----
 struct SumOp {
   template <typename T>

@@ -54,8 +54,10 @@ void segments_by_key_cuda(const uint64_t* keys, int64_t n, int64_t num_keys, con
   CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), sort_bytes, keys, ko, cu::ptr<int64_t>(pos),
                                                 cu::ptr<int64_t>(order), int(n), 0, end_bit, 0),
                 op);
+  ::cf::cuda::count_launch();
   CF_CUDA_CHECK(
       cub::DeviceScan::ExclusiveSum(temp.raw_data(), scan_bytes, cnt, cu::ptr<int64_t>(start), int(num_keys), 0), op);
+  ::cf::cuda::count_launch();
 }
 
 }  // namespace cf::kernels

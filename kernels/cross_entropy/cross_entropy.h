@@ -28,22 +28,45 @@ void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, con
                                 const Tensor& grad, double scale, const CrossEntropyParams& p,
                                 const Tensor& dlogits);
 #ifdef CF_WITH_CUDA
-int64_t cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets,
-                                   const CrossEntropyParams& p, const Tensor& losses,
-                                   const Tensor& lse);
+// The CUDA forward leaves the count on the device: when mean_scale (shape {}; float32
+// for 16-bit logits, else the logits' dtype) is defined it receives 1 / count (0 when
+// every sample is ignored). A bad target is a deferred check (core/cuda.h):
+// IndexError at the next host read.
+void cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets,
+                                const CrossEntropyParams& p, const Tensor& losses,
+                                const Tensor& lse, const Tensor& mean_scale);
 void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                  const Tensor& grad, double scale, const CrossEntropyParams& p,
                                  const Tensor& dlogits);
 #endif
 
-inline int64_t cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                                     const CrossEntropyParams& p, const Tensor& losses,
-                                     const Tensor& lse) {
-  int64_t count = 0;
-  CF_DEVICE_DISPATCH("cross_entropy", logits.device(),
-                     count = cross_entropy_forward_cpu(logits, targets, p, losses, lse),
-                     count = cross_entropy_forward_cuda(logits, targets, p, losses, lse));
-  return count;
+// Reduction::Mean's scale, 1 / (samples not ignored), 0 when all are ignored: a host
+// number on the CPU; on CUDA a device scalar (so the op never waits for the count;
+// float32 for 16-bit logits, so the gradient is scaled in float32 as on the CPU),
+// with host = 1.
+struct MeanScale {
+  double host = 1.0;
+  Tensor device;
+};
+inline MeanScale cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                       const CrossEntropyParams& p, const Tensor& losses,
+                                       const Tensor& lse, bool want_mean_scale) {
+  MeanScale m;
+  auto on_cpu = [&] {
+    const int64_t count = cross_entropy_forward_cpu(logits, targets, p, losses, lse);
+    if (want_mean_scale) m.host = count > 0 ? 1.0 / double(count) : 0.0;
+  };
+#ifdef CF_WITH_CUDA
+  auto on_cuda = [&] {
+    if (want_mean_scale) {
+      const DType dt = is_low_precision(logits.dtype()) ? kFloat32 : logits.dtype();
+      m.device = Tensor::empty({}, dt, logits.device());
+    }
+    cross_entropy_forward_cuda(logits, targets, p, losses, lse, m.device);
+  };
+#endif
+  CF_DEVICE_DISPATCH("cross_entropy", logits.device(), on_cpu(), on_cuda());
+  return m;
 }
 inline void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                    const Tensor& grad, double scale, const CrossEntropyParams& p,

@@ -7,11 +7,11 @@
 // (a block when C is large), reads coalesced along the classes. With inner > 1
 // consecutive samples are adjacent in memory for each class: one thread per
 // sample, reads coalesced across samples.
-// Every launch also counts the non-ignored samples (integer atomics: exact) and
-// records the first out-of-range target (atomicMin of its position); both come
-// back to the host in one synchronising copy, which the op needs anyway (the
-// count sets the mean's scale). A bad target throws the CPU's IndexError after
-// the kernel ran; the kernel never reads logits at a bad target.
+// Every launch also counts the non-ignored samples (integer atomics: exact); the
+// count never leaves the device: a one-thread kernel turns it into the mean's scale
+// (1 / count, 0 when every sample is ignored), a device scalar the op multiplies by.
+// Out-of-range targets are a deferred check (core/cuda.h: the CPU's IndexError,
+// thrown at the next host read); the kernel never reads logits at a bad target.
 // Backward: one thread per logit element.
 #include <climits>
 #include <cmath>
@@ -20,6 +20,7 @@
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/upcast.h"
 #include "kernels/cross_entropy/cross_entropy.h"
+#include "kernels/index/index.h"
 
 namespace cf::kernels {
 
@@ -30,7 +31,6 @@ constexpr int64_t kBlockClasses = 4096;  // above this many classes, a block per
 
 struct Flags {
   unsigned long long count;  // samples not ignored (and in range)
-  unsigned long long first_bad;  // smallest bad position, ULLONG_MAX if none
 };
 
 struct ThreadGroup {  // one thread per sample
@@ -79,7 +79,6 @@ __device__ void forward_samples(const G& grp, int64_t group, int64_t groups, con
       if (grp.lane() == 0) {
         lp[s] = T(0);
         sp[s] = T(0);
-        if (t != p.ignore_index) atomicMin(&flags->first_bad, (unsigned long long)s);
       }
       continue;
     }
@@ -126,17 +125,34 @@ __global__ void forward_block_kernel(const T* x, const int64_t* tp, int64_t S, C
 }
 
 
+// The mean's scale from the count: 1 / count, or 0 when every sample is ignored
+// (cf's rule, see autograd/ops/nn_functional.cpp).
 template <typename T>
-int64_t forward_typed(const Tensor& logits, const Tensor& targets, const CrossEntropyParams& p,
-                      const Tensor& losses, const Tensor& lse) {
+__global__ void mean_scale_kernel(const Flags* flags, T* scale) {
+  const unsigned long long c = flags->count;
+  *scale = c > 0 ? T(1.0 / double(c)) : T(0);
+}
+
+template <typename T>
+void forward_typed(const Tensor& logits, const Tensor& targets, const CrossEntropyParams& p, const Tensor& losses,
+                   const Tensor& lse, const Tensor& mean_scale) {
   const int64_t S = targets.numel(), C = p.classes;
-  if (S == 0) return 0;
   const Device dev = logits.device();
   cu::use_device_of(losses, "cross_entropy");
-  Tensor ft = Tensor::empty({2}, kInt64, dev);  // Flags, through cf's caching allocator
+  if (S == 0) {
+    if (mean_scale.defined()) CF_CUDA_CHECK(cudaMemsetAsync(mean_scale.raw_data(), 0, sizeof(T), 0), "cross_entropy");
+    return;
+  }
+  check_index_range_cuda(
+      targets, C,
+      [C, ignore = p.ignore_index](int64_t s, int64_t t) {
+        throw IndexError(str("[cross_entropy] target ", t, " at position ", s, " is out of range for ", C,
+                             " classes (ignore_index is ", ignore, ")"));
+      },
+      &p.ignore_index);
+  Tensor ft = Tensor::empty({1}, kInt64, dev);  // Flags, through cf's caching allocator
   Flags* flags = static_cast<Flags*>(ft.raw_data());
   CF_CUDA_CHECK(cudaMemsetAsync(&flags->count, 0, sizeof(unsigned long long), 0), "cross_entropy");
-  CF_CUDA_CHECK(cudaMemsetAsync(&flags->first_bad, 0xff, sizeof(unsigned long long), 0), "cross_entropy");
   const T* xp = cu::ptr<const T>(logits);
   const int64_t* tp = cu::ptr<const int64_t>(targets);
   T* lp = cu::ptr<T>(losses);
@@ -149,18 +165,10 @@ int64_t forward_typed(const Tensor& logits, const Tensor& targets, const CrossEn
   else
     forward_block_kernel<T><<<cu::blocks_for(S), kThreads>>>(xp, tp, S, p, lp, sp, flags);
   ::cf::cuda::check_launch("cross_entropy");
-  // The one synchronisation of the op: the count (the mean's divisor) and the
-  // first bad target must reach the host.
-  Flags h{};
-  copy_bytes(&h, Device::cpu(), flags, dev, sizeof(h), "cross_entropy");
-  if (h.first_bad != ULLONG_MAX) {
-    const int64_t s = int64_t(h.first_bad);
-    int64_t t = 0;
-    copy_bytes(&t, Device::cpu(), tp + s, dev, sizeof(t), "cross_entropy");  // error path only
-    CF_CHECK(false, IndexError, "[cross_entropy] target ", t, " at position ", s, " is out of range for ", C,
-             " classes (ignore_index is ", p.ignore_index, ")");
+  if (mean_scale.defined()) {
+    mean_scale_kernel<T><<<1, 1>>>(flags, cu::ptr<T>(mean_scale));
+    ::cf::cuda::check_launch("cross_entropy");
   }
-  return int64_t(h.count);
 }
 
 // dlogits[e] for every logit element e = (n, c, i): sample s = n * inner + i.
@@ -198,19 +206,19 @@ void backward_typed(const Tensor& logits, const Tensor& targets, const Tensor& l
 
 }  // namespace
 
-int64_t cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, const CrossEntropyParams& p,
-                                   const Tensor& losses, const Tensor& lse) {
-  int64_t count = 0;
+void cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, const CrossEntropyParams& p,
+                                const Tensor& losses, const Tensor& lse, const Tensor& mean_scale) {
   if (is_low_precision(logits.dtype())) {  // float32 logits, one rounding per loss
     Tensor lf = float32_buffer_for(losses), sf = float32_buffer_for(lse);
-    count = forward_typed<float>(upcast_float32(logits), targets, p, lf, sf);
+    Tensor mf = mean_scale.defined() ? float32_buffer_for(mean_scale) : Tensor();
+    forward_typed<float>(upcast_float32(logits), targets, p, lf, sf, mf);
     downcast_into(lf, losses);
     downcast_into(sf, lse);
-    return count;
+    if (mean_scale.defined()) downcast_into(mf, mean_scale);
+    return;
   }
   CF_DISPATCH_FLOAT_STD(logits.dtype(), "cross_entropy",
-                    count = forward_typed<scalar_t>(logits, targets, p, losses, lse));
-  return count;
+                        forward_typed<scalar_t>(logits, targets, p, losses, lse, mean_scale));
 }
 
 void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, const Tensor& lse,

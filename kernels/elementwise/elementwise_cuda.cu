@@ -112,7 +112,7 @@ struct BinaryFn {
     if constexpr (OP == BinaryOp::Mul) return T(x * y);
     if constexpr (OP == BinaryOp::Div) {
       if constexpr (std::is_integral_v<T>) {
-        return y == T(0) ? T(0) : T(x / y);  // zero divisors were refused on the host
+        return y == T(0) ? T(0) : T(x / y);  // a zero divisor fails the deferred check
       } else {
         return T(x / y);
       }
@@ -290,10 +290,10 @@ struct StridedFill {
   __device__ __forceinline__ void operator()(char* const* p) const { *reinterpret_cast<T*>(p[0]) = v; }
 };
 template <typename T>
-struct FlagZero {  // sets *flag when the element is zero (integer division check)
-  unsigned long long* flag;
+struct FlagZero {  // marks the check slot failed when the element is zero (integer division check)
+  ::cf::cuda::CheckSlot* slot;
   __device__ __forceinline__ void operator()(char* const* p) const {
-    if (*reinterpret_cast<const T*>(p[0]) == T(0)) *flag = 1ull;
+    if (*reinterpret_cast<const T*>(p[0]) == T(0)) slot->position = 0;  // every writer stores the same 0
   }
 };
 
@@ -404,20 +404,16 @@ void unary_float(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams prm
 #undef CF_EW_UNARY
 }
 
-// Refuses a zero int64 divisor before the division runs, like binary_cpu. The
-// answer decides whether the op throws, so it must come back to the host: this
-// is the one synchronising path of the family (int64 division only).
+// Refuses a zero integer divisor, like binary_cpu, as a deferred check (core/cuda.h):
+// the division runs at once (a zero divisor gives 0 there) and the ValueError is
+// thrown at the next host read.
 template <typename T>
 void check_no_zero_divisor(const Tensor& b) {
   if (b.numel() == 0) return;
-  Tensor ft = Tensor::empty({1}, kInt64, b.device());  // through cf's caching allocator
-  auto* flag = static_cast<unsigned long long*>(ft.raw_data());
   cu::use_device_of(b, "div");
-  CF_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(*flag), 0), "div");
-  cu::strided_loop<1>("div", b.shape(), {&b}, FlagZero<T>{flag});
-  unsigned long long h = 0;
-  copy_bytes(&h, Device::cpu(), flag, b.device(), sizeof(h), "div");
-  CF_CHECK(h == 0, ValueError, "[div] integer division by zero");
+  ::cf::cuda::defer_check(
+      b.device(), [](int64_t, int64_t) { throw ValueError("[div] integer division by zero"); }, "div",
+      [&](::cf::cuda::CheckSlot* slot) { cu::strided_loop<1>("div", b.shape(), {&b}, FlagZero<T>{slot}); });
 }
 
 template <typename T>

@@ -5,10 +5,14 @@
 //
 // Preconditions (the autograd layer checks them with clear errors first):
 //  * index tensors are int64, any strides (stride 0 broadcast views included);
-//  * every index value is in [0, length of the indexed axis): run find_bad_index
-//    first, the gather/scatter kernels do not check (so no thread ever has to throw);
+//  * every index value is in [0, length of the indexed axis): run check_index_range
+//    first. On the CPU it throws before the kernel runs; on CUDA it is a deferred
+//    check (core/cuda.h) that the op does not wait for, so the CUDA kernels clamp
+//    each index into the axis (a meaningless result, never an out-of-bounds access,
+//    for the op whose error the next host read reports);
 //  * outputs are preallocated by the caller.
 #include <cstdint>
+#include <functional>
 
 #include "core/tensor.h"
 #include "kernels/common/dispatch.h"
@@ -22,8 +26,16 @@ struct BadIndex {
   int64_t position = 0;  // its row-major position in the index tensor
 };
 
-// First value of `index` (int64) outside [0, limit), in row-major order.
-BadIndex find_bad_index_cpu(const Tensor& index, int64_t limit);
+// First value of `index` (int64) outside [0, limit) other than *allowed (when given),
+// in row-major order.
+BadIndex find_bad_index_cpu(const Tensor& index, int64_t limit, const int64_t* allowed = nullptr);
+
+// Throws the caller's error, raise(position, value) (which must throw), for the first
+// value of `index` (int64, any strides) outside [0, limit) in row-major order. CPU: at
+// once. CUDA: a deferred check: raise runs at the next host read (core/cuda.h).
+// `allowed`, when given, is one out-of-range value that is not an error (cross
+// entropy's ignore_index, -1 for "no cluster").
+using RaiseBadIndex = std::function<void(int64_t position, int64_t value)>;
 
 // out[p] = x[p with coordinate `axis` replaced by index[p]] for p over index.shape()
 // (= out.shape()); x.shape()[d] >= index.shape()[d] for d != axis; any dtype.
@@ -43,7 +55,8 @@ void masked_fill_cpu(const Tensor& x, const Tensor& mask, double value, const Te
 void one_hot_cpu(const Tensor& labels, const Tensor& out);
 
 #ifdef CF_WITH_CUDA
-BadIndex find_bad_index_cuda(const Tensor& index, int64_t limit);
+void check_index_range_cuda(const Tensor& index, int64_t limit, RaiseBadIndex raise,
+                            const int64_t* allowed = nullptr);
 void gather_cuda(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& out);
 void scatter_add_cuda(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src);
 void masked_fill_cuda(const Tensor& x, const Tensor& mask, double value, const Tensor& out);
@@ -51,11 +64,13 @@ void one_hot_cuda(const Tensor& labels, const Tensor& out);
 #endif
 
 // `op` only names the caller in the no-CUDA error.
-inline BadIndex find_bad_index(const char* op, const Tensor& index, int64_t limit) {
-  BadIndex r;
-  CF_DEVICE_DISPATCH(op, index.device(), r = find_bad_index_cpu(index, limit),
-                     r = find_bad_index_cuda(index, limit));
-  return r;
+inline void check_index_range(const char* op, const Tensor& index, int64_t limit, RaiseBadIndex raise,
+                              const int64_t* allowed = nullptr) {
+  auto on_cpu = [&] {
+    const BadIndex b = find_bad_index_cpu(index, limit, allowed);
+    if (b.found) raise(b.position, b.value);
+  };
+  CF_DEVICE_DISPATCH(op, index.device(), on_cpu(), check_index_range_cuda(index, limit, std::move(raise), allowed));
 }
 inline void gather(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& out) {
   CF_DEVICE_DISPATCH("gather", out.device(), gather_cpu(x, axis, index, out),

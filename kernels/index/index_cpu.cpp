@@ -35,7 +35,7 @@ Shape strides_with(const Tensor& t, int64_t axis, int64_t stride) {
 
 }  // namespace
 
-BadIndex find_bad_index_cpu(const Tensor& index, int64_t limit) {
+BadIndex find_bad_index_cpu(const Tensor& index, int64_t limit, const int64_t* allowed) {
   BadIndex r;
   const int64_t n = index.numel();
   if (n == 0) return r;
@@ -51,7 +51,7 @@ BadIndex find_bad_index_cpu(const Tensor& index, int64_t limit) {
       if (hit) return;
       for (int64_t k = 0; k < len; ++k) {
         int64_t v = *reinterpret_cast<const int64_t*>(ptr[0] + k * st[0]);
-        if (v < 0 || v >= limit) {
+        if ((v < 0 || v >= limit) && !(allowed && v == *allowed)) {
           hit = true;
           int64_t cur = first.load();
           while (pos + k < cur && !first.compare_exchange_weak(cur, pos + k)) {

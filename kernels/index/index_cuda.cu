@@ -28,13 +28,18 @@ __device__ __forceinline__ T& at(char* base, int64_t byte_off) {
   return *reinterpret_cast<T*>(base + byte_off);
 }
 
-// ---------------------------------------------------------------- find_bad_index
+// ---------------------------------------------------------------- check_index_range
 
-// Smallest row-major position whose value is outside [0, limit), folded into
-// *first with atomicMin (positions are >= 0, so unsigned order is int64 order).
-// A thread's grid-stride positions ascend, so its first hit is its minimum.
-__global__ void bad_index_kernel(LoopPlan<1> p, const char* base, int64_t limit,
-                                 unsigned long long* first) {
+// Smallest row-major position whose value is outside [0, limit) (and is not
+// `allowed`, when has_allowed), folded into slot->position with atomicMin
+// (positions are >= 0, so unsigned order is int64 order). A thread's grid-stride
+// positions ascend, so its first hit is its minimum. The last block to finish
+// (counted in slot->blocks_done, after a fence that publishes every block's
+// atomicMin) reads the final minimum and stores the value found there, so the slot
+// holds a consistent (position, value) pair without a second launch; it then
+// resets blocks_done for the slot's next use.
+__global__ void bad_index_kernel(LoopPlan<1> p, const char* base, int64_t limit, bool has_allowed,
+                                 int64_t allowed, ::cf::cuda::CheckSlot* slot) {
   __shared__ unsigned long long shared[32];
   unsigned long long mine = ULLONG_MAX;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
@@ -42,13 +47,23 @@ __global__ void bad_index_kernel(LoopPlan<1> p, const char* base, int64_t limit,
     int64_t off[1];
     cu::plan_offsets<1>(p, i, off);
     const int64_t v = *reinterpret_cast<const int64_t*>(base + off[0]);
-    if (v < 0 || v >= limit) {
+    if ((v < 0 || v >= limit) && !(has_allowed && v == allowed)) {
       mine = (unsigned long long)i;
       break;
     }
   }
   mine = cu::block_reduce(mine, cu::MinOp{}, ULLONG_MAX, shared);
-  if (threadIdx.x == 0 && mine != ULLONG_MAX) atomicMin(first, mine);
+  if (threadIdx.x != 0) return;
+  if (mine != ULLONG_MAX) atomicMin(&slot->position, mine);
+  __threadfence();
+  if (atomicAdd(&slot->blocks_done, 1u) != gridDim.x - 1) return;
+  const unsigned long long at = atomicMin(&slot->position, ULLONG_MAX);  // an atomic read of the minimum
+  if (at != ULLONG_MAX) {
+    int64_t off[1];
+    cu::plan_offsets<1>(p, int64_t(at), off);
+    slot->value = *reinterpret_cast<const int64_t*>(base + off[0]);
+  }
+  slot->blocks_done = 0;
 }
 
 // ---------------------------------------------------------------- scatter_add
@@ -63,13 +78,13 @@ constexpr int64_t kShortLine = 32;
 // terms in ascending position, exactly like scatter_add_cpu: bit-identical to it.
 template <typename T>
 __global__ void scatter_lines_kernel(LoopPlan<3> p, char* out, const char* idx, const char* src, int64_t len,
-                                     int64_t out_as, int64_t idx_as, int64_t src_as) {
+                                     int64_t out_len, int64_t out_as, int64_t idx_as, int64_t src_as) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; line < p.numel; line += step) {
     int64_t off[3];
     cu::plan_offsets<3>(p, line, off);
     for (int64_t j = 0; j < len; ++j) {
-      const int64_t id = *reinterpret_cast<const int64_t*>(idx + off[1] + j * idx_as);
+      const int64_t id = cu::clamp_index(*reinterpret_cast<const int64_t*>(idx + off[1] + j * idx_as), out_len);
       at<T>(out, off[0] + id * out_as) += *reinterpret_cast<const T*>(src + off[2] + j * src_as);
     }
   }
@@ -87,7 +102,7 @@ __global__ void scatter_keys_kernel(LoopPlan<1> lp, bool per_line, const char* i
     const int64_t line = i / len, j = i % len;
     int64_t off[1] = {0};
     if (per_line) cu::plan_offsets<1>(lp, line, off);  // shared: every line starts at offset 0
-    const int64_t id = *reinterpret_cast<const int64_t*>(idx + off[0] + j * idx_as);
+    const int64_t id = cu::clamp_index(*reinterpret_cast<const int64_t*>(idx + off[0] + j * idx_as), out_len);
     keys[i] = uint64_t(line) * uint64_t(out_len) + uint64_t(id);
     pos[i] = int32_t(j);
   }
@@ -176,7 +191,7 @@ void scatter_add_typed(const Tensor& out, int64_t axis, const Tensor& index, con
   const int64_t n = shared ? len : lines * len;  // items to sort
   const bool sortable = len <= INT32_MAX && out_len > 0 && lines <= INT64_MAX / out_len;
   if (len <= kShortLine || !sortable) {
-    scatter_lines_kernel<T><<<cu::grid_for(lines), kThreads>>>(p, po, pi, ps, len, out_as, idx_as, src_as);
+    scatter_lines_kernel<T><<<cu::grid_for(lines), kThreads>>>(p, po, pi, ps, len, out_len, out_as, idx_as, src_as);
     ::cf::cuda::check_launch("scatter_add");
     return;
   }
@@ -200,6 +215,7 @@ void scatter_add_typed(const Tensor& out, int64_t axis, const Tensor& index, con
   Tensor temp = device_bytes(temp_bytes, dev);
   CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), temp_bytes, ki, ko, vi, vo, n, 0, end_bit, 0),
                 "scatter_add");
+  ::cf::cuda::count_launch();
   if (shared) {
     scatter_shared_runs_kernel<T><<<cu::grid_for(len * lines), kThreads>>>(p, po, ps, len, out_as, src_as, ko, vo);
   } else {
@@ -212,11 +228,11 @@ void scatter_add_typed(const Tensor& out, int64_t axis, const Tensor& index, con
 
 template <typename T>
 void gather_typed(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& out) {
-  const int64_t ax_st = x.strides()[size_t(axis)];
+  const int64_t ax_st = x.strides()[size_t(axis)], ax_len = x.shape()[size_t(axis)];
   // x seen at index's shape with the axis pinned to its first element (as on the CPU).
   Tensor xv = make_view(x, index.shape(), strides_with(x, axis, 0), x.offset());
-  cu::strided_loop<3>("gather", index.shape(), {&out, &index, &xv}, [ax_st] __device__(char* const* p) {
-    const int64_t id = *reinterpret_cast<const int64_t*>(p[1]);
+  cu::strided_loop<3>("gather", index.shape(), {&out, &index, &xv}, [ax_st, ax_len] __device__(char* const* p) {
+    const int64_t id = cu::clamp_index(*reinterpret_cast<const int64_t*>(p[1]), ax_len);
     *reinterpret_cast<T*>(p[0]) = reinterpret_cast<const T*>(p[2])[id * ax_st];
   });
 }
@@ -249,34 +265,26 @@ void one_hot_typed(const Tensor& labels, const Tensor& out) {
 
 }  // namespace
 
-BadIndex find_bad_index_cuda(const Tensor& index, int64_t limit) {
-  BadIndex r;
+void check_index_range_cuda(const Tensor& index, int64_t limit, RaiseBadIndex raise, const int64_t* allowed) {
   const int64_t n = index.numel();
-  if (n == 0) return r;
-  cu::use_device_of(index, "find_bad_index");
-  LoopPlan<1> p = make_loop_plan<1>(index.shape(), {&index});
-  Tensor first = Tensor::empty({1}, kInt64, index.device());
-  auto* pf = static_cast<unsigned long long*>(first.raw_data());
-  CF_CUDA_CHECK(cudaMemsetAsync(pf, 0xff, sizeof(unsigned long long), 0), "find_bad_index");  // ULLONG_MAX: none
-  bad_index_kernel<<<cu::grid_for(n), kThreads>>>(p, static_cast<const char*>(index.raw_data()), limit, pf);
-  ::cf::cuda::check_launch("find_bad_index");
-  // The answer decides whether the op throws, so it must come back to the host:
-  // this blocking copy is the one synchronisation of the indexing ops.
-  unsigned long long at = 0;
-  copy_bytes(&at, Device::cpu(), pf, index.device(), sizeof(at), "find_bad_index");
-  if (at == ULLONG_MAX) return r;
-  // The value at that row-major position (element offset from the first element).
-  int64_t off = 0, rem = int64_t(at);
-  for (int64_t d = index.dim() - 1; d >= 0; --d) {
-    const int64_t sz = index.shape()[size_t(d)];
-    off += (rem % sz) * index.strides()[size_t(d)];
-    rem /= sz;
+  if (n == 0) return;
+  if (limit <= 0 && !allowed) {
+    // Every value is out of range, and no kernel could clamp into an empty axis:
+    // report the first one now (an error path, so its read-back costs nothing).
+    int64_t v = 0;
+    copy_bytes(&v, Device::cpu(), static_cast<const int64_t*>(index.raw_data()), index.device(), sizeof(v),
+               "check_index_range");
+    raise(0, v);
   }
-  r.found = true;
-  r.position = int64_t(at);
-  copy_bytes(&r.value, Device::cpu(), static_cast<const int64_t*>(index.raw_data()) + off, index.device(),
-             sizeof(int64_t), "find_bad_index");
-  return r;
+  cu::use_device_of(index, "check_index_range");
+  LoopPlan<1> p = make_loop_plan<1>(index.shape(), {&index});
+  const char* base = static_cast<const char*>(index.raw_data());
+  const bool has_allowed = allowed != nullptr;
+  const int64_t allowed_value = allowed ? *allowed : 0;
+  ::cf::cuda::defer_check(index.device(), std::move(raise), "check_index_range", [&](::cf::cuda::CheckSlot* slot) {
+    bad_index_kernel<<<cu::grid_for(n), kThreads>>>(p, base, limit, has_allowed, allowed_value, slot);
+    ::cf::cuda::check_launch("check_index_range");
+  });
 }
 
 void gather_cuda(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& out) {

@@ -166,6 +166,7 @@ void matmul_typed(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
     CF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, opb, opa, m, n, k, &alpha, pb, dt, ldb, stride_b, pa, dt, lda,
                                                stride_a, &beta, pc, dt, ldc, M * N, count, ct,
                                                CUBLAS_GEMM_DEFAULT));
+    ::cf::cuda::count_launch();
     return;
   }
   // Batch axes that do not collapse to one stride (e.g. (4,1) against (1,5)
@@ -193,6 +194,7 @@ void matmul_typed(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   void** dp = static_cast<void**>(dev.raw_data());
   CF_CUBLAS_CHECK(cublasGemmBatchedEx(h, opb, opa, m, n, k, &alpha, dp, dt, ldb, dp + nb, dt, lda, &beta,
                                       dp + 2 * nb, dt, ldc, count, ct, CUBLAS_GEMM_DEFAULT));
+  ::cf::cuda::count_launch();
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ __global__ void group_max_scatter_kernel(const T* s, const int64_t* grp, int64_t
                                          double* mx) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step)
-    atomic_max_double(mx + (i / e) * groups + grp[i], double(s[i]));
+    atomic_max_double(mx + (i / e) * groups + cu::clamp_index(grp[i], groups), double(s[i]));
 }
 
 template <typename T>
@@ -96,7 +96,7 @@ __global__ void group_max_gather_kernel(const int64_t* grp, int64_t total, int64
                                         const double* mx, T* out) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
-    const double v = mx[(i / e) * groups + grp[i]];
+    const double v = mx[(i / e) * groups + cu::clamp_index(grp[i], groups)];
     out[i] = isfinite(v) ? T(v) : T(0);
   }
 }

@@ -161,6 +161,7 @@ void sort_typed(const Tensor& x, int64_t axis, int64_t k, bool descending, const
       temp_cap = temp_bytes;
     }
     CF_CUDA_CHECK(run(temp.raw_data()), "sort");
+    ::cf::cuda::count_launch();
     sort_write_kernel<T><<<cu::grid_for(c * k), kThreads>>>(p, px, pv, pi, x_as, v_as, i_as, len, k, line0, c * k,
                                                             vo);
     ::cf::cuda::check_launch("sort");

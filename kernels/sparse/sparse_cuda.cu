@@ -25,7 +25,7 @@ __global__ void sparse_dot_kernel(const T* q, const T* k, const int64_t* idx, T*
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
     const int64_t r = e / kk;  // row g * n + i
     const T* qr = q + r * d;
-    const T* kr = k + ((r / n) * m + idx[e]) * d;
+    const T* kr = k + ((r / n) * m + cu::clamp_index(idx[e], m)) * d;
     T s = 0;
     for (int64_t j = 0; j < d; ++j) s += qr[j] * kr[j];
     out[e] = s;
@@ -43,7 +43,7 @@ __global__ void sparse_wsum_kernel(const T* w, const T* v, const int64_t* idx, T
     for (int64_t t = 0; t < kk; ++t) {
       const T c = w[r * kk + t];
       if (c == T(0)) continue;
-      s += c * vg[idx[r * kk + t] * d + j];
+      s += c * vg[cu::clamp_index(idx[r * kk + t], m) * d + j];
     }
     out[e] = s;
   }
@@ -54,7 +54,7 @@ __global__ void scatter_keys_kernel(const int64_t* idx, int64_t total, int64_t n
                                     uint64_t* keys) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step)
-    keys[e] = uint64_t((e / kk / n) * m + idx[e]);
+    keys[e] = uint64_t((e / kk / n) * m + cu::clamp_index(idx[e], m));
 }
 
 // out row `row`, column j: the sum over its terms (in `order`, increasing (n, t))

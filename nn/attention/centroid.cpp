@@ -46,15 +46,14 @@ void check_mask(const char* who, const char* name, const Tensor& mask, int64_t b
 bool any_true(const Tensor& m) { return m.defined() && sum(cf::to(m, kInt64)).item<int64_t>() > 0; }
 
 // Per-batch-row indices (B, M...) -> flat row indices into (B*N, ...) (B*M...), on
-// idx's device: one range reduction there (a copy to the host only to name the
-// first bad index), then each row's offset r * N added.
+// idx's device: a range check (on CUDA deferred to the next host read), then each
+// row's offset r * N added.
 Tensor flat_rows(const Tensor& idx, int64_t n, const char* who) {
   const int64_t b = idx.shape()[0], m = idx.numel() / std::max<int64_t>(b, 1);
   Tensor i = reshape(contiguous(idx), {b, m});
-  if (any_true(logical_or(lt(i, 0.0), ge(i, double(n))))) {
-    for (int64_t x : i.to_vector<int64_t>())
-      CF_CHECK(x >= 0 && x < n, IndexError, "[", who, "] index ", x, " out of range for ", n, " rows");
-  }
+  check_indices(who, i, n, [who = std::string(who), n](int64_t, int64_t x) {
+    throw IndexError(str("[", who, "] index ", x, " out of range for ", n, " rows"));
+  });
   return reshape(i + reshape(Tensor::arange(b, kInt64, idx.device()) * double(n), {b, 1}), {b * m});
 }
 

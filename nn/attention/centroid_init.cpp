@@ -51,8 +51,9 @@ Tensor segment_mean(const Tensor& x, const Tensor& seg, int64_t m, const Tensor&
   Tensor counts = index_add(Tensor::zeros({b * m}, x.dtype(), x.device()), 0, flat_seg, w);
   Tensor empty = eq(counts, 0.0);
   Tensor mean_rows = sums / unsqueeze(clamp(counts, 1.0, INFINITY), 1);
-  if (fallback.defined() && any_true(empty))
-    mean_rows = where(unsqueeze(empty, 1), reshape(fallback, {b * m, d}), mean_rows);
+  // Always the select (identity where no segment is empty): testing for an empty one first
+  // would read a value back to the host on every forward.
+  if (fallback.defined()) mean_rows = where(unsqueeze(empty, 1), reshape(fallback, {b * m, d}), mean_rows);
   if (counts_out) *counts_out = reshape(counts, {b, m});
   return reshape(mean_rows, {b, m, d});
 }

@@ -45,14 +45,14 @@ void check_inputs(const char* who, const Tensor& q, const Tensor& k, const Tenso
                assignment.shape()[2] == s[2],
            ShapeError, "[", who, "] assignment must be (B, H, Nq) = (", s[0], ", ", s[1], ", ", s[2], "), got ",
            shape_str(assignment.shape()));
-  if (assignment.numel() == 0) return;
-  // Two reductions on the assignment's device; the ids are copied to the host
-  // only to name the first bad one.
-  if (amin(assignment).item<int64_t>() >= -1 && amax(assignment).item<int64_t>() < n_clusters) return;
-  std::vector<int64_t> ids = assignment.to_vector<int64_t>();
-  for (size_t i = 0; i < ids.size(); ++i)
-    CF_CHECK(ids[i] >= -1 && ids[i] < n_clusters, IndexError, "[", who, "] cluster id ", ids[i],
-             " at flat position ", i, " is out of range [-1, ", n_clusters, ")");
+  // A data check: on CUDA deferred to the next host read (no wait here).
+  check_indices(
+      who, assignment, n_clusters,
+      [who = std::string(who), n_clusters](int64_t at, int64_t id) {
+        throw IndexError(str("[", who, "] cluster id ", id, " at flat position ", at, " is out of range [-1, ",
+                             n_clusters, ")"));
+      },
+      -1);
 }
 
 // Cluster membership as an index rather than the membership matrix S of eq. 3:

@@ -5,6 +5,7 @@
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/nn_functional.h"
 #include "autograd/ops/random.h"
@@ -62,11 +63,11 @@ Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, in
   CF_CHECK(bucket_size > 0 && n_buckets > 0, ValueError, "[", who,
            "] bucket_size and n_buckets must be positive, got ", bucket_size, " and ", n_buckets);
   const int64_t R = buckets.shape()[2];
-  if (buckets.numel() > 0) {
-    const int64_t lo = amin(buckets).item<int64_t>(), hi = amax(buckets).item<int64_t>();
-    CF_CHECK(lo >= 0 && hi <= n_buckets, IndexError, "[", who, "] bucket ids must be in [0, ", n_buckets,
-             "] (n_buckets), got range [", lo, ", ", hi, "]");
-  }
+  // A data check: on CUDA deferred to the next host read (no wait here).
+  check_indices(who, buckets, n_buckets + 1, [who = std::string(who), n_buckets](int64_t at, int64_t id) {
+    throw IndexError(str("[", who, "] bucket id ", id, " at flat position ", at, " is out of range [0, ", n_buckets,
+                         "] (n_buckets)"));
+  });
   Tensor b = buckets;
   // Padding sorts behind every real bucket: it never takes a slot in a chunk of real tokens.
   if (key_padding_mask.defined()) {

@@ -48,12 +48,15 @@ void check_routed_args(const Tensor& q, const Tensor& k, const Tensor& v, const 
            " and key_members ", shape_str(km.shape()), " must have the same number of lists C");
   const int64_t n = q.shape()[2];
   if (!check_range) return;
-  for (const Tensor* m : {&qm, &km}) {
-    if (m->numel() == 0) continue;
-    int64_t lo = amin(*m).item<int64_t>(), hi = amax(*m).item<int64_t>();
-    CF_CHECK(lo >= -1 && hi < n, IndexError, "[", who, "] member positions must be in [-1, ", n, "), got range [",
-             lo, ", ", hi, "]");
-  }
+  // Data checks: on CUDA deferred to the next host read (no wait here).
+  for (const auto& [m, name] : {std::pair<const Tensor*, const char*>{&qm, "query_members"}, {&km, "key_members"}})
+    check_indices(
+        who, *m, n,
+        [who = std::string(who), name = name, n](int64_t at, int64_t p) {
+          throw IndexError(str("[", who, "] member position ", p, " at flat position ", at, " of ", name,
+                               " is out of range [-1, ", n, ")"));
+        },
+        -1);
 }
 
 }  // namespace
@@ -261,7 +264,9 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
         auto commit = [&](const Tensor& xn, const Tensor& assign, const Tensor& valid) {
           Tensor target = take_along_dim(mu, reshape(assign, {B, R, N, 1}), 2);  // sg(mu): a buffer, no grad
           Tensor se = sum(square(xn - target) * valid);
-          return se / std::max(1.0, cf::to(sum(valid), kFloat64).item<double>() * double(R * D));
+          // The divisor, max(1, real tokens * R * D), formed in float64 as before but on the device:
+          // no host read per forward.
+          return se / cf::to(clamp(cf::to(sum(valid), kFloat64) * double(R * D), 1.0, INFINITY), se.dtype());
         };
         a.aux->add("routing_commitment", (commit(qn, qa, vq) + commit(kn, ka, vk)) * 0.5);
       }

@@ -176,7 +176,12 @@ NB_MODULE(_cf, m) {
   nb::module_ cuda = m.def_submodule("cuda", "The CUDA runtime as cf sees it.");
   cuda.def("device_count", &cf::cuda::device_count, "CUDA devices visible (0 without the backend, driver or GPU).");
   cuda.def("is_available", &cf::cuda::is_available, "True when a CUDA device is visible to this build.");
-  cuda.def("synchronize", &cf::cuda::synchronize, release_gil(), "Wait for all queued work on the device.");
+  cuda.def("synchronize", &cf::cuda::synchronize, release_gil(),
+           "Wait for all queued work on the device (and report a failed deferred check).");
+  cuda.def("check_errors", &cf::cuda::check_errors, release_gil(),
+           "Read the deferred data checks (an index out of range on CUDA is reported at the next host read): "
+           "raises the first failed one's error; no-op when none is pending.");
+  cuda.def("pending_checks", &cf::cuda::pending_checks, "Deferred data checks queued and not yet read.");
   cuda.def("set_allow_tf32", &cf::cuda::set_allow_tf32, nb::arg("on"), "TF32 tensor cores in float32 matmuls (off by default).");
   cuda.def("allow_tf32", &cf::cuda::allow_tf32, "Whether float32 matmuls may use TF32 tensor cores.");
   cuda.def("set_sync_debug", &cf::cuda::set_sync_debug, nb::arg("on"),

@@ -66,3 +66,17 @@ def test_kmeans_too_few_points_carries_the_bound():
 def test_cuda_without_a_device_is_a_device_error():
     with pytest.raises(cf.DeviceError):
         cf.zeros([2], device="cuda")
+
+
+def test_a_bad_index_is_an_index_error_at_once_on_the_cpu_and_at_the_next_read_on_cuda():
+    x = cf.arange(6, dtype=cf.float32)
+    bad = cf.tensor([1, 9])
+    with pytest.raises(cf.IndexError, match=r"\[gather\] index 9 is out of range"):
+        cf.gather(x, 0, bad)
+    assert cf.cuda.pending_checks() == 0
+    cf.cuda.check_errors()  # nothing pending: no-op
+    if cf.cuda.is_available():  # deferred check: the op returns, the read raises
+        y = cf.gather(x.to(cf.Device.cuda(0)), 0, bad.to(cf.Device.cuda(0)))
+        with pytest.raises(cf.IndexError, match=r"\[gather\] index 9 is out of range"):
+            y.tolist()
+        assert cf.cuda.pending_checks() == 0

@@ -143,7 +143,8 @@ CUDA_TEST_CASE("host round trips of each attention variant's forward and backwar
     pass();
     const cuda::TransferStats d = cuda::transfer_stats() - before;
     MESSAGE(type, ": ", d.device_to_host, " device-to-host copies (", d.device_to_host_bytes, " bytes), ",
-            d.host_to_device, " host-to-device copies, ", d.synchronizations, " synchronizations per forward + backward");
+            d.host_to_device, " host-to-device copies, ", d.synchronizations, " synchronizations, ", d.kernel_launches,
+            " kernel launches per forward + backward");
     if (type == "full") {
       CHECK(d.device_to_host == 0);
       CHECK(d.synchronizations == 0);

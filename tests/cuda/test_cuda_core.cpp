@@ -57,6 +57,77 @@ CUDA_TEST_CASE("the transfer counters count every host round trip: item, to_vect
   CHECK(d.device_to_host == 0);
 }
 
+TEST_CASE("without a pending deferred check check_errors does nothing, and CPU work launches no kernel") {
+  cuda::check_errors();  // reads what earlier tests of this process left (passing checks)
+  CHECK(cuda::pending_checks() == 0);
+  cuda::check_errors();  // nothing queued: returns at once (on every build)
+  const cuda::TransferStats before = cuda::transfer_stats();
+  Tensor x = Tensor::arange(10, kFloat32);
+  CHECK(gather(x, 0, Tensor::from_vector(std::vector<int64_t>{3, 1}, {2})).to_vector<float>() ==
+        std::vector<float>{3.0f, 1.0f});
+  CHECK_THROWS_MSG(gather(x, 0, Tensor::from_vector(std::vector<int64_t>{3, 10}, {2})), IndexError,
+                   "[gather] index 10 is out of range");  // the CPU checks at once
+  CHECK(cuda::pending_checks() == 0);
+  CHECK((cuda::transfer_stats() - before).kernel_launches == 0);
+}
+
+CUDA_TEST_CASE("the launch counter counts cf's kernels and cuBLAS calls") {
+  Tensor a = cuda0(Tensor::ones({4, 4})), b = cuda0(Tensor::ones({4, 4}));
+  cuda::synchronize();
+  cuda::TransferStats t = cuda::transfer_stats();
+  Tensor c = add(a, b);
+  CHECK((cuda::transfer_stats() - t).kernel_launches == 1);
+  t = cuda::transfer_stats();
+  Tensor m = matmul(a, b);
+  CHECK((cuda::transfer_stats() - t).kernel_launches == 1);
+  CHECK(m.to_vector<float>()[0] == 4.0f);
+}
+
+// Issue 25's checks without a sync: an out-of-range index on CUDA neither throws
+// in the op nor makes the host wait; the next host read throws the CPU's error.
+CUDA_TEST_CASE("deferred checks: a bad index is reported at the next host read, in queue order") {
+  if (cuda::sync_debug()) return;  // CF_CUDA_SYNC_DEBUG checks at once (the test below)
+  const Tensor x = cuda0(reshape(Tensor::arange(12, kFloat32), {3, 4}));
+  const Tensor good = cuda0(Tensor::from_vector(std::vector<int64_t>{0, 2}, {2}));
+  const Tensor bad = cuda0(Tensor::from_vector(std::vector<int64_t>{1, 5}, {2}));
+  const Tensor worse = cuda0(Tensor::from_vector(std::vector<int64_t>{-7, 0}, {2}));
+  cuda::synchronize();
+  const cuda::TransferStats before = cuda::transfer_stats();
+  Tensor y = index_select(x, 1, good);
+  Tensor z = index_select(x, 0, bad);   // fails: 5 is not a row of 3
+  Tensor w = index_select(x, 1, worse);  // fails too, later
+  const cuda::TransferStats d = cuda::transfer_stats() - before;
+  CHECK(d.device_to_host == 0);
+  CHECK(d.synchronizations == 0);
+  CHECK(cuda::pending_checks() == 3);
+  CHECK(z.shape() == Shape{2, 4});  // ran, on clamped indices
+  // The read of a value queued after the failures throws the first failure's error.
+  CHECK_THROWS_MSG(y.to_vector<float>(), IndexError, "[index_select] index 5 is out of range for axis 0 of length 3");
+  CHECK(cuda::pending_checks() == 0);  // read once: the later failure went with it
+  CHECK(y.to_vector<float>() == std::vector<float>{0, 2, 4, 6, 8, 10});
+  // synchronize() and check_errors() read the checks too.
+  (void)index_select(x, 0, bad);
+  CHECK_THROWS_AS(cuda::synchronize(), IndexError);
+  (void)one_hot(bad, 3);
+  CHECK_THROWS_MSG(cuda::check_errors(), IndexError, "[one_hot] label 5 at (1) of labels (2)");
+  // More checks than slots: the record is read when it fills, nothing is lost.
+  for (int i = 0; i < 5000; ++i) (void)index_select(x, 1, good);
+  CHECK(cuda::pending_checks() < 4096);
+  (void)index_select(x, 1, worse);
+  CHECK_THROWS_MSG(cuda::check_errors(), IndexError, "index -7");
+  CHECK(cuda::pending_checks() == 0);
+}
+
+CUDA_TEST_CASE("deferred checks: CF_CUDA_SYNC_DEBUG reports the failing op itself") {
+  const bool was = cuda::sync_debug();
+  cuda::set_sync_debug(true);
+  const Tensor x = cuda0(Tensor::arange(6, kFloat32));
+  const Tensor bad = cuda0(Tensor::from_vector(std::vector<int64_t>{2, 6}, {2}));
+  CHECK_THROWS_MSG(gather(x, 0, bad), IndexError, "[gather] index 6 is out of range");
+  CHECK(cuda::pending_checks() == 0);
+  cuda::set_sync_debug(was);
+}
+
 CUDA_TEST_CASE("to(cuda) and back keeps values and dtype and views come back in logical order") {
   for (DType dt : {kFloat32, kFloat64, kInt64, kBool}) {
     Tensor x = make(dt == kBool ? kInt64 : dt, {1, 0, 3, 4, 0, 6}, {2, 3});

@@ -264,7 +264,7 @@ TEST_CASE("LSH attention: bad arguments and options are errors naming the values
   CHECK_THROWS_MSG(nn::lsh_attention(q, v, ti64({0, 0}, {1, 1, 1, 2}), 2, Tensor(), false, 2, 0.0), ShapeError,
                    "[lsh_attention] buckets must be int64 (B, H, n_hashes, N) = (1, 2, n_hashes, 5)");
   CHECK_THROWS_MSG(nn::lsh_attention(q, v, Tensor::full({1, 2, 1, 5}, 3.0, kInt64), 2, Tensor(), false, 2, 0.0),
-                   IndexError, "[lsh_attention] bucket ids must be in [0, 2] (n_buckets), got range [3, 3]");
+                   IndexError, "[lsh_attention] bucket id 3 at flat position 0 is out of range [0, 2] (n_buckets)");
   CHECK_THROWS_MSG(nn::lsh_attention(q, v, Tensor::zeros({1, 2, 1, 5}, kInt64), 2, Tensor(), false, 0, 0.0),
                    ValueError, "[lsh_attention] bucket_size and n_buckets must be positive, got 0 and 2");
   {  // An empty sequence gives an empty output.

@@ -273,7 +273,10 @@ TEST_CASE("routing attention: bad arguments and options are errors naming the va
   Tensor q7 = leaf64({2, 1, 7, 3});
   CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, ti64({0, 9}, {1, 1, 1, 2}), ti64({0, 1}, {1, 1, 1, 2}), Tensor(),
                                         false, 0.0),
-                   IndexError, "[routed_attention] member positions must be in [-1, 7), got range [0, 9]");
+                   IndexError, "[routed_attention] member position 9 at flat position 1 of query_members is out of range [-1, 7)");
+  CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, ti64({0, 1}, {1, 1, 1, 2}), ti64({-1, -2}, {1, 1, 1, 2}), Tensor(),
+                                        false, 0.0),
+                   IndexError, "[routed_attention] member position -2 at flat position 1 of key_members");
   CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, qm, narrow(km, 2, 0, 2), Tensor(), false, 0.0), ShapeError,
                    "must have the same number of lists C");
   CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, to(qm, kFloat64), km, Tensor(), false, 0.0), ShapeError,
