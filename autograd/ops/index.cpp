@@ -8,7 +8,9 @@
 
 #include "autograd/op_names.h"
 #include "autograd/ops/common.h"
+#include "autograd/ops/elementwise.h"
 #include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/index/index.h"
 
@@ -274,6 +276,32 @@ void check_indices(const char* op, const Tensor& ids, int64_t limit, std::functi
   ops::check_dtype(ids, kInt64, op, "ids");
   const int64_t a = allowed.value_or(0);
   kernels::check_index_range(op, ids, limit, std::move(raise), allowed ? &a : nullptr);
+}
+
+void ring_append(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
+                 int64_t size_at, int64_t next_at) {
+  const char* op = "ring_append";
+  ops::check_defined(memory, op, "memory");
+  ops::check_defined(counters, op, "counters");
+  ops::check_defined(rows, op, "rows");
+  ops::check_defined(keep, op, "keep");
+  ops::check_same_device(op, {&memory, &counters, &rows, &keep});
+  CF_CHECK(memory.dim() == 2 && memory.is_contiguous(), ShapeError, "[ring_append] memory must be contiguous (cap, d), got ",
+           memory.describe());
+  CF_CHECK(rows.dim() == 2 && rows.shape()[1] == memory.shape()[1] && rows.dtype() == memory.dtype(), ShapeError,
+           "[ring_append] rows must be (n, ", memory.shape()[1], ") of memory's dtype ", memory.dtype(), ", got ",
+           rows.describe());
+  CF_CHECK(keep.dtype() == kBool && keep.dim() == 1 && keep.shape()[0] == rows.shape()[0], ShapeError,
+           "[ring_append] keep must be bool (", rows.shape()[0], ",), got ", keep.describe());
+  CF_CHECK(counters.dtype() == kInt64 && counters.dim() == 1 && counters.is_contiguous() && size_at >= 0 &&
+               next_at >= 0 && size_at < counters.shape()[0] && next_at < counters.shape()[0] && size_at != next_at,
+           ShapeError, "[ring_append] counters must be contiguous int64 (k,) holding the size at ", size_at,
+           " and the next row at ", next_at, ", got ", counters.describe());
+  CF_CHECK(rows.shape()[0] <= INT32_MAX, ValueError, "[ring_append] ", rows.shape()[0],
+           " rows exceed the CUDA scan's limit (", INT32_MAX, ")");
+  kernels::ring_append(memory, counters, contiguous(rows), contiguous(to(keep, kInt64)), kernels::RingSlots{size_at, next_at});
+  memory.bump_version();
+  counters.bump_version();
 }
 
 Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype) {

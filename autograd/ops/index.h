@@ -19,6 +19,16 @@ namespace cf {
 void check_indices(const char* op, const Tensor& ids, int64_t limit, std::function<void(int64_t, int64_t)> raise,
                    std::optional<int64_t> allowed = std::nullopt);
 
+// Ring-buffer append (a FIFO of the last cap rows, Cluster-Former's memory bank): the
+// rows i of `rows` (n, d) with keep[i] true (bool (n,)), in order and only the newest
+// cap of them, are written into `memory` (cap, d, contiguous) from row
+// counters[next_at] on, wrapping at cap; then counters[next_at] advances past them
+// and counters[size_at] = min(cap, size + kept) (counters: contiguous int64 (k,)).
+// Everything stays on the tensors' device: on CUDA no value comes back to the host.
+// In place on memory and counters (buffers: nothing is recorded for autograd).
+void ring_append(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
+                 int64_t size_at, int64_t next_at);
+
 // out[i][j][k] = x[i][index[i][j][k]][k] (axis = 1); index has x's rank and
 // may be smaller than x on every axis except `axis`.
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);

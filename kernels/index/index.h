@@ -54,6 +54,18 @@ void masked_fill_cpu(const Tensor& x, const Tensor& mask, double value, const Te
 // out (labels.shape() + (num_classes,), contiguous, any dtype) = one-hot of labels.
 void one_hot_cpu(const Tensor& labels, const Tensor& out);
 
+// Ring-buffer append (Cluster-Former's memory bank): the rows i of `rows` (n, d) with
+// keep[i] true (int64 0/1, contiguous (n,)), in order and only the newest cap of them,
+// are copied into `memory` (cap, d) from row counters[next_at] on, wrapping at cap;
+// then counters[next_at] = (next + kept) % cap and counters[size_at] = min(cap, size +
+// kept). memory and rows are contiguous and of one dtype; counters is contiguous int64
+// on their device, so on CUDA nothing is read back to the host.
+struct RingSlots {
+  int64_t size_at = 0, next_at = 1;
+};
+void ring_append_cpu(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
+                     RingSlots slots);
+
 #ifdef CF_WITH_CUDA
 void check_index_range_cuda(const Tensor& index, int64_t limit, RaiseBadIndex raise,
                             const int64_t* allowed = nullptr);
@@ -61,6 +73,8 @@ void gather_cuda(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
 void scatter_add_cuda(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src);
 void masked_fill_cuda(const Tensor& x, const Tensor& mask, double value, const Tensor& out);
 void one_hot_cuda(const Tensor& labels, const Tensor& out);
+void ring_append_cuda(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
+                      RingSlots slots);
 #endif
 
 // `op` only names the caller in the no-CUDA error.
@@ -86,6 +100,11 @@ inline void masked_fill(const Tensor& x, const Tensor& mask, double value, const
 }
 inline void one_hot(const Tensor& labels, const Tensor& out) {
   CF_DEVICE_DISPATCH("one_hot", out.device(), one_hot_cpu(labels, out), one_hot_cuda(labels, out));
+}
+inline void ring_append(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
+                        RingSlots slots) {
+  CF_DEVICE_DISPATCH("ring_append", memory.device(), ring_append_cpu(memory, counters, rows, keep, slots),
+                     ring_append_cuda(memory, counters, rows, keep, slots));
 }
 
 }  // namespace cf::kernels

@@ -2,6 +2,7 @@
 // kernels/common/loop.h; the indexed axis is handled by hand inside the callback.
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <limits>
 
 #include "kernels/common/loop.h"
@@ -161,6 +162,28 @@ void one_hot_cpu(const Tensor& labels, const Tensor& out) {
       }
     });
   });
+}
+
+void ring_append_cpu(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
+                     RingSlots slots) {
+  const int64_t n = rows.shape()[0], cap = memory.shape()[0];
+  const int64_t* kp = static_cast<const int64_t*>(keep.raw_data());
+  int64_t* c = static_cast<int64_t*>(counters.raw_data());
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) count += kp[i] != 0;
+  const int64_t drop = count > cap ? count - cap : 0;  // only the newest cap rows survive the pops
+  const size_t row_bytes = size_t(memory.numel() / std::max<int64_t>(cap, 1)) * dtype_size(memory.dtype());
+  char* dst = static_cast<char*>(memory.raw_data());
+  const char* src = static_cast<const char*>(rows.raw_data());
+  int64_t rank = 0, next = c[slots.next_at];
+  for (int64_t i = 0; i < n; ++i) {
+    if (kp[i] == 0) continue;
+    if (rank++ < drop) continue;
+    std::memcpy(dst + size_t(next) * row_bytes, src + size_t(i) * row_bytes, row_bytes);
+    next = next + 1 == cap ? 0 : next + 1;
+  }
+  c[slots.next_at] = next;
+  c[slots.size_at] = std::min(cap, c[slots.size_at] + count - drop);
 }
 
 }  // namespace cf::kernels

@@ -2,6 +2,7 @@
 // index_cpu.cpp (index.h states the contract): strided operands through the
 // shared LoopPlan, the indexed axis handled by hand inside the kernel.
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <climits>
 #include <cstdint>
@@ -263,7 +264,68 @@ void one_hot_typed(const Tensor& labels, const Tensor& out) {
   });
 }
 
+// ---------------------------------------------------------------- ring_append
+
+// One thread per (row, word) of the rows: a kept row whose rank (exclusive scan of
+// keep) survives the pops goes to ring row (next + rank - drop) % cap. W is an
+// unsigned word of the element size, so the copy is dtype-agnostic.
+template <typename W>
+__global__ void ring_write_kernel(W* memory, const W* rows, const int64_t* keep, const int64_t* rank,
+                                  const int64_t* counters, RingSlots slots, int64_t n, int64_t d, int64_t cap) {
+  const int64_t total = n * d, step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t count = rank[n - 1] + keep[n - 1], drop = count > cap ? count - cap : 0;
+  const int64_t next = counters[slots.next_at];
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t i = e / d, j = e % d;
+    if (keep[i] == 0 || rank[i] < drop) continue;
+    memory[((next + rank[i] - drop) % cap) * d + j] = rows[e];
+  }
+}
+
+// Runs after the writes (same stream): the new write row and fill level.
+__global__ void ring_counters_kernel(int64_t* counters, const int64_t* keep, const int64_t* rank, RingSlots slots,
+                                     int64_t n, int64_t cap) {
+  const int64_t count = rank[n - 1] + keep[n - 1], kept = count > cap ? cap : count;
+  counters[slots.next_at] = (counters[slots.next_at] + kept) % cap;
+  const int64_t size = counters[slots.size_at] + kept;
+  counters[slots.size_at] = size > cap ? cap : size;
+}
+
+template <typename W>
+void ring_write(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
+                const Tensor& rank, RingSlots slots, int64_t n, int64_t d, int64_t cap) {
+  ring_write_kernel<W><<<cu::grid_for(n * d), kThreads>>>(cu::ptr<W>(memory), cu::ptr<const W>(rows),
+                                                          cu::ptr<const int64_t>(keep), cu::ptr<const int64_t>(rank),
+                                                          cu::ptr<const int64_t>(counters), slots, n, d, cap);
+  ::cf::cuda::check_launch("ring_append");
+}
+
 }  // namespace
+
+void ring_append_cuda(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
+                      RingSlots slots) {
+  const int64_t n = rows.shape()[0], cap = memory.shape()[0];
+  if (n == 0 || cap == 0) return;
+  const int64_t d = memory.numel() / cap;
+  const Device dev = memory.device();
+  cu::use_device_of(memory, "ring_append");
+  Tensor rank = Tensor::empty({n}, kInt64, dev);
+  const int64_t* kp = cu::ptr<const int64_t>(keep);
+  int64_t* rp = cu::ptr<int64_t>(rank);
+  size_t temp_bytes = 0;
+  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, kp, rp, int(n), 0), "ring_append");
+  Tensor temp = device_bytes(temp_bytes, dev);
+  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.raw_data(), temp_bytes, kp, rp, int(n), 0), "ring_append");
+  ::cf::cuda::count_launch();
+  switch (dtype_size(memory.dtype())) {
+    case 1: ring_write<uint8_t>(memory, counters, rows, keep, rank, slots, n, d, cap); break;
+    case 2: ring_write<uint16_t>(memory, counters, rows, keep, rank, slots, n, d, cap); break;
+    case 4: ring_write<uint32_t>(memory, counters, rows, keep, rank, slots, n, d, cap); break;
+    default: ring_write<uint64_t>(memory, counters, rows, keep, rank, slots, n, d, cap); break;
+  }
+  ring_counters_kernel<<<1, 1>>>(cu::ptr<int64_t>(counters), kp, rp, slots, n, cap);
+  ::cf::cuda::check_launch("ring_append");
+}
 
 void check_index_range_cuda(const Tensor& index, int64_t limit, RaiseBadIndex raise, const int64_t* allowed) {
   const int64_t n = index.numel();

@@ -99,49 +99,22 @@ void MemoryBank::add(const Tensor& states, const Tensor& mask) {
   NoGradGuard ng;
   const int64_t rows = numel_of(lead);
   Tensor x = contiguous(cf::to(reshape(states.detach(), {rows, d}), memory.dtype()));
-  // Which rows to store, decided on the bank's device (one bool per row and one
-  // scalar come back): a state with a non-finite value is an error (it would
-  // poison every later clustering), found on the host only then to name it; a
-  // zero state has no direction for the cosine K-Means (and eq. 5), so it is not
-  // stored, like padding.
+  // Which rows to store, decided on the bank's device, where the rows and the
+  // counters stay (this runs in every training forward: nothing comes back to the
+  // host). A state with a non-finite value is an error (it would poison every later
+  // clustering), a data check that on CUDA is reported at the next host read; a zero
+  // state has no direction for the cosine K-Means (and eq. 5), so it is not stored,
+  // like padding.
   const Tensor norm2 = sum(square(cf::to(x, kFloat64)), {1});  // (rows,); NaN or inf for a non-finite row
   const Tensor valid = mask.defined() ? logical_not(reshape(mask, {rows})) : Tensor::ones({rows}, kBool, x.device());
   const Tensor bad = logical_and(valid, logical_not(lt(norm2, INFINITY)));
-  if (sum(cf::to(bad, kFloat64)).item<double>() > 0) {
-    const std::vector<bool> b = bad.to_vector<bool>();
-    const int64_t i = int64_t(std::find(b.begin(), b.end(), true) - b.begin());
-    throw ValueError(str("[MemoryBank] add: state ", i, " of ", states.describe(),
+  // A bad row is a 1 where only 0 is in range: the check's first failure names it.
+  check_indices("MemoryBank", cf::to(bad, kInt64), 1, [desc = states.describe()](int64_t i, int64_t) {
+    throw ValueError(str("[MemoryBank] add: state ", i, " of ", desc,
                          " (row-major over the leading dimensions) has a non-finite value"));
-  }
-  const std::vector<bool> stored = logical_and(valid, gt(norm2, 0.0)).to_vector<bool>();
-  std::vector<int64_t> keep;
-  keep.reserve(size_t(rows));
-  for (int64_t i = 0; i < rows; ++i)
-    if (stored[size_t(i)]) keep.push_back(i);
-  const int64_t cap = options_.capacity;
-  // Only the newest `cap` rows can survive the pops.
-  const size_t first = keep.size() > size_t(cap) ? keep.size() - size_t(cap) : 0;
-  const int64_t count = int64_t(keep.size() - first);
-  if (count == 0) return;
-  // The surviving rows, gathered on the bank's device, go into the ring from the
-  // next write row on: one span up to the end of the buffer and, when it wraps,
-  // one from row 0 (count <= capacity, so never more).
-  std::vector<int64_t> rows_kept(keep.begin() + std::ptrdiff_t(first), keep.end());
-  Tensor src = count == rows ? x : contiguous(index_select(x, 0, Tensor::from_vector(rows_kept, {count}, x.device())));
-  std::vector<int64_t> c = counters.to_vector<int64_t>();
-  const size_t row_bytes = size_t(d) * dtype_size(memory.dtype());
-  char* dst = static_cast<char*>(memory.raw_data());
-  const char* from = static_cast<const char*>(src.raw_data());
-  const int64_t head = std::min(count, cap - c[kNext]);
-  copy_bytes(dst + size_t(c[kNext]) * row_bytes, memory.device(), from, src.device(), size_t(head) * row_bytes,
-             "MemoryBank");
-  if (count > head)
-    copy_bytes(dst, memory.device(), from + size_t(head) * row_bytes, src.device(), size_t(count - head) * row_bytes,
-               "MemoryBank");
-  c[kNext] = (c[kNext] + count) % cap;
-  c[kSize] = std::min(cap, c[kSize] + count);
-  memory.bump_version();
-  store_counters(counters, c);
+  });
+  // The newest `capacity` kept rows go into the ring from the next write row on.
+  ring_append(memory, counters, x, logical_and(valid, gt(norm2, 0.0)), kSize, kNext);
 }
 
 Tensor MemoryBank::contents() const {

@@ -1,5 +1,6 @@
 // Indexing ops: forward against naive loops (contiguous and strided inputs, several
 // dtypes), determinism of the accumulating ops, gradchecks and bad input.
+#include <deque>
 #include <random>
 
 #include "test_util.h"
@@ -700,6 +701,90 @@ CUDA_TEST_CASE("out-of-range indices give the CPU's error on CUDA") {
   check_same_error(wide, big, [](const Tensor& a, const Tensor& i) { gather(a, 1, i); });
   check_same_error(wide, big, [](const Tensor& a, const Tensor& i) { gather(a, 1, transpose(i, 0, 1)); });
   CHECK_THROWS_MSG(gather(cuda0(wide), 1, cuda0(big)).cpu(), IndexError, "[gather] index -3", "(292,993)");
+}
+
+// ring_append against a FIFO written out by hand: `appends` rounds of random rows with
+// random keep masks (some rounds longer than the ring), on `device`; returns the
+// memory and counters after each round, checked against the FIFO on the way.
+std::vector<std::pair<Tensor, Tensor>> ring_rounds(Device device) {
+  const int64_t cap = 5, d = 3;
+  Tensor memory = Tensor::zeros({cap, d}, kFloat32, device);
+  Tensor counters = Tensor::from_vector(std::vector<int64_t>{0, 0, 41, 42}, {4}).to(device);
+  std::deque<std::vector<float>> fifo;  // oldest first
+  std::mt19937 rng(7);
+  std::vector<std::pair<Tensor, Tensor>> out;
+  float value = 0;
+  for (int64_t n : {int64_t(3), int64_t(0), int64_t(4), int64_t(9), int64_t(2), int64_t(1)}) {
+    std::vector<float> rv;
+    std::vector<uint8_t> kv;
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> row;
+      for (int64_t j = 0; j < d; ++j) row.push_back(value++);
+      rv.insert(rv.end(), row.begin(), row.end());
+      const bool k = rng() % 3 != 0;
+      kv.push_back(k);
+      if (k) fifo.push_back(row);
+      if (fifo.size() > size_t(cap)) fifo.pop_front();
+    }
+    Tensor rows = Tensor::from_vector(rv, {n, d}).to(device);
+    std::vector<bool> kb(kv.begin(), kv.end());
+    Tensor keep = Tensor::from_vector(kb, {n}).to(device);
+    ring_append(memory, counters, rows, keep, 0, 1);
+    const std::vector<int64_t> c = counters.to_vector<int64_t>();
+    CHECK(c[0] == int64_t(fifo.size()));
+    CHECK(c[2] == 41);  // other counters untouched
+    CHECK(c[3] == 42);
+    // The FIFO read out of the ring: oldest at next when full, at 0 before.
+    const std::vector<float> m = memory.to_vector<float>();
+    const int64_t start = c[0] < cap ? 0 : c[1];
+    for (int64_t r = 0; r < c[0]; ++r)
+      for (int64_t j = 0; j < d; ++j)
+        CHECK(m[size_t(((start + r) % cap) * d + j)] == fifo[size_t(r)][size_t(j)]);
+    if (c[0] < cap) CHECK(c[1] == c[0]);
+    out.emplace_back(memory.cpu(), counters.cpu());
+  }
+  return out;
+}
+
+TEST_CASE("ring_append keeps the newest capacity kept rows in order, wraps, and advances the counters") {
+  ring_rounds(Device::cpu());
+}
+
+TEST_CASE("ring_append bad input") {
+  Tensor memory = Tensor::zeros({4, 2}), counters = Tensor::zeros({4}, kInt64);
+  Tensor rows = Tensor::zeros({3, 2});
+  const Tensor keep = Tensor::from_vector(std::vector<bool>{true, false, true}, {3});
+  CHECK_THROWS_MSG(ring_append(memory, counters, rows, to(keep, kInt64), 0, 1), ShapeError,
+                   "[ring_append] keep must be bool (3,), got");
+  CHECK_THROWS_MSG(ring_append(memory, counters, Tensor::zeros({3, 5}), keep, 0, 1), ShapeError,
+                   "[ring_append] rows must be (n, 2) of memory's dtype float32, got");
+  CHECK_THROWS_MSG(ring_append(memory, counters, to(rows, kFloat64), keep, 0, 1), ShapeError, "rows must be (n, 2)");
+  CHECK_THROWS_MSG(ring_append(memory, counters, rows, keep, 1, 1), ShapeError,
+                   "[ring_append] counters must be contiguous int64 (k,) holding the size at 1 and the next row at 1");
+  CHECK_THROWS_MSG(ring_append(memory, Tensor::zeros({4}), rows, keep, 0, 1), ShapeError, "counters must be");
+  CHECK_THROWS_MSG(ring_append(transpose(Tensor::zeros({2, 4}), 0, 1), counters, rows, keep, 0, 1), ShapeError,
+                   "[ring_append] memory must be contiguous (cap, d)");
+  CHECK_THROWS_MSG(ring_append(memory, counters, rows, Tensor(), 0, 1), ValueError, "[ring_append]", "keep");
+}
+
+CUDA_TEST_CASE("ring_append on CUDA writes the CPU's rows and counters without a host round trip") {
+  const auto cpu = ring_rounds(Device::cpu()), gpu = ring_rounds(Device::cuda(0));
+  REQUIRE(cpu.size() == gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    CHECK(gpu[i].first.to_vector<float>() == cpu[i].first.to_vector<float>());
+    CHECK(gpu[i].second.to_vector<int64_t>() == cpu[i].second.to_vector<int64_t>());
+  }
+  Tensor memory = Tensor::zeros({4, 2}, kFloat32, Device::cuda(0));
+  Tensor counters = Tensor::zeros({4}, kInt64, Device::cuda(0));
+  Tensor rows = cuda0(Tensor::ones({6, 2})), keep = cuda0(Tensor::from_vector(std::vector<bool>(6, true), {6}));
+  cuda::synchronize();
+  const cuda::TransferStats before = cuda::transfer_stats();
+  ring_append(memory, counters, rows, keep, 0, 1);
+  const cuda::TransferStats d = cuda::transfer_stats() - before;
+  CHECK(d.device_to_host == 0);
+  CHECK(d.host_to_device == 0);
+  CHECK(d.synchronizations == 0);
+  CHECK(counters.to_vector<int64_t>() == std::vector<int64_t>{4, 2, 0, 0});
 }
 
 }  // TEST_SUITE
