@@ -113,8 +113,12 @@ void MemoryBank::add(const Tensor& states, const Tensor& mask) {
     throw ValueError(str("[MemoryBank] add: state ", i, " of ", desc,
                          " (row-major over the leading dimensions) has a non-finite value"));
   });
-  // The newest `capacity` kept rows go into the ring from the next write row on.
-  ring_append(memory, counters, x, logical_and(valid, gt(norm2, 0.0)), kSize, kNext);
+  if (rows == 0) return;
+  // The newest `capacity` kept rows go into the ring from the next write row on. On
+  // CUDA the check above does not stop this call: a call holding a bad row stores
+  // nothing (a device-side flag in the mask), as on the CPU, where it threw.
+  const Tensor none_bad = eq(amax(cf::to(bad, kInt64)), 0.0);
+  ring_append(memory, counters, x, logical_and(logical_and(valid, gt(norm2, 0.0)), none_bad), kSize, kNext);
 }
 
 Tensor MemoryBank::contents() const {

@@ -8,6 +8,7 @@
 #include "cuda/cuda_test_util.h"
 #include "kernels/kmeans/kmeans.h"
 #include "nn/clustering/kmeans.h"
+#include "nn/clustering/memory_bank.h"
 #include "nn/kmeans_test_util.h"
 
 using namespace cf;
@@ -146,6 +147,30 @@ CUDA_TEST_CASE("K-Means on CUDA: mixed devices and non-finite data are clear err
   bad[4 * 17 + 2] = std::numeric_limits<float>::quiet_NaN();
   CHECK_THROWS_MSG(kmeans(Tensor::from_vector(bad, {100, 4}).to(kGpu), o), ValueError, "[kmeans] x",
                    "non-finite", "row 17, column 2");
+}
+
+CUDA_TEST_CASE("memory bank on CUDA: add makes no host round trip, and a call with a non-finite state stores nothing") {
+  nn::MemoryBankOptions o;
+  o.dim = 2;
+  o.num_clusters = 2;
+  o.capacity = 4;
+  nn::MemoryBank cpu(o), gpu(o);
+  gpu.to(Device::cuda(0));
+  const Tensor a = Tensor::from_vector(std::vector<float>{1, 2, 0, 0, 3, 4, 5, 6, 7, 8}, {5, 2});
+  cpu.add(a);
+  cuda::synchronize();
+  const cuda::TransferStats before = cuda::transfer_stats();
+  gpu.add(cuda0(a));
+  const cuda::TransferStats d = cuda::transfer_stats() - before;
+  CHECK(d.device_to_host == 0);
+  CHECK(d.host_to_device == 0);
+  CHECK(d.synchronizations == 0);
+  CHECK(values(gpu.contents()) == values(cpu.contents()));  // the zero row skipped, the oldest popped
+  CHECK(gpu.size() == 4);
+  const std::vector<double> held = values(gpu.contents());
+  gpu.add(cuda0(Tensor::from_vector(std::vector<float>{9, 9, NAN, 1}, {2, 2})));
+  CHECK_THROWS_MSG(cuda::check_errors(), ValueError, "[MemoryBank] add: state 1 of", "non-finite");
+  CHECK(values(gpu.contents()) == held);
 }
 
 }  // TEST_SUITE

@@ -703,12 +703,13 @@ CUDA_TEST_CASE("out-of-range indices give the CPU's error on CUDA") {
   CHECK_THROWS_MSG(gather(cuda0(wide), 1, cuda0(big)).cpu(), IndexError, "[gather] index -3", "(292,993)");
 }
 
-// ring_append against a FIFO written out by hand: `appends` rounds of random rows with
-// random keep masks (some rounds longer than the ring), on `device`; returns the
-// memory and counters after each round, checked against the FIFO on the way.
-std::vector<std::pair<Tensor, Tensor>> ring_rounds(Device device) {
+// ring_append against a FIFO written out by hand: rounds of rows with random keep
+// masks (the 9-row round keeps all 9, more than the ring holds), on `device` in
+// `dtype`; returns the memory and counters after each round, checked against the
+// FIFO on the way.
+std::vector<std::pair<Tensor, Tensor>> ring_rounds(Device device, DType dtype = kFloat32) {
   const int64_t cap = 5, d = 3;
-  Tensor memory = Tensor::zeros({cap, d}, kFloat32, device);
+  Tensor memory = Tensor::zeros({cap, d}, dtype, device);
   Tensor counters = Tensor::from_vector(std::vector<int64_t>{0, 0, 41, 42}, {4}).to(device);
   std::deque<std::vector<float>> fifo;  // oldest first
   std::mt19937 rng(7);
@@ -721,12 +722,12 @@ std::vector<std::pair<Tensor, Tensor>> ring_rounds(Device device) {
       std::vector<float> row;
       for (int64_t j = 0; j < d; ++j) row.push_back(value++);
       rv.insert(rv.end(), row.begin(), row.end());
-      const bool k = rng() % 3 != 0;
+      const bool k = n == 9 || rng() % 3 != 0;
       kv.push_back(k);
       if (k) fifo.push_back(row);
       if (fifo.size() > size_t(cap)) fifo.pop_front();
     }
-    Tensor rows = Tensor::from_vector(rv, {n, d}).to(device);
+    Tensor rows = to(Tensor::from_vector(rv, {n, d}), dtype).to(device);
     std::vector<bool> kb(kv.begin(), kv.end());
     Tensor keep = Tensor::from_vector(kb, {n}).to(device);
     ring_append(memory, counters, rows, keep, 0, 1);
@@ -735,11 +736,11 @@ std::vector<std::pair<Tensor, Tensor>> ring_rounds(Device device) {
     CHECK(c[2] == 41);  // other counters untouched
     CHECK(c[3] == 42);
     // The FIFO read out of the ring: oldest at next when full, at 0 before.
-    const std::vector<float> m = memory.to_vector<float>();
+    const std::vector<double> m = values(memory);
     const int64_t start = c[0] < cap ? 0 : c[1];
     for (int64_t r = 0; r < c[0]; ++r)
       for (int64_t j = 0; j < d; ++j)
-        CHECK(m[size_t(((start + r) % cap) * d + j)] == fifo[size_t(r)][size_t(j)]);
+        CHECK(m[size_t(((start + r) % cap) * d + j)] == double(fifo[size_t(r)][size_t(j)]));
     if (c[0] < cap) CHECK(c[1] == c[0]);
     out.emplace_back(memory.cpu(), counters.cpu());
   }
@@ -747,7 +748,13 @@ std::vector<std::pair<Tensor, Tensor>> ring_rounds(Device device) {
 }
 
 TEST_CASE("ring_append keeps the newest capacity kept rows in order, wraps, and advances the counters") {
-  ring_rounds(Device::cpu());
+  for (DType dt : {kFloat32, kFloat64, kFloat16}) {  // 4-, 8- and 2-byte rows
+    INFO(dt);
+    const auto rounds = ring_rounds(Device::cpu(), dt);
+    // The 9-row round overwrote the whole ring: full, and the write row went once around.
+    CHECK(rounds[3].second.to_vector<int64_t>()[0] == 5);
+    CHECK(rounds[3].second.to_vector<int64_t>()[1] == rounds[2].second.to_vector<int64_t>()[1]);
+  }
 }
 
 TEST_CASE("ring_append bad input") {
@@ -768,11 +775,14 @@ TEST_CASE("ring_append bad input") {
 }
 
 CUDA_TEST_CASE("ring_append on CUDA writes the CPU's rows and counters without a host round trip") {
-  const auto cpu = ring_rounds(Device::cpu()), gpu = ring_rounds(Device::cuda(0));
-  REQUIRE(cpu.size() == gpu.size());
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    CHECK(gpu[i].first.to_vector<float>() == cpu[i].first.to_vector<float>());
-    CHECK(gpu[i].second.to_vector<int64_t>() == cpu[i].second.to_vector<int64_t>());
+  for (DType dt : {kFloat32, kFloat64, kFloat16}) {
+    INFO(dt);
+    const auto cpu = ring_rounds(Device::cpu(), dt), gpu = ring_rounds(Device::cuda(0), dt);
+    REQUIRE(cpu.size() == gpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      CHECK(values(gpu[i].first) == values(cpu[i].first));
+      CHECK(gpu[i].second.to_vector<int64_t>() == cpu[i].second.to_vector<int64_t>());
+    }
   }
   Tensor memory = Tensor::zeros({4, 2}, kFloat32, Device::cuda(0));
   Tensor counters = Tensor::zeros({4}, kInt64, Device::cuda(0));
@@ -784,7 +794,8 @@ CUDA_TEST_CASE("ring_append on CUDA writes the CPU's rows and counters without a
   CHECK(d.device_to_host == 0);
   CHECK(d.host_to_device == 0);
   CHECK(d.synchronizations == 0);
-  CHECK(counters.to_vector<int64_t>() == std::vector<int64_t>{4, 2, 0, 0});
+  CHECK(counters.to_vector<int64_t>() == std::vector<int64_t>{4, 0, 0, 0});  // 4 of 6 written from row 0
+  CHECK(values(memory) == std::vector<double>(8, 1.0));
 }
 
 }  // TEST_SUITE
