@@ -757,6 +757,18 @@ TEST_CASE("ring_append keeps the newest capacity kept rows in order, wraps, and 
   }
 }
 
+TEST_CASE("check_indices raises the caller's error for the first bad id, allows one value, and checks its input") {
+  auto raise = [](int64_t at, int64_t v) { throw IndexError(str("[mine] id ", v, " at ", at)); };
+  check_indices("mine", Tensor::from_vector(std::vector<int64_t>{0, 2, -1}, {3}), 3, raise, -1);  // -1 allowed
+  CHECK_THROWS_MSG(check_indices("mine", Tensor::from_vector(std::vector<int64_t>{0, -1, 5, 7}, {2, 2}), 3, raise),
+                   IndexError, "[mine] id -1 at 1");
+  CHECK_THROWS_MSG(check_indices("mine", Tensor::from_vector(std::vector<int64_t>{0, -1, 5, 7}, {2, 2}), 3, raise, -1),
+                   IndexError, "[mine] id 5 at 2");
+  check_indices("mine", Tensor::zeros({0}, kInt64), 0, raise);  // nothing to check
+  CHECK_THROWS_MSG(check_indices("mine", Tensor::zeros({2}), 3, raise), DTypeError, "[mine]", "ids");
+  CHECK_THROWS_MSG(check_indices("mine", Tensor(), 3, raise), ValueError, "[mine]", "ids");
+}
+
 TEST_CASE("ring_append bad input") {
   Tensor memory = Tensor::zeros({4, 2}), counters = Tensor::zeros({4}, kInt64);
   Tensor rows = Tensor::zeros({3, 2});
