@@ -24,7 +24,7 @@ void check_launch(const char* op);
 // at the data and writes the slot, and returns without waiting. The kernel stores the smallest failing
 // row-major position in `position` (atomicMin; kNoFailure: none) and the value found
 // there in `value` (only the thread or block that owns the final minimum may write
-// it: see find_bad_index_cuda); `blocks_done` is scratch for a kernel whose last
+// it: see bad_index_kernel in kernels/index/index_cuda.cu); `blocks_done` is scratch for a kernel whose last
 // block finishes the slot, and must be left 0. `raise` runs on the host when the
 // slot is read with a failure and throws the op's error from (position, value).
 struct CheckSlot {
