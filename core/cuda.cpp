@@ -436,6 +436,13 @@ Allocator& cuda_allocator(Device d) {
 }
 #endif
 
+#ifndef CF_WITH_CUDA
+void fill_device(void*, Device device, const void*, size_t, int64_t, const char* op) {
+  cuda::check_device(device, op);
+}
+void arange_device(void*, Device device, DType, int64_t, const char* op) { cuda::check_device(device, op); }
+#endif
+
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n,
                 const char* op) {
   if (n == 0) return;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "core/dtype.h"
 
 namespace cf::cuda {
 
@@ -67,6 +68,16 @@ bool sync_debug();
 }  // namespace cf::cuda
 
 namespace cf {
+
+// The device arms of core's factories (core/factories_cuda.cu): one kernel queued on
+// the stream writes the n elements at dst; the host copies nothing and waits for
+// nothing (a pageable host-to-device copy of a buffer filled on the host would make it
+// wait for the stream, in every forward that builds a zeros tensor). fill_device
+// repeats the element whose elem_size (1, 2, 4 or 8) bytes are at `element`;
+// arange_device writes 0, 1, ..., n-1 converted to dtype as the CPU converts them.
+// Without CUDA both throw the device error.
+void fill_device(void* dst, Device device, const void* element, size_t elem_size, int64_t n, const char* op);
+void arange_device(void* dst, Device device, DType dtype, int64_t n, const char* op);
 
 // Copy n bytes between any two devices (host<->device transfers of large
 // buffers go through pinned staging buffers). `op` names the caller in errors.

@@ -67,8 +67,14 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
   checked_bytes_for(shape, dtype, "full");  // name the factory the user called, not "empty"
-  if (device.is_cuda()) return on_device(full(shape, value, dtype), device, "full");
   Tensor t = empty(shape, dtype, device);
+  if (device.is_cuda()) {
+    // The element converted on the host once, then written by a device kernel.
+    alignas(8) unsigned char element[8] = {};
+    CF_DISPATCH_ALL(dtype, "full", fill_raw<scalar_t>(element, 1, value));
+    fill_device(t.raw_data(), device, element, dtype_size(dtype), t.numel(), "full");
+    return t;
+  }
   CF_DISPATCH_ALL(dtype, "full", fill_raw<scalar_t>(t.raw_data(), t.numel(), value));
   return t;
 }
@@ -84,8 +90,11 @@ Tensor Tensor::scalar(double value, DType dtype, Device device) {
 Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
   CF_CHECK(n >= 0, ValueError, "[arange] length must be >= 0, got ", n);
   CF_CHECK(dtype != kBool, DTypeError, "[arange] cannot make a bool range");
-  if (device.is_cuda()) return on_device(arange(n, dtype), device, "arange");
   Tensor t = empty({n}, dtype, device);
+  if (device.is_cuda()) {
+    arange_device(t.raw_data(), device, dtype, n, "arange");
+    return t;
+  }
   CF_DISPATCH_NUMERIC(dtype, "arange", {
     scalar_t* p = t.data<scalar_t>();
     for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(i);

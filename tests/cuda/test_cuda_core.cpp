@@ -1,5 +1,7 @@
 // The CUDA device model: moves between devices, factories, the caching
 // allocator's counters, transfer paths and errors.
+#include <cmath>
+
 #include "cuda/cuda_test_util.h"
 
 using namespace cf;
@@ -158,6 +160,36 @@ CUDA_TEST_CASE("factories on cuda") {
   CHECK(sum(f).item<float>() == 10.0f);
   CHECK(Tensor::scalar(7, kInt64, Device::cuda(0)).item<int64_t>() == 7);
   CHECK(Tensor::zeros({0, 3}, kFloat32, Device::cuda(0)).numel() == 0);
+  // full, zeros and ones fill on the device: every dtype, values whose bytes differ
+  // (1.0f is 00 00 80 3f) or agree (0, -1 as int64), an odd count; the host copies
+  // nothing and waits for nothing.
+  for (DType dt : {kFloat32, kFloat64, kInt64, kBool, kBFloat16, kFloat16})
+    for (double v : {0.0, 1.0, -1.0, 3.0, -2.5, 65504.0}) {
+      if (dt == kBool && v != 0.0 && v != 1.0) continue;
+      if (dt == kInt64 && v != std::floor(v)) continue;
+      INFO(dt, " ", v);
+      cuda::synchronize();
+      const cuda::TransferStats before = cuda::transfer_stats();
+      const Tensor g = Tensor::full({3, 37}, v, dt, Device::cuda(0));
+      const cuda::TransferStats d = cuda::transfer_stats() - before;
+      CHECK(d.host_to_device == 0);
+      CHECK(d.device_to_host == 0);
+      CHECK(d.synchronizations == 0);
+      CHECK(values(g) == values(Tensor::full({3, 37}, v, dt)));
+    }
+  for (DType dt : {kFloat32, kFloat64, kInt64, kBFloat16, kFloat16}) {
+    INFO(dt);
+    cuda::synchronize();
+    const cuda::TransferStats before = cuda::transfer_stats();
+    const Tensor g = Tensor::arange(3000, dt, Device::cuda(0));  // past 256 (bf16) and 2048 (f16): rounding
+    const cuda::TransferStats d = cuda::transfer_stats() - before;
+    CHECK(d.host_to_device == 0);
+    CHECK(d.device_to_host == 0);
+    CHECK(values(g) == values(Tensor::arange(3000, dt)));
+  }
+  CHECK(Tensor::arange(0, kInt64, Device::cuda(0)).numel() == 0);
+  CHECK(values(Tensor::ones({5}, kBFloat16, Device::cuda(0))) == std::vector<double>(5, 1.0));
+  CHECK(values(Tensor::zeros({5}, kInt64, Device::cuda(0))) == std::vector<double>(5, 0.0));
   std::ostringstream os;
   os << transpose(Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4}, {2, 2}, Device::cuda(0)), 0, 1);
   CHECK(os.str() == "tensor([[1, 3],\n [2, 4]], shape=(2,2), dtype=int64, device=cuda:0)");
