@@ -742,7 +742,7 @@ std::vector<std::pair<Tensor, Tensor>> ring_rounds(Device device, DType dtype = 
       for (int64_t j = 0; j < d; ++j)
         CHECK(m[size_t(((start + r) % cap) * d + j)] == double(fifo[size_t(r)][size_t(j)]));
     if (c[0] < cap) CHECK(c[1] == c[0]);
-    out.emplace_back(memory.cpu(), counters.cpu());
+    out.emplace_back(clone(memory).cpu(), clone(counters).cpu());  // copies: on the CPU .cpu() is the tensor itself
   }
   return out;
 }
