@@ -33,14 +33,23 @@ void check_matrix(const Tensor& t, const char* op, const char* what) {
 
 // The first NaN/Inf of a contiguous host float matrix is an error naming its
 // position; `desc` describes the caller's tensor (its device, not the host copy's).
+// The error for a non-finite entry i of a (., d) matrix, on either device.
+[[noreturn]] void throw_non_finite(const char* op, const char* what, const std::string& desc, double v, int64_t i,
+                                   int64_t d) {
+  const char* name = std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+  throw ValueError(str("[", op, "] ", what, " ", desc, " has a non-finite value (", name, ") at row ", i / d,
+                       ", column ", i % d));
+}
+[[noreturn]] void throw_zero_norm(const char* op, const char* what, const std::string& desc, int64_t row) {
+  throw ValueError(str("[", op, "] cosine metric: row ", row, " of ", what, " ", desc, " has zero norm (no direction)"));
+}
+
 template <typename T>
 void check_finite_typed(const Tensor& t, const char* op, const char* what, const std::string& desc) {
   const T* p = t.data<T>();
   const int64_t n = t.numel(), d = t.size(1);
   for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(p[i]))
-      throw ValueError(str("[", op, "] ", what, " ", desc, " has a non-finite value (",
-                           double(p[i]), ") at row ", i / d, ", column ", i % d));
+    if (!std::isfinite(p[i])) throw_non_finite(op, what, desc, double(p[i]), i, d);
 }
 void check_finite(const Tensor& t, const char* op, const char* what, const std::string& desc) {
   CF_DISPATCH_FLOAT(t.dtype(), op, check_finite_typed<scalar_t>(t, op, what, desc));
@@ -57,8 +66,7 @@ void normalize_rows_typed(const Tensor& src, const Tensor& dst, const char* op, 
     // 1e160 would square to inf (and the row to zeros) otherwise.
     double mx = 0;
     for (int64_t t = 0; t < d; ++t) mx = std::max(mx, std::fabs(double(s[i * d + t])));
-    CF_CHECK(mx > 0, ValueError, "[", op, "] cosine metric: row ", i, " of ", what, " ",
-             desc, " has zero norm (no direction)");
+    if (!(mx > 0)) throw_zero_norm(op, what, desc, i);
     double nn = 0;
     for (int64_t t = 0; t < d; ++t) nn += (double(s[i * d + t]) / mx) * (double(s[i * d + t]) / mx);
     const double inv = 1.0 / (mx * std::sqrt(nn));
@@ -71,18 +79,26 @@ void normalize_rows_typed(const Tensor& src, const Tensor& dst, const char* op, 
 Tensor prepare(const Tensor& t, KMeansMetric metric, const char* op, const char* what) {
   Tensor c = contiguous(t.detach());
   if (!c.device().is_cpu()) {
-    // Device data: checked and normalised by tensor ops with one scalar read back
-    // each; only a failing check copies the data to the host, to name the entry.
-    const double bad = sum(to(logical_not(lt(abs(c), INFINITY)), kFloat64)).item<double>();
-    if (bad > 0) check_finite(c.cpu(), op, what, c.describe());  // throws
-    if (metric == KMeansMetric::l2) return c;
+    // Device data: checked by deferred data checks (core/cuda.h), so that a forward
+    // assigning clusters does not wait for the device; the errors are the CPU's, at
+    // the next host read. Each entry's class: 0 finite, 1 nan, 2 inf, 3 -inf.
+    const std::string desc = c.describe(), op_name = op, what_name = what;
+    const int64_t d = c.size(1);
     const Tensor c64 = to(c, kFloat64);
-    const Tensor norms = sqrt(sum(square(c64), {1}, true));
-    if (!(amin(norms).item<double>() > 0)) {  // throws, naming the row
-      Tensor host = c.cpu(), out = Tensor::empty(host.shape(), host.dtype());
-      CF_DISPATCH_FLOAT(host.dtype(), op, normalize_rows_typed<scalar_t>(host, out, op, what, c.describe()));
-    }
-    return contiguous(to(c64 * reciprocal(norms), c.dtype()));
+    const Tensor kind = to(ne(c64, c64), kInt64) + to(eq(c64, INFINITY), kInt64) * 2.0 +
+                        to(eq(c64, -INFINITY), kInt64) * 3.0;
+    check_indices(op, kind, 1, [=](int64_t i, int64_t k) {
+      throw_non_finite(op_name.c_str(), what_name.c_str(), desc, k == 1 ? NAN : k == 2 ? INFINITY : -INFINITY, i, d);
+    });
+    if (metric == KMeansMetric::l2) return c;
+    // Unit rows as normalize_rows_typed makes them: divided by the largest magnitude
+    // first (float64 values near 1e160 would square to inf).
+    const Tensor mx = amax(abs(c64), {1}, true);
+    check_indices(op, to(eq(mx, 0.0), kInt64), 1, [=](int64_t row, int64_t) {
+      throw_zero_norm(op_name.c_str(), what_name.c_str(), desc, row);
+    });
+    const Tensor scaled = c64 / mx;
+    return contiguous(to(scaled / sqrt(sum(square(scaled), {1}, true)), c.dtype()));
   }
   check_finite(c, op, what, c.describe());
   if (metric == KMeansMetric::l2) return c;

@@ -147,6 +147,39 @@ CUDA_TEST_CASE("K-Means on CUDA: mixed devices and non-finite data are clear err
   bad[4 * 17 + 2] = std::numeric_limits<float>::quiet_NaN();
   CHECK_THROWS_MSG(kmeans(Tensor::from_vector(bad, {100, 4}).to(kGpu), o), ValueError, "[kmeans] x",
                    "non-finite", "row 17, column 2");
+  // kmeans_assign (Cluster-Former's eq. 5 in every forward) reads nothing back: its
+  // data checks are deferred, with the CPU's messages, to the next host read.
+  const Tensor xg = p.x.to(kGpu), ig = init.to(kGpu);
+  bad[4 * 17 + 2] = -std::numeric_limits<float>::infinity();
+  const Tensor bad_g = Tensor::from_vector(bad, {100, 4}).to(kGpu);
+  std::vector<float> zero_row = p.x.to_vector<float>();
+  for (int i = 0; i < 4; ++i) zero_row[4 * 5 + size_t(i)] = 0;
+  const Tensor zero_g = Tensor::from_vector(zero_row, {100, 4}).to(kGpu);
+  cuda::synchronize();
+  const cuda::TransferStats before = cuda::transfer_stats();
+  const Tensor ok = kmeans_assign(xg, ig, KMeansMetric::cosine);
+  const Tensor after_bad = kmeans_assign(bad_g, ig, KMeansMetric::cosine);
+  const cuda::TransferStats d = cuda::transfer_stats() - before;
+  CHECK(d.device_to_host == 0);
+  CHECK(d.host_to_device == 0);
+  CHECK(d.synchronizations == 0);
+  CHECK_THROWS_MSG(after_bad.cpu(), ValueError, "[kmeans_assign] x", "non-finite value (-inf) at row 17, column 2");
+  CHECK(values(ok.cpu()) == values(kmeans_assign(p.x, init, KMeansMetric::cosine)));
+  for (const std::string& tail : {std::string(""), std::string(" cosine")}) {
+    INFO(tail);
+    const KMeansMetric m = tail.empty() ? KMeansMetric::l2 : KMeansMetric::cosine;
+    CHECK_THROWS_MSG(kmeans_assign(Tensor::from_vector(bad, {100, 4}), init, m), ValueError,
+                     "[kmeans_assign] x", "non-finite value (-inf) at row 17, column 2");
+    // l2 reads the data's range back (so throws itself); cosine reads nothing.
+    CHECK_THROWS_MSG(((void)kmeans_assign(bad_g, ig, m), cuda::check_errors()), ValueError, "[kmeans_assign] x",
+                     "non-finite value (-inf) at row 17, column 2");
+  }
+  CHECK_THROWS_MSG(kmeans_assign(Tensor::from_vector(zero_row, {100, 4}), init, KMeansMetric::cosine), ValueError,
+                   "[kmeans_assign] cosine metric: row 5 of x", "zero norm");
+  (void)kmeans_assign(zero_g, ig, KMeansMetric::cosine);
+  CHECK_THROWS_MSG(cuda::check_errors(), ValueError, "[kmeans_assign] cosine metric: row 5 of x", "zero norm");
+  (void)kmeans_assign(zero_g, ig);  // l2 takes a zero row
+  cuda::check_errors();
 }
 
 CUDA_TEST_CASE("memory bank on CUDA: add makes no host round trip, and a call with a non-finite state stores nothing") {
@@ -158,9 +191,10 @@ CUDA_TEST_CASE("memory bank on CUDA: add makes no host round trip, and a call wi
   gpu.to(Device::cuda(0));
   const Tensor a = Tensor::from_vector(std::vector<float>{1, 2, 0, 0, 3, 4, 5, 6, 7, 8}, {5, 2});
   cpu.add(a);
+  const Tensor a_gpu = cuda0(a);
   cuda::synchronize();
   const cuda::TransferStats before = cuda::transfer_stats();
-  gpu.add(cuda0(a));
+  gpu.add(a_gpu);
   const cuda::TransferStats d = cuda::transfer_stats() - before;
   CHECK(d.device_to_host == 0);
   CHECK(d.host_to_device == 0);
