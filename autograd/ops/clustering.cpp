@@ -1,10 +1,13 @@
 #include "autograd/ops/clustering.h"
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/random.h"
 #include "autograd/ops/shape.h"
@@ -15,10 +18,10 @@
 
 namespace cf {
 
-Tensor random_hyperplanes(int64_t bits, int64_t dim, DType dtype, Generator& gen) {
+Tensor random_hyperplanes(int64_t bits, int64_t dim, DType dtype, Generator& gen, Device device) {
   CF_CHECK(bits >= 1 && bits <= 63, ValueError, "[random_hyperplanes] bits must be in [1, 63], got ", bits);
   CF_CHECK(dim >= 1, ValueError, "[random_hyperplanes] dim must be >= 1, got ", dim);
-  return randn({bits, dim}, dtype, gen);
+  return randn({bits, dim}, dtype, gen, 0.0, 1.0, device);
 }
 
 Tensor hash_codes(const Tensor& x, const Tensor& planes) {
@@ -59,18 +62,17 @@ Tensor hamming_kmeans(const Tensor& codes, int64_t clusters, int64_t iterations,
   Tensor c = contiguous(codes);
   Tensor e = exclude.defined() ? contiguous(exclude) : Tensor();
   const int64_t g = c.shape()[0], n = c.shape()[1];
-  // Every code in [0, 2^bits): two reductions on the codes' device (with 63 bits
-  // any non-negative int64 fits); the codes are copied to the host only to name
-  // the first bad one.
-  const bool in_range = g * n == 0 || (amin(c).item<int64_t>() >= 0 &&
-                                       (bits == 63 || amax(c).item<int64_t>() < (int64_t(1) << bits)));
-  if (!in_range) {
-    const std::vector<int64_t> cv = c.to_vector<int64_t>();
-    const uint64_t mask = (uint64_t(1) << bits) - 1;
-    for (int64_t i = 0; i < g * n; ++i)
-      CF_CHECK(cv[size_t(i)] >= 0 && (uint64_t(cv[size_t(i)]) & ~mask) == 0, ValueError, "[hamming_kmeans] code ",
-               cv[size_t(i)], " at position ", i, " has bits beyond the ", bits, " given");
-  }
+  // Every code in [0, 2^bits): a data check, deferred on CUDA (the kernel reads only
+  // the low `bits` bits meanwhile). With 63 bits every non-negative int64 fits: the
+  // limit 2^63 - 1 leaves out only itself, which `allowed` lets through.
+  const int64_t limit = bits == 63 ? std::numeric_limits<int64_t>::max() : int64_t(1) << bits;
+  check_indices(
+      "hamming_kmeans", c, limit,
+      [bits](int64_t at, int64_t code) {
+        throw ValueError(str("[hamming_kmeans] code ", code, " at position ", at, " has bits beyond the ", bits,
+                             " given"));
+      },
+      bits == 63 ? std::optional<int64_t>(limit) : std::nullopt);
   Tensor out = Tensor::empty({g, n}, kInt64, c.device());
   kernels::hamming_kmeans(c, e, clusters, iterations, bits, out);
   return out;

@@ -9,8 +9,9 @@
 
 namespace cf {
 
-// Random hyperplanes (bits, D) drawn N(0, 1) from gen, in q's dtype.
-Tensor random_hyperplanes(int64_t bits, int64_t dim, DType dtype, Generator& gen);
+// Random hyperplanes (bits, D) drawn N(0, 1) from gen, in q's dtype, on `device` (on CUDA equal to the CPU's
+// draw to within the device libm's rounding: randn's parity).
+Tensor random_hyperplanes(int64_t bits, int64_t dim, DType dtype, Generator& gen, Device device = Device::cpu());
 
 // Codes of x (..., D) under planes (bits, D), bits in [1, 63]: bit b of the int64
 // code is 1 when x . planes[b] > 0. Output int64 (...), always >= 0.

@@ -178,7 +178,9 @@ __global__ void hamming_kmeans_kernel(const int64_t* codes, const bool* excl, in
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         if (!valid(i)) continue;
         int* o = ones + a[i] * bits;
-        for (uint64_t v = x[i]; v; v &= v - 1) atomicAdd(o + (__ffsll(int64_t(v)) - 1), 1);
+        // Only the low `bits` bits are counted: a code with higher bits set is a
+        // deferred error (autograd/ops/clustering.cpp), and must not write past its row.
+        for (uint64_t v = x[i] & ((uint64_t(1) << bits) - 1); v; v &= v - 1) atomicAdd(o + (__ffsll(int64_t(v)) - 1), 1);
       }
       __syncthreads();
       // Majority vote per bit; a tie keeps the old bit.

@@ -2,6 +2,7 @@
 // Hamming K-Means, against hand-computed references, with their errors and CUDA
 // parity (integers: the same on both devices, bit for bit).
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -141,6 +142,8 @@ TEST_CASE("hash_codes and hamming_kmeans refuse bad input with messages naming t
                    "[hamming_kmeans] code 300", "beyond the 8 given");
   CHECK_THROWS_MSG(hamming_kmeans(ti64({1, -5}, {1, 2}), 2, 10, 63), ValueError,
                    "[hamming_kmeans] code -5 at position 1", "beyond the 63 given");
+  // 63 bits take every non-negative int64, the largest too.
+  CHECK(hamming_kmeans(ti64({1, std::numeric_limits<int64_t>::max()}, {1, 2}), 2, 10, 63).numel() == 2);
   CHECK_THROWS_MSG(hamming_kmeans(ti64({1, 3}, {1, 2}), 0, 10, 8), ValueError, "clusters must be >= 1");
   CHECK_THROWS_MSG(hamming_kmeans(t64({1, 3}, {1, 2}), 2, 10, 8), DTypeError, "codes must be int64 (G, N)");
   CHECK_THROWS_MSG(hamming_kmeans(ti64({1, 3}, {1, 2}), 2, 10, 8, bools({true}, {1, 1})), ShapeError,
@@ -164,6 +167,20 @@ PARITY_CASE(hash_codes) {
   CHECK(gc.device().is_cuda());
   CHECK(gc.shape() == c.shape());
   CHECK(gc.cpu().to_vector<int64_t>() == c.to_vector<int64_t>());
+}
+
+CUDA_TEST_CASE("a hamming_kmeans code beyond its bits is a deferred check with the CPU's message") {
+  const Tensor codes = cuda0(ti64({1, 2, 3, 300, 4, 1000}, {2, 3}));
+  cuda::synchronize();
+  const cuda::TransferStats before = cuda::transfer_stats();
+  const Tensor ids = hamming_kmeans(codes, 2, 10, 8);  // returns without reading the codes back
+  const cuda::TransferStats d = cuda::transfer_stats() - before;
+  CHECK(d.device_to_host == 0);
+  CHECK(d.synchronizations == 0);
+  CHECK_THROWS_MSG(ids.to_vector<int64_t>(), ValueError, "[hamming_kmeans] code 300 at position 3",
+                   "beyond the 8 given");
+  CHECK(hamming_kmeans(codes, 2, 10, 10).cpu().to_vector<int64_t>() ==
+        hamming_kmeans(codes.cpu(), 2, 10, 10).to_vector<int64_t>());
 }
 
 PARITY_CASE(hamming_kmeans) {
