@@ -9,10 +9,14 @@
 #include "autograd/autocast.h"
 #include "autograd/op_names.h"
 
+#include "autograd/grad_mode.h"
 #include "autograd/ops/common.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
 #include "autograd/ops/shape.h"
 #include "kernels/attention/attention.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/index/index.h"
 
 namespace cf {
 
@@ -142,21 +146,31 @@ void check_block_attention_args(const Tensor& q, const Tensor& k, const Tensor& 
            "] look_back and look_ahead must be >= 0, scale >= 0 (0: 1/sqrt(d_k)) and self_score finite, got "
            "look_back=",
            o.look_back, " look_ahead=", o.look_ahead, " scale=", o.scale, " self_score=", o.self_score);
-  std::vector<int64_t> m = members.to_vector<int64_t>();
-  std::vector<char> seen(static_cast<size_t>(N));
-  const int64_t per_head = C * w;
-  for (int64_t bh = 0; bh < B * Hm; ++bh) {
-    std::fill(seen.begin(), seen.end(), 0);
-    for (int64_t s = 0; s < per_head; ++s) {
-      const int64_t p = m[size_t(bh * per_head + s)];
-      CF_CHECK(p >= -1 && p < N, IndexError, "[", who, "] members[", bh / Hm, ", ", bh % Hm, "] holds position ",
-               p, ", outside [-1, ", N, ")");
-      if (p < 0) continue;
-      CF_CHECK(!seen[size_t(p)], ValueError, "[", who, "] position ", p, " appears twice in members[", bh / Hm,
-               ", ", bh % Hm, "]");
-      seen[size_t(p)] = 1;
-    }
-  }
+  // Positions in [-1, N), none twice per (b, h): two data checks on members' device
+  // (deferred on CUDA, so the forward does not wait for them; the kernels treat a bad
+  // position as an empty slot meanwhile). The second counts each (b, h) row's
+  // positions (a per-row histogram; -1 and out-of-range values are not counted):
+  // 4 small launches, no sort.
+  if (members.numel() == 0) return;
+  const int64_t rows = B * Hm, per_head = C * w;
+  const std::string name = who;
+  NoGradGuard ng;
+  const Tensor m = reshape(contiguous(members), {rows, per_head});
+  check_indices(
+      who, m, N,
+      [=](int64_t at, int64_t p) {
+        const int64_t bh = at / per_head;
+        throw IndexError(str("[", name, "] members[", bh / Hm, ", ", bh % Hm, "] holds position ", p,
+                             ", outside [-1, ", N, ")"));
+      },
+      -1);
+  const Tensor count = Tensor::zeros({rows, N}, kInt64, m.device());
+  kernels::bincount_rows(m, N, count);
+  check_indices(who, count, 2, [=](int64_t at, int64_t) {
+    const int64_t bh = at / N;
+    throw ValueError(str("[", name, "] position ", at % N, " appears twice in members[", bh / Hm, ", ", bh % Hm,
+                         "]"));
+  });
 }
 
 BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v,

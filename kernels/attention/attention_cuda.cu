@@ -78,7 +78,7 @@ struct FullMap {
 struct BlockMap {
   int64_t H, Hm, N, C, w, nb;
   const int64_t* members;  // (B, Hm, C, w)
-  const int64_t* offsets;  // (nb)
+  int64_t back;  // offsets[t]: 0, then -1 .. -back, then 1, 2, ... (block_map checks the form)
   bool causal, self_mask;
   const bool* pad;  // (B, N) or null
   __device__ const int64_t* head(int64_t bh) const {
@@ -86,11 +86,16 @@ struct BlockMap {
     return members + (b * Hm + (Hm == 1 ? 0 : h)) * C * w;
   }
   __device__ int64_t chunk(int64_t c) const { return ((c % C) + C) % C; }
+  __device__ int64_t offset(int64_t t) const { return t == 0 ? 0 : t <= back ? -t : t - back; }
   __device__ int64_t rows() const { return w; }
-  __device__ int64_t qpos(int64_t bh, int64_t c, int64_t r) const { return r < w ? head(bh)[c * w + r] : -1; }
+  // A position outside [0, N) counts as an empty slot: the members check
+  // (autograd/ops/attention.cpp) reports it at the next host read, and meanwhile no
+  // row outside the tensors is read or written.
+  __device__ int64_t valid(int64_t p) const { return p < N ? p : -1; }
+  __device__ int64_t qpos(int64_t bh, int64_t c, int64_t r) const { return r < w ? valid(head(bh)[c * w + r]) : -1; }
   __device__ int64_t kpos(int64_t bh, int64_t c, int64_t j) const {
     if (j >= nb * w) return -1;
-    return head(bh)[chunk(c + offsets[j / w]) * w + j % w];
+    return valid(head(bh)[chunk(c + offset(j / w)) * w + j % w]);
   }
   __device__ bool blocked(int64_t b, int64_t i, int64_t j) const {
     return i < 0 || j < 0 || (pad && pad[b * N + j]) || (causal && j > i);
@@ -99,10 +104,10 @@ struct BlockMap {
   __device__ int64_t key_end(int64_t) const { return nb * w; }
   __device__ int64_t group_keys() const { return w; }
   __device__ int64_t group_kpos(int64_t bh, int64_t cc, int64_t u) const {
-    return u < w ? head(bh)[cc * w + u] : -1;
+    return u < w ? valid(head(bh)[cc * w + u]) : -1;
   }
   __device__ int64_t visits() const { return nb; }
-  __device__ int64_t visit_group(int64_t cc, int64_t t) const { return chunk(cc - offsets[t]); }
+  __device__ int64_t visit_group(int64_t cc, int64_t t) const { return chunk(cc - offset(t)); }
   __device__ int64_t row_begin(int64_t) const { return 0; }
 };
 
@@ -529,9 +534,17 @@ FullMap full_map(const Tensor& q, const Tensor& k, const Tensor& kpm, const Flas
                  kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr};
 }
 
-// The offsets live in a small device tensor for the call (kept alive by the caller).
-BlockMap block_map(const Tensor& q, const Tensor& members, const Tensor& kpm, const BlockAttentionParams& p,
-                   const Tensor& offsets) {
+// The window's chunk offsets travel as one number, the count of backward ones: the
+// table ops::block_window_offsets builds is 0, -1 .. -back, 1 .. ahead (nothing is
+// skipped before it holds C offsets), so no per-call host-to-device copy is needed.
+BlockMap block_map(const Tensor& q, const Tensor& members, const Tensor& kpm, const BlockAttentionParams& p) {
+  const std::vector<int64_t>& o = p.offsets;
+  int64_t back = 0;
+  while (back + 1 < int64_t(o.size()) && o[size_t(back + 1)] == -(back + 1)) ++back;
+  for (size_t t = 0; t < o.size(); ++t)
+    CF_CHECK(o[t] == (t == 0 ? 0 : int64_t(t) <= back ? -int64_t(t) : int64_t(t) - back), ValueError,
+             "[block_attention] internal: the window offsets are not 0, -1 .. -b, 1 .. a (offset ", t, " is ", o[t],
+             ")");
   return BlockMap{q.shape()[1],
                   members.shape()[1],
                   q.shape()[2],
@@ -539,14 +552,10 @@ BlockMap block_map(const Tensor& q, const Tensor& members, const Tensor& kpm, co
                   members.shape()[3],
                   int64_t(p.offsets.size()),
                   static_cast<const int64_t*>(members.raw_data()),
-                  static_cast<const int64_t*>(offsets.raw_data()),
+                  back,
                   p.causal,
                   p.self_mask,
                   kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr};
-}
-
-Tensor offsets_on(const BlockAttentionParams& p, Device d) {
-  return Tensor::from_vector(p.offsets, {int64_t(p.offsets.size())}).to(d);
 }
 
 }  // namespace
@@ -589,9 +598,8 @@ void block_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor
   // Tokens in no slot keep out = 0, lse = -inf.
   fill_cuda(out, 0.0);
   fill_cuda(lse, -std::numeric_limits<double>::infinity());
-  const Tensor offs = offsets_on(p, out.device());
   const Args a = make_args(q, k, v, out, lse, p.scale, p.self_score);
-  const BlockMap map = block_map(q, members, kpm, p, offs);
+  const BlockMap map = block_map(q, members, kpm, p);
   const int64_t BH = q.shape()[0] * q.shape()[1];
   CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_forward<scalar_t>(op, a, map, map.w, map.C, BH));
 }
@@ -602,7 +610,6 @@ void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& dk, const Tensor& dv) {
   const char* op = "block_attention";
   cu::use_device_of(out, op);
-  const Tensor offs = offsets_on(p, out.device());
   Args a = make_args(q, k, v, out, lse, p.scale, p.self_score);
   a.dout = dout.raw_data();
   a.sgo = rows3(dout);
@@ -616,7 +623,7 @@ void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
   zero(dq, op);  // tokens in no slot get no gradient
   zero(dk, op);
   zero(dv, op);
-  const BlockMap map = block_map(q, members, kpm, p, offs);
+  const BlockMap map = block_map(q, members, kpm, p);
   const int64_t BH = q.shape()[0] * q.shape()[1];
   CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_backward<scalar_t>(op, a, map, map.w, map.C, map.w, map.C, BH));
 }

@@ -66,7 +66,14 @@ struct RingSlots {
 void ring_append_cpu(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
                      RingSlots slots);
 
+// Per-row histogram: counts (rows, bins) int64, contiguous and zeroed by the caller,
+// gets counts[r, v] += 1 for every value v in [0, bins) of row r of ids (rows, w)
+// int64 contiguous; other values are skipped. Integer counts: the same on every
+// device and in any order (atomic adds on CUDA).
+void bincount_rows_cpu(const Tensor& ids, int64_t bins, const Tensor& counts);
+
 #ifdef CF_WITH_CUDA
+void bincount_rows_cuda(const Tensor& ids, int64_t bins, const Tensor& counts);
 void check_index_range_cuda(const Tensor& index, int64_t limit, RaiseBadIndex raise,
                             const int64_t* allowed = nullptr);
 void gather_cuda(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& out);
@@ -100,6 +107,10 @@ inline void masked_fill(const Tensor& x, const Tensor& mask, double value, const
 }
 inline void one_hot(const Tensor& labels, const Tensor& out) {
   CF_DEVICE_DISPATCH("one_hot", out.device(), one_hot_cpu(labels, out), one_hot_cuda(labels, out));
+}
+inline void bincount_rows(const Tensor& ids, int64_t bins, const Tensor& counts) {
+  CF_DEVICE_DISPATCH("bincount_rows", ids.device(), bincount_rows_cpu(ids, bins, counts),
+                     bincount_rows_cuda(ids, bins, counts));
 }
 inline void ring_append(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
                         RingSlots slots) {

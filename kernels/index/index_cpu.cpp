@@ -186,4 +186,15 @@ void ring_append_cpu(const Tensor& memory, const Tensor& counters, const Tensor&
   c[slots.size_at] = std::min(cap, c[slots.size_at] + count - drop);
 }
 
+void bincount_rows_cpu(const Tensor& ids, int64_t bins, const Tensor& counts) {
+  const int64_t rows = ids.dim() == 0 ? 1 : ids.shape()[0], w = rows == 0 ? 0 : ids.numel() / rows;
+  const int64_t* v = static_cast<const int64_t*>(ids.raw_data());
+  int64_t* c = static_cast<int64_t*>(counts.raw_data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < w; ++j) {
+      const int64_t x = v[r * w + j];
+      if (x >= 0 && x < bins) ++c[r * bins + x];
+    }
+}
+
 }  // namespace cf::kernels

@@ -327,6 +327,18 @@ void ring_append_cuda(const Tensor& memory, const Tensor& counters, const Tensor
   ::cf::cuda::check_launch("ring_append");
 }
 
+void bincount_rows_cuda(const Tensor& ids, int64_t bins, const Tensor& counts) {
+  const int64_t n = ids.numel();
+  if (n == 0) return;
+  const int64_t w = n / ids.shape()[0];
+  const int64_t* v = cu::ptr<const int64_t>(ids);
+  auto* c = reinterpret_cast<unsigned long long*>(cu::ptr<int64_t>(counts));
+  cu::for_each_index("bincount_rows", counts, n, [=] __device__(int64_t i) {
+    const int64_t x = v[i];
+    if (x >= 0 && x < bins) atomicAdd(c + (i / w) * bins + x, 1ull);
+  });
+}
+
 void check_index_range_cuda(const Tensor& index, int64_t limit, RaiseBadIndex raise, const int64_t* allowed) {
   const int64_t n = index.numel();
   if (n == 0) return;

@@ -334,4 +334,33 @@ CUDA_TEST_CASE("block_attention float64 gradcheck on CUDA") {
                   {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
 }
 
+CUDA_TEST_CASE("block_attention's member checks on CUDA read nothing back and give the CPU's errors at the next read") {
+  const Device gpu = Device::cuda(0);
+  Tensor q = leaf64({1, 2, 4, 3}, 1), k = leaf64({1, 2, 4, 3}, 2), v = leaf64({1, 2, 4, 2}, 3);
+  // Leaves on the device (a moved CPU leaf would copy its gradient back to the host).
+  auto device_leaf = [&](const Tensor& t) { return t.detach().to(gpu).set_requires_grad(true); };
+  Tensor qg = device_leaf(q), kg = device_leaf(k), vg = device_leaf(v);
+  const Tensor good = ti64({0, 1, 2, 3}, {1, 1, 2, 2}).to(gpu);
+  cuda::synchronize();
+  const cuda::TransferStats before = cuda::transfer_stats();
+  BlockAttentionResult r = block_attention(qg, kg, vg, good);
+  sum(r.out * r.out).backward();
+  const cuda::TransferStats d = cuda::transfer_stats() - before;
+  CHECK(d.device_to_host == 0);
+  CHECK(d.host_to_device == 0);
+  CHECK(d.synchronizations == 0);
+  check_close(r.out.cpu(), block_attention(q, k, v, good.cpu()).out, 1e-12);  // a read: no failed check pending
+  // A position past N (the kernels treat it as an empty slot meanwhile: nothing out
+  // of bounds, under compute-sanitizer too), forward and backward, then a duplicate.
+  BlockAttentionResult bad = block_attention(qg, kg, vg, ti64({0, 1, 9, 3}, {1, 1, 2, 2}).to(gpu));
+  sum(bad.out * bad.out).backward();
+  CHECK_THROWS_MSG(bad.out.cpu(), IndexError, "[block_attention] members[0, 0] holds position 9, outside [-1, 4)");
+  CHECK_THROWS_MSG(block_attention(q, k, v, ti64({0, 1, 9, 3}, {1, 1, 2, 2})), IndexError,
+                   "[block_attention] members[0, 0] holds position 9, outside [-1, 4)");
+  (void)block_attention(qg, kg, vg, ti64({0, 2, -1, 2, 1, 3, 3, 0}, {1, 2, 2, 2}).to(gpu));
+  CHECK_THROWS_MSG(cuda::check_errors(), ValueError, "[block_attention] position 2 appears twice in members[0, 0]");
+  CHECK_THROWS_MSG(block_attention(q, k, v, ti64({0, 2, -1, 2, 1, 3, 3, 0}, {1, 2, 2, 2})), ValueError,
+                   "[block_attention] position 2 appears twice in members[0, 0]");
+}
+
 }  // TEST_SUITE
