@@ -67,6 +67,9 @@ json bench_model(const BenchOptions& o) {
       if (g_device.is_cuda()) {  // issue 25: the host waits for nothing inside a step
         r["train_device_to_host_per_step"] = train.transfers.device_to_host;
         r["train_synchronizations_per_step"] = train.transfers.synchronizations;
+        // A pageable host-to-device copy waits for the stream too (a factory filled on the host).
+        r["train_host_to_device_per_step"] = train.transfers.host_to_device;
+        r["infer_host_to_device_per_step"] = infer.transfers.host_to_device;
         r["infer_device_to_host_per_step"] = infer.transfers.device_to_host;
         r["infer_synchronizations_per_step"] = infer.transfers.synchronizations;
         r["train_kernel_launches_per_step"] = train.transfers.kernel_launches;

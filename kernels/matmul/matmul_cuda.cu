@@ -114,6 +114,34 @@ int as_int(int64_t v, const char* what) {
   return int(v);
 }
 
+// The pointer arrays of a batched GEMM whose batch axes share no single stride:
+// entry i holds B's, then A's, then C's matrix of batch index i (row-major over
+// the batch shape; C is contiguous), B first as cuBLAS is called with B^T A^T.
+struct BatchPointers {
+  int dims = 0;
+  int64_t size[kMaxDims] = {}, stride_a[kMaxDims] = {}, stride_b[kMaxDims] = {};
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  int64_t mn = 0, count = 0;
+};
+template <typename T>
+__global__ void batch_pointers_kernel(BatchPointers p, void** out) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.count; i += step) {
+    int64_t oa = 0, ob = 0, rem = i;
+    for (int d = p.dims - 1; d >= 0; --d) {
+      const int64_t c = rem % p.size[d];
+      rem /= p.size[d];
+      oa += c * p.stride_a[d];
+      ob += c * p.stride_b[d];
+    }
+    out[i] = const_cast<T*>(static_cast<const T*>(p.b) + ob);
+    out[p.count + i] = const_cast<T*>(static_cast<const T*>(p.a) + oa);
+    out[2 * p.count + i] = static_cast<T*>(p.c) + i * p.mn;
+  }
+}
+
 template <typename T>
 void matmul_typed(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   const int64_t nd = a_in.dim();
@@ -170,28 +198,28 @@ void matmul_typed(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
     return;
   }
   // Batch axes that do not collapse to one stride (e.g. (4,1) against (1,5)
-  // broadcasting): one cublasGemmBatchedEx call with pointer arrays built on the
-  // host and copied to a device tensor (cf's caching allocator). The copy is a
-  // synchronous cudaMemcpy ordered on the default stream, so the host vector may
-  // die right after; the device array is only returned to the cache after the
-  // call is queued, and later users of that block run after it on the same stream.
-  std::vector<const void*> ptrs(size_t(3 * nb));
-  for (int64_t i = 0; i < nb; ++i) {
-    int64_t oa = 0, ob = 0, rem = i;
-    for (size_t d = batch.size(); d-- > 0;) {
-      const int64_t c = rem % batch[d];
-      rem /= batch[d];
-      oa += c * sa[d];
-      ob += c * sb[d];
-    }
-    ptrs[size_t(i)] = pb + ob;
-    ptrs[size_t(nb + i)] = pa + oa;
-    ptrs[size_t(2 * nb + i)] = pc + i * M * N;
+  // broadcasting, or (B, H) against (1, H)): one cublasGemmBatchedEx call with
+  // pointer arrays that a kernel writes into a device tensor (cf's caching
+  // allocator) from the batch shape and strides passed by value, so the host
+  // copies nothing and does not wait. The array returns to the cache after the
+  // call is queued; later users of that block run after it on the same stream.
+  BatchPointers bp;
+  bp.dims = int(batch.size());
+  for (size_t d = 0; d < batch.size(); ++d) {
+    bp.size[d] = batch[d];
+    bp.stride_a[d] = sa[d];
+    bp.stride_b[d] = sb[d];
   }
+  bp.a = pa;
+  bp.b = pb;
+  bp.c = pc;
+  bp.mn = M * N;
+  bp.count = nb;
   static_assert(sizeof(void*) == sizeof(int64_t), "pointer arrays are stored as int64");
   Tensor dev = Tensor::empty({3 * nb}, kInt64, out.device());
-  copy_bytes(dev.raw_data(), out.device(), ptrs.data(), Device::cpu(), ptrs.size() * sizeof(void*), "matmul");
   void** dp = static_cast<void**>(dev.raw_data());
+  batch_pointers_kernel<T><<<cu::grid_for(nb), cu::kThreads>>>(bp, dp);
+  ::cf::cuda::check_launch("matmul");
   CF_CUBLAS_CHECK(cublasGemmBatchedEx(h, opb, opa, m, n, k, &alpha, dp, dt, ldb, dp + nb, dt, lda, &beta,
                                       dp + 2 * nb, dt, ldc, count, ct, CUBLAS_GEMM_DEFAULT));
   ::cf::cuda::count_launch();

@@ -99,9 +99,7 @@ Tensor to_members(const Tensor& y, const Membership& m) {
 
 // (G, 1) int64 column g * c: the first row of group g in a (G * c, ...) matrix.
 Tensor arange_rows(int64_t g, int64_t c, Device device) {
-  std::vector<int64_t> v(static_cast<size_t>(g));
-  for (int64_t i = 0; i < g; ++i) v[size_t(i)] = i * c;
-  return Tensor::from_vector(v, {g, 1}, device);
+  return reshape(Tensor::arange(g, kInt64, device) * double(c), {g, 1});
 }
 
 // (1, Nq, 1) int64: the last key position query i may see under the causal rule
@@ -283,13 +281,14 @@ Tensor ClusteredAttention::cluster(const Tensor& q, const Tensor& qpm) {
   if (opt_.fixed_planes) {
     if (!planes_.defined() || planes_.dtype() != q.dtype() || planes_.shape()[1] != D) {
       Generator gen(opt_.hash_seed);
-      planes_ = random_hyperplanes(opt_.bits, D, q.dtype(), gen);
+      planes_ = random_hyperplanes(opt_.bits, D, q.dtype(), gen);  // on the CPU: the same planes on every device
     }
+    if (planes_.device() != q.device()) planes_ = planes_.to(q.device());  // once per device, not per forward
     planes = planes_;
   } else {
-    planes = random_hyperplanes(opt_.bits, D, q.dtype(), default_generator());
+    planes = random_hyperplanes(opt_.bits, D, q.dtype(), default_generator(), q.device());
   }
-  Tensor codes = reshape(hash_codes(q, planes.to(q.device())), {B * H, Nq});
+  Tensor codes = reshape(hash_codes(q, planes), {B * H, Nq});
   Tensor excl = qpm.defined() ? reshape(contiguous(expand(reshape(qpm, {B, 1, Nq}), {B, H, Nq})), {B * H, Nq})
                               : Tensor();
   return reshape(hamming_kmeans(codes, std::max<int64_t>(1, std::min(opt_.clusters, Nq)), opt_.iterations,

@@ -20,11 +20,11 @@ namespace cf {
 namespace nn {
 
 Tensor lsh_rotations(int64_t n_heads, int64_t head_dim, int64_t n_hashes, int64_t n_buckets, DType dtype,
-                     Generator& gen) {
+                     Generator& gen, Device device) {
   CF_CHECK(n_heads > 0 && head_dim > 0 && n_hashes > 0 && n_buckets >= 2 && n_buckets % 2 == 0, ValueError,
            "[lsh_rotations] need positive n_heads, head_dim, n_hashes and an even n_buckets >= 2, got n_heads=",
            n_heads, " head_dim=", head_dim, " n_hashes=", n_hashes, " n_buckets=", n_buckets);
-  return randn({n_heads, head_dim, n_hashes, n_buckets / 2}, dtype, gen);
+  return randn({n_heads, head_dim, n_hashes, n_buckets / 2}, dtype, gen, 0.0, 1.0, device);
 }
 
 Tensor lsh_buckets(const Tensor& x, const Tensor& rotations) {
@@ -136,7 +136,7 @@ Tensor LSHAttention::hash(const Tensor& q) {
   Generator fixed(uint64_t(seed_ < 0 ? 0 : seed_));
   Generator& gen = seed_ >= 0 ? fixed : default_generator();
   // Drawn on the host (the same stream on every device), then moved to q's device.
-  return lsh_buckets(q, lsh_rotations(s[1], s[3], n_hashes_, nb, q.dtype(), gen).to(q.device()));
+  return lsh_buckets(q, lsh_rotations(s[1], s[3], n_hashes_, nb, q.dtype(), gen, q.device()));
 }
 
 Tensor LSHAttention::forward(const AttentionArgs& a) {

@@ -28,9 +28,10 @@
 namespace cf {
 namespace nn {
 
-// Gaussian random rotations (H, D, n_hashes, n_buckets / 2) for n_buckets even >= 2.
+// Gaussian random rotations (H, D, n_hashes, n_buckets / 2) for n_buckets even >= 2, drawn on `device` (on CUDA
+// the generator's stream gives the CPU's values to within the device libm's rounding: randn's parity).
 Tensor lsh_rotations(int64_t n_heads, int64_t head_dim, int64_t n_hashes, int64_t n_buckets, DType dtype,
-                     Generator& gen);
+                     Generator& gen, Device device = Device::cpu());
 
 // Buckets h(x) = argmax([x R; -x R]) of x (B, H, N, D) under rotations (H, D, n_hashes, n_buckets / 2):
 // int64 (B, H, n_hashes, N) in [0, n_buckets).

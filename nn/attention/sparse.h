@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "nn/attention/attention.h"
+#include "nn/attention/routing.h"
 
 namespace cf {
 namespace nn {
@@ -58,6 +59,7 @@ class SparseAttention : public Attention {
  private:
   int64_t block_size_, summary_;
   double scale_;
+  MemberTableCache tables_;
 };
 
 }  // namespace nn
