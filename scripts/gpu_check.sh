@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# One lent-GPU session's checks in one call: build cf for sm_90 (the dependencies come as .debs in .gpu/, see
+# ../shared/gpu/README.md), run every CUDA test, compute-sanitizer on the CUDA code that has not yet run on a
+# GPU, then the attention peers (cf-bench beside PyTorch SDPA) and the model step's launch and round-trip
+# counts. Each stage has its own time limit so that a hang in one still returns the others' logs.
+#
+#   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (default: all)
+#
+# Logs and JSON go to $OUT; the last lines printed are a summary.
+set -u
+OUT=${OUT:-/tmp/cf-gpu-out}
+B=${CF_GPU_BUILD:-/tmp/b}
+STAGES=${1:-build,test,sanitize,model,peers}
+mkdir -p "$OUT"
+summary=()
+has() { [[ ",$STAGES," == *",$1,"* ]]; }
+note() { summary+=("$1"); echo "== $1"; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1
+
+if has build; then
+  source .gpu/env.sh
+  t0=$(date +%s)
+  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCF_CUDA=ON -DCF_PYTHON=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES=90 $CF_CMAKE_DEPS &&
+    timeout 300 cmake --build "$B" -j "$(nproc)" --target cf_tests cf-bench; } > "$OUT/build.log" 2>&1
+  rc=$?
+  note "build rc=$rc in $(( $(date +%s) - t0 )) s"
+  if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
+fi
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/openblas-pthread:/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+
+if has test; then
+  t0=$(date +%s)
+  (cd "$B" && timeout 180 ctest -j 12 -R "cuda|parity" --timeout 150 --output-on-failure) > "$OUT/ctest.log" 2>&1
+  rc=$?
+  note "ctest (cuda|parity) rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+  grep -E '^\s+[0-9]+ - ' "$OUT/ctest.log" | head -30
+  # The host round trips each attention variant still makes (printed, not failed).
+  timeout 60 "$B/tests/cf_tests" "-tc=cuda: host round trips*" -s > "$OUT/roundtrips.log" 2>&1
+fi
+
+if has sanitize; then
+  # The CUDA code no GPU has run yet: deferred checks, ring_append, the fused attention kernels, the clamped
+  # index kernels (a bad index must be clamped, never read out of bounds) and cross entropy's device count.
+  cases='cuda: deferred*,*ring_append*,cuda: memory bank on CUDA*,cuda: out-of-range*,cuda: parity flash_attention,cuda: parity block_attention,cuda: parity cross_entropy,cuda: parity gather,cuda: parity group_max,cuda: parity sparse_dot,cuda: factories on cuda,cuda: a hamming_kmeans*,cuda: block_attention*member checks*,cuda: K-Means on CUDA: mixed*'
+  t0=$(date +%s)
+  for tool in memcheck racecheck; do
+    tc=$cases
+    [ $tool = racecheck ] && tc='cuda: parity flash_attention,cuda: parity block_attention,*ring_append*,cuda: parity group_max'
+    timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$tc" \
+      > "$OUT/sanitize-$tool.log" 2>&1
+    rc=$?
+    note "compute-sanitizer $tool rc=$rc: $(grep -E 'ERROR SUMMARY|test cases:' "$OUT/sanitize-$tool.log" | tr '\n' ' ')"
+  done
+  note "sanitize in $(( $(date +%s) - t0 )) s"
+fi
+
+if has model; then
+  t0=$(date +%s)
+  timeout 60 "$B/apps/cf-bench" model --device cuda --variants all --sizes 512 --repeat 3 \
+    > "$OUT/model.json" 2> "$OUT/model.err"
+  note "cf-bench model rc=$? in $(( $(date +%s) - t0 )) s"
+  python3 -c 'import json,sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    print(r["name"], *["%s=%s" % (k.replace("_per_step", ""), v) for k, v in r.items() if k.endswith("per_step")])' \
+    "$OUT/model.json" 2>&1 | tee -a "$OUT/model.err"
+fi
+
+if has peers; then
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout 150 python3 apps/bench/peers.py --device cuda --quick --only attention_variants \
+    --cf-bench "$B/apps/cf-bench" --threads 8 --out "$OUT/peers.json" > "$OUT/peers.log" 2>&1
+  note "peers attention_variants rc=$? in $(( $(date +%s) - t0 )) s"
+fi
+
+echo "---- summary"
+printf '%s\n' "${summary[@]}"
