@@ -216,7 +216,7 @@ QAOutput ClusterFormerQA::forward(const Tensor& question, const Tensor& qmask, c
   const ClusterFormerConfig& c = encoder->config();
   const Tensor cmask = given_cmask.defined() ? given_cmask : padding_mask(context, c.pad_id);
   nn::WindowedStates s = encoder->forward(context, cmask, question, qmask, false, aux);
-  const int64_t b = context.shape()[0], x = context.shape()[1], k = s.question.shape()[1];
+  const int64_t b = context.shape()[0], k = s.question.shape()[1];
   QAOutput out;
   Tensor logits = span_head->forward(s.context);  // (B, x, 2)
   Tensor start = squeeze(narrow(logits, 2, 0, 1), 2), end = squeeze(narrow(logits, 2, 1, 1), 2);
@@ -228,18 +228,10 @@ QAOutput ClusterFormerQA::forward(const Tensor& question, const Tensor& qmask, c
   out.end_logits = end;
   // (1/K) sum_k H_k[0] (section 4.2) over the windows whose eq. 4 slice holds some
   // context (the layers treat the others as padding).
-  std::vector<double> w(size_t(b * k), 1.0);
-  if (cmask.defined()) {
-    std::vector<bool> m = cmask.to_vector<bool>();
-    for (int64_t i = 0; i < b; ++i)
-      for (int64_t j = 0; j < k; ++j) {
-        bool any = false;
-        for (int64_t p = j * c.stride; p < std::min((j + 1) * c.stride, x) && !any; ++p)
-          any = !m[size_t(i * x + p)];
-        w[size_t(i * k + j)] = any ? 1.0 : 0.0;
-      }
-  }
-  Tensor wt = reshape(cf::to(Tensor::from_vector(w, {b, k}).to(s.context.device()), s.context.dtype()), {b, k, 1});
+  // On the device: no host read of the mask (issue 25).
+  Tensor wt = cmask.defined() ? cf::to(logical_not(nn::empty_windows(cmask, c.stride)), s.context.dtype())
+                              : Tensor::ones({b, k}, s.context.dtype(), s.context.device());
+  wt = reshape(wt, {b, k, 1});
   Tensor first = squeeze(narrow(s.question, 2, 0, 1), 2);  // (B, K, D)
   Tensor pooled = sum(first * wt, {1}) / clamp(sum(wt, {1}), 1.0, INFINITY);
   out.answerable_logits = squeeze(answerable_head->forward(pooled), 1);

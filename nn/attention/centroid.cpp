@@ -43,8 +43,6 @@ void check_mask(const char* who, const char* name, const Tensor& mask, int64_t b
            " must be (B, N) = (", b, ", ", n, "), got ", shape_str(mask.shape()));
 }
 
-bool any_true(const Tensor& m) { return m.defined() && sum(cf::to(m, kInt64)).item<int64_t>() > 0; }
-
 // Per-batch-row indices (B, M...) -> flat row indices into (B*N, ...) (B*M...), on
 // idx's device: a range check (on CUDA deferred to the next host read), then each
 // row's offset r * N added.

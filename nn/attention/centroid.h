@@ -25,6 +25,7 @@
 #include "nn/layers/basic.h"
 #include "nn/layers/sequence.h"
 #include "nn/module.h"
+#include "nn/table_cache.h"
 
 namespace cf {
 namespace nn {
@@ -113,6 +114,7 @@ class CentroidInit : public Module {
 
  private:
   CentroidAttentionOptions o_;
+  DeviceTableCache windows_;  // "mean": the window of each position (section 3.1), per N
 };
 
 // The T update steps of eq. 4 from given initial centroids (multi-head, learned

@@ -101,9 +101,13 @@ CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, co
   const std::string& mode = o_.init;
   const bool learned = mode == "linear" || mode == "conv" || mode == "conv2d";
   // A text model passes its padding mask even when nothing is padding (models::padding_mask); only these
-  // inits, which cannot leave padding out, pay for the look at its values.
-  CF_CHECK(!(learned || mode == "kmeans") || !any_true(mask), ValueError, "[CentroidInit] init \"", mode,
-           "\" does not support padded inputs (use random, mean or fps with a key_padding_mask that masks any)");
+  // inits, which cannot leave padding out, look at its values: a data check, deferred on CUDA (no host read).
+  if ((learned || mode == "kmeans") && mask.defined())
+    check_indices("CentroidInit", cf::to(mask, kInt64), 1, [mode](int64_t, int64_t) {
+      throw ValueError(str("[CentroidInit] init \"", mode,
+                           "\" does not support padded inputs (use random, mean or fps with a key_padding_mask that "
+                           "masks any)"));
+    });
   CentroidInitResult r;
   if (mode == "linear") {
     CF_CHECK(n == o_.seq_len, ShapeError, "[CentroidInit] init \"linear\" projects a sequence of length seq_len = ",
@@ -149,13 +153,16 @@ CentroidInitResult CentroidInit::forward(const Tensor& x, const Tensor& mask, co
       r.u = mean(reshape(x, {b, m, n / m, o_.d_model}), {2});
       return r;
     }
-    std::vector<int64_t> seg(size_t(b * n));
-    for (int64_t j = 0; j < m; ++j)
-      for (int64_t i = j * n / m; i < (j + 1) * n / m; ++i)
-        for (int64_t r0 = 0; r0 < b; ++r0) seg[size_t(r0 * n + i)] = j;
+    // The windows depend on (N, M) alone: built once per size and device, no copy per forward.
+    const Tensor window_of = windows_.get({n, m}, x.device(), [&] {
+      std::vector<int64_t> seg(static_cast<size_t>(n));
+      for (int64_t j = 0; j < m; ++j)
+        for (int64_t i = j * n / m; i < (j + 1) * n / m; ++i) seg[size_t(i)] = j;
+      return std::vector<Tensor>{Tensor::from_vector(seg, {1, n})};
+    })[0];
     Tensor keep = mask.defined() ? cf::to(logical_not(mask), x.dtype()) : Tensor();
     Tensor counts;
-    r.u = segment_mean(x, Tensor::from_vector(seg, {b, n}).to(x.device()), m, keep, Tensor(), &counts);
+    r.u = segment_mean(x, expand(window_of, {b, n}), m, keep, Tensor(), &counts);
     if (mask.defined()) r.mask = eq(counts, 0.0);  // a window of padding only
     return r;
   }

@@ -12,8 +12,6 @@ std::string describe(const Tensor& t);  // "undefined" for an undefined tensor
 void check_points(const char* who, const char* name, const Tensor& t);
 // An undefined mask passes; otherwise bool (B, N) = (b, n).
 void check_mask(const char* who, const char* name, const Tensor& mask, int64_t b, int64_t n);
-// Whether a defined mask holds a true entry (reads one scalar to the host).
-bool any_true(const Tensor& m);
 // Per-batch-row indices (B, M...) -> flat row indices into (B*N, ...) (B*M...).
 Tensor flat_rows(const Tensor& idx, int64_t n, const char* who);
 

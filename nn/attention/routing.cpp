@@ -61,22 +61,6 @@ void check_routed_args(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 }  // namespace
 
-void MemberTableCache::get(const std::vector<int64_t>& key, Device device,
-                           const std::function<void(Tensor&, Tensor&)>& build, Tensor& query_members,
-                           Tensor& key_members) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!query_members_.defined() || key != key_ || device != device_) {
-    Tensor qm, km;
-    build(qm, km);
-    query_members_ = qm.to(device);
-    key_members_ = km.to(device);
-    key_ = key;
-    device_ = device;
-  }
-  query_members = query_members_;
-  key_members = key_members_;
-}
-
 Tensor l2_normalize(const Tensor& x) { return x * rsqrt(sum(square(x), {-1}, true) + 1e-12); }
 
 Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
@@ -253,11 +237,13 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
   const int64_t L = local_heads_, R = H - L;
   std::vector<Tensor> outs;
   if (L > 0) {
-    Tensor qm, km;
     const int64_t window = local_window_ > 0 ? local_window_ : w;
-    local_tables_.get({N, window, a.causal}, a.q.device(),
-                      [&](Tensor& q_table, Tensor& k_table) { local_members(N, window, a.causal, q_table, k_table); },
-                      qm, km);
+    const std::vector<Tensor> tables = local_tables_.get({N, window, a.causal}, a.q.device(), [&] {
+      Tensor q_table, k_table;
+      local_members(N, window, a.causal, q_table, k_table);
+      return std::vector<Tensor>{q_table, k_table};
+    });
+    const Tensor &qm = tables[0], &km = tables[1];
     outs.push_back(routed_attention(narrow(a.q, 1, 0, L), narrow(a.k, 1, 0, L), narrow(a.v, 1, 0, L), qm, km,
                                     a.key_padding_mask, a.causal, scale, /*check_members_range=*/false));
   }

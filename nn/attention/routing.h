@@ -33,12 +33,11 @@
 //
 // Nothing here builds an N x N matrix: memory is O(B * H * C * w * w) = O(B * H * N * w).
 #include <cstdint>
-#include <functional>
-#include <mutex>
 #include <vector>
 
 #include "core/rng.h"
 #include "nn/attention/attention.h"
+#include "nn/table_cache.h"
 
 namespace cf {
 namespace nn {
@@ -65,22 +64,6 @@ Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const 
 // The local-attention lists of the local heads: (1, 1, C, window) query blocks and (1, 1, C, 2 or 3 windows) key
 // blocks (previous, own, and next unless causal), -1 outside the sequence.
 void local_members(int64_t n, int64_t window, bool causal, Tensor& query_members, Tensor& key_members);
-
-// The device copy of a (query_members, key_members) pair that depends on sizes alone (the local heads' windows,
-// SparseAttention's fixed pattern): built on the host by `build` on first use and whenever the key (the sizes it
-// depends on) or the device changes, then reused, so that a forward on CUDA copies nothing from the host.
-// Thread-safe; a module holds one.
-class MemberTableCache {
- public:
-  void get(const std::vector<int64_t>& key, Device device, const std::function<void(Tensor&, Tensor&)>& build,
-           Tensor& query_members, Tensor& key_members);
-
- private:
-  std::mutex mu_;
-  std::vector<int64_t> key_;
-  Device device_ = Device::cpu();
-  Tensor query_members_, key_members_;
-};
 
 // L2 normalisation over the last axis: x / sqrt(sum x^2 + 1e-12). Differentiable.
 Tensor l2_normalize(const Tensor& x);
@@ -118,7 +101,7 @@ class RoutingAttention : public Attention {
   int64_t n_heads_, head_dim_, n_clusters_, local_heads_, local_window_;
   double decay_, scale_;
   Tensor centroids_;
-  MemberTableCache local_tables_;
+  DeviceTableCache local_tables_;  // (query_members, key_members) of the local heads
 };
 
 }  // namespace nn

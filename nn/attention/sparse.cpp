@@ -96,10 +96,12 @@ Tensor SparseAttention::forward(const AttentionArgs& a) {
   if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());
   const int64_t l = block_for(N);
   const int64_t c = summary_for(l);
-  Tensor qm, km;
-  tables_.get({N, l, c, a.causal}, a.q.device(),
-              [&](Tensor& q_table, Tensor& k_table) { fixed_sparse_members(N, l, c, a.causal, q_table, k_table); }, qm,
-              km);
+  const std::vector<Tensor> tables = tables_.get({N, l, c, a.causal}, a.q.device(), [&] {
+    Tensor q_table, k_table;
+    fixed_sparse_members(N, l, c, a.causal, q_table, k_table);
+    return std::vector<Tensor>{q_table, k_table};
+  });
+  const Tensor &qm = tables[0], &km = tables[1];
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(a.q.shape()[3]));
   return routed_attention(a.q, a.k, a.v, qm, km, a.key_padding_mask, a.causal, scale, /*check_members_range=*/false);
 }

@@ -59,7 +59,7 @@ class SparseAttention : public Attention {
  private:
   int64_t block_size_, summary_;
   double scale_;
-  MemberTableCache tables_;
+  DeviceTableCache tables_;  // (query_members, key_members) of the fixed pattern
 };
 
 }  // namespace nn

@@ -21,6 +21,7 @@
 
 #include "nn/attention/cluster_former.h"
 #include "nn/blocks/transformer.h"
+#include "nn/table_cache.h"
 
 namespace cf {
 namespace nn {
@@ -33,6 +34,11 @@ struct WindowedStates {
 
 // K = ceil(x / m), at least 1: the number of windows (eq. 4).
 int64_t num_windows(int64_t context_len, int64_t stride);
+
+// (B, K) bool: whether window k's own slice of eq. 4, X[m k : m k + m], holds
+// padding only (context_mask (B, x) bool, true = padding). On the mask's device,
+// without a host read.
+Tensor empty_windows(const Tensor& context_mask, int64_t stride);
 
 // Padding: the question copy of a window whose slice X[m k : m k + m] is all
 // padding is masked as padding, so batch padding changes nothing.
@@ -53,6 +59,7 @@ class SlidingWindowLayer : public Module {
 
  private:
   int64_t window_, stride_;
+  DeviceTableCache tables_;  // eq. 1's window positions, each position's window count, positions past x
 };
 
 class ClusterFormerLayer : public Module {
@@ -73,6 +80,7 @@ class ClusterFormerLayer : public Module {
 
  private:
   int64_t stride_;
+  DeviceTableCache tables_;  // eq. 4's order of (Q, X) and its inverse
 };
 
 }  // namespace nn

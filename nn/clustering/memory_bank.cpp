@@ -118,7 +118,9 @@ void MemoryBank::add(const Tensor& states, const Tensor& mask) {
   // CUDA the check above does not stop this call: a call holding a bad row stores
   // nothing (a device-side flag in the mask), as on the CPU, where it threw.
   const Tensor none_bad = eq(amax(cf::to(bad, kInt64)), 0.0);
+  const bool known = steps_known();  // ring_append writes size and next row, never the steps
   ring_append(memory, counters, x, logical_and(logical_and(valid, gt(norm2, 0.0)), none_bad), kSize, kNext);
+  if (known) remember_steps(host_steps_);
 }
 
 Tensor MemoryBank::contents() const {
@@ -139,12 +141,26 @@ int64_t held_for_kmeans(const MemoryBankOptions& o, int64_t local) {
 }
 }  // namespace
 
+void MemoryBank::remember_steps(int64_t steps) {
+  host_steps_ = steps;
+  steps_data_ = counters.raw_data();
+  steps_version_ = counters.version();
+}
+
+bool MemoryBank::steps_known() const {
+  return counters.defined() && counters.raw_data() == steps_data_ && counters.version() == steps_version_;
+}
+
 bool MemoryBank::step() {
-  std::vector<int64_t> c = counters.to_vector<int64_t>();
-  ++c[kSteps];
-  store_counters(counters, c);
-  if (c[kSteps] % options_.update_every != 0) return false;
-  if (held_for_kmeans(options_, c[kSize]) < options_.num_clusters) return false;
+  const int64_t steps = (steps_known() ? host_steps_ : counters.to_vector<int64_t>()[kSteps]) + 1;
+  {
+    NoGradGuard ng;
+    Tensor at = narrow(counters, 0, kSteps, 1);
+    fill_(at, double(steps));  // a kernel on CUDA: no host-to-device copy
+  }
+  remember_steps(steps);
+  if (steps % options_.update_every != 0) return false;
+  if (held_for_kmeans(options_, size()) < options_.num_clusters) return false;
   update_centroids();
   return true;
 }
@@ -185,6 +201,7 @@ void MemoryBank::update_centroids() {
   std::vector<int64_t> c = counters.to_vector<int64_t>();
   c[kUpdates] += 1;
   store_counters(counters, c);
+  remember_steps(c[kSteps]);
 }
 
 }  // namespace nn

@@ -46,7 +46,8 @@ class MemoryBank : public Module {
   // One training step is done: every update_every steps ("i % F == 0") the
   // centroids are recomputed from the memory. Returns true when they were. A
   // bank holding fewer vectors than num_clusters keeps its centroids (K-Means
-  // needs at least k points) and returns false.
+  // needs at least k points) and returns false. On CUDA only the update steps
+  // read the device (the bank's size); the others queue one kernel.
   bool step();
   // GetCentroids(Memory) now: spherical K-Means (cosine, the similarity of eq. 5)
   // from k-means++ over the held vectors, then the greedy nearest-neighbour order.
@@ -69,6 +70,16 @@ class MemoryBank : public Module {
   Tensor counters;   // int64 (4,): size, next write row, steps, updates
 
  private:
+  // The host's copy of counters[steps], valid while the counters are the buffer
+  // (data and version) this bank last wrote: step() then decides without a device
+  // read (issue 25). Any other write (load_state_dict, to(), a user's copy_) makes
+  // the next step() read the counters once.
+  void remember_steps(int64_t steps);
+  bool steps_known() const;
+  int64_t host_steps_ = 0;
+  const void* steps_data_ = nullptr;
+  int64_t steps_version_ = -1;
+
   MemoryBankOptions options_;
 };
 

@@ -6,8 +6,12 @@
 #include "nn/attention/attention.h"
 #include "nn/attention/centroid.h"
 #include "models/centroid_transformer.h"
+#include "models/cluster_former.h"
 #include "models/point_cloud_test_util.h"
 #include "nn/clustering/memory_bank.h"
+#include "nn/losses.h"
+
+#include <functional>
 
 using namespace cf;
 using namespace cf::test;
@@ -20,6 +24,31 @@ void check_cpu_only_refusal(const std::string& what, const std::string& type) {
   CHECK(what.find("CPU only") != std::string::npos);
   CHECK(what.find("[") == 0);  // names the op
 }
+
+// Issue 25's measured residency: the host round trips of `pass` (a forward and a
+// backward) after one warm-up call of it (allocator blocks, cuBLAS handles, tables
+// built once per size). Printed with the kernel launches, for the launch budget.
+cuda::TransferStats round_trips(const std::string& what, const std::function<void()>& pass) {
+  pass();
+  cuda::synchronize();
+  const cuda::TransferStats before = cuda::transfer_stats();
+  pass();
+  const cuda::TransferStats d = cuda::transfer_stats() - before;
+  MESSAGE(what, ": ", d.device_to_host, " device-to-host copies (", d.device_to_host_bytes, " bytes), ",
+          d.host_to_device, " host-to-device copies, ", d.synchronizations, " synchronizations, ", d.kernel_launches,
+          " kernel launches per forward + backward");
+  return d;
+}
+
+// The host neither reads nor waits (a pageable host-to-device copy waits for the stream too).
+void check_no_round_trip(const cuda::TransferStats& d) {
+  CHECK(d.device_to_host == 0);
+  CHECK(d.host_to_device == 0);
+  CHECK(d.synchronizations == 0);
+}
+
+// Leaves on the device (a moved CPU leaf would copy its gradient back to the host).
+Tensor device_leaf(const Tensor& t) { return cuda0(t.detach()).set_requires_grad(true); }
 
 }  // namespace
 
@@ -123,35 +152,118 @@ CUDA_TEST_CASE("host round trips of each attention variant's forward and backwar
     spec.gen = &g;
     std::shared_ptr<nn::Attention> att = nn::make_attention(spec);
     att->to(Device::cuda(0));
-    // Leaves on the device (a moved CPU leaf would copy its gradient back to the host).
-    auto device_leaf = [](const Tensor& t) { return cuda0(t.detach()).set_requires_grad(true); };
     std::vector<Tensor> in = {device_leaf(leaf32({B, H, N, Dh}, 1)), device_leaf(leaf32({B, H, N, Dh}, 2)),
                               device_leaf(leaf32({B, H, N, Dh}, 3)), device_leaf(leaf32({B, N, D}, 4))};
     Tensor weight = cuda0(leaf32({B, H, N, Dh}, 5).detach());
-    auto pass = [&] {
+    check_no_round_trip(round_trips(type, [&] {
       nn::AttentionArgs a;
       a.q = in[0];
       a.k = att->shares_qk() ? in[0] : in[1];
       a.v = in[2];
       a.query_input = in[3];
       sum(att->forward(a) * weight).backward();
-    };
-    pass();  // warm-up: allocator blocks, cuBLAS handles, lazily built tables
-    cuda::synchronize();
-    const cuda::TransferStats before = cuda::transfer_stats();
-    pass();
-    const cuda::TransferStats d = cuda::transfer_stats() - before;
-    MESSAGE(type, ": ", d.device_to_host, " device-to-host copies (", d.device_to_host_bytes, " bytes), ",
-            d.host_to_device, " host-to-device copies, ", d.synchronizations, " synchronizations, ", d.kernel_launches,
-            " kernel launches per forward + backward");
-    // Every variant: the host neither reads nor waits (a pageable host-to-device copy
-    // waits for the stream too).
-    CHECK(d.device_to_host == 0);
-    CHECK(d.host_to_device == 0);
-    CHECK(d.synchronizations == 0);
+    }));
   }
 }
 
+// The same for the centroid layers under every initialisation (with padding where
+// the init takes it; "mean" with uneven windows), the point-cloud classifier and the
+// Cluster-Former stacks with their memory banks, in training mode.
+CUDA_TEST_CASE("host round trips of the centroid layers and models on CUDA") {
+  const int64_t B = 2, N = 20, D = 16;
+  std::vector<bool> pv(size_t(B * N), false);
+  for (int64_t j = N - 4; j < N; ++j) pv[size_t(N + j)] = true;
+  const Tensor pad = cuda0(Tensor::from_vector(pv, {B, N}));
+  for (const char* init : {"mean", "random", "fps", "kmeans", "conv"}) {
+    for (int64_t knn : {int64_t(0), int64_t(6)}) {
+      nn::CentroidAttentionOptions o;
+      o.d_model = D;
+      o.n_heads = 2;
+      o.init = init;
+      o.knn = knn;
+      Generator g(5), sampler(9);
+      nn::CentroidAttentionBlock block(o, 32, "relu", 0.0, g);
+      block.to(Device::cuda(0));
+      const bool masked = std::string(init) == "mean" || std::string(init) == "random" || std::string(init) == "fps";
+      const Tensor x = device_leaf(leaf32({B, N, D}, 21));
+      check_no_round_trip(round_trips(str("centroid block, init ", init, ", knn ", knn), [&] {
+        nn::CentroidBlockOutput out = block.forward(x, masked ? pad : Tensor(), Tensor(), &sampler);
+        sum(square(out.u)).backward();
+      }));
+    }
+  }
+  for (const char* init : {"fps", "kmeans"}) {
+    models::PointCloudOptions o = tiny_point_options();
+    o.init = init;
+    Generator g(3);
+    models::PointCloudClassifier model(o, g);
+    model.to(Device::cuda(0));
+    const Tensor points = cuda0(leaf32({2, 40, 3}, 4).detach());
+    const Tensor labels = cuda0(Tensor::from_vector(std::vector<int64_t>{1, 3}, {2}));
+    check_no_round_trip(round_trips(str("point-cloud classifier, init ", init),
+                                    [&] { cross_entropy(model.forward(points), labels).backward(); }));
+  }
+}
+
+namespace {
+
+models::ClusterFormerConfig tiny_cluster_former() {
+  models::ClusterFormerConfig c;
+  c.vocab_size = 14;
+  c.max_len = 64;
+  c.n_layers = 3;
+  c.window = 8;
+  c.stride = 4;
+  c.cluster_layers = {1};
+  c.layer.d_model = 32;
+  c.layer.n_heads = 2;
+  c.layer.d_ff = 64;
+  c.layer.dropout = 0.0;
+  c.cluster_attention = {{"num_clusters", 4}, {"chunk_size", 8}, {"memory_size", 256}, {"update_every", 2},
+                         {"kmeans_iters", 5}};
+  return c;
+}
+
+}  // namespace
+
+// Question answering: both masks, and batch row 1's context padded from position 13
+// on, so its windows 4 and 5 (positions 16-19, 20-21) hold padding only and their
+// question copies become padding (empty_windows).
+CUDA_TEST_CASE("the Cluster-Former QA and LM stacks run on CUDA like on the CPU, with no host round trip") {
+  const int64_t B = 2, X = 22, Q = 3;
+  std::vector<int64_t> ctx(size_t(B * X)), qst(size_t(B * Q));
+  for (int64_t i = 0; i < B * X; ++i) ctx[size_t(i)] = 2 + (i * 7) % 12;
+  for (int64_t i = X + 13; i < 2 * X; ++i) ctx[size_t(i)] = 0;  // pad_id
+  for (int64_t i = 0; i < B * Q; ++i) qst[size_t(i)] = 2 + (i * 5) % 12;
+  qst[size_t(B * Q - 1)] = 0;
+  const Tensor context = Tensor::from_vector(ctx, {B, X}), question = Tensor::from_vector(qst, {B, Q});
+  Generator g1(7), g2(7);
+  models::ClusterFormerQA on_cpu(tiny_cluster_former(), g1), on_gpu(tiny_cluster_former(), g2);
+  on_gpu.to(Device::cuda(0));
+  auto logits = [](models::ClusterFormerQA& m, const Tensor& qn, const Tensor& cx) {
+    models::QAOutput o = m.forward(qn, Tensor(), cx, Tensor());
+    return cat({o.start_logits, o.end_logits, unsqueeze(o.answerable_logits, 1)}, 1);
+  };
+  const Tensor want = logits(on_cpu, question, context);
+  const Tensor got = logits(on_gpu, cuda0(question), cuda0(context));
+  check_close(got.cpu(), want, 1e-4);
+  const Tensor qd = cuda0(question), cd = cuda0(context);
+  check_no_round_trip(round_trips("Cluster-Former QA", [&] { sum(square(logits(on_gpu, qd, cd))).backward(); }));
+  // The memory bank's step reads the device only when its update is due (every 2nd step here).
+  on_gpu.on_train_step();  // step 1 (the warm-up state: read the counters once)
+  cuda::synchronize();
+  cuda::TransferStats before = cuda::transfer_stats();
+  on_gpu.on_train_step();  // step 2: the update, K-Means on the bank
+  CHECK((cuda::transfer_stats() - before).device_to_host > 0);
+  before = cuda::transfer_stats();
+  on_gpu.on_train_step();  // step 3: no update
+  const cuda::TransferStats d = cuda::transfer_stats() - before;
+  check_no_round_trip(d);
+
+  models::ClusterFormerLM lm(tiny_cluster_former(), g1);
+  lm.to(Device::cuda(0));
+  check_no_round_trip(round_trips("Cluster-Former LM", [&] { sum(square(lm.forward(cd))).backward(); }));
+}
 CUDA_TEST_CASE("centroid attention blocks run on CUDA like on the CPU under every initialisation") {
   const int64_t B = 2, N = 20, D = 16;
   for (const char* init : {"mean", "random", "fps", "kmeans", "conv"}) {

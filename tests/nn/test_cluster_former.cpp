@@ -363,6 +363,46 @@ TEST_CASE("memory bank recomputes centroids every update_every steps from the me
   CHECK(bank.updates() == 2);
 }
 
+// step() keeps the step count on the host between its own writes (no device read per
+// step on CUDA); a load or any other write of the counters must be seen.
+TEST_CASE("memory bank steps count on from a loaded or overwritten counter") {
+  nn::MemoryBankOptions o = bank_options(3, 2, 10, 4);
+  Generator g(4);
+  nn::MemoryBank a(o, g), b(o, g);
+  a.add(Tensor::ones({1, 3}));
+  for (int i = 0; i < 3; ++i) CHECK_FALSE(a.step());
+  for (int i = 0; i < 5; ++i) b.step();
+  CHECK(b.steps() == 5);
+  b.load_state_dict(a.state_dict());
+  CHECK_FALSE(b.step());
+  CHECK(b.steps() == 4);  // 3 loaded + 1, not 5 + 1
+  Tensor at = narrow(b.counters, 0, 2, 1);
+  fill_(at, 6.0);
+  b.add(Tensor::ones({1, 3}));  // the bank's own write between: still sees the user's
+  CHECK_FALSE(b.step());
+  CHECK(b.steps() == 7);
+  b.add(Tensor::ones({2, 3}));
+  CHECK(b.step());  // step 8: due, 4 vectors held, 2 clusters
+  CHECK(b.updates() == 1);
+  CHECK(b.steps() == 8);
+}
+
+// empty_windows: the windows of eq. 4 whose own slice is padding only.
+TEST_CASE("empty_windows marks the windows whose slice X[mk : mk + m] is padding only") {
+  std::vector<bool> m = {false, false, false, false, false, false, false,  // row 0: nothing padded
+                         false, true,  true,  true,  true,  true,  true};  // row 1: from position 1 on
+  const Tensor cmask = Tensor::from_vector(m, {2, 7});
+  // m = 3: windows [0, 3), [3, 6), [6, 7): the last is short.
+  CHECK(values(cf::to(nn::empty_windows(cmask, 3), kInt64)) == std::vector<double>{0, 0, 0, 0, 1, 1});
+  CHECK(values(cf::to(nn::empty_windows(cmask, 7), kInt64)) == std::vector<double>{0, 0});
+  CHECK(values(cf::to(nn::empty_windows(cmask, 1), kInt64)) ==
+        std::vector<double>{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1});
+  CHECK_THROWS_MSG(nn::empty_windows(Tensor::zeros({2, 7}), 3), ShapeError, "[empty_windows] context_mask",
+                   "float32");
+  CHECK_THROWS_MSG(nn::empty_windows(cmask, 0), ValueError, "[num_windows]", "stride > 0");
+  CHECK_THROWS_MSG(nn::empty_windows(Tensor(), 3), ShapeError, "[empty_windows]", "undefined");
+}
+
 TEST_CASE("memory bank bad inputs name the bank and the shapes") {
   nn::MemoryBankOptions o = bank_options(3, 4, 8, 1000);
   nn::MemoryBank bank(o);
