@@ -7,7 +7,9 @@
 #   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo
 #
 # scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s);
-# demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs.
+# demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs;
+# bf16: issue 26's GPU figures (bf16 matmul vs cuBLAS GemmEx, bf16 attention and model steps beside fp32, and
+# the peers under torch.autocast), logs in $OUT/bf16.log.
 #
 # Logs and JSON go to $OUT; the last lines printed are a summary.
 set -u
@@ -87,6 +89,23 @@ if has demo; then
     > "$OUT/textcls.jsonl" 2> "$OUT/textcls.md"
   note "cf-textcls --device cuda rc=$? in $(( $(date +%s) - t0 )) s"
   tail -30 "$OUT/textcls.md"
+fi
+
+if has bf16; then
+  t0=$(date +%s)
+  log="$OUT/bf16.log"
+  PYTHONUNBUFFERED=1 timeout 200 python3 apps/bench/peers.py --device cuda --quick --only attention_variants \
+    --precision bf16 --cf-bench "$B/apps/cf-bench" --threads 8 --out "$OUT/peers-bf16-attention.json" >> "$log" 2>&1
+  note "peers attention_variants bf16 rc=$? at $(( $(date +%s) - t0 )) s"
+  timeout 60 "$B/apps/cf-bench" matmul --device cuda --precision bf16 --sizes 4096,8192 --batch 0,0 --repeat 5 \
+    > "$OUT/matmul-bf16.json" 2>> "$log"
+  note "cf-bench matmul bf16 rc=$? at $(( $(date +%s) - t0 )) s"
+  PYTHONUNBUFFERED=1 timeout 100 python3 apps/bench/peers.py --device cuda --only model --precision bf16 \
+    --cf-bench "$B/apps/cf-bench" --threads 8 --out "$OUT/peers-bf16-model.json" >> "$log" 2>&1
+  note "peers model bf16 rc=$? at $(( $(date +%s) - t0 )) s"
+  timeout 60 "$B/apps/cf-bench" model --device cuda --variants full --sizes 2048 --repeat 3 \
+    > "$OUT/model-2048-fp32.json" 2>> "$log"
+  note "cf-bench model fp32 N=2048 rc=$? at $(( $(date +%s) - t0 )) s"
 fi
 
 if has peers; then

@@ -270,16 +270,17 @@ def torch_sdpa(torch, n, reps, device, backend, causal, dtype="float32"):
         return None
 
 
-def torch_block_attention(torch, n, reps, device, causal):
+def torch_block_attention(torch, n, reps, device, causal, dtype="float32"):
     """Neural clustering's block attention (ClusterFormer eqs. 8-10) for a given order, as a user writes it in
     plain PyTorch: gather the sorted q, k, v into sqrt(N) blocks, each block's keys are its own and the previous
-    block's (rolled), matmul, softmax, matmul, scatter back to token order. Mirrors cf-bench's "block" row."""
+    block's (rolled), matmul, softmax, matmul, scatter back to token order. Mirrors cf-bench's "block" row.
+    q, k, v in `dtype` (bfloat16 or float16: every step in that dtype, as such a user's code runs)."""
     blocks = max(1, round(math.sqrt(n)))
     if n % blocks:
         return None
     w, d = n // blocks, 64
     g = torch.Generator(device="cpu").manual_seed(n)
-    qkv = [torch.randn(1, 4, n, d, generator=g).to(device) for _ in range(3)]
+    qkv = [torch.randn(1, 4, n, d, generator=g).to(device=device, dtype=getattr(torch, dtype)) for _ in range(3)]
     order = torch.argsort(torch.rand(1, 1, n, generator=g), -1).to(device)
     gi = order.expand(1, 4, n).unsqueeze(-1).expand(1, 4, n, d)
     pos = order.view(1, 1, blocks, w)
@@ -550,20 +551,32 @@ def main():
                 table.add("attention", case, what, cf_s, "torch", t)
 
     if torch is not None and want("attention_variants"):
-        sizes = ([1024, 4096] if quick else [1024, 4096, 16384, 65536]) if dev == "cuda" else \
-                ([512, 1024] if quick else [512, 1024, 2048])
+        # --precision bf16|fp16 (CUDA): cf's variants on 16-bit q, k, v under autocast beside SDPA's flash and
+        # memory-efficient kernels and the gather version in that dtype; --quick then takes the sizes of
+        # issue 26's targets, non-causal only.
+        low_dtype = LOW_DTYPES.get(args.precision)
+        if low_dtype and dev == "cuda":
+            sizes = [4096, 16384] if quick else [1024, 4096, 16384, 65536]
+            backends = [("efficient", low_dtype), ("flash", low_dtype)]
+            ref = "sdpa flash %s" % low_dtype
+        else:
+            sizes = ([1024, 4096] if quick else [1024, 4096, 16384, 65536]) if dev == "cuda" else \
+                    ([512, 1024] if quick else [512, 1024, 2048])
+            # On CUDA the fp32 reference is the memory-efficient kernel (flash needs half precision: shown in
+            # bf16); on the CPU PyTorch's flash kernel takes fp32 and the memory-efficient one does not exist.
+            backends = [("math", "float32"), ("efficient", "float32"), ("flash", "bfloat16")] if dev == "cuda" \
+                else [("math", "float32"), ("flash", "float32")]
+            ref = "sdpa efficient float32" if dev == "cuda" else "sdpa flash float32"
+        low_cuda = bool(low_dtype) and dev == "cuda"
+        shape_tag = "%s (1, 4, N, 64)" % (args.precision if low_cuda else "fp32")
         variants = ["full", "neural-clustering", "clustered", "improved-clustered", "lsh", "routing",
                     "cluster-former", "block"]
-        # On CUDA the fp32 reference is the memory-efficient kernel (flash needs half precision: shown in bf16);
-        # on the CPU PyTorch's flash kernel takes fp32 and the memory-efficient one does not exist.
-        backends = [("math", "float32"), ("efficient", "float32"), ("flash", "bfloat16")] if dev == "cuda" else \
-                   [("math", "float32"), ("flash", "float32")]
-        ref = "sdpa efficient float32" if dev == "cuda" else "sdpa flash float32"
-        for causal in (False, True):
+        for causal in ((False,) if low_cuda and quick else (False, True)):
             tag = " causal" if causal else ""
             cf = cf_rows(run_cf(args.cf_bench, ["attention", "--variants", ",".join(variants), "--sizes",
                                                 ",".join(map(str, sizes)), "--repeat", "3"]
-                                + (["--causal"] if causal else []) + threads + on_dev))
+                                + (["--causal"] if causal else []) + (precision if low_cuda else [])
+                                + threads + on_dev))
             for n in sizes:
                 reps = 3
                 peers = {}
@@ -575,14 +588,14 @@ def main():
                     r = torch_sdpa(torch, n, reps, dev, backend, causal, dtype)
                     if r is not None:
                         peers["sdpa %s %s" % (backend, dtype)] = r
-                block_peer = torch_block_attention(torch, n, reps, dev, causal)
+                block_peer = torch_block_attention(torch, n, reps, dev, causal, low_dtype if low_cuda else "float32")
 
                 def add(row, peer, p):
                     for mode, key, i in (("fwd", "forward_time_s", 0), ("fwd+bwd", "forward_backward_time_s", 1)):
                         if key not in row:
                             continue
                         table.add("attention_variants", "%s N=%d %s%s" % (row["params"]["variant"], n, mode, tag),
-                                  "fp32 (1, 4, N, 64)", row[key], peer, p[i])
+                                  shape_tag, row[key], peer, p[i])
                         if mode == "fwd+bwd":
                             table.rows[-1].update(cf_peak_bytes=row.get("forward_backward_peak_bytes"),
                                                   peer_peak_bytes=p[2])
