@@ -5,6 +5,7 @@
 #include "autograd/ops/attention.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "autograd/autocast.h"
 #include "autograd/op_names.h"
@@ -50,9 +51,14 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   ops::check_defined(q, op, "q");
   ops::check_defined(k, op, "k");
   ops::check_defined(v, op, "v");
-  // Autocast: the fused kernels have no 16-bit arm yet (issue 26), so they run on
-  // float32 copies, as softmax does; the projections around them stay 16-bit.
-  if (autocast_dtype() && (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype())))
+  // Autocast (issue 26): on CUDA, 16-bit q, k, v of one dtype go through the tensor-core
+  // forward (float32 out and lse) and the float32 backward on float32 copies made when it
+  // runs; anything else runs the float32 kernels on float32 copies, as softmax does. The
+  // projections around them stay 16-bit either way.
+  const bool low_precision =
+      autocast_dtype() && (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype()));
+  const bool tensor_cores = low_precision && kernels::flash_attention_16bit_supported(q, k, v);
+  if (low_precision && !tensor_cores)
     return flash_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), kpm, scale,
                            causal);
   ops::check_same_device(op, {&q, &k, &v, &kpm});
@@ -75,18 +81,37 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   p.scale = default_scale(scale, sq[3]);
   p.causal = causal;
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(kpm);
-  Tensor out = Tensor::empty({sq[0], sq[1], sq[2], sv[3]}, q.dtype(), q.device());
-  Tensor lse = Tensor::empty({sq[0], sq[1], sq[2]}, q.dtype(), q.device());
-  kernels::flash_attention_forward(qc, kc, vc, mc, p, out, lse);
+  const DType out_dtype = tensor_cores ? kFloat32 : q.dtype();
+  Tensor out = Tensor::empty({sq[0], sq[1], sq[2], sv[3]}, out_dtype, q.device());
+  Tensor lse = Tensor::empty({sq[0], sq[1], sq[2]}, out_dtype, q.device());
+  if (tensor_cores) {
+    // The kernel reads 16-byte vectors: a contiguous view at an odd offset is copied first.
+    for (Tensor* t : {&qc, &kc, &vc})
+      if (reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) {
+        Tensor c = Tensor::empty(t->shape(), t->dtype(), t->device());
+        kernels::copy(*t, c);
+        *t = c;
+      }
+    kernels::flash_attention_forward_16bit_cuda(qc, kc, vc, mc, p, out, lse);
+  } else {
+    kernels::flash_attention_forward(qc, kc, vc, mc, p, out, lse);
+  }
   if (autograd::any_requires_grad({&q, &k, &v})) {
     SavedTensor s_q(qc), s_k(kc), s_v(vc), s_m(mc), s_o(out), s_l(lse);
+    const DType tq = q.dtype(), tk = k.dtype(), tv = v.dtype();
     autograd::record(op, {q, k, v}, out, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), ov = s_o.unpack(op),
              lv = s_l.unpack(op), mv = s_m.defined() ? s_m.unpack(op) : Tensor();
+      if (tensor_cores) {  // the float32 backward on float32 copies; the gradients go back to the 16-bit dtype
+        qv = cf::to(qv, kFloat32);
+        kv = cf::to(kv, kFloat32);
+        vv = cf::to(vv, kFloat32);
+      }
       Tensor dq = Tensor::empty(qv.shape(), qv.dtype(), qv.device());
       Tensor dk = Tensor::empty(kv.shape(), kv.dtype(), kv.device());
       Tensor dv = Tensor::empty(vv.shape(), vv.dtype(), vv.device());
       kernels::flash_attention_backward(qv, kv, vv, mv, p, ov, lv, dense(g), dq, dk, dv);
+      if (tensor_cores) return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
       return {dq, dk, dv};
     });
     // What the dense form's two matmuls count (q k^T and weights v), masks or not.

@@ -84,6 +84,19 @@ void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& dq, const Tensor& dk, const Tensor& dv);
 #endif
 
+// The tensor-core forward (attention_mma_cuda.cu, issue 26) for 16-bit q, k, v under autocast: whether it takes
+// them (CUDA, bfloat16 or float16 of one dtype, head size 64 or 128 for q, k and v, compute capability 8.0 or
+// newer), and the kernel itself: q, k, v contiguous and 16-byte aligned; writes float32 out and lse (contiguous)
+// as flash_attention_forward does, so the float32 backward can read them.
+#ifdef CF_WITH_CUDA
+bool flash_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+void flash_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& key_padding_mask, const FlashAttentionParams& p,
+                                        const Tensor& out, const Tensor& lse);
+#else
+inline bool flash_attention_16bit_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
+#endif
+
 inline void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                     const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
   CF_DEVICE_DISPATCH("flash_attention", out.device(), flash_attention_forward_cpu(q, k, v, kpm, p, out, lse),

@@ -7,7 +7,10 @@
 // Written without a GPU (compiled here, skipped by name without one): awaits a GPU run.
 #include <cmath>
 #include <functional>
+#include <tuple>
 
+#include "autograd/autocast.h"
+#include "autograd/ops/attention.h"
 #include "cuda/cuda_test_util.h"
 
 using namespace cf;
@@ -105,4 +108,94 @@ TEST_CASE("cuda: low precision matmul runs on cuBLAS with float32 accumulation, 
     Tensor c = low_leaf(dt, {4, 1, 8, 16}, 24), d = low_leaf(dt, {1, 5, 16, 8}, 25);  // pointer-array batch
     check_parity("matmul", [](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, {c, d}, o);
   }
+}
+
+// Issue 26: under autocast on CUDA, 16-bit q, k, v (head size 64 or 128) take the tensor-core
+// forward. Reference: the float32 kernel on float32 copies of the same 16-bit values (what
+// autocast ran before), on the same device. The tensor-core kernel rounds P once to the
+// 16-bit type before P V (FlashAttention's rounding), so out may differ by a few units of
+// that type relative to its largest value; lse sums float32 products of the same values, and
+// the backward is the float32 kernel on float32 copies.
+namespace {
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double x : values(t.cpu()))
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// max |a - b| over max |b|, with infinities required to agree.
+double rel_err(const Tensor& got, const Tensor& want) {
+  const std::vector<double> a = values(cf::to(got, kFloat64).cpu()), b = values(cf::to(want, kFloat64).cpu());
+  REQUIRE(a.size() == b.size());
+  double e = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(b[i]) || std::isinf(a[i])) {
+      CHECK(a[i] == b[i]);
+      continue;
+    }
+    e = std::max(e, std::fabs(a[i] - b[i]));
+  }
+  return e / std::max(max_abs(want), 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("cuda: flash_attention under autocast runs 16-bit q, k, v on tensor cores, within 16-bit rounding of float32") {
+  if (!cuda_visible()) return;
+  struct Case {
+    int64_t nq, nk, d;
+    bool causal, padded;
+  };
+  // Cross attention with Nq > Nk and causal: the first Nq - Nk rows see no key (out 0, lse -inf).
+  const std::vector<Case> cases = {{100, 100, 64, false, false}, {130, 77, 64, true, true}, {64, 200, 128, true, false},
+                                   {70, 70, 128, false, true},   {1, 5, 64, false, false}};
+  for (DType dt : {kBFloat16, kFloat16}) {
+    for (const Case& c : cases) {
+      INFO(dtype_name(dt), " Nq ", c.nq, " Nk ", c.nk, " D ", c.d, c.causal ? " causal" : "", c.padded ? " padded" : "");
+      const int64_t B = 2, H = 3;
+      Tensor q = cuda0(low_leaf(dt, {B, H, c.nq, c.d}, 31, -2, 2, false)).set_requires_grad(true);
+      Tensor k = cuda0(low_leaf(dt, {B, H, c.nk, c.d}, 32, -2, 2, false)).set_requires_grad(true);
+      Tensor v = cuda0(low_leaf(dt, {B, H, c.nk, c.d}, 33, -2, 2, false)).set_requires_grad(true);
+      Tensor pad;
+      if (c.padded) {
+        std::vector<bool> pv(size_t(B * c.nk), false);
+        for (int64_t j = c.nk / 2; j < c.nk; ++j) pv[size_t(c.nk + j)] = true;  // row 1: the second half
+        pad = cuda0(Tensor::from_vector(pv, {B, c.nk}));
+      }
+      Tensor q32 = cf::to(q.detach(), kFloat32).set_requires_grad(true);
+      Tensor k32 = cf::to(k.detach(), kFloat32).set_requires_grad(true);
+      Tensor v32 = cf::to(v.detach(), kFloat32).set_requires_grad(true);
+      const Tensor w = cuda0(low_leaf(kFloat32, {B, H, c.nq, c.d}, 34, -1, 1, false));
+      Tensor want = flash_attention(q32, k32, v32, pad, 0.0, c.causal);
+      sum(want * w).backward();
+      Tensor got;
+      {
+        AutocastGuard guard(dt);
+        got = flash_attention(q, k, v, pad, 0.0, c.causal);
+      }
+      CHECK(got.dtype() == kFloat32);
+      sum(got * w).backward();
+      const double u = u_of(dt);
+      const double e_out = rel_err(got, want);
+      CHECK_MESSAGE(e_out <= 4 * u, "out: ", e_out, " of max |out|, bound ", 4 * u);
+      REQUIRE(q.grad().defined());
+      CHECK(q.grad().dtype() == dt);
+      for (auto [name, g16, g32] : {std::tuple<const char*, Tensor, Tensor>{"dq", q.grad(), q32.grad()},
+                                    {"dk", k.grad(), k32.grad()},
+                                    {"dv", v.grad(), v32.grad()}}) {
+        const double e = rel_err(cf::to(g16, kFloat32), g32);
+        CHECK_MESSAGE(e <= 8 * u, name, ": ", e, " of max |grad|, bound ", 8 * u);
+      }
+      if (c.nq > c.nk && c.causal) {  // rows that see no key: exactly 0
+        CHECK(max_abs(narrow(got, 2, 0, c.nq - c.nk)) == 0.0);
+      }
+    }
+  }
+  // Head sizes the kernel does not take (and float32 inputs) keep the float32 route: same bits.
+  Tensor q = cuda0(low_leaf(kBFloat16, {1, 2, 40, 32}, 41, -2, 2, false));
+  Tensor want = flash_attention(cf::to(q, kFloat32), cf::to(q, kFloat32), cf::to(q, kFloat32));
+  AutocastGuard guard(kBFloat16);
+  check_close(flash_attention(q, q, q).cpu(), want.cpu(), 0);
 }
