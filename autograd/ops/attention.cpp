@@ -102,6 +102,20 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
     autograd::record(op, {q, k, v}, out, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), ov = s_o.unpack(op),
              lv = s_l.unpack(op), mv = s_m.defined() ? s_m.unpack(op) : Tensor();
+      if (tensor_cores && kernels::flash_attention_backward_16bit_supported(qv, kv, vv)) {
+        // Tensor cores too (head size 64): float32 gradients, returned in the 16-bit dtype.
+        Tensor go = dense(g);
+        if (reinterpret_cast<uintptr_t>(go.raw_data()) % 8 != 0) {
+          Tensor c = Tensor::empty(go.shape(), go.dtype(), go.device());
+          kernels::copy(go, c);
+          go = c;
+        }
+        Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
+        Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
+        Tensor dv = Tensor::empty(vv.shape(), kFloat32, vv.device());
+        kernels::flash_attention_backward_16bit_cuda(qv, kv, vv, mv, p, ov, lv, go, dq, dk, dv);
+        return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
+      }
       if (tensor_cores) {  // the float32 backward on float32 copies; the gradients go back to the 16-bit dtype
         qv = cf::to(qv, kFloat32);
         kv = cf::to(kv, kFloat32);

@@ -88,13 +88,31 @@ void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
 // them (CUDA, bfloat16 or float16 of one dtype, head size 64 or 128 for q, k and v, compute capability 8.0 or
 // newer), and the kernel itself: q, k, v contiguous and 16-byte aligned; writes float32 out and lse (contiguous)
 // as flash_attention_forward does, so the float32 backward can read them.
+// Its backward on tensor cores takes head size 64 (the 16-bit q, k, v, the float32 out, lse and dout, all
+// contiguous; writes float32 dq, dk, dv); other head sizes run the float32 backward on float32 copies.
 #ifdef CF_WITH_CUDA
 bool flash_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v);
 void flash_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& key_padding_mask, const FlashAttentionParams& p,
                                         const Tensor& out, const Tensor& lse);
+bool flash_attention_backward_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+void flash_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& key_padding_mask, const FlashAttentionParams& p,
+                                         const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                                         const Tensor& dk, const Tensor& dv);
 #else
 inline bool flash_attention_16bit_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
+inline bool flash_attention_backward_16bit_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
+// Never reached without CUDA (the supported() checks are false): the callers compile in CPU-only builds too.
+inline void flash_attention_forward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                               const FlashAttentionParams&, const Tensor&, const Tensor&) {
+  throw Error("[flash_attention] internal: the tensor-core kernel needs a CUDA build");
+}
+inline void flash_attention_backward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                const FlashAttentionParams&, const Tensor&, const Tensor&,
+                                                const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  throw Error("[flash_attention] internal: the tensor-core kernel needs a CUDA build");
+}
 #endif
 
 inline void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,

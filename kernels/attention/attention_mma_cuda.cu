@@ -43,6 +43,10 @@ struct MmaArgs {
   float* out;         // (B*H, Nq, D)
   float* lse;         // (B*H, Nq)
   const bool* pad;    // (B, Nk) or null
+  // Backward only: dO (B*H, Nq, D), D_i = dO_i . O_i (B*H, Nq), and the float32 gradients.
+  const float* dout;
+  float* dvec;
+  float *dq, *dk, *dv;
   int64_t H, Nq, Nk, shift;
   float scale;
   bool causal;
@@ -96,6 +100,76 @@ __device__ __forceinline__ void load_tile(uint16_t (*S)[D + kPad], const uint16_
 
 __device__ __forceinline__ uint32_t load2(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
+// Rows [row0, row0 + 64) of X (n rows of D float32 values) into S rounded to the 16-bit type, zeros past n
+// (dO for the backward's products).
+template <bool kBF16, int D>
+__device__ __forceinline__ void load_tile_f32(uint16_t (*S)[D + kPad], const float* X, int64_t row0, int64_t n) {
+  constexpr int kPerRow = D / 2;
+  for (int e = threadIdx.x; e < kKeys * kPerRow; e += kThreads) {
+    const int r = e / kPerRow, c = (e % kPerRow) * 2;
+    const float2 val = row0 + r < n ? *reinterpret_cast<const float2*>(X + (row0 + r) * D + c) : make_float2(0.f, 0.f);
+    *reinterpret_cast<uint32_t*>(&S[r][c]) = pack2<kBF16>(val.x, val.y);
+  }
+}
+
+// The A fragments of rows [r, r + 16) of a shared tile (16 x D, one m16 tile per 16 columns).
+template <int D>
+__device__ __forceinline__ void a_fragments(uint32_t (&f)[D / 16][4], uint16_t (*S)[D + kPad], int r, int g, int t) {
+#pragma unroll
+  for (int s = 0; s < D / 16; ++s) {
+    f[s][0] = load2(&S[r + g][s * 16 + 2 * t]);
+    f[s][1] = load2(&S[r + g + 8][s * 16 + 2 * t]);
+    f[s][2] = load2(&S[r + g][s * 16 + 8 + 2 * t]);
+    f[s][3] = load2(&S[r + g + 8][s * 16 + 8 + 2 * t]);
+  }
+}
+
+// c (16 x 64, 8 tiles of 8 columns) += A (16 x D, fragments) Y^T for the 64 rows of Y (64 x D) in shared
+// memory: S = Q K^T and its kin. B (k = column of Y, n = row of Y) reads two adjacent values of a row.
+template <bool kBF16, int D>
+__device__ __forceinline__ void mma_a_yt(float (&c)[kKeys / 8][4], const uint32_t (&a)[D / 16][4],
+                                         uint16_t (*Y)[D + kPad], int g, int t) {
+#pragma unroll
+  for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      mma16816<kBF16>(c[n], a[ks], load2(&Y[n * 8 + g][ks * 16 + 2 * t]), load2(&Y[n * 8 + g][ks * 16 + 8 + 2 * t]));
+}
+
+// o (16 x D, D / 8 tiles) += P Y for P (16 x 64) held as the accumulators of mma_a_yt (they are P's A
+// fragments once rounded: tiles 2ks and 2ks + 1 give k-step ks) and Y (64 x D) in shared memory. B (k = row
+// of Y, n = column) pairs the values of two adjacent rows.
+template <bool kBF16, int D>
+__device__ __forceinline__ void mma_p_y(float (&o)[D / 8][4], const float (&p)[kKeys / 8][4],
+                                        uint16_t (*Y)[D + kPad], int g, int t) {
+#pragma unroll
+  for (int ks = 0; ks < kKeys / 16; ++ks) {
+    const uint32_t pa[4] = {pack2<kBF16>(p[2 * ks][0], p[2 * ks][1]), pack2<kBF16>(p[2 * ks][2], p[2 * ks][3]),
+                            pack2<kBF16>(p[2 * ks + 1][0], p[2 * ks + 1][1]),
+                            pack2<kBF16>(p[2 * ks + 1][2], p[2 * ks + 1][3])};
+    const int k0 = ks * 16 + 2 * t;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      const int c = d * 8 + g;
+      const uint32_t b0 = uint32_t(Y[k0][c]) | (uint32_t(Y[k0 + 1][c]) << 16);
+      const uint32_t b1 = uint32_t(Y[k0 + 8][c]) | (uint32_t(Y[k0 + 9][c]) << 16);
+      mma16816<kBF16>(o[d], pa, b0, b1);
+    }
+  }
+}
+
+// Whether query i may not see key j (FullMap's rule in attention_cuda.cu, plus rows past Nq).
+__device__ __forceinline__ bool blocked(const MmaArgs& a, int64_t b, int64_t i, int64_t j) {
+  return i >= a.Nq || j >= a.Nk || (a.pad && a.pad[b * a.Nk + j]) || (a.causal && j > i + a.shift);
+}
+
+// Keys [0, key_end) can be seen by the query rows [r0, r0 + 64).
+__device__ __forceinline__ int64_t key_end(const MmaArgs& a, int64_t r0) {
+  if (!a.causal) return a.Nk;
+  const int64_t e = r0 + kRows + a.shift;
+  return e < 0 ? 0 : (e < a.Nk ? e : a.Nk);
+}
+
 template <bool kBF16, int D>
 __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a) {
   __shared__ __align__(16) uint16_t Ks[kKeys][D + kPad];
@@ -112,24 +186,14 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a) {
   __syncthreads();
   uint32_t qa[D / 16][4];
   const int qr = warp * 16 + g;
-#pragma unroll
-  for (int s = 0; s < D / 16; ++s) {
-    qa[s][0] = load2(&Ks[qr][s * 16 + 2 * t]);
-    qa[s][1] = load2(&Ks[qr + 8][s * 16 + 2 * t]);
-    qa[s][2] = load2(&Ks[qr][s * 16 + 8 + 2 * t]);
-    qa[s][3] = load2(&Ks[qr + 8][s * 16 + 8 + 2 * t]);
-  }
+  a_fragments<D>(qa, Ks, warp * 16, g, t);
 
   const int64_t row[2] = {r0 + qr, r0 + qr + 8};
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};  // l: this thread's part of the row sums
   float o[D / 8][4];
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-  int64_t kend = a.Nk;
-  if (a.causal) {  // keys past r0 + 63 + shift are blocked for every row of the block
-    const int64_t e = r0 + kRows + a.shift;
-    kend = e < 0 ? 0 : (e < a.Nk ? e : a.Nk);
-  }
+  const int64_t kend = key_end(a, r0);
   for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
     __syncthreads();  // the previous tile (or Q) is no longer read
     load_tile<D>(Ks, K, j0, a.Nk);
@@ -138,13 +202,8 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a) {
     // S = Q K^T: 8 tiles of 8 keys.
     float s[kKeys / 8][4];
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks)
-        mma16816<kBF16>(s[n], qa[ks], load2(&Ks[n * 8 + g][ks * 16 + 2 * t]),
-                        load2(&Ks[n * 8 + g][ks * 16 + 8 + 2 * t]));
-    }
+    for (int n = 0; n < kKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    mma_a_yt<kBF16, D>(s, qa, Ks, g, t);
     // Scale and mask (the FullMap rules of attention_cuda.cu), then the rows' maxima over
     // the four lanes that share a row.
     float mx[2] = {kNegInf, kNegInf};
@@ -154,8 +213,7 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a) {
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
         const int64_t i = row[h], j = j0 + n * 8 + 2 * t + (e & 1);
-        const bool blocked = j >= a.Nk || (a.pad && a.pad[b * a.Nk + j]) || (a.causal && j > i + a.shift);
-        const float x = blocked ? kNegInf : s[n][e] * a.scale;
+        const float x = blocked(a, b, i, j) ? kNegInf : s[n][e] * a.scale;
         s[n][e] = x;
         mx[h] = fmaxf(mx[h], x);
       }
@@ -188,20 +246,7 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a) {
       o[d][3] *= alpha[1];
     }
     // O += P V: P's A fragments are S's accumulators of key tiles 2ks and 2ks + 1.
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks) {
-      const uint32_t pa[4] = {pack2<kBF16>(s[2 * ks][0], s[2 * ks][1]), pack2<kBF16>(s[2 * ks][2], s[2 * ks][3]),
-                              pack2<kBF16>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
-                              pack2<kBF16>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
-      const int k0 = ks * 16 + 2 * t;
-#pragma unroll
-      for (int d = 0; d < D / 8; ++d) {
-        const int c = d * 8 + g;
-        const uint32_t b0 = uint32_t(Vs[k0][c]) | (uint32_t(Vs[k0 + 1][c]) << 16);
-        const uint32_t b1 = uint32_t(Vs[k0 + 8][c]) | (uint32_t(Vs[k0 + 9][c]) << 16);
-        mma16816<kBF16>(o[d], pa, b0, b1);
-      }
-    }
+    mma_p_y<kBF16, D>(o, s, Vs, g, t);
   }
   // The row sums over the four lanes, then out = O / l and lse = m + log l (0 and -inf
   // for a row with every key blocked, as the float32 kernels).
@@ -222,6 +267,158 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a) {
       *reinterpret_cast<float2*>(out + c) = make_float2(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
     }
     if (t == 0) a.lse[bh * a.Nq + i] = l[h] > 0.f ? m[h] + logf(l[h]) : kNegInf;
+  }
+}
+
+// ---------------------------------------------------------------- backward (D = 64)
+// FlashAttention-2's backward (Alg. 2) on tensor cores, in two kernels after D_i = dO_i . O_i:
+//   dq  : grid (B*H, query tiles); per key tile P = exp(scale S - lse), dP = dO V^T,
+//         dS = P (dP - D), dQ += scale dS K.
+//   dkdv: grid (B*H, key tiles); per query tile the transposed products on the warp's 16
+//         keys: P^T = exp(scale K Q^T - lse), dV += P^T dO, dP^T = V dO^T,
+//         dS^T = P^T (dP^T - D), dK += scale dS^T Q. Each key row is owned by one warp:
+//         no atomics, deterministic.
+// P, dS and dO are rounded to the 16-bit type as mma operands (FlashAttention does the
+// same); accumulation, lse and D are float32, and so are the gradients written.
+
+__global__ void row_dot_kernel(const float* x, const float* y, float* out, int64_t rows, int d) {
+  const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  float acc = 0.f;
+  for (int c = lane; c < d; c += 32) acc += x[r * d + c] * y[r * d + c];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) out[r] = acc;
+}
+
+template <bool kBF16>
+__global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a) {
+  constexpr int D = 64;
+  __shared__ __align__(16) uint16_t Ks[kKeys][D + kPad];
+  __shared__ __align__(16) uint16_t Vs[kKeys][D + kPad];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int64_t bh = blockIdx.x, b = bh / a.H, r0 = int64_t(blockIdx.y) * kRows;
+  const uint16_t* K = a.k + bh * a.Nk * D;
+  const uint16_t* V = a.v + bh * a.Nk * D;
+  // This warp's Q and dO fragments (staged through the K and V buffers), lse and D of its rows.
+  load_tile<D>(Ks, a.q + bh * a.Nq * D, r0, a.Nq);
+  load_tile_f32<kBF16, D>(Vs, a.dout + bh * a.Nq * D, r0, a.Nq);
+  __syncthreads();
+  uint32_t qa[D / 16][4], da[D / 16][4];
+  a_fragments<D>(qa, Ks, warp * 16, g, t);
+  a_fragments<D>(da, Vs, warp * 16, g, t);
+  const int64_t row[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};
+  float L[2], Dr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    L[h] = row[h] < a.Nq ? a.lse[bh * a.Nq + row[h]] : 0.f;
+    Dr[h] = row[h] < a.Nq ? a.dvec[bh * a.Nq + row[h]] : 0.f;
+  }
+  float dq[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.f;
+  const int64_t kend = key_end(a, r0);
+  for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
+    __syncthreads();
+    load_tile<D>(Ks, K, j0, a.Nk);
+    load_tile<D>(Vs, V, j0, a.Nk);
+    __syncthreads();
+    float s[kKeys / 8][4], dp[kKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
+    mma_a_yt<kBF16, D>(s, qa, Ks, g, t);   // S = Q K^T
+    mma_a_yt<kBF16, D>(dp, da, Vs, g, t);  // dP = dO V^T
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        const int64_t j = j0 + n * 8 + 2 * t + (e & 1);
+        const float p = blocked(a, b, row[h], j) ? 0.f : __expf(s[n][e] * a.scale - L[h]);
+        s[n][e] = p * (dp[n][e] - Dr[h]);  // dS
+      }
+    mma_p_y<kBF16, D>(dq, s, Ks, g, t);  // dQ += dS K
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (row[h] >= a.Nq) continue;
+    float* out = a.dq + (bh * a.Nq + row[h]) * D;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+      *reinterpret_cast<float2*>(out + d * 8 + 2 * t) = make_float2(dq[d][2 * h] * a.scale, dq[d][2 * h + 1] * a.scale);
+  }
+}
+
+template <bool kBF16>
+__global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a) {
+  constexpr int D = 64;
+  __shared__ __align__(16) uint16_t Qs[kRows][D + kPad];
+  __shared__ __align__(16) uint16_t dOs[kRows][D + kPad];
+  __shared__ float Ls[kRows], Ds[kRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int64_t bh = blockIdx.x, b = bh / a.H, k0 = int64_t(blockIdx.y) * kKeys;
+  const uint16_t* Q = a.q + bh * a.Nq * D;
+  const float* dO = a.dout + bh * a.Nq * D;
+  // This warp's K and V fragments (16 keys), staged through the Q and dO buffers.
+  load_tile<D>(Qs, a.k + bh * a.Nk * D, k0, a.Nk);
+  load_tile<D>(dOs, a.v + bh * a.Nk * D, k0, a.Nk);
+  __syncthreads();
+  uint32_t ka[D / 16][4], va[D / 16][4];
+  a_fragments<D>(ka, Qs, warp * 16, g, t);
+  a_fragments<D>(va, dOs, warp * 16, g, t);
+  const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.f;
+  // Causal: query i sees key j when i >= j - shift; the first query tile that can.
+  int64_t q_begin = 0;
+  if (a.causal) {
+    const int64_t r = k0 - a.shift;
+    q_begin = r <= 0 ? 0 : (r / kRows) * kRows;
+  }
+  for (int64_t q0 = q_begin; q0 < a.Nq; q0 += kRows) {
+    __syncthreads();
+    load_tile<D>(Qs, Q, q0, a.Nq);
+    load_tile_f32<kBF16, D>(dOs, dO, q0, a.Nq);
+    for (int r = threadIdx.x; r < kRows; r += kThreads) {
+      Ls[r] = q0 + r < a.Nq ? a.lse[bh * a.Nq + q0 + r] : 0.f;
+      Ds[r] = q0 + r < a.Nq ? a.dvec[bh * a.Nq + q0 + r] : 0.f;
+    }
+    __syncthreads();
+    float pt[kRows / 8][4], dpt[kRows / 8][4];
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pt[n][e] = dpt[n][e] = 0.f;
+    mma_a_yt<kBF16, D>(pt, ka, Qs, g, t);    // S^T = K Q^T (rows: this warp's keys; columns: queries)
+    mma_a_yt<kBF16, D>(dpt, va, dOs, g, t);  // dP^T = V dO^T
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, c = n * 8 + 2 * t + (e & 1);
+        const float p = blocked(a, b, q0 + c, key[h]) ? 0.f : __expf(pt[n][e] * a.scale - Ls[c]);
+        pt[n][e] = p;
+        dpt[n][e] = p * (dpt[n][e] - Ds[c]);  // dS^T
+      }
+    mma_p_y<kBF16, D>(dv, pt, dOs, g, t);  // dV += P^T dO
+    mma_p_y<kBF16, D>(dk, dpt, Qs, g, t);  // dK += dS^T Q
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (key[h] >= a.Nk) continue;
+    float* ok = a.dk + (bh * a.Nk + key[h]) * D;
+    float* ov = a.dv + (bh * a.Nk + key[h]) * D;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      *reinterpret_cast<float2*>(ok + d * 8 + 2 * t) = make_float2(dk[d][2 * h] * a.scale, dk[d][2 * h + 1] * a.scale);
+      *reinterpret_cast<float2*>(ov + d * 8 + 2 * t) = make_float2(dv[d][2 * h], dv[d][2 * h + 1]);
+    }
   }
 }
 
@@ -286,6 +483,68 @@ void flash_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const 
   const bool bf16 = q.dtype() == kBFloat16;
   if (D == 64) bf16 ? launch<true, 64>(a, BH, op) : launch<false, 64>(a, BH, op);
   else bf16 ? launch<true, 128>(a, BH, op) : launch<false, 128>(a, BH, op);
+}
+
+bool flash_attention_backward_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return flash_attention_16bit_supported(q, k, v) && q.shape()[3] == 64 &&
+         (k.shape()[2] + kKeys - 1) / kKeys <= 65535;
+}
+
+void flash_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                         const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                         const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const char* op = "flash_attention";
+  auto f32_dense = [](const Tensor& t) {
+    return t.dtype() == kFloat32 && t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 8 == 0;
+  };
+  CF_CHECK(flash_attention_backward_16bit_supported(q, k, v) && q.is_contiguous() && k.is_contiguous() &&
+               v.is_contiguous() && aligned16(q) && aligned16(k) && aligned16(v) && f32_dense(out) &&
+               f32_dense(lse) && f32_dense(dout) && f32_dense(dq) && f32_dense(dk) && f32_dense(dv),
+           Error, "[", op, "] internal: the tensor-core backward got inputs it does not take: q ", q.describe(),
+           ", dout ", dout.describe());
+  cu::use_device_of(out, op);
+  const int64_t BH = q.shape()[0] * q.shape()[1], Nq = q.shape()[2], Nk = k.shape()[2];
+  // D_i = dO_i . O_i (FlashAttention-2 Alg. 2 line 4), one warp per row.
+  Tensor dvec = Tensor::empty({BH * Nq}, kFloat32, out.device());
+  MmaArgs a{};
+  a.q = static_cast<const uint16_t*>(q.raw_data());
+  a.k = static_cast<const uint16_t*>(k.raw_data());
+  a.v = static_cast<const uint16_t*>(v.raw_data());
+  a.out = static_cast<float*>(out.raw_data());
+  a.lse = static_cast<float*>(lse.raw_data());
+  a.pad = kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr;
+  a.dout = static_cast<const float*>(dout.raw_data());
+  a.dvec = static_cast<float*>(dvec.raw_data());
+  a.dq = static_cast<float*>(dq.raw_data());
+  a.dk = static_cast<float*>(dk.raw_data());
+  a.dv = static_cast<float*>(dv.raw_data());
+  a.H = q.shape()[1];
+  a.Nq = Nq;
+  a.Nk = Nk;
+  a.shift = Nk - Nq;
+  a.scale = float(p.scale);
+  a.causal = p.causal;
+  if (BH * Nq > 0) {
+    const int64_t threads = BH * Nq * 32;
+    row_dot_kernel<<<unsigned((threads + 255) / 256), 256>>>(a.dout, a.out, a.dvec, BH * Nq, 64);
+    ::cf::cuda::check_launch(op);
+    const dim3 grid(unsigned(BH), unsigned((Nq + kRows - 1) / kRows));
+    if (q.dtype() == kBFloat16)
+      mma_dq_kernel<true><<<grid, kThreads>>>(a);
+    else
+      mma_dq_kernel<false><<<grid, kThreads>>>(a);
+    ::cf::cuda::check_launch(op);
+  } else if (dq.numel() > 0) {
+    CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), 0), op);
+  }
+  if (BH * Nk > 0) {
+    const dim3 grid(unsigned(BH), unsigned((Nk + kKeys - 1) / kKeys));
+    if (q.dtype() == kBFloat16)
+      mma_dkdv_kernel<true><<<grid, kThreads>>>(a);
+    else
+      mma_dkdv_kernel<false><<<grid, kThreads>>>(a);
+    ::cf::cuda::check_launch(op);
+  }
 }
 
 }  // namespace cf::kernels

@@ -111,11 +111,10 @@ TEST_CASE("cuda: low precision matmul runs on cuBLAS with float32 accumulation, 
 }
 
 // Issue 26: under autocast on CUDA, 16-bit q, k, v (head size 64 or 128) take the tensor-core
-// forward. Reference: the float32 kernel on float32 copies of the same 16-bit values (what
+// forward, and with head size 64 the tensor-core backward. Reference: the float32 kernel on float32 copies of the same 16-bit values (what
 // autocast ran before), on the same device. The tensor-core kernel rounds P once to the
 // 16-bit type before P V (FlashAttention's rounding), so out may differ by a few units of
-// that type relative to its largest value; lse sums float32 products of the same values, and
-// the backward is the float32 kernel on float32 copies.
+// that type relative to its largest value; the backward rounds P, dS and dO the same way.
 namespace {
 
 double max_abs(const Tensor& t) {
@@ -149,8 +148,11 @@ TEST_CASE("cuda: flash_attention under autocast runs 16-bit q, k, v on tensor co
     bool causal, padded;
   };
   // Cross attention with Nq > Nk and causal: the first Nq - Nk rows see no key (out 0, lse -inf).
+  // Head size 64 takes the tensor-core backward too, 128 the float32 one; several query and key tiles
+  // (64 each) with causal masks of both signs of Nk - Nq.
   const std::vector<Case> cases = {{100, 100, 64, false, false}, {130, 77, 64, true, true}, {64, 200, 128, true, false},
-                                   {70, 70, 128, false, true},   {1, 5, 64, false, false}};
+                                   {70, 70, 128, false, true},   {1, 5, 64, false, false},  {300, 300, 64, true, false},
+                                   {90, 260, 64, true, true}};
   for (DType dt : {kBFloat16, kFloat16}) {
     for (const Case& c : cases) {
       INFO(dtype_name(dt), " Nq ", c.nq, " Nk ", c.nk, " D ", c.d, c.causal ? " causal" : "", c.padded ? " padded" : "");
