@@ -13,21 +13,25 @@
 namespace cf {
 namespace nn {
 
-// The device copies of the host tables `build` returns, rebuilt on first use and
-// whenever the key (the sizes they depend on) or the device changes, else reused.
-// One entry: a module alternating between sizes rebuilds each time. Thread-safe;
-// a module holds one per set of tables.
+// The device copies of the host tables `build` returns for a key (the sizes they
+// depend on) and a device: built on first use, then reused. It keeps the
+// kEntries most recently used keys, so that batches of a few different lengths
+// (a padded-to-the-longest loader) do not rebuild, and so upload, the tables on
+// every change of length. Thread-safe; a module holds one per set of tables.
 class DeviceTableCache {
  public:
+  static constexpr size_t kEntries = 8;
   std::vector<Tensor> get(const std::vector<int64_t>& key, Device device,
                           const std::function<std::vector<Tensor>()>& build);
 
  private:
+  struct Entry {
+    std::vector<int64_t> key;
+    Device device;
+    std::vector<Tensor> tables;
+  };
   std::mutex mu_;
-  std::vector<int64_t> key_;
-  Device device_ = Device::cpu();
-  bool built_ = false;
-  std::vector<Tensor> tables_;
+  std::vector<Entry> entries_;  // most recently used first
 };
 
 }  // namespace nn
