@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 
@@ -82,7 +83,7 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
-  __trap();  // the host launches this kernel on sm_80+ only (flash_attention_16bit_supported)
+  __trap();  // never launched: tensor_cores_usable() refuses kernels compiled for < sm_80
 #endif
 }
 
@@ -424,16 +425,26 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a) {
 
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
 
-// Compute capability >= 8.0 of the device (cached per device: the answer never changes).
-bool has_bf16_mma(int dev) {
-  static int major[64] = {0};
+// Whether the tensor-core kernels can run on device `dev`: compute capability 8.0 or
+// newer, and kernels compiled for it (a build for an older architecture list runs its
+// PTX through the JIT on a newer device, where the mma branch was compiled out and
+// would trap). Cached per device.
+bool tensor_cores_usable(int dev) {
+  static std::atomic<int> state[64];  // 0 unknown, 1 usable, 2 not
   if (dev < 0 || dev >= 64) return false;
-  if (major[dev] == 0) {
-    int v = 0;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-    major[dev] = v;
+  int s = state[dev].load();
+  if (s == 0) {
+    int major = 0, current = 0;
+    cudaFuncAttributes attr{};
+    const bool ok = cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                    cudaFuncGetAttributes(&attr, mma_forward_kernel<true, 64>) == cudaSuccess;
+    cudaSetDevice(current);
+    s = ok && major >= 8 && attr.ptxVersion >= 80 ? 1 : 2;
+    if (!ok) cudaGetLastError();  // a failed query is "not usable", not a sticky error for the next op
+    state[dev].store(s);
   }
-  return major[dev] >= 8;
+  return s == 1;
 }
 
 template <bool kBF16, int D>
@@ -454,7 +465,7 @@ bool flash_attention_16bit_supported(const Tensor& q, const Tensor& k, const Ten
   if ((D != 64 && D != 128) || k.shape()[3] != D || v.shape()[3] != D) return false;
   if (q.shape()[0] * q.shape()[1] > int64_t(std::numeric_limits<int>::max())) return false;
   if ((q.shape()[2] + kRows - 1) / kRows > 65535) return false;
-  return has_bf16_mma(int(q.device().index));
+  return tensor_cores_usable(int(q.device().index));
 }
 
 void flash_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,

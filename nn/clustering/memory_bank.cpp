@@ -143,12 +143,14 @@ int64_t held_for_kmeans(const MemoryBankOptions& o, int64_t local) {
 
 void MemoryBank::remember_steps(int64_t steps) {
   host_steps_ = steps;
-  steps_data_ = counters.raw_data();
+  steps_storage_ = counters.impl_ptr()->storage;
   steps_version_ = counters.version();
 }
 
 bool MemoryBank::steps_known() const {
-  return counters.defined() && counters.raw_data() == steps_data_ && counters.version() == steps_version_;
+  if (!counters.defined()) return false;
+  const std::shared_ptr<Storage> held = steps_storage_.lock();
+  return held && held == counters.impl_ptr()->storage && counters.version() == steps_version_;
 }
 
 bool MemoryBank::step() {

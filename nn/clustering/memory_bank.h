@@ -70,14 +70,14 @@ class MemoryBank : public Module {
   Tensor counters;   // int64 (4,): size, next write row, steps, updates
 
  private:
-  // The host's copy of counters[steps], valid while the counters are the buffer
-  // (data and version) this bank last wrote: step() then decides without a device
-  // read (issue 25). Any other write (load_state_dict, to(), a user's copy_) makes
-  // the next step() read the counters once.
+  // The host's copy of counters[steps], valid while the counters are the storage
+  // (held weakly: a new one never matches) and version this bank last wrote: step()
+  // then decides without a device read (issue 25). Any other write (load_state_dict,
+  // to(), a user's copy_) makes the next step() read the counters once.
   void remember_steps(int64_t steps);
   bool steps_known() const;
   int64_t host_steps_ = 0;
-  const void* steps_data_ = nullptr;
+  std::weak_ptr<Storage> steps_storage_;
   int64_t steps_version_ = -1;
 
   MemoryBankOptions options_;
