@@ -34,6 +34,15 @@ Tensor dense(const Tensor& t) {
   return c;
 }
 
+// t itself when its data is 16-byte aligned, else an aligned copy: the tensor-core kernels read
+// 16-byte vectors, and a contiguous view at an odd offset is not aligned.
+Tensor aligned16(const Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0) return t;
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
+  kernels::copy(t, c);
+  return c;
+}
+
 double default_scale(double scale, int64_t dk) { return scale > 0 ? scale : 1.0 / std::sqrt(double(dk)); }
 
 void check_scale(double scale, const char* who) {
@@ -85,13 +94,9 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   Tensor out = Tensor::empty({sq[0], sq[1], sq[2], sv[3]}, out_dtype, q.device());
   Tensor lse = Tensor::empty({sq[0], sq[1], sq[2]}, out_dtype, q.device());
   if (tensor_cores) {
-    // The kernel reads 16-byte vectors: a contiguous view at an odd offset is copied first.
-    for (Tensor* t : {&qc, &kc, &vc})
-      if (reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) {
-        Tensor c = Tensor::empty(t->shape(), t->dtype(), t->device());
-        kernels::copy(*t, c);
-        *t = c;
-      }
+    qc = aligned16(qc);
+    kc = aligned16(kc);
+    vc = aligned16(vc);
     kernels::flash_attention_forward_16bit_cuda(qc, kc, vc, mc, p, out, lse);
   } else {
     kernels::flash_attention_forward(qc, kc, vc, mc, p, out, lse);
@@ -105,11 +110,6 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
       if (tensor_cores && kernels::flash_attention_backward_16bit_supported(qv, kv, vv)) {
         // Tensor cores too (head size 64): float32 gradients, returned in the 16-bit dtype.
         Tensor go = dense(g);
-        if (reinterpret_cast<uintptr_t>(go.raw_data()) % 8 != 0) {
-          Tensor c = Tensor::empty(go.shape(), go.dtype(), go.device());
-          kernels::copy(go, c);
-          go = c;
-        }
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
         Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
         Tensor dv = Tensor::empty(vv.shape(), kFloat32, vv.device());
@@ -225,21 +225,42 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   p.self_mask = o.self_mask;
   p.self_score = o.self_score;
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(members), pc = dense(kpm);
+  // Autocast (issue 26): 16-bit q, k, v the tensor-core kernels take (the callers sent the others
+  // to float32 copies) give float32 out and lse, as flash_attention's do.
+  const bool tensor_cores =
+      autocast_dtype() && is_low_precision(q.dtype()) && kernels::block_attention_16bit_supported(q, k, v, members);
+  if (tensor_cores) {
+    qc = aligned16(qc);
+    kc = aligned16(kc);
+    vc = aligned16(vc);
+  }
   // One output for the one node: out and lse side by side, (B, H, N, Dv + 1).
-  Tensor packed = Tensor::empty({B, H, N, Dv + 1}, q.dtype(), q.device());
+  Tensor packed = Tensor::empty({B, H, N, Dv + 1}, tensor_cores ? kFloat32 : q.dtype(), q.device());
   auto out_of = [B, H, N, Dv](const Tensor& t) {
     return make_view(t, {B, H, N, Dv}, {H * N * (Dv + 1), N * (Dv + 1), Dv + 1, 1}, t.offset());
   };
   auto lse_of = [B, H, N, Dv](const Tensor& t) {
     return make_view(t, {B, H, N}, {H * N * (Dv + 1), N * (Dv + 1), Dv + 1}, t.offset() + Dv);
   };
-  kernels::block_attention_forward(qc, kc, vc, mc, pc, p, out_of(packed), lse_of(packed));
+  if (tensor_cores)
+    kernels::block_attention_forward_16bit_cuda(qc, kc, vc, mc, pc, p, out_of(packed), lse_of(packed));
+  else
+    kernels::block_attention_forward(qc, kc, vc, mc, pc, p, out_of(packed), lse_of(packed));
   if (autograd::any_requires_grad({&q, &k, &v})) {
     SavedTensor s_q(qc), s_k(kc), s_v(vc), s_m(mc), s_p(pc), s_o(packed);
+    const DType tq = q.dtype(), tk = k.dtype(), tv = v.dtype();
     autograd::record(op, {q, k, v}, packed, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), mv = s_m.unpack(op),
              ov = s_o.unpack(op), pv = s_p.defined() ? s_p.unpack(op) : Tensor();
       Tensor gd = dense(g);
+      if (tensor_cores) {  // float32 gradients, returned in the 16-bit dtype
+        Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
+        Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
+        Tensor dv = Tensor::empty(vv.shape(), kFloat32, vv.device());
+        kernels::block_attention_backward_16bit_cuda(qv, kv, vv, mv, pv, p, out_of(ov), lse_of(ov), out_of(gd),
+                                                     lse_of(gd), dq, dk, dv);
+        return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
+      }
       Tensor dq = Tensor::empty(qv.shape(), qv.dtype(), qv.device());
       Tensor dk = Tensor::empty(kv.shape(), kv.dtype(), kv.device());
       Tensor dv = Tensor::empty(vv.shape(), vv.dtype(), vv.device());
@@ -257,12 +278,18 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
 
 }  // namespace ops
 
+bool ops::block_attention_on_float32_copies(const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& members) {
+  if (!autocast_dtype() || !q.defined() || !k.defined() || !v.defined()) return false;
+  if (!is_low_precision(q.dtype()) && !is_low_precision(k.dtype()) && !is_low_precision(v.dtype())) return false;
+  return !(members.defined() && kernels::block_attention_16bit_supported(q, k, v, members));
+}
+
 BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                      const Tensor& kpm, const BlockAttentionOptions& o) {
-  if (autocast_dtype() && q.defined() && k.defined() && v.defined() &&
-      (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype())))
+  if (ops::block_attention_on_float32_copies(q, k, v, members))
     return block_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), members, kpm,
-                           o);  // autocast: float32 until the kernels have a 16-bit arm (as flash_attention)
+                           o);
   ops::check_block_attention_args(q, k, v, members, kpm, o, opname::block_attention);
   return ops::block_attention_unchecked(q, k, v, members, kpm, o);
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Fused attention ops (kernels/attention): one kernel forward, one backward,
-// one autograd node each. Float32/float64, CPU and CUDA.
+// one autograd node each. Float32/float64, CPU and CUDA; under autocast on CUDA,
+// 16-bit q, k, v on tensor cores (kernels/attention/attention_mma_cuda.cu).
 #include <vector>
 
 #include "core/tensor.h"
@@ -58,6 +59,10 @@ void check_block_attention_args(const Tensor& q, const Tensor& k, const Tensor& 
                                 const Tensor& key_padding_mask, const BlockAttentionOptions& options,
                                 const char* who);
 
+// Autocast (issue 26): whether block attention runs these q, k, v on float32 copies. True under
+// autocast for 16-bit inputs the tensor-core kernels do not take (they take CUDA, one 16-bit dtype,
+// head size 64: float32 out and lse); the float32 kernels then run on the copies.
+bool block_attention_on_float32_copies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members);
 // block_attention without the checks, for a caller that ran
 // check_block_attention_args itself (under its own name).
 BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -84,12 +84,14 @@ void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& dq, const Tensor& dk, const Tensor& dv);
 #endif
 
-// The tensor-core forward (attention_mma_cuda.cu, issue 26) for 16-bit q, k, v under autocast: whether it takes
-// them (CUDA, bfloat16 or float16 of one dtype, head size 64 or 128 for q, k and v, compute capability 8.0 or
-// newer), and the kernel itself: q, k, v contiguous and 16-byte aligned; writes float32 out and lse (contiguous)
-// as flash_attention_forward does, so the float32 backward can read them.
-// Its backward on tensor cores takes head size 64 (the 16-bit q, k, v, the float32 out, lse and dout, all
-// contiguous; writes float32 dq, dk, dv); other head sizes run the float32 backward on float32 copies.
+// The tensor-core kernels (attention_mma_cuda.cu, issue 26) for 16-bit q, k, v under autocast: whether they
+// take them (CUDA, bfloat16 or float16 of one dtype, compute capability 8.0 or newer, batch*heads <= 65535)
+// and the kernels themselves: q, k, v contiguous and 16-byte aligned; out and lse float32 (out's last axis
+// unit-stride), written as the float32 forward writes them, so the float32 backward can read them too.
+// flash_attention: head size 64 or 128 forward, 64 backward (other sizes run the float32 backward on float32
+// copies). block_attention: head size 64, forward and backward. The backward takes the 16-bit q, k, v, the
+// float32 out, lse, dout (last axis unit-stride) and dlse (or undefined), and writes float32 dq, dk, dv
+// (contiguous).
 #ifdef CF_WITH_CUDA
 bool flash_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v);
 void flash_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -100,9 +102,20 @@ void flash_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const
                                          const Tensor& key_padding_mask, const FlashAttentionParams& p,
                                          const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
                                          const Tensor& dk, const Tensor& dv);
+bool block_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members);
+void block_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                        const Tensor& key_padding_mask, const BlockAttentionParams& p,
+                                        const Tensor& out, const Tensor& lse);
+void block_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                         const Tensor& key_padding_mask, const BlockAttentionParams& p,
+                                         const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                         const Tensor& dlse, const Tensor& dq, const Tensor& dk, const Tensor& dv);
 #else
 inline bool flash_attention_16bit_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
 inline bool flash_attention_backward_16bit_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
+inline bool block_attention_16bit_supported(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  return false;
+}
 // Never reached without CUDA (the supported() checks are false): the callers compile in CPU-only builds too.
 inline void flash_attention_forward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                                const FlashAttentionParams&, const Tensor&, const Tensor&) {
@@ -112,6 +125,17 @@ inline void flash_attention_backward_16bit_cuda(const Tensor&, const Tensor&, co
                                                 const FlashAttentionParams&, const Tensor&, const Tensor&,
                                                 const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   throw Error("[flash_attention] internal: the tensor-core kernel needs a CUDA build");
+}
+inline void block_attention_forward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                               const Tensor&, const BlockAttentionParams&, const Tensor&,
+                                               const Tensor&) {
+  throw Error("[block_attention] internal: the tensor-core kernel needs a CUDA build");
+}
+inline void block_attention_backward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                const Tensor&, const BlockAttentionParams&, const Tensor&,
+                                                const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                const Tensor&, const Tensor&) {
+  throw Error("[block_attention] internal: the tensor-core kernel needs a CUDA build");
 }
 #endif
 

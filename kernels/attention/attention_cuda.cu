@@ -2,12 +2,7 @@
 // reference in attention_cpu.cpp: the same tiles, masks and formulas.
 //
 // One set of kernels serves both ops through a "map" that says which rows a
-// tile reads:
-//   FullMap  (flash_attention): group 0 holds query rows 0..Nq-1 and keys 0..Nk-1.
-//   BlockMap (block_attention): group c is chunk c; its query rows are the
-//            positions in members[b, h, c, :], its keys the positions in the
-//            window chunks c + offsets[t]. Rows are gathered as tiles are loaded
-//            and outputs scattered to token order as they are written.
+// tile reads (FullMap, BlockMap: attention_maps.cuh).
 // Kernels (blocks of 128 threads, tiles of 32 query rows x 32 keys in shared memory):
 //   forward : grid (query tile, group, batch*head): online softmax over the
 //             group's key tiles (Alg. 1); writes out and lse.
@@ -24,6 +19,7 @@
 #include <vector>
 
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_maps.cuh"
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/elementwise/elementwise.h"
 
@@ -36,80 +32,7 @@ constexpr int BC = 32;  // keys per tile (one per lane in the row statistics)
 constexpr int NT = 128;
 constexpr int NW = NT / 32;
 
-// (b, h, n) element strides of a row-indexed tensor (out, lse, dout, dlse).
-struct Rows3 {
-  int64_t s0 = 0, s1 = 0, s2 = 0;
-};
-Rows3 rows3(const Tensor& t) {
-  if (!t.defined()) return {};
-  return {t.strides()[0], t.strides()[1], t.strides()[2]};
-}
-
-struct FullMap {
-  int64_t H, Nq, Nk, shift;
-  bool causal;
-  const bool* pad;  // (B, Nk) or null
-  __device__ int64_t rows() const { return Nq; }
-  __device__ int64_t qpos(int64_t, int64_t, int64_t r) const { return r < Nq ? r : -1; }
-  __device__ int64_t kpos(int64_t, int64_t, int64_t j) const { return j < Nk ? j : -1; }
-  __device__ bool blocked(int64_t b, int64_t i, int64_t j) const {
-    return i < 0 || j < 0 || (pad && pad[b * Nk + j]) || (causal && j > i + shift);
-  }
-  __device__ bool self(int64_t, int64_t) const { return false; }
-  // Keys [0, key_end) can be allowed for the query rows [r0, r0 + BR).
-  __device__ int64_t key_end(int64_t r0) const {
-    if (!causal) return Nk;
-    const int64_t e = r0 + BR + shift;
-    return e < 0 ? 0 : (e < Nk ? e : Nk);
-  }
-  // dK/dV side: key groups, their keys, and the query groups that see them.
-  __device__ int64_t group_keys() const { return Nk; }
-  __device__ int64_t group_kpos(int64_t, int64_t, int64_t u) const { return u < Nk ? u : -1; }
-  __device__ int64_t visits() const { return 1; }
-  __device__ int64_t visit_group(int64_t, int64_t) const { return 0; }
-  // First query row that may see key j0 (causal: i + shift >= j0), tile-aligned.
-  __device__ int64_t row_begin(int64_t j0) const {
-    if (!causal) return 0;
-    const int64_t r = j0 - shift;
-    return r <= 0 ? 0 : (r / BR) * BR;
-  }
-};
-
-struct BlockMap {
-  int64_t H, Hm, N, C, w, nb;
-  const int64_t* members;  // (B, Hm, C, w)
-  int64_t back;  // offsets[t]: 0, then -1 .. -back, then 1, 2, ... (block_map checks the form)
-  bool causal, self_mask;
-  const bool* pad;  // (B, N) or null
-  __device__ const int64_t* head(int64_t bh) const {
-    const int64_t b = bh / H, h = bh % H;
-    return members + (b * Hm + (Hm == 1 ? 0 : h)) * C * w;
-  }
-  __device__ int64_t chunk(int64_t c) const { return ((c % C) + C) % C; }
-  __device__ int64_t offset(int64_t t) const { return t == 0 ? 0 : t <= back ? -t : t - back; }
-  __device__ int64_t rows() const { return w; }
-  // A position outside [0, N) counts as an empty slot: the members check
-  // (autograd/ops/attention.cpp) reports it at the next host read, and meanwhile no
-  // row outside the tensors is read or written.
-  __device__ int64_t valid(int64_t p) const { return p < N ? p : -1; }
-  __device__ int64_t qpos(int64_t bh, int64_t c, int64_t r) const { return r < w ? valid(head(bh)[c * w + r]) : -1; }
-  __device__ int64_t kpos(int64_t bh, int64_t c, int64_t j) const {
-    if (j >= nb * w) return -1;
-    return valid(head(bh)[chunk(c + offset(j / w)) * w + j % w]);
-  }
-  __device__ bool blocked(int64_t b, int64_t i, int64_t j) const {
-    return i < 0 || j < 0 || (pad && pad[b * N + j]) || (causal && j > i);
-  }
-  __device__ bool self(int64_t i, int64_t j) const { return self_mask && i == j; }
-  __device__ int64_t key_end(int64_t) const { return nb * w; }
-  __device__ int64_t group_keys() const { return w; }
-  __device__ int64_t group_kpos(int64_t bh, int64_t cc, int64_t u) const {
-    return u < w ? valid(head(bh)[cc * w + u]) : -1;
-  }
-  __device__ int64_t visits() const { return nb; }
-  __device__ int64_t visit_group(int64_t cc, int64_t t) const { return chunk(cc - offset(t)); }
-  __device__ int64_t row_begin(int64_t) const { return 0; }
-};
+using namespace attention_maps;
 
 struct Args {
   const void* q;
@@ -192,7 +115,7 @@ __global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
   __syncthreads();
   load_rows(Qs, ldk, Q, bh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t kend = map.key_end(r0);
+  const int64_t kend = map.key_end(r0, BR);
   for (int64_t j0 = 0; j0 < kend; j0 += BC) {
     __syncthreads();
     for (int j = threadIdx.x; j < BC; j += NT) kp[j] = j0 + j < kend ? map.kpos(bh, g, j0 + j) : -1;
@@ -345,7 +268,7 @@ __global__ void __launch_bounds__(NT) dq_kernel(Args a, Map map) {
   __syncthreads();
   load_rows(Qs, ldk, static_cast<const T*>(a.q), bh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
   row_terms<T>(a, b, h, qp, dOs, ldv, Ls, Ds);
-  const int64_t kend = map.key_end(r0);
+  const int64_t kend = map.key_end(r0, BR);
   for (int64_t j0 = 0; j0 < kend; j0 += BC) {
     __syncthreads();
     for (int j = threadIdx.x; j < BC; j += NT) kp[j] = j0 + j < kend ? map.kpos(bh, g, j0 + j) : -1;
@@ -399,7 +322,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(Args a, Map map) {
   load_rows(Vs, ldv, static_cast<const T*>(a.v), bh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
   for (int64_t t = 0; t < map.visits(); ++t) {
     const int64_t g = map.visit_group(kg, t);
-    for (int64_t r0 = map.row_begin(u0); r0 < map.rows(); r0 += BR) {
+    for (int64_t r0 = map.row_begin(u0, BR); r0 < map.rows(); r0 += BR) {
       __syncthreads();
       for (int r = threadIdx.x; r < BR; r += NT) qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
       __syncthreads();
@@ -527,35 +450,6 @@ Args make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   a.scale = scale;
   a.self_score = self_score;
   return a;
-}
-
-FullMap full_map(const Tensor& q, const Tensor& k, const Tensor& kpm, const FlashAttentionParams& p) {
-  return FullMap{q.shape()[1], q.shape()[2], k.shape()[2], k.shape()[2] - q.shape()[2], p.causal,
-                 kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr};
-}
-
-// The window's chunk offsets travel as one number, the count of backward ones: the
-// table ops::block_window_offsets builds is 0, -1 .. -back, 1 .. ahead (nothing is
-// skipped before it holds C offsets), so no per-call host-to-device copy is needed.
-BlockMap block_map(const Tensor& q, const Tensor& members, const Tensor& kpm, const BlockAttentionParams& p) {
-  const std::vector<int64_t>& o = p.offsets;
-  int64_t back = 0;
-  while (back + 1 < int64_t(o.size()) && o[size_t(back + 1)] == -(back + 1)) ++back;
-  for (size_t t = 0; t < o.size(); ++t)
-    CF_CHECK(o[t] == (t == 0 ? 0 : int64_t(t) <= back ? -int64_t(t) : int64_t(t) - back), ValueError,
-             "[block_attention] internal: the window offsets are not 0, -1 .. -b, 1 .. a (offset ", t, " is ", o[t],
-             ")");
-  return BlockMap{q.shape()[1],
-                  members.shape()[1],
-                  q.shape()[2],
-                  members.shape()[2],
-                  members.shape()[3],
-                  int64_t(p.offsets.size()),
-                  static_cast<const int64_t*>(members.raw_data()),
-                  back,
-                  p.causal,
-                  p.self_mask,
-                  kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr};
 }
 
 }  // namespace

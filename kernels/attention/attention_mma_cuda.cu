@@ -1,16 +1,19 @@
-// Flash attention's forward on tensor cores for 16-bit q, k, v (bfloat16 or float16;
-// issue 26): the FlashAttention-2 forward of attention_cuda.cu (online softmax over
-// key tiles, Alg. 1) with both products, S = Q K^T and O += P V, as
-// mma.sync.m16n8k16 instructions with float32 accumulation (sm_80 and newer).
+// Attention on tensor cores for 16-bit q, k, v (bfloat16 or float16; issue 26): the
+// FlashAttention-2 forward and backward of attention_cuda.cu (online softmax over key
+// tiles, Alg. 1; recomputed probabilities, Alg. 2) with every product as an
+// mma.sync.m16n8k16 instruction with float32 accumulation (sm_80 and newer). One set
+// of kernels serves flash_attention (FullMap) and block_attention (BlockMap: rows
+// gathered through the member table, attention_maps.cuh), as the float32 kernels do.
 //
 // Block: 4 warps, 64 query rows (16 per warp, one m16 tile); key tiles of 64 rows.
 // Each warp keeps its Q fragments, its S tile (16 x 64) and its O rows (16 x D) in
 // registers: S's accumulators are P's A fragments after the softmax (the
 // accumulator and A layouts agree), rounded once to the 16-bit type, as
 // FlashAttention does. K and V tiles go through shared memory (rows padded by 16
-// bytes against bank conflicts). The row statistics (m, l) and the output are
-// float32; out and lse are written as float32, so the backward (the float32 kernel
-// on float32 copies, autograd/ops/attention.cpp) reads them as it reads its own.
+// bytes against bank conflicts), gathered by position: the positions of a tile's
+// rows sit in shared memory (-1: no row, loaded as zeros and blocked). The row
+// statistics (m, l) and the output are float32; out and lse are written as float32
+// (strided rows: block_attention packs them side by side), and the gradients too.
 //
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16", g = lane / 4,
 // t = lane % 4): A (16 x 16, row-major) registers hold (g, 2t..2t+1), (g + 8, 2t..),
@@ -20,12 +23,16 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_maps.cuh"
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/elementwise/elementwise.h"
 
 namespace cf::kernels {
 
@@ -37,20 +44,24 @@ constexpr int kRows = 16 * kWarps;  // query rows per block
 constexpr int kKeys = 64;           // keys per tile (== kRows: Q goes through the K buffer)
 constexpr int kPad = 8;             // 16-bit elements of padding per shared row
 
+using namespace attention_maps;
+
 struct MmaArgs {
-  const uint16_t* q;  // (B*H, Nq, D)
-  const uint16_t* k;  // (B*H, Nk, D)
-  const uint16_t* v;  // (B*H, Nk, D)
-  float* out;         // (B*H, Nq, D)
-  float* lse;         // (B*H, Nq)
-  const bool* pad;    // (B, Nk) or null
-  // Backward only: dO (B*H, Nq, D), D_i = dO_i . O_i (B*H, Nq), and the float32 gradients.
+  const uint16_t* q;  // (B*H, Nq, D) contiguous
+  const uint16_t* k;  // (B*H, Nk, D) contiguous
+  const uint16_t* v;  // (B*H, Nk, D) contiguous
+  float* out;         // (B, H, Nq, D), rows of strides so (unit-stride columns)
+  float* lse;         // (B, H, Nq), strides sl
+  Rows3 so, sl;
+  // Backward only: dO (rows of strides sgo, unit-stride columns), D_i = dO_i . O_i - dlse_i
+  // (B*H, Nq), and the float32 gradients (contiguous like q, k, v).
   const float* dout;
+  Rows3 sgo;
   float* dvec;
   float *dq, *dk, *dv;
-  int64_t H, Nq, Nk, shift;
-  float scale;
-  bool causal;
+  int64_t H, Nq, Nk;
+  int64_t bh0;  // batch*head of blockIdx.z == 0 (launches in slices of 65535, grid.z's limit)
+  float scale, self_score;
 };
 
 template <bool kBF16>
@@ -87,29 +98,36 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
 #endif
 }
 
-// Rows [row0, row0 + 64) of X (n rows of D 16-bit values) into S, zeros past n, in 16-byte vectors.
+// Rows pos[0..63] of X (rows of D 16-bit values) into S in 16-byte vectors; pos -1 gives zeros.
 template <int D>
-__device__ __forceinline__ void load_tile(uint16_t (*S)[D + kPad], const uint16_t* X, int64_t row0, int64_t n) {
+__device__ __forceinline__ void load_rows(uint16_t (*S)[D + kPad], const uint16_t* X, const int64_t* pos) {
   constexpr int kVec = 8, kPerRow = D / kVec;
   for (int e = threadIdx.x; e < kKeys * kPerRow; e += kThreads) {
     const int r = e / kPerRow, c = (e % kPerRow) * kVec;
+    const int64_t p = pos[r];
     uint4 val = make_uint4(0, 0, 0, 0);
-    if (row0 + r < n) val = *reinterpret_cast<const uint4*>(X + (row0 + r) * D + c);
+    if (p >= 0) val = *reinterpret_cast<const uint4*>(X + p * D + c);
     *reinterpret_cast<uint4*>(&S[r][c]) = val;
   }
 }
 
 __device__ __forceinline__ uint32_t load2(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// Rows [row0, row0 + 64) of X (n rows of D float32 values) into S rounded to the 16-bit type, zeros past n
-// (dO for the backward's products).
+// Rows pos[0..63] of X (float32 rows `stride` apart, D unit-stride values) into S rounded to the 16-bit
+// type, zeros for pos -1 (dO for the backward's products).
 template <bool kBF16, int D>
-__device__ __forceinline__ void load_tile_f32(uint16_t (*S)[D + kPad], const float* X, int64_t row0, int64_t n) {
+__device__ __forceinline__ void load_rows_f32(uint16_t (*S)[D + kPad], const float* X, int64_t stride,
+                                              const int64_t* pos) {
   constexpr int kPerRow = D / 2;
   for (int e = threadIdx.x; e < kKeys * kPerRow; e += kThreads) {
     const int r = e / kPerRow, c = (e % kPerRow) * 2;
-    const float2 val = row0 + r < n ? *reinterpret_cast<const float2*>(X + (row0 + r) * D + c) : make_float2(0.f, 0.f);
-    *reinterpret_cast<uint32_t*>(&S[r][c]) = pack2<kBF16>(val.x, val.y);
+    const int64_t p = pos[r];
+    float x0 = 0.f, x1 = 0.f;
+    if (p >= 0) {
+      x0 = X[p * stride + c];
+      x1 = X[p * stride + c + 1];
+    }
+    *reinterpret_cast<uint32_t*>(&S[r][c]) = pack2<kBF16>(x0, x1);
   }
 }
 
@@ -159,62 +177,88 @@ __device__ __forceinline__ void mma_p_y(float (&o)[D / 8][4], const float (&p)[k
   }
 }
 
-// Whether query i may not see key j (FullMap's rule in attention_cuda.cu, plus rows past Nq).
-__device__ __forceinline__ bool blocked(const MmaArgs& a, int64_t b, int64_t i, int64_t j) {
-  return i >= a.Nq || j >= a.Nk || (a.pad && a.pad[b * a.Nk + j]) || (a.causal && j > i + a.shift);
+static_assert(kRows == kKeys, "query tiles are staged through the key buffers");
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// pos[r] = the position of query row r0 + r of group grp, -1 past the group's rows.
+template <typename Map>
+__device__ __forceinline__ void query_positions(int64_t* pos, const Map& map, int64_t bh, int64_t grp, int64_t r0) {
+  for (int r = threadIdx.x; r < kRows; r += kThreads) pos[r] = r0 + r < map.rows() ? map.qpos(bh, grp, r0 + r) : -1;
 }
 
-// Keys [0, key_end) can be seen by the query rows [r0, r0 + 64).
-__device__ __forceinline__ int64_t key_end(const MmaArgs& a, int64_t r0) {
-  if (!a.causal) return a.Nk;
-  const int64_t e = r0 + kRows + a.shift;
-  return e < 0 ? 0 : (e < a.Nk ? e : a.Nk);
+// pos[j] = the position of key j0 + j of group grp's window, -1 from kend on.
+template <typename Map>
+__device__ __forceinline__ void key_positions(int64_t* pos, const Map& map, int64_t bh, int64_t grp, int64_t j0,
+                                              int64_t kend) {
+  for (int j = threadIdx.x; j < kKeys; j += kThreads) pos[j] = j0 + j < kend ? map.kpos(bh, grp, j0 + j) : -1;
 }
 
-template <bool kBF16, int D>
-__global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a) {
+// The score of query i and key j from s = q_i . k_j: -inf when blocked, the constant self score on a
+// self-masked pair (Reformer), else scale s (the float32 kernels' rules).
+template <typename Map>
+__device__ __forceinline__ float score(const MmaArgs& a, const Map& map, int64_t b, int64_t i, int64_t j, float s) {
+  return map.blocked(b, i, j) ? kNegInf : map.self(i, j) ? a.self_score : s * a.scale;
+}
+
+// The backward's P = exp(score - lse) (0 where blocked, or for a row that saw no key) and
+// dS = P (dP - D) (0 on a self-masked pair: a constant score has no gradient).
+template <typename Map>
+__device__ __forceinline__ float2 prob_and_ds(const MmaArgs& a, const Map& map, int64_t b, int64_t i, int64_t j,
+                                              float s, float dp, float L, float Dr) {
+  if (map.blocked(b, i, j) || L == kNegInf) return make_float2(0.f, 0.f);
+  const bool own = map.self(i, j);
+  const float p = __expf((own ? a.self_score : s * a.scale) - L);
+  return make_float2(p, own ? 0.f : p * (dp - Dr));
+}
+
+// grid (query tile, group, batch*head).
+template <bool kBF16, int D, typename Map>
+__global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map map) {
   __shared__ __align__(16) uint16_t Ks[kKeys][D + kPad];
   __shared__ __align__(16) uint16_t Vs[kKeys][D + kPad];
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  __shared__ int64_t qp[kRows], kp[kKeys];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int64_t bh = blockIdx.x, b = bh / a.H, r0 = int64_t(blockIdx.y) * kRows;
-  const uint16_t* Q = a.q + bh * a.Nq * D;
+  const int64_t r0 = int64_t(blockIdx.x) * kRows, grp = blockIdx.y, bh = a.bh0 + blockIdx.z;
+  const int64_t b = bh / a.H, hd = bh % a.H;
+  if (r0 >= map.rows()) return;
   const uint16_t* K = a.k + bh * a.Nk * D;
   const uint16_t* V = a.v + bh * a.Nk * D;
 
-  // This warp's Q fragments (rows r0 + 16 warp + g and + 8), staged through the K buffer.
-  load_tile<D>(Ks, Q, r0, a.Nq);
+  // This warp's Q fragments (rows 16 warp + g and + 8 of the tile), staged through the K buffer.
+  query_positions(qp, map, bh, grp, r0);
+  __syncthreads();
+  load_rows<D>(Ks, a.q + bh * a.Nq * D, qp);
   __syncthreads();
   uint32_t qa[D / 16][4];
-  const int qr = warp * 16 + g;
   a_fragments<D>(qa, Ks, warp * 16, g, t);
 
-  const int64_t row[2] = {r0 + qr, r0 + qr + 8};
+  const int64_t row[2] = {qp[warp * 16 + g], qp[warp * 16 + g + 8]};  // positions, -1: none
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};  // l: this thread's part of the row sums
   float o[D / 8][4];
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-  const int64_t kend = key_end(a, r0);
+  const int64_t kend = map.key_end(r0, kRows);
   for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
-    __syncthreads();  // the previous tile (or Q) is no longer read
-    load_tile<D>(Ks, K, j0, a.Nk);
-    load_tile<D>(Vs, V, j0, a.Nk);
+    __syncthreads();  // the previous tile (or Q) and its positions are no longer read
+    key_positions(kp, map, bh, grp, j0, kend);
+    __syncthreads();
+    load_rows<D>(Ks, K, kp);
+    load_rows<D>(Vs, V, kp);
     __syncthreads();
     // S = Q K^T: 8 tiles of 8 keys.
     float s[kKeys / 8][4];
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
     mma_a_yt<kBF16, D>(s, qa, Ks, g, t);
-    // Scale and mask (the FullMap rules of attention_cuda.cu), then the rows' maxima over
-    // the four lanes that share a row.
+    // Scores with their masks, then the rows' maxima over the four lanes that share a row.
     float mx[2] = {kNegInf, kNegInf};
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
-        const int64_t i = row[h], j = j0 + n * 8 + 2 * t + (e & 1);
-        const float x = blocked(a, b, i, j) ? kNegInf : s[n][e] * a.scale;
+        const float x = score(a, map, b, row[h], kp[n * 8 + 2 * t + (e & 1)], s[n][e]);
         s[n][e] = x;
         mx[h] = fmaxf(mx[h], x);
       }
@@ -250,7 +294,7 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a) {
     mma_p_y<kBF16, D>(o, s, Vs, g, t);
   }
   // The row sums over the four lanes, then out = O / l and lse = m + log l (0 and -inf
-  // for a row with every key blocked, as the float32 kernels).
+  // for a row with every key blocked, as the float32 kernels), written at the row's position.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -259,71 +303,84 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t i = row[h];
-    if (i >= a.Nq) continue;
+    if (i < 0) continue;
     const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-    float* out = a.out + (bh * a.Nq + i) * D;
+    float* out = a.out + a.so.at(b, hd, i);
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
       const int c = d * 8 + 2 * t;
-      *reinterpret_cast<float2*>(out + c) = make_float2(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+      out[c] = o[d][2 * h] * inv;
+      out[c + 1] = o[d][2 * h + 1] * inv;
     }
-    if (t == 0) a.lse[bh * a.Nq + i] = l[h] > 0.f ? m[h] + logf(l[h]) : kNegInf;
+    if (t == 0) a.lse[a.sl.at(b, hd, i)] = l[h] > 0.f ? m[h] + logf(l[h]) : kNegInf;
   }
 }
 
 // ---------------------------------------------------------------- backward (D = 64)
-// FlashAttention-2's backward (Alg. 2) on tensor cores, in two kernels after D_i = dO_i . O_i:
-//   dq  : grid (B*H, query tiles); per key tile P = exp(scale S - lse), dP = dO V^T,
-//         dS = P (dP - D), dQ += scale dS K.
-//   dkdv: grid (B*H, key tiles); per query tile the transposed products on the warp's 16
-//         keys: P^T = exp(scale K Q^T - lse), dV += P^T dO, dP^T = V dO^T,
-//         dS^T = P^T (dP^T - D), dK += scale dS^T Q. Each key row is owned by one warp:
+// FlashAttention-2's backward (Alg. 2) on tensor cores, in two kernels after D_i = dO_i . O_i - dlse_i:
+//   dq  : grid (query tile, group, batch*head); per key tile P = exp(S' - lse) (S' the score as the
+//         forward made it), dP = dO V^T, dS = P (dP - D), dQ += scale dS K.
+//   dkdv: grid (key tile, key group, batch*head); for every query group whose window holds the key
+//         group, per query tile the transposed products on the warp's 16 keys: P^T, dV += P^T dO,
+//         dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += scale dS^T Q. Each key row is owned by one warp:
 //         no atomics, deterministic.
 // P, dS and dO are rounded to the 16-bit type as mma operands (FlashAttention does the
 // same); accumulation, lse and D are float32, and so are the gradients written.
 
-__global__ void row_dot_kernel(const float* x, const float* y, float* out, int64_t rows, int d) {
+// D_i = dO_i . O_i - dlse_i (Alg. 2 line 4, plus lse's own gradient: d lse_i / d S_ij = P_ij), one warp
+// per (b*h, query row).
+__global__ void row_dot_kernel(MmaArgs a, const float* dlse, Rows3 sgl, int64_t rows, int d) {
   const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;
+  const int64_t bh = r / a.Nq, i = r % a.Nq, b = bh / a.H, hd = bh % a.H;
+  const float* x = a.dout + a.sgo.at(b, hd, i);
+  const float* y = a.out + a.so.at(b, hd, i);
   float acc = 0.f;
-  for (int c = lane; c < d; c += 32) acc += x[r * d + c] * y[r * d + c];
+  for (int c = lane; c < d; c += 32) acc += x[c] * y[c];
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) out[r] = acc;
+  if (lane == 0) a.dvec[r] = acc - (dlse ? dlse[sgl.at(b, hd, i)] : 0.f);
 }
 
-template <bool kBF16>
-__global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a) {
+template <bool kBF16, typename Map>
+__global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
   constexpr int D = 64;
   __shared__ __align__(16) uint16_t Ks[kKeys][D + kPad];
   __shared__ __align__(16) uint16_t Vs[kKeys][D + kPad];
+  __shared__ int64_t qp[kRows], kp[kKeys];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int64_t bh = blockIdx.x, b = bh / a.H, r0 = int64_t(blockIdx.y) * kRows;
+  const int64_t r0 = int64_t(blockIdx.x) * kRows, grp = blockIdx.y, bh = a.bh0 + blockIdx.z;
+  const int64_t b = bh / a.H, hd = bh % a.H;
+  if (r0 >= map.rows()) return;
   const uint16_t* K = a.k + bh * a.Nk * D;
   const uint16_t* V = a.v + bh * a.Nk * D;
   // This warp's Q and dO fragments (staged through the K and V buffers), lse and D of its rows.
-  load_tile<D>(Ks, a.q + bh * a.Nq * D, r0, a.Nq);
-  load_tile_f32<kBF16, D>(Vs, a.dout + bh * a.Nq * D, r0, a.Nq);
+  query_positions(qp, map, bh, grp, r0);
+  __syncthreads();
+  load_rows<D>(Ks, a.q + bh * a.Nq * D, qp);
+  load_rows_f32<kBF16, D>(Vs, a.dout + a.sgo.at(b, hd, 0), a.sgo.s2, qp);
   __syncthreads();
   uint32_t qa[D / 16][4], da[D / 16][4];
   a_fragments<D>(qa, Ks, warp * 16, g, t);
   a_fragments<D>(da, Vs, warp * 16, g, t);
-  const int64_t row[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};
+  const int64_t row[2] = {qp[warp * 16 + g], qp[warp * 16 + g + 8]};
   float L[2], Dr[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    L[h] = row[h] < a.Nq ? a.lse[bh * a.Nq + row[h]] : 0.f;
-    Dr[h] = row[h] < a.Nq ? a.dvec[bh * a.Nq + row[h]] : 0.f;
+    L[h] = row[h] >= 0 ? a.lse[a.sl.at(b, hd, row[h])] : kNegInf;
+    Dr[h] = row[h] >= 0 ? a.dvec[bh * a.Nq + row[h]] : 0.f;
   }
   float dq[D / 8][4];
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.f;
-  const int64_t kend = key_end(a, r0);
+  const int64_t kend = map.key_end(r0, kRows);
   for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
     __syncthreads();
-    load_tile<D>(Ks, K, j0, a.Nk);
-    load_tile<D>(Vs, V, j0, a.Nk);
+    key_positions(kp, map, bh, grp, j0, kend);
+    __syncthreads();
+    load_rows<D>(Ks, K, kp);
+    load_rows<D>(Vs, V, kp);
     __syncthreads();
     float s[kKeys / 8][4], dp[kKeys / 8][4];
 #pragma unroll
@@ -337,15 +394,13 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
-        const int64_t j = j0 + n * 8 + 2 * t + (e & 1);
-        const float p = blocked(a, b, row[h], j) ? 0.f : __expf(s[n][e] * a.scale - L[h]);
-        s[n][e] = p * (dp[n][e] - Dr[h]);  // dS
+        s[n][e] = prob_and_ds(a, map, b, row[h], kp[n * 8 + 2 * t + (e & 1)], s[n][e], dp[n][e], L[h], Dr[h]).y;
       }
     mma_p_y<kBF16, D>(dq, s, Ks, g, t);  // dQ += dS K
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (row[h] >= a.Nq) continue;
+    if (row[h] < 0) continue;
     float* out = a.dq + (bh * a.Nq + row[h]) * D;
 #pragma unroll
     for (int d = 0; d < D / 8; ++d)
@@ -353,66 +408,72 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a) {
   }
 }
 
-template <bool kBF16>
-__global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a) {
+template <bool kBF16, typename Map>
+__global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) {
   constexpr int D = 64;
   __shared__ __align__(16) uint16_t Qs[kRows][D + kPad];
   __shared__ __align__(16) uint16_t dOs[kRows][D + kPad];
   __shared__ float Ls[kRows], Ds[kRows];
+  __shared__ int64_t qp[kRows], kp[kKeys];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int64_t bh = blockIdx.x, b = bh / a.H, k0 = int64_t(blockIdx.y) * kKeys;
+  const int64_t u0 = int64_t(blockIdx.x) * kKeys, kg = blockIdx.y, bh = a.bh0 + blockIdx.z;
+  const int64_t b = bh / a.H, hd = bh % a.H;
+  if (u0 >= map.group_keys()) return;
   const uint16_t* Q = a.q + bh * a.Nq * D;
-  const float* dO = a.dout + bh * a.Nq * D;
+  const float* dO = a.dout + a.sgo.at(b, hd, 0);
   // This warp's K and V fragments (16 keys), staged through the Q and dO buffers.
-  load_tile<D>(Qs, a.k + bh * a.Nk * D, k0, a.Nk);
-  load_tile<D>(dOs, a.v + bh * a.Nk * D, k0, a.Nk);
+  for (int j = threadIdx.x; j < kKeys; j += kThreads)
+    kp[j] = u0 + j < map.group_keys() ? map.group_kpos(bh, kg, u0 + j) : -1;
+  __syncthreads();
+  load_rows<D>(Qs, a.k + bh * a.Nk * D, kp);
+  load_rows<D>(dOs, a.v + bh * a.Nk * D, kp);
   __syncthreads();
   uint32_t ka[D / 16][4], va[D / 16][4];
   a_fragments<D>(ka, Qs, warp * 16, g, t);
   a_fragments<D>(va, dOs, warp * 16, g, t);
-  const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  const int64_t key[2] = {kp[warp * 16 + g], kp[warp * 16 + g + 8]};
   float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
   for (int d = 0; d < D / 8; ++d)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.f;
-  // Causal: query i sees key j when i >= j - shift; the first query tile that can.
-  int64_t q_begin = 0;
-  if (a.causal) {
-    const int64_t r = k0 - a.shift;
-    q_begin = r <= 0 ? 0 : (r / kRows) * kRows;
-  }
-  for (int64_t q0 = q_begin; q0 < a.Nq; q0 += kRows) {
-    __syncthreads();
-    load_tile<D>(Qs, Q, q0, a.Nq);
-    load_tile_f32<kBF16, D>(dOs, dO, q0, a.Nq);
-    for (int r = threadIdx.x; r < kRows; r += kThreads) {
-      Ls[r] = q0 + r < a.Nq ? a.lse[bh * a.Nq + q0 + r] : 0.f;
-      Ds[r] = q0 + r < a.Nq ? a.dvec[bh * a.Nq + q0 + r] : 0.f;
-    }
-    __syncthreads();
-    float pt[kRows / 8][4], dpt[kRows / 8][4];
-#pragma unroll
-    for (int n = 0; n < kRows / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) pt[n][e] = dpt[n][e] = 0.f;
-    mma_a_yt<kBF16, D>(pt, ka, Qs, g, t);    // S^T = K Q^T (rows: this warp's keys; columns: queries)
-    mma_a_yt<kBF16, D>(dpt, va, dOs, g, t);  // dP^T = V dO^T
-#pragma unroll
-    for (int n = 0; n < kRows / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1, c = n * 8 + 2 * t + (e & 1);
-        const float p = blocked(a, b, q0 + c, key[h]) ? 0.f : __expf(pt[n][e] * a.scale - Ls[c]);
-        pt[n][e] = p;
-        dpt[n][e] = p * (dpt[n][e] - Ds[c]);  // dS^T
+  for (int64_t visit = 0; visit < map.visits(); ++visit) {
+    const int64_t grp = map.visit_group(kg, visit);
+    for (int64_t q0 = map.row_begin(u0, kRows); q0 < map.rows(); q0 += kRows) {
+      __syncthreads();
+      query_positions(qp, map, bh, grp, q0);
+      __syncthreads();
+      load_rows<D>(Qs, Q, qp);
+      load_rows_f32<kBF16, D>(dOs, dO, a.sgo.s2, qp);
+      for (int r = threadIdx.x; r < kRows; r += kThreads) {
+        const int64_t i = qp[r];
+        Ls[r] = i >= 0 ? a.lse[a.sl.at(b, hd, i)] : kNegInf;
+        Ds[r] = i >= 0 ? a.dvec[bh * a.Nq + i] : 0.f;
       }
-    mma_p_y<kBF16, D>(dv, pt, dOs, g, t);  // dV += P^T dO
-    mma_p_y<kBF16, D>(dk, dpt, Qs, g, t);  // dK += dS^T Q
+      __syncthreads();
+      float pt[kRows / 8][4], dpt[kRows / 8][4];
+#pragma unroll
+      for (int n = 0; n < kRows / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pt[n][e] = dpt[n][e] = 0.f;
+      mma_a_yt<kBF16, D>(pt, ka, Qs, g, t);    // S^T = K Q^T (rows: this warp's keys; columns: queries)
+      mma_a_yt<kBF16, D>(dpt, va, dOs, g, t);  // dP^T = V dO^T
+#pragma unroll
+      for (int n = 0; n < kRows / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1, c = n * 8 + 2 * t + (e & 1);
+          const float2 pd = prob_and_ds(a, map, b, qp[c], key[h], pt[n][e], dpt[n][e], Ls[c], Ds[c]);
+          pt[n][e] = pd.x;   // P^T
+          dpt[n][e] = pd.y;  // dS^T
+        }
+      mma_p_y<kBF16, D>(dv, pt, dOs, g, t);  // dV += P^T dO
+      mma_p_y<kBF16, D>(dk, dpt, Qs, g, t);  // dK += dS^T Q
+    }
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (key[h] >= a.Nk) continue;
+    if (key[h] < 0) continue;
     float* ok = a.dk + (bh * a.Nk + key[h]) * D;
     float* ov = a.dv + (bh * a.Nk + key[h]) * D;
 #pragma unroll
@@ -422,6 +483,8 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a) {
     }
   }
 }
+
+// ---------------------------------------------------------------- host side
 
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
 
@@ -438,7 +501,7 @@ bool tensor_cores_usable(int dev) {
     cudaFuncAttributes attr{};
     const bool ok = cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess &&
                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                    cudaFuncGetAttributes(&attr, mma_forward_kernel<true, 64>) == cudaSuccess;
+                    cudaFuncGetAttributes(&attr, mma_forward_kernel<true, 64, FullMap>) == cudaSuccess;
     cudaSetDevice(current);
     s = ok && major >= 8 && attr.ptxVersion >= 80 ? 1 : 2;
     if (!ok) cudaGetLastError();  // a failed query is "not usable", not a sticky error for the next op
@@ -447,115 +510,193 @@ bool tensor_cores_usable(int dev) {
   return s == 1;
 }
 
-template <bool kBF16, int D>
-void launch(const MmaArgs& a, int64_t BH, const char* op) {
-  const dim3 grid(unsigned(BH), unsigned((a.Nq + kRows - 1) / kRows));
-  if (grid.x == 0 || grid.y == 0) return;
-  mma_forward_kernel<kBF16, D><<<grid, kThreads>>>(a);
-  ::cf::cuda::check_launch(op);
-}
-
-}  // namespace
-
-bool flash_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+// 16-bit q, k, v of one dtype, 4-d, on a CUDA device the kernels can use.
+bool takes_inputs(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (!q.device().is_cuda() || q.dtype() != k.dtype() || k.dtype() != v.dtype()) return false;
   if (q.dtype() != kBFloat16 && q.dtype() != kFloat16) return false;
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
-  const int64_t D = q.shape()[3];
-  if ((D != 64 && D != 128) || k.shape()[3] != D || v.shape()[3] != D) return false;
-  if (q.shape()[0] * q.shape()[1] > int64_t(std::numeric_limits<int>::max())) return false;
-  if ((q.shape()[2] + kRows - 1) / kRows > 65535) return false;
   return tensor_cores_usable(int(q.device().index));
 }
 
-void flash_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
-                                        const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
-  const char* op = "flash_attention";
-  CF_CHECK(flash_attention_16bit_supported(q, k, v) && q.is_contiguous() && k.is_contiguous() &&
-               v.is_contiguous() && aligned16(q) && aligned16(k) && aligned16(v) && out.dtype() == kFloat32 &&
-               lse.dtype() == kFloat32 && out.is_contiguous() && lse.is_contiguous(),
+// Launches kernel(a) over grid (x, y, batch*heads), batch*heads in slices of grid.z's 65535.
+template <typename Launch>
+void for_head_slices(MmaArgs a, int64_t BH, Launch launch) {
+  constexpr int64_t kMaxZ = 65535;
+  for (a.bh0 = 0; a.bh0 < BH; a.bh0 += kMaxZ) launch(a, unsigned(std::min(kMaxZ, BH - a.bh0)));
+}
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                  const char* op) {
+  CF_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && aligned16(q) && aligned16(k) &&
+               aligned16(v) && out.dtype() == kFloat32 && lse.dtype() == kFloat32 && out.dim() == 4 &&
+               out.strides()[3] == 1 && lse.dim() == 3,
            Error, "[", op, "] internal: the tensor-core kernel got inputs it does not take: q ", q.describe(), ", k ",
-           k.describe(), ", v ", v.describe());
-  cu::use_device_of(out, op);
+           k.describe(), ", v ", v.describe(), ", out ", out.describe());
+}
+
+MmaArgs make_mma_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                      double scale, double self_score) {
   MmaArgs a{};
   a.q = static_cast<const uint16_t*>(q.raw_data());
   a.k = static_cast<const uint16_t*>(k.raw_data());
   a.v = static_cast<const uint16_t*>(v.raw_data());
   a.out = static_cast<float*>(out.raw_data());
   a.lse = static_cast<float*>(lse.raw_data());
-  a.pad = kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr;
+  a.so = rows3(out);
+  a.sl = rows3(lse);
   a.H = q.shape()[1];
   a.Nq = q.shape()[2];
   a.Nk = k.shape()[2];
-  a.shift = a.Nk - a.Nq;
-  a.scale = float(p.scale);
-  a.causal = p.causal;
-  const int64_t BH = q.shape()[0] * q.shape()[1], D = q.shape()[3];
-  const bool bf16 = q.dtype() == kBFloat16;
-  if (D == 64) bf16 ? launch<true, 64>(a, BH, op) : launch<false, 64>(a, BH, op);
-  else bf16 ? launch<true, 128>(a, BH, op) : launch<false, 128>(a, BH, op);
+  a.scale = float(scale);
+  a.self_score = float(self_score);
+  return a;
+}
+
+template <typename Map>
+void run_forward(const MmaArgs& a, const Map& map, int64_t rows, int64_t groups, int64_t BH, int64_t D, bool bf16,
+                 const char* op) {
+  const unsigned gx = unsigned((rows + kRows - 1) / kRows), gy = unsigned(groups);
+  if (gx == 0 || gy == 0 || BH == 0) return;
+  for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
+    const dim3 grid(gx, gy, gz);
+    if constexpr (std::is_same_v<Map, BlockMap>) {  // head size 64 only (block_attention_16bit_supported)
+      if (bf16) mma_forward_kernel<true, 64, Map><<<grid, kThreads>>>(s, map);
+      else mma_forward_kernel<false, 64, Map><<<grid, kThreads>>>(s, map);
+    } else if (D == 64) {
+      if (bf16) mma_forward_kernel<true, 64, Map><<<grid, kThreads>>>(s, map);
+      else mma_forward_kernel<false, 64, Map><<<grid, kThreads>>>(s, map);
+    } else {
+      if (bf16) mma_forward_kernel<true, 128, Map><<<grid, kThreads>>>(s, map);
+      else mma_forward_kernel<false, 128, Map><<<grid, kThreads>>>(s, map);
+    }
+    ::cf::cuda::check_launch(op);
+  });
+}
+
+// dq, dk, dv must be zero first where no kernel writes (tokens in no slot of a block table): zero_first.
+template <typename Map>
+void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                  const Tensor& dk, const Tensor& dv, int64_t rows, int64_t groups, int64_t gkeys, int64_t kgroups,
+                  int64_t B, bool bf16, bool zero_first, const char* op) {
+  auto f32 = [](const Tensor& t) { return t.dtype() == kFloat32; };
+  auto f32_dense = [](const Tensor& t) {
+    return t.dtype() == kFloat32 && t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 8 == 0;
+  };
+  CF_CHECK(f32(dout) && dout.dim() == 4 && dout.strides()[3] == 1 && (!dlse.defined() || f32(dlse)) &&
+               f32_dense(dq) && f32_dense(dk) && f32_dense(dv),
+           Error, "[", op, "] internal: the tensor-core backward got gradients it does not take: dout ",
+           dout.describe(), ", dq ", dq.describe());
+  const int64_t BH = B * a.H;
+  if (zero_first)
+    for (const Tensor* t : {&dq, &dk, &dv})
+      if (t->numel() > 0) CF_CUDA_CHECK(cudaMemsetAsync(t->raw_data(), 0, size_t(t->numel()) * sizeof(float), 0), op);
+  a.dout = static_cast<const float*>(dout.raw_data());
+  a.sgo = rows3(dout);
+  a.dq = static_cast<float*>(dq.raw_data());
+  a.dk = static_cast<float*>(dk.raw_data());
+  a.dv = static_cast<float*>(dv.raw_data());
+  Tensor dvec = Tensor::empty({std::max<int64_t>(BH * a.Nq, 1)}, kFloat32, dout.device());
+  a.dvec = static_cast<float*>(dvec.raw_data());
+  if (BH * a.Nq > 0) {
+    const int64_t threads = BH * a.Nq * 32;  // one warp per row
+    row_dot_kernel<<<unsigned((threads + 255) / 256), 256>>>(
+        a, dlse.defined() ? static_cast<const float*>(dlse.raw_data()) : nullptr, rows3(dlse), BH * a.Nq, 64);
+    ::cf::cuda::check_launch(op);
+  }
+  const unsigned g1x = unsigned((rows + kRows - 1) / kRows), g1y = unsigned(groups);
+  if (g1x > 0 && g1y > 0 && BH > 0) {
+    for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
+      if (bf16) mma_dq_kernel<true, Map><<<dim3(g1x, g1y, gz), kThreads>>>(s, map);
+      else mma_dq_kernel<false, Map><<<dim3(g1x, g1y, gz), kThreads>>>(s, map);
+      ::cf::cuda::check_launch(op);
+    });
+  } else if (!zero_first && dq.numel() > 0) {
+    CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), 0), op);
+  }
+  const unsigned g2x = unsigned((gkeys + kKeys - 1) / kKeys), g2y = unsigned(kgroups);
+  if (g2x > 0 && g2y > 0 && BH > 0) {
+    for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
+      if (bf16) mma_dkdv_kernel<true, Map><<<dim3(g2x, g2y, gz), kThreads>>>(s, map);
+      else mma_dkdv_kernel<false, Map><<<dim3(g2x, g2y, gz), kThreads>>>(s, map);
+      ::cf::cuda::check_launch(op);
+    });
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- flash_attention
+
+bool flash_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!takes_inputs(q, k, v)) return false;
+  const int64_t D = q.shape()[3];
+  return (D == 64 || D == 128) && k.shape()[3] == D && v.shape()[3] == D;
+}
+
+void flash_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                        const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  const char* op = "flash_attention";
+  CF_CHECK(flash_attention_16bit_supported(q, k, v), Error, "[", op,
+           "] internal: the tensor-core kernel does not take q ", q.describe());
+  check_inputs(q, k, v, out, lse, op);
+  cu::use_device_of(out, op);
+  const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, 0.0);
+  run_forward(a, full_map(q, k, kpm, p), a.Nq, 1, q.shape()[0] * a.H, q.shape()[3], q.dtype() == kBFloat16, op);
 }
 
 bool flash_attention_backward_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return flash_attention_16bit_supported(q, k, v) && q.shape()[3] == 64 &&
-         (k.shape()[2] + kKeys - 1) / kKeys <= 65535;
+  return flash_attention_16bit_supported(q, k, v) && q.shape()[3] == 64;
 }
 
 void flash_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                          const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                          const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const char* op = "flash_attention";
-  auto f32_dense = [](const Tensor& t) {
-    return t.dtype() == kFloat32 && t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 8 == 0;
-  };
-  CF_CHECK(flash_attention_backward_16bit_supported(q, k, v) && q.is_contiguous() && k.is_contiguous() &&
-               v.is_contiguous() && aligned16(q) && aligned16(k) && aligned16(v) && f32_dense(out) &&
-               f32_dense(lse) && f32_dense(dout) && f32_dense(dq) && f32_dense(dk) && f32_dense(dv),
-           Error, "[", op, "] internal: the tensor-core backward got inputs it does not take: q ", q.describe(),
-           ", dout ", dout.describe());
+  CF_CHECK(flash_attention_backward_16bit_supported(q, k, v), Error, "[", op,
+           "] internal: the tensor-core backward does not take q ", q.describe());
+  check_inputs(q, k, v, out, lse, op);
   cu::use_device_of(out, op);
-  const int64_t BH = q.shape()[0] * q.shape()[1], Nq = q.shape()[2], Nk = k.shape()[2];
-  // D_i = dO_i . O_i (FlashAttention-2 Alg. 2 line 4), one warp per row.
-  Tensor dvec = Tensor::empty({BH * Nq}, kFloat32, out.device());
-  MmaArgs a{};
-  a.q = static_cast<const uint16_t*>(q.raw_data());
-  a.k = static_cast<const uint16_t*>(k.raw_data());
-  a.v = static_cast<const uint16_t*>(v.raw_data());
-  a.out = static_cast<float*>(out.raw_data());
-  a.lse = static_cast<float*>(lse.raw_data());
-  a.pad = kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr;
-  a.dout = static_cast<const float*>(dout.raw_data());
-  a.dvec = static_cast<float*>(dvec.raw_data());
-  a.dq = static_cast<float*>(dq.raw_data());
-  a.dk = static_cast<float*>(dk.raw_data());
-  a.dv = static_cast<float*>(dv.raw_data());
-  a.H = q.shape()[1];
-  a.Nq = Nq;
-  a.Nk = Nk;
-  a.shift = Nk - Nq;
-  a.scale = float(p.scale);
-  a.causal = p.causal;
-  if (BH * Nq > 0) {
-    const int64_t threads = BH * Nq * 32;
-    row_dot_kernel<<<unsigned((threads + 255) / 256), 256>>>(a.dout, a.out, a.dvec, BH * Nq, 64);
-    ::cf::cuda::check_launch(op);
-    const dim3 grid(unsigned(BH), unsigned((Nq + kRows - 1) / kRows));
-    if (q.dtype() == kBFloat16)
-      mma_dq_kernel<true><<<grid, kThreads>>>(a);
-    else
-      mma_dq_kernel<false><<<grid, kThreads>>>(a);
-    ::cf::cuda::check_launch(op);
-  } else if (dq.numel() > 0) {
-    CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), 0), op);
-  }
-  if (BH * Nk > 0) {
-    const dim3 grid(unsigned(BH), unsigned((Nk + kKeys - 1) / kKeys));
-    if (q.dtype() == kBFloat16)
-      mma_dkdv_kernel<true><<<grid, kThreads>>>(a);
-    else
-      mma_dkdv_kernel<false><<<grid, kThreads>>>(a);
-    ::cf::cuda::check_launch(op);
-  }
+  const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, 0.0);
+  run_backward(a, full_map(q, k, kpm, p), dout, Tensor(), dq, dk, dv, a.Nq, 1, a.Nk, 1, q.shape()[0],
+               q.dtype() == kBFloat16, false, op);
+}
+
+// ---------------------------------------------------------------- block_attention
+
+bool block_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members) {
+  if (!takes_inputs(q, k, v) || members.dim() != 4 || members.shape()[2] > 65535) return false;  // chunks: grid.y
+  return q.shape()[3] == 64 && k.shape()[3] == 64 && v.shape()[3] == 64;
+}
+
+void block_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                        const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                        const Tensor& lse) {
+  const char* op = "block_attention";
+  CF_CHECK(block_attention_16bit_supported(q, k, v, members), Error, "[", op,
+           "] internal: the tensor-core kernel does not take q ", q.describe());
+  check_inputs(q, k, v, out, lse, op);
+  cu::use_device_of(out, op);
+  // Tokens in no slot keep out = 0, lse = -inf.
+  fill_cuda(out, 0.0);
+  fill_cuda(lse, -std::numeric_limits<double>::infinity());
+  const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, p.self_score);
+  const BlockMap map = block_map(q, members, kpm, p);
+  run_forward(a, map, map.w, map.C, q.shape()[0] * a.H, 64, q.dtype() == kBFloat16, op);
+}
+
+void block_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                         const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                         const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                                         const Tensor& dk, const Tensor& dv) {
+  const char* op = "block_attention";
+  CF_CHECK(block_attention_16bit_supported(q, k, v, members), Error, "[", op,
+           "] internal: the tensor-core backward does not take q ", q.describe());
+  check_inputs(q, k, v, out, lse, op);
+  cu::use_device_of(out, op);
+  const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, p.self_score);
+  const BlockMap map = block_map(q, members, kpm, p);
+  run_backward(a, map, dout, dlse, dq, dk, dv, map.w, map.C, map.w, map.C, q.shape()[0], q.dtype() == kBFloat16,
+               true, op);
 }
 
 }  // namespace cf::kernels

@@ -50,10 +50,9 @@ ChunkedAttentionResult chunked_attention(const Tensor& q, const Tensor& k, const
                                          const Tensor& key_padding_mask, const ChunkedAttentionOptions& o) {
   // One fused kernel (kernels/attention, block_attention): rows read through the
   // member table, scores per (chunk, window) tile, outputs written in token order.
-  // Autocast: the kernel has no 16-bit arm yet, so 16-bit q, k, v run on float32 copies,
-  // as block_attention's own entry does (the unchecked call below bypasses it).
-  if (autocast_dtype() && q.defined() && k.defined() && v.defined() &&
-      (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype())))
+  // Autocast: 16-bit q, k, v the tensor-core arm does not take run on float32 copies, as
+  // block_attention's own entry does (the unchecked call below bypasses it).
+  if (ops::block_attention_on_float32_copies(q, k, v, members))
     return chunked_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), members,
                              key_padding_mask, o);
   const BlockAttentionOptions bo = block_options(o);

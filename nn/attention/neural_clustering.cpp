@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "autograd/autocast.h"
+#include "autograd/ops/attention.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
@@ -172,18 +173,30 @@ Tensor NeuralClusteringAttention::current_centroids() const {
 }
 
 Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
-  // Autocast: the clustering (eqs. 2-4: argmax, sort) and the gathered block kernel have no
-  // 16-bit path yet (issue 26): the layer runs as a float32 island on float32 copies of 16-bit
-  // q, k, v and query_input, C and W^C in their own float32, output float32 (attention.h).
+  // Autocast: the clustering (eqs. 2-4: argmax, sort) runs in float32 on a float32 copy of
+  // query_input, with C and W^C in their own float32 and the policy off. The attention takes
+  // 16-bit q, k, v as they are where the block kernel has a tensor-core arm for them (CUDA, head
+  // size 64; issue 26), float32 copies otherwise. The output is float32 either way (attention.h).
   if (autocast_dtype()) {
     const AttentionArgs a32 = autocast_float32_args(a);  // cast before turning the policy off
+    Tensor members;
+    {
+      AutocastGuard off(std::nullopt);
+      members = cluster(a32);
+    }
+    if (members.defined() && !ops::block_attention_on_float32_copies(a.q, a.k, a.v, members))
+      return attend(a, members);
     AutocastGuard off(std::nullopt);
-    return forward(a32);
+    return attend(a32, members);
   }
+  return attend(a, cluster(a));
+}
+
+Tensor NeuralClusteringAttention::cluster(const AttentionArgs& a) {
   const char* who = "NeuralClusteringAttention";
   check_attention_args(a, who);
   const Shape& qs = a.q.shape();
-  const int64_t B = qs[0], H = qs[1], N = qs[2];
+  const int64_t B = qs[0], N = qs[2];
   CF_CHECK(a.k.shape()[2] == N, ShapeError, "[", who, "] is self-attention only: Nq (", N, ") != Nk (",
            a.k.shape()[2], ")");
   CF_CHECK(a.query_input.defined() && a.query_input.dim() == 3 && a.query_input.shape()[0] == B &&
@@ -198,7 +211,7 @@ Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
            " in this forward pass: it clusters with that layer's updated centroids (eq. 3)");
   CF_CHECK(c.dtype() == a.q.dtype() && (c.dim() == 2 || c.shape()[0] == B), ShapeError, "[", who,
            "] centroids ", c.describe(), " do not fit this batch (B = ", B, ", ", a.q.dtype(), ")");
-  if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());
+  if (N == 0) return Tensor();
 
   // See NeuralClusteringOptions::losses_reach_input: by default U, C^, L1 and L2
   // see X as a constant, so the unbounded losses move only C and W^C.
@@ -210,6 +223,10 @@ Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
     chain_->c_hat = last ? Tensor() : r.c_hat;
     chain_->next = last ? 0 : chain_index_ + 1;
   }
+  if (a.aux) {
+    a.aux->add(kClusteringLossName, clustering_loss(xin, r.c_hat, r.index, a.key_padding_mask, options_.loss_form));
+    a.aux->add(kCentroidSortingLossName, centroid_sorting_loss(r.c_hat, options_.loss_form));
+  }
 
   // Eqs. 8-10 (appendix B's eqs. 12-14 when causal): k blocks of w = ceil(N / k)
   // sorted tokens, each seeing itself and look_back blocks before it, cyclically.
@@ -219,18 +236,17 @@ Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
   const int64_t k = options_.clusters, w = (N + k - 1) / k;
   Tensor order = reshape(r.order, {B, 1, N});
   if (k * w > N) order = pad(order, {0, k * w - N}, -1.0);
-  Tensor members = reshape(contiguous(order), {B, 1, k, w});
+  return reshape(contiguous(order), {B, 1, k, w});
+}
+
+Tensor NeuralClusteringAttention::attend(const AttentionArgs& a, const Tensor& members) const {
+  if (!members.defined())  // N = 0
+    return Tensor::zeros({a.q.shape()[0], a.q.shape()[1], 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());
   ChunkedAttentionOptions co;
   co.look_back = options_.look_back;
   co.causal = a.causal;
   co.scale = options_.scale;
-  Tensor out = chunked_attention(a.q, a.k, a.v, members, a.key_padding_mask, co).out;
-
-  if (a.aux) {
-    a.aux->add(kClusteringLossName, clustering_loss(xin, r.c_hat, r.index, a.key_padding_mask, options_.loss_form));
-    a.aux->add(kCentroidSortingLossName, centroid_sorting_loss(r.c_hat, options_.loss_form));
-  }
-  return out;
+  return chunked_attention(a.q, a.k, a.v, members, a.key_padding_mask, co).out;
 }
 
 void link_centroid_chain(const std::vector<Attention*>& stack) {

@@ -150,6 +150,12 @@ class NeuralClusteringAttention : public Attention {
   Tensor w_c;        // W^C (d_model, d_model), used as X W^C; U(-1/sqrt(d_model), 1/sqrt(d_model))
 
  private:
+  // The member table of eqs. 8-10 for this input: (B, 1, k, w) sorted positions, -1 in empty
+  // slots (undefined for N = 0). Checks the arguments, hands C^ down the chain and adds the
+  // auxiliary losses to args.aux.
+  Tensor cluster(const AttentionArgs& args);
+  // Block attention over that table (eqs. 8-10).
+  Tensor attend(const AttentionArgs& args, const Tensor& members) const;
   friend void link_centroid_chain(const std::vector<Attention*>& stack);
   int64_t d_model_;
   NeuralClusteringOptions options_;

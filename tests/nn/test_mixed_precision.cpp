@@ -326,11 +326,11 @@ TEST_CASE("autocast: full attention (the fused kernel, float32 until it has a 16
 
 TEST_CASE("autocast: every registered attention variant takes 16-bit q, k, v and equals its float32 run") {
   // Issue 26. Under autocast a variant gets what 16-bit projections give it: bfloat16 / float16
-  // q, k, v (neural clustering also a float32 layer input). None has 16-bit kernels yet: full
-  // attention runs flash_attention on float32 copies; clustered, improved clustered, neural
-  // clustering, routing, fixed sparse and LSH run as float32 islands (nn::autocast_float32_args);
-  // Cluster-Former reaches the gathered block kernel through chunked_attention, which takes the
-  // same float32 route. Reference: the same module (eval mode, fixed hash rotations) on the
+  // q, k, v (neural clustering also a float32 layer input). On the CPU none has 16-bit kernels
+  // (the tensor-core arms are CUDA's): full attention runs flash_attention on float32 copies;
+  // clustered, improved clustered, routing, fixed sparse and LSH run as float32 islands
+  // (nn::autocast_float32_args); neural clustering clusters in float32 and Cluster-Former reaches
+  // the gathered block kernel through chunked_attention, which take the same float32 route. Reference: the same module (eval mode, fixed hash rotations) on the
   // widened values without autocast: the same clusters and the same float32 arithmetic, so the
   // outputs are equal and float32.
   const int64_t B = 2, H = 2, N = 32, D = 8;

@@ -207,27 +207,6 @@ TEST_CASE("block attention rejects bad input with the shapes in the message") {
 
 namespace {
 
-Tensor padding_mask(int64_t B, int64_t N, int64_t padded_in_last) {
-  std::vector<bool> m(size_t(B * N), false);
-  for (int64_t j = N - padded_in_last; j < N; ++j) m[size_t((B - 1) * N + j)] = true;
-  return Tensor::from_vector(m, {B, N});
-}
-
-// members (B, Hm, C, w) from a random permutation of N per (b, hm), with `holes`
-// tokens left out (in no slot) and the last chunk's tail empty.
-Tensor random_members(int64_t B, int64_t Hm, int64_t N, int64_t w, int64_t holes, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t kept = N - holes, C = (kept + w - 1) / w;
-  std::vector<int64_t> m;
-  for (int64_t bh = 0; bh < B * Hm; ++bh) {
-    std::vector<int64_t> perm(static_cast<size_t>(N));
-    for (int64_t i = 0; i < N; ++i) perm[size_t(i)] = i;
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (int64_t s = 0; s < C * w; ++s) m.push_back(s < kept ? perm[size_t(s)] : -1);
-  }
-  return Tensor::from_vector(m, {B, Hm, C, w});
-}
-
 // lse with its -inf entries (tokens with nothing to attend to) as 0, so a
 // projection of it has finite gradients.
 Tensor finite_lse(const Tensor& lse) { return masked_fill(lse, eq(lse, -INFINITY), 0.0); }
