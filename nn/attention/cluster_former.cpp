@@ -79,9 +79,11 @@ void ClusterFormerAttention::set_fixed_assignments(const Tensor& ids) {
     const int64_t p = bank->options().num_clusters;
     CF_CHECK(ids.dtype() == kInt64 && ids.dim() == 2, ValueError,
              "[ClusterFormerAttention] fixed assignments must be int64 (B, N), got ", ids.describe());
-    for (int64_t v : ids.to_vector<int64_t>())
-      CF_CHECK(v >= 0 && v <= p, IndexError, "[ClusterFormerAttention] fixed cluster id ", v,
-               " out of range [0, ", p, "] (", p, " = padding)");
+    // A data check: on CUDA deferred to the next host read (no wait here).
+    check_indices("ClusterFormerAttention", ids, p + 1, [p](int64_t, int64_t v) {
+      throw IndexError(str("[ClusterFormerAttention] fixed cluster id ", v, " out of range [0, ", p, "] (", p,
+                           " = padding)"));
+    });
   }
   fixed_ids_ = ids;
 }

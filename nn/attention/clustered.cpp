@@ -300,6 +300,9 @@ void ClusteredAttention::set_assignment(const Tensor& a) {
   CF_CHECK(a.defined() && a.dtype() == kInt64 && a.dim() == 3, DTypeError, "[", type(),
            "] set_assignment: expected int64 (B, H, Nq), got ", a.defined() ? a.describe() : std::string("undefined"));
   given_ = contiguous(a.detach());
+  // The cluster count the forward uses: read here, once, so the forward does not wait for the
+  // device (ids on padded queries count too; a cluster no real query holds stays empty).
+  given_clusters_ = a.numel() > 0 ? std::max<int64_t>(1, amax(given_).item<int64_t>() + 1) : 1;
 }
 
 Tensor ClusteredAttention::forward(const AttentionArgs& args) {
@@ -328,7 +331,7 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
     if (args.query_padding_mask.defined())
       a = where(expand(reshape(args.query_padding_mask, {s[0], 1, s[2]}), {s[0], s[1], s[2]}),
                 Tensor::full({1}, -1.0, kInt64, a.device()), a);
-    if (a.numel() > 0) c = std::max<int64_t>(c, amax(a).item<int64_t>() + 1);
+    c = given_clusters_;
   } else {
     a = cluster(args.q, args.query_padding_mask);
     c = std::max<int64_t>(1, std::min(opt_.clusters, s[2]));

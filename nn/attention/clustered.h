@@ -76,7 +76,8 @@ class ClusteredAttention : public Attention {
   Tensor cluster(const Tensor& q, const Tensor& query_padding_mask = Tensor());
   // Use this assignment (int64 (B, H, Nq), ids in [0, C) or -1) in every following
   // forward instead of clustering, until clear_assignment(). Padded queries are
-  // still excluded. The number of clusters is the largest id + 1.
+  // still excluded. The number of clusters is the largest id + 1 (read from the device here,
+  // once: the forward itself does not wait).
   void set_assignment(const Tensor& assignment);
   void clear_assignment() { given_ = Tensor(); }
   // The assignment the last forward used.
@@ -88,6 +89,7 @@ class ClusteredAttention : public Attention {
   double scale_, dropout_;
   Tensor planes_;  // fixed hyperplanes (fixed_planes), created at the first forward
   Tensor given_, last_;
+  int64_t given_clusters_ = 1;  // set_assignment's largest id + 1
 };
 
 }  // namespace nn
