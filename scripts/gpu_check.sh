@@ -9,7 +9,12 @@
 # scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s);
 # demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs;
 # bf16: issue 26's GPU figures (bf16 matmul vs cuBLAS GemmEx, bf16 attention and model steps beside fp32, and
-# the peers under torch.autocast), logs in $OUT/bf16.log.
+# the peers under torch.autocast), logs in $OUT/bf16.log;
+# lm: issue 30's language-model table on the GPU (RESULTS.md, cf-lm "Trained longer"): every model row
+# (sliding windows, + LSH, + fixed sparse, + Cluster-Former C = 64 / 256 / 512, neural clustering) for the
+# seeds in LM_SEEDS (default "0 1 2") at LM_STEPS steps (default 10000), all processes at once on the one
+# GPU, each under a time limit of LM_LIMIT s (default 420); results in $OUT/lm.jsonl (result and summary
+# lines) and $OUT/lm.md (the tables).
 #
 # Logs and JSON go to $OUT; the last lines printed are a summary.
 set -u
@@ -28,7 +33,7 @@ if has build; then
   t0=$(date +%s)
   { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCF_CUDA=ON -DCF_PYTHON=OFF \
       -DCMAKE_CUDA_ARCHITECTURES=90 $CF_CMAKE_DEPS &&
-    timeout 300 cmake --build "$B" -j "$(nproc)" --target cf_tests cf-bench cf-textcls; } > "$OUT/build.log" 2>&1
+    timeout 300 cmake --build "$B" -j "$(nproc)" --target cf_tests cf-bench cf-textcls cf-lm; } > "$OUT/build.log" 2>&1
   rc=$?
   note "build rc=$rc in $(( $(date +%s) - t0 )) s"
   if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
@@ -113,6 +118,24 @@ if has peers; then
   PYTHONUNBUFFERED=1 timeout 150 python3 apps/bench/peers.py --device cuda --quick --only attention_variants \
     --cf-bench "$B/apps/cf-bench" --threads 8 --out "$OUT/peers.json" > "$OUT/peers.log" 2>&1
   note "peers attention_variants rc=$? in $(( $(date +%s) - t0 )) s"
+fi
+
+if has lm; then
+  t0=$(date +%s)
+  mkdir -p /tmp/lm
+  for seed in ${LM_SEEDS:-0 1 2}; do
+    for m in "sliding-window" "sliding-window+lsh" "sliding-window+sparse" "cluster-former --clusters 64" \
+             "cluster-former --clusters 256" "cluster-former --clusters 512" "neural-clustering"; do
+      tag="s$seed-$(echo "$m" | tr ' +' '__')"
+      OMP_NUM_THREADS=1 timeout "${LM_LIMIT:-420}" "$B/apps/cf-lm" --device cuda --seed "$seed" --seq-len 128 \
+        --steps "${LM_STEPS:-10000}" --warmup 300 --eval-every 1000 --retrieval false --models $m \
+        --data-dir /tmp/deps/usr/share/games/fortunes > "/tmp/lm/$tag.jsonl" 2> "/tmp/lm/$tag.md" &
+    done
+  done
+  wait
+  grep -h -E '"event":"(result|summary)"' /tmp/lm/*.jsonl > "$OUT/lm.jsonl"
+  for f in /tmp/lm/*.md; do echo "## $f"; tail -20 "$f"; done > "$OUT/lm.md"
+  note "cf-lm on cuda: $(grep -c '"event":"result"' "$OUT/lm.jsonl") results in $(( $(date +%s) - t0 )) s"
 fi
 
 echo "---- summary"
