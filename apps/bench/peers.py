@@ -30,10 +30,12 @@ What is compared (docs/benchmarks.md explains each figure):
   model         Transformer encoder classifier (2 post-LN layers, d 256, 4 heads,
                 FFN 1024, batch 8): one training step (forward, backward, AdamW)
                 and one inference step, vs the nn.TransformerEncoder twin
-  kmeans        one Lloyd iteration (assignment + update) vs faiss.Kmeans and
-                sklearn.cluster.KMeans (lloyd): the same shape of standard normal
-                data and k centres drawn from the points on every side (each side
-                draws its own; random data converges no faster on one than another)
+  kmeans        one Lloyd iteration (assignment + update) vs faiss.Kmeans,
+                sklearn.cluster.KMeans (lloyd) and a plain PyTorch loop (GEMM,
+                argmin, index_add, bincount; on --device): the same shape of
+                standard normal data and k centres drawn from the points on every
+                side (each side draws its own; random data converges no faster on
+                one than another). Also on CUDA (cf and the PyTorch loop)
   python_add    per-call overhead from Python: `a + b` on 1-element tensors that
                 require grad, cf's Python package vs PyTorch (target: cf <= 2x)
   torch_attention
@@ -453,6 +455,27 @@ def sklearn_lloyd_iteration(sklearn_cluster, np, n, d, k, iters, reps):
     return per_iteration(run, iters, reps)
 
 
+def torch_lloyd_iteration(torch, np, n, d, k, iters, reps, device):
+    """The plain PyTorch loop issue 25 measured: squared distances through one GEMM,
+    argmin, the per-cluster sums (index_add) and counts (bincount); an empty cluster
+    keeps its centre."""
+    x_np, init_np = kmeans_data(np, n, d, k, 0)
+    x = torch.from_numpy(x_np).to(device)
+    init = torch.from_numpy(init_np).to(device)
+    x2 = (x * x).sum(1, keepdim=True)
+
+    def run(m):
+        c = init.clone()
+        for _ in range(m):
+            dist = x2 - 2.0 * (x @ c.t()) + (c * c).sum(1)
+            a = dist.argmin(1)
+            sums = torch.zeros_like(c).index_add_(0, a, x)
+            counts = torch.bincount(a, minlength=k).to(x.dtype).unsqueeze(1)
+            c = torch.where(counts > 0, sums / counts.clamp(min=1.0), c)
+        sync(torch, device)
+    return per_iteration(run, iters, reps)
+
+
 # ---------------------------------------------------------------- main
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
@@ -629,16 +652,20 @@ def main():
             for (case, what, cf_s), t in zip(cases, times):
                 table.add("model", case, what, cf_s, "torch", t)
 
-    if (mods["faiss"] is not None or mods["sklearn"] is not None) and np is not None and want("kmeans"):
+    if ((mods["faiss"] is not None or mods["sklearn"] is not None or torch is not None) and np is not None
+            and want("kmeans")):
         n, d, k, iters = (20000, 64, 256, 5) if quick else (100000, 64, 256, 5)
         try:
             cf = cf_rows(run_cf(args.cf_bench, ["kmeans", "--n", str(n), "--dims", str(d), "--ks", str(k),
-                                                "--iters", str(iters)] + threads))
+                                                "--iters", str(iters)] + threads + on_dev))
             cf_iter = cf["kmeans_n%d_d%d_k%d" % (n, d, k)]["lloyd_iteration_time_s"]
         except (RuntimeError, KeyError) as e:
             print("peers: cf-bench kmeans unavailable (%s); skipping kmeans" % e)
             cf_iter = None
-        if cf_iter is not None:
+        if cf_iter is not None and torch is not None:
+            t = torch_lloyd_iteration(torch, np, n, d, k, iters, 3, dev)
+            table.add("kmeans", "%dx%d k=%d" % (n, d, k), "one Lloyd iteration (%s)" % dev, cf_iter, "torch", t)
+        if cf_iter is not None and dev == "cpu":  # faiss and sklearn run on the CPU only
             if mods["faiss"] is not None:
                 t = faiss_lloyd_iteration(mods["faiss"], np, n, d, k, iters, 3)
                 table.add("kmeans", "%dx%d k=%d" % (n, d, k), "one Lloyd iteration", cf_iter, "faiss", t)
