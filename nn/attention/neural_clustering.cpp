@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "autograd/autocast.h"
-#include "autograd/ops/attention.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
@@ -174,9 +173,9 @@ Tensor NeuralClusteringAttention::current_centroids() const {
 
 Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
   // Autocast: the clustering (eqs. 2-4: argmax, sort) runs in float32 on a float32 copy of
-  // query_input, with C and W^C in their own float32 and the policy off. The attention takes
-  // 16-bit q, k, v as they are where the block kernel has a tensor-core arm for them (CUDA, head
-  // size 64; issue 26), float32 copies otherwise. The output is float32 either way (attention.h).
+  // query_input, with C and W^C in their own float32 and the policy off. The attention gets
+  // the 16-bit q, k, v: chunked_attention runs them on the block kernel's tensor-core arm
+  // (CUDA, head size 64; issue 26) or on float32 copies. The output is float32 either way.
   if (autocast_dtype()) {
     const AttentionArgs a32 = autocast_float32_args(a);  // cast before turning the policy off
     Tensor members;
@@ -184,10 +183,7 @@ Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
       AutocastGuard off(std::nullopt);
       members = cluster(a32);
     }
-    if (members.defined() && !ops::block_attention_on_float32_copies(a.q, a.k, a.v, members))
-      return attend(a, members);
-    AutocastGuard off(std::nullopt);
-    return attend(a32, members);
+    return attend(members.defined() ? a : a32, members);  // N = 0: float32 zeros
   }
   return attend(a, cluster(a));
 }
