@@ -20,6 +20,8 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "leave nothing to run" "nothing to run")
   run(2 out err --retrieval yes)
   expect_match("${err}" "--retrieval must be true or false, got 'yes'" "bad bool")
+  run(2 out err --loss-form ball)
+  expect_match("${err}" "--loss-form must be inner, cosine or sphere, got 'ball'" "bad loss form")
   run(2 out err --d-model 30)
   expect_match("${err}" "--d-model \\(30\\) must be divisible by --n-heads \\(4\\)" "heads")
   file(WRITE "${WORK_DIR}/bad_type.json" "{\"clusters\": 16}")
@@ -92,3 +94,16 @@ expect_match("${err}" "--stop-after needs --checkpoint-dir" "stop-after without 
 
 run(1 out err ${tiny} --update-every 3)
 expect_match("${err}" "checkpoint 'ckpt/cluster-former-4-seed2.safetensors' was written with other settings" "stale checkpoint")
+
+# --loss-form: the bounded L1/L2 forms train a model of their own name (its
+# checkpoint apart from the paper's inner-product model), with other bits.
+run(0 out_c err_c ${tiny} --models neural-clustering --loss-form cosine --retrieval false)
+last_line("${out_c}" summary_c)
+string(JSON bc GET "${summary_c}" table neural-clustering-cosine test_bpc_mean)
+string(JSON bi GET "${summary}" table neural-clustering test_bpc_mean)
+if(NOT bc GREATER 0.5 OR NOT bc LESS 9 OR bc STREQUAL bi)
+  message(FATAL_ERROR "smoke: neural-clustering-cosine test bpc ${bc} (inner form: ${bi})")
+endif()
+if(NOT EXISTS "${WORK_DIR}/ckpt/neural-clustering-cosine-seed2.safetensors")
+  message(FATAL_ERROR "smoke: checkpoint neural-clustering-cosine-seed2.safetensors not written")
+endif()

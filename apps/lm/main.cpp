@@ -68,6 +68,8 @@ far-away tokens:
                        --update-every steps)
   neural-clustering    ClusterFormer (ACL 2022): masked neural clustering
                        attention (appendix B) in every layer, whole sequence
+                       (named neural-clustering-cosine or -sphere under
+                       --loss-form cosine or sphere)
 Reported: bits per character (cross-entropy / ln 2) on held-out fortunes,
 training time and peak memory. Then the long-range retrieval task (generated):
 a sequence [v, #, fillers..., #] whose last '#' must predict the key v stated
@@ -96,6 +98,7 @@ struct Config {
   int64_t memory_size = 20000, update_every = 50, kmeans_iters = 10, lsh_buckets = 16, lsh_hashes = 2, k = 0;
   int64_t sparse_block = 0, sparse_summary = 0;
   double mu = 1e-3, nu = 1e-3;
+  std::string loss_form = "inner";
   cf::apps::TrainSettings train;
   bool lm = true, retrieval = true;
   int64_t retrieval_len = 64, retrieval_steps = 400;
@@ -140,6 +143,10 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_int("k", &c.k, 0, "neural clustering clusters (0: round(sqrt(seq-len)))");
   o.add_number("mu", &c.mu, "weight of the neural clustering loss L1");
   o.add_number("nu", &c.nu, "weight of the neural clustering loss L2");
+  o.add_string("loss_form", &c.loss_form,
+               "neural clustering: phi of L1 and L2, inner (the paper's inner product, unbounded below), cosine "
+               "(normalised phi) or sphere (centroids on the unit sphere); a form other than inner is part of the "
+               "model's name (neural-clustering-cosine); see nn/attention/neural_clustering.h");
   o.section("Training (AdamW, warmup + cosine, gradient clipping 1)");
   cf::apps::add_train_options(o, c.train);
   o.section("Parts");
@@ -186,6 +193,8 @@ bool parse(int argc, char** argv, Config& c) {
   if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
   if (!c.lm && !c.retrieval) throw UsageError("--lm false and --retrieval false leave nothing to run");
   if (c.mu < 0 || c.nu < 0) throw UsageError("--mu and --nu must be non-negative");
+  if (c.loss_form != "inner" && c.loss_form != "cosine" && c.loss_form != "sphere")
+    throw UsageError("--loss-form must be inner, cosine or sphere, got '" + c.loss_form + "'");
   cf::apps::check_train_settings(c.train);
   return true;
 }
@@ -257,6 +266,8 @@ LM make_lm(const Config& c, const std::string& kind, int64_t clusters, int64_t v
     json mj = {{"vocab_size", vocab}, {"max_len", max_len}, {"n_layers", c.n_layers}, {"d_model", c.d_model},
                {"n_heads", c.n_heads}, {"d_ff", c.d_ff},     {"dropout", c.dropout},   {"positional", pos},
                {"attention", {{"type", "neural-clustering"}, {"clusters", k}}}};
+    // Only a bounded form is written, so the paper's (inner) models keep their checkpoint signatures.
+    if (c.loss_form != "inner") mj["attention"]["loss_form"] = c.loss_form;
     auto m = std::make_shared<cf::models::CausalLM>(
         cf::models::TransformerConfig::from_json(nlohmann::json::parse(mj.dump())), gen);
     lm.module = m;
@@ -295,8 +306,10 @@ LM make_lm(const Config& c, const std::string& kind, int64_t clusters, int64_t v
   return lm;
 }
 
-std::string model_name(const std::string& kind, int64_t clusters) {
-  return kind == "cluster-former" ? "cluster-former-" + std::to_string(clusters) : kind;
+std::string model_name(const Config& c, const std::string& kind, int64_t clusters) {
+  if (kind == "cluster-former") return "cluster-former-" + std::to_string(clusters);
+  if (kind == "neural-clustering" && c.loss_form != "inner") return kind + "-" + c.loss_form;
+  return kind;
 }
 
 // Next-token cross-entropy of logits (B, N, V) against targets (B, N).
@@ -408,7 +421,7 @@ struct Results {
 // its "result" line.
 void train_lm(const Config& cfg, cf::Device dev, const Corpus& corpus, int64_t seed, const std::string& kind,
               int64_t clusters, Results& res) {
-  const std::string name = model_name(kind, clusters);
+  const std::string name = model_name(cfg, kind, clusters);
   cf::manual_seed(uint64_t(seed));
   cf::Generator gen{uint64_t(seed)}, data_gen{uint64_t(seed) * 7919u + 1};
   LM lm = make_lm(cfg, kind, clusters, corpus.vocab, cfg.seq_len, "sinusoidal", gen);
@@ -467,7 +480,7 @@ void train_lm(const Config& cfg, cf::Device dev, const Corpus& corpus, int64_t s
 // accuracy on 512 fresh ones.
 void train_retrieval(const Config& cfg, cf::Device dev, int64_t seed, const std::string& kind, int64_t clusters,
                      Results& res) {
-  const std::string name = model_name(kind, clusters);
+  const std::string name = model_name(cfg, kind, clusters);
   cf::manual_seed(uint64_t(seed));
   cf::Generator gen{uint64_t(seed)}, data_gen{uint64_t(seed) * 7919u + 2};
   const Config rc = retrieval_config(cfg);
@@ -555,7 +568,7 @@ int run(const Config& cfg, cf::Device dev) {
       runs.emplace_back(m, 0);
   }
   std::vector<std::string> names;
-  for (auto& [kind, c] : runs) names.push_back(model_name(kind, c));
+  for (auto& [kind, c] : runs) names.push_back(model_name(cfg, kind, c));
   emit({{"event", "start"}, {"app", "cf-lm"}, {"device", dev.str()}, {"seeds", cfg.seeds}, {"models", names},
         {"steps", cfg.train.steps}, {"seq_len", cfg.seq_len}});
   emit({{"event", "data"}, {"dir", cfg.data_dir}, {"fortunes", corpus.fortunes}, {"vocab", corpus.vocab},
