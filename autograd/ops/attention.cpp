@@ -169,12 +169,14 @@ void check_block_attention_args(const Tensor& q, const Tensor& k, const Tensor& 
   CF_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype() && is_floating(q.dtype()), DTypeError, "[", who,
            "] q, k, v must share one float dtype, got ", q.dtype(), ", ", k.dtype(), ", ", v.dtype());
   check_same_device(who, {&q, &k, &v, &members, &kpm});
+  CF_CHECK(o.rounds >= 1, ValueError, "[", who, "] rounds must be >= 1, got ", o.rounds);
   CF_CHECK(members.dtype() == kInt64 && members.dim() == 4, ShapeError, "[", who,
-           "] members must be int64 (B, H or 1, C, w), got ", members.describe());
+           "] members must be int64 (B, H * rounds or 1, C, w), got ", members.describe());
   const Shape& sm = members.shape();
-  const int64_t B = sq[0], H = sq[1], N = sq[2], Hm = sm[1], C = sm[2], w = sm[3];
+  const int64_t B = sq[0], H = sq[1] * o.rounds, N = sq[2], Hm = sm[1], C = sm[2], w = sm[3];
   CF_CHECK(sm[0] == B && (Hm == H || Hm == 1) && C >= 1 && w >= 1, ShapeError, "[", who, "] members ",
-           shape_str(sm), " does not fit q ", shape_str(sq), " (want (", B, ", ", H, " or 1, C >= 1, w >= 1))");
+           shape_str(sm), " does not fit q ", shape_str(sq), " and rounds=", o.rounds, " (want (", B, ", ", H,
+           " or 1, C >= 1, w >= 1))");
   if (kpm.defined()) {
     CF_CHECK(kpm.dtype() == kBool && kpm.dim() == 2 && kpm.shape()[0] == B && kpm.shape()[1] == N, ShapeError,
              "[", who, "] key_padding_mask must be bool (B, N) = (", B, ", ", N, "), got ", kpm.describe());
@@ -217,25 +219,28 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
                                                const BlockAttentionOptions& o) {
   const char* op = opname::block_attention;
   const Shape& sq = q.shape();
-  const int64_t B = sq[0], H = sq[1], N = sq[2], Dv = v.shape()[3];
+  const int64_t B = sq[0], H = sq[1] * o.rounds, N = sq[2], Dv = v.shape()[3];  // H: output heads
   kernels::BlockAttentionParams p;
   p.offsets = block_window_offsets(members.shape()[2], o.look_back, o.look_ahead);
   p.scale = default_scale(o.scale, sq[3]);
   p.causal = o.causal;
   p.self_mask = o.self_mask;
   p.self_score = o.self_score;
+  p.rounds = o.rounds;
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(members), pc = dense(kpm);
   // Autocast (issue 26): 16-bit q, k, v the tensor-core kernels take (the callers sent the others
   // to float32 copies) give float32 out and lse, as flash_attention's do.
-  const bool tensor_cores =
-      autocast_dtype() && is_low_precision(q.dtype()) && kernels::block_attention_16bit_supported(q, k, v, members);
+  const bool tensor_cores = autocast_dtype() && is_low_precision(q.dtype()) && o.rounds == 1 &&
+                            kernels::block_attention_16bit_supported(q, k, v, members);
   if (tensor_cores) {
     qc = aligned16(qc);
     kc = aligned16(kc);
     vc = aligned16(vc);
   }
-  // One output for the one node: out and lse side by side, (B, H, N, Dv + 1).
-  Tensor packed = Tensor::empty({B, H, N, Dv + 1}, tensor_cores ? kFloat32 : q.dtype(), q.device());
+  // One output for the one node: out and lse side by side, (B, H, N, Dv + 1); with
+  // combine_rounds the kernel's rounds (per_round) are combined into one row per head.
+  const bool combine = o.combine_rounds && o.rounds > 1;
+  Tensor per_round = Tensor::empty({B, H, N, Dv + 1}, tensor_cores ? kFloat32 : q.dtype(), q.device());
   auto out_of = [B, H, N, Dv](const Tensor& t) {
     return make_view(t, {B, H, N, Dv}, {H * N * (Dv + 1), N * (Dv + 1), Dv + 1, 1}, t.offset());
   };
@@ -243,16 +248,27 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
     return make_view(t, {B, H, N}, {H * N * (Dv + 1), N * (Dv + 1), Dv + 1}, t.offset() + Dv);
   };
   if (tensor_cores)
-    kernels::block_attention_forward_16bit_cuda(qc, kc, vc, mc, pc, p, out_of(packed), lse_of(packed));
+    kernels::block_attention_forward_16bit_cuda(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
   else
-    kernels::block_attention_forward(qc, kc, vc, mc, pc, p, out_of(packed), lse_of(packed));
+    kernels::block_attention_forward(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
+  Tensor packed = per_round;
+  if (combine) {
+    packed = Tensor::empty({B, sq[1], N, Dv + 1}, q.dtype(), q.device());
+    kernels::rounds_combine(per_round, o.rounds, packed);
+  }
   if (autograd::any_requires_grad({&q, &k, &v})) {
-    SavedTensor s_q(qc), s_k(kc), s_v(vc), s_m(mc), s_p(pc), s_o(packed);
+    SavedTensor s_q(qc), s_k(kc), s_v(vc), s_m(mc), s_p(pc), s_o(per_round), s_c(combine ? packed : Tensor());
     const DType tq = q.dtype(), tk = k.dtype(), tv = v.dtype();
+    const int64_t rounds = o.rounds;
     autograd::record(op, {q, k, v}, packed, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), mv = s_m.unpack(op),
              ov = s_o.unpack(op), pv = s_p.defined() ? s_p.unpack(op) : Tensor();
       Tensor gd = dense(g);
+      if (combine) {  // the combined rows' gradient, handed to each round (the kernels' dout and dlse)
+        Tensor per_round_grad = Tensor::empty(ov.shape(), ov.dtype(), ov.device());
+        kernels::rounds_split(ov, s_c.unpack(op), gd, rounds, per_round_grad);
+        gd = per_round_grad;
+      }
       if (tensor_cores) {  // float32 gradients, returned in the 16-bit dtype
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
         Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
@@ -279,15 +295,15 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
 }  // namespace ops
 
 bool ops::block_attention_on_float32_copies(const Tensor& q, const Tensor& k, const Tensor& v,
-                                            const Tensor& members) {
+                                            const Tensor& members, int64_t rounds) {
   if (!autocast_dtype() || !q.defined() || !k.defined() || !v.defined()) return false;
   if (!is_low_precision(q.dtype()) && !is_low_precision(k.dtype()) && !is_low_precision(v.dtype())) return false;
-  return !(members.defined() && kernels::block_attention_16bit_supported(q, k, v, members));
+  return !(rounds == 1 && members.defined() && kernels::block_attention_16bit_supported(q, k, v, members));
 }
 
 BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                      const Tensor& kpm, const BlockAttentionOptions& o) {
-  if (ops::block_attention_on_float32_copies(q, k, v, members))
+  if (ops::block_attention_on_float32_copies(q, k, v, members, o.rounds))
     return block_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), members, kpm,
                            o);
   ops::check_block_attention_args(q, k, v, members, kpm, o, opname::block_attention);

@@ -26,15 +26,25 @@ struct BlockAttentionOptions {
   bool self_mask = false;
   double self_score = -1e5;
   double scale = 0.0;  // 0: 1/sqrt(Dk)
+  // Rounds R over one q, k, v (LSH's hashing rounds, without R copies of them): the
+  // table has H * R heads, head h * R + r attending over q, k, v head h, and out and
+  // lse have H * R heads; the same as block_attention on q, k, v each repeated R
+  // times along the head axis (head h * R + r a copy of head h), gradients summed.
+  int64_t rounds = 1;
+  // With rounds > 1: out and lse are the rounds combined through their log-sum-exp
+  // (the Reformer's multi-round rule), (B, H, N, Dv) and (B, H, N): lse = log sum_r
+  // exp(lse_r), out = sum_r exp(lse_r - lse) out_r. The rounds' own out and lse stay
+  // inside the op (kept for its backward), never handed out.
+  bool combine_rounds = false;
 };
 
 struct BlockAttentionResult {
-  Tensor out;  // (B, H, N, Dv), original token order
-  Tensor lse;  // (B, H, N): log-sum-exp of the query's allowed scaled scores; -inf where none
+  Tensor out;  // (B, H * rounds, N, Dv) (H heads with combine_rounds), original token order
+  Tensor lse;  // (B, H * rounds, N): log-sum-exp of the query's allowed scaled scores; -inf where none
 };
 
 // Attention within gathered blocks (the sort-and-chunk mechanism, nn/attention/chunked.h):
-// q, k (B, H, N, Dk), v (B, H, N, Dv); members int64 (B, Hm, C, w), Hm == H or 1,
+// q, k (B, H, N, Dk), v (B, H, N, Dv); members int64 (B, Hm, C, w), Hm == H * rounds or 1,
 // the original position held by each slot (-1 empty), each position at most
 // once per (b, hm). Query slot s of chunk c attends to the key slots of chunks
 // c - look_back .. c + look_ahead, except empty slots, padded keys, later
@@ -62,7 +72,9 @@ void check_block_attention_args(const Tensor& q, const Tensor& k, const Tensor& 
 // Autocast (issue 26): whether block attention runs these q, k, v on float32 copies. True under
 // autocast for 16-bit inputs the tensor-core kernels do not take (they take CUDA, one 16-bit dtype,
 // head size 64: float32 out and lse); the float32 kernels then run on the copies.
-bool block_attention_on_float32_copies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members);
+// Rounds other than 1 always take the float32 kernels.
+bool block_attention_on_float32_copies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                       int64_t rounds = 1);
 // block_attention without the checks, for a caller that ran
 // check_block_attention_args itself (under its own name).
 BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v,

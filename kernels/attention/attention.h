@@ -49,25 +49,43 @@ struct BlockAttentionParams {
   bool causal = false;     // key position j blocked for query position p when j > p
   bool self_mask = false;  // a query's own score is replaced by self_score (Reformer)
   double self_score = -1e5;
+  // Rounds R over one q, k, v (LSH's hashing rounds): output head h * R + r attends
+  // with table head h * R + r over q, k, v head h; the backward sums the rounds'
+  // gradients into one dq, dk, dv (round by round, so deterministically).
+  int64_t rounds = 1;
 };
 
 // q, k (B, H, N, Dk), v (B, H, N, Dv) contiguous; members contiguous int64
-// (B, Hm, C, w), Hm == H or 1, every position at most once per (b, hm), in
-// [-1, N). key_padding_mask as above. out (B, H, N, Dv) and lse (B, H, N) may be
-// strided views (last axis of out unit-stride): tokens in no slot, and queries
-// with nothing allowed, get out = 0 and lse = -inf.
+// (B, Hm, C, w), Hm == H * rounds or 1, every position at most once per (b, hm),
+// in [-1, N). key_padding_mask as above. out (B, H * rounds, N, Dv) and lse
+// (B, H * rounds, N) may be strided views (last axis of out unit-stride): tokens
+// in no slot, and queries with nothing allowed, get out = 0 and lse = -inf.
 void block_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                  const Tensor& key_padding_mask, const BlockAttentionParams& p, const Tensor& out,
                                  const Tensor& lse);
-// dout (B, H, N, Dv) (last axis unit-stride) and dlse (B, H, N) (undefined: no
-// gradient reaches lse) may be strided views; out and lse as the forward wrote
-// them. Writes dq, dk, dv (contiguous, preallocated).
+// dout (B, H * rounds, N, Dv) (last axis unit-stride) and dlse (B, H * rounds, N)
+// (undefined: no gradient reaches lse) may be strided views; out and lse as the
+// forward wrote them. Writes dq, dk, dv (q, k, v's shapes; contiguous, preallocated).
 void block_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                   const Tensor& key_padding_mask, const BlockAttentionParams& p, const Tensor& out,
                                   const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                   const Tensor& dk, const Tensor& dv);
 
+// Rounds combined through their log-sum-exp (the Reformer's multi-round rule), on
+// block_attention's packed rows [out | lse]: per_round (B, H * R, N, Dv + 1)
+// (head h * R + r: round r of head h) and combined (B, H, N, Dv + 1), contiguous.
+//   combine: lse = log sum_r exp(lse_r), out = sum_r w_r out_r, w_r = exp(lse_r - lse)
+//            (every round -inf: out 0, lse -inf).
+//   split:   given the combined rows' gradient g = [g_out | g_lse], each round's
+//            [w_r g_out | w_r (g_out . (out_r - out) + g_lse)] into per_round_grad.
+void rounds_combine_cpu(const Tensor& per_round, int64_t rounds, const Tensor& combined);
+void rounds_split_cpu(const Tensor& per_round, const Tensor& combined, const Tensor& grad, int64_t rounds,
+                      const Tensor& per_round_grad);
+
 #ifdef CF_WITH_CUDA
+void rounds_combine_cuda(const Tensor& per_round, int64_t rounds, const Tensor& combined);
+void rounds_split_cuda(const Tensor& per_round, const Tensor& combined, const Tensor& grad, int64_t rounds,
+                       const Tensor& per_round_grad);
 void flash_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& key_padding_mask, const FlashAttentionParams& p, const Tensor& out,
                                   const Tensor& lse);
@@ -139,6 +157,16 @@ inline void block_attention_backward_16bit_cuda(const Tensor&, const Tensor&, co
 }
 #endif
 
+inline void rounds_combine(const Tensor& per_round, int64_t rounds, const Tensor& combined) {
+  CF_DEVICE_DISPATCH("block_attention", combined.device(), rounds_combine_cpu(per_round, rounds, combined),
+                     rounds_combine_cuda(per_round, rounds, combined));
+}
+inline void rounds_split(const Tensor& per_round, const Tensor& combined, const Tensor& grad, int64_t rounds,
+                         const Tensor& per_round_grad) {
+  CF_DEVICE_DISPATCH("block_attention", combined.device(),
+                     rounds_split_cpu(per_round, combined, grad, rounds, per_round_grad),
+                     rounds_split_cuda(per_round, combined, grad, rounds, per_round_grad));
+}
 inline void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                     const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
   CF_DEVICE_DISPATCH("flash_attention", out.device(), flash_attention_forward_cpu(q, k, v, kpm, p, out, lse),

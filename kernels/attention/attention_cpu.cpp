@@ -310,14 +310,21 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 // ------------------------------------------------------------- block attention
 
+// H: heads of q, k, v; R rounds over them; Ho = H * R output heads (out, lse and
+// their gradients), table head h * R + r for output head h * R + r.
 struct BlockDims {
-  int64_t B, H, N, Dk, Dv, Hm, C, w, nb, W;
+  int64_t B, H, N, Dk, Dv, Hm, C, w, nb, W, R, Ho;
+  const int64_t* table(const int64_t* M, int64_t b, int64_t ho) const {
+    return M + (b * Hm + (Hm == 1 ? 0 : ho)) * C * w;
+  }
 };
 
 BlockDims block_dims(const Tensor& q, const Tensor& v, const Tensor& members, const BlockAttentionParams& p) {
-  BlockDims d{q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3], v.shape()[3],
-              members.shape()[1], members.shape()[2], members.shape()[3], int64_t(p.offsets.size()), 0};
+  BlockDims d{q.shape()[0],       q.shape()[1],       q.shape()[2], q.shape()[3], v.shape()[3],
+              members.shape()[1], members.shape()[2], members.shape()[3], int64_t(p.offsets.size()),
+              0,                  p.rounds,           0};
   d.W = d.nb * d.w;
+  d.Ho = d.H * d.R;
   return d;
 }
 
@@ -374,16 +381,16 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
   const int64_t os0 = out.strides()[0], os1 = out.strides()[1], os2 = out.strides()[2];
   const int64_t ls0 = lse.strides()[0], ls1 = lse.strides()[1], ls2 = lse.strides()[2];
   // Tokens in no slot keep these.
-  parallel_for(d.B * d.H * d.N, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.Dv, 1)),
+  parallel_for(d.B * d.Ho * d.N, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.Dv, 1)),
                [&](int64_t a, int64_t e) {
                  for (int64_t x = a; x < e; ++x) {
-                   const int64_t b = x / (d.H * d.N), h = (x / d.N) % d.H, n = x % d.N;
+                   const int64_t b = x / (d.Ho * d.N), h = (x / d.N) % d.Ho, n = x % d.N;
                    T* o = O + b * os0 + h * os1 + n * os2;
                    std::fill(o, o + d.Dv, T(0));
                    L[b * ls0 + h * ls1 + n * ls2] = ninf;
                  }
                });
-  if (d.B * d.H * d.N == 0) return;
+  if (d.B * d.Ho * d.N == 0) return;
   use_single_threaded_blas();
   const T* Q = q.data<T>();
   const T* K = k.data<T>();
@@ -395,15 +402,16 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
     std::vector<int64_t> jpos;
   };
   run_items(
-      d.B * d.H * d.C, 2.0 * double(d.B * d.H * d.C) * double(d.w * d.W) * double(d.Dk + d.Dv),
+      d.B * d.Ho * d.C, 2.0 * double(d.B * d.Ho * d.C) * double(d.w * d.W) * double(d.Dk + d.Dv),
       [&] {
         return Scratch{std::vector<T>(size_t(d.w * d.Dk)), std::vector<T>(size_t(d.W * d.Dk)),
                        std::vector<T>(size_t(d.W * d.Dv)), std::vector<T>(size_t(d.w * d.W)),
                        std::vector<T>(size_t(d.w * d.Dv)), std::vector<int64_t>(size_t(d.W))};
       },
       [&](int64_t it, Scratch& s) {
-        const int64_t bh = it / d.C, c = it % d.C, b = bh / d.H, h = bh % d.H;
-        const int64_t* mh = M + (b * d.Hm + (d.Hm == 1 ? 0 : h)) * d.C * d.w;
+        // bo: output head (b, h) of B x Ho; bh: the q, k, v head it reads.
+        const int64_t bo = it / d.C, c = it % d.C, b = bo / d.Ho, h = bo % d.Ho, bh = bo / d.R;
+        const int64_t* mh = d.table(M, b, h);
         const int64_t* qpos = mh + c * d.w;
         window_positions(mh, c, d, p, s.jpos.data());
         gather_rows(Q + bh * d.N * d.Dk, d.Dk, qpos, d.w, s.Qg.data());
@@ -463,93 +471,181 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   // Pass A output: per (batch*head, chunk), the window's dK | dV rows.
   std::vector<T> contrib(size_t(d.B * d.H * d.C * d.W * Dkv));
   T* dQ = dq.data<T>();
+  T* dKp = dk.data<T>();
+  T* dVp = dv.data<T>();
   struct Scratch {
     std::vector<T> Qg, Kg, Vg, dOg, S, dP, Dr, Lr, G;
     std::vector<int64_t> jpos;
     std::vector<char> self;
   };
-  run_items(
-      d.B * d.H * d.C, 2.0 * double(d.B * d.H * d.C) * double(d.w * d.W) * double(3 * d.Dk + 2 * d.Dv),
-      [&] {
-        return Scratch{std::vector<T>(size_t(d.w * d.Dk)),  std::vector<T>(size_t(d.W * d.Dk)),
-                       std::vector<T>(size_t(d.W * d.Dv)),  std::vector<T>(size_t(d.w * d.Dv)),
-                       std::vector<T>(size_t(d.w * d.W)),   std::vector<T>(size_t(d.w * d.W)),
-                       std::vector<T>(size_t(d.w)),         std::vector<T>(size_t(d.w)),
-                       std::vector<T>(size_t(d.w * d.Dk)),  std::vector<int64_t>(size_t(d.W)),
-                       std::vector<char>(size_t(d.w * d.W))};
-      },
-      [&](int64_t it, Scratch& s) {
-        const int64_t bh = it / d.C, c = it % d.C, b = bh / d.H, h = bh % d.H;
-        const int64_t* mh = M + (b * d.Hm + (d.Hm == 1 ? 0 : h)) * d.C * d.w;
-        const int64_t* qpos = mh + c * d.w;
-        window_positions(mh, c, d, p, s.jpos.data());
-        gather_rows(Q + bh * d.N * d.Dk, d.Dk, qpos, d.w, s.Qg.data());
-        gather_rows(K + bh * d.N * d.Dk, d.Dk, s.jpos.data(), d.W, s.Kg.data());
-        gather_rows(V + bh * d.N * d.Dv, d.Dv, s.jpos.data(), d.W, s.Vg.data());
-        for (int64_t r = 0; r < d.w; ++r) {
-          const int64_t i = qpos[r];
-          T* g = s.dOg.data() + r * d.Dv;
-          if (i < 0) {
-            std::fill(g, g + d.Dv, T(0));
-            s.Dr[size_t(r)] = T(0);
-            s.Lr[size_t(r)] = ninf;
-            continue;
+  // One round at a time: a position sits in one slot per round, so within a round
+  // every dq row and (pass B) every dk, dv row has one writer; rounds add up in order.
+  for (int64_t round = 0; round < d.R; ++round) {
+    run_items(
+        d.B * d.H * d.C, 2.0 * double(d.B * d.H * d.C) * double(d.w * d.W) * double(3 * d.Dk + 2 * d.Dv),
+        [&] {
+          return Scratch{std::vector<T>(size_t(d.w * d.Dk)),  std::vector<T>(size_t(d.W * d.Dk)),
+                         std::vector<T>(size_t(d.W * d.Dv)),  std::vector<T>(size_t(d.w * d.Dv)),
+                         std::vector<T>(size_t(d.w * d.W)),   std::vector<T>(size_t(d.w * d.W)),
+                         std::vector<T>(size_t(d.w)),         std::vector<T>(size_t(d.w)),
+                         std::vector<T>(size_t(d.w * d.Dk)),  std::vector<int64_t>(size_t(d.W)),
+                         std::vector<char>(size_t(d.w * d.W))};
+        },
+        [&](int64_t it, Scratch& s) {
+          // bh: q, k, v head (b, hd); h: its output head in this round.
+          const int64_t bh = it / d.C, c = it % d.C, b = bh / d.H, h = (bh % d.H) * d.R + round;
+          const int64_t* mh = d.table(M, b, h);
+          const int64_t* qpos = mh + c * d.w;
+          window_positions(mh, c, d, p, s.jpos.data());
+          gather_rows(Q + bh * d.N * d.Dk, d.Dk, qpos, d.w, s.Qg.data());
+          gather_rows(K + bh * d.N * d.Dk, d.Dk, s.jpos.data(), d.W, s.Kg.data());
+          gather_rows(V + bh * d.N * d.Dv, d.Dv, s.jpos.data(), d.W, s.Vg.data());
+          for (int64_t r = 0; r < d.w; ++r) {
+            const int64_t i = qpos[r];
+            T* g = s.dOg.data() + r * d.Dv;
+            if (i < 0) {
+              std::fill(g, g + d.Dv, T(0));
+              s.Dr[size_t(r)] = T(0);
+              s.Lr[size_t(r)] = ninf;
+              continue;
+            }
+            const T* src = dO + b * gs0 + h * gs1 + i * gs2;
+            std::copy(src, src + d.Dv, g);
+            row_dots<T>(g, d.Dv, O + b * os0 + h * os1 + i * os2, d.Dv, 1, d.Dv,
+                        dL ? dL + b * es0 + h * es1 + i * es2 : nullptr, 0, s.Dr.data() + r);
+            s.Lr[size_t(r)] = L[b * ls0 + h * ls1 + i * ls2];
           }
-          const T* src = dO + b * gs0 + h * gs1 + i * gs2;
-          std::copy(src, src + d.Dv, g);
-          row_dots<T>(g, d.Dv, O + b * os0 + h * os1 + i * os2, d.Dv, 1, d.Dv,
-                      dL ? dL + b * es0 + h * es1 + i * es2 : nullptr, 0, s.Dr.data() + r);
-          s.Lr[size_t(r)] = L[b * ls0 + h * ls1 + i * ls2];
-        }
-        T* S = s.S.data();
-        T* dP = s.dP.data();
-        gemm(false, true, d.w, d.W, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.W);
-        mask_block(S, qpos, s.jpos.data(), d, pad ? pad + b * d.N : nullptr, p, s.self.data());
-        probs_from_lse(S, d.w, d.W, s.Lr.data());
-        T* cb = contrib.data() + it * d.W * Dkv;
-        // dV window = P^T dO  (into the dV columns of the contribution rows)
-        gemm(true, false, d.W, d.Dv, d.w, T(1), S, d.W, s.dOg.data(), d.Dv, T(0), cb + d.Dk, Dkv);
-        gemm(false, true, d.w, d.W, d.Dv, T(1), s.dOg.data(), d.Dv, s.Vg.data(), d.Dv, T(0), dP, d.W);
-        for (int64_t r = 0; r < d.w; ++r) {
-          const T Di = s.Dr[size_t(r)];
-          for (int64_t c2 = 0; c2 < d.W; ++c2) {
-            const int64_t e = r * d.W + c2;
-            // A self-masked score is a constant: no gradient through it.
-            dP[e] = s.self[size_t(e)] ? T(0) : S[e] * (dP[e] - Di);
+          T* S = s.S.data();
+          T* dP = s.dP.data();
+          gemm(false, true, d.w, d.W, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.W);
+          mask_block(S, qpos, s.jpos.data(), d, pad ? pad + b * d.N : nullptr, p, s.self.data());
+          probs_from_lse(S, d.w, d.W, s.Lr.data());
+          T* cb = contrib.data() + it * d.W * Dkv;
+          // dV window = P^T dO  (into the dV columns of the contribution rows)
+          gemm(true, false, d.W, d.Dv, d.w, T(1), S, d.W, s.dOg.data(), d.Dv, T(0), cb + d.Dk, Dkv);
+          gemm(false, true, d.w, d.W, d.Dv, T(1), s.dOg.data(), d.Dv, s.Vg.data(), d.Dv, T(0), dP, d.W);
+          for (int64_t r = 0; r < d.w; ++r) {
+            const T Di = s.Dr[size_t(r)];
+            for (int64_t c2 = 0; c2 < d.W; ++c2) {
+              const int64_t e = r * d.W + c2;
+              // A self-masked score is a constant: no gradient through it.
+              dP[e] = s.self[size_t(e)] ? T(0) : S[e] * (dP[e] - Di);
+            }
           }
-        }
-        gemm(false, false, d.w, d.Dk, d.W, T(p.scale), dP, d.W, s.Kg.data(), d.Dk, T(0), s.G.data(), d.Dk);
-        for (int64_t r = 0; r < d.w; ++r)
-          if (qpos[r] >= 0)
-            std::copy(s.G.data() + r * d.Dk, s.G.data() + (r + 1) * d.Dk, dQ + (bh * d.N + qpos[r]) * d.Dk);
-        gemm(true, false, d.W, d.Dk, d.w, T(p.scale), dP, d.W, s.Qg.data(), d.Dk, T(0), cb, Dkv);
-      });
-  // Pass B: key row j of chunk cc sits at window slot t * w + u of chunk cc - offsets[t].
-  T* dKp = dk.data<T>();
-  T* dVp = dv.data<T>();
-  parallel_for(d.B * d.H * d.C, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.w * Dkv * d.nb, 1)),
-               [&](int64_t a, int64_t e) {
-                 for (int64_t it = a; it < e; ++it) {
-                   const int64_t bh = it / d.C, cc = it % d.C, b = bh / d.H, h = bh % d.H;
-                   const int64_t* mh = M + (b * d.Hm + (d.Hm == 1 ? 0 : h)) * d.C * d.w;
-                   for (int64_t t = 0; t < d.nb; ++t) {
-                     const int64_t c = (((cc - p.offsets[size_t(t)]) % d.C) + d.C) % d.C;
-                     const T* cb = contrib.data() + (bh * d.C + c) * d.W * Dkv;
-                     for (int64_t u = 0; u < d.w; ++u) {
-                       const int64_t j = mh[cc * d.w + u];
-                       if (j < 0) continue;
-                       const T* src = cb + (t * d.w + u) * Dkv;
-                       T* gk = dKp + (bh * d.N + j) * d.Dk;
-                       T* gv = dVp + (bh * d.N + j) * d.Dv;
-                       for (int64_t x = 0; x < d.Dk; ++x) gk[x] += src[x];
-                       for (int64_t x = 0; x < d.Dv; ++x) gv[x] += src[d.Dk + x];
+          gemm(false, false, d.w, d.Dk, d.W, T(p.scale), dP, d.W, s.Kg.data(), d.Dk, T(0), s.G.data(), d.Dk);
+          for (int64_t r = 0; r < d.w; ++r) {
+            if (qpos[r] < 0) continue;
+            const T* src = s.G.data() + r * d.Dk;
+            T* dst = dQ + (bh * d.N + qpos[r]) * d.Dk;
+            for (int64_t x = 0; x < d.Dk; ++x) dst[x] += src[x];
+          }
+          gemm(true, false, d.W, d.Dk, d.w, T(p.scale), dP, d.W, s.Qg.data(), d.Dk, T(0), cb, Dkv);
+        });
+    // Pass B: key row j of chunk cc sits at window slot t * w + u of chunk cc - offsets[t].
+    parallel_for(d.B * d.H * d.C, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.w * Dkv * d.nb, 1)),
+                 [&](int64_t a, int64_t e) {
+                   for (int64_t it = a; it < e; ++it) {
+                     const int64_t bh = it / d.C, cc = it % d.C, b = bh / d.H, h = (bh % d.H) * d.R + round;
+                     const int64_t* mh = d.table(M, b, h);
+                     for (int64_t t = 0; t < d.nb; ++t) {
+                       const int64_t c = (((cc - p.offsets[size_t(t)]) % d.C) + d.C) % d.C;
+                       const T* cb = contrib.data() + (bh * d.C + c) * d.W * Dkv;
+                       for (int64_t u = 0; u < d.w; ++u) {
+                         const int64_t j = mh[cc * d.w + u];
+                         if (j < 0) continue;
+                         const T* src = cb + (t * d.w + u) * Dkv;
+                         T* gk = dKp + (bh * d.N + j) * d.Dk;
+                         T* gv = dVp + (bh * d.N + j) * d.Dv;
+                         for (int64_t x = 0; x < d.Dk; ++x) gk[x] += src[x];
+                         for (int64_t x = 0; x < d.Dv; ++x) gv[x] += src[d.Dk + x];
+                       }
                      }
                    }
-                 }
-               });
+                 });
+  }
+}
+
+// ------------------------------------------------------------- rounds
+
+// Rows (b, h, n) of the combined tensor; round r of row x = bh * N + n sits at
+// per-round row (bh * R + r) * N + n. Rows have E = Dv + 1 entries [out | lse].
+template <typename T>
+void rounds_combine_typed(const Tensor& per_round, int64_t R, const Tensor& combined) {
+  const int64_t N = combined.shape()[2], E = combined.shape()[3], Dv = E - 1, rows = combined.numel() / E;
+  const T* X = per_round.data<T>();
+  T* Y = combined.data<T>();
+  const T ninf = -std::numeric_limits<T>::infinity();
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(R * E, 1)), [&](int64_t a, int64_t e) {
+    std::vector<double> w(static_cast<size_t>(R));
+    for (int64_t x = a; x < e; ++x) {
+      const int64_t bh = x / N, n = x % N;
+      auto src = [&](int64_t r) { return X + ((bh * R + r) * N + n) * E; };
+      T* y = Y + x * E;
+      T m = ninf;
+      for (int64_t r = 0; r < R; ++r) m = std::max(m, src(r)[Dv]);
+      std::fill(y, y + Dv, T(0));
+      if (m == ninf) {
+        y[Dv] = ninf;
+        continue;
+      }
+      double z = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        w[size_t(r)] = std::exp(double(src(r)[Dv] - m));
+        z += w[size_t(r)];
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        const T wr = T(w[size_t(r)] / z);
+        const T* o = src(r);
+        for (int64_t c = 0; c < Dv; ++c) y[c] += wr * o[c];
+      }
+      y[Dv] = T(double(m) + std::log(z));
+    }
+  });
+}
+
+template <typename T>
+void rounds_split_typed(const Tensor& per_round, const Tensor& combined, const Tensor& grad, int64_t R,
+                        const Tensor& per_round_grad) {
+  const int64_t N = combined.shape()[2], E = combined.shape()[3], Dv = E - 1, rows = combined.numel() / E;
+  const T* X = per_round.data<T>();
+  const T* Y = combined.data<T>();
+  const T* G = grad.data<T>();
+  T* GX = per_round_grad.data<T>();
+  const T ninf = -std::numeric_limits<T>::infinity();
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(R * E, 1)), [&](int64_t a, int64_t e) {
+    for (int64_t x = a; x < e; ++x) {
+      const int64_t bh = x / N, n = x % N;
+      const T* y = Y + x * E;
+      const T* g = G + x * E;
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t at = ((bh * R + r) * N + n) * E;
+        const T* o = X + at;
+        T* d = GX + at;
+        // d lse / d lse_r = w_r; d out / d lse_r = w_r (out_r - out); d out / d out_r = w_r.
+        const T w = (y[Dv] == ninf || o[Dv] == ninf) ? T(0) : T(std::exp(double(o[Dv] - y[Dv])));
+        T dot = T(0);
+        for (int64_t c = 0; c < Dv; ++c) {
+          dot += g[c] * (o[c] - y[c]);
+          d[c] = w * g[c];
+        }
+        d[Dv] = w * (dot + g[Dv]);
+      }
+    }
+  });
 }
 
 }  // namespace
+
+void rounds_combine_cpu(const Tensor& per_round, int64_t rounds, const Tensor& combined) {
+  CF_DISPATCH_FLOAT_STD(combined.dtype(), "block_attention",
+                        rounds_combine_typed<scalar_t>(per_round, rounds, combined));
+}
+
+void rounds_split_cpu(const Tensor& per_round, const Tensor& combined, const Tensor& grad, int64_t rounds,
+                      const Tensor& per_round_grad) {
+  CF_DISPATCH_FLOAT_STD(combined.dtype(), "block_attention",
+                        rounds_split_typed<scalar_t>(per_round, combined, grad, rounds, per_round_grad));
+}
 
 void flash_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                  const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {

@@ -12,6 +12,10 @@
 //             chunks c = cc - offsets[t], distinct by construction): dV = P^T dO,
 //             dK = scale dS^T Q. Each key row is owned by one block: no atomics,
 //             deterministic.
+// Rounds (BlockAttentionParams::rounds, LSH): output head h * R + r reads q, k, v
+// head h. The forward's grid runs over output heads; the backward runs one round
+// per launch over the q, k, v heads and adds each round's dq, dk, dv to the last
+// (within a round a position sits in one slot, so each row still has one writer).
 // Accumulation is in T (float32 like the CPU's sgemm tiles).
 #include <cuda_runtime.h>
 
@@ -46,7 +50,8 @@ struct Args {
   void* dk;
   void* dv;
   Rows3 so, sl, sgo, sgl;
-  int64_t H, Nq, Nk, Dk, Dv;  // Nq == Nk == N for blocks
+  int64_t H, Nq, Nk, Dk, Dv;  // H: output heads (q's heads times R); Nq == Nk == N for blocks
+  int R, this_round;  // rounds over q, k, v; the round a backward launch computes (grid.z < 2^16: 32-bit math)
   double scale, self_score;
 };
 
@@ -100,7 +105,9 @@ __global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
   T* alpha = cv.take(BR);
   __shared__ int64_t qp[BR], kp[BC];
 
-  const int64_t r0 = int64_t(blockIdx.x) * BR, g = blockIdx.y, bh = blockIdx.z, b = bh / a.H;
+  // bh: output head (b, h); dbh: the q, k, v head it reads.
+  const int64_t r0 = int64_t(blockIdx.x) * BR, g = blockIdx.y, bh = blockIdx.z, b = bh / a.H,
+                dbh = blockIdx.z / unsigned(a.R);
   if (r0 >= map.rows()) return;
   const T* Q = static_cast<const T*>(a.q);
   const T* K = static_cast<const T*>(a.k);
@@ -113,15 +120,15 @@ __global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
   }
   for (int64_t e = threadIdx.x; e < BR * Dv; e += NT) Os[(e / Dv) * ldv + e % Dv] = T(0);
   __syncthreads();
-  load_rows(Qs, ldk, Q, bh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
+  load_rows(Qs, ldk, Q, dbh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t kend = map.key_end(r0, BR);
   for (int64_t j0 = 0; j0 < kend; j0 += BC) {
     __syncthreads();
     for (int j = threadIdx.x; j < BC; j += NT) kp[j] = j0 + j < kend ? map.kpos(bh, g, j0 + j) : -1;
     __syncthreads();
-    load_rows(Ks, ldk, K, bh, a.Nk, Dk, BC, [&](int j) { return kp[j]; });
-    load_rows(Vs, ldv, V, bh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
+    load_rows(Ks, ldk, K, dbh, a.Nk, Dk, BC, [&](int j) { return kp[j]; });
+    load_rows(Vs, ldv, V, dbh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
     __syncthreads();
     // Scores: warp `warp` takes rows warp, warp + NW, ...; lane = key.
     for (int r = warp; r < BR; r += NW) {
@@ -261,20 +268,23 @@ __global__ void __launch_bounds__(NT) dq_kernel(Args a, Map map) {
   T* Ls = cv.take(BR);
   T* Ds = cv.take(BR);
   __shared__ int64_t qp[BR], kp[BC];
-  const int64_t r0 = int64_t(blockIdx.x) * BR, g = blockIdx.y, bh = blockIdx.z, b = bh / a.H, h = bh % a.H;
+  // dbh: the q, k, v head (grid.z); bh: its output head (b, h) in this launch's round.
+  const int64_t dbh = blockIdx.z, bh = blockIdx.z * unsigned(a.R) + unsigned(a.this_round), b = bh / a.H,
+                h = bh % a.H;
+  const int64_t r0 = int64_t(blockIdx.x) * BR, g = blockIdx.y;
   if (r0 >= map.rows()) return;
   for (int r = threadIdx.x; r < BR; r += NT) qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
   for (int64_t e = threadIdx.x; e < BR * Dk; e += NT) dQs[(e / Dk) * ldk + e % Dk] = T(0);
   __syncthreads();
-  load_rows(Qs, ldk, static_cast<const T*>(a.q), bh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
+  load_rows(Qs, ldk, static_cast<const T*>(a.q), dbh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
   row_terms<T>(a, b, h, qp, dOs, ldv, Ls, Ds);
   const int64_t kend = map.key_end(r0, BR);
   for (int64_t j0 = 0; j0 < kend; j0 += BC) {
     __syncthreads();
     for (int j = threadIdx.x; j < BC; j += NT) kp[j] = j0 + j < kend ? map.kpos(bh, g, j0 + j) : -1;
     __syncthreads();
-    load_rows(Ks, ldk, static_cast<const T*>(a.k), bh, a.Nk, Dk, BC, [&](int j) { return kp[j]; });
-    load_rows(Vs, ldv, static_cast<const T*>(a.v), bh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
+    load_rows(Ks, ldk, static_cast<const T*>(a.k), dbh, a.Nk, Dk, BC, [&](int j) { return kp[j]; });
+    load_rows(Vs, ldv, static_cast<const T*>(a.v), dbh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
     __syncthreads();
     probs_and_dS<T>(a, map, b, qp, kp, Qs, Ks, Vs, dOs, Ls, Ds, ldk, ldv, P, dS);
     __syncthreads();
@@ -291,7 +301,9 @@ __global__ void __launch_bounds__(NT) dq_kernel(Args a, Map map) {
   for (int64_t e = threadIdx.x; e < BR * Dk; e += NT) {
     const int r = int(e / Dk);
     const int64_t c = e % Dk, i = qp[r];
-    if (i >= 0) dQ[(bh * a.Nq + i) * Dk + c] = dQs[r * ldk + c];
+    if (i < 0) continue;
+    T& dst = dQ[(dbh * a.Nq + i) * Dk + c];
+    dst = a.this_round == 0 ? dQs[r * ldk + c] : dst + dQs[r * ldk + c];
   }
 }
 
@@ -312,21 +324,23 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(Args a, Map map) {
   T* Ls = cv.take(BR);
   T* Ds = cv.take(BR);
   __shared__ int64_t qp[BR], kp[BC];
-  const int64_t u0 = int64_t(blockIdx.x) * BC, kg = blockIdx.y, bh = blockIdx.z, b = bh / a.H, h = bh % a.H;
+  const int64_t dbh = blockIdx.z, bh = blockIdx.z * unsigned(a.R) + unsigned(a.this_round), b = bh / a.H,
+                h = bh % a.H;  // as in dq_kernel
+  const int64_t u0 = int64_t(blockIdx.x) * BC, kg = blockIdx.y;
   if (u0 >= map.group_keys()) return;
   for (int j = threadIdx.x; j < BC; j += NT) kp[j] = u0 + j < map.group_keys() ? map.group_kpos(bh, kg, u0 + j) : -1;
   for (int64_t e = threadIdx.x; e < BC * Dk; e += NT) dKs[(e / Dk) * ldk + e % Dk] = T(0);
   for (int64_t e = threadIdx.x; e < BC * Dv; e += NT) dVs[(e / Dv) * ldv + e % Dv] = T(0);
   __syncthreads();
-  load_rows(Ks, ldk, static_cast<const T*>(a.k), bh, a.Nk, Dk, BC, [&](int j) { return kp[j]; });
-  load_rows(Vs, ldv, static_cast<const T*>(a.v), bh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
+  load_rows(Ks, ldk, static_cast<const T*>(a.k), dbh, a.Nk, Dk, BC, [&](int j) { return kp[j]; });
+  load_rows(Vs, ldv, static_cast<const T*>(a.v), dbh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
   for (int64_t t = 0; t < map.visits(); ++t) {
     const int64_t g = map.visit_group(kg, t);
     for (int64_t r0 = map.row_begin(u0, BR); r0 < map.rows(); r0 += BR) {
       __syncthreads();
       for (int r = threadIdx.x; r < BR; r += NT) qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
       __syncthreads();
-      load_rows(Qs, ldk, static_cast<const T*>(a.q), bh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
+      load_rows(Qs, ldk, static_cast<const T*>(a.q), dbh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
       row_terms<T>(a, b, h, qp, dOs, ldv, Ls, Ds);  // ends with a barrier
       probs_and_dS<T>(a, map, b, qp, kp, Qs, Ks, Vs, dOs, Ls, Ds, ldk, ldv, P, dS);
       __syncthreads();
@@ -352,12 +366,16 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(Args a, Map map) {
   for (int64_t e = threadIdx.x; e < BC * Dk; e += NT) {
     const int j = int(e / Dk);
     const int64_t c = e % Dk, p = kp[j];
-    if (p >= 0) dK[(bh * a.Nk + p) * Dk + c] = dKs[j * ldk + c];
+    if (p < 0) continue;
+    T& dst = dK[(dbh * a.Nk + p) * Dk + c];
+    dst = a.this_round == 0 ? dKs[j * ldk + c] : dst + dKs[j * ldk + c];
   }
   for (int64_t e = threadIdx.x; e < BC * Dv; e += NT) {
     const int j = int(e / Dv);
     const int64_t c = e % Dv, p = kp[j];
-    if (p >= 0) dV[(bh * a.Nk + p) * Dv + c] = dVs[j * ldv + c];
+    if (p < 0) continue;
+    T& dst = dV[(dbh * a.Nk + p) * Dv + c];
+    dst = a.this_round == 0 ? dVs[j * ldv + c] : dst + dVs[j * ldv + c];
   }
 }
 
@@ -443,6 +461,8 @@ Args make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   a.so = rows3(out);
   a.sl = rows3(lse);
   a.H = q.shape()[1];
+  a.R = 1;
+  a.this_round = 0;
   a.Nq = q.shape()[2];
   a.Nk = k.shape()[2];
   a.Dk = q.shape()[3];
@@ -452,7 +472,88 @@ Args make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   return a;
 }
 
+// ---------------------------------------------------------------- rounds
+
+// One warp per combined row (b, h, n): the R rounds' lse read by every lane (R is
+// small), the Dv columns split over the lanes. Layout as rounds_combine_cpu.
+template <typename T>
+__global__ void __launch_bounds__(NT) rounds_combine_kernel(const T* X, T* Y, int64_t rows, int64_t N, int64_t E,
+                                                            int64_t R) {
+  const int64_t x = int64_t(blockIdx.x) * NW + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (x >= rows) return;
+  const int64_t bh = x / N, n = x % N, Dv = E - 1;
+  const T* base = X + (bh * R * N + n) * E;  // round r at base + r * N * E
+  T* y = Y + x * E;
+  T m = ninf<T>();
+  for (int64_t r = 0; r < R; ++r) m = fmax(m, base[r * N * E + Dv]);
+  if (m == ninf<T>()) {
+    for (int64_t c = lane; c < Dv; c += 32) y[c] = T(0);
+    if (lane == 0) y[Dv] = ninf<T>();
+    return;
+  }
+  T z = T(0);
+  for (int64_t r = 0; r < R; ++r) z += dexp(base[r * N * E + Dv] - m);
+  for (int64_t c = lane; c < Dv; c += 32) {
+    T acc = T(0);
+    for (int64_t r = 0; r < R; ++r) acc += dexp(base[r * N * E + Dv] - m) / z * base[r * N * E + c];
+    y[c] = acc;
+  }
+  if (lane == 0) y[Dv] = m + dlog(z);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(NT) rounds_split_kernel(const T* X, const T* Y, const T* G, T* GX, int64_t rows,
+                                                          int64_t N, int64_t E, int64_t R) {
+  const int64_t x = int64_t(blockIdx.x) * NW + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (x >= rows) return;
+  const int64_t bh = x / N, n = x % N, Dv = E - 1;
+  const T* y = Y + x * E;
+  const T* g = G + x * E;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t at = ((bh * R + r) * N + n) * E;
+    const T* o = X + at;
+    T* d = GX + at;
+    const T w = (y[Dv] == ninf<T>() || o[Dv] == ninf<T>()) ? T(0) : dexp(o[Dv] - y[Dv]);
+    T dot = T(0);
+    for (int64_t c = lane; c < Dv; c += 32) {
+      dot += g[c] * (o[c] - y[c]);
+      d[c] = w * g[c];
+    }
+    for (int s = 16; s > 0; s >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, s);
+    if (lane == 0) d[Dv] = w * (dot + g[Dv]);
+  }
+}
+
 }  // namespace
+
+void rounds_combine_cuda(const Tensor& per_round, int64_t rounds, const Tensor& combined) {
+  const char* op = "block_attention";
+  cu::use_device_of(combined, op);
+  const int64_t E = combined.shape()[3], rows = E > 0 ? combined.numel() / E : 0;
+  if (rows == 0) return;
+  const unsigned blocks = unsigned((rows + NW - 1) / NW);
+  CF_DISPATCH_FLOAT_STD(combined.dtype(), op,
+                        rounds_combine_kernel<scalar_t><<<blocks, NT>>>(per_round.data<scalar_t>(),
+                                                                        combined.data<scalar_t>(), rows,
+                                                                        combined.shape()[2], E, rounds));
+  ::cf::cuda::check_launch(op);
+}
+
+void rounds_split_cuda(const Tensor& per_round, const Tensor& combined, const Tensor& grad, int64_t rounds,
+                       const Tensor& per_round_grad) {
+  const char* op = "block_attention";
+  cu::use_device_of(combined, op);
+  const int64_t E = combined.shape()[3], rows = E > 0 ? combined.numel() / E : 0;
+  if (rows == 0) return;
+  const unsigned blocks = unsigned((rows + NW - 1) / NW);
+  CF_DISPATCH_FLOAT_STD(combined.dtype(), op,
+                        rounds_split_kernel<scalar_t><<<blocks, NT>>>(
+                            per_round.data<scalar_t>(), combined.data<scalar_t>(), grad.data<scalar_t>(),
+                            per_round_grad.data<scalar_t>(), rows, combined.shape()[2], E, rounds));
+  ::cf::cuda::check_launch(op);
+}
 
 void flash_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
@@ -492,9 +593,11 @@ void block_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor
   // Tokens in no slot keep out = 0, lse = -inf.
   fill_cuda(out, 0.0);
   fill_cuda(lse, -std::numeric_limits<double>::infinity());
-  const Args a = make_args(q, k, v, out, lse, p.scale, p.self_score);
+  Args a = make_args(q, k, v, out, lse, p.scale, p.self_score);
+  a.R = int(p.rounds);
+  a.H *= p.rounds;
   const BlockMap map = block_map(q, members, kpm, p);
-  const int64_t BH = q.shape()[0] * q.shape()[1];
+  const int64_t BH = q.shape()[0] * a.H;  // output heads
   CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_forward<scalar_t>(op, a, map, map.w, map.C, BH));
 }
 
@@ -514,12 +617,15 @@ void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
   a.dq = dq.raw_data();
   a.dk = dk.raw_data();
   a.dv = dv.raw_data();
+  a.R = int(p.rounds);
+  a.H *= p.rounds;
   zero(dq, op);  // tokens in no slot get no gradient
   zero(dk, op);
   zero(dv, op);
   const BlockMap map = block_map(q, members, kpm, p);
-  const int64_t BH = q.shape()[0] * q.shape()[1];
-  CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_backward<scalar_t>(op, a, map, map.w, map.C, map.w, map.C, BH));
+  const int64_t BH = q.shape()[0] * q.shape()[1];  // q, k, v heads: one launch pair per round
+  for (a.this_round = 0; a.this_round < a.R; ++a.this_round)
+    CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_backward<scalar_t>(op, a, map, map.w, map.C, map.w, map.C, BH));
 }
 
 }  // namespace cf::kernels

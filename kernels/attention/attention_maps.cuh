@@ -113,7 +113,7 @@ inline BlockMap block_map(const Tensor& q, const Tensor& members, const Tensor& 
     CF_CHECK(o[t] == (t == 0 ? 0 : int64_t(t) <= back ? -int64_t(t) : int64_t(t) - back), ValueError,
              "[block_attention] internal: the window offsets are not 0, -1 .. -b, 1 .. a (offset ", t, " is ", o[t],
              ")");
-  return BlockMap{q.shape()[1],
+  return BlockMap{q.shape()[1] * p.rounds,  // output heads: the member table's (or a shared table)
                   members.shape()[1],
                   q.shape()[2],
                   members.shape()[2],

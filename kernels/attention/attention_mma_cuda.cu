@@ -665,6 +665,8 @@ void flash_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const
 
 bool block_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members) {
   if (!takes_inputs(q, k, v) || members.dim() != 4 || members.shape()[2] > 65535) return false;  // chunks: grid.y
+  // One table per q, k, v head (or one shared): rounds (a table per head and round) run the float32 kernels.
+  if (members.shape()[1] != 1 && members.shape()[1] != q.shape()[1]) return false;
   return q.shape()[3] == 64 && k.shape()[3] == 64 && v.shape()[3] == 64;
 }
 
@@ -674,6 +676,7 @@ void block_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const 
   const char* op = "block_attention";
   CF_CHECK(block_attention_16bit_supported(q, k, v, members), Error, "[", op,
            "] internal: the tensor-core kernel does not take q ", q.describe());
+  CF_CHECK(p.rounds == 1, Error, "[", op, "] internal: the tensor-core kernel takes one round, got ", p.rounds);
   check_inputs(q, k, v, out, lse, op);
   cu::use_device_of(out, op);
   // Tokens in no slot keep out = 0, lse = -inf.
@@ -688,6 +691,8 @@ void block_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const
                                          const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                          const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                          const Tensor& dk, const Tensor& dv) {
+  CF_CHECK(p.rounds == 1, Error, "[block_attention] internal: the tensor-core kernel takes one round, got ",
+           p.rounds);
   const char* op = "block_attention";
   CF_CHECK(block_attention_16bit_supported(q, k, v, members), Error, "[", op,
            "] internal: the tensor-core backward does not take q ", q.describe());

@@ -30,7 +30,17 @@ BlockAttentionOptions block_options(const ChunkedAttentionOptions& o) {
   b.self_mask = o.self_mask;
   b.self_score = kSelfMaskedScore;
   b.scale = o.scale;
+  b.rounds = o.rounds;
+  b.combine_rounds = o.combine_rounds;
   return b;
+}
+
+// t (B, H, N, D) with head h repeated R times in a row (head h * R + r): the rounds
+// written out, for the dense reference.
+Tensor repeat_heads(const Tensor& t, int64_t R) {
+  if (R == 1) return t;
+  const Shape& s = t.shape();
+  return reshape(expand(unsqueeze(t, 2), {s[0], s[1], R, s[2], s[3]}), {s[0], s[1] * R, s[2], s[3]});
 }
 
 }  // namespace
@@ -52,7 +62,7 @@ ChunkedAttentionResult chunked_attention(const Tensor& q, const Tensor& k, const
   // member table, scores per (chunk, window) tile, outputs written in token order.
   // Autocast: 16-bit q, k, v the tensor-core arm does not take run on float32 copies, as
   // block_attention's own entry does (the unchecked call below bypasses it).
-  if (ops::block_attention_on_float32_copies(q, k, v, members))
+  if (ops::block_attention_on_float32_copies(q, k, v, members, o.rounds))
     return chunked_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), members,
                              key_padding_mask, o);
   const BlockAttentionOptions bo = block_options(o);
@@ -106,6 +116,23 @@ ChunkedAttentionResult chunked_dense_attention(const Tensor& q, const Tensor& k,
                                                const Tensor& members, const Tensor& key_padding_mask,
                                                const ChunkedAttentionOptions& o) {
   ops::check_block_attention_args(q, k, v, members, key_padding_mask, block_options(o), "chunked_dense_attention");
+  if (o.rounds > 1) {
+    ChunkedAttentionOptions one = o;
+    one.rounds = 1;
+    one.combine_rounds = false;
+    const int64_t R = o.rounds;
+    ChunkedAttentionResult r = chunked_dense_attention(repeat_heads(q, R), repeat_heads(k, R),
+                                                       repeat_heads(v, R), members, key_padding_mask, one);
+    if (!o.combine_rounds) return r;
+    // Combined through the rounds' log-sum-exp; a row whose every round is -inf gets out 0, lse -inf
+    // (softmax gives zero weights there; the masked logsumexp keeps its gradient finite).
+    const int64_t B = q.shape()[0], H = q.shape()[1], N = q.shape()[2], Dv = v.shape()[3];
+    Tensor lr = reshape(r.lse, {B, H, R, N});
+    Tensor out = sum(reshape(r.out, {B, H, R, N, Dv}) * reshape(softmax(lr, 2), {B, H, R, N, 1}), {2});
+    Tensor dead = eq(amax(lr, {2}), -INFINITY);  // (B, H, N)
+    Tensor lse = logsumexp(masked_fill(lr, reshape(dead, {B, H, 1, N}), 0.0), {2});
+    return {out, masked_fill(lse, dead, -INFINITY)};
+  }
   struct {
     int64_t B, N, Dk, Hm;
   } d{q.shape()[0], q.shape()[2], q.shape()[3], members.shape()[1]};

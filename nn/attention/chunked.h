@@ -29,18 +29,26 @@ struct ChunkedAttentionOptions {
   // next to any allowed key and weight 1 when it is alone.
   bool self_mask = false;
   double scale = 0.0;  // score scale; 0 means 1/sqrt(d_k)
+  // Rounds R of chunking over the same q, k, v (LSH's hashing rounds): members has
+  // H * R heads, head h * R + r chunking q, k, v head h, and the results have H * R
+  // heads. The kernel reads q, k, v once per round through the table: no R copies.
+  int64_t rounds = 1;
+  // With rounds > 1: the results are the rounds combined through their log-sum-exp
+  // (Reformer section 2.1, multi-round LSH: out = sum_r exp(lse_r - lse) out_r,
+  // lse = log sum_r exp(lse_r)), H heads; the per-round results never leave the op.
+  bool combine_rounds = false;
 };
 
 // The score a self-masked query gives itself (Reformer).
 constexpr double kSelfMaskedScore = -1e5;
 
 struct ChunkedAttentionResult {
-  Tensor out;  // (B, H, N, Dv), original token order
-  Tensor lse;  // (B, H, N): log-sum-exp of the query's allowed scaled scores; -inf where none
+  Tensor out;  // (B, H * rounds, N, Dv) (H heads with combine_rounds), original token order
+  Tensor lse;  // (B, H * rounds, N): log-sum-exp of the query's allowed scaled scores; -inf where none
 };
 
 // q, k (B, H, N, Dk), v (B, H, N, Dv): one float dtype, self-attention (same N).
-// members: int64 (B, Hm, C, w), Hm == H or 1 (shared by the heads): the original
+// members: int64 (B, Hm, C, w), Hm == H * rounds or 1 (shared by the heads): the original
 // position held by each of the w slots of each of the C chunks; -1 marks an empty
 // slot. A position appears at most once in members[b, h]; a position in no slot
 // gets out = 0 and lse = -inf.

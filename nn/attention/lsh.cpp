@@ -27,7 +27,7 @@ Tensor lsh_rotations(int64_t n_heads, int64_t head_dim, int64_t n_hashes, int64_
   return randn({n_heads, head_dim, n_hashes, n_buckets / 2}, dtype, gen, 0.0, 1.0, device);
 }
 
-Tensor lsh_buckets(const Tensor& x, const Tensor& rotations) {
+Tensor lsh_buckets(const Tensor& x, const Tensor& rotations, int64_t chunk_bytes) {
   CF_CHECK(x.defined() && rotations.defined() && x.dim() == 4 && rotations.dim() == 4 &&
                rotations.shape()[0] == x.shape()[1] && rotations.shape()[1] == x.shape()[3],
            ShapeError, "[lsh_buckets] expected x (B, H, N, D) and rotations (H, D, n_hashes, n_buckets/2), got x ",
@@ -37,14 +37,24 @@ Tensor lsh_buckets(const Tensor& x, const Tensor& rotations) {
            rotations.dtype());
   NoGradGuard ng;
   const Shape& s = x.shape();
-  const int64_t H = s[1], D = s[3], R = rotations.shape()[2], half = rotations.shape()[3];
-  // Figure 1: h(x) = argmax([xR; -xR]) for each round's rotation.
-  Tensor xr = reshape(matmul(x.detach(), reshape(rotations, {1, H, D, R * half})), {s[0], H, s[2], R, half});
-  // argmax over [xR; -xR] without building it: the larger of max(xR) and -min(xR); on a tie the first index,
-  // which lies in the xR half (what argmax of the concatenation returns).
-  ValuesIndices hi = max(xr, -1), lo = min(xr, -1);
-  Tensor b = where(ge(hi.values, -lo.values), hi.indices, lo.indices + double(half));  // (B, H, N, R)
-  return contiguous(transpose(b, 2, 3));
+  const int64_t B = s[0], H = s[1], N = s[2], D = s[3], R = rotations.shape()[2], half = rotations.shape()[3];
+  const Tensor rot = reshape(rotations, {1, H, D, R * half});
+  // Figure 1: h(x) = argmax([xR; -xR]) for each round's rotation, over chunks of rows: the
+  // projections xR, (B, H, rows, R, n_buckets / 2), are the one large temporary, and whole they
+  // would grow as N^2 (n_buckets grows with N: 8.6 GB for 8 rounds of 4 heads at N = 65536).
+  const int64_t row_bytes = std::max<int64_t>(1, B * H * R * half * int64_t(dtype_size(x.dtype())));
+  const int64_t rows = std::max<int64_t>(1, chunk_bytes / row_bytes);
+  std::vector<Tensor> parts;
+  for (int64_t n0 = 0; n0 < N; n0 += rows) {
+    const int64_t n = std::min(rows, N - n0);
+    Tensor xr = reshape(matmul(narrow(x.detach(), 2, n0, n), rot), {B, H, n, R, half});
+    // argmax over [xR; -xR] without building it: the larger of max(xR) and -min(xR); on a tie the first
+    // index, which lies in the xR half (what argmax of the concatenation returns).
+    ValuesIndices hi = max(xr, -1), lo = min(xr, -1);
+    parts.push_back(where(ge(hi.values, -lo.values), hi.indices, lo.indices + double(half)));  // (B, H, n, R)
+  }
+  if (parts.empty()) return Tensor::empty({B, H, R, 0}, kInt64, x.device());
+  return contiguous(transpose(parts.size() == 1 ? parts[0] : cat(parts, 2), 2, 3));
 }
 
 Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, int64_t n_buckets,
@@ -55,7 +65,7 @@ Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, in
                v.shape()[1] == q.shape()[1] && v.shape()[2] == q.shape()[2],
            ShapeError, "[", who, "] expected q (B, H, N, D) and v (B, H, N, Dv), got q ",
            q.defined() ? shape_str(q.shape()) : "undefined", ", v ", v.defined() ? shape_str(v.shape()) : "undefined");
-  const int64_t B = q.shape()[0], H = q.shape()[1], N = q.shape()[2], Dv = v.shape()[3];
+  const int64_t B = q.shape()[0], H = q.shape()[1], N = q.shape()[2];
   CF_CHECK(buckets.defined() && buckets.dtype() == kInt64 && buckets.dim() == 4 && buckets.shape()[0] == B &&
                buckets.shape()[1] == H && buckets.shape()[3] == N && buckets.shape()[2] >= 1,
            ShapeError, "[", who, "] buckets must be int64 (B, H, n_hashes, N) = (", B, ", ", H, ", n_hashes, ", N,
@@ -80,23 +90,21 @@ Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, in
   // Sort by (bucket, position): the sort is stable, so equal buckets keep position order.
   Tensor order = reshape(argsort(b, -1), {B, H * R, N});
   Tensor members = chunk_order(order, bucket_size);  // (B, H * R, C, m)
-  // Rounds folded into the head axis: one chunked call for all rounds.
-  auto rep = [&](const Tensor& t) {
-    const Shape& s = t.shape();
-    return reshape(expand(unsqueeze(t, 2), {B, H, R, N, s[3]}), {B, H * R, N, s[3]});
-  };
-  Tensor qr = rep(q), kr = rep(l2_normalize(q)), vr = rep(v);  // section 2: k_j = q_j / |q_j|
+  // One chunked call for all rounds: the kernel reads q, k, v through each round's
+  // table (head h * R + r), so no round holds a copy of them.
+  const Tensor k = l2_normalize(q);  // section 2: k_j = q_j / |q_j|
   ChunkedAttentionOptions o;
   o.look_back = 1;  // section 2, "LSH attention": own chunk and the previous one
   o.causal = causal;
   o.self_mask = true;
   o.scale = scale;
-  ChunkedAttentionResult r = dense_reference ? chunked_dense_attention(qr, kr, vr, members, key_padding_mask, o)
-                                             : chunked_attention(qr, kr, vr, members, key_padding_mask, o);
-  if (R == 1) return r.out;
-  // Multi-round: o_i = sum_r exp(z_r - logsumexp_r z_r) o_i^(r). All rounds -inf (nothing to attend) -> zeros.
-  Tensor weights = softmax(reshape(r.lse, {B, H, R, N}), 2);
-  return sum(reshape(r.out, {B, H, R, N, Dv}) * reshape(weights, {B, H, R, N, 1}), {2});
+  o.rounds = R;
+  // Multi-round (section 2.1): o_i = sum_r exp(z_r - logsumexp_r z_r) o_i^(r), inside the op; all rounds
+  // -inf (nothing to attend) -> zeros.
+  o.combine_rounds = true;
+  ChunkedAttentionResult r = dense_reference ? chunked_dense_attention(q, k, v, members, key_padding_mask, o)
+                                             : chunked_attention(q, k, v, members, key_padding_mask, o);
+  return r.out;
 }
 
 LSHAttention::LSHAttention(int64_t n_hashes, int64_t bucket_size, int64_t n_buckets, int64_t seed, double scale)

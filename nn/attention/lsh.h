@@ -34,8 +34,9 @@ Tensor lsh_rotations(int64_t n_heads, int64_t head_dim, int64_t n_hashes, int64_
                      Generator& gen, Device device = Device::cpu());
 
 // Buckets h(x) = argmax([x R; -x R]) of x (B, H, N, D) under rotations (H, D, n_hashes, n_buckets / 2):
-// int64 (B, H, n_hashes, N) in [0, n_buckets).
-Tensor lsh_buckets(const Tensor& x, const Tensor& rotations);
+// int64 (B, H, n_hashes, N) in [0, n_buckets). The projections x R are made for a chunk of rows at a time,
+// at most chunk_bytes of them (at least one row): whole, they would grow as N^2.
+Tensor lsh_buckets(const Tensor& x, const Tensor& rotations, int64_t chunk_bytes = int64_t(64) << 20);
 
 // LSH attention of q (B, H, N, D) (keys: q normalised) and v (B, H, N, Dv) for fixed buckets (B, H, n_hashes, N)
 // with values in [0, n_buckets]; tokens with key_padding_mask (B, N) true are moved to bucket n_buckets. With

@@ -367,23 +367,28 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         release_gil());
   m.def(cf::opname::block_attention,
         [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members, std::optional<Tensor> kpm,
-           int64_t look_back, int64_t look_ahead, bool causal, bool self_mask, double scale) {
+           int64_t look_back, int64_t look_ahead, bool causal, bool self_mask, double scale, int64_t rounds,
+           bool combine_rounds) {
           cf::BlockAttentionOptions o;
           o.look_back = look_back;
           o.look_ahead = look_ahead;
           o.causal = causal;
           o.self_mask = self_mask;
           o.scale = scale;
+          o.rounds = rounds;
+          o.combine_rounds = combine_rounds;
           cf::BlockAttentionResult r = cf::block_attention(q, k, v, members, kpm ? *kpm : Tensor(), o);
           return Pair{r.out, r.lse};
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("members"), nb::arg("key_padding_mask") = nb::none(),
         nb::arg("look_back") = 0, nb::arg("look_ahead") = 0, nb::arg("causal") = false, nb::arg("self_mask") = false,
-        nb::arg("scale") = 0.0,
-        "Fused attention within gathered blocks: members int64 (B, H or 1, C, w) holds the original position of "
-        "each slot (-1 empty); chunk c's queries see the keys of chunks c - look_back .. c + look_ahead (cyclic). "
-        "causal compares original positions; self_mask gives a query's own score -1e5 (Reformer). Returns (out "
-        "(B, H, N, Dv), lse (B, H, N)); tokens in no slot or with nothing allowed get 0 and -inf. Differentiable "
+        nb::arg("scale") = 0.0, nb::arg("rounds") = 1, nb::arg("combine_rounds") = false,
+        "Fused attention within gathered blocks: members int64 (B, H * rounds or 1, C, w) holds the original "
+        "position of each slot (-1 empty); chunk c's queries see the keys of chunks c - look_back .. c + look_ahead "
+        "(cyclic). causal compares original positions; self_mask gives a query's own score -1e5 (Reformer). rounds "
+        "R (LSH's hashing rounds): table head h * R + r over q, k, v head h, no copies of them. Returns (out "
+        "(B, H * R, N, Dv), lse (B, H * R, N)); with combine_rounds the rounds combined through their log-sum-exp "
+        "(B, H, N, Dv) and (B, H, N). Tokens in no slot or with nothing allowed get 0 and -inf. Differentiable "
         "through both.",
         release_gil());
   m.def(cf::opname::sparse_dot, &cf::sparse_dot, nb::arg("q"), nb::arg("k"), nb::arg("idx"),

@@ -1,4 +1,6 @@
 """Autograd from Python: backward, grad, requires_grad, detach, no_grad, gradcheck."""
+import math
+
 import pytest
 
 import cf
@@ -108,3 +110,29 @@ def test_sparse_products_and_query_clustering():
     assert ids.tolist() == [[0, 0, 1, 1]]
     with pytest.raises(cf.IndexError, match=r"\[sparse_dot\] idx value 3"):
         cf.sparse_dot(q, k, cf.tensor([[[3, 0], [1, 1]]], dtype=cf.int64))
+
+
+def test_block_attention_rounds_read_one_q_k_v_and_combine_through_lse():
+    # Two rounds over one head: the same as the head repeated per round; combined, the rounds' log-sum-exp rule.
+    g = cf.Generator(5)
+    q, k, v = (cf.rand([1, 1, 4, 3], dtype=cf.float64, generator=g, low=-1, high=1) for _ in range(3))
+    members = cf.tensor([[[[0, 1], [2, 3]], [[3, 1], [0, 2]]]], dtype=cf.int64)  # (1, 2 rounds, 2 chunks, 2)
+    out, lse = cf.block_attention(q, k, v, members, rounds=2)
+    assert out.shape == (1, 2, 4, 3) and lse.shape == (1, 2, 4)
+    rep = lambda t: cf.cat([t, t], 1)
+    out_rep, lse_rep = cf.block_attention(rep(q), rep(k), rep(v), members)
+    flat = lambda t: [x for a in t.tolist() for b in a for c in b for x in c]
+    assert flat(out) == pytest.approx(flat(out_rep), rel=1e-12)
+    both, lse_c = cf.block_attention(q, k, v, members, rounds=2, combine_rounds=True)
+    assert both.shape == (1, 1, 4, 3)
+    l0, l1 = lse.tolist()[0]
+    o0, o1 = out.tolist()[0]
+    for n in range(4):
+        top = max(l0[n], l1[n])
+        z = math.exp(l0[n] - top) + math.exp(l1[n] - top)
+        assert lse_c.tolist()[0][0][n] == pytest.approx(top + math.log(z), rel=1e-12)
+        w0 = math.exp(l0[n] - top) / z
+        for c in range(3):
+            assert both.tolist()[0][0][n][c] == pytest.approx(w0 * o0[n][c] + (1 - w0) * o1[n][c], rel=1e-12)
+    with pytest.raises(cf.ShapeError, match=r"does not fit q \(1,1,4,3\) and rounds=3"):
+        cf.block_attention(q, k, v, members, rounds=3)

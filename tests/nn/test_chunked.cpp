@@ -17,11 +17,13 @@ Tensor random_order(int64_t B, int64_t Hm, int64_t N, uint64_t seed) {
 }
 
 // Checks out and lse of the efficient path against the dense reference, and the
-// gradients of a random projection of both with respect to q, k and v.
+// gradients of a random projection of both with respect to q, k and v (H heads;
+// out and lse have H * o.rounds, or H when the rounds are combined).
 void check_against_dense(const Tensor& members, const Tensor& kpm, const nn::ChunkedAttentionOptions& o,
-                         int64_t H = 2, int64_t N = 10) {
+                         int64_t H = 2, int64_t N = 10, double tol = 1e-12) {
   Tensor q = leaf64({2, H, N, 3}, 11), k = leaf64({2, H, N, 3}, 12), v = leaf64({2, H, N, 4}, 13);
-  Tensor wo = leaf64({2, H, N, 4}, 14).detach(), wl = leaf64({2, H, N}, 15).detach();
+  const int64_t Ho = o.combine_rounds ? H : H * o.rounds;
+  Tensor wo = leaf64({2, Ho, N, 4}, 14).detach(), wl = leaf64({2, Ho, N}, 15).detach();
   auto loss = [&](const nn::ChunkedAttentionResult& r) {
     // lse is -inf for tokens with nothing to attend to: leave those out of the loss.
     Tensor finite = masked_fill(r.lse, eq(r.lse, -INFINITY), 0.0);
@@ -35,19 +37,19 @@ void check_against_dense(const Tensor& members, const Tensor& kpm, const nn::Chu
   v.zero_grad();
   nn::ChunkedAttentionResult dense = nn::chunked_dense_attention(q, k, v, members, kpm, o);
   loss(dense).backward();
-  check_close(fast.out, dense.out, 1e-12);
+  check_close(fast.out, dense.out, tol);
   auto lf = values(fast.lse), ld = values(dense.lse);
   REQUIRE(lf.size() == ld.size());
   for (size_t i = 0; i < lf.size(); ++i) {
     if (std::isinf(ld[i])) {
       CHECK(lf[i] == ld[i]);
     } else {
-      CHECK(lf[i] == doctest::Approx(ld[i]).epsilon(1e-12));
+      CHECK(lf[i] == doctest::Approx(ld[i]).epsilon(tol));
     }
   }
-  check_close(g_fast[0], q.grad(), 1e-12);
-  check_close(g_fast[1], k.grad(), 1e-12);
-  check_close(g_fast[2], v.grad(), 1e-12);
+  check_close(g_fast[0], q.grad(), tol);
+  check_close(g_fast[1], k.grad(), tol);
+  check_close(g_fast[2], v.grad(), tol);
 }
 
 Tensor padding_mask_2x10() {
@@ -90,6 +92,94 @@ TEST_CASE("chunked attention equals its dense reference on chunks large enough f
     o.look_back = 1;
     o.causal = causal;
     check_against_dense(nn::chunk_order(random_order(2, 2, 600, 31), 32), kpm, o, 2, 600);
+  }
+}
+
+TEST_CASE("chunked attention over rounds (a table per head and round, one q, k, v) equals its dense reference") {
+  // The dense reference repeats q, k, v per round; the kernels read them through
+  // each round's table and sum the rounds' gradients.
+  Tensor kpm = padding_mask_2x10();
+  for (int64_t rounds : {int64_t(2), int64_t(3)})
+    for (bool causal : {false, true})
+      for (int64_t back : {int64_t(0), int64_t(1), int64_t(2)}) {
+        CAPTURE(rounds);
+        CAPTURE(causal);
+        CAPTURE(back);
+        nn::ChunkedAttentionOptions o;
+        o.look_back = back;
+        o.look_ahead = back == 2 ? 1 : 0;
+        o.causal = causal;
+        o.self_mask = causal;
+        o.rounds = rounds;
+        for (bool combine : {false, true}) {
+          CAPTURE(combine);
+          o.combine_rounds = combine;
+          // A self-only query's lse is the self score, -1e5: its last 1e-11 are rounding, and combined
+          // rounds weigh each other by exp(lse_r - lse), so both sides carry ~1e-11 relative error there.
+          const double tol = combine && o.self_mask ? 1e-9 : 1e-12;
+          check_against_dense(nn::chunk_order(random_order(2, 2 * rounds, 10, uint64_t(40 + rounds)), 3), kpm, o,
+                              2, 10, tol);
+          // One table shared by every head and round.
+          check_against_dense(nn::chunk_order(random_order(2, 1, 10, uint64_t(50 + rounds)), 4), kpm, o, 2, 10,
+                              tol);
+        }
+      }
+  // Chunks large enough for the parallel kernel: the rounds add up across threads.
+  nn::ChunkedAttentionOptions o;
+  o.look_back = 1;
+  o.rounds = 4;
+  std::vector<bool> m(1200, false);
+  for (int64_t j = 1190; j < 1200; ++j) m[size_t(j)] = true;
+  check_against_dense(nn::chunk_order(random_order(2, 8, 600, 33), 32), Tensor::from_vector(m, {2, 600}), o, 2, 600);
+  o.combine_rounds = true;
+  check_against_dense(nn::chunk_order(random_order(2, 8, 600, 34), 32), Tensor::from_vector(m, {2, 600}), o, 2, 600);
+}
+
+TEST_CASE("chunked attention over combined rounds: rows with nothing in some or every round") {
+  // Position 0 of batch 0 sits in no slot of round 0 and 1 of head 0, position 1 in none at all: out 0 and
+  // lse -inf where every round is empty, the other rounds' attention alone where one is; zero gradients.
+  Tensor q = leaf64({1, 1, 4, 3}, 1), k = leaf64({1, 1, 4, 3}, 2), v = leaf64({1, 1, 4, 2}, 3);
+  Tensor members = ti64({-1, 2, 3, -1, /**/ 0, 2, 3, -1}, {1, 2, 1, 4});
+  nn::ChunkedAttentionOptions o;
+  o.rounds = 2;
+  o.combine_rounds = true;
+  nn::ChunkedAttentionResult r = nn::chunked_attention(q, k, v, members, Tensor(), o);
+  nn::ChunkedAttentionOptions single;  // round 1 alone
+  nn::ChunkedAttentionResult r1 = nn::chunked_attention(q, k, v, narrow(members, 1, 1, 1), Tensor(), single);
+  auto out = values(r.out), lse = values(r.lse), out1 = values(r1.out), lse1 = values(r1.lse);
+  // Position 0, in round 1 only: round 1's attention, both columns and lse.
+  CHECK(out[0] == doctest::Approx(out1[0]).epsilon(1e-12));
+  CHECK(out[1] == doctest::Approx(out1[1]).epsilon(1e-12));
+  CHECK(lse[0] == doctest::Approx(lse1[0]).epsilon(1e-12));
+  CHECK(out[2] == 0.0);
+  CHECK(out[3] == 0.0);
+  CHECK(lse[1] == -INFINITY);
+  CHECK(std::isfinite(lse[2]));
+  CHECK(std::isfinite(lse[3]));
+  sum(r.out * r.out).backward();
+  CHECK(values(q.grad())[3] == 0.0);  // position 1 (row 1 of q) is in no slot
+  CHECK(std::isfinite(values(q.grad())[0]));
+}
+
+TEST_CASE("chunked attention over rounds: float64 gradcheck") {
+  Tensor kpm = padding_mask_2x10();
+  nn::ChunkedAttentionOptions o;
+  o.look_back = 1;
+  o.causal = true;
+  o.self_mask = true;
+  o.rounds = 3;
+  Tensor members = nn::chunk_order(random_order(2, 6, 10, 23), 4);
+  Tensor q = leaf64({2, 2, 10, 3}, 1), k = leaf64({2, 2, 10, 3}, 2), v = leaf64({2, 2, 10, 2}, 3);
+  for (bool combine : {false, true}) {
+    CAPTURE(combine);
+    o.combine_rounds = combine;
+    GradcheckResult r = gradcheck(
+        [&](const std::vector<Tensor>& xs) {
+          nn::ChunkedAttentionResult c = nn::chunked_attention(xs[0], xs[1], xs[2], members, kpm, o);
+          return sum(c.out * c.out) + sum(masked_fill(c.lse, lt(c.lse, -1e4), 0.0));
+        },
+        {q, k, v});
+    CHECK_MESSAGE(r.ok, r.message);
   }
 }
 
@@ -191,6 +281,15 @@ TEST_CASE("chunked attention rejects bad arguments with the shapes in the messag
                    "[chunked_attention] q and k must have one shape", "(1,2,5,3)");
   CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, Tensor::full({1, 3, 2, 2}, -1.0, kInt64), Tensor(), o),
                    ShapeError, "members (1,3,2,2) does not fit q (1,2,4,3)");
+  nn::ChunkedAttentionOptions two = o;
+  two.rounds = 2;  // a table per head and round: 4 heads, or 1 shared
+  CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, Tensor::full({1, 2, 2, 2}, -1.0, kInt64), Tensor(), two),
+                   ShapeError,
+                   "[chunked_attention] members (1,2,2,2) does not fit q (1,2,4,3) and rounds=2 (want (1, 4 or 1, C >= "
+                   "1, w >= 1))");
+  two.rounds = 0;
+  CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, members, Tensor(), two), ValueError,
+                   "[chunked_attention] rounds must be >= 1, got 0");
   CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, ti64({0, 1, 1, 3}, {1, 1, 2, 2}), Tensor(), o), ValueError,
                    "position 1 appears twice in members[0, 0]");
   CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, ti64({0, 1, 4, 3}, {1, 1, 2, 2}), Tensor(), o), IndexError,

@@ -89,6 +89,10 @@ TEST_CASE("LSH attention: hashing is argmax over [xR | -xR], fixed by the seed, 
   CHECK(nn::lsh_buckets(one, t64({1.0, -1.0}, {1, 1, 1, 2})).to_vector<int64_t>() == std::vector<int64_t>{0});
   CHECK(nn::lsh_buckets(one, t64({-1.0, 1.0}, {1, 1, 1, 2})).to_vector<int64_t>() == std::vector<int64_t>{1});
   CHECK(nn::lsh_buckets(one, t64({-1.0, -2.0}, {1, 1, 1, 2})).to_vector<int64_t>() == std::vector<int64_t>{3});
+  // Rows projected in chunks (one row, 3 rows, 4 of 5) give the same buckets as one chunk.
+  for (int64_t chunk_bytes : {int64_t(1), int64_t(3 * 2 * 2 * 2 * 8), int64_t(4 * 2 * 2 * 2 * 8)})
+    CHECK(nn::lsh_buckets(x, rot, chunk_bytes).to_vector<int64_t>() == bv);
+  CHECK(nn::lsh_buckets(narrow(x, 2, 0, 0), rot).shape() == Shape{1, 2, 2, 0});
   Tensor q = randn({1, 2, 40, 3}, kFloat64, g);
   nn::LSHAttention seeded(4, 4, 8, /*seed=*/7), fresh(4, 4, 8);
   CHECK(values(seeded.hash(q)) == values(seeded.hash(q)));

@@ -295,6 +295,30 @@ PARITY_CASE(block_attention) {
         check_parity("block_attention", [&](const std::vector<Tensor>& x) { return finite_lse(run(x).lse); }, in,
                      grad_tolerance());
       }
+  }  // Rounds (LSH): a table per head and round over one q, k, v (or one shared); the backward adds
+  // the rounds' gradients launch by launch. Holes: a token in no slot of one round
+  // still gets the others' gradients.
+  for (int64_t rounds : {int64_t(2), int64_t(3)}) {
+    // rounds 3: one table shared by every head and round.
+    Tensor members = random_members(2, rounds == 3 ? 1 : 2 * rounds, 70, 33, 4, mseed++);
+    Tensor kpm = padding_mask(2, 70, 6);
+    BlockAttentionOptions o;
+    o.look_back = 1;
+    o.causal = rounds == 3;
+    o.self_mask = true;
+    o.rounds = rounds;
+    o.combine_rounds = rounds == 3;
+    INFO("rounds ", rounds);
+    std::vector<Tensor> in = {leaf32({2, 2, 70, 16}, seed), leaf32({2, 2, 70, 16}, seed + 1),
+                              leaf32({2, 2, 70, 8}, seed + 2)};
+    seed += 3;
+    auto run = [&](const std::vector<Tensor>& x) {
+      const Device d = x[0].device();
+      return block_attention(x[0], x[1], x[2], members.to(d), kpm.to(d), o);
+    };
+    check_parity("block_attention", [&](const std::vector<Tensor>& x) { return run(x).out; }, in, grad_tolerance());
+    check_parity("block_attention", [&](const std::vector<Tensor>& x) { return finite_lse(run(x).lse); }, in,
+                 grad_tolerance());
   }
 }
 
@@ -311,6 +335,22 @@ CUDA_TEST_CASE("block_attention float64 gradcheck on CUDA") {
                     return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
                   },
                   {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
+}
+
+CUDA_TEST_CASE("block_attention over rounds, apart and combined: float64 gradcheck on CUDA") {
+  Tensor members = random_members(2, 6, 9, 3, 1, 6).to(Device::cuda(0));
+  BlockAttentionOptions o;
+  o.look_back = 1;
+  o.rounds = 3;
+  for (bool combine : {false, true}) {
+    o.combine_rounds = combine;
+    check_grad_cuda("block_attention",
+                    [&](const std::vector<Tensor>& x) {
+                      BlockAttentionResult r = block_attention(x[0], x[1], x[2], members, Tensor(), o);
+                      return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
+                    },
+                    {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
+  }
 }
 
 CUDA_TEST_CASE("block_attention's member checks on CUDA read nothing back and give the CPU's errors at the next read") {
