@@ -6,7 +6,8 @@
 #
 #   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo
 #
-# scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s);
+# scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), and issue 24's
+# LSH-8 peak memory at N = 16384 and 65536;
 # demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs;
 # bf16: issue 26's GPU figures (bf16 matmul vs cuBLAS GemmEx, bf16 attention and model steps beside fp32, and
 # the peers under torch.autocast), logs in $OUT/bf16.log;
@@ -87,6 +88,15 @@ if has scale; then
       > "$OUT/model-$n.json" 2> "$OUT/model-$n.err"
     note "cf-bench model N=$n rc=$? in $(( $(date +%s) - t0 )) s"
   done
+  # Issue 24's LSH-8 memory target (peak below 2 GB at N = 65536, forward + backward).
+  t0=$(date +%s)
+  timeout 120 "$B/apps/cf-bench" attention --device cuda --variants lsh --sizes 16384,65536 --repeat 1 \
+    > "$OUT/lsh-memory.json" 2> "$OUT/lsh-memory.err"
+  note "cf-bench attention lsh N=16384,65536 rc=$? in $(( $(date +%s) - t0 )) s: $(python3 -c '
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    print("%s fwd+bwd %.3f s peak %.0f MB;" % (r["name"], r["forward_backward_time_s"], r["forward_backward_peak_bytes"] / 1e6), end=" ")
+' "$OUT/lsh-memory.json" 2>/dev/null)"
 fi
 
 if has demo; then
