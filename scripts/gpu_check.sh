@@ -55,9 +55,10 @@ if has sanitize; then
   # The CUDA code no GPU has run yet: the tensor-core kernels on the row maps (block_attention's 16-bit
   # arm, new; flash_attention's, rewritten on the maps), neural clustering on them, and the float32
   # kernels whose maps moved to attention_maps.cuh, and block_attention's rounds (per-round backward
-  # launches, the rounds_combine / rounds_split kernels). (Earlier lists passed both tools on an H200 on
-  # 2026-11-26 and 2026-11-27.)
-  cases='cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: neural clustering under autocast*,cuda: parity block_attention,cuda: block_attention over rounds*'
+  # launches, the rounds_combine / rounds_split kernels), flash_attention's lse gradient (dlse, float32
+  # and tensor-core backward) and clustered attention through it. (Earlier lists passed both tools on an
+  # H200 on 2026-11-26 and 2026-11-27.)
+  cases='cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: flash_attention_with_lse*,cuda: neural clustering under autocast*,cuda: parity block_attention,cuda: block_attention over rounds*,cuda: parity flash_attention,cuda: clustered and improved*'
   t0=$(date +%s)
   for tool in memcheck racecheck; do
     tc=$cases

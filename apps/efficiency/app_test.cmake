@@ -3,8 +3,8 @@
 #           naming the bad option or key.
 #   smoke:  a tiny model at two sequence lengths, every registered variant: the CSV
 #           has a row per (variant, N, mode) with positive times and peak bytes, the
-#           summary has the ratios to full, full attention's peak memory grows faster
-#           with N than efficient variants', and a rerun replaces the files whole;
+#           summary has the ratios to full, full attention's peak memory grows no
+#           faster than N (the fused kernel), and a rerun replaces the files whole;
 #           --precision bf16: the start and summary lines and the tables say so,
 #           every variant of this build is measured (full and the float32 islands
 #           of docs/design-notes.md), and a variant added without a 16-bit path
@@ -123,28 +123,22 @@ if(NOT plots STREQUAL "written")
 endif()
 
 # Memory: full attention runs the fused kernel (issue 24: no N x N matrix), so from
-# N = 128 to 512 (x4) its training peak must grow no faster than an efficient
-# variant's. The dense path grew faster than both (its N x N scores and their
-# gradients: this file asserted exactly that before issue 24), so this fails if
-# full attention falls back to it. Peak bytes are counted by cf's allocator and
-# are deterministic for a config.
+# N = 128 to 512 (x4) its training peak must grow at most as N does (x3.4 here). The
+# dense path keeps N x N scores and weights (2 heads x 512^2 floats = 2 MiB each at
+# N = 512, three times the fused peak of 0.66 MB, 16 times less at N = 128): one such
+# tensor alone would make the growth about x8, so this fails if full attention falls
+# back to it. (This file once compared full's growth with clustered attention's;
+# since clustered attention also runs the fused kernel over its centroids, issue 24,
+# it holds no (C, N) matrix either and grows slower than full.) Peak bytes are counted
+# by cf's allocator and are deterministic for a config.
 string(JSON f128 GET "${summary}" table full 128 train peak_bytes_mean)
 string(JSON f512 GET "${summary}" table full 512 train peak_bytes_mean)
 math(EXPR full_growth_x100 "${f512} * 100 / ${f128}")
-foreach(v clustered lsh)
-  list(FIND variants ${v} i)
-  if(i LESS 0)
-    continue()
-  endif()
-  string(JSON e128 GET "${summary}" table ${v} 128 train peak_bytes_mean)
-  string(JSON e512 GET "${summary}" table ${v} 512 train peak_bytes_mean)
-  math(EXPR eff_growth_x100 "${e512} * 100 / ${e128}")
-  message(STATUS "training peak growth from N=128 to 512: full x${full_growth_x100}/100, ${v} x${eff_growth_x100}/100")
-  if(full_growth_x100 GREATER eff_growth_x100)
-    message(FATAL_ERROR "smoke: full attention's peak grew x${full_growth_x100}/100 from N=128 to 512, "
-                        "${v}'s x${eff_growth_x100}/100: the fused kernel should grow no faster")
-  endif()
-endforeach()
+message(STATUS "training peak growth from N=128 to 512: full x${full_growth_x100}/100")
+if(full_growth_x100 GREATER 400)
+  message(FATAL_ERROR "smoke: full attention's training peak grew x${full_growth_x100}/100 from N=128 to 512, "
+                      "faster than N (x4): the fused kernel keeps no N x N matrix")
+endif()
 
 # A rerun into the same folder replaces the files whole (no temporary left).
 file(WRITE "${WORK_DIR}/small.json" "{\"sizes\": [64], \"variants\": [\"full\"], \"d_model\": 16, \"n_layers\": 1,

@@ -54,8 +54,14 @@ void check_scale(double scale, const char* who) {
 
 // ---------------------------------------------------------------- flash_attention
 
-Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, double scale,
-                       bool causal) {
+namespace {
+
+// flash_attention and flash_attention_with_lse: one node either way. Without lse the
+// node's output is out itself; with it, out and lse side by side (B, H, Nq, Dv + 1)
+// as block_attention packs them, so both carry gradients into the one backward
+// (lse's joins through D_i = dO_i . O_i - dlse_i).
+FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                          double scale, bool causal, bool with_lse) {
   const char* op = opname::flash_attention;
   ops::check_defined(q, op, "q");
   ops::check_defined(k, op, "k");
@@ -68,8 +74,8 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
       autocast_dtype() && (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype()));
   const bool tensor_cores = low_precision && kernels::flash_attention_16bit_supported(q, k, v);
   if (low_precision && !tensor_cores)
-    return flash_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), kpm, scale,
-                           causal);
+    return flash_attention_impl(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), kpm,
+                                scale, causal, with_lse);
   ops::check_same_device(op, {&q, &k, &v, &kpm});
   CF_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, ShapeError, "[", op,
            "] expected q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv); got q ", shape_str(q.shape()),
@@ -89,10 +95,11 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   kernels::FlashAttentionParams p;
   p.scale = default_scale(scale, sq[3]);
   p.causal = causal;
+  const int64_t B = sq[0], H = sq[1], Nq = sq[2], Dv = sv[3];
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(kpm);
   const DType out_dtype = tensor_cores ? kFloat32 : q.dtype();
-  Tensor out = Tensor::empty({sq[0], sq[1], sq[2], sv[3]}, out_dtype, q.device());
-  Tensor lse = Tensor::empty({sq[0], sq[1], sq[2]}, out_dtype, q.device());
+  Tensor out = Tensor::empty({B, H, Nq, Dv}, out_dtype, q.device());
+  Tensor lse = Tensor::empty({B, H, Nq}, out_dtype, q.device());
   if (tensor_cores) {
     qc = aligned16(qc);
     kc = aligned16(kc);
@@ -101,19 +108,32 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   } else {
     kernels::flash_attention_forward(qc, kc, vc, mc, p, out, lse);
   }
+  auto out_of = [B, H, Nq, Dv](const Tensor& t) {
+    return make_view(t, {B, H, Nq, Dv}, {H * Nq * (Dv + 1), Nq * (Dv + 1), Dv + 1, 1}, t.offset());
+  };
+  auto lse_of = [B, H, Nq, Dv](const Tensor& t) {
+    return make_view(t, {B, H, Nq}, {H * Nq * (Dv + 1), Nq * (Dv + 1), Dv + 1}, t.offset() + Dv);
+  };
+  Tensor result = out;
+  if (with_lse) {  // the kernels write contiguous rows; the pair is copied side by side (O(Nq Dv))
+    result = Tensor::empty({B, H, Nq, Dv + 1}, out_dtype, q.device());
+    kernels::copy(out, out_of(result));
+    kernels::copy(lse, lse_of(result));
+  }
   if (autograd::any_requires_grad({&q, &k, &v})) {
     SavedTensor s_q(qc), s_k(kc), s_v(vc), s_m(mc), s_o(out), s_l(lse);
     const DType tq = q.dtype(), tk = k.dtype(), tv = v.dtype();
-    autograd::record(op, {q, k, v}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+    autograd::record(op, {q, k, v}, result, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), ov = s_o.unpack(op),
              lv = s_l.unpack(op), mv = s_m.defined() ? s_m.unpack(op) : Tensor();
+      const Tensor go = with_lse ? dense(out_of(g)) : dense(g);
+      const Tensor gl = with_lse ? dense(lse_of(g)) : Tensor();
       if (tensor_cores && kernels::flash_attention_backward_16bit_supported(qv, kv, vv)) {
         // Tensor cores too (head size 64): float32 gradients, returned in the 16-bit dtype.
-        Tensor go = dense(g);
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
         Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
         Tensor dv = Tensor::empty(vv.shape(), kFloat32, vv.device());
-        kernels::flash_attention_backward_16bit_cuda(qv, kv, vv, mv, p, ov, lv, go, dq, dk, dv);
+        kernels::flash_attention_backward_16bit_cuda(qv, kv, vv, mv, p, ov, lv, go, gl, dq, dk, dv);
         return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
       }
       if (tensor_cores) {  // the float32 backward on float32 copies; the gradients go back to the 16-bit dtype
@@ -124,14 +144,27 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
       Tensor dq = Tensor::empty(qv.shape(), qv.dtype(), qv.device());
       Tensor dk = Tensor::empty(kv.shape(), kv.dtype(), kv.device());
       Tensor dv = Tensor::empty(vv.shape(), vv.dtype(), vv.device());
-      kernels::flash_attention_backward(qv, kv, vv, mv, p, ov, lv, dense(g), dq, dk, dv);
+      kernels::flash_attention_backward(qv, kv, vv, mv, p, ov, lv, go, gl, dq, dk, dv);
       if (tensor_cores) return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
       return {dq, dk, dv};
     });
     // What the dense form's two matmuls count (q k^T and weights v), masks or not.
-    out.grad_fn()->forward_macs = sq[0] * sq[1] * sq[2] * sk[2] * (sq[3] + sv[3]);
+    result.grad_fn()->forward_macs = sq[0] * sq[1] * sq[2] * sk[2] * (sq[3] + sv[3]);
   }
-  return out;
+  if (!with_lse) return {out, Tensor()};
+  return {slice(result, 3, 0, Dv), squeeze(slice(result, 3, Dv, Dv + 1), 3)};
+}
+
+}  // namespace
+
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, double scale,
+                       bool causal) {
+  return flash_attention_impl(q, k, v, kpm, scale, causal, false).out;
+}
+
+FlashAttentionResult flash_attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                              double scale, bool causal) {
+  return flash_attention_impl(q, k, v, kpm, scale, causal, true);
 }
 
 // ---------------------------------------------------------------- block_attention

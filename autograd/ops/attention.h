@@ -17,6 +17,19 @@ namespace cf {
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask = Tensor(),
                        double scale = 0.0, bool causal = false);
 
+struct FlashAttentionResult {
+  Tensor out;  // (B, H, Nq, Dv)
+  Tensor lse;  // (B, H, Nq): log-sum-exp of the query's allowed scaled scores; -inf where none
+};
+
+// flash_attention that also hands out each query's log-sum-exp, differentiable in
+// q, k and v through both (d lse_i / d S_ij = P_ij): improved clustered attention
+// reads the centroid weights of the top-k keys from it, exp(S_jl - lse_j). One
+// node, as flash_attention (out and lse are views of one (B, H, Nq, Dv + 1) output).
+FlashAttentionResult flash_attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const Tensor& key_padding_mask = Tensor(), double scale = 0.0,
+                                              bool causal = false);
+
 struct BlockAttentionOptions {
   int64_t look_back = 0;   // chunk c also sees chunks c-1 .. c-look_back (cyclic)
   int64_t look_ahead = 0;  // ... and c+1 .. c+look_ahead (cyclic); a chunk reached twice counts once

@@ -36,11 +36,12 @@ struct FlashAttentionParams {
 // key blocked gets out = 0 and lse = -inf.
 void flash_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                                  const FlashAttentionParams& p, const Tensor& out, const Tensor& lse);
-// dout (B, H, Nq, Dv) contiguous; writes dq, dk, dv (contiguous, preallocated).
+// dout (B, H, Nq, Dv) and dlse (B, H, Nq) contiguous (dlse undefined: no gradient
+// reaches lse); writes dq, dk, dv (contiguous, preallocated).
 void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& key_padding_mask, const FlashAttentionParams& p, const Tensor& out,
-                                  const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                                  const Tensor& dv);
+                                  const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                                  const Tensor& dk, const Tensor& dv);
 
 struct BlockAttentionParams {
   // The chunk offsets every chunk sees, distinct modulo C, offsets[0] == 0.
@@ -91,8 +92,8 @@ void flash_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& lse);
 void flash_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& key_padding_mask, const FlashAttentionParams& p,
-                                   const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                                   const Tensor& dk, const Tensor& dv);
+                                   const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
+                                   const Tensor& dq, const Tensor& dk, const Tensor& dv);
 void block_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                   const Tensor& key_padding_mask, const BlockAttentionParams& p,
                                   const Tensor& out, const Tensor& lse);
@@ -118,8 +119,8 @@ void flash_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const 
 bool flash_attention_backward_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v);
 void flash_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                          const Tensor& key_padding_mask, const FlashAttentionParams& p,
-                                         const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                                         const Tensor& dk, const Tensor& dv);
+                                         const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                         const Tensor& dlse, const Tensor& dq, const Tensor& dk, const Tensor& dv);
 bool block_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members);
 void block_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                         const Tensor& key_padding_mask, const BlockAttentionParams& p,
@@ -141,7 +142,8 @@ inline void flash_attention_forward_16bit_cuda(const Tensor&, const Tensor&, con
 }
 inline void flash_attention_backward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                                 const FlashAttentionParams&, const Tensor&, const Tensor&,
-                                                const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+                                                const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                const Tensor&) {
   throw Error("[flash_attention] internal: the tensor-core kernel needs a CUDA build");
 }
 inline void block_attention_forward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
@@ -174,10 +176,11 @@ inline void flash_attention_forward(const Tensor& q, const Tensor& k, const Tens
 }
 inline void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                      const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
-                                     const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                                     const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
+                                     const Tensor& dv) {
   CF_DEVICE_DISPATCH("flash_attention", out.device(),
-                     flash_attention_backward_cpu(q, k, v, kpm, p, out, lse, dout, dq, dk, dv),
-                     flash_attention_backward_cuda(q, k, v, kpm, p, out, lse, dout, dq, dk, dv));
+                     flash_attention_backward_cpu(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv),
+                     flash_attention_backward_cuda(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv));
 }
 inline void block_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                     const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,

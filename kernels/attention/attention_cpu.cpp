@@ -219,7 +219,7 @@ void row_dots(const T* dO, int64_t ldo_d, const T* O, int64_t ldo, int64_t n, in
 template <typename T>
 void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                           const FlashAttentionParams& p, const Tensor& out, const Tensor& lse, const Tensor& dout,
-                          const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                          const Tensor& dlse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const FlashDims d = flash_dims(q, v);
   const int64_t BH = d.B * d.H;
   std::fill(dq.data<T>(), dq.data<T>() + dq.numel(), T(0));
@@ -233,6 +233,7 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   const T* O = out.data<T>();
   const T* L = lse.data<T>();
   const T* dO = dout.data<T>();
+  const T* dL = dlse.defined() ? dlse.data<T>() : nullptr;
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   const T scale = T(p.scale);
   const int64_t shift = d.Nk - d.Nq, nkt = (d.Nk + kBc - 1) / kBc;
@@ -241,7 +242,8 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   std::vector<T> D(size_t(BH * d.Nq));
   parallel_for(BH * d.Nq, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.Dv, 1)),
                [&](int64_t a, int64_t e) {
-                 row_dots<T>(dO + a * d.Dv, d.Dv, O + a * d.Dv, d.Dv, e - a, d.Dv, nullptr, 0, D.data() + a);
+                 row_dots<T>(dO + a * d.Dv, d.Dv, O + a * d.Dv, d.Dv, e - a, d.Dv, dL ? dL + a : nullptr, 1,
+                             D.data() + a);
                });
 
   // Key slices per batch*head: enough items for every thread.
@@ -654,9 +656,10 @@ void flash_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor&
 
 void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
-                                  const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                                  const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
+                                  const Tensor& dv) {
   CF_DISPATCH_FLOAT_STD(q.dtype(), "flash_attention",
-                    flash_backward_typed<scalar_t>(q, k, v, kpm, p, out, lse, dout, dq, dk, dv));
+                    flash_backward_typed<scalar_t>(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv));
 }
 
 void block_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

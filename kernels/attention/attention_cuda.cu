@@ -567,12 +567,17 @@ void flash_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor
 
 void flash_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                    const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
-                                   const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                                   const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
+                                   const Tensor& dv) {
   const char* op = "flash_attention";
   cu::use_device_of(out, op);
   Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
   a.dout = dout.raw_data();
   a.sgo = rows3(dout);
+  if (dlse.defined()) {
+    a.dlse = dlse.raw_data();
+    a.sgl = rows3(dlse);
+  }
   a.dq = dq.raw_data();
   a.dk = dk.raw_data();
   a.dv = dv.raw_data();

@@ -650,14 +650,15 @@ bool flash_attention_backward_16bit_supported(const Tensor& q, const Tensor& k, 
 
 void flash_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                          const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
-                                         const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                                         const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
+                                         const Tensor& dv) {
   const char* op = "flash_attention";
   CF_CHECK(flash_attention_backward_16bit_supported(q, k, v), Error, "[", op,
            "] internal: the tensor-core backward does not take q ", q.describe());
   check_inputs(q, k, v, out, lse, op);
   cu::use_device_of(out, op);
   const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, 0.0);
-  run_backward(a, full_map(q, k, kpm, p), dout, Tensor(), dq, dk, dv, a.Nq, 1, a.Nk, 1, q.shape()[0],
+  run_backward(a, full_map(q, k, kpm, p), dout, dlse, dq, dk, dv, a.Nq, 1, a.Nk, 1, q.shape()[0],
                q.dtype() == kBFloat16, false, op);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/autocast.h"
+#include "autograd/ops/attention.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/clustering.h"
 #include "autograd/ops/elementwise.h"
@@ -108,6 +109,49 @@ Tensor last_visible_key(int64_t nq, int64_t nk, Device device) {
   return reshape(Tensor::arange(nq, kInt64, device), {1, nq, 1}) + double(nk - nq);
 }
 
+// (G, X, kk) bool: whether the key at each index of idx (G, X, kk) is padding
+// (kpm (B, Nk), G = B * H).
+Tensor padded_at(const Tensor& kpm, int64_t B, int64_t H, const Tensor& idx) {
+  const int64_t G = B * H, Nk = kpm.shape()[1], X = idx.shape()[1], kk = idx.shape()[2];
+  Tensor pad = reshape(expand(reshape(to(kpm, kInt64), {B, 1, Nk}), {B, H, Nk}), {G, Nk});
+  return gt(reshape(gather(pad, 1, reshape(idx, {G, X * kk})), {G, X, kk}), 0.5);
+}
+
+// Eq. 9's T: each cluster's kk keys of highest centroid score Q^c_j . K_l (G, C, kk),
+// padded keys last, ties to the lower key index (cf::topk's rule), not
+// differentiable. The (C, Nk) scores are formed in key chunks of at most
+// chunk_bytes, each chunk's top-k merged with the running one (candidates in key
+// order, so the tie rule and the result are those of one top-k over all keys):
+// at N = 65536 and C = 100 the whole matrix per batch*head would be 26 MB, for
+// a selection that keeps kk columns of it.
+Tensor centroid_topk(const Tensor& qc, const Tensor& kf, const Tensor& kpm, int64_t B, int64_t H, int64_t kk,
+                     int64_t chunk_bytes = int64_t(64) << 20) {
+  NoGradGuard ng;
+  const int64_t G = qc.shape()[0], C = qc.shape()[1], Nk = kf.shape()[1];
+  const int64_t row_bytes = G * C * int64_t(dtype_size(qc.dtype()));
+  const int64_t width = std::max(kk, chunk_bytes / std::max<int64_t>(row_bytes, 1));
+  auto scores = [&](int64_t j0, int64_t n) {  // (G, C, n): keys j0 .. j0 + n - 1, padding -inf
+    Tensor s = matmul(qc, transpose(slice(kf, 1, j0, j0 + n), 1, 2));
+    if (!kpm.defined()) return s;
+    return reshape(
+        masked_fill(reshape(s, {B, H, C, n}), reshape(slice(kpm, 1, j0, j0 + n), {B, 1, 1, n}), -INFINITY),
+        {G, C, n});
+  };
+  if (Nk <= width) return cf::topk(scores(0, Nk), kk, -1).indices;  // one chunk: no merging
+  Tensor best_v, best_i;
+  for (int64_t j0 = 0; j0 < Nk; j0 += width) {
+    const int64_t n = std::min(width, Nk - j0);
+    Tensor s = scores(j0, n);
+    Tensor ids = expand(reshape(Tensor::arange(n, kInt64, qc.device()) + double(j0), {1, 1, n}), {G, C, n});
+    Tensor cand_v = best_v.defined() ? cat({best_v, s}, 2) : s;
+    Tensor cand_i = best_i.defined() ? cat({best_i, ids}, 2) : ids;
+    ValuesIndices top = cf::topk(cand_v, std::min<int64_t>(kk, cand_v.shape()[2]), -1);
+    best_v = top.values;
+    best_i = gather(cand_i, 2, top.indices);
+  }
+  return best_i;
+}
+
 }  // namespace
 
 Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& assignment,
@@ -134,48 +178,75 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   // first: the centroids of scaled queries are the scaled centroids.
   Tensor qs = reshape(q * scale, {G, Nq, D});
   Tensor qc = cluster_sum(qs, member) * member.inv_count;  // (G, C, D)
-
-  // Eq. 4: centroid attention over every key, padding masked.
   Tensor kf = reshape(k, {G, Nk, D}), vf = reshape(v, {G, Nk, Dv});
-  Tensor scores = matmul(qc, transpose(kf, 1, 2));  // (G, C, Nk)
+  const int64_t kk = std::min(topk, Nk);
+
+  // Per query: its cluster's top-k keys idx (G, C, kk) (rows of idx picked by the
+  // cluster id; a query with no cluster takes cluster 0's and is blocked); blocked
+  // where the key is padding or the query has no cluster, so those weights are exactly 0.
+  auto per_query = [&](const Tensor& idx, Tensor& blocked) {
+    Tensor a = reshape(assignment, {G, Nq});
+    Tensor no_cluster = lt(a, 0.0);
+    Tensor rows = where(no_cluster, Tensor::zeros({1}, kInt64, q.device()), a) +
+                  arange_rows(G, C, q.device());  // g * C + j, (G, Nq)
+    Tensor per_q = reshape(index_select(reshape(idx, {G * C, kk}), 0, reshape(rows, {G * Nq})), {G, Nq, kk});
+    blocked = expand(reshape(no_cluster, {G, Nq, 1}), {G, Nq, kk});
+    if (kpm.defined()) blocked = logical_or(blocked, padded_at(kpm, B, H, per_q));
+    return per_q;
+  };
+  // Eq. 10, first case: softmax of the exact scores Q_i K_l over the query's top-k keys.
+  auto exact_weights = [&](const Tensor& per_q, const Tensor& blocked) {
+    return drop(softmax(masked_fill(sparse_dot(qs, kf, per_q), blocked, -INFINITY), -1));
+  };
+
+  if (causal) {
+    // The causal variant (see clustered.h): softmax of the exact scores over the
+    // cluster's top-k keys that are not in the query's future; no other key. The
+    // centroid scores only pick the keys.
+    Tensor blocked;
+    Tensor per_q = per_query(centroid_topk(qc, kf, kpm, B, H, kk), blocked);
+    blocked = logical_or(blocked, gt(per_q, last_visible_key(Nq, Nk, q.device())));
+    return reshape(sparse_weighted_sum(exact_weights(per_q, blocked), vf, per_q), {B, H, Nq, Dv});
+  }
+
+  if (!(training && dropout_p > 0)) {
+    // The fused path (issue 24): eq. 4's centroid attention over every key is one
+    // flash_attention with the C centroids as queries (scale 1: they are scaled), so no
+    // (C, Nk) score or weight matrix is kept for the backward.
+    const Tensor qc4 = reshape(qc, {B, H, C, D});
+    if (topk == 0) {
+      Tensor vc = reshape(flash_attention(qc4, k, v, kpm, 1.0), {G, C, Dv});  // eqs. 4-5
+      return reshape(to_members(vc, member), {B, H, Nq, Dv});                  // eq. 6
+    }
+    Tensor idx = centroid_topk(qc, kf, kpm, B, H, kk);  // (G, C, kk)
+    FlashAttentionResult cen = flash_attention_with_lse(qc4, k, v, kpm, 1.0);
+    // A^c_jl at the top-k keys: exp(Q^c_j K_l - lse_j); 0 at padded keys and in a
+    // cluster that sees no key (lse = -inf; its members are blocked below as well).
+    Tensor lse = reshape(cen.lse, {G, C, 1});
+    lse = where(eq(lse, -INFINITY), Tensor::zeros({1}, dt, q.device()), lse);
+    Tensor s_top = sparse_dot(qc, kf, idx);
+    if (kpm.defined()) s_top = masked_fill(s_top, padded_at(kpm, B, H, idx), -INFINITY);
+    Tensor a_top = exp(s_top - lse);  // (G, C, kk)
+    Tensor mass = sum(a_top, {-1});  // eq. 9: m_j, (G, C)
+    // The keys outside the top-k keep the centroid weights (eq. 10, second case):
+    // A^c V less its top-k terms.
+    Tensor v_rest = reshape(cen.out, {G, C, Dv}) - sparse_weighted_sum(a_top, vf, idx);
+    Tensor blocked;
+    Tensor per_q = per_query(idx, blocked);
+    Tensor mq = to_members(reshape(mass, {G, C, 1}), member);  // m_{j(i)}, (G, Nq, 1)
+    Tensor top = sparse_weighted_sum(exact_weights(per_q, blocked) * mq, vf, per_q);  // eq. 11, sparse part
+    return reshape(to_members(v_rest, member) + top, {B, H, Nq, Dv});
+  }
+
+  // With attention-weight dropout in training: the centroid weights A^c themselves
+  // (G, C, Nk), since dropout acts on them (the flash kernel has no dropout).
+  Tensor scores = matmul(qc, transpose(kf, 1, 2));  // eq. 4, (G, C, Nk)
   if (kpm.defined())
     scores = reshape(masked_fill(reshape(scores, {B, H, C, Nk}), reshape(kpm, {B, 1, 1, Nk}), -INFINITY),
                      {G, C, Nk});
-  // (The causal variant reads the scores only to pick each cluster's top-k keys.)
-  Tensor ac = causal ? Tensor() : softmax(scores, -1);
-
-  if (topk == 0) {
-    Tensor vc = matmul(drop(ac), vf);  // eq. 5
-    // Eq. 6: each query takes its centroid's value.
-    return reshape(to_members(vc, member), {B, H, Nq, Dv});
-  }
-
-  // Eqs. 9-11. Top-k keys of each cluster (ties: lower key index), clamped to Nk.
-  const int64_t kk = std::min(topk, Nk);
+  Tensor ac = softmax(scores, -1);
+  if (topk == 0) return reshape(to_members(matmul(drop(ac), vf), member), {B, H, Nq, Dv});  // eqs. 5-6
   Tensor idx = contiguous(cf::topk(scores.detach(), kk, -1).indices);  // (G, C, kk)
-
-  // Per query: its cluster's top-k keys (rows of idx picked by the cluster id; a
-  // query with no cluster takes cluster 0's and is blocked); blocked where the key
-  // is padding or the query has no cluster, so those weights are exactly 0.
-  Tensor a = reshape(assignment, {G, Nq});
-  Tensor no_cluster = lt(a, 0.0);
-  Tensor rows = where(no_cluster, Tensor::zeros({1}, kInt64, q.device()), a) +
-                arange_rows(G, C, q.device());  // g * C + j, (G, Nq)
-  Tensor per_q = reshape(index_select(reshape(idx, {G * C, kk}), 0, reshape(rows, {G * Nq})), {G, Nq, kk});
-  Tensor blocked = expand(reshape(no_cluster, {G, Nq, 1}), {G, Nq, kk});
-  if (kpm.defined()) {
-    // kpm (B, Nk) -> per group (G, Nk) as 0/1, then gathered at each query's keys.
-    Tensor pad = reshape(expand(reshape(to(kpm, kInt64), {B, 1, Nk}), {B, H, Nk}), {G, Nk});
-    Tensor key_pad = gt(reshape(gather(pad, 1, reshape(per_q, {G, Nq * kk})), {G, Nq, kk}), 0.5);
-    blocked = logical_or(blocked, key_pad);
-  }
-  if (causal) {
-    // The causal variant (see clustered.h): softmax of the exact scores over the
-    // cluster's top-k keys that are not in the query's future; no other key.
-    blocked = logical_or(blocked, gt(per_q, last_visible_key(Nq, Nk, q.device())));
-    Tensor exact = masked_fill(sparse_dot(qs, kf, per_q), blocked, -INFINITY);
-    return reshape(sparse_weighted_sum(drop(softmax(exact, -1)), vf, per_q), {B, H, Nq, Dv});
-  }
   // T of eq. 9 as a mask (G, C, Nk): true at each cluster's top-k keys.
   Tensor tmask = gt(scatter_add(Tensor::zeros({G, C, Nk}, dt, q.device()), 2, idx,
                                 Tensor::ones({G, C, kk}, dt, q.device())),
@@ -183,12 +254,36 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   Tensor mass = sum(gather(ac, 2, idx), {-1});  // eq. 9: m_j, (G, C)
   // The keys outside the top-k keep the centroid weights A^c_jl (eq. 10, second case).
   Tensor v_rest = matmul(drop(masked_fill(ac, tmask, 0.0)), vf);
-  Tensor out = to_members(v_rest, member);  // (G, Nq, Dv)
-  // Eq. 10, first case: m_j * softmax of the exact scores over the cluster's top-k.
-  Tensor exact = masked_fill(sparse_dot(qs, kf, per_q), blocked, -INFINITY);
+  Tensor blocked;
+  Tensor per_q = per_query(idx, blocked);
   Tensor mq = to_members(reshape(mass, {G, C, 1}), member);  // m_{j(i)}, (G, Nq, 1)
-  Tensor top = sparse_weighted_sum(drop(softmax(exact, -1)) * mq, vf, per_q);  // eq. 11, sparse part
-  return reshape(out + top, {B, H, Nq, Dv});
+  Tensor top = sparse_weighted_sum(exact_weights(per_q, blocked) * mq, vf, per_q);  // eq. 11, sparse part
+  return reshape(to_members(v_rest, member) + top, {B, H, Nq, Dv});
+}
+
+Tensor clustered_top_keys(const Tensor& centroids, const Tensor& k, const Tensor& kpm, int64_t topk,
+                          int64_t chunk_bytes) {
+  const char* who = "clustered_top_keys";
+  CF_CHECK(centroids.defined() && k.defined() && centroids.dim() == 4 && k.dim() == 4 &&
+               centroids.shape()[0] == k.shape()[0] && centroids.shape()[1] == k.shape()[1] &&
+               centroids.shape()[3] == k.shape()[3],
+           ShapeError, "[", who, "] expected centroids (B, H, C, D) and k (B, H, Nk, D), got centroids ",
+           centroids.defined() ? centroids.describe() : std::string("undefined"), ", k ",
+           k.defined() ? k.describe() : std::string("undefined"));
+  CF_CHECK(centroids.dtype() == k.dtype() && is_floating(k.dtype()), DTypeError, "[", who,
+           "] centroids and k must share one float dtype, got ", centroids.dtype(), " and ", k.dtype());
+  CF_CHECK(centroids.device() == k.device() && (!kpm.defined() || kpm.device() == k.device()), DeviceError, "[",
+           who, "] centroids, k and key_padding_mask must be on one device");
+  const int64_t B = k.shape()[0], H = k.shape()[1], Nk = k.shape()[2], C = centroids.shape()[2];
+  CF_CHECK(!kpm.defined() || (kpm.dtype() == kBool && kpm.dim() == 2 && kpm.shape()[0] == B && kpm.shape()[1] == Nk),
+           ShapeError, "[", who, "] key_padding_mask must be bool (B, Nk) = (", B, ", ", Nk, "), got ",
+           kpm.defined() ? kpm.describe() : std::string(""));
+  CF_CHECK(topk >= 1 && chunk_bytes >= 1, ValueError, "[", who, "] topk and chunk_bytes must be >= 1, got topk=",
+           topk, " chunk_bytes=", chunk_bytes);
+  const int64_t kk = std::min(topk, Nk);
+  Tensor idx = centroid_topk(reshape(centroids.detach(), {B * H, C, k.shape()[3]}),
+                             reshape(k.detach(), {B * H, Nk, k.shape()[3]}), kpm, B, H, kk, chunk_bytes);
+  return reshape(idx, {B, H, C, kk});
 }
 
 Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tensor& assignment, int64_t n_clusters,

@@ -50,6 +50,16 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                            double dropout_p = 0.0, bool training = false, Generator& gen = default_generator(),
                            bool causal = false);
 
+// Eq. 9's top-k set as indices: for each cluster, the topk keys of highest centroid
+// score centroids . k (scale them first; clustered_attention passes the mean of the
+// scaled member queries), int64 (B, H, C, min(topk, Nk)) in descending score order,
+// ties to the lower key index, padded keys (key_padding_mask bool (B, Nk)) last; not
+// differentiable. centroids (B, H, C, D), k (B, H, Nk, D). The (C, Nk) scores are
+// formed in key chunks of at most chunk_bytes, each merged into a running top-k:
+// the result is one top-k's over all keys, and no (C, Nk) matrix is held.
+Tensor clustered_top_keys(const Tensor& centroids, const Tensor& k, const Tensor& key_padding_mask, int64_t topk,
+                          int64_t chunk_bytes = int64_t(64) << 20);
+
 // Dense reference of the same computation: the (B, H, Nq, Nk) matrix A^c broadcast
 // to the members (eq. 6) when topk = 0, or A^t of eq. 10 when topk > 0, built with
 // dense ops and an explicit top-k mask; causal: the causal improved weights.

@@ -365,6 +365,16 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "1/sqrt(Dk); causal: query i sees key j only when j <= i + Nk - Nq. A query with every key blocked outputs "
         "zeros.",
         release_gil());
+  m.def("flash_attention_with_lse",
+        [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> kpm, double scale, bool causal) {
+          cf::FlashAttentionResult r = cf::flash_attention_with_lse(q, k, v, kpm ? *kpm : Tensor(), scale, causal);
+          return Pair{r.out, r.lse};
+        },
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("key_padding_mask") = nb::none(), nb::arg("scale") = 0.0,
+        nb::arg("causal") = false,
+        "flash_attention that also returns each query's log-sum-exp of its allowed scaled scores: (out (B, H, Nq, "
+        "Dv), lse (B, H, Nq)), -inf where every key is blocked. Differentiable through both.",
+        release_gil());
   m.def(cf::opname::block_attention,
         [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members, std::optional<Tensor> kpm,
            int64_t look_back, int64_t look_ahead, bool causal, bool self_mask, double scale, int64_t rounds,

@@ -136,3 +136,24 @@ def test_block_attention_rounds_read_one_q_k_v_and_combine_through_lse():
             assert both.tolist()[0][0][n][c] == pytest.approx(w0 * o0[n][c] + (1 - w0) * o1[n][c], rel=1e-12)
     with pytest.raises(cf.ShapeError, match=r"does not fit q \(1,1,4,3\) and rounds=3"):
         cf.block_attention(q, k, v, members, rounds=3)
+
+
+def test_flash_attention_with_lse_returns_the_rows_log_sum_exp_and_its_gradient():
+    g = cf.Generator(6)
+    q, k, v = (cf.rand([1, 1, 3, 2], dtype=cf.float64, generator=g, low=-1, high=1) for _ in range(3))
+    q.requires_grad = True
+    out, lse = cf.flash_attention_with_lse(q, k, v, scale=1.0)
+    assert out.tolist() == cf.flash_attention(q, k, v, scale=1.0).tolist()
+    qs, ks = q.tolist()[0][0], k.tolist()[0][0]
+    for i in range(3):
+        s = [sum(a * b for a, b in zip(qs[i], ks[j])) for j in range(3)]
+        assert lse.tolist()[0][0][i] == pytest.approx(math.log(sum(math.exp(x) for x in s)), rel=1e-12)
+    # d lse_i / d q_i = sum_j P_ij k_j: the softmax-weighted mean of the keys
+    cf.sum(lse).backward()
+    for i in range(3):
+        s = [sum(a * b for a, b in zip(qs[i], ks[j])) for j in range(3)]
+        p = [math.exp(x) / sum(math.exp(y) for y in s) for x in s]
+        want = [sum(p[j] * ks[j][d] for j in range(3)) for d in range(2)]
+        assert q.grad.tolist()[0][0][i] == pytest.approx(want, rel=1e-12)
+    with pytest.raises(cf.ShapeError, match=r"\[flash_attention\] inconsistent shapes"):
+        cf.flash_attention_with_lse(q, cf.zeros([1, 1, 3, 5], dtype=cf.float64), v)

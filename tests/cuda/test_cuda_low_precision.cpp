@@ -208,6 +208,42 @@ TEST_CASE("cuda: flash_attention under autocast runs 16-bit q, k, v on tensor co
   check_close(flash_attention(q, q, q).cpu(), want.cpu(), 0);
 }
 
+TEST_CASE("cuda: flash_attention_with_lse under autocast: lse's gradient through the tensor-core backward") {
+  if (!cuda_visible()) return;
+  // Head size 64: the 16-bit backward, which takes the lse gradient in D_i = dO_i . O_i - dlse_i.
+  const int64_t B = 2, H = 3, Nq = 100, Nk = 130, D = 64;
+  for (DType dt : {kBFloat16, kFloat16}) {
+    INFO(dtype_name(dt));
+    Tensor q = cuda0(low_leaf(dt, {B, H, Nq, D}, 51, -2, 2, false)).set_requires_grad(true);
+    Tensor k = cuda0(low_leaf(dt, {B, H, Nk, D}, 52, -2, 2, false)).set_requires_grad(true);
+    Tensor v = cuda0(low_leaf(dt, {B, H, Nk, D}, 53, -2, 2, false)).set_requires_grad(true);
+    std::vector<bool> pv(size_t(B * Nk), false);
+    for (int64_t j = 90; j < Nk; ++j) pv[size_t(Nk + j)] = true;
+    const Tensor pad = cuda0(Tensor::from_vector(pv, {B, Nk}));
+    Tensor q32 = cf::to(q.detach(), kFloat32).set_requires_grad(true);
+    Tensor k32 = cf::to(k.detach(), kFloat32).set_requires_grad(true);
+    Tensor v32 = cf::to(v.detach(), kFloat32).set_requires_grad(true);
+    const Tensor w = cuda0(low_leaf(kFloat32, {B, H, Nq, D}, 54, -1, 1, false));
+    const Tensor u = cuda0(low_leaf(kFloat32, {B, H, Nq}, 55, -1, 1, false));
+    FlashAttentionResult want = flash_attention_with_lse(q32, k32, v32, pad, 0.0, true);
+    sum(want.out * w + unsqueeze(want.lse * u, 3)).backward();
+    FlashAttentionResult got;
+    {
+      AutocastGuard guard(dt);
+      got = flash_attention_with_lse(q, k, v, pad, 0.0, true);
+    }
+    sum(got.out * w + unsqueeze(got.lse * u, 3)).backward();
+    const double un = u_of(dt);
+    CHECK(rel_err(got.lse, want.lse) <= 4 * un);
+    for (auto [name, g16, g32] : {std::tuple<const char*, Tensor, Tensor>{"dq", q.grad(), q32.grad()},
+                                  {"dk", k.grad(), k32.grad()},
+                                  {"dv", v.grad(), v32.grad()}}) {
+      const double e = rel_err(cf::to(g16, kFloat32), g32);
+      CHECK_MESSAGE(e <= 8 * un, name, ": ", e, " of max |grad|, bound ", 8 * un);
+    }
+  }
+}
+
 namespace {
 
 // True at the tokens that no slot of members (B, Hm, C, w) holds, as (B, H, N, 1).

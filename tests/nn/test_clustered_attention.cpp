@@ -85,6 +85,31 @@ void check_same(const Grads& a, const Grads& b, double tol) {
   check_same(a.dv, b.dv, tol, "dv");
 }
 
+// Nq = 20 queries in C = 6 clusters of which cluster 4 is empty, a few queries without
+// a cluster (-1, as padded ones), Nk = 13 keys of which batch 1 pads the last 5.
+struct MixedCase {
+  static constexpr int64_t B = 2, H = 2, Nq = 20, Nk = 13, D = 5, C = 6;
+  Tensor q, k, v, kpm, assign;
+  std::vector<int64_t> ids;
+};
+
+MixedCase mixed_case(uint64_t seed) {
+  using M = MixedCase;
+  MixedCase m;
+  m.q = leaf64({M::B, M::H, M::Nq, M::D}, seed, -2, 2);
+  m.k = leaf64({M::B, M::H, M::Nk, M::D}, seed + 1, -2, 2);
+  m.v = leaf64({M::B, M::H, M::Nk, 3}, seed + 2);
+  std::vector<bool> pad(size_t(M::B * M::Nk), false);
+  for (int64_t l = M::Nk - 5; l < M::Nk; ++l) pad[size_t(M::Nk + l)] = true;
+  m.kpm = bools(pad, {M::B, M::Nk});
+  Generator g(seed + 3);
+  m.ids = randint(0, M::C - 1, {M::B * M::H * M::Nq}, g).to_vector<int64_t>();
+  for (int64_t& id : m.ids) id = id >= 4 ? id + 1 : id;        // ids 0-3 and 5: cluster 4 stays empty
+  for (size_t i = 3; i < m.ids.size(); i += 7) m.ids[i] = -1;  // some queries in no cluster
+  m.assign = ti64(m.ids, {M::B, M::H, M::Nq});
+  return m;
+}
+
 Tensor full_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm) {
   Tensor blocked = kpm.defined() ? reshape(kpm, {kpm.shape()[0], 1, 1, kpm.shape()[1]}) : Tensor();
   return nn::dense_attention(q, k, v, blocked, 1.0 / std::sqrt(double(q.shape()[3])));
@@ -175,18 +200,10 @@ TEST_CASE("the efficient paths match the dense reference matrices, forward and b
 }
 
 TEST_CASE("the efficient paths match the dense reference with more queries than keys, an empty cluster and no-cluster queries") {
-  // Nq = 20 queries in 6 clusters of which cluster 4 is empty, a few queries without a
-  // cluster (-1, as padded ones), Nk = 13 keys of which batch 1 pads the last 5.
-  const int64_t B = 2, H = 2, Nq = 20, Nk = 13, D = 5, C = 6;
-  Tensor q = leaf64({B, H, Nq, D}, 31, -2, 2), k = leaf64({B, H, Nk, D}, 32, -2, 2), v = leaf64({B, H, Nk, 3}, 33);
-  std::vector<bool> pad(size_t(B * Nk), false);
-  for (int64_t l = Nk - 5; l < Nk; ++l) pad[size_t(Nk + l)] = true;
-  Tensor kpm = bools(pad, {B, Nk});
-  Generator g(34);
-  std::vector<int64_t> ids = randint(0, C - 1, {B * H * Nq}, g).to_vector<int64_t>();
-  for (int64_t& id : ids) id = id >= 4 ? id + 1 : id;          // ids 0-3 and 5: cluster 4 stays empty
-  for (size_t i = 3; i < ids.size(); i += 7) ids[i] = -1;  // some queries in no cluster
-  Tensor assign = ti64(ids, {B, H, Nq});
+  const MixedCase m = mixed_case(31);
+  const Tensor &q = m.q, &k = m.k, &v = m.v, &kpm = m.kpm, &assign = m.assign;
+  const std::vector<int64_t>& ids = m.ids;
+  const int64_t C = MixedCase::C;
   const double scale = 0.4;
   for (int64_t topk : {0, 1, 4, 9, 13}) {
     INFO("topk: ", topk);
@@ -201,6 +218,70 @@ TEST_CASE("the efficient paths match the dense reference with more queries than 
     for (size_t i = 0; i < ids.size(); ++i)
       if (ids[i] < 0)
         for (int64_t c = 0; c < 3; ++c) CHECK(out[i * 3 + size_t(c)] == 0.0);  // no cluster: zero output
+  }
+}
+
+TEST_CASE("clustered_top_keys: key chunks give one top-k's keys in score order, ties to the lower key index") {
+  // Integer centroids and keys in [-2, 2]: many equal scores, so the tie rule shows.
+  const int64_t B = 2, H = 2, C = 5, Nk = 37, D = 3;
+  Generator g(41);
+  Tensor c = to(randint(-2, 3, {B, H, C, D}, g), kFloat64), k = to(randint(-2, 3, {B, H, Nk, D}, g), kFloat64);
+  std::vector<bool> pad(size_t(B * Nk), false);
+  for (int64_t l : {3, 30, 31, 32, 33, 34, 35, 36}) pad[size_t(Nk + l)] = true;  // batch 1
+  Tensor kpm = bools(pad, {B, Nk});
+  const std::vector<double> s = values(matmul(c, transpose(k, 2, 3)));  // (B, H, C, Nk)
+  for (int64_t topk : {1, 7, 36, 50}) {
+    const int64_t kk = std::min(topk, Nk);
+    // The reference: every row's keys sorted by score, descending, padding last, stable.
+    std::vector<int64_t> want;
+    for (int64_t row = 0; row < B * H * C; ++row) {
+      const int64_t b = row / (H * C);
+      std::vector<int64_t> keys(static_cast<size_t>(Nk));
+      for (int64_t l = 0; l < Nk; ++l) keys[size_t(l)] = l;
+      auto score = [&](int64_t l) { return pad[size_t(b * Nk + l)] ? -INFINITY : s[size_t(row * Nk + l)]; };
+      std::stable_sort(keys.begin(), keys.end(), [&](int64_t x, int64_t y) { return score(x) > score(y); });
+      want.insert(want.end(), keys.begin(), keys.begin() + kk);
+    }
+    // chunk_bytes 1: chunks of kk keys; 1600 bytes: 10 keys of the 20 rows of 8 bytes; default: one chunk.
+    for (int64_t chunk : {int64_t(1), int64_t(1600), int64_t(64) << 20}) {
+      INFO("topk ", topk, " chunk_bytes ", chunk);
+      Tensor got = nn::clustered_top_keys(c, k, kpm, topk, chunk);
+      CHECK(got.shape() == Shape{B, H, C, kk});
+      CHECK(got.to_vector<int64_t>() == want);
+    }
+  }
+  CHECK_THROWS_MSG(nn::clustered_top_keys(c, slice(k, 3, 0, 2), kpm, 3), ShapeError,
+                   "[clustered_top_keys] expected centroids (B, H, C, D) and k (B, H, Nk, D)");
+  CHECK_THROWS_MSG(nn::clustered_top_keys(c, to(k, kFloat32), kpm, 3), DTypeError,
+                   "[clustered_top_keys] centroids and k must share one float dtype");
+  CHECK_THROWS_MSG(nn::clustered_top_keys(c, k, slice(kpm, 1, 0, 5), 3), ShapeError,
+                   "[clustered_top_keys] key_padding_mask must be bool (B, Nk) = (2, 37)");
+  CHECK_THROWS_MSG(nn::clustered_top_keys(c, k, kpm, 0), ValueError, "[clustered_top_keys] topk and chunk_bytes",
+                   "topk=0");
+}
+
+TEST_CASE("the fused path (flash attention over the centroids) equals the path through the centroid weights") {
+  // Without dropout the centroids attend through flash_attention (improved: its
+  // log-sum-exp gives the top-k keys' weights); with dropout in training, through the
+  // (C, Nk) weights A^c. A dropout of 1e-15 keeps every weight (scaled by 1 + 1e-15):
+  // the two paths, forward and backward, with padding, an empty cluster, no-cluster queries.
+  const MixedCase m = mixed_case(51);
+  const Tensor &q = m.q, &k = m.k, &v = m.v, &kpm = m.kpm, &assign = m.assign;
+  const int64_t C = MixedCase::C;
+  for (int64_t topk : {0, 1, 4, 13}) {
+    INFO("topk: ", topk);
+    Grads fused = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, topk);
+      CHECK(graph_has(out, "flash_attention"));
+      return out;
+    }, q, k, v, Tensor());
+    Grads weights = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      Generator dg(55);
+      Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, topk, 1e-15, true, dg);
+      CHECK_FALSE(graph_has(out, "flash_attention"));
+      return out;
+    }, q, k, v, Tensor());
+    check_same(fused, weights, 1e-12);
   }
 }
 

@@ -107,6 +107,62 @@ TEST_CASE("flash attention: a query with every key blocked outputs zeros and pas
       for (int64_t d = 0; d < 2; ++d) CHECK(co[size_t((bh * 5 + i) * 2 + d)] == 0.0);
 }
 
+TEST_CASE("flash attention with lse: out is flash_attention's, lse the dense log-sum-exp, gradients through both") {
+  struct Case {
+    int64_t B, H, Nq, Nk, D;
+    bool padded;
+    double scale;
+  };
+  // Sizes off the tiles, Nq < Nk and Nq == Nk (causal leaves every query a key), a
+  // (batch, head) with several key tiles (the backward's per-slice dQ sums).
+  for (const Case& c : {Case{2, 2, 7, 7, 3, true, 0.0}, Case{2, 1, 130, 150, 5, true, 0.3},
+                        Case{1, 1, 130, 1100, 8, false, 0.0}})
+    for (bool causal : {false, true}) {
+      CAPTURE(c.Nk);
+      CAPTURE(causal);
+      Tensor q = leaf64({c.B, c.H, c.Nq, c.D}, 1, -2, 2), k = leaf64({c.B, c.H, c.Nk, c.D}, 2, -2, 2),
+             v = leaf64({c.B, c.H, c.Nk, 4}, 3);
+      Tensor kpm = c.padded ? padding(c.B, c.Nk, {{1, 0}, {1, c.Nk - 2}}) : Tensor();
+      Tensor w = leaf64({c.B, c.H, c.Nq, 4}, 4).detach(), u = leaf64({c.B, c.H, c.Nq}, 5).detach();
+      const double used = c.scale > 0 ? c.scale : 1.0 / std::sqrt(double(c.D));
+      FlashAttentionResult r = flash_attention_with_lse(q, k, v, kpm, c.scale, causal);
+      check_close(r.out, flash_attention(q, k, v, kpm, c.scale, causal), 0.0);
+      sum(r.out * w + unsqueeze(r.lse * u, 3)).backward();
+      std::vector<Tensor> got = {q.grad(), k.grad(), v.grad()};
+      q.zero_grad();
+      k.zero_grad();
+      v.zero_grad();
+      Tensor scores = matmul(q * used, transpose(k, -2, -1));
+      Tensor blocked = kpm.defined() ? reshape(kpm, {c.B, 1, 1, c.Nk}) : Tensor();
+      if (causal) {
+        Tensor future = reshape(gt(reshape(Tensor::arange(c.Nk, kInt64), {1, c.Nk}),
+                                   reshape(Tensor::arange(c.Nq, kInt64), {c.Nq, 1}) + double(c.Nk - c.Nq)),
+                                {1, 1, c.Nq, c.Nk});
+        blocked = blocked.defined() ? logical_or(blocked, future) : future;
+      }
+      if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
+      Tensor lse = logsumexp(scores, {-1});
+      check_close(r.lse, lse, 1e-12);
+      sum(dense_reference(q, k, v, kpm, used, causal) * w + unsqueeze(lse * u, 3)).backward();
+      check_close(got[0], q.grad(), 1e-12);
+      check_close(got[1], k.grad(), 1e-12);
+      check_close(got[2], v.grad(), 1e-12);
+    }
+  // Every key of batch 1 padded: lse -inf, out 0, and zero gradients from both.
+  std::vector<std::pair<int64_t, int64_t>> all;
+  for (int64_t j = 0; j < 9; ++j) all.push_back({1, j});
+  Tensor q = leaf64({2, 2, 5, 3}, 1), k = leaf64({2, 2, 9, 3}, 2), v = leaf64({2, 2, 9, 2}, 3);
+  FlashAttentionResult r = flash_attention_with_lse(q, k, v, padding(2, 9, all));
+  std::vector<double> l = values(r.lse);
+  for (size_t i = 0; i < 10; ++i) CHECK(std::isfinite(l[i]));
+  for (size_t i = 10; i < 20; ++i) CHECK(l[i] == -INFINITY);
+  sum(r.out + unsqueeze(masked_fill(r.lse, eq(r.lse, -INFINITY), 0.0), 3)).backward();
+  std::vector<double> gq = values(q.grad()), gk = values(k.grad());
+  for (size_t i = 30; i < 60; ++i) CHECK(gq[i] == 0.0);
+  for (size_t i = 54; i < 108; ++i) CHECK(gk[i] == 0.0);
+  for (double x : gq) CHECK(std::isfinite(x));
+}
+
 TEST_CASE("flash attention: strided inputs, zero grad_output, repeatable backward") {
   Tensor base = leaf64({1, 6, 2, 4}, 5);  // (B, N, H, D) viewed as (B, H, N, D)
   auto q = [&] { return transpose(base, 1, 2); };
@@ -129,6 +185,14 @@ GRADCHECK_CASE(flash_attention) {
   for (bool causal : {false, true})
     check_grad("flash_attention",
                [&](const std::vector<Tensor>& x) { return flash_attention(x[0], x[1], x[2], kpm, 0.0, causal); },
+               {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
+  // Through out and lse (flash_attention_with_lse: lse's gradient joins the same backward).
+  for (bool causal : {false, true})
+    check_grad("flash_attention",
+               [&](const std::vector<Tensor>& x) {
+                 FlashAttentionResult r = flash_attention_with_lse(x[0], x[1], x[2], kpm, 0.0, causal);
+                 return sum(r.out * r.out) + sum(r.lse * r.lse);
+               },
                {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
 }
 
@@ -246,6 +310,17 @@ PARITY_CASE(flash_attention) {
            leaf32({c.B, c.H, c.Nk, c.Dv}, seed++)},
           grad_tolerance());
     }
+  // Through lse too (flash_attention_with_lse: the kernels' dlse), one case each way.
+  for (bool causal : {false, true})
+    check_parity(
+        "flash_attention",
+        [&](const std::vector<Tensor>& x) {
+          FlashAttentionResult r =
+              flash_attention_with_lse(x[0], x[1], x[2], padding_mask(2, 45, 6).to(x[0].device()), 0.0, causal);
+          return cat({reshape(r.out, {2 * 2 * 45 * 24}), reshape(finite_lse(r.lse), {2 * 2 * 45})}, 0);
+        },
+        {leaf32({2, 2, 45, 16}, seed++), leaf32({2, 2, 45, 16}, seed++), leaf32({2, 2, 45, 24}, seed++)},
+        grad_tolerance());
   // Every key of batch 1 padded: zeros and zero gradients on both devices.
   Tensor all = padding_mask(2, 20, 20);
   check_parity("flash_attention",
@@ -258,6 +333,13 @@ CUDA_TEST_CASE("flash_attention float64 gradcheck on CUDA") {
   for (bool causal : {false, true})
     check_grad_cuda("flash_attention",
                     [&](const std::vector<Tensor>& x) { return flash_attention(x[0], x[1], x[2], kpm, 0.0, causal); },
+                    {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
+  for (bool causal : {false, true})
+    check_grad_cuda("flash_attention",
+                    [&](const std::vector<Tensor>& x) {
+                      FlashAttentionResult r = flash_attention_with_lse(x[0], x[1], x[2], kpm, 0.0, causal);
+                      return sum(r.out * r.out) + sum(r.lse * r.lse);
+                    },
                     {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
 }
 
