@@ -126,8 +126,9 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
     autograd::record(op, {q, k, v}, result, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), ov = s_o.unpack(op),
              lv = s_l.unpack(op), mv = s_m.defined() ? s_m.unpack(op) : Tensor();
-      const Tensor go = with_lse ? dense(out_of(g)) : dense(g);
-      const Tensor gl = with_lse ? dense(lse_of(g)) : Tensor();
+      const Tensor gd = dense(g);  // the views below assume the packed layout
+      const Tensor go = with_lse ? dense(out_of(gd)) : gd;
+      const Tensor gl = with_lse ? dense(lse_of(gd)) : Tensor();
       if (tensor_cores && kernels::flash_attention_backward_16bit_supported(qv, kv, vv)) {
         // Tensor cores too (head size 64): float32 gradients, returned in the 16-bit dtype.
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());

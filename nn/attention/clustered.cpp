@@ -119,9 +119,10 @@ Tensor padded_at(const Tensor& kpm, int64_t B, int64_t H, const Tensor& idx) {
 
 // Eq. 9's T: each cluster's kk keys of highest centroid score Q^c_j . K_l (G, C, kk),
 // padded keys last, ties to the lower key index (cf::topk's rule), not
-// differentiable. The (C, Nk) scores are formed in key chunks of at most
-// chunk_bytes, each chunk's top-k merged with the running one (candidates in key
-// order, so the tie rule and the result are those of one top-k over all keys):
+// differentiable. The (C, Nk) scores are formed in key chunks whose scores take at
+// most chunk_bytes (the merge's candidates and their int64 indices take about three
+// times that again), each chunk's top-k merged with the running one (candidates in
+// key order, so the tie rule and the result are those of one top-k over all keys):
 // at N = 65536 and C = 100 the whole matrix per batch*head would be 26 MB, for
 // a selection that keeps kk columns of it.
 Tensor centroid_topk(const Tensor& qc, const Tensor& kf, const Tensor& kpm, int64_t B, int64_t H, int64_t kk,

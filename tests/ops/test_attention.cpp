@@ -113,8 +113,10 @@ TEST_CASE("flash attention with lse: out is flash_attention's, lse the dense log
     bool padded;
     double scale;
   };
-  // Sizes off the tiles, Nq < Nk and Nq == Nk (causal leaves every query a key), a
-  // (batch, head) with several key tiles (the backward's per-slice dQ sums).
+  // Sizes off the tiles, Nq < Nk and Nq == Nk, a (batch, head) with several key tiles
+  // (the backward's per-slice dQ sums). In the first case batch 1 pads key 0, so under
+  // causal its query 0 sees no key: lse -inf on both sides, and its gradient 0 (the
+  // fused backward's P = 0; the reference's NaN from logsumexp is cut by masked_fill).
   for (const Case& c : {Case{2, 2, 7, 7, 3, true, 0.0}, Case{2, 1, 130, 150, 5, true, 0.3},
                         Case{1, 1, 130, 1100, 8, false, 0.0}})
     for (bool causal : {false, true}) {
