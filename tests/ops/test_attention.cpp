@@ -68,6 +68,13 @@ void check_flash(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t Dk, int64
   check_close(g[2], v.grad(), tol);
 }
 
+// The gradchecks' loss through both outputs of flash_attention_with_lse (every row
+// sees a key there, so lse is finite).
+Tensor out_and_lse_loss(const std::vector<Tensor>& x, const Tensor& kpm, bool causal) {
+  FlashAttentionResult r = flash_attention_with_lse(x[0], x[1], x[2], kpm, 0.0, causal);
+  return sum(r.out * r.out) + sum(r.lse * r.lse);
+}
+
 }  // namespace
 
 TEST_SUITE("ops/attention") {
@@ -191,10 +198,7 @@ GRADCHECK_CASE(flash_attention) {
   // Through out and lse (flash_attention_with_lse: lse's gradient joins the same backward).
   for (bool causal : {false, true})
     check_grad("flash_attention",
-               [&](const std::vector<Tensor>& x) {
-                 FlashAttentionResult r = flash_attention_with_lse(x[0], x[1], x[2], kpm, 0.0, causal);
-                 return sum(r.out * r.out) + sum(r.lse * r.lse);
-               },
+               [&](const std::vector<Tensor>& x) { return out_and_lse_loss(x, kpm, causal); },
                {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
 }
 
@@ -211,6 +215,11 @@ TEST_CASE("flash attention rejects bad input with the shapes in the message") {
   CHECK_THROWS_MSG(flash_attention(q, k, fake_cuda({1, 2, 5, 2}, kFloat64)), DeviceError,
                    "[flash_attention] tensors are on different devices");
   CHECK_THROWS_MSG(flash_attention(Tensor(), k, v), ValueError, "[flash_attention] argument 'q' is an undefined tensor");
+  // flash_attention_with_lse shares the checks and names the same op.
+  CHECK_THROWS_MSG(flash_attention_with_lse(q, k, v, Tensor::zeros({1, 4}, kBool)), ShapeError,
+                   "[flash_attention] key_padding_mask must be bool (B, Nk) = (1, 5), got bool (1,4)");
+  CHECK_THROWS_MSG(flash_attention_with_lse(q, k, to(v, kFloat32)), DTypeError,
+                   "[flash_attention] q, k, v must share one float dtype");
 }
 
 GRADCHECK_CASE(block_attention) {
@@ -338,10 +347,7 @@ CUDA_TEST_CASE("flash_attention float64 gradcheck on CUDA") {
                     {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
   for (bool causal : {false, true})
     check_grad_cuda("flash_attention",
-                    [&](const std::vector<Tensor>& x) {
-                      FlashAttentionResult r = flash_attention_with_lse(x[0], x[1], x[2], kpm, 0.0, causal);
-                      return sum(r.out * r.out) + sum(r.lse * r.lse);
-                    },
+                    [&](const std::vector<Tensor>& x) { return out_and_lse_loss(x, kpm, causal); },
                     {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
 }
 
