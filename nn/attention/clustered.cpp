@@ -157,7 +157,7 @@ Tensor centroid_topk(const Tensor& qc, const Tensor& kf, const Tensor& kpm, int6
 
 Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& assignment,
                            int64_t n_clusters, const Tensor& kpm, double scale, int64_t topk, double dropout_p,
-                           bool training, Generator& gen, bool causal) {
+                           bool training, Generator& gen, bool causal, CentroidPath path) {
   // Autocast: the sparse top-k products have no 16-bit kernels yet (issue 26), so the whole
   // computation runs in float32 on float32 copies of 16-bit q, k, v (its matmuls too: no
   // 16-bit weights meet the float32 kernels) and returns float32, as flash_attention does.
@@ -165,12 +165,16 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     const Tensor q32 = autocast::to_float32(q), k32 = autocast::to_float32(k), v32 = autocast::to_float32(v);
     AutocastGuard off(std::nullopt);  // after the casts: to_float32 reads the policy
     return clustered_attention(q32, k32, v32, assignment, n_clusters, kpm, scale, topk, dropout_p, training, gen,
-                               causal);
+                               causal, path);
   }
   const char* who = "clustered_attention";
   check_inputs(who, q, k, v, assignment, n_clusters, kpm, scale, topk, causal);
   CF_CHECK(dropout_p >= 0 && dropout_p < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout_p);
-  auto drop = [&](const Tensor& w) { return training && dropout_p > 0 ? dropout(w, dropout_p, true, gen) : w; };
+  const bool dropping = training && dropout_p > 0;
+  CF_CHECK(!(dropping && path == CentroidPath::kFused), ValueError, "[", who,
+           "] path kFused has no attention dropout (the flash kernel never forms A^c's entries); got dropout ",
+           dropout_p, " in training: use kDense or kAuto");
+  auto drop = [&](const Tensor& w) { return dropping ? dropout(w, dropout_p, true, gen) : w; };
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], D = q.shape()[3];
   const int64_t Nk = k.shape()[2], Dv = v.shape()[3], G = B * H, C = n_clusters;
   const DType dt = q.dtype();
@@ -210,7 +214,12 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     return reshape(sparse_weighted_sum(exact_weights(per_q, blocked), vf, per_q), {B, H, Nq, Dv});
   }
 
-  if (!(training && dropout_p > 0)) {
+  // kAuto: improved clustered attention forms the (C, Nk) matrices while they are small,
+  // where one shared GEMM beats computing the scores twice (clustered.h).
+  const bool small = G * C * Nk * int64_t(dtype_size(dt)) <= kClusteredDenseMaxBytes;
+  const bool fused = !dropping && (path == CentroidPath::kFused ||
+                                   (path == CentroidPath::kAuto && (topk == 0 || !small)));
+  if (fused) {
     // The fused path (issue 24): eq. 4's centroid attention over every key is one
     // flash_attention with the C centroids as queries (scale 1: they are scaled), so no
     // (C, Nk) score or weight matrix is kept for the backward.
@@ -239,8 +248,8 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     return reshape(to_members(v_rest, member) + top, {B, H, Nq, Dv});
   }
 
-  // With attention-weight dropout in training: the centroid weights A^c themselves
-  // (G, C, Nk), since dropout acts on them (the flash kernel has no dropout).
+  // The dense path: the centroid weights A^c themselves (G, C, Nk). Attention-weight
+  // dropout in training always comes here, since it acts on them (the flash kernel has none).
   Tensor scores = matmul(qc, transpose(kf, 1, 2));  // eq. 4, (G, C, Nk)
   if (kpm.defined())
     scores = reshape(masked_fill(reshape(scores, {B, H, C, Nk}), reshape(kpm, {B, 1, 1, Nk}), -INFINITY),

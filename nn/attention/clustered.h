@@ -36,6 +36,23 @@ struct ClusteredOptions {
   uint64_t hash_seed = 0;
 };
 
+// How clustered_attention forms the centroids' attention over every key (eqs. 4-5)
+// when topk > 0 (improved clustered attention):
+//   kFused: one flash_attention_with_lse with the C centroids as queries, and eq. 9's
+//     top-k keys by clustered_top_keys: no (C, Nk) matrix is kept for the backward, but
+//     the centroid scores are computed twice (for the top-k and inside the kernel);
+//   kDense: the (B H, C, Nk) scores and weights A^c as tensors, one GEMM shared by the
+//     top-k and the weights (kept for the backward: a few such matrices);
+//   kAuto: kDense while one (B H, C, Nk) matrix takes at most kClusteredDenseMaxBytes,
+//     kFused above.
+// Plain clustered attention (topk = 0) computes its scores once either way and takes
+// kFused under kAuto. Attention-weight dropout in training acts on A^c's entries, so it
+// takes kDense (kFused with dropout in training is an error).
+enum class CentroidPath { kAuto, kFused, kDense };
+// kAuto's bound: below it the dense matrices are a few MB (measured:
+// docs/benchmarks.md, "Clustered attention through the fused kernel").
+constexpr int64_t kClusteredDenseMaxBytes = int64_t(8) << 20;
+
 // The clustered output for a given assignment int64 (B, H, Nq) with ids in
 // [0, n_clusters) or -1 (no cluster: output 0). topk = 0: clustered (eqs. 3-6);
 // topk > 0: improved (eqs. 9-11). key_padding_mask bool (B, Nk), true = padding.
@@ -44,11 +61,12 @@ struct ClusteredOptions {
 // Attention-weight dropout (training only) drops entries of A^c per cluster (so the
 // members of a cluster share the mask) and the exact top-k weights per query; the
 // mass m_j is computed before dropout, so the expected weights are A^t.
-// causal (topk > 0 only): the causal improved variant described above.
+// causal (topk > 0 only): the causal improved variant described above (it forms no
+// centroid weights: path plays no part).
 Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& assignment,
                            int64_t n_clusters, const Tensor& key_padding_mask, double scale, int64_t topk = 0,
                            double dropout_p = 0.0, bool training = false, Generator& gen = default_generator(),
-                           bool causal = false);
+                           bool causal = false, CentroidPath path = CentroidPath::kAuto);
 
 // Eq. 9's top-k set as indices: for each cluster, the topk keys of highest centroid
 // score centroids . k (scale them first; clustered_attention passes the mean of the

@@ -19,20 +19,22 @@ CUDA_TEST_CASE("clustered and improved clustered attention (causal too) on CUDA 
   for (int64_t j = N - 4; j < N; ++j) pv[size_t(N + j)] = true;  // batch row 1: 4 padded keys
   const Tensor pad = Tensor::from_vector(pv, {B, N});
   for (int64_t topk : {0, 3, 32})
-    for (bool causal : {false, true}) {
-      if (causal && topk == 0) continue;  // plain clustered attention refuses causal masks
-      INFO("topk ", topk, causal ? " (causal)" : "");
-      ParityOptions opt;
-      opt.atol = 1e-10;
-      opt.rtol = 1e-9;
-      check_parity("clustered_attention",
-                   [&](const std::vector<Tensor>& x) {
-                     const Device d = x[0].device();
-                     return nn::clustered_attention(x[0], x[1], x[2], assignment.to(d), C, pad.to(d), 0.35, topk, 0.0,
-                                                    false, default_generator(), causal);
-                   },
-                   {leaf64({B, H, N, D}, 1), leaf64({B, H, N, D}, 2), leaf64({B, H, N, D}, 3)}, opt);
-    }
+    for (bool causal : {false, true})
+      for (nn::CentroidPath path : {nn::CentroidPath::kFused, nn::CentroidPath::kDense}) {
+        if (causal && topk == 0) continue;  // plain clustered attention refuses causal masks
+        if (causal && path == nn::CentroidPath::kDense) continue;  // causal forms no centroid weights
+        INFO("topk ", topk, causal ? " (causal)" : "", path == nn::CentroidPath::kFused ? " fused" : " dense");
+        ParityOptions opt;
+        opt.atol = 1e-10;
+        opt.rtol = 1e-9;
+        check_parity("clustered_attention",
+                     [&](const std::vector<Tensor>& x) {
+                       const Device d = x[0].device();
+                       return nn::clustered_attention(x[0], x[1], x[2], assignment.to(d), C, pad.to(d), 0.35, topk,
+                                                      0.0, false, default_generator(), causal, path);
+                     },
+                     {leaf64({B, H, N, D}, 1), leaf64({B, H, N, D}, 2), leaf64({B, H, N, D}, 3)}, opt);
+      }
 }
 
 }  // TEST_SUITE

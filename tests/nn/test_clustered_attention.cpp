@@ -183,13 +183,17 @@ TEST_CASE("the efficient paths match the dense reference matrices, forward and b
                         random_clusters(B, H, N, 3, 21));
   for (int64_t topk : {0, 2, 3}) {
     INFO("topk: ", topk);
-    Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
-      return nn::clustered_attention(a, b, c, assign, 3, kpm, scale, topk);
-    }, q, k, v, Tensor());
     Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
       return matmul(nn::clustered_attention_weights(a, b, assign, 3, kpm, scale, topk), c);
     }, q, k, v, Tensor());
-    check_same(got, want, 1e-12);
+    for (nn::CentroidPath path : {nn::CentroidPath::kFused, nn::CentroidPath::kDense}) {
+      INFO("path: ", path == nn::CentroidPath::kFused ? "fused" : "dense");
+      Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+        return nn::clustered_attention(a, b, c, assign, 3, kpm, scale, topk, 0.0, false, default_generator(), false,
+                                       path);
+      }, q, k, v, Tensor());
+      check_same(got, want, 1e-12);
+    }
     // The rows of the dense matrices are distributions over the valid keys.
     Tensor w = nn::clustered_attention_weights(q, k, assign, 3, kpm, scale, topk);
     auto rows = values(sum(w, {-1}));
@@ -207,17 +211,21 @@ TEST_CASE("the efficient paths match the dense reference with more queries than 
   const double scale = 0.4;
   for (int64_t topk : {0, 1, 4, 9, 13}) {
     INFO("topk: ", topk);
-    Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
-      return nn::clustered_attention(a, b, c, assign, C, kpm, scale, topk);
-    }, q, k, v, Tensor());
     Grads want = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
       return matmul(nn::clustered_attention_weights(a, b, assign, C, kpm, scale, topk), c);
     }, q, k, v, Tensor());
-    check_same(got, want, 1e-12);
-    auto out = got.out;
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] < 0)
-        for (int64_t c = 0; c < 3; ++c) CHECK(out[i * 3 + size_t(c)] == 0.0);  // no cluster: zero output
+    for (nn::CentroidPath path : {nn::CentroidPath::kFused, nn::CentroidPath::kDense}) {
+      INFO("path: ", path == nn::CentroidPath::kFused ? "fused" : "dense");
+      Grads got = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+        return nn::clustered_attention(a, b, c, assign, C, kpm, scale, topk, 0.0, false, default_generator(), false,
+                                       path);
+      }, q, k, v, Tensor());
+      check_same(got, want, 1e-12);
+      auto out = got.out;
+      for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] < 0)
+          for (int64_t c = 0; c < 3; ++c) CHECK(out[i * 3 + size_t(c)] == 0.0);  // no cluster: zero output
+    }
   }
 }
 
@@ -261,17 +269,19 @@ TEST_CASE("clustered_top_keys: key chunks give one top-k's keys in score order, 
 }
 
 TEST_CASE("the fused path (flash attention over the centroids) equals the path through the centroid weights") {
-  // Without dropout the centroids attend through flash_attention (improved: its
-  // log-sum-exp gives the top-k keys' weights); with dropout in training, through the
-  // (C, Nk) weights A^c. A dropout of 1e-15 keeps every weight (scaled by 1 + 1e-15):
-  // the two paths, forward and backward, with padding, an empty cluster, no-cluster queries.
+  // kFused: the centroids attend through flash_attention (improved: its log-sum-exp
+  // gives the top-k keys' weights); with dropout in training, through the (C, Nk)
+  // weights A^c. A dropout of 1e-15 keeps every weight (scaled by 1 + 1e-15): the two
+  // paths, forward and backward, with padding, an empty cluster, no-cluster queries.
   const MixedCase m = mixed_case(51);
   const Tensor &q = m.q, &k = m.k, &v = m.v, &kpm = m.kpm, &assign = m.assign;
   const int64_t C = MixedCase::C;
+  Generator none(0);
   for (int64_t topk : {0, 1, 4, 13}) {
     INFO("topk: ", topk);
     Grads fused = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
-      Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, topk);
+      Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, topk, 0.0, false, none, false,
+                                           nn::CentroidPath::kFused);
       CHECK(graph_has(out, "flash_attention"));
       return out;
     }, q, k, v, Tensor());
@@ -283,6 +293,33 @@ TEST_CASE("the fused path (flash attention over the centroids) equals the path t
     }, q, k, v, Tensor());
     check_same(fused, weights, 1e-12);
   }
+}
+
+TEST_CASE("kAuto: improved clustered attention forms the centroid weights while one (B H, C, Nk) matrix fits the bound") {
+  // float64, B H = 2, C = 64: the bound (8 MiB) holds exactly 8192 keys.
+  REQUIRE(nn::kClusteredDenseMaxBytes == int64_t(8) << 20);
+  const int64_t B = 1, H = 2, C = 64, D = 2;
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < B * H * C; ++i) ids.push_back(i % C);
+  const Tensor assign = Tensor::from_vector(ids, {B, H, C});
+  const Tensor q = leaf64({B, H, C, D}, 61);
+  for (int64_t nk : {int64_t(8192), int64_t(8193)}) {
+    const Tensor k = leaf64({B, H, nk, D}, 62), v = leaf64({B, H, nk, D}, 63);
+    INFO("Nk: ", nk);
+    CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 3), "flash_attention") == (nk > 8192));
+    CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 0), "flash_attention"));  // plain: fused
+  }
+  // Dropout in training acts on A^c's entries: kAuto forms them, kFused refuses.
+  const Tensor k = leaf64({B, H, 5, D}, 64), v = leaf64({B, H, 5, D}, 65);
+  Generator g(66);
+  CHECK_FALSE(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 0, 0.1, true, g), "flash_attention"));
+  CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 2, 0.1, true, g, false,
+                                           nn::CentroidPath::kFused),
+                   ValueError, "[clustered_attention] path kFused has no attention dropout", "dropout 0.1");
+  // Out of training, dropout plays no part: kFused is fine.
+  CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 2, 0.1, false, g, false,
+                                          nn::CentroidPath::kFused),
+                  "flash_attention"));
 }
 
 TEST_CASE("causal improved clustered attention: past top-k keys only, dense reference, full causal at top-k = N") {
