@@ -120,8 +120,8 @@ Tensor padded_at(const Tensor& kpm, int64_t B, int64_t H, const Tensor& idx) {
 // Eq. 9's T: each cluster's kk keys of highest centroid score Q^c_j . K_l (G, C, kk),
 // padded keys last, ties to the lower key index (cf::topk's rule), not
 // differentiable. The (C, Nk) scores are formed in key chunks whose scores take at
-// most chunk_bytes (the merge's candidates and their int64 indices take about three
-// times that again), each chunk's top-k merged with the running one (candidates in
+// most chunk_bytes (the merge's candidates, the running top-k beside the chunk, take
+// about as much again), each chunk's top-k merged with the running one (candidates in
 // key order, so the tie rule and the result are those of one top-k over all keys):
 // at N = 65536 and C = 100 the whole matrix per batch*head would be 26 MB, for
 // a selection that keeps kk columns of it.
@@ -142,13 +142,20 @@ Tensor centroid_topk(const Tensor& qc, const Tensor& kf, const Tensor& kpm, int6
   Tensor best_v, best_i;
   for (int64_t j0 = 0; j0 < Nk; j0 += width) {
     const int64_t n = std::min(width, Nk - j0);
+    const int64_t kept = best_v.defined() ? best_v.shape()[2] : 0;  // candidates before the chunk's keys
     Tensor s = scores(j0, n);
-    Tensor ids = expand(reshape(Tensor::arange(n, kInt64, qc.device()) + double(j0), {1, 1, n}), {G, C, n});
-    Tensor cand_v = best_v.defined() ? cat({best_v, s}, 2) : s;
-    Tensor cand_i = best_i.defined() ? cat({best_i, ids}, 2) : ids;
+    Tensor cand_v = kept ? cat({best_v, s}, 2) : s;
     ValuesIndices top = cf::topk(cand_v, std::min<int64_t>(kk, cand_v.shape()[2]), -1);
+    // A candidate position p < kept is a key kept from earlier chunks (its index in
+    // best_i); p >= kept is the chunk's key j0 + p - kept. No index per candidate is formed.
+    const Tensor& p = top.indices;
+    Tensor from_chunk = p + double(j0 - kept);
+    if (kept) {
+      Tensor earlier = lt(p, double(kept));
+      from_chunk = where(earlier, gather(best_i, 2, where(earlier, p, 0.0)), from_chunk);
+    }
     best_v = top.values;
-    best_i = gather(cand_i, 2, top.indices);
+    best_i = from_chunk;
   }
   return best_i;
 }

@@ -74,7 +74,7 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
 // ties to the lower key index, padded keys (key_padding_mask bool (B, Nk)) last; not
 // differentiable. centroids (B, H, C, D), k (B, H, Nk, D). The (C, Nk) scores are
 // formed in key chunks whose scores take at most chunk_bytes (the merge holds about
-// three times that again: candidates and their int64 indices), each merged into a
+// as much again: the running top-k's candidates beside the chunk's), each merged into a
 // running top-k: the result is one top-k's over all keys, and no (C, Nk) matrix is held.
 Tensor clustered_top_keys(const Tensor& centroids, const Tensor& k, const Tensor& key_padding_mask, int64_t topk,
                           int64_t chunk_bytes = int64_t(64) << 20);
