@@ -6,8 +6,8 @@
 #
 #   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo
 #
-# scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), and issue 24's
-# LSH-8 peak memory at N = 16384 and 65536;
+# scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), issue 24's
+# LSH-8 peak memory at N = 16384 and 65536, and clustered attention's fused and dense centroid paths;
 # demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs;
 # bf16: issue 26's GPU figures (bf16 matmul vs cuBLAS GemmEx, bf16 attention and model steps beside fp32, and
 # the peers under torch.autocast), logs in $OUT/bf16.log;
@@ -98,6 +98,18 @@ import json, sys
 for r in json.load(open(sys.argv[1]))["results"]:
     print("%s fwd+bwd %.3f s peak %.0f MB;" % (r["name"], r["forward_backward_time_s"], r["forward_backward_peak_bytes"] / 1e6), end=" ")
 ' "$OUT/lsh-memory.json" 2>/dev/null)"
+  # Clustered attention's centroid paths (nn/attention/clustered.h: the flash kernel over C = 100 query rows, a
+  # small grid, against the dense (C, N) GEMMs), beside full attention in the same run.
+  t0=$(date +%s)
+  timeout 150 "$B/apps/cf-bench" attention --device cuda --repeat 3 --sizes 1024,4096,16384,65536 --variants \
+    full,clustered,clustered:centroid_path=dense,improved-clustered:centroid_path=fused,improved-clustered:centroid_path=dense \
+    > "$OUT/centroid-paths.json" 2> "$OUT/centroid-paths.err"
+  note "cf-bench attention centroid paths rc=$? in $(( $(date +%s) - t0 )) s: $(python3 -c '
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    if "forward_backward_time_s" in r:
+        print("%s fwd+bwd %.2f ms peak %.0f MB;" % (r["name"], 1e3 * r["forward_backward_time_s"], r["forward_backward_peak_bytes"] / 1e6), end=" ")
+' "$OUT/centroid-paths.json" 2>/dev/null)"
 fi
 
 if has demo; then

@@ -132,7 +132,7 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
                    double& full_bwd) {
   const int64_t B = 1, H = 4, Dh = 64;
   cf::nn::AttentionSpec spec;
-  spec.type = is_bench_only(variant) ? "full" : variant;
+  spec.type = is_bench_only(variant) ? "full" : cf::apps::variant_type(variant);
   spec.d_model = H * Dh;
   spec.n_heads = H;
   nlohmann::json options = bench_attention_options(variant, n);

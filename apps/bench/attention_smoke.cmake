@@ -62,4 +62,31 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cf-bench model failed (${rc}): ${err}")
 endif()
 check_rows("${out}" "${variants}" OFF "model" train_step_time_s infer_step_time_s)
+# A registered name with option overrides after colons: its row names the variant as
+# given and records the merged options; a malformed override is a usage error naming it.
+execute_process(COMMAND ${APP} attention --variants improved-clustered:centroid_path=dense:topk=4 --sizes 64 --repeat 1
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cf-bench attention with overrides failed (${rc}): ${err}")
+endif()
+check_rows("${out}" "improved-clustered:centroid_path=dense:topk=4" OFF "overrides" forward_time_s
+           forward_backward_time_s)
+string(JSON path GET "${out}" results 0 params options centroid_path)
+string(JSON topk GET "${out}" results 0 params options topk)
+string(JSON clusters GET "${out}" results 0 params options clusters)
+if(NOT path STREQUAL "dense" OR NOT topk EQUAL 4 OR NOT clusters EQUAL 100)
+  message(FATAL_ERROR "overrides: expected centroid_path dense, topk 4 and the default clusters 100, got ${out}")
+endif()
+foreach(bad "improved-clustered:topk" "nope:topk=4")
+  execute_process(COMMAND ${APP} model --variants ${bad} --sizes 16 --repeat 1
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 2 OR NOT err MATCHES "--variants: ")
+    message(FATAL_ERROR "cf-bench model --variants ${bad}: expected a usage error (2), got ${rc}: ${err}")
+  endif()
+endforeach()
+execute_process(COMMAND ${APP} model --variants improved-clustered:centroid_path=sparse --sizes 16 --batch-size 2
+                --repeat 1 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "centroid_path must be")
+  message(FATAL_ERROR "cf-bench model with a bad option value: expected the layer's error, got ${rc}: ${err}")
+endif()
 message(STATUS "every variant ran through cf-bench attention and model")

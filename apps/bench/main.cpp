@@ -57,7 +57,11 @@ and the N -> N/4 centroid attention layer (not a q, k, v variant): centroid,
 centroid-knn (K = 40), on x (1, N, 256); attention only: full-dense, full
 attention through the dense (B, H, N, N) path (nn::dense_attention), beside the
 fused "full"; block, the gathered block attention alone (random order, sqrt(N)
-blocks, each seeing itself and the previous one).
+blocks, each seeing itself and the previous one). A registered name takes option
+overrides after colons, on top of the benchmark's defaults for it, e.g.
+improved-clustered:centroid_path=dense or clustered:clusters=200:bits=32: the
+options its header lists under Options, numbers and true/false read as such,
+anything else as a string.
 
 --precision bf16|fp16: matmul: the operands are bfloat16/float16 (float32
 accumulation); the CPU baseline stays cblas_sgemm on float32 copies (the ratio
@@ -197,10 +201,21 @@ void check_variants(const std::string& cmd, BenchOptions& b) {
       for (const char* extra : {"centroid", "centroid-knn", "full-dense", "block"}) b.variants.push_back(extra);
     return;
   }
-  for (const std::string& v : b.variants)
+  for (const std::string& v : b.variants) {
+    if (v.find(':') != std::string::npos) {  // a registered type with option overrides
+      if (std::find(known.begin(), known.end(), cf::apps::variant_type(v)) == known.end())
+        throw UsageError("--variants: unknown attention variant '" + cf::apps::variant_type(v) + "' in '" + v + "'");
+      try {
+        cf::apps::variant_overrides(v);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--variants: ") + e.what());
+      }
+      continue;
+    }
     if (std::find(known.begin(), known.end(), v) == known.end() && !cf::bench::is_centroid_variant(v) &&
         !(cf::bench::is_bench_only(v) && cmd == "attention"))
       throw UsageError("--variants: unknown attention variant '" + v + "'");
+  }
 }
 
 // Reads argv: false after --help (printed).

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,10 +28,35 @@ inline double physical_gib() {
   return pages > 0 && page > 0 ? double(pages) * double(page) / double(1 << 30) : 8.0;
 }
 
-// The options each variant is benchmarked with at sequence length n: the settings
-// its paper's efficiency claims are stated for. One entry per variant that needs
-// any; a variant not listed runs with its defaults.
-inline nlohmann::json bench_attention_options(const std::string& variant, int64_t n) {
+// A benchmarked variant is a registry name, optionally followed by option overrides
+// after colons: "improved-clustered:centroid_path=dense:topk=16". A value that reads
+// as a JSON number, true or false is one; anything else is a string.
+inline std::string variant_type(const std::string& variant) { return variant.substr(0, variant.find(':')); }
+
+// The overrides of `variant` as a JSON object (empty without a colon); throws
+// std::invalid_argument naming the variant for an entry that is not key=value.
+inline nlohmann::json variant_overrides(const std::string& variant) {
+  nlohmann::json out = nlohmann::json::object();
+  size_t at = variant.find(':');
+  while (at != std::string::npos) {
+    const size_t next = variant.find(':', at + 1);
+    const std::string item = variant.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+    const size_t eq = item.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == item.size())
+      throw std::invalid_argument("variant '" + variant + "': expected name:key=value[:key=value...], got '" +
+                                  item + "'");
+    const std::string key = item.substr(0, eq), text = item.substr(eq + 1);
+    nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    out[key] = value.is_number() || value.is_boolean() ? value : nlohmann::json(text);
+    at = next;
+  }
+  return out;
+}
+
+// The defaults each variant type is benchmarked with at sequence length n: the
+// settings its paper's efficiency claims are stated for. One entry per type that needs
+// any; a type not listed runs with its defaults.
+inline nlohmann::json bench_type_options(const std::string& variant, int64_t n) {
   // Reformer: LSH-8 (its best setting, section 5) with chunks of 64, the defaults of the reformer-pytorch port the
   // ClusterFormer comparison used; n_buckets follows from N (2N/64). Fixed rotations: every repeat times the same work.
   if (variant == "lsh") return {{"n_hashes", 8}, {"bucket_size", 64}, {"seed", 0}};
@@ -45,6 +71,14 @@ inline nlohmann::json bench_attention_options(const std::string& variant, int64_
   // ClusterFormer appendix E: k = sqrt(max length).
   if (variant == "neural-clustering") return {{"clusters", std::max<int64_t>(1, std::llround(std::sqrt(double(n))))}};
   return nlohmann::json::object();
+}
+
+// The options `variant` (type and overrides, above) is benchmarked with at length n.
+inline nlohmann::json bench_attention_options(const std::string& variant, int64_t n) {
+  nlohmann::json o = bench_type_options(variant_type(variant), n);
+  const nlohmann::json overrides = variant_overrides(variant);  // alive while items() walks it
+  for (auto& [key, value] : overrides.items()) o[key] = value;
+  return o;
 }
 
 // GiB of one float32 score matrix (batch_heads, n, n): a dense variant holds about
@@ -154,7 +188,7 @@ class EncoderBench {
     c.layer.dropout = 0.0;
     c.layer.activation = "relu";
     c.layer.norm_first = false;
-    c.layer.attention.type = cfg.variant;
+    c.layer.attention.type = variant_type(cfg.variant);
     c.layer.attention.options = cf::nn::Config(bench_attention_options(cfg.variant, cfg.n), "attention");
     model_ = std::make_unique<cf::models::EncoderClassifier>(c, gen_);
     model_->to(cfg.device);

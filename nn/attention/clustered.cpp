@@ -351,6 +351,9 @@ ClusteredAttention::ClusteredAttention(const ClusteredOptions& o, double scale, 
   CF_CHECK(scale >= 0 && std::isfinite(scale), ValueError, "[", who, "] scale must be >= 0 (0: 1/sqrt(d_k)), got ",
            scale);
   CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout);
+  CF_CHECK(dropout == 0 || o.centroid_path != CentroidPath::kFused, ValueError, "[", who,
+           "] centroid_path \"fused\" has no attention dropout (the flash kernel never forms the centroid weights); "
+           "got dropout ", dropout);
 }
 
 namespace {
@@ -369,6 +372,11 @@ std::shared_ptr<Attention> create(const AttentionSpec& spec, bool improved) {
     c.fixed_planes = true;
     c.hash_seed = uint64_t(s);
   }
+  const std::string path = o.get<std::string>("centroid_path", "auto");
+  CF_CHECK(path == "auto" || path == "fused" || path == "dense", ValueError, "[",
+           improved ? "ImprovedClusteredAttention" : "ClusteredAttention",
+           "] centroid_path must be \"auto\", \"fused\" or \"dense\", got \"", path, "\"");
+  c.centroid_path = path == "fused" ? CentroidPath::kFused : path == "dense" ? CentroidPath::kDense : CentroidPath::kAuto;
   double scale = o.get<double>("scale", 0.0);
   double dropout = o.get<double>("dropout", 0.0);
   o.finish();
@@ -450,7 +458,8 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
   }
   last_ = a;
   return clustered_attention(args.q, args.k, args.v, a, c, args.key_padding_mask, scale,
-                             opt_.improved ? opt_.topk : 0, dropout_, is_training(), default_generator(), args.causal);
+                             opt_.improved ? opt_.topk : 0, dropout_, is_training(), default_generator(), args.causal,
+                             opt_.centroid_path);
 }
 
 }  // namespace nn

@@ -26,21 +26,11 @@
 namespace cf {
 namespace nn {
 
-struct ClusteredOptions {
-  int64_t clusters = 100;   // C
-  int64_t bits = 63;        // B, hash bits, in [1, 63]
-  int64_t iterations = 10;  // L, Lloyd iterations
-  int64_t topk = 32;        // k (improved only)
-  bool improved = false;
-  bool fixed_planes = false;  // true: hyperplanes drawn once from hash_seed; false: fresh each forward
-  uint64_t hash_seed = 0;
-};
-
-// How clustered_attention forms the centroids' attention over every key (eqs. 4-5)
-// when topk > 0 (improved clustered attention):
-//   kFused: one flash_attention_with_lse with the C centroids as queries, and eq. 9's
-//     top-k keys by clustered_top_keys: no (C, Nk) matrix is kept for the backward, but
-//     the centroid scores are computed twice (for the top-k and inside the kernel);
+// How clustered_attention forms the centroids' attention over every key (eqs. 4-5):
+//   kFused: one flash_attention (improved: flash_attention_with_lse, and eq. 9's top-k
+//     keys by clustered_top_keys) with the C centroids as queries: no (C, Nk) matrix is
+//     kept for the backward, but improved clustered attention computes the centroid
+//     scores twice (for the top-k and inside the kernel);
 //   kDense: the (B H, C, Nk) scores and weights A^c as tensors, one GEMM shared by the
 //     top-k and the weights (kept for the backward: a few such matrices);
 //   kAuto: kDense while one (B H, C, Nk) matrix takes at most kClusteredDenseMaxBytes,
@@ -52,6 +42,17 @@ enum class CentroidPath { kAuto, kFused, kDense };
 // kAuto's bound: below it the dense matrices are a few MB (measured:
 // docs/benchmarks.md, "Clustered attention through the fused kernel").
 constexpr int64_t kClusteredDenseMaxBytes = int64_t(8) << 20;
+
+struct ClusteredOptions {
+  int64_t clusters = 100;   // C
+  int64_t bits = 63;        // B, hash bits, in [1, 63]
+  int64_t iterations = 10;  // L, Lloyd iterations
+  int64_t topk = 32;        // k (improved only)
+  bool improved = false;
+  bool fixed_planes = false;  // true: hyperplanes drawn once from hash_seed; false: fresh each forward
+  uint64_t hash_seed = 0;
+  CentroidPath centroid_path = CentroidPath::kAuto;
+};
 
 // The clustered output for a given assignment int64 (B, H, Nq) with ids in
 // [0, n_clusters) or -1 (no cluster: output 0). topk = 0: clustered (eqs. 3-6);
@@ -91,7 +92,9 @@ Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tenso
 //   {"clusters": C (100), "bits": B (63), "iterations": L (10),
 //    "topk": k (32, improved-clustered only), "hash_seed": fixed hyperplanes (absent:
 //    drawn from the global generator at each forward), "scale": 0 = 1/sqrt(D),
-//    "dropout": attention-weight dropout in [0, 1), default 0}.
+//    "dropout": attention-weight dropout in [0, 1), default 0,
+//    "centroid_path": "auto" (default), "fused" or "dense" (CentroidPath above;
+//    "fused" refuses a dropout above 0)}.
 class ClusteredAttention : public Attention {
  public:
   explicit ClusteredAttention(const ClusteredOptions& o, double scale = 0.0, double dropout = 0.0);

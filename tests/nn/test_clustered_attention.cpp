@@ -322,6 +322,28 @@ TEST_CASE("kAuto: improved clustered attention forms the centroid weights while 
                   "flash_attention"));
 }
 
+TEST_CASE("the layers' centroid_path option picks the path, and each gives the same output") {
+  const int64_t B = 1, H = 2, N = 9;
+  Tensor q = leaf64({B, H, N, 3}, 71), k = leaf64({B, H, N, 3}, 72), v = leaf64({B, H, N, 2}, 73);
+  for (const char* type : {"clustered", "improved-clustered"}) {
+    INFO(type);
+    std::vector<std::vector<double>> outs;
+    for (const char* path : {"auto", "fused", "dense"}) {
+      INFO(path);
+      nlohmann::json options = {{"clusters", 3}, {"hash_seed", 5}, {"centroid_path", path}};
+      if (std::string(type) == "improved-clustered") options["topk"] = 4;
+      auto layer = make_layer(type, options);
+      Tensor out = layer->forward(attention_args(q, k, v, Tensor()));
+      // auto: plain clustered fused, improved dense at this size (clustered.h)
+      const bool fused = std::string(path) == "fused" || (std::string(path) == "auto" && std::string(type) == "clustered");
+      CHECK(graph_has(out, "flash_attention") == fused);
+      outs.push_back(values(out));
+    }
+    for (size_t i = 1; i < outs.size(); ++i)
+      for (size_t j = 0; j < outs[0].size(); ++j) CHECK(outs[i][j] == doctest::Approx(outs[0][j]).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("causal improved clustered attention: past top-k keys only, dense reference, full causal at top-k = N") {
   const int64_t B = 2, H = 2, N = 6;
   Tensor q = leaf64({B, H, N, 3}, 31, -2, 2), k = leaf64({B, H, N, 3}, 32, -2, 2), v = leaf64({B, H, N, 4}, 33);
@@ -686,6 +708,11 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
                    "[ImprovedClusteredAttention] topk must be >= 1");
   CHECK_THROWS_MSG(make_layer("clustered", {{"topk", 4}}), ValueError, "attention.topk");
   CHECK_THROWS_MSG(make_layer("clustered", {{"hash_seed", -1}}), ValueError, "hash_seed must be >= 0");
+  CHECK_THROWS_MSG(make_layer("improved-clustered", {{"centroid_path", "sparse"}}), ValueError,
+                   "[ImprovedClusteredAttention] centroid_path must be \"auto\", \"fused\" or \"dense\"",
+                   "got \"sparse\"");
+  CHECK_THROWS_MSG(make_layer("clustered", {{"centroid_path", "fused"}, {"dropout", 0.1}}), ValueError,
+                   "[ClusteredAttention] centroid_path \"fused\" has no attention dropout", "dropout 0.1");
   auto layer = make_layer("clustered", {});
   nn::AttentionArgs causal = attention_args(q, k, v, Tensor());
   causal.causal = true;
