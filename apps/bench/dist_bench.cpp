@@ -13,6 +13,8 @@
 #include <mpi.h>
 #endif
 
+#include "common/attention_bench.h"
+
 namespace cf::bench {
 
 namespace {
@@ -91,8 +93,11 @@ nlohmann::json ddp_rows(const DdpBenchOptions& o) {
     for (int64_t n : o.sizes) {
       nlohmann::json mj = {{"vocab_size", 1000}, {"max_len", n},   {"n_layers", 2},  {"d_model", o.d_model},
                            {"n_heads", 4},       {"d_ff", 4 * o.d_model}, {"dropout", 0.0}, {"num_classes", 4},
-                           {"attention", {{"type", variant}}}};
-      if (variant == "neural-clustering") mj["attention"]["clusters"] = std::max<int64_t>(1, int64_t(std::sqrt(double(n))));
+                           {"attention", {{"type", cf::apps::variant_type(variant)}}}};
+      if (cf::apps::variant_type(variant) == "neural-clustering")
+        mj["attention"]["clusters"] = std::max<int64_t>(1, int64_t(std::sqrt(double(n))));
+      const nlohmann::json overrides = cf::apps::variant_overrides(variant);  // "type:key=value" (attention_bench.h)
+      for (auto& [key, value] : overrides.items()) mj["attention"][key] = value;
       auto cfg = cf::models::TransformerConfig::from_json(mj);
       cf::Generator g(1);
       auto model = std::make_shared<cf::models::EncoderClassifier>(cfg, g);
