@@ -77,7 +77,7 @@ string(JSON clusters GET "${out}" results 0 params options clusters)
 if(NOT path STREQUAL "dense" OR NOT topk EQUAL 4 OR NOT clusters EQUAL 100)
   message(FATAL_ERROR "overrides: expected centroid_path dense, topk 4 and the default clusters 100, got ${out}")
 endif()
-foreach(bad "improved-clustered:topk" "nope:topk=4")
+foreach(bad "improved-clustered:topk" "nope:topk=4" "clustered:type=full")
   execute_process(COMMAND ${APP} model --variants ${bad} --sizes 16 --repeat 1
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   if(NOT rc EQUAL 2 OR NOT err MATCHES "--variants: ")

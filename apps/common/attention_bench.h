@@ -46,6 +46,9 @@ inline nlohmann::json variant_overrides(const std::string& variant) {
       throw std::invalid_argument("variant '" + variant + "': expected name:key=value[:key=value...], got '" +
                                   item + "'");
     const std::string key = item.substr(0, eq), text = item.substr(eq + 1);
+    if (key == "type")
+      throw std::invalid_argument("variant '" + variant + "': the type is the name before the first colon, not an "
+                                  "option");
     nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     out[key] = value.is_number() || value.is_boolean() ? value : nlohmann::json(text);
     at = next;

@@ -121,7 +121,8 @@ Tensor padded_at(const Tensor& kpm, int64_t B, int64_t H, const Tensor& idx) {
 // padded keys last, ties to the lower key index (cf::topk's rule), not
 // differentiable. The (C, Nk) scores are formed in key chunks whose scores take at
 // most chunk_bytes (the merge's candidates, the running top-k beside the chunk, take
-// about as much again), each chunk's top-k merged with the running one (candidates in
+// about as much again, plus what cf::topk allocates: on CUDA a radix sort's keys and
+// positions per candidate), each chunk's top-k merged with the running one (candidates in
 // key order, so the tie rule and the result are those of one top-k over all keys):
 // at N = 65536 and C = 100 the whole matrix per batch*head would be 26 MB, for
 // a selection that keeps kk columns of it.
@@ -178,7 +179,8 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   check_inputs(who, q, k, v, assignment, n_clusters, kpm, scale, topk, causal);
   CF_CHECK(dropout_p >= 0 && dropout_p < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout_p);
   const bool dropping = training && dropout_p > 0;
-  CF_CHECK(!(dropping && path == CentroidPath::kFused), ValueError, "[", who,
+  // (The causal variant forms no centroid weights: the path plays no part there.)
+  CF_CHECK(!(dropping && path == CentroidPath::kFused && !causal), ValueError, "[", who,
            "] path kFused has no attention dropout (the flash kernel never forms A^c's entries); got dropout ",
            dropout_p, " in training: use kDense or kAuto");
   auto drop = [&](const Tensor& w) { return dropping ? dropout(w, dropout_p, true, gen) : w; };
@@ -351,9 +353,6 @@ ClusteredAttention::ClusteredAttention(const ClusteredOptions& o, double scale, 
   CF_CHECK(scale >= 0 && std::isfinite(scale), ValueError, "[", who, "] scale must be >= 0 (0: 1/sqrt(d_k)), got ",
            scale);
   CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout);
-  CF_CHECK(dropout == 0 || o.centroid_path != CentroidPath::kFused, ValueError, "[", who,
-           "] centroid_path \"fused\" has no attention dropout (the flash kernel never forms the centroid weights); "
-           "got dropout ", dropout);
 }
 
 namespace {

@@ -37,7 +37,8 @@ namespace nn {
 //     kFused above.
 // Plain clustered attention (topk = 0) computes its scores once either way and takes
 // kFused under kAuto. Attention-weight dropout in training acts on A^c's entries, so it
-// takes kDense (kFused with dropout in training is an error).
+// takes kDense (kFused with dropout in training is an error, except in the causal
+// variant, which forms no centroid weights).
 enum class CentroidPath { kAuto, kFused, kDense };
 // kAuto's bound: below it the dense matrices are a few MB (measured:
 // docs/benchmarks.md, "Clustered attention through the fused kernel").
@@ -75,7 +76,8 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
 // ties to the lower key index, padded keys (key_padding_mask bool (B, Nk)) last; not
 // differentiable. centroids (B, H, C, D), k (B, H, Nk, D). The (C, Nk) scores are
 // formed in key chunks whose scores take at most chunk_bytes (the merge holds about
-// as much again: the running top-k's candidates beside the chunk's), each merged into a
+// as much again: the running top-k's candidates beside the chunk's; on CUDA the top-k's
+// radix sort adds its own per-candidate buffers), each merged into a
 // running top-k: the result is one top-k's over all keys, and no (C, Nk) matrix is held.
 Tensor clustered_top_keys(const Tensor& centroids, const Tensor& k, const Tensor& key_padding_mask, int64_t topk,
                           int64_t chunk_bytes = int64_t(64) << 20);
@@ -94,7 +96,7 @@ Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tenso
 //    drawn from the global generator at each forward), "scale": 0 = 1/sqrt(D),
 //    "dropout": attention-weight dropout in [0, 1), default 0,
 //    "centroid_path": "auto" (default), "fused" or "dense" (CentroidPath above;
-//    "fused" refuses a dropout above 0)}.
+//    "fused" with a dropout above 0 is an error at a training forward)}.
 class ClusteredAttention : public Attention {
  public:
   explicit ClusteredAttention(const ClusteredOptions& o, double scale = 0.0, double dropout = 0.0);

@@ -270,9 +270,9 @@ TEST_CASE("clustered_top_keys: key chunks give one top-k's keys in score order, 
 
 TEST_CASE("the fused path (flash attention over the centroids) equals the path through the centroid weights") {
   // kFused: the centroids attend through flash_attention (improved: its log-sum-exp
-  // gives the top-k keys' weights); with dropout in training, through the (C, Nk)
-  // weights A^c. A dropout of 1e-15 keeps every weight (scaled by 1 + 1e-15): the two
-  // paths, forward and backward, with padding, an empty cluster, no-cluster queries.
+  // gives the top-k keys' weights); kAuto with dropout in training goes through the
+  // (C, Nk) weights A^c. A dropout of 1e-15 keeps every weight (scaled by 1 + 1e-15):
+  // the two paths, forward and backward, with padding, an empty cluster, no-cluster queries.
   const MixedCase m = mixed_case(51);
   const Tensor &q = m.q, &k = m.k, &v = m.v, &kpm = m.kpm, &assign = m.assign;
   const int64_t C = MixedCase::C;
@@ -711,8 +711,17 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
   CHECK_THROWS_MSG(make_layer("improved-clustered", {{"centroid_path", "sparse"}}), ValueError,
                    "[ImprovedClusteredAttention] centroid_path must be \"auto\", \"fused\" or \"dense\"",
                    "got \"sparse\"");
-  CHECK_THROWS_MSG(make_layer("clustered", {{"centroid_path", "fused"}, {"dropout", 0.1}}), ValueError,
-                   "[ClusteredAttention] centroid_path \"fused\" has no attention dropout", "dropout 0.1");
+  {  // fused with dropout: refused at a training forward, fine in eval and in the causal variant
+    auto fused = make_layer("improved-clustered", {{"centroid_path", "fused"}, {"dropout", 0.1}, {"topk", 2}});
+    fused->train();
+    CHECK_THROWS_MSG(fused->forward(attention_args(q, k, v, Tensor())), ValueError,
+                     "[clustered_attention] path kFused has no attention dropout", "dropout 0.1");
+    nn::AttentionArgs causal_args = attention_args(q, k, v, Tensor());
+    causal_args.causal = true;
+    CHECK(fused->forward(causal_args).shape() == q.shape());
+    fused->eval();
+    CHECK(graph_has(fused->forward(attention_args(q, k, v, Tensor())), "flash_attention"));
+  }
   auto layer = make_layer("clustered", {});
   nn::AttentionArgs causal = attention_args(q, k, v, Tensor());
   causal.causal = true;
