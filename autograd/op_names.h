@@ -30,7 +30,7 @@
   /* fused layers */ \
   X(softmax, true) X(log_softmax, true) X(layer_norm, true) X(cross_entropy, true) X(dropout, true) \
   /* fused attention */ \
-  X(flash_attention, true) X(block_attention, true) \
+  X(flash_attention, true) X(block_attention, true) X(routed_attention, true) \
   /* sparse products (improved clustered attention) */ \
   X(sparse_dot, true) X(sparse_weighted_sum, true) \
   /* clustering */ \

@@ -1,4 +1,5 @@
-// Fused attention ops: flash_attention and block_attention (kernels/attention).
+// Fused attention ops: flash_attention, block_attention and routed_attention
+// (kernels/attention).
 // Each validates its inputs, runs one forward kernel and records one node whose
 // backward is one kernel too (recomputing the probabilities from the saved
 // log-sum-exp). Backward runs under no-grad: no double backward through them.
@@ -327,6 +328,138 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
 }
 
 }  // namespace ops
+
+// ---------------------------------------------------------------- routed_attention
+
+namespace {
+
+// lists (B', H', C, w) int64 with B' in {1, B}, H' in {1, H}.
+void check_lists(const Tensor& m, int64_t B, int64_t H, const char* name, const char* who) {
+  CF_CHECK(m.defined() && m.dtype() == kInt64 && m.dim() == 4, ShapeError, "[", who, "] ", name,
+           " must be int64 (B, H, C, w), got ", m.defined() ? m.describe() : std::string("undefined"));
+  CF_CHECK((m.shape()[0] == B || m.shape()[0] == 1) && (m.shape()[1] == H || m.shape()[1] == 1), ShapeError, "[",
+           who, "] ", name, " ", shape_str(m.shape()), " does not broadcast to (B, H) = (", B, ", ", H, ")");
+}
+
+// (B', H', C * w, 1): the position each slot of the lists holds, 0 for an empty
+// slot (whose rows the kernels leave zero), as an index along the token axis.
+Tensor slot_index(const Tensor& lists, int64_t N) {
+  const Shape& s = lists.shape();
+  return reshape(where(logical_and(ge(lists, 0.0), lt(lists, double(N))), lists, 0.0), {s[0], s[1], s[2] * s[3], 1});
+}
+
+}  // namespace
+
+void ops::check_routed_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
+                                      const Tensor& km, const Tensor& kpm, double scale, const char* who,
+                                      bool check_range) {
+  for (auto* t : {&q, &k, &v}) check_defined(*t, who, t == &q ? "q" : t == &k ? "k" : "v");
+  CF_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, ShapeError, "[", who,
+           "] expected q, k (B, H, N, Dk) and v (B, H, N, Dv); got q ", shape_str(q.shape()), ", k ",
+           shape_str(k.shape()), ", v ", shape_str(v.shape()));
+  const Shape &sq = q.shape(), &sk = k.shape(), &sv = v.shape();
+  CF_CHECK(sq[0] == sk[0] && sk[0] == sv[0] && sq[1] == sk[1] && sk[1] == sv[1] && sq[3] == sk[3] &&
+               sk[2] == sv[2],
+           ShapeError, "[", who, "] inconsistent shapes: q ", shape_str(sq), ", k ", shape_str(sk), ", v ",
+           shape_str(sv));
+  CF_CHECK(sq[2] == sk[2], ShapeError, "[", who, "] self-attention only: q has ", sq[2], " positions, k ", sk[2]);
+  CF_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype() && is_floating(q.dtype()), DTypeError, "[", who,
+           "] q, k, v must share one float dtype, got ", q.dtype(), ", ", k.dtype(), ", ", v.dtype());
+  const int64_t B = sq[0], H = sq[1], N = sq[2];
+  check_lists(qm, B, H, "query_members", who);
+  check_lists(km, B, H, "key_members", who);
+  CF_CHECK(qm.shape()[2] == km.shape()[2], ShapeError, "[", who, "] query_members ", shape_str(qm.shape()),
+           " and key_members ", shape_str(km.shape()), " must have the same number of lists C");
+  check_same_device(who, {&q, &k, &v, &qm, &km, &kpm});
+  if (kpm.defined())
+    CF_CHECK(kpm.dtype() == kBool && kpm.dim() == 2 && kpm.shape()[0] == B && kpm.shape()[1] == N, ShapeError,
+             "[", who, "] key_padding_mask must be bool (B, N) = (", B, ", ", N, "), got ", kpm.describe());
+  check_scale(scale, who);
+  if (!check_range) return;
+  // Data checks: on CUDA deferred to the next host read (no wait here).
+  for (const auto& [m, name] : {std::pair<const Tensor*, const char*>{&qm, "query_members"}, {&km, "key_members"}})
+    check_indices(
+        who, *m, N,
+        [who = std::string(who), name = std::string(name), N](int64_t at, int64_t p) {
+          throw IndexError(str("[", who, "] member position ", p, " at flat position ", at, " of ", name,
+                               " is out of range [-1, ", N, ")"));
+        },
+        -1);
+}
+
+Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                       const Tensor& key_members, const Tensor& kpm, double scale, bool causal) {
+  const char* op = opname::routed_attention;
+  const Shape& sq = q.shape();
+  const int64_t B = sq[0], H = sq[1], N = sq[2], Dk = sq[3], Dv = v.shape()[3];
+  const int64_t C = query_members.shape()[2], wq = query_members.shape()[3], wk = key_members.shape()[3];
+  if (N == 0) return Tensor::zeros({B, H, 0, Dv}, v.dtype(), v.device());
+  kernels::RoutedAttentionParams p;
+  p.scale = default_scale(scale, Dk);
+  p.causal = causal;
+  Tensor qc = dense(q), kc = dense(k), vc = dense(v), pc = dense(kpm);
+  Tensor qm = dense(query_members), km = dense(key_members);
+  // The kernel's outputs in slot order: row c * wq + r of each (b, h) is slot r of list c.
+  Tensor slots = Tensor::empty({B, H, C * wq, Dv}, q.dtype(), q.device());
+  Tensor lse = Tensor::empty({B, H, C * wq}, q.dtype(), q.device());
+  kernels::routed_attention_forward(qc, kc, vc, qm, km, pc, p, slots, lse);
+  // Token order: each position's slot outputs summed and divided by the number of
+  // query slots holding it (the reference code's scatter_mean; at least 1, so a
+  // position in no list outputs zeros).
+  Tensor qi, count, out;
+  {
+    NoGradGuard ng;
+    qi = expand(slot_index(qm, N), {B, H, C * wq, 1});
+    const Tensor held = contiguous(
+        expand(to(reshape(logical_and(ge(qm, 0.0), lt(qm, double(N))), {qm.shape()[0], qm.shape()[1], C * wq, 1}),
+                  q.dtype()),
+               {B, H, C * wq, 1}));
+    count = Tensor::zeros({B, H, N, 1}, q.dtype(), q.device());
+    kernels::scatter_add(count, 2, qi, held);
+    kernels::unary(kernels::UnaryOp::Clamp, count, count, {1.0, INFINITY});
+    out = Tensor::zeros({B, H, N, Dv}, q.dtype(), q.device());
+    kernels::scatter_add(out, 2, expand(qi, {B, H, C * wq, Dv}), slots);
+    kernels::binary(kernels::BinaryOp::Div, out, count, out);  // in place: no second (B, H, N, Dv)
+  }
+  if (autograd::any_requires_grad({&q, &k, &v})) {
+    SavedTensor s_q(qc), s_k(kc), s_v(vc), s_qm(qm), s_km(km), s_p(pc);
+    autograd::record(op, {q, k, v}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+      Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), qmv = s_qm.unpack(op),
+             kmv = s_km.unpack(op), pv = s_p.defined() ? s_p.unpack(op) : Tensor();
+      // Each slot's share of its position's gradient (rows of empty slots are ignored).
+      Tensor gs = Tensor::empty({B, H, C * wq, Dv}, g.dtype(), g.device());
+      kernels::gather(dense(g / count), 2, expand(qi, {B, H, C * wq, Dv}), gs);
+      Tensor dqs = Tensor::empty({B, H, C * wq, Dk}, qv.dtype(), qv.device());
+      Tensor dks = Tensor::empty({B, H, C * wk, Dk}, kv.dtype(), kv.device());
+      Tensor dvs = Tensor::empty({B, H, C * wk, Dv}, vv.dtype(), vv.device());
+      kernels::routed_attention_backward(qv, kv, vv, qmv, kmv, pv, p, slots, lse, gs, dqs, dks, dvs);
+      // The slot gradients back to the positions the slots hold.
+      const Tensor ki = expand(slot_index(kmv, N), {B, H, C * wk, 1});
+      Tensor dq = Tensor::zeros(qv.shape(), qv.dtype(), qv.device());
+      Tensor dk = Tensor::zeros(kv.shape(), kv.dtype(), kv.device());
+      Tensor dv = Tensor::zeros(vv.shape(), vv.dtype(), vv.device());
+      kernels::scatter_add(dq, 2, expand(qi, {B, H, C * wq, Dk}), dqs);
+      kernels::scatter_add(dk, 2, expand(ki, {B, H, C * wk, Dk}), dks);
+      kernels::scatter_add(dv, 2, expand(ki, {B, H, C * wk, Dv}), dvs);
+      return {dq, dk, dv};
+    });
+    // The gathered form's two batched matmuls: each list's wq query slots against its wk key slots.
+    out.grad_fn()->forward_macs = B * H * C * wq * wk * (Dk + Dv);
+  }
+  return out;
+}
+
+Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                        const Tensor& key_members, const Tensor& kpm, double scale, bool causal) {
+  const char* op = opname::routed_attention;
+  for (auto* t : {&q, &k, &v}) ops::check_defined(*t, op, t == &q ? "q" : t == &k ? "k" : "v");
+  // Autocast (issue 26): no 16-bit kernel yet; 16-bit q, k, v run on float32 copies.
+  if (autocast_dtype() && (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype())))
+    return routed_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), query_members,
+                            key_members, kpm, scale, causal);
+  ops::check_routed_attention_args(q, k, v, query_members, key_members, kpm, scale, op);
+  return ops::routed_attention_unchecked(q, k, v, query_members, key_members, kpm, scale, causal);
+}
 
 bool ops::block_attention_on_float32_copies(const Tensor& q, const Tensor& k, const Tensor& v,
                                             const Tensor& members, int64_t rounds) {

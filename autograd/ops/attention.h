@@ -68,6 +68,22 @@ BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& key_padding_mask = Tensor(),
                                      const BlockAttentionOptions& options = {});
 
+// Attention within index lists whose query and key lists differ (routing attention,
+// the fixed sparse pattern: nn/attention/routing.h). q, k (B, H, N, Dk), v (B, H, N, Dv);
+// query_members (B', H', C, wq) and key_members (B', H', C, wk) int64, B' in {1, B},
+// H' in {1, H}, holding positions in [-1, N) (-1: empty slot). Query slot s of list c
+// attends to the key slots of list c, except empty slots, padded keys and, when
+// causal, later positions. A position may sit in several lists (or in none): its
+// output is the average of its outputs over the query lists holding it, zeros if
+// none. Within one list a position is meant to appear once (a repeated key counts
+// twice in that list's softmax; the lists' values are not checked for it). One kernel per direction over the lists as they are (no gathered copies of
+// q, k, v, no (C, wq, wk) scores kept), one node; the slot outputs are averaged
+// into token order and the slot gradients added back to the positions. scale 0
+// means 1/sqrt(Dk). Differentiable in q, k and v.
+Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                        const Tensor& key_members, const Tensor& key_padding_mask = Tensor(), double scale = 0.0,
+                        bool causal = false);
+
 namespace ops {
 
 // The chunk offsets a chunk sees, deduplicated modulo C: 0, -1, ..., -look_back,
@@ -93,6 +109,19 @@ bool block_attention_on_float32_copies(const Tensor& q, const Tensor& k, const T
 BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v,
                                                const Tensor& members, const Tensor& key_padding_mask,
                                                const BlockAttentionOptions& options);
+
+// routed_attention's argument checks, `who` naming the caller in errors. With
+// check_range the lists' positions are checked to lie in [-1, N) (an IndexError;
+// deferred to the next host read on CUDA); callers whose lists are in range by
+// construction (top-k indices, fixed patterns) skip it. The kernels treat a
+// position outside [0, N) as an empty slot either way.
+void check_routed_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                 const Tensor& key_members, const Tensor& key_padding_mask, double scale,
+                                 const char* who, bool check_range = true);
+// routed_attention without the checks, for a caller that ran them.
+Tensor routed_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                  const Tensor& key_members, const Tensor& key_padding_mask, double scale,
+                                  bool causal);
 
 }  // namespace ops
 

@@ -15,6 +15,13 @@
 //   outputs written back to token order inside the kernel: no gathered copy of
 //   q, k, v and no (C, w, W) score tensor is ever materialised.
 //
+// routed_attention: attention within index lists whose query and key lists
+//   differ and may share positions (routing attention, the fixed sparse
+//   pattern: nn/attention/routing.h): list c's query slots attend to list c's
+//   key slots. Rows are read through the lists as above, but outputs stay in
+//   slot order (a position may sit in several lists); the op averages them
+//   into token order and scatters the slot gradients back.
+//
 // The callers (autograd/ops/attention.cpp) validate shapes and the member table
 // and pass contiguous q, k, v; these kernels only compute.
 #include <cstdint>
@@ -72,6 +79,30 @@ void block_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                   const Tensor& dk, const Tensor& dv);
 
+struct RoutedAttentionParams {
+  double scale = 1.0;
+  bool causal = false;  // key position j blocked for query position i when j > i
+};
+
+// q, k (B, H, N, Dk), v (B, H, N, Dv) contiguous; query_members (B', H', C, wq) and
+// key_members (B', H', C, wk) contiguous int64, B' in {1, B}, H' in {1, H}, a
+// position outside [0, N) counting as an empty slot. key_padding_mask as above.
+// Writes out (B, H, C * wq, Dv) and lse (B, H, C * wq), contiguous, in slot order
+// (row c * wq + r: slot r of list c); empty query slots and queries with nothing
+// allowed get out = 0, lse = -inf.
+void routed_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                  const Tensor& key_members, const Tensor& key_padding_mask,
+                                  const RoutedAttentionParams& p, const Tensor& out, const Tensor& lse);
+// dout (B, H, C * wq, Dv) contiguous, slot order (rows of empty query slots are
+// ignored); out and lse as the forward wrote them. Writes the slot-order
+// gradients dq (B, H, C * wq, Dk), dk (B, H, C * wk, Dk), dv (B, H, C * wk, Dv)
+// (contiguous, preallocated; empty slots get zero rows): the caller adds them to
+// the positions the slots hold.
+void routed_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                   const Tensor& key_members, const Tensor& key_padding_mask,
+                                   const RoutedAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                   const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
 // Rounds combined through their log-sum-exp (the Reformer's multi-round rule), on
 // block_attention's packed rows [out | lse]: per_round (B, H * R, N, Dv + 1)
 // (head h * R + r: round r of head h) and combined (B, H, N, Dv + 1), contiguous.
@@ -101,6 +132,13 @@ void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& key_padding_mask, const BlockAttentionParams& p,
                                    const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
                                    const Tensor& dq, const Tensor& dk, const Tensor& dv);
+void routed_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                   const Tensor& key_members, const Tensor& key_padding_mask,
+                                   const RoutedAttentionParams& p, const Tensor& out, const Tensor& lse);
+void routed_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                    const Tensor& key_members, const Tensor& key_padding_mask,
+                                    const RoutedAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                    const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv);
 #endif
 
 // The tensor-core kernels (attention_mma_cuda.cu, issue 26) for 16-bit q, k, v under autocast: whether they
@@ -196,6 +234,22 @@ inline void block_attention_backward(const Tensor& q, const Tensor& k, const Ten
   CF_DEVICE_DISPATCH("block_attention", out.device(),
                      block_attention_backward_cpu(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv),
                      block_attention_backward_cuda(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv));
+}
+
+inline void routed_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
+                                     const Tensor& km, const Tensor& kpm, const RoutedAttentionParams& p,
+                                     const Tensor& out, const Tensor& lse) {
+  CF_DEVICE_DISPATCH("routed_attention", out.device(),
+                     routed_attention_forward_cpu(q, k, v, qm, km, kpm, p, out, lse),
+                     routed_attention_forward_cuda(q, k, v, qm, km, kpm, p, out, lse));
+}
+inline void routed_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
+                                      const Tensor& km, const Tensor& kpm, const RoutedAttentionParams& p,
+                                      const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                                      const Tensor& dk, const Tensor& dv) {
+  CF_DEVICE_DISPATCH("routed_attention", out.device(),
+                     routed_attention_backward_cpu(q, k, v, qm, km, kpm, p, out, lse, dout, dq, dk, dv),
+                     routed_attention_backward_cuda(q, k, v, qm, km, kpm, p, out, lse, dout, dq, dk, dv));
 }
 
 }  // namespace cf::kernels

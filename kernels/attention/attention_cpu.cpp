@@ -350,26 +350,48 @@ void gather_rows(const T* X, int64_t D, const int64_t* pos, int64_t n, T* G) {
   }
 }
 
-// Masks a (w x W) score tile of chunk c: blocked -> -inf (empty query or key
-// slot, padded key, causal by original position), own score -> self_score under
+// Masks an (nr x nc) score tile whose rows are the query positions qpos and
+// columns the key positions jpos: blocked -> -inf (an empty query or key slot, a
+// padded key, causal by original position), own score -> self_score under
 // self_mask (the Reformer rule: weight 0 beside any allowed key, 1 alone). Sets
-// self[r * W + c] for the entries that got self_score (their score has no gradient).
+// self[r * nc + c] for the entries that got self_score (their score has no gradient).
 template <typename T>
-void mask_block(T* S, const int64_t* qpos, const int64_t* jpos, const BlockDims& d, const bool* pad,
-                const BlockAttentionParams& p, char* self) {
+void mask_scores(T* S, const int64_t* qpos, int64_t nr, const int64_t* jpos, int64_t nc, const bool* pad,
+                 bool causal, bool self_mask, double self_score, char* self) {
   const T ninf = -std::numeric_limits<T>::infinity();
-  for (int64_t r = 0; r < d.w; ++r) {
+  for (int64_t r = 0; r < nr; ++r) {
     const int64_t i = qpos[r];
-    for (int64_t c = 0; c < d.W; ++c) {
+    for (int64_t c = 0; c < nc; ++c) {
       const int64_t j = jpos[c];
-      const bool no = i < 0 || j < 0 || (pad && pad[j]) || (p.causal && j > i);
-      const bool own = !no && p.self_mask && j == i;
-      if (self) self[r * d.W + c] = own;
+      const bool no = i < 0 || j < 0 || (pad && pad[j]) || (causal && j > i);
+      const bool own = !no && self_mask && j == i;
+      if (self) self[r * nc + c] = own;
       if (no)
-        S[r * d.W + c] = ninf;
+        S[r * nc + c] = ninf;
       else if (own)
-        S[r * d.W + c] = T(p.self_score);
+        S[r * nc + c] = T(self_score);
     }
+  }
+}
+
+// Softmax of each row of a masked (nr x nc) score tile, in place, and the row's
+// log-sum-exp into lse[r]; a row with nothing allowed becomes zeros, lse -inf.
+template <typename T>
+void softmax_rows(T* S, int64_t nr, int64_t nc, T* lse) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < nr; ++r) {
+    T* Sr = S + r * nc;
+    const T m = max_row(Sr, nc, ninf);
+    if (m == ninf) {
+      std::fill(Sr, Sr + nc, T(0));
+      lse[r] = ninf;
+      continue;
+    }
+    exp_shifted(Sr, Sr, nc, m);
+    const double z = sum_row(Sr, nc);
+    const T inv = T(1.0 / z);
+    for (int64_t c = 0; c < nc; ++c) Sr[c] *= inv;
+    lse[r] = T(double(m) + std::log(z));
   }
 }
 
@@ -400,7 +422,7 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
   const int64_t* M = members.data<int64_t>();
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   struct Scratch {
-    std::vector<T> Qg, Kg, Vg, S, Og;
+    std::vector<T> Qg, Kg, Vg, S, Og, Lr;
     std::vector<int64_t> jpos;
   };
   run_items(
@@ -408,7 +430,8 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
       [&] {
         return Scratch{std::vector<T>(size_t(d.w * d.Dk)), std::vector<T>(size_t(d.W * d.Dk)),
                        std::vector<T>(size_t(d.W * d.Dv)), std::vector<T>(size_t(d.w * d.W)),
-                       std::vector<T>(size_t(d.w * d.Dv)), std::vector<int64_t>(size_t(d.W))};
+                       std::vector<T>(size_t(d.w * d.Dv)), std::vector<T>(size_t(d.w)),
+                       std::vector<int64_t>(size_t(d.W))};
       },
       [&](int64_t it, Scratch& s) {
         // bo: output head (b, h) of B x Ho; bh: the q, k, v head it reads.
@@ -421,24 +444,14 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
         gather_rows(V + bh * d.N * d.Dv, d.Dv, s.jpos.data(), d.W, s.Vg.data());
         T* S = s.S.data();
         gemm(false, true, d.w, d.W, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.W);
-        mask_block(S, qpos, s.jpos.data(), d, pad ? pad + b * d.N : nullptr, p, static_cast<char*>(nullptr));
-        for (int64_t r = 0; r < d.w; ++r) {
-          T* Sr = S + r * d.W;
-          const T m = max_row(Sr, d.W, ninf);
-          if (m == ninf) {
-            std::fill(Sr, Sr + d.W, T(0));
-            continue;
-          }
-          exp_shifted(Sr, Sr, d.W, m);
-          const double z = sum_row(Sr, d.W);
-          const T inv = T(1.0 / z);
-          for (int64_t c2 = 0; c2 < d.W; ++c2) Sr[c2] *= inv;
-          L[b * ls0 + h * ls1 + qpos[r] * ls2] = T(double(m) + std::log(z));
-        }
+        mask_scores(S, qpos, d.w, s.jpos.data(), d.W, pad ? pad + b * d.N : nullptr, p.causal, p.self_mask,
+                    p.self_score, static_cast<char*>(nullptr));
+        softmax_rows(S, d.w, d.W, s.Lr.data());
         gemm(false, false, d.w, d.Dv, d.W, T(1), S, d.W, s.Vg.data(), d.Dv, T(0), s.Og.data(), d.Dv);
         for (int64_t r = 0; r < d.w; ++r) {
           if (qpos[r] < 0) continue;
           std::copy(s.Og.data() + r * d.Dv, s.Og.data() + (r + 1) * d.Dv, O + b * os0 + h * os1 + qpos[r] * os2);
+          L[b * ls0 + h * ls1 + qpos[r] * ls2] = s.Lr[size_t(r)];
         }
       });
 }
@@ -520,7 +533,8 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
           T* S = s.S.data();
           T* dP = s.dP.data();
           gemm(false, true, d.w, d.W, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.W);
-          mask_block(S, qpos, s.jpos.data(), d, pad ? pad + b * d.N : nullptr, p, s.self.data());
+          mask_scores(S, qpos, d.w, s.jpos.data(), d.W, pad ? pad + b * d.N : nullptr, p.causal, p.self_mask,
+                      p.self_score, s.self.data());
           probs_from_lse(S, d.w, d.W, s.Lr.data());
           T* cb = contrib.data() + it * d.W * Dkv;
           // dV window = P^T dO  (into the dV columns of the contribution rows)
@@ -565,6 +579,149 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
                    }
                  });
   }
+}
+
+// ------------------------------------------------------------- routed attention
+
+// Query lists (B', H', C, wq) and key lists (B', H', C, wk), B' in {1, B}, H' in
+// {1, H}, contiguous; a list of (b, h) starts at b * sb + h * sh + c * w.
+struct RoutedDims {
+  int64_t B, H, N, Dk, Dv, C, wq, wk, qsb, qsh, ksb, ksh;
+};
+
+RoutedDims routed_dims(const Tensor& q, const Tensor& v, const Tensor& qm, const Tensor& km) {
+  const Shape &sq = qm.shape(), &sk = km.shape();
+  const int64_t C = sq[2], wq = sq[3], wk = sk[3];
+  return {q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3], v.shape()[3], C, wq, wk,
+          sq[0] == 1 ? 0 : sq[1] * C * wq, sq[1] == 1 ? 0 : C * wq,
+          sk[0] == 1 ? 0 : sk[1] * C * wk, sk[1] == 1 ? 0 : C * wk};
+}
+
+// The positions of one list; anything outside [0, N) is an empty slot (-1).
+inline void list_positions(const int64_t* list, int64_t w, int64_t N, int64_t* pos) {
+  for (int64_t s = 0; s < w; ++s) pos[s] = list[s] >= 0 && list[s] < N ? list[s] : -1;
+}
+
+// One (b, h, list) per item: its wq query rows against its wk key rows, in slot
+// order (row c * wq + r of the (b, h) slice of out and lse).
+template <typename T>
+void routed_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm, const Tensor& km,
+                          const Tensor& kpm, const RoutedAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  const RoutedDims d = routed_dims(q, v, qm, km);
+  if (d.B * d.H * d.C == 0) return;
+  use_single_threaded_blas();
+  const T* Q = q.data<T>();
+  const T* K = k.data<T>();
+  const T* V = v.data<T>();
+  const int64_t* QM = qm.data<int64_t>();
+  const int64_t* KM = km.data<int64_t>();
+  const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  T* O = out.data<T>();
+  T* L = lse.data<T>();
+  struct Scratch {
+    std::vector<T> Qg, Kg, Vg, S, Lr;
+    std::vector<int64_t> qpos, kpos;
+  };
+  run_items(
+      d.B * d.H * d.C, 2.0 * double(d.B * d.H * d.C) * double(d.wq * d.wk) * double(d.Dk + d.Dv),
+      [&] {
+        return Scratch{std::vector<T>(size_t(d.wq * d.Dk)), std::vector<T>(size_t(d.wk * d.Dk)),
+                       std::vector<T>(size_t(d.wk * d.Dv)), std::vector<T>(size_t(d.wq * d.wk)),
+                       std::vector<T>(size_t(d.wq)),        std::vector<int64_t>(size_t(d.wq)),
+                       std::vector<int64_t>(size_t(d.wk))};
+      },
+      [&](int64_t it, Scratch& s) {
+        const int64_t bh = it / d.C, c = it % d.C, b = bh / d.H, h = bh % d.H;
+        list_positions(QM + b * d.qsb + h * d.qsh + c * d.wq, d.wq, d.N, s.qpos.data());
+        list_positions(KM + b * d.ksb + h * d.ksh + c * d.wk, d.wk, d.N, s.kpos.data());
+        gather_rows(Q + bh * d.N * d.Dk, d.Dk, s.qpos.data(), d.wq, s.Qg.data());
+        gather_rows(K + bh * d.N * d.Dk, d.Dk, s.kpos.data(), d.wk, s.Kg.data());
+        gather_rows(V + bh * d.N * d.Dv, d.Dv, s.kpos.data(), d.wk, s.Vg.data());
+        T* S = s.S.data();
+        gemm(false, true, d.wq, d.wk, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.wk);
+        mask_scores(S, s.qpos.data(), d.wq, s.kpos.data(), d.wk, pad ? pad + b * d.N : nullptr, p.causal, false,
+                    0.0, static_cast<char*>(nullptr));
+        softmax_rows(S, d.wq, d.wk, s.Lr.data());
+        const int64_t row0 = bh * d.C * d.wq + c * d.wq;  // this list's first slot row
+        gemm(false, false, d.wq, d.Dv, d.wk, T(1), S, d.wk, s.Vg.data(), d.Dv, T(0), O + row0 * d.Dv, d.Dv);
+        std::copy(s.Lr.begin(), s.Lr.end(), L + row0);
+      });
+}
+
+// The slot-order gradients: dq (B, H, C * wq, Dk), dk (B, H, C * wk, Dk), dv
+// (B, H, C * wk, Dv), every row written by its list's item (empty slots: zeros).
+template <typename T>
+void routed_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm, const Tensor& km,
+                           const Tensor& kpm, const RoutedAttentionParams& p, const Tensor& out, const Tensor& lse,
+                           const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const RoutedDims d = routed_dims(q, v, qm, km);
+  if (d.B * d.H * d.C == 0) return;
+  use_single_threaded_blas();
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const T* Q = q.data<T>();
+  const T* K = k.data<T>();
+  const T* V = v.data<T>();
+  const T* O = out.data<T>();
+  const T* L = lse.data<T>();
+  const T* dO = dout.data<T>();
+  const int64_t* QM = qm.data<int64_t>();
+  const int64_t* KM = km.data<int64_t>();
+  const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  T* dQ = dq.data<T>();
+  T* dK = dk.data<T>();
+  T* dV = dv.data<T>();
+  struct Scratch {
+    std::vector<T> Qg, Kg, Vg, dOg, S, dP, Dr, Lr;
+    std::vector<int64_t> qpos, kpos;
+  };
+  run_items(
+      d.B * d.H * d.C, 2.0 * double(d.B * d.H * d.C) * double(d.wq * d.wk) * double(3 * d.Dk + 2 * d.Dv),
+      [&] {
+        return Scratch{std::vector<T>(size_t(d.wq * d.Dk)),  std::vector<T>(size_t(d.wk * d.Dk)),
+                       std::vector<T>(size_t(d.wk * d.Dv)),  std::vector<T>(size_t(d.wq * d.Dv)),
+                       std::vector<T>(size_t(d.wq * d.wk)),  std::vector<T>(size_t(d.wq * d.wk)),
+                       std::vector<T>(size_t(d.wq)),         std::vector<T>(size_t(d.wq)),
+                       std::vector<int64_t>(size_t(d.wq)),   std::vector<int64_t>(size_t(d.wk))};
+      },
+      [&](int64_t it, Scratch& s) {
+        const int64_t bh = it / d.C, c = it % d.C, b = bh / d.H, h = bh % d.H;
+        const int64_t* qpos = s.qpos.data();
+        list_positions(QM + b * d.qsb + h * d.qsh + c * d.wq, d.wq, d.N, s.qpos.data());
+        list_positions(KM + b * d.ksb + h * d.ksh + c * d.wk, d.wk, d.N, s.kpos.data());
+        gather_rows(Q + bh * d.N * d.Dk, d.Dk, qpos, d.wq, s.Qg.data());
+        gather_rows(K + bh * d.N * d.Dk, d.Dk, s.kpos.data(), d.wk, s.Kg.data());
+        gather_rows(V + bh * d.N * d.Dv, d.Dv, s.kpos.data(), d.wk, s.Vg.data());
+        const int64_t qrow0 = bh * d.C * d.wq + c * d.wq, krow0 = bh * d.C * d.wk + c * d.wk;
+        for (int64_t r = 0; r < d.wq; ++r) {  // an empty query slot passes no gradient
+          T* g = s.dOg.data() + r * d.Dv;
+          if (qpos[r] < 0) {
+            std::fill(g, g + d.Dv, T(0));
+            s.Dr[size_t(r)] = T(0);
+            s.Lr[size_t(r)] = ninf;
+            continue;
+          }
+          std::copy(dO + (qrow0 + r) * d.Dv, dO + (qrow0 + r + 1) * d.Dv, g);
+          row_dots<T>(g, d.Dv, O + (qrow0 + r) * d.Dv, d.Dv, 1, d.Dv, nullptr, 0, s.Dr.data() + r);
+          s.Lr[size_t(r)] = L[qrow0 + r];
+        }
+        T* S = s.S.data();
+        T* dP = s.dP.data();
+        gemm(false, true, d.wq, d.wk, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.wk);
+        mask_scores(S, qpos, d.wq, s.kpos.data(), d.wk, pad ? pad + b * d.N : nullptr, p.causal, false, 0.0,
+                    static_cast<char*>(nullptr));
+        probs_from_lse(S, d.wq, d.wk, s.Lr.data());
+        // dV = P^T dO, dP = dO V^T, dS = P (dP - D), dQ = scale dS K, dK = scale dS^T Q.
+        gemm(true, false, d.wk, d.Dv, d.wq, T(1), S, d.wk, s.dOg.data(), d.Dv, T(0), dV + krow0 * d.Dv, d.Dv);
+        gemm(false, true, d.wq, d.wk, d.Dv, T(1), s.dOg.data(), d.Dv, s.Vg.data(), d.Dv, T(0), dP, d.wk);
+        for (int64_t r = 0; r < d.wq; ++r) {
+          const T Di = s.Dr[size_t(r)];
+          for (int64_t c2 = 0; c2 < d.wk; ++c2) dP[r * d.wk + c2] = S[r * d.wk + c2] * (dP[r * d.wk + c2] - Di);
+        }
+        gemm(false, false, d.wq, d.Dk, d.wk, T(p.scale), dP, d.wk, s.Kg.data(), d.Dk, T(0), dQ + qrow0 * d.Dk,
+             d.Dk);
+        gemm(true, false, d.wk, d.Dk, d.wq, T(p.scale), dP, d.wk, s.Qg.data(), d.Dk, T(0), dK + krow0 * d.Dk,
+             d.Dk);
+      });
 }
 
 // ------------------------------------------------------------- rounds
@@ -667,6 +824,22 @@ void block_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor&
                                  const Tensor& lse) {
   CF_DISPATCH_FLOAT_STD(q.dtype(), "block_attention",
                     block_forward_typed<scalar_t>(q, k, v, members, kpm, p, out, lse));
+}
+
+void routed_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                  const Tensor& key_members, const Tensor& kpm, const RoutedAttentionParams& p,
+                                  const Tensor& out, const Tensor& lse) {
+  CF_DISPATCH_FLOAT_STD(q.dtype(), "routed_attention",
+                        routed_forward_typed<scalar_t>(q, k, v, query_members, key_members, kpm, p, out, lse));
+}
+
+void routed_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                   const Tensor& key_members, const Tensor& kpm, const RoutedAttentionParams& p,
+                                   const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                                   const Tensor& dk, const Tensor& dv) {
+  CF_DISPATCH_FLOAT_STD(q.dtype(), "routed_attention",
+                        routed_backward_typed<scalar_t>(q, k, v, query_members, key_members, kpm, p, out, lse,
+                                                        dout, dq, dk, dv));
 }
 
 void block_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

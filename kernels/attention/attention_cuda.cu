@@ -1,8 +1,9 @@
 // CUDA fused attention (FlashAttention-2 scheme), written against the CPU
 // reference in attention_cpu.cpp: the same tiles, masks and formulas.
 //
-// One set of kernels serves both ops through a "map" that says which rows a
-// tile reads (FullMap, BlockMap: attention_maps.cuh).
+// One set of kernels serves the three ops through a "map" that says which rows a
+// tile reads and which rows of the outputs it writes (FullMap, BlockMap,
+// RoutedMap: attention_maps.cuh).
 // Kernels (blocks of 128 threads, tiles of 32 query rows x 32 keys in shared memory):
 //   forward : grid (query tile, group, batch*head): online softmax over the
 //             group's key tiles (Alg. 1); writes out and lse.
@@ -51,6 +52,7 @@ struct Args {
   void* dv;
   Rows3 so, sl, sgo, sgl;
   int64_t H, Nq, Nk, Dk, Dv;  // H: output heads (q's heads times R); Nq == Nk == N for blocks
+  int64_t Mq, Mk;  // rows per head of dq and of dk, dv: Nq and Nk, or the slots for routed attention
   int R, this_round;  // rounds over q, k, v; the round a backward launch computes (grid.z < 2^16: 32-bit math)
   double scale, self_score;
 };
@@ -103,7 +105,7 @@ __global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
   T* m = cv.take(BR);
   T* l = cv.take(BR);
   T* alpha = cv.take(BR);
-  __shared__ int64_t qp[BR], kp[BC];
+  __shared__ int64_t qp[BR], kp[BC], orw[BR];
 
   // bh: output head (b, h); dbh: the q, k, v head it reads.
   const int64_t r0 = int64_t(blockIdx.x) * BR, g = blockIdx.y, bh = blockIdx.z, b = bh / a.H,
@@ -115,6 +117,7 @@ __global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
   const T scale = T(a.scale);
   for (int r = threadIdx.x; r < BR; r += NT) {
     qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
+    orw[r] = qp[r] < 0 ? -1 : map.orow(g, r0 + r, qp[r]);
     m[r] = ninf<T>();
     l[r] = T(0);
   }
@@ -177,12 +180,12 @@ __global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
   const int64_t h = bh % a.H;
   for (int64_t e = threadIdx.x; e < BR * Dv; e += NT) {
     const int r = int(e / Dv);
-    const int64_t c = e % Dv, i = qp[r];
+    const int64_t c = e % Dv, i = orw[r];
     if (i < 0) continue;
     O[b * a.so.s0 + h * a.so.s1 + i * a.so.s2 + c] = l[r] > T(0) ? Os[r * ldv + c] / l[r] : T(0);
   }
   for (int r = threadIdx.x; r < BR; r += NT) {
-    const int64_t i = qp[r];
+    const int64_t i = orw[r];
     if (i < 0) continue;
     L[b * a.sl.s0 + h * a.sl.s1 + i * a.sl.s2] = l[r] > T(0) ? m[r] + dlog(l[r]) : ninf<T>();
   }
@@ -191,22 +194,23 @@ __global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
 // ---------------------------------------------------------------- backward
 
 // D_r = dO_r . O_r - dlse_r for the rows of a tile (FlashAttention-2 Alg. 2 line 4,
-// plus the lse gradient: d lse_i / d S_ij = P_ij).
+// plus the lse gradient: d lse_i / d S_ij = P_ij). orw: each tile row's row of out,
+// lse, dout and dlse (-1: no query).
 template <typename T>
-__device__ void row_terms(const Args& a, int64_t b, int64_t h, const int64_t* qp, T* dOs, int ldv, T* Ls, T* Ds) {
+__device__ void row_terms(const Args& a, int64_t b, int64_t h, const int64_t* orw, T* dOs, int ldv, T* Ls, T* Ds) {
   const T* O = static_cast<const T*>(a.out);
   const T* L = static_cast<const T*>(a.lse);
   const T* G = static_cast<const T*>(a.dout);
   const T* GL = static_cast<const T*>(a.dlse);
   for (int64_t e = threadIdx.x; e < BR * a.Dv; e += NT) {
     const int r = int(e / a.Dv);
-    const int64_t c = e % a.Dv, i = qp[r];
+    const int64_t c = e % a.Dv, i = orw[r];
     dOs[r * ldv + c] = i < 0 ? T(0) : G[b * a.sgo.s0 + h * a.sgo.s1 + i * a.sgo.s2 + c];
   }
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int r = warp; r < BR; r += NW) {
-    const int64_t i = qp[r];
+    const int64_t i = orw[r];
     T acc = T(0);
     if (i >= 0)
       for (int64_t c = lane; c < a.Dv; c += 32) acc += dOs[r * ldv + c] * O[b * a.so.s0 + h * a.so.s1 + i * a.so.s2 + c];
@@ -267,17 +271,20 @@ __global__ void __launch_bounds__(NT) dq_kernel(Args a, Map map) {
   T* dQs = cv.take(BR * ldk);
   T* Ls = cv.take(BR);
   T* Ds = cv.take(BR);
-  __shared__ int64_t qp[BR], kp[BC];
+  __shared__ int64_t qp[BR], kp[BC], orw[BR];
   // dbh: the q, k, v head (grid.z); bh: its output head (b, h) in this launch's round.
   const int64_t dbh = blockIdx.z, bh = blockIdx.z * unsigned(a.R) + unsigned(a.this_round), b = bh / a.H,
                 h = bh % a.H;
   const int64_t r0 = int64_t(blockIdx.x) * BR, g = blockIdx.y;
   if (r0 >= map.rows()) return;
-  for (int r = threadIdx.x; r < BR; r += NT) qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
+  for (int r = threadIdx.x; r < BR; r += NT) {
+    qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
+    orw[r] = qp[r] < 0 ? -1 : map.orow(g, r0 + r, qp[r]);
+  }
   for (int64_t e = threadIdx.x; e < BR * Dk; e += NT) dQs[(e / Dk) * ldk + e % Dk] = T(0);
   __syncthreads();
   load_rows(Qs, ldk, static_cast<const T*>(a.q), dbh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
-  row_terms<T>(a, b, h, qp, dOs, ldv, Ls, Ds);
+  row_terms<T>(a, b, h, orw, dOs, ldv, Ls, Ds);
   const int64_t kend = map.key_end(r0, BR);
   for (int64_t j0 = 0; j0 < kend; j0 += BC) {
     __syncthreads();
@@ -300,9 +307,9 @@ __global__ void __launch_bounds__(NT) dq_kernel(Args a, Map map) {
   T* dQ = static_cast<T*>(a.dq);
   for (int64_t e = threadIdx.x; e < BR * Dk; e += NT) {
     const int r = int(e / Dk);
-    const int64_t c = e % Dk, i = qp[r];
+    const int64_t c = e % Dk, i = orw[r];
     if (i < 0) continue;
-    T& dst = dQ[(dbh * a.Nq + i) * Dk + c];
+    T& dst = dQ[(dbh * a.Mq + i) * Dk + c];
     dst = a.this_round == 0 ? dQs[r * ldk + c] : dst + dQs[r * ldk + c];
   }
 }
@@ -323,12 +330,15 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(Args a, Map map) {
   T* dVs = cv.take(BC * ldv);
   T* Ls = cv.take(BR);
   T* Ds = cv.take(BR);
-  __shared__ int64_t qp[BR], kp[BC];
+  __shared__ int64_t qp[BR], kp[BC], orw[BR], krw[BC];
   const int64_t dbh = blockIdx.z, bh = blockIdx.z * unsigned(a.R) + unsigned(a.this_round), b = bh / a.H,
                 h = bh % a.H;  // as in dq_kernel
   const int64_t u0 = int64_t(blockIdx.x) * BC, kg = blockIdx.y;
   if (u0 >= map.group_keys()) return;
-  for (int j = threadIdx.x; j < BC; j += NT) kp[j] = u0 + j < map.group_keys() ? map.group_kpos(bh, kg, u0 + j) : -1;
+  for (int j = threadIdx.x; j < BC; j += NT) {
+    kp[j] = u0 + j < map.group_keys() ? map.group_kpos(bh, kg, u0 + j) : -1;
+    krw[j] = kp[j] < 0 ? -1 : map.krow(kg, u0 + j, kp[j]);
+  }
   for (int64_t e = threadIdx.x; e < BC * Dk; e += NT) dKs[(e / Dk) * ldk + e % Dk] = T(0);
   for (int64_t e = threadIdx.x; e < BC * Dv; e += NT) dVs[(e / Dv) * ldv + e % Dv] = T(0);
   __syncthreads();
@@ -338,10 +348,13 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(Args a, Map map) {
     const int64_t g = map.visit_group(kg, t);
     for (int64_t r0 = map.row_begin(u0, BR); r0 < map.rows(); r0 += BR) {
       __syncthreads();
-      for (int r = threadIdx.x; r < BR; r += NT) qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
+      for (int r = threadIdx.x; r < BR; r += NT) {
+        qp[r] = r0 + r < map.rows() ? map.qpos(bh, g, r0 + r) : -1;
+        orw[r] = qp[r] < 0 ? -1 : map.orow(g, r0 + r, qp[r]);
+      }
       __syncthreads();
       load_rows(Qs, ldk, static_cast<const T*>(a.q), dbh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
-      row_terms<T>(a, b, h, qp, dOs, ldv, Ls, Ds);  // ends with a barrier
+      row_terms<T>(a, b, h, orw, dOs, ldv, Ls, Ds);  // ends with a barrier
       probs_and_dS<T>(a, map, b, qp, kp, Qs, Ks, Vs, dOs, Ls, Ds, ldk, ldv, P, dS);
       __syncthreads();
       for (int64_t e = threadIdx.x; e < BC * Dv; e += NT) {
@@ -365,16 +378,16 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(Args a, Map map) {
   T* dV = static_cast<T*>(a.dv);
   for (int64_t e = threadIdx.x; e < BC * Dk; e += NT) {
     const int j = int(e / Dk);
-    const int64_t c = e % Dk, p = kp[j];
+    const int64_t c = e % Dk, p = krw[j];
     if (p < 0) continue;
-    T& dst = dK[(dbh * a.Nk + p) * Dk + c];
+    T& dst = dK[(dbh * a.Mk + p) * Dk + c];
     dst = a.this_round == 0 ? dKs[j * ldk + c] : dst + dKs[j * ldk + c];
   }
   for (int64_t e = threadIdx.x; e < BC * Dv; e += NT) {
     const int j = int(e / Dv);
-    const int64_t c = e % Dv, p = kp[j];
+    const int64_t c = e % Dv, p = krw[j];
     if (p < 0) continue;
-    T& dst = dV[(dbh * a.Nk + p) * Dv + c];
+    T& dst = dV[(dbh * a.Mk + p) * Dv + c];
     dst = a.this_round == 0 ? dVs[j * ldv + c] : dst + dVs[j * ldv + c];
   }
 }
@@ -467,6 +480,8 @@ Args make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   a.Nk = k.shape()[2];
   a.Dk = q.shape()[3];
   a.Dv = v.shape()[3];
+  a.Mq = a.Nq;
+  a.Mk = a.Nk;
   a.scale = scale;
   a.self_score = self_score;
   return a;
@@ -631,6 +646,42 @@ void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
   const int64_t BH = q.shape()[0] * q.shape()[1];  // q, k, v heads: one launch pair per round
   for (a.this_round = 0; a.this_round < a.R; ++a.this_round)
     CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_backward<scalar_t>(op, a, map, map.w, map.C, map.w, map.C, BH));
+}
+
+void routed_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
+                                   const Tensor& km, const Tensor& kpm, const RoutedAttentionParams& p,
+                                   const Tensor& out, const Tensor& lse) {
+  const char* op = "routed_attention";
+  cu::use_device_of(out, op);
+  // Empty query slots keep out = 0, lse = -inf.
+  fill_cuda(out, 0.0);
+  fill_cuda(lse, -std::numeric_limits<double>::infinity());
+  const Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
+  const RoutedMap map = routed_map(q, qm, km, kpm, p);
+  const int64_t BH = q.shape()[0] * q.shape()[1];
+  CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_forward<scalar_t>(op, a, map, map.wq, map.C, BH));
+}
+
+void routed_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
+                                    const Tensor& km, const Tensor& kpm, const RoutedAttentionParams& p,
+                                    const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                                    const Tensor& dk, const Tensor& dv) {
+  const char* op = "routed_attention";
+  cu::use_device_of(out, op);
+  Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
+  a.dout = dout.raw_data();
+  a.sgo = rows3(dout);
+  a.dq = dq.raw_data();
+  a.dk = dk.raw_data();
+  a.dv = dv.raw_data();
+  const RoutedMap map = routed_map(q, qm, km, kpm, p);
+  a.Mq = map.C * map.wq;  // slot-order gradients
+  a.Mk = map.C * map.wk;
+  zero(dq, op);  // empty slots get zero rows
+  zero(dk, op);
+  zero(dv, op);
+  const int64_t BH = q.shape()[0] * q.shape()[1];
+  CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_backward<scalar_t>(op, a, map, map.wq, map.C, map.wk, map.C, BH));
 }
 
 }  // namespace cf::kernels

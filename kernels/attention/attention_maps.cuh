@@ -7,6 +7,15 @@
 //            positions in members[b, h, c, :], its keys the positions in the
 //            window chunks c + offsets[t]. Rows are gathered as tiles are loaded
 //            and outputs scattered to token order as they are written.
+//   RoutedMap (routed_attention): group c is list c; its query rows are the
+//            positions in query_members[b, h, c, :], its keys those in
+//            key_members[b, h, c, :]. Rows are gathered the same way, but the
+//            outputs (out, lse and the gradients) are written in slot order,
+//            since a position may sit in several lists.
+//
+// orow / krow: the row of out, lse, dout, dlse and dq (orow) or of dk, dv (krow)
+// that query slot r (key slot u) of group g writes or reads: its position for
+// FullMap and BlockMap, its slot for RoutedMap. Called for held slots only.
 //
 // A position is an index into the (b, h) slice of q, k, v; -1 is "no row" (an
 // empty slot, or past the end of a tile). `tile` is the kernel's number of query
@@ -42,6 +51,8 @@ struct FullMap {
     return i < 0 || j < 0 || (pad && pad[b * Nk + j]) || (causal && j > i + shift);
   }
   __device__ bool self(int64_t, int64_t) const { return false; }
+  __device__ int64_t orow(int64_t, int64_t, int64_t i) const { return i; }
+  __device__ int64_t krow(int64_t, int64_t, int64_t j) const { return j; }
   // Keys [0, key_end) can be allowed for the query rows [r0, r0 + tile).
   __device__ int64_t key_end(int64_t r0, int64_t tile) const {
     if (!causal) return Nk;
@@ -87,6 +98,8 @@ struct BlockMap {
     return i < 0 || j < 0 || (pad && pad[b * N + j]) || (causal && j > i);
   }
   __device__ bool self(int64_t i, int64_t j) const { return self_mask && i == j; }
+  __device__ int64_t orow(int64_t, int64_t, int64_t i) const { return i; }
+  __device__ int64_t krow(int64_t, int64_t, int64_t j) const { return j; }
   __device__ int64_t key_end(int64_t, int64_t) const { return nb * w; }
   __device__ int64_t group_keys() const { return w; }
   __device__ int64_t group_kpos(int64_t bh, int64_t cc, int64_t u) const {
@@ -94,6 +107,38 @@ struct BlockMap {
   }
   __device__ int64_t visits() const { return nb; }
   __device__ int64_t visit_group(int64_t cc, int64_t t) const { return chunk(cc - offset(t)); }
+  __device__ int64_t row_begin(int64_t, int64_t) const { return 0; }
+};
+
+// Lists (B', H', C, w) contiguous with B' in {1, B} and H' in {1, H}: list c of
+// (b, h) starts at b * sb + h * sh + c * w.
+struct RoutedMap {
+  int64_t H, N, C, wq, wk, qsb, qsh, ksb, ksh;
+  const int64_t* qm;
+  const int64_t* km;
+  bool causal;
+  const bool* pad;  // (B, N) or null
+  __device__ int64_t valid(int64_t p) const { return p >= 0 && p < N ? p : -1; }
+  __device__ int64_t rows() const { return wq; }
+  __device__ int64_t qpos(int64_t bh, int64_t c, int64_t r) const {
+    const int64_t b = bh / H, h = bh % H;
+    return r < wq ? valid(qm[b * qsb + h * qsh + c * wq + r]) : -1;
+  }
+  __device__ int64_t kpos(int64_t bh, int64_t c, int64_t j) const {
+    const int64_t b = bh / H, h = bh % H;
+    return j < wk ? valid(km[b * ksb + h * ksh + c * wk + j]) : -1;
+  }
+  __device__ bool blocked(int64_t b, int64_t i, int64_t j) const {
+    return i < 0 || j < 0 || (pad && pad[b * N + j]) || (causal && j > i);
+  }
+  __device__ bool self(int64_t, int64_t) const { return false; }
+  __device__ int64_t orow(int64_t c, int64_t r, int64_t) const { return c * wq + r; }
+  __device__ int64_t krow(int64_t c, int64_t u, int64_t) const { return c * wk + u; }
+  __device__ int64_t key_end(int64_t, int64_t) const { return wk; }
+  __device__ int64_t group_keys() const { return wk; }
+  __device__ int64_t group_kpos(int64_t bh, int64_t c, int64_t u) const { return kpos(bh, c, u); }
+  __device__ int64_t visits() const { return 1; }
+  __device__ int64_t visit_group(int64_t c, int64_t) const { return c; }
   __device__ int64_t row_begin(int64_t, int64_t) const { return 0; }
 };
 
@@ -124,6 +169,25 @@ inline BlockMap block_map(const Tensor& q, const Tensor& members, const Tensor& 
                   p.causal,
                   p.self_mask,
                   kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr};
+}
+
+inline RoutedMap routed_map(const Tensor& q, const Tensor& qm, const Tensor& km, const Tensor& kpm,
+                            const RoutedAttentionParams& p) {
+  const Shape &sq = qm.shape(), &sk = km.shape();
+  const int64_t C = sq[2], wq = sq[3], wk = sk[3];
+  return RoutedMap{q.shape()[1],
+                   q.shape()[2],
+                   C,
+                   wq,
+                   wk,
+                   sq[0] == 1 ? 0 : sq[1] * C * wq,
+                   sq[1] == 1 ? 0 : C * wq,
+                   sk[0] == 1 ? 0 : sk[1] * C * wk,
+                   sk[1] == 1 ? 0 : C * wk,
+                   static_cast<const int64_t*>(qm.raw_data()),
+                   static_cast<const int64_t*>(km.raw_data()),
+                   p.causal,
+                   kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr};
 }
 
 }  // namespace cf::kernels::attention_maps

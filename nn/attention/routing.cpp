@@ -12,6 +12,8 @@
 #include "autograd/ops/shape.h"
 #include "autograd/ops/sort.h"
 #include "autograd/autocast.h"
+#include "autograd/op_names.h"
+#include "autograd/ops/attention.h"
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "nn/attention/full.h"
@@ -20,86 +22,20 @@
 namespace cf {
 namespace nn {
 
-namespace {
-
-// members (B', H', C, w) with B' in {1, B}, H' in {1, H}, int64.
-void check_members(const Tensor& m, int64_t B, int64_t H, const char* name, const char* who) {
-  CF_CHECK(m.defined() && m.dtype() == kInt64 && m.dim() == 4, ShapeError, "[", who, "] ", name,
-           " must be int64 (B, H, C, w), got ", m.defined() ? shape_str(m.shape()) : std::string("undefined"),
-           m.defined() ? str(" ", m.dtype()) : std::string());
-  CF_CHECK((m.shape()[0] == B || m.shape()[0] == 1) && (m.shape()[1] == H || m.shape()[1] == 1), ShapeError, "[",
-           who, "] ", name, " ", shape_str(m.shape()), " does not broadcast to (B, H) = (", B, ", ", H, ")");
+Tensor routed_lists_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                              const Tensor& key_members, const Tensor& key_padding_mask, double scale, bool causal) {
+  ops::check_routed_attention_args(q, k, v, query_members, key_members, key_padding_mask, scale,
+                                   opname::routed_attention, /*check_range=*/false);
+  return ops::routed_attention_unchecked(q, k, v, query_members, key_members, key_padding_mask, scale, causal);
 }
-
-void check_routed_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm, const Tensor& km,
-                       const Tensor& kpm, const char* who, bool check_range = true) {
-  AttentionArgs a;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.key_padding_mask = kpm;
-  check_attention_args(a, who);
-  const int64_t B = q.shape()[0], H = q.shape()[1];
-  CF_CHECK(q.shape()[2] == k.shape()[2], ShapeError, "[", who, "] self-attention only: q has ", q.shape()[2],
-           " positions, k ", k.shape()[2]);
-  check_members(qm, B, H, "query_members", who);
-  check_members(km, B, H, "key_members", who);
-  CF_CHECK(qm.shape()[2] == km.shape()[2], ShapeError, "[", who, "] query_members ", shape_str(qm.shape()),
-           " and key_members ", shape_str(km.shape()), " must have the same number of lists C");
-  const int64_t n = q.shape()[2];
-  if (!check_range) return;
-  // Data checks: on CUDA deferred to the next host read (no wait here).
-  for (const auto& [m, name] : {std::pair<const Tensor*, const char*>{&qm, "query_members"}, {&km, "key_members"}})
-    check_indices(
-        who, *m, n,
-        [who = std::string(who), name = name, n](int64_t at, int64_t p) {
-          throw IndexError(str("[", who, "] member position ", p, " at flat position ", at, " of ", name,
-                               " is out of range [-1, ", n, ")"));
-        },
-        -1);
-}
-
-}  // namespace
 
 Tensor l2_normalize(const Tensor& x) { return x * rsqrt(sum(square(x), {-1}, true) + 1e-12); }
 
-Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
-                        const Tensor& key_members, const Tensor& key_padding_mask, bool causal, double scale,
-                        bool check_members_range) {
-  check_routed_args(q, k, v, query_members, key_members, key_padding_mask, "routed_attention", check_members_range);
-  const int64_t B = q.shape()[0], H = q.shape()[1], N = q.shape()[2], Dv = v.shape()[3];
-  const int64_t C = query_members.shape()[2], wq = query_members.shape()[3], wk = key_members.shape()[3];
-  if (scale <= 0) scale = 1.0 / std::sqrt(double(q.shape()[3]));
-  Tensor qm = contiguous(expand(query_members, {B, H, C, wq})), km = contiguous(expand(key_members, {B, H, C, wk}));
-  // Empty slots (-1) read position 0 and are masked below.
-  Tensor qi = reshape(where(ge(qm, 0.0), qm, 0.0), {B, H, C * wq, 1});
-  Tensor ki = reshape(where(ge(km, 0.0), km, 0.0), {B, H, C * wk, 1});
-  Tensor qc = reshape(take_along_dim(q, qi, 2), {B, H, C, wq, q.shape()[3]});
-  Tensor kc = reshape(take_along_dim(k, ki, 2), {B, H, C, wk, k.shape()[3]});
-  Tensor vc = reshape(take_along_dim(v, ki, 2), {B, H, C, wk, Dv});
-  Tensor scores = matmul(qc * scale, transpose(kc, -2, -1));  // (B, H, C, wq, wk): within-list scores only
-  Tensor kpos = reshape(km, {B, H, C, 1, wk});
-  Tensor blocked = lt(kpos, 0.0);
-  if (key_padding_mask.defined()) {
-    Tensor pad = take_along_dim(reshape(to(key_padding_mask, kInt64), {B, 1, N}), reshape(ki, {B, H, C * wk}), 2);
-    blocked = logical_or(blocked, reshape(gt(pad, 0.0), {B, H, C, 1, wk}));
-  }
-  // Eq. (12): causal masking on the ORIGINAL positions, j <= i.
-  if (causal) blocked = logical_or(blocked, gt(kpos, reshape(qm, {B, H, C, wq, 1})));
-  Tensor w = softmax(masked_fill(scores, blocked, -INFINITY), -1);  // a row with nothing allowed: zeros
-  Tensor oc = masked_fill(matmul(w, vc), reshape(lt(qm, 0.0), {B, H, C, wq, 1}), 0.0);
-  Tensor idx = contiguous(expand(qi, {B, H, C * wq, Dv}));
-  Tensor out = scatter_add(Tensor::zeros({B, H, N, Dv}, v.dtype(), v.device()), 2, idx, reshape(oc, {B, H, C * wq, Dv}));
-  // The average over the lists holding each query (the reference code's scatter_mean).
-  Tensor count = scatter_add(Tensor::zeros({B, H, N, 1}, v.dtype(), v.device()), 2, qi, to(reshape(ge(qm, 0.0), {B, H, C * wq, 1}), v.dtype()));
-  return out / clamp(count, 1.0, INFINITY);
-}
-
 Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& query_members, const Tensor& key_members,
-                                        const Tensor& key_padding_mask, bool causal, double scale) {
+                                        const Tensor& key_padding_mask, double scale, bool causal) {
   const char* who = "routed_attention_dense_reference";
-  check_routed_args(q, k, v, query_members, key_members, key_padding_mask, who);
+  ops::check_routed_attention_args(q, k, v, query_members, key_members, key_padding_mask, scale, who);
   const int64_t B = q.shape()[0], H = q.shape()[1], N = q.shape()[2];
   const int64_t C = query_members.shape()[2], wq = query_members.shape()[3], wk = key_members.shape()[3];
   if (scale <= 0) scale = 1.0 / std::sqrt(double(q.shape()[3]));
@@ -244,8 +180,8 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       return std::vector<Tensor>{q_table, k_table};
     });
     const Tensor &qm = tables[0], &km = tables[1];
-    outs.push_back(routed_attention(narrow(a.q, 1, 0, L), narrow(a.k, 1, 0, L), narrow(a.v, 1, 0, L), qm, km,
-                                    a.key_padding_mask, a.causal, scale, /*check_members_range=*/false));
+    outs.push_back(routed_lists_attention(narrow(a.q, 1, 0, L), narrow(a.k, 1, 0, L), narrow(a.v, 1, 0, L), qm, km,
+                                          a.key_padding_mask, scale, a.causal));
   }
   if (R > 0) {
     Tensor q = narrow(a.q, 1, L, R), k = narrow(a.k, 1, L, R), v = narrow(a.v, 1, L, R);
@@ -253,8 +189,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
     Tensor qd = qn.detach(), kd = kn.detach();
     Tensor qm = balanced_routing(qd, centroids_, a.query_padding_mask, w);
     Tensor km = balanced_routing(kd, centroids_, a.key_padding_mask, w);
-    outs.push_back(
-        routed_attention(q, k, v, qm, km, a.key_padding_mask, a.causal, scale, /*check_members_range=*/false));
+    outs.push_back(routed_lists_attention(q, k, v, qm, km, a.key_padding_mask, scale, a.causal));
     if (a.aux || is_training()) {
       Tensor qa = nearest_centroid(qd, centroids_), ka = nearest_centroid(kd, centroids_);
       auto valid_of = [&](const Tensor& mask) {  // (B, 1, N, 1) 1 for real tokens

@@ -31,7 +31,9 @@
 // attention instead: the sequence is cut into blocks of local_window tokens and block b's queries attend to
 // blocks b-1 and b (and b+1 unless causal), never wrapping around the sequence ends.
 //
-// Nothing here builds an N x N matrix: memory is O(B * H * C * w * w) = O(B * H * N * w).
+// Nothing here builds an N x N matrix, and nothing (C, w, w)-sized is kept: attention within the clusters is the
+// fused routed_attention op (autograd/ops/attention.h), whose kernels read q, k, v through the lists and keep
+// only each slot's output and log-sum-exp; memory O(B * H * N * d).
 #include <cstdint>
 #include <vector>
 
@@ -42,24 +44,20 @@
 namespace cf {
 namespace nn {
 
-// Attention within index lists. query_members (B', H', C, wq) and key_members (B', H', C, wk) int64 hold original
-// token positions (-1 = empty slot); B' and H' are B/H or 1 (broadcast). Query slot s of list c attends to the
-// key slots of list c, except empty slots, keys with key_padding_mask (B, N) true and, when causal, keys after the
-// query. Unlike chunked_attention (nn/attention/chunked.h) a position may appear in several lists (and the query
-// and key lists differ): each query's output is the average of its outputs over the lists holding it, zeros if
-// none (or if it may attend to nothing). Differentiable in q, k, v.
-// check_members_range: verify that every member is in [-1, N), an IndexError otherwise. It reads the lists' range
-// back to the host (a synchronisation on CUDA); the variants pass false for lists in range by construction
-// (top-k indices, the fixed sparse pattern).
-Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
-                        const Tensor& key_members, const Tensor& key_padding_mask, bool causal, double scale,
-                        bool check_members_range = true);
+// Attention within index lists: the fused op routed_attention (autograd/ops/attention.h), for
+// lists in range by construction (balanced routing's top-w indices, the local and fixed sparse
+// patterns): the shapes are checked, the lists' values are not (no pass over them; the kernels
+// read a position outside [0, N) as an empty slot). Query slot s of list c attends to the key
+// slots of list c; a query in several lists gets the average of its outputs, zeros if in none.
+Tensor routed_lists_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                              const Tensor& key_members, const Tensor& key_padding_mask, double scale, bool causal);
 
-// The dense reference of routed_attention for tests: for every list c an explicit (B, H, N, N) blocked mask,
-// dense_attention over it, rows of queries in c averaged. O(C N^2) memory.
+// The dense reference of routed_attention (autograd/ops/attention.h) for tests: for every list c an
+// explicit (B, H, N, N) blocked mask, dense_attention over it, rows of queries in c averaged. O(C N^2)
+// memory.
 Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& query_members, const Tensor& key_members,
-                                        const Tensor& key_padding_mask, bool causal, double scale);
+                                        const Tensor& key_padding_mask, double scale, bool causal);
 
 // The local-attention lists of the local heads: (1, 1, C, window) query blocks and (1, 1, C, 2 or 3 windows) key
 // blocks (previous, own, and next unless causal), -1 outside the sequence.

@@ -83,7 +83,7 @@ int64_t SparseAttention::summary_for(int64_t block) const {
 }
 
 Tensor SparseAttention::forward(const AttentionArgs& a) {
-  // Autocast: routed_attention has no 16-bit path yet (issue 26): a float32 island like routing's (attention.h).
+  // Autocast: the routed_attention kernel has no 16-bit path yet (issue 26): a float32 island like routing's (attention.h).
   if (autocast_dtype()) {
     const AttentionArgs a32 = autocast_float32_args(a);
     AutocastGuard off(std::nullopt);
@@ -103,7 +103,7 @@ Tensor SparseAttention::forward(const AttentionArgs& a) {
   });
   const Tensor &qm = tables[0], &km = tables[1];
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(a.q.shape()[3]));
-  return routed_attention(a.q, a.k, a.v, qm, km, a.key_padding_mask, a.causal, scale, /*check_members_range=*/false);
+  return routed_lists_attention(a.q, a.k, a.v, qm, km, a.key_padding_mask, scale, a.causal);
 }
 
 }  // namespace nn

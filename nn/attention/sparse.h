@@ -18,9 +18,9 @@
 // Cost: each query scores at most l + c * ceil(N / l) keys, O(N (l + c N / l)): O(N^1.5) for l ~ sqrt(N) and a
 // fixed c, while with the default ratio c = l / 4 a quarter of the keys are summaries (N^2 / 4 scores). The pattern
 // becomes index lists (one per block: its queries, and its block's keys followed by the other blocks' summaries)
-// run by routed_attention (routing.h), so nothing builds an N x N matrix; but every block gathers its own copy of
-// the summary keys and values, so memory is O(N / l * (l + c N / l) * d) besides the scores (a kernel that shares
-// them across blocks would not copy them).
+// run by the fused routed_attention op (autograd/ops/attention.h), which reads the keys through the lists: no
+// N x N matrix, no gathered copies of the summary keys and values, and no scores are kept (they are recomputed in
+// the backward); the time stays O(N (l + c N / l) d).
 #include <cstdint>
 
 #include "nn/attention/attention.h"

@@ -401,6 +401,18 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "(B, H, N, Dv) and (B, H, N). Tokens in no slot or with nothing allowed get 0 and -inf. Differentiable "
         "through both.",
         release_gil());
+  m.def(cf::opname::routed_attention,
+        [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members, const Tensor& key_members,
+           std::optional<Tensor> kpm, double scale, bool causal) {
+          return cf::routed_attention(q, k, v, query_members, key_members, kpm ? *kpm : Tensor(), scale, causal);
+        },
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("query_members"), nb::arg("key_members"),
+        nb::arg("key_padding_mask") = nb::none(), nb::arg("scale") = 0.0, nb::arg("causal") = false,
+        "Fused attention within index lists (routing attention, fixed sparse patterns): query_members (B or 1, H or "
+        "1, C, wq) and key_members (B or 1, H or 1, C, wk) int64 hold positions (-1 empty); list c's query slots "
+        "attend to list c's key slots (causal compares positions). A position in several query lists gets the "
+        "average of its outputs, zeros if in none. Returns (B, H, N, Dv). Differentiable in q, k, v.",
+        release_gil());
   m.def(cf::opname::sparse_dot, &cf::sparse_dot, nb::arg("q"), nb::arg("k"), nb::arg("idx"),
         "out[g, n, t] = q[g, n] . k[g, idx[g, n, t]]: q (G, N, D), k (G, M, D), idx int64 (G, N, K) -> (G, N, K) "
         "(improved clustered attention's top-k scores). Differentiable in q and k.",

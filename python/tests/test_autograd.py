@@ -138,6 +138,28 @@ def test_block_attention_rounds_read_one_q_k_v_and_combine_through_lse():
         cf.block_attention(q, k, v, members, rounds=3)
 
 
+def test_routed_attention_averages_a_position_over_its_lists():
+    # One list of every position is full attention; the same list twice averages two equal outputs; a
+    # position in no query list outputs zeros.
+    g = cf.Generator(6)
+    q, k, v = (cf.rand([1, 2, 5, 3], dtype=cf.float64, generator=g, low=-1, high=1) for _ in range(3))
+    every = cf.tensor([[[[0, 1, 2, 3, 4]]]], dtype=cf.int64)
+    flat = lambda t: [x for a in t.tolist() for b in a for c in b for x in c]
+    full = cf.flash_attention(q, k, v)
+    assert flat(cf.routed_attention(q, k, v, every, every)) == pytest.approx(flat(full), rel=1e-12)
+    twice = cf.cat([every, every], 2)
+    assert flat(cf.routed_attention(q, k, v, twice, twice)) == pytest.approx(flat(full), rel=1e-12)
+    some = cf.tensor([[[[0, 2, -1, -1, -1]]]], dtype=cf.int64)
+    q.requires_grad = True
+    out = cf.routed_attention(q, k, v, some, every)
+    assert out.grad_fn == "routed_attention"
+    assert out.tolist()[0][1][1] == [0.0, 0.0, 0.0]
+    cf.sum(out).backward()  # only positions 0 and 2 query: the other rows of q get no gradient
+    assert q.grad.tolist()[0][0][1] == [0.0, 0.0, 0.0] and q.grad.tolist()[0][0][0] != [0.0, 0.0, 0.0]
+    with pytest.raises(cf.IndexError, match=r"\[routed_attention\] member position 5 at flat position 1"):
+        cf.routed_attention(q, k, v, cf.tensor([[[[0, 5]]]], dtype=cf.int64), every)
+
+
 def test_flash_attention_with_lse_returns_the_rows_log_sum_exp_and_its_gradient():
     g = cf.Generator(6)
     q, k, v = (cf.rand([1, 1, 3, 2], dtype=cf.float64, generator=g, low=-1, high=1) for _ in range(3))

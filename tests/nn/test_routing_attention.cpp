@@ -2,6 +2,7 @@
 // against explicit dense references, online k-means (EMA) centroids, the commitment loss, local heads.
 #include <cmath>
 
+#include "autograd/ops/attention.h"
 #include "nn/attention/routing.h"
 #include "nn/nn_test_util.h"
 #include "nn/pattern_lm.h"
@@ -21,7 +22,7 @@ void example_members(Tensor& qm, Tensor& km) {
 
 }  // namespace
 
-TEST_CASE("routing attention: routed_attention equals its dense reference, forward and backward") {
+TEST_CASE("routing attention: the fused routed_attention op equals its dense reference, forward and backward") {
   Tensor qm, km;
   example_members(qm, km);
   Tensor kpm = pad_mask(2, 7, {{1, 6}});
@@ -31,13 +32,13 @@ TEST_CASE("routing attention: routed_attention equals its dense reference, forwa
       Tensor m = padded ? kpm : Tensor();
       Tensor q = leaf64({2, 2, 7, 3}, 1), k = leaf64({2, 2, 7, 3}, 2), v = leaf64({2, 2, 7, 4}, 3);
       Tensor wo = leaf64({2, 2, 7, 4}, 4).detach();
-      Tensor fast = nn::routed_attention(q, k, v, qm, km, m, causal, 0.0);
+      Tensor fast = routed_attention(q, k, v, qm, km, m, 0.0, causal);
       sum(fast * wo).backward();
       std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
       q.zero_grad();
       k.zero_grad();
       v.zero_grad();
-      Tensor dense = nn::routed_attention_dense_reference(q, k, v, qm, km, m, causal, 0.0);
+      Tensor dense = nn::routed_attention_dense_reference(q, k, v, qm, km, m, 0.0, causal);
       sum(dense * wo).backward();
       check_close(fast, dense, 1e-12);
       check_close(g[0], q.grad(), 1e-12);
@@ -47,7 +48,7 @@ TEST_CASE("routing attention: routed_attention equals its dense reference, forwa
       // Token 3 of batch 0 sits in query lists 0 and 1 (its output is the average of the two, computed list by
       // list in the reference); under causal, token 0 of batch 0 (list 0 only, keys 1, 3, 6) has no allowed key.
       GradcheckResult r = gradcheck(
-          [&](const std::vector<Tensor>& xs) { return nn::routed_attention(xs[0], xs[1], xs[2], qm, km, m, causal, 0.0); },
+          [&](const std::vector<Tensor>& xs) { return routed_attention(xs[0], xs[1], xs[2], qm, km, m, 0.0, causal); },
           {q, k, v});
       CHECK_MESSAGE(r.ok, r.message);
     }
@@ -115,7 +116,7 @@ TEST_CASE("routing attention: the module equals the dense reference of its own r
     Tensor qr = narrow(q, 1, 1, 2), kr = narrow(k, 1, 1, 2), vr = narrow(v, 1, 1, 2);
     Tensor qm = nn::balanced_routing(nn::l2_normalize(qr), att.centroids(), kpm, 3);
     Tensor km = nn::balanced_routing(nn::l2_normalize(kr), att.centroids(), kpm, 3);
-    Tensor ref_r = nn::routed_attention_dense_reference(qr, kr, vr, qm, km, kpm, causal, 0.0);
+    Tensor ref_r = nn::routed_attention_dense_reference(qr, kr, vr, qm, km, kpm, 0.0, causal);
     check_vec_close(real_rows(narrow(got, 1, 1, 2), kpm), real_rows(ref_r, kpm), 1e-12);
     // Local head 0: blocks of 2, block b sees blocks b-1, b (, b+1 unless causal), written as a band mask.
     std::vector<bool> band(size_t(N * N));
@@ -132,7 +133,7 @@ TEST_CASE("routing attention: the module equals the dense reference of its own r
   // Causal with the routing held fixed: changing the keys and values of positions >= 5 leaves outputs 0..4 alone.
   Tensor qm, km;
   example_members(qm, km);
-  Tensor base = nn::routed_attention(q.detach(), k.detach(), v.detach(), qm, km, Tensor(), true, 0.0);
+  Tensor base = routed_attention(q.detach(), k.detach(), v.detach(), qm, km, Tensor(), 0.0, true);
   Tensor k2 = clone(k.detach()), v2 = clone(v.detach());
   {
     NoGradGuard ng;
@@ -140,7 +141,7 @@ TEST_CASE("routing attention: the module equals the dense reference of its own r
     fill_(kr, 4.0);
     fill_(vr, -3.0);
   }
-  Tensor moved = nn::routed_attention(q.detach(), k2, v2, qm, km, Tensor(), true, 0.0);
+  Tensor moved = routed_attention(q.detach(), k2, v2, qm, km, Tensor(), 0.0, true);
   check_close(narrow(moved, 2, 0, 5), narrow(base, 2, 0, 5), 0.0);
   CHECK(values(narrow(moved, 2, 5, 4)) != values(narrow(base, 2, 5, 4)));
 }
@@ -271,17 +272,15 @@ TEST_CASE("routing attention: bad arguments and options are errors naming the va
   Tensor qm, km;
   example_members(qm, km);
   Tensor q7 = leaf64({2, 1, 7, 3});
-  CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, ti64({0, 9}, {1, 1, 1, 2}), ti64({0, 1}, {1, 1, 1, 2}), Tensor(),
-                                        false, 0.0),
+  CHECK_THROWS_MSG(routed_attention(q7, q7, q7, ti64({0, 9}, {1, 1, 1, 2}), ti64({0, 1}, {1, 1, 1, 2})),
                    IndexError, "[routed_attention] member position 9 at flat position 1 of query_members is out of range [-1, 7)");
-  CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, ti64({0, 1}, {1, 1, 1, 2}), ti64({-1, -2}, {1, 1, 1, 2}), Tensor(),
-                                        false, 0.0),
+  CHECK_THROWS_MSG(routed_attention(q7, q7, q7, ti64({0, 1}, {1, 1, 1, 2}), ti64({-1, -2}, {1, 1, 1, 2})),
                    IndexError, "[routed_attention] member position -2 at flat position 1 of key_members");
-  CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, qm, narrow(km, 2, 0, 2), Tensor(), false, 0.0), ShapeError,
+  CHECK_THROWS_MSG(routed_attention(q7, q7, q7, qm, narrow(km, 2, 0, 2)), ShapeError,
                    "must have the same number of lists C");
-  CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, to(qm, kFloat64), km, Tensor(), false, 0.0), ShapeError,
+  CHECK_THROWS_MSG(routed_attention(q7, q7, q7, to(qm, kFloat64), km), ShapeError,
                    "query_members must be int64 (B, H, C, w)");
-  CHECK_THROWS_MSG(nn::routed_attention(q7, q7, q7, ti64({0, 0, 0}, {3, 1, 1, 1}), km, Tensor(), false, 0.0), ShapeError,
+  CHECK_THROWS_MSG(routed_attention(q7, q7, q7, ti64({0, 0, 0}, {3, 1, 1, 1}), km), ShapeError,
                    "query_members (3,1,1,1) does not broadcast to (B, H) = (2, 1)");
   CHECK_THROWS_MSG(nn::local_members(4, 0, false, qm, km), ValueError, "[local_members] need n > 0 and window > 0");
   {  // An empty sequence gives an empty output.

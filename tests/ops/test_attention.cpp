@@ -7,6 +7,8 @@
 #include <random>
 
 #include "autograd/ops/attention.h"
+#include "core/allocator.h"
+#include "nn/attention/routing.h"
 #include "test_util.h"
 #include "cuda/cuda_test_util.h"
 
@@ -36,6 +38,21 @@ Tensor padding(int64_t B, int64_t N, const std::vector<std::pair<int64_t, int64_
   std::vector<bool> m(size_t(B * N), false);
   for (auto [b, j] : padded) m[size_t(b * N + j)] = true;
   return Tensor::from_vector(m, {B, N});
+}
+
+// Routed attention's lists (autograd/ops/attention.h): (B', H', C, w) lists, each w
+// distinct positions drawn from [0, N) (w <= N; lists drawn independently, so a position
+// may sit in several lists, or in none), each slot empty (-1) with probability `empty`.
+inline Tensor random_lists(int64_t Bl, int64_t Hl, int64_t C, int64_t w, int64_t N, double empty, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<int64_t> perm(static_cast<size_t>(N)), m;
+  for (int64_t l = 0; l < Bl * Hl * C; ++l) {
+    for (int64_t i = 0; i < N; ++i) perm[size_t(i)] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t s = 0; s < w; ++s) m.push_back(u(rng) < empty ? -1 : perm[size_t(s)]);
+  }
+  return Tensor::from_vector(m, {Bl, Hl, C, w});
 }
 
 // The fused op and the reference agree on the output and on the gradients of a
@@ -265,6 +282,101 @@ TEST_CASE("block attention rejects bad input with the shapes in the message") {
                    "[block_attention] tensors are on different devices");
 }
 
+// Routed attention: query lists of 3 and key lists of 4 slots, lists shared over the
+// batch but not the heads (key lists) or over the heads but not the batch (query
+// lists); token 3 sits in two query lists of batch 0 and token 5 in none; padding.
+GRADCHECK_CASE(routed_attention) {
+  Tensor qm = ti64({0, 3, 6, /**/ 3, -1, 1, /**/ 2, 4, -1,  //
+                    6, 5, 4, /**/ 0, 1, -1, /**/ 2, 3, 0},
+                   {2, 1, 3, 3});
+  Tensor km = ti64({1, 3, 6, 0, /**/ 0, 2, 4, -1, /**/ 5, 6, -1, 2,  //
+                    3, 4, 5, 6, /**/ -1, 6, 1, 0, /**/ -1, 2, 3, 5},
+                   {1, 2, 3, 4});
+  Tensor kpm = padding(2, 7, {{1, 6}});
+  for (bool causal : {false, true})
+    check_grad("routed_attention",
+               [&](const std::vector<Tensor>& x) {
+                 Tensor out = routed_attention(x[0], x[1], x[2], qm, km, kpm, 0.0, causal);
+                 return sum(out * out);
+               },
+               {leaf64({2, 2, 7, 3}, 1), leaf64({2, 2, 7, 3}, 2), leaf64({2, 2, 7, 2}, 3)});
+}
+
+TEST_CASE("routed_attention equals its dense reference: random lists with repeats and empty slots, every broadcast") {
+  const int64_t B = 2, H = 3, N = 41;
+  Tensor kpm = padding_mask(B, N, 5);
+  uint32_t seed = 1;
+  // (B', H') of the query and the key lists.
+  const std::vector<std::pair<int64_t, int64_t>> forms = {{B, H}, {1, 1}, {1, H}, {B, 1}};
+  for (size_t f = 0; f < forms.size(); ++f)
+    for (bool causal : {false, true}) {
+      INFO("lists ", forms[f].first, " x ", forms[f].second, " causal ", causal);
+      Tensor qm = random_lists(forms[f].first, forms[f].second, 5, 9, N, 0.15, seed++);
+      Tensor km = random_lists(forms[(f + 1) % forms.size()].first, forms[(f + 1) % forms.size()].second, 5, 13, N,
+                               0.15, seed++);
+      Tensor q = leaf64({B, H, N, 6}, seed), k = leaf64({B, H, N, 6}, seed + 1), v = leaf64({B, H, N, 5}, seed + 2);
+      Tensor w = leaf64({B, H, N, 5}, seed + 3).detach();
+      seed += 4;
+      Tensor fast = routed_attention(q, k, v, qm, km, kpm, 0.3, causal);
+      sum(fast * w).backward();
+      const std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
+      q.zero_grad();
+      k.zero_grad();
+      v.zero_grad();
+      Tensor ref = nn::routed_attention_dense_reference(q, k, v, qm, km, kpm, 0.3, causal);
+      sum(ref * w).backward();
+      check_close(fast, ref, 1e-12);
+      check_close(g[0], q.grad(), 1e-12);
+      check_close(g[1], k.grad(), 1e-12);
+      check_close(g[2], v.grad(), 1e-12);
+    }
+}
+
+TEST_CASE("routed_attention keeps no per-list scores: its forward peak stays near full attention's") {
+  // N = 1024 in 32 lists of 32 queries and 64 keys: dense gathered scores, weights and
+  // masks would add 3 x (32 x 32 x 64) per head beyond q, k, v; the op keeps each slot's
+  // output and log-sum-exp, and the count of lists per position.
+  const int64_t B = 1, H = 4, N = 1024, D = 64;
+  Generator g(3);
+  Tensor q = randn({B, H, N, D}, kFloat32, g), k = randn({B, H, N, D}, kFloat32, g), v = randn({B, H, N, D}, kFloat32, g);
+  Tensor qm = random_lists(1, H, 32, 32, N, 0.0, 11), km = random_lists(1, H, 32, 64, N, 0.0, 12);
+  q.set_requires_grad(true);
+  reset_peak_memory();
+  const int64_t before = memory_stats().live_bytes;
+  Tensor out = routed_attention(q, k, v, qm, km);
+  const int64_t routed = memory_stats().peak_bytes - before;
+  out = Tensor();
+  reset_peak_memory();
+  Tensor full = flash_attention(q, k, v);
+  const int64_t flash = memory_stats().peak_bytes - before;
+  CAPTURE(routed);
+  CAPTURE(flash);
+  // The slot outputs (the size of out), the output, the counts and the slot index: about
+  // twice flash attention's out and lse. Gathered copies of q, k, v alone would add 3x.
+  CHECK(routed < 5 * flash / 2);
+}
+
+TEST_CASE("routed attention rejects bad input with the shapes in the message") {
+  Tensor q = leaf64({1, 2, 4, 3}), k = leaf64({1, 2, 4, 3}), v = leaf64({1, 2, 4, 2});
+  Tensor qm = ti64({0, 1, 2, 3}, {1, 1, 2, 2}), km = ti64({0, 1, 2, -1, 3, 3}, {1, 1, 2, 3});
+  CHECK_THROWS_MSG(routed_attention(q, leaf64({1, 2, 5, 3}), leaf64({1, 2, 5, 2}), qm, km), ShapeError,
+                   "[routed_attention] self-attention only: q has 4 positions, k 5");
+  CHECK_THROWS_MSG(routed_attention(q, k, leaf64({1, 2, 3, 2}), qm, km), ShapeError,
+                   "[routed_attention] inconsistent shapes: q (1,2,4,3), k (1,2,4,3), v (1,2,3,2)");
+  CHECK_THROWS_MSG(routed_attention(q, k, v, qm, km, Tensor::zeros({1, 5}, kBool)), ShapeError,
+                   "[routed_attention] key_padding_mask must be bool (B, N) = (1, 4), got bool (1,5)");
+  CHECK_THROWS_MSG(routed_attention(q, k, v, qm, km, Tensor(), -1.0), ValueError,
+                   "[routed_attention] scale must be finite and >= 0");
+  CHECK_THROWS_MSG(routed_attention(q, k, v, ti64({0, 1, 2}, {1, 1, 3, 1}), km), ShapeError,
+                   "[routed_attention] query_members (1,1,3,1) and key_members (1,1,2,3) must have the same number "
+                   "of lists C");
+  CHECK_THROWS_MSG(routed_attention(q, k, v, qm, ti64({0, 4, 2, -1, 3, 3}, {1, 1, 2, 3})), IndexError,
+                   "[routed_attention] member position 4 at flat position 1 of key_members is out of range [-1, 4)");
+  CHECK_THROWS_MSG(routed_attention(q, k, v, qm, fake_cuda({1, 1, 2, 3}, kInt64)), DeviceError,
+                   "[routed_attention] tensors are on different devices");
+  CHECK_THROWS_MSG(routed_attention(Tensor(), k, v, qm, km), ValueError, "[routed_attention]", "q");
+}
+
 }  // TEST_SUITE
 
 // ---------------------------------------------------------------- CUDA parity
@@ -410,6 +522,49 @@ PARITY_CASE(block_attention) {
     check_parity("block_attention", [&](const std::vector<Tensor>& x) { return finite_lse(run(x).lse); }, in,
                  grad_tolerance());
   }
+}
+
+// Lists of 40 query slots (two 32-row tiles) and 70 key slots (three 32-key tiles),
+// repeats, empty slots, padding, causal; shared, per-head and per-(b, h) lists; a head
+// size that needs the shared-memory opt-in.
+PARITY_CASE(routed_attention) {
+  struct Case {
+    int64_t Bq, Hq, Bk, Hk, N, C, wq, wk, Dk, padded;
+  };
+  const std::vector<Case> cases = {{2, 2, 2, 2, 100, 3, 40, 70, 16, 9}, {1, 1, 1, 2, 60, 5, 12, 20, 8, 0},
+                                   {2, 1, 1, 1, 64, 2, 33, 40, 128, 4}};
+  uint64_t seed = 400;
+  uint32_t lseed = 40;
+  for (const Case& c : cases)
+    for (bool causal : {false, true}) {
+      INFO("N ", c.N, " C ", c.C, " wq ", c.wq, " wk ", c.wk, " causal ", causal);
+      Tensor qm = random_lists(c.Bq, c.Hq, c.C, c.wq, c.N, 0.1, lseed++);
+      Tensor km = random_lists(c.Bk, c.Hk, c.C, c.wk, c.N, 0.1, lseed++);
+      Tensor kpm = c.padded ? padding_mask(2, c.N, c.padded) : Tensor();
+      std::vector<Tensor> in = {leaf32({2, 2, c.N, c.Dk}, seed), leaf32({2, 2, c.N, c.Dk}, seed + 1),
+                                leaf32({2, 2, c.N, 12}, seed + 2)};
+      seed += 3;
+      check_parity("routed_attention",
+                   [&](const std::vector<Tensor>& x) {
+                     const Device d = x[0].device();
+                     return routed_attention(x[0], x[1], x[2], qm.to(d), km.to(d),
+                                             kpm.defined() ? kpm.to(d) : Tensor(), 0.0, causal);
+                   },
+                   in, grad_tolerance());
+    }
+}
+
+CUDA_TEST_CASE("routed_attention float64 gradcheck on CUDA") {
+  const Device d = Device::cuda(0);
+  Tensor qm = random_lists(2, 1, 3, 4, 9, 0.2, 5).to(d), km = random_lists(1, 2, 3, 5, 9, 0.2, 6).to(d);
+  Tensor kpm = padding_mask(2, 9, 2).to(d);
+  for (bool causal : {false, true})
+    check_grad_cuda("routed_attention",
+                    [&](const std::vector<Tensor>& x) {
+                      Tensor out = routed_attention(x[0], x[1], x[2], qm, km, kpm, 0.0, causal);
+                      return sum(out * out);
+                    },
+                    {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
 }
 
 CUDA_TEST_CASE("block_attention float64 gradcheck on CUDA") {
