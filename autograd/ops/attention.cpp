@@ -339,6 +339,8 @@ void check_lists(const Tensor& m, int64_t B, int64_t H, const char* name, const 
            " must be int64 (B, H, C, w), got ", m.defined() ? m.describe() : std::string("undefined"));
   CF_CHECK((m.shape()[0] == B || m.shape()[0] == 1) && (m.shape()[1] == H || m.shape()[1] == 1), ShapeError, "[",
            who, "] ", name, " ", shape_str(m.shape()), " does not broadcast to (B, H) = (", B, ", ", H, ")");
+  CF_CHECK(m.shape()[3] >= 1, ShapeError, "[", who, "] ", name, " ", shape_str(m.shape()),
+           " has lists of no slot (w = 0)");
 }
 
 // (B', H', C * w, 1): the position each slot of the lists holds, 0 for an empty
@@ -393,7 +395,16 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
   const Shape& sq = q.shape();
   const int64_t B = sq[0], H = sq[1], N = sq[2], Dk = sq[3], Dv = v.shape()[3];
   const int64_t C = query_members.shape()[2], wq = query_members.shape()[3], wk = key_members.shape()[3];
-  if (N == 0) return Tensor::zeros({B, H, 0, Dv}, v.dtype(), v.device());
+  if (N == 0) {  // nothing to attend: an empty output, still on the graph
+    Tensor out = Tensor::zeros({B, H, 0, Dv}, v.dtype(), v.device());
+    if (autograd::any_requires_grad({&q, &k, &v}))
+      autograd::record(op, {q, k, v}, out,
+                       [sq = q.shape(), sk = k.shape(), sv = v.shape(), dt = v.dtype(),
+                        dev = v.device()](const Tensor&) -> std::vector<Tensor> {
+                         return {Tensor::zeros(sq, dt, dev), Tensor::zeros(sk, dt, dev), Tensor::zeros(sv, dt, dev)};
+                       });
+    return out;
+  }
   kernels::RoutedAttentionParams p;
   p.scale = default_scale(scale, Dk);
   p.causal = causal;

@@ -75,11 +75,14 @@ BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Ten
 // attends to the key slots of list c, except empty slots, padded keys and, when
 // causal, later positions. A position may sit in several lists (or in none): its
 // output is the average of its outputs over the query lists holding it, zeros if
-// none. Within one list a position is meant to appear once (a repeated key counts
-// twice in that list's softmax; the lists' values are not checked for it). One kernel per direction over the lists as they are (no gathered copies of
-// q, k, v, no (C, wq, wk) scores kept), one node; the slot outputs are averaged
-// into token order and the slot gradients added back to the positions. scale 0
-// means 1/sqrt(Dk). Differentiable in q, k and v.
+// none. Within one list a position is meant to appear once (a repeated query slot
+// counts twice in its average, a repeated key twice in the list's softmax; the lists'
+// values are not checked for it). Every list has at least one slot (wq, wk >= 1).
+// One node: one attention kernel per direction over the lists as they are (no
+// gathered copies of q, k, v, no (C, wq, wk) scores kept), the slot outputs averaged
+// into token order by a scatter-add, and in the backward the slot gradients
+// scatter-added back to the positions. scale 0 means 1/sqrt(Dk). Differentiable in
+// q, k and v.
 Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
                         const Tensor& key_members, const Tensor& key_padding_mask = Tensor(), double scale = 0.0,
                         bool causal = false);

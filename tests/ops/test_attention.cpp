@@ -375,6 +375,15 @@ TEST_CASE("routed attention rejects bad input with the shapes in the message") {
   CHECK_THROWS_MSG(routed_attention(q, k, v, qm, fake_cuda({1, 1, 2, 3}, kInt64)), DeviceError,
                    "[routed_attention] tensors are on different devices");
   CHECK_THROWS_MSG(routed_attention(Tensor(), k, v, qm, km), ValueError, "[routed_attention]", "q");
+  CHECK_THROWS_MSG(routed_attention(q, k, v, qm, Tensor::zeros({1, 1, 2, 0}, kInt64)), ShapeError,
+                   "[routed_attention] key_members (1,1,2,0) has lists of no slot (w = 0)");
+  // An empty sequence: an empty output that still carries gradients (zeros) to q, k, v.
+  Tensor e = leaf64({1, 2, 0, 3});
+  Tensor out = routed_attention(e, e, leaf64({1, 2, 0, 2}), Tensor::full({1, 1, 2, 2}, -1.0, kInt64),
+                                Tensor::full({1, 1, 2, 2}, -1.0, kInt64));
+  CHECK(out.shape() == Shape{1, 2, 0, 2});
+  sum(out).backward();
+  CHECK(e.grad().shape() == e.shape());
 }
 
 }  // TEST_SUITE
