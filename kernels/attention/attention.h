@@ -50,6 +50,45 @@ void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                   const Tensor& dk, const Tensor& dv);
 
+// flash_attention through GEMMs over chunks of query rows (attention_gemm.cpp), the float32 and float64
+// path on CUDA: per chunk S = (scale q) k^T into a (B, H, r, Nk) buffer by cuBLAS, one row kernel
+// (attention_rows_softmax) turns it into P and lse, out = P v; the backward recomputes P from lse chunk by
+// chunk, dP = dO v^T, dS = P (dP - D), dq = dS (scale k) and adds P^T dO and dS^T (scale q) into dv and dk.
+// Why: the scalar fused kernel reads two shared-memory operands per multiply-add and ran 5-9x behind PyTorch's
+// memory-efficient float32 attention on an H200 (docs/benchmarks.md, 2026-11-27); the GEMMs run at cuBLAS speed.
+// Memory: the score buffers hold at most clamp(4 x bytes of q, k, v, 16 MiB, 128 MiB) each (one in the forward,
+// two in the backward), so O(N d) plus a bounded workspace, never O(N^2). chunk_rows > 0 fixes the rows per
+// chunk (tests). Same contracts as flash_attention_forward_cpu / _backward_cpu; any device.
+void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
+                                  const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                  int64_t chunk_rows = 0);
+void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& key_padding_mask, const FlashAttentionParams& p, const Tensor& out,
+                                   const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                                   const Tensor& dk, const Tensor& dv, int64_t chunk_rows = 0);
+
+// The row step of the GEMM path. scores (B, H, r, Nk) contiguous hold the (already scaled) scores of query
+// rows row0 .. row0 + r - 1 of Nq; key j is blocked for query i when key_padding_mask[b, j] or, causal,
+// j > i + Nk - Nq. lse_given false: each row becomes its softmax and its log-sum-exp is written to lse
+// (B, H, Nq) contiguous. lse_given true: each entry becomes exp(s - lse_i) (the backward's recomputation).
+// Blocked entries, and every entry of a row with nothing allowed (lse -inf), become 0.
+struct AttentionRows {
+  int64_t row0 = 0, Nq = 0;
+  bool causal = false;
+  bool lse_given = false;
+};
+void attention_rows_softmax_cpu(const Tensor& scores, const Tensor& key_padding_mask, const AttentionRows& rows,
+                                const Tensor& lse);
+#ifdef CF_WITH_CUDA
+void attention_rows_softmax_cuda(const Tensor& scores, const Tensor& key_padding_mask, const AttentionRows& rows,
+                                 const Tensor& lse);
+#endif
+inline void attention_rows_softmax(const Tensor& scores, const Tensor& kpm, const AttentionRows& rows,
+                                   const Tensor& lse) {
+  CF_DEVICE_DISPATCH("flash_attention", scores.device(), attention_rows_softmax_cpu(scores, kpm, rows, lse),
+                     attention_rows_softmax_cuda(scores, kpm, rows, lse));
+}
+
 struct BlockAttentionParams {
   // The chunk offsets every chunk sees, distinct modulo C, offsets[0] == 0.
   std::vector<int64_t> offsets;
@@ -207,10 +246,12 @@ inline void rounds_split(const Tensor& per_round, const Tensor& combined, const 
                      rounds_split_cpu(per_round, combined, grad, rounds, per_round_grad),
                      rounds_split_cuda(per_round, combined, grad, rounds, per_round_grad));
 }
+// float32 and float64 flash_attention: the fused kernel on the CPU, the GEMM path on CUDA (see above; the
+// fused CUDA kernels stay, tested against it, and serve block_attention and routed_attention).
 inline void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                     const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
   CF_DEVICE_DISPATCH("flash_attention", out.device(), flash_attention_forward_cpu(q, k, v, kpm, p, out, lse),
-                     flash_attention_forward_cuda(q, k, v, kpm, p, out, lse));
+                     flash_attention_forward_gemm(q, k, v, kpm, p, out, lse));
 }
 inline void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                      const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
@@ -218,7 +259,7 @@ inline void flash_attention_backward(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& dv) {
   CF_DEVICE_DISPATCH("flash_attention", out.device(),
                      flash_attention_backward_cpu(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv),
-                     flash_attention_backward_cuda(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv));
+                     flash_attention_backward_gemm(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv));
 }
 inline void block_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                     const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,

@@ -793,6 +793,41 @@ void rounds_split_typed(const Tensor& per_round, const Tensor& combined, const T
   });
 }
 
+// The GEMM path's row step (attention.h: attention_rows_softmax). One row per iteration; exp(s - lse)
+// in both modes, so the forward's P and the backward's recomputation agree to the last bit.
+template <typename T>
+void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const AttentionRows& rw, const Tensor& lse) {
+  const int64_t B = scores.shape()[0], H = scores.shape()[1], R = scores.shape()[2], Nk = scores.shape()[3];
+  T* S = scores.data<T>();
+  T* L = lse.data<T>();
+  const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  parallel_for(B * H * R, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(Nk, 1)), [&](int64_t a, int64_t e) {
+    for (int64_t g = a; g < e; ++g) {
+      const int64_t bh = g / R, i = rw.row0 + g % R, b = bh / H;
+      const int64_t jend = rw.causal ? std::clamp<int64_t>(i + Nk - rw.Nq + 1, 0, Nk) : Nk;  // keys >= jend blocked
+      const bool* pb = pad ? pad + b * Nk : nullptr;
+      T* s = S + g * Nk;
+      T& l = L[bh * rw.Nq + i];
+      if (!rw.lse_given) {
+        T m = ninf;
+        for (int64_t j = 0; j < jend; ++j)
+          if (!(pb && pb[j]) && s[j] > m) m = s[j];
+        if (m == ninf) {
+          l = ninf;
+        } else {
+          double sum = 0;
+          for (int64_t j = 0; j < jend; ++j)
+            if (!(pb && pb[j])) sum += double(std::exp(s[j] - m));
+          l = m + T(std::log(sum));
+        }
+      }
+      const T li = l;
+      for (int64_t j = 0; j < Nk; ++j) s[j] = (li == ninf || j >= jend || (pb && pb[j])) ? T(0) : std::exp(s[j] - li);
+    }
+  });
+}
+
 }  // namespace
 
 void rounds_combine_cpu(const Tensor& per_round, int64_t rounds, const Tensor& combined) {
@@ -848,6 +883,11 @@ void block_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& dk, const Tensor& dv) {
   CF_DISPATCH_FLOAT_STD(q.dtype(), "block_attention",
                     block_backward_typed<scalar_t>(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv));
+}
+
+void attention_rows_softmax_cpu(const Tensor& scores, const Tensor& kpm, const AttentionRows& rows,
+                                const Tensor& lse) {
+  CF_DISPATCH_FLOAT_STD(scores.dtype(), "flash_attention", rows_softmax_typed<scalar_t>(scores, kpm, rows, lse));
 }
 
 }  // namespace cf::kernels

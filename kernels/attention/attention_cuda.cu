@@ -541,6 +541,51 @@ __global__ void __launch_bounds__(NT) rounds_split_kernel(const T* X, const T* Y
   }
 }
 
+// ---------------------------------------------------------------- the GEMM path's row step
+
+// One block per row (grid-stride over rows): the row's maximum and sum of exponentials by
+// block reductions (the sum in double, as the CPU's), then exp(s - lse) written in place.
+// Layout and rule as rows_softmax_typed in attention_cpu.cpp.
+constexpr int kRowThreads = 256;
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    rows_softmax_kernel(T* S, const bool* pad, T* L, int64_t rows, int64_t H, int64_t R, int64_t Nk,
+                        AttentionRows rw) {
+  __shared__ double red[32];
+  const cu::BlockRow row{red};
+  const T neg_inf = ninf<T>();
+  for (int64_t g = blockIdx.x; g < rows; g += gridDim.x) {
+    const int64_t bh = g / R, i = rw.row0 + g % R, b = bh / H;
+    int64_t jend = Nk;  // keys >= jend are blocked (causal)
+    if (rw.causal) jend = i + Nk - rw.Nq + 1 < 0 ? 0 : (i + Nk - rw.Nq + 1 > Nk ? Nk : i + Nk - rw.Nq + 1);
+    const bool* pb = pad ? pad + b * Nk : nullptr;
+    T* s = S + g * Nk;
+    T* l = L + bh * rw.Nq + i;
+    T li;
+    if (rw.lse_given) {
+      li = *l;
+    } else {
+      T m = neg_inf;
+      for (int64_t j = threadIdx.x; j < jend; j += kRowThreads)
+        if (!(pb && pb[j]) && s[j] > m) m = s[j];
+      m = row.max(m);
+      if (m == neg_inf) {
+        li = neg_inf;
+      } else {
+        double sum = 0;
+        for (int64_t j = threadIdx.x; j < jend; j += kRowThreads)
+          if (!(pb && pb[j])) sum += double(dexp(s[j] - m));
+        sum = row.sum(sum);
+        li = m + T(log(sum));
+      }
+      if (threadIdx.x == 0) *l = li;
+    }
+    for (int64_t j = threadIdx.x; j < Nk; j += kRowThreads)
+      s[j] = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - li);
+    __syncthreads();  // red is reused by the next row's reductions
+  }
+}
+
 }  // namespace
 
 void rounds_combine_cuda(const Tensor& per_round, int64_t rounds, const Tensor& combined) {
@@ -682,6 +727,20 @@ void routed_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tens
   zero(dv, op);
   const int64_t BH = q.shape()[0] * q.shape()[1];
   CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_backward<scalar_t>(op, a, map, map.wq, map.C, map.wk, map.C, BH));
+}
+
+void attention_rows_softmax_cuda(const Tensor& scores, const Tensor& kpm, const AttentionRows& rows,
+                                 const Tensor& lse) {
+  const char* op = "flash_attention";
+  cu::use_device_of(scores, op);
+  const int64_t H = scores.shape()[1], R = scores.shape()[2], Nk = scores.shape()[3];
+  const int64_t n = scores.shape()[0] * H * R;
+  if (n == 0 || Nk == 0) return;
+  const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  CF_DISPATCH_FLOAT_STD(scores.dtype(), op,
+                        rows_softmax_kernel<scalar_t><<<cu::blocks_for(n), kRowThreads>>>(
+                            scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, Nk, rows));
+  ::cf::cuda::check_launch(op);
 }
 
 }  // namespace cf::kernels

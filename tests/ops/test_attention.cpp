@@ -8,6 +8,7 @@
 
 #include "autograd/ops/attention.h"
 #include "core/allocator.h"
+#include "kernels/attention/attention.h"
 #include "nn/attention/routing.h"
 #include "test_util.h"
 #include "cuda/cuda_test_util.h"
@@ -92,6 +93,79 @@ Tensor out_and_lse_loss(const std::vector<Tensor>& x, const Tensor& kpm, bool ca
   return sum(r.out * r.out) + sum(r.lse * r.lse);
 }
 
+// flash_attention's GEMM path (kernels/attention/attention_gemm.cpp, CUDA's float32 and float64 path) against
+// the fused kernels, called directly: chunks of query rows with a remainder, one chunk (auto), masks, causal
+// with Nq > Nk (queries with no key), a batch with every key padded, the lse gradient, no keys at all.
+struct KernelCase {
+  int64_t B, H, Nq, Nk, Dk, Dv;
+  bool pad, causal;
+  int64_t chunk;
+  DType dt;
+};
+const std::vector<KernelCase> kKernelCases = {
+    {2, 2, 7, 7, 3, 4, true, false, 3, kFloat64},    {2, 2, 7, 7, 3, 4, true, true, 3, kFloat64},
+    {1, 2, 11, 5, 4, 2, false, true, 4, kFloat64},   {2, 1, 9, 13, 5, 3, true, true, 0, kFloat64},
+    {2, 3, 33, 40, 8, 8, true, false, 10, kFloat32}, {2, 1, 70, 45, 64, 64, true, true, 0, kFloat32},
+    {1, 1, 5, 0, 3, 2, false, false, 2, kFloat64}};
+
+enum class FlashPath { kFusedCpu, kGemm, kFusedCuda };
+
+// out, lse, dq, dk, dv of one path, on the CPU. gemm runs on `device`.
+std::vector<Tensor> run_flash_path(const KernelCase& c, FlashPath path, Device device) {
+  auto rnd = [&](const Shape& s, uint64_t seed) { return to(leaf64(s, seed, -2.0, 2.0).detach(), c.dt).to(device); };
+  Tensor q = rnd({c.B, c.H, c.Nq, c.Dk}, 1), k = rnd({c.B, c.H, c.Nk, c.Dk}, 2), v = rnd({c.B, c.H, c.Nk, c.Dv}, 3),
+         dout = rnd({c.B, c.H, c.Nq, c.Dv}, 4), dlse = rnd({c.B, c.H, c.Nq}, 5);
+  Tensor kpm;
+  if (c.pad) {
+    std::vector<std::pair<int64_t, int64_t>> padded = {{0, 1}};
+    for (int64_t j = 0; j < c.Nk; ++j) padded.push_back({1, j});  // batch 1: every key padded
+    kpm = padding(c.B, c.Nk, padded).to(device);
+  }
+  kernels::FlashAttentionParams p;
+  p.scale = 0.7;
+  p.causal = c.causal;
+  std::vector<Tensor> t = {Tensor::empty({c.B, c.H, c.Nq, c.Dv}, c.dt, device),
+                           Tensor::empty({c.B, c.H, c.Nq}, c.dt, device), Tensor::empty(q.shape(), c.dt, device),
+                           Tensor::empty(k.shape(), c.dt, device), Tensor::empty(v.shape(), c.dt, device)};
+  if (path == FlashPath::kGemm) {
+    kernels::flash_attention_forward_gemm(q, k, v, kpm, p, t[0], t[1], c.chunk);
+    kernels::flash_attention_backward_gemm(q, k, v, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4], c.chunk);
+  } else if (path == FlashPath::kFusedCpu) {
+    kernels::flash_attention_forward_cpu(q, k, v, kpm, p, t[0], t[1]);
+    kernels::flash_attention_backward_cpu(q, k, v, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
+  } else {
+#ifdef CF_WITH_CUDA
+    kernels::flash_attention_forward_cuda(q, k, v, kpm, p, t[0], t[1]);
+    kernels::flash_attention_backward_cuda(q, k, v, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
+#endif
+  }
+  for (Tensor& x : t) x = x.to(Device::cpu());
+  return t;
+}
+
+void check_same_paths(const KernelCase& c, const std::vector<Tensor>& want, const std::vector<Tensor>& got) {
+  // float32: scores reach about 0.7 * 64 * 4 at head size 64, so a last-bit difference in a score moves
+  // exp() by some 1e-5 relative; the paths round differently (q scaled before or after the product).
+  const double tol = c.dt == kFloat64 ? 1e-12 : 1e-4;
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    std::vector<double> a = values(want[i]), b = values(got[i]);
+    REQUIRE(a.size() == b.size());
+    for (size_t e = 0; e < a.size(); ++e) {
+      if (std::isinf(a[e])) {
+        CHECK(b[e] == a[e]);  // lse of a row with nothing allowed: -inf on both paths
+      } else {
+        CHECK(std::abs(a[e] - b[e]) <= tol * (1.0 + std::abs(a[e])));
+      }
+    }
+  }
+  if (c.pad) {  // the fully padded batch: zero outputs, lse -inf
+    std::vector<double> o = values(got[0]), l = values(got[1]);
+    for (int64_t e = c.H * c.Nq * c.Dv; e < 2 * c.H * c.Nq * c.Dv; ++e) CHECK(o[size_t(e)] == 0.0);
+    for (int64_t e = c.H * c.Nq; e < 2 * c.H * c.Nq; ++e) CHECK(std::isinf(l[size_t(e)]));
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("ops/attention") {
@@ -107,6 +181,17 @@ TEST_CASE("flash attention equals dense attention: masks, causal, Nq != Nk, size
     // One (batch, head) and several key tiles: large enough to run on the OpenMP
     // team, where the backward splits the keys and sums per-slice dQ buffers.
     check_flash(1, 1, 130, 1100, 8, 8, padding(1, 1100, {{0, 7}, {0, 600}}), causal, 0.0, kFloat64, 1e-12);
+  }
+}
+
+TEST_CASE("flash attention's GEMM path equals the fused kernel: chunks, masks, causal, empty rows, lse gradient") {
+  for (const KernelCase& c : kKernelCases) {
+    CAPTURE(c.Nq);
+    CAPTURE(c.Nk);
+    CAPTURE(c.causal);
+    CAPTURE(c.chunk);
+    check_same_paths(c, run_flash_path(c, FlashPath::kFusedCpu, Device::cpu()),
+                     run_flash_path(c, FlashPath::kGemm, Device::cpu()));
   }
 }
 
@@ -458,6 +543,20 @@ PARITY_CASE(flash_attention) {
   check_parity("flash_attention",
                [&](const std::vector<Tensor>& x) { return flash_attention(x[0], x[1], x[2], all.to(x[0].device())); },
                {leaf32({2, 2, 9, 8}, 7), leaf32({2, 2, 20, 8}, 8), leaf32({2, 2, 20, 8}, 9)}, grad_tolerance());
+}
+
+// On CUDA the op takes the GEMM path; the fused CUDA kernel (the one block_attention and routed_attention run
+// through their maps) is checked here on its own, both against the CPU's fused kernel.
+CUDA_TEST_CASE("flash attention's fused kernel and GEMM path on CUDA equal the CPU's fused kernel") {
+  for (const KernelCase& c : kKernelCases) {
+    CAPTURE(c.Nq);
+    CAPTURE(c.Nk);
+    CAPTURE(c.causal);
+    CAPTURE(c.chunk);
+    const std::vector<Tensor> want = run_flash_path(c, FlashPath::kFusedCpu, Device::cpu());
+    check_same_paths(c, want, run_flash_path(c, FlashPath::kGemm, Device::cuda(0)));
+    check_same_paths(c, want, run_flash_path(c, FlashPath::kFusedCuda, Device::cuda(0)));
+  }
 }
 
 CUDA_TEST_CASE("flash_attention float64 gradcheck on CUDA") {

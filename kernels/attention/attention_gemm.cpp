@@ -1,0 +1,127 @@
+// flash_attention through GEMMs over chunks of query rows (attention.h says when and why). Device-generic:
+// every step is a kernel of another family (matmul, elementwise, reduce) or the row kernel
+// attention_rows_softmax, so the same code runs, and is tested, on the CPU.
+#include <algorithm>
+#include <limits>
+
+#include "kernels/attention/attention.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/reduce/reduce.h"
+
+namespace cf::kernels {
+
+namespace {
+
+// Rows [r0, r0 + n) of every (b, h) of a contiguous (B, H, N, D) tensor, as a view.
+Tensor row_chunk(const Tensor& t, int64_t r0, int64_t n) {
+  const Shape& s = t.shape();
+  const int64_t H = s[1], N = s[2], D = s[3];
+  return make_view(t, {s[0], H, n, D}, {H * N * D, N * D, D, 1}, t.offset() + r0 * D, "flash_attention");
+}
+
+// The first (B, H, n, C) of a contiguous (B, H, r, C) buffer, n <= r, itself contiguous.
+Tensor leading(const Tensor& buf, int64_t n) {
+  const Shape& s = buf.shape();
+  const Shape shape{s[0], s[1], n, s[3]};
+  return make_view(buf, shape, contiguous_strides(shape), buf.offset(), "flash_attention");
+}
+
+Tensor transposed(const Tensor& t) {
+  const Shape &s = t.shape(), &st = t.strides();
+  return make_view(t, {s[0], s[1], s[3], s[2]}, {st[0], st[1], st[3], st[2]}, t.offset(), "flash_attention");
+}
+
+// alpha t as a new contiguous tensor (the scale folded into q or k once: O(N d)).
+Tensor scaled(const Tensor& t, double alpha) {
+  Tensor a = Tensor::empty({1, 1, 1, 1}, t.dtype(), t.device());
+  fill(a, alpha);
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  binary(BinaryOp::Mul, t, a, out);
+  return out;
+}
+
+// Query rows per chunk: one (B, H, rows, Nk) score buffer holds at most clamp(4 x bytes of q, k, v,
+// 16 MiB, 128 MiB), so the workspace grows with the inputs (O(N d)) up to a cap, never as N^2.
+int64_t rows_per_chunk(const Tensor& q, const Tensor& k, const Tensor& v, int64_t fixed) {
+  const int64_t Nq = q.shape()[2];
+  if (fixed > 0) return std::min(fixed, Nq);
+  const int64_t elem = int64_t(dtype_size(q.dtype()));
+  const int64_t inputs = (q.numel() + k.numel() + v.numel()) * elem;
+  const int64_t budget = std::clamp<int64_t>(4 * inputs, int64_t(16) << 20, int64_t(128) << 20);
+  const int64_t row_bytes = q.shape()[0] * q.shape()[1] * k.shape()[2] * elem;
+  return std::clamp<int64_t>(budget / std::max<int64_t>(row_bytes, 1), 1, Nq);
+}
+
+}  // namespace
+
+void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                  const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                  int64_t chunk_rows) {
+  const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Nk = k.shape()[2], Dv = v.shape()[3];
+  if (B * H * Nq == 0) return;
+  if (Nk == 0) {  // nothing to attend to: the documented zeros and -inf
+    fill(out, 0.0);
+    fill(lse, -std::numeric_limits<double>::infinity());
+    return;
+  }
+  const int64_t r = rows_per_chunk(q, k, v, chunk_rows);
+  const Tensor qs = scaled(q, p.scale), kt = transposed(k);
+  const Tensor S = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
+  const Tensor O = Tensor::empty({B, H, r, Dv}, q.dtype(), q.device());
+  for (int64_t i0 = 0; i0 < Nq; i0 += r) {
+    const int64_t n = std::min(r, Nq - i0);
+    const Tensor Sc = leading(S, n), Oc = leading(O, n);
+    matmul(row_chunk(qs, i0, n), kt, Sc);
+    attention_rows_softmax(Sc, kpm, {i0, Nq, p.causal, false}, lse);
+    matmul(Sc, v, Oc);
+    copy(Oc, row_chunk(out, i0, n));
+  }
+}
+
+void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                   const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
+                                   const Tensor& dv, int64_t chunk_rows) {
+  const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Dk = q.shape()[3], Nk = k.shape()[2];
+  fill(dq, 0.0);
+  fill(dk, 0.0);
+  fill(dv, 0.0);
+  if (B * H * Nq * Nk == 0) return;
+  // D_i = dO_i . O_i - dlse_i (FlashAttention-2 Alg. 2 line 4, plus the lse gradient: d lse_i / d S_ij = P_ij).
+  const Tensor prod = Tensor::empty(out.shape(), out.dtype(), out.device());
+  binary(BinaryOp::Mul, dout, out, prod);
+  const Tensor D4 = Tensor::empty({B, H, Nq, 1}, out.dtype(), out.device());
+  reduce(ReduceOp::Sum, prod, {3}, D4);
+  if (dlse.defined()) {
+    const Tensor D3 = make_view(D4, {B, H, Nq}, {H * Nq, Nq, 1}, D4.offset(), "flash_attention");
+    binary(BinaryOp::Sub, D3, dlse, D3);
+  }
+  const int64_t r = rows_per_chunk(q, k, v, chunk_rows);
+  const Tensor qs = scaled(q, p.scale), ks = scaled(k, p.scale), kt = transposed(k), vt = transposed(v);
+  const Tensor P = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
+  const Tensor dS = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
+  const Tensor dQc = Tensor::empty({B, H, r, Dk}, q.dtype(), q.device());
+  const Tensor dKc = Tensor::empty(k.shape(), k.dtype(), k.device());
+  const Tensor dVc = Tensor::empty(v.shape(), v.dtype(), v.device());
+  for (int64_t i0 = 0; i0 < Nq; i0 += r) {
+    const int64_t n = std::min(r, Nq - i0);
+    const Tensor Pc = leading(P, n), dSc = leading(dS, n), qc = row_chunk(qs, i0, n), dOc = row_chunk(dout, i0, n);
+    matmul(qc, kt, Pc);
+    attention_rows_softmax(Pc, kpm, {i0, Nq, p.causal, true}, lse);  // P = exp(S - lse)
+    matmul(transposed(Pc), dOc, dVc);
+    add_scaled(dv, dVc, 1.0, dv);
+    matmul(dOc, vt, dSc);  // dP
+    // dS = P (dP - D_i): D broadcast along the keys (stride 0).
+    binary(BinaryOp::Sub, dSc, make_view(D4, {B, H, n, Nk}, {H * Nq, Nq, 1, 0}, D4.offset() + i0, "flash_attention"),
+           dSc);
+    binary(BinaryOp::Mul, dSc, Pc, dSc);
+    const Tensor dQn = leading(dQc, n);
+    matmul(dSc, ks, dQn);  // dq = scale dS k
+    copy(dQn, row_chunk(dq, i0, n));
+    matmul(transposed(dSc), qc, dKc);  // dk += scale dS^T q
+    add_scaled(dk, dKc, 1.0, dk);
+  }
+}
+
+}  // namespace cf::kernels
