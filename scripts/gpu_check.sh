@@ -52,18 +52,18 @@ if has test; then
 fi
 
 if has sanitize; then
-  # The CUDA code no GPU has run yet: the tensor-core kernels on the row maps (block_attention's 16-bit
-  # arm, new; flash_attention's, rewritten on the maps), neural clustering on them, and the float32
-  # kernels whose maps moved to attention_maps.cuh, and block_attention's rounds (per-round backward
-  # launches, the rounds_combine / rounds_split kernels), flash_attention's lse gradient (dlse, float32
-  # and tensor-core backward) and clustered attention through it. (Earlier lists passed both tools on an
-  # H200 on 2026-11-26 and 2026-11-27.)
-  cases='cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: flash_attention_with_lse*,cuda: neural clustering under autocast*,cuda: parity block_attention,cuda: block_attention over rounds*,cuda: parity flash_attention,cuda: clustered and improved*'
+  # The CUDA code no GPU has run yet: full attention's GEMM path (attention_gemm.cpp and its row kernel),
+  # checked beside the fused kernel. Kept from earlier lists (every one passed memcheck and racecheck on an
+  # H200, the last on 2026-11-27 at stop 43): routed_attention (routing and sparse through RoutedMap), the
+  # tensor-core kernels on the row maps, neural clustering on them, block_attention's rounds, the lse
+  # gradient and clustered attention through it.
+  cases='cuda: flash attention*GEMM path*,cuda: parity routed_attention,cuda: every attention variant*,cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: flash_attention_with_lse*,cuda: neural clustering under autocast*,cuda: parity block_attention,cuda: block_attention over rounds*,cuda: parity flash_attention,cuda: clustered and improved*'
   t0=$(date +%s)
   for tool in memcheck racecheck; do
     tc=$cases
-    [ $tool = racecheck ] && tc='cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: block_attention over rounds*'
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$tc" \
+    [ $tool = racecheck ] && tc='cuda: parity routed_attention,cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: block_attention over rounds*'
+    # racecheck needs about 120 s for the two tensor-core cases alone
+    timeout $([ $tool = racecheck ] && echo 300 || echo 150) compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$tc" \
       > "$OUT/sanitize-$tool.log" 2>&1
     rc=$?
     note "compute-sanitizer $tool rc=$rc: $(grep -E 'ERROR SUMMARY|test cases:' "$OUT/sanitize-$tool.log" | tr '\n' ' ')"
