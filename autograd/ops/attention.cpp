@@ -437,21 +437,34 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
     autograd::record(op, {q, k, v}, out, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), qmv = s_qm.unpack(op),
              kmv = s_km.unpack(op), pv = s_p.defined() ? s_p.unpack(op) : Tensor();
-      // Each slot's share of its position's gradient (rows of empty slots are ignored).
-      Tensor gs = Tensor::empty({B, H, C * wq, Dv}, g.dtype(), g.device());
-      kernels::gather(dense(g / count), 2, expand(qi, {B, H, C * wq, Dv}), gs);
-      Tensor dqs = Tensor::empty({B, H, C * wq, Dk}, qv.dtype(), qv.device());
-      Tensor dks = Tensor::empty({B, H, C * wk, Dk}, kv.dtype(), kv.device());
-      Tensor dvs = Tensor::empty({B, H, C * wk, Dv}, vv.dtype(), vv.device());
-      kernels::routed_attention_backward(qv, kv, vv, qmv, kmv, pv, p, slots, lse, gs, dqs, dks, dvs);
-      // The slot gradients back to the positions the slots hold.
-      const Tensor ki = expand(slot_index(kmv, N), {B, H, C * wk, 1});
+      const Tensor gc = dense(g / count);
       Tensor dq = Tensor::zeros(qv.shape(), qv.dtype(), qv.device());
       Tensor dk = Tensor::zeros(kv.shape(), kv.dtype(), kv.device());
       Tensor dv = Tensor::zeros(vv.shape(), vv.dtype(), vv.device());
-      kernels::scatter_add(dq, 2, expand(qi, {B, H, C * wq, Dk}), dqs);
-      kernels::scatter_add(dk, 2, expand(ki, {B, H, C * wk, Dk}), dks);
-      kernels::scatter_add(dv, 2, expand(ki, {B, H, C * wk, Dv}), dvs);
+      // The lists in chunks whose key slots hold about N rows, so the slot gradients stay
+      // the size of k and v: the fixed sparse pattern's key lists repeat every block's
+      // summaries (C wk ~ N + (N / l)^2 c), and whole they were most of its backward's peak.
+      const int64_t per = std::max<int64_t>(1, N / wk);
+      for (int64_t c0 = 0; c0 < C; c0 += per) {
+        const int64_t n = std::min(per, C - c0);
+        // Slot-order rows of lists c0 .. c0 + n - 1, one (b, h) after another.
+        auto rows = [&](const Tensor& t, int64_t w) { return dense(slice(t, 2, c0 * w, (c0 + n) * w)); };
+        const Tensor qmc = dense(slice(qmv, 2, c0, c0 + n)), kmc = dense(slice(kmv, 2, c0, c0 + n));
+        const Tensor qic = rows(qi, wq);
+        // Each slot's share of its position's gradient (rows of empty slots are ignored).
+        Tensor gs = Tensor::empty({B, H, n * wq, Dv}, g.dtype(), g.device());
+        kernels::gather(gc, 2, expand(qic, {B, H, n * wq, Dv}), gs);
+        Tensor dqs = Tensor::empty({B, H, n * wq, Dk}, qv.dtype(), qv.device());
+        Tensor dks = Tensor::empty({B, H, n * wk, Dk}, kv.dtype(), kv.device());
+        Tensor dvs = Tensor::empty({B, H, n * wk, Dv}, vv.dtype(), vv.device());
+        kernels::routed_attention_backward(qv, kv, vv, qmc, kmc, pv, p, rows(slots, wq),
+                                           dense(slice(lse, 2, c0 * wq, (c0 + n) * wq)), gs, dqs, dks, dvs);
+        // The slot gradients back to the positions the slots hold.
+        const Tensor ki = expand(slot_index(kmc, N), {B, H, n * wk, 1});
+        kernels::scatter_add(dq, 2, expand(qic, {B, H, n * wq, Dk}), dqs);
+        kernels::scatter_add(dk, 2, expand(ki, {B, H, n * wk, Dk}), dks);
+        kernels::scatter_add(dv, 2, expand(ki, {B, H, n * wk, Dv}), dvs);
+      }
       return {dq, dk, dv};
     });
     // The gathered form's two batched matmuls: each list's wq query slots against its wk key slots.

@@ -54,11 +54,13 @@ void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
 // path on CUDA: per chunk S = (scale q) k^T into a (B, H, r, Nk) buffer by cuBLAS, one row kernel
 // (attention_rows_softmax) turns it into P and lse, out = P v; the backward recomputes P from lse chunk by
 // chunk, dP = dO v^T, dS = P (dP - D), dq = dS (scale k) and adds P^T dO and dS^T (scale q) into dv and dk.
-// Why: the scalar fused kernel reads two shared-memory operands per multiply-add and ran 5-9x behind PyTorch's
-// memory-efficient float32 attention on an H200 (docs/benchmarks.md, 2026-11-27); the GEMMs run at cuBLAS speed.
+// Why: the scalar fused kernel reads two shared-memory operands per multiply-add and ran 3-9x behind PyTorch's
+// memory-efficient float32 attention on an H200 (docs/benchmarks.md, 2026-11-27); the GEMMs run at cuBLAS speed
+// (in TF32 when the user opts in with cf::cuda::set_allow_tf32, as every float32 matmul does).
 // Memory: the score buffers hold at most clamp(4 x bytes of q, k, v, 16 MiB, 128 MiB) each (one in the forward,
-// two in the backward), so O(N d) plus a bounded workspace, never O(N^2). chunk_rows > 0 fixes the rows per
-// chunk (tests). Same contracts as flash_attention_forward_cpu / _backward_cpu; any device.
+// two in the backward), plus a scaled copy of q and, with several chunks, one chunk's out or dq and a dk, dv
+// to add each chunk's share through: O(N d) plus a capped workspace, never O(N^2). chunk_rows > 0 fixes the
+// rows per chunk (tests). Same contracts as flash_attention_forward_cpu / _backward_cpu; any device.
 void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                   int64_t chunk_rows = 0);

@@ -53,13 +53,19 @@ int64_t rows_per_chunk(const Tensor& q, const Tensor& k, const Tensor& v, int64_
   return std::clamp<int64_t>(budget / std::max<int64_t>(row_bytes, 1), 1, Nq);
 }
 
+void check_dtype(const Tensor& q) {
+  CF_CHECK(q.dtype() == kFloat32 || q.dtype() == kFloat64, DTypeError,
+           "[flash_attention] expects float32 or float64, got ", q.dtype());
+}
+
 }  // namespace
 
 void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                   int64_t chunk_rows) {
+  check_dtype(q);
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Nk = k.shape()[2], Dv = v.shape()[3];
-  if (B * H * Nq == 0) return;
+  if (B == 0 || H == 0 || Nq == 0) return;
   if (Nk == 0) {  // nothing to attend to: the documented zeros and -inf
     fill(out, 0.0);
     fill(lse, -std::numeric_limits<double>::infinity());
@@ -68,14 +74,16 @@ void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
   const int64_t r = rows_per_chunk(q, k, v, chunk_rows);
   const Tensor qs = scaled(q, p.scale), kt = transposed(k);
   const Tensor S = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
-  const Tensor O = Tensor::empty({B, H, r, Dv}, q.dtype(), q.device());
+  // One chunk (the usual case below the cap) writes out directly; more go through a buffer,
+  // since a chunk's rows of out are not one contiguous block.
+  const Tensor O = r < Nq ? Tensor::empty({B, H, r, Dv}, q.dtype(), q.device()) : out;
   for (int64_t i0 = 0; i0 < Nq; i0 += r) {
     const int64_t n = std::min(r, Nq - i0);
     const Tensor Sc = leading(S, n), Oc = leading(O, n);
     matmul(row_chunk(qs, i0, n), kt, Sc);
     attention_rows_softmax(Sc, kpm, {i0, Nq, p.causal, false}, lse);
     matmul(Sc, v, Oc);
-    copy(Oc, row_chunk(out, i0, n));
+    if (r < Nq) copy(Oc, row_chunk(out, i0, n));
   }
 }
 
@@ -83,44 +91,53 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                                    const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                    const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
                                    const Tensor& dv, int64_t chunk_rows) {
+  check_dtype(q);
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Dk = q.shape()[3], Nk = k.shape()[2];
-  fill(dq, 0.0);
-  fill(dk, 0.0);
-  fill(dv, 0.0);
-  if (B * H * Nq * Nk == 0) return;
+  if (B == 0 || H == 0 || Nq == 0 || Nk == 0) {
+    fill(dq, 0.0);
+    fill(dk, 0.0);
+    fill(dv, 0.0);
+    return;
+  }
   // D_i = dO_i . O_i - dlse_i (FlashAttention-2 Alg. 2 line 4, plus the lse gradient: d lse_i / d S_ij = P_ij).
-  const Tensor prod = Tensor::empty(out.shape(), out.dtype(), out.device());
-  binary(BinaryOp::Mul, dout, out, prod);
   const Tensor D4 = Tensor::empty({B, H, Nq, 1}, out.dtype(), out.device());
-  reduce(ReduceOp::Sum, prod, {3}, D4);
+  {
+    const Tensor prod = Tensor::empty(out.shape(), out.dtype(), out.device());
+    binary(BinaryOp::Mul, dout, out, prod);
+    reduce(ReduceOp::Sum, prod, {3}, D4);
+  }
   if (dlse.defined()) {
     const Tensor D3 = make_view(D4, {B, H, Nq}, {H * Nq, Nq, 1}, D4.offset(), "flash_attention");
     binary(BinaryOp::Sub, D3, dlse, D3);
   }
   const int64_t r = rows_per_chunk(q, k, v, chunk_rows);
-  const Tensor qs = scaled(q, p.scale), ks = scaled(k, p.scale), kt = transposed(k), vt = transposed(v);
+  Tensor scale = Tensor::empty({1, 1, 1, 1}, q.dtype(), q.device());
+  fill(scale, p.scale);
+  const Tensor qs = scaled(q, p.scale), kt = transposed(k), vt = transposed(v);
   const Tensor P = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
   const Tensor dS = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
   const Tensor dQc = Tensor::empty({B, H, r, Dk}, q.dtype(), q.device());
-  const Tensor dKc = Tensor::empty(k.shape(), k.dtype(), k.device());
-  const Tensor dVc = Tensor::empty(v.shape(), v.dtype(), v.device());
+  // The first chunk writes dk and dv; later ones add theirs through these.
+  const Tensor dKc = r < Nq ? Tensor::empty(k.shape(), k.dtype(), k.device()) : Tensor();
+  const Tensor dVc = r < Nq ? Tensor::empty(v.shape(), v.dtype(), v.device()) : Tensor();
   for (int64_t i0 = 0; i0 < Nq; i0 += r) {
     const int64_t n = std::min(r, Nq - i0);
+    const bool first = i0 == 0;
     const Tensor Pc = leading(P, n), dSc = leading(dS, n), qc = row_chunk(qs, i0, n), dOc = row_chunk(dout, i0, n);
     matmul(qc, kt, Pc);
     attention_rows_softmax(Pc, kpm, {i0, Nq, p.causal, true}, lse);  // P = exp(S - lse)
-    matmul(transposed(Pc), dOc, dVc);
-    add_scaled(dv, dVc, 1.0, dv);
+    matmul(transposed(Pc), dOc, first ? dv : dVc);
+    if (!first) add_scaled(dv, dVc, 1.0, dv);
     matmul(dOc, vt, dSc);  // dP
     // dS = P (dP - D_i): D broadcast along the keys (stride 0).
     binary(BinaryOp::Sub, dSc, make_view(D4, {B, H, n, Nk}, {H * Nq, Nq, 1, 0}, D4.offset() + i0, "flash_attention"),
            dSc);
     binary(BinaryOp::Mul, dSc, Pc, dSc);
     const Tensor dQn = leading(dQc, n);
-    matmul(dSc, ks, dQn);  // dq = scale dS k
-    copy(dQn, row_chunk(dq, i0, n));
-    matmul(transposed(dSc), qc, dKc);  // dk += scale dS^T q
-    add_scaled(dk, dKc, 1.0, dk);
+    matmul(dSc, k, dQn);
+    binary(BinaryOp::Mul, dQn, scale, row_chunk(dq, i0, n));  // dq = scale dS k
+    matmul(transposed(dSc), qc, first ? dk : dKc);             // dk = scale dS^T q, q scaled already
+    if (!first) add_scaled(dk, dKc, 1.0, dk);
   }
 }
 

@@ -20,9 +20,9 @@
 // becomes index lists (one per block: its queries, and its block's keys followed by the other blocks' summaries)
 // run by the fused routed_attention op (autograd/ops/attention.h), which reads the keys through the lists: no
 // N x N matrix, no gathered copies of the summary keys and values in the forward, and no scores kept (they are
-// recomputed in the backward); the time stays O(N (l + c N / l) d). The backward does hold each key slot's dk, dv
-// (O(N / l * (l + c N / l) * d), the size those copies had) before adding them to the positions: most of this
-// layer's training peak at large N (docs/design-notes.md, "Routed lists").
+// recomputed in the backward); the time stays O(N (l + c N / l) d). The backward runs the lists in chunks whose
+// key slots hold about N rows, so each chunk's key-slot dk, dv stay the size of k and v before they are added to
+// the positions (docs/design-notes.md, "Routed lists").
 #include <cstdint>
 
 #include "nn/attention/attention.h"
