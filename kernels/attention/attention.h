@@ -69,15 +69,17 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                    const Tensor& dk, const Tensor& dv, int64_t chunk_rows = 0);
 
-// The row step of the GEMM path. scores (B, H, r, Nk) contiguous hold the (already scaled) scores of query
-// rows row0 .. row0 + r - 1 of Nq; key j is blocked for query i when key_padding_mask[b, j] or, causal,
-// j > i + Nk - Nq. lse_given false: each row becomes its softmax and its log-sum-exp is written to lse
-// (B, H, Nq) contiguous. lse_given true: each entry becomes exp(s - lse_i) (the backward's recomputation).
-// Blocked entries, and every entry of a row with nothing allowed (lse -inf), become 0.
+// The row step of the GEMM path. scores (B, H, r, W) contiguous hold the (already scaled) scores of query
+// rows row0 .. row0 + r - 1 of Nq against keys 0 .. W - 1 of Nk (W < Nk: a causal chunk's key prefix, the
+// keys past it blocked for all its rows); key j is blocked for query i when key_padding_mask[b, j] ((B, Nk))
+// or, causal, j > i + Nk - Nq. lse_given false: each row becomes its softmax and its log-sum-exp is written
+// to lse (B, H, Nq) contiguous. lse_given true: each entry becomes exp(s - lse_i) (the backward's
+// recomputation). Blocked entries, and every entry of a row with nothing allowed (lse -inf), become 0.
 struct AttentionRows {
   int64_t row0 = 0, Nq = 0;
   bool causal = false;
   bool lse_given = false;
+  int64_t Nk = 0;  // keys in all; 0: the scores' width W
 };
 void attention_rows_softmax_cpu(const Tensor& scores, const Tensor& key_padding_mask, const AttentionRows& rows,
                                 const Tensor& lse);

@@ -797,17 +797,18 @@ void rounds_split_typed(const Tensor& per_round, const Tensor& combined, const T
 // in both modes, so the forward's P and the backward's recomputation agree to the last bit.
 template <typename T>
 void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const AttentionRows& rw, const Tensor& lse) {
-  const int64_t B = scores.shape()[0], H = scores.shape()[1], R = scores.shape()[2], Nk = scores.shape()[3];
+  const int64_t B = scores.shape()[0], H = scores.shape()[1], R = scores.shape()[2], W = scores.shape()[3];
+  const int64_t Nk = rw.Nk > 0 ? rw.Nk : W;
   T* S = scores.data<T>();
   T* L = lse.data<T>();
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   const T ninf = -std::numeric_limits<T>::infinity();
-  parallel_for(B * H * R, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(Nk, 1)), [&](int64_t a, int64_t e) {
+  parallel_for(B * H * R, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(W, 1)), [&](int64_t a, int64_t e) {
     for (int64_t g = a; g < e; ++g) {
       const int64_t bh = g / R, i = rw.row0 + g % R, b = bh / H;
-      const int64_t jend = rw.causal ? std::clamp<int64_t>(i + Nk - rw.Nq + 1, 0, Nk) : Nk;  // keys >= jend blocked
+      const int64_t jend = rw.causal ? std::clamp<int64_t>(i + Nk - rw.Nq + 1, 0, W) : W;  // keys >= jend blocked
       const bool* pb = pad ? pad + b * Nk : nullptr;
-      T* s = S + g * Nk;
+      T* s = S + g * W;
       T& l = L[bh * rw.Nq + i];
       if (!rw.lse_given) {
         T m = ninf;
@@ -823,7 +824,7 @@ void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const Attention
         }
       }
       const T li = l;
-      for (int64_t j = 0; j < Nk; ++j) s[j] = (li == ninf || j >= jend || (pb && pb[j])) ? T(0) : std::exp(s[j] - li);
+      for (int64_t j = 0; j < W; ++j) s[j] = (li == ninf || j >= jend || (pb && pb[j])) ? T(0) : std::exp(s[j] - li);
     }
   });
 }

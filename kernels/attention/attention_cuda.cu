@@ -549,17 +549,17 @@ __global__ void __launch_bounds__(NT) rounds_split_kernel(const T* X, const T* Y
 constexpr int kRowThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
-    rows_softmax_kernel(T* S, const bool* pad, T* L, int64_t rows, int64_t H, int64_t R, int64_t Nk,
+    rows_softmax_kernel(T* S, const bool* pad, T* L, int64_t rows, int64_t H, int64_t R, int64_t W, int64_t Nk,
                         AttentionRows rw) {
   __shared__ double red[32];
   const cu::BlockRow row{red};
   const T neg_inf = ninf<T>();
   for (int64_t g = blockIdx.x; g < rows; g += gridDim.x) {
     const int64_t bh = g / R, i = rw.row0 + g % R, b = bh / H;
-    int64_t jend = Nk;  // keys >= jend are blocked (causal)
-    if (rw.causal) jend = i + Nk - rw.Nq + 1 < 0 ? 0 : (i + Nk - rw.Nq + 1 > Nk ? Nk : i + Nk - rw.Nq + 1);
+    int64_t jend = W;  // keys >= jend are blocked (causal)
+    if (rw.causal) jend = i + Nk - rw.Nq + 1 < 0 ? 0 : (i + Nk - rw.Nq + 1 > W ? W : i + Nk - rw.Nq + 1);
     const bool* pb = pad ? pad + b * Nk : nullptr;
-    T* s = S + g * Nk;
+    T* s = S + g * W;
     T* l = L + bh * rw.Nq + i;
     T li;
     if (rw.lse_given) {
@@ -580,7 +580,7 @@ __global__ void __launch_bounds__(kRowThreads)
       }
       if (threadIdx.x == 0) *l = li;
     }
-    for (int64_t j = threadIdx.x; j < Nk; j += kRowThreads)
+    for (int64_t j = threadIdx.x; j < W; j += kRowThreads)
       s[j] = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - li);
     __syncthreads();  // red is reused by the next row's reductions
   }
@@ -733,13 +733,14 @@ void attention_rows_softmax_cuda(const Tensor& scores, const Tensor& kpm, const 
                                  const Tensor& lse) {
   const char* op = "flash_attention";
   cu::use_device_of(scores, op);
-  const int64_t H = scores.shape()[1], R = scores.shape()[2], Nk = scores.shape()[3];
+  const int64_t H = scores.shape()[1], R = scores.shape()[2], W = scores.shape()[3];
   const int64_t n = scores.shape()[0] * H * R;
-  if (n == 0 || Nk == 0) return;
+  if (n == 0) return;  // W == 0: every row blocked, lse -inf written
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   CF_DISPATCH_FLOAT_STD(scores.dtype(), op,
                         rows_softmax_kernel<scalar_t><<<cu::blocks_for(n), kRowThreads>>>(
-                            scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, Nk, rows));
+                            scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, W,
+                            rows.Nk > 0 ? rows.Nk : W, rows));
   ::cf::cuda::check_launch(op);
 }
 

@@ -20,11 +20,23 @@ Tensor row_chunk(const Tensor& t, int64_t r0, int64_t n) {
   return make_view(t, {s[0], H, n, D}, {H * N * D, N * D, D, 1}, t.offset() + r0 * D, "flash_attention");
 }
 
-// The first (B, H, n, C) of a contiguous (B, H, r, C) buffer, n <= r, itself contiguous.
-Tensor leading(const Tensor& buf, int64_t n) {
+// A contiguous (B, H, n, w) at the start of a contiguous (B, H, r, C) buffer, n w <= r C.
+Tensor leading(const Tensor& buf, int64_t n, int64_t w) {
   const Shape& s = buf.shape();
-  const Shape shape{s[0], s[1], n, s[3]};
+  const Shape shape{s[0], s[1], n, w};
   return make_view(buf, shape, contiguous_strides(shape), buf.offset(), "flash_attention");
+}
+
+// lse rows [r0, r0 + n) of every (b, h) of a contiguous (B, H, N).
+Tensor lse_rows(const Tensor& lse, int64_t r0, int64_t n) {
+  const Shape& s = lse.shape();
+  return make_view(lse, {s[0], s[1], n}, {s[1] * s[2], s[2], 1}, lse.offset() + r0, "flash_attention");
+}
+
+// Keys any query of rows [i0, i0 + n) may see: causal, the last row's prefix (query i sees j <= i + Nk - Nq),
+// so a chunk of a causal attention computes about half the scores, not all of them.
+int64_t key_width(bool causal, int64_t i0, int64_t n, int64_t Nq, int64_t Nk) {
+  return causal ? std::clamp<int64_t>(i0 + n + Nk - Nq, 0, Nk) : Nk;
 }
 
 Tensor transposed(const Tensor& t) {
@@ -72,17 +84,22 @@ void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
     return;
   }
   const int64_t r = rows_per_chunk(q, k, v, chunk_rows);
-  const Tensor qs = scaled(q, p.scale), kt = transposed(k);
+  const Tensor qs = scaled(q, p.scale);
   const Tensor S = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
   // One chunk (the usual case below the cap) writes out directly; more go through a buffer,
   // since a chunk's rows of out are not one contiguous block.
   const Tensor O = r < Nq ? Tensor::empty({B, H, r, Dv}, q.dtype(), q.device()) : out;
   for (int64_t i0 = 0; i0 < Nq; i0 += r) {
-    const int64_t n = std::min(r, Nq - i0);
-    const Tensor Sc = leading(S, n), Oc = leading(O, n);
-    matmul(row_chunk(qs, i0, n), kt, Sc);
-    attention_rows_softmax(Sc, kpm, {i0, Nq, p.causal, false}, lse);
-    matmul(Sc, v, Oc);
+    const int64_t n = std::min(r, Nq - i0), W = key_width(p.causal, i0, n, Nq, Nk);
+    if (W == 0) {  // causal rows before the first key: nothing allowed
+      fill(row_chunk(out, i0, n), 0.0);
+      fill(lse_rows(lse, i0, n), -std::numeric_limits<double>::infinity());
+      continue;
+    }
+    const Tensor Sc = leading(S, n, W), Oc = leading(O, n, Dv);
+    matmul(row_chunk(qs, i0, n), transposed(row_chunk(k, 0, W)), Sc);
+    attention_rows_softmax(Sc, kpm, {i0, Nq, p.causal, false, Nk}, lse);
+    matmul(Sc, row_chunk(v, 0, W), Oc);
     if (r < Nq) copy(Oc, row_chunk(out, i0, n));
   }
 }
@@ -113,32 +130,60 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
   const int64_t r = rows_per_chunk(q, k, v, chunk_rows);
   Tensor scale = Tensor::empty({1, 1, 1, 1}, q.dtype(), q.device());
   fill(scale, p.scale);
-  const Tensor qs = scaled(q, p.scale), kt = transposed(k), vt = transposed(v);
+  const Tensor qs = scaled(q, p.scale);
   const Tensor P = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
   const Tensor dS = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
   const Tensor dQc = Tensor::empty({B, H, r, Dk}, q.dtype(), q.device());
-  // The first chunk writes dk and dv; later ones add theirs through these.
-  const Tensor dKc = r < Nq ? Tensor::empty(k.shape(), k.dtype(), k.device()) : Tensor();
-  const Tensor dVc = r < Nq ? Tensor::empty(v.shape(), v.dtype(), v.device()) : Tensor();
+  // A chunk seeing every key while dk, dv are still unwritten (the first, unless causal) writes
+  // them; the others add theirs, over their key prefix, through these.
+  Tensor dKc, dVc;
+  bool fresh = true;
   for (int64_t i0 = 0; i0 < Nq; i0 += r) {
-    const int64_t n = std::min(r, Nq - i0);
-    const bool first = i0 == 0;
-    const Tensor Pc = leading(P, n), dSc = leading(dS, n), qc = row_chunk(qs, i0, n), dOc = row_chunk(dout, i0, n);
-    matmul(qc, kt, Pc);
-    attention_rows_softmax(Pc, kpm, {i0, Nq, p.causal, true}, lse);  // P = exp(S - lse)
-    matmul(transposed(Pc), dOc, first ? dv : dVc);
-    if (!first) add_scaled(dv, dVc, 1.0, dv);
-    matmul(dOc, vt, dSc);  // dP
+    const int64_t n = std::min(r, Nq - i0), W = key_width(p.causal, i0, n, Nq, Nk);
+    if (W == 0) {  // rows with nothing allowed: no gradient
+      fill(row_chunk(dq, i0, n), 0.0);
+      continue;
+    }
+    const bool direct = fresh && W == Nk;
+    if (fresh && !direct) {
+      fill(dk, 0.0);
+      fill(dv, 0.0);
+    }
+    if (!direct && !dKc.defined()) {
+      dKc = Tensor::empty(k.shape(), k.dtype(), k.device());
+      dVc = Tensor::empty(v.shape(), v.dtype(), v.device());
+    }
+    fresh = false;
+    const Tensor kw = row_chunk(k, 0, W), vw = row_chunk(v, 0, W), dkw = row_chunk(dk, 0, W),
+                 dvw = row_chunk(dv, 0, W);
+    const Tensor Pc = leading(P, n, W), dSc = leading(dS, n, W), qc = row_chunk(qs, i0, n),
+                 dOc = row_chunk(dout, i0, n);
+    matmul(qc, transposed(kw), Pc);
+    attention_rows_softmax(Pc, kpm, {i0, Nq, p.causal, true, Nk}, lse);  // P = exp(S - lse)
+    if (direct) {
+      matmul(transposed(Pc), dOc, dv);
+    } else {
+      const Tensor t = leading(dVc, W, v.shape()[3]);
+      matmul(transposed(Pc), dOc, t);
+      add_scaled(dvw, t, 1.0, dvw);
+    }
+    matmul(dOc, transposed(vw), dSc);  // dP
     // dS = P (dP - D_i): D broadcast along the keys (stride 0).
-    binary(BinaryOp::Sub, dSc, make_view(D4, {B, H, n, Nk}, {H * Nq, Nq, 1, 0}, D4.offset() + i0, "flash_attention"),
+    binary(BinaryOp::Sub, dSc, make_view(D4, {B, H, n, W}, {H * Nq, Nq, 1, 0}, D4.offset() + i0, "flash_attention"),
            dSc);
     binary(BinaryOp::Mul, dSc, Pc, dSc);
-    const Tensor dQn = leading(dQc, n);
-    matmul(dSc, k, dQn);
+    const Tensor dQn = leading(dQc, n, Dk);
+    matmul(dSc, kw, dQn);
     binary(BinaryOp::Mul, dQn, scale, row_chunk(dq, i0, n));  // dq = scale dS k
-    matmul(transposed(dSc), qc, first ? dk : dKc);             // dk = scale dS^T q, q scaled already
-    if (!first) add_scaled(dk, dKc, 1.0, dk);
+    if (direct) {                                              // dk = scale dS^T q, q scaled already
+      matmul(transposed(dSc), qc, dk);
+    } else {
+      const Tensor t = leading(dKc, W, Dk);
+      matmul(transposed(dSc), qc, t);
+      add_scaled(dkw, t, 1.0, dkw);
+    }
   }
+  // The last chunk sees every key (W = Nk > 0), so dk and dv are always written by here.
 }
 
 }  // namespace cf::kernels
