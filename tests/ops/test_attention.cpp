@@ -104,13 +104,13 @@ struct KernelCase {
   DType dt;
 };
 // Rows of more than 256 keys (CUDA's row kernel strides over them), more than 65535 rows (its grid-stride
-// loop), float32 causal chunks.
+// loop), float32 causal chunks, causal chunks that see no key before one that sees them all.
 const std::vector<KernelCase> kKernelCases = {
     {2, 2, 7, 7, 3, 4, true, false, 3, kFloat64},    {2, 2, 7, 7, 3, 4, true, true, 3, kFloat64},
     {1, 2, 11, 5, 4, 2, false, true, 4, kFloat64},   {2, 1, 9, 13, 5, 3, true, true, 0, kFloat64},
     {2, 3, 33, 40, 8, 8, true, false, 10, kFloat32}, {2, 1, 70, 45, 64, 64, true, true, 0, kFloat32},
     {2, 2, 20, 600, 16, 8, true, true, 7, kFloat32}, {1, 1, 70000, 3, 1, 1, false, false, 0, kFloat64},
-    {1, 1, 5, 0, 3, 2, false, false, 2, kFloat64}};
+    {1, 2, 9, 1, 3, 2, false, true, 4, kFloat64},    {1, 1, 5, 0, 3, 2, false, false, 2, kFloat64}};
 
 enum class FlashPath { kFusedCpu, kGemm, kFusedCuda };
 
