@@ -4,7 +4,8 @@
 # GPU, then the attention peers (cf-bench beside PyTorch SDPA) and the model step's launch and round-trip
 # counts. Each stage has its own time limit so that a hang in one still returns the others' logs.
 #
-#   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo
+#   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo,
+#                                                  bf16, peers-full, lm
 #
 # scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), issue 24's
 # LSH-8 peak memory at N = 16384 and 65536, and clustered attention's fused and dense centroid paths;
@@ -142,6 +143,16 @@ if has peers; then
   PYTHONUNBUFFERED=1 timeout 150 python3 apps/bench/peers.py --device cuda --quick --only attention_variants \
     --cf-bench "$B/apps/cf-bench" --threads 8 --out "$OUT/peers.json" > "$OUT/peers.log" 2>&1
   note "peers attention_variants rc=$? in $(( $(date +%s) - t0 )) s"
+fi
+
+# peers-full: the whole attention_variants table (N = 1024 ... 65536, causal too) beside PyTorch SDPA,
+# about 40 s on an H200: what full attention's GEMM path and clustered attention's centroid paths are
+# judged by (docs/benchmarks.md, "GPU: third run").
+if has peers-full; then
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout 240 python3 apps/bench/peers.py --device cuda --only attention_variants \
+    --cf-bench "$B/apps/cf-bench" --threads 8 --out "$OUT/peers-full.json" > "$OUT/peers-full.log" 2>&1
+  note "peers attention_variants (all sizes) rc=$? in $(( $(date +%s) - t0 )) s"
 fi
 
 if has lm; then
