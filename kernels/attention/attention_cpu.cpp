@@ -793,8 +793,8 @@ void rounds_split_typed(const Tensor& per_round, const Tensor& combined, const T
   });
 }
 
-// The GEMM path's row step (attention.h: attention_rows_softmax). One row per iteration; exp(s - lse)
-// in both modes, so the forward's P and the backward's recomputation agree to the last bit.
+// The GEMM path's row step (attention.h: attention_rows_softmax): blocked keys -> -inf, then the fused
+// kernel's own row helpers (softmax_rows forward, probs_from_lse backward).
 template <typename T>
 void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const AttentionRows& rw, const Tensor& lse) {
   const int64_t B = scores.shape()[0], H = scores.shape()[1], R = scores.shape()[2], W = scores.shape()[3];
@@ -809,22 +809,13 @@ void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const Attention
       const int64_t jend = rw.causal ? std::clamp<int64_t>(i + Nk - rw.Nq + 1, 0, W) : W;  // keys >= jend blocked
       const bool* pb = pad ? pad + b * Nk : nullptr;
       T* s = S + g * W;
-      T& l = L[bh * rw.Nq + i];
-      if (!rw.lse_given) {
-        T m = ninf;
-        for (int64_t j = 0; j < jend; ++j)
-          if (!(pb && pb[j]) && s[j] > m) m = s[j];
-        if (m == ninf) {
-          l = ninf;
-        } else {
-          double sum = 0;
-          for (int64_t j = 0; j < jend; ++j)
-            if (!(pb && pb[j])) sum += double(std::exp(s[j] - m));
-          l = m + T(std::log(sum));
-        }
-      }
-      const T li = l;
-      for (int64_t j = 0; j < W; ++j) s[j] = (li == ninf || j >= jend || (pb && pb[j])) ? T(0) : std::exp(s[j] - li);
+      for (int64_t j = 0; j < W; ++j)
+        if (j >= jend || (pb && pb[j])) s[j] = ninf;
+      T* l = L + bh * rw.Nq + i;
+      if (rw.lse_given)
+        probs_from_lse(s, 1, W, l);
+      else
+        softmax_rows(s, 1, W, l);
     }
   });
 }

@@ -44,12 +44,17 @@ Tensor transposed(const Tensor& t) {
   return make_view(t, {s[0], s[1], s[3], s[2]}, {st[0], st[1], st[3], st[2]}, t.offset(), "flash_attention");
 }
 
-// alpha t as a new contiguous tensor (the scale folded into q or k once: O(N d)).
-Tensor scaled(const Tensor& t, double alpha) {
+// alpha as a (1, 1, 1, 1) tensor on t's device, broadcast by binary ops (written by a fill kernel: no copy).
+Tensor scalar_like(const Tensor& t, double alpha) {
   Tensor a = Tensor::empty({1, 1, 1, 1}, t.dtype(), t.device());
   fill(a, alpha);
+  return a;
+}
+
+// alpha t as a new contiguous tensor (the scale folded into q once: O(N d)).
+Tensor scaled(const Tensor& t, const Tensor& alpha) {
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
-  binary(BinaryOp::Mul, t, a, out);
+  binary(BinaryOp::Mul, t, alpha, out);
   return out;
 }
 
@@ -84,7 +89,7 @@ void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
     return;
   }
   const int64_t r = rows_per_chunk(q, k, v, chunk_rows);
-  const Tensor qs = scaled(q, p.scale);
+  const Tensor qs = scaled(q, scalar_like(q, p.scale));
   const Tensor S = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
   // One chunk (the usual case below the cap) writes out directly; more go through a buffer,
   // since a chunk's rows of out are not one contiguous block.
@@ -128,9 +133,8 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
     binary(BinaryOp::Sub, D3, dlse, D3);
   }
   const int64_t r = rows_per_chunk(q, k, v, chunk_rows);
-  Tensor scale = Tensor::empty({1, 1, 1, 1}, q.dtype(), q.device());
-  fill(scale, p.scale);
-  const Tensor qs = scaled(q, p.scale);
+  const Tensor scale = scalar_like(q, p.scale);
+  const Tensor qs = scaled(q, scale);
   const Tensor P = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
   const Tensor dS = Tensor::empty({B, H, r, Nk}, q.dtype(), q.device());
   const Tensor dQc = Tensor::empty({B, H, r, Dk}, q.dtype(), q.device());
