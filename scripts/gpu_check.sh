@@ -5,13 +5,16 @@
 # counts. Each stage has its own time limit so that a hang in one still returns the others' logs.
 #
 #   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo,
-#                                                  bf16, peers-full, lm
+#                                                  bf16, peers-full, block, lm
 #
 # scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), issue 24's
 # LSH-8 peak memory at N = 16384 and 65536, and clustered attention's fused and dense centroid paths;
 # demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs;
 # bf16: issue 26's GPU figures (bf16 matmul vs cuBLAS GemmEx, bf16 attention and model steps beside fp32, and
 # the peers under torch.autocast), logs in $OUT/bf16.log;
+# block: block attention's two float32 CUDA paths (the fused kernel and the GEMM path, attention.h) on the
+# variants built on it, N = 1024 ... 65536, each path forced through CF_BLOCK_ATTENTION_PATH, then the automatic
+# choice: where kBlockGemmMinScores should sit (results in $OUT/block-{fused,gemm,auto}.json);
 # lm: issue 30's language-model table on the GPU (RESULTS.md, cf-lm "Trained longer"): every model row
 # (sliding windows, + LSH, + fixed sparse, + Cluster-Former C = 64 / 256 / 512, neural clustering) for the
 # seeds in LM_SEEDS (default "0 1 2") at LM_STEPS steps (default 10000), all processes at once on the one
@@ -48,17 +51,23 @@ if has test; then
   rc=$?
   note "ctest (cuda|parity) rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
   grep -E '^\s+[0-9]+ - ' "$OUT/ctest.log" | head -30
+  # The attention tests again with block attention forced onto its GEMM path (every variant built on it, the
+  # rounds, autocast's float32 fallbacks), which the automatic choice takes only for large calls.
+  t0=$(date +%s)
+  (cd "$B" && CF_BLOCK_ATTENTION_PATH=gemm timeout 120 ctest -j 12 -R "cuda.*(attention|cluster|lsh|routing|block)" \
+      --timeout 100 --output-on-failure) > "$OUT/ctest-block-gemm.log" 2>&1
+  note "ctest with CF_BLOCK_ATTENTION_PATH=gemm rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed|tests failed' "$OUT/ctest-block-gemm.log" | tail -1)"
   # The host round trips each attention variant still makes (printed, not failed).
   timeout 60 "$B/tests/cf_tests" "-tc=cuda: host round trips*" -s > "$OUT/roundtrips.log" 2>&1
 fi
 
 if has sanitize; then
-  # The CUDA code no GPU has run yet: full attention's GEMM path (attention_gemm.cpp and its row kernel),
-  # checked beside the fused kernel. Kept from earlier lists (every one passed memcheck and racecheck on an
+  # The CUDA code no GPU has run yet: full attention's GEMM path (attention_gemm.cpp and its row kernel) and
+  # block attention's (its slot gather and scatter and its two row kernels), each checked beside the fused kernel. Kept from earlier lists (every one passed memcheck and racecheck on an
   # H200, the last on 2026-11-27 at stop 43): routed_attention (routing and sparse through RoutedMap), the
   # tensor-core kernels on the row maps, neural clustering on them, block_attention's rounds, the lse
   # gradient and clustered attention through it.
-  cases='cuda: flash attention*GEMM path*,cuda: parity routed_attention,cuda: every attention variant*,cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: flash_attention_with_lse*,cuda: neural clustering under autocast*,cuda: parity block_attention,cuda: block_attention over rounds*,cuda: parity flash_attention,cuda: clustered and improved*'
+  cases='cuda: flash attention*GEMM path*,cuda: block attention*GEMM path*,cuda: block_attention float64 gradcheck*,cuda: parity routed_attention,cuda: every attention variant*,cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: flash_attention_with_lse*,cuda: neural clustering under autocast*,cuda: parity block_attention,cuda: block_attention over rounds*,cuda: parity flash_attention,cuda: clustered and improved*'
   t0=$(date +%s)
   for tool in memcheck racecheck; do
     tc=$cases
@@ -69,6 +78,10 @@ if has sanitize; then
     rc=$?
     note "compute-sanitizer $tool rc=$rc: $(grep -E 'ERROR SUMMARY|test cases:' "$OUT/sanitize-$tool.log" | tr '\n' ' ')"
   done
+  # Reads of memory no kernel wrote (cf's caching allocator hands out stale blocks): the GEMM paths' buffers.
+  timeout 150 compute-sanitizer --tool initcheck --error-exitcode 9 "$B/tests/cf_tests" \
+    "-tc=cuda: flash attention*GEMM path*,cuda: block attention*GEMM path*" > "$OUT/sanitize-initcheck.log" 2>&1
+  note "compute-sanitizer initcheck rc=$?: $(grep -E 'ERROR SUMMARY|test cases:' "$OUT/sanitize-initcheck.log" | tr '\n' ' ')"
   note "sanitize in $(( $(date +%s) - t0 )) s"
 fi
 
@@ -153,6 +166,21 @@ if has peers-full; then
   PYTHONUNBUFFERED=1 timeout 240 python3 apps/bench/peers.py --device cuda --only attention_variants \
     --cf-bench "$B/apps/cf-bench" --threads 8 --out "$OUT/peers-full.json" > "$OUT/peers-full.log" 2>&1
   note "peers attention_variants (all sizes) rc=$? in $(( $(date +%s) - t0 )) s"
+fi
+
+if has block; then
+  t0=$(date +%s)
+  for path in fused gemm auto; do
+    CF_BLOCK_ATTENTION_PATH=$path timeout 150 "$B/apps/cf-bench" attention --device cuda --repeat 3 \
+      --sizes 1024,4096,16384,65536 --variants neural-clustering,lsh,cluster-former \
+      > "$OUT/block-$path.json" 2> "$OUT/block-$path.err"
+    note "cf-bench attention, block path $path rc=$? at $(( $(date +%s) - t0 )) s: $(python3 -c '
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    if "forward_backward_time_s" in r:
+        print("%s fwd+bwd %.2f ms peak %.0f MB;" % (r["name"], 1e3 * r["forward_backward_time_s"], r["forward_backward_peak_bytes"] / 1e6), end=" ")
+' "$OUT/block-$path.json" 2>/dev/null)"
+  done
 fi
 
 if has lm; then

@@ -25,6 +25,7 @@
 // The callers (autograd/ops/attention.cpp) validate shapes and the member table
 // and pass contiguous q, k, v; these kernels only compute.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -105,6 +106,98 @@ struct BlockAttentionParams {
   // gradients into one dq, dk, dv (round by round, so deterministically).
   int64_t rounds = 1;
 };
+
+// block_attention through GEMMs over chunks of blocks (attention_gemm.cpp), the float32 and float64 path on
+// CUDA for large calls (block_attention_forward below says when). Per chunk of n blocks: a window table
+// (B, Hm, C, W) (W = offsets.size() * w: block c's own slots, then those of blocks c + offsets[t]) names the
+// rows; q, k, v rows are gathered into (B, Ho, n, w | W, D) slots (gather_slot_rows), S = (scale Q) K^T by one
+// batched GEMM, one row kernel (block_rows_softmax) masks and normalises it and writes lse at the query
+// positions, O = P V, and O's rows go back to token order (scatter_slot_rows). The backward recomputes
+// P = exp(S - lse) and dS = P (dP - D) in one row kernel (block_rows_grad) and scatters dQ, and dK, dV window
+// part by window part, into dq, dk, dv. Why: the fused kernel reads two shared-memory operands per
+// multiply-add; it ran 3.4x / 5.8x behind PyTorch's gather + bmm at N = 16384 / 65536 on an H200
+// (docs/benchmarks.md, 2026-11-27), and the batched GEMMs run at cuBLAS speed. Memory: the buffers of one
+// chunk hold at most clamp(4 x bytes of q, k, v, 16 MiB, 128 MiB) together; chunk_blocks > 0 fixes the
+// blocks per chunk (tests). Same contracts as block_attention_forward_cpu / _backward_cpu; any device.
+void block_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                  const Tensor& key_padding_mask, const BlockAttentionParams& p, const Tensor& out,
+                                  const Tensor& lse, int64_t chunk_blocks = 0);
+void block_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                   const Tensor& key_padding_mask, const BlockAttentionParams& p,
+                                   const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
+                                   const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t chunk_blocks = 0);
+
+// The slot steps of the block GEMM path. A slot table is an int64 view (B, Ho, n, s) (any strides: a slice
+// of the window table, stride 0 over heads for a shared table); a position outside [0, N) is an empty slot.
+//   gather_slot_rows: out (B, Ho, n, s, D) contiguous = the rows x[b, ho / rounds, pos] of x (B, Ho / rounds,
+//     N, D) (last axis unit-stride), zeros for empty slots.
+//   scatter_slot_rows: for head h < Ho / rounds, the rows src[b, h * rounds + round, c, u] (src (B, Ho, n, s,
+//     D), last axis unit-stride) written (accumulate: added) to out[b, h, pos] (out (B, Ho / rounds, N, D),
+//     last axis unit-stride); empty slots skipped. A position sits in one slot of a table's (b, ho), so one
+//     call writes each row of out at most once (no atomics; rounds are separate calls, in order).
+void gather_slot_rows_cpu(const Tensor& x, const Tensor& table, int64_t rounds, const Tensor& out);
+void scatter_slot_rows_cpu(const Tensor& src, const Tensor& table, int64_t rounds, int64_t round, bool accumulate,
+                           const Tensor& out);
+// The row steps: scores (B, Ho, n, w, W) contiguous (already scaled) against the window table view
+// (B, Ho, n, W) (its first w columns are the query slots' positions); an entry is blocked as in block
+// attention (empty query or key slot, a padded key, key after query when causal) and the own score becomes
+// self_score under self_mask.
+//   block_rows_softmax: each row its softmax (a row with nothing allowed: zeros), its log-sum-exp written to
+//     lse[b, ho, pos] (lse (B, Ho, N), any strides; empty query slots write nothing).
+//   block_rows_grad: scores become P = exp(S - lse[b, ho, pos]) and dp (same shape) becomes
+//     dS = P (dP - D[b, ho, pos]) (D (B, Ho, N) contiguous), 0 where the score was self_score (a constant).
+struct BlockRows {
+  bool causal = false;
+  bool self_mask = false;
+  double self_score = -1e5;
+};
+void block_rows_softmax_cpu(const Tensor& scores, const Tensor& table, const Tensor& key_padding_mask,
+                            const BlockRows& rows, const Tensor& lse);
+void block_rows_grad_cpu(const Tensor& scores, const Tensor& dp, const Tensor& table, const Tensor& key_padding_mask,
+                         const BlockRows& rows, const Tensor& lse, const Tensor& D);
+#ifdef CF_WITH_CUDA
+void gather_slot_rows_cuda(const Tensor& x, const Tensor& table, int64_t rounds, const Tensor& out);
+void scatter_slot_rows_cuda(const Tensor& src, const Tensor& table, int64_t rounds, int64_t round, bool accumulate,
+                            const Tensor& out);
+void block_rows_softmax_cuda(const Tensor& scores, const Tensor& table, const Tensor& key_padding_mask,
+                             const BlockRows& rows, const Tensor& lse);
+void block_rows_grad_cuda(const Tensor& scores, const Tensor& dp, const Tensor& table,
+                          const Tensor& key_padding_mask, const BlockRows& rows, const Tensor& lse, const Tensor& D);
+#endif
+inline void gather_slot_rows(const Tensor& x, const Tensor& table, int64_t rounds, const Tensor& out) {
+  CF_DEVICE_DISPATCH("block_attention", out.device(), gather_slot_rows_cpu(x, table, rounds, out),
+                     gather_slot_rows_cuda(x, table, rounds, out));
+}
+inline void scatter_slot_rows(const Tensor& src, const Tensor& table, int64_t rounds, int64_t round,
+                              bool accumulate, const Tensor& out) {
+  CF_DEVICE_DISPATCH("block_attention", out.device(),
+                     scatter_slot_rows_cpu(src, table, rounds, round, accumulate, out),
+                     scatter_slot_rows_cuda(src, table, rounds, round, accumulate, out));
+}
+inline void block_rows_softmax(const Tensor& scores, const Tensor& table, const Tensor& kpm, const BlockRows& rows,
+                               const Tensor& lse) {
+  CF_DEVICE_DISPATCH("block_attention", scores.device(), block_rows_softmax_cpu(scores, table, kpm, rows, lse),
+                     block_rows_softmax_cuda(scores, table, kpm, rows, lse));
+}
+inline void block_rows_grad(const Tensor& scores, const Tensor& dp, const Tensor& table, const Tensor& kpm,
+                            const BlockRows& rows, const Tensor& lse, const Tensor& D) {
+  CF_DEVICE_DISPATCH("block_attention", scores.device(), block_rows_grad_cpu(scores, dp, table, kpm, rows, lse, D),
+                     block_rows_grad_cuda(scores, dp, table, kpm, rows, lse, D));
+}
+
+// Which float32 / float64 block attention path CUDA takes: kAuto picks the GEMM path when a call scores
+// at least kBlockGemmMinScores entries (B * Ho * C * w * W), the fused kernel below. The environment
+// variable CF_BLOCK_ATTENTION_PATH=fused|gemm|auto sets it at start-up (benchmarks compare the two);
+// set_block_attention_path changes it later. The CPU always runs its fused kernel.
+enum class BlockAttentionPath { kAuto, kFused, kGemm };
+BlockAttentionPath parse_block_attention_path(const std::string& name);  // "auto", "fused", "gemm"
+void set_block_attention_path(BlockAttentionPath path);
+BlockAttentionPath block_attention_path();
+bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p);
+// An H200 run (2026-11-27) had the fused kernel 2x faster than gather + bmm at 2.1 M scored entries
+// (neural clustering, N = 4096, 4 heads) and 3.4x slower at 16.8 M (N = 16384): the switch sits between,
+// a first estimate until the GEMM path itself is measured on a GPU.
+constexpr int64_t kBlockGemmMinScores = int64_t(8) << 20;
 
 // q, k (B, H, N, Dk), v (B, H, N, Dv) contiguous; members contiguous int64
 // (B, Hm, C, w), Hm == H * rounds or 1, every position at most once per (b, hm),
@@ -270,15 +363,20 @@ inline void block_attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& lse) {
   CF_DEVICE_DISPATCH("block_attention", out.device(),
                      block_attention_forward_cpu(q, k, v, members, kpm, p, out, lse),
-                     block_attention_forward_cuda(q, k, v, members, kpm, p, out, lse));
+                     block_attention_takes_gemm(q, members, p)
+                         ? block_attention_forward_gemm(q, k, v, members, kpm, p, out, lse)
+                         : block_attention_forward_cuda(q, k, v, members, kpm, p, out, lse));
 }
 inline void block_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                      const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                      const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                      const Tensor& dk, const Tensor& dv) {
-  CF_DEVICE_DISPATCH("block_attention", out.device(),
-                     block_attention_backward_cpu(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv),
-                     block_attention_backward_cuda(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv));
+  CF_DEVICE_DISPATCH(
+      "block_attention", out.device(),
+      block_attention_backward_cpu(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv),
+      block_attention_takes_gemm(q, members, p)
+          ? block_attention_backward_gemm(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv)
+          : block_attention_backward_cuda(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv));
 }
 
 inline void routed_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,

@@ -820,6 +820,153 @@ void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const Attention
   });
 }
 
+// ----------------------------------------------------- block attention's GEMM path steps
+
+// A slot table view (B, Ho, n, s) (attention.h): the position of slot (b, ho, c, u), or -1 when empty.
+struct SlotTable {
+  const int64_t* t;
+  int64_t Ho, n, s, s0, s1, s2, s3, N;
+  explicit SlotTable(const Tensor& table, int64_t N_)
+      : t(table.data<int64_t>()), Ho(table.shape()[1]), n(table.shape()[2]), s(table.shape()[3]),
+        s0(table.strides()[0]), s1(table.strides()[1]), s2(table.strides()[2]), s3(table.strides()[3]), N(N_) {}
+  // Row g of the B * Ho * n rows: the positions of its s slots start at at(g) (stride s3).
+  const int64_t* at(int64_t g) const {
+    const int64_t c = g % n, bh = g / n;
+    return t + (bh / Ho) * s0 + (bh % Ho) * s1 + c * s2;
+  }
+  int64_t pos(const int64_t* row, int64_t u) const {
+    const int64_t j = row[u * s3];
+    return j >= 0 && j < N ? j : -1;
+  }
+};
+
+template <typename T>
+void gather_slots_typed(const Tensor& x, const Tensor& table, int64_t R, const Tensor& out) {
+  const int64_t N = x.shape()[2], D = x.shape()[3];
+  const SlotTable tb(table, N);
+  const int64_t rows = out.numel() / std::max<int64_t>(tb.s * D, 1);
+  const T* X = x.data<T>();
+  const int64_t xs0 = x.strides()[0], xs1 = x.strides()[1], xs2 = x.strides()[2];
+  T* O = out.data<T>();
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(tb.s * D, 1)), [&](int64_t a, int64_t e) {
+    std::vector<int64_t> pos(size_t(tb.s));
+    for (int64_t g = a; g < e; ++g) {
+      const int64_t bh = g / tb.n, b = bh / tb.Ho, h = (bh % tb.Ho) / R;
+      const int64_t* row = tb.at(g);
+      for (int64_t u = 0; u < tb.s; ++u) pos[size_t(u)] = tb.pos(row, u);
+      const T* xb = X + b * xs0 + h * xs1;
+      T* o = O + g * tb.s * D;
+      for (int64_t u = 0; u < tb.s; ++u, o += D) {
+        if (pos[size_t(u)] < 0)
+          std::fill(o, o + D, T(0));
+        else
+          std::copy(xb + pos[size_t(u)] * xs2, xb + pos[size_t(u)] * xs2 + D, o);
+      }
+    }
+  });
+}
+
+template <typename T>
+void scatter_slots_typed(const Tensor& src, const Tensor& table, int64_t R, int64_t round, bool accumulate,
+                         const Tensor& out) {
+  const int64_t N = out.shape()[2], D = out.shape()[3], Hout = out.shape()[1];
+  const SlotTable tb(table, N);
+  const T* S = src.data<T>();
+  const int64_t ss0 = src.strides()[0], ss1 = src.strides()[1], ss2 = src.strides()[2], ss3 = src.strides()[3];
+  const int64_t os0 = out.strides()[0], os1 = out.strides()[1], os2 = out.strides()[2];
+  T* O = out.data<T>();
+  const int64_t B = out.shape()[0];
+  // One item per (b, h): the positions of one table head are distinct, so items never share a row of out.
+  parallel_for(B * Hout, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(tb.n * tb.s * D, 1)),
+               [&](int64_t a, int64_t e) {
+                 for (int64_t it = a; it < e; ++it) {
+                   const int64_t b = it / Hout, ho = (it % Hout) * R + round;
+                   for (int64_t c = 0; c < tb.n; ++c) {
+                     const int64_t* row = tb.at((b * tb.Ho + ho) * tb.n + c);
+                     for (int64_t u = 0; u < tb.s; ++u) {
+                       const int64_t j = tb.pos(row, u);
+                       if (j < 0) continue;
+                       const T* x = S + b * ss0 + ho * ss1 + c * ss2 + u * ss3;
+                       T* o = O + b * os0 + (it % Hout) * os1 + j * os2;
+                       if (accumulate)
+                         for (int64_t d = 0; d < D; ++d) o[d] += x[d];
+                       else
+                         std::copy(x, x + D, o);
+                     }
+                   }
+                 }
+               });
+}
+
+// The blocks of the (B, Ho, n, w, W) scores: f(g, S of block g (w x W), its slots' positions (the first w:
+// its queries), the self flags of its entries), after masking them (mask_scores).
+template <typename T, typename F>
+void for_block_rows(const Tensor& scores, const Tensor& table, const Tensor& kpm, const BlockRows& br, int64_t N,
+                    F&& f) {
+  const SlotTable tb(table, N);
+  const int64_t w = scores.shape()[3], W = scores.shape()[4];
+  T* S = scores.data<T>();
+  const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  const int64_t blocks = scores.numel() / std::max<int64_t>(w * W, 1);
+  parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(w * W, 1)), [&](int64_t a, int64_t e) {
+    std::vector<int64_t> jpos(static_cast<size_t>(W));
+    std::vector<char> self(static_cast<size_t>(w * W));
+    for (int64_t g = a; g < e; ++g) {
+      const int64_t b = g / (tb.Ho * tb.n);
+      const int64_t* row = tb.at(g);
+      for (int64_t u = 0; u < W; ++u) jpos[size_t(u)] = tb.pos(row, u);  // the first w: the query slots
+      T* Sg = S + g * w * W;
+      mask_scores(Sg, jpos.data(), w, jpos.data(), W, pad ? pad + b * N : nullptr, br.causal, br.self_mask,
+                  br.self_score, self.data());
+      f(g, Sg, jpos.data(), self.data());
+    }
+  });
+}
+
+template <typename T>
+void block_rows_softmax_typed(const Tensor& scores, const Tensor& table, const Tensor& kpm, const BlockRows& br,
+                              const Tensor& lse) {
+  const int64_t Ho = lse.shape()[1], N = lse.shape()[2], w = scores.shape()[3], W = scores.shape()[4];
+  const int64_t n = scores.shape()[2];
+  const int64_t ls0 = lse.strides()[0], ls1 = lse.strides()[1], ls2 = lse.strides()[2];
+  T* L = lse.data<T>();
+  for_block_rows<T>(scores, table, kpm, br, N, [&](int64_t g, T* Sg, const int64_t* qpos, const char*) {
+    const int64_t bh = g / n, b = bh / Ho, h = bh % Ho;
+    thread_local std::vector<T> Lr;
+    Lr.resize(static_cast<size_t>(w));
+    softmax_rows(Sg, w, W, Lr.data());
+    for (int64_t r = 0; r < w; ++r)
+      if (qpos[r] >= 0) L[b * ls0 + h * ls1 + qpos[r] * ls2] = Lr[size_t(r)];
+  });
+}
+
+template <typename T>
+void block_rows_grad_typed(const Tensor& scores, const Tensor& dp, const Tensor& table, const Tensor& kpm,
+                           const BlockRows& br, const Tensor& lse, const Tensor& D) {
+  const int64_t Ho = lse.shape()[1], N = lse.shape()[2], w = scores.shape()[3], W = scores.shape()[4];
+  const int64_t n = scores.shape()[2];
+  const int64_t ls0 = lse.strides()[0], ls1 = lse.strides()[1], ls2 = lse.strides()[2];
+  const T* L = lse.data<T>();
+  const T* Dd = D.data<T>();
+  T* dP = dp.data<T>();
+  const T ninf = -std::numeric_limits<T>::infinity();
+  T* S0 = scores.data<T>();
+  for_block_rows<T>(scores, table, kpm, br, N, [&](int64_t g, T* Sg, const int64_t* qpos, const char* self) {
+    const int64_t bh = g / n, b = bh / Ho, h = bh % Ho;
+    T* dPg = dP + (Sg - S0);
+    for (int64_t r = 0; r < w; ++r) {
+      const int64_t i = qpos[r];
+      const T li = i < 0 ? ninf : L[b * ls0 + h * ls1 + i * ls2];
+      const T Di = i < 0 ? T(0) : Dd[bh * N + i];
+      probs_from_lse(Sg + r * W, 1, W, &li);
+      for (int64_t c = 0; c < W; ++c) {
+        const int64_t e = r * W + c;
+        dPg[e] = self[e] ? T(0) : Sg[e] * (dPg[e] - Di);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void rounds_combine_cpu(const Tensor& per_round, int64_t rounds, const Tensor& combined) {
@@ -875,6 +1022,28 @@ void block_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& dk, const Tensor& dv) {
   CF_DISPATCH_FLOAT_STD(q.dtype(), "block_attention",
                     block_backward_typed<scalar_t>(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv));
+}
+
+void gather_slot_rows_cpu(const Tensor& x, const Tensor& table, int64_t rounds, const Tensor& out) {
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "block_attention", gather_slots_typed<scalar_t>(x, table, rounds, out));
+}
+
+void scatter_slot_rows_cpu(const Tensor& src, const Tensor& table, int64_t rounds, int64_t round, bool accumulate,
+                           const Tensor& out) {
+  CF_DISPATCH_FLOAT_STD(out.dtype(), "block_attention",
+                        scatter_slots_typed<scalar_t>(src, table, rounds, round, accumulate, out));
+}
+
+void block_rows_softmax_cpu(const Tensor& scores, const Tensor& table, const Tensor& kpm, const BlockRows& rows,
+                            const Tensor& lse) {
+  CF_DISPATCH_FLOAT_STD(scores.dtype(), "block_attention",
+                        block_rows_softmax_typed<scalar_t>(scores, table, kpm, rows, lse));
+}
+
+void block_rows_grad_cpu(const Tensor& scores, const Tensor& dp, const Tensor& table, const Tensor& kpm,
+                         const BlockRows& rows, const Tensor& lse, const Tensor& D) {
+  CF_DISPATCH_FLOAT_STD(scores.dtype(), "block_attention",
+                        block_rows_grad_typed<scalar_t>(scores, dp, table, kpm, rows, lse, D));
 }
 
 void attention_rows_softmax_cpu(const Tensor& scores, const Tensor& kpm, const AttentionRows& rows,

@@ -586,6 +586,150 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// ---------------------------------------------------------------- block attention's GEMM path steps
+// Layouts and rules as the *_typed functions of the same names in attention_cpu.cpp.
+
+// A slot table view (B, Ho, n, s): the position of slot u of block row g, or -1 when empty.
+struct SlotTab {
+  const int64_t* t;
+  int64_t Ho, n, s, s0, s1, s2, s3, N;
+  __device__ const int64_t* at(int64_t g) const {
+    const int64_t c = g % n, bh = g / n;
+    return t + (bh / Ho) * s0 + (bh % Ho) * s1 + c * s2;
+  }
+  __device__ int64_t pos(const int64_t* row, int64_t u) const {
+    const int64_t j = row[u * s3];
+    return j >= 0 && j < N ? j : -1;
+  }
+};
+
+SlotTab slot_tab(const Tensor& table, int64_t N) {
+  const Shape &sh = table.shape(), &st = table.strides();
+  return {table.data<int64_t>(), sh[1], sh[2], sh[3], st[0], st[1], st[2], st[3], N};
+}
+
+// One thread per element of out (B, Ho, n, s, D).
+template <typename T>
+__global__ void gather_slots_kernel(const T* X, int64_t xs0, int64_t xs1, int64_t xs2, SlotTab tab, int64_t R,
+                                    int64_t D, int64_t total, T* out) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t d = e % D, slot = e / D, u = slot % tab.s, g = slot / tab.s;
+    const int64_t b = g / (tab.Ho * tab.n), h = (g / tab.n) % tab.Ho / R;
+    const int64_t j = tab.pos(tab.at(g), u);
+    out[e] = j < 0 ? T(0) : X[b * xs0 + h * xs1 + j * xs2 + d];
+  }
+}
+
+// One thread per element of (B, Hout, n, s, D); each writes (or adds to) one element of out, and one call
+// writes each element at most once (a position sits once in a table head).
+template <typename T>
+__global__ void scatter_slots_kernel(const T* src, int64_t ss0, int64_t ss1, int64_t ss2, int64_t ss3, SlotTab tab,
+                                     int64_t R, int64_t round, bool accumulate, int64_t Hout, int64_t D,
+                                     int64_t total, T* out, int64_t os0, int64_t os1, int64_t os2) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t d = e % D, u = (e / D) % tab.s, c = (e / (D * tab.s)) % tab.n, bh = e / (D * tab.s * tab.n);
+    const int64_t b = bh / Hout, h = bh % Hout, ho = h * R + round;
+    const int64_t j = tab.pos(tab.at((b * tab.Ho + ho) * tab.n + c), u);
+    if (j < 0) continue;
+    const T x = src[b * ss0 + ho * ss1 + c * ss2 + u * ss3 + d];
+    T& o = out[b * os0 + h * os1 + j * os2 + d];
+    o = accumulate ? o + x : x;
+  }
+}
+
+struct LseAt {
+  int64_t s0, s1, s2;
+};
+
+// The score of key slot j of a row whose query sits at position i (masked: -inf; own under self_mask:
+// self_score), as mask_scores on the CPU.
+template <typename T>
+__device__ __forceinline__ T block_score(T s, int64_t i, int64_t kpos, const bool* pad_b, const BlockRows& br,
+                                         bool* own) {
+  *own = false;
+  if (i < 0 || kpos < 0 || (pad_b && pad_b[kpos]) || (br.causal && kpos > i)) return ninf<T>();
+  if (br.self_mask && kpos == i) {
+    *own = true;
+    return T(br.self_score);
+  }
+  return s;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// A warp per score row (grid-stride): the masked row's maximum and sum of exponentials (the sum in double, as
+// the CPU's), the log-sum-exp to lse at the query's position, then exp(s - lse) in place.
+template <typename T>
+__global__ void block_rows_softmax_kernel(T* S, SlotTab tab, const bool* pad, T* L, LseAt la, int64_t rows,
+                                          int64_t w, int64_t W, BlockRows br) {
+  const int lane = int(threadIdx.x) & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    const int64_t g = row / w, b = g / (tab.Ho * tab.n), ho = (g / tab.n) % tab.Ho;
+    const int64_t* trow = tab.at(g);
+    const int64_t i = tab.pos(trow, row % w);
+    const bool* pb = pad ? pad + b * tab.N : nullptr;
+    T* s = S + row * W;
+    bool own;
+    T m = ninf<T>();
+    for (int64_t j = lane; j < W; j += 32) {
+      const T x = block_score(s[j], i, tab.pos(trow, j), pb, br, &own);
+      m = x > m ? x : m;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const T y = __shfl_xor_sync(0xffffffffu, m, o);
+      m = y > m ? y : m;
+    }
+    T li = ninf<T>();
+    if (m != ninf<T>()) {
+      double sum = 0;
+      for (int64_t j = lane; j < W; j += 32) {
+        const T x = block_score(s[j], i, tab.pos(trow, j), pb, br, &own);
+        if (x != ninf<T>()) sum += double(dexp(x - m));
+      }
+      li = m + T(log(warp_sum(sum)));
+    }
+    if (lane == 0 && i >= 0) L[b * la.s0 + ho * la.s1 + i * la.s2] = li;
+    for (int64_t j = lane; j < W; j += 32) {
+      const T x = block_score(s[j], i, tab.pos(trow, j), pb, br, &own);
+      s[j] = (li == ninf<T>() || x == ninf<T>()) ? T(0) : dexp(x - li);
+    }
+  }
+}
+
+// A warp per score row: P = exp(S - lse) into S and dS = P (dP - D) into dP (0 for a self_score entry).
+template <typename T>
+__global__ void block_rows_grad_kernel(T* S, T* dP, SlotTab tab, const bool* pad, const T* L, LseAt la,
+                                       const T* D, int64_t rows, int64_t w, int64_t W, BlockRows br) {
+  const int lane = int(threadIdx.x) & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    const int64_t g = row / w, bh = g / tab.n, b = bh / tab.Ho, ho = bh % tab.Ho;
+    const int64_t* trow = tab.at(g);
+    const int64_t i = tab.pos(trow, row % w);
+    const bool* pb = pad ? pad + b * tab.N : nullptr;
+    const T li = i < 0 ? ninf<T>() : L[b * la.s0 + ho * la.s1 + i * la.s2];
+    const T Di = i < 0 ? T(0) : D[bh * tab.N + i];
+    T* s = S + row * W;
+    T* dp = dP + row * W;
+    for (int64_t j = lane; j < W; j += 32) {
+      bool own;
+      const T x = block_score(s[j], i, tab.pos(trow, j), pb, br, &own);
+      const T p = (li == ninf<T>() || x == ninf<T>()) ? T(0) : dexp(x - li);
+      s[j] = p;
+      dp[j] = own ? T(0) : p * (dp[j] - Di);
+    }
+  }
+}
+
+constexpr int kBlockRowThreads = 256;  // 8 warps, a row each
+static_assert(kBlockRowThreads % 32 == 0, "the row kernels run whole warps");
+
 }  // namespace
 
 void rounds_combine_cuda(const Tensor& per_round, int64_t rounds, const Tensor& combined) {
@@ -742,6 +886,82 @@ void attention_rows_softmax_cuda(const Tensor& scores, const Tensor& kpm, const 
                             scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, W,
                             rows.Nk > 0 ? rows.Nk : W, rows));
   ::cf::cuda::check_launch(op);
+}
+
+void gather_slot_rows_cuda(const Tensor& x, const Tensor& table, int64_t rounds, const Tensor& out) {
+  const char* op = "block_attention";
+  cu::use_device_of(out, op);
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  const SlotTab tab = slot_tab(table, x.shape()[2]);
+  const Shape& xs = x.strides();
+  CF_DISPATCH_FLOAT_STD(x.dtype(), op,
+                        gather_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads>>>(
+                            x.data<scalar_t>(), xs[0], xs[1], xs[2], tab, rounds, x.shape()[3], total,
+                            out.data<scalar_t>()));
+  ::cf::cuda::check_launch(op);
+}
+
+void scatter_slot_rows_cuda(const Tensor& src, const Tensor& table, int64_t rounds, int64_t round, bool accumulate,
+                            const Tensor& out) {
+  const char* op = "block_attention";
+  cu::use_device_of(out, op);
+  const int64_t Hout = out.shape()[1], D = out.shape()[3];
+  const SlotTab tab = slot_tab(table, out.shape()[2]);
+  const int64_t total = out.shape()[0] * Hout * tab.n * tab.s * D;
+  if (total == 0) return;
+  const Shape &ss = src.strides(), &os = out.strides();
+  CF_DISPATCH_FLOAT_STD(out.dtype(), op,
+                        scatter_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads>>>(
+                            src.data<scalar_t>(), ss[0], ss[1], ss[2], ss[3], tab, rounds, round, accumulate, Hout,
+                            D, total, out.data<scalar_t>(), os[0], os[1], os[2]));
+  ::cf::cuda::check_launch(op);
+}
+
+namespace {
+
+// What both row kernels' launches share: the score rows, the table, the lse strides, the padding, the grid.
+struct BlockRowLaunch {
+  int64_t rows, w, W;
+  SlotTab tab;
+  LseAt la;
+  const bool* pad;
+  unsigned grid;
+};
+BlockRowLaunch block_row_launch(const Tensor& scores, const Tensor& table, const Tensor& kpm, const Tensor& lse) {
+  cu::use_device_of(scores, "block_attention");
+  const int64_t W = scores.shape()[4], rows = W > 0 ? scores.numel() / W : 0, warps = kBlockRowThreads / 32;
+  return {rows,
+          scores.shape()[3],
+          W,
+          slot_tab(table, lse.shape()[2]),
+          {lse.strides()[0], lse.strides()[1], lse.strides()[2]},
+          kpm.defined() ? kpm.data<bool>() : nullptr,
+          cu::blocks_for((rows + warps - 1) / warps)};
+}
+
+}  // namespace
+
+void block_rows_softmax_cuda(const Tensor& scores, const Tensor& table, const Tensor& kpm, const BlockRows& rows,
+                             const Tensor& lse) {
+  const BlockRowLaunch l = block_row_launch(scores, table, kpm, lse);
+  if (l.rows == 0) return;
+  CF_DISPATCH_FLOAT_STD(scores.dtype(), "block_attention",
+                        block_rows_softmax_kernel<scalar_t><<<l.grid, kBlockRowThreads>>>(
+                            scores.data<scalar_t>(), l.tab, l.pad, lse.data<scalar_t>(), l.la, l.rows, l.w, l.W,
+                            rows));
+  ::cf::cuda::check_launch("block_attention");
+}
+
+void block_rows_grad_cuda(const Tensor& scores, const Tensor& dp, const Tensor& table, const Tensor& kpm,
+                          const BlockRows& rows, const Tensor& lse, const Tensor& D) {
+  const BlockRowLaunch l = block_row_launch(scores, table, kpm, lse);
+  if (l.rows == 0) return;
+  CF_DISPATCH_FLOAT_STD(scores.dtype(), "block_attention",
+                        block_rows_grad_kernel<scalar_t><<<l.grid, kBlockRowThreads>>>(
+                            scores.data<scalar_t>(), dp.data<scalar_t>(), l.tab, l.pad, lse.data<scalar_t>(), l.la,
+                            D.data<scalar_t>(), l.rows, l.w, l.W, rows));
+  ::cf::cuda::check_launch("block_attention");
 }
 
 }  // namespace cf::kernels

@@ -1,8 +1,12 @@
-// flash_attention through GEMMs over chunks of query rows (attention.h says when and why). Device-generic:
-// every step is a kernel of another family (matmul, elementwise, reduce) or the row kernel
-// attention_rows_softmax, so the same code runs, and is tested, on the CPU.
+// flash_attention through GEMMs over chunks of query rows, and block_attention through GEMMs over chunks of
+// blocks (attention.h says when and why). Device-generic: every step is a kernel of another family (matmul,
+// elementwise, reduce) or one of the attention family's row and slot kernels, so the same code runs, and is
+// tested, on the CPU.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "kernels/attention/attention.h"
 #include "kernels/elementwise/elementwise.h"
@@ -58,22 +62,80 @@ Tensor scaled(const Tensor& t, const Tensor& alpha) {
   return out;
 }
 
+// The workspace cap of both paths: clamp(4 x bytes of q, k, v, 16 MiB, 128 MiB).
+int64_t workspace_budget(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t inputs = (q.numel() + k.numel() + v.numel()) * int64_t(dtype_size(q.dtype()));
+  return std::clamp<int64_t>(4 * inputs, int64_t(16) << 20, int64_t(128) << 20);
+}
+
 // Query rows per chunk: one (B, H, rows, Nk) score buffer holds at most clamp(4 x bytes of q, k, v,
 // 16 MiB, 128 MiB), so the workspace grows with the inputs (O(N d)) up to a cap, never as N^2.
 int64_t rows_per_chunk(const Tensor& q, const Tensor& k, const Tensor& v, int64_t fixed) {
   const int64_t Nq = q.shape()[2];
   if (fixed > 0) return std::min(fixed, Nq);
-  const int64_t elem = int64_t(dtype_size(q.dtype()));
-  const int64_t inputs = (q.numel() + k.numel() + v.numel()) * elem;
-  const int64_t budget = std::clamp<int64_t>(4 * inputs, int64_t(16) << 20, int64_t(128) << 20);
-  const int64_t row_bytes = q.shape()[0] * q.shape()[1] * k.shape()[2] * elem;
-  return std::clamp<int64_t>(budget / std::max<int64_t>(row_bytes, 1), 1, Nq);
+  const int64_t row_bytes = q.shape()[0] * q.shape()[1] * k.shape()[2] * int64_t(dtype_size(q.dtype()));
+  return std::clamp<int64_t>(workspace_budget(q, k, v) / std::max<int64_t>(row_bytes, 1), 1, Nq);
 }
 
-void check_dtype(const Tensor& q) {
-  CF_CHECK(q.dtype() == kFloat32 || q.dtype() == kFloat64, DTypeError,
-           "[flash_attention] expects float32 or float64, got ", q.dtype());
+void check_dtype(const Tensor& q, const char* op = "flash_attention") {
+  CF_CHECK(q.dtype() == kFloat32 || q.dtype() == kFloat64, DTypeError, "[", op,
+           "] expects float32 or float64, got ", q.dtype());
 }
+
+// A contiguous view of `shape` at the start of a contiguous buffer at least that large (a chunk's share).
+Tensor leading_as(const Tensor& buf, const Shape& shape) {
+  return make_view(buf, shape, contiguous_strides(shape), buf.offset(), "block_attention");
+}
+
+// The last two axes of a 5-d view swapped.
+Tensor transposed5(const Tensor& t) {
+  const Shape &s = t.shape(), &st = t.strides();
+  return make_view(t, {s[0], s[1], s[2], s[4], s[3]}, {st[0], st[1], st[2], st[4], st[3]}, t.offset(),
+                   "block_attention");
+}
+
+// Block attention's window table (B, Hm, C, W = T w): row c holds block c's w slots, then those of blocks
+// c + offsets[t] (cyclic) for t = 1 .. T - 1 (offsets[0] == 0: a row's first w slots are its queries).
+// Two copies per offset (the blocks before and after the wrap-around); no host read.
+Tensor window_table(const Tensor& members, const std::vector<int64_t>& offsets) {
+  const Shape& ms = members.shape();
+  const int64_t B = ms[0], Hm = ms[1], C = ms[2], w = ms[3], T = int64_t(offsets.size()), W = T * w;
+  Tensor win = Tensor::empty({B, Hm, C, W}, kInt64, members.device());
+  auto rows = [&](const Tensor& t, int64_t c0, int64_t n, int64_t col0, int64_t row_len) {
+    return make_view(t, {B, Hm, n, w}, {Hm * C * row_len, C * row_len, row_len, 1},
+                     t.offset() + c0 * row_len + col0, "block_attention");
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t off = ((offsets[size_t(t)] % C) + C) % C;
+    copy(rows(members, off, C - off, 0, w), rows(win, 0, C - off, t * w, W));  // rows c < C - off: block c + off
+    if (off > 0) copy(rows(members, 0, off, 0, w), rows(win, C - off, off, t * w, W));  // the wrapped rows
+  }
+  return win;
+}
+
+// The window table's view (B, Ho, n, s) for output heads Ho (a shared table: stride 0 over heads), blocks
+// [c0, c0 + n) and columns [col0, col0 + s).
+Tensor table_view(const Tensor& win, int64_t Ho, int64_t c0, int64_t n, int64_t col0, int64_t s) {
+  const Shape& sh = win.shape();
+  const int64_t Hm = sh[1], C = sh[2], W = sh[3];
+  return make_view(win, {sh[0], Ho, n, s}, {Hm * C * W, Hm == 1 ? 0 : C * W, W, 1},
+                   win.offset() + c0 * W + col0, "block_attention");
+}
+
+// Blocks per chunk: the chunk's buffers together within the workspace cap. The forward holds scores and the
+// gathered Q, K, V and O; the backward also dP, dO and the gradients of Q, K, V.
+int64_t blocks_per_chunk(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Ho, int64_t C, int64_t w,
+                         int64_t W, bool backward, int64_t fixed) {
+  if (fixed > 0) return std::min(fixed, C);
+  const int64_t Dk = q.shape()[3], Dv = v.shape()[3];
+  const int64_t per_block = q.shape()[0] * Ho * int64_t(dtype_size(q.dtype())) *
+                            (backward ? 2 * w * W + 2 * w * Dk + w * Dv + 2 * W * (Dk + Dv)
+                                      : w * W + w * (Dk + Dv) + W * (Dk + Dv));
+  return std::clamp<int64_t>(workspace_budget(q, k, v) / std::max<int64_t>(per_block, 1), 1, C);
+}
+
+// CF_BLOCK_ATTENTION_PATH, read once: -1 until then.
+std::atomic<int> g_block_path{-1};
 
 }  // namespace
 
@@ -188,6 +250,140 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
     }
   }
   // The last chunk sees every key (W = Nk > 0), so dk and dv are always written by here.
+}
+
+void set_block_attention_path(BlockAttentionPath path) { g_block_path.store(int(path)); }
+
+BlockAttentionPath parse_block_attention_path(const std::string& s) {
+  CF_CHECK(s == "auto" || s == "fused" || s == "gemm", ValueError,
+           "[block_attention] CF_BLOCK_ATTENTION_PATH must be auto, fused or gemm, got '", s, "'");
+  return s == "fused" ? BlockAttentionPath::kFused : s == "gemm" ? BlockAttentionPath::kGemm : BlockAttentionPath::kAuto;
+}
+
+BlockAttentionPath block_attention_path() {
+  int v = g_block_path.load();
+  if (v < 0) {
+    const char* env = std::getenv("CF_BLOCK_ATTENTION_PATH");
+    v = int(parse_block_attention_path(env ? env : "auto"));
+    int expected = -1;
+    g_block_path.compare_exchange_strong(expected, v);  // a set_block_attention_path in between wins
+    v = g_block_path.load();
+  }
+  return BlockAttentionPath(v);
+}
+
+bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p) {
+  const BlockAttentionPath path = block_attention_path();
+  if (path != BlockAttentionPath::kAuto) return path == BlockAttentionPath::kGemm;
+  const Shape& ms = members.shape();
+  const int64_t w = ms[3], W = int64_t(p.offsets.size()) * w;
+  return q.shape()[0] * q.shape()[1] * p.rounds * ms[2] * w * W >= kBlockGemmMinScores;
+}
+
+void block_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                  const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                  const Tensor& lse, int64_t chunk_blocks) {
+  check_dtype(q, "block_attention");
+  const int64_t B = q.shape()[0], Ho = q.shape()[1] * p.rounds, N = q.shape()[2], Dk = q.shape()[3],
+                Dv = v.shape()[3], C = members.shape()[2], w = members.shape()[3],
+                W = int64_t(p.offsets.size()) * w;
+  // Tokens in no slot, and queries with nothing allowed, keep these.
+  fill(out, 0.0);
+  fill(lse, -std::numeric_limits<double>::infinity());
+  if (B * Ho * N == 0 || C * w == 0) return;
+  const Tensor win = window_table(members, p.offsets);
+  const int64_t n = blocks_per_chunk(q, k, v, Ho, C, w, W, false, chunk_blocks);
+  const Tensor scale = scalar_like(q, p.scale);
+  const Device dev = q.device();
+  const Tensor Qg = Tensor::empty({B, Ho, n, w, Dk}, q.dtype(), dev), Kg = Tensor::empty({B, Ho, n, W, Dk}, q.dtype(), dev),
+               Vg = Tensor::empty({B, Ho, n, W, Dv}, q.dtype(), dev), S = Tensor::empty({B, Ho, n, w, W}, q.dtype(), dev),
+               Og = Tensor::empty({B, Ho, n, w, Dv}, q.dtype(), dev);
+  const BlockRows br{p.causal, p.self_mask, p.self_score};
+  for (int64_t c0 = 0; c0 < C; c0 += n) {
+    const int64_t m = std::min(n, C - c0);
+    const Tensor tq = table_view(win, Ho, c0, m, 0, w), tk = table_view(win, Ho, c0, m, 0, W);
+    const Tensor Qc = leading_as(Qg, {B, Ho, m, w, Dk}), Kc = leading_as(Kg, {B, Ho, m, W, Dk}),
+                 Vc = leading_as(Vg, {B, Ho, m, W, Dv}), Sc = leading_as(S, {B, Ho, m, w, W}),
+                 Oc = leading_as(Og, {B, Ho, m, w, Dv});
+    gather_slot_rows(q, tq, p.rounds, Qc);
+    binary(BinaryOp::Mul, Qc, scale, Qc);
+    gather_slot_rows(k, tk, p.rounds, Kc);
+    gather_slot_rows(v, tk, p.rounds, Vc);
+    matmul(Qc, transposed5(Kc), Sc);
+    block_rows_softmax(Sc, tk, kpm, br, lse);
+    matmul(Sc, Vc, Oc);
+    scatter_slot_rows(Oc, tq, 1, 0, false, out);
+  }
+}
+
+void block_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                   const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                   const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                                   const Tensor& dk, const Tensor& dv, int64_t chunk_blocks) {
+  check_dtype(q, "block_attention");
+  const int64_t B = q.shape()[0], R = p.rounds, Ho = q.shape()[1] * R, N = q.shape()[2], Dk = q.shape()[3],
+                Dv = v.shape()[3], C = members.shape()[2], w = members.shape()[3],
+                T = int64_t(p.offsets.size()), W = T * w;
+  fill(dq, 0.0);
+  fill(dk, 0.0);
+  fill(dv, 0.0);
+  if (B * Ho * N == 0 || C * w == 0) return;
+  // D_i = dO_i . O_i - dlse_i in token order (as flash_attention_backward_gemm); rows of tokens in no slot
+  // are never read.
+  const Tensor D4 = Tensor::empty({B, Ho, N, 1}, out.dtype(), out.device());
+  {
+    const Tensor prod = Tensor::empty(out.shape(), out.dtype(), out.device());
+    binary(BinaryOp::Mul, dout, out, prod);
+    reduce(ReduceOp::Sum, prod, {3}, D4);
+  }
+  const Tensor D3 = make_view(D4, {B, Ho, N}, {Ho * N, N, 1}, D4.offset(), "block_attention");
+  if (dlse.defined()) binary(BinaryOp::Sub, D3, dlse, D3);
+  const Tensor win = window_table(members, p.offsets);
+  const int64_t n = blocks_per_chunk(q, k, v, Ho, C, w, W, true, chunk_blocks);
+  const Tensor scale = scalar_like(q, p.scale);
+  const Device dev = q.device();
+  const DType dt = q.dtype();
+  const Tensor Qg = Tensor::empty({B, Ho, n, w, Dk}, dt, dev), Kg = Tensor::empty({B, Ho, n, W, Dk}, dt, dev),
+               Vg = Tensor::empty({B, Ho, n, W, Dv}, dt, dev), dOg = Tensor::empty({B, Ho, n, w, Dv}, dt, dev),
+               S = Tensor::empty({B, Ho, n, w, W}, dt, dev), dP = Tensor::empty({B, Ho, n, w, W}, dt, dev),
+               dQg = Tensor::empty({B, Ho, n, w, Dk}, dt, dev), dKw = Tensor::empty({B, Ho, n, W, Dk}, dt, dev),
+               dVw = Tensor::empty({B, Ho, n, W, Dv}, dt, dev);
+  const BlockRows br{p.causal, p.self_mask, p.self_score};
+  for (int64_t c0 = 0; c0 < C; c0 += n) {
+    const int64_t m = std::min(n, C - c0);
+    const Tensor tq = table_view(win, Ho, c0, m, 0, w), tk = table_view(win, Ho, c0, m, 0, W);
+    const Tensor Qc = leading_as(Qg, {B, Ho, m, w, Dk}), Kc = leading_as(Kg, {B, Ho, m, W, Dk}),
+                 Vc = leading_as(Vg, {B, Ho, m, W, Dv}), dOc = leading_as(dOg, {B, Ho, m, w, Dv}),
+                 Sc = leading_as(S, {B, Ho, m, w, W}), dPc = leading_as(dP, {B, Ho, m, w, W}),
+                 dQc = leading_as(dQg, {B, Ho, m, w, Dk}), dKc = leading_as(dKw, {B, Ho, m, W, Dk}),
+                 dVc = leading_as(dVw, {B, Ho, m, W, Dv});
+    gather_slot_rows(q, tq, R, Qc);
+    binary(BinaryOp::Mul, Qc, scale, Qc);
+    gather_slot_rows(k, tk, R, Kc);
+    gather_slot_rows(v, tk, R, Vc);
+    gather_slot_rows(dout, tq, 1, dOc);
+    matmul(Qc, transposed5(Kc), Sc);
+    matmul(dOc, transposed5(Vc), dPc);
+    block_rows_grad(Sc, dPc, tk, kpm, br, lse, D3);  // Sc = P, dPc = dS
+    matmul(transposed5(Sc), dOc, dVc);               // dV window = P^T dO
+    matmul(transposed5(dPc), Qc, dKc);               // dK window = scale dS^T q (Qc holds scale q)
+    matmul(dPc, Kc, dQc);
+    binary(BinaryOp::Mul, dQc, scale, dQc);          // dQ = scale dS K
+    // Back to token order, round by round (a position sits once per round and table head); dK and dV window
+    // part by window part (a key sits in T windows, once per part).
+    for (int64_t r = 0; r < R; ++r) {
+      scatter_slot_rows(dQc, tq, R, r, true, dq);
+      for (int64_t t = 0; t < T; ++t) {
+        const Tensor part = table_view(win, Ho, c0, m, t * w, w);
+        auto slots = [&](const Tensor& g, int64_t D) {
+          return make_view(g, {B, Ho, m, w, D}, {Ho * m * W * D, m * W * D, W * D, D, 1}, g.offset() + t * w * D,
+                           "block_attention");
+        };
+        scatter_slot_rows(slots(dKc, Dk), part, R, r, true, dk);
+        scatter_slot_rows(slots(dVc, Dv), part, R, r, true, dv);
+      }
+    }
+  }
 }
 
 }  // namespace cf::kernels

@@ -8,6 +8,7 @@
 
 #include "autograd/ops/attention.h"
 #include "core/allocator.h"
+#include "core/cuda.h"
 #include "kernels/attention/attention.h"
 #include "nn/attention/routing.h"
 #include "nn/attention/sparse.h"
@@ -170,6 +171,112 @@ void check_same_paths(const KernelCase& c, const std::vector<Tensor>& want, cons
   }
 }
 
+// block_attention's GEMM path (attention_gemm.cpp, CUDA's float32 and float64 path for large calls) against
+// the fused kernels, called directly. Tables with empty slots anywhere and tokens in no slot; look back and
+// ahead with the wrap-around (a chunk seeing every other), one chunk of everything, rounds over one q, k, v,
+// a table shared over the heads, padding with one batch fully padded, causal, self-masking, the lse gradient
+// (and none), chunks of blocks with a remainder, one block per chunk, and the automatic size.
+struct BlockCase {
+  int64_t B, H, N, Dk, Dv, C, w, look_back, look_ahead, rounds;
+  bool shared, pad, causal, self_mask, dlse;
+  int64_t chunk;
+  DType dt;
+};
+const std::vector<BlockCase> kBlockCases = {
+    {2, 2, 23, 3, 4, 4, 6, 1, 0, 1, false, true, false, false, true, 3, kFloat64},
+    {2, 2, 23, 3, 4, 4, 6, 1, 1, 1, false, true, true, false, true, 1, kFloat64},
+    {1, 2, 17, 4, 3, 5, 4, 2, 0, 3, false, false, true, true, true, 2, kFloat64},
+    {2, 3, 20, 5, 2, 3, 8, 2, 0, 2, true, true, true, true, false, 0, kFloat64},
+    {1, 1, 9, 3, 3, 1, 9, 0, 0, 1, false, false, true, false, true, 0, kFloat64},
+    {1, 2, 30, 4, 4, 6, 5, 0, 0, 1, true, false, false, false, true, 4, kFloat64},
+    {2, 2, 300, 64, 64, 10, 32, 2, 1, 1, false, true, true, false, true, 4, kFloat32},
+    {1, 4, 200, 16, 8, 7, 30, 1, 0, 2, false, false, false, true, true, 3, kFloat32}};
+
+// The table (B, Hm, C, w): N - holes distinct positions at random slots of each (b, hm), the rest empty.
+Tensor scattered_members(int64_t B, int64_t Hm, int64_t N, int64_t C, int64_t w, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t kept = std::min(N - N / 7, C * w);  // about one token in seven in no slot
+  std::vector<int64_t> m;
+  for (int64_t bh = 0; bh < B * Hm; ++bh) {
+    std::vector<int64_t> perm(static_cast<size_t>(N)), slots(static_cast<size_t>(C * w), -1);
+    for (int64_t i = 0; i < N; ++i) perm[size_t(i)] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t s = 0; s < kept; ++s) slots[size_t(s)] = perm[size_t(s)];
+    std::shuffle(slots.begin(), slots.end(), rng);
+    m.insert(m.end(), slots.begin(), slots.end());
+  }
+  return Tensor::from_vector(m, {B, Hm, C, w});
+}
+
+enum class BlockPath { kFusedCpu, kGemm, kFusedCuda };
+
+// out, lse, dq, dk, dv of one path, on the CPU; out and lse are views of one packed (B, Ho, N, Dv + 1) tensor
+// (as the op hands them to the kernels), and so are dout and dlse.
+std::vector<Tensor> run_block_path(const BlockCase& c, BlockPath path, Device device) {
+  auto rnd = [&](const Shape& s, uint64_t seed) { return to(leaf64(s, seed, -2.0, 2.0).detach(), c.dt).to(device); };
+  const int64_t Ho = c.H * c.rounds;
+  Tensor q = rnd({c.B, c.H, c.N, c.Dk}, 1), k = rnd({c.B, c.H, c.N, c.Dk}, 2), v = rnd({c.B, c.H, c.N, c.Dv}, 3),
+         grad = rnd({c.B, Ho, c.N, c.Dv + 1}, 4);
+  Tensor members = scattered_members(c.B, c.shared ? 1 : Ho, c.N, c.C, c.w, 11).to(device);
+  Tensor kpm;
+  if (c.pad) {
+    std::vector<std::pair<int64_t, int64_t>> padded = {{0, 1}, {0, c.N - 1}};
+    for (int64_t j = 0; j < c.N; ++j) padded.push_back({1, j});  // batch 1: every key padded
+    kpm = padding(c.B, c.N, padded).to(device);
+  }
+  kernels::BlockAttentionParams p;
+  p.offsets = ops::block_window_offsets(c.C, c.look_back, c.look_ahead);
+  p.scale = c.dt == kFloat32 ? 1.0 / std::sqrt(double(c.Dk)) : 0.7;
+  p.causal = c.causal;
+  p.self_mask = c.self_mask;
+  p.rounds = c.rounds;
+  const Tensor packed = Tensor::empty({c.B, Ho, c.N, c.Dv + 1}, c.dt, device);
+  const int64_t E = c.Dv + 1;
+  auto out_of = [&](const Tensor& t) {
+    return make_view(t, {c.B, Ho, c.N, c.Dv}, {Ho * c.N * E, c.N * E, E, 1}, t.offset());
+  };
+  auto lse_of = [&](const Tensor& t) {
+    return make_view(t, {c.B, Ho, c.N}, {Ho * c.N * E, c.N * E, E}, t.offset() + c.Dv);
+  };
+  const Tensor dout = out_of(grad), dlse = c.dlse ? lse_of(grad) : Tensor();
+  std::vector<Tensor> t = {out_of(packed), lse_of(packed), Tensor::empty(q.shape(), c.dt, device),
+                           Tensor::empty(k.shape(), c.dt, device), Tensor::empty(v.shape(), c.dt, device)};
+  if (path == BlockPath::kGemm) {
+    kernels::block_attention_forward_gemm(q, k, v, members, kpm, p, t[0], t[1], c.chunk);
+    kernels::block_attention_backward_gemm(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4],
+                                           c.chunk);
+  } else if (path == BlockPath::kFusedCpu) {
+    kernels::block_attention_forward_cpu(q, k, v, members, kpm, p, t[0], t[1]);
+    kernels::block_attention_backward_cpu(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
+  } else {
+#ifdef CF_WITH_CUDA
+    kernels::block_attention_forward_cuda(q, k, v, members, kpm, p, t[0], t[1]);
+    kernels::block_attention_backward_cuda(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
+#endif
+  }
+  for (Tensor& x : t) x = contiguous(x).to(Device::cpu());
+  return t;
+}
+
+void check_same_block_paths(const BlockCase& c, const std::vector<Tensor>& want, const std::vector<Tensor>& got) {
+  const double tol = c.dt == kFloat64 ? 1e-12 : 1e-4;  // float32: as check_same_paths
+  int64_t no_key = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    std::vector<double> a = values(want[i]), b = values(got[i]);
+    REQUIRE(a.size() == b.size());
+    for (size_t e = 0; e < a.size(); ++e) {
+      if (std::isinf(a[e])) {
+        CHECK(b[e] == a[e]);  // lse of a token in no slot or with nothing allowed: -inf on both paths
+        ++no_key;
+      } else {
+        CHECK(std::abs(a[e] - b[e]) <= tol * (1.0 + std::abs(a[e])));
+      }
+    }
+  }
+  CHECK(no_key > 0);  // every table leaves tokens in no slot
+}
+
 }  // namespace
 
 TEST_SUITE("ops/attention") {
@@ -197,6 +304,40 @@ TEST_CASE("flash attention's GEMM path equals the fused kernel: chunks, masks, c
     check_same_paths(c, run_flash_path(c, FlashPath::kFusedCpu, Device::cpu()),
                      run_flash_path(c, FlashPath::kGemm, Device::cpu()));
   }
+}
+
+TEST_CASE("block attention's GEMM path equals the fused kernel: windows, rounds, shared tables, masks, chunks") {
+  for (const BlockCase& c : kBlockCases) {
+    CAPTURE(c.N);
+    CAPTURE(c.C);
+    CAPTURE(c.rounds);
+    CAPTURE(c.causal);
+    CAPTURE(c.chunk);
+    check_same_block_paths(c, run_block_path(c, BlockPath::kFusedCpu, Device::cpu()),
+                           run_block_path(c, BlockPath::kGemm, Device::cpu()));
+  }
+}
+
+TEST_CASE("block attention's path setting: the environment's values, a bad one named, the size rule") {
+  CHECK(kernels::parse_block_attention_path("auto") == kernels::BlockAttentionPath::kAuto);
+  CHECK(kernels::parse_block_attention_path("fused") == kernels::BlockAttentionPath::kFused);
+  CHECK(kernels::parse_block_attention_path("gemm") == kernels::BlockAttentionPath::kGemm);
+  CHECK_THROWS_MSG(kernels::parse_block_attention_path("cublas"), ValueError,
+                   "[block_attention] CF_BLOCK_ATTENTION_PATH must be auto, fused or gemm, got 'cublas'");
+  const kernels::BlockAttentionPath before = kernels::block_attention_path();
+  kernels::BlockAttentionParams p;
+  p.offsets = {0, -1};
+  // 4 heads, 128 blocks of 128 (N = 16384, look back 1): 16.8 M scored entries; 64 of 64: 2.1 M.
+  const Tensor q = fake_cuda({1, 4, 16384, 64}), big = fake_cuda({1, 4, 128, 128}, kInt64),
+               small = fake_cuda({1, 4, 64, 64}, kInt64);
+  kernels::set_block_attention_path(kernels::BlockAttentionPath::kAuto);
+  CHECK(kernels::block_attention_takes_gemm(q, big, p));
+  CHECK_FALSE(kernels::block_attention_takes_gemm(q, small, p));
+  kernels::set_block_attention_path(kernels::BlockAttentionPath::kFused);
+  CHECK_FALSE(kernels::block_attention_takes_gemm(q, big, p));
+  kernels::set_block_attention_path(kernels::BlockAttentionPath::kGemm);
+  CHECK(kernels::block_attention_takes_gemm(q, small, p));
+  kernels::set_block_attention_path(before);
 }
 
 TEST_CASE("flash attention: a query with every key blocked outputs zeros and passes a zero gradient") {
@@ -589,6 +730,34 @@ CUDA_TEST_CASE("flash attention's fused kernel and GEMM path on CUDA equal the C
   }
 }
 
+// block_attention on CUDA takes the GEMM path for large calls and the fused kernel below: both against the CPU.
+CUDA_TEST_CASE("block attention's fused kernel and GEMM path on CUDA equal the CPU's fused kernel") {
+  const bool tf32 = cf::cuda::allow_tf32();
+  cf::cuda::set_allow_tf32(false);  // the GEMMs in full float32, whatever an earlier test left
+  for (const BlockCase& c : kBlockCases) {
+    CAPTURE(c.N);
+    CAPTURE(c.C);
+    CAPTURE(c.rounds);
+    CAPTURE(c.chunk);
+    const std::vector<Tensor> want = run_block_path(c, BlockPath::kFusedCpu, Device::cpu());
+    check_same_block_paths(c, want, run_block_path(c, BlockPath::kGemm, Device::cuda(0)));
+    check_same_block_paths(c, want, run_block_path(c, BlockPath::kFusedCuda, Device::cuda(0)));
+  }
+  cf::cuda::set_allow_tf32(tf32);
+}
+
+// Past the launch caps, so the slot and row kernels' grid-stride loops run their remainders: 1 M score rows
+// (the row kernels' grid holds 65535 x 8 warps) and 33 M gathered elements (65536 x 256 threads), in one
+// chunk. (Kept out of gpu_check.sh's sanitizer runs by its name: too slow under them.)
+CUDA_TEST_CASE("block attention on CUDA past the launch caps: 1 M rows of scores equal the CPU's") {
+  const bool tf32 = cf::cuda::allow_tf32();
+  cf::cuda::set_allow_tf32(false);
+  const BlockCase big{1, 16, 65536, 32, 32, 1024, 64, 0, 0, 1, false, false, false, false, true, 1024, kFloat32};
+  check_same_block_paths(big, run_block_path(big, BlockPath::kFusedCpu, Device::cpu()),
+                         run_block_path(big, BlockPath::kGemm, Device::cuda(0)));
+  cf::cuda::set_allow_tf32(tf32);
+}
+
 CUDA_TEST_CASE("flash_attention float64 gradcheck on CUDA") {
   Tensor kpm = padding_mask(2, 6, 2).to(Device::cuda(0));
   for (bool causal : {false, true})
@@ -705,19 +874,24 @@ CUDA_TEST_CASE("routed_attention float64 gradcheck on CUDA") {
                     {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
 }
 
-CUDA_TEST_CASE("block_attention float64 gradcheck on CUDA") {
+CUDA_TEST_CASE("block_attention float64 gradcheck on CUDA, fused kernel and GEMM path") {
   Tensor members = random_members(2, 1, 9, 3, 1, 5).to(Device::cuda(0));
   Tensor kpm = padding_mask(2, 9, 2).to(Device::cuda(0));
   BlockAttentionOptions o;
   o.look_back = 1;
   o.causal = true;
   o.self_mask = true;
-  check_grad_cuda("block_attention",
-                  [&](const std::vector<Tensor>& x) {
-                    BlockAttentionResult r = block_attention(x[0], x[1], x[2], members, kpm, o);
-                    return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
-                  },
-                  {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
+  const kernels::BlockAttentionPath before = kernels::block_attention_path();
+  for (auto path : {kernels::BlockAttentionPath::kFused, kernels::BlockAttentionPath::kGemm}) {
+    kernels::set_block_attention_path(path);
+    check_grad_cuda("block_attention",
+                    [&](const std::vector<Tensor>& x) {
+                      BlockAttentionResult r = block_attention(x[0], x[1], x[2], members, kpm, o);
+                      return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
+                    },
+                    {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
+  }
+  kernels::set_block_attention_path(before);
 }
 
 CUDA_TEST_CASE("block_attention over rounds, apart and combined: float64 gradcheck on CUDA") {
