@@ -145,7 +145,8 @@ void scatter_slot_rows_cpu(const Tensor& src, const Tensor& table, int64_t round
 //   block_rows_softmax: each row its softmax (a row with nothing allowed: zeros), its log-sum-exp written to
 //     lse[b, ho, pos] (lse (B, Ho, N), any strides; empty query slots write nothing).
 //   block_rows_grad: scores become P = exp(S - lse[b, ho, pos]) and dp (same shape) becomes
-//     dS = P (dP - D[b, ho, pos]) (D (B, Ho, N) contiguous), 0 where the score was self_score (a constant).
+//     dS = P (dP - D[b, ho, c, r]) (D (B, Ho, n, w) contiguous, one value per query slot: dO . O - dlse),
+//     0 where the score was self_score (a constant).
 struct BlockRows {
   bool causal = false;
   bool self_mask = false;

@@ -957,7 +957,7 @@ void block_rows_grad_typed(const Tensor& scores, const Tensor& dp, const Tensor&
     for (int64_t r = 0; r < w; ++r) {
       const int64_t i = qpos[r];
       const T li = i < 0 ? ninf : L[b * ls0 + h * ls1 + i * ls2];
-      const T Di = i < 0 ? T(0) : Dd[bh * N + i];
+      const T Di = Dd[g * w + r];
       probs_from_lse(Sg + r * W, 1, W, &li);
       for (int64_t c = 0; c < W; ++c) {
         const int64_t e = r * W + c;

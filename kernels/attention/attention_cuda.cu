@@ -714,7 +714,7 @@ __global__ void block_rows_grad_kernel(T* S, T* dP, SlotTab tab, const bool* pad
     const int64_t i = tab.pos(trow, row % w);
     const bool* pb = pad ? pad + b * tab.N : nullptr;
     const T li = i < 0 ? ninf<T>() : L[b * la.s0 + ho * la.s1 + i * la.s2];
-    const T Di = i < 0 ? T(0) : D[bh * tab.N + i];
+    const T Di = D[row];
     T* s = S + row * W;
     T* dp = dP + row * W;
     for (int64_t j = lane; j < W; j += 32) {

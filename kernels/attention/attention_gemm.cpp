@@ -129,7 +129,7 @@ int64_t blocks_per_chunk(const Tensor& q, const Tensor& k, const Tensor& v, int6
   if (fixed > 0) return std::min(fixed, C);
   const int64_t Dk = q.shape()[3], Dv = v.shape()[3];
   const int64_t per_block = q.shape()[0] * Ho * int64_t(dtype_size(q.dtype())) *
-                            (backward ? 2 * w * W + 2 * w * Dk + w * Dv + 2 * W * (Dk + Dv)
+                            (backward ? 2 * w * W + 2 * w * Dk + 2 * w * Dv + 2 * w + 2 * W * (Dk + Dv)
                                       : w * W + w * (Dk + Dv) + W * (Dk + Dv));
   return std::clamp<int64_t>(workspace_budget(q, k, v) / std::max<int64_t>(per_block, 1), 1, C);
 }
@@ -328,16 +328,11 @@ void block_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
   fill(dk, 0.0);
   fill(dv, 0.0);
   if (B * Ho * N == 0 || C * w == 0) return;
-  // D_i = dO_i . O_i - dlse_i in token order (as flash_attention_backward_gemm); rows of tokens in no slot
-  // are never read.
-  const Tensor D4 = Tensor::empty({B, Ho, N, 1}, out.dtype(), out.device());
-  {
-    const Tensor prod = Tensor::empty(out.shape(), out.dtype(), out.device());
-    binary(BinaryOp::Mul, dout, out, prod);
-    reduce(ReduceOp::Sum, prod, {3}, D4);
-  }
-  const Tensor D3 = make_view(D4, {B, Ho, N}, {Ho * N, N, 1}, D4.offset(), "block_attention");
-  if (dlse.defined()) binary(BinaryOp::Sub, D3, dlse, D3);
+  // dlse as rows of one element, for the slot gather.
+  const Tensor dlse_rows = dlse.defined() ? make_view(dlse, {B, Ho, N, 1},
+                                                      {dlse.strides()[0], dlse.strides()[1], dlse.strides()[2], 1},
+                                                      dlse.offset(), "block_attention")
+                                          : Tensor();
   const Tensor win = window_table(members, p.offsets);
   const int64_t n = blocks_per_chunk(q, k, v, Ho, C, w, W, true, chunk_blocks);
   const Tensor scale = scalar_like(q, p.scale);
@@ -347,7 +342,8 @@ void block_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                Vg = Tensor::empty({B, Ho, n, W, Dv}, dt, dev), dOg = Tensor::empty({B, Ho, n, w, Dv}, dt, dev),
                S = Tensor::empty({B, Ho, n, w, W}, dt, dev), dP = Tensor::empty({B, Ho, n, w, W}, dt, dev),
                dQg = Tensor::empty({B, Ho, n, w, Dk}, dt, dev), dKw = Tensor::empty({B, Ho, n, W, Dk}, dt, dev),
-               dVw = Tensor::empty({B, Ho, n, W, Dv}, dt, dev);
+               dVw = Tensor::empty({B, Ho, n, W, Dv}, dt, dev), Og = Tensor::empty({B, Ho, n, w, Dv}, dt, dev),
+               Dg = Tensor::empty({B, Ho, n, w, 1}, dt, dev), dLg = Tensor::empty({B, Ho, n, w, 1}, dt, dev);
   const BlockRows br{p.causal, p.self_mask, p.self_score};
   for (int64_t c0 = 0; c0 < C; c0 += n) {
     const int64_t m = std::min(n, C - c0);
@@ -356,15 +352,26 @@ void block_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                  Vc = leading_as(Vg, {B, Ho, m, W, Dv}), dOc = leading_as(dOg, {B, Ho, m, w, Dv}),
                  Sc = leading_as(S, {B, Ho, m, w, W}), dPc = leading_as(dP, {B, Ho, m, w, W}),
                  dQc = leading_as(dQg, {B, Ho, m, w, Dk}), dKc = leading_as(dKw, {B, Ho, m, W, Dk}),
-                 dVc = leading_as(dVw, {B, Ho, m, W, Dv});
+                 dVc = leading_as(dVw, {B, Ho, m, W, Dv}), Oc = leading_as(Og, {B, Ho, m, w, Dv}),
+                 Dc = leading_as(Dg, {B, Ho, m, w, 1});
+    // D = dO . O - dlse per query slot (FlashAttention-2 Alg. 2 line 4, plus the lse gradient: d lse_i / d S_ij
+    // = P_ij), in slot order, so nothing of the size of out (R times q's with rounds) is ever allocated.
+    gather_slot_rows(dout, tq, 1, dOc);
+    gather_slot_rows(out, tq, 1, Oc);
+    binary(BinaryOp::Mul, Oc, dOc, Oc);
+    reduce(ReduceOp::Sum, Oc, {4}, Dc);
+    if (dlse.defined()) {
+      const Tensor dLc = leading_as(dLg, {B, Ho, m, w, 1});
+      gather_slot_rows(dlse_rows, tq, 1, dLc);
+      binary(BinaryOp::Sub, Dc, dLc, Dc);
+    }
     gather_slot_rows(q, tq, R, Qc);
     binary(BinaryOp::Mul, Qc, scale, Qc);
     gather_slot_rows(k, tk, R, Kc);
     gather_slot_rows(v, tk, R, Vc);
-    gather_slot_rows(dout, tq, 1, dOc);
     matmul(Qc, transposed5(Kc), Sc);
     matmul(dOc, transposed5(Vc), dPc);
-    block_rows_grad(Sc, dPc, tk, kpm, br, lse, D3);  // Sc = P, dPc = dS
+    block_rows_grad(Sc, dPc, tk, kpm, br, lse, Dc);  // Sc = P, dPc = dS
     matmul(transposed5(Sc), dOc, dVc);               // dV window = P^T dO
     matmul(transposed5(dPc), Qc, dKc);               // dK window = scale dS^T q (Qc holds scale q)
     matmul(dPc, Kc, dQc);

@@ -318,6 +318,34 @@ TEST_CASE("block attention's GEMM path equals the fused kernel: windows, rounds,
   }
 }
 
+TEST_CASE("block attention's GEMM path: its backward holds the capped workspace and the window table, nothing of out's size") {
+  // 32 rounds over one head (LSH's form): out is 32 times q, 33.5 MB, while the workspace cap is its
+  // 16 MiB floor and the window table 8.4 MB. A dO . O product of out's size (the first version computed
+  // D that way) takes the peak past the bound.
+  const int64_t B = 1, H = 1, R = 32, N = 16384, D = 16, w = 64, C = N / w;
+  Generator g(3);
+  const Tensor q = randn({B, H, N, D}, kFloat32, g), k = randn({B, H, N, D}, kFloat32, g),
+               v = randn({B, H, N, D}, kFloat32, g), dout = randn({B, H * R, N, D}, kFloat32, g),
+               dlse = randn({B, H * R, N}, kFloat32, g);
+  const Tensor members = scattered_members(B, H * R, N, C, w, 4);
+  kernels::BlockAttentionParams p;
+  p.offsets = ops::block_window_offsets(C, 1, 0);
+  p.scale = 0.25;
+  p.rounds = R;
+  const Tensor out = Tensor::empty({B, H * R, N, D}, kFloat32), lse = Tensor::empty({B, H * R, N}, kFloat32),
+               dq = Tensor::empty(q.shape(), kFloat32), dk = Tensor::empty(k.shape(), kFloat32),
+               dv = Tensor::empty(v.shape(), kFloat32);
+  kernels::block_attention_forward_gemm(q, k, v, members, Tensor(), p, out, lse);
+  reset_peak_memory();
+  const int64_t before = memory_stats().live_bytes;
+  kernels::block_attention_backward_gemm(q, k, v, members, Tensor(), p, out, lse, dout, dlse, dq, dk, dv);
+  const int64_t peak = memory_stats().peak_bytes - before;
+  const int64_t cap = int64_t(16) << 20, table = B * H * R * C * 2 * w * 8, out_bytes = out.numel() * 4;
+  CAPTURE(peak);
+  CHECK(peak <= cap + table + (int64_t(1) << 20));
+  CHECK(out_bytes > cap + table + (int64_t(1) << 20));  // what the bound rules out
+}
+
 TEST_CASE("block attention's path setting: the environment's values, a bad one named, the size rule") {
   CHECK(kernels::parse_block_attention_path("auto") == kernels::BlockAttentionPath::kAuto);
   CHECK(kernels::parse_block_attention_path("fused") == kernels::BlockAttentionPath::kFused);
