@@ -8,6 +8,7 @@
 // number of clusters gives the speed/accuracy trade-off (the paper's Figure 1
 // analogue, at inference). One JSON line per event on stdout, a final JSON summary,
 // and the table in Markdown on stderr.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -50,7 +51,13 @@ clustered and improved clustered with C and 2C clusters (the paper's -100/-200
 rows) and oracle-top (each query keeps only its top-k exact attention weights).
 Each evaluation reports test accuracy and agreement: the fraction of test
 texts given the same topic as the model with the attention it was trained
-with. Then the speed/accuracy trade-off: accuracy, agreement and inference time
+with. The paper's Reformer columns: --train shared-full (full attention whose
+keys are the queries' projection, no key projection) and lsh-R (LSH attention
+with R hashing rounds, which always shares queries and keys), evaluated with
+shared-full and lsh-R for each R of --lsh-rounds. A model with a key
+projection cannot run a sharing attention and the reverse (the paper's "-"
+cells); clustered, improved clustered and oracle-top run on sharing models
+with the keys taken from the queries, as the paper evaluates them. Then the speed/accuracy trade-off: accuracy, agreement and inference time
 of each trained model with clustered and improved-clustered attention for each
 number of clusters in --sweep-clusters. Texts are characters (one token per code
 point), so sequences are long enough for clustering to approximate.
@@ -80,12 +87,22 @@ struct Config {
   cf::apps::ClassifierTrainConfig train_opts;
   std::vector<std::string> train = {"full", "clustered", "improved-clustered"};
   int64_t clusters = 16, topk = 8, bits = 63, iterations = 10;
+  std::vector<int64_t> lsh_rounds = {1, 4};  // the paper's lsh-1 and lsh-4
+  int64_t lsh_bucket_size = 16;
   std::vector<int64_t> eval_clusters;  // empty: {C, 2C}
   bool oracle_top = true;
   std::vector<int64_t> sweep_clusters = {1, 2, 4, 8, 16, 32, 64};
   std::vector<int64_t> seeds = {0};
   std::string device = "cpu";
 };
+
+// R of "lsh-R" (R >= 1 digits only), or 0 for any other name.
+int64_t lsh_rounds_of(const std::string& name) {
+  if (name.rfind("lsh-", 0) != 0 || name.size() == 4 || name.size() > 12) return 0;
+  for (size_t i = 4; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return 0;
+  return std::stoll(name.substr(4));
+}
 
 // Returns false for --help.
 bool parse(int argc, char** argv, Config& c) {
@@ -114,7 +131,8 @@ bool parse(int argc, char** argv, Config& c) {
   cf::apps::add_classifier_train_options(o, c.train_opts);
   o.section("Attention");
   o.add_string_list("train", &c.train,
-                    "attentions to train with, comma-separated, from full, clustered, improved-clustered");
+                    "attentions to train with, comma-separated, from full, clustered, improved-clustered, "
+                    "shared-full (keys from the queries' projection) and lsh-R (LSH attention, R hashing rounds)");
   o.add_int("clusters", &c.clusters, 1,
             "clusters of the trained clustered models (16: the paper's 100 clusters for ~780 frames, scaled to "
             "128 characters)");
@@ -128,6 +146,11 @@ bool parse(int argc, char** argv, Config& c) {
                  "cluster counts of the trade-off sweep; empty: no sweep (C=1 gives every query of a text the "
                  "same attention weights)");
   o.add_bool("oracle_top", &c.oracle_top, "evaluate oracle-top too");
+  o.add_int_list("lsh_rounds", &c.lsh_rounds, 1,
+                 "hashing rounds of the lsh-R rows (evaluated on models that share queries and keys); empty: none");
+  o.add_int("lsh_bucket_size", &c.lsh_bucket_size, 1,
+            "LSH chunk length (16: a bucket per 8 characters of 128, as the clusters above; the Reformer's 64 "
+            "is for sequences of thousands)");
   o.section("Runs");
   o.add_seeds(&c.seeds, "model initialisation, dropout, batch order, hashing");
   o.add_string("device", &c.device, "cpu | cuda[:N]: where the models train and run");
@@ -138,8 +161,9 @@ bool parse(int argc, char** argv, Config& c) {
   if (!(c.masked.mask_rate > 0 && c.masked.mask_rate < 1))
     throw UsageError("--mask-rate must be in (0, 1), got " + std::to_string(c.masked.mask_rate));
   for (const std::string& t : c.train)
-    if (t != "full" && t != "clustered" && t != "improved-clustered")
-      throw UsageError("--train: unknown attention '" + t + "' (expected full, clustered or improved-clustered)");
+    if (t != "full" && t != "shared-full" && t != "clustered" && t != "improved-clustered" && lsh_rounds_of(t) < 1)
+      throw UsageError("--train: unknown attention '" + t +
+                       "' (expected full, shared-full, clustered, improved-clustered or lsh-R with R >= 1 rounds)");
   cf::apps::check_topic_data_config(c.data);
   cf::apps::check_train_settings(c.train_opts);
   if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
@@ -165,14 +189,25 @@ json clustered_spec(const Config& c, bool improved, int64_t clusters) {
   return a;
 }
 
+json lsh_spec(const Config& c, int64_t rounds) {
+  return json{{"type", "lsh"}, {"n_hashes", rounds}, {"bucket_size", c.lsh_bucket_size}};
+}
+
 json train_spec(const Config& c, const std::string& type) {
   if (type == "full") return json{{"type", "full"}};
+  if (type == "shared-full") return json{{"type", "full"}, {"shared_qk", true}};
+  if (const int64_t r = lsh_rounds_of(type)) return lsh_spec(c, r);
   return clustered_spec(c, type == "improved-clustered", c.clusters);
 }
 
+// Whether an attention takes its keys from the queries' projection (a model trained with one has no key
+// projection): LSH always, the others when told so.
+bool shares_qk(const json& spec) { return spec["type"] == "lsh" || spec.value("shared_qk", false); }
+
 std::string label_of(const json& spec) {
   const std::string t = spec["type"].get<std::string>();
-  if (t == "full") return "full";
+  if (t == "full") return shares_qk(spec) ? "shared-full" : "full";
+  if (t == "lsh") return "lsh-" + std::to_string(spec["n_hashes"].get<int64_t>());
   return (t == "clustered" ? "clustered-" : "i-clustered-") + std::to_string(spec["clusters"].get<int64_t>());
 }
 
@@ -207,7 +242,9 @@ void install(cf::nn::Module& model, const json& spec, int64_t topk) {
     int64_t n = 0;
     for (auto& [name, m] : model.named_modules())
       if (auto* mha = dynamic_cast<cf::nn::MultiHeadAttention*>(m)) {
-        mha->set_attention(std::make_shared<OracleTopAttention>(topk));
+        auto oracle = std::make_shared<OracleTopAttention>(topk);
+        oracle->set_shared_qk(shares_qk(spec));
+        mha->set_attention(oracle);
         ++n;
       }
     if (n == 0) throw cf::ValueError("[cf-approx] the model has no attention layer");
@@ -229,6 +266,10 @@ struct Results {
 // The evaluated attentions (rows of the table), in the paper's order.
 std::vector<json> eval_specs_of(const Config& cfg) {
   std::vector<json> eval_specs = {json{{"type", "full"}}};
+  if (std::any_of(cfg.train.begin(), cfg.train.end(), [&](const std::string& t) { return shares_qk(train_spec(cfg, t)); })) {
+    eval_specs.push_back(train_spec(cfg, "shared-full"));
+    for (int64_t r : cfg.lsh_rounds) eval_specs.push_back(lsh_spec(cfg, r));
+  }
   for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, false, cl));
   for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, true, cl));
   if (cfg.oracle_top) eval_specs.push_back(json{{"type", "oracle-top"}});
@@ -236,6 +277,17 @@ std::vector<json> eval_specs_of(const Config& cfg) {
 }
 
 std::string row_label(const json& s) { return s["type"] == "oracle-top" ? std::string("oracle-top") : label_of(s); }
+
+// An evaluated attention as a model of this sharing runs it: clustered, improved clustered and oracle-top
+// take their keys from the queries on a sharing model; null for full attention and LSH when they disagree
+// with the model on sharing (no such cell: the model lacks, or has, the key projection).
+json as_run_by(const json& spec, bool model_shares) {
+  const std::string t = spec["type"].get<std::string>();
+  if (t == "full" || t == "lsh") return shares_qk(spec) == model_shares ? spec : json(nullptr);
+  json s = spec;
+  if (model_shares) s["shared_qk"] = true;
+  return s;
+}
 
 // The evaluations of one trained model: with the attention it was trained with
 // (`native`), with every attention of the table and in the trade-off sweep (the
@@ -245,12 +297,15 @@ std::string row_label(const json& s) { return s["type"] == "oracle-top" ? std::s
 void evaluate_everywhere(const Config& cfg, cf::nn::Module& model, const json& native, int64_t seed,
                          const std::string& tlabel, const std::function<cf::apps::EvalResult()>& evaluate,
                          Results& res) {
+  const bool shares = shares_qk(native);
   install(model, native, cfg.topk);
   const std::vector<int64_t> native_pred = evaluate().predictions;
-  for (const json& spec : eval_specs_of(cfg)) {
+  for (const json& row : eval_specs_of(cfg)) {
+    const json spec = as_run_by(row, shares);
+    if (spec.is_null()) continue;
     install(model, spec, cfg.topk);
     cf::apps::EvalResult r = evaluate();
-    const std::string el = row_label(spec);
+    const std::string el = row_label(row);
     const double ag = agreement(r.predictions, native_pred);
     res.acc[tlabel][el].push_back(r.accuracy);
     res.secs[tlabel][el].push_back(r.time_s);
@@ -261,7 +316,7 @@ void evaluate_everywhere(const Config& cfg, cf::nn::Module& model, const json& n
   // Speed/accuracy trade-off: each number of clusters, both variants.
   for (int64_t cl : cfg.sweep_clusters) {
     for (bool improved : {false, true}) {
-      install(model, clustered_spec(cfg, improved, cl), cfg.topk);
+      install(model, as_run_by(clustered_spec(cfg, improved, cl), shares), cfg.topk);
       cf::apps::EvalResult r = evaluate();
       const std::string variant = improved ? "i-clustered" : "clustered";
       const double ag = agreement(r.predictions, native_pred);
@@ -370,6 +425,10 @@ void summarise(const Config& cfg, cf::Device dev, const cf::apps::TopicData& dat
       md << "| " << el << " |";
       for (const std::string& t : train_labels) {
         Stats s = stats_of(part == 0 ? res.acc[t][el] : res.agree[t][el]);
+        if (s.n == 0) {  // the model and this attention disagree on sharing queries and keys
+          md << " - |";
+          continue;
+        }
         if (part == 0) {
           Stats g = stats_of(res.agree[t][el]), ts = stats_of(res.secs[t][el]);
           table[t][el] = {{"accuracy_mean", s.mean}, {"accuracy_std", s.std}, {"accuracy", res.acc[t][el]},
@@ -383,15 +442,19 @@ void summarise(const Config& cfg, cf::Device dev, const cf::apps::TopicData& dat
   json sweep = json::object();
   if (!cfg.sweep_clusters.empty()) {
     md << "\nSpeed/accuracy trade-off: test accuracy % / agreement % / test-set inference time s, mean over "
-       << cfg.seeds.size() << " seed(s)\n\n| trained with | evaluated with | full |";
+       << cfg.seeds.size() << " seed(s) (full: shared-full for a model that shares queries and keys)\n\n"
+       << "| trained with | evaluated with | full |";
     for (int64_t cl : cfg.sweep_clusters) md << " C=" << cl << " |";
     md << "\n|---|---|---|";
     for (size_t i = 0; i < cfg.sweep_clusters.size(); ++i) md << "---|";
     md << "\n";
-    for (const std::string& t : train_labels) {
+    for (size_t ti = 0; ti < train_labels.size(); ++ti) {
+      const std::string& t = train_labels[ti];
+      // The exact attention this model can run: full, or shared-full for a sharing model.
+      const std::string exact = shares_qk(train_spec(cfg, cfg.train[ti])) ? "shared-full" : "full";
       for (const std::string variant : {"clustered", "i-clustered"}) {
         char buf[96];
-        Stats fa = stats_of(res.acc[t]["full"]), fg = stats_of(res.agree[t]["full"]), ft = stats_of(res.secs[t]["full"]);
+        Stats fa = stats_of(res.acc[t][exact]), fg = stats_of(res.agree[t][exact]), ft = stats_of(res.secs[t][exact]);
         std::snprintf(buf, sizeof buf, "%.1f / %.1f / %.2f", 100 * fa.mean, 100 * fg.mean, ft.mean);
         md << "| " << t << " | " << variant << " | " << buf << " |";
         for (int64_t cl : cfg.sweep_clusters) {

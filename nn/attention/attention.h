@@ -41,8 +41,16 @@ class Attention : public Module {
   virtual Tensor forward(const AttentionArgs& args) = 0;
   // The name this variant is configured by ("full", ...).
   virtual std::string type() const = 0;
-  // True when keys must be the queries' projection (LSH attention shares Q and K).
-  virtual bool shares_qk() const { return false; }
+  // True when the keys are the queries' projection: always for LSH attention (the Reformer
+  // hashes queries and keys as one), and for any variant built with the option
+  // "shared_qk": true (make_attention), e.g. the Fast Transformers paper's shared-full model
+  // (section 4.1), a full-attention model that LSH attention can stand in for.
+  // MultiHeadAttention then has no key projection and passes k = q.
+  virtual bool shares_qk() const { return shared_qk_; }
+  void set_shared_qk(bool on) { shared_qk_ = on; }
+
+ private:
+  bool shared_qk_ = false;
 };
 
 // What a factory needs: the variant's name, the sizes, and its options, read

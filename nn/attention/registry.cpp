@@ -49,7 +49,11 @@ std::shared_ptr<Attention> make_attention(const AttentionSpec& spec) {
     for (auto& t : attention_types()) known += (known.empty() ? "" : ", ") + t;
     throw ValueError(str("[make_attention] unknown attention type '", spec.type, "' (known: ", known, ")"));
   }
-  return it->second(spec);
+  // Every variant's option: keys from the queries' projection (Attention::shares_qk).
+  const bool shared_qk = spec.options.get<bool>("shared_qk", false);
+  std::shared_ptr<Attention> attention = it->second(spec);
+  if (shared_qk) attention->set_shared_qk(true);
+  return attention;
 }
 
 }  // namespace nn

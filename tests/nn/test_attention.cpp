@@ -216,6 +216,48 @@ TEST_CASE("MultiHeadAttention: names, reference, padding, gradcheck") {
   CHECK_THROWS_MSG(nn::MultiHeadAttention(8, 2, nullptr), ValueError, "attention is null");
 }
 
+TEST_CASE("shared_qk: any variant reads its keys from the queries' projection; MultiHeadAttention drops w_k") {
+  Generator g(7);
+  nn::AttentionSpec spec;
+  spec.d_model = 8;
+  spec.n_heads = 2;
+  spec.options = nn::Config(nlohmann::json{{"shared_qk", true}}, "attention");
+  std::shared_ptr<nn::Attention> shared = nn::make_attention(spec);
+  CHECK(shared->type() == "full");
+  CHECK(shared->shares_qk());
+  nn::MultiHeadAttention mha(8, 2, shared, g);
+  std::vector<std::string> names;
+  for (auto& e : mha.named_parameters()) names.push_back(e.first);
+  CHECK(names == std::vector<std::string>{"w_q.weight", "w_q.bias", "w_v.weight", "w_v.bias", "w_o.weight",
+                                          "w_o.bias"});
+  mha.to(kFloat64);
+  Tensor x = leaf64({2, 4, 8}, 3);
+  {  // softmax(Q_h Q_h^T / sqrt(4)) V_h: the keys are the queries
+    Tensor q = mha.w_q->forward(x), v = mha.w_v->forward(x);
+    auto heads = [](const Tensor& t) { return permute(reshape(t, {2, 4, 2, 4}), {0, 2, 1, 3}); };
+    auto ref = naive_attention(heads(q), heads(q), heads(v), Tensor(), false);
+    Tensor merged = reshape(permute(t64(ref, {2, 2, 4, 4}), {0, 2, 1, 3}), {2, 4, 8});
+    check_close(mha(x), mha.w_o->forward(merged), 1e-12);
+  }
+  // Another variant told to share takes its place (clustered attention standing in for a shared-full model);
+  // one that does not share cannot, and LSH shares whatever the option says.
+  spec.type = "clustered";
+  spec.options = nn::Config(nlohmann::json{{"shared_qk", true}, {"clusters", 2}}, "attention");
+  mha.set_attention(nn::make_attention(spec));
+  CHECK(mha(x).shape() == Shape{2, 4, 8});
+  spec.options = nn::Config(nlohmann::json{{"clusters", 2}}, "attention");
+  CHECK_THROWS_MSG(mha.set_attention(nn::make_attention(spec)), ValueError,
+                   "[MultiHeadAttention] set_attention: 'clustered' and 'clustered' disagree on sharing queries and keys");
+  spec.type = "lsh";
+  spec.options = nn::Config(nlohmann::json{{"shared_qk", false}}, "attention");
+  CHECK(nn::make_attention(spec)->shares_qk());
+  spec.options = nn::Config(nlohmann::json{{"shared_qk", "yes"}}, "attention");
+  CHECK_THROWS_MSG(nn::make_attention(spec), ValueError, "attention.shared_qk");
+  CHECK_THROWS_MSG(mha.forward(x, leaf64({2, 4, 8}, 5), leaf64({2, 4, 8}, 5)), ValueError,
+                   "[MultiHeadAttention] attention 'clustered' shares queries and keys, so it only supports "
+                   "self-attention");
+}
+
 TEST_CASE("measure_cost: the fused attention kernels count the MACs of the matmuls they replace") {
   // flash_attention and block_attention are one node each, not matmuls; a model's
   // MAC count (Centroid Transformers' tables) must not change with the path.
