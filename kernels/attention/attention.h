@@ -54,7 +54,8 @@ void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
 // flash_attention through GEMMs over chunks of query rows (attention_gemm.cpp), the float32 and float64
 // path on CUDA: per chunk S = (scale q) k^T into a (B, H, r, Nk) buffer by cuBLAS, one row kernel
 // (attention_rows_softmax) turns it into P and lse, out = P v; the backward recomputes P from lse chunk by
-// chunk, dP = dO v^T, dS = P (dP - D), dq = dS (scale k) and adds P^T dO and dS^T (scale q) into dv and dk.
+// chunk and forms dS = P (dP - D) (dP = dO v^T) in one row kernel (attention_rows_grad), dq = dS (scale k),
+// and adds P^T dO and dS^T (scale q) into dv and dk.
 // Why: the scalar fused kernel reads two shared-memory operands per multiply-add and ran 3-9x behind PyTorch's
 // memory-efficient float32 attention on an H200 (docs/benchmarks.md, 2026-11-27); the GEMMs run at cuBLAS speed
 // (in TF32 when the user opts in with cf::cuda::set_allow_tf32, as every float32 matmul does).
@@ -73,25 +74,36 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
 // The row step of the GEMM path. scores (B, H, r, W) contiguous hold the (already scaled) scores of query
 // rows row0 .. row0 + r - 1 of Nq against keys 0 .. W - 1 of Nk (W < Nk: a causal chunk's key prefix, the
 // keys past it blocked for all its rows); key j is blocked for query i when key_padding_mask[b, j] ((B, Nk))
-// or, causal, j > i + Nk - Nq. lse_given false: each row becomes its softmax and its log-sum-exp is written
-// to lse (B, H, Nq) contiguous. lse_given true: each entry becomes exp(s - lse_i) (the backward's
-// recomputation). Blocked entries, and every entry of a row with nothing allowed (lse -inf), become 0.
+// or, causal, j > i + Nk - Nq.
+//   attention_rows_softmax (forward): each row becomes its softmax and its log-sum-exp is written to lse
+//     (B, H, Nq) contiguous.
+//   attention_rows_grad (backward, in one pass): each score becomes P = exp(s - lse_i) and dp (the same
+//     shape, holding dP = dO v^T) becomes dS = P (dP - D_i), D (B, H, Nq) contiguous (dO . O - dlse).
+// Blocked entries, and every entry of a row with nothing allowed (lse -inf), become 0 (P and dS).
 struct AttentionRows {
   int64_t row0 = 0, Nq = 0;
   bool causal = false;
-  bool lse_given = false;
   int64_t Nk = 0;  // keys in all; 0: the scores' width W
 };
 void attention_rows_softmax_cpu(const Tensor& scores, const Tensor& key_padding_mask, const AttentionRows& rows,
                                 const Tensor& lse);
+void attention_rows_grad_cpu(const Tensor& scores, const Tensor& dp, const Tensor& key_padding_mask,
+                             const AttentionRows& rows, const Tensor& lse, const Tensor& D);
 #ifdef CF_WITH_CUDA
 void attention_rows_softmax_cuda(const Tensor& scores, const Tensor& key_padding_mask, const AttentionRows& rows,
                                  const Tensor& lse);
+void attention_rows_grad_cuda(const Tensor& scores, const Tensor& dp, const Tensor& key_padding_mask,
+                              const AttentionRows& rows, const Tensor& lse, const Tensor& D);
 #endif
 inline void attention_rows_softmax(const Tensor& scores, const Tensor& kpm, const AttentionRows& rows,
                                    const Tensor& lse) {
   CF_DEVICE_DISPATCH("flash_attention", scores.device(), attention_rows_softmax_cpu(scores, kpm, rows, lse),
                      attention_rows_softmax_cuda(scores, kpm, rows, lse));
+}
+inline void attention_rows_grad(const Tensor& scores, const Tensor& dp, const Tensor& kpm, const AttentionRows& rows,
+                                const Tensor& lse, const Tensor& D) {
+  CF_DEVICE_DISPATCH("flash_attention", scores.device(), attention_rows_grad_cpu(scores, dp, kpm, rows, lse, D),
+                     attention_rows_grad_cuda(scores, dp, kpm, rows, lse, D));
 }
 
 struct BlockAttentionParams {

@@ -793,14 +793,18 @@ void rounds_split_typed(const Tensor& per_round, const Tensor& combined, const T
   });
 }
 
-// The GEMM path's row step (attention.h: attention_rows_softmax): blocked keys -> -inf, then the fused
-// kernel's own row helpers (softmax_rows forward, probs_from_lse backward).
+// The GEMM path's row steps (attention.h: attention_rows_softmax, attention_rows_grad): blocked keys -> -inf,
+// then the fused kernel's own row helpers (softmax_rows forward; probs_from_lse, then dS = P (dP - D), in the
+// backward, where dp and D are given).
 template <typename T>
-void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const AttentionRows& rw, const Tensor& lse) {
+void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const AttentionRows& rw, const Tensor& lse,
+                        const Tensor& dp = Tensor(), const Tensor& D = Tensor()) {
   const int64_t B = scores.shape()[0], H = scores.shape()[1], R = scores.shape()[2], W = scores.shape()[3];
   const int64_t Nk = rw.Nk > 0 ? rw.Nk : W;
   T* S = scores.data<T>();
   T* L = lse.data<T>();
+  T* dP = dp.defined() ? dp.data<T>() : nullptr;
+  const T* Dd = dP ? D.data<T>() : nullptr;
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   const T ninf = -std::numeric_limits<T>::infinity();
   parallel_for(B * H * R, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(W, 1)), [&](int64_t a, int64_t e) {
@@ -812,10 +816,14 @@ void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const Attention
       for (int64_t j = 0; j < W; ++j)
         if (j >= jend || (pb && pb[j])) s[j] = ninf;
       T* l = L + bh * rw.Nq + i;
-      if (rw.lse_given)
-        probs_from_lse(s, 1, W, l);
-      else
+      if (!dP) {
         softmax_rows(s, 1, W, l);
+        continue;
+      }
+      probs_from_lse(s, 1, W, l);
+      T* d = dP + g * W;
+      const T Di = Dd[bh * rw.Nq + i];
+      for (int64_t j = 0; j < W; ++j) d[j] = s[j] * (d[j] - Di);
     }
   });
 }
@@ -1049,6 +1057,12 @@ void block_rows_grad_cpu(const Tensor& scores, const Tensor& dp, const Tensor& t
 void attention_rows_softmax_cpu(const Tensor& scores, const Tensor& kpm, const AttentionRows& rows,
                                 const Tensor& lse) {
   CF_DISPATCH_FLOAT_STD(scores.dtype(), "flash_attention", rows_softmax_typed<scalar_t>(scores, kpm, rows, lse));
+}
+
+void attention_rows_grad_cpu(const Tensor& scores, const Tensor& dp, const Tensor& kpm, const AttentionRows& rows,
+                             const Tensor& lse, const Tensor& D) {
+  CF_DISPATCH_FLOAT_STD(scores.dtype(), "flash_attention",
+                        rows_softmax_typed<scalar_t>(scores, kpm, rows, lse, dp, D));
 }
 
 }  // namespace cf::kernels

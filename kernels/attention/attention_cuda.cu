@@ -543,14 +543,15 @@ __global__ void __launch_bounds__(NT) rounds_split_kernel(const T* X, const T* Y
 
 // ---------------------------------------------------------------- the GEMM path's row step
 
-// One block per row (grid-stride over rows): the row's maximum and sum of exponentials by
-// block reductions (the sum in double, as the CPU's), then exp(s - lse) written in place.
+// One block per row (grid-stride over rows). Forward (dP null): the row's maximum and sum of exponentials
+// by block reductions (the sum in double, as the CPU's), lse written, then exp(s - lse) in place. Backward:
+// lse read, P = exp(s - lse) in place and dS = P (dP - D) over dP, in one pass.
 // Layout and rule as rows_softmax_typed in attention_cpu.cpp.
 constexpr int kRowThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
     rows_softmax_kernel(T* S, const bool* pad, T* L, int64_t rows, int64_t H, int64_t R, int64_t W, int64_t Nk,
-                        AttentionRows rw) {
+                        AttentionRows rw, T* dP, const T* D) {
   __shared__ double red[32];
   const cu::BlockRow row{red};
   const T neg_inf = ninf<T>();
@@ -562,7 +563,7 @@ __global__ void __launch_bounds__(kRowThreads)
     T* s = S + g * W;
     T* l = L + bh * rw.Nq + i;
     T li;
-    if (rw.lse_given) {
+    if (dP) {
       li = *l;
     } else {
       T m = neg_inf;
@@ -580,8 +581,18 @@ __global__ void __launch_bounds__(kRowThreads)
       }
       if (threadIdx.x == 0) *l = li;
     }
-    for (int64_t j = threadIdx.x; j < W; j += kRowThreads)
-      s[j] = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - li);
+    if (dP) {
+      T* d = dP + g * W;
+      const T Di = D[bh * rw.Nq + i];
+      for (int64_t j = threadIdx.x; j < W; j += kRowThreads) {
+        const T p = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - li);
+        s[j] = p;
+        d[j] = p * (d[j] - Di);
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < W; j += kRowThreads)
+        s[j] = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - li);
+    }
     __syncthreads();  // red is reused by the next row's reductions
   }
 }
@@ -884,7 +895,22 @@ void attention_rows_softmax_cuda(const Tensor& scores, const Tensor& kpm, const 
   CF_DISPATCH_FLOAT_STD(scores.dtype(), op,
                         rows_softmax_kernel<scalar_t><<<cu::blocks_for(n), kRowThreads>>>(
                             scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, W,
-                            rows.Nk > 0 ? rows.Nk : W, rows));
+                            rows.Nk > 0 ? rows.Nk : W, rows, nullptr, nullptr));
+  ::cf::cuda::check_launch(op);
+}
+
+void attention_rows_grad_cuda(const Tensor& scores, const Tensor& dp, const Tensor& kpm, const AttentionRows& rows,
+                              const Tensor& lse, const Tensor& D) {
+  const char* op = "flash_attention";
+  cu::use_device_of(scores, op);
+  const int64_t H = scores.shape()[1], R = scores.shape()[2], W = scores.shape()[3];
+  const int64_t n = scores.shape()[0] * H * R;
+  if (n == 0 || W == 0) return;
+  const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  CF_DISPATCH_FLOAT_STD(scores.dtype(), op,
+                        rows_softmax_kernel<scalar_t><<<cu::blocks_for(n), kRowThreads>>>(
+                            scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, W,
+                            rows.Nk > 0 ? rows.Nk : W, rows, dp.data<scalar_t>(), D.data<scalar_t>()));
   ::cf::cuda::check_launch(op);
 }
 

@@ -165,7 +165,7 @@ void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
     }
     const Tensor Sc = leading(S, n, W), Oc = leading(O, n, Dv);
     matmul(row_chunk(qs, i0, n), transposed(row_chunk(k, 0, W)), Sc);
-    attention_rows_softmax(Sc, kpm, {i0, Nq, p.causal, false, Nk}, lse);
+    attention_rows_softmax(Sc, kpm, {i0, Nq, p.causal, Nk}, lse);
     matmul(Sc, row_chunk(v, 0, W), Oc);
     if (r < Nq) copy(Oc, row_chunk(out, i0, n));
   }
@@ -190,10 +190,8 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
     binary(BinaryOp::Mul, dout, out, prod);
     reduce(ReduceOp::Sum, prod, {3}, D4);
   }
-  if (dlse.defined()) {
-    const Tensor D3 = make_view(D4, {B, H, Nq}, {H * Nq, Nq, 1}, D4.offset(), "flash_attention");
-    binary(BinaryOp::Sub, D3, dlse, D3);
-  }
+  const Tensor D3 = make_view(D4, {B, H, Nq}, {H * Nq, Nq, 1}, D4.offset(), "flash_attention");
+  if (dlse.defined()) binary(BinaryOp::Sub, D3, dlse, D3);
   const int64_t r = rows_per_chunk(q, k, v, chunk_rows);
   const Tensor scale = scalar_like(q, p.scale);
   const Tensor qs = scaled(q, scale);
@@ -225,7 +223,8 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
     const Tensor Pc = leading(P, n, W), dSc = leading(dS, n, W), qc = row_chunk(qs, i0, n),
                  dOc = row_chunk(dout, i0, n);
     matmul(qc, transposed(kw), Pc);
-    attention_rows_softmax(Pc, kpm, {i0, Nq, p.causal, true, Nk}, lse);  // P = exp(S - lse)
+    matmul(dOc, transposed(vw), dSc);                                  // dP
+    attention_rows_grad(Pc, dSc, kpm, {i0, Nq, p.causal, Nk}, lse, D3);  // P = exp(S - lse), dS = P (dP - D)
     if (direct) {
       matmul(transposed(Pc), dOc, dv);
     } else {
@@ -233,11 +232,6 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
       matmul(transposed(Pc), dOc, t);
       add_scaled(dvw, t, 1.0, dvw);
     }
-    matmul(dOc, transposed(vw), dSc);  // dP
-    // dS = P (dP - D_i): D broadcast along the keys (stride 0).
-    binary(BinaryOp::Sub, dSc, make_view(D4, {B, H, n, W}, {H * Nq, Nq, 1, 0}, D4.offset() + i0, "flash_attention"),
-           dSc);
-    binary(BinaryOp::Mul, dSc, Pc, dSc);
     const Tensor dQn = leading(dQc, n, Dk);
     matmul(dSc, kw, dQn);
     binary(BinaryOp::Mul, dQn, scale, row_chunk(dq, i0, n));  // dq = scale dS k
