@@ -15,6 +15,8 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "--train: unknown attention 'bigbird'" "bad train attention")
   run(2 out err --train lsh-0)
   expect_match("${err}" "--train: unknown attention 'lsh-0' \\(expected full, shared-full, clustered, improved-clustered or lsh-R with R >= 1 rounds\\)" "lsh without rounds")
+  run(2 out err --train lsh-01)
+  expect_match("${err}" "--train: unknown attention 'lsh-01'" "lsh rounds with a leading zero")
   run(2 out err --lsh-rounds 1,0)
   expect_match("${err}" "--lsh-rounds" "lsh rounds 0")
   run(2 out err --lsh-bucket-size 0)
@@ -115,7 +117,8 @@ expect_match("${err}" "checkpoint 'ckpt/full-C4-seed3.safetensors' was written w
 # The Reformer columns: a shared-full model (no key projection) and an lsh-2 model run every attention that
 # shares queries and keys, and clustered, improved clustered and oracle-top with the keys taken from the
 # queries; a model with a key projection gets no sharing cell and the reverse ("-" in the tables).
-run(0 out err ${tiny} --train full,shared-full,lsh-2 --lsh-rounds 1,2 --lsh-bucket-size 8 --checkpoint-dir ckpt-shared)
+# A trained lsh-R has its own row even when R is not among --lsh-rounds (lsh-2 here).
+run(0 out err ${tiny} --train full,shared-full,lsh-2 --lsh-rounds 1 --lsh-bucket-size 8 --checkpoint-dir ckpt-shared)
 last_line("${out}" summary)
 foreach(train shared-full lsh-2)
   foreach(eval shared-full lsh-1 lsh-2 clustered-4 clustered-8 i-clustered-4 i-clustered-8 oracle-top)

@@ -52,9 +52,11 @@ rows) and oracle-top (each query keeps only its top-k exact attention weights).
 Each evaluation reports test accuracy and agreement: the fraction of test
 texts given the same topic as the model with the attention it was trained
 with. The paper's Reformer columns: --train shared-full (full attention whose
-keys are the queries' projection, no key projection) and lsh-R (LSH attention
-with R hashing rounds, which always shares queries and keys), evaluated with
-shared-full and lsh-R for each R of --lsh-rounds. A model with a key
+keys are the queries' projection, no key projection, in the Reformer's form:
+keys normalised, a token attends to itself only when nothing else is allowed;
+LSH attention with one bucket and one chunk of the whole sequence) and lsh-R
+(LSH attention with R hashing rounds), evaluated with shared-full and lsh-R for
+each R of --lsh-rounds and of --train. A model with a key
 projection cannot run a sharing attention and the reverse (the paper's "-"
 cells); clustered, improved clustered and oracle-top run on sharing models
 with the keys taken from the queries, as the paper evaluates them. Then the speed/accuracy trade-off: accuracy, agreement and inference time
@@ -89,6 +91,7 @@ struct Config {
   int64_t clusters = 16, topk = 8, bits = 63, iterations = 10;
   std::vector<int64_t> lsh_rounds = {1, 4};  // the paper's lsh-1 and lsh-4
   int64_t lsh_bucket_size = 16;
+  int64_t seq_len = 0;  // the model's longest sequence (set once the data is read): shared-full's one chunk
   std::vector<int64_t> eval_clusters;  // empty: {C, 2C}
   bool oracle_top = true;
   std::vector<int64_t> sweep_clusters = {1, 2, 4, 8, 16, 32, 64};
@@ -96,9 +99,9 @@ struct Config {
   std::string device = "cpu";
 };
 
-// R of "lsh-R" (R >= 1 digits only), or 0 for any other name.
+// R of "lsh-R" (R >= 1, digits without a leading zero), or 0 for any other name.
 int64_t lsh_rounds_of(const std::string& name) {
-  if (name.rfind("lsh-", 0) != 0 || name.size() == 4 || name.size() > 12) return 0;
+  if (name.rfind("lsh-", 0) != 0 || name.size() == 4 || name.size() > 12 || name[4] == '0') return 0;
   for (size_t i = 4; i < name.size(); ++i)
     if (name[i] < '0' || name[i] > '9') return 0;
   return std::stoll(name.substr(4));
@@ -193,9 +196,15 @@ json lsh_spec(const Config& c, int64_t rounds) {
   return json{{"type", "lsh"}, {"n_hashes", rounds}, {"bucket_size", c.lsh_bucket_size}};
 }
 
+// The paper's shared-full: full attention of a shared-QK model as the Reformer defines it (normalised keys,
+// no attention to oneself beside another key), i.e. LSH attention with a single bucket and a single chunk.
+json shared_full_spec(const Config& c) {
+  return json{{"type", "lsh"}, {"n_hashes", 1}, {"n_buckets", 1}, {"bucket_size", c.seq_len}};
+}
+
 json train_spec(const Config& c, const std::string& type) {
   if (type == "full") return json{{"type", "full"}};
-  if (type == "shared-full") return json{{"type", "full"}, {"shared_qk", true}};
+  if (type == "shared-full") return shared_full_spec(c);
   if (const int64_t r = lsh_rounds_of(type)) return lsh_spec(c, r);
   return clustered_spec(c, type == "improved-clustered", c.clusters);
 }
@@ -206,8 +215,9 @@ bool shares_qk(const json& spec) { return spec["type"] == "lsh" || spec.value("s
 
 std::string label_of(const json& spec) {
   const std::string t = spec["type"].get<std::string>();
-  if (t == "full") return shares_qk(spec) ? "shared-full" : "full";
-  if (t == "lsh") return "lsh-" + std::to_string(spec["n_hashes"].get<int64_t>());
+  if (t == "full") return "full";
+  if (t == "lsh")
+    return spec.value("n_buckets", 0) == 1 ? "shared-full" : "lsh-" + std::to_string(spec["n_hashes"].get<int64_t>());
   return (t == "clustered" ? "clustered-" : "i-clustered-") + std::to_string(spec["clusters"].get<int64_t>());
 }
 
@@ -267,8 +277,12 @@ struct Results {
 std::vector<json> eval_specs_of(const Config& cfg) {
   std::vector<json> eval_specs = {json{{"type", "full"}}};
   if (std::any_of(cfg.train.begin(), cfg.train.end(), [&](const std::string& t) { return shares_qk(train_spec(cfg, t)); })) {
-    eval_specs.push_back(train_spec(cfg, "shared-full"));
-    for (int64_t r : cfg.lsh_rounds) eval_specs.push_back(lsh_spec(cfg, r));
+    eval_specs.push_back(shared_full_spec(cfg));
+    std::vector<int64_t> rounds = cfg.lsh_rounds;  // and every trained lsh-R, so each model has its own row
+    for (const std::string& t : cfg.train)
+      if (const int64_t r = lsh_rounds_of(t); r > 0 && std::find(rounds.begin(), rounds.end(), r) == rounds.end())
+        rounds.push_back(r);
+    for (int64_t r : rounds) eval_specs.push_back(lsh_spec(cfg, r));
   }
   for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, false, cl));
   for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, true, cl));
@@ -480,13 +494,15 @@ void summarise(const Config& cfg, cf::Device dev, const cf::apps::TopicData& dat
 }
 
 // The app once its command line is read: its exit status.
-int run(const Config& cfg, cf::Device dev) {
+int run(Config cfg, cf::Device dev) {
   const auto t_start = std::chrono::steady_clock::now();
   const cf::apps::TopicData data = cf::apps::load_topic_data(cfg.data, "cf-approx");
+  cfg.seq_len = cfg.task == "masked" ? cfg.masked.seq_len : data.max_tokens;
   const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
   emit({{"event", "start"}, {"app", "cf-approx"}, {"device", cfg.device}, {"task", cfg.task}, {"seeds", cfg.seeds},
         {"train", cfg.train}, {"clusters", cfg.clusters}, {"eval_clusters", cfg.eval_clusters},
-        {"topk", cfg.topk}, {"sweep_clusters", cfg.sweep_clusters}, {"steps", tc.steps}});
+        {"topk", cfg.topk}, {"sweep_clusters", cfg.sweep_clusters}, {"lsh_rounds", cfg.lsh_rounds},
+        {"lsh_bucket_size", cfg.lsh_bucket_size}, {"steps", tc.steps}});
   emit(cf::apps::topic_data_event(cfg.data, data));
 
   cf::apps::TopicLoaders loaders(data, tc.eval_batch_size);

@@ -42,10 +42,10 @@ class Attention : public Module {
   // The name this variant is configured by ("full", ...).
   virtual std::string type() const = 0;
   // True when the keys are the queries' projection: always for LSH attention (the Reformer
-  // hashes queries and keys as one), and for any variant built with the option
-  // "shared_qk": true (make_attention), e.g. the Fast Transformers paper's shared-full model
-  // (section 4.1), a full-attention model that LSH attention can stand in for.
-  // MultiHeadAttention then has no key projection and passes k = q.
+  // hashes queries and keys as one, and normalises the keys), and for any variant built with
+  // the option "shared_qk": true (make_attention), which then reads k = q as it is (e.g.
+  // clustered attention on a model trained with shared queries and keys). MultiHeadAttention
+  // has no key projection for such a variant and passes k = q.
   virtual bool shares_qk() const { return shared_qk_; }
   void set_shared_qk(bool on) { shared_qk_ = on; }
 

@@ -21,7 +21,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t n_heads, std::sh
 
 void MultiHeadAttention::set_attention(std::shared_ptr<Attention> attention) {
   CF_CHECK(attention != nullptr, ValueError, "[MultiHeadAttention] set_attention: attention is null");
-  CF_CHECK(attention->shares_qk() == attention_->shares_qk(), ValueError, "[MultiHeadAttention] set_attention: '",
+  CF_CHECK(attention->shares_qk() == (w_k == nullptr), ValueError, "[MultiHeadAttention] set_attention: '",
            attention->type(), "' and '", attention_->type(),
            "' disagree on sharing queries and keys, so they need different projections");
   attention->train(is_training());
@@ -46,11 +46,12 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const
            "); got query ", shape_str(query.shape()), ", key ", shape_str(key.shape()), ", value ",
            shape_str(value.shape()));
   const bool self = query.is_same(key);
-  CF_CHECK(!attention_->shares_qk() || self, ValueError, "[MultiHeadAttention] attention '", attention_->type(),
+  // The layout decides (w_k was built or not), whatever the attention says now.
+  CF_CHECK(w_k || self, ValueError, "[MultiHeadAttention] attention '", attention_->type(),
            "' shares queries and keys, so it only supports self-attention");
   AttentionArgs a;
   a.q = split_heads(w_q->forward(query));
-  a.k = attention_->shares_qk() ? a.q : split_heads(w_k->forward(key));
+  a.k = w_k ? split_heads(w_k->forward(key)) : a.q;
   a.v = split_heads(w_v->forward(value));
   a.key_padding_mask = key_padding_mask;
   a.query_padding_mask = query_padding_mask.defined() ? query_padding_mask : (self ? key_padding_mask : Tensor());

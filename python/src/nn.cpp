@@ -278,7 +278,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       "One attention variant on per-head q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv) -> (B, H, Nq, Dv). "
       "key_padding_mask: bool (B, Nk), True = padding. Build one with cf.nn.make_attention(type, ...).");
   att.def_prop_ro("type", &cnn::Attention::type, "The name this variant is configured by.")
-      .def_prop_ro("shares_qk", &cnn::Attention::shares_qk, "True when keys must be the queries' projection (LSH).");
+      .def_prop_ro("shares_qk", &cnn::Attention::shares_qk, "True when keys are the queries' projection (LSH always; any variant built with shared_qk=True).");
   auto att_forward = [](cnn::Attention& a, const Tensor& q, const Tensor& k, const Tensor& v,
                         std::optional<Tensor> kpm, std::optional<Tensor> qpm, bool causal,
                         std::optional<Tensor> query_input, cnn::AuxLosses* aux) {
