@@ -216,7 +216,7 @@ TEST_CASE("MultiHeadAttention: names, reference, padding, gradcheck") {
   CHECK_THROWS_MSG(nn::MultiHeadAttention(8, 2, nullptr), ValueError, "attention is null");
 }
 
-TEST_CASE("shared_qk: any variant reads its keys from the queries' projection; MultiHeadAttention drops w_k") {
+TEST_CASE("shared_qk: any variant reads its keys from the queries' projection, and MultiHeadAttention drops w_k") {
   Generator g(7);
   nn::AttentionSpec spec;
   spec.d_model = 8;
