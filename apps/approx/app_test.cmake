@@ -14,7 +14,7 @@ if(MODE STREQUAL "errors")
   run(2 out err --train full,bigbird)
   expect_match("${err}" "--train: unknown attention 'bigbird'" "bad train attention")
   run(2 out err --train lsh-0)
-  expect_match("${err}" "--train: unknown attention 'lsh-0' \\(expected full, shared-full, clustered, improved-clustered or lsh-R with R >= 1 rounds\\)" "lsh without rounds")
+  expect_match("${err}" "--train: unknown attention 'lsh-0' \\(expected full, shared-full, shared-full-plain, clustered, improved-clustered or lsh-R with R >= 1 rounds\\)" "lsh without rounds")
   run(2 out err --train lsh-01)
   expect_match("${err}" "--train: unknown attention 'lsh-01'" "lsh rounds with a leading zero")
   run(2 out err --lsh-rounds 1,0)
@@ -114,14 +114,17 @@ expect_same_json("${summary}" "${summary2}" "reloaded vs trained" table full ful
 run(1 out err ${tiny} --lr 0.01)
 expect_match("${err}" "checkpoint 'ckpt/full-C4-seed3.safetensors' was written with other settings" "stale checkpoint")
 
-# The Reformer columns: a shared-full model (no key projection) and an lsh-2 model run every attention that
-# shares queries and keys, and clustered, improved clustered and oracle-top with the keys taken from the
-# queries; a model with a key projection gets no sharing cell and the reverse ("-" in the tables).
+# The Reformer columns: shared-full, shared-full-plain (no key projection) and lsh-2 models run every
+# attention that shares queries and keys, and clustered, improved clustered and oracle-top with the keys
+# taken from the queries, under the Reformer's key rule for shared-full and lsh-R and as they are for
+# shared-full-plain; a model with a key projection gets no sharing cell and the reverse ("-" in the tables).
 # A trained lsh-R has its own row even when R is not among --lsh-rounds (lsh-2 here).
-run(0 out err ${tiny} --train full,shared-full,lsh-2 --lsh-rounds 1 --lsh-bucket-size 8 --checkpoint-dir ckpt-shared)
+run(0 out err ${tiny} --train full,shared-full,shared-full-plain,lsh-2 --lsh-rounds 1 --lsh-bucket-size 8
+    --checkpoint-dir ckpt-shared)
 last_line("${out}" summary)
-foreach(train shared-full lsh-2)
-  foreach(eval shared-full lsh-1 lsh-2 clustered-4 clustered-8 i-clustered-4 i-clustered-8 oracle-top)
+foreach(train shared-full shared-full-plain lsh-2)
+  foreach(eval shared-full shared-full-plain lsh-1 lsh-2 clustered-4 clustered-8 i-clustered-4 i-clustered-8
+          oracle-top)
     string(JSON a GET "${summary}" table ${train} ${eval} accuracy_mean)
     if(a LESS 0 OR a GREATER 1)
       message(FATAL_ERROR "smoke: accuracy ${train}/${eval} = ${a}")
@@ -140,8 +143,19 @@ string(JSON none ERROR_VARIABLE missing GET "${summary}" table full lsh-1)
 if(NOT missing)
   message(FATAL_ERROR "smoke: the full model (a key projection) has an lsh-1 cell: ${none}")
 endif()
-expect_match("${err}" "\\| lsh-1 \\| - \\| [0-9.]+ \\| [0-9.]+ \\|" "dash for a cell the model cannot run")
-foreach(f shared-full-C4-seed3 lsh-2-C4-seed3)
+expect_match("${err}" "\\| lsh-1 \\| - \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+ \\|" "dash for a cell the model cannot run")
+# The key rule each evaluation used, in the eval and sweep events.
+foreach(rule "full,clustered-4,projection" "shared-full,clustered-4,reformer" "lsh-2,oracle-top,reformer"
+        "shared-full-plain,i-clustered-8,plain" "shared-full-plain,oracle-top,plain"
+        "shared-full-plain,shared-full,reformer")
+  string(REPLACE "," ";" r "${rule}")
+  list(GET r 0 t)
+  list(GET r 1 e)
+  list(GET r 2 k)
+  expect_match("${out}" "\"train_attention\":\"${t}\",\"eval_attention\":\"${e}\",[^}]*\"key_rule\":\"${k}\"" "key rule ${rule}")
+endforeach()
+expect_match("${out}" "\"event\":\"sweep\",\"seed\":3,\"train_attention\":\"lsh-2\",[^}]*\"key_rule\":\"reformer\"" "sweep key rule")
+foreach(f shared-full-C4-seed3 shared-full-plain-C4-seed3 lsh-2-C4-seed3)
   if(NOT EXISTS "${WORK_DIR}/ckpt-shared/${f}.safetensors")
     message(FATAL_ERROR "smoke: checkpoint ${f}.safetensors not written")
   endif()

@@ -27,6 +27,7 @@
 #include "common/report.h"
 #include "common/topic_classification.h"
 #include "masked_task.h"
+#include "reformer_rule.h"
 #include "models/attention_switch.h"
 #include "nn/attention/multi_head.h"
 
@@ -56,10 +57,15 @@ keys are the queries' projection, no key projection, in the Reformer's form:
 keys normalised, a token attends to itself only when nothing else is allowed;
 LSH attention with one bucket and one chunk of the whole sequence) and lsh-R
 (LSH attention with R hashing rounds), evaluated with shared-full and lsh-R for
-each R of --lsh-rounds and of --train. A model with a key
-projection cannot run a sharing attention and the reverse (the paper's "-"
-cells); clustered, improved clustered and oracle-top run on sharing models
-with the keys taken from the queries, as the paper evaluates them. Then the speed/accuracy trade-off: accuracy, agreement and inference time
+each R of --lsh-rounds and of --train; shared-full-plain is the other reading
+of the paper's shared-full: full attention with k = q as they are. A model
+with a key projection cannot run a sharing attention and the reverse (the
+paper's "-" cells); clustered, improved clustered and oracle-top run on
+sharing models with the keys taken from the queries, under the key rule the
+model was trained with: the Reformer's for shared-full and lsh-R (normalised
+keys; a query's own key gets no weight while another is allowed; dense
+weights, an analysis tool for short sequences), as they are for
+shared-full-plain. Then the speed/accuracy trade-off: accuracy, agreement and inference time
 of each trained model with clustered and improved-clustered attention for each
 number of clusters in --sweep-clusters. Texts are characters (one token per code
 point), so sequences are long enough for clustering to approximate.
@@ -135,7 +141,8 @@ bool parse(int argc, char** argv, Config& c) {
   o.section("Attention");
   o.add_string_list("train", &c.train,
                     "attentions to train with, comma-separated, from full, clustered, improved-clustered, "
-                    "shared-full (keys from the queries' projection) and lsh-R (LSH attention, R hashing rounds)");
+                    "shared-full (keys from the queries' projection, the Reformer's rule), shared-full-plain (keys "
+                    "are the queries as they are) and lsh-R (LSH attention, R hashing rounds)");
   o.add_int("clusters", &c.clusters, 1,
             "clusters of the trained clustered models (16: the paper's 100 clusters for ~780 frames, scaled to "
             "128 characters)");
@@ -164,9 +171,11 @@ bool parse(int argc, char** argv, Config& c) {
   if (!(c.masked.mask_rate > 0 && c.masked.mask_rate < 1))
     throw UsageError("--mask-rate must be in (0, 1), got " + std::to_string(c.masked.mask_rate));
   for (const std::string& t : c.train)
-    if (t != "full" && t != "shared-full" && t != "clustered" && t != "improved-clustered" && lsh_rounds_of(t) < 1)
+    if (t != "full" && t != "shared-full" && t != "shared-full-plain" && t != "clustered" &&
+        t != "improved-clustered" && lsh_rounds_of(t) < 1)
       throw UsageError("--train: unknown attention '" + t +
-                       "' (expected full, shared-full, clustered, improved-clustered or lsh-R with R >= 1 rounds)");
+                       "' (expected full, shared-full, shared-full-plain, clustered, improved-clustered or lsh-R "
+                       "with R >= 1 rounds)");
   cf::apps::check_topic_data_config(c.data);
   cf::apps::check_train_settings(c.train_opts);
   if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
@@ -202,9 +211,14 @@ json shared_full_spec(const Config& c) {
   return json{{"type", "lsh"}, {"n_hashes", 1}, {"n_buckets", 1}, {"bucket_size", c.seq_len}};
 }
 
+// The other reading of the paper's shared-full: full attention with k = q as they are (no normalisation,
+// a token's own key like any other).
+json shared_full_plain_spec() { return json{{"type", "full"}, {"shared_qk", true}}; }
+
 json train_spec(const Config& c, const std::string& type) {
   if (type == "full") return json{{"type", "full"}};
   if (type == "shared-full") return shared_full_spec(c);
+  if (type == "shared-full-plain") return shared_full_plain_spec();
   if (const int64_t r = lsh_rounds_of(type)) return lsh_spec(c, r);
   return clustered_spec(c, type == "improved-clustered", c.clusters);
 }
@@ -213,9 +227,13 @@ json train_spec(const Config& c, const std::string& type) {
 // projection): LSH always, the others when told so.
 bool shares_qk(const json& spec) { return spec["type"] == "lsh" || spec.value("shared_qk", false); }
 
+// Whether a model trained with this attention learned the Reformer's key rule (normalised keys, no attention
+// to oneself beside another key): shared-full and lsh-R, which are LSH attention.
+bool reformer_rule(const json& spec) { return spec["type"] == "lsh"; }
+
 std::string label_of(const json& spec) {
   const std::string t = spec["type"].get<std::string>();
-  if (t == "full") return "full";
+  if (t == "full") return spec.value("shared_qk", false) ? "shared-full-plain" : "full";
   if (t == "lsh")
     return spec.value("n_buckets", 0) == 1 ? "shared-full" : "lsh-" + std::to_string(spec["n_hashes"].get<int64_t>());
   return (t == "clustered" ? "clustered-" : "i-clustered-") + std::to_string(spec["clusters"].get<int64_t>());
@@ -246,18 +264,39 @@ class OracleTopAttention : public cf::nn::Attention {
   int64_t k_;
 };
 
-// Install an attention (a JSON spec, or oracle-top) in every self-attention layer.
+// The clustered or improved clustered attention of a spec (clustered_spec's keys) under the Reformer's key rule.
+std::shared_ptr<cf::apps::ReformerRuleAttention> reformer_rule_clustered(const json& spec) {
+  cf::nn::ClusteredOptions o;
+  o.improved = spec["type"] == "improved-clustered";
+  o.clusters = spec["clusters"].get<int64_t>();
+  o.bits = spec["bits"].get<int64_t>();
+  o.iterations = spec["iterations"].get<int64_t>();
+  if (o.improved) o.topk = spec["topk"].get<int64_t>();
+  return cf::apps::ReformerRuleAttention::clustered(o);
+}
+
+// Install an attention (a JSON spec, or oracle-top; with "key_rule": "reformer", the analysis attentions of
+// reformer_rule.h) in every self-attention layer.
 void install(cf::nn::Module& model, const json& spec, int64_t topk) {
-  if (spec["type"] == "oracle-top") {
-    int64_t n = 0;
+  const bool reformer = spec.value("key_rule", "") == "reformer";
+  if (spec["type"] == "oracle-top" || reformer) {
+    // The layers first: replacing an attention frees the old one, which named_modules also lists.
+    std::vector<cf::nn::MultiHeadAttention*> layers;
     for (auto& [name, m] : model.named_modules())
-      if (auto* mha = dynamic_cast<cf::nn::MultiHeadAttention*>(m)) {
-        auto oracle = std::make_shared<OracleTopAttention>(topk);
-        oracle->set_shared_qk(shares_qk(spec));
-        mha->set_attention(oracle);
-        ++n;
+      if (auto* mha = dynamic_cast<cf::nn::MultiHeadAttention*>(m)) layers.push_back(mha);
+    for (cf::nn::MultiHeadAttention* mha : layers) {
+      std::shared_ptr<cf::nn::Attention> a;
+      if (!reformer) {
+        a = std::make_shared<OracleTopAttention>(topk);
+        a->set_shared_qk(shares_qk(spec));
+      } else if (spec["type"] == "oracle-top") {
+        a = cf::apps::ReformerRuleAttention::oracle_top(topk);
+      } else {
+        a = reformer_rule_clustered(spec);
       }
-    if (n == 0) throw cf::ValueError("[cf-approx] the model has no attention layer");
+      mha->set_attention(a);
+    }
+    if (layers.empty()) throw cf::ValueError("[cf-approx] the model has no attention layer");
     return;
   }
   cf::models::set_attention(model, nlohmann::json::parse(spec.dump()));
@@ -284,6 +323,8 @@ std::vector<json> eval_specs_of(const Config& cfg) {
         rounds.push_back(r);
     for (int64_t r : rounds) eval_specs.push_back(lsh_spec(cfg, r));
   }
+  if (std::find(cfg.train.begin(), cfg.train.end(), "shared-full-plain") != cfg.train.end())
+    eval_specs.push_back(shared_full_plain_spec());
   for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, false, cl));
   for (int64_t cl : cfg.eval_clusters) eval_specs.push_back(clustered_spec(cfg, true, cl));
   if (cfg.oracle_top) eval_specs.push_back(json{{"type", "oracle-top"}});
@@ -292,15 +333,28 @@ std::vector<json> eval_specs_of(const Config& cfg) {
 
 std::string row_label(const json& s) { return s["type"] == "oracle-top" ? std::string("oracle-top") : label_of(s); }
 
-// An evaluated attention as a model of this sharing runs it: clustered, improved clustered and oracle-top
-// take their keys from the queries on a sharing model; null for full attention and LSH when they disagree
-// with the model on sharing (no such cell: the model lacks, or has, the key projection).
-json as_run_by(const json& spec, bool model_shares) {
+// An evaluated attention as a model trained with `native` runs it: on a sharing model clustered, improved
+// clustered and oracle-top take their keys from the queries, under the key rule the model learned (the
+// Reformer's for shared-full and lsh-R, k = q as they are for shared-full-plain); null for full attention
+// and LSH when they disagree with the model on sharing (no such cell: the model lacks, or has, the key
+// projection).
+json as_run_by(const json& spec, const json& native) {
   const std::string t = spec["type"].get<std::string>();
+  const bool model_shares = shares_qk(native);
   if (t == "full" || t == "lsh") return shares_qk(spec) == model_shares ? spec : json(nullptr);
   json s = spec;
-  if (model_shares) s["shared_qk"] = true;
+  if (reformer_rule(native))
+    s["key_rule"] = "reformer";
+  else if (model_shares)
+    s["shared_qk"] = true;
   return s;
+}
+
+// The keys an evaluation uses (the "key_rule" of the eval and sweep events): the model's key projection
+// ("projection"), the queries under the Reformer's rule ("reformer"), or the queries as they are ("plain").
+std::string key_rule_of(const json& run_spec) {
+  if (run_spec["type"] == "lsh" || run_spec.value("key_rule", "") == "reformer") return "reformer";
+  return run_spec.value("shared_qk", false) ? "plain" : "projection";
 }
 
 // The evaluations of one trained model: with the attention it was trained with
@@ -311,11 +365,10 @@ json as_run_by(const json& spec, bool model_shares) {
 void evaluate_everywhere(const Config& cfg, cf::nn::Module& model, const json& native, int64_t seed,
                          const std::string& tlabel, const std::function<cf::apps::EvalResult()>& evaluate,
                          Results& res) {
-  const bool shares = shares_qk(native);
   install(model, native, cfg.topk);
   const std::vector<int64_t> native_pred = evaluate().predictions;
   for (const json& row : eval_specs_of(cfg)) {
-    const json spec = as_run_by(row, shares);
+    const json spec = as_run_by(row, native);
     if (spec.is_null()) continue;
     install(model, spec, cfg.topk);
     cf::apps::EvalResult r = evaluate();
@@ -325,12 +378,14 @@ void evaluate_everywhere(const Config& cfg, cf::nn::Module& model, const json& n
     res.secs[tlabel][el].push_back(r.time_s);
     res.agree[tlabel][el].push_back(ag);
     emit({{"event", "eval"}, {"seed", seed}, {"train_attention", tlabel}, {"eval_attention", el},
-          {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}, {"same", el == tlabel}});
+          {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}, {"same", el == tlabel},
+          {"key_rule", key_rule_of(spec)}});
   }
   // Speed/accuracy trade-off: each number of clusters, both variants.
   for (int64_t cl : cfg.sweep_clusters) {
     for (bool improved : {false, true}) {
-      install(model, as_run_by(clustered_spec(cfg, improved, cl), shares), cfg.topk);
+      const json spec = as_run_by(clustered_spec(cfg, improved, cl), native);
+      install(model, spec, cfg.topk);
       cf::apps::EvalResult r = evaluate();
       const std::string variant = improved ? "i-clustered" : "clustered";
       const double ag = agreement(r.predictions, native_pred);
@@ -338,7 +393,8 @@ void evaluate_everywhere(const Config& cfg, cf::nn::Module& model, const json& n
       res.sweep_secs[tlabel][variant][cl].push_back(r.time_s);
       res.sweep_agree[tlabel][variant][cl].push_back(ag);
       emit({{"event", "sweep"}, {"seed", seed}, {"train_attention", tlabel}, {"eval_attention", variant},
-            {"clusters", cl}, {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s}});
+            {"clusters", cl}, {"test_accuracy", r.accuracy}, {"agreement", ag}, {"time_s", r.time_s},
+            {"key_rule", key_rule_of(spec)}});
     }
   }
 }
@@ -456,7 +512,7 @@ void summarise(const Config& cfg, cf::Device dev, const cf::apps::TopicData& dat
   json sweep = json::object();
   if (!cfg.sweep_clusters.empty()) {
     md << "\nSpeed/accuracy trade-off: test accuracy % / agreement % / test-set inference time s, mean over "
-       << cfg.seeds.size() << " seed(s) (full: shared-full for a model that shares queries and keys)\n\n"
+       << cfg.seeds.size() << " seed(s) (full: shared-full or shared-full-plain for a model that shares queries and keys)\n\n"
        << "| trained with | evaluated with | full |";
     for (int64_t cl : cfg.sweep_clusters) md << " C=" << cl << " |";
     md << "\n|---|---|---|";
@@ -464,8 +520,9 @@ void summarise(const Config& cfg, cf::Device dev, const cf::apps::TopicData& dat
     md << "\n";
     for (size_t ti = 0; ti < train_labels.size(); ++ti) {
       const std::string& t = train_labels[ti];
-      // The exact attention this model can run: full, or shared-full for a sharing model.
-      const std::string exact = shares_qk(train_spec(cfg, cfg.train[ti])) ? "shared-full" : "full";
+      // The exact attention this model can run: full, or its own for a sharing model.
+      const json native = train_spec(cfg, cfg.train[ti]);
+      const std::string exact = !shares_qk(native) ? "full" : reformer_rule(native) ? "shared-full" : label_of(native);
       for (const std::string variant : {"clustered", "i-clustered"}) {
         char buf[96];
         Stats fa = stats_of(res.acc[t][exact]), fg = stats_of(res.agree[t][exact]), ft = stats_of(res.secs[t][exact]);
