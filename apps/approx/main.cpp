@@ -559,7 +559,7 @@ int run(Config cfg, cf::Device dev) {
   emit({{"event", "start"}, {"app", "cf-approx"}, {"device", cfg.device}, {"task", cfg.task}, {"seeds", cfg.seeds},
         {"train", cfg.train}, {"clusters", cfg.clusters}, {"eval_clusters", cfg.eval_clusters},
         {"topk", cfg.topk}, {"sweep_clusters", cfg.sweep_clusters}, {"lsh_rounds", cfg.lsh_rounds},
-        {"lsh_bucket_size", cfg.lsh_bucket_size}, {"steps", tc.steps}});
+        {"lsh_bucket_size", cfg.lsh_bucket_size}, {"steps", tc.steps}, {"machine", cf::apps::machine_record()}});
   emit(cf::apps::topic_data_event(cfg.data, data));
 
   cf::apps::TopicLoaders loaders(data, tc.eval_batch_size);

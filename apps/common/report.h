@@ -5,12 +5,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <sys/stat.h>
+#include <thread>
 #include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "cf.h"
 #include "common/cli.h"
@@ -38,6 +43,24 @@ inline std::string cpu_model() {
       if (c != std::string::npos) return line.substr(line.find_first_not_of(' ', c + 1));
     }
   return "unknown";
+}
+
+// Where and when a run happens, for the start event of every app: RESULTS.md names the machine of each
+// table, and the 2-core machines here differ in CPU (and so in BLAS kernels, which move last bits and
+// timings). utc: the start time, ISO 8601.
+inline nlohmann::ordered_json machine_record() {
+  char utc[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm t{};
+  gmtime_r(&now, &t);
+  std::strftime(utc, sizeof utc, "%Y-%m-%dT%H:%M:%SZ", &t);
+#ifdef _OPENMP
+  const int threads = omp_get_max_threads();
+#else
+  const int threads = 1;
+#endif
+  return {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}, {"openmp_threads", threads},
+          {"utc", utc}};
 }
 
 struct Stats {

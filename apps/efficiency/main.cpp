@@ -318,11 +318,6 @@ std::unique_ptr<cf::apps::EncoderBench> make_model(const Config& cfg, cf::Device
 }
 
 void emit_start(const Config& cfg, cf::Device dev, double max_gib) {
-#ifdef _OPENMP
-  const int threads = omp_get_max_threads();
-#else
-  const int threads = 1;
-#endif
   cf::apps::emit({{"event", "start"},
                   {"sizes", cfg.sizes},
                   {"variants", cfg.variants},
@@ -336,9 +331,7 @@ void emit_start(const Config& cfg, cf::Device dev, double max_gib) {
                   {"precision", cfg.precision},
                   {"max_gib", max_gib},
                   {"device", dev.str()},
-                  {"machine",
-                   {{"cpu", cf::apps::cpu_model()}, {"cores", std::thread::hardware_concurrency()},
-                    {"openmp_threads", threads}}},
+                  {"machine", cf::apps::machine_record()},
                   {"out_dir", cfg.out_dir}});
 }
 

@@ -570,7 +570,7 @@ int run(const Config& cfg, cf::Device dev) {
   std::vector<std::string> names;
   for (auto& [kind, c] : runs) names.push_back(model_name(cfg, kind, c));
   emit({{"event", "start"}, {"app", "cf-lm"}, {"device", dev.str()}, {"seeds", cfg.seeds}, {"models", names},
-        {"steps", cfg.train.steps}, {"seq_len", cfg.seq_len}});
+        {"steps", cfg.train.steps}, {"seq_len", cfg.seq_len}, {"machine", cf::apps::machine_record()}});
   emit({{"event", "data"}, {"dir", cfg.data_dir}, {"fortunes", corpus.fortunes}, {"vocab", corpus.vocab},
         {"train_chars", corpus.train.size()}, {"val_chars", corpus.val.size()},
         {"test_chars", corpus.test.size()}, {"split_seed", cfg.split_seed}});

@@ -684,7 +684,8 @@ int run(const Config& cfg, cf::Device dev) {
   cf::apps::emit({{"event", "start"}, {"app", "cf-neural-cluster"}, {"device", cfg.device},
                   {"seeds", cfg.seeds}, {"k_list", cfg.k_list}, {"methods", cfg.methods},
                   {"ncm_steps", cfg.ncm_steps}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
-                  {"precision", cfg.precision}, {"som_epochs", cfg.som_epochs}, {"kmeans_device", cfg.device}});
+                  {"precision", cfg.precision}, {"som_epochs", cfg.som_epochs}, {"kmeans_device", cfg.device},
+                  {"machine", cf::apps::machine_record()}});
   cf::apps::emit({{"event", "data"}, {"dataset", cfg.dataset}, {"dir", data.source},
                   {"train", data.y_train.size()}, {"val", data.y_val.size()}, {"test", data.y_test.size()}, {"dim", d}, {"classes", 10}, {"centre", cfg.centre},
                   {"normalize", cfg.normalize},

@@ -346,7 +346,8 @@ int run(const Config& cfg, cf::Device dev) {
                          {"align", dc.align},
                          {"classes", pc::shape_names()}};
   emit({{"event", "start"}, {"app", "cf-pointcloud"}, {"device", dev.str()}, {"seeds", cfg.seeds},
-        {"inits", cfg.inits}, {"points", dc.points}, {"steps", cfg.train.steps}});
+        {"inits", cfg.inits}, {"points", dc.points}, {"steps", cfg.train.steps},
+        {"machine", cf::apps::machine_record()}});
   emit({{"event", "data"}, {"classes", pc::shape_names()}, {"points", dc.points}, {"train", train.count()},
         {"val", val.count()}, {"test", test.count()}, {"data_seed", dc.data_seed}, {"rotation", dc.rotation},
         {"align", dc.align}});

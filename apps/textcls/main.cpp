@@ -403,7 +403,7 @@ int run(const Config& cfg, cf::Device dev) {
   for (const Arm& a : arms) names.push_back(a.file);
   emit({{"event", "start"}, {"app", "cf-textcls"}, {"device", dev.str()}, {"seeds", cfg.seeds},
         {"attentions", cfg.attentions}, {"k", k_default}, {"loss_form", cfg.loss_form}, {"runs", names},
-        {"steps", tc.steps}});
+        {"steps", tc.steps}, {"machine", cf::apps::machine_record()}});
   emit(cf::apps::topic_data_event(cfg.data, data));
 
   cf::apps::TopicLoaders loaders(data, tc.eval_batch_size);

@@ -353,7 +353,7 @@ int run(const Config& cfg, cf::Device dev) {
   std::vector<std::string> names;
   for (const Variant& v : variants) names.push_back(v.name);
   emit({{"event", "start"}, {"app", "cf-vit"}, {"device", dev.str()}, {"seeds", cfg.seeds},
-        {"variants", names}, {"steps", tc.steps}});
+        {"variants", names}, {"steps", tc.steps}, {"machine", cf::apps::machine_record()}});
   for (const Variant& v : variants)
     emit({{"event", "variant"}, {"run", v.file}, {"name", v.name}, {"tokens", v.tokens}, {"macs", v.macs},
           {"params", v.params}, {"model", options_json(v.opts)}});
