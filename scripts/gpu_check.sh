@@ -5,7 +5,7 @@
 # counts. Each stage has its own time limit so that a hang in one still returns the others' logs.
 #
 #   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo,
-#                                                  bf16, peers-full, block, lm
+#                                                  bf16, peers-full, block, lm, approx
 #
 # scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), issue 24's
 # LSH-8 peak memory at N = 16384 and 65536, and clustered attention's fused and dense centroid paths;
@@ -19,7 +19,13 @@
 # (sliding windows, + LSH, + fixed sparse, + Cluster-Former C = 64 / 256 / 512, neural clustering) for the
 # seeds in LM_SEEDS (default "0 1 2") at LM_STEPS steps (default 10000), all processes at once on the one
 # GPU, each under a time limit of LM_LIMIT s (default 420); results in $OUT/lm.jsonl (result and summary
-# lines) and $OUT/lm.md (the tables).
+# lines) and $OUT/lm.md (the tables);
+# approx: issue 30's per-token table at the paper's scale (RESULTS.md, cf-approx "Per token"): masked characters
+# at N = APPROX_N (default 1024; the paper's utterances have about 780 frames), C = 100 / 200 clusters, top-32,
+# models trained with full, clustered, improved clustered, shared-full, shared-full-plain, lsh-1 and lsh-4 for
+# the seeds in APPROX_SEEDS (default "0 1 2"), one process per model and seed, all at once on the one GPU, each
+# under a time limit of APPROX_LIMIT s (default 540); results in $OUT/approx.jsonl (eval, sweep and summary
+# lines) and $OUT/approx.md (the tables).
 #
 # Logs and JSON go to $OUT; the last lines printed are a summary.
 set -u
@@ -38,7 +44,7 @@ if has build; then
   t0=$(date +%s)
   { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCF_CUDA=ON -DCF_PYTHON=OFF \
       -DCMAKE_CUDA_ARCHITECTURES=90 $CF_CMAKE_DEPS &&
-    timeout 300 cmake --build "$B" -j "$(nproc)" --target cf_tests cf-bench cf-textcls cf-lm; } > "$OUT/build.log" 2>&1
+    timeout 300 cmake --build "$B" -j "$(nproc)" --target cf_tests cf-bench cf-textcls cf-lm cf-approx; } > "$OUT/build.log" 2>&1
   rc=$?
   note "build rc=$rc in $(( $(date +%s) - t0 )) s"
   if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
@@ -199,6 +205,25 @@ if has lm; then
   grep -h -E '"event":"(result|summary)"' /tmp/lm/*.jsonl > "$OUT/lm.jsonl"
   for f in /tmp/lm/*.md; do echo "## $f"; tail -20 "$f"; done > "$OUT/lm.md"
   note "cf-lm on cuda: $(grep -c '"event":"result"' "$OUT/lm.jsonl") results in $(( $(date +%s) - t0 )) s"
+fi
+
+if has approx; then
+  t0=$(date +%s)
+  mkdir -p /tmp/approx
+  for seed in ${APPROX_SEEDS:-0 1 2}; do
+    for m in full clustered improved-clustered shared-full shared-full-plain lsh-1 lsh-4; do
+      # Each model in its own process; the evaluation rows every model gets are those of the whole table.
+      OMP_NUM_THREADS=1 timeout "${APPROX_LIMIT:-540}" "$B/apps/cf-approx" --device cuda --task masked \
+        --max-len 100000 --seq-len "${APPROX_N:-1024}" --mask-rate 0.3 --dropout 0 --clusters 100 --topk 32 \
+        --steps 5000 --warmup 100 --batch-size 4 --eval-every 1000 --eval-windows 32 \
+        --sweep-clusters 25,50,100,200 --lsh-bucket-size 32 --train $m --seeds "$seed" \
+        --data-dir /tmp/deps/usr/share/games/fortunes > "/tmp/approx/s$seed-$m.jsonl" 2> "/tmp/approx/s$seed-$m.md" &
+    done
+  done
+  wait
+  grep -h -E '"event":"(eval|sweep|summary)"' /tmp/approx/*.jsonl > "$OUT/approx.jsonl"
+  for f in /tmp/approx/*.md; do echo "## $f"; tail -40 "$f"; done > "$OUT/approx.md"
+  note "cf-approx on cuda: $(grep -c '"event":"summary"' "$OUT/approx.jsonl") models in $(( $(date +%s) - t0 )) s"
 fi
 
 echo "---- summary"
