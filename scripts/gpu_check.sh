@@ -21,11 +21,14 @@
 # GPU, each under a time limit of LM_LIMIT s (default 420); results in $OUT/lm.jsonl (result and summary
 # lines) and $OUT/lm.md (the tables);
 # approx: issue 30's per-token table at the paper's scale (RESULTS.md, cf-approx "Per token"): masked characters
-# at N = APPROX_N (default 1024; the paper's utterances have about 780 frames), C = 100 / 200 clusters, top-32,
-# models trained with full, clustered, improved clustered, shared-full, shared-full-plain, lsh-1 and lsh-4 for
-# the seeds in APPROX_SEEDS (default "0 1 2"), one process per model and seed, all at once on the one GPU, each
-# under a time limit of APPROX_LIMIT s (default 540); results in $OUT/approx.jsonl (eval, sweep and summary
-# lines) and $OUT/approx.md (the tables).
+# at N = APPROX_N (default 512; the paper's utterances have about 780 frames), C = 100 / 200 clusters, top-32,
+# APPROX_STEPS steps (default 10000) of 16 windows, models trained with each of APPROX_MODELS (default "full
+# clustered improved-clustered"; also shared-full, shared-full-plain, lsh-R) for the seeds in APPROX_SEEDS
+# (default "0 1 2"), one process per model and seed, all at once on the one GPU, each under a time limit of
+# APPROX_LIMIT s (default 540); results in $OUT/approx.jsonl (eval, sweep and summary lines) and
+# $OUT/approx.md (the tables). Checkpoints every 1000 steps in /tmp/approx/ckpt: on the same warm machine a
+# second call continues where a time limit stopped the first. On the CPU, at N = 512 with 4 windows per step, full attention stayed on the
+# space-everywhere plateau for 2,600 steps on three seeds (RESULTS.md): read the val lines before the tables.
 #
 # Logs and JSON go to $OUT; the last lines printed are a summary.
 set -u
@@ -211,17 +214,19 @@ if has approx; then
   t0=$(date +%s)
   mkdir -p /tmp/approx
   for seed in ${APPROX_SEEDS:-0 1 2}; do
-    for m in full clustered improved-clustered shared-full shared-full-plain lsh-1 lsh-4; do
+    for m in ${APPROX_MODELS:-full clustered improved-clustered}; do
       # Each model in its own process; the evaluation rows every model gets are those of the whole table.
       OMP_NUM_THREADS=1 timeout "${APPROX_LIMIT:-540}" "$B/apps/cf-approx" --device cuda --task masked \
-        --max-len 100000 --seq-len "${APPROX_N:-1024}" --mask-rate 0.3 --dropout 0 --clusters 100 --topk 32 \
-        --steps 5000 --warmup 100 --batch-size 4 --eval-every 1000 --eval-windows 32 \
+        --max-len 100000 --seq-len "${APPROX_N:-512}" --mask-rate 0.3 --dropout 0 --clusters 100 --topk 32 \
+        --steps "${APPROX_STEPS:-10000}" --warmup 100 --batch-size 16 --eval-every 1000 \
+        --eval-windows $(( 32768 / ${APPROX_N:-512} )) \
         --sweep-clusters 25,50,100,200 --lsh-bucket-size 32 --train $m --seeds "$seed" \
+        --checkpoint-dir /tmp/approx/ckpt --checkpoint-every 1000 \
         --data-dir /tmp/deps/usr/share/games/fortunes > "/tmp/approx/s$seed-$m.jsonl" 2> "/tmp/approx/s$seed-$m.md" &
     done
   done
   wait
-  grep -h -E '"event":"(eval|sweep|summary)"' /tmp/approx/*.jsonl > "$OUT/approx.jsonl"
+  grep -h -E '"event":"(val|eval|sweep|summary)"' /tmp/approx/*.jsonl > "$OUT/approx.jsonl"
   for f in /tmp/approx/*.md; do echo "## $f"; tail -40 "$f"; done > "$OUT/approx.md"
   note "cf-approx on cuda: $(grep -c '"event":"summary"' "$OUT/approx.jsonl") models in $(( $(date +%s) - t0 )) s"
 fi
