@@ -76,8 +76,12 @@ TransformerConfig TransformerConfig::from_json(const nlohmann::json& j) {
     spec->n_heads = l.n_heads;
     Generator scratch(0);  // checking a config draws nothing from the global generator
     spec->gen = &scratch;
-    nn::make_attention(*spec);
+    const bool shares = nn::make_attention(*spec)->shares_qk();
     spec->gen = nullptr;
+    // Cross-attention reads its keys from the memory, never from the target's queries.
+    CF_CHECK(!(shares && spec == &l.cross_attention), ValueError, "[TransformerConfig] cross_attention '",
+             spec->type, "' would take its keys from the queries (shared_qk, or LSH), but cross-attention's keys "
+             "come from the memory");
   }
   c.finish();
   return t;

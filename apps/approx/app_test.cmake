@@ -155,11 +155,17 @@ foreach(rule "full,clustered-4,projection" "shared-full,clustered-4,reformer" "l
   expect_match("${out}" "\"train_attention\":\"${t}\",\"eval_attention\":\"${e}\",[^}]*\"key_rule\":\"${k}\"" "key rule ${rule}")
 endforeach()
 expect_match("${out}" "\"event\":\"sweep\",\"seed\":3,\"train_attention\":\"lsh-2\",[^}]*\"key_rule\":\"reformer\"" "sweep key rule")
-foreach(f shared-full-C4-seed3 shared-full-plain-C4-seed3 lsh-2-C4-seed3)
+foreach(f shared-full-C4-seed3 shared-full-plain-C4-seed3 lsh-2-C4-bucket8-seed3)
   if(NOT EXISTS "${WORK_DIR}/ckpt-shared/${f}.safetensors")
     message(FATAL_ERROR "smoke: checkpoint ${f}.safetensors not written")
   endif()
 endforeach()
+# Another LSH chunk length is another model: trained into its own file, not refused as a stale one.
+run(0 out err ${tiny} --train lsh-2 --lsh-rounds 2 --lsh-bucket-size 4 --checkpoint-dir ckpt-shared)
+expect_match("${out}" "\"event\":\"train\",\"seed\":3,\"train_attention\":\"lsh-2\"" "lsh-2 with chunks of 4 trained")
+if(NOT EXISTS "${WORK_DIR}/ckpt-shared/lsh-2-C4-bucket4-seed3.safetensors")
+  message(FATAL_ERROR "smoke: checkpoint lsh-2-C4-bucket4-seed3.safetensors not written")
+endif()
 
 # --task masked: per-token evaluation of a masked-character model. Every cell is
 # a token accuracy over the same hidden characters; a model agrees with itself.

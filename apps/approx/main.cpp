@@ -414,9 +414,13 @@ cf::apps::TrainRun train_run_of(const Config& cfg, cf::Device dev, const json& m
   if (cfg.task == "masked")
     run.signature["masked_task"] = {{"seq_len", cfg.masked.seq_len}, {"mask_rate", cfg.masked.mask_rate},
                                     {"eval_windows", cfg.masked.eval_windows}};
+  // The file name carries what tells models of one attention apart: the cluster count, and an LSH model's
+  // chunk length (another --lsh-bucket-size trains another model instead of refusing this one's file).
   if (!tc.checkpoint_dir.empty())
     run.checkpoint = tc.checkpoint_dir + "/" + (cfg.task == "masked" ? "masked-" : "") + tname + "-C" +
-                     std::to_string(cfg.clusters) + "-seed" + std::to_string(seed) + ".safetensors";
+                     std::to_string(cfg.clusters) +
+                     (lsh_rounds_of(tname) > 0 ? "-bucket" + std::to_string(cfg.lsh_bucket_size) : std::string()) +
+                     "-seed" + std::to_string(seed) + ".safetensors";
   run.device = dev;
   return run;
 }

@@ -45,6 +45,9 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
   check_options(o, "TransformerDecoderLayer");
   self_attn = register_module("self_attn", make_mha(o, o.attention, gen));
   cross_attn = register_module("cross_attn", make_mha(o, o.cross_attention, gen));
+  CF_CHECK(!cross_attn->attention().shares_qk(), ValueError, "[TransformerDecoderLayer] cross_attention '",
+           o.cross_attention.type, "' would take its keys from the queries (shared_qk, or LSH), but "
+           "cross-attention's keys come from the memory");
   ff = register_module("ff", std::make_shared<FeedForward>(o.d_model, o.d_ff, o.activation, o.dropout, gen));
   norm1 = register_module("norm1", std::make_shared<LayerNorm>(o.d_model));
   norm2 = register_module("norm2", std::make_shared<LayerNorm>(o.d_model));

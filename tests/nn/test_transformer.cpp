@@ -49,6 +49,10 @@ TEST_CASE("encoder and decoder layers pass float64 gradcheck, pre-LN and post-LN
   nn::TransformerLayerOptions bad = small_layer(true);
   bad.n_heads = 3;
   CHECK_THROWS_MSG(nn::TransformerEncoderLayer{bad}, ValueError, "[TransformerEncoderLayer]", "n_heads=3");
+  nn::TransformerLayerOptions sharing = small_layer(true);
+  sharing.cross_attention.type = "lsh";
+  CHECK_THROWS_MSG(nn::TransformerDecoderLayer{sharing}, ValueError,
+                   "[TransformerDecoderLayer] cross_attention 'lsh' would take its keys from the queries");
 }
 
 TEST_CASE("pre-LN and post-LN compute their own formulas") {
@@ -152,6 +156,12 @@ TEST_CASE("TransformerConfig::from_json reads every key and refuses unknown or m
   CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("d_ff", 0)), ValueError, "d_ff=0");
   CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("cross_attention", {{"scale", "big"}})), ValueError,
                    "cross_attention.scale");
+  CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("cross_attention", {{"type", "full"}, {"shared_qk", true}})),
+                   ValueError, "[TransformerConfig] cross_attention 'full' would take its keys from the queries");
+  CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("cross_attention", {{"type", "lsh"}})), ValueError,
+                   "[TransformerConfig] cross_attention 'lsh' would take its keys from the queries");
+  CHECK(models::TransformerConfig::from_json(with("attention", {{"type", "full"}, {"shared_qk", true}}))
+            .layer.attention.options.get<bool>("shared_qk", false));
   CHECK_THROWS_MSG(models::TransformerConfig::from_json(nlohmann::json::array()), ValueError, "object");
 }
 
