@@ -276,7 +276,7 @@ std::shared_ptr<cf::apps::ReformerRuleAttention> reformer_rule_clustered(const j
 }
 
 // Install an attention (a JSON spec, or oracle-top; with "key_rule": "reformer", the analysis attentions of
-// reformer_rule.h) in every self-attention layer.
+// reformer_rule.h) in every MultiHeadAttention of the model (cf-approx's encoders have self-attention only).
 void install(cf::nn::Module& model, const json& spec, int64_t topk) {
   const bool reformer = spec.value("key_rule", "") == "reformer";
   if (spec["type"] == "oracle-top" || reformer) {

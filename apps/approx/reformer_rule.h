@@ -6,13 +6,15 @@
 // The Reformer (Kitaev et al. 2020, section 2, "Shared-QK Transformer") takes each key to be
 // its normalised query, k_j = q_j / |q_j|, and lets a token attend to itself only when no other
 // key is allowed (its own score is replaced by -1e5). Read with k = q as it is, a query's score
-// with itself, |q|^2, is its largest, so a model trained under the rule would meet a different
-// attention than the one it learned. Under the rule:
+// with itself, |q|^2, is larger than its score with any key of no greater norm (typically its
+// largest), so a model trained under the rule would meet a different attention than the one it
+// learned. Under the rule:
 //   - clustered and improved clustered attention: the weights of clustered_attention_weights
-//     (eqs. 6 and 10) with the normalised keys, each query's own weight removed and the rest
-//     rescaled to sum to 1 (what the -1e5 score does to a softmax); a row whose only weight is
-//     its own keeps it. For plain clustered attention this is eq. 4's softmax over every key but
-//     the query's own. Improved clustered attention's top-k keys stay shared by the cluster, so a
+//     (eqs. 6 and 10) with the normalised keys, each query's own weight removed and the whole row
+//     rescaled to sum to 1; a row whose only weight is its own keeps it. For plain clustered
+//     attention this is what the -1e5 score does to eq. 4's softmax (a softmax over every key but
+//     the query's own). For improved clustered attention the rescaling also scales the centroid
+//     weights of the keys outside the top-k, and the top-k keys stay shared by the cluster, so a
 //     query that is among its cluster's top-k keys loses that slot.
 //   - oracle-top: each query's top-k of the exact scores with its own score at -1e5, so the k best
 //     other keys.
@@ -87,11 +89,12 @@ class ReformerRuleAttention : public nn::Attention {
              ShapeError, "[", who, "] the assignment must be (B, H, N) = (", B, ", ", H, ", ", N, "), got ",
              assignment.describe());
     Tensor w = nn::clustered_attention_weights(a.q, k, assignment, c, a.key_padding_mask, scale, topk_);
-    // The query's own weight removed, the rest rescaled to sum to 1; a row with no other weight keeps its own.
+    // The query's own weight removed, the rest rescaled to sum to 1; a row with no other weight keeps its own
+    // (the divisor there is 1, so no 0 / 0 is formed even in the branch not taken).
     Tensor others = masked_fill(w, self, 0.0);
     Tensor rest = sum(others, {-1}, true);
-    const double tiny = std::numeric_limits<double>::min();
-    w = where(gt(rest, 0.0), others / clamp(rest, tiny, INFINITY), w);
+    const Tensor kept = gt(rest, 0.0);
+    w = where(kept, others / where(kept, rest, ones_like(rest)), w);
     return matmul(w, a.v);
   }
 

@@ -96,6 +96,88 @@ TEST_CASE("Reformer key rule: clustered attention is the centroid's softmax over
   check_vec_close(values(got), want, 1e-12);
 }
 
+TEST_CASE("Reformer key rule: improved clustered and oracle-top weights written out") {
+  const int64_t H = 2, N = 10, C = 3, D = 4, K = 4;
+  Tensor q = leaf64({1, H, N, D}, 8);
+  // Values = the identity: the output rows are the attention weights.
+  Tensor eye = to(eq(reshape(Tensor::arange(N, kInt64), {N, 1}), reshape(Tensor::arange(N, kInt64), {1, N})),
+                  kFloat64);
+  Tensor v = contiguous(expand(reshape(eye, {1, 1, N, N}), {1, H, N, N}));
+  Generator g(9);
+  Tensor assignment = randint(0, C, {1, H, N}, g);
+  auto improved = apps::ReformerRuleAttention::clustered(clustered_options(C, K));
+  improved->set_assignment(assignment, C);
+  auto oracle = apps::ReformerRuleAttention::oracle_top(K);
+  const auto got_improved = values(improved->forward(attention_args(q, q, v)));
+  const auto got_oracle = values(oracle->forward(attention_args(q, q, v)));
+  const double scale = 1.0 / std::sqrt(double(D));
+  auto qv = values(q), kv = values(nn::l2_normalize(q));
+  auto av = assignment.to_vector<int64_t>();
+  auto dot = [&](const std::vector<double>& x, int64_t h, int64_t l) {
+    double r = 0;
+    for (int64_t d = 0; d < D; ++d) r += x[size_t(d)] * kv[size_t((h * N + l) * D + d)];
+    return r;
+  };
+  auto softmax_over = [](const std::vector<double>& s, const std::vector<bool>& keep) {
+    double top = -INFINITY, z = 0;
+    for (size_t l = 0; l < s.size(); ++l)
+      if (keep[l]) top = std::max(top, s[l]);
+    std::vector<double> p(s.size(), 0.0);
+    for (size_t l = 0; l < s.size(); ++l)
+      if (keep[l]) z += (p[l] = std::exp(s[l] - top));
+    for (double& x : p) x /= z;
+    return p;
+  };
+  auto top_k = [&](const std::vector<double>& s) {  // the K highest scores (distinct for random inputs)
+    std::vector<bool> keep(s.size(), false);
+    for (int64_t t = 0; t < K; ++t) {
+      size_t best = 0;
+      while (keep[best]) ++best;
+      for (size_t l = 0; l < s.size(); ++l)
+        if (!keep[l] && s[l] > s[best]) best = l;
+      keep[best] = true;
+    }
+    return keep;
+  };
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < N; ++i) {
+      INFO("head ", h, " query ", i);
+      std::vector<double> qi(D), centroid(D, 0.0);
+      double members = 0;
+      for (int64_t d = 0; d < D; ++d) qi[size_t(d)] = scale * qv[size_t((h * N + i) * D + d)];
+      for (int64_t j = 0; j < N; ++j)
+        if (av[size_t(h * N + j)] == av[size_t(h * N + i)]) {
+          members += 1;
+          for (int64_t d = 0; d < D; ++d) centroid[size_t(d)] += scale * qv[size_t((h * N + j) * D + d)];
+        }
+      for (double& x : centroid) x /= members;
+      // Improved clustered (eqs. 9-10): the centroid's weights A^c, its top-K keys T and their mass m; the query's
+      // exact softmax over T scaled by m, A^c elsewhere; then the own weight dropped and the row rescaled.
+      std::vector<double> sc(N), se(N);
+      for (int64_t l = 0; l < N; ++l) {
+        sc[size_t(l)] = dot(centroid, h, l);
+        se[size_t(l)] = dot(qi, h, l);
+      }
+      const std::vector<double> ac = softmax_over(sc, std::vector<bool>(N, true));
+      const std::vector<bool> in_t = top_k(sc);
+      const std::vector<double> exact = softmax_over(se, in_t);
+      double mass = 0;
+      for (int64_t l = 0; l < N; ++l) mass += in_t[size_t(l)] ? ac[size_t(l)] : 0.0;
+      std::vector<double> w(N);
+      for (int64_t l = 0; l < N; ++l) w[size_t(l)] = in_t[size_t(l)] ? mass * exact[size_t(l)] : ac[size_t(l)];
+      const double rest = 1.0 - w[size_t(i)];
+      w[size_t(i)] = 0;
+      // Oracle-top: the K best scores other than the query's own, softmax over them.
+      std::vector<double> so = se;
+      so[size_t(i)] = nn::kSelfMaskedScore;
+      const std::vector<double> wo = softmax_over(so, top_k(so));
+      for (int64_t l = 0; l < N; ++l) {
+        CHECK(got_improved[size_t((h * N + i) * N + l)] == doctest::Approx(w[size_t(l)] / rest).epsilon(1e-10));
+        CHECK(got_oracle[size_t((h * N + i) * N + l)] == doctest::Approx(wo[size_t(l)]).epsilon(1e-10));
+      }
+    }
+}
+
 TEST_CASE("Reformer key rule: no weight on the query's own key while another key is allowed") {
   const int64_t B = 2, H = 1, N = 8;
   Tensor q = leaf64({B, H, N, 4}, 7);
