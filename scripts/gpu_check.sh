@@ -27,8 +27,9 @@
 # (default "0 1 2"), one process per model and seed, all at once on the one GPU, each under a time limit of
 # APPROX_LIMIT s (default 540); results in $OUT/approx.jsonl (eval, sweep and summary lines) and
 # $OUT/approx.md (the tables). Checkpoints every 1000 steps in /tmp/approx/ckpt: on the same warm machine a
-# second call continues where a time limit stopped the first. On the CPU, at N = 512 with 4 windows per step, full attention stayed on the
-# space-everywhere plateau for 2,600 steps on three seeds (RESULTS.md): read the val lines before the tables.
+# second call continues where a time limit stopped the first. On the CPU, at N = 512 with 4 windows per step, full
+# attention stayed on the space-everywhere plateau for 2,600 steps on three seeds; with 16 windows per step it left
+# it between steps 1,500 and 2,000 (RESULTS.md): read the val lines before the tables.
 #
 # Logs and JSON go to $OUT; the last lines printed are a summary.
 set -u
