@@ -2,11 +2,6 @@
 #include <cblas.h>
 
 #include <string>
-#include <thread>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "bench/bench.h"
 #ifdef CF_WITH_CUDA
@@ -41,14 +36,7 @@ double time_median(int64_t reps, const std::function<void()>& f) {
 namespace {
 
 json machine_info() {
-  json m;
-  m["cpu"] = cf::apps::cpu_model();
-  m["cores"] = std::thread::hardware_concurrency();
-#ifdef _OPENMP
-  m["openmp_threads"] = omp_get_max_threads();
-#else
-  m["openmp_threads"] = 1;
-#endif
+  json m = cf::apps::machine_record();  // cpu, cores, OpenMP threads, UTC: what every app records
   // cf runs each BLAS call on one thread and parallelises GEMMs over its OpenMP
   // team (kernels/matmul); the raw-BLAS baselines below run OpenBLAS with as
   // many threads as that team.
