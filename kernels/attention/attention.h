@@ -199,7 +199,8 @@ inline void block_rows_grad(const Tensor& scores, const Tensor& dp, const Tensor
 }
 
 // Which float32 / float64 block attention path CUDA takes: kAuto picks the GEMM path when a call scores
-// at least kBlockGemmMinScores entries (B * Ho * C * w * W), the fused kernel below. The environment
+// at least kBlockGemmMinScores entries (B * Ho * C * w * W) or has more than 65535 blocks or batch*heads
+// (the fused kernel's grid limits), the fused kernel below. The environment
 // variable CF_BLOCK_ATTENTION_PATH=fused|gemm|auto sets it at start-up (benchmarks compare the two);
 // set_block_attention_path changes it later. The CPU always runs its fused kernel.
 enum class BlockAttentionPath { kAuto, kFused, kGemm };

@@ -30,6 +30,7 @@
 #endif
 
 #include "kernels/attention/attention.h"
+#include "kernels/attention/softmax_grad.h"
 #include "kernels/common/parallel.h"
 #include "kernels/common/row_math.h"
 #include "kernels/matmul/matmul.h"
@@ -288,7 +289,7 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
               const T Di = Db[i0 + r];
               T* a = dP + r * nc;
               const T* pr = S + r * nc;
-              for (int64_t c = 0; c < nc; ++c) a[c] = pr[c] * (a[c] - Di);
+              for (int64_t c = 0; c < nc; ++c) a[c] = softmax_grad(pr[c], a[c], Di);
             }
             // dQ += scale dS K, dK += scale dS^T Q
             gemm(false, false, nr, d.Dk, nc, scale, dP, nc, Kb + j0 * d.Dk, d.Dk, T(1), dQb + i0 * d.Dk, d.Dk);
@@ -545,7 +546,7 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
             for (int64_t c2 = 0; c2 < d.W; ++c2) {
               const int64_t e = r * d.W + c2;
               // A self-masked score is a constant: no gradient through it.
-              dP[e] = s.self[size_t(e)] ? T(0) : S[e] * (dP[e] - Di);
+              dP[e] = s.self[size_t(e)] ? T(0) : softmax_grad(S[e], dP[e], Di);
             }
           }
           gemm(false, false, d.w, d.Dk, d.W, T(p.scale), dP, d.W, s.Kg.data(), d.Dk, T(0), s.G.data(), d.Dk);
@@ -715,7 +716,10 @@ void routed_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, co
         gemm(false, true, d.wq, d.wk, d.Dv, T(1), s.dOg.data(), d.Dv, s.Vg.data(), d.Dv, T(0), dP, d.wk);
         for (int64_t r = 0; r < d.wq; ++r) {
           const T Di = s.Dr[size_t(r)];
-          for (int64_t c2 = 0; c2 < d.wk; ++c2) dP[r * d.wk + c2] = S[r * d.wk + c2] * (dP[r * d.wk + c2] - Di);
+          for (int64_t c2 = 0; c2 < d.wk; ++c2) {
+            const int64_t e = r * d.wk + c2;
+            dP[e] = softmax_grad(S[e], dP[e], Di);
+          }
         }
         gemm(false, false, d.wq, d.Dk, d.wk, T(p.scale), dP, d.wk, s.Kg.data(), d.Dk, T(0), dQ + qrow0 * d.Dk,
              d.Dk);
@@ -823,7 +827,7 @@ void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const Attention
       probs_from_lse(s, 1, W, l);
       T* d = dP + g * W;
       const T Di = Dd[bh * rw.Nq + i];
-      for (int64_t j = 0; j < W; ++j) d[j] = s[j] * (d[j] - Di);
+      for (int64_t j = 0; j < W; ++j) d[j] = softmax_grad(s[j], d[j], Di);
     }
   });
 }
@@ -969,7 +973,7 @@ void block_rows_grad_typed(const Tensor& scores, const Tensor& dp, const Tensor&
       probs_from_lse(Sg + r * W, 1, W, &li);
       for (int64_t c = 0; c < W; ++c) {
         const int64_t e = r * W + c;
-        dPg[e] = self[e] ? T(0) : Sg[e] * (dPg[e] - Di);
+        dPg[e] = self[e] ? T(0) : softmax_grad(Sg[e], dPg[e], Di);
       }
     }
   });

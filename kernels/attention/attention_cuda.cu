@@ -25,6 +25,7 @@
 
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_maps.cuh"
+#include "kernels/attention/softmax_grad.h"
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/elementwise/elementwise.h"
 
@@ -248,7 +249,7 @@ __device__ void probs_and_dS(const Args& a, const Map& map, int64_t b, const int
       if (!own) {
         T dp = T(0);
         for (int64_t c = 0; c < a.Dv; ++c) dp += dOs[r * ldv + c] * Vs[lane * ldv + c];
-        ds = p * (dp - Ds[r]);
+        ds = softmax_grad(p, dp, Ds[r]);
       }
     }
     P[r * BC + lane] = p;
@@ -414,6 +415,22 @@ void check_grid(const char* op, int64_t groups, int64_t BH) {
            "chunks and 65535 batch*heads, got ", groups, " and ", BH);
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory: past what the device allows beside the kernel's static
+// shared arrays a NotImplementedError naming the op (cudaFuncSetAttribute would fail with a DeviceError);
+// past the default (48 KiB less the static arrays) the opt-in attribute is set.
+void allow_dynamic_smem(const void* kernel, size_t bytes, const char* op) {
+  int dev = 0, limit = 0;
+  CF_CUDA_CHECK(cudaGetDevice(&dev), op);
+  CF_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), op);
+  cudaFuncAttributes attr{};
+  CF_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel), op);
+  const size_t room = attr.sharedSizeBytes >= size_t(limit) ? 0 : size_t(limit) - attr.sharedSizeBytes;
+  CF_CHECK(bytes <= room, NotImplementedError, "[", op, "] head size too large for the CUDA kernel: ", bytes,
+           " bytes of shared memory needed, the device allows ", room);
+  if (bytes > size_t(attr.maxDynamicSharedSizeBytes))
+    CF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), op);
+}
+
 template <typename T, typename Map>
 void run_forward(const char* op, const Args& a, const Map& map, int64_t rows, int64_t groups, int64_t BH) {
   check_grid(op, groups, BH);
@@ -421,12 +438,7 @@ void run_forward(const char* op, const Args& a, const Map& map, int64_t rows, in
   const size_t smem = fwd_smem<T>(a.Dk, a.Dv);
   auto k = fwd_kernel<T, Map>;
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
-  int dev = 0, limit = 0;
-  CF_CUDA_CHECK(cudaGetDevice(&dev), op);
-  CF_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), op);
-  CF_CHECK(smem <= size_t(limit), NotImplementedError, "[", op, "] head size too large for the CUDA kernel: ",
-           smem, " bytes of shared memory needed, the device allows ", limit);
-  if (smem > 48 * 1024) CF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), op);
+  allow_dynamic_smem(reinterpret_cast<const void*>(k), smem, op);
   k<<<grid, NT, smem>>>(a, map);
   ::cf::cuda::check_launch(op);
 }
@@ -435,19 +447,13 @@ template <typename T, typename Map>
 void run_backward(const char* op, const Args& a, const Map& map, int64_t rows, int64_t groups, int64_t gkeys,
                   int64_t kgroups, int64_t BH) {
   check_grid(op, std::max(groups, kgroups), BH);
-  int dev = 0, limit = 0;
-  CF_CUDA_CHECK(cudaGetDevice(&dev), op);
-  CF_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), op);
   const size_t s1 = dq_smem<T>(a.Dk, a.Dv), s2 = dkdv_smem<T>(a.Dk, a.Dv);
-  CF_CHECK(std::max(s1, s2) <= size_t(limit), NotImplementedError, "[", op,
-           "] head size too large for the CUDA kernel: ", std::max(s1, s2),
-           " bytes of shared memory needed, the device allows ", limit);
   const dim3 g1(unsigned((rows + BR - 1) / BR), unsigned(groups), unsigned(BH));
   const dim3 g2(unsigned((gkeys + BC - 1) / BC), unsigned(kgroups), unsigned(BH));
   auto k1 = dq_kernel<T, Map>;
   auto k2 = dkdv_kernel<T, Map>;
-  if (s1 > 48 * 1024) CF_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)), op);
-  if (s2 > 48 * 1024) CF_CUDA_CHECK(cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s2)), op);
+  allow_dynamic_smem(reinterpret_cast<const void*>(k1), s1, op);
+  allow_dynamic_smem(reinterpret_cast<const void*>(k2), s2, op);
   if (g1.x > 0 && g1.y > 0 && g1.z > 0) {
     k1<<<g1, NT, s1>>>(a, map);
     ::cf::cuda::check_launch(op);
@@ -544,8 +550,8 @@ __global__ void __launch_bounds__(NT) rounds_split_kernel(const T* X, const T* Y
 // ---------------------------------------------------------------- the GEMM path's row step
 
 // One block per row (grid-stride over rows). Forward (dP null): the row's maximum and sum of exponentials
-// by block reductions (the sum in double, as the CPU's), lse written, then exp(s - lse) in place. Backward:
-// lse read, P = exp(s - lse) in place and dS = P (dP - D) over dP, in one pass.
+// by block reductions (the sum in double, as the CPU's), lse written, then exp(s - max) / sum in place.
+// Backward: lse read, P = exp(s - lse) in place and dS = P (dP - D) over dP, in one pass.
 // Layout and rule as rows_softmax_typed in attention_cpu.cpp.
 constexpr int kRowThreads = 256;
 template <typename T>
@@ -562,11 +568,10 @@ __global__ void __launch_bounds__(kRowThreads)
     const bool* pb = pad ? pad + b * Nk : nullptr;
     T* s = S + g * W;
     T* l = L + bh * rw.Nq + i;
-    T li;
+    T li, m = neg_inf, inv = T(0);
     if (dP) {
       li = *l;
     } else {
-      T m = neg_inf;
       for (int64_t j = threadIdx.x; j < jend; j += kRowThreads)
         if (!(pb && pb[j]) && s[j] > m) m = s[j];
       m = row.max(m);
@@ -577,7 +582,8 @@ __global__ void __launch_bounds__(kRowThreads)
         for (int64_t j = threadIdx.x; j < jend; j += kRowThreads)
           if (!(pb && pb[j])) sum += double(dexp(s[j] - m));
         sum = row.sum(sum);
-        li = m + T(log(sum));
+        li = T(double(m) + log(sum));
+        inv = T(1.0 / sum);
       }
       if (threadIdx.x == 0) *l = li;
     }
@@ -587,11 +593,13 @@ __global__ void __launch_bounds__(kRowThreads)
       for (int64_t j = threadIdx.x; j < W; j += kRowThreads) {
         const T p = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - li);
         s[j] = p;
-        d[j] = p * (d[j] - Di);
+        d[j] = softmax_grad(p, d[j], Di);
       }
     } else {
+      // exp(s - m) / sum as the CPU's softmax_rows: exp(s - lse) would round lse = m + log(sum) in T first,
+      // an error of ulp(m) in every weight of the row (5e-4 relative for float32 scores near 1e4).
       for (int64_t j = threadIdx.x; j < W; j += kRowThreads)
-        s[j] = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - li);
+        s[j] = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - m) * inv;
     }
     __syncthreads();  // red is reused by the next row's reductions
   }
@@ -696,19 +704,21 @@ __global__ void block_rows_softmax_kernel(T* S, SlotTab tab, const bool* pad, T*
       const T y = __shfl_xor_sync(0xffffffffu, m, o);
       m = y > m ? y : m;
     }
-    T li = ninf<T>();
+    T li = ninf<T>(), inv = T(0);
     if (m != ninf<T>()) {
       double sum = 0;
       for (int64_t j = lane; j < W; j += 32) {
         const T x = block_score(s[j], i, tab.pos(trow, j), pb, br, &own);
         if (x != ninf<T>()) sum += double(dexp(x - m));
       }
-      li = m + T(log(warp_sum(sum)));
+      sum = warp_sum(sum);
+      li = T(double(m) + log(sum));
+      inv = T(1.0 / sum);
     }
     if (lane == 0 && i >= 0) L[b * la.s0 + ho * la.s1 + i * la.s2] = li;
-    for (int64_t j = lane; j < W; j += 32) {
+    for (int64_t j = lane; j < W; j += 32) {  // exp(x - m) / sum: see rows_softmax_kernel
       const T x = block_score(s[j], i, tab.pos(trow, j), pb, br, &own);
-      s[j] = (li == ninf<T>() || x == ninf<T>()) ? T(0) : dexp(x - li);
+      s[j] = (li == ninf<T>() || x == ninf<T>()) ? T(0) : dexp(x - m) * inv;
     }
   }
 }
@@ -733,7 +743,7 @@ __global__ void block_rows_grad_kernel(T* S, T* dP, SlotTab tab, const bool* pad
       const T x = block_score(s[j], i, tab.pos(trow, j), pb, br, &own);
       const T p = (li == ninf<T>() || x == ninf<T>()) ? T(0) : dexp(x - li);
       s[j] = p;
-      dp[j] = own ? T(0) : p * (dp[j] - Di);
+      dp[j] = own ? T(0) : softmax_grad(p, dp[j], Di);
     }
   }
 }

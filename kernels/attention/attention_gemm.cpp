@@ -270,8 +270,12 @@ bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const Bl
   const BlockAttentionPath path = block_attention_path();
   if (path != BlockAttentionPath::kAuto) return path == BlockAttentionPath::kGemm;
   const Shape& ms = members.shape();
-  const int64_t w = ms[3], W = int64_t(p.offsets.size()) * w;
-  return q.shape()[0] * q.shape()[1] * p.rounds * ms[2] * w * W >= kBlockGemmMinScores;
+  const int64_t BHo = q.shape()[0] * q.shape()[1] * p.rounds, C = ms[2], w = ms[3],
+                W = int64_t(p.offsets.size()) * w;
+  // The fused kernel's grid holds at most 65535 blocks and 65535 batch*heads (check_grid in
+  // attention_cuda.cu); the GEMM path has no such limit, so a call past them takes it at any size.
+  const bool fused_fits = C <= 65535 && BHo <= 65535;
+  return !fused_fits || BHo * C * w * W >= kBlockGemmMinScores;
 }
 
 void block_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

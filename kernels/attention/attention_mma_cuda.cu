@@ -31,6 +31,7 @@
 
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_maps.cuh"
+#include "kernels/attention/softmax_grad.h"
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/elementwise/elementwise.h"
 
@@ -209,7 +210,7 @@ __device__ __forceinline__ float2 prob_and_ds(const MmaArgs& a, const Map& map, 
   if (map.blocked(b, i, j) || L == kNegInf) return make_float2(0.f, 0.f);
   const bool own = map.self(i, j);
   const float p = __expf((own ? a.self_score : s * a.scale) - L);
-  return make_float2(p, own ? 0.f : p * (dp - Dr));
+  return make_float2(p, own ? 0.f : softmax_grad(p, dp, Dr));
 }
 
 // grid (query tile, group, batch*head).

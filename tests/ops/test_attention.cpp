@@ -3,6 +3,7 @@
 // Nq != Nk, sizes that are not multiples of the tiles (128 query rows, 512 keys
 // on the CPU; 32 x 32 on CUDA), fully masked rows; float64 gradchecks; bad input.
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 
@@ -115,6 +116,17 @@ const std::vector<KernelCase> kKernelCases = {
 
 enum class FlashPath { kFusedCpu, kGemm, kFusedCuda };
 
+// A loss that reads the lse of a row with nothing allowed (exp(-lse), say) gives that row dlse = -inf. The
+// cases put it on every entry of batch 1 picked by `at` (the batch with every key padded), so every path must
+// keep dS = P (dP - D) at 0 there (kernels/attention/softmax_grad.h) instead of 0 * inf = NaN.
+Tensor infinite_on_batch1(const Tensor& t, const std::function<bool(int64_t)>& at) {
+  std::vector<double> x = values(t);
+  const int64_t per = t.numel() / t.shape()[0];
+  for (int64_t e = 0; e < per; ++e)
+    if (at(e)) x[size_t(per + e)] = -std::numeric_limits<double>::infinity();
+  return to(Tensor::from_vector(x, t.shape()), t.dtype()).to(t.device());
+}
+
 // out, lse, dq, dk, dv of one path, on the CPU. gemm runs on `device`.
 std::vector<Tensor> run_flash_path(const KernelCase& c, FlashPath path, Device device) {
   auto rnd = [&](const Shape& s, uint64_t seed) { return to(leaf64(s, seed, -2.0, 2.0).detach(), c.dt).to(device); };
@@ -122,6 +134,7 @@ std::vector<Tensor> run_flash_path(const KernelCase& c, FlashPath path, Device d
          dout = rnd({c.B, c.H, c.Nq, c.Dv}, 4), dlse = rnd({c.B, c.H, c.Nq}, 5);
   Tensor kpm;
   if (c.pad) {
+    dlse = infinite_on_batch1(dlse.to(Device::cpu()), [](int64_t) { return true; }).to(device);
     std::vector<std::pair<int64_t, int64_t>> padded = {{0, 1}};
     for (int64_t j = 0; j < c.Nk; ++j) padded.push_back({1, j});  // batch 1: every key padded
     kpm = padding(c.B, c.Nk, padded).to(device);
@@ -148,6 +161,16 @@ std::vector<Tensor> run_flash_path(const KernelCase& c, FlashPath path, Device d
   return t;
 }
 
+// dq, dk, dv (got[2..4]) of batch 1, the batch with every key padded: exactly zero.
+void check_zero_batch1(const std::vector<Tensor>& got) {
+  for (size_t i = 2; i < 5; ++i) {
+    CAPTURE(i);
+    const std::vector<double> g = values(got[i]);
+    const size_t per = g.size() / size_t(got[i].shape()[0]);
+    for (size_t e = per; e < 2 * per; ++e) CHECK(g[e] == 0.0);
+  }
+}
+
 void check_same_paths(const KernelCase& c, const std::vector<Tensor>& want, const std::vector<Tensor>& got) {
   // float32: the paths round differently (q scaled before or after the product, BLAS tiles): scores of
   // up to about 4 sqrt(Dk) with errors of a few ulps of that move exp() by about 1e-5 relative.
@@ -164,10 +187,11 @@ void check_same_paths(const KernelCase& c, const std::vector<Tensor>& want, cons
       }
     }
   }
-  if (c.pad) {  // the fully padded batch: zero outputs, lse -inf
+  if (c.pad) {  // the fully padded batch: zero outputs, lse -inf, zero gradients though its dlse is -inf
     std::vector<double> o = values(got[0]), l = values(got[1]);
     for (int64_t e = c.H * c.Nq * c.Dv; e < 2 * c.H * c.Nq * c.Dv; ++e) CHECK(o[size_t(e)] == 0.0);
     for (int64_t e = c.H * c.Nq; e < 2 * c.H * c.Nq; ++e) CHECK(std::isinf(l[size_t(e)]));
+    check_zero_batch1(got);
   }
 }
 
@@ -219,6 +243,8 @@ std::vector<Tensor> run_block_path(const BlockCase& c, BlockPath path, Device de
          grad = rnd({c.B, Ho, c.N, c.Dv + 1}, 4);
   Tensor members = scattered_members(c.B, c.shared ? 1 : Ho, c.N, c.C, c.w, 11).to(device);
   Tensor kpm;
+  if (c.pad && c.dlse)  // the lse column of every row of batch 1
+    grad = infinite_on_batch1(grad.to(Device::cpu()), [&](int64_t e) { return e % (c.Dv + 1) == c.Dv; }).to(device);
   if (c.pad) {
     std::vector<std::pair<int64_t, int64_t>> padded = {{0, 1}, {0, c.N - 1}};
     for (int64_t j = 0; j < c.N; ++j) padded.push_back({1, j});  // batch 1: every key padded
@@ -275,6 +301,7 @@ void check_same_block_paths(const BlockCase& c, const std::vector<Tensor>& want,
     }
   }
   CHECK(no_key > 0);  // every table leaves tokens in no slot
+  if (c.pad) check_zero_batch1(got);  // every key of batch 1 padded (its dlse -inf where given)
 }
 
 }  // namespace
@@ -361,6 +388,10 @@ TEST_CASE("block attention's path setting: the environment's values, a bad one n
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kAuto);
   CHECK(kernels::block_attention_takes_gemm(q, big, p));
   CHECK_FALSE(kernels::block_attention_takes_gemm(q, small, p));
+  // Past the fused kernel's grid (65535 blocks, 65535 batch*heads): the GEMM path at any size.
+  CHECK(kernels::block_attention_takes_gemm(q, fake_cuda({1, 4, 65536, 1}, kInt64), p));
+  CHECK(kernels::block_attention_takes_gemm(fake_cuda({16384, 4, 4, 8}), fake_cuda({16384, 4, 1, 4}, kInt64), p));
+  CHECK_FALSE(kernels::block_attention_takes_gemm(fake_cuda({16383, 4, 4, 8}), fake_cuda({16383, 4, 1, 4}, kInt64), p));
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kFused);
   CHECK_FALSE(kernels::block_attention_takes_gemm(q, big, p));
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kGemm);
