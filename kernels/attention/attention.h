@@ -62,14 +62,26 @@ void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
 // Memory: the score buffers hold at most clamp(4 x bytes of q, k, v, 16 MiB, 128 MiB) each (one in the forward,
 // two in the backward), plus a scaled copy of q and, with several chunks, one chunk's out or dq and a dk, dv
 // to add each chunk's share through: O(N d) plus a capped workspace, never O(N^2). chunk_rows > 0 fixes the
-// rows per chunk (tests). Same contracts as flash_attention_forward_cpu / _backward_cpu; any device.
+// rows per chunk, key_splits > 0 the parts of out = P v and dq = dS k (flash_gemm_key_splits; tests). Same
+// contracts as flash_attention_forward_cpu / _backward_cpu; any device.
 void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
-                                  int64_t chunk_rows = 0);
+                                  int64_t chunk_rows = 0, int64_t key_splits = 0);
 void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& key_padding_mask, const FlashAttentionParams& p, const Tensor& out,
                                    const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
-                                   const Tensor& dk, const Tensor& dv, int64_t chunk_rows = 0);
+                                   const Tensor& dk, const Tensor& dv, int64_t chunk_rows = 0, int64_t key_splits = 0);
+
+// The GEMM path's products with a thin output, out = P v and dq = dS k ((rows x D) per (b, h), inner axis the
+// keys), split their keys into this many parts, one batched GEMM over (B, H, parts) and a sum. Why: a chunk of
+// 128 rows at Nk = 65536 gives cuBLAS one 128 x 64 output tile per head, a handful of thread blocks each
+// running 65536 multiply-adds while the rest of the GPU idles (H200, 2026-11-28: 2.7 ms a chunk, the forward
+// 10.8x behind PyTorch's memory-efficient SDPA at N = 65536, 3.5x at 16384). Parts: enough for about
+// kFlashGemmWantedTiles 64 x 64 output tiles in all (a few per SM), each part at least kFlashGemmMinSplitKeys
+// keys (the partial products cost parts x rows x D against rows x keys read); 1 when the output is wide enough.
+constexpr int64_t kFlashGemmWantedTiles = 512;
+constexpr int64_t kFlashGemmMinSplitKeys = 512;
+int64_t flash_gemm_key_splits(int64_t batch_heads, int64_t rows, int64_t D, int64_t keys);
 
 // The row step of the GEMM path. scores (B, H, r, W) contiguous hold the (already scaled) scores of query
 // rows row0 .. row0 + r - 1 of Nq against keys 0 .. W - 1 of Nk (W < Nk: a causal chunk's key prefix, the
@@ -198,9 +210,9 @@ inline void block_rows_grad(const Tensor& scores, const Tensor& dp, const Tensor
                      block_rows_grad_cuda(scores, dp, table, kpm, rows, lse, D));
 }
 
-// Which float32 / float64 block attention path CUDA takes: kAuto picks the GEMM path when a call scores
-// at least kBlockGemmMinScores entries (B * Ho * C * w * W) or has more than 65535 blocks or batch*heads
-// (the fused kernel's grid limits), the fused kernel below. The environment
+// Which float32 / float64 block attention path CUDA takes: kAuto picks the GEMM path when one round of a call
+// scores at least kBlockGemmMinScores entries (B * H * C * w * W, H the heads of q) or the call has more than
+// 65535 blocks or batch*heads (the fused kernel's grid limits), the fused kernel below. The environment
 // variable CF_BLOCK_ATTENTION_PATH=fused|gemm|auto sets it at start-up (benchmarks compare the two);
 // set_block_attention_path changes it later. The CPU always runs its fused kernel.
 enum class BlockAttentionPath { kAuto, kFused, kGemm };
@@ -208,10 +220,13 @@ BlockAttentionPath parse_block_attention_path(const std::string& name);  // "aut
 void set_block_attention_path(BlockAttentionPath path);
 BlockAttentionPath block_attention_path();
 bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p);
-// An H200 run (2026-11-27) had the fused kernel 2x faster than gather + bmm at 2.1 M scored entries
-// (neural clustering, N = 4096, 4 heads) and 3.4x slower at 16.8 M (N = 16384): the switch sits between,
-// a first estimate until the GEMM path itself is measured on a GPU.
-constexpr int64_t kBlockGemmMinScores = int64_t(8) << 20;
+// Measured on an H200 (2026-11-28, cf-bench attention fwd+bwd, 4 heads, both paths forced): the GEMM path was
+// as fast or faster from 2 M entries a round (neural clustering N = 4096: 0.88 against 1.05 ms; Cluster-Former
+// N = 1024, blocks of 256: 0.88 against 1.42 ms; LSH-8 N = 4096: 6.26 against 6.18) and 1.2-2.4x faster from
+// 16.8 M, the fused kernel faster at 0.5 M a round (LSH-8 N = 1024: 2.92 against 4.96 ms, its backward
+// scattering each round's gradients in launches of their own). Per round, since the GEMM path's launches
+// grow with the rounds; the switch sits at the geometric middle of 0.5 M and 2 M.
+constexpr int64_t kBlockGemmMinScores = int64_t(1) << 20;
 
 // q, k (B, H, N, Dk), v (B, H, N, Dv) contiguous; members contiguous int64
 // (B, Hm, C, w), Hm == H * rounds or 1, every position at most once per (b, hm),

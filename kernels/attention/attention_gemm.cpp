@@ -134,14 +134,46 @@ int64_t blocks_per_chunk(const Tensor& q, const Tensor& k, const Tensor& v, int6
   return std::clamp<int64_t>(workspace_budget(q, k, v) / std::max<int64_t>(per_block, 1), 1, C);
 }
 
+// out (B, H, n, D) contiguous = a (B, H, n, W) @ x (B, H, W, D) with the W keys split into s parts of
+// floor(W / s) (flash_gemm_key_splits says why): one batched GEMM over (B, H, s) into s partial products, summed
+// into out; the last W mod s keys (if any) in one more product, added.
+void matmul_key_split(const Tensor& a, const Tensor& x, const Tensor& out, int64_t s) {
+  const Shape &as = a.strides(), &xs = x.strides();
+  const int64_t B = a.shape()[0], H = a.shape()[1], n = a.shape()[2], W = a.shape()[3], D = x.shape()[3];
+  s = std::clamp<int64_t>(s, 1, W);
+  if (s == 1) {
+    matmul(a, x, out);
+    return;
+  }
+  const int64_t Kc = W / s, rest = W - s * Kc;
+  const Tensor parts = Tensor::empty({B, H, s, n, D}, out.dtype(), out.device());
+  matmul(make_view(a, {B, H, s, n, Kc}, {as[0], as[1], Kc * as[3], as[2], as[3]}, a.offset(), "flash_attention"),
+         make_view(x, {B, H, s, Kc, D}, {xs[0], xs[1], Kc * xs[2], xs[2], xs[3]}, x.offset(), "flash_attention"),
+         parts);
+  reduce(ReduceOp::Sum, parts, {2}, make_view(out, {B, H, 1, n, D}, contiguous_strides({B, H, 1, n, D}),
+                                               out.offset(), "flash_attention"));
+  if (rest > 0) {
+    const Tensor t = Tensor::empty({B, H, n, D}, out.dtype(), out.device());
+    matmul(make_view(a, {B, H, n, rest}, as, a.offset() + s * Kc * as[3], "flash_attention"),
+           make_view(x, {B, H, rest, D}, xs, x.offset() + s * Kc * xs[2], "flash_attention"), t);
+    add_scaled(out, t, 1.0, out);
+  }
+}
+
 // CF_BLOCK_ATTENTION_PATH, read once: -1 until then.
 std::atomic<int> g_block_path{-1};
 
 }  // namespace
 
+int64_t flash_gemm_key_splits(int64_t BH, int64_t rows, int64_t D, int64_t keys) {
+  const int64_t tiles = BH * ((rows + 63) / 64) * ((D + 63) / 64);
+  if (tiles >= kFlashGemmWantedTiles || keys < 2 * kFlashGemmMinSplitKeys) return 1;
+  return std::min((kFlashGemmWantedTiles + tiles - 1) / tiles, keys / kFlashGemmMinSplitKeys);
+}
+
 void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
-                                  int64_t chunk_rows) {
+                                  int64_t chunk_rows, int64_t key_splits) {
   check_dtype(q);
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Nk = k.shape()[2], Dv = v.shape()[3];
   if (B == 0 || H == 0 || Nq == 0) return;
@@ -166,7 +198,8 @@ void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
     const Tensor Sc = leading(S, n, W), Oc = leading(O, n, Dv);
     matmul(row_chunk(qs, i0, n), transposed(row_chunk(k, 0, W)), Sc);
     attention_rows_softmax(Sc, kpm, {i0, Nq, p.causal, Nk}, lse);
-    matmul(Sc, row_chunk(v, 0, W), Oc);
+    matmul_key_split(Sc, row_chunk(v, 0, W), Oc,
+                     key_splits > 0 ? key_splits : flash_gemm_key_splits(B * H, n, Dv, W));
     if (r < Nq) copy(Oc, row_chunk(out, i0, n));
   }
 }
@@ -174,7 +207,7 @@ void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
 void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                    const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                    const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
-                                   const Tensor& dv, int64_t chunk_rows) {
+                                   const Tensor& dv, int64_t chunk_rows, int64_t key_splits) {
   check_dtype(q);
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Dk = q.shape()[3], Nk = k.shape()[2];
   if (B == 0 || H == 0 || Nq == 0 || Nk == 0) {
@@ -233,7 +266,7 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
       add_scaled(dvw, t, 1.0, dvw);
     }
     const Tensor dQn = leading(dQc, n, Dk);
-    matmul(dSc, kw, dQn);
+    matmul_key_split(dSc, kw, dQn, key_splits > 0 ? key_splits : flash_gemm_key_splits(B * H, n, Dk, W));
     binary(BinaryOp::Mul, dQn, scale, row_chunk(dq, i0, n));  // dq = scale dS k
     if (direct) {                                              // dk = scale dS^T q, q scaled already
       matmul(transposed(dSc), qc, dk);
@@ -275,7 +308,7 @@ bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const Bl
   // The fused kernel's grid holds at most 65535 blocks and 65535 batch*heads (check_grid in
   // attention_cuda.cu); the GEMM path has no such limit, so a call past them takes it at any size.
   const bool fused_fits = C <= 65535 && BHo <= 65535;
-  return !fused_fits || BHo * C * w * W >= kBlockGemmMinScores;
+  return !fused_fits || q.shape()[0] * q.shape()[1] * C * w * W >= kBlockGemmMinScores;
 }
 
 void block_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

@@ -104,6 +104,7 @@ struct KernelCase {
   bool pad, causal;
   int64_t chunk;
   DType dt;
+  int64_t splits = 0;  // key parts of out = P v and dq = dS k; 0: the automatic rule (1 at these sizes)
 };
 // Rows of more than 256 keys (CUDA's row kernel strides over them), more than 65535 rows (its grid-stride
 // loop), float32 causal chunks, causal chunks that see no key before one that sees them all.
@@ -112,7 +113,10 @@ const std::vector<KernelCase> kKernelCases = {
     {1, 2, 11, 5, 4, 2, false, true, 4, kFloat64},   {2, 1, 9, 13, 5, 3, true, true, 0, kFloat64},
     {2, 3, 33, 40, 8, 8, true, false, 10, kFloat32}, {2, 1, 70, 45, 64, 64, true, true, 0, kFloat32},
     {2, 2, 20, 600, 16, 8, true, true, 7, kFloat32}, {1, 1, 70000, 3, 1, 1, false, false, 0, kFloat64},
-    {1, 2, 9, 1, 3, 2, false, true, 4, kFloat64},    {1, 1, 5, 0, 3, 2, false, false, 2, kFloat64}};
+    {1, 2, 9, 1, 3, 2, false, true, 4, kFloat64},    {1, 1, 5, 0, 3, 2, false, false, 2, kFloat64},
+    // Keys split (a remainder; causal chunks narrower than the parts; parts that divide the keys, one chunk).
+    {2, 2, 20, 600, 16, 8, true, true, 7, kFloat32, 7}, {2, 3, 33, 40, 8, 8, true, false, 10, kFloat64, 3},
+    {1, 2, 9, 16, 4, 5, false, false, 0, kFloat64, 4}};
 
 enum class FlashPath { kFusedCpu, kGemm, kFusedCuda };
 
@@ -146,8 +150,9 @@ std::vector<Tensor> run_flash_path(const KernelCase& c, FlashPath path, Device d
                            Tensor::empty({c.B, c.H, c.Nq}, c.dt, device), Tensor::empty(q.shape(), c.dt, device),
                            Tensor::empty(k.shape(), c.dt, device), Tensor::empty(v.shape(), c.dt, device)};
   if (path == FlashPath::kGemm) {
-    kernels::flash_attention_forward_gemm(q, k, v, kpm, p, t[0], t[1], c.chunk);
-    kernels::flash_attention_backward_gemm(q, k, v, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4], c.chunk);
+    kernels::flash_attention_forward_gemm(q, k, v, kpm, p, t[0], t[1], c.chunk, c.splits);
+    kernels::flash_attention_backward_gemm(q, k, v, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4], c.chunk,
+                                           c.splits);
   } else if (path == FlashPath::kFusedCpu) {
     kernels::flash_attention_forward_cpu(q, k, v, kpm, p, t[0], t[1]);
     kernels::flash_attention_backward_cpu(q, k, v, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
@@ -328,9 +333,23 @@ TEST_CASE("flash attention's GEMM path equals the fused kernel: chunks, masks, c
     CAPTURE(c.Nk);
     CAPTURE(c.causal);
     CAPTURE(c.chunk);
+    CAPTURE(c.splits);
     check_same_paths(c, run_flash_path(c, FlashPath::kFusedCpu, Device::cpu()),
                      run_flash_path(c, FlashPath::kGemm, Device::cpu()));
   }
+}
+
+TEST_CASE("flash attention's GEMM path splits the keys of a thin product only") {
+  // N = 65536, 4 heads, 128-row chunks: 8 output tiles of 64 x 64, so 64 parts of 1024 keys.
+  CHECK(kernels::flash_gemm_key_splits(4, 128, 64, 65536) == 64);
+  // N = 16384 in 512-row chunks: 32 tiles, 16 parts.
+  CHECK(kernels::flash_gemm_key_splits(4, 512, 64, 16384) == 16);
+  // Parts of at least kFlashGemmMinSplitKeys keys: 2048 keys give 4 at most, fewer than 2 x 512 none.
+  CHECK(kernels::flash_gemm_key_splits(1, 1, 64, 2048) == 4);
+  CHECK(kernels::flash_gemm_key_splits(1, 1, 64, 1023) == 1);
+  // Wide enough already: 8 x 16 heads of 256 rows are 512 tiles.
+  CHECK(kernels::flash_gemm_key_splits(128, 256, 64, 65536) == 1);
+  CHECK(kernels::flash_gemm_key_splits(4, 65536, 64, 65536) == 1);
 }
 
 TEST_CASE("block attention's GEMM path equals the fused kernel: windows, rounds, shared tables, masks, chunks") {
@@ -382,16 +401,26 @@ TEST_CASE("block attention's path setting: the environment's values, a bad one n
   const kernels::BlockAttentionPath before = kernels::block_attention_path();
   kernels::BlockAttentionParams p;
   p.offsets = {0, -1};
-  // 4 heads, 128 blocks of 128 (N = 16384, look back 1): 16.8 M scored entries; 64 of 64: 2.1 M.
+  // 4 heads, 128 blocks of 128 (N = 16384, look back 1): 16.8 M scored entries; 32 of 64 (N = 2048): 1.05 M;
+  // 32 of 32: 0.26 M.
   const Tensor q = fake_cuda({1, 4, 16384, 64}), big = fake_cuda({1, 4, 128, 128}, kInt64),
-               small = fake_cuda({1, 4, 64, 64}, kInt64);
+               edge = fake_cuda({1, 4, 32, 64}, kInt64), small = fake_cuda({1, 4, 32, 32}, kInt64);
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kAuto);
   CHECK(kernels::block_attention_takes_gemm(q, big, p));
+  CHECK(kernels::block_attention_takes_gemm(q, edge, p));
   CHECK_FALSE(kernels::block_attention_takes_gemm(q, small, p));
-  // Past the fused kernel's grid (65535 blocks, 65535 batch*heads): the GEMM path at any size.
+  // Counted per round: LSH-8 at N = 1024 (16 buckets of 64) scores 4.2 M entries, 0.52 M a round: fused.
+  {
+    kernels::BlockAttentionParams r = p;
+    r.rounds = 8;
+    CHECK_FALSE(kernels::block_attention_takes_gemm(fake_cuda({1, 4, 1024, 64}), fake_cuda({1, 32, 16, 64}, kInt64), r));
+    CHECK(kernels::block_attention_takes_gemm(fake_cuda({1, 4, 4096, 64}), fake_cuda({1, 32, 64, 64}, kInt64), r));
+  }
+  // Past the fused kernel's grid (65535 blocks, 65535 batch*heads): the GEMM path at any size (0.5 M entries
+  // here, fused below the grid).
   CHECK(kernels::block_attention_takes_gemm(q, fake_cuda({1, 4, 65536, 1}, kInt64), p));
-  CHECK(kernels::block_attention_takes_gemm(fake_cuda({16384, 4, 4, 8}), fake_cuda({16384, 4, 1, 4}, kInt64), p));
-  CHECK_FALSE(kernels::block_attention_takes_gemm(fake_cuda({16383, 4, 4, 8}), fake_cuda({16383, 4, 1, 4}, kInt64), p));
+  CHECK(kernels::block_attention_takes_gemm(fake_cuda({16384, 4, 2, 8}), fake_cuda({16384, 4, 1, 2}, kInt64), p));
+  CHECK_FALSE(kernels::block_attention_takes_gemm(fake_cuda({16383, 4, 2, 8}), fake_cuda({16383, 4, 1, 2}, kInt64), p));
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kFused);
   CHECK_FALSE(kernels::block_attention_takes_gemm(q, big, p));
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kGemm);
@@ -783,6 +812,7 @@ CUDA_TEST_CASE("flash attention's fused kernel and GEMM path on CUDA equal the C
     CAPTURE(c.Nk);
     CAPTURE(c.causal);
     CAPTURE(c.chunk);
+    CAPTURE(c.splits);
     const std::vector<Tensor> want = run_flash_path(c, FlashPath::kFusedCpu, Device::cpu());
     check_same_paths(c, want, run_flash_path(c, FlashPath::kGemm, Device::cuda(0)));
     check_same_paths(c, want, run_flash_path(c, FlashPath::kFusedCuda, Device::cuda(0)));
