@@ -14,7 +14,8 @@
 # the peers under torch.autocast), logs in $OUT/bf16.log;
 # block: block attention's two float32 CUDA paths (the fused kernel and the GEMM path, attention.h) on the
 # variants built on it, N = 1024 ... 65536, each path forced through CF_BLOCK_ATTENTION_PATH, then the automatic
-# choice: where kBlockGemmMinScores should sit (results in $OUT/block-{fused,gemm,auto}.json);
+# choice: whether kBlockGemmMinScores (1 M entries a round, set from the H200 run of 2026-11-28) still picks the
+# faster path (results in $OUT/block-{fused,gemm,auto}.json);
 # lm: issue 30's language-model table on the GPU (RESULTS.md, cf-lm "Trained longer"): every model row
 # (sliding windows, + LSH, + fixed sparse, + Cluster-Former C = 64 / 256 / 512, neural clustering) for the
 # seeds in LM_SEEDS (default "0 1 2") at LM_STEPS steps (default 10000), all processes at once on the one
@@ -22,12 +23,16 @@
 # lines) and $OUT/lm.md (the tables);
 # approx: issue 30's per-token table at the paper's scale (RESULTS.md, cf-approx "Per token"): masked characters
 # at N = APPROX_N (default 512; the paper's utterances have about 780 frames), C = 100 / 200 clusters, top-32,
-# APPROX_STEPS steps (default 10000) of 16 windows, models trained with each of APPROX_MODELS (default "full
-# clustered improved-clustered"; also shared-full, shared-full-plain, lsh-R) for the seeds in APPROX_SEEDS
+# APPROX_STEPS steps (default 10000) of 16 windows, models trained with each of APPROX_MODELS (default
+# "clustered improved-clustered": the models trained with full attention were trained on the CPU, RESULTS.md;
+# also full, shared-full, shared-full-plain, lsh-R) for the seeds in APPROX_SEEDS
 # (default "0 1 2"), one process per model and seed, all at once on the one GPU, each under a time limit of
 # APPROX_LIMIT s (default 540); results in $OUT/approx.jsonl (eval, sweep and summary lines) and
 # $OUT/approx.md (the tables). Checkpoints every 1000 steps in /tmp/approx/ckpt: on the same warm machine a
-# second call continues where a time limit stopped the first. On the CPU, at N = 512 with 4 windows per step, full
+# second call continues where a time limit stopped the first. On an H200 (2026-11-28) three such processes ran at
+# about 0.04 s a step each (10,000 steps: about 7 minutes), so the six of the default take two calls; that run
+# stopped at the first checkpoint (GPU tensors handed to save_checkpoint, fixed in train_run.h since, its CUDA
+# test first in the test stage). On the CPU, at N = 512 with 4 windows per step, full
 # attention stayed on the space-everywhere plateau for 2,600 steps on three seeds; with 16 windows per step it left
 # it between steps 1,500 and 2,000 (RESULTS.md): read the val lines before the tables.
 #
@@ -72,8 +77,9 @@ if has test; then
 fi
 
 if has sanitize; then
-  # The CUDA code no GPU has run yet: full attention's GEMM path (attention_gemm.cpp and its row kernel) and
-  # block attention's (its slot gather and scatter and its two row kernels), each checked beside the fused kernel. Kept from earlier lists (every one passed memcheck and racecheck on an
+  # Full attention's GEMM path (attention_gemm.cpp and its row kernel, the key-split products) and block
+  # attention's (its slot gather and scatter and its two row kernels), each checked beside the fused kernel
+  # (memcheck and initcheck clean on an H200 on 2026-11-28, racecheck not yet run on them). Kept from earlier lists (every one passed memcheck and racecheck on an
   # H200, the last on 2026-11-27 at stop 43): routed_attention (routing and sparse through RoutedMap), the
   # tensor-core kernels on the row maps, neural clustering on them, block_attention's rounds, the lse
   # gradient and clustered attention through it.
@@ -215,7 +221,7 @@ if has approx; then
   t0=$(date +%s)
   mkdir -p /tmp/approx
   for seed in ${APPROX_SEEDS:-0 1 2}; do
-    for m in ${APPROX_MODELS:-full clustered improved-clustered}; do
+    for m in ${APPROX_MODELS:-clustered improved-clustered}; do
       # Each model in its own process; the evaluation rows every model gets are those of the whole table.
       OMP_NUM_THREADS=1 timeout "${APPROX_LIMIT:-540}" "$B/apps/cf-approx" --device cuda --task masked \
         --max-len 100000 --seq-len "${APPROX_N:-512}" --mask-rate 0.3 --dropout 0 --clusters 100 --topk 32 \
