@@ -122,16 +122,19 @@ Tensor table_view(const Tensor& win, int64_t Ho, int64_t c0, int64_t n, int64_t 
                    win.offset() + c0 * W + col0, "block_attention");
 }
 
-// Blocks per chunk: the chunk's buffers together within the workspace cap. The forward holds scores and the
-// gathered Q, K, V and O; the backward also dP, dO and the gradients of Q, K, V.
-int64_t blocks_per_chunk(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Ho, int64_t C, int64_t w,
-                         int64_t W, bool backward, int64_t fixed) {
+// Blocks per chunk: the chunk's buffers and the window table `win` together within the workspace cap (at least
+// one block). The forward holds scores and the gathered Q, K, V and O; the backward also dP, dO and the
+// gradients of Q, K, V. The table counts too: LSH-8's at N = 65536 is 33.5 MB, and without it the GEMM path
+// peaked at 2009 MB there against 1850 MB fused (H200, 2026-11-28).
+int64_t blocks_per_chunk(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& win, int64_t Ho,
+                         int64_t C, int64_t w, int64_t W, bool backward, int64_t fixed) {
   if (fixed > 0) return std::min(fixed, C);
   const int64_t Dk = q.shape()[3], Dv = v.shape()[3];
   const int64_t per_block = q.shape()[0] * Ho * int64_t(dtype_size(q.dtype())) *
                             (backward ? 2 * w * W + 2 * w * Dk + 2 * w * Dv + 2 * w + 2 * W * (Dk + Dv)
                                       : w * W + w * (Dk + Dv) + W * (Dk + Dv));
-  return std::clamp<int64_t>(workspace_budget(q, k, v) / std::max<int64_t>(per_block, 1), 1, C);
+  const int64_t budget = workspace_budget(q, k, v) - win.numel() * int64_t(dtype_size(win.dtype()));
+  return std::clamp<int64_t>(budget / std::max<int64_t>(per_block, 1), 1, C);
 }
 
 // out (B, H, n, D) contiguous = a (B, H, n, W) @ x (B, H, W, D) with the W keys split into s parts of
@@ -323,7 +326,7 @@ void block_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
   fill(lse, -std::numeric_limits<double>::infinity());
   if (B * Ho * N == 0 || C * w == 0) return;
   const Tensor win = window_table(members, p.offsets);
-  const int64_t n = blocks_per_chunk(q, k, v, Ho, C, w, W, false, chunk_blocks);
+  const int64_t n = blocks_per_chunk(q, k, v, win, Ho, C, w, W, false, chunk_blocks);
   const Tensor scale = scalar_like(q, p.scale);
   const Device dev = q.device();
   const Tensor Qg = Tensor::empty({B, Ho, n, w, Dk}, q.dtype(), dev), Kg = Tensor::empty({B, Ho, n, W, Dk}, q.dtype(), dev),
@@ -365,7 +368,7 @@ void block_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                                                       dlse.offset(), "block_attention")
                                           : Tensor();
   const Tensor win = window_table(members, p.offsets);
-  const int64_t n = blocks_per_chunk(q, k, v, Ho, C, w, W, true, chunk_blocks);
+  const int64_t n = blocks_per_chunk(q, k, v, win, Ho, C, w, W, true, chunk_blocks);
   const Tensor scale = scalar_like(q, p.scale);
   const Device dev = q.device();
   const DType dt = q.dtype();
