@@ -163,7 +163,8 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
   }
   // Everything checked first, so a failed load changes nothing.
   NoGradGuard ng;
-  for (auto& c : copies) copy_(*c.first, *c.second);  // converts dtype if they differ
+  for (auto& c : copies)  // converts dtype if they differ; crosses devices one entry at a time
+    copy_(*c.first, c.second->device() == c.first->device() ? *c.second : c.second->to(c.first->device()));
 }
 
 void Module::train(bool on) {

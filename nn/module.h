@@ -39,7 +39,8 @@ class Module {
   // ---- state dict: parameters, then persistent buffers, of each module before
   // its children (PyTorch's order) ----
   StateDict state_dict() const;
-  // Copies values into the registered tensors (their identity is kept). Strict:
+  // Copies values into the registered tensors (their identity is kept), from any device (a CPU
+  // checkpoint into a CUDA model: each entry crosses on its own, so at most one extra tensor). Strict:
   // missing, unexpected and wrongly shaped entries are all listed in one error.
   // Non-strict: missing and unexpected entries are ignored, shapes still checked.
   void load_state_dict(const StateDict& dict, bool strict = true);

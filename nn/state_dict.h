@@ -21,5 +21,14 @@ inline const Tensor* find_entry(const StateDict& dict, const std::string& name) 
   return nullptr;
 }
 
+// The dict with every defined tensor copied to the CPU: what save_checkpoint and save_safetensors take
+// (a model or optimizer on CUDA hands out CUDA tensors). Module::load_state_dict and
+// Optimizer::load_state_dict take such a CPU dict back on any device.
+inline StateDict state_on_cpu(StateDict dict) {
+  for (auto& e : dict)
+    if (e.second.defined()) e.second = e.second.cpu();
+  return dict;
+}
+
 }  // namespace nn
 }  // namespace cf

@@ -119,25 +119,6 @@ struct TrainResult {
   double last_loss = std::nan("");
 };
 
-// A state dict's tensors copied to the CPU, for a checkpoint (a model trained with --device cuda holds its
-// parameters and optimizer slots there; save_checkpoint refuses them).
-inline cf::nn::StateDict on_cpu(cf::nn::StateDict dict) {
-  for (auto& e : dict)
-    if (e.second.defined()) e.second = e.second.cpu();
-  return dict;
-}
-
-// A loaded (CPU) state dict with each entry moved to the device of the live entry of the same name (copy_
-// refuses a CPU source for a CUDA parameter, the optimizer slots that do not sit beside their parameters;
-// the optimizer's step and lr scalars stay on the CPU).
-inline cf::nn::StateDict on_devices_of(cf::nn::StateDict loaded, const cf::nn::StateDict& live) {
-  for (auto& e : loaded) {
-    const cf::Tensor* l = cf::nn::find_entry(live, e.first);
-    if (l && l->defined() && e.second.defined() && e.second.device() != l->device()) e.second = e.second.to(l->device());
-  }
-  return loaded;
-}
-
 inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, const TrainRun& run,
                                const TrainHooks& hooks) {
   using ojson = nlohmann::ordered_json;
@@ -200,8 +181,8 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
       throw cf::ValueError("[" + run.app + "] checkpoint '" + run.checkpoint +
                            "' was written with other settings (model, data or training options); "
                            "delete it or use another --checkpoint-dir");
-    model.load_state_dict(on_devices_of(ck.model, model.state_dict()));
-    opt.load_state_dict(on_devices_of(ck.optimizer, opt.state_dict()));
+    model.load_state_dict(ck.model);  // CPU tensors into the model's device
+    opt.load_state_dict(ck.optimizer);
     if (!ck.scaler.empty()) scaler.load_state_dict(ck.scaler);
     for (auto& [name, g] : ck.generators) {
       if (name == "default") g.restore(cf::default_generator());
@@ -225,8 +206,8 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   };
   auto save = [&](int64_t step) {
     cf::nn::TrainingCheckpoint ck;
-    ck.model = on_cpu(model.state_dict());  // a checkpoint holds CPU tensors (nn/checkpoint.h)
-    ck.optimizer = on_cpu(opt.state_dict());
+    ck.model = cf::nn::state_on_cpu(model.state_dict());  // a checkpoint holds CPU tensors (nn/checkpoint.h)
+    ck.optimizer = cf::nn::state_on_cpu(opt.state_dict());
     if (cfg.precision == "fp16") ck.scaler = scaler.state_dict();
     ck.step = step;
     ck.generators = {{"default", cf::nn::GeneratorState::of(cf::default_generator())}};

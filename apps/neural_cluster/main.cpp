@@ -461,7 +461,7 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
   auto save = [&](int64_t step) {
     cf::nn::TrainingCheckpoint ck;
     ck.model = {{"centroids", c.detach().cpu()}, {"w_c", w_c.detach().cpu()}};
-    for (auto& [name, t] : opt.state_dict()) ck.optimizer.emplace_back(name, t.cpu());
+    ck.optimizer = cf::nn::state_on_cpu(opt.state_dict());
     if (scaled) ck.scaler = scaler.state_dict();
     ck.step = step;
     ck.extra["signature"] = signature.dump();

@@ -170,7 +170,7 @@ std::atomic<int> g_block_path{-1};
 
 int64_t flash_gemm_key_splits(int64_t BH, int64_t rows, int64_t D, int64_t keys) {
   const int64_t tiles = BH * ((rows + 63) / 64) * ((D + 63) / 64);
-  if (tiles >= kFlashGemmWantedTiles || keys < 2 * kFlashGemmMinSplitKeys) return 1;
+  if (tiles == 0 || tiles >= kFlashGemmWantedTiles || keys < 2 * kFlashGemmMinSplitKeys) return 1;  // 0: D == 0
   return std::min((kFlashGemmWantedTiles + tiles - 1) / tiles, keys / kFlashGemmMinSplitKeys);
 }
 

@@ -169,6 +169,13 @@ StateDict Optimizer::state_dict() const {
   return out;
 }
 
+namespace {
+// dst = src from any device (a CPU checkpoint's slot into a CUDA optimizer), one tensor at a time.
+void copy_across(Tensor& dst, const Tensor& src) {
+  copy_(dst, src.device() == dst.device() ? src : src.to(dst.device()));
+}
+}  // namespace
+
 void Optimizer::load_state_dict(const StateDict& dict) {
   const std::string w = where("load_state_dict");
   std::unordered_map<std::string, const Tensor*> given;
@@ -210,8 +217,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
       if (!t) continue;
       if (!t->defined()) {
         bad.push_back("'" + key + "' is an undefined tensor");
-      } else if (t->shape() != e.param.shape() || t->dtype() != e.slots[s].dtype() ||
-                 t->device() != e.param.device()) {
+      } else if (t->shape() != e.param.shape() || t->dtype() != e.slots[s].dtype()) {
         bad.push_back(str("'", key, "' is ", t->describe(), " but parameter '", e.name, "' is ",
                           e.param.describe(), e.master.defined() ? " (float32 master state)" : ""));
       } else {
@@ -233,8 +239,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     std::string key = "master." + e.name;
     const Tensor* t = lookup(key);
     if (!t) continue;
-    if (!t->defined() || t->shape() != e.master.shape() || t->dtype() != kFloat32 ||
-        t->device() != e.master.device())
+    if (!t->defined() || t->shape() != e.master.shape() || t->dtype() != kFloat32)
       bad.push_back(str("'", key, "' is ", t->defined() ? t->describe() : std::string("undefined"),
                         " but the master of '", e.name, "' is ", e.master.describe()));
     else
@@ -259,8 +264,8 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   lr_ = lr_v;
   for (size_t i = 0; i < entries_.size(); ++i) {
     Entry& e = entries_[i];
-    for (size_t s = 0; s < slot_names_.size(); ++s) copy_(e.slots[s], *src[i][s]);
-    if (masters[i]) copy_(e.master, *masters[i]);
+    for (size_t s = 0; s < slot_names_.size(); ++s) copy_across(e.slots[s], *src[i][s]);
+    if (masters[i]) copy_across(e.master, *masters[i]);
     e.step = int64_t(steps[i]);
   }
 }

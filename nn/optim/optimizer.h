@@ -21,7 +21,9 @@
 // parameter's precision (a bfloat16 weight near 1 cannot move by less than 2^-8).
 // load_state_dict is strict: it lists every missing, unexpected or wrongly
 // shaped entry in one error and changes nothing unless everything fits. "step"
-// and the per-parameter steps may be int64 or float64 holding an integer.
+// and the per-parameter steps may be int64 or float64 holding an integer. Slots and
+// masters may sit on any device (a CPU checkpoint resumes a CUDA run): each is copied
+// to its parameter's device.
 //
 // Parameters without a gradient are skipped by step() (as in PyTorch): their
 // buffers and their per-parameter step stay as they are. Updates run under

@@ -1,6 +1,7 @@
 // The apps' training loop (apps/common/train_run.h): its checkpoints hold CPU tensors on every device
-// (save_checkpoint refuses others), and a run stopped by --stop-after resumes, on its device, to the weights
-// of a run that never stopped.
+// (save_checkpoint refuses others), and a run stopped by --stop-after resumes, on its device and in a fresh
+// process's model, to the weights of a run that never stopped.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,13 +15,23 @@ using cf::test::TempDir;
 
 namespace {
 
-// The weights after 6 AdamW steps of a linear least-squares fit on `dev`, checkpointed every 2 steps to
-// `ckpt`; stop_after > 0 stops the run there first (TrainingStopped), then the same call continues.
+std::vector<double> weights(const nn::Module& model) {
+  std::vector<double> w;
+  for (const auto& e : model.state_dict()) {
+    const std::vector<double> v = test::values(e.second.cpu());
+    w.insert(w.end(), v.begin(), v.end());
+  }
+  return w;
+}
+
+// 6 AdamW steps of a linear least-squares fit on `dev`, checkpointed every 2 steps to `ckpt`, in a model
+// built (with its data) from seed 5 as a new process would; returns the final weights. stop_after > 0
+// stops a first model there (TrainingStopped) and a second, new model continues from the checkpoint, so
+// a resume that skipped the model's or the optimizer's state would end elsewhere.
 std::vector<double> fit(Device dev, const std::string& ckpt, int64_t stop_after) {
-  Generator gen(5);
-  nn::Linear model(3, 2, true, gen);
-  model.to(dev);
-  const Tensor x = randn({8, 3}, kFloat32, gen, 0.0, 1.0, dev), y = randn({8, 2}, kFloat32, gen, 0.0, 1.0, dev);
+  Generator data_gen(7);
+  const Tensor x = randn({8, 3}, kFloat32, data_gen, 0.0, 1.0, dev),
+               y = randn({8, 2}, kFloat32, data_gen, 0.0, 1.0, dev);
   apps::TrainSettings cfg;
   cfg.steps = 6;
   cfg.warmup = 1;
@@ -33,30 +44,31 @@ std::vector<double> fit(Device dev, const std::string& ckpt, int64_t stop_after)
   run.signature = {{"fit", 1}};
   run.checkpoint = ckpt;
   run.device = dev;
-  apps::TrainHooks hooks;
-  hooks.loss = [&](int64_t, double* task) {
-    const Tensor d = model(x) - y;
-    Tensor loss = mean(d * d);
-    *task = loss.item();
-    return loss;
+  auto train = [&](int64_t stop) {
+    Generator gen(5);
+    auto model = std::make_unique<nn::Linear>(3, 2, true, gen);
+    model->to(dev);
+    apps::TrainHooks hooks;
+    hooks.loss = [&](int64_t, double* task) {
+      const Tensor d = (*model)(x) - y;
+      Tensor loss = mean(d * d);
+      *task = loss.item();
+      return loss;
+    };
+    apps::TrainSettings c = cfg;
+    c.stop_after = stop;
+    apps::train_model(*model, c, run, hooks);
+    return weights(*model);
   };
   if (stop_after > 0) {
-    cfg.stop_after = stop_after;
-    CHECK_THROWS_AS(apps::train_model(model, cfg, run, hooks), apps::TrainingStopped);
-    // What was written is a CPU checkpoint at the step the run stopped.
+    CHECK_THROWS_AS(train(stop_after), apps::TrainingStopped);
+    // What was written is a CPU checkpoint of the step the run stopped at.
     const nn::TrainingCheckpoint ck = nn::load_checkpoint(ckpt);
     CHECK(ck.step == stop_after);
     for (const auto& e : ck.model) CHECK(e.second.device().is_cpu());
-    cfg.stop_after = 0;
+    for (const auto& e : ck.optimizer) CHECK(e.second.device().is_cpu());
   }
-  const apps::TrainResult r = apps::train_model(model, cfg, run, hooks);
-  CHECK(r.trained);
-  std::vector<double> w;
-  for (const auto& e : model.state_dict()) {
-    const std::vector<double> v = test::values(e.second.cpu());
-    w.insert(w.end(), v.begin(), v.end());
-  }
-  return w;
+  return train(0);
 }
 
 void check_resume(Device dev) {
@@ -64,6 +76,10 @@ void check_resume(Device dev) {
   const std::vector<double> straight = fit(dev, tmp.file("straight.safetensors"), 0);
   const std::vector<double> resumed = fit(dev, tmp.file("resumed.safetensors"), 4);
   CHECK(resumed == straight);
+  // Not the untrained weights: the fit moved them.
+  Generator gen(5);
+  const std::vector<double> start = weights(nn::Linear(3, 2, true, gen));
+  CHECK(resumed != start);
 }
 
 }  // namespace
@@ -74,5 +90,6 @@ TEST_CASE("apps' train_model: a run stopped and resumed from its checkpoint ends
 
 // Before 2026-11-28 every app with --device cuda and --checkpoint-dir failed at its first checkpoint: the
 // state dicts went to save_checkpoint on the GPU ("[save_safetensors] ...: tensor ... on cuda:0; move it to
-// the CPU first"), and a resume would have loaded CPU tensors into CUDA parameters.
+// the CPU first"), and Module::load_state_dict / Optimizer::load_state_dict refused CPU tensors for CUDA
+// parameters.
 CUDA_TEST_CASE("apps' train_model checkpoints and resumes a model on CUDA") { check_resume(Device::cuda(0)); }

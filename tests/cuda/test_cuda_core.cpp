@@ -292,6 +292,36 @@ CUDA_TEST_CASE("a Module moves to cuda and trains there") {
   CHECK(last < 0.5 * first);
 }
 
+// A CPU checkpoint resumes a CUDA run: the module's and the optimizer's load_state_dict copy each entry to
+// its parameter's device (before 2026-11-28 copy_ and the optimizer's device check refused them).
+CUDA_TEST_CASE("a CUDA module and optimizer load a CPU state dict") {
+  Generator g(2);
+  nn::Linear lin(4, 3, true, g);
+  lin.to(Device::cuda(0));
+  nn::AdamW opt(lin.named_parameters(), nn::AdamWOptions{});
+  Tensor x = rand({8, 4}, kFloat32, g).cuda();
+  for (int s = 0; s < 3; ++s) {
+    Tensor loss = mean(square(lin.forward(x)));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  }
+  const nn::StateDict model_cpu = nn::state_on_cpu(lin.state_dict()), opt_cpu = nn::state_on_cpu(opt.state_dict());
+  for (const auto& e : opt_cpu) CHECK_MESSAGE(e.second.device().is_cpu(), e.first);
+  Generator g2(9);
+  nn::Linear other(4, 3, true, g2);
+  other.to(Device::cuda(0));
+  nn::AdamW other_opt(other.named_parameters(), nn::AdamWOptions{});
+  other.load_state_dict(model_cpu);
+  other_opt.load_state_dict(opt_cpu);
+  for (const auto& [name, p] : other.named_parameters()) CHECK_MESSAGE(p.device().is_cuda(), name);
+  const nn::StateDict back = nn::state_on_cpu(other_opt.state_dict());
+  REQUIRE(back.size() == opt_cpu.size());
+  for (size_t i = 0; i < back.size(); ++i) CHECK_MESSAGE(values(back[i].second) == values(opt_cpu[i].second), back[i].first);
+  const nn::StateDict mine = nn::state_on_cpu(other.state_dict());
+  for (size_t i = 0; i < mine.size(); ++i) CHECK_MESSAGE(values(mine[i].second) == values(model_cpu[i].second), mine[i].first);
+}
+
 CUDA_TEST_CASE("sync debug mode still runs kernels and reports nothing for correct ones") {
   const bool before = cuda::sync_debug();
   cuda::set_sync_debug(true);

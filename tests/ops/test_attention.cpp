@@ -114,9 +114,11 @@ const std::vector<KernelCase> kKernelCases = {
     {2, 3, 33, 40, 8, 8, true, false, 10, kFloat32}, {2, 1, 70, 45, 64, 64, true, true, 0, kFloat32},
     {2, 2, 20, 600, 16, 8, true, true, 7, kFloat32}, {1, 1, 70000, 3, 1, 1, false, false, 0, kFloat64},
     {1, 2, 9, 1, 3, 2, false, true, 4, kFloat64},    {1, 1, 5, 0, 3, 2, false, false, 2, kFloat64},
-    // Keys split (a remainder; causal chunks narrower than the parts; parts that divide the keys, one chunk).
+    // Keys split: a remainder, causal (chunks see 587-600 keys); a remainder, not causal; parts that divide the
+    // keys, one chunk; causal chunks narrower than the parts (2 keys, then 5) and a single key (parts clamped).
     {2, 2, 20, 600, 16, 8, true, true, 7, kFloat32, 7}, {2, 3, 33, 40, 8, 8, true, false, 10, kFloat64, 3},
-    {1, 2, 9, 16, 4, 5, false, false, 0, kFloat64, 4}};
+    {1, 2, 9, 16, 4, 5, false, false, 0, kFloat64, 4},  {1, 2, 11, 5, 4, 2, false, true, 4, kFloat64, 4},
+    {1, 2, 9, 1, 3, 2, false, true, 4, kFloat64, 3}};
 
 enum class FlashPath { kFusedCpu, kGemm, kFusedCuda };
 
@@ -350,6 +352,7 @@ TEST_CASE("flash attention's GEMM path splits the keys of a thin product only") 
   // Wide enough already: 8 x 16 heads of 256 rows are 512 tiles.
   CHECK(kernels::flash_gemm_key_splits(128, 256, 64, 65536) == 1);
   CHECK(kernels::flash_gemm_key_splits(4, 65536, 64, 65536) == 1);
+  CHECK(kernels::flash_gemm_key_splits(4, 128, 0, 65536) == 1);  // an empty head: no tiles, no split
 }
 
 TEST_CASE("block attention's GEMM path equals the fused kernel: windows, rounds, shared tables, masks, chunks") {
