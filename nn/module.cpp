@@ -118,6 +118,10 @@ StateDict Module::state_dict() const {
   return out;
 }
 
+void copy_from_any_device(Tensor& dst, const Tensor& src) {
+  copy_(dst, src.device() == dst.device() ? src : src.to(dst.device()));
+}
+
 void Module::load_state_dict(const StateDict& dict, bool strict) {
   std::map<std::string, const Tensor*> given;
   std::vector<std::string> duplicates;
@@ -163,8 +167,7 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
   }
   // Everything checked first, so a failed load changes nothing.
   NoGradGuard ng;
-  for (auto& c : copies)  // converts dtype if they differ; crosses devices one entry at a time
-    copy_(*c.first, c.second->device() == c.first->device() ? *c.second : c.second->to(c.first->device()));
+  for (auto& c : copies) copy_from_any_device(*c.first, *c.second);  // converts dtype if they differ
 }
 
 void Module::train(bool on) {

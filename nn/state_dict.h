@@ -30,5 +30,9 @@ inline StateDict state_on_cpu(StateDict dict) {
   return dict;
 }
 
+// dst = src, src from any device (a CPU checkpoint's entry into a CUDA parameter or optimizer slot): copied
+// to dst's device first, one tensor at a time. The loading half of state_on_cpu.
+void copy_from_any_device(Tensor& dst, const Tensor& src);
+
 }  // namespace nn
 }  // namespace cf

@@ -63,9 +63,9 @@ void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
 // two in the backward), plus a scaled copy of q and, with several chunks, one chunk's out or dq and a dk, dv
 // to add each chunk's share through, and with the keys split (below) the parts' partial products (parts x rows x
 // D per (b, h): with the automatic parts about 512 tiles of 64 x 64, 8 MiB in float32): O(N d) plus a capped
-// workspace, never O(N^2). chunk_rows > 0 fixes the
-// rows per chunk, key_splits > 0 the parts of out = P v and dq = dS k (flash_gemm_key_splits; tests). Same
-// contracts as flash_attention_forward_cpu / _backward_cpu; any device.
+// workspace, never O(N^2). chunk_rows > 0 fixes the rows per chunk, key_splits > 0 the parts of out = P v and
+// dq = dS k (flash_gemm_key_splits; tests). Same contracts as flash_attention_forward_cpu / _backward_cpu; any
+// device.
 void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                   int64_t chunk_rows = 0, int64_t key_splits = 0);

@@ -138,12 +138,12 @@ int64_t blocks_per_chunk(const Tensor& q, const Tensor& k, const Tensor& v, cons
 }
 
 // out (B, H, n, D) contiguous = a (B, H, n, W) @ x (B, H, W, D) with the W keys split into s parts of
-// floor(W / s) (flash_gemm_key_splits says why): one batched GEMM over (B, H, s) into s partial products, summed
-// into out; the last W mod s keys (if any) in one more product, added.
-void matmul_key_split(const Tensor& a, const Tensor& x, const Tensor& out, int64_t s) {
+// floor(W / s), s = `fixed` if > 0, else flash_gemm_key_splits (which says why): one batched GEMM over (B, H, s)
+// into s partial products, summed into out; the last W mod s keys (if any) in one more product, added.
+void matmul_key_split(const Tensor& a, const Tensor& x, const Tensor& out, int64_t fixed) {
   const Shape &as = a.strides(), &xs = x.strides();
   const int64_t B = a.shape()[0], H = a.shape()[1], n = a.shape()[2], W = a.shape()[3], D = x.shape()[3];
-  s = std::clamp<int64_t>(s, 1, W);
+  const int64_t s = std::clamp<int64_t>(fixed > 0 ? fixed : flash_gemm_key_splits(B * H, n, D, W), 1, W);
   if (s == 1) {
     matmul(a, x, out);
     return;
@@ -201,8 +201,7 @@ void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
     const Tensor Sc = leading(S, n, W), Oc = leading(O, n, Dv);
     matmul(row_chunk(qs, i0, n), transposed(row_chunk(k, 0, W)), Sc);
     attention_rows_softmax(Sc, kpm, {i0, Nq, p.causal, Nk}, lse);
-    matmul_key_split(Sc, row_chunk(v, 0, W), Oc,
-                     key_splits > 0 ? key_splits : flash_gemm_key_splits(B * H, n, Dv, W));
+    matmul_key_split(Sc, row_chunk(v, 0, W), Oc, key_splits);
     if (r < Nq) copy(Oc, row_chunk(out, i0, n));
   }
 }
@@ -269,7 +268,7 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
       add_scaled(dvw, t, 1.0, dvw);
     }
     const Tensor dQn = leading(dQc, n, Dk);
-    matmul_key_split(dSc, kw, dQn, key_splits > 0 ? key_splits : flash_gemm_key_splits(B * H, n, Dk, W));
+    matmul_key_split(dSc, kw, dQn, key_splits);
     binary(BinaryOp::Mul, dQn, scale, row_chunk(dq, i0, n));  // dq = scale dS k
     if (direct) {                                              // dk = scale dS^T q, q scaled already
       matmul(transposed(dSc), qc, dk);

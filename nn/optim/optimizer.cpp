@@ -169,13 +169,6 @@ StateDict Optimizer::state_dict() const {
   return out;
 }
 
-namespace {
-// dst = src from any device (a CPU checkpoint's slot into a CUDA optimizer), one tensor at a time.
-void copy_across(Tensor& dst, const Tensor& src) {
-  copy_(dst, src.device() == dst.device() ? src : src.to(dst.device()));
-}
-}  // namespace
-
 void Optimizer::load_state_dict(const StateDict& dict) {
   const std::string w = where("load_state_dict");
   std::unordered_map<std::string, const Tensor*> given;
@@ -264,8 +257,8 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   lr_ = lr_v;
   for (size_t i = 0; i < entries_.size(); ++i) {
     Entry& e = entries_[i];
-    for (size_t s = 0; s < slot_names_.size(); ++s) copy_across(e.slots[s], *src[i][s]);
-    if (masters[i]) copy_across(e.master, *masters[i]);
+    for (size_t s = 0; s < slot_names_.size(); ++s) copy_from_any_device(e.slots[s], *src[i][s]);
+    if (masters[i]) copy_from_any_device(e.master, *masters[i]);
     e.step = int64_t(steps[i]);
   }
 }
