@@ -5,7 +5,7 @@
 # counts. Each stage has its own time limit so that a hang in one still returns the others' logs.
 #
 #   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo,
-#                                                  bf16, peers-full, block, lm, approx
+#                                                  bf16, peers-full, block, mma, lm, approx
 #
 # scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), issue 24's
 # LSH-8 peak memory at N = 16384 and 65536, and clustered attention's fused and dense centroid paths;
@@ -16,6 +16,11 @@
 # variants built on it, N = 1024 ... 65536, each path forced through CF_BLOCK_ATTENTION_PATH, then the automatic
 # choice: whether kBlockGemmMinScores (1 M entries a round, set from the H200 run of 2026-11-28) still picks the
 # faster path (results in $OUT/block-{fused,gemm,auto}.json);
+# mma: the float32 tensor-core kernels (attention_mma_cuda.cu, 3xTF32; issue 24), written without a GPU and
+# taken only under CF_FLASH_ATTENTION_PATH=mma / CF_BLOCK_ATTENTION_PATH=mma until this stage has passed: their
+# own CUDA tests under memcheck and racecheck, every CUDA attention test again with both settings, then the
+# attention table beside PyTorch SDPA on the GEMM / automatic paths and on mma in the same call (logs and JSON
+# in $OUT/mma-*). If all pass and mma is faster, kAuto should take them (attention.h).
 # lm: issue 30's language-model table on the GPU (RESULTS.md, cf-lm "Trained longer"): every model row
 # (sliding windows, + LSH, + fixed sparse, + Cluster-Former C = 64 / 256 / 512, neural clustering) for the
 # seeds in LM_SEEDS (default "0 1 2") at LM_STEPS steps (default 10000), all processes at once on the one
@@ -196,6 +201,26 @@ for r in json.load(open(sys.argv[1]))["results"]:
     if "forward_backward_time_s" in r:
         print("%s fwd+bwd %.2f ms peak %.0f MB;" % (r["name"], 1e3 * r["forward_backward_time_s"], r["forward_backward_peak_bytes"] / 1e6), end=" ")
 ' "$OUT/block-$path.json" 2>/dev/null)"
+  done
+fi
+
+if has mma; then
+  t0=$(date +%s)
+  mcases="cuda: flash attention's float32 tensor-core*,cuda: block attention's float32 tensor-core*,cuda: flash_attention and block_attention take*"
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$mcases" \
+      > "$OUT/mma-sanitize-$tool.log" 2>&1
+    note "mma: compute-sanitizer $tool rc=$? at $(( $(date +%s) - t0 )) s: $(grep -E 'ERROR SUMMARY|test cases:' "$OUT/mma-sanitize-$tool.log" | tr '\n' ' ')"
+  done
+  (cd "$B" && CF_FLASH_ATTENTION_PATH=mma CF_BLOCK_ATTENTION_PATH=mma timeout 150 ctest -j 12 \
+      -R "cuda.*(attention|cluster|lsh|routing|block|transformer|model)|parity (flash|block)" --timeout 120 \
+      --output-on-failure) > "$OUT/mma-ctest.log" 2>&1
+  note "mma: ctest with both paths on mma rc=$? at $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed|tests failed' "$OUT/mma-ctest.log" | tail -1)"
+  for path in auto mma; do
+    CF_FLASH_ATTENTION_PATH=$path CF_BLOCK_ATTENTION_PATH=$path PYTHONUNBUFFERED=1 timeout 200 python3 \
+      apps/bench/peers.py --device cuda --only attention_variants --cf-bench "$B/apps/cf-bench" --threads 8 \
+      --out "$OUT/mma-peers-$path.json" > "$OUT/mma-peers-$path.log" 2>&1
+    note "mma: peers attention_variants with paths $path rc=$? at $(( $(date +%s) - t0 )) s"
   done
 fi
 

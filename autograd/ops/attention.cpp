@@ -73,7 +73,7 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
   // projections around them stay 16-bit either way.
   const bool low_precision =
       autocast_dtype() && (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype()));
-  const bool tensor_cores = low_precision && kernels::flash_attention_16bit_supported(q, k, v);
+  const bool tensor_cores = low_precision && kernels::flash_attention_mma_supported(q, k, v);
   if (low_precision && !tensor_cores)
     return flash_attention_impl(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), kpm,
                                 scale, causal, with_lse);
@@ -105,7 +105,7 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
     qc = aligned16(qc);
     kc = aligned16(kc);
     vc = aligned16(vc);
-    kernels::flash_attention_forward_16bit_cuda(qc, kc, vc, mc, p, out, lse);
+    kernels::flash_attention_forward_mma_cuda(qc, kc, vc, mc, p, out, lse);
   } else {
     kernels::flash_attention_forward(qc, kc, vc, mc, p, out, lse);
   }
@@ -130,12 +130,12 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
       const Tensor gd = dense(g);  // the views below assume the packed layout
       const Tensor go = with_lse ? dense(out_of(gd)) : gd;
       const Tensor gl = with_lse ? dense(lse_of(gd)) : Tensor();
-      if (tensor_cores && kernels::flash_attention_backward_16bit_supported(qv, kv, vv)) {
+      if (tensor_cores && kernels::flash_attention_backward_mma_supported(qv, kv, vv)) {
         // Tensor cores too (head size 64): float32 gradients, returned in the 16-bit dtype.
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
         Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
         Tensor dv = Tensor::empty(vv.shape(), kFloat32, vv.device());
-        kernels::flash_attention_backward_16bit_cuda(qv, kv, vv, mv, p, ov, lv, go, gl, dq, dk, dv);
+        kernels::flash_attention_backward_mma_cuda(qv, kv, vv, mv, p, ov, lv, go, gl, dq, dk, dv);
         return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
       }
       if (tensor_cores) {  // the float32 backward on float32 copies; the gradients go back to the 16-bit dtype
@@ -266,7 +266,7 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   // Autocast (issue 26): 16-bit q, k, v the tensor-core kernels take (the callers sent the others
   // to float32 copies) give float32 out and lse, as flash_attention's do.
   const bool tensor_cores = autocast_dtype() && is_low_precision(q.dtype()) && o.rounds == 1 &&
-                            kernels::block_attention_16bit_supported(q, k, v, members);
+                            kernels::block_attention_mma_supported(q, k, v, members);
   if (tensor_cores) {
     qc = aligned16(qc);
     kc = aligned16(kc);
@@ -283,7 +283,7 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
     return make_view(t, {B, H, N}, {H * N * (Dv + 1), N * (Dv + 1), Dv + 1}, t.offset() + Dv);
   };
   if (tensor_cores)
-    kernels::block_attention_forward_16bit_cuda(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
+    kernels::block_attention_forward_mma_cuda(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
   else
     kernels::block_attention_forward(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
   Tensor packed = per_round;
@@ -308,7 +308,7 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
         Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
         Tensor dv = Tensor::empty(vv.shape(), kFloat32, vv.device());
-        kernels::block_attention_backward_16bit_cuda(qv, kv, vv, mv, pv, p, out_of(ov), lse_of(ov), out_of(gd),
+        kernels::block_attention_backward_mma_cuda(qv, kv, vv, mv, pv, p, out_of(ov), lse_of(ov), out_of(gd),
                                                      lse_of(gd), dq, dk, dv);
         return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
       }
@@ -489,7 +489,7 @@ bool ops::block_attention_on_float32_copies(const Tensor& q, const Tensor& k, co
                                             const Tensor& members, int64_t rounds) {
   if (!autocast_dtype() || !q.defined() || !k.defined() || !v.defined()) return false;
   if (!is_low_precision(q.dtype()) && !is_low_precision(k.dtype()) && !is_low_precision(v.dtype())) return false;
-  return !(rounds == 1 && members.defined() && kernels::block_attention_16bit_supported(q, k, v, members));
+  return !(rounds == 1 && members.defined() && kernels::block_attention_mma_supported(q, k, v, members));
 }
 
 BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

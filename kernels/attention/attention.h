@@ -214,14 +214,32 @@ inline void block_rows_grad(const Tensor& scores, const Tensor& dp, const Tensor
 
 // Which float32 / float64 block attention path CUDA takes: kAuto picks the GEMM path when one round of a call
 // scores at least kBlockGemmMinScores entries (B * H * C * w * W, H the heads of q) or the call has more than
-// 65535 blocks or batch*heads (the fused kernel's grid limits), the fused kernel below. The environment
-// variable CF_BLOCK_ATTENTION_PATH=fused|gemm|auto sets it at start-up (benchmarks compare the two);
-// set_block_attention_path changes it later. The CPU always runs its fused kernel.
-enum class BlockAttentionPath { kAuto, kFused, kGemm };
-BlockAttentionPath parse_block_attention_path(const std::string& name);  // "auto", "fused", "gemm"
+// 65535 blocks or batch*heads (the fused kernel's grid limits), the fused kernel below. kMma takes the
+// tensor-core kernels for float32 where they take the call (block_attention_takes_mma), else as kAuto. The
+// environment variable CF_BLOCK_ATTENTION_PATH=fused|gemm|mma|auto sets it at start-up (benchmarks compare
+// the paths); set_block_attention_path changes it later. The CPU always runs its fused kernel.
+// kAuto does not take the tensor-core kernels for float32 yet: written without a GPU, they wait for their
+// first parity run and timing there (scripts/gpu_check.sh runs the CUDA tests and the bench with kMma).
+enum class BlockAttentionPath { kAuto, kFused, kGemm, kMma };
+BlockAttentionPath parse_block_attention_path(const std::string& name);  // "auto", "fused", "gemm", "mma"
 void set_block_attention_path(BlockAttentionPath path);
 BlockAttentionPath block_attention_path();
 bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p);
+// The path is kMma and the call is float32, one round, and block_attention_mma_supported (contiguous,
+// 16-byte aligned q, k, v of head size 64 on a device with tensor cores).
+bool block_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                               const BlockAttentionParams& p);
+
+// Which float32 / float64 flash_attention path CUDA takes: the GEMM path (kAuto, kGemm), or for float32 the
+// tensor-core kernels (kMma, where flash_attention_takes_mma: contiguous, 16-byte aligned q, k, v of head
+// size 64; else the GEMM path). CF_FLASH_ATTENTION_PATH=auto|gemm|mma sets it at start-up,
+// set_flash_attention_path later. kAuto stays on the GEMM path until the float32 tensor-core kernels have run
+// on a GPU, as above.
+enum class FlashAttentionPath { kAuto, kGemm, kMma };
+FlashAttentionPath parse_flash_attention_path(const std::string& name);  // "auto", "gemm", "mma"
+void set_flash_attention_path(FlashAttentionPath path);
+FlashAttentionPath flash_attention_path();
+bool flash_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v);
 // Measured on an H200 (2026-11-28, cf-bench attention fwd+bwd, 4 heads, both paths forced): the GEMM path was
 // as fast or faster from 2 M entries a round (neural clustering N = 4096: 0.88 against 1.05 ms; Cluster-Former
 // N = 1024, blocks of 256: 0.88 against 1.42 ms; LSH-8 N = 4096: 6.26 against 6.18) and 1.2-2.4x faster from
@@ -308,58 +326,63 @@ void routed_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv);
 #endif
 
-// The tensor-core kernels (attention_mma_cuda.cu, issue 26) for 16-bit q, k, v under autocast: whether they
-// take them (CUDA, bfloat16 or float16 of one dtype, compute capability 8.0 or newer, batch*heads <= 65535)
-// and the kernels themselves: q, k, v contiguous and 16-byte aligned; out and lse float32 (out's last axis
-// unit-stride), written as the float32 forward writes them, so the float32 backward can read them too.
-// flash_attention: head size 64 or 128 forward, 64 backward (other sizes run the float32 backward on float32
-// copies). block_attention: head size 64, forward and backward. The backward takes the 16-bit q, k, v, the
-// float32 out, lse, dout (last axis unit-stride) and dlse (or undefined), and writes float32 dq, dk, dv
+// The tensor-core kernels (attention_mma_cuda.cu): whether they take q, k, v (CUDA, one dtype of bfloat16,
+// float16 or float32, compute capability 8.0 or newer, batch*heads <= 65535) and the kernels themselves: q, k,
+// v contiguous and 16-byte aligned; out and lse float32 (out's last axis unit-stride), written as the float32
+// forward writes them, so the float32 backward can read them too.
+//   16-bit q, k, v under autocast (issue 26): mma.m16n8k16 with float32 accumulation.
+//   float32 q, k, v (issue 24): mma.m16n8k8 in TF32 with each operand split into two TF32 parts and three
+//     products summed (3xTF32: about float32's accuracy, as PyTorch's memory-efficient attention computes
+//     float32), one product when the user allowed TF32 (cf::cuda::set_allow_tf32). Taken by the float32 ops
+//     below only through the path settings (flash_attention_path, block_attention_path).
+// flash_attention: head size 64 or (16-bit) 128 forward, 64 backward (other sizes run the float32 backward on
+// float32 copies). block_attention: head size 64, one round, forward and backward. The backward takes q, k, v,
+// the float32 out, lse, dout (last axis unit-stride) and dlse (or undefined), and writes float32 dq, dk, dv
 // (contiguous).
 #ifdef CF_WITH_CUDA
-bool flash_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v);
-void flash_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const Tensor& key_padding_mask, const FlashAttentionParams& p,
-                                        const Tensor& out, const Tensor& lse);
-bool flash_attention_backward_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v);
-void flash_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
-                                         const Tensor& key_padding_mask, const FlashAttentionParams& p,
-                                         const Tensor& out, const Tensor& lse, const Tensor& dout,
-                                         const Tensor& dlse, const Tensor& dq, const Tensor& dk, const Tensor& dv);
-bool block_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members);
-void block_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
-                                        const Tensor& key_padding_mask, const BlockAttentionParams& p,
-                                        const Tensor& out, const Tensor& lse);
-void block_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
-                                         const Tensor& key_padding_mask, const BlockAttentionParams& p,
-                                         const Tensor& out, const Tensor& lse, const Tensor& dout,
-                                         const Tensor& dlse, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+bool flash_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+void flash_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& key_padding_mask, const FlashAttentionParams& p,
+                                      const Tensor& out, const Tensor& lse);
+bool flash_attention_backward_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+void flash_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& key_padding_mask, const FlashAttentionParams& p,
+                                       const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
+                                       const Tensor& dq, const Tensor& dk, const Tensor& dv);
+bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members);
+void block_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                      const Tensor& key_padding_mask, const BlockAttentionParams& p,
+                                      const Tensor& out, const Tensor& lse);
+void block_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                       const Tensor& key_padding_mask, const BlockAttentionParams& p,
+                                       const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
+                                       const Tensor& dq, const Tensor& dk, const Tensor& dv);
 #else
-inline bool flash_attention_16bit_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
-inline bool flash_attention_backward_16bit_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
-inline bool block_attention_16bit_supported(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+inline bool flash_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
+inline bool flash_attention_backward_mma_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
+inline bool block_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   return false;
 }
 // Never reached without CUDA (the supported() checks are false): the callers compile in CPU-only builds too.
-inline void flash_attention_forward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                               const FlashAttentionParams&, const Tensor&, const Tensor&) {
+inline void flash_attention_forward_mma_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                             const FlashAttentionParams&, const Tensor&, const Tensor&) {
   throw Error("[flash_attention] internal: the tensor-core kernel needs a CUDA build");
 }
-inline void flash_attention_backward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                const FlashAttentionParams&, const Tensor&, const Tensor&,
-                                                const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                const Tensor&) {
+inline void flash_attention_backward_mma_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                              const FlashAttentionParams&, const Tensor&, const Tensor&,
+                                              const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                              const Tensor&) {
   throw Error("[flash_attention] internal: the tensor-core kernel needs a CUDA build");
 }
-inline void block_attention_forward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                               const Tensor&, const BlockAttentionParams&, const Tensor&,
-                                               const Tensor&) {
+inline void block_attention_forward_mma_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                             const Tensor&, const BlockAttentionParams&, const Tensor&,
+                                             const Tensor&) {
   throw Error("[block_attention] internal: the tensor-core kernel needs a CUDA build");
 }
-inline void block_attention_backward_16bit_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                const Tensor&, const BlockAttentionParams&, const Tensor&,
-                                                const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                const Tensor&, const Tensor&) {
+inline void block_attention_backward_mma_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                              const Tensor&, const BlockAttentionParams&, const Tensor&,
+                                              const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                              const Tensor&, const Tensor&) {
   throw Error("[block_attention] internal: the tensor-core kernel needs a CUDA build");
 }
 #endif
@@ -374,12 +397,14 @@ inline void rounds_split(const Tensor& per_round, const Tensor& combined, const 
                      rounds_split_cpu(per_round, combined, grad, rounds, per_round_grad),
                      rounds_split_cuda(per_round, combined, grad, rounds, per_round_grad));
 }
-// float32 and float64 flash_attention: the fused kernel on the CPU, the GEMM path on CUDA (see above; the
-// fused CUDA kernels stay, tested against it, and serve block_attention and routed_attention).
+// float32 and float64 flash_attention: the fused kernel on the CPU, the GEMM path or (float32, when the path
+// setting says so) the tensor-core kernels on CUDA (see above; the fused CUDA kernels stay, tested against
+// them, and serve block_attention and routed_attention).
 inline void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                     const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
   CF_DEVICE_DISPATCH("flash_attention", out.device(), flash_attention_forward_cpu(q, k, v, kpm, p, out, lse),
-                     flash_attention_forward_gemm(q, k, v, kpm, p, out, lse));
+                     flash_attention_takes_mma(q, k, v) ? flash_attention_forward_mma_cuda(q, k, v, kpm, p, out, lse)
+                                                        : flash_attention_forward_gemm(q, k, v, kpm, p, out, lse));
 }
 inline void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                      const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
@@ -387,14 +412,18 @@ inline void flash_attention_backward(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& dv) {
   CF_DEVICE_DISPATCH("flash_attention", out.device(),
                      flash_attention_backward_cpu(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv),
-                     flash_attention_backward_gemm(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv));
+                     flash_attention_takes_mma(q, k, v)
+                         ? flash_attention_backward_mma_cuda(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv)
+                         : flash_attention_backward_gemm(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv));
 }
 inline void block_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                     const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                     const Tensor& lse) {
   CF_DEVICE_DISPATCH("block_attention", out.device(),
                      block_attention_forward_cpu(q, k, v, members, kpm, p, out, lse),
-                     block_attention_takes_gemm(q, members, p)
+                     block_attention_takes_mma(q, k, v, members, p)
+                         ? block_attention_forward_mma_cuda(q, k, v, members, kpm, p, out, lse)
+                     : block_attention_takes_gemm(q, members, p)
                          ? block_attention_forward_gemm(q, k, v, members, kpm, p, out, lse)
                          : block_attention_forward_cuda(q, k, v, members, kpm, p, out, lse));
 }
@@ -405,7 +434,9 @@ inline void block_attention_backward(const Tensor& q, const Tensor& k, const Ten
   CF_DEVICE_DISPATCH(
       "block_attention", out.device(),
       block_attention_backward_cpu(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv),
-      block_attention_takes_gemm(q, members, p)
+      block_attention_takes_mma(q, k, v, members, p)
+          ? block_attention_backward_mma_cuda(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv)
+      : block_attention_takes_gemm(q, members, p)
           ? block_attention_backward_gemm(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv)
           : block_attention_backward_cuda(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv));
 }

@@ -4,6 +4,7 @@
 // tested, on the CPU.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -163,8 +164,32 @@ void matmul_key_split(const Tensor& a, const Tensor& x, const Tensor& out, int64
   }
 }
 
-// CF_BLOCK_ATTENTION_PATH, read once: -1 until then.
-std::atomic<int> g_block_path{-1};
+// CF_BLOCK_ATTENTION_PATH and CF_FLASH_ATTENTION_PATH, each read once: -1 until then.
+std::atomic<int> g_block_path{-1}, g_flash_path{-1};
+
+// A path setting: the environment variable's value (parsed, "auto" when unset) the first time it is read;
+// a set_*_path call before or after that wins.
+template <typename Path>
+Path path_setting(std::atomic<int>& slot, const char* variable, Path (*parse)(const std::string&)) {
+  int v = slot.load();
+  if (v < 0) {
+    const char* env = std::getenv(variable);
+    v = int(parse(env ? env : "auto"));
+    int expected = -1;
+    slot.compare_exchange_strong(expected, v);  // a set_*_path in between wins
+    v = slot.load();
+  }
+  return Path(v);
+}
+
+// q, k, v the float32 tensor-core kernels can read as they are (the ops hand them dense tensors; a view at
+// an odd offset takes the other path). Asked after the supported() rules: it reads the data's address.
+bool dense_aligned(const Tensor& q, const Tensor& k, const Tensor& v) {
+  auto ready = [](const Tensor& t) {
+    return t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0;
+  };
+  return ready(q) && ready(k) && ready(v);
+}
 
 }  // namespace
 
@@ -284,26 +309,45 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
 void set_block_attention_path(BlockAttentionPath path) { g_block_path.store(int(path)); }
 
 BlockAttentionPath parse_block_attention_path(const std::string& s) {
-  CF_CHECK(s == "auto" || s == "fused" || s == "gemm", ValueError,
-           "[block_attention] CF_BLOCK_ATTENTION_PATH must be auto, fused or gemm, got '", s, "'");
-  return s == "fused" ? BlockAttentionPath::kFused : s == "gemm" ? BlockAttentionPath::kGemm : BlockAttentionPath::kAuto;
+  CF_CHECK(s == "auto" || s == "fused" || s == "gemm" || s == "mma", ValueError,
+           "[block_attention] CF_BLOCK_ATTENTION_PATH must be auto, fused, gemm or mma, got '", s, "'");
+  return s == "fused" ? BlockAttentionPath::kFused
+         : s == "gemm" ? BlockAttentionPath::kGemm
+         : s == "mma"  ? BlockAttentionPath::kMma
+                       : BlockAttentionPath::kAuto;
 }
 
 BlockAttentionPath block_attention_path() {
-  int v = g_block_path.load();
-  if (v < 0) {
-    const char* env = std::getenv("CF_BLOCK_ATTENTION_PATH");
-    v = int(parse_block_attention_path(env ? env : "auto"));
-    int expected = -1;
-    g_block_path.compare_exchange_strong(expected, v);  // a set_block_attention_path in between wins
-    v = g_block_path.load();
-  }
-  return BlockAttentionPath(v);
+  return path_setting(g_block_path, "CF_BLOCK_ATTENTION_PATH", parse_block_attention_path);
+}
+
+void set_flash_attention_path(FlashAttentionPath path) { g_flash_path.store(int(path)); }
+
+FlashAttentionPath parse_flash_attention_path(const std::string& s) {
+  CF_CHECK(s == "auto" || s == "gemm" || s == "mma", ValueError,
+           "[flash_attention] CF_FLASH_ATTENTION_PATH must be auto, gemm or mma, got '", s, "'");
+  return s == "gemm" ? FlashAttentionPath::kGemm : s == "mma" ? FlashAttentionPath::kMma : FlashAttentionPath::kAuto;
+}
+
+FlashAttentionPath flash_attention_path() {
+  return path_setting(g_flash_path, "CF_FLASH_ATTENTION_PATH", parse_flash_attention_path);
+}
+
+bool flash_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v) {
+  // The backward's sizes (head size 64) are the forward's for float32.
+  return flash_attention_path() == FlashAttentionPath::kMma && q.dtype() == kFloat32 &&
+         flash_attention_backward_mma_supported(q, k, v) && dense_aligned(q, k, v);
+}
+
+bool block_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                               const BlockAttentionParams& p) {
+  return block_attention_path() == BlockAttentionPath::kMma && p.rounds == 1 && q.dtype() == kFloat32 &&
+         block_attention_mma_supported(q, k, v, members) && dense_aligned(q, k, v);
 }
 
 bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p) {
   const BlockAttentionPath path = block_attention_path();
-  if (path != BlockAttentionPath::kAuto) return path == BlockAttentionPath::kGemm;
+  if (path == BlockAttentionPath::kFused || path == BlockAttentionPath::kGemm) return path == BlockAttentionPath::kGemm;
   const Shape& ms = members.shape();
   const int64_t BHo = q.shape()[0] * q.shape()[1] * p.rounds, C = ms[2], w = ms[3],
                 W = int64_t(p.offsets.size()) * w;

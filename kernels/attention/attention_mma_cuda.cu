@@ -1,24 +1,30 @@
-// Attention on tensor cores for 16-bit q, k, v (bfloat16 or float16; issue 26): the
-// FlashAttention-2 forward and backward of attention_cuda.cu (online softmax over key
-// tiles, Alg. 1; recomputed probabilities, Alg. 2) with every product as an
-// mma.sync.m16n8k16 instruction with float32 accumulation (sm_80 and newer). One set
-// of kernels serves flash_attention (FullMap) and block_attention (BlockMap: rows
-// gathered through the member table, attention_maps.cuh), as the float32 kernels do.
+// Attention on tensor cores: the FlashAttention-2 forward and backward of attention_cuda.cu
+// (online softmax over key tiles, Alg. 1; recomputed probabilities, Alg. 2) with every
+// product an mma.sync instruction with float32 accumulation (sm_80 and newer). One set of
+// kernels serves flash_attention (FullMap) and block_attention (BlockMap: rows gathered
+// through the member table, attention_maps.cuh), as the scalar kernels do, for two kinds of
+// operands (the Ops policies below):
+//   16-bit q, k, v under autocast (issue 26): mma.m16n8k16 in bfloat16 or float16;
+//   float32 q, k, v (issue 24): mma.m16n8k8 in TF32, each operand split in two TF32 parts
+//     and three products summed ("3xTF32"), which keeps about float32's accuracy; one
+//     product only (plain TF32) when the user opted in with cf::cuda::set_allow_tf32.
 //
 // Block: 4 warps, 64 query rows (16 per warp, one m16 tile); key tiles of 64 rows.
 // Each warp keeps its Q fragments, its S tile (16 x 64) and its O rows (16 x D) in
-// registers: S's accumulators are P's A fragments after the softmax (the
-// accumulator and A layouts agree), rounded once to the 16-bit type, as
-// FlashAttention does. K and V tiles go through shared memory (rows padded by 16
-// bytes against bank conflicts), gathered by position: the positions of a tile's
-// rows sit in shared memory (-1: no row, loaded as zeros and blocked). The row
-// statistics (m, l) and the output are float32; out and lse are written as float32
-// (strided rows: block_attention packs them side by side), and the gradients too.
+// registers: S's accumulators become P's A fragments after the softmax (16-bit: the
+// accumulator and A layouts agree, rounded once to the 16-bit type, as FlashAttention
+// does; TF32: through a permutation of each 8 keys, below). K and V tiles go through
+// shared memory (rows padded by 16 bytes against bank conflicts), gathered by position:
+// the positions of a tile's rows sit in shared memory (-1: no row, loaded as zeros and
+// blocked). The row statistics (m, l) and the output are float32; out and lse are written
+// as float32 (strided rows: block_attention packs them side by side), and the gradients too.
 //
-// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16", g = lane / 4,
-// t = lane % 4): A (16 x 16, row-major) registers hold (g, 2t..2t+1), (g + 8, 2t..),
-// (g, 2t + 8..), (g + 8, 2t + 8..); B (16 x 8, column-major) holds rows 2t..2t+1
-// and 2t + 8.. of column g; C (16 x 8) holds (g, 2t..2t+1) and (g + 8, 2t..2t+1).
+// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16" and "for mma.m16n8k8",
+// g = lane / 4, t = lane % 4); C (16 x 8) holds (g, 2t..2t+1) and (g + 8, 2t..2t+1) for both.
+//   m16n8k16: A (16 x 16, row-major) registers hold (g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..),
+//     (g + 8, 2t + 8..); B (16 x 8, column-major) holds rows 2t..2t+1 and 2t + 8.. of column g.
+//   m16n8k8 (tf32): A (16 x 8) holds (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); B (8 x 8)
+//     holds rows t and t + 4 of column g.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -29,6 +35,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/cuda.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_maps.cuh"
 #include "kernels/attention/softmax_grad.h"
@@ -43,16 +50,39 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRows = 16 * kWarps;  // query rows per block
 constexpr int kKeys = 64;           // keys per tile (== kRows: Q goes through the K buffer)
-constexpr int kPad = 8;             // 16-bit elements of padding per shared row
 
 using namespace attention_maps;
 
+// Operand policies: how q, k, v, dO, P and dS reach the tensor cores.
+//   Half<bf16>: 16-bit storage, mma.m16n8k16 (k-steps of 16); P, dS and dO rounded to the 16-bit type.
+//   Tf32<3>: float32 storage, mma.m16n8k8.tf32 (k-steps of 8). Each operand x is split into
+//     hi = tf32(x) and lo = tf32(x - hi) and a product is lo*hi + hi*lo + hi*hi (lo*lo dropped):
+//     about 22 of float32's 24 mantissa bits per operand, the float32 accuracy PyTorch's
+//     memory-efficient attention gets the same way. Tf32<1>: hi*hi only (plain TF32, 10 bits),
+//     taken only when the user allowed TF32.
+// kPad: elements of padding per shared row (16 bytes: rows stay 16-byte aligned, banks shift).
+template <bool kIsBF16>
+struct Half {
+  using Elem = uint16_t;
+  using Frag = uint32_t;  // two 16-bit values
+  static constexpr bool kTf32 = false, kBF16 = kIsBF16;
+  static constexpr int kK = 16, kPad = 8;
+};
+template <int kP>
+struct Tf32 {
+  static_assert(kP == 1 || kP == 3, "one or three TF32 products");
+  using Elem = float;
+  using Frag = float;  // split into TF32 parts at each product
+  static constexpr bool kTf32 = true;
+  static constexpr int kK = 8, kPad = 4, kPasses = kP;
+};
+
 struct MmaArgs {
-  const uint16_t* q;  // (B*H, Nq, D) contiguous
-  const uint16_t* k;  // (B*H, Nk, D) contiguous
-  const uint16_t* v;  // (B*H, Nk, D) contiguous
-  float* out;         // (B, H, Nq, D), rows of strides so (unit-stride columns)
-  float* lse;         // (B, H, Nq), strides sl
+  const void* q;  // (B*H, Nq, D) contiguous, of the policy's Elem
+  const void* k;  // (B*H, Nk, D) contiguous
+  const void* v;  // (B*H, Nk, D) contiguous
+  float* out;     // (B, H, Nq, D), rows of strides so (unit-stride columns)
+  float* lse;     // (B, H, Nq), strides sl
   Rows3 so, sl;
   // Backward only: dO (rows of strides sgo, unit-stride columns), D_i = dO_i . O_i - dlse_i
   // (B*H, Nq), and the float32 gradients (contiguous like q, k, v).
@@ -99,10 +129,58 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
 #endif
 }
 
-// Rows pos[0..63] of X (rows of D 16-bit values) into S in 16-byte vectors; pos -1 gives zeros.
-template <int D>
-__device__ __forceinline__ void load_rows(uint16_t (*S)[D + kPad], const uint16_t* X, const int64_t* pos) {
-  constexpr int kVec = 8, kPerRow = D / kVec;
+// A float32 value as its TF32 parts: hi = x rounded to TF32 (nearest, ties away: cvt.rna), lo = the rest
+// rounded again (0 with one product).
+struct Tf32Parts {
+  uint32_t hi, lo;
+};
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // volatile: kept where it is written. Otherwise the compiler hoists the splits of the loop-invariant
+  // Q (K, V) fragments out of the key loop, doubling their registers, and the backward spills.
+  asm volatile("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+#else
+  __trap();
+#endif
+  return r;
+}
+template <int kPasses>
+__device__ __forceinline__ Tf32Parts tf32_parts(float x) {
+  const uint32_t hi = to_tf32(x);
+  return {hi, kPasses == 3 ? to_tf32(x - __uint_as_float(hi)) : 0u};
+}
+
+// c += a b for one m16n8k8 tile of TF32 values.
+__device__ __forceinline__ void mma1688(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+
+// c += a b in float32 from TF32 parts: the small products first, then hi*hi (CUTLASS's order for 3xTF32).
+template <int kPasses>
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const Tf32Parts (&a)[4], Tf32Parts b0, Tf32Parts b1) {
+  const uint32_t hi[4] = {a[0].hi, a[1].hi, a[2].hi, a[3].hi};
+  if constexpr (kPasses == 3) {
+    const uint32_t lo[4] = {a[0].lo, a[1].lo, a[2].lo, a[3].lo};
+    mma1688(c, lo, b0.hi, b1.hi);
+    mma1688(c, hi, b0.lo, b1.lo);
+  }
+  mma1688(c, hi, b0.hi, b1.hi);
+}
+
+// Rows pos[0..63] of X (rows of D values) into S in 16-byte vectors; pos -1 gives zeros.
+template <typename Ops, int D>
+__device__ __forceinline__ void load_rows(typename Ops::Elem (*S)[D + Ops::kPad], const typename Ops::Elem* X,
+                                          const int64_t* pos) {
+  constexpr int kVec = 16 / int(sizeof(typename Ops::Elem)), kPerRow = D / kVec;
   for (int e = threadIdx.x; e < kKeys * kPerRow; e += kThreads) {
     const int r = e / kPerRow, c = (e % kPerRow) * kVec;
     const int64_t p = pos[r];
@@ -114,11 +192,11 @@ __device__ __forceinline__ void load_rows(uint16_t (*S)[D + kPad], const uint16_
 
 __device__ __forceinline__ uint32_t load2(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// Rows pos[0..63] of X (float32 rows `stride` apart, D unit-stride values) into S rounded to the 16-bit
-// type, zeros for pos -1 (dO for the backward's products).
-template <bool kBF16, int D>
-__device__ __forceinline__ void load_rows_f32(uint16_t (*S)[D + kPad], const float* X, int64_t stride,
-                                              const int64_t* pos) {
+// Rows pos[0..63] of X (float32 rows `stride` apart, D unit-stride values) into S (rounded to a 16-bit
+// type), zeros for pos -1 (dO for the backward's products).
+template <typename Ops, int D>
+__device__ __forceinline__ void load_rows_f32(typename Ops::Elem (*S)[D + Ops::kPad], const float* X,
+                                              int64_t stride, const int64_t* pos) {
   constexpr int kPerRow = D / 2;
   for (int e = threadIdx.x; e < kKeys * kPerRow; e += kThreads) {
     const int r = e / kPerRow, c = (e % kPerRow) * 2;
@@ -128,52 +206,99 @@ __device__ __forceinline__ void load_rows_f32(uint16_t (*S)[D + kPad], const flo
       x0 = X[p * stride + c];
       x1 = X[p * stride + c + 1];
     }
-    *reinterpret_cast<uint32_t*>(&S[r][c]) = pack2<kBF16>(x0, x1);
+    if constexpr (Ops::kTf32) {
+      S[r][c] = x0;
+      S[r][c + 1] = x1;
+    } else {
+      *reinterpret_cast<uint32_t*>(&S[r][c]) = pack2<Ops::kBF16>(x0, x1);
+    }
   }
 }
 
-// The A fragments of rows [r, r + 16) of a shared tile (16 x D, one m16 tile per 16 columns).
-template <int D>
-__device__ __forceinline__ void a_fragments(uint32_t (&f)[D / 16][4], uint16_t (*S)[D + kPad], int r, int g, int t) {
+// The A fragments of rows [r, r + 16) of a shared tile (16 x D, one m16 tile per kK columns).
+template <typename Ops, int D>
+__device__ __forceinline__ void a_fragments(typename Ops::Frag (&f)[D / Ops::kK][4],
+                                            typename Ops::Elem (*S)[D + Ops::kPad], int r, int g, int t) {
 #pragma unroll
-  for (int s = 0; s < D / 16; ++s) {
-    f[s][0] = load2(&S[r + g][s * 16 + 2 * t]);
-    f[s][1] = load2(&S[r + g + 8][s * 16 + 2 * t]);
-    f[s][2] = load2(&S[r + g][s * 16 + 8 + 2 * t]);
-    f[s][3] = load2(&S[r + g + 8][s * 16 + 8 + 2 * t]);
+  for (int s = 0; s < D / Ops::kK; ++s) {
+    if constexpr (Ops::kTf32) {
+      f[s][0] = S[r + g][s * 8 + t];
+      f[s][1] = S[r + g + 8][s * 8 + t];
+      f[s][2] = S[r + g][s * 8 + t + 4];
+      f[s][3] = S[r + g + 8][s * 8 + t + 4];
+    } else {
+      f[s][0] = load2(&S[r + g][s * 16 + 2 * t]);
+      f[s][1] = load2(&S[r + g + 8][s * 16 + 2 * t]);
+      f[s][2] = load2(&S[r + g][s * 16 + 8 + 2 * t]);
+      f[s][3] = load2(&S[r + g + 8][s * 16 + 8 + 2 * t]);
+    }
   }
 }
 
 // c (16 x 64, 8 tiles of 8 columns) += A (16 x D, fragments) Y^T for the 64 rows of Y (64 x D) in shared
-// memory: S = Q K^T and its kin. B (k = column of Y, n = row of Y) reads two adjacent values of a row.
-template <bool kBF16, int D>
-__device__ __forceinline__ void mma_a_yt(float (&c)[kKeys / 8][4], const uint32_t (&a)[D / 16][4],
-                                         uint16_t (*Y)[D + kPad], int g, int t) {
+// memory: S = Q K^T and its kin. B (k = column of Y, n = row of Y): two adjacent values of a row (16-bit),
+// columns t and t + 4 of a row (TF32; row stride D + 4 words puts the 32 lanes on 32 banks).
+template <typename Ops, int D>
+__device__ __forceinline__ void mma_a_yt(float (&c)[kKeys / 8][4], const typename Ops::Frag (&a)[D / Ops::kK][4],
+                                         typename Ops::Elem (*Y)[D + Ops::kPad], int g, int t) {
+  if constexpr (Ops::kTf32) {
+    constexpr int P = Ops::kPasses;
 #pragma unroll
-  for (int n = 0; n < kKeys / 8; ++n)
+    for (int ks = 0; ks < D / 8; ++ks) {
+      const Tf32Parts ap[4] = {tf32_parts<P>(a[ks][0]), tf32_parts<P>(a[ks][1]), tf32_parts<P>(a[ks][2]),
+                               tf32_parts<P>(a[ks][3])};
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      mma16816<kBF16>(c[n], a[ks], load2(&Y[n * 8 + g][ks * 16 + 2 * t]), load2(&Y[n * 8 + g][ks * 16 + 8 + 2 * t]));
+      for (int n = 0; n < kKeys / 8; ++n)
+        mma_tf32<P>(c[n], ap, tf32_parts<P>(Y[n * 8 + g][ks * 8 + t]), tf32_parts<P>(Y[n * 8 + g][ks * 8 + t + 4]));
+    }
+  } else {
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks)
+        mma16816<Ops::kBF16>(c[n], a[ks], load2(&Y[n * 8 + g][ks * 16 + 2 * t]),
+                             load2(&Y[n * 8 + g][ks * 16 + 8 + 2 * t]));
+  }
 }
 
-// o (16 x D, D / 8 tiles) += P Y for P (16 x 64) held as the accumulators of mma_a_yt (they are P's A
-// fragments once rounded: tiles 2ks and 2ks + 1 give k-step ks) and Y (64 x D) in shared memory. B (k = row
-// of Y, n = column) pairs the values of two adjacent rows.
-template <bool kBF16, int D>
+// o (16 x D, D / 8 tiles) += P Y for P (16 x 64) held as the accumulators of mma_a_yt and Y (64 x D) in
+// shared memory.
+//   16-bit: the accumulators are P's A fragments once rounded (tiles 2ks and 2ks + 1 give k-step ks); B
+//     (k = row of Y, n = column) pairs the values of two adjacent rows.
+//   TF32: one k-step per key tile of 8, its keys permuted: k-index t stands for key 2t and t + 4 for 2t + 1,
+//     so the lane's accumulators (g | g + 8, 2t | 2t + 1) are exactly its A fragment (g, t), (g + 8, t),
+//     (g, t + 4), (g + 8, t + 4); B takes rows 2t and 2t + 1 of Y to match (the sum over keys is the same).
+template <typename Ops, int D>
 __device__ __forceinline__ void mma_p_y(float (&o)[D / 8][4], const float (&p)[kKeys / 8][4],
-                                        uint16_t (*Y)[D + kPad], int g, int t) {
+                                        typename Ops::Elem (*Y)[D + Ops::kPad], int g, int t) {
+  if constexpr (Ops::kTf32) {
+    constexpr int P = Ops::kPasses;
 #pragma unroll
-  for (int ks = 0; ks < kKeys / 16; ++ks) {
-    const uint32_t pa[4] = {pack2<kBF16>(p[2 * ks][0], p[2 * ks][1]), pack2<kBF16>(p[2 * ks][2], p[2 * ks][3]),
-                            pack2<kBF16>(p[2 * ks + 1][0], p[2 * ks + 1][1]),
-                            pack2<kBF16>(p[2 * ks + 1][2], p[2 * ks + 1][3])};
-    const int k0 = ks * 16 + 2 * t;
+    for (int n = 0; n < kKeys / 8; ++n) {
+      const Tf32Parts pa[4] = {tf32_parts<P>(p[n][0]), tf32_parts<P>(p[n][2]), tf32_parts<P>(p[n][1]),
+                               tf32_parts<P>(p[n][3])};
+      const int k0 = n * 8 + 2 * t;
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      const int c = d * 8 + g;
-      const uint32_t b0 = uint32_t(Y[k0][c]) | (uint32_t(Y[k0 + 1][c]) << 16);
-      const uint32_t b1 = uint32_t(Y[k0 + 8][c]) | (uint32_t(Y[k0 + 9][c]) << 16);
-      mma16816<kBF16>(o[d], pa, b0, b1);
+      for (int d = 0; d < D / 8; ++d) {
+        const int c = d * 8 + g;
+        mma_tf32<P>(o[d], pa, tf32_parts<P>(Y[k0][c]), tf32_parts<P>(Y[k0 + 1][c]));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) {
+      constexpr bool kB = Ops::kBF16;
+      const uint32_t pa[4] = {pack2<kB>(p[2 * ks][0], p[2 * ks][1]), pack2<kB>(p[2 * ks][2], p[2 * ks][3]),
+                              pack2<kB>(p[2 * ks + 1][0], p[2 * ks + 1][1]),
+                              pack2<kB>(p[2 * ks + 1][2], p[2 * ks + 1][3])};
+      const int k0 = ks * 16 + 2 * t;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        const int c = d * 8 + g;
+        const uint32_t b0 = uint32_t(Y[k0][c]) | (uint32_t(Y[k0 + 1][c]) << 16);
+        const uint32_t b1 = uint32_t(Y[k0 + 8][c]) | (uint32_t(Y[k0 + 9][c]) << 16);
+        mma16816<kB>(o[d], pa, b0, b1);
+      }
     }
   }
 }
@@ -214,25 +339,26 @@ __device__ __forceinline__ float2 prob_and_ds(const MmaArgs& a, const Map& map, 
 }
 
 // grid (query tile, group, batch*head).
-template <bool kBF16, int D, typename Map>
+template <typename Ops, int D, typename Map>
 __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map map) {
-  __shared__ __align__(16) uint16_t Ks[kKeys][D + kPad];
-  __shared__ __align__(16) uint16_t Vs[kKeys][D + kPad];
+  using Elem = typename Ops::Elem;
+  __shared__ __align__(16) Elem Ks[kKeys][D + Ops::kPad];
+  __shared__ __align__(16) Elem Vs[kKeys][D + Ops::kPad];
   __shared__ int64_t qp[kRows], kp[kKeys];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t r0 = int64_t(blockIdx.x) * kRows, grp = blockIdx.y, bh = a.bh0 + blockIdx.z;
   const int64_t b = bh / a.H, hd = bh % a.H;
   if (r0 >= map.rows()) return;
-  const uint16_t* K = a.k + bh * a.Nk * D;
-  const uint16_t* V = a.v + bh * a.Nk * D;
+  const Elem* K = static_cast<const Elem*>(a.k) + bh * a.Nk * D;
+  const Elem* V = static_cast<const Elem*>(a.v) + bh * a.Nk * D;
 
   // This warp's Q fragments (rows 16 warp + g and + 8 of the tile), staged through the K buffer.
   query_positions(qp, map, bh, grp, r0);
   __syncthreads();
-  load_rows<D>(Ks, a.q + bh * a.Nq * D, qp);
+  load_rows<Ops, D>(Ks, static_cast<const Elem*>(a.q) + bh * a.Nq * D, qp);
   __syncthreads();
-  uint32_t qa[D / 16][4];
-  a_fragments<D>(qa, Ks, warp * 16, g, t);
+  typename Ops::Frag qa[D / Ops::kK][4];
+  a_fragments<Ops, D>(qa, Ks, warp * 16, g, t);
 
   const int64_t row[2] = {qp[warp * 16 + g], qp[warp * 16 + g + 8]};  // positions, -1: none
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};  // l: this thread's part of the row sums
@@ -244,14 +370,14 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map ma
     __syncthreads();  // the previous tile (or Q) and its positions are no longer read
     key_positions(kp, map, bh, grp, j0, kend);
     __syncthreads();
-    load_rows<D>(Ks, K, kp);
-    load_rows<D>(Vs, V, kp);
+    load_rows<Ops, D>(Ks, K, kp);
+    load_rows<Ops, D>(Vs, V, kp);
     __syncthreads();
     // S = Q K^T: 8 tiles of 8 keys.
     float s[kKeys / 8][4];
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    mma_a_yt<kBF16, D>(s, qa, Ks, g, t);
+    mma_a_yt<Ops, D>(s, qa, Ks, g, t);
     // Scores with their masks, then the rows' maxima over the four lanes that share a row.
     float mx[2] = {kNegInf, kNegInf};
 #pragma unroll
@@ -291,8 +417,8 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map ma
       o[d][2] *= alpha[1];
       o[d][3] *= alpha[1];
     }
-    // O += P V: P's A fragments are S's accumulators of key tiles 2ks and 2ks + 1.
-    mma_p_y<kBF16, D>(o, s, Vs, g, t);
+    // O += P V: P's A fragments are S's accumulators (mma_p_y).
+    mma_p_y<Ops, D>(o, s, Vs, g, t);
   }
   // The row sums over the four lanes, then out = O / l and lse = m + log l (0 and -inf
   // for a row with every key blocked, as the float32 kernels), written at the row's position.
@@ -325,8 +451,9 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map ma
 //         group, per query tile the transposed products on the warp's 16 keys: P^T, dV += P^T dO,
 //         dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += scale dS^T Q. Each key row is owned by one warp:
 //         no atomics, deterministic.
-// P, dS and dO are rounded to the 16-bit type as mma operands (FlashAttention does the
-// same); accumulation, lse and D are float32, and so are the gradients written.
+// With 16-bit operands P, dS and dO are rounded to the 16-bit type (FlashAttention does the
+// same); with TF32 they are split into parts as every operand. Accumulation, lse and D are
+// float32, and so are the gradients written.
 
 // D_i = dO_i . O_i - dlse_i (Alg. 2 line 4, plus lse's own gradient: d lse_i / d S_ij = P_ij), one warp
 // per (b*h, query row).
@@ -344,27 +471,28 @@ __global__ void row_dot_kernel(MmaArgs a, const float* dlse, Rows3 sgl, int64_t 
   if (lane == 0) a.dvec[r] = acc - (dlse ? dlse[sgl.at(b, hd, i)] : 0.f);
 }
 
-template <bool kBF16, typename Map>
+template <typename Ops, typename Map>
 __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
   constexpr int D = 64;
-  __shared__ __align__(16) uint16_t Ks[kKeys][D + kPad];
-  __shared__ __align__(16) uint16_t Vs[kKeys][D + kPad];
+  using Elem = typename Ops::Elem;
+  __shared__ __align__(16) Elem Ks[kKeys][D + Ops::kPad];
+  __shared__ __align__(16) Elem Vs[kKeys][D + Ops::kPad];
   __shared__ int64_t qp[kRows], kp[kKeys];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t r0 = int64_t(blockIdx.x) * kRows, grp = blockIdx.y, bh = a.bh0 + blockIdx.z;
   const int64_t b = bh / a.H, hd = bh % a.H;
   if (r0 >= map.rows()) return;
-  const uint16_t* K = a.k + bh * a.Nk * D;
-  const uint16_t* V = a.v + bh * a.Nk * D;
+  const Elem* K = static_cast<const Elem*>(a.k) + bh * a.Nk * D;
+  const Elem* V = static_cast<const Elem*>(a.v) + bh * a.Nk * D;
   // This warp's Q and dO fragments (staged through the K and V buffers), lse and D of its rows.
   query_positions(qp, map, bh, grp, r0);
   __syncthreads();
-  load_rows<D>(Ks, a.q + bh * a.Nq * D, qp);
-  load_rows_f32<kBF16, D>(Vs, a.dout + a.sgo.at(b, hd, 0), a.sgo.s2, qp);
+  load_rows<Ops, D>(Ks, static_cast<const Elem*>(a.q) + bh * a.Nq * D, qp);
+  load_rows_f32<Ops, D>(Vs, a.dout + a.sgo.at(b, hd, 0), a.sgo.s2, qp);
   __syncthreads();
-  uint32_t qa[D / 16][4], da[D / 16][4];
-  a_fragments<D>(qa, Ks, warp * 16, g, t);
-  a_fragments<D>(da, Vs, warp * 16, g, t);
+  typename Ops::Frag qa[D / Ops::kK][4], da[D / Ops::kK][4];
+  a_fragments<Ops, D>(qa, Ks, warp * 16, g, t);
+  a_fragments<Ops, D>(da, Vs, warp * 16, g, t);
   const int64_t row[2] = {qp[warp * 16 + g], qp[warp * 16 + g + 8]};
   float L[2], Dr[2];
 #pragma unroll
@@ -380,16 +508,16 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
     __syncthreads();
     key_positions(kp, map, bh, grp, j0, kend);
     __syncthreads();
-    load_rows<D>(Ks, K, kp);
-    load_rows<D>(Vs, V, kp);
+    load_rows<Ops, D>(Ks, K, kp);
+    load_rows<Ops, D>(Vs, V, kp);
     __syncthreads();
     float s[kKeys / 8][4], dp[kKeys / 8][4];
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
-    mma_a_yt<kBF16, D>(s, qa, Ks, g, t);   // S = Q K^T
-    mma_a_yt<kBF16, D>(dp, da, Vs, g, t);  // dP = dO V^T
+    mma_a_yt<Ops, D>(s, qa, Ks, g, t);   // S = Q K^T
+    mma_a_yt<Ops, D>(dp, da, Vs, g, t);  // dP = dO V^T
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
@@ -397,7 +525,7 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
         const int h = e >> 1;
         s[n][e] = prob_and_ds(a, map, b, row[h], kp[n * 8 + 2 * t + (e & 1)], s[n][e], dp[n][e], L[h], Dr[h]).y;
       }
-    mma_p_y<kBF16, D>(dq, s, Ks, g, t);  // dQ += dS K
+    mma_p_y<Ops, D>(dq, s, Ks, g, t);  // dQ += dS K
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -409,29 +537,30 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
   }
 }
 
-template <bool kBF16, typename Map>
+template <typename Ops, typename Map>
 __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) {
   constexpr int D = 64;
-  __shared__ __align__(16) uint16_t Qs[kRows][D + kPad];
-  __shared__ __align__(16) uint16_t dOs[kRows][D + kPad];
+  using Elem = typename Ops::Elem;
+  __shared__ __align__(16) Elem Qs[kRows][D + Ops::kPad];
+  __shared__ __align__(16) Elem dOs[kRows][D + Ops::kPad];
   __shared__ float Ls[kRows], Ds[kRows];
   __shared__ int64_t qp[kRows], kp[kKeys];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t u0 = int64_t(blockIdx.x) * kKeys, kg = blockIdx.y, bh = a.bh0 + blockIdx.z;
   const int64_t b = bh / a.H, hd = bh % a.H;
   if (u0 >= map.group_keys()) return;
-  const uint16_t* Q = a.q + bh * a.Nq * D;
+  const Elem* Q = static_cast<const Elem*>(a.q) + bh * a.Nq * D;
   const float* dO = a.dout + a.sgo.at(b, hd, 0);
   // This warp's K and V fragments (16 keys), staged through the Q and dO buffers.
   for (int j = threadIdx.x; j < kKeys; j += kThreads)
     kp[j] = u0 + j < map.group_keys() ? map.group_kpos(bh, kg, u0 + j) : -1;
   __syncthreads();
-  load_rows<D>(Qs, a.k + bh * a.Nk * D, kp);
-  load_rows<D>(dOs, a.v + bh * a.Nk * D, kp);
+  load_rows<Ops, D>(Qs, static_cast<const Elem*>(a.k) + bh * a.Nk * D, kp);
+  load_rows<Ops, D>(dOs, static_cast<const Elem*>(a.v) + bh * a.Nk * D, kp);
   __syncthreads();
-  uint32_t ka[D / 16][4], va[D / 16][4];
-  a_fragments<D>(ka, Qs, warp * 16, g, t);
-  a_fragments<D>(va, dOs, warp * 16, g, t);
+  typename Ops::Frag ka[D / Ops::kK][4], va[D / Ops::kK][4];
+  a_fragments<Ops, D>(ka, Qs, warp * 16, g, t);
+  a_fragments<Ops, D>(va, dOs, warp * 16, g, t);
   const int64_t key[2] = {kp[warp * 16 + g], kp[warp * 16 + g + 8]};
   float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -444,8 +573,8 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) 
       __syncthreads();
       query_positions(qp, map, bh, grp, q0);
       __syncthreads();
-      load_rows<D>(Qs, Q, qp);
-      load_rows_f32<kBF16, D>(dOs, dO, a.sgo.s2, qp);
+      load_rows<Ops, D>(Qs, Q, qp);
+      load_rows_f32<Ops, D>(dOs, dO, a.sgo.s2, qp);
       for (int r = threadIdx.x; r < kRows; r += kThreads) {
         const int64_t i = qp[r];
         Ls[r] = i >= 0 ? a.lse[a.sl.at(b, hd, i)] : kNegInf;
@@ -457,8 +586,8 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) 
       for (int n = 0; n < kRows / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) pt[n][e] = dpt[n][e] = 0.f;
-      mma_a_yt<kBF16, D>(pt, ka, Qs, g, t);    // S^T = K Q^T (rows: this warp's keys; columns: queries)
-      mma_a_yt<kBF16, D>(dpt, va, dOs, g, t);  // dP^T = V dO^T
+      mma_a_yt<Ops, D>(pt, ka, Qs, g, t);    // S^T = K Q^T (rows: this warp's keys; columns: queries)
+      mma_a_yt<Ops, D>(dpt, va, dOs, g, t);  // dP^T = V dO^T
 #pragma unroll
       for (int n = 0; n < kRows / 8; ++n)
 #pragma unroll
@@ -468,8 +597,8 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) 
           pt[n][e] = pd.x;   // P^T
           dpt[n][e] = pd.y;  // dS^T
         }
-      mma_p_y<kBF16, D>(dv, pt, dOs, g, t);  // dV += P^T dO
-      mma_p_y<kBF16, D>(dk, dpt, Qs, g, t);  // dK += dS^T Q
+      mma_p_y<Ops, D>(dv, pt, dOs, g, t);  // dV += P^T dO
+      mma_p_y<Ops, D>(dk, dpt, Qs, g, t);  // dK += dS^T Q
     }
   }
 #pragma unroll
@@ -502,7 +631,7 @@ bool tensor_cores_usable(int dev) {
     cudaFuncAttributes attr{};
     const bool ok = cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess &&
                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                    cudaFuncGetAttributes(&attr, mma_forward_kernel<true, 64, FullMap>) == cudaSuccess;
+                    cudaFuncGetAttributes(&attr, mma_forward_kernel<Half<true>, 64, FullMap>) == cudaSuccess;
     cudaSetDevice(current);
     s = ok && major >= 8 && attr.ptxVersion >= 80 ? 1 : 2;
     if (!ok) cudaGetLastError();  // a failed query is "not usable", not a sticky error for the next op
@@ -511,10 +640,29 @@ bool tensor_cores_usable(int dev) {
   return s == 1;
 }
 
-// 16-bit q, k, v of one dtype, 4-d, on a CUDA device the kernels can use.
+// The operand policy for q's dtype; float32 takes three TF32 products unless the user allowed TF32.
+enum class Operands { kBf16, kF16, kTf32x3, kTf32 };
+Operands operands_of(const Tensor& q) {
+  if (q.dtype() == kBFloat16) return Operands::kBf16;
+  if (q.dtype() == kFloat16) return Operands::kF16;
+  return ::cf::cuda::allow_tf32() ? Operands::kTf32 : Operands::kTf32x3;
+}
+
+// f(Ops{}) with the policy's type.
+template <typename F>
+void with_operands(Operands o, F&& f) {
+  switch (o) {
+    case Operands::kBf16: f(Half<true>{}); break;
+    case Operands::kF16: f(Half<false>{}); break;
+    case Operands::kTf32x3: f(Tf32<3>{}); break;
+    case Operands::kTf32: f(Tf32<1>{}); break;
+  }
+}
+
+// q, k, v of one dtype the kernels take (bfloat16, float16, float32), 4-d, on a CUDA device the kernels can use.
 bool takes_inputs(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (!q.device().is_cuda() || q.dtype() != k.dtype() || k.dtype() != v.dtype()) return false;
-  if (q.dtype() != kBFloat16 && q.dtype() != kFloat16) return false;
+  if (q.dtype() != kBFloat16 && q.dtype() != kFloat16 && q.dtype() != kFloat32) return false;
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
   return tensor_cores_usable(int(q.device().index));
 }
@@ -538,9 +686,9 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 MmaArgs make_mma_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                       double scale, double self_score) {
   MmaArgs a{};
-  a.q = static_cast<const uint16_t*>(q.raw_data());
-  a.k = static_cast<const uint16_t*>(k.raw_data());
-  a.v = static_cast<const uint16_t*>(v.raw_data());
+  a.q = q.raw_data();
+  a.k = k.raw_data();
+  a.v = v.raw_data();
   a.out = static_cast<float*>(out.raw_data());
   a.lse = static_cast<float*>(lse.raw_data());
   a.so = rows3(out);
@@ -554,23 +702,24 @@ MmaArgs make_mma_args(const Tensor& q, const Tensor& k, const Tensor& v, const T
 }
 
 template <typename Map>
-void run_forward(const MmaArgs& a, const Map& map, int64_t rows, int64_t groups, int64_t BH, int64_t D, bool bf16,
-                 const char* op) {
+void run_forward(const MmaArgs& a, const Map& map, int64_t rows, int64_t groups, int64_t BH, int64_t D,
+                 Operands operands, const char* op) {
   const unsigned gx = unsigned((rows + kRows - 1) / kRows), gy = unsigned(groups);
   if (gx == 0 || gy == 0 || BH == 0) return;
-  for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
-    const dim3 grid(gx, gy, gz);
-    if constexpr (std::is_same_v<Map, BlockMap>) {  // head size 64 only (block_attention_16bit_supported)
-      if (bf16) mma_forward_kernel<true, 64, Map><<<grid, kThreads>>>(s, map);
-      else mma_forward_kernel<false, 64, Map><<<grid, kThreads>>>(s, map);
-    } else if (D == 64) {
-      if (bf16) mma_forward_kernel<true, 64, Map><<<grid, kThreads>>>(s, map);
-      else mma_forward_kernel<false, 64, Map><<<grid, kThreads>>>(s, map);
-    } else {
-      if (bf16) mma_forward_kernel<true, 128, Map><<<grid, kThreads>>>(s, map);
-      else mma_forward_kernel<false, 128, Map><<<grid, kThreads>>>(s, map);
-    }
-    ::cf::cuda::check_launch(op);
+  with_operands(operands, [&](auto ops) {
+    using Ops = decltype(ops);
+    for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
+      const dim3 grid(gx, gy, gz);
+      // Head size 64 only for block attention and float32 (the supported() rules): 128 float32 values a row
+      // would need dynamic shared memory.
+      if constexpr (Ops::kTf32 || std::is_same_v<Map, BlockMap>) {
+        mma_forward_kernel<Ops, 64, Map><<<grid, kThreads>>>(s, map);
+      } else {
+        if (D == 64) mma_forward_kernel<Ops, 64, Map><<<grid, kThreads>>>(s, map);
+        else mma_forward_kernel<Ops, 128, Map><<<grid, kThreads>>>(s, map);
+      }
+      ::cf::cuda::check_launch(op);
+    });
   });
 }
 
@@ -578,7 +727,7 @@ void run_forward(const MmaArgs& a, const Map& map, int64_t rows, int64_t groups,
 template <typename Map>
 void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                   const Tensor& dk, const Tensor& dv, int64_t rows, int64_t groups, int64_t gkeys, int64_t kgroups,
-                  int64_t B, bool bf16, bool zero_first, const char* op) {
+                  int64_t B, Operands operands, bool zero_first, const char* op) {
   auto f32 = [](const Tensor& t) { return t.dtype() == kFloat32; };
   auto f32_dense = [](const Tensor& t) {
     return t.dtype() == kFloat32 && t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 8 == 0;
@@ -604,79 +753,81 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
         a, dlse.defined() ? static_cast<const float*>(dlse.raw_data()) : nullptr, rows3(dlse), BH * a.Nq, 64);
     ::cf::cuda::check_launch(op);
   }
-  const unsigned g1x = unsigned((rows + kRows - 1) / kRows), g1y = unsigned(groups);
-  if (g1x > 0 && g1y > 0 && BH > 0) {
-    for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
-      if (bf16) mma_dq_kernel<true, Map><<<dim3(g1x, g1y, gz), kThreads>>>(s, map);
-      else mma_dq_kernel<false, Map><<<dim3(g1x, g1y, gz), kThreads>>>(s, map);
-      ::cf::cuda::check_launch(op);
-    });
-  } else if (!zero_first && dq.numel() > 0) {
-    CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), 0), op);
-  }
-  const unsigned g2x = unsigned((gkeys + kKeys - 1) / kKeys), g2y = unsigned(kgroups);
-  if (g2x > 0 && g2y > 0 && BH > 0) {
-    for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
-      if (bf16) mma_dkdv_kernel<true, Map><<<dim3(g2x, g2y, gz), kThreads>>>(s, map);
-      else mma_dkdv_kernel<false, Map><<<dim3(g2x, g2y, gz), kThreads>>>(s, map);
-      ::cf::cuda::check_launch(op);
-    });
-  }
+  with_operands(operands, [&](auto ops) {
+    using Ops = decltype(ops);
+    const unsigned g1x = unsigned((rows + kRows - 1) / kRows), g1y = unsigned(groups);
+    if (g1x > 0 && g1y > 0 && BH > 0) {
+      for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
+        mma_dq_kernel<Ops, Map><<<dim3(g1x, g1y, gz), kThreads>>>(s, map);
+        ::cf::cuda::check_launch(op);
+      });
+    } else if (!zero_first && dq.numel() > 0) {
+      CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), 0), op);
+    }
+    const unsigned g2x = unsigned((gkeys + kKeys - 1) / kKeys), g2y = unsigned(kgroups);
+    if (g2x > 0 && g2y > 0 && BH > 0) {
+      for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
+        mma_dkdv_kernel<Ops, Map><<<dim3(g2x, g2y, gz), kThreads>>>(s, map);
+        ::cf::cuda::check_launch(op);
+      });
+    }
+  });
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------- flash_attention
 
-bool flash_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+bool flash_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (!takes_inputs(q, k, v)) return false;
   const int64_t D = q.shape()[3];
-  return (D == 64 || D == 128) && k.shape()[3] == D && v.shape()[3] == D;
+  const bool sizes = D == 64 || (D == 128 && q.dtype() != kFloat32);
+  return sizes && k.shape()[3] == D && v.shape()[3] == D;
 }
 
-void flash_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
-                                        const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
+void flash_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                      const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
   const char* op = "flash_attention";
-  CF_CHECK(flash_attention_16bit_supported(q, k, v), Error, "[", op,
+  CF_CHECK(flash_attention_mma_supported(q, k, v), Error, "[", op,
            "] internal: the tensor-core kernel does not take q ", q.describe());
   check_inputs(q, k, v, out, lse, op);
   cu::use_device_of(out, op);
   const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, 0.0);
-  run_forward(a, full_map(q, k, kpm, p), a.Nq, 1, q.shape()[0] * a.H, q.shape()[3], q.dtype() == kBFloat16, op);
+  run_forward(a, full_map(q, k, kpm, p), a.Nq, 1, q.shape()[0] * a.H, q.shape()[3], operands_of(q), op);
 }
 
-bool flash_attention_backward_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return flash_attention_16bit_supported(q, k, v) && q.shape()[3] == 64;
+bool flash_attention_backward_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return flash_attention_mma_supported(q, k, v) && q.shape()[3] == 64;
 }
 
-void flash_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
-                                         const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
-                                         const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
-                                         const Tensor& dv) {
+void flash_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                       const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                       const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
+                                       const Tensor& dv) {
   const char* op = "flash_attention";
-  CF_CHECK(flash_attention_backward_16bit_supported(q, k, v), Error, "[", op,
+  CF_CHECK(flash_attention_backward_mma_supported(q, k, v), Error, "[", op,
            "] internal: the tensor-core backward does not take q ", q.describe());
   check_inputs(q, k, v, out, lse, op);
   cu::use_device_of(out, op);
   const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, 0.0);
-  run_backward(a, full_map(q, k, kpm, p), dout, dlse, dq, dk, dv, a.Nq, 1, a.Nk, 1, q.shape()[0],
-               q.dtype() == kBFloat16, false, op);
+  run_backward(a, full_map(q, k, kpm, p), dout, dlse, dq, dk, dv, a.Nq, 1, a.Nk, 1, q.shape()[0], operands_of(q),
+               false, op);
 }
 
 // ---------------------------------------------------------------- block_attention
 
-bool block_attention_16bit_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members) {
+bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members) {
   if (!takes_inputs(q, k, v) || members.dim() != 4 || members.shape()[2] > 65535) return false;  // chunks: grid.y
-  // One table per q, k, v head (or one shared): rounds (a table per head and round) run the float32 kernels.
+  // One table per q, k, v head (or one shared): rounds (a table per head and round) run the scalar kernels.
   if (members.shape()[1] != 1 && members.shape()[1] != q.shape()[1]) return false;
   return q.shape()[3] == 64 && k.shape()[3] == 64 && v.shape()[3] == 64;
 }
 
-void block_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
-                                        const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
-                                        const Tensor& lse) {
+void block_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                      const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                      const Tensor& lse) {
   const char* op = "block_attention";
-  CF_CHECK(block_attention_16bit_supported(q, k, v, members), Error, "[", op,
+  CF_CHECK(block_attention_mma_supported(q, k, v, members), Error, "[", op,
            "] internal: the tensor-core kernel does not take q ", q.describe());
   CF_CHECK(p.rounds == 1, Error, "[", op, "] internal: the tensor-core kernel takes one round, got ", p.rounds);
   check_inputs(q, k, v, out, lse, op);
@@ -686,24 +837,23 @@ void block_attention_forward_16bit_cuda(const Tensor& q, const Tensor& k, const 
   fill_cuda(lse, -std::numeric_limits<double>::infinity());
   const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, p.self_score);
   const BlockMap map = block_map(q, members, kpm, p);
-  run_forward(a, map, map.w, map.C, q.shape()[0] * a.H, 64, q.dtype() == kBFloat16, op);
+  run_forward(a, map, map.w, map.C, q.shape()[0] * a.H, 64, operands_of(q), op);
 }
 
-void block_attention_backward_16bit_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
-                                         const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
-                                         const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
-                                         const Tensor& dk, const Tensor& dv) {
+void block_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                       const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                       const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                                       const Tensor& dk, const Tensor& dv) {
   CF_CHECK(p.rounds == 1, Error, "[block_attention] internal: the tensor-core kernel takes one round, got ",
            p.rounds);
   const char* op = "block_attention";
-  CF_CHECK(block_attention_16bit_supported(q, k, v, members), Error, "[", op,
+  CF_CHECK(block_attention_mma_supported(q, k, v, members), Error, "[", op,
            "] internal: the tensor-core backward does not take q ", q.describe());
   check_inputs(q, k, v, out, lse, op);
   cu::use_device_of(out, op);
   const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, p.self_score);
   const BlockMap map = block_map(q, members, kpm, p);
-  run_backward(a, map, dout, dlse, dq, dk, dv, map.w, map.C, map.w, map.C, q.shape()[0], q.dtype() == kBFloat16,
-               true, op);
+  run_backward(a, map, dout, dlse, dq, dk, dv, map.w, map.C, map.w, map.C, q.shape()[0], operands_of(q), true, op);
 }
 
 }  // namespace cf::kernels

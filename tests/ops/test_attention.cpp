@@ -120,7 +120,7 @@ const std::vector<KernelCase> kKernelCases = {
     {1, 2, 9, 16, 4, 5, false, false, 0, kFloat64, 4},  {1, 2, 11, 5, 4, 2, false, true, 4, kFloat64, 4},
     {1, 2, 9, 1, 3, 2, false, true, 4, kFloat64, 3}};
 
-enum class FlashPath { kFusedCpu, kGemm, kFusedCuda };
+enum class FlashPath { kFusedCpu, kGemm, kFusedCuda, kMmaCuda };
 
 // A loss that reads the lse of a row with nothing allowed (exp(-lse), say) gives that row dlse = -inf. The
 // cases put it on every entry of batch 1 picked by `at` (the batch with every key padded), so every path must
@@ -158,6 +158,9 @@ std::vector<Tensor> run_flash_path(const KernelCase& c, FlashPath path, Device d
   } else if (path == FlashPath::kFusedCpu) {
     kernels::flash_attention_forward_cpu(q, k, v, kpm, p, t[0], t[1]);
     kernels::flash_attention_backward_cpu(q, k, v, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
+  } else if (path == FlashPath::kMmaCuda) {
+    kernels::flash_attention_forward_mma_cuda(q, k, v, kpm, p, t[0], t[1]);
+    kernels::flash_attention_backward_mma_cuda(q, k, v, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
   } else {
 #ifdef CF_WITH_CUDA
     kernels::flash_attention_forward_cuda(q, k, v, kpm, p, t[0], t[1]);
@@ -178,10 +181,12 @@ void check_zero_batch1(const std::vector<Tensor>& got) {
   }
 }
 
-void check_same_paths(const KernelCase& c, const std::vector<Tensor>& want, const std::vector<Tensor>& got) {
+// tol 0: the dtype's (below).
+void check_same_paths(const KernelCase& c, const std::vector<Tensor>& want, const std::vector<Tensor>& got,
+                      double tol = 0.0) {
   // float32: the paths round differently (q scaled before or after the product, BLAS tiles): scores of
   // up to about 4 sqrt(Dk) with errors of a few ulps of that move exp() by about 1e-5 relative.
-  const double tol = c.dt == kFloat64 ? 1e-12 : 1e-4;
+  if (tol == 0.0) tol = c.dt == kFloat64 ? 1e-12 : 1e-4;
   for (size_t i = 0; i < want.size(); ++i) {
     CAPTURE(i);
     std::vector<double> a = values(want[i]), b = values(got[i]);
@@ -239,7 +244,7 @@ Tensor scattered_members(int64_t B, int64_t Hm, int64_t N, int64_t C, int64_t w,
   return Tensor::from_vector(m, {B, Hm, C, w});
 }
 
-enum class BlockPath { kFusedCpu, kGemm, kFusedCuda };
+enum class BlockPath { kFusedCpu, kGemm, kFusedCuda, kMmaCuda };
 
 // out, lse, dq, dk, dv of one path, on the CPU; out and lse are views of one packed (B, Ho, N, Dv + 1) tensor
 // (as the op hands them to the kernels), and so are dout and dlse.
@@ -281,6 +286,9 @@ std::vector<Tensor> run_block_path(const BlockCase& c, BlockPath path, Device de
   } else if (path == BlockPath::kFusedCpu) {
     kernels::block_attention_forward_cpu(q, k, v, members, kpm, p, t[0], t[1]);
     kernels::block_attention_backward_cpu(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
+  } else if (path == BlockPath::kMmaCuda) {
+    kernels::block_attention_forward_mma_cuda(q, k, v, members, kpm, p, t[0], t[1]);
+    kernels::block_attention_backward_mma_cuda(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
   } else {
 #ifdef CF_WITH_CUDA
     kernels::block_attention_forward_cuda(q, k, v, members, kpm, p, t[0], t[1]);
@@ -291,8 +299,9 @@ std::vector<Tensor> run_block_path(const BlockCase& c, BlockPath path, Device de
   return t;
 }
 
-void check_same_block_paths(const BlockCase& c, const std::vector<Tensor>& want, const std::vector<Tensor>& got) {
-  const double tol = c.dt == kFloat64 ? 1e-12 : 1e-4;  // float32: as check_same_paths
+void check_same_block_paths(const BlockCase& c, const std::vector<Tensor>& want, const std::vector<Tensor>& got,
+                            double tol = 0.0) {
+  if (tol == 0.0) tol = c.dt == kFloat64 ? 1e-12 : 1e-4;  // float32: as check_same_paths
   int64_t no_key = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     CAPTURE(i);
@@ -399,8 +408,9 @@ TEST_CASE("block attention's path setting: the environment's values, a bad one n
   CHECK(kernels::parse_block_attention_path("auto") == kernels::BlockAttentionPath::kAuto);
   CHECK(kernels::parse_block_attention_path("fused") == kernels::BlockAttentionPath::kFused);
   CHECK(kernels::parse_block_attention_path("gemm") == kernels::BlockAttentionPath::kGemm);
+  CHECK(kernels::parse_block_attention_path("mma") == kernels::BlockAttentionPath::kMma);
   CHECK_THROWS_MSG(kernels::parse_block_attention_path("cublas"), ValueError,
-                   "[block_attention] CF_BLOCK_ATTENTION_PATH must be auto, fused or gemm, got 'cublas'");
+                   "[block_attention] CF_BLOCK_ATTENTION_PATH must be auto, fused, gemm or mma, got 'cublas'");
   const kernels::BlockAttentionPath before = kernels::block_attention_path();
   kernels::BlockAttentionParams p;
   p.offsets = {0, -1};
@@ -428,7 +438,42 @@ TEST_CASE("block attention's path setting: the environment's values, a bad one n
   CHECK_FALSE(kernels::block_attention_takes_gemm(q, big, p));
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kGemm);
   CHECK(kernels::block_attention_takes_gemm(q, small, p));
+  // mma: the tensor-core kernels where they take the call, else the automatic rule; never float64, rounds, or
+  // the CPU, and not taken automatically (they have not run on a GPU yet).
+  kernels::set_block_attention_path(kernels::BlockAttentionPath::kMma);
+  CHECK(kernels::block_attention_takes_gemm(q, big, p));
+  CHECK_FALSE(kernels::block_attention_takes_gemm(q, small, p));
+  {
+    kernels::BlockAttentionParams r = p;
+    r.rounds = 2;
+    const Tensor m2 = fake_cuda({1, 8, 32, 32}, kInt64);
+    CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, m2, r));
+    const Tensor q64 = fake_cuda({1, 4, 16384, 64}, kFloat64);
+    CHECK_FALSE(kernels::block_attention_takes_mma(q64, q64, q64, small, p));
+    const Tensor c = Tensor::zeros({1, 4, 1024, 64}), mc = Tensor::zeros({1, 4, 32, 32}, kInt64);
+    CHECK_FALSE(kernels::block_attention_takes_mma(c, c, c, mc, p));
+  }
+  kernels::set_block_attention_path(kernels::BlockAttentionPath::kAuto);
+  CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, small, p));
   kernels::set_block_attention_path(before);
+}
+
+TEST_CASE("flash attention's path setting: the environment's values, a bad one named, tensor cores only when asked") {
+  CHECK(kernels::parse_flash_attention_path("auto") == kernels::FlashAttentionPath::kAuto);
+  CHECK(kernels::parse_flash_attention_path("gemm") == kernels::FlashAttentionPath::kGemm);
+  CHECK(kernels::parse_flash_attention_path("mma") == kernels::FlashAttentionPath::kMma);
+  CHECK_THROWS_MSG(kernels::parse_flash_attention_path("fused"), ValueError,
+                   "[flash_attention] CF_FLASH_ATTENTION_PATH must be auto, gemm or mma, got 'fused'");
+  const kernels::FlashAttentionPath before = kernels::flash_attention_path();
+  const Tensor q = fake_cuda({1, 4, 4096, 64}), q64 = fake_cuda({1, 4, 4096, 64}, kFloat64),
+               q32 = fake_cuda({1, 4, 4096, 32}), c = Tensor::zeros({1, 4, 128, 64});
+  kernels::set_flash_attention_path(kernels::FlashAttentionPath::kAuto);
+  CHECK_FALSE(kernels::flash_attention_takes_mma(q, q, q));
+  kernels::set_flash_attention_path(kernels::FlashAttentionPath::kMma);
+  CHECK_FALSE(kernels::flash_attention_takes_mma(q64, q64, q64));  // float32 only
+  CHECK_FALSE(kernels::flash_attention_takes_mma(q32, q32, q32));  // head size 64 only
+  CHECK_FALSE(kernels::flash_attention_takes_mma(c, c, c));        // CUDA only
+  kernels::set_flash_attention_path(before);
 }
 
 TEST_CASE("flash attention: a query with every key blocked outputs zeros and passes a zero gradient") {
@@ -836,6 +881,77 @@ CUDA_TEST_CASE("block attention's fused kernel and GEMM path on CUDA equal the C
     check_same_block_paths(c, want, run_block_path(c, BlockPath::kFusedCuda, Device::cuda(0)));
   }
   cf::cuda::set_allow_tf32(tf32);
+}
+
+// The float32 tensor-core kernels (attention_mma_cuda.cu, head size 64) against the CPU's fused kernel: several
+// query and key tiles with remainders, padding with a fully padded batch and its dlse -inf, causal with
+// Nq > Nk (rows with no key) and Nq < Nk, one row, one exact tile. 3xTF32 keeps the float32 tolerance; plain
+// TF32 (the user's opt-in) rounds every operand to 11 bits: scores of a few units off by about 1e-3, so 1e-2.
+const std::vector<KernelCase> kMmaCases = {
+    {2, 2, 130, 200, 64, 64, true, false, 0, kFloat32}, {2, 1, 70, 45, 64, 64, true, true, 0, kFloat32},
+    {1, 3, 45, 150, 64, 64, false, true, 0, kFloat32},  {1, 1, 1, 33, 64, 64, false, false, 0, kFloat32},
+    {1, 2, 64, 64, 64, 64, false, false, 0, kFloat32}};
+
+CUDA_TEST_CASE("flash attention's float32 tensor-core kernels on CUDA equal the CPU's fused kernel, in 3xTF32 and in TF32") {
+  const bool tf32 = cf::cuda::allow_tf32();
+  for (const KernelCase& c : kMmaCases) {
+    CAPTURE(c.Nq);
+    CAPTURE(c.Nk);
+    CAPTURE(c.causal);
+    const std::vector<Tensor> want = run_flash_path(c, FlashPath::kFusedCpu, Device::cpu());
+    cf::cuda::set_allow_tf32(false);
+    check_same_paths(c, want, run_flash_path(c, FlashPath::kMmaCuda, Device::cuda(0)));
+    cf::cuda::set_allow_tf32(true);
+    check_same_paths(c, want, run_flash_path(c, FlashPath::kMmaCuda, Device::cuda(0)), 1e-2);
+  }
+  cf::cuda::set_allow_tf32(tf32);
+}
+
+// Block tables for the tensor-core kernels (float32, head size 64, one round): blocks wider than a 64-row tile,
+// a shared table with the self mask, look back 0 without dlse, causal with look-ahead and padding.
+const std::vector<BlockCase> kMmaBlockCases = {
+    {2, 2, 300, 64, 64, 10, 32, 2, 1, 1, false, true, true, false, true, 4, kFloat32},
+    {1, 2, 500, 64, 64, 5, 100, 1, 0, 1, true, false, false, true, true, 0, kFloat32},
+    {2, 1, 256, 64, 64, 4, 64, 0, 0, 1, false, true, false, false, false, 0, kFloat32}};
+
+CUDA_TEST_CASE("block attention's float32 tensor-core kernels on CUDA equal the CPU's fused kernel, in 3xTF32 and in TF32") {
+  const bool tf32 = cf::cuda::allow_tf32();
+  for (const BlockCase& c : kMmaBlockCases) {
+    CAPTURE(c.N);
+    CAPTURE(c.w);
+    const std::vector<Tensor> want = run_block_path(c, BlockPath::kFusedCpu, Device::cpu());
+    cf::cuda::set_allow_tf32(false);
+    check_same_block_paths(c, want, run_block_path(c, BlockPath::kMmaCuda, Device::cuda(0)));
+    cf::cuda::set_allow_tf32(true);
+    check_same_block_paths(c, want, run_block_path(c, BlockPath::kMmaCuda, Device::cuda(0)), 1e-2);
+  }
+  cf::cuda::set_allow_tf32(tf32);
+}
+
+// The ops take the tensor-core kernels under the mma setting exactly where they can read q, k, v as they are.
+CUDA_TEST_CASE("flash_attention and block_attention take the float32 tensor-core kernels under the mma setting") {
+  const kernels::FlashAttentionPath flash_before = kernels::flash_attention_path();
+  const kernels::BlockAttentionPath block_before = kernels::block_attention_path();
+  const Device d = Device::cuda(0);
+  const Tensor q = Tensor::zeros({1, 2, 100, 64}, kFloat32, d), q32 = Tensor::zeros({1, 2, 100, 32}, kFloat32, d);
+  const Tensor wide = Tensor::zeros({1, 2, 100, 65}, kFloat32, d);
+  const Tensor odd = slice(wide, 3, 1, 65);  // head size 64, not contiguous
+  const Tensor members = Tensor::zeros({1, 2, 4, 25}, kInt64, d);
+  kernels::BlockAttentionParams p;
+  p.offsets = {0, -1};
+  kernels::set_flash_attention_path(kernels::FlashAttentionPath::kMma);
+  kernels::set_block_attention_path(kernels::BlockAttentionPath::kMma);
+  CHECK(kernels::flash_attention_takes_mma(q, q, q));
+  CHECK(kernels::block_attention_takes_mma(q, q, q, members, p));
+  CHECK_FALSE(kernels::flash_attention_takes_mma(q32, q32, q32));
+  CHECK_FALSE(kernels::flash_attention_takes_mma(odd, q, q));
+  CHECK_FALSE(kernels::block_attention_takes_mma(odd, q, q, members, p));
+  kernels::set_flash_attention_path(kernels::FlashAttentionPath::kAuto);
+  kernels::set_block_attention_path(kernels::BlockAttentionPath::kAuto);
+  CHECK_FALSE(kernels::flash_attention_takes_mma(q, q, q));
+  CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, members, p));
+  kernels::set_flash_attention_path(flash_before);
+  kernels::set_block_attention_path(block_before);
 }
 
 // Past the launch caps, so the slot and row kernels' grid-stride loops run their remainders: 1 M score rows
