@@ -17,7 +17,7 @@
 # choice: whether kBlockGemmMinScores (1 M entries a round, set from the H200 run of 2026-11-28) still picks the
 # faster path (results in $OUT/block-{fused,gemm,auto}.json);
 # mma: the float32 tensor-core kernels (attention_mma_cuda.cu, 3xTF32; issue 24), written without a GPU and
-# taken only under CF_FLASH_ATTENTION_PATH=mma / CF_BLOCK_ATTENTION_PATH=mma until this stage has passed: their
+# taken only under CF_{FLASH,BLOCK,ROUTED}_ATTENTION_PATH=mma until this stage has passed: their
 # own CUDA tests under memcheck and racecheck, every CUDA attention test again with both settings, then the
 # attention table beside PyTorch SDPA on the GEMM / automatic paths and on mma in the same call (logs and JSON
 # in $OUT/mma-*). If all pass and mma is faster, kAuto should take them (attention.h).
@@ -206,18 +206,18 @@ fi
 
 if has mma; then
   t0=$(date +%s)
-  mcases="cuda: flash attention's float32 tensor-core*,cuda: block attention's float32 tensor-core*,cuda: flash_attention and block_attention take*"
+  mcases="cuda: flash attention's float32 tensor-core*,cuda: block attention's float32 tensor-core*,cuda: routed attention's float32 tensor-core*,cuda: flash, block and routed attention take*"
   for tool in memcheck racecheck; do
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$mcases" \
       > "$OUT/mma-sanitize-$tool.log" 2>&1
     note "mma: compute-sanitizer $tool rc=$? at $(( $(date +%s) - t0 )) s: $(grep -E 'ERROR SUMMARY|test cases:' "$OUT/mma-sanitize-$tool.log" | tr '\n' ' ')"
   done
-  (cd "$B" && CF_FLASH_ATTENTION_PATH=mma CF_BLOCK_ATTENTION_PATH=mma timeout 150 ctest -j 12 \
-      -R "cuda.*(attention|cluster|lsh|routing|block|transformer|model)|parity (flash|block)" --timeout 120 \
+  (cd "$B" && CF_FLASH_ATTENTION_PATH=mma CF_BLOCK_ATTENTION_PATH=mma CF_ROUTED_ATTENTION_PATH=mma timeout 150 ctest -j 12 \
+      -R "cuda.*(attention|cluster|lsh|routing|sparse|block|transformer|model)|parity (flash|block|routed)" --timeout 120 \
       --output-on-failure) > "$OUT/mma-ctest.log" 2>&1
   note "mma: ctest with both paths on mma rc=$? at $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed|tests failed' "$OUT/mma-ctest.log" | tail -1)"
   for path in auto mma; do
-    CF_FLASH_ATTENTION_PATH=$path CF_BLOCK_ATTENTION_PATH=$path PYTHONUNBUFFERED=1 timeout 200 python3 \
+    CF_FLASH_ATTENTION_PATH=$path CF_BLOCK_ATTENTION_PATH=$path CF_ROUTED_ATTENTION_PATH=$path PYTHONUNBUFFERED=1 timeout 200 python3 \
       apps/bench/peers.py --device cuda --only attention_variants --cf-bench "$B/apps/cf-bench" --threads 8 \
       --out "$OUT/mma-peers-$path.json" > "$OUT/mma-peers-$path.log" 2>&1
     note "mma: peers attention_variants with paths $path rc=$? at $(( $(date +%s) - t0 )) s"

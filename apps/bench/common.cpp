@@ -58,11 +58,13 @@ json machine_info() {
   if (g_device.is_cuda()) {
     m["gpu"] = cf::bench::gpu_name(g_device.index);
     m["tf32"] = cf::cuda::allow_tf32();
-    // The float32 attention paths (kernels/attention/attention.h; CF_FLASH_ATTENTION_PATH, CF_BLOCK_ATTENTION_PATH).
+    // The float32 attention paths (kernels/attention/attention.h; CF_{FLASH,BLOCK,ROUTED}_ATTENTION_PATH).
     const char* flash[] = {"auto", "gemm", "mma"};
     const char* block[] = {"auto", "fused", "gemm", "mma"};
     m["flash_attention_path"] = flash[int(cf::kernels::flash_attention_path())];
     m["block_attention_path"] = block[int(cf::kernels::block_attention_path())];
+    const char* routed[] = {"auto", "fused", "mma"};
+    m["routed_attention_path"] = routed[int(cf::kernels::routed_attention_path())];
   }
 #endif
   return m;

@@ -240,6 +240,17 @@ FlashAttentionPath parse_flash_attention_path(const std::string& name);  // "aut
 void set_flash_attention_path(FlashAttentionPath path);
 FlashAttentionPath flash_attention_path();
 bool flash_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v);
+
+// Which float32 / float64 routed_attention path CUDA takes: its fused kernel (kAuto, kFused) or for float32 the
+// tensor-core kernels (kMma, where routed_attention_takes_mma: contiguous, 16-byte aligned q, k, v of head size
+// 64; else the fused kernel). CF_ROUTED_ATTENTION_PATH=auto|fused|mma at start-up, set_routed_attention_path
+// later; kAuto stays on the fused kernel until the tensor-core kernels have run on a GPU, as above.
+enum class RoutedAttentionPath { kAuto, kFused, kMma };
+RoutedAttentionPath parse_routed_attention_path(const std::string& name);  // "auto", "fused", "mma"
+void set_routed_attention_path(RoutedAttentionPath path);
+RoutedAttentionPath routed_attention_path();
+bool routed_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                const Tensor& key_members);
 // Measured on an H200 (2026-11-28, cf-bench attention fwd+bwd, 4 heads, both paths forced): the GEMM path was
 // as fast or faster from 2 M entries a round (neural clustering N = 4096: 0.88 against 1.05 ms; Cluster-Former
 // N = 1024, blocks of 256: 0.88 against 1.42 ms; LSH-8 N = 4096: 6.26 against 6.18) and 1.2-2.4x faster from
@@ -336,9 +347,10 @@ void routed_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tens
 //     float32), one product when the user allowed TF32 (cf::cuda::set_allow_tf32). Taken by the float32 ops
 //     below only through the path settings (flash_attention_path, block_attention_path).
 // flash_attention: head size 64 or (16-bit) 128 forward, 64 backward (other sizes run the float32 backward on
-// float32 copies). block_attention: head size 64, one round, forward and backward. The backward takes q, k, v,
-// the float32 out, lse, dout (last axis unit-stride) and dlse (or undefined), and writes float32 dq, dk, dv
-// (contiguous).
+// float32 copies). block_attention: head size 64, one round, forward and backward. routed_attention (float32
+// only, through its path setting; its 16-bit inputs still run on float32 copies): head size 64, outputs and
+// gradients in slot order as routed_attention_forward_cpu's. The backward takes q, k, v, the float32 out,
+// lse, dout (last axis unit-stride) and dlse (or undefined), and writes float32 dq, dk, dv (contiguous).
 #ifdef CF_WITH_CUDA
 bool flash_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v);
 void flash_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -357,10 +369,24 @@ void block_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const T
                                        const Tensor& key_padding_mask, const BlockAttentionParams& p,
                                        const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
                                        const Tensor& dq, const Tensor& dk, const Tensor& dv);
+bool routed_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                    const Tensor& key_members);
+void routed_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
+                                       const Tensor& key_members, const Tensor& key_padding_mask,
+                                       const RoutedAttentionParams& p, const Tensor& out, const Tensor& lse);
+void routed_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& query_members, const Tensor& key_members,
+                                        const Tensor& key_padding_mask, const RoutedAttentionParams& p,
+                                        const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                                        const Tensor& dk, const Tensor& dv);
 #else
 inline bool flash_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
 inline bool flash_attention_backward_mma_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
 inline bool block_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  return false;
+}
+inline bool routed_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                           const Tensor&) {
   return false;
 }
 // Never reached without CUDA (the supported() checks are false): the callers compile in CPU-only builds too.
@@ -384,6 +410,17 @@ inline void block_attention_backward_mma_cuda(const Tensor&, const Tensor&, cons
                                               const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                               const Tensor&, const Tensor&) {
   throw Error("[block_attention] internal: the tensor-core kernel needs a CUDA build");
+}
+inline void routed_attention_forward_mma_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                              const Tensor&, const Tensor&, const RoutedAttentionParams&,
+                                              const Tensor&, const Tensor&) {
+  throw Error("[routed_attention] internal: the tensor-core kernel needs a CUDA build");
+}
+inline void routed_attention_backward_mma_cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                               const Tensor&, const Tensor&, const RoutedAttentionParams&,
+                                               const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                               const Tensor&, const Tensor&) {
+  throw Error("[routed_attention] internal: the tensor-core kernel needs a CUDA build");
 }
 #endif
 
@@ -446,7 +483,9 @@ inline void routed_attention_forward(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& out, const Tensor& lse) {
   CF_DEVICE_DISPATCH("routed_attention", out.device(),
                      routed_attention_forward_cpu(q, k, v, qm, km, kpm, p, out, lse),
-                     routed_attention_forward_cuda(q, k, v, qm, km, kpm, p, out, lse));
+                     routed_attention_takes_mma(q, k, v, qm, km)
+                         ? routed_attention_forward_mma_cuda(q, k, v, qm, km, kpm, p, out, lse)
+                         : routed_attention_forward_cuda(q, k, v, qm, km, kpm, p, out, lse));
 }
 inline void routed_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
                                       const Tensor& km, const Tensor& kpm, const RoutedAttentionParams& p,
@@ -454,7 +493,9 @@ inline void routed_attention_backward(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& dk, const Tensor& dv) {
   CF_DEVICE_DISPATCH("routed_attention", out.device(),
                      routed_attention_backward_cpu(q, k, v, qm, km, kpm, p, out, lse, dout, dq, dk, dv),
-                     routed_attention_backward_cuda(q, k, v, qm, km, kpm, p, out, lse, dout, dq, dk, dv));
+                     routed_attention_takes_mma(q, k, v, qm, km)
+                         ? routed_attention_backward_mma_cuda(q, k, v, qm, km, kpm, p, out, lse, dout, dq, dk, dv)
+                         : routed_attention_backward_cuda(q, k, v, qm, km, kpm, p, out, lse, dout, dq, dk, dv));
 }
 
 }  // namespace cf::kernels

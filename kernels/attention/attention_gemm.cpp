@@ -164,8 +164,8 @@ void matmul_key_split(const Tensor& a, const Tensor& x, const Tensor& out, int64
   }
 }
 
-// CF_BLOCK_ATTENTION_PATH and CF_FLASH_ATTENTION_PATH, each read once: -1 until then.
-std::atomic<int> g_block_path{-1}, g_flash_path{-1};
+// CF_BLOCK_ATTENTION_PATH, CF_FLASH_ATTENTION_PATH and CF_ROUTED_ATTENTION_PATH, each read once: -1 until then.
+std::atomic<int> g_block_path{-1}, g_flash_path{-1}, g_routed_path{-1};
 
 // A path setting: the environment variable's value (parsed, "auto" when unset) the first time it is read;
 // a set_*_path call before or after that wins.
@@ -337,6 +337,24 @@ bool flash_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v
   // The backward's sizes (head size 64) are the forward's for float32.
   return flash_attention_path() == FlashAttentionPath::kMma && q.dtype() == kFloat32 &&
          flash_attention_backward_mma_supported(q, k, v) && dense_aligned(q, k, v);
+}
+
+void set_routed_attention_path(RoutedAttentionPath path) { g_routed_path.store(int(path)); }
+
+RoutedAttentionPath parse_routed_attention_path(const std::string& s) {
+  CF_CHECK(s == "auto" || s == "fused" || s == "mma", ValueError,
+           "[routed_attention] CF_ROUTED_ATTENTION_PATH must be auto, fused or mma, got '", s, "'");
+  return s == "fused" ? RoutedAttentionPath::kFused : s == "mma" ? RoutedAttentionPath::kMma : RoutedAttentionPath::kAuto;
+}
+
+RoutedAttentionPath routed_attention_path() {
+  return path_setting(g_routed_path, "CF_ROUTED_ATTENTION_PATH", parse_routed_attention_path);
+}
+
+bool routed_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
+                                const Tensor& km) {
+  return routed_attention_path() == RoutedAttentionPath::kMma && q.dtype() == kFloat32 &&
+         routed_attention_mma_supported(q, k, v, qm, km) && dense_aligned(q, k, v);
 }
 
 bool block_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

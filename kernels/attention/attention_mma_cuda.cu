@@ -91,6 +91,9 @@ struct MmaArgs {
   float* dvec;
   float *dq, *dk, *dv;
   int64_t H, Nq, Nk;
+  // Rows per head of out, lse, dout, D and dq (Mq) and of dk, dv (Mk): Nq and Nk, or the slots of routed
+  // attention, whose outputs stay in slot order (the map's orow, krow).
+  int64_t Mq, Mk;
   int64_t bh0;  // batch*head of blockIdx.z == 0 (launches in slices of 65535, grid.z's limit)
   float scale, self_score;
 };
@@ -319,6 +322,14 @@ __device__ __forceinline__ void key_positions(int64_t* pos, const Map& map, int6
   for (int j = threadIdx.x; j < kKeys; j += kThreads) pos[j] = j0 + j < kend ? map.kpos(bh, grp, j0 + j) : -1;
 }
 
+// rows[r] = the output row (out, lse, dout, D, dq: map.orow) of query row r0 + r of group grp at position
+// pos[r], -1 where pos is.
+template <typename Map>
+__device__ __forceinline__ void output_rows(int64_t* rows, const int64_t* pos, const Map& map, int64_t grp,
+                                            int64_t r0) {
+  for (int r = threadIdx.x; r < kRows; r += kThreads) rows[r] = pos[r] >= 0 ? map.orow(grp, r0 + r, pos[r]) : -1;
+}
+
 // The score of query i and key j from s = q_i . k_j: -inf when blocked, the constant self score on a
 // self-masked pair (Reformer), else scale s (the float32 kernels' rules).
 template <typename Map>
@@ -420,7 +431,7 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map ma
     mma_p_y<Ops, D>(o, s, Vs, g, t);
   }
   // The row sums over the four lanes, then out = O / l and lse = m + log l (0 and -inf
-  // for a row with every key blocked, as the float32 kernels), written at the row's position.
+  // for a row with every key blocked, as the float32 kernels), written at the row's output row.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -428,8 +439,8 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map ma
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int64_t i = row[h];
-    if (i < 0) continue;
+    if (row[h] < 0) continue;
+    const int64_t i = map.orow(grp, r0 + warp * 16 + g + 8 * h, row[h]);
     const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
     float* out = a.out + a.so.at(b, hd, i);
 #pragma unroll
@@ -460,7 +471,7 @@ __global__ void row_dot_kernel(MmaArgs a, const float* dlse, Rows3 sgl, int64_t 
   const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;
-  const int64_t bh = r / a.Nq, i = r % a.Nq, b = bh / a.H, hd = bh % a.H;
+  const int64_t bh = r / a.Mq, i = r % a.Mq, b = bh / a.H, hd = bh % a.H;
   const float* x = a.dout + a.sgo.at(b, hd, i);
   const float* y = a.out + a.so.at(b, hd, i);
   float acc = 0.f;
@@ -476,7 +487,7 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
   using Elem = typename Ops::Elem;
   __shared__ __align__(16) Elem Ks[kKeys][D + Ops::kPad];
   __shared__ __align__(16) Elem Vs[kKeys][D + Ops::kPad];
-  __shared__ int64_t qp[kRows], kp[kKeys];
+  __shared__ int64_t qp[kRows], kp[kKeys], orw[kRows];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t r0 = int64_t(blockIdx.x) * kRows, grp = blockIdx.y, bh = a.bh0 + blockIdx.z;
   const int64_t b = bh / a.H, hd = bh % a.H;
@@ -486,18 +497,21 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
   // This warp's Q and dO fragments (staged through the K and V buffers), lse and D of its rows.
   query_positions(qp, map, bh, grp, r0);
   __syncthreads();
+  output_rows(orw, qp, map, grp, r0);
+  __syncthreads();
   load_rows<Ops, D>(Ks, static_cast<const Elem*>(a.q) + bh * a.Nq * D, qp);
-  load_rows_f32<Ops, D>(Vs, a.dout + a.sgo.at(b, hd, 0), a.sgo.s2, qp);
+  load_rows_f32<Ops, D>(Vs, a.dout + a.sgo.at(b, hd, 0), a.sgo.s2, orw);
   __syncthreads();
   typename Ops::Frag qa[D / Ops::kK][4], da[D / Ops::kK][4];
   a_fragments<Ops, D>(qa, Ks, warp * 16, g, t);
   a_fragments<Ops, D>(da, Vs, warp * 16, g, t);
   const int64_t row[2] = {qp[warp * 16 + g], qp[warp * 16 + g + 8]};
+  const int64_t orow[2] = {orw[warp * 16 + g], orw[warp * 16 + g + 8]};
   float L[2], Dr[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    L[h] = row[h] >= 0 ? a.lse[a.sl.at(b, hd, row[h])] : kNegInf;
-    Dr[h] = row[h] >= 0 ? a.dvec[bh * a.Nq + row[h]] : 0.f;
+    L[h] = row[h] >= 0 ? a.lse[a.sl.at(b, hd, orow[h])] : kNegInf;
+    Dr[h] = row[h] >= 0 ? a.dvec[bh * a.Mq + orow[h]] : 0.f;
   }
   float dq[D / 8][4];
 #pragma unroll
@@ -529,7 +543,7 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (row[h] < 0) continue;
-    float* out = a.dq + (bh * a.Nq + row[h]) * D;
+    float* out = a.dq + (bh * a.Mq + orow[h]) * D;
 #pragma unroll
     for (int d = 0; d < D / 8; ++d)
       *reinterpret_cast<float2*>(out + d * 8 + 2 * t) = make_float2(dq[d][2 * h] * a.scale, dq[d][2 * h + 1] * a.scale);
@@ -543,7 +557,7 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) 
   __shared__ __align__(16) Elem Qs[kRows][D + Ops::kPad];
   __shared__ __align__(16) Elem dOs[kRows][D + Ops::kPad];
   __shared__ float Ls[kRows], Ds[kRows];
-  __shared__ int64_t qp[kRows], kp[kKeys];
+  __shared__ int64_t qp[kRows], kp[kKeys], orw[kRows];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t u0 = int64_t(blockIdx.x) * kKeys, kg = blockIdx.y, bh = a.bh0 + blockIdx.z;
   const int64_t b = bh / a.H, hd = bh % a.H;
@@ -572,12 +586,14 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) 
       __syncthreads();
       query_positions(qp, map, bh, grp, q0);
       __syncthreads();
+      output_rows(orw, qp, map, grp, q0);
+      __syncthreads();
       load_rows<Ops, D>(Qs, Q, qp);
-      load_rows_f32<Ops, D>(dOs, dO, a.sgo.s2, qp);
+      load_rows_f32<Ops, D>(dOs, dO, a.sgo.s2, orw);
       for (int r = threadIdx.x; r < kRows; r += kThreads) {
-        const int64_t i = qp[r];
+        const int64_t i = orw[r];
         Ls[r] = i >= 0 ? a.lse[a.sl.at(b, hd, i)] : kNegInf;
-        Ds[r] = i >= 0 ? a.dvec[bh * a.Nq + i] : 0.f;
+        Ds[r] = i >= 0 ? a.dvec[bh * a.Mq + i] : 0.f;
       }
       __syncthreads();
       float pt[kRows / 8][4], dpt[kRows / 8][4];
@@ -603,8 +619,9 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (key[h] < 0) continue;
-    float* ok = a.dk + (bh * a.Nk + key[h]) * D;
-    float* ov = a.dv + (bh * a.Nk + key[h]) * D;
+    const int64_t j = map.krow(kg, u0 + warp * 16 + g + 8 * h, key[h]);
+    float* ok = a.dk + (bh * a.Mk + j) * D;
+    float* ov = a.dv + (bh * a.Mk + j) * D;
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
       *reinterpret_cast<float2*>(ok + d * 8 + 2 * t) = make_float2(dk[d][2 * h] * a.scale, dk[d][2 * h + 1] * a.scale);
@@ -695,6 +712,8 @@ MmaArgs make_mma_args(const Tensor& q, const Tensor& k, const Tensor& v, const T
   a.H = q.shape()[1];
   a.Nq = q.shape()[2];
   a.Nk = k.shape()[2];
+  a.Mq = a.Nq;
+  a.Mk = a.Nk;
   a.scale = float(scale);
   a.self_score = float(self_score);
   return a;
@@ -709,9 +728,9 @@ void run_forward(const MmaArgs& a, const Map& map, int64_t rows, int64_t groups,
     using Ops = decltype(ops);
     for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
       const dim3 grid(gx, gy, gz);
-      // Head size 64 only for block attention and float32 (the supported() rules): 128 float32 values a row
+      // Head size 64 only for block and routed attention and float32 (the supported() rules): 128 float32 values a row
       // would need dynamic shared memory.
-      if constexpr (Ops::kTf32 || std::is_same_v<Map, BlockMap>) {
+      if constexpr (Ops::kTf32 || !std::is_same_v<Map, FullMap>) {
         mma_forward_kernel<Ops, 64, Map><<<grid, kThreads>>>(s, map);
       } else {
         if (D == 64) mma_forward_kernel<Ops, 64, Map><<<grid, kThreads>>>(s, map);
@@ -744,12 +763,12 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
   a.dq = static_cast<float*>(dq.raw_data());
   a.dk = static_cast<float*>(dk.raw_data());
   a.dv = static_cast<float*>(dv.raw_data());
-  Tensor dvec = Tensor::empty({std::max<int64_t>(BH * a.Nq, 1)}, kFloat32, dout.device());
+  Tensor dvec = Tensor::empty({std::max<int64_t>(BH * a.Mq, 1)}, kFloat32, dout.device());
   a.dvec = static_cast<float*>(dvec.raw_data());
-  if (BH * a.Nq > 0) {
-    const int64_t threads = BH * a.Nq * 32;  // one warp per row
+  if (BH * a.Mq > 0) {
+    const int64_t threads = BH * a.Mq * 32;  // one warp per output row
     row_dot_kernel<<<unsigned((threads + 255) / 256), 256>>>(
-        a, dlse.defined() ? static_cast<const float*>(dlse.raw_data()) : nullptr, rows3(dlse), BH * a.Nq, 64);
+        a, dlse.defined() ? static_cast<const float*>(dlse.raw_data()) : nullptr, rows3(dlse), BH * a.Mq, 64);
     ::cf::cuda::check_launch(op);
   }
   with_operands(operands, [&](auto ops) {
@@ -853,6 +872,49 @@ void block_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const T
   const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, p.self_score);
   const BlockMap map = block_map(q, members, kpm, p);
   run_backward(a, map, dout, dlse, dq, dk, dv, map.w, map.C, map.w, map.C, q.shape()[0], operands_of(q), true, op);
+}
+
+// ---------------------------------------------------------------- routed_attention
+
+bool routed_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
+                                    const Tensor& km) {
+  if (!takes_inputs(q, k, v) || qm.dim() != 4 || km.dim() != 4 || qm.shape()[2] > 65535) return false;  // grid.y
+  return q.shape()[3] == 64 && k.shape()[3] == 64 && v.shape()[3] == 64;
+}
+
+void routed_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
+                                       const Tensor& km, const Tensor& kpm, const RoutedAttentionParams& p,
+                                       const Tensor& out, const Tensor& lse) {
+  const char* op = "routed_attention";
+  CF_CHECK(routed_attention_mma_supported(q, k, v, qm, km), Error, "[", op,
+           "] internal: the tensor-core kernel does not take q ", q.describe());
+  check_inputs(q, k, v, out, lse, op);
+  cu::use_device_of(out, op);
+  // Empty query slots keep out = 0, lse = -inf.
+  fill_cuda(out, 0.0);
+  fill_cuda(lse, -std::numeric_limits<double>::infinity());
+  const RoutedMap map = routed_map(q, qm, km, kpm, p);
+  MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, 0.0);
+  a.Mq = map.C * map.wq;  // slot order
+  a.Mk = map.C * map.wk;
+  run_forward(a, map, map.wq, map.C, q.shape()[0] * a.H, 64, operands_of(q), op);
+}
+
+void routed_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
+                                        const Tensor& km, const Tensor& kpm, const RoutedAttentionParams& p,
+                                        const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                                        const Tensor& dk, const Tensor& dv) {
+  const char* op = "routed_attention";
+  CF_CHECK(routed_attention_mma_supported(q, k, v, qm, km), Error, "[", op,
+           "] internal: the tensor-core backward does not take q ", q.describe());
+  check_inputs(q, k, v, out, lse, op);
+  cu::use_device_of(out, op);
+  const RoutedMap map = routed_map(q, qm, km, kpm, p);
+  MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, 0.0);
+  a.Mq = map.C * map.wq;  // slot-order gradients; empty slots get zero rows (zero_first)
+  a.Mk = map.C * map.wk;
+  run_backward(a, map, dout, Tensor(), dq, dk, dv, map.wq, map.C, map.wk, map.C, q.shape()[0], operands_of(q), true,
+               op);
 }
 
 }  // namespace cf::kernels

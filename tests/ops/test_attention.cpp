@@ -482,6 +482,21 @@ TEST_CASE("flash attention's path setting: the environment's values, a bad one n
   CHECK_FALSE(kernels::flash_attention_takes_mma(q32, q32, q32));  // head size 64 only (said on a GPU machine)
   CHECK_FALSE(kernels::flash_attention_takes_mma(c, c, c));        // CUDA only
   kernels::set_flash_attention_path(before);
+  // routed_attention's setting: the same rules.
+  CHECK(kernels::parse_routed_attention_path("auto") == kernels::RoutedAttentionPath::kAuto);
+  CHECK(kernels::parse_routed_attention_path("fused") == kernels::RoutedAttentionPath::kFused);
+  CHECK(kernels::parse_routed_attention_path("mma") == kernels::RoutedAttentionPath::kMma);
+  CHECK_THROWS_MSG(kernels::parse_routed_attention_path("gemm"), ValueError,
+                   "[routed_attention] CF_ROUTED_ATTENTION_PATH must be auto, fused or mma, got 'gemm'");
+  const kernels::RoutedAttentionPath routed_before = kernels::routed_attention_path();
+  const Tensor lists = fake_cuda({1, 4, 8, 16}, kInt64), cl = Tensor::zeros({1, 4, 8, 16}, kInt64);
+  kernels::set_routed_attention_path(kernels::RoutedAttentionPath::kAuto);
+  CHECK_FALSE(kernels::routed_attention_takes_mma(q, q, q, lists, lists));
+  kernels::set_routed_attention_path(kernels::RoutedAttentionPath::kMma);
+  CHECK_FALSE(kernels::routed_attention_takes_mma(q64, q64, q64, lists, lists));
+  CHECK_FALSE(kernels::routed_attention_takes_mma(q32, q32, q32, lists, lists));
+  CHECK_FALSE(kernels::routed_attention_takes_mma(c, c, c, cl, cl));
+  kernels::set_routed_attention_path(routed_before);
 }
 
 TEST_CASE("flash attention: a query with every key blocked outputs zeros and passes a zero gradient") {
@@ -942,8 +957,70 @@ CUDA_TEST_CASE("block attention's float32 tensor-core kernels on CUDA equal the 
   cf::cuda::set_allow_tf32(tf32);
 }
 
+// routed_attention's float32 tensor-core kernels (slot-order outputs and gradients through the map's orow and
+// krow) against the CPU's kernel: lists with repeats and empty slots, per (b, h) and broadcast, key lists
+// longer than one 64-key tile, padding, causal and not; 3xTF32 at the float32 tolerance, plain TF32 at 1e-2.
+CUDA_TEST_CASE("routed attention's float32 tensor-core kernels on CUDA equal the CPU's kernel, in 3xTF32 and in TF32") {
+  const bool tf32 = cf::cuda::allow_tf32();
+  const int64_t B = 2, H = 2, N = 150, D = 64, C = 5, wq = 40, wk = 90;
+  uint32_t seed = 40;
+  for (const std::pair<int64_t, int64_t>& form : std::vector<std::pair<int64_t, int64_t>>{{B, H}, {1, 1}})
+    for (bool causal : {false, true}) {
+      CAPTURE(form.first);
+      CAPTURE(causal);
+      const Tensor qm = random_lists(form.first, form.second, C, wq, N, 0.15, seed++);
+      const Tensor km = random_lists(form.second == 1 ? B : 1, form.second == 1 ? H : 1, C, wk, N, 0.15, seed++);
+      const Tensor kpm = padding_mask(B, N, 7);
+      auto rnd = [&](const Shape& sh) { return to(leaf64(sh, seed++, -2.0, 2.0).detach(), kFloat32); };
+      const Tensor q = rnd({B, H, N, D}), k = rnd({B, H, N, D}), v = rnd({B, H, N, D}), dout = rnd({B, H, C * wq, D});
+      kernels::RoutedAttentionParams p;
+      p.scale = 0.125;
+      p.causal = causal;
+      auto run = [&](bool cuda) {
+        const Device d = cuda ? Device::cuda(0) : Device::cpu();
+        std::vector<Tensor> t = {Tensor::empty({B, H, C * wq, D}, kFloat32, d), Tensor::empty({B, H, C * wq}, kFloat32, d),
+                                 Tensor::empty({B, H, C * wq, D}, kFloat32, d), Tensor::empty({B, H, C * wk, D}, kFloat32, d),
+                                 Tensor::empty({B, H, C * wk, D}, kFloat32, d)};
+        const Tensor qd = q.to(d), kd = k.to(d), vd = v.to(d), qmd = qm.to(d), kmd = km.to(d), md = kpm.to(d),
+                     gd = dout.to(d);
+        if (cuda) {
+          kernels::routed_attention_forward_mma_cuda(qd, kd, vd, qmd, kmd, md, p, t[0], t[1]);
+          kernels::routed_attention_backward_mma_cuda(qd, kd, vd, qmd, kmd, md, p, t[0], t[1], gd, t[2], t[3], t[4]);
+        } else {
+          kernels::routed_attention_forward_cpu(qd, kd, vd, qmd, kmd, md, p, t[0], t[1]);
+          kernels::routed_attention_backward_cpu(qd, kd, vd, qmd, kmd, md, p, t[0], t[1], gd, t[2], t[3], t[4]);
+        }
+        for (Tensor& x : t) x = x.to(Device::cpu());
+        return t;
+      };
+      const std::vector<Tensor> want = run(false);
+      for (bool allow : {false, true}) {
+        CAPTURE(allow);
+        cf::cuda::set_allow_tf32(allow);
+        const std::vector<Tensor> got = run(true);
+        const double tol = allow ? 1e-2 : 1e-4;
+        int64_t empty = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          CAPTURE(i);
+          const std::vector<double> a = values(want[i]), b = values(got[i]);
+          REQUIRE(a.size() == b.size());
+          for (size_t e = 0; e < a.size(); ++e) {
+            if (std::isinf(a[e])) {
+              CHECK(b[e] == a[e]);  // an empty query slot, or one with nothing allowed
+              ++empty;
+            } else {
+              CHECK(std::abs(a[e] - b[e]) <= tol * (1.0 + std::abs(a[e])));
+            }
+          }
+        }
+        CHECK(empty > 0);
+      }
+    }
+  cf::cuda::set_allow_tf32(tf32);
+}
+
 // The ops take the tensor-core kernels under the mma setting exactly where they can read q, k, v as they are.
-CUDA_TEST_CASE("flash_attention and block_attention take the float32 tensor-core kernels under the mma setting") {
+CUDA_TEST_CASE("flash, block and routed attention take the float32 tensor-core kernels under the mma setting") {
   const kernels::FlashAttentionPath flash_before = kernels::flash_attention_path();
   const kernels::BlockAttentionPath block_before = kernels::block_attention_path();
   const Device d = Device::cuda(0);
@@ -953,6 +1030,14 @@ CUDA_TEST_CASE("flash_attention and block_attention take the float32 tensor-core
   const Tensor members = Tensor::zeros({1, 2, 4, 25}, kInt64, d);
   kernels::BlockAttentionParams p;
   p.offsets = {0, -1};
+  const kernels::RoutedAttentionPath routed_before = kernels::routed_attention_path();
+  const Tensor lists = Tensor::zeros({1, 2, 4, 25}, kInt64, d);
+  kernels::set_routed_attention_path(kernels::RoutedAttentionPath::kMma);
+  CHECK(kernels::routed_attention_takes_mma(q, q, q, lists, lists));
+  CHECK_FALSE(kernels::routed_attention_takes_mma(odd, q, q, lists, lists));
+  kernels::set_routed_attention_path(kernels::RoutedAttentionPath::kAuto);
+  CHECK_FALSE(kernels::routed_attention_takes_mma(q, q, q, lists, lists));
+  kernels::set_routed_attention_path(routed_before);
   kernels::set_flash_attention_path(kernels::FlashAttentionPath::kMma);
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kMma);
   CHECK(kernels::flash_attention_takes_mma(q, q, q));
