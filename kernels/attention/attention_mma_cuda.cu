@@ -309,10 +309,20 @@ static_assert(kRows == kKeys, "query tiles are staged through the key buffers");
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// pos[r] = the position of query row r0 + r of group grp, -1 past the group's rows.
+// Whether a map's output rows are its slots (routed lists) rather than the positions (map.orow).
 template <typename Map>
-__device__ __forceinline__ void query_positions(int64_t* pos, const Map& map, int64_t bh, int64_t grp, int64_t r0) {
-  for (int r = threadIdx.x; r < kRows; r += kThreads) pos[r] = r0 + r < map.rows() ? map.qpos(bh, grp, r0 + r) : -1;
+constexpr bool kSlotRows = std::is_same_v<Map, RoutedMap>;
+
+// pos[r] = the position of query row r0 + r of group grp, -1 past the group's rows; with orows (slot-row maps),
+// orows[r] = its output row (out, lse, dout, D, dq: map.orow), -1 where pos is.
+template <typename Map>
+__device__ __forceinline__ void query_positions(int64_t* pos, const Map& map, int64_t bh, int64_t grp, int64_t r0,
+                                                int64_t* orows = nullptr) {
+  for (int r = threadIdx.x; r < kRows; r += kThreads) {
+    const int64_t p = r0 + r < map.rows() ? map.qpos(bh, grp, r0 + r) : -1;
+    pos[r] = p;
+    if constexpr (kSlotRows<Map>) orows[r] = p >= 0 ? map.orow(grp, r0 + r, p) : -1;
+  }
 }
 
 // pos[j] = the position of key j0 + j of group grp's window, -1 from kend on.
@@ -320,14 +330,6 @@ template <typename Map>
 __device__ __forceinline__ void key_positions(int64_t* pos, const Map& map, int64_t bh, int64_t grp, int64_t j0,
                                               int64_t kend) {
   for (int j = threadIdx.x; j < kKeys; j += kThreads) pos[j] = j0 + j < kend ? map.kpos(bh, grp, j0 + j) : -1;
-}
-
-// rows[r] = the output row (out, lse, dout, D, dq: map.orow) of query row r0 + r of group grp at position
-// pos[r], -1 where pos is.
-template <typename Map>
-__device__ __forceinline__ void output_rows(int64_t* rows, const int64_t* pos, const Map& map, int64_t grp,
-                                            int64_t r0) {
-  for (int r = threadIdx.x; r < kRows; r += kThreads) rows[r] = pos[r] >= 0 ? map.orow(grp, r0 + r, pos[r]) : -1;
 }
 
 // The score of query i and key j from s = q_i . k_j: -inf when blocked, the constant self score on a
@@ -487,7 +489,8 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
   using Elem = typename Ops::Elem;
   __shared__ __align__(16) Elem Ks[kKeys][D + Ops::kPad];
   __shared__ __align__(16) Elem Vs[kKeys][D + Ops::kPad];
-  __shared__ int64_t qp[kRows], kp[kKeys], orw[kRows];
+  __shared__ int64_t qp[kRows], kp[kKeys], orw[kSlotRows<Map> ? kRows : 1];
+  const int64_t* ow = kSlotRows<Map> ? orw : qp;  // output rows: the positions, or the slots
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t r0 = int64_t(blockIdx.x) * kRows, grp = blockIdx.y, bh = a.bh0 + blockIdx.z;
   const int64_t b = bh / a.H, hd = bh % a.H;
@@ -495,18 +498,16 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
   const Elem* K = static_cast<const Elem*>(a.k) + bh * a.Nk * D;
   const Elem* V = static_cast<const Elem*>(a.v) + bh * a.Nk * D;
   // This warp's Q and dO fragments (staged through the K and V buffers), lse and D of its rows.
-  query_positions(qp, map, bh, grp, r0);
-  __syncthreads();
-  output_rows(orw, qp, map, grp, r0);
+  query_positions(qp, map, bh, grp, r0, orw);
   __syncthreads();
   load_rows<Ops, D>(Ks, static_cast<const Elem*>(a.q) + bh * a.Nq * D, qp);
-  load_rows_f32<Ops, D>(Vs, a.dout + a.sgo.at(b, hd, 0), a.sgo.s2, orw);
+  load_rows_f32<Ops, D>(Vs, a.dout + a.sgo.at(b, hd, 0), a.sgo.s2, ow);
   __syncthreads();
   typename Ops::Frag qa[D / Ops::kK][4], da[D / Ops::kK][4];
   a_fragments<Ops, D>(qa, Ks, warp * 16, g, t);
   a_fragments<Ops, D>(da, Vs, warp * 16, g, t);
   const int64_t row[2] = {qp[warp * 16 + g], qp[warp * 16 + g + 8]};
-  const int64_t orow[2] = {orw[warp * 16 + g], orw[warp * 16 + g + 8]};
+  const int64_t orow[2] = {ow[warp * 16 + g], ow[warp * 16 + g + 8]};
   float L[2], Dr[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -557,7 +558,8 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) 
   __shared__ __align__(16) Elem Qs[kRows][D + Ops::kPad];
   __shared__ __align__(16) Elem dOs[kRows][D + Ops::kPad];
   __shared__ float Ls[kRows], Ds[kRows];
-  __shared__ int64_t qp[kRows], kp[kKeys], orw[kRows];
+  __shared__ int64_t qp[kRows], kp[kKeys], orw[kSlotRows<Map> ? kRows : 1];
+  const int64_t* ow = kSlotRows<Map> ? orw : qp;  // output rows: the positions, or the slots
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t u0 = int64_t(blockIdx.x) * kKeys, kg = blockIdx.y, bh = a.bh0 + blockIdx.z;
   const int64_t b = bh / a.H, hd = bh % a.H;
@@ -584,14 +586,12 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) 
     const int64_t grp = map.visit_group(kg, visit);
     for (int64_t q0 = map.row_begin(u0, kRows); q0 < map.rows(); q0 += kRows) {
       __syncthreads();
-      query_positions(qp, map, bh, grp, q0);
-      __syncthreads();
-      output_rows(orw, qp, map, grp, q0);
+      query_positions(qp, map, bh, grp, q0, orw);
       __syncthreads();
       load_rows<Ops, D>(Qs, Q, qp);
-      load_rows_f32<Ops, D>(dOs, dO, a.sgo.s2, orw);
+      load_rows_f32<Ops, D>(dOs, dO, a.sgo.s2, ow);
       for (int r = threadIdx.x; r < kRows; r += kThreads) {
-        const int64_t i = orw[r];
+        const int64_t i = ow[r];
         Ls[r] = i >= 0 ? a.lse[a.sl.at(b, hd, i)] : kNegInf;
         Ds[r] = i >= 0 ? a.dvec[bh * a.Mq + i] : 0.f;
       }
@@ -664,15 +664,17 @@ Operands operands_of(const Tensor& q) {
   return ::cf::cuda::allow_tf32() ? Operands::kTf32 : Operands::kTf32x3;
 }
 
-// f(Ops{}) with the policy's type.
-template <typename F>
-void with_operands(Operands o, F&& f) {
-  switch (o) {
-    case Operands::kBf16: f(Half<true>{}); break;
-    case Operands::kF16: f(Half<false>{}); break;
-    case Operands::kTf32x3: f(Tf32<3>{}); break;
-    case Operands::kTf32: f(Tf32<1>{}); break;
+// f(Ops{}) with the policy's type. kTf32Only: the 16-bit policies are not instantiated (routed lists, whose
+// 16-bit inputs run on float32 copies: routed_attention_mma_supported).
+template <bool kTf32Only, typename F>
+void with_operands(Operands o, F&& f, const char* op) {
+  if constexpr (!kTf32Only) {
+    if (o == Operands::kBf16) return f(Half<true>{});
+    if (o == Operands::kF16) return f(Half<false>{});
   }
+  if (o == Operands::kTf32) return f(Tf32<1>{});
+  CF_CHECK(o == Operands::kTf32x3, Error, "[", op, "] internal: no 16-bit tensor-core kernel for routed lists");
+  f(Tf32<3>{});
 }
 
 // q, k, v of one dtype the kernels take (bfloat16, float16, float32), 4-d, on a CUDA device the kernels can use.
@@ -724,12 +726,12 @@ void run_forward(const MmaArgs& a, const Map& map, int64_t rows, int64_t groups,
                  Operands operands, const char* op) {
   const unsigned gx = unsigned((rows + kRows - 1) / kRows), gy = unsigned(groups);
   if (gx == 0 || gy == 0 || BH == 0) return;
-  with_operands(operands, [&](auto ops) {
+  with_operands<kSlotRows<Map>>(operands, [&](auto ops) {
     using Ops = decltype(ops);
     for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
       const dim3 grid(gx, gy, gz);
-      // Head size 64 only for block and routed attention and float32 (the supported() rules): 128 float32 values a row
-      // would need dynamic shared memory.
+      // Head size 64 only for block and routed attention and for float32 (the supported() rules): 128 float32
+      // values a row would need dynamic shared memory.
       if constexpr (Ops::kTf32 || !std::is_same_v<Map, FullMap>) {
         mma_forward_kernel<Ops, 64, Map><<<grid, kThreads>>>(s, map);
       } else {
@@ -738,7 +740,7 @@ void run_forward(const MmaArgs& a, const Map& map, int64_t rows, int64_t groups,
       }
       ::cf::cuda::check_launch(op);
     });
-  });
+  }, op);
 }
 
 // dq, dk, dv must be zero first where no kernel writes (tokens in no slot of a block table): zero_first.
@@ -771,7 +773,7 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
         a, dlse.defined() ? static_cast<const float*>(dlse.raw_data()) : nullptr, rows3(dlse), BH * a.Mq, 64);
     ::cf::cuda::check_launch(op);
   }
-  with_operands(operands, [&](auto ops) {
+  with_operands<kSlotRows<Map>>(operands, [&](auto ops) {
     using Ops = decltype(ops);
     const unsigned g1x = unsigned((rows + kRows - 1) / kRows), g1y = unsigned(groups);
     if (g1x > 0 && g1y > 0 && BH > 0) {
@@ -789,7 +791,7 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
         ::cf::cuda::check_launch(op);
       });
     }
-  });
+  }, op);
 }
 
 }  // namespace
@@ -878,7 +880,9 @@ void block_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const T
 
 bool routed_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
                                     const Tensor& km) {
-  if (!takes_inputs(q, k, v) || qm.dim() != 4 || km.dim() != 4 || qm.shape()[2] > 65535) return false;  // grid.y
+  // float32 only: routed_attention runs 16-bit inputs on float32 copies (no 16-bit kernels are built for it).
+  if (q.dtype() != kFloat32 || !takes_inputs(q, k, v)) return false;
+  if (qm.dim() != 4 || km.dim() != 4 || qm.shape()[2] > 65535) return false;  // lists: grid.y
   return q.shape()[3] == 64 && k.shape()[3] == 64 && v.shape()[3] == 64;
 }
 
