@@ -206,7 +206,7 @@ fi
 
 if has mma; then
   t0=$(date +%s)
-  mcases="cuda: flash attention's float32 tensor-core*,cuda: block attention's float32 tensor-core*,cuda: routed attention's float32 tensor-core*,cuda: flash, block and routed attention take*"
+  mcases="cuda: flash attention's float32 tensor-core*,cuda: block attention's float32 tensor-core*,cuda: routed attention's float32 tensor-core*,cuda: flash? block and routed attention take*"
   for tool in memcheck racecheck; do
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$mcases" \
       > "$OUT/mma-sanitize-$tool.log" 2>&1
