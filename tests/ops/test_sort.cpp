@@ -61,6 +61,11 @@ std::vector<double> as_double(const std::vector<int64_t>& v) { return {v.begin()
 
 const DType kAllNumeric[] = {kFloat32, kFloat64, kInt64};
 
+// make() for the floating dtypes, the 16-bit ones too (values exact in each).
+Tensor make_float(DType dt, const std::vector<double>& v, const Shape& s) {
+  return dt == kFloat64 ? t64(v, s) : to(t32(std::vector<float>(v.begin(), v.end()), s), dt);
+}
+
 }  // namespace
 
 TEST_SUITE("ops/sort") {
@@ -115,8 +120,9 @@ TEST_CASE("ties keep index order and NaN sorts as the largest value") {
   check_close(topk(t, 2).indices, {0, 2}, 0.0);
   check_close(topk(t, 3, 0, false).indices, {1, 3, 0}, 0.0);
 
-  for (DType dt : {kFloat32, kFloat64}) {
-    Tensor n = make(dt, {3, NAN, 1, NAN, 2}, {5});
+  for (DType dt : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+    CAPTURE(dt);
+    Tensor n = make_float(dt, {3, NAN, 1, NAN, 2}, {5});
     ValuesIndices up = sort(n);
     check_close(up.values, {1, 2, 3, NAN, NAN}, 0.0);
     check_close(up.indices, {2, 4, 0, 1, 3}, 0.0);
@@ -125,9 +131,41 @@ TEST_CASE("ties keep index order and NaN sorts as the largest value") {
     check_close(down.indices, {1, 3, 0, 4, 2}, 0.0);
     check_close(topk(n, 3).indices, {1, 3, 0}, 0.0);
     check_close(topk(n, 2, 0, false).values, {1, 2}, 0.0);
-    check_close(sort(make(dt, {INFINITY, NAN, -INFINITY, 0}, {4})).values,
+    check_close(sort(make_float(dt, {INFINITY, NAN, -INFINITY, 0}, {4})).values,
                 {-INFINITY, 0, INFINITY, NAN}, 0.0);
+    // -0 and +0 are equal: index order decides, and each keeps its sign
+    ValuesIndices z = sort(make_float(dt, {0.0, -0.0, 0.0, -1.0}, {4}), 0, true);
+    check_close(z.indices, {0, 1, 2, 3}, 0.0);
+    CHECK(std::signbit(values(z.values)[1]));
   }
+}
+
+TEST_CASE("topk and sort of long lines: the sampled filter, its fallback, every floating dtype") {
+  // Lines of 512 with k <= 64 first keep the keys under a strided sample's order
+  // statistic (kernels/sort/sort_cpu.cpp, head_of_keys). Values: quarters in [-10, 10]
+  // (many ties, exact in bfloat16 and float16), some NaN and -0.
+  const Shape xs{6, 512};
+  std::vector<double> xv = ints(6 * 512, -40, 40, 5);
+  for (double& e : xv) e /= 4;
+  for (size_t i : {size_t(7), size_t(600), size_t(601), size_t(2000)}) xv[i] = NAN;
+  for (size_t i : {size_t(9), size_t(700), size_t(1500)}) xv[i] = -0.0;
+  // Line 4 rises (the order that made a heap slow); on line 5 the sampled positions
+  // (every 8th) hold the smallest value, so in ascending order the sample's pivot keeps
+  // fewer than k = 32 keys and the whole line is selected instead.
+  for (int64_t j = 0; j < 512; ++j) xv[size_t(4 * 512 + j)] = double(j / 2) / 4;
+  for (int64_t j = 0; j < 512; ++j) xv[size_t(5 * 512 + j)] = j % 8 == 0 ? -30.0 : double(j % 16);
+  for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64})
+    for (const Tensor& x : layouts(make_float(dt, xv, xs)))
+      for (int64_t k : {int64_t(1), int64_t(32), int64_t(64), int64_t(100), int64_t(512)})
+        for (bool largest : {true, false}) {
+          CAPTURE(dt);
+          CAPTURE(k);
+          CAPTURE(largest);
+          Ref want = ref_sort(xv, xs, 1, largest, k);
+          ValuesIndices r = topk(x, k, 1, largest);
+          check_close(r.indices, as_double(want.indices), 0.0);
+          check_close(r.values, want.values, 0.0);
+        }
 }
 
 TEST_CASE("sort of large inputs (parallel path) and of 0-d and empty tensors") {
