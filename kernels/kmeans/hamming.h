@@ -16,8 +16,12 @@ void hash_pack_signs_cpu(const Tensor& proj, const Tensor& out);
 // Hamming K-Means of each row of codes (G, N) int64 over its entries that
 // exclude (G, N) bool (or undefined) does not mark; excluded entries get -1. The
 // algorithm and its tie rules: autograd/ops/clustering.h. out (G, N) int64.
+// `vectorised`: the AVX-512 VPOPCNTDQ form of the loops where the CPU has it (false:
+// the scalar form, for the test that the two agree).
 void hamming_kmeans_cpu(const Tensor& codes, const Tensor& exclude, int64_t clusters, int64_t iterations,
-                        int64_t bits, const Tensor& out);
+                        int64_t bits, const Tensor& out, bool vectorised = true);
+// Whether this CPU runs the vectorised form (AVX-512 VPOPCNTDQ, x86-64 builds with gcc).
+bool hamming_kmeans_vectorised();
 
 #ifdef CF_WITH_CUDA
 void hash_pack_signs_cuda(const Tensor& proj, const Tensor& out);

@@ -25,18 +25,28 @@ void pack_signs(const T* proj, int64_t rows, int64_t bits, int64_t* out) {
 
 inline __attribute__((always_inline)) int hamming(uint64_t a, uint64_t b) { return __builtin_popcountll(a ^ b); }
 
-// Hamming distances are the inner loop (O(N C L)): on x86-64 the row is compiled
-// twice and the loader picks the POPCNT version where the CPU has it (a software
-// popcount is several times slower).
+// Hamming distances are the inner loops (O(N C L)). On x86-64 the row is compiled
+// three ways and picked at run time: the scalar loops with the POPCNT instruction
+// (target_clones; a software popcount is several times slower) or without, and,
+// where the CPU has AVX-512 VPOPCNTDQ (Ice Lake and later, Zen 4), the same steps
+// as minima / maxima of packed (distance, index) keys, which the compiler
+// vectorises eight codes at a time with VPOPCNTQ and VPMINUQ: about 4x the scalar
+// assignment at N = 512, C = 100. Without AVX-512 the packed form is slower than
+// the branchy scalar loop, hence both.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CF_POPCNT_CLONES __attribute__((target_clones("popcnt", "default")))
+#define CF_VPOPCNT_TARGET __attribute__((target("avx512vpopcntdq,avx512f,avx512vl,avx512bw,popcnt")))
+#define CF_HAVE_VPOPCNT_ROW 1
 #else
 #define CF_POPCNT_CLONES
 #endif
 
-// One row: clusters the non-excluded codes[0..n), writes ids into out.
-CF_POPCNT_CLONES void kmeans_row(const int64_t* codes, const bool* excl, int64_t n, int64_t clusters,
-                                 int64_t iterations, int64_t bits, int64_t* out) {
+// One row: clusters the non-excluded codes[0..n), writes ids into out. kPacked
+// selects the packed-key form of the two O(N C) loops; both give the same ids.
+template <bool kPacked>
+inline __attribute__((always_inline)) void kmeans_row_body(const int64_t* codes, const bool* excl, int64_t n,
+                                                           int64_t clusters, int64_t iterations, int64_t bits,
+                                                           int64_t* out) {
   std::vector<int64_t> pos;
   pos.reserve(size_t(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -57,11 +67,21 @@ CF_POPCNT_CLONES void kmeans_row(const int64_t* codes, const bool* excl, int64_t
   std::vector<int> mind(size_t(m), 1 << 30);
   int64_t pick = 0;
   for (int64_t j = 0; j < c; ++j) {
-    cen[size_t(j)] = x[size_t(pick)];
-    int best = -1;
-    for (int64_t i = 0; i < m; ++i) {
-      mind[size_t(i)] = std::min(mind[size_t(i)], hamming(x[size_t(i)], cen[size_t(j)]));
-      if (mind[size_t(i)] > best) best = mind[size_t(i)], pick = i;
+    const uint64_t cj = cen[size_t(j)] = x[size_t(pick)];
+    if constexpr (kPacked) {
+      // the first farthest: the maximum of (distance, inverted index)
+      uint64_t key = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        const int d = mind[size_t(i)] = std::min(mind[size_t(i)], hamming(x[size_t(i)], cj));
+        key = std::max(key, (uint64_t(d) << 32) | (0xFFFFFFFFu - uint64_t(i)));
+      }
+      pick = int64_t(0xFFFFFFFFu - (key & 0xFFFFFFFFu));
+    } else {
+      int best = -1;
+      for (int64_t i = 0; i < m; ++i) {
+        mind[size_t(i)] = std::min(mind[size_t(i)], hamming(x[size_t(i)], cj));
+        if (mind[size_t(i)] > best) best = mind[size_t(i)], pick = i;
+      }
     }
   }
 
@@ -71,11 +91,20 @@ CF_POPCNT_CLONES void kmeans_row(const int64_t* codes, const bool* excl, int64_t
   auto assign = [&] {
     std::fill(count.begin(), count.end(), 0);
     for (int64_t i = 0; i < m; ++i) {
+      const uint64_t xi = x[size_t(i)];
       int best = 1 << 30;
       int64_t bj = 0;
-      for (int64_t j = 0; j < c; ++j) {
-        int h = hamming(x[size_t(i)], cen[size_t(j)]);
-        if (h < best) best = h, bj = j;
+      if constexpr (kPacked) {
+        // the first nearest: the minimum of (distance, index)
+        uint64_t key = ~uint64_t(0);
+        for (int64_t j = 0; j < c; ++j) key = std::min(key, (uint64_t(hamming(xi, cen[size_t(j)])) << 32) | uint64_t(j));
+        best = int(key >> 32);
+        bj = int64_t(key & 0xFFFFFFFFu);
+      } else {
+        for (int64_t j = 0; j < c; ++j) {
+          int h = hamming(xi, cen[size_t(j)]);
+          if (h < best) best = h, bj = j;
+        }
       }
       a[size_t(i)] = bj;
       dist[size_t(i)] = best;
@@ -123,6 +152,42 @@ CF_POPCNT_CLONES void kmeans_row(const int64_t* codes, const bool* excl, int64_t
   for (int64_t i = 0; i < m; ++i) out[pos[size_t(i)]] = a[size_t(i)];
 }
 
+CF_POPCNT_CLONES void kmeans_row_scalar(const int64_t* codes, const bool* excl, int64_t n, int64_t clusters,
+                                        int64_t iterations, int64_t bits, int64_t* out) {
+  kmeans_row_body<false>(codes, excl, n, clusters, iterations, bits, out);
+}
+
+#ifdef CF_HAVE_VPOPCNT_ROW
+CF_VPOPCNT_TARGET void kmeans_row_vpopcnt(const int64_t* codes, const bool* excl, int64_t n, int64_t clusters,
+                                          int64_t iterations, int64_t bits, int64_t* out) {
+  kmeans_row_body<true>(codes, excl, n, clusters, iterations, bits, out);
+}
+#endif
+
+}  // namespace
+
+bool hamming_kmeans_vectorised() {
+#ifdef CF_HAVE_VPOPCNT_ROW
+  static const bool yes = __builtin_cpu_supports("avx512vpopcntdq") && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+using KMeansRow = void (*)(const int64_t*, const bool*, int64_t, int64_t, int64_t, int64_t, int64_t*);
+
+KMeansRow kmeans_row(bool vectorised) {
+#ifdef CF_HAVE_VPOPCNT_ROW
+  if (vectorised && hamming_kmeans_vectorised()) return kmeans_row_vpopcnt;
+#endif
+  (void)vectorised;
+  return kmeans_row_scalar;
+}
+
 }  // namespace
 
 void hash_pack_signs_cpu(const Tensor& proj, const Tensor& out) {
@@ -132,14 +197,15 @@ void hash_pack_signs_cpu(const Tensor& proj, const Tensor& out) {
 }
 
 void hamming_kmeans_cpu(const Tensor& codes, const Tensor& exclude, int64_t clusters, int64_t iterations,
-                        int64_t bits, const Tensor& out) {
+                        int64_t bits, const Tensor& out, bool vectorised) {
+  const KMeansRow row = kmeans_row(vectorised);
   const int64_t g = codes.size(0), n = codes.size(1);
   const int64_t* cp = codes.data<int64_t>();
   const bool* ep = exclude.defined() ? exclude.data<bool>() : nullptr;
   int64_t* op = out.data<int64_t>();
   parallel_for(g, 0, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
-      kmeans_row(cp + r * n, ep ? ep + r * n : nullptr, n, clusters, iterations, bits, op + r * n);
+      row(cp + r * n, ep ? ep + r * n : nullptr, n, clusters, iterations, bits, op + r * n);
   });
 }
 

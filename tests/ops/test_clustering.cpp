@@ -7,6 +7,7 @@
 #include <random>
 
 #include "autograd/ops/clustering.h"
+#include "kernels/kmeans/hamming.h"
 #include "cuda/cuda_test_util.h"
 
 using namespace cf;
@@ -109,6 +110,35 @@ TEST_CASE("Hamming K-Means recovers planted clusters exactly, excludes padding, 
   // Everything excluded.
   auto none = hamming_kmeans(ti64({1, 2}, {1, 2}), 2, 10, 8, bools({true, true}, {1, 2})).to_vector<int64_t>();
   CHECK(none == std::vector<int64_t>{-1, -1});
+}
+
+TEST_CASE("Hamming K-Means: the AVX-512 VPOPCNTDQ form of the loops gives the scalar form's ids") {
+  // Few bits make many equal distances, so the tie rules (lower id when assigning,
+  // first farthest code when seeding) decide most choices; rows with padding, the
+  // planted codes, more clusters than distinct codes, and 1, 3 and 10 Lloyd steps.
+  if (!kernels::hamming_kmeans_vectorised())
+    MESSAGE("this CPU has no AVX-512 VPOPCNTDQ: both calls run the scalar form");
+  std::mt19937_64 rng(11);
+  for (int64_t bits : {int64_t(4), int64_t(8), int64_t(63)}) {
+    const int64_t G = 6, N = 300;
+    std::vector<int64_t> v(size_t(G * N));
+    for (auto& e : v) e = int64_t(rng() & ((uint64_t(1) << bits) - 1));
+    std::vector<bool> excl(v.size());
+    for (size_t i = 0; i < excl.size(); ++i) excl[i] = (i / N) % 2 == 1 && i % 7 == 0;
+    for (const Tensor& codes : {ti64(v, {G, N}), planted_codes(G, N, 12, bits, 5)})
+      for (int64_t clusters : {int64_t(1), int64_t(12), int64_t(100), int64_t(400)})
+        for (int64_t iterations : {int64_t(1), int64_t(3), int64_t(10)}) {
+          CAPTURE(bits);
+          CAPTURE(clusters);
+          CAPTURE(iterations);
+          Tensor scalar = Tensor::empty({G, N}, kInt64), vec = Tensor::empty({G, N}, kInt64);
+          kernels::hamming_kmeans_cpu(codes, bools(excl, {G, N}), clusters, iterations, bits, scalar, false);
+          kernels::hamming_kmeans_cpu(codes, bools(excl, {G, N}), clusters, iterations, bits, vec, true);
+          CHECK(scalar.to_vector<int64_t>() == vec.to_vector<int64_t>());
+          CHECK(hamming_kmeans(codes, clusters, iterations, bits, bools(excl, {G, N})).to_vector<int64_t>() ==
+                scalar.to_vector<int64_t>());
+        }
+  }
 }
 
 TEST_CASE("Hamming K-Means: the Lloyd iterations move a wrong farthest-point split to the right one") {
