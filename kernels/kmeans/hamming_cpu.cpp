@@ -125,26 +125,54 @@ inline __attribute__((always_inline)) void kmeans_row_body(const int64_t* codes,
     }
   };
   assign();
-  std::vector<int64_t> ones(static_cast<size_t>(c * bits));
+  // Per cluster, how many members have each bit set; a centroid bit takes the
+  // majority (a tie keeps it).
+  std::vector<int64_t> ones(kPacked ? 0 : static_cast<size_t>(c * bits));
+  // The packed form counts all 64 bits of every code, branch-free (vectorised over
+  // the bits); bits from `bits` up are 0 in every code and centroid, so their
+  // counts are 0 and the vote keeps them 0.
+  std::vector<int32_t> ones64(kPacked ? static_cast<size_t>(c * 64) : 0);
   for (int64_t it = 0; it < iterations; ++it) {
-    std::fill(ones.begin(), ones.end(), 0);
-    for (int64_t i = 0; i < m; ++i) {
-      int64_t* o = ones.data() + a[size_t(i)] * bits;
-      for (uint64_t v = x[size_t(i)]; v; v &= v - 1) ++o[__builtin_ctzll(v)];
-    }
     bool changed = false;
-    for (int64_t j = 0; j < c; ++j) {
-      if (count[size_t(j)] == 0) continue;
-      uint64_t cj = cen[size_t(j)];
-      for (int64_t b = 0; b < bits; ++b) {
-        int64_t twice = 2 * ones[size_t(j * bits + b)];
-        if (twice > count[size_t(j)])
-          cj |= uint64_t(1) << b;
-        else if (twice < count[size_t(j)])
-          cj &= ~(uint64_t(1) << b);
+    if constexpr (kPacked) {
+      std::fill(ones64.begin(), ones64.end(), 0);
+      for (int64_t i = 0; i < m; ++i) {
+        int32_t* o = ones64.data() + a[size_t(i)] * 64;
+        const uint64_t v = x[size_t(i)];
+        for (int b = 0; b < 64; ++b) o[b] += int32_t((v >> b) & 1);
       }
-      changed |= cj != cen[size_t(j)];
-      cen[size_t(j)] = cj;
+      for (int64_t j = 0; j < c; ++j) {
+        const int64_t cnt = count[size_t(j)];
+        if (cnt == 0) continue;
+        const int32_t* o = ones64.data() + j * 64;
+        uint64_t set = 0, clear = 0;
+        for (int b = 0; b < 64; ++b) {
+          set |= uint64_t(2 * int64_t(o[b]) > cnt) << b;
+          clear |= uint64_t(2 * int64_t(o[b]) < cnt) << b;
+        }
+        const uint64_t cj = (cen[size_t(j)] | set) & ~clear;
+        changed |= cj != cen[size_t(j)];
+        cen[size_t(j)] = cj;
+      }
+    } else {
+      std::fill(ones.begin(), ones.end(), 0);
+      for (int64_t i = 0; i < m; ++i) {
+        int64_t* o = ones.data() + a[size_t(i)] * bits;
+        for (uint64_t v = x[size_t(i)]; v; v &= v - 1) ++o[__builtin_ctzll(v)];
+      }
+      for (int64_t j = 0; j < c; ++j) {
+        if (count[size_t(j)] == 0) continue;
+        uint64_t cj = cen[size_t(j)];
+        for (int64_t b = 0; b < bits; ++b) {
+          int64_t twice = 2 * ones[size_t(j * bits + b)];
+          if (twice > count[size_t(j)])
+            cj |= uint64_t(1) << b;
+          else if (twice < count[size_t(j)])
+            cj &= ~(uint64_t(1) << b);
+        }
+        changed |= cj != cen[size_t(j)];
+        cen[size_t(j)] = cj;
+      }
     }
     if (!changed) break;  // a fixed point: further iterations reproduce the same assignment
     assign();
