@@ -60,6 +60,8 @@ struct BenchOptions {
   int64_t lloyd_iters = 5;
   bool elkan = false;
   std::string precision = "fp32";
+  int64_t topk = 32;       // select: k of the top-k rows
+  int64_t clusters = 100;  // select: clusters of the Hamming K-Means rows
 };
 
 // While alive, OpenBLAS runs with as many threads as cf's OpenMP team: the
@@ -103,5 +105,6 @@ json bench_elementwise(const BenchOptions& o);
 json bench_attention(const BenchOptions& o);
 json bench_model(const BenchOptions& o);
 json bench_kmeans(const BenchOptions& o);
+json bench_select(const BenchOptions& o);
 
 }  // namespace cf::bench

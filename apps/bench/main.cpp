@@ -43,6 +43,10 @@ Subcommands (each prints one JSON object on stdout):
                 step (blocked GEMM + argmin, buffers reused as in Lloyd's loop)
                 vs one cblas_sgemm of the same (N,d) x (d,k) product, and the
                 time of one full Lloyd iteration (assignment + update)
+  select        clustered attention's selection steps: top-k of k float32 scores
+                among N per line (random and rising lines) vs std::partial_sort
+                of (value, position) pairs, and Hamming K-Means of N 63-bit codes
+                per row (10 steps) vs the CPU kernel's scalar form
   allreduce     under mpirun -np W: GB/s of cf::dist::all_reduce (float32 sum,
                 with and without its cross-rank descriptor check) vs a raw
                 MPI_Allreduce on the same buffer, in the same run
@@ -147,6 +151,14 @@ const std::vector<Subcommand> kSubcommands = {
        o.add_flag("elkan", &b.elkan, "also time an iteration of Elkan's variant (N x k float64 bounds in memory)");
      },
      cf::bench::bench_kmeans},
+    {"select",
+     [](cf::apps::Options& o, BenchOptions& b) {
+       b.sizes = {512, 4096};
+       o.add_int_list("sizes", &b.sizes, 1, "scores per top-k line and codes per K-Means row (N)");
+       o.add_int("topk", &b.topk, 1, "k of the top-k rows");
+       o.add_int("clusters", &b.clusters, 1, "clusters of the Hamming K-Means rows");
+     },
+     cf::bench::bench_select},
     {"allreduce",
      [](cf::apps::Options& o, BenchOptions& b) {
        b.sizes = {8, 1024, 65536, 1048576, 16777216};
