@@ -1,6 +1,8 @@
 // CPU arm of query hashing and Hamming K-Means (kernels/kmeans/hamming.h):
 // OpenMP over rows (hashing) and over groups (one K-Means problem each).
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -138,18 +140,25 @@ inline __attribute__((always_inline)) void kmeans_row_body(const int64_t* codes,
       std::fill(ones64.begin(), ones64.end(), 0);
       for (int64_t i = 0; i < m; ++i) {
         int32_t* o = ones64.data() + a[size_t(i)] * 64;
-        const uint64_t v = x[size_t(i)];
-        for (int b = 0; b < 64; ++b) o[b] += int32_t((v >> b) & 1);
+        // two 32-bit halves: shifts and adds of one width vectorise (VPSRLVD, VPADDD)
+        const uint32_t lo = uint32_t(x[size_t(i)]), hi = uint32_t(x[size_t(i)] >> 32);
+        for (int b = 0; b < 32; ++b) o[b] += int32_t((lo >> b) & 1u);
+        for (int b = 0; b < 32; ++b) o[32 + b] += int32_t((hi >> b) & 1u);
       }
       for (int64_t j = 0; j < c; ++j) {
-        const int64_t cnt = count[size_t(j)];
+        const int32_t cnt = int32_t(count[size_t(j)]);
         if (cnt == 0) continue;
-        const int32_t* o = ones64.data() + j * 64;
-        uint64_t set = 0, clear = 0;
-        for (int b = 0; b < 64; ++b) {
-          set |= uint64_t(2 * int64_t(o[b]) > cnt) << b;
-          clear |= uint64_t(2 * int64_t(o[b]) < cnt) << b;
+        // 2 ones > cnt, written o > cnt - o (no overflow), per 32-bit half
+        uint32_t half_set[2] = {0, 0}, half_clear[2] = {0, 0};
+        for (int h = 0; h < 2; ++h) {
+          const int32_t* o = ones64.data() + j * 64 + h * 32;
+          for (int b = 0; b < 32; ++b) {
+            half_set[h] |= uint32_t(o[b] > cnt - o[b]) << b;
+            half_clear[h] |= uint32_t(o[b] < cnt - o[b]) << b;
+          }
         }
+        const uint64_t set = uint64_t(half_set[1]) << 32 | half_set[0];
+        const uint64_t clear = uint64_t(half_clear[1]) << 32 | half_clear[0];
         const uint64_t cj = (cen[size_t(j)] | set) & ~clear;
         changed |= cj != cen[size_t(j)];
         cen[size_t(j)] = cj;
@@ -208,9 +217,11 @@ namespace {
 
 using KMeansRow = void (*)(const int64_t*, const bool*, int64_t, int64_t, int64_t, int64_t, int64_t*);
 
-KMeansRow kmeans_row(bool vectorised) {
+KMeansRow kmeans_row(bool vectorised, int64_t n) {
 #ifdef CF_HAVE_VPOPCNT_ROW
-  if (vectorised && hamming_kmeans_vectorised()) return kmeans_row_vpopcnt;
+  // (its bit counts are int32)
+  if (vectorised && hamming_kmeans_vectorised() && n <= std::numeric_limits<int32_t>::max())
+    return kmeans_row_vpopcnt;
 #endif
   (void)vectorised;
   return kmeans_row_scalar;
@@ -226,7 +237,7 @@ void hash_pack_signs_cpu(const Tensor& proj, const Tensor& out) {
 
 void hamming_kmeans_cpu(const Tensor& codes, const Tensor& exclude, int64_t clusters, int64_t iterations,
                         int64_t bits, const Tensor& out, bool vectorised) {
-  const KMeansRow row = kmeans_row(vectorised);
+  const KMeansRow row = kmeans_row(vectorised, codes.size(1));
   const int64_t g = codes.size(0), n = codes.size(1);
   const int64_t* cp = codes.data<int64_t>();
   const bool* ep = exclude.defined() ? exclude.data<bool>() : nullptr;
