@@ -19,6 +19,7 @@
 
 #include "cf.h"
 #include "common/cli.h"
+#include "kernels/matmul/matmul.h"
 
 namespace cf::apps {
 
@@ -47,7 +48,8 @@ inline std::string cpu_model() {
 
 // Where and when a run happens, for the start event of every app: RESULTS.md names the machine of each
 // table, and the 2-core machines here differ in CPU (and so in BLAS kernels, which move last bits and
-// timings). utc: the start time, ISO 8601.
+// timings). blas_kernels: OpenBLAS's kernel family (a warning on stderr when it is older than the CPU).
+// utc: the start time, ISO 8601.
 inline nlohmann::ordered_json machine_record() {
   char utc[32];
   const std::time_t now = std::time(nullptr);
@@ -59,8 +61,16 @@ inline nlohmann::ordered_json machine_record() {
 #else
   const int threads = 1;
 #endif
+  const cf::kernels::BlasKernels blas = cf::kernels::blas_kernels();
+  static bool warned = false;
+  if (blas.older_than_cpu && !warned) {
+    warned = true;
+    std::cerr << "warning: OpenBLAS runs its " << blas.family
+              << " kernels, older than this CPU (sgemm several times slower); export OPENBLAS_CORETYPE "
+                 "(source scripts/openblas-env.sh) before starting\n";
+  }
   return {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}, {"openmp_threads", threads},
-          {"utc", utc}};
+          {"blas_kernels", blas.family}, {"utc", utc}};
 }
 
 struct Stats {

@@ -1,4 +1,5 @@
 #pragma once
+#include <string>
 // Batched GEMM: out[b] = a[b] @ b[b] for a (batch..., M, K), b (batch..., K, N)
 // with identical batch shapes (broadcast views with stride 0 are fine) and a
 // contiguous out (batch..., M, N). float32 -> sgemm, float64 -> dgemm.
@@ -14,6 +15,18 @@ bool blas_compatible(int64_t rows, int64_t cols, int64_t row_stride, int64_t col
 // OpenMP team (matmul_cpu.cpp says why). Kernels that call BLAS directly call
 // this first and split their GEMMs themselves.
 void use_single_threaded_blas();
+
+// The CPU BLAS's kernels: OpenBLAS's name for them ("SkylakeX", "Haswell",
+// "Prescott", ...) and whether they are older than this CPU: pre-AVX2 kernels
+// on an x86-64 CPU with AVX2. Debian 12's OpenBLAS 0.3.21 runs its Prescott
+// kernels on CPUs it does not know (an AVX-512 Xeon among them), about 5x
+// slower for sgemm; OPENBLAS_CORETYPE (scripts/openblas-env.sh) picks better
+// ones before the program starts. The apps record the name and warn.
+struct BlasKernels {
+  std::string family;
+  bool older_than_cpu = false;
+};
+BlasKernels blas_kernels();
 
 void matmul_cpu(const Tensor& a, const Tensor& b, const Tensor& out);
 #ifdef CF_WITH_CUDA

@@ -1,6 +1,8 @@
 #include <cblas.h>
+#include <strings.h>
 
 #include <algorithm>
+#include <iterator>
 #include <vector>
 
 #ifdef _OPENMP
@@ -177,6 +179,22 @@ void use_single_threaded_blas() {
   // Cheap check every call: a user (or a benchmark's raw-BLAS baseline) may
   // have raised OpenBLAS's thread count since.
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+BlasKernels blas_kernels() {
+  BlasKernels k;
+  const char* name = openblas_get_corename();
+  k.family = name ? name : "unknown";
+#if defined(__x86_64__) && defined(__GNUC__)
+  // OpenBLAS's x86-64 families from before AVX2 (kernel/x86_64 in its sources)
+  static const char* const kOld[] = {"Prescott", "Core2",  "Penryn", "Dunnington", "Nehalem",   "Sandybridge",
+                                     "Atom",     "Nano",   "Opteron", "Opteron_SSE3", "Barcelona", "Bobcat",
+                                     "Bulldozer", "Piledriver", "Katmai", "Coppermine", "Northwood", "Banias"};
+  const bool old = std::any_of(std::begin(kOld), std::end(kOld),
+                               [&](const char* o) { return strcasecmp(o, k.family.c_str()) == 0; });
+  k.older_than_cpu = old && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  return k;
 }
 
 bool blas_compatible(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {

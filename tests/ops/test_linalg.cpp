@@ -1,6 +1,9 @@
 #include "test_util.h"
+#include "kernels/matmul/matmul.h"
 #include "cuda/cuda_test_util.h"
 #include <random>
+#include <strings.h>
+#include <cstdlib>
 
 using namespace cf;
 using namespace cf::test;
@@ -157,4 +160,17 @@ CUDA_TEST_CASE("matmul with TF32 allowed stays close and is off again afterwards
   check_parity("matmul", mm, {leaf32({64, 64}, 3), leaf32({64, 64}, 4)});
 }
 
+}  // TEST_SUITE
+
+TEST_SUITE("ops/linalg") {
+TEST_CASE("blas_kernels names the OpenBLAS kernel family in use: the one OPENBLAS_CORETYPE chose, when set") {
+  const kernels::BlasKernels k = kernels::blas_kernels();
+  CHECK_FALSE(k.family.empty());
+  // scripts/test.sh sets OPENBLAS_CORETYPE from the CPU's flags (scripts/openblas-env.sh);
+  // then the family is that one, and never older than the CPU.
+  if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) {
+    CHECK(strcasecmp(forced, k.family.c_str()) == 0);
+    if (strcasecmp(forced, "SkylakeX") == 0 || strcasecmp(forced, "Haswell") == 0) CHECK_FALSE(k.older_than_cpu);
+  }
+}
 }  // TEST_SUITE
