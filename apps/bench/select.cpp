@@ -88,6 +88,10 @@ json hamming_row(const BenchOptions& o, int64_t n) {
     const double t_scalar = time_median(reps, [&] {
       cf::kernels::hamming_kmeans_cpu(codes, cf::Tensor(), o.clusters, iterations, bits, out, false);
     });
+    // the same ids from both forms, or the ratio means nothing
+    cf::Tensor vec = cf::Tensor::empty({rows, n}, cf::kInt64);
+    cf::kernels::hamming_kmeans_cpu(codes, cf::Tensor(), o.clusters, iterations, bits, vec, true);
+    r["same_ids_as_scalar"] = vec.to_vector<int64_t>() == out.to_vector<int64_t>();
     r["params"]["vectorised"] = cf::kernels::hamming_kmeans_vectorised();
     r["params"]["baseline"] = "the same kernel's scalar form (one popcount and branch per code and centroid)";
     r["scalar_time_s"] = t_scalar;

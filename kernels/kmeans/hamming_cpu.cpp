@@ -90,7 +90,9 @@ inline __attribute__((always_inline)) void kmeans_row_body(const int64_t* codes,
   std::vector<int64_t> a(static_cast<size_t>(m));
   std::vector<int> dist(static_cast<size_t>(m));
   std::vector<int64_t> count(static_cast<size_t>(c));
-  auto assign = [&] {
+  // always_inline: as a function of its own the lambda would be compiled for the default
+  // target (no POPCNT, no AVX-512) at -O2 and below
+  auto assign = [&]() __attribute__((always_inline)) {
     std::fill(count.begin(), count.end(), 0);
     for (int64_t i = 0; i < m; ++i) {
       const uint64_t xi = x[size_t(i)];

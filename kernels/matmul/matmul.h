@@ -1,8 +1,9 @@
 #pragma once
-#include <string>
 // Batched GEMM: out[b] = a[b] @ b[b] for a (batch..., M, K), b (batch..., K, N)
 // with identical batch shapes (broadcast views with stride 0 are fine) and a
 // contiguous out (batch..., M, N). float32 -> sgemm, float64 -> dgemm.
+#include <string>
+
 #include "core/tensor.h"
 #include "kernels/common/dispatch.h"
 
@@ -24,6 +25,7 @@ void use_single_threaded_blas();
 // ones before the program starts. The apps record the name and warn.
 struct BlasKernels {
   std::string family;
+  std::string config;  // openblas_get_config(): version and build options (DYNAMIC_ARCH: OPENBLAS_CORETYPE works)
   bool older_than_cpu = false;
 };
 BlasKernels blas_kernels();

@@ -185,11 +185,13 @@ BlasKernels blas_kernels() {
   BlasKernels k;
   const char* name = openblas_get_corename();
   k.family = name ? name : "unknown";
+  const char* config = openblas_get_config();
+  k.config = config ? config : "";
 #if defined(__x86_64__) && defined(__GNUC__)
   // OpenBLAS's x86-64 families from before AVX2 (kernel/x86_64 in its sources)
   static const char* const kOld[] = {"Prescott", "Core2",  "Penryn", "Dunnington", "Nehalem",   "Sandybridge",
                                      "Atom",     "Nano",   "Opteron", "Opteron_SSE3", "Barcelona", "Bobcat",
-                                     "Bulldozer", "Piledriver", "Katmai", "Coppermine", "Northwood", "Banias"};
+                                     "Bulldozer", "Piledriver", "Steamroller", "Athlon", "Katmai", "Coppermine", "Northwood", "Banias"};
   const bool old = std::any_of(std::begin(kOld), std::end(kOld),
                                [&](const char* o) { return strcasecmp(o, k.family.c_str()) == 0; });
   k.older_than_cpu = old && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

@@ -123,7 +123,8 @@ void sort_typed(const Tensor& x, int64_t axis, int64_t k, bool descending, const
       // ties still go to the lower position.
       const uint32_t flip = descending ? 0xFFFFFFFFu : 0u;
       parallel_for(lines, grain, [&](int64_t b, int64_t e) {
-        std::vector<uint64_t> keys(static_cast<size_t>(len)), cand(keys.size());  // once per chunk
+        // once per chunk; candidates only where head_of_keys may filter
+        std::vector<uint64_t> keys(static_cast<size_t>(len)), cand(8 * k <= len ? keys.size() : 0);
         for (int64_t line = b; line < e; ++line) {
           int64_t xo, vo, io;
           offsets(line, xo, vo, io);

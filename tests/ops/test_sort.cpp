@@ -1,6 +1,8 @@
 // Sorting ops: sort/argsort/topk against a naive stable sort of each line, ties and
 // NaN order, gradchecks and bad input.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -141,31 +143,38 @@ TEST_CASE("ties keep index order and NaN sorts as the largest value") {
 }
 
 TEST_CASE("topk and sort of long lines: the sampled filter, its fallback, every floating dtype") {
-  // Lines of 512 with k <= 64 first keep the keys under a strided sample's order
+  // Lines of n >= 256 with k <= n / 8 first keep the keys under a strided sample's order
   // statistic (kernels/sort/sort_cpu.cpp, head_of_keys). Values: quarters in [-10, 10]
-  // (many ties, exact in bfloat16 and float16), some NaN and -0.
-  const Shape xs{6, 512};
-  std::vector<double> xv = ints(6 * 512, -40, 40, 5);
-  for (double& e : xv) e /= 4;
-  for (size_t i : {size_t(7), size_t(600), size_t(601), size_t(2000)}) xv[i] = NAN;
-  for (size_t i : {size_t(9), size_t(700), size_t(1500)}) xv[i] = -0.0;
-  // Line 4 rises (the order that made a heap slow); on line 5 the sampled positions
-  // (every 8th) hold the smallest value, so in ascending order the sample's pivot keeps
-  // fewer than k = 32 keys and the whole line is selected instead.
-  for (int64_t j = 0; j < 512; ++j) xv[size_t(4 * 512 + j)] = double(j / 2) / 4;
-  for (int64_t j = 0; j < 512; ++j) xv[size_t(5 * 512 + j)] = j % 8 == 0 ? -30.0 : double(j % 16);
-  for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64})
-    for (const Tensor& x : layouts(make_float(dt, xv, xs)))
-      for (int64_t k : {int64_t(1), int64_t(32), int64_t(64), int64_t(100), int64_t(512)})
-        for (bool largest : {true, false}) {
-          CAPTURE(dt);
-          CAPTURE(k);
-          CAPTURE(largest);
-          Ref want = ref_sort(xv, xs, 1, largest, k);
-          ValuesIndices r = topk(x, k, 1, largest);
-          check_close(r.indices, as_double(want.indices), 0.0);
-          check_close(r.values, want.values, 0.0);
-        }
+  // (many ties, exact in bfloat16 and float16), NaNs of both signs and with a payload
+  // (x86's default NaN is negative), and -0.
+  for (int64_t n : {int64_t(300), int64_t(512), int64_t(1000)}) {
+    const Shape xs{6, n};
+    std::vector<double> xv = ints(size_t(6 * n), -40, 40, uint32_t(5 + n));
+    for (double& e : xv) e /= 4;
+    for (int64_t i : {int64_t(7), n + 88, n + 89, 3 * n + 100}) xv[size_t(i)] = NAN;
+    xv[size_t(11)] = -std::numeric_limits<double>::quiet_NaN();
+    xv[size_t(2 * n + 5)] = std::nan("291");
+    for (int64_t i : {int64_t(9), n + 188, 2 * n + 476}) xv[size_t(i)] = -0.0;
+    // Line 4 rises (the order that made a heap slow); on line 5 the sampled positions
+    // (every (n / 64)-th) hold the smallest value, so in ascending order the sample's
+    // pivot keeps fewer than k = 32 keys and the whole line is selected instead.
+    const int64_t stride = n / 64;
+    for (int64_t j = 0; j < n; ++j) xv[size_t(4 * n + j)] = double(j * 64 / n) / 4;  // <= 63.75: exact in bfloat16
+    for (int64_t j = 0; j < n; ++j) xv[size_t(5 * n + j)] = j % stride == 0 ? -30.0 : double(j % 16);
+    for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64})
+      for (const Tensor& x : layouts(make_float(dt, xv, xs)))
+        for (int64_t k : {int64_t(1), int64_t(32), n / 8, n / 8 + 1, int64_t(100), n})
+          for (bool largest : {true, false}) {
+            CAPTURE(n);
+            CAPTURE(dt);
+            CAPTURE(k);
+            CAPTURE(largest);
+            Ref want = ref_sort(xv, xs, 1, largest, k);
+            ValuesIndices r = topk(x, k, 1, largest);
+            check_close(r.indices, as_double(want.indices), 0.0);
+            check_close(r.values, want.values, 0.0);
+          }
+  }
 }
 
 TEST_CASE("sort of large inputs (parallel path) and of 0-d and empty tensors") {
