@@ -175,7 +175,7 @@ set(masked --task masked --min-texts 600 --max-per-class 40 --max-len 400 --seq-
 run(0 out err ${masked})
 last_line("${out}" summary)
 # The start event names the machine and the time (apps/common/report.h, machine_record).
-expect_match("${out}" "\"machine\":{\"cpu\":\"[^\"]+\",\"cores\":[0-9]+,\"openmp_threads\":[1-9][0-9]*,\"blas_kernels\":\"[^\"]+\",\"utc\":\"20[0-9][0-9]-[01][0-9]-[0-3][0-9]T[0-9:]+Z\"}" "machine record")
+expect_match("${out}" "\"machine\":{\"cpu\":\"[^\"]+\",\"cores\":[0-9]+,\"openmp_threads\":[1-9][0-9]*,\"blas_kernels\":\"[^\"]+\",\"cpu_isa\":\"(baseline|avx2|avx512)\",\"utc\":\"20[0-9][0-9]-[01][0-9]-[0-3][0-9]T[0-9:]+Z\"}" "machine record")
 expect_match("${out}" "\"event\":\"masked_task\",\"train_characters\":[1-9][0-9]*,\"seq_len\":48" "masked task line")
 string(REGEX MATCH "\"test_hidden\":([0-9]+)" hidden "${out}")
 if(CMAKE_MATCH_1 LESS 10)

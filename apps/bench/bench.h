@@ -60,6 +60,7 @@ struct BenchOptions {
   int64_t lloyd_iters = 5;
   bool elkan = false;
   std::string precision = "fp32";
+  std::string cpu_isa;     // --cpu-isa: empty leaves CF_CPU_ISA's (or auto)
   int64_t topk = 32;       // select: k of the top-k rows
   int64_t clusters = 100;  // select: clusters of the Hamming K-Means rows
 };
@@ -106,5 +107,6 @@ json bench_attention(const BenchOptions& o);
 json bench_model(const BenchOptions& o);
 json bench_kmeans(const BenchOptions& o);
 json bench_select(const BenchOptions& o);
+json bench_cpu_isa(const BenchOptions& o);
 
 }  // namespace cf::bench

@@ -15,6 +15,7 @@
 
 #include "bench/bench.h"
 #include "bench/dist_bench.h"
+#include "kernels/common/cpu_isa.h"
 #include "common/options.h"
 
 using cf::bench::BenchOptions;
@@ -47,6 +48,10 @@ Subcommands (each prints one JSON object on stdout):
                 among N per line (random and rising lines) vs std::partial_sort
                 of (value, position) pairs, and Hamming K-Means of N 63-bit codes
                 per row (10 steps) vs the CPU kernel's scalar form
+  cpu-isa       the CPU instruction tiers of the row helpers (baseline SSE2, avx2,
+                avx512: those this CPU runs) on softmax rows of N and flash
+                attention forward + backward (N tokens, 4 heads of 16), each
+                against the baseline tier, with same_bits_as_baseline
   allreduce     under mpirun -np W: GB/s of cf::dist::all_reduce (float32 sum,
                 with and without its cross-rank descriptor check) vs a raw
                 MPI_Allreduce on the same buffer, in the same run
@@ -89,6 +94,9 @@ void add_common(cf::apps::Options& o, BenchOptions& b, std::string& device) {
   o.add_int("threads", &b.threads, 1,
             "threads of cf's OpenMP team and of the raw-BLAS baselines (default: the runtime's choice)");
   o.add_string("device", &device, "cpu or cuda[:i]");
+  o.add_string("cpu_isa", &b.cpu_isa,
+               "CPU instruction tier of the row helpers: auto (the best this CPU runs), baseline, avx2 or avx512 "
+               "(default: CF_CPU_ISA's, else auto)");
 }
 void add_precision(cf::apps::Options& o, BenchOptions& b) {
   o.add_string("precision", &b.precision, "fp32, bf16 or fp16 (see cf-bench --help)");
@@ -159,6 +167,12 @@ const std::vector<Subcommand> kSubcommands = {
        o.add_int("clusters", &b.clusters, 1, "clusters of the Hamming K-Means rows");
      },
      cf::bench::bench_select},
+    {"cpu-isa",
+     [](cf::apps::Options& o, BenchOptions& b) {
+       b.sizes = {512, 2048};
+       o.add_int_list("sizes", &b.sizes, 1, "softmax row length and attention sequence length (N)");
+     },
+     cf::bench::bench_cpu_isa},
     {"allreduce",
      [](cf::apps::Options& o, BenchOptions& b) {
        b.sizes = {8, 1024, 65536, 1048576, 16777216};
@@ -258,6 +272,13 @@ bool parse(int argc, char** argv, std::string& cmd, BenchOptions& b) {
     b.device = cf::Device::parse(device);
   } catch (const cf::Error& e) {
     throw UsageError(std::string("--device: ") + e.what());
+  }
+  if (!b.cpu_isa.empty()) {
+    try {
+      cf::kernels::set_cpu_isa(cf::kernels::parse_cpu_isa(b.cpu_isa, "--cpu-isa"));
+    } catch (const cf::Error& e) {
+      throw UsageError(e.what());
+    }
   }
   if (cmd == "attention" || cmd == "model" || cmd == "ddp") check_variants(cmd, b);
   if (b.precision != "fp32" && b.precision != "bf16" && b.precision != "fp16")

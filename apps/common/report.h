@@ -19,6 +19,7 @@
 
 #include "cf.h"
 #include "common/cli.h"
+#include "kernels/common/cpu_isa.h"
 #include "kernels/matmul/matmul.h"
 
 namespace cf::apps {
@@ -48,7 +49,8 @@ inline std::string cpu_model() {
 
 // Where and when a run happens, for the start event of every app: RESULTS.md names the machine of each
 // table, and the 2-core machines here differ in CPU (and so in BLAS kernels, which move last bits and
-// timings). blas_kernels: OpenBLAS's kernel family (a warning on stderr when it is older than the CPU).
+// timings). blas_kernels: OpenBLAS's kernel family (a warning on stderr when it is older than the CPU);
+// cpu_isa: the instruction tier of cf's own vectorised rows (kernels/common/cpu_isa.h; same bits in every tier).
 // utc: the start time, ISO 8601.
 inline nlohmann::ordered_json machine_record() {
   char utc[32];
@@ -70,7 +72,7 @@ inline nlohmann::ordered_json machine_record() {
                  "(source scripts/openblas-env.sh) before starting\n";
   }
   return {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}, {"openmp_threads", threads},
-          {"blas_kernels", blas.family}, {"utc", utc}};
+          {"blas_kernels", blas.family}, {"cpu_isa", cf::kernels::cpu_isa_name(cf::kernels::cpu_isa())}, {"utc", utc}};
 }
 
 struct Stats {

@@ -125,6 +125,7 @@ void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
   const T scale = T(p.scale);
   const int64_t shift = d.Nk - d.Nq, nqt = (d.Nq + kBr - 1) / kBr;
   const T ninf = -std::numeric_limits<T>::infinity();
+  const RowMath& rm = row_math();
   struct Scratch {
     std::vector<T> S, acc;
     std::vector<T> m;
@@ -154,14 +155,14 @@ void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
           mask_tile(S, nr, nc, i0, j0, pb, p.causal, shift);
           for (int64_t r = 0; r < nr; ++r) {
             T* Sr = S + r * nc;
-            const T m_new = std::max(s.m[size_t(r)], max_row(Sr, nc, ninf));
+            const T m_new = std::max(s.m[size_t(r)], max_row(rm, Sr, nc, ninf));
             if (m_new == ninf) {  // nothing allowed in this row yet: P = 0
               std::fill(Sr, Sr + nc, T(0));
               continue;
             }
-            exp_shifted(Sr, Sr, nc, m_new);
+            exp_shifted(rm, Sr, Sr, nc, m_new);
             const T alpha = s.m[size_t(r)] == ninf ? T(0) : T(std::exp(s.m[size_t(r)] - m_new));
-            s.l[size_t(r)] = s.l[size_t(r)] * double(alpha) + sum_row(Sr, nc);
+            s.l[size_t(r)] = s.l[size_t(r)] * double(alpha) + sum_row(rm, Sr, nc);
             s.m[size_t(r)] = m_new;
             if (alpha != T(1)) {
               T* a = s.acc.data() + r * d.Dv;
@@ -190,14 +191,14 @@ void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
 // P = exp(S - lse_row) over a tile, in place; rows with lse = -inf (nothing
 // allowed) and masked entries (-inf scores) give 0.
 template <typename T>
-void probs_from_lse(T* S, int64_t nr, int64_t nc, const T* lse) {
+void probs_from_lse(const RowMath& rm, T* S, int64_t nr, int64_t nc, const T* lse) {
   const T ninf = -std::numeric_limits<T>::infinity();
   for (int64_t r = 0; r < nr; ++r) {
     T* Sr = S + r * nc;
     if (lse[r] == ninf)
       std::fill(Sr, Sr + nc, T(0));
     else
-      exp_shifted(Sr, Sr, nc, lse[r]);
+      exp_shifted(rm, Sr, Sr, nc, lse[r]);
   }
 }
 
@@ -221,6 +222,7 @@ template <typename T>
 void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                           const FlashAttentionParams& p, const Tensor& out, const Tensor& lse, const Tensor& dout,
                           const Tensor& dlse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const RowMath& rm = row_math();
   const FlashDims d = flash_dims(q, v);
   const int64_t BH = d.B * d.H;
   std::fill(dq.data<T>(), dq.data<T>() + dq.numel(), T(0));
@@ -280,17 +282,12 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
             T* dP = s.dP.data();
             gemm(false, true, nr, nc, d.Dk, scale, Qb + i0 * d.Dk, d.Dk, Kb + j0 * d.Dk, d.Dk, T(0), S, nc);
             mask_tile(S, nr, nc, i0, j0, pb, p.causal, shift);
-            probs_from_lse(S, nr, nc, Lb + i0);
+            probs_from_lse(rm, S, nr, nc, Lb + i0);
             // dV += P^T dO
             gemm(true, false, nc, d.Dv, nr, T(1), S, nc, dOb + i0 * d.Dv, d.Dv, T(1), dVb + j0 * d.Dv, d.Dv);
             // dP = dO V^T, then dS = P (dP - D) in place
             gemm(false, true, nr, nc, d.Dv, T(1), dOb + i0 * d.Dv, d.Dv, Vb + j0 * d.Dv, d.Dv, T(0), dP, nc);
-            for (int64_t r = 0; r < nr; ++r) {
-              const T Di = Db[i0 + r];
-              T* a = dP + r * nc;
-              const T* pr = S + r * nc;
-              for (int64_t c = 0; c < nc; ++c) a[c] = softmax_grad(pr[c], a[c], Di);
-            }
+            for (int64_t r = 0; r < nr; ++r) softmax_grad_row(rm, S + r * nc, dP + r * nc, nc, Db[i0 + r]);
             // dQ += scale dS K, dK += scale dS^T Q
             gemm(false, false, nr, d.Dk, nc, scale, dP, nc, Kb + j0 * d.Dk, d.Dk, T(1), dQb + i0 * d.Dk, d.Dk);
             gemm(true, false, nc, d.Dk, nr, scale, dP, nc, Qb + i0 * d.Dk, d.Dk, T(1), dKb + j0 * d.Dk, d.Dk);
@@ -378,18 +375,18 @@ void mask_scores(T* S, const int64_t* qpos, int64_t nr, const int64_t* jpos, int
 // Softmax of each row of a masked (nr x nc) score tile, in place, and the row's
 // log-sum-exp into lse[r]; a row with nothing allowed becomes zeros, lse -inf.
 template <typename T>
-void softmax_rows(T* S, int64_t nr, int64_t nc, T* lse) {
+void softmax_rows(const RowMath& rm, T* S, int64_t nr, int64_t nc, T* lse) {
   const T ninf = -std::numeric_limits<T>::infinity();
   for (int64_t r = 0; r < nr; ++r) {
     T* Sr = S + r * nc;
-    const T m = max_row(Sr, nc, ninf);
+    const T m = max_row(rm, Sr, nc, ninf);
     if (m == ninf) {
       std::fill(Sr, Sr + nc, T(0));
       lse[r] = ninf;
       continue;
     }
-    exp_shifted(Sr, Sr, nc, m);
-    const double z = sum_row(Sr, nc);
+    exp_shifted(rm, Sr, Sr, nc, m);
+    const double z = sum_row(rm, Sr, nc);
     const T inv = T(1.0 / z);
     for (int64_t c = 0; c < nc; ++c) Sr[c] *= inv;
     lse[r] = T(double(m) + std::log(z));
@@ -399,6 +396,7 @@ void softmax_rows(T* S, int64_t nr, int64_t nc, T* lse) {
 template <typename T>
 void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                          const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  const RowMath& rm = row_math();
   const BlockDims d = block_dims(q, v, members, p);
   const T ninf = -std::numeric_limits<T>::infinity();
   T* O = out.data<T>();
@@ -447,7 +445,7 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
         gemm(false, true, d.w, d.W, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.W);
         mask_scores(S, qpos, d.w, s.jpos.data(), d.W, pad ? pad + b * d.N : nullptr, p.causal, p.self_mask,
                     p.self_score, static_cast<char*>(nullptr));
-        softmax_rows(S, d.w, d.W, s.Lr.data());
+        softmax_rows(rm, S, d.w, d.W, s.Lr.data());
         gemm(false, false, d.w, d.Dv, d.W, T(1), S, d.W, s.Vg.data(), d.Dv, T(0), s.Og.data(), d.Dv);
         for (int64_t r = 0; r < d.w; ++r) {
           if (qpos[r] < 0) continue;
@@ -462,6 +460,7 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
                           const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out, const Tensor& lse,
                           const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
                           const Tensor& dv) {
+  const RowMath& rm = row_math();
   const BlockDims d = block_dims(q, v, members, p);
   std::fill(dq.data<T>(), dq.data<T>() + dq.numel(), T(0));
   std::fill(dk.data<T>(), dk.data<T>() + dk.numel(), T(0));
@@ -536,7 +535,7 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
           gemm(false, true, d.w, d.W, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.W);
           mask_scores(S, qpos, d.w, s.jpos.data(), d.W, pad ? pad + b * d.N : nullptr, p.causal, p.self_mask,
                       p.self_score, s.self.data());
-          probs_from_lse(S, d.w, d.W, s.Lr.data());
+          probs_from_lse(rm, S, d.w, d.W, s.Lr.data());
           T* cb = contrib.data() + it * d.W * Dkv;
           // dV window = P^T dO  (into the dV columns of the contribution rows)
           gemm(true, false, d.W, d.Dv, d.w, T(1), S, d.W, s.dOg.data(), d.Dv, T(0), cb + d.Dk, Dkv);
@@ -608,6 +607,7 @@ inline void list_positions(const int64_t* list, int64_t w, int64_t N, int64_t* p
 template <typename T>
 void routed_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm, const Tensor& km,
                           const Tensor& kpm, const RoutedAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  const RowMath& rm = row_math();
   const RoutedDims d = routed_dims(q, v, qm, km);
   if (d.B * d.H * d.C == 0) return;
   use_single_threaded_blas();
@@ -642,7 +642,7 @@ void routed_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
         gemm(false, true, d.wq, d.wk, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.wk);
         mask_scores(S, s.qpos.data(), d.wq, s.kpos.data(), d.wk, pad ? pad + b * d.N : nullptr, p.causal, false,
                     0.0, static_cast<char*>(nullptr));
-        softmax_rows(S, d.wq, d.wk, s.Lr.data());
+        softmax_rows(rm, S, d.wq, d.wk, s.Lr.data());
         const int64_t row0 = bh * d.C * d.wq + c * d.wq;  // this list's first slot row
         gemm(false, false, d.wq, d.Dv, d.wk, T(1), S, d.wk, s.Vg.data(), d.Dv, T(0), O + row0 * d.Dv, d.Dv);
         std::copy(s.Lr.begin(), s.Lr.end(), L + row0);
@@ -655,6 +655,7 @@ template <typename T>
 void routed_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm, const Tensor& km,
                            const Tensor& kpm, const RoutedAttentionParams& p, const Tensor& out, const Tensor& lse,
                            const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const RowMath& rm = row_math();
   const RoutedDims d = routed_dims(q, v, qm, km);
   if (d.B * d.H * d.C == 0) return;
   use_single_threaded_blas();
@@ -710,17 +711,11 @@ void routed_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, co
         gemm(false, true, d.wq, d.wk, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.wk);
         mask_scores(S, qpos, d.wq, s.kpos.data(), d.wk, pad ? pad + b * d.N : nullptr, p.causal, false, 0.0,
                     static_cast<char*>(nullptr));
-        probs_from_lse(S, d.wq, d.wk, s.Lr.data());
+        probs_from_lse(rm, S, d.wq, d.wk, s.Lr.data());
         // dV = P^T dO, dP = dO V^T, dS = P (dP - D), dQ = scale dS K, dK = scale dS^T Q.
         gemm(true, false, d.wk, d.Dv, d.wq, T(1), S, d.wk, s.dOg.data(), d.Dv, T(0), dV + krow0 * d.Dv, d.Dv);
         gemm(false, true, d.wq, d.wk, d.Dv, T(1), s.dOg.data(), d.Dv, s.Vg.data(), d.Dv, T(0), dP, d.wk);
-        for (int64_t r = 0; r < d.wq; ++r) {
-          const T Di = s.Dr[size_t(r)];
-          for (int64_t c2 = 0; c2 < d.wk; ++c2) {
-            const int64_t e = r * d.wk + c2;
-            dP[e] = softmax_grad(S[e], dP[e], Di);
-          }
-        }
+        for (int64_t r = 0; r < d.wq; ++r) softmax_grad_row(rm, S + r * d.wk, dP + r * d.wk, d.wk, s.Dr[size_t(r)]);
         gemm(false, false, d.wq, d.Dk, d.wk, T(p.scale), dP, d.wk, s.Kg.data(), d.Dk, T(0), dQ + qrow0 * d.Dk,
              d.Dk);
         gemm(true, false, d.wk, d.Dk, d.wq, T(p.scale), dP, d.wk, s.Qg.data(), d.Dk, T(0), dK + krow0 * d.Dk,
@@ -803,6 +798,7 @@ void rounds_split_typed(const Tensor& per_round, const Tensor& combined, const T
 template <typename T>
 void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const AttentionRows& rw, const Tensor& lse,
                         const Tensor& dp = Tensor(), const Tensor& D = Tensor()) {
+  const RowMath& rm = row_math();
   const int64_t B = scores.shape()[0], H = scores.shape()[1], R = scores.shape()[2], W = scores.shape()[3];
   const int64_t Nk = rw.Nk > 0 ? rw.Nk : W;
   T* S = scores.data<T>();
@@ -821,13 +817,13 @@ void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const Attention
         if (j >= jend || (pb && pb[j])) s[j] = ninf;
       T* l = L + bh * rw.Nq + i;
       if (!dP) {
-        softmax_rows(s, 1, W, l);
+        softmax_rows(rm, s, 1, W, l);
         continue;
       }
-      probs_from_lse(s, 1, W, l);
+      probs_from_lse(rm, s, 1, W, l);
       T* d = dP + g * W;
       const T Di = Dd[bh * rw.Nq + i];
-      for (int64_t j = 0; j < W; ++j) d[j] = softmax_grad(s[j], d[j], Di);
+      softmax_grad_row(rm, s, d, W, Di);
     }
   });
 }
@@ -938,6 +934,7 @@ void for_block_rows(const Tensor& scores, const Tensor& table, const Tensor& kpm
 template <typename T>
 void block_rows_softmax_typed(const Tensor& scores, const Tensor& table, const Tensor& kpm, const BlockRows& br,
                               const Tensor& lse) {
+  const RowMath& rm = row_math();
   const int64_t Ho = lse.shape()[1], N = lse.shape()[2], w = scores.shape()[3], W = scores.shape()[4];
   const int64_t n = scores.shape()[2];
   const int64_t ls0 = lse.strides()[0], ls1 = lse.strides()[1], ls2 = lse.strides()[2];
@@ -946,7 +943,7 @@ void block_rows_softmax_typed(const Tensor& scores, const Tensor& table, const T
     const int64_t bh = g / n, b = bh / Ho, h = bh % Ho;
     thread_local std::vector<T> Lr;
     Lr.resize(static_cast<size_t>(w));
-    softmax_rows(Sg, w, W, Lr.data());
+    softmax_rows(rm, Sg, w, W, Lr.data());
     for (int64_t r = 0; r < w; ++r)
       if (qpos[r] >= 0) L[b * ls0 + h * ls1 + qpos[r] * ls2] = Lr[size_t(r)];
   });
@@ -955,6 +952,7 @@ void block_rows_softmax_typed(const Tensor& scores, const Tensor& table, const T
 template <typename T>
 void block_rows_grad_typed(const Tensor& scores, const Tensor& dp, const Tensor& table, const Tensor& kpm,
                            const BlockRows& br, const Tensor& lse, const Tensor& D) {
+  const RowMath& rm = row_math();
   const int64_t Ho = lse.shape()[1], N = lse.shape()[2], w = scores.shape()[3], W = scores.shape()[4];
   const int64_t n = scores.shape()[2];
   const int64_t ls0 = lse.strides()[0], ls1 = lse.strides()[1], ls2 = lse.strides()[2];
@@ -970,7 +968,7 @@ void block_rows_grad_typed(const Tensor& scores, const Tensor& dp, const Tensor&
       const int64_t i = qpos[r];
       const T li = i < 0 ? ninf : L[b * ls0 + h * ls1 + i * ls2];
       const T Di = Dd[g * w + r];
-      probs_from_lse(Sg + r * W, 1, W, &li);
+      probs_from_lse(rm, Sg + r * W, 1, W, &li);
       for (int64_t c = 0; c < W; ++c) {
         const int64_t e = r * W + c;
         dPg[e] = self[e] ? T(0) : softmax_grad(Sg[e], dPg[e], Di);

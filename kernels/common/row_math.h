@@ -1,5 +1,11 @@
 #pragma once
-// Row helpers of the row-wise kernels (softmax, layer_norm).
+// Row helpers of the row-wise kernels (softmax, layer_norm, the fused attention kernels).
+//
+// The float rows the kernels call through a RowMath table (bottom) are compiled once per CPU
+// instruction tier in row_math.cpp (cpu_isa.h): the bodies below are always inlined, so each tier's
+// copy is these loops vectorised for its registers, with the same operations in the same order
+// (same bits). A kernel takes the table once, outside its parallel loops (row_math() may throw on a
+// bad CF_CPU_ISA), and passes it down.
 //
 // exp_shifted: exp(x[k] - shift) over a contiguous row, for rows whose shift is their maximum
 // (softmax, logsumexp): every argument is <= 0, so the result is in [0, 1].
@@ -17,13 +23,23 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/attention/softmax_grad.h"
+#include "kernels/common/cpu_isa.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
+// Inlined into every caller, including the tiers' target-attributed copies in row_math.cpp.
+#if defined(__GNUC__)
+#define CF_ROW_INLINE inline __attribute__((always_inline))
+#else
+#define CF_ROW_INLINE inline
+#endif
+
 namespace cf::kernels {
 
-inline void exp_shifted(const float* x, float* y, int64_t n, float shift) {
+CF_ROW_INLINE void exp_shifted(const float* x, float* y, int64_t n, float shift) {
   for (int64_t k = 0; k < n; ++k) {
     const float v = x[k] - shift;
     // Clamp for the arithmetic only (a NaN fails the comparison and is clamped
@@ -50,7 +66,7 @@ inline void exp_shifted(const float* x, float* y, int64_t n, float shift) {
 // Maximum of a row, ignoring NaN (a NaN entry later makes the row's exp sum NaN).
 // Eight partial maxima in the form a vector max instruction computes.
 template <typename T>
-inline T max_row(const T* x, int64_t n, T init) {
+CF_ROW_INLINE T max_row(const T* x, int64_t n, T init) {
   T m[8] = {init, init, init, init, init, init, init, init};
   int64_t k = 0;
   for (; k + 8 <= n; k += 8)
@@ -66,7 +82,7 @@ inline T max_row(const T* x, int64_t n, T init) {
 // and signed zeros), although maxps computes exactly that: say it directly.
 // _mm_max_ps(x, m) is x > m ? x : m lane-wise, so a NaN entry is skipped as above.
 template <>
-inline float max_row<float>(const float* x, int64_t n, float init) {
+CF_ROW_INLINE float max_row<float>(const float* x, int64_t n, float init) {
   __m128 m0 = _mm_set1_ps(init), m1 = m0;
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
@@ -86,7 +102,7 @@ inline float max_row<float>(const float* x, int64_t n, float init) {
 // Sum of a row in double with independent partial sums (a single accumulator
 // is a chain of dependent adds, one per add latency).
 template <typename T>
-inline double sum_row(const T* y, int64_t n) {
+CF_ROW_INLINE double sum_row(const T* y, int64_t n) {
   double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t k = 0;
   for (; k + 8 <= n; k += 8)
@@ -97,6 +113,45 @@ inline double sum_row(const T* y, int64_t n) {
 
 inline void exp_shifted(const double* x, double* y, int64_t n, double shift) {
   for (int64_t k = 0; k < n; ++k) y[k] = std::exp(x[k] - shift);
+}
+
+// dp[k] = softmax_grad(p[k], dp[k], D) over a row: the softmax backward's dS = P (dP - D), 0 where P is 0.
+template <typename T>
+CF_ROW_INLINE void softmax_grad_row(const T* p, T* dp, int64_t n, T D) {
+  for (int64_t k = 0; k < n; ++k) dp[k] = softmax_grad(p[k], dp[k], D);
+}
+
+// The float rows of one instruction tier (row_math.cpp). Each entry computes exactly what the
+// function of the same name above computes.
+struct RowMath {
+  CpuIsa isa;
+  void (*exp_shifted)(const float* x, float* y, int64_t n, float shift);
+  float (*max_row)(const float* x, int64_t n, float init);
+  double (*sum_row)(const float* x, int64_t n);
+  void (*softmax_grad_row)(const float* p, float* dp, int64_t n, float D);
+};
+
+// The table of the tier in use (cpu_isa()); ValueError on a bad CF_CPU_ISA.
+const RowMath& row_math();
+// The table of a given tier (kAuto: the best this CPU runs); ValueError when this CPU lacks it.
+const RowMath& row_math(CpuIsa isa);
+
+// Through a table: float rows run the table's tier, double rows the functions above.
+inline void exp_shifted(const RowMath& rm, const float* x, float* y, int64_t n, float shift) {
+  rm.exp_shifted(x, y, n, shift);
+}
+inline void exp_shifted(const RowMath&, const double* x, double* y, int64_t n, double shift) {
+  exp_shifted(x, y, n, shift);
+}
+inline float max_row(const RowMath& rm, const float* x, int64_t n, float init) { return rm.max_row(x, n, init); }
+inline double max_row(const RowMath&, const double* x, int64_t n, double init) { return max_row(x, n, init); }
+inline double sum_row(const RowMath& rm, const float* x, int64_t n) { return rm.sum_row(x, n); }
+inline double sum_row(const RowMath&, const double* x, int64_t n) { return sum_row(x, n); }
+inline void softmax_grad_row(const RowMath& rm, const float* p, float* dp, int64_t n, float D) {
+  rm.softmax_grad_row(p, dp, n, D);
+}
+inline void softmax_grad_row(const RowMath&, const double* p, double* dp, int64_t n, double D) {
+  softmax_grad_row<double>(p, dp, n, D);
 }
 
 }  // namespace cf::kernels

@@ -50,12 +50,13 @@ void forward_typed(const Tensor& x, int64_t axis, bool log, const Tensor& y) {
   const Rows xr = rows_of(x, axis), yr = rows_of(y, axis);
   const T* xp = x.data<T>();
   T* yp = y.data<T>();
+  const RowMath& rm = row_math();  // the CPU tier's float rows (before the parallel loop: it may throw)
   // One row: max, then sum of exp(x - max) in double, then the normalised write.
   // The strides are parameters so the contiguous call below gets its own unit-stride copy.
   auto row = [&](const T* xi, T* yi, int64_t sx, int64_t sy) {
     T m = -std::numeric_limits<T>::infinity();
     if (sx == 1)
-      m = max_row(xi, n, m);
+      m = max_row(rm, xi, n, m);
     else
       for (int64_t k = 0; k < n; ++k) m = xi[k * sx] > m ? xi[k * sx] : m;
     bool all_masked = !log && m == -std::numeric_limits<T>::infinity();
@@ -69,8 +70,8 @@ void forward_typed(const Tensor& x, int64_t axis, bool log, const Tensor& y) {
     if (sx == 1 && sy == 1) {
       // Contiguous rows: vectorised exp into the output, then normalise (or,
       // for log_softmax, overwrite with the shifted log-probabilities).
-      exp_shifted(xi, yi, n, m);
-      const double z = sum_row(yi, n);
+      exp_shifted(rm, xi, yi, n, m);
+      const double z = sum_row(rm, yi, n);
       if (log) {
         const T lz = T(std::log(z));
         for (int64_t k = 0; k < n; ++k) yi[k] = (xi[k] - m) - lz;

@@ -1,0 +1,94 @@
+// cf-bench cpu-isa (apps/bench/bench.h): the CPU instruction tiers of the row helpers
+// (kernels/common/cpu_isa.h) timed against the baseline (SSE2) tier in one run, on the kernels
+// that use them: softmax over float32 rows and flash attention forward + backward at the
+// cf-approx per-token model's head shape (4 heads of 16). Each tier must give the baseline's bits.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "kernels/common/cpu_isa.h"
+
+namespace cf::bench {
+
+namespace {
+
+using cf::kernels::CpuIsa;
+
+std::vector<CpuIsa> tiers_run_here() {
+  std::vector<CpuIsa> t;
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512})
+    if (cf::kernels::cpu_isa_runs(isa)) t.push_back(isa);
+  return t;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// One case timed at every tier: rows named <name>_<tier>, each with ratio_vs_baseline and
+// same_bits_as_baseline (run() returns the values it computed, flattened).
+void tier_rows(json& rows, const std::string& name, const json& params, int64_t reps,
+               const std::function<std::vector<float>()>& run) {
+  double t_base = 0;
+  std::vector<float> base;
+  for (CpuIsa isa : tiers_run_here()) {
+    cf::kernels::set_cpu_isa(isa);
+    const double t = time_median(reps, [&] { run(); });
+    const std::vector<float> got = run();
+    if (isa == CpuIsa::kBaseline) {
+      t_base = t;
+      base = got;
+    }
+    json r;
+    r["name"] = name + "_" + cf::kernels::cpu_isa_name(isa);
+    r["params"] = params;
+    r["params"]["cpu_isa"] = cf::kernels::cpu_isa_name(isa);
+    r["params"]["repeat"] = reps;
+    r["time_s"] = t;
+    r["ratio_vs_baseline"] = t_base / t;
+    r["same_bits_as_baseline"] = same_bits(got, base);
+    rows.push_back(r);
+  }
+}
+
+}  // namespace
+
+json bench_cpu_isa(const BenchOptions& o) {
+  if (!g_device.is_cpu()) throw cf::ValueError("[cf-bench cpu-isa] measures the CPU kernels only");
+  const CpuIsa before = cf::kernels::cpu_isa();
+  const int64_t reps = o.repeat > 0 ? o.repeat : 5;
+  json rows = json::array();
+  for (int64_t n : o.sizes) {
+    cf::Generator gen{uint64_t(n)};
+    // softmax: 3,276,800 scores in rows of n (the per-token model's 16 x 4 x 512 x 100 at n = 100)
+    const cf::Tensor x = cf::randn({std::max<int64_t>(1, 3276800 / n), n}, cf::kFloat32, gen);
+    tier_rows(rows, "softmax_n" + std::to_string(n), {{"rows", x.shape()[0]}, {"n", n}, {"dtype", "float32"}},
+              reps, [&] { return cf::softmax(x, -1).to_vector<float>(); });
+    // flash attention forward + backward: B x 4 heads x n x 16, B n = 8192 tokens
+    const int64_t B = std::max<int64_t>(1, 8192 / n), H = 4, D = 16;
+    auto leaf = [&] {
+      cf::Tensor t = cf::randn({B, H, n, D}, cf::kFloat32, gen);
+      t.set_requires_grad(true);
+      return t;
+    };
+    const cf::Tensor q = leaf(), k = leaf(), v = leaf();
+    const cf::Tensor w = cf::randn({B, H, n, D}, cf::kFloat32, gen);
+    tier_rows(rows, "flash_attention_fwd_bwd_n" + std::to_string(n),
+              {{"batch", B}, {"heads", H}, {"n", n}, {"head_size", D}, {"dtype", "float32"}}, reps, [&] {
+                for (const cf::Tensor* t : {&q, &k, &v}) t->zero_grad();
+                cf::Tensor out = cf::flash_attention(q, k, v);
+                cf::sum(out * w).backward();
+                std::vector<float> all = out.to_vector<float>();
+                for (const cf::Tensor* t : {&q, &k, &v}) {
+                  const std::vector<float> g = t->grad().to_vector<float>();
+                  all.insert(all.end(), g.begin(), g.end());
+                }
+                return all;
+              });
+  }
+  cf::kernels::set_cpu_isa(before);
+  return report("cpu-isa", rows);
+}
+
+}  // namespace cf::bench

@@ -1,0 +1,36 @@
+#pragma once
+// Vector instruction tiers of the CPU kernels that are compiled more than once.
+//
+// libcf is built for plain x86-64 (SSE2), so that one build runs on any x86-64 CPU. The few loops
+// where the vector width decides the speed (kernels/common/row_math.cpp: the exp, maximum, sum and
+// softmax-gradient rows of softmax and of every fused attention kernel) are compiled three times,
+// with function target attributes, and the tier this CPU runs is chosen at run time:
+//   baseline  SSE2 (every x86-64 CPU; the only tier elsewhere)
+//   avx2      AVX2 (Haswell, Zen 1 and later)
+//   avx512    AVX-512 F, VL, BW, DQ (Skylake-SP, Ice Lake, Sapphire Rapids, Zen 4 and later)
+// Every tier computes the same operations in the same order (no FMA contraction in those files,
+// fixed partial sums), so all of them give the same bits: the tier changes the speed only.
+//
+// The tier in use is the best one the CPU (and the OS, for the AVX-512 register state) supports,
+// unless CF_CPU_ISA (auto|baseline|avx2|avx512) or set_cpu_isa asks for another: benchmarks time
+// the tiers against each other in one run (cf-bench elementwise / attention --cpu-isa), tests
+// compare their bits. Asking for a tier this CPU lacks is a ValueError.
+#include <string>
+
+namespace cf::kernels {
+
+enum class CpuIsa { kAuto, kBaseline, kAvx2, kAvx512 };
+
+const char* cpu_isa_name(CpuIsa isa);            // "auto", "baseline", "avx2", "avx512"
+// The names above; ValueError naming `from` (the variable or option read) otherwise.
+CpuIsa parse_cpu_isa(const std::string& name, const char* from = "CF_CPU_ISA");
+CpuIsa cpu_isa_supported();                      // the best tier this CPU runs (never kAuto)
+bool cpu_isa_runs(CpuIsa isa);                   // whether this CPU runs the tier (kAuto: true)
+// The tier the kernels use now (never kAuto): set_cpu_isa's, else CF_CPU_ISA's (read on the first
+// call), else the supported one. ValueError when CF_CPU_ISA is not a tier name or names a tier this
+// CPU lacks.
+CpuIsa cpu_isa();
+// kAuto: back to the best supported tier. ValueError naming the tier when this CPU lacks it.
+void set_cpu_isa(CpuIsa isa);
+
+}  // namespace cf::kernels

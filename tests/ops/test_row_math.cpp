@@ -1,0 +1,201 @@
+// The CPU instruction tiers of the row helpers (kernels/common/cpu_isa.h, row_math.cpp): every
+// tier this CPU runs gives the baseline tier's bits, row by row and through the kernels that use
+// them (softmax, flash, block and routed attention, forward and backward); the setting's names
+// and errors.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/common/cpu_isa.h"
+#include "kernels/common/row_math.h"
+#include "test_util.h"
+
+using namespace cf;
+using namespace cf::test;
+
+namespace {
+
+using kernels::CpuIsa;
+
+std::vector<CpuIsa> tiers_run_here() {
+  std::vector<CpuIsa> t;
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512})
+    if (kernels::cpu_isa_runs(isa)) t.push_back(isa);
+  return t;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// Scores as the kernels see them: mostly ordinary, with -inf (masked), NaN, -0, values far below
+// the maximum (exp underflows) and long runs, at lengths that exercise every vector tail.
+std::vector<float> row_values(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-12.0f, 3.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) {
+    const uint32_t pick = rng() % 40;
+    v = pick == 0 ? -INFINITY : pick == 1 ? -0.0f : pick == 2 ? -95.0f : pick == 3 ? 0.0f : u(rng);
+  }
+  if (n > 5 && seed % 3 == 0) x[size_t(n / 2)] = NAN;
+  return x;
+}
+
+// Gradients of a tensor list after the kernels ran at one tier, as float vectors.
+std::vector<std::vector<float>> values_of(const std::vector<Tensor>& ts) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& t : ts) out.push_back(contiguous(t).to_vector<float>());
+  return out;
+}
+
+// The tier setting restored at the end of a test case.
+struct IsaRestore {
+  CpuIsa before = kernels::cpu_isa();
+  ~IsaRestore() { kernels::set_cpu_isa(before); }
+};
+
+}  // namespace
+
+TEST_CASE("cpu_isa: names, the supported tier, the setting, and a bad name or missing tier named") {
+  CHECK(kernels::parse_cpu_isa("auto") == CpuIsa::kAuto);
+  CHECK(kernels::parse_cpu_isa("baseline") == CpuIsa::kBaseline);
+  CHECK(kernels::parse_cpu_isa("avx2") == CpuIsa::kAvx2);
+  CHECK(kernels::parse_cpu_isa("avx512") == CpuIsa::kAvx512);
+  for (CpuIsa isa : {CpuIsa::kAuto, CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512})
+    CHECK(kernels::parse_cpu_isa(kernels::cpu_isa_name(isa)) == isa);
+  CHECK_THROWS_MSG(kernels::parse_cpu_isa("sse4"), ValueError,
+                   "[cpu_isa] CF_CPU_ISA must be auto, baseline, avx2 or avx512, got 'sse4'");
+  CHECK_THROWS_MSG(kernels::parse_cpu_isa("avx", "--cpu-isa"), ValueError, "[cpu_isa] --cpu-isa must be auto");
+  CHECK_THROWS_MSG(kernels::parse_cpu_isa(""), ValueError, "got ''");
+
+  const CpuIsa best = kernels::cpu_isa_supported();
+  CHECK(best != CpuIsa::kAuto);
+  CHECK(kernels::cpu_isa_runs(CpuIsa::kBaseline));
+  CHECK(kernels::cpu_isa_runs(CpuIsa::kAuto));
+  const std::string note = std::string("this CPU runs the ") + kernels::cpu_isa_name(best) + " tier";
+  MESSAGE(note);
+  IsaRestore restore;
+  kernels::set_cpu_isa(CpuIsa::kBaseline);
+  CHECK(kernels::cpu_isa() == CpuIsa::kBaseline);
+  CHECK(kernels::row_math().isa == CpuIsa::kBaseline);
+  kernels::set_cpu_isa(CpuIsa::kAuto);  // back to the best this CPU runs
+  CHECK(kernels::cpu_isa() == best);
+  CHECK(kernels::row_math().isa == best);
+  CHECK(kernels::row_math(CpuIsa::kAuto).isa == best);
+  if (best != CpuIsa::kAvx512) {
+    CHECK_THROWS_MSG(kernels::set_cpu_isa(CpuIsa::kAvx512), ValueError,
+                     "[cpu_isa] set_cpu_isa asks for avx512 but this CPU runs at most ");
+    CHECK_THROWS_MSG(kernels::row_math(CpuIsa::kAvx512), ValueError, "[row_math] this CPU lacks the avx512 tier");
+    CHECK(kernels::cpu_isa() == best);  // a refused setting changes nothing
+  } else {
+    MESSAGE("this CPU runs every tier: the missing-tier errors are not reachable here");
+  }
+}
+
+TEST_CASE("row helpers: every tier this CPU runs gives the baseline tier's bits, and the header's") {
+  const kernels::RowMath& base = kernels::row_math(CpuIsa::kBaseline);
+  for (CpuIsa isa : tiers_run_here()) {
+    CAPTURE(kernels::cpu_isa_name(isa));
+    const kernels::RowMath& rm = kernels::row_math(isa);
+    CHECK(rm.isa == isa);
+    for (int64_t n : {0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 513, 1000}) {
+      for (uint32_t seed = 1; seed <= 3; ++seed) {
+        CAPTURE(n);
+        CAPTURE(seed);
+        const std::vector<float> x = row_values(n, seed);
+        // the maximum (NaN skipped), from -inf and from a larger start
+        for (float init : {-INFINITY, 1.5f}) {
+          const float m = rm.max_row(x.data(), n, init);
+          CHECK(same_bits(m, base.max_row(x.data(), n, init)));
+          CHECK(same_bits(m, kernels::max_row(x.data(), n, init)));
+        }
+        // exp(x - shift), the row's maximum as the shift
+        const float shift = n > 0 ? base.max_row(x.data(), n, -INFINITY) : 0.0f;
+        std::vector<float> y(x.size()), y0(x.size()), yh(x.size());
+        rm.exp_shifted(x.data(), y.data(), n, shift);
+        base.exp_shifted(x.data(), y0.data(), n, shift);
+        kernels::exp_shifted(x.data(), yh.data(), n, shift);
+        CHECK(same_bits(y, y0));
+        CHECK(same_bits(y, yh));
+        // the sum in double, over finite and over non-finite rows
+        CHECK(same_bits(rm.sum_row(y.data(), n), base.sum_row(y.data(), n)));
+        CHECK(same_bits(rm.sum_row(x.data(), n), kernels::sum_row(x.data(), n)));
+        // dS = P (dP - D), 0 where P is 0 (D infinite too)
+        for (float D : {0.25f, INFINITY}) {
+          std::vector<float> dp = row_values(n, seed + 10), dp0 = dp;
+          rm.softmax_grad_row(y.data(), dp.data(), n, D);
+          base.softmax_grad_row(y.data(), dp0.data(), n, D);
+          CHECK(same_bits(dp, dp0));
+          for (int64_t k = 0; k < n; ++k)
+            if (y[size_t(k)] == 0.0f) CHECK(dp[size_t(k)] == 0.0f);
+        }
+      }
+    }
+  }
+  // The sum keeps double partials: float32 rounding of 2^24 + 1 ones would lose the last one.
+  std::vector<float> ones((size_t(1) << 24) + 8, 1.0f);
+  for (CpuIsa isa : tiers_run_here())
+    CHECK(kernels::row_math(isa).sum_row(ones.data(), int64_t(ones.size())) == double(ones.size()));
+}
+
+TEST_CASE("row helpers' tiers through the kernels: softmax and flash, block and routed attention give the same bits") {
+  IsaRestore restore;
+  Generator g(7);
+  const int64_t B = 2, H = 2, N = 70, D = 16;
+  const Tensor x = randn({5, 3, 77}, kFloat32, g);
+  const Tensor kpm = padding_mask(B, N, 9);
+  const Tensor members = random_members(B, H, N, 16, 3, 11);
+  // routed lists: every query and key in one list per (b, h), as routed attention's own tests build them
+  std::vector<int64_t> lists;
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t s = 0; s < 40; ++s) lists.push_back(s < 35 ? (c * 35 + s + bh) % N : -1);
+  const Tensor rm_lists = Tensor::from_vector(lists, {B, H, 2, 40});
+  auto leaf = [&](uint64_t seed) {
+    Generator gg(seed);
+    Tensor t = randn({B, H, N, D}, kFloat32, gg);
+    t.set_requires_grad(true);
+    return t;
+  };
+  const Tensor q = leaf(1), k = leaf(2), v = leaf(3);
+  const Tensor w = randn({B, H, N, D}, kFloat32, g);  // a loss weight
+
+  auto run = [&](CpuIsa isa) {
+    kernels::set_cpu_isa(isa);
+    std::vector<Tensor> outs;
+    outs.push_back(softmax(x, -1));
+    outs.push_back(log_softmax(x, -1));
+    for (bool causal : {false, true}) {
+      for (const Tensor* t : {&q, &k, &v}) t->zero_grad();
+      Tensor o = flash_attention(q, k, v, kpm, 0.0, causal);
+      sum(o * w).backward();
+      outs.insert(outs.end(), {o, q.grad(), k.grad(), v.grad()});
+    }
+    for (const Tensor* t : {&q, &k, &v}) t->zero_grad();
+    BlockAttentionOptions bo;
+    bo.look_back = 1;
+    BlockAttentionResult br = block_attention(q, k, v, members, kpm, bo);
+    sum(br.out * w).backward();
+    outs.insert(outs.end(), {br.out, br.lse, q.grad(), k.grad(), v.grad()});
+    for (const Tensor* t : {&q, &k, &v}) t->zero_grad();
+    Tensor ro = routed_attention(q, k, v, rm_lists, rm_lists, kpm);
+    sum(ro * w).backward();
+    outs.insert(outs.end(), {ro, q.grad(), k.grad(), v.grad()});
+    return values_of(outs);
+  };
+  const std::vector<std::vector<float>> base = run(CpuIsa::kBaseline);
+  for (CpuIsa isa : tiers_run_here()) {
+    CAPTURE(kernels::cpu_isa_name(isa));
+    const std::vector<std::vector<float>> got = run(isa);
+    REQUIRE(got.size() == base.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(same_bits(got[i], base[i]));
+    }
+  }
+}
