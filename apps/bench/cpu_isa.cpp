@@ -1,11 +1,13 @@
 // cf-bench cpu-isa (apps/bench/bench.h): the CPU instruction tiers of the row helpers
 // (kernels/common/cpu_isa.h) timed against the baseline (SSE2) tier in one run, on the kernels
 // that use them: softmax over float32 rows and flash attention forward + backward at the
-// cf-approx per-token model's head shape (4 heads of 16). Each tier must give the baseline's bits.
+// cf-approx per-token model's head shape (4 heads of 16), and improved clustered attention's sparse
+// products (32 keys per query). Each tier must give the baseline's bits.
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "autograd/ops/sparse.h"
 #include "bench/bench.h"
 #include "kernels/common/cpu_isa.h"
 
@@ -83,6 +85,25 @@ json bench_cpu_isa(const BenchOptions& o) {
                 for (const cf::Tensor* t : {&q, &k, &v}) {
                   const std::vector<float> g = t->grad().to_vector<float>();
                   all.insert(all.end(), g.begin(), g.end());
+                }
+                return all;
+              });
+    // improved clustered attention's sparse products (eq. 11's top-k terms), forward + backward:
+    // 32 keys per query, the per-token model's 4 heads of 16, B n = 8192 tokens
+    const int64_t G = B * H, K = std::min<int64_t>(32, n);
+    cf::Tensor qs = cf::randn({G, n, D}, cf::kFloat32, gen), ks = cf::randn({G, n, D}, cf::kFloat32, gen);
+    cf::Tensor ws = cf::randn({G, n, K}, cf::kFloat32, gen);
+    const cf::Tensor idx = cf::randint(0, n, {G, n, K}, gen);
+    for (cf::Tensor* t : {&qs, &ks, &ws}) t->set_requires_grad(true);
+    tier_rows(rows, "sparse_products_fwd_bwd_n" + std::to_string(n),
+              {{"groups", G}, {"n", n}, {"keys_per_query", K}, {"head_size", D}, {"dtype", "float32"}}, reps, [&] {
+                for (const cf::Tensor* t : {&qs, &ks, &ws}) t->zero_grad();
+                cf::Tensor sc = cf::sparse_dot(qs, ks, idx), o = cf::sparse_weighted_sum(ws, ks, idx);
+                (cf::sum(sc * sc) + cf::sum(o * o)).backward();
+                std::vector<float> all = sc.to_vector<float>();
+                for (const cf::Tensor& t : {o, qs.grad(), ks.grad(), ws.grad()}) {
+                  const std::vector<float> v = t.to_vector<float>();
+                  all.insert(all.end(), v.begin(), v.end());
                 }
                 return all;
               });

@@ -50,7 +50,8 @@ Subcommands (each prints one JSON object on stdout):
                 per row (10 steps) vs the CPU kernel's scalar form
   cpu-isa       the CPU instruction tiers of the row helpers (baseline SSE2, avx2,
                 avx512: those this CPU runs) on softmax rows of N and flash
-                attention forward + backward (N tokens, 4 heads of 16), each
+                attention forward + backward (N tokens, 4 heads of 16) and the
+                sparse top-32 products of improved clustered attention, each
                 against the baseline tier, with same_bits_as_baseline
   allreduce     under mpirun -np W: GB/s of cf::dist::all_reduce (float32 sum,
                 with and without its cross-rank descriptor check) vs a raw

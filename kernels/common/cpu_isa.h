@@ -17,6 +17,15 @@
 // compare their bits. Asking for a tier this CPU lacks is a ValueError.
 #include <string>
 
+// Function attributes for the tiers' copies of a loop: the body must be inlined into the
+// attributed function (CF_ROW_INLINE, row_math.h) and hold no lambda or call of its own that
+// is not inlined (those compile for the baseline). CF_CPU_TIERS: whether the x86 tiers exist.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CF_CPU_TIERS 1
+#define CF_TARGET_AVX2 __attribute__((target("avx2")))
+#define CF_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2")))
+#endif
+
 namespace cf::kernels {
 
 enum class CpuIsa { kAuto, kBaseline, kAvx2, kAvx512 };

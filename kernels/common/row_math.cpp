@@ -10,11 +10,8 @@
 
 #include "core/error.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#ifdef CF_CPU_TIERS
 #include <immintrin.h>
-#define CF_ROW_TIERS 1
-#define CF_TARGET_AVX2 __attribute__((target("avx2")))
-#define CF_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2")))
 #endif
 
 namespace cf::kernels {
@@ -26,7 +23,7 @@ float max_baseline(const float* x, int64_t n, float init) { return max_row<float
 double sum_baseline(const float* x, int64_t n) { return sum_row(x, n); }
 void grad_baseline(const float* p, float* dp, int64_t n, float D) { softmax_grad_row<float>(p, dp, n, D); }
 
-#ifdef CF_ROW_TIERS
+#ifdef CF_CPU_TIERS
 CF_TARGET_AVX2 void exp_avx2(const float* x, float* y, int64_t n, float shift) { exp_shifted(x, y, n, shift); }
 CF_TARGET_AVX2 double sum_avx2(const float* x, int64_t n) { return sum_row(x, n); }
 CF_TARGET_AVX2 void grad_avx2(const float* p, float* dp, int64_t n, float D) {
@@ -72,7 +69,7 @@ CF_TARGET_AVX512 float max_avx512(const float* x, int64_t n, float init) {
 #endif
 
 const RowMath kBaselineRows{CpuIsa::kBaseline, exp_baseline, max_baseline, sum_baseline, grad_baseline};
-#ifdef CF_ROW_TIERS
+#ifdef CF_CPU_TIERS
 const RowMath kAvx2Rows{CpuIsa::kAvx2, exp_avx2, max_avx2, sum_avx2, grad_avx2};
 const RowMath kAvx512Rows{CpuIsa::kAvx512, exp_avx512, max_avx512, sum_avx512, grad_avx512};
 #endif
@@ -83,7 +80,7 @@ const RowMath& row_math(CpuIsa isa) {
   if (isa == CpuIsa::kAuto) isa = cpu_isa_supported();
   CF_CHECK(cpu_isa_runs(isa), ValueError, "[row_math] this CPU lacks the ", cpu_isa_name(isa),
            " tier; it runs at most ", cpu_isa_name(cpu_isa_supported()));
-#ifdef CF_ROW_TIERS
+#ifdef CF_CPU_TIERS
   if (isa == CpuIsa::kAvx512) return kAvx512Rows;
   if (isa == CpuIsa::kAvx2) return kAvx2Rows;
 #endif

@@ -1,7 +1,11 @@
 // Sparse top-k products (autograd/ops/sparse.h): float64 gradchecks with
 // repeated indices, the gathered dense formula, errors, and CUDA parity.
+#include <cstring>
+#include <random>
+
 #include "autograd/ops/sparse.h"
 #include "cuda/cuda_test_util.h"
+#include "kernels/common/cpu_isa.h"
 
 using namespace cf;
 using namespace cf::test;
@@ -77,5 +81,51 @@ void sparse_parity(const char* op, const Shape& a, const Shape& b,
 PARITY_CASE(sparse_dot) { sparse_parity("sparse_dot", {3, 9, 5}, {3, 7, 5}, sparse_dot); }
 
 PARITY_CASE(sparse_weighted_sum) { sparse_parity("sparse_weighted_sum", {3, 9, 4}, {3, 7, 6}, sparse_weighted_sum); }
+
+TEST_CASE("sparse products in float32: every CPU tier gives the baseline tier's bits, forward and backward") {
+  // Head sizes with and without a multiple of 16 (the AVX-512 dot products' blocked path and
+  // dot()'s tail), key lists with and without whole groups of 16, repeated keys, zero weights.
+  const kernels::CpuIsa before = kernels::cpu_isa();
+  std::vector<kernels::CpuIsa> tiers;
+  for (kernels::CpuIsa isa : {kernels::CpuIsa::kBaseline, kernels::CpuIsa::kAvx2, kernels::CpuIsa::kAvx512})
+    if (kernels::cpu_isa_runs(isa)) tiers.push_back(isa);
+  for (int64_t d : {1, 7, 16, 20, 32, 48}) {
+    for (int64_t kk : {1, 15, 16, 17, 33}) {
+      CAPTURE(d);
+      CAPTURE(kk);
+      const int64_t G = 3, N = 5, M = 40;
+      Generator g(uint64_t(d * 100 + kk));
+      Tensor q = randn({G, N, d}, kFloat32, g), k = randn({G, M, d}, kFloat32, g);
+      Tensor w = randn({G, N, kk}, kFloat32, g) * to(gt(rand({G, N, kk}, kFloat32, g, 0, 1), 0.2), kFloat32);  // some 0
+      Tensor idx = randint(0, M, {G, N, kk}, g);
+      q.set_requires_grad(true);
+      k.set_requires_grad(true);
+      w.set_requires_grad(true);
+      auto run = [&](kernels::CpuIsa isa) {
+        kernels::set_cpu_isa(isa);
+        for (const Tensor* t : {&q, &k, &w}) t->zero_grad();
+        Tensor s = sparse_dot(q, k, idx), o = sparse_weighted_sum(w, k, idx);
+        (sum(s * s) + sum(o * o)).backward();  // dq, dk, dw: weighted sums, dot products and scatters
+        std::vector<std::vector<float>> all;
+        for (const Tensor& t : {s, o, q.grad(), k.grad(), w.grad()}) all.push_back(t.to_vector<float>());
+        return all;
+      };
+      const auto base = run(kernels::CpuIsa::kBaseline);
+      for (kernels::CpuIsa isa : tiers) {
+        CAPTURE(kernels::cpu_isa_name(isa));
+        const auto got = run(isa);
+        for (size_t i = 0; i < got.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(got[i].size() == base[i].size());
+          CHECK(std::memcmp(got[i].data(), base[i].data(), got[i].size() * sizeof(float)) == 0);
+        }
+      }
+      // and the float32 products are the float64 ones to float32 rounding
+      Tensor s64 = sparse_dot(to(q.detach(), kFloat64), to(k.detach(), kFloat64), idx);
+      check_close(to(sparse_dot(q.detach(), k.detach(), idx), kFloat64), s64, 1e-5);
+    }
+  }
+  kernels::set_cpu_isa(before);
+}
 
 }  // TEST_SUITE
