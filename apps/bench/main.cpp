@@ -96,7 +96,8 @@ void add_common(cf::apps::Options& o, BenchOptions& b, std::string& device) {
             "threads of cf's OpenMP team and of the raw-BLAS baselines (default: the runtime's choice)");
   o.add_string("device", &device, "cpu or cuda[:i]");
   o.add_string("cpu_isa", &b.cpu_isa,
-               "CPU instruction tier of the row helpers: auto (the best this CPU runs), baseline, avx2 or avx512 "
+               "CPU instruction tier of cf's vectorised loops (softmax and attention rows, sparse products): auto "
+               "(the best this CPU runs), baseline, avx2 or avx512 "
                "(default: CF_CPU_ISA's, else auto)");
 }
 void add_precision(cf::apps::Options& o, BenchOptions& b) {

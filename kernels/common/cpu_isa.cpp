@@ -15,6 +15,7 @@ std::atomic<int> g_isa{-1};
 
 CpuIsa detect() {
 #if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();  // (needed only before constructors run; harmless after)
   // __builtin_cpu_supports reports a feature only when the OS saves its registers (XCR0).
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
@@ -62,7 +63,7 @@ CpuIsa cpu_isa() {
   int v = g_isa.load();
   if (v < 0) {
     const char* env = std::getenv("CF_CPU_ISA");
-    v = int(resolve(parse_cpu_isa(env ? env : "auto", "CF_CPU_ISA"), "CF_CPU_ISA"));
+    v = int(resolve(parse_cpu_isa(env && *env ? env : "auto", "CF_CPU_ISA"), "CF_CPU_ISA"));
     int expected = -1;
     g_isa.compare_exchange_strong(expected, v);  // a set_cpu_isa in between wins
     v = g_isa.load();

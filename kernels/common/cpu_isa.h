@@ -3,18 +3,23 @@
 //
 // libcf is built for plain x86-64 (SSE2), so that one build runs on any x86-64 CPU. The few loops
 // where the vector width decides the speed (kernels/common/row_math.cpp: the exp, maximum, sum and
-// softmax-gradient rows of softmax and of every fused attention kernel) are compiled three times,
-// with function target attributes, and the tier this CPU runs is chosen at run time:
+// softmax-gradient rows of softmax and of every fused attention kernel; kernels/sparse/
+// sparse_cpu.cpp: improved clustered attention's sparse products) are compiled three times, with
+// function target attributes, and the tier this CPU runs is chosen at run time:
 //   baseline  SSE2 (every x86-64 CPU; the only tier elsewhere)
-//   avx2      AVX2 (Haswell, Zen 1 and later)
-//   avx512    AVX-512 F, VL, BW, DQ (Skylake-SP, Ice Lake, Sapphire Rapids, Zen 4 and later)
+//   avx2      AVX2 (Intel from Haswell, AMD from Zen 1)
+//   avx512    AVX-512 F, VL, BW, DQ (Intel server CPUs from Skylake-SP, Ice Lake and Tiger Lake
+//             laptops, AMD from Zen 4; not Intel's Alder Lake and later desktop parts)
 // Every tier computes the same operations in the same order (no FMA contraction in those files,
-// fixed partial sums), so all of them give the same bits: the tier changes the speed only.
+// fixed partial sums), so all of them give the same bits: the tier changes the speed only. Two
+// exceptions that no kernel output shows: which NaN a NaN result is (its sign and payload follow
+// the operand order of a vector add), and the sign of a zero maximum (max_row of a row whose
+// largest entries are +0 and -0).
 //
 // The tier in use is the best one the CPU (and the OS, for the AVX-512 register state) supports,
-// unless CF_CPU_ISA (auto|baseline|avx2|avx512) or set_cpu_isa asks for another: benchmarks time
-// the tiers against each other in one run (cf-bench elementwise / attention --cpu-isa), tests
-// compare their bits. Asking for a tier this CPU lacks is a ValueError.
+// unless CF_CPU_ISA (auto|baseline|avx2|avx512; empty means auto) or set_cpu_isa asks for another.
+// `cf-bench cpu-isa` times the tiers against each other in one run, `--cpu-isa` forces one in any
+// cf-bench run, tests compare their bits. Asking for a tier this CPU lacks is a ValueError.
 #include <string>
 
 // Function attributes for the tiers' copies of a loop: the body must be inlined into the

@@ -122,7 +122,8 @@ CF_ROW_INLINE void softmax_grad_row(const T* p, T* dp, int64_t n, T D) {
 }
 
 // The float rows of one instruction tier (row_math.cpp). Each entry computes exactly what the
-// function of the same name above computes.
+// function of the same name above computes (up to which NaN a NaN is and the sign of a zero
+// maximum: cpu_isa.h).
 struct RowMath {
   CpuIsa isa;
   void (*exp_shifted)(const float* x, float* y, int64_t n, float shift);

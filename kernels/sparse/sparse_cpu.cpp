@@ -143,8 +143,9 @@ CF_TARGET_AVX2 void dot_avx2(const SparseArgs<float>& s, int64_t b, int64_t e) {
 // its keys at a time, each dot product as 16 partial sums in a register (lane l: the terms
 // j = l mod 16, added in order from 0, as dot() does), then the 16 registers folded together in
 // dot()'s tree: p[l] += p[l + 8] (128-bit quarters), p[l] += p[l + 4] (quarters), then
-// (p0 + p2) + (p1 + p3) (within quarters), each step on two registers at once, so 15 adds finish
-// 16 dot products where dot() needs 4 lane extractions per product. The same sums in the same
+// (p0 + p2) + (p1 + p3) (within quarters), each step on two registers at once, so 16 adds (the
+// last one dot()'s + 0 for its empty tail) finish 16 dot products where dot() needs 4 lane
+// extractions per product. The same sums in the same
 // order as dot(): the same bits (tests/ops/test_sparse.cpp compares the tiers). The folds leave
 // the products in the order t = 0, 4, 8, 12, 1, 5, ... (a 4 x 4 transpose), undone by one permute.
 // (maskz forms throughout: GCC 12 warns that the plain forms' undefined pass-through is uninitialised.)

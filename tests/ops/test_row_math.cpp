@@ -137,6 +137,30 @@ TEST_CASE("row helpers: every tier this CPU runs gives the baseline tier's bits,
       }
     }
   }
+  // A NaN in the same vector lane as the maximum, one register width (8, 16, 32 floats) or two
+  // later, must not hide it: x > m ? x : m skips NaN in every lane and order.
+  for (CpuIsa isa : tiers_run_here()) {
+    const kernels::RowMath& rm = kernels::row_math(isa);
+    for (int64_t n : {40, 100}) {
+      for (int64_t p = 0; p < 8; ++p) {
+        for (int64_t w : {4, 8, 16, 32, 64}) {
+          if (p + w >= n) continue;
+          std::vector<float> row(static_cast<size_t>(n), -1.0f);
+          row[size_t(p)] = 5.0f;
+          row[size_t(p + w)] = NAN;
+          CAPTURE(kernels::cpu_isa_name(isa));
+          CAPTURE(n);
+          CAPTURE(p);
+          CAPTURE(w);
+          CHECK(rm.max_row(row.data(), n, -INFINITY) == 5.0f);
+          row[size_t(p)] = -1.0f;  // and a NaN before the maximum
+          row[size_t(p + w)] = 5.0f;
+          row[size_t(p)] = NAN;
+          CHECK(rm.max_row(row.data(), n, -INFINITY) == 5.0f);
+        }
+      }
+    }
+  }
   // The sum keeps double partials: float32 rounding of 2^24 + 1 ones would lose the last one.
   std::vector<float> ones((size_t(1) << 24) + 8, 1.0f);
   for (CpuIsa isa : tiers_run_here())

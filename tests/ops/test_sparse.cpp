@@ -1,5 +1,6 @@
 // Sparse top-k products (autograd/ops/sparse.h): float64 gradchecks with
 // repeated indices, the gathered dense formula, errors, and CUDA parity.
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -85,11 +86,14 @@ PARITY_CASE(sparse_weighted_sum) { sparse_parity("sparse_weighted_sum", {3, 9, 4
 TEST_CASE("sparse products in float32: every CPU tier gives the baseline tier's bits, forward and backward") {
   // Head sizes with and without a multiple of 16 (the AVX-512 dot products' blocked path and
   // dot()'s tail), key lists with and without whole groups of 16, repeated keys, zero weights.
-  const kernels::CpuIsa before = kernels::cpu_isa();
+  struct Restore {
+    kernels::CpuIsa before = kernels::cpu_isa();
+    ~Restore() { kernels::set_cpu_isa(before); }
+  } restore;
   std::vector<kernels::CpuIsa> tiers;
   for (kernels::CpuIsa isa : {kernels::CpuIsa::kBaseline, kernels::CpuIsa::kAvx2, kernels::CpuIsa::kAvx512})
     if (kernels::cpu_isa_runs(isa)) tiers.push_back(isa);
-  for (int64_t d : {1, 7, 16, 20, 32, 48}) {
+  for (int64_t d : {1, 7, 8, 16, 20, 24, 32, 40, 48}) {
     for (int64_t kk : {1, 15, 16, 17, 33}) {
       CAPTURE(d);
       CAPTURE(kk);
@@ -98,6 +102,13 @@ TEST_CASE("sparse products in float32: every CPU tier gives the baseline tier's 
       Tensor q = randn({G, N, d}, kFloat32, g), k = randn({G, M, d}, kFloat32, g);
       Tensor w = randn({G, N, kk}, kFloat32, g) * to(gt(rand({G, N, kk}, kFloat32, g, 0, 1), 0.2), kFloat32);  // some 0
       Tensor idx = randint(0, M, {G, N, kk}, g);
+      // A query row of zeros (group 1, query 2) against negative keys: every product is -0, and
+      // the sum must come out +0 in every tier, as dot()'s + 0 for its empty tail makes it.
+      std::vector<float> qv = q.to_vector<float>(), kv = k.to_vector<float>();
+      for (int64_t j = 0; j < d; ++j) qv[size_t((1 * N + 2) * d + j)] = 0.0f;
+      for (float& x : kv) x = -std::fabs(x) - 0.5f;
+      q = Tensor::from_vector(qv, {G, N, d});
+      k = Tensor::from_vector(kv, {G, M, d});
       q.set_requires_grad(true);
       k.set_requires_grad(true);
       w.set_requires_grad(true);
@@ -123,9 +134,10 @@ TEST_CASE("sparse products in float32: every CPU tier gives the baseline tier's 
       // and the float32 products are the float64 ones to float32 rounding
       Tensor s64 = sparse_dot(to(q.detach(), kFloat64), to(k.detach(), kFloat64), idx);
       check_close(to(sparse_dot(q.detach(), k.detach(), idx), kFloat64), s64, 1e-5);
+      for (float x : sparse_dot(q.detach(), k.detach(), idx).to_vector<float>())
+        CHECK_FALSE((x == 0.0f && std::signbit(x)));  // the zero row's sums are +0
     }
   }
-  kernels::set_cpu_isa(before);
 }
 
 }  // TEST_SUITE
