@@ -353,23 +353,42 @@ void gather_rows(const T* X, int64_t D, const int64_t* pos, int64_t n, T* G) {
 // padded key, causal by original position), own score -> self_score under
 // self_mask (the Reformer rule: weight 0 beside any allowed key, 1 alone). Sets
 // self[r * nc + c] for the entries that got self_score (their score has no gradient).
+// What a column allows is worked out once per tile (lim, own: mask_row in row_math.h), so
+// each row is two compares and two selects per entry, in the CPU tier in use.
 template <typename T>
-void mask_scores(T* S, const int64_t* qpos, int64_t nr, const int64_t* jpos, int64_t nc, const bool* pad,
-                 bool causal, bool self_mask, double self_score, char* self) {
+void mask_scores(const RowMath& rm, T* S, const int64_t* qpos, int64_t nr, const int64_t* jpos, int64_t nc,
+                 const bool* pad, bool causal, bool self_mask, double self_score, char* self) {
   const T ninf = -std::numeric_limits<T>::infinity();
-  for (int64_t r = 0; r < nr; ++r) {
-    const int64_t i = qpos[r];
-    for (int64_t c = 0; c < nc; ++c) {
-      const int64_t j = jpos[c];
-      const bool no = i < 0 || j < 0 || (pad && pad[j]) || (causal && j > i);
-      const bool own = !no && self_mask && j == i;
-      if (self) self[r * nc + c] = own;
-      if (no)
-        S[r * nc + c] = ninf;
-      else if (own)
-        S[r * nc + c] = T(self_score);
-    }
+  thread_local std::vector<int64_t> cols;
+  cols.resize(size_t(2 * nc));
+  int64_t* lim = cols.data();  // a query at i sees key column c iff lim[c] <= i
+  int64_t* own = lim + nc;     // the query at own[c] gets self_score there (-1: nobody)
+  for (int64_t c = 0; c < nc; ++c) {
+    const int64_t j = jpos[c];
+    const bool blocked = j < 0 || (pad && pad[j]);
+    lim[c] = blocked ? std::numeric_limits<int64_t>::max() : causal ? j : std::numeric_limits<int64_t>::min();
+    own[c] = !blocked && self_mask ? j : -1;
   }
+  for (int64_t r = 0; r < nr; ++r) {
+    T* Sr = S + r * nc;
+    char* selfr = self ? self + r * nc : nullptr;
+    if (qpos[r] < 0) {  // an empty query slot sees nothing
+      std::fill(Sr, Sr + nc, ninf);
+      if (selfr) std::fill(selfr, selfr + nc, char(0));
+      continue;
+    }
+    mask_row(rm, Sr, lim, own, nc, qpos[r], T(self_score), selfr);
+  }
+}
+
+// dS of one row of a masked tile (softmax_grad_row), 0 where self marks a self-masked entry: a
+// constant score passes no gradient (self may be null: none).
+template <typename T>
+void softmax_grad_masked_row(const RowMath& rm, const T* p, T* dp, int64_t n, T D, const char* self) {
+  softmax_grad_row(rm, p, dp, n, D);
+  if (self)
+    for (int64_t c = 0; c < n; ++c)
+      if (self[c]) dp[c] = T(0);
 }
 
 // Softmax of each row of a masked (nr x nc) score tile, in place, and the row's
@@ -443,7 +462,7 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
         gather_rows(V + bh * d.N * d.Dv, d.Dv, s.jpos.data(), d.W, s.Vg.data());
         T* S = s.S.data();
         gemm(false, true, d.w, d.W, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.W);
-        mask_scores(S, qpos, d.w, s.jpos.data(), d.W, pad ? pad + b * d.N : nullptr, p.causal, p.self_mask,
+        mask_scores(rm, S, qpos, d.w, s.jpos.data(), d.W, pad ? pad + b * d.N : nullptr, p.causal, p.self_mask,
                     p.self_score, static_cast<char*>(nullptr));
         softmax_rows(rm, S, d.w, d.W, s.Lr.data());
         gemm(false, false, d.w, d.Dv, d.W, T(1), S, d.W, s.Vg.data(), d.Dv, T(0), s.Og.data(), d.Dv);
@@ -533,21 +552,16 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
           T* S = s.S.data();
           T* dP = s.dP.data();
           gemm(false, true, d.w, d.W, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.W);
-          mask_scores(S, qpos, d.w, s.jpos.data(), d.W, pad ? pad + b * d.N : nullptr, p.causal, p.self_mask,
+          mask_scores(rm, S, qpos, d.w, s.jpos.data(), d.W, pad ? pad + b * d.N : nullptr, p.causal, p.self_mask,
                       p.self_score, s.self.data());
           probs_from_lse(rm, S, d.w, d.W, s.Lr.data());
           T* cb = contrib.data() + it * d.W * Dkv;
           // dV window = P^T dO  (into the dV columns of the contribution rows)
           gemm(true, false, d.W, d.Dv, d.w, T(1), S, d.W, s.dOg.data(), d.Dv, T(0), cb + d.Dk, Dkv);
           gemm(false, true, d.w, d.W, d.Dv, T(1), s.dOg.data(), d.Dv, s.Vg.data(), d.Dv, T(0), dP, d.W);
-          for (int64_t r = 0; r < d.w; ++r) {
-            const T Di = s.Dr[size_t(r)];
-            for (int64_t c2 = 0; c2 < d.W; ++c2) {
-              const int64_t e = r * d.W + c2;
-              // A self-masked score is a constant: no gradient through it.
-              dP[e] = s.self[size_t(e)] ? T(0) : softmax_grad(S[e], dP[e], Di);
-            }
-          }
+          for (int64_t r = 0; r < d.w; ++r)
+            softmax_grad_masked_row(rm, S + r * d.W, dP + r * d.W, d.W, s.Dr[size_t(r)],
+                                    p.self_mask ? s.self.data() + r * d.W : nullptr);
           gemm(false, false, d.w, d.Dk, d.W, T(p.scale), dP, d.W, s.Kg.data(), d.Dk, T(0), s.G.data(), d.Dk);
           for (int64_t r = 0; r < d.w; ++r) {
             if (qpos[r] < 0) continue;
@@ -640,7 +654,7 @@ void routed_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
         gather_rows(V + bh * d.N * d.Dv, d.Dv, s.kpos.data(), d.wk, s.Vg.data());
         T* S = s.S.data();
         gemm(false, true, d.wq, d.wk, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.wk);
-        mask_scores(S, s.qpos.data(), d.wq, s.kpos.data(), d.wk, pad ? pad + b * d.N : nullptr, p.causal, false,
+        mask_scores(rm, S, s.qpos.data(), d.wq, s.kpos.data(), d.wk, pad ? pad + b * d.N : nullptr, p.causal, false,
                     0.0, static_cast<char*>(nullptr));
         softmax_rows(rm, S, d.wq, d.wk, s.Lr.data());
         const int64_t row0 = bh * d.C * d.wq + c * d.wq;  // this list's first slot row
@@ -709,7 +723,7 @@ void routed_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, co
         T* S = s.S.data();
         T* dP = s.dP.data();
         gemm(false, true, d.wq, d.wk, d.Dk, T(p.scale), s.Qg.data(), d.Dk, s.Kg.data(), d.Dk, T(0), S, d.wk);
-        mask_scores(S, qpos, d.wq, s.kpos.data(), d.wk, pad ? pad + b * d.N : nullptr, p.causal, false, 0.0,
+        mask_scores(rm, S, qpos, d.wq, s.kpos.data(), d.wk, pad ? pad + b * d.N : nullptr, p.causal, false, 0.0,
                     static_cast<char*>(nullptr));
         probs_from_lse(rm, S, d.wq, d.wk, s.Lr.data());
         // dV = P^T dO, dP = dO V^T, dS = P (dP - D), dQ = scale dS K, dK = scale dS^T Q.
@@ -909,8 +923,8 @@ void scatter_slots_typed(const Tensor& src, const Tensor& table, int64_t R, int6
 // The blocks of the (B, Ho, n, w, W) scores: f(g, S of block g (w x W), its slots' positions (the first w:
 // its queries), the self flags of its entries), after masking them (mask_scores).
 template <typename T, typename F>
-void for_block_rows(const Tensor& scores, const Tensor& table, const Tensor& kpm, const BlockRows& br, int64_t N,
-                    F&& f) {
+void for_block_rows(const RowMath& rm, const Tensor& scores, const Tensor& table, const Tensor& kpm,
+                    const BlockRows& br, int64_t N, F&& f) {
   const SlotTable tb(table, N);
   const int64_t w = scores.shape()[3], W = scores.shape()[4];
   T* S = scores.data<T>();
@@ -924,7 +938,7 @@ void for_block_rows(const Tensor& scores, const Tensor& table, const Tensor& kpm
       const int64_t* row = tb.at(g);
       for (int64_t u = 0; u < W; ++u) jpos[size_t(u)] = tb.pos(row, u);  // the first w: the query slots
       T* Sg = S + g * w * W;
-      mask_scores(Sg, jpos.data(), w, jpos.data(), W, pad ? pad + b * N : nullptr, br.causal, br.self_mask,
+      mask_scores(rm, Sg, jpos.data(), w, jpos.data(), W, pad ? pad + b * N : nullptr, br.causal, br.self_mask,
                   br.self_score, self.data());
       f(g, Sg, jpos.data(), self.data());
     }
@@ -939,7 +953,7 @@ void block_rows_softmax_typed(const Tensor& scores, const Tensor& table, const T
   const int64_t n = scores.shape()[2];
   const int64_t ls0 = lse.strides()[0], ls1 = lse.strides()[1], ls2 = lse.strides()[2];
   T* L = lse.data<T>();
-  for_block_rows<T>(scores, table, kpm, br, N, [&](int64_t g, T* Sg, const int64_t* qpos, const char*) {
+  for_block_rows<T>(rm, scores, table, kpm, br, N, [&](int64_t g, T* Sg, const int64_t* qpos, const char*) {
     const int64_t bh = g / n, b = bh / Ho, h = bh % Ho;
     thread_local std::vector<T> Lr;
     Lr.resize(static_cast<size_t>(w));
@@ -961,7 +975,7 @@ void block_rows_grad_typed(const Tensor& scores, const Tensor& dp, const Tensor&
   T* dP = dp.data<T>();
   const T ninf = -std::numeric_limits<T>::infinity();
   T* S0 = scores.data<T>();
-  for_block_rows<T>(scores, table, kpm, br, N, [&](int64_t g, T* Sg, const int64_t* qpos, const char* self) {
+  for_block_rows<T>(rm, scores, table, kpm, br, N, [&](int64_t g, T* Sg, const int64_t* qpos, const char* self) {
     const int64_t bh = g / n, b = bh / Ho, h = bh % Ho;
     T* dPg = dP + (Sg - S0);
     for (int64_t r = 0; r < w; ++r) {
@@ -969,10 +983,7 @@ void block_rows_grad_typed(const Tensor& scores, const Tensor& dp, const Tensor&
       const T li = i < 0 ? ninf : L[b * ls0 + h * ls1 + i * ls2];
       const T Di = Dd[g * w + r];
       probs_from_lse(rm, Sg + r * W, 1, W, &li);
-      for (int64_t c = 0; c < W; ++c) {
-        const int64_t e = r * W + c;
-        dPg[e] = self[e] ? T(0) : softmax_grad(Sg[e], dPg[e], Di);
-      }
+      softmax_grad_masked_row(rm, Sg + r * W, dPg + r * W, W, Di, br.self_mask ? self + r * W : nullptr);
     }
   });
 }

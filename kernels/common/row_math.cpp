@@ -22,12 +22,19 @@ void exp_baseline(const float* x, float* y, int64_t n, float shift) { exp_shifte
 float max_baseline(const float* x, int64_t n, float init) { return max_row<float>(x, n, init); }
 double sum_baseline(const float* x, int64_t n) { return sum_row(x, n); }
 void grad_baseline(const float* p, float* dp, int64_t n, float D) { softmax_grad_row<float>(p, dp, n, D); }
+void mask_baseline(float* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i, float ss, char* self) {
+  mask_row<float>(s, lim, own, n, i, ss, self);
+}
 
 #ifdef CF_CPU_TIERS
 CF_TARGET_AVX2 void exp_avx2(const float* x, float* y, int64_t n, float shift) { exp_shifted(x, y, n, shift); }
 CF_TARGET_AVX2 double sum_avx2(const float* x, int64_t n) { return sum_row(x, n); }
 CF_TARGET_AVX2 void grad_avx2(const float* p, float* dp, int64_t n, float D) {
   softmax_grad_row<float>(p, dp, n, D);
+}
+CF_TARGET_AVX2 void mask_avx2(float* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i, float ss,
+                           char* self) {
+  mask_row<float>(s, lim, own, n, i, ss, self);
 }
 CF_TARGET_AVX2 float max_avx2(const float* x, int64_t n, float init) {
   __m256 m0 = _mm256_set1_ps(init), m1 = m0;
@@ -50,6 +57,10 @@ CF_TARGET_AVX512 double sum_avx512(const float* x, int64_t n) { return sum_row(x
 CF_TARGET_AVX512 void grad_avx512(const float* p, float* dp, int64_t n, float D) {
   softmax_grad_row<float>(p, dp, n, D);
 }
+CF_TARGET_AVX512 void mask_avx512(float* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i, float ss,
+                           char* self) {
+  mask_row<float>(s, lim, own, n, i, ss, self);
+}
 CF_TARGET_AVX512 float max_avx512(const float* x, int64_t n, float init) {
   __m512 m0 = _mm512_set1_ps(init), m1 = m0;
   int64_t k = 0;
@@ -68,10 +79,12 @@ CF_TARGET_AVX512 float max_avx512(const float* x, int64_t n, float init) {
 }
 #endif
 
-const RowMath kBaselineRows{CpuIsa::kBaseline, exp_baseline, max_baseline, sum_baseline, grad_baseline};
+const RowMath kBaselineRows{CpuIsa::kBaseline, exp_baseline, max_baseline, sum_baseline, grad_baseline,
+                               mask_baseline};
 #ifdef CF_CPU_TIERS
-const RowMath kAvx2Rows{CpuIsa::kAvx2, exp_avx2, max_avx2, sum_avx2, grad_avx2};
-const RowMath kAvx512Rows{CpuIsa::kAvx512, exp_avx512, max_avx512, sum_avx512, grad_avx512};
+const RowMath kAvx2Rows{CpuIsa::kAvx2, exp_avx2, max_avx2, sum_avx2, grad_avx2, mask_avx2};
+const RowMath kAvx512Rows{CpuIsa::kAvx512, exp_avx512, max_avx512, sum_avx512, grad_avx512,
+                            mask_avx512};
 #endif
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "kernels/attention/softmax_grad.h"
 #include "kernels/common/cpu_isa.h"
@@ -121,6 +122,23 @@ CF_ROW_INLINE void softmax_grad_row(const T* p, T* dp, int64_t n, T D) {
   for (int64_t k = 0; k < n; ++k) dp[k] = softmax_grad(p[k], dp[k], D);
 }
 
+// One row of a masked attention score tile (mask_scores in kernels/attention/attention_cpu.cpp),
+// for the query at position i >= 0: s[c] = -inf where lim[c] > i (a key it may not see: an empty
+// slot, padding, or a later position under causal masking), self_score where own[c] == i (its own
+// key under the Reformer rule; own[c] < 0 when that rule is off), s[c] otherwise; self[c] =
+// (own[c] == i) when self is given. Selects and 64-bit compares only: the same bits in every tier.
+template <typename T>
+CF_ROW_INLINE void mask_row(T* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i, T self_score,
+                            char* self) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t c = 0; c < n; ++c) {
+    const T v = own[c] == i ? self_score : s[c];
+    s[c] = lim[c] > i ? ninf : v;
+  }
+  if (self)
+    for (int64_t c = 0; c < n; ++c) self[c] = char(own[c] == i);
+}
+
 // The float rows of one instruction tier (row_math.cpp). Each entry computes exactly what the
 // function of the same name above computes (up to which NaN a NaN is and the sign of a zero
 // maximum: cpu_isa.h).
@@ -130,6 +148,8 @@ struct RowMath {
   float (*max_row)(const float* x, int64_t n, float init);
   double (*sum_row)(const float* x, int64_t n);
   void (*softmax_grad_row)(const float* p, float* dp, int64_t n, float D);
+  void (*mask_row)(float* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i, float self_score,
+                   char* self);
 };
 
 // The table of the tier in use (cpu_isa()); ValueError on a bad CF_CPU_ISA.
@@ -153,6 +173,14 @@ inline void softmax_grad_row(const RowMath& rm, const float* p, float* dp, int64
 }
 inline void softmax_grad_row(const RowMath&, const double* p, double* dp, int64_t n, double D) {
   softmax_grad_row<double>(p, dp, n, D);
+}
+inline void mask_row(const RowMath& rm, float* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i,
+                     float self_score, char* self) {
+  rm.mask_row(s, lim, own, n, i, self_score, self);
+}
+inline void mask_row(const RowMath&, double* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i,
+                     double self_score, char* self) {
+  mask_row<double>(s, lim, own, n, i, self_score, self);
 }
 
 }  // namespace cf::kernels

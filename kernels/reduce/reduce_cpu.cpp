@@ -103,14 +103,28 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
   const int64_t n_out = numel_of(s.kept_sizes), n_red = s.red_numel;
   const int nk = int(s.kept_sizes.size());
   const int64_t x_off = x.offset();
-  // Offset in x of the first element reduced into output oi.
-  auto base_of = [&](int64_t oi) {
+  // Offset in x of the first element reduced into output oi; idx (when given) gets oi's kept indices.
+  auto base_of = [&](int64_t oi, int64_t* idx = nullptr) {
     int64_t base = x_off, rem = oi;
     for (int d = nk - 1; d >= 0; --d) {
-      base += (rem % s.kept_sizes[size_t(d)]) * s.kept_strides[size_t(d)];
+      const int64_t i = rem % s.kept_sizes[size_t(d)];
+      if (idx) idx[d] = i;
+      base += i * s.kept_strides[size_t(d)];
       rem /= s.kept_sizes[size_t(d)];
     }
     return base;
+  };
+  // The next output's base from this one's (kept indices as an odometer): no divisions per output,
+  // which cost more than a short reduced row itself (a max over 8 values per output, LSH's hash).
+  auto advance = [&](int64_t* idx, int64_t& base) {
+    for (int d = nk - 1; d >= 0; --d) {
+      if (++idx[d] < s.kept_sizes[size_t(d)]) {
+        base += s.kept_strides[size_t(d)];
+        return;
+      }
+      base -= s.kept_strides[size_t(d)] * (s.kept_sizes[size_t(d)] - 1);
+      idx[d] = 0;
+    }
   };
 
   // Few outputs over a large region (a whole-tensor sum): parallelise inside the region.
@@ -145,8 +159,9 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
 
   parallel_for(n_out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n_red, 1)),
                [&](int64_t b, int64_t e) {
-    for (int64_t oi = b; oi < e; ++oi) {
-      const int64_t base = base_of(oi);
+    int64_t idx[kMaxDims];
+    int64_t base = base_of(b, idx);
+    for (int64_t oi = b; oi < e; advance(idx, base), ++oi) {
       switch (op) {
         case ReduceOp::Sum:
         case ReduceOp::Mean: {

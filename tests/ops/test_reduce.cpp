@@ -108,6 +108,52 @@ TEST_CASE("a large reduction runs in parallel and matches the serial sum") {
   check_close(sum(x, {0}), cols, 1e-9);
 }
 
+TEST_CASE("short reductions over many outputs of a strided view, split over threads, match a naive loop") {
+  // Each thread's chunk of outputs starts inside the kept axes' index space, and the offsets of the
+  // outputs after it are stepped, not recomputed: a wrong step shows up here.
+  Generator gen(9);
+  const Tensor base = randn({6, 4, 61, 47}, kFloat32, gen);
+  const Tensor x = permute(base, {2, 0, 3, 1});  // (61, 6, 47, 4), reduced over its last axis (stride 2867)
+  const std::vector<float> v = base.to_vector<float>();
+  std::vector<float> want_max, want_min;
+  std::vector<int64_t> want_imax;
+  std::vector<double> want_sum;
+  for (int64_t a = 0; a < 61; ++a)  // 17,202 outputs of 4: two chunks at least (kParallelGrain)
+    for (int64_t b = 0; b < 6; ++b)
+      for (int64_t c = 0; c < 47; ++c) {
+        float mx = 0, mn = 0;
+        int64_t imax = 0;
+        double s = 0;
+        for (int64_t d = 0; d < 4; ++d) {
+          const float e = v[size_t(((b * 4 + d) * 61 + a) * 47 + c)];
+          if (d == 0 || e > mx) { mx = e; imax = d; }
+          if (d == 0 || e < mn) mn = e;
+          s += double(e);
+        }
+        want_max.push_back(mx);
+        want_min.push_back(mn);
+        want_imax.push_back(imax);
+        want_sum.push_back(s);
+      }
+#ifdef _OPENMP
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+#else
+  for (int threads : {1}) {
+#endif
+    CAPTURE(threads);
+    const ValuesIndices m = max(x, -1);
+    CHECK(m.values.to_vector<float>() == want_max);
+    CHECK(m.indices.to_vector<int64_t>() == want_imax);
+    CHECK(min(x, -1).values.to_vector<float>() == want_min);
+    check_close(sum(x, {-1}), want_sum, 1e-6);
+  }
+#ifdef _OPENMP
+  omp_set_num_threads(threads_before);
+#endif
+}
+
 TEST_CASE("a whole-tensor sum splits the region over threads, same bits at any thread count") {
   Generator gen(8);
   Tensor x = rand({300, 700}, kFloat64, gen);  // 210000 elements: the chunked path

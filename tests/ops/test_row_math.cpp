@@ -162,6 +162,46 @@ TEST_CASE("row helpers: every tier this CPU runs gives the baseline tier's bits,
       }
     }
   }
+  // The mask of a score row: -inf where lim > i, self_score where own == i, the score otherwise
+  // (the column forms mask_scores builds: always blocked, never blocked, causal, own key, none).
+  for (CpuIsa isa : tiers_run_here()) {
+    const kernels::RowMath& rm = kernels::row_math(isa);
+    for (int64_t n : {0, 1, 7, 8, 9, 16, 17, 33, 64, 100}) {
+      CAPTURE(kernels::cpu_isa_name(isa));
+      CAPTURE(n);
+      std::mt19937 rng(uint32_t(n) + 5);
+      std::vector<int64_t> lim(static_cast<size_t>(n)), own(static_cast<size_t>(n));
+      for (int64_t c = 0; c < n; ++c) {
+        const uint32_t pick = rng() % 4;
+        const int64_t j = int64_t(rng() % 12);
+        lim[size_t(c)] = pick == 0   ? std::numeric_limits<int64_t>::max()
+                         : pick == 1 ? std::numeric_limits<int64_t>::min()
+                                     : j;
+        own[size_t(c)] = pick == 0 ? -1 : j;
+      }
+      for (int64_t i : {0, 3, 5, 11}) {
+        CAPTURE(i);
+        const std::vector<float> x = row_values(n, uint32_t(i) + 1);
+        std::vector<float> y = x, y0 = x, want = x;
+        std::vector<char> self(static_cast<size_t>(n), 7), self0(static_cast<size_t>(n), 7);
+        rm.mask_row(y.data(), lim.data(), own.data(), n, i, -1e5f, self.data());
+        base.mask_row(y0.data(), lim.data(), own.data(), n, i, -1e5f, self0.data());
+        for (int64_t c = 0; c < n; ++c) {
+          if (lim[size_t(c)] > i)
+            want[size_t(c)] = -INFINITY;
+          else if (own[size_t(c)] == i)
+            want[size_t(c)] = -1e5f;
+          CHECK(self[size_t(c)] == char(own[size_t(c)] == i));
+        }
+        CHECK(same_bits(y, y0));
+        CHECK(same_bits(y, want));
+        CHECK(self == self0);
+        std::vector<float> y1 = x;  // without the self flags
+        rm.mask_row(y1.data(), lim.data(), own.data(), n, i, -1e5f, nullptr);
+        CHECK(same_bits(y1, want));
+      }
+    }
+  }
   // The sum keeps double partials: float32 rounding of 2^24 + 1 ones would lose the last one.
   std::vector<float> ones((size_t(1) << 24) + 8, 1.0f);
   for (CpuIsa isa : tiers_run_here())
@@ -207,6 +247,13 @@ TEST_CASE("row helpers' tiers through the kernels: softmax and flash, block and 
     BlockAttentionResult br = block_attention(q, k, v, members, kpm, bo);
     sum(br.out * w).backward();
     outs.insert(outs.end(), {br.out, br.lse, q.grad(), k.grad(), v.grad()});
+    // causal by position and the Reformer's own-key rule (keys shared with the queries)
+    for (const Tensor* t : {&q, &v}) t->zero_grad();
+    bo.causal = true;
+    bo.self_mask = true;
+    BlockAttentionResult bs = block_attention(q, q, v, members, kpm, bo);
+    sum(bs.out * w).backward();
+    outs.insert(outs.end(), {bs.out, bs.lse, q.grad(), v.grad()});
     for (const Tensor* t : {&q, &k, &v}) t->zero_grad();
     Tensor ro = routed_attention(q, k, v, rm_lists, rm_lists, kpm);
     sum(ro * w).backward();
