@@ -25,6 +25,9 @@ void grad_baseline(const float* p, float* dp, int64_t n, float D) { softmax_grad
 void mask_baseline(float* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i, float ss, char* self) {
   mask_row<float>(s, lim, own, n, i, ss, self);
 }
+void dropout_baseline(const float* x, float* out, int64_t n, uint64_t seed, uint64_t c0, uint64_t t, float scale) {
+  dropout_row<float>(x, out, n, seed, c0, t, scale);
+}
 
 #ifdef CF_CPU_TIERS
 CF_TARGET_AVX2 void exp_avx2(const float* x, float* y, int64_t n, float shift) { exp_shifted(x, y, n, shift); }
@@ -35,6 +38,10 @@ CF_TARGET_AVX2 void grad_avx2(const float* p, float* dp, int64_t n, float D) {
 CF_TARGET_AVX2 void mask_avx2(float* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i, float ss,
                            char* self) {
   mask_row<float>(s, lim, own, n, i, ss, self);
+}
+CF_TARGET_AVX2 void dropout_avx2(const float* x, float* out, int64_t n, uint64_t seed, uint64_t c0, uint64_t t,
+                              float scale) {
+  dropout_row<float>(x, out, n, seed, c0, t, scale);
 }
 CF_TARGET_AVX2 float max_avx2(const float* x, int64_t n, float init) {
   __m256 m0 = _mm256_set1_ps(init), m1 = m0;
@@ -61,6 +68,10 @@ CF_TARGET_AVX512 void mask_avx512(float* s, const int64_t* lim, const int64_t* o
                            char* self) {
   mask_row<float>(s, lim, own, n, i, ss, self);
 }
+CF_TARGET_AVX512 void dropout_avx512(const float* x, float* out, int64_t n, uint64_t seed, uint64_t c0, uint64_t t,
+                              float scale) {
+  dropout_row<float>(x, out, n, seed, c0, t, scale);
+}
 CF_TARGET_AVX512 float max_avx512(const float* x, int64_t n, float init) {
   __m512 m0 = _mm512_set1_ps(init), m1 = m0;
   int64_t k = 0;
@@ -80,11 +91,12 @@ CF_TARGET_AVX512 float max_avx512(const float* x, int64_t n, float init) {
 #endif
 
 const RowMath kBaselineRows{CpuIsa::kBaseline, exp_baseline, max_baseline, sum_baseline, grad_baseline,
-                               mask_baseline};
+                               mask_baseline, dropout_baseline};
 #ifdef CF_CPU_TIERS
-const RowMath kAvx2Rows{CpuIsa::kAvx2, exp_avx2, max_avx2, sum_avx2, grad_avx2, mask_avx2};
+const RowMath kAvx2Rows{CpuIsa::kAvx2, exp_avx2, max_avx2, sum_avx2, grad_avx2, mask_avx2,
+                        dropout_avx2};
 const RowMath kAvx512Rows{CpuIsa::kAvx512, exp_avx512, max_avx512, sum_avx512, grad_avx512,
-                            mask_avx512};
+                            mask_avx512, dropout_avx512};
 #endif
 
 }  // namespace

@@ -1,5 +1,5 @@
-#include "core/rng.h"
 #include "kernels/common/parallel.h"
+#include "kernels/common/row_math.h"
 #include "kernels/common/upcast.h"
 #include "kernels/dropout/dropout.h"
 
@@ -8,13 +8,12 @@ namespace cf::kernels {
 namespace {
 template <typename T>
 void dropout_typed(const T* x, T* out, int64_t n, const DropoutParams& p) {
+  const RowMath& rm = row_math();
   const T scale = T(1.0 / (1.0 - p.p));
+  const uint64_t threshold = dropout_threshold(p.p);
   // Philox costs ~10 multiply rounds per element: parallelise earlier than plain maps.
   parallel_for(n, kParallelGrain / 8, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      PhiloxOut r = philox4x32_10(p.seed, p.counter0 + uint64_t(i));
-      out[i] = philox_uniform_d(r) < p.p ? T(0) : T(x[i] * scale);
-    }
+    dropout_row(rm, x + b, out + b, e - b, p.seed, p.counter0 + uint64_t(b), threshold, scale);
   });
 }
 }  // namespace

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "core/rng.h"
 #include "kernels/common/cpu_isa.h"
 #include "kernels/common/row_math.h"
 #include "test_util.h"
@@ -206,6 +207,44 @@ TEST_CASE("row helpers: every tier this CPU runs gives the baseline tier's bits,
   std::vector<float> ones((size_t(1) << 24) + 8, 1.0f);
   for (CpuIsa isa : tiers_run_here())
     CHECK(kernels::row_math(isa).sum_row(ones.data(), int64_t(ones.size())) == double(ones.size()));
+}
+
+TEST_CASE("dropout rows: every tier drops exactly where the Philox uniform is below p (core/rng.h)") {
+  std::vector<float> x(301);
+  for (size_t k = 0; k < x.size(); ++k) x[k] = float(k) * 0.37f - 40.0f;
+  // p on a 2^-53 step (0.5: a draw of exactly p is kept), counters across 2^32, a 64-bit seed
+  for (double p : {0.0, 0.1, 1.0 / 3.0, 0.5, 0.9, 1.0}) {
+    for (uint64_t counter0 : {uint64_t(0), (uint64_t(1) << 32) - 150, uint64_t(0x123456789abcULL)}) {
+      for (uint64_t seed : {uint64_t(7), uint64_t(0xfedcba9876543210ULL)}) {
+        CAPTURE(p);
+        CAPTURE(counter0);
+        CAPTURE(seed);
+        const float scale = float(1.0 / (1.0 - p));
+        std::vector<float> want(x.size());
+        std::vector<double> want_d(x.size()), got_d(x.size()), xd(x.begin(), x.end());
+        for (size_t k = 0; k < x.size(); ++k) {
+          const double u = philox_uniform_d(philox4x32_10(seed, counter0 + k));
+          want[k] = u < p ? 0.0f : x[k] * scale;
+          want_d[k] = u < p ? 0.0 : xd[k] * (1.0 / (1.0 - p));
+        }
+        const uint64_t threshold = kernels::dropout_threshold(p);
+        for (CpuIsa isa : tiers_run_here()) {
+          CAPTURE(kernels::cpu_isa_name(isa));
+          std::vector<float> got(x.size());
+          kernels::row_math(isa).dropout_row(x.data(), got.data(), int64_t(x.size()), seed, counter0, threshold,
+                                             scale);
+          CHECK(same_bits(got, want));
+        }
+        kernels::dropout_row<double>(xd.data(), got_d.data(), int64_t(xd.size()), seed, counter0, threshold,
+                                     1.0 / (1.0 - p));
+        CHECK(std::memcmp(got_d.data(), want_d.data(), got_d.size() * sizeof(double)) == 0);
+      }
+    }
+  }
+  // the draws on either side of the threshold: u = p exactly is kept, one step below is dropped
+  CHECK(kernels::dropout_threshold(0.5) == uint64_t(1) << 52);
+  CHECK(kernels::dropout_threshold(0.5 + std::ldexp(1.0, -53)) == (uint64_t(1) << 52) + 1);
+  CHECK(kernels::dropout_threshold(1.0) == uint64_t(1) << 53);
 }
 
 TEST_CASE("row helpers' tiers through the kernels: softmax and flash, block and routed attention give the same bits") {
