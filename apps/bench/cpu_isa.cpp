@@ -1,12 +1,15 @@
 // cf-bench cpu-isa (apps/bench/bench.h): the CPU instruction tiers of the row helpers
 // (kernels/common/cpu_isa.h) timed against the baseline (SSE2) tier in one run, on the kernels
 // that use them: softmax over float32 rows and flash attention forward + backward at the
-// cf-approx per-token model's head shape (4 heads of 16), and improved clustered attention's sparse
-// products (32 keys per query). Each tier must give the baseline's bits.
+// cf-approx per-token model's head shape (4 heads of 16), improved clustered attention's sparse
+// products (32 keys per query), LSH-style gathered block attention (its score mask) and dropout.
+// Each tier must give the baseline's bits.
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "autograd/ops/attention.h"
+#include "autograd/ops/nn_functional.h"
 #include "autograd/ops/sparse.h"
 #include "bench/bench.h"
 #include "kernels/common/cpu_isa.h"
@@ -106,6 +109,37 @@ json bench_cpu_isa(const BenchOptions& o) {
                   all.insert(all.end(), v.begin(), v.end());
                 }
                 return all;
+              });
+    // gathered block attention forward + backward as LSH attention runs it: the queries are the
+    // keys, chunks of 32 tokens in a random order, each seeing itself and the chunk before, the
+    // query's own key under the Reformer rule, causal by position (the score mask's every case)
+    if (n % 32 == 0) {
+      const cf::Tensor order = cf::argsort(cf::rand({B, H, n}, cf::kFloat32, gen), -1);
+      const cf::Tensor members = cf::reshape(order, {B, H, n / 32, 32});
+      cf::BlockAttentionOptions bo;
+      bo.look_back = 1;
+      bo.self_mask = true;
+      bo.causal = true;
+      tier_rows(rows, "block_attention_fwd_bwd_n" + std::to_string(n),
+                {{"batch", B}, {"heads", H}, {"n", n}, {"head_size", D}, {"chunk", 32}, {"look_back", 1},
+                 {"self_mask", true}, {"causal", true}, {"dtype", "float32"}},
+                reps, [&] {
+                  for (const cf::Tensor* t : {&q, &v}) t->zero_grad();
+                  cf::BlockAttentionResult r = cf::block_attention(q, q, v, members, cf::Tensor(), bo);
+                  cf::sum(r.out * w).backward();
+                  std::vector<float> all = r.out.to_vector<float>();
+                  for (const cf::Tensor* t : {&q, &v}) {
+                    const std::vector<float> g = t->grad().to_vector<float>();
+                    all.insert(all.end(), g.begin(), g.end());
+                  }
+                  return all;
+                });
+    }
+    // dropout (p = 0.1) of the softmax case's 3,276,800 floats: its forward (the backward reruns it)
+    tier_rows(rows, "dropout_n" + std::to_string(n), {{"elements", x.numel()}, {"p", 0.1}, {"dtype", "float32"}},
+              reps, [&] {
+                cf::Generator dg{7};  // the same masks at every tier
+                return cf::dropout(x, 0.1, true, dg).to_vector<float>();
               });
   }
   cf::kernels::set_cpu_isa(before);
