@@ -112,7 +112,8 @@ json bench_cpu_isa(const BenchOptions& o) {
               });
     // gathered block attention forward + backward as LSH attention runs it: the queries are the
     // keys, chunks of 32 tokens in a random order, each seeing itself and the chunk before, the
-    // query's own key under the Reformer rule, causal by position (the score mask's every case)
+    // query's own key under the Reformer rule, causal by position (the mask's causal and own-key
+    // cases; padded keys and empty slots are left to the kernel tests)
     if (n % 32 == 0) {
       const cf::Tensor order = cf::argsort(cf::rand({B, H, n}, cf::kFloat32, gen), -1);
       const cf::Tensor members = cf::reshape(order, {B, H, n / 32, 32});

@@ -3,7 +3,8 @@
 //
 // libcf is built for plain x86-64 (SSE2), so that one build runs on any x86-64 CPU. The few loops
 // where the vector width decides the speed (kernels/common/row_math.cpp: the exp, maximum, sum and
-// softmax-gradient rows of softmax and of every fused attention kernel; kernels/sparse/
+// softmax-gradient rows of softmax and of every fused attention kernel, the block and routed
+// kernels' score mask, dropout; kernels/sparse/
 // sparse_cpu.cpp: improved clustered attention's sparse products) are compiled three times, with
 // function target attributes, and the tier this CPU runs is chosen at run time:
 //   baseline  SSE2 (every x86-64 CPU; the only tier elsewhere)

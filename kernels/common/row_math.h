@@ -1,5 +1,5 @@
 #pragma once
-// Row helpers of the row-wise kernels (softmax, layer_norm, the fused attention kernels).
+// Row helpers of the row-wise kernels (softmax, layer_norm, the fused attention kernels, dropout).
 //
 // The float rows the kernels call through a RowMath table (bottom) are compiled once per CPU
 // instruction tier in row_math.cpp (cpu_isa.h): the bodies below are always inlined, so each tier's
@@ -169,9 +169,14 @@ CF_ROW_INLINE void dropout_row(const T* x, T* out, int64_t n, uint64_t seed, uin
   }
 }
 
-// dropout_row's threshold for drop rate p in [0, 1]: u = bits / 2^53 < p exactly when bits < ceil(p 2^53)
-// (bits is an integer, and p 2^53 is exact in double).
-inline uint64_t dropout_threshold(double p) { return uint64_t(std::ceil(std::ldexp(p, 53))); }
+// dropout_row's threshold for drop rate p: u = bits / 2^53 < p exactly when bits < ceil(p 2^53) (bits is
+// an integer, and p 2^53 is exact in double). Outside [0, 1] (and NaN) the answer u < p gives: never
+// below 0 or for NaN, always from 1 on.
+inline uint64_t dropout_threshold(double p) {
+  if (!(p > 0)) return 0;
+  if (p >= 1) return uint64_t(1) << 53;
+  return uint64_t(std::ceil(std::ldexp(p, 53)));
+}
 
 // The float rows of one instruction tier (row_math.cpp). Each entry computes exactly what the
 // function of the same name above computes (up to which NaN a NaN is and the sign of a zero

@@ -495,11 +495,12 @@ TEST_CASE("dropout keeps about 1-p, scales by 1/(1-p), and repeats with the seed
 
 TEST_CASE("dropout mask is the bernoulli stream of the generator") {
   // Same counters as bernoulli(p): dropped exactly where bernoulli says true. This is
-  // the contract that makes the mask device-independent.
+  // the contract that makes the mask device-independent. 20,000 elements: several of the
+  // kernel's parallel chunks, each starting its counters at its own first element.
   Generator g1(9), g2(9);
-  Tensor x = Tensor::ones({1000}, kFloat64);
+  Tensor x = Tensor::ones({20000}, kFloat64);
   auto d = values(dropout(x, 0.25, true, g1));
-  auto m = bernoulli({1000}, 0.25, g2).to_vector<bool>();
+  auto m = bernoulli({20000}, 0.25, g2).to_vector<bool>();
   for (size_t i = 0; i < d.size(); ++i) REQUIRE((d[i] == 0.0) == bool(m[i]));
 }
 

@@ -112,14 +112,16 @@ TEST_CASE("short reductions over many outputs of a strided view, split over thre
   // Each thread's chunk of outputs starts inside the kept axes' index space, and the offsets of the
   // outputs after it are stepped, not recomputed: a wrong step shows up here.
   Generator gen(9);
-  const Tensor base = randn({6, 4, 61, 47}, kFloat32, gen);
-  const Tensor x = permute(base, {2, 0, 3, 1});  // (61, 6, 47, 4), reduced over its last axis (stride 2867)
+  const Tensor base = randn({7, 4, 61, 47}, kFloat32, gen);
+  const Tensor x = permute(base, {2, 0, 3, 1});  // (61, 7, 47, 4), reduced over its last axis (stride 2867)
   const std::vector<float> v = base.to_vector<float>();
   std::vector<float> want_max, want_min;
   std::vector<int64_t> want_imax;
   std::vector<double> want_sum;
-  for (int64_t a = 0; a < 61; ++a)  // 17,202 outputs of 4: two chunks at least (kParallelGrain)
-    for (int64_t b = 0; b < 6; ++b)
+  // 20,069 outputs of 4, a grain of 8,192 outputs: on two threads the second chunk starts at
+  // output 10,035 = (30, 3, 24), inside every kept axis
+  for (int64_t a = 0; a < 61; ++a)
+    for (int64_t b = 0; b < 7; ++b)
       for (int64_t c = 0; c < 47; ++c) {
         float mx = 0, mn = 0;
         int64_t imax = 0;

@@ -245,6 +245,31 @@ TEST_CASE("dropout rows: every tier drops exactly where the Philox uniform is be
   CHECK(kernels::dropout_threshold(0.5) == uint64_t(1) << 52);
   CHECK(kernels::dropout_threshold(0.5 + std::ldexp(1.0, -53)) == (uint64_t(1) << 52) + 1);
   CHECK(kernels::dropout_threshold(1.0) == uint64_t(1) << 53);
+  // p 2^53 not an integer: rounded up (0.1 2^53 = 900719925474099.25), and the smallest steps
+  CHECK(kernels::dropout_threshold(0.1) == uint64_t(900719925474100ULL));
+  CHECK(kernels::dropout_threshold(std::ldexp(1.0, -54)) == 1);
+  CHECK(kernels::dropout_threshold(std::ldexp(1.0, -1074)) == 1);
+  CHECK(kernels::dropout_threshold(0.0) == 0);
+  CHECK(kernels::dropout_threshold(-0.5) == 0);
+  CHECK(kernels::dropout_threshold(std::nan("")) == 0);
+  CHECK(kernels::dropout_threshold(2.0) == uint64_t(1) << 53);
+  // A rate planted on one element's own draw: u = p is kept, one 2^-53 step above it is dropped
+  // (a "<=" in the test, or a threshold not rounded up, fails here).
+  const uint64_t seed = 11, counter0 = 1000;
+  std::vector<float> one(5, 2.0f), got(5);
+  const PhiloxOut r = philox4x32_10(seed, counter0 + 2);
+  const uint64_t bits = ((uint64_t(r.v[0]) << 21) ^ uint64_t(r.v[1] >> 11)) & ((uint64_t(1) << 53) - 1);
+  REQUIRE(std::ldexp(double(bits), -53) == philox_uniform_d(r));
+  for (CpuIsa isa : tiers_run_here()) {
+    CAPTURE(kernels::cpu_isa_name(isa));
+    const kernels::RowMath& rm = kernels::row_math(isa);
+    for (int64_t step : {0, 1}) {
+      const double p = std::ldexp(double(bits + uint64_t(step)), -53);
+      rm.dropout_row(one.data(), got.data(), 5, seed, counter0, kernels::dropout_threshold(p), 1.0f);
+      CHECK((got[2] == 0.0f) == (step == 1));
+      CHECK((got[2] == 0.0f) == (philox_uniform_d(r) < p));
+    }
+  }
 }
 
 TEST_CASE("row helpers' tiers through the kernels: softmax and flash, block and routed attention give the same bits") {
