@@ -46,28 +46,38 @@ inline void visit(const T* data, const Split& s, int64_t base, F&& f) {
   for_each_offset(s.red_sizes, s.red_strides, base, [&](int64_t off) { f(data[off], pos++); });
 }
 
+// An odometer over the axes (sizes, strides): odometer_start sets idx to linear position pos's
+// indices and returns its offset; odometer_step moves idx and off to the next position without
+// dividing (visit_range over reduced axes, reduce_typed over kept ones).
+inline int64_t odometer_start(const Shape& sizes, const Shape& strides, int64_t pos, int64_t* idx) {
+  int64_t off = 0;
+  for (int d = int(sizes.size()) - 1; d >= 0; --d) {
+    idx[d] = pos % sizes[size_t(d)];
+    pos /= sizes[size_t(d)];
+    off += idx[d] * strides[size_t(d)];
+  }
+  return off;
+}
+inline void odometer_step(const Shape& sizes, const Shape& strides, int64_t* idx, int64_t& off) {
+  for (int d = int(sizes.size()) - 1; d >= 0; --d) {
+    if (++idx[d] < sizes[size_t(d)]) {
+      off += strides[size_t(d)];
+      return;
+    }
+    off -= strides[size_t(d)] * (sizes[size_t(d)] - 1);
+    idx[d] = 0;
+  }
+}
+
 // Like visit, over the positions [begin, end) of the reduced region only.
 template <typename T, typename F>
 inline void visit_range(const T* data, const Split& s, int64_t base, int64_t begin, int64_t end,
                         F&& f) {
-  const int nd = int(s.red_sizes.size());
   int64_t idx[kMaxDims];
-  int64_t off = base, rem = begin;
-  for (int d = nd - 1; d >= 0; --d) {
-    idx[d] = rem % s.red_sizes[size_t(d)];
-    rem /= s.red_sizes[size_t(d)];
-    off += idx[d] * s.red_strides[size_t(d)];
-  }
+  int64_t off = base + odometer_start(s.red_sizes, s.red_strides, begin, idx);
   for (int64_t pos = begin; pos < end; ++pos) {
     f(data[off], pos);
-    for (int d = nd - 1; d >= 0; --d) {
-      if (++idx[d] < s.red_sizes[size_t(d)]) {
-        off += s.red_strides[size_t(d)];
-        break;
-      }
-      off -= s.red_strides[size_t(d)] * (s.red_sizes[size_t(d)] - 1);
-      idx[d] = 0;
-    }
+    odometer_step(s.red_sizes, s.red_strides, idx, off);
   }
 }
 
@@ -101,30 +111,11 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
   T* o = out.data<T>();
   int64_t* ix = indices.defined() ? indices.data<int64_t>() : nullptr;
   const int64_t n_out = numel_of(s.kept_sizes), n_red = s.red_numel;
-  const int nk = int(s.kept_sizes.size());
   const int64_t x_off = x.offset();
-  // Offset in x of the first element reduced into output oi; idx (when given) gets oi's kept indices.
-  auto base_of = [&](int64_t oi, int64_t* idx = nullptr) {
-    int64_t base = x_off, rem = oi;
-    for (int d = nk - 1; d >= 0; --d) {
-      const int64_t i = rem % s.kept_sizes[size_t(d)];
-      if (idx) idx[d] = i;
-      base += i * s.kept_strides[size_t(d)];
-      rem /= s.kept_sizes[size_t(d)];
-    }
-    return base;
-  };
-  // The next output's base from this one's (kept indices as an odometer): no divisions per output,
-  // which cost more than a short reduced row itself (a max over 8 values per output, LSH's hash).
-  auto advance = [&](int64_t* idx, int64_t& base) {
-    for (int d = nk - 1; d >= 0; --d) {
-      if (++idx[d] < s.kept_sizes[size_t(d)]) {
-        base += s.kept_strides[size_t(d)];
-        return;
-      }
-      base -= s.kept_strides[size_t(d)] * (s.kept_sizes[size_t(d)] - 1);
-      idx[d] = 0;
-    }
+  // Offset in x of the first element reduced into output oi.
+  auto base_of = [&](int64_t oi) {
+    int64_t idx[kMaxDims];
+    return x_off + odometer_start(s.kept_sizes, s.kept_strides, oi, idx);
   };
 
   // Few outputs over a large region (a whole-tensor sum): parallelise inside the region.
@@ -159,9 +150,11 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
 
   parallel_for(n_out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n_red, 1)),
                [&](int64_t b, int64_t e) {
+    // The next output's base from this one's, stepped through the kept axes: no divisions per
+    // output, which cost more than a short reduced row itself (a max over 8 values, LSH's hash).
     int64_t idx[kMaxDims];
-    int64_t base = base_of(b, idx);
-    for (int64_t oi = b; oi < e; advance(idx, base), ++oi) {
+    int64_t base = x_off + odometer_start(s.kept_sizes, s.kept_strides, b, idx);
+    for (int64_t oi = b; oi < e; odometer_step(s.kept_sizes, s.kept_strides, idx, base), ++oi) {
       switch (op) {
         case ReduceOp::Sum:
         case ReduceOp::Mean: {
