@@ -62,7 +62,8 @@ namespace {
 // as block_attention packs them, so both carry gradients into the one backward
 // (lse's joins through D_i = dO_i . O_i - dlse_i).
 FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
-                                          double scale, bool causal, bool with_lse) {
+                                          double scale, bool causal, bool with_lse, double dropout = 0.0,
+                                          Generator* gen = nullptr) {
   const char* op = opname::flash_attention;
   ops::check_defined(q, op, "q");
   ops::check_defined(k, op, "k");
@@ -76,7 +77,7 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
   const bool tensor_cores = low_precision && kernels::flash_attention_mma_supported(q, k, v);
   if (low_precision && !tensor_cores)
     return flash_attention_impl(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), kpm,
-                                scale, causal, with_lse);
+                                scale, causal, with_lse, dropout, gen);
   ops::check_same_device(op, {&q, &k, &v, &kpm});
   CF_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, ShapeError, "[", op,
            "] expected q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv); got q ", shape_str(q.shape()),
@@ -93,10 +94,19 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
              ShapeError, "[", op, "] key_padding_mask must be bool (B, Nk) = (", sq[0], ", ", sk[2], "), got ",
              kpm.describe());
   check_scale(scale, op);
+  CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[", op, "] dropout must be in [0, 1), got ", dropout);
+  CF_CHECK(dropout == 0 || q.device().is_cpu(), ValueError, "[", op,
+           "] attention dropout runs in the CPU kernel only; on ", q.device().str(),
+           " use the dense path (nn::dense_attention), got dropout ", dropout);
   kernels::FlashAttentionParams p;
   p.scale = default_scale(scale, sq[3]);
   p.causal = causal;
   const int64_t B = sq[0], H = sq[1], Nq = sq[2], Dv = sv[3];
+  if (dropout > 0) {  // the counters dropout() would reserve for the dense (B, H, Nq, Nk) weights
+    p.dropout = dropout;
+    p.dropout_seed = gen->seed();
+    p.dropout_counter0 = gen->reserve(uint64_t(B * H * Nq * sk[2]));
+  }
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(kpm);
   const DType out_dtype = tensor_cores ? kFloat32 : q.dtype();
   Tensor out = Tensor::empty({B, H, Nq, Dv}, out_dtype, q.device());
@@ -160,8 +170,8 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
 }  // namespace
 
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, double scale,
-                       bool causal) {
-  return flash_attention_impl(q, k, v, kpm, scale, causal, false).out;
+                       bool causal, double dropout, Generator& gen) {
+  return flash_attention_impl(q, k, v, kpm, scale, causal, false, dropout, &gen).out;
 }
 
 FlashAttentionResult flash_attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,

@@ -4,6 +4,7 @@
 // 16-bit q, k, v on tensor cores (kernels/attention/attention_mma_cuda.cu).
 #include <vector>
 
+#include "core/rng.h"
 #include "core/tensor.h"
 
 namespace cf {
@@ -14,8 +15,13 @@ namespace cf {
 // scale 0 means 1/sqrt(Dk); causal: query i sees key j only when
 // j <= i + (Nk - Nq). A query with every key blocked outputs zeros (and passes a
 // zero gradient). Differentiable in q, k and v.
+// dropout > 0: inverted attention-weight dropout at that rate, drawn from gen exactly as
+// dropout(weights, dropout, true, gen) would draw it on the dense (B, H, Nq, Nk) weights (the
+// same counters, so the same weights drop; nn::dense_attention is the reference). CPU only: on
+// CUDA a rate above 0 is a ValueError (the dense path has it there). 0 draws nothing from gen.
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask = Tensor(),
-                       double scale = 0.0, bool causal = false);
+                       double scale = 0.0, bool causal = false, double dropout = 0.0,
+                       Generator& gen = default_generator());
 
 struct FlashAttentionResult {
   Tensor out;  // (B, H, Nq, Dv)

@@ -36,7 +36,23 @@ namespace cf::kernels {
 struct FlashAttentionParams {
   double scale = 1.0;   // scores are scale * q . k
   bool causal = false;  // query i sees key j only when j <= i + (Nk - Nq)
+  // Attention-weight dropout (inverted, rate `dropout`; the CPU kernel only): weight (b, h, i, j) is
+  // dropped when the Philox draw of counter dropout_counter0 + ((b H + h) Nq + i) Nk + j under key
+  // dropout_seed falls below the rate (kernels/dropout/dropout.h's test), otherwise scaled by
+  // 1 / (1 - rate). That is the counter dropout() gives entry (b, h, i, j) of the dense (B, H, Nq, Nk)
+  // weights, so the fused kernel drops exactly the weights the dense path drops. The softmax
+  // normaliser and lse stay those of the weights before dropout, as in the dense path; the
+  // backward regenerates the mask tile by tile.
+  double dropout = 0.0;
+  uint64_t dropout_seed = 0, dropout_counter0 = 0;
 };
+
+// The flash kernels other than the CPU one (the GEMM path, the CUDA kernels) have no dropout; they
+// call this first, so a rate that reaches them is an error, never silently ignored.
+inline void check_flash_no_dropout(const FlashAttentionParams& p, const char* kernel) {
+  CF_CHECK(p.dropout == 0, ValueError, "[flash_attention] the ", kernel,
+           " has no attention dropout (the CPU kernel has); got rate ", p.dropout);
+}
 
 // q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv) contiguous, one float dtype.
 // key_padding_mask: contiguous bool (B, Nk), true = padding, or undefined.

@@ -91,6 +91,29 @@ FlashDims flash_dims(const Tensor& q, const Tensor& v) {
   return {q.shape()[0], q.shape()[1], q.shape()[2], v.shape()[2], q.shape()[3], v.shape()[3]};
 }
 
+// Attention-weight dropout of the flash kernels (FlashAttentionParams says which weights drop):
+// apply() writes to out (may be x) the run x of weights of query row i, keys j0 .. j0 + n - 1, of
+// batch*head bh, dropped or scaled, each counter the index of that weight in the dense (B, H, Nq, Nk)
+// weights. Only called when on.
+struct FlashDropout {
+  bool on;
+  uint64_t seed, counter0, threshold, Nq, Nk;
+  double scale;
+  FlashDropout(const FlashAttentionParams& p, const FlashDims& d)
+      : on(p.dropout > 0),
+        seed(p.dropout_seed),
+        counter0(p.dropout_counter0),
+        threshold(dropout_threshold(p.dropout)),
+        Nq(uint64_t(d.Nq)),
+        Nk(uint64_t(d.Nk)),
+        scale(1.0 / (1.0 - p.dropout)) {}
+  template <typename T>
+  void apply(const RowMath& rm, const T* x, T* out, int64_t n, int64_t bh, int64_t i, int64_t j0) const {
+    dropout_row(rm, x, out, n, seed, counter0 + (uint64_t(bh) * Nq + uint64_t(i)) * Nk + uint64_t(j0), threshold,
+                T(scale));
+  }
+};
+
 // Scores of one tile with the masks applied: S[r, c] = -inf where key j0 + c is
 // padding or (causal) after query i0 + r.
 template <typename T>
@@ -126,6 +149,7 @@ void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
   const int64_t shift = d.Nk - d.Nq, nqt = (d.Nq + kBr - 1) / kBr;
   const T ninf = -std::numeric_limits<T>::infinity();
   const RowMath& rm = row_math();
+  const FlashDropout drop(p, d);
   struct Scratch {
     std::vector<T> S, acc;
     std::vector<T> m;
@@ -164,6 +188,7 @@ void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
             const T alpha = s.m[size_t(r)] == ninf ? T(0) : T(std::exp(s.m[size_t(r)] - m_new));
             s.l[size_t(r)] = s.l[size_t(r)] * double(alpha) + sum_row(rm, Sr, nc);
             s.m[size_t(r)] = m_new;
+            if (drop.on) drop.apply(rm, Sr, Sr, nc, bh, i0 + r, j0);  // after the sum: l normalises before dropout
             if (alpha != T(1)) {
               T* a = s.acc.data() + r * d.Dv;
               for (int64_t c = 0; c < d.Dv; ++c) a[c] *= alpha;
@@ -241,6 +266,7 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   const T scale = T(p.scale);
   const int64_t shift = d.Nk - d.Nq, nkt = (d.Nk + kBc - 1) / kBc;
   const double flops = 2.0 * double(BH) * double(d.Nq) * double(d.Nk) * double(3 * d.Dk + 2 * d.Dv);
+  const FlashDropout drop(p, d);
 
   std::vector<T> D(size_t(BH * d.Nq));
   parallel_for(BH * d.Nq, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.Dv, 1)),
@@ -254,11 +280,14 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   const int64_t parts = std::min<int64_t>(nkt, std::max<int64_t>(1, (nt + BH - 1) / BH));
   std::vector<T> dq_part(parts > 1 ? size_t(BH * parts * d.Nq * d.Dk) : 0, T(0));
   struct Scratch {
-    std::vector<T> S, dP;
+    std::vector<T> S, dP, Z;
   };
   run_items(
       BH * parts, flops,
-      [&] { return Scratch{std::vector<T>(size_t(kBr * kBc)), std::vector<T>(size_t(kBr * kBc))}; },
+      [&] {
+        return Scratch{std::vector<T>(size_t(kBr * kBc)), std::vector<T>(size_t(kBr * kBc)),
+                       std::vector<T>(drop.on ? size_t(kBr * kBc) : 0)};
+      },
       [&](int64_t it, Scratch& s) {
         const int64_t bh = it / parts, part = it % parts, b = bh / d.H;
         const int64_t t_begin = part * nkt / parts, t_end = (part + 1) * nkt / parts;
@@ -283,11 +312,26 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
             gemm(false, true, nr, nc, d.Dk, scale, Qb + i0 * d.Dk, d.Dk, Kb + j0 * d.Dk, d.Dk, T(0), S, nc);
             mask_tile(S, nr, nc, i0, j0, pb, p.causal, shift);
             probs_from_lse(rm, S, nr, nc, Lb + i0);
-            // dV += P^T dO
-            gemm(true, false, nc, d.Dv, nr, T(1), S, nc, dOb + i0 * d.Dv, d.Dv, T(1), dVb + j0 * d.Dv, d.Dv);
-            // dP = dO V^T, then dS = P (dP - D) in place
+            // dP = dO V^T, then dS = P (dP - D) in place. With dropout the weights that meet V are
+            // Z = mask P / (1 - rate), so dP = mask (dO V^T) / (1 - rate), and D = dO . O is still
+            // rowsum(P dP). The mask is drawn once per entry, into Z: where Z is 0 either the entry
+            // dropped or P is 0, and in both cases dS = P (dP - D) takes dP = 0 correctly.
             gemm(false, true, nr, nc, d.Dv, T(1), dOb + i0 * d.Dv, d.Dv, Vb + j0 * d.Dv, d.Dv, T(0), dP, nc);
+            const T* W = S;  // the weights that met V in the forward
+            if (drop.on) {
+              T* Z = s.Z.data();
+              const T keep = T(drop.scale);
+              for (int64_t r = 0; r < nr; ++r) {
+                T* Zr = Z + r * nc;
+                T* dPr = dP + r * nc;
+                drop.apply(rm, S + r * nc, Zr, nc, bh, i0 + r, j0);
+                for (int64_t c = 0; c < nc; ++c) dPr[c] = Zr[c] != T(0) ? dPr[c] * keep : T(0);
+              }
+              W = Z;
+            }
             for (int64_t r = 0; r < nr; ++r) softmax_grad_row(rm, S + r * nc, dP + r * nc, nc, Db[i0 + r]);
+            // dV += W^T dO (W = P, or Z with dropout)
+            gemm(true, false, nc, d.Dv, nr, T(1), W, nc, dOb + i0 * d.Dv, d.Dv, T(1), dVb + j0 * d.Dv, d.Dv);
             // dQ += scale dS K, dK += scale dS^T Q
             gemm(false, false, nr, d.Dk, nc, scale, dP, nc, Kb + j0 * d.Dk, d.Dk, T(1), dQb + i0 * d.Dk, d.Dk);
             gemm(true, false, nc, d.Dk, nr, scale, dP, nc, Qb + i0 * d.Dk, d.Dk, T(1), dKb + j0 * d.Dk, d.Dk);

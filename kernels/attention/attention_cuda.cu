@@ -782,6 +782,7 @@ void rounds_split_cuda(const Tensor& per_round, const Tensor& combined, const Te
 
 void flash_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  check_flash_no_dropout(p, "CUDA kernel");
   const char* op = "flash_attention";
   cu::use_device_of(out, op);
   const Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
@@ -794,6 +795,7 @@ void flash_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
                                    const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                    const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
                                    const Tensor& dv) {
+  check_flash_no_dropout(p, "CUDA kernel");
   const char* op = "flash_attention";
   cu::use_device_of(out, op);
   Args a = make_args(q, k, v, out, lse, p.scale, 0.0);

@@ -202,6 +202,7 @@ int64_t flash_gemm_key_splits(int64_t BH, int64_t rows, int64_t D, int64_t keys)
 void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                   int64_t chunk_rows, int64_t key_splits) {
+  check_flash_no_dropout(p, "GEMM path");
   check_dtype(q);
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Nk = k.shape()[2], Dv = v.shape()[3];
   if (B == 0 || H == 0 || Nq == 0) return;
@@ -235,6 +236,7 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                                    const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                    const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
                                    const Tensor& dv, int64_t chunk_rows, int64_t key_splits) {
+  check_flash_no_dropout(p, "GEMM path");
   check_dtype(q);
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Dk = q.shape()[3], Nk = k.shape()[2];
   if (B == 0 || H == 0 || Nq == 0 || Nk == 0) {

@@ -807,6 +807,7 @@ bool flash_attention_mma_supported(const Tensor& q, const Tensor& k, const Tenso
 
 void flash_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                       const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  check_flash_no_dropout(p, "tensor-core kernel");
   const char* op = "flash_attention";
   CF_CHECK(flash_attention_mma_supported(q, k, v), Error, "[", op,
            "] internal: the tensor-core kernel does not take q ", q.describe());
@@ -824,6 +825,7 @@ void flash_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const T
                                        const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                        const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
                                        const Tensor& dv) {
+  check_flash_no_dropout(p, "tensor-core kernel");
   const char* op = "flash_attention";
   CF_CHECK(flash_attention_backward_mma_supported(q, k, v), Error, "[", op,
            "] internal: the tensor-core backward does not take q ", q.describe());

@@ -179,10 +179,15 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   check_inputs(who, q, k, v, assignment, n_clusters, kpm, scale, topk, causal);
   CF_CHECK(dropout_p >= 0 && dropout_p < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout_p);
   const bool dropping = training && dropout_p > 0;
+  // Dropout of the centroid weights A^c inside the fused path: plain clustered attention's
+  // flash kernel drops them on the CPU, with the counters of the dense path's dropout(A^c).
+  // Improved clustered attention's fused path never forms A^c's entries (it subtracts the
+  // top-k terms from A^c V), and the CUDA kernels have no dropout: those need the dense path.
+  const bool fused_can_drop = topk == 0 && q.device().is_cpu();
   // (The causal variant forms no centroid weights: the path plays no part there.)
-  CF_CHECK(!(dropping && path == CentroidPath::kFused && !causal), ValueError, "[", who,
-           "] path kFused has no attention dropout (the flash kernel never forms A^c's entries); got dropout ",
-           dropout_p, " in training: use kDense or kAuto");
+  CF_CHECK(!(dropping && path == CentroidPath::kFused && !causal && !fused_can_drop), ValueError, "[", who,
+           "] path kFused has attention dropout only for plain clustered attention (topk 0) on the CPU; got dropout ",
+           dropout_p, " in training with topk ", topk, " on ", q.device().str(), ": use kDense or kAuto");
   auto drop = [&](const Tensor& w) { return dropping ? dropout(w, dropout_p, true, gen) : w; };
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], D = q.shape()[3];
   const int64_t Nk = k.shape()[2], Dv = v.shape()[3], G = B * H, C = n_clusters;
@@ -226,15 +231,16 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   // kAuto: improved clustered attention forms the (C, Nk) matrices while they are small,
   // where one shared GEMM beats computing the scores twice (clustered.h).
   const bool small = G * C * Nk * int64_t(dtype_size(dt)) <= kClusteredDenseMaxBytes;
-  const bool fused = !dropping && (path == CentroidPath::kFused ||
-                                   (path == CentroidPath::kAuto && (topk == 0 || !small)));
+  const bool fused = (!dropping || fused_can_drop) &&
+                     (path == CentroidPath::kFused || (path == CentroidPath::kAuto && (topk == 0 || !small)));
   if (fused) {
     // The fused path (issue 24): eq. 4's centroid attention over every key is one
     // flash_attention with the C centroids as queries (scale 1: they are scaled), so no
     // (C, Nk) score or weight matrix is kept for the backward.
     const Tensor qc4 = reshape(qc, {B, H, C, D});
     if (topk == 0) {
-      Tensor vc = reshape(flash_attention(qc4, k, v, kpm, 1.0), {G, C, Dv});  // eqs. 4-5
+      Tensor vc = reshape(flash_attention(qc4, k, v, kpm, 1.0, false, dropping ? dropout_p : 0.0, gen),
+                          {G, C, Dv});  // eqs. 4-5
       return reshape(to_members(vc, member), {B, H, Nq, Dv});                  // eq. 6
     }
     Tensor idx = centroid_topk(qc, kf, kpm, B, H, kk);  // (G, C, kk)
@@ -258,7 +264,7 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   }
 
   // The dense path: the centroid weights A^c themselves (G, C, Nk). Attention-weight
-  // dropout in training always comes here, since it acts on them (the flash kernel has none).
+  // dropout in training comes here for improved clustered attention and on CUDA.
   Tensor scores = matmul(qc, transpose(kf, 1, 2));  // eq. 4, (G, C, Nk)
   if (kpm.defined())
     scores = reshape(masked_fill(reshape(scores, {B, H, C, Nk}), reshape(kpm, {B, 1, 1, Nk}), -INFINITY),

@@ -36,9 +36,11 @@ namespace nn {
 //   kAuto: kDense while one (B H, C, Nk) matrix takes at most kClusteredDenseMaxBytes,
 //     kFused above.
 // Plain clustered attention (topk = 0) computes its scores once either way and takes
-// kFused under kAuto. Attention-weight dropout in training acts on A^c's entries, so it
-// takes kDense (kFused with dropout in training is an error, except in the causal
-// variant, which forms no centroid weights).
+// kFused under kAuto. Attention-weight dropout in training acts on A^c's entries: plain
+// clustered attention on the CPU drops them inside the flash kernel (the same entries as
+// kDense drops); improved clustered attention, and any variant on CUDA, take kDense
+// (kFused with dropout in training is an error there, except in the causal variant,
+// which forms no centroid weights).
 enum class CentroidPath { kAuto, kFused, kDense };
 // kAuto's bound: below it the dense matrices are a few MB (measured:
 // docs/benchmarks.md, "Clustered attention through the fused kernel").
@@ -96,7 +98,8 @@ Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tenso
 //    drawn from the global generator at each forward), "scale": 0 = 1/sqrt(D),
 //    "dropout": attention-weight dropout in [0, 1), default 0,
 //    "centroid_path": "auto" (default), "fused" or "dense" (CentroidPath above;
-//    "fused" with a dropout above 0 is an error at a training forward)}.
+//    "fused" with a dropout above 0 is an error at a training forward, except for
+//    plain clustered attention on the CPU)}.
 class ClusteredAttention : public Attention {
  public:
   explicit ClusteredAttention(const ClusteredOptions& o, double scale = 0.0, double dropout = 0.0);

@@ -355,15 +355,17 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "Inverted dropout: zero with probability p, survivors scaled by 1/(1-p); identity when not training.",
         release_gil());
   m.def(cf::opname::flash_attention,
-        [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> kpm, double scale, bool causal) {
-          return cf::flash_attention(q, k, v, kpm ? *kpm : Tensor(), scale, causal);
+        [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> kpm, double scale, bool causal,
+           double dropout, cf::Generator* gen) {
+          return cf::flash_attention(q, k, v, kpm ? *kpm : Tensor(), scale, causal, dropout, gen_or_default(gen));
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("key_padding_mask") = nb::none(), nb::arg("scale") = 0.0,
-        nb::arg("causal") = false,
+        nb::arg("causal") = false, nb::arg("dropout") = 0.0, nb::arg("generator").none() = nb::none(),
         "Fused full attention softmax(scale q k^T) v (FlashAttention-2: no (Nq, Nk) matrix, O(N d) memory). q (B, H, "
         "Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv); key_padding_mask bool (B, Nk), True = padding; scale 0 means "
         "1/sqrt(Dk); causal: query i sees key j only when j <= i + Nk - Nq. A query with every key blocked outputs "
-        "zeros.",
+        "zeros. dropout > 0: inverted dropout of the attention weights (CPU only), the weights dropout() would drop "
+        "on the dense (B, H, Nq, Nk) weights with the same generator.",
         release_gil());
   m.def("flash_attention_with_lse",
         [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> kpm, double scale, bool causal) {

@@ -160,6 +160,19 @@ def test_routed_attention_averages_a_position_over_its_lists():
         cf.routed_attention(q, k, v, cf.tensor([[[[0, 5]]]], dtype=cf.int64), every)
 
 
+def test_flash_attention_dropout_drops_the_weights_dropout_drops_on_the_dense_weights():
+    g = cf.Generator(8)
+    q, k, v = (cf.rand([1, 2, 4, 3], dtype=cf.float64, generator=g, low=-1, high=1) for _ in range(3))
+    flat = lambda t: [x for a in t.tolist() for b in a for c in b for x in c]
+    fused = cf.flash_attention(q, k, v, dropout=0.5, generator=cf.Generator(3))
+    weights = cf.softmax(cf.matmul(q * (1 / math.sqrt(3)), cf.transpose(k, 2, 3)), -1)
+    dense = cf.matmul(cf.dropout(weights, 0.5, generator=cf.Generator(3)), v)
+    assert flat(fused) == pytest.approx(flat(dense), rel=1e-12, abs=1e-15)
+    assert flat(fused) != pytest.approx(flat(cf.flash_attention(q, k, v)), rel=1e-3)
+    with pytest.raises(cf.ValueError, match=r"\[flash_attention\] dropout must be in \[0, 1\), got 1"):
+        cf.flash_attention(q, k, v, dropout=1.0)
+
+
 def test_flash_attention_with_lse_returns_the_rows_log_sum_exp_and_its_gradient():
     g = cf.Generator(6)
     q, k, v = (cf.rand([1, 1, 3, 2], dtype=cf.float64, generator=g, low=-1, high=1) for _ in range(3))

@@ -82,6 +82,41 @@ TEST_CASE("full attention equals the element-wise reference with padding and cau
   for (size_t i = 0; i < ref.size(); ++i) CHECK(got[i] == doctest::Approx(ref[i]).epsilon(1e-12));
 }
 
+TEST_CASE("full attention with dropout in training runs the fused kernel and drops the dense path's weights") {
+  nn::FullAttention att(0.3);
+  att.train();
+  Tensor q = leaf64({2, 2, 6, 3}, 1), k = leaf64({2, 2, 7, 3}, 2), v = leaf64({2, 2, 7, 4}, 3);
+  Tensor kpm = Tensor::from_vector(std::vector<bool>{false, false, false, false, false, false, false,  //
+                                                     false, false, false, false, false, true, true},
+                                   {2, 7});
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    default_generator().manual_seed(123);
+    Tensor y = att.forward(args_of(q, k, v, kpm, causal));
+    CHECK(graph_has(y, "flash_attention"));
+    sum(y * y).backward();
+    std::vector<double> dq = values(q.grad()), dv = values(v.grad());
+    q.zero_grad();
+    v.zero_grad();
+    k.zero_grad();
+    default_generator().manual_seed(123);
+    nn::AttentionArgs a = args_of(q, k, v, kpm, causal);
+    Tensor ref = nn::dense_attention(q, k, v, nn::dense_block_mask(a), 1.0 / std::sqrt(3.0), 0.3, true);
+    sum(ref * ref).backward();
+    const std::vector<double> got = values(y), want = values(ref), rq = values(q.grad()), rv = values(v.grad());
+    for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
+    for (size_t i = 0; i < dq.size(); ++i) CHECK(dq[i] == doctest::Approx(rq[i]).epsilon(1e-12));
+    for (size_t i = 0; i < dv.size(); ++i) CHECK(dv[i] == doctest::Approx(rv[i]).epsilon(1e-12));
+    q.zero_grad();
+    v.zero_grad();
+    k.zero_grad();
+  }
+  att.eval();  // out of training: no dropout, the plain kernel
+  const std::vector<double> ev = values(att.forward(args_of(q, k, v, kpm, false))),
+                            plain = values(flash_attention(q, k, v, kpm));
+  CHECK(ev == plain);
+}
+
 TEST_CASE("a query with every key masked outputs zeros and passes a zero gradient") {
   nn::FullAttention att;
   Tensor q = leaf64({1, 1, 2, 3}, 1), k = leaf64({1, 1, 2, 3}, 2), v = leaf64({1, 1, 2, 3}, 3);

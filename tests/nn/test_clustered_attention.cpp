@@ -270,9 +270,8 @@ TEST_CASE("clustered_top_keys: key chunks give one top-k's keys in score order, 
 
 TEST_CASE("the fused path (flash attention over the centroids) equals the path through the centroid weights") {
   // kFused: the centroids attend through flash_attention (improved: its log-sum-exp
-  // gives the top-k keys' weights); kAuto with dropout in training goes through the
-  // (C, Nk) weights A^c. A dropout of 1e-15 keeps every weight (scaled by 1 + 1e-15):
-  // the two paths, forward and backward, with padding, an empty cluster, no-cluster queries.
+  // gives the top-k keys' weights); kDense goes through the (C, Nk) weights A^c: the two
+  // paths, forward and backward, with padding, an empty cluster, no-cluster queries.
   const MixedCase m = mixed_case(51);
   const Tensor &q = m.q, &k = m.k, &v = m.v, &kpm = m.kpm, &assign = m.assign;
   const int64_t C = MixedCase::C;
@@ -286,13 +285,33 @@ TEST_CASE("the fused path (flash attention over the centroids) equals the path t
       return out;
     }, q, k, v, Tensor());
     Grads weights = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
-      Generator dg(55);
-      Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, topk, 1e-15, true, dg);
+      Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, topk, 0.0, false, none, false,
+                                           nn::CentroidPath::kDense);
       CHECK_FALSE(graph_has(out, "flash_attention"));
       return out;
     }, q, k, v, Tensor());
     check_same(fused, weights, 1e-12);
   }
+  // Plain clustered attention with dropout in training: the flash kernel drops the entries of
+  // A^c that the dense path's dropout(A^c) drops (generators of one seed give one mask).
+  Grads fused_drop = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+    Generator g(57);
+    Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, 0, 0.3, true, g, false,
+                                         nn::CentroidPath::kFused);
+    CHECK(graph_has(out, "flash_attention"));
+    return out;
+  }, q, k, v, Tensor());
+  Grads dense_drop = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+    Generator g(57);
+    return nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, 0, 0.3, true, g, false, nn::CentroidPath::kDense);
+  }, q, k, v, Tensor());
+  check_same(fused_drop, dense_drop, 1e-12);
+  Grads clean = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+    return nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, 0, 0.0, false, none);
+  }, q, k, v, Tensor());
+  double moved = 0;  // the rate takes effect
+  for (size_t i = 0; i < clean.out.size(); ++i) moved = std::max(moved, std::abs(fused_drop.out[i] - clean.out[i]));
+  CHECK(moved > 1e-3);
 }
 
 TEST_CASE("kAuto: improved clustered attention forms the centroid weights while one (B H, C, Nk) matrix fits the bound") {
@@ -309,13 +328,16 @@ TEST_CASE("kAuto: improved clustered attention forms the centroid weights while 
     CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 3), "flash_attention") == (nk > 8192));
     CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 0), "flash_attention"));  // plain: fused
   }
-  // Dropout in training acts on A^c's entries: kAuto forms them, kFused refuses.
+  // Dropout in training acts on A^c's entries: plain clustered attention drops them in the flash
+  // kernel (CPU); improved clustered attention needs them formed: kAuto does, kFused refuses.
   const Tensor k = leaf64({B, H, 5, D}, 64), v = leaf64({B, H, 5, D}, 65);
   Generator g(66);
-  CHECK_FALSE(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 0, 0.1, true, g), "flash_attention"));
+  CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 0, 0.1, true, g), "flash_attention"));
+  CHECK_FALSE(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 2, 0.1, true, g), "flash_attention"));
   CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 2, 0.1, true, g, false,
                                            nn::CentroidPath::kFused),
-                   ValueError, "[clustered_attention] path kFused has no attention dropout", "dropout 0.1");
+                   ValueError, "[clustered_attention] path kFused has attention dropout only for plain clustered",
+                   "dropout 0.1 in training with topk 2 on cpu");
   // Out of training, dropout plays no part: kFused is fine.
   CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 2, 0.1, false, g, false,
                                           nn::CentroidPath::kFused),
@@ -715,7 +737,8 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
     auto fused = make_layer("improved-clustered", {{"centroid_path", "fused"}, {"dropout", 0.1}, {"topk", 2}});
     fused->train();
     CHECK_THROWS_MSG(fused->forward(attention_args(q, k, v, Tensor())), ValueError,
-                     "[clustered_attention] path kFused has no attention dropout", "dropout 0.1");
+                     "[clustered_attention] path kFused has attention dropout only for plain clustered",
+                     "dropout 0.1");
     nn::AttentionArgs causal_args = attention_args(q, k, v, Tensor());
     causal_args.causal = true;
     CHECK(fused->forward(causal_args).shape() == q.shape());

@@ -23,8 +23,9 @@ using namespace cf::test;
 namespace {
 
 // softmax(scale q k^T, blocked -> -inf) v with the (Nq, Nk) scores materialised.
+// With drop > 0, dropout(weights, drop, true, *gen) on the (B, H, Nq, Nk) weights.
 Tensor dense_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm, double scale,
-                       bool causal) {
+                       bool causal, double drop = 0.0, Generator* gen = nullptr) {
   const int64_t B = q.shape()[0], Nq = q.shape()[2], Nk = k.shape()[2];
   Tensor s = matmul(q * scale, transpose(k, -2, -1));
   Tensor blocked;
@@ -36,7 +37,9 @@ Tensor dense_reference(const Tensor& q, const Tensor& k, const Tensor& v, const 
     blocked = blocked.defined() ? logical_or(blocked, c) : c;
   }
   if (blocked.defined()) s = masked_fill(s, blocked, -INFINITY);
-  return matmul(softmax(s, -1), v);
+  Tensor weights = softmax(s, -1);
+  if (drop > 0) weights = dropout(weights, drop, true, *gen);
+  return matmul(weights, v);
 }
 
 Tensor padding(int64_t B, int64_t N, const std::vector<std::pair<int64_t, int64_t>>& padded) {
@@ -62,12 +65,14 @@ inline Tensor random_lists(int64_t Bl, int64_t Hl, int64_t C, int64_t w, int64_t
 
 // The fused op and the reference agree on the output and on the gradients of a
 // random projection of it.
+// With drop > 0 both draw their dropout from generators of one seed: the same weights must drop.
 void check_flash(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t Dk, int64_t Dv, const Tensor& kpm,
-                 bool causal, double scale, DType dt, double tol) {
+                 bool causal, double scale, DType dt, double tol, double drop = 0.0) {
   CAPTURE(Nq);
   CAPTURE(Nk);
   CAPTURE(causal);
   CAPTURE(scale);
+  CAPTURE(drop);
   auto leaf = [dt](const Shape& s, uint64_t seed) {
     Tensor t = to(leaf64(s, seed, -2.0, 2.0).detach(), dt);
     t.set_requires_grad(true);
@@ -76,13 +81,15 @@ void check_flash(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t Dk, int64
   Tensor q = leaf({B, H, Nq, Dk}, 1), k = leaf({B, H, Nk, Dk}, 2), v = leaf({B, H, Nk, Dv}, 3);
   Tensor w = to(leaf64({B, H, Nq, Dv}, 4).detach(), dt);
   const double used = scale > 0 ? scale : 1.0 / std::sqrt(double(Dk));
-  Tensor fast = flash_attention(q, k, v, kpm, scale, causal);
+  Generator gen_fast(91), gen_ref(91);
+  Tensor fast = flash_attention(q, k, v, kpm, scale, causal, drop, gen_fast);
   sum(fast * w).backward();
   std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
   q.zero_grad();
   k.zero_grad();
   v.zero_grad();
-  Tensor ref = dense_reference(q, k, v, kpm, used, causal);
+  Tensor ref = dense_reference(q, k, v, kpm, used, causal, drop, &gen_ref);
+  CHECK(gen_fast.offset() == gen_ref.offset());  // the same counters reserved
   sum(ref * w).backward();
   check_close(fast, ref, tol);
   check_close(g[0], q.grad(), tol);
@@ -347,6 +354,24 @@ TEST_CASE("flash attention equals dense attention: masks, causal, Nq != Nk, size
   }
 }
 
+TEST_CASE("flash attention with dropout drops the weights the dense path drops: forward, gradients, tiles, masks") {
+  for (bool causal : {false, true}) {
+    check_flash(2, 2, 7, 7, 3, 4, padding(2, 7, {{1, 0}, {1, 5}}), causal, 0.0, kFloat64, 1e-12, 0.3);
+    // Several query tiles (128 rows) and key tiles (512 keys): the counters of each tile's rows
+    // and columns; Nq != Nk; on the OpenMP team with the backward's key slices.
+    check_flash(1, 2, 150, 600, 4, 3, padding(1, 600, {{0, 3}, {0, 530}}), causal, 0.0, kFloat64, 1e-12, 0.5);
+    check_flash(1, 1, 130, 1100, 8, 8, Tensor(), causal, 0.0, kFloat64, 1e-12, 0.1);
+    check_flash(2, 3, 65, 129, 8, 8, padding(2, 129, {{0, 128}, {1, 127}}), causal, 0.0, kFloat32, 2e-5, 0.2);
+  }
+  // The rate takes effect: some weights drop (the output moves), and none at rate 0 draws a counter.
+  Tensor q = leaf64({1, 2, 9, 4}, 1), k = leaf64({1, 2, 9, 4}, 2), v = leaf64({1, 2, 9, 3}, 3);
+  Generator g(5);
+  CHECK(max_abs_diff(flash_attention(q, k, v, Tensor(), 0.0, false, 0.5, g), flash_attention(q, k, v)) > 0.01);
+  CHECK(g.offset() == 2 * 9 * 9);
+  CHECK(max_abs_diff(flash_attention(q, k, v, Tensor(), 0.0, false, 0.0, g), flash_attention(q, k, v)) == 0.0);
+  CHECK(g.offset() == 2 * 9 * 9);
+}
+
 TEST_CASE("flash attention's GEMM path equals the fused kernel: chunks, masks, causal, empty rows, lse gradient") {
   for (const KernelCase& c : kKernelCases) {
     CAPTURE(c.Nq);
@@ -602,6 +627,14 @@ GRADCHECK_CASE(flash_attention) {
     check_grad("flash_attention",
                [&](const std::vector<Tensor>& x) { return flash_attention(x[0], x[1], x[2], kpm, 0.0, causal); },
                {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
+  // With dropout: a fresh generator per evaluation, so every evaluation drops the same weights.
+  for (bool causal : {false, true})
+    check_grad("flash_attention",
+               [&](const std::vector<Tensor>& x) {
+                 Generator g(17);
+                 return flash_attention(x[0], x[1], x[2], kpm, 0.0, causal, 0.4, g);
+               },
+               {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
   // Through out and lse (flash_attention_with_lse: lse's gradient joins the same backward).
   for (bool causal : {false, true})
     check_grad("flash_attention",
@@ -622,6 +655,21 @@ TEST_CASE("flash attention rejects bad input with the shapes in the message") {
   CHECK_THROWS_MSG(flash_attention(q, k, fake_cuda({1, 2, 5, 2}, kFloat64)), DeviceError,
                    "[flash_attention] tensors are on different devices");
   CHECK_THROWS_MSG(flash_attention(Tensor(), k, v), ValueError, "[flash_attention] argument 'q' is an undefined tensor");
+  for (double rate : {1.0, -0.1, std::nan("")})
+    CHECK_THROWS_MSG(flash_attention(q, k, v, Tensor(), 0.0, false, rate), ValueError,
+                     "[flash_attention] dropout must be in [0, 1), got");
+  CHECK_THROWS_MSG(flash_attention(fake_cuda({1, 2, 4, 3}, kFloat64), fake_cuda({1, 2, 5, 3}, kFloat64),
+                                   fake_cuda({1, 2, 5, 2}, kFloat64), Tensor(), 0.0, false, 0.1),
+                   ValueError, "[flash_attention] attention dropout runs in the CPU kernel only; on cuda:0",
+                   "dropout 0.1");
+  {  // the kernels without dropout refuse a rate rather than ignore it
+    kernels::FlashAttentionParams p;
+    p.dropout = 0.25;
+    Tensor qd = q.detach(), kd = k.detach(), vd = v.detach(), out = Tensor::empty({1, 2, 4, 2}, kFloat64),
+           lse = Tensor::empty({1, 2, 4}, kFloat64);
+    CHECK_THROWS_MSG(kernels::flash_attention_forward_gemm(qd, kd, vd, Tensor(), p, out, lse), ValueError,
+                     "[flash_attention] the GEMM path has no attention dropout", "0.25");
+  }
   // flash_attention_with_lse shares the checks and names the same op.
   CHECK_THROWS_MSG(flash_attention_with_lse(q, k, v, Tensor::zeros({1, 4}, kBool)), ShapeError,
                    "[flash_attention] key_padding_mask must be bool (B, Nk) = (1, 5), got bool (1,4)");
