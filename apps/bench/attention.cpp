@@ -136,6 +136,10 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
   spec.d_model = H * Dh;
   spec.n_heads = H;
   nlohmann::json options = bench_attention_options(variant, n);
+  // Attention-weight dropout where the variant has it (the modules are in training mode).
+  const bool drops = o.attention_dropout > 0 && (spec.type == "full" || spec.type == "clustered" ||
+                                                 spec.type == "improved-clustered") && !is_block(variant);
+  if (drops && !is_full_dense(variant)) options["dropout"] = o.attention_dropout;
   spec.options = cf::nn::Config(options, "attention");
   std::shared_ptr<cf::nn::Attention> att = cf::nn::make_attention(spec);
   att->to(g_device);  // variants with parameters or buffers (neural clustering, routing, Cluster-Former)
@@ -143,6 +147,7 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
   r["name"] = variant + "_" + std::to_string(n);
   r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"heads", H}, {"head_dim", Dh},
                  {"causal", o.causal}, {"dtype", dtype_label(o)}, {"options", options}};
+  if (drops) r["params"]["attention_dropout"] = o.attention_dropout;
   // A dense variant holds a few (B, H, N, N) float32 matrices: about 3 in the
   // forward, 6 with the backward. Skip rows that would not fit rather than swap.
   const double nn_gib = cf::apps::dense_scores_gib(B * H, n);
@@ -164,7 +169,8 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
       return cf::nn::chunked_attention(a.q, a.k, a.v, members, cf::Tensor(), co).out;
     }
     if (!is_full_dense(variant)) return att->forward(a);
-    return cf::nn::dense_attention(a.q, a.k, a.v, cf::nn::dense_block_mask(a), 1.0 / std::sqrt(double(Dh)));
+    return cf::nn::dense_attention(a.q, a.k, a.v, cf::nn::dense_block_mask(a), 1.0 / std::sqrt(double(Dh)),
+                                   drops ? o.attention_dropout : 0.0, drops);
   };
   auto args = [&](const cf::Tensor& qq, const cf::Tensor& kk, const cf::Tensor& vv) {
     cf::nn::AttentionArgs a;

@@ -63,6 +63,7 @@ struct BenchOptions {
   std::string cpu_isa;     // --cpu-isa: empty leaves CF_CPU_ISA's (or auto)
   int64_t topk = 32;       // select: k of the top-k rows
   int64_t clusters = 100;  // select: clusters of the Hamming K-Means rows
+  double attention_dropout = 0.0;  // attention: weight dropout of the variants that have it, in training
 };
 
 // While alive, OpenBLAS runs with as many threads as cf's OpenMP team: the

@@ -17,6 +17,7 @@
 #include "bench/dist_bench.h"
 #include "kernels/common/cpu_isa.h"
 #include "common/options.h"
+#include "common/report.h"
 
 using cf::bench::BenchOptions;
 using cf::bench::json;
@@ -136,6 +137,9 @@ const std::vector<Subcommand> kSubcommands = {
        add_variants(o, b);
        o.add_int_list("sizes", &b.sizes, 1, "sequence lengths");
        o.add_flag("causal", &b.causal, "causal masking");
+       o.add_number("attention_dropout", &b.attention_dropout,
+                    "attention-weight dropout in [0, 1) for the variants that have it (full, full-dense, clustered, "
+                    "improved-clustered), timed in training mode; the other rows run without (default 0)");
        o.add_number("max_gib", &b.max_gib,
                     "skip a dense row whose score matrices would need more than X GiB (default: half of this "
                     "machine's memory)");
@@ -286,6 +290,8 @@ bool parse(int argc, char** argv, std::string& cmd, BenchOptions& b) {
   if (b.precision != "fp32" && b.precision != "bf16" && b.precision != "fp16")
     throw UsageError("--precision must be fp32, bf16 or fp16, got '" + b.precision + "'");
   if (!std::isnan(b.max_gib) && !(b.max_gib > 0)) throw UsageError("--max-gib must be positive");
+  if (!(b.attention_dropout >= 0 && b.attention_dropout < 1))
+    throw UsageError("--attention-dropout must be in [0, 1), got " + cf::apps::fmt(b.attention_dropout, "%g"));
   if (b.batch.size() != 2) throw UsageError("--batch expects B,N (two integers)");
   if (b.numel % 1024 != 0) throw UsageError("--numel must be a multiple of 1024 (softmax rows)");
   return true;
