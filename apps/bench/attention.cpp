@@ -139,7 +139,8 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
   // Attention-weight dropout where the variant has it (the modules are in training mode).
   const bool drops = o.attention_dropout > 0 && (spec.type == "full" || spec.type == "clustered" ||
                                                  spec.type == "improved-clustered") && !is_block(variant);
-  if (drops && !is_full_dense(variant)) options["dropout"] = o.attention_dropout;
+  // (A variant's own "dropout=" override wins.)
+  if (drops && !is_full_dense(variant) && !options.contains("dropout")) options["dropout"] = o.attention_dropout;
   spec.options = cf::nn::Config(options, "attention");
   std::shared_ptr<cf::nn::Attention> att = cf::nn::make_attention(spec);
   att->to(g_device);  // variants with parameters or buffers (neural clustering, routing, Cluster-Former)
@@ -147,7 +148,8 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
   r["name"] = variant + "_" + std::to_string(n);
   r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"heads", H}, {"head_dim", Dh},
                  {"causal", o.causal}, {"dtype", dtype_label(o)}, {"options", options}};
-  if (drops) r["params"]["attention_dropout"] = o.attention_dropout;
+  if (drops)
+    r["params"]["attention_dropout"] = is_full_dense(variant) ? o.attention_dropout : options["dropout"].get<double>();
   // A dense variant holds a few (B, H, N, N) float32 matrices: about 3 in the
   // forward, 6 with the backward. Skip rows that would not fit rather than swap.
   const double nn_gib = cf::apps::dense_scores_gib(B * H, n);
@@ -208,6 +210,11 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
         return r;
       }
     } catch (const cf::NotImplementedError& e) {
+      r["skipped"] = e.what();
+      return r;
+    } catch (const cf::ValueError& e) {
+      // A forced path without dropout (improved-clustered:centroid_path=fused) refuses the rate.
+      if (!drops) throw;
       r["skipped"] = e.what();
       return r;
     }

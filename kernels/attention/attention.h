@@ -51,7 +51,7 @@ struct FlashAttentionParams {
 // call this first, so a rate that reaches them is an error, never silently ignored.
 inline void check_flash_no_dropout(const FlashAttentionParams& p, const char* kernel) {
   CF_CHECK(p.dropout == 0, ValueError, "[flash_attention] the ", kernel,
-           " has no attention dropout (the CPU kernel has); got rate ", p.dropout);
+           " has no attention dropout (only the CPU kernel drops weights); got rate ", p.dropout);
 }
 
 // q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv) contiguous, one float dtype.

@@ -264,7 +264,8 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   }
 
   // The dense path: the centroid weights A^c themselves (G, C, Nk). Attention-weight
-  // dropout in training comes here for improved clustered attention and on CUDA.
+  // dropout in training comes here for improved clustered attention and on CUDA (and
+  // whenever the caller asks for kDense).
   Tensor scores = matmul(qc, transpose(kf, 1, 2));  // eq. 4, (G, C, Nk)
   if (kpm.defined())
     scores = reshape(masked_fill(reshape(scores, {B, H, C, Nk}), reshape(kpm, {B, 1, 1, Nk}), -INFINITY),

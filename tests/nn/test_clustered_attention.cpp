@@ -296,6 +296,7 @@ TEST_CASE("the fused path (flash attention over the centroids) equals the path t
   // A^c that the dense path's dropout(A^c) drops (generators of one seed give one mask).
   Grads fused_drop = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
     Generator g(57);
+    g.reserve(999);  // mid-stream
     Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, 0, 0.3, true, g, false,
                                          nn::CentroidPath::kFused);
     CHECK(graph_has(out, "flash_attention"));
@@ -303,6 +304,7 @@ TEST_CASE("the fused path (flash attention over the centroids) equals the path t
   }, q, k, v, Tensor());
   Grads dense_drop = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
     Generator g(57);
+    g.reserve(999);
     return nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, 0, 0.3, true, g, false, nn::CentroidPath::kDense);
   }, q, k, v, Tensor());
   check_same(fused_drop, dense_drop, 1e-12);

@@ -82,6 +82,8 @@ void check_flash(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t Dk, int64
   Tensor w = to(leaf64({B, H, Nq, Dv}, 4).detach(), dt);
   const double used = scale > 0 ? scale : 1.0 / std::sqrt(double(Dk));
   Generator gen_fast(91), gen_ref(91);
+  gen_fast.reserve(12345);  // mid-stream: the kernel must start at the reserved counter
+  gen_ref.reserve(12345);
   Tensor fast = flash_attention(q, k, v, kpm, scale, causal, drop, gen_fast);
   sum(fast * w).backward();
   std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
@@ -362,6 +364,9 @@ TEST_CASE("flash attention with dropout drops the weights the dense path drops: 
     check_flash(1, 2, 150, 600, 4, 3, padding(1, 600, {{0, 3}, {0, 530}}), causal, 0.0, kFloat64, 1e-12, 0.5);
     check_flash(1, 1, 130, 1100, 8, 8, Tensor(), causal, 0.0, kFloat64, 1e-12, 0.1);
     check_flash(2, 3, 65, 129, 8, 8, padding(2, 129, {{0, 128}, {1, 127}}), causal, 0.0, kFloat32, 2e-5, 0.2);
+    check_flash(1, 2, 150, 600, 4, 3, Tensor(), causal, 0.0, kFloat32, 2e-5, 0.3);
+    // Nq > Nk: causal leaves the first queries no key (zeros, no draw needed).
+    check_flash(2, 1, 200, 130, 4, 4, padding(2, 130, {{1, 7}}), causal, 0.0, kFloat64, 1e-12, 0.4);
   }
   // The rate takes effect: some weights drop (the output moves), and none at rate 0 draws a counter.
   Tensor q = leaf64({1, 2, 9, 4}, 1), k = leaf64({1, 2, 9, 4}, 2), v = leaf64({1, 2, 9, 3}, 3);
@@ -370,6 +375,9 @@ TEST_CASE("flash attention with dropout drops the weights the dense path drops: 
   CHECK(g.offset() == 2 * 9 * 9);
   CHECK(max_abs_diff(flash_attention(q, k, v, Tensor(), 0.0, false, 0.0, g), flash_attention(q, k, v)) == 0.0);
   CHECK(g.offset() == 2 * 9 * 9);
+  // Successive calls (training steps) draw fresh counters: other weights drop.
+  Tensor first = flash_attention(q, k, v, Tensor(), 0.0, false, 0.5, g);
+  CHECK(max_abs_diff(flash_attention(q, k, v, Tensor(), 0.0, false, 0.5, g), first) > 0.01);
 }
 
 TEST_CASE("flash attention's GEMM path equals the fused kernel: chunks, masks, causal, empty rows, lse gradient") {
