@@ -114,11 +114,26 @@ expect_match("${err}" "checkpoint 'ckpt/fps-seed2.safetensors' was written with 
 # --iterations 0: sampling alone (Table 3's baselines): trains, and costs fewer MACs
 # than T = 1 (no projections, no KNN selection in the attention).
 run(0 out0 err0 --points 64 --train-per-class 4 --val-per-class 1 --test-per-class 2 --widths 8,16,16,32
-    --fuse-dim 32 --head 16,16 --knn 8 --steps 3 --warmup 1 --batch-size 8 --seed 2 --inits fps --iterations 0)
+    --fuse-dim 32 --head 16,16 --knn 8 --steps 3 --warmup 1 --batch-size 8 --seed 2 --inits fps,random,kmeans
+    --iterations 0)
 last_line("${out0}" summary0)
 string(JSON macs_t0 GET "${summary0}" table fps macs)
 if(NOT macs_t0 LESS macs_fps)
   message(FATAL_ERROR "smoke: --iterations 0 costs ${macs_t0} MACs, T = 1 ${macs_fps}: expected fewer")
+endif()
+foreach(i random kmeans)  # sampling alone under every initialisation of Table 3's sweep
+  string(JSON a GET "${summary0}" table ${i} accuracy_mean)
+  if(a LESS 0 OR a GREATER 1)
+    message(FATAL_ERROR "smoke: --iterations 0 --inits ${i}: accuracy ${a}")
+  endif()
+endforeach()
+# --iterations 2: T = 2 attention steps cost more than T = 1.
+run(0 out2t err2t --points 64 --train-per-class 4 --val-per-class 1 --test-per-class 2 --widths 8,16,16,32
+    --fuse-dim 32 --head 16,16 --knn 8 --steps 3 --warmup 1 --batch-size 8 --seed 2 --inits fps --iterations 2)
+last_line("${out2t}" summary2t)
+string(JSON macs_t2 GET "${summary2t}" table fps macs)
+if(NOT macs_t2 GREATER macs_fps)
+  message(FATAL_ERROR "smoke: --iterations 2 costs ${macs_t2} MACs, T = 1 ${macs_fps}: expected more")
 endif()
 
 # --points 1024 (the paper's setting) runs: one step of a tiny FPS model.

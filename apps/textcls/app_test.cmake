@@ -168,6 +168,14 @@ foreach(f neural-clustering-k8-muY-nuY-cosine-seed3 neural-clustering-k8-muN-nuY
   endif()
 endforeach()
 expect_match("${err}" "phi: cosine\\)" "ablation table names the form")
+run(0 out err ${tiny} --attentions neural-clustering --loss-form sphere)
+foreach(f neural-clustering-k8-muY-nuY-sphere-seed3 neural-clustering-k8-muN-nuY-sphere-seed3
+          neural-clustering-k8-muY-nuN-sphere-seed3)
+  if(NOT EXISTS "${WORK_DIR}/ckpt/${f}.safetensors")
+    message(FATAL_ERROR "smoke: checkpoint ${f}.safetensors not written")
+  endif()
+endforeach()
+expect_match("${err}" "phi: sphere\\)" "ablation table names the sphere form")
 
 # --stop-after: full attention and routing trained in runs of 3 steps (exit 3 after
 # each unfinished model) end with the uninterrupted run's accuracy and the same
