@@ -159,23 +159,17 @@ endif()
 
 # The bounded loss form (--loss-form cosine): the models with a weighted loss are
 # new (their own checkpoints), the N/N model is the same model and is reused.
-run(0 out err ${tiny} --attentions neural-clustering --loss-form cosine)
-expect_match("${out}" "\"event\":\"resume\",\"seed\":3,\"run\":\"neural-clustering-k8-muN-nuN\"" "N/N reused")
-foreach(f neural-clustering-k8-muY-nuY-cosine-seed3 neural-clustering-k8-muN-nuY-cosine-seed3
-          neural-clustering-k8-muY-nuN-cosine-seed3)
-  if(NOT EXISTS "${WORK_DIR}/ckpt/${f}.safetensors")
-    message(FATAL_ERROR "smoke: checkpoint ${f}.safetensors not written")
-  endif()
+# (The sphere form the same way.)
+foreach(form cosine sphere)
+  run(0 out err ${tiny} --attentions neural-clustering --loss-form ${form})
+  expect_match("${out}" "\"event\":\"resume\",\"seed\":3,\"run\":\"neural-clustering-k8-muN-nuN\"" "N/N reused (${form})")
+  foreach(w muY-nuY muN-nuY muY-nuN)
+    if(NOT EXISTS "${WORK_DIR}/ckpt/neural-clustering-k8-${w}-${form}-seed3.safetensors")
+      message(FATAL_ERROR "smoke: checkpoint neural-clustering-k8-${w}-${form}-seed3.safetensors not written")
+    endif()
+  endforeach()
+  expect_match("${err}" "phi: ${form}\\)" "ablation table names the form ${form}")
 endforeach()
-expect_match("${err}" "phi: cosine\\)" "ablation table names the form")
-run(0 out err ${tiny} --attentions neural-clustering --loss-form sphere)
-foreach(f neural-clustering-k8-muY-nuY-sphere-seed3 neural-clustering-k8-muN-nuY-sphere-seed3
-          neural-clustering-k8-muY-nuN-sphere-seed3)
-  if(NOT EXISTS "${WORK_DIR}/ckpt/${f}.safetensors")
-    message(FATAL_ERROR "smoke: checkpoint ${f}.safetensors not written")
-  endif()
-endforeach()
-expect_match("${err}" "phi: sphere\\)" "ablation table names the sphere form")
 
 # --stop-after: full attention and routing trained in runs of 3 steps (exit 3 after
 # each unfinished model) end with the uninterrupted run's accuracy and the same
