@@ -5,7 +5,7 @@
 # counts. Each stage has its own time limit so that a hang in one still returns the others' logs.
 #
 #   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo,
-#                                                  bf16, peers-full, block, mma, lm, approx
+#                                                  bf16, peers-full, block, mma, lm, approx, longdoc
 #
 # scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), issue 24's
 # LSH-8 peak memory at N = 16384 and 65536, and clustered attention's fused and dense centroid paths;
@@ -40,6 +40,12 @@
 # test first in the test stage). On the CPU, at N = 512 with 4 windows per step, full
 # attention stayed on the space-everywhere plateau for 2,600 steps on three seeds; with 16 windows per step it left
 # it between steps 1,500 and 2,000 (RESULTS.md): read the val lines before the tables.
+#
+# longdoc: issue 30's long documents beyond N = 1,024 (RESULTS.md, cf-textcls "Long documents"): the Bible chapters
+# at N = LONGDOC_N (default "2048 4096"), LONGDOC_ATTENTIONS (default full,neural-clustering; neural clustering at
+# k = round(sqrt(N))) for LONGDOC_SEEDS (default "0 1 2"), one process per length and seed, all at once, each under
+# LONGDOC_LIMIT s (default 540); the corpus from LONGDOC_TSV (default .gpu/bible.tsv, made on the CPU machine by
+# scripts/bible_corpus.sh before the call); results in $OUT/longdoc.jsonl and $OUT/longdoc.md.
 #
 # Logs and JSON go to $OUT; the last lines printed are a summary.
 set -u
@@ -261,6 +267,30 @@ if has approx; then
   grep -h -E '"event":"(val|eval|sweep|summary)"' /tmp/approx/*.jsonl > "$OUT/approx.jsonl"
   for f in /tmp/approx/*.md; do echo "## $f"; tail -40 "$f"; done > "$OUT/approx.md"
   note "cf-approx on cuda: $(grep -c '"event":"summary"' "$OUT/approx.jsonl") models in $(( $(date +%s) - t0 )) s"
+fi
+
+if has longdoc; then
+  # Issue 30's long documents beyond N = 1,024 (RESULTS.md, cf-textcls "Long documents"): the Bible corpus has
+  # no .deb in .gpu/, so make it here first: scripts/bible_corpus.sh .gpu/bible.tsv (it travels with .gpu).
+  tsv=${LONGDOC_TSV:-.gpu/bible.tsv}
+  if [ ! -f "$tsv" ]; then
+    note "longdoc: no $tsv (run scripts/bible_corpus.sh .gpu/bible.tsv before the call)"
+  else
+    t0=$(date +%s)
+    mkdir -p /tmp/longdoc
+    for n in ${LONGDOC_N:-2048 4096}; do
+      for seed in ${LONGDOC_SEEDS:-0 1 2}; do
+        OMP_NUM_THREADS=1 timeout "${LONGDOC_LIMIT:-540}" "$B/apps/cf-textcls" --device cuda --data-file "$tsv" \
+          --min-texts 50 --max-per-class 250 --max-len "$n" --batch-size 16 \
+          --attentions "${LONGDOC_ATTENTIONS:-full,neural-clustering}" --seeds "$seed" \
+          --checkpoint-dir /tmp/longdoc/ckpt > "/tmp/longdoc/n$n-s$seed.jsonl" 2> "/tmp/longdoc/n$n-s$seed.md" &
+      done
+    done
+    wait
+    grep -h -E '"event":"(start|result|summary)"' /tmp/longdoc/*.jsonl > "$OUT/longdoc.jsonl"
+    for f in /tmp/longdoc/*.md; do echo "## $f"; tail -30 "$f"; done > "$OUT/longdoc.md"
+    note "cf-textcls long documents on cuda: $(grep -c '"event":"result"' "$OUT/longdoc.jsonl") models in $(( $(date +%s) - t0 )) s"
+  fi
 fi
 
 echo "---- summary"
