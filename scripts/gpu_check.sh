@@ -56,6 +56,12 @@ mkdir -p "$OUT"
 summary=()
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
 note() { summary+=("$1"); echo "== $1"; }
+# collect DIR NAME EVENTS LINES: the EVENTS lines of DIR/*.jsonl into $OUT/NAME.jsonl and the last LINES
+# lines of each DIR/*.md (the tables) into $OUT/NAME.md.
+collect() {
+  grep -h -E "\"event\":\"($3)\"" "$1"/*.jsonl > "$OUT/$2.jsonl"
+  for f in "$1"/*.md; do echo "## $f"; tail -"$4" "$f"; done > "$OUT/$2.md"
+}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1
 
@@ -243,8 +249,7 @@ if has lm; then
     done
   done
   wait
-  grep -h -E '"event":"(result|summary)"' /tmp/lm/*.jsonl > "$OUT/lm.jsonl"
-  for f in /tmp/lm/*.md; do echo "## $f"; tail -20 "$f"; done > "$OUT/lm.md"
+  collect /tmp/lm lm "result|summary" 20
   note "cf-lm on cuda: $(grep -c '"event":"result"' "$OUT/lm.jsonl") results in $(( $(date +%s) - t0 )) s"
 fi
 
@@ -264,8 +269,7 @@ if has approx; then
     done
   done
   wait
-  grep -h -E '"event":"(val|eval|sweep|summary)"' /tmp/approx/*.jsonl > "$OUT/approx.jsonl"
-  for f in /tmp/approx/*.md; do echo "## $f"; tail -40 "$f"; done > "$OUT/approx.md"
+  collect /tmp/approx approx "val|eval|sweep|summary" 40
   note "cf-approx on cuda: $(grep -c '"event":"summary"' "$OUT/approx.jsonl") models in $(( $(date +%s) - t0 )) s"
 fi
 
@@ -287,8 +291,7 @@ if has longdoc; then
       done
     done
     wait
-    grep -h -E '"event":"(start|result|summary)"' /tmp/longdoc/*.jsonl > "$OUT/longdoc.jsonl"
-    for f in /tmp/longdoc/*.md; do echo "## $f"; tail -30 "$f"; done > "$OUT/longdoc.md"
+    collect /tmp/longdoc longdoc "start|result|summary" 30
     note "cf-textcls long documents on cuda: $(grep -c '"event":"result"' "$OUT/longdoc.jsonl") models in $(( $(date +%s) - t0 )) s"
   fi
 fi

@@ -114,6 +114,29 @@ expect_same_json("${summary}" "${summary2}" "reloaded vs trained" table full ful
 run(1 out err ${tiny} --lr 0.01)
 expect_match("${err}" "checkpoint 'ckpt/full-C4-seed3.safetensors' was written with other settings" "stale checkpoint")
 
+# Every cell of a summary's table is an accuracy in [0, 1], every trained model agrees with
+# itself on every one of its `units` (texts, characters), and each model's checkpoint is
+# written in `dir`.
+function(check_summary summary trains evals dir checkpoints units)
+  foreach(train ${trains})
+    foreach(eval ${evals})
+      string(JSON a GET "${summary}" table ${train} ${eval} accuracy_mean)
+      if(a LESS 0 OR a GREATER 1)
+        message(FATAL_ERROR "smoke: accuracy ${train}/${eval} = ${a}")
+      endif()
+    endforeach()
+    string(JSON g GET "${summary}" table ${train} ${train} agreement_mean)
+    if(NOT g EQUAL 1)
+      message(FATAL_ERROR "smoke: ${train} evaluated with itself agrees on ${g} of the ${units}, not 1")
+    endif()
+  endforeach()
+  foreach(f ${checkpoints})
+    if(NOT EXISTS "${WORK_DIR}/${dir}/${f}.safetensors")
+      message(FATAL_ERROR "smoke: checkpoint ${dir}/${f}.safetensors not written")
+    endif()
+  endforeach()
+endfunction()
+
 # The Reformer columns: shared-full, shared-full-plain (no key projection) and lsh-2 models run every
 # attention that shares queries and keys, and clustered, improved clustered and oracle-top with the keys
 # taken from the queries, under the Reformer's key rule for shared-full and lsh-R and as they are for
@@ -122,18 +145,10 @@ expect_match("${err}" "checkpoint 'ckpt/full-C4-seed3.safetensors' was written w
 run(0 out err ${tiny} --train full,shared-full,shared-full-plain,lsh-2 --lsh-rounds 1 --lsh-bucket-size 8
     --checkpoint-dir ckpt-shared)
 last_line("${out}" summary)
+check_summary("${summary}" "shared-full;shared-full-plain;lsh-2"
+              "shared-full;shared-full-plain;lsh-1;lsh-2;clustered-4;clustered-8;i-clustered-4;i-clustered-8;oracle-top"
+              ckpt-shared "shared-full-C4-seed3;shared-full-plain-C4-seed3;lsh-2-C4-bucket8-seed3" texts)
 foreach(train shared-full shared-full-plain lsh-2)
-  foreach(eval shared-full shared-full-plain lsh-1 lsh-2 clustered-4 clustered-8 i-clustered-4 i-clustered-8
-          oracle-top)
-    string(JSON a GET "${summary}" table ${train} ${eval} accuracy_mean)
-    if(a LESS 0 OR a GREATER 1)
-      message(FATAL_ERROR "smoke: accuracy ${train}/${eval} = ${a}")
-    endif()
-  endforeach()
-  string(JSON g GET "${summary}" table ${train} ${train} agreement_mean)
-  if(NOT g EQUAL 1)
-    message(FATAL_ERROR "smoke: ${train} evaluated with itself agrees on ${g} of the texts, not 1")
-  endif()
   string(JSON none ERROR_VARIABLE missing GET "${summary}" table ${train} full)
   if(NOT missing)
     message(FATAL_ERROR "smoke: ${train} (no key projection) has a full-attention cell: ${none}")
@@ -155,11 +170,6 @@ foreach(rule "full,clustered-4,projection" "shared-full,clustered-4,reformer" "l
   expect_match("${out}" "\"train_attention\":\"${t}\",\"eval_attention\":\"${e}\",[^}]*\"key_rule\":\"${k}\"" "key rule ${rule}")
 endforeach()
 expect_match("${out}" "\"event\":\"sweep\",\"seed\":3,\"train_attention\":\"lsh-2\",[^}]*\"key_rule\":\"reformer\"" "sweep key rule")
-foreach(f shared-full-C4-seed3 shared-full-plain-C4-seed3 lsh-2-C4-bucket8-seed3)
-  if(NOT EXISTS "${WORK_DIR}/ckpt-shared/${f}.safetensors")
-    message(FATAL_ERROR "smoke: checkpoint ${f}.safetensors not written")
-  endif()
-endforeach()
 # Another LSH chunk length is another model: trained into its own file, not refused as a stale one.
 run(0 out err ${tiny} --train lsh-2 --lsh-rounds 2 --lsh-bucket-size 4 --checkpoint-dir ckpt-shared)
 expect_match("${out}" "\"event\":\"train\",\"seed\":3,\"train_attention\":\"lsh-2\"" "lsh-2 with chunks of 4 trained")
@@ -181,36 +191,15 @@ string(REGEX MATCH "\"test_hidden\":([0-9]+)" hidden "${out}")
 if(CMAKE_MATCH_1 LESS 10)
   message(FATAL_ERROR "smoke: masked task hides only ${CMAKE_MATCH_1} test characters")
 endif()
-# Every cell of the masked summary's table is a token accuracy in [0, 1], every trained model
-# agrees with itself on every character, and each model's checkpoint is written in `dir`.
-function(check_masked summary trains evals dir checkpoints)
-  foreach(train ${trains})
-    foreach(eval ${evals})
-      string(JSON a GET "${summary}" table ${train} ${eval} accuracy_mean)
-      if(a LESS 0 OR a GREATER 1)
-        message(FATAL_ERROR "smoke: masked accuracy ${train}/${eval} = ${a}")
-      endif()
-    endforeach()
-    string(JSON g GET "${summary}" table ${train} ${train} agreement_mean)
-    if(NOT g EQUAL 1)
-      message(FATAL_ERROR "smoke: masked ${train} evaluated with itself agrees on ${g} of the characters, not 1")
-    endif()
-  endforeach()
-  foreach(f ${checkpoints})
-    if(NOT EXISTS "${WORK_DIR}/${dir}/${f}.safetensors")
-      message(FATAL_ERROR "smoke: checkpoint ${dir}/${f}.safetensors not written")
-    endif()
-  endforeach()
-endfunction()
-check_masked("${summary}" "full;clustered-4;i-clustered-4"
-             "full;clustered-4;clustered-8;i-clustered-4;i-clustered-8;oracle-top" ckpt
-             "masked-full-C4-seed3;masked-clustered-C4-seed3;masked-improved-clustered-C4-seed3")
+check_summary("${summary}" "full;clustered-4;i-clustered-4"
+              "full;clustered-4;clustered-8;i-clustered-4;i-clustered-8;oracle-top" ckpt
+              "masked-full-C4-seed3;masked-clustered-C4-seed3;masked-improved-clustered-C4-seed3" characters)
 # The Reformer columns on the masked task (RESULTS.md, "The Reformer columns at N = 512"): the
 # sharing model and an LSH model with short chunks, evaluated under the Reformer key rule.
 run(0 out err ${masked} --train shared-full,lsh-2 --lsh-rounds 1 --lsh-bucket-size 8 --checkpoint-dir ckpt-masked-lsh)
 last_line("${out}" summary)
-check_masked("${summary}" "shared-full;lsh-2" "shared-full;lsh-1;lsh-2;clustered-4;i-clustered-4;oracle-top"
-             ckpt-masked-lsh "masked-shared-full-C4-seed3;masked-lsh-2-C4-bucket8-seed3")
+check_summary("${summary}" "shared-full;lsh-2" "shared-full;lsh-1;lsh-2;clustered-4;i-clustered-4;oracle-top"
+              ckpt-masked-lsh "masked-shared-full-C4-seed3;masked-lsh-2-C4-bucket8-seed3" characters)
 expect_match("${out}" "\"train_attention\":\"lsh-2\",\"eval_attention\":\"i-clustered-4\",[^}]*\"key_rule\":\"reformer\"" "masked key rule")
 # Texts shorter than one window are refused, naming the option.
 run(1 out err ${masked} --seq-len 100000 --checkpoint-dir ckpt-long)
