@@ -74,7 +74,8 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
   // projections around them stay 16-bit either way.
   const bool low_precision =
       autocast_dtype() && (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype()));
-  const bool tensor_cores = low_precision && kernels::flash_attention_mma_supported(q, k, v);
+  // (The tensor-core kernels have no attention dropout: a rate takes the float32 copies.)
+  const bool tensor_cores = low_precision && dropout == 0 && kernels::flash_attention_mma_supported(q, k, v);
   if (low_precision && !tensor_cores)
     return flash_attention_impl(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), kpm,
                                 scale, causal, with_lse, dropout, gen);
@@ -95,9 +96,6 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
              kpm.describe());
   check_scale(scale, op);
   CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[", op, "] dropout must be in [0, 1), got ", dropout);
-  CF_CHECK(dropout == 0 || q.device().is_cpu(), ValueError, "[", op,
-           "] attention dropout runs in the CPU kernel only; on ", q.device().str(),
-           " use the dense path (nn::dense_attention), got dropout ", dropout);
   kernels::FlashAttentionParams p;
   p.scale = default_scale(scale, sq[3]);
   p.causal = causal;

@@ -17,8 +17,9 @@ namespace cf {
 // zero gradient). Differentiable in q, k and v.
 // dropout > 0: inverted attention-weight dropout at that rate, drawn from gen exactly as
 // dropout(weights, dropout, true, gen) would draw it on the dense (B, H, Nq, Nk) weights (the
-// same counters, so the same weights drop; nn::dense_attention is the reference). CPU only: on
-// CUDA a rate above 0 is a ValueError (the dense path has it there). 0 draws nothing from gen.
+// same counters, so the same weights drop; nn::dense_attention is the reference). CPU and CUDA
+// (there through the GEMM path, and in float32 under autocast: the tensor-core kernels have no
+// dropout). 0 draws nothing from gen.
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask = Tensor(),
                        double scale = 0.0, bool causal = false, double dropout = 0.0,
                        Generator& gen = default_generator());

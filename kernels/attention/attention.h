@@ -36,7 +36,8 @@ namespace cf::kernels {
 struct FlashAttentionParams {
   double scale = 1.0;   // scores are scale * q . k
   bool causal = false;  // query i sees key j only when j <= i + (Nk - Nq)
-  // Attention-weight dropout (inverted, rate `dropout`; the CPU kernel only): weight (b, h, i, j) is
+  // Attention-weight dropout (inverted, rate `dropout`; the CPU kernel and the GEMM path, so on both devices;
+  // the tensor-core and scalar CUDA kernels refuse a rate): weight (b, h, i, j) is
   // dropped when the Philox draw of counter dropout_counter0 + ((b H + h) Nq + i) Nk + j under key
   // dropout_seed falls below the rate (kernels/dropout/dropout.h's test), otherwise scaled by
   // 1 / (1 - rate). That is the counter dropout() gives entry (b, h, i, j) of the dense (B, H, Nq, Nk)
@@ -47,11 +48,11 @@ struct FlashAttentionParams {
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
 };
 
-// The flash kernels other than the CPU one (the GEMM path, the CUDA kernels) have no dropout; they
-// call this first, so a rate that reaches them is an error, never silently ignored.
+// The flash kernels without dropout (the CUDA scalar and tensor-core kernels) call this first, so a rate
+// that reaches them is an error, never silently ignored; the dispatch below sends a rate to the GEMM path.
 inline void check_flash_no_dropout(const FlashAttentionParams& p, const char* kernel) {
   CF_CHECK(p.dropout == 0, ValueError, "[flash_attention] the ", kernel,
-           " has no attention dropout (only the CPU kernel drops weights); got rate ", p.dropout);
+           " has no attention dropout (the CPU kernel and the GEMM path drop weights); got rate ", p.dropout);
 }
 
 // q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv) contiguous, one float dtype.
@@ -110,10 +111,20 @@ int64_t flash_gemm_key_splits(int64_t batch_heads, int64_t rows, int64_t D, int6
 //   attention_rows_grad (backward, in one pass): each score becomes P = exp(s - lse_i) and dp (the same
 //     shape, holding dP = dO v^T) becomes dS = P (dP - D_i), D (B, H, Nq) contiguous (dO . O - dlse).
 // Blocked entries, and every entry of a row with nothing allowed (lse -inf), become 0 (P and dS).
+// With dropout.rate > 0 the row step also drops weights as FlashAttentionParams says (the counter of weight
+// (bh, i, j) is counter0 + (bh Nq + i) Nk + j, key j the score's column): the forward drops P after its
+// lse is written (the normaliser is that of the weights before dropout); the backward leaves the dropped,
+// scaled weights Z in scores (they met V: dV = Z^T dO) and dS = P (dP' - D) in dp, where dP' = dP / (1 - rate)
+// at the kept weights and 0 at the dropped ones (D = dO . O is still rowsum(P dP')).
+struct RowDropout {
+  double rate = 0.0;
+  uint64_t seed = 0, counter0 = 0;
+};
 struct AttentionRows {
   int64_t row0 = 0, Nq = 0;
   bool causal = false;
   int64_t Nk = 0;  // keys in all; 0: the scores' width W
+  RowDropout dropout;
 };
 void attention_rows_softmax_cpu(const Tensor& scores, const Tensor& key_padding_mask, const AttentionRows& rows,
                                 const Tensor& lse);
@@ -250,12 +261,13 @@ bool block_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v
 // tensor-core kernels (kMma, where flash_attention_takes_mma: contiguous, 16-byte aligned q, k, v of head
 // size 64; else the GEMM path). CF_FLASH_ATTENTION_PATH=auto|gemm|mma sets it at start-up,
 // set_flash_attention_path later. kAuto stays on the GEMM path until the float32 tensor-core kernels have run
-// on a GPU, as above.
+// on a GPU, as above. A call with attention dropout takes the GEMM path whatever the setting: the tensor-core
+// kernels have no dropout.
 enum class FlashAttentionPath { kAuto, kGemm, kMma };
 FlashAttentionPath parse_flash_attention_path(const std::string& name);  // "auto", "gemm", "mma"
 void set_flash_attention_path(FlashAttentionPath path);
 FlashAttentionPath flash_attention_path();
-bool flash_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v);
+bool flash_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, double dropout = 0.0);
 
 // Which float32 / float64 routed_attention path CUDA takes: its fused kernel (kAuto, kFused) or for float32 the
 // tensor-core kernels (kMma, where routed_attention_takes_mma: contiguous, 16-byte aligned q, k, v of head size
@@ -456,7 +468,7 @@ inline void rounds_split(const Tensor& per_round, const Tensor& combined, const 
 inline void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                     const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
   CF_DEVICE_DISPATCH("flash_attention", out.device(), flash_attention_forward_cpu(q, k, v, kpm, p, out, lse),
-                     flash_attention_takes_mma(q, k, v) ? flash_attention_forward_mma_cuda(q, k, v, kpm, p, out, lse)
+                     flash_attention_takes_mma(q, k, v, p.dropout) ? flash_attention_forward_mma_cuda(q, k, v, kpm, p, out, lse)
                                                         : flash_attention_forward_gemm(q, k, v, kpm, p, out, lse));
 }
 inline void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
@@ -465,7 +477,7 @@ inline void flash_attention_backward(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& dv) {
   CF_DEVICE_DISPATCH("flash_attention", out.device(),
                      flash_attention_backward_cpu(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv),
-                     flash_attention_takes_mma(q, k, v)
+                     flash_attention_takes_mma(q, k, v, p.dropout)
                          ? flash_attention_backward_mma_cuda(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv)
                          : flash_attention_backward_gemm(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv));
 }

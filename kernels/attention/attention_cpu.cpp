@@ -852,13 +852,19 @@ void rounds_split_typed(const Tensor& per_round, const Tensor& combined, const T
 
 // The GEMM path's row steps (attention.h: attention_rows_softmax, attention_rows_grad): blocked keys -> -inf,
 // then the fused kernel's own row helpers (softmax_rows forward; probs_from_lse, then dS = P (dP - D), in the
-// backward, where dp and D are given).
+// backward, where dp and D are given), and with a rate its dropout: the same draws, in the same order of
+// operations, as flash_forward_typed and flash_backward_typed.
 template <typename T>
 void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const AttentionRows& rw, const Tensor& lse,
                         const Tensor& dp = Tensor(), const Tensor& D = Tensor()) {
   const RowMath& rm = row_math();
   const int64_t B = scores.shape()[0], H = scores.shape()[1], R = scores.shape()[2], W = scores.shape()[3];
   const int64_t Nk = rw.Nk > 0 ? rw.Nk : W;
+  FlashAttentionParams fp;
+  fp.dropout = rw.dropout.rate;
+  fp.dropout_seed = rw.dropout.seed;
+  fp.dropout_counter0 = rw.dropout.counter0;
+  const FlashDropout drop(fp, {B, H, rw.Nq, Nk, 0, 0});
   T* S = scores.data<T>();
   T* L = lse.data<T>();
   T* dP = dp.defined() ? dp.data<T>() : nullptr;
@@ -876,12 +882,25 @@ void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const Attention
       T* l = L + bh * rw.Nq + i;
       if (!dP) {
         softmax_rows(rm, s, 1, W, l);
+        if (drop.on) drop.apply(rm, s, s, W, bh, i, 0);  // after lse: it normalises before dropout
         continue;
       }
       probs_from_lse(rm, s, 1, W, l);
       T* d = dP + g * W;
       const T Di = Dd[bh * rw.Nq + i];
+      if (!drop.on) {
+        softmax_grad_row(rm, s, d, W, Di);
+        continue;
+      }
+      // Z = the dropped, scaled P; dP' = dP / (1 - rate) where Z is not 0 (dropped, or P = 0: then
+      // dS = P (dP' - D) is 0 either way); dS from P; then Z takes P's place for dV = Z^T dO.
+      thread_local std::vector<T> Z;
+      Z.resize(static_cast<size_t>(W));
+      drop.apply(rm, s, Z.data(), W, bh, i, 0);
+      const T keep = T(drop.scale);
+      for (int64_t j = 0; j < W; ++j) d[j] = Z[size_t(j)] != T(0) ? d[j] * keep : T(0);
       softmax_grad_row(rm, s, d, W, Di);
+      std::copy(Z.begin(), Z.end(), s);
     }
   });
 }

@@ -23,6 +23,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/rng.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_maps.cuh"
 #include "kernels/attention/softmax_grad.h"
@@ -552,6 +553,10 @@ __global__ void __launch_bounds__(NT) rounds_split_kernel(const T* X, const T* Y
 // One block per row (grid-stride over rows). Forward (dP null): the row's maximum and sum of exponentials
 // by block reductions (the sum in double, as the CPU's), lse written, then exp(s - max) / sum in place.
 // Backward: lse read, P = exp(s - lse) in place and dS = P (dP - D) over dP, in one pass.
+// With a dropout rate (attention.h, AttentionRows): the forward writes the dropped, scaled weights; the
+// backward leaves those (Z) in s and takes dP' = dP / (1 - rate) at the kept weights, 0 at the dropped ones.
+// The draw is dropout_cuda.cu's (Philox of the weight's counter, its 53-bit uniform against the rate), so
+// the same weights drop as on the CPU.
 // Layout and rule as rows_softmax_typed in attention_cpu.cpp.
 constexpr int kRowThreads = 256;
 template <typename T>
@@ -561,8 +566,12 @@ __global__ void __launch_bounds__(kRowThreads)
   __shared__ double red[32];
   const cu::BlockRow row{red};
   const T neg_inf = ninf<T>();
+  const double rate = rw.dropout.rate;
+  const T keep = T(1.0 / (1.0 - rate));
   for (int64_t g = blockIdx.x; g < rows; g += gridDim.x) {
     const int64_t bh = g / R, i = rw.row0 + g % R, b = bh / H;
+    // The counter of this row's key 0 (weight (bh, i, 0) of the dense (B, H, Nq, Nk) weights).
+    const uint64_t c0 = rw.dropout.counter0 + (uint64_t(bh) * uint64_t(rw.Nq) + uint64_t(i)) * uint64_t(Nk);
     int64_t jend = W;  // keys >= jend are blocked (causal)
     if (rw.causal) jend = i + Nk - rw.Nq + 1 < 0 ? 0 : (i + Nk - rw.Nq + 1 > W ? W : i + Nk - rw.Nq + 1);
     const bool* pb = pad ? pad + b * Nk : nullptr;
@@ -592,14 +601,23 @@ __global__ void __launch_bounds__(kRowThreads)
       const T Di = D[bh * rw.Nq + i];
       for (int64_t j = threadIdx.x; j < W; j += kRowThreads) {
         const T p = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - li);
-        s[j] = p;
-        d[j] = softmax_grad(p, d[j], Di);
+        if (rate > 0) {
+          const T z = philox_uniform_d(philox4x32_10(rw.dropout.seed, c0 + uint64_t(j))) < rate ? T(0) : p * keep;
+          s[j] = z;
+          d[j] = softmax_grad(p, z != T(0) ? d[j] * keep : T(0), Di);
+        } else {
+          s[j] = p;
+          d[j] = softmax_grad(p, d[j], Di);
+        }
       }
     } else {
       // exp(s - m) / sum as the CPU's softmax_rows: exp(s - lse) would round lse = m + log(sum) in T first,
       // an error of ulp(m) in every weight of the row (5e-4 relative for float32 scores near 1e4).
-      for (int64_t j = threadIdx.x; j < W; j += kRowThreads)
-        s[j] = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - m) * inv;
+      for (int64_t j = threadIdx.x; j < W; j += kRowThreads) {
+        T p = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - m) * inv;
+        if (rate > 0) p = philox_uniform_d(philox4x32_10(rw.dropout.seed, c0 + uint64_t(j))) < rate ? T(0) : p * keep;
+        s[j] = p;
+      }
     }
     __syncthreads();  // red is reused by the next row's reductions
   }

@@ -202,9 +202,9 @@ int64_t flash_gemm_key_splits(int64_t BH, int64_t rows, int64_t D, int64_t keys)
 void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                   const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                   int64_t chunk_rows, int64_t key_splits) {
-  check_flash_no_dropout(p, "GEMM path");
   check_dtype(q);
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Nk = k.shape()[2], Dv = v.shape()[3];
+  const RowDropout drop{p.dropout, p.dropout_seed, p.dropout_counter0};
   if (B == 0 || H == 0 || Nq == 0) return;
   if (Nk == 0) {  // nothing to attend to: the documented zeros and -inf
     fill(out, 0.0);
@@ -226,7 +226,7 @@ void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
     }
     const Tensor Sc = leading(S, n, W), Oc = leading(O, n, Dv);
     matmul(row_chunk(qs, i0, n), transposed(row_chunk(k, 0, W)), Sc);
-    attention_rows_softmax(Sc, kpm, {i0, Nq, p.causal, Nk}, lse);
+    attention_rows_softmax(Sc, kpm, {i0, Nq, p.causal, Nk, drop}, lse);  // P, dropped with a rate
     matmul_key_split(Sc, row_chunk(v, 0, W), Oc, key_splits);
     if (r < Nq) copy(Oc, row_chunk(out, i0, n));
   }
@@ -236,8 +236,8 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                                    const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                    const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
                                    const Tensor& dv, int64_t chunk_rows, int64_t key_splits) {
-  check_flash_no_dropout(p, "GEMM path");
   check_dtype(q);
+  const RowDropout drop{p.dropout, p.dropout_seed, p.dropout_counter0};
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Dk = q.shape()[3], Nk = k.shape()[2];
   if (B == 0 || H == 0 || Nq == 0 || Nk == 0) {
     fill(dq, 0.0);
@@ -286,7 +286,8 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                  dOc = row_chunk(dout, i0, n);
     matmul(qc, transposed(kw), Pc);
     matmul(dOc, transposed(vw), dSc);                                  // dP
-    attention_rows_grad(Pc, dSc, kpm, {i0, Nq, p.causal, Nk}, lse, D3);  // P = exp(S - lse), dS = P (dP - D)
+    // P = exp(S - lse), dS = P (dP - D); with a rate Pc holds the dropped weights Z that met v (attention.h)
+    attention_rows_grad(Pc, dSc, kpm, {i0, Nq, p.causal, Nk, drop}, lse, D3);
     if (direct) {
       matmul(transposed(Pc), dOc, dv);
     } else {
@@ -335,9 +336,9 @@ FlashAttentionPath flash_attention_path() {
   return path_setting(g_flash_path, "CF_FLASH_ATTENTION_PATH", parse_flash_attention_path);
 }
 
-bool flash_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v) {
+bool flash_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, double dropout) {
   // The backward's sizes (head size 64) are the forward's for float32.
-  return flash_attention_path() == FlashAttentionPath::kMma && q.dtype() == kFloat32 &&
+  return dropout == 0 && flash_attention_path() == FlashAttentionPath::kMma && q.dtype() == kFloat32 &&
          flash_attention_backward_mma_supported(q, k, v) && dense_aligned(q, k, v);
 }
 

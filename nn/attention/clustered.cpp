@@ -180,14 +180,14 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   CF_CHECK(dropout_p >= 0 && dropout_p < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout_p);
   const bool dropping = training && dropout_p > 0;
   // Dropout of the centroid weights A^c inside the fused path: plain clustered attention's
-  // flash kernel drops them on the CPU, with the counters of the dense path's dropout(A^c).
+  // flash kernel drops them (on both devices), with the counters of the dense path's dropout(A^c).
   // Improved clustered attention's fused path never forms A^c's entries (it subtracts the
-  // top-k terms from A^c V), and the CUDA kernels have no dropout: those need the dense path.
-  const bool fused_can_drop = topk == 0 && q.device().is_cpu();
+  // top-k terms from A^c V): it needs the dense path.
+  const bool fused_can_drop = topk == 0;
   // (The causal variant forms no centroid weights: the path plays no part there.)
   CF_CHECK(!(dropping && path == CentroidPath::kFused && !causal && !fused_can_drop), ValueError, "[", who,
-           "] path kFused has attention dropout only for plain clustered attention (topk 0) on the CPU; got dropout ",
-           dropout_p, " in training with topk ", topk, " on ", q.device().str(), ": use kDense or kAuto");
+           "] path kFused has attention dropout only for plain clustered attention (topk 0); got dropout ",
+           dropout_p, " in training with topk ", topk, ": use kDense or kAuto");
   auto drop = [&](const Tensor& w) { return dropping ? dropout(w, dropout_p, true, gen) : w; };
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], D = q.shape()[3];
   const int64_t Nk = k.shape()[2], Dv = v.shape()[3], G = B * H, C = n_clusters;
@@ -264,8 +264,8 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   }
 
   // The dense path: the centroid weights A^c themselves (G, C, Nk). Attention-weight
-  // dropout in training comes here for improved clustered attention and on CUDA (and
-  // whenever the caller asks for kDense).
+  // dropout in training comes here for improved clustered attention (and whenever the
+  // caller asks for kDense).
   Tensor scores = matmul(qc, transpose(kf, 1, 2));  // eq. 4, (G, C, Nk)
   if (kpm.defined())
     scores = reshape(masked_fill(reshape(scores, {B, H, C, Nk}), reshape(kpm, {B, 1, 1, Nk}), -INFINITY),

@@ -37,10 +37,10 @@ namespace nn {
 //     kFused above.
 // Plain clustered attention (topk = 0) computes its scores once either way and takes
 // kFused under kAuto. Attention-weight dropout in training acts on A^c's entries: plain
-// clustered attention on the CPU drops them inside the flash kernel (the same entries as
-// kDense drops); improved clustered attention, and any variant on CUDA, take kDense
-// (kFused with dropout in training is an error there, except in the causal variant,
-// which forms no centroid weights).
+// clustered attention drops them inside the flash kernel on either device (the same
+// entries as kDense drops); improved clustered attention takes kDense (kFused with
+// dropout in training is an error there, except in the causal variant, which forms no
+// centroid weights).
 enum class CentroidPath { kAuto, kFused, kDense };
 // kAuto's bound: below it the dense matrices are a few MB (measured:
 // docs/benchmarks.md, "Clustered attention through the fused kernel").
@@ -99,7 +99,7 @@ Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tenso
 //    "dropout": attention-weight dropout in [0, 1), default 0,
 //    "centroid_path": "auto" (default), "fused" or "dense" (CentroidPath above;
 //    "fused" with a dropout above 0 is an error at a training forward, except for
-//    plain clustered attention on the CPU)}.
+//    plain clustered attention)}.
 class ClusteredAttention : public Attention {
  public:
   explicit ClusteredAttention(const ClusteredOptions& o, double scale = 0.0, double dropout = 0.0);

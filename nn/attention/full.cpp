@@ -40,10 +40,8 @@ Tensor FullAttention::forward(const AttentionArgs& a) {
   check_attention_args(a, "FullAttention");
   double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(a.q.shape()[3]));
   const double drop = is_training() ? dropout_ : 0.0;
-  // Only the CPU kernel drops weights inside the tiles; on CUDA dropout needs the weights.
-  if (drop > 0 && !a.q.device().is_cpu())
-    return dense_attention(a.q, a.k, a.v, dense_block_mask(a), scale, drop, true);
-  // The fused kernel (FlashAttention-2): no (Nq, Nk) matrix, O(N d) memory.
+  // The fused kernel (FlashAttention-2): no (Nq, Nk) matrix, O(N d) memory; it drops the weights
+  // inside its tiles (or rows, on CUDA) on both devices.
   return flash_attention(a.q, a.k, a.v, a.key_padding_mask, scale, a.causal, drop);
 }
 

@@ -2,9 +2,8 @@
 // Full softmax attention (Vaswani et al. 2017, eq. 1): softmax(Q K^T / sqrt(d_k)) V.
 // FullAttention runs the fused flash_attention kernel (autograd/ops/attention.h:
 // no (B, H, Nq, Nk) matrix, O(N d) memory), attention-weight dropout in training
-// included on the CPU; with dropout in training on CUDA (whose kernels have none yet)
-// it takes dense_attention, which materialises the score matrix and is also the
-// dense reference of the efficient variants' tests. Both draw the same dropout mask.
+// included on both devices. dense_attention materialises the score matrix; it is the
+// dense reference of the efficient variants' tests, and draws the same dropout mask.
 #include "core/rng.h"
 #include "nn/attention/attention.h"
 

@@ -143,8 +143,9 @@ Tensor infinite_on_batch1(const Tensor& t, const std::function<bool(int64_t)>& a
   return to(Tensor::from_vector(x, t.shape()), t.dtype()).to(t.device());
 }
 
-// out, lse, dq, dk, dv of one path, on the CPU. gemm runs on `device`.
-std::vector<Tensor> run_flash_path(const KernelCase& c, FlashPath path, Device device) {
+// out, lse, dq, dk, dv of one path, on the CPU. gemm runs on `device`. With drop > 0, attention dropout
+// at that rate from counter 12345 of seed 77 (mid-stream: a path that ignored counter0 would fail).
+std::vector<Tensor> run_flash_path(const KernelCase& c, FlashPath path, Device device, double drop = 0.0) {
   auto rnd = [&](const Shape& s, uint64_t seed) { return to(leaf64(s, seed, -2.0, 2.0).detach(), c.dt).to(device); };
   Tensor q = rnd({c.B, c.H, c.Nq, c.Dk}, 1), k = rnd({c.B, c.H, c.Nk, c.Dk}, 2), v = rnd({c.B, c.H, c.Nk, c.Dv}, 3),
          dout = rnd({c.B, c.H, c.Nq, c.Dv}, 4), dlse = rnd({c.B, c.H, c.Nq}, 5);
@@ -158,6 +159,11 @@ std::vector<Tensor> run_flash_path(const KernelCase& c, FlashPath path, Device d
   kernels::FlashAttentionParams p;
   p.scale = c.dt == kFloat32 ? 1.0 / std::sqrt(double(c.Dk)) : 0.7;  // float32: softmax rows far from one-hot
   p.causal = c.causal;
+  if (drop > 0) {
+    p.dropout = drop;
+    p.dropout_seed = 77;
+    p.dropout_counter0 = 12345;
+  }
   std::vector<Tensor> t = {Tensor::empty({c.B, c.H, c.Nq, c.Dv}, c.dt, device),
                            Tensor::empty({c.B, c.H, c.Nq}, c.dt, device), Tensor::empty(q.shape(), c.dt, device),
                            Tensor::empty(k.shape(), c.dt, device), Tensor::empty(v.shape(), c.dt, device)};
@@ -389,6 +395,24 @@ TEST_CASE("flash attention's GEMM path equals the fused kernel: chunks, masks, c
     CAPTURE(c.splits);
     check_same_paths(c, run_flash_path(c, FlashPath::kFusedCpu, Device::cpu()),
                      run_flash_path(c, FlashPath::kGemm, Device::cpu()));
+  }
+}
+
+TEST_CASE("flash attention's GEMM path drops the weights the fused kernel drops: chunks, masks, causal, lse gradient") {
+  for (const KernelCase& c : kKernelCases) {
+    if (c.Nq * c.Nk > 100000) continue;  // the 70000-row case adds nothing here
+    CAPTURE(c.Nq);
+    CAPTURE(c.Nk);
+    CAPTURE(c.causal);
+    CAPTURE(c.chunk);
+    CAPTURE(c.splits);
+    for (double drop : {0.3, 0.7}) {
+      CAPTURE(drop);
+      const std::vector<Tensor> want = run_flash_path(c, FlashPath::kFusedCpu, Device::cpu(), drop);
+      check_same_paths(c, want, run_flash_path(c, FlashPath::kGemm, Device::cpu(), drop));
+      // The rate took effect: the output moved from the run without dropout (a case with any key at all).
+      if (c.Nk > 1) CHECK(max_abs_diff(want[0], run_flash_path(c, FlashPath::kFusedCpu, Device::cpu())[0]) > 1e-3);
+    }
   }
 }
 
@@ -666,17 +690,11 @@ TEST_CASE("flash attention rejects bad input with the shapes in the message") {
   for (double rate : {1.0, -0.1, std::nan("")})
     CHECK_THROWS_MSG(flash_attention(q, k, v, Tensor(), 0.0, false, rate), ValueError,
                      "[flash_attention] dropout must be in [0, 1), got");
-  CHECK_THROWS_MSG(flash_attention(fake_cuda({1, 2, 4, 3}, kFloat64), fake_cuda({1, 2, 5, 3}, kFloat64),
-                                   fake_cuda({1, 2, 5, 2}, kFloat64), Tensor(), 0.0, false, 0.1),
-                   ValueError, "[flash_attention] attention dropout runs in the CPU kernel only; on cuda:0",
-                   "dropout 0.1");
-  {  // the kernels without dropout refuse a rate rather than ignore it
+  {  // the kernels without dropout (the CUDA scalar and tensor-core ones) refuse a rate rather than ignore it
     kernels::FlashAttentionParams p;
     p.dropout = 0.25;
-    Tensor qd = q.detach(), kd = k.detach(), vd = v.detach(), out = Tensor::empty({1, 2, 4, 2}, kFloat64),
-           lse = Tensor::empty({1, 2, 4}, kFloat64);
-    CHECK_THROWS_MSG(kernels::flash_attention_forward_gemm(qd, kd, vd, Tensor(), p, out, lse), ValueError,
-                     "[flash_attention] the GEMM path has no attention dropout", "0.25");
+    CHECK_THROWS_MSG(kernels::check_flash_no_dropout(p, "tensor-core kernel"), ValueError,
+                     "[flash_attention] the tensor-core kernel has no attention dropout", "0.25");
   }
   // flash_attention_with_lse shares the checks and names the same op.
   CHECK_THROWS_MSG(flash_attention_with_lse(q, k, v, Tensor::zeros({1, 4}, kBool)), ShapeError,
@@ -944,6 +962,9 @@ CUDA_TEST_CASE("flash attention's fused kernel and GEMM path on CUDA equal the C
     const std::vector<Tensor> want = run_flash_path(c, FlashPath::kFusedCpu, Device::cpu());
     check_same_paths(c, want, run_flash_path(c, FlashPath::kGemm, Device::cuda(0)));
     check_same_paths(c, want, run_flash_path(c, FlashPath::kFusedCuda, Device::cuda(0)));
+    // Attention dropout: the CUDA row kernels draw the CPU's weights (the 70000-row case too: its grid stride).
+    const std::vector<Tensor> dropped = run_flash_path(c, FlashPath::kFusedCpu, Device::cpu(), 0.3);
+    check_same_paths(c, dropped, run_flash_path(c, FlashPath::kGemm, Device::cuda(0), 0.3));
   }
 }
 
@@ -1111,6 +1132,7 @@ CUDA_TEST_CASE("flash, block and routed attention take the float32 tensor-core k
   kernels::set_flash_attention_path(kernels::FlashAttentionPath::kMma);
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kMma);
   CHECK(kernels::flash_attention_takes_mma(q, q, q));
+  CHECK_FALSE(kernels::flash_attention_takes_mma(q, q, q, 0.1));  // dropout: the GEMM path
   CHECK(kernels::block_attention_takes_mma(q, q, q, members, p));
   CHECK_FALSE(kernels::flash_attention_takes_mma(q32, q32, q32));
   CHECK_FALSE(kernels::flash_attention_takes_mma(odd, q, q));
@@ -1145,6 +1167,50 @@ CUDA_TEST_CASE("flash_attention float64 gradcheck on CUDA") {
     check_grad_cuda("flash_attention",
                     [&](const std::vector<Tensor>& x) { return out_and_lse_loss(x, kpm, causal); },
                     {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
+  // With dropout (the GEMM path's row kernels): a fresh generator per evaluation.
+  for (bool causal : {false, true})
+    check_grad_cuda("flash_attention",
+                    [&](const std::vector<Tensor>& x) {
+                      Generator g(17);
+                      return flash_attention(x[0], x[1], x[2], kpm, 0.0, causal, 0.4, g);
+                    },
+                    {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
+}
+
+CUDA_TEST_CASE("flash_attention with dropout on CUDA drops the CPU's weights, under the mma setting too") {
+  const kernels::FlashAttentionPath before = kernels::flash_attention_path();
+  for (auto path : {kernels::FlashAttentionPath::kAuto, kernels::FlashAttentionPath::kMma}) {
+    kernels::set_flash_attention_path(path);  // a rate takes the GEMM path either way
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      const Tensor kpm = padding(2, 300, {{1, 4}, {1, 250}});
+      auto leaf = [](const Shape& s, uint64_t seed) {
+        Tensor t = to(leaf64(s, seed, -2.0, 2.0).detach(), kFloat32);
+        t.set_requires_grad(true);
+        return t;
+      };
+      Tensor q = leaf({2, 2, 200, 64}, 1), k = leaf({2, 2, 300, 64}, 2), v = leaf({2, 2, 300, 64}, 3);
+      const Tensor w = to(leaf64({2, 2, 200, 64}, 4).detach(), kFloat32);
+      Generator gc(5), gg(5);
+      gc.reserve(999);
+      gg.reserve(999);
+      Tensor cpu = flash_attention(q, k, v, kpm, 0.0, causal, 0.2, gc);
+      sum(cpu * w).backward();
+      const std::vector<Tensor> want = {cpu, q.grad(), k.grad(), v.grad()};
+      Tensor qg = q.detach().to(Device::cuda(0)), kg = k.detach().to(Device::cuda(0)),
+             vg = v.detach().to(Device::cuda(0));
+      for (Tensor* t : {&qg, &kg, &vg}) t->set_requires_grad(true);
+      Tensor gpu = flash_attention(qg, kg, vg, kpm.to(Device::cuda(0)), 0.0, causal, 0.2, gg);
+      sum(gpu * w.to(Device::cuda(0))).backward();
+      CHECK(gc.offset() == gg.offset());
+      const std::vector<Tensor> got = {gpu, qg.grad(), kg.grad(), vg.grad()};
+      for (size_t i = 0; i < want.size(); ++i) {
+        CAPTURE(i);
+        CHECK(max_abs_diff(want[i], got[i].to(Device::cpu())) <= 1e-4 * (1.0 + max_abs_diff(want[i], want[i] * 0.0)));
+      }
+    }
+  }
+  kernels::set_flash_attention_path(before);
 }
 
 PARITY_CASE(block_attention) {
