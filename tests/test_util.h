@@ -73,6 +73,16 @@ inline std::vector<double> values(const Tensor& t) {
   return out;
 }
 
+// The largest |a - b| over two results of one shape (equal entries, -inf against -inf too, count 0).
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = values(a), y = values(b);
+  REQUIRE(x.size() == y.size());
+  double m = 0.0;
+  for (size_t e = 0; e < x.size(); ++e)
+    if (x[e] != y[e]) m = std::max(m, std::abs(x[e] - y[e]));
+  return m;
+}
+
 // Elementwise |a - b| <= tol (NaN equals NaN), with a readable failure message.
 inline void check_close(const Tensor& actual, const std::vector<double>& expected, double tol = 1e-6) {
   std::vector<double> a = values(actual);

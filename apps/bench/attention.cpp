@@ -136,11 +136,11 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
   spec.d_model = H * Dh;
   spec.n_heads = H;
   nlohmann::json options = bench_attention_options(variant, n);
-  // Attention-weight dropout where the variant has it (the modules are in training mode).
-  const bool drops = o.attention_dropout > 0 && (spec.type == "full" || spec.type == "clustered" ||
-                                                 spec.type == "improved-clustered") && !is_block(variant);
+  // Attention-weight dropout where the variant has it (the modules are in training mode; the bench-only
+  // block row passes the rate to chunked_attention itself). Routing and sparse have none.
+  const bool drops = o.attention_dropout > 0 && spec.type != "routing" && spec.type != "sparse";
   // (A variant's own "dropout=" override wins.)
-  if (drops && !is_full_dense(variant) && !options.contains("dropout")) options["dropout"] = o.attention_dropout;
+  if (drops && !is_bench_only(variant) && !options.contains("dropout")) options["dropout"] = o.attention_dropout;
   spec.options = cf::nn::Config(options, "attention");
   std::shared_ptr<cf::nn::Attention> att = cf::nn::make_attention(spec);
   att->to(g_device);  // variants with parameters or buffers (neural clustering, routing, Cluster-Former)
@@ -149,7 +149,7 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
   r["params"] = {{"variant", variant}, {"n", n}, {"batch", B}, {"heads", H}, {"head_dim", Dh},
                  {"causal", o.causal}, {"dtype", dtype_label(o)}, {"options", options}};
   if (drops)
-    r["params"]["attention_dropout"] = is_full_dense(variant) ? o.attention_dropout : options["dropout"].get<double>();
+    r["params"]["attention_dropout"] = is_bench_only(variant) ? o.attention_dropout : options["dropout"].get<double>();
   // A dense variant holds a few (B, H, N, N) float32 matrices: about 3 in the
   // forward, 6 with the backward. Skip rows that would not fit rather than swap.
   const double nn_gib = cf::apps::dense_scores_gib(B * H, n);
@@ -168,6 +168,7 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
       cf::nn::ChunkedAttentionOptions co;
       co.look_back = 1;
       co.causal = a.causal;
+      co.dropout = drops ? o.attention_dropout : 0.0;
       return cf::nn::chunked_attention(a.q, a.k, a.v, members, cf::Tensor(), co).out;
     }
     if (!is_full_dense(variant)) return att->forward(a);

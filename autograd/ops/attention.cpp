@@ -230,6 +230,7 @@ void check_block_attention_args(const Tensor& q, const Tensor& k, const Tensor& 
            "] look_back and look_ahead must be >= 0, scale >= 0 (0: 1/sqrt(d_k)) and self_score finite, got "
            "look_back=",
            o.look_back, " look_ahead=", o.look_ahead, " scale=", o.scale, " self_score=", o.self_score);
+  CF_CHECK(o.dropout >= 0 && o.dropout < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", o.dropout);
   // Positions in [-1, N), none twice per (b, h): two data checks on members' device
   // (deferred on CUDA, so the forward does not wait for them; the kernels treat a bad
   // position as an empty slot meanwhile). The second counts each (b, h) row's
@@ -270,10 +271,16 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   p.self_mask = o.self_mask;
   p.self_score = o.self_score;
   p.rounds = o.rounds;
+  if (o.dropout > 0) {  // the counters dropout() would reserve for the dense (B, H * rounds, N, N) weights
+    Generator& gen = o.generator ? *o.generator : default_generator();
+    p.dropout = o.dropout;
+    p.dropout_seed = gen.seed();
+    p.dropout_counter0 = gen.reserve(uint64_t(B * H) * uint64_t(N) * uint64_t(N));
+  }
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(members), pc = dense(kpm);
   // Autocast (issue 26): 16-bit q, k, v the tensor-core kernels take (the callers sent the others
   // to float32 copies) give float32 out and lse, as flash_attention's do.
-  const bool tensor_cores = autocast_dtype() && is_low_precision(q.dtype()) && o.rounds == 1 &&
+  const bool tensor_cores = autocast_dtype() && is_low_precision(q.dtype()) && o.rounds == 1 && o.dropout == 0 &&
                             kernels::block_attention_mma_supported(q, k, v, members);
   if (tensor_cores) {
     qc = aligned16(qc);
@@ -494,15 +501,16 @@ Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
 }
 
 bool ops::block_attention_on_float32_copies(const Tensor& q, const Tensor& k, const Tensor& v,
-                                            const Tensor& members, int64_t rounds) {
+                                            const Tensor& members, int64_t rounds, double dropout) {
   if (!autocast_dtype() || !q.defined() || !k.defined() || !v.defined()) return false;
   if (!is_low_precision(q.dtype()) && !is_low_precision(k.dtype()) && !is_low_precision(v.dtype())) return false;
-  return !(rounds == 1 && members.defined() && kernels::block_attention_mma_supported(q, k, v, members));
+  return !(rounds == 1 && dropout == 0 && members.defined() &&
+           kernels::block_attention_mma_supported(q, k, v, members));
 }
 
 BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                      const Tensor& kpm, const BlockAttentionOptions& o) {
-  if (ops::block_attention_on_float32_copies(q, k, v, members, o.rounds))
+  if (ops::block_attention_on_float32_copies(q, k, v, members, o.rounds, o.dropout))
     return block_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), members, kpm,
                            o);
   ops::check_block_attention_args(q, k, v, members, kpm, o, opname::block_attention);

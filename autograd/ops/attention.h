@@ -56,6 +56,13 @@ struct BlockAttentionOptions {
   // exp(lse_r), out = sum_r exp(lse_r - lse) out_r. The rounds' own out and lse stay
   // inside the op (kept for its backward), never handed out.
   bool combine_rounds = false;
+  // Inverted attention-weight dropout at this rate (0: none, nothing drawn), drawn from *generator
+  // (null: the default generator) exactly as dropout(weights, dropout, true, gen) would draw it on
+  // the dense (B, H * rounds, N, N) weights of the same attention (chunked_dense_attention with its
+  // dropout): the same counters, by original positions, so the same weights drop. lse (and the
+  // rounds' combination) stays that of the weights before dropout. The caller passes 0 outside training.
+  double dropout = 0.0;
+  Generator* generator = nullptr;
 };
 
 struct BlockAttentionResult {
@@ -112,8 +119,9 @@ void check_block_attention_args(const Tensor& q, const Tensor& k, const Tensor& 
 // autocast for 16-bit inputs the tensor-core kernels do not take (they take CUDA, one 16-bit dtype,
 // head size 64: float32 out and lse); the float32 kernels then run on the copies.
 // Rounds other than 1 always take the float32 kernels.
+// Attention dropout always takes the float32 kernels too (the tensor-core ones have none).
 bool block_attention_on_float32_copies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
-                                       int64_t rounds = 1);
+                                       int64_t rounds = 1, double dropout = 0.0);
 // block_attention without the checks, for a caller that ran
 // check_block_attention_args itself (under its own name).
 BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v,

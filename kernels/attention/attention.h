@@ -48,11 +48,14 @@ struct FlashAttentionParams {
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
 };
 
-// The flash kernels without dropout (the CUDA scalar and tensor-core kernels) call this first, so a rate
-// that reaches them is an error, never silently ignored; the dispatch below sends a rate to the GEMM path.
+// The kernels without dropout (the CUDA scalar and tensor-core kernels) call this first, so a rate that
+// reaches them is an error, never silently ignored; the dispatch below sends a rate to the GEMM path.
+inline void check_no_attention_dropout(double rate, const char* op, const char* kernel) {
+  CF_CHECK(rate == 0, ValueError, "[", op, "] the ", kernel,
+           " has no attention dropout (the CPU kernel and the GEMM path drop weights); got rate ", rate);
+}
 inline void check_flash_no_dropout(const FlashAttentionParams& p, const char* kernel) {
-  CF_CHECK(p.dropout == 0, ValueError, "[flash_attention] the ", kernel,
-           " has no attention dropout (the CPU kernel and the GEMM path drop weights); got rate ", p.dropout);
+  check_no_attention_dropout(p.dropout, "flash_attention", kernel);
 }
 
 // q (B, H, Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv) contiguous, one float dtype.
@@ -158,6 +161,15 @@ struct BlockAttentionParams {
   // with table head h * R + r over q, k, v head h; the backward sums the rounds'
   // gradients into one dq, dk, dv (round by round, so deterministically).
   int64_t rounds = 1;
+  // Attention-weight dropout (inverted, rate `dropout`; the CPU kernel and the GEMM path, so on both devices;
+  // the fused and tensor-core CUDA kernels refuse a rate, and the dispatch sends one to the GEMM path): the
+  // weight of query position i on key position j in output head (b, ho) is dropped when the Philox draw of
+  // counter dropout_counter0 + ((b Ho + ho) N + i) N + j under key dropout_seed falls below the rate, else
+  // scaled by 1 / (1 - rate): the counter dropout() gives that entry of the dense (B, Ho, N, N) weights of
+  // the same attention (nn::chunked_dense_attention), so both drop the same weights. lse stays that of the
+  // weights before dropout (it also combines LSH's rounds).
+  double dropout = 0.0;
+  uint64_t dropout_seed = 0, dropout_counter0 = 0;
 };
 
 // block_attention through GEMMs over chunks of blocks (attention_gemm.cpp), the float32 and float64 path on
@@ -200,10 +212,13 @@ void scatter_slot_rows_cpu(const Tensor& src, const Tensor& table, int64_t round
 //   block_rows_grad: scores become P = exp(S - lse[b, ho, pos]) and dp (same shape) becomes
 //     dS = P (dP - D[b, ho, c, r]) (D (B, Ho, n, w) contiguous, one value per query slot: dO . O - dlse),
 //     0 where the score was self_score (a constant).
+// With dropout.rate > 0 the row steps also drop weights as BlockAttentionParams says (counters by the original
+// positions of the table), and hand on the dropped weights and dS as attention_rows_grad does.
 struct BlockRows {
   bool causal = false;
   bool self_mask = false;
   double self_score = -1e5;
+  RowDropout dropout;
 };
 void block_rows_softmax_cpu(const Tensor& scores, const Tensor& table, const Tensor& key_padding_mask,
                             const BlockRows& rows, const Tensor& lse);
@@ -244,7 +259,8 @@ inline void block_rows_grad(const Tensor& scores, const Tensor& dp, const Tensor
 // 65535 blocks or batch*heads (the fused kernel's grid limits), the fused kernel below. kMma takes the
 // tensor-core kernels for float32 where they take the call (block_attention_takes_mma), else as kAuto. The
 // environment variable CF_BLOCK_ATTENTION_PATH=fused|gemm|mma|auto sets it at start-up (benchmarks compare
-// the paths); set_block_attention_path changes it later. The CPU always runs its fused kernel.
+// the paths); set_block_attention_path changes it later. The CPU always runs its fused kernel. A call with
+// attention dropout takes the GEMM path whatever the setting (the fused and tensor-core kernels have none).
 // kAuto does not take the tensor-core kernels for float32 yet: written without a GPU, they wait for their
 // first parity run and timing there (scripts/gpu_check.sh runs the CUDA tests and the bench with kMma).
 enum class BlockAttentionPath { kAuto, kFused, kGemm, kMma };

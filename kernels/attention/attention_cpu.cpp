@@ -91,26 +91,41 @@ FlashDims flash_dims(const Tensor& q, const Tensor& v) {
   return {q.shape()[0], q.shape()[1], q.shape()[2], v.shape()[2], q.shape()[3], v.shape()[3]};
 }
 
-// Attention-weight dropout of the flash kernels (FlashAttentionParams says which weights drop):
-// apply() writes to out (may be x) the run x of weights of query row i, keys j0 .. j0 + n - 1, of
-// batch*head bh, dropped or scaled, each counter the index of that weight in the dense (B, H, Nq, Nk)
-// weights. Only called when on.
-struct FlashDropout {
+// Attention-weight dropout of the fused kernels and the GEMM path's row steps (FlashAttentionParams and
+// BlockAttentionParams say which weights drop): apply() writes to out (may be x) the run x of weights of
+// query row i of batch*head bh, dropped or scaled, each counter the index of that weight in the dense
+// (B, H, Nq, Nk) weights: keys j0 .. j0 + n - 1, or (block attention, Nq = Nk = N) the key positions
+// cols[0 .. n) (an empty slot's -1 meets a weight that is 0 anyway). Only called when on.
+struct AttentionDropout {
   bool on;
   uint64_t seed, counter0, threshold, Nq, Nk;
   double scale;
-  FlashDropout(const FlashAttentionParams& p, const FlashDims& d)
-      : on(p.dropout > 0),
-        seed(p.dropout_seed),
-        counter0(p.dropout_counter0),
-        threshold(dropout_threshold(p.dropout)),
-        Nq(uint64_t(d.Nq)),
-        Nk(uint64_t(d.Nk)),
-        scale(1.0 / (1.0 - p.dropout)) {}
+  AttentionDropout(double rate, uint64_t seed_, uint64_t counter0_, int64_t Nq_, int64_t Nk_)
+      : on(rate > 0),
+        seed(seed_),
+        counter0(counter0_),
+        threshold(dropout_threshold(rate)),
+        Nq(uint64_t(Nq_)),
+        Nk(uint64_t(Nk_)),
+        scale(1.0 / (1.0 - rate)) {}
+  AttentionDropout(const FlashAttentionParams& p, const FlashDims& d)
+      : AttentionDropout(p.dropout, p.dropout_seed, p.dropout_counter0, d.Nq, d.Nk) {}
+  AttentionDropout(const RowDropout& r, int64_t Nq_, int64_t Nk_)
+      : AttentionDropout(r.rate, r.seed, r.counter0, Nq_, Nk_) {}
   template <typename T>
-  void apply(const RowMath& rm, const T* x, T* out, int64_t n, int64_t bh, int64_t i, int64_t j0) const {
+  void apply(const RowMath& rm, const T* x, T* out, int64_t n, int64_t bh, int64_t i, int64_t j0,
+             const int64_t* cols = nullptr) const {
     dropout_row(rm, x, out, n, seed, counter0 + (uint64_t(bh) * Nq + uint64_t(i)) * Nk + uint64_t(j0), threshold,
-                T(scale));
+                T(scale), cols);
+  }
+  // The backward's step for one row: Z = the dropped, scaled P (to out); dP' = dP / (1 - rate) where Z is not 0
+  // (dropped, or P = 0: then dS = P (dP' - D) is 0 either way), in place in dp.
+  template <typename T>
+  void backward_row(const RowMath& rm, const T* P, T* Z, T* dp, int64_t n, int64_t bh, int64_t i, int64_t j0,
+                    const int64_t* cols = nullptr) const {
+    apply(rm, P, Z, n, bh, i, j0, cols);
+    const T keep = T(scale);
+    for (int64_t c = 0; c < n; ++c) dp[c] = Z[c] != T(0) ? dp[c] * keep : T(0);
   }
 };
 
@@ -149,7 +164,7 @@ void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
   const int64_t shift = d.Nk - d.Nq, nqt = (d.Nq + kBr - 1) / kBr;
   const T ninf = -std::numeric_limits<T>::infinity();
   const RowMath& rm = row_math();
-  const FlashDropout drop(p, d);
+  const AttentionDropout drop(p, d);
   struct Scratch {
     std::vector<T> S, acc;
     std::vector<T> m;
@@ -266,7 +281,7 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   const T scale = T(p.scale);
   const int64_t shift = d.Nk - d.Nq, nkt = (d.Nk + kBc - 1) / kBc;
   const double flops = 2.0 * double(BH) * double(d.Nq) * double(d.Nk) * double(3 * d.Dk + 2 * d.Dv);
-  const FlashDropout drop(p, d);
+  const AttentionDropout drop(p, d);
 
   std::vector<T> D(size_t(BH * d.Nq));
   parallel_for(BH * d.Nq, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.Dv, 1)),
@@ -320,13 +335,8 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
             const T* W = S;  // the weights that met V in the forward
             if (drop.on) {
               T* Z = s.Z.data();
-              const T keep = T(drop.scale);
-              for (int64_t r = 0; r < nr; ++r) {
-                T* Zr = Z + r * nc;
-                T* dPr = dP + r * nc;
-                drop.apply(rm, S + r * nc, Zr, nc, bh, i0 + r, j0);
-                for (int64_t c = 0; c < nc; ++c) dPr[c] = Zr[c] != T(0) ? dPr[c] * keep : T(0);
-              }
+              for (int64_t r = 0; r < nr; ++r)
+                drop.backward_row(rm, S + r * nc, Z + r * nc, dP + r * nc, nc, bh, i0 + r, j0);
               W = Z;
             }
             for (int64_t r = 0; r < nr; ++r) softmax_grad_row(rm, S + r * nc, dP + r * nc, nc, Db[i0 + r]);
@@ -483,6 +493,7 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
   const T* V = v.data<T>();
   const int64_t* M = members.data<int64_t>();
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
+  const AttentionDropout drop(p.dropout, p.dropout_seed, p.dropout_counter0, d.N, d.N);
   struct Scratch {
     std::vector<T> Qg, Kg, Vg, S, Og, Lr;
     std::vector<int64_t> jpos;
@@ -509,6 +520,9 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
         mask_scores(rm, S, qpos, d.w, s.jpos.data(), d.W, pad ? pad + b * d.N : nullptr, p.causal, p.self_mask,
                     p.self_score, static_cast<char*>(nullptr));
         softmax_rows(rm, S, d.w, d.W, s.Lr.data());
+        if (drop.on)  // after lse: it normalises before dropout
+          for (int64_t r = 0; r < d.w; ++r)
+            if (qpos[r] >= 0) drop.apply(rm, S + r * d.W, S + r * d.W, d.W, bo, qpos[r], 0, s.jpos.data());
         gemm(false, false, d.w, d.Dv, d.W, T(1), S, d.W, s.Vg.data(), d.Dv, T(0), s.Og.data(), d.Dv);
         for (int64_t r = 0; r < d.w; ++r) {
           if (qpos[r] < 0) continue;
@@ -551,8 +565,9 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   T* dQ = dq.data<T>();
   T* dKp = dk.data<T>();
   T* dVp = dv.data<T>();
+  const AttentionDropout drop(p.dropout, p.dropout_seed, p.dropout_counter0, d.N, d.N);
   struct Scratch {
-    std::vector<T> Qg, Kg, Vg, dOg, S, dP, Dr, Lr, G;
+    std::vector<T> Qg, Kg, Vg, dOg, S, dP, Dr, Lr, G, Z;
     std::vector<int64_t> jpos;
     std::vector<char> self;
   };
@@ -566,8 +581,8 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
                          std::vector<T>(size_t(d.W * d.Dv)),  std::vector<T>(size_t(d.w * d.Dv)),
                          std::vector<T>(size_t(d.w * d.W)),   std::vector<T>(size_t(d.w * d.W)),
                          std::vector<T>(size_t(d.w)),         std::vector<T>(size_t(d.w)),
-                         std::vector<T>(size_t(d.w * d.Dk)),  std::vector<int64_t>(size_t(d.W)),
-                         std::vector<char>(size_t(d.w * d.W))};
+                         std::vector<T>(size_t(d.w * d.Dk)),  std::vector<T>(drop.on ? size_t(d.w * d.W) : 0),
+                         std::vector<int64_t>(size_t(d.W)),   std::vector<char>(size_t(d.w * d.W))};
         },
         [&](int64_t it, Scratch& s) {
           // bh: q, k, v head (b, hd); h: its output head in this round.
@@ -600,9 +615,23 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
                       p.self_score, s.self.data());
           probs_from_lse(rm, S, d.w, d.W, s.Lr.data());
           T* cb = contrib.data() + it * d.W * Dkv;
-          // dV window = P^T dO  (into the dV columns of the contribution rows)
-          gemm(true, false, d.W, d.Dv, d.w, T(1), S, d.W, s.dOg.data(), d.Dv, T(0), cb + d.Dk, Dkv);
           gemm(false, true, d.w, d.W, d.Dv, T(1), s.dOg.data(), d.Dv, s.Vg.data(), d.Dv, T(0), dP, d.W);
+          // With dropout the weights that met V are Z (dropped, scaled), and dP becomes dP' (AttentionDropout).
+          const T* Wt = S;
+          if (drop.on) {
+            T* Z = s.Z.data();
+            for (int64_t r = 0; r < d.w; ++r) {
+              if (qpos[r] < 0) {  // an empty query slot: P, dO and so Z and dS are 0
+                std::fill(Z + r * d.W, Z + (r + 1) * d.W, T(0));
+                continue;
+              }
+              drop.backward_row(rm, S + r * d.W, Z + r * d.W, dP + r * d.W, d.W, b * d.Ho + h, qpos[r], 0,
+                                s.jpos.data());
+            }
+            Wt = Z;
+          }
+          // dV window = W^T dO (W = P, or Z with dropout; into the dV columns of the contribution rows)
+          gemm(true, false, d.W, d.Dv, d.w, T(1), Wt, d.W, s.dOg.data(), d.Dv, T(0), cb + d.Dk, Dkv);
           for (int64_t r = 0; r < d.w; ++r)
             softmax_grad_masked_row(rm, S + r * d.W, dP + r * d.W, d.W, s.Dr[size_t(r)],
                                     p.self_mask ? s.self.data() + r * d.W : nullptr);
@@ -860,11 +889,7 @@ void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const Attention
   const RowMath& rm = row_math();
   const int64_t B = scores.shape()[0], H = scores.shape()[1], R = scores.shape()[2], W = scores.shape()[3];
   const int64_t Nk = rw.Nk > 0 ? rw.Nk : W;
-  FlashAttentionParams fp;
-  fp.dropout = rw.dropout.rate;
-  fp.dropout_seed = rw.dropout.seed;
-  fp.dropout_counter0 = rw.dropout.counter0;
-  const FlashDropout drop(fp, {B, H, rw.Nq, Nk, 0, 0});
+  const AttentionDropout drop(rw.dropout, rw.Nq, Nk);
   T* S = scores.data<T>();
   T* L = lse.data<T>();
   T* dP = dp.defined() ? dp.data<T>() : nullptr;
@@ -892,13 +917,10 @@ void rows_softmax_typed(const Tensor& scores, const Tensor& kpm, const Attention
         softmax_grad_row(rm, s, d, W, Di);
         continue;
       }
-      // Z = the dropped, scaled P; dP' = dP / (1 - rate) where Z is not 0 (dropped, or P = 0: then
-      // dS = P (dP' - D) is 0 either way); dS from P; then Z takes P's place for dV = Z^T dO.
+      // dS from P and dP'; then Z takes P's place for dV = Z^T dO.
       thread_local std::vector<T> Z;
       Z.resize(static_cast<size_t>(W));
-      drop.apply(rm, s, Z.data(), W, bh, i, 0);
-      const T keep = T(drop.scale);
-      for (int64_t j = 0; j < W; ++j) d[j] = Z[size_t(j)] != T(0) ? d[j] * keep : T(0);
+      drop.backward_row(rm, s, Z.data(), d, W, bh, i, 0);
       softmax_grad_row(rm, s, d, W, Di);
       std::copy(Z.begin(), Z.end(), s);
     }
@@ -1016,13 +1038,18 @@ void block_rows_softmax_typed(const Tensor& scores, const Tensor& table, const T
   const int64_t n = scores.shape()[2];
   const int64_t ls0 = lse.strides()[0], ls1 = lse.strides()[1], ls2 = lse.strides()[2];
   T* L = lse.data<T>();
+  const AttentionDropout drop(br.dropout, N, N);
+  // qpos: the window's W key positions, the first w of them the block's queries.
   for_block_rows<T>(rm, scores, table, kpm, br, N, [&](int64_t g, T* Sg, const int64_t* qpos, const char*) {
     const int64_t bh = g / n, b = bh / Ho, h = bh % Ho;
     thread_local std::vector<T> Lr;
     Lr.resize(static_cast<size_t>(w));
     softmax_rows(rm, Sg, w, W, Lr.data());
     for (int64_t r = 0; r < w; ++r)
-      if (qpos[r] >= 0) L[b * ls0 + h * ls1 + qpos[r] * ls2] = Lr[size_t(r)];
+      if (qpos[r] >= 0) {
+        L[b * ls0 + h * ls1 + qpos[r] * ls2] = Lr[size_t(r)];
+        if (drop.on) drop.apply(rm, Sg + r * W, Sg + r * W, W, bh, qpos[r], 0, qpos);  // after lse, as the fused
+      }
   });
 }
 
@@ -1038,15 +1065,23 @@ void block_rows_grad_typed(const Tensor& scores, const Tensor& dp, const Tensor&
   T* dP = dp.data<T>();
   const T ninf = -std::numeric_limits<T>::infinity();
   T* S0 = scores.data<T>();
+  const AttentionDropout drop(br.dropout, N, N);
   for_block_rows<T>(rm, scores, table, kpm, br, N, [&](int64_t g, T* Sg, const int64_t* qpos, const char* self) {
     const int64_t bh = g / n, b = bh / Ho, h = bh % Ho;
     T* dPg = dP + (Sg - S0);
+    thread_local std::vector<T> Z;
+    if (drop.on) Z.resize(static_cast<size_t>(W));
     for (int64_t r = 0; r < w; ++r) {
       const int64_t i = qpos[r];
       const T li = i < 0 ? ninf : L[b * ls0 + h * ls1 + i * ls2];
       const T Di = Dd[g * w + r];
-      probs_from_lse(rm, Sg + r * W, 1, W, &li);
-      softmax_grad_masked_row(rm, Sg + r * W, dPg + r * W, W, Di, br.self_mask ? self + r * W : nullptr);
+      T* Sr = Sg + r * W;
+      probs_from_lse(rm, Sr, 1, W, &li);
+      // With dropout (i >= 0: an empty query slot's P is 0): dP' from Z, dS from P, then Z in P's place.
+      const bool dropping = drop.on && i >= 0;
+      if (dropping) drop.backward_row(rm, Sr, Z.data(), dPg + r * W, W, bh, i, 0, qpos);
+      softmax_grad_masked_row(rm, Sr, dPg + r * W, W, Di, br.self_mask ? self + r * W : nullptr);
+      if (dropping) std::copy(Z.begin(), Z.end(), Sr);
     }
   });
 }

@@ -559,6 +559,13 @@ __global__ void __launch_bounds__(NT) rounds_split_kernel(const T* X, const T* Y
 // the same weights drop as on the CPU.
 // Layout and rule as rows_softmax_typed in attention_cpu.cpp.
 constexpr int kRowThreads = 256;
+
+// Whether attention dropout (rate > 0) keeps the weight of this counter: dropout_cuda.cu's draw (the
+// Philox uniform against the rate), the CPU's dropout_row in integers, so the same weights drop.
+__device__ __forceinline__ bool dropout_keeps(const RowDropout& d, uint64_t counter) {
+  return !(philox_uniform_d(philox4x32_10(d.seed, counter)) < d.rate);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
     rows_softmax_kernel(T* S, const bool* pad, T* L, int64_t rows, int64_t H, int64_t R, int64_t W, int64_t Nk,
@@ -602,7 +609,7 @@ __global__ void __launch_bounds__(kRowThreads)
       for (int64_t j = threadIdx.x; j < W; j += kRowThreads) {
         const T p = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - li);
         if (rate > 0) {
-          const T z = philox_uniform_d(philox4x32_10(rw.dropout.seed, c0 + uint64_t(j))) < rate ? T(0) : p * keep;
+          const T z = dropout_keeps(rw.dropout, c0 + uint64_t(j)) ? p * keep : T(0);
           s[j] = z;
           d[j] = softmax_grad(p, z != T(0) ? d[j] * keep : T(0), Di);
         } else {
@@ -615,7 +622,7 @@ __global__ void __launch_bounds__(kRowThreads)
       // an error of ulp(m) in every weight of the row (5e-4 relative for float32 scores near 1e4).
       for (int64_t j = threadIdx.x; j < W; j += kRowThreads) {
         T p = (li == neg_inf || j >= jend || (pb && pb[j])) ? T(0) : dexp(s[j] - m) * inv;
-        if (rate > 0) p = philox_uniform_d(philox4x32_10(rw.dropout.seed, c0 + uint64_t(j))) < rate ? T(0) : p * keep;
+        if (rate > 0) p = dropout_keeps(rw.dropout, c0 + uint64_t(j)) ? p * keep : T(0);
         s[j] = p;
       }
     }
@@ -700,7 +707,8 @@ __device__ __forceinline__ double warp_sum(double v) {
 }
 
 // A warp per score row (grid-stride): the masked row's maximum and sum of exponentials (the sum in double, as
-// the CPU's), the log-sum-exp to lse at the query's position, then exp(s - lse) in place.
+// the CPU's), the log-sum-exp to lse at the query's position, then exp(s - lse) in place (with a dropout rate
+// dropped or scaled, the counter that of (query position, key position): attention.h, BlockAttentionParams).
 template <typename T>
 __global__ void block_rows_softmax_kernel(T* S, SlotTab tab, const bool* pad, T* L, LseAt la, int64_t rows,
                                           int64_t w, int64_t W, BlockRows br) {
@@ -734,14 +742,21 @@ __global__ void block_rows_softmax_kernel(T* S, SlotTab tab, const bool* pad, T*
       inv = T(1.0 / sum);
     }
     if (lane == 0 && i >= 0) L[b * la.s0 + ho * la.s1 + i * la.s2] = li;
+    const uint64_t c0 = br.dropout.counter0 + (uint64_t(g / tab.n) * uint64_t(tab.N) + uint64_t(i)) * uint64_t(tab.N);
+    const T keep = T(1.0 / (1.0 - br.dropout.rate));
     for (int64_t j = lane; j < W; j += 32) {  // exp(x - m) / sum: see rows_softmax_kernel
-      const T x = block_score(s[j], i, tab.pos(trow, j), pb, br, &own);
-      s[j] = (li == ninf<T>() || x == ninf<T>()) ? T(0) : dexp(x - m) * inv;
+      const int64_t kpos = tab.pos(trow, j);
+      const T x = block_score(s[j], i, kpos, pb, br, &own);
+      T p = (li == ninf<T>() || x == ninf<T>()) ? T(0) : dexp(x - m) * inv;
+      if (br.dropout.rate > 0 && i >= 0) p = dropout_keeps(br.dropout, c0 + uint64_t(kpos)) ? p * keep : T(0);
+      s[j] = p;
     }
   }
 }
 
-// A warp per score row: P = exp(S - lse) into S and dS = P (dP - D) into dP (0 for a self_score entry).
+// A warp per score row: P = exp(S - lse) into S and dS = P (dP - D) into dP (0 for a self_score entry). With a
+// dropout rate: the dropped, scaled weights Z into S and dS = P (dP' - D), dP' = dP / (1 - rate) at the kept
+// weights, 0 at the dropped ones (attention_rows_grad's rule).
 template <typename T>
 __global__ void block_rows_grad_kernel(T* S, T* dP, SlotTab tab, const bool* pad, const T* L, LseAt la,
                                        const T* D, int64_t rows, int64_t w, int64_t W, BlockRows br) {
@@ -756,12 +771,21 @@ __global__ void block_rows_grad_kernel(T* S, T* dP, SlotTab tab, const bool* pad
     const T Di = D[row];
     T* s = S + row * W;
     T* dp = dP + row * W;
+    const bool dropping = br.dropout.rate > 0 && i >= 0;
+    const uint64_t c0 = br.dropout.counter0 + (uint64_t(bh) * uint64_t(tab.N) + uint64_t(i)) * uint64_t(tab.N);
+    const T keep = T(1.0 / (1.0 - br.dropout.rate));
     for (int64_t j = lane; j < W; j += 32) {
       bool own;
-      const T x = block_score(s[j], i, tab.pos(trow, j), pb, br, &own);
+      const int64_t kpos = tab.pos(trow, j);
+      const T x = block_score(s[j], i, kpos, pb, br, &own);
       const T p = (li == ninf<T>() || x == ninf<T>()) ? T(0) : dexp(x - li);
-      s[j] = p;
-      dp[j] = own ? T(0) : softmax_grad(p, dp[j], Di);
+      T z = p, d = dp[j];
+      if (dropping) {
+        z = dropout_keeps(br.dropout, c0 + uint64_t(kpos)) ? p * keep : T(0);
+        d = z != T(0) ? d * keep : T(0);
+      }
+      s[j] = z;
+      dp[j] = own ? T(0) : softmax_grad(p, d, Di);
     }
   }
 }
@@ -839,6 +863,7 @@ void block_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                   const Tensor& lse) {
   const char* op = "block_attention";
+  check_no_attention_dropout(p.dropout, op, "fused CUDA kernel");
   cu::use_device_of(out, op);
   // Tokens in no slot keep out = 0, lse = -inf.
   fill_cuda(out, 0.0);
@@ -856,6 +881,7 @@ void block_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                    const Tensor& dk, const Tensor& dv) {
   const char* op = "block_attention";
+  check_no_attention_dropout(p.dropout, op, "fused CUDA kernel");
   cu::use_device_of(out, op);
   Args a = make_args(q, k, v, out, lse, p.scale, p.self_score);
   a.dout = dout.raw_data();

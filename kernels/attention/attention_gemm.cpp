@@ -362,11 +362,13 @@ bool routed_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& 
 
 bool block_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                const BlockAttentionParams& p) {
-  return block_attention_path() == BlockAttentionPath::kMma && p.rounds == 1 && q.dtype() == kFloat32 &&
+  return block_attention_path() == BlockAttentionPath::kMma && p.rounds == 1 && p.dropout == 0 &&
+         q.dtype() == kFloat32 &&
          block_attention_mma_supported(q, k, v, members) && dense_aligned(q, k, v);
 }
 
 bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p) {
+  if (p.dropout > 0) return true;  // the fused CUDA kernel has no dropout
   const BlockAttentionPath path = block_attention_path();
   if (path == BlockAttentionPath::kFused || path == BlockAttentionPath::kGemm) return path == BlockAttentionPath::kGemm;
   const Shape& ms = members.shape();
@@ -396,7 +398,7 @@ void block_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
   const Tensor Qg = Tensor::empty({B, Ho, n, w, Dk}, q.dtype(), dev), Kg = Tensor::empty({B, Ho, n, W, Dk}, q.dtype(), dev),
                Vg = Tensor::empty({B, Ho, n, W, Dv}, q.dtype(), dev), S = Tensor::empty({B, Ho, n, w, W}, q.dtype(), dev),
                Og = Tensor::empty({B, Ho, n, w, Dv}, q.dtype(), dev);
-  const BlockRows br{p.causal, p.self_mask, p.self_score};
+  const BlockRows br{p.causal, p.self_mask, p.self_score, {p.dropout, p.dropout_seed, p.dropout_counter0}};
   for (int64_t c0 = 0; c0 < C; c0 += n) {
     const int64_t m = std::min(n, C - c0);
     const Tensor tq = table_view(win, Ho, c0, m, 0, w), tk = table_view(win, Ho, c0, m, 0, W);
@@ -408,7 +410,7 @@ void block_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
     gather_slot_rows(k, tk, p.rounds, Kc);
     gather_slot_rows(v, tk, p.rounds, Vc);
     matmul(Qc, transposed5(Kc), Sc);
-    block_rows_softmax(Sc, tk, kpm, br, lse);
+    block_rows_softmax(Sc, tk, kpm, br, lse);  // P (dropped with a rate)
     matmul(Sc, Vc, Oc);
     scatter_slot_rows(Oc, tq, 1, 0, false, out);
   }
@@ -442,7 +444,7 @@ void block_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                dQg = Tensor::empty({B, Ho, n, w, Dk}, dt, dev), dKw = Tensor::empty({B, Ho, n, W, Dk}, dt, dev),
                dVw = Tensor::empty({B, Ho, n, W, Dv}, dt, dev), Og = Tensor::empty({B, Ho, n, w, Dv}, dt, dev),
                Dg = Tensor::empty({B, Ho, n, w, 1}, dt, dev), dLg = Tensor::empty({B, Ho, n, w, 1}, dt, dev);
-  const BlockRows br{p.causal, p.self_mask, p.self_score};
+  const BlockRows br{p.causal, p.self_mask, p.self_score, {p.dropout, p.dropout_seed, p.dropout_counter0}};
   for (int64_t c0 = 0; c0 < C; c0 += n) {
     const int64_t m = std::min(n, C - c0);
     const Tensor tq = table_view(win, Ho, c0, m, 0, w), tk = table_view(win, Ho, c0, m, 0, W);
@@ -469,8 +471,8 @@ void block_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
     gather_slot_rows(v, tk, R, Vc);
     matmul(Qc, transposed5(Kc), Sc);
     matmul(dOc, transposed5(Vc), dPc);
-    block_rows_grad(Sc, dPc, tk, kpm, br, lse, Dc);  // Sc = P, dPc = dS
-    matmul(transposed5(Sc), dOc, dVc);               // dV window = P^T dO
+    block_rows_grad(Sc, dPc, tk, kpm, br, lse, Dc);  // Sc = P (with a rate the dropped Z), dPc = dS
+    matmul(transposed5(Sc), dOc, dVc);               // dV window = P^T dO (Z^T dO)
     matmul(transposed5(dPc), Qc, dKc);               // dK window = scale dS^T q (Qc holds scale q)
     matmul(dPc, Kc, dQc);
     binary(BinaryOp::Mul, dQc, scale, dQc);          // dQ = scale dS K

@@ -852,6 +852,7 @@ void block_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Te
   CF_CHECK(block_attention_mma_supported(q, k, v, members), Error, "[", op,
            "] internal: the tensor-core kernel does not take q ", q.describe());
   CF_CHECK(p.rounds == 1, Error, "[", op, "] internal: the tensor-core kernel takes one round, got ", p.rounds);
+  check_no_attention_dropout(p.dropout, op, "tensor-core kernel");
   check_inputs(q, k, v, out, lse, op);
   cu::use_device_of(out, op);
   // Tokens in no slot keep out = 0, lse = -inf.
@@ -871,6 +872,7 @@ void block_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const T
   const char* op = "block_attention";
   CF_CHECK(block_attention_mma_supported(q, k, v, members), Error, "[", op,
            "] internal: the tensor-core backward does not take q ", q.describe());
+  check_no_attention_dropout(p.dropout, op, "tensor-core kernel");
   check_inputs(q, k, v, out, lse, op);
   cu::use_device_of(out, op);
   const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, p.self_score);

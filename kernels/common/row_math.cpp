@@ -25,8 +25,9 @@ void grad_baseline(const float* p, float* dp, int64_t n, float D) { softmax_grad
 void mask_baseline(float* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i, float ss, char* self) {
   mask_row<float>(s, lim, own, n, i, ss, self);
 }
-void dropout_baseline(const float* x, float* out, int64_t n, uint64_t seed, uint64_t c0, uint64_t t, float scale) {
-  dropout_row<float>(x, out, n, seed, c0, t, scale);
+void dropout_baseline(const float* x, float* out, int64_t n, uint64_t seed, uint64_t c0, uint64_t t, float scale,
+                      const int64_t* cols) {
+  dropout_row<float>(x, out, n, seed, c0, t, scale, cols);
 }
 
 #ifdef CF_CPU_TIERS
@@ -40,8 +41,8 @@ CF_TARGET_AVX2 void mask_avx2(float* s, const int64_t* lim, const int64_t* own, 
   mask_row<float>(s, lim, own, n, i, ss, self);
 }
 CF_TARGET_AVX2 void dropout_avx2(const float* x, float* out, int64_t n, uint64_t seed, uint64_t c0, uint64_t t,
-                              float scale) {
-  dropout_row<float>(x, out, n, seed, c0, t, scale);
+                              float scale, const int64_t* cols) {
+  dropout_row<float>(x, out, n, seed, c0, t, scale, cols);
 }
 CF_TARGET_AVX2 float max_avx2(const float* x, int64_t n, float init) {
   __m256 m0 = _mm256_set1_ps(init), m1 = m0;
@@ -69,8 +70,8 @@ CF_TARGET_AVX512 void mask_avx512(float* s, const int64_t* lim, const int64_t* o
   mask_row<float>(s, lim, own, n, i, ss, self);
 }
 CF_TARGET_AVX512 void dropout_avx512(const float* x, float* out, int64_t n, uint64_t seed, uint64_t c0, uint64_t t,
-                              float scale) {
-  dropout_row<float>(x, out, n, seed, c0, t, scale);
+                              float scale, const int64_t* cols) {
+  dropout_row<float>(x, out, n, seed, c0, t, scale, cols);
 }
 CF_TARGET_AVX512 float max_avx512(const float* x, int64_t n, float init) {
   __m512 m0 = _mm512_set1_ps(init), m1 = m0;

@@ -139,18 +139,19 @@ CF_ROW_INLINE void mask_row(T* s, const int64_t* lim, const int64_t* own, int64_
     for (int64_t c = 0; c < n; ++c) self[c] = char(own[c] == i);
 }
 
-// Inverted dropout of a contiguous run (kernels/dropout/dropout.h): out[k] = 0 when the
-// Philox4x32-10 draw of counter counter0 + k under key seed (core/rng.h) is below the drop rate,
-// x[k] * scale otherwise. The test is philox_uniform_d(r) < p done in integers: its 53 random bits
-// below threshold = ceil(p 2^53) (dropout_threshold), the same answer for every draw. The ten
-// rounds are unrolled, so the loop over elements is the one the compiler vectorises (32 x 32 ->
-// 64-bit products); one Philox call per element was a third of a cf-lm training step.
-template <typename T>
-CF_ROW_INLINE void dropout_row(const T* x, T* out, int64_t n, uint64_t seed, uint64_t counter0, uint64_t threshold,
+// Inverted dropout of a run (kernels/dropout/dropout.h): out[k] = 0 when the Philox4x32-10 draw
+// of counter counter0 + k (or, given cols, counter0 + cols[k]: a run whose entries are scattered
+// over the counters, as block attention's gathered keys are) under key seed (core/rng.h) is below
+// the drop rate, x[k] * scale otherwise. The test is philox_uniform_d(r) < p done in integers: its
+// 53 random bits below threshold = ceil(p 2^53) (dropout_threshold), the same answer for every
+// draw. The ten rounds are unrolled, so the loop over elements is the one the compiler vectorises
+// (32 x 32 -> 64-bit products); one Philox call per element was a third of a cf-lm training step.
+template <typename T, typename Counter>
+CF_ROW_INLINE void dropout_run(const T* x, T* out, int64_t n, uint64_t seed, Counter counter_of, uint64_t threshold,
                                T scale) {
   const uint32_t key0 = uint32_t(seed), key1 = uint32_t(seed >> 32);
   for (int64_t k = 0; k < n; ++k) {
-    const uint64_t counter = counter0 + uint64_t(k);
+    const uint64_t counter = counter_of(k);
     uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32), c2 = 0, c3 = 0;
     uint32_t k0 = key0, k1 = key1;
 #pragma GCC unroll 10
@@ -167,6 +168,14 @@ CF_ROW_INLINE void dropout_row(const T* x, T* out, int64_t n, uint64_t seed, uin
     const uint64_t bits = ((uint64_t(c0) << 21) ^ uint64_t(c1 >> 11)) & ((uint64_t(1) << 53) - 1);
     out[k] = bits < threshold ? T(0) : T(x[k] * scale);
   }
+}
+template <typename T>
+CF_ROW_INLINE void dropout_row(const T* x, T* out, int64_t n, uint64_t seed, uint64_t counter0, uint64_t threshold,
+                               T scale, const int64_t* cols = nullptr) {
+  if (cols)
+    dropout_run(x, out, n, seed, [=](int64_t k) { return counter0 + uint64_t(cols[k]); }, threshold, scale);
+  else
+    dropout_run(x, out, n, seed, [=](int64_t k) { return counter0 + uint64_t(k); }, threshold, scale);
 }
 
 // dropout_row's threshold for drop rate p: u = bits / 2^53 < p exactly when bits < ceil(p 2^53) (bits is
@@ -190,7 +199,7 @@ struct RowMath {
   void (*mask_row)(float* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i, float self_score,
                    char* self);
   void (*dropout_row)(const float* x, float* out, int64_t n, uint64_t seed, uint64_t counter0, uint64_t threshold,
-                      float scale);
+                      float scale, const int64_t* cols);
 };
 
 // The table of the tier in use (cpu_isa()); ValueError on a bad CF_CPU_ISA.
@@ -220,12 +229,12 @@ inline void mask_row(const RowMath& rm, float* s, const int64_t* lim, const int6
   rm.mask_row(s, lim, own, n, i, self_score, self);
 }
 inline void dropout_row(const RowMath& rm, const float* x, float* out, int64_t n, uint64_t seed, uint64_t counter0,
-                        uint64_t threshold, float scale) {
-  rm.dropout_row(x, out, n, seed, counter0, threshold, scale);
+                        uint64_t threshold, float scale, const int64_t* cols = nullptr) {
+  rm.dropout_row(x, out, n, seed, counter0, threshold, scale, cols);
 }
 inline void dropout_row(const RowMath&, const double* x, double* out, int64_t n, uint64_t seed, uint64_t counter0,
-                        uint64_t threshold, double scale) {
-  dropout_row<double>(x, out, n, seed, counter0, threshold, scale);
+                        uint64_t threshold, double scale, const int64_t* cols = nullptr) {
+  dropout_row<double>(x, out, n, seed, counter0, threshold, scale, cols);
 }
 inline void mask_row(const RowMath&, double* s, const int64_t* lim, const int64_t* own, int64_t n, int64_t i,
                      double self_score, char* self) {

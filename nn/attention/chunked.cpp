@@ -32,6 +32,8 @@ BlockAttentionOptions block_options(const ChunkedAttentionOptions& o) {
   b.scale = o.scale;
   b.rounds = o.rounds;
   b.combine_rounds = o.combine_rounds;
+  b.dropout = o.dropout;
+  b.generator = o.generator;
   return b;
 }
 
@@ -62,7 +64,7 @@ ChunkedAttentionResult chunked_attention(const Tensor& q, const Tensor& k, const
   // member table, scores per (chunk, window) tile, outputs written in token order.
   // Autocast: 16-bit q, k, v the tensor-core arm does not take run on float32 copies, as
   // block_attention's own entry does (the unchecked call below bypasses it).
-  if (ops::block_attention_on_float32_copies(q, k, v, members, o.rounds))
+  if (ops::block_attention_on_float32_copies(q, k, v, members, o.rounds, o.dropout))
     return chunked_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), members,
                              key_padding_mask, o);
   const BlockAttentionOptions bo = block_options(o);
@@ -145,7 +147,9 @@ ChunkedAttentionResult chunked_dense_attention(const Tensor& q, const Tensor& k,
   }
   scores = masked_fill(scores, blocked, -INFINITY);
   Tensor row_dead = eq(sum(to(logical_not(blocked), kFloat32), {-1}, true), 0.0);  // (B, Hm, N, 1)
-  Tensor out = matmul(softmax(scores, -1), v);
+  Tensor weights = softmax(scores, -1);
+  if (o.dropout > 0) weights = dropout(weights, o.dropout, true, o.generator ? *o.generator : default_generator());
+  Tensor out = matmul(weights, v);
   Tensor lse = logsumexp(masked_fill(scores, row_dead, 0.0), {-1});
   lse = masked_fill(lse, reshape(row_dead, {d.B, d.Hm, d.N}), -INFINITY);
   return {out, lse};

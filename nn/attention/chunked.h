@@ -14,6 +14,7 @@
 // outputs written back in token order. Never builds an N x N matrix, nor the
 // gathered copies or (C, w, W) score tensors: memory is O(B H N d) (the CPU
 // backward adds O(B H N d (1 + L + A)) of per-window key gradients).
+#include "core/rng.h"
 #include "core/tensor.h"
 
 namespace cf {
@@ -37,6 +38,12 @@ struct ChunkedAttentionOptions {
   // (Reformer section 2.1, multi-round LSH: out = sum_r exp(lse_r - lse) out_r,
   // lse = log sum_r exp(lse_r)), H heads; the per-round results never leave the op.
   bool combine_rounds = false;
+  // Inverted attention-weight dropout at this rate (0: none; callers pass 0 outside training), drawn
+  // from *generator (null: the default generator) with the counters dropout() gives the dense
+  // (B, H * rounds, N, N) weights, so chunked_dense_attention with the same options and a generator
+  // in the same state drops the same weights (BlockAttentionOptions::dropout).
+  double dropout = 0.0;
+  Generator* generator = nullptr;
 };
 
 // The score a self-masked query gives itself (Reformer).
@@ -75,7 +82,8 @@ Tensor chunked_dense_mask(const Tensor& members, int64_t n, const Tensor& key_pa
 
 // What chunked_attention computes, written densely: softmax over the N x N scores
 // with chunked_dense_mask and, with self_mask, the self score replaced by
-// kSelfMaskedScore where the query is in a slot. Same result layout.
+// kSelfMaskedScore where the query is in a slot; with a dropout rate, dropout() of those
+// (B, H * rounds, N, N) weights. Same result layout.
 ChunkedAttentionResult chunked_dense_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                const Tensor& members, const Tensor& key_padding_mask,
                                                const ChunkedAttentionOptions& options);

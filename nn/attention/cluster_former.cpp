@@ -17,11 +17,13 @@ namespace nn {
 
 ClusterFormerAttention::ClusterFormerAttention(int64_t d_model, const ClusterFormerAttentionOptions& o,
                                                Generator& gen)
-    : chunk_(o.chunk_size), scale_(o.scale) {
+    : chunk_(o.chunk_size), scale_(o.scale), dropout_(o.dropout) {
   CF_CHECK(d_model > 0, ValueError, "[ClusterFormerAttention] d_model must be positive, got ", d_model);
   CF_CHECK(o.chunk_size > 0, ValueError, "[ClusterFormerAttention] chunk_size must be positive, got ",
            o.chunk_size);
   CF_CHECK(o.scale >= 0, ValueError, "[ClusterFormerAttention] scale must be >= 0 (0: 1/sqrt(d_k)), got ", o.scale);
+  CF_CHECK(o.dropout >= 0 && o.dropout < 1, ValueError, "[ClusterFormerAttention] dropout must be in [0, 1), got ",
+           o.dropout);
   MemoryBankOptions bo = o.bank;
   bo.dim = d_model;
   bank = register_module("bank", std::make_shared<MemoryBank>(bo, gen));
@@ -31,6 +33,7 @@ ClusterFormerAttentionOptions ClusterFormerAttention::read_options(const Config&
   ClusterFormerAttentionOptions o;
   o.chunk_size = c.get<int64_t>("chunk_size", o.chunk_size);
   o.scale = c.get<double>("scale", o.scale);
+  o.dropout = c.get<double>("dropout", o.dropout);
   o.bank.num_clusters = c.get<int64_t>("num_clusters", o.bank.num_clusters);
   o.bank.capacity = c.get<int64_t>("memory_size", o.bank.capacity);
   o.bank.update_every = c.get<int64_t>("update_every", o.bank.update_every);
@@ -117,6 +120,7 @@ Tensor ClusterFormerAttention::forward(const AttentionArgs& a) {
   ChunkedAttentionOptions co;
   co.causal = a.causal;
   co.scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(qs[3]));
+  co.dropout = is_training() ? dropout_ : 0.0;
   // eqs. 7 and 9: attention within each chunk, outputs back in token order.
   return chunked_attention(a.q, a.k, a.v, members, pad, co).out;
 }

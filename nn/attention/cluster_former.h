@@ -30,12 +30,14 @@ namespace nn {
 struct ClusterFormerAttentionOptions {
   int64_t chunk_size = 64;  // m in eq. 8 (the paper uses the sliding-window stride)
   double scale = 0.0;       // score scale; 0: 1/sqrt(d_k)
+  double dropout = 0.0;     // attention-weight dropout in training, in [0, 1) (inside the block kernel)
   MemoryBankOptions bank;   // bank.dim is set to d_model
 };
 
 // Options (JSON): {"num_clusters": p (64), "chunk_size": m (64), "memory_size": M
 // (100000), "update_every": F steps (1000), "kmeans_iters" (50), "seed" (0),
-// "save_memory" (true), "scale" (0: 1/sqrt(d_k))}.
+// "save_memory" (true), "scale" (0: 1/sqrt(d_k)), "dropout" (attention-weight dropout in training,
+// [0, 1), default 0)}.
 class ClusterFormerAttention : public Attention {
  public:
   ClusterFormerAttention(int64_t d_model, const ClusterFormerAttentionOptions& options,
@@ -64,7 +66,7 @@ class ClusterFormerAttention : public Attention {
 
  private:
   int64_t chunk_;
-  double scale_;
+  double scale_, dropout_;
   Tensor fixed_ids_, last_ids_;
 };
 

@@ -59,7 +59,7 @@ Tensor lsh_buckets(const Tensor& x, const Tensor& rotations, int64_t chunk_bytes
 
 Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, int64_t n_buckets,
                      const Tensor& key_padding_mask, bool causal, int64_t bucket_size, double scale,
-                     bool dense_reference) {
+                     bool dense_reference, double dropout, Generator* gen) {
   const char* who = "lsh_attention";
   CF_CHECK(q.defined() && v.defined() && q.dim() == 4 && v.dim() == 4 && v.shape()[0] == q.shape()[0] &&
                v.shape()[1] == q.shape()[1] && v.shape()[2] == q.shape()[2],
@@ -102,13 +102,17 @@ Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, in
   // Multi-round (section 2.1): o_i = sum_r exp(z_r - logsumexp_r z_r) o_i^(r), inside the op; all rounds
   // -inf (nothing to attend) -> zeros.
   o.combine_rounds = true;
+  o.dropout = dropout;
+  o.generator = gen;
   ChunkedAttentionResult r = dense_reference ? chunked_dense_attention(q, k, v, members, key_padding_mask, o)
                                              : chunked_attention(q, k, v, members, key_padding_mask, o);
   return r.out;
 }
 
-LSHAttention::LSHAttention(int64_t n_hashes, int64_t bucket_size, int64_t n_buckets, int64_t seed, double scale)
-    : n_hashes_(n_hashes), bucket_size_(bucket_size), n_buckets_(n_buckets), seed_(seed), scale_(scale) {
+LSHAttention::LSHAttention(int64_t n_hashes, int64_t bucket_size, int64_t n_buckets, int64_t seed, double scale,
+                           double dropout)
+    : n_hashes_(n_hashes), bucket_size_(bucket_size), n_buckets_(n_buckets), seed_(seed), scale_(scale),
+      dropout_(dropout) {
   CF_CHECK(n_hashes > 0, ValueError, "[LSHAttention] n_hashes must be positive, got ", n_hashes);
   CF_CHECK(bucket_size > 0, ValueError, "[LSHAttention] bucket_size must be positive, got ", bucket_size);
   CF_CHECK(n_buckets == 0 || n_buckets == 1 || (n_buckets >= 2 && n_buckets % 2 == 0), ValueError,
@@ -116,6 +120,7 @@ LSHAttention::LSHAttention(int64_t n_hashes, int64_t bucket_size, int64_t n_buck
            n_buckets);
   CF_CHECK(seed >= -1, ValueError, "[LSHAttention] seed must be -1 (fresh rotations) or >= 0, got ", seed);
   CF_CHECK(scale >= 0, ValueError, "[LSHAttention] scale must be >= 0 (0: 1/sqrt(d_k)), got ", scale);
+  CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[LSHAttention] dropout must be in [0, 1), got ", dropout);
 }
 
 std::shared_ptr<Attention> LSHAttention::create(const AttentionSpec& spec) {
@@ -125,8 +130,9 @@ std::shared_ptr<Attention> LSHAttention::create(const AttentionSpec& spec) {
   int64_t n_buckets = o.get<int64_t>("n_buckets", 0);
   int64_t seed = o.get<int64_t>("seed", -1);
   double scale = o.get<double>("scale", 0.0);
+  double dropout = o.get<double>("dropout", 0.0);
   o.finish();
-  return std::make_shared<LSHAttention>(n_hashes, bucket_size, n_buckets, seed, scale);
+  return std::make_shared<LSHAttention>(n_hashes, bucket_size, n_buckets, seed, scale, dropout);
 }
 
 int64_t LSHAttention::buckets_for(int64_t n) const {
@@ -163,7 +169,8 @@ Tensor LSHAttention::forward(const AttentionArgs& a) {
   const int64_t N = a.q.shape()[2];
   if (N == 0) return Tensor::zeros({a.q.shape()[0], a.q.shape()[1], 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(a.q.shape()[3]));
-  return lsh_attention(a.q, a.v, hash(a.q), buckets_for(N), a.key_padding_mask, a.causal, bucket_size_, scale);
+  return lsh_attention(a.q, a.v, hash(a.q), buckets_for(N), a.key_padding_mask, a.causal, bucket_size_, scale,
+                       false, is_training() ? dropout_ : 0.0);
 }
 
 }  // namespace nn

@@ -41,9 +41,11 @@ Tensor lsh_buckets(const Tensor& x, const Tensor& rotations, int64_t chunk_bytes
 // LSH attention of q (B, H, N, D) (keys: q normalised) and v (B, H, N, Dv) for fixed buckets (B, H, n_hashes, N)
 // with values in [0, n_buckets]; tokens with key_padding_mask (B, N) true are moved to bucket n_buckets. With
 // dense_reference the same computation with explicit N x N masks (chunked_dense_attention): for tests.
+// dropout: attention-weight dropout at that rate (0: none) drawn from *gen (null: the default generator),
+// the same weights on both forms (ChunkedAttentionOptions::dropout).
 Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, int64_t n_buckets,
                      const Tensor& key_padding_mask, bool causal, int64_t bucket_size, double scale,
-                     bool dense_reference = false);
+                     bool dense_reference = false, double dropout = 0.0, Generator* gen = nullptr);
 
 // Options (JSON), all optional:
 //   "n_hashes": hashing rounds, default 8 (the port github.com/lucidrains/reformer-pytorch the ClusterFormer
@@ -51,11 +53,12 @@ Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, in
 //   "bucket_size": chunk length m, default 64 (both);
 //   "n_buckets": 0 (default) = 2N/m rounded to an even number >= 2; 1 = no hashing (one bucket); else even;
 //   "seed": -1 (default) draws new rotations from the default generator each forward; >= 0 fixes them;
-//   "scale": score scale, default 1/sqrt(d_k).
+//   "scale": score scale, default 1/sqrt(d_k);
+//   "dropout": attention-weight dropout in training, in [0, 1), default 0 (inside the block kernel).
 class LSHAttention : public Attention {
  public:
   LSHAttention(int64_t n_hashes = 8, int64_t bucket_size = 64, int64_t n_buckets = 0, int64_t seed = -1,
-               double scale = 0.0);
+               double scale = 0.0, double dropout = 0.0);
   static std::shared_ptr<Attention> create(const AttentionSpec& spec);
   Tensor forward(const AttentionArgs& args) override;
   std::string type() const override { return "lsh"; }
@@ -67,7 +70,7 @@ class LSHAttention : public Attention {
 
  private:
   int64_t n_hashes_, bucket_size_, n_buckets_, seed_;
-  double scale_;
+  double scale_, dropout_;
 };
 
 }  // namespace nn

@@ -140,6 +140,8 @@ NeuralClusteringAttention::NeuralClusteringAttention(int64_t d_model, const Neur
   CF_CHECK(o.look_back >= 0, ValueError, "[NeuralClusteringAttention] look_back must be >= 0, got ", o.look_back);
   CF_CHECK(o.scale >= 0 && std::isfinite(o.scale), ValueError,
            "[NeuralClusteringAttention] scale must be >= 0 (0: 1/sqrt(d_k)), got ", o.scale);
+  CF_CHECK(o.dropout >= 0 && o.dropout < 1, ValueError, "[NeuralClusteringAttention] dropout must be in [0, 1), got ",
+           o.dropout);
   centroids = Tensor::empty({o.clusters, d_model});
   init::normal_(centroids, 0.0, 1.0 / std::sqrt(double(d_model)), gen);
   w_c = Tensor::empty({d_model, d_model});
@@ -155,6 +157,7 @@ std::shared_ptr<Attention> NeuralClusteringAttention::create(const AttentionSpec
   o.clusters = c.require<int64_t>("clusters");
   o.look_back = c.get<int64_t>("look_back", o.look_back);
   o.scale = c.get<double>("scale", o.scale);
+  o.dropout = c.get<double>("dropout", o.dropout);
   o.losses_reach_input = c.get<bool>("losses_reach_input", o.losses_reach_input);
   o.loss_form = cluster_loss_form_from_string(c.get<std::string>("loss_form", "inner"),
                                               "NeuralClusteringAttention");
@@ -242,6 +245,7 @@ Tensor NeuralClusteringAttention::attend(const AttentionArgs& a, const Tensor& m
   co.look_back = options_.look_back;
   co.causal = a.causal;
   co.scale = options_.scale;
+  co.dropout = is_training() ? options_.dropout : 0.0;
   return chunked_attention(a.q, a.k, a.v, members, a.key_padding_mask, co).out;
 }
 

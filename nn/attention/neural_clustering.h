@@ -106,6 +106,7 @@ struct NeuralClusteringOptions {
   int64_t clusters = 0;   // k >= 1
   int64_t look_back = 1;  // blocks before each block that its queries also see (eq. 8: 1)
   double scale = 0.0;     // attention score scale; 0: 1/sqrt(d_k)
+  double dropout = 0.0;   // attention-weight dropout in training, in [0, 1) (inside the block kernel)
   ClusterTieOrder tie_order = ClusterTieOrder::kMembership;
   // Whether the gradients of the clustering (U, C^) and of L1, L2 flow into the
   // layer input X, and from there into everything before the layer (embeddings,
@@ -124,7 +125,8 @@ struct NeuralClusteringOptions {
 };
 
 // Options (JSON): {"clusters": k (required, >= 1), "look_back": >= 0 (default 1),
-//   "scale": >= 0 (default 0: 1/sqrt(d_k)), "tie_order": "membership" (default) or "position",
+//   "scale": >= 0 (default 0: 1/sqrt(d_k)), "dropout": attention-weight dropout in [0, 1) (default 0),
+//   "tie_order": "membership" (default) or "position",
 //   "losses_reach_input": bool (default false, see NeuralClusteringOptions),
 //   "loss_form": "inner" (default, the paper's), "cosine" or "sphere" (see ClusterLossForm)}.
 // Self-attention only: q, k, v must be projections of args.query_input.

@@ -364,8 +364,8 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "Fused full attention softmax(scale q k^T) v (FlashAttention-2: no (Nq, Nk) matrix, O(N d) memory). q (B, H, "
         "Nq, Dk), k (B, H, Nk, Dk), v (B, H, Nk, Dv); key_padding_mask bool (B, Nk), True = padding; scale 0 means "
         "1/sqrt(Dk); causal: query i sees key j only when j <= i + Nk - Nq. A query with every key blocked outputs "
-        "zeros. dropout > 0: inverted dropout of the attention weights (CPU only), the weights dropout() would drop "
-        "on the dense (B, H, Nq, Nk) weights with the same generator.",
+        "zeros. dropout > 0: inverted dropout of the attention weights, the weights dropout() would drop on the "
+        "dense (B, H, Nq, Nk) weights with the same generator.",
         release_gil());
   m.def("flash_attention_with_lse",
         [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> kpm, double scale, bool causal) {
@@ -380,7 +380,7 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
   m.def(cf::opname::block_attention,
         [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members, std::optional<Tensor> kpm,
            int64_t look_back, int64_t look_ahead, bool causal, bool self_mask, double scale, int64_t rounds,
-           bool combine_rounds) {
+           bool combine_rounds, double dropout, cf::Generator* gen) {
           cf::BlockAttentionOptions o;
           o.look_back = look_back;
           o.look_ahead = look_ahead;
@@ -389,19 +389,24 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
           o.scale = scale;
           o.rounds = rounds;
           o.combine_rounds = combine_rounds;
+          o.dropout = dropout;
+          o.generator = &gen_or_default(gen);
           cf::BlockAttentionResult r = cf::block_attention(q, k, v, members, kpm ? *kpm : Tensor(), o);
           return Pair{r.out, r.lse};
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("members"), nb::arg("key_padding_mask") = nb::none(),
         nb::arg("look_back") = 0, nb::arg("look_ahead") = 0, nb::arg("causal") = false, nb::arg("self_mask") = false,
-        nb::arg("scale") = 0.0, nb::arg("rounds") = 1, nb::arg("combine_rounds") = false,
+        nb::arg("scale") = 0.0, nb::arg("rounds") = 1, nb::arg("combine_rounds") = false, nb::arg("dropout") = 0.0,
+        nb::arg("generator").none() = nb::none(),
         "Fused attention within gathered blocks: members int64 (B, H * rounds or 1, C, w) holds the original "
         "position of each slot (-1 empty); chunk c's queries see the keys of chunks c - look_back .. c + look_ahead "
         "(cyclic). causal compares original positions; self_mask gives a query's own score -1e5 (Reformer). rounds "
         "R (LSH's hashing rounds): table head h * R + r over q, k, v head h, no copies of them. Returns (out "
         "(B, H * R, N, Dv), lse (B, H * R, N)); with combine_rounds the rounds combined through their log-sum-exp "
-        "(B, H, N, Dv) and (B, H, N). Tokens in no slot or with nothing allowed get 0 and -inf. Differentiable "
-        "through both.",
+        "(B, H, N, Dv) and (B, H, N). Tokens in no slot or with nothing allowed get 0 and -inf. dropout > 0: "
+        "inverted dropout of the attention weights, the weights dropout() would drop on the dense (B, H * R, N, N) "
+        "weights with the same generator (lse stays that of the weights before dropout). Differentiable through "
+        "both.",
         release_gil());
   m.def(cf::opname::routed_attention,
         [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members, const Tensor& key_members,

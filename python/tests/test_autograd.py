@@ -138,6 +138,24 @@ def test_block_attention_rounds_read_one_q_k_v_and_combine_through_lse():
         cf.block_attention(q, k, v, members, rounds=3)
 
 
+def test_block_attention_dropout_drops_the_weights_dropout_drops_on_the_dense_weights():
+    # One chunk holding every token is full attention: its dense weights, dropped by cf.dropout with the
+    # same generator, give the kernel's output; lse is that of the weights before dropout.
+    g = cf.Generator(9)
+    q, k, v = (cf.rand([1, 2, 4, 3], dtype=cf.float64, generator=g, low=-1, high=1) for _ in range(3))
+    members = cf.tensor([[[[2, 0, 3, 1]]]], dtype=cf.int64)
+    flat = lambda t: [x for a in t.tolist() for b in a for c in b for x in c]
+    out, lse = cf.block_attention(q, k, v, members, dropout=0.5, generator=cf.Generator(3))
+    weights = cf.softmax(cf.matmul(q * (1 / math.sqrt(3)), cf.transpose(k, 2, 3)), -1)
+    dense = cf.matmul(cf.dropout(weights, 0.5, generator=cf.Generator(3)), v)
+    assert flat(out) == pytest.approx(flat(dense), rel=1e-12, abs=1e-15)
+    plain, lse_plain = cf.block_attention(q, k, v, members)
+    assert flat(out) != pytest.approx(flat(plain), rel=1e-3)
+    assert lse.tolist() == lse_plain.tolist()
+    with pytest.raises(cf.ValueError, match=r"\[block_attention\] dropout must be in \[0, 1\), got 1"):
+        cf.block_attention(q, k, v, members, dropout=1.0)
+
+
 def test_routed_attention_averages_a_position_over_its_lists():
     # One list of every position is full attention; the same list twice averages two equal outputs; a
     # position in no query list outputs zeros.

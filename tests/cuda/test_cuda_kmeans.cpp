@@ -19,14 +19,6 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = values(a), y = values(b);
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
-  return m;
-}
-
 }  // namespace
 
 TEST_SUITE("cuda/kmeans") {

@@ -214,6 +214,42 @@ TEST_CASE("every registered attention variant: a padding mask with nothing padde
   CHECK_FALSE(models::padding_mask(ti64({1, 0, 3}, {1, 3}), -1).defined());
 }
 
+TEST_CASE("the block-attention variants take attention dropout: in training only, inside the block kernel, bad rates named") {
+  const int64_t B = 2, H = 2, N = 16, D = 4;
+  for (const std::string type : {"neural-clustering", "lsh", "cluster-former"}) {
+    INFO(type);
+    auto build = [&](const nlohmann::json& rate) {
+      nn::AttentionSpec spec = small_attention_spec(type, H * D, H);
+      nlohmann::json o = spec.options.raw();
+      o["dropout"] = rate;
+      spec.options = nn::Config(o, "attention");
+      Generator g(3);  // the same initial state (centroids, memory bank) for every rate
+      spec.gen = &g;
+      std::shared_ptr<nn::Attention> att = nn::make_attention(spec);
+      att->to(kFloat64);
+      return att;
+    };
+    nn::AttentionArgs a;
+    a.q = leaf64({B, H, N, D}, 1);
+    a.k = type == "lsh" ? a.q : leaf64({B, H, N, D}, 2);
+    a.v = leaf64({B, H, N, D}, 3);
+    a.query_input = leaf64({B, N, H * D}, 4);
+    auto none = build(0.0), half = build(0.5);
+    none->eval();
+    half->eval();
+    const Tensor plain = none->forward(a);
+    check_close(half->forward(a), plain, 1e-12);  // out of training the rate plays no part
+    none->train();
+    half->train();
+    const Tensor kept = none->forward(a), dropped = half->forward(a);
+    CHECK(graph_has(dropped, "block_attention"));  // dropped inside the kernel: no dense weights
+    CHECK_FALSE(graph_has(dropped, "softmax"));
+    CHECK_FALSE(graph_has(dropped, "dropout"));
+    CHECK(max_abs_diff(dropped, kept) > 0.01);
+    CHECK_THROWS_MSG(build(1.0), ValueError, "dropout must be in [0, 1), got 1");
+  }
+}
+
 TEST_CASE("MultiHeadAttention: names, reference, padding, gradcheck") {
   Generator g(7);
   nn::MultiHeadAttention mha(8, 2, std::make_shared<nn::FullAttention>(), g);

@@ -18,9 +18,17 @@ Tensor random_order(int64_t B, int64_t Hm, int64_t N, uint64_t seed) {
 
 // Checks out and lse of the efficient path against the dense reference, and the
 // gradients of a random projection of both with respect to q, k and v (H heads;
-// out and lse have H * o.rounds, or H when the rounds are combined).
-void check_against_dense(const Tensor& members, const Tensor& kpm, const nn::ChunkedAttentionOptions& o,
+// out and lse have H * o.rounds, or H when the rounds are combined). With o.dropout,
+// each side draws from its own generator, both started mid-stream at one state: the
+// same weights must drop, and the same counters be reserved.
+void check_against_dense(const Tensor& members, const Tensor& kpm, const nn::ChunkedAttentionOptions& options,
                          int64_t H = 2, int64_t N = 10, double tol = 1e-12) {
+  Generator gen_fast(91), gen_dense(91);
+  gen_fast.reserve(12345);
+  gen_dense.reserve(12345);
+  nn::ChunkedAttentionOptions o = options, od = options;
+  o.generator = &gen_fast;
+  od.generator = &gen_dense;
   Tensor q = leaf64({2, H, N, 3}, 11), k = leaf64({2, H, N, 3}, 12), v = leaf64({2, H, N, 4}, 13);
   const int64_t Ho = o.combine_rounds ? H : H * o.rounds;
   Tensor wo = leaf64({2, Ho, N, 4}, 14).detach(), wl = leaf64({2, Ho, N}, 15).detach();
@@ -35,8 +43,9 @@ void check_against_dense(const Tensor& members, const Tensor& kpm, const nn::Chu
   q.zero_grad();
   k.zero_grad();
   v.zero_grad();
-  nn::ChunkedAttentionResult dense = nn::chunked_dense_attention(q, k, v, members, kpm, o);
+  nn::ChunkedAttentionResult dense = nn::chunked_dense_attention(q, k, v, members, kpm, od);
   loss(dense).backward();
+  CHECK(gen_fast.offset() == gen_dense.offset());
   check_close(fast.out, dense.out, tol);
   auto lf = values(fast.lse), ld = values(dense.lse);
   REQUIRE(lf.size() == ld.size());
@@ -60,26 +69,29 @@ Tensor padding_mask_2x10() {
 
 }  // namespace
 
-TEST_CASE("chunked attention equals its dense reference, forward and backward, under every rule") {
+TEST_CASE("chunked attention equals its dense reference, forward and backward, under every rule, with dropout too") {
   Tensor kpm = padding_mask_2x10();
   for (int64_t hm : {int64_t(1), int64_t(2)})
     for (int64_t w : {int64_t(3), int64_t(4)})  // 10 tokens: the last chunk has empty slots
       for (bool causal : {false, true})
         for (bool self : {false, true})
-          for (int64_t back : {int64_t(0), int64_t(1), int64_t(2)}) {
-            CAPTURE(hm);
-            CAPTURE(w);
-            CAPTURE(causal);
-            CAPTURE(self);
-            CAPTURE(back);
-            nn::ChunkedAttentionOptions o;
-            o.look_back = back;
-            o.look_ahead = back == 2 ? 1 : 0;
-            o.causal = causal;
-            o.self_mask = self;
-            Tensor members = nn::chunk_order(random_order(2, hm, 10, uint64_t(7 + w + hm)), w);
-            check_against_dense(members, kpm, o);
-          }
+          for (int64_t back : {int64_t(0), int64_t(1), int64_t(2)})
+            for (double drop : {0.0, 0.3}) {  // with a rate: the weights the dense reference drops
+              CAPTURE(hm);
+              CAPTURE(w);
+              CAPTURE(causal);
+              CAPTURE(self);
+              CAPTURE(back);
+              CAPTURE(drop);
+              nn::ChunkedAttentionOptions o;
+              o.look_back = back;
+              o.look_ahead = back == 2 ? 1 : 0;
+              o.causal = causal;
+              o.self_mask = self;
+              o.dropout = drop;
+              Tensor members = nn::chunk_order(random_order(2, hm, 10, uint64_t(7 + w + hm)), w);
+              check_against_dense(members, kpm, o);
+            }
 }
 
 TEST_CASE("chunked attention equals its dense reference on chunks large enough for the parallel kernel") {
@@ -114,6 +126,7 @@ TEST_CASE("chunked attention over rounds (a table per head and round, one q, k, 
         for (bool combine : {false, true}) {
           CAPTURE(combine);
           o.combine_rounds = combine;
+          o.dropout = back == 1 ? 0.5 : 0.0;  // dropout per round, combined through the lse before dropout
           // A self-only query's lse is the self score, -1e5: its last 1e-11 are rounding, and combined
           // rounds weigh each other by exp(lse_r - lse), so both sides carry ~1e-11 relative error there.
           const double tol = combine && o.self_mask ? 1e-9 : 1e-12;
@@ -133,6 +146,8 @@ TEST_CASE("chunked attention over rounds (a table per head and round, one q, k, 
   check_against_dense(nn::chunk_order(random_order(2, 8, 600, 33), 32), Tensor::from_vector(m, {2, 600}), o, 2, 600);
   o.combine_rounds = true;
   check_against_dense(nn::chunk_order(random_order(2, 8, 600, 34), 32), Tensor::from_vector(m, {2, 600}), o, 2, 600);
+  o.dropout = 0.2;  // and with dropout, on the same team
+  check_against_dense(nn::chunk_order(random_order(2, 8, 600, 35), 32), Tensor::from_vector(m, {2, 600}), o, 2, 600);
 }
 
 TEST_CASE("chunked attention over combined rounds: rows with nothing in some or every round") {
@@ -264,6 +279,49 @@ TEST_CASE("chunked attention float64 gradcheck (look-back, causal, self mask, sh
   CHECK_MESSAGE(r.ok, r.message);
 }
 
+TEST_CASE("chunked attention with dropout: the rate takes effect, fresh weights each call, B H N^2 counters") {
+  // (Equality with the dense reference under dropout: the tests above.) The rate takes effect (the output moves, lse does not), draws B H N^2 counters, and successive calls
+  // (training steps) drop other weights; rate 0 draws nothing.
+  Tensor q = leaf64({1, 2, 10, 3}, 1), k = leaf64({1, 2, 10, 3}, 2), v = leaf64({1, 2, 10, 4}, 3);
+  const Tensor members = nn::chunk_order(random_order(1, 1, 10, 84), 5);
+  Generator g(5);
+  nn::ChunkedAttentionOptions plain, drop;
+  plain.look_back = drop.look_back = 1;
+  drop.dropout = 0.5;
+  drop.generator = &g;
+  const nn::ChunkedAttentionResult a = nn::chunked_attention(q, k, v, members, Tensor(), plain),
+                                   b = nn::chunked_attention(q, k, v, members, Tensor(), drop);
+  CHECK(g.offset() == uint64_t(2 * 10 * 10));
+  CHECK(max_abs_diff(a.out, b.out) > 0.01);
+  CHECK(max_abs_diff(a.lse, b.lse) == 0.0);
+  CHECK(max_abs_diff(nn::chunked_attention(q, k, v, members, Tensor(), drop).out, b.out) > 0.01);
+  plain.generator = &g;
+  nn::chunked_attention(q, k, v, members, Tensor(), plain);
+  CHECK(g.offset() == uint64_t(2 * 2 * 10 * 10));
+}
+
+TEST_CASE("chunked attention with dropout: float64 gradcheck") {
+  Tensor kpm = padding_mask_2x10();
+  Tensor members = nn::chunk_order(random_order(2, 1, 10, 22), 4);
+  Tensor q = leaf64({2, 2, 10, 3}, 1), k = leaf64({2, 2, 10, 3}, 2), v = leaf64({2, 2, 10, 2}, 3);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    GradcheckResult r = gradcheck(
+        [&](const std::vector<Tensor>& xs) {
+          Generator g(31);  // a fresh generator per evaluation: the same weights drop every time
+          nn::ChunkedAttentionOptions o;
+          o.look_back = 1;
+          o.causal = causal;
+          o.dropout = 0.4;
+          o.generator = &g;
+          nn::ChunkedAttentionResult c = nn::chunked_attention(xs[0], xs[1], xs[2], members, kpm, o);
+          return sum(c.out * c.out) + sum(masked_fill(c.lse, eq(c.lse, -INFINITY), 0.0));
+        },
+        {q, k, v});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
 TEST_CASE("chunk_order pads the last chunk") {
   Tensor order = ti64({4, 0, 3, 1, 2}, {1, 1, 5});
   CHECK(nn::chunk_order(order, 2).shape() == Shape{1, 1, 3, 2});
@@ -304,6 +362,10 @@ TEST_CASE("chunked attention rejects bad arguments with the shapes in the messag
                    "look_back and look_ahead must be >= 0", "look_back=-1");
   CHECK_THROWS_MSG(nn::chunked_attention(q, k, to(v, kFloat32), members, Tensor(), o), DTypeError,
                    "must share one float dtype");
+  nn::ChunkedAttentionOptions rate;
+  rate.dropout = 1.0;
+  CHECK_THROWS_MSG(nn::chunked_attention(q, k, v, members, Tensor(), rate), ValueError,
+                   "[chunked_attention] dropout must be in [0, 1), got 1");
 }
 
 TEST_CASE("FullAttention and chunked_attention run the fused kernels (attention dropout too, on the CPU)") {

@@ -197,14 +197,6 @@ void check_zero_batch1(const std::vector<Tensor>& got) {
   }
 }
 
-// The largest |a - b| over two results of one shape.
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = values(a), y = values(b);
-  double m = 0.0;
-  for (size_t e = 0; e < x.size() && e < y.size(); ++e) m = std::max(m, std::abs(x[e] - y[e]));
-  return m;
-}
-
 // tol 0: the dtype's (below).
 void check_same_paths(const KernelCase& c, const std::vector<Tensor>& want, const std::vector<Tensor>& got,
                       double tol = 0.0) {
@@ -271,8 +263,9 @@ Tensor scattered_members(int64_t B, int64_t Hm, int64_t N, int64_t C, int64_t w,
 enum class BlockPath { kFusedCpu, kGemm, kFusedCuda, kMmaCuda };
 
 // out, lse, dq, dk, dv of one path, on the CPU; out and lse are views of one packed (B, Ho, N, Dv + 1) tensor
-// (as the op hands them to the kernels), and so are dout and dlse.
-std::vector<Tensor> run_block_path(const BlockCase& c, BlockPath path, Device device) {
+// (as the op hands them to the kernels), and so are dout and dlse. With drop > 0, attention dropout at that
+// rate from counter 12345 of seed 77 (mid-stream).
+std::vector<Tensor> run_block_path(const BlockCase& c, BlockPath path, Device device, double drop = 0.0) {
   auto rnd = [&](const Shape& s, uint64_t seed) { return to(leaf64(s, seed, -2.0, 2.0).detach(), c.dt).to(device); };
   const int64_t Ho = c.H * c.rounds;
   Tensor q = rnd({c.B, c.H, c.N, c.Dk}, 1), k = rnd({c.B, c.H, c.N, c.Dk}, 2), v = rnd({c.B, c.H, c.N, c.Dv}, 3),
@@ -292,6 +285,11 @@ std::vector<Tensor> run_block_path(const BlockCase& c, BlockPath path, Device de
   p.causal = c.causal;
   p.self_mask = c.self_mask;
   p.rounds = c.rounds;
+  if (drop > 0) {
+    p.dropout = drop;
+    p.dropout_seed = 77;
+    p.dropout_counter0 = 12345;
+  }
   const Tensor packed = Tensor::empty({c.B, Ho, c.N, c.Dv + 1}, c.dt, device);
   const int64_t E = c.Dv + 1;
   auto out_of = [&](const Tensor& t) {
@@ -386,32 +384,21 @@ TEST_CASE("flash attention with dropout drops the weights the dense path drops: 
   CHECK(max_abs_diff(flash_attention(q, k, v, Tensor(), 0.0, false, 0.5, g), first) > 0.01);
 }
 
-TEST_CASE("flash attention's GEMM path equals the fused kernel: chunks, masks, causal, empty rows, lse gradient") {
+TEST_CASE("flash attention's GEMM path equals the fused kernel: chunks, masks, causal, empty rows, lse gradient, dropout") {
   for (const KernelCase& c : kKernelCases) {
     CAPTURE(c.Nq);
     CAPTURE(c.Nk);
     CAPTURE(c.causal);
     CAPTURE(c.chunk);
     CAPTURE(c.splits);
-    check_same_paths(c, run_flash_path(c, FlashPath::kFusedCpu, Device::cpu()),
-                     run_flash_path(c, FlashPath::kGemm, Device::cpu()));
-  }
-}
-
-TEST_CASE("flash attention's GEMM path drops the weights the fused kernel drops: chunks, masks, causal, lse gradient") {
-  for (const KernelCase& c : kKernelCases) {
-    if (c.Nq * c.Nk > 100000) continue;  // the 70000-row case adds nothing here
-    CAPTURE(c.Nq);
-    CAPTURE(c.Nk);
-    CAPTURE(c.causal);
-    CAPTURE(c.chunk);
-    CAPTURE(c.splits);
-    for (double drop : {0.3, 0.7}) {
+    for (double drop : {0.0, 0.3, 0.7}) {  // with a rate: the weights the fused kernel drops
+      if (drop > 0 && c.Nq * c.Nk > 100000) continue;  // the 70000-row case adds nothing there
       CAPTURE(drop);
       const std::vector<Tensor> want = run_flash_path(c, FlashPath::kFusedCpu, Device::cpu(), drop);
       check_same_paths(c, want, run_flash_path(c, FlashPath::kGemm, Device::cpu(), drop));
       // The rate took effect: the output moved from the run without dropout (a case with any key at all).
-      if (c.Nk > 1) CHECK(max_abs_diff(want[0], run_flash_path(c, FlashPath::kFusedCpu, Device::cpu())[0]) > 1e-3);
+      if (drop > 0 && c.Nk > 1)
+        CHECK(max_abs_diff(want[0], run_flash_path(c, FlashPath::kFusedCpu, Device::cpu())[0]) > 1e-3);
     }
   }
 }
@@ -430,15 +417,23 @@ TEST_CASE("flash attention's GEMM path splits the keys of a thin product only") 
   CHECK(kernels::flash_gemm_key_splits(4, 128, 0, 65536) == 1);  // an empty head: no tiles, no split
 }
 
-TEST_CASE("block attention's GEMM path equals the fused kernel: windows, rounds, shared tables, masks, chunks") {
+TEST_CASE("block attention's GEMM path equals the fused kernel: windows, rounds, shared tables, masks, chunks, dropout") {
   for (const BlockCase& c : kBlockCases) {
     CAPTURE(c.N);
     CAPTURE(c.C);
     CAPTURE(c.rounds);
     CAPTURE(c.causal);
     CAPTURE(c.chunk);
-    check_same_block_paths(c, run_block_path(c, BlockPath::kFusedCpu, Device::cpu()),
-                           run_block_path(c, BlockPath::kGemm, Device::cpu()));
+    const std::vector<Tensor> kept = run_block_path(c, BlockPath::kFusedCpu, Device::cpu());
+    check_same_block_paths(c, kept, run_block_path(c, BlockPath::kGemm, Device::cpu()));
+    for (double drop : {0.3, 0.7}) {  // the weights the fused kernel drops
+      CAPTURE(drop);
+      const std::vector<Tensor> want = run_block_path(c, BlockPath::kFusedCpu, Device::cpu(), drop);
+      check_same_block_paths(c, want, run_block_path(c, BlockPath::kGemm, Device::cpu(), drop));
+      // The rate took effect; lse is that of the weights before dropout, so it did not move.
+      CHECK(max_abs_diff(want[0], kept[0]) > 1e-3);
+      CHECK(max_abs_diff(want[1], kept[1]) == 0.0);
+    }
   }
 }
 
@@ -726,6 +721,17 @@ GRADCHECK_CASE(block_attention) {
                  return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
                },
                {leaf64({2, 2, 7, 3}, 1), leaf64({2, 2, 7, 3}, 2), leaf64({2, 2, 7, 2}, 3)});
+    // With attention dropout: a fresh generator per evaluation, so every evaluation drops the same weights.
+    check_grad("block_attention",
+               [&](const std::vector<Tensor>& x) {
+                 Generator g(23);
+                 BlockAttentionOptions d = o;
+                 d.dropout = 0.4;
+                 d.generator = &g;
+                 BlockAttentionResult r = block_attention(x[0], x[1], x[2], members, kpm, d);
+                 return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
+               },
+               {leaf64({2, 2, 7, 3}, 1), leaf64({2, 2, 7, 3}, 2), leaf64({2, 2, 7, 2}, 3)});
   }
 }
 
@@ -742,6 +748,22 @@ TEST_CASE("block attention rejects bad input with the shapes in the message") {
   bad.look_ahead = -2;
   CHECK_THROWS_MSG(block_attention(q, k, v, members, Tensor(), bad), ValueError, "[block_attention] look_back and look_ahead",
                    "look_ahead=-2");
+  for (double rate : {1.0, -0.5, std::nan("")}) {
+    BlockAttentionOptions drop;
+    drop.dropout = rate;
+    CHECK_THROWS_MSG(block_attention(q, k, v, members, Tensor(), drop), ValueError,
+                     "[block_attention] dropout must be in [0, 1), got");
+  }
+  {  // the kernels without dropout (the fused CUDA and tensor-core ones) refuse a rate rather than ignore it
+    kernels::BlockAttentionParams p;
+    p.dropout = 0.25;
+    CHECK_THROWS_MSG(kernels::check_no_attention_dropout(p.dropout, "block_attention", "fused CUDA kernel"),
+                     ValueError, "[block_attention] the fused CUDA kernel has no attention dropout", "0.25");
+    // The dispatch sends a rate to the GEMM path (no GPU needed to ask).
+    const Tensor t = Tensor::zeros({1, 1, 4, 2}), m = Tensor::zeros({1, 1, 2, 2}, kInt64);
+    p.offsets = {0};
+    CHECK(kernels::block_attention_takes_gemm(t, m, p));
+  }
   CHECK_THROWS_MSG(block_attention(q, k, v, fake_cuda({1, 1, 2, 2}, kInt64)), DeviceError,
                    "[block_attention] tensors are on different devices");
 }
@@ -980,6 +1002,9 @@ CUDA_TEST_CASE("block attention's fused kernel and GEMM path on CUDA equal the C
     const std::vector<Tensor> want = run_block_path(c, BlockPath::kFusedCpu, Device::cpu());
     check_same_block_paths(c, want, run_block_path(c, BlockPath::kGemm, Device::cuda(0)));
     check_same_block_paths(c, want, run_block_path(c, BlockPath::kFusedCuda, Device::cuda(0)));
+    // Attention dropout: the CUDA block row kernels draw the CPU's weights.
+    check_same_block_paths(c, run_block_path(c, BlockPath::kFusedCpu, Device::cpu(), 0.3),
+                           run_block_path(c, BlockPath::kGemm, Device::cuda(0), 0.3));
   }
   cf::cuda::set_allow_tf32(tf32);
 }
@@ -1134,6 +1159,11 @@ CUDA_TEST_CASE("flash, block and routed attention take the float32 tensor-core k
   CHECK(kernels::flash_attention_takes_mma(q, q, q));
   CHECK_FALSE(kernels::flash_attention_takes_mma(q, q, q, 0.1));  // dropout: the GEMM path
   CHECK(kernels::block_attention_takes_mma(q, q, q, members, p));
+  {
+    kernels::BlockAttentionParams dropping = p;
+    dropping.dropout = 0.1;
+    CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, members, dropping));
+  }
   CHECK_FALSE(kernels::flash_attention_takes_mma(q32, q32, q32));
   CHECK_FALSE(kernels::flash_attention_takes_mma(odd, q, q));
   CHECK_FALSE(kernels::block_attention_takes_mma(odd, q, q, members, p));

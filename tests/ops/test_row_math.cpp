@@ -227,13 +227,24 @@ TEST_CASE("dropout rows: every tier drops exactly where the Philox uniform is be
           want[k] = u < p ? 0.0f : x[k] * scale;
           want_d[k] = u < p ? 0.0 : xd[k] * (1.0 / (1.0 - p));
         }
+        // Gathered counters (block attention's key positions): counter0 + cols[k], scattered and out of order.
+        std::vector<int64_t> cols(x.size());
+        std::vector<float> want_g(x.size());
+        for (size_t k = 0; k < x.size(); ++k) {
+          cols[k] = int64_t((k * 7919) % 5003);
+          const double u = philox_uniform_d(philox4x32_10(seed, counter0 + uint64_t(cols[k])));
+          want_g[k] = u < p ? 0.0f : x[k] * scale;
+        }
         const uint64_t threshold = kernels::dropout_threshold(p);
         for (CpuIsa isa : tiers_run_here()) {
           CAPTURE(kernels::cpu_isa_name(isa));
           std::vector<float> got(x.size());
           kernels::row_math(isa).dropout_row(x.data(), got.data(), int64_t(x.size()), seed, counter0, threshold,
-                                             scale);
+                                             scale, nullptr);
           CHECK(same_bits(got, want));
+          kernels::row_math(isa).dropout_row(x.data(), got.data(), int64_t(x.size()), seed, counter0, threshold,
+                                             scale, cols.data());
+          CHECK(same_bits(got, want_g));
         }
         kernels::dropout_row<double>(xd.data(), got_d.data(), int64_t(xd.size()), seed, counter0, threshold,
                                      1.0 / (1.0 - p));
@@ -265,7 +276,7 @@ TEST_CASE("dropout rows: every tier drops exactly where the Philox uniform is be
     const kernels::RowMath& rm = kernels::row_math(isa);
     for (int64_t step : {0, 1}) {
       const double p = std::ldexp(double(bits + uint64_t(step)), -53);
-      rm.dropout_row(one.data(), got.data(), 5, seed, counter0, kernels::dropout_threshold(p), 1.0f);
+      rm.dropout_row(one.data(), got.data(), 5, seed, counter0, kernels::dropout_threshold(p), 1.0f, nullptr);
       CHECK((got[2] == 0.0f) == (step == 1));
       CHECK((got[2] == 0.0f) == (philox_uniform_d(r) < p));
     }
