@@ -173,7 +173,7 @@ struct BlockAttentionParams {
 };
 
 // block_attention through GEMMs over chunks of blocks (attention_gemm.cpp), the float32 and float64 path on
-// CUDA for large calls (block_attention_forward below says when). Per chunk of n blocks: a window table
+// CUDA for large calls and for every call with attention dropout (block_attention_forward below says when). Per chunk of n blocks: a window table
 // (B, Hm, C, W) (W = offsets.size() * w: block c's own slots, then those of blocks c + offsets[t]) names the
 // rows; q, k, v rows are gathered into (B, Ho, n, w | W, D) slots (gather_slot_rows), S = (scale Q) K^T by one
 // batched GEMM, one row kernel (block_rows_softmax) masks and normalises it and writes lse at the query

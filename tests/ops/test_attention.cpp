@@ -1365,8 +1365,77 @@ CUDA_TEST_CASE("block_attention float64 gradcheck on CUDA, fused kernel and GEMM
                       return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
                     },
                     {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
+    // With attention dropout (the GEMM path's row kernels, whatever the setting): a fresh generator per evaluation.
+    check_grad_cuda("block_attention",
+                    [&](const std::vector<Tensor>& x) {
+                      Generator g(29);
+                      BlockAttentionOptions d = o;
+                      d.dropout = 0.4;
+                      d.generator = &g;
+                      BlockAttentionResult r = block_attention(x[0], x[1], x[2], members, kpm, d);
+                      return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
+                    },
+                    {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
   }
   kernels::set_block_attention_path(before);
+}
+
+CUDA_TEST_CASE("block_attention with dropout on CUDA drops the CPU's weights under every path setting; the kernels without dropout refuse a rate") {
+  const kernels::BlockAttentionPath before = kernels::block_attention_path();
+  const Device gpu = Device::cuda(0);
+  const Tensor members = random_members(2, 1, 300, 20, 17, 9), kpm = padding_mask(2, 300, 7);
+  for (auto path : {kernels::BlockAttentionPath::kAuto, kernels::BlockAttentionPath::kFused,
+                    kernels::BlockAttentionPath::kMma}) {
+    kernels::set_block_attention_path(path);  // a rate takes the GEMM path whatever the setting
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      BlockAttentionOptions o;
+      o.look_back = 1;
+      o.causal = causal;
+      o.dropout = 0.2;
+      auto leaf = [](const Shape& s, uint64_t seed, Device d) {
+        Tensor t = to(leaf64(s, seed, -2.0, 2.0).detach(), kFloat32).to(d);
+        t.set_requires_grad(true);
+        return t;
+      };
+      std::vector<Tensor> want, got;
+      for (Device d : {Device::cpu(), gpu}) {
+        Tensor q = leaf({2, 2, 300, 64}, 1, d), k = leaf({2, 2, 300, 64}, 2, d), v = leaf({2, 2, 300, 64}, 3, d);
+        Generator g(5);
+        g.reserve(777);
+        o.generator = &g;
+        BlockAttentionResult r = block_attention(q, k, v, members.to(d), kpm.to(d), o);
+        sum(r.out * to(leaf64({2, 2, 300, 64}, 4).detach(), kFloat32).to(d)).backward();
+        CHECK(g.offset() == 777 + uint64_t(2 * 2 * 300 * 300));
+        std::vector<Tensor>& into = d.is_cpu() ? want : got;
+        for (const Tensor& t : {r.out, r.lse, q.grad(), k.grad(), v.grad()}) into.push_back(t.detach().to(Device::cpu()));
+      }
+      for (size_t i = 0; i < want.size(); ++i) {
+        CAPTURE(i);
+        const double scale = 1.0 + max_abs_diff(masked_fill(want[i], eq(want[i], -INFINITY), 0.0),
+                                                zeros_like(want[i]));
+        CHECK(max_abs_diff(want[i], got[i]) <= 1e-4 * scale);
+      }
+    }
+  }
+  kernels::set_block_attention_path(before);
+#ifdef CF_WITH_CUDA
+  // The fused and tensor-core CUDA kernels, called with a rate, refuse it by name.
+  kernels::BlockAttentionParams p;
+  p.offsets = {0, -1};
+  p.dropout = 0.1;
+  const Tensor q = Tensor::zeros({1, 2, 64, 64}, kFloat32, gpu), m = random_members(1, 1, 64, 16, 0, 3).to(gpu);
+  const Tensor out = Tensor::empty({1, 2, 64, 64}, kFloat32, gpu), lse = Tensor::empty({1, 2, 64}, kFloat32, gpu);
+  CHECK_THROWS_MSG(kernels::block_attention_forward_cuda(q, q, q, m, Tensor(), p, out, lse), ValueError,
+                   "[block_attention] the fused CUDA kernel has no attention dropout", "0.1");
+  if (kernels::block_attention_mma_supported(q, q, q, m))
+    CHECK_THROWS_MSG(kernels::block_attention_forward_mma_cuda(q, q, q, m, Tensor(), p, out, lse), ValueError,
+                     "[block_attention] the tensor-core kernel has no attention dropout", "0.1");
+  kernels::FlashAttentionParams fp;
+  fp.dropout = 0.1;
+  CHECK_THROWS_MSG(kernels::flash_attention_forward_cuda(q, q, q, Tensor(), fp, out, lse), ValueError,
+                   "[flash_attention] the CUDA kernel has no attention dropout", "0.1");
+#endif
 }
 
 CUDA_TEST_CASE("block_attention over rounds, apart and combined: float64 gradcheck on CUDA") {
