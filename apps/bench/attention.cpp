@@ -136,9 +136,9 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
   spec.d_model = H * Dh;
   spec.n_heads = H;
   nlohmann::json options = bench_attention_options(variant, n);
-  // Attention-weight dropout where the variant has it (the modules are in training mode; the bench-only
-  // block row passes the rate to chunked_attention itself). Routing and sparse have none.
-  const bool drops = o.attention_dropout > 0 && spec.type != "routing" && spec.type != "sparse";
+  // Attention-weight dropout in every variant (the modules are in training mode; the bench-only block row
+  // passes the rate to chunked_attention itself). A kernel without it (routing and sparse on CUDA) skips the row.
+  const bool drops = o.attention_dropout > 0;
   // (A variant's own "dropout=" override wins.)
   if (drops && !is_bench_only(variant) && !options.contains("dropout")) options["dropout"] = o.attention_dropout;
   spec.options = cf::nn::Config(options, "attention");
@@ -214,7 +214,8 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
       r["skipped"] = e.what();
       return r;
     } catch (const cf::ValueError& e) {
-      // A forced path without dropout (improved-clustered:centroid_path=fused) refuses the rate.
+      // A forced path without dropout (improved-clustered:centroid_path=fused), or routed attention on CUDA,
+      // refuses the rate.
       if (!drops) throw;
       r["skipped"] = e.what();
       return r;

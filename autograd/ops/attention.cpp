@@ -405,11 +405,16 @@ void ops::check_routed_attention_args(const Tensor& q, const Tensor& k, const Te
 }
 
 Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
-                                       const Tensor& key_members, const Tensor& kpm, double scale, bool causal) {
+                                       const Tensor& key_members, const Tensor& kpm, double scale, bool causal,
+                                       double dropout, Generator* gen) {
   const char* op = opname::routed_attention;
   const Shape& sq = q.shape();
   const int64_t B = sq[0], H = sq[1], N = sq[2], Dk = sq[3], Dv = v.shape()[3];
   const int64_t C = query_members.shape()[2], wq = query_members.shape()[3], wk = key_members.shape()[3];
+  CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[", op, "] dropout must be in [0, 1), got ", dropout);
+  CF_CHECK(dropout == 0 || q.device().is_cpu(), ValueError, "[", op,
+           "] attention dropout runs in the CPU kernel only so far (the CUDA kernels have none); on ",
+           q.device().str(), " got dropout ", dropout);
   if (N == 0) {  // nothing to attend: an empty output, still on the graph
     Tensor out = Tensor::zeros({B, H, 0, Dv}, v.dtype(), v.device());
     if (autograd::any_requires_grad({&q, &k, &v}))
@@ -423,6 +428,12 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
   kernels::RoutedAttentionParams p;
   p.scale = default_scale(scale, Dk);
   p.causal = causal;
+  if (dropout > 0) {  // the counters dropout() would reserve for C dense (B, H, N, N) weight tensors
+    Generator& g = gen ? *gen : default_generator();
+    p.dropout = dropout;
+    p.dropout_seed = g.seed();
+    p.dropout_counter0 = g.reserve(uint64_t(C) * uint64_t(B * H) * uint64_t(N) * uint64_t(N));
+  }
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), pc = dense(kpm);
   Tensor qm = dense(query_members), km = dense(key_members);
   // The kernel's outputs in slot order: row c * wq + r of each (b, h) is slot r of list c.
@@ -472,7 +483,9 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
         Tensor dqs = Tensor::empty({B, H, n * wq, Dk}, qv.dtype(), qv.device());
         Tensor dks = Tensor::empty({B, H, n * wk, Dk}, kv.dtype(), kv.device());
         Tensor dvs = Tensor::empty({B, H, n * wk, Dv}, vv.dtype(), vv.device());
-        kernels::routed_attention_backward(qv, kv, vv, qmc, kmc, pv, p, rows(slots, wq),
+        kernels::RoutedAttentionParams pc0 = p;
+        pc0.list0 = c0;  // the dropout counters of lists c0 ..
+        kernels::routed_attention_backward(qv, kv, vv, qmc, kmc, pv, pc0, rows(slots, wq),
                                            dense(slice(lse, 2, c0 * wq, (c0 + n) * wq)), gs, dqs, dks, dvs);
         // The slot gradients back to the positions the slots hold.
         const Tensor ki = expand(slot_index(kmc, N), {B, H, n * wk, 1});
@@ -489,15 +502,16 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
 }
 
 Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
-                        const Tensor& key_members, const Tensor& kpm, double scale, bool causal) {
+                        const Tensor& key_members, const Tensor& kpm, double scale, bool causal, double dropout,
+                        Generator& gen) {
   const char* op = opname::routed_attention;
   for (auto* t : {&q, &k, &v}) ops::check_defined(*t, op, t == &q ? "q" : t == &k ? "k" : "v");
   // Autocast (issue 26): no 16-bit kernel yet; 16-bit q, k, v run on float32 copies.
   if (autocast_dtype() && (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype())))
     return routed_attention(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), query_members,
-                            key_members, kpm, scale, causal);
+                            key_members, kpm, scale, causal, dropout, gen);
   ops::check_routed_attention_args(q, k, v, query_members, key_members, kpm, scale, op);
-  return ops::routed_attention_unchecked(q, k, v, query_members, key_members, kpm, scale, causal);
+  return ops::routed_attention_unchecked(q, k, v, query_members, key_members, kpm, scale, causal, dropout, &gen);
 }
 
 bool ops::block_attention_on_float32_copies(const Tensor& q, const Tensor& k, const Tensor& v,

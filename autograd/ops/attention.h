@@ -97,9 +97,13 @@ BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Ten
 // into token order by a scatter-add, and in the backward the slot gradients
 // scatter-added back to the positions. scale 0 means 1/sqrt(Dk). Differentiable in
 // q, k and v.
+// dropout > 0: inverted attention-weight dropout at that rate, drawn from gen as dropout() would draw
+// it on C successive dense (B, H, N, N) weight tensors, one per list (routed_attention_dense_reference
+// with the same generator drops the same weights). CPU only so far: on CUDA a rate is a ValueError
+// (the CUDA kernels have no dropout yet). 0 draws nothing.
 Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
                         const Tensor& key_members, const Tensor& key_padding_mask = Tensor(), double scale = 0.0,
-                        bool causal = false);
+                        bool causal = false, double dropout = 0.0, Generator& gen = default_generator());
 
 namespace ops {
 
@@ -136,10 +140,10 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
 void check_routed_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
                                  const Tensor& key_members, const Tensor& key_padding_mask, double scale,
                                  const char* who, bool check_range = true);
-// routed_attention without the checks, for a caller that ran them.
+// routed_attention without the checks, for a caller that ran them (the dropout rate is checked here).
 Tensor routed_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
                                   const Tensor& key_members, const Tensor& key_padding_mask, double scale,
-                                  bool causal);
+                                  bool causal, double dropout = 0.0, Generator* gen = nullptr);
 
 }  // namespace ops
 

@@ -322,6 +322,14 @@ void block_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
 struct RoutedAttentionParams {
   double scale = 1.0;
   bool causal = false;  // key position j blocked for query position i when j > i
+  // Attention-weight dropout (inverted, rate `dropout`; the CPU kernel only so far: the CUDA kernels refuse a
+  // rate): the weight of query position i on key position j in list c of head (b, h) is dropped when the
+  // Philox draw of counter dropout_counter0 + (((c B + b) H + h) N + i) N + j under key dropout_seed falls
+  // below the rate, else scaled by 1 / (1 - rate): list c's share of C successive dense (B, H, N, N) weight
+  // tensors, the counters dropout() gives them in routed_attention_dense_reference's loop over the lists.
+  double dropout = 0.0;
+  uint64_t dropout_seed = 0, dropout_counter0 = 0;
+  int64_t list0 = 0;  // c above is list0 + the list's index in this call (a backward over a slice of the lists)
 };
 
 // q, k (B, H, N, Dk), v (B, H, N, Dv) contiguous; query_members (B', H', C, wq) and

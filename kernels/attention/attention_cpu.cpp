@@ -127,6 +127,20 @@ struct AttentionDropout {
     const T keep = T(scale);
     for (int64_t c = 0; c < n; ++c) dp[c] = Z[c] != T(0) ? dp[c] * keep : T(0);
   }
+  // backward_row over a gathered (nr x nc) tile: query rows at positions qpos (-1: an empty slot, whose P and
+  // dO rows are 0, so its Z row is 0), keys at positions kpos. Returns the weights that met V: Z, or P when off.
+  template <typename T>
+  const T* gathered_backward(const RowMath& rm, const T* P, T* Z, T* dp, int64_t nr, int64_t nc, int64_t bh,
+                             const int64_t* qpos, const int64_t* kpos) const {
+    if (!on) return P;
+    for (int64_t r = 0; r < nr; ++r) {
+      if (qpos[r] < 0)
+        std::fill(Z + r * nc, Z + (r + 1) * nc, T(0));
+      else
+        backward_row(rm, P + r * nc, Z + r * nc, dp + r * nc, nc, bh, qpos[r], 0, kpos);
+    }
+    return Z;
+  }
 };
 
 // Scores of one tile with the masks applied: S[r, c] = -inf where key j0 + c is
@@ -617,19 +631,7 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
           T* cb = contrib.data() + it * d.W * Dkv;
           gemm(false, true, d.w, d.W, d.Dv, T(1), s.dOg.data(), d.Dv, s.Vg.data(), d.Dv, T(0), dP, d.W);
           // With dropout the weights that met V are Z (dropped, scaled), and dP becomes dP' (AttentionDropout).
-          const T* Wt = S;
-          if (drop.on) {
-            T* Z = s.Z.data();
-            for (int64_t r = 0; r < d.w; ++r) {
-              if (qpos[r] < 0) {  // an empty query slot: P, dO and so Z and dS are 0
-                std::fill(Z + r * d.W, Z + (r + 1) * d.W, T(0));
-                continue;
-              }
-              drop.backward_row(rm, S + r * d.W, Z + r * d.W, dP + r * d.W, d.W, b * d.Ho + h, qpos[r], 0,
-                                s.jpos.data());
-            }
-            Wt = Z;
-          }
+          const T* Wt = drop.gathered_backward(rm, S, s.Z.data(), dP, d.w, d.W, b * d.Ho + h, qpos, s.jpos.data());
           // dV window = W^T dO (W = P, or Z with dropout; into the dV columns of the contribution rows)
           gemm(true, false, d.W, d.Dv, d.w, T(1), Wt, d.W, s.dOg.data(), d.Dv, T(0), cb + d.Dk, Dkv);
           for (int64_t r = 0; r < d.w; ++r)
@@ -706,6 +708,7 @@ void routed_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   T* O = out.data<T>();
   T* L = lse.data<T>();
+  const AttentionDropout drop(p.dropout, p.dropout_seed, p.dropout_counter0, d.N, d.N);
   struct Scratch {
     std::vector<T> Qg, Kg, Vg, S, Lr;
     std::vector<int64_t> qpos, kpos;
@@ -730,6 +733,11 @@ void routed_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
         mask_scores(rm, S, s.qpos.data(), d.wq, s.kpos.data(), d.wk, pad ? pad + b * d.N : nullptr, p.causal, false,
                     0.0, static_cast<char*>(nullptr));
         softmax_rows(rm, S, d.wq, d.wk, s.Lr.data());
+        if (drop.on)  // after lse; list c's weights are the c-th dense (B, H, N, N) block of counters
+          for (int64_t r = 0; r < d.wq; ++r)
+            if (s.qpos[size_t(r)] >= 0)
+              drop.apply(rm, S + r * d.wk, S + r * d.wk, d.wk, (p.list0 + c) * d.B * d.H + bh, s.qpos[size_t(r)],
+                         0, s.kpos.data());
         const int64_t row0 = bh * d.C * d.wq + c * d.wq;  // this list's first slot row
         gemm(false, false, d.wq, d.Dv, d.wk, T(1), S, d.wk, s.Vg.data(), d.Dv, T(0), O + row0 * d.Dv, d.Dv);
         std::copy(s.Lr.begin(), s.Lr.end(), L + row0);
@@ -759,8 +767,9 @@ void routed_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, co
   T* dQ = dq.data<T>();
   T* dK = dk.data<T>();
   T* dV = dv.data<T>();
+  const AttentionDropout drop(p.dropout, p.dropout_seed, p.dropout_counter0, d.N, d.N);
   struct Scratch {
-    std::vector<T> Qg, Kg, Vg, dOg, S, dP, Dr, Lr;
+    std::vector<T> Qg, Kg, Vg, dOg, S, dP, Dr, Lr, Z;
     std::vector<int64_t> qpos, kpos;
   };
   run_items(
@@ -770,6 +779,7 @@ void routed_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, co
                        std::vector<T>(size_t(d.wk * d.Dv)),  std::vector<T>(size_t(d.wq * d.Dv)),
                        std::vector<T>(size_t(d.wq * d.wk)),  std::vector<T>(size_t(d.wq * d.wk)),
                        std::vector<T>(size_t(d.wq)),         std::vector<T>(size_t(d.wq)),
+                       std::vector<T>(drop.on ? size_t(d.wq * d.wk) : 0),
                        std::vector<int64_t>(size_t(d.wq)),   std::vector<int64_t>(size_t(d.wk))};
       },
       [&](int64_t it, Scratch& s) {
@@ -799,9 +809,12 @@ void routed_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, co
         mask_scores(rm, S, qpos, d.wq, s.kpos.data(), d.wk, pad ? pad + b * d.N : nullptr, p.causal, false, 0.0,
                     static_cast<char*>(nullptr));
         probs_from_lse(rm, S, d.wq, d.wk, s.Lr.data());
-        // dV = P^T dO, dP = dO V^T, dS = P (dP - D), dQ = scale dS K, dK = scale dS^T Q.
-        gemm(true, false, d.wk, d.Dv, d.wq, T(1), S, d.wk, s.dOg.data(), d.Dv, T(0), dV + krow0 * d.Dv, d.Dv);
+        // dV = W^T dO, dP = dO V^T, dS = P (dP - D), dQ = scale dS K, dK = scale dS^T Q; W = P, or with
+        // dropout the dropped weights Z, and dP then dP' (AttentionDropout::backward_row).
         gemm(false, true, d.wq, d.wk, d.Dv, T(1), s.dOg.data(), d.Dv, s.Vg.data(), d.Dv, T(0), dP, d.wk);
+        const T* Wt = drop.gathered_backward(rm, S, s.Z.data(), dP, d.wq, d.wk, (p.list0 + c) * d.B * d.H + bh, qpos,
+                                             s.kpos.data());
+        gemm(true, false, d.wk, d.Dv, d.wq, T(1), Wt, d.wk, s.dOg.data(), d.Dv, T(0), dV + krow0 * d.Dv, d.Dv);
         for (int64_t r = 0; r < d.wq; ++r) softmax_grad_row(rm, S + r * d.wk, dP + r * d.wk, d.wk, s.Dr[size_t(r)]);
         gemm(false, false, d.wq, d.Dk, d.wk, T(p.scale), dP, d.wk, s.Kg.data(), d.Dk, T(0), dQ + qrow0 * d.Dk,
              d.Dk);

@@ -908,6 +908,7 @@ void routed_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& km, const Tensor& kpm, const RoutedAttentionParams& p,
                                    const Tensor& out, const Tensor& lse) {
   const char* op = "routed_attention";
+  check_no_attention_dropout(p.dropout, op, "CUDA kernel");
   cu::use_device_of(out, op);
   // Empty query slots keep out = 0, lse = -inf.
   fill_cuda(out, 0.0);
@@ -923,6 +924,7 @@ void routed_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
                                     const Tensor& dk, const Tensor& dv) {
   const char* op = "routed_attention";
+  check_no_attention_dropout(p.dropout, op, "CUDA kernel");
   cu::use_device_of(out, op);
   Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
   a.dout = dout.raw_data();

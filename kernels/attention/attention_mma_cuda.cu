@@ -894,6 +894,7 @@ void routed_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const T
                                        const Tensor& km, const Tensor& kpm, const RoutedAttentionParams& p,
                                        const Tensor& out, const Tensor& lse) {
   const char* op = "routed_attention";
+  check_no_attention_dropout(p.dropout, op, "tensor-core kernel");
   CF_CHECK(routed_attention_mma_supported(q, k, v, qm, km), Error, "[", op,
            "] internal: the tensor-core kernel does not take q ", q.describe());
   check_inputs(q, k, v, out, lse, op);
@@ -913,6 +914,7 @@ void routed_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const 
                                         const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
                                         const Tensor& dk, const Tensor& dv) {
   const char* op = "routed_attention";
+  check_no_attention_dropout(p.dropout, op, "tensor-core kernel");
   CF_CHECK(routed_attention_mma_supported(q, k, v, qm, km), Error, "[", op,
            "] internal: the tensor-core backward does not take q ", q.describe());
   check_inputs(q, k, v, out, lse, op);

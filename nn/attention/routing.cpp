@@ -23,17 +23,20 @@ namespace cf {
 namespace nn {
 
 Tensor routed_lists_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
-                              const Tensor& key_members, const Tensor& key_padding_mask, double scale, bool causal) {
+                              const Tensor& key_members, const Tensor& key_padding_mask, double scale, bool causal,
+                              double dropout) {
   ops::check_routed_attention_args(q, k, v, query_members, key_members, key_padding_mask, scale,
                                    opname::routed_attention, /*check_range=*/false);
-  return ops::routed_attention_unchecked(q, k, v, query_members, key_members, key_padding_mask, scale, causal);
+  return ops::routed_attention_unchecked(q, k, v, query_members, key_members, key_padding_mask, scale, causal,
+                                         dropout);
 }
 
 Tensor l2_normalize(const Tensor& x) { return x * rsqrt(sum(square(x), {-1}, true) + 1e-12); }
 
 Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& query_members, const Tensor& key_members,
-                                        const Tensor& key_padding_mask, double scale, bool causal) {
+                                        const Tensor& key_padding_mask, double scale, bool causal,
+                                        double dropout, Generator& gen) {
   const char* who = "routed_attention_dense_reference";
   ops::check_routed_attention_args(q, k, v, query_members, key_members, key_padding_mask, scale, who);
   const int64_t B = q.shape()[0], H = q.shape()[1], N = q.shape()[2];
@@ -63,7 +66,7 @@ Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const 
     Tensor allowed = logical_and(reshape(in_q, {B, H, N, 1}), reshape(in_k, {B, H, 1, N}));
     if (key_ok.defined()) allowed = logical_and(allowed, key_ok);
     Tensor member = to(reshape(in_q, {B, H, N, 1}), v.dtype());
-    Tensor out_c = dense_attention(q, k, v, logical_not(allowed), scale) * member;
+    Tensor out_c = dense_attention(q, k, v, logical_not(allowed), scale, dropout, dropout > 0, gen) * member;
     total = total.defined() ? total + out_c : out_c;
     count = count.defined() ? count + member : member;
   }
@@ -111,14 +114,16 @@ Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids) {
 }
 
 RoutingAttention::RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_clusters, int64_t local_heads,
-                                   int64_t local_window, double decay, double scale, int64_t seed, Generator* gen)
+                                   int64_t local_window, double decay, double scale, int64_t seed, Generator* gen,
+                                   double dropout)
     : n_heads_(n_heads),
       head_dim_(head_dim),
       n_clusters_(n_clusters),
       local_heads_(local_heads),
       local_window_(local_window),
       decay_(decay),
-      scale_(scale) {
+      scale_(scale),
+      dropout_(dropout) {
   CF_CHECK(n_heads > 0 && head_dim > 0, ValueError, "[RoutingAttention] n_heads and head_dim must be positive, got ",
            n_heads, " and ", head_dim);
   CF_CHECK(n_clusters > 0, ValueError, "[RoutingAttention] n_clusters must be positive, got ", n_clusters);
@@ -129,6 +134,7 @@ RoutingAttention::RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_
   CF_CHECK(decay >= 0 && decay < 1, ValueError, "[RoutingAttention] decay must be in [0, 1), got ", decay);
   CF_CHECK(scale >= 0, ValueError, "[RoutingAttention] scale must be >= 0 (0: 1/sqrt(d_k)), got ", scale);
   CF_CHECK(seed >= -1, ValueError, "[RoutingAttention] seed must be -1 (default generator) or >= 0, got ", seed);
+  CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[RoutingAttention] dropout must be in [0, 1), got ", dropout);
   Generator seeded(uint64_t(seed < 0 ? 0 : seed));
   centroids_ = l2_normalize(randn({n_heads - local_heads, n_clusters, head_dim}, kFloat32,
                                   seed >= 0 ? seeded : (gen ? *gen : default_generator())));
@@ -143,9 +149,10 @@ std::shared_ptr<Attention> RoutingAttention::create(const AttentionSpec& spec) {
   double decay = o.get<double>("decay", 0.999);
   double scale = o.get<double>("scale", 0.0);
   int64_t seed = o.get<int64_t>("seed", -1);
+  double dropout = o.get<double>("dropout", 0.0);
   o.finish();
   return std::make_shared<RoutingAttention>(spec.n_heads, spec.d_model / spec.n_heads, n_clusters, local_heads,
-                                            local_window, decay, scale, seed, spec.gen);
+                                            local_window, decay, scale, seed, spec.gen, dropout);
 }
 
 Tensor RoutingAttention::forward(const AttentionArgs& a) {
@@ -169,6 +176,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
            " but the centroids are ", centroids_.dtype(), " (convert the module with to(dtype))");
   if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());  // nothing to route
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(D));
+  const double drop = is_training() ? dropout_ : 0.0;
   const int64_t w = (N + n_clusters_ - 1) / n_clusters_;  // balanced clusters: w = N / C tokens each
   const int64_t L = local_heads_, R = H - L;
   std::vector<Tensor> outs;
@@ -181,7 +189,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
     });
     const Tensor &qm = tables[0], &km = tables[1];
     outs.push_back(routed_lists_attention(narrow(a.q, 1, 0, L), narrow(a.k, 1, 0, L), narrow(a.v, 1, 0, L), qm, km,
-                                          a.key_padding_mask, scale, a.causal));
+                                          a.key_padding_mask, scale, a.causal, drop));
   }
   if (R > 0) {
     Tensor q = narrow(a.q, 1, L, R), k = narrow(a.k, 1, L, R), v = narrow(a.v, 1, L, R);
@@ -189,7 +197,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
     Tensor qd = qn.detach(), kd = kn.detach();
     Tensor qm = balanced_routing(qd, centroids_, a.query_padding_mask, w);
     Tensor km = balanced_routing(kd, centroids_, a.key_padding_mask, w);
-    outs.push_back(routed_lists_attention(q, k, v, qm, km, a.key_padding_mask, scale, a.causal));
+    outs.push_back(routed_lists_attention(q, k, v, qm, km, a.key_padding_mask, scale, a.causal, drop));
     if (a.aux || is_training()) {
       Tensor qa = nearest_centroid(qd, centroids_), ka = nearest_centroid(kd, centroids_);
       auto valid_of = [&](const Tensor& mask) {  // (B, 1, N, 1) 1 for real tokens

@@ -49,15 +49,18 @@ namespace nn {
 // patterns): the shapes are checked, the lists' values are not (no pass over them; the kernels
 // read a position outside [0, N) as an empty slot). Query slot s of list c attends to the key
 // slots of list c; a query in several lists gets the average of its outputs, zeros if in none.
+// dropout: attention-weight dropout at that rate (0: none; the CPU only so far), from the default generator.
 Tensor routed_lists_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
-                              const Tensor& key_members, const Tensor& key_padding_mask, double scale, bool causal);
+                              const Tensor& key_members, const Tensor& key_padding_mask, double scale, bool causal,
+                              double dropout = 0.0);
 
 // The dense reference of routed_attention (autograd/ops/attention.h) for tests: for every list c an
-// explicit (B, H, N, N) blocked mask, dense_attention over it, rows of queries in c averaged. O(C N^2)
-// memory.
+// explicit (B, H, N, N) blocked mask, dense_attention over it (with dropout, list after list from gen: the
+// weights routed_attention drops), rows of queries in c averaged. O(C N^2) memory.
 Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& query_members, const Tensor& key_members,
-                                        const Tensor& key_padding_mask, double scale, bool causal);
+                                        const Tensor& key_padding_mask, double scale, bool causal,
+                                        double dropout = 0.0, Generator& gen = default_generator());
 
 // The local-attention lists of the local heads: (1, 1, C, window) query blocks and (1, 1, C, 2 or 3 windows) key
 // blocks (previous, own, and next unless causal), -1 outside the sequence.
@@ -78,6 +81,7 @@ Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids);
 //   "n_clusters": C, default 8;  "local_heads": heads with local attention, default 0 (0 <= local_heads <= n_heads);
 //   "local_window": block size of the local heads, default 0 = ceil(N / n_clusters), the routing cluster size;
 //   "decay": EMA lambda in [0, 1), default 0.999 (section 4.1, and the reference code);  "scale": score scale, default 1/sqrt(d_k);
+//   "dropout": attention-weight dropout in training, in [0, 1), default 0 (inside the routed kernel; the CPU only so far);
 //   "seed": seed of the centroid initialisation (unit-norm Gaussian directions); default -1 draws them from
 //           `gen`: the generator the layer is built with (AttentionSpec::gen), else the default generator
 //           (either way the layers of a model start from different centroids).
@@ -85,7 +89,7 @@ class RoutingAttention : public Attention {
  public:
   RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_clusters, int64_t local_heads = 0,
                    int64_t local_window = 0, double decay = 0.999, double scale = 0.0, int64_t seed = -1,
-                   Generator* gen = nullptr);
+                   Generator* gen = nullptr, double dropout = 0.0);
   static std::shared_ptr<Attention> create(const AttentionSpec& spec);
   Tensor forward(const AttentionArgs& args) override;
   std::string type() const override { return "routing"; }
@@ -97,7 +101,7 @@ class RoutingAttention : public Attention {
 
  private:
   int64_t n_heads_, head_dim_, n_clusters_, local_heads_, local_window_;
-  double decay_, scale_;
+  double decay_, scale_, dropout_;
   Tensor centroids_;
   DeviceTableCache local_tables_;  // (query_members, key_members) of the local heads
 };

@@ -53,14 +53,15 @@ Tensor fixed_sparse_blocked(int64_t n, int64_t block, int64_t summary, Device de
   return Tensor::from_vector(blocked, {n, n}, device);
 }
 
-SparseAttention::SparseAttention(int64_t block_size, int64_t summary, double scale)
-    : block_size_(block_size), summary_(summary), scale_(scale) {
+SparseAttention::SparseAttention(int64_t block_size, int64_t summary, double scale, double dropout)
+    : block_size_(block_size), summary_(summary), scale_(scale), dropout_(dropout) {
   CF_CHECK(block_size >= 0 && summary >= 0, ValueError,
            "[SparseAttention] block_size and summary must be >= 0 (0: the default), got block_size=", block_size,
            " summary=", summary);
   CF_CHECK(block_size == 0 || summary <= block_size, ValueError, "[SparseAttention] summary (c = ", summary,
            ") must be <= block_size (l = ", block_size, "): c of each block's l positions are its summary");
   CF_CHECK(scale >= 0, ValueError, "[SparseAttention] scale must be >= 0 (0: 1/sqrt(d_k)), got ", scale);
+  CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[SparseAttention] dropout must be in [0, 1), got ", dropout);
 }
 
 std::shared_ptr<Attention> SparseAttention::create(const AttentionSpec& spec) {
@@ -68,8 +69,9 @@ std::shared_ptr<Attention> SparseAttention::create(const AttentionSpec& spec) {
   int64_t block = o.get<int64_t>("block_size", 0);
   int64_t summary = o.get<int64_t>("summary", 0);
   double scale = o.get<double>("scale", 0.0);
+  double dropout = o.get<double>("dropout", 0.0);
   o.finish();
-  return std::make_shared<SparseAttention>(block, summary, scale);
+  return std::make_shared<SparseAttention>(block, summary, scale, dropout);
 }
 
 int64_t SparseAttention::block_for(int64_t n) const {
@@ -103,7 +105,8 @@ Tensor SparseAttention::forward(const AttentionArgs& a) {
   });
   const Tensor &qm = tables[0], &km = tables[1];
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(a.q.shape()[3]));
-  return routed_lists_attention(a.q, a.k, a.v, qm, km, a.key_padding_mask, scale, a.causal);
+  return routed_lists_attention(a.q, a.k, a.v, qm, km, a.key_padding_mask, scale, a.causal,
+                                is_training() ? dropout_ : 0.0);
 }
 
 }  // namespace nn

@@ -46,10 +46,12 @@ Tensor fixed_sparse_blocked(int64_t n, int64_t block, int64_t summary, Device de
 // Options (JSON), all optional:
 //   "block_size": l, default 0 = ceil(sqrt(N)) for a sequence of N positions (the paper's l ~ sqrt(N));
 //   "summary": c in [1, l], default 0 = max(1, l / 4), the ratio of the paper's enwik8 model (l = 128, c = 32);
-//   "scale": score scale, default 1/sqrt(d_k).
+//   "scale": score scale, default 1/sqrt(d_k);
+//   "dropout": attention-weight dropout in training, in [0, 1), default 0 (inside the routed kernel; the CPU only
+//              so far).
 class SparseAttention : public Attention {
  public:
-  explicit SparseAttention(int64_t block_size = 0, int64_t summary = 0, double scale = 0.0);
+  explicit SparseAttention(int64_t block_size = 0, int64_t summary = 0, double scale = 0.0, double dropout = 0.0);
   static std::shared_ptr<Attention> create(const AttentionSpec& spec);
   Tensor forward(const AttentionArgs& args) override;
   std::string type() const override { return "sparse"; }
@@ -60,7 +62,7 @@ class SparseAttention : public Attention {
 
  private:
   int64_t block_size_, summary_;
-  double scale_;
+  double scale_, dropout_;
   DeviceTableCache tables_;  // (query_members, key_members) of the fixed pattern
 };
 

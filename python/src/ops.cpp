@@ -410,15 +410,19 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         release_gil());
   m.def(cf::opname::routed_attention,
         [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members, const Tensor& key_members,
-           std::optional<Tensor> kpm, double scale, bool causal) {
-          return cf::routed_attention(q, k, v, query_members, key_members, kpm ? *kpm : Tensor(), scale, causal);
+           std::optional<Tensor> kpm, double scale, bool causal, double dropout, cf::Generator* gen) {
+          return cf::routed_attention(q, k, v, query_members, key_members, kpm ? *kpm : Tensor(), scale, causal,
+                                      dropout, gen_or_default(gen));
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("query_members"), nb::arg("key_members"),
         nb::arg("key_padding_mask") = nb::none(), nb::arg("scale") = 0.0, nb::arg("causal") = false,
+        nb::arg("dropout") = 0.0, nb::arg("generator").none() = nb::none(),
         "Fused attention within index lists (routing attention, fixed sparse patterns): query_members (B or 1, H or "
         "1, C, wq) and key_members (B or 1, H or 1, C, wk) int64 hold positions (-1 empty); list c's query slots "
         "attend to list c's key slots (causal compares positions). A position in several query lists gets the "
-        "average of its outputs, zeros if in none. Returns (B, H, N, Dv). Differentiable in q, k, v.",
+        "average of its outputs, zeros if in none. Returns (B, H, N, Dv). dropout > 0 (CPU only so far): inverted "
+        "dropout of the attention weights, those dropout() would drop on C successive dense (B, H, N, N) weight "
+        "tensors, one per list, with the same generator. Differentiable in q, k, v.",
         release_gil());
   m.def(cf::opname::sparse_dot, &cf::sparse_dot, nb::arg("q"), nb::arg("k"), nb::arg("idx"),
         "out[g, n, t] = q[g, n] . k[g, idx[g, n, t]]: q (G, N, D), k (G, M, D), idx int64 (G, N, K) -> (G, N, K) "

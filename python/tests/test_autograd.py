@@ -178,6 +178,19 @@ def test_routed_attention_averages_a_position_over_its_lists():
         cf.routed_attention(q, k, v, cf.tensor([[[[0, 5]]]], dtype=cf.int64), every)
 
 
+def test_routed_attention_dropout_with_one_list_of_every_position_is_flash_attention_dropout():
+    # One list holding every position is full attention, and its dropout counters are list 0's: those of the
+    # dense (B, H, N, N) weights, so flash_attention drops the same weights from the same generator state.
+    g = cf.Generator(4)
+    q, k, v = (cf.rand([1, 2, 5, 3], dtype=cf.float64, generator=g, low=-1, high=1) for _ in range(3))
+    every = cf.tensor([[[[3, 0, 4, 1, 2]]]], dtype=cf.int64)
+    flat = lambda t: [x for a in t.tolist() for b in a for c in b for x in c]
+    routed = cf.routed_attention(q, k, v, every, every, dropout=0.5, generator=cf.Generator(6))
+    flash = cf.flash_attention(q, k, v, dropout=0.5, generator=cf.Generator(6))
+    assert flat(routed) == pytest.approx(flat(flash), rel=1e-12, abs=1e-15)
+    assert flat(routed) != pytest.approx(flat(cf.routed_attention(q, k, v, every, every)), rel=1e-3)
+
+
 def test_flash_attention_dropout_drops_the_weights_dropout_drops_on_the_dense_weights():
     g = cf.Generator(8)
     q, k, v = (cf.rand([1, 2, 4, 3], dtype=cf.float64, generator=g, low=-1, high=1) for _ in range(3))

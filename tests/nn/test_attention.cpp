@@ -214,10 +214,11 @@ TEST_CASE("every registered attention variant: a padding mask with nothing padde
   CHECK_FALSE(models::padding_mask(ti64({1, 0, 3}, {1, 3}), -1).defined());
 }
 
-TEST_CASE("the block-attention variants take attention dropout: in training only, inside the block kernel, bad rates named") {
+TEST_CASE("the block and routed attention variants take attention dropout: in training only, inside the kernel, bad rates named") {
   const int64_t B = 2, H = 2, N = 16, D = 4;
-  for (const std::string type : {"neural-clustering", "lsh", "cluster-former"}) {
+  for (const std::string type : {"neural-clustering", "lsh", "cluster-former", "routing", "sparse"}) {
     INFO(type);
+    const bool routed = type == "routing" || type == "sparse";
     auto build = [&](const nlohmann::json& rate) {
       nn::AttentionSpec spec = small_attention_spec(type, H * D, H);
       nlohmann::json o = spec.options.raw();
@@ -242,7 +243,7 @@ TEST_CASE("the block-attention variants take attention dropout: in training only
     none->train();
     half->train();
     const Tensor kept = none->forward(a), dropped = half->forward(a);
-    CHECK(graph_has(dropped, "block_attention"));  // dropped inside the kernel: no dense weights
+    CHECK(graph_has(dropped, routed ? "routed_attention" : "block_attention"));  // inside the kernel: no dense weights
     CHECK_FALSE(graph_has(dropped, "softmax"));
     CHECK_FALSE(graph_has(dropped, "dropout"));
     CHECK(max_abs_diff(dropped, kept) > 0.01);

@@ -786,35 +786,52 @@ GRADCHECK_CASE(routed_attention) {
                  return sum(out * out);
                },
                {leaf64({2, 2, 7, 3}, 1), leaf64({2, 2, 7, 3}, 2), leaf64({2, 2, 7, 2}, 3)});
+  // With attention dropout: a fresh generator per evaluation, so every evaluation drops the same weights.
+  for (bool causal : {false, true})
+    check_grad("routed_attention",
+               [&](const std::vector<Tensor>& x) {
+                 Generator g(19);
+                 Tensor out = routed_attention(x[0], x[1], x[2], qm, km, kpm, 0.0, causal, 0.4, g);
+                 return sum(out * out);
+               },
+               {leaf64({2, 2, 7, 3}, 1), leaf64({2, 2, 7, 3}, 2), leaf64({2, 2, 7, 2}, 3)});
 }
 
-TEST_CASE("routed_attention equals its dense reference: random lists with repeats and empty slots, every broadcast") {
+TEST_CASE("routed_attention equals its dense reference: random lists with repeats and empty slots, every broadcast, dropout") {
   const int64_t B = 2, H = 3, N = 41;
   Tensor kpm = padding_mask(B, N, 5);
   uint32_t seed = 1;
   // (B', H') of the query and the key lists.
   const std::vector<std::pair<int64_t, int64_t>> forms = {{B, H}, {1, 1}, {1, H}, {B, 1}};
   for (size_t f = 0; f < forms.size(); ++f)
-    for (bool causal : {false, true}) {
-      INFO("lists ", forms[f].first, " x ", forms[f].second, " causal ", causal);
+    for (bool causal : {false, true})
+      for (double drop : {0.0, 0.3}) {  // with a rate: the weights the reference drops, list after list
+      INFO("lists ", forms[f].first, " x ", forms[f].second, " causal ", causal, " dropout ", drop);
+      // Both generators mid-stream at one state (a kernel ignoring the reserved counter0 would fail).
+      Generator g_fast(41), g_ref(41);
+      g_fast.reserve(999);
+      g_ref.reserve(999);
       Tensor qm = random_lists(forms[f].first, forms[f].second, 5, 9, N, 0.15, seed++);
       Tensor km = random_lists(forms[(f + 1) % forms.size()].first, forms[(f + 1) % forms.size()].second, 5, 13, N,
                                0.15, seed++);
       Tensor q = leaf64({B, H, N, 6}, seed), k = leaf64({B, H, N, 6}, seed + 1), v = leaf64({B, H, N, 5}, seed + 2);
       Tensor w = leaf64({B, H, N, 5}, seed + 3).detach();
       seed += 4;
-      Tensor fast = routed_attention(q, k, v, qm, km, kpm, 0.3, causal);
+      // The backward runs these 5 lists in chunks of N / wk = 3: list 3's counters come from the second chunk.
+      Tensor fast = routed_attention(q, k, v, qm, km, kpm, 0.3, causal, drop, g_fast);
       sum(fast * w).backward();
       const std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
       q.zero_grad();
       k.zero_grad();
       v.zero_grad();
-      Tensor ref = nn::routed_attention_dense_reference(q, k, v, qm, km, kpm, 0.3, causal);
+      Tensor ref = nn::routed_attention_dense_reference(q, k, v, qm, km, kpm, 0.3, causal, drop, g_ref);
+      CHECK(g_fast.offset() == g_ref.offset());
       sum(ref * w).backward();
       check_close(fast, ref, 1e-12);
       check_close(g[0], q.grad(), 1e-12);
       check_close(g[1], k.grad(), 1e-12);
       check_close(g[2], v.grad(), 1e-12);
+      if (drop > 0) CHECK(max_abs_diff(fast, routed_attention(q, k, v, qm, km, kpm, 0.3, causal)) > 1e-3);
     }
 }
 
@@ -889,6 +906,14 @@ TEST_CASE("routed attention rejects bad input with the shapes in the message") {
   CHECK_THROWS_MSG(routed_attention(Tensor(), k, v, qm, km), ValueError, "[routed_attention]", "q");
   CHECK_THROWS_MSG(routed_attention(q, k, v, qm, Tensor::zeros({1, 1, 2, 0}, kInt64)), ShapeError,
                    "[routed_attention] key_members (1,1,2,0) has lists of no slot (w = 0)");
+  for (double rate : {1.0, -0.1, std::nan("")})
+    CHECK_THROWS_MSG(routed_attention(q, k, v, qm, km, Tensor(), 0.0, false, rate), ValueError,
+                     "[routed_attention] dropout must be in [0, 1), got");
+  // A rate on CUDA is refused by name before any kernel runs (the CUDA kernels have no dropout yet).
+  const Tensor gq = fake_cuda({1, 2, 4, 3}, kFloat64), gv = fake_cuda({1, 2, 4, 2}, kFloat64),
+               gm = fake_cuda({1, 1, 2, 2}, kInt64), gk = fake_cuda({1, 1, 2, 3}, kInt64);
+  CHECK_THROWS_MSG(nn::routed_lists_attention(gq, gq, gv, gm, gk, Tensor(), 0.0, false, 0.1), ValueError,
+                   "[routed_attention] attention dropout runs in the CPU kernel only so far", "on cuda:0 got dropout 0.1");
   // An empty sequence: an empty output that still carries gradients (zeros) to q, k, v.
   Tensor e = leaf64({1, 2, 0, 3});
   Tensor out = routed_attention(e, e, leaf64({1, 2, 0, 2}), Tensor::full({1, 1, 2, 2}, -1.0, kInt64),
@@ -1380,7 +1405,7 @@ CUDA_TEST_CASE("block_attention float64 gradcheck on CUDA, fused kernel and GEMM
   kernels::set_block_attention_path(before);
 }
 
-CUDA_TEST_CASE("block_attention with dropout on CUDA drops the CPU's weights under every path setting; the kernels without dropout refuse a rate") {
+CUDA_TEST_CASE("block_attention with dropout on CUDA drops the CPU's weights under every path setting, and the kernels without dropout refuse a rate") {
   const kernels::BlockAttentionPath before = kernels::block_attention_path();
   const Device gpu = Device::cuda(0);
   const Tensor members = random_members(2, 1, 300, 20, 17, 9), kpm = padding_mask(2, 300, 7);
