@@ -214,8 +214,7 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
       r["skipped"] = e.what();
       return r;
     } catch (const cf::ValueError& e) {
-      // A forced path without dropout (improved-clustered:centroid_path=fused), or routed attention on CUDA,
-      // refuses the rate.
+      // A forced path without dropout (improved-clustered:centroid_path=fused) refuses the rate.
       if (!drops) throw;
       r["skipped"] = e.what();
       return r;

@@ -412,9 +412,6 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
   const int64_t B = sq[0], H = sq[1], N = sq[2], Dk = sq[3], Dv = v.shape()[3];
   const int64_t C = query_members.shape()[2], wq = query_members.shape()[3], wk = key_members.shape()[3];
   CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[", op, "] dropout must be in [0, 1), got ", dropout);
-  CF_CHECK(dropout == 0 || q.device().is_cpu(), ValueError, "[", op,
-           "] attention dropout runs in the CPU kernel only so far (the CUDA kernels have none); on ",
-           q.device().str(), " got dropout ", dropout);
   if (N == 0) {  // nothing to attend: an empty output, still on the graph
     Tensor out = Tensor::zeros({B, H, 0, Dv}, v.dtype(), v.device());
     if (autograd::any_requires_grad({&q, &k, &v}))

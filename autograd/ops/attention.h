@@ -99,8 +99,8 @@ BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Ten
 // q, k and v.
 // dropout > 0: inverted attention-weight dropout at that rate, drawn from gen as dropout() would draw
 // it on C successive dense (B, H, N, N) weight tensors, one per list (routed_attention_dense_reference
-// with the same generator drops the same weights). CPU only so far: on CUDA a rate is a ValueError
-// (the CUDA kernels have no dropout yet). 0 draws nothing.
+// with the same generator drops the same weights). CPU and CUDA (there in the fused kernel: the
+// tensor-core kernels have no dropout). 0 draws nothing.
 Tensor routed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
                         const Tensor& key_members, const Tensor& key_padding_mask = Tensor(), double scale = 0.0,
                         bool causal = false, double dropout = 0.0, Generator& gen = default_generator());

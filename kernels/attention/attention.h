@@ -52,7 +52,7 @@ struct FlashAttentionParams {
 // reaches them is an error, never silently ignored; the dispatch below sends a rate to the GEMM path.
 inline void check_no_attention_dropout(double rate, const char* op, const char* kernel) {
   CF_CHECK(rate == 0, ValueError, "[", op, "] the ", kernel,
-           " has no attention dropout (the CPU kernel and the GEMM path drop weights); got rate ", rate);
+           " has no attention dropout (the op's dispatch sends a rate to a kernel that has it); got rate ", rate);
 }
 inline void check_flash_no_dropout(const FlashAttentionParams& p, const char* kernel) {
   check_no_attention_dropout(p.dropout, "flash_attention", kernel);
@@ -172,18 +172,18 @@ struct BlockAttentionParams {
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
 };
 
-// block_attention through GEMMs over chunks of blocks (attention_gemm.cpp), the float32 and float64 path on
-// CUDA for large calls and for every call with attention dropout (block_attention_forward below says when). Per chunk of n blocks: a window table
-// (B, Hm, C, W) (W = offsets.size() * w: block c's own slots, then those of blocks c + offsets[t]) names the
-// rows; q, k, v rows are gathered into (B, Ho, n, w | W, D) slots (gather_slot_rows), S = (scale Q) K^T by one
-// batched GEMM, one row kernel (block_rows_softmax) masks and normalises it and writes lse at the query
-// positions, O = P V, and O's rows go back to token order (scatter_slot_rows). The backward recomputes
-// P = exp(S - lse) and dS = P (dP - D) in one row kernel (block_rows_grad) and scatters dQ, and dK, dV window
-// part by window part, into dq, dk, dv. Why: the fused kernel reads two shared-memory operands per
-// multiply-add; it ran 3.4x / 5.8x behind PyTorch's gather + bmm at N = 16384 / 65536 on an H200
-// (docs/benchmarks.md, 2026-11-27), and the batched GEMMs run at cuBLAS speed. Memory: the buffers of one
-// chunk hold at most clamp(4 x bytes of q, k, v, 16 MiB, 128 MiB) together; chunk_blocks > 0 fixes the
-// blocks per chunk (tests). Same contracts as block_attention_forward_cpu / _backward_cpu; any device.
+// block_attention through GEMMs over chunks of blocks (attention_gemm.cpp), the float32 and float64 path on CUDA for
+// large calls and for every call with attention dropout (block_attention_forward below says when). Per chunk of n
+// blocks: a window table (B, Hm, C, W) (W = offsets.size() * w: block c's own slots, then those of blocks c +
+// offsets[t]) names the rows; q, k, v rows are gathered into (B, Ho, n, w | W, D) slots (gather_slot_rows), S =
+// (scale Q) K^T by one batched GEMM, one row kernel (block_rows_softmax) masks and normalises it and writes lse at
+// the query positions, O = P V, and O's rows go back to token order (scatter_slot_rows). The backward recomputes P =
+// exp(S - lse) and dS = P (dP - D) in one row kernel (block_rows_grad) and scatters dQ, and dK, dV window part by
+// window part, into dq, dk, dv. Why: the fused kernel reads two shared-memory operands per multiply-add; it ran 3.4x
+// / 5.8x behind PyTorch's gather + bmm at N = 16384 / 65536 on an H200 (docs/benchmarks.md, 2026-11-27), and the
+// batched GEMMs run at cuBLAS speed. Memory: the buffers of one chunk hold at most clamp(4 x bytes of q, k, v, 16
+// MiB, 128 MiB) together; chunk_blocks > 0 fixes the blocks per chunk (tests). Same contracts as
+// block_attention_forward_cpu / _backward_cpu; any device.
 void block_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                   const Tensor& key_padding_mask, const BlockAttentionParams& p, const Tensor& out,
                                   const Tensor& lse, int64_t chunk_blocks = 0);
@@ -288,13 +288,14 @@ bool flash_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v
 // Which float32 / float64 routed_attention path CUDA takes: its fused kernel (kAuto, kFused) or for float32 the
 // tensor-core kernels (kMma, where routed_attention_takes_mma: contiguous, 16-byte aligned q, k, v of head size
 // 64; else the fused kernel). CF_ROUTED_ATTENTION_PATH=auto|fused|mma at start-up, set_routed_attention_path
-// later; kAuto stays on the fused kernel until the tensor-core kernels have run on a GPU, as above.
+// later; kAuto stays on the fused kernel until the tensor-core kernels have run on a GPU, as above. A call with
+// attention dropout takes the fused kernel whatever the setting (the tensor-core kernels have none).
 enum class RoutedAttentionPath { kAuto, kFused, kMma };
 RoutedAttentionPath parse_routed_attention_path(const std::string& name);  // "auto", "fused", "mma"
 void set_routed_attention_path(RoutedAttentionPath path);
 RoutedAttentionPath routed_attention_path();
 bool routed_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
-                                const Tensor& key_members);
+                                const Tensor& key_members, double dropout = 0.0);
 // Measured on an H200 (2026-11-28, cf-bench attention fwd+bwd, 4 heads, both paths forced): the GEMM path was
 // as fast or faster from 2 M entries a round (neural clustering N = 4096: 0.88 against 1.05 ms; Cluster-Former
 // N = 1024, blocks of 256: 0.88 against 1.42 ms; LSH-8 N = 4096: 6.26 against 6.18) and 1.2-2.4x faster from
@@ -322,11 +323,12 @@ void block_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
 struct RoutedAttentionParams {
   double scale = 1.0;
   bool causal = false;  // key position j blocked for query position i when j > i
-  // Attention-weight dropout (inverted, rate `dropout`; the CPU kernel only so far: the CUDA kernels refuse a
-  // rate): the weight of query position i on key position j in list c of head (b, h) is dropped when the
-  // Philox draw of counter dropout_counter0 + (((c B + b) H + h) N + i) N + j under key dropout_seed falls
-  // below the rate, else scaled by 1 / (1 - rate): list c's share of C successive dense (B, H, N, N) weight
-  // tensors, the counters dropout() gives them in routed_attention_dense_reference's loop over the lists.
+  // Attention-weight dropout (inverted, rate `dropout`; the CPU kernel and the fused CUDA kernel, the tensor-core
+  // kernels refuse a rate and the dispatch sends one to the fused kernel): the weight of query position i on key
+  // position j in list c of head (b, h) is dropped when the Philox draw of counter dropout_counter0 + (((c B + b) H +
+  // h) N + i) N + j under key dropout_seed falls below the rate, else scaled by 1 / (1 - rate): list c's share of C
+  // successive dense (B, H, N, N) weight tensors, the counters dropout() gives them in
+  // routed_attention_dense_reference's loop over the lists.
   double dropout = 0.0;
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
   int64_t list0 = 0;  // c above is list0 + the list's index in this call (a backward over a slice of the lists)
@@ -492,8 +494,9 @@ inline void rounds_split(const Tensor& per_round, const Tensor& combined, const 
 inline void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                     const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
   CF_DEVICE_DISPATCH("flash_attention", out.device(), flash_attention_forward_cpu(q, k, v, kpm, p, out, lse),
-                     flash_attention_takes_mma(q, k, v, p.dropout) ? flash_attention_forward_mma_cuda(q, k, v, kpm, p, out, lse)
-                                                        : flash_attention_forward_gemm(q, k, v, kpm, p, out, lse));
+                     flash_attention_takes_mma(q, k, v, p.dropout)
+                         ? flash_attention_forward_mma_cuda(q, k, v, kpm, p, out, lse)
+                         : flash_attention_forward_gemm(q, k, v, kpm, p, out, lse));
 }
 inline void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                      const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
@@ -535,7 +538,7 @@ inline void routed_attention_forward(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& out, const Tensor& lse) {
   CF_DEVICE_DISPATCH("routed_attention", out.device(),
                      routed_attention_forward_cpu(q, k, v, qm, km, kpm, p, out, lse),
-                     routed_attention_takes_mma(q, k, v, qm, km)
+                     routed_attention_takes_mma(q, k, v, qm, km, p.dropout)
                          ? routed_attention_forward_mma_cuda(q, k, v, qm, km, kpm, p, out, lse)
                          : routed_attention_forward_cuda(q, k, v, qm, km, kpm, p, out, lse));
 }
@@ -545,7 +548,7 @@ inline void routed_attention_backward(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& dk, const Tensor& dv) {
   CF_DEVICE_DISPATCH("routed_attention", out.device(),
                      routed_attention_backward_cpu(q, k, v, qm, km, kpm, p, out, lse, dout, dq, dk, dv),
-                     routed_attention_takes_mma(q, k, v, qm, km)
+                     routed_attention_takes_mma(q, k, v, qm, km, p.dropout)
                          ? routed_attention_backward_mma_cuda(q, k, v, qm, km, kpm, p, out, lse, dout, dq, dk, dv)
                          : routed_attention_backward_cuda(q, k, v, qm, km, kpm, p, out, lse, dout, dq, dk, dv));
 }

@@ -57,6 +57,11 @@ struct Args {
   int64_t Mq, Mk;  // rows per head of dq and of dk, dv: Nq and Nk, or the slots for routed attention
   int R, this_round;  // rounds over q, k, v; the round a backward launch computes (grid.z < 2^16: 32-bit math)
   double scale, self_score;
+  // Attention-weight dropout (routed attention only: the flash and block callers send a rate to their GEMM
+  // paths): the weight of query position i on key position j in group g of output head bh has the counter
+  // drop.counter0 + (((drop_group0 + g) drop_heads + bh) Nq + i) Nk + j (RoutedAttentionParams' map).
+  RowDropout drop;
+  int64_t drop_group0, drop_heads;
 };
 
 __device__ __forceinline__ float dexp(float x) { return expf(x); }
@@ -67,6 +72,24 @@ __device__ __forceinline__ double dlog(double x) { return log(x); }
 template <typename T>
 __device__ __forceinline__ T ninf() {
   return -std::numeric_limits<T>::infinity();
+}
+
+// Whether attention dropout (rate > 0) keeps the weight of this counter: dropout_cuda.cu's draw (the
+// Philox uniform against the rate), the CPU's dropout_row in integers, so the same weights drop.
+__device__ __forceinline__ bool dropout_keeps(const RowDropout& d, uint64_t counter) {
+  return !(philox_uniform_d(philox4x32_10(d.seed, counter)) < d.rate);
+}
+
+// A fused kernel's weight p of query position i on key position j in group g of output head bh, dropped or
+// scaled by 1 / (1 - rate) (Args::drop); p itself without a rate. p = 0 (a blocked entry, whose i or j may
+// be -1) draws nothing: it stays 0 either way.
+template <typename T>
+__device__ __forceinline__ T dropped_weight(const Args& a, T p, int64_t g, int64_t bh, int64_t i, int64_t j) {
+  if (!(a.drop.rate > 0) || p == T(0)) return p;
+  const uint64_t counter = a.drop.counter0 +
+                           ((uint64_t(a.drop_group0 + g) * uint64_t(a.drop_heads) + uint64_t(bh)) * uint64_t(a.Nq) +
+                            uint64_t(i)) * uint64_t(a.Nk) + uint64_t(j);
+  return dropout_keeps(a.drop, counter) ? p * T(1.0 / (1.0 - a.drop.rate)) : T(0);
 }
 
 // Loads rows pos(r) of X (B*H*n rows of D, contiguous) for r in [0, R) into a
@@ -156,9 +179,9 @@ __global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
       const T m_old = m[r];
       const T m_new = mx > m_old ? mx : m_old;
       const T p = (m_new == ninf<T>() || s == ninf<T>()) ? T(0) : dexp(s - m_new);
-      T sum = p;
+      T sum = p;  // the normaliser l sums the weights before dropout, as the dense softmax does
       for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      S[r * BC + lane] = p;
+      S[r * BC + lane] = dropped_weight(a, p, g, bh, i, j);
       __syncwarp();
       if (lane == 0) {
         const T al = m_new == ninf<T>() ? T(1) : (m_old == ninf<T>() ? T(0) : dexp(m_old - m_new));
@@ -226,16 +249,20 @@ __device__ void row_terms(const Args& a, int64_t b, int64_t h, const int64_t* or
   __syncthreads();
 }
 
-// P and dS of one (query tile, key tile): P = exp(S - lse) (0 where blocked),
-// dS = P (dO.V - D), 0 on self-masked entries (a constant score).
+// P and dS of one (query tile, key tile) of group g, output head bh: P = exp(S - lse) (0 where blocked),
+// dS = P (dO.V - D), 0 on self-masked entries (a constant score). With a dropout rate (Args::drop) P
+// becomes the dropped, scaled weights Z (they met V: dV = Z^T dO) and dS = P (dP' - D), dP' = dO.V / (1 - rate)
+// at the kept weights, 0 at the dropped ones (D = dO . O is still rowsum(P dP')).
 template <typename T, typename Map>
-__device__ void probs_and_dS(const Args& a, const Map& map, int64_t b, const int64_t* qp, const int64_t* kp,
-                             const T* Qs, const T* Ks, const T* Vs, const T* dOs, const T* Ls, const T* Ds,
-                             int ldk, int ldv, T* P, T* dS) {
+__device__ void probs_and_dS(const Args& a, const Map& map, int64_t b, int64_t g, int64_t bh, const int64_t* qp,
+                             const int64_t* kp, const T* Qs, const T* Ks, const T* Vs, const T* dOs, const T* Ls,
+                             const T* Ds, int ldk, int ldv, T* P, T* dS) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const bool dropping = a.drop.rate > 0;
+  const T keep = T(1.0 / (1.0 - a.drop.rate));
   for (int r = warp; r < BR; r += NW) {
     const int64_t i = qp[r], j = kp[lane];
-    T p = T(0), ds = T(0);
+    T p = T(0), z = T(0), ds = T(0);
     if (!map.blocked(b, i, j) && Ls[r] != ninf<T>()) {
       const bool own = map.self(i, j);
       T s;
@@ -247,13 +274,15 @@ __device__ void probs_and_dS(const Args& a, const Map& map, int64_t b, const int
         s = acc * T(a.scale);
       }
       p = dexp(s - Ls[r]);
+      z = dropped_weight(a, p, g, bh, i, j);
       if (!own) {
         T dp = T(0);
         for (int64_t c = 0; c < a.Dv; ++c) dp += dOs[r * ldv + c] * Vs[lane * ldv + c];
+        if (dropping) dp = z != T(0) ? dp * keep : T(0);
         ds = softmax_grad(p, dp, Ds[r]);
       }
     }
-    P[r * BC + lane] = p;
+    P[r * BC + lane] = z;
     dS[r * BC + lane] = ds;
   }
 }
@@ -295,7 +324,7 @@ __global__ void __launch_bounds__(NT) dq_kernel(Args a, Map map) {
     load_rows(Ks, ldk, static_cast<const T*>(a.k), dbh, a.Nk, Dk, BC, [&](int j) { return kp[j]; });
     load_rows(Vs, ldv, static_cast<const T*>(a.v), dbh, a.Nk, Dv, BC, [&](int j) { return kp[j]; });
     __syncthreads();
-    probs_and_dS<T>(a, map, b, qp, kp, Qs, Ks, Vs, dOs, Ls, Ds, ldk, ldv, P, dS);
+    probs_and_dS<T>(a, map, b, g, bh, qp, kp, Qs, Ks, Vs, dOs, Ls, Ds, ldk, ldv, P, dS);
     __syncthreads();
     for (int64_t e = threadIdx.x; e < BR * Dk; e += NT) {
       const int r = int(e / Dk);
@@ -357,7 +386,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(Args a, Map map) {
       __syncthreads();
       load_rows(Qs, ldk, static_cast<const T*>(a.q), dbh, a.Nq, Dk, BR, [&](int r) { return qp[r]; });
       row_terms<T>(a, b, h, orw, dOs, ldv, Ls, Ds);  // ends with a barrier
-      probs_and_dS<T>(a, map, b, qp, kp, Qs, Ks, Vs, dOs, Ls, Ds, ldk, ldv, P, dS);
+      probs_and_dS<T>(a, map, b, g, bh, qp, kp, Qs, Ks, Vs, dOs, Ls, Ds, ldk, ldv, P, dS);
       __syncthreads();
       for (int64_t e = threadIdx.x; e < BC * Dv; e += NT) {
         const int j = int(e / Dv);
@@ -494,6 +523,13 @@ Args make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   return a;
 }
 
+// Routed attention's dropout map into a's (RoutedAttentionParams: list list0 + g of the B H output heads).
+void routed_dropout(Args& a, const Tensor& q, const RoutedAttentionParams& p) {
+  a.drop = {p.dropout, p.dropout_seed, p.dropout_counter0};
+  a.drop_group0 = p.list0;
+  a.drop_heads = q.shape()[0] * q.shape()[1];
+}
+
 // ---------------------------------------------------------------- rounds
 
 // One warp per combined row (b, h, n): the R rounds' lse read by every lane (R is
@@ -560,11 +596,6 @@ __global__ void __launch_bounds__(NT) rounds_split_kernel(const T* X, const T* Y
 // Layout and rule as rows_softmax_typed in attention_cpu.cpp.
 constexpr int kRowThreads = 256;
 
-// Whether attention dropout (rate > 0) keeps the weight of this counter: dropout_cuda.cu's draw (the
-// Philox uniform against the rate), the CPU's dropout_row in integers, so the same weights drop.
-__device__ __forceinline__ bool dropout_keeps(const RowDropout& d, uint64_t counter) {
-  return !(philox_uniform_d(philox4x32_10(d.seed, counter)) < d.rate);
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
@@ -908,12 +939,12 @@ void routed_attention_forward_cuda(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& km, const Tensor& kpm, const RoutedAttentionParams& p,
                                    const Tensor& out, const Tensor& lse) {
   const char* op = "routed_attention";
-  check_no_attention_dropout(p.dropout, op, "CUDA kernel");
   cu::use_device_of(out, op);
   // Empty query slots keep out = 0, lse = -inf.
   fill_cuda(out, 0.0);
   fill_cuda(lse, -std::numeric_limits<double>::infinity());
-  const Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
+  Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
+  routed_dropout(a, q, p);
   const RoutedMap map = routed_map(q, qm, km, kpm, p);
   const int64_t BH = q.shape()[0] * q.shape()[1];
   CF_DISPATCH_FLOAT_STD(q.dtype(), op, run_forward<scalar_t>(op, a, map, map.wq, map.C, BH));
@@ -924,9 +955,9 @@ void routed_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
                                     const Tensor& dk, const Tensor& dv) {
   const char* op = "routed_attention";
-  check_no_attention_dropout(p.dropout, op, "CUDA kernel");
   cu::use_device_of(out, op);
   Args a = make_args(q, k, v, out, lse, p.scale, 0.0);
+  routed_dropout(a, q, p);
   a.dout = dout.raw_data();
   a.sgo = rows3(dout);
   a.dq = dq.raw_data();

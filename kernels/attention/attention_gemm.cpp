@@ -355,8 +355,8 @@ RoutedAttentionPath routed_attention_path() {
 }
 
 bool routed_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
-                                const Tensor& km) {
-  return routed_attention_path() == RoutedAttentionPath::kMma && q.dtype() == kFloat32 &&
+                                const Tensor& km, double dropout) {
+  return dropout == 0 && routed_attention_path() == RoutedAttentionPath::kMma && q.dtype() == kFloat32 &&
          routed_attention_mma_supported(q, k, v, qm, km) && dense_aligned(q, k, v);
 }
 

@@ -49,7 +49,7 @@ namespace nn {
 // patterns): the shapes are checked, the lists' values are not (no pass over them; the kernels
 // read a position outside [0, N) as an empty slot). Query slot s of list c attends to the key
 // slots of list c; a query in several lists gets the average of its outputs, zeros if in none.
-// dropout: attention-weight dropout at that rate (0: none; the CPU only so far), from the default generator.
+// dropout: attention-weight dropout at that rate (0: none), from the default generator.
 Tensor routed_lists_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
                               const Tensor& key_members, const Tensor& key_padding_mask, double scale, bool causal,
                               double dropout = 0.0);
@@ -81,7 +81,7 @@ Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids);
 //   "n_clusters": C, default 8;  "local_heads": heads with local attention, default 0 (0 <= local_heads <= n_heads);
 //   "local_window": block size of the local heads, default 0 = ceil(N / n_clusters), the routing cluster size;
 //   "decay": EMA lambda in [0, 1), default 0.999 (section 4.1, and the reference code);  "scale": score scale, default 1/sqrt(d_k);
-//   "dropout": attention-weight dropout in training, in [0, 1), default 0 (inside the routed kernel; the CPU only so far);
+//   "dropout": attention-weight dropout in training, in [0, 1), default 0 (inside the routed kernel);
 //   "seed": seed of the centroid initialisation (unit-norm Gaussian directions); default -1 draws them from
 //           `gen`: the generator the layer is built with (AttentionSpec::gen), else the default generator
 //           (either way the layers of a model start from different centroids).

@@ -47,8 +47,7 @@ Tensor fixed_sparse_blocked(int64_t n, int64_t block, int64_t summary, Device de
 //   "block_size": l, default 0 = ceil(sqrt(N)) for a sequence of N positions (the paper's l ~ sqrt(N));
 //   "summary": c in [1, l], default 0 = max(1, l / 4), the ratio of the paper's enwik8 model (l = 128, c = 32);
 //   "scale": score scale, default 1/sqrt(d_k);
-//   "dropout": attention-weight dropout in training, in [0, 1), default 0 (inside the routed kernel; the CPU only
-//              so far).
+//   "dropout": attention-weight dropout in training, in [0, 1), default 0 (inside the routed kernel).
 class SparseAttention : public Attention {
  public:
   explicit SparseAttention(int64_t block_size = 0, int64_t summary = 0, double scale = 0.0, double dropout = 0.0);

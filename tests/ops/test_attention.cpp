@@ -909,11 +909,6 @@ TEST_CASE("routed attention rejects bad input with the shapes in the message") {
   for (double rate : {1.0, -0.1, std::nan("")})
     CHECK_THROWS_MSG(routed_attention(q, k, v, qm, km, Tensor(), 0.0, false, rate), ValueError,
                      "[routed_attention] dropout must be in [0, 1), got");
-  // A rate on CUDA is refused by name before any kernel runs (the CUDA kernels have no dropout yet).
-  const Tensor gq = fake_cuda({1, 2, 4, 3}, kFloat64), gv = fake_cuda({1, 2, 4, 2}, kFloat64),
-               gm = fake_cuda({1, 1, 2, 2}, kInt64), gk = fake_cuda({1, 1, 2, 3}, kInt64);
-  CHECK_THROWS_MSG(nn::routed_lists_attention(gq, gq, gv, gm, gk, Tensor(), 0.0, false, 0.1), ValueError,
-                   "[routed_attention] attention dropout runs in the CPU kernel only so far", "on cuda:0 got dropout 0.1");
   // An empty sequence: an empty output that still carries gradients (zeros) to q, k, v.
   Tensor e = leaf64({1, 2, 0, 3});
   Tensor out = routed_attention(e, e, leaf64({1, 2, 0, 2}), Tensor::full({1, 1, 2, 2}, -1.0, kInt64),
@@ -1175,6 +1170,7 @@ CUDA_TEST_CASE("flash, block and routed attention take the float32 tensor-core k
   const Tensor lists = Tensor::zeros({1, 2, 4, 25}, kInt64, d);
   kernels::set_routed_attention_path(kernels::RoutedAttentionPath::kMma);
   CHECK(kernels::routed_attention_takes_mma(q, q, q, lists, lists));
+  CHECK_FALSE(kernels::routed_attention_takes_mma(q, q, q, lists, lists, 0.1));  // dropout: the fused kernel
   CHECK_FALSE(kernels::routed_attention_takes_mma(odd, q, q, lists, lists));
   kernels::set_routed_attention_path(kernels::RoutedAttentionPath::kAuto);
   CHECK_FALSE(kernels::routed_attention_takes_mma(q, q, q, lists, lists));
@@ -1372,6 +1368,63 @@ CUDA_TEST_CASE("routed_attention float64 gradcheck on CUDA") {
                       return sum(out * out);
                     },
                     {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
+  // With attention dropout (the fused kernel's dropped weights): a fresh generator per evaluation.
+  for (bool causal : {false, true})
+    check_grad_cuda("routed_attention",
+                    [&](const std::vector<Tensor>& x) {
+                      Generator g(19);
+                      Tensor out = routed_attention(x[0], x[1], x[2], qm, km, kpm, 0.0, causal, 0.4, g);
+                      return sum(out * out);
+                    },
+                    {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
+}
+
+CUDA_TEST_CASE("routed_attention with dropout on CUDA drops the CPU's weights, under the mma setting too") {
+  // Lists of 40 queries and 70 keys (past the 32 x 32 tiles), C = 6 lists of N = 300 (the backward's list chunks
+  // start past list 0), shared and per-head lists, padding, causal; float32 and float64.
+  const Device gpu = Device::cuda(0);
+  const kernels::RoutedAttentionPath before = kernels::routed_attention_path();
+  const Tensor kpm = padding_mask(2, 300, 9);
+  for (auto path : {kernels::RoutedAttentionPath::kAuto, kernels::RoutedAttentionPath::kMma}) {
+    kernels::set_routed_attention_path(path);  // a rate takes the fused kernel either way
+    for (DType dt : {kFloat32, kFloat64})
+      for (bool causal : {false, true}) {
+        CAPTURE(causal);
+        CAPTURE(dt);
+        const Tensor qm = random_lists(2, 2, 6, 40, 300, 0.1, 21), km = random_lists(1, 1, 6, 70, 300, 0.1, 22);
+        std::vector<Tensor> want, got;
+        for (Device d : {Device::cpu(), gpu}) {
+          auto leaf = [&](const Shape& s, uint64_t seed) {
+            Tensor t = to(leaf64(s, seed, -2.0, 2.0).detach(), dt).to(d);
+            t.set_requires_grad(true);
+            return t;
+          };
+          Tensor q = leaf({2, 2, 300, 64}, 1), k = leaf({2, 2, 300, 64}, 2), v = leaf({2, 2, 300, 64}, 3);
+          Generator g(7);
+          g.reserve(555);
+          Tensor out = routed_attention(q, k, v, qm.to(d), km.to(d), kpm.to(d), 0.0, causal, 0.3, g);
+          sum(out * to(leaf64({2, 2, 300, 64}, 4).detach(), dt).to(d)).backward();
+          CHECK(g.offset() == 555 + uint64_t(6 * 2 * 2 * 300 * 300));
+          std::vector<Tensor>& into = d.is_cpu() ? want : got;
+          for (const Tensor& t : {out, q.grad(), k.grad(), v.grad()}) into.push_back(t.detach().to(Device::cpu()));
+          if (!d.is_cpu() && kernels::routed_attention_mma_supported(q, k, v, qm.to(d), km.to(d))) {
+            // The tensor-core kernel, called with a rate, refuses it by name (the dispatch never sends one).
+            kernels::RoutedAttentionParams p;
+            p.dropout = 0.3;
+            const Tensor o = Tensor::empty({2, 2, 6 * 40, 64}, dt, d), l = Tensor::empty({2, 2, 6 * 40}, dt, d);
+            CHECK_THROWS_MSG(kernels::routed_attention_forward_mma_cuda(q.detach(), k.detach(), v.detach(), qm.to(d),
+                                                                        km.to(d), Tensor(), p, o, l),
+                             ValueError, "[routed_attention] the tensor-core kernel has no attention dropout", "0.3");
+          }
+        }
+        const double tol = dt == kFloat64 ? 1e-12 : 1e-4;
+        for (size_t i = 0; i < want.size(); ++i) {
+          CAPTURE(i);
+          CHECK(max_abs_diff(want[i], got[i]) <= tol * (1.0 + max_abs_diff(want[i], zeros_like(want[i]))));
+        }
+      }
+  }
+  kernels::set_routed_attention_path(before);
 }
 
 CUDA_TEST_CASE("block_attention float64 gradcheck on CUDA, fused kernel and GEMM path") {
