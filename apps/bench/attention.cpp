@@ -137,7 +137,7 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
   spec.n_heads = H;
   nlohmann::json options = bench_attention_options(variant, n);
   // Attention-weight dropout in every variant (the modules are in training mode; the bench-only block row
-  // passes the rate to chunked_attention itself). A kernel without it (routing and sparse on CUDA) skips the row.
+  // passes the rate to chunked_attention itself).
   const bool drops = o.attention_dropout > 0;
   // (A variant's own "dropout=" override wins.)
   if (drops && !is_bench_only(variant) && !options.contains("dropout")) options["dropout"] = o.attention_dropout;
@@ -211,11 +211,6 @@ json attention_row(const BenchOptions& o, const std::string& variant, int64_t n,
         return r;
       }
     } catch (const cf::NotImplementedError& e) {
-      r["skipped"] = e.what();
-      return r;
-    } catch (const cf::ValueError& e) {
-      // A forced path without dropout (improved-clustered:centroid_path=fused) refuses the rate.
-      if (!drops) throw;
       r["skipped"] = e.what();
       return r;
     }

@@ -138,8 +138,8 @@ const std::vector<Subcommand> kSubcommands = {
        o.add_int_list("sizes", &b.sizes, 1, "sequence lengths");
        o.add_flag("causal", &b.causal, "causal masking");
        o.add_number("attention_dropout", &b.attention_dropout,
-                    "attention-weight dropout in [0, 1) for the variants that have it (full, full-dense, clustered, "
-                    "improved-clustered), timed in training mode; the other rows run without (default 0)");
+                    "attention-weight dropout in [0, 1) inside every variant's attention, timed in training mode "
+                    "(default 0)");
        o.add_number("max_gib", &b.max_gib,
                     "skip a dense row whose score matrices would need more than X GiB (default: half of this "
                     "machine's memory)");

@@ -161,8 +161,8 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
     // What the dense form's two matmuls count (q k^T and weights v), masks or not.
     result.grad_fn()->forward_macs = sq[0] * sq[1] * sq[2] * sk[2] * (sq[3] + sv[3]);
   }
-  if (!with_lse) return {out, Tensor()};
-  return {slice(result, 3, 0, Dv), squeeze(slice(result, 3, Dv, Dv + 1), 3)};
+  if (!with_lse) return {out, Tensor(), p.dropout_seed, p.dropout_counter0};
+  return {slice(result, 3, 0, Dv), squeeze(slice(result, 3, Dv, Dv + 1), 3), p.dropout_seed, p.dropout_counter0};
 }
 
 }  // namespace
@@ -173,8 +173,8 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
 }
 
 FlashAttentionResult flash_attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
-                                              double scale, bool causal) {
-  return flash_attention_impl(q, k, v, kpm, scale, causal, true);
+                                              double scale, bool causal, double dropout, Generator& gen) {
+  return flash_attention_impl(q, k, v, kpm, scale, causal, true, dropout, &gen);
 }
 
 // ---------------------------------------------------------------- block_attention

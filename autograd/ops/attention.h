@@ -27,15 +27,22 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
 struct FlashAttentionResult {
   Tensor out;  // (B, H, Nq, Dv)
   Tensor lse;  // (B, H, Nq): log-sum-exp of the query's allowed scaled scores; -inf where none
+  // With dropout: the key and first counter it drew the weights' drops from (weight (bh, i, j) has
+  // counter dropout_counter0 + (bh Nq + i) Nk + j), so a caller can drop gathered copies of some
+  // weights alike (ops::dropout_scale_at). 0 without dropout.
+  uint64_t dropout_seed = 0, dropout_counter0 = 0;
 };
 
 // flash_attention that also hands out each query's log-sum-exp, differentiable in
 // q, k and v through both (d lse_i / d S_ij = P_ij): improved clustered attention
 // reads the centroid weights of the top-k keys from it, exp(S_jl - lse_j). One
 // node, as flash_attention (out and lse are views of one (B, H, Nq, Dv + 1) output).
+// dropout as flash_attention's: out is that of the dropped weights, lse that of the weights
+// before dropout.
 FlashAttentionResult flash_attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const Tensor& key_padding_mask = Tensor(), double scale = 0.0,
-                                              bool causal = false);
+                                              bool causal = false, double dropout = 0.0,
+                                              Generator& gen = default_generator());
 
 struct BlockAttentionOptions {
   int64_t look_back = 0;   // chunk c also sees chunks c-1 .. c-look_back (cyclic)

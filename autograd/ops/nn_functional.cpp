@@ -218,4 +218,30 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   return out;
 }
 
+namespace ops {
+
+Tensor dropout_scale_at(const Tensor& cols, int64_t row_len, double p, uint64_t seed, uint64_t counter0,
+                        DType dtype) {
+  const char* who = "dropout_scale_at";
+  ops::check_defined(cols, who, "cols");
+  CF_CHECK(cols.dtype() == kInt64 && cols.dim() >= 1, DTypeError, "[", who,
+           "] cols must be int64 with at least one axis, got ", cols.describe());
+  CF_CHECK(is_floating(dtype), DTypeError, "[", who, "] dtype must be a float dtype, got ", dtype);
+  CF_CHECK(p >= 0 && p < 1 && row_len >= 0, ValueError, "[", who, "] expected p in [0, 1) and row_len >= 0, got p ",
+           p, ", row_len ", row_len);
+  Tensor ones = Tensor::ones(cols.shape(), dtype, cols.device());
+  if (p == 0) return ones;
+  kernels::DropoutParams dp;
+  dp.p = p;
+  dp.seed = seed;
+  dp.counter0 = counter0;
+  dp.cols = dense(cols);
+  dp.row_len = row_len;
+  Tensor out = Tensor::empty(cols.shape(), dtype, cols.device());
+  kernels::dropout(ones, out, dp);
+  return out;
+}
+
+}  // namespace ops
+
 }  // namespace cf

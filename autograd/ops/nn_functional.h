@@ -34,4 +34,16 @@ void check_cross_entropy_args(const Tensor& logits, const Tensor& targets, doubl
 // when !training or p == 0. Mask drawn from the Philox generator.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
 
+namespace ops {
+// What dropout(x, p, true, gen) multiplied some entries of x by, when x has rows of row_len
+// entries and the call reserved its counters from counter0 under key seed: cols int64
+// (..., R, T) names T columns of each of x's rows (rows counted over every axis but the
+// last), and the result, of cols' shape and device in dtype, holds 0 where that entry dropped
+// and 1/(1-p) where it was kept. A constant (no gradient): a gathered copy of those entries
+// times it drops exactly as the whole tensor's dropout did (improved clustered attention's
+// top-k centroid weights beside flash attention's dropout). The columns only name counters,
+// so they are not range-checked.
+Tensor dropout_scale_at(const Tensor& cols, int64_t row_len, double p, uint64_t seed, uint64_t counter0, DType dtype);
+}  // namespace ops
+
 }  // namespace cf

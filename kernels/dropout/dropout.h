@@ -14,6 +14,13 @@ namespace cf::kernels {
 struct DropoutParams {
   double p = 0.5;
   uint64_t seed = 0, counter0 = 0;
+  // Gathered entries (improved clustered attention's top-k centroid weights): with cols defined
+  // (contiguous int64 of x's shape, rows of its last size T), element (r, t) of x stands for
+  // column cols[r, t] of row r of a tensor with rows of row_len entries, and draws that entry's
+  // counter, counter0 + r * row_len + cols[r, t]: it drops as dropout() over the whole tensor
+  // dropped that entry. The columns are counters only, never addresses.
+  Tensor cols;
+  int64_t row_len = 0;
 };
 
 void dropout_cpu(const Tensor& x, const Tensor& out, const DropoutParams& p);

@@ -15,12 +15,15 @@ namespace cf::kernels {
 namespace {
 
 // One thread per element (grid-stride): Philox dominates the cost, the loads and
-// stores are coalesced. out may alias x.
+// stores are coalesced. out may alias x. With cols (dropout.h), element i = r T + t
+// draws counter counter0 + r row_len + cols[i].
 template <typename T>
-__global__ void dropout_kernel(const T* x, T* out, int64_t n, double p, T scale, uint64_t seed, uint64_t counter0) {
+__global__ void dropout_kernel(const T* x, T* out, int64_t n, double p, T scale, uint64_t seed, uint64_t counter0,
+                               const int64_t* cols, int64_t T_, int64_t row_len) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
-    const PhiloxOut r = philox4x32_10(seed, counter0 + uint64_t(i));
+    const uint64_t c = cols ? counter0 + uint64_t((i / T_) * row_len + cols[i]) : counter0 + uint64_t(i);
+    const PhiloxOut r = philox4x32_10(seed, c);
     out[i] = philox_uniform_d(r) < p ? T(0) : x[i] * scale;
   }
 }
@@ -31,8 +34,10 @@ void dropout_typed(const Tensor& x, const Tensor& out, const DropoutParams& p) {
   if (n == 0) return;
   const T scale = T(1.0 / (1.0 - p.p));
   cu::use_device_of(out, "dropout");
+  const int64_t* cols = p.cols.defined() ? cu::ptr<const int64_t>(p.cols) : nullptr;
+  const int64_t T_ = p.cols.defined() && p.cols.dim() ? p.cols.shape().back() : 1;
   dropout_kernel<T><<<cu::grid_for(n), cu::kThreads>>>(cu::ptr<T>(x), cu::ptr<T>(out), n, p.p, scale, p.seed,
-                                                        p.counter0);
+                                                        p.counter0, cols, T_, p.row_len);
   ::cf::cuda::check_launch("dropout");
 }
 

@@ -179,15 +179,6 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   check_inputs(who, q, k, v, assignment, n_clusters, kpm, scale, topk, causal);
   CF_CHECK(dropout_p >= 0 && dropout_p < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ", dropout_p);
   const bool dropping = training && dropout_p > 0;
-  // Dropout of the centroid weights A^c inside the fused path: plain clustered attention's
-  // flash kernel drops them (on both devices), with the counters of the dense path's dropout(A^c).
-  // Improved clustered attention's fused path never forms A^c's entries (it subtracts the
-  // top-k terms from A^c V): it needs the dense path.
-  const bool fused_can_drop = topk == 0;
-  // (The causal variant forms no centroid weights: the path plays no part there.)
-  CF_CHECK(!(dropping && path == CentroidPath::kFused && !causal && !fused_can_drop), ValueError, "[", who,
-           "] path kFused has attention dropout only for plain clustered attention (topk 0); got dropout ",
-           dropout_p, " in training with topk ", topk, ": use kDense or kAuto");
   auto drop = [&](const Tensor& w) { return dropping ? dropout(w, dropout_p, true, gen) : w; };
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], D = q.shape()[3];
   const int64_t Nk = k.shape()[2], Dv = v.shape()[3], G = B * H, C = n_clusters;
@@ -231,20 +222,20 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   // kAuto: improved clustered attention forms the (C, Nk) matrices while they are small,
   // where one shared GEMM beats computing the scores twice (clustered.h).
   const bool small = G * C * Nk * int64_t(dtype_size(dt)) <= kClusteredDenseMaxBytes;
-  const bool fused = (!dropping || fused_can_drop) &&
-                     (path == CentroidPath::kFused || (path == CentroidPath::kAuto && (topk == 0 || !small)));
+  const bool fused = path == CentroidPath::kFused || (path == CentroidPath::kAuto && (topk == 0 || !small));
   if (fused) {
     // The fused path (issue 24): eq. 4's centroid attention over every key is one
     // flash_attention with the C centroids as queries (scale 1: they are scaled), so no
-    // (C, Nk) score or weight matrix is kept for the backward.
+    // (C, Nk) score or weight matrix is kept for the backward. Dropout of the centroid
+    // weights A^c happens inside it, with the counters of the dense path's dropout(A^c).
     const Tensor qc4 = reshape(qc, {B, H, C, D});
+    const double rate = dropping ? dropout_p : 0.0;
     if (topk == 0) {
-      Tensor vc = reshape(flash_attention(qc4, k, v, kpm, 1.0, false, dropping ? dropout_p : 0.0, gen),
-                          {G, C, Dv});  // eqs. 4-5
-      return reshape(to_members(vc, member), {B, H, Nq, Dv});                  // eq. 6
+      Tensor vc = reshape(flash_attention(qc4, k, v, kpm, 1.0, false, rate, gen), {G, C, Dv});  // eqs. 4-5
+      return reshape(to_members(vc, member), {B, H, Nq, Dv});                                  // eq. 6
     }
     Tensor idx = centroid_topk(qc, kf, kpm, B, H, kk);  // (G, C, kk)
-    FlashAttentionResult cen = flash_attention_with_lse(qc4, k, v, kpm, 1.0);
+    FlashAttentionResult cen = flash_attention_with_lse(qc4, k, v, kpm, 1.0, false, rate, gen);
     // A^c_jl at the top-k keys: exp(Q^c_j K_l - lse_j); 0 at padded keys and in a
     // cluster that sees no key (lse = -inf; its members are blocked below as well).
     Tensor lse = reshape(cen.lse, {G, C, 1});
@@ -252,9 +243,12 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     Tensor s_top = sparse_dot(qc, kf, idx);
     if (kpm.defined()) s_top = masked_fill(s_top, padded_at(kpm, B, H, idx), -INFINITY);
     Tensor a_top = exp(s_top - lse);  // (G, C, kk)
-    Tensor mass = sum(a_top, {-1});  // eq. 9: m_j, (G, C)
+    Tensor mass = sum(a_top, {-1});  // eq. 9: m_j, (G, C), of the weights before dropout
     // The keys outside the top-k keep the centroid weights (eq. 10, second case):
-    // A^c V less its top-k terms.
+    // A^c V less its top-k terms. With dropout, cen.out is dropout(A^c) V, so the top-k
+    // terms leave with the drops the flash kernel gave those weights (their counters).
+    if (dropping)
+      a_top = a_top * ops::dropout_scale_at(idx, Nk, rate, cen.dropout_seed, cen.dropout_counter0, dt);
     Tensor v_rest = reshape(cen.out, {G, C, Dv}) - sparse_weighted_sum(a_top, vf, idx);
     Tensor blocked;
     Tensor per_q = per_query(idx, blocked);
@@ -263,9 +257,8 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     return reshape(to_members(v_rest, member) + top, {B, H, Nq, Dv});
   }
 
-  // The dense path: the centroid weights A^c themselves (G, C, Nk). Attention-weight
-  // dropout in training comes here for improved clustered attention (and whenever the
-  // caller asks for kDense).
+  // The dense path: the centroid weights A^c themselves (G, C, Nk); the reference of the
+  // fused path, dropout included.
   Tensor scores = matmul(qc, transpose(kf, 1, 2));  // eq. 4, (G, C, Nk)
   if (kpm.defined())
     scores = reshape(masked_fill(reshape(scores, {B, H, C, Nk}), reshape(kpm, {B, 1, 1, Nk}), -INFINITY),

@@ -36,11 +36,10 @@ namespace nn {
 //   kAuto: kDense while one (B H, C, Nk) matrix takes at most kClusteredDenseMaxBytes,
 //     kFused above.
 // Plain clustered attention (topk = 0) computes its scores once either way and takes
-// kFused under kAuto. Attention-weight dropout in training acts on A^c's entries: plain
-// clustered attention drops them inside the flash kernel on either device (the same
-// entries as kDense drops); improved clustered attention takes kDense (kFused with
-// dropout in training is an error there, except in the causal variant, which forms no
-// centroid weights).
+// kFused under kAuto. Attention-weight dropout in training acts on A^c's entries, and both
+// paths drop the same ones: kFused inside the flash kernel on either device, improved
+// clustered attention's top-k terms leaving A^c V with the drops that kernel gave them
+// (ops::dropout_scale_at at the kernel's counters).
 enum class CentroidPath { kAuto, kFused, kDense };
 // kAuto's bound: below it the dense matrices are a few MB (measured:
 // docs/benchmarks.md, "Clustered attention through the fused kernel").

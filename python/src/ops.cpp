@@ -368,14 +368,17 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "dense (B, H, Nq, Nk) weights with the same generator.",
         release_gil());
   m.def("flash_attention_with_lse",
-        [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> kpm, double scale, bool causal) {
-          cf::FlashAttentionResult r = cf::flash_attention_with_lse(q, k, v, kpm ? *kpm : Tensor(), scale, causal);
+        [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> kpm, double scale, bool causal,
+           double dropout, cf::Generator* gen) {
+          cf::FlashAttentionResult r =
+              cf::flash_attention_with_lse(q, k, v, kpm ? *kpm : Tensor(), scale, causal, dropout, gen_or_default(gen));
           return Pair{r.out, r.lse};
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("key_padding_mask") = nb::none(), nb::arg("scale") = 0.0,
-        nb::arg("causal") = false,
+        nb::arg("causal") = false, nb::arg("dropout") = 0.0, nb::arg("generator").none() = nb::none(),
         "flash_attention that also returns each query's log-sum-exp of its allowed scaled scores: (out (B, H, Nq, "
-        "Dv), lse (B, H, Nq)), -inf where every key is blocked. Differentiable through both.",
+        "Dv), lse (B, H, Nq)), -inf where every key is blocked. Differentiable through both. dropout as "
+        "flash_attention's: out from the dropped weights, lse from the weights before dropout.",
         release_gil());
   m.def(cf::opname::block_attention,
         [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members, std::optional<Tensor> kpm,

@@ -223,3 +223,10 @@ def test_flash_attention_with_lse_returns_the_rows_log_sum_exp_and_its_gradient(
         assert q.grad.tolist()[0][0][i] == pytest.approx(want, rel=1e-12)
     with pytest.raises(cf.ShapeError, match=r"\[flash_attention\] inconsistent shapes"):
         cf.flash_attention_with_lse(q, cf.zeros([1, 1, 3, 5], dtype=cf.float64), v)
+    # dropout: flash_attention's dropped output, lse of the weights before dropout
+    dropped, lse_dropped = cf.flash_attention_with_lse(q, k, v, scale=1.0, dropout=0.5, generator=cf.Generator(4))
+    assert dropped.tolist() == cf.flash_attention(q, k, v, scale=1.0, dropout=0.5, generator=cf.Generator(4)).tolist()
+    assert dropped.tolist() != out.tolist()
+    assert lse_dropped.tolist() == lse.tolist()
+    with pytest.raises(cf.ValueError, match=r"\[flash_attention\] dropout must be in \[0, 1\), got 1"):
+        cf.flash_attention_with_lse(q, k, v, dropout=1.0)

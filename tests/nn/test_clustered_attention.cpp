@@ -292,28 +292,31 @@ TEST_CASE("the fused path (flash attention over the centroids) equals the path t
     }, q, k, v, Tensor());
     check_same(fused, weights, 1e-12);
   }
-  // Plain clustered attention with dropout in training: the flash kernel drops the entries of
-  // A^c that the dense path's dropout(A^c) drops (generators of one seed give one mask).
-  Grads fused_drop = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
-    Generator g(57);
-    g.reserve(999);  // mid-stream
-    Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, 0, 0.3, true, g, false,
-                                         nn::CentroidPath::kFused);
-    CHECK(graph_has(out, "flash_attention"));
-    return out;
-  }, q, k, v, Tensor());
-  Grads dense_drop = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
-    Generator g(57);
-    g.reserve(999);
-    return nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, 0, 0.3, true, g, false, nn::CentroidPath::kDense);
-  }, q, k, v, Tensor());
-  check_same(fused_drop, dense_drop, 1e-12);
-  Grads clean = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
-    return nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, 0, 0.0, false, none);
-  }, q, k, v, Tensor());
-  double moved = 0;  // the rate takes effect
-  for (size_t i = 0; i < clean.out.size(); ++i) moved = std::max(moved, std::abs(fused_drop.out[i] - clean.out[i]));
-  CHECK(moved > 1e-3);
+  // With dropout in training: the flash kernel drops the entries of A^c that the dense path's
+  // dropout(A^c) drops (generators of one seed give one mask), and improved clustered attention's
+  // top-k terms leave A^c V with those drops; the exact top-k weights then draw alike on both paths.
+  for (int64_t topk : {0, 1, 4, 13}) {
+    INFO("topk with dropout: ", topk);
+    auto with_path = [&](nn::CentroidPath path) {
+      return run([&, path](const Tensor& a, const Tensor& b, const Tensor& c) {
+        Generator g(57);
+        g.reserve(999);  // mid-stream
+        Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, topk, 0.3, true, g, false, path);
+        CHECK(graph_has(out, "flash_attention") == (path == nn::CentroidPath::kFused));
+        CHECK(g.offset() == 999 + uint64_t(q.shape()[0] * q.shape()[1]) *
+                                      (uint64_t(C * k.shape()[2]) + uint64_t(q.shape()[2] * std::min(topk, k.shape()[2]))));
+        return out;
+      }, q, k, v, Tensor());
+    };
+    Grads fused_drop = with_path(nn::CentroidPath::kFused);
+    check_same(fused_drop, with_path(nn::CentroidPath::kDense), 1e-12);
+    Grads clean = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, topk, 0.0, false, none);
+    }, q, k, v, Tensor());
+    double moved = 0;  // the rate takes effect
+    for (size_t i = 0; i < clean.out.size(); ++i) moved = std::max(moved, std::abs(fused_drop.out[i] - clean.out[i]));
+    CHECK(moved > 1e-3);
+  }
 }
 
 TEST_CASE("kAuto: improved clustered attention forms the centroid weights while one (B H, C, Nk) matrix fits the bound") {
@@ -330,20 +333,15 @@ TEST_CASE("kAuto: improved clustered attention forms the centroid weights while 
     CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 3), "flash_attention") == (nk > 8192));
     CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 0), "flash_attention"));  // plain: fused
   }
-  // Dropout in training acts on A^c's entries: plain clustered attention drops them in the flash
-  // kernel (CPU); improved clustered attention needs them formed: kAuto does, kFused refuses.
-  const Tensor k = leaf64({B, H, 5, D}, 64), v = leaf64({B, H, 5, D}, 65);
+  // Dropout in training leaves the rule as it is: it drops inside either path.
   Generator g(66);
-  CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 0, 0.1, true, g), "flash_attention"));
-  CHECK_FALSE(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 2, 0.1, true, g), "flash_attention"));
-  CHECK_THROWS_MSG(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 2, 0.1, true, g, false,
-                                           nn::CentroidPath::kFused),
-                   ValueError, "[clustered_attention] path kFused has attention dropout only for plain clustered",
-                   "dropout 0.1 in training with topk 2: use kDense");
-  // Out of training, dropout plays no part: kFused is fine.
-  CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 2, 0.1, false, g, false,
-                                          nn::CentroidPath::kFused),
-                  "flash_attention"));
+  for (int64_t nk : {int64_t(8192), int64_t(8193)}) {
+    const Tensor k = leaf64({B, H, nk, D}, 62), v = leaf64({B, H, nk, D}, 63);
+    INFO("Nk with dropout: ", nk);
+    CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 3, 0.1, true, g), "flash_attention") ==
+          (nk > 8192));
+    CHECK(graph_has(nn::clustered_attention(q, k, v, assign, C, Tensor(), 0.5, 0, 0.1, true, g), "flash_attention"));
+  }
 }
 
 TEST_CASE("the layers' centroid_path option picks the path, and each gives the same output") {
@@ -559,6 +557,19 @@ TEST_CASE("float64 gradcheck of clustered and improved clustered attention with 
       CHECK(graph_has(y, "sparse_weighted_sum"));
     }
   }
+  // With attention-weight dropout, on both paths (a fresh generator per evaluation: one mask).
+  const Tensor assign = ti64({0, 1, 1, 0, 0, 1, 1, 1, 0, -1, 0, 1}, {B, H, N});
+  for (int64_t topk : {0, 2})
+    for (nn::CentroidPath path : {nn::CentroidPath::kFused, nn::CentroidPath::kDense}) {
+      INFO("dropout, topk ", topk, path == nn::CentroidPath::kFused ? " fused" : " dense");
+      GradcheckResult r = gradcheck(
+          [&](const std::vector<Tensor>& xs) {
+            Generator g(9);
+            return nn::clustered_attention(xs[0], xs[1], xs[2], assign, 2, kpm, 0.6, topk, 0.3, true, g, false, path);
+          },
+          {q, k, v});
+      CHECK_MESSAGE(r.ok, r.message);
+    }
   // Inside a MultiHeadAttention with its projections.
   Generator g(4);
   auto att = make_layer("improved-clustered", {{"clusters", 2}, {"topk", 2}, {"hash_seed", 3}});
@@ -735,18 +746,6 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
   CHECK_THROWS_MSG(make_layer("improved-clustered", {{"centroid_path", "sparse"}}), ValueError,
                    "[ImprovedClusteredAttention] centroid_path must be \"auto\", \"fused\" or \"dense\"",
                    "got \"sparse\"");
-  {  // fused with dropout: refused at a training forward, fine in eval and in the causal variant
-    auto fused = make_layer("improved-clustered", {{"centroid_path", "fused"}, {"dropout", 0.1}, {"topk", 2}});
-    fused->train();
-    CHECK_THROWS_MSG(fused->forward(attention_args(q, k, v, Tensor())), ValueError,
-                     "[clustered_attention] path kFused has attention dropout only for plain clustered",
-                     "dropout 0.1");
-    nn::AttentionArgs causal_args = attention_args(q, k, v, Tensor());
-    causal_args.causal = true;
-    CHECK(fused->forward(causal_args).shape() == q.shape());
-    fused->eval();
-    CHECK(graph_has(fused->forward(attention_args(q, k, v, Tensor())), "flash_attention"));
-  }
   auto layer = make_layer("clustered", {});
   nn::AttentionArgs causal = attention_args(q, k, v, Tensor());
   causal.causal = true;

@@ -100,9 +100,11 @@ void check_flash(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t Dk, int64
 }
 
 // The gradchecks' loss through both outputs of flash_attention_with_lse (every row
-// sees a key there, so lse is finite).
-Tensor out_and_lse_loss(const std::vector<Tensor>& x, const Tensor& kpm, bool causal) {
-  FlashAttentionResult r = flash_attention_with_lse(x[0], x[1], x[2], kpm, 0.0, causal);
+// sees a key there, so lse is finite). With dropout: a fresh generator per evaluation,
+// so every evaluation drops the same weights.
+Tensor out_and_lse_loss(const std::vector<Tensor>& x, const Tensor& kpm, bool causal, double dropout = 0.0) {
+  Generator g(19);
+  FlashAttentionResult r = flash_attention_with_lse(x[0], x[1], x[2], kpm, 0.0, causal, dropout, g);
   return sum(r.out * r.out) + sum(r.lse * r.lse);
 }
 
@@ -662,11 +664,31 @@ GRADCHECK_CASE(flash_attention) {
                  return flash_attention(x[0], x[1], x[2], kpm, 0.0, causal, 0.4, g);
                },
                {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
-  // Through out and lse (flash_attention_with_lse: lse's gradient joins the same backward).
-  for (bool causal : {false, true})
-    check_grad("flash_attention",
-               [&](const std::vector<Tensor>& x) { return out_and_lse_loss(x, kpm, causal); },
-               {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
+  // Through out and lse (flash_attention_with_lse: lse's gradient joins the same backward),
+  // with dropout too (lse is that of the weights before dropout).
+  for (double rate : {0.0, 0.4})
+    for (bool causal : {false, true})
+      check_grad("flash_attention",
+                 [&](const std::vector<Tensor>& x) { return out_and_lse_loss(x, kpm, causal, rate); },
+                 {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
+}
+
+TEST_CASE("flash_attention_with_lse with dropout: flash_attention's output, lse before dropout, its counters") {
+  Tensor q = leaf64({2, 2, 7, 3}, 31), k = leaf64({2, 2, 9, 3}, 32), v = leaf64({2, 2, 9, 4}, 33);
+  const Tensor kpm = padding(2, 9, {{1, 0}, {1, 8}});
+  Generator g1(23), g2(23);
+  g1.reserve(500);  // mid-stream
+  g2.reserve(500);
+  FlashAttentionResult r = flash_attention_with_lse(q, k, v, kpm, 0.0, true, 0.3, g1);
+  CHECK(r.dropout_seed == 23);
+  CHECK(r.dropout_counter0 == 500);
+  CHECK(g1.offset() == 500 + 2 * 2 * 7 * 9);
+  CHECK(max_abs_diff(r.out, flash_attention(q, k, v, kpm, 0.0, true, 0.3, g2)) == 0.0);
+  const FlashAttentionResult clean = flash_attention_with_lse(q, k, v, kpm, 0.0, true);
+  CHECK(max_abs_diff(r.lse, clean.lse) == 0.0);
+  CHECK(max_abs_diff(r.out, clean.out) > 1e-3);
+  CHECK(clean.dropout_seed == 0);
+  CHECK(clean.dropout_counter0 == 0);
 }
 
 TEST_CASE("flash attention rejects bad input with the shapes in the message") {
@@ -1214,10 +1236,11 @@ CUDA_TEST_CASE("flash_attention float64 gradcheck on CUDA") {
     check_grad_cuda("flash_attention",
                     [&](const std::vector<Tensor>& x) { return flash_attention(x[0], x[1], x[2], kpm, 0.0, causal); },
                     {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
-  for (bool causal : {false, true})
-    check_grad_cuda("flash_attention",
-                    [&](const std::vector<Tensor>& x) { return out_and_lse_loss(x, kpm, causal); },
-                    {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
+  for (double rate : {0.0, 0.4})
+    for (bool causal : {false, true})
+      check_grad_cuda("flash_attention",
+                      [&](const std::vector<Tensor>& x) { return out_and_lse_loss(x, kpm, causal, rate); },
+                      {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
   // With dropout (the GEMM path's row kernels): a fresh generator per evaluation.
   for (bool causal : {false, true})
     check_grad_cuda("flash_attention",

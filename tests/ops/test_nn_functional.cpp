@@ -527,6 +527,69 @@ TEST_CASE("dropout bad input") {
   CHECK_THROWS_MSG(dropout(ti64({1}, {1}), 0.5, true), DTypeError, "[dropout]", "int64");
 }
 
+// The drops dropout() gave entries of a (G, R, L) tensor, read at gathered columns (repeats
+// too): a mid-stream generator's counters, rows enough for several parallel chunks.
+std::vector<Tensor> dropout_scale_at_case(DType dt, Device device) {
+  const int64_t G = 3, R = 700, L = 50, T = 9;
+  Generator g1(31), g2(31);
+  g1.reserve(4321);
+  g2.reserve(4321);
+  const Tensor full = dropout(Tensor::ones({G, R, L}, dt, device), 0.35, true, g1);
+  const Tensor cols = randint(0, L, {G, R, T}, g2).to(device);  // g2 then holds g1's state before the dropout
+  Generator g3(31);
+  g3.reserve(4321);
+  const Tensor got = ops::dropout_scale_at(cols, L, 0.35, g3.seed(), g3.offset(), dt);
+  return {gather(full, 2, cols), got};
+}
+
+TEST_CASE("dropout_scale_at: the drops dropout() gave gathered entries, in every float dtype") {
+  for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+    CAPTURE(dt);
+    const std::vector<Tensor> r = dropout_scale_at_case(dt, Device::cpu());
+    CHECK(r[1].dtype() == dt);
+    CHECK(r[1].shape() == r[0].shape());
+    CHECK(max_abs_diff(r[0], r[1]) == 0.0);
+    const std::vector<double> got = values(r[1]);
+    const auto dropped = std::count(got.begin(), got.end(), 0.0);
+    CHECK(dropped > 0);
+    CHECK(dropped < int64_t(got.size()));
+  }
+  // Rate 0: ones, nothing drawn; a strided cols reads its own elements.
+  const Tensor cols = transpose(Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5}, {2, 3}), 0, 1);
+  CHECK(values(ops::dropout_scale_at(cols, 6, 0.0, 1, 0, kFloat32)) == std::vector<double>(6, 1.0));
+  const std::vector<double> got = values(ops::dropout_scale_at(cols, 6, 0.5, 8, 0, kFloat64));
+  // cols (3, 2) holds rows {0, 3}, {1, 4}, {2, 5}: row r of cols reads counters r * 6 + cols.
+  Generator g4(8);
+  const std::vector<double> three_rows = values(dropout(Tensor::ones({3, 6}, kFloat64), 0.5, true, g4));
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t t = 0; t < 2; ++t) CHECK(got[size_t(r * 2 + t)] == three_rows[size_t(r * 6 + r + 3 * t)]);
+}
+
+TEST_CASE("dropout_scale_at bad input") {
+  const Tensor cols = ti64({0, 1}, {2});
+  CHECK_THROWS_MSG(ops::dropout_scale_at(Tensor(), 4, 0.5, 1, 0, kFloat32), ValueError,
+                   "[dropout_scale_at] argument 'cols' is an undefined tensor");
+  CHECK_THROWS_MSG(ops::dropout_scale_at(t32({0, 1}, {2}), 4, 0.5, 1, 0, kFloat32), DTypeError,
+                   "[dropout_scale_at] cols must be int64 with at least one axis", "float32");
+  CHECK_THROWS_MSG(ops::dropout_scale_at(Tensor::scalar(0.0, kInt64), 4, 0.5, 1, 0, kFloat32), DTypeError,
+                   "[dropout_scale_at] cols must be int64 with at least one axis");
+  CHECK_THROWS_MSG(ops::dropout_scale_at(cols, 4, 0.5, 1, 0, kInt64), DTypeError,
+                   "[dropout_scale_at] dtype must be a float dtype, got int64");
+  CHECK_THROWS_MSG(ops::dropout_scale_at(cols, 4, 1.0, 1, 0, kFloat32), ValueError,
+                   "[dropout_scale_at] expected p in [0, 1) and row_len >= 0, got p 1");
+  CHECK_THROWS_MSG(ops::dropout_scale_at(cols, -1, 0.5, 1, 0, kFloat32), ValueError, "row_len -1");
+}
+
+CUDA_TEST_CASE("dropout_scale_at on CUDA gives the CPU's drops") {
+  for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+    CAPTURE(dt);
+    const std::vector<Tensor> cpu = dropout_scale_at_case(dt, Device::cpu());
+    const std::vector<Tensor> gpu = dropout_scale_at_case(dt, Device::cuda(0));
+    CHECK(max_abs_diff(gpu[1].to(Device::cpu()), cpu[1]) == 0.0);
+    CHECK(max_abs_diff(gpu[1].to(Device::cpu()), gpu[0].to(Device::cpu())) == 0.0);
+  }
+}
+
 GRADCHECK_CASE(dropout) {
   // A fresh generator per call: every evaluation of f draws the same mask.
   check_grad("dropout",
