@@ -477,6 +477,27 @@ def torch_lloyd_iteration(torch, np, n, d, k, iters, reps, device):
 
 
 # ---------------------------------------------------------------- main
+def use_one_blas_kernel_family(root):
+    """Makes cf-bench and torch run OpenBLAS's kernels of one family, and returns its name.
+
+    Both read OPENBLAS_CORETYPE when OpenBLAS loads (Debian's torch calls the system BLAS,
+    OpenBLAS here). Unset, Debian 12's OpenBLAS runs its Prescott kernels on the recent Xeons it
+    does not know, and a float32 GEMM is several times slower on whichever side loaded it so
+    (torch.mm at 2048 on one core: 28 against 126 GFLOP/s). So, before torch is imported, an
+    unset variable takes the value scripts/openblas-env.sh gives it, the rule of the README's
+    commands; "" when that rule names none (OpenBLAS's own choice on both sides).
+    """
+    if not os.environ.get("OPENBLAS_CORETYPE"):
+        script = os.path.join(root, "scripts", "openblas-env.sh")
+        r = subprocess.run(["bash", "-c", '. "$1" && printf %s "${OPENBLAS_CORETYPE:-}"', "peers", script],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit("peers: %s failed: %s" % (script, r.stderr.strip()))
+        if r.stdout:
+            os.environ["OPENBLAS_CORETYPE"] = r.stdout
+    return os.environ.get("OPENBLAS_CORETYPE", "")
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
@@ -497,6 +518,9 @@ def main():
                     help="folder holding the built cf Python package (default: build/python)")
     args = ap.parse_args()
 
+    blas_family = use_one_blas_kernel_family(root)  # before torch loads OpenBLAS
+    print("peers: OpenBLAS kernels of both sides: %s" % (
+        blas_family + " (OPENBLAS_CORETYPE)" if blas_family else "OpenBLAS's own choice (OPENBLAS_CORETYPE unset)"))
     mods = {name: try_import(name) for name in ("numpy", "torch", "faiss", "sklearn")}
     missing = [name for name, m in mods.items() if m is None]
     for name in missing:
@@ -706,6 +730,7 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine, "python": platform.python_version(), "peer_versions": versions,
         "threads": args.threads, "device": dev, "precision": args.precision, "missing": missing,
+        "openblas_coretype": blas_family,  # both sides' OPENBLAS_CORETYPE; "" = OpenBLAS's own choice
         "rows": table.rows,
     }
     print("cf vs peers, %s, %s (%d threads)%s, %s" % (out["date"], machine.get("cpu", "?"), args.threads,
