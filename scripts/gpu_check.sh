@@ -106,8 +106,8 @@ if has sanitize; then
   for tool in memcheck racecheck; do
     tc=$cases
     [ $tool = racecheck ] && tc='cuda: flash attention*GEMM path*,cuda: parity routed_attention,cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: block_attention over rounds*,cuda: routed_attention with dropout*'
-    # racecheck needs about 120 s for the two tensor-core cases alone
-    timeout $([ $tool = racecheck ] && echo 300 || echo 200) compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$tc" \
+    # racecheck needs about 120 s for the two tensor-core cases alone; memcheck's list grew by the dropout cases
+    timeout $([ $tool = racecheck ] && echo 300 || echo 280) compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$tc" \
       > "$OUT/sanitize-$tool.log" 2>&1
     rc=$?
     note "compute-sanitizer $tool rc=$rc: $(grep -E 'ERROR SUMMARY|test cases:' "$OUT/sanitize-$tool.log" | tr '\n' ' ')"

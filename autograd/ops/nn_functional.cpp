@@ -224,8 +224,9 @@ Tensor dropout_scale_at(const Tensor& cols, int64_t row_len, double p, uint64_t 
                         DType dtype) {
   const char* who = "dropout_scale_at";
   ops::check_defined(cols, who, "cols");
-  CF_CHECK(cols.dtype() == kInt64 && cols.dim() >= 1, DTypeError, "[", who,
-           "] cols must be int64 with at least one axis, got ", cols.describe());
+  CF_CHECK(cols.dtype() == kInt64, DTypeError, "[", who, "] cols must be int64, got ", cols.dtype());
+  CF_CHECK(cols.dim() >= 1, ShapeError, "[", who, "] cols must have at least one axis (rows of columns), got ",
+           cols.describe());
   CF_CHECK(is_floating(dtype), DTypeError, "[", who, "] dtype must be a float dtype, got ", dtype);
   CF_CHECK(p >= 0 && p < 1 && row_len >= 0, ValueError, "[", who, "] expected p in [0, 1) and row_len >= 0, got p ",
            p, ", row_len ", row_len);

@@ -295,13 +295,18 @@ TEST_CASE("the fused path (flash attention over the centroids) equals the path t
   // With dropout in training: the flash kernel drops the entries of A^c that the dense path's
   // dropout(A^c) drops (generators of one seed give one mask), and improved clustered attention's
   // top-k terms leave A^c V with those drops; the exact top-k weights then draw alike on both paths.
+  // Also with every key of batch 1 padded (its clusters see no key: lse = -inf, weights 0).
+  std::vector<bool> every(size_t(2 * MixedCase::Nk), false);
+  for (int64_t l = 0; l < MixedCase::Nk; ++l) every[size_t(MixedCase::Nk + l)] = true;
+  const Tensor all_padded = bools(every, {2, MixedCase::Nk});
+  for (const Tensor& mask : {kpm, all_padded})
   for (int64_t topk : {0, 1, 4, 13}) {
-    INFO("topk with dropout: ", topk);
+    INFO("topk with dropout: ", topk, mask.is_same(all_padded) ? ", batch 1 all padding" : "");
     auto with_path = [&](nn::CentroidPath path) {
       return run([&, path](const Tensor& a, const Tensor& b, const Tensor& c) {
         Generator g(57);
         g.reserve(999);  // mid-stream
-        Tensor out = nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, topk, 0.3, true, g, false, path);
+        Tensor out = nn::clustered_attention(a, b, c, assign, C, mask, 0.4, topk, 0.3, true, g, false, path);
         CHECK(graph_has(out, "flash_attention") == (path == nn::CentroidPath::kFused));
         CHECK(g.offset() == 999 + uint64_t(q.shape()[0] * q.shape()[1]) *
                                       (uint64_t(C * k.shape()[2]) + uint64_t(q.shape()[2] * std::min(topk, k.shape()[2]))));
@@ -311,7 +316,7 @@ TEST_CASE("the fused path (flash attention over the centroids) equals the path t
     Grads fused_drop = with_path(nn::CentroidPath::kFused);
     check_same(fused_drop, with_path(nn::CentroidPath::kDense), 1e-12);
     Grads clean = run([&](const Tensor& a, const Tensor& b, const Tensor& c) {
-      return nn::clustered_attention(a, b, c, assign, C, kpm, 0.4, topk, 0.0, false, none);
+      return nn::clustered_attention(a, b, c, assign, C, mask, 0.4, topk, 0.0, false, none);
     }, q, k, v, Tensor());
     double moved = 0;  // the rate takes effect
     for (size_t i = 0; i < clean.out.size(); ++i) moved = std::max(moved, std::abs(fused_drop.out[i] - clean.out[i]));

@@ -2,6 +2,7 @@
 #include <limits>
 
 #include "kernels/common/row_math.h"
+#include "kernels/dropout/dropout.h"
 #include "test_util.h"
 #include "cuda/cuda_test_util.h"
 #include <functional>
@@ -535,10 +536,10 @@ std::vector<Tensor> dropout_scale_at_case(DType dt, Device device) {
   g1.reserve(4321);
   g2.reserve(4321);
   const Tensor full = dropout(Tensor::ones({G, R, L}, dt, device), 0.35, true, g1);
-  const Tensor cols = randint(0, L, {G, R, T}, g2).to(device);  // g2 then holds g1's state before the dropout
-  Generator g3(31);
-  g3.reserve(4321);
-  const Tensor got = ops::dropout_scale_at(cols, L, 0.35, g3.seed(), g3.offset(), dt);
+  Generator gc(32);  // the columns from a stream of their own
+  const Tensor cols = randint(0, L, {G, R, T}, gc).to(device);
+  // g2 is g1 before the dropout: its key and first counter are the ones dropout() drew from
+  const Tensor got = ops::dropout_scale_at(cols, L, 0.35, g2.seed(), g2.offset(), dt);
   return {gather(full, 2, cols), got};
 }
 
@@ -570,9 +571,17 @@ TEST_CASE("dropout_scale_at bad input") {
   CHECK_THROWS_MSG(ops::dropout_scale_at(Tensor(), 4, 0.5, 1, 0, kFloat32), ValueError,
                    "[dropout_scale_at] argument 'cols' is an undefined tensor");
   CHECK_THROWS_MSG(ops::dropout_scale_at(t32({0, 1}, {2}), 4, 0.5, 1, 0, kFloat32), DTypeError,
-                   "[dropout_scale_at] cols must be int64 with at least one axis", "float32");
-  CHECK_THROWS_MSG(ops::dropout_scale_at(Tensor::scalar(0.0, kInt64), 4, 0.5, 1, 0, kFloat32), DTypeError,
-                   "[dropout_scale_at] cols must be int64 with at least one axis");
+                   "[dropout_scale_at] cols must be int64, got float32");
+  CHECK_THROWS_MSG(ops::dropout_scale_at(Tensor::scalar(0.0, kInt64), 4, 0.5, 1, 0, kFloat32), ShapeError,
+                   "[dropout_scale_at] cols must have at least one axis (rows of columns), got int64 ()");
+  {  // the kernels' own contract: a column map of out's shape
+    kernels::DropoutParams dp;
+    dp.cols = ti64({0, 1, 2}, {3});
+    dp.row_len = 4;
+    Tensor x = Tensor::ones({2}, kFloat32), out = Tensor::empty({2}, kFloat32);
+    CHECK_THROWS_MSG(kernels::dropout(x, out, dp), Error,
+                     "[dropout] internal error: cols must be contiguous int64 of out's shape and device");
+  }
   CHECK_THROWS_MSG(ops::dropout_scale_at(cols, 4, 0.5, 1, 0, kInt64), DTypeError,
                    "[dropout_scale_at] dtype must be a float dtype, got int64");
   CHECK_THROWS_MSG(ops::dropout_scale_at(cols, 4, 1.0, 1, 0, kFloat32), ValueError,
