@@ -193,6 +193,24 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
   return max_min(x, axis, keepdim, false).indices;
 }
 
+namespace ops {
+
+Tensor signed_argmax(const Tensor& x) {
+  const char* op = "signed_argmax";
+  ops::check_defined(x, op, "x");
+  CF_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64, DTypeError, "[", op,
+           "] expects float32 or float64, got ", x.dtype());
+  CF_CHECK(x.dim() >= 1 && x.shape().back() >= 1, ShapeError, "[", op,
+           "] needs a last axis of at least one entry, got ", x.describe());
+  Shape s = x.shape();
+  s.pop_back();
+  Tensor out = Tensor::empty(s, kInt64, x.device());
+  kernels::signed_argmax(contiguous(x.detach()), out);
+  return out;
+}
+
+}  // namespace ops
+
 Tensor sum_to(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   int64_t lead = g.dim() - int64_t(shape.size());

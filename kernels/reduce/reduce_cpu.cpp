@@ -212,6 +212,22 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
 
 }  // namespace
 
+namespace {
+template <typename T>
+void signed_argmax_typed(const T* x, int64_t rows, int64_t n, int64_t* out) {
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) out[r] = signed_argmax_row(x + r * n, n);
+  });
+}
+}  // namespace
+
+void signed_argmax_cpu(const Tensor& x, const Tensor& out) {
+  const int64_t n = x.shape().back(), rows = n ? x.numel() / n : 0;
+  if (rows == 0) return;
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "signed_argmax",
+                        signed_argmax_typed<scalar_t>(x.data<scalar_t>(), rows, n, out.data<int64_t>()));
+}
+
 void reduce_cpu(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, const Tensor& out,
                 const Tensor& indices, int64_t correction) {
   CF_DISPATCH_NUMERIC(x.dtype(), "reduce", reduce_typed<scalar_t>(op, x, axes, out, indices, correction));

@@ -394,7 +394,25 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
   }
 }
 
+// signed_argmax (reduce.h): one thread per row (grid-stride over rows).
+template <typename T>
+__global__ void signed_argmax_kernel(const T* x, int64_t rows, int64_t n, int64_t* out) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += step)
+    out[r] = signed_argmax_row(x + r * n, n);
+}
+
 }  // namespace
+
+void signed_argmax_cuda(const Tensor& x, const Tensor& out) {
+  const int64_t n = x.shape().back(), rows = n ? x.numel() / n : 0;
+  if (rows == 0) return;
+  cu::use_device_of(out, "signed_argmax");
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "signed_argmax",
+                        (signed_argmax_kernel<scalar_t><<<cu::grid_for(rows), cu::kThreads>>>(
+                            cu::ptr<const scalar_t>(x), rows, n, cu::ptr<int64_t>(out))));
+  ::cf::cuda::check_launch("signed_argmax");
+}
 
 void reduce_cuda(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, const Tensor& out,
                  const Tensor& indices, int64_t correction) {

@@ -48,10 +48,9 @@ Tensor lsh_buckets(const Tensor& x, const Tensor& rotations, int64_t chunk_bytes
   for (int64_t n0 = 0; n0 < N; n0 += rows) {
     const int64_t n = std::min(rows, N - n0);
     Tensor xr = reshape(matmul(narrow(x.detach(), 2, n0, n), rot), {B, H, n, R, half});
-    // argmax over [xR; -xR] without building it: the larger of max(xR) and -min(xR); on a tie the first
-    // index, which lies in the xR half (what argmax of the concatenation returns).
-    ValuesIndices hi = max(xr, -1), lo = min(xr, -1);
-    parts.push_back(where(ge(hi.values, -lo.values), hi.indices, lo.indices + double(half)));  // (B, H, n, R)
+    // argmax over [xR; -xR] without building it, one pass and one kernel (on a tie the first index,
+    // which lies in the xR half, as argmax of the concatenation).
+    parts.push_back(ops::signed_argmax(xr));  // (B, H, n, R)
   }
   if (parts.empty()) return Tensor::empty({B, H, R, 0}, kInt64, x.device());
   return contiguous(transpose(parts.size() == 1 ? parts[0] : cat(parts, 2), 2, 3));

@@ -404,4 +404,74 @@ PARITY_CASE(min) {
 PARITY_CASE(argmax) { extremum_cases("argmax", false, true); }
 PARITY_CASE(argmin) { extremum_cases("argmin", false, false); }
 
+
+// ---------------- signed_argmax (LSH's hash) ----------------
+
+// The two-reduction form it replaces: the larger of max(x) and -min(x), the x half on a tie.
+Tensor signed_argmax_reference(const Tensor& x) {
+  const int64_t n = x.shape().back();
+  ValuesIndices hi = max(x, -1), lo = min(x, -1);
+  return where(ge(hi.values, -lo.values), hi.indices, lo.indices + double(n));
+}
+
+// Rows with ties (small integers), signed zeros, NaN rows (first NaN at the start, the middle, the end),
+// infinities, n = 1 and n = 37 (several rows per parallel chunk), a strided input.
+std::vector<Tensor> signed_argmax_inputs(DType dt) {
+  Generator g(5);
+  std::vector<Tensor> xs;
+  for (int64_t n : {int64_t(1), int64_t(2), int64_t(5), int64_t(37)}) {
+    std::vector<double> v = to(randint(-2, 3, {3, 200, n}, g), kFloat64).to_vector<double>();
+    const double nan = std::nan("");
+    v[0] = nan;                              // row 0: NaN first
+    if (n > 2) v[size_t(n + n / 2)] = nan;   // row 1: NaN in the middle
+    v[size_t(3 * n - 1)] = nan;              // row 2: NaN last
+    if (n > 1) {
+      v[size_t(3 * n)] = -0.0;                // row 3: signed zeros only
+      for (int64_t i = 1; i < n; ++i) v[size_t(3 * n + i)] = i % 2 ? 0.0 : -0.0;
+      v[size_t(4 * n)] = INFINITY;             // row 4: +inf, row 5: -inf
+      v[size_t(5 * n + 1)] = -INFINITY;
+    }
+    xs.push_back(to(Tensor::from_vector(v, {3, 200, n}), dt));
+  }
+  xs.push_back(transpose(to(randn({6, 9, 4}, kFloat64, g), dt), 1, 2));  // (6, 4, 9): strided rows of 9
+  return xs;
+}
+
+TEST_CASE("signed_argmax equals the two-reduction hash: ties, signed zeros, NaN, infinities, strided rows") {
+  for (DType dt : {kFloat64, kFloat32}) {
+    CAPTURE(dt);
+    for (const Tensor& x : signed_argmax_inputs(dt)) {
+      CAPTURE(x.describe());
+      const Tensor got = ops::signed_argmax(x);
+      CHECK(got.dtype() == kInt64);
+      Shape s = x.shape();
+      s.pop_back();
+      CHECK(got.shape() == s);
+      CHECK(got.to_vector<int64_t>() == signed_argmax_reference(x).to_vector<int64_t>());
+    }
+  }
+  // By hand: [1, -3] -> -x's 3 at position 2 + 1; [3, -3] -> the tie to x's 3; a NaN at 1 -> 2 + 1.
+  CHECK(ops::signed_argmax(t64({1.0, -3.0, 3.0, -3.0, 0.0, std::nan("")}, {3, 2})).to_vector<int64_t>() ==
+        std::vector<int64_t>{3, 0, 3});
+}
+
+TEST_CASE("signed_argmax bad input") {
+  CHECK_THROWS_MSG(ops::signed_argmax(Tensor()), ValueError, "[signed_argmax] argument 'x' is an undefined tensor");
+  CHECK_THROWS_MSG(ops::signed_argmax(ti64({1, 2}, {2})), DTypeError, "[signed_argmax] expects float32 or float64, got int64");
+  CHECK_THROWS_MSG(ops::signed_argmax(to(t64({1.0}, {1}), kBFloat16)), DTypeError, "got bfloat16");
+  CHECK_THROWS_MSG(ops::signed_argmax(Tensor::scalar(1.0, kFloat64)), ShapeError,
+                   "[signed_argmax] needs a last axis of at least one entry");
+  CHECK_THROWS_MSG(ops::signed_argmax(Tensor::zeros({3, 0}, kFloat64)), ShapeError, "(3,0)");
+  CHECK(ops::signed_argmax(Tensor::zeros({0, 4}, kFloat32)).shape() == Shape{0});
+}
+
+CUDA_TEST_CASE("signed_argmax on CUDA gives the CPU's positions") {
+  for (DType dt : {kFloat64, kFloat32})
+    for (const Tensor& x : signed_argmax_inputs(dt)) {
+      CAPTURE(x.describe());
+      CHECK(ops::signed_argmax(x.to(Device::cuda(0))).to(Device::cpu()).to_vector<int64_t>() ==
+            ops::signed_argmax(x).to_vector<int64_t>());
+    }
+}
+
 }  // TEST_SUITE
