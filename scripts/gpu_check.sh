@@ -101,7 +101,7 @@ if has sanitize; then
   # tensor-core kernels on the row maps, neural clustering on them, block_attention's rounds, the lse
   # gradient and clustered attention through it. Not yet run on a GPU at all (stops 54-55): attention-weight
   # dropout in the GEMM path's row kernels, the routed kernels and the dropout kernel's column map.
-  cases='cuda: flash attention*GEMM path*,cuda: block attention*GEMM path*,cuda: block_attention float64 gradcheck*,cuda: parity routed_attention,cuda: every attention variant*,cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: flash_attention_with_lse*,cuda: neural clustering under autocast*,cuda: parity block_attention,cuda: block_attention over rounds*,cuda: parity flash_attention,cuda: clustered and improved*,cuda: flash_attention with dropout*,cuda: block_attention with dropout*,cuda: routed_attention with dropout*,cuda: dropout_scale_at*'
+  cases='cuda: flash attention*GEMM path*,cuda: block attention*GEMM path*,cuda: block_attention float64 gradcheck*,cuda: parity routed_attention,cuda: every attention variant*,cuda: block_attention under autocast*,cuda: flash_attention under autocast*,cuda: flash_attention_with_lse*,cuda: neural clustering under autocast*,cuda: parity block_attention,cuda: block_attention over rounds*,cuda: parity flash_attention,cuda: clustered and improved*,cuda: flash_attention with dropout*,cuda: block_attention with dropout*,cuda: routed_attention with dropout*,cuda: dropout_scale_at*,cuda: signed_argmax*'
   t0=$(date +%s)
   for tool in memcheck racecheck; do
     tc=$cases
