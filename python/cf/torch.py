@@ -12,7 +12,9 @@ cf's kernels on the tensors' own device through a torch.autograd.Function; the
 data crosses by DLPack, without copies. Its parameters are torch Parameters
 sharing memory with cf's: optimizers, state_dict, .to(device) and .double() work
 as for any PyTorch layer. (Assigning `param.data = ...` by hand breaks the
-sharing; use copy_ or load_state_dict, which write in place.)
+sharing; use copy_ or load_state_dict, which write in place.) train() and eval()
+reach the cf module: attention dropout and the variants' training-only steps
+follow PyTorch's mode.
 
 Auxiliary losses: neural clustering attention adds ClusterFormer's clustering
 and centroid-sorting losses (eqs. 6 and 11), weighted by mu and nu (appendix C,
@@ -119,6 +121,13 @@ class Attention(_torch.nn.Module):
 
     def _cf_params(self):
         return [self._parameters[n] for n in self._param_names]
+
+    def train(self, mode=True):
+        """PyTorch's train()/eval(), passed on to the cf module: attention dropout and the
+        variants' training-only behaviour (auxiliary losses, centroid updates) follow it."""
+        super().train(mode)
+        self.cf_module.train(mode)
+        return self
 
     def _apply(self, fn, *args, **kwargs):
         # .to(device), .double(), .cuda(): PyTorch makes new parameter tensors;

@@ -91,6 +91,22 @@ def test_parameters_are_torch_parameters_sharing_cf_memory():
     assert torch.allclose(layer(x), other(x))
 
 
+def test_train_and_eval_reach_the_cf_module():
+    # attention dropout acts in training only: eval() (and train(False) from a parent module) must reach cf
+    layer = cf.torch.Attention("full", d_model=8, n_heads=2, seed=0, dropout=0.5)
+    x = torch.randn(1, 5, 8)
+    assert layer.training and layer.cf_module.training
+    assert not torch.equal(layer(x), layer(x))  # fresh weights dropped each call
+    parent = torch.nn.Sequential(layer)
+    assert parent.eval() is parent
+    assert not layer.training and not layer.cf_module.training
+    y = layer(x)
+    assert torch.equal(y, layer(x))
+    twin = cf.nn.MultiHeadAttention("full", d_model=8, n_heads=2, generator=cf.Generator(0), dropout=0.5).train(False)
+    assert torch.allclose(y, torch.from_dlpack(twin(cf.from_dlpack(x)).detach()), atol=1e-6)
+    assert layer.train() is layer and layer.cf_module.training
+
+
 class Classifier(torch.nn.Module):
     """Token embedding (torch) -> cf attention -> mean pool -> linear head (torch)."""
 
