@@ -14,7 +14,8 @@ sharing memory with cf's: optimizers, state_dict, .to(device) and .double() work
 as for any PyTorch layer. (Assigning `param.data = ...` by hand breaks the
 sharing; use copy_ or load_state_dict, which write in place.) train() and eval()
 reach the cf module: attention dropout and the variants' training-only steps
-follow PyTorch's mode.
+follow PyTorch's mode. cf's persistent buffers (routing's centroids,
+Cluster-Former's memory bank) are in state_dict() and load_state_dict().
 
 Auxiliary losses: neural clustering attention adds ClusterFormer's clustering
 and centroid-sorting losses (eqs. 6 and 11), weighted by mu and nu (appendix C,
@@ -121,6 +122,38 @@ class Attention(_torch.nn.Module):
 
     def _cf_params(self):
         return [self._parameters[n] for n in self._param_names]
+
+    def _cf_buffers(self):
+        """(state-dict name, torch view of cf's tensor) of each persistent cf buffer."""
+        return [(name.replace(".", "_"), _from_capsule(cap)) for name, cap in self._bridge.buffer_capsules()]
+
+    # cf's persistent buffers (routing's centroids, Cluster-Former's memory bank) are not torch
+    # buffers (cf may replace its tensors; these read them anew each time), but they are state:
+    # state_dict holds copies, load_state_dict writes into cf's tensors.
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name, t in self._cf_buffers():
+            destination[prefix + name] = t.clone()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        for name, t in self._cf_buffers():
+            key = prefix + name
+            if key in unexpected_keys:  # torch's own check does not know cf's buffers
+                unexpected_keys.remove(key)
+            if key not in state_dict:
+                if strict:
+                    missing_keys.append(key)
+                continue
+            value = state_dict[key]
+            if value.shape != t.shape:
+                error_msgs.append("size mismatch for %s: copying a param with shape %s from checkpoint, the shape "
+                                  "in current model is %s." % (key, tuple(value.shape), tuple(t.shape)))
+                continue
+            with _torch.no_grad():
+                t.copy_(value)
 
     def train(self, mode=True):
         """PyTorch's train()/eval(), passed on to the cf module: attention dropout and the

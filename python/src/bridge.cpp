@@ -45,6 +45,20 @@ class AttentionBridge {
     return out;
   }
 
+  // The persistent buffers (the state dict less the parameters: routing's centroids,
+  // Cluster-Former's memory bank) as capsules of cf's current tensors, in state-dict order.
+  // PyTorch's state_dict and load_state_dict read and write them through these (torch.py).
+  nb::list buffer_capsules() const {
+    const cf::nn::StateDict params = mha_->named_parameters();
+    nb::list out;
+    for (auto& [name, t] : mha_->state_dict()) {
+      bool is_param = false;
+      for (auto& [pname, pt] : params) is_param = is_param || pname == name;
+      if (!is_param) out.append(nb::make_tuple(name, to_capsule(t, false)));
+    }
+    return out;
+  }
+
   // After PyTorch moved or converted its parameters (Module._apply): make cf's
   // parameters alias the new tensors, and move cf's buffers to match.
   void bind_parameters(const std::vector<Tensor>& params) {
@@ -152,6 +166,7 @@ void bind_bridge(nb::module_& m) {
       .def(nb::init<std::shared_ptr<cnn::MultiHeadAttention>, std::map<std::string, double>>(), nb::arg("module"),
            nb::arg("aux_weights"))
       .def("parameter_capsules", &AttentionBridge::parameter_capsules)
+      .def("buffer_capsules", &AttentionBridge::buffer_capsules)
       .def("bind_parameters",
            [](AttentionBridge& br, nb::list capsules) {
              std::vector<Tensor> ts;

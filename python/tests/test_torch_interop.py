@@ -107,6 +107,37 @@ def test_train_and_eval_reach_the_cf_module():
     assert layer.train() is layer and layer.cf_module.training
 
 
+@pytest.mark.parametrize("variant,buffers", [
+    ("routing", ["attention_centroids"]),
+    ("cluster-former", ["attention_bank_memory", "attention_bank_centroids", "attention_bank_counters"])])
+def test_state_dict_holds_cf_buffers(variant, buffers):
+    # routing's centroids and Cluster-Former's memory bank change in training forwards; a PyTorch
+    # checkpoint must carry them, or a reloaded model routes and attends differently
+    layer = cf.torch.Attention(variant, d_model=8, n_heads=2, seed=0)
+    x = torch.randn(2, 16, 8)
+    for _ in range(3):
+        layer(x)
+    sd = layer.state_dict()
+    assert all(b in sd for b in buffers)
+    fresh = cf.torch.Attention(variant, d_model=8, n_heads=2, seed=1)
+    assert any(not torch.equal(fresh.state_dict()[b], sd[b]) for b in buffers)  # the training moved them
+    fresh.load_state_dict(sd)
+    for b in buffers:
+        assert torch.equal(fresh.state_dict()[b], sd[b]), b
+    layer.eval()
+    fresh.eval()
+    assert torch.equal(layer(x), fresh(x))
+    # strict loading names a missing buffer, and a wrong shape
+    partial = {k: v for k, v in sd.items() if k != buffers[0]}
+    with pytest.raises(RuntimeError, match="Missing key.*%s" % buffers[0]):
+        fresh.load_state_dict(partial)
+    fresh.load_state_dict(partial, strict=False)
+    bad = dict(sd)
+    bad[buffers[0]] = torch.zeros(3)
+    with pytest.raises(RuntimeError, match="size mismatch for %s" % buffers[0]):
+        fresh.load_state_dict(bad)
+
+
 class Classifier(torch.nn.Module):
     """Token embedding (torch) -> cf attention -> mean pool -> linear head (torch)."""
 
