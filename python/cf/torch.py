@@ -16,6 +16,8 @@ sharing; use copy_ or load_state_dict, which write in place.) train() and eval()
 reach the cf module: attention dropout and the variants' training-only steps
 follow PyTorch's mode. cf's persistent buffers (routing's centroids,
 Cluster-Former's memory bank) are in state_dict() and load_state_dict().
+copy.deepcopy and torch.save / torch.load of the module work (the copy rebuilds
+its cf module around the copied parameters and buffers).
 
 Auxiliary losses: neural clustering attention adds ClusterFormer's clustering
 and centroid-sorting losses (eqs. 6 and 11), weighted by mu and nu (appendix C,
@@ -100,20 +102,50 @@ class Attention(_torch.nn.Module):
     def __init__(self, type, d_model, n_heads=1, *, seed=None, bias=True, aux_weights=None, mu=1e-3, nu=1e-3,
                  **options):
         super().__init__()
-        gen = _cf.Generator(seed) if seed is not None else None
-        self.cf_module = _cf.nn.MultiHeadAttention(type, d_model, n_heads, generator=gen, bias=bias, **options)
         if aux_weights is None:
             aux_weights = ({_cf.nn.CLUSTERING_LOSS: mu, _cf.nn.CENTROID_SORTING_LOSS: nu}
                            if type == "neural-clustering" else {})
         self.type = type
-        self._last_tape = None
-        self._bridge = _bridge.AttentionBridge(self.cf_module, dict(aux_weights))
+        # what rebuilds the cf side of a copy (copy.deepcopy, pickling: __setstate__)
+        self._cf_args = dict(type=type, d_model=d_model, n_heads=n_heads, seed=seed, bias=bias,
+                             aux_weights=dict(aux_weights), options=dict(options))
+        self._build_cf()
         self._param_names = []
         for name, cap in self._bridge.parameter_capsules():
             pname = name.replace(".", "_")
             self.register_parameter(pname, _torch.nn.Parameter(_from_capsule(cap)))
             self._param_names.append(pname)
         self._params = self._cf_params()
+
+    def _build_cf(self):
+        a = self._cf_args
+        gen = _cf.Generator(a["seed"]) if a["seed"] is not None else None
+        self.cf_module = _cf.nn.MultiHeadAttention(a["type"], a["d_model"], a["n_heads"], generator=gen,
+                                                   bias=a["bias"], **a["options"])
+        self._last_tape = None
+        self._bridge = _bridge.AttentionBridge(self.cf_module, a["aux_weights"])
+
+    # copy.deepcopy and pickling (torch.save of the module): PyTorch's state without cf's objects,
+    # plus copies of cf's persistent buffers; __setstate__ rebuilds the cf module and makes its
+    # parameters alias the copied torch Parameters, in their dtype and on their device.
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for k in ("cf_module", "_bridge", "_params", "_last_tape"):
+            state.pop(k, None)
+        state["_cf_buffer_values"] = {name: t.clone() for name, t in self._cf_buffers()}
+        return state
+
+    def __setstate__(self, state):
+        buffers = state.pop("_cf_buffer_values", {})
+        self.__dict__.update(state)
+        self._build_cf()
+        self._params = self._cf_params()
+        self._bridge.bind_parameters([_to_capsule(p.detach()) for p in self._params])
+        with _torch.no_grad():
+            for name, t in self._cf_buffers():
+                if name in buffers:
+                    t.copy_(buffers[name])
+        self.cf_module.train(self.training)
 
     @property
     def last_aux_loss(self):

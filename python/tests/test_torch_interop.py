@@ -138,6 +138,31 @@ def test_state_dict_holds_cf_buffers(variant, buffers):
         fresh.load_state_dict(bad)
 
 
+def test_deepcopy_and_torch_save_of_the_module():
+    import copy
+    import io
+    layer = cf.torch.Attention("routing", d_model=8, n_heads=2, seed=0)
+    x = torch.randn(2, 16, 8)
+    for _ in range(2):
+        layer(x)  # moves the routing centroids (a cf buffer)
+    layer.eval()
+    twin = copy.deepcopy(layer)
+    assert not twin.training and not twin.cf_module.training
+    assert twin.w_q_weight.data_ptr() != layer.w_q_weight.data_ptr()
+    assert twin.cf_module.w_q.weight.data_ptr() == twin.w_q_weight.data_ptr()  # cf aliases the copy's Parameters
+    assert torch.equal(twin(x), layer(x))
+    with torch.no_grad():
+        twin.w_o_bias.add_(1.0)  # the copy is independent
+    assert not torch.equal(twin(x), layer(x))
+    buf = io.BytesIO()
+    torch.save(layer.double(), buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    assert loaded.w_q_weight.dtype == torch.float64
+    assert torch.equal(loaded.state_dict()["attention_centroids"], layer.state_dict()["attention_centroids"])
+    assert torch.equal(loaded(x.double()), layer(x.double()))
+
+
 class Classifier(torch.nn.Module):
     """Token embedding (torch) -> cf attention -> mean pool -> linear head (torch)."""
 
