@@ -17,7 +17,8 @@ reach the cf module: attention dropout and the variants' training-only steps
 follow PyTorch's mode. cf's persistent buffers (routing's centroids,
 Cluster-Former's memory bank) are in state_dict() and load_state_dict().
 copy.deepcopy and torch.save / torch.load of the module work (the copy rebuilds
-its cf module around the copied parameters and buffers).
+its cf module around the copied parameters and buffers). Under torch.no_grad()
+or inference_mode, cf records no graph for the call.
 
 Auxiliary losses: neural clustering attention adds ClusterFormer's clustering
 and centroid-sorting losses (eqs. 6 and 11), weighted by mu and nu (appendix C,
@@ -68,9 +69,10 @@ def _to_cf(t):
 
 class _AttentionFunction(_torch.autograd.Function):
     @staticmethod
-    def forward(ctx, module, x, mask, causal, *params):
+    def forward(ctx, module, x, mask, causal, record, *params):
         # a bool mask crosses as its bytes (PyTorch 1.x has no bool in DLPack)
-        out, tape = module._bridge.forward(_to_cf(x), None if mask is None else _to_cf(mask.view(_torch.uint8)), causal)
+        out, tape = module._bridge.forward(_to_cf(x), None if mask is None else _to_cf(mask.view(_torch.uint8)), causal,
+                                           record)
         ctx.tape = tape
         ctx.module = module
         ctx.x_requires_grad = x.requires_grad
@@ -83,7 +85,7 @@ class _AttentionFunction(_torch.autograd.Function):
         cur = _cf_stream_enter(grad_out)
         grads = ctx.module._bridge.backward(ctx.tape, _to_cf(grad_out.contiguous()))
         _cf_stream_leave(cur, grad_out)
-        out = [None, None, None, None]
+        out = [None, None, None, None, None]
         gx = grads[0]
         out[1] = _from_capsule(gx) if gx is not None and ctx.x_requires_grad else None
         out.extend(_from_capsule(g) if g is not None else None for g in grads[1:])
@@ -207,7 +209,8 @@ class Attention(_torch.nn.Module):
             raise TypeError("[cf.torch.Attention] key_padding_mask must be bool (True = padding), got %s"
                             % key_padding_mask.dtype)
         cur = _cf_stream_enter(x)
-        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), *self._params)
+        # Under torch.no_grad() (inference) cf records no graph for the call (PyTorch will ask for no backward).
+        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), _torch.is_grad_enabled(), *self._params)
         _cf_stream_leave(cur, x)
         return y
 

@@ -73,19 +73,22 @@ class AttentionBridge {
     params_ = mha_->parameters();
   }
 
-  std::pair<nb::object, std::shared_ptr<Tape>> forward(const Tensor& x, std::optional<Tensor> mask, bool causal) {
+  // record: whether PyTorch may ask for this call's backward (its grad mode was on at the call);
+  // under torch.no_grad() (inference) cf records no graph, so the call keeps no saved tensors.
+  std::pair<nb::object, std::shared_ptr<Tape>> forward(const Tensor& x, std::optional<Tensor> mask, bool causal,
+                                                       bool record) {
     auto tape = std::make_shared<Tape>();
     {
       nb::gil_scoped_release g;
       // PyTorch runs Function.forward under its own no_grad, which is not cf's;
-      // cf records here whatever the caller's cf grad mode.
-      struct GradOn {
+      // cf's grad mode here is PyTorch's at the call, whatever the caller's cf grad mode.
+      struct GradMode {
         bool prev = cf::grad_enabled();
-        GradOn() { cf::set_grad_enabled(true); }
-        ~GradOn() { cf::set_grad_enabled(prev); }
-      } on;
+        explicit GradMode(bool on) { cf::set_grad_enabled(on); }
+        ~GradMode() { cf::set_grad_enabled(prev); }
+      } mode(record);
       tape->input = x.detach();
-      if (cf::is_floating(x.dtype())) tape->input.set_requires_grad(true);
+      if (record && cf::is_floating(x.dtype())) tape->input.set_requires_grad(true);
       cnn::AuxLosses aux;
       tape->output = mha_->forward(tape->input, tape->input, tape->input, mask ? *mask : Tensor(), causal,
                                    aux_weights_.empty() ? nullptr : &aux);
@@ -161,7 +164,10 @@ double time_attention_step(cnn::MultiHeadAttention& mha, const Tensor& x, const 
 
 void bind_bridge(nb::module_& m) {
   nb::module_ b = m.def_submodule("_bridge", "Internals of cf.torch (not a public API).");
-  nb::class_<Tape>(b, "Tape").def_prop_ro("aux_loss", &AttentionBridge::aux_value);
+  nb::class_<Tape>(b, "Tape")
+      .def_prop_ro("aux_loss", &AttentionBridge::aux_value)
+      .def_prop_ro("recorded", [](const Tape& t) { return t.output.defined() && t.output.grad_fn() != nullptr; },
+                   "Whether cf recorded this call's graph (PyTorch's grad mode was on).");
   nb::class_<AttentionBridge>(b, "AttentionBridge")
       .def(nb::init<std::shared_ptr<cnn::MultiHeadAttention>, std::map<std::string, double>>(), nb::arg("module"),
            nb::arg("aux_weights"))
@@ -175,13 +181,13 @@ void bind_bridge(nb::module_& m) {
            },
            nb::arg("capsules"))
       .def("forward",
-           [](AttentionBridge& br, nb::handle x, nb::handle mask, bool causal) {
+           [](AttentionBridge& br, nb::handle x, nb::handle mask, bool causal, bool record) {
              Tensor xt = from_dlpack_object(x, false);
              std::optional<Tensor> mt;
              if (!mask.is_none()) mt = from_dlpack_object(mask, true);  // a bool mask viewed as uint8
-             return br.forward(xt, mt, causal);
+             return br.forward(xt, mt, causal, record);
            },
-           nb::arg("x"), nb::arg("mask").none(), nb::arg("causal"))
+           nb::arg("x"), nb::arg("mask").none(), nb::arg("causal"), nb::arg("record") = true)
       .def("backward",
            [](AttentionBridge& br, Tape& tape, nb::handle g) { return br.backward(tape, from_dlpack_object(g, false)); },
            nb::arg("tape"), nb::arg("grad_output"))

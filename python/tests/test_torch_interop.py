@@ -138,6 +138,21 @@ def test_state_dict_holds_cf_buffers(variant, buffers):
         fresh.load_state_dict(bad)
 
 
+def test_no_grad_inference_records_no_cf_graph():
+    # under torch.no_grad() PyTorch asks for no backward, so cf keeps no graph (no saved tensors) for the call
+    layer = cf.torch.Attention("neural-clustering", d_model=8, n_heads=2, seed=0, clusters=2).eval()
+    x = torch.randn(2, 6, 8)
+    y = layer(x)
+    assert layer._last_tape.recorded and y.requires_grad
+    with torch.no_grad():
+        y0 = layer(x)
+    assert not layer._last_tape.recorded and not y0.requires_grad
+    assert torch.equal(y0, y.detach())
+    with torch.inference_mode():
+        assert torch.equal(layer(x), y.detach())
+    assert not layer._last_tape.recorded
+
+
 def test_deepcopy_and_torch_save_of_the_module():
     import copy
     import io
