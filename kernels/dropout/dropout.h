@@ -6,6 +6,7 @@
 // with the same (seed, counter0), which gives the same mask on every device.
 #include <cstdint>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/common/dispatch.h"
 
@@ -28,6 +29,11 @@ void dropout_cpu(const Tensor& x, const Tensor& out, const DropoutParams& p);
 void dropout_cuda(const Tensor& x, const Tensor& out, const DropoutParams& p);
 #endif
 inline void dropout(const Tensor& x, const Tensor& out, const DropoutParams& p) {
+  // The column map's contract, checked once for both devices.
+  CF_CHECK(!p.cols.defined() || (p.cols.dtype() == kInt64 && p.cols.is_contiguous() && p.cols.shape() == out.shape() &&
+                                  p.cols.device() == out.device()),
+           Error, "[dropout] internal error: cols must be contiguous int64 of out's shape and device, got ",
+           p.cols.describe(), " for ", out.describe());
   CF_DEVICE_DISPATCH("dropout", out.device(), dropout_cpu(x, out, p), dropout_cuda(x, out, p));
 }
 

@@ -30,10 +30,6 @@ void dropout_typed(const T* x, T* out, int64_t n, const DropoutParams& p) {
 }  // namespace
 
 void dropout_cpu(const Tensor& x, const Tensor& out, const DropoutParams& p) {
-  CF_CHECK(!p.cols.defined() || (p.cols.dtype() == kInt64 && p.cols.is_contiguous() && p.cols.shape() == out.shape() &&
-                                  p.cols.device() == out.device()),
-           Error, "[dropout] internal error: cols must be contiguous int64 of out's shape and device, got ",
-           p.cols.describe(), " for ", out.describe());
   if (is_low_precision(x.dtype())) {  // keep-scale 1/(1-p) in float32, one rounding per element
     Tensor of = float32_buffer_for(out);
     dropout_typed<float>(upcast_float32(x).data<float>(), of.data<float>(), out.numel(), p);

@@ -44,10 +44,6 @@ void dropout_typed(const Tensor& x, const Tensor& out, const DropoutParams& p) {
 }  // namespace
 
 void dropout_cuda(const Tensor& x, const Tensor& out, const DropoutParams& p) {
-  CF_CHECK(!p.cols.defined() || (p.cols.dtype() == kInt64 && p.cols.is_contiguous() && p.cols.shape() == out.shape() &&
-                                  p.cols.device() == out.device()),
-           Error, "[dropout] internal error: cols must be contiguous int64 of out's shape and device, got ",
-           p.cols.describe(), " for ", out.describe());
   // Contract of dropout.h: x and out contiguous (cf::dropout passes dense copies).
   CF_CHECK(x.is_contiguous() && out.is_contiguous() && x.shape() == out.shape(), Error,
            "[dropout] internal error: x and out must be contiguous and of one shape, got ", x.describe(), ", ",
