@@ -2,6 +2,7 @@
 #include "nn/module.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -68,17 +69,35 @@ void Module::visit(const std::string& prefix, F&& f) const {
   for (const auto& c : children_) c.second->visit(prefix + c.first + ".", f);
 }
 
-StateDict Module::named_parameters() const {
-  // A tensor reached twice (a shared submodule, tied weights) is listed once, under
-  // its first name, so an optimizer steps it once.
-  StateDict out;
+// The distinct tensors of one kind (parameters or buffers) in registration order,
+// each under its first name with every slot that holds it: a tensor reached twice
+// (a shared submodule, tied weights) is listed once, so an optimizer steps it once
+// and a replacement reaches all its slots.
+struct Module::Distinct {
+  std::string name;
+  std::vector<Tensor*> slots;
+  bool persistent;
+};
+
+std::vector<Module::Distinct> Module::distinct(bool params) const {
+  std::vector<Distinct> out;
   std::vector<const TensorImpl*> seen;
-  visit("", [&](const std::string& n, Tensor* t, bool is_param, bool) {
-    if (!is_param || !t->defined()) return;
-    if (std::find(seen.begin(), seen.end(), t->impl_ptr()) != seen.end()) return;
+  visit("", [&](const std::string& n, Tensor* t, bool is_param, bool persistent) {
+    if (is_param != params || !t->defined()) return;
+    auto it = std::find(seen.begin(), seen.end(), t->impl_ptr());
+    if (it != seen.end()) {
+      out[size_t(it - seen.begin())].slots.push_back(t);
+      return;
+    }
     seen.push_back(t->impl_ptr());
-    out.emplace_back(n, *t);
+    out.push_back({n, {t}, persistent});
   });
+  return out;
+}
+
+StateDict Module::named_parameters() const {
+  StateDict out;
+  for (auto& d : distinct(true)) out.emplace_back(d.name, *d.slots[0]);
   return out;
 }
 
@@ -90,9 +109,14 @@ std::vector<Tensor> Module::parameters() const {
 
 StateDict Module::named_buffers() const {
   StateDict out;
-  visit("", [&](const std::string& n, Tensor* t, bool is_param, bool) {
-    if (!is_param && t->defined()) out.emplace_back(n, *t);
-  });
+  for (auto& d : distinct(false)) out.emplace_back(d.name, *d.slots[0]);
+  return out;
+}
+
+std::vector<std::string> Module::persistent_buffer_names() const {
+  std::vector<std::string> out;
+  for (auto& d : distinct(false))
+    if (d.persistent) out.push_back(d.name);
   return out;
 }
 
@@ -175,57 +199,49 @@ void Module::train(bool on) {
   for (auto& c : children_) c.second->train(on);
 }
 
+// Replaces each distinct tensor by f(it) in all its slots (f returns an undefined
+// tensor to keep one), so aliases (a shared submodule) stay aliases.
+void Module::convert(const std::function<Tensor(const Tensor&)>& f) {
+  NoGradGuard ng;
+  for (bool params : {true, false})
+    for (auto& d : distinct(params)) {
+      const Tensor& t = *d.slots[0];
+      const bool trainable = t.requires_grad();  // a frozen parameter stays frozen; a moved one is a leaf again
+      Tensor v = f(t);
+      if (!v.defined()) continue;
+      if (params && trainable) v.set_requires_grad(true);
+      for (Tensor* slot : d.slots) *slot = v;
+    }
+}
+
 void Module::to(DType dtype) {
   CF_CHECK(is_floating(dtype), DTypeError, "[Module::to] parameters can only be floating (float32, float64, bfloat16, float16), got ",
            dtype);
-  NoGradGuard ng;
-  visit("", [&](const std::string&, Tensor* t, bool is_param, bool) {
-    if (!t->defined() || !is_floating(t->dtype()) || t->dtype() == dtype) return;
-    const bool trainable = t->requires_grad();  // a frozen parameter stays frozen
-    *t = cf::to(*t, dtype);
-    if (is_param && trainable) t->set_requires_grad(true);
-  });
+  convert([&](const Tensor& t) { return !is_floating(t.dtype()) || t.dtype() == dtype ? Tensor() : cf::to(t, dtype); });
 }
 
 void Module::to(Device device) {
   cuda::check_device(device, "Module::to");
-  NoGradGuard ng;
-  visit("", [&](const std::string&, Tensor* t, bool is_param, bool) {
-    if (!t->defined() || t->device() == device) return;
-    const bool trainable = t->requires_grad();  // a moved parameter is a leaf again
-    *t = cf::to(*t, device);
-    if (is_param && trainable) t->set_requires_grad(true);
-  });
+  convert([&](const Tensor& t) { return t.device() == device ? Tensor() : cf::to(t, device); });
 }
 
-void Module::set_parameters(const std::vector<Tensor>& values) {
-  // The slots in named_parameters() order; a tensor shared by several slots is
-  // replaced in all of them.
-  std::vector<std::pair<std::string, Tensor*>> slots;
-  std::vector<std::vector<Tensor*>> aliases;
-  std::vector<const TensorImpl*> seen;
-  visit("", [&](const std::string& n, Tensor* t, bool is_param, bool) {
-    if (!is_param || !t->defined()) return;
-    auto it = std::find(seen.begin(), seen.end(), t->impl_ptr());
-    if (it != seen.end()) {
-      aliases[size_t(it - seen.begin())].push_back(t);
-      return;
-    }
-    seen.push_back(t->impl_ptr());
-    slots.emplace_back(n, t);
-    aliases.push_back({t});
-  });
-  CF_CHECK(values.size() == slots.size(), ValueError, "[set_parameters] module has ", slots.size(),
-           " parameters, got ", values.size(), " tensors");
+void Module::replace(bool params, const std::vector<Tensor>& values, const char* op) {
+  const std::vector<Distinct> slots = distinct(params);
+  CF_CHECK(values.size() == slots.size(), ValueError, "[", op, "] module has ", slots.size(),
+           params ? " parameters" : " buffers", ", got ", values.size(), " tensors");
   for (size_t i = 0; i < slots.size(); ++i) {
     const Tensor& v = values[i];
-    const Tensor& t = *slots[i].second;
-    CF_CHECK(v.defined() && v.shape() == t.shape() && v.dtype() == t.dtype(), ValueError, "[set_parameters] '",
-             slots[i].first, "' is ", t.describe(), ", got ", v.defined() ? v.describe() : std::string("undefined"));
+    const Tensor& t = *slots[i].slots[0];
+    CF_CHECK(v.defined() && v.shape() == t.shape() && v.dtype() == t.dtype(), ValueError, "[", op, "] '",
+             slots[i].name, "' is ", t.describe(), ", got ", v.defined() ? v.describe() : std::string("undefined"));
   }
   for (size_t i = 0; i < slots.size(); ++i)
-    for (Tensor* t : aliases[i]) *t = values[i];
+    for (Tensor* t : slots[i].slots) *t = values[i];
 }
+
+void Module::set_parameters(const std::vector<Tensor>& values) { replace(true, values, "set_parameters"); }
+
+void Module::set_buffers(const std::vector<Tensor>& values) { replace(false, values, "set_buffers"); }
 
 void Module::zero_grad() {
   visit("", [&](const std::string&, Tensor* t, bool is_param, bool) {

@@ -9,6 +9,7 @@
 // the registry never disagree. For that reason modules are neither copyable nor
 // movable: hold them by std::shared_ptr.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -33,6 +34,7 @@ class Module {
   std::vector<Tensor> parameters() const;
   StateDict named_parameters() const;
   StateDict named_buffers() const;  // persistent and non-persistent
+  std::vector<std::string> persistent_buffer_names() const;  // those of named_buffers() in the state dict
   std::vector<std::pair<std::string, Module*>> named_modules();  // this one first, as ""
   int64_t num_parameters() const;  // number of scalar parameters
 
@@ -59,6 +61,9 @@ class Module {
   // evaluates the module at other parameter values (gradcheck does so); restore
   // the old ones with set_parameters(old) where old = parameters().
   void set_parameters(const std::vector<Tensor>& values);
+  // The same for the buffers, in named_buffers() order (a binding that makes the
+  // module use memory another framework owns, cf.torch.Attention's).
+  void set_buffers(const std::vector<Tensor>& values);
 
  protected:
   // `slot` must be a member of the derived module (it outlives the registration).
@@ -80,6 +85,10 @@ class Module {
     Tensor* tensor;
     bool persistent;
   };
+  struct Distinct;
+  std::vector<Distinct> distinct(bool params) const;
+  void replace(bool params, const std::vector<Tensor>& values, const char* op);
+  void convert(const std::function<Tensor(const Tensor&)>& f);
   void check_new_name(const std::string& name, const char* what) const;
   void register_module_impl(const std::string& name, std::shared_ptr<Module> module);
   template <class F>

@@ -182,6 +182,40 @@ TEST_CASE("ModuleList names stay dense after a failed push - shared parameters a
   CHECK(values(lin->weight) == std::vector<double>{1, 1, 1, 1});
 }
 
+TEST_CASE("a shared submodule stays shared through to(dtype) and to(device) - set_buffers binds every slot and checks") {
+  Generator gen(3);
+  auto block = std::make_shared<Block>(gen);
+  Open twice;
+  twice.register_module("a", block);
+  twice.register_module("b", block);
+  CHECK(names(twice.named_buffers()) == std::vector<std::string>{"a.counter", "a.cache"});  // listed once
+  CHECK(twice.persistent_buffer_names() == std::vector<std::string>{"a.counter"});
+  twice.to(kFloat64);
+  CHECK(block->fc->weight.dtype() == kFloat64);
+  CHECK(twice.named_parameters().size() == 3);
+  // two slots holding one tensor stay one tensor (before, each slot got its own copy)
+  Open tied;
+  tied.a = Tensor::zeros({3});
+  tied.b = tied.a;
+  tied.register_buffer("a", &tied.a);
+  tied.register_buffer("b", &tied.b);
+  CHECK(tied.named_buffers().size() == 1);
+  tied.to(kFloat64);
+  CHECK(tied.a.dtype() == kFloat64);
+  CHECK(tied.a.impl_ptr() == tied.b.impl_ptr());
+  tied.set_buffers({Tensor::ones({3}, kFloat64)});
+  CHECK(tied.a.impl_ptr() == tied.b.impl_ptr());
+  // set_buffers: given tensors used as they are, in named_buffers() order
+  Tensor counter = Tensor::full({1}, 7.0, kInt64), cache = Tensor::ones({4}, kFloat64);
+  twice.set_buffers({counter, cache});
+  CHECK(block->counter.impl_ptr() == counter.impl_ptr());
+  CHECK(block->cache.impl_ptr() == cache.impl_ptr());
+  CHECK_THROWS_MSG(twice.set_buffers({counter}), ValueError, "[set_buffers] module has 2 buffers, got 1 tensors");
+  CHECK_THROWS_MSG(twice.set_buffers({counter, Tensor::ones({4})}), ValueError, "[set_buffers] 'a.cache' is",
+                   "float64", "float32");
+  CHECK_THROWS_MSG(twice.set_buffers({Tensor(), cache}), ValueError, "'a.counter'", "got undefined");
+}
+
 TEST_CASE("gradients flow to every parameter - zero_grad clears them - set_parameters checks") {
   Net a(1);
   Tensor x = rand({4, 3}, kFloat32, default_generator());
