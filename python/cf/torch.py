@@ -14,11 +14,16 @@ sharing memory with cf's: optimizers, state_dict, .to(device) and .double() work
 as for any PyTorch layer. (Assigning `param.data = ...` by hand breaks the
 sharing; use copy_ or load_state_dict, which write in place.) train() and eval()
 reach the cf module: attention dropout and the variants' training-only steps
-follow PyTorch's mode. cf's persistent buffers (routing's centroids,
-Cluster-Former's memory bank) are in state_dict() and load_state_dict().
+follow PyTorch's mode. cf's buffers (routing's centroids, Cluster-Former's
+memory bank) are torch buffers sharing cf's memory in the same way, so
+state_dict(), .to() and DistributedDataParallel's buffer broadcast see them.
 copy.deepcopy and torch.save / torch.load of the module work (the copy rebuilds
 its cf module around the copied parameters and buffers). Under torch.no_grad()
 or inference_mode, cf records no graph for the call.
+
+Cluster-Former's memory bank re-clusters every `update_every` training steps
+(its Algorithm 1): call `attn.on_train_step()` once per optimizer step, as
+cf's Cluster-Former models are stepped.
 
 Auxiliary losses: neural clustering attention adds ClusterFormer's clustering
 and centroid-sorting losses (eqs. 6 and 11), weighted by mu and nu (appendix C,
@@ -117,7 +122,13 @@ class Attention(_torch.nn.Module):
             pname = name.replace(".", "_")
             self.register_parameter(pname, _torch.nn.Parameter(_from_capsule(cap)))
             self._param_names.append(pname)
+        self._buffer_names = []
+        for name, cap, persistent in self._bridge.buffer_capsules():
+            bname = name.replace(".", "_")
+            self.register_buffer(bname, _from_capsule(cap), persistent=persistent)
+            self._buffer_names.append(bname)
         self._params = self._cf_params()
+        self._buffer_versions = self._torch_buffer_versions()
 
     def _build_cf(self):
         a = self._cf_args
@@ -127,27 +138,27 @@ class Attention(_torch.nn.Module):
         self._last_tape = None
         self._bridge = _bridge.AttentionBridge(self.cf_module, a["aux_weights"])
 
-    # copy.deepcopy and pickling (torch.save of the module): PyTorch's state without cf's objects,
-    # plus copies of cf's persistent buffers; __setstate__ rebuilds the cf module and makes its
-    # parameters alias the copied torch Parameters, in their dtype and on their device.
+    # copy.deepcopy and pickling (torch.save of the module): PyTorch's state without cf's objects;
+    # __setstate__ rebuilds the cf module and makes its parameters and buffers alias the copied
+    # torch tensors, in their dtype and on their device.
     def __getstate__(self):
         state = self.__dict__.copy()
         for k in ("cf_module", "_bridge", "_params", "_last_tape"):
             state.pop(k, None)
-        state["_cf_buffer_values"] = {name: t.clone() for name, t in self._cf_buffers()}
         return state
 
     def __setstate__(self, state):
-        buffers = state.pop("_cf_buffer_values", {})
         self.__dict__.update(state)
         self._build_cf()
-        self._params = self._cf_params()
-        self._bridge.bind_parameters([_to_capsule(p.detach()) for p in self._params])
-        with _torch.no_grad():
-            for name, t in self._cf_buffers():
-                if name in buffers:
-                    t.copy_(buffers[name])
+        self._bind()
         self.cf_module.train(self.training)
+
+    def _bind(self):
+        """Make cf's parameters and buffers alias PyTorch's current tensors."""
+        self._params = self._cf_params()
+        self._bridge.bind([_to_capsule(p.detach()) for p in self._params],
+                          [_to_capsule(b) for b in self._cf_buffers()])
+        self._buffer_versions = self._torch_buffer_versions()
 
     @property
     def last_aux_loss(self):
@@ -158,36 +169,26 @@ class Attention(_torch.nn.Module):
         return [self._parameters[n] for n in self._param_names]
 
     def _cf_buffers(self):
-        """(state-dict name, torch view of cf's tensor) of each persistent cf buffer."""
-        return [(name.replace(".", "_"), _from_capsule(cap)) for name, cap in self._bridge.buffer_capsules()]
+        return [self._buffers[n] for n in self._buffer_names]
 
-    # cf's persistent buffers (routing's centroids, Cluster-Former's memory bank) are not torch
-    # buffers (cf may replace its tensors; these read them anew each time), but they are state:
-    # state_dict holds copies, load_state_dict writes into cf's tensors.
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        for name, t in self._cf_buffers():
-            destination[prefix + name] = t.clone()
+    def _torch_buffer_versions(self):
+        return tuple(b._version for b in self._cf_buffers())
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
-        for name, t in self._cf_buffers():
-            key = prefix + name
-            if key in unexpected_keys:  # torch's own check does not know cf's buffers
-                unexpected_keys.remove(key)
-            if key not in state_dict:
-                if strict:
-                    missing_keys.append(key)
-                continue
-            value = state_dict[key]
-            if value.shape != t.shape:
-                error_msgs.append("size mismatch for %s: copying a param with shape %s from checkpoint, the shape "
-                                  "in current model is %s." % (key, tuple(value.shape), tuple(t.shape)))
-                continue
-            with _torch.no_grad():
-                t.copy_(value)
+    def _note_torch_writes(self):
+        # PyTorch's in-place writes into the shared buffers (load_state_dict, DistributedDataParallel's
+        # broadcast, a user's copy_) bump PyTorch's version counters, not cf's: pass them on, so
+        # that what cf caches from its buffers (the memory bank's step count) is read again.
+        versions = self._torch_buffer_versions()
+        if versions != self._buffer_versions:
+            self._bridge.buffers_written()
+            self._buffer_versions = versions
+
+    def on_train_step(self):
+        """Count one training step (call it once per optimizer step): a Cluster-Former memory bank
+        re-clusters its stored states by K-Means every `update_every` steps (Cluster-Former,
+        Algorithm 1). Returns how many banks re-clustered (0 for the variants without one)."""
+        self._note_torch_writes()
+        return self._bridge.on_train_step()
 
     def train(self, mode=True):
         """PyTorch's train()/eval(), passed on to the cf module: attention dropout and the
@@ -197,11 +198,10 @@ class Attention(_torch.nn.Module):
         return self
 
     def _apply(self, fn, *args, **kwargs):
-        # .to(device), .double(), .cuda(): PyTorch makes new parameter tensors;
-        # cf's parameters must alias them again (and cf's buffers follow).
+        # .to(device), .double(), .cuda(): PyTorch makes new parameter and buffer tensors;
+        # cf's must alias them again.
         super()._apply(fn, *args, **kwargs)
-        self._params = self._cf_params()
-        self._bridge.bind_parameters([_to_capsule(p.detach()) for p in self._params])
+        self._bind()
         return self
 
     def forward(self, x, key_padding_mask=None, causal=False):

@@ -5,17 +5,19 @@
 //
 // The module's parameters live in memory that PyTorch's nn.Parameters share
 // (they are created from cf's tensors through DLPack, and rebound after
-// PyTorch moves them, see bind_parameters). Each forward records its own graph
+// PyTorch moves them, see bind); so do its buffers. Each forward records its own graph
 // (a "tape"); backward runs it, hands the gradient of the input and of every
 // parameter to PyTorch as capsules (PyTorch accumulates them into .grad, as for
 // any of its own layers) and clears cf's side at once, so the gradients of
 // separate calls never mix: PyTorch runs the backward of one call at a time.
+#include <algorithm>
 #include <chrono>
 #include <map>
 
 #include <nanobind/stl/map.h>
 
 #include "common.h"
+#include "nn/clustering/memory_bank.h"
 
 namespace cfpy {
 
@@ -45,23 +47,24 @@ class AttentionBridge {
     return out;
   }
 
-  // The persistent buffers (the state dict less the parameters: routing's centroids,
-  // Cluster-Former's memory bank) as capsules of cf's current tensors, in state-dict order.
-  // PyTorch's state_dict and load_state_dict read and write them through these (torch.py).
+  // The buffers (routing's centroids, Cluster-Former's memory bank; persistent or not) as
+  // (name, capsule, persistent), in named_buffers order: torch.py registers them as torch
+  // buffers sharing cf's memory, so state_dict, .to() and DistributedDataParallel's buffer
+  // broadcast see them.
   nb::list buffer_capsules() const {
-    const cf::nn::StateDict params = mha_->named_parameters();
+    const std::vector<std::string> persistent = mha_->persistent_buffer_names();
     nb::list out;
-    for (auto& [name, t] : mha_->state_dict()) {
-      bool is_param = false;
-      for (auto& [pname, pt] : params) is_param = is_param || pname == name;
-      if (!is_param) out.append(nb::make_tuple(name, to_capsule(t, false)));
+    for (auto& [name, t] : mha_->named_buffers()) {
+      const bool keep = std::find(persistent.begin(), persistent.end(), name) != persistent.end();
+      out.append(nb::make_tuple(name, to_capsule(t, false), keep));
     }
     return out;
   }
 
-  // After PyTorch moved or converted its parameters (Module._apply): make cf's
-  // parameters alias the new tensors, and move cf's buffers to match.
-  void bind_parameters(const std::vector<Tensor>& params) {
+  // After PyTorch moved or converted its parameters and buffers (Module._apply, or a copy's
+  // __setstate__): make cf's parameters and buffers alias the given tensors (cf converts its
+  // own first, so the checks of dtype and shape compare like with like).
+  void bind(const std::vector<Tensor>& params, const std::vector<Tensor>& buffers) {
     std::vector<Tensor> old = mha_->parameters();
     CF_CHECK(params.size() == old.size(), ValueError, "[cf.torch.Attention] ", params.size(),
              " parameters given for ", old.size());
@@ -70,7 +73,25 @@ class AttentionBridge {
       if (params[0].device() != old[0].device()) mha_->to(params[0].device());
     }
     mha_->set_parameters(params);
+    mha_->set_buffers(buffers);
     params_ = mha_->parameters();
+  }
+
+  // PyTorch wrote into the buffers (load_state_dict, a DistributedDataParallel broadcast):
+  // cf's version counters did not see it, so mark them written; state cached from them
+  // (the memory bank's host copy of its step count) is read again.
+  void buffers_written() {
+    for (auto& [name, t] : mha_->named_buffers()) t.bump_version();
+  }
+
+  // One training step done: each memory bank counts it and re-clusters when due
+  // (Cluster-Former's Algorithm 1, as the Cluster-Former models' on_train_step).
+  // Returns how many banks re-clustered.
+  int64_t on_train_step() {
+    int64_t n = 0;
+    for (auto& [name, m] : mha_->named_modules())
+      if (auto* bank = dynamic_cast<cnn::MemoryBank*>(m)) n += bank->step() ? 1 : 0;
+    return n;
   }
 
   // record: whether PyTorch may ask for this call's backward (its grad mode was on at the call);
@@ -173,13 +194,16 @@ void bind_bridge(nb::module_& m) {
            nb::arg("aux_weights"))
       .def("parameter_capsules", &AttentionBridge::parameter_capsules)
       .def("buffer_capsules", &AttentionBridge::buffer_capsules)
-      .def("bind_parameters",
-           [](AttentionBridge& br, nb::list capsules) {
-             std::vector<Tensor> ts;
-             for (nb::handle c : capsules) ts.push_back(from_dlpack_object(c, false));
-             br.bind_parameters(ts);
+      .def("bind",
+           [](AttentionBridge& br, nb::list params, nb::list buffers) {
+             std::vector<Tensor> ps, bs;
+             for (nb::handle c : params) ps.push_back(from_dlpack_object(c, false));
+             for (nb::handle c : buffers) bs.push_back(from_dlpack_object(c, false));
+             br.bind(ps, bs);
            },
-           nb::arg("capsules"))
+           nb::arg("params"), nb::arg("buffers"))
+      .def("buffers_written", &AttentionBridge::buffers_written)
+      .def("on_train_step", &AttentionBridge::on_train_step, release_gil())
       .def("forward",
            [](AttentionBridge& br, nb::handle x, nb::handle mask, bool causal, bool record) {
              Tensor xt = from_dlpack_object(x, false);

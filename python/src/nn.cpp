@@ -186,7 +186,9 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            nb::rv_policy::reference, release_gil(), "Move parameters and buffers; returns self.")
       .def("zero_grad", &cnn::Module::zero_grad, "Drop every parameter's gradient.")
       .def("set_parameters", &cnn::Module::set_parameters, nb::arg("values"),
-           "Replace the parameter tensors (named_parameters order) by values, used as given: no copy, no detach.");
+           "Replace the parameter tensors (named_parameters order) by values, used as given: no copy, no detach.")
+      .def("set_buffers", &cnn::Module::set_buffers, nb::arg("values"),
+           "Replace the buffer tensors (named_buffers order) by values, used as given: no copy.");
 
   nb::class_<cnn::UnaryModule, cnn::Module> unary(nn, "UnaryModule", "A module mapping one tensor to one tensor.");
   def_forward(unary, [](cnn::UnaryModule& mod, const Tensor& x) { return mod.forward(x); }, "forward(x)", nb::arg("x"));

@@ -122,6 +122,24 @@ def test_state_dict_checkpoint_and_safetensors(tmp_path):
     assert list(tensors) == ["a", "b"] and tensors["a"].tolist() == [0, 1, 2] and meta == {"k": "v"}
 
 
+def test_set_parameters_and_set_buffers_use_the_given_tensors_and_check_them():
+    mha = cf.nn.MultiHeadAttention("routing", d_model=8, n_heads=2, generator=cf.Generator(0))
+    (name, old), = mha.named_buffers()
+    assert name == "attention.centroids"
+    new = cf.zeros(old.shape)
+    mha.set_buffers([new])
+    assert mha.named_buffers()[0][1].data_ptr() == new.data_ptr()  # used as given, no copy
+    with pytest.raises(cf.ValueError, match=r"\[set_buffers\] module has 1 buffers, got 0 tensors"):
+        mha.set_buffers([])
+    with pytest.raises(cf.ValueError, match=r"\[set_buffers\] 'attention.centroids' is .*float64"):
+        mha.set_buffers([cf.zeros(old.shape, dtype=cf.float64)])
+    ps = [cf.ones(p.shape) for p in mha.parameters()]
+    mha.set_parameters(ps)
+    assert mha.parameters()[0].data_ptr() == ps[0].data_ptr()
+    with pytest.raises(cf.ValueError, match=r"\[set_parameters\] 'w_q.weight' is"):
+        mha.set_parameters([cf.ones([1])] + ps[1:])
+
+
 def test_config_checks_types_and_unknown_keys(tmp_path):
     c = cf.nn.Config({"steps": 10, "lr": 0.5, "model": {"d": 4}}, "", "run.json")
     assert c.get("steps", 1) == 10 and c.get("lr", 0.1) == 0.5 and c.get("name", "x") == "x"

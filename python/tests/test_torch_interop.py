@@ -178,6 +178,91 @@ def test_deepcopy_and_torch_save_of_the_module():
     assert torch.equal(loaded(x.double()), layer(x.double()))
 
 
+def _cf_buffer_views(layer):
+    """cf's own buffer tensors (not the torch module's), as torch views."""
+    return {name: torch.from_dlpack(t) for name, t in layer.cf_module.named_buffers()}
+
+
+def test_cf_buffers_are_torch_buffers_sharing_cf_memory():
+    layer = cf.torch.Attention("cluster-former", d_model=8, n_heads=2, seed=0, save_memory=False)
+    names = ["attention_bank_memory", "attention_bank_centroids", "attention_bank_counters"]
+    assert [n for n, _ in layer.named_buffers()] == names
+    assert "attention_bank_memory" not in layer.state_dict()  # save_memory=False: not persistent, as in cf
+    for dtype_change in (None, "double"):
+        if dtype_change:
+            layer.double()
+        cf_views = _cf_buffer_views(layer)
+        for n in names:
+            assert layer.get_buffer(n).data_ptr() == cf_views[n.replace("attention_bank_", "attention.bank.")].data_ptr()
+    assert layer.attention_bank_memory.dtype == torch.float64 and layer.attention_bank_counters.dtype == torch.int64
+    layer(torch.randn(2, 16, 8, dtype=torch.float64))  # a training forward stores states: torch sees cf's writes
+    assert layer.attention_bank_counters[0].item() == 32 and layer.attention_bank_memory[:32].abs().sum() > 0
+
+
+def test_on_train_step_reclusters_the_memory_bank_and_counts_on_from_a_loaded_state():
+    def make(seed):
+        return cf.torch.Attention("cluster-former", d_model=8, n_heads=2, seed=seed, update_every=2, num_clusters=2,
+                                  memory_size=64)
+    x = torch.randn(2, 16, 8)
+    a = make(0)
+    centroids = a.attention_bank_centroids.clone()
+    assert a(x) is not None and a.on_train_step() == 0  # step 1 of 2
+    assert a(x) is not None and a.on_train_step() == 1  # step 2: K-Means on the stored states
+    assert not torch.equal(a.attention_bank_centroids, centroids)
+    for _ in range(3):
+        a(x)
+        a.on_train_step()
+    assert a.attention_bank_counters[2:].tolist() == [5, 2]  # steps, updates
+    # a model that stepped twice loads a state of 5 steps: it counts on from 5 (before, from its
+    # own cached 2, as PyTorch's write bypassed cf's version counters)
+    b = make(1)
+    for _ in range(2):
+        b(x)
+        b.on_train_step()
+    b.load_state_dict(a.state_dict())
+    assert b.on_train_step() == 1  # step 6: due
+    assert b.attention_bank_counters[2:].tolist() == [6, 3]
+    assert cf.torch.Attention("routing", d_model=8, n_heads=2, seed=0).on_train_step() == 0  # no bank
+
+
+def _ddp_worker(rank, world, init_file, out_dir):
+    import os
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    layer = cf.torch.Attention("cluster-former", d_model=8, n_heads=2, seed=rank, update_every=2, num_clusters=2,
+                               memory_size=64)
+    x = torch.randn(2, 16, 8, generator=torch.Generator().manual_seed(rank))  # each rank its own data
+    for _ in range(3 if rank == 0 else 1):  # rank 0 has trained 3 steps, rank 1 one
+        layer(x)
+        layer.on_train_step()
+    ddp = torch.nn.parallel.DistributedDataParallel(layer)  # broadcasts rank 0's parameters and buffers
+    at_start = {n: t.clone() for n, t in _cf_buffer_views(layer).items()}
+    for _ in range(2):
+        ddp(x).square().mean().backward()  # the forward first broadcasts rank 0's buffers again
+        layer.on_train_step()
+    at_end = {n: t.clone() for n, t in _cf_buffer_views(layer).items()}
+    torch.save({"start": at_start, "end": at_end}, os.path.join(out_dir, "rank%d.pt" % rank))
+    dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                    reason="torch.distributed with gloo not available")
+def test_distributed_data_parallel_broadcasts_cf_buffers(tmp_path):
+    # before, cf's buffers were not torch buffers: DDP left each rank's memory bank (and routing's
+    # centroids) its own, and the ranks re-clustered at different steps
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2)
+    r0, r1 = (torch.load(tmp_path / ("rank%d.pt" % r)) for r in (0, 1))
+    for name, t in r0["start"].items():
+        assert torch.equal(r1["start"][name], t), name  # cf's own tensors got rank 0's values
+    assert r0["start"]["attention.bank.counters"][2:].tolist() == [3, 1]
+    # steps 4 (due: K-Means on each rank's own states) and 5 on both ranks, counted from rank 0's 3
+    for r in (r0, r1):
+        assert r["end"]["attention.bank.counters"][2:].tolist() == [5, 2]
+    # the centroids were broadcast before the last forward and step 5 re-clustered nothing
+    assert torch.equal(r0["end"]["attention.bank.centroids"], r1["end"]["attention.bank.centroids"])
+
+
 class Classifier(torch.nn.Module):
     """Token embedding (torch) -> cf attention -> mean pool -> linear head (torch)."""
 
