@@ -7,8 +7,10 @@
 //   low dtype:  matmul (hence nn::Linear, every attention's score and value products,
 //               bmm-style batched products) -- the tensor-core work;
 //   float32:    softmax, log_softmax, layer_norm, cross_entropy, sum, mean, var, logsumexp
-//               (statistics whose error would grow with the row length), and for now
-//               flash_attention and block_attention (no 16-bit kernels yet);
+//               (statistics whose error would grow with the row length); flash and block
+//               attention take 16-bit q, k, v on CUDA's tensor cores where those take the
+//               shapes and no dropout is asked for, and float32 copies otherwise (always on
+//               the CPU, and routed attention always): autograd/ops/attention.h;
 //   unchanged:  everything else (elementwise ops follow dtype promotion: a bfloat16 product
 //               plus a float32 bias is float32).
 // Nesting restores the outer policy; AutocastGuard(std::nullopt) turns autocast off inside.

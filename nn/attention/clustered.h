@@ -96,9 +96,8 @@ Tensor clustered_attention_weights(const Tensor& q, const Tensor& k, const Tenso
 //    "topk": k (32, improved-clustered only), "hash_seed": fixed hyperplanes (absent:
 //    drawn from the global generator at each forward), "scale": 0 = 1/sqrt(D),
 //    "dropout": attention-weight dropout in [0, 1), default 0,
-//    "centroid_path": "auto" (default), "fused" or "dense" (CentroidPath above;
-//    "fused" with a dropout above 0 is an error at a training forward, except for
-//    plain clustered attention)}.
+//    "centroid_path": "auto" (default), "fused" or "dense" (CentroidPath above; both
+//    take a dropout and drop the same weights)}.
 class ClusteredAttention : public Attention {
  public:
   explicit ClusteredAttention(const ClusteredOptions& o, double scale = 0.0, double dropout = 0.0);

@@ -21,6 +21,11 @@ copy.deepcopy and torch.save / torch.load of the module work (the copy rebuilds
 its cf module around the copied parameters and buffers). Under torch.no_grad()
 or inference_mode, cf records no graph for the call.
 
+Under torch.autocast (bfloat16 or float16, CPU or CUDA), the layer runs under
+cf.autocast in the same dtype: its products in 16 bits, softmax statistics and
+norms in float32, float32 parameters and their gradients (cf's policy, the
+same as PyTorch's); the input may be float32 or the 16-bit dtype.
+
 Cluster-Former's memory bank re-clusters every `update_every` training steps
 (its Algorithm 1): call `attn.on_train_step()` once per optimizer step, as
 cf's Cluster-Former models are stepped.
@@ -72,12 +77,33 @@ def _to_cf(t):
     return _to_capsule(t.detach())
 
 
+_CF_LOW = {_torch.bfloat16: _cf.bfloat16, _torch.float16: _cf.float16}
+_AUTOCAST_BY_DEVICE_TYPE = hasattr(_torch, "get_autocast_dtype")  # PyTorch >= 2.4's form of the queries
+
+
+def _autocast_dtype(t):
+    """cf's dtype for PyTorch's autocast at this call on t's device, or None when it is off."""
+    kind = t.device.type
+    if _AUTOCAST_BY_DEVICE_TYPE:
+        on = _torch.is_autocast_enabled(kind)
+        dtype = _torch.get_autocast_dtype(kind) if on else None
+    elif kind == "cuda":
+        on = _torch.is_autocast_enabled()
+        dtype = _torch.get_autocast_gpu_dtype() if on else None
+    elif kind == "cpu":
+        on = _torch.is_autocast_cpu_enabled()
+        dtype = _torch.get_autocast_cpu_dtype() if on else None
+    else:
+        return None
+    return _CF_LOW.get(dtype)
+
+
 class _AttentionFunction(_torch.autograd.Function):
     @staticmethod
-    def forward(ctx, module, x, mask, causal, record, *params):
+    def forward(ctx, module, x, mask, causal, record, autocast, *params):
         # a bool mask crosses as its bytes (PyTorch 1.x has no bool in DLPack)
         out, tape = module._bridge.forward(_to_cf(x), None if mask is None else _to_cf(mask.view(_torch.uint8)), causal,
-                                           record)
+                                           record, autocast)
         ctx.tape = tape
         ctx.module = module
         ctx.x_requires_grad = x.requires_grad
@@ -90,7 +116,7 @@ class _AttentionFunction(_torch.autograd.Function):
         cur = _cf_stream_enter(grad_out)
         grads = ctx.module._bridge.backward(ctx.tape, _to_cf(grad_out.contiguous()))
         _cf_stream_leave(cur, grad_out)
-        out = [None, None, None, None, None]
+        out = [None, None, None, None, None, None]
         gx = grads[0]
         out[1] = _from_capsule(gx) if gx is not None and ctx.x_requires_grad else None
         out.extend(_from_capsule(g) if g is not None else None for g in grads[1:])
@@ -210,7 +236,10 @@ class Attention(_torch.nn.Module):
                             % key_padding_mask.dtype)
         cur = _cf_stream_enter(x)
         # Under torch.no_grad() (inference) cf records no graph for the call (PyTorch will ask for no backward).
-        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), _torch.is_grad_enabled(), *self._params)
+        # Under torch.autocast, cf's autocast in the same dtype (its per-op policy is PyTorch's: products in
+        # 16 bits, softmax statistics and norms in float32); the parameters stay float32 master weights.
+        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), _torch.is_grad_enabled(),
+                                     _autocast_dtype(x), *self._params)
         _cf_stream_leave(cur, x)
         return y
 

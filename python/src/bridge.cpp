@@ -96,11 +96,14 @@ class AttentionBridge {
 
   // record: whether PyTorch may ask for this call's backward (its grad mode was on at the call);
   // under torch.no_grad() (inference) cf records no graph, so the call keeps no saved tensors.
+  // autocast: PyTorch's autocast dtype for x's device when its autocast is on at the call;
+  // the forward runs under cf's own autocast in it (cf's backward needs none: the casts are nodes).
   std::pair<nb::object, std::shared_ptr<Tape>> forward(const Tensor& x, std::optional<Tensor> mask, bool causal,
-                                                       bool record) {
+                                                       bool record, std::optional<cf::DType> autocast) {
     auto tape = std::make_shared<Tape>();
     {
       nb::gil_scoped_release g;
+      cf::AutocastGuard cast(autocast);
       // PyTorch runs Function.forward under its own no_grad, which is not cf's;
       // cf's grad mode here is PyTorch's at the call, whatever the caller's cf grad mode.
       struct GradMode {
@@ -205,13 +208,15 @@ void bind_bridge(nb::module_& m) {
       .def("buffers_written", &AttentionBridge::buffers_written)
       .def("on_train_step", &AttentionBridge::on_train_step, release_gil())
       .def("forward",
-           [](AttentionBridge& br, nb::handle x, nb::handle mask, bool causal, bool record) {
+           [](AttentionBridge& br, nb::handle x, nb::handle mask, bool causal, bool record,
+              std::optional<cf::DType> autocast) {
              Tensor xt = from_dlpack_object(x, false);
              std::optional<Tensor> mt;
              if (!mask.is_none()) mt = from_dlpack_object(mask, true);  // a bool mask viewed as uint8
-             return br.forward(xt, mt, causal, record);
+             return br.forward(xt, mt, causal, record, autocast);
            },
-           nb::arg("x"), nb::arg("mask").none(), nb::arg("causal"), nb::arg("record") = true)
+           nb::arg("x"), nb::arg("mask").none(), nb::arg("causal"), nb::arg("record") = true,
+           nb::arg("autocast").none() = nb::none())
       .def("backward",
            [](AttentionBridge& br, Tape& tape, nb::handle g) { return br.backward(tape, from_dlpack_object(g, false)); },
            nb::arg("tape"), nb::arg("grad_output"))

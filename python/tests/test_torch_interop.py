@@ -263,6 +263,30 @@ def test_distributed_data_parallel_broadcasts_cf_buffers(tmp_path):
     assert torch.equal(r0["end"]["attention.bank.centroids"], r1["end"]["attention.bank.centroids"])
 
 
+@pytest.mark.parametrize("variant,options", [("full", {}), ("neural-clustering", {"clusters": 2}),
+                                             ("clustered", {"clusters": 3, "hash_seed": 1})])
+def test_under_torch_autocast_the_layer_runs_cf_autocast(variant, options):
+    # before, a float32 layer under torch.autocast failed on the 16-bit input ("[Linear] input is
+    # bfloat16 but weights are float32"), and a float32 input ran in float32, ignoring autocast
+    layer = cf.torch.Attention(variant, d_model=8, n_heads=2, seed=0, aux_weights={}, **options).eval()
+    twin = cf.nn.MultiHeadAttention(variant, d_model=8, n_heads=2, generator=cf.Generator(0), **options).train(False)
+    x = torch.randn(2, 12, 8)
+    y32 = layer(x)
+    twin(cf.from_dlpack(x))  # the same calls on both (a variant may draw from its generator per call)
+    for x_in in (x, x.bfloat16()):  # float32 input, or the 16-bit output of an autocast layer before it
+        x_in = x_in.detach().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = layer(x_in)
+        with cf.autocast(cf.bfloat16):
+            y_cf = torch.from_dlpack(twin(cf.from_dlpack(x_in.detach())).detach())
+        assert y.dtype == y_cf.dtype and torch.equal(y, y_cf)  # exactly cf's own autocast
+        assert not torch.equal(y.float(), y32) and torch.allclose(y.float(), y32, atol=0.05)  # 16-bit products ran
+        y.float().square().sum().backward()
+        assert x_in.grad.dtype == x_in.dtype and layer.w_q_weight.grad.dtype == torch.float32
+        assert torch.isfinite(x_in.grad.float()).all() and layer.w_q_weight.grad.abs().sum() > 0
+        layer.zero_grad()
+
+
 class Classifier(torch.nn.Module):
     """Token embedding (torch) -> cf attention -> mean pool -> linear head (torch)."""
 
@@ -280,7 +304,8 @@ class Classifier(torch.nn.Module):
         return self.head(h.mean(1))
 
 
-def test_small_pytorch_classifier_trains_with_cf_attention():
+@pytest.mark.parametrize("autocast", [False, True])
+def test_small_pytorch_classifier_trains_with_cf_attention(autocast):
     # label: does token 1 occur before token 2 in the sequence (order matters, so attention is needed)
     torch.manual_seed(0)
     n, length = 256, 12
@@ -295,7 +320,8 @@ def test_small_pytorch_classifier_trains_with_cf_attention():
     before = [p.detach().clone() for p in model.attn.parameters()]
     first_loss = None
     for step in range(150):
-        loss = torch.nn.functional.cross_entropy(model(ids), labels)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):  # bf16 products, float32 weights
+            loss = torch.nn.functional.cross_entropy(model(ids), labels)
         opt.zero_grad()
         loss.backward()
         opt.step()
