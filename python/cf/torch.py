@@ -41,6 +41,7 @@ CUDA streams: cf runs on the legacy default stream. When PyTorch's current
 stream is another one, the two are ordered with events (no host wait).
 """
 import torch as _torch
+from torch.autograd.function import once_differentiable as _once_differentiable
 from torch.utils import dlpack as _dlpack
 
 from . import _cf
@@ -111,6 +112,7 @@ class _AttentionFunction(_torch.autograd.Function):
         return _from_capsule(out)
 
     @staticmethod
+    @_once_differentiable  # cf's backward is not itself recorded: a second derivative raises, not a silent 0
     def backward(ctx, grad_out):
         # ctx.tape (the cf graph of this call) lives as long as PyTorch keeps ctx
         cur = _cf_stream_enter(grad_out)

@@ -178,6 +178,17 @@ def test_deepcopy_and_torch_save_of_the_module():
     assert torch.equal(loaded(x.double()), layer(x.double()))
 
 
+def test_a_second_derivative_through_the_layer_raises():
+    # cf's backward is not recorded for a second one: with other layers on the path (a gradient
+    # penalty), a double backward gave their part and silently a 0 for cf's; now it raises
+    layer = cf.torch.Attention("full", d_model=8, n_heads=2, seed=0)
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(2, 6, 8, requires_grad=True)
+    g, = torch.autograd.grad((lin(x) + layer(x)).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        g.square().sum().backward()
+
+
 def _cf_buffer_views(layer):
     """cf's own buffer tensors (not the torch module's), as torch views."""
     return {name: torch.from_dlpack(t) for name, t in layer.cf_module.named_buffers()}
