@@ -14,9 +14,14 @@ sharing memory with cf's: optimizers, state_dict, .to(device) and .double() work
 as for any PyTorch layer. (Assigning `param.data = ...` by hand breaks the
 sharing; use copy_ or load_state_dict, which write in place.) train() and eval()
 reach the cf module: attention dropout and the variants' training-only steps
-follow PyTorch's mode. cf's buffers (routing's centroids, Cluster-Former's
-memory bank) are torch buffers sharing cf's memory in the same way, so
-state_dict(), .to() and DistributedDataParallel's buffer broadcast see them.
+follow PyTorch's mode. cf's buffers that all ranks must share (routing's
+centroids, a Cluster-Former memory bank's centroids) are torch buffers sharing
+cf's memory in the same way, so state_dict(), .to() and DistributedDataParallel's
+buffer broadcast see them: every rank attends with rank 0's centroids. A memory
+bank's stored states and counters stay per rank (as with cf's own
+DistributedDataParallel; broadcasting 100000 x d states each step would cost more
+than the step), in state_dict() and load_state_dict() all the same; the K-Means
+of ranks other than 0 is then overwritten by rank 0's at the next forward.
 copy.deepcopy and torch.save / torch.load of the module work (the copy rebuilds
 its cf module around the copied parameters and buffers). Under torch.no_grad()
 or inference_mode, cf records no graph for the call.
@@ -130,8 +135,8 @@ class Attention(_torch.nn.Module):
     d_model, n_heads, **options) run by cf's kernels inside PyTorch's autograd.
 
     forward(x, key_padding_mask=None, causal=False): self-attention on x
-    (B, N, d_model), float32 or float64, CPU or CUDA; key_padding_mask bool
-    (B, N), True = padding. Returns (B, N, d_model).
+    (B, N, d_model), float32 or float64 (or 16-bit under torch.autocast), CPU or
+    CUDA; key_padding_mask bool (B, N), True = padding. Returns (B, N, d_model).
     """
 
     def __init__(self, type, d_model, n_heads=1, *, seed=None, bias=True, aux_weights=None, mu=1e-3, nu=1e-3,
@@ -150,12 +155,14 @@ class Attention(_torch.nn.Module):
             pname = name.replace(".", "_")
             self.register_parameter(pname, _torch.nn.Parameter(_from_capsule(cap)))
             self._param_names.append(pname)
-        self._buffer_names = []
-        for name, cap, persistent in self._bridge.buffer_capsules():
-            bname = name.replace(".", "_")
-            self.register_buffer(bname, _from_capsule(cap), persistent=persistent)
-            self._buffer_names.append(bname)
-        self._params = self._cf_params()
+        # cf's shared buffers become torch buffers aliasing cf's memory; the rank-local ones (a memory
+        # bank's stored states and counters) stay cf's, in state_dict only (bridge.cpp, buffer_capsules)
+        self._buffer_names = {}  # torch buffer name -> cf name
+        for name, cap, persistent, local in self._bridge.buffer_capsules():
+            if not local:
+                self.register_buffer(name.replace(".", "_"), _from_capsule(cap), persistent=persistent)
+                self._buffer_names[name.replace(".", "_")] = name
+        self._params, self._bound_buffers = self._slots()
         self._buffer_versions = self._torch_buffer_versions()
 
     def _build_cf(self):
@@ -171,52 +178,111 @@ class Attention(_torch.nn.Module):
     # torch tensors, in their dtype and on their device.
     def __getstate__(self):
         state = self.__dict__.copy()
-        for k in ("cf_module", "_bridge", "_params", "_last_tape"):
+        for k in ("cf_module", "_bridge", "_params", "_bound_buffers", "_last_tape"):
             state.pop(k, None)
+        state["_cf_local_values"] = {name: t.clone() for name, t in self._cf_local_buffers()}
         return state
 
     def __setstate__(self, state):
+        local = state.pop("_cf_local_values", {})
         self.__dict__.update(state)
         self._build_cf()
         self._bind()
+        with _torch.no_grad():
+            for name, t in self._cf_local_buffers():
+                if name in local:
+                    t.copy_(local[name])
         self.cf_module.train(self.training)
 
+    def _slots(self):
+        """The tensors in the module's parameter and shared-buffer slots now: (params, buffers)."""
+        if "_attr_to_path" in self.__dict__:  # PyTorch 1.x's functional_call swaps them by attribute
+            return [getattr(self, n) for n in self._param_names], [getattr(self, n) for n in self._buffer_names]
+        return [self._parameters[n] for n in self._param_names], [self._buffers[n] for n in self._buffer_names]
+
     def _bind(self):
-        """Make cf's parameters and buffers alias PyTorch's current tensors."""
-        self._params = self._cf_params()
-        self._bridge.bind([_to_capsule(p.detach()) for p in self._params],
-                          [_to_capsule(b) for b in self._cf_buffers()])
+        """Make cf's parameters and shared buffers alias the tensors in the module's slots."""
+        params, buffers = self._slots()
+        self._bridge.bind([_to_capsule(p.detach()) for p in params],
+                          {cf_name: _to_capsule(b) for cf_name, b in zip(self._buffer_names.values(), buffers)})
+        self._params, self._bound_buffers = params, buffers
         self._buffer_versions = self._torch_buffer_versions()
+
+    def _rebind_if_replaced(self):
+        # load_state_dict(assign=True), functional_call and the like put other tensors in the
+        # module's slots: cf must read those (one identity test per tensor, each call)
+        params, buffers = self._slots()
+        if any(a is not b for a, b in zip(self._params + self._bound_buffers, params + buffers)):
+            self._bind()
 
     @property
     def last_aux_loss(self):
         """The weighted auxiliary losses of the last call (0.0 when none)."""
         return self._last_tape.aux_loss if self._last_tape is not None else 0.0
 
-    def _cf_params(self):
-        return [self._parameters[n] for n in self._param_names]
-
-    def _cf_buffers(self):
-        return [self._buffers[n] for n in self._buffer_names]
+    def _cf_local_buffers(self):
+        """(state-dict name, torch view of cf's tensor) of each persistent rank-local cf buffer."""
+        return [(name.replace(".", "_"), _from_capsule(cap))
+                for name, cap, persistent, local in self._bridge.buffer_capsules() if local and persistent]
 
     def _torch_buffer_versions(self):
-        return tuple(b._version for b in self._cf_buffers())
+        # (a tensor made under inference_mode has no version counter: None, read as "maybe written")
+        return tuple(None if b.is_inference() else b._version for b in self._bound_buffers)
 
     def _note_torch_writes(self):
         # PyTorch's in-place writes into the shared buffers (load_state_dict, DistributedDataParallel's
         # broadcast, a user's copy_) bump PyTorch's version counters, not cf's: pass them on, so
-        # that what cf caches from its buffers (the memory bank's step count) is read again.
+        # that what cf caches from its buffers is read again.
         versions = self._torch_buffer_versions()
-        if versions != self._buffer_versions:
-            self._bridge.buffers_written()
+        written = [cf_name for cf_name, v, seen in zip(self._buffer_names.values(), versions, self._buffer_versions)
+                   if v is None or v != seen]
+        if written:
+            self._bridge.buffers_written(written)
             self._buffer_versions = versions
+
+    # The rank-local buffers are state too: state_dict holds copies, load_state_dict writes into cf's
+    # tensors (and tells cf they were written: the memory bank's cached step count is read again).
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name, t in self._cf_local_buffers():
+            destination[prefix + name] = t.clone()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        self._rebind_if_replaced()  # a load that assigned new tensors (PyTorch >= 2.1's assign=True)
+        for name, t in self._cf_local_buffers():
+            key = prefix + name
+            if key in unexpected_keys:  # PyTorch's own check does not know them
+                unexpected_keys.remove(key)
+            if key not in state_dict:
+                if strict:
+                    missing_keys.append(key)
+                continue
+            value = state_dict[key]
+            if value.shape != t.shape:
+                error_msgs.append("size mismatch for %s: copying a param with shape %s from checkpoint, the shape "
+                                  "in current model is %s." % (key, tuple(value.shape), tuple(t.shape)))
+                continue
+            with _torch.no_grad():
+                t.copy_(value)
+        self._note_torch_writes()
+        local = [name for name, _, _, is_local in self._bridge.buffer_capsules() if is_local]
+        if local:
+            self._bridge.buffers_written(local)
 
     def on_train_step(self):
         """Count one training step (call it once per optimizer step): a Cluster-Former memory bank
         re-clusters its stored states by K-Means every `update_every` steps (Cluster-Former,
         Algorithm 1). Returns how many banks re-clustered (0 for the variants without one)."""
+        self._rebind_if_replaced()
         self._note_torch_writes()
-        return self._bridge.on_train_step()
+        anchor = self._params[0]
+        cur = _cf_stream_enter(anchor)
+        n = self._bridge.on_train_step()
+        _cf_stream_leave(cur, anchor)
+        return n
 
     def train(self, mode=True):
         """PyTorch's train()/eval(), passed on to the cf module: attention dropout and the
@@ -236,6 +302,7 @@ class Attention(_torch.nn.Module):
         if key_padding_mask is not None and key_padding_mask.dtype != _torch.bool:
             raise TypeError("[cf.torch.Attention] key_padding_mask must be bool (True = padding), got %s"
                             % key_padding_mask.dtype)
+        self._rebind_if_replaced()
         cur = _cf_stream_enter(x)
         # Under torch.no_grad() (inference) cf records no graph for the call (PyTorch will ask for no backward).
         # Under torch.autocast, cf's autocast in the same dtype (its per-op policy is PyTorch's: products in

@@ -47,24 +47,30 @@ class AttentionBridge {
     return out;
   }
 
-  // The buffers (routing's centroids, Cluster-Former's memory bank; persistent or not) as
-  // (name, capsule, persistent), in named_buffers order: torch.py registers them as torch
-  // buffers sharing cf's memory, so state_dict, .to() and DistributedDataParallel's buffer
-  // broadcast see them.
+  // The buffers as (name, capsule, persistent, rank_local), in named_buffers order. torch.py
+  // registers the shared ones (routing's centroids, a memory bank's centroids) as torch buffers
+  // aliasing cf's memory, so DistributedDataParallel broadcasts them and every rank attends with
+  // rank 0's. A memory bank's stored states and their counters are rank-local: each rank keeps
+  // its own (as cf's own DistributedDataParallel does), and broadcasting the bank (capacity x d,
+  // 100000 x d by default) every step would cost far more than the step; torch.py keeps them in
+  // state_dict only.
   nb::list buffer_capsules() const {
     const std::vector<std::string> persistent = mha_->persistent_buffer_names();
+    const std::vector<std::string> local = rank_local_buffers();
+    auto has = [](const std::vector<std::string>& v, const std::string& n) {
+      return std::find(v.begin(), v.end(), n) != v.end();
+    };
     nb::list out;
-    for (auto& [name, t] : mha_->named_buffers()) {
-      const bool keep = std::find(persistent.begin(), persistent.end(), name) != persistent.end();
-      out.append(nb::make_tuple(name, to_capsule(t, false), keep));
-    }
+    for (auto& [name, t] : mha_->named_buffers())
+      out.append(nb::make_tuple(name, to_capsule(t, false), has(persistent, name), has(local, name)));
     return out;
   }
 
-  // After PyTorch moved or converted its parameters and buffers (Module._apply, or a copy's
-  // __setstate__): make cf's parameters and buffers alias the given tensors (cf converts its
-  // own first, so the checks of dtype and shape compare like with like).
-  void bind(const std::vector<Tensor>& params, const std::vector<Tensor>& buffers) {
+  // After PyTorch moved or converted its parameters and buffers (Module._apply, a copy's
+  // __setstate__, a load that assigned new tensors): make cf's parameters and the shared buffers
+  // alias the given tensors; the rank-local buffers stay cf's own (converted or moved by cf).
+  // Checked before anything is bound, so a refused binding changes nothing.
+  void bind(const std::vector<Tensor>& params, const std::map<std::string, Tensor>& shared_buffers) {
     std::vector<Tensor> old = mha_->parameters();
     CF_CHECK(params.size() == old.size(), ValueError, "[cf.torch.Attention] ", params.size(),
              " parameters given for ", old.size());
@@ -72,16 +78,36 @@ class AttentionBridge {
       if (params[0].dtype() != old[0].dtype()) mha_->to(params[0].dtype());
       if (params[0].device() != old[0].device()) mha_->to(params[0].device());
     }
-    mha_->set_parameters(params);
-    mha_->set_buffers(buffers);
+    std::vector<Tensor> buffers;
+    size_t used = 0;
+    for (auto& [name, t] : mha_->named_buffers()) {
+      auto it = shared_buffers.find(name);
+      used += it != shared_buffers.end();
+      buffers.push_back(it != shared_buffers.end() ? it->second : t);
+    }
+    CF_CHECK(used == shared_buffers.size(), ValueError, "[cf.torch.Attention] ", shared_buffers.size() - used,
+             " of the given buffers are not the module's");
+    const std::vector<Tensor> old_buffers = [&] {
+      std::vector<Tensor> v;
+      for (auto& e : mha_->named_buffers()) v.push_back(e.second);
+      return v;
+    }();
+    mha_->set_buffers(buffers);  // checks all, then binds
+    try {
+      mha_->set_parameters(params);
+    } catch (...) {
+      mha_->set_buffers(old_buffers);
+      throw;
+    }
     params_ = mha_->parameters();
   }
 
-  // PyTorch wrote into the buffers (load_state_dict, a DistributedDataParallel broadcast):
-  // cf's version counters did not see it, so mark them written; state cached from them
-  // (the memory bank's host copy of its step count) is read again.
-  void buffers_written() {
-    for (auto& [name, t] : mha_->named_buffers()) t.bump_version();
+  // PyTorch wrote into these buffers (load_state_dict, a DistributedDataParallel broadcast):
+  // cf's version counters did not see it, so mark them written; state cached from them (the
+  // memory bank's host copy of its step count) is read again. Empty: every buffer.
+  void buffers_written(const std::vector<std::string>& names) {
+    for (auto& [name, t] : mha_->named_buffers())
+      if (names.empty() || std::find(names.begin(), names.end(), name) != names.end()) t.bump_version();
   }
 
   // One training step done: each memory bank counts it and re-clusters when due
@@ -158,6 +184,15 @@ class AttentionBridge {
   std::shared_ptr<cnn::MultiHeadAttention> module() const { return mha_; }
 
  private:
+  // The stored states and counters of each memory bank (see buffer_capsules).
+  std::vector<std::string> rank_local_buffers() const {
+    std::vector<std::string> out;
+    for (auto& [name, m] : mha_->named_modules())
+      if (dynamic_cast<cnn::MemoryBank*>(m))
+        for (const char* b : {"memory", "counters"}) out.push_back(name.empty() ? b : name + "." + b);
+    return out;
+  }
+
   std::shared_ptr<cnn::MultiHeadAttention> mha_;
   std::map<std::string, double> aux_weights_;
   std::vector<Tensor> params_;  // the module's parameter tensors (leaves that require grad)
@@ -198,14 +233,15 @@ void bind_bridge(nb::module_& m) {
       .def("parameter_capsules", &AttentionBridge::parameter_capsules)
       .def("buffer_capsules", &AttentionBridge::buffer_capsules)
       .def("bind",
-           [](AttentionBridge& br, nb::list params, nb::list buffers) {
-             std::vector<Tensor> ps, bs;
+           [](AttentionBridge& br, nb::list params, nb::dict buffers) {
+             std::vector<Tensor> ps;
+             std::map<std::string, Tensor> bs;
              for (nb::handle c : params) ps.push_back(from_dlpack_object(c, false));
-             for (nb::handle c : buffers) bs.push_back(from_dlpack_object(c, false));
+             for (auto [name, c] : buffers) bs[nb::cast<std::string>(name)] = from_dlpack_object(c, false);
              br.bind(ps, bs);
            },
            nb::arg("params"), nb::arg("buffers"))
-      .def("buffers_written", &AttentionBridge::buffers_written)
+      .def("buffers_written", &AttentionBridge::buffers_written, nb::arg("names") = std::vector<std::string>())
       .def("on_train_step", &AttentionBridge::on_train_step, release_gil())
       .def("forward",
            [](AttentionBridge& br, nb::handle x, nb::handle mask, bool causal, bool record,

@@ -196,18 +196,41 @@ def _cf_buffer_views(layer):
 
 def test_cf_buffers_are_torch_buffers_sharing_cf_memory():
     layer = cf.torch.Attention("cluster-former", d_model=8, n_heads=2, seed=0, save_memory=False)
-    names = ["attention_bank_memory", "attention_bank_centroids", "attention_bank_counters"]
-    assert [n for n, _ in layer.named_buffers()] == names
-    assert "attention_bank_memory" not in layer.state_dict()  # save_memory=False: not persistent, as in cf
+    # the bank's centroids are shared by all ranks: a torch buffer; its stored states and counters
+    # are per rank: cf's own, in state_dict (the states only when save_memory)
+    assert [n for n, _ in layer.named_buffers()] == ["attention_bank_centroids"]
+    assert [k for k in layer.state_dict() if "bank" in k] == ["attention_bank_centroids", "attention_bank_counters"]
     for dtype_change in (None, "double"):
         if dtype_change:
             layer.double()
-        cf_views = _cf_buffer_views(layer)
-        for n in names:
-            assert layer.get_buffer(n).data_ptr() == cf_views[n.replace("attention_bank_", "attention.bank.")].data_ptr()
-    assert layer.attention_bank_memory.dtype == torch.float64 and layer.attention_bank_counters.dtype == torch.int64
-    layer(torch.randn(2, 16, 8, dtype=torch.float64))  # a training forward stores states: torch sees cf's writes
-    assert layer.attention_bank_counters[0].item() == 32 and layer.attention_bank_memory[:32].abs().sum() > 0
+        assert layer.attention_bank_centroids.data_ptr() == _cf_buffer_views(layer)["attention.bank.centroids"].data_ptr()
+    assert layer.attention_bank_centroids.dtype == torch.float64
+    layer(torch.randn(2, 16, 8, dtype=torch.float64))  # a training forward stores 32 states
+    assert layer.state_dict()["attention_bank_counters"][0].item() == 32
+    # a tensor put in the buffer's slot (load_state_dict(assign=True), functional_call) is what cf reads
+    routing = cf.torch.Attention("routing", d_model=8, n_heads=2, seed=0).eval()
+    x = torch.randn(2, 16, 8)
+    before = routing(x)
+    routing.attention_centroids = torch.nn.functional.normalize(torch.randn_like(routing.attention_centroids), dim=-1)
+    assert not torch.equal(routing(x), before)
+    assert _cf_buffer_views(routing)["attention.centroids"].data_ptr() == routing.attention_centroids.data_ptr()
+
+
+def test_functional_call_and_construction_under_inference_mode():
+    from torch.nn.utils import stateless
+    layer = cf.torch.Attention("routing", d_model=8, n_heads=2, seed=0).eval()
+    other = cf.torch.Attention("routing", d_model=8, n_heads=2, seed=1).eval()
+    x = torch.randn(2, 16, 8)
+    mine = layer(x)
+    swapped = stateless.functional_call(layer, dict(other.named_parameters(), **dict(other.named_buffers())), (x,))
+    assert torch.equal(swapped, other(x))  # cf ran with the given tensors
+    assert torch.equal(layer(x), mine)  # and with the module's own again after
+    import copy
+    with torch.inference_mode():  # tensors made here have no version counter
+        made = cf.torch.Attention("cluster-former", d_model=8, n_heads=2, seed=0)
+        twin = copy.deepcopy(made)
+        assert made.on_train_step() == 0 and twin.on_train_step() == 0
+        assert torch.equal(made.eval()(x), twin.eval()(x))
 
 
 def test_on_train_step_reclusters_the_memory_bank_and_counts_on_from_a_loaded_state():
@@ -223,7 +246,7 @@ def test_on_train_step_reclusters_the_memory_bank_and_counts_on_from_a_loaded_st
     for _ in range(3):
         a(x)
         a.on_train_step()
-    assert a.attention_bank_counters[2:].tolist() == [5, 2]  # steps, updates
+    assert a.state_dict()["attention_bank_counters"][2:].tolist() == [5, 2]  # steps, updates
     # a model that stepped twice loads a state of 5 steps: it counts on from 5 (before, from its
     # own cached 2, as PyTorch's write bypassed cf's version counters)
     b = make(1)
@@ -232,7 +255,7 @@ def test_on_train_step_reclusters_the_memory_bank_and_counts_on_from_a_loaded_st
         b.on_train_step()
     b.load_state_dict(a.state_dict())
     assert b.on_train_step() == 1  # step 6: due
-    assert b.attention_bank_counters[2:].tolist() == [6, 3]
+    assert b.state_dict()["attention_bank_counters"][2:].tolist() == [6, 3]
     assert cf.torch.Attention("routing", d_model=8, n_heads=2, seed=0).on_train_step() == 0  # no bank
 
 
@@ -259,19 +282,22 @@ def _ddp_worker(rank, world, init_file, out_dir):
 
 @pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
                     reason="torch.distributed with gloo not available")
-def test_distributed_data_parallel_broadcasts_cf_buffers(tmp_path):
-    # before, cf's buffers were not torch buffers: DDP left each rank's memory bank (and routing's
-    # centroids) its own, and the ranks re-clustered at different steps
+def test_distributed_data_parallel_broadcasts_the_shared_cf_buffers(tmp_path):
+    # before, cf's buffers were not torch buffers: DDP left each rank attending with its own bank
+    # centroids (and routing centroids)
     torch.multiprocessing.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2)
     r0, r1 = (torch.load(tmp_path / ("rank%d.pt" % r)) for r in (0, 1))
-    for name, t in r0["start"].items():
-        assert torch.equal(r1["start"][name], t), name  # cf's own tensors got rank 0's values
-    assert r0["start"]["attention.bank.counters"][2:].tolist() == [3, 1]
-    # steps 4 (due: K-Means on each rank's own states) and 5 on both ranks, counted from rank 0's 3
-    for r in (r0, r1):
-        assert r["end"]["attention.bank.counters"][2:].tolist() == [5, 2]
-    # the centroids were broadcast before the last forward and step 5 re-clustered nothing
-    assert torch.equal(r0["end"]["attention.bank.centroids"], r1["end"]["attention.bank.centroids"])
+    c = "attention.bank.centroids"
+    assert torch.equal(r1["start"][c], r0["start"][c])  # cf's own tensor got rank 0's values
+    # the stored states and counters stay each rank's own (not broadcast)
+    assert r0["start"]["attention.bank.counters"].tolist() == [64, 32, 3, 1]  # held, next row, steps, updates
+    assert r1["start"]["attention.bank.counters"].tolist() == [32, 32, 1, 0]
+    assert not torch.equal(r0["start"]["attention.bank.memory"], r1["start"]["attention.bank.memory"])
+    # two more steps each: rank 0 re-clusters at its step 4, rank 1 at its step 2
+    assert r0["end"]["attention.bank.counters"].tolist() == [64, 32, 5, 2]
+    assert r1["end"]["attention.bank.counters"].tolist() == [64, 32, 3, 1]
+    # rank 1's K-Means result was replaced by rank 0's centroids at the last forward's broadcast
+    assert torch.equal(r0["end"][c], r1["end"][c])
 
 
 @pytest.mark.parametrize("variant,options", [("full", {}), ("neural-clustering", {"clusters": 2}),
