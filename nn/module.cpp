@@ -86,7 +86,9 @@ std::vector<Module::Distinct> Module::distinct(bool params) const {
     if (is_param != params || !t->defined()) return;
     auto it = std::find(seen.begin(), seen.end(), t->impl_ptr());
     if (it != seen.end()) {
-      out[size_t(it - seen.begin())].slots.push_back(t);
+      Distinct& d = out[size_t(it - seen.begin())];
+      d.slots.push_back(t);
+      d.persistent = d.persistent || persistent;  // in the state dict under any persistent name
       return;
     }
     seen.push_back(t->impl_ptr());
@@ -232,7 +234,8 @@ void Module::replace(bool params, const std::vector<Tensor>& values, const char*
   for (size_t i = 0; i < slots.size(); ++i) {
     const Tensor& v = values[i];
     const Tensor& t = *slots[i].slots[0];
-    CF_CHECK(v.defined() && v.shape() == t.shape() && v.dtype() == t.dtype(), ValueError, "[", op, "] '",
+    CF_CHECK(v.defined() && v.shape() == t.shape() && v.dtype() == t.dtype() && v.device() == t.device(),
+             ValueError, "[", op, "] '",
              slots[i].name, "' is ", t.describe(), ", got ", v.defined() ? v.describe() : std::string("undefined"));
   }
   for (size_t i = 0; i < slots.size(); ++i)

@@ -57,7 +57,7 @@ class Module {
   void to(Device device);
   void zero_grad();
   // Replaces the parameter tensors, in named_parameters() order, by `values`
-  // (same count, shapes and dtypes), used as given: no copy, no detach. This
+  // (same count, shapes, dtypes and devices), used as given: no copy, no detach. This
   // evaluates the module at other parameter values (gradcheck does so); restore
   // the old ones with set_parameters(old) where old = parameters().
   void set_parameters(const std::vector<Tensor>& values);

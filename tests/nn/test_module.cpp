@@ -205,6 +205,14 @@ TEST_CASE("a shared submodule stays shared through to(dtype) and to(device) - se
   CHECK(tied.a.impl_ptr() == tied.b.impl_ptr());
   tied.set_buffers({Tensor::ones({3}, kFloat64)});
   CHECK(tied.a.impl_ptr() == tied.b.impl_ptr());
+  // a tensor under a non-persistent and a persistent name is in the state dict: persistent
+  Open mixed;
+  mixed.a = Tensor::zeros({2});
+  mixed.b = mixed.a;
+  mixed.register_buffer("a", &mixed.a, /*persistent=*/false);
+  mixed.register_buffer("b", &mixed.b);
+  CHECK(mixed.persistent_buffer_names() == std::vector<std::string>{"a"});
+  CHECK(names(mixed.state_dict()) == std::vector<std::string>{"b"});
   // set_buffers: given tensors used as they are, in named_buffers() order
   Tensor counter = Tensor::full({1}, 7.0, kInt64), cache = Tensor::ones({4}, kFloat64);
   twice.set_buffers({counter, cache});
