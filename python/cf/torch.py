@@ -307,8 +307,10 @@ class Attention(_torch.nn.Module):
         # Under torch.no_grad() (inference) cf records no graph for the call (PyTorch will ask for no backward).
         # Under torch.autocast, cf's autocast in the same dtype (its per-op policy is PyTorch's: products in
         # 16 bits, softmax statistics and norms in float32); the parameters stay float32 master weights.
-        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), _torch.is_grad_enabled(),
-                                     _autocast_dtype(x), *self._params)
+        # With nothing that requires grad (a frozen layer on a constant input) there is no backward either.
+        record = _torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self._params))
+        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), record, _autocast_dtype(x),
+                                     *self._params)
         _cf_stream_leave(cur, x)
         return y
 

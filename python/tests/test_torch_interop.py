@@ -151,6 +151,12 @@ def test_no_grad_inference_records_no_cf_graph():
     with torch.inference_mode():
         assert torch.equal(layer(x), y.detach())
     assert not layer._last_tape.recorded
+    # nor for a frozen layer on an input that needs no gradient; an input that does needs the graph
+    layer.requires_grad_(False)
+    assert torch.equal(layer(x), y.detach()) and not layer._last_tape.recorded
+    xg = x.clone().requires_grad_()
+    layer(xg).sum().backward()
+    assert layer._last_tape.recorded and xg.grad is not None and layer.w_q_weight.grad is None
 
 
 def test_deepcopy_and_torch_save_of_the_module():
