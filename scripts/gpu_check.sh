@@ -5,8 +5,12 @@
 # counts. Each stage has its own time limit so that a hang in one still returns the others' logs.
 #
 #   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo,
-#                                                  bf16, peers-full, block, mma, lm, approx, longdoc
+#                                                  bf16, peers-full, block, mma, lm, approx, longdoc, python
 #
+# python (after build): cf's Python package built for the GPU machine's python3 (3.12 with torch 2.11, nanobind
+# and pytest in its image) and the whole pytest suite run there: the CUDA DLPack tests, cf.torch.Attention on
+# CUDA (streams, autocast on CUDA), and PyTorch >= 2.4's forms of the autocast queries, none of which the CPU
+# machine's PyTorch 1.13 reaches (log in $OUT/pytest.log);
 # scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), issue 24's
 # LSH-8 peak memory at N = 16384 and 65536, and clustered attention's fused and dense centroid paths;
 # demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs;
@@ -91,6 +95,23 @@ if has test; then
   note "ctest with CF_BLOCK_ATTENTION_PATH=gemm rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed|tests failed' "$OUT/ctest-block-gemm.log" | tail -1)"
   # The host round trips each attention variant still makes (printed, not failed).
   timeout 60 "$B/tests/cf_tests" "-tc=cuda: host round trips*" -s > "$OUT/roundtrips.log" 2>&1
+fi
+
+if has python; then
+  t0=$(date +%s)
+  PY=$(command -v python3)
+  { cmake -S . -B "$B" -DCF_PYTHON=ON -DPython_EXECUTABLE="$PY" &&
+    timeout 300 cmake --build "$B" -j "$(nproc)" --target cf_python; } > "$OUT/python-build.log" 2>&1
+  rc=$?
+  note "python package build ($("$PY" --version 2>&1)) rc=$rc in $(( $(date +%s) - t0 )) s"
+  if [ $rc -eq 0 ]; then
+    t0=$(date +%s)
+    PYTHONPATH="$B/python" PYTHONUNBUFFERED=1 timeout 300 "$PY" -m pytest -q -p no:cacheprovider -rs python/tests \
+      > "$OUT/pytest.log" 2>&1
+    note "pytest rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E 'passed|failed' "$OUT/pytest.log" | tail -1)"
+  else
+    tail -20 "$OUT/python-build.log"
+  fi
 fi
 
 if has sanitize; then
