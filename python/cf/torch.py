@@ -185,7 +185,7 @@ class Attention(_torch.nn.Module):
 
     def __setstate__(self, state):
         local = state.pop("_cf_local_values", {})
-        self.__dict__.update(state)
+        super().__setstate__(state)  # PyTorch's, which fills in what a pickle of an older PyTorch lacks
         self._build_cf()
         self._bind()
         with _torch.no_grad():

@@ -178,7 +178,7 @@ def test_deepcopy_and_torch_save_of_the_module():
     buf = io.BytesIO()
     torch.save(layer.double(), buf)
     buf.seek(0)
-    loaded = torch.load(buf)
+    loaded = torch.load(buf, weights_only=False)  # a whole module (PyTorch >= 2.6 loads weights only by default)
     assert loaded.w_q_weight.dtype == torch.float64
     assert torch.equal(loaded.state_dict()["attention_centroids"], layer.state_dict()["attention_centroids"])
     assert torch.equal(loaded(x.double()), layer(x.double()))
@@ -209,7 +209,8 @@ def test_cf_buffers_are_torch_buffers_sharing_cf_memory():
     for dtype_change in (None, "double"):
         if dtype_change:
             layer.double()
-        assert layer.attention_bank_centroids.data_ptr() == _cf_buffer_views(layer)["attention.bank.centroids"].data_ptr()
+        cf_centroids = _cf_buffer_views(layer)["attention.bank.centroids"]
+        assert layer.attention_bank_centroids.data_ptr() == cf_centroids.data_ptr()
     assert layer.attention_bank_centroids.dtype == torch.float64
     layer(torch.randn(2, 16, 8, dtype=torch.float64))  # a training forward stores 32 states
     assert layer.state_dict()["attention_bank_counters"][0].item() == 32
@@ -405,3 +406,32 @@ def test_attention_on_cuda_matches_cpu():
     assert y.is_cuda and torch.allclose(y.cpu(), y_cpu, atol=1e-5)
     y.sum().backward()
     assert layer.w_q_weight.grad.is_cuda
+
+
+@requires_both_cuda
+def test_cuda_buffers_memory_bank_autocast_and_a_side_stream():
+    # cf's buffers follow .cuda() and stay aliased; the memory bank steps on the device; under
+    # torch.autocast("cuda") the layer gives cf's own CUDA autocast result; a call on a side stream
+    # is ordered with it
+    layer = cf.torch.Attention("cluster-former", d_model=16, n_heads=2, seed=0, update_every=1, num_clusters=2,
+                               memory_size=64).cuda()
+    cf_centroids = _cf_buffer_views(layer)["attention.bank.centroids"]
+    assert cf_centroids.is_cuda and cf_centroids.data_ptr() == layer.attention_bank_centroids.data_ptr()
+    x = torch.randn(2, 16, 16, device="cuda")
+    layer(x)
+    assert layer.on_train_step() == 1
+    assert layer.state_dict()["attention_bank_counters"].tolist() == [32, 32, 1, 1]
+    full = cf.torch.Attention("full", d_model=16, n_heads=2, seed=0).cuda().eval()
+    twin = cf.nn.MultiHeadAttention("full", d_model=16, n_heads=2, generator=cf.Generator(0)).train(False)
+    twin.to(cf.Device("cuda:0"))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = full(x)
+    with cf.autocast(cf.bfloat16):
+        y_cf = torch.from_dlpack(twin(cf.from_dlpack(x)).detach())
+    assert y.dtype == y_cf.dtype and torch.equal(y, y_cf)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y_side = full(x * 1.0)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(y_side.float(), full(x).float())
