@@ -88,20 +88,14 @@ _AUTOCAST_BY_DEVICE_TYPE = hasattr(_torch, "get_autocast_dtype")  # PyTorch >= 2
 
 
 def _autocast_dtype(t):
-    """cf's dtype for PyTorch's autocast at this call on t's device, or None when it is off."""
-    kind = t.device.type
+    """cf's dtype for PyTorch's autocast at this call on t's device (CPU or CUDA), or None when it is off."""
+    cuda = t.is_cuda
     if _AUTOCAST_BY_DEVICE_TYPE:
-        on = _torch.is_autocast_enabled(kind)
-        dtype = _torch.get_autocast_dtype(kind) if on else None
-    elif kind == "cuda":
-        on = _torch.is_autocast_enabled()
-        dtype = _torch.get_autocast_gpu_dtype() if on else None
-    elif kind == "cpu":
-        on = _torch.is_autocast_cpu_enabled()
-        dtype = _torch.get_autocast_cpu_dtype() if on else None
-    else:
-        return None
-    return _CF_LOW.get(dtype)
+        kind = "cuda" if cuda else "cpu"
+        return _CF_LOW.get(_torch.get_autocast_dtype(kind)) if _torch.is_autocast_enabled(kind) else None
+    if cuda:
+        return _CF_LOW.get(_torch.get_autocast_gpu_dtype()) if _torch.is_autocast_enabled() else None
+    return _CF_LOW.get(_torch.get_autocast_cpu_dtype()) if _torch.is_autocast_cpu_enabled() else None
 
 
 class _AttentionFunction(_torch.autograd.Function):
@@ -117,8 +111,16 @@ class _AttentionFunction(_torch.autograd.Function):
         return _from_capsule(out)
 
     @staticmethod
-    @_once_differentiable  # cf's backward is not itself recorded: a second derivative raises, not a silent 0
     def backward(ctx, grad_out):
+        # cf's backward is not itself recorded: under create_graph, PyTorch's once_differentiable makes a
+        # second derivative through these gradients raise rather than silently take 0 for cf's part
+        # (only then: its wrapper costs a few microseconds a call).
+        if _torch.is_grad_enabled():
+            return _once_differentiable(_AttentionFunction._backward)(ctx, grad_out)
+        return _AttentionFunction._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx, grad_out):
         # ctx.tape (the cf graph of this call) lives as long as PyTorch keeps ctx
         cur = _cf_stream_enter(grad_out)
         grads = ctx.module._bridge.backward(ctx.tape, _to_cf(grad_out.contiguous()))
@@ -211,6 +213,16 @@ class Attention(_torch.nn.Module):
     def _rebind_if_replaced(self):
         # load_state_dict(assign=True), functional_call and the like put other tensors in the
         # module's slots: cf must read those (one identity test per tensor, each call)
+        if "_attr_to_path" not in self.__dict__:  # the common case, in a loop without lists (about 0.4 us)
+            slots = self._parameters
+            for n, t in zip(self._param_names, self._params):
+                if slots[n] is not t:
+                    return self._bind()
+            slots = self._buffers
+            for n, t in zip(self._buffer_names, self._bound_buffers):
+                if slots[n] is not t:
+                    return self._bind()
+            return None
         params, buffers = self._slots()
         if any(a is not b for a, b in zip(self._params + self._bound_buffers, params + buffers)):
             self._bind()
