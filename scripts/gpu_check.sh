@@ -10,7 +10,8 @@
 # python (after build): cf's Python package built for the GPU machine's python3 (3.12 with torch 2.11, nanobind
 # and pytest in its image) and the whole pytest suite run there: the CUDA DLPack tests, cf.torch.Attention on
 # CUDA (streams, autocast on CUDA), and PyTorch >= 2.4's forms of the autocast queries, none of which the CPU
-# machine's PyTorch 1.13 reaches (log in $OUT/pytest.log);
+# machine's PyTorch 1.13 reaches (log in $OUT/pytest.log); then peers.py's python_add and torch_attention rows
+# (issue 28's per-call overhead) with that PyTorch, in $OUT/peers-python.json;
 # scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), issue 24's
 # LSH-8 peak memory at N = 16384 and 65536, and clustered attention's fused and dense centroid paths;
 # demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs;
@@ -109,6 +110,13 @@ if has python; then
     PYTHONPATH="$B/python" PYTHONUNBUFFERED=1 timeout 300 "$PY" -m pytest -q -p no:cacheprovider -rs python/tests \
       > "$OUT/pytest.log" 2>&1
     note "pytest rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E 'passed|failed' "$OUT/pytest.log" | tail -1)"
+    # Issue 28's per-call overhead with a current PyTorch (its Function floor was above the +20 us target
+    # with Debian's 1.13 on the CPU machine); CPU rows, one thread
+    t0=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout 200 "$PY" apps/bench/peers.py --cf-bench "$B/apps/cf-bench" --cf-python "$B/python" \
+      --only python_add,torch_attention --threads 1 --out "$OUT/peers-python.json" > "$OUT/peers-python.log" 2>&1
+    rc=$?
+    note "peers python_add,torch_attention (torch $("$PY" -c 'import torch; print(torch.__version__)' 2>&1)) rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'us per call over C' "$OUT/peers-python.log" | tr '\n' ' ')"
   else
     tail -20 "$OUT/python-build.log"
   fi
