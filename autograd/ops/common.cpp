@@ -1,7 +1,10 @@
 #include "autograd/ops/common.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
 #include "kernels/elementwise/elementwise.h"
 
 namespace cf::ops {
@@ -76,6 +79,39 @@ void check_inplace(const Tensor& t, const char* op) {
   CF_CHECK(!(grad_enabled() && t.requires_grad()), AutogradError, "[", op,
            "] in-place change of a tensor that requires grad (", t.describe(),
            "); run it under cf::NoGradGuard or on a detach()ed tensor");
+}
+
+void check_no_internal_overlap(const Tensor& t, const char* op) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    CF_CHECK(!(t.strides()[size_t(d)] == 0 && t.shape()[size_t(d)] > 1), ValueError, "[", op, "] the tensor ",
+             t.describe(), " has elements that share memory (stride 0 along axis ", d,
+             ", an expand() view): an in-place write would write them several times; write into a copy "
+             "(contiguous()) instead");
+}
+
+namespace {
+// The bytes [first, last) that t's elements occupy.
+std::pair<const char*, const char*> byte_span(const Tensor& t) {
+  int64_t lo = 0, hi = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t reach = (t.shape()[size_t(d)] - 1) * t.strides()[size_t(d)];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const int64_t es = int64_t(dtype_size(t.dtype()));
+  const char* base = static_cast<const char*>(t.raw_data());
+  return {base + lo * es, base + (hi + 1) * es};
+}
+}  // namespace
+
+Tensor inplace_source(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0 || src.numel() == 0 || dst.device() != src.device()) return src;
+  const auto a = byte_span(dst), b = byte_span(src);
+  if (a.second <= b.first || b.second <= a.first) return src;  // apart
+  const bool same_view = dst.raw_data() == src.raw_data() && dst.shape() == src.shape() &&
+                         dst.strides() == src.strides() && dst.dtype() == src.dtype();
+  if (same_view) return src;  // each element read and then written by the same step
+  NoGradGuard ng;
+  return clone(src);
 }
 
 Tensor scalar_like(const Tensor& t, double v) { return filled({}, v, t.dtype(), t.device()); }

@@ -20,6 +20,13 @@ void check_dtype(const Tensor& t, DType want, const char* op, const char* arg);
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t ndim, const char* op);
 // Refuse in-place writes that would corrupt autograd history.
 void check_inplace(const Tensor& t, const char* op);
+// In-place writes through a view whose elements share memory (a stride 0 over a size above 1, an
+// expand()) would write one element several times: refused, as PyTorch does (fill_ excepted).
+void check_no_internal_overlap(const Tensor& t, const char* op);
+// The source of an in-place write into dst: src itself, or a copy of it when the two share memory
+// other than as the very same view (t[1:] = t[:-1], t += t.T, t += t[0]): the kernels would read
+// elements of src that they already overwrote. NumPy's rule (its result, not an error).
+Tensor inplace_source(const Tensor& dst, const Tensor& src);
 // A 0-d tensor of t's dtype and device holding v.
 Tensor scalar_like(const Tensor& t, double v);
 // A new tensor filled with v on any device (Tensor::full is CPU-only, being in core).

@@ -439,13 +439,15 @@ Tensor& add_(Tensor& t, const Tensor& other, double alpha) {
   CF_CHECK(broadcast_shapes(t.shape(), other.shape(), "add_") == t.shape(), ShapeError,
            "[add_] cannot broadcast ", shape_str(other.shape()), " into ", shape_str(t.shape()));
   CF_CHECK(t.dtype() != kBool, DTypeError, "[add_] is not defined for ", t.describe());
-  kernels::add_scaled(t, other, alpha, t);
+  ops::check_no_internal_overlap(t, "add_");
+  kernels::add_scaled(t, ops::inplace_source(t, other), alpha, t);
   t.bump_version();
   return t;
 }
 
 Tensor& mul_(Tensor& t, double s) {
   ops::check_inplace(t, "mul_");
+  ops::check_no_internal_overlap(t, "mul_");
   kernels::binary(BinaryOp::Mul, t, ops::scalar_like(t, s), t);
   t.bump_version();
   return t;
@@ -466,7 +468,8 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
   ops::check_same_device("copy_", {&dst, &src});
   CF_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), ShapeError,
            "[copy_] cannot broadcast ", shape_str(src.shape()), " into ", shape_str(dst.shape()));
-  kernels::copy(src, dst);
+  ops::check_no_internal_overlap(dst, "copy_");
+  kernels::copy(ops::inplace_source(dst, src), dst);
   dst.bump_version();
   return dst;
 }

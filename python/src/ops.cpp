@@ -3,6 +3,8 @@
 // cf.Tensor, and Tensor methods that mirror the functions (x.sum(), x.exp(), ...).
 // Docstrings are the header comments of autograd/ops/*.h. Every kernel call runs
 // with the GIL released.
+#include <cmath>
+
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/tuple.h>
 
@@ -121,6 +123,15 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
           "Copy src (broadcast to t's shape, dtype converted) into t.", nb::arg("src"));
 }
 
+namespace {
+Tensor exact_for_compare(const Tensor& a, double b) {
+  if (cf::is_floating(a.dtype())) return a;
+  const bool representable = b == std::trunc(b) && b >= -9223372036854775808.0 && b < 9223372036854775808.0 &&
+                             (a.dtype() != cf::kBool || b == 0.0 || b == 1.0);
+  return representable ? a : cf::to(a, cf::kFloat64);
+}
+}  // namespace
+
 void bind_operators(TensorCls& cls) {
   // Python operators. A number operand takes the tensor's dtype (cf's rule).
   cls.def("__add__", [](const Tensor& a, const Tensor& b) { return a + b; }, release_gil())
@@ -145,9 +156,12 @@ void bind_operators(TensorCls& cls) {
       .def("__invert__", [](const Tensor& a) { return cf::logical_not(a); }, release_gil())
       .def("__and__", [](const Tensor& a, const Tensor& b) { return cf::logical_and(a, b); }, release_gil())
       .def("__or__", [](const Tensor& a, const Tensor& b) { return cf::logical_or(a, b); }, release_gil());
+  // A number compared with an integer or bool tensor: when it is not one of the tensor's values (0.5,
+  // 1e30, NaN), the comparison runs in float64, so `t == 0.5` is false and `t < 1.5` holds for 1 (the
+  // number taking the tensor's dtype, cf's rule for arithmetic, would truncate it first).
 #define CF_CMP(py, fn)                                                                              \
   cls.def(py, [](const Tensor& a, const Tensor& b) { return cf::fn(a, b); }, release_gil()) \
-      .def(py, [](const Tensor& a, double b) { return cf::fn(a, b); }, release_gil());
+      .def(py, [](const Tensor& a, double b) { return cf::fn(exact_for_compare(a, b), b); }, release_gil());
   CF_CMP("__eq__", eq)
   CF_CMP("__ne__", ne)
   CF_CMP("__lt__", lt)
@@ -165,7 +179,20 @@ void bind_operators(TensorCls& cls) {
         Tensor prod = [&] { cf::NoGradGuard g; return a * b; }();
         return cf::copy_(a, prod);
       }, nb::rv_policy::reference, release_gil())
-      .def("__itruediv__", [](Tensor& a, double b) -> Tensor& { return cf::mul_(a, 1.0 / b); }, nb::rv_policy::reference, release_gil())
+      // a /= b as a = a / b in a's dtype (before: a *= 1 / b, which zeroed an int64 tensor, as 1 / b
+      // took its dtype, and rounded a float one differently from a / b)
+      .def("__itruediv__", [](Tensor& a, double b) -> Tensor& {
+        Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
+        return cf::copy_(a, q);
+      }, nb::rv_policy::reference, release_gil())
+      .def("__ipow__", [](Tensor& a, double b) -> Tensor& {
+        Tensor p = [&] { cf::NoGradGuard g; return cf::pow(a, b); }();
+        return cf::copy_(a, p);
+      }, nb::rv_policy::reference, release_gil())
+      .def("__ipow__", [](Tensor& a, const Tensor& b) -> Tensor& {
+        Tensor p = [&] { cf::NoGradGuard g; return cf::pow(a, b); }();
+        return cf::copy_(a, p);
+      }, nb::rv_policy::reference, release_gil())
       .def("__itruediv__", [](Tensor& a, const Tensor& b) -> Tensor& {
         Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
         return cf::copy_(a, q);

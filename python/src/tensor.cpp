@@ -430,6 +430,8 @@ std::string describe_repr(const cf::Tensor& t) {
 
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m);
 
+static const double kArrayPriority = 1000.0;
+
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
   auto cls = nb::class_<cf::Tensor>(
       m, "Tensor",
@@ -501,11 +503,16 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       .def("item", &scalar_to_python, "The single value as a Python float, int or bool.")
       .def("tolist", &tolist, "Nested Python lists (a number for a 0-d tensor).")
       .def("__float__", [](const cf::Tensor& t) { return t.item(); })
-      .def("__int__", [](const cf::Tensor& t) { return int64_t(t.item()); })
-      .def("__index__", [](const cf::Tensor& t) {
+      // int64 exactly (not through a double); a float as Python's int(float) takes it: truncated,
+      // OverflowError for an infinity, ValueError for NaN (a C++ cast of those is undefined)
+      .def("__int__", [](const cf::Tensor& t) -> nb::object {
+        if (t.dtype() == cf::kInt64) return nb::int_(t.item<int64_t>());
+        return nb::int_(nb::float_(t.item()));
+      })
+      .def("__index__", [](const cf::Tensor& t) -> int64_t {
         CF_CHECK(t.dtype() == cf::kInt64 || t.dtype() == cf::kBool, DTypeError,
                  "[__index__] only integer tensors can be used as an index, got ", t.describe());
-        return int64_t(t.item());
+        return t.dtype() == cf::kInt64 ? t.item<int64_t>() : int64_t(t.item());
       })
       .def("__bool__", [](const cf::Tensor& t) {
         CF_CHECK(t.numel() == 1, ValueError, "[__bool__] the truth value of a tensor with ", t.numel(),
@@ -519,6 +526,9 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       .def("__repr__", &describe_repr)
       .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })
       .def_prop_ro("__array_interface__", &array_interface)
+      // NumPy's scalars and arrays defer to the tensor's reflected operators (np.float64(2) * t is a
+      // Tensor, as t * np.float64(2) is), as they do for PyTorch's tensors
+      .def_ro_static("__array_priority__", &kArrayPriority)
       .def("numpy", [](nb::handle self) { return nb::module_::import_("numpy").attr("asarray")(self); },
            "A NumPy array sharing this CPU tensor's memory (no copy).")
       // ---- indexing ----

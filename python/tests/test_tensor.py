@@ -115,6 +115,55 @@ def test_inplace_operators_bump_the_version():
     assert t.tolist() == [1, 1, 1]
 
 
+def test_inplace_division_power_and_overlapping_views():
+    # a /= b is a = a / b in a's dtype (before, a *= 1 / b: an int64 tensor became zeros)
+    t = cf.tensor([10, 7, -7, 3])
+    t /= 2
+    assert t.tolist() == (cf.tensor([10, 7, -7, 3]) / 2).tolist() == [5, 3, -3, 1]
+    f = cf.tensor([3.0], dtype=cf.float64)
+    f /= 10
+    assert f.tolist() == [0.3]  # as 3.0 / 10, not 3.0 * (1 / 10)
+    with pytest.raises(cf.ValueError, match=r"\[div\] integer division by zero"):
+        t /= 0
+    base = cf.arange(4, dtype=cf.float32)
+    view = base[1:3]
+    view **= 2  # in place through the view (before, no __ipow__: view was rebound, base unchanged)
+    assert base.tolist() == [0, 1, 4, 3]
+    # views of memory they also write read it as it was (NumPy's results)
+    a = cf.arange(5, dtype=cf.float32)
+    tail = a[1:]
+    tail += a[:4]
+    assert a.tolist() == [0, 1, 3, 5, 7]
+    m = cf.arange(4, dtype=cf.float32).reshape([2, 2])
+    m += m.T
+    assert m.tolist() == [[0, 3], [3, 6]]
+    s = cf.arange(5, dtype=cf.float32)
+    s[1:] = s[:4]
+    assert s.tolist() == [0, 0, 1, 2, 3]
+    with pytest.raises(cf.ValueError, match=r"\[add_\].*share memory"):
+        cf.zeros([3])[:1].expand([3]).add_(cf.ones([3]))
+
+
+def test_numbers_against_integer_tensors_and_conversions():
+    i = cf.tensor([0, 1, 2])
+    # a number that is not one of the tensor's values compares exactly (before: it took int64 first)
+    assert (i == 0.5).tolist() == [False] * 3 and (i < 1.5).tolist() == [True, True, False]
+    assert (i >= 0.5).tolist() == [False, True, True] and (i != 1.0).tolist() == [True, False, True]
+    assert (i < 1e30).tolist() == [True] * 3 and (i == float("nan")).tolist() == [False] * 3
+    assert (cf.tensor([True, False]) == 2).tolist() == [False, False]
+    assert (cf.tensor([True, False]) == 1).tolist() == [True, False]
+    # int(): int64 exactly, floats as Python's int(float)
+    assert int(cf.tensor([2 ** 60 + 1])[0]) == 2 ** 60 + 1 and int(cf.tensor(-2.7)) == -2
+    with pytest.raises(OverflowError):
+        int(cf.tensor(float("inf")))
+    with pytest.raises(ValueError):
+        int(cf.tensor(float("nan")))
+    import numpy as np
+    # NumPy scalars on the left defer to the tensor (before: an ndarray came back)
+    assert isinstance(np.float64(1.5) + cf.ones([2]), cf.Tensor)
+    assert (np.float32(2) * cf.ones([2])).tolist() == [2, 2]
+
+
 def test_methods_mirror_functions():
     x = cf.tensor([[1.0, -2.0], [3.0, 0.5]])
     assert x.sum().item() == 2.5 and x.sum(0).tolist() == [4.0, -1.5]

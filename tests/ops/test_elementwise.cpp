@@ -158,6 +158,39 @@ TEST_CASE("in-place ops and their bad input") {
   CHECK_THROWS_MSG(exp(Tensor()), ValueError, "[exp]", "undefined");
 }
 
+TEST_CASE("in-place writes from memory they overlap read it as it was - an expand()ed destination is refused") {
+  // NumPy's results: the source is read before any of it is overwritten (the kernels would otherwise
+  // read values they already wrote: before, t[1:] += t[:4] gave 0 1 3 6 10)
+  Tensor a = t32({0, 1, 2, 3, 4}, {5});
+  Tensor tail = narrow(a, 0, 1, 4);
+  add_(tail, narrow(a, 0, 0, 4));
+  check_close(a, {0, 1, 3, 5, 7});
+  Tensor m = t32({0, 1, 2, 3}, {2, 2});
+  add_(m, transpose(m, 0, 1));  // t += t.T
+  check_close(m, {0, 3, 3, 6});
+  Tensor c = t32({0, 1, 2, 3}, {2, 2});
+  copy_(c, transpose(c, 0, 1));
+  check_close(c, {0, 2, 1, 3});
+  Tensor r = t64({1, 2, 3, 4}, {2, 2});
+  add_(r, narrow(r, 0, 0, 1));  // every row plus the first, broadcast
+  check_close(r, {2, 4, 4, 6});
+  Tensor s = t32({0, 1, 2, 3, 4}, {5});
+  Tensor right = narrow(s, 0, 1, 4);
+  copy_(right, narrow(s, 0, 0, 4));  // t[1:] = t[:4]
+  check_close(s, {0, 0, 1, 2, 3});
+  Tensor same = t32({1, 2}, {2});
+  add_(same, same);  // the very same view: no copy needed, and right
+  check_close(same, {2, 4});
+  Tensor z = Tensor::zeros({3});
+  Tensor first = expand(narrow(z, 0, 0, 1), {3});
+  CHECK_THROWS_MSG(add_(first, Tensor::ones({3})), ValueError, "[add_]", "share memory", "stride 0 along axis 0");
+  CHECK_THROWS_MSG(mul_(first, 2.0), ValueError, "[mul_]", "expand()");
+  CHECK_THROWS_MSG(copy_(first, t32({1, 2, 3}, {3})), ValueError, "[copy_]", "share memory");
+  check_close(z, {0, 0, 0});  // refused before any write
+  fill_(first, 5.0);  // one value into every element: harmless
+  check_close(z, {5, 0, 0});
+}
+
 GRADCHECK_CASE(exp) { check_grad("exp", [](auto& x) { return exp(x[0]); }, {leaf64({2, 3})}); }
 GRADCHECK_CASE(log) { check_grad("log", [](auto& x) { return log(x[0]); }, {leaf64({2, 3}, 1, 0.5, 2)}); }
 GRADCHECK_CASE(sqrt) { check_grad("sqrt", [](auto& x) { return sqrt(x[0]); }, {leaf64({2, 3}, 1, 0.5, 2)}); }
