@@ -105,7 +105,9 @@ inline cf::Generator& gen_or_default(cf::Generator* g) { return g ? *g : cf::def
 
 // Named parameters from a Python object: a Module, a list of (name, tensor) pairs,
 // a dict name -> tensor, or a list of tensors (named "0", "1", ...).
-cf::nn::StateDict to_state_dict(nb::handle h, const char* op);
+// A Module (its named parameters), a dict name -> Tensor, or a list of tensors (named by position, after
+// positional_prefix) or (name, Tensor) pairs; anything else is a TypeError naming op and the entry.
+cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string& positional_prefix = "");
 nb::dict state_dict_to_python(const cf::nn::StateDict& d);
 
 // An optional tensor argument (None) as cf's undefined Tensor.

@@ -64,22 +64,45 @@ nb::object from_json(const nlohmann::json& j) {
 
 // ---------------------------------------------------------------- state dicts
 
-cf::nn::StateDict to_state_dict(nb::handle h, const char* op) {
+namespace {
+// A dict's or list's entry that must be a tensor, or a clear error naming the op and the entry (a bare
+// nanobind cast gave "RuntimeError: std::bad_cast").
+Tensor tensor_entry(nb::handle v, const char* op, const std::string& key) {
+  if (!nb::isinstance<Tensor>(v))
+    throw nb::type_error(cf::str("[", op, "] '", key, "' is a ", nb::type_name(v.type()).c_str(),
+                                 ", not a cf.Tensor (cf.tensor(...) or cf.from_dlpack(...) makes one)")
+                             .c_str());
+  return nb::cast<Tensor>(v);
+}
+}  // namespace
+
+cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string& positional_prefix) {
   if (nb::isinstance<cnn::Module>(h)) return nb::cast<cnn::Module&>(h).named_parameters();
   cnn::StateDict out;
   if (PyDict_Check(h.ptr())) {
-    for (auto [k, v] : nb::borrow<nb::dict>(h)) out.emplace_back(nb::cast<std::string>(k), nb::cast<Tensor>(v));
+    for (auto [k, v] : nb::borrow<nb::dict>(h)) {
+      if (!nb::isinstance<nb::str>(k))
+        throw nb::type_error(cf::str("[", op, "] keys must be str, got a ", nb::type_name(k.type()).c_str()).c_str());
+      const std::string key = nb::cast<std::string>(k);
+      out.emplace_back(key, tensor_entry(v, op, key));
+    }
     return out;
   }
   if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) {
     int64_t i = 0;
     for (nb::handle item : h) {
       if (nb::isinstance<Tensor>(item)) {
-        out.emplace_back(std::to_string(i++), nb::cast<Tensor>(item));
-      } else {
-        auto p = nb::cast<std::pair<std::string, Tensor>>(item);
-        out.push_back(std::move(p));
+        out.emplace_back(positional_prefix + std::to_string(i++), nb::cast<Tensor>(item));
+        continue;
       }
+      const bool pair = (PyTuple_Check(item.ptr()) || PyList_Check(item.ptr())) && nb::len(item) == 2 &&
+                        nb::isinstance<nb::str>(item[0]);
+      if (!pair)
+        throw nb::type_error(cf::str("[", op, "] a list holds tensors or (name, tensor) pairs, got a ",
+                                     nb::type_name(item.type()).c_str())
+                                 .c_str());
+      const std::string key = nb::cast<std::string>(item[0]);
+      out.emplace_back(key, tensor_entry(item[1], op, key));
     }
     return out;
   }
@@ -557,22 +580,52 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
          "Chamfer distance of point sets (B, N, D) and (B, M, D), squared Euclidean.");
 
   // ---------------------------------------------------------------- optimizers
-  auto groups = [](nb::handle params) {
-    // A list of dicts {"params": ..., "lr_scale": ..., "weight_decay": ...} is a list of groups.
+  // A list of dicts {"params": ..., "lr" or "lr_scale": ..., "weight_decay": ...} is a list of groups, as
+  // torch.optim takes them ("lr": the group's own rate, kept as lr_scale = lr / the optimizer's lr, so
+  // schedules scale every group alike). A group's unnamed tensors are named "<group>.<position>".
+  auto groups = [](nb::handle params, double lr, const char* op) {
     std::vector<cnn::ParamGroup> out;
-    if (PyList_Check(params.ptr()) && PyList_GET_SIZE(params.ptr()) > 0 &&
-        PyDict_Check(PyList_GET_ITEM(params.ptr(), 0))) {
-      for (nb::handle g : params) {
-        nb::dict d = nb::borrow<nb::dict>(g);
-        cnn::ParamGroup pg;
-        pg.params = to_state_dict(d["params"], "optimizer");
-        if (d.contains("lr_scale")) pg.lr_scale = nb::cast<double>(d["lr_scale"]);
-        if (d.contains("weight_decay")) pg.weight_decay = nb::cast<double>(d["weight_decay"]);
-        out.push_back(std::move(pg));
+    const bool list = PyList_Check(params.ptr()) || PyTuple_Check(params.ptr());
+    bool any_dict = false;
+    if (list)
+      for (nb::handle g : params) any_dict = any_dict || PyDict_Check(g.ptr());
+    if (!any_dict) return cnn::single_group(to_state_dict(params, op));
+    int64_t i = 0;
+    for (nb::handle g : params) {
+      if (!PyDict_Check(g.ptr()))
+        throw nb::type_error(cf::str("[", op, "] a list of parameter groups holds dicts {\"params\": ...} only; "
+                                     "group ", i, " is a ", nb::type_name(g.type()).c_str())
+                                 .c_str());
+      nb::dict d = nb::borrow<nb::dict>(g);
+      for (auto [k, v] : d) {
+        const std::string key = nb::isinstance<nb::str>(k) ? nb::cast<std::string>(k) : std::string("?");
+        CF_CHECK(key == "params" || key == "lr" || key == "lr_scale" || key == "weight_decay", ValueError, "[", op,
+                 "] parameter group ", i, ": unknown key '", key, "' (known: params, lr, lr_scale, weight_decay)");
       }
-      return out;
+      CF_CHECK(d.contains("params"), ValueError, "[", op, "] parameter group ", i, " has no \"params\"");
+      auto number = [&](const char* key) {
+        nb::handle v = d[key];
+        if (!PyFloat_Check(v.ptr()) && !PyLong_Check(v.ptr()))
+          throw nb::type_error(cf::str("[", op, "] parameter group ", i, ": '", key, "' must be a number, got a ",
+                                       nb::type_name(v.type()).c_str())
+                                   .c_str());
+        return nb::cast<double>(v);
+      };
+      cnn::ParamGroup pg;
+      pg.params = to_state_dict(d["params"], op, std::to_string(i) + ".");
+      CF_CHECK(!(d.contains("lr") && d.contains("lr_scale")), ValueError, "[", op, "] parameter group ", i,
+               " gives both lr and lr_scale");
+      if (d.contains("lr")) {
+        CF_CHECK(lr > 0, ValueError, "[", op, "] parameter group ", i,
+                 " gives an lr, which is kept relative to the optimizer's lr, and that is ", lr);
+        pg.lr_scale = number("lr") / lr;
+      }
+      if (d.contains("lr_scale")) pg.lr_scale = number("lr_scale");
+      if (d.contains("weight_decay")) pg.weight_decay = number("weight_decay");
+      out.push_back(std::move(pg));
+      ++i;
     }
-    return cnn::single_group(to_state_dict(params, "optimizer"));
+    return out;
   };
   nb::class_<cnn::Optimizer>(nn, "Optimizer",
                              "Base of SGD, Adam, AdamW: step(), zero_grad(), lr, and a strict state dict keyed by "
@@ -591,17 +644,17 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            [groups](cnn::SGD* self, nb::handle params, double lr, double momentum, double dampening, bool nesterov,
                     double weight_decay) {
              cnn::SGDOptions o{lr, momentum, dampening, nesterov, weight_decay};
-             new (self) cnn::SGD(groups(params), o);
+             new (self) cnn::SGD(groups(params, lr, "SGD"), o);
            },
            nb::arg("params"), nb::arg("lr") = 1e-2, nb::arg("momentum") = 0.0, nb::arg("dampening") = 0.0,
            nb::arg("nesterov") = false, nb::arg("weight_decay") = 0.0,
            "params: a Module, named parameters, a dict, tensors, or a list of group dicts "
-           "{\"params\", \"lr_scale\", \"weight_decay\"}.");
+           "{\"params\", \"lr\" or \"lr_scale\", \"weight_decay\"}.");
   nb::class_<cnn::Adam, cnn::Optimizer>(nn, "Adam", "torch.optim.Adam's update (L2 decay into the gradient).")
       .def("__init__",
            [groups](cnn::Adam* self, nb::handle params, double lr, double beta1, double beta2, double eps, double wd) {
              cnn::AdamOptions o{lr, beta1, beta2, eps, wd};
-             new (self) cnn::Adam(groups(params), o);
+             new (self) cnn::Adam(groups(params, lr, "Adam"), o);
            },
            nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("beta1") = 0.9, nb::arg("beta2") = 0.999,
            nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 0.0);
@@ -614,7 +667,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
              o.beta2 = beta2;
              o.eps = eps;
              o.weight_decay = wd;
-             new (self) cnn::AdamW(groups(params), o);
+             new (self) cnn::AdamW(groups(params, lr, "AdamW"), o);
            },
            nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("beta1") = 0.9, nb::arg("beta2") = 0.999,
            nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 1e-2);

@@ -140,6 +140,35 @@ def test_set_parameters_and_set_buffers_use_the_given_tensors_and_check_them():
         mha.set_parameters([cf.ones([1])] + ps[1:])
 
 
+def test_optimizer_parameter_groups_as_torch_optim_takes_them():
+    lin = cf.nn.Linear(2, 2, generator=cf.Generator(0))
+    # two groups of unnamed tensors (before: "parameter name '0' appears twice")
+    opt = cf.nn.SGD([{"params": [lin.weight], "lr_scale": 0.1}, {"params": [lin.bias]}], lr=1.0)
+    # a group's own "lr" (before: silently ignored, every group stepped at the optimizer's lr)
+    opt = cf.nn.SGD([{"params": {"w": lin.weight}, "lr": 0.1}, {"params": {"b": lin.bias}}], lr=1.0)
+    w0, b0 = lin.weight.tolist(), lin.bias.tolist()
+    cf.sum(lin(cf.ones([1, 2]))).backward()  # every gradient is 1
+    opt.step()
+    assert all(abs(a - b - 0.1) < 1e-6 for r0, r1 in zip(w0, lin.weight.tolist()) for a, b in zip(r0, r1))
+    assert all(abs(a - b - 1.0) < 1e-6 for a, b in zip(b0, lin.bias.tolist()))
+    with pytest.raises(TypeError, match=r"\[SGD\] a list of parameter groups holds dicts .* group 1 is a"):
+        cf.nn.SGD([{"params": [lin.weight]}, lin.bias])  # before: SystemError from the interpreter
+    with pytest.raises(cf.ValueError, match=r"\[Adam\] parameter group 0: unknown key 'lr_sclae'"):
+        cf.nn.Adam([{"params": [lin.weight], "lr_sclae": 0.1}])
+    with pytest.raises(TypeError, match=r"\[AdamW\] parameter group 0: 'weight_decay' must be a number"):
+        cf.nn.AdamW([{"params": [lin.weight], "weight_decay": "x"}])
+    with pytest.raises(cf.ValueError, match=r"gives both lr and lr_scale"):
+        cf.nn.SGD([{"params": [lin.weight], "lr": 0.1, "lr_scale": 2.0}])
+    with pytest.raises(cf.ValueError, match=r'parameter group 0 has no "params"'):
+        cf.nn.SGD([{"lr": 0.1}])
+    import numpy as np
+    # a value that is not a tensor is named (before: "RuntimeError: std::bad_cast")
+    with pytest.raises(TypeError, match=r"\[load_state_dict\] 'weight' is a ndarray, not a cf.Tensor"):
+        lin.load_state_dict({"weight": np.ones((2, 2), "f"), "bias": np.ones(2, "f")})
+    with pytest.raises(TypeError, match=r"\[SGD\] a list holds tensors or \(name, tensor\) pairs, got a int"):
+        cf.nn.SGD([lin.weight, 3])
+
+
 def test_config_checks_types_and_unknown_keys(tmp_path):
     c = cf.nn.Config({"steps": 10, "lr": 0.5, "model": {"d": 4}}, "", "run.json")
     assert c.get("steps", 1) == 10 and c.get("lr", 0.1) == 0.5 and c.get("name", "x") == "x"
