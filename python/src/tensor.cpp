@@ -292,7 +292,30 @@ struct IndexItem {
   int64_t i = 0;
   nb::handle slice;
   cf::Tensor index;
+  std::vector<int64_t> positions;  // a list's (or NumPy array's) values: negative ones count from the end
 };
+
+// A flat or nested list of positions (ints), refusing bools: [True, False, True] is a mask in NumPy and
+// PyTorch, and read as positions 1, 0, 1 it would select the wrong rows without a word.
+void list_positions(nb::handle h, std::vector<int64_t>& out, cf::Shape& shape, size_t depth) {
+  const Py_ssize_t n = PyList_GET_SIZE(h.ptr());
+  if (shape.size() <= depth) shape.push_back(int64_t(n));
+  CF_CHECK(shape[depth] == int64_t(n), IndexError, "[getitem] a list index must be rectangular");
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    nb::handle e = PyList_GET_ITEM(h.ptr(), i);
+    CF_CHECK(!PyBool_Check(e.ptr()), IndexError,
+             "[getitem] a list of bools is a mask, which cf's indexing does not take; use cf.where or masked_fill, "
+             "or a list of positions");
+    if (PyList_Check(e.ptr())) {
+      CF_CHECK(out.empty() || shape.size() > depth + 1, IndexError, "[getitem] a list index must be rectangular");
+      list_positions(e, out, shape, depth + 1);
+    } else {
+      CF_CHECK(PyIndex_Check(e.ptr()), IndexError, "[getitem] a list index holds ints, got ", py_type_name(e));
+      CF_CHECK(shape.size() == depth + 1, IndexError, "[getitem] a list index must be rectangular");
+      out.push_back(nb::cast<int64_t>(nb::int_(e)));
+    }
+  }
+}
 
 std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x) {
   std::vector<IndexItem> items;
@@ -311,9 +334,15 @@ std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x) {
       it.index = nb::cast<cf::Tensor>(h);
       CF_CHECK(it.index.dtype() == cf::kInt64, IndexError, "[getitem] index tensors must be int64, got ",
                it.index.describe(), " (boolean masks: use cf.where or cf.masked_fill)");
-    } else if (PyList_Check(h.ptr())) {
+    } else if (PyList_Check(h.ptr()) || (nb::hasattr(h, "__array_interface__") && nb::hasattr(h, "tolist") &&
+                                         nb::len(nb::object(h.attr("shape"))) > 0)) {
+      // a list, or a NumPy array of positions (its tolist(); a 0-d one is an int below)
+      nb::object l = PyList_Check(h.ptr()) ? nb::borrow(h) : h.attr("tolist")();
       it.kind = IndexItem::Tensor;
-      it.index = tensor_from_python(h, cf::kInt64, x.device());
+      cf::Shape shape;
+      list_positions(l, it.positions, shape, 0);
+      if (shape.empty()) shape.push_back(0);
+      it.index = cf::Tensor::from_vector(it.positions, shape);  // wrapped and moved to x's device where used
     } else if (PyIndex_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
       it.i = nb::cast<int64_t>(nb::int_(h));
     } else {
@@ -381,6 +410,14 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
       case IndexItem::Tensor: {
         CF_CHECK(++tensor_items == 1, IndexError,
                  "[getitem] at most one index tensor (or list) per indexing; chain them instead");
+        if (it.index.dtype() == cf::kInt64 && !it.positions.empty()) {  // from a list: -1 is the last
+          const int64_t n = y.shape()[size_t(d)];
+          for (int64_t& p : it.positions)
+            if (p < 0 && p >= -n) p += n;
+          it.index = cf::Tensor::from_vector(it.positions, it.index.shape()).to(y.device());
+        } else if (!it.positions.empty() || it.index.device() != y.device()) {
+          it.index = it.index.to(y.device());
+        }
         cf::Tensor flat = cf::reshape(it.index, {-1});
         cf::Tensor sel = cf::index_select(y, d, flat);
         cf::Shape s = y.shape();

@@ -82,6 +82,19 @@ def test_index_tensors_select_copies():
     with pytest.raises(IndexError):  # a built-in IndexError too: iteration stops there
         t[-6]
     assert [r.tolist() for r in t][:2] == [[0, 1], [2, 3]]
+    # lists and NumPy arrays of positions; negative ones count from the end, as in NumPy
+    import numpy as np
+    assert t[[0, -1]].tolist() == [[0, 1], [8, 9]] and t[:, [-1]].tolist() == [[1], [3], [5], [7], [9]]
+    assert t[np.array([4, 0])].tolist() == [[8, 9], [0, 1]] and t[[[0], [2]]].shape == (2, 1, 2)
+    # a list of bools is a mask elsewhere: refused (before, read as positions 1, 0, 1: wrong rows, no error)
+    with pytest.raises(cf.IndexError, match=r"\[getitem\] a list of bools is a mask"):
+        t[[True, False, True, False, False]]
+    with pytest.raises(cf.IndexError, match=r"\[getitem\] a list of bools is a mask"):
+        t[np.array([True, False, True, False, False])]
+    with pytest.raises(cf.IndexError, match=r"\[getitem\] a list index must be rectangular"):
+        t[[[0], 1]]
+    with pytest.raises(cf.IndexError, match=r"\[getitem\] a list index holds ints"):
+        t[[0, "a"]]
 
 
 def test_operators_and_numbers():
