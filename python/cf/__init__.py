@@ -34,7 +34,16 @@ del _name, _mod, _part
 
 class no_grad:
     """Context manager (and decorator) that turns off autograd recording on
-    this thread: ops inside record no history, as under torch.no_grad()."""
+    this thread: ops inside record no history, as under torch.no_grad().
+    As a decorator, with or without parentheses (@cf.no_grad() or @cf.no_grad)."""
+
+    def __new__(cls, *args):
+        self = super().__new__(cls)
+        if len(args) == 1 and callable(args[0]):  # @cf.no_grad without parentheses
+            return self(args[0])
+        if args:
+            raise TypeError("%s takes no arguments (or, as a bare decorator, the function)" % cls.__name__)
+        return self
 
     def __enter__(self):
         self._prev = _cf.grad_enabled()

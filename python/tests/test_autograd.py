@@ -56,6 +56,19 @@ def test_no_grad_context_manager_and_decorator():
         return t + 1.0
     assert f(x).grad_fn is None and cf.grad_enabled()
 
+    @cf.no_grad  # without parentheses too (it failed: "no_grad() takes no arguments")
+    def g(t):
+        return t + 1.0
+    assert g(x).grad_fn is None and g.__name__ == "g"
+
+    @cf.enable_grad
+    def h(t):
+        return t + 1.0
+    with cf.no_grad():
+        assert h(x).grad_fn == "add" and not cf.grad_enabled()
+    with pytest.raises(TypeError, match="no_grad takes no arguments"):
+        cf.no_grad(1)
+
 
 def test_inplace_on_a_leaf_that_requires_grad_is_refused():
     x = cf.ones([2], requires_grad=True)
