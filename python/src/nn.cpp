@@ -801,9 +801,18 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
              c.optimizer = nb::isinstance<cnn::Optimizer>(optimizer) ? nb::cast<cnn::Optimizer&>(optimizer).state_dict()
                                                                      : to_state_dict(optimizer, "save_checkpoint");
            c.step = step;
+           if (!generators.is_none() && !PyDict_Check(generators.ptr()))
+             throw nb::type_error(cf::str("[save_checkpoint] generators must be a dict name -> cf.Generator, got a ",
+                                          nb::type_name(generators.type()).c_str())
+                                      .c_str());
            if (!generators.is_none())
-             for (auto [k, v] : nb::borrow<nb::dict>(generators))
+             for (auto [k, v] : nb::borrow<nb::dict>(generators)) {
+               if (!nb::isinstance<nb::str>(k) || !nb::isinstance<cf::Generator>(v))
+                 throw nb::type_error(cf::str("[save_checkpoint] generators maps names (str) to cf.Generator, got ",
+                                              nb::type_name(k.type()).c_str(), " -> ", nb::type_name(v.type()).c_str())
+                                          .c_str());
                c.generators.emplace_back(nb::cast<std::string>(k), cnn::GeneratorState::of(nb::cast<cf::Generator&>(v)));
+             }
            if (extra) c.extra = *extra;
            nb::gil_scoped_release g;
            cnn::save_checkpoint(path, c);

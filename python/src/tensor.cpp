@@ -41,6 +41,20 @@ namespace {
 
 std::string py_type_name(nb::handle h) { return nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr())))); }
 
+cf::Tensor copy_tensor(const cf::Tensor& t) {
+  CF_CHECK(!(t.requires_grad() && t.grad_fn() != nullptr), AutogradError,
+           "[deepcopy] only leaf tensors (made by the user, not by an op that records history) can be copied "
+           "this way; copy t.detach() instead");
+  nb::gil_scoped_release g;
+  cf::NoGradGuard ng;
+  cf::Tensor c = cf::clone(t.detach());
+  if (t.requires_grad()) c.set_requires_grad(true);
+  return c;
+}
+
+// A double as int64 where it fits (a C++ cast of inf, NaN or a huge value is undefined), else 0.
+int64_t int64_t_or_zero(double v) { return v > -9223372036854775808.0 && v < 9223372036854775808.0 ? int64_t(v) : 0; }
+
 // ---- tensors from Python data ----
 
 struct Gathered {
@@ -64,11 +78,17 @@ void gather_nested(nb::handle h, size_t depth, cf::Shape& shape, Gathered& g) {
       g.all_int = false;
       double v = PyFloat_AS_DOUBLE(h.ptr());
       g.f.push_back(v);
-      g.i.push_back(int64_t(v));
+      g.i.push_back(int64_t_or_zero(v));  // (unused: a float makes the tensor floating)
     } else {
-      int64_t v = nb::cast<int64_t>(nb::int_(h));
+      nb::int_ as_int(h);
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(as_int.ptr(), &overflow);
+      if (overflow != 0)
+        throw cf::ValueError(cf::str("[tensor] the integer ", nb::cast<std::string>(nb::str(as_int)),
+                                     " does not fit in int64 (give it as a float for a floating tensor)"));
+      if (v == -1 && PyErr_Occurred()) throw nb::python_error();
       g.f.push_back(double(v));
-      g.i.push_back(v);
+      g.i.push_back(int64_t(v));
     }
     return;
   }
@@ -79,7 +99,7 @@ void gather_nested(nb::handle h, size_t depth, cf::Shape& shape, Gathered& g) {
     g.all_bool = g.all_bool && t.dtype() == cf::kBool;
     g.all_int = g.all_int && (t.dtype() == cf::kInt64 || t.dtype() == cf::kBool);
     g.f.push_back(t.item());
-    g.i.push_back(int64_t(t.item()));
+    g.i.push_back(t.dtype() == cf::kInt64 ? t.item<int64_t>() : int64_t_or_zero(t.item()));
     return;
   }
   if (!PySequence_Check(h.ptr()) || PyUnicode_Check(h.ptr()))
@@ -560,6 +580,10 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
         CF_CHECK(t.dim() > 0, ShapeError, "[__len__] len() of a 0-d tensor");
         return t.shape()[0];
       })
+      // copy.copy / copy.deepcopy: a new tensor with its own memory, as PyTorch's deepcopy of a leaf
+      // (same dtype and device; a leaf that requires grad gives one that does; no autograd history)
+      .def("__copy__", &copy_tensor)
+      .def("__deepcopy__", [](const cf::Tensor& t, nb::handle) { return copy_tensor(t); }, nb::arg("memo"))
       .def("__repr__", &describe_repr)
       .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })
       .def_prop_ro("__array_interface__", &array_interface)

@@ -116,6 +116,11 @@ def test_state_dict_checkpoint_and_safetensors(tmp_path):
     assert opt2.step_count == 1
     with pytest.raises(cf.ValueError):
         other.load_state_dict({"weight": cf.zeros([3, 3])})
+    with pytest.raises(TypeError, match=r"\[save_checkpoint\] generators maps names \(str\) to cf.Generator"):
+        cf.nn.save_checkpoint(path, model=model, generators={"g": 1})  # before: std::bad_cast
+    with pytest.raises(TypeError, match=r"\[save_checkpoint\] generators must be a dict"):
+        cf.nn.save_checkpoint(path, model=model, generators=[g])
+    assert cf.nn.load_checkpoint(path).step == 7  # the refused saves left the checkpoint as it was
     st = str(tmp_path / "t.safetensors")
     cf.save_safetensors(st, {"a": cf.arange(3), "b": cf.ones([2, 2])}, {"k": "v"})
     tensors, meta = cf.load_safetensors(st)

@@ -177,6 +177,21 @@ def test_numbers_against_integer_tensors_and_conversions():
     assert (np.float32(2) * cf.ones([2])).tolist() == [2, 2]
 
 
+def test_copy_deepcopy_and_integers_beyond_int64():
+    import copy
+    t = cf.ones([3], requires_grad=True)
+    c = copy.deepcopy(t)  # before: "cannot pickle 'Tensor' object"
+    assert c.requires_grad and c.data_ptr() != t.data_ptr() and c.tolist() == t.tolist()
+    assert copy.copy(cf.arange(3)).tolist() == [0, 1, 2]
+    assert copy.deepcopy({"w": t})["w"].tolist() == [1, 1, 1]
+    with pytest.raises(cf.AutogradError, match=r"\[deepcopy\] only leaf tensors"):
+        copy.deepcopy(t * 2)
+    # before: "RuntimeError: std::bad_cast"
+    with pytest.raises(cf.ValueError, match=r"\[tensor\] the integer 1180591620717411303424 does not fit in int64"):
+        cf.tensor([2 ** 70])
+    assert cf.tensor([float("inf"), 1.0]).tolist() == [float("inf"), 1.0]
+
+
 def test_methods_mirror_functions():
     x = cf.tensor([[1.0, -2.0], [3.0, 0.5]])
     assert x.sum().item() == 2.5 and x.sum(0).tolist() == [4.0, -1.5]
