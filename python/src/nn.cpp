@@ -256,9 +256,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("append", [](cnn::Sequential& s, std::shared_ptr<cnn::UnaryModule> l) { s.push_back(std::move(l)); },
            nb::arg("layer"))
       .def("__len__", &cnn::Sequential::size)
-      .def("__getitem__", [](cnn::Sequential& s, size_t i) -> cnn::UnaryModule& {
-        CF_CHECK(i < s.size(), IndexError, "[Sequential] index ", i, " out of range for ", s.size(), " layers");
-        return s[i];
+      .def("__getitem__", [](cnn::Sequential& s, int64_t i) -> cnn::UnaryModule& {
+        const int64_t n = int64_t(s.size());  // a negative index counts from the end, as in Python
+        CF_CHECK(i >= -n && i < n, IndexError, "[Sequential] index ", i, " out of range for ", n, " layers");
+        return s[size_t(i < 0 ? i + n : i)];
       }, nb::rv_policy::reference_internal);
   nb::class_<cnn::FeedForward, cnn::UnaryModule>(nn, "FeedForward",
                                                  "Linear(d, d_ff) -> activation -> dropout -> Linear(d_ff, d).")

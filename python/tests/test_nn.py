@@ -61,6 +61,9 @@ def test_linear_matches_the_formula_and_layers_compose():
     assert cf.amax(cf.abs(lin(x) - ref)).item() < 1e-6
     seq = cf.nn.Sequential([lin, cf.nn.ReLU(), cf.nn.Linear(2, 1)])
     assert seq(x).shape == (4, 1) and len(seq) == 3 and isinstance(seq[1], cf.nn.ReLU)
+    assert isinstance(seq[-2], cf.nn.ReLU) and seq[-3].weight.data_ptr() == lin.weight.data_ptr()
+    with pytest.raises(cf.IndexError, match=r"\[Sequential\] index -4 out of range for 3 layers"):
+        seq[-4]
     assert [n for n, _ in seq.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
     enc = cf.nn.TransformerEncoderLayer(d_model=8, n_heads=2, d_ff=16, dropout=0.0,
                                         attention={"type": "neural-clustering", "clusters": 2})
