@@ -32,6 +32,12 @@ for _name in ("nn", "nn.init", "models", "data", "cuda"):
 del _name, _mod, _part
 
 
+def _rebuild_tensor(data, dtype, shape, device, requires_grad):
+    """Unpickles a cf.Tensor (what its __reduce__ names)."""
+    t = _cf._tensor_from_bytes(data, getattr(_cf, dtype), list(shape), _cf.Device(device))
+    return t.requires_grad_(True) if requires_grad else t
+
+
 class no_grad:
     """Context manager (and decorator) that turns off autograd recording on
     this thread: ops inside record no history, as under torch.no_grad().

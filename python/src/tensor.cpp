@@ -41,9 +41,9 @@ namespace {
 
 std::string py_type_name(nb::handle h) { return nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr())))); }
 
-cf::Tensor copy_tensor(const cf::Tensor& t) {
+cf::Tensor copy_tensor(const cf::Tensor& t, const char* op = "deepcopy") {
   CF_CHECK(!(t.requires_grad() && t.grad_fn() != nullptr), AutogradError,
-           "[deepcopy] only leaf tensors (made by the user, not by an op that records history) can be copied "
+           "[", op, "] only leaf tensors (made by the user, not by an op that records history) can be copied "
            "this way; copy t.detach() instead");
   nb::gil_scoped_release g;
   cf::NoGradGuard ng;
@@ -490,6 +490,17 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m);
 static const double kArrayPriority = 1000.0;
 
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
+  m.def("_tensor_from_bytes",
+        [](nb::bytes data, cf::DType dtype, std::vector<int64_t> shape, cf::Device device) {
+          cf::Shape s(shape.begin(), shape.end());
+          cf::Tensor t = cf::Tensor::empty(s, dtype);
+          CF_CHECK(size_t(t.numel()) * cf::dtype_size(dtype) == data.size(), ValueError, "[unpickle] ", data.size(),
+                   " bytes for a ", t.describe());
+          if (data.size()) std::memcpy(t.raw_data(), data.c_str(), data.size());
+          return device.is_cpu() ? t : t.to(device);
+        },
+        nb::arg("data"), nb::arg("dtype"), nb::arg("shape"), nb::arg("device"),
+        "A tensor from its values' bytes (what pickling a cf.Tensor stores; cf._rebuild_tensor).");
   auto cls = nb::class_<cf::Tensor>(
       m, "Tensor",
       "A cheap handle to strided storage (float32, float64, int64 or bool) on the CPU or a CUDA device, with "
@@ -582,7 +593,18 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       })
       // copy.copy / copy.deepcopy: a new tensor with its own memory, as PyTorch's deepcopy of a leaf
       // (same dtype and device; a leaf that requires grad gives one that does; no autograd history)
-      .def("__copy__", &copy_tensor)
+      // pickle: (cf._rebuild_tensor, (bytes of the values, dtype name, shape, device, requires_grad)); a
+      // CUDA tensor comes back on its device; a non-leaf is refused as by deepcopy
+      .def("__reduce__", [](const cf::Tensor& t) {
+        const cf::Tensor c = copy_tensor(t, "pickle").detach().to(cf::Device::cpu());
+        nb::bytes data(static_cast<const char*>(c.raw_data()), size_t(c.numel()) * cf::dtype_size(c.dtype()));
+        nb::list shape;
+        for (int64_t n : c.shape()) shape.append(n);
+        return nb::make_tuple(nb::module_::import_("cf").attr("_rebuild_tensor"),
+                              nb::make_tuple(data, cf::dtype_name(t.dtype()), nb::tuple(shape), t.device().str(),
+                                             t.requires_grad()));
+      })
+      .def("__copy__", [](const cf::Tensor& t) { return copy_tensor(t); })
       .def("__deepcopy__", [](const cf::Tensor& t, nb::handle) { return copy_tensor(t); }, nb::arg("memo"))
       .def("__repr__", &describe_repr)
       .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })

@@ -186,6 +186,13 @@ def test_copy_deepcopy_and_integers_beyond_int64():
     assert copy.deepcopy({"w": t})["w"].tolist() == [1, 1, 1]
     with pytest.raises(cf.AutogradError, match=r"\[deepcopy\] only leaf tensors"):
         copy.deepcopy(t * 2)
+    import pickle  # values, dtype, shape, device and requires_grad come back (a strided view as its values)
+    for x in (cf.arange(6).reshape([2, 3]), cf.randn([3]).to(cf.bfloat16), cf.tensor([True, False]), t,
+              cf.zeros([0, 3]), cf.tensor(2.5, dtype=cf.float64), cf.arange(6, dtype=cf.float32).reshape([2, 3]).T):
+        y = pickle.loads(pickle.dumps(x))
+        assert (y.dtype, y.shape, y.requires_grad, y.tolist()) == (x.dtype, x.shape, x.requires_grad, x.tolist())
+    with pytest.raises(cf.AutogradError, match=r"\[pickle\] only leaf tensors"):
+        pickle.dumps(t * 2)
     # before: "RuntimeError: std::bad_cast"
     with pytest.raises(cf.ValueError, match=r"\[tensor\] the integer 1180591620717411303424 does not fit in int64"):
         cf.tensor([2 ** 70])
@@ -207,3 +214,13 @@ def test_methods_mirror_functions():
     assert v.tolist() == [3, 2] and i.tolist() == [0, 2]
     parts = cf.arange(5).split(2)
     assert [p.tolist() for p in parts] == [[0, 1], [2, 3], [4]]
+
+
+def test_cuda_tensor_pickles_and_deepcopies_on_its_device():
+    if not cf.cuda.is_available():
+        pytest.skip("no CUDA device visible (cf.cuda.is_available() is False)")
+    import copy
+    import pickle
+    t = cf.arange(6, dtype=cf.float32, device="cuda").reshape([2, 3])
+    for y in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t)):
+        assert y.device == t.device and y.tolist() == t.tolist() and y.data_ptr() != t.data_ptr()
