@@ -103,9 +103,7 @@ cf::Reduction parse_reduction(const std::string& s, const char* op);
 // The generator argument of a binding: the given one, or the process-wide default.
 inline cf::Generator& gen_or_default(cf::Generator* g) { return g ? *g : cf::default_generator(); }
 
-// Named parameters from a Python object: a Module, a list of (name, tensor) pairs,
-// a dict name -> tensor, or a list of tensors (named "0", "1", ...).
-// A Module (its named parameters), a dict name -> Tensor, or a list of tensors (named by position, after
+// Named parameters from a Python object: a Module (its named parameters), a dict name -> Tensor, or a list of tensors (named by position, after
 // positional_prefix) or (name, Tensor) pairs; anything else is a TypeError naming op and the entry.
 cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string& positional_prefix = "");
 nb::dict state_dict_to_python(const cf::nn::StateDict& d);

@@ -583,7 +583,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // ---------------------------------------------------------------- optimizers
   // A list of dicts {"params": ..., "lr" or "lr_scale": ..., "weight_decay": ...} is a list of groups, as
   // torch.optim takes them ("lr": the group's own rate, kept as lr_scale = lr / the optimizer's lr, so
-  // schedules scale every group alike). A group's unnamed tensors are named "<group>.<position>".
+  // schedules scale every group alike). With several groups, a group's unnamed tensors are named
+  // "<group>.<position>".
   auto groups = [](nb::handle params, double lr, const char* op) {
     std::vector<cnn::ParamGroup> out;
     const bool list = PyList_Check(params.ptr()) || PyTuple_Check(params.ptr());
@@ -591,6 +592,9 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
     if (list)
       for (nb::handle g : params) any_dict = any_dict || PyDict_Check(g.ptr());
     if (!any_dict) return cnn::single_group(to_state_dict(params, op));
+    // positional names get the group's number only when there are several groups (one group's names,
+    // and so the keys of checkpoints saved with it, stay "0", "1", ...)
+    const bool several = nb::len(params) > 1;
     int64_t i = 0;
     for (nb::handle g : params) {
       if (!PyDict_Check(g.ptr()))
@@ -613,7 +617,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
         return nb::cast<double>(v);
       };
       cnn::ParamGroup pg;
-      pg.params = to_state_dict(d["params"], op, std::to_string(i) + ".");
+      pg.params = to_state_dict(d["params"], op, several ? std::to_string(i) + "." : std::string());
       CF_CHECK(!(d.contains("lr") && d.contains("lr_scale")), ValueError, "[", op, "] parameter group ", i,
                " gives both lr and lr_scale");
       if (d.contains("lr")) {

@@ -124,6 +124,13 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
 }
 
 namespace {
+// An integer tensor divided by a fraction: the number would take int64 (cf's rule) and 0.5 become 0.
+void check_int_division(const Tensor& a, double b) {
+  CF_CHECK(cf::is_floating(a.dtype()) || b == std::trunc(b), DTypeError, "[div] ", a.describe(), " divided by ", b,
+           ": the number would take the tensor's dtype (cf's rule, so ", b, " would become ", std::trunc(b),
+           "); convert the tensor first, e.g. t.to(cf.float32)");
+}
+
 Tensor exact_for_compare(const Tensor& a, double b) {
   if (cf::is_floating(a.dtype())) return a;
   const bool representable = b == std::trunc(b) && b >= -9223372036854775808.0 && b < 9223372036854775808.0 &&
@@ -144,7 +151,7 @@ void bind_operators(TensorCls& cls) {
       .def("__mul__", [](const Tensor& a, double b) { return a * b; }, release_gil())
       .def("__rmul__", [](const Tensor& a, double b) { return b * a; }, release_gil())
       .def("__truediv__", [](const Tensor& a, const Tensor& b) { return a / b; }, release_gil())
-      .def("__truediv__", [](const Tensor& a, double b) { return a / b; }, release_gil())
+      .def("__truediv__", [](const Tensor& a, double b) { check_int_division(a, b); return a / b; }, release_gil())
       .def("__rtruediv__", [](const Tensor& a, double b) { return b / a; }, release_gil())
       .def("__pow__", [](const Tensor& a, const Tensor& b) { return cf::pow(a, b); }, release_gil())
       .def("__pow__", [](const Tensor& a, double b) { return cf::pow(a, b); }, release_gil())
@@ -182,6 +189,7 @@ void bind_operators(TensorCls& cls) {
       // a /= b as a = a / b in a's dtype (before: a *= 1 / b, which zeroed an int64 tensor, as 1 / b
       // took its dtype, and rounded a float one differently from a / b)
       .def("__itruediv__", [](Tensor& a, double b) -> Tensor& {
+        check_int_division(a, b);
         Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference, release_gil())

@@ -49,6 +49,7 @@ cf::Tensor copy_tensor(const cf::Tensor& t, const char* op = "deepcopy") {
   cf::NoGradGuard ng;
   cf::Tensor c = cf::clone(t.detach());
   if (t.requires_grad()) c.set_requires_grad(true);
+  if (t.grad().defined()) c.set_grad(cf::clone(t.grad()));  // as PyTorch's deepcopy keeps .grad
   return c;
 }
 
@@ -354,7 +355,8 @@ std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x) {
       it.index = nb::cast<cf::Tensor>(h);
       CF_CHECK(it.index.dtype() == cf::kInt64, IndexError, "[getitem] index tensors must be int64, got ",
                it.index.describe(), " (boolean masks: use cf.where or cf.masked_fill)");
-    } else if (PyList_Check(h.ptr()) || (nb::hasattr(h, "__array_interface__") && nb::hasattr(h, "tolist") &&
+    } else if (PyList_Check(h.ptr()) || (!PyLong_Check(h.ptr()) && nb::hasattr(h, "__array_interface__") &&
+                                         nb::hasattr(h, "tolist") &&
                                          nb::len(nb::object(h.attr("shape"))) > 0)) {
       // a list, or a NumPy array of positions (its tolist(); a 0-d one is an int below)
       nb::object l = PyList_Check(h.ptr()) ? nb::borrow(h) : h.attr("tolist")();
@@ -487,8 +489,6 @@ std::string describe_repr(const cf::Tensor& t) {
 
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m);
 
-static const double kArrayPriority = 1000.0;
-
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
   m.def("_tensor_from_bytes",
         [](nb::bytes data, cf::DType dtype, std::vector<int64_t> shape, cf::Device device) {
@@ -609,9 +609,6 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       .def("__repr__", &describe_repr)
       .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })
       .def_prop_ro("__array_interface__", &array_interface)
-      // NumPy's scalars and arrays defer to the tensor's reflected operators (np.float64(2) * t is a
-      // Tensor, as t * np.float64(2) is), as they do for PyTorch's tensors
-      .def_ro_static("__array_priority__", &kArrayPriority)
       .def("numpy", [](nb::handle self) { return nb::module_::import_("numpy").attr("asarray")(self); },
            "A NumPy array sharing this CPU tensor's memory (no copy).")
       // ---- indexing ----

@@ -151,7 +151,18 @@ def test_set_parameters_and_set_buffers_use_the_given_tensors_and_check_them():
 def test_optimizer_parameter_groups_as_torch_optim_takes_them():
     lin = cf.nn.Linear(2, 2, generator=cf.Generator(0))
     # two groups of unnamed tensors (before: "parameter name '0' appears twice")
-    opt = cf.nn.SGD([{"params": [lin.weight], "lr_scale": 0.1}, {"params": [lin.bias]}], lr=1.0)
+    opt = cf.nn.SGD([{"params": [lin.weight], "lr_scale": 0.1}, {"params": [lin.bias]}], lr=1.0, momentum=0.9)
+    cf.sum(lin(cf.ones([1, 2]))).backward()
+    opt.step()
+    lin.zero_grad()
+    assert {k for k in opt.state_dict() if k.startswith("momentum.")} == {"momentum.0.0",
+                                                                         "momentum.1.0"}
+    one = cf.nn.SGD([{"params": [lin.weight, lin.bias]}], lr=1.0, momentum=0.9)  # one group: names as before
+    cf.sum(lin(cf.ones([1, 2]))).backward()
+    one.step()
+    lin.zero_grad()
+    assert {k for k in one.state_dict() if k.startswith("momentum.")} == {"momentum.0",
+                                                                       "momentum.1"}
     # a group's own "lr" (before: silently ignored, every group stepped at the optimizer's lr)
     opt = cf.nn.SGD([{"params": {"w": lin.weight}, "lr": 0.1}, {"params": {"b": lin.bias}}], lr=1.0)
     w0, b0 = lin.weight.tolist(), lin.bias.tolist()

@@ -171,10 +171,11 @@ def test_numbers_against_integer_tensors_and_conversions():
         int(cf.tensor(float("inf")))
     with pytest.raises(ValueError):
         int(cf.tensor(float("nan")))
-    import numpy as np
-    # NumPy scalars on the left defer to the tensor (before: an ndarray came back)
-    assert isinstance(np.float64(1.5) + cf.ones([2]), cf.Tensor)
-    assert (np.float32(2) * cf.ones([2])).tolist() == [2, 2]
+    # an integer tensor divided by a fraction is refused by name (0.5 would take int64 and become 0)
+    with pytest.raises(cf.DTypeError, match=r"\[div\] int64 \(3\) on cpu divided by 0.5"):
+        i / 0.5
+    with pytest.raises(cf.DTypeError, match=r"\[div\]"):
+        i /= 1.5
 
 
 def test_copy_deepcopy_and_integers_beyond_int64():
@@ -186,6 +187,8 @@ def test_copy_deepcopy_and_integers_beyond_int64():
     assert copy.deepcopy({"w": t})["w"].tolist() == [1, 1, 1]
     with pytest.raises(cf.AutogradError, match=r"\[deepcopy\] only leaf tensors"):
         copy.deepcopy(t * 2)
+    cf.sum(t * 3.0).backward()
+    assert copy.deepcopy(t).grad.tolist() == [3, 3, 3]  # .grad kept, as PyTorch's deepcopy does
     import pickle  # values, dtype, shape, device and requires_grad come back (a strided view as its values)
     for x in (cf.arange(6).reshape([2, 3]), cf.randn([3]).to(cf.bfloat16), cf.tensor([True, False]), t,
               cf.zeros([0, 3]), cf.tensor(2.5, dtype=cf.float64), cf.arange(6, dtype=cf.float32).reshape([2, 3]).T):
