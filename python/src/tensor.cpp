@@ -318,27 +318,27 @@ struct IndexItem {
 
 // A flat or nested list of positions (ints), refusing bools: [True, False, True] is a mask in NumPy and
 // PyTorch, and read as positions 1, 0, 1 it would select the wrong rows without a word.
-void list_positions(nb::handle h, std::vector<int64_t>& out, cf::Shape& shape, size_t depth) {
+void list_positions(nb::handle h, std::vector<int64_t>& out, cf::Shape& shape, size_t depth, const char* op) {
   const Py_ssize_t n = PyList_GET_SIZE(h.ptr());
   if (shape.size() <= depth) shape.push_back(int64_t(n));
-  CF_CHECK(shape[depth] == int64_t(n), IndexError, "[getitem] a list index must be rectangular");
+  CF_CHECK(shape[depth] == int64_t(n), IndexError, "[", op, "] a list index must be rectangular");
   for (Py_ssize_t i = 0; i < n; ++i) {
     nb::handle e = PyList_GET_ITEM(h.ptr(), i);
     CF_CHECK(!PyBool_Check(e.ptr()), IndexError,
-             "[getitem] a list of bools is a mask, which cf's indexing does not take; use cf.where or masked_fill, "
+             "[", op, "] a list of bools is a mask, which cf's indexing does not take; use cf.where or masked_fill, "
              "or a list of positions");
     if (PyList_Check(e.ptr())) {
-      CF_CHECK(out.empty() || shape.size() > depth + 1, IndexError, "[getitem] a list index must be rectangular");
-      list_positions(e, out, shape, depth + 1);
+      CF_CHECK(out.empty() || shape.size() > depth + 1, IndexError, "[", op, "] a list index must be rectangular");
+      list_positions(e, out, shape, depth + 1, op);
     } else {
-      CF_CHECK(PyIndex_Check(e.ptr()), IndexError, "[getitem] a list index holds ints, got ", py_type_name(e));
-      CF_CHECK(shape.size() == depth + 1, IndexError, "[getitem] a list index must be rectangular");
+      CF_CHECK(PyIndex_Check(e.ptr()), IndexError, "[", op, "] a list index holds ints, got ", py_type_name(e));
+      CF_CHECK(shape.size() == depth + 1, IndexError, "[", op, "] a list index must be rectangular");
       out.push_back(nb::cast<int64_t>(nb::int_(e)));
     }
   }
 }
 
-std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x) {
+std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x, const char* op) {
   std::vector<IndexItem> items;
   auto one = [&](nb::handle h) {
     IndexItem it{};
@@ -353,7 +353,7 @@ std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x) {
     } else if (nb::isinstance<cf::Tensor>(h)) {
       it.kind = IndexItem::Tensor;
       it.index = nb::cast<cf::Tensor>(h);
-      CF_CHECK(it.index.dtype() == cf::kInt64, IndexError, "[getitem] index tensors must be int64, got ",
+      CF_CHECK(it.index.dtype() == cf::kInt64, IndexError, "[", op, "] index tensors must be int64, got ",
                it.index.describe(), " (boolean masks: use cf.where or cf.masked_fill)");
     } else if (PyList_Check(h.ptr()) || (!PyLong_Check(h.ptr()) && nb::hasattr(h, "__array_interface__") &&
                                          nb::hasattr(h, "tolist") &&
@@ -362,13 +362,13 @@ std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x) {
       nb::object l = PyList_Check(h.ptr()) ? nb::borrow(h) : h.attr("tolist")();
       it.kind = IndexItem::Tensor;
       cf::Shape shape;
-      list_positions(l, it.positions, shape, 0);
+      list_positions(l, it.positions, shape, 0, op);
       if (shape.empty()) shape.push_back(0);
       it.index = cf::Tensor::from_vector(it.positions, shape);  // wrapped and moved to x's device where used
     } else if (PyIndex_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
       it.i = nb::cast<int64_t>(nb::int_(h));
     } else {
-      throw cf::IndexError(cf::str("[getitem] unsupported index of type ", py_type_name(h),
+      throw cf::IndexError(cf::str("[", op, "] unsupported index of type ", py_type_name(h),
                                    ": use ints, slices, None, ..., int64 tensors or lists of ints"));
     }
     items.push_back(std::move(it));
@@ -382,14 +382,15 @@ std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x) {
 }
 
 cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
-  std::vector<IndexItem> items = parse_key(key, x);
+  const char* op = copied ? "setitem" : "getitem";  // setitem asks whether the view is a copy
+  std::vector<IndexItem> items = parse_key(key, x, op);
   int64_t consuming = 0, ellipses = 0;
   for (auto& it : items) {
     if (it.kind == IndexItem::Ellipsis) ++ellipses;
     else if (it.kind != IndexItem::None) ++consuming;
   }
-  CF_CHECK(ellipses <= 1, IndexError, "[getitem] an index can only have a single ellipsis ('...')");
-  CF_CHECK(consuming <= x.dim(), IndexError, "[getitem] too many indices (", consuming, ") for ",
+  CF_CHECK(ellipses <= 1, IndexError, "[", op, "] an index can only have a single ellipsis ('...')");
+  CF_CHECK(consuming <= x.dim(), IndexError, "[", op, "] too many indices (", consuming, ") for ",
            x.describe());
   cf::Tensor y = x;
   int64_t d = 0;  // the axis of y the next item applies to
@@ -413,7 +414,7 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
       case IndexItem::Int: {
         int64_t n = y.shape()[size_t(d)];
         int64_t i = it.i < 0 ? it.i + n : it.i;
-        CF_CHECK(i >= 0 && i < n, IndexError, "[getitem] index ", it.i, " is out of range for axis ", d,
+        CF_CHECK(i >= 0 && i < n, IndexError, "[", op, "] index ", it.i, " is out of range for axis ", d,
                  " of size ", n, " in ", y.describe());
         y = cf::squeeze(cf::narrow(y, d, i, 1), d);
         break;
@@ -421,7 +422,7 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
       case IndexItem::Slice: {
         Py_ssize_t start, stop, step;
         if (PySlice_Unpack(it.slice.ptr(), &start, &stop, &step) != 0) throw nb::python_error();
-        CF_CHECK(step > 0, IndexError, "[getitem] slice steps must be positive, got ", step);
+        CF_CHECK(step > 0, IndexError, "[", op, "] slice steps must be positive, got ", step);
         int64_t n = y.shape()[size_t(d)];
         Py_ssize_t len = PySlice_AdjustIndices(Py_ssize_t(n), &start, &stop, step);
         if (!(start == 0 && len == n && step == 1))
@@ -431,7 +432,7 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
       }
       case IndexItem::Tensor: {
         CF_CHECK(++tensor_items == 1, IndexError,
-                 "[getitem] at most one index tensor (or list) per indexing; chain them instead");
+                 "[", op, "] at most one index tensor (or list) per indexing; chain them instead");
         if (it.index.dtype() == cf::kInt64 && !it.positions.empty()) {  // from a list: -1 is the last
           const int64_t n = y.shape()[size_t(d)];
           for (int64_t& p : it.positions)

@@ -95,6 +95,8 @@ def test_index_tensors_select_copies():
         t[[[0], 1]]
     with pytest.raises(cf.IndexError, match=r"\[getitem\] a list index holds ints"):
         t[[0, "a"]]
+    with pytest.raises(cf.IndexError, match=r"^\[setitem\] index tensors must be int64"):  # named setitem, not getitem
+        t[cf.tensor([True, False, True, False, False])] = 0
 
 
 def test_operators_and_numbers():
