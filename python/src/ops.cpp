@@ -4,6 +4,8 @@
 // Docstrings are the header comments of autograd/ops/*.h. Every kernel call runs
 // with the GIL released.
 #include <cmath>
+#include <optional>
+#include <variant>
 
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/tuple.h>
@@ -137,7 +139,28 @@ Tensor exact_for_compare(const Tensor& a, double b) {
                              (a.dtype() != cf::kBool || b == 0.0 || b == 1.0);
   return representable ? a : cf::to(a, cf::kFloat64);
 }
+// The left operand of a comparison: exact_for_compare's for a number, the tensor itself for a tensor.
+Tensor compare_operand(const Tensor& a, double b) { return exact_for_compare(a, b); }
+Tensor compare_operand(const Tensor& a, const Tensor&) { return a; }
+Tensor checked_div(const Tensor& a, double b) { check_int_division(a, b); return a / b; }
+Tensor checked_div(const Tensor& a, const Tensor& b) { return a / b; }
 }  // namespace
+
+// A NumPy operand (an array, or a NumPy scalar that is not a Python float) of a tensor's operator, or a
+// Python int: an array
+// becomes a tensor on the tensor's device (its values copied, NumPy's dtype), a 0-d one a number, as a
+// Python number is; anything else is not ours (NotImplemented, so Python raises its TypeError).
+std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Tensor& like) {
+  // a Python int (or bool) reaches this overload before nanobind would convert it for the double one
+  if (PyLong_Check(h.ptr()) || PyFloat_Check(h.ptr())) return nb::cast<double>(nb::float_(h));
+  if (!nb::hasattr(h, "__array_interface__") || nb::isinstance<Tensor>(h)) return std::nullopt;
+  if (nb::len(nb::object(h.attr("shape"))) == 0) {
+    if (nb::hasattr(h, "dtype") && nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) == "b")
+      return std::nullopt;  // a NumPy bool scalar: no arithmetic, as for Python's True
+    return nb::cast<double>(nb::float_(h));
+  }
+  return tensor_from_python(h, std::nullopt, like.device());
+}
 
 void bind_operators(TensorCls& cls) {
   // Python operators. A number operand takes the tensor's dtype (cf's rule).
@@ -176,6 +199,32 @@ void bind_operators(TensorCls& cls) {
   CF_CMP("__gt__", gt)
   CF_CMP("__ge__", ge)
 #undef CF_CMP
+  // NumPy operands, either side (with __array_priority__, NumPy's scalars and arrays defer to these,
+  // as they do for PyTorch's tensors: np.float32(2) * t and np.ones(3) + t are tensors). Registered after
+  // the tensor and number overloads, which nanobind tries first: these take any object (None too) and
+  // answer NotImplemented for what is not NumPy's, so t == None stays False as in Python.
+#define CF_NP_BINARY(py, expr)                                                                     \
+  cls.def(py, [](const Tensor& a, nb::handle h) -> nb::object {                                    \
+    auto o = numpy_operand(h, a);                                                                  \
+    if (!o) return nb::borrow(Py_NotImplemented);                                                  \
+    Tensor r = std::visit([&](const auto& b) { nb::gil_scoped_release g; return Tensor(expr); }, *o); \
+    return nb::cast(r);                                                                            \
+  }, nb::arg("other").none());
+  CF_NP_BINARY("__add__", a + b)
+  CF_NP_BINARY("__radd__", b + a)
+  CF_NP_BINARY("__sub__", a - b)
+  CF_NP_BINARY("__rsub__", b - a)
+  CF_NP_BINARY("__mul__", a * b)
+  CF_NP_BINARY("__rmul__", b * a)
+  CF_NP_BINARY("__truediv__", checked_div(a, b))
+  CF_NP_BINARY("__rtruediv__", b / a)
+  CF_NP_BINARY("__eq__", cf::eq(compare_operand(a, b), b))  // (a reflected == or != is the same operator; < reflects to >)
+  CF_NP_BINARY("__ne__", cf::ne(compare_operand(a, b), b))
+  CF_NP_BINARY("__lt__", cf::lt(compare_operand(a, b), b))
+  CF_NP_BINARY("__le__", cf::le(compare_operand(a, b), b))
+  CF_NP_BINARY("__gt__", cf::gt(compare_operand(a, b), b))
+  CF_NP_BINARY("__ge__", cf::ge(compare_operand(a, b), b))
+#undef CF_NP_BINARY
   // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on).
   cls.def("__iadd__", [](Tensor& a, const Tensor& b) -> Tensor& { return cf::add_(a, b); }, nb::rv_policy::reference, release_gil())
       .def("__iadd__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::Tensor::scalar(b, a.dtype(), a.device())); }, nb::rv_policy::reference, release_gil())

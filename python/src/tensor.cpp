@@ -490,6 +490,8 @@ std::string describe_repr(const cf::Tensor& t) {
 
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m);
 
+static const double kArrayPriority = 1000.0;
+
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
   m.def("_tensor_from_bytes",
         [](nb::bytes data, cf::DType dtype, std::vector<int64_t> shape, cf::Device device) {
@@ -610,6 +612,9 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       .def("__repr__", &describe_repr)
       .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })
       .def_prop_ro("__array_interface__", &array_interface)
+      // NumPy's scalars and arrays defer to the tensor's operators, which take them (ops.cpp), as they do
+      // for PyTorch's tensors: np.float32(2) * t and np.ones(3) + t are tensors
+      .def_ro_static("__array_priority__", &kArrayPriority)
       .def("numpy", [](nb::handle self) { return nb::module_::import_("numpy").attr("asarray")(self); },
            "A NumPy array sharing this CPU tensor's memory (no copy).")
       // ---- indexing ----

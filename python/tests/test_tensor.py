@@ -173,6 +173,17 @@ def test_numbers_against_integer_tensors_and_conversions():
         int(cf.tensor(float("inf")))
     with pytest.raises(ValueError):
         int(cf.tensor(float("nan")))
+    # NumPy operands on either side give tensors, as with PyTorch's (before: an ndarray with the NumPy
+    # value on the left, a TypeError with an array on the right)
+    import numpy as np
+    t = cf.tensor([1.0, 2.0, 3.0])
+    assert isinstance(np.float64(1.5) + t, cf.Tensor) and (np.float32(2) * t).tolist() == [2, 4, 6]
+    assert (np.ones(3) + t).tolist() == (t + np.ones(3)).tolist() == [2, 3, 4]
+    assert (np.full(3, 6.0, np.float32) / t).tolist() == [6, 3, 2] and (t - np.ones(3, np.float32)).tolist() == [0, 1, 2]
+    assert (np.array([1.0, 0, 3]) == t).tolist() == [True, False, True] and (np.float32(2) < t).tolist() == [False, False, True]
+    assert (t == None) is False and (t != "x") is True  # not ours: Python's own answer
+    with pytest.raises(cf.DTypeError, match=r"\[div\]"):
+        i / np.float32(0.5)
     # an integer tensor divided by a fraction is refused by name (0.5 would take int64 and become 0)
     with pytest.raises(cf.DTypeError, match=r"\[div\] int64 \(3\) on cpu divided by 0.5"):
         i / 0.5
