@@ -78,20 +78,16 @@ class AttentionBridge {
       if (params[0].dtype() != old[0].dtype()) mha_->to(params[0].dtype());
       if (params[0].device() != old[0].device()) mha_->to(params[0].device());
     }
-    std::vector<Tensor> buffers;
+    std::vector<Tensor> buffers, old_buffers;
     size_t used = 0;
     for (auto& [name, t] : mha_->named_buffers()) {
       auto it = shared_buffers.find(name);
       used += it != shared_buffers.end();
       buffers.push_back(it != shared_buffers.end() ? it->second : t);
+      old_buffers.push_back(t);
     }
     CF_CHECK(used == shared_buffers.size(), ValueError, "[cf.torch.Attention] ", shared_buffers.size() - used,
              " of the given buffers are not the module's");
-    const std::vector<Tensor> old_buffers = [&] {
-      std::vector<Tensor> v;
-      for (auto& e : mha_->named_buffers()) v.push_back(e.second);
-      return v;
-    }();
     mha_->set_buffers(buffers);  // checks all, then binds
     try {
       mha_->set_parameters(params);

@@ -133,25 +133,22 @@ void check_int_division(const Tensor& a, double b) {
            "); convert the tensor first, e.g. t.to(cf.float32)");
 }
 
-Tensor exact_for_compare(const Tensor& a, double b) {
+// The left operand of a comparison with a number (see CF_CMP's comment) or with a tensor (itself).
+Tensor compare_operand(const Tensor& a, double b) {
   if (cf::is_floating(a.dtype())) return a;
   const bool representable = b == std::trunc(b) && b >= -9223372036854775808.0 && b < 9223372036854775808.0 &&
                              (a.dtype() != cf::kBool || b == 0.0 || b == 1.0);
   return representable ? a : cf::to(a, cf::kFloat64);
 }
-// The left operand of a comparison: exact_for_compare's for a number, the tensor itself for a tensor.
-Tensor compare_operand(const Tensor& a, double b) { return exact_for_compare(a, b); }
 Tensor compare_operand(const Tensor& a, const Tensor&) { return a; }
 Tensor checked_div(const Tensor& a, double b) { check_int_division(a, b); return a / b; }
 Tensor checked_div(const Tensor& a, const Tensor& b) { return a / b; }
 }  // namespace
 
-// A NumPy operand (an array, or a NumPy scalar that is not a Python float) of a tensor's operator, or a
-// Python int: an array
-// becomes a tensor on the tensor's device (its values copied, NumPy's dtype), a 0-d one a number, as a
-// Python number is; anything else is not ours (NotImplemented, so Python raises its TypeError).
+// The other operand of a tensor's operator when it is not a tensor: a Python number (int, float, bool) or
+// a NumPy 0-d value is a number (taking the tensor's dtype, cf's rule); a NumPy array becomes a tensor on
+// the tensor's device (its values copied, NumPy's dtype); anything else is not ours (NotImplemented).
 std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Tensor& like) {
-  // a Python int (or bool) reaches this overload before nanobind would convert it for the double one
   if (PyLong_Check(h.ptr()) || PyFloat_Check(h.ptr())) return nb::cast<double>(nb::float_(h));
   if (!nb::hasattr(h, "__array_interface__") || nb::isinstance<Tensor>(h)) return std::nullopt;
   if (nb::len(nb::object(h.attr("shape"))) == 0) {
@@ -164,18 +161,11 @@ std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Te
 
 void bind_operators(TensorCls& cls) {
   // Python operators. A number operand takes the tensor's dtype (cf's rule).
+  // (numbers and NumPy operands of + - * / and the comparisons: CF_NP_BINARY below)
   cls.def("__add__", [](const Tensor& a, const Tensor& b) { return a + b; }, release_gil())
-      .def("__add__", [](const Tensor& a, double b) { return a + b; }, release_gil())
-      .def("__radd__", [](const Tensor& a, double b) { return b + a; }, release_gil())
       .def("__sub__", [](const Tensor& a, const Tensor& b) { return a - b; }, release_gil())
-      .def("__sub__", [](const Tensor& a, double b) { return a - b; }, release_gil())
-      .def("__rsub__", [](const Tensor& a, double b) { return b - a; }, release_gil())
       .def("__mul__", [](const Tensor& a, const Tensor& b) { return a * b; }, release_gil())
-      .def("__mul__", [](const Tensor& a, double b) { return a * b; }, release_gil())
-      .def("__rmul__", [](const Tensor& a, double b) { return b * a; }, release_gil())
       .def("__truediv__", [](const Tensor& a, const Tensor& b) { return a / b; }, release_gil())
-      .def("__truediv__", [](const Tensor& a, double b) { check_int_division(a, b); return a / b; }, release_gil())
-      .def("__rtruediv__", [](const Tensor& a, double b) { return b / a; }, release_gil())
       .def("__pow__", [](const Tensor& a, const Tensor& b) { return cf::pow(a, b); }, release_gil())
       .def("__pow__", [](const Tensor& a, double b) { return cf::pow(a, b); }, release_gil())
       .def("__rpow__", [](const Tensor& a, double b) { return cf::pow(cf::Tensor::scalar(b, a.dtype(), a.device()), a); }, release_gil())
@@ -189,9 +179,7 @@ void bind_operators(TensorCls& cls) {
   // A number compared with an integer or bool tensor: when it is not one of the tensor's values (0.5,
   // 1e30, NaN), the comparison runs in float64, so `t == 0.5` is false and `t < 1.5` holds for 1 (the
   // number taking the tensor's dtype, cf's rule for arithmetic, would truncate it first).
-#define CF_CMP(py, fn)                                                                              \
-  cls.def(py, [](const Tensor& a, const Tensor& b) { return cf::fn(a, b); }, release_gil()) \
-      .def(py, [](const Tensor& a, double b) { return cf::fn(exact_for_compare(a, b), b); }, release_gil());
+#define CF_CMP(py, fn) cls.def(py, [](const Tensor& a, const Tensor& b) { return cf::fn(a, b); }, release_gil());
   CF_CMP("__eq__", eq)
   CF_CMP("__ne__", ne)
   CF_CMP("__lt__", lt)
@@ -199,10 +187,10 @@ void bind_operators(TensorCls& cls) {
   CF_CMP("__gt__", gt)
   CF_CMP("__ge__", ge)
 #undef CF_CMP
-  // NumPy operands, either side (with __array_priority__, NumPy's scalars and arrays defer to these,
-  // as they do for PyTorch's tensors: np.float32(2) * t and np.ones(3) + t are tensors). Registered after
-  // the tensor and number overloads, which nanobind tries first: these take any object (None too) and
-  // answer NotImplemented for what is not NumPy's, so t == None stays False as in Python.
+  // Python numbers and NumPy operands, either side (with __array_priority__, NumPy's scalars and arrays
+  // defer to these, as they do for PyTorch's tensors: np.float32(2) * t and np.ones(3) + t are tensors).
+  // Registered after the tensor overloads, which nanobind tries first: these take any object (None too)
+  // and answer NotImplemented for what is neither a number nor NumPy's, so t == None stays False.
 #define CF_NP_BINARY(py, expr)                                                                     \
   cls.def(py, [](const Tensor& a, nb::handle h) -> nb::object {                                    \
     auto o = numpy_operand(h, a);                                                                  \
