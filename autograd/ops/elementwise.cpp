@@ -161,7 +161,8 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 namespace {
-// Gradient of maximum/minimum: `pick_a` marks where a was chosen.
+// Gradient of maximum/minimum: `pick_a` marks where a was chosen (ties, and a NaN
+// in a, which the forward returns; a NaN in b only sends the gradient to b).
 Tensor minmax_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   CF_PROMOTED(minmax_op(op, name, a, b));
   Tensor out = binary_forward(op, a, b);
@@ -169,7 +170,7 @@ Tensor minmax_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
     SavedTensor sa(a), sb(b);
     autograd::record(name, {a, b}, out, [sa, sb, op, name](const Tensor& g) -> std::vector<Tensor> {
       Tensor av = sa.unpack(name), bv = sb.unpack(name);
-      Tensor pick_a = op == BinaryOp::Maximum ? ge(av, bv) : le(av, bv);
+      Tensor pick_a = logical_or(op == BinaryOp::Maximum ? ge(av, bv) : le(av, bv), ne(av, av));
       Tensor zero = ops::scalar_like(g, 0.0);
       return {sum_to(where(pick_a, g, zero), av.shape()), sum_to(where(pick_a, zero, g), bv.shape())};
     });
@@ -315,8 +316,9 @@ Tensor sigmoid(const Tensor& x) {
   });
 }
 Tensor relu(const Tensor& x) {
+  // The gradient passes where x is not <= 0, so a NaN input gets it (PyTorch's rule).
   return unary_op(UnaryOp::Relu, x, [](const Tensor& x, const Tensor&, const Tensor& g) {
-    return where(gt(x, 0.0), g, 0.0);
+    return where(le(x, 0.0), ops::scalar_like(g, 0.0), g);
   });
 }
 Tensor gelu(const Tensor& x) {

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/common/loop.h"
 #include "kernels/elementwise/elementwise.h"
@@ -101,6 +102,13 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   });
 }
 
+// True for a floating-point NaN; integer and bool values never are.
+template <typename C>
+inline bool is_nan(C v) {
+  if constexpr (std::is_floating_point_v<C>) return std::isnan(v);
+  else return false;
+}
+
 template <typename T>
 void unary_numeric(UnaryOp op, const Tensor& x, const Tensor& out) {
   using C = compute_t<T>;  // float32 registers for bfloat16/float16
@@ -133,7 +141,7 @@ void unary_float(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams prm
         return e / (C(1) + e);
       });
       break;
-    case UnaryOp::Relu: map1<T, T>(x, out, [](C v) { return v > C(0) ? v : C(0); }); break;
+    case UnaryOp::Relu: map1<T, T>(x, out, [](C v) { return v <= C(0) ? C(0) : v; }); break;  // NaN stays NaN
     case UnaryOp::Gelu:  // exact GELU: x * Phi(x)
       map1<T, T>(x, out, [](C v) { return C(0.5) * v * (C(1) + std::erf(v * C(M_SQRT1_2))); });
       break;
@@ -176,8 +184,9 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
     case BinaryOp::Pow:
       map2<T, T>(a, b, out, [](C x, C y) { return C(std::pow(x, y)); });
       break;
-    case BinaryOp::Maximum: map2<T, T>(a, b, out, [](C x, C y) { return x >= y ? x : y; }); break;
-    case BinaryOp::Minimum: map2<T, T>(a, b, out, [](C x, C y) { return x <= y ? x : y; }); break;
+    // A NaN on either side wins, as in PyTorch and NumPy.
+    case BinaryOp::Maximum: map2<T, T>(a, b, out, [](C x, C y) { return x >= y || is_nan(x) ? x : y; }); break;
+    case BinaryOp::Minimum: map2<T, T>(a, b, out, [](C x, C y) { return x <= y || is_nan(x) ? x : y; }); break;
     case BinaryOp::Eq: map2<T, bool>(a, b, out, [](C x, C y) { return x == y; }); break;
     case BinaryOp::Ne: map2<T, bool>(a, b, out, [](C x, C y) { return x != y; }); break;
     case BinaryOp::Lt: map2<T, bool>(a, b, out, [](C x, C y) { return x < y; }); break;

@@ -1,9 +1,9 @@
 // CUDA elementwise kernels. Every formula, NaN rule, dtype rule and error is the
 // one of elementwise_cpu.cpp (the reference; elementwise.h states the contract):
 // the per-element functors below are written with the same expressions, so e.g.
-// relu(NaN) = 0, sign(NaN) = 0, abs(-0.0) = -0.0, clamp(NaN) = NaN, maximum and
-// minimum take the second operand when the comparison fails (NaN only propagates
-// from b), int64 division truncates and refuses a zero divisor.
+// relu(NaN) = NaN, sign(NaN) = 0, abs(-0.0) = -0.0, clamp(NaN) = NaN, maximum and
+// minimum give NaN when either operand is NaN (PyTorch's rules), int64 division
+// truncates and refuses a zero divisor.
 //
 // Three launch shapes, chosen on the host per call:
 // - packed: every operand contiguous with the output's shape (or a single element
@@ -53,6 +53,13 @@ constexpr double kSqrt1_2 = 0.70710678118654752440;  // M_SQRT1_2, as in the CPU
 
 // ---------------------------------------------------------------- functors
 
+// True for a floating-point NaN; integer and bool values never are.
+template <typename T>
+__device__ __forceinline__ bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return isnan(v);
+  else return false;
+}
+
 template <UnaryOp OP, typename T>
 struct UnaryFn {
   T a, b;  // UnaryParams cast to T on the host, as unary_float does
@@ -74,7 +81,7 @@ struct UnaryFn {
         const T e = m_exp(v);
         return e / (T(1) + e);
       }
-      if constexpr (OP == UnaryOp::Relu) return v > T(0) ? v : T(0);
+      if constexpr (OP == UnaryOp::Relu) return v <= T(0) ? T(0) : v;
       if constexpr (OP == UnaryOp::Gelu) return T(0.5) * v * (T(1) + m_erf(v * T(kSqrt1_2)));
       if constexpr (OP == UnaryOp::GeluGrad) {
         const T cdf = T(0.5) * (T(1) + m_erf(v * T(kSqrt1_2)));
@@ -130,8 +137,8 @@ struct BinaryFn {
         return m_pow(x, y);
       }
     }
-    if constexpr (OP == BinaryOp::Maximum) return x >= y ? x : y;
-    if constexpr (OP == BinaryOp::Minimum) return x <= y ? x : y;
+    if constexpr (OP == BinaryOp::Maximum) return x >= y || is_nan(x) ? x : y;
+    if constexpr (OP == BinaryOp::Minimum) return x <= y || is_nan(x) ? x : y;
     if constexpr (OP == BinaryOp::Eq) return x == y;
     if constexpr (OP == BinaryOp::Ne) return x != y;
     if constexpr (OP == BinaryOp::Lt) return x < y;

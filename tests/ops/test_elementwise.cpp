@@ -108,6 +108,39 @@ TEST_CASE("unary ops match std:: math") {
   check_close(neg(ti64({-3, 4}, {2})), {3, -4});
 }
 
+TEST_CASE("NaN propagates through relu, maximum and minimum from either operand - PyTorch's rules") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+    CAPTURE(dt);
+    Tensor x = to(t64({nan, -1.0, 2.0}, {3}), dt);
+    std::vector<double> r = to(relu(x), kFloat64).to_vector<double>();
+    CHECK(std::isnan(r[0]));
+    CHECK(r[1] == 0.0);
+    CHECK(r[2] == 2.0);
+    Tensor y = to(t64({1.0, nan, nan}, {3}), dt);
+    Tensor zero = Tensor::zeros({3}, dt);
+    for (const Tensor& m : {maximum(x, zero), maximum(zero, x), minimum(x, zero), minimum(zero, x)}) {
+      std::vector<double> v = to(m, kFloat64).to_vector<double>();
+      CHECK(std::isnan(v[0]));
+      CHECK(!std::isnan(v[1]));
+    }
+    for (const Tensor& m : {maximum(x, y), maximum(y, x), minimum(x, y), minimum(y, x)}) {
+      std::vector<double> v = to(m, kFloat64).to_vector<double>();
+      CHECK((std::isnan(v[0]) && std::isnan(v[1]) && std::isnan(v[2])));
+    }
+  }
+  // The gradient of a NaN element goes to the operand that gave it (a on a NaN in
+  // both), and through relu as for a positive input.
+  Tensor a = t64({nan, 1.0, 3.0}, {3}).set_requires_grad(true);
+  Tensor b = t64({0.0, nan, 2.0}, {3}).set_requires_grad(true);
+  sum(maximum(a, b)).backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{1, 0, 1});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{0, 1, 0});
+  Tensor c = t64({nan, -1.0, 2.0}, {3}).set_requires_grad(true);
+  sum(relu(c)).backward();
+  CHECK(c.grad().to_vector<double>() == std::vector<double>{1, 0, 1});
+}
+
 TEST_CASE("where, logic and comparisons") {
   Tensor c = Tensor::from_vector(std::vector<bool>{true, false, true}, {3});
   check_close(where(c, t32({1, 2, 3}, {3}), t32({9}, {1})), {1, 9, 3});
@@ -335,7 +368,7 @@ PARITY_CASE(pow) {
 }
 PARITY_CASE(maximum) {
   binary_case("maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); });
-  // NaN only propagates from b, ties send the gradient to a: forward on specials,
+  // NaN propagates from either operand, ties send the gradient to a: forward on specials,
   // forward and backward on exact ties.
   specials_binary("maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); });
   Tensor ta = ties32({50}, 1), tb = ties32({50}, 2);
@@ -442,7 +475,7 @@ PARITY_CASE(sigmoid) {
 }
 PARITY_CASE(relu) {
   unary_case("relu", [](const Tensor& x) { return relu(x); });
-  specials_unary("relu", [](const Tensor& x) { return relu(x); });  // relu(NaN) = 0 as on the CPU
+  specials_unary("relu", [](const Tensor& x) { return relu(x); });  // relu(NaN) = NaN as on the CPU
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9, 1.7, -2.2}, {2, 3}).set_requires_grad(true);
   check_grad_cuda("relu", [](const Inputs& v) { return relu(v[0]); }, {x});
 }
