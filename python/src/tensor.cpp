@@ -438,8 +438,13 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
           for (int64_t& p : it.positions)
             if (p < 0 && p >= -n) p += n;
           it.index = cf::Tensor::from_vector(it.positions, it.index.shape()).to(y.device());
-        } else if (!it.positions.empty() || it.index.device() != y.device()) {
-          it.index = it.index.to(y.device());
+        } else {
+          // An index tensor's values stay on its device: -n <= p < 0 counts from the end as for a list,
+          // by tensor ops (no host read); anything further out is left for index_select's range error.
+          if (it.index.device() != y.device()) it.index = it.index.to(y.device());
+          const double n = double(y.shape()[size_t(d)]);
+          cf::Tensor wrap = cf::logical_and(cf::lt(it.index, 0.0), cf::ge(it.index, -n));
+          it.index = cf::where(wrap, cf::add(it.index, n), it.index);
         }
         cf::Tensor flat = cf::reshape(it.index, {-1});
         cf::Tensor sel = cf::index_select(y, d, flat);
@@ -621,7 +626,7 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       .def("__getitem__", [](const cf::Tensor& t, nb::handle key) { return index_tensor(t, key, nullptr); },
            nb::arg("key").none(),
            "Basic indexing gives views: ints, slices (positive steps), None, Ellipsis. An int64 tensor or a list "
-           "of ints on one axis selects a copy (index_select).")
+           "of ints on one axis selects a copy (index_select); negative positions count from the end.")
       .def("__setitem__", &setitem, nb::arg("key").none(), nb::arg("value"),
            "Write a tensor (broadcast, dtype converted) or a number into the view t[key], in place.");
   return cls;

@@ -86,6 +86,11 @@ def test_index_tensors_select_copies():
     import numpy as np
     assert t[[0, -1]].tolist() == [[0, 1], [8, 9]] and t[:, [-1]].tolist() == [[1], [3], [5], [7], [9]]
     assert t[np.array([4, 0])].tolist() == [[8, 9], [0, 1]] and t[[[0], [2]]].shape == (2, 1, 2)
+    # ... and in an index tensor too (before, -1 was an out-of-range error there but the last row in a list)
+    assert t[cf.tensor([0, -1, -5])].tolist() == [[0, 1], [8, 9], [0, 1]]
+    assert t[:, cf.tensor([[-1], [0]])].tolist() == [[[1], [0]], [[3], [2]], [[5], [4]], [[7], [6]], [[9], [8]]]
+    with pytest.raises(cf.IndexError, match=r"-6"):  # beyond -n: the range error names the value given
+        t[cf.tensor([0, -6])]
     # a list of bools is a mask elsewhere: refused (before, read as positions 1, 0, 1: wrong rows, no error)
     with pytest.raises(cf.IndexError, match=r"\[getitem\] a list of bools is a mask"):
         t[[True, False, True, False, False]]
