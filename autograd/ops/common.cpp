@@ -78,7 +78,7 @@ void check_inplace(const Tensor& t, const char* op) {
   CF_CHECK(t.defined(), ValueError, "[", op, "] called on an undefined tensor");
   CF_CHECK(!(grad_enabled() && t.requires_grad()), AutogradError, "[", op,
            "] in-place change of a tensor that requires grad (", t.describe(),
-           "); run it under cf::NoGradGuard or on a detach()ed tensor");
+           "); run it with grad recording off (cf::NoGradGuard, in Python cf.no_grad()) or on a detach()ed tensor");
 }
 
 void check_no_internal_overlap(const Tensor& t, const char* op) {

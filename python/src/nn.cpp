@@ -173,6 +173,16 @@ cnn::AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor
   return a;
 }
 
+[[noreturn]] void refuse_module_copy(nb::handle self, const char* what) {
+  std::string t = nb::type_name(self.type()).c_str();
+  if (t.rfind("cf._cf.", 0) == 0) t = "cf." + t.substr(7);  // the name users import it by
+  throw nb::type_error(cf::str("[", what, "] a cf.nn module (", t, ") cannot be copied or pickled: build a new ",
+                               t, " with the same arguments and copy the values with "
+                               "new.load_state_dict(old.state_dict()); for files, cf.save_safetensors(path, "
+                               "m.state_dict()) or cf.nn.save_checkpoint")
+                           .c_str());
+}
+
 }  // namespace
 
 void bind_nn(nb::module_& m, nb::module_& nn) {
@@ -211,7 +221,13 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("set_parameters", &cnn::Module::set_parameters, nb::arg("values"),
            "Replace the parameter tensors (named_parameters order) by values, used as given: no copy, no detach.")
       .def("set_buffers", &cnn::Module::set_buffers, nb::arg("values"),
-           "Replace the buffer tensors (named_buffers order) by values, used as given: no copy.");
+           "Replace the buffer tensors (named_buffers order) by values, used as given: no copy.")
+      // copy.copy, copy.deepcopy and pickle reach these: a module is a C++ object graph that Python
+      // cannot rebuild, so each says how to make a copy instead of Python's bare "cannot pickle".
+      .def("__copy__", [](nb::handle self) { refuse_module_copy(self, "copy"); })
+      .def("__deepcopy__", [](nb::handle self, nb::handle) { refuse_module_copy(self, "deepcopy"); },
+           nb::arg("memo"))
+      .def("__reduce__", [](nb::handle self) { refuse_module_copy(self, "pickle"); });
 
   nb::class_<cnn::UnaryModule, cnn::Module> unary(nn, "UnaryModule", "A module mapping one tensor to one tensor.");
   def_forward(unary, [](cnn::UnaryModule& mod, const Tensor& x) { return mod.forward(x); }, "forward(x)", nb::arg("x"));

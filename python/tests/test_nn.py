@@ -148,6 +148,20 @@ def test_set_parameters_and_set_buffers_use_the_given_tensors_and_check_them():
         mha.set_parameters([cf.ones([1])] + ps[1:])
 
 
+def test_copying_or_pickling_a_module_says_how_to_copy_it():
+    import copy
+    import pickle
+    lin = cf.nn.Linear(3, 2)
+    for what, f in (("copy", copy.copy), ("deepcopy", copy.deepcopy), ("pickle", pickle.dumps)):
+        with pytest.raises(TypeError, match=r"^\[%s\] a cf.nn module \(.*Linear\) cannot be copied or pickled: "
+                           r"build a new .*Linear with the same arguments.*load_state_dict\(old.state_dict\(\)\)"
+                           % what):
+            f(lin)
+    twin = cf.nn.Linear(3, 2)  # the way the message gives
+    twin.load_state_dict(lin.state_dict())
+    assert twin.weight.tolist() == lin.weight.tolist() and twin.weight.data_ptr() != lin.weight.data_ptr()
+
+
 def test_optimizer_parameter_groups_as_torch_optim_takes_them():
     lin = cf.nn.Linear(2, 2, generator=cf.Generator(0))
     # two groups of unnamed tensors (before: "parameter name '0' appears twice")
