@@ -165,6 +165,7 @@ class Attention(_torch.nn.Module):
                 self.register_buffer(name.replace(".", "_"), _from_capsule(cap), persistent=persistent)
                 self._buffer_names[name.replace(".", "_")] = name
         self._params, self._bound_buffers = self._slots()
+        self._grad_flags = None
         self._buffer_versions = self._torch_buffer_versions()
 
     def _build_cf(self):
@@ -208,6 +209,7 @@ class Attention(_torch.nn.Module):
         self._bridge.bind([_to_capsule(p.detach()) for p in params],
                           {cf_name: _to_capsule(b) for cf_name, b in zip(self._buffer_names.values(), buffers)})
         self._params, self._bound_buffers = params, buffers
+        self._grad_flags = None  # the imported tensors carry no requires_grad: forward passes PyTorch's
         self._buffer_versions = self._torch_buffer_versions()
 
     def _rebind_if_replaced(self):
@@ -320,7 +322,11 @@ class Attention(_torch.nn.Module):
         # Under torch.autocast, cf's autocast in the same dtype (its per-op policy is PyTorch's: products in
         # 16 bits, softmax statistics and norms in float32); the parameters stay float32 master weights.
         # With nothing that requires grad (a frozen layer on a constant input) there is no backward either.
-        record = _torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self._params))
+        flags = tuple(p.requires_grad for p in self._params)
+        if flags != self._grad_flags:  # cf computes the gradients PyTorch's flags ask for, no more, no less
+            self._bridge.set_requires_grad(flags)
+            self._grad_flags = flags
+        record = _torch.is_grad_enabled() and (x.requires_grad or any(flags))
         y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), record, _autocast_dtype(x),
                                      *self._params)
         _cf_stream_leave(cur, x)

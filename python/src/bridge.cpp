@@ -98,6 +98,15 @@ class AttentionBridge {
     params_ = mha_->parameters();
   }
 
+  // Which parameters cf computes gradients for: PyTorch's requires_grad flags, in parameters order
+  // (torch.py passes them when they differ from the last ones passed: after a bind, whose imported
+  // tensors carry no flag, and after requires_grad_() froze or thawed some).
+  void set_requires_grad(const std::vector<bool>& flags) {
+    CF_CHECK(flags.size() == params_.size(), ValueError, "[cf.torch.Attention] ", flags.size(),
+             " requires_grad flags given for ", params_.size(), " parameters");
+    for (size_t i = 0; i < flags.size(); ++i) params_[i].set_requires_grad(flags[i]);
+  }
+
   // PyTorch wrote into these buffers (load_state_dict, a DistributedDataParallel broadcast):
   // cf's version counters did not see it, so mark them written; state cached from them (the
   // memory bank's host copy of its step count) is read again. Empty: every buffer.
@@ -237,6 +246,7 @@ void bind_bridge(nb::module_& m) {
              br.bind(ps, bs);
            },
            nb::arg("params"), nb::arg("buffers"))
+      .def("set_requires_grad", &AttentionBridge::set_requires_grad, nb::arg("flags"))
       .def("buffers_written", &AttentionBridge::buffers_written, nb::arg("names") = std::vector<std::string>())
       .def("on_train_step", &AttentionBridge::on_train_step, release_gil())
       .def("forward",

@@ -184,6 +184,33 @@ def test_deepcopy_and_torch_save_of_the_module():
     assert torch.equal(loaded(x.double()), layer(x.double()))
 
 
+def test_parameters_get_gradients_after_to_double_deepcopy_and_requires_grad_changes():
+    # before: PyTorch's conversions rebind cf to tensors imported without requires_grad, and every
+    # parameter's .grad stayed None from then on (a model.to(device) froze the layer without a word)
+    import copy
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    for made in (lambda: cf.torch.Attention("full", d_model=8, n_heads=2, seed=0).to("cpu").double(),
+                 lambda: copy.deepcopy(cf.torch.Attention("full", d_model=8, n_heads=2, seed=0)).double()):
+        layer = made()
+        layer(x).sum().backward()
+        twin = cf.torch.Attention("full", d_model=8, n_heads=2, seed=0)
+        twin.load_state_dict(layer.state_dict())
+        twin = twin.double()  # the same weights through a second conversion
+        for p in twin.parameters():
+            p.grad = None
+        twin(x).sum().backward()
+        for (name, p), q in zip(layer.named_parameters(), twin.parameters()):
+            assert p.grad is not None and torch.allclose(p.grad, q.grad), name
+    # frozen, then thawed: cf follows PyTorch's flags at each call
+    layer = cf.torch.Attention("full", d_model=8, n_heads=2, seed=0).double()
+    layer.w_q_weight.requires_grad_(False)
+    layer(x.requires_grad_()).sum().backward()
+    assert layer.w_q_weight.grad is None and layer.w_k_weight.grad is not None
+    layer.w_q_weight.requires_grad_(True)
+    layer(x).sum().backward()
+    assert layer.w_q_weight.grad is not None
+
+
 def test_a_second_derivative_through_the_layer_raises():
     # cf's backward is not recorded for a second one: with other layers on the path (a gradient
     # penalty), a double backward gave their part and silently a 0 for cf's; now it raises
