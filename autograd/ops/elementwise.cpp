@@ -152,8 +152,13 @@ Tensor pow(const Tensor& a, const Tensor& b) {
     SavedTensor sa(a), sb(b), so(out);
     autograd::record(opname::pow, {a, b}, out, [sa, sb, so, need_b](const Tensor& g) -> std::vector<Tensor> {
       Tensor av = sa.unpack(opname::pow), bv = sb.unpack(opname::pow), o = so.unpack(opname::pow);
-      Tensor ga = mul(g, mul(bv, pow(av, sub(bv, 1.0))));
-      Tensor gb = need_b ? sum_to(mul(g, mul(o, log(av))), bv.shape()) : Tensor();
+      // PyTorch's masks: b a^(b-1) is 0 where b = 0 (not 0 * inf at a = 0), and a^b log a is 0
+      // where a = 0 and b >= 0 (the limit, not 0 * -inf); without them one zero base gives NaN.
+      Tensor zero = ops::scalar_like(g, 0.0);
+      Tensor ga = where(eq(bv, 0.0), zero, mul(g, mul(bv, pow(av, sub(bv, 1.0)))));
+      Tensor gb = need_b ? sum_to(where(logical_and(eq(av, 0.0), ge(bv, 0.0)), zero, mul(g, mul(o, log(av)))),
+                                  bv.shape())
+                         : Tensor();
       return {sum_to(ga, av.shape()), gb};
     });
   }
@@ -365,7 +370,11 @@ Tensor clamp(const Tensor& x, double low, double high) {
 Tensor pow(const Tensor& a, double e) {
   return unary_op(
       UnaryOp::PowScalar, a,
-      [e](const Tensor& x, const Tensor&, const Tensor& g) { return mul(g, mul(pow(x, e - 1.0), e)); },
+      [e](const Tensor& x, const Tensor&, const Tensor& g) {
+        // x^0 is constant: its gradient is 0 everywhere, also at x = 0 (where 0 * x^-1 would be NaN)
+        if (e == 0.0) return Tensor::zeros(g.shape(), g.dtype(), g.device());
+        return mul(g, mul(pow(x, e - 1.0), e));
+      },
       {e, 0});
 }
 

@@ -264,6 +264,19 @@ GRADCHECK_CASE(sub) {
 GRADCHECK_CASE(pow) {
   check_grad("pow", [](auto& x) { return pow(x[0], x[1]); }, {leaf64({2, 3}, 1, 0.5, 2), leaf64({3}, 2)});
   check_grad("pow", [](auto& x) { return pow(x[0], 2.5); }, {leaf64({2, 3}, 1, 0.5, 2)});
+  // At a zero base the gradients are PyTorch's limits, not NaN (one NaN poisons every later
+  // gradient): d(a^b)/da is 0 where b = 0; d(a^b)/db is 0 where a = 0 and b >= 0; d(x^0)/dx is 0.
+  Tensor a = t64({0.0, 0.0, 0.0, 2.0}, {4}).set_requires_grad(true);
+  Tensor b = t64({2.0, 0.5, 0.0, 0.0}, {4}).set_requires_grad(true);
+  sum(pow(a, b)).backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{0.0, std::numeric_limits<double>::infinity(), 0.0, 0.0});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{0.0, 0.0, 0.0, std::log(2.0)});
+  Tensor x = t64({0.0, 2.0}, {2}).set_requires_grad(true);
+  sum(pow(x, 0.0)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0.0, 0.0});
+  Tensor e = t64({1.0, 2.0}, {2}).set_requires_grad(true);  // 0 ** e from Python
+  sum(pow(Tensor::zeros({2}, kFloat64), e)).backward();
+  CHECK(e.grad().to_vector<double>() == std::vector<double>{0.0, 0.0});
 }
 GRADCHECK_CASE(maximum) {
   Tensor a = t64({1, 5, 3, -2}, {4}).set_requires_grad(true);
