@@ -143,6 +143,16 @@ struct AttentionDropout {
   }
 };
 
+// A row whose maximum is -inf holds nothing allowed, or NaN scores beside -inf ones (the row
+// maximum skips NaN): only the first is the masked-row rule (zeros, lse -inf). A NaN must come
+// out as NaN, as from the dense softmax, or a diverging run would look finite.
+template <typename T>
+bool has_nan(const T* x, int64_t n) {
+  for (int64_t c = 0; c < n; ++c)
+    if (std::isnan(x[c])) return true;
+  return false;
+}
+
 // Scores of one tile with the masks applied: S[r, c] = -inf where key j0 + c is
 // padding or (causal) after query i0 + r.
 template <typename T>
@@ -210,6 +220,7 @@ void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
             T* Sr = S + r * nc;
             const T m_new = std::max(s.m[size_t(r)], max_row(rm, Sr, nc, ninf));
             if (m_new == ninf) {  // nothing allowed in this row yet: P = 0
+              if (has_nan(Sr, nc)) s.l[size_t(r)] = std::numeric_limits<double>::quiet_NaN();  // stays NaN
               std::fill(Sr, Sr + nc, T(0));
               continue;
             }
@@ -230,7 +241,7 @@ void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
           const double l = s.l[size_t(r)];
           T* o = Ot + r * d.Dv;
           const T* a = s.acc.data() + r * d.Dv;
-          if (l > 0) {
+          if (l != 0) {  // NaN too: a NaN score makes the row's out and lse NaN
             const T inv = T(1.0 / l);
             for (int64_t c = 0; c < d.Dv; ++c) o[c] = a[c] * inv;
             L[bh * d.Nq + i0 + r] = T(double(s.m[size_t(r)]) + std::log(l));
@@ -468,8 +479,9 @@ void softmax_rows(const RowMath& rm, T* S, int64_t nr, int64_t nc, T* lse) {
     T* Sr = S + r * nc;
     const T m = max_row(rm, Sr, nc, ninf);
     if (m == ninf) {
-      std::fill(Sr, Sr + nc, T(0));
-      lse[r] = ninf;
+      const bool nan = has_nan(Sr, nc);  // NaN beside blocked entries: the row is NaN, not masked
+      std::fill(Sr, Sr + nc, nan ? std::numeric_limits<T>::quiet_NaN() : T(0));
+      lse[r] = nan ? std::numeric_limits<T>::quiet_NaN() : ninf;
       continue;
     }
     exp_shifted(rm, Sr, Sr, nc, m);
@@ -840,7 +852,10 @@ void rounds_combine_typed(const Tensor& per_round, int64_t R, const Tensor& comb
       auto src = [&](int64_t r) { return X + ((bh * R + r) * N + n) * E; };
       T* y = Y + x * E;
       T m = ninf;
-      for (int64_t r = 0; r < R; ++r) m = std::max(m, src(r)[Dv]);
+      for (int64_t r = 0; r < R; ++r) {
+        const T x = src(r)[Dv];
+        if (x > m || std::isnan(x)) m = x;  // a NaN round makes the row NaN (it stays: NaN > m never holds)
+      }
       std::fill(y, y + Dv, T(0));
       if (m == ninf) {
         y[Dv] = ninf;

@@ -174,10 +174,10 @@ __global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
       T mx = s;
       for (int o = 16; o > 0; o >>= 1) {
         const T y = __shfl_xor_sync(0xffffffffu, mx, o);
-        mx = y > mx ? y : mx;
+        mx = nan_max(mx, y);
       }
       const T m_old = m[r];
-      const T m_new = mx > m_old ? mx : m_old;
+      const T m_new = nan_max(m_old, mx);
       const T p = (m_new == ninf<T>() || s == ninf<T>()) ? T(0) : dexp(s - m_new);
       T sum = p;  // the normaliser l sums the weights before dropout, as the dense softmax does
       for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -207,12 +207,12 @@ __global__ void __launch_bounds__(NT) fwd_kernel(Args a, Map map) {
     const int r = int(e / Dv);
     const int64_t c = e % Dv, i = orw[r];
     if (i < 0) continue;
-    O[b * a.so.s0 + h * a.so.s1 + i * a.so.s2 + c] = l[r] > T(0) ? Os[r * ldv + c] / l[r] : T(0);
+    O[b * a.so.s0 + h * a.so.s1 + i * a.so.s2 + c] = l[r] != T(0) ? Os[r * ldv + c] / l[r] : T(0);  // NaN: NaN
   }
   for (int r = threadIdx.x; r < BR; r += NT) {
     const int64_t i = orw[r];
     if (i < 0) continue;
-    L[b * a.sl.s0 + h * a.sl.s1 + i * a.sl.s2] = l[r] > T(0) ? m[r] + dlog(l[r]) : ninf<T>();
+    L[b * a.sl.s0 + h * a.sl.s1 + i * a.sl.s2] = l[r] != T(0) ? m[r] + dlog(l[r]) : ninf<T>();
   }
 }
 
@@ -544,7 +544,7 @@ __global__ void __launch_bounds__(NT) rounds_combine_kernel(const T* X, T* Y, in
   const T* base = X + (bh * R * N + n) * E;  // round r at base + r * N * E
   T* y = Y + x * E;
   T m = ninf<T>();
-  for (int64_t r = 0; r < R; ++r) m = fmax(m, base[r * N * E + Dv]);
+  for (int64_t r = 0; r < R; ++r) m = nan_max(m, base[r * N * E + Dv]);
   if (m == ninf<T>()) {
     for (int64_t c = lane; c < Dv; c += 32) y[c] = T(0);
     if (lane == 0) y[Dv] = ninf<T>();
@@ -620,7 +620,7 @@ __global__ void __launch_bounds__(kRowThreads)
       li = *l;
     } else {
       for (int64_t j = threadIdx.x; j < jend; j += kRowThreads)
-        if (!(pb && pb[j]) && s[j] > m) m = s[j];
+        if (!(pb && pb[j])) m = nan_max(m, s[j]);  // a NaN score: m NaN, the row NaN (not a masked row)
       m = row.max(m);
       if (m == neg_inf) {
         li = neg_inf;
@@ -755,11 +755,11 @@ __global__ void block_rows_softmax_kernel(T* S, SlotTab tab, const bool* pad, T*
     T m = ninf<T>();
     for (int64_t j = lane; j < W; j += 32) {
       const T x = block_score(s[j], i, tab.pos(trow, j), pb, br, &own);
-      m = x > m ? x : m;
+      m = nan_max(m, x);
     }
     for (int o = 16; o > 0; o >>= 1) {
       const T y = __shfl_xor_sync(0xffffffffu, m, o);
-      m = y > m ? y : m;
+      m = nan_max(m, y);  // every lane the same m, NaN included: the sum below runs on all or none
     }
     T li = ninf<T>(), inv = T(0);
     if (m != ninf<T>()) {

@@ -399,14 +399,14 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map ma
         const int h = e >> 1;
         const float x = score(a, map, b, row[h], kp[n * 8 + 2 * t + (e & 1)], s[n][e]);
         s[n][e] = x;
-        mx[h] = fmaxf(mx[h], x);
+        mx[h] = nan_max(mx[h], x);
       }
     float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float m_new = fmaxf(m[h], mx[h]);
+      mx[h] = nan_max(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = nan_max(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = nan_max(m[h], mx[h]);
       alpha[h] = m_new == kNegInf ? 1.f : (m[h] == kNegInf ? 0.f : __expf(m[h] - m_new));
       m[h] = m_new;
     }
@@ -443,7 +443,7 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map ma
   for (int h = 0; h < 2; ++h) {
     if (row[h] < 0) continue;
     const int64_t i = map.orow(grp, r0 + warp * 16 + g + 8 * h, row[h]);
-    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    const float inv = l[h] != 0.f ? 1.f / l[h] : 0.f;  // NaN (a NaN score): out NaN
     float* out = a.out + a.so.at(b, hd, i);
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
@@ -451,7 +451,7 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map ma
       out[c] = o[d][2 * h] * inv;
       out[c + 1] = o[d][2 * h + 1] * inv;
     }
-    if (t == 0) a.lse[a.sl.at(b, hd, i)] = l[h] > 0.f ? m[h] + logf(l[h]) : kNegInf;
+    if (t == 0) a.lse[a.sl.at(b, hd, i)] = l[h] != 0.f ? m[h] + logf(l[h]) : kNegInf;
   }
 }
 

@@ -104,9 +104,11 @@ struct SumOp {
   template <typename T>
   __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };
+// NaN absorbs (b != b): a row holding a NaN reduces to NaN on every thread, whichever order the
+// tree pairs the values in, so e.g. a softmax row with a NaN comes out NaN, not finite.
 struct MaxOp {
   template <typename T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return b > a ? b : a; }
+  __device__ __forceinline__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
 };
 struct MinOp {
   template <typename T>

@@ -346,6 +346,114 @@ void check_same_block_paths(const BlockCase& c, const std::vector<Tensor>& want,
 
 }  // namespace
 
+// Which (b, h, i) rows of a (B, H, N, Dv) output hold a NaN (any element), as 0/1 per row.
+std::vector<int> nan_rows(const Tensor& out) {
+  const std::vector<double> o = values(out);
+  const size_t Dv = size_t(out.shape()[3]);
+  std::vector<int> rows(o.size() / Dv, 0);
+  for (size_t e = 0; e < o.size(); ++e)
+    if (std::isnan(o[e])) rows[e / Dv] = 1;
+  return rows;
+}
+
+// The paths a NaN-row check runs: each writes (out, lse) of (q, k, v) on q's device.
+enum class NanPath { kFlashFusedCpu, kFlashGemm, kBlockOp, kBlockGemm, kFlashFusedCuda, kFlashMmaCuda, kBlockFusedCuda,
+                     kBlockMmaCuda };
+
+// A NaN score makes its attention row NaN (out and lse), as in the dense softmax, while a NaN in a padded key
+// is masked out. Before: the fused CPU kernel took a row whose sum was NaN for one with nothing allowed and
+// wrote zeros and lse -inf, so a NaN in one token's features vanished from full attention's output. One chunk
+// per (b, h) holding the whole sequence gives block attention the same rows. Batch 1 has every key but key 0
+// padded, so a NaN in key 0 sits beside -inf scores only (a row maximum of -inf).
+void check_nan_rows(const std::vector<NanPath>& paths, Device dev, DType dt, int64_t D) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const int64_t B = 2, H = 2, N = 150;  // N spans several key tiles of the fused kernels
+  auto with_nan = [&](const Tensor& t, std::vector<int64_t> at) {
+    std::vector<double> x = values(t);
+    const Shape& s = t.shape();
+    x[size_t(((at[0] * s[1] + at[1]) * s[2] + at[2]) * s[3] + at[3])] = nan;
+    return to(Tensor::from_vector(x, s), dt).to(dev);
+  };
+  const Tensor q = leaf64({B, H, N, D}, 1).detach(), k = leaf64({B, H, N, D}, 2).detach(),
+               v = to(leaf64({B, H, N, D}, 3).detach(), dt).to(dev);
+  std::vector<std::pair<int64_t, int64_t>> padded;
+  for (int64_t j = 1; j < N; ++j) padded.push_back({1, j});
+  const Tensor kpm = padding(B, N, padded).to(dev);
+  std::vector<int64_t> all;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < N; ++j) all.push_back(j);
+  const Tensor members = Tensor::from_vector(all, {B, 1, 1, N}).to(dev);
+  struct Case {
+    const char* what;
+    Tensor q, k;
+    bool causal;
+    std::function<bool(int64_t b, int64_t h, int64_t i)> nan_row;
+  };
+  const Tensor qd = to(q, dt).to(dev), kd = to(k, dt).to(dev);
+  const std::vector<Case> cases = {
+      {"a NaN key: every row of its head", qd, with_nan(k, {0, 1, 100, 2}), false,
+       [](int64_t b, int64_t h, int64_t) { return b == 0 && h == 1; }},
+      {"causal: the rows that see the NaN key", qd, with_nan(k, {0, 1, 100, 2}), true,
+       [](int64_t b, int64_t h, int64_t i) { return b == 0 && h == 1 && i >= 100; }},
+      {"a NaN query: its row", with_nan(q, {1, 0, 7, 0}), kd, false,
+       [](int64_t b, int64_t h, int64_t i) { return b == 1 && h == 0 && i == 7; }},
+      {"a NaN beside padded keys only", qd, with_nan(k, {1, 0, 0, 3}), false,
+       [](int64_t b, int64_t h, int64_t) { return b == 1 && h == 0; }},
+      {"a NaN in a padded key: masked", qd, with_nan(k, {1, 0, 5, 3}), false,
+       [](int64_t, int64_t, int64_t) { return false; }},
+  };
+  for (const Case& c : cases) {
+    const std::string what = c.what;
+    CAPTURE(what);
+    std::vector<int> want(size_t(B * H * N));
+    for (int64_t r = 0; r < B * H * N; ++r) want[size_t(r)] = c.nan_row(r / (H * N), (r / N) % H, r % N) ? 1 : 0;
+    kernels::FlashAttentionParams p;
+    p.scale = 0.5;
+    p.causal = c.causal;
+    kernels::BlockAttentionParams bp;
+    bp.offsets = {0};
+    bp.scale = 0.5;
+    bp.causal = c.causal;
+    for (NanPath path : paths) {
+      CAPTURE(int(path));
+      Tensor out = Tensor::empty({B, H, N, D}, dt, dev), lse = Tensor::empty({B, H, N}, dt, dev);
+      switch (path) {
+        case NanPath::kFlashFusedCpu: kernels::flash_attention_forward_cpu(c.q, c.k, v, kpm, p, out, lse); break;
+        case NanPath::kFlashGemm:  // chunks of 64 rows
+          kernels::flash_attention_forward_gemm(c.q, c.k, v, kpm, p, out, lse, 64);
+          break;
+        case NanPath::kBlockOp: {
+          BlockAttentionOptions o;
+          o.causal = c.causal;
+          o.scale = 0.5;
+          BlockAttentionResult r = block_attention(c.q, c.k, v, members, kpm, o);
+          out = r.out;
+          lse = r.lse;
+          break;
+        }
+        case NanPath::kBlockGemm:
+          kernels::block_attention_forward_gemm(c.q, c.k, v, members, kpm, bp, out, lse);
+          break;
+#ifdef CF_WITH_CUDA
+        case NanPath::kFlashFusedCuda: kernels::flash_attention_forward_cuda(c.q, c.k, v, kpm, p, out, lse); break;
+        case NanPath::kBlockFusedCuda:
+          kernels::block_attention_forward_cuda(c.q, c.k, v, members, kpm, bp, out, lse);
+          break;
+#else
+        case NanPath::kFlashFusedCuda:
+        case NanPath::kBlockFusedCuda: FAIL("a CUDA path in a CPU-only build"); break;
+#endif
+        case NanPath::kFlashMmaCuda: kernels::flash_attention_forward_mma_cuda(c.q, c.k, v, kpm, p, out, lse); break;
+        case NanPath::kBlockMmaCuda:
+          kernels::block_attention_forward_mma_cuda(c.q, c.k, v, members, kpm, bp, out, lse);
+          break;
+      }
+      CHECK(nan_rows(out.to(Device::cpu())) == want);
+      CHECK(nan_rows(reshape(lse.to(Device::cpu()), {B, H, N, 1})) == want);
+    }
+  }
+}
+
 TEST_SUITE("ops/attention") {
 
 TEST_CASE("flash attention equals dense attention: masks, causal, Nq != Nk, sizes off the tile") {
@@ -573,6 +681,18 @@ TEST_CASE("flash attention: a query with every key blocked outputs zeros and pas
   for (int64_t bh = 0; bh < 4; ++bh)
     for (int64_t i = 0; i < 2; ++i)
       for (int64_t d = 0; d < 2; ++d) CHECK(co[size_t((bh * 5 + i) * 2 + d)] == 0.0);
+}
+
+TEST_CASE("flash and block attention: a NaN score makes its row NaN as in the dense softmax, a masked one does not") {
+  check_nan_rows({NanPath::kFlashFusedCpu, NanPath::kFlashGemm, NanPath::kBlockOp, NanPath::kBlockGemm}, Device::cpu(),
+                 kFloat64, 4);
+  check_nan_rows({NanPath::kFlashFusedCpu, NanPath::kFlashGemm, NanPath::kBlockOp}, Device::cpu(), kFloat32, 64);
+  // LSH's rounds: a row whose every round's lse is NaN combines to NaN (the rounds' maximum skipped NaN).
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor per_round = Tensor::from_vector(std::vector<double>{1, 2, nan, 3, 4, nan}, {1, 2, 1, 3});
+  Tensor combined = Tensor::empty({1, 1, 1, 3}, kFloat64);
+  kernels::rounds_combine_cpu(per_round, 2, combined);
+  for (double x : values(combined)) CHECK(std::isnan(x));
 }
 
 TEST_CASE("flash attention with lse: out is flash_attention's, lse the dense log-sum-exp, gradients through both") {
@@ -1030,6 +1150,21 @@ CUDA_TEST_CASE("flash attention's fused kernel and GEMM path on CUDA equal the C
     const std::vector<Tensor> dropped = run_flash_path(c, FlashPath::kFusedCpu, Device::cpu(), 0.3);
     check_same_paths(c, dropped, run_flash_path(c, FlashPath::kGemm, Device::cuda(0), 0.3));
   }
+}
+
+// The NaN rule on CUDA: the scalar kernels' warp maxima and the tensor-core kernels' fmaxf dropped a NaN, and
+// their last step wrote a row with a NaN sum as one with nothing allowed; LSH's rounds combine the same way.
+CUDA_TEST_CASE("flash and block attention on CUDA: a NaN score makes its row NaN, a masked one does not") {
+  check_nan_rows({NanPath::kFlashFusedCuda, NanPath::kFlashGemm, NanPath::kBlockFusedCuda, NanPath::kBlockGemm},
+                 Device::cuda(0), kFloat64, 4);
+  check_nan_rows({NanPath::kFlashFusedCuda, NanPath::kFlashGemm, NanPath::kFlashMmaCuda, NanPath::kBlockFusedCuda,
+                  NanPath::kBlockMmaCuda, NanPath::kBlockOp},
+                 Device::cuda(0), kFloat32, 64);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor per_round = Tensor::from_vector(std::vector<double>{1, 2, nan, 3, 4, nan}, {1, 2, 1, 3}).to(Device::cuda(0));
+  Tensor combined = Tensor::empty({1, 1, 1, 3}, kFloat64, Device::cuda(0));
+  kernels::rounds_combine_cuda(per_round, 2, combined);
+  for (double x : values(combined.to(Device::cpu()))) CHECK(std::isnan(x));
 }
 
 // block_attention on CUDA takes the GEMM path for large calls and the fused kernel below: both against the CPU.
