@@ -26,23 +26,39 @@ Tensor GradScaler::scale(const Tensor& loss) const {
   return mul(loss, scale_);
 }
 
+GradScaler::PerOptimizer* GradScaler::record_of(const Optimizer& opt) {
+  for (PerOptimizer& r : unscaled_)
+    if (r.optimizer == &opt) return &r;
+  return nullptr;
+}
+
+bool GradScaler::found_inf() const {
+  for (const PerOptimizer& r : unscaled_)
+    if (r.found_inf) return true;
+  return false;
+}
+
 void GradScaler::unscale_(Optimizer& opt) {
   if (!opt_.enabled) return;
-  CF_CHECK(!unscaled_, ValueError,
-           "[GradScaler.unscale_] already called since the last update(); call update() after each step");
+  if (const PerOptimizer* r = record_of(opt))
+    throw ValueError(r->stepped ? "[GradScaler.unscale_] called after step() for this optimizer; unscale_ comes "
+                                  "before step(), once per update()"
+                                : "[GradScaler.unscale_] already called for this optimizer since the last update(); "
+                                  "call update() after each step");
   NoGradGuard ng;
   const double inv = 1.0 / scale_;
-  bool bad = false;
+  // 0 * x is NaN exactly when x is inf or NaN: the sum over every gradient (float64) is finite
+  // unless one holds an inf/NaN, and it is read once, not once per parameter.
+  Tensor check;
   for (const ParamGroup& g : opt.param_groups())
     for (const auto& [name, p] : g.params) {
       Tensor gr = p.grad();
       if (!gr.defined()) continue;
       mul_(gr, inv);
-      // 0 * x is NaN exactly when x is inf or NaN: one pass, accumulated in float64.
-      if (!std::isfinite(sum(mul(gr, 0.0)).item())) bad = true;
+      Tensor s = to(sum(mul(gr, 0.0)), kFloat64);
+      check = check.defined() ? add(check, s.to(check.device())) : s;
     }
-  unscaled_ = true;
-  found_inf_ = bad;
+  unscaled_.push_back({&opt, false, check.defined() && !std::isfinite(check.item())});
 }
 
 bool GradScaler::step(Optimizer& opt) {
@@ -50,16 +66,22 @@ bool GradScaler::step(Optimizer& opt) {
     opt.step();
     return true;
   }
-  if (!unscaled_) unscale_(opt);
-  if (found_inf_) return false;
+  if (!record_of(opt)) unscale_(opt);
+  PerOptimizer* r = record_of(opt);
+  CF_CHECK(!r->stepped, ValueError,
+           "[GradScaler.step] already called for this optimizer since the last update(); call update() after "
+           "each step");
+  r->stepped = true;
+  if (r->found_inf) return false;
   opt.step();
   return true;
 }
 
 void GradScaler::update() {
   if (!opt_.enabled) return;
-  CF_CHECK(unscaled_, ValueError, "[GradScaler.update] called without a step() (or unscale_) since the last update");
-  if (found_inf_) {
+  CF_CHECK(!unscaled_.empty(), ValueError,
+           "[GradScaler.update] called without a step() (or unscale_) since the last update");
+  if (found_inf()) {
     scale_ *= opt_.backoff_factor;
     growth_tracker_ = 0;
   } else if (++growth_tracker_ >= opt_.growth_interval) {
@@ -67,8 +89,7 @@ void GradScaler::update() {
     if (std::isfinite(float(scale_ * opt_.growth_factor))) scale_ *= opt_.growth_factor;
     growth_tracker_ = 0;
   }
-  unscaled_ = false;
-  found_inf_ = false;
+  unscaled_.clear();
 }
 
 StateDict GradScaler::state_dict() const {
@@ -98,8 +119,7 @@ void GradScaler::load_state_dict(const StateDict& dict) {
   }
   scale_ = sv;
   growth_tracker_ = tv;
-  unscaled_ = false;
-  found_inf_ = false;
+  unscaled_.clear();
 }
 
 }  // namespace nn

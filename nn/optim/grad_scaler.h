@@ -13,6 +13,7 @@
 // Its state ("scale" float64, "growth_tracker" int64) goes into TrainingCheckpoint::scaler and
 // restores bit-exactly (the scale is a power of two times init_scale; float64 holds it exactly).
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "nn/optim/optimizer.h"
@@ -36,19 +37,23 @@ class GradScaler {
   // loss * scale (differentiable; in the loss's dtype).
   Tensor scale(const Tensor& loss) const;
   // Divides every gradient of opt's parameters by the scale, in place, and records whether any
-  // is inf/NaN. At most once per step (a second call before update() is a ValueError): call it
-  // before clipping gradients; step() calls it when you did not.
+  // is inf/NaN (one host read for all of them). At most once per optimizer per step (a second
+  // call before update(), or one after step(opt), is a ValueError): call it before clipping
+  // gradients; step() calls it when you did not.
   void unscale_(Optimizer& opt);
-  // opt.step() unless the unscaled gradients hold an inf/NaN; true when it stepped.
+  // opt.step() unless opt's unscaled gradients hold an inf/NaN; true when it stepped. Once per
+  // optimizer per step: with several optimizers, each is unscaled and checked on its own (as
+  // PyTorch's), and update() backs off when any of them overflowed.
   bool step(Optimizer& opt);
   // After step(): back off on overflow (and restart the clean-step count), or grow after
-  // growth_interval clean steps. Resets the per-step unscale record.
+  // growth_interval clean steps. Resets the per-step records of every optimizer.
   void update();
 
-  double get_scale() const { return scale_; }
+  // The loss scale; 1 when disabled (scale() then multiplies by nothing), as PyTorch's.
+  double get_scale() const { return opt_.enabled ? scale_ : 1.0; }
   int64_t growth_tracker() const { return growth_tracker_; }
-  // Whether the last unscale_ found an inf/NaN gradient.
-  bool found_inf() const { return found_inf_; }
+  // Whether an optimizer unscaled since the last update() had an inf/NaN gradient.
+  bool found_inf() const;
   bool enabled() const { return opt_.enabled; }
 
   StateDict state_dict() const;
@@ -57,11 +62,18 @@ class GradScaler {
   void load_state_dict(const StateDict& dict);
 
  private:
+  // What one optimizer did since the last update().
+  struct PerOptimizer {
+    const Optimizer* optimizer;
+    bool stepped;
+    bool found_inf;
+  };
+  PerOptimizer* record_of(const Optimizer& opt);
+
   GradScalerOptions opt_;
   double scale_;
   int64_t growth_tracker_ = 0;
-  bool unscaled_ = false;
-  bool found_inf_ = false;
+  std::vector<PerOptimizer> unscaled_;  // the optimizers unscaled since the last update(), in order
 };
 
 }  // namespace nn

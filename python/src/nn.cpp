@@ -728,13 +728,16 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            nb::arg("growth_interval") = 2000, nb::arg("enabled") = true)
       .def("scale", &cnn::GradScaler::scale, nb::arg("loss"), "loss * scale (differentiable).")
       .def("unscale_", &cnn::GradScaler::unscale_, nb::arg("optimizer"),
-           "Divide the optimizer's gradients by the scale in place (before clipping); at most once per step.")
+           "Divide the optimizer's gradients by the scale in place (before clipping); at most once per optimizer "
+           "per update().")
       .def("step", &cnn::GradScaler::step, nb::arg("optimizer"), release_gil(),
-           "optimizer.step() unless the unscaled gradients hold an inf/NaN; True when it stepped.")
+           "optimizer.step() unless its unscaled gradients hold an inf/NaN; True when it stepped. Once per "
+           "optimizer per update(); several optimizers are each unscaled and checked on their own.")
       .def("update", &cnn::GradScaler::update, "Back off after an overflow, or grow after growth_interval clean steps.")
-      .def("get_scale", &cnn::GradScaler::get_scale, "The current loss scale.")
+      .def("get_scale", &cnn::GradScaler::get_scale, "The current loss scale (1.0 when disabled).")
       .def_prop_ro("growth_tracker", &cnn::GradScaler::growth_tracker)
-      .def_prop_ro("found_inf", &cnn::GradScaler::found_inf)
+      .def_prop_ro("found_inf", &cnn::GradScaler::found_inf,
+                   "Whether an optimizer unscaled since the last update() had an inf/NaN gradient.")
       .def_prop_ro("enabled", &cnn::GradScaler::enabled)
       .def("state_dict", [](const cnn::GradScaler& s) { return state_dict_to_python(s.state_dict()); },
            "{'scale': float64 tensor, 'growth_tracker': int64 tensor}.")

@@ -74,6 +74,13 @@ def test_grad_scaler_scales_skips_overflow_and_adapts():
     assert other.get_scale() == 1024.0
     with pytest.raises(cf.ValueError, match="GradScaler"):
         other.load_state_dict({"scale": cf.tensor(-1.0, dtype=cf.float64)})
+    # a second step() before update() is refused (before: it stepped with the gradient still x scale)
+    opt.zero_grad()
+    scaler.scale(cf.sum(w * w)).backward()
+    scaler.step(opt)
+    with pytest.raises(cf.ValueError, match=r"\[GradScaler.step\] already called for this optimizer"):
+        scaler.step(opt)
+    assert cf.nn.GradScaler(enabled=False).get_scale() == 1.0  # as torch's
 
 
 def test_float16_training_with_autocast_and_scaler_lowers_the_loss():

@@ -173,6 +173,38 @@ TEST_CASE("GradScaler: unscales, skips a step with inf/NaN gradients, backs off 
   CHECK_THROWS_MSG(nn::GradScaler{shrinking}, ValueError, "growth_factor");
 }
 
+TEST_CASE("GradScaler with several optimizers: each unscaled and checked on its own, one step each per update") {
+  // Before: one 'unscaled' flag for the scaler, so the second optimizer stepped with gradients still
+  // multiplied by the scale, and its inf/NaN went unseen; a second step() without update() did the same.
+  Tensor a = Tensor::full({1}, 1.0, kFloat64).set_requires_grad(true);
+  Tensor b = Tensor::full({1}, 1.0, kFloat64).set_requires_grad(true);
+  nn::SGD sa({{"a", a}}, nn::SGDOptions{0.1}), sb({{"b", b}}, nn::SGDOptions{0.1});
+  nn::GradScaler scaler(nn::GradScalerOptions{1024.0, 2.0, 0.5, 100});
+  scaler.scale(sum(a + b)).backward();
+  CHECK(scaler.step(sa));
+  CHECK(scaler.step(sb));
+  CHECK(values(a)[0] == doctest::Approx(0.9));
+  CHECK(values(b)[0] == doctest::Approx(0.9));  // was 1 - 0.1 * 1024
+  CHECK_THROWS_MSG(scaler.step(sa), ValueError, "[GradScaler.step] already called for this optimizer");
+  CHECK_THROWS_MSG(scaler.unscale_(sb), ValueError, "[GradScaler.unscale_] called after step()");
+  scaler.update();
+  CHECK(scaler.get_scale() == 1024);
+  // b's gradient overflows: a steps, b does not, and update() backs off
+  a.set_grad(Tensor::full({1}, 1024.0, kFloat64));
+  b.set_grad(Tensor::full({1}, std::numeric_limits<double>::infinity(), kFloat64));
+  CHECK(scaler.step(sa));
+  CHECK_FALSE(scaler.step(sb));
+  CHECK(scaler.found_inf());
+  CHECK(values(b)[0] == doctest::Approx(0.9));
+  scaler.update();
+  CHECK(scaler.get_scale() == 512);
+  CHECK_FALSE(scaler.found_inf());
+  // disabled: a scale of 1, as PyTorch's
+  nn::GradScalerOptions off;
+  off.enabled = false;
+  CHECK(nn::GradScaler(off).get_scale() == 1.0);
+}
+
 TEST_CASE("checkpoints save and restore master weights, float32 state and the loss scaler bit-exactly") {
   TempDir tmp;
   std::string path = tmp.file("amp.ckpt");
