@@ -111,6 +111,33 @@ nb::dict state_dict_to_python(const cf::nn::StateDict& d);
 // An optional tensor argument (None) as cf's undefined Tensor.
 inline cf::Tensor opt(const std::optional<cf::Tensor>& t) { return t ? *t : cf::Tensor(); }
 
+// A module's tensor member as a property: None where the module holds none (a Linear built
+// without bias, a later layer of a centroid chain), as PyTorch's None bias. Assignment takes a
+// tensor of the same shape, dtype and device, used as given (no copy), so weights tie
+// (head.weight = emb.weight); anything else is a cf.ValueError naming the slot (before, a
+// mis-shaped tensor was taken and failed later in the forward, and an optimizer built earlier
+// kept stepping the old one, as it still does in PyTorch).
+template <typename Cls, typename M>
+void def_tensor_member(Cls& cls, const char* name, cf::Tensor M::*member) {
+  const std::string label = nb::cast<std::string>(cls.attr("__name__")) + "." + name;
+  cls.def_prop_rw(
+      name,
+      [member](M& m) -> std::optional<cf::Tensor> {
+        const cf::Tensor& t = m.*member;
+        return t.defined() ? std::optional<cf::Tensor>(t) : std::nullopt;
+      },
+      [member, label](M& m, std::optional<cf::Tensor> v) {
+        cf::Tensor& t = m.*member;
+        CF_CHECK(t.defined(), ValueError, "[", label, "] this module was built without it");
+        CF_CHECK(v && v->defined(), ValueError, "[", label, "] cannot be removed (set to None)");
+        CF_CHECK(v->shape() == t.shape() && v->dtype() == t.dtype() && v->device() == t.device(), ValueError, "[",
+                 label, "] is ", t.describe(), ", got ", v->describe(),
+                 " (assign a tensor like it, used as given; load_state_dict copies values)");
+        t = *v;
+      },
+      nb::for_setter(nb::arg("value").none()));
+}
+
 // Module.forward and Module.__call__ from one function, run without the GIL.
 template <typename Cls, typename F, typename... Extra>
 void def_forward(Cls& cls, F f, const char* doc, const Extra&... extra) {

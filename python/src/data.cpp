@@ -133,17 +133,33 @@ void bind_data(nb::module_& m, nb::module_& data) {
            "Whether all four Fashion-MNIST files are in dir.");
   data.def("fashion_mnist_class_name", &cd::fashion_mnist_class_name, nb::arg("label"), "The class name of a label 0..9.");
   data.attr("FORTUNES_DIR") = cd::kFortunesDir;
-  data.def("read_fortune_file", &cd::read_fortune_file, nb::arg("path"), release_gil(),
-           "Entries of one fortune file (separated by lines holding '%').");
+  // The files' text as str; bytes that are not UTF-8 become U+FFFD, as the char tokenizer reads
+  // them (a strict decode raised a bare UnicodeDecodeError naming no file).
+  auto text = [](const std::string& s) {
+    return nb::steal<nb::str>(PyUnicode_DecodeUTF8(s.data(), Py_ssize_t(s.size()), "replace"));
+  };
+  data.def("read_fortune_file",
+           [text](const std::string& path) {
+             std::vector<std::string> f;
+             {
+               nb::gil_scoped_release g;
+               f = cd::read_fortune_file(path);
+             }
+             nb::list out;
+             for (auto& e : f) out.append(text(e));
+             return out;
+           },
+           nb::arg("path"), "Entries of one fortune file (separated by lines holding '%'); bad UTF-8 bytes read "
+           "as U+FFFD.");
   data.def("read_fortunes",
-           [](const std::string& dir, bool off) {
+           [text](const std::string& dir, bool off) {
              std::vector<cd::Fortune> f;
              {
                nb::gil_scoped_release g;
                f = cd::read_fortunes(dir, off);
              }
              nb::list out;
-             for (auto& e : f) out.append(nb::make_tuple(e.category, e.text));
+             for (auto& e : f) out.append(nb::make_tuple(text(e.category), text(e.text)));
              return out;
            },
            nb::arg("dir") = cd::kFortunesDir, nb::arg("include_offensive") = false,
@@ -188,9 +204,11 @@ void bind_data(nb::module_& m, nb::module_& data) {
   nb::class_<cd::Dataset>(data, "Dataset", "Indexable examples (input, target).")
       .def("__len__", &cd::Dataset::size)
       .def("__getitem__", [](const cd::Dataset& d, int64_t i) {
-        CF_CHECK(i >= 0 && i < d.size(), IndexError, "[Dataset] index ", i, " out of range for ", d.size(), " examples");
-        cd::Example e = d.get(i);
-        return std::make_pair(e.input, e.target);
+        const int64_t n = d.size();  // a negative index counts from the end, as in Python
+        CF_CHECK(i >= -n && i < n, IndexError, "[Dataset] index ", i, " out of range for ", n, " examples");
+        cd::Example e = d.get(i < 0 ? i + n : i);
+        // (input, target), target None for a dataset without targets (as Batch.target)
+        return std::make_pair(e.input, e.target.defined() ? std::optional<Tensor>(e.target) : std::nullopt);
       });
   nb::class_<cd::TensorDataset, cd::Dataset>(data, "TensorDataset", "Rows of inputs (and targets) along axis 0.")
       .def(nb::init<Tensor, Tensor>(), nb::arg("inputs"), nb::arg("targets") = Tensor());

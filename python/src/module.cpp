@@ -1,5 +1,7 @@
 // The extension module cf._cf: errors, dtypes, devices, generators, grad mode,
 // memory and CUDA controls, the op registry; the other files add the rest.
+#include <cstring>
+
 #include "common.h"
 
 namespace cfpy {
@@ -27,7 +29,14 @@ nb::object make_exception(nb::module_& m, const char* name, std::initializer_lis
   return type;
 }
 
-void raise(const nb::object& type, const std::exception& e) { PyErr_SetString(type.ptr(), e.what()); }
+// The message as a Python str: bytes that are not UTF-8 (a file's bad bytes quoted by a parser)
+// become U+FFFD, where PyErr_SetString would lose the whole message.
+nb::object message(const std::exception& e) {
+  const char* m = e.what();
+  return nb::steal(PyUnicode_DecodeUTF8(m, Py_ssize_t(std::strlen(m)), "replace"));
+}
+
+void raise(const nb::object& type, const std::exception& e) { PyErr_SetObject(type.ptr(), message(e).ptr()); }
 
 }  // namespace
 
@@ -53,7 +62,7 @@ void bind_errors(nb::module_& m) {
     try {
       std::rethrow_exception(p);
     } catch (const cf::nn::KMeansTooFewPointsError& ex) {
-      nb::object inst = t.kmeans_too_few(ex.what());
+      nb::object inst = t.kmeans_too_few(message(ex));
       inst.attr("at_most") = ex.at_most();
       PyErr_SetObject(t.kmeans_too_few.ptr(), inst.ptr());
     } catch (const cf::ShapeError& ex) {

@@ -18,8 +18,18 @@ namespace cnn = cf::nn;
 nlohmann::json to_json(nb::handle h, const std::string& where) {
   if (h.is_none()) return nullptr;
   if (PyBool_Check(h.ptr())) return h.ptr() == Py_True;
-  if (PyLong_Check(h.ptr())) return nb::cast<int64_t>(h);
+  if (PyLong_Check(h.ptr())) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+    CF_CHECK(overflow == 0, ValueError, "[", where, "] the integer ", nb::cast<std::string>(nb::str(h)),
+             " does not fit int64");
+    return int64_t(v);
+  }
   if (PyFloat_Check(h.ptr())) return nb::cast<double>(h);
+  // A NumPy scalar (np.int64, np.float32, np.bool_): its Python value.
+  if (nb::hasattr(h, "dtype") && nb::hasattr(h, "item") && nb::hasattr(h, "shape") &&
+      nb::len(nb::object(h.attr("shape"))) == 0)
+    return to_json(h.attr("item")(), where);
   if (PyUnicode_Check(h.ptr())) return nb::cast<std::string>(h);
   if (PyDict_Check(h.ptr())) {
     nlohmann::json j = nlohmann::json::object();
@@ -233,27 +243,28 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   def_forward(unary, [](cnn::UnaryModule& mod, const Tensor& x) { return mod.forward(x); }, "forward(x)", nb::arg("x"));
 
   // ---------------------------------------------------------------- layers
-  nb::class_<cnn::Linear, cnn::UnaryModule>(nn, "Linear",
-                                            "y = x W^T + b; W is (out, in) as in PyTorch. Init U(-1/sqrt(in), 1/sqrt(in)).")
-      .def(nb::init<int64_t, int64_t, bool, cf::Generator&>(), nb::arg("in_features"), nb::arg("out_features"),
+  nb::class_<cnn::Linear, cnn::UnaryModule> linear(nn, "Linear",
+                                            "y = x W^T + b; W is (out, in) as in PyTorch. Init U(-1/sqrt(in), 1/sqrt(in)).");
+  linear.def(nb::init<int64_t, int64_t, bool, cf::Generator&>(), nb::arg("in_features"), nb::arg("out_features"),
            nb::arg("bias") = true, nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
       .def_prop_ro("in_features", &cnn::Linear::in_features)
-      .def_prop_ro("out_features", &cnn::Linear::out_features)
-      .def_rw("weight", &cnn::Linear::weight)
-      .def_rw("bias", &cnn::Linear::bias);
+      .def_prop_ro("out_features", &cnn::Linear::out_features);
+  def_tensor_member(linear, "weight", &cnn::Linear::weight);
+  def_tensor_member(linear, "bias", &cnn::Linear::bias);
   nb::class_<cnn::Embedding, cnn::Module> emb(nn, "Embedding",
                                               "Rows of a (num, dim) table picked by int64 ids of any shape -> (..., dim). "
                                               "The padding row starts at zero and gets no gradient.");
   emb.def(nb::init<int64_t, int64_t, int64_t, cf::Generator&>(), nb::arg("num_embeddings"), nb::arg("dim"),
           nb::arg("padding_idx") = -1, nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
-      .def_rw("weight", &cnn::Embedding::weight)
       .def_prop_ro("num_embeddings", &cnn::Embedding::num_embeddings)
       .def_prop_ro("dim", &cnn::Embedding::dim);
+  def_tensor_member(emb, "weight", &cnn::Embedding::weight);
   def_forward(emb, [](cnn::Embedding& e, const Tensor& ids) { return e.forward(ids); }, "forward(ids)", nb::arg("ids"));
-  nb::class_<cnn::LayerNorm, cnn::UnaryModule>(nn, "LayerNorm", "Layer normalisation over the last axis, learned scale and shift.")
-      .def(nb::init<int64_t, double, bool>(), nb::arg("dim"), nb::arg("eps") = 1e-5, nb::arg("affine") = true)
-      .def_rw("weight", &cnn::LayerNorm::weight)
-      .def_rw("bias", &cnn::LayerNorm::bias);
+  nb::class_<cnn::LayerNorm, cnn::UnaryModule> norm(nn, "LayerNorm",
+                                                    "Layer normalisation over the last axis, learned scale and shift.");
+  norm.def(nb::init<int64_t, double, bool>(), nb::arg("dim"), nb::arg("eps") = 1e-5, nb::arg("affine") = true);
+  def_tensor_member(norm, "weight", &cnn::LayerNorm::weight);
+  def_tensor_member(norm, "bias", &cnn::LayerNorm::bias);
   nb::class_<cnn::Dropout, cnn::UnaryModule>(nn, "Dropout", "Inverted dropout in training mode, identity in eval mode.")
       .def(nb::init<double, cf::Generator&>(), nb::arg("p"),
            nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)),
@@ -288,20 +299,20 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   nb::class_<cnn::SinusoidalPositionalEncoding, cnn::UnaryModule>(
       nn, "SinusoidalPositionalEncoding", "x + PE[:N], the fixed sinusoids of Vaswani et al. (2017), section 3.5.")
       .def(nb::init<int64_t, int64_t>(), nb::arg("max_len"), nb::arg("dim"));
-  nb::class_<cnn::LearnedPositionalEncoding, cnn::UnaryModule>(nn, "LearnedPositionalEncoding",
-                                                               "x + P[:N] with a learned table P ~ N(0, 0.02^2).")
-      .def(nb::init<int64_t, int64_t, cf::Generator&>(), nb::arg("max_len"), nb::arg("dim"),
-           nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
-      .def_rw("weight", &cnn::LearnedPositionalEncoding::weight);
-  nb::class_<cnn::DepthwiseConv1d, cnn::UnaryModule>(
+  nb::class_<cnn::LearnedPositionalEncoding, cnn::UnaryModule> lpe(nn, "LearnedPositionalEncoding",
+                                                                   "x + P[:N] with a learned table P ~ N(0, 0.02^2).");
+  lpe.def(nb::init<int64_t, int64_t, cf::Generator&>(), nb::arg("max_len"), nb::arg("dim"),
+          nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)));
+  def_tensor_member(lpe, "weight", &cnn::LearnedPositionalEncoding::weight);
+  nb::class_<cnn::DepthwiseConv1d, cnn::UnaryModule> dwconv(
       nn, "DepthwiseConv1d",
-      "Depthwise convolution along the sequence axis of (B, N, C); N_out = floor((N + 2p - k) / s) + 1.")
-      .def(nb::init<int64_t, int64_t, int64_t, int64_t, bool, cf::Generator&>(), nb::arg("channels"),
+      "Depthwise convolution along the sequence axis of (B, N, C); N_out = floor((N + 2p - k) / s) + 1.");
+  dwconv.def(nb::init<int64_t, int64_t, int64_t, int64_t, bool, cf::Generator&>(), nb::arg("channels"),
            nb::arg("kernel_size"), nb::arg("stride") = 1, nb::arg("padding") = 0, nb::arg("bias") = true,
            nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
-      .def("output_length", &cnn::DepthwiseConv1d::output_length, nb::arg("n"))
-      .def_rw("weight", &cnn::DepthwiseConv1d::weight)
-      .def_rw("bias", &cnn::DepthwiseConv1d::bias);
+      .def("output_length", &cnn::DepthwiseConv1d::output_length, nb::arg("n"));
+  def_tensor_member(dwconv, "weight", &cnn::DepthwiseConv1d::weight);
+  def_tensor_member(dwconv, "bias", &cnn::DepthwiseConv1d::bias);
 
   // ---------------------------------------------------------------- attention
   nb::class_<cnn::AuxLosses>(nn, "AuxLosses",
@@ -364,9 +375,9 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def_rw("kmeans_iters", &cnn::MemoryBankOptions::kmeans_iters)
       .def_rw("seed", &cnn::MemoryBankOptions::seed)
       .def_rw("save_memory", &cnn::MemoryBankOptions::save_memory);
-  nb::class_<cnn::MemoryBank, cnn::Module>(
-      nn, "MemoryBank", "FIFO of hidden states re-clustered by K-Means every update_every steps (Cluster-Former, Alg. 1).")
-      .def(nb::init<const cnn::MemoryBankOptions&, cf::Generator&>(), nb::arg("options"),
+  nb::class_<cnn::MemoryBank, cnn::Module> bank(
+      nn, "MemoryBank", "FIFO of hidden states re-clustered by K-Means every update_every steps (Cluster-Former, Alg. 1).");
+  bank.def(nb::init<const cnn::MemoryBankOptions&, cf::Generator&>(), nb::arg("options"),
            nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
       .def("add", &cnn::MemoryBank::add, nb::arg("states"), nb::arg("padding_mask") = Tensor(), release_gil())
       .def("step", &cnn::MemoryBank::step, release_gil(), "Count one training step; recluster when due. True if it did.")
@@ -374,8 +385,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("contents", &cnn::MemoryBank::contents)
       .def("size", &cnn::MemoryBank::size)
       .def("steps", &cnn::MemoryBank::steps)
-      .def("updates", &cnn::MemoryBank::updates)
-      .def_rw("centroids", &cnn::MemoryBank::centroids);
+      .def("updates", &cnn::MemoryBank::updates);
+  def_tensor_member(bank, "centroids", &cnn::MemoryBank::centroids);
   nb::class_<cnn::ClusterFormerAttention, cnn::Attention>(
       nn, "ClusterFormerAttention",
       "Cluster-Former's cluster layer attention (eqs. 5-9): tokens sorted by nearest memory-bank centroid, attended in "
@@ -385,13 +396,13 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def_prop_ro("last_assignments", &cnn::ClusterFormerAttention::last_assignments)
       .def_prop_ro("chunk_size", &cnn::ClusterFormerAttention::chunk_size)
       .def_ro("bank", &cnn::ClusterFormerAttention::bank);
-  nb::class_<cnn::NeuralClusteringAttention, cnn::Attention>(
+  nb::class_<cnn::NeuralClusteringAttention, cnn::Attention> nca(
       nn, "NeuralClusteringAttention",
       "ClusterFormer's neural clustering attention (eqs. 2-11; masked variant of appendix B). Options: clusters "
-      "(required), look_back, scale, tie_order, losses_reach_input. Self-attention only (needs query_input).")
-      .def_rw("centroids", &cnn::NeuralClusteringAttention::centroids)
-      .def_rw("w_c", &cnn::NeuralClusteringAttention::w_c)
-      .def_prop_ro("d_model", &cnn::NeuralClusteringAttention::d_model)
+      "(required), look_back, scale, tie_order, losses_reach_input. Self-attention only (needs query_input).");
+  def_tensor_member(nca, "centroids", &cnn::NeuralClusteringAttention::centroids);
+  def_tensor_member(nca, "w_c", &cnn::NeuralClusteringAttention::w_c);
+  nca.def_prop_ro("d_model", &cnn::NeuralClusteringAttention::d_model)
       .def_prop_ro("chain_index", &cnn::NeuralClusteringAttention::chain_index)
       .def("current_centroids", &cnn::NeuralClusteringAttention::current_centroids);
   nn.attr("CLUSTERING_LOSS") = cnn::kClusteringLossName;

@@ -55,6 +55,27 @@ def test_config_errors_name_the_key():
         cf.models.EncoderClassifier({"vocab_size": 10, "d_modle": 8})
 
 
+def test_config_integers_beyond_int64_and_numpy_scalars():
+    # before: a bare RuntimeError "std::bad_cast" naming no key
+    with pytest.raises(cf.ValueError, match=r"^\[config.a.b\] the integer 9223372036854775808 does not fit int64"):
+        cf.nn.Config({"a": {"b": 2 ** 63}})
+    with pytest.raises(cf.ValueError, match=r"^\[attention.scale\] the integer 10+ does not fit int64"):
+        cf.nn.MultiHeadAttention("full", d_model=8, n_heads=2, scale=10 ** 30)
+    import numpy as np  # NumPy scalars are their Python values
+    mha = cf.nn.MultiHeadAttention("neural-clustering", d_model=np.int64(8), n_heads=2, clusters=np.int64(2),
+                                   scale=np.float32(0.5))
+    assert mha.attention.d_model == 8
+
+
+def test_an_error_quoting_bytes_that_are_not_utf8_keeps_its_message(tmp_path):
+    # before: str(e) was '' (the message could not be decoded, so Python dropped it)
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(cf.IOError) as e:
+        cf.nn.load_json_file(str(bad))
+    assert str(e.value).startswith("[load_json_file]") and "bad.json" in str(e.value)
+
+
 def test_kmeans_too_few_points_carries_the_bound():
     x = cf.zeros([5, 2])
     with pytest.raises(cf.KMeansTooFewPointsError) as e:

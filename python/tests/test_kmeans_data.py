@@ -61,6 +61,17 @@ def test_tokenizer_dataset_loader(tmp_path):
     td = cf.data.TensorDataset(cf.randn([5, 2]), cf.arange(5))
     x, y = td[4]
     assert x.shape == (2,) and y.item() == 4
+    assert td[-1][1].item() == 4  # negative indices count from the end
+    with pytest.raises(cf.IndexError, match=r"\[Dataset\] index -6 out of range for 5"):
+        td[-6]
+    assert cf.data.SequenceDataset([[1, 2]])[0][1] is None  # no targets: None, as Batch.target
+
+
+def test_fortune_files_with_bytes_that_are_not_utf8(tmp_path):
+    # bad bytes read as U+FFFD, as the char tokenizer reads them (before: a bare UnicodeDecodeError)
+    f = tmp_path / "f"
+    f.write_bytes(b"hello\n%\n\xff\xfe bad\n")
+    assert cf.data.read_fortune_file(str(f)) == ["hello", "\ufffd\ufffd bad"]
 
 
 @pytest.mark.skipif(not os.path.isdir(cf.data.FORTUNES_DIR), reason="Debian package fortunes not installed")

@@ -148,6 +148,24 @@ def test_set_parameters_and_set_buffers_use_the_given_tensors_and_check_them():
         mha.set_parameters([cf.ones([1])] + ps[1:])
 
 
+def test_tensor_members_none_when_absent_and_assignments_checked():
+    lin = cf.nn.Linear(3, 2, bias=False)
+    assert lin.bias is None  # PyTorch's idiom: if m.bias is not None: ...
+    norm = cf.nn.LayerNorm(4, affine=False)
+    assert norm.weight is None and norm.bias is None
+    with pytest.raises(cf.ValueError, match=r"^\[Linear.weight\] is float32 \(2,3\) on cpu, got float64 \(5,7\)"):
+        lin.weight = cf.randn([5, 7], dtype=cf.float64)
+    with pytest.raises(cf.ValueError, match=r"^\[Linear.bias\] this module was built without it"):
+        lin.bias = cf.zeros([2])
+    with pytest.raises(cf.ValueError, match=r"^\[Linear.weight\] cannot be removed"):
+        lin.weight = None
+    # tying: the same tensor in both modules, used as given
+    emb, head = cf.nn.Embedding(10, 4), cf.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    assert head.weight.data_ptr() == emb.weight.data_ptr()
+    assert head.named_parameters()[0][1].data_ptr() == emb.weight.data_ptr()
+
+
 def test_copying_or_pickling_a_module_says_how_to_copy_it():
     import copy
     import pickle
