@@ -1,6 +1,7 @@
 #include "autograd/ops/common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "autograd/grad_mode.h"
@@ -115,6 +116,28 @@ Tensor inplace_source(const Tensor& dst, const Tensor& src) {
 }
 
 Tensor scalar_like(const Tensor& t, double v) { return filled({}, v, t.dtype(), t.device()); }
+
+namespace {
+// Whether v is exactly one of the values of dtype (every number is, for a float dtype).
+bool representable(DType dtype, double v) {
+  if (is_floating(dtype)) return true;
+  if (dtype == kBool) return v == 0.0 || v == 1.0;
+  return v == std::trunc(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+}
+}  // namespace
+
+void check_number(const Tensor& t, double v, const char* op) {
+  CF_CHECK(representable(t.dtype(), v), DTypeError, "[", op, "] ", t.describe(), " with the number ", v,
+           ": the number takes the tensor's dtype (cf's rule), which cannot hold it; convert the tensor to a "
+           "float dtype first");
+}
+
+Tensor number_like(const Tensor& t, double v, const char* op) {
+  check_number(t, v, op);
+  return scalar_like(t, v);
+}
+
+Tensor compare_operand(const Tensor& t, double v) { return representable(t.dtype(), v) ? t : to(t, kFloat64); }
 
 Tensor filled(const Shape& shape, double v, DType dtype, Device device) {
   Tensor t = Tensor::empty(shape, dtype, device);

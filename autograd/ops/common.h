@@ -29,6 +29,15 @@ void check_no_internal_overlap(const Tensor& t, const char* op);
 Tensor inplace_source(const Tensor& dst, const Tensor& src);
 // A 0-d tensor of t's dtype and device holding v.
 Tensor scalar_like(const Tensor& t, double v);
+// A number operand of arithmetic on t (op's name for errors): the number takes t's dtype (cf's rule), so
+// for an int64 or bool tensor a number that is not one of its values (2.5, 1e30, NaN) is a DTypeError
+// naming op, t and the number, where a cast would truncate it (t * 2.5 was t * 2).
+Tensor number_like(const Tensor& t, double v, const char* op);
+void check_number(const Tensor& t, double v, const char* op);  // number_like's check alone
+// The operand a comparison of t with the number v runs on: t itself, or t in float64 when v is not one
+// of an int64 or bool tensor's values (so i == 0.5 is false and i < 1.5 holds for 1, instead of comparing
+// with the truncated number).
+Tensor compare_operand(const Tensor& t, double v);
 // A new tensor filled with v on any device (Tensor::full is CPU-only, being in core).
 Tensor filled(const Shape& shape, double v, DType dtype, Device device);
 

@@ -187,10 +187,10 @@ Tensor minmax_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
 Tensor maximum(const Tensor& a, const Tensor& b) { return minmax_op(BinaryOp::Maximum, opname::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return minmax_op(BinaryOp::Minimum, opname::minimum, a, b); }
 
-Tensor add(const Tensor& a, double b) { return add(a, ops::scalar_like(a, b)); }
-Tensor sub(const Tensor& a, double b) { return sub(a, ops::scalar_like(a, b)); }
-Tensor mul(const Tensor& a, double b) { return mul(a, ops::scalar_like(a, b)); }
-Tensor div(const Tensor& a, double b) { return div(a, ops::scalar_like(a, b)); }
+Tensor add(const Tensor& a, double b) { return add(a, ops::number_like(a, b, opname::add)); }
+Tensor sub(const Tensor& a, double b) { return sub(a, ops::number_like(a, b, opname::sub)); }
+Tensor mul(const Tensor& a, double b) { return mul(a, ops::number_like(a, b, opname::mul)); }
+Tensor div(const Tensor& a, double b) { return div(a, ops::number_like(a, b, opname::div)); }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
@@ -200,10 +200,10 @@ Tensor operator+(const Tensor& a, double b) { return add(a, b); }
 Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-Tensor operator+(double a, const Tensor& b) { return add(ops::scalar_like(b, a), b); }
-Tensor operator-(double a, const Tensor& b) { return sub(ops::scalar_like(b, a), b); }
-Tensor operator*(double a, const Tensor& b) { return mul(ops::scalar_like(b, a), b); }
-Tensor operator/(double a, const Tensor& b) { return div(ops::scalar_like(b, a), b); }
+Tensor operator+(double a, const Tensor& b) { return add(ops::number_like(b, a, opname::add), b); }
+Tensor operator-(double a, const Tensor& b) { return sub(ops::number_like(b, a, opname::sub), b); }
+Tensor operator*(double a, const Tensor& b) { return mul(ops::number_like(b, a, opname::mul), b); }
+Tensor operator/(double a, const Tensor& b) { return div(ops::number_like(b, a, opname::div), b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 
 // ---------------- comparisons ----------------
@@ -232,12 +232,13 @@ Tensor ge(const Tensor& a, const Tensor& b) {
   CF_PROMOTED(ge(a, b));
   return binary_forward(BinaryOp::Ge, a, b);
 }
-Tensor eq(const Tensor& a, double b) { return eq(a, ops::scalar_like(a, b)); }
-Tensor ne(const Tensor& a, double b) { return ne(a, ops::scalar_like(a, b)); }
-Tensor lt(const Tensor& a, double b) { return lt(a, ops::scalar_like(a, b)); }
-Tensor le(const Tensor& a, double b) { return le(a, ops::scalar_like(a, b)); }
-Tensor gt(const Tensor& a, double b) { return gt(a, ops::scalar_like(a, b)); }
-Tensor ge(const Tensor& a, double b) { return ge(a, ops::scalar_like(a, b)); }
+// A number compared with a tensor: exactly (ops::compare_operand).
+Tensor eq(const Tensor& a, double b) { const Tensor x = ops::compare_operand(a, b); return eq(x, ops::scalar_like(x, b)); }
+Tensor ne(const Tensor& a, double b) { const Tensor x = ops::compare_operand(a, b); return ne(x, ops::scalar_like(x, b)); }
+Tensor lt(const Tensor& a, double b) { const Tensor x = ops::compare_operand(a, b); return lt(x, ops::scalar_like(x, b)); }
+Tensor le(const Tensor& a, double b) { const Tensor x = ops::compare_operand(a, b); return le(x, ops::scalar_like(x, b)); }
+Tensor gt(const Tensor& a, double b) { const Tensor x = ops::compare_operand(a, b); return gt(x, ops::scalar_like(x, b)); }
+Tensor ge(const Tensor& a, double b) { const Tensor x = ops::compare_operand(a, b); return ge(x, ops::scalar_like(x, b)); }
 Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::LogicalAnd, a, b); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::LogicalOr, a, b); }
 Tensor logical_not(const Tensor& a) { return unary_forward(UnaryOp::LogicalNot, a); }
@@ -450,6 +451,7 @@ Tensor& add_(Tensor& t, const Tensor& other, double alpha) {
   CF_CHECK(broadcast_shapes(t.shape(), other.shape(), "add_") == t.shape(), ShapeError,
            "[add_] cannot broadcast ", shape_str(other.shape()), " into ", shape_str(t.shape()));
   CF_CHECK(t.dtype() != kBool, DTypeError, "[add_] is not defined for ", t.describe());
+  ops::check_number(t, alpha, "add_");  // an int64 tensor's alpha = 0.5 would be 0
   ops::check_no_internal_overlap(t, "add_");
   kernels::add_scaled(t, ops::inplace_source(t, other), alpha, t);
   t.bump_version();
@@ -459,7 +461,7 @@ Tensor& add_(Tensor& t, const Tensor& other, double alpha) {
 Tensor& mul_(Tensor& t, double s) {
   ops::check_inplace(t, "mul_");
   ops::check_no_internal_overlap(t, "mul_");
-  kernels::binary(BinaryOp::Mul, t, ops::scalar_like(t, s), t);
+  kernels::binary(BinaryOp::Mul, t, ops::number_like(t, s, "mul_"), t);
   t.bump_version();
   return t;
 }

@@ -10,6 +10,7 @@
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/tuple.h>
 
+#include "autograd/ops/common.h"
 #include "common.h"
 
 namespace cfpy {
@@ -125,26 +126,6 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
           "Copy src (broadcast to t's shape, dtype converted) into t.", nb::arg("src"));
 }
 
-namespace {
-// An integer tensor divided by a fraction: the number would take int64 (cf's rule) and 0.5 become 0.
-void check_int_division(const Tensor& a, double b) {
-  CF_CHECK(cf::is_floating(a.dtype()) || b == std::trunc(b), DTypeError, "[div] ", a.describe(), " divided by ", b,
-           ": the number would take the tensor's dtype (cf's rule, so ", b, " would become ", std::trunc(b),
-           "); convert the tensor first, e.g. t.to(cf.float32)");
-}
-
-// The left operand of a comparison with a number (see CF_CMP's comment) or with a tensor (itself).
-Tensor compare_operand(const Tensor& a, double b) {
-  if (cf::is_floating(a.dtype())) return a;
-  const bool representable = b == std::trunc(b) && b >= -9223372036854775808.0 && b < 9223372036854775808.0 &&
-                             (a.dtype() != cf::kBool || b == 0.0 || b == 1.0);
-  return representable ? a : cf::to(a, cf::kFloat64);
-}
-Tensor compare_operand(const Tensor& a, const Tensor&) { return a; }
-Tensor checked_div(const Tensor& a, double b) { check_int_division(a, b); return a / b; }
-Tensor checked_div(const Tensor& a, const Tensor& b) { return a / b; }
-}  // namespace
-
 // The other operand of a tensor's operator when it is not a tensor: a Python number (int, float, bool) or
 // a NumPy 0-d value is a number (taking the tensor's dtype, cf's rule); a NumPy array becomes a tensor on
 // the tensor's device (its values copied, NumPy's dtype); anything else is not ours (NotImplemented).
@@ -160,7 +141,7 @@ std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Te
 }
 
 void bind_operators(TensorCls& cls) {
-  // Python operators. A number operand takes the tensor's dtype (cf's rule).
+  // Python operators. A number operand takes the tensor's dtype (cf's rule; one it cannot hold is refused).
   // (numbers and NumPy operands of + - * / and the comparisons: CF_NP_BINARY below)
   cls.def("__add__", [](const Tensor& a, const Tensor& b) { return a + b; }, release_gil())
       .def("__sub__", [](const Tensor& a, const Tensor& b) { return a - b; }, release_gil())
@@ -168,7 +149,7 @@ void bind_operators(TensorCls& cls) {
       .def("__truediv__", [](const Tensor& a, const Tensor& b) { return a / b; }, release_gil())
       .def("__pow__", [](const Tensor& a, const Tensor& b) { return cf::pow(a, b); }, release_gil())
       .def("__pow__", [](const Tensor& a, double b) { return cf::pow(a, b); }, release_gil())
-      .def("__rpow__", [](const Tensor& a, double b) { return cf::pow(cf::Tensor::scalar(b, a.dtype(), a.device()), a); }, release_gil())
+      .def("__rpow__", [](const Tensor& a, double b) { return cf::pow(cf::ops::number_like(a, b, "pow"), a); }, release_gil())
       .def("__matmul__", [](const Tensor& a, const Tensor& b) { return cf::matmul(a, b); }, release_gil())
       .def("__neg__", [](const Tensor& a) { return -a; }, release_gil())
       .def("__pos__", [](const Tensor& a) { return a; })
@@ -176,9 +157,8 @@ void bind_operators(TensorCls& cls) {
       .def("__invert__", [](const Tensor& a) { return cf::logical_not(a); }, release_gil())
       .def("__and__", [](const Tensor& a, const Tensor& b) { return cf::logical_and(a, b); }, release_gil())
       .def("__or__", [](const Tensor& a, const Tensor& b) { return cf::logical_or(a, b); }, release_gil());
-  // A number compared with an integer or bool tensor: when it is not one of the tensor's values (0.5,
-  // 1e30, NaN), the comparison runs in float64, so `t == 0.5` is false and `t < 1.5` holds for 1 (the
-  // number taking the tensor's dtype, cf's rule for arithmetic, would truncate it first).
+  // (A number compared with an integer or bool tensor runs exactly, in float64 when it is not one of the
+  // tensor's values; arithmetic with such a number is a DTypeError: cf::ops::compare_operand, number_like.)
 #define CF_CMP(py, fn) cls.def(py, [](const Tensor& a, const Tensor& b) { return cf::fn(a, b); }, release_gil());
   CF_CMP("__eq__", eq)
   CF_CMP("__ne__", ne)
@@ -204,20 +184,20 @@ void bind_operators(TensorCls& cls) {
   CF_NP_BINARY("__rsub__", b - a)
   CF_NP_BINARY("__mul__", a * b)
   CF_NP_BINARY("__rmul__", b * a)
-  CF_NP_BINARY("__truediv__", checked_div(a, b))
+  CF_NP_BINARY("__truediv__", a / b)
   CF_NP_BINARY("__rtruediv__", b / a)
-  CF_NP_BINARY("__eq__", cf::eq(compare_operand(a, b), b))  // (a reflected == or != is the same operator; < reflects to >)
-  CF_NP_BINARY("__ne__", cf::ne(compare_operand(a, b), b))
-  CF_NP_BINARY("__lt__", cf::lt(compare_operand(a, b), b))
-  CF_NP_BINARY("__le__", cf::le(compare_operand(a, b), b))
-  CF_NP_BINARY("__gt__", cf::gt(compare_operand(a, b), b))
-  CF_NP_BINARY("__ge__", cf::ge(compare_operand(a, b), b))
+  CF_NP_BINARY("__eq__", cf::eq(a, b))  // (a reflected == or != is the same operator; < reflects to >)
+  CF_NP_BINARY("__ne__", cf::ne(a, b))
+  CF_NP_BINARY("__lt__", cf::lt(a, b))
+  CF_NP_BINARY("__le__", cf::le(a, b))
+  CF_NP_BINARY("__gt__", cf::gt(a, b))
+  CF_NP_BINARY("__ge__", cf::ge(a, b))
 #undef CF_NP_BINARY
   // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on).
   cls.def("__iadd__", [](Tensor& a, const Tensor& b) -> Tensor& { return cf::add_(a, b); }, nb::rv_policy::reference, release_gil())
-      .def("__iadd__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::Tensor::scalar(b, a.dtype(), a.device())); }, nb::rv_policy::reference, release_gil())
+      .def("__iadd__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::ops::number_like(a, b, "add_")); }, nb::rv_policy::reference, release_gil())
       .def("__isub__", [](Tensor& a, const Tensor& b) -> Tensor& { return cf::add_(a, b, -1.0); }, nb::rv_policy::reference, release_gil())
-      .def("__isub__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::Tensor::scalar(b, a.dtype(), a.device()), -1.0); }, nb::rv_policy::reference, release_gil())
+      .def("__isub__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::ops::number_like(a, b, "add_"), -1.0); }, nb::rv_policy::reference, release_gil())
       .def("__imul__", [](Tensor& a, double b) -> Tensor& { return cf::mul_(a, b); }, nb::rv_policy::reference, release_gil())
       .def("__imul__", [](Tensor& a, const Tensor& b) -> Tensor& {
         Tensor prod = [&] { cf::NoGradGuard g; return a * b; }();
@@ -226,7 +206,6 @@ void bind_operators(TensorCls& cls) {
       // a /= b as a = a / b in a's dtype (before: a *= 1 / b, which zeroed an int64 tensor, as 1 / b
       // took its dtype, and rounded a float one differently from a / b)
       .def("__itruediv__", [](Tensor& a, double b) -> Tensor& {
-        check_int_division(a, b);
         Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference, release_gil())

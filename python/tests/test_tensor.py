@@ -190,10 +190,18 @@ def test_numbers_against_integer_tensors_and_conversions():
     with pytest.raises(cf.DTypeError, match=r"\[div\]"):
         i / np.float32(0.5)
     # an integer tensor divided by a fraction is refused by name (0.5 would take int64 and become 0)
-    with pytest.raises(cf.DTypeError, match=r"\[div\] int64 \(3\) on cpu divided by 0.5"):
+    with pytest.raises(cf.DTypeError, match=r"\[div\] int64 \(3\) on cpu with the number 0.5: the number takes"):
         i / 0.5
     with pytest.raises(cf.DTypeError, match=r"\[div\]"):
         i /= 1.5
+    # ... and so is any arithmetic with a number an integer tensor cannot hold (before: i * 2.5 was i * 2,
+    # i.mul_(2.5) doubled, i.add_(j, alpha=0.5) added nothing)
+    for f, op in ((lambda: i * 2.5, "mul"), (lambda: 2.5 * i, "mul"), (lambda: i + 0.5, "add"),
+                  (lambda: 1.5 - i, "sub"), (lambda: i.mul_(2.5), "mul_"), (lambda: i.add_(i, alpha=0.5), "add_"),
+                  (lambda: i.__iadd__(0.5), "add_"), (lambda: 2.5 ** i, "pow")):
+        with pytest.raises(cf.DTypeError, match=r"^\[%s\] int64 \(3\) on cpu with the number" % op):
+            f()
+    assert (i * 2.0).tolist() == [2 * v for v in i.tolist()] and (i * 2.0).dtype == cf.int64
 
 
 def test_copy_deepcopy_and_integers_beyond_int64():

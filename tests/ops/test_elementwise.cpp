@@ -54,6 +54,24 @@ TEST_CASE("elementwise bad input") {
   CHECK_THROWS_MSG(add(t32({1}, {1}), fake_cuda({1})), DeviceError, "[add]", "cpu", "cuda:0");
   CHECK_THROWS_MSG(exp(ti64({1}, {1})), DTypeError, "[exp]", "int64");
   CHECK_THROWS_MSG(div(ti64({1}, {1}), ti64({0}, {1})), ValueError, "[div]", "division by zero");
+  // A number takes the tensor's dtype: one an int64 or bool tensor cannot hold is refused, where a cast
+  // truncated it (i * 2.5 was i * 2, i.mul_(2.5) doubled, add_ with alpha 0.5 added nothing).
+  Tensor i = ti64({1, 2, 3}, {3});
+  CHECK_THROWS_MSG(mul(i, 2.5), DTypeError, "[mul] int64 (3) on cpu with the number 2.5", "float dtype first");
+  CHECK_THROWS_MSG(2.5 * i, DTypeError, "[mul]", "2.5");
+  CHECK_THROWS_MSG(add(i, 1e30), DTypeError, "[add]", "1e+30");
+  CHECK_THROWS_MSG(div(i, 0.5), DTypeError, "[div]", "0.5");
+  CHECK_THROWS_MSG(sub(i, std::nan("")), DTypeError, "[sub]", "nan");
+  CHECK_THROWS_MSG(mul_(i, 2.5), DTypeError, "[mul_]", "2.5");
+  CHECK_THROWS_MSG(add_(i, i, 0.5), DTypeError, "[add_]", "0.5");
+  CHECK(values(mul(i, 2.0)) == std::vector<double>{2, 4, 6});
+  CHECK(values(i) == std::vector<double>{1, 2, 3});  // nothing written by the refused ones
+  // ... while a comparison with such a number is exact (in float64), not with the truncated number
+  CHECK(values(eq(i, 1.5)) == std::vector<double>{0, 0, 0});
+  CHECK(values(lt(i, 1.5)) == std::vector<double>{1, 0, 0});
+  CHECK(values(ge(i, 2.5)) == std::vector<double>{0, 0, 1});
+  CHECK(values(ne(i, 1e30)) == std::vector<double>{1, 1, 1});
+  CHECK(values(gt(i, 2.0)) == std::vector<double>{0, 0, 1});
 }
 
 GRADCHECK_CASE(add) {
