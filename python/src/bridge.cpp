@@ -22,7 +22,6 @@
 namespace cfpy {
 
 nb::object to_capsule(const cf::Tensor& t, bool versioned);
-cf::Tensor from_dlpack_object(nb::handle obj, bool uint8_as_bool);
 
 namespace {
 

@@ -108,6 +108,9 @@ inline cf::Generator& gen_or_default(cf::Generator* g) { return g ? *g : cf::def
 cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string& positional_prefix = "");
 nb::dict state_dict_to_python(const cf::nn::StateDict& d);
 
+// A tensor sharing the memory of an object with __dlpack__ (or a DLPack capsule) - dlpack.cpp.
+cf::Tensor from_dlpack_object(nb::handle obj, bool uint8_as_bool);
+
 // An optional tensor argument (None) as cf's undefined Tensor.
 inline cf::Tensor opt(const std::optional<cf::Tensor>& t) { return t ? *t : cf::Tensor(); }
 

@@ -65,6 +65,14 @@ struct Gathered {
 };
 
 void gather_nested(nb::handle h, size_t depth, cf::Shape& shape, Gathered& g) {
+  // A NumPy scalar that is not a Python number (np.float32, np.bool_, np.int32): its Python value, so
+  // np.bool_ stays a bool and np.float32(1.5) is taken (they were int64 and an error).
+  if (!PyLong_Check(h.ptr()) && !PyFloat_Check(h.ptr()) && !PyBool_Check(h.ptr()) && nb::hasattr(h, "dtype") &&
+      nb::hasattr(h, "item") && !nb::isinstance<cf::Tensor>(h) && nb::hasattr(h, "shape") &&
+      nb::len(nb::object(h.attr("shape"))) == 0) {
+    gather_nested(h.attr("item")(), depth, shape, g);
+    return;
+  }
   if (PyBool_Check(h.ptr())) {
     CF_CHECK(depth == shape.size(), ValueError, "[tensor] ragged nested sequence at depth ", depth);
     bool b = h.ptr() == Py_True;
@@ -197,7 +205,10 @@ cf::Tensor tensor_from_python(nb::handle data, std::optional<cf::DType> dtype, c
   cf::Tensor t;
   if (nb::isinstance<cf::Tensor>(data)) {
     t = cf::clone(nb::cast<cf::Tensor>(data).detach());
-  } else if (!tensor_from_buffer(data, t)) {
+  } else if (!tensor_from_buffer(data, t) && nb::hasattr(data, "__dlpack__") && !nb::isinstance<nb::list>(data)) {
+    // another framework's tensor (PyTorch's, a CUDA array): its values copied, as torch.tensor(t) copies
+    t = cf::clone(from_dlpack_object(data, false));
+  } else if (!t.defined()) {
     cf::Shape shape;
     Gathered g;
     gather_nested(data, 0, shape, g);

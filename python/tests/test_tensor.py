@@ -164,6 +164,14 @@ def test_inplace_division_power_and_overlapping_views():
         cf.zeros([3])[:1].expand([3]).add_(cf.ones([3]))
 
 
+def test_numpy_scalars_in_cf_tensor_keep_their_kind():
+    import numpy as np
+    # before: np.bool_ made int64, np.float32 was refused ("cannot make a tensor from numpy.float32")
+    assert cf.tensor([np.bool_(True), np.bool_(False)]).dtype == cf.bool
+    assert cf.tensor([np.float32(1.5), 2]).tolist() == [1.5, 2.0]
+    assert cf.tensor(np.float32(3.5)).item() == 3.5 and cf.tensor([np.int32(3)]).dtype == cf.int64
+
+
 def test_numbers_against_integer_tensors_and_conversions():
     i = cf.tensor([0, 1, 2])
     # a number that is not one of the tensor's values compares exactly (before: it took int64 first)

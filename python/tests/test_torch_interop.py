@@ -21,6 +21,16 @@ def test_torch_from_dlpack_shares_memory():
     assert tv.stride() == (1, 3) and tv[2, 1].item() == -3.0
 
 
+def test_cf_tensor_of_a_torch_tensor_copies_its_values():
+    # as torch.tensor(t) copies (before: torch's own "only one element tensors can be converted")
+    x = torch.tensor([[1.5, 2.5]])
+    c = cf.tensor(x)
+    x[0, 0] = 9.0
+    assert c.tolist() == [[1.5, 2.5]] and c.dtype == cf.float32
+    assert cf.tensor(torch.tensor([1, 2]), dtype=cf.float64).tolist() == [1.0, 2.0]
+    assert cf.tensor([torch.tensor(1.5), torch.tensor(2.0)]).tolist() == [1.5, 2.0]
+
+
 def test_cf_from_dlpack_of_torch_tensor_shares_memory():
     a = torch.arange(12, dtype=torch.float64).reshape(3, 4)
     t = cf.from_dlpack(a)
