@@ -64,6 +64,11 @@ std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t nd
     for (int64_t i = 0; i < ndim; ++i) out.push_back(i);
     return out;
   }
+  if (ndim == 0) {  // a 0-d tensor takes axis 0 or -1 once, reducing nothing (PyTorch's rule)
+    CF_CHECK(axes.size() == 1 && (axes[0] == 0 || axes[0] == -1), IndexError, "[", op, "] axis ", axes[0],
+             axes.size() > 1 ? " repeated" : "", " is out of range for a tensor of 0 dimensions (0 or -1 only)");
+    return out;
+  }
   for (int64_t a : axes) {
     CF_CHECK(a >= -ndim && a < ndim, IndexError, "[", op, "] axis ", a,
              " is out of range for a tensor of ", ndim, " dimensions");

@@ -97,7 +97,8 @@ Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
     return var(autocast::to_float32(x), axes, correction, keepdim);
   ops::check_float(x, opname::var, "x");
   Plan p = plan_reduce(x, axes, keepdim, opname::var);
-  CF_CHECK(correction >= 0 && p.count > correction, ShapeError, "[var] needs more than ", correction,
+  CF_CHECK(correction >= 0, ValueError, "[var] correction must be >= 0, got ", correction);
+  CF_CHECK(p.count > correction, ShapeError, "[var] needs more than ", correction,
            " elements per output, got ", p.count, " from ", x.describe());
   Tensor out = reshape(run_reduce(ReduceOp::Var, x, p, correction), p.out_shape).detach();
   if (autograd::any_requires_grad({&x})) {

@@ -198,6 +198,16 @@ TEST_CASE("reduce bad input") {
   CHECK_THROWS_MSG(argmax(x, 3), IndexError, "[max]", "axis 3");
   CHECK_THROWS_MSG(sum_to(x, {3, 3}), ShapeError, "[sum_to]", "(2,3)", "(3,3)");
   CHECK_THROWS_MSG(sum(Tensor()), ValueError, "[sum]", "undefined");
+  CHECK_THROWS_MSG(var(x, {0}, -1), ValueError, "[var] correction must be >= 0, got -1");
+  // A 0-d tensor takes axis 0 or -1, reducing nothing (PyTorch's rule); any other axis is out of range.
+  Tensor s = Tensor::scalar(2.5, kFloat64);
+  CHECK(sum(s, {0}).dim() == 0);
+  CHECK(values(sum(s, {-1}))[0] == 2.5);
+  CHECK(values(logsumexp(s, {0}))[0] == 2.5);
+  CHECK(values(amax(s, {0}, true))[0] == 2.5);
+  CHECK(values(var(s, {0}, 0))[0] == 0.0);
+  CHECK_THROWS_MSG(sum(s, {1}), IndexError, "[sum] axis 1 is out of range for a tensor of 0 dimensions");
+  CHECK_THROWS_MSG(mean(s, {0, -1}), IndexError, "[mean] axis 0 repeated");
 }
 
 GRADCHECK_CASE(sum) {
