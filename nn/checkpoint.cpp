@@ -68,6 +68,7 @@ int64_t count_non_finite(const Tensor& t) {
 }  // namespace
 
 void save_checkpoint(const std::string& path, const TrainingCheckpoint& ckpt) {
+  CF_CHECK(ckpt.step >= 0, ValueError, "[save_checkpoint] ", path, ": step must be >= 0, got ", ckpt.step);
   std::vector<std::pair<std::string, Tensor>> tensors;
   tensors.reserve(ckpt.model.size() + ckpt.optimizer.size());
   add_prefixed(tensors, ckpt.model, "model.", path, "model");

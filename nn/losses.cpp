@@ -38,11 +38,14 @@ void need_broadcastable(const Tensor& other, const char* other_name, const Tenso
            " does not broadcast to ", ref_name, " ", ref.describe());
 }
 
-Tensor reduce(const Tensor& loss, Reduction r) {
+Tensor reduce(const Tensor& loss, Reduction r, const char* op) {
   switch (r) {
     case Reduction::None: return loss;
     case Reduction::Sum: return sum(loss);
-    case Reduction::Mean: return mean(loss);
+    case Reduction::Mean:
+      CF_CHECK(loss.numel() > 0, ShapeError, "[", op, "] the mean over no elements (", loss.describe(),
+               ") is undefined; reduction 'sum' gives 0");
+      return mean(loss);
   }
   return loss;
 }
@@ -126,7 +129,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   }
   Tensor loss = add(mul(1.0 - targets, logits), sp);
   if (o.weight.defined()) loss = mul(loss, o.weight);
-  return reduce(loss, o.reduction);
+  return reduce(loss, o.reduction, op);
 }
 
 // ---------------- mean squared error ----------------
@@ -139,7 +142,7 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
   need_like(b, "b", a, "a", op);
   CF_CHECK(a.shape() == b.shape(), ShapeError, "[mse_loss] a ", a.describe(), " and b ",
            b.describe(), " must have the same shape");
-  return reduce(square(sub(a, b)), reduction);
+  return reduce(square(sub(a, b)), reduction, op);
 }
 
 // ---------------- Chamfer distance ----------------
@@ -160,7 +163,7 @@ Tensor chamfer_distance(const Tensor& a, const Tensor& b, Reduction reduction) {
   Tensor ab = matmul(a, transpose(b, 1, 2));             // (B, N, M)
   Tensor d = clamp(add(sub(aa, mul(ab, 2.0)), bb), 0.0, std::numeric_limits<double>::infinity());
   Tensor per = add(mean(amin(d, {2}), {1}), mean(amin(d, {1}), {1}));  // (B)
-  return reduce(per, reduction);
+  return reduce(per, reduction, op);
 }
 
 // ---------------- auxiliary losses ----------------

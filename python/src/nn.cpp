@@ -829,6 +829,13 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
          [](const std::string& path, nb::handle model, nb::handle optimizer, int64_t step, nb::handle generators,
             std::optional<std::map<std::string, std::string>> extra) {
            cnn::TrainingCheckpoint c;
+           // each argument its kind: a Module given as the optimizer saved its parameters where the
+           // optimizer's state belongs, and loading them into an optimizer failed only later
+           if (nb::isinstance<cnn::Optimizer>(model))
+             throw nb::type_error("[save_checkpoint] model is a cf.nn optimizer; pass it as optimizer=");
+           if (nb::isinstance<cnn::Module>(optimizer))
+             throw nb::type_error("[save_checkpoint] optimizer is a cf.nn.Module; pass it as model=, and the "
+                                  "optimizer (or its state_dict()) as optimizer=");
            if (!model.is_none())
              c.model = nb::isinstance<cnn::Module>(model) ? nb::cast<cnn::Module&>(model).state_dict()
                                                           : to_state_dict(model, "save_checkpoint");

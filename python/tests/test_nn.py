@@ -123,6 +123,12 @@ def test_state_dict_checkpoint_and_safetensors(tmp_path):
         cf.nn.save_checkpoint(path, model=model, generators={"g": 1})  # before: std::bad_cast
     with pytest.raises(TypeError, match=r"\[save_checkpoint\] generators must be a dict"):
         cf.nn.save_checkpoint(path, model=model, generators=[g])
+    with pytest.raises(TypeError, match=r"^\[save_checkpoint\] optimizer is a cf.nn.Module"):
+        cf.nn.save_checkpoint(path, model=model, optimizer=model)
+    with pytest.raises(TypeError, match=r"^\[save_checkpoint\] model is a cf.nn optimizer"):
+        cf.nn.save_checkpoint(path, model=opt)
+    with pytest.raises(cf.ValueError, match=r"^\[save_checkpoint\] .*step must be >= 0, got -1"):
+        cf.nn.save_checkpoint(path, model=model, step=-1)
     assert cf.nn.load_checkpoint(path).step == 7  # the refused saves left the checkpoint as it was
     st = str(tmp_path / "t.safetensors")
     cf.save_safetensors(st, {"a": cf.arange(3), "b": cf.ones([2, 2])}, {"k": "v"})

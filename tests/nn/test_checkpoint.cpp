@@ -31,7 +31,7 @@ TEST_CASE("checkpoint round trip") {
   ck.optimizer = {{"state.0.exp_avg", test::t64({0.25, -0.5}, {2})},
                   {"state.0.step", Tensor::scalar(3, kInt64)},
                   {"mask", Tensor::from_vector(std::vector<bool>{true, false}, {2})}};
-  ck.step = -(int64_t(1) << 40);
+  ck.step = (int64_t(1) << 40) + 3;  // beyond int32: the metadata keeps every digit
   const uint64_t big = std::numeric_limits<uint64_t>::max();
   ck.generators = {{"default", nn::GeneratorState::of(g)},
                    {"data", {big, big - 1}},
@@ -106,6 +106,10 @@ TEST_CASE("checkpoint: bad input is refused before writing") {
   nn::TrainingCheckpoint gens;
   gens.generators = {{"a", {}}, {"a", {}}};
   CHECK_THROWS_MSG(nn::save_checkpoint(path, gens), ValueError, "duplicate generator name 'a'");
+  nn::TrainingCheckpoint negative;
+  negative.step = -1;
+  CHECK_THROWS_MSG(nn::save_checkpoint(path, negative), ValueError, "[save_checkpoint]", "keep.ckpt",
+                   "step must be >= 0, got -1");
   // The same name in model and optimizer is fine: the prefixes keep them apart.
   nn::TrainingCheckpoint both;
   both.model = {{"w", Tensor::ones({1})}};

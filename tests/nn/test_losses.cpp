@@ -298,6 +298,10 @@ TEST_CASE("mse_loss values, gradcheck and bad input") {
                    "float64 (2)");
   CHECK_THROWS_MSG(nn::mse_loss(ti64({1}, {1}), ti64({1}, {1})), DTypeError, "[mse_loss]", "int64");
   CHECK_THROWS_MSG(nn::mse_loss(Tensor(), Tensor::zeros({2})), ValueError, "[mse_loss]", "'a'");
+  // Empty inputs: the mean is named by the loss (it said [mean]), the sum is 0.
+  CHECK_THROWS_MSG(nn::mse_loss(Tensor::zeros({0, 2}), Tensor::zeros({0, 2})), ShapeError,
+                   "[mse_loss] the mean over no elements", "reduction 'sum' gives 0");
+  CHECK(nn::mse_loss(Tensor::zeros({0, 2}), Tensor::zeros({0, 2}), Reduction::Sum).item() == 0.0);
 }
 
 // ---------------- chamfer_distance ----------------
