@@ -65,8 +65,10 @@ std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t nd
     return out;
   }
   if (ndim == 0) {  // a 0-d tensor takes axis 0 or -1 once, reducing nothing (PyTorch's rule)
-    CF_CHECK(axes.size() == 1 && (axes[0] == 0 || axes[0] == -1), IndexError, "[", op, "] axis ", axes[0],
-             axes.size() > 1 ? " repeated" : "", " is out of range for a tensor of 0 dimensions (0 or -1 only)");
+    for (int64_t a : axes)
+      CF_CHECK(a == 0 || a == -1, IndexError, "[", op, "] axis ", a,
+               " is out of range for a tensor of 0 dimensions (0 or -1 only)");
+    CF_CHECK(axes.size() == 1, IndexError, "[", op, "] repeated axis in the axis list");
     return out;
   }
   for (int64_t a : axes) {

@@ -156,9 +156,9 @@ Tensor pow(const Tensor& a, const Tensor& b) {
       // where a = 0 and b >= 0 (the limit, not 0 * -inf); without them one zero base gives NaN.
       Tensor zero = ops::scalar_like(g, 0.0);
       Tensor ga = where(eq(bv, 0.0), zero, mul(g, mul(bv, pow(av, sub(bv, 1.0)))));
-      Tensor gb = need_b ? sum_to(where(logical_and(eq(av, 0.0), ge(bv, 0.0)), zero, mul(g, mul(o, log(av)))),
+      Tensor gb = need_b ? sum_to(mul(g, where(logical_and(eq(av, 0.0), ge(bv, 0.0)), zero, mul(o, log(av)))),
                                   bv.shape())
-                         : Tensor();
+                         : Tensor();  // (the factor masked, so a NaN in g stays NaN, as in PyTorch)
       return {sum_to(ga, av.shape()), gb};
     });
   }
@@ -267,7 +267,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 Tensor where(const Tensor& cond, const Tensor& a, double b) {
   ops::check_defined(a, opname::where, "a");
-  return where(cond, a, ops::scalar_like(a, b));
+  return where(cond, a, ops::number_like(a, b, opname::where));
 }
 
 // ---------------- unary ----------------

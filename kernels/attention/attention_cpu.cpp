@@ -479,8 +479,10 @@ void softmax_rows(const RowMath& rm, T* S, int64_t nr, int64_t nc, T* lse) {
     T* Sr = S + r * nc;
     const T m = max_row(rm, Sr, nc, ninf);
     if (m == ninf) {
-      const bool nan = has_nan(Sr, nc);  // NaN beside blocked entries: the row is NaN, not masked
-      std::fill(Sr, Sr + nc, nan ? std::numeric_limits<T>::quiet_NaN() : T(0));
+      // NaN beside blocked entries: the row is NaN, not masked (P NaN where a score is, 0 where blocked,
+      // as the CUDA row kernels write it)
+      const bool nan = has_nan(Sr, nc);
+      for (int64_t c = 0; c < nc; ++c) Sr[c] = std::isnan(Sr[c]) ? Sr[c] : T(0);
       lse[r] = nan ? std::numeric_limits<T>::quiet_NaN() : ninf;
       continue;
     }
@@ -853,8 +855,8 @@ void rounds_combine_typed(const Tensor& per_round, int64_t R, const Tensor& comb
       T* y = Y + x * E;
       T m = ninf;
       for (int64_t r = 0; r < R; ++r) {
-        const T x = src(r)[Dv];
-        if (x > m || std::isnan(x)) m = x;  // a NaN round makes the row NaN (it stays: NaN > m never holds)
+        const T lse_r = src(r)[Dv];
+        if (lse_r > m || std::isnan(lse_r)) m = lse_r;  // a NaN round makes the row NaN (NaN > m never holds)
       }
       std::fill(y, y + Dv, T(0));
       if (m == ninf) {

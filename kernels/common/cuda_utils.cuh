@@ -170,7 +170,7 @@ struct WarpRow {
   __device__ T max(T v) const {
     for (int o = kWarp / 2; o > 0; o >>= 1) {
       const T w = __shfl_xor_sync(0xffffffffu, v, o);
-      v = w > v ? w : v;  // NaN never wins a comparison: NaNs are ignored
+      v = MaxOp{}(v, w);  // NaN absorbs, as in BlockRow::max: every lane ends with the same value
     }
     return v;
   }

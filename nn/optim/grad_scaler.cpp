@@ -58,7 +58,10 @@ void GradScaler::unscale_(Optimizer& opt) {
       Tensor s = to(sum(mul(gr, 0.0)), kFloat64);
       check = check.defined() ? add(check, s.to(check.device())) : s;
     }
-  unscaled_.push_back({&opt, false, check.defined() && !std::isfinite(check.item())});
+  // Recorded before the read: should it throw (a deferred CUDA error), a retry is refused rather than
+  // dividing the gradients a second time.
+  unscaled_.push_back({&opt, false, false});
+  unscaled_.back().found_inf = check.defined() && !std::isfinite(check.item());
 }
 
 bool GradScaler::step(Optimizer& opt) {

@@ -86,10 +86,6 @@ namespace cfpy {
 // Axes from None (all axes), an int, or a sequence of ints.
 std::vector<int64_t> to_axes(nb::handle h, const char* op);
 
-// A Python value as a tensor operand: a cf.Tensor as is, a Python number as a 0-d
-// tensor of `like`'s dtype and device (cf's rule: a scalar takes the tensor's dtype).
-cf::Tensor as_tensor_like(nb::handle h, const cf::Tensor& like, const char* op);
-
 // Tensor from nested Python sequences / numbers / buffer objects (a copy).
 cf::Tensor tensor_from_python(nb::handle data, std::optional<cf::DType> dtype, cf::Device device);
 
@@ -136,6 +132,10 @@ void def_tensor_member(Cls& cls, const char* name, cf::Tensor M::*member) {
         CF_CHECK(v->shape() == t.shape() && v->dtype() == t.dtype() && v->device() == t.device(), ValueError, "[",
                  label, "] is ", t.describe(), ", got ", v->describe(),
                  " (assign a tensor like it, used as given; load_state_dict copies values)");
+        CF_CHECK(v->requires_grad() == t.requires_grad(), ValueError, "[", label, "] ",
+                 t.requires_grad() ? "requires grad and the given tensor does not (it would freeze the slot)"
+                                   : "does not require grad and the given tensor does",
+                 "; set requires_grad on it first");
         t = *v;
       },
       nb::for_setter(nb::arg("value").none()));

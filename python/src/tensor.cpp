@@ -22,14 +22,6 @@ std::vector<int64_t> to_axes(nb::handle h, const char* op) {
   }
 }
 
-cf::Tensor as_tensor_like(nb::handle h, const cf::Tensor& like, const char* op) {
-  if (nb::isinstance<cf::Tensor>(h)) return nb::cast<cf::Tensor>(h);
-  if (PyFloat_Check(h.ptr()) || PyLong_Check(h.ptr()))
-    return cf::Tensor::scalar(nb::cast<double>(h), like.dtype(), like.device());
-  throw cf::ValueError(cf::str("[", op, "] expects a cf.Tensor or a Python number, got ",
-                               nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr()))))));
-}
-
 cf::Reduction parse_reduction(const std::string& s, const char* op) {
   if (s == "mean") return cf::Reduction::Mean;
   if (s == "sum") return cf::Reduction::Sum;
@@ -67,7 +59,8 @@ struct Gathered {
 void gather_nested(nb::handle h, size_t depth, cf::Shape& shape, Gathered& g) {
   // A NumPy scalar that is not a Python number (np.float32, np.bool_, np.int32): its Python value, so
   // np.bool_ stays a bool and np.float32(1.5) is taken (they were int64 and an error).
-  if (!PyLong_Check(h.ptr()) && !PyFloat_Check(h.ptr()) && !PyBool_Check(h.ptr()) && nb::hasattr(h, "dtype") &&
+  if (!PyLong_Check(h.ptr()) && !PyFloat_Check(h.ptr()) && !PyBool_Check(h.ptr()) && !PyList_Check(h.ptr()) &&
+      !PyTuple_Check(h.ptr()) && nb::hasattr(h, "dtype") &&
       nb::hasattr(h, "item") && !nb::isinstance<cf::Tensor>(h) && nb::hasattr(h, "shape") &&
       nb::len(nb::object(h.attr("shape"))) == 0) {
     gather_nested(h.attr("item")(), depth, shape, g);
@@ -206,8 +199,11 @@ cf::Tensor tensor_from_python(nb::handle data, std::optional<cf::DType> dtype, c
   if (nb::isinstance<cf::Tensor>(data)) {
     t = cf::clone(nb::cast<cf::Tensor>(data).detach());
   } else if (!tensor_from_buffer(data, t) && nb::hasattr(data, "__dlpack__") && !nb::isinstance<nb::list>(data)) {
-    // another framework's tensor (PyTorch's, a CUDA array): its values copied, as torch.tensor(t) copies
-    t = cf::clone(from_dlpack_object(data, false));
+    // another framework's tensor (PyTorch's, a CUDA array): its values copied, as torch.tensor(t) copies;
+    // one that requires grad (a torch Parameter) is read through detach(), which DLPack export asks for
+    const bool attached = nb::hasattr(data, "requires_grad") && nb::hasattr(data, "detach") &&
+                          nb::cast<bool>(nb::bool_(data.attr("requires_grad")));
+    t = cf::clone(from_dlpack_object(attached ? nb::object(data.attr("detach")()) : nb::borrow(data), false));
   } else if (!t.defined()) {
     cf::Shape shape;
     Gathered g;

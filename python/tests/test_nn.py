@@ -165,6 +165,8 @@ def test_tensor_members_none_when_absent_and_assignments_checked():
         lin.bias = cf.zeros([2])
     with pytest.raises(cf.ValueError, match=r"^\[Linear.weight\] cannot be removed"):
         lin.weight = None
+    with pytest.raises(cf.ValueError, match=r"^\[Linear.weight\] requires grad and the given tensor does not"):
+        lin.weight = cf.zeros([2, 3])  # it would freeze the layer without a word
     # tying: the same tensor in both modules, used as given
     emb, head = cf.nn.Embedding(10, 4), cf.nn.Linear(4, 10, bias=False)
     head.weight = emb.weight

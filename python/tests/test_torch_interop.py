@@ -29,6 +29,8 @@ def test_cf_tensor_of_a_torch_tensor_copies_its_values():
     assert c.tolist() == [[1.5, 2.5]] and c.dtype == cf.float32
     assert cf.tensor(torch.tensor([1, 2]), dtype=cf.float64).tolist() == [1.0, 2.0]
     assert cf.tensor([torch.tensor(1.5), torch.tensor(2.0)]).tolist() == [1.5, 2.0]
+    p = torch.nn.Parameter(torch.ones(2))  # requires grad: read through detach(), as torch.tensor(p) reads it
+    assert cf.tensor(p).tolist() == [1.0, 1.0] and not cf.tensor(p).requires_grad
 
 
 def test_cf_from_dlpack_of_torch_tensor_shares_memory():

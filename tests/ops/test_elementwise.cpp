@@ -64,6 +64,7 @@ TEST_CASE("elementwise bad input") {
   CHECK_THROWS_MSG(sub(i, std::nan("")), DTypeError, "[sub]", "nan");
   CHECK_THROWS_MSG(mul_(i, 2.5), DTypeError, "[mul_]", "2.5");
   CHECK_THROWS_MSG(add_(i, i, 0.5), DTypeError, "[add_]", "0.5");
+  CHECK_THROWS_MSG(where(gt(i, 1.0), i, 2.5), DTypeError, "[where]", "2.5");
   CHECK(values(mul(i, 2.0)) == std::vector<double>{2, 4, 6});
   CHECK(values(i) == std::vector<double>{1, 2, 3});  // nothing written by the refused ones
   // ... while a comparison with such a number is exact (in float64), not with the truncated number
@@ -292,6 +293,10 @@ GRADCHECK_CASE(pow) {
   Tensor x = t64({0.0, 2.0}, {2}).set_requires_grad(true);
   sum(pow(x, 0.0)).backward();
   CHECK(x.grad().to_vector<double>() == std::vector<double>{0.0, 0.0});
+  // A NaN arriving in the gradient stays NaN through the masked factor (PyTorch masks the factor too).
+  Tensor a2 = t64({0.0}, {1}).set_requires_grad(true), b2 = t64({1.0}, {1}).set_requires_grad(true);
+  sum(mul(pow(a2, b2), std::numeric_limits<double>::quiet_NaN())).backward();
+  CHECK(std::isnan(b2.grad().to_vector<double>()[0]));
   Tensor e = t64({1.0, 2.0}, {2}).set_requires_grad(true);  // 0 ** e from Python
   sum(pow(Tensor::zeros({2}, kFloat64), e)).backward();
   CHECK(e.grad().to_vector<double>() == std::vector<double>{0.0, 0.0});

@@ -207,7 +207,8 @@ TEST_CASE("reduce bad input") {
   CHECK(values(amax(s, {0}, true))[0] == 2.5);
   CHECK(values(var(s, {0}, 0))[0] == 0.0);
   CHECK_THROWS_MSG(sum(s, {1}), IndexError, "[sum] axis 1 is out of range for a tensor of 0 dimensions");
-  CHECK_THROWS_MSG(mean(s, {0, -1}), IndexError, "[mean] axis 0 repeated");
+  CHECK_THROWS_MSG(mean(s, {0, -1}), IndexError, "[mean] repeated axis");
+  CHECK_THROWS_MSG(mean(s, {0, 2}), IndexError, "[mean] axis 2 is out of range");
 }
 
 GRADCHECK_CASE(sum) {
