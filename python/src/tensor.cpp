@@ -1,6 +1,7 @@
 // cf.Tensor: metadata, autograd fields, conversion to and from Python values,
 // indexing and slicing (views, as cf's shape ops), operators, NumPy's array
 // interface. The op functions and the Tensor methods that mirror them are in ops.cpp.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -446,12 +447,24 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
             if (p < 0 && p >= -n) p += n;
           it.index = cf::Tensor::from_vector(it.positions, it.index.shape()).to(y.device());
         } else {
-          // An index tensor's values stay on its device: -n <= p < 0 counts from the end as for a list,
-          // by tensor ops (no host read); anything further out is left for index_select's range error.
+          // -n <= p < 0 counts from the end as for a list; anything further out is left for
+          // index_select's range error. A CPU index is scanned in place and copied only when it holds
+          // such a position; a CUDA index stays on its device (tensor ops, no host read).
           if (it.index.device() != y.device()) it.index = it.index.to(y.device());
-          const double n = double(y.shape()[size_t(d)]);
-          cf::Tensor wrap = cf::logical_and(cf::lt(it.index, 0.0), cf::ge(it.index, -n));
-          it.index = cf::where(wrap, cf::add(it.index, n), it.index);
+          const int64_t n = y.shape()[size_t(d)];
+          if (it.index.device().is_cpu()) {
+            cf::Tensor c = cf::contiguous(it.index);
+            const int64_t* p = c.data<int64_t>();
+            const int64_t count = c.numel();
+            if (std::any_of(p, p + count, [n](int64_t v) { return v < 0 && v >= -n; })) {
+              std::vector<int64_t> w(p, p + count);
+              for (int64_t& v : w) v += (v < 0 && v >= -n) ? n : 0;
+              it.index = cf::Tensor::from_vector(w, c.shape());
+            }
+          } else {
+            cf::Tensor wrap = cf::logical_and(cf::lt(it.index, 0.0), cf::ge(it.index, -double(n)));
+            it.index = cf::where(wrap, cf::add(it.index, double(n)), it.index);
+          }
         }
         cf::Tensor flat = cf::reshape(it.index, {-1});
         cf::Tensor sel = cf::index_select(y, d, flat);
