@@ -224,9 +224,12 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            "Evaluation mode; returns self.")
       .def_prop_ro("training", &cnn::Module::is_training)
       .def("to", [](cnn::Module& mod, cf::DType d) -> cnn::Module& { mod.to(d); return mod; }, nb::arg("dtype"),
-           nb::rv_policy::reference, release_gil(), "Convert float parameters and buffers; returns self.")
+           nb::rv_policy::reference, release_gil(),
+           "Convert float parameters and buffers; returns self. They become new tensors: build the optimizer after "
+           "to() (one built before keeps stepping the old ones, unlike PyTorch's in-place .to()).")
       .def("to", [](cnn::Module& mod, cf::Device d) -> cnn::Module& { mod.to(d); return mod; }, nb::arg("device"),
-           nb::rv_policy::reference, release_gil(), "Move parameters and buffers; returns self.")
+           nb::rv_policy::reference, release_gil(),
+           "Move parameters and buffers; returns self. They become new tensors: build the optimizer after to().")
       .def("zero_grad", &cnn::Module::zero_grad, "Drop every parameter's gradient.")
       .def("set_parameters", &cnn::Module::set_parameters, nb::arg("values"),
            "Replace the parameter tensors (named_parameters order) by values, used as given: no copy, no detach.")
