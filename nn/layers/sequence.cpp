@@ -37,16 +37,27 @@ int64_t conv_output_size(int64_t n, int64_t kernel, int64_t stride, int64_t padd
   const int64_t span = n + 2 * padding - kernel;
   return span < 0 ? 0 : span / stride + 1;
 }
-// The (max_len, dim) float32 table; a size that overflows or does not fit in
+// The (max_len, dim) table (float32 unless asked); a size that overflows or does not fit in
 // memory is an error naming the layer and its sizes.
-Tensor table_for(const char* layer, int64_t max_len, int64_t dim) {
+Tensor table_for(const char* layer, int64_t max_len, int64_t dim, DType dtype = kFloat32) {
   try {
-    return Tensor::empty({max_len, dim});
+    return Tensor::empty({max_len, dim}, dtype);
   } catch (const ShapeError& e) {
     throw ShapeError(str("[", layer, "] max_len ", max_len, " x dim ", dim, ": ", e.what()));
   } catch (const Error& e) {
     throw Error(str("[", layer, "] max_len ", max_len, " x dim ", dim, ": ", e.what()));
   }
+}
+
+// PE[pos, i] computed in double, stored as T (each value rounded once).
+template <typename T>
+void fill_sinusoids(T* v, int64_t max_len, int64_t dim) {
+  for (int64_t pos = 0; pos < max_len; ++pos)
+    for (int64_t i = 0; i < dim; ++i) {
+      double freq = std::pow(10000.0, -double(i - i % 2) / double(dim));
+      double a = double(pos) * freq;
+      v[pos * dim + i] = T(i % 2 == 0 ? std::sin(a) : std::cos(a));
+    }
 }
 
 }  // namespace
@@ -58,18 +69,20 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int6
   // Filled in place: a std::vector staging copy sized max_len * dim wrapped for
   // huge sizes and failed as a bare std::bad_alloc (issue 27, max_len = 1e9).
   table = table_for("SinusoidalPositionalEncoding", max_len, dim);
-  float* v = table.data<float>();
-  for (int64_t pos = 0; pos < max_len; ++pos)
-    for (int64_t i = 0; i < dim; ++i) {
-      double freq = std::pow(10000.0, -double(i - i % 2) / double(dim));
-      double a = double(pos) * freq;
-      v[pos * dim + i] = float(i % 2 == 0 ? std::sin(a) : std::cos(a));
-    }
+  fill_sinusoids(table.data<float>(), max_len, dim);
   register_buffer("table", &table, /*persistent=*/false);
 }
 
 Tensor SinusoidalPositionalEncoding::forward(const Tensor& x) {
   check_sequence("SinusoidalPositionalEncoding", x, dim_, max_len_);
+  if (table.dtype() == kFloat64 && exact64_.lock() != table.impl_shared()) {
+    // Module::to(kFloat64) widened the float32 table, whose values are float32's (3e-8 off): fill
+    // the float64 sinusoids once (on the host, then to the table's device; no device read).
+    Tensor t = table_for("SinusoidalPositionalEncoding", max_len_, dim_, kFloat64);
+    fill_sinusoids(t.data<double>(), max_len_, dim_);
+    table = t.device() == table.device() ? t : t.to(table.device());
+    exact64_ = table.impl_shared();
+  }
   Tensor pe = narrow(table, 0, 0, x.shape()[1]);
   if (pe.dtype() != x.dtype()) pe = cf::to(pe, x.dtype());
   return x + pe;

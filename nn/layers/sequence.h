@@ -1,6 +1,8 @@
 #pragma once
 // Layers over token sequences (B, N, D): positional encodings and depthwise
 // convolutions along the sequence (1-d) and over a square token grid (2-d).
+#include <memory>
+
 #include "core/rng.h"
 #include "nn/module.h"
 
@@ -14,10 +16,12 @@ class SinusoidalPositionalEncoding : public UnaryModule {
  public:
   SinusoidalPositionalEncoding(int64_t max_len, int64_t dim);
   Tensor forward(const Tensor& x) override;  // (B, N, D) with N <= max_len
-  Tensor table;                              // (max_len, dim), float32
+  Tensor table;                              // (max_len, dim), float32 (or the dtype to() gave it)
 
  private:
   int64_t max_len_, dim_;
+  // The float64 table forward filled exactly (a weak reference: a table replaced since is refilled).
+  std::weak_ptr<TensorImpl> exact64_;
 };
 
 // x + P[:N] with a learned table P ~ N(0, 0.02^2).

@@ -120,6 +120,18 @@ TEST_CASE("positional encodings") {
       double a = pos / std::pow(10000.0, double(i - i % 2) / 6);
       CHECK(v[size_t(pos * 6 + i)] == doctest::Approx(i % 2 ? std::cos(a) : std::sin(a)).epsilon(1e-6));
     }
+  // A float64 module has the float64 sinusoids, not the float32 table widened (3e-8 off before), and
+  // keeps them through a round trip to float32 and back.
+  for (int round = 0; round < 2; ++round) {
+    pe.to(kFloat64);
+    auto w = values(pe.forward(x));
+    for (int pos = 0; pos < 5; ++pos)
+      for (int i = 0; i < 6; ++i) {
+        double a = pos / std::pow(10000.0, double(i - i % 2) / 6);
+        CHECK(std::abs(w[size_t(pos * 6 + i)] - (i % 2 ? std::cos(a) : std::sin(a))) < 1e-15);
+      }
+    pe.to(kFloat32);
+  }
   CHECK_THROWS_MSG(pe.forward(Tensor::zeros({1, 17, 6})), ShapeError, "sequence length 17 exceeds max_len 16");
   CHECK_THROWS_MSG(pe.forward(Tensor::zeros({5, 6})), ShapeError, "expected input (B, N, 6), got (5,6)");
   Generator g(4);
