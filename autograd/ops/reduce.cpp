@@ -196,11 +196,13 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
 
 namespace ops {
 
-Tensor signed_argmax(const Tensor& x) {
+Tensor signed_argmax(const Tensor& x_in) {
   const char* op = "signed_argmax";
-  ops::check_defined(x, op, "x");
+  ops::check_defined(x_in, op, "x");
+  // 16-bit values compare exactly in float32 (lsh_buckets under autocast hands bfloat16 projections here)
+  const Tensor x = is_low_precision(x_in.dtype()) ? to(x_in, kFloat32) : x_in;
   CF_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64, DTypeError, "[", op,
-           "] expects float32 or float64, got ", x.dtype());
+           "] expects a floating dtype, got ", x.dtype());
   CF_CHECK(x.dim() >= 1 && x.shape().back() >= 1, ShapeError, "[", op,
            "] needs a last axis of at least one entry, got ", x.describe());
   Shape s = x.shape();

@@ -34,8 +34,8 @@ Tensor sum_to(const Tensor& g, const Shape& shape);
 namespace ops {
 // argmax over the last axis of [x, -x] (2n entries for a last axis of n), the first on a tie, int64
 // of x's shape less its last axis: LSH's hash h(x) = argmax([xR; -xR]) (Reformer, Figure 1) in one
-// pass and one kernel. A row holding a NaN gives n + the position of its first NaN. Float32 or
-// float64, n >= 1; not differentiable (positions).
+// pass and one kernel. A row holding a NaN gives n + the position of its first NaN. Any float dtype
+// (16-bit compared in float32), n >= 1; not differentiable (positions).
 Tensor signed_argmax(const Tensor& x);
 }  // namespace ops
 

@@ -151,7 +151,9 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
 template <int kPasses>
 __device__ __forceinline__ Tf32Parts tf32_parts(float x) {
   const uint32_t hi = to_tf32(x);
-  return {hi, kPasses == 3 ? to_tf32(x - __uint_as_float(hi)) : 0u};
+  // An infinite hi (x = +-inf, or rounded up to it) has no low part: inf - inf would make lo NaN and every
+  // product with it NaN, where plain float32 gives +-inf (a -inf score is a weight of 0).
+  return {hi, kPasses == 3 && isfinite(__uint_as_float(hi)) ? to_tf32(x - __uint_as_float(hi)) : 0u};
 }
 
 // c += a b for one m16n8k8 tile of TF32 values.
@@ -314,14 +316,17 @@ template <typename Map>
 constexpr bool kSlotRows = std::is_same_v<Map, RoutedMap>;
 
 // pos[r] = the position of query row r0 + r of group grp, -1 past the group's rows; with orows (slot-row maps),
-// orows[r] = its output row (out, lse, dout, D, dq: map.orow), -1 where pos is.
+// orows[r] = its output row (out, lse, dout, D, dq: map.orow), -1 where pos is. The forward passes no orows
+// (it computes map.orow where it writes), so the store is guarded: without the guard the routed forward wrote
+// through a null pointer (found in review before it ever ran).
 template <typename Map>
 __device__ __forceinline__ void query_positions(int64_t* pos, const Map& map, int64_t bh, int64_t grp, int64_t r0,
                                                 int64_t* orows = nullptr) {
   for (int r = threadIdx.x; r < kRows; r += kThreads) {
     const int64_t p = r0 + r < map.rows() ? map.qpos(bh, grp, r0 + r) : -1;
     pos[r] = p;
-    if constexpr (kSlotRows<Map>) orows[r] = p >= 0 ? map.orow(grp, r0 + r, p) : -1;
+    if constexpr (kSlotRows<Map>)
+      if (orows) orows[r] = p >= 0 ? map.orow(grp, r0 + r, p) : -1;
   }
 }
 

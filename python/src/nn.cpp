@@ -769,7 +769,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   nn.def("clip_grad_norm",
          [tensors_of](nb::handle p, double max_norm, bool err) { return cnn::clip_grad_norm(tensors_of(p), max_norm, err); },
          nb::arg("params"), nb::arg("max_norm"), nb::arg("error_if_nonfinite") = false,
-         "Scale gradients so their global norm is at most max_norm (PyTorch's rule); returns the norm before.");
+         "Scale gradients by max_norm / (norm + 1e-6) when below 1 (PyTorch's rule); returns the norm before. "
+         "Unlike PyTorch: a non-finite norm (an inf/NaN gradient) leaves the gradients unchanged and is returned, "
+         "so the step can be skipped (error_if_nonfinite raises instead), and max_norm must be > 0 (inf: measure "
+         "only).");
   nn.def("scale_grads", [tensors_of](nb::handle p, double f) { cnn::scale_grads(tensors_of(p), f); },
          nb::arg("params"), nb::arg("factor"), "Multiply every gradient by factor (gradient accumulation).");
 

@@ -93,6 +93,12 @@ TEST_CASE("LSH attention: hashing is argmax over [xR | -xR], fixed by the seed, 
   for (int64_t chunk_bytes : {int64_t(1), int64_t(3 * 2 * 2 * 2 * 8), int64_t(4 * 2 * 2 * 2 * 8)})
     CHECK(nn::lsh_buckets(x, rot, chunk_bytes).to_vector<int64_t>() == bv);
   CHECK(nn::lsh_buckets(narrow(x, 2, 0, 0), rot).shape() == Shape{1, 2, 2, 0});
+  // 16-bit inputs (the public function under autocast) hash as their float32 products would: they
+  // were refused once the hash became one kernel (signed_argmax).
+  const Tensor xb = to(x, kBFloat16), rb = to(rot, kBFloat16);
+  const Tensor proj = reshape(to(matmul(xb, reshape(rb, {1, 2, 3, 4})), kFloat32), {1, 2, 5, 2, 2});
+  CHECK(nn::lsh_buckets(xb, rb).to_vector<int64_t>() ==
+        contiguous(transpose(ops::signed_argmax(proj), 2, 3)).to_vector<int64_t>());
   Tensor q = randn({1, 2, 40, 3}, kFloat64, g);
   nn::LSHAttention seeded(4, 4, 8, /*seed=*/7), fresh(4, 4, 8);
   CHECK(values(seeded.hash(q)) == values(seeded.hash(q)));
