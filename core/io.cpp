@@ -38,6 +38,22 @@ const char* kind_of(mode_t m) {
   return "it is not a plain file";
 }
 
+// The file a write to `path` lands in: `path`, or what its symlinks point to (followed, so the
+// link survives, as writing through it would leave it; a relative link is taken from its folder).
+std::string resolve_links(const std::string& path) {
+  std::string p = path;
+  for (int hop = 0; hop < 40; ++hop) {  // SYMLOOP_MAX's usual value: a cycle ends as ELOOP would
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::string target(size_t(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
+    const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
+    if (n < 0) return p;  // the open below reports it
+    target.resize(size_t(n));
+    p = target.empty() || target[0] == '/' ? target : (std::filesystem::path(folder_of(p)) / target).string();
+  }
+  return p;
+}
+
 }  // namespace
 
 std::string temp_path_for(const std::string& path) {
@@ -75,8 +91,17 @@ int remove_stale_temps(const std::string& path) {
 }
 
 AtomicWriter::AtomicWriter(std::string path, const char* op) : path_(std::move(path)), op_(op) {
-  remove_stale_temps(path_);
-  tmp_ = temp_path_for(path_);
+  // The temporary is renamed over the target, which would replace a device, a FIFO or a socket by a
+  // plain file (--out /dev/null would have become one): those are refused; a symlink is followed.
+  target_ = resolve_links(path_);
+  struct stat st {};
+  if (::stat(target_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    committed_ = true;  // nothing was created
+    throw IOError(str("[", op_, "] cannot write '", path_, "': ", kind_of(st.st_mode),
+                      ", not a regular file (cf writes a temporary file and renames it over the target)"));
+  }
+  remove_stale_temps(target_);
+  tmp_ = temp_path_for(target_);
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     const int err = errno;
@@ -115,11 +140,11 @@ void AtomicWriter::commit() {
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) fail(str("closing the temporary file '", tmp_, "' failed"), errno);
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0)
     fail(str("cannot rename the temporary file '", tmp_, "' over it"), errno);
   committed_ = true;
   // Make the rename itself durable; a failure here does not undo a complete file.
-  const int dfd = ::open(folder_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd = ::open(folder_of(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     (void)::fsync(dfd);
     ::close(dfd);

@@ -22,7 +22,9 @@ namespace cf {
 namespace io {
 
 // Streams bytes into the temporary; commit() makes them the file. Destroying an
-// uncommitted writer (an exception on the way) removes the temporary.
+// uncommitted writer (an exception on the way) removes the temporary. A symlinked path
+// writes its target (the link stays); a path naming a device, FIFO, socket or directory
+// is an IOError (renaming over it would replace it by a plain file).
 class AtomicWriter {
  public:
   AtomicWriter(std::string path, const char* op);
@@ -37,7 +39,7 @@ class AtomicWriter {
 
  private:
   [[noreturn]] void fail(const std::string& what, int err);
-  std::string path_, tmp_;
+  std::string path_, target_, tmp_;  // target_: path_ with its symlinks followed
   const char* op_;
   int fd_ = -1;
   bool committed_ = false;

@@ -341,5 +341,9 @@ int main(int argc, char** argv) {
     std::cerr << "cf-bench " << cmd << ": " << e.what() << "\n";
     return 1;
   }
+  if (!std::cout) {  // the JSON is the product: a failed write (full disk, closed pipe) is an error
+    std::cerr << "cf-bench " << cmd << ": writing the results to stdout failed\n";
+    return 1;
+  }
   return 0;
 }

@@ -358,7 +358,14 @@ int parse_command_line(const std::string& app, Parse&& parse) {
 template <class Body>
 int run_app(const std::string& app, Body&& body) {
   try {
-    const int rc = body();
+    int rc = body();
+    // The results are the app's stdout (JSON lines): a write that failed (a full disk, a closed pipe
+    // reader) must not end with status 0, as if they had been delivered.
+    std::cout.flush();
+    if (!std::cout && rc == 0) {
+      std::cerr << app << ": writing the results to stdout failed\n";
+      rc = 1;
+    }
     cf::dist::finalize();
     return rc;
   } catch (const TrainingStopped& e) {

@@ -96,6 +96,21 @@ execute_process(COMMAND mkfifo "${WORK_DIR}/fifo.npy" RESULT_VARIABLE mkfifo_rc)
 if(mkfifo_rc EQUAL 0)
   run(1 out err --input fifo.npy --k 3)
   expect_match("${err}" "'fifo.npy' is not a regular file \\(it is a FIFO\\)" "FIFO input")
+  # An output path naming a FIFO is refused, not replaced by a plain file (the atomic rename did that).
+  run(1 out err --input data.npy --k 3 --centroids fifo.npy)
+  expect_match("${err}" "cannot write 'fifo.npy': it is a FIFO, not a regular file" "FIFO output")
+  execute_process(COMMAND test -p "${WORK_DIR}/fifo.npy" RESULT_VARIABLE still_fifo)
+  if(NOT still_fifo EQUAL 0)
+    message(FATAL_ERROR "FIFO output: fifo.npy is no longer a FIFO")
+  endif()
+endif()
+# A failed write of the results to stdout (a full disk) is exit status 1, not 0.
+if(EXISTS /dev/full)
+  execute_process(COMMAND "${APP}" --input data.npy --k 3 WORKING_DIRECTORY "${WORK_DIR}" OUTPUT_FILE /dev/full
+                  RESULT_VARIABLE full_rc ERROR_VARIABLE full_err)
+  if(NOT full_rc EQUAL 1 OR NOT full_err MATCHES "writing the results to stdout failed")
+    message(FATAL_ERROR "stdout to /dev/full: exit status ${full_rc}, stderr: ${full_err}")
+  endif()
 endif()
 # Defect 9: 0 rows of 4 values: the message shows (0,4) and the file, not (0,0).
 execute_process(COMMAND sh -c "printf '\\223NUMPY\\001\\000v\\000%-117s\\n' \"{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4), }\" > empty.npy"

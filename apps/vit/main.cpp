@@ -360,8 +360,20 @@ int run(const Config& cfg, cf::Device dev) {
 
   // ---- data
   const cf::data::FashionMnist fm = cf::data::load_fashion_mnist(cfg.data_dir);
+  // A folder other than the full data set (fewer images, another size) is refused by name: the subsets
+  // below read the counts and the 28 x 28 layout asked for (they read past the end and crashed).
+  const int64_t n_train = fm.train_images.shape()[0], n_test = fm.test_images.shape()[0];
+  for (const cf::Tensor* t : {&fm.train_images, &fm.test_images})
+    if (t->dim() != 3 || t->shape()[1] != kImage || t->shape()[2] != kImage)
+      throw cf::ValueError(cfg.data_dir + ": images are " + cf::shape_str(t->shape()) +
+                           ", the model takes 28 x 28 Fashion-MNIST images");
+  if (cfg.train_size + cfg.val_size > n_train || cfg.test_size > n_test)
+    throw cf::ValueError(cfg.data_dir + " holds " + str(n_train) + " training and " + str(n_test) +
+                         " test images; --train-size + --val-size = " + str(cfg.train_size + cfg.val_size) +
+                         " and --test-size = " + str(cfg.test_size) + " need more");
   auto train_ds = subset(fm.train_images, fm.train_labels, 0, cfg.train_size);
-  auto val_ds = subset(fm.train_images, fm.train_labels, kTrainTotal - cfg.val_size, cfg.val_size);
+  // validation: the last val_size training images (images 60000 - val_size on of the full set)
+  auto val_ds = subset(fm.train_images, fm.train_labels, n_train - cfg.val_size, cfg.val_size);
   auto test_ds = subset(fm.test_images, fm.test_labels, 0, cfg.test_size);
   emit({{"event", "data"}, {"dir", cfg.data_dir}, {"train", cfg.train_size}, {"val", cfg.val_size},
         {"test", cfg.test_size}, {"classes", kClasses}});

@@ -102,6 +102,32 @@ TEST_CASE("defect 14: a failed write says why, leaves no temporary and keeps the
                    "cannot create temporary file", "No such file or directory");
 }
 
+TEST_CASE("atomic writes follow a symlink and refuse a FIFO, a device or a directory instead of replacing it") {
+  // Before: the temporary was renamed over whatever the path named, so a FIFO (or --out /dev/null, as
+  // root) became a plain file, and a symlink was replaced while its target stayed empty.
+  TempDir tmp;
+  const std::string target = tmp.file("target.txt"), link = tmp.file("link.txt");
+  io::write_file_atomic(target, "old", "t");
+  REQUIRE(::symlink("target.txt", link.c_str()) == 0);  // relative, as ln -s writes it
+  io::write_file_atomic(link, "new", "t");
+  struct stat st {};
+  REQUIRE(::lstat(link.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  CHECK(cf::test::read_bytes(target) == "new");
+  const std::string dangling = tmp.file("dangling.txt");  // a link to a file not yet written
+  REQUIRE(::symlink("made.txt", dangling.c_str()) == 0);
+  io::write_file_atomic(dangling, "made", "t");
+  CHECK(cf::test::read_bytes(tmp.file("made.txt")) == "made");
+  const std::string fifo = tmp.file("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const std::string fifo_msg = "[t] cannot write '" + fifo + "': it is a FIFO";
+  CHECK_THROWS_MSG(io::write_file_atomic(fifo, "x", "t"), IOError, fifo_msg.c_str(), "not a regular file");
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK_THROWS_MSG(io::write_file_atomic("/dev/null", "x", "t"), IOError, "it is a character device");
+  CHECK_THROWS_MSG(data::save_npy(tmp.str(), Tensor::zeros({2})), IOError, "[save_npy]", "it is a directory");
+}
+
 TEST_CASE("defect 5: a checkpoint holding NaN or inf weights is refused, naming the file and tensor") {
   TempDir tmp;
   const std::string path = tmp.file("diverged.ckpt");
