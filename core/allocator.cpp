@@ -139,7 +139,8 @@ bool cuda_built() {
 Device Device::parse(const std::string& s) {
   if (s == "cpu") return cpu();
   if (s == "cuda") return cuda(0);
-  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 &&
+  // (at most 9 digits: the index fits an int; a longer one failed with std::stoi's bare "stoi")
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 14 &&
       s.find_first_not_of("0123456789", 5) == std::string::npos)
     return cuda(std::stoi(s.substr(5)));
   throw ValueError(cf::str("[device] cannot parse device '", s, "': expected cpu, cuda or cuda:N"));

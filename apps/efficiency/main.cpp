@@ -151,9 +151,10 @@ bool parse_config(int argc, char** argv, Config& c) {
                   "dtype, softmax, norms and the loss in float32, float32 parameters); a variant without a "
                   "16-bit path is reported as skipped");
   opts.add_number("max_gib", &c.max_gib,
-                  "skip a full-attention measurement whose score matrices would need more than X GiB (about 6 "
+                  "skip a dense-attention measurement whose score matrices would need more than X GiB (about 6 "
                   "per layer of (B, H, N, N) float32 matrices to train, 3 to infer); 0: half of this machine's "
-                  "memory");
+                  "memory. No registered variant builds them any more (full attention runs the fused kernel, "
+                  "O(N d) memory), so it skips nothing today; it stays for configs that set it");
   opts.section("Runs");
   opts.add_seeds(&c.seeds, "weights and tokens");
   opts.add_string("device", &c.device,

@@ -107,6 +107,8 @@ struct Config {
   bool distributed = false;
 };
 
+constexpr int64_t kRetrievalMemory = 4096;  // the retrieval models' memory bank (retrieval_config)
+
 bool parse(int argc, char** argv, Config& c) {
   c.train.lr = 2e-3;
   cf::apps::Options o(kUsage, kExitStatus);
@@ -195,6 +197,29 @@ bool parse(int argc, char** argv, Config& c) {
   if (c.mu < 0 || c.nu < 0) throw UsageError("--mu and --nu must be non-negative");
   if (c.loss_form != "inner" && c.loss_form != "cosine" && c.loss_form != "sphere")
     throw UsageError("--loss-form must be inner, cosine or sphere, got '" + c.loss_form + "'");
+  // Settings the models would refuse only when built, after the models before them had trained
+  // (minutes on the default run): checked here, naming the flag.
+  auto runs = [&](const char* m) { return std::find(c.models.begin(), c.models.end(), m) != c.models.end(); };
+  if (runs("sliding-window+lsh") && c.lsh_buckets > 1 && c.lsh_buckets % 2 != 0)
+    throw UsageError("--lsh-buckets must be 1 (no hashing) or even (argmax over [xR; -xR]), got " +
+                     std::to_string(c.lsh_buckets));
+  if (runs("cluster-former"))
+    for (int64_t k : c.clusters) {
+      if (c.lm && k > c.memory_size)
+        throw UsageError("--clusters: " + std::to_string(k) + " clusters exceed the memory bank of --memory-size " +
+                         std::to_string(c.memory_size) + " vectors");
+      if (c.retrieval && k > kRetrievalMemory)
+        throw UsageError("--clusters: " + std::to_string(k) + " clusters exceed the retrieval models' memory bank of " +
+                         std::to_string(kRetrievalMemory) + " vectors");
+    }
+  if (runs("neural-clustering") && c.k > 0) {
+    // Eqs. 8-10 split the N sorted tokens into k blocks: with k > N all but N blocks are empty, yet
+    // each costs memory and time (as cf-textcls refuses, issue 27).
+    const int64_t n = c.lm && c.retrieval ? std::min(c.seq_len, c.retrieval_len) : c.lm ? c.seq_len : c.retrieval_len;
+    if (c.k > n)
+      throw UsageError("--k (" + std::to_string(c.k) + " clusters) exceeds the sequence length N = " +
+                       std::to_string(n) + " (--seq-len, or --retrieval-len for the retrieval task)");
+  }
   cf::apps::check_train_settings(c.train);
   return true;
 }
@@ -377,7 +402,7 @@ Config retrieval_config(const Config& c) {
   r.cluster_layers = {1};
   r.sparse_block = 0;  // blocks of the stride, 4, with one summary position
   r.sparse_summary = 0;
-  r.memory_size = 4096;
+  r.memory_size = kRetrievalMemory;
   r.update_every = 5;
   r.train.lr = 3e-3;
   r.train.weight_decay = 0.0;

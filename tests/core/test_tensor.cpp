@@ -42,6 +42,8 @@ TEST_CASE("core bad input") {
   CHECK_THROWS_MSG(Device::parse("gpu"), ValueError, "[device]", "gpu");
   CHECK_THROWS_MSG(Tensor().shape(), ValueError, "[tensor]", "undefined");
   CHECK(Device::parse("cuda:1") == Device::cuda(1));
+  CHECK_THROWS_MSG(Device::parse("cuda:99999999999999999999"), ValueError, "[device] cannot parse device",
+                   "cuda:N");  // (an index beyond int: std::stoi's bare "stoi" before)
 }
 
 TEST_CASE("views share storage and contiguous copies only when needed") {
