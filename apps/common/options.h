@@ -311,6 +311,9 @@ class Options {
   }
   static int64_t need_int(const std::string& where, const json& v, int64_t min_value) {
     if (!v.is_number_integer()) throw UsageError(where + " must be an integer");
+    // JSON keeps 2^63 and above as unsigned: read as int64 it wrapped to a negative number
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+      throw UsageError(where + " is " + std::to_string(v.get<uint64_t>()) + ", beyond the int64 range");
     const int64_t x = v.get<int64_t>();
     if (x < min_value)
       throw UsageError(where + " must be at least " + std::to_string(min_value) + ", got " + std::to_string(x));
