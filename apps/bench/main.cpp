@@ -105,8 +105,9 @@ void add_precision(cf::apps::Options& o, BenchOptions& b) {
   o.add_string("precision", &b.precision, "fp32, bf16 or fp16 (see cf-bench --help)");
 }
 void add_variants(cf::apps::Options& o, BenchOptions& b) {
-  o.add_string_list("variants", &b.variants, "attention variants, comma-separated, or all (see cf-bench --help)");
-  o.add_string_list("variant", &b.variants, "the same as --variants");
+  o.add_string_list("variants", &b.variants, "attention variants, comma-separated, or all (see cf-bench --help)",
+                    /*distinct=*/true);
+  o.add_string_list("variant", &b.variants, "the same as --variants", /*distinct=*/true);
 }
 
 struct Subcommand {

@@ -17,6 +17,7 @@
 //   if (!opts.parse(argc, argv)) return 0;   // --help, printed
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -99,15 +100,20 @@ class Options {
     add(key, Kind::IntList, help, [=] { return join(*field); },
         [=](const json& v, const std::string& where) { *field = need_int_list(where, v, min_value); });
   }
-  // Command line: "a,b"; config: ["a", "b"]. Never empty.
-  void add_string_list(const std::string& key, std::vector<std::string>* field, const std::string& help) {
+  // Command line: "a,b"; config: ["a", "b"]. Never empty. distinct: an entry given twice is an error
+  // (a list of things to run: a repeat would run, or print, the same thing twice).
+  void add_string_list(const std::string& key, std::vector<std::string>* field, const std::string& help,
+                       bool distinct = false) {
     add(key, Kind::StringList, help, [=] { return join(*field); }, [=](const json& v, const std::string& where) {
       const std::string what = where + " must be a non-empty array of strings";
       if (!v.is_array() || v.empty()) throw UsageError(what);
       std::vector<std::string> out;
       for (const json& x : v) {
         if (!x.is_string()) throw UsageError(what);
-        out.push_back(x.get<std::string>());
+        const std::string e = x.get<std::string>();
+        if (distinct && std::find(out.begin(), out.end(), e) != out.end())
+          throw UsageError(where + " lists '" + e + "' twice");
+        out.push_back(e);
       }
       *field = out;
     });

@@ -131,7 +131,7 @@ bool parse_config(int argc, char** argv, Config& c) {
   opts.add_int_list("sizes", &c.sizes, 2, "sequence lengths N");
   opts.add_string_list("variants", &c.variants,
                        "attention variants, comma-separated (empty: every registered one, below); full is "
-                       "measured first at each N (ratios need it)");
+                       "measured first at each N (ratios need it)", /*distinct=*/true);
   opts.add_int("batch_size", &c.batch_size, 1, "sequences per step");
   opts.section("Model");
   opts.add_int("d_model", &c.d_model, 1, "model width");

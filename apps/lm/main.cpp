@@ -124,7 +124,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.section("Models");
   o.add_string_list("models", &c.models,
                     "from sliding-window, sliding-window+lsh, sliding-window+sparse, cluster-former, neural-clustering, or "
-                    "all");
+                    "all", /*distinct=*/true);
   o.add_int("n_layers", &c.n_layers, 1, "layers");
   o.add_int("d_model", &c.d_model, 1, "model width");
   o.add_int("n_heads", &c.n_heads, 1, "attention heads");

@@ -8,6 +8,8 @@
 include(${CMAKE_CURRENT_LIST_DIR}/../common/app_test_lib.cmake)
 
 if(MODE STREQUAL "errors")
+  run(2 out err --attentions full,full)
+  expect_match("${err}" "--attentions lists 'full' twice" "a repeated attention")
   check_option_errors(steps)
 
   run(2 out err --k -1)

@@ -103,7 +103,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.section("Attention");
   o.add_string_list("attentions", &c.attentions,
                     "comma-separated, from full, neural-clustering, lsh, routing, clustered, improved-clustered; "
-                    "'all' for all six");
+                    "'all' for all six", /*distinct=*/true);
   o.add_int("k", &c.k, 0,
             "neural clustering: clusters k (0: the paper's rule, the square root of the longest sequence, "
             "rounded)");
