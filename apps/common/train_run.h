@@ -60,6 +60,8 @@ inline void check_train_settings(const TrainSettings& c) {
   if (c.weight_decay < 0) throw UsageError("--weight-decay must be non-negative");
   if (c.stop_after > 0 && c.checkpoint_dir.empty())
     throw UsageError("--stop-after needs --checkpoint-dir (the next run continues from the checkpoint)");
+  if (c.checkpoint_every > 0 && c.checkpoint_dir.empty())  // (it was ignored without a word)
+    throw UsageError("--checkpoint-every needs --checkpoint-dir (where the checkpoints go)");
   check_precision(c.precision);
   if (c.warmup >= c.steps)
     throw UsageError("--warmup (" + std::to_string(c.warmup) + ") must be less than --steps (" +

@@ -25,6 +25,8 @@ if(MODE STREQUAL "errors")
   run(2 out err --d-model 30)
   expect_match("${err}" "--d-model \\(30\\) must be divisible by --n-heads \\(4\\)" "heads")
   # Settings a model would refuse when built, after the models before it had trained: refused up front.
+  run(2 out err --checkpoint-every 1)
+  expect_match("${err}" "--checkpoint-every needs --checkpoint-dir" "checkpoint-every without checkpoints")
   run(2 out err --lsh-buckets 3)
   expect_match("${err}" "--lsh-buckets must be 1 \\(no hashing\\) or even" "odd LSH buckets")
   run(2 out err --clusters 1000 --memory-size 64)
