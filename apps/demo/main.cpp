@@ -125,6 +125,9 @@ int run(const Config& cfg) {
                     {"peak_bytes", cf::memory_stats().peak_bytes}, {"learned", learned}}
                    .dump()
             << std::endl;
+  if (!learned)  // the exit status says so; the reason goes where a failure's reason goes
+    std::cerr << "cf-demo: the loss did not fall below half its first value in " << cfg.steps
+              << " steps (final/initial " << last_loss / first_loss << ")\n";
   return learned ? 0 : 1;
 }
 
