@@ -25,6 +25,9 @@ if(MODE STREQUAL "errors")
   run(2 out err --d-model 30)
   expect_match("${err}" "--d-model \\(30\\) must be divisible by --n-heads \\(4\\)" "heads")
   # Settings a model would refuse when built, after the models before it had trained: refused up front.
+  # The retrieval task alone reads no fortunes: a missing --data-dir does not matter to it.
+  run(0 out err --lm false --data-dir "${WORK_DIR}/no-such-dir" --models sliding-window --retrieval-steps 2
+      --steps 2 --warmup 1 --retrieval-len 16)
   run(2 out err --checkpoint-every 1)
   expect_match("${err}" "--checkpoint-every needs --checkpoint-dir" "checkpoint-every without checkpoints")
   run(2 out err --lsh-buckets 3)

@@ -583,7 +583,8 @@ void summarise(const Config& cfg, const std::vector<std::string>& names, Results
 // The app once its command line is read: its exit status.
 int run(const Config& cfg, cf::Device dev) {
   const auto t_start = std::chrono::steady_clock::now();
-  const Corpus corpus = load_corpus(cfg);
+  // The fortunes feed the language models only: --lm false (the retrieval task alone) reads none.
+  const Corpus corpus = cfg.lm ? load_corpus(cfg) : Corpus{};
   // The models: one per kind, cluster-former once per cluster count.
   std::vector<std::pair<std::string, int64_t>> runs;
   for (const std::string& m : cfg.models) {
@@ -596,9 +597,10 @@ int run(const Config& cfg, cf::Device dev) {
   for (auto& [kind, c] : runs) names.push_back(model_name(cfg, kind, c));
   emit({{"event", "start"}, {"app", "cf-lm"}, {"device", dev.str()}, {"seeds", cfg.seeds}, {"models", names},
         {"steps", cfg.train.steps}, {"seq_len", cfg.seq_len}, {"machine", cf::apps::machine_record()}});
-  emit({{"event", "data"}, {"dir", cfg.data_dir}, {"fortunes", corpus.fortunes}, {"vocab", corpus.vocab},
-        {"train_chars", corpus.train.size()}, {"val_chars", corpus.val.size()},
-        {"test_chars", corpus.test.size()}, {"split_seed", cfg.split_seed}});
+  if (cfg.lm)
+    emit({{"event", "data"}, {"dir", cfg.data_dir}, {"fortunes", corpus.fortunes}, {"vocab", corpus.vocab},
+          {"train_chars", corpus.train.size()}, {"val_chars", corpus.val.size()},
+          {"test_chars", corpus.test.size()}, {"split_seed", cfg.split_seed}});
   if (!cfg.train.checkpoint_dir.empty()) cf::apps::make_dir(cfg.train.checkpoint_dir, "cf-lm", "--checkpoint-dir");
 
   Results res;
