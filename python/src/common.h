@@ -107,6 +107,20 @@ nb::dict state_dict_to_python(const cf::nn::StateDict& d);
 // A tensor sharing the memory of an object with __dlpack__ (or a DLPack capsule) - dlpack.cpp.
 cf::Tensor from_dlpack_object(nb::handle obj, bool uint8_as_bool);
 
+// A 0-d value of an array library (a NumPy scalar such as np.float32 or np.bool_, a 0-d tensor) as its
+// Python value (item()), or an invalid object for anything else. Python's own numbers, strings and
+// containers are passed over before any attribute lookup (each failed lookup raises internally).
+inline nb::object scalar_item(nb::handle h) {
+  PyObject* o = h.ptr();
+  if (o == Py_None || PyLong_Check(o) || PyFloat_Check(o) || PyUnicode_Check(o) || PyList_Check(o) ||
+      PyTuple_Check(o) || PyDict_Check(o))
+    return nb::object();
+  if (nb::hasattr(h, "dtype") && nb::hasattr(h, "item") && nb::hasattr(h, "shape") &&
+      nb::len(nb::object(h.attr("shape"))) == 0)
+    return h.attr("item")();
+  return nb::object();
+}
+
 // An optional tensor argument (None) as cf's undefined Tensor.
 inline cf::Tensor opt(const std::optional<cf::Tensor>& t) { return t ? *t : cf::Tensor(); }
 

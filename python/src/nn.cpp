@@ -26,11 +26,9 @@ nlohmann::json to_json(nb::handle h, const std::string& where) {
     return int64_t(v);
   }
   if (PyFloat_Check(h.ptr())) return nb::cast<double>(h);
-  // A NumPy scalar (np.int64, np.float32, np.bool_): its Python value.
-  if (nb::hasattr(h, "dtype") && nb::hasattr(h, "item") && nb::hasattr(h, "shape") &&
-      nb::len(nb::object(h.attr("shape"))) == 0)
-    return to_json(h.attr("item")(), where);
   if (PyUnicode_Check(h.ptr())) return nb::cast<std::string>(h);
+  // A NumPy scalar (np.int64, np.float32, np.bool_): its Python value.
+  if (nb::object v = scalar_item(h); v.is_valid()) return to_json(v, where);
   if (PyDict_Check(h.ptr())) {
     nlohmann::json j = nlohmann::json::object();
     for (auto [k, v] : nb::borrow<nb::dict>(h)) {

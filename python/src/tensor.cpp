@@ -60,13 +60,11 @@ struct Gathered {
 void gather_nested(nb::handle h, size_t depth, cf::Shape& shape, Gathered& g) {
   // A NumPy scalar that is not a Python number (np.float32, np.bool_, np.int32): its Python value, so
   // np.bool_ stays a bool and np.float32(1.5) is taken (they were int64 and an error).
-  if (!PyLong_Check(h.ptr()) && !PyFloat_Check(h.ptr()) && !PyBool_Check(h.ptr()) && !PyList_Check(h.ptr()) &&
-      !PyTuple_Check(h.ptr()) && nb::hasattr(h, "dtype") &&
-      nb::hasattr(h, "item") && !nb::isinstance<cf::Tensor>(h) && nb::hasattr(h, "shape") &&
-      nb::len(nb::object(h.attr("shape"))) == 0) {
-    gather_nested(h.attr("item")(), depth, shape, g);
-    return;
-  }
+  if (!nb::isinstance<cf::Tensor>(h))  // (a 0-d cf tensor has its own branch below)
+    if (nb::object v = scalar_item(h); v.is_valid()) {
+      gather_nested(v, depth, shape, g);
+      return;
+    }
   if (PyBool_Check(h.ptr())) {
     CF_CHECK(depth == shape.size(), ValueError, "[tensor] ragged nested sequence at depth ", depth);
     bool b = h.ptr() == Py_True;
