@@ -1,6 +1,7 @@
 #include "core/serialization.h"
 
 #include "core/io.h"
+#include "core/json.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -247,7 +248,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
 
   ojson header;
   try {
-    header = ojson::parse(text);
+    header = io::parse_ordered_json(text);
+  } catch (const io::DuplicateJsonKey& ex) {
+    throw fail("header is not valid: ", ex.what());
   } catch (const nlohmann::json::parse_error& ex) {
     throw fail("header is not valid JSON (at header byte ", ex.byte, "): ", ex.what());
   } catch (const nlohmann::json::exception& ex) {

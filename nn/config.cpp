@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
+#include "core/json.h"
 
 namespace cf {
 namespace nn {
@@ -19,7 +20,9 @@ using nlohmann::json;
 json load_json_file(const std::string& path) {
   const std::string text = io::read_file(path, "load_json_file");  // regular files only, never blocks
   try {
-    return json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+    return io::parse_json(text, /*ignore_comments=*/true);
+  } catch (const io::DuplicateJsonKey& e) {
+    throw IOError(str("[load_json_file] ", path, ": ", e.what()));
   } catch (const json::parse_error& e) {
     // e.byte is 1-based and points just past the offending character.
     size_t byte = e.byte == 0 ? 0 : e.byte - 1;

@@ -8,6 +8,30 @@ get_filename_component(APP_NAME "${APP}" NAME)
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
+# write_fashion_mnist(<folder under WORK_DIR> <training images> <test images> <side>): a Fashion-MNIST
+# folder of black side x side images (labels i % 10) in IDX format, for tests of folders smaller than the
+# real one. Written with Python's standard library; fails the test when python3 is missing.
+function(write_fashion_mnist dir n_train n_test side)
+  find_program(PY3 python3 REQUIRED)
+  set(make_idx [=[
+import os, struct, sys
+d, n_train, n_test, side = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+os.makedirs(d, exist_ok=True)
+def images(name, n):
+    open(os.path.join(d, name), 'wb').write(struct.pack('>IIII', 0x803, n, side, side) + bytes(n * side * side))
+def labels(name, n):
+    open(os.path.join(d, name), 'wb').write(struct.pack('>II', 0x801, n) + bytes(i % 10 for i in range(n)))
+images('train-images-idx3-ubyte', n_train); labels('train-labels-idx1-ubyte', n_train)
+images('t10k-images-idx3-ubyte', n_test); labels('t10k-labels-idx1-ubyte', n_test)
+]=])
+  file(WRITE "${WORK_DIR}/make_idx.py" "${make_idx}")
+  execute_process(COMMAND "${PY3}" make_idx.py "${dir}" ${n_train} ${n_test} ${side}
+                  WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "writing the IDX folder '${dir}' failed")
+  endif()
+endfunction()
+
 # run(<expected status> <var for stdout> <var for stderr> args...), in WORK_DIR.
 function(run expected out_var err_var)
   execute_process(COMMAND "${APP}" ${ARGN} WORKING_DIRECTORY "${WORK_DIR}"
@@ -81,6 +105,11 @@ function(check_option_errors int_option)
   expect_match("${err}" "config file 'not_json.json' is not valid JSON" "invalid JSON")
   run(2 out err --config missing.json)
   expect_match("${err}" "cannot read config file 'missing.json'" "missing config")
+  file(WRITE "${WORK_DIR}/twice.json" "{\"${key}\": 3, \"${key}\": 4}")
+  run(2 out err --config twice.json)
+  expect_match("${err}" "config file 'twice.json' is not valid: key '${key}' appears twice" "repeated config key")
+  run(2 out err --config bad_key.json --config=bad_type.json)
+  expect_match("${err}" "--config given twice \\('bad_key.json' and 'bad_type.json'\\)" "second --config")
   run(2 out err --device tpu)
   expect_match("${err}" "tpu" "unknown device")
 endfunction()

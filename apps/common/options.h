@@ -34,6 +34,7 @@
 #include "dist/dist.h"
 #include "core/error.h"
 #include "core/io.h"
+#include "core/json.h"
 
 namespace cf::apps {
 
@@ -171,6 +172,7 @@ class Options {
     ArgReader args(argc, argv, first);
     json cli = json::object();
     std::string config_file;
+    bool has_config = false;
     while (!args.done()) {
       const std::string opt = args.next();
       if (opt == "-h" || opt == "--help") {
@@ -179,7 +181,11 @@ class Options {
         return false;
       }
       if (opt == "--config") {
+        // One file: a second one silently replaced the first.
+        if (has_config) throw UsageError("--config given twice ('" + config_file + "' and '" +
+                                         args.value(opt) + "'); merge them into one file");
         config_file = args.value(opt);
+        has_config = true;
         continue;
       }
       std::string key = opt.substr(2);
@@ -209,7 +215,7 @@ class Options {
       }
     }
     if (cli.contains("seed") && cli.contains("seeds")) throw UsageError("give --seed or --seeds, not both");
-    if (!config_file.empty()) apply_file(config_file);
+    if (has_config) apply_file(config_file);
     for (auto& [k, v] : cli.items()) options_.at(k).set(v, "--" + cli_name(k));
     return true;
   }
@@ -224,7 +230,9 @@ class Options {
     }
     json file;
     try {
-      file = json::parse(text);
+      file = cf::io::parse_json(text);
+    } catch (const cf::io::DuplicateJsonKey& e) {
+      throw UsageError("config file '" + path + "' is not valid: " + e.what());
     } catch (const json::exception& e) {
       // Any nlohmann error, not only parse_error: a number out of range ({"k": 1e400})
       // is an out_of_range exception, which escaped without the file's name.

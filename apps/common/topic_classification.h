@@ -62,6 +62,10 @@ inline void add_topic_data_options(Options& o, TopicDataConfig& c) {
 }
 
 inline void check_topic_data_config(const TopicDataConfig& c) {
+  // --data-file replaces the fortunes: a --data-dir beside it was dropped without a word.
+  if (!c.data_file.empty() && c.data_dir != TopicDataConfig().data_dir)
+    throw UsageError("--data-file and --data-dir name two corpora ('" + c.data_file + "' and '" + c.data_dir +
+                     "'); give one");
   if (c.val_fraction <= 0 || c.test_fraction <= 0 || c.val_fraction + c.test_fraction >= 0.9)
     throw UsageError("--val-fraction and --test-fraction must be positive and sum to less than 0.9");
 }

@@ -59,6 +59,19 @@ if(MODE STREQUAL "errors")
 
   run(1 out err --data-dir "${WORK_DIR}/no-such-dir" --train-size 100 --test-size 10 --k-list 2 --ncm-batch 50)
   expect_match("${err}" "no-such-dir" "missing data folder named")
+  # A Fashion-MNIST folder with fewer images than asked is refused by name (the subsets were clamped to it).
+  write_fashion_mnist(small 100 20 28)
+  set(small_run --data-dir small --k-list 2 --ncm-batch 10 --ncm-steps 2)
+  run(1 out err ${small_run} --train-size 90 --val-size 20 --test-size 10)
+  expect_match("${err}" "--train-size \\+ --val-size = 110 exceeds the 100 training images of 'small'"
+               "too few training images")
+  run(1 out err ${small_run} --train-size 50 --test-size 30)
+  expect_match("${err}" "--test-size = 30 exceeds the 20 test images of 'small'" "too few test images")
+  # Each dataset reads one source: the other one's flag is refused, not dropped.
+  run(2 out err --dataset mnist --data-dir small)
+  expect_match("${err}" "--data-dir is Fashion-MNIST's folder; --dataset mnist reads --mnist-csv" "mnist with --data-dir")
+  run(2 out err --mnist-csv digits.csv)
+  expect_match("${err}" "--mnist-csv is read with --dataset mnist" "fashion-mnist with --mnist-csv")
   run(2 out err --dataset mnsit)
   expect_match("${err}" "--dataset must be fashion-mnist or mnist, got 'mnsit'" "unknown dataset")
   run(2 out err --train-size 50000 --val-size 20000)

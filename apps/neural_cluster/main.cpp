@@ -203,6 +203,11 @@ void check(Config& c) {
   // Rules between fields.
   if (c.dataset != "fashion-mnist" && c.dataset != "mnist")
     throw UsageError("--dataset must be fashion-mnist or mnist, got '" + c.dataset + "'");
+  // Each dataset reads one source: the other's flag was dropped without a word.
+  if (c.dataset == "mnist" && c.data_dir != Config().data_dir)
+    throw UsageError("--data-dir is Fashion-MNIST's folder; --dataset mnist reads --mnist-csv");
+  if (c.dataset == "fashion-mnist" && c.mnist_csv != Config().mnist_csv)
+    throw UsageError("--mnist-csv is read with --dataset mnist; --dataset fashion-mnist reads --data-dir");
   if (c.dataset == "fashion-mnist" && c.train_size + c.val_size > 60000)
     throw UsageError("--train-size + --val-size must be at most 60000 (Fashion-MNIST's training images), got " +
                      std::to_string(c.train_size + c.val_size));
@@ -274,7 +279,7 @@ Data load_data(const Config& cfg) {
                  std::vector<int64_t>& y) {
     const int64_t total = images.shape()[0];
     std::vector<int64_t> p = permutation(total, seed);
-    p = std::vector<int64_t>(p.begin() + std::min(from, total), p.begin() + std::min(from + n, total));
+    p = std::vector<int64_t>(p.begin() + from, p.begin() + from + n);  // load_data checked from + n <= total
     Tensor idx = Tensor::from_vector(p, {int64_t(p.size())});
     const int64_t pixels = images.numel() / total;  // (an empty subset cannot reshape to (0, -1))
     x = cf::contiguous(cf::reshape(cf::index_select(images, 0, idx), {int64_t(p.size()), pixels}));
@@ -297,6 +302,16 @@ Data load_data(const Config& cfg) {
   } else {
     d.source = cfg.data_dir;
     cf::data::FashionMnist fm = cf::data::load_fashion_mnist(cfg.data_dir, /*scale=*/true);
+    // A folder with fewer images than asked (a subset of Fashion-MNIST) is refused: the
+    // subsets were clamped to it, and the run measured fewer images than its flags say.
+    const int64_t n_train = fm.train_labels.shape()[0], n_test = fm.test_labels.shape()[0];
+    if (cfg.train_size + cfg.val_size > n_train)
+      throw cf::ValueError("[cf-neural-cluster] --train-size + --val-size = " +
+                           std::to_string(cfg.train_size + cfg.val_size) + " exceeds the " + std::to_string(n_train) +
+                           " training images of '" + cfg.data_dir + "'");
+    if (cfg.test_size > n_test)
+      throw cf::ValueError("[cf-neural-cluster] --test-size = " + std::to_string(cfg.test_size) + " exceeds the " +
+                           std::to_string(n_test) + " test images of '" + cfg.data_dir + "'");
     take(fm.train_images, fm.train_labels, s1, 0, cfg.train_size, d.x_train, d.y_train);
     take(fm.train_images, fm.train_labels, s1, cfg.train_size, cfg.val_size, d.x_val, d.y_val);
     take(fm.test_images, fm.test_labels, s2, 0, cfg.test_size, d.x_test, d.y_test);

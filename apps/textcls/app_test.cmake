@@ -49,6 +49,9 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "'bad.tsv' line 2: expected label<TAB>text" "bad corpus line named")
   run(1 out err --data-dir "${WORK_DIR}/no-such-dir" --steps 2 --warmup 1)
   expect_match("${err}" "no-such-dir" "missing data folder named")
+  run(2 out err --data-file bad.tsv --data-dir fortunes)
+  expect_match("${err}" "--data-file and --data-dir name two corpora \\('bad.tsv' and 'fortunes'\\); give one"
+               "--data-file with --data-dir")
   return()
 endif()
 

@@ -45,33 +45,15 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "no-such-dir" "missing data folder named")
   # A folder smaller than the full data set, or of another image size, is refused by name (it crashed:
   # the subsets read the counts asked for past the end). IDX files written with Python's standard library.
-  find_program(PY3 python3)
-  if(PY3)
-    set(make_idx [=[
-import os, struct, sys
-d, n_train, n_test, side = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-os.makedirs(d, exist_ok=True)
-def images(name, n):
-    open(os.path.join(d, name), 'wb').write(struct.pack('>IIII', 0x803, n, side, side) + bytes(n * side * side))
-def labels(name, n):
-    open(os.path.join(d, name), 'wb').write(struct.pack('>II', 0x801, n) + bytes(i % 10 for i in range(n)))
-images('train-images-idx3-ubyte', n_train); labels('train-labels-idx1-ubyte', n_train)
-images('t10k-images-idx3-ubyte', n_test); labels('t10k-labels-idx1-ubyte', n_test)
-]=])
-    file(WRITE "${WORK_DIR}/make_idx.py" "${make_idx}")
-    execute_process(COMMAND "${PY3}" make_idx.py small 100 20 28 WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE rc1)
-    execute_process(COMMAND "${PY3}" make_idx.py side14 100 20 14 WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE rc2)
-    if(NOT rc1 EQUAL 0 OR NOT rc2 EQUAL 0)
-      message(FATAL_ERROR "errors: writing the small IDX folders failed")
-    endif()
-    set(tiny_run --d-model 8 --n-heads 2 --d-ff 8 --n-layers 2 --centroid-at 0 --steps 2 --warmup 1
-        --batch-size 8 --patch-kernel 7)
-    run(1 out err --data-dir "${WORK_DIR}/small" --train-size 90 --val-size 20 --test-size 10 ${tiny_run})
-    expect_match("${err}" "small holds 100 training and 20 test images; --train-size \\+ --val-size = 110"
-                 "a folder with too few images")
-    run(1 out err --data-dir "${WORK_DIR}/side14" --train-size 40 --val-size 10 --test-size 10 ${tiny_run})
-    expect_match("${err}" "side14: images are \\(100,14,14\\), the model takes 28 x 28" "another image size")
-  endif()
+  write_fashion_mnist(small 100 20 28)
+  write_fashion_mnist(side14 100 20 14)
+  set(tiny_run --d-model 8 --n-heads 2 --d-ff 8 --n-layers 2 --centroid-at 0 --steps 2 --warmup 1
+      --batch-size 8 --patch-kernel 7)
+  run(1 out err --data-dir "${WORK_DIR}/small" --train-size 90 --val-size 20 --test-size 10 ${tiny_run})
+  expect_match("${err}" "small holds 100 training and 20 test images; --train-size \\+ --val-size = 110"
+               "a folder with too few images")
+  run(1 out err --data-dir "${WORK_DIR}/side14" --train-size 40 --val-size 10 --test-size 10 ${tiny_run})
+  expect_match("${err}" "side14: images are \\(100,14,14\\), the model takes 28 x 28" "another image size")
   return()
 endif()
 

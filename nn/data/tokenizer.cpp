@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
+#include "core/json.h"
 
 namespace cf {
 namespace data {
@@ -218,7 +219,9 @@ Tokenizer Tokenizer::load(const std::string& path) {
   std::string text = io::read_file(path, op);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = io::parse_json(text);
+  } catch (const io::DuplicateJsonKey& e) {
+    throw IOError(str("[", op, "] '", path, "' is not valid: ", e.what()));
   } catch (const nlohmann::json::exception& e) {
     throw IOError(str("[", op, "] '", path, "' is not valid JSON: ", e.what()));
   }

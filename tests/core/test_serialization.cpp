@@ -199,6 +199,9 @@ TEST_CASE("load_safetensors: every corrupt file gives its own message") {
   CHECK_THROWS_MSG(load_safetensors(p), IOError, "runs past the end of the file");
 
   check_bad("{\"a\": ", "", {"not valid JSON"});
+  check_bad("{" + entry("a", "\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]") + "," +
+                entry("a", "\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]") + "}",
+            f32_4, {"key 'a' appears twice in the top-level object"});
   check_bad("[1, 2]", "", {"header is an array, not a JSON object"});
   check_bad("{\"a\": 3}", "", {"entry 'a' is an integer, not an object"});
   check_bad("{" + entry("a", "\"shape\":[1],\"data_offsets\":[0,4]") + "}", f32_4, {"'a' has no 'dtype'"});

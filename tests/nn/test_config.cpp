@@ -138,3 +138,26 @@ TEST_CASE("load_json_file: comments, missing file, parse errors with line and co
   CHECK_THROWS_MSG(nn::load_json_file(trunc), IOError, "line 1", "parse error");
   fs::remove(trunc);
 }
+
+TEST_CASE("load_json_file: a key given twice in one object is an error, naming the key and the object") {
+  // nlohmann keeps the last of two equal keys without a word: {"lr": 0.1, "lr": 1} trained with 1.
+  std::string p = temp_json("{\"lr\": 0.1, \"lr\": 1}");
+  CHECK_THROWS_MSG(nn::load_json_file(p), IOError, "[load_json_file]", p.c_str(),
+                   "key 'lr' appears twice in the top-level object");
+  fs::remove(p);
+  p = temp_json("{\"model\": {\"layers\": [{\"d\": 1}, {\"d\": 2, \"h\": 1, \"d\": 3}]}}");
+  CHECK_THROWS_MSG(nn::load_json_file(p), IOError, "key 'd' appears twice in object 'model.layers[1]'");
+  fs::remove(p);
+  p = temp_json("[[1, {\"a\": [2, {\"b\": 1}]}], {\"x\": {}, \"x\": 2}]");
+  CHECK_THROWS_MSG(nn::load_json_file(p), IOError, "key 'x' appears twice in object '[1]'");
+  fs::remove(p);
+
+  // The same key in sibling or nested objects is fine, and values are kept as given.
+  p = temp_json("{\"a\": {\"x\": 1, \"a\": {\"x\": 2}}, \"b\": [{\"x\": 3}, {\"x\": 4}], \"x\": 5}");
+  json j = nn::load_json_file(p);
+  CHECK(j["a"]["x"] == 1);
+  CHECK(j["a"]["a"]["x"] == 2);
+  CHECK(j["b"][1]["x"] == 4);
+  CHECK(j["x"] == 5);
+  fs::remove(p);
+}

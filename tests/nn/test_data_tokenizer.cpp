@@ -125,6 +125,9 @@ TEST_CASE("data: tokenizer save and load") {
   CHECK_THROWS_MSG(Tokenizer::load(dir.str()), IOError, "[Tokenizer::load]", "directory");
   cf::test::write_bytes(p, "{\"format\": \"cf-tokenizer\", \"version\": 1, \"kind\": \"wo");
   CHECK_THROWS_MSG(Tokenizer::load(p), IOError, "[Tokenizer::load]", "bad.json", "not valid JSON");
+  cf::test::write_bytes(p, "{\"format\": \"cf-tokenizer\", \"version\": 1, \"version\": 2}");
+  CHECK_THROWS_MSG(Tokenizer::load(p), IOError, "[Tokenizer::load]", "bad.json",
+                   "key 'version' appears twice in the top-level object");
   cf::test::write_bytes(p, "{\"format\": \"cf-checkpoint\"}");
   CHECK_THROWS_MSG(Tokenizer::load(p), IOError, "bad.json", "not a cf tokenizer file");
   cf::test::write_bytes(p, "[1, 2]");

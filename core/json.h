@@ -1,0 +1,29 @@
+#pragma once
+// JSON text parsing shared by cf's readers (configs, safetensors headers,
+// tokenizer files, the apps' --config files).
+//
+// nlohmann's parser keeps the last of a key repeated in one object without a
+// word, so {"lr": 0.1, "lr": 1.0} would train with 1.0 and a safetensors header
+// naming a tensor twice would load one of the two. These parse like
+// nlohmann::json::parse (its exceptions pass through unchanged) and throw
+// DuplicateJsonKey for a repeated key, naming it and the object it is in.
+#include <nlohmann/json_fwd.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace cf {
+namespace io {
+
+// what(): "key 'lr' appears twice in object 'optimizer'" (the object's path from
+// the root, e.g. 'model.layers[2]'; "the top-level object" at the root).
+class DuplicateJsonKey : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+nlohmann::json parse_json(const std::string& text, bool ignore_comments = false);
+nlohmann::ordered_json parse_ordered_json(const std::string& text, bool ignore_comments = false);
+
+}  // namespace io
+}  // namespace cf
