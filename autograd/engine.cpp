@@ -122,6 +122,23 @@ void queue_callback(std::function<void()> f) {
   t_callbacks->push_back(std::move(f));
 }
 
+Node::~Node() {
+  // Move every edge target this node is the last owner of onto a stack, and each one's own such
+  // targets before it dies, so destruction depth stays 1 however long the chain (PyTorch's
+  // deleteNode does the same). A target someone else still holds is only released.
+  std::vector<std::shared_ptr<Node>> stack;
+  auto take_unique = [&stack](std::vector<Edge>& edges) {
+    for (Edge& e : edges)
+      if (e.node && e.node.use_count() == 1) stack.push_back(std::move(e.node));
+  };
+  take_unique(next_edges);
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    take_unique(n->next_edges);
+  }  // n, now without unique children, is destroyed here
+}
+
 namespace {
 std::shared_ptr<Node> accumulator_for(const Tensor& leaf) {
   TensorImpl* impl = leaf.impl_ptr();
@@ -235,11 +252,19 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
     buffer.erase(n);
 
     if (n->leaf) {
-      if (!gn.defined()) continue;
       Tensor leaf(n->leaf);
-      Tensor old = leaf.grad();
-      // Accumulate out of place: a gradient handed to the user is never changed later.
-      leaf.set_grad(old.defined() ? add(old, gn) : clone(gn));
+      // A leaf frozen (requires_grad_(false)) after the forward gets no gradient, as in PyTorch:
+      // an optimizer would otherwise still move it.
+      if (!gn.defined() || !leaf.requires_grad()) continue;
+      {
+        // Backward passes in several threads may reach one leaf (a shared parameter): the
+        // read-add-store of its .grad is one step, or one thread's gradient is lost.
+        static std::mutex leaf_grad_mutex;
+        std::lock_guard<std::mutex> lock(leaf_grad_mutex);
+        Tensor old = leaf.grad();
+        // Accumulate out of place: a gradient handed to the user is never changed later.
+        leaf.set_grad(old.defined() ? add(old, gn) : clone(gn));
+      }
       run_grad_hooks(leaf);
       continue;
     }

@@ -88,6 +88,18 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
     c.diff.push_back(k);
   }
   CF_CHECK(!c.diff.empty(), ValueError, "[gradcheck] no input requires grad");
+  // The checks run backward into the inputs' .grad: what the caller had there is put back after
+  // (also after an exception), as torch.autograd.gradcheck leaves .grad alone.
+  struct GradsRestored {
+    std::vector<Tensor> inputs, grads;
+    ~GradsRestored() {
+      for (size_t i = 0; i < inputs.size(); ++i) inputs[i].set_grad(grads[i]);
+    }
+  } restored;
+  for (size_t k : c.diff) {
+    restored.inputs.push_back(inputs[k]);
+    restored.grads.push_back(inputs[k].grad());
+  }
 
   Tensor y0 = f(c.inputs);
   CF_CHECK(y0.defined() && y0.dtype() == kFloat64, DTypeError,

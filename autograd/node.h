@@ -37,6 +37,13 @@ struct Node {
   // model's count does not depend on which path ran; matmul nodes are counted
   // from their shapes and leave it 0.
   int64_t forward_macs = 0;
+
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Frees the nodes only this one holds without recursion: a chain of 200k ops (a running total
+  // kept with its history) overflowed the stack through nested shared_ptr destructors.
+  ~Node();
 };
 
 // A tensor kept for backward. It is stored detached (no reference to its own

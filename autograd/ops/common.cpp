@@ -89,6 +89,13 @@ void check_inplace(const Tensor& t, const char* op) {
            "); run it with grad recording off (cf::NoGradGuard, in Python cf.no_grad()) or on a detach()ed tensor");
 }
 
+void check_inplace_source(const Tensor& src, const char* op) {
+  CF_CHECK(!(grad_enabled() && src.defined() && src.requires_grad()), AutogradError, "[", op,
+           "] the value written requires grad (", src.describe(),
+           ") but in-place writes are not recorded, so its gradient would be lost; build the result out of "
+           "place (cat, stack, where, index_add) or write src.detach() when only its value is meant");
+}
+
 void check_no_internal_overlap(const Tensor& t, const char* op) {
   for (int64_t d = 0; d < t.dim(); ++d)
     CF_CHECK(!(t.strides()[size_t(d)] == 0 && t.shape()[size_t(d)] > 1), ValueError, "[", op, "] the tensor ",

@@ -20,6 +20,9 @@ void check_dtype(const Tensor& t, DType want, const char* op, const char* arg);
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t ndim, const char* op);
 // Refuse in-place writes that would corrupt autograd history.
 void check_inplace(const Tensor& t, const char* op);
+// Refuse an in-place write whose source requires grad while grad mode is on: in-place ops are
+// not recorded, so the source's gradient would be lost without a word (PyTorch records the write).
+void check_inplace_source(const Tensor& src, const char* op);
 // In-place writes through a view whose elements share memory (a stride 0 over a size above 1, an
 // expand()) would write one element several times: refused, as PyTorch does (fill_ excepted).
 void check_no_internal_overlap(const Tensor& t, const char* op);

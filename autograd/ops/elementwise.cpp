@@ -446,6 +446,7 @@ Tensor full_like(const Tensor& x, double value) {
 Tensor& add_(Tensor& t, const Tensor& other, double alpha) {
   ops::check_inplace(t, "add_");
   ops::check_defined(other, "add_", "other");
+  ops::check_inplace_source(other, "add_");
   ops::check_same_device("add_", {&t, &other});
   ops::check_same_dtype("add_", {&t, &other});
   CF_CHECK(broadcast_shapes(t.shape(), other.shape(), "add_") == t.shape(), ShapeError,
@@ -478,6 +479,7 @@ Tensor& zero_(Tensor& t) { return fill_(t, 0.0); }
 Tensor& copy_(Tensor& dst, const Tensor& src) {
   ops::check_inplace(dst, "copy_");
   ops::check_defined(src, "copy_", "src");
+  ops::check_inplace_source(src, "copy_");
   ops::check_same_device("copy_", {&dst, &src});
   CF_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), ShapeError,
            "[copy_] cannot broadcast ", shape_str(src.shape()), " into ", shape_str(dst.shape()));

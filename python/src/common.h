@@ -106,6 +106,14 @@ nb::dict state_dict_to_python(const cf::nn::StateDict& d);
 
 // A tensor sharing the memory of an object with __dlpack__ (or a DLPack capsule) - dlpack.cpp.
 cf::Tensor from_dlpack_object(nb::handle obj, bool uint8_as_bool);
+// NumPy and DLPack views of a tensor that requires grad are refused, as PyTorch refuses them: a
+// write through the view bypasses the version counter, so a gradient computed from the tensor
+// afterwards would be silently wrong. t.detach() shares the memory and says so.
+inline void refuse_grad_export(const cf::Tensor& t, const char* op) {
+  CF_CHECK(!t.requires_grad(), AutogradError, "[", op, "] cannot view a tensor that requires grad (",
+           t.describe(), ") from NumPy or DLPack: writes through the view would escape autograd; use "
+           "t.detach() (shares memory) or t.detach().clone()");
+}
 
 // A 0-d value of an array library (a NumPy scalar such as np.float32 or np.bool_, a 0-d tensor) as its
 // Python value (item()), or an invalid object for anything else. Python's own numbers, strings and

@@ -303,6 +303,7 @@ void bind_dlpack(nb::module_& m, nb::class_<cf::Tensor>& cls) {
             }
             CF_CHECK(copy.is_none() || !nb::cast<bool>(copy), ValueError,
                      "[__dlpack__] copy=True is not supported: cf exports without copying (clone first)");
+            refuse_grad_export(t, "__dlpack__");
             sync_for_consumer(t, stream);
             bool versioned = false;
             if (!max_version.is_none()) versioned = nb::cast<int>(nb::cast<nb::tuple>(max_version)[0]) >= 1;
@@ -320,7 +321,10 @@ void bind_dlpack(nb::module_& m, nb::class_<cf::Tensor>& cls) {
   m.def("from_dlpack", [](nb::handle x) { return from_dlpack_object(x, false); }, nb::arg("x"),
         "A cf tensor viewing the memory of x (no copy): a NumPy array, a PyTorch tensor, anything with "
         "__dlpack__, or a DLPack capsule. Writes through either side are seen by the other. CPU and CUDA.");
-  m.def("to_dlpack", [](const cf::Tensor& t) { return to_capsule(t, false); }, nb::arg("x"),
+  m.def("to_dlpack", [](const cf::Tensor& t) {
+          refuse_grad_export(t, "to_dlpack");
+          return to_capsule(t, false);
+        }, nb::arg("x"),
         "A legacy 'dltensor' capsule for x (for consumers that take capsules, e.g. torch.utils.dlpack.from_dlpack).");
 }
 

@@ -200,6 +200,7 @@ void bind_operators(TensorCls& cls) {
       .def("__isub__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::ops::number_like(a, b, "add_"), -1.0); }, nb::rv_policy::reference, release_gil())
       .def("__imul__", [](Tensor& a, double b) -> Tensor& { return cf::mul_(a, b); }, nb::rv_policy::reference, release_gil())
       .def("__imul__", [](Tensor& a, const Tensor& b) -> Tensor& {
+        cf::ops::check_inplace_source(b, "mul_");  // b's gradient would be lost: the product is taken without grad
         Tensor prod = [&] { cf::NoGradGuard g; return a * b; }();
         return cf::copy_(a, prod);
       }, nb::rv_policy::reference, release_gil())
@@ -214,10 +215,12 @@ void bind_operators(TensorCls& cls) {
         return cf::copy_(a, p);
       }, nb::rv_policy::reference, release_gil())
       .def("__ipow__", [](Tensor& a, const Tensor& b) -> Tensor& {
+        cf::ops::check_inplace_source(b, "pow_");
         Tensor p = [&] { cf::NoGradGuard g; return cf::pow(a, b); }();
         return cf::copy_(a, p);
       }, nb::rv_policy::reference, release_gil())
       .def("__itruediv__", [](Tensor& a, const Tensor& b) -> Tensor& {
+        cf::ops::check_inplace_source(b, "div_");
         Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference, release_gil());
@@ -578,7 +581,7 @@ void bind_gradcheck(nb::module_& m) {
       });
   // f runs Python code, so the GIL stays held.
   m.def("gradcheck",
-        [](const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs, double eps,
+        [](nb::callable py_f, const std::vector<Tensor>& inputs, double eps,
            double atol, double rtol, int64_t full_jacobian_max_entries, int64_t elementwise_max_inputs,
            int num_projections, uint64_t seed, bool check_repeat, bool check_zero_grad) {
           cf::GradcheckOptions o;
@@ -591,6 +594,14 @@ void bind_gradcheck(nb::module_& m) {
           o.seed = seed;
           o.check_repeat = check_repeat;
           o.check_zero_grad = check_zero_grad;
+          // f's result is checked here: a non-tensor was nanobind's bare "std::bad_cast".
+          auto f = [&py_f](const std::vector<Tensor>& xs) {
+            nb::object y = py_f(nb::cast(xs));
+            if (!nb::isinstance<Tensor>(y))
+              throw nb::type_error(("[gradcheck] f must return a cf.Tensor, got " +
+                                    std::string(nb::type_name(y.type()).c_str())).c_str());
+            return nb::cast<Tensor>(y);
+          };
           return cf::gradcheck(f, inputs, o);
         },
         nb::arg("f"), nb::arg("inputs"), nb::arg("eps") = 1e-6, nb::arg("atol") = 1e-5, nb::arg("rtol") = 1e-3,

@@ -295,6 +295,7 @@ const char* typestr(cf::DType d) {
 // NumPy's __array_interface__ (version 3): np.asarray(t) is a view of a CPU
 // tensor's memory, kept alive by the tensor object (NumPy holds it as the base).
 nb::dict array_interface(const cf::Tensor& t) {
+  refuse_grad_export(t, "__array_interface__");
   CF_CHECK(t.device().is_cpu(), DeviceError, "[__array_interface__] tensor is on ", t.device(),
            ": NumPy reads CPU memory only; copy it first with t.cpu()");
   nb::dict d;

@@ -79,6 +79,41 @@ def test_inplace_on_a_leaf_that_requires_grad_is_refused():
     assert x.tolist() == [2, 2]
 
 
+def test_an_inplace_write_of_a_value_that_requires_grad_is_refused():
+    # out[0] = w * 2, acc += w, acc *= w ... dropped w's gradient without a word.
+    w = cf.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    out, acc = cf.zeros([2, 3]), cf.zeros([3])
+    with pytest.raises(cf.AutogradError, match=r"^\[copy_\] the value written requires grad"):
+        out[0] = w * 2
+    with pytest.raises(cf.AutogradError, match=r"^\[add_\] the value written requires grad"):
+        acc += w
+    with pytest.raises(cf.AutogradError, match=r"^\[add_\]"):
+        acc -= w
+    for op, name in [(lambda: acc.__imul__(w), "mul_"), (lambda: acc.__itruediv__(w), "div_"),
+                     (lambda: acc.__ipow__(w), "pow_")]:
+        with pytest.raises(cf.AutogradError, match=r"^\[" + name + r"\] the value written requires grad"):
+            op()
+    assert out.tolist() == [[0.0] * 3] * 2 and acc.tolist() == [0.0] * 3  # nothing written
+    out[0] = (w * 2).detach()
+    with cf.no_grad():
+        acc += w
+    assert out.tolist()[0] == [2.0, 4.0, 6.0] and acc.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_numpy_and_dlpack_views_of_a_tensor_that_requires_grad_are_refused():
+    # A write through the view escaped the version counter: h.sum().backward() below gave a wrong
+    # gradient. PyTorch refuses both too; detach() shares the memory and says so.
+    np = pytest.importorskip("numpy")
+    x = cf.tensor([0.0, 1.0, 2.0], requires_grad=True)
+    h = x.sigmoid()
+    for view in (h.numpy, lambda: np.asarray(h), h.__dlpack__, lambda: cf.to_dlpack(h), lambda: x.numpy()):
+        with pytest.raises(cf.AutogradError, match="requires grad.*t.detach\\(\\)"):
+            view()
+    a = h.detach().numpy()
+    assert a.tolist() == h.tolist()
+    np.from_dlpack(h.detach())
+
+
 def test_inplace_change_of_a_saved_tensor_is_an_error():
     x = cf.ones([2], requires_grad=True)
     h = x * 1.0
@@ -105,6 +140,17 @@ def test_gradcheck_reports_a_wrong_gradient():
     x = cf.rand([3], dtype=cf.float64, generator=cf.Generator(2), requires_grad=True)
     r = cf.gradcheck(lambda inputs: inputs[0].detach() * inputs[0].detach() + inputs[0] * 0.0, [x])
     assert not r.ok and r.message
+
+
+def test_gradcheck_keeps_grad_and_names_a_non_tensor_result():
+    x = cf.rand([3], dtype=cf.float64, generator=cf.Generator(3), requires_grad=True)
+    x.grad = cf.tensor([7.0, 8.0, 9.0], dtype=cf.float64)
+    assert cf.gradcheck(lambda inputs: inputs[0] * inputs[0], [x]).ok
+    assert x.grad.tolist() == [7.0, 8.0, 9.0]  # it was erased
+    with pytest.raises(TypeError, match=r"^\[gradcheck\] f must return a cf.Tensor, got list"):
+        cf.gradcheck(lambda inputs: [inputs[0]], [x])  # was "std::bad_cast"
+    with pytest.raises(TypeError, match="got NoneType"):
+        cf.gradcheck(lambda inputs: None, [x])
 
 
 def test_sparse_products_and_query_clustering():

@@ -55,6 +55,54 @@ TEST_CASE("in-place ops on tensors that require grad are refused") {
   CHECK(x.version() == 1);
 }
 
+TEST_CASE("an in-place write of a value that requires grad is refused: its gradient would be lost") {
+  // out[0] = w * 2 or acc += w dropped w's gradient without a word (in-place ops are not recorded).
+  Tensor w = t64({1, 2, 3}, {3}).set_requires_grad(true);
+  Tensor out = Tensor::zeros({2, 3}, kFloat64), acc = Tensor::zeros({3}, kFloat64);
+  Tensor row = narrow(out, 0, 0, 1);
+  CHECK_THROWS_MSG(copy_(row, w * 2.0), AutogradError, "[copy_]", "the value written requires grad",
+                   "gradient would be lost", "detach()");
+  CHECK_THROWS_MSG(add_(acc, w), AutogradError, "[add_]", "the value written requires grad");
+  CHECK(out.version() == 0);  // refused before writing
+  CHECK(acc.version() == 0);
+  // Its value alone: detach() says so; with grad recording off, nothing is recorded anyway.
+  copy_(row, (w * 2.0).detach());
+  {
+    NoGradGuard ng;
+    add_(acc, w);
+  }
+  check_close(out, {2, 4, 6, 0, 0, 0});
+  check_close(acc, {1, 2, 3});
+}
+
+TEST_CASE("a leaf frozen after the forward gets no gradient") {
+  // As in PyTorch: an optimizer would otherwise still move a parameter frozen before backward.
+  Tensor w = t64({1, 2, 3}, {3}).set_requires_grad(true), v = t64({1, 1, 1}, {3}).set_requires_grad(true);
+  Tensor loss = sum(w * w + v * w);
+  w.set_requires_grad(false);
+  loss.backward();
+  CHECK_FALSE(w.grad().defined());
+  check_close(v.grad(), {1, 2, 3});
+}
+
+TEST_CASE("freeing a long chain of recorded ops does not recurse") {
+  // A running total kept with its history: 300k nested shared_ptr releases overflowed the stack
+  // (SIGSEGV from about 150k on an 8 MiB stack).
+  Tensor w = t64({1.0}, {1}).set_requires_grad(true);
+  {
+    Tensor total = Tensor::zeros({1}, kFloat64);
+    for (int i = 0; i < 300000; ++i) total = total + w;
+    CHECK(total.grad_fn() != nullptr);
+  }  // the chain is freed here
+  // A chain a second tensor still shares is released only as far as it is not held.
+  Tensor y = w * 1.0, z = y;
+  for (int i = 0; i < 1000; ++i) z = z * 1.0;
+  z = Tensor();
+  CHECK(y.grad_fn() != nullptr);
+  sum(y).backward();
+  check_close(w.grad(), {1.0});
+}
+
 TEST_CASE("no-grad guard and detach stop recording") {
   Tensor x = t64({1}, {1}).set_requires_grad(true);
   {
@@ -138,6 +186,16 @@ TEST_CASE("gradcheck catches a wrong gradient and reports it") {
   GradcheckResult good = gradcheck([](const std::vector<Tensor>& in) { return square(in[0]); },
                                    {leaf64({100, 50})});
   CHECK_MESSAGE(good.ok, good.message);
+}
+
+TEST_CASE("gradcheck leaves the inputs' .grad as it found them") {
+  // It runs backward into them: the caller's gradient was erased (torch's gradcheck keeps it).
+  Tensor x = leaf64({3}), y = leaf64({2});
+  x.set_grad(t64({7, 8, 9}, {3}));
+  auto f = [](const std::vector<Tensor>& in) { return square(in[0]) * sum(in[1]); };
+  CHECK(gradcheck(f, {x, y}).ok);
+  check_close(x.grad(), {7, 8, 9});
+  CHECK_FALSE(y.grad().defined());
 }
 
 TEST_CASE("gradcheck bad input") {

@@ -125,6 +125,19 @@ TEST_CASE("threads: independent forward and backward passes in two threads") {
   CHECK(got2 == want2);
 }
 
+TEST_CASE("threads: backward passes in two threads that share a leaf accumulate every gradient") {
+  // The read-add-store of a leaf's .grad is one step: unlocked, the threads overwrote each
+  // other's sums (w.grad came out 313..363 instead of 400, and a shared_ptr race could crash).
+  Tensor w = t64({0.5}, {1}).set_requires_grad(true);
+  auto work = [&w] {
+    for (int i = 0; i < 200; ++i) sum(w * 1.0).backward();
+  };
+  std::thread a(work), b(work);
+  a.join();
+  b.join();
+  check_close(w.grad(), {400.0});
+}
+
 TEST_CASE("threads: a shared generator hands out disjoint counters and own generators are reproducible") {
   Generator shared(9);
   std::vector<double> r1, r2;
