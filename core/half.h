@@ -7,6 +7,7 @@
 // gives it. The same 2-byte layout as CUDA's __nv_bfloat16 / __half, so device kernels and
 // cuBLAS read the buffers directly. Conversions are written out in integer arithmetic so they are
 // bit-identical on host and device.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -85,15 +86,28 @@ CF_HD float half_bits_to_float(uint16_t h) {
   }
   return u2f(sign | ((e + 112u) << 23) | (m << 13));
 }
+
+// double -> float rounded to odd: truncated toward zero, with the lowest bit set when bits were
+// dropped. Rounding that float to bfloat16 or binary16 (at most 11 of float's 24 significant
+// bits) then gives the nearest-even rounding of d itself, where float(d) rounds twice
+// (1 + 2^-8 + 2^-30 became 1 in bfloat16, 65519.999 became inf in float16). A NaN stays a NaN;
+// a d beyond float's range gives FLT_MAX with its sign, which both types round to inf, as d.
+CF_HD float double_to_float_odd(double d) {
+  const float f = float(d);
+  if (f != f || double(f) == d) return f;
+  uint32_t u = f2u(f);
+  if ((f < 0 ? -double(f) : double(f)) > (d < 0 ? -d : d)) --u;  // rounded away from zero: one step back
+  return u2f(u | 1u);
+}
 }  // namespace half_detail
 
 struct BFloat16 {
   uint16_t bits = 0;
   BFloat16() = default;
   CF_HD BFloat16(float f) : bits(half_detail::float_to_bf16_bits(f)) {}  // NOLINT: implicit, RNE
-  CF_HD BFloat16(double d) : BFloat16(float(d)) {}  // NOLINT (double rounds to float first)
-  CF_HD BFloat16(int v) : BFloat16(float(v)) {}     // NOLINT
-  CF_HD BFloat16(int64_t v) : BFloat16(float(v)) {}  // NOLINT
+  CF_HD BFloat16(double d) : BFloat16(half_detail::double_to_float_odd(d)) {}  // NOLINT: rounded once
+  CF_HD BFloat16(int v) : BFloat16(double(v)) {}     // NOLINT
+  CF_HD BFloat16(int64_t v) : BFloat16(double(v)) {}  // NOLINT (exact in double up to 2^53)
   CF_HD BFloat16(bool v) : BFloat16(v ? 1.f : 0.f) {}  // NOLINT
   CF_HD operator float() const { return half_detail::bf16_bits_to_float(bits); }  // NOLINT
   CF_HD BFloat16& operator+=(float v) { return *this = BFloat16(float(*this) + v); }
@@ -111,9 +125,9 @@ struct Half {
   uint16_t bits = 0;
   Half() = default;
   CF_HD Half(float f) : bits(half_detail::float_to_half_bits(f)) {}  // NOLINT: implicit, RNE
-  CF_HD Half(double d) : Half(float(d)) {}  // NOLINT
-  CF_HD Half(int v) : Half(float(v)) {}     // NOLINT
-  CF_HD Half(int64_t v) : Half(float(v)) {}  // NOLINT
+  CF_HD Half(double d) : Half(half_detail::double_to_float_odd(d)) {}  // NOLINT: rounded once
+  CF_HD Half(int v) : Half(double(v)) {}     // NOLINT
+  CF_HD Half(int64_t v) : Half(double(v)) {}  // NOLINT
   CF_HD Half(bool v) : Half(v ? 1.f : 0.f) {}  // NOLINT
   CF_HD operator float() const { return half_detail::half_bits_to_float(bits); }  // NOLINT
   CF_HD Half& operator+=(float v) { return *this = Half(float(*this) + v); }
@@ -128,6 +142,19 @@ struct Half {
 };
 
 static_assert(sizeof(BFloat16) == 2 && sizeof(Half) == 2, "2-byte storage types");
+
+// The largest value of x's type below x, for a finite x (used by cf::rand: a draw in [low, high)
+// that rounding to the output type carried up to high is moved one step down).
+namespace half_detail {
+CF_HD uint16_t bits_below(uint16_t b) {  // sign-magnitude: both 2-byte layouts
+  if ((b & 0x7FFFu) == 0) return 0x8001u;  // +-0: the negative value of least magnitude
+  return uint16_t(b & 0x8000u ? b + 1u : b - 1u);
+}
+}  // namespace half_detail
+CF_HD BFloat16 next_below(BFloat16 x) { return BFloat16::from_bits(half_detail::bits_below(x.bits)); }
+CF_HD Half next_below(Half x) { return Half::from_bits(half_detail::bits_below(x.bits)); }
+CF_HD float next_below(float x) { return nextafterf(x, -std::numeric_limits<float>::infinity()); }
+CF_HD double next_below(double x) { return nextafter(x, -std::numeric_limits<double>::infinity()); }
 
 // The type a kernel computes in: float32 registers for the storage types, the type itself otherwise.
 template <typename T> struct compute_type { using type = T; };

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/autocast.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
@@ -25,6 +26,14 @@ void need_like(const Tensor& other, const char* other_name, const Tensor& ref, c
            " must have the same dtype (cast with cf::to)");
   CF_CHECK(other.device() == ref.device(), DeviceError, "[", loss, "] ", other_name, " ",
            other.describe(), " and ", ref_name, " ", ref.describe(), " are on different devices");
+}
+// Autocast runs losses in float32 (a 16-bit prediction from a Linear beside float32 targets, as
+// torch.autocast's float32 list): true when the policy is on and a defined operand is 16-bit.
+bool any_autocast_16bit(std::initializer_list<const Tensor*> ts) {
+  if (!autocast_dtype()) return false;
+  for (const Tensor* t : ts)
+    if (t->defined() && is_low_precision(t->dtype())) return true;
+  return false;
 }
 // `other` must broadcast to ref's shape without enlarging it.
 void need_broadcastable(const Tensor& other, const char* other_name, const Tensor& ref,
@@ -110,6 +119,12 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   check_defined(logits, op, "logits");
   check_defined(targets, op, "targets");
   check_float(logits, op, "logits");
+  if (any_autocast_16bit({&logits, &targets, &o.pos_weight, &o.weight})) {
+    BCEWithLogitsOptions o32 = o;
+    o32.pos_weight = autocast::to_float32(o.pos_weight);
+    o32.weight = autocast::to_float32(o.weight);
+    return binary_cross_entropy_with_logits(autocast::to_float32(logits), autocast::to_float32(targets), o32);
+  }
   need_like(targets, "targets", logits, "logits", op);
   CF_CHECK(targets.shape() == logits.shape(), ShapeError, "[", op, "] targets ", targets.describe(),
            " do not match logits ", logits.describe(), ": they must have the same shape");
@@ -139,6 +154,7 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
   check_defined(a, op, "a");
   check_defined(b, op, "b");
   check_float(a, op, "a");
+  if (any_autocast_16bit({&a, &b})) return mse_loss(autocast::to_float32(a), autocast::to_float32(b), reduction);
   need_like(b, "b", a, "a", op);
   CF_CHECK(a.shape() == b.shape(), ShapeError, "[mse_loss] a ", a.describe(), " and b ",
            b.describe(), " must have the same shape");
@@ -152,6 +168,8 @@ Tensor chamfer_distance(const Tensor& a, const Tensor& b, Reduction reduction) {
   check_defined(a, op, "a");
   check_defined(b, op, "b");
   check_float(a, op, "a");
+  if (any_autocast_16bit({&a, &b}))
+    return chamfer_distance(autocast::to_float32(a), autocast::to_float32(b), reduction);
   need_like(b, "b", a, "a", op);
   CF_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(2),
            ShapeError, "[chamfer_distance] point sets must be a (B, N, D) and b (B, M, D), got a ",

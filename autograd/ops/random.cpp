@@ -17,14 +17,14 @@ Tensor draw(const Shape& shape, DType dtype, Generator& gen, Device device, kern
 }  // namespace
 
 Tensor rand(const Shape& shape, DType dtype, Generator& gen, double low, double high, Device device) {
-  CF_CHECK(is_floating(dtype), DTypeError, "[rand] dtype must be float32 or float64, got ", dtype);
+  CF_CHECK(is_floating(dtype), DTypeError, "[rand] dtype must be a float dtype, got ", dtype);
   CF_CHECK(std::isfinite(low) && std::isfinite(high) && low < high, ValueError,
            "[rand] needs finite low < high, got [", low, ", ", high, ")");
   return draw(shape, dtype, gen, device, {kernels::RandomKind::Uniform, low, high});
 }
 
 Tensor randn(const Shape& shape, DType dtype, Generator& gen, double mean, double std, Device device) {
-  CF_CHECK(is_floating(dtype), DTypeError, "[randn] dtype must be float32 or float64, got ", dtype);
+  CF_CHECK(is_floating(dtype), DTypeError, "[randn] dtype must be a float dtype, got ", dtype);
   CF_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, ValueError,
            "[randn] needs finite mean and std >= 0, got mean ", mean, ", std ", std);
   return draw(shape, dtype, gen, device, {kernels::RandomKind::Normal, mean, std});

@@ -27,7 +27,11 @@ __global__ void random_kernel(T* out, int64_t n, double a, double b, int64_t ia,
     const PhiloxOut r = philox4x32_10(seed, counter0 + uint64_t(i));
     if constexpr (K == RandomKind::Uniform) {
       const double u = std::is_same_v<T, float> ? double(philox_uniform_f(r)) : philox_uniform_d(r);
-      out[i] = T(__dadd_rn(a, __dmul_rn(__dsub_rn(b, a), u)));
+      T t = T(__dadd_rn(a, __dmul_rn(__dsub_rn(b, a), u)));
+      // u < 1, but rounding to T may reach high: one step down, as on the CPU
+      if constexpr (!std::is_same_v<T, int64_t> && !std::is_same_v<T, bool>)
+        if (double(t) >= b) t = next_below(t);
+      out[i] = t;
     } else if constexpr (K == RandomKind::Normal) {
       out[i] = T(__dadd_rn(a, __dmul_rn(b, philox_normal(r))));
     } else if constexpr (K == RandomKind::Integer) {

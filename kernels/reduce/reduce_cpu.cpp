@@ -186,8 +186,9 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
         }
         case ReduceOp::LogSumExp: {
           double m = -std::numeric_limits<double>::infinity();
-          visit(data, s, base, [&](T v, int64_t) { m = std::max(m, double(v)); });
-          if (std::isinf(m)) {  // all -inf (or a +inf): the answer is m itself
+          // NaN absorbs (std::max would skip it): a row holding a NaN gives NaN, as in PyTorch.
+          visit(data, s, base, [&](T v, int64_t) { m = (double(v) > m || v != v) ? double(v) : m; });
+          if (!std::isfinite(m)) {  // all -inf, a +inf or a NaN: the answer is m itself
             o[oi] = T(m);
             break;
           }

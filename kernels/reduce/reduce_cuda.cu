@@ -1,7 +1,7 @@
 // CUDA reductions. Semantics are those of reduce_cpu.cpp (reduce.h states the
 // contract): float inputs accumulate in double, int64 in int64; Max/Min keep the
-// first extremum and let the first NaN win; LogSumExp takes the NaN-ignoring
-// maximum first and returns it as is when it is infinite; Var divides by
+// first extremum and let the first NaN win; LogSumExp is NaN when a NaN is reduced,
+// else the maximum when it is infinite; Var divides by
 // n - correction. Nothing here synchronises with the host.
 //
 // Shape of the work: x is seen as (outputs, reduced) with the kept axes and the
@@ -148,10 +148,11 @@ struct ExtR {
   }
 };
 
-// Online logsumexp in double: m = running maximum ignoring NaN (as the CPU's
-// std::max pass), a = sum of exp(v - m) rescaled when m grows. A NaN makes `a`
-// NaN for good (NaN * 0 is NaN). -inf entries add nothing (skipping them avoids
-// exp(-inf - -inf)). Stored like the CPU: m when m is infinite, else m + log(a).
+// Online logsumexp in double: m = running maximum of the non-NaN values, a = sum of exp(v - m)
+// rescaled when m grows. A NaN makes `a` NaN for good (NaN * 0 is NaN), and nothing else does:
+// -inf entries add nothing (skipping them avoids exp(-inf - -inf)), nor do entries once m is
+// +inf (exp(inf - inf) would be NaN). Stored like the CPU: NaN when a NaN was reduced, m when
+// m is infinite, else m + log(a).
 template <typename T>
 struct LseR {
   struct S {
@@ -165,20 +166,21 @@ struct LseR {
     } else if (v > s.m) {
       s.a = s.a * exp(s.m - v) + 1.0;
       s.m = v;
-    } else if (v != -INFINITY) {
+    } else if (v != -INFINITY && s.m != INFINITY) {
       s.a += exp(v - s.m);
     }
   }
   __device__ static S merge(S x, S y) {
     const double m = x.m > y.m ? x.m : y.m;
     if (m == -INFINITY) return {m, x.a + y.a};  // both empty of finite values (a is 0 or NaN)
+    if (m == INFINITY) return {m, x.a + y.a != x.a + y.a ? NAN : 1.0};  // only a NaN matters now
     return {m, x.a * exp(x.m - m) + y.a * exp(y.m - m)};
   }
   __device__ static S shfl(S s, int o) {
     return {__shfl_down_sync(kFull, s.m, o), __shfl_down_sync(kFull, s.a, o)};
   }
   __device__ static void store(S s, T* o, int64_t*, int64_t oi, const Params&) {
-    o[oi] = isinf(s.m) ? T(s.m) : T(s.m + log(s.a));
+    o[oi] = s.a != s.a ? T(NAN) : isinf(s.m) ? T(s.m) : T(s.m + log(s.a));
   }
 };
 

@@ -90,6 +90,7 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr
       if (is_low_precision(p.dtype())) {
         NoGradGuard ng;
         e.master = to(p.detach(), kFloat32);
+        e.master_version = p.version();
       }
       const DType sdt = e.master.defined() ? kFloat32 : p.dtype();
       for (size_t s = 0; s < slot_names_.size(); ++s)
@@ -98,6 +99,17 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr
     }
   }
   CF_CHECK(!entries_.empty(), ValueError, w, " got an empty parameter list");
+}
+
+Tensor Optimizer::current_master(const Entry& e) {
+  if (!e.master.defined() || e.param.version() == e.master_version) return e.master;
+  // The parameter was written since the master was (load_state_dict, an init, fill_ under
+  // no_grad): elements that no longer equal the master's rounding take the new value, or a
+  // step would write the stale master back over them. Elements still equal keep the master's
+  // extra bits (a model reloaded from the checkpoint its optimizer came from). Elementwise on
+  // the device: no host read.
+  NoGradGuard no_grad;
+  return cf::where(eq(to(e.master, e.param.dtype()), e.param), e.master, to(e.param, kFloat32));
 }
 
 void Optimizer::set_lr(double lr) {
@@ -127,6 +139,7 @@ void Optimizer::step() {
     ++e.step;
     const double lr = lr_ * grp.lr_scale, wd = grp.weight_decay ? *grp.weight_decay : weight_decay_;
     if (e.master.defined()) {
+      e.master = current_master(e);
       // float32 update of the master, then one rounding into the low-precision parameter
       Tensor param = e.param;
       e.param = e.master;
@@ -138,6 +151,7 @@ void Optimizer::step() {
       }
       e.param = param;
       copy_(e.param, e.master);
+      e.master_version = e.param.version();
     } else {
       update(e, grads[i], lr, wd);
     }
@@ -146,7 +160,7 @@ void Optimizer::step() {
 
 Tensor Optimizer::master(const std::string& name) const {
   for (const Entry& e : entries_)
-    if (e.name == name) return e.master;
+    if (e.name == name) return current_master(e);
   return Tensor();
 }
 
@@ -165,7 +179,7 @@ StateDict Optimizer::state_dict() const {
     for (const Entry& e : entries_)
       out.emplace_back("step." + e.name, Tensor::scalar(double(e.step), kInt64));
   for (const Entry& e : entries_)
-    if (e.master.defined()) out.emplace_back("master." + e.name, clone(e.master));
+    if (e.master.defined()) out.emplace_back("master." + e.name, clone(current_master(e)));
   return out;
 }
 

@@ -84,7 +84,10 @@ class Optimizer {
     int64_t step = 0;            // updates applied to this parameter
     std::vector<Tensor> slots;   // one per slot_names(), shaped like param (float32 when master)
     Tensor master;               // float32 copy of a low-precision param (else undefined)
+    int64_t master_version = 0;  // param.version() when the master was last written into it
   };
+  // e.master, refreshed where the parameter was written since the master was last rounded into it.
+  static Tensor current_master(const Entry& e);
   // slot_names: the per-parameter buffers this optimizer keeps ("momentum", ...).
   Optimizer(std::string name, std::vector<ParamGroup> groups, double lr,
             double weight_decay, std::vector<std::string> slot_names);

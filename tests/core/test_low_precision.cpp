@@ -119,6 +119,59 @@ TEST_CASE("float16 rounds to nearest even in the normal, subnormal and overflow 
   CHECK(float(Half::from_bits(0x3555)) == 0.333251953125f);
 }
 
+TEST_CASE("float64 and int64 round once into bfloat16 and float16") {
+  // Through float32 they rounded twice: a value just past a tie became the tie in float32, which
+  // then went to even (the side the value is not on).
+  CHECK(BFloat16(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)).bits == BFloat16(1.0078125f).bits);
+  CHECK(Half(65519.999).bits == 0x7BFF);  // below fp16's overflow threshold 65520 (float32: 65520, inf)
+  CHECK(Half(65520.0).bits == 0x7C00);
+  CHECK(float(BFloat16(int64_t(2147483648LL + 8388608 + 1))) == 2147483648.f + 16777216.f);
+  CHECK(BFloat16(1e300).bits == 0x7F80);   // beyond float's range: inf, as rounding d itself gives
+  CHECK(Half(-1e300).bits == 0xFC00);
+  CHECK(std::isnan(float(BFloat16(std::nan("")))));
+  CHECK(BFloat16(-0.0).bits == 0x8000);
+  CHECK(Half(std::ldexp(1.0, -26)).bits == 0x0000);  // below half the smallest subnormal: 0
+  CHECK(Half(std::ldexp(1.0, -25) + std::ldexp(1.0, -60)).bits == 0x0001);  // just past that tie
+  // Every tie between neighbours, nudged either way by far less than float32 resolves: each goes
+  // to its own side (before, all went to the even neighbour).
+  Generator g(3);
+  std::vector<double> u = values(rand({4000}, kFloat64, g));
+  for (size_t i = 0; i < u.size(); ++i) {
+    const uint16_t b = uint16_t(0x3800 + int(u[i] * 0x1000));  // positive normals in both formats
+    const double lo16 = float(BFloat16::from_bits(b)), hi16 = float(BFloat16::from_bits(uint16_t(b + 1)));
+    const double tie = (lo16 + hi16) / 2, nudge = (hi16 - lo16) * std::ldexp(1.0, -30);
+    REQUIRE(BFloat16(tie + nudge).bits == b + 1);
+    REQUIRE(BFloat16(tie - nudge).bits == b);
+    const double lo = float(Half::from_bits(b)), hi = float(Half::from_bits(uint16_t(b + 1)));
+    const double t = (lo + hi) / 2, n = (hi - lo) * std::ldexp(1.0, -30);
+    REQUIRE(Half(t + n).bits == b + 1);
+    REQUIRE(Half(t - n).bits == b);
+  }
+  // Tensors convert through the same constructors.
+  Tensor x = Tensor::from_vector(std::vector<double>{65519.999, 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)}, {2});
+  CHECK(values(to(x, kFloat16))[0] == 65504.0);
+  CHECK(values(to(x, kBFloat16))[1] == 1.0078125);
+}
+
+TEST_CASE("rand in bfloat16 and float16 stays below high") {
+  // A float32 draw just below high rounded up to high on store (0.2% of bfloat16 draws in [0, 1)).
+  for (DType dt : {kBFloat16, kFloat16}) {
+    CAPTURE(dt);
+    for (auto [low, high] : {std::pair<double, double>{0.0, 1.0}, {-2.0, 3.0}, {0.5, 0.75}}) {
+      Generator g(7);
+      std::vector<double> v = values(rand({1 << 16}, dt, g, low, high));
+      double top = -INFINITY, bottom = INFINITY;
+      for (double x : v) {
+        top = std::max(top, x);
+        bottom = std::min(bottom, x);
+      }
+      CHECK(top < high);
+      CHECK(bottom >= low);
+      CHECK(top > low + 0.9 * (high - low));  // still spread over the range
+    }
+  }
+}
+
 TEST_CASE("low-precision tensors: creation, casts both ways, item, printing, names") {
   for (DType dt : {kBFloat16, kFloat16}) {
     INFO(dt);

@@ -91,6 +91,11 @@ TEST_CASE("max/min with indices, argmax, NaN and infinities") {
   CHECK(std::isnan(amax(n).item()));
   CHECK(std::isnan(max(n, 0).values.item()));
   CHECK(logsumexp(t64({-inf, -inf}, {2})).item() == -inf);
+  // A NaN gives NaN, as in PyTorch (it was skipped by the maximum: [NaN, NaN] gave -inf).
+  for (const std::vector<double>& row : std::vector<std::vector<double>>{{nan, nan}, {nan, -inf}, {inf, nan}, {1, nan}})
+    CHECK(std::isnan(logsumexp(t64(row, {2})).item()));
+  CHECK(logsumexp(t64({inf, inf}, {2})).item() == inf);
+  CHECK(std::isnan(logsumexp(to(t64({1, nan, 2}, {3}), kBFloat16)).item()));
   CHECK(std::fabs(logsumexp(t64({1000, 1000}, {2})).item() - (1000 + std::log(2.0))) < 1e-9);
 }
 
@@ -326,8 +331,9 @@ PARITY_CASE(logsumexp) {
   check_parity("logsumexp", [](const Inputs& x) { return logsumexp(mul(x[0], 500.0), {1}); },
                {leaf32({6, 2000}, 15)});
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  Tensor special = t32({-inf, -inf, -inf, -inf, 1, 2, -inf, 0, inf, 1, nan, 2, nan, nan, nan, 3, 4, 5, 6, nan},
-                       {5, 4});
+  Tensor special = t32({-inf, -inf, -inf, -inf, 1, 2, -inf, 0, inf, 1, nan, 2, nan, nan, nan, 3, 4, 5, 6, nan,
+                        inf, inf, 1, 2, nan, -inf, -inf, -inf},
+                       {7, 4});
   ParityOptions fwd;
   fwd.backward = false;
   check_parity("logsumexp", [](const Inputs& x) { return logsumexp(x[0], {1}); }, {special}, fwd);
