@@ -27,17 +27,14 @@
 
 #include "core/tensor.h"
 #include "kernels/attention/attention.h"
+#include "kernels/common/cuda_utils.cuh"
 
 namespace cf::kernels::attention_maps {
 
-// The larger of a and b, NaN when either is NaN (NaN absorbs: NaN > x never holds, and fmaxf would
-// drop it): a row with a NaN score gets a NaN maximum on every lane of a warp reduction, so its out
-// and lse come out NaN, as from the dense softmax, not the masked-row zeros (attention_cpu.cpp,
-// has_nan), and every lane takes the same branch after the reduction.
-template <typename T>
-__device__ __forceinline__ T nan_max(T a, T b) {
-  return (b > a || b != b) ? b : a;
-}
+// cu::nan_max: a row with a NaN score gets a NaN maximum on every lane of a warp reduction, so its
+// out and lse come out NaN, as from the dense softmax, not the masked-row zeros (attention_cpu.cpp,
+// has_nan).
+using cu::nan_max;
 
 // (b, h, n) element strides of a row-indexed tensor (out, lse, dout, dlse).
 struct Rows3 {

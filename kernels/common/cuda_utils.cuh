@@ -104,11 +104,17 @@ struct SumOp {
   template <typename T>
   __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };
-// NaN absorbs (b != b): a row holding a NaN reduces to NaN on every thread, whichever order the
-// tree pairs the values in, so e.g. a softmax row with a NaN comes out NaN, not finite.
+// The larger of a and b, NaN when either is NaN (NaN absorbs: NaN > x never holds, and fmaxf
+// would drop it). A row holding a NaN reduces to NaN on every thread, whichever order a tree or
+// a warp's shuffles pair the values in, so a softmax or attention row with a NaN comes out NaN,
+// not finite or masked, and every lane takes the same branch after the reduction.
+template <typename T>
+__device__ __forceinline__ T nan_max(T a, T b) {
+  return (b > a || b != b) ? b : a;
+}
 struct MaxOp {
   template <typename T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+  __device__ __forceinline__ T operator()(T a, T b) const { return nan_max(a, b); }
 };
 struct MinOp {
   template <typename T>
