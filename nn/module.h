@@ -49,6 +49,11 @@ class Module {
 
   // ---- mode and placement ----
   virtual void train(bool on = true);
+  // DistributedDataParallel calls this on every module of the model it wraps. A module whose state
+  // learns from its inputs outside of gradients (a memory bank's K-Means, routing attention's
+  // online centroids) then combines every rank's shard, so the replicas agree and equal one
+  // process on the whole batch (and a rank-0 checkpoint holds all of it). Nothing by default.
+  virtual void set_distributed(bool on) {}
   void eval() { train(false); }
   bool is_training() const { return training_; }
   // Converts float parameters and buffers (int64/bool buffers keep their dtype).

@@ -10,6 +10,7 @@
 #include "autograd/ops/random.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
+#include "dist/dist.h"
 #include "autograd/ops/sort.h"
 #include "autograd/autocast.h"
 #include "autograd/op_names.h"
@@ -223,6 +224,10 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
           Tensor onehot = one_hot(assign, n_clusters_, xd.dtype()) * valid;                   // (B, R, N, C)
           Tensor sums = sum(matmul(transpose(onehot, -2, -1), xd), {0});                     // (R, C, D)
           Tensor cnt = reshape(sum(onehot, {0, 2}), {R, n_clusters_, 1});                     // (R, C, 1)
+          if (distributed_ && dist::is_initialized() && dist::world_size() > 1) {  // the whole batch's means
+            dist::all_reduce(sums, dist::ReduceOp::sum);
+            dist::all_reduce(cnt, dist::ReduceOp::sum);
+          }
           return where(gt(cnt, 0.0), sums / clamp(cnt, 1.0, INFINITY), centroids_);
         };
         Tensor mq = assigned_mean(qd, qa, vq), mk = assigned_mean(kd, ka, vk);

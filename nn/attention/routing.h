@@ -98,10 +98,15 @@ class RoutingAttention : public Attention {
   int64_t local_heads() const { return local_heads_; }
   // (n_heads - local_heads, C, head_dim); the buffer "centroids" of the state dict.
   const Tensor& centroids() const { return centroids_; }
+  // Under DistributedDataParallel the centroid update (section 4.1) averages the assigned
+  // queries and keys of every rank's shard (two all-reduces of the per-cluster sums and counts,
+  // on the device), so every rank keeps the centroids one process would.
+  void set_distributed(bool on) override { distributed_ = on; }
 
  private:
   int64_t n_heads_, head_dim_, n_clusters_, local_heads_, local_window_;
   double decay_, scale_, dropout_;
+  bool distributed_ = false;
   Tensor centroids_;
   DeviceTableCache local_tables_;  // (query_members, key_members) of the local heads
 };

@@ -63,7 +63,7 @@ class MemoryBank : public Module {
   int64_t updates() const;  // how many times the centroids were recomputed
   const MemoryBankOptions& options() const { return options_; }
   // DistributedDataParallel turns this on for every bank of the model it wraps.
-  void set_distributed(bool on) { options_.distributed = on; }
+  void set_distributed(bool on) override { options_.distributed = on; }
 
   Tensor memory;     // (capacity, d) ring buffer
   Tensor centroids;  // (p, d), ordered so neighbouring ids are similar

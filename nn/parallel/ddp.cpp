@@ -28,19 +28,25 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
            "[DistributedDataParallel] the process group is not initialised: call cf::dist::init() first");
   CF_CHECK(options_.bucket_bytes > 0, ValueError, "[DistributedDataParallel] bucket_bytes must be positive, got ",
            options_.bucket_bytes);
+  // A frozen parameter (requires_grad false) gets no gradient, hook or bucket slot, as in
+  // PyTorch's DDP; it is still compared and broadcast below, so replicas agree on it.
   StateDict named = module_->named_parameters();
-  for (auto& kv : named) params_.push_back(kv.second);
+  std::vector<Tensor> every;
+  for (auto& kv : named) {
+    every.push_back(kv.second);
+    if (kv.second.requires_grad()) params_.push_back(kv.second);
+  }
 
   // Every rank must hold the same parameters: compare count, sizes and a hash of
   // the shapes and dtypes (a mismatch would otherwise pair unrelated buffers).
   uint64_t h = 1469598103934665603ull;
   int64_t total = 0;
-  for (const Tensor& p : params_) {
+  for (const Tensor& p : every) {
     for (int64_t d : p.shape()) h = (h ^ uint64_t(d + 1)) * 1099511628211ull;
     h = (h ^ uint64_t(p.dtype()) * 977u) * 1099511628211ull;
     total += p.numel();
   }
-  Tensor mine = Tensor::from_vector(std::vector<int64_t>{int64_t(params_.size()), total, int64_t(h >> 2)}, {1, 3});
+  Tensor mine = Tensor::from_vector(std::vector<int64_t>{int64_t(every.size()), total, int64_t(h >> 2)}, {1, 3});
   Tensor all = dist::all_gather(mine);
   std::vector<int64_t> v = all.to_vector<int64_t>();
   for (int r = 1; r < dist::world_size(); ++r)
@@ -48,23 +54,23 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
       throw dist::DistError(str("[DistributedDataParallel] ranks hold different models: rank 0 has ", v[0],
                                 " parameters (", v[1], " values), rank ", r, " has ", v[size_t(r) * 3], " (",
                                 v[size_t(r) * 3 + 1], " values) or other shapes"));
-  for (const Tensor& p : params_)
+  for (const Tensor& p : every)
     CF_CHECK(p.is_contiguous(), dist::DistError, "[DistributedDataParallel] parameter ", p.describe(),
              " is not contiguous");
 
   if (options_.broadcast_at_init) {
     NoGradGuard ng;
-    for (Tensor& p : params_) {
+    for (Tensor& p : every) {
       Tensor d = p.detach();
       dist::broadcast(d, 0);
     }
     sync_buffers();
   }
 
-  // Memory banks (Cluster-Former) cluster the union of every rank's bank from now on.
+  // Memory banks (Cluster-Former) cluster the union of every rank's bank from now on, and
+  // routing attention's centroids follow the whole batch (Module::set_distributed).
   if (dist::world_size() > 1)
-    for (auto& [name, m] : module_->named_modules())
-      if (auto* bank = dynamic_cast<MemoryBank*>(m)) bank->set_distributed(true);
+    for (auto& [name, m] : module_->named_modules()) m->set_distributed(true);
 
   // Buckets in reverse registration order, one dtype and device each.
   for (int64_t i = int64_t(params_.size()) - 1; i >= 0; --i) {
@@ -153,11 +159,21 @@ void DistributedDataParallel::launch(Bucket& b) {
 void DistributedDataParallel::finish() {
   // Buckets with parameters that got no gradient in this backward start now, in order.
   while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
+  // Which parameters some rank has a gradient for: one with none anywhere keeps no gradient, as
+  // in one process (a zero one would let weight decay and momentum move it; PyTorch's DDP does
+  // the same since pytorch#28883). A host bitmap summed over the CPU group (MPI): no device read.
+  std::vector<int64_t> has(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) has[i] = params_[i].grad().defined() ? 1 : 0;
+  if (dist::world_size() > 1 && !params_.empty()) {
+    Tensor counts = Tensor::from_vector(has, {int64_t(has.size())});
+    dist::all_reduce(counts, dist::ReduceOp::sum);
+    has = counts.to_vector<int64_t>();
+  }
   for (Bucket& b : buckets_) {
     b.work->wait();
     for (size_t j = 0; j < b.params.size(); ++j) {
       const Tensor& p = params_[size_t(b.params[j])];
-      p.set_grad(flat_view(b.flat, p.shape(), b.offsets[j]));
+      if (has[size_t(b.params[j])] > 0) p.set_grad(flat_view(b.flat, p.shape(), b.offsets[j]));
     }
     b.work.reset();
     b.flat = Tensor();

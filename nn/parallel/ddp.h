@@ -23,6 +23,10 @@
 // starts the buckets still waiting (a parameter that got no gradient on this
 // rank contributes zeros), waits for all, and gives every parameter its
 // averaged gradient (a view of the bucket's buffer, a new buffer each step).
+// A parameter no rank has a gradient for keeps none (a small host all-reduce of
+// who has which, over the CPU group), so the optimizer skips it as one process
+// would. Frozen parameters (requires_grad false) are broadcast at construction
+// and otherwise left alone.
 //
 // no_sync(): while the returned guard lives, backward only accumulates local
 // gradients (gradient accumulation); the first backward after it all-reduces
@@ -30,9 +34,12 @@
 //
 // State that is not a parameter: buffers are broadcast from rank 0 at
 // construction and then kept per rank; a model whose buffers must agree calls
-// sync_buffers(). So routing attention's online K-Means centroids follow each
-// rank's shard. Cluster-Former's memory banks (nn/clustering/memory_bank.h) each
-// hold their rank's states, and DDP switches them to distributed K-Means: every
+// sync_buffers(). Modules that learn state from their inputs combine every rank's
+// shard once DDP calls Module::set_distributed(true) on them: routing attention's
+// online K-Means centroids average the whole batch's assigned queries and keys (so
+// every rank holds the same ones, those one process would, and a rank-0 checkpoint
+// resumes them on every rank); Cluster-Former's memory banks (nn/clustering/memory_bank.h)
+// each hold their rank's states and switch to distributed K-Means: every
 // update clusters the union of all ranks' banks, and all ranks get the same
 // centroids (the banks' update steps are reached by all ranks together).
 // Construct DDP after moving the model to its device and dtype (the hooks
@@ -63,7 +70,7 @@ class DistributedDataParallel {
   Module& module() { return *module_; }
   const std::shared_ptr<Module>& module_ptr() const { return module_; }
   int64_t num_buckets() const { return int64_t(buckets_.size()); }
-  // The parameter indices (named_parameters() order) of each bucket.
+  // The indices of each bucket's parameters among those that require grad (named_parameters() order).
   std::vector<std::vector<int64_t>> bucket_layout() const;
 
   class NoSync {

@@ -181,13 +181,73 @@ TEST_CASE("ddp: every attention variant with its auxiliary losses (float64, 3 st
       opt.step();
     }
     check_replicas_agree(*model);
-    // Routing attention's online K-Means centroids are buffers each replica updates
-    // from its own shard (ddp.h: buffers are per rank), so its run is not the one
-    // process's; every other variant's state is its parameters.
-    if (type == "routing") continue;
     double e = max_rel_diff(*model, *ref, 1e-3);
     MESSAGE(type, ": max relative parameter difference ", e);
     CHECK(e <= 1e-12);
+    // Buffers learned from the data (routing's online K-Means centroids) follow the whole batch
+    // too (Module::set_distributed): every rank's equal the one process's. Before, each replica
+    // moved them with its own shard, and a rank-0 checkpoint resumed another run.
+    // (Memory banks hold each rank's own states by design: their test is in test_data_kmeans.cpp.)
+    if (type != "routing") continue;
+    nn::StateDict bm = model->named_buffers(), br = ref->named_buffers();
+    REQUIRE(bm.size() == br.size());
+    int checked = 0;
+    for (size_t i = 0; i < bm.size(); ++i)
+      if (bm[i].first.find("centroids") != std::string::npos) {
+        CAPTURE(bm[i].first);
+        check_close(bm[i].second, br[i].second, 1e-12);
+        ++checked;
+      }
+    CHECK(checked == 1);
+  }
+}
+
+namespace {
+// An MLP with a layer its forward never uses, and fc1 frozen when asked.
+class MlpWithSpare : public Mlp {
+ public:
+  MlpWithSpare(uint64_t seed, bool freeze_fc1) : Mlp(kFloat64, seed) {
+    Generator g(seed + 1);
+    spare = register_module("spare", std::make_shared<nn::Linear>(6, 4, true, g));
+    to(kFloat64);
+    if (freeze_fc1) {
+      fc1->weight.set_requires_grad(false);
+      fc1->bias.set_requires_grad(false);
+    }
+  }
+  std::shared_ptr<nn::Linear> spare;
+};
+}  // namespace
+
+TEST_CASE("ddp: a parameter no rank uses keeps no gradient, a frozen one is left out (AdamW, weight decay)") {
+  const int R = d::rank(), W = d::world_size();
+  for (bool freeze : {false, true}) {
+    CAPTURE(freeze);
+    auto ref = std::make_shared<MlpWithSpare>(21, freeze);
+    auto model = std::make_shared<MlpWithSpare>(R == 0 ? 21 : 77, freeze);  // the broadcast fixes rank 1's
+    nn::DistributedDataParallel ddp(model);
+    nn::AdamWOptions ao;
+    ao.lr = 0.01;
+    ao.weight_decay = 0.1;
+    nn::AdamW opt_ref(ref->named_parameters(), ao), opt(model->named_parameters(), ao);
+    Generator data(9);
+    for (int step = 0; step < 5; ++step) {
+      Tensor x = randn({2 * W, 6}, kFloat64, data);
+      Tensor y = randint(0, 3, {2 * W}, data);
+      opt_ref.zero_grad();
+      nn::cross_entropy(ref->forward(x), y).backward();
+      opt_ref.step();
+      opt.zero_grad();
+      nn::cross_entropy(model->forward(narrow(x, 0, 2 * R, 2)), narrow(y, 0, 2 * R, 2)).backward();
+      // Unused everywhere: no gradient, as in one process (it was a zero one, which AdamW's decay
+      // and moments then moved).
+      CHECK_FALSE(model->spare->weight.grad().defined());
+      CHECK_FALSE(model->spare->bias.grad().defined());
+      if (freeze) CHECK_FALSE(model->fc1->weight.grad().defined());
+      opt.step();
+    }
+    check_replicas_agree(*model);
+    CHECK(max_rel_diff(*model, *ref, 1e-3) <= 1e-12);  // spare and frozen fc1 included
   }
 }
 
