@@ -183,7 +183,19 @@ nn::WindowedStates ClusterFormerEncoder::forward(const Tensor& context, const Te
   // One embedding pass over [question; context], so positions run over both.
   Tensor ids = q > 0 ? cat({question, context}, 1) : context;
   Tensor h = embedding->forward(ids);
-  if (positions_) h = positions_->forward(h);
+  if (positions_ && q > 0 && qmask.defined()) {
+    // The context's positions continue after the question's real tokens, not after its padding:
+    // a question padded to the batch's longest must not shift its context (row b: the question at
+    // 0..q-1, its context at n_b..n_b+x-1, n_b = its unpadded tokens; the question's padding is
+    // at its end and masked). Tensor ops: no host read of the mask.
+    const int64_t b = context.shape()[0];
+    Tensor real = sum(cf::to(logical_not(qmask), kInt64), {1}, /*keepdim=*/true);  // (B, 1)
+    Tensor arange_q = Tensor::arange(q, kInt64, context.device()), arange_x = Tensor::arange(x, kInt64, context.device());
+    Tensor pos = cat({expand(reshape(arange_q, {1, q}), {b, q}), reshape(arange_x, {1, x}) + real}, 1);
+    h = positions_->forward_at(h, pos);
+  } else if (positions_) {
+    h = positions_->forward(h);
+  }
   h = drop_->forward(h);
   nn::WindowedStates s;
   s.context = q > 0 ? narrow(h, 1, q, x) : h;

@@ -82,7 +82,7 @@ class ClusterFormerEncoder : public nn::Module {
 
  private:
   ClusterFormerConfig config_;
-  std::shared_ptr<nn::UnaryModule> positions_;
+  std::shared_ptr<nn::PositionalEncoding> positions_;
   std::shared_ptr<nn::Dropout> drop_;
 };
 

@@ -210,18 +210,23 @@ Tensor NeuralClusteringAttention::cluster(const AttentionArgs& a) {
            " in this forward pass: it clusters with that layer's updated centroids (eq. 3)");
   CF_CHECK(c.dtype() == a.q.dtype() && (c.dim() == 2 || c.shape()[0] == B), ShapeError, "[", who,
            "] centroids ", c.describe(), " do not fit this batch (B = ", B, ", ", a.q.dtype(), ")");
-  if (N == 0) return Tensor();
+  // Hand C^ to the next layer; the last one clears it (no graph kept between passes).
+  auto hand_over = [&](const Tensor& c_hat) {
+    if (!chain_) return;
+    const bool last = chain_index_ + 1 >= chain_->size;
+    chain_->c_hat = last ? Tensor() : c_hat;
+    chain_->next = last ? 0 : chain_index_ + 1;
+  };
+  if (N == 0) {
+    hand_over(c);  // no token moves a centroid (eq. 3): the next layer clusters with C unchanged
+    return Tensor();
+  }
 
   // See NeuralClusteringOptions::losses_reach_input: by default U, C^, L1 and L2
   // see X as a constant, so the unbounded losses move only C and W^C.
   Tensor xin = options_.losses_reach_input ? a.query_input : a.query_input.detach();
   NeuralClusteringResult r = neural_clustering(xin, c, w_c, a.key_padding_mask, options_.tie_order);
-  if (chain_) {
-    // Hand C^ to the next layer; the last one clears it (no graph kept between passes).
-    const bool last = chain_index_ + 1 >= chain_->size;
-    chain_->c_hat = last ? Tensor() : r.c_hat;
-    chain_->next = last ? 0 : chain_index_ + 1;
-  }
+  hand_over(r.c_hat);
   if (a.aux) {
     a.aux->add(kClusteringLossName, clustering_loss(xin, r.c_hat, r.index, a.key_padding_mask, options_.loss_form));
     a.aux->add(kCentroidSortingLossName, centroid_sorting_loss(r.c_hat, options_.loss_form));

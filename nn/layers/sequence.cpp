@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
 #include "autograd/ops/shape.h"
 #include "core/error.h"
 #include "nn/init.h"
@@ -17,6 +18,19 @@ void check_sequence(const char* layer, const Tensor& x, int64_t dim, int64_t max
            "), got ", shape_str(x.shape()));
   CF_CHECK(max_len < 0 || x.shape()[1] <= max_len, ShapeError, "[", layer, "] sequence length ", x.shape()[1],
            " exceeds max_len ", max_len);
+}
+// table[positions]: (B, N, D) rows of a (max_len, D) table for x's (B, N) tokens. The range of the
+// positions is index_select's check (deferred on the device: no host read).
+Tensor rows_at(const char* layer, const Tensor& table, const Tensor& x, const Tensor& positions) {
+  CF_CHECK(positions.defined() && positions.dtype() == kInt64 && positions.dim() == 2 &&
+               positions.shape()[0] == x.shape()[0] && positions.shape()[1] == x.shape()[1],
+           ShapeError, "[", layer, "] positions must be int64 (B, N) = (", x.shape()[0], ", ", x.shape()[1],
+           ") for input ", shape_str(x.shape()), ", got ",
+           positions.defined() ? positions.describe() : std::string("undefined"));
+  CF_CHECK(positions.device() == x.device(), DeviceError, "[", layer, "] positions on ",
+           positions.device().str(), ", input on ", x.device().str());
+  Tensor rows = index_select(table, 0, reshape(positions, {-1}));
+  return reshape(rows, {x.shape()[0], x.shape()[1], table.shape()[1]});
 }
 // The depthwise convolutions' checks, sizes and initialisation (PyTorch's
 // Conv1d/Conv2d with groups = C: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
@@ -73,8 +87,7 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int6
   register_buffer("table", &table, /*persistent=*/false);
 }
 
-Tensor SinusoidalPositionalEncoding::forward(const Tensor& x) {
-  check_sequence("SinusoidalPositionalEncoding", x, dim_, max_len_);
+Tensor SinusoidalPositionalEncoding::current_table() {
   if (table.dtype() == kFloat64 && exact64_.lock() != table.impl_shared()) {
     // Module::to(kFloat64) widened the float32 table, whose values are float32's (3e-8 off): fill
     // the float64 sinusoids once (on the host, then to the table's device; no device read).
@@ -83,7 +96,19 @@ Tensor SinusoidalPositionalEncoding::forward(const Tensor& x) {
     table = t.device() == table.device() ? t : t.to(table.device());
     exact64_ = table.impl_shared();
   }
-  Tensor pe = narrow(table, 0, 0, x.shape()[1]);
+  return table;
+}
+
+Tensor SinusoidalPositionalEncoding::forward(const Tensor& x) {
+  check_sequence("SinusoidalPositionalEncoding", x, dim_, max_len_);
+  Tensor pe = narrow(current_table(), 0, 0, x.shape()[1]);
+  if (pe.dtype() != x.dtype()) pe = cf::to(pe, x.dtype());
+  return x + pe;
+}
+
+Tensor SinusoidalPositionalEncoding::forward_at(const Tensor& x, const Tensor& positions) {
+  check_sequence("SinusoidalPositionalEncoding", x, dim_, -1);
+  Tensor pe = rows_at("SinusoidalPositionalEncoding", current_table(), x, positions);
   if (pe.dtype() != x.dtype()) pe = cf::to(pe, x.dtype());
   return x + pe;
 }
@@ -100,6 +125,11 @@ LearnedPositionalEncoding::LearnedPositionalEncoding(int64_t max_len, int64_t di
 Tensor LearnedPositionalEncoding::forward(const Tensor& x) {
   check_sequence("LearnedPositionalEncoding", x, dim_, max_len_);
   return x + narrow(weight, 0, 0, x.shape()[1]);
+}
+
+Tensor LearnedPositionalEncoding::forward_at(const Tensor& x, const Tensor& positions) {
+  check_sequence("LearnedPositionalEncoding", x, dim_, -1);
+  return x + rows_at("LearnedPositionalEncoding", weight, x, positions);
 }
 
 DepthwiseConv1d::DepthwiseConv1d(int64_t channels, int64_t kernel_size, int64_t stride, int64_t padding,

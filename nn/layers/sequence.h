@@ -9,26 +9,38 @@
 namespace cf {
 namespace nn {
 
+// Adds each token its position's row of a (max_len, dim) table. forward(x) gives token n
+// position n; forward_at(x, positions) takes them per token ((B, N) int64, each in
+// [0, max_len); on the device, an out-of-range one is index_select's deferred error), for
+// inputs whose padding is not at the end, e.g. ClusterFormerQA's [question; context].
+class PositionalEncoding : public UnaryModule {
+ public:
+  virtual Tensor forward_at(const Tensor& x, const Tensor& positions) = 0;
+};
+
 // x + PE[:N] with the fixed sinusoids of Vaswani et al. (2017), section 3.5:
 // PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)).
 // The table is a non-persistent buffer: it is not part of the state dict.
-class SinusoidalPositionalEncoding : public UnaryModule {
+class SinusoidalPositionalEncoding : public PositionalEncoding {
  public:
   SinusoidalPositionalEncoding(int64_t max_len, int64_t dim);
   Tensor forward(const Tensor& x) override;  // (B, N, D) with N <= max_len
+  Tensor forward_at(const Tensor& x, const Tensor& positions) override;
   Tensor table;                              // (max_len, dim), float32 (or the dtype to() gave it)
 
  private:
   int64_t max_len_, dim_;
+  Tensor current_table();
   // The float64 table forward filled exactly (a weak reference: a table replaced since is refilled).
   std::weak_ptr<TensorImpl> exact64_;
 };
 
 // x + P[:N] with a learned table P ~ N(0, 0.02^2).
-class LearnedPositionalEncoding : public UnaryModule {
+class LearnedPositionalEncoding : public PositionalEncoding {
  public:
   LearnedPositionalEncoding(int64_t max_len, int64_t dim, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  Tensor forward_at(const Tensor& x, const Tensor& positions) override;
   Tensor weight;  // (max_len, dim)
 
  private:

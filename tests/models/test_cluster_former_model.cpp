@@ -247,6 +247,24 @@ TEST_CASE("Cluster-Former QA and LM heads: shapes, padding, causality") {
   check_close(narrow(narrow(out2.start_logits, 0, 1, 1), 1, 0, 11), narrow(narrow(out.start_logits, 0, 1, 1), 1, 0, 11),
               1e-5);
   check_close(out2.answerable_logits, out.answerable_logits, 1e-5);
+  // Nor does padding the question (to the batch's longest, with its mask): the context's positions
+  // follow the question's real tokens. Before, each pad shifted every context position by one
+  // (start logits 0.26 off), so an example's answer depended on the other questions' lengths.
+  for (const char* positional : {"learned", "sinusoidal"}) {
+    CAPTURE(positional);
+    models::ClusterFormerConfig cp = tiny(12, {1});
+    cp.cluster_attention = {{"num_clusters", 3}, {"memory_size", 64}};
+    cp.positional = positional;
+    Generator gp(5);
+    models::ClusterFormerQA qp(cp, gp);
+    qp.eval();
+    Tensor context = ti64(std::vector<int64_t>(13, 9), {1, 13});
+    Tensor q_short = ti64({4, 5}, {1, 2}), q_padded = ti64({4, 5, 0, 0, 0}, {1, 5});
+    models::QAOutput a = qp.forward(q_short, {}, context), b = qp.forward(q_padded, eq(q_padded, 0.0), context);
+    check_close(b.start_logits, a.start_logits, 1e-5);
+    check_close(b.end_logits, a.end_logits, 1e-5);
+    check_close(b.answerable_logits, a.answerable_logits, 1e-5);
+  }
 
   models::ClusterFormerLM lm(c, g);
   lm.eval();

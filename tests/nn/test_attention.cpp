@@ -214,6 +214,35 @@ TEST_CASE("every registered attention variant: a padding mask with nothing padde
   CHECK_FALSE(models::padding_mask(ti64({1, 0, 3}, {1, 3}), -1).defined());
 }
 
+TEST_CASE("every registered attention variant and a 2-layer model of each take an empty sequence") {
+  // Cluster-Former refused N = 0 ("[kmeans_assign] empty input"); a neural-clustering stack failed
+  // at its second layer ("ran before layer 0"): the first returned before handing C^ on.
+  const int64_t B = 2, H = 2, D = 4;
+  for (const std::string& type : nn::attention_types()) {
+    INFO(type);
+    std::shared_ptr<nn::Attention> att = nn::make_attention(small_attention_spec(type, H * D, H));
+    att->to(kFloat64);
+    for (bool training : {false, true}) {
+      att->train(training);
+      nn::AttentionArgs a;
+      a.q = a.k = a.v = Tensor::zeros({B, H, 0, D}, kFloat64);
+      a.query_input = Tensor::zeros({B, 0, H * D}, kFloat64);
+      CHECK(att->forward(a).shape() == Shape{B, H, 0, D});
+    }
+    nlohmann::json j = {{"vocab_size", 12}, {"d_model", 8},     {"n_heads", 2},   {"d_ff", 16},
+                        {"n_layers", 2},    {"num_classes", 3}, {"dropout", 0.0}, {"max_len", 16},
+                        {"attention", {{"type", type}}}};
+    if (type == "neural-clustering") j["attention"]["clusters"] = 2;
+    Generator g(1);
+    models::EncoderClassifier model(models::TransformerConfig::from_json(j), g);
+    for (bool training : {false, true}) {
+      model.train(training);
+      Tensor logits = model.forward(Tensor::zeros({2, 0}, kInt64));
+      CHECK(logits.shape() == Shape{2, 3});
+    }
+  }
+}
+
 TEST_CASE("the block and routed attention variants take attention dropout: in training only, inside the kernel, bad rates named") {
   const int64_t B = 2, H = 2, N = 16, D = 4;
   for (const std::string type : {"neural-clustering", "lsh", "cluster-former", "routing", "sparse"}) {

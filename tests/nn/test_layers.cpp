@@ -138,6 +138,29 @@ TEST_CASE("positional encodings") {
   nn::LearnedPositionalEncoding lpe(8, 3, g);
   lpe.to(kFloat64);
   check_module_grad(lpe, [&](const std::vector<Tensor>& xs) { return lpe.forward(xs[0]); }, {leaf64({2, 5, 3}, 8)});
+
+  // forward_at: each token its own position's row; arange positions equal forward.
+  Tensor pos = ti64({0, 1, 2, 3, 4, 3, 0, 7, 7, 1}, {2, 5});
+  Tensor arange_pos = reshape(Tensor::arange(10, kInt64), {2, 5}) - ti64({0, 5}, {2, 1});
+  pe.to(kFloat64);
+  for (auto [m, table, D] : {std::tuple<nn::PositionalEncoding*, Tensor, int64_t>{&pe, pe.forward(Tensor::zeros({1, 16, 6}, kFloat64)), 6},
+                             {&lpe, reshape(lpe.weight, {1, 8, 3}), 3}}) {
+    Tensor xs = leaf64({2, 5, D}, 9);
+    auto tv = values(table), xv = values(xs), gv = values(m->forward_at(xs, pos));
+    auto pv = pos.to_vector<int64_t>();
+    for (int64_t t = 0; t < 10; ++t)
+      for (int64_t d = 0; d < D; ++d)
+        CHECK(gv[size_t(t * D + d)] == xv[size_t(t * D + d)] + tv[size_t(pv[size_t(t)] * D + d)]);
+    check_close(m->forward_at(xs, arange_pos), m->forward(xs), 0);
+  }
+  check_module_grad(lpe, [&](const std::vector<Tensor>& xs) { return lpe.forward_at(xs[0], pos); },
+                    {leaf64({2, 5, 3}, 8)});
+  CHECK_THROWS_MSG(lpe.forward_at(leaf64({2, 5, 3}, 8), ti64({0, 1}, {1, 2})), ShapeError,
+                   "[LearnedPositionalEncoding] positions must be int64 (B, N) = (2, 5)", "(1,2)");
+  CHECK_THROWS_MSG(pe.forward_at(Tensor::zeros({2, 5, 6}, kFloat64), to(pos, kFloat32)), ShapeError,
+                   "[SinusoidalPositionalEncoding] positions must be int64");
+  CHECK_THROWS_MSG(lpe.forward_at(leaf64({2, 5, 3}, 8), ti64({0, 1, 2, 3, 8, 0, 0, 0, 0, 0}, {2, 5})), IndexError,
+                   "8");
 }
 
 TEST_CASE("DepthwiseConv1d matches a direct loop and passes gradcheck") {
