@@ -139,11 +139,21 @@ class Attention(_torch.nn.Module):
     forward(x, key_padding_mask=None, causal=False): self-attention on x
     (B, N, d_model), float32 or float64 (or 16-bit under torch.autocast), CPU or
     CUDA; key_padding_mask bool (B, N), True = padding. Returns (B, N, d_model).
+
+    seed seeds the layer's generator (its initial weights, dropout, draws); the
+    variant's own options are keyword arguments, or the dict `options` for a name
+    this constructor takes itself: Attention("lsh", 64, 4, seed=0,
+    options={"seed": 5}) fixes LSH's rotations (its option "seed") too.
     """
 
     def __init__(self, type, d_model, n_heads=1, *, seed=None, bias=True, aux_weights=None, mu=1e-3, nu=1e-3,
-                 **options):
+                 options=None, **more_options):
         super().__init__()
+        options = dict(options or {})
+        for key in more_options:
+            if key in options:
+                raise TypeError(f"cf.torch.Attention: option {key!r} given both as a keyword and in options")
+        options.update(more_options)
         if aux_weights is None:
             aux_weights = ({_cf.nn.CLUSTERING_LOSS: mu, _cf.nn.CENTROID_SORTING_LOSS: nu}
                            if type == "neural-clustering" else {})

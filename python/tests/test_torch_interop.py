@@ -474,3 +474,15 @@ def test_cuda_buffers_memory_bank_autocast_and_a_side_stream():
         y_side = full(x * 1.0)
     torch.cuda.current_stream().wait_stream(side)
     assert torch.equal(y_side.float(), full(x).float())
+
+
+def test_the_variants_own_seed_option_is_reachable():
+    # The wrapper's seed (its generator) took the name: LSH drew fresh rotations on every forward,
+    # in eval mode too, and seed= could not reach the variant. options={"seed": ...} does.
+    x = torch.randn(2, 16, 8)
+    fixed = cf.torch.Attention("lsh", d_model=8, n_heads=2, seed=1, options={"seed": 5}, n_buckets=4).eval()
+    assert torch.equal(fixed(x), fixed(x))
+    twin = cf.torch.Attention("lsh", d_model=8, n_heads=2, seed=1, options={"seed": 5, "n_buckets": 4}).eval()
+    assert torch.equal(twin(x), fixed(x))
+    with pytest.raises(TypeError, match="'n_buckets' given both as a keyword and in options"):
+        cf.torch.Attention("lsh", d_model=8, n_heads=2, options={"n_buckets": 4}, n_buckets=4)
