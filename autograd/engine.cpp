@@ -125,11 +125,16 @@ void queue_callback(std::function<void()> f) {
 Node::~Node() {
   // Move every edge target this node is the last owner of onto a stack, and each one's own such
   // targets before it dies, so destruction depth stays 1 however long the chain (PyTorch's
-  // deleteNode does the same). A target someone else still holds is only released.
+  // deleteNode does the same). A target someone else still holds is released at once, not when
+  // the edge vector dies: an input used twice (t * t, h + tanh(h)) is held by two edges, and
+  // the second one must see itself as the last owner.
   std::vector<std::shared_ptr<Node>> stack;
   auto take_unique = [&stack](std::vector<Edge>& edges) {
-    for (Edge& e : edges)
-      if (e.node && e.node.use_count() == 1) stack.push_back(std::move(e.node));
+    for (Edge& e : edges) {
+      if (!e.node) continue;
+      if (e.node.use_count() == 1) stack.push_back(std::move(e.node));
+      else e.node.reset();
+    }
   };
   take_unique(next_edges);
   while (!stack.empty()) {
@@ -142,6 +147,9 @@ Node::~Node() {
 namespace {
 std::shared_ptr<Node> accumulator_for(const Tensor& leaf) {
   TensorImpl* impl = leaf.impl_ptr();
+  // Forwards in several threads may record ops on one leaf: its weak_ptr is read and set as one step.
+  static std::mutex accumulator_mutex;
+  std::lock_guard<std::mutex> lock(accumulator_mutex);
   if (auto n = impl->grad_accumulator.lock()) return n;
   auto n = std::make_shared<Node>();
   n->name = "accumulate_grad";

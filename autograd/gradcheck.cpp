@@ -89,7 +89,8 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
   }
   CF_CHECK(!c.diff.empty(), ValueError, "[gradcheck] no input requires grad");
   // The checks run backward into the inputs' .grad: what the caller had there is put back after
-  // (also after an exception), as torch.autograd.gradcheck leaves .grad alone.
+  // (also after an exception), as torch.autograd.gradcheck leaves .grad alone. Leaves that f
+  // reaches by itself (a module's parameters) are not inputs: they keep what backward put there.
   struct GradsRestored {
     std::vector<Tensor> inputs, grads;
     ~GradsRestored() {

@@ -107,7 +107,7 @@ struct BFloat16 {
   CF_HD BFloat16(float f) : bits(half_detail::float_to_bf16_bits(f)) {}  // NOLINT: implicit, RNE
   CF_HD BFloat16(double d) : BFloat16(half_detail::double_to_float_odd(d)) {}  // NOLINT: rounded once
   CF_HD BFloat16(int v) : BFloat16(double(v)) {}     // NOLINT
-  CF_HD BFloat16(int64_t v) : BFloat16(double(v)) {}  // NOLINT (exact in double up to 2^53)
+  CF_HD BFloat16(int64_t v) : BFloat16(double(v)) {}  // NOLINT (rounded once up to 2^53, as float64)
   CF_HD BFloat16(bool v) : BFloat16(v ? 1.f : 0.f) {}  // NOLINT
   CF_HD operator float() const { return half_detail::bf16_bits_to_float(bits); }  // NOLINT
   CF_HD BFloat16& operator+=(float v) { return *this = BFloat16(float(*this) + v); }

@@ -5,6 +5,7 @@
 
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
+#include "autograd/ops/linalg.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "core/error.h"
@@ -184,14 +185,19 @@ nn::WindowedStates ClusterFormerEncoder::forward(const Tensor& context, const Te
   Tensor ids = q > 0 ? cat({question, context}, 1) : context;
   Tensor h = embedding->forward(ids);
   if (positions_ && q > 0 && qmask.defined()) {
-    // The context's positions continue after the question's real tokens, not after its padding:
-    // a question padded to the batch's longest must not shift its context (row b: the question at
-    // 0..q-1, its context at n_b..n_b+x-1, n_b = its unpadded tokens; the question's padding is
-    // at its end and masked). Tensor ops: no host read of the mask.
-    const int64_t b = context.shape()[0];
-    Tensor real = sum(cf::to(logical_not(qmask), kInt64), {1}, /*keepdim=*/true);  // (B, 1)
-    Tensor arange_q = Tensor::arange(q, kInt64, context.device()), arange_x = Tensor::arange(x, kInt64, context.device());
-    Tensor pos = cat({expand(reshape(arange_q, {1, q}), {b, q}), reshape(arange_x, {1, x}) + real}, 1);
+    // Positions count real tokens only: a question padded to the batch's longest (at its end or
+    // its start) must not shift its context. Row b: a real question token at its rank among the
+    // question's real tokens, the context at n_b..n_b+x-1 (n_b = the real question tokens); a
+    // padding token gets the rank of the next real one (it is masked). The ranks are a prefix
+    // count, a product with an upper-triangular matrix of ones (exact in float64; autocast leaves
+    // float64 alone). Tensor ops: no host read of the mask.
+    const Device dev = context.device();
+    Tensor real = cf::to(logical_not(qmask), kFloat64);                                    // (B, q)
+    Tensor ar = Tensor::arange(q, kInt64, dev);
+    Tensor upper = cf::to(le(reshape(ar, {q, 1}), reshape(ar, {1, q})), kFloat64);          // [i <= j]
+    Tensor before = cf::to(matmul(real, upper) - real, kInt64);      // real tokens before each one
+    Tensor n_real = sum(cf::to(real, kInt64), {1}, /*keepdim=*/true);                      // (B, 1)
+    Tensor pos = cat({before, reshape(Tensor::arange(x, kInt64, dev), {1, x}) + n_real}, 1);
     h = positions_->forward_at(h, pos);
   } else if (positions_) {
     h = positions_->forward(h);

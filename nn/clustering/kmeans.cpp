@@ -152,6 +152,22 @@ int range_exponent(const Tensor& x, KMeansMetric metric) {
   (void)std::frexp(m, &e);  // m = f * 2^e, f in [0.5, 1)
   return e;
 }
+// Translation for the L2 metric. Distances are |x|^2 - 2 x.c + |c|^2 (one GEMM per block),
+// which cancels when the points sit far from the origin next to their spread: three blobs
+// around 1e4 in float32, or around 1.7e9 (timestamps) in float64, were clustered at random,
+// with a rising inertia reported as converged. Subtracting a central point of `ref` first
+// leaves every distance unchanged and the cancellation small (scikit-learn centres its data
+// too). Only when the offset exceeds the spread: other data are not touched (no copy, the
+// same bits as before). Returns the (1, d) point, or an undefined tensor.
+Tensor translation(const Tensor& ref, KMeansMetric metric) {
+  if (metric != KMeansMetric::l2 || ref.size(0) == 0) return Tensor();
+  Tensor m = mean(ref, {0}, /*keepdim=*/true);
+  const double offset = amax(abs(m)).item();
+  const double spread = amax(abs(ref - m)).item();
+  return offset > spread ? m : Tensor();
+}
+Tensor translated(const Tensor& t, const Tensor& by) { return by.defined() ? contiguous(t - by) : t; }
+
 Tensor scale_by_pow2(const Tensor& t, int e) {
   if (e == 0) return t;
   // Two exact steps: 2^128 (float32 data near 3e38 scaled back) is not a float32.
@@ -423,8 +439,10 @@ KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const
   return res;
 }
 
-// Lloyd on data scaled by 2^-e; the result in the caller's units.
-KMeansResult run_scaled(const Tensor& xp, const Tensor& c, const KMeansOptions& options, int e) {
+// Lloyd on data scaled by 2^-e and moved by -shift (undefined: not moved); the result in the
+// caller's units.
+KMeansResult run_scaled(const Tensor& xp, const Tensor& c, const KMeansOptions& options, int e,
+                        const Tensor& shift) {
   const double inertia_scale = std::ldexp(1.0, 2 * e);
   KMeansOptions o = options;
   if (e != 0 && options.on_iteration)
@@ -433,6 +451,7 @@ KMeansResult run_scaled(const Tensor& xp, const Tensor& c, const KMeansOptions& 
     };
   KMeansResult r;
   CF_DISPATCH_FLOAT(xp.dtype(), "kmeans", r = lloyd<scalar_t>(xp, c, o, "kmeans"));
+  if (shift.defined()) r.centroids = contiguous(r.centroids + shift);
   if (e != 0) {
     r.centroids = scale_by_pow2(r.centroids, e);
     r.inertia *= inertia_scale;
@@ -449,7 +468,10 @@ Tensor kmeans_init(const Tensor& x, const KMeansOptions& options) {
   check_options(options, x.size(0), x, "kmeans_init");
   Tensor xp = prepare(x, options.metric, "kmeans_init", "x");
   const int e = range_exponent(xp, options.metric);
-  return scale_by_pow2(init_prepared(scale_by_pow2(xp, -e), options, "kmeans_init"), e);
+  xp = scale_by_pow2(xp, -e);
+  const Tensor shift = translation(xp, options.metric);  // the seeding's potentials are distances too
+  Tensor c = init_prepared(translated(xp, shift), options, "kmeans_init");
+  return scale_by_pow2(shift.defined() ? contiguous(c + shift) : c, e);
 }
 
 KMeansResult kmeans(const Tensor& x, const KMeansOptions& options) {
@@ -459,8 +481,10 @@ KMeansResult kmeans(const Tensor& x, const KMeansOptions& options) {
   Tensor xp = prepare(x, options.metric, "kmeans", "x");
   const int e = range_exponent(xp, options.metric);
   xp = scale_by_pow2(xp, -e);
+  const Tensor shift = translation(xp, options.metric);
+  xp = translated(xp, shift);
   Tensor c = init_prepared(xp, options, "kmeans");
-  return run_scaled(xp, c, options, e);
+  return run_scaled(xp, c, options, e, shift);
 }
 
 KMeansResult kmeans(const Tensor& x, const Tensor& initial_centroids, const KMeansOptions& options) {
@@ -484,8 +508,11 @@ KMeansResult kmeans(const Tensor& x, const Tensor& initial_centroids, const KMea
   const int e = std::max(range_exponent(xp, options.metric), range_exponent(c, options.metric));
   xp = scale_by_pow2(xp, -e);
   c = scale_by_pow2(c, -e);
+  const Tensor shift = translation(xp, options.metric);
+  xp = translated(xp, shift);
+  c = translated(c, shift);
   if (c.is_same(initial_centroids) || c.shares_storage(initial_centroids)) c = clone(c);
-  return run_scaled(xp, c, options, e);
+  return run_scaled(xp, c, options, e, shift);
 }
 
 Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metric) {
@@ -503,6 +530,9 @@ Tensor kmeans_assign(const Tensor& x, const Tensor& centroids, KMeansMetric metr
   const int e = std::max(range_exponent(xp, metric), range_exponent(cp, metric));
   xp = scale_by_pow2(xp, -e);
   cp = scale_by_pow2(cp, -e);
+  const Tensor shift = translation(cp, metric);  // from the centroids: k rows, not n
+  xp = translated(xp, shift);
+  cp = translated(cp, shift);
   const int64_t n = xp.size(0), k = cp.size(0);
   const int64_t rows = std::min<int64_t>(KMeansOptions{}.block_rows, n);
   Tensor workspace = Tensor::empty({(rows + 1) * k}, xp.dtype(), xp.device());

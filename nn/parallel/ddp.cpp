@@ -44,6 +44,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   for (const Tensor& p : every) {
     for (int64_t d : p.shape()) h = (h ^ uint64_t(d + 1)) * 1099511628211ull;
     h = (h ^ uint64_t(p.dtype()) * 977u) * 1099511628211ull;
+    h = (h ^ uint64_t(p.requires_grad() ? 2 : 1)) * 1099511628211ull;  // frozen on one rank only: refused
     total += p.numel();
   }
   Tensor mine = Tensor::from_vector(std::vector<int64_t>{int64_t(every.size()), total, int64_t(h >> 2)}, {1, 3});
@@ -53,7 +54,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
     if (v[size_t(r) * 3] != v[0] || v[size_t(r) * 3 + 1] != v[1] || v[size_t(r) * 3 + 2] != v[2])
       throw dist::DistError(str("[DistributedDataParallel] ranks hold different models: rank 0 has ", v[0],
                                 " parameters (", v[1], " values), rank ", r, " has ", v[size_t(r) * 3], " (",
-                                v[size_t(r) * 3 + 1], " values) or other shapes"));
+                                v[size_t(r) * 3 + 1], " values) or other shapes, dtypes or frozen parameters"));
   for (const Tensor& p : every)
     CF_CHECK(p.is_contiguous(), dist::DistError, "[DistributedDataParallel] parameter ", p.describe(),
              " is not contiguous");
@@ -101,6 +102,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
 
 DistributedDataParallel::~DistributedDataParallel() {
   for (int64_t id : hook_ids_) autograd::remove_grad_hook(id);
+  if (dist::is_initialized() && dist::world_size() > 1)
+    for (auto& [name, m] : module_->named_modules()) m->set_distributed(false);  // a model used alone again
 }
 
 std::vector<std::vector<int64_t>> DistributedDataParallel::bucket_layout() const {

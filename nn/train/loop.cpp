@@ -170,6 +170,7 @@ TrainLoopResult train_loop(Optimizer& optimizer, const TrainStepFn& train_step_l
     }
     if (hooks.metrics && o.log_every > 0 && step % o.log_every == 0) {
       std::vector<std::pair<std::string, double>> vals{{"loss", window_sum / double(window_n)},
+                                                       {"loss_steps", double(window_n)},
                                                        {"lr", info.lr}};
       if (o.clip_norm > 0) vals.emplace_back("grad_norm", info.grad_norm);
       hooks.metrics->log(step, "train", vals);

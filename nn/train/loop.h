@@ -9,8 +9,10 @@
 //   clip_grad_norm(params, clip_norm)                (when clip_norm > 0)
 //   schedule->apply(optimizer)                       (when a schedule is given)
 //   optimizer.step(); optimizer.zero_grad()
-//   every log_every steps: metrics {"step","split":"train","loss","lr"[,"grad_norm"]}
-//     where "loss" is the mean training loss over the steps since the last log
+//   every log_every steps: metrics {"step","split":"train","loss","loss_steps","lr"[,"grad_norm"]}
+//     where "loss" is the mean training loss over the steps since the last log, loss_steps of
+//     them: fewer on the first line after a resume (its window starts at start_step; the
+//     steps before were run and logged by the run that saved the checkpoint)
 //   every eval_every steps, and after step max_steps when eval_at_end:
 //     model->eval(); metric = evaluate() under NoGradGuard; model mode restored
 //     metrics {"step","split":"val",<metric_name>}; early_stopping->update(metric, s);

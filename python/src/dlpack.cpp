@@ -312,7 +312,7 @@ void bind_dlpack(nb::module_& m, nb::class_<cf::Tensor>& cls) {
           nb::kw_only(), nb::arg("stream") = nb::none(), nb::arg("max_version") = nb::none(),
           nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none(),
           "A DLPack capsule viewing this tensor's memory (no copy): torch.from_dlpack(t), np.from_dlpack(t). "
-          "The consumer's CUDA stream waits for cf's work.")
+          "The consumer's CUDA stream waits for cf's work. Refused for a tensor that requires grad: export t.detach().")
       .def("__dlpack_device__",
            [](const cf::Tensor& t) {
              return t.device().is_cuda() ? nb::make_tuple(int(kDLCUDA), t.device().index) : nb::make_tuple(int(kDLCPU), 0);

@@ -640,7 +640,8 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       // for PyTorch's tensors: np.float32(2) * t and np.ones(3) + t are tensors
       .def_ro_static("__array_priority__", &kArrayPriority)
       .def("numpy", [](nb::handle self) { return nb::module_::import_("numpy").attr("asarray")(self); },
-           "A NumPy array sharing this CPU tensor's memory (no copy).")
+           "A NumPy array sharing this CPU tensor's memory (no copy). Refused for a tensor that requires grad "
+           "(as in PyTorch): use t.detach().numpy().")
       // ---- indexing ----
       .def("__getitem__", [](const cf::Tensor& t, nb::handle key) { return index_tensor(t, key, nullptr); },
            nb::arg("key").none(),

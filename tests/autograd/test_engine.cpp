@@ -94,6 +94,15 @@ TEST_CASE("freeing a long chain of recorded ops does not recurse") {
     for (int i = 0; i < 300000; ++i) total = total + w;
     CHECK(total.grad_fn() != nullptr);
   }  // the chain is freed here
+  // Each step's input used twice (t + t, h + tanh(h)): two edges hold it, and the second must
+  // still free it without recursing.
+  {
+    Tensor t = w * 1.0, h = w * 1.0;
+    for (int i = 0; i < 150000; ++i) {
+      t = t + t;
+      h = h + tanh(h);
+    }
+  }
   // A chain a second tensor still shares is released only as far as it is not held.
   Tensor y = w * 1.0, z = y;
   for (int i = 0; i < 1000; ++i) z = z * 1.0;

@@ -265,5 +265,9 @@ TEST_CASE("ddp: bad input") {
     else
       m = std::make_shared<nn::Linear>(6, 16);
     CHECK_THROWS_MSG(nn::DistributedDataParallel(m), d::DistError, "ranks hold different models");
+    // The same model with a parameter frozen on one rank only: its buckets would not match.
+    auto mlp = std::make_shared<Mlp>(kFloat32, 1);
+    if (d::rank() == 1) mlp->fc1->weight.set_requires_grad(false);
+    CHECK_THROWS_MSG(nn::DistributedDataParallel(mlp), d::DistError, "ranks hold different models");
   }
 }

@@ -259,11 +259,16 @@ TEST_CASE("Cluster-Former QA and LM heads: shapes, padding, causality") {
     models::ClusterFormerQA qp(cp, gp);
     qp.eval();
     Tensor context = ti64(std::vector<int64_t>(13, 9), {1, 13});
-    Tensor q_short = ti64({4, 5}, {1, 2}), q_padded = ti64({4, 5, 0, 0, 0}, {1, 5});
-    models::QAOutput a = qp.forward(q_short, {}, context), b = qp.forward(q_padded, eq(q_padded, 0.0), context);
-    check_close(b.start_logits, a.start_logits, 1e-5);
-    check_close(b.end_logits, a.end_logits, 1e-5);
-    check_close(b.answerable_logits, a.answerable_logits, 1e-5);
+    Tensor q_short = ti64({4, 5}, {1, 2});
+    models::QAOutput a = qp.forward(q_short, {}, context);
+    for (Tensor q_padded : {ti64({4, 5, 0, 0, 0}, {1, 5}), ti64({4, 0, 5}, {1, 3}), ti64({0, 0, 4, 5}, {1, 4})}) {
+      models::QAOutput b = qp.forward(q_padded, eq(q_padded, 0.0), context);  // padded at the end, middle, start
+      check_close(b.start_logits, a.start_logits, 1e-5);
+      check_close(b.end_logits, a.end_logits, 1e-5);
+      // The answerable head reads the question's first slot (its [CLS], section 4.2): the same
+      // unless the padding comes first.
+      if (values(q_padded)[0] != 0) check_close(b.answerable_logits, a.answerable_logits, 1e-5);
+    }
   }
 
   models::ClusterFormerLM lm(c, g);

@@ -107,6 +107,39 @@ TEST_CASE("KMeans: k-means++ recovers well-separated planted clusters exactly (A
   }
 }
 
+TEST_CASE("KMeans: data far from the origin cluster as well as centred data (Lloyd and kmeans_assign)") {
+  // |x|^2 - 2 x.c + |c|^2 cancelled: blobs around 1e4 (float32) or 1.7e9 (float64, timestamps)
+  // were clustered at random (ARI 0.24 / 0), with a rising inertia reported as converged, and
+  // k = n points near 1e4 failed with "[kmeans] internal error".
+  for (auto [dt, offset] : {std::pair<DType, double>{kFloat32, 1e5}, {kFloat64, 1.7e9}}) {
+    INFO("dtype ", dt, " offset ", offset);
+    Planted p = planted(600, 3, 3, 10.0, 0.5, 7, dt);
+    Tensor far = contiguous(p.x + offset);
+    for (KMeansAlgorithm alg : {KMeansAlgorithm::lloyd, KMeansAlgorithm::elkan}) {
+      KMeansOptions o;
+      o.k = 3;
+      o.seed = 0;
+      o.algorithm = alg;
+      KMeansResult r = kmeans(far, o);
+      CHECK(adjusted_rand_index(r.assignments, p.labels) == doctest::Approx(1.0).epsilon(1e-12));
+      for (size_t i = 1; i < r.inertia_history.size(); ++i)
+        CHECK(r.inertia_history[i] <= r.inertia_history[i - 1] * (1 + 1e-6));
+      CHECK(r.assignments.to_vector<int64_t>() == brute_assign(far, r.centroids));
+      CHECK(kmeans_assign(far, r.centroids).to_vector<int64_t>() == brute_assign(far, r.centroids));
+      // Centroids in the caller's units: the blob means.
+      std::vector<double> c = cf::test::values(r.centroids);
+      CHECK(std::fabs(c[0] - offset) < 20);
+    }
+  }
+  Tensor near = Tensor::from_vector(std::vector<float>{1e4f, 1e4f + 0.01f, 1e4f + 0.02f, 1e4f + 0.03f}, {4, 1});
+  CHECK(kmeans_assign(near, near).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 3});
+  KMeansOptions o;
+  o.k = 4;
+  KMeansResult r = kmeans(near, o);
+  CHECK(r.inertia == 0.0);
+  CHECK(distinct(r.assignments).size() == 4);
+}
+
 TEST_CASE("KMeans: inertia never increases between iterations (random init, overlapping clusters)") {
   for (DType dt : {kFloat64, kFloat32}) {
     for (uint64_t seed : {7u, 8u, 9u}) {

@@ -448,6 +448,7 @@ TEST_CASE("train: train_loop fits y = 2x + 1 with SGD, logs metrics, switches ev
   CHECK(first["split"] == "train");
   CHECK(first["lr"].get<double>() == 0.2);
   CHECK(first["loss"].get<double>() < initial);
+  CHECK(first["loss_steps"] == 10);  // the steps the mean is over (fewer after a resume)
   int vals = 0;
   for (const auto& l : lines) vals += nlohmann::json::parse(l)["split"] == "val";
   CHECK(vals == 3);
