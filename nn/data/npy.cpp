@@ -164,7 +164,7 @@ Tensor read_npy(const std::string& path) {
   else if (descr == "|u1") dtype = kFloat32, item = 1;
   else if (!descr.empty() && descr[0] == '>')
     throw IOError(str("[read_npy] '", path, "': big-endian data ('", descr,
-                      "') is not supported; save it little-endian (astype('<f4'))"));
+                      "') is not supported; save it little-endian (astype('<", descr.substr(1), "'), the same type)"));
   else
     throw IOError(str("[read_npy] '", path, "': unsupported dtype '", descr,
                       "' (float32 '<f4', float64 '<f8', float16 '<f2', int64 '<i8', int32 '<i4', uint8 '|u1', bool '|b1')"));

@@ -170,17 +170,55 @@ void bind_data(nb::module_& m, nb::module_& data) {
            "A file of raw little-endian float32 values as shape.");
 
   // ---------------------------------------------------------------- tokenizers
+  // Texts reach the tokenizer as UTF-8. A lone surrogate (surrogateescape'd bytes from file names
+  // or argv) has no UTF-8 form: it becomes one U+FFFD, the tokenizer's rule for invalid bytes.
+  // nanobind's own conversion refused such a str with an "incompatible function arguments" list.
+  auto utf8_of = [](nb::handle s, const char* what) {
+    if (!PyUnicode_Check(s.ptr()))
+      throw nb::type_error((std::string("[Tokenizer] ") + what + " must be str, got " +
+                            nb::type_name(s.type()).c_str()).c_str());
+    Py_ssize_t size = 0;
+    if (const char* utf8 = PyUnicode_AsUTF8AndSize(s.ptr(), &size)) return std::string(utf8, size_t(size));
+    PyErr_Clear();  // a lone surrogate: code point by code point
+    std::string out;
+    const Py_ssize_t n = PyUnicode_GetLength(s.ptr());
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      uint32_t c = PyUnicode_ReadChar(s.ptr(), i);
+      if (c >= 0xD800 && c <= 0xDFFF) c = 0xFFFD;
+      if (c < 0x80) {
+        out += char(c);
+      } else if (c < 0x800) {
+        out += char(0xC0 | (c >> 6));
+        out += char(0x80 | (c & 0x3F));
+      } else if (c < 0x10000) {
+        out += char(0xE0 | (c >> 12));
+        out += char(0x80 | ((c >> 6) & 0x3F));
+        out += char(0x80 | (c & 0x3F));
+      } else {
+        out += char(0xF0 | (c >> 18));
+        out += char(0x80 | ((c >> 12) & 0x3F));
+        out += char(0x80 | ((c >> 6) & 0x3F));
+        out += char(0x80 | (c & 0x3F));
+      }
+    }
+    return out;
+  };
+  auto corpus_of = [utf8_of](nb::iterable texts) {
+    std::vector<std::string> out;
+    for (nb::handle t : texts) out.push_back(utf8_of(t, "every corpus entry"));
+    return out;
+  };
   nb::enum_<cd::TokenizerKind>(data, "TokenizerKind").value("char", cd::TokenizerKind::Char).value("word", cd::TokenizerKind::Word);
   nb::class_<cd::Tokenizer>(data, "Tokenizer",
                             "Character or word tokenizer; ids 0-5 are <pad> <unk> <bos> <eos> <cls> <sep>.")
       .def_static("build_char",
-                  [](const std::vector<std::string>& corpus, bool lowercase, int64_t min_count, int64_t max_size) {
-                    return cd::Tokenizer::build_char(corpus, {lowercase, min_count, max_size});
+                  [corpus_of](nb::iterable corpus, bool lowercase, int64_t min_count, int64_t max_size) {
+                    return cd::Tokenizer::build_char(corpus_of(corpus), {lowercase, min_count, max_size});
                   },
                   nb::arg("corpus"), nb::arg("lowercase") = false, nb::arg("min_count") = 1, nb::arg("max_size") = 0)
       .def_static("build_word",
-                  [](const std::vector<std::string>& corpus, bool lowercase, int64_t min_count, int64_t max_size) {
-                    return cd::Tokenizer::build_word(corpus, {lowercase, min_count, max_size});
+                  [corpus_of](nb::iterable corpus, bool lowercase, int64_t min_count, int64_t max_size) {
+                    return cd::Tokenizer::build_word(corpus_of(corpus), {lowercase, min_count, max_size});
                   },
                   nb::arg("corpus"), nb::arg("lowercase") = false, nb::arg("min_count") = 1, nb::arg("max_size") = 0)
       .def_static("load", nb::overload_cast<const std::string&>(&cd::Tokenizer::load), nb::arg("path"))
@@ -189,9 +227,15 @@ void bind_data(nb::module_& m, nb::module_& data) {
       .def_prop_ro("vocab_size", &cd::Tokenizer::vocab_size)
       .def_prop_ro("tokens", &cd::Tokenizer::tokens)
       .def("token", &cd::Tokenizer::token, nb::arg("id"))
-      .def("id", &cd::Tokenizer::id, nb::arg("token"))
-      .def("split", &cd::Tokenizer::split, nb::arg("text"))
-      .def("encode", &cd::Tokenizer::encode, nb::arg("text"), nb::arg("add_bos") = false, nb::arg("add_eos") = false)
+      .def("id", [utf8_of](const cd::Tokenizer& t, nb::handle token) { return t.id(utf8_of(token, "token")); },
+           nb::arg("token"))
+      .def("split", [utf8_of](const cd::Tokenizer& t, nb::handle text) { return t.split(utf8_of(text, "text")); },
+           nb::arg("text"))
+      .def("encode",
+           [utf8_of](const cd::Tokenizer& t, nb::handle text, bool add_bos, bool add_eos) {
+             return t.encode(utf8_of(text, "text"), add_bos, add_eos);
+           },
+           nb::arg("text"), nb::arg("add_bos") = false, nb::arg("add_eos") = false)
       .def("decode", &cd::Tokenizer::decode, nb::arg("ids"), nb::arg("skip_special") = true)
       .def_ro_static("PAD", &cd::Tokenizer::kPad)
       .def_ro_static("UNK", &cd::Tokenizer::kUnk)

@@ -40,6 +40,20 @@ def test_npy_round_trip(tmp_path):
     assert np.load(path).tolist() == t.tolist()
 
 
+def test_tokenizer_reads_lone_surrogates_as_replacement_characters():
+    # "a\udcff" is what surrogateescape makes of the byte 0xFF (file names, argv): it was refused
+    # with nanobind's "incompatible function arguments"; it is invalid UTF-8, so U+FFFD.
+    tok = cf.data.Tokenizer.build_char(["ab\ud800", "a\udcffb"])
+    assert "\ufffd" in tok.tokens
+    assert tok.encode("a\ud800b") == tok.encode("a\ufffdb")
+    assert tok.split("x\udcff") == ["x", "\ufffd"]
+    assert tok.id("\ud800") == tok.id("\ufffd")
+    with pytest.raises(TypeError, match=r"^\[Tokenizer\] text must be str, got int"):
+        tok.encode(3)
+    with pytest.raises(TypeError, match="every corpus entry must be str, got bytes"):
+        cf.data.Tokenizer.build_char(["ok", b"raw"])
+
+
 def test_tokenizer_dataset_loader(tmp_path):
     texts = ["hello world", "hi", "hello there world"]
     tok = cf.data.Tokenizer.build_word(texts)

@@ -132,7 +132,9 @@ TEST_CASE("Npy: malformed files give errors naming the file and the problem") {
   write_bytes(p, npy_v1(dict("<f4", "True", "(2, 3)"), f4));
   CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "Fortran-order");
   write_bytes(p, npy_v1(dict(">f4", "False", "(2, 3)"), f4));
-  CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "big-endian", ">f4");
+  CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "big-endian", ">f4", "astype('<f4')");
+  write_bytes(p, npy_v1(dict(">i8", "False", "(2, 3)"), f4 + f4));  // the hint keeps the type (it said <f4)
+  CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "big-endian", ">i8", "astype('<i8')");
   write_bytes(p, npy_v1(dict("<c8", "False", "(3,)"), f4));
   CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "unsupported dtype '<c8'");
   write_bytes(p, npy_v1(dict("<f4", "False", "(2, 4)"), f4));
