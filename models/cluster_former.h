@@ -94,8 +94,9 @@ struct QAOutput {
 // Extractive QA (section 4.2): start/end logits over the context tokens, and an
 // answerable flag from the mean over windows of each window's first hidden state,
 // (1/K) sum_k H_k^N[0] (windows whose slice X[m k : m k + m] is all padding left out).
-// Padding (question_mask / pad_id) shifts no position: tokens are numbered among the real
-// ones. The flag reads the question's first slot, so questions are padded at their end.
+// Question padding (question_mask / pad_id) shifts no position: question tokens are numbered
+// among its real ones, and the context follows them. The context is numbered from its first
+// slot and the flag reads the question's first slot: pad both at their end.
 class ClusterFormerQA : public nn::Module {
  public:
   explicit ClusterFormerQA(const ClusterFormerConfig& c, Generator& gen = default_generator());

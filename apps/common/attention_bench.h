@@ -195,7 +195,6 @@ class EncoderBench {
     c.layer.attention.options = cf::nn::Config(bench_attention_options(cfg.variant, cfg.n), "attention");
     model_ = std::make_unique<cf::models::EncoderClassifier>(c, gen_);
     model_->to(cfg.device);
-    opt_ = std::make_unique<cf::nn::AdamW>(model_->named_parameters());
     ids_ = cf::randint(0, cfg.vocab, {cfg.batch, cfg.n}, gen_).to(cfg.device);
     labels_ = cf::randint(0, cfg.classes, {cfg.batch}, gen_).to(cfg.device);
   }
@@ -205,6 +204,7 @@ class EncoderBench {
   // Forward, backward and an AdamW step (train mode). Variants with auxiliary
   // losses (clustering, commitment) add them with weight 1 each.
   void train_step() {
+    if (!opt_) opt_ = std::make_unique<cf::nn::AdamW>(model_->named_parameters());
     opt_->zero_grad();
     cf::nn::AuxLosses aux;
     cf::Tensor loss = cf::nn::cross_entropy(model_->forward(ids_, cf::Tensor(), &aux), labels_);
@@ -218,7 +218,10 @@ class EncoderBench {
   }
 
   // One forward in eval mode under NoGradGuard (the logits of the previous call
-  // are freed first, so a peak is one call's).
+  // are freed first, so a peak is one call's). What training holds (gradients, the
+  // optimizer and its state, made by the first train_step) is freed by
+  // measure_infer and set_training(false): an inference peak is parameters and
+  // activations (it counted a train step's gradients and AdamW's two moments).
   void infer_step() {
     cf::NoGradGuard ng;
     logits_ = cf::Tensor();
@@ -227,8 +230,12 @@ class EncoderBench {
 
   // Train / eval mode for callers that time single steps themselves.
   void set_training(bool on) {
-    if (on) model_->train();
-    else model_->eval();
+    if (on) {
+      model_->train();
+    } else {
+      model_->eval();
+      free_training_state();
+    }
   }
 
   Measurement measure_train(int64_t reps, int64_t warmup) {
@@ -237,10 +244,15 @@ class EncoderBench {
   }
   Measurement measure_infer(int64_t reps, int64_t warmup) {
     model_->eval();
+    free_training_state();
     return measure(reps, warmup, cfg_.device, [&] { infer_step(); });
   }
 
  private:
+  void free_training_state() {
+    model_->zero_grad();
+    opt_.reset();
+  }
   EncoderBenchConfig cfg_;
   cf::Generator gen_;
   std::unique_ptr<cf::models::EncoderClassifier> model_;

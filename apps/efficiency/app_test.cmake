@@ -140,6 +140,24 @@ if(full_growth_x100 GREATER 400)
                       "faster than N (x4): the fused kernel keeps no N x N matrix")
 endif()
 
+# An inference peak is parameters and activations. With a 100k-token vocabulary the
+# parameters (12.8 MB) dominate: the inference peak stays near them, the training peak holds
+# gradients and AdamW's two moments too (about 4x). The inference peak counted those as well,
+# since the train step ran first on the same model (49 MB).
+file(WRITE "${WORK_DIR}/vocab.json" "{\"sizes\": [64], \"variants\": [\"full\"], \"d_model\": 32, \"n_layers\": 1,
+  \"vocab\": 100000, \"repeat\": 1, \"warmup\": 0, \"out_dir\": \"vocab\", \"plots\": false}")
+run(0 vout err --config vocab.json)
+string(STRIP "${vout}" vout)
+string(REGEX REPLACE ".*\n" "" vsummary "${vout}")
+string(JSON ptrain GET "${vsummary}" table full 64 train peak_bytes_mean)
+string(JSON pinfer GET "${vsummary}" table full 64 infer peak_bytes_mean)
+math(EXPR param_bytes "100000 * 32 * 4")
+math(EXPR infer_x100 "${pinfer} * 100 / ${param_bytes}")
+if(infer_x100 GREATER 150 OR NOT ptrain GREATER pinfer)
+  message(FATAL_ERROR "smoke: the inference peak (${pinfer} bytes) is ${infer_x100}% of the embedding's 12.8 MB "
+                      "(training peak ${ptrain}): the train step's gradients and optimizer state are counted")
+endif()
+
 # A rerun into the same folder replaces the files whole (no temporary left).
 file(WRITE "${WORK_DIR}/small.json" "{\"sizes\": [64], \"variants\": [\"full\"], \"d_model\": 16, \"n_layers\": 1,
   \"d_ff\": 32, \"repeat\": 1, \"warmup\": 0, \"out_dir\": \"out\", \"plots\": false}")

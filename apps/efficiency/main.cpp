@@ -61,8 +61,10 @@ measures
          included with weight 1), and
   infer: one forward in eval mode under no-grad,
 Peak memory: the peak bytes of cf's allocator on the device during one step
-of each mode, with that model the only one alive (parameters, gradients,
-AdamW state and activations, as a GPU memory figure would count them).
+of each mode, with that model the only one alive: parameters, gradients,
+AdamW state and activations for train, as a GPU memory figure would count
+them; parameters and activations for infer (the train step's gradients and
+AdamW state are freed first).
 Time: the median wall time of --repeat calls after --warmup calls, with the
 models of every variant at that N alive and their calls interleaved
 round-robin, so that a change in the machine's load hits every variant alike.
@@ -337,8 +339,8 @@ void emit_start(const Config& cfg, cf::Device dev, double max_gib) {
 }
 
 // Pass 1, memory: one model alive at a time, one step per mode; peak bytes
-// counted from before the step (parameters, gradients, AdamW state,
-// activations). Also where the memory guard, CUDA refusals and, under
+// counted from before the step (train: parameters, gradients, AdamW state,
+// activations; infer: parameters and activations). Also where the memory guard, CUDA refusals and, under
 // --precision bf16|fp16, variants without a 16-bit path are found.
 void measure_memory(const Config& cfg, cf::Device dev, int64_t seed, int64_t n, double max_gib,
                     const std::string& variant, Slot& s) {

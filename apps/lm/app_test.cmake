@@ -27,7 +27,10 @@ if(MODE STREQUAL "errors")
   # Settings a model would refuse when built, after the models before it had trained: refused up front.
   # The retrieval task alone reads no fortunes: a missing --data-dir does not matter to it.
   run(0 out err --lm false --data-dir "${WORK_DIR}/no-such-dir" --models sliding-window --retrieval-steps 2
-      --steps 2 --warmup 1 --retrieval-len 16)
+      --steps 2 --warmup 1 --retrieval-len 29)
+  # A shorter sequence would put the key within the sliding windows' reach (21 positions).
+  run(2 out err --retrieval-len 28)
+  expect_match("${err}" "--retrieval-len must be at least 29, got 28" "retrieval key within reach")
   run(2 out err --checkpoint-every 1)
   expect_match("${err}" "--checkpoint-every needs --checkpoint-dir" "checkpoint-every without checkpoints")
   run(2 out err --lsh-buckets 3)
@@ -85,6 +88,9 @@ if(out2 MATCHES "\"event\":\"train\"")
   message(FATAL_ERROR "smoke: a finished checkpoint was trained again:\n${out2}")
 endif()
 expect_same_json("${summary}" "${summary2}" "reloaded vs trained" table cluster-former-4 test_bpc_mean)
+# A model reused from its checkpoint measured no training: null in the summary, "–" in the table (it was 0.0).
+expect_match("${summary2}" "\"train_s_mean\":null,\"train_peak_mib_mean\":null" "reused models' training figures")
+expect_match("${err2}" "\\| cluster-former-4 \\| [0-9.]+ \\| [0-9.]+ \\| – \\| – \\|" "reused models' table row")
 # --stop-after: each run ends after 2 steps of the model it is training (exit 3,
 # checkpoint written); rerunning the same command continues. Five models of 4
 # steps take six runs, and every model ends with the uninterrupted run's bits.

@@ -157,13 +157,14 @@ int range_exponent(const Tensor& x, KMeansMetric metric) {
 // around 1e4 in float32, or around 1.7e9 (timestamps) in float64, were clustered at random,
 // with a rising inertia reported as converged. Subtracting a central point of `ref` first
 // leaves every distance unchanged and the cancellation small (scikit-learn centres its data
-// too). Only when the offset exceeds the spread: other data are not touched (no copy, the
+// too). Only when the offset exceeds the spread (the root mean square of x - mean, which one
+// far point does not dominate as a maximum would): other data are not touched (no copy, the
 // same bits as before). Returns the (1, d) point, or an undefined tensor.
 Tensor translation(const Tensor& ref, KMeansMetric metric) {
   if (metric != KMeansMetric::l2 || ref.size(0) == 0) return Tensor();
   Tensor m = mean(ref, {0}, /*keepdim=*/true);
   const double offset = amax(abs(m)).item();
-  const double spread = amax(abs(ref - m)).item();
+  const double spread = std::sqrt(mean(square(cf::to(ref - m, kFloat64))).item());
   return offset > spread ? m : Tensor();
 }
 Tensor translated(const Tensor& t, const Tensor& by) { return by.defined() ? contiguous(t - by) : t; }
@@ -209,7 +210,8 @@ Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& idx) {
 }
 
 // Initial centroids from prepared (contiguous, finite, cosine: unit-row) data.
-Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
+// The rows of x that seed the centroids (random, or greedy k-means++).
+std::vector<int64_t> init_rows(const Tensor& x, const KMeansOptions& o, const char* op) {
   const int64_t n = x.size(0), k = o.k;
   std::vector<int64_t> chosen;
   chosen.reserve(size_t(k));
@@ -222,7 +224,7 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
       std::swap(perm[size_t(i)], perm[size_t(j)]);
       chosen.push_back(perm[size_t(i)]);
     }
-    return gather_rows(x, chosen);
+    return chosen;
   }
   // Greedy k-means++ (Arthur & Vassilvitskii 2007, section 6; scikit-learn's
   // default): each step draws L = 2 + floor(ln k) candidates by D^2 sampling and
@@ -273,7 +275,10 @@ Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
       if (P[t] < P[best]) best = t;
     chosen.push_back(cd[best]);
   }
-  return gather_rows(x, chosen);
+  return chosen;
+}
+Tensor init_prepared(const Tensor& x, const KMeansOptions& o, const char* op) {
+  return gather_rows(x, init_rows(x, o, op));
 }
 
 // Lloyd's loop on prepared data x and centroids c (both contiguous, dtype T, cosine:
@@ -322,8 +327,9 @@ double lloyd_iterations(const KMeansOptions& o, const char* op, double inertia, 
   // update) until every cluster has a point; each round moves a far point onto its
   // own centroid, so inertia falls and the rounds end.
   for (int64_t round = 0; has_empty(); ++round) {
-    CF_CHECK(round < o.k + 1, Error, "[", op, "] internal error: clusters still empty after ", round,
-             " re-seeding rounds");
+    CF_CHECK(round < o.k + 1, Error, "[", op, "] clusters still empty after ", round,
+             " re-seeding rounds: some points are closer than the distances of this dtype resolve at their "
+             "magnitude (|x|^2 - 2 x.c + |c|^2 cancels); cluster float64 data, or fewer clusters");
     reseed();
     inertia = assign();
   }
@@ -444,18 +450,20 @@ KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const
 KMeansResult run_scaled(const Tensor& xp, const Tensor& c, const KMeansOptions& options, int e,
                         const Tensor& shift) {
   const double inertia_scale = std::ldexp(1.0, 2 * e);
+  // An exact 0 stays 0 when the scale overflows to inf (0 * inf would be NaN).
+  auto scaled = [inertia_scale](double v) { return v == 0 ? 0.0 : v * inertia_scale; };
   KMeansOptions o = options;
   if (e != 0 && options.on_iteration)
     o.on_iteration = [&options, inertia_scale](int64_t it, double inertia) {
-      options.on_iteration(it, inertia * inertia_scale);
+      options.on_iteration(it, inertia == 0 ? 0.0 : inertia * inertia_scale);
     };
   KMeansResult r;
   CF_DISPATCH_FLOAT(xp.dtype(), "kmeans", r = lloyd<scalar_t>(xp, c, o, "kmeans"));
   if (shift.defined()) r.centroids = contiguous(r.centroids + shift);
   if (e != 0) {
     r.centroids = scale_by_pow2(r.centroids, e);
-    r.inertia *= inertia_scale;
-    for (double& v : r.inertia_history) v *= inertia_scale;
+    r.inertia = scaled(r.inertia);
+    for (double& v : r.inertia_history) v = scaled(v);
   }
   return r;
 }
@@ -469,9 +477,10 @@ Tensor kmeans_init(const Tensor& x, const KMeansOptions& options) {
   Tensor xp = prepare(x, options.metric, "kmeans_init", "x");
   const int e = range_exponent(xp, options.metric);
   xp = scale_by_pow2(xp, -e);
-  const Tensor shift = translation(xp, options.metric);  // the seeding's potentials are distances too
-  Tensor c = init_prepared(translated(xp, shift), options, "kmeans_init");
-  return scale_by_pow2(shift.defined() ? contiguous(c + shift) : c, e);
+  // The seeding's potentials are distances too: rows chosen on the translated data, returned
+  // from x itself (exact rows: (x - m) + m is not always x).
+  const std::vector<int64_t> rows = init_rows(translated(xp, translation(xp, options.metric)), options, "kmeans_init");
+  return scale_by_pow2(gather_rows(xp, rows), e);
 }
 
 KMeansResult kmeans(const Tensor& x, const KMeansOptions& options) {

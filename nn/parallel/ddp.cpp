@@ -102,8 +102,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
 
 DistributedDataParallel::~DistributedDataParallel() {
   for (int64_t id : hook_ids_) autograd::remove_grad_hook(id);
-  if (dist::is_initialized() && dist::world_size() > 1)
-    for (auto& [name, m] : module_->named_modules()) m->set_distributed(false);  // a model used alone again
 }
 
 std::vector<std::vector<int64_t>> DistributedDataParallel::bucket_layout() const {

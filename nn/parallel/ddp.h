@@ -39,7 +39,8 @@
 // online K-Means centroids average the whole batch's assigned queries and keys (so
 // every rank holds the same ones, those one process would, and a rank-0 checkpoint
 // resumes them on every rank); Cluster-Former's memory banks (nn/clustering/memory_bank.h)
-// each hold their rank's states and switch to distributed K-Means: every
+// each hold their rank's states and switch to distributed K-Means (both stay switched
+// on when the DDP object is destroyed: a model re-wrapped by a new DDP keeps them): every
 // update clusters the union of all ranks' banks, and all ranks get the same
 // centroids (the banks' update steps are reached by all ranks together).
 // Construct DDP after moving the model to its device and dtype (the hooks

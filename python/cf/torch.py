@@ -142,7 +142,7 @@ class Attention(_torch.nn.Module):
 
     seed seeds the layer's generator (its initial weights, dropout, draws); the
     variant's own options are keyword arguments, or the dict `options` for a name
-    this constructor takes itself: Attention("lsh", 64, 4, seed=0,
+    this constructor takes itself (seed): Attention("lsh", 64, 4, seed=0,
     options={"seed": 5}) fixes LSH's rotations (its option "seed") too.
     """
 

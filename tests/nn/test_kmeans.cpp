@@ -131,6 +131,36 @@ TEST_CASE("KMeans: data far from the origin cluster as well as centred data (Llo
       CHECK(std::fabs(c[0] - offset) < 20);
     }
   }
+  // One far point does not switch the translation off (the spread is an RMS, not a maximum).
+  {
+    Planted p = planted(300, 2, 3, 10.0, 0.5, 9, kFloat32);
+    Tensor far = cat({contiguous(p.x + 1e5), Tensor::full({1, 2}, 3e5, kFloat32)}, 0);
+    KMeansOptions o;
+    o.k = 4;
+    o.seed = 0;
+    KMeansResult r = kmeans(far, o);
+    CHECK(adjusted_rand_index(narrow(r.assignments, 0, 0, 300), p.labels) == doctest::Approx(1.0).epsilon(1e-12));
+    for (size_t i = 1; i < r.inertia_history.size(); ++i)
+      CHECK(r.inertia_history[i] <= r.inertia_history[i - 1] * (1 + 1e-6));
+    // kmeans_init returns rows of x exactly, translation or not.
+    for (KMeansInit init : {KMeansInit::random, KMeansInit::kmeans_plus_plus}) {
+      o.init = init;
+      std::vector<double> c = cf::test::values(kmeans_init(far, o)), xv = cf::test::values(far);
+      for (size_t j = 0; j < 4; ++j) {
+        bool is_row = false;
+        for (size_t i = 0; i < 301 && !is_row; ++i) is_row = c[2 * j] == xv[2 * i] && c[2 * j + 1] == xv[2 * i + 1];
+        CHECK(is_row);
+      }
+    }
+  }
+  // float64 beyond 1e154: an exact 0 inertia stays 0 when scaled back (0 * inf was NaN).
+  {
+    KMeansOptions o;
+    o.k = 2;
+    KMeansResult r = kmeans(Tensor::from_vector(std::vector<double>{1e300, 1e300, -1e300}, {3, 1}), o);
+    CHECK(r.inertia == 0.0);
+    for (double v : r.inertia_history) CHECK(v == 0.0);
+  }
   Tensor near = Tensor::from_vector(std::vector<float>{1e4f, 1e4f + 0.01f, 1e4f + 0.02f, 1e4f + 0.03f}, {4, 1});
   CHECK(kmeans_assign(near, near).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 3});
   KMeansOptions o;
