@@ -160,6 +160,25 @@ void Tensor::set_grad(const Tensor& g) const {
 
 void Tensor::zero_grad() const { impl().grad.reset(); }
 
+void Tensor::set_data(const Tensor& src) const {
+  TensorImpl& me = impl();
+  CF_CHECK(src.defined(), ValueError, "[set_data] the source is an undefined tensor (target ", describe(), ")");
+  CF_CHECK(!me.requires_grad || is_floating(src.dtype()), DTypeError, "[set_data] ", describe(),
+           " requires grad, so its data must be floating, got ", src.describe());
+  if (src.impl_ptr() == &me) return;
+  const TensorImpl& s = src.impl();
+  me.shape = s.shape;
+  me.strides = s.strides;
+  me.offset = s.offset;
+  me.dtype = s.dtype;
+  me.device = s.device;
+  me.storage = s.storage;
+  // A leaf's cached accumulator records its old dtype and device: the next op makes a new one.
+  me.grad_accumulator.reset();
+  if (me.grad && (me.grad->shape != me.shape || me.grad->dtype != me.dtype || me.grad->device != me.device))
+    me.grad.reset();
+}
+
 Tensor Tensor::detach() const {
   auto v = std::make_shared<TensorImpl>();
   v->shape = shape();

@@ -92,6 +92,12 @@ class Tensor {
   Tensor grad() const;
   void set_grad(const Tensor& g) const;
   void zero_grad() const;  // drops the accumulated gradient
+  // PyTorch's `t.data = src`: this tensor, through every handle to it, now shows src's storage,
+  // shape, strides, offset, dtype and device (no copy). Its identity, requires_grad and history
+  // flag stay; a gradient that no longer fits (shape, dtype, device) is dropped. Module::to
+  // moves parameters with it, so an optimizer built before the move steps the moved tensors.
+  // Floating src when this tensor requires grad; src must be defined.
+  void set_data(const Tensor& src) const;
   std::shared_ptr<autograd::Node> grad_fn() const { return impl().grad_fn; }
   bool is_leaf() const { return impl().grad_fn == nullptr; }
   // Defined in autograd/engine.cpp: backprop from this tensor into the leaves.

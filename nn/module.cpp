@@ -205,14 +205,23 @@ void Module::train(bool on) {
 // tensor to keep one), so aliases (a shared submodule) stay aliases.
 void Module::convert(const std::function<Tensor(const Tensor&)>& f) {
   NoGradGuard ng;
+  // Each tensor keeps its identity and takes the converted data (PyTorch's module.to assigns
+  // param.data): every handle to a parameter sees the move, an optimizer built before it among
+  // them, which used to go on stepping the old tensors while the model trained the new ones.
+  // Tied slots share one tensor, so they stay tied. A gradient is converted with its tensor.
   for (bool params : {true, false})
     for (auto& d : distinct(params)) {
       const Tensor& t = *d.slots[0];
-      const bool trainable = t.requires_grad();  // a frozen parameter stays frozen; a moved one is a leaf again
       Tensor v = f(t);
       if (!v.defined()) continue;
-      if (params && trainable) v.set_requires_grad(true);
-      for (Tensor* slot : d.slots) *slot = v;
+      if (!t.is_leaf()) {  // a buffer holding a result with history: its node describes the old data
+        for (Tensor* slot : d.slots) *slot = v;
+        continue;
+      }
+      const Tensor g = t.grad();
+      const Tensor gv = g.defined() ? f(g) : Tensor();
+      t.set_data(v);
+      if (gv.defined()) t.set_grad(gv);
     }
 }
 

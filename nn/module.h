@@ -56,8 +56,9 @@ class Module {
   virtual void set_distributed(bool on) {}
   void eval() { train(false); }
   bool is_training() const { return training_; }
-  // Converts float parameters and buffers (int64/bool buffers keep their dtype).
-  // Parameters stay leaves that require grad.
+  // Converts float parameters and buffers (int64/bool buffers keep their dtype), each keeping
+  // its identity (Tensor::set_data), so handles taken before (an optimizer's) see the new data;
+  // gradients are converted too. Parameters stay leaves and keep their requires_grad.
   void to(DType dtype);
   void to(Device device);
   void zero_grad();

@@ -1,5 +1,6 @@
 #include "nn/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <unordered_map>
@@ -112,6 +113,30 @@ Tensor Optimizer::current_master(const Entry& e) {
   return cf::where(eq(to(e.master, e.param.dtype()), e.param), e.master, to(e.param, kFloat32));
 }
 
+void Optimizer::follow_param(Entry& e) {
+  const Tensor& p = e.param;
+  const bool low = is_low_precision(p.dtype());
+  if (low == e.master.defined() && (!low || e.master.device() == p.device()) &&
+      std::all_of(e.slots.begin(), e.slots.end(), [&](const Tensor& s) {
+        return s.device() == p.device() && s.dtype() == (low ? kFloat32 : p.dtype());
+      }))
+    return;
+  NoGradGuard no_grad;
+  if (low && !e.master.defined()) {
+    e.master = to(p.detach(), kFloat32);
+    e.master_version = p.version();
+  } else if (!low) {
+    e.master = Tensor();
+  } else if (e.master.device() != p.device()) {
+    e.master = to(e.master, p.device());  // current_master compares it with the parameter there
+  }
+  const DType sdt = low ? kFloat32 : p.dtype();
+  for (Tensor& s : e.slots) {
+    if (s.dtype() != sdt) s = to(s, sdt);
+    if (s.device() != p.device()) s = to(s, p.device());
+  }
+}
+
 void Optimizer::set_lr(double lr) {
   CF_CHECK(std::isfinite(lr) && lr >= 0, ValueError, where("set_lr"),
            " learning rate must be finite and >= 0, got ", lr);
@@ -120,6 +145,7 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::step() {
   NoGradGuard no_grad;
+  for (Entry& e : entries_) follow_param(e);
   std::vector<Tensor> grads(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
@@ -159,8 +185,11 @@ void Optimizer::step() {
 }
 
 Tensor Optimizer::master(const std::string& name) const {
-  for (const Entry& e : entries_)
-    if (e.name == name) return current_master(e);
+  for (Entry e : entries_)
+    if (e.name == name) {
+      follow_param(e);
+      return current_master(e);
+    }
   return Tensor();
 }
 
@@ -170,21 +199,24 @@ void Optimizer::zero_grad() {
 
 StateDict Optimizer::state_dict() const {
   NoGradGuard no_grad;
+  std::vector<Entry> entries = entries_;  // as the parameters now are (follow_param), this object unchanged
+  for (Entry& e : entries) follow_param(e);
   StateDict out;
   out.emplace_back("step", Tensor::scalar(double(step_count_), kInt64));
   out.emplace_back("lr", Tensor::scalar(lr_, kFloat64));
   for (size_t s = 0; s < slot_names_.size(); ++s)
-    for (const Entry& e : entries_) out.emplace_back(slot_names_[s] + "." + e.name, clone(e.slots[s]));
+    for (const Entry& e : entries) out.emplace_back(slot_names_[s] + "." + e.name, clone(e.slots[s]));
   if (!slot_names_.empty())
-    for (const Entry& e : entries_)
+    for (const Entry& e : entries)
       out.emplace_back("step." + e.name, Tensor::scalar(double(e.step), kInt64));
-  for (const Entry& e : entries_)
+  for (const Entry& e : entries)
     if (e.master.defined()) out.emplace_back("master." + e.name, clone(current_master(e)));
   return out;
 }
 
 void Optimizer::load_state_dict(const StateDict& dict) {
   const std::string w = where("load_state_dict");
+  for (Entry& e : entries_) follow_param(e);  // the entries' dtypes are checked against the parameters' own
   std::unordered_map<std::string, const Tensor*> given;
   std::vector<std::string> duplicated;
   for (const auto& [k, t] : dict)

@@ -88,6 +88,11 @@ class Optimizer {
   };
   // e.master, refreshed where the parameter was written since the master was last rounded into it.
   static Tensor current_master(const Entry& e);
+  // Brings e's master and slots to its parameter's current dtype and device: Module::to (and
+  // Tensor::set_data) convert a parameter in place after the optimizer was built. A parameter
+  // now in bfloat16/float16 gets a float32 master made from it, one now wider drops its master;
+  // slots are converted and moved. No work when nothing changed.
+  static void follow_param(Entry& e);
   // slot_names: the per-parameter buffers this optimizer keeps ("momentum", ...).
   Optimizer(std::string name, std::vector<ParamGroup> groups, double lr,
             double weight_decay, std::vector<std::string> slot_names);

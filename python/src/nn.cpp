@@ -223,11 +223,12 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def_prop_ro("training", &cnn::Module::is_training)
       .def("to", [](cnn::Module& mod, cf::DType d) -> cnn::Module& { mod.to(d); return mod; }, nb::arg("dtype"),
            nb::rv_policy::reference, release_gil(),
-           "Convert float parameters and buffers; returns self. They become new tensors: build the optimizer after "
-           "to() (one built before keeps stepping the old ones, unlike PyTorch's in-place .to()).")
+           "Convert float parameters and buffers in place, as PyTorch's .to(): each tensor keeps its identity, so "
+           "an optimizer built before steps the converted ones (its state follows at its next step); returns self.")
       .def("to", [](cnn::Module& mod, cf::Device d) -> cnn::Module& { mod.to(d); return mod; }, nb::arg("device"),
            nb::rv_policy::reference, release_gil(),
-           "Move parameters and buffers; returns self. They become new tensors: build the optimizer after to().")
+           "Move parameters and buffers in place, as PyTorch's .to(): each tensor keeps its identity, so an "
+           "optimizer built before steps the moved ones (its state follows at its next step); returns self.")
       .def("zero_grad", &cnn::Module::zero_grad, "Drop every parameter's gradient.")
       .def("set_parameters", &cnn::Module::set_parameters, nb::arg("values"),
            "Replace the parameter tensors (named_parameters order) by values, used as given: no copy, no detach.")

@@ -593,6 +593,10 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
            "Backpropagate from this tensor into the leaves' .grad (accumulating). grad may be omitted for a "
            "one-element tensor. The graph is freed unless retain_graph.")
       .def("detach", &cf::Tensor::detach, "Same storage, no autograd history.")
+      .def_prop_rw("data", &cf::Tensor::detach, [](cf::Tensor& t, const cf::Tensor& src) { t.set_data(src); },
+                   "Read: detach(). Assign: this tensor (every reference to it) shows src's storage, shape, "
+                   "dtype and device without a copy, keeping its identity and requires_grad, as PyTorch's "
+                   "t.data = src; a gradient that no longer fits is dropped.")
       .def("zero_grad", &cf::Tensor::zero_grad, "Drop the accumulated gradient.")
       // ---- values ----
       .def("item", &scalar_to_python, "The single value as a Python float, int or bool.")

@@ -154,6 +154,31 @@ def test_set_parameters_and_set_buffers_use_the_given_tensors_and_check_them():
         mha.set_parameters([cf.ones([1])] + ps[1:])
 
 
+def test_to_keeps_parameters_so_an_optimizer_built_before_trains_the_model():
+    # PyTorch's module.to() assigns param.data; cf's to() made new tensors, so the optimizer
+    # went on stepping the old ones and the converted model never moved.
+    lin = cf.nn.Linear(2, 1, bias=False, generator=cf.Generator(0))
+    w = lin.weight
+    opt = cf.nn.SGD(lin, lr=0.1, momentum=0.9)
+    lin.to(cf.float64)
+    assert w.dtype == cf.float64 and w.data_ptr() == lin.weight.data_ptr()
+    before = lin.weight.tolist()
+    for _ in range(2):
+        opt.zero_grad()
+        lin(cf.ones([4, 2], dtype=cf.float64)).sum().backward()
+        opt.step()
+    g = 4.0  # d/dw of sum over 4 rows of w . (1, 1)
+    expected = [b - 0.1 * g - 0.1 * (0.9 * g + g) for b in before[0]]
+    assert lin.weight.tolist()[0] == pytest.approx(expected, abs=1e-12)
+    assert opt.state_dict()["momentum.weight"].dtype == cf.float64
+    # .data, as in PyTorch: the same tensor shows other data
+    t = cf.zeros([2], requires_grad=True)
+    t.data = cf.ones([3], dtype=cf.float64)
+    assert t.shape == (3,) and t.requires_grad and t.tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(cf.DTypeError, match=r"\[set_data\] .*requires grad.*int64"):
+        t.data = cf.zeros([3], dtype=cf.int64)
+
+
 def test_tensor_members_none_when_absent_and_assignments_checked():
     lin = cf.nn.Linear(3, 2, bias=False)
     assert lin.bias is None  # PyTorch's idiom: if m.bias is not None: ...

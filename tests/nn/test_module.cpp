@@ -162,6 +162,92 @@ TEST_CASE("train/eval propagates - to(dtype) converts - to(device) refuses a mis
   CHECK(a.head->weight.device().is_cpu());  // a refused move changes nothing
 }
 
+namespace {
+// One Adam step of `net` on a fixed batch in its current dtype.
+void adam_step(Net& net, nn::Optimizer& opt) {
+  Tensor x = to(Tensor::from_vector(std::vector<double>{0.5, -1, 2, 1.5, 0.25, -0.75}, {2, 3}),
+                net.head->weight.dtype());
+  opt.zero_grad();
+  sum(net.forward(x) * net.forward(x)).backward();
+  opt.step();
+}
+}  // namespace
+
+TEST_CASE("to(dtype) keeps each parameter's identity - an optimizer built before steps the converted ones") {
+  // Before, to() made new tensors: the optimizer kept stepping the old float32 ones and the
+  // model trained nothing, silently.
+  Net a(1), b(1);
+  nn::Adam opt_a(a.named_parameters()), opt_b(b.named_parameters());
+  adam_step(a, opt_a);
+  adam_step(b, opt_b);
+  Tensor w = a.head->weight;
+  a.to(kFloat64);
+  CHECK(w.is_same(a.head->weight));
+  CHECK(w.dtype() == kFloat64);
+  CHECK(opt_a.param_groups()[0].params.back().second.dtype() == kFloat64);
+  // The twin: convert, rebuild the optimizer and hand it the first one's state in float64.
+  nn::StateDict state = opt_b.state_dict();
+  b.to(kFloat64);
+  nn::Adam opt_b64(b.named_parameters());
+  for (auto& [k, t] : state)
+    if (t.dtype() == kFloat32) t = to(t, kFloat64);
+  opt_b64.load_state_dict(state);
+  for (int i = 0; i < 2; ++i) {
+    adam_step(a, opt_a);
+    adam_step(b, opt_b64);
+  }
+  nn::StateDict pa = a.named_parameters(), pb = b.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(values(pa[i].second) == values(pb[i].second));
+  nn::StateDict sa = opt_a.state_dict(), sb = opt_b64.state_dict();
+  REQUIRE(sa.size() == sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    CHECK(sa[i].first == sb[i].first);
+    CHECK(sa[i].second.dtype() == sb[i].second.dtype());
+    CHECK(values(sa[i].second) == values(sb[i].second));
+  }
+}
+
+TEST_CASE("to(bfloat16) after the optimizer was built gives it float32 masters - gradients convert with their tensor") {
+  Net a(2);
+  nn::AdamW opt(a.named_parameters());
+  Tensor x = Tensor::from_vector(std::vector<float>{0.5f, -1, 2}, {1, 3});
+  sum(a.forward(x)).backward();
+  std::vector<double> g = values(a.head->weight.grad());
+  a.to(kFloat64);
+  REQUIRE(a.head->weight.grad().defined());
+  CHECK(a.head->weight.grad().dtype() == kFloat64);
+  CHECK(values(a.head->weight.grad()) == g);
+  a.to(kBFloat16);
+  REQUIRE(opt.master("head.weight").defined());
+  CHECK(opt.master("head.weight").dtype() == kFloat32);
+  std::vector<double> before = values(a.head->weight);
+  opt.zero_grad();
+  sum(a.forward(to(x, kBFloat16))).backward();
+  opt.step();
+  CHECK(values(a.head->weight) != before);
+  CHECK(values(to(opt.master("head.weight"), kBFloat16)) == values(a.head->weight));
+  for (auto& [k, t] : opt.state_dict())
+    if (k.rfind("exp_avg", 0) == 0 || k.rfind("master.", 0) == 0) CHECK(t.dtype() == kFloat32);
+  a.to(kFloat32);  // wider again: the masters go, the slots stay float32
+  CHECK(!opt.master("head.weight").defined());
+  opt.step();
+}
+
+TEST_CASE("set_data: the tensor shows another's data under its identity - bad input") {
+  Tensor w = Tensor::zeros({2, 2});
+  w.set_requires_grad(true);
+  Tensor alias = w;
+  w.set_grad(Tensor::ones({2, 2}));
+  w.set_data(Tensor::full({3}, 2.0, kFloat64));
+  CHECK(alias.shape() == Shape{3});
+  CHECK(alias.dtype() == kFloat64);
+  CHECK(alias.requires_grad());
+  CHECK(!alias.grad().defined());  // it no longer fits
+  CHECK(values(sum(alias * alias)) == std::vector<double>{12});
+  CHECK_THROWS_MSG(w.set_data(Tensor()), ValueError, "[set_data]", "undefined");
+  CHECK_THROWS_MSG(w.set_data(Tensor::zeros({3}, kInt64)), DTypeError, "[set_data]", "requires grad", "int64");
+}
+
 TEST_CASE("ModuleList names stay dense after a failed push - shared parameters are listed once") {
   nn::ModuleList list;
   list.push_back(std::make_shared<nn::ReLU>());
