@@ -65,8 +65,14 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
+void check_fill_value(DType dtype, double value, const char* op) {
+  CF_CHECK(dtype != kInt64 || (value >= -9223372036854775808.0 && value < 9223372036854775808.0), DTypeError,
+           "[", op, "] value ", value, " cannot be converted to int64 without overflow");
+}
+
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
   checked_bytes_for(shape, dtype, "full");  // name the factory the user called, not "empty"
+  check_fill_value(dtype, value, "full");
   Tensor t = empty(shape, dtype, device);
   if (device.is_cuda()) {
     // The element converted on the host once, then written by a device kernel.
@@ -116,6 +122,7 @@ int64_t Tensor::size(int64_t axis) const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to misplace (PyTorch's rule too); zeros({3, 0}) said false
   int64_t expect = 1;
   for (size_t i = shape().size(); i-- > 0;) {
     if (shape()[i] == 1) continue;

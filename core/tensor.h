@@ -132,6 +132,12 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
+// A number about to be written into a tensor of `dtype` (full, fill_, masked_fill, pad, t[...] = v):
+// an int64 tensor takes only a finite value in [-2^63, 2^63), as PyTorch ("value cannot be converted
+// to type int64_t without overflow"); NaN, inf and 1e30 were stored as INT64_MIN (a conversion C++
+// leaves undefined). Fractions truncate, as in PyTorch. Throws DTypeError naming `op`.
+void check_fill_value(DType dtype, double value, const char* op);
+
 // A view of t's storage with new shape/strides/offset (no autograd; see cf::as_strided).
 // Throws ShapeError naming `op` when the shape has a negative size, too many
 // dimensions, or more elements or bytes than int64 can count.
@@ -204,6 +210,8 @@ template <typename T>
 T Tensor::item() const {
   CF_CHECK(numel() == 1, ShapeError, "[item] needs a tensor with one element, got shape ",
            shape_str(shape()));
+  CF_CHECK(dtype() == dtype_of<T>::value, DTypeError, "[item] tensor is ", dtype(), ", asked for ",
+           dtype_of<T>::value, " (item() without a type gives any dtype as a double)");
   return to_vector<T>()[0];
 }
 

@@ -360,6 +360,8 @@ Tensor erf(const Tensor& x) {
   });
 }
 Tensor clamp(const Tensor& x, double low, double high) {
+  CF_CHECK(!std::isnan(low) && !std::isnan(high), ValueError, "[clamp] the bounds must not be NaN, got low ", low,
+           ", high ", high);
   CF_CHECK(low <= high, ValueError, "[clamp] low ", low, " is greater than high ", high);
   return unary_op(
       UnaryOp::Clamp, x,
@@ -436,6 +438,7 @@ Tensor zeros_like(const Tensor& x) { return full_like(x, 0.0); }
 Tensor ones_like(const Tensor& x) { return full_like(x, 1.0); }
 Tensor full_like(const Tensor& x, double value) {
   ops::check_defined(x, "full_like", "x");
+  check_fill_value(x.dtype(), value, "full_like");
   Tensor t = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels::fill(t, value);
   return t;
@@ -469,6 +472,7 @@ Tensor& mul_(Tensor& t, double s) {
 
 Tensor& fill_(Tensor& t, double value) {
   ops::check_inplace(t, "fill_");
+  check_fill_value(t.dtype(), value, "fill_");
   kernels::fill(t, value);
   t.bump_version();
   return t;

@@ -257,6 +257,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
            shape_str(x.shape()));
   CF_CHECK(is_floating(x.dtype()) || std::isfinite(value), ValueError, "[masked_fill] value ",
            value, " cannot be stored in ", x.describe());
+  check_fill_value(x.dtype(), value, op);
   // Fail with this op's name before allocating the output on a device the build lacks.
   CF_DEVICE_DISPATCH(op, x.device(), (void)0, (void)0);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());

@@ -6,6 +6,7 @@
 
 #include "autograd/op_names.h"
 #include "autograd/ops/common.h"
+#include "autograd/ops/elementwise.h"
 #include "autograd/ops/shape.h"
 #include "kernels/elementwise/elementwise.h"
 
@@ -53,9 +54,27 @@ void check_list(const std::vector<Tensor>& xs, const char* op) {
   }
 }
 
+// Floating tensors of different dtypes meet at their promoted dtype (differentiable casts), as in
+// PyTorch's cat and stack: under autocast amax keeps bfloat16 while mean gives float32, and the
+// point-cloud model's pooling concatenated the two. int64 and bool must still match exactly.
+std::vector<Tensor> promote_floating(const std::vector<Tensor>& xs) {
+  bool mixed = false;
+  for (const Tensor& t : xs) {
+    if (!t.defined() || !is_floating(t.dtype())) return xs;
+    mixed = mixed || t.dtype() != xs[0].dtype();
+  }
+  if (!mixed) return xs;
+  DType d = xs[0].dtype();
+  for (const Tensor& t : xs) d = promote_types(d, t.dtype());
+  std::vector<Tensor> out;
+  for (const Tensor& t : xs) out.push_back(t.dtype() == d ? t : to(t, d));
+  return out;
+}
+
 }  // namespace
 
-Tensor cat(const std::vector<Tensor>& xs, int64_t axis) {
+Tensor cat(const std::vector<Tensor>& xs_in, int64_t axis) {
+  const std::vector<Tensor> xs = promote_floating(xs_in);
   check_list(xs, opname::cat);
   const Tensor& f = xs[0];
   CF_CHECK(f.dim() > 0, ShapeError, "[cat] cannot concatenate 0-d tensors: ", describe_all(xs),
@@ -89,7 +108,8 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t axis) {
   return out;
 }
 
-Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
+Tensor stack(const std::vector<Tensor>& xs_in, int64_t axis) {
+  const std::vector<Tensor> xs = promote_floating(xs_in);
   check_list(xs, opname::stack);
   const Tensor& f = xs[0];
   const int64_t a = normalize_axis(axis, f.dim() + 1, opname::stack);
@@ -137,6 +157,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
     for (size_t d = 0; d < sizes.size(); ++d) off += start[d] * t.strides()[d];
     return make_view(t, sizes, t.strides(), off);
   };
+  check_fill_value(x.dtype(), value, "pad");
   Tensor out = ops::filled(out_shape, value, x.dtype(), x.device());
   if (numel_of(len) > 0) kernels::copy(region(x, src_start, len), region(out, dst_start, len));
   if (autograd::any_requires_grad({&x})) {

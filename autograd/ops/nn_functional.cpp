@@ -160,7 +160,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   p.label_smoothing = o.label_smoothing;
   Tensor lc = dense(logits), tc = dense(targets);
   Tensor losses = Tensor::empty(want, logits.dtype(), logits.device());
-  Tensor lse = Tensor::empty(want, logits.dtype(), logits.device());
+  // Per sample (max, log sum exp(x - max)) for the backward, kept apart (kernels/cross_entropy);
+  // float32 for 16-bit logits, whose kernels compute in float32.
+  Shape stats_shape = want;
+  stats_shape.push_back(2);
+  Tensor lse = Tensor::empty(stats_shape, is_low_precision(logits.dtype()) ? kFloat32 : logits.dtype(),
+                             logits.device());
   const bool mean = o.reduction == Reduction::Mean;
   // d out / d losses[s] for every non-ignored s: 1, or the mean's scale (on CUDA a
   // device scalar, so that the op never waits for the count of non-ignored samples).

@@ -32,8 +32,11 @@ Tensor randn(const Shape& shape, DType dtype, Generator& gen, double mean, doubl
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, Device device) {
   CF_CHECK(low < high, ValueError, "[randint] needs low < high, got [", low, ", ", high, ")");
-  return draw(shape, kInt64, gen, device,
-              {kernels::RandomKind::Integer, double(low), double(high)});
+  kernels::RandomParams p;
+  p.kind = kernels::RandomKind::Integer;
+  p.low = low;
+  p.span = uint64_t(high) - uint64_t(low);  // modulo 2^64: exact for every low < high
+  return draw(shape, kInt64, gen, device, p);
 }
 
 Tensor bernoulli(const Shape& shape, double p, Generator& gen, Device device) {

@@ -157,8 +157,9 @@ Tensor amax_amin(const Tensor& x, const Axes& axes, bool keepdim, bool is_max) {
   return out;
 }
 
-ValuesIndices max_min(const Tensor& x, int64_t axis, bool keepdim, bool is_max) {
-  const char* name = is_max ? opname::max : opname::min;
+// op_name: the op the user called, for errors (argmax reported them as [max]).
+ValuesIndices max_min(const Tensor& x, int64_t axis, bool keepdim, bool is_max, const char* op_name = nullptr) {
+  const char* name = op_name ? op_name : is_max ? opname::max : opname::min;
   ops::check_defined(x, name, "x");
   CF_CHECK(x.dtype() != kBool, DTypeError, "[", name, "] is not defined for ", x.describe());
   int64_t a = normalize_axis(axis, x.dim(), name);
@@ -187,11 +188,11 @@ ValuesIndices max(const Tensor& x, int64_t axis, bool keepdim) { return max_min(
 ValuesIndices min(const Tensor& x, int64_t axis, bool keepdim) { return max_min(x, axis, keepdim, false); }
 Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
   NoGradGuard ng;
-  return max_min(x, axis, keepdim, true).indices;
+  return max_min(x, axis, keepdim, true, "argmax").indices;
 }
 Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
   NoGradGuard ng;
-  return max_min(x, axis, keepdim, false).indices;
+  return max_min(x, axis, keepdim, false, "argmin").indices;
 }
 
 namespace ops {

@@ -141,8 +141,9 @@ Tensor transpose(const Tensor& x, int64_t a0, int64_t a1) {
   ops::check_defined(x, "transpose", "x");
   std::vector<int64_t> perm(size_t(x.dim()));
   for (size_t i = 0; i < perm.size(); ++i) perm[i] = int64_t(i);
-  std::swap(perm[size_t(normalize_axis(a0, x.dim(), "transpose"))],
-            perm[size_t(normalize_axis(a1, x.dim(), "transpose"))]);
+  const int64_t b0 = normalize_axis(a0, x.dim(), "transpose"), b1 = normalize_axis(a1, x.dim(), "transpose");
+  // A 0-d tensor takes axis 0 or -1, as in PyTorch, and is its own transpose (perm is empty).
+  if (x.dim() > 0) std::swap(perm[size_t(b0)], perm[size_t(b1)]);
   return permute(x, perm);
 }
 
@@ -175,7 +176,7 @@ Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, int64_t 
   if (end < 0) end += n;
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
-  return slice_view(x, a, start, (end - start + step - 1) / step, step);
+  return slice_view(x, a, start, end > start ? (end - start - 1) / step + 1 : 0, step);  // no overflow for any step
 }
 
 Tensor narrow(const Tensor& x, int64_t axis, int64_t start, int64_t length) {
@@ -183,9 +184,9 @@ Tensor narrow(const Tensor& x, int64_t axis, int64_t start, int64_t length) {
   CF_CHECK(x.dim() > 0, ShapeError, "[narrow] cannot narrow a 0-d tensor");
   int64_t a = normalize_axis(axis, x.dim(), "narrow");
   int64_t n = x.shape()[size_t(a)];
-  CF_CHECK(start >= 0 && length >= 0 && start + length <= n, IndexError, "[narrow] range [", start,
-           ", ", start + length, ") is out of bounds for axis ", a, " of size ", n, " in ",
-           x.describe());
+  // length <= n - start, not start + length <= n: that sum overflows for a start near 2^63
+  CF_CHECK(start >= 0 && length >= 0 && start <= n && length <= n - start, IndexError, "[narrow] start ", start,
+           " with length ", length, " is out of bounds for axis ", a, " of size ", n, " in ", x.describe());
   return slice_view(x, a, start, length, 1);
 }
 

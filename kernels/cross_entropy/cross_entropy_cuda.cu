@@ -1,7 +1,8 @@
 // CUDA cross entropy. Semantics and formulas are those of cross_entropy_cpu.cpp
 // (cross_entropy.h states the contract and the (N, C, inner) layout): per sample,
-// the NaN-ignoring maximum, then sum(exp(x - max)) and sum(x) in double, the loss
-// (1 - ls) * (lse - x_t) + ls * (lse - mean_c x_c); ignored samples give zeros.
+// the NaN-ignoring maximum m, then sum(exp(x - m)) and sum(m - x) in double, the loss
+// (1 - ls) * ((m - x_t) + log acc) + ls * (mean_c (m - x_c) + log acc), and the stats [m, log acc]
+// per sample for the backward; ignored samples give zeros.
 //
 // Forward: with inner == 1 a sample's classes are contiguous: one warp per sample
 // (a block when C is large), reads coalesced along the classes. With inner > 1
@@ -51,20 +52,21 @@ __device__ void sample_loss(const G& grp, const T* xi, int64_t inner, int64_t C,
     m = v > m ? v : m;
   }
   m = grp.max(m);
-  double acc = 0, xsum = 0;
+  double acc = 0, gap = 0;  // as the CPU: (max, log sum) kept apart, gap = sum_c (m - x_c) >= 0
   for (int64_t c = lane; c < C; c += W) {
     const double v = double(xi[c * inner]);
     acc += exp(v - m);
-    xsum += v;
+    gap += m - v;
   }
   acc = grp.sum(acc);
-  xsum = grp.sum(xsum);
+  gap = grp.sum(gap);
   if (lane == 0) {
-    const double l = m + ::log(acc);
-    double r = (1.0 - ls) * (l - double(xi[t * inner]));
-    if (ls > 0) r += ls * (l - xsum / double(C));  // mean_c of -log p_c
+    const double la = ::log(acc);
+    double r = (1.0 - ls) * ((m - double(xi[t * inner])) + la);
+    if (ls > 0) r += ls * (gap / double(C) + la);  // mean_c of -log p_c
     *loss = T(r);
-    *lse = T(l);
+    lse[0] = T(m);
+    lse[1] = T(la);
   }
 }
 
@@ -78,13 +80,13 @@ __device__ void forward_samples(const G& grp, int64_t group, int64_t groups, con
     if (t == p.ignore_index || t < 0 || t >= p.classes) {
       if (grp.lane() == 0) {
         lp[s] = T(0);
-        sp[s] = T(0);
+        sp[2 * s] = sp[2 * s + 1] = T(0);
       }
       continue;
     }
     if (grp.lane() == 0) ++count;
     const T* xi = x + (s / p.inner) * p.classes * p.inner + (s % p.inner);
-    sample_loss<T>(grp, xi, p.inner, p.classes, t, p.label_smoothing, lp + s, sp + s);
+    sample_loss<T>(grp, xi, p.inner, p.classes, t, p.label_smoothing, lp + s, sp + 2 * s);
   }
 }
 
@@ -184,8 +186,8 @@ __global__ void backward_kernel(const T* x, const int64_t* tp, const T* sp, cons
       op[e] = T(0);
       continue;
     }
-    const double gs = double(gp[per_sample ? s : 0]) * scale, l = double(sp[s]);
-    double d = exp(double(x[e]) - l) - off;
+    const double gs = double(gp[per_sample ? s : 0]) * scale, m = double(sp[2 * s]), la = double(sp[2 * s + 1]);
+    double d = exp((double(x[e]) - m) - la) - off;
     if (c == t) d -= 1.0 - ls;
     op[e] = T(gs * d);
   }
@@ -209,11 +211,10 @@ void backward_typed(const Tensor& logits, const Tensor& targets, const Tensor& l
 void cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, const CrossEntropyParams& p,
                                 const Tensor& losses, const Tensor& lse, const Tensor& mean_scale) {
   if (is_low_precision(logits.dtype())) {  // float32 logits, one rounding per loss
-    Tensor lf = float32_buffer_for(losses), sf = float32_buffer_for(lse);
+    Tensor lf = float32_buffer_for(losses);  // lse (the stats) is float32 already
     Tensor mf = mean_scale.defined() ? float32_buffer_for(mean_scale) : Tensor();
-    forward_typed<float>(upcast_float32(logits), targets, p, lf, sf, mf);
+    forward_typed<float>(upcast_float32(logits), targets, p, lf, lse, mf);
     downcast_into(lf, losses);
-    downcast_into(sf, lse);
     if (mean_scale.defined()) downcast_into(mf, mean_scale);
     return;
   }
@@ -226,7 +227,7 @@ void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, co
                                  const Tensor& dlogits) {
   if (is_low_precision(logits.dtype())) {
     Tensor df = float32_buffer_for(dlogits);
-    backward_typed<float>(upcast_float32(logits), targets, upcast_float32(lse), upcast_float32(grad), scale, p, df);
+    backward_typed<float>(upcast_float32(logits), targets, lse, upcast_float32(grad), scale, p, df);
     downcast_into(df, dlogits);
     return;
   }

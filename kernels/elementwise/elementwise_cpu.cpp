@@ -3,6 +3,7 @@
 
 #include "kernels/common/loop.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/elementwise/int_math.h"
 
 namespace cf::kernels {
 
@@ -113,8 +114,18 @@ template <typename T>
 void unary_numeric(UnaryOp op, const Tensor& x, const Tensor& out) {
   using C = compute_t<T>;  // float32 registers for bfloat16/float16
   switch (op) {
-    case UnaryOp::Neg: map1<T, T>(x, out, [](C v) { return C(-v); }); break;
-    case UnaryOp::Abs: map1<T, T>(x, out, [](C v) { return v < C(0) ? C(-v) : v; }); break;
+    case UnaryOp::Neg:
+      map1<T, T>(x, out, [](C v) {
+        if constexpr (std::is_integral_v<C>) return int_neg(v);
+        else return C(-v);
+      });
+      break;
+    case UnaryOp::Abs:  // fabs: abs(-0.0) is +0.0 (v < 0 ? -v : v kept the sign of -0.0)
+      map1<T, T>(x, out, [](C v) {
+        if constexpr (std::is_integral_v<C>) return int_abs(v);
+        else return C(std::fabs(v));
+      });
+      break;
     case UnaryOp::Sign: map1<T, T>(x, out, [](C v) { return C((v > C(0)) - (v < C(0))); }); break;
     case UnaryOp::Square: map1<T, T>(x, out, [](C v) { return C(v * v); }); break;
     default: throw DTypeError(str("[", op_name(op), "] expects float32 or float64, got ", x.dtype()));
@@ -179,10 +190,16 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
         for (T v : b.to_vector<T>())
           CF_CHECK(v != 0, ValueError, "[div] integer division by zero");
       }
-      map2<T, T>(a, b, out, [](C x, C y) { return C(x / y); });
+      map2<T, T>(a, b, out, [](C x, C y) {
+        if constexpr (std::is_integral_v<C>) return int_div(x, y);
+        else return C(x / y);
+      });
       break;
     case BinaryOp::Pow:
-      map2<T, T>(a, b, out, [](C x, C y) { return C(std::pow(x, y)); });
+      map2<T, T>(a, b, out, [](C x, C y) {
+        if constexpr (std::is_integral_v<C>) return int_pow(x, y);
+        else return C(std::pow(x, y));
+      });
       break;
     // A NaN on either side wins, as in PyTorch and NumPy.
     case BinaryOp::Maximum: map2<T, T>(a, b, out, [](C x, C y) { return x >= y || is_nan(x) ? x : y; }); break;

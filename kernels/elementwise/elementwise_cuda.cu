@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/elementwise/int_math.h"
 #include "kernels/elementwise/elementwise.h"
 
 namespace cf::kernels {
@@ -64,8 +65,14 @@ template <UnaryOp OP, typename T>
 struct UnaryFn {
   T a, b;  // UnaryParams cast to T on the host, as unary_float does
   __device__ __forceinline__ T operator()(T v) const {
-    if constexpr (OP == UnaryOp::Neg) return T(-v);
-    if constexpr (OP == UnaryOp::Abs) return v < T(0) ? T(-v) : v;
+    if constexpr (OP == UnaryOp::Neg) {
+      if constexpr (std::is_integral_v<T>) return int_neg(v);
+      else return T(-v);
+    }
+    if constexpr (OP == UnaryOp::Abs) {  // as the CPU: fabs keeps abs(-0.0) = +0.0
+      if constexpr (std::is_integral_v<T>) return int_abs(v);
+      else return T(fabs(v));
+    }
     if constexpr (OP == UnaryOp::Sign) return T((v > T(0)) - (v < T(0)));
     if constexpr (OP == UnaryOp::Square) return T(v * v);
     if constexpr (std::is_floating_point_v<T>) {
@@ -119,20 +126,14 @@ struct BinaryFn {
     if constexpr (OP == BinaryOp::Mul) return T(x * y);
     if constexpr (OP == BinaryOp::Div) {
       if constexpr (std::is_integral_v<T>) {
-        return y == T(0) ? T(0) : T(x / y);  // a zero divisor fails the deferred check
+        return y == T(0) ? T(0) : T(int_div(x, y));  // a zero divisor fails the deferred check
       } else {
         return T(x / y);
       }
     }
     if constexpr (OP == BinaryOp::Pow) {
       if constexpr (std::is_same_v<T, int64_t>) {
-        // The CPU computes T(std::pow(double(x), double(y))) with glibc's pow,
-        // exact for integer results below 2^53. CUDA's pow may be an ulp off, so
-        // a result that is mathematically an integer (y >= 0) is rounded to it
-        // before the truncating cast; y < 0 gives |x^y| < 1 (or exactly +-1).
-        double r = pow(double(x), double(y));
-        if (y >= 0 && fabs(r) < 9007199254740992.0) r = rint(r);
-        return T(r);
+        return int_pow(x, y);  // exact, as on the CPU
       } else {
         return m_pow(x, y);
       }

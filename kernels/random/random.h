@@ -11,7 +11,11 @@ namespace cf::kernels {
 enum class RandomKind { Uniform, Normal, Integer, Bernoulli };
 struct RandomParams {
   RandomKind kind = RandomKind::Uniform;
-  double a = 0, b = 1;  // uniform [a, b); normal mean a, std b; integer [a, b); bernoulli p = a
+  double a = 0, b = 1;  // uniform [a, b); normal mean a, std b; bernoulli p = a
+  // integer: [low, low + span), exact over all of int64 (doubles hold 53 bits: 2^60 and 2^60 + 3
+  // were one double, a zero span, and % by it raised SIGFPE); span = high - low as unsigned, > 0
+  int64_t low = 0;
+  uint64_t span = 1;
   uint64_t seed = 0, counter0 = 0;
 };
 

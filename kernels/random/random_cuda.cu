@@ -36,7 +36,7 @@ __global__ void random_kernel(T* out, int64_t n, double a, double b, int64_t ia,
       out[i] = T(__dadd_rn(a, __dmul_rn(b, philox_normal(r))));
     } else if constexpr (K == RandomKind::Integer) {
       const uint64_t bits = (uint64_t(r.v[0]) << 32) | r.v[1];
-      out[i] = T(ia + int64_t(bits % span));
+      out[i] = T(int64_t(uint64_t(ia) + bits % span));
     } else {
       out[i] = T(philox_uniform_d(r) < a);
     }
@@ -48,8 +48,8 @@ void fill_typed(const Tensor& out, const RandomParams& p) {
   const int64_t n = out.numel();
   if (n == 0) return;
   T* o = cu::ptr<T>(out);
-  const int64_t ia = int64_t(p.a);
-  const uint64_t span = uint64_t(int64_t(p.b) - ia);  // as random_cpu.cpp
+  const int64_t ia = p.low;
+  const uint64_t span = p.span;  // as random_cpu.cpp
   cu::use_device_of(out, "random");
   const unsigned g = cu::grid_for(n);
   switch (p.kind) {

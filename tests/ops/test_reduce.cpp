@@ -200,7 +200,7 @@ TEST_CASE("reduce bad input") {
   CHECK_THROWS_MSG(max(Tensor::zeros({0, 3}), 0), ShapeError, "[max]", "empty", "(0,3)");
   CHECK_THROWS_MSG(amax(Tensor::from_vector(std::vector<bool>{true}, {1})), DTypeError, "[amax]", "bool");
   CHECK_THROWS_MSG(logsumexp(x, {5}), IndexError, "[logsumexp]", "axis 5");
-  CHECK_THROWS_MSG(argmax(x, 3), IndexError, "[max]", "axis 3");
+  CHECK_THROWS_MSG(argmax(x, 3), IndexError, "[argmax]", "axis 3");
   CHECK_THROWS_MSG(sum_to(x, {3, 3}), ShapeError, "[sum_to]", "(2,3)", "(3,3)");
   CHECK_THROWS_MSG(sum(Tensor()), ValueError, "[sum]", "undefined");
   CHECK_THROWS_MSG(var(x, {0}, -1), ValueError, "[var] correction must be >= 0, got -1");
