@@ -13,7 +13,8 @@ namespace cf::autograd {
 // accumulated into `leaf` (leaf.grad() holds the new total), once per backward
 // that reaches it. `leaf` must be a leaf that requires grad. Returns an id for
 // remove_grad_hook. Hooks run in registration order; an exception from a hook
-// ends the backward with it.
+// ends the backward with it. A hook whose leaf has died is dropped (with what its closure
+// holds) at the next registration.
 int64_t add_grad_accumulated_hook(const Tensor& leaf, std::function<void(const Tensor&)> f);
 void remove_grad_hook(int64_t id);
 

@@ -4,6 +4,7 @@
 #include <limits>
 #include <set>
 
+#include "autograd/ops/elementwise.h"
 #include "core/serialization.h"
 
 namespace cf {
@@ -52,16 +53,21 @@ void add_prefixed(std::vector<std::pair<std::string, Tensor>>& out, const StateD
 }
 
 template <typename T>
-int64_t count_non_finite_of(const Tensor& t) {
-  const T* p = t.data<T>();  // load_safetensors gives contiguous CPU tensors
+int64_t count_nan_of(const Tensor& t) {
+  const Tensor c = contiguous(t);
+  const T* p = c.data<T>();
   int64_t bad = 0;
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) bad += std::isfinite(p[i]) ? 0 : 1;
+  for (int64_t i = 0, n = c.numel(); i < n; ++i) bad += std::isnan(p[i]) ? 1 : 0;
   return bad;
 }
 
-int64_t count_non_finite(const Tensor& t) {
-  if (t.dtype() == kFloat32) return count_non_finite_of<float>(t);
-  if (t.dtype() == kFloat64) return count_non_finite_of<double>(t);
+// NaN marks a diverged run: such weights give chance-level results, or a later "non-finite
+// loss" that does not name the file. Infinities are legitimate (a buffer of -inf mask
+// entries), so they are kept. Every float dtype is checked (16-bit ones were not).
+int64_t count_nan(const Tensor& t) {
+  if (t.dtype() == kFloat32) return count_nan_of<float>(t);
+  if (t.dtype() == kFloat64) return count_nan_of<double>(t);
+  if (is_low_precision(t.dtype())) return count_nan_of<float>(to(t, kFloat32));
   return 0;
 }
 
@@ -74,6 +80,13 @@ void save_checkpoint(const std::string& path, const TrainingCheckpoint& ckpt) {
   add_prefixed(tensors, ckpt.model, "model.", path, "model");
   add_prefixed(tensors, ckpt.optimizer, "optim.", path, "optimizer");
   add_prefixed(tensors, ckpt.scaler, "scaler.", path, "scaler");
+  // Refused before anything is written, so the last good checkpoint at `path` stays (a diverged
+  // run used to replace it with a file that load_checkpoint then refused).
+  for (const auto& [n, t] : tensors) {
+    const int64_t bad = t.defined() && t.device().is_cpu() ? count_nan(t) : 0;
+    CF_CHECK(bad == 0, ValueError, "[save_checkpoint] ", path, ": tensor '", n, "' ", t.describe(), " holds ", bad,
+             " NaN value(s): the run diverged; nothing was written (a file already at that path is unchanged)");
+  }
 
   std::map<std::string, std::string> meta;
   meta[kFormatKey] = kFormatValue;
@@ -141,10 +154,10 @@ TrainingCheckpoint load_checkpoint(const std::string& path) {
     const std::string& n = e.first;
     // A diverged run's weights: resuming or evaluating them gives chance-level
     // results or a later "non-finite loss" that does not name this file.
-    const int64_t bad = count_non_finite(e.second);
+    const int64_t bad = count_nan(e.second);
     if (bad > 0)
       throw fail("tensor '", n, "' ", e.second.describe(), " holds ", bad,
-                 " non-finite value(s) (NaN or inf): the run that saved it diverged");
+                 " NaN value(s): the run that saved it diverged");
     if (n.compare(0, 6, "model.") == 0 && n.size() > 6)
       ck.model.emplace_back(n.substr(6), std::move(e.second));
     else if (n.compare(0, 6, "optim.") == 0 && n.size() > 6)

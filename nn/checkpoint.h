@@ -48,14 +48,16 @@ constexpr int kCheckpointFormatVersion = 1;
 
 // Write atomically to `path`. Tensors must be on the CPU (DeviceError); names
 // within model / optimizer must be unique and non-empty (ValueError); generator
-// names must be unique and non-empty (ValueError). IOError when writing fails;
-// an existing file at `path` then stays as it was.
+// names must be unique and non-empty (ValueError); a float tensor holding NaN (a diverged run)
+// is a ValueError before anything is written. IOError when writing fails; an existing file at
+// `path` then stays as it was.
 void save_checkpoint(const std::string& path, const TrainingCheckpoint& ckpt);
 
 // Read a checkpoint written by save_checkpoint. Corrupt files give the
 // "[load_safetensors] <path>: ..." IOError; a safetensors file that is not a cf
 // checkpoint, or of a newer format version, or with malformed cf metadata gives
-// an IOError starting "[load_checkpoint] <path>:", as does a float tensor holding NaN or inf (the weights of a diverged run). Entries keep
+// an IOError starting "[load_checkpoint] <path>:", as does a float tensor holding NaN (the weights of a diverged run;
+// infinities are kept: a mask buffer holds -inf). Entries keep
 // the saved order.
 TrainingCheckpoint load_checkpoint(const std::string& path);
 

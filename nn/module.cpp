@@ -44,14 +44,36 @@ void Module::register_buffer(const std::string& name, Tensor* slot, bool persist
   buffers_.push_back({name, slot, persistent});
 }
 
+void Module::keep_float32_under_16bit(const Tensor* slot) {
+  CF_CHECK(std::any_of(buffers_.begin(), buffers_.end(), [&](const Slot& b) { return b.tensor == slot; }), ValueError,
+           "[Module] keep_float32_under_16bit: the slot is not a registered buffer of this module");
+  float32_buffers_.push_back(slot);
+}
+
 void Module::register_module_impl(const std::string& name, std::shared_ptr<Module> module) {
   check_new_name(name, "submodule");
   CF_CHECK(module != nullptr, ValueError, "[Module] submodule '", name, "' is null");
+  check_no_cycle(name, *module);
   children_.emplace_back(name, std::move(module));
+}
+
+bool Module::reaches(const Module* target) const {
+  if (this == target) return true;
+  for (const auto& c : children_)
+    if (c.second->reaches(target)) return true;
+  return false;
+}
+
+void Module::check_no_cycle(const std::string& name, const Module& child) const {
+  // Every walk (parameters, state_dict, train, to) recursed without end on a cycle until the stack
+  // overflowed; trees stay acyclic because each insertion is checked.
+  CF_CHECK(!child.reaches(this), ValueError, "[Module] adding submodule '", name,
+           "' would make a cycle: it is this module or contains it");
 }
 
 void Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {
   CF_CHECK(module != nullptr, ValueError, "[Module] replacement for submodule '", name, "' is null");
+  check_no_cycle(name, *module);
   for (auto& c : children_)
     if (c.first == name) {
       c.second = std::move(module);
@@ -130,6 +152,15 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   return out;
 }
 
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_submodules() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  for (const auto& c : children_) {
+    out.emplace_back(c.first, c.second);
+    for (auto& sub : c.second->named_submodules()) out.emplace_back(c.first + "." + sub.first, sub.second);
+  }
+  return out;
+}
+
 int64_t Module::num_parameters() const {
   int64_t n = 0;
   for (auto& e : named_parameters()) n += e.second.numel();
@@ -194,6 +225,7 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
   // Everything checked first, so a failed load changes nothing.
   NoGradGuard ng;
   for (auto& c : copies) copy_from_any_device(*c.first, *c.second);  // converts dtype if they differ
+  for (auto& m : named_modules()) m.second->on_state_loaded();
 }
 
 void Module::train(bool on) {
@@ -203,8 +235,10 @@ void Module::train(bool on) {
 
 // Replaces each distinct tensor by f(it) in all its slots (f returns an undefined
 // tensor to keep one), so aliases (a shared submodule) stay aliases.
-void Module::convert(const std::function<Tensor(const Tensor&)>& f) {
+void Module::convert(const std::function<Tensor(const Tensor&, bool)>& f) {
   NoGradGuard ng;
+  std::vector<const Tensor*> keep32;
+  for (auto& m : named_modules()) keep32.insert(keep32.end(), m.second->float32_buffers_.begin(), m.second->float32_buffers_.end());
   // Each tensor keeps its identity and takes the converted data (PyTorch's module.to assigns
   // param.data): every handle to a parameter sees the move, an optimizer built before it among
   // them, which used to go on stepping the old tensors while the model trained the new ones.
@@ -212,14 +246,17 @@ void Module::convert(const std::function<Tensor(const Tensor&)>& f) {
   for (bool params : {true, false})
     for (auto& d : distinct(params)) {
       const Tensor& t = *d.slots[0];
-      Tensor v = f(t);
+      const bool keeps_float32 = !params && std::any_of(d.slots.begin(), d.slots.end(), [&](const Tensor* slot) {
+        return std::find(keep32.begin(), keep32.end(), slot) != keep32.end();
+      });
+      Tensor v = f(t, keeps_float32);
       if (!v.defined()) continue;
       if (!t.is_leaf()) {  // a buffer holding a result with history: its node describes the old data
         for (Tensor* slot : d.slots) *slot = v;
         continue;
       }
       const Tensor g = t.grad();
-      const Tensor gv = g.defined() ? f(g) : Tensor();
+      const Tensor gv = g.defined() ? f(g, keeps_float32) : Tensor();
       t.set_data(v);
       if (gv.defined()) t.set_grad(gv);
     }
@@ -228,12 +265,15 @@ void Module::convert(const std::function<Tensor(const Tensor&)>& f) {
 void Module::to(DType dtype) {
   CF_CHECK(is_floating(dtype), DTypeError, "[Module::to] parameters can only be floating (float32, float64, bfloat16, float16), got ",
            dtype);
-  convert([&](const Tensor& t) { return !is_floating(t.dtype()) || t.dtype() == dtype ? Tensor() : cf::to(t, dtype); });
+  convert([&](const Tensor& t, bool keeps_float32) {
+    const DType want = keeps_float32 && is_low_precision(dtype) ? kFloat32 : dtype;
+    return !is_floating(t.dtype()) || t.dtype() == want ? Tensor() : cf::to(t, want);
+  });
 }
 
 void Module::to(Device device) {
   cuda::check_device(device, "Module::to");
-  convert([&](const Tensor& t) { return t.device() == device ? Tensor() : cf::to(t, device); });
+  convert([&](const Tensor& t, bool) { return t.device() == device ? Tensor() : cf::to(t, device); });
 }
 
 void Module::replace(bool params, const std::vector<Tensor>& values, const char* op) {

@@ -36,6 +36,9 @@ class Module {
   StateDict named_buffers() const;  // persistent and non-persistent
   std::vector<std::string> persistent_buffer_names() const;  // those of named_buffers() in the state dict
   std::vector<std::pair<std::string, Module*>> named_modules();  // this one first, as ""
+  // Those below this one, in named_modules() order, owned: a handle stays valid after the module
+  // replaces the submodule (set_attention), as the Python binding needs.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_submodules() const;
   int64_t num_parameters() const;  // number of scalar parameters
 
   // ---- state dict: parameters, then persistent buffers, of each module before
@@ -46,6 +49,10 @@ class Module {
   // missing, unexpected and wrongly shaped entries are all listed in one error.
   // Non-strict: missing and unexpected entries are ignored, shapes still checked.
   void load_state_dict(const StateDict& dict, bool strict = true);
+  // Called on every module of the tree after load_state_dict copied the values: state that is not
+  // in the state dict can be made to agree with what is (a memory bank whose FIFO is not saved
+  // restarts it empty). Nothing by default.
+  virtual void on_state_loaded() {}
 
   // ---- mode and placement ----
   virtual void train(bool on = true);
@@ -76,6 +83,11 @@ class Module {
   // A defined parameter is made a leaf that requires grad.
   void register_parameter(const std::string& name, Tensor* slot);
   void register_buffer(const std::string& name, Tensor* slot, bool persistent = true);
+  // A registered float buffer of running statistics that small updates must reach (routing's EMA
+  // centroids, a memory bank's states and centroids): to(bfloat16 / float16) makes it float32
+  // instead, as optimizers keep float32 masters of 16-bit parameters (an EMA step of 1e-3 is
+  // below bfloat16's precision near 1). Its users convert it to their inputs' dtype.
+  void keep_float32_under_16bit(const Tensor* slot);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     register_module_impl(name, module);
@@ -94,14 +106,18 @@ class Module {
   struct Distinct;
   std::vector<Distinct> distinct(bool params) const;
   void replace(bool params, const std::vector<Tensor>& values, const char* op);
-  void convert(const std::function<Tensor(const Tensor&)>& f);
+  // f(tensor, keeps_float32): the converted tensor, or undefined to leave it.
+  void convert(const std::function<Tensor(const Tensor&, bool)>& f);
   void check_new_name(const std::string& name, const char* what) const;
+  bool reaches(const Module* target) const;  // target is this module or one below it
+  void check_no_cycle(const std::string& name, const Module& child) const;
   void register_module_impl(const std::string& name, std::shared_ptr<Module> module);
   template <class F>
   void visit(const std::string& prefix, F&& f) const;
 
   std::vector<Slot> params_;
   std::vector<Slot> buffers_;
+  std::vector<const Tensor*> float32_buffers_;  // keep_float32_under_16bit
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

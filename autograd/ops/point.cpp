@@ -34,8 +34,10 @@ Tensor group_max(const Tensor& src, const Tensor& group, int64_t groups) {
   ops::check_defined(src, op, "src");
   ops::check_defined(group, op, "group");
   ops::check_same_device(op, {&src, &group});
-  CF_CHECK(src.dtype() == kFloat32 || src.dtype() == kFloat64, DTypeError, "[", op,
-           "] src must be float32 or float64, got ", src.describe());
+  CF_CHECK(is_floating(src.dtype()), DTypeError, "[", op, "] src must be a float tensor, got ", src.describe());
+  // 16-bit src (cf-pointcloud --precision bf16): the maxima of a float32 copy are its own
+  // elements, so rounding them back is exact.
+  if (is_low_precision(src.dtype())) return to(group_max(to(src.detach(), kFloat32), group, groups), src.dtype());
   CF_CHECK(group.dtype() == kInt64 && group.shape() == src.shape() && src.dim() >= 1, ShapeError, "[", op,
            "] group must be int64 of src's shape (..., E), got src ", src.describe(), ", group ", group.describe());
   CF_CHECK(groups >= 1, ValueError, "[", op, "] groups must be >= 1, got ", groups);

@@ -9,7 +9,11 @@
 // separate learned value function V_l(x_i, u_j) = W_o^l W_v^l x_i.
 // KNN approximation (section 2.2, "KNN Approximation"): centroid j sums only over
 // its K nearest inputs under d(x_i, u_j) = ||x_i - u_j||_2; the normalisation then
-// runs over the pairs the KNN graph keeps (the paper's "KNN masks").
+// runs over the pairs the KNN graph keeps (the paper's "KNN masks"). This is our reading:
+// eq. 4 as written normalises over all M centroids, and a mask applied after that
+// normalisation gives other weights (O(1) apart on random inputs). Masking before the
+// softmax is what "KNN masks" means for attention elsewhere, and it keeps each input's
+// weights a distribution over the centroids it is kept for.
 //
 // Not in the (q, k, v) -> same-length Attention interface (nn/attention/attention.h):
 // its output has M rows, and its queries are centroids it builds itself. It is

@@ -69,8 +69,11 @@ Tensor ClusterFormerAttention::assign(const Tensor& x, const Tensor& mask) const
   // A zero state has no direction (its cosine is undefined; padding rows are often
   // zero): it is given centroid 0's direction, so it joins cluster 0 (ties go to
   // the lower id), and every other row keeps its exact assignment.
-  Tensor centroids = cf::to(bank->centroids, x.dtype());
-  Tensor flat = reshape(x.detach(), {b * n, d});
+  // A 16-bit layer input (a model converted with to(bfloat16)) is assigned in float32, the bank's dtype:
+  // the K-Means engine has no 16-bit path, and the argmax of eq. 5 needs no more than float32.
+  const Tensor xs = is_low_precision(x.dtype()) ? cf::to(x.detach(), kFloat32) : x.detach();
+  Tensor centroids = cf::to(bank->centroids, xs.dtype());
+  Tensor flat = reshape(xs, {b * n, d});
   flat = contiguous(where(eq(sum(square(flat), {1}, true), 0.0), narrow(centroids, 0, 0, 1), flat));
   Tensor ids = reshape(kmeans_assign(flat, centroids, KMeansMetric::cosine), {b, n});
   if (mask.defined()) ids = where(mask, Tensor::full({b, n}, double(p), kInt64, ids.device()), ids);

@@ -28,6 +28,8 @@ class MultiHeadAttention : public Module {
   int64_t d_model() const { return d_model_; }
   int64_t n_heads() const { return n_heads_; }
   Attention& attention() const { return *attention_; }
+  // Shared ownership: stays valid after set_attention replaces it.
+  std::shared_ptr<Attention> attention_ptr() const { return attention_; }
   // Switch the attention variant, keeping the projections (variants without
   // parameters of their own then share every weight: a model trained with one
   // variant is evaluated with another). The new variant takes this layer's

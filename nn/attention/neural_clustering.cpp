@@ -208,6 +208,11 @@ Tensor NeuralClusteringAttention::cluster(const AttentionArgs& a) {
   CF_CHECK(c.defined(), ValueError, "[", who, "] layer ", chain_index_,
            " of a centroid chain ran before layer ", chain_index_ - 1,
            " in this forward pass: it clusters with that layer's updated centroids (eq. 3)");
+  // A model converted to 16 bits, under autocast: the float32 island reads C and W^C widened
+  // (differentiable casts, so their 16-bit parameters get gradients); they were refused.
+  Tensor wc = w_c;
+  if (is_low_precision(c.dtype()) && !is_low_precision(a.q.dtype())) c = cf::to(c, a.q.dtype());
+  if (wc.defined() && is_low_precision(wc.dtype()) && !is_low_precision(a.q.dtype())) wc = cf::to(wc, a.q.dtype());
   CF_CHECK(c.dtype() == a.q.dtype() && (c.dim() == 2 || c.shape()[0] == B), ShapeError, "[", who,
            "] centroids ", c.describe(), " do not fit this batch (B = ", B, ", ", a.q.dtype(), ")");
   // Hand C^ to the next layer; the last one clears it (no graph kept between passes).
@@ -225,7 +230,7 @@ Tensor NeuralClusteringAttention::cluster(const AttentionArgs& a) {
   // See NeuralClusteringOptions::losses_reach_input: by default U, C^, L1 and L2
   // see X as a constant, so the unbounded losses move only C and W^C.
   Tensor xin = options_.losses_reach_input ? a.query_input : a.query_input.detach();
-  NeuralClusteringResult r = neural_clustering(xin, c, w_c, a.key_padding_mask, options_.tie_order);
+  NeuralClusteringResult r = neural_clustering(xin, c, wc, a.key_padding_mask, options_.tie_order);
   hand_over(r.c_hat);
   if (a.aux) {
     a.aux->add(kClusteringLossName, clustering_loss(xin, r.c_hat, r.index, a.key_padding_mask, options_.loss_form));

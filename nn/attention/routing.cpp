@@ -140,6 +140,7 @@ RoutingAttention::RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_
   centroids_ = l2_normalize(randn({n_heads - local_heads, n_clusters, head_dim}, kFloat32,
                                   seed >= 0 ? seeded : (gen ? *gen : default_generator())));
   register_buffer("centroids", &centroids_);
+  keep_float32_under_16bit(&centroids_);  // the EMA of section 4.1 moves them by (1 - decay) / 2 per step
 }
 
 std::shared_ptr<Attention> RoutingAttention::create(const AttentionSpec& spec) {

@@ -67,6 +67,9 @@ MemoryBank::MemoryBank(const MemoryBankOptions& o, Generator& gen) : options_(o)
   register_buffer("memory", &memory, o.save_memory);
   register_buffer("centroids", &centroids);
   register_buffer("counters", &counters);
+  // K-Means runs in float32 or float64 and the FIFO feeds it: a 16-bit model keeps them float32.
+  keep_float32_under_16bit(&memory);
+  keep_float32_under_16bit(&centroids);
 }
 
 // The counters live wherever the module was moved; the bookkeeping reads them
@@ -82,6 +85,14 @@ void store_counters(Tensor& counters, const std::vector<int64_t>& c) {
   counters.bump_version();
 }
 }  // namespace
+
+void MemoryBank::on_state_loaded() {
+  if (options_.save_memory) return;
+  std::vector<int64_t> c = counters.to_vector<int64_t>();
+  c[kSize] = 0;
+  c[kNext] = 0;
+  store_counters(counters, c);
+}
 
 void MemoryBank::add(const Tensor& states, const Tensor& mask) {
   const int64_t d = options_.dim;

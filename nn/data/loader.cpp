@@ -126,7 +126,22 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
 
 DataLoader::~DataLoader() { stop(); }
 
+class DataLoader::ConsumerGuard {
+ public:
+  ConsumerGuard(DataLoader& l, const char* op) : flag_(l.consuming_) {
+    CF_CHECK(!flag_.exchange(true), ValueError, "[", op, "] another thread is inside this DataLoader: a loader is one "
+             "stream of batches; give each thread its own DataLoader (or take batches under a lock)");
+  }
+  ~ConsumerGuard() { flag_.store(false); }
+  ConsumerGuard(const ConsumerGuard&) = delete;
+  ConsumerGuard& operator=(const ConsumerGuard&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
 void DataLoader::set_state(const LoaderState& s) {
+  ConsumerGuard consumer(*this, "DataLoader::set_state");
   CF_CHECK(s.epoch >= 0 && s.epoch < (int64_t(1) << 31), ValueError,
            "[DataLoader::set_state] epoch ", s.epoch, " is outside [0, 2^31)");
   CF_CHECK(s.batch >= 0 && s.batch <= num_batches_, ValueError, "[DataLoader::set_state] batch ",
@@ -238,6 +253,7 @@ void DataLoader::start_worker() {
 }
 
 bool DataLoader::next(Batch& out) {
+  ConsumerGuard consumer(*this, "DataLoader::next");
   if (state_.batch >= num_batches_) {
     stop();
     CF_CHECK(state_.epoch + 1 < (int64_t(1) << 31), ValueError, "[DataLoader::next] epoch ",

@@ -36,6 +36,7 @@
 // examples (at most W - 1), so the last global batch splits evenly. The state
 // {epoch, batch} counts global batches: it is the same on every rank and means the
 // same position for any W, so a run resumes on any world size that divides G.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -160,6 +161,12 @@ class DataLoader {
   Batch make_batch(const std::vector<int64_t>& order, int64_t b) const;
   void start_worker();
   void worker_main(int64_t start, std::shared_ptr<const std::vector<int64_t>> order);
+
+  // The consumer side (next, set_state) is one stream: a second thread entering it while
+  // another is inside gets a ValueError (two threads sharing a prefetching loader raced on its
+  // state; one failed with an internal-sounding error, the other waited forever).
+  class ConsumerGuard;
+  std::atomic<bool> consuming_{false};
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions opt_;

@@ -88,13 +88,13 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int6
 }
 
 Tensor SinusoidalPositionalEncoding::current_table() {
-  if (table.dtype() == kFloat64 && exact64_.lock() != table.impl_shared()) {
+  if (table.dtype() == kFloat64 && exact64_.lock() != table.impl_ptr()->storage) {
     // Module::to(kFloat64) widened the float32 table, whose values are float32's (3e-8 off): fill
     // the float64 sinusoids once (on the host, then to the table's device; no device read).
     Tensor t = table_for("SinusoidalPositionalEncoding", max_len_, dim_, kFloat64);
     fill_sinusoids(t.data<double>(), max_len_, dim_);
-    table = t.device() == table.device() ? t : t.to(table.device());
-    exact64_ = table.impl_shared();
+    table.set_data(t.device() == table.device() ? t : t.to(table.device()));
+    exact64_ = table.impl_ptr()->storage;
   }
   return table;
 }

@@ -31,8 +31,9 @@ class SinusoidalPositionalEncoding : public PositionalEncoding {
  private:
   int64_t max_len_, dim_;
   Tensor current_table();
-  // The float64 table forward filled exactly (a weak reference: a table replaced since is refilled).
-  std::weak_ptr<TensorImpl> exact64_;
+  // The storage of the float64 table forward filled exactly (a weak reference: a table converted
+  // since, which Module::to does in place with new storage, is refilled).
+  std::weak_ptr<Storage> exact64_;
 };
 
 // x + P[:N] with a learned table P ~ N(0, 0.02^2).

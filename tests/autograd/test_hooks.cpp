@@ -42,6 +42,22 @@ TEST_CASE("hooks: a grad-accumulated hook sees the new total, once per backward,
   CHECK(seen.empty());
 }
 
+TEST_CASE("hooks: a hook whose leaf died is dropped with its closure at the next registration") {
+  // the table held every closure (and what it captured) until remove_grad_hook: a leak
+  auto captured = std::make_shared<int>(0);
+  {
+    Tensor x = leaf64({2}, 3);
+    autograd::add_grad_accumulated_hook(x, [captured](const Tensor&) { ++*captured; });
+    sum(x * 2.0).backward();
+  }
+  CHECK(*captured == 1);
+  CHECK(captured.use_count() == 2);  // the dead leaf's hook still holds it
+  Tensor y = leaf64({2}, 4);
+  const int64_t id = autograd::add_grad_accumulated_hook(y, [](const Tensor&) {});
+  CHECK(captured.use_count() == 1);
+  autograd::remove_grad_hook(id);
+}
+
 TEST_CASE("hooks: bad input") {
   Tensor x = leaf64({2}, 1);
   Tensor y = mul(x, 2.0);

@@ -213,6 +213,30 @@ TEST_CASE("sliding-window layer bad inputs name the layer and the shapes") {
 
 // ---------------- memory bank ----------------
 
+TEST_CASE("memory bank with save_memory false: a resumed bank restarts its FIFO empty and keeps clustering") {
+  // Its counters were loaded while its memory was not: it claimed 30 zero rows, and the next
+  // update's cosine K-Means refused them.
+  nn::MemoryBankOptions o = bank_options(8, 4, 100, 2);
+  o.save_memory = false;
+  Generator g(0);
+  nn::MemoryBank bank(o, g);
+  bank.add(randn({30, 8}, kFloat32, g));
+  bank.step();
+  CHECK(bank.step());
+  const nn::StateDict saved = bank.state_dict();
+  for (auto& e : saved) CHECK(e.first != "memory");
+  nn::MemoryBank fresh(o, g);
+  fresh.load_state_dict(saved);
+  CHECK(fresh.size() == 0);
+  CHECK(fresh.steps() == 2);
+  CHECK(fresh.updates() == 1);
+  CHECK(values(fresh.centroids) == values(bank.centroids));
+  fresh.add(randn({6, 8}, kFloat32, g));
+  CHECK(fresh.size() == 6);
+  fresh.step();
+  CHECK(fresh.step());  // K-Means on the 6 rows gathered since the resume
+}
+
 TEST_CASE("memory bank: FIFO keeps the newest capacity vectors in order and skips padding") {
   nn::MemoryBank bank(bank_options(2, 2, 5, 100));
   auto rows = [](double start, int64_t n) {

@@ -224,6 +224,32 @@ TEST_CASE("data: mismatched examples give errors naming indices and shapes") {
   CHECK_THROWS_MSG(collate({{Tensor(), Tensor()}}, {}), ValueError, "[collate]", "example 0 has no input");
 }
 
+TEST_CASE("data: a loader entered by a second consumer while one is inside refuses it (no race, no hang)") {
+  // Two threads sharing a prefetching loader raced on its state: one got an internal-sounding
+  // error and the other waited forever. Here the dataset itself re-enters the loader.
+  DataLoader* self = nullptr;
+  std::string seen;
+  auto ds = std::make_shared<FnDataset>(4, [&](int64_t i) {
+    if (i == 0 && self) {
+      Batch b;
+      try {
+        self->next(b);
+      } catch (const ValueError& e) {
+        seen = e.what();
+      }
+    }
+    return Example{Tensor::scalar(double(i)), Tensor()};
+  });
+  DataLoaderOptions o;
+  o.batch_size = 2;
+  DataLoader loader(ds, o);
+  self = &loader;
+  Batch b;
+  CHECK(loader.next(b));
+  CHECK(seen.find("[DataLoader::next] another thread is inside this DataLoader") != std::string::npos);
+  CHECK(loader.next(b));  // the guard was released
+}
+
 TEST_CASE("data: bad options and states are refused") {
   auto ds = std::make_shared<SequenceDataset>(make_seqs(5));
   DataLoaderOptions o;

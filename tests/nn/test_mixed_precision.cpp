@@ -423,6 +423,48 @@ TEST_CASE("autocast: full attention (the fused kernel, float32 until it has a 16
   }
 }
 
+TEST_CASE("a layer converted to 16 bits trains under autocast with every variant - EMA centroids and banks stay float32") {
+  // Module::to(bfloat16) made routing's EMA centroids and a memory bank's FIFO 16-bit: routing
+  // refused its float32 island's q, K-Means refused the bank, and neural clustering's island
+  // refused its 16-bit C and W^C.
+  const int64_t B = 2, H = 2, N = 16, D = 4;
+  for (const std::string& type : nn::attention_types()) {
+    for (DType dt : {kBFloat16, kFloat16}) {
+      const std::string what = type + " " + dtype_name(dt);
+      INFO(what);
+      nn::AttentionSpec spec = small_attention_spec(type, H * D, H);
+      auto m = std::make_shared<nn::MultiHeadAttention>(H * D, H, nn::make_attention(spec));
+      m->to(dt);
+      for (auto& [name, b] : m->named_buffers())
+        if (name.find("centroids") != std::string::npos || name.find("memory") != std::string::npos)
+          CHECK(b.dtype() == kFloat32);
+      for (auto& [name, p] : m->named_parameters()) CHECK(p.dtype() == dt);
+      m->train();
+      Tensor x = rnd({B, N, H * D}, 5, dt);
+      Tensor y;
+      {
+        AutocastGuard guard(dt);
+        y = m->forward(x, x, x);
+      }
+      sum(to(y, kFloat32)).backward();
+      for (auto& [name, p] : m->named_parameters())
+        if (name.find("centroids") == std::string::npos && name.find("w_c") == std::string::npos)
+          CHECK(p.grad().defined());
+    }
+  }
+  nn::MemoryBankOptions o;
+  o.dim = 4;
+  o.num_clusters = 2;
+  o.capacity = 64;
+  o.update_every = 1;
+  nn::MemoryBank bank(o);
+  bank.to(kBFloat16);
+  CHECK(bank.memory.dtype() == kFloat32);
+  bank.add(rnd({20, 4}, 6, kBFloat16));
+  CHECK(bank.step());  // K-Means on the float32 FIFO
+  CHECK(bank.centroids.dtype() == kFloat32);
+}
+
 TEST_CASE("autocast: every registered attention variant takes 16-bit q, k, v and equals its float32 run") {
   // Issue 26. Under autocast a variant gets what 16-bit projections give it: bfloat16 / float16
   // q, k, v (neural clustering also a float32 layer input). On the CPU none has 16-bit kernels

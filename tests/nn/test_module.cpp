@@ -233,6 +233,24 @@ TEST_CASE("to(bfloat16) after the optimizer was built gives it float32 masters -
   opt.step();
 }
 
+TEST_CASE("a submodule cycle is refused when it would be made (walks of it overflowed the stack)") {
+  auto seq = std::make_shared<nn::Sequential>();
+  seq->push_back(std::make_shared<nn::Identity>());
+  CHECK_THROWS_MSG(seq->push_back(seq), ValueError, "[Module] adding submodule '1' would make a cycle");
+  auto outer = std::make_shared<nn::Sequential>();
+  outer->push_back(seq);
+  CHECK_THROWS_MSG(seq->push_back(outer), ValueError, "would make a cycle");
+  auto list = std::make_shared<nn::ModuleList>();
+  CHECK_THROWS_MSG(list->push_back(list), ValueError, "would make a cycle");
+  CHECK(list->size() == 0);
+  auto shared = std::make_shared<nn::Identity>();  // a shared, acyclic reuse stays allowed
+  seq->push_back(shared);
+  outer->push_back(shared);
+  CHECK(outer->named_modules().size() == 5);  // "", 0, 0.0, 0.1, 1
+  outer->eval();  // walks end
+  CHECK(!shared->is_training());
+}
+
 TEST_CASE("set_data: the tensor shows another's data under its identity - bad input") {
   Tensor w = Tensor::zeros({2, 2});
   w.set_requires_grad(true);

@@ -112,6 +112,15 @@ TEST_CASE("group_max: each entry gets its group's maximum in its row, 0 for an a
   }
 }
 
+TEST_CASE("group_max on 16-bit scores gives the float32 result's values, exactly (cf-pointcloud --precision bf16)") {
+  for (DType dt : {kBFloat16, kFloat16}) {
+    const Tensor s = to(group_scores(kFloat32), dt), g = group_ids();
+    const Tensor got = group_max(s, g, 7);
+    CHECK(got.dtype() == dt);
+    CHECK(vals(to(got, kFloat64)) == vals(to(group_max(to(s, kFloat32), g, 7), kFloat64)));
+  }
+}
+
 TEST_CASE("farthest_point_sampling and group_max refuse bad input with messages naming the problem") {
   CHECK_THROWS_MSG(farthest_point_sampling(randn({1, 4, 3}), 5), ValueError,
                    "[farthest_point_sampling] m must be in [1, N] = [1, 4], got 5");
@@ -125,7 +134,7 @@ TEST_CASE("farthest_point_sampling and group_max refuse bad input with messages 
                    "[group_max] group value 3 at flat position 5", "out of range for 3 groups");
   CHECK_THROWS_MSG(group_max(randn({2, 3}), ti64({0, 1}, {2}), 3), ShapeError, "[group_max] group must be int64");
   CHECK_THROWS_MSG(group_max(Tensor::zeros({2}, kInt64), ti64({0, 1}, {2}), 3), DTypeError,
-                   "[group_max] src must be float32 or float64");
+                   "[group_max] src must be a float tensor");
   CHECK_THROWS_MSG(group_max(randn({2}), fake_cuda({2}, kInt64), 3), DeviceError, "[group_max]", "cuda:0");
 }
 
