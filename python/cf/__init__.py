@@ -32,10 +32,62 @@ for _name in ("nn", "nn.init", "models", "data", "cuda"):
 del _name, _mod, _part
 
 
+def _refuse_forward_override(cls, **kwargs):
+    """cf.nn modules run their forward in C++: __call__, Sequential and the models call that,
+    so a Python subclass's forward would be skipped without a word (m.forward(x) and m(x)
+    disagreed). Subclasses that keep forward (adding attributes or methods) stay allowed."""
+    if "forward" in cls.__dict__ or "__call__" in cls.__dict__:
+        raise TypeError("%s overrides forward/__call__ of a cf.nn module, whose forward runs in C++ "
+                        "(__call__ and Sequential would not use the override): hold the cf module as an "
+                        "attribute of your own class and call it from your forward instead" % cls.__qualname__)
+    super(_cf.nn.Module, cls).__init_subclass__(**kwargs)
+
+
+_cf.nn.Module.__init_subclass__ = classmethod(_refuse_forward_override)
+
+
 def _rebuild_tensor(data, dtype, shape, device, requires_grad):
     """Unpickles a cf.Tensor (what its __reduce__ names)."""
     t = _cf._tensor_from_bytes(data, getattr(_cf, dtype), list(shape), _cf.Device(device))
     return t.requires_grad_(True) if requires_grad else t
+
+
+def _run_under(fn, make_context):
+    """fn wrapped so that its body runs inside make_context(); a generator function's body
+    runs inside it at every resumption (a plain wrapper left the context before the first
+    next(), so a @cf.no_grad() generator recorded graphs), as torch's decorators do."""
+    import functools
+    import inspect
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def generator_wrapper(*args, **kwargs):
+            gen = fn(*args, **kwargs)
+            try:
+                with make_context():
+                    response = gen.send(None)
+                while True:
+                    try:
+                        request = yield response
+                    except GeneratorExit:
+                        with make_context():
+                            gen.close()
+                        raise
+                    except BaseException:
+                        with make_context():
+                            response = gen.throw(*_sys.exc_info())
+                    else:
+                        with make_context():
+                            response = gen.send(request)
+            except StopIteration as stop:
+                return stop.value
+        return generator_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with make_context():
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 class no_grad:
@@ -61,13 +113,7 @@ class no_grad:
         return False
 
     def __call__(self, fn):
-        import functools
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with self.__class__():
-                return fn(*args, **kwargs)
-        return wrapper
+        return _run_under(fn, self.__class__)
 
 
 class enable_grad(no_grad):
@@ -77,6 +123,23 @@ class enable_grad(no_grad):
         self._prev = _cf.grad_enabled()
         _cf.set_grad_enabled(True)
         return self
+
+
+class set_grad_enabled:
+    """Sets autograd recording on this thread at once (cf.set_grad_enabled(False)), and as a
+    context manager restores the previous setting on leaving, as torch.set_grad_enabled:
+    `with cf.set_grad_enabled(training): ...`."""
+
+    def __init__(self, mode):
+        self._prev = _cf.grad_enabled()
+        _cf.set_grad_enabled(True if mode else False)  # (bool is cf.bool here)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _cf.set_grad_enabled(self._prev)
+        return False
 
 
 class autocast:
@@ -99,13 +162,7 @@ class autocast:
         return False
 
     def __call__(self, fn):
-        import functools
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with autocast(self._dtype, self._dtype is not None):
-                return fn(*args, **kwargs)
-        return wrapper
+        return _run_under(fn, lambda: autocast(self._dtype, self._dtype is not None))
 
 
 def numpy(t):

@@ -107,7 +107,9 @@ class _AttentionFunction(_torch.autograd.Function):
         ctx.tape = tape
         ctx.module = module
         ctx.x_requires_grad = x.requires_grad
-        module.__dict__["_last_tape"] = tape  # (Module.__setattr__ is slow)
+        # Only the aux total, detached: keeping the tape held the call's whole cf graph (25 MB for four
+        # layers at (8, 512, 64)) until the next call, after PyTorch had freed ctx. (__dict__: Module.__setattr__ is slow)
+        module.__dict__["_last_aux"] = tape.aux_detached
         return _from_capsule(out)
 
     @staticmethod
@@ -140,7 +142,11 @@ class Attention(_torch.nn.Module):
     (B, N, d_model), float32 or float64 (or 16-bit under torch.autocast), CPU or
     CUDA; key_padding_mask bool (B, N), True = padding. Returns (B, N, d_model).
 
-    seed seeds the layer's generator (its initial weights, dropout, draws); the
+    seed seeds the generator of the layer's initial weights only: dropout and the
+    variants' per-call draws (LSH rotations, clustered attention's hash planes) come
+    from cf's global generator (cf.manual_seed; save cf.default_generator()'s seed and
+    offset beside torch's RNG state for an exact resume), unless the variant takes a
+    seed option of its own (LSH's "seed" fixes its rotations). The
     variant's own options are keyword arguments, or the dict `options` for a name
     this constructor takes itself (seed): Attention("lsh", 64, 4, seed=0,
     options={"seed": 5}) fixes LSH's rotations (its option "seed") too.
@@ -183,7 +189,7 @@ class Attention(_torch.nn.Module):
         gen = _cf.Generator(a["seed"]) if a["seed"] is not None else None
         self.cf_module = _cf.nn.MultiHeadAttention(a["type"], a["d_model"], a["n_heads"], generator=gen,
                                                    bias=a["bias"], **a["options"])
-        self._last_tape = None
+        self._last_aux = None
         self._bridge = _bridge.AttentionBridge(self.cf_module, a["aux_weights"])
 
     # copy.deepcopy and pickling (torch.save of the module): PyTorch's state without cf's objects;
@@ -191,7 +197,7 @@ class Attention(_torch.nn.Module):
     # torch tensors, in their dtype and on their device.
     def __getstate__(self):
         state = self.__dict__.copy()
-        for k in ("cf_module", "_bridge", "_params", "_bound_buffers", "_last_tape"):
+        for k in ("cf_module", "_bridge", "_params", "_bound_buffers", "_last_aux"):
             state.pop(k, None)
         state["_cf_local_values"] = {name: t.clone() for name, t in self._cf_local_buffers()}
         return state
@@ -242,7 +248,7 @@ class Attention(_torch.nn.Module):
     @property
     def last_aux_loss(self):
         """The weighted auxiliary losses of the last call (0.0 when none)."""
-        return self._last_tape.aux_loss if self._last_tape is not None else 0.0
+        return self._last_aux.item() if self._last_aux is not None else 0.0
 
     def _cf_local_buffers(self):
         """(state-dict name, torch view of cf's tensor) of each persistent rank-local cf buffer."""
@@ -319,6 +325,12 @@ class Attention(_torch.nn.Module):
         # .to(device), .double(), .cuda(): PyTorch makes new parameter and buffer tensors;
         # cf's must alias them again.
         super()._apply(fn, *args, **kwargs)
+        # cf keeps its statistics buffers (routing's EMA centroids, a memory bank's centroids) float32
+        # in a 16-bit model (Module::keep_float32_under_16bit); PyTorch's .to(bfloat16) converted them
+        for name in self._buffer_names:
+            b = self._buffers.get(name)
+            if b is not None and b.dtype in (_torch.bfloat16, _torch.float16):
+                self._buffers[name] = b.float()
         self._bind()
         return self
 

@@ -229,6 +229,9 @@ void bind_bridge(nb::module_& m) {
   nb::module_ b = m.def_submodule("_bridge", "Internals of cf.torch (not a public API).");
   nb::class_<Tape>(b, "Tape")
       .def_prop_ro("aux_loss", &AttentionBridge::aux_value)
+      .def_prop_ro("aux_detached", [](const Tape& t) -> std::optional<Tensor> {
+        return t.aux_total.defined() ? std::optional<Tensor>(t.aux_total.detach()) : std::nullopt;
+      }, "The auxiliary losses' total without its graph (None when none): what the module keeps of a call.")
       .def_prop_ro("recorded", [](const Tape& t) { return t.output.defined() && t.output.grad_fn() != nullptr; },
                    "Whether cf recorded this call's graph (PyTorch's grad mode was on).");
   nb::class_<AttentionBridge>(b, "AttentionBridge")

@@ -129,6 +129,23 @@ inline nb::object scalar_item(nb::handle h) {
   return nb::object();
 }
 
+// A Python int operand of an int64 tensor that a double cannot hold exactly (|v| > 2^53), as a 0-d
+// int64 tensor on like's device, so the operator or write runs exactly in int64 (through a double,
+// t == 2**53 + 1 was True for t = [2**53]); an int beyond int64 is a DTypeError, as in PyTorch.
+// Nothing for any other operand (those take cf's number rules).
+inline std::optional<cf::Tensor> exact_int64_operand(nb::handle h, const cf::Tensor& like, const char* op) {
+  if (like.dtype() != cf::kInt64 || !PyLong_Check(h.ptr()) || PyBool_Check(h.ptr())) return std::nullopt;
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+  if (overflow != 0)
+    throw cf::DTypeError(cf::str("[", op, "] the integer ", nb::cast<std::string>(nb::str(h)), " does not fit ",
+                                 like.describe(), " (int64)"));
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  constexpr long long kExact = 1LL << 53;
+  if (v >= -kExact && v <= kExact) return std::nullopt;
+  return cf::Tensor::from_vector(std::vector<int64_t>{int64_t(v)}, cf::Shape{}, like.device());
+}
+
 // An optional tensor argument (None) as cf's undefined Tensor.
 inline cf::Tensor opt(const std::optional<cf::Tensor>& t) { return t ? *t : cf::Tensor(); }
 

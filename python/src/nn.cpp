@@ -202,7 +202,14 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("named_parameters", [](const cnn::Module& mod) { return named_list(mod.named_parameters()); },
            "[(name, tensor), ...] in registration order.")
       .def("named_buffers", [](const cnn::Module& mod) { return named_list(mod.named_buffers()); })
-      .def("named_modules", [](cnn::Module& mod) { return mod.named_modules(); }, nb::rv_policy::reference_internal,
+      .def("named_modules", [](nb::handle self) {
+             // owned handles: one taken before set_attention replaced its module pointed at freed memory
+             nb::list out;
+             out.append(nb::make_tuple("", self));
+             for (auto& [name, sub] : nb::cast<cnn::Module&>(self).named_submodules())
+               out.append(nb::make_tuple(name, nb::cast(sub)));
+             return out;
+           },
            "[(name, module), ...], this one first as \"\".")
       .def("num_parameters", &cnn::Module::num_parameters, "Number of scalar parameters.")
       .def("state_dict", [](const cnn::Module& mod) { return state_dict_to_python(mod.state_dict()); },
@@ -444,7 +451,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            nb::arg("bias") = true)
       .def_prop_ro("d_model", &cnn::MultiHeadAttention::d_model)
       .def_prop_ro("n_heads", &cnn::MultiHeadAttention::n_heads)
-      .def_prop_ro("attention", [](cnn::MultiHeadAttention& m) { return &m.attention(); }, nb::rv_policy::reference_internal)
+      .def_prop_ro("attention", &cnn::MultiHeadAttention::attention_ptr)  // owned: valid after set_attention
       .def("set_attention", &cnn::MultiHeadAttention::set_attention, nb::arg("attention"),
            "Switch the variant, keeping the projections.")
       .def_ro("w_q", &cnn::MultiHeadAttention::w_q)
@@ -818,6 +825,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
                                       "Model and optimizer state, step, generator states and extra strings.")
       .def_prop_ro("model", [](const cnn::TrainingCheckpoint& c) { return state_dict_to_python(c.model); })
       .def_prop_ro("optimizer", [](const cnn::TrainingCheckpoint& c) { return state_dict_to_python(c.optimizer); })
+      .def_prop_ro("scaler", [](const cnn::TrainingCheckpoint& c) { return state_dict_to_python(c.scaler); },
+                   "The GradScaler's state ({} when none was saved): scaler.load_state_dict(ckpt.scaler).")
       .def_ro("step", &cnn::TrainingCheckpoint::step)
       .def_prop_ro("generators", [](const cnn::TrainingCheckpoint& c) {
         nb::dict d;
@@ -832,7 +841,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       }, nb::arg("name"), nb::arg("generator"));
   nn.def("save_checkpoint",
          [](const std::string& path, nb::handle model, nb::handle optimizer, int64_t step, nb::handle generators,
-            std::optional<std::map<std::string, std::string>> extra) {
+            std::optional<std::map<std::string, std::string>> extra, nb::handle scaler) {
            cnn::TrainingCheckpoint c;
            // each argument its kind: a Module given as the optimizer saved its parameters where the
            // optimizer's state belongs, and loading them into an optimizer failed only later
@@ -861,13 +870,18 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
                c.generators.emplace_back(nb::cast<std::string>(k), cnn::GeneratorState::of(nb::cast<cf::Generator&>(v)));
              }
            if (extra) c.extra = *extra;
+           // the dynamic loss scale of a float16 run: without it a resume restarted at the initial scale
+           // (the C++ TrainingCheckpoint always had the slot; Python could not fill or read it)
+           if (!scaler.is_none())
+             c.scaler = nb::isinstance<cnn::GradScaler>(scaler) ? nb::cast<cnn::GradScaler&>(scaler).state_dict()
+                                                               : to_state_dict(scaler, "save_checkpoint");
            nb::gil_scoped_release g;
            cnn::save_checkpoint(path, c);
          },
          nb::arg("path"), nb::arg("model") = nb::none(), nb::arg("optimizer") = nb::none(), nb::arg("step") = 0,
-         nb::arg("generators") = nb::none(), nb::arg("extra") = nb::none(),
-         "Write a training checkpoint (one safetensors file, atomically). model/optimizer: a Module / Optimizer or a "
-         "state dict; generators: name -> cf.Generator; extra: str -> str.");
+         nb::arg("generators") = nb::none(), nb::arg("extra") = nb::none(), nb::arg("scaler") = nb::none(),
+         "Write a training checkpoint (one safetensors file, atomically). model/optimizer/scaler: a Module / "
+         "Optimizer / GradScaler or a state dict; generators: name -> cf.Generator; extra: str -> str.");
   nn.def("load_checkpoint",
          [](const std::string& path) {
            nb::gil_scoped_release g;

@@ -130,6 +130,7 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
 // a NumPy 0-d value is a number (taking the tensor's dtype, cf's rule); a NumPy array becomes a tensor on
 // the tensor's device (its values copied, NumPy's dtype); anything else is not ours (NotImplemented).
 std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Tensor& like) {
+  if (auto exact = exact_int64_operand(h, like, "operator")) return *exact;
   if (PyLong_Check(h.ptr()) || PyFloat_Check(h.ptr())) return nb::cast<double>(nb::float_(h));
   if (!nb::hasattr(h, "__array_interface__") || nb::isinstance<Tensor>(h)) return std::nullopt;
   if (nb::len(nb::object(h.attr("shape"))) == 0) {

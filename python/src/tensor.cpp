@@ -325,6 +325,19 @@ struct IndexItem {
 
 // A flat or nested list of positions (ints), refusing bools: [True, False, True] is a mask in NumPy and
 // PyTorch, and read as positions 1, 0, 1 it would select the wrong rows without a word.
+// A Python int index (or anything with __index__) as int64; one beyond int64 is out of range of any
+// axis (nanobind's cast reported it as a bare std::bad_cast).
+int64_t index_int(nb::handle h, const char* op) {
+  nb::int_ as_int(h);
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(as_int.ptr(), &overflow);
+  if (overflow != 0)
+    throw cf::IndexError(cf::str("[", op, "] index ", nb::cast<std::string>(nb::str(as_int)),
+                                 " is out of range (beyond int64)"));
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  return int64_t(v);
+}
+
 void list_positions(nb::handle h, std::vector<int64_t>& out, cf::Shape& shape, size_t depth, const char* op) {
   const Py_ssize_t n = PyList_GET_SIZE(h.ptr());
   if (shape.size() <= depth) shape.push_back(int64_t(n));
@@ -340,7 +353,7 @@ void list_positions(nb::handle h, std::vector<int64_t>& out, cf::Shape& shape, s
     } else {
       CF_CHECK(PyIndex_Check(e.ptr()), IndexError, "[", op, "] a list index holds ints, got ", py_type_name(e));
       CF_CHECK(shape.size() == depth + 1, IndexError, "[", op, "] a list index must be rectangular");
-      out.push_back(nb::cast<int64_t>(nb::int_(e)));
+      out.push_back(index_int(e, op));
     }
   }
 }
@@ -373,7 +386,7 @@ std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x, const char
       if (shape.empty()) shape.push_back(0);
       it.index = cf::Tensor::from_vector(it.positions, shape);  // wrapped and moved to x's device where used
     } else if (PyIndex_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
-      it.i = nb::cast<int64_t>(nb::int_(h));
+      it.i = index_int(h, op);
     } else {
       throw cf::IndexError(cf::str("[", op, "] unsupported index of type ", py_type_name(h),
                                    ": use ints, slices, None, ..., int64 tensors or lists of ints"));
@@ -490,6 +503,9 @@ void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
     cf::Tensor src = nb::cast<cf::Tensor>(value);
     nb::gil_scoped_release g;
     cf::copy_(view, src);
+  } else if (auto exact = exact_int64_operand(value, view, "setitem")) {
+    nb::gil_scoped_release g;
+    cf::copy_(view, *exact);
   } else if (PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr())) {
     double v = nb::cast<double>(value);
     nb::gil_scoped_release g;

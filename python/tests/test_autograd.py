@@ -289,3 +289,36 @@ def test_flash_attention_with_lse_returns_the_rows_log_sum_exp_and_its_gradient(
     assert lse_dropped.tolist() == lse.tolist()
     with pytest.raises(cf.ValueError, match=r"\[flash_attention\] dropout must be in \[0, 1\), got 1"):
         cf.flash_attention_with_lse(q, k, v, dropout=1.0)
+
+
+def test_no_grad_and_autocast_decorate_generators_for_their_whole_body():
+    # the wrapper left the context before the generator's body ran: graphs were recorded
+    w = cf.ones([2], requires_grad=True)
+
+    @cf.no_grad()
+    def steps(n):
+        for _ in range(n):
+            yield (w * 2).sum()
+
+    outs = list(steps(2))
+    assert [o.requires_grad for o in outs] == [False, False]
+    assert cf.grad_enabled()
+
+    @cf.autocast(cf.bfloat16)
+    def products():
+        yield cf.matmul(cf.ones([2, 2]), cf.ones([2, 2]))
+
+    assert next(products()).dtype == cf.bfloat16
+    assert cf.autocast_dtype() is None
+
+
+def test_set_grad_enabled_is_a_call_and_a_context_manager():
+    w = cf.ones([2], requires_grad=True)
+    with cf.set_grad_enabled(False):
+        assert not (w * 2).requires_grad
+    assert cf.grad_enabled() and (w * 2).requires_grad
+    cf.set_grad_enabled(False)
+    try:
+        assert not cf.grad_enabled()
+    finally:
+        cf.set_grad_enabled(True)

@@ -101,3 +101,24 @@ def test_float16_training_with_autocast_and_scaler_lowers_the_loss():
         scaler.update()
         losses.append(loss.item())
     assert losses[-1] < 0.1 * losses[0], losses[::10]
+
+
+def test_the_loss_scaler_goes_into_a_training_checkpoint(tmp_path):
+    # the C++ checkpoint had a slot for it; from Python it could be neither written nor read,
+    # so a float16 run resumed at the initial scale
+    scaler = cf.nn.GradScaler(init_scale=256.0, growth_interval=3)
+    w = cf.tensor([1.0], requires_grad=True)
+    opt = cf.nn.SGD({"w": w}, lr=0.1)
+    scaler.scale(cf.sum(w * w)).backward()
+    scaler.step(opt)
+    scaler.update()
+    path = str(tmp_path / "run.ckpt")
+    cf.nn.save_checkpoint(path, model={"w": w}, optimizer=opt, step=1, scaler=scaler)
+    ck = cf.nn.load_checkpoint(path)
+    resumed = cf.nn.GradScaler()
+    resumed.load_state_dict(ck.scaler)
+    assert resumed.get_scale() == 256.0 and resumed.growth_tracker == 1
+    cf.nn.save_checkpoint(path, model={"w": w}, scaler=scaler.state_dict())
+    assert cf.nn.load_checkpoint(path).scaler["growth_tracker"].item() == 1
+    cf.nn.save_checkpoint(path, model={"w": w})
+    assert cf.nn.load_checkpoint(path).scaler == {}

@@ -340,3 +340,36 @@ def test_neural_clustering_losses_and_their_bounded_forms():
     assert cf.nn.centroid_sorting_loss(c_hat * 10.0).item() == pytest.approx(100.0 * inner, rel=1e-4)
     with pytest.raises(ValueError, match=r'\[clustering_loss\] loss_form must be "inner", "cosine" or "sphere"'):
         cf.nn.clustering_loss(x, c_hat, index, form="unit")
+
+
+def test_handles_to_a_replaced_attention_stay_valid():
+    # .attention and named_modules() returned borrowed pointers: after set_attention the old
+    # module was freed and reading through the handle crashed
+    m = cf.nn.MultiHeadAttention("clustered", 8, 2, clusters=3)
+    old = m.attention
+    named = dict(m.named_modules())["attention"]
+    m.set_attention(cf.nn.make_attention("full", 8, 2))
+    assert old.type == "clustered" and named.type == "clustered"
+    assert m.attention.type == "full"
+    assert dict(m.named_modules())[""] is m
+
+
+def test_a_submodule_cycle_is_refused():
+    s = cf.nn.Sequential([cf.nn.Identity()])
+    with pytest.raises(cf.ValueError, match=r"would make a cycle"):
+        s.append(s)
+    assert len(s) == 1
+
+
+def test_overriding_forward_of_a_cf_module_is_refused():
+    # the C++ forward ran under __call__ and Sequential, the override only under m.forward(x)
+    with pytest.raises(TypeError, match=r"overrides forward/__call__ of a cf.nn module"):
+        class MyLinear(cf.nn.Linear):  # noqa: F841
+            def forward(self, x):
+                return super().forward(x).relu()
+
+    class Tagged(cf.nn.Linear):  # adding attributes stays allowed
+        tag = "head"
+
+    t = Tagged(2, 2)
+    assert t.tag == "head" and t(cf.ones([1, 2])).shape == (1, 2)

@@ -261,3 +261,39 @@ def test_cuda_tensor_pickles_and_deepcopies_on_its_device():
     t = cf.arange(6, dtype=cf.float32, device="cuda").reshape([2, 3])
     for y in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t)):
         assert y.device == t.device and y.tolist() == t.tolist() and y.data_ptr() != t.data_ptr()
+
+
+def test_python_ints_beyond_2_53_are_exact_with_int64_tensors():
+    # through a double, [2**53] == 2**53 + 1 was True and [0] - (2**60 + 1) was off by one
+    t = cf.tensor([2**53])
+    assert (t == 2**53 + 1).tolist() == [False]
+    assert (t < 2**53 + 1).tolist() == [True]
+    assert (cf.tensor([0]) - (2**60 + 1)).tolist() == [-(2**60 + 1)]
+    assert ((2**62 + 3) + cf.tensor([1])).tolist() == [2**62 + 4]
+    u = cf.tensor([0, 0])
+    u[1] = 2**62 + 1
+    assert u.tolist() == [0, 2**62 + 1]
+    with pytest.raises(cf.DTypeError, match=r"\[operator\] the integer 9223372036854775808 does not fit"):
+        cf.tensor([2**63 - 1]) == 2**63
+    with pytest.raises(cf.DTypeError, match=r"\[setitem\] the integer"):
+        u[0] = -(2**63) - 1
+
+
+def test_indices_beyond_int64_are_index_errors():
+    x = cf.zeros([3])
+    for key in (2**63, -(2**63) - 1, [2**63], (0, 2**64)):
+        with pytest.raises(cf.IndexError, match=r"\[getitem\] index -?\d+ is out of range \(beyond int64\)|\[getitem\]"):
+            x[key]
+    with pytest.raises(cf.IndexError, match=r"\[setitem\] index 9223372036854775808 is out of range"):
+        x[2**63] = 1.0
+
+
+def test_numbers_an_int64_tensor_cannot_hold_are_refused_by_writes():
+    t = cf.tensor([1, 2, 3])
+    with pytest.raises(cf.DTypeError, match=r"\[fill_\] value nan cannot be converted to int64"):
+        t[0] = float("nan")
+    with pytest.raises(cf.DTypeError, match=r"\[fill_\] value 1e\+30"):
+        t.fill_(1e30)
+    with pytest.raises(cf.DTypeError, match=r"\[full\] value inf"):
+        cf.full([2], float("inf"), dtype=cf.int64)
+    assert t.tolist() == [1, 2, 3]
