@@ -136,20 +136,21 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
     need_like(o.weight, "weight", logits, "logits", op);
     need_broadcastable(o.weight, "weight", logits, "logits", op);
   }
-  // softplus(-x) = log(1 + exp(-x)) = relu(-x) + log1p(exp(-|x|)), the tail term never above log 2.
-  // Without pos_weight the loss is relu(x) - x y + log1p(exp(-|x|)): its gradient for y = 0 and
-  // x < 0 is sigmoid(x) from the last term alone. The form (1 - y) x + softplus(-x) gave it as
-  // 1 - sigmoid(-x), which cancelled: 0 instead of 3.1e-7 at x = -15 in float32.
-  // -|x| as where(x > 0, -x, x): at x = 0 the x branch carries the gradient, so the tail's +1/2 and
-  // relu'(0) = 0 give sigmoid(0) - y (abs'(0) = 0 would have dropped the 1/2).
-  const Tensor tail = log1p(exp(where(gt(logits, 0.0), neg(logits), logits)));
-  Tensor loss = add(sub(relu(logits), mul(logits, targets)), tail);
+  // With t = log1p(exp(-|x|)) (never above log 2): loss = (1 - y) x + softplus(-x), written per sign
+  // of x so no term cancels and no inf meets a zero:
+  //   x > 0:  x (1 - y) + t            gradient 1 - y - sigmoid(-x)
+  //   x <= 0: -x y + t                 gradient sigmoid(x) - y
+  // The form (1 - y) x + softplus(-x) gave the x <= 0, y = 0 gradient as 1 - sigmoid(-x): 0
+  // instead of 3.1e-7 at x = -15 in float32; relu(x) - x y gave NaN at x = +inf. At x = 0 the
+  // second branch holds, so the gradient is sigmoid(0) - y.
+  const Tensor pos = gt(logits, 0.0);
+  const Tensor tail = log1p(exp(where(pos, neg(logits), logits)));
+  Tensor loss = add(where(pos, mul(logits, 1.0 - targets), neg(mul(logits, targets))), tail);
   if (o.pos_weight.defined()) {
-    // (1 - y) x + lw softplus(-x) with lw = 1 + (pos_weight - 1) y: the base above plus
-    // (lw - 1) softplus(-x), a term that vanishes (gradient too) where y = 0.
+    // lw = 1 + (pos_weight - 1) y multiplies softplus(-x): add (lw - 1) softplus(-x), a term that
+    // vanishes (gradient too) where y = 0. softplus(-x) is t for x > 0 and t - x otherwise.
     Tensor extra = mul(sub(o.pos_weight, 1.0), targets);
-    Tensor softplus_neg = logsumexp(stack({zeros_like(logits), neg(logits)}, -1), {-1});  // gradient -sigmoid(-x)
-    loss = add(loss, mul(extra, softplus_neg));
+    loss = add(loss, mul(extra, where(pos, tail, sub(tail, logits))));
   }
   if (o.weight.defined()) loss = mul(loss, o.weight);
   return reduce(loss, o.reduction, op);

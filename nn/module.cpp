@@ -186,6 +186,7 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
     if (!given.emplace(e.first, &e.second).second) duplicates.push_back(e.first);
   std::vector<std::string> missing, mismatched;
   std::vector<std::pair<Tensor*, const Tensor*>> copies;
+  std::vector<std::string> loaded;
   std::map<std::string, bool> used;
   visit("", [&](const std::string& n, Tensor* t, bool, bool persistent) {
     if (!persistent || !t->defined()) return;
@@ -202,6 +203,7 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
       return;
     }
     copies.emplace_back(t, &src);
+    loaded.push_back(n);
   });
   std::vector<std::string> unexpected;
   for (const auto& e : dict)
@@ -225,7 +227,19 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
   // Everything checked first, so a failed load changes nothing.
   NoGradGuard ng;
   for (auto& c : copies) copy_from_any_device(*c.first, *c.second);  // converts dtype if they differ
-  for (auto& m : named_modules()) m.second->on_state_loaded();
+  notify_state_loaded(loaded);
+}
+
+void Module::notify_state_loaded(const std::vector<std::string>& loaded) {
+  for (auto& [prefix, m] : named_modules()) {
+    std::vector<std::string> own;
+    for (const std::vector<Slot>* slots : {&m->params_, &m->buffers_})
+      for (const Slot& s : *slots) {
+        const std::string full = prefix.empty() ? s.name : prefix + "." + s.name;
+        if (std::find(loaded.begin(), loaded.end(), full) != loaded.end()) own.push_back(s.name);
+      }
+    m->on_state_loaded(own);
+  }
 }
 
 void Module::train(bool on) {

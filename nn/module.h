@@ -49,10 +49,14 @@ class Module {
   // missing, unexpected and wrongly shaped entries are all listed in one error.
   // Non-strict: missing and unexpected entries are ignored, shapes still checked.
   void load_state_dict(const StateDict& dict, bool strict = true);
-  // Called on every module of the tree after load_state_dict copied the values: state that is not
-  // in the state dict can be made to agree with what is (a memory bank whose FIFO is not saved
-  // restarts it empty). Nothing by default.
-  virtual void on_state_loaded() {}
+  // Called on every module of the tree after load_state_dict copied the values, with the names of
+  // this module's own parameters and buffers it wrote ("counters", ...): state outside the dict
+  // can then be made to agree with what was loaded (a memory bank whose counters were loaded
+  // without its FIFO restarts the FIFO empty). Nothing by default.
+  virtual void on_state_loaded(const std::vector<std::string>& loaded) {}
+  // Calls on_state_loaded on every module with its share of `loaded` (full names, as in
+  // state_dict()): load_state_dict does, and a loader that wrote tensors itself (cf.torch) must.
+  void notify_state_loaded(const std::vector<std::string>& loaded);
 
   // ---- mode and placement ----
   virtual void train(bool on = true);

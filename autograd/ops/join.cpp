@@ -2,6 +2,7 @@
 // output (kernels::copy does the strided work); their backward hands each input
 // the matching view of the gradient. split returns narrow() views (node "slice").
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "autograd/op_names.h"
@@ -143,7 +144,14 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
   for (size_t j = 0; j < pads.size() / 2; ++j) {
     const size_t d = nd - 1 - j;
     const int64_t before = pads[2 * j], after = pads[2 * j + 1], n = x.shape()[d];
-    out_shape[d] = n + before + after;
+    // n + before + after in checked arithmetic: pads near 2^63 wrapped to a small size, and the copy
+    // then wrote before and past the output
+    int64_t size = 0;
+    CF_CHECK(!__builtin_add_overflow(n, before, &size) && !__builtin_add_overflow(size, after, &size) &&
+                 before > std::numeric_limits<int64_t>::min() && after > std::numeric_limits<int64_t>::min(),
+             ShapeError, "[pad] pads (", before, ", ", after, ") on axis ", d, " of size ", n,
+             " overflow int64 for ", x.describe());
+    out_shape[d] = size;
     CF_CHECK(out_shape[d] >= 0, ShapeError, "[pad] pads (", before, ", ", after, ") on axis ", d,
              " of size ", n, " would give a negative size ", out_shape[d], " for ", x.describe());
     src_start[d] = std::max<int64_t>(0, -before);

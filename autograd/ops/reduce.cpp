@@ -123,12 +123,16 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
   Tensor keep = run_reduce(ReduceOp::LogSumExp, x, p);
   Tensor out = reshape(keep, p.out_shape).detach();
   if (autograd::any_requires_grad({&x})) {
-    SavedTensor sx(x), sk(keep);
+    SavedTensor sx(x);
     Shape ks = p.keep_shape;
-    autograd::record(opname::logsumexp, {x}, out, [sx, sk, ks](const Tensor& g) -> std::vector<Tensor> {
+    std::vector<int64_t> axes_n = p.axes;
+    autograd::record(opname::logsumexp, {x}, out, [sx, ks, axes_n](const Tensor& g) -> std::vector<Tensor> {
       Tensor xv = sx.unpack(opname::logsumexp);
-      Tensor w = exp(sub(xv, sk.unpack(opname::logsumexp)));  // softmax weights
-      return {mul(expand_back(g, ks, xv.shape()), w)};
+      // softmax weights exp(x - m) / sum exp(x - m) with m the (exact) maximum: exp(x - lse) with the
+      // lse rounded to x's dtype was 2.6% off for float32 logits near 1e6 (cross_entropy's rule too)
+      const Axes ax(axes_n.begin(), axes_n.end());
+      Tensor e = exp(sub(xv, amax(xv, ax, true)));
+      return {mul(expand_back(g, ks, xv.shape()), div(e, sum(e, ax, true)))};
     });
   }
   return out;

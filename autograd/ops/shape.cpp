@@ -152,7 +152,7 @@ Tensor slice_view(const Tensor& x, int64_t a, int64_t start, int64_t len, int64_
   Shape shape = x.shape(), strides = x.strides();
   int64_t offset = x.offset() + start * strides[size_t(a)];
   shape[size_t(a)] = len;
-  strides[size_t(a)] *= step;
+  if (len > 1) strides[size_t(a)] *= step;  // one element needs no stride (stride * 2^62 overflowed)
   Tensor out = make_view(x, shape, strides, offset, opname::slice);
   if (autograd::any_requires_grad({&x})) {
     Shape xs = x.shape();

@@ -127,7 +127,12 @@ void unary_numeric(UnaryOp op, const Tensor& x, const Tensor& out) {
       });
       break;
     case UnaryOp::Sign: map1<T, T>(x, out, [](C v) { return C((v > C(0)) - (v < C(0))); }); break;
-    case UnaryOp::Square: map1<T, T>(x, out, [](C v) { return C(v * v); }); break;
+    case UnaryOp::Square:
+      map1<T, T>(x, out, [](C v) {
+        if constexpr (std::is_same_v<C, int64_t>) return int_mul(v, v);
+        else return C(v * v);
+      });
+      break;
     default: throw DTypeError(str("[", op_name(op), "] expects float32 or float64, got ", x.dtype()));
   }
 }
@@ -180,9 +185,24 @@ template <typename T>
 void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   using C = compute_t<T>;  // float32 registers for bfloat16/float16
   switch (op) {
-    case BinaryOp::Add: map2<T, T>(a, b, out, [](C x, C y) { return C(x + y); }); break;
-    case BinaryOp::Sub: map2<T, T>(a, b, out, [](C x, C y) { return C(x - y); }); break;
-    case BinaryOp::Mul: map2<T, T>(a, b, out, [](C x, C y) { return C(x * y); }); break;
+    case BinaryOp::Add:
+      map2<T, T>(a, b, out, [](C x, C y) {
+        if constexpr (std::is_same_v<C, int64_t>) return int_add(x, y);
+        else return C(x + y);
+      });
+      break;
+    case BinaryOp::Sub:
+      map2<T, T>(a, b, out, [](C x, C y) {
+        if constexpr (std::is_same_v<C, int64_t>) return int_sub(x, y);
+        else return C(x - y);
+      });
+      break;
+    case BinaryOp::Mul:
+      map2<T, T>(a, b, out, [](C x, C y) {
+        if constexpr (std::is_same_v<C, int64_t>) return int_mul(x, y);
+        else return C(x * y);
+      });
+      break;
     case BinaryOp::Div:
       if constexpr (std::is_integral_v<T>) {
         // Integer division by zero is undefined behaviour in C++; refuse it before
@@ -217,7 +237,14 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
 
 template <typename S, typename D>
 void copy_typed(const Tensor& src, const Tensor& dst) {
-  map1<S, D>(src, dst, [](S v) { return static_cast<D>(v); });
+  map1<S, D>(src, dst, [](S v) {
+    if constexpr (std::is_same_v<D, int64_t> && !std::is_same_v<S, int64_t> && !std::is_same_v<S, bool>) {
+      if constexpr (std::is_same_v<S, double>) return float_to_int64(v);
+      else return float_to_int64(double(float(v)));  // float, bfloat16, float16: exact in double
+    } else {
+      return static_cast<D>(v);
+    }
+  });
 }
 
 }  // namespace
@@ -270,7 +297,10 @@ void add_scaled_cpu(const Tensor& a, const Tensor& b, double alpha, const Tensor
   CF_DISPATCH_NUMERIC(out.dtype(), "add_", {
     using C = compute_t<scalar_t>;
     const C s = static_cast<C>(alpha);
-    map2<scalar_t, scalar_t>(a, b, out, [s](C x, C y) { return C(x + s * y); });
+    map2<scalar_t, scalar_t>(a, b, out, [s](C x, C y) {
+      if constexpr (std::is_same_v<C, int64_t>) return int_add(x, int_mul(s, y));  // wraps (int_math.h)
+      else return C(x + s * y);
+    });
   });
 }
 

@@ -74,7 +74,10 @@ struct UnaryFn {
       else return T(fabs(v));
     }
     if constexpr (OP == UnaryOp::Sign) return T((v > T(0)) - (v < T(0)));
-    if constexpr (OP == UnaryOp::Square) return T(v * v);
+    if constexpr (OP == UnaryOp::Square) {
+      if constexpr (std::is_same_v<T, int64_t>) return int_mul(v, v);
+      else return T(v * v);
+    }
     if constexpr (std::is_floating_point_v<T>) {
       if constexpr (OP == UnaryOp::Exp) return m_exp(v);
       if constexpr (OP == UnaryOp::Log) return m_log(v);
@@ -121,9 +124,19 @@ template <BinaryOp OP, typename T>
 struct BinaryFn {
   using R = std::conditional_t<is_cmp(OP), bool, T>;
   __device__ __forceinline__ R operator()(T x, T y) const {
-    if constexpr (OP == BinaryOp::Add) return T(x + y);
-    if constexpr (OP == BinaryOp::Sub) return T(x - y);
-    if constexpr (OP == BinaryOp::Mul) return T(x * y);
+    constexpr bool kInt = std::is_same_v<T, int64_t>;  // int64 wraps, as on the CPU (int_math.h)
+    if constexpr (OP == BinaryOp::Add) {
+      if constexpr (kInt) return int_add(x, y);
+      else return T(x + y);
+    }
+    if constexpr (OP == BinaryOp::Sub) {
+      if constexpr (kInt) return int_sub(x, y);
+      else return T(x - y);
+    }
+    if constexpr (OP == BinaryOp::Mul) {
+      if constexpr (kInt) return int_mul(x, y);
+      else return T(x * y);
+    }
     if constexpr (OP == BinaryOp::Div) {
       if constexpr (std::is_integral_v<T>) {
         return y == T(0) ? T(0) : T(int_div(x, y));  // a zero divisor fails the deferred check
@@ -160,14 +173,21 @@ struct AddScaledFn {
   __device__ __forceinline__ T operator()(T x, T y) const {
     if constexpr (std::is_same_v<T, float>) return __fadd_rn(x, __fmul_rn(s, y));
     if constexpr (std::is_same_v<T, double>) return __dadd_rn(x, __dmul_rn(s, y));
-    if constexpr (std::is_same_v<T, int64_t>) return T(x + s * y);
+    if constexpr (std::is_same_v<T, int64_t>) return int_add(x, int_mul(s, y));  // wraps, as the CPU
     return T();
   }
 };
 
 template <typename S, typename D>
 struct CastFn {
-  __device__ __forceinline__ D operator()(S v) const { return static_cast<D>(v); }
+  __device__ __forceinline__ D operator()(S v) const {
+    if constexpr (std::is_same_v<D, int64_t> && !std::is_same_v<S, int64_t> && !std::is_same_v<S, bool>) {
+      if constexpr (std::is_same_v<S, double>) return float_to_int64(v);  // as the CPU (int_math.h)
+      else return float_to_int64(double(float(v)));
+    } else {
+      return static_cast<D>(v);
+    }
+  }
 };
 
 // bfloat16 / float16: the float32 functor on widened values; the caller's store rounds the

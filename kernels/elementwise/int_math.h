@@ -26,6 +26,19 @@ CF_HD int64_t int_pow(int64_t x, int64_t y) {
   return int64_t(result);
 }
 
+// x + y, x - y, x * y wrapping modulo 2^64 (two's complement), as PyTorch and NumPy do; signed
+// overflow is undefined in C++, so they run in unsigned arithmetic.
+CF_HD int64_t int_add(int64_t x, int64_t y) { return int64_t(uint64_t(x) + uint64_t(y)); }
+CF_HD int64_t int_sub(int64_t x, int64_t y) { return int64_t(uint64_t(x) - uint64_t(y)); }
+CF_HD int64_t int_mul(int64_t x, int64_t y) { return int64_t(uint64_t(x) * uint64_t(y)); }
+
+// A float value to int64 as both devices give it: truncation toward zero, and NaN or a value
+// outside [-2^63, 2^63) gives INT64_MIN (the x86 conversion's answer, PyTorch's on the CPU). C++
+// leaves that case undefined and CUDA's conversion saturates instead.
+CF_HD int64_t float_to_int64(double v) {
+  return v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? int64_t(v) : int64_t(uint64_t(1) << 63);
+}
+
 // |x| and -x with INT64_MIN mapping to itself (two's complement wrap, as PyTorch and NumPy).
 CF_HD int64_t int_neg(int64_t x) { return int64_t(uint64_t(0) - uint64_t(x)); }
 CF_HD int64_t int_abs(int64_t x) { return x < 0 ? int_neg(x) : x; }

@@ -86,8 +86,9 @@ void store_counters(Tensor& counters, const std::vector<int64_t>& c) {
 }
 }  // namespace
 
-void MemoryBank::on_state_loaded() {
-  if (options_.save_memory) return;
+void MemoryBank::on_state_loaded(const std::vector<std::string>& loaded) {
+  auto has = [&](const char* name) { return std::find(loaded.begin(), loaded.end(), name) != loaded.end(); };
+  if (!has("counters") || has("memory")) return;
   std::vector<int64_t> c = counters.to_vector<int64_t>();
   c[kSize] = 0;
   c[kNext] = 0;

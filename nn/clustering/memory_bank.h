@@ -64,10 +64,11 @@ class MemoryBank : public Module {
   const MemoryBankOptions& options() const { return options_; }
   // DistributedDataParallel turns this on for every bank of the model it wraps.
   void set_distributed(bool on) override { options_.distributed = on; }
-  // With save_memory false the FIFO was not in the state dict: the loaded counters would claim
-  // rows this bank does not hold (zeros, which cosine K-Means refused at the next update). The
-  // bank restarts its FIFO empty, keeping the loaded steps, updates and centroids.
-  void on_state_loaded() override;
+  // Counters loaded without the FIFO (save_memory false, or a non-strict load of such a dict)
+  // would claim rows this bank does not hold (zeros, which cosine K-Means refused at the next
+  // update): the bank restarts its FIFO empty, keeping the loaded steps, updates and centroids.
+  // A load that wrote neither, or both, leaves the FIFO as it is.
+  void on_state_loaded(const std::vector<std::string>& loaded) override;
 
   Tensor memory;     // (capacity, d) ring buffer
   Tensor centroids;  // (p, d), ordered so neighbouring ids are similar

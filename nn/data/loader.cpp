@@ -124,7 +124,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   num_batches_ = opt_.drop_last ? n_ / G : (padded_n_ + G - 1) / G;
 }
 
-DataLoader::~DataLoader() { stop(); }
+DataLoader::~DataLoader() { stop_worker(); }
 
 class DataLoader::ConsumerGuard {
  public:
@@ -146,7 +146,7 @@ void DataLoader::set_state(const LoaderState& s) {
            "[DataLoader::set_state] epoch ", s.epoch, " is outside [0, 2^31)");
   CF_CHECK(s.batch >= 0 && s.batch <= num_batches_, ValueError, "[DataLoader::set_state] batch ",
            s.batch, " is outside [0, ", num_batches_, "] (batches per epoch)");
-  stop();
+  stop_worker();
   state_ = s;
 }
 
@@ -200,6 +200,19 @@ Batch DataLoader::batch(int64_t epoch, int64_t b) const {
 }
 
 void DataLoader::stop() {
+  ConsumerGuard consumer(*this, "DataLoader::stop");
+  stop_worker();
+}
+
+void DataLoader::stop_if_idle() noexcept {
+  // An iterator ending (break, an exception) while another thread is inside next(): the worker
+  // is that thread's now; stopping it there would strand or fail its wait.
+  if (consuming_.exchange(true)) return;
+  stop_worker();
+  consuming_.store(false);
+}
+
+void DataLoader::stop_worker() {
   {
     std::lock_guard<std::mutex> l(m_);
     stop_flag_ = true;
@@ -244,7 +257,7 @@ void DataLoader::worker_main(int64_t start,
 }
 
 void DataLoader::start_worker() {
-  stop();
+  stop_worker();
   auto order = order_for(state_.epoch);
   worker_epoch_ = state_.epoch;
   worker_next_ = state_.batch;
@@ -255,7 +268,7 @@ void DataLoader::start_worker() {
 bool DataLoader::next(Batch& out) {
   ConsumerGuard consumer(*this, "DataLoader::next");
   if (state_.batch >= num_batches_) {
-    stop();
+    stop_worker();
     CF_CHECK(state_.epoch + 1 < (int64_t(1) << 31), ValueError, "[DataLoader::next] epoch ",
              state_.epoch + 1, " is outside [0, 2^31)");
     state_ = {state_.epoch + 1, 0};
@@ -282,7 +295,7 @@ bool DataLoader::next(Batch& out) {
   }
   cv_.notify_all();
   if (!got.input.defined()) {
-    stop();  // the worker has finished; a retry starts a fresh one at this batch
+    stop_worker();  // the worker has finished; a retry starts a fresh one at this batch
     if (err) std::rethrow_exception(err);
     throw Error(str("[DataLoader::next] the prefetch thread ended before batch ", state_.batch,
                     " of epoch ", state_.epoch));
@@ -307,7 +320,7 @@ DataLoader::Iterator::Iterator(Iterator&& o) noexcept
 
 DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&& o) noexcept {
   if (this != &o) {
-    if (loader_) loader_->stop();
+    if (loader_) loader_->stop_if_idle();
     loader_ = std::exchange(o.loader_, nullptr);
     batch_ = std::move(o.batch_);
   }
@@ -315,7 +328,7 @@ DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&& o) noexcept {
 }
 
 DataLoader::Iterator::~Iterator() {
-  if (loader_) loader_->stop();
+  if (loader_) loader_->stop_if_idle();
 }
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {

@@ -160,6 +160,8 @@ class DataLoader {
   std::shared_ptr<const std::vector<int64_t>> order_for(int64_t epoch);
   Batch make_batch(const std::vector<int64_t>& order, int64_t b) const;
   void start_worker();
+  void stop_worker();             // stop() without the consumer guard (its callers hold it)
+  void stop_if_idle() noexcept;   // an iterator's stop: skipped while another thread consumes
   void worker_main(int64_t start, std::shared_ptr<const std::vector<int64_t>> order);
 
   // The consumer side (next, set_state) is one stream: a second thread entering it while

@@ -92,6 +92,7 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr
         NoGradGuard ng;
         e.master = to(p.detach(), kFloat32);
         e.master_version = p.version();
+        e.master_storage = p.impl_ptr()->storage;
       }
       const DType sdt = e.master.defined() ? kFloat32 : p.dtype();
       for (size_t s = 0; s < slot_names_.size(); ++s)
@@ -103,7 +104,9 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr
 }
 
 Tensor Optimizer::current_master(const Entry& e) {
-  if (!e.master.defined() || e.param.version() == e.master_version) return e.master;
+  if (!e.master.defined() ||
+      (e.param.version() == e.master_version && e.master_storage.lock() == e.param.impl_ptr()->storage))
+    return e.master;
   // The parameter was written since the master was (load_state_dict, an init, fill_ under
   // no_grad): elements that no longer equal the master's rounding take the new value, or a
   // step would write the stale master back over them. Elements still equal keep the master's
@@ -116,6 +119,17 @@ Tensor Optimizer::current_master(const Entry& e) {
 void Optimizer::follow_param(Entry& e) {
   const Tensor& p = e.param;
   const bool low = is_low_precision(p.dtype());
+  if ((!e.slots.empty() && e.slots[0].shape() != p.shape()) || (e.master.defined() && e.master.shape() != p.shape())) {
+    // set_data gave the parameter another shape: its state no longer describes it, so it starts
+    // over, as for a parameter the optimizer had just been given
+    NoGradGuard no_grad;
+    e.master = low ? to(p.detach(), kFloat32) : Tensor();
+    e.master_version = p.version();
+    e.master_storage = p.impl_ptr()->storage;
+    for (Tensor& s : e.slots) s = Tensor::zeros(p.shape(), low ? kFloat32 : p.dtype(), p.device());
+    e.step = 0;
+    return;
+  }
   if (low == e.master.defined() && (!low || e.master.device() == p.device()) &&
       std::all_of(e.slots.begin(), e.slots.end(), [&](const Tensor& s) {
         return s.device() == p.device() && s.dtype() == (low ? kFloat32 : p.dtype());
@@ -125,6 +139,7 @@ void Optimizer::follow_param(Entry& e) {
   if (low && !e.master.defined()) {
     e.master = to(p.detach(), kFloat32);
     e.master_version = p.version();
+    e.master_storage = p.impl_ptr()->storage;
   } else if (!low) {
     e.master = Tensor();
   } else if (e.master.device() != p.device()) {
@@ -178,6 +193,7 @@ void Optimizer::step() {
       e.param = param;
       copy_(e.param, e.master);
       e.master_version = e.param.version();
+      e.master_storage = e.param.impl_ptr()->storage;
     } else {
       update(e, grads[i], lr, wd);
     }

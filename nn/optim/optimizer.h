@@ -85,6 +85,9 @@ class Optimizer {
     std::vector<Tensor> slots;   // one per slot_names(), shaped like param (float32 when master)
     Tensor master;               // float32 copy of a low-precision param (else undefined)
     int64_t master_version = 0;  // param.version() when the master was last written into it
+    // ... and the storage that version counts: Tensor::set_data (PyTorch's .data =) gives the
+    // parameter another storage whose counter may read the same number
+    std::weak_ptr<Storage> master_storage;
   };
   // e.master, refreshed where the parameter was written since the master was last rounded into it.
   static Tensor current_master(const Entry& e);

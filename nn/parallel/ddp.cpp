@@ -73,7 +73,22 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   if (dist::world_size() > 1)
     for (auto& [name, m] : module_->named_modules()) m->set_distributed(true);
 
-  // Buckets in reverse registration order, one dtype and device each.
+  build_buckets();
+  marked_.assign(params_.size(), false);
+  for (size_t i = 0; i < params_.size(); ++i)
+    hook_ids_.push_back(autograd::add_grad_accumulated_hook(params_[i], [this, i](const Tensor&) {
+      on_grad(int64_t(i));
+    }));
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (int64_t id : hook_ids_) autograd::remove_grad_hook(id);
+}
+
+void DistributedDataParallel::build_buckets() {
+  buckets_.clear();
+  layout_.clear();
+  for (const Tensor& p : params_) layout_.push_back({p.dtype(), p.device(), p.numel()});
   for (int64_t i = int64_t(params_.size()) - 1; i >= 0; --i) {
     const Tensor& p = params_[size_t(i)];
     int64_t bytes = p.numel() * int64_t(dtype_size(p.dtype()));
@@ -93,15 +108,16 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   bucket_of_.assign(params_.size(), -1);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (int64_t i : buckets_[b].params) bucket_of_[size_t(i)] = int64_t(b);
-  marked_.assign(params_.size(), false);
-  for (size_t i = 0; i < params_.size(); ++i)
-    hook_ids_.push_back(autograd::add_grad_accumulated_hook(params_[i], [this, i](const Tensor&) {
-      on_grad(int64_t(i));
-    }));
 }
 
-DistributedDataParallel::~DistributedDataParallel() {
-  for (int64_t id : hook_ids_) autograd::remove_grad_hook(id);
+bool DistributedDataParallel::layout_changed() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (p.dtype() != layout_[i].dtype || !(p.device() == layout_[i].device) || p.numel() != layout_[i].numel ||
+        !p.is_contiguous())
+      return true;
+  }
+  return false;
 }
 
 std::vector<std::vector<int64_t>> DistributedDataParallel::bucket_layout() const {
@@ -124,6 +140,15 @@ void DistributedDataParallel::sync_buffers() {
 void DistributedDataParallel::on_grad(int64_t param) {
   if (!sync_) return;
   if (!in_backward_) {
+    // The model was converted or moved since the buckets were laid out (Module::to keeps the
+    // tensors, so these hooks still fire): lay them out again, the same way on every rank, which
+    // made the same move. Checked before this backward marks anything.
+    if (layout_changed()) {
+      for (size_t i = 0; i < params_.size(); ++i)
+        CF_CHECK(params_[i].is_contiguous(), dist::DistError, "[DistributedDataParallel] parameter ", i, " ",
+                 params_[i].describe(), " is not contiguous");
+      build_buckets();
+    }
     in_backward_ = true;
     autograd::queue_callback([this] { finish(); });
   }

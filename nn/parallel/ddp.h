@@ -106,6 +106,12 @@ class DistributedDataParallel {
     Tensor flat;
     std::shared_ptr<dist::Work> work;
   };
+  // Buckets in reverse registration order, one dtype and device each, from the parameters' current
+  // dtypes, devices and sizes (recorded in layout_).
+  void build_buckets();
+  // Whether a parameter's dtype, device or size differs from layout_ (Module::to and set_data
+  // change them in place, under the same tensors these hooks hold).
+  bool layout_changed() const;
   void on_grad(int64_t param);
   void launch_ready();
   void launch(Bucket& b);
@@ -117,6 +123,12 @@ class DistributedDataParallel {
   std::vector<int64_t> bucket_of_;  // param index -> bucket
   std::vector<bool> marked_;        // got its gradient in this backward
   std::vector<Bucket> buckets_;
+  struct ParamLayout {
+    DType dtype;
+    Device device;
+    int64_t numel;
+  };
+  std::vector<ParamLayout> layout_;
   std::vector<int64_t> hook_ids_;
   size_t next_launch_ = 0;
   bool in_backward_ = false;

@@ -36,7 +36,8 @@ def _refuse_forward_override(cls, **kwargs):
     """cf.nn modules run their forward in C++: __call__, Sequential and the models call that,
     so a Python subclass's forward would be skipped without a word (m.forward(x) and m(x)
     disagreed). Subclasses that keep forward (adding attributes or methods) stay allowed."""
-    if "forward" in cls.__dict__ or "__call__" in cls.__dict__:
+    own = [k for k in cls.__mro__ if not k.__module__.startswith("cf._cf") and k is not object]
+    if any("forward" in k.__dict__ or "__call__" in k.__dict__ for k in own):  # a mixin's counts too
         raise TypeError("%s overrides forward/__call__ of a cf.nn module, whose forward runs in C++ "
                         "(__call__ and Sequential would not use the override): hold the cf module as an "
                         "attribute of your own class and call it from your forward instead" % cls.__qualname__)
@@ -132,7 +133,15 @@ class set_grad_enabled:
 
     def __init__(self, mode):
         self._prev = _cf.grad_enabled()
-        _cf.set_grad_enabled(True if mode else False)  # (bool is cf.bool here)
+        self._mode = True if mode else False  # (bool is cf.bool here)
+        _cf.set_grad_enabled(self._mode)
+
+    def __call__(self, fn):
+        # @cf.set_grad_enabled(False): the mode applies inside fn only; decorating leaves this
+        # thread's mode as it was (torch 2's rule)
+        _cf.set_grad_enabled(self._prev)
+        mode = self._mode
+        return _run_under(fn, lambda: set_grad_enabled(mode))
 
     def __enter__(self):
         return self

@@ -199,7 +199,7 @@ class Attention(_torch.nn.Module):
         state = self.__dict__.copy()
         for k in ("cf_module", "_bridge", "_params", "_bound_buffers", "_last_aux"):
             state.pop(k, None)
-        state["_cf_local_values"] = {name: t.clone() for name, t in self._cf_local_buffers()}
+        state["_cf_local_values"] = {name: t.clone() for name, t, _ in self._cf_local_buffers()}
         return state
 
     def __setstate__(self, state):
@@ -207,10 +207,13 @@ class Attention(_torch.nn.Module):
         super().__setstate__(state)  # PyTorch's, which fills in what a pickle of an older PyTorch lacks
         self._build_cf()
         self._bind()
+        written = []
         with _torch.no_grad():
-            for name, t in self._cf_local_buffers():
+            for name, t, cf_name in self._cf_local_buffers():
                 if name in local:
                     t.copy_(local[name])
+                    written.append(cf_name)
+        self._bridge.state_loaded(written)  # as cf's load_state_dict: Module::on_state_loaded
         self.cf_module.train(self.training)
 
     def _slots(self):
@@ -251,8 +254,8 @@ class Attention(_torch.nn.Module):
         return self._last_aux.item() if self._last_aux is not None else 0.0
 
     def _cf_local_buffers(self):
-        """(state-dict name, torch view of cf's tensor) of each persistent rank-local cf buffer."""
-        return [(name.replace(".", "_"), _from_capsule(cap))
+        """(state-dict name, torch view of cf's tensor, cf's name) of each persistent rank-local cf buffer."""
+        return [(name.replace(".", "_"), _from_capsule(cap), name)
                 for name, cap, persistent, local in self._bridge.buffer_capsules() if local and persistent]
 
     def _torch_buffer_versions(self):
@@ -274,7 +277,7 @@ class Attention(_torch.nn.Module):
     # tensors (and tells cf they were written: the memory bank's cached step count is read again).
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        for name, t in self._cf_local_buffers():
+        for name, t, _ in self._cf_local_buffers():
             destination[prefix + name] = t.clone()
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
@@ -282,7 +285,8 @@ class Attention(_torch.nn.Module):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
         self._rebind_if_replaced()  # a load that assigned new tensors (PyTorch >= 2.1's assign=True)
-        for name, t in self._cf_local_buffers():
+        written = []
+        for name, t, cf_name in self._cf_local_buffers():
             key = prefix + name
             if key in unexpected_keys:  # PyTorch's own check does not know them
                 unexpected_keys.remove(key)
@@ -297,6 +301,8 @@ class Attention(_torch.nn.Module):
                 continue
             with _torch.no_grad():
                 t.copy_(value)
+            written.append(cf_name)
+        self._bridge.state_loaded(written)  # as cf's load_state_dict: Module::on_state_loaded
         self._note_torch_writes()
         local = [name for name, _, _, is_local in self._bridge.buffer_capsules() if is_local]
         if local:

@@ -109,6 +109,10 @@ class AttentionBridge {
   // PyTorch wrote into these buffers (load_state_dict, a DistributedDataParallel broadcast):
   // cf's version counters did not see it, so mark them written; state cached from them (the
   // memory bank's host copy of its step count) is read again. Empty: every buffer.
+  // PyTorch loaded these cf buffers (full names) into cf's tensors: each module's
+  // on_state_loaded hook hears of its own, as after cf's load_state_dict.
+  void state_loaded(const std::vector<std::string>& names) { mha_->notify_state_loaded(names); }
+
   void buffers_written(const std::vector<std::string>& names) {
     for (auto& [name, t] : mha_->named_buffers())
       if (names.empty() || std::find(names.begin(), names.end(), name) != names.end()) t.bump_version();
@@ -250,6 +254,7 @@ void bind_bridge(nb::module_& m) {
            nb::arg("params"), nb::arg("buffers"))
       .def("set_requires_grad", &AttentionBridge::set_requires_grad, nb::arg("flags"))
       .def("buffers_written", &AttentionBridge::buffers_written, nb::arg("names") = std::vector<std::string>())
+      .def("state_loaded", &AttentionBridge::state_loaded, nb::arg("names"))
       .def("on_train_step", &AttentionBridge::on_train_step, release_gil())
       .def("forward",
            [](AttentionBridge& br, nb::handle x, nb::handle mask, bool causal, bool record,

@@ -228,12 +228,13 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("eval", [](cnn::Module& mod) -> cnn::Module& { mod.eval(); return mod; }, nb::rv_policy::reference,
            "Evaluation mode; returns self.")
       .def_prop_ro("training", &cnn::Module::is_training)
+      // (the GIL stays held: to() rewrites tensors that Python handles share, Tensor::set_data)
       .def("to", [](cnn::Module& mod, cf::DType d) -> cnn::Module& { mod.to(d); return mod; }, nb::arg("dtype"),
-           nb::rv_policy::reference, release_gil(),
+           nb::rv_policy::reference,
            "Convert float parameters and buffers in place, as PyTorch's .to(): each tensor keeps its identity, so "
            "an optimizer built before steps the converted ones (its state follows at its next step); returns self.")
       .def("to", [](cnn::Module& mod, cf::Device d) -> cnn::Module& { mod.to(d); return mod; }, nb::arg("device"),
-           nb::rv_policy::reference, release_gil(),
+           nb::rv_policy::reference,
            "Move parameters and buffers in place, as PyTorch's .to(): each tensor keeps its identity, so an "
            "optimizer built before steps the moved ones (its state follows at its next step); returns self.")
       .def("zero_grad", &cnn::Module::zero_grad, "Drop every parameter's gradient.")

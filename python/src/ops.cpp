@@ -134,8 +134,10 @@ std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Te
   if (PyLong_Check(h.ptr()) || PyFloat_Check(h.ptr())) return nb::cast<double>(nb::float_(h));
   if (!nb::hasattr(h, "__array_interface__") || nb::isinstance<Tensor>(h)) return std::nullopt;
   if (nb::len(nb::object(h.attr("shape"))) == 0) {
-    if (nb::hasattr(h, "dtype") && nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) == "b")
-      return std::nullopt;  // a NumPy bool scalar: no arithmetic, as for Python's True
+    const std::string kind = nb::hasattr(h, "dtype") ? nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) : "";
+    if (kind == "b") return std::nullopt;  // a NumPy bool scalar: no arithmetic, as for Python's True
+    if (kind == "i" || kind == "u")  // np.int64(2**53 + 1) exactly, as a Python int
+      if (auto exact = exact_int64_operand(nb::int_(h), like, "operator")) return *exact;
     return nb::cast<double>(nb::float_(h));
   }
   return tensor_from_python(h, std::nullopt, like.device());
@@ -195,7 +197,29 @@ void bind_operators(TensorCls& cls) {
   CF_NP_BINARY("__ge__", cf::ge(a, b))
 #undef CF_NP_BINARY
   // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on).
+  // A Python int beyond 2^53 with an int64 tensor runs exactly (exact_int64_operand); these int
+  // overloads come before the double ones, which would take an int too.
+  auto int_operand = [](Tensor& a, nb::int_ b, const char* op) -> Tensor {
+    if (auto exact = exact_int64_operand(b, a, op)) return *exact;
+    return cf::ops::number_like(a, nb::cast<double>(nb::float_(b)), op);
+  };
   cls.def("__iadd__", [](Tensor& a, const Tensor& b) -> Tensor& { return cf::add_(a, b); }, nb::rv_policy::reference, release_gil())
+      .def("__iadd__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {
+        Tensor o = int_operand(a, b, "add_");
+        nb::gil_scoped_release g;
+        return cf::add_(a, o);
+      }, nb::rv_policy::reference)
+      .def("__isub__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {
+        Tensor o = int_operand(a, b, "add_");
+        nb::gil_scoped_release g;
+        return cf::add_(a, o, -1.0);
+      }, nb::rv_policy::reference)
+      .def("__imul__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {
+        Tensor o = int_operand(a, b, "mul_");
+        nb::gil_scoped_release g;
+        Tensor prod = [&] { cf::NoGradGuard ng; return a * o; }();
+        return cf::copy_(a, prod);
+      }, nb::rv_policy::reference)
       .def("__iadd__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::ops::number_like(a, b, "add_")); }, nb::rv_policy::reference, release_gil())
       .def("__isub__", [](Tensor& a, const Tensor& b) -> Tensor& { return cf::add_(a, b, -1.0); }, nb::rv_policy::reference, release_gil())
       .def("__isub__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::ops::number_like(a, b, "add_"), -1.0); }, nb::rv_policy::reference, release_gil())

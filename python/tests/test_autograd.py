@@ -322,3 +322,9 @@ def test_set_grad_enabled_is_a_call_and_a_context_manager():
         assert not cf.grad_enabled()
     finally:
         cf.set_grad_enabled(True)
+
+    @cf.set_grad_enabled(False)  # as a decorator: off inside only (it raised and left it off)
+    def double(x):
+        return x * 2
+
+    assert cf.grad_enabled() and not double(w).requires_grad and cf.grad_enabled()

@@ -368,6 +368,14 @@ def test_overriding_forward_of_a_cf_module_is_refused():
             def forward(self, x):
                 return super().forward(x).relu()
 
+    class Relu:
+        def forward(self, x):
+            return x.relu()
+
+    with pytest.raises(TypeError, match=r"overrides forward"):  # a mixin's forward too
+        class Mixed(Relu, cf.nn.Linear):  # noqa: F841
+            pass
+
     class Tagged(cf.nn.Linear):  # adding attributes stays allowed
         tag = "head"
 

@@ -273,6 +273,13 @@ def test_python_ints_beyond_2_53_are_exact_with_int64_tensors():
     u = cf.tensor([0, 0])
     u[1] = 2**62 + 1
     assert u.tolist() == [0, 2**62 + 1]
+    u += 2**53 + 1  # in-place operators too
+    assert u.tolist() == [2**53 + 1, 2**62 + 2**53 + 2]
+    u -= 2**53 + 1
+    u *= 3
+    assert u.tolist() == [0, 3 * (2**62 + 1) - 2**64]  # int64 wraps, as in PyTorch
+    np = pytest.importorskip("numpy")
+    assert (t == np.int64(2**53 + 1)).tolist() == [False]
     with pytest.raises(cf.DTypeError, match=r"\[operator\] the integer 9223372036854775808 does not fit"):
         cf.tensor([2**63 - 1]) == 2**63
     with pytest.raises(cf.DTypeError, match=r"\[setitem\] the integer"):

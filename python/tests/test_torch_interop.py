@@ -336,6 +336,27 @@ def test_on_train_step_reclusters_the_memory_bank_and_counts_on_from_a_loaded_st
     assert cf.torch.Attention("routing", d_model=8, n_heads=2, seed=0).on_train_step() == 0  # no bank
 
 
+def test_a_bank_without_saved_memory_resumes_through_torch_loads_and_copies():
+    # PyTorch's load and deepcopy wrote cf's counters without the FIFO (save_memory=False): the bank
+    # claimed zero rows and the next re-clustering failed in K-Means (Module::on_state_loaded)
+    import copy
+
+    def make(seed):
+        return cf.torch.Attention("cluster-former", d_model=8, n_heads=2, seed=seed, update_every=1, num_clusters=2,
+                                  memory_size=64, save_memory=False)
+    x = torch.randn(2, 16, 8)
+    a = make(0)
+    a(x)
+    assert a.on_train_step() == 1
+    assert "attention_bank_memory" not in a.state_dict()
+    for b in (make(1), copy.deepcopy(a)):
+        if b is not a:
+            b.load_state_dict(a.state_dict())
+        assert b.state_dict()["attention_bank_counters"][0].item() == 0  # the FIFO restarts empty
+        b(x)
+        assert b.on_train_step() == 1  # K-Means on what was gathered since
+
+
 def _ddp_worker(rank, world, init_file, out_dir):
     import os
     import torch.distributed as dist

@@ -57,6 +57,16 @@ TEST_CASE("dist: backend none is a world of one where every collective is the id
     Tensor x = Tensor::ones({4, 3});
     sum(lin->forward(x)).backward();
     check_close(lin->bias.grad(), std::vector<double>{4, 4}, 0.0);
+    // Module::to keeps the tensors DDP holds: its buckets are laid out again (they were fixed at
+    // construction, and the first backward after a move failed inside DDP's callback, leaving it
+    // stuck for every later backward)
+    lin->to(kFloat64);
+    for (int i = 0; i < 2; ++i) {
+      lin->zero_grad();
+      sum(lin->forward(to(x, kFloat64))).backward();
+      CHECK(lin->weight.grad().dtype() == kFloat64);
+      check_close(lin->bias.grad(), std::vector<double>{4, 4}, 0.0);
+    }
   }
   d::finalize();
   CHECK_FALSE(d::is_initialized());

@@ -235,6 +235,19 @@ TEST_CASE("memory bank with save_memory false: a resumed bank restarts its FIFO 
   CHECK(fresh.size() == 6);
   fresh.step();
   CHECK(fresh.step());  // K-Means on the 6 rows gathered since the resume
+  // A non-strict load that wrote no counters leaves a live FIFO alone; counters without the
+  // memory reset it in a bank that saves its memory too.
+  fresh.load_state_dict({{"centroids", clone(fresh.centroids)}}, /*strict=*/false);
+  CHECK(fresh.size() == 6);
+  nn::MemoryBank keeps(bank_options(8, 4, 100, 2), g);
+  keeps.add(randn({5, 8}, kFloat32, g));
+  keeps.load_state_dict(saved, /*strict=*/false);
+  CHECK(keeps.size() == 0);
+  nn::MemoryBank full(bank_options(8, 4, 100, 2), g);
+  full.add(randn({7, 8}, kFloat32, g));
+  keeps.load_state_dict(full.state_dict());
+  CHECK(keeps.size() == 7);
+  CHECK(values(keeps.contents()) == values(full.contents()));
 }
 
 TEST_CASE("memory bank: FIFO keeps the newest capacity vectors in order and skips padding") {

@@ -251,6 +251,27 @@ TEST_CASE("a submodule cycle is refused when it would be made (walks of it overf
   CHECK(!shared->is_training());
 }
 
+TEST_CASE("to() keeps grad hooks, and a 16-bit parameter given other data keeps it through the optimizer") {
+  Net a(3);
+  int calls = 0;
+  const int64_t id = autograd::add_grad_accumulated_hook(a.head->weight, [&](const Tensor&) { ++calls; });
+  a.to(kFloat64);
+  sum(a.forward(Tensor::ones({1, 3}, kFloat64))).backward();
+  CHECK(calls == 1);  // (to() made new tensors: the hook was lost with the old one)
+  autograd::remove_grad_hook(id);
+  // set_data gives the parameter another storage, whose version counter may read the same
+  // number as the one the master was made at: the master must still see the new values
+  a.to(kBFloat16);
+  nn::SGD opt(a.named_parameters(), nn::SGDOptions{0.1});
+  a.head->weight.set_data(Tensor::full(a.head->weight.shape(), 5.0, kBFloat16));
+  opt.zero_grad();
+  sum(a.forward(Tensor::ones({1, 3}, kBFloat16))).backward();
+  const std::vector<double> g = values(a.head->weight.grad());
+  opt.step();
+  const std::vector<double> w = values(a.head->weight);
+  for (size_t i = 0; i < w.size(); ++i) CHECK(w[i] == doctest::Approx(5.0 - 0.1 * g[i]).epsilon(1e-2));
+}
+
 TEST_CASE("set_data: the tensor shows another's data under its identity - bad input") {
   Tensor w = Tensor::zeros({2, 2});
   w.set_requires_grad(true);

@@ -23,6 +23,17 @@ TEST_CASE("narrow refuses a start near 2^63 (start + length overflowed into a he
   CHECK(values(slice(r, 0, 1, 5, 3)) == std::vector<double>{1, 4});
 }
 
+TEST_CASE("pad refuses pads that overflow int64 (they wrapped to a small size and the copy wrote out of bounds)") {
+  Tensor x = t32({1, 2, 3, 4}, {4});
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  CHECK_THROWS_MSG(pad(x, {big, big}), ShapeError, "[pad] pads (9223372036854775807, 9223372036854775807)",
+                   "overflow int64");
+  CHECK_THROWS_MSG(pad(x, {std::numeric_limits<int64_t>::min(), 0}), ShapeError, "[pad]");
+  CHECK(values(pad(x, {1, -2})) == std::vector<double>{0, 1, 2});
+  Tensor m = Tensor::zeros({4, 4});  // a step far beyond the axis: one element, no stride overflow
+  CHECK(slice(m, 0, 0, 4, int64_t(1) << 62).shape() == Shape{1, 4});
+}
+
 TEST_CASE("transpose of a 0-d tensor is itself (it wrote outside an empty permutation)") {
   Tensor s = Tensor::scalar(2.5);
   CHECK(transpose(s, 0, 0).dim() == 0);
@@ -60,6 +71,27 @@ TEST_CASE("int64 arithmetic: INT64_MIN / -1 wraps, pow is exact, abs and neg wra
         std::vector<int64_t>{1, -1, 1, 0, 0});
   CHECK(abs(ti64({mn, -4}, {2})).to_vector<int64_t>() == std::vector<int64_t>{mn, 4});
   CHECK(neg(ti64({mn}, {1})).to_vector<int64_t>() == std::vector<int64_t>{mn});
+}
+
+TEST_CASE("int64 add, sub, mul wrap (signed overflow is undefined in C++) - float to int64 is defined") {
+  const int64_t mx = std::numeric_limits<int64_t>::max(), mn = std::numeric_limits<int64_t>::min();
+  CHECK((ti64({mx}, {1}) + ti64({1}, {1})).to_vector<int64_t>() == std::vector<int64_t>{mn});
+  CHECK((ti64({mn}, {1}) - ti64({1}, {1})).to_vector<int64_t>() == std::vector<int64_t>{mx});
+  CHECK((ti64({int64_t(1) << 62}, {1}) * ti64({4}, {1})).to_vector<int64_t>() == std::vector<int64_t>{0});
+  CHECK(square(ti64({int64_t(1) << 32}, {1})).to_vector<int64_t>() == std::vector<int64_t>{0});
+  // NaN, inf and values beyond int64 convert to INT64_MIN on both devices (C++ leaves it undefined,
+  // CUDA saturates); others truncate toward zero
+  for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+    Tensor f = to(t64({std::nan(""), INFINITY, -INFINITY, 1e30, -2.7, 3.9}, {6}), dt);
+    CHECK(to(f, kInt64).to_vector<int64_t>() == std::vector<int64_t>{mn, mn, mn, mn, -2, 3});
+  }
+}
+
+TEST_CASE("logsumexp's gradient is the softmax also beside large values (its lse was rounded to the dtype)") {
+  Tensor x = t32({1e6f, 1e6f, 1e6f}, {3});
+  x.set_requires_grad(true);
+  logsumexp(x, {0}).backward();
+  for (double g : values(x.grad())) CHECK(g == doctest::Approx(1.0 / 3).epsilon(1e-6));
 }
 
 TEST_CASE("abs(-0.0) is +0.0 in every float dtype") {
@@ -156,6 +188,23 @@ TEST_CASE("binary_cross_entropy_with_logits: the gradient of a very negative log
       CHECK(x.grad().item() == doctest::Approx(lw / (1.0 + std::exp(-x0)) - 3 * y0).epsilon(1e-6).scale(1e-7));
     }
   }
+  // infinite logits: the loss is +inf where y < 1 at x = +inf (PyTorch's value; relu(x) - x y gave NaN),
+  // and the gradients are finite, with pos_weight too (its softplus term gave NaN at x = -inf)
+  Tensor x = t32({INFINITY, INFINITY, -INFINITY, -INFINITY}, {4});
+  x.set_requires_grad(true);
+  nn::BCEWithLogitsOptions o;
+  o.reduction = Reduction::None;
+  const Tensor y = t32({0.f, 0.5f, 0.f, 1.f}, {4});
+  const std::vector<double> l = values(nn::binary_cross_entropy_with_logits(x, y, o));
+  CHECK(l[0] == INFINITY);
+  CHECK(l[1] == INFINITY);
+  o.reduction = Reduction::Sum;
+  nn::binary_cross_entropy_with_logits(x, y, o).backward();
+  CHECK(values(x.grad()) == std::vector<double>{1, 0.5, 0, -1});
+  x.zero_grad();
+  o.pos_weight = t32({2.f}, {1});
+  nn::binary_cross_entropy_with_logits(x, y, o).backward();
+  CHECK(values(x.grad()) == std::vector<double>{1, 0.5, 0, -2});
 }
 
 }  // TEST_SUITE
