@@ -73,7 +73,11 @@ HookTable& hooks() {
   return t;
 }
 // The callbacks of the backward running on this thread (null outside one).
-thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+// Each with what to run instead when the backward ends by an exception before it (may be empty).
+struct QueuedCallback {
+  std::function<void()> run, abort;
+};
+thread_local std::vector<QueuedCallback>* t_callbacks = nullptr;
 
 void run_grad_hooks(const Tensor& leaf) {
   HookTable& t = hooks();
@@ -128,10 +132,10 @@ void remove_grad_hook(int64_t id) {
     }
 }
 
-void queue_callback(std::function<void()> f) {
+void queue_callback(std::function<void()> f, std::function<void()> on_abort) {
   CF_CHECK(t_callbacks != nullptr, AutogradError,
            "[queue_callback] only a hook running inside backward can queue a callback");
-  t_callbacks->push_back(std::move(f));
+  t_callbacks->push_back({std::move(f), std::move(on_abort)});
 }
 
 Node::~Node() {
@@ -234,11 +238,24 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
   AutocastGuard no_autocast(std::nullopt);  // backward ops run in their forward's dtypes
   std::shared_ptr<Node> root_node = node_of(root);
   // Callbacks queued by hooks during this backward (restored for a nested one).
-  std::vector<std::function<void()>> callbacks;
+  std::vector<QueuedCallback> callbacks;
   struct CallbackScope {
-    std::vector<std::function<void()>>* saved;
-    explicit CallbackScope(std::vector<std::function<void()>>* mine) : saved(t_callbacks) { t_callbacks = mine; }
-    ~CallbackScope() { t_callbacks = saved; }
+    std::vector<QueuedCallback>* mine;
+    std::vector<QueuedCallback>* saved;
+    size_t done = 0;  // callbacks run (or started) so far
+    explicit CallbackScope(std::vector<QueuedCallback>* m) : mine(m), saved(t_callbacks) { t_callbacks = m; }
+    ~CallbackScope() {
+      t_callbacks = saved;
+      // An exception ended this backward: the callbacks that did not run hear of it (DDP resets the
+      // reduction it began; it waited for a finish() that never came and stopped averaging).
+      for (size_t i = done; i < mine->size(); ++i)
+        if ((*mine)[i].abort) {
+          try {
+            (*mine)[i].abort();
+          } catch (...) {  // already unwinding: an abort handler cannot fail the backward twice
+          }
+        }
+    }
   } callback_scope(&callbacks);
 
   // Count, for every reachable node, how many edges point at it.
@@ -320,7 +337,8 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
   }
   // A callback may queue another (index loop: the vector may grow).
   for (size_t i = 0; i < callbacks.size(); ++i) {
-    auto f = std::move(callbacks[i]);
+    auto f = std::move(callbacks[i].run);
+    callback_scope.done = i + 1;
     f();
   }
 }

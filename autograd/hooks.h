@@ -19,7 +19,8 @@ int64_t add_grad_accumulated_hook(const Tensor& leaf, std::function<void(const T
 void remove_grad_hook(int64_t id);
 
 // Only while a backward runs (from a hook): f runs once after the backward
-// has finished its whole graph, before backward() returns.
-void queue_callback(std::function<void()> f);
+// has finished its whole graph, before backward() returns. If the backward ends by an
+// exception before f ran, on_abort runs instead (if given; its own exceptions are dropped).
+void queue_callback(std::function<void()> f, std::function<void()> on_abort = {});
 
 }  // namespace cf::autograd

@@ -159,9 +159,14 @@ Tensor& Tensor::set_requires_grad(bool on) {
 Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
 
 void Tensor::set_grad(const Tensor& g) const {
-  if (g.defined())
-    CF_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), ShapeError,
-             "[set_grad] gradient ", g.describe(), " does not match tensor ", describe());
+  if (g.defined()) {
+    CF_CHECK(g.shape() == shape(), ShapeError, "[set_grad] gradient ", g.describe(), " does not match tensor ",
+             describe());
+    CF_CHECK(g.dtype() == dtype(), DTypeError, "[set_grad] gradient ", g.describe(), " does not match tensor ",
+             describe(), " (a graph recorded before the tensor was converted?)");
+    CF_CHECK(g.device() == device(), DeviceError, "[set_grad] gradient ", g.describe(), " does not match tensor ",
+             describe());
+  }
   impl().grad = g.impl_;
 }
 

@@ -4,7 +4,7 @@
 #include <limits>
 #include <set>
 
-#include "autograd/ops/elementwise.h"
+#include "core/half.h"
 #include "core/serialization.h"
 
 namespace cf {
@@ -54,21 +54,27 @@ void add_prefixed(std::vector<std::pair<std::string, Tensor>>& out, const StateD
 
 template <typename T>
 int64_t count_nan_of(const Tensor& t) {
-  const Tensor c = contiguous(t);
-  const T* p = c.data<T>();
   int64_t bad = 0;
-  for (int64_t i = 0, n = c.numel(); i < n; ++i) bad += std::isnan(p[i]) ? 1 : 0;
+  for (const T& v : t.to_vector<T>()) bad += std::isnan(float(v)) ? 1 : 0;
   return bad;
 }
 
 // NaN marks a diverged run: such weights give chance-level results, or a later "non-finite
 // loss" that does not name the file. Infinities are legitimate (a buffer of -inf mask
 // entries), so they are kept. Every float dtype is checked (16-bit ones were not).
+// (Core only, no autograd ops: the fuzz build links the readers alone.)
 int64_t count_nan(const Tensor& t) {
-  if (t.dtype() == kFloat32) return count_nan_of<float>(t);
-  if (t.dtype() == kFloat64) return count_nan_of<double>(t);
-  if (is_low_precision(t.dtype())) return count_nan_of<float>(to(t, kFloat32));
-  return 0;
+  switch (t.dtype()) {
+    case kFloat32: return count_nan_of<float>(t);
+    case kFloat64: {
+      int64_t bad = 0;
+      for (double v : t.to_vector<double>()) bad += std::isnan(v) ? 1 : 0;
+      return bad;
+    }
+    case kBFloat16: return count_nan_of<BFloat16>(t);
+    case kFloat16: return count_nan_of<Half>(t);
+    default: return 0;
+  }
 }
 
 }  // namespace

@@ -145,7 +145,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   // second branch holds, so the gradient is sigmoid(0) - y.
   const Tensor pos = gt(logits, 0.0);
   const Tensor tail = log1p(exp(where(pos, neg(logits), logits)));
-  Tensor loss = add(where(pos, mul(logits, 1.0 - targets), neg(mul(logits, targets))), tail);
+  // x+ = max(x, 0) and x- = min(x, 0) through where, so no branch multiplies an infinite logit by a
+  // zero gradient on its way to the targets (their gradient at x = +-inf is -x, as in PyTorch)
+  const Tensor x_pos = where(pos, logits, 0.0), x_neg = where(logical_not(pos), logits, 0.0);
+  Tensor loss = add(sub(mul(x_pos, 1.0 - targets), mul(x_neg, targets)), tail);
   if (o.pos_weight.defined()) {
     // lw = 1 + (pos_weight - 1) y multiplies softplus(-x): add (lw - 1) softplus(-x), a term that
     // vanishes (gradient too) where y = 0. softplus(-x) is t for x > 0 and t - x otherwise.

@@ -174,6 +174,9 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
            " positions, k ", a.k.shape()[2]);
   CF_CHECK(H == n_heads_ && D == head_dim_, ShapeError, "[RoutingAttention] built for ", n_heads_,
            " heads of size ", head_dim_, ", got q ", shape_str(s));
+  CF_CHECK(!is_low_precision(a.q.dtype()), DTypeError, "[RoutingAttention] q is ", a.q.dtype(),
+           ": a 16-bit model's attention runs under autocast (cf::AutocastGuard, cf.autocast), which takes "
+           "routing to float32 (its centroids stay float32 under to(", a.q.dtype(), "))");
   CF_CHECK(a.q.dtype() == centroids_.dtype(), DTypeError, "[RoutingAttention] q is ", a.q.dtype(),
            " but the centroids are ", centroids_.dtype(), " (convert the module with to(dtype))");
   if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());  // nothing to route

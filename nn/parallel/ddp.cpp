@@ -149,8 +149,20 @@ void DistributedDataParallel::on_grad(int64_t param) {
                  params_[i].describe(), " is not contiguous");
       build_buckets();
     }
+    CF_CHECK(!failed_backward_, dist::DistError, "[DistributedDataParallel] an earlier backward failed after "
+             "this rank had begun averaging its gradients, so the ranks may now disagree; build a new "
+             "DistributedDataParallel (and resynchronise the model) to go on");
     in_backward_ = true;
-    autograd::queue_callback([this] { finish(); });
+    autograd::queue_callback(
+        [this] {
+          try {
+            finish();
+          } catch (...) {
+            abandon();
+            throw;
+          }
+        },
+        [this] { abandon(); });
   }
   if (marked_[size_t(param)]) return;
   marked_[size_t(param)] = true;
@@ -180,6 +192,21 @@ void DistributedDataParallel::launch(Bucket& b) {
   }
   b.launched = true;
   b.work = dist::all_reduce_async(b.flat, dist::ReduceOp::mean);
+}
+
+void DistributedDataParallel::abandon() {
+  // The backward failed before finish(): its reduction is dropped, and the next backward says so
+  // (training on would average nothing, silently: every later backward waited for this finish()).
+  for (Bucket& b : buckets_) {
+    b.work.reset();
+    b.flat = Tensor();
+    b.ready = 0;
+    b.launched = false;
+  }
+  std::fill(marked_.begin(), marked_.end(), false);
+  next_launch_ = 0;
+  in_backward_ = false;
+  failed_backward_ = true;
 }
 
 void DistributedDataParallel::finish() {

@@ -116,6 +116,7 @@ class DistributedDataParallel {
   void launch_ready();
   void launch(Bucket& b);
   void finish();
+  void abandon();  // the backward failed before finish(): reset, and refuse the next one
 
   std::shared_ptr<Module> module_;
   DDPOptions options_;
@@ -132,6 +133,7 @@ class DistributedDataParallel {
   std::vector<int64_t> hook_ids_;
   size_t next_launch_ = 0;
   bool in_backward_ = false;
+  bool failed_backward_ = false;
   bool sync_ = true;
 };
 

@@ -160,7 +160,9 @@ void sync_for_consumer(const cf::Tensor& t, nb::handle stream) {
 
 // A "dltensor" capsule for t (the versioned one when versioned is true).
 nb::object to_capsule(const cf::Tensor& t, bool versioned) {
-  auto* ctx = new ExportCtx{t, std::vector<int64_t>(t.shape().begin(), t.shape().end()),
+  // t.detach(): a handle of its own on t's storage, so Module.to or t.data = ... giving t other data
+  // later does not free the memory under the consumer (the handle t itself follows such changes)
+  auto* ctx = new ExportCtx{t.detach(), std::vector<int64_t>(t.shape().begin(), t.shape().end()),
                             std::vector<int64_t>(t.strides().begin(), t.strides().end())};
   if (versioned) {
     auto* mt = new DLManagedTensorVersioned{};

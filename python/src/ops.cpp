@@ -214,11 +214,15 @@ void bind_operators(TensorCls& cls) {
         nb::gil_scoped_release g;
         return cf::add_(a, o, -1.0);
       }, nb::rv_policy::reference)
-      .def("__imul__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {
-        Tensor o = int_operand(a, b, "mul_");
+      .def("__imul__", [](Tensor& a, nb::int_ b) -> Tensor& {
+        if (auto exact = exact_int64_operand(b, a, "mul_")) {
+          nb::gil_scoped_release g;
+          Tensor prod = [&] { cf::NoGradGuard ng; return a * *exact; }();
+          return cf::copy_(a, prod);
+        }
+        const double v = nb::cast<double>(nb::float_(b));
         nb::gil_scoped_release g;
-        Tensor prod = [&] { cf::NoGradGuard ng; return a * o; }();
-        return cf::copy_(a, prod);
+        return cf::mul_(a, v);  // in place, no temporary
       }, nb::rv_policy::reference)
       .def("__iadd__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::ops::number_like(a, b, "add_")); }, nb::rv_policy::reference, release_gil())
       .def("__isub__", [](Tensor& a, const Tensor& b) -> Tensor& { return cf::add_(a, b, -1.0); }, nb::rv_policy::reference, release_gil())
@@ -249,6 +253,32 @@ void bind_operators(TensorCls& cls) {
         Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference, release_gil());
+  // NumPy scalars (np.int64, np.float32) for += -= *=, registered last: nanobind tries every
+  // overload without conversions first, so these take them before the double overloads would
+  // convert them (an np.int64 beyond 2^53 was rounded); Python numbers still go to the overloads above.
+  auto numpy_scalar_inplace = [](const char* py, const char* op, int kind) {
+    return [py, op, kind](Tensor& a, nb::handle h) -> Tensor& {
+      const bool scalar = nb::hasattr(h, "__array_interface__") && nb::hasattr(h, "dtype") &&
+                          nb::len(nb::object(h.attr("shape"))) == 0;
+      const std::string k = scalar ? nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) : "";
+      if (k != "i" && k != "u" && k != "f")
+        throw nb::type_error(cf::str(py, "(): unsupported operand of type ", nb::type_name(h.type()).c_str(),
+                                     " (a cf.Tensor, a number or a NumPy scalar; cf.tensor(...) converts arrays)")
+                                 .c_str());
+      std::optional<Tensor> exact = k == "f" ? std::nullopt : exact_int64_operand(nb::int_(h), a, op);
+      const double v = nb::cast<double>(nb::float_(h));
+      nb::gil_scoped_release g;
+      if (kind == 2) {  // *=
+        if (!exact) return cf::mul_(a, v);
+        Tensor prod = [&] { cf::NoGradGuard ng; return a * *exact; }();
+        return cf::copy_(a, prod);
+      }
+      return cf::add_(a, exact ? *exact : cf::ops::number_like(a, v, op), kind == 0 ? 1.0 : -1.0);
+    };
+  };
+  cls.def("__iadd__", numpy_scalar_inplace("__iadd__", "add_", 0), nb::rv_policy::reference)
+      .def("__isub__", numpy_scalar_inplace("__isub__", "add_", 1), nb::rv_policy::reference)
+      .def("__imul__", numpy_scalar_inplace("__imul__", "mul_", 2), nb::rv_policy::reference);
 }
 
 void bind_reductions(nb::module_& m, TensorCls& cls) {

@@ -532,7 +532,16 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m);
 
 static const double kArrayPriority = 1000.0;
 
+// What np.asarray(t) views: a detached handle on t's storage, kept by NumPy as the array's base. With
+// the tensor itself as the base, giving the tensor other data later (Module.to, t.data = ...) freed
+// the storage under the array, which then read and wrote whatever the allocator put there next.
+struct ArrayView {
+  cf::Tensor tensor;
+};
+
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
+  nb::class_<ArrayView>(m, "_ArrayView", "The base NumPy keeps for np.asarray(t): t's memory, not t.")
+      .def_prop_ro("__array_interface__", [](const ArrayView& v) { return array_interface(v.tensor); });
   m.def("_tensor_from_bytes",
         [](nb::bytes data, cf::DType dtype, std::vector<int64_t> shape, cf::Device device) {
           cf::Shape s(shape.begin(), shape.end());
@@ -655,7 +664,13 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       .def("__deepcopy__", [](const cf::Tensor& t, nb::handle) { return copy_tensor(t); }, nb::arg("memo"))
       .def("__repr__", &describe_repr)
       .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })
-      .def_prop_ro("__array_interface__", &array_interface)
+      // np.asarray(t), t.numpy(): NumPy views the memory through an _ArrayView (see there)
+      .def("__array__", [](const cf::Tensor& t, nb::handle dtype, nb::handle copy) {
+        refuse_grad_export(t, "__array__");
+        nb::object np = nb::module_::import_("numpy");
+        nb::object a = np.attr("asarray")(nb::cast(ArrayView{t.detach()}));
+        return dtype.is_none() ? a : np.attr("asarray")(a, dtype);
+      }, nb::arg("dtype") = nb::none(), nb::arg("copy") = nb::none())
       // NumPy's scalars and arrays defer to the tensor's operators, which take them (ops.cpp), as they do
       // for PyTorch's tensors: np.float32(2) * t and np.ones(3) + t are tensors
       .def_ro_static("__array_priority__", &kArrayPriority)

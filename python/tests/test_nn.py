@@ -381,3 +381,24 @@ def test_overriding_forward_of_a_cf_module_is_refused():
 
     t = Tagged(2, 2)
     assert t.tag == "head" and t(cf.ones([1, 2])).shape == (1, 2)
+
+
+def test_numpy_and_dlpack_views_keep_their_memory_when_the_tensor_gets_other_data():
+    # the views held the tensor handle, whose storage Module.to / .data = replaced and freed: the
+    # arrays then read and wrote the next tensor the allocator placed there
+    np = pytest.importorskip("numpy")
+    a = cf.ones([1000])
+    n, d = np.asarray(a), np.from_dlpack(a)
+    a.data = cf.zeros([7], dtype=cf.float64)
+    junk = cf.full([1000], 123.0)
+    assert n[:3].tolist() == [1.0, 1.0, 1.0] and d[:3].tolist() == [1.0, 1.0, 1.0]
+    n[:] = -5.0
+    assert junk.sum().item() == 123000.0 and d[0] == -5.0
+    m = cf.nn.MultiHeadAttention("routing", 8, 2, n_clusters=2)
+    buf = dict(m.named_buffers())["attention.centroids"]
+    view = buf.numpy()
+    before = view.copy()
+    m.to(cf.float64)
+    assert buf.dtype == cf.float64
+    cf.full([4096], 7.0)
+    assert (view == before).all()

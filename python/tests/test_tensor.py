@@ -280,6 +280,17 @@ def test_python_ints_beyond_2_53_are_exact_with_int64_tensors():
     assert u.tolist() == [0, 3 * (2**62 + 1) - 2**64]  # int64 wraps, as in PyTorch
     np = pytest.importorskip("numpy")
     assert (t == np.int64(2**53 + 1)).tolist() == [False]
+    v = cf.tensor([2**54])
+    v += np.int64(1)
+    v *= np.int64(3)
+    assert v.tolist() == [3 * (2**54 + 1)]
+    f = cf.zeros([2])
+    f += np.float32(2.5)
+    f -= np.int64(1)
+    f *= np.int64(2)
+    assert f.tolist() == [3.0, 3.0]
+    with pytest.raises(TypeError, match=r"__iadd__\(\): unsupported operand of type .*ndarray"):
+        f += np.ones(2)
     with pytest.raises(cf.DTypeError, match=r"\[operator\] the integer 9223372036854775808 does not fit"):
         cf.tensor([2**63 - 1]) == 2**63
     with pytest.raises(cf.DTypeError, match=r"\[setitem\] the integer"):

@@ -349,9 +349,9 @@ def test_a_bank_without_saved_memory_resumes_through_torch_loads_and_copies():
     a(x)
     assert a.on_train_step() == 1
     assert "attention_bank_memory" not in a.state_dict()
-    for b in (make(1), copy.deepcopy(a)):
-        if b is not a:
-            b.load_state_dict(a.state_dict())
+    loaded = make(1)
+    loaded.load_state_dict(a.state_dict())
+    for b in (loaded, copy.deepcopy(a)):  # a load, and a copy alone (__setstate__)
         assert b.state_dict()["attention_bank_counters"][0].item() == 0  # the FIFO restarts empty
         b(x)
         assert b.on_train_step() == 1  # K-Means on what was gathered since

@@ -67,6 +67,18 @@ TEST_CASE("dist: backend none is a world of one where every collective is the id
       CHECK(lin->weight.grad().dtype() == kFloat64);
       check_close(lin->bias.grad(), std::vector<double>{4, 4}, 0.0);
     }
+    // A backward that fails after DDP's hooks began (here a later hook of the same leaf throws, as a
+    // user's hook or an engine error would) used to leave DDP waiting for a finish() that never came:
+    // no later backward was averaged, silently.
+    const int64_t bad = autograd::add_grad_accumulated_hook(lin->bias, [](const Tensor&) {
+      throw ValueError("a failing hook");
+    });
+    lin->zero_grad();
+    CHECK_THROWS_MSG(sum(lin->forward(to(x, kFloat64))).backward(), ValueError, "a failing hook");
+    autograd::remove_grad_hook(bad);
+    lin->zero_grad();
+    CHECK_THROWS_MSG(sum(lin->forward(to(x, kFloat64))).backward(), d::DistError,
+                     "[DistributedDataParallel] an earlier backward failed");
   }
   d::finalize();
   CHECK_FALSE(d::is_initialized());

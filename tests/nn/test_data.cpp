@@ -237,6 +237,11 @@ TEST_CASE("data: a loader entered by a second consumer while one is inside refus
       } catch (const ValueError& e) {
         seen = e.what();
       }
+      try {
+        self->stop();  // stop() is a consumer call too: it would end the prefetch another one waits on
+      } catch (const ValueError& e) {
+        seen += e.what();
+      }
     }
     return Example{Tensor::scalar(double(i)), Tensor()};
   });
@@ -247,6 +252,7 @@ TEST_CASE("data: a loader entered by a second consumer while one is inside refus
   Batch b;
   CHECK(loader.next(b));
   CHECK(seen.find("[DataLoader::next] another thread is inside this DataLoader") != std::string::npos);
+  CHECK(seen.find("[DataLoader::stop] another thread is inside") != std::string::npos);
   CHECK(loader.next(b));  // the guard was released
 }
 

@@ -485,7 +485,8 @@ TEST_CASE("a gradient that does not fit its parameter never reaches step()") {
   // set_grad refuses it; step() checks again (shape, dtype, device) before any update.
   Tensor a = param(kFloat32, {1, 2}, {2});
   nn::SGD opt({{"a", a}}, nn::SGDOptions{});
-  CHECK_THROWS_AS(a.set_grad(t64({1, 1}, {2})), ShapeError);
+  CHECK_THROWS_MSG(a.set_grad(t64({1, 1}, {2})), DTypeError, "[set_grad]", "float64 (2)", "float32 (2)");
+  CHECK_THROWS_MSG(a.set_grad(t32({1, 1, 1}, {3})), ShapeError, "[set_grad]", "(3)");
   opt.step();  // no gradient: nothing changes, the step is still counted
   check_close(a, {1, 2}, 0);
   CHECK(opt.step_count() == 1);

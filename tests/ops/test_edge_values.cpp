@@ -92,6 +92,15 @@ TEST_CASE("logsumexp's gradient is the softmax also beside large values (its lse
   x.set_requires_grad(true);
   logsumexp(x, {0}).backward();
   for (double g : values(x.grad())) CHECK(g == doctest::Approx(1.0 / 3).epsilon(1e-6));
+  // a row holding +inf: NaN at the +inf and 0 elsewhere, as PyTorch (not NaN everywhere)
+  Tensor r = t64({INFINITY, 1.0, 2.0, -INFINITY, -INFINITY, -INFINITY}, {2, 3});
+  r.set_requires_grad(true);
+  sum(logsumexp(r, {1})).backward();
+  const std::vector<double> g = values(r.grad());
+  CHECK(std::isnan(g[0]));
+  CHECK(g[1] == 0.0);
+  CHECK(g[2] == 0.0);
+  CHECK(std::isnan(g[3]));  // an all -inf row: NaN, as PyTorch
 }
 
 TEST_CASE("abs(-0.0) is +0.0 in every float dtype") {
@@ -201,6 +210,11 @@ TEST_CASE("binary_cross_entropy_with_logits: the gradient of a very negative log
   o.reduction = Reduction::Sum;
   nn::binary_cross_entropy_with_logits(x, y, o).backward();
   CHECK(values(x.grad()) == std::vector<double>{1, 0.5, 0, -1});
+  // the targets' gradient there is -x, as PyTorch (the unpicked branch of a where gave 0 * inf = NaN)
+  Tensor xi = t32({INFINITY, -INFINITY}, {2}), yi = t32({0.5f, 0.5f}, {2});
+  yi.set_requires_grad(true);
+  nn::binary_cross_entropy_with_logits(xi, yi, o).backward();
+  CHECK(values(yi.grad()) == std::vector<double>{-INFINITY, INFINITY});
   x.zero_grad();
   o.pos_weight = t32({2.f}, {1});
   nn::binary_cross_entropy_with_logits(x, y, o).backward();
