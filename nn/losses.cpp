@@ -146,15 +146,14 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   const Tensor pos = gt(logits, 0.0);
   const Tensor tail = log1p(exp(where(pos, neg(logits), logits)));
   // x+ = max(x, 0) and x- = min(x, 0) through where, so no branch multiplies an infinite logit by a
-  // zero gradient on its way to the targets (their gradient at x = +-inf is -x, as in PyTorch)
+  // zero gradient on its way to the targets (their gradient at x = +-inf is -x, as in PyTorch).
+  // pos_weight p scales softplus(-x) by lw = 1 + (p - 1) y; per branch that is
+  //   x > 0:  x (1 - y) + lw t       x <= 0:  -x p y + lw t
+  // (so the x <= 0, y = 0 gradient is still sigmoid(x) alone, and no (p - 1) * inf appears).
   const Tensor x_pos = where(pos, logits, 0.0), x_neg = where(logical_not(pos), logits, 0.0);
-  Tensor loss = add(sub(mul(x_pos, 1.0 - targets), mul(x_neg, targets)), tail);
-  if (o.pos_weight.defined()) {
-    // lw = 1 + (pos_weight - 1) y multiplies softplus(-x): add (lw - 1) softplus(-x), a term that
-    // vanishes (gradient too) where y = 0. softplus(-x) is t for x > 0 and t - x otherwise.
-    Tensor extra = mul(sub(o.pos_weight, 1.0), targets);
-    loss = add(loss, mul(extra, where(pos, tail, sub(tail, logits))));
-  }
+  const Tensor neg_coef = o.pos_weight.defined() ? mul(o.pos_weight, targets) : targets;
+  const Tensor tail_w = o.pos_weight.defined() ? mul(add(mul(sub(o.pos_weight, 1.0), targets), 1.0), tail) : tail;
+  Tensor loss = add(sub(mul(x_pos, 1.0 - targets), mul(x_neg, neg_coef)), tail_w);
   if (o.weight.defined()) loss = mul(loss, o.weight);
   return reduce(loss, o.reduction, op);
 }

@@ -150,8 +150,8 @@ void DistributedDataParallel::on_grad(int64_t param) {
       build_buckets();
     }
     CF_CHECK(!failed_backward_, dist::DistError, "[DistributedDataParallel] an earlier backward failed after "
-             "this rank had begun averaging its gradients, so the ranks may now disagree; build a new "
-             "DistributedDataParallel (and resynchronise the model) to go on");
+             "this rank had begun averaging its gradients: the ranks' collectives are out of step and their "
+             "gradients may disagree; restart the processes (from the last checkpoint)");
     in_backward_ = true;
     autograd::queue_callback(
         [this] {
@@ -197,7 +197,10 @@ void DistributedDataParallel::launch(Bucket& b) {
 void DistributedDataParallel::abandon() {
   // The backward failed before finish(): its reduction is dropped, and the next backward says so
   // (training on would average nothing, silently: every later backward waited for this finish()).
+  // An all-reduce already posted keeps writing into its buffer: both stay alive with this object
+  // (freeing the buffer let MPI write into whatever the allocator placed there next).
   for (Bucket& b : buckets_) {
+    if (b.work) abandoned_.emplace_back(std::move(b.work), std::move(b.flat));
     b.work.reset();
     b.flat = Tensor();
     b.ready = 0;

@@ -47,6 +47,7 @@
 // belong to the parameter tensors of that moment).
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "dist/dist.h"
@@ -134,6 +135,8 @@ class DistributedDataParallel {
   size_t next_launch_ = 0;
   bool in_backward_ = false;
   bool failed_backward_ = false;
+  // all-reduces posted by a backward that then failed, with their buffers (see abandon)
+  std::vector<std::pair<std::shared_ptr<dist::Work>, Tensor>> abandoned_;
   bool sync_ = true;
 };
 

@@ -261,11 +261,11 @@ void bind_operators(TensorCls& cls) {
       const bool scalar = nb::hasattr(h, "__array_interface__") && nb::hasattr(h, "dtype") &&
                           nb::len(nb::object(h.attr("shape"))) == 0;
       const std::string k = scalar ? nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) : "";
-      if (k != "i" && k != "u" && k != "f")
+      if (k != "i" && k != "u" && k != "f" && k != "b")
         throw nb::type_error(cf::str(py, "(): unsupported operand of type ", nb::type_name(h.type()).c_str(),
                                      " (a cf.Tensor, a number or a NumPy scalar; cf.tensor(...) converts arrays)")
                                  .c_str());
-      std::optional<Tensor> exact = k == "f" ? std::nullopt : exact_int64_operand(nb::int_(h), a, op);
+      std::optional<Tensor> exact = k == "i" || k == "u" ? exact_int64_operand(nb::int_(h), a, op) : std::nullopt;
       const double v = nb::cast<double>(nb::float_(h));
       nb::gil_scoped_release g;
       if (kind == 2) {  // *=

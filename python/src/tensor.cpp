@@ -287,7 +287,7 @@ const char* typestr(cf::DType d) {
     case cf::DType::Bool: return "|b1";
     case cf::DType::Float16: return "<f2";
     case cf::DType::BFloat16:
-      throw cf::DTypeError("[__array_interface__] NumPy has no bfloat16; convert with t.to(cf.float32) first");
+      throw cf::DTypeError("[__array__] NumPy has no bfloat16; convert with t.to(cf.float32) first");
   }
   return "";
 }
@@ -296,7 +296,7 @@ const char* typestr(cf::DType d) {
 // tensor's memory, kept alive by the tensor object (NumPy holds it as the base).
 nb::dict array_interface(const cf::Tensor& t) {
   refuse_grad_export(t, "__array_interface__");
-  CF_CHECK(t.device().is_cpu(), DeviceError, "[__array_interface__] tensor is on ", t.device(),
+  CF_CHECK(t.device().is_cpu(), DeviceError, "[__array__] tensor is on ", t.device(),
            ": NumPy reads CPU memory only; copy it first with t.cpu()");
   nb::dict d;
   nb::list shape, strides;
@@ -665,11 +665,21 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       .def("__repr__", &describe_repr)
       .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })
       // np.asarray(t), t.numpy(): NumPy views the memory through an _ArrayView (see there)
+      // NumPy >= 2 passes copy= and then trusts it: copy=True must copy (np.array(t)), copy=False must
+      // not (a dtype change is then a ValueError, NumPy's rule), None copies only to change the dtype.
       .def("__array__", [](const cf::Tensor& t, nb::handle dtype, nb::handle copy) {
         refuse_grad_export(t, "__array__");
         nb::object np = nb::module_::import_("numpy");
         nb::object a = np.attr("asarray")(nb::cast(ArrayView{t.detach()}));
-        return dtype.is_none() ? a : np.attr("asarray")(a, dtype);
+        const bool want_copy = !copy.is_none() && PyObject_IsTrue(copy.ptr()) == 1;
+        const bool no_copy = !copy.is_none() && PyObject_IsTrue(copy.ptr()) == 0;
+        if (!dtype.is_none() && !nb::cast<bool>(a.attr("dtype").attr("__eq__")(np.attr("dtype")(dtype)))) {
+          if (no_copy)
+            throw nb::value_error(cf::str("[__array__] ", t.describe(), " as ", nb::cast<std::string>(nb::str(dtype)),
+                                          " needs a copy, and copy=False was asked").c_str());
+          return nb::object(a.attr("astype")(dtype));  // a new array
+        }
+        return want_copy ? nb::object(a.attr("copy")()) : a;
       }, nb::arg("dtype") = nb::none(), nb::arg("copy") = nb::none())
       // NumPy's scalars and arrays defer to the tensor's operators, which take them (ops.cpp), as they do
       // for PyTorch's tensors: np.float32(2) * t and np.ones(3) + t are tensors

@@ -394,6 +394,15 @@ def test_numpy_and_dlpack_views_keep_their_memory_when_the_tensor_gets_other_dat
     assert n[:3].tolist() == [1.0, 1.0, 1.0] and d[:3].tolist() == [1.0, 1.0, 1.0]
     n[:] = -5.0
     assert junk.sum().item() == 123000.0 and d[0] == -5.0
+    # np.array copies, np.asarray shares; copy= as NumPy 2 passes it
+    t = cf.tensor([1.0, 2.0])
+    c = np.array(t)
+    c[0] = 9.0
+    assert t.tolist() == [1.0, 2.0]
+    assert t.__array__(copy=True).__array_interface__["data"][0] != np.asarray(t).__array_interface__["data"][0]
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64
+    with pytest.raises(ValueError, match=r"\[__array__\].*needs a copy"):
+        t.__array__(np.float64, copy=False)
     m = cf.nn.MultiHeadAttention("routing", 8, 2, n_clusters=2)
     buf = dict(m.named_buffers())["attention.centroids"]
     view = buf.numpy()

@@ -289,6 +289,8 @@ def test_python_ints_beyond_2_53_are_exact_with_int64_tensors():
     f -= np.int64(1)
     f *= np.int64(2)
     assert f.tolist() == [3.0, 3.0]
+    f += np.bool_(True)  # as t += True
+    assert f.tolist() == [4.0, 4.0]
     with pytest.raises(TypeError, match=r"__iadd__\(\): unsupported operand of type .*ndarray"):
         f += np.ones(2)
     with pytest.raises(cf.DTypeError, match=r"\[operator\] the integer 9223372036854775808 does not fit"):

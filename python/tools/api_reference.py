@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # Dunder methods worth listing (operators and protocols); the others are Python's.
 DUNDERS = {"__init__", "__getitem__", "__setitem__", "__len__", "__iter__", "__call__", "__dlpack__",
-           "__dlpack_device__", "__array_interface__", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__",
+           "__dlpack_device__", "__array__", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__",
            "__rmul__", "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__neg__", "__abs__",
            "__invert__", "__and__", "__or__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
            "__iadd__", "__isub__", "__imul__", "__itruediv__", "__bool__", "__float__", "__int__", "__index__",

@@ -78,7 +78,7 @@ TEST_CASE("dist: backend none is a world of one where every collective is the id
     autograd::remove_grad_hook(bad);
     lin->zero_grad();
     CHECK_THROWS_MSG(sum(lin->forward(to(x, kFloat64))).backward(), d::DistError,
-                     "[DistributedDataParallel] an earlier backward failed");
+                     "[DistributedDataParallel] an earlier backward failed", "restart the processes");
   }
   d::finalize();
   CHECK_FALSE(d::is_initialized());

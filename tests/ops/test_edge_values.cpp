@@ -101,6 +101,11 @@ TEST_CASE("logsumexp's gradient is the softmax also beside large values (its lse
   CHECK(g[1] == 0.0);
   CHECK(g[2] == 0.0);
   CHECK(std::isnan(g[3]));  // an all -inf row: NaN, as PyTorch
+  // large finite entries beside +inf: 0, not exp overflowing to inf / inf
+  Tensor big = t64({INFINITY, 1000.0, 2.0}, {3});
+  big.set_requires_grad(true);
+  logsumexp(big, {0}).backward();
+  CHECK(values(big.grad())[1] == 0.0);
 }
 
 TEST_CASE("abs(-0.0) is +0.0 in every float dtype") {
@@ -215,6 +220,13 @@ TEST_CASE("binary_cross_entropy_with_logits: the gradient of a very negative log
   yi.set_requires_grad(true);
   nn::binary_cross_entropy_with_logits(xi, yi, o).backward();
   CHECK(values(yi.grad()) == std::vector<double>{-INFINITY, INFINITY});
+  for (float pw : {1.f, 0.5f, 3.f}) {  // with pos_weight p: -x p, no (p - 1) * inf
+    nn::BCEWithLogitsOptions op = o;
+    op.pos_weight = t32({pw}, {1});
+    yi.zero_grad();
+    nn::binary_cross_entropy_with_logits(xi, yi, op).backward();
+    CHECK(values(yi.grad())[1] == INFINITY);
+  }
   x.zero_grad();
   o.pos_weight = t32({2.f}, {1});
   nn::binary_cross_entropy_with_logits(x, y, o).backward();
