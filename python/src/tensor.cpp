@@ -292,8 +292,8 @@ const char* typestr(cf::DType d) {
   return "";
 }
 
-// NumPy's __array_interface__ (version 3): np.asarray(t) is a view of a CPU
-// tensor's memory, kept alive by the tensor object (NumPy holds it as the base).
+// NumPy's __array_interface__ (version 3) of an _ArrayView: np.asarray(t) is a view of a CPU
+// tensor's memory, kept alive by the _ArrayView NumPy holds as the base (t.__array__ below).
 nb::dict array_interface(const cf::Tensor& t) {
   refuse_grad_export(t, "__array_interface__");
   CF_CHECK(t.device().is_cpu(), DeviceError, "[__array__] tensor is on ", t.device(),
