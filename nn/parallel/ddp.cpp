@@ -194,18 +194,27 @@ void DistributedDataParallel::launch(Bucket& b) {
   b.work = dist::all_reduce_async(b.flat, dist::ReduceOp::mean);
 }
 
-void DistributedDataParallel::abandon() {
-  // The backward failed before finish(): its reduction is dropped, and the next backward says so
-  // (training on would average nothing, silently: every later backward waited for this finish()).
-  // An all-reduce already posted keeps writing into its buffer: both stay alive with this object
-  // (freeing the buffer let MPI write into whatever the allocator placed there next).
-  for (Bucket& b : buckets_) {
-    if (b.work) abandoned_.emplace_back(std::move(b.work), std::move(b.flat));
+namespace {
+// Clears every bucket's per-backward state for the next backward (finish and abandon).
+template <class Buckets>
+void clear_buckets(Buckets& buckets) {
+  for (auto& b : buckets) {
     b.work.reset();
     b.flat = Tensor();
     b.ready = 0;
     b.launched = false;
   }
+}
+}  // namespace
+
+void DistributedDataParallel::abandon() {
+  // The backward failed before finish(): its reduction is dropped, and the next backward says so
+  // (training on would average nothing, silently: every later backward waited for this finish()).
+  // An all-reduce already posted keeps writing into its buffer: both stay alive with this object
+  // (freeing the buffer let MPI write into whatever the allocator placed there next).
+  for (Bucket& b : buckets_)
+    if (b.work) abandoned_.emplace_back(std::move(b.work), std::move(b.flat));
+  clear_buckets(buckets_);
   std::fill(marked_.begin(), marked_.end(), false);
   next_launch_ = 0;
   in_backward_ = false;
@@ -231,11 +240,8 @@ void DistributedDataParallel::finish() {
       const Tensor& p = params_[size_t(b.params[j])];
       if (has[size_t(b.params[j])] > 0) p.set_grad(flat_view(b.flat, p.shape(), b.offsets[j]));
     }
-    b.work.reset();
-    b.flat = Tensor();
-    b.ready = 0;
-    b.launched = false;
   }
+  clear_buckets(buckets_);
   std::fill(marked_.begin(), marked_.end(), false);
   next_launch_ = 0;
   in_backward_ = false;
