@@ -688,13 +688,15 @@ CUDA_TEST_CASE("fill and add_ match the CPU") {
   for (DType dt : {kFloat32, kFloat64, kInt64}) {
     Tensor h = to(mul(leaf64({300, 7}, 1).detach(), 10.0), dt), o = to(mul(leaf64({7}, 2).detach(), 10.0), dt);
     Tensor d = cuda0(h);
-    add_(h, o, -0.37);
-    add_(d, cuda0(o), -0.37);
+    // int64 takes integral factors only (the number takes the tensor's dtype)
+    double alpha = dt == kInt64 ? -3.0 : -0.37, big_alpha = dt == kInt64 ? 2.0 : 0.125;
+    add_(h, o, alpha);
+    add_(d, cuda0(o), alpha);
     check_equal(d, h);  // products and sums rounded separately on both devices: bit-identical
     Tensor big_h = to(leaf64({1 << 20}, 3).detach(), dt), big_o = to(leaf64({1 << 20}, 4).detach(), dt);
     Tensor big_d = cuda0(big_h);
-    add_(big_h, big_o, 0.125);
-    add_(big_d, cuda0(big_o), 0.125);
+    add_(big_h, big_o, big_alpha);
+    add_(big_d, cuda0(big_o), big_alpha);
     check_equal(big_d, big_h);
     Tensor th = transpose(Tensor::zeros({7, 5}, dt), 0, 1), td = transpose(Tensor::zeros({7, 5}, dt, Device::cuda(0)), 0, 1);
     Tensor src = to(mul(leaf64({5, 7}, 5).detach(), 10.0), dt);
