@@ -261,35 +261,50 @@ inline void block_rows_grad(const Tensor& scores, const Tensor& dp, const Tensor
 // environment variable CF_BLOCK_ATTENTION_PATH=fused|gemm|mma|auto sets it at start-up (benchmarks compare
 // the paths); set_block_attention_path changes it later. The CPU always runs its fused kernel. A call with
 // attention dropout takes the GEMM path whatever the setting (the fused and tensor-core kernels have none).
-// kAuto does not take the tensor-core kernels for float32 yet: written without a GPU, they wait for their
-// first parity run and timing there (scripts/gpu_check.sh runs the CUDA tests and the bench with kMma).
+// kAuto takes the float32 tensor-core kernels too, where block_attention_mma_preferred says they were measured
+// faster (below); the forward and the backward choose separately, since every path reads the out and lse the
+// others write.
 enum class BlockAttentionPath { kAuto, kFused, kGemm, kMma };
 BlockAttentionPath parse_block_attention_path(const std::string& name);  // "auto", "fused", "gemm", "mma"
 void set_block_attention_path(BlockAttentionPath path);
 BlockAttentionPath block_attention_path();
 bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p);
-// The path is kMma and the call is float32, one round, and block_attention_mma_supported (contiguous,
-// 16-byte aligned q, k, v of head size 64 on a device with tensor cores).
+// The call is float32, one round, without dropout, and block_attention_mma_supported (contiguous, 16-byte
+// aligned q, k, v of head size 64 on a device with tensor cores), and the path is kMma, or kAuto and
+// block_attention_mma_preferred for this direction (backward: the backward pass).
 bool block_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
-                               const BlockAttentionParams& p);
+                               const BlockAttentionParams& p, bool backward = false);
+// Where kAuto takes the float32 tensor-core kernels. Measured on an H200 (2026-11-29, peers.py fwd and fwd+bwd,
+// 4 heads, d 64, kMma against kAuto's fused / GEMM choice, scripts/gpu_check.sh mma): with blocks of at most
+// kBlockMmaMaxRows rows the tensor-core kernels were faster both ways (block attention at k = sqrt(N), blocks of
+// 32 / 64 / 128: forward 0.89 / 0.53 / 0.49 of the time, backward 0.84 / 0.70 / 0.96; neural clustering alike).
+// Wider blocks (Cluster-Former's 256, block attention at N = 65536): their backward was 1.2-1.4x slower at
+// every size, their forward faster once the call had at least one block per multiprocessor (B H C >= 256 on 132
+// SMs: 0.51-0.79 of the time) and slower below (16 and 64 blocks: 1.26-1.35x), where one (block, 64-row tile)
+// per thread block leaves most of the chip idle while the GEMM path's batched products spread further.
+// block_attention_mma_preferred (declared with the kernels below) holds that rule.
+constexpr int64_t kBlockMmaMaxRows = 128;
 
 // Which float32 / float64 flash_attention path CUDA takes: the GEMM path (kAuto, kGemm), or for float32 the
 // tensor-core kernels (kMma, where flash_attention_takes_mma: contiguous, 16-byte aligned q, k, v of head
 // size 64; else the GEMM path). CF_FLASH_ATTENTION_PATH=auto|gemm|mma sets it at start-up,
-// set_flash_attention_path later. kAuto stays on the GEMM path until the float32 tensor-core kernels have run
-// on a GPU, as above. A call with attention dropout takes the GEMM path whatever the setting: the tensor-core
-// kernels have no dropout.
+// set_flash_attention_path later. kAuto stays on the GEMM path: on an H200 (2026-11-29, q, k, v (1, 4, N, 64))
+// the float32 tensor-core kernels' forward took 0.97-2.2x the GEMM path's time and their backward 2.3-5.5x
+// (N = 1024 ... 65536), so the GEMM path (cuBLAS SGEMM and one row kernel) stays float32 full attention's.
+// A call with attention dropout takes the GEMM path whatever the setting: the tensor-core kernels have none.
 enum class FlashAttentionPath { kAuto, kGemm, kMma };
 FlashAttentionPath parse_flash_attention_path(const std::string& name);  // "auto", "gemm", "mma"
 void set_flash_attention_path(FlashAttentionPath path);
 FlashAttentionPath flash_attention_path();
 bool flash_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, double dropout = 0.0);
 
-// Which float32 / float64 routed_attention path CUDA takes: its fused kernel (kAuto, kFused) or for float32 the
-// tensor-core kernels (kMma, where routed_attention_takes_mma: contiguous, 16-byte aligned q, k, v of head size
-// 64; else the fused kernel). CF_ROUTED_ATTENTION_PATH=auto|fused|mma at start-up, set_routed_attention_path
-// later; kAuto stays on the fused kernel until the tensor-core kernels have run on a GPU, as above. A call with
-// attention dropout takes the fused kernel whatever the setting (the tensor-core kernels have none).
+// Which float32 / float64 routed_attention path CUDA takes: for float32 the tensor-core kernels (kAuto, kMma,
+// where routed_attention_takes_mma: contiguous, 16-byte aligned q, k, v of head size 64), else its fused kernel
+// (kFused, and every call the tensor-core kernels do not take). CF_ROUTED_ATTENTION_PATH=auto|fused|mma at
+// start-up, set_routed_attention_path later. Measured on an H200 (2026-11-29, routing attention fwd+bwd, N =
+// 1024 ... 65536, causal and not): the tensor-core kernels' backward took 0.52-0.99 of the fused kernel's time,
+// their forward 0.89-1.02 (one cell, N = 1024 non-causal, 1.43; its causal twin 0.99). A call with attention
+// dropout takes the fused kernel whatever the setting (the tensor-core kernels have none).
 enum class RoutedAttentionPath { kAuto, kFused, kMma };
 RoutedAttentionPath parse_routed_attention_path(const std::string& name);  // "auto", "fused", "mma"
 void set_routed_attention_path(RoutedAttentionPath path);
@@ -416,6 +431,7 @@ void flash_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const T
                                        const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
                                        const Tensor& dq, const Tensor& dk, const Tensor& dv);
 bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members);
+bool block_attention_mma_preferred(const Tensor& q, const Tensor& members, bool backward);
 void block_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                       const Tensor& key_padding_mask, const BlockAttentionParams& p,
                                       const Tensor& out, const Tensor& lse);
@@ -439,6 +455,7 @@ inline bool flash_attention_backward_mma_supported(const Tensor&, const Tensor&,
 inline bool block_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   return false;
 }
+inline bool block_attention_mma_preferred(const Tensor&, const Tensor&, bool) { return false; }
 inline bool routed_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                            const Tensor&) {
   return false;
@@ -513,7 +530,7 @@ inline void block_attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& lse) {
   CF_DEVICE_DISPATCH("block_attention", out.device(),
                      block_attention_forward_cpu(q, k, v, members, kpm, p, out, lse),
-                     block_attention_takes_mma(q, k, v, members, p)
+                     block_attention_takes_mma(q, k, v, members, p, /*backward=*/false)
                          ? block_attention_forward_mma_cuda(q, k, v, members, kpm, p, out, lse)
                      : block_attention_takes_gemm(q, members, p)
                          ? block_attention_forward_gemm(q, k, v, members, kpm, p, out, lse)
@@ -526,7 +543,7 @@ inline void block_attention_backward(const Tensor& q, const Tensor& k, const Ten
   CF_DEVICE_DISPATCH(
       "block_attention", out.device(),
       block_attention_backward_cpu(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv),
-      block_attention_takes_mma(q, k, v, members, p)
+      block_attention_takes_mma(q, k, v, members, p, /*backward=*/true)
           ? block_attention_backward_mma_cuda(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv)
       : block_attention_takes_gemm(q, members, p)
           ? block_attention_backward_gemm(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv)

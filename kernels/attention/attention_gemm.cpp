@@ -356,15 +356,18 @@ RoutedAttentionPath routed_attention_path() {
 
 bool routed_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
                                 const Tensor& km, double dropout) {
-  return dropout == 0 && routed_attention_path() == RoutedAttentionPath::kMma && q.dtype() == kFloat32 &&
+  return dropout == 0 && routed_attention_path() != RoutedAttentionPath::kFused && q.dtype() == kFloat32 &&
          routed_attention_mma_supported(q, k, v, qm, km) && dense_aligned(q, k, v);
 }
 
 bool block_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
-                               const BlockAttentionParams& p) {
-  return block_attention_path() == BlockAttentionPath::kMma && p.rounds == 1 && p.dropout == 0 &&
-         q.dtype() == kFloat32 &&
-         block_attention_mma_supported(q, k, v, members) && dense_aligned(q, k, v);
+                               const BlockAttentionParams& p, bool backward) {
+  const BlockAttentionPath path = block_attention_path();
+  if (path != BlockAttentionPath::kMma && path != BlockAttentionPath::kAuto) return false;
+  if (p.rounds != 1 || p.dropout != 0 || q.dtype() != kFloat32 || !block_attention_mma_supported(q, k, v, members) ||
+      !dense_aligned(q, k, v))
+    return false;
+  return path == BlockAttentionPath::kMma || block_attention_mma_preferred(q, members, backward);
 }
 
 bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p) {

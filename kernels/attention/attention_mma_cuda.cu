@@ -850,6 +850,12 @@ bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tenso
   return q.shape()[3] == 64 && k.shape()[3] == 64 && v.shape()[3] == 64;
 }
 
+bool block_attention_mma_preferred(const Tensor& q, const Tensor& members, bool backward) {
+  if (members.shape()[3] <= kBlockMmaMaxRows) return true;
+  const int64_t blocks = q.shape()[0] * q.shape()[1] * members.shape()[2];
+  return !backward && blocks >= cu::sm_count(q, "block_attention");
+}
+
 void block_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                       const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                       const Tensor& lse) {

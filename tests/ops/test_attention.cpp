@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "autograd/ops/attention.h"
@@ -266,8 +267,10 @@ enum class BlockPath { kFusedCpu, kGemm, kFusedCuda, kMmaCuda };
 
 // out, lse, dq, dk, dv of one path, on the CPU; out and lse are views of one packed (B, Ho, N, Dv + 1) tensor
 // (as the op hands them to the kernels), and so are dout and dlse. With drop > 0, attention dropout at that
-// rate from counter 12345 of seed 77 (mid-stream).
-std::vector<Tensor> run_block_path(const BlockCase& c, BlockPath path, Device device, double drop = 0.0) {
+// rate from counter 12345 of seed 77 (mid-stream). With backward_path, the backward runs on that path over the
+// forward's out and lse (kAuto picks the two directions separately).
+std::vector<Tensor> run_block_path(const BlockCase& c, BlockPath path, Device device, double drop = 0.0,
+                                   std::optional<BlockPath> backward_path = std::nullopt) {
   auto rnd = [&](const Shape& s, uint64_t seed) { return to(leaf64(s, seed, -2.0, 2.0).detach(), c.dt).to(device); };
   const int64_t Ho = c.H * c.rounds;
   Tensor q = rnd({c.B, c.H, c.N, c.Dk}, 1), k = rnd({c.B, c.H, c.N, c.Dk}, 2), v = rnd({c.B, c.H, c.N, c.Dv}, 3),
@@ -305,17 +308,25 @@ std::vector<Tensor> run_block_path(const BlockCase& c, BlockPath path, Device de
                            Tensor::empty(k.shape(), c.dt, device), Tensor::empty(v.shape(), c.dt, device)};
   if (path == BlockPath::kGemm) {
     kernels::block_attention_forward_gemm(q, k, v, members, kpm, p, t[0], t[1], c.chunk);
-    kernels::block_attention_backward_gemm(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4],
-                                           c.chunk);
   } else if (path == BlockPath::kFusedCpu) {
     kernels::block_attention_forward_cpu(q, k, v, members, kpm, p, t[0], t[1]);
-    kernels::block_attention_backward_cpu(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
   } else if (path == BlockPath::kMmaCuda) {
     kernels::block_attention_forward_mma_cuda(q, k, v, members, kpm, p, t[0], t[1]);
-    kernels::block_attention_backward_mma_cuda(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
   } else {
 #ifdef CF_WITH_CUDA
     kernels::block_attention_forward_cuda(q, k, v, members, kpm, p, t[0], t[1]);
+#endif
+  }
+  const BlockPath back = backward_path.value_or(path);
+  if (back == BlockPath::kGemm) {
+    kernels::block_attention_backward_gemm(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4],
+                                           c.chunk);
+  } else if (back == BlockPath::kFusedCpu) {
+    kernels::block_attention_backward_cpu(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
+  } else if (back == BlockPath::kMmaCuda) {
+    kernels::block_attention_backward_mma_cuda(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
+  } else {
+#ifdef CF_WITH_CUDA
     kernels::block_attention_backward_cuda(q, k, v, members, kpm, p, t[0], t[1], dout, dlse, t[2], t[3], t[4]);
 #endif
   }
@@ -610,7 +621,7 @@ TEST_CASE("block attention's path setting: the environment's values, a bad one n
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kGemm);
   CHECK(kernels::block_attention_takes_gemm(q, small, p));
   // mma: the tensor-core kernels where they take the call, else the automatic rule; never float64, rounds, or
-  // the CPU, and not taken automatically (they have not run on a GPU yet).
+  // the CPU (kAuto's choice of them is a CUDA test: it reads the device).
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kMma);
   CHECK(kernels::block_attention_takes_gemm(q, big, p));
   CHECK_FALSE(kernels::block_attention_takes_gemm(q, small, p));
@@ -625,7 +636,11 @@ TEST_CASE("block attention's path setting: the environment's values, a bad one n
     CHECK_FALSE(kernels::block_attention_takes_mma(c, c, c, mc, p));
   }
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kAuto);
-  CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, small, p));
+  {
+    const Tensor c = Tensor::zeros({1, 4, 1024, 64}), mc = Tensor::zeros({1, 4, 32, 32}, kInt64);
+    CHECK_FALSE(kernels::block_attention_takes_mma(c, c, c, mc, p));
+    CHECK_FALSE(kernels::block_attention_takes_mma(c, c, c, mc, p, /*backward=*/true));
+  }
   kernels::set_block_attention_path(before);
 }
 
@@ -654,7 +669,8 @@ TEST_CASE("flash attention's path setting: the environment's values, a bad one n
   const kernels::RoutedAttentionPath routed_before = kernels::routed_attention_path();
   const Tensor lists = fake_cuda({1, 4, 8, 16}, kInt64), cl = Tensor::zeros({1, 4, 8, 16}, kInt64);
   kernels::set_routed_attention_path(kernels::RoutedAttentionPath::kAuto);
-  CHECK_FALSE(kernels::routed_attention_takes_mma(q, q, q, lists, lists));
+  CHECK_FALSE(kernels::routed_attention_takes_mma(q64, q64, q64, lists, lists));  // float32 only
+  CHECK_FALSE(kernels::routed_attention_takes_mma(c, c, c, cl, cl));              // CUDA only
   kernels::set_routed_attention_path(kernels::RoutedAttentionPath::kMma);
   CHECK_FALSE(kernels::routed_attention_takes_mma(q64, q64, q64, lists, lists));
   CHECK_FALSE(kernels::routed_attention_takes_mma(q32, q32, q32, lists, lists));
@@ -1239,6 +1255,28 @@ CUDA_TEST_CASE("block attention's float32 tensor-core kernels on CUDA equal the 
   cf::cuda::set_allow_tf32(tf32);
 }
 
+// kAuto chooses the forward's and the backward's path separately (block_attention_mma_preferred: wide blocks run
+// the tensor-core forward and the GEMM or fused backward), so each backward must take any forward's out and lse:
+// every mix of the CUDA paths equals the CPU.
+CUDA_TEST_CASE("block attention on CUDA: a backward on another path than its forward's equals the CPU") {
+  const bool tf32 = cf::cuda::allow_tf32();
+  cf::cuda::set_allow_tf32(false);
+  const std::vector<BlockPath> cuda_paths = {BlockPath::kMmaCuda, BlockPath::kGemm, BlockPath::kFusedCuda};
+  for (const BlockCase& c : kMmaBlockCases) {
+    CAPTURE(c.N);
+    CAPTURE(c.w);
+    const std::vector<Tensor> want = run_block_path(c, BlockPath::kFusedCpu, Device::cpu());
+    for (BlockPath forward : cuda_paths)
+      for (BlockPath backward : cuda_paths) {
+        if (forward == backward) continue;  // each path alone: the tests above
+        CAPTURE(int(forward));
+        CAPTURE(int(backward));
+        check_same_block_paths(c, want, run_block_path(c, forward, Device::cuda(0), 0.0, backward));
+      }
+  }
+  cf::cuda::set_allow_tf32(tf32);
+}
+
 // routed_attention's float32 tensor-core kernels (slot-order outputs and gradients through the map's orow and
 // krow) against the CPU's kernel: lists with repeats and empty slots, per (b, h) and broadcast over batch or
 // heads, query and key lists longer than one 64-row tile (slots 64 on come from a second tile), padding,
@@ -1332,6 +1370,9 @@ CUDA_TEST_CASE("flash, block and routed attention take the float32 tensor-core k
   CHECK_FALSE(kernels::routed_attention_takes_mma(q, q, q, lists, lists, 0.1));  // dropout: the fused kernel
   CHECK_FALSE(kernels::routed_attention_takes_mma(odd, q, q, lists, lists));
   kernels::set_routed_attention_path(kernels::RoutedAttentionPath::kAuto);
+  CHECK(kernels::routed_attention_takes_mma(q, q, q, lists, lists));
+  CHECK_FALSE(kernels::routed_attention_takes_mma(q, q, q, lists, lists, 0.1));
+  kernels::set_routed_attention_path(kernels::RoutedAttentionPath::kFused);
   CHECK_FALSE(kernels::routed_attention_takes_mma(q, q, q, lists, lists));
   kernels::set_routed_attention_path(routed_before);
   kernels::set_flash_attention_path(kernels::FlashAttentionPath::kMma);
@@ -1350,6 +1391,16 @@ CUDA_TEST_CASE("flash, block and routed attention take the float32 tensor-core k
   kernels::set_flash_attention_path(kernels::FlashAttentionPath::kAuto);
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kAuto);
   CHECK_FALSE(kernels::flash_attention_takes_mma(q, q, q));
+  // kAuto (block_attention_mma_preferred): blocks of at most 128 rows both ways; wider ones forward only, and
+  // only with at least one block per multiprocessor.
+  CHECK(kernels::block_attention_takes_mma(q, q, q, members, p));
+  CHECK(kernels::block_attention_takes_mma(q, q, q, members, p, /*backward=*/true));
+  CHECK_FALSE(kernels::block_attention_takes_mma(odd, q, q, members, p));
+  const Tensor wide_few = Tensor::zeros({1, 2, 4, 200}, kInt64, d), wide_many = Tensor::zeros({1, 2, 200, 200}, kInt64, d);
+  CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, wide_few, p));
+  CHECK(kernels::block_attention_takes_mma(q, q, q, wide_many, p));
+  CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, wide_many, p, /*backward=*/true));
+  kernels::set_block_attention_path(kernels::BlockAttentionPath::kGemm);
   CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, members, p));
   kernels::set_flash_attention_path(flash_before);
   kernels::set_block_attention_path(block_before);
