@@ -1,5 +1,8 @@
 """C++ errors become Python exceptions of matching classes carrying cf's "[op]" message."""
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +104,24 @@ def test_a_bad_index_is_an_index_error_at_once_on_the_cpu_and_at_the_next_read_o
         with pytest.raises(cf.IndexError, match=r"\[gather\] index 9 is out of range"):
             y.tolist()
         assert cf.cuda.pending_checks() == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("nm") is None
+                    or shutil.which("objdump") is None, reason="needs Linux and binutils (nm, objdump)")
+def test_the_extension_exports_its_init_alone_and_carries_its_own_cpp_runtime():
+    # On an H200 machine with PyTorch 2.11, `import torch; import cf` and then any error whose message formats an
+    # integer (here: a saved tensor changed in place) crashed the process: the extension's references to the
+    # shared libstdc++ were bound to another copy's locale data. python/CMakeLists.txt links the runtime in,
+    # hidden, and exports PyInit__cf alone, so nothing loaded before or after can interpose it.
+    so = cf._cf.__file__
+    exported = subprocess.run(["nm", "-D", "--defined-only", so], capture_output=True, text=True, check=True).stdout
+    assert [line.split()[-1] for line in exported.splitlines() if line.strip()] == ["PyInit__cf"]
+    needed = subprocess.run(["objdump", "-p", so], capture_output=True, text=True, check=True).stdout
+    assert "libstdc++" not in needed
+    x = cf.ones([2], requires_grad=True)
+    h = x * 1.0
+    y = cf.sum(h * h)
+    with cf.no_grad():
+        h.fill_(3.0)
+    with pytest.raises(cf.AutogradError, match="version 1, saved at version 0"):
+        y.backward()
