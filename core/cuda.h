@@ -54,8 +54,10 @@ TransferStats operator-(const TransferStats& b, const TransferStats& a);
 void check_errors();
 int64_t pending_checks();
 
-// TF32 tensor-core math in float32 matmuls. Off by default: float32 results then
-// agree with the CPU to float32 tolerances (DESIGN.md section 4).
+// TF32 tensor-core math in float32 matmuls and in the float32 tensor-core attention kernels
+// (one TF32 product instead of 3xTF32; kernels/attention/attention.h says which attention calls
+// take those kernels). Off by default: float32 results then agree with the CPU to float32
+// tolerances (DESIGN.md section 4).
 void set_allow_tf32(bool on);
 bool allow_tf32();
 

@@ -6,7 +6,7 @@
 #
 #   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo,
 #                                                  bf16, peers-full, block, mma, lm, approx, longdoc, python,
-#                                                  python-build; GPU_CHECK_BUDGET=S caps the whole call (below)
+#                                                  python-build (with build); GPU_CHECK_BUDGET=S caps the time limits (below)
 #
 # python (after build): cf's Python package built for the GPU machine's python3 (3.12 with torch 2.11, nanobind
 # and pytest in its image) and the whole pytest suite run there: the CUDA DLPack tests, cf.torch.Attention on
@@ -18,7 +18,7 @@
 # demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs;
 # bf16: issue 26's GPU figures (bf16 matmul vs cuBLAS GemmEx, bf16 attention and model steps beside fp32, and
 # the peers under torch.autocast), logs in $OUT/bf16.log;
-# block: block attention's two float32 CUDA paths (the fused kernel and the GEMM path, attention.h) on the
+# block: block attention's fused kernel and GEMM path (attention.h; the tensor-core kernels: the mma stage) on the
 # variants built on it, N = 1024 ... 65536, each path forced through CF_BLOCK_ATTENTION_PATH, then the automatic
 # choice: whether kBlockGemmMinScores (1 M entries a round, set from the H200 run of 2026-11-28) still picks the
 # faster path (results in $OUT/block-{fused,gemm,auto}.json);
@@ -60,8 +60,10 @@ set -u
 OUT=${OUT:-/tmp/cf-gpu-out}
 B=${CF_GPU_BUILD:-/tmp/b}
 STAGES=${1:-build,test,sanitize,model,peers}
-# GPU_CHECK_BUDGET (seconds, default none): every stage's time limit is cut to what is left of it, so that a
-# call made to fit a lease's device time returns the logs of what ran instead of being killed in the middle.
+# GPU_CHECK_BUDGET (whole seconds, default none): every command's time limit is cut to what is left of it (at
+# least 5 s each once it is spent), so that a call made to fit a lease's device time returns the logs of what
+# ran instead of being killed in the middle. Short untimed commands (nvidia-smi, the JSON summaries) come on top.
+[[ "${GPU_CHECK_BUDGET:-0}" =~ ^[0-9]+$ ]] || { echo "GPU_CHECK_BUDGET must be whole seconds, got '$GPU_CHECK_BUDGET'"; exit 2; }
 t_start=$(date +%s)
 lim() { local left=$(( ${GPU_CHECK_BUDGET:-1000000} - ($(date +%s) - t_start) )); (( left < 5 )) && left=5
         (( left < $1 )) && echo $left || echo $1; }
@@ -82,16 +84,22 @@ if has build; then
   source .gpu/env.sh
   t0=$(date +%s)
   # With the python stage (or python-build: the package built, its tests not run) the package is configured
-  # and built here too (one build instead of two).
-  py_args=(-DCF_PYTHON=OFF); py_target=()
-  { has python || has python-build; } && py_args=(-DCF_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)") && py_target=(cf_python)
-  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCF_CUDA=ON "${py_args[@]}" \
+  # here too and built after the C++ targets, in a command of its own: a failure there costs the python
+  # stage alone, not the CUDA tests.
+  py_args=(-DCF_PYTHON=OFF)
+  { has python || has python-build; } && py_args=(-DCF_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
+  { timeout $(lim 120) cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCF_CUDA=ON "${py_args[@]}" \
       -DCMAKE_CUDA_ARCHITECTURES=90 $CF_CMAKE_DEPS &&
-    timeout $(lim 300) cmake --build "$B" -j "$(nproc)" --target cf_tests cf-bench cf-textcls cf-lm cf-approx \
-      "${py_target[@]}"; } > "$OUT/build.log" 2>&1
+    timeout $(lim 300) cmake --build "$B" -j "$(nproc)" --target cf_tests cf-bench cf-textcls cf-lm cf-approx; } \
+    > "$OUT/build.log" 2>&1
   rc=$?
   note "build rc=$rc in $(( $(date +%s) - t0 )) s"
   if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
+  if has python || has python-build; then
+    t0=$(date +%s)
+    timeout $(lim 200) cmake --build "$B" -j "$(nproc)" --target cf_python > "$OUT/python-build.log" 2>&1
+    note "python package build rc=$? in $(( $(date +%s) - t0 )) s"
+  fi
 fi
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/openblas-pthread:/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 
@@ -258,8 +266,8 @@ fi
 if has python; then
   t0=$(date +%s)
   PY=$(command -v python3)
-  { cmake -S . -B "$B" -DCF_PYTHON=ON -DPython_EXECUTABLE="$PY" &&
-    timeout $(lim 300) cmake --build "$B" -j "$(nproc)" --target cf_python; } > "$OUT/python-build.log" 2>&1
+  { timeout $(lim 120) cmake -S . -B "$B" -DCF_PYTHON=ON -DPython_EXECUTABLE="$PY" &&
+    timeout $(lim 300) cmake --build "$B" -j "$(nproc)" --target cf_python; } >> "$OUT/python-build.log" 2>&1
   rc=$?
   note "python package build ($("$PY" --version 2>&1)) rc=$rc in $(( $(date +%s) - t0 )) s"
   if [ $rc -eq 0 ]; then
@@ -286,7 +294,7 @@ if has lm; then
     for m in "sliding-window" "sliding-window+lsh" "sliding-window+sparse" "cluster-former --clusters 64" \
              "cluster-former --clusters 256" "cluster-former --clusters 512" "neural-clustering"; do
       tag="s$seed-$(echo "$m" | tr ' +' '__')"
-      OMP_NUM_THREADS=1 timeout "${LM_LIMIT:-420}" "$B/apps/cf-lm" --device cuda --seed "$seed" --seq-len 128 \
+      OMP_NUM_THREADS=1 timeout "$(lim "${LM_LIMIT:-420}")" "$B/apps/cf-lm" --device cuda --seed "$seed" --seq-len 128 \
         --steps "${LM_STEPS:-10000}" --warmup 300 --eval-every 1000 --retrieval false --models $m \
         --data-dir /tmp/deps/usr/share/games/fortunes > "/tmp/lm/$tag.jsonl" 2> "/tmp/lm/$tag.md" &
     done
@@ -302,7 +310,7 @@ if has approx; then
   for seed in ${APPROX_SEEDS:-0 1 2}; do
     for m in ${APPROX_MODELS:-clustered improved-clustered}; do
       # Each model in its own process; the evaluation rows every model gets are those of the whole table.
-      OMP_NUM_THREADS=1 timeout "${APPROX_LIMIT:-540}" "$B/apps/cf-approx" --device cuda --task masked \
+      OMP_NUM_THREADS=1 timeout "$(lim "${APPROX_LIMIT:-540}")" "$B/apps/cf-approx" --device cuda --task masked \
         --max-len 100000 --seq-len "${APPROX_N:-512}" --mask-rate 0.3 --dropout 0 --clusters 100 --topk 32 \
         --steps "${APPROX_STEPS:-10000}" --warmup 100 --batch-size 16 --eval-every 1000 \
         --eval-windows $(( 32768 / ${APPROX_N:-512} )) \
@@ -327,7 +335,7 @@ if has longdoc; then
     mkdir -p /tmp/longdoc
     for n in ${LONGDOC_N:-2048 4096}; do
       for seed in ${LONGDOC_SEEDS:-0 1 2}; do
-        OMP_NUM_THREADS=1 timeout "${LONGDOC_LIMIT:-540}" "$B/apps/cf-textcls" --device cuda --data-file "$tsv" \
+        OMP_NUM_THREADS=1 timeout "$(lim "${LONGDOC_LIMIT:-540}")" "$B/apps/cf-textcls" --device cuda --data-file "$tsv" \
           --min-texts 50 --max-per-class 250 --max-len "$n" --batch-size 16 \
           --attentions "${LONGDOC_ATTENTIONS:-full,neural-clustering}" --seeds "$seed" \
           --checkpoint-dir /tmp/longdoc/ckpt > "/tmp/longdoc/n$n-s$seed.jsonl" 2> "/tmp/longdoc/n$n-s$seed.md" &

@@ -391,8 +391,17 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
     case ReduceOp::Mean: launch<SumR<T, true>, T>(x, g, n_out, out, indices, p); break;
     case ReduceOp::Max: launch<ExtR<T, true>, T>(x, g, n_out, out, indices, p); break;
     case ReduceOp::Min: launch<ExtR<T, false>, T>(x, g, n_out, out, indices, p); break;
-    case ReduceOp::LogSumExp: launch<LseR<T>, T>(x, g, n_out, out, indices, p); break;
-    case ReduceOp::Var: launch<VarR<T>, T>(x, g, n_out, out, indices, p); break;
+    case ReduceOp::LogSumExp:
+    case ReduceOp::Var:
+      // Floating only (the ops refuse integer inputs first): not instantiated for int64, where LseR's NaN
+      // would not fit the type (nvcc warned #173-D on the H200 build).
+      if constexpr (std::is_floating_point_v<T>) {
+        if (op == ReduceOp::LogSumExp) launch<LseR<T>, T>(x, g, n_out, out, indices, p);
+        else launch<VarR<T>, T>(x, g, n_out, out, indices, p);
+      } else {
+        CF_CHECK(false, Error, "[reduce] internal: logsumexp / var of ", x.describe());
+      }
+      break;
   }
 }
 

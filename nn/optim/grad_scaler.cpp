@@ -99,32 +99,57 @@ void GradScaler::update() {
 }
 
 StateDict GradScaler::state_dict() const {
+  // PyTorch's GradScaler.state_dict holds the same five: a resume keeps a tuned growth schedule.
   return {{"scale", Tensor::scalar(scale_, kFloat64)},
-          {"growth_tracker", Tensor::scalar(double(growth_tracker_), kInt64)}};
+          {"growth_tracker", Tensor::scalar(double(growth_tracker_), kInt64)},
+          {"growth_factor", Tensor::scalar(opt_.growth_factor, kFloat64)},
+          {"backoff_factor", Tensor::scalar(opt_.backoff_factor, kFloat64)},
+          {"growth_interval", Tensor::scalar(double(opt_.growth_interval), kInt64)}};
 }
 
 void GradScaler::load_state_dict(const StateDict& dict) {
   std::string problems;
-  const Tensor* s = find_entry(dict, "scale");
-  const Tensor* t = find_entry(dict, "growth_tracker");
-  double sv = 0;
-  int64_t tv = 0;
-  if (!s || !s->defined() || s->numel() != 1 || s->dtype() != kFloat64 || !s->device().is_cpu())
-    problems += " 'scale' must be a float64 CPU scalar;";
-  else if (!(std::isfinite(sv = s->item()) && sv > 0))
+  // A CPU scalar of the dtype, or a problem named; *out set when it fits.
+  auto scalar_of = [&](const char* key, DType dtype, bool required, double* out) {
+    const Tensor* t = find_entry(dict, key);
+    if (!t) {
+      if (required) problems += str(" missing entry '", key, "';");
+      return false;
+    }
+    if (!t->defined() || t->numel() != 1 || t->dtype() != dtype || !t->device().is_cpu()) {
+      problems += str(" '", key, "' must be a ", dtype_name(dtype), " CPU scalar;");
+      return false;
+    }
+    *out = dtype == kInt64 ? double(t->item<int64_t>()) : t->item();
+    return true;
+  };
+  double sv = 0, tv = 0, growth = opt_.growth_factor, backoff = opt_.backoff_factor,
+         interval = double(opt_.growth_interval);
+  if (scalar_of("scale", kFloat64, true, &sv) && !(std::isfinite(sv) && sv > 0))
     problems += str(" 'scale' must be finite and > 0, got ", sv, ";");
-  if (!t || !t->defined() || t->numel() != 1 || t->dtype() != kInt64 || !t->device().is_cpu())
-    problems += " 'growth_tracker' must be an int64 CPU scalar;";
-  else if ((tv = t->item<int64_t>()) < 0)
-    problems += str(" 'growth_tracker' must be >= 0, got ", tv, ";");
+  if (scalar_of("growth_tracker", kInt64, true, &tv) && tv < 0)
+    problems += str(" 'growth_tracker' must be >= 0, got ", int64_t(tv), ";");
+  // The schedule: optional (checkpoints before stop 60 lack it), checked as the constructor checks it.
+  if (scalar_of("growth_factor", kFloat64, false, &growth) && !(std::isfinite(growth) && growth > 1))
+    problems += str(" 'growth_factor' must be > 1, got ", growth, ";");
+  if (scalar_of("backoff_factor", kFloat64, false, &backoff) &&
+      !(std::isfinite(backoff) && backoff > 0 && backoff < 1))
+    problems += str(" 'backoff_factor' must be in (0, 1), got ", backoff, ";");
+  if (scalar_of("growth_interval", kInt64, false, &interval) && interval <= 0)
+    problems += str(" 'growth_interval' must be > 0, got ", int64_t(interval), ";");
   for (const auto& kv : dict)
-    if (kv.first != "scale" && kv.first != "growth_tracker") problems += " unexpected entry '" + kv.first + "';";
+    if (kv.first != "scale" && kv.first != "growth_tracker" && kv.first != "growth_factor" &&
+        kv.first != "backoff_factor" && kv.first != "growth_interval")
+      problems += " unexpected entry '" + kv.first + "';";
   if (!problems.empty()) {
     problems.pop_back();
     throw ValueError("[GradScaler.load_state_dict] state dict does not fit:" + problems);
   }
   scale_ = sv;
-  growth_tracker_ = tv;
+  growth_tracker_ = int64_t(tv);
+  opt_.growth_factor = growth;
+  opt_.backoff_factor = backoff;
+  opt_.growth_interval = int64_t(interval);
   unscaled_.clear();
 }
 

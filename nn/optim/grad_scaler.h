@@ -56,9 +56,13 @@ class GradScaler {
   bool found_inf() const;
   bool enabled() const { return opt_.enabled; }
 
+  // "scale", "growth_tracker" and the schedule ("growth_factor", "backoff_factor", "growth_interval"),
+  // as PyTorch's.
   StateDict state_dict() const;
-  // Strict: exactly "scale" (finite, > 0) and "growth_tracker" (integer >= 0), else ValueError
-  // naming every problem; nothing changes unless everything fits.
+  // Strict: "scale" (finite, > 0) and "growth_tracker" (integer >= 0), and the schedule's entries
+  // where present (each checked as the constructor checks it; checkpoints before stop 60 lack them and
+  // keep this scaler's), nothing else; else ValueError naming every problem; nothing changes unless
+  // everything fits.
   void load_state_dict(const StateDict& dict);
 
  private:

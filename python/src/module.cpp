@@ -98,6 +98,8 @@ NB_MODULE(_cf, m) {
   // module, an autograd graph) when the interpreter shuts down; nanobind's
   // leak report would then list them on every exit.
   nb::set_leak_warnings(false);
+  // Whether the extension carries its own hidden C++ runtime (python/CMakeLists.txt says why).
+  m.attr("_private_cpp_runtime") = bool(CF_PY_PRIVATE_RUNTIME);
 
   nb::enum_<cf::DType>(m, "dtype",
                        "Element types: float32 (default), float64, int64 (indices), bool (masks), bfloat16 and "
@@ -191,7 +193,9 @@ NB_MODULE(_cf, m) {
            "Read the deferred data checks (an index out of range on CUDA is reported at the next host read): "
            "raises the first failed one's error; no-op when none is pending.");
   cuda.def("pending_checks", &cf::cuda::pending_checks, "Deferred data checks queued and not yet read.");
-  cuda.def("set_allow_tf32", &cf::cuda::set_allow_tf32, nb::arg("on"), "TF32 tensor cores in float32 matmuls (off by default).");
+  cuda.def("set_allow_tf32", &cf::cuda::set_allow_tf32, nb::arg("on"),
+           "TF32 tensor cores in float32 matmuls and in the float32 tensor-core attention kernels (one TF32 "
+           "product instead of three; off by default).");
   cuda.def("allow_tf32", &cf::cuda::allow_tf32, "Whether float32 matmuls may use TF32 tensor cores.");
   cuda.def("set_sync_debug", &cf::cuda::set_sync_debug, nb::arg("on"),
            "Synchronise and check after every kernel launch, so an error names its op.");

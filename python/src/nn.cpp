@@ -761,10 +761,12 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
                    "Whether an optimizer unscaled since the last update() had an inf/NaN gradient.")
       .def_prop_ro("enabled", &cnn::GradScaler::enabled)
       .def("state_dict", [](const cnn::GradScaler& s) { return state_dict_to_python(s.state_dict()); },
-           "{'scale': float64 tensor, 'growth_tracker': int64 tensor}.")
+           "{'scale', 'growth_factor', 'backoff_factor': float64 tensors, 'growth_tracker', 'growth_interval': "
+           "int64 tensors}, as PyTorch's.")
       .def("load_state_dict",
            [](cnn::GradScaler& s, nb::handle d) { s.load_state_dict(to_state_dict(d, "GradScaler.load_state_dict")); },
-           nb::arg("state_dict"), "Strict: exactly 'scale' (finite, > 0) and 'growth_tracker' (integer >= 0).");
+           nb::arg("state_dict"), "Strict: 'scale' (finite, > 0), 'growth_tracker' (integer >= 0), and where present "
+           "'growth_factor' (> 1), 'backoff_factor' (in (0, 1)), 'growth_interval' (> 0); nothing else.");
 
   auto tensors_of = [](nb::handle params) {
     std::vector<Tensor> out;

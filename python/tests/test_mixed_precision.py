@@ -69,9 +69,12 @@ def test_grad_scaler_scales_skips_overflow_and_adapts():
         scaler.update()
     assert scaler.get_scale() == 1024.0 and scaler.growth_tracker == 0
     state = scaler.state_dict()
-    other = cf.nn.GradScaler()
+    # the growth schedule too, as torch.amp.GradScaler's state_dict
+    assert sorted(state) == ["backoff_factor", "growth_factor", "growth_interval", "growth_tracker", "scale"]
+    assert state["growth_interval"].item() == 2 and state["growth_factor"].item() == 2.0
+    other = cf.nn.GradScaler(growth_interval=50)
     other.load_state_dict(state)
-    assert other.get_scale() == 1024.0
+    assert other.get_scale() == 1024.0 and other.state_dict()["growth_interval"].item() == 2
     with pytest.raises(cf.ValueError, match="GradScaler"):
         other.load_state_dict({"scale": cf.tensor(-1.0, dtype=cf.float64)})
     # a second step() before update() is refused (before: it stepped with the gradient still x scale)

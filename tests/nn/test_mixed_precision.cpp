@@ -235,6 +235,41 @@ TEST_CASE("GradScaler: unscales, skips a step with inf/NaN gradients, backs off 
   CHECK(other.growth_tracker() == scaler.growth_tracker());
   CHECK_THROWS_MSG(other.load_state_dict({{"scale", Tensor::scalar(-1.0, kFloat64)}}), ValueError,
                    "[GradScaler.load_state_dict]", "'scale' must be finite and > 0", "growth_tracker");
+  // The growth schedule travels too (as PyTorch's): a resumed scaler grows and backs off as the saved one.
+  {
+    nn::GradScalerOptions tuned;
+    tuned.init_scale = 8.0;
+    tuned.growth_factor = 3.0;
+    tuned.backoff_factor = 0.25;
+    tuned.growth_interval = 2;
+    nn::GradScaler saved(tuned), resumed;
+    const nn::StateDict sd = saved.state_dict();
+    CHECK(sd.size() == 5);
+    resumed.load_state_dict(sd);
+    Tensor w = Tensor::full({1}, 1.0).set_requires_grad(true);
+    nn::SGD step_opt({{"w", w}}, nn::SGDOptions{0.0});
+    for (int i = 0; i < 2; ++i) {  // two clean steps: 8 * 3
+      w.set_grad(Tensor::full({1}, 1.0));
+      resumed.step(step_opt);
+      resumed.update();
+    }
+    CHECK(resumed.get_scale() == 24.0);
+    w.set_grad(Tensor::full({1}, std::numeric_limits<double>::infinity()));
+    resumed.step(step_opt);
+    resumed.update();
+    CHECK(resumed.get_scale() == 6.0);  // backed off by 0.25
+    // A state dict written before the schedule was saved keeps this scaler's schedule.
+    nn::GradScaler old_format(tuned);
+    old_format.load_state_dict({{"scale", Tensor::scalar(4.0, kFloat64)}, {"growth_tracker", Tensor::scalar(0.0, kInt64)}});
+    CHECK(old_format.get_scale() == 4.0);
+    nn::StateDict bad = sd;
+    for (auto& kv : bad)
+      if (kv.first == "growth_factor") kv.second = Tensor::scalar(0.5, kFloat64);
+      else if (kv.first == "growth_interval") kv.second = Tensor::scalar(1.5, kFloat64);
+    CHECK_THROWS_MSG(resumed.load_state_dict(bad), ValueError, "[GradScaler.load_state_dict]",
+                     "'growth_factor' must be > 1, got 0.5", "'growth_interval' must be a int64 CPU scalar");
+    CHECK(resumed.get_scale() == 6.0);  // nothing changed
+  }
   nn::GradScalerOptions shrinking;
   shrinking.growth_factor = 0.5;
   CHECK_THROWS_MSG(nn::GradScaler{shrinking}, ValueError, "growth_factor");
