@@ -63,9 +63,11 @@ STAGES=${1:-build,test,sanitize,model,peers}
 # GPU_CHECK_BUDGET (whole seconds, default none): every command's time limit is cut to what is left of it (at
 # least 5 s each once it is spent), so that a call made to fit a lease's device time returns the logs of what
 # ran instead of being killed in the middle. Short untimed commands (nvidia-smi, the JSON summaries) come on top.
-[[ "${GPU_CHECK_BUDGET:-0}" =~ ^[0-9]+$ ]] || { echo "GPU_CHECK_BUDGET must be whole seconds, got '$GPU_CHECK_BUDGET'"; exit 2; }
+[[ "${GPU_CHECK_BUDGET:-1}" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "GPU_CHECK_BUDGET must be whole seconds (> 0, no leading zero), got '$GPU_CHECK_BUDGET'"; exit 2; }
 t_start=$(date +%s)
-lim() { local left=$(( ${GPU_CHECK_BUDGET:-1000000} - ($(date +%s) - t_start) )); (( left < 5 )) && left=5
+lim() { [[ "$1" =~ ^[0-9]+$ ]] || { echo "$1"; return; }  # a limit with a unit (10m) is kept as given
+        local left=$(( ${GPU_CHECK_BUDGET:-1000000} - ($(date +%s) - t_start) )); (( left < 5 )) && left=5
         (( left < $1 )) && echo $left || echo $1; }
 mkdir -p "$OUT"
 summary=()
@@ -83,23 +85,26 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 if has build; then
   source .gpu/env.sh
   t0=$(date +%s)
-  # With the python stage (or python-build: the package built, its tests not run) the package is configured
-  # here too and built after the C++ targets, in a command of its own: a failure there costs the python
-  # stage alone, not the CUDA tests.
-  py_args=(-DCF_PYTHON=OFF)
-  { has python || has python-build; } && py_args=(-DCF_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
-  { timeout $(lim 120) cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCF_CUDA=ON "${py_args[@]}" \
+  # The C++ targets first, configured without the Python package: a missing nanobind or a failed package
+  # build costs the python stage alone, not the CUDA tests.
+  { timeout $(lim 120) cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCF_CUDA=ON -DCF_PYTHON=OFF \
       -DCMAKE_CUDA_ARCHITECTURES=90 $CF_CMAKE_DEPS &&
     timeout $(lim 300) cmake --build "$B" -j "$(nproc)" --target cf_tests cf-bench cf-textcls cf-lm cf-approx; } \
     > "$OUT/build.log" 2>&1
   rc=$?
   note "build rc=$rc in $(( $(date +%s) - t0 )) s"
   if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
-  if has python || has python-build; then
-    t0=$(date +%s)
-    timeout $(lim 200) cmake --build "$B" -j "$(nproc)" --target cf_python > "$OUT/python-build.log" 2>&1
-    note "python package build rc=$? in $(( $(date +%s) - t0 )) s"
-  fi
+fi
+# The package (python and python-build): configured into the same tree (the C++ objects stay built).
+py_built=1
+if { has python || has python-build; } && [ -d "$B" ]; then
+  t0=$(date +%s)
+  PY=$(command -v python3)
+  { timeout $(lim 120) cmake -S . -B "$B" -DCF_PYTHON=ON -DPython_EXECUTABLE="$PY" &&
+    timeout $(lim 300) cmake --build "$B" -j "$(nproc)" --target cf_python; } > "$OUT/python-build.log" 2>&1
+  py_built=$?
+  note "python package build ($("$PY" --version 2>&1)) rc=$py_built in $(( $(date +%s) - t0 )) s"
+  [ $py_built -ne 0 ] && tail -20 "$OUT/python-build.log"
 fi
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/openblas-pthread:/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 
@@ -264,13 +269,8 @@ if has mma; then
 fi
 
 if has python; then
-  t0=$(date +%s)
   PY=$(command -v python3)
-  { timeout $(lim 120) cmake -S . -B "$B" -DCF_PYTHON=ON -DPython_EXECUTABLE="$PY" &&
-    timeout $(lim 300) cmake --build "$B" -j "$(nproc)" --target cf_python; } >> "$OUT/python-build.log" 2>&1
-  rc=$?
-  note "python package build ($("$PY" --version 2>&1)) rc=$rc in $(( $(date +%s) - t0 )) s"
-  if [ $rc -eq 0 ]; then
+  if [ $py_built -eq 0 ]; then
     t0=$(date +%s)
     PYTHONPATH="$B/python" PYTHONUNBUFFERED=1 timeout $(lim 300) "$PY" -m pytest -q -p no:cacheprovider -rs python/tests \
       > "$OUT/pytest.log" 2>&1

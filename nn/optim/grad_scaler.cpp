@@ -99,44 +99,46 @@ void GradScaler::update() {
 }
 
 StateDict GradScaler::state_dict() const {
-  // PyTorch's GradScaler.state_dict holds the same five: a resume keeps a tuned growth schedule.
+  // PyTorch's GradScaler.state_dict holds the same five: a resume keeps a tuned growth schedule. The int64
+  // entries are made from int64 (through a double, an interval near 2^63 was refused or rounded).
+  auto int64_scalar = [](int64_t v) { return Tensor::from_vector(std::vector<int64_t>{v}, Shape{}); };
   return {{"scale", Tensor::scalar(scale_, kFloat64)},
-          {"growth_tracker", Tensor::scalar(double(growth_tracker_), kInt64)},
+          {"growth_tracker", int64_scalar(growth_tracker_)},
           {"growth_factor", Tensor::scalar(opt_.growth_factor, kFloat64)},
           {"backoff_factor", Tensor::scalar(opt_.backoff_factor, kFloat64)},
-          {"growth_interval", Tensor::scalar(double(opt_.growth_interval), kInt64)}};
+          {"growth_interval", int64_scalar(opt_.growth_interval)}};
 }
 
 void GradScaler::load_state_dict(const StateDict& dict) {
   std::string problems;
-  // A CPU scalar of the dtype, or a problem named; *out set when it fits.
-  auto scalar_of = [&](const char* key, DType dtype, bool required, double* out) {
+  // The entry when it is a CPU scalar of the dtype, else null with the problem named.
+  auto scalar_of = [&](const char* key, DType dtype, bool required) -> const Tensor* {
     const Tensor* t = find_entry(dict, key);
     if (!t) {
       if (required) problems += str(" missing entry '", key, "';");
-      return false;
+      return nullptr;
     }
     if (!t->defined() || t->numel() != 1 || t->dtype() != dtype || !t->device().is_cpu()) {
-      problems += str(" '", key, "' must be a ", dtype_name(dtype), " CPU scalar;");
-      return false;
+      problems += str(" '", key, "' must be a CPU scalar of dtype ", dtype_name(dtype), ";");
+      return nullptr;
     }
-    *out = dtype == kInt64 ? double(t->item<int64_t>()) : t->item();
-    return true;
+    return t;
   };
-  double sv = 0, tv = 0, growth = opt_.growth_factor, backoff = opt_.backoff_factor,
-         interval = double(opt_.growth_interval);
-  if (scalar_of("scale", kFloat64, true, &sv) && !(std::isfinite(sv) && sv > 0))
-    problems += str(" 'scale' must be finite and > 0, got ", sv, ";");
-  if (scalar_of("growth_tracker", kInt64, true, &tv) && tv < 0)
-    problems += str(" 'growth_tracker' must be >= 0, got ", int64_t(tv), ";");
-  // The schedule: optional (checkpoints before stop 60 lack it), checked as the constructor checks it.
-  if (scalar_of("growth_factor", kFloat64, false, &growth) && !(std::isfinite(growth) && growth > 1))
-    problems += str(" 'growth_factor' must be > 1, got ", growth, ";");
-  if (scalar_of("backoff_factor", kFloat64, false, &backoff) &&
-      !(std::isfinite(backoff) && backoff > 0 && backoff < 1))
-    problems += str(" 'backoff_factor' must be in (0, 1), got ", backoff, ";");
-  if (scalar_of("growth_interval", kInt64, false, &interval) && interval <= 0)
-    problems += str(" 'growth_interval' must be > 0, got ", int64_t(interval), ";");
+  double sv = 0, growth = opt_.growth_factor, backoff = opt_.backoff_factor;
+  int64_t tv = 0, interval = opt_.growth_interval;
+  if (const Tensor* t = scalar_of("scale", kFloat64, true))
+    if (!(std::isfinite(sv = t->item()) && sv > 0)) problems += str(" 'scale' must be finite and > 0, got ", sv, ";");
+  if (const Tensor* t = scalar_of("growth_tracker", kInt64, true))
+    if ((tv = t->item<int64_t>()) < 0) problems += str(" 'growth_tracker' must be >= 0, got ", tv, ";");
+  // The schedule: optional (states saved before stop 60 lack it), checked as the constructor checks it.
+  if (const Tensor* t = scalar_of("growth_factor", kFloat64, false))
+    if (!(std::isfinite(growth = t->item()) && growth > 1))
+      problems += str(" 'growth_factor' must be > 1, got ", growth, ";");
+  if (const Tensor* t = scalar_of("backoff_factor", kFloat64, false))
+    if (!(std::isfinite(backoff = t->item()) && backoff > 0 && backoff < 1))
+      problems += str(" 'backoff_factor' must be in (0, 1), got ", backoff, ";");
+  if (const Tensor* t = scalar_of("growth_interval", kInt64, false))
+    if ((interval = t->item<int64_t>()) <= 0) problems += str(" 'growth_interval' must be > 0, got ", interval, ";");
   for (const auto& kv : dict)
     if (kv.first != "scale" && kv.first != "growth_tracker" && kv.first != "growth_factor" &&
         kv.first != "backoff_factor" && kv.first != "growth_interval")
@@ -146,10 +148,10 @@ void GradScaler::load_state_dict(const StateDict& dict) {
     throw ValueError("[GradScaler.load_state_dict] state dict does not fit:" + problems);
   }
   scale_ = sv;
-  growth_tracker_ = int64_t(tv);
+  growth_tracker_ = tv;
   opt_.growth_factor = growth;
   opt_.backoff_factor = backoff;
-  opt_.growth_interval = int64_t(interval);
+  opt_.growth_interval = interval;
   unscaled_.clear();
 }
 

@@ -10,8 +10,9 @@
 //   scaler.step(opt);     // unscale, check, step unless inf/NaN
 //   scaler.update();      // grow or back off
 //
-// Its state ("scale" float64, "growth_tracker" int64) goes into TrainingCheckpoint::scaler and
-// restores bit-exactly (the scale is a power of two times init_scale; float64 holds it exactly).
+// Its state ("scale" float64, "growth_tracker" int64, and the schedule: "growth_factor" and
+// "backoff_factor" float64, "growth_interval" int64) goes into TrainingCheckpoint::scaler and restores
+// bit-exactly (the scale is a power of two times init_scale; float64 holds it exactly).
 #include <cstdint>
 #include <vector>
 
@@ -56,8 +57,9 @@ class GradScaler {
   bool found_inf() const;
   bool enabled() const { return opt_.enabled; }
 
-  // "scale", "growth_tracker" and the schedule ("growth_factor", "backoff_factor", "growth_interval"),
-  // as PyTorch's.
+  // "scale", "growth_tracker" and the schedule ("growth_factor", "backoff_factor", "growth_interval"):
+  // PyTorch's entries, its "_growth_tracker" named "growth_tracker", as 0-d CPU tensors. A cf before
+  // stop 60 refuses the schedule's entries (its load was strict on two).
   StateDict state_dict() const;
   // Strict: "scale" (finite, > 0) and "growth_tracker" (integer >= 0), and the schedule's entries
   // where present (each checked as the constructor checks it; checkpoints before stop 60 lack them and

@@ -196,7 +196,8 @@ NB_MODULE(_cf, m) {
   cuda.def("set_allow_tf32", &cf::cuda::set_allow_tf32, nb::arg("on"),
            "TF32 tensor cores in float32 matmuls and in the float32 tensor-core attention kernels (one TF32 "
            "product instead of three; off by default).");
-  cuda.def("allow_tf32", &cf::cuda::allow_tf32, "Whether float32 matmuls may use TF32 tensor cores.");
+  cuda.def("allow_tf32", &cf::cuda::allow_tf32,
+           "Whether float32 matmuls and the float32 tensor-core attention kernels may use one TF32 product.");
   cuda.def("set_sync_debug", &cf::cuda::set_sync_debug, nb::arg("on"),
            "Synchronise and check after every kernel launch, so an error names its op.");
   cuda.def("sync_debug", &cf::cuda::sync_debug, "Whether every kernel launch is followed by a synchronising check.");

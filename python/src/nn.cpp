@@ -762,7 +762,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def_prop_ro("enabled", &cnn::GradScaler::enabled)
       .def("state_dict", [](const cnn::GradScaler& s) { return state_dict_to_python(s.state_dict()); },
            "{'scale', 'growth_factor', 'backoff_factor': float64 tensors, 'growth_tracker', 'growth_interval': "
-           "int64 tensors}, as PyTorch's.")
+           "int64 tensors}: torch.amp.GradScaler's entries (its '_growth_tracker' named 'growth_tracker') as "
+           "0-d tensors.")
       .def("load_state_dict",
            [](cnn::GradScaler& s, nb::handle d) { s.load_state_dict(to_state_dict(d, "GradScaler.load_state_dict")); },
            nb::arg("state_dict"), "Strict: 'scale' (finite, > 0), 'growth_tracker' (integer >= 0), and where present "

@@ -267,8 +267,16 @@ TEST_CASE("GradScaler: unscales, skips a step with inf/NaN gradients, backs off 
       if (kv.first == "growth_factor") kv.second = Tensor::scalar(0.5, kFloat64);
       else if (kv.first == "growth_interval") kv.second = Tensor::scalar(1.5, kFloat64);
     CHECK_THROWS_MSG(resumed.load_state_dict(bad), ValueError, "[GradScaler.load_state_dict]",
-                     "'growth_factor' must be > 1, got 0.5", "'growth_interval' must be a int64 CPU scalar");
+                     "'growth_factor' must be > 1, got 0.5", "'growth_interval' must be a CPU scalar of dtype int64");
     CHECK(resumed.get_scale() == 6.0);  // nothing changed
+    // int64 entries exactly, up to INT64_MAX (through a double, 2^63 - 1 was refused at save and wrapped
+    // to INT64_MIN at load)
+    nn::GradScalerOptions never_grows;
+    never_grows.growth_interval = std::numeric_limits<int64_t>::max();
+    nn::GradScaler patient(never_grows), loaded;
+    loaded.load_state_dict(patient.state_dict());
+    for (const auto& kv : loaded.state_dict())
+      if (kv.first == "growth_interval") CHECK(kv.second.item<int64_t>() == std::numeric_limits<int64_t>::max());
   }
   nn::GradScalerOptions shrinking;
   shrinking.growth_factor = 0.5;
