@@ -250,7 +250,7 @@ fi
 
 if has mma; then
   t0=$(date +%s)
-  mcases="cuda: flash attention's float32 tensor-core*,cuda: block attention's float32 tensor-core*,cuda: routed attention's float32 tensor-core*,cuda: flash? block and routed attention take*"
+  mcases="cuda: flash attention's float32 tensor-core*,cuda: block attention's float32 tensor-core*,cuda: routed attention's float32 tensor-core*,cuda: flash? block and routed attention take*,cuda: block attention on CUDA: a backward*"
   for tool in ${MMA_TOOLS-memcheck racecheck}; do
     timeout $(lim 200) compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$mcases" \
       > "$OUT/mma-sanitize-$tool.log" 2>&1
@@ -265,6 +265,13 @@ if has mma; then
       apps/bench/peers.py --device cuda --only attention_variants --cf-bench "$B/apps/cf-bench" --threads 8 \
       --out "$OUT/mma-peers-$path.json" > "$OUT/mma-peers-$path.log" 2>&1
     note "mma: peers attention_variants with paths $path rc=$? at $(( $(date +%s) - t0 )) s"
+  done
+  # LSH's rounds reach the tensor-core kernels under mma only (first written 2026-11-30 without a GPU): its
+  # training step beside full attention's on both paths, what kAuto's choice for rounds would rest on (issue 25).
+  for path in auto mma; do
+    CF_BLOCK_ATTENTION_PATH=$path timeout $(lim 120) "$B/apps/cf-bench" model --device cuda --variants full,lsh \
+      --sizes 512,2048 > "$OUT/mma-model-lsh-$path.json" 2> "$OUT/mma-model-lsh-$path.log"
+    note "mma: cf-bench model full,lsh with block path $path rc=$? at $(( $(date +%s) - t0 )) s"
   done
 fi
 

@@ -296,7 +296,7 @@ json summary_of(const Config& cfg, const cf::Tensor& x, const cf::Tensor& truth,
                   {"cluster_sizes_min", *std::min_element(sizes.begin(), sizes.end())},
                   {"cluster_sizes_max", *std::max_element(sizes.begin(), sizes.end())},
                   {"fit_time_s", fit_s}, {"s_per_iteration", fit_s / double(std::max<int64_t>(1, r.iterations))},
-                  {"peak_bytes", cf::memory_stats().peak_bytes}};
+                  {"peak_bytes", cf::memory_stats(x.device()).peak_bytes}};  // on the device the fit ran on
   if (truth.defined()) summary["adjusted_rand_index"] = cf::nn::adjusted_rand_index(r.assignments, truth);
   summary["centroids"] = cfg.centroids.empty() ? json(nullptr) : json(cfg.centroids);
   summary["assignments"] = cfg.assignments.empty() ? json(nullptr) : json(cfg.assignments);

@@ -744,7 +744,7 @@ int run(const Config& cfg, cf::Device dev) {
                   {"dataset", cfg.dataset}, {"train_size", data.y_train.size()}, {"val_size", data.y_val.size()},
                   {"test_size", data.y_test.size()}, {"precision", cfg.precision}, {"table", table},
                   {"total_time_s", cf::apps::seconds_since(t_start)},
-                  {"peak_bytes", cf::memory_stats().peak_bytes}});
+                  {"peak_bytes", cf::memory_stats(dev).peak_bytes}});  // on the device the methods ran on
   std::cerr << md << std::flush;
   return 0;
 }

@@ -269,9 +269,11 @@ BlockAttentionPath parse_block_attention_path(const std::string& name);  // "aut
 void set_block_attention_path(BlockAttentionPath path);
 BlockAttentionPath block_attention_path();
 bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p);
-// The call is float32, one round, without dropout, and block_attention_mma_supported (contiguous, 16-byte
-// aligned q, k, v of head size 64 on a device with tensor cores), and the path is kMma, or kAuto and
-// block_attention_mma_preferred for this direction (backward: the backward pass).
+// The call is float32, without dropout, and block_attention_mma_supported (contiguous, 16-byte aligned q, k, v
+// of head size 64 on a device with tensor cores), and the path is kMma, or kAuto with one round and
+// block_attention_mma_preferred for this direction (backward: the backward pass). Rounds (LSH) reach the
+// tensor-core kernels under kMma only: their kernels were written 2026-11-30 without a GPU to run or time
+// them, and kAuto keeps its measured choice (fused or GEMM) for them until a GPU run has both.
 bool block_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                const BlockAttentionParams& p, bool backward = false);
 // Where kAuto takes the float32 tensor-core kernels. Measured on an H200 (2026-11-29, peers.py fwd and fwd+bwd,
@@ -416,7 +418,9 @@ void routed_attention_backward_cuda(const Tensor& q, const Tensor& k, const Tens
 //     float32), one product when the user allowed TF32 (cf::cuda::set_allow_tf32). Taken by the float32 ops
 //     below only through the path settings (flash_attention_path, block_attention_path).
 // flash_attention: head size 64 or (16-bit) 128 forward, 64 backward (other sizes run the float32 backward on
-// float32 copies). block_attention: head size 64, one round, forward and backward. routed_attention (float32
+// float32 copies). block_attention: head size 64, forward and backward, over rounds too (a table per output head
+// h * R + r, or one shared; supported() takes the call's rounds; the backward launches once per round, adding
+// each round's gradients to the last, as the scalar kernels). routed_attention (float32
 // only, through its path setting; its 16-bit inputs still run on float32 copies): head size 64, outputs and
 // gradients in slot order as routed_attention_forward_cpu's. The backward takes q, k, v, the float32 out,
 // lse, dout (last axis unit-stride) and dlse (or undefined), and writes float32 dq, dk, dv (contiguous).
@@ -430,7 +434,8 @@ void flash_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const T
                                        const Tensor& key_padding_mask, const FlashAttentionParams& p,
                                        const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
                                        const Tensor& dq, const Tensor& dk, const Tensor& dv);
-bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members);
+bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                   int64_t rounds = 1);
 bool block_attention_mma_preferred(const Tensor& q, const Tensor& members, bool backward);
 void block_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                       const Tensor& key_padding_mask, const BlockAttentionParams& p,
@@ -452,7 +457,8 @@ void routed_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const 
 #else
 inline bool flash_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
 inline bool flash_attention_backward_mma_supported(const Tensor&, const Tensor&, const Tensor&) { return false; }
-inline bool block_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+inline bool block_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                          int64_t = 1) {
   return false;
 }
 inline bool block_attention_mma_preferred(const Tensor&, const Tensor&, bool) { return false; }

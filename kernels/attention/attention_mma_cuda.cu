@@ -96,6 +96,12 @@ struct MmaArgs {
   int64_t Mq, Mk;
   int64_t bh0;  // batch*head of blockIdx.z == 0 (launches in slices of 65535, grid.z's limit)
   float scale, self_score;
+  // Rounds (block attention, LSH's hashing rounds): H counts the output heads, H_qkv * R; output (and table)
+  // head bh reads q, k, v head bh / R. The forward's grid runs over the output heads; the backward's over the
+  // q, k, v heads, one round per launch (this_round), each round's dq, dk, dv added to the rounds before it
+  // (within a round a position sits in one slot, so each row still has one writer: no atomics,
+  // deterministic), as the scalar kernels (attention_cuda.cu) do. R = 1 for everything else.
+  int64_t R, this_round;
 };
 
 template <bool kBF16>
@@ -363,16 +369,17 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(MmaArgs a, Map ma
   __shared__ __align__(16) Elem Vs[kKeys][D + Ops::kPad];
   __shared__ int64_t qp[kRows], kp[kKeys];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int64_t r0 = int64_t(blockIdx.x) * kRows, grp = blockIdx.y, bh = a.bh0 + blockIdx.z;
+  // bh: the output (and table) head; dbh: the q, k, v head it reads (rounds share one).
+  const int64_t r0 = int64_t(blockIdx.x) * kRows, grp = blockIdx.y, bh = a.bh0 + blockIdx.z, dbh = bh / a.R;
   const int64_t b = bh / a.H, hd = bh % a.H;
   if (r0 >= map.rows()) return;
-  const Elem* K = static_cast<const Elem*>(a.k) + bh * a.Nk * D;
-  const Elem* V = static_cast<const Elem*>(a.v) + bh * a.Nk * D;
+  const Elem* K = static_cast<const Elem*>(a.k) + dbh * a.Nk * D;
+  const Elem* V = static_cast<const Elem*>(a.v) + dbh * a.Nk * D;
 
   // This warp's Q fragments (rows 16 warp + g and + 8 of the tile), staged through the K buffer.
   query_positions(qp, map, bh, grp, r0);
   __syncthreads();
-  load_rows<Ops, D>(Ks, static_cast<const Elem*>(a.q) + bh * a.Nq * D, qp);
+  load_rows<Ops, D>(Ks, static_cast<const Elem*>(a.q) + dbh * a.Nq * D, qp);
   __syncthreads();
   typename Ops::Frag qa[D / Ops::kK][4];
   a_fragments<Ops, D>(qa, Ks, warp * 16, g, t);
@@ -497,15 +504,17 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
   __shared__ int64_t qp[kRows], kp[kKeys], orw[kSlotRows<Map> ? kRows : 1];
   const int64_t* ow = kSlotRows<Map> ? orw : qp;  // output rows: the positions, or the slots
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int64_t r0 = int64_t(blockIdx.x) * kRows, grp = blockIdx.y, bh = a.bh0 + blockIdx.z;
+  // dbh: the q, k, v head of this launch's grid; bh: its output (and table) head in round this_round.
+  const int64_t r0 = int64_t(blockIdx.x) * kRows, grp = blockIdx.y, dbh = a.bh0 + blockIdx.z,
+                bh = dbh * a.R + a.this_round;
   const int64_t b = bh / a.H, hd = bh % a.H;
   if (r0 >= map.rows()) return;
-  const Elem* K = static_cast<const Elem*>(a.k) + bh * a.Nk * D;
-  const Elem* V = static_cast<const Elem*>(a.v) + bh * a.Nk * D;
+  const Elem* K = static_cast<const Elem*>(a.k) + dbh * a.Nk * D;
+  const Elem* V = static_cast<const Elem*>(a.v) + dbh * a.Nk * D;
   // This warp's Q and dO fragments (staged through the K and V buffers), lse and D of its rows.
   query_positions(qp, map, bh, grp, r0, orw);
   __syncthreads();
-  load_rows<Ops, D>(Ks, static_cast<const Elem*>(a.q) + bh * a.Nq * D, qp);
+  load_rows<Ops, D>(Ks, static_cast<const Elem*>(a.q) + dbh * a.Nq * D, qp);
   load_rows_f32<Ops, D>(Vs, a.dout + a.sgo.at(b, hd, 0), a.sgo.s2, ow);
   __syncthreads();
   typename Ops::Frag qa[D / Ops::kK][4], da[D / Ops::kK][4];
@@ -549,10 +558,14 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(MmaArgs a, Map map) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (row[h] < 0) continue;
-    float* out = a.dq + (bh * a.Mq + orow[h]) * D;
+    float* out = a.dq + (dbh * a.Mq + orow[h]) * D;
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d)
-      *reinterpret_cast<float2*>(out + d * 8 + 2 * t) = make_float2(dq[d][2 * h] * a.scale, dq[d][2 * h + 1] * a.scale);
+    for (int d = 0; d < D / 8; ++d) {
+      float2* o = reinterpret_cast<float2*>(out + d * 8 + 2 * t);
+      float2 x = make_float2(dq[d][2 * h] * a.scale, dq[d][2 * h + 1] * a.scale);
+      if (a.this_round > 0) x = make_float2(o->x + x.x, o->y + x.y);  // the rounds before this one
+      *o = x;
+    }
   }
 }
 
@@ -566,17 +579,19 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) 
   __shared__ int64_t qp[kRows], kp[kKeys], orw[kSlotRows<Map> ? kRows : 1];
   const int64_t* ow = kSlotRows<Map> ? orw : qp;  // output rows: the positions, or the slots
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int64_t u0 = int64_t(blockIdx.x) * kKeys, kg = blockIdx.y, bh = a.bh0 + blockIdx.z;
+  // dbh: the q, k, v head of this launch's grid; bh: its output (and table) head in round this_round.
+  const int64_t u0 = int64_t(blockIdx.x) * kKeys, kg = blockIdx.y, dbh = a.bh0 + blockIdx.z,
+                bh = dbh * a.R + a.this_round;
   const int64_t b = bh / a.H, hd = bh % a.H;
   if (u0 >= map.group_keys()) return;
-  const Elem* Q = static_cast<const Elem*>(a.q) + bh * a.Nq * D;
+  const Elem* Q = static_cast<const Elem*>(a.q) + dbh * a.Nq * D;
   const float* dO = a.dout + a.sgo.at(b, hd, 0);
   // This warp's K and V fragments (16 keys), staged through the Q and dO buffers.
   for (int j = threadIdx.x; j < kKeys; j += kThreads)
     kp[j] = u0 + j < map.group_keys() ? map.group_kpos(bh, kg, u0 + j) : -1;
   __syncthreads();
-  load_rows<Ops, D>(Qs, static_cast<const Elem*>(a.k) + bh * a.Nk * D, kp);
-  load_rows<Ops, D>(dOs, static_cast<const Elem*>(a.v) + bh * a.Nk * D, kp);
+  load_rows<Ops, D>(Qs, static_cast<const Elem*>(a.k) + dbh * a.Nk * D, kp);
+  load_rows<Ops, D>(dOs, static_cast<const Elem*>(a.v) + dbh * a.Nk * D, kp);
   __syncthreads();
   typename Ops::Frag ka[D / Ops::kK][4], va[D / Ops::kK][4];
   a_fragments<Ops, D>(ka, Qs, warp * 16, g, t);
@@ -625,12 +640,18 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(MmaArgs a, Map map) 
   for (int h = 0; h < 2; ++h) {
     if (key[h] < 0) continue;
     const int64_t j = map.krow(kg, u0 + warp * 16 + g + 8 * h, key[h]);
-    float* ok = a.dk + (bh * a.Mk + j) * D;
-    float* ov = a.dv + (bh * a.Mk + j) * D;
+    float2* ok = reinterpret_cast<float2*>(a.dk + (dbh * a.Mk + j) * D + 2 * t);
+    float2* ov = reinterpret_cast<float2*>(a.dv + (dbh * a.Mk + j) * D + 2 * t);
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
-      *reinterpret_cast<float2*>(ok + d * 8 + 2 * t) = make_float2(dk[d][2 * h] * a.scale, dk[d][2 * h + 1] * a.scale);
-      *reinterpret_cast<float2*>(ov + d * 8 + 2 * t) = make_float2(dv[d][2 * h], dv[d][2 * h + 1]);
+      float2 xk = make_float2(dk[d][2 * h] * a.scale, dk[d][2 * h + 1] * a.scale);
+      float2 xv = make_float2(dv[d][2 * h], dv[d][2 * h + 1]);
+      if (a.this_round > 0) {  // the rounds before this one
+        xk = make_float2(ok[d * 4].x + xk.x, ok[d * 4].y + xk.y);
+        xv = make_float2(ov[d * 4].x + xv.x, ov[d * 4].y + xv.y);
+      }
+      ok[d * 4] = xk;  // float2 index d * 4: column d * 8 + 2 t
+      ov[d * 4] = xv;
     }
   }
 }
@@ -721,6 +742,8 @@ MmaArgs make_mma_args(const Tensor& q, const Tensor& k, const Tensor& v, const T
   a.Nk = k.shape()[2];
   a.Mq = a.Nq;
   a.Mk = a.Nk;
+  a.R = 1;
+  a.this_round = 0;
   a.scale = float(scale);
   a.self_score = float(self_score);
   return a;
@@ -761,7 +784,9 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
                f32_dense(dq) && f32_dense(dk) && f32_dense(dv),
            Error, "[", op, "] internal: the tensor-core backward got gradients it does not take: dout ",
            dout.describe(), ", dq ", dq.describe());
-  const int64_t BH = B * a.H;
+  // Output heads (out, lse, dout, D: B * a.H) and the q, k, v heads the dq and dkdv grids run over (one round
+  // per launch).
+  const int64_t BH = B * a.H, BHd = BH / a.R;
   if (zero_first)
     for (const Tensor* t : {&dq, &dk, &dv})
       if (t->numel() > 0) CF_CUDA_CHECK(cudaMemsetAsync(t->raw_data(), 0, size_t(t->numel()) * sizeof(float), 0), op);
@@ -781,20 +806,22 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
   with_operands<kSlotRows<Map>>(operands, [&](auto ops) {
     using Ops = decltype(ops);
     const unsigned g1x = unsigned((rows + kRows - 1) / kRows), g1y = unsigned(groups);
-    if (g1x > 0 && g1y > 0 && BH > 0) {
-      for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
-        mma_dq_kernel<Ops, Map><<<dim3(g1x, g1y, gz), kThreads>>>(s, map);
-        ::cf::cuda::check_launch(op);
-      });
-    } else if (!zero_first && dq.numel() > 0) {
-      CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), 0), op);
-    }
     const unsigned g2x = unsigned((gkeys + kKeys - 1) / kKeys), g2y = unsigned(kgroups);
-    if (g2x > 0 && g2y > 0 && BH > 0) {
-      for_head_slices(a, BH, [&](const MmaArgs& s, unsigned gz) {
-        mma_dkdv_kernel<Ops, Map><<<dim3(g2x, g2y, gz), kThreads>>>(s, map);
-        ::cf::cuda::check_launch(op);
-      });
+    for (a.this_round = 0; a.this_round < a.R; ++a.this_round) {
+      if (g1x > 0 && g1y > 0 && BHd > 0) {
+        for_head_slices(a, BHd, [&](const MmaArgs& s, unsigned gz) {
+          mma_dq_kernel<Ops, Map><<<dim3(g1x, g1y, gz), kThreads>>>(s, map);
+          ::cf::cuda::check_launch(op);
+        });
+      } else if (!zero_first && dq.numel() > 0) {
+        CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), 0), op);
+      }
+      if (g2x > 0 && g2y > 0 && BHd > 0) {
+        for_head_slices(a, BHd, [&](const MmaArgs& s, unsigned gz) {
+          mma_dkdv_kernel<Ops, Map><<<dim3(g2x, g2y, gz), kThreads>>>(s, map);
+          ::cf::cuda::check_launch(op);
+        });
+      }
     }
   }, op);
 }
@@ -843,10 +870,12 @@ void flash_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const T
 
 // ---------------------------------------------------------------- block_attention
 
-bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members) {
-  if (!takes_inputs(q, k, v) || members.dim() != 4 || members.shape()[2] > 65535) return false;  // chunks: grid.y
-  // One table per q, k, v head (or one shared): rounds (a table per head and round) run the scalar kernels.
-  if (members.shape()[1] != 1 && members.shape()[1] != q.shape()[1]) return false;
+bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                   int64_t rounds) {
+  if (rounds < 1 || !takes_inputs(q, k, v) || members.dim() != 4 || members.shape()[2] > 65535)
+    return false;  // chunks: grid.y
+  // One table per output head (q, k, v head and round) or one shared.
+  if (members.shape()[1] != 1 && members.shape()[1] != q.shape()[1] * rounds) return false;
   return q.shape()[3] == 64 && k.shape()[3] == 64 && v.shape()[3] == 64;
 }
 
@@ -860,16 +889,18 @@ void block_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                       const Tensor& lse) {
   const char* op = "block_attention";
-  CF_CHECK(block_attention_mma_supported(q, k, v, members), Error, "[", op,
-           "] internal: the tensor-core kernel does not take q ", q.describe());
-  CF_CHECK(p.rounds == 1, Error, "[", op, "] internal: the tensor-core kernel takes one round, got ", p.rounds);
+  CF_CHECK(block_attention_mma_supported(q, k, v, members, p.rounds), Error, "[", op,
+           "] internal: the tensor-core kernel does not take q ", q.describe(), " with members ", members.describe(),
+           " over ", p.rounds, " round(s)");
   check_no_attention_dropout(p.dropout, op, "tensor-core kernel");
   check_inputs(q, k, v, out, lse, op);
   cu::use_device_of(out, op);
   // Tokens in no slot keep out = 0, lse = -inf.
   fill_cuda(out, 0.0);
   fill_cuda(lse, -std::numeric_limits<double>::infinity());
-  const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, p.self_score);
+  MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, p.self_score);
+  a.R = p.rounds;  // output heads h * R + r (out, lse and the table's heads)
+  a.H *= p.rounds;
   const BlockMap map = block_map(q, members, kpm, p);
   run_forward(a, map, map.w, map.C, q.shape()[0] * a.H, 64, operands_of(q), op);
 }
@@ -878,15 +909,16 @@ void block_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const T
                                        const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                        const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                        const Tensor& dk, const Tensor& dv) {
-  CF_CHECK(p.rounds == 1, Error, "[block_attention] internal: the tensor-core kernel takes one round, got ",
-           p.rounds);
   const char* op = "block_attention";
-  CF_CHECK(block_attention_mma_supported(q, k, v, members), Error, "[", op,
-           "] internal: the tensor-core backward does not take q ", q.describe());
+  CF_CHECK(block_attention_mma_supported(q, k, v, members, p.rounds), Error, "[", op,
+           "] internal: the tensor-core backward does not take q ", q.describe(), " with members ",
+           members.describe(), " over ", p.rounds, " round(s)");
   check_no_attention_dropout(p.dropout, op, "tensor-core kernel");
   check_inputs(q, k, v, out, lse, op);
   cu::use_device_of(out, op);
-  const MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, p.self_score);
+  MmaArgs a = make_mma_args(q, k, v, out, lse, p.scale, p.self_score);
+  a.R = p.rounds;  // run_backward: one launch pair per round over the q, k, v heads
+  a.H *= p.rounds;
   const BlockMap map = block_map(q, members, kpm, p);
   run_backward(a, map, dout, dlse, dq, dk, dv, map.w, map.C, map.w, map.C, q.shape()[0], operands_of(q), true, op);
 }

@@ -620,16 +620,12 @@ TEST_CASE("block attention's path setting: the environment's values, a bad one n
   CHECK_FALSE(kernels::block_attention_takes_gemm(q, big, p));
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kGemm);
   CHECK(kernels::block_attention_takes_gemm(q, small, p));
-  // mma: the tensor-core kernels where they take the call, else the automatic rule; never float64, rounds, or
-  // the CPU (kAuto's choice of them is a CUDA test: it reads the device).
+  // mma: the tensor-core kernels where they take the call, else the automatic rule; never float64 or the CPU
+  // (kAuto's choice of them, and rounds under kMma, are CUDA tests: they read the device).
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kMma);
   CHECK(kernels::block_attention_takes_gemm(q, big, p));
   CHECK_FALSE(kernels::block_attention_takes_gemm(q, small, p));
   {
-    kernels::BlockAttentionParams r = p;
-    r.rounds = 2;
-    const Tensor m2 = fake_cuda({1, 8, 32, 32}, kInt64);
-    CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, m2, r));
     const Tensor q64 = fake_cuda({1, 4, 16384, 64}, kFloat64);
     CHECK_FALSE(kernels::block_attention_takes_mma(q64, q64, q64, small, p));
     const Tensor c = Tensor::zeros({1, 4, 1024, 64}), mc = Tensor::zeros({1, 4, 32, 32}, kInt64);
@@ -640,6 +636,13 @@ TEST_CASE("block attention's path setting: the environment's values, a bad one n
     const Tensor c = Tensor::zeros({1, 4, 1024, 64}), mc = Tensor::zeros({1, 4, 32, 32}, kInt64);
     CHECK_FALSE(kernels::block_attention_takes_mma(c, c, c, mc, p));
     CHECK_FALSE(kernels::block_attention_takes_mma(c, c, c, mc, p, /*backward=*/true));
+    // Rounds: kAuto keeps them off the tensor-core kernels (not yet timed there), decided before q's data is read
+    // (a storage-less tensor here).
+    kernels::BlockAttentionParams r = p;
+    r.rounds = 2;
+    const Tensor m2 = fake_cuda({1, 8, 32, 32}, kInt64);
+    CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, m2, r));
+    CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, m2, r, /*backward=*/true));
   }
   kernels::set_block_attention_path(before);
 }
@@ -1231,12 +1234,16 @@ CUDA_TEST_CASE("flash attention's float32 tensor-core kernels on CUDA equal the 
   cf::cuda::set_allow_tf32(tf32);
 }
 
-// Block tables for the tensor-core kernels (float32, head size 64, one round): causal with look-ahead and
-// padding, blocks wider than a 64-row tile with a shared table and the self mask, look back 0 without dlse.
+// Block tables for the tensor-core kernels (float32, head size 64): causal with look-ahead and padding, blocks
+// wider than a 64-row tile with a shared table and the self mask, look back 0 without dlse; rounds (LSH: a
+// table per output head, causal, self mask, padding; and one table shared by every round), whose backward adds
+// round after round into one dq, dk, dv.
 const std::vector<BlockCase> kMmaBlockCases = {
     {2, 2, 300, 64, 64, 10, 32, 2, 1, 1, false, true, true, false, true, 4, kFloat32},
     {1, 2, 500, 64, 64, 5, 100, 1, 0, 1, true, false, false, true, true, 0, kFloat32},
-    {2, 1, 256, 64, 64, 4, 64, 0, 0, 1, false, true, false, false, false, 0, kFloat32}};
+    {2, 1, 256, 64, 64, 4, 64, 0, 0, 1, false, true, false, false, false, 0, kFloat32},
+    {2, 2, 200, 64, 64, 4, 64, 1, 0, 3, false, true, true, true, true, 2, kFloat32},
+    {1, 3, 130, 64, 64, 3, 50, 1, 0, 2, true, false, false, false, true, 0, kFloat32}};
 
 CUDA_TEST_CASE("block attention's float32 tensor-core kernels on CUDA equal the CPU's fused kernel, in 3xTF32 and in TF32") {
   const bool tf32 = cf::cuda::allow_tf32();
@@ -1388,6 +1395,17 @@ CUDA_TEST_CASE("flash, block and routed attention take the float32 tensor-core k
   CHECK_FALSE(kernels::flash_attention_takes_mma(q32, q32, q32));
   CHECK_FALSE(kernels::flash_attention_takes_mma(odd, q, q));
   CHECK_FALSE(kernels::block_attention_takes_mma(odd, q, q, members, p));
+  {
+    // Rounds (LSH): a table per output head h * R + r, or one shared; a table with q's heads is no round table.
+    kernels::BlockAttentionParams r = p;
+    r.rounds = 3;
+    CHECK(kernels::block_attention_takes_mma(q, q, q, Tensor::zeros({1, 6, 4, 25}, kInt64, d), r));
+    CHECK(kernels::block_attention_takes_mma(q, q, q, Tensor::zeros({1, 1, 4, 25}, kInt64, d), r));
+    CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, members, r));
+    kernels::set_block_attention_path(kernels::BlockAttentionPath::kAuto);
+    CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, Tensor::zeros({1, 6, 4, 25}, kInt64, d), r));
+    kernels::set_block_attention_path(kernels::BlockAttentionPath::kMma);
+  }
   kernels::set_flash_attention_path(kernels::FlashAttentionPath::kAuto);
   kernels::set_block_attention_path(kernels::BlockAttentionPath::kAuto);
   CHECK_FALSE(kernels::flash_attention_takes_mma(q, q, q));
