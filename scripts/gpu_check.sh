@@ -23,10 +23,11 @@
 # choice: whether kBlockGemmMinScores (1 M entries a round, set from the H200 run of 2026-11-28) still picks the
 # faster path (results in $OUT/block-{fused,gemm,auto}.json);
 # mma: the float32 tensor-core kernels (attention_mma_cuda.cu, 3xTF32; issue 24): their own CUDA tests under
-# memcheck and racecheck (MMA_TOOLS, default "memcheck racecheck"), every CUDA attention test again with all
-# three paths forced to mma, then the attention table beside PyTorch SDPA with the automatic paths and with mma
-# in the same call (logs and JSON in $OUT/mma-*): what kAuto's choice between them rests on (attention.h,
-# block_attention_mma_preferred; first run on an H200 on 2026-11-29).
+# memcheck and racecheck (MMA_TOOLS, default "memcheck racecheck"), the mixed-path block test under memcheck,
+# every CUDA attention test again with all three paths forced to mma, then the attention table beside PyTorch
+# SDPA with the automatic paths and with mma in the same call, and LSH's model step (its rounds reach the
+# tensor-core kernels under mma only) on both (logs and JSON in $OUT/mma-*): what kAuto's choice between them
+# rests on (attention.h, block_attention_mma_preferred; first run on an H200 on 2026-11-29).
 # python-build: the Python package built with the build stage, its tests not run (a later call's python stage
 # then builds nothing).
 # lm: issue 30's language-model table on the GPU (RESULTS.md, cf-lm "Trained longer"): every model row
@@ -250,12 +251,17 @@ fi
 
 if has mma; then
   t0=$(date +%s)
-  mcases="cuda: flash attention's float32 tensor-core*,cuda: block attention's float32 tensor-core*,cuda: routed attention's float32 tensor-core*,cuda: flash? block and routed attention take*,cuda: block attention on CUDA: a backward*"
+  mcases="cuda: flash attention's float32 tensor-core*,cuda: block attention's float32 tensor-core*,cuda: routed attention's float32 tensor-core*,cuda: flash? block and routed attention take*"
   for tool in ${MMA_TOOLS-memcheck racecheck}; do
     timeout $(lim 200) compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$mcases" \
       > "$OUT/mma-sanitize-$tool.log" 2>&1
     note "mma: compute-sanitizer $tool rc=$? at $(( $(date +%s) - t0 )) s: $(grep -E 'ERROR SUMMARY|test cases:' "$OUT/mma-sanitize-$tool.log" | tr '\n' ' ')"
   done
+  # The mixed-path test (every forward path x backward path, rounds too) under memcheck alone, with its own
+  # limit: its scalar and GEMM pairs over rounds took past 150 s under racecheck before (docs/benchmarks.md).
+  timeout $(lim 150) compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/cf_tests" \
+    "-tc=cuda: block attention on CUDA: a backward*" > "$OUT/mma-sanitize-mixed.log" 2>&1
+  note "mma: compute-sanitizer memcheck on the mixed-path test rc=$? at $(( $(date +%s) - t0 )) s: $(grep -E 'ERROR SUMMARY|test cases:' "$OUT/mma-sanitize-mixed.log" | tr '\n' ' ')"
   (cd "$B" && CF_FLASH_ATTENTION_PATH=mma CF_BLOCK_ATTENTION_PATH=mma CF_ROUTED_ATTENTION_PATH=mma timeout $(lim 150) ctest -j 12 \
       -R "cuda.*(attention|cluster|lsh|routing|sparse|block|transformer|model)|parity (flash|block|routed)" --timeout $(lim 120) \
       --output-on-failure) > "$OUT/mma-ctest.log" 2>&1

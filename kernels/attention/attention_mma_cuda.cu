@@ -807,14 +807,15 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
     using Ops = decltype(ops);
     const unsigned g1x = unsigned((rows + kRows - 1) / kRows), g1y = unsigned(groups);
     const unsigned g2x = unsigned((gkeys + kKeys - 1) / kKeys), g2y = unsigned(kgroups);
+    // No dq launch (no query rows): dq is zero, once, before the rounds (which would add to it).
+    if (!(g1x > 0 && g1y > 0 && BHd > 0) && !zero_first && dq.numel() > 0)
+      CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), 0), op);
     for (a.this_round = 0; a.this_round < a.R; ++a.this_round) {
       if (g1x > 0 && g1y > 0 && BHd > 0) {
         for_head_slices(a, BHd, [&](const MmaArgs& s, unsigned gz) {
           mma_dq_kernel<Ops, Map><<<dim3(g1x, g1y, gz), kThreads>>>(s, map);
           ::cf::cuda::check_launch(op);
         });
-      } else if (!zero_first && dq.numel() > 0) {
-        CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), 0), op);
       }
       if (g2x > 0 && g2y > 0 && BHd > 0) {
         for_head_slices(a, BHd, [&](const MmaArgs& s, unsigned gz) {
@@ -879,6 +880,8 @@ bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tenso
   return q.shape()[3] == 64 && k.shape()[3] == 64 && v.shape()[3] == 64;
 }
 
+// Measured with one round (kAuto sends no rounds here: block_attention_takes_mma); with rounds the blocks
+// would count B H R C.
 bool block_attention_mma_preferred(const Tensor& q, const Tensor& members, bool backward) {
   if (members.shape()[3] <= kBlockMmaMaxRows) return true;
   const int64_t blocks = q.shape()[0] * q.shape()[1] * members.shape()[2];
