@@ -178,3 +178,25 @@ def numpy(t):
     """A NumPy array sharing the memory of the CPU tensor t (no copy)."""
     import numpy as _np
     return _np.asarray(t)
+
+
+def _numpy_views(x):
+    """x with every cf.Tensor in it (at the top, or in a list or tuple) as a NumPy view."""
+    import numpy as _np
+    if isinstance(x, _cf.Tensor):
+        return _np.asarray(x)
+    if type(x) in (list, tuple):
+        return type(x)(_numpy_views(y) for y in x)
+    return x
+
+
+def _array_function(self, func, types, args, kwargs):
+    """NumPy's functions on cf tensors (np.sum(t), np.mean(t, axis=0), np.concatenate([t, a]),
+    out=t) run on NumPy views of the tensors, as on any array-like, and give NumPy's results.
+    Without this NumPy called the tensor's own method for a reduction with NumPy's keywords
+    (t.sum(axis=None, out=None)) and failed. Like np.asarray(t), the view is refused for a CUDA
+    tensor and for one that requires grad, with cf's message."""
+    return func(*_numpy_views(args), **{k: _numpy_views(v) for k, v in kwargs.items()})
+
+
+_cf.Tensor.__array_function__ = _array_function

@@ -93,6 +93,8 @@ def test_cuda_dlpack_round_trip():
     assert t[3].item() == -1.0
     with pytest.raises(cf.DeviceError):
         np.asarray(t)
+    with pytest.raises(cf.DeviceError, match="NumPy reads CPU memory only"):
+        np.sum(t)  # NumPy's functions view tensors as np.asarray does
 
 
 def test_low_precision_dtypes_cross_numpy_and_dlpack():
@@ -111,3 +113,23 @@ def test_low_precision_dtypes_cross_numpy_and_dlpack():
     assert t.dtype == torch.bfloat16 and t.tolist() == [1.0, 2.5, 1.0]
     back = cf.from_dlpack(torch.tensor([0.5, -3.0], dtype=torch.float16))
     assert back.dtype == cf.float16 and back.tolist() == [0.5, -3.0]
+
+
+def test_numpy_functions_take_cpu_tensors():
+    # NumPy's reductions used to call the tensor's methods with NumPy's keywords (t.sum(axis=None,
+    # out=None)) and fail; every NumPy function now runs on views of the tensors.
+    t = cf.arange(6, dtype=cf.float64).reshape([2, 3])
+    s = np.sum(t)
+    assert isinstance(s, np.floating) and s == 15.0
+    assert np.mean(t, axis=0).tolist() == [1.5, 2.5, 3.5]
+    assert np.max(t) == 5.0 and np.argmin(t) == 0 and np.var(cf.tensor([1.0, 3.0])) == 1.0
+    c = np.concatenate([t, np.ones((1, 3))])
+    assert isinstance(c, np.ndarray) and c.shape == (3, 3) and c[2].tolist() == [1.0, 1.0, 1.0]
+    assert np.allclose(t, np.arange(6).reshape(2, 3))
+    # out= a tensor writes into its memory (a view), as np.asarray(t) shares it
+    out = cf.zeros([3], dtype=cf.float64)
+    np.sum(t, axis=0, out=out)
+    assert out.tolist() == [3.0, 5.0, 7.0]
+    # refused as np.asarray(t) refuses: a tensor that requires grad (as PyTorch's .numpy())
+    with pytest.raises(cf.AutogradError, match=r"\[__array__\] cannot view a tensor that requires grad"):
+        np.sum(cf.ones([2], requires_grad=True))
