@@ -179,11 +179,37 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
            "routing to float32 (its centroids stay float32 under to(", a.q.dtype(), "))");
   CF_CHECK(a.q.dtype() == centroids_.dtype(), DTypeError, "[RoutingAttention] q is ", a.q.dtype(),
            " but the centroids are ", centroids_.dtype(), " (convert the module with to(dtype))");
-  if (N == 0) return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());  // nothing to route
+  const int64_t L = local_heads_, R = H - L;
+  const bool collective = distributed_ && dist::is_initialized() && dist::world_size() > 1;
+  // Section 4.1: mu <- lambda mu + (1 - lambda)/2 mean(assigned Q) + (1 - lambda)/2 mean(assigned K), from this
+  // shard's per-cluster sums (R, C, D) and counts (R, C, 1) of the assigned queries and keys; distributed, the
+  // whole batch's means (two all-reduces each, on the device). An empty cluster keeps its centroid.
+  auto update_centroids = [&](Tensor q_sums, Tensor q_cnt, Tensor k_sums, Tensor k_cnt) {
+    NoGradGuard ng;
+    auto mean_of = [&](Tensor& sums, Tensor& cnt) {
+      if (collective) {
+        dist::all_reduce(sums, dist::ReduceOp::sum);
+        dist::all_reduce(cnt, dist::ReduceOp::sum);
+      }
+      return where(gt(cnt, 0.0), sums / clamp(cnt, 1.0, INFINITY), centroids_);
+    };
+    Tensor mq = mean_of(q_sums, q_cnt), mk = mean_of(k_sums, k_cnt);
+    copy_(centroids_, centroids_ * decay_ + (mq + mk) * ((1.0 - decay_) / 2.0));
+  };
+  if (N == 0) {  // nothing to route
+    // A rank whose shard has no token still joins the distributed update with zero sums: the other ranks'
+    // all-reduces wait for it, and every rank must keep the centroids one process would.
+    if (is_training() && R > 0 && collective) {
+      auto zeros = [&](int64_t last) {
+        return Tensor::zeros({R, n_clusters_, last}, centroids_.dtype(), centroids_.device());
+      };
+      update_centroids(zeros(D), zeros(1), zeros(D), zeros(1));
+    }
+    return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());
+  }
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(D));
   const double drop = is_training() ? dropout_ : 0.0;
   const int64_t w = (N + n_clusters_ - 1) / n_clusters_;  // balanced clusters: w = N / C tokens each
-  const int64_t L = local_heads_, R = H - L;
   std::vector<Tensor> outs;
   if (L > 0) {
     const int64_t window = local_window_ > 0 ? local_window_ : w;
@@ -223,20 +249,15 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       }
       if (is_training()) {
         NoGradGuard ng;
-        // Section 4.1: mu <- lambda mu + (1 - lambda)/2 mean(assigned Q) + (1 - lambda)/2 mean(assigned K).
-        auto assigned_mean = [&](const Tensor& xd, const Tensor& assign, const Tensor& valid) {
-          Tensor onehot = one_hot(assign, n_clusters_, xd.dtype()) * valid;                   // (B, R, N, C)
-          Tensor sums = sum(matmul(transpose(onehot, -2, -1), xd), {0});                     // (R, C, D)
-          Tensor cnt = reshape(sum(onehot, {0, 2}), {R, n_clusters_, 1});                     // (R, C, 1)
-          if (distributed_ && dist::is_initialized() && dist::world_size() > 1) {  // the whole batch's means
-            dist::all_reduce(sums, dist::ReduceOp::sum);
-            dist::all_reduce(cnt, dist::ReduceOp::sum);
-          }
-          return where(gt(cnt, 0.0), sums / clamp(cnt, 1.0, INFINITY), centroids_);
+        auto onehot_of = [&](const Tensor& assign, const Tensor& valid) {  // (B, R, N, C), 0 for padding
+          return one_hot(assign, n_clusters_, a.q.dtype()) * valid;
         };
-        Tensor mq = assigned_mean(qd, qa, vq), mk = assigned_mean(kd, ka, vk);
-        Tensor updated = centroids_ * decay_ + (mq + mk) * ((1.0 - decay_) / 2.0);
-        copy_(centroids_, updated);
+        auto sums_of = [&](const Tensor& onehot, const Tensor& xd) {  // (R, C, D)
+          return sum(matmul(transpose(onehot, -2, -1), xd), {0});
+        };
+        auto counts_of = [&](const Tensor& onehot) { return reshape(sum(onehot, {0, 2}), {R, n_clusters_, 1}); };
+        const Tensor oq = onehot_of(qa, vq), ok = onehot_of(ka, vk);
+        update_centroids(sums_of(oq, qd), counts_of(oq), sums_of(ok, kd), counts_of(ok));
       }
     }
   }

@@ -271,3 +271,27 @@ TEST_CASE("ddp: bad input") {
     CHECK_THROWS_MSG(nn::DistributedDataParallel(mlp), d::DistError, "ranks hold different models");
   }
 }
+
+// A rank whose shard has no token (N = 0) returned before the centroid update: the other ranks' all-reduces
+// waited for it (a hang), and its centroids stayed behind. It now adds zero sums and counts, so every rank keeps
+// the centroids of one process that saw only the tokens there were.
+TEST_CASE("routing: a rank with no token joins the distributed centroid update") {
+  const int R = d::rank();
+  nn::RoutingAttention ref(2, 4, 3, /*local_heads=*/0, 0, /*decay=*/0.9, 0.0, /*seed=*/5);
+  nn::RoutingAttention mine(2, 4, 3, 0, 0, 0.9, 0.0, 5);
+  ref.to(kFloat64);
+  mine.to(kFloat64);
+  mine.set_distributed(true);
+  const Tensor before = clone(mine.centroids());
+  for (int step = 0; step < 2; ++step) {
+    const Tensor x = leaf64({1, 2, 6, 4}, 30 + uint64_t(step)).detach();  // rank 0's shard: every token
+    nn::AttentionArgs a;
+    a.q = a.k = a.v = x;
+    ref.forward(a);
+    nn::AttentionArgs e = a;
+    if (R != 0) e.q = e.k = e.v = Tensor::zeros({1, 2, 0, 4}, kFloat64);
+    CHECK(mine.forward(e).shape() == (R == 0 ? Shape{1, 2, 6, 4} : Shape{1, 2, 0, 4}));
+  }
+  check_close(mine.centroids(), ref.centroids(), 1e-12);
+  CHECK(max_abs_diff(mine.centroids(), before) > 1e-3);  // they did move
+}
