@@ -92,7 +92,10 @@ void set_check(bool on);
 // t: a defined, contiguous float32/float64/int64 tensor (bool for broadcast
 // and all_gather too) on the CPU or a CUDA device. In-place ones bump t's
 // version (a tensor saved for backward cannot be changed under the graph).
-void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);  // max on float and int64; mean on float
+// max on float and int64; mean on float. max does not promise to carry a NaN: MPI_MAX and ncclMax define no NaN
+// rule, and a pairwise comparison keeps or drops it by the order the ranks are combined in; test finiteness
+// first where it matters (sum carries a NaN).
+void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
 void broadcast(Tensor& t, int root = 0);
 // Rank r's t becomes rows [r*n0, (r+1)*n0) of the result: shape (world*n0, ...).
 Tensor all_gather(const Tensor& t);
