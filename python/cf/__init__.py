@@ -195,8 +195,28 @@ def _array_function(self, func, types, args, kwargs):
     out=t) run on NumPy views of the tensors, as on any array-like, and give NumPy's results.
     Without this NumPy called the tensor's own method for a reduction with NumPy's keywords
     (t.sum(axis=None, out=None)) and failed. Like np.asarray(t), the view is refused for a CUDA
-    tensor and for one that requires grad, with cf's message."""
-    return func(*_numpy_views(args), **{k: _numpy_views(v) for k, v in kwargs.items()})
+    tensor, a bfloat16 one and one that requires grad, with cf's message.
+      np.shape, np.ndim, np.squeeze read the tensor's own attributes, as before (any tensor; squeeze
+        gives a cf.Tensor).
+      NumPy's implementation is called directly (func._implementation): a tensor left inside another
+        container (a deque, a namedtuple) is then converted by NumPy through __array__, where calling
+        func again would dispatch back here without end.
+      out=t: NumPy writes through the view; t's version counter is bumped, as an in-place cf op bumps
+        it (a tensor saved for a backward then refuses it, not a silently wrong gradient), and t is
+        what the call returns."""
+    import numpy as _np
+    impl = getattr(func, "_implementation", func)
+    if func in (_np.shape, _np.ndim, _np.squeeze):
+        return impl(*args, **kwargs)
+    result = impl(*_numpy_views(args), **{k: _numpy_views(v) for k, v in kwargs.items()})
+    out = kwargs.get("out")
+    outs = out if type(out) is tuple else (out,)
+    for o in outs:
+        if isinstance(o, _cf.Tensor):
+            o._bump_version()
+    if isinstance(out, _cf.Tensor):
+        return out
+    return result
 
 
 _cf.Tensor.__array_function__ = _array_function

@@ -586,6 +586,8 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
            "Address of the first element on the tensor's device.")
       .def("shares_storage", &cf::Tensor::shares_storage, nb::arg("other"), "True when both view one storage.")
       .def_prop_ro("version", &cf::Tensor::version, "The storage's version counter (bumped by in-place writes).")
+      .def("_bump_version", &cf::Tensor::bump_version,
+           "Counts a write made outside cf (NumPy's out= through a view: cf.Tensor.__array_function__).")
       // ---- autograd ----
       .def_prop_rw("requires_grad", &cf::Tensor::requires_grad,
                    [](cf::Tensor& t, bool on) { t.set_requires_grad(on); },

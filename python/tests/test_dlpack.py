@@ -126,10 +126,19 @@ def test_numpy_functions_take_cpu_tensors():
     c = np.concatenate([t, np.ones((1, 3))])
     assert isinstance(c, np.ndarray) and c.shape == (3, 3) and c[2].tolist() == [1.0, 1.0, 1.0]
     assert np.allclose(t, np.arange(6).reshape(2, 3))
-    # out= a tensor writes into its memory (a view), as np.asarray(t) shares it
+    # out= a tensor writes into its memory (a view), counts the write and returns the tensor
     out = cf.zeros([3], dtype=cf.float64)
-    np.sum(t, axis=0, out=out)
-    assert out.tolist() == [3.0, 5.0, 7.0]
+    v = out.version
+    assert np.sum(t, axis=0, out=out) is out
+    assert out.tolist() == [3.0, 5.0, 7.0] and out.version > v
+    # a tensor inside a container NumPy's dispatch finds but the views skip: NumPy converts it (no recursion)
+    import collections
+    assert np.concatenate(collections.deque([t, np.ones((1, 3))])).shape == (3, 3)
+    # shape, ndim and squeeze read the tensor itself: any tensor, and squeeze stays a cf.Tensor on the graph
+    g = cf.ones([1, 2], requires_grad=True)
+    assert np.shape(g) == (1, 2) and np.ndim(g) == 2
+    sq = np.squeeze(g)
+    assert isinstance(sq, cf.Tensor) and sq.shape == (2,) and sq.requires_grad
     # refused as np.asarray(t) refuses: a tensor that requires grad (as PyTorch's .numpy())
     with pytest.raises(cf.AutogradError, match=r"\[__array__\] cannot view a tensor that requires grad"):
         np.sum(cf.ones([2], requires_grad=True))
