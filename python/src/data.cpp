@@ -3,6 +3,8 @@
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/tuple.h>
 
+#include <unordered_map>
+
 #include "common.h"
 
 namespace cfpy {
@@ -42,6 +44,31 @@ cnn::KMeansOptions kmeans_options(int64_t k, int64_t max_iter, double tol, const
   o.block_rows = block_rows;
   o.algorithm = parse_algorithm(algorithm);
   return o;
+}
+
+// The next batch of the loader's current epoch (StopIteration at its end; the next pass runs the next epoch).
+cd::Batch next_batch(cd::DataLoader& l) {
+  cd::Batch b;
+  bool more;
+  {
+    nb::gil_scoped_release g;
+    more = l.next(b);
+  }
+  if (!more) throw nb::stop_iteration();
+  return b;
+}
+
+// One Python pass (iter()) over a loader. A newer iter() of the same loader ends the older pass: nested loops
+// over one loader ran forever (each inner loop's StopIteration began the next epoch under the outer loop), and
+// now the outer loop's next step says why it stops. The generations are counted per loader (under the GIL;
+// a few bytes per loader ever iterated).
+struct LoaderPass {
+  nb::object loader;
+  uint64_t generation;
+};
+std::unordered_map<const cd::DataLoader*, uint64_t>& pass_generations() {
+  static std::unordered_map<const cd::DataLoader*, uint64_t> generations;
+  return generations;
 }
 
 }  // namespace
@@ -204,6 +231,10 @@ void bind_data(nb::module_& m, nb::module_& data) {
     return out;
   };
   auto corpus_of = [utf8_of](nb::iterable texts) {
+    // A bare str is an iterable of characters: a vocabulary of letters, without a word said
+    CF_CHECK(!nb::isinstance<nb::str>(texts) && !nb::isinstance<nb::bytes>(texts), DTypeError,
+             "[Tokenizer] the corpus is a list of texts, got one ", nb::isinstance<nb::str>(texts) ? "str" : "bytes",
+             " (wrap it: [text])");
     std::vector<std::string> out;
     for (nb::handle t : texts) out.push_back(utf8_of(t, "every corpus entry"));
     return out;
@@ -295,17 +326,22 @@ void bind_data(nb::module_& m, nb::module_& data) {
            nb::arg("epoch"), nb::arg("batch"))
       .def("batch", &cd::DataLoader::batch, nb::arg("epoch"), nb::arg("index"), release_gil(),
            "Batch `index` of `epoch`, built directly (no state change).")
+      .def("__iter__", [](nb::handle self) {
+        return LoaderPass{nb::borrow(self), ++pass_generations()[nb::inst_ptr<cd::DataLoader>(self)]};
+      }, "A pass over the rest of the current epoch (the loader's state: a resumed loader continues where it "
+         "stood). A newer iter() of the same loader ends the older pass, whose next step raises.")
+      .def("__next__", &next_batch,
+           "The next batch of the current epoch; at its end StopIteration, and the next iteration runs the next epoch.");
+  nb::class_<LoaderPass>(data, "_LoaderPass", "One iter() of a DataLoader: the rest of the current epoch.")
       .def("__iter__", [](nb::handle self) { return self; })
-      .def("__next__", [](cd::DataLoader& l) {
-        cd::Batch b;
-        bool more;
-        {
-          nb::gil_scoped_release g;
-          more = l.next(b);
-        }
-        if (!more) throw nb::stop_iteration();
-        return b;
-      }, "The next batch of the current epoch; at its end StopIteration, and the next iteration runs the next epoch.");
+      .def("__next__", [](LoaderPass& p) {
+        cd::DataLoader& l = nb::cast<cd::DataLoader&>(p.loader);
+        CF_CHECK(pass_generations()[&l] == p.generation, ValueError,
+                 "[DataLoader] this loop's pass was ended by a newer iter() of the same loader (a loop nested "
+                 "over one loader: the inner loop went on to the next epoch): one pass at a time; "
+                 "loader.batch(epoch, index) reads any batch without moving the loader");
+        return next_batch(l);
+      });
 }
 
 }  // namespace cfpy

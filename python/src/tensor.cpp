@@ -2,8 +2,10 @@
 // indexing and slicing (views, as cf's shape ops), operators, NumPy's array
 // interface. The op functions and the Tensor methods that mirror them are in ops.cpp.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "common.h"
@@ -123,8 +125,33 @@ void gather_nested(nb::handle h, size_t depth, cf::Shape& shape, Gathered& g) {
   for (Py_ssize_t k = 0; k < n; ++k) gather_nested(items[k], depth + 1, shape, g);
 }
 
+// An integer buffer element: `width` bytes (1, 2, 4 or 8), signed or not, widened to int64.
+struct IntSource {
+  int width = 8;
+  bool is_signed = true;
+};
+
+int64_t read_int(const char* p, const IntSource& in, size_t at) {
+  auto get = [p](auto v) {
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+  };
+  switch (in.width) {
+    case 1: return in.is_signed ? int64_t(get(int8_t())) : int64_t(get(uint8_t()));
+    case 2: return in.is_signed ? int64_t(get(int16_t())) : int64_t(get(uint16_t()));
+    case 4: return in.is_signed ? int64_t(get(int32_t())) : int64_t(get(uint32_t()));
+    default: break;
+  }
+  if (in.is_signed) return get(int64_t());
+  const uint64_t v = get(uint64_t());
+  CF_CHECK(v <= uint64_t(std::numeric_limits<int64_t>::max()), DTypeError, "[tensor] uint64 value ", v,
+           " at element ", at, " is beyond int64 (largest 2^63 - 1)");
+  return int64_t(v);
+}
+
+// The values of a buffer of T (float, double, Half, bool) or of integers (T = int64_t, read as `in` says).
 template <typename T>
-cf::Tensor from_buffer_typed(const Py_buffer& b, const cf::Shape& shape) {
+cf::Tensor from_buffer_typed(const Py_buffer& b, const cf::Shape& shape, IntSource in = {}) {
   std::vector<T> out(size_t(cf::numel_of(shape)));
   const char* base = static_cast<const char*>(b.buf);
   // Walk the strided buffer in row-major order.
@@ -141,17 +168,13 @@ cf::Tensor from_buffer_typed(const Py_buffer& b, const cf::Shape& shape) {
   cf::for_each_offset(shape, strides, 0, [&](int64_t off) {
     const char* p = base + off;
     if constexpr (std::is_same_v<T, bool>) {
-      out[k++] = *reinterpret_cast<const bool*>(p);
-    } else if (b.format && (b.format[0] == 'i' || (b.format[0] == '<' && b.format[1] == 'i') ||
-                            (b.format[0] == '=' && b.format[1] == 'i'))) {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      out[k++] = T(v);
+      out[k] = *reinterpret_cast<const bool*>(p);
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      out[k] = read_int(p, in, k);
     } else {
-      T v;
-      std::memcpy(&v, p, sizeof(T));
-      out[k++] = v;
+      std::memcpy(&out[k], p, sizeof(T));
     }
+    ++k;
   });
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<bool> vb(out.begin(), out.end());
@@ -164,6 +187,9 @@ cf::Tensor from_buffer_typed(const Py_buffer& b, const cf::Shape& shape) {
 // A copy of a buffer-protocol object (NumPy array, memoryview, array.array).
 bool tensor_from_buffer(nb::handle data, cf::Tensor& out) {
   if (!PyObject_CheckBuffer(data.ptr())) return false;
+  // bytes are text more often than numbers (NumPy makes a string array of them): asked for, say so
+  CF_CHECK(!PyBytes_Check(data.ptr()) && !PyByteArray_Check(data.ptr()), DTypeError,
+           "[tensor] bytes are not numbers: decode them, or read them as integers with np.frombuffer(b, np.uint8)");
   Py_buffer b;
   if (PyObject_GetBuffer(data.ptr(), &b, PyBUF_RECORDS_RO) != 0) {
     PyErr_Clear();
@@ -176,18 +202,25 @@ bool tensor_from_buffer(nb::handle data, cf::Tensor& out) {
   cf::Shape shape;
   for (int d = 0; d < b.ndim; ++d) shape.push_back(b.shape[d]);
   std::string fmt = b.format ? b.format : "B";
-  char code = fmt.empty() ? 'B' : fmt.back();
   if (!fmt.empty() && (fmt[0] == '>' || fmt[0] == '!'))
     throw cf::DTypeError("[tensor] big-endian buffers are not supported");
+  // One element code after an optional native or little-endian prefix ('@', '=', '<'); a repeat count or a
+  // struct ('2i', 'T{...}') is no element type of cf's.
+  const size_t prefix = !fmt.empty() && (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<') ? 1 : 0;
+  const char code = fmt.size() == prefix + 1 ? fmt.back() : '\0';
+  // Integers of any width and signedness become int64 (the width is the buffer's itemsize: '@l' is 8 bytes
+  // here, '<l' 4; a uint64 beyond int64 is refused, not wrapped).
+  const bool int_code = code != '\0' && std::strchr("bBhHiIlLqQnN", code) != nullptr;
+  const bool int_width = b.itemsize == 1 || b.itemsize == 2 || b.itemsize == 4 || b.itemsize == 8;
   if (code == 'f' && b.itemsize == 4) out = from_buffer_typed<float>(b, shape);
   else if (code == 'd' && b.itemsize == 8) out = from_buffer_typed<double>(b, shape);
   else if (code == 'e' && b.itemsize == 2) out = from_buffer_typed<cf::Half>(b, shape);
-  else if ((code == 'q' || code == 'l' || code == 'Q' || code == 'L') && b.itemsize == 8) out = from_buffer_typed<int64_t>(b, shape);
-  else if (code == 'i' && b.itemsize == 4) out = from_buffer_typed<int64_t>(b, shape);
+  else if (int_code && int_width)
+    out = from_buffer_typed<int64_t>(b, shape, IntSource{int(b.itemsize), std::islower(code) != 0});
   else if (code == '?' && b.itemsize == 1) out = from_buffer_typed<bool>(b, shape);
   else
     throw cf::DTypeError(cf::str("[tensor] buffer format '", fmt, "' (itemsize ", b.itemsize,
-                                 ") is not float32, float64, float16, int32, int64 or bool"));
+                                 ") is not float16/32/64, an integer of 8 to 64 bits or bool"));
   return true;
 }
 

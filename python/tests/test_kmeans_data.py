@@ -79,6 +79,25 @@ def test_tokenizer_dataset_loader(tmp_path):
     with pytest.raises(cf.IndexError, match=r"\[Dataset\] index -6 out of range for 5"):
         td[-6]
     assert cf.data.SequenceDataset([[1, 2]])[0][1] is None  # no targets: None, as Batch.target
+    with pytest.raises(cf.DTypeError, match=r"^\[Tokenizer\] the corpus is a list of texts, got one str"):
+        cf.data.Tokenizer.build_word("hello world")  # was a vocabulary of its letters
+
+
+def test_loader_passes_nested_over_one_loader_stop_with_an_error():
+    # The loader was its own iterator: a loop nested over it ran forever (each inner loop's end began the
+    # next epoch under the outer one). Each iter() is now a pass over the rest of the current epoch, and a
+    # newer pass ends the older one with an error.
+    dl = cf.data.DataLoader(cf.data.TensorDataset(cf.randn([10, 2]), cf.arange(10)), batch_size=5)
+    assert [b.indices for b in dl] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]] and dl.state == (1, 0)
+    with pytest.raises(cf.ValueError, match=r"^\[DataLoader\] this loop's pass was ended by a newer iter\(\)"):
+        for _ in dl:
+            for _ in dl:
+                pass
+    assert dl.state == (2, 0)
+    it = iter(dl)  # a pass resumes where the loader stands, as next(dl) does
+    assert next(it).indices == [0, 1, 2, 3, 4] and next(dl).indices == [5, 6, 7, 8, 9]
+    with pytest.raises(StopIteration):
+        next(it)
 
 
 def test_fortune_files_with_bytes_that_are_not_utf8(tmp_path):

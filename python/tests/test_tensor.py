@@ -22,6 +22,26 @@ def test_tensor_from_nested_lists_infers_dtype():
         cf.tensor([[1, 2], [3]])
 
 
+def test_tensor_from_buffers_of_every_integer_width():
+    # The buffer protocol (array.array, memoryview, NumPy): integers of 8 to 64 bits, signed or not, become
+    # int64 by the buffer's itemsize. A native '@i' was read as 8-byte elements (wrong values, and a read
+    # past the buffer's end), and uint64 values beyond int64 wrapped to negatives.
+    import array
+    mv = memoryview(array.array("i", [1, -2, 3, 4]).tobytes()).cast("@i")
+    assert cf.tensor(mv).tolist() == [1, -2, 3, 4]
+    assert cf.tensor(array.array("B", [1, 250])).tolist() == [1, 250]
+    assert cf.tensor(array.array("h", [-3, 300])).tolist() == [-3, 300]
+    assert cf.tensor(array.array("Q", [2**63 - 1])).tolist() == [2**63 - 1]
+    with pytest.raises(cf.DTypeError, match=r"^\[tensor\] uint64 value 9223372036854775813 at element 1 is beyond int64"):
+        cf.tensor(array.array("Q", [0, 2**63 + 5]))
+    with pytest.raises(cf.DTypeError, match=r"^\[tensor\] bytes are not numbers"):
+        cf.tensor(b"abc")
+    np = pytest.importorskip("numpy")
+    assert cf.tensor(np.array([[1, 2], [3, 4]], dtype=np.uint32)[:, ::-1]).tolist() == [[2, 1], [4, 3]]
+    with pytest.raises(cf.DTypeError, match=r"^\[tensor\] buffer format 'T\{"):
+        cf.tensor(np.array([(1, 2)], dtype="i4,i4"))
+
+
 def test_factories():
     assert cf.zeros([2, 2]).tolist() == [[0, 0], [0, 0]]
     assert cf.ones(3, dtype=cf.int64).tolist() == [1, 1, 1]
