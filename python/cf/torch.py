@@ -46,7 +46,7 @@ CUDA streams: cf runs on the legacy default stream. When PyTorch's current
 stream is another one, the two are ordered with events (no host wait).
 """
 import torch as _torch
-from torch.autograd.function import once_differentiable as _once_differentiable
+from torch._C import _functions as _torch_functions
 from torch.utils import dlpack as _dlpack
 
 from . import _cf
@@ -114,12 +114,20 @@ class _AttentionFunction(_torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        # cf's backward is not itself recorded: under create_graph, PyTorch's once_differentiable makes a
-        # second derivative through these gradients raise rather than silently take 0 for cf's part
-        # (only then: its wrapper costs a few microseconds a call).
-        if _torch.is_grad_enabled():
-            return _once_differentiable(_AttentionFunction._backward)(ctx, grad_out)
-        return _AttentionFunction._backward(ctx, grad_out)
+        if not _torch.is_grad_enabled():
+            return _AttentionFunction._backward(ctx, grad_out)
+        # create_graph=True: cf's backward is not recorded, so the gradients it returns depend on x and the
+        # parameters in a way PyTorch cannot differentiate. They go through an error node, so that a second
+        # derivative through them raises rather than silently taking 0 for cf's part. (once_differentiable
+        # attaches that node only when grad_out requires grad: a loss linear in the output, such as a sum,
+        # gave a silently wrong gradient penalty.)
+        with _torch.no_grad():
+            grads = _AttentionFunction._backward(ctx, grad_out)
+        err = _torch_functions.DelayedError(
+            b"[cf.torch.Attention] cf's backward is not differentiable: a second derivative through "
+            b"cf.torch.Attention (create_graph=True, then a backward through its gradients) is not supported",
+            len(grads))
+        return err(*[None if g is None else g.detach().requires_grad_() for g in grads])
 
     @staticmethod
     def _backward(ctx, grad_out):

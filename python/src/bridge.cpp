@@ -32,6 +32,10 @@ nb::object capsule_or_none(const Tensor& t) { return t.defined() ? to_capsule(t,
 
 struct Tape {
   Tensor input, output, aux_total;
+  // The parameter tensors this call read: its backward hands over their gradients, whatever was bound since
+  // (functional_call with other parameters, or a load, between a call and its backward: reading the bound
+  // ones then lost this call's parameter gradients without a word).
+  std::vector<Tensor> params;
 };
 
 class AttentionBridge {
@@ -146,6 +150,7 @@ class AttentionBridge {
         ~GradMode() { cf::set_grad_enabled(prev); }
       } mode(record);
       tape->input = x.detach();
+      tape->params = params_;
       if (record && cf::is_floating(x.dtype())) tape->input.set_requires_grad(true);
       cnn::AuxLosses aux;
       tape->output = mha_->forward(tape->input, tape->input, tape->input, mask ? *mask : Tensor(), causal,
@@ -162,7 +167,7 @@ class AttentionBridge {
   nb::list backward(Tape& tape, const Tensor& grad_output) {
     CF_CHECK(tape.output.defined(), AutogradError, "[cf.torch.Attention] backward after the call's graph was freed");
     std::vector<Tensor> grads;
-    grads.reserve(params_.size() + 1);
+    grads.reserve(tape.params.size() + 1);
     {
       nb::gil_scoped_release g;
       if (tape.aux_total.defined()) {
@@ -176,7 +181,7 @@ class AttentionBridge {
       // Hand the gradients over and clear cf's side, ready for the next call.
       grads.push_back(tape.input.requires_grad() ? tape.input.grad() : Tensor());
       if (tape.input.requires_grad()) tape.input.zero_grad();
-      for (auto& p : params_) {
+      for (auto& p : tape.params) {
         grads.push_back(p.grad());
         p.zero_grad();
       }

@@ -261,8 +261,17 @@ def test_a_second_derivative_through_the_layer_raises():
     lin = torch.nn.Linear(8, 8)
     x = torch.randn(2, 6, 8, requires_grad=True)
     g, = torch.autograd.grad((lin(x) + layer(x)).square().sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable"):
+    with pytest.raises(RuntimeError, match=r"\[cf.torch.Attention\] cf's backward is not differentiable"):
         g.square().sum().backward()
+    # a loss linear in the layer's output: its incoming gradient needs no grad, and PyTorch's
+    # once_differentiable then let the second derivative through with 0 for cf's part (wrong, silently)
+    x = torch.randn(1, 3, 8, requires_grad=True)
+    g, = torch.autograd.grad(layer(x).sum() + 0.5 * x.square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"\[cf.torch.Attention\] cf's backward is not differentiable"):
+        g.square().sum().backward()
+    # create_graph alone, with no second derivative through cf's gradients, is fine
+    g, = torch.autograd.grad(layer(x).sum(), x, create_graph=True)
+    assert g.shape == x.shape and g.requires_grad
 
 
 def _cf_buffer_views(layer):
@@ -291,6 +300,27 @@ def test_cf_buffers_are_torch_buffers_sharing_cf_memory():
     routing.attention_centroids = torch.nn.functional.normalize(torch.randn_like(routing.attention_centroids), dim=-1)
     assert not torch.equal(routing(x), before)
     assert _cf_buffer_views(routing)["attention.centroids"].data_ptr() == routing.attention_centroids.data_ptr()
+
+
+def test_each_call_backward_reaches_the_parameters_it_ran_with():
+    # Two calls with different parameters (functional_call) before one backward: the bridge handed back the
+    # gradients of the parameters bound at backward time, so the first call's parameters got none.
+    from torch.nn.utils import stateless
+    layer = cf.torch.Attention("full", d_model=8, n_heads=2, seed=0)
+    x = torch.randn(1, 3, 8)
+    p1 = {k: v.detach().clone().requires_grad_() for k, v in layer.named_parameters()}
+    p2 = {k: (2 * v.detach()).requires_grad_() for k, v in layer.named_parameters()}
+    stateless.functional_call(layer, p1, (x,)).sum().backward()
+    alone = {k: v.grad.clone() for k, v in p1.items()}
+    for v in p1.values():
+        v.grad = None
+    y1 = stateless.functional_call(layer, p1, (x,))
+    y2 = stateless.functional_call(layer, p2, (x,))
+    (y1.sum() + y2.sum()).backward()
+    for k, v in p1.items():
+        assert v.grad is not None and torch.allclose(v.grad, alone[k]), k
+    assert all(v.grad is not None for v in p2.values())
+    assert all(p.grad is None for p in layer.parameters())  # the module's own took part in neither call
 
 
 def test_functional_call_and_construction_under_inference_mode():
