@@ -9,6 +9,7 @@
 
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
 
 #include "autograd/ops/common.h"
 #include "common.h"
@@ -33,6 +34,28 @@ void fn_and_method(nb::module_& m, TensorCls& cls, const char* name, F f, const 
 Tensor with_grad(Tensor t, bool requires_grad) {
   if (requires_grad) t.set_requires_grad(true);
   return t;
+}
+
+// A fill value (full, scalar, full_like, fill_, masked_fill): a Python int arrives as int64, anything else as a
+// double. cf's fill takes a double; an int64 target gets an integer a double cannot hold (|v| > 2^53) exactly,
+// through a 0-d int64 tensor (cf.full([1], 2**62 + 1, dtype=cf.int64) held 2**62, where cf.tensor and t[i] = v
+// were exact).
+using FillValue = std::variant<int64_t, double>;
+std::optional<Tensor> exact_int64_fill(const FillValue& v, cf::DType dtype, cf::Device device) {
+  if (dtype != cf::kInt64 || !std::holds_alternative<int64_t>(v)) return std::nullopt;
+  const int64_t i = std::get<int64_t>(v);
+  constexpr int64_t kExact = int64_t(1) << 53;
+  if (i >= -kExact && i <= kExact) return std::nullopt;
+  return Tensor::from_vector(std::vector<int64_t>{i}, cf::Shape{}, device);
+}
+double fill_double(const FillValue& v) { return std::visit([](auto x) { return double(x); }, v); }
+Tensor full_of(const cf::Shape& shape, const FillValue& v, cf::DType dtype, cf::Device device) {
+  if (auto exact = exact_int64_fill(v, dtype, device)) {
+    Tensor t = Tensor::empty(shape, dtype, device);
+    cf::copy_(t, *exact);
+    return t;
+  }
+  return Tensor::full(shape, fill_double(v), dtype, device);
 }
 
 #define CF_UNARY(name, doc) fn_and_method(m, cls, #name, [](const Tensor& x) { return cf::name(x); }, doc)
@@ -108,7 +131,8 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   CF_UNARY(clone, "Always a new contiguous copy (differentiable).");
   m.def("zeros_like", &cf::zeros_like, nb::arg("x"), "Zeros of x's shape, dtype and device.", release_gil());
   m.def("ones_like", &cf::ones_like, nb::arg("x"), "Ones of x's shape, dtype and device.", release_gil());
-  m.def("full_like", &cf::full_like, nb::arg("x"), nb::arg("value"), "value in x's shape, dtype and device.", release_gil());
+  m.def("full_like", [](const Tensor& x, const FillValue& v) { return full_of(x.shape(), v, x.dtype(), x.device()); },
+        nb::arg("x"), nb::arg("value"), "value in x's shape, dtype and device.", release_gil());
 
   // ---- in place (bump the version counter; refused on tensors that require
   // grad while grad mode is on: use cf.no_grad(), as optimizers do) ----
@@ -119,8 +143,10 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   inplace("add_", [](Tensor& t, const Tensor& o, double alpha) -> Tensor& { return cf::add_(t, o, alpha); },
           "t += alpha * other, in place; returns t.", nb::arg("other"), nb::arg("alpha") = 1.0);
   inplace("mul_", [](Tensor& t, double s) -> Tensor& { return cf::mul_(t, s); }, "t *= s, in place.", nb::arg("s"));
-  inplace("fill_", [](Tensor& t, double v) -> Tensor& { return cf::fill_(t, v); }, "Set every element to value.",
-          nb::arg("value"));
+  inplace("fill_", [](Tensor& t, const FillValue& v) -> Tensor& {
+            if (auto exact = exact_int64_fill(v, t.dtype(), t.device())) return cf::copy_(t, *exact);
+            return cf::fill_(t, fill_double(v));
+          }, "Set every element to value.", nb::arg("value"));
   inplace("zero_", [](Tensor& t) -> Tensor& { return cf::zero_(t); }, "Set every element to 0.");
   inplace("copy_", [](Tensor& t, const Tensor& src) -> Tensor& { return cf::copy_(t, src); },
           "Copy src (broadcast to t's shape, dtype converted) into t.", nb::arg("src"));
@@ -409,7 +435,11 @@ void bind_index(nb::module_& m, TensorCls& cls) {
   m.def(cf::opname::take_along_dim, &cf::take_along_dim, nb::arg("x"), nb::arg("index"), nb::arg("axis"),
         "gather with NumPy broadcasting of index against x on the other axes.", release_gil());
   fn_and_method(m, cls, cf::opname::masked_fill,
-                [](const Tensor& x, const Tensor& mask, double v) { return cf::masked_fill(x, mask, v); },
+                [](const Tensor& x, const Tensor& mask, const FillValue& v) {
+                  Tensor filled = cf::masked_fill(x, mask, fill_double(v));  // checks mask against x
+                  if (auto exact = exact_int64_fill(v, x.dtype(), x.device())) return cf::where(mask, *exact, filled);
+                  return filled;
+                },
                 "x with value where mask (bool, broadcast to x) is true. Differentiable in x.", nb::arg("mask"),
                 nb::arg("value"));
   m.def(cf::opname::one_hot, &cf::one_hot, nb::arg("labels"), nb::arg("num_classes"), nb::arg("dtype") = cf::kFloat32,
@@ -585,12 +615,12 @@ void bind_factories(nb::module_& m) {
   m.def("ones", [](const cf::Shape& s, cf::DType d, cf::Device dv, bool g) { return with_grad(cf::Tensor::ones(s, d, dv), g); },
         nb::arg("shape"), nb::arg("dtype") = cf::kFloat32, dev, rg, "Tensor of ones.", release_gil());
   m.def("full",
-        [](const cf::Shape& s, double v, cf::DType d, cf::Device dv, bool g) {
-          return with_grad(cf::Tensor::full(s, v, d, dv), g);
+        [](const cf::Shape& s, const FillValue& v, cf::DType d, cf::Device dv, bool g) {
+          return with_grad(full_of(s, v, d, dv), g);
         },
         nb::arg("shape"), nb::arg("value"), nb::arg("dtype") = cf::kFloat32, dev, rg, "Tensor filled with value.",
         release_gil());
-  m.def("scalar", [](double v, cf::DType d, cf::Device dv, bool g) { return with_grad(cf::Tensor::full({}, v, d, dv), g); },
+  m.def("scalar", [](const FillValue& v, cf::DType d, cf::Device dv, bool g) { return with_grad(full_of({}, v, d, dv), g); },
         nb::arg("value"), nb::arg("dtype") = cf::kFloat32, dev, rg, "0-d tensor holding one value.", release_gil());
   m.def("arange", [](int64_t n, cf::DType d, cf::Device dv) { return cf::Tensor::arange(n, d, dv); }, nb::arg("n"),
         nb::arg("dtype") = cf::kInt64, dev, "[0, 1, ..., n-1].", release_gil());

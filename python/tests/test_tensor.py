@@ -317,6 +317,14 @@ def test_python_ints_beyond_2_53_are_exact_with_int64_tensors():
         cf.tensor([2**63 - 1]) == 2**63
     with pytest.raises(cf.DTypeError, match=r"\[setitem\] the integer"):
         u[0] = -(2**63) - 1
+    # fills too (they took a double: 2**62 + 1 became 2**62)
+    big = 2**62 + 1
+    assert cf.full([2], big, dtype=cf.int64).tolist() == [big, big]
+    assert cf.scalar(-big, dtype=cf.int64).item() == -big
+    assert cf.full_like(u, big).tolist() == [big, big]
+    assert u.fill_(big).tolist() == [big, big]
+    assert cf.zeros([2], dtype=cf.int64).masked_fill(cf.tensor([False, True]), big).tolist() == [0, big]
+    assert cf.full([2], 2.5).tolist() == [2.5, 2.5] and cf.full([1], np.int64(7), dtype=cf.int64).tolist() == [7]
 
 
 def test_indices_beyond_int64_are_index_errors():
