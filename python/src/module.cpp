@@ -133,7 +133,10 @@ NB_MODULE(_cf, m) {
       .def("__eq__", [](const cf::Device& a, const std::string& b) { return a == cf::Device::parse(b); })
       .def("__hash__", [](const cf::Device& d) { return int(d.type) * 1024 + d.index; })
       .def("__str__", &cf::Device::str)
-      .def("__repr__", [](const cf::Device& d) { return "device('" + d.str() + "')"; });
+      .def("__repr__", [](const cf::Device& d) { return "device('" + d.str() + "')"; })
+      // pickle, copy and deepcopy (a module's or a tensor's device in a saved object)
+      .def("__getstate__", &cf::Device::str)
+      .def("__setstate__", [](cf::Device& d, const std::string& s) { new (&d) cf::Device(cf::Device::parse(s)); });
   nb::implicitly_convertible<std::string, cf::Device>();
   m.def("cuda_built", &cf::cuda_built, "True when this build has the CUDA backend.");
 

@@ -122,6 +122,15 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
           "Convert the dtype (differentiable between float dtypes).");
   cls.def("to", [](const Tensor& x, cf::Device d) { return cf::to(x, d); }, nb::arg("device"), release_gil(),
           "Move to a device (\"cpu\", \"cuda:0\", ...); differentiable.");
+  // A string names a dtype ("float64") or a device ("cuda:0"): before, a dtype's name went to the device
+  // parser through nanobind's implicit conversion, which printed a warning and raised a bare TypeError.
+  cls.def("to", [](const Tensor& x, const std::string& name) {
+    for (cf::DType d : {cf::kFloat32, cf::kFloat64, cf::kInt64, cf::kBool, cf::kBFloat16, cf::kFloat16})
+      if (name == cf::dtype_name(d)) return cf::to(x, d);
+    CF_CHECK(name.rfind("cpu", 0) == 0 || name.rfind("cuda", 0) == 0, ValueError, "[to] '", name,
+             "' names no dtype (float32, float64, int64, bool, bfloat16, float16) and no device (cpu, cuda, cuda:N)");
+    return cf::to(x, cf::Device::parse(name));
+  }, nb::arg("dtype_or_device"), release_gil(), "Convert to a dtype or move to a device, named by a string.");
   cls.def("cpu", &Tensor::cpu, release_gil(), "A copy on the CPU (self when already there).");
   cls.def("cuda", &Tensor::cuda, nb::arg("index") = 0, release_gil(), "A copy on cuda:index.");
   cls.def("float", [](const Tensor& x) { return cf::to(x, cf::kFloat32); }, release_gil());
@@ -169,6 +178,14 @@ std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Te
   return tensor_from_python(h, std::nullopt, like.device());
 }
 
+// The other operand of & | ^ as a tensor: a number takes the tensor's dtype (True for a bool tensor: t | True),
+// and the logical ops refuse what is not bool, naming it.
+Tensor logical_operand(const Tensor&, const Tensor& b, const char*) { return b; }
+Tensor logical_operand(const Tensor& a, double b, const char* op) { return cf::ops::number_like(a, b, op); }
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  return cf::logical_and(cf::logical_or(a, b), cf::logical_not(cf::logical_and(a, b)));
+}
+
 void bind_operators(TensorCls& cls) {
   // Python operators. A number operand takes the tensor's dtype (cf's rule; one it cannot hold is refused).
   // (numbers and NumPy operands of + - * / and the comparisons: CF_NP_BINARY below)
@@ -185,7 +202,8 @@ void bind_operators(TensorCls& cls) {
       .def("__abs__", [](const Tensor& a) { return cf::abs(a); }, release_gil())
       .def("__invert__", [](const Tensor& a) { return cf::logical_not(a); }, release_gil())
       .def("__and__", [](const Tensor& a, const Tensor& b) { return cf::logical_and(a, b); }, release_gil())
-      .def("__or__", [](const Tensor& a, const Tensor& b) { return cf::logical_or(a, b); }, release_gil());
+      .def("__or__", [](const Tensor& a, const Tensor& b) { return cf::logical_or(a, b); }, release_gil())
+      .def("__xor__", [](const Tensor& a, const Tensor& b) { return logical_xor(a, b); }, release_gil());
   // (A number compared with an integer or bool tensor runs exactly, in float64 when it is not one of the
   // tensor's values; arithmetic with such a number is a DTypeError: cf::ops::compare_operand, number_like.)
 #define CF_CMP(py, fn) cls.def(py, [](const Tensor& a, const Tensor& b) { return cf::fn(a, b); }, release_gil());
@@ -221,6 +239,12 @@ void bind_operators(TensorCls& cls) {
   CF_NP_BINARY("__le__", cf::le(a, b))
   CF_NP_BINARY("__gt__", cf::gt(a, b))
   CF_NP_BINARY("__ge__", cf::ge(a, b))
+  CF_NP_BINARY("__and__", cf::logical_and(a, logical_operand(a, b, "logical_and")))
+  CF_NP_BINARY("__rand__", cf::logical_and(logical_operand(a, b, "logical_and"), a))
+  CF_NP_BINARY("__or__", cf::logical_or(a, logical_operand(a, b, "logical_or")))
+  CF_NP_BINARY("__ror__", cf::logical_or(logical_operand(a, b, "logical_or"), a))
+  CF_NP_BINARY("__xor__", logical_xor(a, logical_operand(a, b, "logical_xor")))
+  CF_NP_BINARY("__rxor__", logical_xor(logical_operand(a, b, "logical_xor"), a))
 #undef CF_NP_BINARY
   // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on).
   // A Python int beyond 2^53 with an int64 tensor runs exactly (exact_int64_operand); these int

@@ -141,6 +141,26 @@ def test_operators_and_numbers():
     assert (cf.arange(3) * 2).dtype == cf.int64
     with pytest.raises(cf.DTypeError, match=r"^\[add\]"):
         a + cf.arange(3)
+    # & | ^ take bools and numbers either side, as PyTorch's (bool_t | True was a nanobind TypeError)
+    t = cf.tensor([True, False, True])
+    assert (t | True).tolist() == [True] * 3 and (True & t).tolist() == [True, False, True]
+    assert (t ^ t).tolist() == [False] * 3 and (t ^ True).tolist() == [False, True, False]
+    assert (False | t).tolist() == [True, False, True] and (1 ^ t).tolist() == [False, True, False]
+    with pytest.raises(cf.DTypeError, match=r"^\[logical_or\] argument 'a' must be bool, got int64"):
+        cf.arange(3) | True
+    with pytest.raises(cf.IndexError, match=r"^\[getitem\] slice steps must be positive, got 0"):
+        a[::0]  # was Python's own ValueError, without the op
+
+
+def test_to_takes_dtype_and_device_names_and_devices_pickle():
+    import copy
+    import pickle
+    t = cf.arange(3)
+    assert t.to("float64").dtype == cf.float64 and t.to("cpu").device == "cpu" and t.to(cf.float32).dtype == cf.float32
+    with pytest.raises(cf.ValueError, match=r"^\[to\] 'float128' names no dtype \(float32"):
+        t.to("float128")  # was a bare TypeError, with a nanobind warning printed
+    d = cf.Device("cpu")
+    assert pickle.loads(pickle.dumps(d)) == d and copy.deepcopy(d) == d
 
 
 def test_inplace_operators_bump_the_version():
