@@ -47,14 +47,13 @@ cnn::KMeansOptions kmeans_options(int64_t k, int64_t max_iter, double tol, const
 }
 
 // The next batch of the loader's current epoch (StopIteration at its end; the next pass runs the next epoch).
+bool next_batch_into(cd::DataLoader& l, cd::Batch& b) {
+  nb::gil_scoped_release g;
+  return l.next(b);
+}
 cd::Batch next_batch(cd::DataLoader& l) {
   cd::Batch b;
-  bool more;
-  {
-    nb::gil_scoped_release g;
-    more = l.next(b);
-  }
-  if (!more) throw nb::stop_iteration();
+  if (!next_batch_into(l, b)) throw nb::stop_iteration();
   return b;
 }
 
@@ -65,6 +64,7 @@ cd::Batch next_batch(cd::DataLoader& l) {
 struct LoaderPass {
   nb::object loader;
   uint64_t generation;
+  bool done = false;  // once StopIteration, always (the iterator protocol): the next epoch is a new pass
 };
 std::unordered_map<const cd::DataLoader*, uint64_t>& pass_generations() {
   static std::unordered_map<const cd::DataLoader*, uint64_t> generations;
@@ -230,9 +230,10 @@ void bind_data(nb::module_& m, nb::module_& data) {
     }
     return out;
   };
-  auto corpus_of = [utf8_of](nb::iterable texts) {
-    // A bare str is an iterable of characters: a vocabulary of letters, without a word said
-    CF_CHECK(!nb::isinstance<nb::str>(texts) && !nb::isinstance<nb::bytes>(texts), DTypeError,
+  auto corpus_of = [utf8_of](nb::iterable texts, bool words) {
+    // A bare str is an iterable of characters: build_word made a vocabulary of its letters without a word
+    // said (build_char counts the same characters either way, so it takes one text as given)
+    CF_CHECK(!words || (!nb::isinstance<nb::str>(texts) && !nb::isinstance<nb::bytes>(texts)), DTypeError,
              "[Tokenizer] the corpus is a list of texts, got one ", nb::isinstance<nb::str>(texts) ? "str" : "bytes",
              " (wrap it: [text])");
     std::vector<std::string> out;
@@ -244,12 +245,12 @@ void bind_data(nb::module_& m, nb::module_& data) {
                             "Character or word tokenizer; ids 0-5 are <pad> <unk> <bos> <eos> <cls> <sep>.")
       .def_static("build_char",
                   [corpus_of](nb::iterable corpus, bool lowercase, int64_t min_count, int64_t max_size) {
-                    return cd::Tokenizer::build_char(corpus_of(corpus), {lowercase, min_count, max_size});
+                    return cd::Tokenizer::build_char(corpus_of(corpus, false), {lowercase, min_count, max_size});
                   },
                   nb::arg("corpus"), nb::arg("lowercase") = false, nb::arg("min_count") = 1, nb::arg("max_size") = 0)
       .def_static("build_word",
                   [corpus_of](nb::iterable corpus, bool lowercase, int64_t min_count, int64_t max_size) {
-                    return cd::Tokenizer::build_word(corpus_of(corpus), {lowercase, min_count, max_size});
+                    return cd::Tokenizer::build_word(corpus_of(corpus, true), {lowercase, min_count, max_size});
                   },
                   nb::arg("corpus"), nb::arg("lowercase") = false, nb::arg("min_count") = 1, nb::arg("max_size") = 0)
       .def_static("load", nb::overload_cast<const std::string&>(&cd::Tokenizer::load), nb::arg("path"))
@@ -335,12 +336,18 @@ void bind_data(nb::module_& m, nb::module_& data) {
   nb::class_<LoaderPass>(data, "_LoaderPass", "One iter() of a DataLoader: the rest of the current epoch.")
       .def("__iter__", [](nb::handle self) { return self; })
       .def("__next__", [](LoaderPass& p) {
+        if (p.done) throw nb::stop_iteration();
         cd::DataLoader& l = nb::cast<cd::DataLoader&>(p.loader);
         CF_CHECK(pass_generations()[&l] == p.generation, ValueError,
                  "[DataLoader] this loop's pass was ended by a newer iter() of the same loader (a loop nested "
                  "over one loader: the inner loop went on to the next epoch): one pass at a time; "
                  "loader.batch(epoch, index) reads any batch without moving the loader");
-        return next_batch(l);
+        cd::Batch b;
+        if (!next_batch_into(l, b)) {
+          p.done = true;
+          throw nb::stop_iteration();
+        }
+        return b;
       });
 }
 

@@ -51,7 +51,7 @@ std::optional<Tensor> exact_int64_fill(const FillValue& v, cf::DType dtype, cf::
 double fill_double(const FillValue& v) { return std::visit([](auto x) { return double(x); }, v); }
 Tensor full_of(const cf::Shape& shape, const FillValue& v, cf::DType dtype, cf::Device device) {
   if (auto exact = exact_int64_fill(v, dtype, device)) {
-    Tensor t = Tensor::empty(shape, dtype, device);
+    Tensor t = Tensor::full(shape, 0.0, dtype, device);  // (full's checks and errors)
     cf::copy_(t, *exact);
     return t;
   }
@@ -124,13 +124,19 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
           "Move to a device (\"cpu\", \"cuda:0\", ...); differentiable.");
   // A string names a dtype ("float64") or a device ("cuda:0"): before, a dtype's name went to the device
   // parser through nanobind's implicit conversion, which printed a warning and raised a bare TypeError.
-  cls.def("to", [](const Tensor& x, const std::string& name) {
+  // (After the DType and Device overloads: nanobind tries those first without conversions.)
+  auto to_named = [](const Tensor& x, const std::string& name) {
     for (cf::DType d : {cf::kFloat32, cf::kFloat64, cf::kInt64, cf::kBool, cf::kBFloat16, cf::kFloat16})
       if (name == cf::dtype_name(d)) return cf::to(x, d);
     CF_CHECK(name.rfind("cpu", 0) == 0 || name.rfind("cuda", 0) == 0, ValueError, "[to] '", name,
              "' names no dtype (float32, float64, int64, bool, bfloat16, float16) and no device (cpu, cuda, cuda:N)");
     return cf::to(x, cf::Device::parse(name));
-  }, nb::arg("dtype_or_device"), release_gil(), "Convert to a dtype or move to a device, named by a string.");
+  };
+  const char* to_named_doc = "Convert to a dtype or move to a device, named by a string.";
+  cls.def("to", to_named, nb::arg("dtype"), release_gil(), to_named_doc);
+  cls.def("to", to_named, nb::arg("device"), release_gil(), to_named_doc);
+  m.def(cf::opname::to, to_named, nb::arg("x"), nb::arg("dtype"), release_gil(), to_named_doc);
+  m.def(cf::opname::to, to_named, nb::arg("x"), nb::arg("device"), release_gil(), to_named_doc);
   cls.def("cpu", &Tensor::cpu, release_gil(), "A copy on the CPU (self when already there).");
   cls.def("cuda", &Tensor::cuda, nb::arg("index") = 0, release_gil(), "A copy on cuda:index.");
   cls.def("float", [](const Tensor& x) { return cf::to(x, cf::kFloat32); }, release_gil());
@@ -140,7 +146,13 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   CF_UNARY(clone, "Always a new contiguous copy (differentiable).");
   m.def("zeros_like", &cf::zeros_like, nb::arg("x"), "Zeros of x's shape, dtype and device.", release_gil());
   m.def("ones_like", &cf::ones_like, nb::arg("x"), "Ones of x's shape, dtype and device.", release_gil());
-  m.def("full_like", [](const Tensor& x, const FillValue& v) { return full_of(x.shape(), v, x.dtype(), x.device()); },
+  m.def("full_like", [](const Tensor& x, const FillValue& v) {
+          if (auto exact = exact_int64_fill(v, x.dtype(), x.device())) {
+            Tensor t = cf::full_like(x, 0.0);
+            return cf::copy_(t, *exact);
+          }
+          return cf::full_like(x, fill_double(v));
+        },
         nb::arg("x"), nb::arg("value"), "value in x's shape, dtype and device.", release_gil());
 
   // ---- in place (bump the version counter; refused on tensors that require
@@ -178,12 +190,23 @@ std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Te
   return tensor_from_python(h, std::nullopt, like.device());
 }
 
+// A NumPy bool scalar (np.True_, np.bool_(x)): a 0-d value of dtype kind 'b'.
+bool is_numpy_bool_scalar(nb::handle h) {
+  if (PyBool_Check(h.ptr()) || !nb::hasattr(h, "__array_interface__") || !nb::hasattr(h, "dtype") ||
+      nb::isinstance<Tensor>(h) || nb::len(nb::object(h.attr("shape"))) != 0)
+    return false;
+  return nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) == "b";
+}
+
 // The other operand of & | ^ as a tensor: a number takes the tensor's dtype (True for a bool tensor: t | True),
 // and the logical ops refuse what is not bool, naming it.
 Tensor logical_operand(const Tensor&, const Tensor& b, const char*) { return b; }
 Tensor logical_operand(const Tensor& a, double b, const char* op) { return cf::ops::number_like(a, b, op); }
 Tensor logical_xor(const Tensor& a, const Tensor& b) {
-  return cf::logical_and(cf::logical_or(a, b), cf::logical_not(cf::logical_and(a, b)));
+  for (const Tensor* t : {&a, &b})
+    CF_CHECK(t->dtype() == cf::kBool, DTypeError, "[logical_xor] argument '", t == &a ? "a" : "b",
+             "' must be bool, got ", t->describe());
+  return cf::ne(a, b);
 }
 
 void bind_operators(TensorCls& cls) {
@@ -239,13 +262,25 @@ void bind_operators(TensorCls& cls) {
   CF_NP_BINARY("__le__", cf::le(a, b))
   CF_NP_BINARY("__gt__", cf::gt(a, b))
   CF_NP_BINARY("__ge__", cf::ge(a, b))
-  CF_NP_BINARY("__and__", cf::logical_and(a, logical_operand(a, b, "logical_and")))
-  CF_NP_BINARY("__rand__", cf::logical_and(logical_operand(a, b, "logical_and"), a))
-  CF_NP_BINARY("__or__", cf::logical_or(a, logical_operand(a, b, "logical_or")))
-  CF_NP_BINARY("__ror__", cf::logical_or(logical_operand(a, b, "logical_or"), a))
-  CF_NP_BINARY("__xor__", logical_xor(a, logical_operand(a, b, "logical_xor")))
-  CF_NP_BINARY("__rxor__", logical_xor(logical_operand(a, b, "logical_xor"), a))
 #undef CF_NP_BINARY
+  // & | ^ take NumPy's bool scalars too (numpy_operand passes them over for arithmetic, as Python's True
+  // is no number there): np.True_ | t is a cf tensor, not NumPy's array of t.
+#define CF_NP_LOGICAL(py, expr)                                                                    \
+  cls.def(py, [](const Tensor& a, nb::handle h) -> nb::object {                                    \
+    std::optional<std::variant<Tensor, double>> o;                                                 \
+    if (is_numpy_bool_scalar(h)) o = double(PyObject_IsTrue(h.ptr()) == 1);                        \
+    else o = numpy_operand(h, a);                                                                  \
+    if (!o) return nb::borrow(Py_NotImplemented);                                                  \
+    Tensor r = std::visit([&](const auto& b) { nb::gil_scoped_release g; return Tensor(expr); }, *o); \
+    return nb::cast(r);                                                                            \
+  }, nb::arg("other").none());
+  CF_NP_LOGICAL("__and__", cf::logical_and(a, logical_operand(a, b, "logical_and")))
+  CF_NP_LOGICAL("__rand__", cf::logical_and(logical_operand(a, b, "logical_and"), a))
+  CF_NP_LOGICAL("__or__", cf::logical_or(a, logical_operand(a, b, "logical_or")))
+  CF_NP_LOGICAL("__ror__", cf::logical_or(logical_operand(a, b, "logical_or"), a))
+  CF_NP_LOGICAL("__xor__", logical_xor(a, logical_operand(a, b, "logical_xor")))
+  CF_NP_LOGICAL("__rxor__", logical_xor(logical_operand(a, b, "logical_xor"), a))
+#undef CF_NP_LOGICAL
   // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on).
   // A Python int beyond 2^53 with an int64 tensor runs exactly (exact_int64_operand); these int
   // overloads come before the double ones, which would take an int too.
@@ -460,9 +495,9 @@ void bind_index(nb::module_& m, TensorCls& cls) {
         "gather with NumPy broadcasting of index against x on the other axes.", release_gil());
   fn_and_method(m, cls, cf::opname::masked_fill,
                 [](const Tensor& x, const Tensor& mask, const FillValue& v) {
-                  Tensor filled = cf::masked_fill(x, mask, fill_double(v));  // checks mask against x
-                  if (auto exact = exact_int64_fill(v, x.dtype(), x.device())) return cf::where(mask, *exact, filled);
-                  return filled;
+                  if (auto exact = exact_int64_fill(v, x.dtype(), x.device()))  // (0: checks mask against x; the
+                    return cf::where(mask, *exact, cf::masked_fill(x, mask, 0.0));  // double may overflow int64)
+                  return cf::masked_fill(x, mask, fill_double(v));
                 },
                 "x with value where mask (bool, broadcast to x) is true. Differentiable in x.", nb::arg("mask"),
                 nb::arg("value"));

@@ -474,11 +474,11 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
       }
       case IndexItem::Slice: {
         Py_ssize_t start, stop, step;
-        if (PySlice_Unpack(it.slice.ptr(), &start, &stop, &step) != 0) {
-          if (!PyErr_ExceptionMatches(PyExc_ValueError)) throw nb::python_error();
-          PyErr_Clear();  // Python's "slice step cannot be zero", as cf's error naming the op
-          step = 0;
-        }
+        // A zero step as cf's error naming the op (Python's own is "slice step cannot be zero")
+        nb::object step_value = nb::borrow(it.slice).attr("step");
+        if (PyLong_Check(step_value.ptr()) && PyObject_Not(step_value.ptr()) == 1)
+          throw cf::IndexError(cf::str("[", op, "] slice steps must be positive, got 0"));
+        if (PySlice_Unpack(it.slice.ptr(), &start, &stop, &step) != 0) throw nb::python_error();
         CF_CHECK(step > 0, IndexError, "[", op, "] slice steps must be positive, got ", step);
         int64_t n = y.shape()[size_t(d)];
         Py_ssize_t len = PySlice_AdjustIndices(Py_ssize_t(n), &start, &stop, step);

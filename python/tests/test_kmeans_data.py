@@ -81,6 +81,7 @@ def test_tokenizer_dataset_loader(tmp_path):
     assert cf.data.SequenceDataset([[1, 2]])[0][1] is None  # no targets: None, as Batch.target
     with pytest.raises(cf.DTypeError, match=r"^\[Tokenizer\] the corpus is a list of texts, got one str"):
         cf.data.Tokenizer.build_word("hello world")  # was a vocabulary of its letters
+    assert cf.data.Tokenizer.build_char("hello").tokens == cf.data.Tokenizer.build_char(["hello"]).tokens
 
 
 def test_loader_passes_nested_over_one_loader_stop_with_an_error():
@@ -98,6 +99,9 @@ def test_loader_passes_nested_over_one_loader_stop_with_an_error():
     assert next(it).indices == [0, 1, 2, 3, 4] and next(dl).indices == [5, 6, 7, 8, 9]
     with pytest.raises(StopIteration):
         next(it)
+    with pytest.raises(StopIteration):  # an ended pass stays ended (the next epoch is a new pass)
+        next(it)
+    assert dl.state == (3, 0)
 
 
 def test_fortune_files_with_bytes_that_are_not_utf8(tmp_path):

@@ -148,8 +148,20 @@ def test_operators_and_numbers():
     assert (False | t).tolist() == [True, False, True] and (1 ^ t).tolist() == [False, True, False]
     with pytest.raises(cf.DTypeError, match=r"^\[logical_or\] argument 'a' must be bool, got int64"):
         cf.arange(3) | True
+    with pytest.raises(cf.DTypeError, match=r"^\[logical_xor\] argument 'a' must be bool, got int64"):
+        cf.arange(3) ^ cf.arange(3)
+    np = pytest.importorskip("numpy")
+    r = t | np.True_  # NumPy's bool scalars too, either side: a cf tensor, not NumPy's array of t
+    assert isinstance(r, cf.Tensor) and r.tolist() == [True] * 3
+    assert (np.False_ ^ t).tolist() == [True, False, True]
     with pytest.raises(cf.IndexError, match=r"^\[getitem\] slice steps must be positive, got 0"):
         a[::0]  # was Python's own ValueError, without the op
+
+    class Bad:
+        def __index__(self):
+            raise ValueError("mine")
+    with pytest.raises(ValueError, match="^mine$"):  # another ValueError passes through
+        a[Bad():]
 
 
 def test_to_takes_dtype_and_device_names_and_devices_pickle():
@@ -157,6 +169,7 @@ def test_to_takes_dtype_and_device_names_and_devices_pickle():
     import pickle
     t = cf.arange(3)
     assert t.to("float64").dtype == cf.float64 and t.to("cpu").device == "cpu" and t.to(cf.float32).dtype == cf.float32
+    assert t.to(dtype="float64").dtype == cf.float64 and cf.to(t, "float64").dtype == cf.float64
     with pytest.raises(cf.ValueError, match=r"^\[to\] 'float128' names no dtype \(float32"):
         t.to("float128")  # was a bare TypeError, with a nanobind warning printed
     d = cf.Device("cpu")
@@ -344,6 +357,8 @@ def test_python_ints_beyond_2_53_are_exact_with_int64_tensors():
     assert cf.full_like(u, big).tolist() == [big, big]
     assert u.fill_(big).tolist() == [big, big]
     assert cf.zeros([2], dtype=cf.int64).masked_fill(cf.tensor([False, True]), big).tolist() == [0, big]
+    top = 2**63 - 1  # its double rounds up past int64: the exact path must not meet it
+    assert cf.zeros([2], dtype=cf.int64).masked_fill(cf.tensor([False, True]), top).tolist() == [0, top]
     assert cf.full([2], 2.5).tolist() == [2.5, 2.5] and cf.full([1], np.int64(7), dtype=cf.int64).tolist() == [7]
 
 
