@@ -38,6 +38,11 @@ nb::object message(const std::exception& e) {
 
 void raise(const nb::object& type, const std::exception& e) { PyErr_SetObject(type.ptr(), message(e).ptr()); }
 
+// A seed no uint64 holds (cf's Philox key is 64 bits): refused by name, not with nanobind's signature dump.
+[[noreturn]] void refuse_seed(nb::handle seed, const char* op) {
+  throw cf::ValueError(cf::str("[", op, "] seed must be an int in [0, 2^64), got ", nb::cast<std::string>(nb::str(seed))));
+}
+
 }  // namespace
 
 void bind_errors(nb::module_& m) {
@@ -144,7 +149,11 @@ NB_MODULE(_cf, m) {
                             "Counter-based Philox4x32-10 generator: a seed and a running offset. Element i of a "
                             "random op draws from (seed, offset + i), the same stream on CPU and CUDA.")
       .def(nb::init<uint64_t>(), nb::arg("seed") = 0)
+      // after the uint64 overloads: an int outside [0, 2^64) named, not nanobind's signature dump
+      .def("__init__", [](cf::Generator*, nb::int_ seed) { refuse_seed(seed, "Generator"); }, nb::arg("seed"))
       .def("manual_seed", &cf::Generator::manual_seed, nb::arg("seed"), "Reset to seed, offset 0.")
+      .def("manual_seed", [](cf::Generator&, nb::int_ seed) { refuse_seed(seed, "Generator.manual_seed"); },
+           nb::arg("seed"))
       .def_prop_ro("seed", &cf::Generator::seed)
       .def_prop_ro("offset", &cf::Generator::offset)
       .def("set_state", &cf::Generator::set_state, nb::arg("seed"), nb::arg("offset"),

@@ -16,6 +16,9 @@ namespace cfpy {
 
 std::vector<int64_t> to_axes(nb::handle h, const char* op) {
   if (h.is_none()) return {};
+  // a bool is an int to Python: t.mean(True) (keepdim meant) reduced axis 1
+  CF_CHECK(!PyBool_Check(h.ptr()), ValueError, "[", op, "] axes must be None, an int or a sequence of ints, got a "
+           "bool (keepdim is a keyword: keepdim=True)");
   if (PyLong_Check(h.ptr())) return {nb::cast<int64_t>(h)};
   try {
     return nb::cast<std::vector<int64_t>>(h);

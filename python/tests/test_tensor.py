@@ -174,6 +174,13 @@ def test_to_takes_dtype_and_device_names_and_devices_pickle():
         t.to("float128")  # was a bare TypeError, with a nanobind warning printed
     d = cf.Device("cpu")
     assert pickle.loads(pickle.dumps(d)) == d and copy.deepcopy(d) == d
+    # a seed no uint64 holds and a bool for axes are named (nanobind's signature dump; mean(True) took axis 1)
+    with pytest.raises(cf.ValueError, match=r"^\[Generator\] seed must be an int in \[0, 2\^64\), got -1"):
+        cf.Generator(-1)
+    with pytest.raises(cf.ValueError, match=r"^\[Generator.manual_seed\] seed must be an int in \[0, 2\^64\)"):
+        cf.Generator(0).manual_seed(2**64)
+    with pytest.raises(cf.ValueError, match=r"^\[mean\] axes must be None, an int or a sequence of ints, got a bool"):
+        cf.ones([2, 2]).mean(True)
 
 
 def test_inplace_operators_bump_the_version():
