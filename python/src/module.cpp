@@ -151,9 +151,14 @@ NB_MODULE(_cf, m) {
       .def(nb::init<uint64_t>(), nb::arg("seed") = 0)
       // after the uint64 overloads: an int outside [0, 2^64) named, not nanobind's signature dump
       .def("__init__", [](cf::Generator*, nb::int_ seed) { refuse_seed(seed, "Generator"); }, nb::arg("seed"))
-      .def("manual_seed", &cf::Generator::manual_seed, nb::arg("seed"), "Reset to seed, offset 0.")
-      .def("manual_seed", [](cf::Generator&, nb::int_ seed) { refuse_seed(seed, "Generator.manual_seed"); },
-           nb::arg("seed"))
+      .def("manual_seed", [](cf::Generator& g, nb::handle seed) {
+        PyObject* index = PyNumber_Index(seed.ptr());  // any integer (NumPy's too); else Python's TypeError
+        if (!index) throw nb::python_error();
+        nb::object as_int = nb::steal(index);
+        uint64_t v = 0;
+        if (!nb::try_cast<uint64_t>(as_int, v, false)) refuse_seed(as_int, "Generator.manual_seed");
+        g.manual_seed(v);
+      }, nb::arg("seed"), nb::sig("def manual_seed(self, seed: int) -> None"), "Reset to seed, offset 0.")
       .def_prop_ro("seed", &cf::Generator::seed)
       .def_prop_ro("offset", &cf::Generator::offset)
       .def("set_state", &cf::Generator::set_state, nb::arg("seed"), nb::arg("offset"),
