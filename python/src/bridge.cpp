@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <mutex>
 
 #include <nanobind/stl/map.h>
 
@@ -170,6 +171,21 @@ class AttentionBridge {
     grads.reserve(tape.params.size() + 1);
     {
       nb::gil_scoped_release g;
+      // One backward at a time per layer: the calls share the parameter leaves, whose .grad each backward
+      // fills, hands over and clears (two Python threads running backward through one layer could hand
+      // over each other's sums).
+      std::lock_guard<std::mutex> one_at_a_time(backward_mutex_);
+      // A failed backward (an error in a kernel, a freed graph) clears what it accumulated, so the next
+      // call hands over its own gradients only.
+      struct ClearOnError {
+        Tape& tape;
+        bool armed = true;
+        ~ClearOnError() {
+          if (!armed) return;
+          if (tape.input.requires_grad()) tape.input.zero_grad();
+          for (auto& p : tape.params) p.zero_grad();
+        }
+      } clear_on_error{tape};
       if (tape.aux_total.defined()) {
         // d/dtheta of (sum(out * g) + aux): PyTorch's gradient of the task loss plus
         // the auxiliary losses' own (ClusterFormer eq. 17), in one cf backward.
@@ -185,6 +201,7 @@ class AttentionBridge {
         grads.push_back(p.grad());
         p.zero_grad();
       }
+      clear_on_error.armed = false;
     }
     nb::list out;
     for (auto& g : grads) out.append(capsule_or_none(g));
@@ -209,6 +226,7 @@ class AttentionBridge {
   std::shared_ptr<cnn::MultiHeadAttention> mha_;
   std::map<std::string, double> aux_weights_;
   std::vector<Tensor> params_;  // the module's parameter tensors (leaves that require grad)
+  std::mutex backward_mutex_;
 };
 
 // The same attention step timed from C++: forward + backward of sum(out * g) on x
