@@ -142,7 +142,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_string_list("train", &c.train,
                     "attentions to train with, comma-separated, from full, clustered, improved-clustered, "
                     "shared-full (keys from the queries' projection, the Reformer's rule), shared-full-plain (keys "
-                    "are the queries as they are) and lsh-R (LSH attention, R hashing rounds)");
+                    "are the queries as they are) and lsh-R (LSH attention, R hashing rounds)", /*distinct=*/true);
   o.add_int("clusters", &c.clusters, 1,
             "clusters of the trained clustered models (16: the paper's 100 clusters for ~780 frames, scaled to "
             "128 characters)");
@@ -151,13 +151,14 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_int("bits", &c.bits, 1, "hash bits");
   o.add_int("iterations", &c.iterations, 1, "Hamming K-Means iterations");
   o.add_int_list("eval_clusters", &c.eval_clusters, 1,
-                 "cluster counts evaluated in the table (empty: C,2C, C = --clusters)");
+                 "cluster counts evaluated in the table (empty: C,2C, C = --clusters)", /*distinct=*/true);
   o.add_int_list("sweep_clusters", &c.sweep_clusters, 1,
                  "cluster counts of the trade-off sweep; empty: no sweep (C=1 gives every query of a text the "
-                 "same attention weights)");
+                 "same attention weights)", /*distinct=*/true);
   o.add_bool("oracle_top", &c.oracle_top, "evaluate oracle-top too");
   o.add_int_list("lsh_rounds", &c.lsh_rounds, 1,
-                 "hashing rounds of the lsh-R rows (evaluated on models that share queries and keys); empty: none");
+                 "hashing rounds of the lsh-R rows (evaluated on models that share queries and keys); empty: none",
+                 /*distinct=*/true);
   o.add_int("lsh_bucket_size", &c.lsh_bucket_size, 1,
             "LSH chunk length (16: a bucket per 8 characters of 128, as the clusters above; the Reformer's 64 "
             "is for sequences of thousands)");
@@ -169,7 +170,7 @@ bool parse(int argc, char** argv, Config& c) {
   if (c.task != "topic" && c.task != "masked")
     throw UsageError("--task must be topic or masked, got '" + c.task + "'");
   if (!(c.masked.mask_rate > 0 && c.masked.mask_rate < 1))
-    throw UsageError("--mask-rate must be in (0, 1), got " + std::to_string(c.masked.mask_rate));
+    throw UsageError("--mask-rate must be in (0, 1), got " + cf::str(c.masked.mask_rate));
   for (const std::string& t : c.train)
     if (t != "full" && t != "shared-full" && t != "shared-full-plain" && t != "clustered" &&
         t != "improved-clustered" && lsh_rounds_of(t) < 1)

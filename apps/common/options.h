@@ -95,11 +95,15 @@ class Options {
           *field = v.get<bool>();
         });
   }
-  // Command line: "1,2,3" (an empty value is an empty list); config: [1, 2, 3].
+  // Command line: "1,2,3" (an empty value is an empty list); config: [1, 2, 3]. distinct: a value given
+  // twice is an error (a list of runs or table rows: a repeat ran twice and was averaged as another seed).
   void add_int_list(const std::string& key, std::vector<int64_t>* field, int64_t min_value,
-                    const std::string& help) {
-    add(key, Kind::IntList, help, [=] { return join(*field); },
-        [=](const json& v, const std::string& where) { *field = need_int_list(where, v, min_value); });
+                    const std::string& help, bool distinct = false) {
+    add(key, Kind::IntList, help, [=] { return join(*field); }, [=](const json& v, const std::string& where) {
+      std::vector<int64_t> out = need_int_list(where, v, min_value);
+      if (distinct) refuse_repeats(where, out);
+      *field = out;
+    });
   }
   // Command line: "a,b"; config: ["a", "b"]. Never empty. distinct: an entry given twice is an error
   // (a list of things to run: a repeat would run, or print, the same thing twice).
@@ -127,6 +131,7 @@ class Options {
         [=](const json& v, const std::string& where) {
           std::vector<int64_t> s = need_int_list(where, v, 0);
           if (s.empty()) throw UsageError(where + " must list at least one seed");
+          refuse_repeats(where, s);  // the same run twice, counted as two seeds in the means and spreads
           *seeds = s;
         });
   }
@@ -338,6 +343,11 @@ class Options {
     const double x = v.get<double>();
     if (!std::isfinite(x)) throw UsageError(where + " must be finite");
     return x;
+  }
+  static void refuse_repeats(const std::string& where, const std::vector<int64_t>& values) {
+    for (size_t i = 0; i < values.size(); ++i)
+      if (std::find(values.begin(), values.begin() + long(i), values[i]) != values.begin() + long(i))
+        throw UsageError(where + " lists " + std::to_string(values[i]) + " twice");
   }
   static std::vector<int64_t> need_int_list(const std::string& where, const json& v, int64_t min_value) {
     if (!v.is_array()) throw UsageError(where + " must be an array of integers");

@@ -50,7 +50,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_string("device", &c.device, "cpu only (the demo is a hand-written SGD loop on host data)");
   if (!o.parse(argc, argv)) return false;
   if (c.lr <= 0) throw UsageError("lr must be positive");
-  if (c.noise < 0) throw UsageError("noise must be non-negative");
+  if (c.noise < 0) throw UsageError("--noise must be non-negative, got " + cf::str(c.noise));
   return true;
 }
 

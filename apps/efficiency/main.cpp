@@ -130,7 +130,7 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
 bool parse_config(int argc, char** argv, Config& c) {
   cf::apps::Options opts(kUsage, exit_status());
   opts.section("Sizes");
-  opts.add_int_list("sizes", &c.sizes, 2, "sequence lengths N");
+  opts.add_int_list("sizes", &c.sizes, 2, "sequence lengths N", /*distinct=*/true);
   opts.add_string_list("variants", &c.variants,
                        "attention variants, comma-separated (empty: every registered one, below); full is "
                        "measured first at each N (ratios need it)", /*distinct=*/true);

@@ -133,8 +133,9 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_number("dropout", &c.dropout, "dropout rate");
   o.add_int("window", &c.window, 2, "sliding window l");
   o.add_int("stride", &c.stride, 1, "stride m < l, also the Cluster-Former chunk size");
-  o.add_int_list("cluster_layers", &c.cluster_layers, 0, "0-based layers that cluster (or run LSH)");
-  o.add_int_list("clusters", &c.clusters, 1, "Cluster-Former cluster counts, one model each");
+  o.add_int_list("cluster_layers", &c.cluster_layers, 0, "0-based layers that cluster (or run LSH)",
+                 /*distinct=*/true);
+  o.add_int_list("clusters", &c.clusters, 1, "Cluster-Former cluster counts, one model each", /*distinct=*/true);
   o.add_int("memory_size", &c.memory_size, 1, "memory bank capacity in vectors");
   o.add_int("update_every", &c.update_every, 1, "recompute the centroids every N steps");
   o.add_int("kmeans_iters", &c.kmeans_iters, 1, "K-Means iterations per recomputation");
@@ -207,6 +208,8 @@ bool parse(int argc, char** argv, Config& c) {
   if (runs("sliding-window+lsh") && c.lsh_buckets > 1 && c.lsh_buckets % 2 != 0)
     throw UsageError("--lsh-buckets must be 1 (no hashing) or even (argmax over [xR; -xR]), got " +
                      std::to_string(c.lsh_buckets));
+  if (runs("cluster-former") && c.clusters.empty())  // (it ran nothing and reported success)
+    throw UsageError("--clusters must list at least one cluster count when --models has cluster-former");
   if (runs("cluster-former"))
     for (int64_t k : c.clusters) {
       if (c.lm && k > c.memory_size)

@@ -158,7 +158,7 @@ void add_options(cf::apps::Options& o, Config& c) {
              "raw pixels it prefers bright images to similar ones, on centred unit vectors it is the cosine. All "
              "three methods get the same vectors.");
   o.section("Experiment");
-  o.add_int_list("k_list", &c.k_list, 1, "numbers of clusters");
+  o.add_int_list("k_list", &c.k_list, 1, "numbers of clusters", /*distinct=*/true);
   o.add_string_list("methods", &c.methods, "from som, kmeans, ncm");
   o.section("NCM");
   o.add_int("ncm_steps", &c.ncm_steps, 0, "Adam steps (300: 15 passes over 10000 images)");

@@ -252,6 +252,13 @@ run(1 out err ${small} --config long.json)
 expect_match("${err}" "\\[SinusoidalPositionalEncoding\\] max_len 1000000000 x dim 64: \\[allocate\\] out of CPU memory" "huge max_len")
 run(1 out err ${small} --max-len 32 --attentions neural-clustering --k 100000)
 expect_match("${err}" "neural clustering with k = 100000 clusters exceeds the sequence length N = 32" "k > N")
+run(1 out err ${small} --max-len 32 --attentions routing --routing-clusters 1000)
+expect_match("${err}" "routing with clusters = 1000 exceeds the sequence length N = 32 tokens; use --routing-clusters <= 32"
+             "routing clusters > N")
+run(1 out err ${small} --max-len 32 --attentions lsh --lsh-bucket-size 1000)
+expect_match("${err}" "lsh with a bucket size = 1000 exceeds the sequence length N = 32" "LSH bucket > N")
+run(1 out err ${small} --max-len 32 --attentions clustered --clusters 100000)
+expect_match("${err}" "clustered with clusters = 100000 exceeds the sequence length N = 32" "clusters > N")
 
 # Issue 27, defect 8: a checkpoint whose step lies outside the run is refused,
 # naming the file (it failed in DataLoader::set_state without it). The metadata

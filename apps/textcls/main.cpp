@@ -126,7 +126,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_bool("ablation", &c.ablation,
              "true: also train neural clustering with (mu, nu) set to (0, 0), (0, nu) and (mu, 0) (Table 5)");
   o.add_int_list("k_sweep", &c.k_sweep, 1,
-                 "also train neural clustering with each k in LIST (Table 4), e.g. 2,4,8,16,32");
+                 "also train neural clustering with each k in LIST (Table 4), e.g. 2,4,8,16,32", /*distinct=*/true);
   o.section("Runs");
   o.add_seeds(&c.seeds, "model initialisation, dropout, batch order, hashing");
   o.add_string("device", &c.device, "cpu | cuda[:N]: where the models train and run");
@@ -177,6 +177,17 @@ struct Arm {
 int64_t rounded_sqrt(int64_t n) { return std::max<int64_t>(1, std::llround(std::sqrt(double(n)))); }
 
 Arm make_arm(const Config& c, const std::string& attention, int64_t max_tokens, int64_t k, double mu, double nu) {
+  // A count of clusters or a bucket size past the N tokens of a text leaves the rest empty (or every token in
+  // one) yet costs time and memory (routing with 1000 clusters or LSH buckets of 1000 slots on 32 tokens: 50-100x
+  // slower steps, silently); refused as neural clustering's k is. The defaults stay valid on short texts (16
+  // clusters, buckets of 32: small either way).
+  const Config defaults;
+  auto at_most_n = [&](const std::string& what, const char* flag, int64_t v, int64_t default_v) {
+    if (v > max_tokens && v != default_v)
+      throw cf::ValueError("[cf-textcls] " + attention + " with " + what + " = " + std::to_string(v) +
+                           " exceeds the sequence length N = " + std::to_string(max_tokens) + " tokens; use " +
+                           flag + " <= " + std::to_string(max_tokens));
+  };
   Arm a;
   a.attention = attention;
   a.name = attention;
@@ -205,14 +216,17 @@ Arm make_arm(const Config& c, const std::string& attention, int64_t max_tokens, 
       a.file += "-" + c.loss_form;
     }
   } else if (attention == "lsh") {
+    at_most_n("a bucket size", "--lsh-bucket-size", c.lsh_bucket_size, defaults.lsh_bucket_size);
     a.spec = {{"type", "lsh"}, {"bucket_size", c.lsh_bucket_size}, {"n_hashes", c.lsh_hashes}};
   } else if (attention == "routing") {
     const int64_t clusters = c.routing_clusters > 0 ? c.routing_clusters : rounded_sqrt(max_tokens);
+    at_most_n("clusters", "--routing-clusters", clusters, rounded_sqrt(max_tokens));
     a.spec = {{"type", "routing"}, {"n_clusters", clusters}};
     a.aux_weights = {{"routing_commitment", c.routing_weight}};
   } else {
+    at_most_n("clusters", "--clusters", c.clusters, defaults.clusters);
     a.spec = {{"type", attention}, {"clusters", c.clusters}};
-    if (attention == "improved-clustered") a.spec["topk"] = c.topk;
+    if (attention == "improved-clustered") a.spec["topk"] = c.topk;  // (past N: every key, at no extra cost)
   }
   return a;
 }

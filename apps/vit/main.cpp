@@ -119,7 +119,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.section("Variants");
   o.add_int_list("centroid_at", &c.centroid_at, 0,
                  "one model per entry: 0 is the plain ViT, L (1-based) the ViT whose layer L is the centroid "
-                 "block");
+                 "block", /*distinct=*/true);
   o.add_int_list("overlap", &c.overlap, 0,
                  "kernel,stride,padding of an overlapping patch embedding (the paper's 16,14,1): the centroid "
                  "variants are also trained with it");
@@ -350,10 +350,10 @@ int run(const Config& cfg, cf::Device dev) {
   const auto t_start = std::chrono::steady_clock::now();
   const cf::apps::TrainSettings& tc = cfg.train;
   const std::vector<Variant> variants = plan_variants(cfg);
-  std::vector<std::string> names;
-  for (const Variant& v : variants) names.push_back(v.name);
+  std::vector<std::string> names, runs;  // the runs' display names and the ids the result lines use
+  for (const Variant& v : variants) names.push_back(v.name), runs.push_back(v.file);
   emit({{"event", "start"}, {"app", "cf-vit"}, {"device", dev.str()}, {"seeds", cfg.seeds},
-        {"variants", names}, {"steps", tc.steps}, {"machine", cf::apps::machine_record()}});
+        {"variants", names}, {"runs", runs}, {"steps", tc.steps}, {"machine", cf::apps::machine_record()}});
   for (const Variant& v : variants)
     emit({{"event", "variant"}, {"run", v.file}, {"name", v.name}, {"tokens", v.tokens}, {"macs", v.macs},
           {"params", v.params}, {"model", options_json(v.opts)}});

@@ -8,6 +8,25 @@
 namespace cf {
 namespace data {
 
+namespace {
+// Bytes of the file as they may appear in a message: other than printable ASCII as \xNN (a binary file given
+// as the CSV printed raw bytes to the terminal).
+std::string printable(std::string_view s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+}  // namespace
+
 MnistCsv read_mnist_csv(const std::string& path, bool scale) {
   constexpr const char* op = "read_mnist_csv";
   constexpr int64_t kPixels = 28 * 28;
@@ -27,7 +46,7 @@ MnistCsv read_mnist_csv(const std::string& path, bool scale) {
       const bool sep_ok = q == stop || row[q] == ',';
       CF_CHECK(q > p && sep_ok, IOError, "[", op, "] '", path, "' line ", line, " column ", column + 1,
                ": expected an integer 0..255 (pixel) or 0..9 (label), got '",
-               row.substr(p, std::min<size_t>(stop - p, 12)), "'");
+               printable(row.substr(p, std::min<size_t>(stop - p, 12))), "'");
       if (column < kPixels) {
         CF_CHECK(v <= 255, IOError, "[", op, "] '", path, "' line ", line, " column ", column + 1,
                  ": pixel ", v, " is outside 0..255");
