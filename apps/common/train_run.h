@@ -75,6 +75,39 @@ inline nlohmann::ordered_json train_signature(const TrainSettings& c) {
   return j;
 }
 
+// Where two checkpoint signatures differ, as "key.path (saved X, now Y)" entries (at most `limit`, then "...");
+// a key one side lacks reads "absent". What the refusal of a checkpoint written with other settings names.
+inline void signature_differences(const nlohmann::ordered_json& saved, const nlohmann::ordered_json& now,
+                                  const std::string& path, std::vector<std::string>& out) {
+  if (saved.is_object() && now.is_object()) {
+    for (auto it = saved.begin(); it != saved.end(); ++it) {
+      const std::string key = path.empty() ? it.key() : path + "." + it.key();
+      if (now.contains(it.key())) signature_differences(it.value(), now.at(it.key()), key, out);
+      else out.push_back(key + " (saved " + it.value().dump() + ", now absent)");
+    }
+    for (auto it = now.begin(); it != now.end(); ++it)
+      if (!saved.contains(it.key()))
+        out.push_back((path.empty() ? it.key() : path + "." + it.key()) + " (saved absent, now " + it.value().dump() + ")");
+    return;
+  }
+  if (saved != now) out.push_back((path.empty() ? std::string("the settings") : path) + " (saved " + saved.dump() +
+                                  ", now " + now.dump() + ")");
+}
+inline std::string signature_difference_text(const std::string& saved_text, const nlohmann::ordered_json& now) {
+  nlohmann::ordered_json saved;
+  try {
+    saved = cf::io::parse_ordered_json(saved_text);
+  } catch (const std::exception&) {
+    return "";  // an unreadable signature: the refusal says no more
+  }
+  std::vector<std::string> diffs;
+  signature_differences(saved, now, "", diffs);
+  std::string text;
+  for (size_t i = 0; i < diffs.size() && i < 4; ++i) text += (i ? "; " : "") + diffs[i];
+  if (diffs.size() > 4) text += "; ...";
+  return text;
+}
+
 // task + the weighted auxiliary losses the forward pass collected (ClusterFormer
 // eq. 17: mu L1 + nu L2; routing's commitment loss). A loss added without a
 // weight is an error: a typo must not drop a loss silently.
@@ -179,10 +212,13 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     earlier_time_s = number("train_time_s");
     earlier_peak_bytes = int64_t(number("train_peak_bytes"));
     auto it = ck.extra.find("signature");
-    if (it == ck.extra.end() || it->second != run.signature.dump())
+    if (it == ck.extra.end() || it->second != run.signature.dump()) {
+      const std::string diff = it == ck.extra.end() ? "" : signature_difference_text(it->second, run.signature);
       throw cf::ValueError("[" + run.app + "] checkpoint '" + run.checkpoint +
-                           "' was written with other settings (model, data or training options); "
-                           "delete it or use another --checkpoint-dir");
+                           "' was written with other settings (model, data or training options" +
+                           (diff.empty() ? std::string() : ": " + diff) +
+                           "); delete it or use another --checkpoint-dir");
+    }
     model.load_state_dict(ck.model);  // CPU tensors into the model's device
     opt.load_state_dict(ck.optimizer);
     if (!ck.scaler.empty()) scaler.load_state_dict(ck.scaler);

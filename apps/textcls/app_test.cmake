@@ -227,6 +227,7 @@ if(want STREQUAL "" OR NOT want STREQUAL got)
 endif()
 run(1 out err ${half} --precision bf16 --checkpoint-dir ckpt-fp16)
 expect_match("${err}" "checkpoint 'ckpt-fp16/full-seed3.safetensors' was written with other settings" "precision in the signature")
+expect_match("${err}" "options: precision \\(saved \"fp16\", now \"bf16\"\\)\\)" "the refusal names the setting that differs")
 # Every attention trains under bf16 autocast (the clustering variants as float32
 # islands); the default pair, full and neural clustering, used to stop at
 # "[NeuralClusteringAttention] query_input is float32 but q is bfloat16".
