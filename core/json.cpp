@@ -67,18 +67,16 @@ class KeyTracker {
 
 template <class J>
 J parse_unique(const std::string& text, bool ignore_comments) {
-  // nlohmann's lexer reads a NUL byte as the end of the input (for C strings), so '{"k": 3}\0{"k": 9}'
-  // parsed as {"k": 3} and the rest was ignored without a word. NULs with nothing but NULs and white space
-  // after them (padding) stay allowed.
+  // nlohmann's lexer reads a NUL byte between tokens as the end of the input (for C strings), so
+  // '{"k": 3}\0{"k": 9}' parsed as {"k": 3} and the rest was ignored without a word. Refused when the text
+  // before the NUL is a whole document (a NUL elsewhere, in a string or a comment, gets nlohmann's own
+  // answer, as before); NULs with nothing but NULs and white space after them (padding) stay allowed.
   const size_t nul = text.find('\0');
-  if (nul != std::string::npos) {
-    const size_t after = text.find_first_not_of(std::string(" \t\r\n\0", 5), nul);
-    if (after != std::string::npos)
-      throw J::parse_error::create(101, nul + 1,
-                                   "syntax error: a NUL byte at byte " + std::to_string(nul + 1) +
-                                       " ends the JSON text before the rest of it",
-                                   nullptr);
-  }
+  if (nul != std::string::npos &&
+      text.find_first_not_of(std::string(" \t\r\n\0", 5), nul) != std::string::npos &&
+      J::accept(text.substr(0, nul), ignore_comments))
+    throw J::parse_error::create(101, nul + 1, "syntax error: a NUL byte ends the JSON text before the rest of it",
+                                 nullptr);
   KeyTracker tracker;
   typename J::parser_callback_t callback = [&tracker](int /*depth*/, typename J::parse_event_t event,
                                                       J& parsed) {

@@ -9,7 +9,9 @@
 // (a "tape"); backward runs it, hands the gradient of the input and of every
 // parameter to PyTorch as capsules (PyTorch accumulates them into .grad, as for
 // any of its own layers) and clears cf's side at once, so the gradients of
-// separate calls never mix: PyTorch runs the backward of one call at a time.
+// separate calls never mix: one backward at a time per layer (a mutex; Python
+// threads may run backward passes concurrently). bind, set_requires_grad and
+// on_train_step are not serialised against a backward in another thread.
 #include <algorithm>
 #include <chrono>
 #include <map>

@@ -142,7 +142,8 @@ TEST_CASE("load_json_file: comments, missing file, parse errors with line and co
 TEST_CASE("load_json_file: a NUL byte before more text is an error, trailing NUL padding is not") {
   // nlohmann's lexer reads NUL as the end of the input: {"k": 3}\0{"k": 9} parsed as {"k": 3}, the rest unread.
   std::string p = temp_json(std::string("{\"k\": 3}\0{\"k\": 9}", 17));
-  CHECK_THROWS_MSG(nn::load_json_file(p), IOError, "[load_json_file]", "a NUL byte at byte 9 ends the JSON text");
+  CHECK_THROWS_MSG(nn::load_json_file(p), IOError, "[load_json_file]", "(byte 9)",
+                   "a NUL byte ends the JSON text before the rest of it");
   fs::remove(p);
   p = temp_json(std::string("{\"k\": 3}\0\0 \n", 12));
   CHECK(nn::load_json_file(p).at("k").get<int>() == 3);
