@@ -139,7 +139,8 @@ TrainingCheckpoint load_checkpoint(const std::string& path) {
                " is newer than this build of cf reads (up to ", kCheckpointFormatVersion, ")");
 
   TrainingCheckpoint ck;
-  if (!parse_i64(get("step"), ck.step)) throw fail("bad step '", get("step"), "'");
+  // (a negative step, which save_checkpoint refuses, loaded as given)
+  if (!parse_i64(get("step"), ck.step) || ck.step < 0) throw fail("bad step '", get("step"), "'");
   uint64_t count = 0;
   if (!parse_u64(get("rng.count"), count) || count > meta.size())
     throw fail("bad generator count '", get("rng.count"), "'");

@@ -289,5 +289,6 @@ open(p, 'wb').write(struct.pack('<Q', len(t)) + t + b[8 + n:])
       --steps 6 --batch-size 8 --warmup 2 --eval-every 3 --log-every 3 --attentions full --seed 3
       --checkpoint-dir ckpt-neg)
   run(1 out err ${negative})
-  expect_match("${err}" "checkpoint 'ckpt-neg/full-seed3.safetensors': holds step -5, outside \\[0, 6\\]" "negative step")
+  # (refused by the checkpoint reader itself now, as save_checkpoint refuses writing it)
+  expect_match("${err}" "ckpt-neg/full-seed3.safetensors.*bad step '-5'" "negative step")
 endif()

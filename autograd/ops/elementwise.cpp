@@ -7,6 +7,8 @@
 #include "autograd/ops/reduce.h"
 #include "kernels/elementwise/elementwise.h"
 
+#include <cmath>
+
 namespace cf {
 
 using autograd::SavedTensor;
@@ -333,6 +335,8 @@ Tensor gelu(const Tensor& x) {
   });
 }
 Tensor leaky_relu(const Tensor& x, double slope) {
+  // (a NaN slope made every negative input NaN, and the model's output with it)
+  CF_CHECK(std::isfinite(slope), ValueError, "[leaky_relu] the negative slope must be finite, got ", slope);
   return unary_op(
       UnaryOp::LeakyRelu, x,
       [slope](const Tensor& x, const Tensor&, const Tensor& g) { return where(gt(x, 0.0), g, mul(g, slope)); },

@@ -167,6 +167,7 @@ void one_hot_cpu(const Tensor& labels, const Tensor& out) {
 void ring_append_cpu(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
                      RingSlots slots) {
   const int64_t n = rows.shape()[0], cap = memory.shape()[0];
+  if (n == 0 || cap == 0) return;  // (as the CUDA kernel: no row to write, or no ring to write it in)
   const int64_t* kp = static_cast<const int64_t*>(keep.raw_data());
   int64_t* c = static_cast<int64_t*>(counters.raw_data());
   int64_t count = 0;
@@ -175,7 +176,9 @@ void ring_append_cpu(const Tensor& memory, const Tensor& counters, const Tensor&
   const size_t row_bytes = size_t(memory.numel() / std::max<int64_t>(cap, 1)) * dtype_size(memory.dtype());
   char* dst = static_cast<char*>(memory.raw_data());
   const char* src = static_cast<const char*>(rows.raw_data());
-  int64_t rank = 0, next = c[slots.next_at];
+  // A write row outside the ring (counters from a damaged state: MemoryBank refuses them at load) wraps
+  // into it rather than writing outside the memory.
+  int64_t rank = 0, next = cap > 0 ? ((c[slots.next_at] % cap) + cap) % cap : 0;
   for (int64_t i = 0; i < n; ++i) {
     if (kp[i] == 0) continue;
     if (rank++ < drop) continue;

@@ -274,7 +274,7 @@ __global__ void ring_write_kernel(W* memory, const W* rows, const int64_t* keep,
                                   const int64_t* counters, RingSlots slots, int64_t n, int64_t d, int64_t cap) {
   const int64_t total = n * d, step = int64_t(gridDim.x) * blockDim.x;
   const int64_t count = rank[n - 1] + keep[n - 1], drop = count > cap ? count - cap : 0;
-  const int64_t next = counters[slots.next_at];
+  const int64_t next = ((counters[slots.next_at] % cap) + cap) % cap;  // (wraps a damaged row: index_cpu.cpp)
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
     const int64_t i = e / d, j = e % d;
     if (keep[i] == 0 || rank[i] < drop) continue;
@@ -286,7 +286,7 @@ __global__ void ring_write_kernel(W* memory, const W* rows, const int64_t* keep,
 __global__ void ring_counters_kernel(int64_t* counters, const int64_t* keep, const int64_t* rank, RingSlots slots,
                                      int64_t n, int64_t cap) {
   const int64_t count = rank[n - 1] + keep[n - 1], kept = count > cap ? cap : count;
-  counters[slots.next_at] = (counters[slots.next_at] + kept) % cap;
+  counters[slots.next_at] = (((counters[slots.next_at] % cap) + cap) % cap + kept) % cap;
   const int64_t size = counters[slots.size_at] + kept;
   counters[slots.size_at] = size > cap ? cap : size;
 }

@@ -105,9 +105,9 @@ Tensor ClusterFormerAttention::forward(const AttentionArgs& a) {
            ValueError, "[ClusterFormerAttention] needs the layer input as query_input (", b, ", ", n,
            ", ", bank->options().dim, "), got ", a.query_input.defined() ? a.query_input.describe() : std::string("undefined"));
   const Tensor& pad = a.key_padding_mask;
-  if (n == 0) {  // no token to assign or attend (kmeans_assign refuses an empty input)
-    last_ids_ = Tensor::zeros({b, 0}, kInt64, a.q.device());
-    return Tensor::zeros({b, qs[1], 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());
+  if (n == 0 || b == 0) {  // no token to assign or attend (kmeans_assign refuses an empty input)
+    last_ids_ = Tensor::zeros({b, n}, kInt64, a.q.device());
+    return Tensor::zeros({b, qs[1], n, a.v.shape()[3]}, a.v.dtype(), a.v.device());
   }
   // Algorithm 1: Memory.add(States) during training, padding excluded.
   if (is_training() && grad_enabled()) bank->add(a.query_input, pad);

@@ -88,8 +88,19 @@ void store_counters(Tensor& counters, const std::vector<int64_t>& c) {
 
 void MemoryBank::on_state_loaded(const std::vector<std::string>& loaded) {
   auto has = [&](const char* name) { return std::find(loaded.begin(), loaded.end(), name) != loaded.end(); };
-  if (!has("counters") || has("memory")) return;
+  if (!has("counters")) return;
   std::vector<int64_t> c = counters.to_vector<int64_t>();
+  // Counters from a damaged or edited state: a size or write row outside the bank made the next add() write
+  // outside the memory (a segfault, or a corrupted heap). The bank is emptied and the load refused by name.
+  const int64_t cap = options_.capacity;
+  if (c[kSize] < 0 || c[kSize] > cap || c[kNext] < 0 || c[kNext] >= cap || c[kSteps] < 0 || c[kUpdates] < 0) {
+    store_counters(counters, {0, 0, 0, 0});
+    throw ValueError(str("[MemoryBank] loaded counters [", c[kSize], ", ", c[kNext], ", ", c[kSteps], ", ",
+                         c[kUpdates], "] (size, next write row, steps, updates) do not fit a bank of capacity ",
+                         cap, ": size in [0, ", cap, "], next row in [0, ", cap,
+                         "), steps and updates >= 0; the bank was emptied"));
+  }
+  if (has("memory")) return;
   c[kSize] = 0;
   c[kNext] = 0;
   store_counters(counters, c);

@@ -133,7 +133,8 @@ std::shared_ptr<UnaryModule> make_activation(const std::string& name) {
     } catch (const std::exception&) {
       used = 0;
     }
-    CF_CHECK(used == num.size() && used > 0, ValueError, "[make_activation] bad slope in '", name, "'");
+    CF_CHECK(used == num.size() && used > 0 && std::isfinite(slope), ValueError, "[make_activation] bad slope in '",
+             name, "' (a finite number)");
     return std::make_shared<LeakyReLU>(slope);
   }
   throw ValueError(str("[make_activation] unknown activation '", name,

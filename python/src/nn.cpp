@@ -237,6 +237,12 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            nb::rv_policy::reference,
            "Move parameters and buffers in place, as PyTorch's .to(): each tensor keeps its identity, so an "
            "optimizer built before steps the moved ones (its state follows at its next step); returns self.")
+      // a device's name parsed here: through nanobind's implicit conversion a bad one printed a warning and
+      // raised a bare TypeError
+      .def("to", [](cnn::Module& mod, const std::string& device) -> cnn::Module& {
+        mod.to(cf::Device::parse(device));
+        return mod;
+      }, nb::arg("device"), nb::rv_policy::reference, "Move parameters and buffers to the named device.")
       .def("zero_grad", &cnn::Module::zero_grad, "Drop every parameter's gradient.")
       .def("set_parameters", &cnn::Module::set_parameters, nb::arg("values"),
            "Replace the parameter tensors (named_parameters order) by values, used as given: no copy, no detach.")
@@ -370,7 +376,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   nb::class_<cnn::ClusteredAttention, cnn::Attention>(
       nn, "ClusteredAttention",
       "Clustered / improved clustered attention (Vyas et al. 2020): hashed queries, Hamming K-Means, centroid "
-      "attention; improved adds exact top-k products. Options: clusters, bits, iterations, topk, fixed_planes, ...")
+      "attention; improved adds exact top-k products. Options: clusters, bits, iterations, topk (improved), hash_seed, "
+      "centroid_path, scale, dropout.")
       .def("cluster", &cnn::ClusteredAttention::cluster, nb::arg("q"), nb::arg("query_padding_mask") = Tensor(),
            release_gil(), "Cluster ids int64 (B, H, Nq) of q (-1 for padded queries).")
       .def("set_assignment", &cnn::ClusteredAttention::set_assignment, nb::arg("assignment"))
@@ -549,10 +556,13 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
               [](cnn::CentroidAttentionBlock& b, const Tensor& x, std::optional<Tensor> kpm,
                  std::optional<Tensor> sample_space, cf::Generator* sampler) {
                 cnn::CentroidBlockOutput o = b.forward(x, opt(kpm), opt(sample_space), sampler);
-                return std::make_tuple(o.u, o.mask, o.indices, o.positions);
+                // the parts an initialisation does not make are None, as a Linear without bias (they were
+                // undefined tensors: even repr() raised)
+                auto maybe = [](const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; };
+                return std::make_tuple(o.u, maybe(o.mask), maybe(o.indices), maybe(o.positions));
               },
-              "x (B, N, D) -> (centroids (B, M, D), mask, indices, positions); undefined parts are None-like empty "
-              "handles.",
+              "x (B, N, D) -> (centroids (B, M, D), mask, indices, positions); the parts this initialisation does "
+              "not make are None.",
               nb::arg("x"), nb::arg("key_padding_mask") = nb::none(), nb::arg("sample_space") = nb::none(),
               nb::arg("sampler").none() = nb::none());
   nn.def("knn_indices", &cnn::knn_indices, nb::arg("queries"), nb::arg("inputs"), nb::arg("k"), nb::arg("mask") = Tensor(),

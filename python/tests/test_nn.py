@@ -411,3 +411,30 @@ def test_numpy_and_dlpack_views_keep_their_memory_when_the_tensor_gets_other_dat
     assert buf.dtype == cf.float64
     cf.full([4096], 7.0)
     assert (view == before).all()
+
+
+def test_edges_found_by_a_model_side_bug_hunt():
+    # A memory bank took loaded counters outside itself, and the next add() wrote outside its memory (segfault).
+    b = cf.nn.MemoryBank(cf.nn.MemoryBankOptions(dim=3, capacity=5, num_clusters=2, update_every=1),
+                         generator=cf.Generator(0))
+    sd = {k: v.clone() for k, v in b.state_dict().items()}
+    sd["counters"] = cf.tensor([0, 10**9, 0, 0])
+    with pytest.raises(cf.ValueError, match=r"^\[MemoryBank\] loaded counters \[0, 1000000000, 0, 0\]"):
+        b.load_state_dict(sd)
+    b.add(cf.ones([1, 3]))  # the bank was emptied, and works
+    assert b.size() == 1
+    # Cluster-Former attention on a batch of 0 gives an empty result, as the other variants (was kmeans_assign's
+    # "empty input" error)
+    mha = cf.nn.MultiHeadAttention("cluster-former", 8, 2, chunk_size=2, num_clusters=2, memory_size=16)
+    assert mha(cf.zeros([0, 5, 8])).shape == (0, 5, 8)
+    # a centroid block's parts its initialisation does not make are None (were undefined tensors: repr raised)
+    block = cf.nn.CentroidAttentionBlock(cf.nn.CentroidAttentionOptions(d_model=8, n_heads=2, init="mean",
+                                                                          downsample=2.0), d_ff=16)
+    u, mask, idx, pos = block(cf.randn([2, 6, 8]))
+    assert u.shape == (2, 3, 8) and idx is None and pos is None
+    # a NaN slope is refused, not a model of NaN outputs
+    with pytest.raises(cf.ValueError, match=r"bad slope in 'leaky_relu:nan'"):
+        cf.nn.make_activation("leaky_relu:nan")
+    # a module moved to a device named badly: cf's message (was a warning and a bare TypeError)
+    with pytest.raises(cf.ValueError, match=r"^\[device\] cannot parse device 'gpu'"):
+        cf.nn.Linear(2, 2).to("gpu")

@@ -146,6 +146,9 @@ TEST_CASE("checkpoint: foreign, newer and damaged files") {
   meta["step"] = "9223372036854775808";  // int64 max + 1
   save_safetensors(path, {}, meta);
   CHECK_THROWS_MSG(nn::load_checkpoint(path), IOError, "bad step");
+  meta["step"] = "-4";  // save_checkpoint refuses it; loaded, it was taken as given
+  save_safetensors(path, {}, meta);
+  CHECK_THROWS_MSG(nn::load_checkpoint(path), IOError, "bad step '-4'");
   meta["step"] = "5";
   meta["rng.count"] = "1";
   save_safetensors(path, {}, meta);

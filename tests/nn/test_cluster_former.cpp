@@ -6,6 +6,7 @@
 #include <numeric>
 #include <set>
 
+#include "kernels/index/index.h"
 #include "nn/attention/chunked.h"
 #include "nn/attention/cluster_former.h"
 #include "nn/clustering/kmeans.h"
@@ -422,6 +423,33 @@ TEST_CASE("memory bank steps count on from a loaded or overwritten counter") {
   CHECK(b.step());  // step 8: due, 4 vectors held, 2 clusters
   CHECK(b.updates() == 1);
   CHECK(b.steps() == 8);
+}
+
+// Counters from a damaged or edited state (size or next write row outside the bank): the next add() wrote
+// outside the memory (a segfault at next row 10^9, a corrupted heap at 6). The load is refused by name and the
+// bank emptied; the ring kernel wraps a bad row into the ring whatever reaches it.
+TEST_CASE("memory bank refuses loaded counters that do not fit it, and empties itself") {
+  nn::MemoryBankOptions o = bank_options(3, 2, 5, 1);
+  Generator g(4);
+  nn::MemoryBank b(o, g);
+  b.add(Tensor::ones({2, 3}));
+  for (const std::vector<int64_t>& bad : std::vector<std::vector<int64_t>>{
+           {0, 1000000000, 0, 0}, {0, 5, 0, 0}, {6, 0, 0, 0}, {-3, 0, 0, 0}, {0, -1, 0, 0}, {0, 0, -1, 0}}) {
+    nn::StateDict sd = b.state_dict();
+    for (auto& [name, t] : sd)
+      if (name == "counters") t = Tensor::from_vector(bad, {4});
+    CHECK_THROWS_MSG(b.load_state_dict(sd), ValueError, "[MemoryBank] loaded counters [",
+                     "do not fit a bank of capacity 5", "the bank was emptied");
+    CHECK(b.size() == 0);
+    b.add(Tensor::ones({7, 3}));  // wraps around the ring, within it
+    CHECK(b.size() == 5);
+  }
+  // a kernel given a bad row directly wraps it into the ring (no write outside the memory)
+  Tensor counters = Tensor::from_vector(std::vector<int64_t>{0, -7, 0, 0}, {4});
+  Tensor memory = Tensor::zeros({5, 3});
+  kernels::ring_append_cpu(memory, counters, Tensor::ones({2, 3}), Tensor::ones({2}, kInt64), kernels::RingSlots{0, 1});
+  CHECK(counters.to_vector<int64_t>() == std::vector<int64_t>{2, 0, 0, 0});  // rows 3 and 4 written: -7 is 3 mod 5
+  CHECK(values(sum(memory, {1})) == std::vector<double>{0, 0, 0, 3, 3});
 }
 
 // empty_windows: the windows of eq. 4 whose own slice is padding only.

@@ -73,6 +73,10 @@ TEST_CASE("LayerNorm, activations, Sequential and FeedForward pass gradcheck") {
   CHECK(values(nn::make_activation("leaky_relu:0.2")->forward(t64({-1, 2}, {2}))) == std::vector<double>{-0.2, 2});
   CHECK_THROWS_MSG(nn::make_activation("swish"), ValueError, "[make_activation] unknown activation 'swish'");
   CHECK_THROWS_MSG(nn::make_activation("leaky_relu:x"), ValueError, "bad slope");
+  CHECK_THROWS_MSG(nn::make_activation("leaky_relu:nan"), ValueError, "bad slope in 'leaky_relu:nan'");
+  CHECK_THROWS_MSG(nn::make_activation("leaky_relu:inf"), ValueError, "bad slope in 'leaky_relu:inf'");
+  CHECK_THROWS_MSG(nn::LeakyReLU(std::nan("")).forward(Tensor::ones({2})), ValueError,
+                   "[leaky_relu] the negative slope must be finite, got nan");
 
   nn::Sequential seq;
   seq.push_back(std::make_shared<nn::Linear>(4, 6, true, g)).push_back(std::make_shared<nn::Tanh>());
