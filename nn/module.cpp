@@ -224,6 +224,18 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
     if (!duplicates.empty()) os << " duplicate keys: " << list(duplicates) << ";";
     throw ValueError(os.str());
   }
+  // The modules' own checks of the values (check_state), each with its own entries.
+  for (auto& [prefix, m] : named_modules()) {
+    std::map<std::string, const Tensor*> own;
+    for (const std::vector<Slot>* slots : {&m->params_, &m->buffers_})
+      for (const Slot& s : *slots) {
+        const std::string full = prefix.empty() ? s.name : prefix + "." + s.name;
+        if (std::find(loaded.begin(), loaded.end(), full) == loaded.end()) continue;
+        for (auto& c : copies)
+          if (c.first == s.tensor) own[s.name] = c.second;
+      }
+    if (!own.empty()) m->check_state(own);
+  }
   // Everything checked first, so a failed load changes nothing.
   NoGradGuard ng;
   for (auto& c : copies) copy_from_any_device(*c.first, *c.second);  // converts dtype if they differ

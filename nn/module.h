@@ -10,6 +10,7 @@
 // movable: hold them by std::shared_ptr.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -54,6 +55,11 @@ class Module {
   // can then be made to agree with what was loaded (a memory bank whose counters were loaded
   // without its FIFO restarts the FIFO empty). Nothing by default.
   virtual void on_state_loaded(const std::vector<std::string>& loaded) {}
+  // Called by load_state_dict on every module before anything is copied, with this module's own entries
+  // of the dict it would load (name -> value, as given): values that fit the shapes yet not the module (a
+  // memory bank's counters past its capacity) are refused here, so a refused load changes nothing. Nothing
+  // by default.
+  virtual void check_state(const std::map<std::string, const Tensor*>& own) const {}
   // Calls on_state_loaded on every module with its share of `loaded` (full names, as in
   // state_dict()): load_state_dict does, and a loader that wrote tensors itself (cf.torch) must.
   void notify_state_loaded(const std::vector<std::string>& loaded);

@@ -86,19 +86,41 @@ void store_counters(Tensor& counters, const std::vector<int64_t>& c) {
 }
 }  // namespace
 
+namespace {
+// Why counters [size, next write row, steps, updates] do not fit a bank of capacity cap, or "" when they do.
+// Counters from a damaged or edited state with a size or write row outside the bank made the next add() write
+// outside the memory (a segfault, or a corrupted heap). Without the memory loaded, size and row are reset
+// (on_state_loaded), so only steps and updates are checked.
+std::string counters_misfit(const std::vector<int64_t>& c, int64_t cap, bool with_memory) {
+  const bool ring_ok = !with_memory || (c[kSize] >= 0 && c[kSize] <= cap && c[kNext] >= 0 && c[kNext] < cap);
+  if (ring_ok && c[kSteps] >= 0 && c[kUpdates] >= 0) return "";
+  return str("[MemoryBank] loaded counters [", c[kSize], ", ", c[kNext], ", ", c[kSteps], ", ", c[kUpdates],
+             "] (size, next write row, steps, updates) do not fit a bank of capacity ", cap,
+             with_memory ? str(": size in [0, ", cap, "], next row in [0, ", cap, "), ") : std::string(": "),
+             "steps and updates >= 0");
+}
+}  // namespace
+
+void MemoryBank::check_state(const std::map<std::string, const Tensor*>& own) const {
+  auto it = own.find("counters");
+  if (it == own.end()) return;
+  const Tensor& given = *it->second;
+  CF_CHECK(given.numel() == 4, ValueError, "[MemoryBank] loaded counters must hold 4 values, got ", given.describe());
+  const std::string why =
+      counters_misfit(cf::to(given.detach(), kInt64).to_vector<int64_t>(), options_.capacity, own.count("memory") > 0);
+  CF_CHECK(why.empty(), ValueError, why, "; nothing was loaded");
+}
+
 void MemoryBank::on_state_loaded(const std::vector<std::string>& loaded) {
   auto has = [&](const char* name) { return std::find(loaded.begin(), loaded.end(), name) != loaded.end(); };
   if (!has("counters")) return;
   std::vector<int64_t> c = counters.to_vector<int64_t>();
-  // Counters from a damaged or edited state: a size or write row outside the bank made the next add() write
-  // outside the memory (a segfault, or a corrupted heap). The bank is emptied and the load refused by name.
-  const int64_t cap = options_.capacity;
-  if (c[kSize] < 0 || c[kSize] > cap || c[kNext] < 0 || c[kNext] >= cap || c[kSteps] < 0 || c[kUpdates] < 0) {
+  // load_state_dict checked them before copying (check_state); a loader that wrote the tensors itself (cf.torch)
+  // is checked here, after the fact: the bank is emptied, the rest of what it wrote stays.
+  const std::string why = counters_misfit(c, options_.capacity, has("memory"));
+  if (!why.empty()) {
     store_counters(counters, {0, 0, 0, 0});
-    throw ValueError(str("[MemoryBank] loaded counters [", c[kSize], ", ", c[kNext], ", ", c[kSteps], ", ",
-                         c[kUpdates], "] (size, next write row, steps, updates) do not fit a bank of capacity ",
-                         cap, ": size in [0, ", cap, "], next row in [0, ", cap,
-                         "), steps and updates >= 0; the bank was emptied"));
+    throw ValueError(why + "; the bank was emptied (the rest of the state was loaded)");
   }
   if (has("memory")) return;
   c[kSize] = 0;

@@ -69,6 +69,7 @@ class MemoryBank : public Module {
   // update): the bank restarts its FIFO empty, keeping the loaded steps, updates and centroids.
   // A load that wrote neither, or both, leaves the FIFO as it is.
   void on_state_loaded(const std::vector<std::string>& loaded) override;
+  void check_state(const std::map<std::string, const Tensor*>& own) const override;
 
   Tensor memory;     // (capacity, d) ring buffer
   Tensor centroids;  // (p, d), ordered so neighbouring ids are similar

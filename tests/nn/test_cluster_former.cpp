@@ -438,12 +438,30 @@ TEST_CASE("memory bank refuses loaded counters that do not fit it, and empties i
     nn::StateDict sd = b.state_dict();
     for (auto& [name, t] : sd)
       if (name == "counters") t = Tensor::from_vector(bad, {4});
+    const std::vector<int64_t> before = b.counters.to_vector<int64_t>();
     CHECK_THROWS_MSG(b.load_state_dict(sd), ValueError, "[MemoryBank] loaded counters [",
-                     "do not fit a bank of capacity 5", "the bank was emptied");
-    CHECK(b.size() == 0);
+                     "do not fit a bank of capacity 5", "nothing was loaded");
+    CHECK(b.counters.to_vector<int64_t>() == before);  // refused before any copy
     b.add(Tensor::ones({7, 3}));  // wraps around the ring, within it
     CHECK(b.size() == 5);
   }
+  // Without the memory (save_memory false, a non-strict load) size and row are reset, so a bank of another
+  // capacity takes them (as before); steps and updates are still checked.
+  nn::MemoryBank small(bank_options(3, 2, 2, 1), g);
+  nn::StateDict counters_only;
+  for (auto& [name, t] : b.state_dict())
+    if (name == "counters") counters_only.emplace_back(name, Tensor::from_vector(std::vector<int64_t>{5, 4, 3, 1}, {4}));
+  small.load_state_dict(counters_only, /*strict=*/false);
+  CHECK(small.size() == 0);
+  CHECK(small.steps() == 3);
+  counters_only[0].second = Tensor::from_vector(std::vector<int64_t>{0, 0, -2, 0}, {4});
+  CHECK_THROWS_MSG(small.load_state_dict(counters_only, false), ValueError, "steps and updates >= 0",
+                   "nothing was loaded");
+  // a loader that wrote the counters itself (cf.torch) is checked after: the bank is emptied, and says so
+  fill_(b.counters, 9.0);
+  CHECK_THROWS_MSG(b.notify_state_loaded({"counters", "memory"}), ValueError, "do not fit a bank of capacity 5",
+                   "the bank was emptied (the rest of the state was loaded)");
+  CHECK(b.size() == 0);
   // a kernel given a bad row directly wraps it into the ring (no write outside the memory)
   Tensor counters = Tensor::from_vector(std::vector<int64_t>{0, -7, 0, 0}, {4});
   Tensor memory = Tensor::zeros({5, 3});
