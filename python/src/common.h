@@ -79,6 +79,25 @@ struct type_caster<cf::Shape> {
     return t;
   }
 };
+
+// A cf.dtype argument takes a cf.dtype only. nanobind's enum caster also converts a plain int to the
+// member of that value, so cf.zeros(2, 3) made a bool tensor of shape (2,) (3 is bool's value) and
+// cf.ones(2, 1) a float64 one, without a word.
+template <>
+struct type_caster<cf::DType> {
+  NB_TYPE_CASTER(cf::DType, const_name<cf::DType>())
+
+  bool from_python(handle src, uint8_t flags, cleanup_list* cleanup) noexcept {
+    int64_t v = 0;
+    const uint32_t exact = uint32_t(flags) & ~uint32_t(cast_flags::convert);
+    if (!NB_CALL(enum_from_python)(NB_CTX_C(cleanup), &typeid(cf::DType), src.ptr(), &v, exact)) return false;
+    value = cf::DType(v);
+    return true;
+  }
+  static handle from_cpp(cf::DType src, rv_policy, cleanup_list* cleanup) noexcept {
+    return NB_CALL(enum_from_cpp)(NB_CTX_C(cleanup), &typeid(cf::DType), int64_t(src));
+  }
+};
 }  // namespace nanobind::detail
 
 namespace cfpy {

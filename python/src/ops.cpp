@@ -66,7 +66,10 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   m.def(#name, [](const Tensor& a, const Tensor& b) { return cf::name(a, b); }, nb::arg("a"), nb::arg("b"), \
         doc, release_gil());                                                                            \
   m.def(#name, [](const Tensor& a, double b) { return cf::name(a, b); }, nb::arg("a"), nb::arg("b"), doc,  \
-        release_gil());
+        release_gil());                                                                                 \
+  cls.def(#name, [](const Tensor& a, const Tensor& b) { return cf::name(a, b); }, nb::arg("other"), doc,  \
+          release_gil());                                                                               \
+  cls.def(#name, [](const Tensor& a, double b) { return cf::name(a, b); }, nb::arg("other"), doc, release_gil());
   CF_BINARY(add, "a + b with NumPy broadcasting; both operands of one dtype and device (a number takes a's dtype).")
   CF_BINARY(sub, "a - b with broadcasting.")
   CF_BINARY(mul, "a * b with broadcasting.")
@@ -84,6 +87,9 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   m.def(cf::opname::logical_and, &cf::logical_and, nb::arg("a"), nb::arg("b"), "a AND b of bool tensors, broadcast.", release_gil());
   m.def(cf::opname::logical_or, &cf::logical_or, nb::arg("a"), nb::arg("b"), "a OR b of bool tensors, broadcast.", release_gil());
   m.def(cf::opname::logical_not, &cf::logical_not, nb::arg("x"), "NOT x of a bool tensor.", release_gil());
+  cls.def(cf::opname::maximum, &cf::maximum, nb::arg("other"), "Elementwise max; ties send the gradient to self.", release_gil());
+  cls.def(cf::opname::minimum, &cf::minimum, nb::arg("other"), "Elementwise min; ties send the gradient to self.", release_gil());
+  cls.def(cf::opname::logical_not, &cf::logical_not, "NOT of a bool tensor.", release_gil());
   m.def(cf::opname::where, nb::overload_cast<const Tensor&, const Tensor&, const Tensor&>(&cf::where), nb::arg("cond"),
         nb::arg("a"), nb::arg("b"), "cond ? a : b, broadcasting all three; differentiable in a and b.", release_gil());
   m.def(cf::opname::where, nb::overload_cast<const Tensor&, const Tensor&, double>(&cf::where), nb::arg("cond"), nb::arg("a"),
@@ -493,6 +499,15 @@ void bind_index(nb::module_& m, TensorCls& cls) {
         "out = x; out.select(axis, index[i]) += src.select(axis, i). Differentiable in x and src.", release_gil());
   m.def(cf::opname::take_along_dim, &cf::take_along_dim, nb::arg("x"), nb::arg("index"), nb::arg("axis"),
         "gather with NumPy broadcasting of index against x on the other axes.", release_gil());
+  cls.def(cf::opname::gather, &cf::gather, nb::arg("axis"), nb::arg("index"), "cf.gather(self, axis, index).", release_gil());
+  cls.def(cf::opname::scatter_add, &cf::scatter_add, nb::arg("axis"), nb::arg("index"), nb::arg("src"),
+          "cf.scatter_add(self, axis, index, src).", release_gil());
+  cls.def(cf::opname::index_select, &cf::index_select, nb::arg("axis"), nb::arg("index"),
+          "cf.index_select(self, axis, index).", release_gil());
+  cls.def(cf::opname::index_add, &cf::index_add, nb::arg("axis"), nb::arg("index"), nb::arg("src"),
+          "cf.index_add(self, axis, index, src).", release_gil());
+  cls.def(cf::opname::take_along_dim, &cf::take_along_dim, nb::arg("index"), nb::arg("axis"),
+          "cf.take_along_dim(self, index, axis).", release_gil());
   fn_and_method(m, cls, cf::opname::masked_fill,
                 [](const Tensor& x, const Tensor& mask, const FillValue& v) {
                   if (auto exact = exact_int64_fill(v, x.dtype(), x.device()))  // (0: checks mask against x; the
@@ -758,6 +773,115 @@ void bind_gradcheck(nb::module_& m) {
         "inputs and returns one tensor; inputs that require grad must be float64.");
 }
 
+// ---- PyTorch's spellings, as fallback overloads ----
+// nanobind tries a function's overloads in order, so each of these runs only after cf's own signature
+// failed to match: calls written in cf's spelling pay nothing for them.
+
+// t.reshape(4, 3), cf.zeros(2, 3): a shape given as two or more ints (one int, a list or a tuple takes
+// cf's own overload).
+cf::Shape shape_from_varargs(const nb::args& args) {
+  if (args.size() < 2) throw nb::next_overload();
+  cf::Shape s;
+  for (nb::handle h : args) {
+    if (PyBool_Check(h.ptr()) || !PyIndex_Check(h.ptr())) throw nb::next_overload();
+    s.push_back(nb::cast<int64_t>(nb::int_(h)));
+  }
+  return s;
+}
+
+// f(..., dim=1) for f(..., axis=1), and the like: the keywords renamed, f called again (a call that
+// also names cf's keyword, or none of PyTorch's, is not this overload's).
+struct Spelling {
+  const char* torch;
+  const char* cf;
+};
+template <typename Scope>
+void accept_torch_keywords(Scope& scope, const char* name, std::vector<Spelling> spellings) {
+  std::string doc = "PyTorch's keywords:";
+  for (const Spelling& sp : spellings) doc += std::string(" ") + sp.torch + "= for " + sp.cf + "=";
+  doc += " (the same call in cf's spelling).";
+  nb::handle target = scope;
+  scope.def(
+      name,
+      [target, name, spellings](nb::args args, nb::kwargs kwargs) -> nb::object {
+        nb::dict renamed;
+        bool any = false;
+        for (auto [key, value] : kwargs) renamed[key] = value;
+        for (const Spelling& sp : spellings) {
+          if (!renamed.contains(sp.torch)) continue;
+          if (renamed.contains(sp.cf)) throw nb::next_overload();
+          renamed[sp.cf] = renamed[sp.torch];
+          nb::del(renamed[sp.torch]);
+          any = true;
+        }
+        if (!any) throw nb::next_overload();
+        return target.attr(name)(*args, **renamed);
+      },
+      doc.c_str());
+}
+
+void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
+  // (NumPy's axis= too, for the functions whose cf keyword is axes=)
+  const std::vector<Spelling> dim = {{"dim", "axis"}}, dims = {{"dim", "axes"}, {"axis", "axes"}};
+  for (const char* name : {"sum", "mean", "logsumexp", "amax", "amin", "var"}) {
+    accept_torch_keywords(m, name, dims);
+    accept_torch_keywords(cls, name, dims);
+  }
+  for (const char* name : {"max", "min", "argmax", "argmin", "squeeze", "unsqueeze", "sort", "argsort", "topk",
+                           "softmax", "log_softmax", "split", "narrow"}) {
+    accept_torch_keywords(m, name, dim);
+    accept_torch_keywords(cls, name, dim);
+  }
+  for (const char* name : {"gather", "scatter_add", "index_select", "index_add", "take_along_dim"}) {
+    accept_torch_keywords(m, name, dim);
+    accept_torch_keywords(cls, name, dim);
+  }
+  for (const char* name : {"cat", "stack"}) accept_torch_keywords(m, name, dim);
+  for (const char* name : {"permute"}) {
+    accept_torch_keywords(m, name, {{"dims", "axes"}});
+    accept_torch_keywords(cls, name, {{"dims", "axes"}});
+  }
+  accept_torch_keywords(m, "transpose", {{"dim0", "axis0"}, {"dim1", "axis1"}});
+  accept_torch_keywords(cls, "transpose", {{"dim0", "axis0"}, {"dim1", "axis1"}});
+  accept_torch_keywords(m, "flatten", {{"start_dim", "start_axis"}, {"end_dim", "end_axis"}});
+  accept_torch_keywords(cls, "flatten", {{"start_dim", "start_axis"}, {"end_dim", "end_axis"}});
+
+  cls.def("reshape", [](const Tensor& x, nb::args shape) { return cf::reshape(x, shape_from_varargs(shape)); },
+          nb::arg("shape"), "PyTorch's spelling: t.reshape(4, 3) is t.reshape([4, 3]).")
+      .def("view", [](const Tensor& x, nb::args shape) { return cf::view(x, shape_from_varargs(shape)); },
+           nb::arg("shape"), "PyTorch's spelling: t.view(4, 3) is t.view([4, 3]).")
+      .def("expand", [](const Tensor& x, nb::args shape) { return cf::expand(x, shape_from_varargs(shape)); },
+           nb::arg("shape"), "PyTorch's spelling: t.expand(2, 3, 4) is t.expand([2, 3, 4]).")
+      .def("permute", [](const Tensor& x, nb::args axes) { return cf::permute(x, shape_from_varargs(axes)); },
+           nb::arg("axes"), "PyTorch's spelling: t.permute(1, 0) is t.permute([1, 0]).");
+
+  const auto dev = nb::arg("device") = cf::Device::cpu();
+  const auto rg = nb::arg("requires_grad") = false;
+  using Make = Tensor (*)(const cf::Shape&, cf::DType, cf::Device);
+  auto plain = [&](const char* name, Make make) {
+    m.def(name,
+          [make](nb::args size, cf::DType d, cf::Device dv, bool g) { return with_grad(make(shape_from_varargs(size), d, dv), g); },
+          nb::arg("size"), nb::arg("dtype") = cf::kFloat32, dev, rg,
+          "PyTorch's spelling: a shape as two or more ints, cf.zeros(2, 3) for cf.zeros([2, 3]).");
+  };
+  plain("empty", [](const cf::Shape& s, cf::DType d, cf::Device dv) { return Tensor::empty(s, d, dv); });
+  plain("zeros", [](const cf::Shape& s, cf::DType d, cf::Device dv) { return Tensor::zeros(s, d, dv); });
+  plain("ones", [](const cf::Shape& s, cf::DType d, cf::Device dv) { return Tensor::ones(s, d, dv); });
+  m.def(cf::opname::rand,
+        [](nb::args size, cf::DType d, cf::Generator* gen, double lo, double hi, cf::Device dv, bool g) {
+          return with_grad(cf::rand(shape_from_varargs(size), d, gen_or_default(gen), lo, hi, dv), g);
+        },
+        nb::arg("size"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(),
+        nb::arg("low") = 0.0, nb::arg("high") = 1.0, dev, rg, "PyTorch's spelling: cf.rand(2, 3) for cf.rand([2, 3]).");
+  m.def(cf::opname::randn,
+        [](nb::args size, cf::DType d, cf::Generator* gen, double mean, double std, cf::Device dv, bool g) {
+          return with_grad(cf::randn(shape_from_varargs(size), d, gen_or_default(gen), mean, std, dv), g);
+        },
+        nb::arg("size"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(),
+        nb::arg("mean") = 0.0, nb::arg("std") = 1.0, dev, rg,
+        "PyTorch's spelling: cf.randn(2, 3) for cf.randn([2, 3]).");
+}
+
 }  // namespace
 
 void bind_ops(nb::module_& m, TensorCls& cls) {
@@ -770,6 +894,7 @@ void bind_ops(nb::module_& m, TensorCls& cls) {
   bind_fused(m, cls);
   bind_factories(m);
   bind_gradcheck(m);
+  bind_torch_spellings(m, cls);  // last: the fallbacks follow cf's own overloads
 }
 
 }  // namespace cfpy

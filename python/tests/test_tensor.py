@@ -387,3 +387,82 @@ def test_numbers_an_int64_tensor_cannot_hold_are_refused_by_writes():
     with pytest.raises(cf.DTypeError, match=r"\[full\] value inf"):
         cf.full([2], float("inf"), dtype=cf.int64)
     assert t.tolist() == [1, 2, 3]
+
+
+def test_dtype_arguments_refuse_plain_ints():
+    # nanobind's enum caster took an int as the dtype of that value: cf.zeros(2, 3) was a bool tensor of
+    # shape (2,), cf.ones(2, 1) a float64 one
+    for call in (lambda: cf.zeros([2], 3), lambda: cf.to(cf.zeros([2]), 1), lambda: cf.tensor([1, 2], dtype=0),
+                 lambda: cf.zeros([2]).to(1)):
+        with pytest.raises(TypeError):
+            call()
+    assert cf.zeros([2], cf.float64).dtype == cf.float64  # a real dtype still goes positionally
+
+
+def _same(a, b):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    assert a.tolist() == b.tolist()
+
+
+def test_pytorch_spellings_of_shapes():
+    for f in (cf.zeros, cf.ones, cf.empty):
+        t = f(2, 3)
+        assert t.shape == (2, 3) and t.dtype == cf.float32
+        assert f(2, 1, 4, dtype=cf.float64, requires_grad=True).requires_grad
+    g1, g2 = cf.Generator(5), cf.Generator(5)
+    _same(cf.randn(2, 3, generator=g1, std=2.0), cf.randn([2, 3], generator=g2, std=2.0))
+    _same(cf.rand(4, 1, generator=g1, low=2.0, high=3.0), cf.rand([4, 1], generator=g2, low=2.0, high=3.0))
+    t = cf.arange(24, dtype=cf.float32)
+    _same(t.reshape(4, 6), t.reshape([4, 6]))
+    _same(t.view(2, -1, 3), t.view([2, 4, 3]))
+    u = t.reshape(2, 3, 4)
+    _same(u.permute(2, 0, 1), u.permute([2, 0, 1]))
+    _same(u[:1].expand(5, 3, 4), u[:1].expand([5, 3, 4]))
+    for bad in (lambda: cf.zeros(2, 3.0), lambda: cf.zeros(2, True), lambda: t.reshape(4, "6"),
+                lambda: cf.randn(2, 3, dtype=1)):
+        with pytest.raises(TypeError):
+            bad()
+    with pytest.raises(cf.ShapeError, match=r"\[reshape\]"):  # cf's own errors, as in its spelling
+        t.reshape(5, 5)
+
+
+def test_pytorch_keywords_give_the_same_calls_as_cfs():
+    x = cf.randn([3, 4, 5], generator=cf.Generator(2))
+    _same(x.sum(dim=1, keepdim=True), x.sum(1, keepdim=True))
+    _same(cf.mean(x, dim=(0, 2)), cf.mean(x, (0, 2)))
+    _same(x.sum(axis=0), x.sum(0))  # NumPy's axis= where cf says axes=
+    _same(x.var(dim=2, correction=0), x.var(2, correction=0))
+    _same(x.logsumexp(dim=-1), x.logsumexp(-1))
+    _same(x.amax(dim=0), x.amax(0))
+    values, indices = x.max(dim=1)
+    _same(values, x.max(1)[0])
+    _same(indices, x.max(1)[1])
+    _same(x.argmin(dim=2), x.argmin(2))
+    _same(x.softmax(dim=1), x.softmax(1))
+    _same(cf.log_softmax(x, dim=0), cf.log_softmax(x, 0))
+    _same(x.sort(dim=1, descending=True)[1], x.sort(1, True)[1])
+    _same(x.topk(2, dim=0)[0], x.topk(2, 0)[0])
+    _same(cf.cat([x, x], dim=2), cf.cat([x, x], 2))
+    _same(cf.stack([x, x], dim=1), cf.stack([x, x], 1))
+    _same(x.split(2, dim=2)[1], x.split(2, 2)[1])
+    _same(x.unsqueeze(dim=1), x.unsqueeze(1))
+    _same(x.transpose(dim0=0, dim1=2), x.transpose(0, 2))
+    _same(x.flatten(start_dim=1), x.flatten(1))
+    _same(x.permute(dims=[2, 1, 0]), x.permute([2, 1, 0]))
+    index = cf.tensor([[[0], [2], [1], [0]]] * 3)
+    _same(x.gather(dim=2, index=index), cf.gather(x, 2, index))
+    _same(x.index_select(0, cf.tensor([2, 0])), cf.index_select(x, 0, cf.tensor([2, 0])))
+    _same(x.add(1.0), x + 1.0)
+    _same(x.lt(x.exp()), x < x.exp())
+    _same(x.maximum(x * -1), cf.maximum(x, x * -1))
+    # a call naming both spellings, or a keyword neither knows, gets the signature error
+    for bad in (lambda: x.sum(dim=0, axes=1), lambda: x.sum(dims=0), lambda: cf.cat([x], dim=0, axis=0)):
+        with pytest.raises(TypeError, match="incompatible function arguments"):
+            bad()
+    # cf's own error messages come through the renamed call
+    with pytest.raises(cf.IndexError, match=r"\[sum\]"):
+        x.sum(dim=7)
+    # gradients flow through the renamed call
+    w = cf.randn(3, 4, dtype=cf.float64, requires_grad=True)
+    w.sum(dim=1).sum().backward()
+    assert w.grad.tolist() == cf.ones(3, 4, dtype=cf.float64).tolist()

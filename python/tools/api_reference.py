@@ -62,7 +62,9 @@ def first_doc_line(obj):
     lines = [l.strip() for l in doc.splitlines()]
     sigs = [l for l in lines if l and "(" in l and l.split("(")[0].replace(".", "").replace("_", "").isalnum()
             and l.endswith(("", ")")) and " -> " in l or l.startswith(("def ",))]
-    text = [l for l in lines if l and l not in sigs]
+    # nanobind's overloads: "Overloaded function." then "1. ``sig``" before each description
+    text = [l for l in lines if l and l not in sigs and l != "Overloaded function."
+            and not (l[:1].isdigit() and ". ``" in l)]
     return (sigs[0] if sigs else ""), (text[0] if text else "")
 
 
