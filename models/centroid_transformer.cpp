@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/random.h"
@@ -197,7 +198,11 @@ void PointCloudOptions::validate(const char* who) const {
 
 PointCloudClassifier::PointCloudClassifier(const PointCloudOptions& o, Generator& gen) : o_(o) {
   o.validate("PointCloudClassifier");
-  const std::string act = "leaky_relu:" + std::to_string(o.negative_slope);
+  // The slope at full precision (std::to_string's six decimals made a slope of 1e-7 zero).
+  std::ostringstream slope;
+  slope.precision(17);
+  slope << o.negative_slope;
+  const std::string act = "leaky_relu:" + slope.str();
   embed = register_module("embed", std::make_shared<nn::Linear>(3, o.widths[0], true, gen));
   auto list = register_module("blocks", std::make_shared<nn::ModuleList>());
   auto projs = register_module("width_proj", std::make_shared<nn::ModuleList>());

@@ -104,9 +104,13 @@ void ClusterFormerConfig::validate(const char* who) const {
            "] cluster_every and cluster_from must be >= 0, got ", cluster_every, " and ", cluster_from);
   CF_CHECK(cluster_layers.empty() || cluster_every == 0, ValueError, "[", who,
            "] give either cluster_layers or cluster_every/cluster_from, not both");
-  for (int64_t i : cluster_layers)
+  for (size_t a = 0; a < cluster_layers.size(); ++a) {
+    const int64_t i = cluster_layers[a];
     CF_CHECK(i >= 0 && i < n_layers, ValueError, "[", who, "] cluster layer ", i, " out of range [0, ", n_layers,
              ")");
+    for (size_t b = 0; b < a; ++b)  // a repeat made the same layer twice a cluster layer in the list, once in the model
+      CF_CHECK(cluster_layers[b] != i, ValueError, "[", who, "] cluster layer ", i, " is listed twice in cluster_layers");
+  }
   CF_CHECK(layer.dropout >= 0 && layer.dropout < 1, ValueError, "[", who, "] dropout must be in [0, 1), got ",
            layer.dropout);
   CF_CHECK(layer.d_model > 0 && layer.n_heads > 0 && layer.d_model % layer.n_heads == 0 && layer.d_ff > 0,

@@ -166,7 +166,7 @@ Tensor Sequential::forward(const Tensor& x) {
 FeedForward::FeedForward(int64_t d_model, int64_t d_ff, const std::string& activation, double p,
                          Generator& gen) {
   fc1 = register_module("fc1", std::make_shared<Linear>(d_model, d_ff, true, gen));
-  act_ = make_activation(activation);
+  act_ = register_module("activation", make_activation(activation));  // no state: listed in named_modules
   // Dropout draws from the global generator: `gen` is for initial weights and may not outlive us.
   drop_ = register_module("dropout", std::make_shared<Dropout>(p));
   fc2 = register_module("fc2", std::make_shared<Linear>(d_ff, d_model, true, gen));

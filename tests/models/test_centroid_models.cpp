@@ -144,6 +144,19 @@ TEST_CASE("PointCloudClassifier: the section 3.2 architecture, shapes and costs"
   models::PointCloudClassifier model2(harder, g2);
   CHECK(model2.cost(1, 80).macs < c80.macs);
   CHECK(model2.num_parameters() == model.num_parameters());
+  // Every LeakyReLU takes the configured slope at full precision (a slope of 1e-7 was written with six
+  // decimals into the activation's name, and became 0).
+  models::PointCloudOptions tiny_slope = tiny_point_options();
+  tiny_slope.negative_slope = 1e-7;
+  Generator g4(1);
+  models::PointCloudClassifier sloped(tiny_slope, g4);
+  int64_t leaky = 0;
+  for (auto& [name, m] : sloped.named_modules())
+    if (auto* act = dynamic_cast<nn::LeakyReLU*>(m)) {
+      ++leaky;
+      CHECK_MESSAGE(act->forward(Tensor::scalar(-1.0, kFloat64)).item() == doctest::Approx(-1e-7).epsilon(1e-12), name);
+    }
+  CHECK(leaky > 0);
   // The paper's configuration (widths 64-128-128-512, K = 40) on 1024 points.
   Generator g3(1);
   models::PointCloudOptions paper;

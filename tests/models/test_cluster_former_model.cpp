@@ -188,6 +188,8 @@ TEST_CASE("ClusterFormerConfig: the paper's layer rule, an explicit list, from_j
                    "window=4 stride=4");
   CHECK_THROWS_MSG(bad({{"cluster_layers", {1}}}), ValueError, "either cluster_layers or cluster_every");
   CHECK_THROWS_MSG(bad({{"cluster_every", 0}, {"cluster_layers", {4}}}), ValueError, "cluster layer 4 out of range [0, 4)");
+  CHECK_THROWS_MSG(bad({{"cluster_every", 0}, {"cluster_layers", {1, 2, 1}}}), ValueError,
+                   "[ClusterFormerConfig] cluster layer 1 is listed twice in cluster_layers");
   CHECK_THROWS_MSG(bad({{"attention", {{"type", "cluster-former"}}}}), ValueError, "[ClusterFormerConfig]",
                    "sliding-window layers' attention");
   CHECK_THROWS_MSG(bad({{"positional", "rotary"}}), ValueError, "positional", "rotary");
