@@ -66,10 +66,7 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   m.def(#name, [](const Tensor& a, const Tensor& b) { return cf::name(a, b); }, nb::arg("a"), nb::arg("b"), \
         doc, release_gil());                                                                            \
   m.def(#name, [](const Tensor& a, double b) { return cf::name(a, b); }, nb::arg("a"), nb::arg("b"), doc,  \
-        release_gil());                                                                                 \
-  cls.def(#name, [](const Tensor& a, const Tensor& b) { return cf::name(a, b); }, nb::arg("other"), doc,  \
-          release_gil());                                                                               \
-  cls.def(#name, [](const Tensor& a, double b) { return cf::name(a, b); }, nb::arg("other"), doc, release_gil());
+        release_gil());
   CF_BINARY(add, "a + b with NumPy broadcasting; both operands of one dtype and device (a number takes a's dtype).")
   CF_BINARY(sub, "a - b with broadcasting.")
   CF_BINARY(mul, "a * b with broadcasting.")
@@ -777,105 +774,178 @@ void bind_gradcheck(nb::module_& m) {
 // nanobind tries a function's overloads in order, so each of these runs only after cf's own signature
 // failed to match: calls written in cf's spelling pay nothing for them.
 
-// t.reshape(4, 3), cf.zeros(2, 3): a shape given as two or more ints (one int, a list or a tuple takes
-// cf's own overload).
+// t.reshape(4, 3), cf.zeros(2, 3), x.reshape(np.int64(12)): a shape given as separate ints, read as cf's own
+// overload reads a list of them (a list, a tuple or one Python int takes that overload first).
 cf::Shape shape_from_varargs(const nb::args& args) {
-  if (args.size() < 2) throw nb::next_overload();
-  cf::Shape s;
-  for (nb::handle h : args) {
-    if (PyBool_Check(h.ptr()) || !PyIndex_Check(h.ptr())) throw nb::next_overload();
-    s.push_back(nb::cast<int64_t>(nb::int_(h)));
-  }
-  return s;
+  nb::detail::make_caster<cf::Shape> shape;
+  for (nb::handle h : args)  // cf.zeros(2, True): no size (a flag given positionally, more likely)
+    if (PyBool_Check(h.ptr())) throw nb::next_overload();
+  if (args.size() == 0 || !shape.from_python(args, 0, nullptr)) throw nb::next_overload();
+  return shape.value;
 }
 
-// f(..., dim=1) for f(..., axis=1), and the like: the keywords renamed, f called again (a call that
-// also names cf's keyword, or none of PyTorch's, is not this overload's).
+// f(..., dim=1) for f(..., axis=1), and the like: one overload per PyTorch keyword, which that keyword must be
+// given to (so nanobind passes over it, with no call, for any call without it); it renames the keywords and calls
+// f again. A call naming both spellings, or one that fails the renamed call's signature, gets nanobind's
+// signature error for what the user wrote.
 struct Spelling {
   const char* torch;
   const char* cf;
+  const char* type;  // for the stub
 };
 template <typename Scope>
-void accept_torch_keywords(Scope& scope, const char* name, std::vector<Spelling> spellings) {
-  std::string doc = "PyTorch's keywords:";
-  for (const Spelling& sp : spellings) doc += std::string(" ") + sp.torch + "= for " + sp.cf + "=";
-  doc += " (the same call in cf's spelling).";
-  nb::handle target = scope;
-  scope.def(
-      name,
-      [target, name, spellings](nb::args args, nb::kwargs kwargs) -> nb::object {
-        nb::dict renamed;
-        bool any = false;
-        for (auto [key, value] : kwargs) renamed[key] = value;
-        for (const Spelling& sp : spellings) {
-          if (!renamed.contains(sp.torch)) continue;
-          if (renamed.contains(sp.cf)) throw nb::next_overload();
-          renamed[sp.cf] = renamed[sp.torch];
-          nb::del(renamed[sp.torch]);
-          any = true;
-        }
-        if (!any) throw nb::next_overload();
-        return target.attr(name)(*args, **renamed);
-      },
-      doc.c_str());
+void accept_torch_keywords(Scope& scope, const char* name, const std::vector<Spelling>& spellings, const char* result) {
+  constexpr bool method = std::is_same_v<Scope, TensorCls>;
+  for (size_t i = 0; i < spellings.size(); ++i) {
+    const Spelling own = spellings[i];
+    const std::vector<Spelling> rest(spellings.begin() + long(i) + 1, spellings.end());
+    std::string sig = std::string("def ") + name + (method ? "(self, *args, " : "(*args, ") + own.torch + ": " + own.type;
+    for (const Spelling& sp : rest) sig += std::string(", ") + sp.torch + ": " + sp.type + " = ...";
+    sig += std::string(", **kwargs) -> ") + result;
+    std::string doc = std::string("PyTorch's keyword ") + own.torch + "= for cf's " + own.cf + "=";
+    for (const Spelling& sp : rest) doc += std::string(", ") + sp.torch + "= for " + sp.cf + "=";
+    doc += ": the same call in cf's spelling.";
+    // f: the module's function, or the bound method of the tensor
+    auto rename = [name, own, rest](nb::handle f, nb::args args, nb::object value, nb::kwargs kwargs) -> nb::object {
+      nb::dict renamed;
+      for (auto [key, v] : kwargs) renamed[key] = v;
+      if (renamed.contains(own.cf)) throw nb::next_overload();
+      renamed[own.cf] = value;
+      for (const Spelling& sp : rest) {
+        if (!renamed.contains(sp.torch)) continue;
+        if (renamed.contains(sp.cf)) throw nb::next_overload();
+        renamed[sp.cf] = renamed[sp.torch];
+        nb::del(renamed[sp.torch]);
+      }
+      try {
+        return f.attr(name)(*args, **renamed);
+      } catch (nb::python_error& e) {
+        // the renamed call's own signature mismatch: report the call as written (cf's errors pass)
+        if (e.matches(PyExc_TypeError) && std::string(e.what()).find("incompatible function arguments") != std::string::npos)
+          throw nb::next_overload();
+        throw;
+      }
+    };
+    if constexpr (method) {
+      scope.def(name, [rename](nb::handle self, nb::args args, nb::object value, nb::kwargs kwargs) {
+        return rename(self, args, value, kwargs);
+      }, nb::arg("args"), nb::arg(own.torch), nb::arg("kwargs"), nb::sig(sig.c_str()), doc.c_str());
+    } else {
+      nb::handle module = scope;
+      scope.def(name, [rename, module](nb::args args, nb::object value, nb::kwargs kwargs) {
+        return rename(module, args, value, kwargs);
+      }, nb::arg("args"), nb::arg(own.torch), nb::arg("kwargs"), nb::sig(sig.c_str()), doc.c_str());
+    }
+  }
 }
 
 void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
+  const char* kTensor = "cf._cf.Tensor";
+  const char* kPair = "tuple[cf._cf.Tensor, cf._cf.Tensor]";
+  const char* kAxis = "int";
+  const char* kAxes = "int | collections.abc.Sequence[int] | None";
+  auto both = [&](const char* name, const std::vector<Spelling>& sp, const char* result) {
+    accept_torch_keywords(m, name, sp, result);
+    accept_torch_keywords(cls, name, sp, result);
+  };
   // (NumPy's axis= too, for the functions whose cf keyword is axes=)
-  const std::vector<Spelling> dim = {{"dim", "axis"}}, dims = {{"dim", "axes"}, {"axis", "axes"}};
-  for (const char* name : {"sum", "mean", "logsumexp", "amax", "amin", "var"}) {
-    accept_torch_keywords(m, name, dims);
-    accept_torch_keywords(cls, name, dims);
-  }
-  for (const char* name : {"max", "min", "argmax", "argmin", "squeeze", "unsqueeze", "sort", "argsort", "topk",
-                           "softmax", "log_softmax", "split", "narrow"}) {
-    accept_torch_keywords(m, name, dim);
-    accept_torch_keywords(cls, name, dim);
-  }
-  for (const char* name : {"gather", "scatter_add", "index_select", "index_add", "take_along_dim"}) {
-    accept_torch_keywords(m, name, dim);
-    accept_torch_keywords(cls, name, dim);
-  }
-  for (const char* name : {"cat", "stack"}) accept_torch_keywords(m, name, dim);
-  for (const char* name : {"permute"}) {
-    accept_torch_keywords(m, name, {{"dims", "axes"}});
-    accept_torch_keywords(cls, name, {{"dims", "axes"}});
-  }
-  accept_torch_keywords(m, "transpose", {{"dim0", "axis0"}, {"dim1", "axis1"}});
-  accept_torch_keywords(cls, "transpose", {{"dim0", "axis0"}, {"dim1", "axis1"}});
-  accept_torch_keywords(m, "flatten", {{"start_dim", "start_axis"}, {"end_dim", "end_axis"}});
-  accept_torch_keywords(cls, "flatten", {{"start_dim", "start_axis"}, {"end_dim", "end_axis"}});
+  for (const char* name : {"sum", "mean", "logsumexp", "amax", "amin", "var"})
+    both(name, {{"dim", "axes", kAxes}, {"axis", "axes", kAxes}}, kTensor);
+  both("max", {{"dim", "axis", kAxis}}, "cf._cf.Tensor | tuple[cf._cf.Tensor, cf._cf.Tensor]");
+  both("min", {{"dim", "axis", kAxis}}, "cf._cf.Tensor | tuple[cf._cf.Tensor, cf._cf.Tensor]");
+  for (const char* name : {"argmax", "argmin", "squeeze", "unsqueeze", "argsort", "softmax", "log_softmax", "narrow",
+                           "gather", "scatter_add", "index_select", "index_add", "take_along_dim"})
+    both(name, {{"dim", "axis", kAxis}}, kTensor);
+  for (const char* name : {"sort", "topk"}) both(name, {{"dim", "axis", kAxis}}, kPair);
+  both("split", {{"dim", "axis", kAxis}}, "list[cf._cf.Tensor]");
+  for (const char* name : {"cat", "stack"}) accept_torch_keywords(m, name, {{"dim", "axis", kAxis}}, kTensor);
+  both("permute", {{"dims", "axes", "collections.abc.Sequence[int]"}}, kTensor);
+  both("transpose", {{"dim0", "axis0", kAxis}, {"dim1", "axis1", kAxis}}, kTensor);
+  both("flatten", {{"start_dim", "start_axis", kAxis}, {"end_dim", "end_axis", kAxis}}, kTensor);
 
-  cls.def("reshape", [](const Tensor& x, nb::args shape) { return cf::reshape(x, shape_from_varargs(shape)); },
-          nb::arg("shape"), "PyTorch's spelling: t.reshape(4, 3) is t.reshape([4, 3]).")
-      .def("view", [](const Tensor& x, nb::args shape) { return cf::view(x, shape_from_varargs(shape)); },
-           nb::arg("shape"), "PyTorch's spelling: t.view(4, 3) is t.view([4, 3]).")
-      .def("expand", [](const Tensor& x, nb::args shape) { return cf::expand(x, shape_from_varargs(shape)); },
-           nb::arg("shape"), "PyTorch's spelling: t.expand(2, 3, 4) is t.expand([2, 3, 4]).")
-      .def("permute", [](const Tensor& x, nb::args axes) { return cf::permute(x, shape_from_varargs(axes)); },
-           nb::arg("axes"), "PyTorch's spelling: t.permute(1, 0) is t.permute([1, 0]).");
+  // Methods of the operators: t.add(u) is t + u, with the operator's rules for numbers and NumPy operands
+  // (t.div on integer tensors divides with truncation, as cf's /; PyTorch's div divides exactly).
+  const std::pair<const char*, const char*> operators[] = {
+      {"add", "__add__"}, {"sub", "__sub__"}, {"mul", "__mul__"}, {"div", "__truediv__"}, {"pow", "__pow__"},
+      {"eq", "__eq__"},   {"ne", "__ne__"},   {"lt", "__lt__"},   {"le", "__le__"},       {"gt", "__gt__"},
+      {"ge", "__ge__"}};
+  for (const auto& [name, dunder] : operators) {
+    const std::string doc = std::string("t.") + name + "(other) is the operator " + dunder +
+                            ": the same rules for numbers and NumPy operands" +
+                            (std::string(name) == "div" ? " (integer tensors divide with truncation, as cf's /; "
+                                                          "PyTorch's div divides exactly)." : ".");
+    cls.def(name,
+            [name = name, dunder = dunder](nb::handle self, nb::handle other) -> nb::object {
+              nb::object r = self.attr(dunder)(other);
+              if (r.is(nb::handle(Py_NotImplemented)))
+                throw nb::type_error((std::string("[") + name + "] other must be a cf.Tensor, a number or a NumPy "
+                                      "operand, got " + nb::type_name(other.type()).c_str()).c_str());
+              return r;
+            },
+            nb::arg("other").none(), nb::sig((std::string("def ") + name + "(self, other: object) -> cf._cf.Tensor").c_str()),
+            doc.c_str());
+  }
+
+  // Shapes as separate ints. The GIL is released around the kernel, as in cf's own overloads.
+  auto shape_method = [&](const char* name, Tensor (*f)(const Tensor&, const cf::Shape&), const char* doc) {
+    cls.def(name,
+            [f](const Tensor& x, nb::args shape) {
+              cf::Shape s = shape_from_varargs(shape);
+              nb::gil_scoped_release r;
+              return f(x, s);
+            },
+            nb::arg("shape"), nb::sig((std::string("def ") + name + "(self, *shape: int) -> cf._cf.Tensor").c_str()), doc);
+  };
+  shape_method("reshape", [](const Tensor& x, const cf::Shape& s) { return cf::reshape(x, s); },
+               "PyTorch's spelling: t.reshape(4, 3) is t.reshape([4, 3]).");
+  shape_method("view", [](const Tensor& x, const cf::Shape& s) { return cf::view(x, s); },
+               "PyTorch's spelling: t.view(4, 3) is t.view([4, 3]).");
+  shape_method("expand", [](const Tensor& x, const cf::Shape& s) { return cf::expand(x, s); },
+               "PyTorch's spelling: t.expand(2, 3, 4) is t.expand([2, 3, 4]).");
+  shape_method("permute", [](const Tensor& x, const cf::Shape& s) { return cf::permute(x, s); },
+               "PyTorch's spelling: t.permute(1, 0) is t.permute([1, 0]).");
 
   const auto dev = nb::arg("device") = cf::Device::cpu();
   const auto rg = nb::arg("requires_grad") = false;
   using Make = Tensor (*)(const cf::Shape&, cf::DType, cf::Device);
   auto plain = [&](const char* name, Make make) {
     m.def(name,
-          [make](nb::args size, cf::DType d, cf::Device dv, bool g) { return with_grad(make(shape_from_varargs(size), d, dv), g); },
+          [make](nb::args size, cf::DType d, cf::Device dv, bool g) {
+            cf::Shape s = shape_from_varargs(size);
+            Tensor t;
+            {
+              nb::gil_scoped_release r;
+              t = make(s, d, dv);
+            }
+            return with_grad(t, g);
+          },
           nb::arg("size"), nb::arg("dtype") = cf::kFloat32, dev, rg,
-          "PyTorch's spelling: a shape as two or more ints, cf.zeros(2, 3) for cf.zeros([2, 3]).");
+          "PyTorch's spelling: a shape as separate ints, cf.zeros(2, 3) for cf.zeros([2, 3]).");
   };
   plain("empty", [](const cf::Shape& s, cf::DType d, cf::Device dv) { return Tensor::empty(s, d, dv); });
   plain("zeros", [](const cf::Shape& s, cf::DType d, cf::Device dv) { return Tensor::zeros(s, d, dv); });
   plain("ones", [](const cf::Shape& s, cf::DType d, cf::Device dv) { return Tensor::ones(s, d, dv); });
   m.def(cf::opname::rand,
         [](nb::args size, cf::DType d, cf::Generator* gen, double lo, double hi, cf::Device dv, bool g) {
-          return with_grad(cf::rand(shape_from_varargs(size), d, gen_or_default(gen), lo, hi, dv), g);
+          cf::Shape s = shape_from_varargs(size);
+          Tensor t;
+          {
+            nb::gil_scoped_release r;
+            t = cf::rand(s, d, gen_or_default(gen), lo, hi, dv);
+          }
+          return with_grad(t, g);
         },
         nb::arg("size"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(),
         nb::arg("low") = 0.0, nb::arg("high") = 1.0, dev, rg, "PyTorch's spelling: cf.rand(2, 3) for cf.rand([2, 3]).");
   m.def(cf::opname::randn,
         [](nb::args size, cf::DType d, cf::Generator* gen, double mean, double std, cf::Device dv, bool g) {
-          return with_grad(cf::randn(shape_from_varargs(size), d, gen_or_default(gen), mean, std, dv), g);
+          cf::Shape s = shape_from_varargs(size);
+          Tensor t;
+          {
+            nb::gil_scoped_release r;
+            t = cf::randn(s, d, gen_or_default(gen), mean, std, dv);
+          }
+          return with_grad(t, g);
         },
         nb::arg("size"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(),
         nb::arg("mean") = 0.0, nb::arg("std") = 1.0, dev, rg,

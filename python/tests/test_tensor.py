@@ -405,6 +405,7 @@ def _same(a, b):
 
 
 def test_pytorch_spellings_of_shapes():
+    np = pytest.importorskip("numpy")
     for f in (cf.zeros, cf.ones, cf.empty):
         t = f(2, 3)
         assert t.shape == (2, 3) and t.dtype == cf.float32
@@ -418,8 +419,10 @@ def test_pytorch_spellings_of_shapes():
     u = t.reshape(2, 3, 4)
     _same(u.permute(2, 0, 1), u.permute([2, 0, 1]))
     _same(u[:1].expand(5, 3, 4), u[:1].expand([5, 3, 4]))
+    _same(t.reshape(np.int64(24)), t)  # one NumPy int too
     for bad in (lambda: cf.zeros(2, 3.0), lambda: cf.zeros(2, True), lambda: t.reshape(4, "6"),
-                lambda: cf.randn(2, 3, dtype=1)):
+                lambda: cf.randn(2, 3, dtype=1), lambda: cf.zeros(cf.tensor(2.5), 3), lambda: cf.zeros(2, 2**70),
+                lambda: t.reshape(3, 2**70)):
         with pytest.raises(TypeError):
             bad()
     with pytest.raises(cf.ShapeError, match=r"\[reshape\]"):  # cf's own errors, as in its spelling
@@ -427,6 +430,7 @@ def test_pytorch_spellings_of_shapes():
 
 
 def test_pytorch_keywords_give_the_same_calls_as_cfs():
+    np = pytest.importorskip("numpy")
     x = cf.randn([3, 4, 5], generator=cf.Generator(2))
     _same(x.sum(dim=1, keepdim=True), x.sum(1, keepdim=True))
     _same(cf.mean(x, dim=(0, 2)), cf.mean(x, (0, 2)))
@@ -454,11 +458,20 @@ def test_pytorch_keywords_give_the_same_calls_as_cfs():
     _same(x.index_select(0, cf.tensor([2, 0])), cf.index_select(x, 0, cf.tensor([2, 0])))
     _same(x.add(1.0), x + 1.0)
     _same(x.lt(x.exp()), x < x.exp())
+    # the operator methods follow the operators' rules: exact int64 numbers, NumPy operands
+    big = cf.tensor([2**53 + 1])
+    assert big.eq(2**53 + 1).tolist() == [True] and cf.tensor([2**53]).add(2**53 + 1).tolist() == [2**54 + 1]
+    _same(cf.ones([3]).mul(np.full(3, 2.0)), cf.ones([3]) * np.full(3, 2.0))
+    with pytest.raises(TypeError, match=r"\[add\] other must be"):
+        x.add(None)
     _same(x.maximum(x * -1), cf.maximum(x, x * -1))
     # a call naming both spellings, or a keyword neither knows, gets the signature error
     for bad in (lambda: x.sum(dim=0, axes=1), lambda: x.sum(dims=0), lambda: cf.cat([x], dim=0, axis=0)):
         with pytest.raises(TypeError, match="incompatible function arguments"):
             bad()
+    with pytest.raises(TypeError, match="incompatible function arguments") as e:
+        x.sum(dim=0, keepdims=True)
+    assert "{ dim: int, keepdims: bool }" in str(e.value)  # the call as written, not as renamed
     # cf's own error messages come through the renamed call
     with pytest.raises(cf.IndexError, match=r"\[sum\]"):
         x.sum(dim=7)
