@@ -148,6 +148,13 @@ inline nb::object scalar_item(nb::handle h) {
   return nb::object();
 }
 
+// v as a 0-d int64 tensor when a double cannot hold it exactly (|v| > 2^53), else nothing (a double does).
+inline std::optional<cf::Tensor> exact_int64_tensor(int64_t v, cf::Device device) {
+  constexpr int64_t kExact = int64_t(1) << 53;
+  if (v >= -kExact && v <= kExact) return std::nullopt;
+  return cf::Tensor::from_vector(std::vector<int64_t>{v}, cf::Shape{}, device);
+}
+
 // A Python int operand of an int64 tensor that a double cannot hold exactly (|v| > 2^53), as a 0-d
 // int64 tensor on like's device, so the operator or write runs exactly in int64 (through a double,
 // t == 2**53 + 1 was True for t = [2**53]); an int beyond int64 is a DTypeError, as in PyTorch.
@@ -160,9 +167,7 @@ inline std::optional<cf::Tensor> exact_int64_operand(nb::handle h, const cf::Ten
     throw cf::DTypeError(cf::str("[", op, "] the integer ", nb::cast<std::string>(nb::str(h)), " does not fit ",
                                  like.describe(), " (int64)"));
   if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-  constexpr long long kExact = 1LL << 53;
-  if (v >= -kExact && v <= kExact) return std::nullopt;
-  return cf::Tensor::from_vector(std::vector<int64_t>{int64_t(v)}, cf::Shape{}, like.device());
+  return exact_int64_tensor(int64_t(v), like.device());
 }
 
 // An optional tensor argument (None) as cf's undefined Tensor.

@@ -43,10 +43,7 @@ Tensor with_grad(Tensor t, bool requires_grad) {
 using FillValue = std::variant<int64_t, double>;
 std::optional<Tensor> exact_int64_fill(const FillValue& v, cf::DType dtype, cf::Device device) {
   if (dtype != cf::kInt64 || !std::holds_alternative<int64_t>(v)) return std::nullopt;
-  const int64_t i = std::get<int64_t>(v);
-  constexpr int64_t kExact = int64_t(1) << 53;
-  if (i >= -kExact && i <= kExact) return std::nullopt;
-  return Tensor::from_vector(std::vector<int64_t>{i}, cf::Shape{}, device);
+  return exact_int64_tensor(std::get<int64_t>(v), device);
 }
 double fill_double(const FillValue& v) { return std::visit([](auto x) { return double(x); }, v); }
 Tensor full_of(const cf::Shape& shape, const FillValue& v, cf::DType dtype, cf::Device device) {
