@@ -20,6 +20,19 @@ namespace nb = nanobind;
 // Kernels run with the GIL released, so other Python threads go on meanwhile.
 using release_gil = nb::call_guard<nb::gil_scoped_release>;
 
+namespace cfpy {
+// One Python object per leaf tensor that requires grad or is held in C++ too (a module's parameters and
+// buffers, a gradient), as in PyTorch: `m.weight is m.weight`, a set or dict of parameters, `id(p)` work
+// (each access made a new object before, so `m.weight in set(m.parameters())` was False without a word).
+// Fresh op results and views get their own object. The registry maps the TensorImpl to a weak reference
+// of its object while that object lives; the GIL guards it (tensor.cpp).
+// The live object of t, as a new reference, or null.
+PyObject* known_wrapper(const cf::Tensor& t) noexcept;
+// Remember h as t's object when t is a leaf that requires grad or whose TensorImpl is `shared` (held by
+// others: a module's frozen parameter, a buffer, a gradient).
+void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared) noexcept;
+}  // namespace cfpy
+
 // cf::Shape <-> Python: any sequence of ints (or one int) in; a tuple out.
 namespace nanobind::detail {
 template <>
@@ -96,6 +109,28 @@ struct type_caster<cf::DType> {
   }
   static handle from_cpp(cf::DType src, rv_policy, cleanup_list* cleanup) noexcept {
     return NB_CALL(enum_from_cpp)(NB_CTX_C(cleanup), &typeid(cf::DType), int64_t(src));
+  }
+};
+
+// cf::Tensor -> Python: nanobind's class caster, with one object per parameter (cfpy::known_wrapper).
+template <>
+struct type_caster<cf::Tensor> : type_caster_base<cf::Tensor> {
+  template <typename T>
+  static handle from_cpp(T&& value, rv_policy policy, cleanup_list* cleanup) noexcept {
+    const cf::Tensor* t;
+    if constexpr (is_pointer_v<T>)
+      t = value;
+    else
+      t = &value;
+    if (!t || !t->defined()) return type_caster_base<cf::Tensor>::from_cpp(std::forward<T>(value), policy, cleanup);
+    if (PyObject* known = cfpy::known_wrapper(*t)) return known;
+    // Held elsewhere too (a module's parameter or buffer, a gradient, an input returned as is): worth one
+    // object. A fresh result (the only handle) is not, unless it requires grad.
+    const bool shared = t->impl_shared().use_count() > 1;
+    const cf::Tensor same = *t;  // (a returned value is moved into its new object below)
+    handle h = type_caster_base<cf::Tensor>::from_cpp(std::forward<T>(value), policy, cleanup);
+    if (h.is_valid()) cfpy::remember_wrapper(same, h, shared);
+    return h;
   }
 };
 }  // namespace nanobind::detail

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <unordered_map>
 
 #include "common.h"
 
@@ -579,6 +580,60 @@ struct ArrayView {
   cf::Tensor tensor;
 };
 
+namespace {
+// TensorImpl -> weak reference to its Python object (see common.h). Touched with the GIL held only.
+std::unordered_map<const void*, PyObject*>& wrapper_registry() {
+  static auto* registry = new std::unordered_map<const void*, PyObject*>();  // never destroyed (exit order)
+  return *registry;
+}
+}  // namespace
+
+PyObject* known_wrapper(const cf::Tensor& t) noexcept {
+  auto& registry = wrapper_registry();
+  if (registry.empty()) return nullptr;
+  auto it = registry.find(t.impl_ptr());
+  if (it == registry.end()) return nullptr;
+  PyObject* obj = PyWeakref_GetObject(it->second);  // borrowed; None once the object is gone
+  if (obj == nullptr || obj == Py_None) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Py_INCREF(obj);
+  return obj;
+}
+
+void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared) noexcept {
+  if (!t.defined() || !t.is_leaf() || !(shared || t.requires_grad())) return;
+  const void* key = t.impl_ptr();
+  auto& registry = wrapper_registry();
+  if (registry.count(key)) return;
+  // The weak reference's callback forgets the entry when the object dies (while the object lives, it holds
+  // the TensorImpl, so the key cannot be reused by another tensor meanwhile).
+  static PyMethodDef forget_def = {
+      "_forget_tensor_wrapper",
+      [](PyObject* key_capsule, PyObject* weakref) -> PyObject* {
+        const void* k = PyCapsule_GetPointer(key_capsule, nullptr);
+        auto& reg = wrapper_registry();
+        auto it = reg.find(k);
+        if (it != reg.end() && it->second == weakref) {
+          reg.erase(it);
+          Py_DECREF(weakref);
+        }
+        Py_RETURN_NONE;
+      },
+      METH_O, nullptr};
+  PyObject* capsule = PyCapsule_New(const_cast<void*>(key), nullptr, nullptr);
+  PyObject* forget = capsule ? PyCFunction_New(&forget_def, capsule) : nullptr;
+  PyObject* weakref = forget ? PyWeakref_NewRef(h.ptr(), forget) : nullptr;
+  Py_XDECREF(forget);
+  Py_XDECREF(capsule);
+  if (!weakref) {  // (no entry: the object works, only without the identity)
+    PyErr_Clear();
+    return;
+  }
+  registry.emplace(key, weakref);  // the registry owns the weak reference
+}
+
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
   nb::class_<ArrayView>(m, "_ArrayView", "The base NumPy keeps for np.asarray(t): t's memory, not t.")
       .def_prop_ro("__array_interface__", [](const ArrayView& v) { return array_interface(v.tensor); });
@@ -593,15 +648,23 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
         },
         nb::arg("data"), nb::arg("dtype"), nb::arg("shape"), nb::arg("device"),
         "A tensor from its values' bytes (what pickling a cf.Tensor stores; cf._rebuild_tensor).");
+  m.def("_tensor_objects_known", [] { return wrapper_registry().size(); },
+        "How many tensors' Python objects the identity registry holds (a test's leak check).");
   auto cls = nb::class_<cf::Tensor>(
       m, "Tensor",
       "A cheap handle to strided storage (float32, float64, int64 or bool) on the CPU or a CUDA device, with "
       "autograd fields. Views (slicing, reshape, transpose, ...) share storage. Build one with cf.tensor, the "
-      "factories (cf.zeros, cf.randn, ...) or cf.from_dlpack.");
+      "factories (cf.zeros, cf.randn, ...) or cf.from_dlpack.",
+      nb::is_weak_referenceable());
   cls.def("__init__",
-          [](cf::Tensor* self, nb::handle data, std::optional<cf::DType> dtype, cf::Device device, bool requires_grad) {
-            new (self) cf::Tensor(tensor_from_python(data, dtype, device));
-            if (requires_grad) self->set_requires_grad(true);
+          [](nb::handle self, nb::handle data, std::optional<cf::DType> dtype, cf::Device device, bool requires_grad) {
+            cf::Tensor* t = nb::inst_ptr<cf::Tensor>(self);
+            new (t) cf::Tensor(tensor_from_python(data, dtype, device));
+            nb::inst_mark_ready(self);
+            if (requires_grad) {
+              t->set_requires_grad(true);
+              remember_wrapper(*t, self, false);
+            }
           },
           nb::arg("data"), nb::arg("dtype") = nb::none(), nb::arg("device") = cf::Device::cpu(),
           nb::arg("requires_grad") = false,
@@ -630,10 +693,21 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
            "Counts a write made outside cf (NumPy's out= through a view: cf.Tensor.__array_function__).")
       // ---- autograd ----
       .def_prop_rw("requires_grad", &cf::Tensor::requires_grad,
-                   [](cf::Tensor& t, bool on) { t.set_requires_grad(on); },
+                   [](nb::handle self, bool on) {
+                     cf::Tensor& t = nb::cast<cf::Tensor&>(self);
+                     t.set_requires_grad(on);
+                     remember_wrapper(t, self, true);
+                   },
                    "Whether ops on this tensor record history. Only float tensors can require grad.")
-      .def("requires_grad_", [](cf::Tensor& t, bool on) -> cf::Tensor& { return t.set_requires_grad(on); },
-           nb::arg("requires_grad") = true, nb::rv_policy::reference, "Set requires_grad in place; returns self.")
+      .def("requires_grad_",
+           [](nb::handle self, bool on) {
+             cf::Tensor& t = nb::cast<cf::Tensor&>(self);
+             t.set_requires_grad(on);
+             remember_wrapper(t, self, true);
+             return nb::borrow(self);
+           },
+           nb::arg("requires_grad") = true, nb::sig("def requires_grad_(self, requires_grad: bool = True) -> Tensor"),
+           "Set requires_grad in place; returns self.")
       .def_prop_rw("grad",
                    [](const cf::Tensor& t) -> std::optional<cf::Tensor> {
                      cf::Tensor g = t.grad();

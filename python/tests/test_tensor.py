@@ -479,3 +479,44 @@ def test_pytorch_keywords_give_the_same_calls_as_cfs():
     w = cf.randn(3, 4, dtype=cf.float64, requires_grad=True)
     w.sum(dim=1).sum().backward()
     assert w.grad.tolist() == cf.ones(3, 4, dtype=cf.float64).tolist()
+
+
+def test_parameters_keep_one_python_object():
+    # each access made a new object before: `m.weight in set(m.parameters())` was False, a dict keyed by
+    # parameters raised KeyError, id() sets matched by accident (a freed object's address reused)
+    m = cf.nn.Linear(3, 2)
+    assert m.weight is m.weight and m.bias is m.parameters()[1]
+    assert m.weight in set(m.parameters())
+    names = {p: n for n, p in m.named_parameters()}
+    assert names[m.weight] == "weight" and names[m.bias] == "bias"
+    ids = {id(p) for p in m.parameters()}
+    assert [id(p) in ids for p in m.parameters()] == [True, True]
+    m.weight.requires_grad_(False)  # frozen parameters too (held by the module)
+    assert m.weight is m.weight and m.weight in set(m.parameters())
+    x = cf.randn(4, 3)
+    m(x).sum().backward()
+    assert m.bias.grad is m.bias.grad  # as PyTorch's
+    t = cf.randn(3)
+    assert t.requires_grad_() is t and t.contiguous() is t
+    assert t.detach() is not t and (t * 1) is not (t * 1)  # new tensors, new objects
+    w = cf.randn(2, requires_grad=True)
+    assert cf.tensor([1.0], requires_grad=True).requires_grad
+
+
+def test_tensor_objects_are_freed_with_their_registry_entries():
+    import gc
+    import weakref
+    m = cf.nn.Linear(2, 2)
+    ref = weakref.ref(m.weight)
+    gc.collect()
+    assert ref() is None  # the registry holds no strong reference
+    known = cf._cf._tensor_objects_known()
+    for _ in range(2000):
+        p = cf.randn(8, requires_grad=True)
+        m(cf.randn(1, 2)).sum().backward()
+        grads = [q.grad for q in m.parameters()]
+        del p, grads
+    gc.collect()
+    assert cf._cf._tensor_objects_known() <= known  # entries leave with their objects
+    w1 = m.weight
+    assert m.weight is w1
