@@ -157,6 +157,9 @@ inline cf::Generator& gen_or_default(cf::Generator* g) { return g ? *g : cf::def
 // positional_prefix) or (name, Tensor) pairs; anything else is a TypeError naming op and the entry.
 cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string& positional_prefix = "");
 nb::dict state_dict_to_python(const cf::nn::StateDict& d);
+// A generator, filter(...), dict view or other iterable (not a list, tuple, dict, str, tensor or module) as a list,
+// else an invalid object.
+nb::object iterable_as_list(nb::handle h);
 
 // A tensor sharing the memory of an object with __dlpack__ (or a DLPack capsule) - dlpack.cpp.
 cf::Tensor from_dlpack_object(nb::handle obj, bool uint8_as_bool);

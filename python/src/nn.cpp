@@ -87,6 +87,11 @@ Tensor tensor_entry(nb::handle v, const char* op, const std::string& key) {
 cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string& positional_prefix) {
   if (nb::isinstance<cnn::Module>(h)) return nb::cast<cnn::Module&>(h).named_parameters();
   cnn::StateDict out;
+  if (nb::isinstance<Tensor>(h)) {  // one tensor (PyTorch's clip_grad_norm_ takes one too)
+    out.emplace_back(positional_prefix + "0", nb::cast<Tensor>(h));
+    return out;
+  }
+  if (nb::object items = iterable_as_list(h); items.is_valid()) return to_state_dict(items, op, positional_prefix);
   if (PyDict_Check(h.ptr())) {
     for (auto [k, v] : nb::borrow<nb::dict>(h)) {
       if (!nb::isinstance<nb::str>(k))
@@ -114,8 +119,23 @@ cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string&
     }
     return out;
   }
-  throw cf::ValueError(cf::str("[", op, "] expects a Module, a dict name -> Tensor, a list of (name, Tensor) "
-                               "pairs or a list of tensors"));
+  throw cf::ValueError(cf::str("[", op, "] expects a Module, a dict name -> Tensor, a list (or any iterable) of "
+                               "tensors or of (name, Tensor) pairs, or one tensor; got a ",
+                               nb::type_name(h.type()).c_str()));
+}
+
+nb::object iterable_as_list(nb::handle h) {
+  PyObject* o = h.ptr();
+  if (PyList_Check(o) || PyTuple_Check(o) || PyDict_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o) ||
+      nb::isinstance<Tensor>(h) || nb::isinstance<cnn::Module>(h))
+    return nb::object();
+  PyObject* it = PyObject_GetIter(o);
+  if (!it) {
+    PyErr_Clear();
+    return nb::object();
+  }
+  Py_DECREF(it);
+  return nb::steal(PySequence_List(o));  // (a generator is consumed here, once)
 }
 
 nb::dict state_dict_to_python(const cnn::StateDict& d) {
@@ -270,8 +290,20 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   nb::class_<cnn::Embedding, cnn::Module> emb(nn, "Embedding",
                                               "Rows of a (num, dim) table picked by int64 ids of any shape -> (..., dim). "
                                               "The padding row starts at zero and gets no gradient.");
-  emb.def(nb::init<int64_t, int64_t, int64_t, cf::Generator&>(), nb::arg("num_embeddings"), nb::arg("dim"),
-          nb::arg("padding_idx") = -1, nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
+  // padding_idx as PyTorch's: None for none, a negative index counts from the end (C++'s -1 means none, so
+  // padding_idx=-1 gave no padding row where PyTorch pads the last).
+  emb.def("__init__",
+          [](cnn::Embedding* self, int64_t num, int64_t dim, std::optional<int64_t> padding_idx, cf::Generator& g) {
+            int64_t pad = -1;
+            if (padding_idx) {
+              CF_CHECK(*padding_idx >= -num && *padding_idx < num, ValueError, "[Embedding] padding_idx ",
+                       *padding_idx, " out of range for ", num, " embeddings (None: no padding row)");
+              pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
+            }
+            new (self) cnn::Embedding(num, dim, pad, g);
+          },
+          nb::arg("num_embeddings"), nb::arg("dim"), nb::arg("padding_idx") = nb::none(),
+          nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
       .def_prop_ro("num_embeddings", &cnn::Embedding::num_embeddings)
       .def_prop_ro("dim", &cnn::Embedding::dim);
   def_tensor_member(emb, "weight", &cnn::Embedding::weight);
@@ -282,7 +314,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   def_tensor_member(norm, "weight", &cnn::LayerNorm::weight);
   def_tensor_member(norm, "bias", &cnn::LayerNorm::bias);
   nb::class_<cnn::Dropout, cnn::UnaryModule>(nn, "Dropout", "Inverted dropout in training mode, identity in eval mode.")
-      .def(nb::init<double, cf::Generator&>(), nb::arg("p"),
+      .def(nb::init<double, cf::Generator&>(), nb::arg("p") = 0.5,
            nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)),
            nb::keep_alive<1, 3>())
       .def_prop_ro("p", &cnn::Dropout::p);
@@ -632,8 +664,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // torch.optim takes them ("lr": the group's own rate, kept as lr_scale = lr / the optimizer's lr, so
   // schedules scale every group alike). With several groups, a group's unnamed tensors are named
   // "<group>.<position>".
-  auto groups = [](nb::handle params, double lr, const char* op) {
+  auto groups = [](nb::handle given, double lr, const char* op) {
     std::vector<cnn::ParamGroup> out;
+    nb::object listed = iterable_as_list(given);  // a generator or filter(...) of tensors or of group dicts
+    nb::handle params = listed.is_valid() ? nb::handle(listed) : given;
     const bool list = PyList_Check(params.ptr()) || PyTuple_Check(params.ptr());
     bool any_dict = false;
     if (list)
@@ -702,27 +736,37 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            nb::arg("nesterov") = false, nb::arg("weight_decay") = 0.0,
            "params: a Module, named parameters, a dict, tensors, or a list of group dicts "
            "{\"params\", \"lr\" or \"lr_scale\", \"weight_decay\"}.");
+  // beta1 and beta2 (default 0.9 and 0.999), or PyTorch's betas=(beta1, beta2)
+  using Betas = std::optional<std::pair<double, double>>;
+  auto betas_of = [](std::optional<double> b1, std::optional<double> b2, const Betas& betas, const char* op) {
+    CF_CHECK(!betas || (!b1 && !b2), ValueError, "[", op, "] give betas=(beta1, beta2) or beta1/beta2, not both");
+    return betas ? *betas : std::make_pair(b1.value_or(0.9), b2.value_or(0.999));
+  };
   nb::class_<cnn::Adam, cnn::Optimizer>(nn, "Adam", "torch.optim.Adam's update (L2 decay into the gradient).")
       .def("__init__",
-           [groups](cnn::Adam* self, nb::handle params, double lr, double beta1, double beta2, double eps, double wd) {
-             cnn::AdamOptions o{lr, beta1, beta2, eps, wd};
+           [groups, betas_of](cnn::Adam* self, nb::handle params, double lr, std::optional<double> beta1,
+                              std::optional<double> beta2, double eps, double wd, const Betas& betas) {
+             const auto [b1, b2] = betas_of(beta1, beta2, betas, "Adam");
+             cnn::AdamOptions o{lr, b1, b2, eps, wd};
              new (self) cnn::Adam(groups(params, lr, "Adam"), o);
            },
-           nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("beta1") = 0.9, nb::arg("beta2") = 0.999,
-           nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 0.0);
+           nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("beta1") = nb::none(), nb::arg("beta2") = nb::none(),
+           nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 0.0, nb::arg("betas") = nb::none(),
+           "beta1 = 0.9 and beta2 = 0.999 unless given (or PyTorch's betas=(beta1, beta2)).");
   nb::class_<cnn::AdamW, cnn::Adam>(nn, "AdamW", "torch.optim.AdamW's update (decoupled weight decay, default 1e-2).")
       .def("__init__",
-           [groups](cnn::AdamW* self, nb::handle params, double lr, double beta1, double beta2, double eps, double wd) {
+           [groups, betas_of](cnn::AdamW* self, nb::handle params, double lr, std::optional<double> beta1,
+                              std::optional<double> beta2, double eps, double wd, const Betas& betas) {
              cnn::AdamWOptions o;
              o.lr = lr;
-             o.beta1 = beta1;
-             o.beta2 = beta2;
+             std::tie(o.beta1, o.beta2) = betas_of(beta1, beta2, betas, "AdamW");
              o.eps = eps;
              o.weight_decay = wd;
              new (self) cnn::AdamW(groups(params, lr, "AdamW"), o);
            },
-           nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("beta1") = 0.9, nb::arg("beta2") = 0.999,
-           nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 1e-2);
+           nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("beta1") = nb::none(), nb::arg("beta2") = nb::none(),
+           nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 1e-2, nb::arg("betas") = nb::none(),
+           "beta1 = 0.9 and beta2 = 0.999 unless given (or PyTorch's betas=(beta1, beta2)).");
 
   nb::class_<cnn::LRSchedule>(nn, "LRSchedule",
                               "step -> learning rate; step is the 1-based number of the update about to be applied.")
@@ -779,42 +823,44 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            nb::arg("state_dict"), "Strict: 'scale' (finite, > 0), 'growth_tracker' (integer >= 0), and where present "
            "'growth_factor' (> 1), 'backoff_factor' (in (0, 1)), 'growth_interval' (> 0); nothing else.");
 
-  auto tensors_of = [](nb::handle params) {
+  auto tensors_of = [](nb::handle params, const char* op) {
     std::vector<Tensor> out;
-    for (auto& [k, v] : to_state_dict(params, "grad_norm")) out.push_back(v);
+    for (auto& [k, v] : to_state_dict(params, op)) out.push_back(v);
     return out;
   };
-  nn.def("grad_norm", [tensors_of](nb::handle p) { return cnn::grad_norm(tensors_of(p)); }, nb::arg("params"),
-         "Global L2 norm of the gradients (parameters without one are skipped).");
+  nn.def("grad_norm", [tensors_of](nb::handle p) { return cnn::grad_norm(tensors_of(p, "grad_norm")); },
+         nb::arg("params"), "Global L2 norm of the gradients (parameters without one are skipped).");
   nn.def("clip_grad_norm",
-         [tensors_of](nb::handle p, double max_norm, bool err) { return cnn::clip_grad_norm(tensors_of(p), max_norm, err); },
+         [tensors_of](nb::handle p, double max_norm, bool err) {
+           return cnn::clip_grad_norm(tensors_of(p, "clip_grad_norm"), max_norm, err);
+         },
          nb::arg("params"), nb::arg("max_norm"), nb::arg("error_if_nonfinite") = false,
          "Scale gradients by max_norm / (norm + 1e-6) when below 1 (PyTorch's rule); returns the norm before. "
          "Unlike PyTorch: a non-finite norm (an inf/NaN gradient) leaves the gradients unchanged and is returned, "
          "so the step can be skipped (error_if_nonfinite raises instead), and max_norm must be > 0 (inf: measure "
          "only).");
-  nn.def("scale_grads", [tensors_of](nb::handle p, double f) { cnn::scale_grads(tensors_of(p), f); },
+  nn.def("scale_grads", [tensors_of](nb::handle p, double f) { cnn::scale_grads(tensors_of(p, "scale_grads"), f); },
          nb::arg("params"), nb::arg("factor"), "Multiply every gradient by factor (gradient accumulation).");
 
   // ---------------------------------------------------------------- init
-  nb::module_ init = nn.def_submodule("init", "Seeded initialisers; each overwrites a tensor in place (no grad).");
+  nb::module_ init = nn.def_submodule("init", "Seeded initialisers; each overwrites a tensor in place (no grad) and returns it.");
   auto gen_arg = [] { return nb::arg("generator").none() = nb::none(); };
-  init.def("zeros_", [](Tensor& t) { cnn::init::zeros_(t); }, nb::arg("t"), "Fill with 0.");
-  init.def("ones_", [](Tensor& t) { cnn::init::ones_(t); }, nb::arg("t"), "Fill with 1.");
-  init.def("constant_", [](Tensor& t, double v) { cnn::init::constant_(t, v); }, nb::arg("t"), nb::arg("value"),
-           "Fill with value.");
-  init.def("uniform_", [](Tensor& t, double a, double b, cf::Generator* g) { cnn::init::uniform_(t, a, b, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("low"), nb::arg("high"), gen_arg(), "U(low, high) from the generator.");
-  init.def("normal_", [](Tensor& t, double a, double b, cf::Generator* g) { cnn::init::normal_(t, a, b, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("mean"), nb::arg("std"), gen_arg(), "N(mean, std^2) from the generator.");
-  init.def("xavier_uniform_", [](Tensor& t, double gain, cf::Generator* g) { cnn::init::xavier_uniform_(t, gain, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg(), "Glorot: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)).");
-  init.def("xavier_normal_", [](Tensor& t, double gain, cf::Generator* g) { cnn::init::xavier_normal_(t, gain, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg(), "Glorot normal: std = gain * sqrt(2 / (fan_in + fan_out)).");
-  init.def("kaiming_uniform_", [](Tensor& t, double a, cf::Generator* g) { cnn::init::kaiming_uniform_(t, a, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("a") = 0.0, gen_arg(), "He uniform, fan_in mode, gain sqrt(2 / (1 + a^2)) (leaky ReLU slope a).");
-  init.def("kaiming_normal_", [](Tensor& t, double a, cf::Generator* g) { cnn::init::kaiming_normal_(t, a, gen_or_default(g)); },
-           nb::arg("t"), nb::arg("a") = 0.0, gen_arg(), "He normal, fan_in mode, gain sqrt(2 / (1 + a^2)).");
+  init.def("zeros_", [](Tensor& t) -> Tensor& { cnn::init::zeros_(t); return t; }, nb::arg("t"), nb::rv_policy::reference, "Fill with 0.");
+  init.def("ones_", [](Tensor& t) -> Tensor& { cnn::init::ones_(t); return t; }, nb::arg("t"), nb::rv_policy::reference, "Fill with 1.");
+  init.def("constant_", [](Tensor& t, double v) -> Tensor& { cnn::init::constant_(t, v); return t; }, nb::arg("t"), nb::arg("value"),
+           nb::rv_policy::reference, "Fill with value.");
+  init.def("uniform_", [](Tensor& t, double a, double b, cf::Generator* g) -> Tensor& { cnn::init::uniform_(t, a, b, gen_or_default(g)); return t; },
+           nb::arg("t"), nb::arg("low"), nb::arg("high"), gen_arg(), nb::rv_policy::reference, "U(low, high) from the generator.");
+  init.def("normal_", [](Tensor& t, double a, double b, cf::Generator* g) -> Tensor& { cnn::init::normal_(t, a, b, gen_or_default(g)); return t; },
+           nb::arg("t"), nb::arg("mean") = 0.0, nb::arg("std") = 1.0, gen_arg(), nb::rv_policy::reference, "N(mean, std^2) from the generator.");
+  init.def("xavier_uniform_", [](Tensor& t, double gain, cf::Generator* g) -> Tensor& { cnn::init::xavier_uniform_(t, gain, gen_or_default(g)); return t; },
+           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg(), nb::rv_policy::reference, "Glorot: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)).");
+  init.def("xavier_normal_", [](Tensor& t, double gain, cf::Generator* g) -> Tensor& { cnn::init::xavier_normal_(t, gain, gen_or_default(g)); return t; },
+           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg(), nb::rv_policy::reference, "Glorot normal: std = gain * sqrt(2 / (fan_in + fan_out)).");
+  init.def("kaiming_uniform_", [](Tensor& t, double a, cf::Generator* g) -> Tensor& { cnn::init::kaiming_uniform_(t, a, gen_or_default(g)); return t; },
+           nb::arg("t"), nb::arg("a") = 0.0, gen_arg(), nb::rv_policy::reference, "He uniform, fan_in mode, gain sqrt(2 / (1 + a^2)) (leaky ReLU slope a).");
+  init.def("kaiming_normal_", [](Tensor& t, double a, cf::Generator* g) -> Tensor& { cnn::init::kaiming_normal_(t, a, gen_or_default(g)); return t; },
+           nb::arg("t"), nb::arg("a") = 0.0, gen_arg(), nb::rv_policy::reference, "He normal, fan_in mode, gain sqrt(2 / (1 + a^2)).");
 
   // ---------------------------------------------------------------- files
   m.def("save_safetensors",

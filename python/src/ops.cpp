@@ -4,6 +4,7 @@
 // Docstrings are the header comments of autograd/ops/*.h. Every kernel call runs
 // with the GIL released.
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <variant>
 
@@ -110,8 +111,14 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   CF_UNARY(erf, "The error function.");
   fn_and_method(m, cls, cf::opname::leaky_relu, [](const Tensor& x, double s) { return cf::leaky_relu(x, s); },
                 "x where x > 0, else negative_slope * x.", nb::arg("negative_slope") = 0.01);
-  fn_and_method(m, cls, cf::opname::clamp, [](const Tensor& x, double lo, double hi) { return cf::clamp(x, lo, hi); },
-                "x limited to [low, high].", nb::arg("low"), nb::arg("high"));
+  fn_and_method(m, cls, cf::opname::clamp,
+                [](const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+                  CF_CHECK(lo || hi, ValueError, "[clamp] give low, high or both (", x.describe(), ")");
+                  constexpr double kInf = std::numeric_limits<double>::infinity();
+                  return cf::clamp(x, lo ? *lo : -kInf, hi ? *hi : kInf);
+                },
+                "x limited to [low, high]; None leaves that side open.", nb::arg("low") = nb::none(),
+                nb::arg("high") = nb::none());
 
   // ---- copies and casts ----
   m.def(cf::opname::to, nb::overload_cast<const Tensor&, cf::DType>(&cf::to), nb::arg("x"), nb::arg("dtype"),
@@ -417,10 +424,21 @@ void bind_reductions(nb::module_& m, TensorCls& cls) {
   };
   maxmin(cf::opname::max, &cf::max, &cf::amax);
   maxmin(cf::opname::min, &cf::min, &cf::amin);
-  fn_and_method(m, cls, cf::opname::argmax, [](const Tensor& x, int64_t a, bool k) { return cf::argmax(x, a, k); },
-                "Index (int64) of the first maximum along axis.", nb::arg("axis"), nb::arg("keepdim") = false);
-  fn_and_method(m, cls, cf::opname::argmin, [](const Tensor& x, int64_t a, bool k) { return cf::argmin(x, a, k); },
-                "Index (int64) of the first minimum along axis.", nb::arg("axis"), nb::arg("keepdim") = false);
+  // Without an axis: the index into the flattened tensor, as PyTorch's (keepdim: every axis kept with size 1).
+  using ArgFn = Tensor (*)(const Tensor&, int64_t, bool);
+  auto arg_extremum = [](ArgFn f) {
+    return [f](const Tensor& x, std::optional<int64_t> a, bool k) {
+      if (a) return f(x, *a, k);
+      Tensor flat = f(cf::reshape(x, {-1}), 0, false);
+      return k ? cf::reshape(flat, cf::Shape(size_t(x.dim()), 1)) : flat;
+    };
+  };
+  fn_and_method(m, cls, cf::opname::argmax, arg_extremum([](const Tensor& x, int64_t a, bool k) { return cf::argmax(x, a, k); }),
+                "Index (int64) of the first maximum along axis (None: of the flattened tensor).",
+                nb::arg("axis") = nb::none(), nb::arg("keepdim") = false);
+  fn_and_method(m, cls, cf::opname::argmin, arg_extremum([](const Tensor& x, int64_t a, bool k) { return cf::argmin(x, a, k); }),
+                "Index (int64) of the first minimum along axis (None: of the flattened tensor).",
+                nb::arg("axis") = nb::none(), nb::arg("keepdim") = false);
   m.def("sum_to", &cf::sum_to, nb::arg("g"), nb::arg("shape"),
         "Sum g down to shape (the inverse of broadcasting g from shape).", release_gil());
   m.def(cf::opname::matmul, &cf::matmul, nb::arg("a"), nb::arg("b"),
@@ -859,6 +877,7 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
   both("permute", {{"dims", "axes", "collections.abc.Sequence[int]"}}, kTensor);
   both("transpose", {{"dim0", "axis0", kAxis}, {"dim1", "axis1", kAxis}}, kTensor);
   both("flatten", {{"start_dim", "start_axis", kAxis}, {"end_dim", "end_axis", kAxis}}, kTensor);
+  both("clamp", {{"min", "low", "float | None"}, {"max", "high", "float | None"}}, kTensor);
 
   // Methods of the operators: t.add(u) is t + u, with the operator's rules for numbers and NumPy operands
   // (t.div on integer tensors divides with truncation, as cf's /; PyTorch's div divides exactly).

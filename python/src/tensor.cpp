@@ -779,6 +779,18 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       .def("__copy__", [](const cf::Tensor& t) { return copy_tensor(t); })
       .def("__deepcopy__", [](const cf::Tensor& t, nb::handle) { return copy_tensor(t); }, nb::arg("memo"))
       .def("__repr__", &describe_repr)
+      // f"{loss:.4f}": a format spec formats a 0-d tensor's value, as PyTorch's; an empty one is str(t)
+      .def("__format__",
+           [](nb::handle self, const std::string& spec) -> nb::object {
+             if (spec.empty()) return nb::str(self);
+             const cf::Tensor& t = nb::cast<const cf::Tensor&>(self);
+             if (t.dim() != 0)
+               throw nb::type_error(("[__format__] the format spec '" + spec + "' needs a 0-d tensor (its value), got " +
+                                     t.describe())
+                                        .c_str());
+             return nb::module_::import_("builtins").attr("format")(scalar_to_python(t), spec);
+           },
+           nb::arg("format_spec"))
       .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })
       // np.asarray(t), t.numpy(): NumPy views the memory through an _ArrayView (see there)
       // NumPy >= 2 passes copy= and then trusts it: copy=True must copy (np.array(t)), copy=False must

@@ -438,3 +438,55 @@ def test_edges_found_by_a_model_side_bug_hunt():
     # a module moved to a device named badly: cf's message (was a warning and a bare TypeError)
     with pytest.raises(cf.ValueError, match=r"^\[device\] cannot parse device 'gpu'"):
         cf.nn.Linear(2, 2).to("gpu")
+
+
+def test_pytorch_training_idioms():
+    # from a bug hunt that ported PyTorch training loops
+    nn = cf.nn
+    m = nn.Linear(3, 2)
+    m(cf.randn(4, 3)).sum().backward()
+    # generators, filter(...) and single tensors where PyTorch takes them
+    norm = nn.clip_grad_norm((p for p in m.parameters()), 1e9)
+    assert norm == pytest.approx(nn.grad_norm(m.parameters()))
+    assert nn.grad_norm(m.weight) == pytest.approx(nn.grad_norm([m.weight]))
+    assert isinstance(nn.AdamW(filter(lambda p: p.requires_grad, m.parameters()), lr=0.1), nn.AdamW)
+    nn.SGD(({"params": [p]} for p in m.parameters()), lr=0.1)
+    with pytest.raises(cf.ValueError, match=r"^\[clip_grad_norm\] expects .* got a int"):
+        nn.clip_grad_norm(3, 1.0)
+    # betas=(b1, b2) is beta1/beta2
+    g = cf.tensor([2.0, -1.0])
+
+    def step(**kw):  # after one step: exp_avg = (1 - beta1) g, exp_avg_sq = (1 - beta2) g^2
+        p = cf.ones([2], requires_grad=True)
+        opt = nn.Adam([p], **kw)
+        p.grad = g
+        opt.step()
+        d = opt.state_dict()
+        return d["exp_avg.0"].tolist(), d["exp_avg_sq.0"].tolist()
+    assert step(betas=(0.8, 0.95)) == step(beta1=0.8, beta2=0.95) != step()
+    assert step(betas=(0.8, 0.95))[0] == pytest.approx([0.4, -0.2])
+    with pytest.raises(cf.ValueError, match=r"\[AdamW\] give betas"):
+        nn.AdamW(m.parameters(), betas=(0.8, 0.9), beta1=0.5)
+    # initialisers return their tensor; normal_ defaults to N(0, 1)
+    w = cf.empty(3, 3)
+    assert nn.init.xavier_uniform_(w) is w and nn.init.normal_(w) is w and nn.init.zeros_(w) is w
+    # Embedding's padding_idx counts from the end when negative, None is no padding row
+    e = nn.Embedding(10, 4, padding_idx=-1)
+    assert e.weight[9].tolist() == [0.0] * 4
+    assert nn.Embedding(10, 4, padding_idx=-10).weight[0].tolist() == [0.0] * 4
+    assert any(v != 0 for v in nn.Embedding(10, 4).weight[9].tolist())
+    with pytest.raises(cf.ValueError, match=r"\[Embedding\] padding_idx 10 out of range for 10"):
+        nn.Embedding(10, 4, padding_idx=10)
+    assert nn.Dropout().p == 0.5
+    # f"{loss:.4f}" on a 0-d tensor
+    loss = cf.tensor(1.23456)
+    assert f"{loss:.3f}" == "1.235" and f"{loss}" == str(loss)
+    with pytest.raises(TypeError, match=r"\[__format__\] the format spec '.2f' needs a 0-d tensor"):
+        f"{cf.ones([2]):.2f}"
+    # clamp with one side, argmax of the flattened tensor
+    t = cf.tensor([[-1.0, 3.0], [5.0, 0.5]])
+    assert t.clamp(min=0.0).tolist() == [[0.0, 3.0], [5.0, 0.5]]
+    assert cf.clamp(t, high=1.0).tolist() == [[-1.0, 1.0], [1.0, 0.5]]
+    with pytest.raises(cf.ValueError, match=r"\[clamp\] give low, high or both"):
+        t.clamp()
+    assert t.argmax().item() == 2 and t.argmin(keepdim=True).shape == (1, 1)
