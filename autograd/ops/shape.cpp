@@ -242,7 +242,11 @@ Tensor squeeze(const Tensor& x, int64_t axis) {
 
 Tensor unsqueeze(const Tensor& x, int64_t axis) {
   ops::check_defined(x, "unsqueeze", "x");
-  int64_t a = normalize_axis(axis, x.dim() + 1, "unsqueeze");
+  // The new axis is one of the result's x.dim() + 1 (the shared check would name that rank as x's).
+  const int64_t lim = x.dim() + 1;
+  CF_CHECK(axis >= -lim && axis < lim, IndexError, "[unsqueeze] axis ", axis, " is out of range for ",
+           x.describe(), ": the new axis is in [", -lim, ", ", lim - 1, "]");
+  int64_t a = normalize_axis(axis, lim, "unsqueeze");
   Shape s = x.shape();
   s.insert(s.begin() + a, 1);
   return reshape(x, s);

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -69,12 +70,41 @@ std::string dict_value(const std::string& h, const std::string& key, const std::
   return v;
 }
 
+// The header's top-level keys are exactly descr, fortran_order and shape, each once, as NumPy's reader requires
+// (a header with others, or without the dict's quotes, is not one NumPy wrote).
+void check_header_keys(const std::string& h, const std::string& path) {
+  std::vector<std::string> keys;
+  int depth = 0;
+  for (size_t i = 0; i < h.size(); ++i) {
+    const char c = h[i];
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if ((c != '\'' && c != '"') || depth != 0) continue;
+    const size_t e = h.find(c, i + 1);
+    if (e == std::string::npos) throw IOError(str("[read_npy] '", path, "': unparsable header: ", h));
+    size_t k = e + 1;
+    while (k < h.size() && h[k] == ' ') ++k;
+    if (k < h.size() && h[k] == ':') keys.push_back(h.substr(i + 1, e - i - 1));
+    i = e;
+  }
+  for (const std::string& key : keys)
+    if ((key != "descr" && key != "fortran_order" && key != "shape") ||
+        std::count(keys.begin(), keys.end(), key) != 1)
+      throw IOError(str("[read_npy] '", path, "': unparsable header (key '", key,
+                        "': a .npy header holds descr, fortran_order and shape, once each): ", h));
+}
+
 Shape parse_shape(const std::string& t, const std::string& path) {
-  // "(3, 4)", "(5,)", "()"
+  // "(3, 4)", "(5,)", "()": entries separated by one comma (a trailing one allowed), as a Python tuple
   Shape s;
   size_t i = 1;
   while (i < t.size() - 1) {
-    while (i < t.size() && (t[i] == ' ' || t[i] == ',')) ++i;
+    while (i < t.size() && t[i] == ' ') ++i;
+    if (!s.empty()) {
+      if (t[i] != ',') throw IOError(str("[read_npy] '", path, "': bad shape ", t, " in the header"));
+      ++i;
+      while (i < t.size() && t[i] == ' ') ++i;
+    }
     if (i >= t.size() - 1) break;
     size_t j = i;
     while (j < t.size() && t[j] >= '0' && t[j] <= '9') ++j;
@@ -147,6 +177,7 @@ Tensor read_npy(const std::string& path) {
                       file_size));
   std::string h(size_t(hlen), '\0');
   read_exact(f, h.data(), hlen, path, "header");
+  check_header_keys(h, path);
   const std::string descr = dict_value(h, "descr", path);
   const std::string fortran = dict_value(h, "fortran_order", path);
   const Shape shape = parse_shape(dict_value(h, "shape", path), path);
@@ -180,6 +211,13 @@ Tensor read_npy(const std::string& path) {
   Tensor t = Tensor::empty(shape, dtype);
   if (item == int64_t(dtype_size(dtype))) {
     read_exact(f, static_cast<char*>(t.raw_data()), need, path, "data");
+    if (dtype == kBool) {  // a byte other than 0 or 1 would read as true to one op and as 2 to another
+      const auto* b = static_cast<const unsigned char*>(t.raw_data());
+      for (int64_t i = 0; i < n; ++i)
+        if (b[i] > 1)
+          throw IOError(str("[read_npy] '", path, "': bool data holds byte ", int(b[i]), " at element ", i,
+                            "; expected 0 or 1"));
+    }
   } else {
     std::vector<char> raw(static_cast<size_t>(need));
     read_exact(f, raw.data(), need, path, "data");

@@ -98,7 +98,8 @@ TEST_CASE("view bad input") {
   CHECK_THROWS_MSG(narrow(a, 1, 2, 2), IndexError, "[narrow]", "start 2 with length 2", "size 3");
   CHECK_THROWS_MSG(expand(a, {3, 3}), ShapeError, "[expand]", "(2,3)", "(3,3)");
   CHECK_THROWS_MSG(squeeze(a, 0), ShapeError, "[squeeze]", "size 2");
-  CHECK_THROWS_MSG(unsqueeze(a, 4), IndexError, "[unsqueeze]", "axis 4");
+  CHECK_THROWS_MSG(unsqueeze(a, 4), IndexError, "[unsqueeze] axis 4 is out of range for float32 (2,3)",
+                   "the new axis is in [-3, 2]");
   CHECK_THROWS_MSG(flatten(a, 1, 0), IndexError, "[flatten]");
 }
 

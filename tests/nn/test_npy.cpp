@@ -147,6 +147,21 @@ TEST_CASE("Npy: malformed files give errors naming the file and the problem") {
   CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "too large");
   write_bytes(p, npy_v1("{'descr': '<f4', 'shape': (6,), }", f4));
   CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "no 'fortran_order' entry");
+  // What NumPy refuses too (these loaded as (2, 3) before): entries not separated by commas, keys NumPy
+  // does not write, a key twice.
+  write_bytes(p, npy_v1(dict("<f4", "False", "(2 3)"), f4));
+  CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "bad shape (2 3)");
+  write_bytes(p, npy_v1(dict("<f4", "False", "(2,, 3)"), f4));
+  CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "bad shape (2,, 3)");
+  write_bytes(p, npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (2,3,), 'extra': 1}", f4));
+  CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "key 'extra'");
+  write_bytes(p, npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'shape': (6,)}", f4));
+  CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "key 'shape'");
+  write_bytes(p, npy_v1(dict("<f4", "False", "(2,3,)"), f4));  // a trailing comma is a tuple still
+  CHECK(read_npy(p).shape() == Shape{2, 3});
+  // bool data is bytes 0 and 1 (a 2 read as true to one op, as 2 to another: sum, to(float32))
+  write_bytes(p, npy_v1(dict("|b1", "False", "(3,)"), std::string("\x01\x00\x02", 3)));
+  CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "bool data holds byte 2 at element 2; expected 0 or 1");
   // Saving: an unwritable folder names the file; nothing is left behind.
   CHECK_THROWS_MSG(save_npy(dir.file("no/such/dir/x.npy"), Tensor::zeros({2})), IOError, "[save_npy]",
                    "x.npy");
