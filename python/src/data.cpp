@@ -306,7 +306,16 @@ void bind_data(nb::module_& m, nb::module_& data) {
         return b.key_padding_mask;
       })
       .def_ro("size", &cd::Batch::size)
-      .def_ro("indices", &cd::Batch::indices);
+      .def_ro("indices", &cd::Batch::indices)
+      // `for x, y in loader`, as with PyTorch's (input, target) batches
+      .def("__iter__",
+           [](nb::handle self) {
+             nb::object target = self.attr("target");
+             return nb::iter(nb::make_tuple(self.attr("input"), target));
+           },
+           nb::sig("def __iter__(self) -> collections.abc.Iterator[cf._cf.Tensor | None]"),
+           "x, y = batch: (input, target), target None when the dataset has none; key_padding_mask, size and "
+           "indices stay attributes.");
   nb::class_<cd::DataLoader>(data, "DataLoader",
                              "Batches of a dataset: Philox-seeded shuffle per epoch, padding collate with key padding "
                              "masks, drop_last, resumable state, optional prefetch thread.")

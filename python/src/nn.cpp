@@ -326,16 +326,48 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   nb::class_<cnn::Identity, cnn::UnaryModule>(nn, "Identity").def(nb::init<>());
   nn.def("make_activation", &cnn::make_activation, nb::arg("name"),
          "\"relu\", \"gelu\", \"leaky_relu\" (or \"leaky_relu:0.2\"), \"tanh\", \"sigmoid\", \"identity\".");
+  // A layer of a Sequential: a one-tensor module (anything else is named, not a signature dump).
+  auto sequential_layer = [](nb::handle h, size_t i) {
+    if (!nb::isinstance<cnn::UnaryModule>(h))
+      throw nb::type_error(cf::str("[Sequential] layer ", i, " is a ", nb::type_name(h.type()).c_str(),
+                                   ", not a one-tensor layer (a cf.nn.UnaryModule: Linear, LayerNorm, Dropout, the "
+                                   "activations, FeedForward, Sequential, ...); call it from your own code instead")
+                               .c_str());
+    return nb::cast<std::shared_ptr<cnn::UnaryModule>>(h);
+  };
   nb::class_<cnn::Sequential, cnn::UnaryModule>(nn, "Sequential", "Applies its layers in order; named \"0\", \"1\", ...")
-      .def(nb::init<std::vector<std::shared_ptr<cnn::UnaryModule>>>(), nb::arg("layers"))
-      .def("append", [](cnn::Sequential& s, std::shared_ptr<cnn::UnaryModule> l) { s.push_back(std::move(l)); },
+      .def("__init__",
+           [sequential_layer](cnn::Sequential* self, nb::args args) {
+             // Sequential([a, b]) or PyTorch's Sequential(a, b)
+             nb::handle given = args;
+             if (args.size() == 1 && (PyList_Check(args[0].ptr()) || PyTuple_Check(args[0].ptr()))) given = args[0];
+             std::vector<std::shared_ptr<cnn::UnaryModule>> layers;
+             size_t i = 0;
+             for (nb::handle h : given) layers.push_back(sequential_layer(h, i++));
+             new (self) cnn::Sequential(std::move(layers));
+           },
+           nb::arg("layers"), nb::sig("def __init__(self, *layers: UnaryModule | collections.abc.Sequence[UnaryModule]) -> None"),
+           "Sequential([a, b, c]) or Sequential(a, b, c).")
+      .def("append",
+           [sequential_layer](cnn::Sequential& s, nb::handle l) { s.push_back(sequential_layer(l, s.size())); },
            nb::arg("layer"))
       .def("__len__", &cnn::Sequential::size)
       .def("__getitem__", [](cnn::Sequential& s, int64_t i) -> cnn::UnaryModule& {
         const int64_t n = int64_t(s.size());  // a negative index counts from the end, as in Python
         CF_CHECK(i >= -n && i < n, IndexError, "[Sequential] index ", i, " out of range for ", n, " layers");
         return s[size_t(i < 0 ? i + n : i)];
-      }, nb::rv_policy::reference_internal);
+      }, nb::rv_policy::reference_internal)
+      .def("__getitem__", [](cnn::Sequential& s, nb::slice sl) {
+        // a new Sequential of the same layer objects, as PyTorch's
+        auto [start, stop, step, count] = sl.compute(s.size());
+        std::map<std::string, std::shared_ptr<cnn::UnaryModule>> children;  // the layers are children "0", "1", ...
+        for (auto& [name, child] : s.named_submodules())
+          if (name.find('.') == std::string::npos) children[name] = std::dynamic_pointer_cast<cnn::UnaryModule>(child);
+        std::vector<std::shared_ptr<cnn::UnaryModule>> layers;
+        for (size_t k = 0; k < count; ++k)
+          layers.push_back(children.at(std::to_string(int64_t(start) + int64_t(k) * int64_t(step))));
+        return std::make_shared<cnn::Sequential>(std::move(layers));
+      }, nb::arg("index"));
   nb::class_<cnn::FeedForward, cnn::UnaryModule>(nn, "FeedForward",
                                                  "Linear(d, d_ff) -> activation -> dropout -> Linear(d_ff, d).")
       .def(nb::init<int64_t, int64_t, const std::string&, double, cf::Generator&>(), nb::arg("d_model"),

@@ -122,3 +122,11 @@ def test_read_idx_labels():
     labels = cf.data.read_idx(os.path.join(cf.data.FASHION_MNIST_DIR, "t10k-labels-idx1-ubyte.gz"), cf.int64)
     assert labels.shape == (10000,) and 0 <= cf.amin(labels).item() and cf.amax(labels).item() == 9
     assert cf.data.fashion_mnist_class_name(0) == "T-shirt/top"
+
+
+def test_batches_unpack_as_input_and_target():
+    x, y = cf.randn([6, 2]), cf.arange(6)
+    seen = []
+    for xb, yb in cf.data.DataLoader(cf.data.TensorDataset(x, y), batch_size=4):
+        seen.append((xb.shape, yb.tolist()))
+    assert seen == [((4, 2), [0, 1, 2, 3]), ((2, 2), [4, 5])]

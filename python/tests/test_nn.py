@@ -490,3 +490,19 @@ def test_pytorch_training_idioms():
     with pytest.raises(cf.ValueError, match=r"\[clamp\] give low, high or both"):
         t.clamp()
     assert t.argmax().item() == 2 and t.argmin(keepdim=True).shape == (1, 1)
+
+
+def test_sequential_takes_layers_as_arguments_or_a_list_and_names_what_it_refuses():
+    nn = cf.nn
+    a, b, c = nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)
+    x = cf.randn(4, 2)
+    s = nn.Sequential(a, b, c)
+    assert s(x).tolist() == nn.Sequential([a, b, c])(x).tolist() == c(b(a(x))).tolist()
+    assert len(nn.Sequential()) == 0
+    head = s[0:2]  # a Sequential of the same layer objects, as PyTorch's
+    assert len(head) == 2 and head[0] is a and head(x).tolist() == b(a(x)).tolist()
+    assert s[::2](x).tolist() == c(a(x)).tolist()
+    with pytest.raises(TypeError, match=r"^\[Sequential\] layer 0 is a cf._cf.nn.Embedding, not a one-tensor layer"):
+        nn.Sequential([nn.Embedding(6, 4), nn.Linear(4, 6)])
+    with pytest.raises(TypeError, match=r"^\[Sequential\] layer 3 is a cf._cf.nn.MultiHeadAttention"):
+        s.append(nn.MultiHeadAttention("full", d_model=4, n_heads=1))
