@@ -902,6 +902,41 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
             doc.c_str());
   }
 
+  // In place, as the in-place operators (t.sub_(u) is t -= u, returning t), and the operands PyTorch's
+  // add_ and mul_ take beyond cf's own (a number for add_, a tensor for mul_).
+  const std::pair<const char*, const char*> inplace_operators[] = {
+      {"sub_", "__isub__"}, {"div_", "__itruediv__"}, {"pow_", "__ipow__"}};
+  for (const auto& [name, dunder] : inplace_operators)
+    cls.def(name,
+            [name = name, dunder = dunder](nb::handle self, nb::handle other) -> nb::object {
+              nb::object r = self.attr(dunder)(other);
+              if (r.is(nb::handle(Py_NotImplemented)))
+                throw nb::type_error((std::string("[") + name + "] other must be a cf.Tensor or a number, got " +
+                                      nb::type_name(other.type()).c_str()).c_str());
+              return r;
+            },
+            nb::arg("other"), nb::sig((std::string("def ") + name + "(self, other: object) -> cf._cf.Tensor").c_str()),
+            (std::string("t.") + name + "(other) is the in-place operator " + dunder + " (returns t).").c_str());
+  cls.def("add_",
+          [](nb::handle self, nb::handle other, double alpha) -> nb::object {
+            if (!PyLong_Check(other.ptr()) && !PyFloat_Check(other.ptr())) throw nb::next_overload();
+            if (alpha == 1.0) return self.attr("__iadd__")(other);
+            return self.attr("__iadd__")(nb::float_(alpha * nb::cast<double>(nb::float_(other))));
+          },
+          nb::arg("other"), nb::arg("alpha") = 1.0, "t += alpha * other for a number other, in place; returns t.");
+  cls.def("mul_", [](nb::handle self, const Tensor& other) -> nb::object { return self.attr("__imul__")(other); },
+          nb::arg("other"), "t *= other (a tensor, broadcast to t), in place; returns t.");
+  cls.def("clamp_",
+          [](Tensor& t, std::optional<double> lo, std::optional<double> hi) -> Tensor& {
+            CF_CHECK(lo || hi, ValueError, "[clamp_] give low, high or both (", t.describe(), ")");
+            constexpr double kInf = std::numeric_limits<double>::infinity();
+            Tensor clamped = cf::clamp(t, lo ? *lo : -kInf, hi ? *hi : kInf);
+            return cf::copy_(t, clamped);
+          },
+          nb::arg("low") = nb::none(), nb::arg("high") = nb::none(), nb::rv_policy::reference, release_gil(),
+          "t limited to [low, high] in place (None leaves that side open); returns t.");
+  accept_torch_keywords(cls, "clamp_", {{"min", "low", "float | None"}, {"max", "high", "float | None"}}, kTensor);
+
   // Shapes as separate ints. The GIL is released around the kernel, as in cf's own overloads.
   auto shape_method = [&](const char* name, Tensor (*f)(const Tensor&, const cf::Shape&), const char* doc) {
     cls.def(name,

@@ -520,3 +520,18 @@ def test_tensor_objects_are_freed_with_their_registry_entries():
     assert cf._cf._tensor_objects_known() <= known  # entries leave with their objects
     w1 = m.weight
     assert m.weight is w1
+
+
+def test_pytorch_in_place_methods():
+    t = cf.tensor([1.0, -2.0, 3.0])
+    assert t.sub_(1) is t and t.tolist() == [0.0, -3.0, 2.0]
+    assert t.div_(2).tolist() == [0.0, -1.5, 1.0]
+    assert t.pow_(2).tolist() == [0.0, 2.25, 1.0]
+    assert t.add_(1, alpha=2).tolist() == [2.0, 4.25, 3.0]  # a number, as PyTorch's add_
+    assert t.mul_(cf.tensor([1.0, 0.0, 2.0])).tolist() == [2.0, 0.0, 6.0]  # a tensor, as PyTorch's mul_
+    assert t.clamp_(max=2.0) is t and t.tolist() == [2.0, 0.0, 2.0]
+    assert cf.tensor([2 ** 53]).add_(2 ** 53 + 1).tolist() == [2 ** 54 + 1]  # exact, as +=
+    with pytest.raises(cf.AutogradError, match=r"\[copy_\] in-place change of a tensor that requires grad"):
+        cf.ones([2], requires_grad=True).clamp_(0.0, 0.5)
+    with pytest.raises(cf.ValueError, match=r"\[clamp_\] give low, high or both"):
+        t.clamp_()
