@@ -976,31 +976,28 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
   plain("empty", [](const cf::Shape& s, cf::DType d, cf::Device dv) { return Tensor::empty(s, d, dv); });
   plain("zeros", [](const cf::Shape& s, cf::DType d, cf::Device dv) { return Tensor::zeros(s, d, dv); });
   plain("ones", [](const cf::Shape& s, cf::DType d, cf::Device dv) { return Tensor::ones(s, d, dv); });
-  m.def(cf::opname::rand,
-        [](nb::args size, cf::DType d, cf::Generator* gen, double lo, double hi, cf::Device dv, bool g) {
-          cf::Shape s = shape_from_varargs(size);
-          Tensor t;
-          {
-            nb::gil_scoped_release r;
-            t = cf::rand(s, d, gen_or_default(gen), lo, hi, dv);
-          }
-          return with_grad(t, g);
-        },
-        nb::arg("size"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(),
-        nb::arg("low") = 0.0, nb::arg("high") = 1.0, dev, rg, "PyTorch's spelling: cf.rand(2, 3) for cf.rand([2, 3]).");
-  m.def(cf::opname::randn,
-        [](nb::args size, cf::DType d, cf::Generator* gen, double mean, double std, cf::Device dv, bool g) {
-          cf::Shape s = shape_from_varargs(size);
-          Tensor t;
-          {
-            nb::gil_scoped_release r;
-            t = cf::randn(s, d, gen_or_default(gen), mean, std, dv);
-          }
-          return with_grad(t, g);
-        },
-        nb::arg("size"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(),
-        nb::arg("mean") = 0.0, nb::arg("std") = 1.0, dev, rg,
-        "PyTorch's spelling: cf.randn(2, 3) for cf.randn([2, 3]).");
+  // rand(low, high) and randn(mean, std): the same form
+  using Draw = Tensor (*)(const cf::Shape&, cf::DType, cf::Generator&, double, double, cf::Device);
+  auto random = [&](const char* name, Draw draw, const char* a, double a0, const char* b, double b0, const char* doc) {
+    m.def(name,
+          [draw](nb::args size, cf::DType d, cf::Generator* gen, double x, double y, cf::Device dv, bool g) {
+            cf::Shape s = shape_from_varargs(size);
+            Tensor t;
+            {
+              nb::gil_scoped_release r;
+              t = draw(s, d, gen_or_default(gen), x, y, dv);
+            }
+            return with_grad(t, g);
+          },
+          nb::arg("size"), nb::arg("dtype") = cf::kFloat32, nb::arg("generator").none() = nb::none(), nb::arg(a) = a0,
+          nb::arg(b) = b0, dev, rg, doc);
+  };
+  random(cf::opname::rand, [](const cf::Shape& s, cf::DType d, cf::Generator& g, double lo, double hi, cf::Device dv) {
+    return cf::rand(s, d, g, lo, hi, dv);
+  }, "low", 0.0, "high", 1.0, "PyTorch's spelling: cf.rand(2, 3) for cf.rand([2, 3]).");
+  random(cf::opname::randn, [](const cf::Shape& s, cf::DType d, cf::Generator& g, double mean, double std, cf::Device dv) {
+    return cf::randn(s, d, g, mean, std, dv);
+  }, "mean", 0.0, "std", 1.0, "PyTorch's spelling: cf.randn(2, 3) for cf.randn([2, 3]).");
 }
 
 }  // namespace
