@@ -91,6 +91,10 @@ int remove_stale_temps(const std::string& path) {
 }
 
 AtomicWriter::AtomicWriter(std::string path, const char* op) : path_(std::move(path)), op_(op) {
+  if (path_.empty()) {  // (the rename of the temporary failed with ENOENT, naming '' as the file)
+    committed_ = true;  // nothing was created
+    throw IOError(str("[", op_, "] the file name is empty"));
+  }
   // The temporary is renamed over the target, which would replace a device, a FIFO or a socket by a
   // plain file (--out /dev/null would have become one): those are refused; a symlink is followed.
   target_ = resolve_links(path_);

@@ -88,6 +88,11 @@ J parse_unique(const std::string& text, bool ignore_comments) {
 
 }  // namespace
 
+std::string json_line(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+std::string json_line(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 nlohmann::json parse_json(const std::string& text, bool ignore_comments) {
   return parse_unique<nlohmann::json>(text, ignore_comments);
 }

@@ -23,6 +23,13 @@ class DuplicateJsonKey : public std::runtime_error {
 };
 
 nlohmann::json parse_json(const std::string& text, bool ignore_comments = false);
+
+// One line of JSON text (no newline) for cf's JSON-lines outputs (the apps' events, MetricsWriter). Text
+// that is not UTF-8 (a label or file name from the user's data, a metric's name) is written with U+FFFD in
+// place of the bad bytes, as the tokenizers repair text: nlohmann's dump() throws on it, which ended a
+// run at its first report with a message naming nothing.
+std::string json_line(const nlohmann::json& j);
+std::string json_line(const nlohmann::ordered_json& j);
 nlohmann::ordered_json parse_ordered_json(const std::string& text, bool ignore_comments = false);
 
 }  // namespace io

@@ -18,6 +18,7 @@
 #endif
 
 #include "cf.h"
+#include "core/json.h"
 #include "common/cli.h"
 #include "kernels/common/cpu_isa.h"
 #include "kernels/matmul/matmul.h"
@@ -27,7 +28,7 @@ namespace cf::apps {
 // One metrics line (flushed, so a pipe sees progress as it happens).
 // --distributed: only rank 0 speaks (every rank computes the same lines).
 inline void emit(const nlohmann::ordered_json& j) {
-  if (cf::dist::rank() == 0) std::cout << j.dump() << std::endl;
+  if (cf::dist::rank() == 0) std::cout << cf::io::json_line(j) << std::endl;  // (bad UTF-8 from data repaired)
 }
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cf.h"
+#include "core/json.h"
 #include "common/distributed.h"
 #include "common/cli.h"
 #include "common/options.h"
@@ -229,7 +230,7 @@ Demo make_demo(const Config& c) {
 
 // --distributed: every rank computes the same lines; rank 0 prints them.
 void say(const json& j) {
-  if (cf::dist::rank() == 0) std::cout << j.dump() << std::endl;
+  if (cf::dist::rank() == 0) std::cout << cf::io::json_line(j) << std::endl;
 }
 
 // The clustering settings from the options.

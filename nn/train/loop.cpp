@@ -128,10 +128,14 @@ TrainLoopResult train_loop(Optimizer& optimizer, const TrainStepFn& train_step_l
     if (hooks.early_stopping && hooks.early_stopping->should_stop()) res.stopped_early = true;
   };
 
+  // A resume from a checkpoint taken at the step that stopped the run (on_step_end runs before the loop
+  // ends) holds a stopped EarlyStopping: the uninterrupted run took no further step, nor does this one.
+  if (hooks.early_stopping && hooks.early_stopping->should_stop()) res.stopped_early = true;
+
   optimizer.zero_grad();
   double window_sum = 0;
   int64_t window_n = 0;
-  for (int64_t step = o.start_step + 1; step <= o.max_steps; ++step) {
+  for (int64_t step = o.start_step + 1; step <= o.max_steps && !res.stopped_early; ++step) {
     if (hooks.model) hooks.model->train();
     TrainStepInfo info;
     info.step = step;

@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace cf {
 namespace nn {
@@ -46,7 +47,7 @@ MetricsWriter::MetricsWriter(std::ostream& out) : out_(&out) {}
 void MetricsWriter::write(const nlohmann::ordered_json& record) {
   CF_CHECK(record.is_object(), ValueError, "[MetricsWriter.write] a record must be a JSON object, got ",
            record.type_name());
-  std::string line = json_finite_or_null(record).dump();
+  std::string line = io::json_line(json_finite_or_null(record));  // (a name that is not UTF-8: U+FFFD)
   *out_ << line << '\n';
   out_->flush();
   if (!*out_) {

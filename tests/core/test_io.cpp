@@ -100,6 +100,7 @@ TEST_CASE("defect 14: a failed write says why, leaves no temporary and keeps the
   // A folder that does not exist: the reason is named too.
   CHECK_THROWS_MSG(io::write_file_atomic(tmp.file("no/x"), "x", "t"), IOError, "[t]",
                    "cannot create temporary file", "No such file or directory");
+  CHECK_THROWS_MSG(io::write_file_atomic("", "x", "t"), IOError, "[t] the file name is empty");
 }
 
 TEST_CASE("atomic writes follow a symlink and refuse a FIFO, a device or a directory instead of replacing it") {

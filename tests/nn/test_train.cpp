@@ -374,6 +374,14 @@ TEST_CASE("train: EarlyStopping state round-trips and resumes identically") {
   CHECK(resumed.state() == full.state());  // unchanged by the failed loads
 }
 
+TEST_CASE("train: MetricsWriter writes a name that is not UTF-8 with U+FFFD, whole lines") {
+  // (nlohmann's dump threw a type_error naming nothing, after the run's training was done)
+  std::ostringstream out;
+  nn::MetricsWriter w(out);
+  w.log(1, "tr\xff", {{"lo\xc3", 1.5}});
+  CHECK(out.str() == "{\"step\":1,\"split\":\"tr\xef\xbf\xbd\",\"lo\xef\xbf\xbd\":1.5}\n");
+}
+
 TEST_CASE("train: EarlyStopping rejects bad options") {
   CHECK_THROWS_MSG(nn::EarlyStopping({"mid", 1, 0.0}), ValueError, "[EarlyStopping] mode must be",
                    "\"mid\"");
@@ -516,6 +524,19 @@ TEST_CASE("train: train_loop stops early and a resumed run continues identically
     CHECK(r.best_metric == 3.0);
     CHECK(r.best_step == 3);
     CHECK(es.best_step() == 3);
+    // A resume from the checkpoint of that last step (its EarlyStopping already stopped) takes no further
+    // step, as the uninterrupted run took none (it took up to the next evaluation before).
+    nn::EarlyStopping resumed({"min", 2, 0.0});
+    resumed.load_state_dict(es.state_dict());
+    h.early_stopping = &resumed;
+    o.start_step = 5;
+    const std::vector<double> w_before = values(model->parameters()[0]);
+    nn::TrainLoopResult again =
+        nn::train_loop(opt, [&](int64_t, int64_t) { return nn::mse_loss(model->forward(d.x), d.y); }, o, h);
+    CHECK(again.stopped_early);
+    CHECK(again.steps_run == 0);
+    CHECK(again.last_step == 5);
+    CHECK(values(model->parameters()[0]) == w_before);
   }
 
   // Resume: 4 steps, state saved, fresh objects restored, 4 more == 8 in one go
