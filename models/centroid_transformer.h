@@ -60,6 +60,10 @@ class CentroidTransformerEncoder : public nn::Module {
 // attention must be "full"); the encoder's block `centroid_layer` (1-based; the paper
 // replaces "the second self-attention module") is a centroid block with M = N / 3
 // ("M is set to N/3") and mean-pooling initialisation (the paper's best, Table 1).
+// M and the pooling windows follow the padded length N, not each row's own length: a row's
+// outputs depend on how much padding its batch gives it (measured by a bug hunt: up to 0.13 on
+// the logits of an 8-token row padded by 1-11 tokens). Batch rows of equal length (or one row at
+// a time) where results must not depend on the batch.
 struct CentroidSummarizerConfig {
   TransformerConfig base;
   std::vector<int64_t> centroid_layers{2};
