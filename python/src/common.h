@@ -29,8 +29,13 @@ namespace cfpy {
 // The live object of t, as a new reference, or null.
 PyObject* known_wrapper(const cf::Tensor& t) noexcept;
 // Remember h as t's object when t is a leaf that requires grad or whose TensorImpl is `shared` (held by
-// others: a module's frozen parameter, a buffer, a gradient).
-void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared) noexcept;
+// others: a module's frozen parameter, a buffer, a gradient). take_over: h replaces an object already
+// remembered for t (the one the user marked with requires_grad_, over an alias returned earlier).
+void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared, bool take_over) noexcept;
+// The live object wrapping exactly this C++ tensor (nanobind's instance registry), as a new reference, or null.
+// Only for a tensor that is some cf.Tensor object's own value (self in a method): nanobind's policy none
+// makes a new object for an address another type's object holds (a struct whose first field is a tensor).
+PyObject* nb_inst_find(const cf::Tensor* t) noexcept;
 }  // namespace cfpy
 
 // cf::Shape <-> Python: any sequence of ints (or one int) in; a tuple out.
@@ -117,19 +122,30 @@ template <>
 struct type_caster<cf::Tensor> : type_caster_base<cf::Tensor> {
   template <typename T>
   static handle from_cpp(T&& value, rv_policy policy, cleanup_list* cleanup) noexcept {
+    using Base = type_caster_base<cf::Tensor>;
     const cf::Tensor* t;
     if constexpr (is_pointer_v<T>)
       t = value;
     else
       t = &value;
-    if (!t || !t->defined()) return type_caster_base<cf::Tensor>::from_cpp(std::forward<T>(value), policy, cleanup);
-    if (PyObject* known = cfpy::known_wrapper(*t)) return known;
-    // Held elsewhere too (a module's parameter or buffer, a gradient, an input returned as is): worth one
-    // object. A fresh result (the only handle) is not, unless it requires grad.
+    if (!t || !t->defined()) return Base::from_cpp(std::forward<T>(value), policy, cleanup);
+    // A plain reference (an in-place op or an initialiser returning its tensor): nanobind's own answer, the
+    // object holding that very tensor, with no registry (asking the registry first answered an in-place op
+    // with another object of the same TensorImpl).
+    if (policy == rv_policy::reference) return Base::from_cpp(std::forward<T>(value), policy, cleanup);
+    // A fresh result (the only handle) or a lone field of another object that does not require grad: no
+    // object can be known for it (a known object would hold a handle too), and none is remembered. The
+    // common case, kept cheap.
     const bool shared = t->impl_shared().use_count() > 1;
+    if (!shared && !t->requires_grad()) return Base::from_cpp(std::forward<T>(value), policy, cleanup);
+    if (PyObject* known = cfpy::known_wrapper(*t)) return known;
+    // Held elsewhere too (a module's parameter or buffer, a gradient, an input returned as is) or requiring
+    // grad: worth one object. It holds its own handle, a copy (a reference into a module's slot would show
+    // whatever tensor the slot is given later, under the registry's entry for this one).
     const cf::Tensor same = *t;  // (a returned value is moved into its new object below)
-    handle h = type_caster_base<cf::Tensor>::from_cpp(std::forward<T>(value), policy, cleanup);
-    if (h.is_valid()) cfpy::remember_wrapper(same, h, shared);
+    const rv_policy own = policy == rv_policy::reference_internal ? rv_policy::copy : policy;
+    handle h = Base::from_cpp(std::forward<T>(value), own, cleanup);
+    if (h.is_valid()) cfpy::remember_wrapper(same, h, shared, /*take_over=*/false);
     return h;
   }
 };
@@ -158,8 +174,8 @@ inline cf::Generator& gen_or_default(cf::Generator* g) { return g ? *g : cf::def
 cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string& positional_prefix = "");
 nb::dict state_dict_to_python(const cf::nn::StateDict& d);
 // A generator, filter(...), dict view or other iterable (not a list, tuple, dict, str, tensor or module) as a list,
-// else an invalid object.
-nb::object iterable_as_list(nb::handle h);
+// else an invalid object; a set is refused (its order changes between runs), the iterable's own error passes.
+nb::object iterable_as_list(nb::handle h, const char* op);
 
 // A tensor sharing the memory of an object with __dlpack__ (or a DLPack capsule) - dlpack.cpp.
 cf::Tensor from_dlpack_object(nb::handle obj, bool uint8_as_bool);

@@ -91,7 +91,7 @@ cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string&
     out.emplace_back(positional_prefix + "0", nb::cast<Tensor>(h));
     return out;
   }
-  if (nb::object items = iterable_as_list(h); items.is_valid()) return to_state_dict(items, op, positional_prefix);
+  if (nb::object items = iterable_as_list(h, op); items.is_valid()) return to_state_dict(items, op, positional_prefix);
   if (PyDict_Check(h.ptr())) {
     for (auto [k, v] : nb::borrow<nb::dict>(h)) {
       if (!nb::isinstance<nb::str>(k))
@@ -124,18 +124,25 @@ cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string&
                                nb::type_name(h.type()).c_str()));
 }
 
-nb::object iterable_as_list(nb::handle h) {
+nb::object iterable_as_list(nb::handle h, const char* op) {
   PyObject* o = h.ptr();
   if (PyList_Check(o) || PyTuple_Check(o) || PyDict_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o) ||
       nb::isinstance<Tensor>(h) || nb::isinstance<cnn::Module>(h))
     return nb::object();
+  // Parameters are named by their position (an optimizer's state, a checkpoint's keys), and a set's order
+  // changes from run to run, as PyTorch says refusing them.
+  if (PyAnySet_Check(o))
+    throw nb::type_error(cf::str("[", op, "] got a set of tensors, whose order changes between runs (they are "
+                                 "named by position): pass a list").c_str());
   PyObject* it = PyObject_GetIter(o);
   if (!it) {
     PyErr_Clear();
     return nb::object();
   }
+  PyObject* list = PySequence_List(it);  // (a generator is consumed here, once)
   Py_DECREF(it);
-  return nb::steal(PySequence_List(o));  // (a generator is consumed here, once)
+  if (!list) throw nb::python_error();  // the iterable's own error
+  return nb::steal(list);
 }
 
 nb::dict state_dict_to_python(const cnn::StateDict& d) {
@@ -337,20 +344,28 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   };
   nb::class_<cnn::Sequential, cnn::UnaryModule>(nn, "Sequential", "Applies its layers in order; named \"0\", \"1\", ...")
       .def("__init__",
-           [sequential_layer](cnn::Sequential* self, nb::args args) {
-             // Sequential([a, b]) or PyTorch's Sequential(a, b)
-             nb::handle given = args;
-             if (args.size() == 1 && (PyList_Check(args[0].ptr()) || PyTuple_Check(args[0].ptr()))) given = args[0];
-             std::vector<std::shared_ptr<cnn::UnaryModule>> layers;
+           [sequential_layer](cnn::Sequential* self, nb::args args, std::optional<nb::object> layers) {
+             // Sequential([a, b]), Sequential(layers=[a, b]) or PyTorch's Sequential(a, b)
+             if (layers && args.size() > 0)
+               throw nb::type_error("[Sequential] give the layers as arguments or as layers=[...], not both");
+             nb::handle given = layers ? nb::handle(*layers) : nb::handle(args);
+             if (!layers && args.size() == 1 && (PyList_Check(args[0].ptr()) || PyTuple_Check(args[0].ptr())))
+               given = args[0];
+             if (layers && !PyList_Check(given.ptr()) && !PyTuple_Check(given.ptr()))
+               throw nb::type_error(cf::str("[Sequential] layers must be a list of layers, got a ",
+                                            nb::type_name(given.type()).c_str()).c_str());
+             std::vector<std::shared_ptr<cnn::UnaryModule>> list;
              size_t i = 0;
-             for (nb::handle h : given) layers.push_back(sequential_layer(h, i++));
-             new (self) cnn::Sequential(std::move(layers));
+             for (nb::handle h : given) list.push_back(sequential_layer(h, i++));
+             new (self) cnn::Sequential(std::move(list));
            },
-           nb::arg("layers"), nb::sig("def __init__(self, *layers: UnaryModule | collections.abc.Sequence[UnaryModule]) -> None"),
-           "Sequential([a, b, c]) or Sequential(a, b, c).")
+           nb::arg("args"), nb::arg("layers") = nb::none(),
+           nb::sig("def __init__(self, *args: UnaryModule | collections.abc.Sequence[UnaryModule], "
+                   "layers: collections.abc.Sequence[UnaryModule] | None = None) -> None"),
+           "Sequential([a, b, c]), Sequential(layers=[a, b, c]) or Sequential(a, b, c).")
       .def("append",
            [sequential_layer](cnn::Sequential& s, nb::handle l) { s.push_back(sequential_layer(l, s.size())); },
-           nb::arg("layer"))
+           nb::arg("layer"), nb::sig("def append(self, layer: UnaryModule) -> None"))
       .def("__len__", &cnn::Sequential::size)
       .def("__getitem__", [](cnn::Sequential& s, int64_t i) -> cnn::UnaryModule& {
         const int64_t n = int64_t(s.size());  // a negative index counts from the end, as in Python
@@ -698,7 +713,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // "<group>.<position>".
   auto groups = [](nb::handle given, double lr, const char* op) {
     std::vector<cnn::ParamGroup> out;
-    nb::object listed = iterable_as_list(given);  // a generator or filter(...) of tensors or of group dicts
+    nb::object listed = iterable_as_list(given, op);  // a generator or filter(...) of tensors or of group dicts
     nb::handle params = listed.is_valid() ? nb::handle(listed) : given;
     const bool list = PyList_Check(params.ptr()) || PyTuple_Check(params.ptr());
     bool any_dict = false;

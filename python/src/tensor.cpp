@@ -588,11 +588,25 @@ std::unordered_map<const void*, PyObject*>& wrapper_registry() {
 }
 }  // namespace
 
+PyObject* nb_inst_find(const cf::Tensor* t) noexcept {
+  // nanobind's own caster with policy none: the existing object (a new reference) or null, never a new one
+  // (nb::find would come back through the Tensor caster above)
+  return nb::detail::type_caster_base<cf::Tensor>::from_cpp(t, nb::rv_policy::none, nullptr).ptr();
+}
+
 PyObject* known_wrapper(const cf::Tensor& t) noexcept {
   auto& registry = wrapper_registry();
   if (registry.empty()) return nullptr;
   auto it = registry.find(t.impl_ptr());
   if (it == registry.end()) return nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* obj = nullptr;  // a new reference, or null once the object is gone
+  if (PyWeakref_GetRef(it->second, &obj) != 1) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return obj;
+#else
   PyObject* obj = PyWeakref_GetObject(it->second);  // borrowed; None once the object is gone
   if (obj == nullptr || obj == Py_None) {
     PyErr_Clear();
@@ -600,13 +614,19 @@ PyObject* known_wrapper(const cf::Tensor& t) noexcept {
   }
   Py_INCREF(obj);
   return obj;
+#endif
 }
 
-void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared) noexcept {
+void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared, bool take_over) noexcept {
   if (!t.defined() || !t.is_leaf() || !(shared || t.requires_grad())) return;
   const void* key = t.impl_ptr();
   auto& registry = wrapper_registry();
-  if (registry.count(key)) return;
+  if (auto it = registry.find(key); it != registry.end()) {
+    if (!take_over) return;
+    PyObject* old = it->second;
+    registry.erase(it);  // (its callback then finds another entry, or none, and leaves it)
+    Py_DECREF(old);
+  }
   // The weak reference's callback forgets the entry when the object dies (while the object lives, it holds
   // the TensorImpl, so the key cannot be reused by another tensor meanwhile).
   static PyMethodDef forget_def = {
@@ -657,13 +677,12 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       "factories (cf.zeros, cf.randn, ...) or cf.from_dlpack.",
       nb::is_weak_referenceable());
   cls.def("__init__",
-          [](nb::handle self, nb::handle data, std::optional<cf::DType> dtype, cf::Device device, bool requires_grad) {
-            cf::Tensor* t = nb::inst_ptr<cf::Tensor>(self);
+          [](cf::Tensor* t, nb::handle data, std::optional<cf::DType> dtype, cf::Device device, bool requires_grad) {
             new (t) cf::Tensor(tensor_from_python(data, dtype, device));
-            nb::inst_mark_ready(self);
             if (requires_grad) {
               t->set_requires_grad(true);
-              remember_wrapper(*t, self, false);
+              nb::object self = nb::steal(nb_inst_find(t));
+              if (self.is_valid()) remember_wrapper(*t, self, false, true);
             }
           },
           nb::arg("data"), nb::arg("dtype") = nb::none(), nb::arg("device") = cf::Device::cpu(),
@@ -693,21 +712,20 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
            "Counts a write made outside cf (NumPy's out= through a view: cf.Tensor.__array_function__).")
       // ---- autograd ----
       .def_prop_rw("requires_grad", &cf::Tensor::requires_grad,
-                   [](nb::handle self, bool on) {
-                     cf::Tensor& t = nb::cast<cf::Tensor&>(self);
+                   [](cf::Tensor& t, bool on) {
                      t.set_requires_grad(on);
-                     remember_wrapper(t, self, true);
+                     nb::object self = nb::steal(nb_inst_find(&t));
+                     remember_wrapper(t, self, true, true);
                    },
                    "Whether ops on this tensor record history. Only float tensors can require grad.")
       .def("requires_grad_",
-           [](nb::handle self, bool on) {
-             cf::Tensor& t = nb::cast<cf::Tensor&>(self);
+           [](cf::Tensor& t, bool on) -> cf::Tensor& {
              t.set_requires_grad(on);
-             remember_wrapper(t, self, true);
-             return nb::borrow(self);
+             nb::object self = nb::steal(nb_inst_find(&t));
+             remember_wrapper(t, self, true, true);
+             return t;
            },
-           nb::arg("requires_grad") = true, nb::sig("def requires_grad_(self, requires_grad: bool = True) -> Tensor"),
-           "Set requires_grad in place; returns self.")
+           nb::arg("requires_grad") = true, nb::rv_policy::reference, "Set requires_grad in place; returns self.")
       .def_prop_rw("grad",
                    [](const cf::Tensor& t) -> std::optional<cf::Tensor> {
                      cf::Tensor g = t.grad();
@@ -791,7 +809,12 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
              return nb::module_::import_("builtins").attr("format")(scalar_to_python(t), spec);
            },
            nb::arg("format_spec"))
-      .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })
+      // identity, as object's: the address rotated by 4 bits (its low bits are always 0)
+      .def("__hash__", [](nb::handle self) {
+        const uintptr_t p = reinterpret_cast<uintptr_t>(self.ptr());
+        const intptr_t h = intptr_t((p >> 4) | (p << (8 * sizeof(p) - 4)));
+        return h == -1 ? intptr_t(-2) : h;
+      })
       // np.asarray(t), t.numpy(): NumPy views the memory through an _ArrayView (see there)
       // NumPy >= 2 passes copy= and then trusts it: copy=True must copy (np.array(t)), copy=False must
       // not (a dtype change is then a ValueError, NumPy's rule), None copies only to change the dtype.

@@ -506,3 +506,21 @@ def test_sequential_takes_layers_as_arguments_or_a_list_and_names_what_it_refuse
         nn.Sequential([nn.Embedding(6, 4), nn.Linear(4, 6)])
     with pytest.raises(TypeError, match=r"^\[Sequential\] layer 3 is a cf._cf.nn.MultiHeadAttention"):
         s.append(nn.MultiHeadAttention("full", d_model=4, n_heads=1))
+
+
+def test_parameter_iterables_refuse_sets_and_keep_their_own_errors():
+    nn = cf.nn
+    m = nn.Linear(2, 2)
+    with pytest.raises(TypeError, match=r"^\[SGD\] got a set of tensors, whose order changes between runs"):
+        nn.SGD(set(m.parameters()), lr=0.1)
+
+    def broken():
+        yield m.weight
+        raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        nn.Adam(broken())
+    with pytest.raises(RuntimeError, match="boom"):
+        nn.clip_grad_norm(broken(), 1.0)
+    assert len(nn.Sequential(layers=[nn.ReLU(), nn.Tanh()])) == 2
+    with pytest.raises(TypeError, match=r"\[Sequential\] give the layers as arguments or as layers="):
+        nn.Sequential(nn.ReLU(), layers=[nn.Tanh()])

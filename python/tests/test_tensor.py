@@ -535,3 +535,26 @@ def test_pytorch_in_place_methods():
         cf.ones([2], requires_grad=True).clamp_(0.0, 0.5)
     with pytest.raises(cf.ValueError, match=r"\[clamp_\] give low, high or both"):
         t.clamp_()
+
+
+def test_identity_after_an_alias_and_bad_init():
+    # (from a review) an op returning its input as is made a second object, after which in-place ops returned it
+    x = cf.zeros(3)
+    alias = x.contiguous()
+    assert alias is not None and x.add_(cf.ones(3)) is x and x.mul_(2.0) is x and cf.nn.init.normal_(x) is x
+    y = x
+    x += 1
+    assert x is y
+    # requires_grad_ makes its object the one, over an alias returned before
+    lin = cf.nn.Linear(3, 2)
+    w = cf.randn(2, 3)
+    w_alias = w.contiguous()
+    w.requires_grad_()
+    lin.weight = w
+    assert lin.weight is w and w in set(lin.parameters()) and w_alias is not w
+    # __init__ checks its object again (it wrote into any object, and re-initialised a parameter's)
+    with pytest.raises(TypeError):
+        cf.Tensor.__init__(12345678, [1.0])
+    with pytest.raises(TypeError):
+        cf.Tensor.requires_grad_(5)
+    assert hash(lin.weight) == hash(lin.weight)
