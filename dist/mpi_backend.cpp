@@ -90,7 +90,12 @@ class Done : public Request {
 class MpiBackend : public Backend {
  public:
   MpiBackend() {
-    int inited = 0;
+    int inited = 0, finalized = 0;
+    MPI_Finalized(&finalized);
+    // MPI cannot start twice in a process: any MPI call after MPI_Finalize aborts the job with MPI's own text
+    if (finalized)
+      throw DistError("[dist::init] MPI was finalised in this process (cf::dist::finalize()): MPI cannot be started "
+                      "again; initialise once per process");
     MPI_Initialized(&inited);
     if (!inited) {
       int provided = 0;

@@ -202,9 +202,11 @@ void wait_for(Request& r, const char* op, const Tensor* what) {
 }
 
 // ---- the descriptor check ----
+// Each rank's call as numbers: kind, dtype, device, op or root, rank, numel, whether the call failed its
+// own checks on that rank, a hash of the whole shape, then the first kMaxDims sizes.
 enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter };
 constexpr int kMaxDims = 8;
-constexpr int kDescLen = 7 + kMaxDims;
+constexpr int kDescLen = 8 + kMaxDims;
 
 const char* kind_name(int64_t k) {
   switch (k) {
@@ -225,7 +227,10 @@ std::vector<int64_t> descriptor(Kind kind, const Tensor& t, int64_t arg) {
   d[4] = t.dim();
   d[5] = t.numel();
   d[6] = 0;
-  for (int i = 0; i < t.dim() && i < kMaxDims; ++i) d[7 + i] = t.size(i);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over every size (sizes past kMaxDims are compared too)
+  for (int64_t i = 0; i < t.dim(); ++i) h = (h ^ uint64_t(t.size(i))) * 1099511628211ull;
+  d[7] = int64_t(h >> 1);
+  for (int i = 0; i < t.dim() && i < kMaxDims; ++i) d[8 + i] = t.size(i);
   return d;
 }
 
@@ -235,19 +240,49 @@ std::string describe_desc(const int64_t* d) {
     s += str("(", reduce_op_name(ReduceOp(d[3])), ")");
   if (d[0] == kBroadcast) s += str("(root ", d[3], ")");
   s += str(" of ", DType(d[1]), " (");
-  for (int64_t i = 0; i < d[4] && i < kMaxDims; ++i) s += str(i ? "," : "", d[7 + i]);
+  for (int64_t i = 0; i < d[4] && i < kMaxDims; ++i) s += str(i ? "," : "", d[8 + i]);
   if (d[4] > kMaxDims) s += ",...";
   s += str(") on ", d[2] == int64_t(DeviceType::CPU) ? "cpu" : "cuda");
   return s;
 }
 
-void check_descriptors(Kind kind, const Tensor& t, int64_t arg, const char* op) {
+// A collective's own checks on this rank (tensor, dtype, root, shape rules), as their message: "" when it
+// passes. They run before the ranks meet, so a failure is told to the others in the descriptors below
+// (thrown alone, it left every other rank waiting for the collective until the timeout).
+template <class F>
+std::string local_problem(F&& checks) {
+  try {
+    checks();
+    return "";
+  } catch (const DistError& e) {
+    return e.what();
+  }
+}
+
+// Exchange the ranks' descriptors (when the check is on) and throw on every rank when any rank's call
+// failed its own checks (`problem`) or the calls disagree.
+void check_descriptors(Kind kind, const Tensor& t, int64_t arg, const char* op, const std::string& problem) {
   Group& g = group();
-  if (!g.check || g.world == 1 || !g.cpu) return;
-  std::vector<int64_t> mine = descriptor(kind, t, arg);
+  if (!g.check || g.world == 1 || !g.cpu) {
+    if (!problem.empty()) throw DistError(problem);
+    return;
+  }
+  std::vector<int64_t> mine(kDescLen, -1);
+  if (problem.empty()) {
+    mine = descriptor(kind, t, arg);
+  } else {
+    mine[0] = kind;
+    mine[6] = 1;
+  }
   std::vector<int64_t> all(size_t(kDescLen) * size_t(g.world));
-  auto r = blocking(op, &t, [&] { return g.cpu->all_gather(mine.data(), all.data(), kDescLen, kInt64, false); });
-  wait_for(*r, op, &t);
+  auto r = blocking(op, problem.empty() ? &t : nullptr,
+                    [&] { return g.cpu->all_gather(mine.data(), all.data(), kDescLen, kInt64, false); });
+  wait_for(*r, op, problem.empty() ? &t : nullptr);
+  if (!problem.empty()) throw DistError(problem + " (on rank " + std::to_string(g.rank) + "; the other ranks stop too)");
+  for (int q = 0; q < g.world; ++q)
+    if (all[size_t(q) * kDescLen + 6] == 1)
+      throw DistError(str("[", op, "] rank ", q, "'s call failed its own checks (rank ", q,
+                          " reports why); rank ", g.rank, " stops too, rather than wait for it"));
   for (int q = 0; q < g.world; ++q) {
     const int64_t* d = all.data() + size_t(q) * kDescLen;
     if (std::memcmp(d, all.data(), sizeof(int64_t) * kDescLen) != 0)
@@ -301,7 +336,7 @@ bool built_with(const std::string& backend) {
 
 void init(const InitOptions& options) {
   Group& g = group();
-  if (g.initialized) throw DistError("[dist::init] already initialised (call finalize() first)");
+  if (g.initialized) throw DistError("[dist::init] already initialised (once per process: with MPI, init() after finalize() is refused too)");
   const std::string& b = options.backend;
   if (b != "auto" && b != "mpi" && b != "nccl" && b != "none")
     throw DistError(str("[dist::init] unknown backend '", b, "' (expected auto, mpi, nccl or none)"));
@@ -400,11 +435,14 @@ void set_check(bool on) { group().check = on; }
 
 void all_reduce(Tensor& t, ReduceOp op) {
   require_init("all_reduce");
-  check_tensor(t, "all_reduce", false);
-  CF_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), dist::DistError,
-           "[all_reduce] mean needs a float tensor, got ", t.describe());
-  Backend* b = backend_for(t, "all_reduce");
-  check_descriptors(kAllReduce, t, int64_t(op), "all_reduce");
+  Backend* b = nullptr;
+  const std::string problem = local_problem([&] {
+    check_tensor(t, "all_reduce", false);
+    CF_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), dist::DistError,
+             "[all_reduce] mean needs a float tensor, got ", t.describe());
+    b = backend_for(t, "all_reduce");
+  });
+  check_descriptors(kAllReduce, t, int64_t(op), "all_reduce", problem);
   if (b && t.numel() > 0) {
     auto r = blocking("all_reduce", &t, [&] {
       return b->all_reduce(t.raw_data(), t.numel(), t.dtype(), op == ReduceOp::max ? op : ReduceOp::sum, false);
@@ -417,12 +455,15 @@ void all_reduce(Tensor& t, ReduceOp op) {
 
 void broadcast(Tensor& t, int root) {
   require_init("broadcast");
-  check_tensor(t, "broadcast", true);
   Group& g = group();
-  CF_CHECK(root >= 0 && root < g.world, dist::DistError, "[broadcast] root ", root, " is not a rank of a world of ",
-           g.world);
-  Backend* b = backend_for(t, "broadcast");
-  check_descriptors(kBroadcast, t, root, "broadcast");
+  Backend* b = nullptr;
+  const std::string problem = local_problem([&] {
+    check_tensor(t, "broadcast", true);
+    CF_CHECK(root >= 0 && root < g.world, dist::DistError, "[broadcast] root ", root, " is not a rank of a world of ",
+             g.world);
+    b = backend_for(t, "broadcast");
+  });
+  check_descriptors(kBroadcast, t, root, "broadcast", problem);
   if (b && t.numel() > 0) {
     auto r = blocking("broadcast", &t,
                       [&] { return b->broadcast(t.raw_data(), t.numel(), t.dtype(), root, false); });
@@ -433,12 +474,15 @@ void broadcast(Tensor& t, int root) {
 
 Tensor all_gather(const Tensor& t) {
   require_init("all_gather");
-  check_tensor(t, "all_gather", true);
-  CF_CHECK(t.dim() >= 1, dist::DistError, "[all_gather] needs at least one dimension (rows to stack), got ",
-           t.describe());
   Group& g = group();
-  Backend* b = backend_for(t, "all_gather");
-  check_descriptors(kAllGather, t, 0, "all_gather");
+  Backend* b = nullptr;
+  const std::string problem = local_problem([&] {
+    check_tensor(t, "all_gather", true);
+    CF_CHECK(t.dim() >= 1, dist::DistError, "[all_gather] needs at least one dimension (rows to stack), got ",
+             t.describe());
+    b = backend_for(t, "all_gather");
+  });
+  check_descriptors(kAllGather, t, 0, "all_gather", problem);
   Shape s = t.shape();
   s[0] *= g.world;
   Tensor out = Tensor::empty(s, t.dtype(), t.device());
@@ -457,14 +501,17 @@ Tensor all_gather(const Tensor& t) {
 
 Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
   require_init("reduce_scatter");
-  check_tensor(t, "reduce_scatter", false);
   Group& g = group();
-  CF_CHECK(t.dim() >= 1 && t.size(0) % g.world == 0, dist::DistError, "[reduce_scatter] the first dimension of ",
-           t.describe(), " must be a multiple of the world size ", g.world);
-  CF_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), dist::DistError,
-           "[reduce_scatter] mean needs a float tensor, got ", t.describe());
-  Backend* b = backend_for(t, "reduce_scatter");
-  check_descriptors(kReduceScatter, t, int64_t(op), "reduce_scatter");
+  Backend* b = nullptr;
+  const std::string problem = local_problem([&] {
+    check_tensor(t, "reduce_scatter", false);
+    CF_CHECK(t.dim() >= 1 && t.size(0) % g.world == 0, dist::DistError, "[reduce_scatter] the first dimension of ",
+             t.describe(), " must be a multiple of the world size ", g.world);
+    CF_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), dist::DistError,
+             "[reduce_scatter] mean needs a float tensor, got ", t.describe());
+    b = backend_for(t, "reduce_scatter");
+  });
+  check_descriptors(kReduceScatter, t, int64_t(op), "reduce_scatter", problem);
   Shape s = t.shape();
   s[0] /= g.world;
   Tensor out = Tensor::empty(s, t.dtype(), t.device());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <numeric>
 #include <unordered_map>
 
@@ -19,16 +20,17 @@ namespace cf::nn {
 
 namespace {
 
-// Rank, dtype, device and emptiness of a data matrix; `what` names it in messages.
-void check_matrix(const Tensor& t, const char* op, const char* what) {
+// Rank, dtype, device and emptiness of a data matrix; `what` names it in messages. rows_may_be_zero: one
+// rank's shard of a distributed K-Means (the total is checked against k).
+void check_matrix(const Tensor& t, const char* op, const char* what, bool rows_may_be_zero = false) {
   CF_CHECK(t.defined(), ValueError, "[", op, "] ", what, " is an undefined tensor");
   CF_CHECK(t.dim() == 2, ShapeError, "[", op, "] ", what, " must be a matrix (N, d), got ",
            t.describe());
   // (the K-Means kernels are float32/float64 only; cast bfloat16/float16 inputs with cf::to)
   CF_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64, DTypeError, "[", op, "] ", what,
            " must be float32 or float64, got ", t.describe());
-  CF_CHECK(t.size(0) > 0 && t.size(1) > 0, ValueError, "[", op, "] empty input: ", what, " is ",
-           t.describe());
+  CF_CHECK((t.size(0) > 0 || rows_may_be_zero) && t.size(1) > 0, ValueError, "[", op, "] empty input: ", what,
+           " is ", t.describe());
 }
 
 // The first NaN/Inf of a contiguous host float matrix is an error naming its
@@ -623,21 +625,34 @@ KMeansResult kmeans_distributed(const Tensor& x_local, const KMeansOptions& o) {
   CF_CHECK(dist::is_initialized(), dist::DistError, "[", op,
            "] the process group is not initialised: call cf::dist::init() first");
   if (dist::world_size() == 1) return kmeans(x_local, o);
-  check_matrix(x_local, op, "x");
   const Device dev = x_local.device();
   const DType dt = x_local.dtype();
-  Tensor xp = prepare(x_local, o.metric, op, "x").cpu();
-  const int64_t n = xp.size(0), d = xp.size(1), k = o.k;
+  // This rank's checks (a shard may have no rows; a NaN, a wrong rank or dtype are errors) run before the
+  // ranks meet, and whether they passed travels with the shapes: a rank that threw alone left the others
+  // waiting in the exchange until the timeout.
+  Tensor xp;
+  std::exception_ptr own_error;
+  try {
+    check_matrix(x_local, op, "x", /*rows_may_be_zero=*/true);
+    xp = prepare(x_local, o.metric, op, "x").cpu();
+  } catch (const Error&) {
+    own_error = std::current_exception();
+  }
+  const int64_t n = own_error ? 0 : xp.size(0), d = own_error ? 0 : xp.size(1), k = o.k;
   const bool cosine = o.metric == KMeansMetric::cosine;
-  // Shapes across ranks: the row counts (offsets) and one width.
-  Tensor nd = Tensor::from_vector(std::vector<int64_t>{n, d}, {1, 2});
+  // Shapes across ranks: the row counts (offsets), one width, and whether each rank's input passed.
+  Tensor nd = Tensor::from_vector(std::vector<int64_t>{n, d, own_error ? 1 : 0}, {1, 3});
   std::vector<int64_t> all = dist::all_gather(nd).to_vector<int64_t>();
   const int W = dist::world_size(), R = dist::rank();
+  if (own_error) std::rethrow_exception(own_error);
+  for (int r = 0; r < W; ++r)
+    CF_CHECK(all[size_t(r) * 3 + 2] == 0, dist::DistError, "[", op, "] rank ", r,
+             "'s input failed its checks (rank ", r, " reports why); rank ", R, " stops too");
   std::vector<int64_t> offsets(static_cast<size_t>(W) + 1, 0);
   for (int r = 0; r < W; ++r) {
-    CF_CHECK(all[size_t(r) * 2 + 1] == d, dist::DistError, "[", op, "] rank ", r, " has rows of width ",
-             all[size_t(r) * 2 + 1], ", rank ", R, " of width ", d);
-    offsets[size_t(r) + 1] = offsets[size_t(r)] + all[size_t(r) * 2];
+    CF_CHECK(all[size_t(r) * 3 + 1] == d, dist::DistError, "[", op, "] rank ", r, " has rows of width ",
+             all[size_t(r) * 3 + 1], ", rank ", R, " of width ", d);
+    offsets[size_t(r) + 1] = offsets[size_t(r)] + all[size_t(r) * 3];
   }
   const int64_t N = offsets[size_t(W)];
   check_options(o, N, x_local, op);

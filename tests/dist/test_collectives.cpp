@@ -134,6 +134,25 @@ TEST_CASE("dist: bad input gives clear errors on every rank") {
       CHECK_THROWS_MSG(d::all_reduce(mc), d::DistError, "all_reduce(sum)", "broadcast(root 0)");
     else
       CHECK_THROWS_MSG(d::broadcast(mc, 0), d::DistError, "all_reduce(sum)", "broadcast(root 0)");
+    // A call that fails its own checks on one rank only: every rank throws at once (the others waited for
+    // the collective until the timeout).
+    Tensor one_bad = R == 1 ? Tensor::from_vector(std::vector<bool>{true, false}, {2}) : Tensor::zeros({2});
+    if (R == 1)
+      CHECK_THROWS_MSG(d::all_reduce(one_bad), d::DistError, "[all_reduce] dtype bool", "on rank 1",
+                       "the other ranks stop too");
+    else
+      CHECK_THROWS_MSG(d::all_reduce(one_bad), d::DistError, "[all_reduce] rank 1's call failed its own checks");
+    Tensor root_bad = Tensor::zeros({2});
+    if (R == 1)
+      CHECK_THROWS_MSG(d::broadcast(root_bad, W), d::DistError, "[broadcast] root");
+    else
+      CHECK_THROWS_MSG(d::broadcast(root_bad, 0), d::DistError, "[broadcast] rank 1's call failed its own checks");
+    // Shapes past the 8 sizes the descriptor lists are compared too (by a hash of all of them).
+    Shape deep(9, 1);
+    deep.push_back(R == 0 ? 2 : 3);
+    deep.push_back(R == 0 ? 3 : 2);
+    Tensor nine = Tensor::zeros(deep);
+    CHECK_THROWS_MSG(d::all_reduce(nine), d::DistError, "[all_reduce] ranks disagree");
   }
   // The group still works after a detected mismatch (nothing moved).
   Tensor ok = Tensor::ones({2});

@@ -145,6 +145,22 @@ TEST_CASE("kmeans_distributed: equals kmeans on the stacked data, same seeding")
   CHECK_THROWS_MSG(nn::kmeans_distributed(Tensor::ones({3, 2}, kFloat64), o), ValueError, "[kmeans_distributed]",
                    "exceeds the number of points");
   CHECK_THROWS_MSG(nn::kmeans_distributed(Tensor::ones({3, 2 + R}, kFloat64), o), d::DistError, "width");
+  if (W > 1) {
+    // A rank without rows (kmeans.h allows it; it was refused as empty input, and the others hung): the
+    // stacked data's result.
+    o.k = 4;
+    const int64_t lo = R == 0 ? 0 : 40 * (R - 1) / (W - 1), hi = R == 0 ? 0 : 40 * R / (W - 1);
+    nn::KMeansResult shard = nn::kmeans_distributed(narrow(p.x, 0, lo, hi - lo), o);
+    check_close(shard.centroids, one.centroids, 1e-12);
+    CHECK(shard.assignments.size(0) == hi - lo);
+    // A NaN on one rank: that rank names it, every other rank stops too (they waited until the timeout).
+    Tensor x = contiguous(p.x.detach() * 1.0);
+    if (R == 1) x.data<double>()[5] = std::nan("");
+    if (R == 1)
+      CHECK_THROWS_MSG(nn::kmeans_distributed(x, o), ValueError, "[kmeans_distributed]", "nan");
+    else
+      CHECK_THROWS_MSG(nn::kmeans_distributed(x, o), d::DistError, "rank 1's input failed its checks");
+  }
 }
 
 TEST_CASE("sampler: a state saved by one process resumes on W processes at the same global batch") {
