@@ -21,7 +21,7 @@ int64_t round_up(int64_t n, int64_t m) { return m <= 1 ? n : (n + m - 1) / m * m
 // Returns the batched tensor; for sequences also fills `lengths`.
 Tensor collate_field(const std::vector<Tensor>& ts, const std::vector<int64_t>& idx,
                      const char* field, int64_t pad_value, int64_t multiple,
-                     std::vector<int64_t>* lengths) {
+                     std::vector<int64_t>* lengths, int64_t at_least) {
   const Tensor& t0 = ts[0];
   bool seq = is_sequence(t0);
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -42,7 +42,7 @@ Tensor collate_field(const std::vector<Tensor>& ts, const std::vector<int64_t>& 
   }
   if (!seq) return stack(ts, 0);
 
-  int64_t b = int64_t(ts.size()), longest = 0;
+  int64_t b = int64_t(ts.size()), longest = at_least;
   for (const Tensor& t : ts) longest = std::max(longest, t.size(0));
   int64_t n = round_up(longest, multiple);
   Tensor out = Tensor::full({b, n}, double(pad_value), kInt64);
@@ -59,7 +59,7 @@ Tensor collate_field(const std::vector<Tensor>& ts, const std::vector<int64_t>& 
 }  // namespace
 
 Batch collate(const std::vector<Example>& examples, const DataLoaderOptions& options,
-              const std::vector<int64_t>& indices) {
+              const std::vector<int64_t>& indices, PadAtLeast at_least) {
   CF_CHECK(!examples.empty(), ValueError, "[collate] no examples");
   CF_CHECK(indices.empty() || indices.size() == examples.size(), ValueError, "[collate] ",
            examples.size(), " examples but ", indices.size(), " indices");
@@ -86,7 +86,8 @@ Batch collate(const std::vector<Example>& examples, const DataLoaderOptions& opt
   b.size = int64_t(examples.size());
   b.indices = std::move(idx);
   std::vector<int64_t> lengths;
-  b.input = collate_field(in, b.indices, "input", options.pad_id, options.pad_to_multiple, &lengths);
+  b.input = collate_field(in, b.indices, "input", options.pad_id, options.pad_to_multiple, &lengths,
+                          at_least.input);
   if (is_sequence(in[0])) {
     int64_t n = b.input.size(1);
     std::vector<bool> mask(size_t(b.size * n));
@@ -96,7 +97,7 @@ Batch collate(const std::vector<Example>& examples, const DataLoaderOptions& opt
   }
   if (has_target)
     b.target = collate_field(tg, b.indices, "target", options.target_pad, options.pad_to_multiple,
-                             nullptr);
+                             nullptr, at_least.target);
   return b;
 }
 
@@ -180,7 +181,8 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::order_for(int64_t epoch)
 
 Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t b) const {
   const int64_t W = opt_.num_replicas, G = opt_.batch_size * W;
-  int64_t lo = b * G, hi = std::min(padded_n_, lo + G);
+  const int64_t global_lo = b * G, global_hi = std::min(padded_n_, global_lo + G);
+  int64_t lo = global_lo, hi = global_hi;
   if (W > 1) {  // this rank's share of the global batch [lo, hi)
     const int64_t g = hi - lo;
     hi = lo + (opt_.rank + 1) * g / W;
@@ -190,7 +192,18 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t b) const
   std::vector<Example> ex;
   ex.reserve(idx.size());
   for (int64_t i : idx) ex.push_back(dataset_->get(i));
-  return collate(ex, opt_, idx);
+  PadAtLeast at_least;
+  if (W > 1 && !ex.empty() && is_sequence(ex[0].input)) {
+    // the other ranks' rows of this global batch: their lengths (PadAtLeast says why)
+    for (int64_t j = global_lo; j < global_hi; ++j) {
+      if (j >= lo && j < hi) continue;
+      const Example e = dataset_->get(order[size_t(j)]);
+      if (e.input.defined() && is_sequence(e.input)) at_least.input = std::max(at_least.input, e.input.size(0));
+      if (e.target.defined() && is_sequence(e.target))
+        at_least.target = std::max(at_least.target, e.target.size(0));
+    }
+  }
+  return collate(ex, opt_, idx, at_least);
 }
 
 Batch DataLoader::batch(int64_t epoch, int64_t b) const {

@@ -30,7 +30,8 @@
 // Distributed sampling. With num_replicas = W > 1 every rank builds the same epoch
 // order (same seed) and cuts it into global batches of G = batch_size * W; rank r
 // gets rows [r * g / W, (r + 1) * g / W) of each global batch of g rows. So W ranks
-// together see exactly the batches one process with batch_size G would see, and a
+// together see exactly the batches one process with batch_size G would see (token
+// sequences padded to the global batch's longest, as one process pads them), and a
 // mean loss averaged over ranks (DDP) is the one process's mean loss. Without
 // drop_last the order is first padded to a multiple of W by repeating its first
 // examples (at most W - 1), so the last global batch splits evenly. The state
@@ -83,12 +84,21 @@ struct LoaderState {
   bool operator!=(const LoaderState& o) const { return !(*this == o); }
 };
 
+// Padded lengths a batch's sequences reach at least (0: their own longest). A distributed
+// loader pads each rank's share to the longest of the whole global batch, as one process
+// pads it: an attention whose result depends on the padded length N (neural clustering's
+// cluster count, LSH's buckets, routing) sees the N one process sees.
+struct PadAtLeast {
+  int64_t input = 0;
+  int64_t target = 0;
+};
+
 // Turn examples into a batch (rules in nn/data/dataset.h). Uses pad_id, target_pad
 // and pad_to_multiple from `options`. `indices` (the dataset index of each example,
 // for error messages and Batch::indices) may be empty: positions 0..B-1 are used.
 // Mismatched examples give a ShapeError / DTypeError naming both indices and shapes.
 Batch collate(const std::vector<Example>& examples, const DataLoaderOptions& options,
-              const std::vector<int64_t>& indices = {});
+              const std::vector<int64_t>& indices = {}, PadAtLeast at_least = {});
 
 class DataLoader {
  public:

@@ -58,6 +58,31 @@ TEST_CASE("sampler: W ranks together deliver one process's batches of batch_size
       }
     }
   }
+  // Token sequences: every rank's share is padded to the global batch's longest, the width one process
+  // pads to (each rank padded to its own longest before, so length-dependent attentions saw another N).
+  {
+    std::vector<std::vector<int64_t>> seqs, tseqs;
+    for (int64_t i = 0; i < 24; ++i) {
+      seqs.push_back(std::vector<int64_t>(size_t(2 + (i * 7) % 11), i + 1));
+      tseqs.push_back(std::vector<int64_t>(size_t(1 + (i * 5) % 9), i));
+    }
+    auto ds = std::make_shared<data::SequenceDataset>(seqs, tseqs);
+    data::DataLoaderOptions one;
+    one.batch_size = 2 * W;
+    one.shuffle = true;
+    one.seed = 6;
+    data::DataLoaderOptions mine = one;
+    mine.batch_size = 2;
+    mine.num_replicas = W;
+    mine.rank = R;
+    data::DataLoader ref(ds, one), loader(ds, mine);
+    for (int64_t b = 0; b < ref.size(); ++b) {
+      data::Batch whole = ref.batch(0, b), part = loader.batch(0, b);
+      CHECK(part.input.size(1) == whole.input.size(1));
+      CHECK(part.target.size(1) == whole.target.size(1));
+      CHECK(part.key_padding_mask.size(1) == whole.key_padding_mask.size(1));
+    }
+  }
   // Resumable: the state counts global batches; a loader set to it continues exactly.
   data::DataLoaderOptions o;
   o.batch_size = 2;
