@@ -261,12 +261,19 @@ void save_checkpoint_rank0(const std::string& path, const TrainingCheckpoint& ck
     }
   }
   // Everyone learns whether it worked (a barrier alone would leave the others
-  // believing in a file that is not there).
-  Tensor failed = Tensor::from_vector(std::vector<int64_t>{error.empty() ? 0 : 1}, {1});
-  dist::all_reduce(failed, dist::ReduceOp::max);
-  if (failed.to_vector<int64_t>()[0] != 0)
-    throw IOError(error.empty() ? str("[save_checkpoint_rank0] ", path, ": rank 0 failed to write the checkpoint")
-                                : error);
+  // believing in a file that is not there), and rank 0's reason: whichever rank
+  // reports first (an app ends the job at its first error) names the real cause.
+  Tensor length = Tensor::from_vector(std::vector<int64_t>{int64_t(error.size())}, {1});
+  dist::all_reduce(length, dist::ReduceOp::max);
+  const int64_t n = length.to_vector<int64_t>()[0];
+  if (n == 0) return;
+  Tensor text = Tensor::zeros({n}, kInt64);
+  if (dist::rank() == 0)
+    for (int64_t i = 0; i < n; ++i) text.data<int64_t>()[i] = static_cast<unsigned char>(error[size_t(i)]);
+  dist::broadcast(text, 0);
+  std::string message;
+  for (int64_t v : text.to_vector<int64_t>()) message += char(static_cast<unsigned char>(v));
+  throw IOError(dist::rank() == 0 ? message : message + " (rank 0's error, on rank " + std::to_string(dist::rank()) + ")");
 }
 
 }  // namespace nn

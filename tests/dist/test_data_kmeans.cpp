@@ -125,8 +125,9 @@ TEST_CASE("checkpoint: rank 0 writes, every rank can read it after") {
   REQUIRE(back.model.size() == 1);
   CHECK(back.model[0].first == "w");
   check_close(back.model[0].second, std::vector<double>{1.5, 1.5}, 0.0);
-  // A failed write on rank 0 is an error on every rank.
-  CHECK_THROWS_MSG(nn::save_checkpoint_rank0(dir + "/no/such/dir/ckpt.safetensors", c), IOError, "no/such/dir");
+  // A failed write on rank 0 is an error on every rank, with rank 0's reason (the others said only that it failed).
+  CHECK_THROWS_MSG(nn::save_checkpoint_rank0(dir + "/no/such/dir/ckpt.safetensors", c), IOError, "no/such/dir",
+                   "No such file or directory");
   d::barrier();
   if (d::is_main()) fs::remove_all(dir);
 }
