@@ -46,9 +46,12 @@ class Watchdog {
   // Two atomic stores per call (no lock, no wake-up: small collectives take a
   // microsecond); the thread looks every 50 ms, so it fires within 50 ms of the
   // deadline. `t` (the tensor, for the message; may be null) must outlive the call.
-  void arm(const char* op, const Tensor* t, double timeout_s) {
+  // `problem` (may be null): this rank's own failed check, waiting to be told to the others; it must
+  // outlive the call too.
+  void arm(const char* op, const Tensor* t, double timeout_s, const std::string* problem = nullptr) {
     op_.store(op, std::memory_order_relaxed);
     what_.store(t, std::memory_order_relaxed);
+    problem_.store(problem, std::memory_order_relaxed);
     timeout_ns_.store(int64_t(timeout_s * 1e9), std::memory_order_relaxed);
     since_ns_.store(now_ns(), std::memory_order_release);
   }
@@ -65,12 +68,15 @@ class Watchdog {
       const int64_t since = since_ns_.load(std::memory_order_acquire);
       if (since == 0 || now_ns() - since <= timeout_ns_.load(std::memory_order_relaxed)) continue;
       std::string msg = timeout_message(op_.load(std::memory_order_relaxed), what_.load(std::memory_order_relaxed));
+      if (const std::string* p = problem_.load(std::memory_order_relaxed))
+        msg += "this rank's own call had failed its checks (" + *p + "); ";
       msg += "ending this process (mpirun then stops the job); restart from the last checkpoint";
       std::fprintf(stderr, "%s\n", msg.c_str());
       std::fflush(stderr);
       std::_Exit(kTimeoutExitCode);
     }
   }
+  std::atomic<const std::string*> problem_{nullptr};
   std::mutex m_;
   std::condition_variable cv_;
   bool stop_ = false;
@@ -163,10 +169,10 @@ std::string timeout_message(const char* op, const Tensor* t) {
 
 // A blocking backend call, bounded by the watchdog.
 template <class F>
-std::unique_ptr<Request> blocking(const char* op, const Tensor* what, F&& start) {
+std::unique_ptr<Request> blocking(const char* op, const Tensor* what, F&& start, const std::string* problem = nullptr) {
   Group& g = group();
   if (!g.watchdog) return start();
-  g.watchdog->arm(op, what, g.timeout);
+  g.watchdog->arm(op, what, g.timeout, problem);
   struct Disarm {
     Watchdog* w;
     ~Disarm() { w->disarm(); }
@@ -178,7 +184,7 @@ std::unique_ptr<Request> blocking(const char* op, const Tensor* what, F&& start)
 // non-blocking collective only inside MPI calls, so the first 20 ms poll without
 // pause (a blocking MPI call spins the same way); a longer wait (a slow peer)
 // backs off to sleeps of up to 1 ms so an idle rank leaves its core to the others.
-void wait_for(Request& r, const char* op, const Tensor* what) {
+void wait_for(Request& r, const char* op, const Tensor* what, const std::string* problem = nullptr) {
   Group& g = group();
   const auto start = std::chrono::steady_clock::now();
   int64_t polls = 0;
@@ -189,8 +195,9 @@ void wait_for(Request& r, const char* op, const Tensor* what) {
     if (waited > g.timeout) {
       g.broken = true;
       g.broken_by = str(op, " timed out");
-      throw DistError(timeout_message(op, what) + "exit (mpirun then stops the job) and restart from the last "
-                                                  "checkpoint");
+      throw DistError(timeout_message(op, what) +
+                      (problem ? "this rank's own call had failed its checks (" + *problem + "); " : std::string()) +
+                      "exit (mpirun then stops the job) and restart from the last checkpoint");
     }
     if (waited > 0.02) {
       std::this_thread::sleep_for(sleep);
@@ -275,9 +282,11 @@ void check_descriptors(Kind kind, const Tensor& t, int64_t arg, const char* op, 
     mine[6] = 1;
   }
   std::vector<int64_t> all(size_t(kDescLen) * size_t(g.world));
+  // (a time-out here, the other ranks at no exchange, still reports this rank's failed check)
+  const std::string* own = problem.empty() ? nullptr : &problem;
   auto r = blocking(op, problem.empty() ? &t : nullptr,
-                    [&] { return g.cpu->all_gather(mine.data(), all.data(), kDescLen, kInt64, false); });
-  wait_for(*r, op, problem.empty() ? &t : nullptr);
+                    [&] { return g.cpu->all_gather(mine.data(), all.data(), kDescLen, kInt64, false); }, own);
+  wait_for(*r, op, problem.empty() ? &t : nullptr, own);
   if (!problem.empty()) throw DistError(problem + " (on rank " + std::to_string(g.rank) + "; the other ranks stop too)");
   for (int q = 0; q < g.world; ++q)
     if (all[size_t(q) * kDescLen + 6] == 1)

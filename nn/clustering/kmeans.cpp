@@ -625,8 +625,6 @@ KMeansResult kmeans_distributed(const Tensor& x_local, const KMeansOptions& o) {
   CF_CHECK(dist::is_initialized(), dist::DistError, "[", op,
            "] the process group is not initialised: call cf::dist::init() first");
   if (dist::world_size() == 1) return kmeans(x_local, o);
-  const Device dev = x_local.device();
-  const DType dt = x_local.dtype();
   // This rank's checks (a shard may have no rows; a NaN, a wrong rank or dtype are errors) run before the
   // ranks meet, and whether they passed travels with the shapes: a rank that threw alone left the others
   // waiting in the exchange until the timeout.
@@ -645,6 +643,8 @@ KMeansResult kmeans_distributed(const Tensor& x_local, const KMeansOptions& o) {
   std::vector<int64_t> all = dist::all_gather(nd).to_vector<int64_t>();
   const int W = dist::world_size(), R = dist::rank();
   if (own_error) std::rethrow_exception(own_error);
+  const Device dev = x_local.device();  // (read once the input passed: an undefined one threw alone)
+  const DType dt = x_local.dtype();
   for (int r = 0; r < W; ++r)
     CF_CHECK(all[size_t(r) * 3 + 2] == 0, dist::DistError, "[", op, "] rank ", r,
              "'s input failed its checks (rank ", r, " reports why); rank ", R, " stops too");

@@ -193,7 +193,9 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t b) const
   ex.reserve(idx.size());
   for (int64_t i : idx) ex.push_back(dataset_->get(i));
   PadAtLeast at_least;
-  if (W > 1 && !ex.empty() && is_sequence(ex[0].input)) {
+  const bool seq_in = !ex.empty() && ex[0].input.defined() && is_sequence(ex[0].input);
+  const bool seq_tg = !ex.empty() && ex[0].target.defined() && is_sequence(ex[0].target);
+  if (W > 1 && (seq_in || seq_tg)) {
     // the other ranks' rows of this global batch: their lengths (PadAtLeast says why)
     for (int64_t j = global_lo; j < global_hi; ++j) {
       if (j >= lo && j < hi) continue;
