@@ -921,6 +921,9 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
           [](nb::handle self, nb::handle other, double alpha) -> nb::object {
             if (!PyLong_Check(other.ptr()) && !PyFloat_Check(other.ptr())) throw nb::next_overload();
             if (alpha == 1.0) return self.attr("__iadd__")(other);
+            // an int times an integral alpha stays a Python int (exact with int64 tensors past 2^53)
+            if (PyLong_Check(other.ptr()) && std::trunc(alpha) == alpha && std::fabs(alpha) < 9.2e18)
+              return self.attr("__iadd__")(other * nb::int_(int64_t(alpha)));
             return self.attr("__iadd__")(nb::float_(alpha * nb::cast<double>(nb::float_(other))));
           },
           nb::arg("other"), nb::arg("alpha") = 1.0, "t += alpha * other for a number other, in place; returns t.");

@@ -489,7 +489,8 @@ def test_parameters_keep_one_python_object():
     assert m.weight in set(m.parameters())
     names = {p: n for n, p in m.named_parameters()}
     assert names[m.weight] == "weight" and names[m.bias] == "bias"
-    ids = {id(p) for p in m.parameters()}
+    held = list(m.parameters())  # ids compare while their objects are held (the module does not hold them)
+    ids = {id(p) for p in held}
     assert [id(p) in ids for p in m.parameters()] == [True, True]
     m.weight.requires_grad_(False)  # frozen parameters too (held by the module)
     assert m.weight is m.weight and m.weight in set(m.parameters())
@@ -531,6 +532,7 @@ def test_pytorch_in_place_methods():
     assert t.mul_(cf.tensor([1.0, 0.0, 2.0])).tolist() == [2.0, 0.0, 6.0]  # a tensor, as PyTorch's mul_
     assert t.clamp_(max=2.0) is t and t.tolist() == [2.0, 0.0, 2.0]
     assert cf.tensor([2 ** 53]).add_(2 ** 53 + 1).tolist() == [2 ** 54 + 1]  # exact, as +=
+    assert cf.tensor([0]).add_(2 ** 53 + 1, alpha=2).tolist() == [2 ** 54 + 2]
     with pytest.raises(cf.AutogradError, match=r"\[copy_\] in-place change of a tensor that requires grad"):
         cf.ones([2], requires_grad=True).clamp_(0.0, 0.5)
     with pytest.raises(cf.ValueError, match=r"\[clamp_\] give low, high or both"):
