@@ -22,10 +22,12 @@ using release_gil = nb::call_guard<nb::gil_scoped_release>;
 
 namespace cfpy {
 // One Python object per leaf tensor that requires grad or is held in C++ too (a module's parameters and
-// buffers, a gradient), as in PyTorch: `m.weight is m.weight`, a set or dict of parameters, `id(p)` work
-// (each access made a new object before, so `m.weight in set(m.parameters())` was False without a word).
+// buffers, a gradient), as in PyTorch: `m.weight is m.weight`, a set or dict of parameters work (each
+// access made a new object before, so `m.weight in set(m.parameters())` was False without a word).
 // Fresh op results and views get their own object. The registry maps the TensorImpl to a weak reference
-// of its object while that object lives; the GIL guards it (tensor.cpp).
+// of its object while that object lives; the GIL guards it (tensor.cpp). Unlike PyTorch's modules, cf's
+// do not hold their parameters' objects: with none held in Python, the next access makes a new one (an
+// id() kept alone may then match another parameter; README says so).
 // The live object of t, as a new reference, or null.
 PyObject* known_wrapper(const cf::Tensor& t) noexcept;
 // Remember h as t's object when t is a leaf that requires grad or whose TensorImpl is `shared` (held by
