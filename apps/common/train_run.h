@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cf.h"
+#include "core/json.h"
 #include "common/distributed.h"
 #include "common/options.h"
 #include "common/precision.h"
@@ -83,15 +84,15 @@ inline void signature_differences(const nlohmann::ordered_json& saved, const nlo
     for (auto it = saved.begin(); it != saved.end(); ++it) {
       const std::string key = path.empty() ? it.key() : path + "." + it.key();
       if (now.contains(it.key())) signature_differences(it.value(), now.at(it.key()), key, out);
-      else out.push_back(key + " (saved " + it.value().dump() + ", now absent)");
+      else out.push_back(key + " (saved " + cf::io::json_line(it.value()) + ", now absent)");
     }
     for (auto it = now.begin(); it != now.end(); ++it)
       if (!saved.contains(it.key()))
-        out.push_back((path.empty() ? it.key() : path + "." + it.key()) + " (saved absent, now " + it.value().dump() + ")");
+        out.push_back((path.empty() ? it.key() : path + "." + it.key()) + " (saved absent, now " + cf::io::json_line(it.value()) + ")");
     return;
   }
-  if (saved != now) out.push_back((path.empty() ? std::string("the settings") : path) + " (saved " + saved.dump() +
-                                  ", now " + now.dump() + ")");
+  if (saved != now) out.push_back((path.empty() ? std::string("the settings") : path) + " (saved " + cf::io::json_line(saved) +
+                                  ", now " + cf::io::json_line(now) + ")");
 }
 inline std::string signature_difference_text(const std::string& saved_text, const nlohmann::ordered_json& now) {
   nlohmann::ordered_json saved;
@@ -212,7 +213,7 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     earlier_time_s = number("train_time_s");
     earlier_peak_bytes = int64_t(number("train_peak_bytes"));
     auto it = ck.extra.find("signature");
-    if (it == ck.extra.end() || it->second != run.signature.dump()) {
+    if (it == ck.extra.end() || it->second != cf::io::json_line(run.signature)) {
       const std::string diff = it == ck.extra.end() ? "" : signature_difference_text(it->second, run.signature);
       throw cf::ValueError("[" + run.app + "] checkpoint '" + run.checkpoint +
                            "' was written with other settings (model, data or training options" +
@@ -250,7 +251,7 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     ck.step = step;
     ck.generators = {{"default", cf::nn::GeneratorState::of(cf::default_generator())}};
     for (auto& [name, gen] : run.generators) ck.generators.emplace_back(name, cf::nn::GeneratorState::of(*gen));
-    ck.extra["signature"] = run.signature.dump();
+    ck.extra["signature"] = cf::io::json_line(run.signature);  // (paths that are not UTF-8: U+FFFD, as in the events)
     ck.extra["train_time_s"] = std::to_string(train_time_s());
     ck.extra["train_peak_bytes"] = std::to_string(train_peak_bytes());
     cf::nn::save_checkpoint_rank0(run.checkpoint, ck);  // rank 0 writes; a single process just saves
@@ -267,7 +268,7 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   po.total = cfg.steps;
   po.initial = start_step;
   po.desc = "train";
-  for (auto& [k, v] : run.tags.items()) po.desc += " " + (v.is_string() ? v.get<std::string>() : k + " " + v.dump());
+  for (auto& [k, v] : run.tags.items()) po.desc += " " + (v.is_string() ? v.get<std::string>() : k + " " + cf::io::json_line(v));
   po.unit = "step";
   static std::ostream silent(nullptr);  // ranks other than 0 draw no progress bar
   if (cf::dist::rank() != 0) po.out = &silent;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cf.h"
+#include "core/json.h"
 #include "common/cli.h"
 #include "common/options.h"
 #include "common/precision.h"
@@ -416,7 +417,7 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
   if (!ckpt_path.empty() && cf::apps::file_exists(ckpt_path)) {
     loaded = cf::nn::load_checkpoint(ckpt_path);
     auto it = loaded.extra.find("signature");
-    if (it == loaded.extra.end() || it->second != signature.dump())
+    if (it == loaded.extra.end() || it->second != cf::io::json_line(signature))
       throw cf::ValueError("[cf-neural-cluster] checkpoint '" + ckpt_path +
                            "' was written with other settings (data or NCM options); "
                            "delete it or use another --checkpoint-dir");
@@ -479,7 +480,7 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
     ck.optimizer = cf::nn::state_on_cpu(opt.state_dict());
     if (scaled) ck.scaler = scaler.state_dict();
     ck.step = step;
-    ck.extra["signature"] = signature.dump();
+    ck.extra["signature"] = cf::io::json_line(signature);
     cf::nn::save_checkpoint(ckpt_path, ck);
   };
 

@@ -32,7 +32,9 @@
 // gets rows [r * g / W, (r + 1) * g / W) of each global batch of g rows. So W ranks
 // together see exactly the batches one process with batch_size G would see (token
 // sequences padded to the global batch's longest, as one process pads them), and a
-// mean loss averaged over ranks (DDP) is the one process's mean loss. Without
+// mean loss over one target per example averaged over ranks (DDP) is the one
+// process's mean loss (a mean over each rank's non-padding target tokens is not: the
+// ranks' counts differ, and DDP averages the ranks' means). Without
 // drop_last the order is first padded to a multiple of W by repeating its first
 // examples (at most W - 1), so the last global batch splits evenly. The state
 // {epoch, batch} counts global batches: it is the same on every rank and means the

@@ -87,10 +87,6 @@ Tensor tensor_entry(nb::handle v, const char* op, const std::string& key) {
 cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string& positional_prefix) {
   if (nb::isinstance<cnn::Module>(h)) return nb::cast<cnn::Module&>(h).named_parameters();
   cnn::StateDict out;
-  if (nb::isinstance<Tensor>(h)) {  // one tensor (PyTorch's clip_grad_norm_ takes one too)
-    out.emplace_back(positional_prefix + "0", nb::cast<Tensor>(h));
-    return out;
-  }
   if (nb::object items = iterable_as_list(h, op); items.is_valid()) return to_state_dict(items, op, positional_prefix);
   if (PyDict_Check(h.ptr())) {
     for (auto [k, v] : nb::borrow<nb::dict>(h)) {
@@ -120,8 +116,7 @@ cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string&
     return out;
   }
   throw cf::ValueError(cf::str("[", op, "] expects a Module, a dict name -> Tensor, a list (or any iterable) of "
-                               "tensors or of (name, Tensor) pairs, or one tensor; got a ",
-                               nb::type_name(h.type()).c_str()));
+                               "tensors or of (name, Tensor) pairs; got a ", nb::type_name(h.type()).c_str()));
 }
 
 nb::object iterable_as_list(nb::handle h, const char* op) {
@@ -872,6 +867,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
 
   auto tensors_of = [](nb::handle params, const char* op) {
     std::vector<Tensor> out;
+    if (nb::isinstance<Tensor>(params)) {  // one tensor, as PyTorch's clip_grad_norm_ takes (not a state dict)
+      out.push_back(nb::cast<Tensor>(params));
+      return out;
+    }
     for (auto& [k, v] : to_state_dict(params, op)) out.push_back(v);
     return out;
   };

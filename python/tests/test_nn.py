@@ -524,3 +524,11 @@ def test_parameter_iterables_refuse_sets_and_keep_their_own_errors():
     assert len(nn.Sequential(layers=[nn.ReLU(), nn.Tanh()])) == 2
     with pytest.raises(TypeError, match=r"\[Sequential\] give the layers as arguments or as layers="):
         nn.Sequential(nn.ReLU(), layers=[nn.Tanh()])
+
+
+def test_one_tensor_is_no_state_dict(tmp_path):
+    # clip_grad_norm and grad_norm take one tensor (PyTorch's do); the file and state-dict functions do not
+    with pytest.raises(cf.ValueError, match=r"^\[save_safetensors\] expects a Module, a dict"):
+        cf.save_safetensors(str(tmp_path / "x.safetensors"), cf.ones([2]))
+    with pytest.raises(cf.ValueError, match=r"^\[SGD\] expects a Module"):
+        cf.nn.SGD(cf.ones([2], requires_grad=True), lr=0.1)
