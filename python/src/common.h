@@ -22,18 +22,24 @@ using release_gil = nb::call_guard<nb::gil_scoped_release>;
 
 namespace cfpy {
 // One Python object per leaf tensor that requires grad or is held in C++ too (a module's parameters and
-// buffers, a gradient), as in PyTorch: `m.weight is m.weight`, a set or dict of parameters work (each
-// access made a new object before, so `m.weight in set(m.parameters())` was False without a word).
-// Fresh op results and views get their own object. The registry maps the TensorImpl to a weak reference
-// of its object while that object lives; the GIL guards it (tensor.cpp). Unlike PyTorch's modules, cf's
-// do not hold their parameters' objects: with none held in Python, the next access makes a new one (an
-// id() kept alone may then match another parameter; README says so).
+// buffers, a gradient), as in PyTorch: `m.weight is m.weight`, a set or dict of parameters work, and an
+// id() stays the parameter's while its module lives (each access made a new object before, so
+// `m.weight in set(m.parameters())` was False without a word). Fresh op results and views get their own
+// object. The registry (tensor.cpp) maps the TensorImpl to its object: weakly, and also strongly while
+// the TensorImpl is held by others too, so that an object nobody in Python holds survives while C++ holds
+// its tensor, as PyTorch preserves it. The GIL guards the registry.
 // The live object of t, as a new reference, or null.
 PyObject* known_wrapper(const cf::Tensor& t) noexcept;
 // Remember h as t's object when t is a leaf that requires grad or whose TensorImpl is `shared` (held by
 // others: a module's frozen parameter, a buffer, a gradient). take_over: h replaces an object already
 // remembered for t (the one the user marked with requires_grad_, over an alias returned earlier).
 void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared, bool take_over) noexcept;
+// A C++ holder took t from Python (a module's slot): keep its object, if it has one, while C++ holds t.
+void keep_wrapper(const cf::Tensor& t) noexcept;
+// Lets go of the objects kept for TensorImpls that only their own object still holds (a dropped module's
+// parameters: their memory is freed once Python holds them no more); returns how many. Runs after every
+// garbage collection, when the registry has doubled since the last sweep, and in cf.empty_cache.
+size_t sweep_wrappers() noexcept;
 // The live object wrapping exactly this C++ tensor (nanobind's instance registry), as a new reference, or null.
 // Only for a tensor that is some cf.Tensor object's own value (self in a method): nanobind's policy none
 // makes a new object for an address another type's object holds (a struct whose first field is a tensor).
@@ -256,6 +262,7 @@ void def_tensor_member(Cls& cls, const char* name, cf::Tensor M::*member) {
                                    : "does not require grad and the given tensor does",
                  "; set requires_grad on it first");
         t = *v;
+        cfpy::keep_wrapper(t);
       },
       nb::for_setter(nb::arg("value").none()));
 }

@@ -198,8 +198,14 @@ NB_MODULE(_cf, m) {
         "Live and peak bytes held by tensors on a device (memory borrowed through DLPack is not counted).");
   m.def("reset_peak_memory", &cf::reset_peak_memory, nb::arg("device") = cf::Device::cpu(),
         "Start a new peak: peak_bytes = live_bytes.");
-  m.def("empty_cache", &cf::empty_cache, nb::arg("device") = cf::Device::cpu(),
-        "Release the blocks a caching allocator keeps for reuse.");
+  m.def("empty_cache",
+        [](cf::Device device) {
+          sweep_wrappers();  // first the objects kept for tensors nothing else holds now (a dropped model's)
+          cf::empty_cache(device);
+        },
+        nb::arg("device") = cf::Device::cpu(),
+        "Release the blocks a caching allocator keeps for reuse (after letting go of the Python objects of "
+        "tensors that only Python could still hold, such as a deleted model's parameters).");
 
   nb::module_ cuda = m.def_submodule("cuda", "The CUDA runtime as cf sees it.");
   cuda.def("device_count", &cf::cuda::device_count, "CUDA devices visible (0 without the backend, driver or GPU).");

@@ -266,9 +266,19 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
         return mod;
       }, nb::arg("device"), nb::rv_policy::reference, "Move parameters and buffers to the named device.")
       .def("zero_grad", &cnn::Module::zero_grad, "Drop every parameter's gradient.")
-      .def("set_parameters", &cnn::Module::set_parameters, nb::arg("values"),
+      .def("set_parameters",
+           [](cnn::Module& mod, const std::vector<Tensor>& values) {
+             mod.set_parameters(values);
+             for (const Tensor& t : values) keep_wrapper(t);
+           },
+           nb::arg("values"),
            "Replace the parameter tensors (named_parameters order) by values, used as given: no copy, no detach.")
-      .def("set_buffers", &cnn::Module::set_buffers, nb::arg("values"),
+      .def("set_buffers",
+           [](cnn::Module& mod, const std::vector<Tensor>& values) {
+             mod.set_buffers(values);
+             for (const Tensor& t : values) keep_wrapper(t);
+           },
+           nb::arg("values"),
            "Replace the buffer tensors (named_buffers order) by values, used as given: no copy.")
       // copy.copy, copy.deepcopy and pickle reach these: a module is a C++ object graph that Python
       // cannot rebuild, so each says how to make a copy instead of Python's bare "cannot pickle".

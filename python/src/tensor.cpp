@@ -581,12 +581,100 @@ struct ArrayView {
 };
 
 namespace {
-// TensorImpl -> weak reference to its Python object (see common.h). Touched with the GIL held only.
-std::unordered_map<const void*, PyObject*>& wrapper_registry() {
-  static auto* registry = new std::unordered_map<const void*, PyObject*>();  // never destroyed (exit order)
+// TensorImpl -> its Python object (see common.h). Touched with the GIL held only. Every entry holds a weak
+// reference, whose callback forgets the entry when the object dies; while the TensorImpl is held by others
+// too (a module's slot, an optimizer, a gradient slot), the entry holds the object itself as well, as
+// PyTorch preserves a tensor's object while C++ holds the tensor: ids stay stable and a weak reference to
+// a parameter lives as long as its module. sweep_wrappers() drops that strong reference once the object's
+// own handle is the TensorImpl's last (the object then lives as long as Python holds it, no longer).
+struct WrapperEntry {
+  PyObject* weakref = nullptr;  // owned
+  PyObject* strong = nullptr;   // owned while held by others too, else null
+};
+std::unordered_map<const void*, WrapperEntry>& wrapper_registry() {
+  static auto* registry = new std::unordered_map<const void*, WrapperEntry>();  // never destroyed (exit order)
   return *registry;
 }
+// Entries after the last sweep: a sweep also runs when the registry doubles past that (besides each
+// garbage collection), so a loop creating and dropping parameters never grows it without bound.
+size_t swept_size = 0;
+
+// The live object of an entry (borrowed), or null once it is gone.
+PyObject* entry_object(const WrapperEntry& e) noexcept {
+  if (e.strong) return e.strong;
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* obj = nullptr;  // a new reference, or null once the object is gone
+  if (PyWeakref_GetRef(e.weakref, &obj) != 1) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Py_DECREF(obj);  // (alive: held by whoever held it before this call)
+  return obj;
+#else
+  PyObject* obj = PyWeakref_GetObject(e.weakref);  // borrowed; None once the object is gone
+  if (obj == nullptr || obj == Py_None) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return obj;
+#endif
+}
+
+// The C++ tensor an object of the registry holds.
+const cf::Tensor& object_tensor(PyObject* obj) noexcept { return *nb::inst_ptr<cf::Tensor>(obj); }
+
+// Drops an entry's references after it left the registry (a dying object's callback then finds no entry).
+void drop_entry(const WrapperEntry& e) noexcept {
+  Py_XDECREF(e.weakref);
+  Py_XDECREF(e.strong);
+}
 }  // namespace
+
+size_t sweep_wrappers() noexcept {
+  static bool sweeping = false;  // (a release's deallocation may start a collection, whose callback sweeps)
+  if (sweeping) return 0;
+  sweeping = true;
+  auto& registry = wrapper_registry();
+  size_t released = 0;
+  // A released object may hold the last handle on another entry's TensorImpl holder (a parameter's
+  // gradient): a few passes free such chains.
+  for (int pass = 0; pass < 4; ++pass) {
+    std::vector<PyObject*> release;
+    std::vector<WrapperEntry> stale;
+    for (auto it = registry.begin(); it != registry.end();) {
+      WrapperEntry& e = it->second;
+      PyObject* obj = entry_object(e);
+      if (!obj) {  // dead: its callback is due (or was lost); forget it now
+        stale.push_back(e);
+        it = registry.erase(it);
+        continue;
+      }
+      const cf::Tensor& t = object_tensor(obj);
+      if (t.impl_ptr() != it->first) {  // (an object never changes its TensorImpl; a guard all the same)
+        stale.push_back(e);
+        it = registry.erase(it);
+        continue;
+      }
+      const bool held_elsewhere = t.impl_shared().use_count() > 1;
+      if (e.strong && !held_elsewhere) {
+        release.push_back(e.strong);  // the object now lives as long as Python holds it
+        e.strong = nullptr;
+      } else if (!e.strong && held_elsewhere) {
+        Py_INCREF(obj);
+        e.strong = obj;
+      }
+      ++it;
+    }
+    // after the walk: a dying object's weak-reference callback edits the registry
+    for (const WrapperEntry& e : stale) drop_entry(e);
+    for (PyObject* obj : release) Py_DECREF(obj);
+    released += release.size();
+    if (release.empty()) break;
+  }
+  swept_size = registry.size();
+  sweeping = false;
+  return released;
+}
 
 PyObject* nb_inst_find(const cf::Tensor* t) noexcept {
   // nanobind's own caster with policy none: the existing object (a new reference) or null, never a new one
@@ -599,22 +687,28 @@ PyObject* known_wrapper(const cf::Tensor& t) noexcept {
   if (registry.empty()) return nullptr;
   auto it = registry.find(t.impl_ptr());
   if (it == registry.end()) return nullptr;
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject* obj = nullptr;  // a new reference, or null once the object is gone
-  if (PyWeakref_GetRef(it->second, &obj) != 1) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  return obj;
-#else
-  PyObject* obj = PyWeakref_GetObject(it->second);  // borrowed; None once the object is gone
-  if (obj == nullptr || obj == Py_None) {
-    PyErr_Clear();
-    return nullptr;
+  WrapperEntry& e = it->second;
+  PyObject* obj = entry_object(e);
+  if (!obj || object_tensor(obj).impl_ptr() != it->first) return nullptr;
+  // C++ handed this tensor out again, so it holds it (or the caller's copy keeps it one more moment): keep
+  // the object; the next sweep lets it go if that was the copy.
+  if (!e.strong) {
+    Py_INCREF(obj);
+    e.strong = obj;
   }
   Py_INCREF(obj);
   return obj;
-#endif
+}
+
+void keep_wrapper(const cf::Tensor& t) noexcept {
+  if (!t.defined()) return;
+  auto& registry = wrapper_registry();
+  auto it = registry.find(t.impl_ptr());
+  if (it == registry.end() || it->second.strong) return;
+  PyObject* obj = entry_object(it->second);
+  if (!obj || object_tensor(obj).impl_ptr() != it->first) return;
+  Py_INCREF(obj);
+  it->second.strong = obj;
 }
 
 void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared, bool take_over) noexcept {
@@ -623,10 +717,11 @@ void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared, bool take_
   auto& registry = wrapper_registry();
   if (auto it = registry.find(key); it != registry.end()) {
     if (!take_over) return;
-    PyObject* old = it->second;
-    registry.erase(it);  // (its callback then finds another entry, or none, and leaves it)
-    Py_DECREF(old);
+    const WrapperEntry old = it->second;
+    registry.erase(it);  // (a dying object's callback then finds another entry, or none, and leaves it)
+    drop_entry(old);
   }
+  if (registry.size() >= 2 * swept_size + 64) sweep_wrappers();
   // The weak reference's callback forgets the entry when the object dies (while the object lives, it holds
   // the TensorImpl, so the key cannot be reused by another tensor meanwhile).
   static PyMethodDef forget_def = {
@@ -635,9 +730,10 @@ void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared, bool take_
         const void* k = PyCapsule_GetPointer(key_capsule, nullptr);
         auto& reg = wrapper_registry();
         auto it = reg.find(k);
-        if (it != reg.end() && it->second == weakref) {
+        if (it != reg.end() && it->second.weakref == weakref) {
+          const WrapperEntry gone = it->second;
           reg.erase(it);
-          Py_DECREF(weakref);
+          drop_entry(gone);
         }
         Py_RETURN_NONE;
       },
@@ -651,7 +747,13 @@ void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared, bool take_
     PyErr_Clear();
     return;
   }
-  registry.emplace(key, weakref);  // the registry owns the weak reference
+  WrapperEntry e;
+  e.weakref = weakref;  // the registry owns the weak reference
+  if (shared) {
+    Py_INCREF(h.ptr());
+    e.strong = h.ptr();
+  }
+  registry.emplace(key, e);
 }
 
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
@@ -670,6 +772,25 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
         "A tensor from its values' bytes (what pickling a cf.Tensor stores; cf._rebuild_tensor).");
   m.def("_tensor_objects_known", [] { return wrapper_registry().size(); },
         "How many tensors' Python objects the identity registry holds (a test's leak check).");
+  m.def("_sweep_tensor_objects", [] { return sweep_wrappers(); },
+        "Lets go of the tensor objects the identity registry kept for C++ holders that have since dropped "
+        "their tensors; returns how many (also run after every garbage collection and by cf.empty_cache).");
+  // After garbage collections (the gc module calls its callbacks with a phase and an info dict): after
+  // every full one (gc.collect()), and after the young ones often enough that a sweep costs about one
+  // entry in 256 per collection (25 ns an entry: 10k parameters' objects would cost 250 us at each of
+  // the many young collections of a Python loop).
+  nb::module_::import_("gc").attr("callbacks").attr("append")(nb::cpp_function(
+      [](nb::handle phase, nb::handle info) {
+        static size_t young_since_sweep = 0;
+        if (!PyUnicode_Check(phase.ptr()) || PyUnicode_CompareWithASCIIString(phase.ptr(), "stop") != 0) return;
+        PyObject* gen = PyDict_Check(info.ptr()) ? PyDict_GetItemString(info.ptr(), "generation") : nullptr;
+        const bool full = gen && PyLong_Check(gen) && PyLong_AsLong(gen) >= 2;
+        if (full || ++young_since_sweep >= wrapper_registry().size() / 256) {
+          young_since_sweep = 0;
+          sweep_wrappers();
+        }
+      },
+      nb::arg("phase"), nb::arg("info")));
   auto cls = nb::class_<cf::Tensor>(
       m, "Tensor",
       "A cheap handle to strided storage (float32, float64, int64 or bool) on the CPU or a CUDA device, with "

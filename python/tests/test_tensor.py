@@ -489,8 +489,7 @@ def test_parameters_keep_one_python_object():
     assert m.weight in set(m.parameters())
     names = {p: n for n, p in m.named_parameters()}
     assert names[m.weight] == "weight" and names[m.bias] == "bias"
-    held = list(m.parameters())  # ids compare while their objects are held (the module does not hold them)
-    ids = {id(p) for p in held}
+    ids = {id(p) for p in m.parameters()}
     assert [id(p) in ids for p in m.parameters()] == [True, True]
     m.weight.requires_grad_(False)  # frozen parameters too (held by the module)
     assert m.weight is m.weight and m.weight in set(m.parameters())
@@ -504,21 +503,59 @@ def test_parameters_keep_one_python_object():
     assert cf.tensor([1.0], requires_grad=True).requires_grad
 
 
-def test_tensor_objects_are_freed_with_their_registry_entries():
+def test_tensor_objects_live_as_long_as_cpp_holds_their_tensors():
     import gc
     import weakref
     m = cf.nn.Linear(2, 2)
+    # as PyTorch's: a parameter's object survives while its module holds it, so an id() kept alone stays the
+    # parameter's (the usual no-decay filter) and a weak reference lives as long as the module
+    no_decay = {id(p) for n, p in m.named_parameters() if n == "bias"}
+    junk = [cf.randn(2, requires_grad=True) for _ in range(20)]  # freed addresses get reused
+    assert [id(p) in no_decay for p in m.parameters()] == [False, True]
     ref = weakref.ref(m.weight)
     gc.collect()
-    assert ref() is None  # the registry holds no strong reference
+    assert ref() is m.weight
+    # a tensor given to a module from Python keeps its object too
+    w = cf.randn(2, 2, requires_grad=True)
+    m.weight = w
+    ref_w = weakref.ref(w)
+    del w, junk
+    gc.collect()
+    assert ref_w() is m.weight
+    # a gradient's object lives with its slot; after zero_grad it is freed with the next collection
+    m(cf.randn(1, 2)).sum().backward()
+    ref_g = weakref.ref(m.bias.grad)
+    assert ref_g() is m.bias.grad
+    m.zero_grad()
+    gc.collect()
+    assert ref_g() is None
+    # a deleted module's parameters are freed with the next collection (or cf.empty_cache)
+    big = cf.nn.Linear(500, 500)
+    params = list(big.parameters())
+    live = cf.memory_stats().live_bytes
+    del big, params
+    cf.empty_cache()
+    assert cf.memory_stats().live_bytes <= live - 500 * 500 * 4
+    assert ref() is None and ref_w() is m.weight  # (the weight replaced by w has gone)
+    del m
+    gc.collect()
+    assert ref_w() is None
+    # a leaf that only Python holds is freed at once, and no loop grows the registry
     known = cf._cf._tensor_objects_known()
+    m = cf.nn.Linear(2, 2)
     for _ in range(2000):
         p = cf.randn(8, requires_grad=True)
+        ref_p = weakref.ref(p)
+        del p
+        assert ref_p() is None
         m(cf.randn(1, 2)).sum().backward()
         grads = [q.grad for q in m.parameters()]
-        del p, grads
+        del grads
+        m.zero_grad()
+    del m
     gc.collect()
     assert cf._cf._tensor_objects_known() <= known  # entries leave with their objects
+    m = cf.nn.Linear(2, 2)
     w1 = m.weight
     assert m.weight is w1
 
