@@ -99,7 +99,12 @@ AtomicWriter::AtomicWriter(std::string path, const char* op) : path_(std::move(p
   // plain file (--out /dev/null would have become one): those are refused; a symlink is followed.
   target_ = resolve_links(path_);
   struct stat st {};
-  if (::stat(target_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+  const bool exists = ::stat(target_.c_str(), &st) == 0;
+  if (!exists && errno == ELOOP) {  // a cycle of links, or too long a chain: renaming would replace the link
+    committed_ = true;  // nothing was created
+    throw IOError(str("[", op_, "] cannot write '", path_, "': ", std::strerror(ELOOP)));
+  }
+  if (exists && !S_ISREG(st.st_mode)) {
     committed_ = true;  // nothing was created
     throw IOError(str("[", op_, "] cannot write '", path_, "': ", kind_of(st.st_mode),
                       ", not a regular file (cf writes a temporary file and renames it over the target)"));
@@ -113,6 +118,9 @@ AtomicWriter::AtomicWriter(std::string path, const char* op) : path_(std::move(p
     throw IOError(str("[", op_, "] ", path_, ": cannot create temporary file '", tmp_,
                       "': ", std::strerror(err)));
   }
+  // A file written over keeps its permissions (the temporary's 0644 made a private checkpoint readable by
+  // all at its next save). Best effort: a failure leaves the temporary's mode.
+  if (exists) (void)::fchmod(fd_, st.st_mode & 07777);
 }
 
 AtomicWriter::~AtomicWriter() {

@@ -296,6 +296,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
                  kMaxDims);
     uint64_t numel = 1;
     bool overflow = false;
+    // The strides multiply the non-zero sizes, so those must fit int64 even when a zero size makes the
+    // tensor empty ((0, 2^62, 2^62) failed later in Tensor::empty with a ShapeError naming no file).
+    uint64_t nonzero_product = 1;
+    bool strides_overflow = false;
     for (const auto& d : sh) {
       if (!d.is_number_integer())
         throw fail("entry '", name, "': shape holds ", json_type_of(d), " (", d.dump(),
@@ -308,7 +312,14 @@ SafetensorsFile load_safetensors(const std::string& path) {
       e.shape.push_back(di);
       if (di != 0 && numel > std::numeric_limits<uint64_t>::max() / uint64_t(di)) overflow = true;
       numel *= uint64_t(di);
+      if (di != 0) {
+        if (nonzero_product > uint64_t(std::numeric_limits<int64_t>::max()) / uint64_t(di)) strides_overflow = true;
+        nonzero_product *= uint64_t(di);
+      }
     }
+    if (strides_overflow)
+      throw fail("entry '", name, "': shape ", sh.dump(),
+                 " has sizes whose product exceeds int64 (its strides cannot be represented)");
 
     const ojson& offs = v["data_offsets"];
     if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_integer() ||

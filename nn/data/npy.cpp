@@ -40,87 +40,118 @@ void read_exact(std::ifstream& f, char* dst, int64_t n, const std::string& path,
                       n, " bytes)"));
 }
 
-// The value text of `key` in the header dict: what follows "'key':" up to the
-// matching end (a quoted string, a parenthesised tuple, or a bare word).
-std::string dict_value(const std::string& h, const std::string& key, const std::string& path) {
-  size_t k = h.find("'" + key + "'");
-  if (k == std::string::npos) k = h.find("\"" + key + "\"");
-  if (k == std::string::npos)
-    throw IOError(str("[read_npy] '", path, "': header has no '", key, "' entry: ", h));
-  size_t p = h.find(':', k + key.size() + 2);
-  if (p == std::string::npos) throw IOError(str("[read_npy] '", path, "': unparsable header: ", h));
-  ++p;
-  while (p < h.size() && h[p] == ' ') ++p;
-  if (p >= h.size()) throw IOError(str("[read_npy] '", path, "': unparsable header: ", h));
-  size_t e;
-  if (h[p] == '\'' || h[p] == '"') {
-    e = h.find(h[p], p + 1);
-    if (e == std::string::npos) throw IOError(str("[read_npy] '", path, "': unparsable header: ", h));
-    return h.substr(p + 1, e - p - 1);
-  }
-  if (h[p] == '(') {
-    e = h.find(')', p);
-    if (e == std::string::npos) throw IOError(str("[read_npy] '", path, "': unparsable header: ", h));
-    return h.substr(p, e - p + 1);
-  }
-  e = h.find_first_of(",}", p);
-  if (e == std::string::npos) throw IOError(str("[read_npy] '", path, "': unparsable header: ", h));
-  std::string v = h.substr(p, e - p);
-  while (!v.empty() && v.back() == ' ') v.pop_back();
-  return v;
-}
+// The header dict NumPy writes, parsed strictly as the Python literal it is: "{'descr': '<f4',
+// 'fortran_order': False, 'shape': (3, 4), }" with exactly these three keys, each once, in any order,
+// then spaces and one newline of padding. A bare 'shape': 1, a missing brace or text after it is an
+// error (NumPy's reader refuses them too): a hand-edited header must not read as another array.
+struct NpyHeader {
+  std::string descr;
+  bool fortran_order = false;
+  Shape shape;
+};
 
-// The header's top-level keys are exactly descr, fortran_order and shape, each once, as NumPy's reader requires
-// (a header with others, or without the dict's quotes, is not one NumPy wrote).
-void check_header_keys(const std::string& h, const std::string& path) {
-  std::vector<std::string> keys;
-  int depth = 0;
-  for (size_t i = 0; i < h.size(); ++i) {
-    const char c = h[i];
-    if (c == '(') ++depth;
-    if (c == ')') --depth;
-    if ((c != '\'' && c != '"') || depth != 0) continue;
-    const size_t e = h.find(c, i + 1);
-    if (e == std::string::npos) throw IOError(str("[read_npy] '", path, "': unparsable header: ", h));
-    size_t k = e + 1;
-    while (k < h.size() && h[k] == ' ') ++k;
-    if (k < h.size() && h[k] == ':') keys.push_back(h.substr(i + 1, e - i - 1));
-    i = e;
-  }
-  for (const std::string& key : keys)
-    if ((key != "descr" && key != "fortran_order" && key != "shape") ||
-        std::count(keys.begin(), keys.end(), key) != 1)
-      throw IOError(str("[read_npy] '", path, "': unparsable header (key '", key,
-                        "': a .npy header holds descr, fortran_order and shape, once each): ", h));
-}
+class HeaderParser {
+ public:
+  HeaderParser(const std::string& h, const std::string& path) : h_(h), path_(path) {}
 
-Shape parse_shape(const std::string& t, const std::string& path) {
-  // "(3, 4)", "(5,)", "()": entries separated by one comma (a trailing one allowed), as a Python tuple
-  Shape s;
-  size_t i = 1;
-  while (i < t.size() - 1) {
-    while (i < t.size() && t[i] == ' ') ++i;
-    if (!s.empty()) {
-      if (t[i] != ',') throw IOError(str("[read_npy] '", path, "': bad shape ", t, " in the header"));
-      ++i;
-      while (i < t.size() && t[i] == ' ') ++i;
+  NpyHeader parse() {
+    NpyHeader out;
+    bool seen_descr = false, seen_fortran = false, seen_shape = false;
+    skip_spaces();
+    expect('{', "the header dict must start with '{'");
+    skip_spaces();
+    while (peek() != '}') {
+      const std::string key = quoted("a quoted key");
+      skip_spaces();
+      expect(':', "':' after a key");
+      skip_spaces();
+      bool* seen = key == "descr" ? &seen_descr : key == "fortran_order" ? &seen_fortran
+                 : key == "shape" ? &seen_shape : nullptr;
+      if (!seen || *seen)
+        fail(str("key '", key, "': a .npy header holds descr, fortran_order and shape, once each"));
+      *seen = true;
+      if (key == "descr") out.descr = quoted("descr as a quoted string");
+      else if (key == "fortran_order") out.fortran_order = boolean();
+      else out.shape = tuple();
+      skip_spaces();
+      if (peek() == ',') {
+        ++i_;
+        skip_spaces();
+      } else if (peek() != '}') {
+        fail("',' or '}' after a value");
+      }
     }
-    if (i >= t.size() - 1) break;
-    size_t j = i;
-    while (j < t.size() && t[j] >= '0' && t[j] <= '9') ++j;
-    // Python 2 files may write long sizes as "3L".
-    if (j == i) throw IOError(str("[read_npy] '", path, "': bad shape ", t, " in the header"));
-    if (j - i > 18) throw IOError(str("[read_npy] '", path, "': shape ", t, " is too large"));
-    s.push_back(std::stoll(t.substr(i, j - i)));
-    i = j;
-    if (i < t.size() && t[i] == 'L') ++i;
-    if (i < t.size() && t[i] != ',' && t[i] != ' ' && t[i] != ')')
-      throw IOError(str("[read_npy] '", path, "': bad shape ", t, " in the header"));
+    ++i_;  // '}'
+    while (i_ < h_.size() && (h_[i_] == ' ' || h_[i_] == '\n' || h_[i_] == '\0')) ++i_;
+    if (i_ != h_.size()) fail("text after the header dict");
+    if (!seen_descr || !seen_fortran || !seen_shape)
+      throw IOError(str("[read_npy] '", path_, "': header has no '",
+                        !seen_descr ? "descr" : !seen_fortran ? "fortran_order" : "shape", "' entry: ", h_));
+    if (out.shape.size() > size_t(kMaxDims))
+      throw IOError(str("[read_npy] '", path_, "': ", out.shape.size(), " dimensions, at most ", kMaxDims));
+    return out;
   }
-  if (s.size() > size_t(kMaxDims))
-    throw IOError(str("[read_npy] '", path, "': ", s.size(), " dimensions, at most ", kMaxDims));
-  return s;
-}
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw IOError(str("[read_npy] '", path_, "': unparsable header (", what, " at offset ", i_, "): ", h_));
+  }
+  char peek() const { return i_ < h_.size() ? h_[i_] : '\0'; }
+  void skip_spaces() {
+    while (i_ < h_.size() && h_[i_] == ' ') ++i_;
+  }
+  void expect(char c, const char* what) {
+    if (peek() != c) fail(what);
+    ++i_;
+  }
+  std::string quoted(const char* what) {
+    const char q = peek();
+    if (q != '\'' && q != '"') fail(what);
+    const size_t e = h_.find(q, i_ + 1);
+    if (e == std::string::npos) fail(what);
+    std::string v = h_.substr(i_ + 1, e - i_ - 1);
+    i_ = e + 1;
+    return v;
+  }
+  bool boolean() {
+    for (const char* word : {"True", "False"}) {
+      const size_t n = std::strlen(word);
+      if (h_.compare(i_, n, word) == 0) {
+        i_ += n;
+        return word[0] == 'T';
+      }
+    }
+    fail("fortran_order must be True or False");
+  }
+  // "(3, 4)", "(5,)", "()": integers separated by commas, a trailing one allowed (Python 2's "3L" too)
+  Shape tuple() {
+    Shape s;
+    expect('(', "shape must be a tuple");
+    skip_spaces();
+    while (peek() != ')') {
+      const size_t start = i_;
+      while (peek() >= '0' && peek() <= '9') ++i_;
+      if (i_ == start) fail("a size in the shape tuple");
+      if (i_ - start > 18) throw IOError(str("[read_npy] '", path_, "': shape ", h_.substr(start, i_ - start),
+                                             "... is too large"));
+      s.push_back(std::stoll(h_.substr(start, i_ - start)));
+      if (peek() == 'L') ++i_;
+      skip_spaces();
+      if (peek() == ',') {
+        ++i_;
+        skip_spaces();
+      } else if (peek() != ')') {
+        fail("',' or ')' in the shape tuple");
+      }
+    }
+    ++i_;  // ')'
+    return s;
+  }
+
+  const std::string& h_;
+  const std::string& path_;
+  size_t i_ = 0;
+};
 
 // Element count, checked for overflow (a corrupt header must not wrap around).
 int64_t checked_numel(const Shape& s, int64_t item, const std::string& path, const char* op) {
@@ -164,7 +195,7 @@ Tensor read_npy(const std::string& path) {
   if (f.gcount() != 8 || std::memcmp(pre, kMagic, 6) != 0)
     throw IOError(str("[read_npy] '", path, "' is not a .npy file (no \\x93NUMPY magic)"));
   const int major = static_cast<unsigned char>(pre[6]), minor = static_cast<unsigned char>(pre[7]);
-  if (major < 1 || major > 3)
+  if (major < 1 || major > 3 || minor != 0)
     throw IOError(str("[read_npy] '", path, "': unsupported .npy version ", major, ".", minor,
                       " (1.0, 2.0 and 3.0 are read)"));
   unsigned char lenb[4] = {0, 0, 0, 0};
@@ -177,13 +208,12 @@ Tensor read_npy(const std::string& path) {
                       file_size));
   std::string h(size_t(hlen), '\0');
   read_exact(f, h.data(), hlen, path, "header");
-  check_header_keys(h, path);
-  const std::string descr = dict_value(h, "descr", path);
-  const std::string fortran = dict_value(h, "fortran_order", path);
-  const Shape shape = parse_shape(dict_value(h, "shape", path), path);
-  if (fortran != "False")
-    throw IOError(str("[read_npy] '", path, "': Fortran-order arrays are not supported (fortran_order ",
-                      fortran, "); save a C-order array (numpy.ascontiguousarray)"));
+  const NpyHeader header = HeaderParser(h, path).parse();
+  const std::string& descr = header.descr;
+  const Shape& shape = header.shape;
+  if (header.fortran_order)
+    throw IOError(str("[read_npy] '", path, "': Fortran-order arrays are not supported (fortran_order "
+                      "True); save a C-order array (numpy.ascontiguousarray)"));
   DType dtype;
   int64_t item;
   if (descr == "<f4") dtype = kFloat32, item = 4;

@@ -127,6 +127,32 @@ TEST_CASE("atomic writes follow a symlink and refuse a FIFO, a device or a direc
   CHECK(S_ISFIFO(st.st_mode));
   CHECK_THROWS_MSG(io::write_file_atomic("/dev/null", "x", "t"), IOError, "it is a character device");
   CHECK_THROWS_MSG(data::save_npy(tmp.str(), Tensor::zeros({2})), IOError, "[save_npy]", "it is a directory");
+  // A cycle of links is an error (from a bug hunt: its end was renamed over, a plain file replacing the link)
+  const std::string loop1 = tmp.file("loop1"), loop2 = tmp.file("loop2");
+  REQUIRE(::symlink("loop2", loop1.c_str()) == 0);
+  REQUIRE(::symlink("loop1", loop2.c_str()) == 0);
+  CHECK_THROWS_MSG(io::write_file_atomic(loop1, "x", "t"), IOError, "[t] cannot write", "loop1",
+                   "Too many levels of symbolic links");
+  REQUIRE(::lstat(loop1.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+}
+
+TEST_CASE("atomic writes keep the permissions of the file they replace") {
+  // The temporary was made 0644 and renamed over the target: a private checkpoint became world-readable
+  // at its next save (from a bug hunt).
+  TempDir tmp;
+  const std::string path = tmp.file("private.bin");
+  io::write_file_atomic(path, "one", "t");
+  REQUIRE(::chmod(path.c_str(), 0600) == 0);
+  io::write_file_atomic(path, "two", "t");
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  CHECK(cf::test::read_bytes(path) == "two");
+  REQUIRE(::chmod(path.c_str(), 0640) == 0);
+  data::save_npy(path, Tensor::zeros({2}));
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
 }
 
 TEST_CASE("defect 5: a checkpoint with NaN is refused at save (the old file stays) and at load - inf is kept") {
