@@ -24,7 +24,10 @@ void rescale(const std::vector<Tensor>& params, double factor) {
   for (const Tensor& p : params) {
     CF_CHECK(p.defined(), ValueError, "[scale_grads] a parameter is an undefined tensor");
     Tensor g = p.grad();
-    if (g.defined()) p.set_grad(mul(g, factor));
+    if (!g.defined()) continue;
+    // A 16-bit gradient is scaled in float32 and rounded once: the factor taken in its dtype overflows
+    // (1e5 is inf in float16, so 1e-4 * 1e5 gave inf, not 10) or loses its digits.
+    p.set_grad(is_low_precision(g.dtype()) ? to(mul(to(g, kFloat32), factor), g.dtype()) : mul(g, factor));
   }
 }
 

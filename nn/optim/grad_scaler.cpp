@@ -23,6 +23,11 @@ GradScaler::GradScaler(const GradScalerOptions& o) : opt_(o), scale_(o.init_scal
 Tensor GradScaler::scale(const Tensor& loss) const {
   CF_CHECK(loss.defined(), ValueError, "[GradScaler.scale] loss is an undefined tensor");
   if (!opt_.enabled) return loss;
+  // A 16-bit loss is scaled in float32, as PyTorch's float32 scale tensor promotes it: in its own dtype the
+  // default scale 65536 is inf in float16 (above its 65504), and so was every scaled loss. (The backward
+  // then hands the float16 graph 65536 * dloss, inf in float16 too at that scale: the first step of a
+  // pure float16 model is skipped and the scale backs off, in PyTorch as here.)
+  if (is_low_precision(loss.dtype())) return mul(to(loss, kFloat32), scale_);
   return mul(loss, scale_);
 }
 

@@ -35,7 +35,7 @@ class GradScaler {
  public:
   explicit GradScaler(const GradScalerOptions& options = {});
 
-  // loss * scale (differentiable; in the loss's dtype).
+  // loss * scale (differentiable; in the loss's dtype, float32 for a bfloat16 or float16 loss as in PyTorch).
   Tensor scale(const Tensor& loss) const;
   // Divides every gradient of opt's parameters by the scale, in place, and records whether any
   // is inf/NaN (one host read for all of them). At most once per optimizer per step (a second

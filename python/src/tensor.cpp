@@ -247,9 +247,14 @@ cf::Tensor tensor_from_python(nb::handle data, std::optional<cf::DType> dtype, c
     cf::DType dt = dtype ? *dtype : (g.all_bool && !g.f.empty()) ? cf::kBool : (g.all_int && !g.f.empty()) ? cf::kInt64 : cf::kFloat32;
     switch (dt) {
       case cf::DType::Float32:
-      case cf::DType::BFloat16:  // rounded once from float64 values by the cast below
-      case cf::DType::Float16:
-        t = cf::Tensor::from_vector(std::vector<float>(g.f.begin(), g.f.end()), shape);
+        if (g.all_int && !g.f.empty())  // exact ints rounded once (past 2^53 a double has rounded them)
+          t = cf::Tensor::from_vector(g.i, shape);
+        else
+          t = cf::Tensor::from_vector(std::vector<float>(g.f.begin(), g.f.end()), shape);
+        break;
+      case cf::DType::BFloat16:  // rounded once by the cast below, from the exact ints or the doubles
+      case cf::DType::Float16:   // (through float32 first, 65519.999 became inf in float16 and not 65504)
+        t = g.all_int && !g.f.empty() ? cf::Tensor::from_vector(g.i, shape) : cf::Tensor::from_vector(g.f, shape);
         break;
       case cf::DType::Float64: t = cf::Tensor::from_vector(g.f, shape); break;
       case cf::DType::Int64:

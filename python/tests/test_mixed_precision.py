@@ -125,3 +125,28 @@ def test_the_loss_scaler_goes_into_a_training_checkpoint(tmp_path):
     assert cf.nn.load_checkpoint(path).scaler["growth_tracker"].item() == 1
     cf.nn.save_checkpoint(path, model={"w": w})
     assert cf.nn.load_checkpoint(path).scaler == {}
+
+
+def test_16_bit_losses_lists_and_gradient_scaling_round_once():
+    # (from a bug hunt) a float16 loss was scaled in float16, where the default scale 65536 is inf; it is
+    # scaled in float32 now, as PyTorch's float32 scale tensor promotes it
+    m = cf.nn.Linear(4, 3)
+    m.to(cf.float16)
+    loss = cf.mean(cf.square(m(cf.randn(5, 4).to(cf.float16))))
+    scaled = cf.nn.GradScaler().scale(loss)
+    assert scaled.dtype == cf.float32 and abs(scaled.item() - 65536.0 * loss.item()) <= 1e-6 * scaled.item()
+    scaled.backward()  # into the float16 graph: 65536 * dloss, inf in float16 (PyTorch's first step skips too)
+    assert m.weight.grad.dtype == cf.float16
+    # lists rounded once from their float64 (or exact int) values: through float32 65519.999 became inf
+    assert cf.tensor([65519.999], dtype=cf.float16).tolist() == [65504.0]
+    assert cf.tensor([1 + 2 ** -8 + 2 ** -30], dtype=cf.bfloat16).tolist() == [1.0078125]
+    assert cf.tensor([2 ** 24 + 2 ** 16 + 1], dtype=cf.bfloat16).tolist() == [16908288.0]
+    assert cf.tensor([2 ** 60 + 1], dtype=cf.float32).tolist() == [float(2 ** 60)]
+    t = cf.zeros([2], dtype=cf.float16)
+    t[0:2] = [65519.999, 1.0]
+    assert t.tolist() == [65504.0, 1.0]
+    # scale_grads scales 16-bit gradients in float32 (1e5 is inf in float16)
+    p = cf.zeros([2], dtype=cf.float16, requires_grad=True)
+    (p * cf.tensor([1e-4, 2e-4]).to(cf.float16)).sum().backward()
+    cf.nn.scale_grads([p], 1e5)
+    assert p.grad.dtype == cf.float16 and [round(v, 1) for v in p.grad.tolist()] == [10.0, 20.0]
