@@ -401,7 +401,8 @@ void evaluate_everywhere(const Config& cfg, cf::nn::Module& model, const json& n
 }
 
 // What both tasks share when training one model: the run's tags, signature and checkpoint.
-cf::apps::TrainRun train_run_of(const Config& cfg, cf::Device dev, const json& model_json, int64_t seed,
+cf::apps::TrainRun train_run_of(const Config& cfg, const cf::apps::TopicData& data, cf::Device dev,
+                                const json& model_json, int64_t seed,
                                 const std::string& tname, const std::string& tlabel) {
   const cf::apps::ClassifierTrainConfig& tc = cfg.train_opts;
   cf::apps::TrainRun run;
@@ -410,7 +411,7 @@ cf::apps::TrainRun train_run_of(const Config& cfg, cf::Device dev, const json& m
   // What a checkpoint must agree on to be reused: everything that shapes training.
   run.signature = {{"model", model_json}, {"seed", seed},           {"steps", tc.steps},
                    {"batch_size", tc.batch_size}, {"lr", tc.lr},     {"weight_decay", tc.weight_decay},
-                   {"warmup", tc.warmup},         {"data", cf::apps::topic_data_signature(cfg.data)}};
+                   {"warmup", tc.warmup},         {"data", cf::apps::topic_data_signature(cfg.data, data)}};
   if (tc.precision != "fp32") run.signature["precision"] = tc.precision;
   if (cfg.task == "masked")
     run.signature["masked_task"] = {{"seq_len", cfg.masked.seq_len}, {"mask_rate", cfg.masked.mask_rate},
@@ -448,7 +449,7 @@ void train_and_evaluate(const Config& cfg, cf::Device dev, const cf::apps::Topic
   auto model = std::make_shared<cf::models::EncoderClassifier>(mcfg, gen);
   model->to(dev);
   const cf::apps::TrainResult tr = cf::apps::train_classifier(
-      *model, cfg.train_opts, train_run_of(cfg, dev, model_json, seed, tname, tlabel), seed, {}, train_ds, val_loader);
+      *model, cfg.train_opts, train_run_of(cfg, data, dev, model_json, seed, tname, tlabel), seed, {}, train_ds, val_loader);
   if (tr.trained) {  // not for a reused model
     res.train_secs[tlabel].push_back(tr.time_s);
     res.train_peak_bytes[tlabel].push_back(double(tr.peak_bytes));
@@ -473,7 +474,7 @@ void train_and_evaluate_masked(const Config& cfg, cf::Device dev, const cf::apps
   auto model = std::make_shared<cf::models::TokenClassifier>(mcfg, gen);
   model->to(dev);
   const cf::apps::TrainResult tr =
-      cf::apps::train_masked(*model, cfg.train_opts, train_run_of(cfg, dev, model_json, seed, tname, tlabel),
+      cf::apps::train_masked(*model, cfg.train_opts, train_run_of(cfg, data, dev, model_json, seed, tname, tlabel),
                              cfg.masked, train_stream, val_set, mask_id, data.vocab, seed);
   if (tr.trained) {
     res.train_secs[tlabel].push_back(tr.time_s);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cf.h"
+#include "common/data_digest.h"
 #include "common/distributed.h"
 #include "common/options.h"
 #include "common/report.h"
@@ -70,19 +71,6 @@ inline void check_topic_data_config(const TopicDataConfig& c) {
     throw UsageError("--val-fraction and --test-fraction must be positive and sum to less than 0.9");
 }
 
-// What a checkpoint must agree on about the data.
-inline ojson topic_data_signature(const TopicDataConfig& c) {
-  if (!c.data_file.empty())
-    return {{"file", c.data_file},        {"min_texts", c.min_texts},         {"max_per_class", c.max_per_class},
-            {"min_chars", c.min_chars},   {"max_len", c.max_len + (c.cls_token ? 1 : 0)},
-            {"pooling", c.cls_token ? "first" : "mean"}, {"val_fraction", c.val_fraction},
-            {"test_fraction", c.test_fraction}, {"split_seed", c.split_seed}};
-  return {{"dir", c.data_dir},         {"min_texts", c.min_texts},         {"max_per_class", c.max_per_class},
-          {"min_chars", c.min_chars},   {"max_len", c.max_len + (c.cls_token ? 1 : 0)},
-          {"pooling", c.cls_token ? "first" : "mean"}, {"val_fraction", c.val_fraction},
-          {"test_fraction", c.test_fraction}, {"split_seed", c.split_seed}};
-}
-
 struct TopicSplit {
   std::vector<std::vector<int64_t>> ids;
   std::vector<int64_t> labels;
@@ -96,6 +84,32 @@ struct TopicData {
   double mean_len = 0;     // tokens per text, <cls> included
   int64_t max_len_seen = 0;
 };
+
+// What a checkpoint must agree on about the data: the options, and a digest of what they loaded (the
+// topics, the vocabulary size and every split's token ids and labels), so a file edited in place is not
+// scored or resumed with a model trained on its old contents.
+inline ojson topic_data_signature(const TopicDataConfig& c, const TopicData& data) {
+  ojson out;
+  if (!c.data_file.empty())
+    out = {{"file", c.data_file},        {"min_texts", c.min_texts},         {"max_per_class", c.max_per_class},
+            {"min_chars", c.min_chars},   {"max_len", c.max_len + (c.cls_token ? 1 : 0)},
+            {"pooling", c.cls_token ? "first" : "mean"}, {"val_fraction", c.val_fraction},
+            {"test_fraction", c.test_fraction}, {"split_seed", c.split_seed}};
+  else
+    out = {{"dir", c.data_dir},         {"min_texts", c.min_texts},         {"max_per_class", c.max_per_class},
+           {"min_chars", c.min_chars},   {"max_len", c.max_len + (c.cls_token ? 1 : 0)},
+           {"pooling", c.cls_token ? "first" : "mean"}, {"val_fraction", c.val_fraction},
+           {"test_fraction", c.test_fraction}, {"split_seed", c.split_seed}};
+  DataDigest d;
+  for (const std::string& t : data.topics) d.text(t);
+  d.values(std::vector<int64_t>{data.vocab, data.max_tokens});
+  for (const TopicSplit* split : {&data.train, &data.val, &data.test}) {
+    d.values(split->labels);
+    for (const auto& ids : split->ids) d.values(ids);
+  }
+  out["contents"] = d.hex();
+  return out;
+}
 
 // The splits as the apps use them: the training set (the training loop batches and shuffles it) and in-order
 // loaders of eval_batch_size over the validation and test sets.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cf.h"
+#include "common/data_digest.h"
 #include "common/distributed.h"
 #include "common/options.h"
 #include "common/report.h"
@@ -451,6 +452,14 @@ struct Results {
 
 // One language model trained (or reused from its checkpoint) and evaluated:
 // its "result" line.
+// What the signature knows of the corpus beyond its folder: a digest of the token streams and the vocabulary
+// size (an edited fortune file must not resume a run trained on the old text).
+std::string corpus_digest(const Corpus& c) {
+  cf::apps::DataDigest d;
+  d.values(std::vector<int64_t>{c.vocab});
+  return d.values(c.train).values(c.val).values(c.test).hex();
+}
+
 void train_lm(const Config& cfg, cf::Device dev, const Corpus& corpus, int64_t seed, const std::string& kind,
               int64_t clusters, Results& res) {
   const std::string name = model_name(cfg, kind, clusters);
@@ -465,7 +474,8 @@ void train_lm(const Config& cfg, cf::Device dev, const Corpus& corpus, int64_t s
   run.signature = {{"model", lm.spec}, {"seed", seed}, {"train", cf::apps::train_signature(cfg.train)},
                    {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len},
                    {"data", {{"dir", cfg.data_dir}, {"val_fraction", cfg.val_fraction},
-                             {"test_fraction", cfg.test_fraction}, {"split_seed", cfg.split_seed}}}};
+                             {"test_fraction", cfg.test_fraction}, {"split_seed", cfg.split_seed},
+                             {"contents", corpus_digest(corpus)}}}};
   if (!cfg.train.checkpoint_dir.empty())
     run.checkpoint = cfg.train.checkpoint_dir + "/" + name + "-seed" + std::to_string(seed) + ".safetensors";
   run.device = dev;

@@ -32,6 +32,7 @@
 #include "cf.h"
 #include "core/json.h"
 #include "common/cli.h"
+#include "common/data_digest.h"
 #include "common/options.h"
 #include "common/precision.h"
 #include "common/report.h"
@@ -398,6 +399,8 @@ NcmOutcome run_ncm(const Config& cfg, const Tensor& x_train_dev, const Tensor& x
     data_signature["dataset"] = cfg.dataset;
     data_signature["dir"] = cfg.mnist_csv;
   }
+  // what the rows trained on hold (an edited CSV under the same path must not resume the old run)
+  data_signature["contents"] = cf::apps::DataDigest().tensor(x_train_dev).hex();
   json signature = {{"data", data_signature},
                     {"k", k}, {"seed", seed}, {"ncm_batch", cfg.ncm_batch}, {"ncm_lr", cfg.ncm_lr},
                     {"ncm_weight_decay", cfg.ncm_weight_decay}, {"ncm_init", cfg.ncm_init},

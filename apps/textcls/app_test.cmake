@@ -145,6 +145,18 @@ string(JSON classes GET "${summary_corpus}" classes)
 if(NOT classes EQUAL 2)
   message(FATAL_ERROR "smoke: the corpus file has 2 topics, the summary says ${classes}")
 endif()
+# The same file edited in place (the labels swapped) does not reuse the checkpoint trained on its old
+# contents (the signature named the file only, so the old model was scored on the new labels).
+set(corpus_args --data-file corpus.tsv --min-texts 30 --min-chars 8 --max-len 32 --d-model 16 --n-heads 2
+    --n-layers 1 --d-ff 32 --steps 2 --batch-size 8 --warmup 1 --attentions full --seed 3 --checkpoint-dir ckpt-corpus)
+run(0 out err ${corpus_args})
+string(REPLACE "vowels\t" "SWAP\t" swapped "${corpus}")
+string(REPLACE "consonants\t" "vowels\t" swapped "${swapped}")
+string(REPLACE "SWAP\t" "consonants\t" swapped "${swapped}")
+file(WRITE "${WORK_DIR}/corpus.tsv" "${swapped}")
+run(1 out err ${corpus_args})
+expect_match("${err}" "checkpoint 'ckpt-corpus/full-seed3.safetensors' was written with other settings \\(model, data or training options: data.contents" "edited data file")
+file(WRITE "${WORK_DIR}/corpus.tsv" "${corpus}")
 # The long-document corpus (scripts/bible_corpus.sh) when the Debian package
 # bible-kjv is installed: 8 book groups, 1,189 chapters, each trainable.
 find_program(BIBLE bible)

@@ -296,7 +296,7 @@ void train_arm(const Config& cfg, cf::Device dev, const cf::apps::TopicData& dat
   run.signature = {{"model", model_json},         {"aux_weights", weights}, {"seed", seed},
                    {"steps", tc.steps},           {"batch_size", tc.batch_size}, {"lr", tc.lr},
                    {"weight_decay", tc.weight_decay}, {"warmup", tc.warmup},
-                   {"data", cf::apps::topic_data_signature(cfg.data)}};
+                   {"data", cf::apps::topic_data_signature(cfg.data, data)}};
   if (tc.precision != "fp32") run.signature["precision"] = tc.precision;
   if (!tc.checkpoint_dir.empty())
     run.checkpoint = tc.checkpoint_dir + "/" + arm.file + "-seed" + std::to_string(seed) + ".safetensors";

@@ -1,6 +1,7 @@
 #include "nn/train/early_stopping.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -57,7 +58,9 @@ void EarlyStopping::set_state(const State& s) {
 }
 
 StateDict EarlyStopping::state_dict() const {
-  return {{"best", Tensor::scalar(state_.best, kFloat64)},
+  // No best yet is best_step -1, and "best" then 0: a NaN would read as a diverged run to the checkpoint
+  // writer, which refuses NaN (no checkpoint could be taken before the first finite evaluation).
+  return {{"best", Tensor::scalar(has_best() ? state_.best : 0.0, kFloat64)},
           {"best_step", Tensor::scalar(double(state_.best_step), kInt64)},
           {"num_bad", Tensor::scalar(double(state_.num_bad), kInt64)},
           {"num_evals", Tensor::scalar(double(state_.num_evals), kInt64)}};
@@ -95,7 +98,7 @@ void EarlyStopping::load_state_dict(const StateDict& dict) {
     throw ValueError(msg);
   }
   State s;
-  s.best = v[0];
+  s.best = v[1] == -1 ? std::numeric_limits<double>::quiet_NaN() : v[0];  // (NaN or 0 when saved: none)
   s.best_step = int64_t(v[1]);
   s.num_bad = int64_t(v[2]);
   s.num_evals = int64_t(v[3]);

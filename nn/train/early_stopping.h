@@ -11,8 +11,10 @@
 //
 // state()/set_state() and state_dict()/load_state_dict() save and restore the
 // counters (not the options), so a resumed run continues identically. The state
-// dict holds 0-d tensors: "best" (float64, NaN while there is none),
-// "best_step", "num_bad", "num_evals" (int64); loading is strict.
+// dict holds 0-d tensors: "best" (float64; 0 while there is none, which
+// "best_step" -1 tells: a NaN would be refused by the checkpoint writer as a
+// diverged run), "best_step", "num_bad", "num_evals" (int64); loading is
+// strict and takes the NaN that states saved before 2026-11-30 hold.
 #include <cstdint>
 #include <limits>
 #include <string>

@@ -54,6 +54,9 @@ void check_options(const TrainLoopOptions& o) {
            "metric_mode must be \"min\" or \"max\", got \"", o.metric_mode, "\"");
   CF_CHECK(!o.metric_name.empty() && o.metric_name != "step" && o.metric_name != "split", ValueError, w,
            "metric_name must be non-empty and not \"step\" or \"split\", got \"", o.metric_name, "\"");
+  CF_CHECK(std::isnan(o.best_metric) ? o.best_step == -1 : o.best_step >= 0 && o.best_step <= o.start_step,
+           ValueError, w, "best_step ", o.best_step, " does not fit best_metric ", o.best_metric,
+           " (a best needs a step in [0, start_step ", o.start_step, "]; none is NaN with step -1)");
 }
 
 // The loss value of one micro-batch, checked.
@@ -101,6 +104,9 @@ TrainLoopResult train_loop(Optimizer& optimizer, const TrainStepFn& train_step_l
   if (hooks.early_stopping && hooks.early_stopping->has_best()) {
     res.best_metric = hooks.early_stopping->best();
     res.best_step = hooks.early_stopping->best_step();
+  } else if (!hooks.early_stopping && !std::isnan(o.best_metric)) {
+    res.best_metric = o.best_metric;
+    res.best_step = o.best_step;
   }
   auto evaluate = [&](int64_t step, TrainStepInfo& info) {
     double metric;

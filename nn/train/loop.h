@@ -26,7 +26,8 @@
 // is that of the whole batch. Gradients left on the parameters before the first
 // step are dropped (optimizer.zero_grad()) so the first step starts clean.
 //
-// Resuming: restore the model, optimizer (and early stopping state) from a
+// Resuming: restore the model, optimizer (and early stopping state, or else the
+// best_metric/best_step options) from a
 // checkpoint and set start_step to the checkpoint's step; max_steps is the
 // absolute last step, so the step numbers continue. The schedule follows
 // optimizer.step_count(), which a restored optimizer carries.
@@ -65,6 +66,11 @@ struct TrainLoopOptions {
   bool progress = true;    // a progress bar (default: on stderr, quiet when not a terminal); false: none
   std::string metric_name = "loss";  // the key of evaluate()'s value in "val" lines
   std::string metric_mode = "min";   // best metric without EarlyStopping: "min"/"max"
+  // A resumed run without an EarlyStopping: the best metric and its step so far (the saving run's
+  // TrainLoopResult), so that is_best and the result match an uninterrupted run (a resumed run took
+  // its first evaluation as the best, however bad). An EarlyStopping's own state takes precedence.
+  double best_metric = std::numeric_limits<double>::quiet_NaN();  // NaN: none yet
+  int64_t best_step = -1;
 };
 
 // What on_step_end sees after each step.
@@ -107,7 +113,7 @@ struct TrainLoopResult {
 using TrainStepFn = std::function<Tensor(int64_t step, int64_t micro)>;
 
 // ValueError (naming the option) for max_steps < 0, start_step < 0 or
-// > max_steps, eval_every/log_every < 0, grad_accum < 1, a negative or
+// > max_steps, a best_step outside [0, start_step] with a best_metric (or one without), eval_every/log_every < 0, grad_accum < 1, a negative or
 // non-finite clip_norm, an unknown metric_mode, or an empty train_step_loss.
 TrainLoopResult train_loop(Optimizer& optimizer, const TrainStepFn& train_step_loss,
                            const TrainLoopOptions& options, const TrainLoopHooks& hooks = {});

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/checkpoint.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
 #include "nn/train/early_stopping.h"
@@ -372,6 +373,65 @@ TEST_CASE("train: EarlyStopping state round-trips and resumes identically") {
   wrong[3].second = Tensor::zeros({2}, kInt64);
   CHECK_THROWS_MSG(resumed.load_state_dict(wrong), ValueError, "'num_evals' must be a 0-d");
   CHECK(resumed.state() == full.state());  // unchanged by the failed loads
+}
+
+TEST_CASE("train: EarlyStopping without a best goes into a checkpoint, and train_loop resumes its best") {
+  // (from a bug hunt) "best" was NaN until the first finite evaluation, which the checkpoint writer refuses
+  // as a diverged run: no checkpoint could hold the state before then
+  nn::EarlyStopping fresh(nn::EarlyStoppingOptions{"min", 3, 0.0});
+  fresh.update(kNaN, 1);
+  TempDir dir;
+  nn::TrainingCheckpoint ck;
+  ck.model = {{"w", Tensor::zeros({1})}};
+  for (auto& [name, t] : fresh.state_dict()) ck.optimizer.emplace_back("early_stopping." + name, t);
+  nn::save_checkpoint(dir.file("es.ckpt"), ck);
+  nn::StateDict back;
+  for (auto& [name, t] : nn::load_checkpoint(dir.file("es.ckpt")).optimizer)
+    back.emplace_back(name.substr(std::string("early_stopping.").size()), t);
+  nn::EarlyStopping resumed(nn::EarlyStoppingOptions{"min", 3, 0.0});
+  resumed.load_state_dict(back);
+  CHECK(resumed.state() == fresh.state());
+  CHECK_FALSE(resumed.has_best());
+  nn::StateDict old_style = back;  // a state saved before holds NaN: still read
+  old_style[0].second = Tensor::scalar(kNaN, kFloat64);
+  resumed.load_state_dict(old_style);
+  CHECK(resumed.state() == fresh.state());
+
+  // train_loop without an EarlyStopping: a resumed run took its first evaluation as the best, however bad
+  // (metrics 1, 5, 6, 7: the best stays 1 at step 1, with or without a resume at step 2)
+  const std::vector<double> metrics{1, 5, 6, 7};
+  auto w = Tensor::from_vector(std::vector<float>{1.f}, {1}).set_requires_grad(true);
+  nn::SGD opt({{"w", w}}, {0.0});
+  auto run = [&](int64_t start, int64_t end, double best, int64_t best_step, std::vector<bool>& is_best) {
+    nn::TrainLoopOptions o;
+    o.start_step = start;
+    o.max_steps = end;
+    o.eval_every = 1;
+    o.progress = false;
+    o.best_metric = best;
+    o.best_step = best_step;
+    nn::TrainLoopHooks h;
+    h.evaluate = [&, step = start]() mutable { return metrics[size_t(step++)]; };
+    h.on_step_end = [&](const nn::TrainStepInfo& i) { is_best.push_back(i.is_best); };
+    return nn::train_loop(opt, [&](int64_t, int64_t) { return sum(w * w); }, o, h);
+  };
+  std::vector<bool> once, first, second;
+  const nn::TrainLoopResult r = run(0, 4, kNaN, -1, once);
+  CHECK(r.best_metric == 1);
+  CHECK(r.best_step == 1);
+  const nn::TrainLoopResult r1 = run(0, 2, kNaN, -1, first);
+  const nn::TrainLoopResult r2 = run(2, 4, r1.best_metric, r1.best_step, second);
+  CHECK(r2.best_metric == 1);
+  CHECK(r2.best_step == 1);
+  first.insert(first.end(), second.begin(), second.end());
+  CHECK(first == once);
+  nn::TrainLoopOptions bad;
+  bad.max_steps = 4;
+  bad.start_step = 2;
+  bad.best_metric = 1.0;
+  bad.best_step = 3;
+  CHECK_THROWS_MSG(nn::train_loop(opt, [&](int64_t, int64_t) { return sum(w * w); }, bad), ValueError,
+                   "[train_loop] best_step 3 does not fit best_metric 1", "start_step 2");
 }
 
 TEST_CASE("train: MetricsWriter writes a name that is not UTF-8 with U+FFFD, whole lines") {
