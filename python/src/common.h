@@ -22,22 +22,23 @@ using release_gil = nb::call_guard<nb::gil_scoped_release>;
 
 namespace cfpy {
 // One Python object per leaf tensor that requires grad or is held in C++ too (a module's parameters and
-// buffers, a gradient), as in PyTorch: `m.weight is m.weight`, a set or dict of parameters work, and an
-// id() stays the parameter's while its module lives (each access made a new object before, so
-// `m.weight in set(m.parameters())` was False without a word). Fresh op results and views get their own
-// object. The registry (tensor.cpp) maps the TensorImpl to its object: weakly, and also strongly while
-// the TensorImpl is held by others too, so that an object nobody in Python holds survives while C++ holds
-// its tensor, as PyTorch preserves it. The GIL guards the registry.
+// buffers, a gradient), as in PyTorch: `m.weight is m.weight`, a set or dict of parameters work (each access
+// made a new object before, so `m.weight in set(m.parameters())` was False without a word). Fresh op results
+// and views get their own object. The registry (tensor.cpp) maps the TensorImpl to its object: weakly, and
+// for a parameter (a leaf that requires grad) held by others too, strongly as well, so that its object
+// survives while C++ holds it, as PyTorch preserves it: an id() stays the parameter's while its module
+// lives. The GIL guards the registry.
 // The live object of t, as a new reference, or null.
 PyObject* known_wrapper(const cf::Tensor& t) noexcept;
 // Remember h as t's object when t is a leaf that requires grad or whose TensorImpl is `shared` (held by
 // others: a module's frozen parameter, a buffer, a gradient). take_over: h replaces an object already
 // remembered for t (the one the user marked with requires_grad_, over an alias returned earlier).
 void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared, bool take_over) noexcept;
-// A C++ holder took t from Python (a module's slot): keep its object, if it has one, while C++ holds t.
+// A C++ holder took t from Python (a module's slot): keep its object, if it has one and t is a parameter,
+// while C++ holds t.
 void keep_wrapper(const cf::Tensor& t) noexcept;
-// Lets go of the objects kept for TensorImpls that only their own object still holds (a dropped module's
-// parameters: their memory is freed once Python holds them no more); returns how many. Runs after every
+// Lets go of the objects kept for parameters that only their own object still holds (a dropped module's:
+// their memory is freed once Python holds them no more); returns how many. Runs after every
 // garbage collection, when the registry has doubled since the last sweep, and in cf.empty_cache.
 size_t sweep_wrappers() noexcept;
 // The live object wrapping exactly this C++ tensor (nanobind's instance registry), as a new reference, or null.

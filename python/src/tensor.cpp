@@ -587,11 +587,14 @@ struct ArrayView {
 
 namespace {
 // TensorImpl -> its Python object (see common.h). Touched with the GIL held only. Every entry holds a weak
-// reference, whose callback forgets the entry when the object dies; while the TensorImpl is held by others
-// too (a module's slot, an optimizer, a gradient slot), the entry holds the object itself as well, as
-// PyTorch preserves a tensor's object while C++ holds the tensor: ids stay stable and a weak reference to
-// a parameter lives as long as its module. sweep_wrappers() drops that strong reference once the object's
+// reference, whose callback forgets the entry when the object dies. For a leaf that requires grad (a
+// parameter) held by others too (a module's slot, an optimizer), the entry holds the object itself as well,
+// as PyTorch preserves a parameter's object while C++ holds it: ids stay stable and a weak reference to a
+// parameter lives as long as its module. sweep_wrappers() drops that strong reference once the object's
 // own handle is the TensorImpl's last (the object then lives as long as Python holds it, no longer).
+// Only parameters: "held by others" is a use count, which a brief second handle also raises (an op that
+// returned its input, a batch's field read twice, a gradient slot until zero_grad), and holding such
+// tensors until the next sweep kept hundreds of batches alive in a review's loops.
 struct WrapperEntry {
   PyObject* weakref = nullptr;  // owned
   PyObject* strong = nullptr;   // owned while held by others too, else null
@@ -603,6 +606,13 @@ std::unordered_map<const void*, WrapperEntry>& wrapper_registry() {
 // Entries after the last sweep: a sweep also runs when the registry doubles past that (besides each
 // garbage collection), so a loop creating and dropping parameters never grows it without bound.
 size_t swept_size = 0;
+// Young collections since the last sweep (the gc callback sweeps after registry.size() / 256 of them).
+size_t young_since_sweep = 0;
+
+// Whether t's object is kept while others hold t: a parameter (a leaf that requires grad) held elsewhere.
+bool worth_keeping(const cf::Tensor& t) noexcept {
+  return t.is_leaf() && t.requires_grad() && t.impl_shared().use_count() > 1;
+}
 
 // The live object of an entry (borrowed), or null once it is gone.
 PyObject* entry_object(const WrapperEntry& e) noexcept {
@@ -660,7 +670,7 @@ size_t sweep_wrappers() noexcept {
         it = registry.erase(it);
         continue;
       }
-      const bool held_elsewhere = t.impl_shared().use_count() > 1;
+      const bool held_elsewhere = worth_keeping(t);
       if (e.strong && !held_elsewhere) {
         release.push_back(e.strong);  // the object now lives as long as Python holds it
         e.strong = nullptr;
@@ -677,6 +687,7 @@ size_t sweep_wrappers() noexcept {
     if (release.empty()) break;
   }
   swept_size = registry.size();
+  young_since_sweep = 0;
   sweeping = false;
   return released;
 }
@@ -695,18 +706,15 @@ PyObject* known_wrapper(const cf::Tensor& t) noexcept {
   WrapperEntry& e = it->second;
   PyObject* obj = entry_object(e);
   if (!obj || object_tensor(obj).impl_ptr() != it->first) return nullptr;
-  // C++ handed this tensor out again, so it holds it (or the caller's copy keeps it one more moment): keep
-  // the object; the next sweep lets it go if that was the copy.
-  if (!e.strong) {
-    Py_INCREF(obj);
-    e.strong = obj;
-  }
+  // (No upgrade to a strong entry here: t is often the caller's own copy, which counts as a second holder
+  // for a moment; a user's leaf returned by an op as is was then kept after its del. The sweep, which sees
+  // no such copies, and keep_wrapper upgrade parameters.)
   Py_INCREF(obj);
   return obj;
 }
 
 void keep_wrapper(const cf::Tensor& t) noexcept {
-  if (!t.defined()) return;
+  if (!t.defined() || !worth_keeping(t)) return;
   auto& registry = wrapper_registry();
   auto it = registry.find(t.impl_ptr());
   if (it == registry.end() || it->second.strong) return;
@@ -754,11 +762,23 @@ void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared, bool take_
   }
   WrapperEntry e;
   e.weakref = weakref;  // the registry owns the weak reference
-  if (shared) {
+  if (shared && t.requires_grad()) {  // a parameter held elsewhere (worth_keeping)
     Py_INCREF(h.ptr());
     e.strong = h.ptr();
   }
-  registry.emplace(key, e);
+  // The calls above may have run Python code (a collection, a weak reference's callback) that registered
+  // this tensor meanwhile: the newer entry stays unless this one takes over, never both (an entry left
+  // out of the map would hold its object forever).
+  auto [it, inserted] = registry.emplace(key, e);
+  if (!inserted) {
+    if (take_over) {
+      const WrapperEntry old = it->second;
+      it->second = e;
+      drop_entry(old);
+    } else {
+      drop_entry(e);
+    }
+  }
 }
 
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
@@ -786,12 +806,10 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
   // the many young collections of a Python loop).
   nb::module_::import_("gc").attr("callbacks").attr("append")(nb::cpp_function(
       [](nb::handle phase, nb::handle info) {
-        static size_t young_since_sweep = 0;
         if (!PyUnicode_Check(phase.ptr()) || PyUnicode_CompareWithASCIIString(phase.ptr(), "stop") != 0) return;
         PyObject* gen = PyDict_Check(info.ptr()) ? PyDict_GetItemString(info.ptr(), "generation") : nullptr;
         const bool full = gen && PyLong_Check(gen) && PyLong_AsLong(gen) >= 2;
         if (full || ++young_since_sweep >= wrapper_registry().size() / 256) {
-          young_since_sweep = 0;
           sweep_wrappers();
         }
       },
@@ -841,14 +859,14 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
                    [](cf::Tensor& t, bool on) {
                      t.set_requires_grad(on);
                      nb::object self = nb::steal(nb_inst_find(&t));
-                     remember_wrapper(t, self, true, true);
+                     remember_wrapper(t, self, t.impl_shared().use_count() > 1, true);
                    },
                    "Whether ops on this tensor record history. Only float tensors can require grad.")
       .def("requires_grad_",
            [](cf::Tensor& t, bool on) -> cf::Tensor& {
              t.set_requires_grad(on);
              nb::object self = nb::steal(nb_inst_find(&t));
-             remember_wrapper(t, self, true, true);
+             remember_wrapper(t, self, t.impl_shared().use_count() > 1, true);
              return t;
            },
            nb::arg("requires_grad") = true, nb::rv_policy::reference, "Set requires_grad in place; returns self.")

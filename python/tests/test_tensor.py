@@ -522,13 +522,20 @@ def test_tensor_objects_live_as_long_as_cpp_holds_their_tensors():
     del w, junk
     gc.collect()
     assert ref_w() is m.weight
-    # a gradient's object lives with its slot; after zero_grad it is freed with the next collection
+    # a gradient keeps one object while Python holds it, and is not kept for its slot (nor is any tensor
+    # with only a brief second handle: a review's loops kept hundreds of batches alive that way)
     m(cf.randn(1, 2)).sum().backward()
-    ref_g = weakref.ref(m.bias.grad)
-    assert ref_g() is m.bias.grad
-    m.zero_grad()
-    gc.collect()
+    g = m.bias.grad
+    assert g is m.bias.grad
+    ref_g = weakref.ref(g)
+    del g
     assert ref_g() is None
+    batch = cf.randn(4, 2)
+    for make in (lambda: batch.contiguous(), lambda: batch.to("cpu"), lambda: batch.clone().requires_grad_()):
+        x = make()
+        ref_x = weakref.ref(x)
+        del x
+        assert ref_x() is None
     # a deleted module's parameters are freed with the next collection (or cf.empty_cache)
     big = cf.nn.Linear(500, 500)
     params = list(big.parameters())
