@@ -202,6 +202,13 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
                            (src.defined() ? shape_str(src.shape()) : std::string("undefined")) + ")");
       return;
     }
+    // Floating values convert to the slot's floating dtype (a float64 checkpoint into a float32 model); a
+    // bool or int64 entry for a floating slot, or the reverse, is another tensor (a bool mask loaded as
+    // weights of 0 and 1 without a word before).
+    if (is_floating(src.dtype()) != is_floating(t->dtype())) {
+      mismatched.push_back(n + " (expected " + dtype_name(t->dtype()) + ", got " + dtype_name(src.dtype()) + ")");
+      return;
+    }
     copies.emplace_back(t, &src);
     loaded.push_back(n);
   });
@@ -220,7 +227,7 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
     os << "[load_state_dict] state dict does not fit the module:";
     if (!missing.empty() && strict) os << " missing keys: " << list(missing) << ";";
     if (!unexpected.empty() && strict) os << " unexpected keys: " << list(unexpected) << ";";
-    if (!mismatched.empty()) os << " shape mismatch: " << list(mismatched) << ";";
+    if (!mismatched.empty()) os << " shape or dtype mismatch: " << list(mismatched) << ";";
     if (!duplicates.empty()) os << " duplicate keys: " << list(duplicates) << ";";
     throw ValueError(os.str());
   }

@@ -47,8 +47,10 @@ class Module {
   StateDict state_dict() const;
   // Copies values into the registered tensors (their identity is kept), from any device (a CPU
   // checkpoint into a CUDA model: each entry crosses on its own, so at most one extra tensor). Strict:
-  // missing, unexpected and wrongly shaped entries are all listed in one error.
-  // Non-strict: missing and unexpected entries are ignored, shapes still checked.
+  // missing, unexpected and wrongly shaped entries are all listed in one error. Values are converted
+  // to each tensor's dtype between floating dtypes (rounded: a float64 1e300 becomes inf in float32);
+  // a bool or int64 entry for a floating tensor, or the reverse, is a mismatch. (int64 and bool convert
+  // to each other.) Non-strict: missing and unexpected entries are ignored, shapes and dtypes still checked.
   void load_state_dict(const StateDict& dict, bool strict = true);
   // Called on every module of the tree after load_state_dict copied the values, with the names of
   // this module's own parameters and buffers it wrote ("counters", ...): state outside the dict

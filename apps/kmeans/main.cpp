@@ -37,7 +37,7 @@ generated data (--demo-n points around --k planted centres in --demo-d
 dimensions) and reports the adjusted Rand index against the planted labels.
 
 Input formats (--input):
-  .npy   float32 or float64 (integer data is converted to --dtype), C order,
+  .npy   float32 or float64 (integer and float16 data are converted to --dtype), C order,
          little endian; an array of rank > 2 is flattened to (N, rest), rank 1
          is (N, 1)
   IDX    MNIST-format files (e.g. Fashion-MNIST images, plain or .gz), each
@@ -77,8 +77,8 @@ void add_options(cf::apps::Options& o, Config& c) {
                "idx; else raw)");
   o.add_int_list("shape", &c.shape, 1, "raw: rows and columns, N,D");
   o.add_string("dtype", &c.dtype,
-               "float32 | float64: the precision of the clustering (empty: a float .npy file's own; otherwise "
-               "float32)");
+               "float32 | float64: the precision of the clustering (empty: a float32 or float64 .npy file's own; "
+               "otherwise float32)");
   o.add_number("scale", &c.scale, "multiply the data by X first (e.g. 0.00392156862745098 for 8-bit images)");
   o.add_string("labels", &c.labels,
                "true labels (.npy or IDX integers, N of them): the summary adds their adjusted Rand index against "
@@ -195,7 +195,7 @@ cf::Tensor read_data(const Config& c) {
   t = as_matrix(t, c.input);
   cf::DType want = c.dtype == "float64" ? cf::kFloat64
                    : c.dtype == "float32" ? cf::kFloat32
-                   : cf::is_floating(t.dtype()) ? t.dtype() : cf::kFloat32;
+                   : t.dtype() == cf::kFloat64 ? cf::kFloat64 : cf::kFloat32;  // (K-Means takes no float16)
   if (t.dtype() != want) t = cf::to(t, want);
   if (c.scale != 1) t = cf::mul(t, c.scale);
   return cf::contiguous(t);

@@ -920,10 +920,35 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
 
   // ---------------------------------------------------------------- files
   m.def("save_safetensors",
-        [](const std::string& path, nb::handle tensors, std::optional<std::map<std::string, std::string>> metadata) {
+        [](const std::string& path, nb::handle tensors, nb::handle metadata) {
           cnn::StateDict d = to_state_dict(tensors, "save_safetensors");
+          std::map<std::string, std::string> meta;
+          if (!metadata.is_none()) {
+            // read here, each entry named: a str that is not valid UTF-8 (a lone surrogate from a file name)
+            // or a value that is no str failed as nanobind's bare "incompatible function arguments"
+            if (!PyDict_Check(metadata.ptr()))
+              throw nb::type_error(cf::str("[save_safetensors] metadata must be a dict of str to str, got ",
+                                           nb::type_name(metadata.type()).c_str()).c_str());
+            auto utf8 = [](nb::handle h, const std::string& what) {
+              if (!PyUnicode_Check(h.ptr()))
+                throw nb::type_error(cf::str("[save_safetensors] metadata ", what, " must be a str, got ",
+                                             nb::type_name(h.type()).c_str()).c_str());
+              Py_ssize_t n = 0;
+              const char* s = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
+              if (!s) {
+                PyErr_Clear();
+                throw cf::ValueError(cf::str("[save_safetensors] metadata ", what,
+                                             " is not valid UTF-8 (a lone surrogate?); safetensors headers are JSON"));
+              }
+              return std::string(s, size_t(n));
+            };
+            for (auto [k, v] : nb::borrow<nb::dict>(metadata)) {
+              const std::string key = utf8(k, "key");
+              meta[key] = utf8(v, "value of '" + key + "'");
+            }
+          }
           nb::gil_scoped_release g;
-          cf::save_safetensors(path, d, metadata ? *metadata : std::map<std::string, std::string>{});
+          cf::save_safetensors(path, d, meta);
         },
         nb::arg("path"), nb::arg("tensors"), nb::arg("metadata") = nb::none(),
         "Write tensors (dict or (name, tensor) pairs; CPU) and string metadata as a safetensors file, atomically.");

@@ -132,6 +132,13 @@ def test_state_dict_checkpoint_and_safetensors(tmp_path):
     assert cf.nn.load_checkpoint(path).step == 7  # the refused saves left the checkpoint as it was
     st = str(tmp_path / "t.safetensors")
     cf.save_safetensors(st, {"a": cf.arange(3), "b": cf.ones([2, 2])}, {"k": "v"})
+    # metadata problems are named (a lone surrogate was nanobind's bare "incompatible function arguments")
+    with pytest.raises(cf.ValueError, match=r"^\[save_safetensors\] metadata value of 'k' is not valid UTF-8"):
+        cf.save_safetensors(st, {"a": cf.arange(3)}, {"k": "\udcff"})
+    with pytest.raises(TypeError, match=r"^\[save_safetensors\] metadata value of 'k' must be a str, got int"):
+        cf.save_safetensors(st, {"a": cf.arange(3)}, {"k": 1})
+    with pytest.raises(TypeError, match=r"^\[save_safetensors\] metadata must be a dict of str to str, got list"):
+        cf.save_safetensors(st, {"a": cf.arange(3)}, [("k", "v")])
     tensors, meta = cf.load_safetensors(st)
     assert list(tensors) == ["a", "b"] and tensors["a"].tolist() == [0, 1, 2] and meta == {"k": "v"}
 

@@ -130,7 +130,14 @@ TEST_CASE("load_state_dict lists missing, unexpected and mis-shaped entries, and
   nn::StateDict partial = {{"head.weight", Tensor::ones({1, 2})}, {"extra", Tensor::ones({1})}};
   a.load_state_dict(partial, /*strict=*/false);
   CHECK(values(a.head->weight) == std::vector<double>{1, 1});
-  CHECK_THROWS_MSG(a.load_state_dict({{"head.weight", Tensor::ones({3})}}, false), ValueError, "shape mismatch");
+  CHECK_THROWS_MSG(a.load_state_dict({{"head.weight", Tensor::ones({3})}}, false), ValueError, "shape or dtype mismatch");
+  // a bool or int64 entry for floating weights is refused (it loaded as weights of 0 and 1); float64 converts
+  CHECK_THROWS_MSG(a.load_state_dict({{"head.weight", Tensor::ones({1, 2}, kBool)}}, false), ValueError,
+                   "head.weight (expected float32, got bool)");
+  CHECK_THROWS_MSG(a.load_state_dict({{"head.weight", Tensor::ones({1, 2}, kInt64)}}, false), ValueError,
+                   "head.weight (expected float32, got int64)");
+  a.load_state_dict({{"head.weight", Tensor::full({1, 2}, 0.5, kFloat64)}}, false);
+  CHECK(values(a.head->weight) == std::vector<double>{0.5, 0.5});
   nn::StateDict dup = d;
   dup.push_back(d[0]);
   const auto before_dup = values(a.blocks[0]->scale);
