@@ -57,6 +57,69 @@ cd::Batch next_batch(cd::DataLoader& l) {
   return b;
 }
 
+// A Python object with __len__ and __getitem__ (a PyTorch-style map dataset) as a cf dataset, so that
+// cf.data.DataLoader batches it with its own shuffle, collate and padding. An item is an (input, target)
+// tuple, a 1-tuple, or the input alone; each part a cf.Tensor (taken as is) or anything cf.tensor takes (a
+// NumPy array, nested lists, a number: an int label becomes a 0-d int64 tensor). Every call takes the GIL:
+// the loader calls in with it released (next_batch_into). No prefetch thread: it would wait on the GIL
+// that the thread joining it (the loader's destructor, set_state) may hold.
+class PyDataset : public cd::Dataset {
+ public:
+  explicit PyDataset(nb::object obj) : obj_(std::move(obj)) {}
+  ~PyDataset() override {
+    if (!Py_IsInitialized()) {  // (after the interpreter's end its objects are gone: nothing to release)
+      (void)obj_.release();
+      return;
+    }
+    nb::gil_scoped_acquire g;
+    obj_.reset();
+  }
+  int64_t size() const override {
+    nb::gil_scoped_acquire g;
+    const Py_ssize_t n = PyObject_Length(obj_.ptr());
+    if (n < 0) throw nb::python_error();
+    return int64_t(n);
+  }
+  cd::Example get(int64_t i) const override {
+    nb::gil_scoped_acquire g;
+    nb::object item = obj_[nb::int_(i)];
+    cd::Example e;
+    if (nb::isinstance<nb::tuple>(item)) {
+      const size_t n = nb::len(item);
+      CF_CHECK(n == 1 || n == 2, ValueError, "[DataLoader] the dataset's item ", i, " is a tuple of ", n,
+               " values; a dataset gives (input, target), (input,) or the input alone");
+      e.input = part(item[0], i, "input");
+      if (n == 2 && !item[1].is_none()) e.target = part(item[1], i, "target");
+    } else {
+      e.input = part(item, i, "input");
+    }
+    return e;
+  }
+
+ private:
+  static Tensor part(nb::handle h, int64_t i, const char* what) {
+    if (nb::isinstance<Tensor>(h)) return nb::cast<Tensor>(h).detach();
+    try {
+      return tensor_from_python(h, std::nullopt, cf::Device::cpu());
+    } catch (const cf::Error& err) {
+      throw cf::ValueError(cf::str("[DataLoader] the dataset's item ", i, ": its ", what, " (",
+                                   nb::type_name(h.type()).c_str(), ") is no tensor: ", err.what()));
+    }
+  }
+  nb::object obj_;
+};
+
+std::shared_ptr<cd::Dataset> dataset_of(nb::handle h, int64_t prefetch) {
+  if (nb::isinstance<cd::Dataset>(h)) return nb::cast<std::shared_ptr<cd::Dataset>>(h);
+  if (!nb::hasattr(h, "__len__") || !nb::hasattr(h, "__getitem__") || nb::isinstance<Tensor>(h))
+    throw nb::type_error(cf::str("[DataLoader] dataset must be a cf.data.Dataset or an object with __len__ and "
+                                 "__getitem__ (a map-style dataset), got ", nb::type_name(h.type()).c_str())
+                             .c_str());
+  CF_CHECK(prefetch == 0, ValueError, "[DataLoader] prefetch ", prefetch,
+           " needs a cf.data dataset: a Python dataset's __getitem__ runs under the GIL, so it takes prefetch=0");
+  return std::make_shared<PyDataset>(nb::borrow(h));
+}
+
 // One Python pass (iter()) over a loader. A newer iter() of the same loader ends the older pass: nested loops
 // over one loader ran forever (each inner loop's StopIteration began the next epoch under the outer loop), and
 // now the outer loop's next step says why it stops. The generations are counted per loader (under the GIL;
@@ -320,14 +383,20 @@ void bind_data(nb::module_& m, nb::module_& data) {
                              "Batches of a dataset: Philox-seeded shuffle per epoch, padding collate with key padding "
                              "masks, drop_last, resumable state, optional prefetch thread.")
       .def("__init__",
-           [](cd::DataLoader* self, std::shared_ptr<cd::Dataset> ds, int64_t batch_size, bool shuffle, uint64_t seed,
+           [](cd::DataLoader* self, nb::handle dataset, int64_t batch_size, bool shuffle, uint64_t seed,
               bool drop_last, int64_t pad_id, int64_t target_pad, int64_t pad_to_multiple, int64_t prefetch) {
              cd::DataLoaderOptions o{batch_size, shuffle, seed, drop_last, pad_id, target_pad, pad_to_multiple, prefetch};
+             std::shared_ptr<cd::Dataset> ds = dataset_of(dataset, prefetch);
              new (self) cd::DataLoader(std::move(ds), o);
            },
            nb::arg("dataset"), nb::arg("batch_size") = 1, nb::arg("shuffle") = false, nb::arg("seed") = 0,
            nb::arg("drop_last") = false, nb::arg("pad_id") = 0, nb::arg("target_pad") = -100,
-           nb::arg("pad_to_multiple") = 1, nb::arg("prefetch") = 0)
+           nb::arg("pad_to_multiple") = 1, nb::arg("prefetch") = 0,
+           nb::sig("def __init__(self, dataset: cf._cf.data.Dataset | collections.abc.Sequence[object], "
+                   "batch_size: int = 1, shuffle: bool = False, seed: int = 0, drop_last: bool = False, "
+                   "pad_id: int = 0, target_pad: int = -100, pad_to_multiple: int = 1, prefetch: int = 0) -> None"),
+           "dataset: a cf.data dataset, or any object with __len__ and __getitem__ whose items are (input, "
+           "target), (input,) or the input (cf.Tensor, NumPy array, lists or a number; prefetch 0 then).")
       .def("__len__", &cd::DataLoader::size)
       .def("set_epoch", &cd::DataLoader::set_epoch, nb::arg("epoch"))
       .def_prop_ro("state", [](const cd::DataLoader& l) { return std::make_pair(l.state().epoch, l.state().batch); },

@@ -130,3 +130,65 @@ def test_batches_unpack_as_input_and_target():
     for xb, yb in cf.data.DataLoader(cf.data.TensorDataset(x, y), batch_size=4):
         seen.append((xb.shape, yb.tolist()))
     assert seen == [((4, 2), [0, 1, 2, 3]), ((2, 2), [4, 5])]
+
+
+def test_loader_batches_a_python_dataset_and_a_model_learns_from_it():
+    # a PyTorch-style map dataset (any object with __len__ and __getitem__), items (input, target)
+    import numpy as np
+
+    class Points:
+        def __init__(self, n):
+            self.x = np.random.RandomState(0).randn(n, 3).astype(np.float32)
+            self.y = (self.x.sum(1) > 0).astype(np.int64)
+
+        def __len__(self):
+            return len(self.x)
+
+        def __getitem__(self, i):
+            return self.x[i], int(self.y[i])
+
+    data = Points(64)
+    loader = cf.data.DataLoader(data, batch_size=16, shuffle=True, seed=3)
+    x, y = next(iter(loader))
+    assert x.shape == (16, 3) and x.dtype == cf.float32 and y.shape == (16,) and y.dtype == cf.int64
+    assert sorted(i for b in cf.data.DataLoader(data, batch_size=16, shuffle=True, seed=3) for i in b.indices) == \
+        list(range(64))
+    first = next(iter(cf.data.DataLoader(data, batch_size=16, shuffle=True, seed=3)))
+    assert first.input.tolist() == [data.x[i].tolist() for i in first.indices]  # the rows the shuffle named
+    model = cf.nn.Linear(3, 2)
+    opt = cf.nn.SGD(model.parameters(), lr=0.5)
+    losses = []
+    for _ in range(8):
+        for x, y in loader:
+            loss = cf.nn.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    assert sum(losses[-4:]) < 0.5 * sum(losses[:4])
+    # a list of (tokens, label) pairs: sequences padded with a key padding mask, as a cf SequenceDataset's
+    b = next(iter(cf.data.DataLoader([([1, 2, 3], 0), ([4, 5], 1), ([6], 0)], batch_size=3)))
+    assert b.input.tolist() == [[1, 2, 3], [4, 5, 0], [6, 0, 0]] and b.target.tolist() == [0, 1, 0]
+    assert b.key_padding_mask.tolist() == [[False, False, False], [False, False, True], [False, True, True]]
+    assert next(iter(cf.data.DataLoader([(cf.ones(2),), (cf.zeros(2),)], batch_size=2))).target is None
+
+    class Failing:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            if i == 1:
+                raise KeyError("no such row")
+            return cf.ones(2), 0
+
+    with pytest.raises(KeyError, match="no such row"):  # the dataset's own exception comes through
+        list(cf.data.DataLoader(Failing(), batch_size=2))
+    with pytest.raises(cf.ValueError, match=r"^\[DataLoader\] prefetch 2 needs a cf.data dataset"):
+        cf.data.DataLoader(Failing(), prefetch=2)
+    with pytest.raises(TypeError, match=r"^\[DataLoader\] dataset must be a cf.data.Dataset or an object with "
+                                        r"__len__ and __getitem__ .*got int"):
+        cf.data.DataLoader(3)
+    with pytest.raises(cf.ValueError, match=r"^\[DataLoader\] the dataset's item 0 is a tuple of 3 values"):
+        list(cf.data.DataLoader([(1, 2, 3)]))
+    with pytest.raises(cf.ValueError, match=r"^\[DataLoader\] the dataset's item 0: its input \(dict\) is no tensor"):
+        list(cf.data.DataLoader([({"a": 1}, 2)]))
