@@ -214,29 +214,46 @@ void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
   record_impl(name, inputs, output, std::move(fn));
 }
 
-void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) {
-  CF_CHECK(root.defined(), AutogradError, "[backward] called on an undefined tensor");
+namespace {
+// The gradient given for a root (or ones for an omitted one), checked against it.
+Tensor root_gradient(const Tensor& root, const Tensor& grad_output, const char* op) {
+  CF_CHECK(root.defined(), AutogradError, "[", op, "] called on an undefined tensor");
   if (!root.requires_grad()) {
-    throw AutogradError(str("[backward] tensor ", root.describe(), " does not require grad: ",
+    throw AutogradError(str("[", op, "] tensor ", root.describe(), " does not require grad: ",
                             is_floating(root.dtype())
                                 ? "no input of its computation requires grad"
                                 : "outputs of this dtype (indices, masks, ids) are not differentiable"));
   }
-  Tensor g = grad_output;
-  if (!g.defined()) {
-    CF_CHECK(root.numel() == 1, AutogradError,
-             "[backward] grad_output may be omitted only for a one-element tensor; got shape ",
-             shape_str(root.shape()));
-    g = ones_like(root);
-  } else {
-    CF_CHECK(g.shape() == root.shape() && g.dtype() == root.dtype() && g.device() == root.device(),
-             AutogradError, "[backward] grad_output ", g.describe(), " does not match tensor ",
-             root.describe());
+  if (!grad_output.defined()) {
+    CF_CHECK(root.numel() == 1, AutogradError, "[", op,
+             "] grad_output may be omitted only for a one-element tensor; got shape ", shape_str(root.shape()));
+    return ones_like(root);
   }
+  CF_CHECK(grad_output.shape() == root.shape() && grad_output.dtype() == root.dtype() &&
+               grad_output.device() == root.device(),
+           AutogradError, "[", op, "] grad_output ", grad_output.describe(), " does not match tensor ",
+           root.describe());
+  return grad_output;
+}
 
+// Accumulates g into t's .grad out of place (a gradient handed to the user is never changed later).
+void accumulate_into(const Tensor& t, const Tensor& g) {
+  // Backward passes in several threads may reach one leaf (a shared parameter): the read-add-store of
+  // its .grad is one step, or one thread's gradient is lost.
+  static std::mutex grad_mutex;
+  std::lock_guard<std::mutex> lock(grad_mutex);
+  Tensor old = t.grad();
+  t.set_grad(old.defined() ? add(old, g) : clone(g));
+}
+
+// The engine: runs the graph below `roots` (node, gradient; a node twice sums). Without `capture`
+// (backward): leaves accumulate into .grad and their hooks run. With it (autograd::grad): the gradient
+// reaching each captured node is stored at its index in `captured`, no leaf changes, and only the nodes
+// from which a captured node can be reached run.
+void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& roots, bool retain_graph,
+               const std::unordered_map<Node*, size_t>* capture, std::vector<Tensor>* captured) {
   NoGradGuard no_grad;
   AutocastGuard no_autocast(std::nullopt);  // backward ops run in their forward's dtypes
-  std::shared_ptr<Node> root_node = node_of(root);
   // Callbacks queued by hooks during this backward (restored for a nested one).
   std::vector<QueuedCallback> callbacks;
   struct CallbackScope {
@@ -261,8 +278,9 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
   // Count, for every reachable node, how many edges point at it.
   std::unordered_map<Node*, int> deps;
   {
-    std::vector<Node*> stack{root_node.get()};
-    deps[root_node.get()] = 0;
+    std::vector<Node*> stack;
+    for (const auto& r : roots)
+      if (deps.emplace(r.first.get(), 0).second) stack.push_back(r.first.get());
     while (!stack.empty()) {
       Node* n = stack.back();
       stack.pop_back();
@@ -278,45 +296,81 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
       }
     }
   }
+  // With a capture: the nodes with a captured node below them (the others need not run their backward).
+  std::unordered_map<Node*, bool> leads;
+  if (capture) {
+    std::unordered_map<Node*, bool> reaches;  // captured, or leads to one
+    std::vector<Node*> post;                   // children before parents
+    {
+      std::unordered_map<Node*, bool> seen;
+      std::vector<std::pair<Node*, size_t>> stack;  // (node, next edge to visit)
+      for (const auto& r : roots) {
+        if (!seen.emplace(r.first.get(), true).second) continue;
+        stack.emplace_back(r.first.get(), 0);
+        while (!stack.empty()) {
+          Node* n = stack.back().first;
+          const size_t i = stack.back().second++;
+          if (i < n->next_edges.size()) {
+            Node* next = n->next_edges[i].node.get();
+            if (next && seen.emplace(next, true).second) stack.emplace_back(next, 0);
+            continue;
+          }
+          post.push_back(n);
+          stack.pop_back();
+        }
+      }
+    }
+    for (Node* n : post) {
+      bool below = false;
+      for (const Edge& e : n->next_edges)
+        if (e.node && reaches[e.node.get()]) below = true;
+      leads[n] = below;
+      reaches[n] = below || capture->count(n) > 0;
+    }
+  }
 
   std::unordered_map<Node*, Tensor> buffer;
-  buffer[root_node.get()] = g;
-  std::deque<Node*> ready{root_node.get()};
+  std::deque<Node*> ready;
+  for (const auto& r : roots) {
+    Tensor& slot = buffer[r.first.get()];
+    slot = slot.defined() ? add(slot, r.second) : r.second;
+  }
+  for (const auto& r : roots)
+    if (deps[r.first.get()] == 0 && std::find(ready.begin(), ready.end(), r.first.get()) == ready.end())
+      ready.push_back(r.first.get());
   while (!ready.empty()) {
     Node* n = ready.front();
     ready.pop_front();
     Tensor gn = buffer[n];
     buffer.erase(n);
 
-    if (n->leaf) {
+    if (capture) {
+      if (auto it = capture->find(n); it != capture->end()) (*captured)[it->second] = gn;
+      if (n->leaf) continue;  // autograd::grad leaves every .grad as it was
+    } else if (n->leaf) {
       Tensor leaf(n->leaf);
       // A leaf frozen (requires_grad_(false)) after the forward gets no gradient, as in PyTorch:
       // an optimizer would otherwise still move it.
       if (!gn.defined() || !leaf.requires_grad()) continue;
-      {
-        // Backward passes in several threads may reach one leaf (a shared parameter): the
-        // read-add-store of its .grad is one step, or one thread's gradient is lost.
-        static std::mutex leaf_grad_mutex;
-        std::lock_guard<std::mutex> lock(leaf_grad_mutex);
-        Tensor old = leaf.grad();
-        // Accumulate out of place: a gradient handed to the user is never changed later.
-        leaf.set_grad(old.defined() ? add(old, gn) : clone(gn));
-      }
+      accumulate_into(leaf, gn);
       run_grad_hooks(leaf);
       continue;
     }
-    if (n->released)
+    const bool run = !capture || leads[n];
+    if (run && n->released)
       throw AutogradError(str("[backward] the graph through '", n->name,
-                              "' was already freed by an earlier backward; pass retain_graph=true "
-                              "to the first backward to run it again"));
+                              "' was already freed by an earlier backward (or autograd::grad); pass "
+                              "retain_graph=true to the first one to run it again"));
+    if (!capture && gn.defined())
+      if (std::shared_ptr<TensorImpl> out = n->retained.lock()) accumulate_into(Tensor(out), gn);
 
     std::vector<Tensor> grads;
-    if (gn.defined()) {
+    if (gn.defined() && run) {
       grads = n->backward(gn);
       CF_CHECK(grads.size() == n->next_edges.size(), AutogradError, "[backward] node '", n->name,
                "' returned ", grads.size(), " gradients for ", n->next_edges.size(), " inputs");
     } else {
-      grads.resize(n->next_edges.size());  // no gradient reached this node: nothing flows on
+      grads.resize(n->next_edges.size());  // no gradient reached this node, or none is asked of it
     }
     for (size_t i = 0; i < grads.size(); ++i) {
       Node* next = n->next_edges[i].node.get();
@@ -330,7 +384,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
       }
       if (--deps[next] == 0) ready.push_back(next);
     }
-    if (!retain_graph) {
+    if (!retain_graph && run) {
       n->backward = nullptr;  // frees the saved tensors
       n->released = true;
     }
@@ -341,6 +395,63 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
     callback_scope.done = i + 1;
     f();
   }
+}
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) {
+  Tensor g = root_gradient(root, grad_output, "backward");
+  run_graph({{node_of(root), g}}, retain_graph, nullptr, nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused) {
+  CF_CHECK(!outputs.empty(), AutogradError, "[grad] no outputs given");
+  CF_CHECK(!inputs.empty(), AutogradError, "[grad] no inputs given");
+  CF_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), AutogradError, "[grad] ",
+           grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
+  std::vector<std::pair<std::shared_ptr<Node>, Tensor>> roots;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    try {
+      roots.emplace_back(nullptr, root_gradient(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i], "grad"));
+    } catch (const AutogradError& e) {
+      throw AutogradError(str(e.what(), " (output ", i, ")"));
+    }
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) roots[i].first = node_of(outputs[i]);
+  std::unordered_map<Node*, size_t> capture;
+  std::vector<std::shared_ptr<Node>> input_nodes;  // (kept alive: an unused leaf's accumulator is new)
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    CF_CHECK(t.defined() && t.requires_grad(), AutogradError, "[grad] input ", i, " ",
+             t.defined() ? t.describe() : std::string("(undefined)"), " does not require grad");
+    input_nodes.push_back(node_of(t));
+    CF_CHECK(capture.emplace(input_nodes.back().get(), i).second, AutogradError, "[grad] input ", i,
+             " is given twice (", t.describe(), ")");
+  }
+  std::vector<Tensor> captured(inputs.size());
+  run_graph(roots, retain_graph, &capture, &captured);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    CF_CHECK(captured[i].defined() || allow_unused, AutogradError, "[grad] input ", i, " ", inputs[i].describe(),
+             " received no gradient: the outputs do not depend on it (allow_unused=true gives it an undefined "
+             "gradient)");
+    if (!captured[i].defined()) continue;
+    // A gradient can be another's or a grad_output's very tensor (add's backward passes its gradient on):
+    // each returned one is the caller's own, as backward() clones into .grad, so an in-place change of one
+    // changes no other.
+    bool aliased = false;
+    for (size_t j = 0; j < i && !aliased; ++j) aliased = captured[j].defined() && captured[j].shares_storage(captured[i]);
+    for (size_t j = 0; j < grad_outputs.size() && !aliased; ++j)
+      aliased = grad_outputs[j].defined() && grad_outputs[j].shares_storage(captured[i]);
+    if (aliased) captured[i] = clone(captured[i]);
+  }
+  return captured;
+}
+
+void retain_grad(const Tensor& t) {
+  CF_CHECK(t.defined() && t.requires_grad(), AutogradError, "[retain_grad] ",
+           t.defined() ? t.describe() : std::string("an undefined tensor"), " does not require grad");
+  if (t.is_leaf()) return;
+  t.grad_fn()->retained = t.impl_shared();
 }
 
 std::vector<const char*> graph_node_names(const Tensor& t) {

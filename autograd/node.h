@@ -31,6 +31,8 @@ struct Node {
   DType output_dtype = kFloat32;
   Device output_device;
   std::shared_ptr<TensorImpl> leaf;  // set only on a leaf's gradient accumulator
+  // The output, when retain_grad() asked backward to keep its gradient in its .grad (a non-leaf's).
+  std::weak_ptr<TensorImpl> retained;
   bool released = false;
   // Multiply-adds of a fused forward kernel, for nn::measure_cost (nn/cost.h):
   // set by ops that replace matmuls (flash_attention, block_attention) so a
@@ -72,6 +74,22 @@ void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
 
 // Run backward from `root`. grad_output may be undefined for a one-element root.
 void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_graph);
+
+// The gradients of sum_i <outputs[i], grad_outputs[i]> with respect to each of `inputs` (tensors that
+// require grad, leaves or not), returned instead of accumulated: no .grad changes and no gradient hook
+// runs, as PyTorch's torch.autograd.grad (without create_graph: cf's backward records no graph).
+// grad_outputs may be empty, or hold undefined entries, for one-element outputs. Only the nodes that lead
+// to an input run. An input the outputs do not depend on is an AutogradError naming it, unless
+// allow_unused (its gradient is then undefined). retain_graph as in backward. No two returned gradients,
+// nor a returned gradient and a grad_output, share storage.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
+                         bool allow_unused = false);
+
+// Later backward passes also keep the gradient of this non-leaf tensor in its .grad, accumulated as a
+// leaf's (PyTorch's retain_grad); a no-op for a leaf that requires grad (it keeps its gradient anyway).
+// An AutogradError for a tensor that does not require grad.
+void retain_grad(const Tensor& t);
 
 // Names of every node reachable from t's grad_fn (for tests of graph shape).
 std::vector<const char*> graph_node_names(const Tensor& t);

@@ -245,5 +245,81 @@ NB_MODULE(_cf, m) {
   bind_models(m, models);
   nb::module_ data = m.def_submodule("data", "Datasets, loaders, tokenizers and file readers.");
   bind_data(m, data);
+  nb::module_ autograd = m.def_submodule("autograd", "Gradients returned rather than accumulated.");
+  autograd.def(
+      "grad",
+      // (None-or-bool arguments as handles: GCC 12 warned maybe-uninitialized in nanobind's optional<bool> casters)
+      [](nb::handle outputs, nb::handle inputs, nb::handle grad_outputs, nb::handle retain_graph_arg,
+         bool create_graph, nb::handle allow_unused_arg, bool materialize_grads) {
+        auto flag = [](nb::handle h, const char* name, bool otherwise) {
+          if (h.is_none()) return otherwise;
+          if (!PyBool_Check(h.ptr()))
+            throw nb::type_error(cf::str("[grad] ", name, " must be a bool or None, got ",
+                                         nb::type_name(h.type()).c_str()).c_str());
+          return h.ptr() == Py_True;
+        };
+        const bool retain_graph = flag(retain_graph_arg, "retain_graph", false);
+        const bool allow_unused = flag(allow_unused_arg, "allow_unused", false) || materialize_grads;
+        CF_CHECK(!create_graph, ValueError,
+                 "[grad] create_graph=True is not supported: cf's backward records no graph, so its gradients "
+                 "cannot be differentiated again");
+        // one tensor or any iterable of them (a list, params.values(), a generator), as torch.autograd.grad
+        auto tensors = [](nb::handle h, const char* what, bool nones) {
+          std::vector<cf::Tensor> out;
+          if (nb::isinstance<cf::Tensor>(h)) {
+            out.push_back(nb::cast<cf::Tensor>(h));
+            return out;
+          }
+          PyObject* it = PyUnicode_Check(h.ptr()) ? nullptr : PyObject_GetIter(h.ptr());
+          if (!it) {
+            PyErr_Clear();
+            throw nb::type_error(cf::str("[grad] ", what, " must be a cf.Tensor or an iterable of them, got ",
+                                         nb::type_name(h.type()).c_str()).c_str());
+          }
+          nb::object iter = nb::steal(it);
+          while (PyObject* item = PyIter_Next(iter.ptr())) {
+            nb::object x = nb::steal(item);
+            if (nones && x.is_none()) {
+              out.emplace_back();
+              continue;
+            }
+            if (!nb::isinstance<cf::Tensor>(x))
+              throw nb::type_error(cf::str("[grad] ", what, " must hold cf.Tensors, got ",
+                                           nb::type_name(x.type()).c_str()).c_str());
+            out.push_back(nb::cast<cf::Tensor>(x));
+          }
+          if (PyErr_Occurred()) throw nb::python_error();  // the iterable's own exception
+          return out;
+        };
+        const std::vector<cf::Tensor> outs = tensors(outputs, "outputs", false);
+        const std::vector<cf::Tensor> ins = tensors(inputs, "inputs", false);
+        const std::vector<cf::Tensor> gouts =
+            grad_outputs.is_none() ? std::vector<cf::Tensor>{} : tensors(grad_outputs, "grad_outputs", true);
+        std::vector<cf::Tensor> grads;
+        {
+          nb::gil_scoped_release g;
+          grads = cf::autograd::grad(outs, ins, gouts, retain_graph, allow_unused);
+          if (materialize_grads)  // unused inputs get zeros, as torch's materialize_grads
+            for (size_t i = 0; i < grads.size(); ++i)
+              if (!grads[i].defined()) grads[i] = cf::zeros_like(ins[i]);
+        }
+        nb::list out;
+        for (const cf::Tensor& t : grads) out.append(t.defined() ? nb::cast(t) : nb::none());
+        return nb::tuple(out);
+      },
+      nb::arg("outputs"), nb::arg("inputs"), nb::arg("grad_outputs") = nb::none(),
+      nb::arg("retain_graph") = nb::none(), nb::arg("create_graph") = false, nb::kw_only(),
+      nb::arg("allow_unused") = nb::none(), nb::arg("materialize_grads") = false,
+      nb::sig("def grad(outputs: cf._cf.Tensor | collections.abc.Iterable[cf._cf.Tensor], "
+              "inputs: cf._cf.Tensor | collections.abc.Iterable[cf._cf.Tensor], "
+              "grad_outputs: cf._cf.Tensor | collections.abc.Iterable[cf._cf.Tensor | None] | None = None, "
+              "retain_graph: bool | None = None, create_graph: bool = False, *, allow_unused: bool | None = None, "
+              "materialize_grads: bool = False) -> tuple[cf._cf.Tensor | None, ...]"),
+      "The gradients of the outputs (weighted by grad_outputs; omitted for one-element outputs) with respect "
+      "to each input, returned as a tuple instead of accumulated into .grad, as torch.autograd.grad. Only the "
+      "part of the graph leading to the inputs runs. An input the outputs do not use is an error unless "
+      "materialize_grads (zeros) or "
+      "allow_unused (its gradient is then None). create_graph is not supported (cf's backward records no "
+      "graph).");
   bind_bridge(m);
 }

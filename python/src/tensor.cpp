@@ -895,6 +895,10 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
            nb::arg("grad") = nb::none(), nb::arg("retain_graph") = false,
            "Backpropagate from this tensor into the leaves' .grad (accumulating). grad may be omitted for a "
            "one-element tensor. The graph is freed unless retain_graph.")
+      .def("retain_grad",
+           [](const cf::Tensor& t) { cf::autograd::retain_grad(t); },
+           "Keep this non-leaf tensor's gradient in .grad at later backward passes, as PyTorch's retain_grad "
+           "(a leaf keeps its own anyway).")
       .def("detach", &cf::Tensor::detach, "Same storage, no autograd history.")
       .def_prop_rw("data", &cf::Tensor::detach, [](cf::Tensor& t, const cf::Tensor& src) { t.set_data(src); },
                    "Read: detach(). Assign: this tensor (every reference to it) shows src's storage, shape, "

@@ -328,3 +328,34 @@ def test_set_grad_enabled_is_a_call_and_a_context_manager():
         return x * 2
 
     assert cf.grad_enabled() and not double(w).requires_grad and cf.grad_enabled()
+
+
+def test_autograd_grad_and_retain_grad_as_pytorch():
+    x = cf.tensor([1.0, 2.0], dtype=cf.float64, requires_grad=True)
+    h = x * 3.0
+    h.retain_grad()
+    y = (h * h).sum()
+    gx, gh = cf.autograd.grad(y, [x, h], retain_graph=True)
+    assert gx.tolist() == [18.0, 36.0] and gh.tolist() == [6.0, 12.0]
+    assert x.grad is None and h.grad is None  # returned, not accumulated
+    (gz,) = cf.autograd.grad([h * 2.0], x, grad_outputs=[cf.tensor([1.0, 10.0], dtype=cf.float64)], retain_graph=True)
+    assert gz.tolist() == [6.0, 60.0]
+    y.backward()
+    assert x.grad.tolist() == [18.0, 36.0] and h.grad.tolist() == [6.0, 12.0]  # retain_grad kept h's
+    w = cf.ones([1], requires_grad=True)
+    u = (x * x).sum()
+    assert cf.autograd.grad(u, [w, x], allow_unused=True, retain_graph=True)[0] is None
+    with pytest.raises(cf.AutogradError, match=r"\[grad\] input 0 .* received no gradient"):
+        cf.autograd.grad(u, w, retain_graph=True)
+    assert cf.autograd.grad(u, w, retain_graph=True, materialize_grads=True)[0].tolist() == [0.0]
+    params = {"x": x, "w": w}  # any iterable, as torch's (dict values, generators)
+    gx2, gw2 = cf.autograd.grad(u, params.values(), allow_unused=True, retain_graph=True)
+    assert gx2.tolist() == [2.0, 4.0] and gw2 is None
+    assert cf.autograd.grad(u, (p for p in [x]), retain_graph=True)[0].tolist() == [2.0, 4.0]
+    with pytest.raises(cf.ValueError, match=r"\[grad\] create_graph=True is not supported"):
+        cf.autograd.grad(u, x, create_graph=True)
+    with pytest.raises(TypeError, match=r"\[grad\] inputs must hold cf.Tensors, got int"):
+        cf.autograd.grad(u, [1])
+    from cf.autograd import grad  # importable as torch's
+
+    assert grad(u, x)[0].tolist() == [2.0, 4.0]

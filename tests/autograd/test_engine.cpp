@@ -25,6 +25,85 @@ TEST_CASE("reusing a tensor many times and accumulation across calls") {
   CHECK_FALSE(x.grad().defined());
 }
 
+TEST_CASE("autograd::grad returns the gradients of leaves and non-leaves and accumulates nothing") {
+  // y = sum(h * h) with h = 3 x: dy/dx = 18 x, dy/dh = 2 h = 6 x; w is used too (y2 = sum(w * x))
+  Tensor x = t64({1, 2}, {2}).set_requires_grad(true);
+  Tensor w = t64({5, 7}, {2}).set_requires_grad(true);
+  Tensor unused = t64({1}, {1}).set_requires_grad(true);
+  Tensor h = x * 3.0;
+  Tensor y = sum(h * h) + sum(w * x);
+  std::vector<Tensor> g = autograd::grad({y}, {x, h}, {}, /*retain_graph=*/true);
+  check_close(g[0], {18 + 5, 36 + 7});
+  check_close(g[1], {6, 12});
+  CHECK_FALSE(x.grad().defined());  // nothing accumulated
+  CHECK_FALSE(w.grad().defined());
+  // weighted outputs: two roots, grad_outputs given for a non-scalar one
+  Tensor z = h * 2.0;
+  std::vector<Tensor> g2 = autograd::grad({y, z}, {x}, {Tensor(), t64({1, 10}, {2})}, true);
+  check_close(g2[0], {23 + 6, 43 + 60});
+  // the same graph still backpropagates (retained), and the result agrees
+  y.backward(Tensor(), true);
+  check_close(x.grad(), {23, 43});
+  CHECK_THROWS_MSG(autograd::grad({y}, {unused}), AutogradError, "[grad] input 0", "received no gradient");
+  std::vector<Tensor> g3 = autograd::grad({y}, {unused, x}, {}, true, /*allow_unused=*/true);
+  CHECK_FALSE(g3[0].defined());
+  check_close(g3[1], {23, 43});
+  CHECK_THROWS_MSG(autograd::grad({y}, {x, x}), AutogradError, "[grad] input 1 is given twice");
+  CHECK_THROWS_MSG(autograd::grad({y}, {t64({1}, {1})}), AutogradError, "[grad] input 0", "does not require grad");
+  CHECK_THROWS_MSG(autograd::grad({z}, {x}), AutogradError, "[grad] grad_output may be omitted only for a one-element");
+  CHECK_THROWS_MSG(autograd::grad({y, z}, {x}, {Tensor()}), AutogradError, "[grad] 1 grad_outputs for 2 outputs");
+  // without retain_graph the graph it ran is freed
+  Tensor a = sum(exp(x));
+  autograd::grad({a}, {x});
+  CHECK_THROWS_MSG(a.backward(), AutogradError, "already freed by an earlier backward (or autograd::grad)");
+}
+
+TEST_CASE("autograd::grad: roots above roots, a root twice, outputs as inputs, and only the needed nodes run") {
+  Tensor x = t64({1, 2}, {2}).set_requires_grad(true);
+  Tensor s = sum(x * 3.0);  // 9
+  Tensor y = s * s;         // 81, above s
+  // d(y + s)/dx = (2 s + 1) * 3 = 57 each; the same root twice counts twice
+  check_close(autograd::grad({y, s}, {x}, {}, true)[0], {57, 57});
+  check_close(autograd::grad({s, s}, {x}, {}, true)[0], {6, 6});
+  check_close(autograd::grad({y}, {s}, {}, true)[0], {18});  // a captured non-leaf above the leaf
+  check_close(autograd::grad({s}, {s}, {}, true)[0], {1});   // an output as its own input
+  Tensor c = t64({4}, {}).set_requires_grad(true);
+  check_close(autograd::grad({c}, {c})[0], {1});  // a leaf output
+  // the same tensor as grad_output and as result: the result is a copy (add passes its gradient on)
+  Tensor v = t64({1, 10}, {2});
+  Tensor u = x + x * 0.0;
+  std::vector<Tensor> gu = autograd::grad({u}, {u}, {v}, true);
+  CHECK_FALSE(gu[0].shares_storage(v));
+  check_close(gu[0], {1, 10});
+  // a branch that leads to no input does not run, so it is not freed: its own backward still works
+  Tensor w = t64({0, 1}, {2}).set_requires_grad(true);
+  Tensor z = sum(exp(w));
+  Tensor total = sum(x * w) + z;
+  check_close(autograd::grad({total}, {x})[0], {0, 1});
+  z.backward();
+  check_close(w.grad(), {1, std::exp(1.0)});
+  CHECK_THROWS_MSG(autograd::grad({total}, {x}), AutogradError, "already freed");
+  CHECK_THROWS_MSG(autograd::grad({sum(x * 2.0)}, {}), AutogradError, "[grad] no inputs given");
+  CHECK_THROWS_MSG(autograd::grad({x * 2.0}, {x}), AutogradError, "grad_output may be omitted", "(output 0)");
+}
+
+TEST_CASE("retain_grad keeps a non-leaf's gradient, accumulated across backward passes") {
+  Tensor x = t64({1, 2}, {2}).set_requires_grad(true);
+  Tensor h = x * 3.0;
+  autograd::retain_grad(h);
+  autograd::retain_grad(x);  // a leaf: nothing to do
+  Tensor y = sum(h * h);
+  y.backward(Tensor(), true);
+  check_close(h.grad(), {6, 12});
+  check_close(x.grad(), {18, 36});
+  y.backward();
+  check_close(h.grad(), {12, 24});
+  Tensor other = x * 2.0;  // not retained: no gradient kept
+  sum(other).backward();
+  CHECK_FALSE(other.grad().defined());
+  CHECK_THROWS_MSG(autograd::retain_grad(t64({1}, {1})), AutogradError, "[retain_grad]", "does not require grad");
+}
+
 TEST_CASE("retain_graph allows a second backward - otherwise the graph is freed") {
   Tensor x = t64({1, 2}, {2}).set_requires_grad(true);
   Tensor y = sum(exp(x));
