@@ -47,6 +47,7 @@ class Backend {
 // dist/mpi_backend.cpp (CF_WITH_MPI). Initialises MPI unless it already is.
 std::unique_ptr<Backend> make_mpi_backend();
 void mpi_finalize();
+bool mpi_initialized();  // MPI_Initialized and not MPI_Finalized
 [[noreturn]] void mpi_abort(int code);
 // dist/nccl_backend.cpp (CF_WITH_NCCL): one communicator over the same ranks,
 // its unique id broadcast from rank 0 over `bootstrap` (the MPI backend).

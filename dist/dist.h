@@ -8,7 +8,8 @@
 //   mpirun -np 2 ./train          // each process:
 //   cf::dist::init();             // rank and world size from mpirun (OMPI_*/PMI_* variables)
 //   cf::dist::all_reduce(t, cf::dist::ReduceOp::mean);  // in place, every rank gets the mean
-//   cf::dist::finalize();         // or leave it to exit
+//   cf::dist::finalize();         // before returning: mpirun reports a rank that exits without
+//                                 // MPI_Finalize as an improper exit (status 1), even after success
 //
 // Backends: one interface (dist/backend.h), two implementations. A collective
 // picks the backend by the tensor's device: "mpi" for CPU tensors, "nccl" for

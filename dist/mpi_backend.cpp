@@ -180,6 +180,13 @@ class MpiBackend : public Backend {
 
 std::unique_ptr<Backend> make_mpi_backend() { return std::make_unique<MpiBackend>(); }
 
+bool mpi_initialized() {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  return inited && !finalized;
+}
+
 void mpi_finalize() {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);

@@ -366,8 +366,10 @@ void init(const InitOptions& options) {
   bool want_mpi = b == "mpi" || b == "nccl" || (b == "auto" && built_with("mpi"));
   if (want_mpi) {
 #ifdef CF_WITH_MPI
+    // cf finalises only an MPI it started: one the program (or another library) started stays theirs to end.
+    const bool already_running = detail::mpi_initialized();
     g.cpu = detail::make_mpi_backend();
-    g.owns_mpi = true;
+    g.owns_mpi = !already_running;
     g.rank = g.cpu->rank();
     g.world = g.cpu->world_size();
 #else

@@ -56,12 +56,12 @@ class Module {
   // this module's own parameters and buffers it wrote ("counters", ...): state outside the dict
   // can then be made to agree with what was loaded (a memory bank whose counters were loaded
   // without its FIFO restarts the FIFO empty). Nothing by default.
-  virtual void on_state_loaded(const std::vector<std::string>& loaded) {}
+  virtual void on_state_loaded(const std::vector<std::string>& /*loaded*/) {}
   // Called by load_state_dict on every module before anything is copied, with this module's own entries
   // of the dict it would load (name -> value, as given): values that fit the shapes yet not the module (a
   // memory bank's counters past its capacity) are refused here, so a refused load changes nothing. Nothing
   // by default.
-  virtual void check_state(const std::map<std::string, const Tensor*>& own) const {}
+  virtual void check_state(const std::map<std::string, const Tensor*>& /*own*/) const {}
   // Calls on_state_loaded on every module with its share of `loaded` (full names, as in
   // state_dict()): load_state_dict does, and a loader that wrote tensors itself (cf.torch) must.
   void notify_state_loaded(const std::vector<std::string>& loaded);
@@ -72,7 +72,7 @@ class Module {
   // learns from its inputs outside of gradients (a memory bank's K-Means, routing attention's
   // online centroids) then combines every rank's shard, so the replicas agree and equal one
   // process on the whole batch (and a rank-0 checkpoint holds all of it). Nothing by default.
-  virtual void set_distributed(bool on) {}
+  virtual void set_distributed(bool /*on*/) {}
   void eval() { train(false); }
   bool is_training() const { return training_; }
   // Converts float parameters and buffers (int64/bool buffers keep their dtype), each keeping

@@ -14,7 +14,7 @@ jobs="${CF_JOBS:-2}"
 
 "$root/scripts/setup.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCF_PYTHON=ON -DPython_EXECUTABLE="$root/.venv/bin/python"
-cmake --build "$build" -j "$jobs" --target cf-textcls cf_python
+cmake --build "$build" -j "$jobs" --target cf-textcls cf-demo cf_python
 "$root/scripts/python-link.sh" "$build/python"
 source "$root/scripts/openblas-env.sh"  # OpenBLAS kernels for CPUs its version does not know
 "$build/apps/cf-textcls" "$@"

@@ -87,6 +87,7 @@ void ring_append_cuda(const Tensor& memory, const Tensor& counters, const Tensor
 // `op` only names the caller in the no-CUDA error.
 inline void check_index_range(const char* op, const Tensor& index, int64_t limit, RaiseBadIndex raise,
                               const int64_t* allowed = nullptr) {
+  (void)op;  // (unused in a CUDA build: public headers stay clean under -Wextra)
   auto on_cpu = [&] {
     const BadIndex b = find_bad_index_cpu(index, limit, allowed);
     if (b.found) raise(b.position, b.value);

@@ -25,6 +25,7 @@ void sort_cuda(const Tensor& x, int64_t axis, int64_t k, bool descending, const 
 // `op` names the caller ("sort", "argsort", "topk") in the no-CUDA error.
 inline void sort(const char* op, const Tensor& x, int64_t axis, int64_t k, bool descending,
                  const Tensor& values, const Tensor& indices) {
+  (void)op;  // (unused in a CUDA build: public headers stay clean under -Wextra)
   CF_DEVICE_DISPATCH(op, x.device(), sort_cpu(x, axis, k, descending, values, indices),
                      sort_cuda(x, axis, k, descending, values, indices));
 }
