@@ -120,7 +120,8 @@ AtomicWriter::AtomicWriter(std::string path, const char* op) : path_(std::move(p
   }
   // A file written over keeps its permissions (the temporary's 0644 made a private checkpoint readable by
   // all at its next save). Best effort: a failure leaves the temporary's mode.
-  if (exists) (void)::fchmod(fd_, st.st_mode & 07777);
+  // (Permission bits and the sticky bit only: a setuid or setgid bit is not carried to new contents.)
+  if (exists) (void)::fchmod(fd_, st.st_mode & 01777);
 }
 
 AtomicWriter::~AtomicWriter() {

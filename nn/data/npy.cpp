@@ -73,13 +73,7 @@ class HeaderParser {
       if (key == "descr") out.descr = quoted("descr as a quoted string");
       else if (key == "fortran_order") out.fortran_order = boolean();
       else out.shape = tuple();
-      skip_spaces();
-      if (peek() == ',') {
-        ++i_;
-        skip_spaces();
-      } else if (peek() != '}') {
-        fail("',' or '}' after a value");
-      }
+      separator('}', "',' or '}' after a value");
     }
     ++i_;  // '}'
     while (i_ < h_.size() && (h_[i_] == ' ' || h_[i_] == '\n' || h_[i_] == '\0')) ++i_;
@@ -99,6 +93,18 @@ class HeaderParser {
   char peek() const { return i_ < h_.size() ? h_[i_] : '\0'; }
   void skip_spaces() {
     while (i_ < h_.size() && h_[i_] == ' ') ++i_;
+  }
+  // After an entry: a comma (spaces around it) before the next one, or the closing character (left for the
+  // caller's loop to see).
+  bool separator(char close, const char* what) {
+    skip_spaces();
+    if (peek() == ',') {
+      ++i_;
+      skip_spaces();
+      return true;
+    }
+    if (peek() != close) fail(what);
+    return false;
   }
   void expect(char c, const char* what) {
     if (peek() != c) fail(what);
@@ -126,6 +132,7 @@ class HeaderParser {
   // "(3, 4)", "(5,)", "()": integers separated by commas, a trailing one allowed (Python 2's "3L" too)
   Shape tuple() {
     Shape s;
+    bool comma = false;  // after the last size
     expect('(', "shape must be a tuple");
     skip_spaces();
     while (peek() != ')') {
@@ -136,14 +143,10 @@ class HeaderParser {
                                              "... is too large"));
       s.push_back(std::stoll(h_.substr(start, i_ - start)));
       if (peek() == 'L') ++i_;
-      skip_spaces();
-      if (peek() == ',') {
-        ++i_;
-        skip_spaces();
-      } else if (peek() != ')') {
-        fail("',' or ')' in the shape tuple");
-      }
+      comma = separator(')', "',' or ')' in the shape tuple");
     }
+    // "(6)" is the number 6 to Python, not a tuple: NumPy refuses it, and so does this reader
+    if (s.size() == 1 && !comma) fail("a one-element shape tuple needs its comma, as (6,)");
     ++i_;  // ')'
     return s;
   }

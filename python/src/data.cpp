@@ -67,21 +67,33 @@ class PyDataset : public cd::Dataset {
  public:
   explicit PyDataset(nb::object obj) : obj_(std::move(obj)) {}
   ~PyDataset() override {
-    if (!Py_IsInitialized()) {  // (after the interpreter's end its objects are gone: nothing to release)
+    // nb::is_alive, not Py_IsInitialized: that turns false early in Py_FinalizeEx, while module globals (a
+    // loader kept in one) are still being cleared, and leaking the dataset there kept __main__'s globals
+    // from being finalised (an open log file lost its buffered lines, from a review).
+    if (!nb::is_alive()) {  // the interpreter is gone: its objects with it
       (void)obj_.release();
       return;
     }
     nb::gil_scoped_acquire g;
     obj_.reset();
   }
+  // The garbage collector's view of the loader that holds this dataset (bind_data's slots below): a dataset
+  // that refers back to its loader (ds.loader = DataLoader(ds)) is a cycle only the collector can free.
+  int traverse(visitproc visit, void* arg) const {
+    Py_VISIT(obj_.ptr());
+    return 0;
+  }
+  void clear() { obj_.reset(); }
   int64_t size() const override {
     nb::gil_scoped_acquire g;
+    CF_CHECK(obj_.is_valid(), ValueError, "[DataLoader] its Python dataset was cleared by the garbage collector");
     const Py_ssize_t n = PyObject_Length(obj_.ptr());
     if (n < 0) throw nb::python_error();
     return int64_t(n);
   }
   cd::Example get(int64_t i) const override {
     nb::gil_scoped_acquire g;
+    CF_CHECK(obj_.is_valid(), ValueError, "[DataLoader] its Python dataset was cleared by the garbage collector");
     nb::object item = obj_[nb::int_(i)];
     cd::Example e;
     if (nb::isinstance<nb::tuple>(item)) {
@@ -108,6 +120,23 @@ class PyDataset : public cd::Dataset {
   }
   nb::object obj_;
 };
+
+// tp_traverse / tp_clear of cf.data.DataLoader: the Python dataset a loader holds (none for cf's own datasets).
+PyDataset* python_dataset_of(PyObject* self) {
+  if (!nb::inst_ready(self)) return nullptr;
+  const cd::DataLoader* l = nb::inst_ptr<cd::DataLoader>(self);
+  return const_cast<PyDataset*>(dynamic_cast<const PyDataset*>(&l->dataset()));
+}
+int loader_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));  // (a heap type's instances visit their type)
+  if (PyDataset* d = python_dataset_of(self)) return d->traverse(visit, arg);
+  return 0;
+}
+int loader_clear(PyObject* self) {
+  if (PyDataset* d = python_dataset_of(self)) d->clear();
+  return 0;
+}
+PyType_Slot loader_slots[] = {{Py_tp_traverse, (void*)loader_traverse}, {Py_tp_clear, (void*)loader_clear}, {0, nullptr}};
 
 std::shared_ptr<cd::Dataset> dataset_of(nb::handle h, int64_t prefetch) {
   if (nb::isinstance<cd::Dataset>(h)) return nb::cast<std::shared_ptr<cd::Dataset>>(h);
@@ -381,7 +410,8 @@ void bind_data(nb::module_& m, nb::module_& data) {
            "indices stay attributes.");
   nb::class_<cd::DataLoader>(data, "DataLoader",
                              "Batches of a dataset: Philox-seeded shuffle per epoch, padding collate with key padding "
-                             "masks, drop_last, resumable state, optional prefetch thread.")
+                             "masks, drop_last, resumable state, optional prefetch thread.",
+                             nb::type_slots(loader_slots))
       .def("__init__",
            [](cd::DataLoader* self, nb::handle dataset, int64_t batch_size, bool shuffle, uint64_t seed,
               bool drop_last, int64_t pad_id, int64_t target_pad, int64_t pad_to_multiple, int64_t prefetch) {

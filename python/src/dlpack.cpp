@@ -238,7 +238,7 @@ template <typename M>
 std::function<void()> releaser(M* mt) {
   return [mt] {
     if (!mt->deleter) return;
-    if (!Py_IsInitialized()) return;
+    if (!nb::is_alive()) return;  // (Py_IsInitialized turns false while module globals are still cleared)
     nb::gil_scoped_acquire g;
     mt->deleter(mt);
   };

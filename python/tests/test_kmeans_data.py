@@ -192,3 +192,24 @@ def test_loader_batches_a_python_dataset_and_a_model_learns_from_it():
         list(cf.data.DataLoader([(1, 2, 3)]))
     with pytest.raises(cf.ValueError, match=r"^\[DataLoader\] the dataset's item 0: its input \(dict\) is no tensor"):
         list(cf.data.DataLoader([({"a": 1}, 2)]))
+
+
+def test_a_python_dataset_and_its_loader_in_a_cycle_are_collected():
+    # (from a review) the loader's hold on its Python dataset was invisible to the garbage collector
+    import gc
+    import weakref
+
+    class Rows:
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return cf.ones(2) * i, i
+
+    ds = Rows()
+    ds.loader = cf.data.DataLoader(ds, batch_size=2)
+    assert next(iter(ds.loader)).input.tolist() == [[0.0, 0.0], [1.0, 1.0]]
+    ref = weakref.ref(ds)
+    del ds
+    gc.collect()
+    assert ref() is None

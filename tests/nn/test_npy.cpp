@@ -161,6 +161,10 @@ TEST_CASE("Npy: malformed files give errors naming the file and the problem") {
   CHECK(read_npy(p).shape() == Shape{2, 3});
   write_bytes(p, npy_v1(dict("<f4", "False", "( 2 , 3 )"), f4));  // spaces anywhere in the tuple
   CHECK(read_npy(p).shape() == Shape{2, 3});
+  write_bytes(p, npy_v1(dict("<f4", "False", "(6)"), f4));  // the number 6, not a tuple (NumPy refuses it)
+  CHECK_THROWS_MSG(read_npy(p), IOError, "[read_npy]", "bad.npy", "a one-element shape tuple needs its comma");
+  write_bytes(p, npy_v1(dict("<f4", "False", "(6,)"), f4));
+  CHECK(read_npy(p).shape() == Shape{6});
   // A shape that is no tuple read as a 0-d array, and a broken dict loaded (from a bug hunt)
   const std::string one = bytes_of(std::vector<float>{1});
   for (const char* shape : {"1", "x", "[1]"}) {
