@@ -139,7 +139,9 @@ int loader_clear(PyObject* self) {
 PyType_Slot loader_slots[] = {{Py_tp_traverse, (void*)loader_traverse}, {Py_tp_clear, (void*)loader_clear}, {0, nullptr}};
 
 std::shared_ptr<cd::Dataset> dataset_of(nb::handle h, int64_t prefetch) {
-  if (nb::isinstance<cd::Dataset>(h)) return nb::cast<std::shared_ptr<cd::Dataset>>(h);
+  // A Python class deriving from cf.data.Dataset (torch.utils.data.Dataset's habit) holds no C++ dataset:
+  // its own __len__ and __getitem__ make it a Python dataset like any other.
+  if (nb::isinstance<cd::Dataset>(h) && nb::inst_ready(h)) return nb::cast<std::shared_ptr<cd::Dataset>>(h);
   if (!nb::hasattr(h, "__len__") || !nb::hasattr(h, "__getitem__") || nb::isinstance<Tensor>(h))
     throw nb::type_error(cf::str("[DataLoader] dataset must be a cf.data.Dataset or an object with __len__ and "
                                  "__getitem__ (a map-style dataset), got ", nb::type_name(h.type()).c_str())
@@ -370,6 +372,11 @@ void bind_data(nb::module_& m, nb::module_& data) {
 
   // ---------------------------------------------------------------- datasets and loader
   nb::class_<cd::Dataset>(data, "Dataset", "Indexable examples (input, target).")
+      // A Python subclass is a Python dataset (dataset_of), as torch.utils.data.Dataset's are: its __init__
+      // (or super().__init__()) constructs no C++ dataset. (Not a constructor to nanobind: self is a handle,
+      // so the instance stays without a C++ value, which dataset_of tells by nb::inst_ready.)
+      .def("__init__", [](nb::handle) {},
+           "A Python subclass needs only __len__ and __getitem__ (cf's own datasets are built by their classes).")
       .def("__len__", &cd::Dataset::size)
       .def("__getitem__", [](const cd::Dataset& d, int64_t i) {
         const int64_t n = d.size();  // a negative index counts from the end, as in Python

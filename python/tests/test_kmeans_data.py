@@ -213,3 +213,27 @@ def test_a_python_dataset_and_its_loader_in_a_cycle_are_collected():
     del ds
     gc.collect()
     assert ref() is None
+
+
+def test_a_subclass_of_cf_data_dataset_is_a_python_dataset():
+    # torch.utils.data.Dataset's habit: subclass the base, define __len__ and __getitem__
+    class Squares(cf.data.Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return cf.tensor([float(i * i)]), i
+
+    b = next(iter(cf.data.DataLoader(Squares(), batch_size=3)))
+    assert b.input.tolist() == [[0.0], [1.0], [4.0]] and b.target.tolist() == [0, 1, 2]
+
+    class CallsBase(Squares):
+        def __init__(self):
+            super().__init__()
+            self.scale = 2
+
+        def __getitem__(self, i):
+            return cf.tensor([float(i * self.scale)]), i
+
+    assert next(iter(cf.data.DataLoader(CallsBase(), batch_size=3))).input.tolist() == [[0.0], [2.0], [4.0]]
+    assert len(cf.data.TensorDataset(cf.zeros(4, 2))) == 4  # cf's own datasets as before
