@@ -420,16 +420,17 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   for (size_t i = 0; i < outputs.size(); ++i) roots[i].first = node_of(outputs[i]);
   std::unordered_map<Node*, size_t> capture;
   std::vector<std::shared_ptr<Node>> input_nodes;  // (kept alive: an unused leaf's accumulator is new)
+  std::vector<size_t> first_of(inputs.size());     // an input given again gets its first copy's gradient
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     CF_CHECK(t.defined() && t.requires_grad(), AutogradError, "[grad] input ", i, " ",
              t.defined() ? t.describe() : std::string("(undefined)"), " does not require grad");
     input_nodes.push_back(node_of(t));
-    CF_CHECK(capture.emplace(input_nodes.back().get(), i).second, AutogradError, "[grad] input ", i,
-             " is given twice (", t.describe(), ")");
+    first_of[i] = capture.emplace(input_nodes.back().get(), i).first->second;
   }
   std::vector<Tensor> captured(inputs.size());
   run_graph(roots, retain_graph, &capture, &captured);
+  for (size_t i = 0; i < inputs.size(); ++i) captured[i] = captured[first_of[i]];  // (cloned below)
   for (size_t i = 0; i < inputs.size(); ++i) {
     CF_CHECK(captured[i].defined() || allow_unused, AutogradError, "[grad] input ", i, " ", inputs[i].describe(),
              " received no gradient: the outputs do not depend on it (allow_unused=true gives it an undefined "

@@ -80,7 +80,8 @@ void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_gra
 // runs, as PyTorch's torch.autograd.grad (without create_graph: cf's backward records no graph).
 // grad_outputs may be empty, or hold undefined entries, for one-element outputs. Only the nodes that lead
 // to an input run. An input the outputs do not depend on is an AutogradError naming it, unless
-// allow_unused (its gradient is then undefined). retain_graph as in backward. No two returned gradients,
+// allow_unused (its gradient is then undefined). An input given twice gets its gradient twice (as torch).
+// retain_graph as in backward. No two returned gradients,
 // nor a returned gradient and a grad_output, share storage.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,

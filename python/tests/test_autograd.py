@@ -352,6 +352,10 @@ def test_autograd_grad_and_retain_grad_as_pytorch():
     gx2, gw2 = cf.autograd.grad(u, params.values(), allow_unused=True, retain_graph=True)
     assert gx2.tolist() == [2.0, 4.0] and gw2 is None
     assert cf.autograd.grad(u, (p for p in [x]), retain_graph=True)[0].tolist() == [2.0, 4.0]
+    g1, g2 = cf.autograd.grad(u, [x, x], retain_graph=True)  # an input twice: its gradient twice, as torch
+    assert g1.tolist() == g2.tolist() == [2.0, 4.0]
+    g1.add_(1.0)
+    assert g2.tolist() == [2.0, 4.0]  # each the caller's own
     with pytest.raises(cf.ValueError, match=r"\[grad\] create_graph=True is not supported"):
         cf.autograd.grad(u, x, create_graph=True)
     with pytest.raises(TypeError, match=r"\[grad\] inputs must hold cf.Tensors, got int"):

@@ -48,7 +48,11 @@ TEST_CASE("autograd::grad returns the gradients of leaves and non-leaves and acc
   std::vector<Tensor> g3 = autograd::grad({y}, {unused, x}, {}, true, /*allow_unused=*/true);
   CHECK_FALSE(g3[0].defined());
   check_close(g3[1], {23, 43});
-  CHECK_THROWS_MSG(autograd::grad({y}, {x, x}), AutogradError, "[grad] input 1 is given twice");
+  // an input given twice gets the same gradient twice, as torch.autograd.grad, in storage of its own
+  std::vector<Tensor> g4 = autograd::grad({y}, {x, h, x}, {}, true);
+  check_close(g4[0], {23, 43});
+  check_close(g4[2], {23, 43});
+  CHECK_FALSE(g4[0].shares_storage(g4[2]));
   CHECK_THROWS_MSG(autograd::grad({y}, {t64({1}, {1})}), AutogradError, "[grad] input 0", "does not require grad");
   CHECK_THROWS_MSG(autograd::grad({z}, {x}), AutogradError, "[grad] grad_output may be omitted only for a one-element");
   CHECK_THROWS_MSG(autograd::grad({y, z}, {x}, {Tensor()}), AutogradError, "[grad] 1 grad_outputs for 2 outputs");
