@@ -3,10 +3,12 @@
 //
 // An Example holds CPU tensors. The DataLoader (nn/data/loader.h) collates them by
 // these rules, which also say what each kind of data looks like here:
-//   - a 1-d int64 tensor is a token sequence: sequences in a batch may differ in
-//     length and are padded (inputs with pad_id, targets with target_pad);
-//   - any other tensor (images, feature vectors, a 0-d class id) has a fixed shape
-//     and the examples of a batch are stacked along a new axis 0;
+//   - a 1-d int64 tensor is a token sequence: when every example's field is one, the
+//     sequences of a batch may differ in length and are padded (inputs with pad_id,
+//     targets with target_pad);
+//   - anything else (images, feature vectors, a 0-d class id) has a fixed shape and the
+//     examples of a batch are stacked along a new axis 0, their dtypes promoted as
+//     PyTorch's default_collate does (an int label beside a float one: float labels);
 //   - an undefined target (Tensor()) means "no target"; a batch then has none.
 #include <cstdint>
 #include <memory>

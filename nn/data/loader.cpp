@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
 #include "autograd/ops/shape.h"
 #include "core/rng.h"
 
@@ -14,6 +15,8 @@ namespace data {
 namespace {
 
 bool is_sequence(const Tensor& t) { return t.dtype() == kInt64 && t.dim() == 1; }
+// A field is padded when every example's is a token sequence.
+bool all_sequences(const std::vector<Tensor>& ts) { return std::all_of(ts.begin(), ts.end(), is_sequence); }
 
 int64_t round_up(int64_t n, int64_t m) { return m <= 1 ? n : (n + m - 1) / m * m; }
 
@@ -23,24 +26,28 @@ Tensor collate_field(const std::vector<Tensor>& ts, const std::vector<int64_t>& 
                      const char* field, int64_t pad_value, int64_t multiple,
                      std::vector<int64_t>* lengths, int64_t at_least) {
   const Tensor& t0 = ts[0];
-  bool seq = is_sequence(t0);
+  // Token sequences (every example's field 1-d int64) are padded; anything else is stacked, its dtypes
+  // promoted as PyTorch's default_collate does (an int label beside a float one gives float labels).
+  const bool seq = all_sequences(ts);
+  DType common = t0.dtype();
+  for (const Tensor& t : ts) common = promote_types(common, t.dtype());
   for (size_t i = 0; i < ts.size(); ++i) {
     const Tensor& t = ts[i];
     CF_CHECK(t.device().is_cpu(), DeviceError, "[collate] example ", idx[i], " has its ", field,
              " on ", t.device(), "; datasets must return CPU tensors");
-    CF_CHECK(t.dtype() == t0.dtype(), DTypeError, "[collate] example ", idx[i], " has ", field,
-             " dtype ", t.dtype(), " but example ", idx[0], " has ", t0.dtype());
-    if (seq) {
-      CF_CHECK(t.dim() == 1, ShapeError, "[collate] example ", idx[i], " has ", field, " shape ",
-               shape_str(t.shape()), " but example ", idx[0],
-               " is a token sequence (1-d int64) of shape ", shape_str(t0.shape()));
-    } else {
+    if (!seq) {
       CF_CHECK(t.shape() == t0.shape(), ShapeError, "[collate] example ", idx[i], " has ", field,
                " shape ", shape_str(t.shape()), " but example ", idx[0], " has ",
                shape_str(t0.shape()), "; only 1-d int64 token sequences are padded");
     }
   }
-  if (!seq) return stack(ts, 0);
+  if (!seq) {
+    if (std::all_of(ts.begin(), ts.end(), [&](const Tensor& t) { return t.dtype() == common; })) return stack(ts, 0);
+    std::vector<Tensor> same;
+    same.reserve(ts.size());
+    for (const Tensor& t : ts) same.push_back(to(t, common));
+    return stack(same, 0);
+  }
 
   int64_t b = int64_t(ts.size()), longest = at_least;
   for (const Tensor& t : ts) longest = std::max(longest, t.size(0));
@@ -88,7 +95,7 @@ Batch collate(const std::vector<Example>& examples, const DataLoaderOptions& opt
   std::vector<int64_t> lengths;
   b.input = collate_field(in, b.indices, "input", options.pad_id, options.pad_to_multiple, &lengths,
                           at_least.input);
-  if (is_sequence(in[0])) {
+  if (all_sequences(in)) {
     int64_t n = b.input.size(1);
     std::vector<bool> mask(size_t(b.size * n));
     for (int64_t i = 0; i < b.size; ++i)

@@ -171,6 +171,9 @@ def test_loader_batches_a_python_dataset_and_a_model_learns_from_it():
     assert b.input.tolist() == [[1, 2, 3], [4, 5, 0], [6, 0, 0]] and b.target.tolist() == [0, 1, 0]
     assert b.key_padding_mask.tolist() == [[False, False, False], [False, False, True], [False, True, True]]
     assert next(iter(cf.data.DataLoader([(cf.ones(2),), (cf.zeros(2),)], batch_size=2))).target is None
+    # an int label beside a float one: float labels, as torch's default_collate
+    _, y = next(iter(cf.data.DataLoader([(cf.ones(2), 1), (cf.zeros(2), 2.5)], batch_size=2)))
+    assert y.dtype == cf.float32 and y.tolist() == [1.0, 2.5]
 
     class Failing:
         def __len__(self):

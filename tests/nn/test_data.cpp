@@ -209,9 +209,18 @@ TEST_CASE("data: mismatched examples give errors naming indices and shapes") {
   auto dt = std::make_shared<FnDataset>(2, [](int64_t i) {
     return Example{Tensor::zeros({3}, i == 0 ? kFloat32 : kFloat64), Tensor()};
   });
-  DataLoader l2(dt, o);
-  CHECK_THROWS_MSG(l2.next(b), DTypeError, "[collate]", "example 1", "float64", "example 0",
-                   "float32");
+  DataLoader l2(dt, o);  // dtypes promote, as PyTorch's default_collate (float32 with float64: float64)
+  l2.next(b);
+  CHECK(b.input.dtype() == kFloat64);
+  CHECK(b.input.shape() == Shape{2, 3});
+  // an int label beside a float one: float labels; a 1-d int64 row beside a float row is stacked, not padded
+  Batch mixed = collate({{ti64({1, 2}, {2}), Tensor::scalar(3, kInt64)}, {Tensor::full({2}, 0.5), Tensor::scalar(2.5)}}, {});
+  CHECK(mixed.input.dtype() == kFloat32);
+  CHECK(mixed.input.to_vector<float>() == std::vector<float>{1, 2, 0.5f, 0.5f});
+  CHECK_FALSE(mixed.key_padding_mask.defined());
+  CHECK(mixed.target.to_vector<float>() == std::vector<float>{3, 2.5f});
+  CHECK_THROWS_MSG(collate({{ti64({1, 2}, {2}), Tensor()}, {Tensor::full({3}, 0.5), Tensor()}}, {}), ShapeError,
+                   "[collate]", "example 1 has input shape (3)", "example 0 has (2)");
   CHECK_THROWS_MSG(collate({{ti64({1}, {1}), Tensor()}, {Tensor::zeros({1, 1}, kInt64), Tensor()}},
                            {}, {7, 9}),
                    ShapeError, "[collate]", "example 9", "(1,1)", "example 7", "token sequence");
