@@ -1,10 +1,13 @@
 #include "models/attention_switch.h"
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "nn/attention/multi_head.h"
+#include "nn/attention/neural_clustering.h"
 
 namespace cf {
 namespace models {
@@ -13,6 +16,10 @@ int64_t set_attention(nn::Module& model, const nn::AttentionSpec& spec, bool inc
   // Collect first, switch after: switching frees the old attention modules, which
   // named_modules() lists too (after their layer), so they must not be visited.
   std::vector<nn::MultiHeadAttention*> layers;
+  // The self-attention layers of each stack ("encoder.layers.3.self_attn" is layer 3 of the stack
+  // "encoder.layers"), in layer order: neural clustering attention hands its centroids down a stack
+  // (link_centroid_chain), as the models' constructors link theirs.
+  std::map<std::string, std::map<int64_t, nn::MultiHeadAttention*>> stacks;
   for (auto& [name, m] : model.named_modules()) {
     auto* mha = dynamic_cast<nn::MultiHeadAttention*>(m);
     if (!mha) continue;
@@ -20,6 +27,12 @@ int64_t set_attention(nn::Module& model, const nn::AttentionSpec& spec, bool inc
     const bool self = name == "self_attn" || (name.size() > suffix.size() &&
                                               name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0);
     if (self || include_cross) layers.push_back(mha);
+    if (!self || name == "self_attn") continue;
+    const std::string layer = name.substr(0, name.size() - suffix.size());
+    const size_t dot = layer.rfind('.');
+    const std::string index = dot == std::string::npos ? layer : layer.substr(dot + 1);
+    if (index.empty() || index.size() > 18 || index.find_first_not_of("0123456789") != std::string::npos) continue;
+    stacks[dot == std::string::npos ? std::string() : layer.substr(0, dot)][std::stoll(index)] = mha;
   }
   // Build every new variant before switching any, so that bad options leave the model unchanged.
   std::vector<std::shared_ptr<nn::Attention>> fresh;
@@ -31,6 +44,11 @@ int64_t set_attention(nn::Module& model, const nn::AttentionSpec& spec, bool inc
   }
   const int64_t switched = int64_t(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->set_attention(fresh[i]);
+  for (auto& [stack_name, by_index] : stacks) {
+    std::vector<nn::Attention*> stack;
+    for (auto& [index, mha] : by_index) stack.push_back(&mha->attention());
+    nn::link_centroid_chain(stack);
+  }
   CF_CHECK(switched > 0, ValueError, "[set_attention] the model has no ", include_cross ? "" : "self-",
            "attention layer (MultiHeadAttention", include_cross ? "" : " named self_attn", ") to switch");
   return switched;

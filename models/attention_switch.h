@@ -14,7 +14,11 @@ namespace models {
 // "self_attn", or every MultiHeadAttention when include_cross is true) with a new
 // instance of spec.type built with spec.options (d_model and n_heads are each
 // layer's own). Returns the number of layers switched; an error names the problem
-// when there is none, or when the options are invalid.
+// when there is none, or when the options are invalid. The self-attention layers of
+// one stack (modules "<stack>.<i>.self_attn") are linked as the models' constructors
+// link them: neural clustering attention then hands its centroids from layer to layer
+// (link_centroid_chain), and the switched model has the state-dict keys of one built
+// with that variant. Switch before building an optimizer: parameters are replaced.
 int64_t set_attention(nn::Module& model, const nn::AttentionSpec& spec, bool include_cross = false);
 
 // The same from a JSON object {"type": ..., options...}, as in a model config.

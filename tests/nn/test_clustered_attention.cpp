@@ -10,6 +10,7 @@
 #include "models/attention_switch.h"
 #include "models/transformer.h"
 #include "nn/attention/clustered.h"
+#include "nn/attention/neural_clustering.h"
 #include "nn/bigram_task.h"
 #include "nn/nn_test_util.h"
 #include "nn/pattern_lm.h"
@@ -813,6 +814,28 @@ TEST_CASE("set_attention switches every self-attention layer and refuses models 
   ed.eval();
   models::set_attention(ed, nlohmann::json{{"type", "clustered"}});
   CHECK_FALSE(ed.encoder->layers[0]->self_attn->attention().is_training());
+  // Neural clustering switched in is linked per stack as a model built with it: each stack's later layers
+  // read the previous layer's centroids, and the state dict has a built model's keys.
+  models::set_attention(ed, nlohmann::json{{"type", "neural-clustering"}, {"clusters", 2}});
+  auto nc = [](const std::shared_ptr<nn::MultiHeadAttention>& m) {
+    return dynamic_cast<nn::NeuralClusteringAttention*>(&m->attention());
+  };
+  REQUIRE(nc(ed.decoder_layers[1]->self_attn) != nullptr);
+  CHECK(nc(ed.encoder->layers[0]->self_attn)->chain_index() == 0);
+  CHECK(nc(ed.encoder->layers[1]->self_attn)->chain_index() == 1);
+  CHECK(nc(ed.decoder_layers[0]->self_attn)->chain_index() == 0);
+  CHECK(nc(ed.decoder_layers[1]->self_attn)->chain_index() == 1);
+  CHECK_FALSE(nc(ed.encoder->layers[1]->self_attn)->centroids.defined());
+  models::TransformerConfig cn = c;
+  cn.layer.attention.type = "neural-clustering";
+  cn.layer.attention.options = nn::Config(nlohmann::json{{"clusters", 2}}, "attention");
+  Generator g2(2);
+  models::EncoderDecoder built(cn, g2);
+  std::set<std::string> switched_keys, built_keys;
+  for (auto& [k, v] : ed.state_dict()) switched_keys.insert(k);
+  for (auto& [k, v] : built.state_dict()) built_keys.insert(k);
+  CHECK(switched_keys == built_keys);
+  ed.load_state_dict(built.state_dict());
 }
 
 TEST_CASE("a classifier trained with clustered attention learns, and keeps working under full and improved" * CF_SLOW) {
