@@ -161,7 +161,7 @@ TEST_CASE("kmeans_distributed: equals kmeans on the stacked data, same seeding")
   o.k = 4;
   o.seed = 1;
   nn::KMeansResult one = nn::kmeans(p.x, o);
-  nn::KMeansResult mine = nn::kmeans_distributed(narrow(p.x, 0, 40 * R / W, 40 / W), o);
+  nn::KMeansResult mine = nn::kmeans_distributed(narrow(p.x, 0, 40 * R / W, 40 * (R + 1) / W - 40 * R / W), o);
   check_close(mine.centroids, one.centroids, 1e-12);
   // Too few distinct points: the same error on every rank.
   Tensor same = Tensor::ones({3, 2}, kFloat64);
