@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <set>
+#include <string>
 #include <vector>
 
 namespace cf {
@@ -78,8 +79,10 @@ J parse_unique(const std::string& text, bool ignore_comments) {
     throw J::parse_error::create(101, nul + 1, "syntax error: a NUL byte ends the JSON text before the rest of it",
                                  nullptr);
   KeyTracker tracker;
-  typename J::parser_callback_t callback = [&tracker](int /*depth*/, typename J::parse_event_t event,
-                                                      J& parsed) {
+  typename J::parser_callback_t callback = [&tracker](int depth, typename J::parse_event_t event, J& parsed) {
+    if (depth >= kMaxJsonDepth &&
+        (event == J::parse_event_t::object_start || event == J::parse_event_t::array_start))
+      throw JsonTooDeep("arrays and objects nest deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     tracker.on<J>(event, parsed);
     return true;  // keep every value
   };

@@ -6,7 +6,10 @@
 // word, so {"lr": 0.1, "lr": 1.0} would train with 1.0 and a safetensors header
 // naming a tensor twice would load one of the two. These parse like
 // nlohmann::json::parse (its exceptions pass through unchanged) and throw
-// DuplicateJsonKey for a repeated key, naming it and the object it is in.
+// DuplicateJsonKey for a repeated key, naming it and the object it is in, and
+// JsonTooDeep for arrays and objects nested deeper than kMaxJsonDepth (nlohmann's
+// copies, comparisons and dump() recurse: 100,000 '[' overflowed the stack).
+// Both are JsonStructureError.
 #include <nlohmann/json_fwd.hpp>
 
 #include <stdexcept>
@@ -17,10 +20,20 @@ namespace io {
 
 // what(): "key 'lr' appears twice in object 'optimizer'" (the object's path from
 // the root, e.g. 'model.layers[2]'; "the top-level object" at the root).
-class DuplicateJsonKey : public std::runtime_error {
+class JsonStructureError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+class DuplicateJsonKey : public JsonStructureError {
+ public:
+  using JsonStructureError::JsonStructureError;
+};
+// what(): "arrays and objects nest deeper than 256 levels (at 'a.b[0]...')"
+class JsonTooDeep : public JsonStructureError {
+ public:
+  using JsonStructureError::JsonStructureError;
+};
+constexpr int kMaxJsonDepth = 256;
 
 nlohmann::json parse_json(const std::string& text, bool ignore_comments = false);
 

@@ -249,7 +249,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   ojson header;
   try {
     header = io::parse_ordered_json(text);
-  } catch (const io::DuplicateJsonKey& ex) {
+  } catch (const io::JsonStructureError& ex) {
     throw fail("header is not valid: ", ex.what());
   } catch (const nlohmann::json::parse_error& ex) {
     throw fail("header is not valid JSON (at header byte ", ex.byte, "): ", ex.what());

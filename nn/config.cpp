@@ -21,7 +21,7 @@ json load_json_file(const std::string& path) {
   const std::string text = io::read_file(path, "load_json_file");  // regular files only, never blocks
   try {
     return io::parse_json(text, /*ignore_comments=*/true);
-  } catch (const io::DuplicateJsonKey& e) {
+  } catch (const io::JsonStructureError& e) {
     throw IOError(str("[load_json_file] ", path, ": ", e.what()));
   } catch (const json::parse_error& e) {
     // e.byte is 1-based and points just past the offending character.

@@ -236,7 +236,7 @@ class Options {
     json file;
     try {
       file = cf::io::parse_json(text);
-    } catch (const cf::io::DuplicateJsonKey& e) {
+    } catch (const cf::io::JsonStructureError& e) {
       throw UsageError("config file '" + path + "' is not valid: " + e.what());
     } catch (const json::exception& e) {
       // Any nlohmann error, not only parse_error: a number out of range ({"k": 1e400})

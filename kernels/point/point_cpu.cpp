@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "kernels/common/dispatch.h"
@@ -53,6 +54,28 @@ void sample_row(const double* P, const bool* pad, int64_t n, int64_t c, int64_t 
 
 template <typename T>
 void group_max_rows(const T* s, const int64_t* grp, int64_t rows, int64_t e, int64_t groups, T* out) {
+  if (groups > e) {
+    // More groups than entries (ids may be sparse up to 2^62): a row's entries sorted by group instead of a
+    // table of every group's maximum, which would take memory and time in `groups`, not in the row.
+    parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(e, 1)), [&](int64_t b, int64_t end) {
+      std::vector<int64_t> by_group(static_cast<size_t>(e));
+      for (int64_t r = b; r < end; ++r) {
+        const T* sr = s + r * e;
+        const int64_t* gr = grp + r * e;
+        std::iota(by_group.begin(), by_group.end(), int64_t(0));
+        std::sort(by_group.begin(), by_group.end(), [gr](int64_t x, int64_t y) { return gr[x] < gr[y]; });
+        for (int64_t lo = 0; lo < e;) {
+          int64_t hi = lo;
+          double v = -std::numeric_limits<double>::infinity();
+          for (; hi < e && gr[by_group[size_t(hi)]] == gr[by_group[size_t(lo)]]; ++hi)
+            v = std::max(v, double(sr[by_group[size_t(hi)]]));
+          for (int64_t i = lo; i < hi; ++i) out[r * e + by_group[size_t(i)]] = std::isfinite(v) ? T(v) : T(0);
+          lo = hi;
+        }
+      }
+    });
+    return;
+  }
   parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(e, 1)), [&](int64_t b, int64_t end) {
     std::vector<double> mx(static_cast<size_t>(groups));
     for (int64_t r = b; r < end; ++r) {

@@ -117,6 +117,9 @@ void group_max_cuda(const Tensor& src, const Tensor& group, int64_t groups, cons
   const int64_t rows = src.size(0), e = src.size(1), total = rows * e;
   if (total == 0) return;
   cu::use_device_of(src, "group_max");
+  // One running maximum per (row, group): the table is rows x groups doubles.
+  CF_CHECK(groups <= std::numeric_limits<int64_t>::max() / 8 / rows, ValueError, "[group_max] ", groups,
+           " groups for ", rows, " rows need a table of more than 2^63 bytes on CUDA");
   Tensor mx = Tensor::full({rows * groups}, -std::numeric_limits<double>::infinity(), kFloat64, src.device());
   CF_DISPATCH_FLOAT_STD(src.dtype(), "group_max",
                         (group_max_scatter_kernel<scalar_t><<<cu::grid_for(total), kThreads>>>(

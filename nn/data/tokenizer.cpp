@@ -220,7 +220,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
   nlohmann::json j;
   try {
     j = io::parse_json(text);
-  } catch (const io::DuplicateJsonKey& e) {
+  } catch (const io::JsonStructureError& e) {
     throw IOError(str("[", op, "] '", path, "' is not valid: ", e.what()));
   } catch (const nlohmann::json::exception& e) {
     throw IOError(str("[", op, "] '", path, "' is not valid JSON: ", e.what()));

@@ -164,6 +164,11 @@ namespace cfpy {
 
 // Axes from None (all axes), an int, or a sequence of ints.
 std::vector<int64_t> to_axes(nb::handle h, const char* op);
+// An int argument (a Python int or anything with __index__: np.int64) as int64; a ValueError naming op and
+// `what` for other types and for ints outside int64 (nanobind's own cast escaped as "std::bad_cast").
+int64_t int64_arg(nb::handle h, const char* op, const char* what);
+// A sequence of such ints.
+std::vector<int64_t> int64_list_arg(nb::handle h, const char* op, const char* what);
 
 // Tensor from nested Python sequences / numbers / buffer objects (a copy).
 cf::Tensor tensor_from_python(nb::handle data, std::optional<cf::DType> dtype, cf::Device device);

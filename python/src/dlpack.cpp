@@ -156,6 +156,18 @@ void sync_for_consumer(const cf::Tensor& t, nb::handle stream) {
 #endif
 }
 
+// A (major, minor) version or (device type, device id) pair, each an int: a ValueError naming op and
+// `what` for anything else (nanobind's casts escaped as "std::bad_cast").
+std::pair<int, int> int_pair(nb::handle h, const char* op, const char* what) {
+  const bool ok = PyTuple_Check(h.ptr()) && PyTuple_GET_SIZE(h.ptr()) == 2;
+  int a = 0, b = 0;
+  if (!ok || !nb::try_cast(nb::handle(PyTuple_GET_ITEM(h.ptr(), 0)), a) ||
+      !nb::try_cast(nb::handle(PyTuple_GET_ITEM(h.ptr(), 1)), b))
+    throw cf::ValueError(cf::str("[", op, "] ", what, " must be a tuple of two ints, got ",
+                                 nb::cast<std::string>(nb::repr(h)).substr(0, 200)));
+  return {a, b};
+}
+
 }  // namespace
 
 // A "dltensor" capsule for t (the versioned one when versioned is true).
@@ -279,16 +291,23 @@ cf::Tensor from_dlpack_object(nb::handle obj, bool uint8_as_bool) {
                                  " has no __dlpack__ method"));
   nb::object stream = nb::none();
   if (nb::hasattr(obj, "__dlpack_device__")) {
-    nb::tuple dev = nb::cast<nb::tuple>(obj.attr("__dlpack_device__")());
-    int type = nb::cast<int>(dev[0]);
+    const int type = int_pair(obj.attr("__dlpack_device__")(), "from_dlpack", "__dlpack_device__()").first;
     if (type == kDLCUDA || type == kDLCUDAManaged) stream = nb::int_(1);  // cf works on the legacy default stream
   }
   nb::object cap;
   try {
-    cap = obj.attr("__dlpack__")(nb::arg("stream") = stream, nb::arg("max_version") = nb::make_tuple(1, 0));
+    try {
+      cap = obj.attr("__dlpack__")(nb::arg("stream") = stream, nb::arg("max_version") = nb::make_tuple(1, 0));
+    } catch (nb::python_error& e) {
+      if (!e.matches(PyExc_TypeError)) throw;
+      cap = obj.attr("__dlpack__")(nb::arg("stream") = stream);  // a producer older than DLPack 1.0
+    }
   } catch (nb::python_error& e) {
-    if (!e.matches(PyExc_TypeError)) throw;
-    cap = obj.attr("__dlpack__")(nb::arg("stream") = stream);  // a producer older than DLPack 1.0
+    // The producer cannot export this object (NumPy: a read-only, byte-swapped or datetime array): its
+    // BufferError, saying which op and object it was.
+    if (!e.matches(PyExc_BufferError)) throw;
+    throw nb::buffer_error(cf::str("[from_dlpack] ", nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(obj.ptr())))),
+                                   " cannot be exported: ", e.what()).c_str());
   }
   return from_capsule(cap, uint8_as_bool);
 }
@@ -297,18 +316,19 @@ void bind_dlpack(nb::module_& m, nb::class_<cf::Tensor>& cls) {
   cls.def("__dlpack__",
           [](const cf::Tensor& t, nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy) {
             if (!dl_device.is_none()) {
-              nb::tuple d = nb::cast<nb::tuple>(dl_device);
-              int type = nb::cast<int>(d[0]), id = nb::cast<int>(d[1]);
+              const auto [type, id] = int_pair(dl_device, "__dlpack__", "dl_device");
               bool same = t.device().is_cuda() ? (type == kDLCUDA && id == t.device().index) : type == kDLCPU;
               CF_CHECK(same, DeviceError, "[__dlpack__] tensor is on ", t.device(), "; export to another device "
                        "is not supported (move it with .to first)");
             }
-            CF_CHECK(copy.is_none() || !nb::cast<bool>(copy), ValueError,
+            CF_CHECK(copy.is_none() || PyBool_Check(copy.ptr()), ValueError, "[__dlpack__] copy must be None, "
+                     "True or False, got ", nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(copy.ptr())))));
+            CF_CHECK(copy.ptr() != Py_True, ValueError,
                      "[__dlpack__] copy=True is not supported: cf exports without copying (clone first)");
             refuse_grad_export(t, "__dlpack__");
             sync_for_consumer(t, stream);
             bool versioned = false;
-            if (!max_version.is_none()) versioned = nb::cast<int>(nb::cast<nb::tuple>(max_version)[0]) >= 1;
+            if (!max_version.is_none()) versioned = int_pair(max_version, "__dlpack__", "max_version").first >= 1;
             return to_capsule(t, versioned);
           },
           nb::kw_only(), nb::arg("stream") = nb::none(), nb::arg("max_version") = nb::none(),

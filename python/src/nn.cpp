@@ -7,6 +7,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include "common.h"
+#include "core/json.h"
 
 namespace cfpy {
 
@@ -15,7 +16,12 @@ namespace cnn = cf::nn;
 
 // ---------------------------------------------------------------- JSON
 
-nlohmann::json to_json(nb::handle h, const std::string& where) {
+namespace {
+// depth: the nesting so far. A config nests a few levels; a list or dict that contains itself (or one
+// 100,000 levels deep) recursed until the stack overflowed.
+nlohmann::json to_json_at(nb::handle h, const std::string& where, int depth) {
+  CF_CHECK(depth <= cf::io::kMaxJsonDepth, ValueError, "[", where.size() > 60 ? where.substr(0, 60) + "..." : where,
+           "] lists and dicts nest deeper than ", cf::io::kMaxJsonDepth, " levels (or contain themselves)");
   if (h.is_none()) return nullptr;
   if (PyBool_Check(h.ptr())) return h.ptr() == Py_True;
   if (PyLong_Check(h.ptr())) {
@@ -28,25 +34,28 @@ nlohmann::json to_json(nb::handle h, const std::string& where) {
   if (PyFloat_Check(h.ptr())) return nb::cast<double>(h);
   if (PyUnicode_Check(h.ptr())) return nb::cast<std::string>(h);
   // A NumPy scalar (np.int64, np.float32, np.bool_): its Python value.
-  if (nb::object v = scalar_item(h); v.is_valid()) return to_json(v, where);
+  if (nb::object v = scalar_item(h); v.is_valid()) return to_json_at(v, where, depth);
   if (PyDict_Check(h.ptr())) {
     nlohmann::json j = nlohmann::json::object();
     for (auto [k, v] : nb::borrow<nb::dict>(h)) {
       CF_CHECK(PyUnicode_Check(k.ptr()), ValueError, "[", where, "] keys must be strings");
       std::string key = nb::cast<std::string>(k);
-      j[key] = to_json(v, where + "." + key);
+      j[key] = to_json_at(v, where + "." + key, depth + 1);
     }
     return j;
   }
   if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) {
     nlohmann::json j = nlohmann::json::array();
-    for (nb::handle v : h) j.push_back(to_json(v, where));
+    for (nb::handle v : h) j.push_back(to_json_at(v, where, depth + 1));
     return j;
   }
   throw cf::ValueError(cf::str("[", where, "] cannot store a ",
                                nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr())))),
                                " in a config (numbers, strings, bools, None, lists and dicts only)"));
 }
+}  // namespace
+
+nlohmann::json to_json(nb::handle h, const std::string& where) { return to_json_at(h, where, 0); }
 
 nb::object from_json(const nlohmann::json& j) {
   switch (j.type()) {
@@ -55,7 +64,10 @@ nb::object from_json(const nlohmann::json& j) {
     case nlohmann::json::value_t::number_integer: return nb::int_(j.get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: return nb::int_(j.get<uint64_t>());
     case nlohmann::json::value_t::number_float: return nb::float_(j.get<double>());
-    case nlohmann::json::value_t::string: return nb::str(j.get<std::string>().c_str());
+    case nlohmann::json::value_t::string: {
+      const std::string& v = j.get_ref<const std::string&>();
+      return nb::str(v.data(), v.size());  // (a NUL inside is kept)
+    }
     case nlohmann::json::value_t::array: {
       nb::list l;
       for (auto& v : j) l.append(from_json(v));
@@ -63,7 +75,7 @@ nb::object from_json(const nlohmann::json& j) {
     }
     case nlohmann::json::value_t::object: {
       nb::dict d;
-      for (auto it = j.begin(); it != j.end(); ++it) d[nb::str(it.key().c_str())] = from_json(it.value());
+      for (auto it = j.begin(); it != j.end(); ++it) d[nb::str(it.key().data(), it.key().size())] = from_json(it.value());
       return d;
     }
     default: return nb::none();
@@ -142,7 +154,7 @@ nb::object iterable_as_list(nb::handle h, const char* op) {
 
 nb::dict state_dict_to_python(const cnn::StateDict& d) {
   nb::dict out;
-  for (auto& [k, v] : d) out[nb::str(k.c_str())] = nb::cast(v);
+  for (auto& [k, v] : d) out[nb::str(k.data(), k.size())] = nb::cast(v);  // (a NUL in a name is kept)
   return out;
 }
 
@@ -971,7 +983,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def_ro("step", &cnn::TrainingCheckpoint::step)
       .def_prop_ro("generators", [](const cnn::TrainingCheckpoint& c) {
         nb::dict d;
-        for (auto& [name, s] : c.generators) d[nb::str(name.c_str())] = nb::make_tuple(s.seed, s.offset);
+        for (auto& [name, s] : c.generators) d[nb::str(name.data(), name.size())] = nb::make_tuple(s.seed, s.offset);
         return d;
       }, "name -> (seed, offset).")
       .def_ro("extra", &cnn::TrainingCheckpoint::extra)
@@ -1046,9 +1058,18 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("get",
            [](const cnn::Config& c, const std::string& key, nb::handle def) -> nb::object {
              if (PyBool_Check(def.ptr())) return nb::bool_(c.get<bool>(key, def.ptr() == Py_True));
-             if (PyLong_Check(def.ptr())) return nb::int_(c.get<int64_t>(key, nb::cast<int64_t>(def)));
+             if (PyLong_Check(def.ptr())) {
+               int64_t d = 0;
+               if (!nb::try_cast(def, d))
+                 throw cf::ValueError(cf::str("[config] get(\"", key, "\"): the default ",
+                                              nb::str(def).c_str(), " is outside int64"));
+               return nb::int_(c.get<int64_t>(key, d));
+             }
              if (PyFloat_Check(def.ptr())) return nb::float_(c.get<double>(key, nb::cast<double>(def)));
-             if (PyUnicode_Check(def.ptr())) return nb::str(c.get<std::string>(key, nb::cast<std::string>(def)).c_str());
+             if (PyUnicode_Check(def.ptr())) {
+               const std::string v = c.get<std::string>(key, nb::cast<std::string>(def));
+               return nb::str(v.data(), v.size());
+             }
              throw cf::ValueError("[config] get() takes a bool, int, float or str default (its type is the key's type)");
            },
            nb::arg("key"), nb::arg("default"),
@@ -1059,7 +1080,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
              if (type.ptr() == reinterpret_cast<PyObject*>(&PyLong_Type)) return nb::int_(c.require<int64_t>(key));
              if (type.ptr() == reinterpret_cast<PyObject*>(&PyFloat_Type)) return nb::float_(c.require<double>(key));
              if (type.ptr() == reinterpret_cast<PyObject*>(&PyUnicode_Type))
-               return nb::str(c.require<std::string>(key).c_str());
+             {
+               const std::string v = c.require<std::string>(key);
+               return nb::str(v.data(), v.size());
+             }
              throw cf::ValueError("[config] require() takes the type bool, int, float or str");
            },
            nb::arg("key"), nb::arg("type"), "The value of key as type; an error when absent.")

@@ -481,12 +481,15 @@ void bind_shape(nb::module_& m, TensorCls& cls) {
                 "Constant padding; pads = (before_last, after_last, before_second_last, ...) as torch's F.pad.",
                 nb::arg("pads"), nb::arg("value") = 0.0);
   auto split = [](const Tensor& x, nb::handle size, int64_t axis) {
-    if (PyLong_Check(size.ptr())) {
-      int64_t s = nb::cast<int64_t>(size);
+    if (PyIndex_Check(size.ptr()) && !PySequence_Check(size.ptr())) {
+      int64_t s = int64_arg(size, "split", "size");
       nb::gil_scoped_release r;
       return cf::split(x, s, axis);
     }
-    std::vector<int64_t> sizes = nb::cast<std::vector<int64_t>>(size);
+    CF_CHECK(PySequence_Check(size.ptr()) && !PyUnicode_Check(size.ptr()), ValueError,
+             "[split] size must be an int or a sequence of ints, got ",
+             nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(size.ptr())))));
+    std::vector<int64_t> sizes = int64_list_arg(size, "split", "size");
     nb::gil_scoped_release r;
     return cf::split(x, sizes, axis);
   };

@@ -15,18 +15,45 @@ namespace cfpy {
 
 // ---------------------------------------------------------------- helpers
 
+int64_t int64_arg(nb::handle h, const char* op, const char* what) {
+  nb::object i;
+  if (!PyUnicode_Check(h.ptr()) && !PyBytes_Check(h.ptr()) && !PyFloat_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
+    i = nb::steal(PyNumber_Index(h.ptr()));
+    if (!i.is_valid()) PyErr_Clear();
+  }
+  if (!i.is_valid())
+    throw cf::ValueError(cf::str("[", op, "] ", what, " must be an int, got ",
+                                 nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr()))))));
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow != 0)
+    throw cf::ValueError(cf::str("[", op, "] ", what, " ", nb::cast<std::string>(nb::str(i)), " is outside int64"));
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  return int64_t(v);
+}
+
+std::vector<int64_t> int64_list_arg(nb::handle h, const char* op, const char* what) {
+  if (PyUnicode_Check(h.ptr()) || PyBytes_Check(h.ptr()) || !PySequence_Check(h.ptr()))
+    throw cf::ValueError(cf::str("[", op, "] ", what, " must be a sequence of ints, got ",
+                                 nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr()))))));
+  nb::object seq = nb::steal(PySequence_Fast(h.ptr(), "sequence"));
+  if (!seq.is_valid()) throw nb::python_error();
+  std::vector<int64_t> out;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+  for (Py_ssize_t k = 0; k < n; ++k) out.push_back(int64_arg(PySequence_Fast_GET_ITEM(seq.ptr(), k), op, what));
+  return out;
+}
+
 std::vector<int64_t> to_axes(nb::handle h, const char* op) {
   if (h.is_none()) return {};
   // a bool is an int to Python: t.mean(True) (keepdim meant) reduced axis 1
   CF_CHECK(!PyBool_Check(h.ptr()), ValueError, "[", op, "] axes must be None, an int or a sequence of ints, got a "
            "bool (keepdim is a keyword: keepdim=True)");
-  if (PyLong_Check(h.ptr())) return {nb::cast<int64_t>(h)};
-  try {
-    return nb::cast<std::vector<int64_t>>(h);
-  } catch (const nb::cast_error&) {
+  if (PyIndex_Check(h.ptr()) && !PySequence_Check(h.ptr())) return {int64_arg(h, op, "axis")};
+  if (PyUnicode_Check(h.ptr()) || PyBytes_Check(h.ptr()) || !PySequence_Check(h.ptr()))
     throw cf::ValueError(cf::str("[", op, "] axes must be None, an int or a sequence of ints, got ",
                                  nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr()))))));
-  }
+  return int64_list_arg(h, op, "axes");
 }
 
 cf::Reduction parse_reduction(const std::string& s, const char* op) {
@@ -111,6 +138,9 @@ void gather_nested(nb::handle h, size_t depth, cf::Shape& shape, Gathered& g) {
   }
   if (!PySequence_Check(h.ptr()) || PyUnicode_Check(h.ptr()))
     throw cf::ValueError(cf::str("[tensor] cannot make a tensor from ", py_type_name(h)));
+  // (a list that contains itself, or one nested beyond any tensor's rank, recursed until the stack overflowed)
+  CF_CHECK(depth < size_t(cf::kMaxDims), ShapeError, "[tensor] sequences nest deeper than ", cf::kMaxDims,
+           " levels, the most dimensions a tensor has (or a list contains itself)");
   nb::object seq = nb::steal(PySequence_Fast(h.ptr(), "sequence"));
   if (!seq.is_valid()) throw nb::python_error();
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
@@ -970,8 +1000,10 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
         refuse_grad_export(t, "__array__");
         nb::object np = nb::module_::import_("numpy");
         nb::object a = np.attr("asarray")(nb::cast(ArrayView{t.detach()}));
-        const bool want_copy = !copy.is_none() && PyObject_IsTrue(copy.ptr()) == 1;
-        const bool no_copy = !copy.is_none() && PyObject_IsTrue(copy.ptr()) == 0;
+        CF_CHECK(copy.is_none() || PyBool_Check(copy.ptr()), ValueError, "[__array__] copy must be None, True or "
+                 "False, got ", nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(copy.ptr())))));
+        const bool want_copy = copy.ptr() == Py_True;
+        const bool no_copy = copy.ptr() == Py_False;
         if (!dtype.is_none() && !nb::cast<bool>(a.attr("dtype").attr("__eq__")(np.attr("dtype")(dtype)))) {
           if (no_copy)
             throw nb::value_error(cf::str("[__array__] ", t.describe(), " as ", nb::cast<std::string>(nb::str(dtype)),

@@ -143,3 +143,48 @@ def test_an_error_formats_its_integers_with_torch_imported_first():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and "raised" in r.stdout, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
+
+
+def test_hostile_arguments_get_cf_errors_not_crashes(tmp_path):
+    # From a fuzz of the API: each of these crashed (a stack overflow) or escaped as "std::bad_cast".
+    import numpy as np
+
+    deep = [1.0]
+    for _ in range(1000):
+        deep = [deep]
+    cyclic = []
+    cyclic.append(cyclic)
+    for x in (deep, cyclic):
+        with pytest.raises(cf.ShapeError, match=r"^\[tensor\] sequences nest deeper than 16 levels"):
+            cf.tensor(x)
+    loop = {}
+    loop["a"] = loop
+    with pytest.raises(cf.ValueError, match=r"nest deeper than 256 levels \(or contain themselves\)"):
+        cf.nn.Config(loop)
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(cf.IOError, match=r"^\[load_json_file\] .*deep.json: arrays and objects nest deeper than 256"):
+        cf.nn.load_json_file(str(path))
+    t = cf.ones([4, 2])
+    with pytest.raises(cf.ValueError, match=r"^\[split\] size must be an int or a sequence of ints, got <class 'float'>"):
+        t.split(1.5)
+    with pytest.raises(cf.ValueError, match=r"^\[split\] size 9223372036854775808 is outside int64"):
+        cf.split(t, [2**63])
+    assert [p.shape for p in t.split(np.int64(3))] == [(3, 2), (1, 2)]
+    with pytest.raises(cf.ValueError, match=r"^\[sum\] axis 9223372036854775808 is outside int64"):
+        cf.sum(t, 2**63)
+    assert cf.sum(t, np.int64(0)).tolist() == [4.0, 4.0]  # NumPy ints are axes too
+    with pytest.raises(cf.ValueError, match=r"^\[__dlpack__\] max_version must be a tuple of two ints, got 1"):
+        t.__dlpack__(max_version=1)
+    with pytest.raises(cf.ValueError, match=r"^\[__array__\] copy must be None, True or False"):
+        t.__array__(copy=np.ones(2))
+    with pytest.raises(cf.ValueError, match=r"the default 9223372036854775808 is outside int64"):
+        cf.nn.Config({"a": 1}).get("b", 2**63)
+    # strings with a NUL inside keep it (names were cut there: a tensor was lost without a word)
+    f = str(tmp_path / "nul.safetensors")
+    cf.save_safetensors(f, {"a\x00b": cf.ones([1]), "a": cf.zeros([1])})
+    loaded = cf.load_safetensors(f)
+    tensors = loaded[0] if isinstance(loaded, tuple) else loaded
+    assert sorted(tensors) == ["a", "a\x00b"] and tensors["a\x00b"].tolist() == [1.0]
+    assert cf.nn.Config({"k": "x\x00y"}).raw() == {"k": "x\x00y"}
+    assert cf.nn.Config({"k": "x\x00y"}).get("k", "") == "x\x00y"

@@ -150,6 +150,26 @@ TEST_CASE("load_json_file: a NUL byte before more text is an error, trailing NUL
   fs::remove(p);
 }
 
+TEST_CASE("load_json_file: nesting deeper than 256 levels is an error naming the file (it overflowed the stack)") {
+  auto nested = [](int depth, const char* open, const char* close) {
+    std::string t;
+    for (int i = 0; i < depth; ++i) t += open;
+    t += "1";
+    for (int i = 0; i < depth; ++i) t += close;
+    return t;
+  };
+  std::string p = temp_json(nested(256, "[", "]"));
+  CHECK(nn::load_json_file(p).is_array());
+  fs::remove(p);
+  p = temp_json(nested(100000, "[", "]"));
+  CHECK_THROWS_MSG(nn::load_json_file(p), IOError, "[load_json_file]", p.c_str(),
+                   "arrays and objects nest deeper than 256 levels");
+  fs::remove(p);
+  p = temp_json(nested(300, "{\"a\": ", "}"));
+  CHECK_THROWS_MSG(nn::load_json_file(p), IOError, "nest deeper than 256 levels");
+  fs::remove(p);
+}
+
 TEST_CASE("load_json_file: a key given twice in one object is an error, naming the key and the object") {
   // nlohmann keeps the last of two equal keys without a word: {"lr": 0.1, "lr": 1} trained with 1.
   std::string p = temp_json("{\"lr\": 0.1, \"lr\": 1}");

@@ -109,6 +109,12 @@ TEST_CASE("group_max: each entry gets its group's maximum in its row, 0 for an a
     const std::vector<double> want = naive_group_max(vals(to(s, kFloat64)), g.to_vector<int64_t>(), 6, 12);
     CHECK(vals(to(got, kFloat64)) == want);
     CHECK(vals(to(got, kFloat64))[0] == 0.0);  // the masked group
+    // more groups than entries (ids spread up to 2^62): the same maxima, without a table of every group
+    std::vector<int64_t> ids = g.to_vector<int64_t>();
+    for (int64_t& id : ids) id <<= 59;
+    const Tensor spread = Tensor::from_vector(ids, g.shape());
+    CHECK(vals(to(group_max(s, spread, int64_t(1) << 62), kFloat64)) == want);
+    CHECK(vals(to(group_max(s, g, 13), kFloat64)) == want);
   }
 }
 
