@@ -12,6 +12,23 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${CF_BUILD_DIR:-$root/build}"
 jobs="${CF_JOBS:-2}"
 
+# --help answers at once: it installs and builds nothing.
+for arg in "$@"; do
+  if [ "$arg" = "--help" ] || [ "$arg" = "-h" ]; then
+    echo "usage: scripts/demo.sh [cf-textcls options]"
+    echo "Installs what is missing (scripts/setup.sh), builds cf-textcls, cf-demo and the Python package"
+    echo "into ${build}, then runs cf-textcls with the options given."
+    if [ -x "$build/apps/cf-textcls" ]; then
+      echo
+      "$build/apps/cf-textcls" --help
+    else
+      echo "cf-textcls is not built yet: its options are listed by $build/apps/cf-textcls --help"
+      echo "once scripts/demo.sh (or the README's build) has built it."
+    fi
+    exit 0
+  fi
+done
+
 "$root/scripts/setup.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCF_PYTHON=ON -DPython_EXECUTABLE="$root/.venv/bin/python"
 cmake --build "$build" -j "$jobs" --target cf-textcls cf-demo cf_python

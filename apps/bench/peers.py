@@ -510,7 +510,8 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="device of cf and PyTorch (K-Means peers stay on the CPU)")
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
-    ap.add_argument("--only", default="", help="comma-separated benches to run (default: all)")
+    ap.add_argument("--only", default="", help="comma-separated benches to run (default: all): matmul, softmax, "
+                    "layer_norm, chain3, attention, attention_variants, model, kmeans, python_add, torch_attention")
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
                     help="attention and model rows: cf-bench --precision (autocast) beside the PyTorch twin "
                          "under torch.autocast(device, dtype); the other benches stay float32 (default: fp32)")
@@ -533,6 +534,13 @@ def main():
               "--cf-bench)" % args.cf_bench, file=sys.stderr)
         return 2
     only = set(filter(None, args.only.split(",")))
+    benches = ("matmul", "softmax", "layer_norm", "chain3", "attention", "attention_variants", "model", "kmeans",
+               "python_add", "torch_attention")
+    unknown = sorted(only - set(benches))
+    if unknown:
+        print("peers: --only names unknown benches: %s (known: %s)" % (",".join(unknown), ",".join(benches)),
+              file=sys.stderr)
+        return 2
     want = lambda name: not only or name in only
 
     torch, np = mods["torch"], mods["numpy"]

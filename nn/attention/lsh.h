@@ -17,7 +17,12 @@
 //    independently and combine as o_i = sum_r exp(z(i, P_i^(r)) - z(i, P_i)) o_i^(r), z the log-sum-exp of the
 //    round's scores (the reference code's combination; keys found in several rounds are not de-duplicated).
 //  * Key padding: padded tokens are masked as keys and sorted behind every real bucket so that they take no slot
-//    of a real chunk; any N works (the last chunk is padded internally).
+//    of a real chunk; any N works (the last chunk is padded internally). Real tokens' outputs still depend on
+//    how much padding a sample has, in two ways: the default n_buckets counts padded positions (2N/m), and the
+//    cyclic look-back of the first chunk reaches the last chunk, which padding fills (nothing to attend there)
+//    where without padding it would be the last real chunk. (The reference code hashes padding like any token,
+//    so there it takes slots too.) A fixed n_buckets and no padding beyond the chunk of the last real token
+//    (N rounded up to a multiple of m) give the unpadded outputs.
 // The sort-and-chunk attention itself is the shared nn/attention/chunked.h (rounds folded into the head axis).
 // Nothing builds an N x N matrix: memory O(B * H * n_hashes * N * 2m).
 #include <cstdint>

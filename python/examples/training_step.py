@@ -1,6 +1,6 @@
 """The README's "training step written out by hand" in Python: an encoder
 classifier built from a config, AdamW, an inverse-square-root schedule, gradient
-clipping, on a small generated task (the class is whether token 3 occurs)."""
+clipping, on a small generated task (the class is the number of distinct tokens below 5, mod 5)."""
 import cf
 
 gen = cf.Generator(1)

@@ -65,7 +65,12 @@ def first_doc_line(obj):
     # nanobind's overloads: "Overloaded function." then "1. ``sig``" before each description
     text = [l for l in lines if l and l not in sigs and l != "Overloaded function."
             and not (l[:1].isdigit() and ". ``" in l)]
-    return (sigs[0] if sigs else ""), (text[0] if text else "")
+    return sigs, (text[0] if text else "")
+
+
+def shown(sigs):
+    """': `sig`' for one signature; each overload's signature, joined by 'or', for several."""
+    return (": " + " or ".join("`%s`" % s for s in sigs)) if sigs else ""
 
 
 def qualified_names():
@@ -85,8 +90,9 @@ def render():
     lines = ["# Python API reference", "",
              "Every public name of the `cf` package (python/), generated from the built module by",
              "`python/tools/api_reference.py`; `python/tests/test_api_reference.py` fails when a bound name is",
-             "missing here. Signatures are nanobind's; the text is the first line of each docstring, taken",
-             "from the C++ header comments. The README's Python section shows them in use.", ""]
+             "missing here. Signatures are nanobind's (every overload's, joined by 'or'); the text is the first line",
+             "of each docstring, taken from the C++ header comments. The README's Python section shows them",
+             "in use.", ""]
     for qual, mod in modules():
         lines += ["## " + qual, ""]
         doc = (inspect.getdoc(mod) or "").split("\n\n")[0].replace("\n", " ")
@@ -99,12 +105,12 @@ def render():
                 text = text if not isinstance(obj, (str, int, float)) else "= %r" % (obj,)
                 if type(obj).__name__ == "dtype":
                     text = "the dtype %s" % obj
-            lines.append("- `%s.%s` (%s)%s%s" % (qual, n, kind, (": `" + sig + "`") if sig else "",
+            lines.append("- `%s.%s` (%s)%s%s" % (qual, n, kind, shown(sig),
                                                   (" " + text) if text else ""))
             if inspect.isclass(obj) and not issubclass(obj, BaseException):
                 for m, mobj in members(obj):
                     msig, mtext = first_doc_line(mobj)
-                    lines.append("  - `%s.%s.%s`%s%s" % (qual, n, m, (": `" + msig + "`") if msig else "",
+                    lines.append("  - `%s.%s.%s`%s%s" % (qual, n, m, shown(msig),
                                                           (" " + mtext) if mtext else ""))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
