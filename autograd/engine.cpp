@@ -357,16 +357,25 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
       continue;
     }
     const bool run = !capture || leads[n];
-    if (run && n->released)
+    // A pass that frees the graph takes the node's function (its saved tensors go with it at the end of
+    // this step), atomically: another thread's pass through the same graph then finds it released.
+    BackwardFn taken;
+    const BackwardFn* backward = &n->backward;
+    if (run && (retain_graph ? n->released.load() : n->released.exchange(true)))
       throw AutogradError(str("[backward] the graph through '", n->name,
                               "' was already freed by an earlier backward (or autograd::grad); pass "
                               "retain_graph=true to the first one to run it again"));
+    if (run && !retain_graph) {
+      taken = std::move(n->backward);
+      n->backward = nullptr;
+      backward = &taken;
+    }
     if (!capture && gn.defined())
       if (std::shared_ptr<TensorImpl> out = n->retained.lock()) accumulate_into(Tensor(out), gn);
 
     std::vector<Tensor> grads;
     if (gn.defined() && run) {
-      grads = n->backward(gn);
+      grads = (*backward)(gn);
       CF_CHECK(grads.size() == n->next_edges.size(), AutogradError, "[backward] node '", n->name,
                "' returned ", grads.size(), " gradients for ", n->next_edges.size(), " inputs");
     } else {
@@ -383,10 +392,6 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
         slot = slot.defined() ? add(slot, grads[i]) : grads[i];
       }
       if (--deps[next] == 0) ready.push_back(next);
-    }
-    if (!retain_graph && run) {
-      n->backward = nullptr;  // frees the saved tensors
-      n->released = true;
     }
   }
   // A callback may queue another (index loop: the vector may grow).

@@ -3,6 +3,7 @@
 // differentiable output (extra outputs such as indices are never differentiable)
 // and one edge per input; the backward function maps the output's gradient to
 // one gradient per input (an undefined Tensor means "no gradient").
+#include <atomic>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -33,7 +34,9 @@ struct Node {
   std::shared_ptr<TensorImpl> leaf;  // set only on a leaf's gradient accumulator
   // The output, when retain_grad() asked backward to keep its gradient in its .grad (a non-leaf's).
   std::weak_ptr<TensorImpl> retained;
-  bool released = false;
+  // Set by the pass that frees this node (without retain_graph), which takes `backward` first: of two
+  // threads running passes through one graph, the second gets "already freed", not a freed function.
+  std::atomic<bool> released{false};
   // Multiply-adds of a fused forward kernel, for nn::measure_cost (nn/cost.h):
   // set by ops that replace matmuls (flash_attention, block_attention) so a
   // model's count does not depend on which path ran; matmul nodes are counted

@@ -49,10 +49,7 @@ class CpuAllocator final : public Allocator {
   void* allocate(size_t nbytes) override {
     void* p = nbytes >= kCacheMin && kCacheLarge ? take_cached(size_class(nbytes)) : nullptr;
     if (!p) p = fresh(nbytes >= kCacheMin && kCacheLarge ? size_class(nbytes) : nbytes);
-    int64_t live = live_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
-    int64_t peak = peak_.load();
-    while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
-    }
+    raise_peak(live_.fetch_add(int64_t(nbytes)) + int64_t(nbytes));
     count_.fetch_add(1);
     return p;
   }
@@ -72,13 +69,17 @@ class CpuAllocator final : public Allocator {
   MemoryStats stats() const override {
     MemoryStats s;
     s.live_bytes = live_.load();
-    s.peak_bytes = peak_.load();
+    // (an allocation in another thread may have raised live_ and not yet peak_)
+    s.peak_bytes = std::max(peak_.load(), s.live_bytes);
     s.num_allocs = count_.load();
     std::lock_guard<std::mutex> lock(mu_);
     s.cached_bytes = int64_t(cached_);
     return s;
   }
-  void reset_peak() override { peak_.store(live_.load()); }
+  void reset_peak() override {
+    peak_.store(live_.load());
+    raise_peak(live_.load());  // an allocation between the load and the store raised live_ past it
+  }
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& e : cache_) std::free(static_cast<void**>(e.second)[-1]);
@@ -105,6 +106,11 @@ class CpuAllocator final : public Allocator {
     return p;
   }
 
+  void raise_peak(int64_t live) {
+    int64_t peak = peak_.load();
+    while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
+    }
+  }
   std::atomic<int64_t> live_{0}, peak_{0}, count_{0};
   mutable std::mutex mu_;
   std::multimap<size_t, void*> cache_;  // size class -> aligned block

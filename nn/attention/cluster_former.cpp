@@ -91,7 +91,13 @@ void ClusterFormerAttention::set_fixed_assignments(const Tensor& ids) {
                            " = padding)"));
     });
   }
+  std::lock_guard<std::mutex> lock(mu_);
   fixed_ids_ = ids;
+}
+
+Tensor ClusterFormerAttention::last_assignments() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_ids_;
 }
 
 Tensor ClusterFormerAttention::forward(const AttentionArgs& a) {
@@ -106,21 +112,29 @@ Tensor ClusterFormerAttention::forward(const AttentionArgs& a) {
            ", ", bank->options().dim, "), got ", a.query_input.defined() ? a.query_input.describe() : std::string("undefined"));
   const Tensor& pad = a.key_padding_mask;
   if (n == 0 || b == 0) {  // no token to assign or attend (kmeans_assign refuses an empty input)
-    last_ids_ = Tensor::zeros({b, n}, kInt64, a.q.device());
+    Tensor none = Tensor::zeros({b, n}, kInt64, a.q.device());
+    std::lock_guard<std::mutex> lock(mu_);
+    last_ids_ = none;
     return Tensor::zeros({b, qs[1], n, a.v.shape()[3]}, a.v.dtype(), a.v.device());
   }
   // Algorithm 1: Memory.add(States) during training, padding excluded.
   if (is_training() && grad_enabled()) bank->add(a.query_input, pad);
   Tensor ids;
-  if (fixed_ids_.defined()) {
-    CF_CHECK(fixed_ids_.shape()[0] == b && fixed_ids_.shape()[1] == n, ShapeError,
-             "[ClusterFormerAttention] fixed assignments are ", shape_str(fixed_ids_.shape()), " but the input is (",
-             b, ", ", n, ")");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     ids = fixed_ids_;
+  }
+  if (ids.defined()) {
+    CF_CHECK(ids.shape()[0] == b && ids.shape()[1] == n, ShapeError,
+             "[ClusterFormerAttention] fixed assignments are ", shape_str(ids.shape()), " but the input is (",
+             b, ", ", n, ")");
   } else {
     ids = assign(a.query_input, pad);
   }
-  last_ids_ = ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_ids_ = ids;
+  }
   // eq. 6: stable argsort, so equal ids keep position order; eq. 8: uniform chunks.
   Tensor order = reshape(argsort(ids, 1), {b, 1, n});
   Tensor members = chunk_order(order, std::min(chunk_, n));

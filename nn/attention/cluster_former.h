@@ -20,6 +20,7 @@
 // share its chunk depends on the cluster ids of all tokens (eqs. 6 and 8), later
 // ones included, as with Reformer's LSH chunks.
 #include <memory>
+#include <mutex>
 
 #include "nn/attention/attention.h"
 #include "nn/clustering/memory_bank.h"
@@ -58,8 +59,8 @@ class ClusterFormerAttention : public Attention {
   // cleared with an undefined tensor: a caller's own clustering, or assignments
   // held fixed (gradient checks).
   void set_fixed_assignments(const Tensor& ids);
-  // The cluster ids the last forward used, (B, N).
-  const Tensor& last_assignments() const { return last_ids_; }
+  // The cluster ids the last forward used, (B, N) (of whichever thread assigned last).
+  Tensor last_assignments() const;
   int64_t chunk_size() const { return chunk_; }
 
   std::shared_ptr<MemoryBank> bank;
@@ -67,6 +68,9 @@ class ClusterFormerAttention : public Attention {
  private:
   int64_t chunk_;
   double scale_, dropout_;
+  // Forwards in several threads share one module (inference on a shared model): mu_ guards the
+  // ids a forward writes and a caller fixes.
+  mutable std::mutex mu_;
   Tensor fixed_ids_, last_ids_;
 };
 

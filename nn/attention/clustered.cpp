@@ -398,6 +398,7 @@ Tensor ClusteredAttention::cluster(const Tensor& q, const Tensor& qpm) {
   NoGradGuard ng;
   Tensor planes;
   if (opt_.fixed_planes) {
+    std::lock_guard<std::mutex> lock(mu_);
     if (!planes_.defined() || planes_.dtype() != q.dtype() || planes_.shape()[1] != D) {
       Generator gen(opt_.hash_seed);
       planes_ = random_hyperplanes(opt_.bits, D, q.dtype(), gen);  // on the CPU: the same planes on every device
@@ -418,10 +419,23 @@ Tensor ClusteredAttention::cluster(const Tensor& q, const Tensor& qpm) {
 void ClusteredAttention::set_assignment(const Tensor& a) {
   CF_CHECK(a.defined() && a.dtype() == kInt64 && a.dim() == 3, DTypeError, "[", type(),
            "] set_assignment: expected int64 (B, H, Nq), got ", a.defined() ? a.describe() : std::string("undefined"));
-  given_ = contiguous(a.detach());
+  Tensor given = contiguous(a.detach());
   // The cluster count the forward uses: read here, once, so the forward does not wait for the
   // device (ids on padded queries count too; a cluster no real query holds stays empty).
-  given_clusters_ = a.numel() > 0 ? std::max<int64_t>(1, amax(given_).item<int64_t>() + 1) : 1;
+  const int64_t clusters = a.numel() > 0 ? std::max<int64_t>(1, amax(given).item<int64_t>() + 1) : 1;
+  std::lock_guard<std::mutex> lock(mu_);
+  given_ = given;
+  given_clusters_ = clusters;
+}
+
+void ClusteredAttention::clear_assignment() {
+  std::lock_guard<std::mutex> lock(mu_);
+  given_ = Tensor();
+}
+
+Tensor ClusteredAttention::last_assignment() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_;
 }
 
 Tensor ClusteredAttention::forward(const AttentionArgs& args) {
@@ -440,22 +454,29 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
            "included; use improved-clustered (causal over its top-k keys) or full attention for causal layers");
   const Shape& s = args.q.shape();
   const double scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(double(s[3]));
-  Tensor a;
+  Tensor a, given;
   int64_t c = 1;
-  if (given_.defined()) {
-    CF_CHECK(given_.shape()[0] == s[0] && given_.shape()[1] == s[1] && given_.shape()[2] == s[2], ShapeError, "[",
-             who, "] the assignment given by set_assignment is ", shape_str(given_.shape()),
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    given = given_;
+    c = given_clusters_;
+  }
+  if (given.defined()) {
+    CF_CHECK(given.shape()[0] == s[0] && given.shape()[1] == s[1] && given.shape()[2] == s[2], ShapeError, "[",
+             who, "] the assignment given by set_assignment is ", shape_str(given.shape()),
              " but q needs (B, H, Nq) = (", s[0], ", ", s[1], ", ", s[2], ")");
-    a = given_.to(args.q.device());
+    a = given.to(args.q.device());
     if (args.query_padding_mask.defined())
       a = where(expand(reshape(args.query_padding_mask, {s[0], 1, s[2]}), {s[0], s[1], s[2]}),
                 Tensor::full({1}, -1.0, kInt64, a.device()), a);
-    c = given_clusters_;
   } else {
     a = cluster(args.q, args.query_padding_mask);
     c = std::max<int64_t>(1, std::min(opt_.clusters, s[2]));
   }
-  last_ = a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_ = a;
+  }
   return clustered_attention(args.q, args.k, args.v, a, c, args.key_padding_mask, scale,
                              opt_.improved ? opt_.topk : 0, dropout_, is_training(), default_generator(), args.causal,
                              opt_.centroid_path);

@@ -19,6 +19,7 @@
 // the causal variant, what is differentiable): docs/design-notes.md, "Attention
 // variants and clustering".
 #include <memory>
+#include <mutex>
 
 #include "core/rng.h"
 #include "nn/attention/attention.h"
@@ -114,14 +115,17 @@ class ClusteredAttention : public Attention {
   // still excluded. The number of clusters is the largest id + 1 (read from the device here,
   // once: the forward itself does not wait).
   void set_assignment(const Tensor& assignment);
-  void clear_assignment() { given_ = Tensor(); }
-  // The assignment the last forward used.
-  const Tensor& last_assignment() const { return last_; }
+  void clear_assignment();
+  // The assignment the last forward used (of whichever thread finished its clustering last).
+  Tensor last_assignment() const;
   const ClusteredOptions& options() const { return opt_; }
 
  private:
   ClusteredOptions opt_;
   double scale_, dropout_;
+  // Forwards in several threads share one module (inference on a shared model): mu_ guards the
+  // members a forward writes or a caller sets between forwards.
+  mutable std::mutex mu_;
   Tensor planes_;  // fixed hyperplanes (fixed_planes), created at the first forward
   Tensor given_, last_;
   int64_t given_clusters_ = 1;  // set_assignment's largest id + 1

@@ -171,7 +171,10 @@ std::shared_ptr<Attention> NeuralClusteringAttention::create(const AttentionSpec
 
 Tensor NeuralClusteringAttention::current_centroids() const {
   if (chain_index_ == 0) return centroids;
-  return chain_ && chain_->next == chain_index_ ? chain_->c_hat : Tensor();
+  if (!chain_) return Tensor();
+  std::lock_guard<std::mutex> lock(chain_->mu);
+  auto it = chain_->passes.find(std::this_thread::get_id());
+  return it != chain_->passes.end() && it->second.next == chain_index_ ? it->second.c_hat : Tensor();
 }
 
 Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
@@ -218,9 +221,11 @@ Tensor NeuralClusteringAttention::cluster(const AttentionArgs& a) {
   // Hand C^ to the next layer; the last one clears it (no graph kept between passes).
   auto hand_over = [&](const Tensor& c_hat) {
     if (!chain_) return;
-    const bool last = chain_index_ + 1 >= chain_->size;
-    chain_->c_hat = last ? Tensor() : c_hat;
-    chain_->next = last ? 0 : chain_index_ + 1;
+    std::lock_guard<std::mutex> lock(chain_->mu);
+    if (chain_index_ + 1 >= chain_->size)
+      chain_->passes.erase(std::this_thread::get_id());
+    else
+      chain_->passes[std::this_thread::get_id()] = CentroidChain::Pass{chain_index_ + 1, c_hat};
   };
   if (N == 0) {
     hand_over(c);  // no token moves a centroid (eq. 3): the next layer clusters with C unchanged

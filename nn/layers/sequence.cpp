@@ -88,6 +88,7 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int6
 }
 
 Tensor SinusoidalPositionalEncoding::current_table() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (table.dtype() == kFloat64 && exact64_.lock() != table.impl_ptr()->storage) {
     // Module::to(kFloat64) widened the float32 table, whose values are float32's (3e-8 off): fill
     // the float64 sinusoids once (on the host, then to the table's device; no device read).

@@ -2,6 +2,7 @@
 // Layers over token sequences (B, N, D): positional encodings and depthwise
 // convolutions along the sequence (1-d) and over a square token grid (2-d).
 #include <memory>
+#include <mutex>
 
 #include "core/rng.h"
 #include "nn/module.h"
@@ -34,6 +35,7 @@ class SinusoidalPositionalEncoding : public PositionalEncoding {
   // The storage of the float64 table forward filled exactly (a weak reference: a table converted
   // since, which Module::to does in place with new storage, is refilled).
   std::weak_ptr<Storage> exact64_;
+  std::mutex mu_;  // forwards in several threads on one model: one of them refills the table
 };
 
 // x + P[:N] with a learned table P ~ N(0, 0.02^2).
