@@ -1,6 +1,10 @@
 """PyTorch interop: zero-copy DLPack both ways, and cf.torch.Attention as a
 torch.nn.Module whose forward and backward run cf's kernels. Skipped, by name,
 when torch does not import."""
+import os
+import sys
+import time
+
 import pytest
 
 import cf
@@ -388,7 +392,6 @@ def test_a_bank_without_saved_memory_resumes_through_torch_loads_and_copies():
 
 
 def _ddp_worker(rank, world, init_file, out_dir):
-    import os
     import torch.distributed as dist
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
@@ -405,7 +408,13 @@ def _ddp_worker(rank, world, init_file, out_dir):
         layer.on_train_step()
     at_end = {n: t.clone() for n, t in _cf_buffer_views(layer).items()}
     torch.save({"start": at_start, "end": at_end}, os.path.join(out_dir, "rank%d.pt" % rank))
-    dist.destroy_process_group()
+    dist.barrier()
+    # Leave without tearing DDP down: PyTorch 1.13's ~Reducer joins gloo's worker thread while holding the
+    # GIL, and that thread may be freeing a tensor with a Python object, which takes the GIL: a deadlock
+    # (seen once in CI: rank 0 hung at exit after both ranks had saved their results).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
@@ -413,7 +422,14 @@ def _ddp_worker(rank, world, init_file, out_dir):
 def test_distributed_data_parallel_broadcasts_the_shared_cf_buffers(tmp_path):
     # before, cf's buffers were not torch buffers: DDP left each rank attending with its own bank
     # centroids (and routing centroids)
-    torch.multiprocessing.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2)
+    workers = torch.multiprocessing.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2,
+                                          join=False)
+    deadline = time.monotonic() + 300  # a hung rank fails the test instead of the whole suite
+    while not workers.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in workers.processes:
+                p.kill()
+            pytest.fail("the DDP workers did not finish within 300 s")
     r0, r1 = (torch.load(tmp_path / ("rank%d.pt" % r)) for r in (0, 1))
     c = "attention.bank.centroids"
     assert torch.equal(r1["start"][c], r0["start"][c])  # cf's own tensor got rank 0's values
