@@ -89,7 +89,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   Tensor logp = log_softmax(logits, 1);                       // (N, C, ...)
   Tensor ignored = eq(targets, double(o.ignore_index));       // (N, ...)
   Tensor safe = where(logical_not(ignored), targets, 0.0);  // ignored -> class 0
-  Tensor logp_y = squeeze(gather(logp, 1, unsqueeze(safe, 1)), 1);
+  // (an ignored row's log p of class 0 may be -inf or NaN (masked logits): zeroed, not multiplied by its 0 weight)
+  Tensor logp_y = masked_fill(squeeze(gather(logp, 1, unsqueeze(safe, 1)), 1), ignored, 0.0);
   Tensor w_y = masked_fill(reshape(index_select(w, 0, flatten(safe)), targets.shape()), ignored, 0.0);
   Tensor loss = neg(mul(w_y, logp_y));
   if (o.label_smoothing > 0) {

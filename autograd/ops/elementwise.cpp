@@ -138,9 +138,9 @@ Tensor div(const Tensor& a, const Tensor& b) {
     SavedTensor sa(a), sb(b), so(out);
     autograd::record(opname::div, {a, b}, out, [sa, sb, so](const Tensor& g) -> std::vector<Tensor> {
       Tensor av = sa.unpack(opname::div), bv = sb.unpack(opname::div), o = so.unpack(opname::div);
-      Tensor ga = div(g, bv);
-      // d(a/b)/db = -(a/b)/b
-      return {sum_to(ga, av.shape()), sum_to(neg(mul(ga, o)), bv.shape())};
+      // d(a/b)/db = -(a/b)/b, as g * (o / b): (g / b) * o was inf * 0 = NaN for a = 0 over a b so small
+      // that g / b overflows (float16 at b = 1e-5), where the gradient is -0 (PyTorch's order)
+      return {sum_to(div(g, bv), av.shape()), sum_to(neg(mul(g, div(o, bv))), bv.shape())};
     });
   }
   return out;

@@ -107,6 +107,29 @@ TEST_CASE("cross_entropy by hand") {
   o.label_smoothing = 0.5;
   double sm = std::log(4.0) + 3 * std::log(4.0 / 3.0);
   check_close(nn::cross_entropy(x, t, o), {0.5 * (l0 + l1) / 4 + 0.25 * (2 * sm) / 4}, 1e-14);
+  // An ignored row whose logits hold -inf, inf or NaN (masked vocabulary in a padding row) adds nothing:
+  // its log p (-inf or NaN) was multiplied by its 0 weight, a NaN loss.
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {-inf, inf, std::nan("")}) {
+    INFO("bad logit ", bad);
+    Tensor xb = t64({bad, 0, 1, 0, 1, 2}, {2, 3}).set_requires_grad(true);
+    nn::CrossEntropyLossOptions ob;
+    ob.weight = t64({0.5, 2, 1}, {3});
+    for (double eps : {0.0, 0.1}) {
+      ob.label_smoothing = eps;
+      ob.reduction = Reduction::None;
+      std::vector<double> none = values(nn::cross_entropy(xb, ti64({-100, 2}, {2}), ob));
+      CHECK(none[0] == 0.0);
+      CHECK(std::isfinite(none[1]));
+      ob.reduction = Reduction::Mean;
+      Tensor loss = nn::cross_entropy(xb, ti64({-100, 2}, {2}), ob);
+      CHECK(values(loss)[0] == doctest::Approx(none[1]).epsilon(1e-14));  // weight sum 1: the one real row
+      if (bad != -inf) continue;  // (an inf or NaN row's softmax is NaN: its gradient is NaN times 0, as in PyTorch)
+      loss.backward();
+      for (double g : values(xb.grad())) CHECK(std::isfinite(g));
+      xb.zero_grad();
+    }
+  }
 }
 
 TEST_CASE("cross_entropy without weights is the fused op - with unit weights it agrees") {
