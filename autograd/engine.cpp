@@ -375,7 +375,15 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
 
     std::vector<Tensor> grads;
     if (gn.defined() && run) {
-      grads = (*backward)(gn);
+      try {
+        grads = (*backward)(gn);
+      } catch (...) {
+        if (backward == &taken) {  // a failed step frees nothing: the graph can run again, as before
+          n->backward = std::move(taken);
+          n->released = false;
+        }
+        throw;
+      }
       CF_CHECK(grads.size() == n->next_edges.size(), AutogradError, "[backward] node '", n->name,
                "' returned ", grads.size(), " gradients for ", n->next_edges.size(), " inputs");
     } else {

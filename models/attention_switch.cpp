@@ -45,9 +45,15 @@ int64_t set_attention(nn::Module& model, const nn::AttentionSpec& spec, bool inc
   const int64_t switched = int64_t(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->set_attention(fresh[i]);
   for (auto& [stack_name, by_index] : stacks) {
+    // A stack of one width, as the models link theirs (the point-cloud classifier's blocks widen from
+    // layer to layer: built with neural clustering, each clusters on its own, and so after a switch).
     std::vector<nn::Attention*> stack;
-    for (auto& [index, mha] : by_index) stack.push_back(&mha->attention());
-    nn::link_centroid_chain(stack);
+    bool one_width = true;
+    for (auto& [index, mha] : by_index) {
+      one_width = one_width && mha->d_model() == by_index.begin()->second->d_model();
+      stack.push_back(&mha->attention());
+    }
+    if (one_width) nn::link_centroid_chain(stack);
   }
   CF_CHECK(switched > 0, ValueError, "[set_attention] the model has no ", include_cross ? "" : "self-",
            "attention layer (MultiHeadAttention", include_cross ? "" : " named self_attn", ") to switch");

@@ -63,7 +63,8 @@ void group_max_rows(const T* s, const int64_t* grp, int64_t rows, int64_t e, int
         const T* sr = s + r * e;
         const int64_t* gr = grp + r * e;
         std::iota(by_group.begin(), by_group.end(), int64_t(0));
-        std::sort(by_group.begin(), by_group.end(), [gr](int64_t x, int64_t y) { return gr[x] < gr[y]; });
+        // (stable: within a group the entries keep their order, so maxima match the table path to the sign of zero)
+        std::stable_sort(by_group.begin(), by_group.end(), [gr](int64_t x, int64_t y) { return gr[x] < gr[y]; });
         for (int64_t lo = 0; lo < e;) {
           int64_t hi = lo;
           double v = -std::numeric_limits<double>::infinity();

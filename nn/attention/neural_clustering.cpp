@@ -1,6 +1,7 @@
 #include "nn/attention/neural_clustering.h"
 
 #include <cmath>
+#include <unordered_map>
 
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
@@ -169,12 +170,24 @@ std::shared_ptr<Attention> NeuralClusteringAttention::create(const AttentionSpec
   return std::make_shared<NeuralClusteringAttention>(spec.d_model, o, spec.gen ? *spec.gen : default_generator());
 }
 
+namespace {
+// This thread's pass through each chain: the layer expected next and C^ of the layer before it.
+// (The weak pointer tells a live chain from a freed one whose address a new chain took.)
+struct ChainPass {
+  std::weak_ptr<CentroidChain> chain;
+  int64_t next = 0;
+  Tensor c_hat;  // (B, k, D)
+};
+thread_local std::unordered_map<const CentroidChain*, ChainPass> t_chain_passes;
+}  // namespace
+
 Tensor NeuralClusteringAttention::current_centroids() const {
   if (chain_index_ == 0) return centroids;
   if (!chain_) return Tensor();
-  std::lock_guard<std::mutex> lock(chain_->mu);
-  auto it = chain_->passes.find(std::this_thread::get_id());
-  return it != chain_->passes.end() && it->second.next == chain_index_ ? it->second.c_hat : Tensor();
+  auto it = t_chain_passes.find(chain_.get());
+  if (it == t_chain_passes.end() || it->second.chain.lock() != chain_ || it->second.next != chain_index_)
+    return Tensor();
+  return it->second.c_hat;
 }
 
 Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
@@ -221,11 +234,10 @@ Tensor NeuralClusteringAttention::cluster(const AttentionArgs& a) {
   // Hand C^ to the next layer; the last one clears it (no graph kept between passes).
   auto hand_over = [&](const Tensor& c_hat) {
     if (!chain_) return;
-    std::lock_guard<std::mutex> lock(chain_->mu);
     if (chain_index_ + 1 >= chain_->size)
-      chain_->passes.erase(std::this_thread::get_id());
+      t_chain_passes.erase(chain_.get());
     else
-      chain_->passes[std::this_thread::get_id()] = CentroidChain::Pass{chain_index_ + 1, c_hat};
+      t_chain_passes[chain_.get()] = ChainPass{chain_, chain_index_ + 1, c_hat};
   };
   if (N == 0) {
     hand_over(c);  // no token moves a centroid (eq. 3): the next layer clusters with C unchanged

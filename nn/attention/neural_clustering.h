@@ -34,10 +34,7 @@
 // Padding and the causal variant's reach: docs/design-notes.md, "Attention
 // variants and clustering".
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "core/rng.h"
@@ -98,16 +95,12 @@ Tensor centroid_sorting_loss(const Tensor& c_hat, ClusterLossForm form = Cluster
 // Layer 0 writes its C^; layer i > 0 reads C^ of layer i-1 and writes its own;
 // the last layer clears it, so the chain never keeps a graph alive between
 // forward passes. Running a later layer without the earlier ones in the same
-// pass is an error. Each thread's forward passes hand over their own C^, so that
-// threads may run one model at once (inference on a shared model).
+// pass is an error. The hand-over lives in the thread that runs the pass (a
+// thread-local table by chain, neural_clustering.cpp), so that threads may run one
+// model at once (inference on a shared model), and a pass that failed midway holds
+// its C^ only until that thread's next pass or its end.
 struct CentroidChain {
-  struct Pass {
-    int64_t next = 0;  // the layer expected to run next
-    Tensor c_hat;      // (B, k, D) written by layer next - 1
-  };
   int64_t size = 0;  // number of layers linked
-  std::mutex mu;     // guards passes
-  std::unordered_map<std::thread::id, Pass> passes;  // the passes under way, by thread
 };
 
 struct NeuralClusteringOptions {

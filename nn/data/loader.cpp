@@ -14,7 +14,7 @@ namespace data {
 
 namespace {
 
-bool is_sequence(const Tensor& t) { return t.dtype() == kInt64 && t.dim() == 1; }
+bool is_sequence(const Tensor& t) { return t.defined() && t.dtype() == kInt64 && t.dim() == 1; }
 // A field is padded when every example's is a token sequence.
 bool all_sequences(const std::vector<Tensor>& ts) { return std::all_of(ts.begin(), ts.end(), is_sequence); }
 
@@ -24,11 +24,11 @@ int64_t round_up(int64_t n, int64_t m) { return m <= 1 ? n : (n + m - 1) / m * m
 // Returns the batched tensor; for sequences also fills `lengths`.
 Tensor collate_field(const std::vector<Tensor>& ts, const std::vector<int64_t>& idx,
                      const char* field, int64_t pad_value, int64_t multiple,
-                     std::vector<int64_t>* lengths, int64_t at_least) {
+                     std::vector<int64_t>* lengths, int64_t at_least, bool stack_anyway) {
   const Tensor& t0 = ts[0];
   // Token sequences (every example's field 1-d int64) are padded; anything else is stacked, its dtypes
   // promoted as PyTorch's default_collate does (an int label beside a float one gives float labels).
-  const bool seq = all_sequences(ts);
+  const bool seq = !stack_anyway && all_sequences(ts);
   DType common = t0.dtype();
   for (const Tensor& t : ts) common = promote_types(common, t.dtype());
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -37,8 +37,9 @@ Tensor collate_field(const std::vector<Tensor>& ts, const std::vector<int64_t>& 
              " on ", t.device(), "; datasets must return CPU tensors");
     if (!seq) {
       CF_CHECK(t.shape() == t0.shape(), ShapeError, "[collate] example ", idx[i], " has ", field,
-               " shape ", shape_str(t.shape()), " but example ", idx[0], " has ",
-               shape_str(t0.shape()), "; only 1-d int64 token sequences are padded");
+               " shape ", shape_str(t.shape()), " (", t.dtype(), ") but example ", idx[0], " has ",
+               shape_str(t0.shape()), " (", t0.dtype(), "); only 1-d int64 token sequences are padded, when "
+               "every example's ", field, " is one");
     }
   }
   if (!seq) {
@@ -94,8 +95,8 @@ Batch collate(const std::vector<Example>& examples, const DataLoaderOptions& opt
   b.indices = std::move(idx);
   std::vector<int64_t> lengths;
   b.input = collate_field(in, b.indices, "input", options.pad_id, options.pad_to_multiple, &lengths,
-                          at_least.input);
-  if (all_sequences(in)) {
+                          at_least.input, at_least.stack_input);
+  if (!at_least.stack_input && all_sequences(in)) {
     int64_t n = b.input.size(1);
     std::vector<bool> mask(size_t(b.size * n));
     for (int64_t i = 0; i < b.size; ++i)
@@ -104,7 +105,7 @@ Batch collate(const std::vector<Example>& examples, const DataLoaderOptions& opt
   }
   if (has_target)
     b.target = collate_field(tg, b.indices, "target", options.target_pad, options.pad_to_multiple,
-                             nullptr, at_least.target);
+                             nullptr, at_least.target, at_least.stack_target);
   return b;
 }
 
@@ -200,16 +201,18 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t b) const
   ex.reserve(idx.size());
   for (int64_t i : idx) ex.push_back(dataset_->get(i));
   PadAtLeast at_least;
-  const bool seq_in = !ex.empty() && ex[0].input.defined() && is_sequence(ex[0].input);
-  const bool seq_tg = !ex.empty() && ex[0].target.defined() && is_sequence(ex[0].target);
+  const bool seq_in = std::any_of(ex.begin(), ex.end(), [](const Example& e) { return is_sequence(e.input); });
+  const bool seq_tg = std::any_of(ex.begin(), ex.end(), [](const Example& e) { return is_sequence(e.target); });
   if (W > 1 && (seq_in || seq_tg)) {
-    // the other ranks' rows of this global batch: their lengths (PadAtLeast says why)
+    // the other ranks' rows of this global batch: their lengths, and whether they are sequences at all
+    // (PadAtLeast says why)
     for (int64_t j = global_lo; j < global_hi; ++j) {
       if (j >= lo && j < hi) continue;
       const Example e = dataset_->get(order[size_t(j)]);
-      if (e.input.defined() && is_sequence(e.input)) at_least.input = std::max(at_least.input, e.input.size(0));
-      if (e.target.defined() && is_sequence(e.target))
-        at_least.target = std::max(at_least.target, e.target.size(0));
+      if (is_sequence(e.input)) at_least.input = std::max(at_least.input, e.input.size(0));
+      else at_least.stack_input = true;
+      if (is_sequence(e.target)) at_least.target = std::max(at_least.target, e.target.size(0));
+      else at_least.stack_target = true;
     }
   }
   return collate(ex, opt_, idx, at_least);

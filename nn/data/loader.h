@@ -93,6 +93,10 @@ struct LoaderState {
 struct PadAtLeast {
   int64_t input = 0;
   int64_t target = 0;
+  // Another rank's share holds an example whose field is no token sequence: one process would stack
+  // the global batch's field, not pad it, and so does every rank.
+  bool stack_input = false;
+  bool stack_target = false;
 };
 
 // Turn examples into a batch (rules in nn/data/dataset.h). Uses pad_id, target_pad

@@ -167,8 +167,16 @@ std::vector<int64_t> to_axes(nb::handle h, const char* op);
 // An int argument (a Python int or anything with __index__: np.int64) as int64; a ValueError naming op and
 // `what` for other types and for ints outside int64 (nanobind's own cast escaped as "std::bad_cast").
 int64_t int64_arg(nb::handle h, const char* op, const char* what);
-// A sequence of such ints.
+// h as an int when it is one (a Python int, or anything with __index__: np.int64, a 0-d integer array or
+// tensor), in out; false for anything else (bools, floats and strings included). Ints outside int64 are
+// ValueErrors naming op and what.
+bool index_value(nb::handle h, const char* op, const char* what, int64_t& out);
+// None, or a bool (Python's or NumPy's np.bool_); a ValueError naming op and what for anything else.
+std::optional<bool> optional_bool_arg(nb::handle h, const char* op, const char* what);
+// A sequence of such ints (any iterable but a string: a list, a tuple, a 1-d array or tensor).
 std::vector<int64_t> int64_list_arg(nb::handle h, const char* op, const char* what);
+// One such int (as a list of one) or a sequence of them.
+std::vector<int64_t> int64_or_list_arg(nb::handle h, const char* op, const char* what);
 
 // Tensor from nested Python sequences / numbers / buffer objects (a copy).
 cf::Tensor tensor_from_python(nb::handle data, std::optional<cf::DType> dtype, cf::Device device);

@@ -321,9 +321,7 @@ void bind_dlpack(nb::module_& m, nb::class_<cf::Tensor>& cls) {
               CF_CHECK(same, DeviceError, "[__dlpack__] tensor is on ", t.device(), "; export to another device "
                        "is not supported (move it with .to first)");
             }
-            CF_CHECK(copy.is_none() || PyBool_Check(copy.ptr()), ValueError, "[__dlpack__] copy must be None, "
-                     "True or False, got ", nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(copy.ptr())))));
-            CF_CHECK(copy.ptr() != Py_True, ValueError,
+            CF_CHECK(optional_bool_arg(copy, "__dlpack__", "copy") != true, ValueError,
                      "[__dlpack__] copy=True is not supported: cf exports without copying (clone first)");
             refuse_grad_export(t, "__dlpack__");
             sync_for_consumer(t, stream);

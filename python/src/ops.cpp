@@ -481,15 +481,12 @@ void bind_shape(nb::module_& m, TensorCls& cls) {
                 "Constant padding; pads = (before_last, after_last, before_second_last, ...) as torch's F.pad.",
                 nb::arg("pads"), nb::arg("value") = 0.0);
   auto split = [](const Tensor& x, nb::handle size, int64_t axis) {
-    if (PyIndex_Check(size.ptr()) && !PySequence_Check(size.ptr())) {
-      int64_t s = int64_arg(size, "split", "size");
+    int64_t each = 0;
+    if (index_value(size, "split", "size", each)) {  // pieces of `each`
       nb::gil_scoped_release r;
-      return cf::split(x, s, axis);
+      return cf::split(x, each, axis);
     }
-    CF_CHECK(PySequence_Check(size.ptr()) && !PyUnicode_Check(size.ptr()), ValueError,
-             "[split] size must be an int or a sequence of ints, got ",
-             nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(size.ptr())))));
-    std::vector<int64_t> sizes = int64_list_arg(size, "split", "size");
+    std::vector<int64_t> sizes = int64_or_list_arg(size, "split", "size");  // the pieces' sizes
     nb::gil_scoped_release r;
     return cf::split(x, sizes, axis);
   };

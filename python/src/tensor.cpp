@@ -15,33 +15,77 @@ namespace cfpy {
 
 // ---------------------------------------------------------------- helpers
 
-int64_t int64_arg(nb::handle h, const char* op, const char* what) {
-  nb::object i;
-  if (!PyUnicode_Check(h.ptr()) && !PyBytes_Check(h.ptr()) && !PyFloat_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
-    i = nb::steal(PyNumber_Index(h.ptr()));
-    if (!i.is_valid()) PyErr_Clear();
+namespace {
+std::string type_of(nb::handle h) { return nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr())))); }
+}  // namespace
+
+bool index_value(nb::handle h, const char* op, const char* what, int64_t& out) {
+  if (PyBool_Check(h.ptr()) || PyFloat_Check(h.ptr()) || PyUnicode_Check(h.ptr()) || PyBytes_Check(h.ptr()) ||
+      !PyIndex_Check(h.ptr()))
+    return false;
+  nb::object i = nb::steal(PyNumber_Index(h.ptr()));
+  if (!i.is_valid()) {  // (a 0-d float array or tensor has __index__ and refuses)
+    PyErr_Clear();
+    return false;
   }
-  if (!i.is_valid())
-    throw cf::ValueError(cf::str("[", op, "] ", what, " must be an int, got ",
-                                 nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr()))))));
   int overflow = 0;
   const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
   if (overflow != 0)
     throw cf::ValueError(cf::str("[", op, "] ", what, " ", nb::cast<std::string>(nb::str(i)), " is outside int64"));
   if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-  return int64_t(v);
+  out = int64_t(v);
+  return true;
+}
+
+namespace {
+// The items of an iterable that is not a string (a list, a tuple, a 1-d array or tensor), or null.
+nb::object items_of(nb::handle h) {
+  if (PyUnicode_Check(h.ptr()) || PyBytes_Check(h.ptr())) return nb::object();
+  PyObject* seq = PySequence_Fast(h.ptr(), "");
+  if (!seq) {
+    PyErr_Clear();
+    return nb::object();
+  }
+  return nb::steal(seq);
+}
+}  // namespace
+
+std::optional<bool> optional_bool_arg(nb::handle h, const char* op, const char* what) {
+  if (h.is_none()) return std::nullopt;
+  if (PyBool_Check(h.ptr())) return h.ptr() == Py_True;
+  const std::string type = type_of(h);
+  if (type == "<class 'numpy.bool_'>" || type == "<class 'numpy.bool'>") {
+    const int v = PyObject_IsTrue(h.ptr());
+    if (v < 0) throw nb::python_error();
+    return v == 1;
+  }
+  throw cf::ValueError(cf::str("[", op, "] ", what, " must be None, True or False, got ", type));
+}
+
+int64_t int64_arg(nb::handle h, const char* op, const char* what) {
+  int64_t v = 0;
+  if (!index_value(h, op, what, v))
+    throw cf::ValueError(cf::str("[", op, "] ", what, " must be an int, got ", type_of(h)));
+  return v;
 }
 
 std::vector<int64_t> int64_list_arg(nb::handle h, const char* op, const char* what) {
-  if (PyUnicode_Check(h.ptr()) || PyBytes_Check(h.ptr()) || !PySequence_Check(h.ptr()))
-    throw cf::ValueError(cf::str("[", op, "] ", what, " must be a sequence of ints, got ",
-                                 nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr()))))));
-  nb::object seq = nb::steal(PySequence_Fast(h.ptr(), "sequence"));
-  if (!seq.is_valid()) throw nb::python_error();
+  nb::object seq = items_of(h);
+  if (!seq.is_valid())
+    throw cf::ValueError(cf::str("[", op, "] ", what, " must be a sequence of ints, got ", type_of(h)));
   std::vector<int64_t> out;
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
   for (Py_ssize_t k = 0; k < n; ++k) out.push_back(int64_arg(PySequence_Fast_GET_ITEM(seq.ptr(), k), op, what));
   return out;
+}
+
+std::vector<int64_t> int64_or_list_arg(nb::handle h, const char* op, const char* what) {
+  int64_t v = 0;
+  if (index_value(h, op, what, v)) return {v};
+  nb::object seq = items_of(h);
+  if (!seq.is_valid())
+    throw cf::ValueError(cf::str("[", op, "] ", what, " must be an int or a sequence of ints, got ", type_of(h)));
+  return int64_list_arg(seq, op, what);
 }
 
 std::vector<int64_t> to_axes(nb::handle h, const char* op) {
@@ -49,11 +93,7 @@ std::vector<int64_t> to_axes(nb::handle h, const char* op) {
   // a bool is an int to Python: t.mean(True) (keepdim meant) reduced axis 1
   CF_CHECK(!PyBool_Check(h.ptr()), ValueError, "[", op, "] axes must be None, an int or a sequence of ints, got a "
            "bool (keepdim is a keyword: keepdim=True)");
-  if (PyIndex_Check(h.ptr()) && !PySequence_Check(h.ptr())) return {int64_arg(h, op, "axis")};
-  if (PyUnicode_Check(h.ptr()) || PyBytes_Check(h.ptr()) || !PySequence_Check(h.ptr()))
-    throw cf::ValueError(cf::str("[", op, "] axes must be None, an int or a sequence of ints, got ",
-                                 nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(h.ptr()))))));
-  return int64_list_arg(h, op, "axes");
+  return int64_or_list_arg(h, op, "axes");
 }
 
 cf::Reduction parse_reduction(const std::string& s, const char* op) {
@@ -1000,10 +1040,9 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
         refuse_grad_export(t, "__array__");
         nb::object np = nb::module_::import_("numpy");
         nb::object a = np.attr("asarray")(nb::cast(ArrayView{t.detach()}));
-        CF_CHECK(copy.is_none() || PyBool_Check(copy.ptr()), ValueError, "[__array__] copy must be None, True or "
-                 "False, got ", nb::cast<std::string>(nb::str(nb::handle(Py_TYPE(copy.ptr())))));
-        const bool want_copy = copy.ptr() == Py_True;
-        const bool no_copy = copy.ptr() == Py_False;
+        const std::optional<bool> copy_asked = optional_bool_arg(copy, "__array__", "copy");
+        const bool want_copy = copy_asked == true;
+        const bool no_copy = copy_asked == false;
         if (!dtype.is_none() && !nb::cast<bool>(a.attr("dtype").attr("__eq__")(np.attr("dtype")(dtype)))) {
           if (no_copy)
             throw nb::value_error(cf::str("[__array__] ", t.describe(), " as ", nb::cast<std::string>(nb::str(dtype)),

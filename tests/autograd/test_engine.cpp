@@ -254,6 +254,24 @@ TEST_CASE("a deep chain backpropagates without recursion limits") {
   check_close(x.grad(), {1.0});
 }
 
+TEST_CASE("backward: a node whose function throws frees nothing, and the graph runs again") {
+  Tensor x = t64({1, 2}, {2}).set_requires_grad(true);
+  Tensor h = x * 3.0;
+  Tensor y = sum(h.detach());  // the root: a node that has not run before the failure
+  auto fail = std::make_shared<bool>(true);
+  autograd::record("flaky", {h}, y, [fail](const Tensor& g) -> std::vector<Tensor> {
+    if (*fail) {
+      *fail = false;
+      throw ValueError("[flaky] failed once");
+    }
+    return {expand(g, {2})};
+  });
+  CHECK_THROWS_MSG(y.backward(), ValueError, "[flaky] failed once");
+  y.backward();  // (the failed pass took the node's function and gave it back)
+  check_close(x.grad(), {3, 3});
+  CHECK_THROWS_MSG(y.backward(), AutogradError, "already freed");
+}
+
 TEST_CASE("gradcheck catches a wrong gradient and reports it") {
   // A deliberately wrong op: forward x^2, backward claims 3x.
   auto bad = [](const std::vector<Tensor>& in) {

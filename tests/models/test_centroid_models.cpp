@@ -144,6 +144,12 @@ TEST_CASE("PointCloudClassifier: the section 3.2 architecture, shapes and costs"
   models::PointCloudClassifier model2(harder, g2);
   CHECK(model2.cost(1, 80).macs < c80.macs);
   CHECK(model2.num_parameters() == model.num_parameters());
+  // Switched to neural clustering, blocks of different widths are not linked into a centroid chain (each
+  // clusters on its own, as none is linked at construction); the switch failed after switching every block.
+  Generator g5(1);
+  models::PointCloudClassifier switched(tiny_point_options(), g5);
+  CHECK(models::set_attention(switched, nlohmann::json{{"type", "neural-clustering"}, {"clusters", 2}}) > 0);
+  CHECK(switched.forward(randn({2, 40, 3})).shape() == Shape({2, 4}));
   // Every LeakyReLU takes the configured slope at full precision (a slope of 1e-7 was written with six
   // decimals into the activation's name, and became 0).
   models::PointCloudOptions tiny_slope = tiny_point_options();

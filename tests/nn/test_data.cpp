@@ -220,7 +220,15 @@ TEST_CASE("data: mismatched examples give errors naming indices and shapes") {
   CHECK_FALSE(mixed.key_padding_mask.defined());
   CHECK(mixed.target.to_vector<float>() == std::vector<float>{3, 2.5f});
   CHECK_THROWS_MSG(collate({{ti64({1, 2}, {2}), Tensor()}, {Tensor::full({3}, 0.5), Tensor()}}, {}), ShapeError,
-                   "[collate]", "example 1 has input shape (3)", "example 0 has (2)");
+                   "[collate]", "example 1 has input shape (3) (float32)", "example 0 has (2) (int64)");
+  // A rank whose share is all sequences, where another rank's is not, stacks as one process would.
+  PadAtLeast stack_in;
+  stack_in.stack_input = true;
+  Batch stacked = collate({{ti64({1, 2}, {2}), Tensor()}, {ti64({3, 4}, {2}), Tensor()}}, {}, {}, stack_in);
+  CHECK(stacked.input.shape() == Shape{2, 2});
+  CHECK_FALSE(stacked.key_padding_mask.defined());
+  CHECK_THROWS_MSG(collate({{ti64({1, 2}, {2}), Tensor()}, {ti64({3}, {1}), Tensor()}}, {}, {}, stack_in), ShapeError,
+                   "[collate]", "example 1 has input shape (1) (int64)");
   CHECK_THROWS_MSG(collate({{ti64({1}, {1}), Tensor()}, {Tensor::zeros({1, 1}, kInt64), Tensor()}},
                            {}, {7, 9}),
                    ShapeError, "[collate]", "example 9", "(1,1)", "example 7", "token sequence");
