@@ -15,10 +15,12 @@ namespace models {
 // instance of spec.type built with spec.options (d_model and n_heads are each
 // layer's own). Returns the number of layers switched; an error names the problem
 // when there is none, or when the options are invalid. The self-attention layers of
-// one stack (modules "<stack>.<i>.self_attn") are linked as the models' constructors
-// link them: neural clustering attention then hands its centroids from layer to layer
-// (link_centroid_chain), and the switched model has the state-dict keys of one built
-// with that variant. Switch before building an optimizer: parameters are replaced.
+// one stack (modules "<stack>.<i>.self_attn") of one width are linked as the models'
+// constructors link them: neural clustering attention then hands its centroids from
+// layer to layer (link_centroid_chain), and the switched model has the state-dict keys
+// of one built with that variant (a stack whose width changes, the point-cloud
+// classifier's, is not linked: each layer clusters on its own). Switch before building
+// an optimizer: parameters are replaced.
 int64_t set_attention(nn::Module& model, const nn::AttentionSpec& spec, bool include_cross = false);
 
 // The same from a JSON object {"type": ..., options...}, as in a model config.
