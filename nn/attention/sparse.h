@@ -1,7 +1,7 @@
 #pragma once
 // Fixed sparse attention (Child, Gray, Radford, Sutskever 2019, "Generating Long Sequences with Sparse
 // Transformers", section 4.3, the "fixed" factorisation): the "Sparse Attention" baseline of Cluster-Former's
-// Tables 3-5, there run over hand-picked positions across the chunks of the sliding-window layers.
+// Tables 2 and 5, there run over hand-picked positions across the chunks of the sliding-window layers.
 //
 // The sequence is cut into blocks of l positions (the stride). Query i attends to
 //   A(1)_i = { j : floor(j / l) = floor(i / l) }     its own block, and
