@@ -53,3 +53,32 @@ def test_kmeans_callback_reacquires_the_gil():
     calls = []
     cf.kmeans(x, 5, max_iter=5, tol=0.0, on_iteration=lambda i, inertia: calls.append(threading.get_ident()))
     assert calls and set(calls) == {threading.get_ident()}
+
+
+def test_threads_serve_one_model_with_the_serial_results():
+    # Inference on one shared model from Python threads (eval, no grad): clustered attention kept its last
+    # assignment in an unguarded member (heap corruption in most runs), a neural clustering stack handed
+    # its centroids between layers through one slot shared by every thread's pass.
+    config = {"vocab_size": 20, "d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 3, "max_len": 16,
+              "num_classes": 2, "dropout": 0.0}
+    for attention in ({"type": "clustered", "clusters": 3, "hash_seed": 5},
+                      {"type": "neural-clustering", "clusters": 3}):
+        model = cf.models.EncoderClassifier(dict(config, attention=attention), generator=cf.Generator(7)).eval()
+        gen = cf.Generator(1)
+        inputs = [cf.randint(1, 20, [2, 12], generator=gen) for _ in range(4)]
+        with cf.no_grad():
+            serial = [model(x).tolist() for x in inputs]
+        results = [[] for _ in inputs]
+
+        def serve(i):
+            with cf.no_grad():
+                for _ in range(20):
+                    results[i].append(model(inputs[i]).tolist())
+
+        threads = [threading.Thread(target=serve, args=(i,)) for i in range(len(inputs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, outputs in enumerate(results):
+            assert outputs == [serial[i]] * 20, attention["type"]
