@@ -16,6 +16,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,6 +46,7 @@ struct TopicDataConfig {
   int64_t min_texts = 500, max_per_class = 500, min_chars = 64, max_len = 128;
   double val_fraction = 0.1, test_fraction = 0.2;
   int64_t split_seed = 0;
+  bool keep_duplicates = false;
   bool cls_token = true;  // set by the app from its pooling, not an option
 };
 
@@ -53,13 +55,18 @@ inline void add_topic_data_options(Options& o, TopicDataConfig& c) {
   o.add_string("data_file", &c.data_file,
                "a corpus of labelled texts (label TAB text per line, see nn/data/labelled_text.h; e.g. the Bible "
                "chapters of scripts/bible_corpus.sh) instead of --data-dir");
-  o.add_int("min_texts", &c.min_texts, 2, "topics with at least N texts (after --min-chars)");
-  o.add_int("max_per_class", &c.max_per_class, 2, "at most N texts per topic, drawn with --split-seed");
+  o.add_int("min_texts", &c.min_texts, 3, "topics with at least N texts (after --min-chars)");
+  o.add_int("max_per_class", &c.max_per_class, 3, "at most N texts per topic, drawn with --split-seed");
   o.add_int("min_chars", &c.min_chars, 1, "drop texts shorter than N characters");
   o.add_int("max_len", &c.max_len, 1, "truncate texts to N characters");
   o.add_number("val_fraction", &c.val_fraction, "validation share, per topic");
   o.add_number("test_fraction", &c.test_fraction, "test share, per topic");
   o.add_int("split_seed", &c.split_seed, 0, "the fixed split");
+  o.add_bool("keep_duplicates", &c.keep_duplicates,
+             "keep texts the model would see twice (the same first --max-len characters): by default a repeat "
+             "within a topic is dropped, and a text under two topics is dropped from both, so no test text is a "
+             "training text, under another label or not (the fortune files hold 61 such texts; runs before this "
+             "option kept them)");
 }
 
 inline void check_topic_data_config(const TopicDataConfig& c) {
@@ -83,7 +90,37 @@ struct TopicData {
   int64_t max_tokens = 0;  // the longest sequence the model can see (max_len, +1 with <cls>)
   double mean_len = 0;     // tokens per text, <cls> included
   int64_t max_len_seen = 0;
+  int64_t duplicates_dropped = 0;  // texts dropped as repeats or as ambiguous (under two topics)
 };
+
+// Drops the texts a model would see twice: what it reads of a text is its first max_len characters (code
+// points), so texts equal there are one text. A repeat within a topic is kept once; a text under several
+// topics has no one label and is dropped from every one (a test copy of a training text with another label
+// could never be scored right). Returns how many texts were dropped.
+inline int64_t drop_duplicate_texts(std::map<std::string, std::vector<std::string>>& by_topic, int64_t max_len) {
+  auto key = [max_len](const std::string& text) {
+    std::vector<std::string> cps = cf::data::utf8_code_points(text);
+    if (int64_t(cps.size()) > max_len) cps.resize(size_t(max_len));
+    std::string k;
+    for (const std::string& cp : cps) k += cp;
+    return k;
+  };
+  std::map<std::string, std::set<std::string>> topics_of;
+  for (const auto& [topic, texts] : by_topic)
+    for (const std::string& t : texts) topics_of[key(t)].insert(topic);
+  int64_t dropped = 0;
+  for (auto& [topic, texts] : by_topic) {
+    std::set<std::string> seen;
+    std::vector<std::string> kept;
+    for (std::string& t : texts) {
+      std::string k = key(t);
+      if (topics_of[k].size() == 1 && seen.insert(std::move(k)).second) kept.push_back(std::move(t));
+      else ++dropped;
+    }
+    texts = std::move(kept);
+  }
+  return dropped;
+}
 
 // What a checkpoint must agree on about the data: the options, and a digest of what they loaded (the
 // topics, the vocabulary size and every split's token ids and labels), so a file edited in place is not
@@ -112,19 +149,25 @@ inline ojson topic_data_signature(const TopicDataConfig& c, const TopicData& dat
 }
 
 // The splits as the apps use them: the training set (the training loop batches and shuffles it) and in-order
-// loaders of eval_batch_size over the validation and test sets.
+// loaders of eval_batch_size over the validation and test sets. Every evaluation batch is padded to the longest
+// text of the data (max_len_seen), not to the longest of its batch: LSH, routing and neural clustering size
+// their buckets, clusters or blocks from the padded length, so a text's prediction (and the reported accuracy)
+// would change with --eval-batch-size and with which texts share its batch.
 struct TopicLoaders {
   TopicLoaders(const TopicData& d, int64_t eval_batch_size)
       : train(std::make_shared<cf::data::SequenceDataset>(d.train.ids, d.train.labels)),
-        val(std::make_shared<cf::data::SequenceDataset>(d.val.ids, d.val.labels), eval_options(eval_batch_size)),
-        test(std::make_shared<cf::data::SequenceDataset>(d.test.ids, d.test.labels), eval_options(eval_batch_size)) {}
+        val(std::make_shared<cf::data::SequenceDataset>(d.val.ids, d.val.labels),
+            eval_options(eval_batch_size, d.max_len_seen)),
+        test(std::make_shared<cf::data::SequenceDataset>(d.test.ids, d.test.labels),
+             eval_options(eval_batch_size, d.max_len_seen)) {}
   std::shared_ptr<cf::data::SequenceDataset> train;
   cf::data::DataLoader val, test;
 
  private:
-  static cf::data::DataLoaderOptions eval_options(int64_t batch_size) {
+  static cf::data::DataLoaderOptions eval_options(int64_t batch_size, int64_t padded_len) {
     cf::data::DataLoaderOptions o;
     o.batch_size = batch_size;
+    o.pad_to_multiple = std::max<int64_t>(1, padded_len);  // every text is at most this long
     return o;
   }
 };
@@ -154,6 +197,7 @@ inline std::map<std::string, std::vector<std::string>> read_topic_texts(const To
 inline TopicData load_topic_data(const TopicDataConfig& c, const std::string& app) {
   std::map<std::string, std::vector<std::string>> by_topic = read_topic_texts(c);
   TopicData d;
+  if (!c.keep_duplicates) d.duplicates_dropped = drop_duplicate_texts(by_topic, c.max_len);
   std::vector<std::pair<std::string, std::vector<std::string>>> kept;
   for (auto& [topic, texts] : by_topic)
     if (int64_t(texts.size()) >= c.min_texts) kept.emplace_back(topic, texts);
@@ -174,6 +218,12 @@ inline TopicData load_topic_data(const TopicDataConfig& c, const std::string& ap
     const size_t n = texts.size();
     const size_t n_test = std::max<size_t>(1, size_t(std::llround(double(n) * c.test_fraction)));
     const size_t n_val = std::max<size_t>(1, size_t(std::llround(double(n) * c.val_fraction)));
+    // (a topic of 2 texts had 1 test, 1 validation and no training text: scored on a class never trained on)
+    if (n_test + n_val >= n)
+      throw cf::ValueError("topic '" + kept[t].first + "' keeps " + std::to_string(n) + " texts: " +
+                           std::to_string(n_test) + " for the test and " + std::to_string(n_val) +
+                           " for validation leave none to train on; raise --min-texts and --max-per-class, or "
+                           "lower --test-fraction and --val-fraction");
     for (size_t i = 0; i < n; ++i) {
       if (i < n_test) test_texts.push_back(texts[i]), test_y.push_back(int64_t(t));
       else if (i < n_test + n_val) val_texts.push_back(texts[i]), val_y.push_back(int64_t(t));
@@ -208,7 +258,8 @@ inline ojson topic_data_event(const TopicDataConfig& c, const TopicData& d) {
   return {{"event", "data"},         {file ? "file" : "dir", file ? c.data_file : c.data_dir},
           {"topics", d.topics},      {"classes", d.topics.size()},  {"train", d.train.ids.size()},
           {"val", d.val.ids.size()}, {"test", d.test.ids.size()},   {"vocab", d.vocab},
-          {"mean_len", d.mean_len},  {"max_len", d.max_len_seen},   {"split_seed", c.split_seed}};
+          {"mean_len", d.mean_len},  {"max_len", d.max_len_seen},   {"split_seed", c.split_seed},
+          {"duplicates_dropped", d.duplicates_dropped}};
 }
 
 // ---------------------------------------------------------------- training
@@ -230,20 +281,21 @@ struct EvalResult {
 
 // Accuracy of `model` over one pass of `loader` (in eval mode, without gradients).
 // Attentions that draw random numbers (hash hyperplanes) draw them from the
-// global generator seeded with `draw_seed`: every evaluation sees the same
-// draws, and the training stream is left as it was.
+// global generator seeded with `draw_seed` before every batch: every batch of every
+// evaluation sees the same draws (with the fixed padding of TopicLoaders, a text's
+// prediction does not depend on its batch), and the training stream is left as it was.
 inline EvalResult evaluate_classifier(cf::models::EncoderClassifier& model, cf::data::DataLoader& loader,
                                       uint64_t draw_seed, cf::Device dev) {
   model.eval();
   cf::NoGradGuard ng;
   const cf::nn::GeneratorState saved = cf::nn::GeneratorState::of(cf::default_generator());
-  cf::manual_seed(draw_seed);
   loader.set_epoch(0);
   int64_t correct = 0, total = 0;
   EvalResult r;
   auto t0 = std::chrono::steady_clock::now();
   cf::data::Batch b;
   while (loader.next(b)) {
+    cf::manual_seed(draw_seed);
     cf::Tensor mask = b.key_padding_mask.defined() ? b.key_padding_mask.to(dev) : cf::Tensor();
     cf::Tensor pred = cf::argmax(model.forward(b.input.to(dev), mask), -1);
     std::vector<int64_t> p = pred.to_vector<int64_t>(), y = b.target.to_vector<int64_t>();

@@ -287,7 +287,10 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     loss_sum += info.loss;
     task_sum += task;
     ++loss_n;
-    if (cfg.log_every > 0 && info.step % cfg.log_every == 0) {
+    const bool stop = !run.checkpoint.empty() && cfg.stop_after > 0 && info.step - start_step >= cfg.stop_after &&
+                      info.step < cfg.steps;
+    // every --log-every steps, and the last window however short (at the end of training or a --stop-after)
+    if (cfg.log_every > 0 && (info.step % cfg.log_every == 0 || info.step == cfg.steps || stop)) {
       if (distributed()) {  // the loss of the global batch: the mean over ranks' shards
         cf::Tensor sums = cf::Tensor::from_vector(std::vector<double>{loss_sum, task_sum}, {2});
         cf::dist::all_reduce(sums, cf::dist::ReduceOp::mean);
@@ -311,8 +314,6 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
       j[run.metric_name] = info.metric;
       emit(j);
     }
-    const bool stop = !run.checkpoint.empty() && cfg.stop_after > 0 && info.step - start_step >= cfg.stop_after &&
-                      info.step < cfg.steps;
     if (!run.checkpoint.empty() &&
         ((cfg.checkpoint_every > 0 && info.step % cfg.checkpoint_every == 0) || info.step == cfg.steps || stop))
       save(info.step);

@@ -85,6 +85,24 @@ foreach(m sliding-window sliding-window+lsh sliding-window+sparse cluster-former
 endforeach()
 expect_match("${out}" "\"event\":\"val\",\"seed\":2,\"model\":\"cluster-former-4\",\"step\":2,\"val_bpc\":" "val lines")
 expect_match("${err}" "\\| sliding-window\\+lsh \\|" "Markdown table")
+# The test windows scored from each prefix alone (--prefix-eval): a strictly causal model (sliding windows,
+# sparse) gets its one-pass bits to float32 rounding; the others (selection over the whole window) a number too.
+foreach(m sliding-window sliding-window+sparse)
+  string(JSON one GET "${summary}" table ${m} test_bpc_mean)
+  string(JSON by_prefix GET "${summary}" table ${m} test_bpc_prefix_mean)
+  string(SUBSTRING "${one}" 0 5 one)
+  string(SUBSTRING "${by_prefix}" 0 5 by_prefix)
+  if(NOT one STREQUAL by_prefix)
+    message(FATAL_ERROR "smoke: ${m}: test bpc ${one}, by prefixes ${by_prefix}")
+  endif()
+endforeach()
+foreach(m sliding-window+lsh cluster-former-4 neural-clustering)
+  string(JSON b GET "${summary}" table ${m} test_bpc_prefix_mean)
+  if(NOT b GREATER 0.5 OR NOT b LESS 9)
+    message(FATAL_ERROR "smoke: ${m} test bpc by prefixes ${b}")
+  endif()
+endforeach()
+expect_match("${err}" "\\| model \\| val bpc \\| test bpc \\| test bpc, by prefixes \\|" "prefix column")
 
 run(0 out2 err2 ${tiny} --retrieval false)
 last_line("${out2}" summary2)
@@ -94,7 +112,7 @@ endif()
 expect_same_json("${summary}" "${summary2}" "reloaded vs trained" table cluster-former-4 test_bpc_mean)
 # A model reused from its checkpoint measured no training: null in the summary, "–" in the table (it was 0.0).
 expect_match("${summary2}" "\"train_s_mean\":null,\"train_peak_mib_mean\":null" "reused models' training figures")
-expect_match("${err2}" "\\| cluster-former-4 \\| [0-9.]+ \\| [0-9.]+ \\| – \\| – \\|" "reused models' table row")
+expect_match("${err2}" "\\| cluster-former-4 \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+ \\| – \\| – \\|" "reused models' table row")
 # --stop-after: each run ends after 2 steps of the model it is training (exit 3,
 # checkpoint written); rerunning the same command continues. Five models of 4
 # steps take six runs, and every model ends with the uninterrupted run's bits.

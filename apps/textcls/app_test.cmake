@@ -112,15 +112,17 @@ foreach(f full-seed3 neural-clustering-k8-muY-nuY-seed3 neural-clustering-k8-muN
   endif()
 endforeach()
 
-# The second run reuses the finished checkpoints: no training, the same test accuracies.
-run(0 out2 err2 ${tiny})
+# The second run reuses the finished checkpoints: no training, the same test accuracies, also with
+# another evaluation batch size (every evaluation batch is padded to the longest text and sees the same
+# hash draws: LSH, routing and neural clustering gave other accuracies with other batches).
+run(0 out2 err2 ${tiny} --eval-batch-size 5)
 last_line("${out2}" summary2)
 expect_match("${out2}" "\"event\":\"resume\",\"seed\":3,\"run\":\"full\"" "resume line")
 if(out2 MATCHES "\"event\":\"train\"")
   message(FATAL_ERROR "smoke: a finished checkpoint was trained again:\n${out2}")
 endif()
-foreach(a full neural-clustering routing)
-  expect_same_json("${summary}" "${summary2}" "reloaded vs trained" table ${a} accuracy_mean)
+foreach(a full neural-clustering lsh routing clustered improved-clustered)
+  expect_same_json("${summary}" "${summary2}" "reloaded (eval batches of 5) vs trained" table ${a} accuracy_mean)
 endforeach()
 # Nothing was trained: no training time or memory (null, "–"), never a 0.
 expect_null_json("${summary2}" "reused model" table full train_s_mean)
@@ -145,6 +147,20 @@ string(JSON classes GET "${summary_corpus}" classes)
 if(NOT classes EQUAL 2)
   message(FATAL_ERROR "smoke: the corpus file has 2 topics, the summary says ${classes}")
 endif()
+# Texts the model would see twice are dropped: a repeat within a topic (kept once) and a text under both
+# topics (dropped from both; it could sit in the test split under one label and in training under the
+# other), unless --keep-duplicates.
+file(WRITE "${WORK_DIR}/dups.tsv" "${corpus}vowels\taeiou 1 aaee iioo uuaa eeii 1 ooaa\nvowels\tshared text\nconsonants\tshared text\n")
+set(dup_args --data-file dups.tsv --min-texts 30 --min-chars 8 --max-len 32 --d-model 16 --n-heads 2 --n-layers 1
+    --d-ff 32 --steps 2 --batch-size 8 --warmup 1 --attentions full --seed 3)
+run(0 out err ${dup_args})
+expect_match("${out}" "\"train\":56,\"val\":8,\"test\":16,.*\"duplicates_dropped\":3}" "duplicates dropped")
+run(0 out err ${dup_args} --keep-duplicates true)
+expect_match("${out}" "\"train\":59,\"val\":8,\"test\":16,.*\"duplicates_dropped\":0}" "duplicates kept")
+# A split that leaves a topic no training text is refused (4 texts: 2 test, 2 validation).
+run(1 out err --data-file corpus.tsv --min-texts 3 --max-per-class 4 --val-fraction 0.44 --test-fraction 0.44
+    --min-chars 8 --max-len 32 --d-model 16 --n-heads 2 --n-layers 1 --d-ff 32 --steps 2 --warmup 1 --attentions full)
+expect_match("${err}" "topic 'consonants' keeps 4 texts: 2 for the test and 2 for validation leave none to train on" "topic without training texts")
 # The same file edited in place (the labels swapped) does not reuse the checkpoint trained on its old
 # contents (the signature named the file only, so the old model was scored on the new labels).
 set(corpus_args --data-file corpus.tsv --min-texts 30 --min-chars 8 --max-len 32 --d-model 16 --n-heads 2
@@ -223,8 +239,10 @@ endif()
 # of another precision is refused.
 set(half --min-texts 600 --max-per-class 40 --max-len 64 --d-model 16 --n-heads 2 --n-layers 1 --d-ff 32
     --steps 6 --batch-size 8 --warmup 2 --eval-every 3 --log-every 3 --attentions full --seed 3)
-run(0 out_bf err_bf ${half} --precision bf16)
+run(0 out_bf err_bf ${half} --precision bf16 --log-every 4)
 last_line("${out_bf}" summary_bf)
+# (the training loss of the last, shorter window is logged too: steps 5-6 after a line at step 4)
+expect_match("${out_bf}" "\"event\":\"train\",\"seed\":3,\"run\":\"full\",\"step\":4,.*\"event\":\"train\",\"seed\":3,\"run\":\"full\",\"step\":6," "last partial log window")
 string(JSON acc GET "${summary_bf}" table full accuracy_mean)
 run(0 out_h err_h ${half} --precision fp16)
 last_line("${out_h}" summary_h)
