@@ -1,5 +1,6 @@
 #include "nn/optim/clip.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -41,7 +42,22 @@ double grad_norm(const std::vector<Tensor>& params) {
     Tensor g = p.grad();
     if (g.defined()) total += ops::sum_squares(g);
   }
-  return std::sqrt(total);
+  if (!std::isinf(total)) return std::sqrt(total);
+  // The squares overflowed double: float64 gradients beyond ~1e154 (or a gradient of inf). Taken again
+  // over the gradients divided by their largest magnitude, so a finite norm comes out finite (it was inf,
+  // and clip_grad_norm then left the gradients unclipped as if one were non-finite).
+  double largest = 0;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined() && g.numel() > 0) largest = std::max(largest, to(amax(abs(g)), kFloat64).item<double>());
+  }
+  if (!std::isfinite(largest)) return largest;  // an inf gradient
+  double scaled = 0;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) scaled += ops::sum_squares(div(to(g, kFloat64), largest));
+  }
+  return largest * std::sqrt(scaled);
 }
 double grad_norm(const StateDict& params) { return grad_norm(tensors_of(params)); }
 

@@ -56,7 +56,7 @@ WarmupCosineLR::WarmupCosineLR(double lr, int64_t warmup, int64_t total, double 
 double WarmupCosineLR::lr_at(int64_t step) const {
   check_step(step);
   if (warmup_ > 0 && step <= warmup_) return lr_ * double(step) / double(warmup_);
-  if (step <= warmup_) return lr_;  // no warmup: the cosine starts at lr
+  if (step <= warmup_) return lr_;  // no warmup: lr_at(0), before any update (header: update 1 is below it)
   if (step >= total_) return min_lr_;
   const double pi = 3.14159265358979323846;
   double progress = double(step - warmup_) / double(total_ - warmup_);

@@ -16,6 +16,10 @@
 //                   warmup < step < total:
 //                     min_lr + (lr - min_lr) * (1 + cos(pi * (step - warmup) / (total - warmup))) / 2
 //                   step >= total:   min_lr
+//                   (the peak lr is update `warmup`'s, and the last update, number total, gets
+//                   min_lr; with warmup 0 no update gets the peak: update 1 has the cosine's first
+//                   step, one step ahead of PyTorch's CosineAnnealingLR(T_max = total), whose
+//                   epoch 0 is the peak)
 //   StepLR:         lr * gamma^floor((step - 1) / step_size)   (steps 1..step_size get lr;
 //                   PyTorch's StepLR with its 0-based count = step - 1); lr_at(0) = lr.
 #include <cstdint>

@@ -600,6 +600,19 @@ TEST_CASE("clip_grad_norm with a non-finite gradient leaves the gradients alone"
   CHECK_THROWS_MSG(nn::scale_grads(std::vector<Tensor>{a}, std::nan("")), ValueError, "[scale_grads]");
 }
 
+TEST_CASE("clip_grad_norm of float64 gradients whose squares overflow is finite and clips") {
+  // |g| near 1e200: the sum of squares is inf in double; the norm was inf and the gradients were left unclipped
+  Tensor a = param(kFloat64, {0, 0}, {2}), b = param(kFloat64, {0}, {1});
+  a.set_grad(t64({3e200, -4e200}, {2}));
+  b.set_grad(t64({0}, {1}));
+  CHECK(nn::grad_norm(std::vector<Tensor>{a, b}) == doctest::Approx(5e200).epsilon(1e-14));
+  const double n = nn::clip_grad_norm(std::vector<Tensor>{a, b}, 2.0);
+  CHECK(n == doctest::Approx(5e200).epsilon(1e-14));
+  check_close(a.grad(), {1.2, -1.6}, 1e-12);
+  a.set_grad(t64({3e200, INFINITY}, {2}));  // a true inf stays inf
+  CHECK(std::isinf(nn::grad_norm(std::vector<Tensor>{a, b})));
+}
+
 TEST_CASE("clip_grad_norm on a broadcast gradient from the engine") {
   Tensor w = param(kFloat64, {1, 2, 3, 4}, {4});
   sum(w).backward();  // the engine may hand back an expanded (stride 0) gradient
