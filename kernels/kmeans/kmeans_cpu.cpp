@@ -321,18 +321,22 @@ void elkan_typed(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool fi
         for (int64_t j = 0; j < k; ++j) li[j] = std::max(0.0, li[j] - shift[j]);
         int64_t a = L[i];
         double u = up[i] + shift[a];
-        if (u <= s[a]) {  // no other centroid can be nearer (step 2)
+        // Ties go to the lower index, as in the full argmin: a bound equal to u rules out only a centroid
+        // above a (with <= for every centroid, a lower one exactly as near was skipped and the point kept
+        // its higher label: Elkan and Lloyd gave different clusterings from the same start).
+        auto ruled_out = [&](int64_t j, double bound) { return bound > u || (bound == u && j > a); };
+        if (u < s[a]) {  // no other centroid can be as near (step 2)
           up[i] = u;
           continue;
         }
         bool tight = false;
         for (int64_t j = 0; j < k; ++j) {
-          if (j == a || u <= li[j] || u <= cc[a * k + j]) continue;  // step 3
+          if (j == a || ruled_out(j, li[j]) || ruled_out(j, cc[a * k + j])) continue;  // step 3
           if (!tight) {  // step 3a: make the upper bound exact once
             u = std::sqrt(sqdist(X + i * d, C + a * d, d));
             li[a] = u;
             tight = true;
-            if (u <= li[j] || u <= cc[a * k + j]) continue;
+            if (ruled_out(j, li[j]) || ruled_out(j, cc[a * k + j])) continue;
           }
           const double dij = std::sqrt(sqdist(X + i * d, C + j * d, d));  // step 3b
           li[j] = dij;

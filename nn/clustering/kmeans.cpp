@@ -161,13 +161,22 @@ int range_exponent(const Tensor& x, KMeansMetric metric) {
 // leaves every distance unchanged and the cancellation small (scikit-learn centres its data
 // too). Only when the offset exceeds the spread (the root mean square of x - mean, which one
 // far point does not dominate as a maximum would): other data are not touched (no copy, the
-// same bits as before). Returns the (1, d) point, or an undefined tensor.
+// same bits as before). The point is the mean rounded to a multiple of a power of two g just
+// below the spread (what is left of the offset is at most g / 2): a coordinate near the mean
+// then loses no bits in x - point (the point is a multiple of its ulp, Sterbenz), so distances
+// that tie in the data still tie (the exact mean broke ties of grid data, and so the rule that
+// ties go to the lower index). Returns the (1, d) point, or an undefined tensor.
 Tensor translation(const Tensor& ref, KMeansMetric metric) {
   if (metric != KMeansMetric::l2 || ref.size(0) == 0) return Tensor();
   Tensor m = mean(ref, {0}, /*keepdim=*/true);
   const double offset = amax(abs(m)).item();
   const double spread = std::sqrt(mean(square(cf::to(ref - m, kFloat64))).item());
-  return offset > spread ? m : Tensor();
+  if (!(offset > spread)) return Tensor();
+  if (!(spread > 0)) return m;  // one point repeated
+  const double g = std::ldexp(1.0, std::ilogb(spread));
+  std::vector<double> point = cf::to(m, kFloat64).cpu().to_vector<double>();
+  for (double& v : point) v = std::nearbyint(v / g) * g;
+  return cf::to(Tensor::from_vector(point, m.shape()), m.dtype()).to(m.device());
 }
 Tensor translated(const Tensor& t, const Tensor& by) { return by.defined() ? contiguous(t - by) : t; }
 
@@ -307,8 +316,8 @@ void mean_update(const Count* cnt, const double* S, int64_t k, int64_t d, bool c
 // Lloyd's iterations, shared by the local and the distributed loop, from the
 // inertia of the first assignment: step() moves the centroids (mean update, then
 // re-seeding of empty clusters), assign() reassigns every point and returns the
-// inertia, unchanged() says whether that moved no point, has_empty() whether a
-// cluster is empty, reseed() re-seeds without a mean update. Stops after max_iter
+// inertia, unchanged() says whether that moved no point, has_empty() how many
+// clusters are empty, reseed() re-seeds without a mean update. Stops after max_iter
 // or once no cluster is empty and the points stood still or the inertia fell by
 // less than tol. Returns the final inertia.
 template <class Step, class Assign, class Unchanged, class HasEmpty, class Reseed>
@@ -320,7 +329,7 @@ double lloyd_iterations(const KMeansOptions& o, const char* op, double inertia, 
     inertia = assign();
     res.iterations = it;
     if (o.on_iteration) o.on_iteration(it, inertia);
-    if (!has_empty() && (unchanged() || prev - inertia < o.tol * prev)) {
+    if (has_empty() == 0 && (unchanged() || prev - inertia < o.tol * prev)) {
       res.converged = true;
       break;
     }
@@ -328,10 +337,19 @@ double lloyd_iterations(const KMeansOptions& o, const char* op, double inertia, 
   // Out of iterations with a cluster still empty: re-seed and re-assign (no mean
   // update) until every cluster has a point; each round moves a far point onto its
   // own centroid, so inertia falls and the rounds end.
-  for (int64_t round = 0; has_empty(); ++round) {
-    CF_CHECK(round < o.k + 1, Error, "[", op, "] clusters still empty after ", round,
-             " re-seeding rounds: some points are closer than the distances of this dtype resolve at their "
-             "magnitude (|x|^2 - 2 x.c + |c|^2 cancels); cluster float64 data, or fewer clusters");
+  // Rounds that leave clusters empty mean the assignment cannot tell some distinct points apart (rows
+  // that differ in the last bits, such as the unit vectors of scaled copies of one direction): as many
+  // clusters as it does resolve is the most this data gives, a KMeansTooFewPointsError (so the memory
+  // bank falls back to fewer clusters, as for duplicates).
+  for (int64_t round = 0; has_empty() > 0; ++round) {
+    if (round == o.k + 1) {
+      const int64_t resolved = o.k - int64_t(has_empty());
+      throw KMeansTooFewPointsError(
+          str("[", op, "] clusters still empty after ", round, " re-seeding rounds: only ", resolved,
+              " groups of points are told apart at this dtype's resolution (|x|^2 - 2 x.c + |c|^2 cancels for "
+              "points this close); cluster float64 data, or at most ", resolved, " clusters"),
+          resolved);
+    }
     reseed();
     inertia = assign();
   }
@@ -389,7 +407,7 @@ KMeansResult lloyd(const Tensor& x, Tensor c_init, const KMeansOptions& o, const
     return inertia;
   };
   auto has_empty = [&]() {
-    return std::any_of(members.begin(), members.end(), [](int64_t m) { return m == 0; });
+    return std::count(members.begin(), members.end(), int64_t(0));
   };
   // Moves each empty cluster's centroid onto a far point, farthest-first: the point
   // farthest from its centroid, then the point farthest from its centroid and the
@@ -773,9 +791,9 @@ KMeansResult kmeans_distributed(const Tensor& x_local, const KMeansOptions& o) {
     return S[k * d + k];
   };
   auto has_empty = [&]() {
-    for (int64_t j = 0; j < k; ++j)
-      if (cnt[j] == 0) return true;
-    return false;
+    int64_t empty = 0;
+    for (int64_t j = 0; j < k; ++j) empty += cnt[j] == 0;
+    return empty;
   };
   // Farthest-first over all ranks (ties to the lower global index), as kmeans().
   auto reseed = [&]() {

@@ -334,6 +334,31 @@ TEST_CASE("memory bank: fewer distinct directions than clusters give that many c
   four.k = 4;
   four.metric = nn::KMeansMetric::cosine;
   CHECK_THROWS_MSG(nn::kmeans(bank.contents(), four), nn::KMeansTooFewPointsError, "only 2 distinct points");
+  // Two random directions at random norms: their unit rows differ in the last bits, so K-Means saw 40
+  // distinct points it could not tell apart, left clusters empty and failed with a plain Error (every
+  // trial of a hunt's six); now that is a KMeansTooFewPointsError and the bank falls back as above.
+  for (uint64_t trial = 0; trial < 4; ++trial) {
+    Generator g(100 + trial);
+    Tensor dirs = randn({2, 8}, kFloat32, g), scales = rand({40, 1}, kFloat32, g) * 3.5 + 0.5;
+    std::vector<int64_t> which;
+    for (int64_t i = 0; i < 40; ++i) which.push_back(i % 2);
+    Tensor states = index_select(dirs, 0, Tensor::from_vector(which, {40})) * scales;
+    nn::MemoryBank scaled(bank_options(8, 4, 100, 1));
+    scaled.add(states);
+    CHECK(scaled.step());
+    std::vector<double> cs = values(scaled.centroids), ds = values(dirs);
+    for (int64_t j = 0; j < 4; ++j) {
+      std::vector<double> r = row(cs, j, 8);
+      double best = 0;
+      for (int64_t q = 0; q < 2; ++q) {
+        std::vector<double> u = row(ds, q, 8);
+        double dot = 0, nr = 0, nu = 0;
+        for (size_t t = 0; t < 8; ++t) dot += r[t] * u[t], nr += r[t] * r[t], nu += u[t] * u[t];
+        best = std::max(best, dot / std::sqrt(nr * nu));
+      }
+      CHECK(best > 0.9999);  // each centroid is one of the two directions
+    }
+  }
 }
 
 TEST_CASE("GetCentroids order: each next centroid is the nearest (cosine) unpicked one") {

@@ -322,6 +322,16 @@ TEST_CASE("KMeans: Elkan's accelerated variant gives Lloyd's result") {
     o.k = 6;
     compare(p.x, kmeans_init(p.x, o), o, 1e-5);
   }
+  {
+    // An exact tie after the first update (centroids 0, -1, -3, -2, 2: x = 1 is 1 from centroids 0 and 4)
+    // goes to the lower index in both: Elkan's bounds skipped a centroid exactly as near and kept label 4
+    // (Lloyd: inertia 0.8 in 2 iterations; Elkan stopped at 2.0).
+    KMeansOptions o;
+    o.k = 5;
+    o.tol = 0;
+    CHECK(compare(Tensor::from_vector(std::vector<double>{3, 1, -1, 0, 0, -3, -3, 0, 0, -2}, {10, 1}),
+                  Tensor::from_vector(std::vector<double>{0, -1, -3, -2, 1}, {5, 1}), o, 1e-12) == 2);
+  }
 }
 
 TEST_CASE("KMeans: float32 and float64 agree from the same init") {
@@ -482,6 +492,26 @@ TEST_CASE("KMeans: kmeans_assign is the brute-force nearest centroid, lowest ind
   // A non-contiguous x (a transposed view) reads the same values.
   Tensor xt = Tensor::from_vector(std::vector<double>{2, 0, 0, 0}, {2, 2});
   CHECK(kmeans_assign(transpose(xt, 0, 1), c).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  // Ties of grid data away from the origin (translated inside): x = 6.5 is 6.5 from 13 and 0. The exact mean
+  // of the centroids as the translation rounded x - mean and broke such ties at random (643 in 80,000);
+  // rounded to a power of two near the spread, the translation keeps them.
+  CHECK(kmeans_assign(Tensor::from_vector(std::vector<double>{6.5}, {1, 1}),
+                      Tensor::from_vector(std::vector<double>{16, 13, 0}, {3, 1}))
+            .to_vector<int64_t>() == std::vector<int64_t>{1});
+  Generator tg(5);
+  for (int t = 0; t < 200; ++t) {
+    const int64_t k = randint(2, 6, {1}, tg).item<int64_t>();
+    Tensor ct = to(randint(0, 20, {k, 1}, tg), kFloat64);
+    Tensor xg = reshape(Tensor::arange(40, kFloat64) * 0.5, {40, 1});
+    CHECK(kmeans_assign(xg, ct).to_vector<int64_t>() == brute_assign(xg, ct));
+  }
+  // ... and kmeans's first assignment: x = 7 is 7 from both initial centroids 14 and 0
+  KMeansOptions o;
+  o.k = 2;
+  o.max_iter = 1;
+  KMeansResult r = kmeans(Tensor::from_vector(std::vector<double>{5, 7, 17, 14, 0, 6}, {6, 1}),
+                          Tensor::from_vector(std::vector<double>{14, 0}, {2, 1}), o);
+  cf::test::check_close(r.centroids, {38.0 / 3, 11.0 / 3}, 1e-12);
 }
 
 TEST_CASE("KMeans: inputs that require grad are read as constants") {
