@@ -26,6 +26,12 @@ std::string trim(const std::string& s) {
   return s.substr(a, b - a);
 }
 
+std::string trim_right(const std::string& s) {
+  size_t b = s.size();
+  while (b > 0 && is_ws(s[b - 1])) --b;
+  return s.substr(0, b);
+}
+
 bool ends_with(const std::string& s, const char* suf) {
   size_t n = std::strlen(suf);
   return s.size() >= n && s.compare(s.size() - n, n, suf) == 0;
@@ -86,13 +92,13 @@ std::vector<std::string> read_fortune_file(const std::string& path) {
            "' holds NUL bytes: it is a binary file (a strfile .dat index?), not a fortune file");
   std::vector<std::string> entries;
   std::string cur;
-  size_t pos = 0;
+  size_t pos = data.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;  // a UTF-8 byte-order mark is no text
   while (pos < data.size()) {
     size_t nl = data.find('\n', pos);
     size_t end = nl == std::string::npos ? data.size() : nl;
     std::string line = data.substr(pos, end - pos);
     pos = nl == std::string::npos ? data.size() : nl + 1;
-    if (trim(line) == "%") {
+    if (trim_right(line) == "%") {  // (as strfile: an indented '%' is a line of the entry, ASCII art say)
       std::string t = trim(cur);
       if (!t.empty()) entries.push_back(std::move(t));
       cur.clear();

@@ -4,10 +4,11 @@
 // `fortunes-off` in its off/ subfolder).
 //
 // A file is one category (its name); entries are separated by lines holding a
-// single '%' (a trailing '\r' or spaces are tolerated). Each entry is trimmed of
-// leading and trailing whitespace; empty entries are dropped. Line breaks inside an
-// entry are kept ('\n'). Bytes are passed through unchanged (the Debian files are
-// UTF-8; a tokenizer repairs anything invalid).
+// single '%' (a trailing '\r' or spaces are tolerated; a '%' after leading spaces is
+// text, as strfile reads it). Each entry is trimmed of leading and trailing
+// whitespace; empty entries are dropped. Line breaks inside an entry are kept ('\n').
+// A leading UTF-8 byte-order mark is dropped; other bytes are passed through
+// unchanged (the Debian files are UTF-8; a tokenizer repairs anything invalid).
 #include <string>
 #include <vector>
 

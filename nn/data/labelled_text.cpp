@@ -27,7 +27,10 @@ std::string unescape(std::string_view s) {
 
 std::vector<LabelledText> read_labelled_texts(const std::string& path) {
   constexpr const char* op = "read_labelled_texts";
-  const std::string text = io::read_file_maybe_gzip(path, op);
+  std::string text = io::read_file_maybe_gzip(path, op);
+  // A UTF-8 byte-order mark (as Windows editors save) is no part of the first label ("\xEF\xBB\xBFlaw" was
+  // a topic of its own beside "law")
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
   std::vector<LabelledText> out;
   io::for_each_line(text, [&](int64_t line, std::string_view row) {
     if (row.find_first_not_of(" \t") == std::string_view::npos) return;  // blank

@@ -1,6 +1,7 @@
 #include "nn/data/loader.h"
 
 #include <algorithm>
+#include <new>
 #include <numeric>
 #include <utility>
 
@@ -162,7 +163,14 @@ void DataLoader::set_state(const LoaderState& s) {
 std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
   CF_CHECK(epoch >= 0 && epoch < (int64_t(1) << 31), ValueError,
            "[DataLoader::epoch_order] epoch ", epoch, " is outside [0, 2^31)");
-  std::vector<int64_t> order(static_cast<size_t>(n_));
+  std::vector<int64_t> order;
+  try {
+    order.reserve(static_cast<size_t>(padded_n_));
+  } catch (const std::bad_alloc&) {  // (a bare bad_alloc reaches Python as a MemoryError with no message)
+    throw Error(str("[DataLoader] out of CPU memory for the order of an epoch: ", padded_n_, " examples take ",
+                    padded_n_ * int64_t(sizeof(int64_t)), " bytes"));
+  }
+  order.resize(static_cast<size_t>(n_));
   std::iota(order.begin(), order.end(), int64_t(0));
   if (!opt_.shuffle) {
     for (int64_t i = n_; i < padded_n_; ++i) order.push_back(order[size_t(i - n_)]);

@@ -254,10 +254,12 @@ void bind_data(nb::module_& m, nb::module_& data) {
            "Whether all four Fashion-MNIST files are in dir.");
   data.def("fashion_mnist_class_name", &cd::fashion_mnist_class_name, nb::arg("label"), "The class name of a label 0..9.");
   data.attr("FORTUNES_DIR") = cd::kFortunesDir;
-  // The files' text as str; bytes that are not UTF-8 become U+FFFD, as the char tokenizer reads
-  // them (a strict decode raised a bare UnicodeDecodeError naming no file).
+  // The files' text as str; bytes that are not UTF-8 become U+FFFD one per byte, by the char tokenizer's own
+  // repair, so Python sees the characters the C++ apps train on (Python's "replace" made one U+FFFD of a
+  // truncated sequence; a strict decode raised a bare UnicodeDecodeError naming no file).
   auto text = [](const std::string& s) {
-    return nb::steal<nb::str>(PyUnicode_DecodeUTF8(s.data(), Py_ssize_t(s.size()), "replace"));
+    const std::string repaired = cd::utf8_repair(s);
+    return nb::steal<nb::str>(PyUnicode_DecodeUTF8(repaired.data(), Py_ssize_t(repaired.size()), "strict"));
   };
   data.def("read_fortune_file",
            [text](const std::string& path) {

@@ -109,6 +109,11 @@ def test_fortune_files_with_bytes_that_are_not_utf8(tmp_path):
     f = tmp_path / "f"
     f.write_bytes(b"hello\n%\n\xff\xfe bad\n")
     assert cf.data.read_fortune_file(str(f)) == ["hello", "\ufffd\ufffd bad"]
+    # one U+FFFD per bad byte, as the char tokenizer reads them (Python's own "replace" made one of a
+    # truncated sequence, so Python saw other characters than the C++ apps train on)
+    f.write_bytes(b"a\xe2\x82x\n%\nb\xf0\x9f\x98c\n")
+    got = cf.data.read_fortune_file(str(f))
+    assert got == ["a\ufffd\ufffdx", "b\ufffd\ufffd\ufffdc"]
 
 
 @pytest.mark.skipif(not os.path.isdir(cf.data.FORTUNES_DIR), reason="Debian package fortunes not installed")

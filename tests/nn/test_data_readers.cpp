@@ -212,6 +212,13 @@ TEST_CASE("data: fortune files on generated data") {
   CHECK(read_fortune_file(dir.file("zeta")) ==
         std::vector<std::string>{"first line\n  second", "padded entry", "last, no %"});
   CHECK(read_fortune_file(dir.file("alpha.u8")) == std::vector<std::string>{"A", "B"});
+  {
+    // a leading byte-order mark is dropped (it began the first entry); an indented '%' is text, as strfile
+    // reads it (ASCII art was cut in two)
+    TempDir other;
+    write_bytes(other.file("art"), "\xEF\xBB\xBF  /\\_/\\\n    %\n  ( o.o )\n%  \nnext\n");
+    CHECK(read_fortune_file(other.file("art")) == std::vector<std::string>{"/\\_/\\\n    %\n  ( o.o )", "next"});
+  }
   std::vector<Fortune> f = read_fortunes(dir.str());
   REQUIRE(f.size() == 5);
   CHECK(f[0].category == "alpha");
@@ -301,6 +308,12 @@ TEST_CASE("data: labelled texts (label TAB text per line), plain and gzip, escap
     CHECK(t[2].label == "Gospels");
     CHECK(t[2].text == "x");
   }
+  // A UTF-8 byte-order mark is not part of the first label (it made "\xEF\xBB\xBFLaw" a class beside "Law")
+  write_bytes(dir.file("bom.tsv"), "\xEF\xBB\xBFLaw\tone\nLaw\ttwo\n");
+  std::vector<LabelledText> b = read_labelled_texts(dir.file("bom.tsv"));
+  REQUIRE(b.size() == 2);
+  CHECK(b[0].label == "Law");
+  CHECK(b[1].label == "Law");
 }
 
 TEST_CASE("data: bad labelled-text files give errors naming the file and the line") {
