@@ -105,6 +105,11 @@ class _AttentionFunction(_torch.autograd.Function):
         out, tape = module._bridge.forward(_to_cf(x), None if mask is None else _to_cf(mask.view(_torch.uint8)), causal,
                                            record, autocast)
         ctx.tape = tape
+        # cf's tape reads x, the mask and the parameters through their PyTorch memory (DLPack views, no copy):
+        # saved here (aliases, no memory) so that PyTorch's version check refuses a backward after an in-place
+        # write to any of them, as its own layers do (an optimizer step between a retained forward and its
+        # backward gave silently wrong gradients)
+        ctx.save_for_backward(x, mask, *params)
         ctx.module = module
         ctx.x_requires_grad = x.requires_grad
         # Only the aux total, detached: keeping the tape held the call's whole cf graph (25 MB for four
@@ -132,6 +137,7 @@ class _AttentionFunction(_torch.autograd.Function):
     @staticmethod
     def _backward(ctx, grad_out):
         # ctx.tape (the cf graph of this call) lives as long as PyTorch keeps ctx
+        ctx.saved_tensors  # PyTorch's check: raises if x, the mask or a parameter was written since the forward
         cur = _cf_stream_enter(grad_out)
         grads = ctx.module._bridge.backward(ctx.tape, _to_cf(grad_out.contiguous()))
         _cf_stream_leave(cur, grad_out)

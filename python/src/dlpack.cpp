@@ -340,7 +340,8 @@ void bind_dlpack(nb::module_& m, nb::class_<cf::Tensor>& cls) {
            "(device type, index) as DLPack numbers: (1, 0) for the CPU, (2, i) for cuda:i.");
   m.def("from_dlpack", [](nb::handle x) { return from_dlpack_object(x, false); }, nb::arg("x"),
         "A cf tensor viewing the memory of x (no copy): a NumPy array, a PyTorch tensor, anything with "
-        "__dlpack__, or a DLPack capsule. Writes through either side are seen by the other. CPU and CUDA.");
+        "__dlpack__, or a DLPack capsule. Writes through either side are seen by the other (the other side's "
+        "writes bump no cf version counter: change no tensor a cf backward still needs that way). CPU and CUDA.");
   m.def("to_dlpack", [](const cf::Tensor& t) {
           refuse_grad_export(t, "to_dlpack");
           return to_capsule(t, false);

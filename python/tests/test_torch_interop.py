@@ -327,6 +327,28 @@ def test_each_call_backward_reaches_the_parameters_it_ran_with():
     assert all(p.grad is None for p in layer.parameters())  # the module's own took part in neither call
 
 
+def test_an_inplace_write_between_forward_and_backward_is_refused():
+    # cf reads x and the parameters through their PyTorch memory: a write after the forward (a reused input
+    # buffer, an optimizer step between a retained forward and its backward) gave silently wrong gradients
+    # (4.1 off for the parameters); PyTorch's version check refuses it now, as for its own layers
+    layer = cf.torch.Attention("full", d_model=8, n_heads=2, seed=0).double()
+    x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+    h = x * 1.0
+    y = layer(h)
+    with torch.no_grad():
+        h.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    y = layer(x)
+    with torch.no_grad():
+        layer.w_q_weight.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    y = layer(x)  # untouched: runs, and twice with retain_graph
+    y.sum().backward(retain_graph=True)
+    y.sum().backward()
+
+
 def test_functional_call_and_construction_under_inference_mode():
     from torch.nn.utils import stateless
     layer = cf.torch.Attention("routing", d_model=8, n_heads=2, seed=0).eval()
