@@ -55,12 +55,16 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, kernels::UnaryParams p = {}) {
 
 // Dtype promotion (docs/design-notes.md, "Dtypes and promotion"): floating operands of different
 // dtypes meet at promote_types (PyTorch's rule) through differentiable casts, so each input's
-// gradient comes back in its own dtype. int64/bool never mix with floats implicitly.
+// gradient comes back in its own dtype; as in PyTorch, a 0-d operand beside one with dims takes the
+// other's dtype (a float64 scalar tensor does not widen float32 activations, nor a float32 one
+// bfloat16 activations). int64/bool never mix with floats implicitly.
 bool promote_pair(const Tensor& a, const Tensor& b, Tensor& pa, Tensor& pb) {
   if (!a.defined() || !b.defined() || a.dtype() == b.dtype() || !is_floating(a.dtype()) ||
       !is_floating(b.dtype()))
     return false;
-  DType t = promote_types(a.dtype(), b.dtype());
+  const DType t = (a.dim() == 0) == (b.dim() == 0) ? promote_types(a.dtype(), b.dtype())
+                  : a.dim() == 0                   ? b.dtype()
+                                                   : a.dtype();
   pa = a.dtype() == t ? a : to(a, t);
   pb = b.dtype() == t ? b : to(b, t);
   return true;

@@ -295,7 +295,15 @@ void bind_operators(TensorCls& cls) {
     if (auto exact = exact_int64_operand(b, a, op)) return *exact;
     return cf::ops::number_like(a, nb::cast<double>(nb::float_(b)), op);
   };
-  cls.def("__iadd__", [](Tensor& a, const Tensor& b) -> Tensor& { return cf::add_(a, b); }, nb::rv_policy::reference, release_gil())
+  // t += u of another float dtype computes in the promoted dtype and stores in t's, as *= and /= do (and
+  // PyTorch); add_ itself takes one dtype
+  auto add_into = [](Tensor& a, const Tensor& b, double alpha) -> Tensor& {
+    if (a.dtype() == b.dtype()) return cf::add_(a, b, alpha);
+    cf::ops::check_inplace_source(b, "add_");
+    Tensor sum = [&] { cf::NoGradGuard g; return alpha == 1.0 ? a + b : a - b; }();
+    return cf::copy_(a, sum);
+  };
+  cls.def("__iadd__", [add_into](Tensor& a, const Tensor& b) -> Tensor& { return add_into(a, b, 1.0); }, nb::rv_policy::reference, release_gil())
       .def("__iadd__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {
         Tensor o = int_operand(a, b, "add_");
         nb::gil_scoped_release g;
@@ -317,7 +325,7 @@ void bind_operators(TensorCls& cls) {
         return cf::mul_(a, v);  // in place, no temporary
       }, nb::rv_policy::reference)
       .def("__iadd__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::ops::number_like(a, b, "add_")); }, nb::rv_policy::reference, release_gil())
-      .def("__isub__", [](Tensor& a, const Tensor& b) -> Tensor& { return cf::add_(a, b, -1.0); }, nb::rv_policy::reference, release_gil())
+      .def("__isub__", [add_into](Tensor& a, const Tensor& b) -> Tensor& { return add_into(a, b, -1.0); }, nb::rv_policy::reference, release_gil())
       .def("__isub__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::ops::number_like(a, b, "add_"), -1.0); }, nb::rv_policy::reference, release_gil())
       .def("__imul__", [](Tensor& a, double b) -> Tensor& { return cf::mul_(a, b); }, nb::rv_policy::reference, release_gil())
       .def("__imul__", [](Tensor& a, const Tensor& b) -> Tensor& {
@@ -692,8 +700,9 @@ void bind_factories(nb::module_& m) {
           return with_grad(tensor_from_python(data, dtype, device), requires_grad);
         },
         nb::arg("data"), nb::arg("dtype") = nb::none(), dev, rg,
-        "A tensor copied from nested lists, numbers, a buffer (NumPy array) or a tensor. The dtype is inferred "
-        "(bool, int64, else float32) unless given.");
+        "A tensor copied from nested lists, numbers, a buffer (NumPy array) or a tensor. Unless dtype is given, "
+        "an array or tensor keeps its dtype (integers of every width become int64) and nested lists and "
+        "numbers give bool, int64, else float32.");
   m.def("empty", [](const cf::Shape& s, cf::DType d, cf::Device dv, bool g) { return with_grad(cf::Tensor::empty(s, d, dv), g); },
         nb::arg("shape"), nb::arg("dtype") = cf::kFloat32, dev, rg, "Uninitialised tensor.", release_gil());
   m.def("zeros", [](const cf::Shape& s, cf::DType d, cf::Device dv, bool g) { return with_grad(cf::Tensor::zeros(s, d, dv), g); },
@@ -844,12 +853,12 @@ void accept_torch_keywords(Scope& scope, const char* name, const std::vector<Spe
     if constexpr (method) {
       scope.def(name, [rename](nb::handle self, nb::args args, nb::object value, nb::kwargs kwargs) {
         return rename(self, args, value, kwargs);
-      }, nb::arg("args"), nb::arg(own.torch), nb::arg("kwargs"), nb::sig(sig.c_str()), doc.c_str());
+      }, nb::arg("args"), nb::arg(own.torch).none(), nb::arg("kwargs"), nb::sig(sig.c_str()), doc.c_str());
     } else {
       nb::handle module = scope;
       scope.def(name, [rename, module](nb::args args, nb::object value, nb::kwargs kwargs) {
         return rename(module, args, value, kwargs);
-      }, nb::arg("args"), nb::arg(own.torch), nb::arg("kwargs"), nb::sig(sig.c_str()), doc.c_str());
+      }, nb::arg("args"), nb::arg(own.torch).none(), nb::arg("kwargs"), nb::sig(sig.c_str()), doc.c_str());
     }
   }
 }

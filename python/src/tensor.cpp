@@ -224,8 +224,10 @@ int64_t read_int(const char* p, const IntSource& in, size_t at) {
 }
 
 // The values of a buffer of T (float, double, Half, bool) or of integers (T = int64_t, read as `in` says).
+// big_endian: the buffer's elements are stored most significant byte first ('>' or '!' formats; NumPy's
+// '>f4' arrays): each is read reversed (cf runs on little-endian hosts only).
 template <typename T>
-cf::Tensor from_buffer_typed(const Py_buffer& b, const cf::Shape& shape, IntSource in = {}) {
+cf::Tensor from_buffer_typed(const Py_buffer& b, const cf::Shape& shape, bool big_endian, IntSource in = {}) {
   std::vector<T> out(size_t(cf::numel_of(shape)));
   const char* base = static_cast<const char*>(b.buf);
   // Walk the strided buffer in row-major order.
@@ -241,6 +243,11 @@ cf::Tensor from_buffer_typed(const Py_buffer& b, const cf::Shape& shape, IntSour
   size_t k = 0;
   cf::for_each_offset(shape, strides, 0, [&](int64_t off) {
     const char* p = base + off;
+    char swapped[8];
+    if (big_endian && b.itemsize > 1) {
+      std::reverse_copy(p, p + b.itemsize, swapped);
+      p = swapped;
+    }
     if constexpr (std::is_same_v<T, bool>) {
       out[k] = *reinterpret_cast<const bool*>(p);
     } else if constexpr (std::is_same_v<T, int64_t>) {
@@ -276,22 +283,22 @@ bool tensor_from_buffer(nb::handle data, cf::Tensor& out) {
   cf::Shape shape;
   for (int d = 0; d < b.ndim; ++d) shape.push_back(b.shape[d]);
   std::string fmt = b.format ? b.format : "B";
-  if (!fmt.empty() && (fmt[0] == '>' || fmt[0] == '!'))
-    throw cf::DTypeError("[tensor] big-endian buffers are not supported");
-  // One element code after an optional native or little-endian prefix ('@', '=', '<'); a repeat count or a
-  // struct ('2i', 'T{...}') is no element type of cf's.
-  const size_t prefix = !fmt.empty() && (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<') ? 1 : 0;
+  // One element code after an optional byte-order prefix ('@', '=', '<' native or little-endian, '>', '!'
+  // big-endian: swapped as read, as torch.tensor does); a repeat count or a struct ('2i', 'T{...}') is no
+  // element type of cf's.
+  const bool big_endian = !fmt.empty() && (fmt[0] == '>' || fmt[0] == '!');
+  const size_t prefix = !fmt.empty() && (big_endian || fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<') ? 1 : 0;
   const char code = fmt.size() == prefix + 1 ? fmt.back() : '\0';
   // Integers of any width and signedness become int64 (the width is the buffer's itemsize: '@l' is 8 bytes
   // here, '<l' 4; a uint64 beyond int64 is refused, not wrapped).
   const bool int_code = code != '\0' && std::strchr("bBhHiIlLqQnN", code) != nullptr;
   const bool int_width = b.itemsize == 1 || b.itemsize == 2 || b.itemsize == 4 || b.itemsize == 8;
-  if (code == 'f' && b.itemsize == 4) out = from_buffer_typed<float>(b, shape);
-  else if (code == 'd' && b.itemsize == 8) out = from_buffer_typed<double>(b, shape);
-  else if (code == 'e' && b.itemsize == 2) out = from_buffer_typed<cf::Half>(b, shape);
+  if (code == 'f' && b.itemsize == 4) out = from_buffer_typed<float>(b, shape, big_endian);
+  else if (code == 'd' && b.itemsize == 8) out = from_buffer_typed<double>(b, shape, big_endian);
+  else if (code == 'e' && b.itemsize == 2) out = from_buffer_typed<cf::Half>(b, shape, big_endian);
   else if (int_code && int_width)
-    out = from_buffer_typed<int64_t>(b, shape, IntSource{int(b.itemsize), std::islower(code) != 0});
-  else if (code == '?' && b.itemsize == 1) out = from_buffer_typed<bool>(b, shape);
+    out = from_buffer_typed<int64_t>(b, shape, big_endian, IntSource{int(b.itemsize), std::islower(code) != 0});
+  else if (code == '?' && b.itemsize == 1) out = from_buffer_typed<bool>(b, shape, big_endian);
   else
     throw cf::DTypeError(cf::str("[tensor] buffer format '", fmt, "' (itemsize ", b.itemsize,
                                  ") is not float16/32/64, an integer of 8 to 64 bits or bool"));
@@ -609,6 +616,15 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
   return y;
 }
 
+// A value with more dims than the selection loses its leading size-1 dims, as NumPy and PyTorch drop them
+// (x[0] = ones(1, 3) for a (2, 3) x); the rest broadcasts as copy_ does.
+cf::Tensor drop_leading_ones(cf::Tensor src, int64_t dims) {
+  int64_t drop = 0;
+  while (src.dim() - drop > dims && src.shape()[size_t(drop)] == 1) ++drop;
+  if (drop == 0) return src;
+  return cf::reshape(src, cf::Shape(src.shape().begin() + drop, src.shape().end()));
+}
+
 void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
   bool copied = false;
   cf::Tensor view = index_tensor(x, key, &copied);
@@ -618,7 +634,7 @@ void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
   if (nb::isinstance<cf::Tensor>(value)) {
     cf::Tensor src = nb::cast<cf::Tensor>(value);
     nb::gil_scoped_release g;
-    cf::copy_(view, src);
+    cf::copy_(view, drop_leading_ones(src, view.dim()));
   } else if (auto exact = exact_int64_operand(value, view, "setitem")) {
     nb::gil_scoped_release g;
     cf::copy_(view, *exact);
@@ -629,7 +645,7 @@ void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
   } else {
     cf::Tensor src = tensor_from_python(value, view.dtype(), view.device());
     nb::gil_scoped_release g;
-    cf::copy_(view, src);
+    cf::copy_(view, drop_leading_ones(src, view.dim()));
   }
 }
 

@@ -42,6 +42,19 @@ def test_tensor_from_buffers_of_every_integer_width():
         cf.tensor(np.array([(1, 2)], dtype="i4,i4"))
 
 
+def test_tensor_from_big_endian_buffers():
+    # Big-endian arrays (NumPy's '>f4') are swapped as read, as torch.tensor does (they were
+    # refused), strided ones too; a one-byte element has no order to swap.
+    np = pytest.importorskip("numpy")
+    for dt in (">f2", ">f4", ">f8", ">i2", ">i4", ">i8", ">u2", ">u4", ">u8", ">u1", ">?"):
+        a = (np.arange(12).reshape(3, 4) % 5 * 3 - 4 * (dt[1] not in "u?")).astype(dt)
+        t = cf.tensor(a[:, ::-2])
+        assert t.tolist() == a[:, ::-2].tolist(), dt
+    assert cf.tensor(np.array([-1.5e-7, 3e38], dtype=">f4")).tolist() == np.array([-1.5e-7, 3e38], dtype="<f4").tolist()
+    with pytest.raises(cf.DTypeError, match=r"^\[tensor\] uint64 value 9223372036854775813 at element 0"):
+        cf.tensor(np.array([2**63 + 5], dtype=">u8"))
+
+
 def test_factories():
     assert cf.zeros([2, 2]).tolist() == [[0, 0], [0, 0]]
     assert cf.ones(3, dtype=cf.int64).tolist() == [1, 1, 1]
@@ -193,6 +206,35 @@ def test_inplace_operators_bump_the_version():
     assert t.tolist() == [1, 1, 1] and t.version > v0
     t.fill_(2.0).mul_(0.5)
     assert t.tolist() == [1, 1, 1]
+
+
+def test_inplace_operators_with_another_float_dtype_and_setitem_with_leading_ones():
+    # f32 += f64 and -= computed in float64 and stored in float32, as *= and /= (and PyTorch); they were refused
+    a, d = cf.tensor([1.0, 2.0]), cf.tensor([0.1, 0.2], dtype=cf.float64)
+    a += d
+    assert a.dtype == cf.float32 and a.tolist() == cf.tensor([1.1, 2.2]).tolist()
+    a -= d
+    assert a.tolist() == cf.tensor([1.0, 2.0]).tolist()
+    w = cf.ones(2, requires_grad=True)
+    with pytest.raises(cf.AutogradError, match=r"^\[add_\]"):
+        a += w.to(cf.float64)  # a source that requires grad would lose its gradient
+    # a value with leading size-1 dims beyond the selection's loses them (NumPy, PyTorch)
+    x = cf.zeros(2, 3)
+    x[0] = cf.ones(1, 3)
+    x[1] = [[[2.0, 3.0, 4.0]]]
+    assert x.tolist() == [[1, 1, 1], [2, 3, 4]]
+    with pytest.raises(cf.ShapeError, match=r"^\[copy_\]"):
+        x[0] = cf.ones(2, 3)
+
+
+def test_torch_keywords_take_none():
+    # dim=None and clamp's min=None as in PyTorch (the documented signatures; they were TypeErrors)
+    x = cf.tensor([[1.0, -2.0], [3.0, 4.0]])
+    assert x.sum(dim=None).item() == 6.0 and cf.sum(x, dim=None, keepdim=True).shape == (1, 1)
+    assert x.mean(axis=None).item() == 1.5 and x.amax(dim=None, keepdim=True).shape == (1, 1)
+    assert x.var(dim=None).item() == pytest.approx(7.0)  # (1, -2, 3, 4): unbiased
+    assert x.clamp(min=None, max=0.5).tolist() == [[0.5, -2.0], [0.5, 0.5]]
+    assert cf.clamp(x, min=0.0, max=None).tolist() == [[1.0, 0.0], [3.0, 4.0]]
 
 
 def test_inplace_division_power_and_overlapping_views():

@@ -50,6 +50,20 @@ TEST_CASE("elementwise bad input") {
   CHECK_THROWS_MSG(add(t32({1, 2, 3}, {3}), t32({1, 2}, {2})), ShapeError, "[add]", "(3)", "(2)");
   // floats of different widths promote (core/dtype.h promote_types); int64 never mixes with floats
   CHECK(mul(t32({1}, {1}), t64({1}, {1})).dtype() == kFloat64);
+  // ... except that a 0-d operand beside one with dims takes its dtype (PyTorch's rule; it widened before)
+  Tensor s64 = Tensor::from_vector(std::vector<double>{0.1}, Shape{}).set_requires_grad(true);
+  Tensor x32 = t32({1, 2}, {2});
+  Tensor y = mul(x32, s64);
+  CHECK(y.dtype() == kFloat32);
+  CHECK(values(y) == std::vector<double>{double(0.1f), double(2 * 0.1f)});
+  CHECK(add(s64, x32).dtype() == kFloat32);
+  CHECK(where(gt(x32, 1.0), x32, s64).dtype() == kFloat32);
+  CHECK(add(to(x32, kBFloat16), to(s64, kFloat32)).dtype() == kBFloat16);
+  CHECK(add(s64, to(s64, kFloat32)).dtype() == kFloat64);  // two 0-d: the usual rule
+  CHECK(add(x32, t64({1}, {1})).dtype() == kFloat64);      // (1) has dims
+  sum(y).backward();
+  CHECK(s64.grad().dtype() == kFloat64);  // the gradient comes back in the scalar's own dtype
+  CHECK(s64.grad().item<double>() == doctest::Approx(3.0));
   CHECK_THROWS_MSG(mul(t32({1}, {1}), ti64({1}, {1})), DTypeError, "[mul]", "float32", "int64");
   CHECK_THROWS_MSG(add(t32({1}, {1}), fake_cuda({1})), DeviceError, "[add]", "cpu", "cuda:0");
   CHECK_THROWS_MSG(exp(ti64({1}, {1})), DTypeError, "[exp]", "int64");
