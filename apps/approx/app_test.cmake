@@ -194,6 +194,15 @@ endif()
 check_summary("${summary}" "full;clustered-4;i-clustered-4"
               "full;clustered-4;clustered-8;i-clustered-4;i-clustered-8;oracle-top" ckpt
               "masked-full-C4-seed3;masked-clustered-C4-seed3;masked-improved-clustered-C4-seed3" characters)
+# The same checkpoints evaluated in batches of 2 windows: the same accuracies (the clustered attentions'
+# hash planes are drawn afresh for every batch from one seed; they were drawn once per evaluation, so a
+# window's planes depended on --eval-batch-size).
+run(0 out2 err2 ${masked} --eval-batch-size 2)
+last_line("${out2}" summary2)
+foreach(cell full/clustered-4 full/clustered-8 clustered-4/i-clustered-4 i-clustered-4/oracle-top)
+  string(REPLACE "/" ";" path "${cell}")
+  expect_same_json("${summary}" "${summary2}" "masked task, eval batches of 2" table ${path} accuracy_mean)
+endforeach()
 # The Reformer columns on the masked task (RESULTS.md, "The Reformer columns at N = 512"): the
 # sharing model and an LSH model with short chunks, evaluated under the Reformer key rule.
 run(0 out err ${masked} --train shared-full,lsh-2 --lsh-rounds 1 --lsh-bucket-size 8 --checkpoint-dir ckpt-masked-lsh)

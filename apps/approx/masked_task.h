@@ -91,17 +91,18 @@ inline MaskedEvalSet masked_eval_set(const std::vector<int64_t>& stream, const M
 
 // Token accuracy over the hidden positions of the set, and the prediction at each
 // of them (in order), for agreement. Random draws of the attention (hashing) come
-// from the global generator seeded with draw_seed, as in evaluate_classifier.
+// from the global generator seeded with draw_seed before every batch, as in
+// evaluate_classifier: a window's predictions do not depend on --eval-batch-size.
 inline EvalResult evaluate_masked(cf::models::TokenClassifier& model, const MaskedEvalSet& set, uint64_t draw_seed,
                                   cf::Device dev) {
   model.eval();
   cf::NoGradGuard ng;
   const cf::nn::GeneratorState saved = cf::nn::GeneratorState::of(cf::default_generator());
-  cf::manual_seed(draw_seed);
   EvalResult r;
   int64_t correct = 0;
   auto t0 = std::chrono::steady_clock::now();
   for (const MaskedBatch& b : set.batches) {
+    cf::manual_seed(draw_seed);
     const std::vector<int64_t> p = cf::argmax(model.forward(b.ids), -1).to_vector<int64_t>();
     const std::vector<int64_t> y = b.targets.to_vector<int64_t>();
     for (size_t i = 0; i < p.size(); ++i)

@@ -65,8 +65,8 @@ inline void add_topic_data_options(Options& o, TopicDataConfig& c) {
   o.add_bool("keep_duplicates", &c.keep_duplicates,
              "keep texts the model would see twice (the same first --max-len characters): by default a repeat "
              "within a topic is dropped, and a text under two topics is dropped from both, so no test text is a "
-             "training text, under another label or not (the fortune files hold 61 such texts; runs before this "
-             "option kept them)");
+             "training text, under another label or not (at the defaults 86 texts of cf-textcls's six fortune topics, "
+             "113 of cf-approx's at 128 characters; runs before this option kept them)");
 }
 
 inline void check_topic_data_config(const TopicDataConfig& c) {
@@ -90,14 +90,15 @@ struct TopicData {
   int64_t max_tokens = 0;  // the longest sequence the model can see (max_len, +1 with <cls>)
   double mean_len = 0;     // tokens per text, <cls> included
   int64_t max_len_seen = 0;
-  int64_t duplicates_dropped = 0;  // texts dropped as repeats or as ambiguous (under two topics)
+  int64_t duplicates_dropped = 0;  // texts of the kept topics dropped as repeats or as ambiguous (under two topics)
 };
 
 // Drops the texts a model would see twice: what it reads of a text is its first max_len characters (code
 // points), so texts equal there are one text. A repeat within a topic is kept once; a text under several
 // topics has no one label and is dropped from every one (a test copy of a training text with another label
-// could never be scored right). Returns how many texts were dropped.
-inline int64_t drop_duplicate_texts(std::map<std::string, std::vector<std::string>>& by_topic, int64_t max_len) {
+// could never be scored right). Returns how many texts each topic lost.
+inline std::map<std::string, int64_t> drop_duplicate_texts(std::map<std::string, std::vector<std::string>>& by_topic,
+                                                           int64_t max_len) {
   auto key = [max_len](const std::string& text) {
     std::vector<std::string> cps = cf::data::utf8_code_points(text);
     if (int64_t(cps.size()) > max_len) cps.resize(size_t(max_len));
@@ -108,14 +109,14 @@ inline int64_t drop_duplicate_texts(std::map<std::string, std::vector<std::strin
   std::map<std::string, std::set<std::string>> topics_of;
   for (const auto& [topic, texts] : by_topic)
     for (const std::string& t : texts) topics_of[key(t)].insert(topic);
-  int64_t dropped = 0;
+  std::map<std::string, int64_t> dropped;
   for (auto& [topic, texts] : by_topic) {
     std::set<std::string> seen;
     std::vector<std::string> kept;
     for (std::string& t : texts) {
       std::string k = key(t);
       if (topics_of[k].size() == 1 && seen.insert(std::move(k)).second) kept.push_back(std::move(t));
-      else ++dropped;
+      else ++dropped[topic];
     }
     texts = std::move(kept);
   }
@@ -197,10 +198,14 @@ inline std::map<std::string, std::vector<std::string>> read_topic_texts(const To
 inline TopicData load_topic_data(const TopicDataConfig& c, const std::string& app) {
   std::map<std::string, std::vector<std::string>> by_topic = read_topic_texts(c);
   TopicData d;
-  if (!c.keep_duplicates) d.duplicates_dropped = drop_duplicate_texts(by_topic, c.max_len);
+  std::map<std::string, int64_t> dropped;
+  if (!c.keep_duplicates) dropped = drop_duplicate_texts(by_topic, c.max_len);
   std::vector<std::pair<std::string, std::vector<std::string>>> kept;
   for (auto& [topic, texts] : by_topic)
-    if (int64_t(texts.size()) >= c.min_texts) kept.emplace_back(topic, texts);
+    if (int64_t(texts.size()) >= c.min_texts) {
+      kept.emplace_back(topic, texts);
+      d.duplicates_dropped += dropped[topic];  // (only the topics used count)
+    }
   if (kept.size() < 2) {
     std::ostringstream m;
     m << "[" << app << "] only " << kept.size() << " topic(s) in '" << (c.data_file.empty() ? c.data_dir : c.data_file)

@@ -40,7 +40,7 @@ inline void add_train_options(Options& o, TrainSettings& c) {
   o.add_int("steps", &c.steps, 1, "optimizer steps per model");
   o.add_int("warmup", &c.warmup, 0, "linear warmup steps before the cosine decay");
   o.add_int("eval_every", &c.eval_every, 0, "validate every N steps (0: only at the end)");
-  o.add_int("log_every", &c.log_every, 0, "a train line every N steps");
+  o.add_int("log_every", &c.log_every, 0, "a train line every N steps (the mean loss since the last one), and at the end");
   o.add_number("lr", &c.lr, "peak learning rate (AdamW)");
   o.add_number("weight_decay", &c.weight_decay, "AdamW weight decay");
   o.add_string("checkpoint_dir", &c.checkpoint_dir,

@@ -125,7 +125,7 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_number("test_fraction", &c.test_fraction, "fortunes held out for the test");
   o.add_int("split_seed", &c.split_seed, 0, "the fixed split");
   o.add_bool("keep_duplicates", &c.keep_duplicates,
-             "keep every copy of a fortune filed more than once (61 texts of the Debian files are): by default one "
+             "keep every copy of a fortune filed more than once (86 copies in the Debian files): by default one "
              "copy is kept, so no held-out fortune is also training text (runs before this option kept them)");
   o.add_int("seq_len", &c.seq_len, 2, "characters per training window");
   o.add_int("eval_windows", &c.eval_windows, 1,

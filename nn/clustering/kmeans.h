@@ -27,10 +27,13 @@
 
 namespace cf::nn {
 
-// Thrown by kmeans when the data has fewer distinct points than k (a ValueError, so
-// callers that only report errors need not know it): at_most() is an upper bound on
-// the number of distinct points (exact when raised by the k-means++ start), so a
-// caller can retry with fewer clusters, as the Cluster-Former memory bank does.
+// Thrown by kmeans when the data has fewer distinct points than k, or fewer groups of
+// points than k that its distances tell apart (points closer than the dtype resolves
+// at their magnitude: clusters stayed empty after re-seeding) (a ValueError, so callers
+// that only report errors need not know it): at_most() is an upper bound on the number
+// of distinct points (exact when raised by the k-means++ start), or the number of
+// groups told apart, so a caller can retry with fewer clusters, as the Cluster-Former
+// memory bank does.
 class KMeansTooFewPointsError : public ValueError {
  public:
   KMeansTooFewPointsError(const std::string& message, int64_t at_most) : ValueError(message), at_most_(at_most) {}

@@ -60,7 +60,8 @@ void bind_errors(nb::module_& m) {
   e.autograd = make_exception(m, "AutogradError", {e.error}, "Misuse of autograd: backward twice, in-place change of a saved tensor, ... (cf::AutogradError).");
   e.not_implemented = make_exception(m, "NotImplementedError", {e.error, notimpl}, "A feature this build lacks (cf::NotImplementedError).");
   e.kmeans_too_few = make_exception(m, "KMeansTooFewPointsError", {e.value},
-                                    "K-Means on data with fewer distinct points than k; .at_most bounds the distinct points.");
+                                    "K-Means on data with fewer distinct points (or groups of points its distances tell apart) than k; "
+                                    ".at_most bounds them: retry with at most that many clusters.");
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     ErrorTypes& t = *g_errors;

@@ -113,7 +113,7 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
                 "x where x > 0, else negative_slope * x.", nb::arg("negative_slope") = 0.01);
   fn_and_method(m, cls, cf::opname::clamp,
                 [](const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
-                  CF_CHECK(lo || hi, ValueError, "[clamp] give low, high or both (", x.describe(), ")");
+                  CF_CHECK(lo || hi, ValueError, "[clamp] give low (min), high (max) or both (", x.describe(), ")");
                   constexpr double kInf = std::numeric_limits<double>::infinity();
                   return cf::clamp(x, lo ? *lo : -kInf, hi ? *hi : kInf);
                 },
@@ -298,8 +298,12 @@ void bind_operators(TensorCls& cls) {
   // t += u of another float dtype computes in the promoted dtype and stores in t's, as *= and /= do (and
   // PyTorch); add_ itself takes one dtype
   auto add_into = [](Tensor& a, const Tensor& b, double alpha) -> Tensor& {
-    if (a.dtype() == b.dtype()) return cf::add_(a, b, alpha);
+    if (a.dtype() == b.dtype() || !cf::is_floating(a.dtype()) || !cf::is_floating(b.dtype()))
+      return cf::add_(a, b, alpha);  // (its errors: an int64 tensor with a float one, ...)
+    cf::ops::check_inplace(a, "add_");  // the checks of add_, under its name
     cf::ops::check_inplace_source(b, "add_");
+    CF_CHECK(cf::broadcast_shapes(a.shape(), b.shape(), "add_") == a.shape(), ShapeError, "[add_] cannot broadcast ",
+             cf::shape_str(b.shape()), " into ", cf::shape_str(a.shape()));
     Tensor sum = [&] { cf::NoGradGuard g; return alpha == 1.0 ? a + b : a - b; }();
     return cf::copy_(a, sum);
   };
@@ -940,7 +944,7 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
           nb::arg("other"), "t *= other (a tensor, broadcast to t), in place; returns t.");
   cls.def("clamp_",
           [](Tensor& t, std::optional<double> lo, std::optional<double> hi) -> Tensor& {
-            CF_CHECK(lo || hi, ValueError, "[clamp_] give low, high or both (", t.describe(), ")");
+            CF_CHECK(lo || hi, ValueError, "[clamp_] give low (min), high (max) or both (", t.describe(), ")");
             constexpr double kInf = std::numeric_limits<double>::infinity();
             Tensor clamped = cf::clamp(t, lo ? *lo : -kInf, hi ? *hi : kInf);
             return cf::copy_(t, clamped);

@@ -494,7 +494,7 @@ def test_pytorch_training_idioms():
     t = cf.tensor([[-1.0, 3.0], [5.0, 0.5]])
     assert t.clamp(min=0.0).tolist() == [[0.0, 3.0], [5.0, 0.5]]
     assert cf.clamp(t, high=1.0).tolist() == [[-1.0, 1.0], [1.0, 0.5]]
-    with pytest.raises(cf.ValueError, match=r"\[clamp\] give low, high or both"):
+    with pytest.raises(cf.ValueError, match=r"\[clamp\] give low \(min\), high \(max\) or both"):
         t.clamp()
     assert t.argmax().item() == 2 and t.argmin(keepdim=True).shape == (1, 1)
 

@@ -218,6 +218,8 @@ def test_inplace_operators_with_another_float_dtype_and_setitem_with_leading_one
     w = cf.ones(2, requires_grad=True)
     with pytest.raises(cf.AutogradError, match=r"^\[add_\]"):
         a += w.to(cf.float64)  # a source that requires grad would lose its gradient
+    with pytest.raises(cf.ShapeError, match=r"^\[add_\] cannot broadcast \(3,2\) into \(2\)"):
+        a += cf.ones(3, 2, dtype=cf.float64)
     # a value with leading size-1 dims beyond the selection's loses them (NumPy, PyTorch)
     x = cf.zeros(2, 3)
     x[0] = cf.ones(1, 3)
@@ -621,7 +623,7 @@ def test_pytorch_in_place_methods():
     assert cf.tensor([0]).add_(2 ** 53 + 1, alpha=2).tolist() == [2 ** 54 + 2]
     with pytest.raises(cf.AutogradError, match=r"\[copy_\] in-place change of a tensor that requires grad"):
         cf.ones([2], requires_grad=True).clamp_(0.0, 0.5)
-    with pytest.raises(cf.ValueError, match=r"\[clamp_\] give low, high or both"):
+    with pytest.raises(cf.ValueError, match=r"\[clamp_\] give low \(min\), high \(max\) or both"):
         t.clamp_()
 
 
