@@ -59,6 +59,17 @@ json bench_centroid_row(const BenchOptions& o, const std::string& variant, int64
                  {"heads", heads}, {"d_model", co.d_model}, {"knn", co.knn}, {"iterations", co.iterations},
                  {"init", co.init}, {"dtype", "float32"}, {"repeat", reps}};
   if (low_dtype(o)) r["params"]["autocast"] = dtype_label(o);  // float32 x and weights, 16-bit matmuls
+  // The centroid layers have no causal form and no attention dropout: a row of other work would get a
+  // ratio against a causal or dropout full row, so it says why it did not run.
+  if (o.causal) {
+    r["skipped"] = "[CentroidAttention] has no causal form (the centroids summarise the whole sequence): not run "
+                   "under --causal";
+    return r;
+  }
+  if (o.attention_dropout > 0) {
+    r["skipped"] = "[CentroidAttention] has no attention dropout: not run under --attention-dropout";
+    return r;
+  }
   auto run = [&](const cf::Tensor& in) { return layer.forward(in, init.forward(in).u); };
   cf::Tensor out;
   cf::reset_peak_memory(g_device);

@@ -31,6 +31,14 @@ function(check_rows json names causal what)
           message(FATAL_ERROR "${what}: row ${name} has no positive ${field}: ${row}")
         endif()
       endforeach()
+      # every row that ran has its ratio to full attention of the same run ('all' lists full after
+      # cluster-former and clustered: they had none); full's own is 1
+      if(ratio_field)
+        string(JSON ratio ERROR_VARIABLE err GET "${row}" ${ratio_field})
+        if(err OR NOT ratio GREATER 0)
+          message(FATAL_ERROR "${what}: row ${name} has no ${ratio_field}: ${row}")
+        endif()
+      endif()
     elseif(NOT causal OR NOT skipped MATCHES "^\\[")
       message(FATAL_ERROR "${what}: row ${name} skipped: ${skipped}")
     endif()
@@ -52,6 +60,7 @@ foreach(causal OFF ON)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "cf-bench attention ${flag} failed (${rc}): ${err}")
   endif()
+  set(ratio_field forward_ratio_vs_full)
   check_rows("${out}" "${variants}" ${causal} "attention ${flag}" forward_time_s forward_backward_time_s)
 endforeach()
 
@@ -61,7 +70,15 @@ execute_process(COMMAND ${APP} model --variants all --sizes 16 --batch-size 2 --
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cf-bench model failed (${rc}): ${err}")
 endif()
+set(ratio_field train_ratio_vs_full)
 check_rows("${out}" "${variants}" OFF "model" train_step_time_s infer_step_time_s)
+set(ratio_field "")
+# The centroid layers and the bench's own rows run in cf-bench attention only: refused up front
+execute_process(COMMAND ${APP} model --variants full,centroid --sizes 16 --repeat 1
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "unknown attention variant 'centroid' for cf-bench model \\(only cf-bench attention runs it\\)")
+  message(FATAL_ERROR "cf-bench model --variants centroid: exit ${rc}, ${err}")
+endif()
 # A registered name with option overrides after colons: its row names the variant as
 # given and records the merged options; a malformed override is a usage error naming it.
 execute_process(COMMAND ${APP} attention --variants improved-clustered:centroid_path=dense:topk=4 --sizes 64 --repeat 1

@@ -5,7 +5,8 @@
 // {"bench": NAME, "machine": {...}, "results": [ROW, ...]} where a ROW has
 // "name", "params" and numeric fields named with their unit (time_s,
 // peak_bytes, gflops, gbps, ns_per_op, ...) and ratios ratio_vs_<baseline>
-// measured in the same run (DESIGN.md section 7).
+// measured in the same run (../shared/DESIGN.md, benchmarks; README "Benchmarks:
+// cf-bench" says which way each ratio reads).
 #include <cblas.h>
 
 #include <chrono>

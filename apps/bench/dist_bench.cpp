@@ -20,10 +20,6 @@ namespace cf::bench {
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 // Median seconds per call over `reps` samples of `iters` calls, ranks aligned at a barrier.
 double timed(int64_t reps, int64_t iters, const std::function<void()>& f) {
   f();  // warm up (buffers, connections)
@@ -34,7 +30,7 @@ double timed(int64_t reps, int64_t iters, const std::function<void()>& f) {
     for (int64_t i = 0; i < iters; ++i) f();
     t.push_back(since(t0) / double(iters));
   }
-  return median_of(t);
+  return cf::apps::median(t);
 }
 }  // namespace
 
@@ -132,7 +128,7 @@ nlohmann::json ddp_rows(const DdpBenchOptions& o) {
           }
         }
         cf::dist::barrier();
-        t_one = R == 0 ? median_of(t) : 0;
+        t_one = R == 0 ? cf::apps::median(t) : 0;
       }
       cf::nn::DistributedDataParallel ddp(model);
       // W processes on B / W each, with gradient all-reduce; and without it (no_sync):

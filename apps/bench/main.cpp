@@ -92,7 +92,7 @@ a device-to-device cudaMemcpy (elementwise), timed in the same run.
 void add_common(cf::apps::Options& o, BenchOptions& b, std::string& device) {
   o.add_int("repeat", &b.repeat, 1,
             "timed repetitions per row; the median is reported (default: overhead 201 samples, attention 3 "
-            "(1 at N >= 8192), model 5 (2 at N >= 2048), others 5)");
+            "(1 at N >= 8192), model 5 (2 at N >= 2048), matmul 21 / 7 / 5 by size, allreduce 7, others 5)");
   o.add_int("threads", &b.threads, 1,
             "threads of cf's OpenMP team and of the raw-BLAS baselines (default: the runtime's choice)");
   o.add_string("device", &device, "cpu or cuda[:i]");
@@ -162,7 +162,9 @@ const std::vector<Subcommand> kSubcommands = {
        o.add_int_list("dims", &b.kmeans_dims, 1, "feature sizes d");
        o.add_int_list("ks", &b.kmeans_ks, 1, "cluster counts k");
        o.add_int("block_rows", &b.block_rows, 1, "rows per assignment block (KMeansOptions's default)");
-       o.add_int("iters", &b.lloyd_iters, 1, "Lloyd iterations run; the median iteration time is reported");
+       o.add_int("iters", &b.lloyd_iters, 2,
+                 "Lloyd iterations run, at least 2 (the first interval holds the setup); the median iteration "
+                 "time is reported");
        o.add_flag("elkan", &b.elkan, "also time an iteration of Elkan's variant (N x k float64 bounds in memory)");
      },
      cf::bench::bench_kmeans},
@@ -224,7 +226,14 @@ std::string overview() {
                 "the command line wins; unknown keys are errors) and -h, --help.\n";
 }
 
-// --variants after the table: 'all' expanded, every name checked.
+// Full attention first when listed: every other row's ratio_vs_full divides by its time in the same
+// run (listed after them, 'all' in the registry's alphabetical order, cluster-former and clustered got
+// no ratio).
+void full_first(std::vector<std::string>& variants) {
+  std::stable_partition(variants.begin(), variants.end(), [](const std::string& v) { return v == "full"; });
+}
+
+// --variants after the table: 'all' expanded, every name checked, full first.
 void check_variants(const std::string& cmd, BenchOptions& b) {
   const std::vector<std::string> known = cf::nn::attention_types();
   if (b.variants.size() == 1 && b.variants[0] == "all") {
@@ -232,6 +241,7 @@ void check_variants(const std::string& cmd, BenchOptions& b) {
     b.variants = known;
     if (cmd == "attention")
       for (const char* extra : {"centroid", "centroid-knn", "full-dense", "block"}) b.variants.push_back(extra);
+    full_first(b.variants);
     return;
   }
   for (const std::string& v : b.variants) {
@@ -245,10 +255,14 @@ void check_variants(const std::string& cmd, BenchOptions& b) {
       }
       continue;
     }
-    if (std::find(known.begin(), known.end(), v) == known.end() && !cf::bench::is_centroid_variant(v) &&
-        !(cf::bench::is_bench_only(v) && cmd == "attention"))
-      throw UsageError("--variants: unknown attention variant '" + v + "'");
+    if (std::find(known.begin(), known.end(), v) == known.end() &&
+        !((cf::bench::is_centroid_variant(v) || cf::bench::is_bench_only(v)) && cmd == "attention"))
+      throw UsageError("--variants: unknown attention variant '" + v + "'" +
+                       (cf::bench::is_centroid_variant(v) || cf::bench::is_bench_only(v)
+                            ? " for cf-bench " + cmd + " (only cf-bench attention runs it)"
+                            : std::string()));
   }
+  full_first(b.variants);
 }
 
 // Reads argv: false after --help (printed).

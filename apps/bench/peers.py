@@ -16,7 +16,8 @@ What is compared (docs/benchmarks.md explains each figure):
   layer_norm    rows of 1024 with weight and bias: cf::layer_norm vs F.layer_norm
   chain3        per-op overhead: loss = sum(tanh(x * w)) on 1 element, backward
   attention     full attention (1, 4 heads, N, 64), forward and forward+backward,
-                the same algorithm on both sides (softmax(q k^T / 8) v)
+                the same maths on both sides (softmax(q k^T / 8) v; cf's full is its
+                fused flash kernel, the twin PyTorch's matmul-softmax-matmul)
   attention_variants
                 every cf attention variant (1, 4 heads, N, 64, fp32, forward and
                 forward+backward, non-causal and causal) beside PyTorch's
