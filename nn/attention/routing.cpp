@@ -199,6 +199,12 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
   if (N == 0) {  // nothing to route
     // A rank whose shard has no token still joins the distributed update with zero sums: the other ranks'
     // all-reduces wait for it, and every rank must keep the centroids one process would.
+    if (a.aux && R > 0 && collective) {  // the commitment loss's token counts, as the other ranks take them
+      for (int pass = 0; pass < 2; ++pass) {
+        Tensor none = Tensor::zeros({}, kFloat64, centroids_.device());
+        dist::all_reduce(none, dist::ReduceOp::mean);
+      }
+    }
     if (is_training() && R > 0 && collective) {
       auto zeros = [&](int64_t last) {
         return Tensor::zeros({R, n_clusters_, last}, centroids_.dtype(), centroids_.device());
@@ -242,8 +248,12 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
           Tensor target = take_along_dim(mu, reshape(assign, {B, R, N, 1}), 2);  // sg(mu): a buffer, no grad
           Tensor se = sum(square(xn - target) * valid);
           // The divisor, max(1, real tokens * R * D), formed in float64 as before but on the device:
-          // no host read per forward.
-          return se / cf::to(clamp(cf::to(sum(valid), kFloat64) * double(R * D), 1.0, INFINITY), se.dtype());
+          // no host read per forward. Distributed, the real tokens are the ranks' mean count, so that the
+          // mean over ranks DDP takes is the whole batch's token mean, as one process computes it (each
+          // rank's own count gave another model as soon as the ranks' shards held different padding).
+          Tensor tokens = cf::to(sum(valid), kFloat64);
+          if (collective) dist::all_reduce(tokens, dist::ReduceOp::mean);
+          return se / cf::to(clamp(tokens * double(R * D), 1.0, INFINITY), se.dtype());
         };
         a.aux->add("routing_commitment", (commit(qn, qa, vq) + commit(kn, ka, vk)) * 0.5);
       }

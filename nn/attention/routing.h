@@ -22,7 +22,8 @@
 //   routing_commitment = 1/2 * ( mean_{valid i, d} (Qhat_id - sg(mu_{nearest(Q_i), d}))^2
 //                               + mean_{valid j, d} (Khat_jd - sg(mu_{nearest(K_j), d}))^2 )
 // averaged over the routing heads, added to args.aux under the name "routing_commitment" (unweighted: the model
-// chooses the weight, the reference code uses 1e-4).
+// chooses the weight, the reference code uses 1e-4). Distributed (set_distributed), each rank divides by the
+// ranks' mean count of valid tokens (an all-reduce), so that DDP's mean over ranks is the whole batch's mean.
 //
 // Causality: no query attends to a later position; what the routing itself sees:
 // docs/design-notes.md, "Attention variants and clustering".

@@ -30,7 +30,8 @@
 // Distributed sampling. With num_replicas = W > 1 every rank builds the same epoch
 // order (same seed) and cuts it into global batches of G = batch_size * W; rank r
 // gets rows [r * g / W, (r + 1) * g / W) of each global batch of g rows. So W ranks
-// together see exactly the batches one process with batch_size G would see (token
+// together see exactly the batches one process with batch_size G would see (but for
+// the repeated examples of the last batch without drop_last, below; token
 // sequences padded to the global batch's longest, as one process pads them), and a
 // mean loss over one target per example averaged over ranks (DDP) is the one
 // process's mean loss (a mean over each rank's non-padding target tokens is not: the

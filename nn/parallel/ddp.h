@@ -44,7 +44,18 @@
 // update clusters the union of all ranks' banks, and all ranks get the same
 // centroids (the banks' update steps are reached by all ranks together).
 // Construct DDP after moving the model to its device and dtype (the hooks
-// belong to the parameter tensors of that moment).
+// belong to the parameter tensors of that moment); float32 or float64
+// parameters: the collectives take no 16-bit tensors (train 16-bit under
+// autocast, with float32 parameters).
+//
+// Every rank's loss must reach at least one parameter in every backward: the
+// first gradient hook starts DDP's averaging, so a rank whose backward reaches
+// none posts nothing, and its next step's all-reduces are matched with the
+// others' current ones (wrong gradients, then a timeout). A rank with nothing
+// to contribute still runs its loss through the model (an empty shard, or a
+// loss times 0). The equality with one process holds for a loss that is a mean
+// over examples with equal shards (not for a mean over each rank's own count of
+// non-padding tokens: README "Distributed").
 #include <cstdint>
 #include <memory>
 #include <utility>

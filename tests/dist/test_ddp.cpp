@@ -139,7 +139,7 @@ TEST_CASE("ddp: no_sync accumulates locally, the next backward averages the sums
   for (size_t i = 0; i < pr.size(); ++i) check_close(pm[i].grad(), pr[i].grad(), 1e-12);
 }
 
-TEST_CASE("ddp: every attention variant with its auxiliary losses (float64, 3 steps)") {
+TEST_CASE("ddp: every attention variant with its auxiliary losses and key padding (float64, 3 steps)") {
   const int R = d::rank(), W = d::world_size();
   for (const std::string& type : nn::attention_types()) {
     CAPTURE(type);
@@ -159,9 +159,9 @@ TEST_CASE("ddp: every attention variant with its auxiliary losses (float64, 3 st
     nn::SGD opt_ref(ref->named_parameters(), {0.05, 0.9});
     nn::SGD opt(model->named_parameters(), {0.05, 0.9});
     Generator data(6);
-    auto loss_of = [](models::EncoderClassifier& m, const Tensor& ids, const Tensor& y) {
+    auto loss_of = [](models::EncoderClassifier& m, const Tensor& ids, const Tensor& pad, const Tensor& y) {
       nn::AuxLosses aux;
-      Tensor loss = nn::cross_entropy(m.forward(ids, {}, &aux), y);
+      Tensor loss = nn::cross_entropy(m.forward(ids, pad, &aux), y);
       std::map<std::string, double> w;
       for (const std::string& n : aux.names()) w[n] = 0.1;
       return aux.empty() ? loss : loss + aux.total(w);
@@ -169,15 +169,18 @@ TEST_CASE("ddp: every attention variant with its auxiliary losses (float64, 3 st
     for (int step = 0; step < 3; ++step) {
       Tensor ids = randint(1, 12, {2 * W, 8}, data);
       Tensor y = randint(0, 3, {2 * W}, data);
+      // Key padding of 0-5 positions per example: the ranks' shards hold different numbers of real tokens
+      // (routing's commitment loss divided by each rank's own count: another model under DDP)
+      Tensor pad = ge(reshape(Tensor::arange(8, kInt64), {1, 8}), reshape(randint(3, 9, {2 * W}, data), {2 * W, 1}));
       // The same random stream for the variants that draw (LSH rotations, ...): each
       // forward starts from one seed, the reference's and every replica's.
       default_generator().manual_seed(100 + uint64_t(step));
       opt_ref.zero_grad();
-      loss_of(*ref, ids, y).backward();
+      loss_of(*ref, ids, pad, y).backward();
       opt_ref.step();
       default_generator().manual_seed(100 + uint64_t(step));
       opt.zero_grad();
-      loss_of(*model, narrow(ids, 0, 2 * R, 2), narrow(y, 0, 2 * R, 2)).backward();
+      loss_of(*model, narrow(ids, 0, 2 * R, 2), narrow(pad, 0, 2 * R, 2), narrow(y, 0, 2 * R, 2)).backward();
       opt.step();
     }
     check_replicas_agree(*model);
