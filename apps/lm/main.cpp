@@ -392,8 +392,17 @@ void windows(const std::vector<int64_t>& stream, const std::vector<int64_t>& sta
 // Bits per character over `count` windows spread evenly over the stream (every
 // target of every window counted; the first characters of a window have less
 // context, the same for every model).
+//
+// by_prefix: the same windows scored strictly left to right, the character at position t of a window
+// predicted by a forward pass over the window's first t + 1 characters alone (n passes per batch of
+// windows). Without it every prediction is read off one pass over the whole window, as the papers do; in
+// the models whose layers sort or cluster the whole sequence (LSH, Cluster-Former, neural clustering:
+// docs/design-notes.md, "causal masking") a later character can change which earlier keys a position
+// reads, so that number is not a strict next-character likelihood and the prefix one is. The
+// sliding-window and sparse models are strictly causal: the two agree to rounding (the app's smoke test
+// checks).
 double bits_per_char(LM& lm, const std::vector<int64_t>& stream, int64_t n, int64_t count, int64_t batch,
-                     cf::Device dev, uint64_t draw_seed) {
+                     cf::Device dev, uint64_t draw_seed, bool by_prefix = false) {
   lm.module->eval();
   cf::NoGradGuard ng;
   const cf::nn::GeneratorState saved = cf::nn::GeneratorState::of(cf::default_generator());
@@ -408,42 +417,15 @@ double bits_per_char(LM& lm, const std::vector<int64_t>& stream, int64_t n, int6
     std::vector<int64_t> part(starts.begin() + long(i), starts.begin() + long(std::min(starts.size(), i + size_t(batch))));
     cf::Tensor ids, targets;
     windows(stream, part, n, dev, ids, targets);
-    const int64_t t = int64_t(part.size()) * n;
-    nats += lm_loss(lm.forward(ids, nullptr), targets).item() * double(t);
-    tokens += t;
-  }
-  saved.restore(cf::default_generator());
-  lm.module->train();
-  return nats / double(tokens) / std::log(2.0);
-}
-
-// The same windows scored strictly left to right: the character at position t of a window is predicted by a
-// forward pass over the window's first t + 1 characters alone (n passes per batch of windows). bits_per_char
-// reads every prediction off one pass over the whole window, as the papers do; in the models whose layers sort
-// or cluster the whole sequence (LSH, Cluster-Former, neural clustering: docs/design-notes.md, "causal
-// masking") a later character can change which earlier keys a position reads, so that number is not a strict
-// next-character likelihood and this one is. The sliding-window and sparse models are strictly causal: the two
-// agree to rounding (the app's smoke test checks).
-double prefix_bits_per_char(LM& lm, const std::vector<int64_t>& stream, int64_t n, int64_t count, int64_t batch,
-                            cf::Device dev, uint64_t draw_seed) {
-  lm.module->eval();
-  cf::NoGradGuard ng;
-  const cf::nn::GeneratorState saved = cf::nn::GeneratorState::of(cf::default_generator());
-  const int64_t last = int64_t(stream.size()) - n - 1;
-  count = std::min<int64_t>(count, last + 1);
-  std::vector<int64_t> starts;
-  for (int64_t i = 0; i < count; ++i) starts.push_back(count == 1 ? 0 : i * last / (count - 1));
-  double nats = 0;
-  int64_t tokens = 0;
-  for (size_t i = 0; i < starts.size(); i += size_t(batch)) {
-    std::vector<int64_t> part(starts.begin() + long(i), starts.begin() + long(std::min(starts.size(), i + size_t(batch))));
-    cf::Tensor ids, targets;
-    windows(stream, part, n, dev, ids, targets);
     const int64_t b = int64_t(part.size());
-    for (int64_t t = 1; t <= n; ++t) {
-      cf::manual_seed(draw_seed);  // LSH hyperplanes: the same draws for every prefix
-      cf::Tensor logits = cf::narrow(lm.forward(cf::narrow(ids, 1, 0, t), nullptr), 1, t - 1, 1);
-      nats += lm_loss(logits, cf::narrow(targets, 1, t - 1, 1)).item() * double(b);
+    if (!by_prefix) {
+      nats += lm_loss(lm.forward(ids, nullptr), targets).item() * double(b * n);
+    } else {
+      for (int64_t t = 1; t <= n; ++t) {
+        cf::manual_seed(draw_seed);  // LSH hyperplanes: the same draws for every prefix
+        cf::Tensor logits = cf::narrow(lm.forward(cf::narrow(ids, 1, 0, t), nullptr), 1, t - 1, 1);
+        nats += lm_loss(logits, cf::narrow(targets, 1, t - 1, 1)).item() * double(b);
+      }
     }
     tokens += b * n;
   }
@@ -568,7 +550,8 @@ void train_lm(const Config& cfg, cf::Device dev, const Corpus& corpus, int64_t s
   res.test_bpc[name].push_back(tb);
   json line = {{"event", "result"}, {"seed", seed}, {"model", name}, {"val_bpc", vb}, {"test_bpc", tb}};
   if (cfg.prefix_eval) {
-    const double pb = prefix_bits_per_char(lm, corpus.test, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, draw);
+    const double pb =
+        bits_per_char(lm, corpus.test, cfg.seq_len, cfg.eval_windows, cfg.batch_size, dev, draw, /*by_prefix=*/true);
     res.test_bpc_prefix[name].push_back(pb);
     line["test_bpc_prefix"] = pb;
   }
