@@ -64,8 +64,9 @@ Subcommands (each prints one JSON object on stdout):
 
 Attention variants (--variants): comma-separated names, or all; the registered
 ones, known: __VARIANTS__;
-and the N -> N/4 centroid attention layer (not a q, k, v variant): centroid,
-centroid-knn (K = 40), on x (1, N, 256); attention only: full-dense, full
+and, in cf-bench attention only (skipped under --causal and --attention-dropout),
+the N -> N/4 centroid attention layer (not a q, k, v variant): centroid,
+centroid-knn (K = 40), on x (1, N, 256); attention only too: full-dense, full
 attention through the dense (B, H, N, N) path (nn::dense_attention), beside the
 fused "full"; block, the gathered block attention alone (random order, sqrt(N)
 blocks, each seeing itself and the previous one). A registered name takes option

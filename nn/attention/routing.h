@@ -23,7 +23,8 @@
 //                               + mean_{valid j, d} (Khat_jd - sg(mu_{nearest(K_j), d}))^2 )
 // averaged over the routing heads, added to args.aux under the name "routing_commitment" (unweighted: the model
 // chooses the weight, the reference code uses 1e-4). Distributed (set_distributed), each rank divides by the
-// ranks' mean count of valid tokens (an all-reduce), so that DDP's mean over ranks is the whole batch's mean.
+// ranks' mean count of valid tokens (an all-reduce), so that DDP's mean over ranks is the whole batch's mean:
+// a forward that asks for aux losses is then a collective, in eval mode too (every rank makes it, or none).
 //
 // Causality: no query attends to a later position; what the routing itself sees:
 // docs/design-notes.md, "Attention variants and clustering".
