@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/index/index.h"
 #include "kernels/point/point.h"
+#include "kernels/sort/sort.h"
 
 namespace cf {
 
@@ -49,8 +50,17 @@ Tensor group_max(const Tensor& src, const Tensor& group, int64_t groups) {
   const int64_t e = src.shape()[size_t(src.dim() - 1)], rows = e == 0 ? 0 : src.numel() / e;
   Tensor out = Tensor::empty(src.shape(), src.dtype(), src.device());
   // Row views of contiguous tensors: the kernel writes through them into out.
-  kernels::group_max(reshape(contiguous(src.detach()), {rows, e}), reshape(g, {rows, e}), groups,
-                     reshape(out, {rows, e}));
+  const Tensor src_rows = reshape(contiguous(src.detach()), {rows, e}), g_rows = reshape(g, {rows, e}),
+               out_rows = reshape(out, {rows, e});
+  if (groups <= e || rows == 0) {
+    kernels::group_max(src_rows, g_rows, groups, out_rows);
+    return out;
+  }
+  // More groups than entries (ids may be sparse up to 2^62): each row's ids sorted (stably, on the
+  // tensors' device) instead of a table of every group's maximum.
+  Tensor keys = Tensor::empty({rows, e}, kInt64, src.device()), perm = Tensor::empty({rows, e}, kInt64, src.device());
+  kernels::sort(op, g_rows, 1, e, false, keys, perm);
+  kernels::group_max_sorted(src_rows, keys, perm, out_rows);
   return out;
 }
 

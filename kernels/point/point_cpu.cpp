@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <vector>
 
 #include "kernels/common/dispatch.h"
@@ -54,29 +53,6 @@ void sample_row(const double* P, const bool* pad, int64_t n, int64_t c, int64_t 
 
 template <typename T>
 void group_max_rows(const T* s, const int64_t* grp, int64_t rows, int64_t e, int64_t groups, T* out) {
-  if (groups > e) {
-    // More groups than entries (ids may be sparse up to 2^62): a row's entries sorted by group instead of a
-    // table of every group's maximum, which would take memory and time in `groups`, not in the row.
-    parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(e, 1)), [&](int64_t b, int64_t end) {
-      std::vector<int64_t> by_group(static_cast<size_t>(e));
-      for (int64_t r = b; r < end; ++r) {
-        const T* sr = s + r * e;
-        const int64_t* gr = grp + r * e;
-        std::iota(by_group.begin(), by_group.end(), int64_t(0));
-        // (stable: within a group the entries keep their order, so maxima match the table path to the sign of zero)
-        std::stable_sort(by_group.begin(), by_group.end(), [gr](int64_t x, int64_t y) { return gr[x] < gr[y]; });
-        for (int64_t lo = 0; lo < e;) {
-          int64_t hi = lo;
-          double v = -std::numeric_limits<double>::infinity();
-          for (; hi < e && gr[by_group[size_t(hi)]] == gr[by_group[size_t(lo)]]; ++hi)
-            v = std::max(v, double(sr[by_group[size_t(hi)]]));
-          for (int64_t i = lo; i < hi; ++i) out[r * e + by_group[size_t(i)]] = std::isfinite(v) ? T(v) : T(0);
-          lo = hi;
-        }
-      }
-    });
-    return;
-  }
   parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(e, 1)), [&](int64_t b, int64_t end) {
     std::vector<double> mx(static_cast<size_t>(groups));
     for (int64_t r = b; r < end; ++r) {
@@ -87,6 +63,24 @@ void group_max_rows(const T* s, const int64_t* grp, int64_t rows, int64_t e, int
       for (int64_t i = 0; i < e; ++i) {
         const double v = mx[size_t(gr[i])];
         out[r * e + i] = std::isfinite(v) ? T(v) : T(0);
+      }
+    }
+  });
+}
+
+// One row's runs of equal keys: each run's maximum to every entry of the run.
+template <typename T>
+void group_max_sorted_rows(const T* s, const int64_t* keys, const int64_t* perm, int64_t rows, int64_t e, T* out) {
+  parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(e, 1)), [&](int64_t b, int64_t end) {
+    for (int64_t r = b; r < end; ++r) {
+      const int64_t* kr = keys + r * e;
+      const int64_t* pr = perm + r * e;
+      for (int64_t lo = 0; lo < e;) {
+        int64_t hi = lo;
+        double v = -std::numeric_limits<double>::infinity();
+        for (; hi < e && kr[hi] == kr[lo]; ++hi) v = std::max(v, double(s[r * e + pr[hi]]));
+        for (int64_t i = lo; i < hi; ++i) out[r * e + pr[i]] = std::isfinite(v) ? T(v) : T(0);
+        lo = hi;
       }
     }
   });
@@ -108,6 +102,13 @@ void group_max_cpu(const Tensor& src, const Tensor& group, int64_t groups, const
   CF_DISPATCH_FLOAT_STD(src.dtype(), "group_max",
                         group_max_rows(src.data<scalar_t>(), group.data<int64_t>(), rows, e, groups,
                                        out.data<scalar_t>()));
+}
+
+void group_max_sorted_cpu(const Tensor& src, const Tensor& keys, const Tensor& perm, const Tensor& out) {
+  const int64_t rows = src.size(0), e = src.size(1);
+  CF_DISPATCH_FLOAT_STD(src.dtype(), "group_max",
+                        group_max_sorted_rows(src.data<scalar_t>(), keys.data<int64_t>(), perm.data<int64_t>(), rows,
+                                              e, out.data<scalar_t>()));
 }
 
 }  // namespace cf::kernels

@@ -5,7 +5,8 @@
 //    index holding it (the CPU's first-maximum scan). Distances sum over C in
 //    the CPU's order, in double.
 //  - group maxima: an atomic max per entry into a (rows, groups) double table
-//    (max is exact, so the order of the atomics does not matter), then a gather.
+//    (max is exact, so the order of the atomics does not matter), then a gather;
+//    from sorted ids (groups > entries): a thread per run of equal ids.
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -101,6 +102,25 @@ __global__ void group_max_gather_kernel(const int64_t* grp, int64_t total, int64
   }
 }
 
+// Entry i of the sorted keys starts a run when it is its row's first or its key differs from the one
+// before; that thread takes the run's maximum and writes it to the run's entries. (A run is walked by
+// one thread: this path serves sparse ids, where runs are short.)
+template <typename T>
+__global__ void group_max_runs_kernel(const T* s, const int64_t* keys, const int64_t* perm, int64_t total, int64_t e,
+                                      T* out) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t c = i % e, row = i - c;
+    if (c > 0 && keys[i] == keys[i - 1]) continue;
+    const int64_t end = row + e;
+    double v = -INFINITY;
+    int64_t j = i;
+    for (; j < end && keys[j] == keys[i]; ++j) v = fmax(v, double(s[row + perm[j]]));
+    const T w = isfinite(v) ? T(v) : T(0);
+    for (int64_t t = i; t < j; ++t) out[row + perm[t]] = w;
+  }
+}
+
 }  // namespace
 
 void farthest_point_sampling_cuda(const Tensor& points, const Tensor& pad, const Tensor& out) {
@@ -117,9 +137,8 @@ void group_max_cuda(const Tensor& src, const Tensor& group, int64_t groups, cons
   const int64_t rows = src.size(0), e = src.size(1), total = rows * e;
   if (total == 0) return;
   cu::use_device_of(src, "group_max");
-  // One running maximum per (row, group): the table is rows x groups doubles.
-  CF_CHECK(groups <= std::numeric_limits<int64_t>::max() / 8 / rows, ValueError, "[group_max] ", groups,
-           " groups for ", rows, " rows need a table of more than 2^63 bytes on CUDA");
+  // One running maximum per (row, group): the table is rows x groups doubles (groups <= e: the op takes
+  // group_max_sorted beyond).
   Tensor mx = Tensor::full({rows * groups}, -std::numeric_limits<double>::infinity(), kFloat64, src.device());
   CF_DISPATCH_FLOAT_STD(src.dtype(), "group_max",
                         (group_max_scatter_kernel<scalar_t><<<cu::grid_for(total), kThreads>>>(
@@ -128,6 +147,17 @@ void group_max_cuda(const Tensor& src, const Tensor& group, int64_t groups, cons
                         ::cf::cuda::check_launch("group_max");
                         (group_max_gather_kernel<scalar_t><<<cu::grid_for(total), kThreads>>>(
                              cu::ptr<int64_t>(group), total, e, groups, cu::ptr<double>(mx),
+                             cu::ptr<scalar_t>(out))));
+  ::cf::cuda::check_launch("group_max");
+}
+
+void group_max_sorted_cuda(const Tensor& src, const Tensor& keys, const Tensor& perm, const Tensor& out) {
+  const int64_t e = src.size(1), total = src.size(0) * e;
+  if (total == 0) return;
+  cu::use_device_of(src, "group_max");
+  CF_DISPATCH_FLOAT_STD(src.dtype(), "group_max",
+                        (group_max_runs_kernel<scalar_t><<<cu::grid_for(total), kThreads>>>(
+                             cu::ptr<scalar_t>(src), cu::ptr<int64_t>(keys), cu::ptr<int64_t>(perm), total, e,
                              cu::ptr<scalar_t>(out))));
   ::cf::cuda::check_launch("group_max");
 }

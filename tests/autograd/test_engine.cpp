@@ -298,6 +298,51 @@ TEST_CASE("gradcheck catches a wrong gradient and reports it") {
   CHECK_MESSAGE(good.ok, good.message);
 }
 
+TEST_CASE("gradcheck catches a backward that differs between runs, one that answers a zero gradient, and an f that reaches no input") {
+  // y = 2 x with a backward that drifts by 1e-3 per call: the first analytic pass would agree with
+  // the finite differences to 1e-3 only, so the repeat check is what must name it.
+  auto calls = std::make_shared<int>(0);
+  auto drifting = [calls](const std::vector<Tensor>& in) {
+    Tensor out = mul(in[0].detach(), 2.0);
+    autograd::record("drift", {in[0]}, out, [calls](const Tensor& g) -> std::vector<Tensor> {
+      return {mul(g, 2.0 * (1.0 + 1e-3 * double((*calls)++)))};
+    });
+    return out;
+  };
+  const GradcheckResult r = gradcheck(drifting, {leaf64({3})});
+  CHECK_FALSE(r.ok);
+  CHECK(r.message.find("[gradcheck] backward run twice gave different gradients for input 0") != std::string::npos);
+  // A backward that adds a constant: right for no weighting, caught by the zero grad_output pass.
+  auto offset = [](const std::vector<Tensor>& in) {
+    Tensor out = mul(in[0].detach(), 2.0);
+    autograd::record("offset", {in[0]}, out, [](const Tensor& g) -> std::vector<Tensor> { return {add(mul(g, 2.0), 1.0)}; });
+    return out;
+  };
+  const GradcheckResult z = gradcheck(offset, {leaf64({3})});
+  CHECK_FALSE(z.ok);
+  CHECK(z.message.find("[gradcheck] a zero grad_output gave gradient 1 for input 0 at flat index 0") != std::string::npos);
+  // With the zero-gradient pass off, the finite differences still see the constant (the pass names it first).
+  GradcheckOptions loose;
+  loose.check_zero_grad = false;
+  CHECK_FALSE(gradcheck(offset, {leaf64({3})}, loose).ok);
+  CHECK_THROWS_MSG(gradcheck([](const std::vector<Tensor>& in) { return mul(in[0].detach(), 2.0); }, {leaf64({3})}),
+                   AutogradError, "[gradcheck] f's output does not depend on any input that requires grad");
+}
+
+TEST_CASE("the engine refuses a backward that returns the wrong number or shape of gradients, naming the node") {
+  Tensor x = leaf64({3});
+  Tensor y = sum(x.detach());
+  autograd::record("too_many", {x}, y, [](const Tensor& g) -> std::vector<Tensor> {
+    return {expand(g, {3}), expand(g, {3})};
+  });
+  CHECK_THROWS_MSG(y.backward(), AutogradError, "[backward] node 'too_many' returned 2 gradients for 1 inputs");
+  Tensor y2 = sum(x.detach());
+  autograd::record("wrong_shape", {x}, y2, [](const Tensor& g) -> std::vector<Tensor> { return {expand(g, {2})}; });
+  CHECK_THROWS_MSG(y2.backward(), AutogradError,
+                   "[backward] node 'wrong_shape' returned a gradient of shape (2) for input 0 of shape (3)");
+  CHECK_FALSE(x.grad().defined());
+}
+
 TEST_CASE("gradcheck leaves the inputs' .grad as it found them") {
   // It runs backward into them: the caller's gradient was erased (torch's gradcheck keeps it).
   Tensor x = leaf64({3}), y = leaf64({2});

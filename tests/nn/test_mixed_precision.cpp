@@ -178,6 +178,26 @@ TEST_CASE("GradScaler unscales float16 gradients in float32") {
   }
 }
 
+TEST_CASE("GradScaler refuses options outside their range, naming the option and the value") {
+  auto with = [](auto set) {
+    nn::GradScalerOptions o;
+    set(o);
+    return o;
+  };
+  CHECK_THROWS_MSG(nn::GradScaler(with([](nn::GradScalerOptions& o) { o.init_scale = 0; })), ValueError,
+                   "[GradScaler] init_scale must be finite and > 0, got 0");
+  CHECK_THROWS_MSG(nn::GradScaler(with([](nn::GradScalerOptions& o) { o.init_scale = std::nan(""); })), ValueError,
+                   "[GradScaler] init_scale must be finite and > 0, got nan");
+  CHECK_THROWS_MSG(nn::GradScaler(with([](nn::GradScalerOptions& o) { o.growth_factor = 1; })), ValueError,
+                   "[GradScaler] growth_factor must be > 1, got 1");
+  CHECK_THROWS_MSG(nn::GradScaler(with([](nn::GradScalerOptions& o) { o.backoff_factor = 1; })), ValueError,
+                   "[GradScaler] backoff_factor must be in (0, 1), got 1");
+  CHECK_THROWS_MSG(nn::GradScaler(with([](nn::GradScalerOptions& o) { o.backoff_factor = 0; })), ValueError,
+                   "[GradScaler] backoff_factor must be in (0, 1), got 0");
+  CHECK_THROWS_MSG(nn::GradScaler(with([](nn::GradScalerOptions& o) { o.growth_interval = 0; })), ValueError,
+                   "[GradScaler] growth_interval must be > 0, got 0");
+}
+
 TEST_CASE("GradScaler: unscales, skips a step with inf/NaN gradients, backs off and grows back") {
   Tensor p = Tensor::full({2}, 1.0, kFloat16).set_requires_grad(true);
   nn::SGD sgd({{"p", p}}, nn::SGDOptions{0.5});
@@ -226,7 +246,7 @@ TEST_CASE("GradScaler: unscales, skips a step with inf/NaN gradients, backs off 
   scaler.unscale_(sgd);
   CHECK_THROWS_MSG(scaler.unscale_(sgd), ValueError, "[GradScaler.unscale_]", "already");
   scaler.update();
-  CHECK_THROWS_MSG(scaler.update(), ValueError, "[GradScaler.update]");
+  CHECK_THROWS_MSG(scaler.update(), ValueError, "[GradScaler.update] called without a step()");
 
   // state dict: round trip and strict checks
   nn::GradScaler other;

@@ -159,7 +159,7 @@ TEST_CASE("train/eval propagates - to(dtype) converts - to(device) refuses a mis
   CHECK(a.blocks[0]->counter.dtype() == kInt64);  // int buffers keep their dtype
   CHECK(a.blocks[0]->cache.dtype() == kFloat64);
   for (size_t i = 0; i < w.size(); ++i) CHECK(values(a.head->weight)[i] == w[i]);
-  CHECK_THROWS_MSG(a.to(kInt64), DTypeError, "[Module::to]");
+  CHECK_THROWS_MSG(a.to(kInt64), DTypeError, "[Module::to] parameters can only be floating", "int64");
   a.head->weight.set_requires_grad(false);  // frozen
   a.to(kFloat32);
   CHECK(!a.head->weight.requires_grad());

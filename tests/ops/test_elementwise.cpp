@@ -89,17 +89,31 @@ TEST_CASE("elementwise bad input") {
   CHECK(values(gt(i, 2.0)) == std::vector<double>{0, 0, 1});
 }
 
+// Each binary op broadcasts the second operand, the first, and both at once ((2, 1) with (1, 3)):
+// its backward must sum each gradient back to its operand's shape.
 GRADCHECK_CASE(add) {
   check_grad("add", [](const std::vector<Tensor>& x) { return add(x[0], x[1]); },
              {leaf64({2, 3}, 1), leaf64({3}, 2)});
+  check_grad("add", [](const std::vector<Tensor>& x) { return add(x[0], x[1]); },
+             {leaf64({3}, 1), leaf64({2, 3}, 2)});
+  check_grad("add", [](const std::vector<Tensor>& x) { return add(x[0], x[1]); },
+             {leaf64({2, 1}, 1), leaf64({1, 3}, 2)});
 }
 GRADCHECK_CASE(mul) {
   check_grad("mul", [](const std::vector<Tensor>& x) { return mul(x[0], x[1]); },
              {leaf64({2, 3}, 1), leaf64({2, 1}, 2)});
+  check_grad("mul", [](const std::vector<Tensor>& x) { return mul(x[0], x[1]); },
+             {leaf64({3}, 1), leaf64({2, 3}, 2)});
+  check_grad("mul", [](const std::vector<Tensor>& x) { return mul(x[0], x[1]); },
+             {leaf64({2, 1}, 1), leaf64({1, 3}, 2)});
 }
 GRADCHECK_CASE(div) {
   check_grad("div", [](const std::vector<Tensor>& x) { return div(x[0], x[1]); },
              {leaf64({2, 3}, 1), leaf64({3}, 2, 0.5, 2.0)});
+  check_grad("div", [](const std::vector<Tensor>& x) { return div(x[0], x[1]); },
+             {leaf64({3}, 1), leaf64({2, 3}, 2, 0.5, 2.0)});
+  check_grad("div", [](const std::vector<Tensor>& x) { return div(x[0], x[1]); },
+             {leaf64({2, 1}, 1), leaf64({1, 3}, 2, 0.5, 2.0)});
 }
 
 }
@@ -290,13 +304,31 @@ GRADCHECK_CASE(erf) { check_grad("erf", [](auto& x) { return erf(x[0]); }, {leaf
 GRADCHECK_CASE(clamp) {
   Tensor x = t64({-1.5, -0.3, 0.2, 0.9, 1.7}, {5}).set_requires_grad(true);
   check_grad("clamp", [](auto& v) { return clamp(v[0], -1.0, 1.0); }, {x});
+  // At a bound the gradient passes (PyTorch's rule: min <= x <= max); an infinite bound is no bound;
+  // low == high clamps everything to it and passes the gradient only where x equals it.
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor b = t64({-1.0, 1.0, -1.5, 1.5}, {4}).set_requires_grad(true);
+  sum(clamp(b, -1.0, 1.0)).backward();
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{1, 1, 0, 0});
+  Tensor c = t64({-3.0, 0.0, 1e300}, {3}).set_requires_grad(true);
+  Tensor yc = clamp(c, 0.0, inf);
+  CHECK(yc.to_vector<double>() == std::vector<double>{0, 0, 1e300});
+  sum(yc).backward();
+  CHECK(c.grad().to_vector<double>() == std::vector<double>{0, 1, 1});
+  Tensor d = t64({-1.0, 2.0, 3.0}, {3}).set_requires_grad(true);
+  Tensor yd = clamp(d, 2.0, 2.0);
+  CHECK(yd.to_vector<double>() == std::vector<double>{2, 2, 2});
+  sum(yd).backward();
+  CHECK(d.grad().to_vector<double>() == std::vector<double>{0, 1, 0});
 }
 GRADCHECK_CASE(sub) {
   check_grad("sub", [](auto& x) { return sub(x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({2, 1}, 2)});
+  check_grad("sub", [](auto& x) { return sub(x[0], x[1]); }, {leaf64({1, 3}, 1), leaf64({2, 1}, 2)});
 }
 GRADCHECK_CASE(pow) {
   check_grad("pow", [](auto& x) { return pow(x[0], x[1]); }, {leaf64({2, 3}, 1, 0.5, 2), leaf64({3}, 2)});
   check_grad("pow", [](auto& x) { return pow(x[0], 2.5); }, {leaf64({2, 3}, 1, 0.5, 2)});
+  check_grad("pow", [](auto& x) { return pow(x[0], x[1]); }, {leaf64({2, 1}, 1, 0.5, 2), leaf64({1, 3}, 2)});
   // At a zero base the gradients are PyTorch's limits, not NaN (one NaN poisons every later
   // gradient): d(a^b)/da is 0 where b = 0; d(a^b)/db is 0 where a = 0 and b >= 0; d(x^0)/dx is 0.
   Tensor a = t64({0.0, 0.0, 0.0, 2.0}, {4}).set_requires_grad(true);
@@ -319,19 +351,35 @@ GRADCHECK_CASE(maximum) {
   Tensor a = t64({1, 5, 3, -2}, {4}).set_requires_grad(true);
   Tensor b = t64({2, 4, 0, -1}, {4}).set_requires_grad(true);
   check_grad("maximum", [](auto& x) { return maximum(x[0], x[1]); }, {a, b});
+  // broadcast (random values: no ties, so away from the kink)
+  check_grad("maximum", [](auto& x) { return maximum(x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({3}, 2)});
+  check_grad("maximum", [](auto& x) { return maximum(x[0], x[1]); }, {leaf64({2, 1}, 3), leaf64({1, 3}, 4)});
 }
 GRADCHECK_CASE(minimum) {
   Tensor a = t64({1, 5, 3, -2}, {4}).set_requires_grad(true);
   Tensor b = t64({2, 4, 0, -1}, {4}).set_requires_grad(true);
   check_grad("minimum", [](auto& x) { return minimum(x[0], x[1]); }, {a, b});
+  check_grad("minimum", [](auto& x) { return minimum(x[0], x[1]); }, {leaf64({3}, 1), leaf64({2, 3}, 2)});
+  check_grad("minimum", [](auto& x) { return minimum(x[0], x[1]); }, {leaf64({2, 1}, 3), leaf64({1, 3}, 4)});
 }
 GRADCHECK_CASE(where) {
   Tensor c = Tensor::from_vector(std::vector<bool>{true, false, true}, {3});
   check_grad("where", [c](auto& x) { return where(c, x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({3}, 2)});
+  const Tensor c2 = Tensor::from_vector(std::vector<bool>{true, false}, {2, 1});
+  check_grad("where", [c2](auto& x) { return where(c2, x[0], x[1]); }, {leaf64({1, 3}, 1), leaf64({2, 1}, 2)});
 }
 GRADCHECK_CASE(to) {
   check_grad("to", [](auto& x) { return to(to(x[0], kFloat32), kFloat64); }, {leaf64({3})},
              GradcheckOptions{1e-3, 1e-4, 1e-2});  // the float32 round trip limits precision
+  // The finite differences above see the cast's rounding; its gradient itself is exact: the incoming
+  // gradient cast back, bit for bit, whenever it is representable in the narrow dtype.
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    INFO(dtype_name(dt));
+    Tensor x = t64({0.3, -1.7, 2.2, 5.0}, {4}).set_requires_grad(true);
+    const std::vector<double> w = {0.25, -1.5, 3.0, -0.0078125};
+    sum(mul(to(to(x, dt), kFloat64), t64(w, {4}))).backward();
+    CHECK(x.grad().to_vector<double>() == w);
+  }
 }
 GRADCHECK_CASE(clone) {
   check_grad("clone", [](auto& x) { return clone(transpose(x[0], 0, 1)); }, {leaf64({2, 3})});

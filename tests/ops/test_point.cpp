@@ -169,6 +169,12 @@ PARITY_CASE(group_max) {
   for (DType dt : {kFloat64, kFloat32}) {
     const Tensor s = group_scores(dt), g = group_ids();
     CHECK(vals(to(group_max(cuda0(s), cuda0(g), 7).cpu(), kFloat64)) == vals(to(group_max(s, g, 7), kFloat64)));
+    // more groups than entries: the sorted path (ids spread up to 2^62)
+    std::vector<int64_t> ids = g.to_vector<int64_t>();
+    for (int64_t& id : ids) id <<= 59;
+    const Tensor spread = Tensor::from_vector(ids, g.shape());
+    CHECK(vals(to(group_max(cuda0(s), cuda0(spread), int64_t(1) << 62).cpu(), kFloat64)) ==
+          vals(to(group_max(s, g, 7), kFloat64)));
   }
 }
 

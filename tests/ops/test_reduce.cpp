@@ -220,17 +220,34 @@ GRADCHECK_CASE(sum) {
   check_grad("sum", [](auto& x) { return sum(x[0], {0, 2}); }, {leaf64({2, 3, 2})});
   check_grad("sum", [](auto& x) { return sum(x[0], {1}, true); }, {leaf64({2, 3})});
 }
-GRADCHECK_CASE(mean) { check_grad("mean", [](auto& x) { return mean(x[0], {1}); }, {leaf64({2, 3})}); }
+GRADCHECK_CASE(mean) {
+  check_grad("mean", [](auto& x) { return mean(x[0], {1}); }, {leaf64({2, 3})});
+  check_grad("mean", [](auto& x) { return mean(x[0]); }, {leaf64({2, 3})});  // every axis
+  check_grad("mean", [](auto& x) { return mean(x[0], {0, 2}, true); }, {leaf64({2, 3, 2})});
+}
 GRADCHECK_CASE(var) {
   check_grad("var", [](auto& x) { return var(x[0], {1}); }, {leaf64({2, 4})});
   check_grad("var", [](auto& x) { return var(x[0], {}, 0); }, {leaf64({2, 4})});
+  check_grad("var", [](auto& x) { return var(x[0], {0, 2}, 1, true); }, {leaf64({3, 2, 4})});
 }
 GRADCHECK_CASE(logsumexp) {
   check_grad("logsumexp", [](auto& x) { return logsumexp(x[0], {0}); }, {leaf64({3, 2})});
+  check_grad("logsumexp", [](auto& x) { return logsumexp(x[0]); }, {leaf64({3, 2})});
+  check_grad("logsumexp", [](auto& x) { return logsumexp(x[0], {0, 2}, true); }, {leaf64({2, 3, 2})});
+  // A masked row (-inf next to finite scores, as attention's scores): the gradient is the finite
+  // entries' softmax and exactly 0 at -inf, no NaN.
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor m = t64({-inf, 0.0, std::log(3.0)}, {3}).set_requires_grad(true);
+  logsumexp(m).backward();
+  const std::vector<double> gm = m.grad().to_vector<double>();
+  CHECK(gm[0] == 0.0);
+  CHECK(gm[1] == doctest::Approx(0.25).epsilon(1e-15));
+  CHECK(gm[2] == doctest::Approx(0.75).epsilon(1e-15));
 }
 GRADCHECK_CASE(amax) {
   Tensor x = t64({1, 5, 3, -2, 4, 0}, {2, 3}).set_requires_grad(true);
   check_grad("amax", [](auto& v) { return amax(v[0], {1}); }, {x});
+  check_grad("amax", [](auto& v) { return amax(v[0], {0}, true); }, {x});
 }
 GRADCHECK_CASE(amin) {
   Tensor x = t64({1, 5, 3, -2, 4, 0}, {2, 3}).set_requires_grad(true);
