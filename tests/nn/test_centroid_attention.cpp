@@ -295,6 +295,50 @@ TEST_CASE("CentroidAttentionBlock: float64 gradcheck under every differentiable 
   }
 }
 
+TEST_CASE("CentroidAttentionBlock with key padding: float64 gradcheck, and padded tokens get no gradient") {
+  const int64_t B = 2, N = 9, D = 4, H = 2;
+  std::vector<bool> pad(size_t(B * N), false);
+  pad[size_t(N + 7)] = pad[size_t(N + 8)] = true;  // the last 2 tokens of batch 1
+  const Tensor mask = Tensor::from_vector(pad, {B, N});
+  struct Case {
+    std::string init;
+    int64_t knn;
+    std::string normalize;
+  };
+  for (const Case& c : {Case{"mean", 0, "centroids"}, Case{"mean", 0, "inputs"}, Case{"fps", 0, "centroids"},
+                        Case{"fps", 4, "inputs"}, Case{"random", 0, "centroids"}}) {  // (the inits that take padding)
+    CAPTURE(c.init);
+    CAPTURE(c.knn);
+    CAPTURE(c.normalize);
+    nn::CentroidAttentionOptions o = opts(D, H, c.init);
+    o.knn = c.knn;
+    o.normalize = c.normalize;
+    o.num_centroids = 4;
+    o.seq_len = N;
+    Generator gen(23);
+    nn::CentroidAttentionBlock blk(o, 8, "gelu", 0.0, gen);
+    blk.to(kFloat64);
+    // Only the centroids that are not padding are read (a padded centroid's row is a placeholder).
+    auto real_rows = [&](const nn::CentroidBlockOutput& out) {
+      return out.mask.defined() ? masked_fill(out.u, unsqueeze(out.mask, -1), 0.0) : out.u;
+    };
+    // ("random" draws from a generator restarted at each evaluation: the same centroids every time)
+    auto run = [&](const Tensor& x) {
+      Generator sampler(4);
+      return real_rows(blk.forward(x, mask, Tensor(), &sampler));
+    };
+    check_module_grad(blk, [&](const std::vector<Tensor>& xs) { return run(xs[0]); }, {leaf64({B, N, D}, 37)});
+    Tensor x = leaf64({B, N, D}, 37);
+    sum(mul(run(x), leaf64({B, blk.init->num_centroids(N), D}, 5).detach())).backward();
+    const std::vector<double> gx = x.grad().to_vector<double>();
+    for (int64_t t : {N + 7, N + 8})
+      for (int64_t d = 0; d < D; ++d) CHECK(gx[size_t(t * D + d)] == 0.0);
+    double real = 0;
+    for (int64_t d = 0; d < D; ++d) real += std::abs(gx[size_t((N + 6) * D + d)]);
+    CHECK(real > 0);
+  }
+}
+
 TEST_CASE("measure_cost: MACs of a centroid attention block match a hand count") {
   const int64_t B = 2, N = 12, M = 4, D = 8, H = 2, F = 16, T = 2, K = 5;
   for (int64_t knn : {int64_t(0), K}) {
