@@ -792,9 +792,10 @@ TEST_CASE("flash attention: strided inputs, zero grad_output, repeatable backwar
 GRADCHECK_CASE(flash_attention) {
   Tensor kpm = padding(2, 6, {{1, 1}, {1, 4}});
   for (bool causal : {false, true})
-    check_grad("flash_attention",
-               [&](const std::vector<Tensor>& x) { return flash_attention(x[0], x[1], x[2], kpm, 0.0, causal); },
-               {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
+    for (double scale : {0.0, 0.7})
+      check_grad("flash_attention",
+                 [&](const std::vector<Tensor>& x) { return flash_attention(x[0], x[1], x[2], kpm, scale, causal); },
+                 {leaf64({2, 2, 5, 3}, 1), leaf64({2, 2, 6, 3}, 2), leaf64({2, 2, 6, 2}, 3)});
   // With dropout: a fresh generator per evaluation, so every evaluation drops the same weights.
   for (bool causal : {false, true})
     check_grad("flash_attention",
@@ -894,6 +895,36 @@ GRADCHECK_CASE(block_attention) {
                },
                {leaf64({2, 2, 7, 3}, 1), leaf64({2, 2, 7, 3}, 2), leaf64({2, 2, 7, 2}, 3)});
   }
+  // The other options: look-ahead with one table shared by the heads and an explicit scale; rounds
+  // (the table has H * R heads over q, k, v's H), their outputs apart or combined by their lse.
+  {
+    BlockAttentionOptions a;
+    a.look_back = 0;
+    a.look_ahead = 1;
+    a.scale = 0.7;
+    Tensor shared = slice(members, 1, 0, 1);  // (B, 1, 3, 3)
+    check_grad("block_attention",
+               [&](const std::vector<Tensor>& x) {
+                 BlockAttentionResult r = block_attention(x[0], x[1], x[2], shared, kpm, a);
+                 return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
+               },
+               {leaf64({2, 2, 7, 3}, 1), leaf64({2, 2, 7, 3}, 2), leaf64({2, 2, 7, 2}, 3)});
+  }
+  // Rounds: q, k, v with one head, the four tables above as its R = 2 rounds per batch row.
+  Tensor rounds_members = reshape(members, {2, 2, 3, 3});
+  for (bool combine : {false, true}) {
+    BlockAttentionOptions r2;
+    r2.look_back = 1;
+    r2.rounds = 2;
+    r2.combine_rounds = combine;
+    r2.causal = combine;
+    check_grad("block_attention",
+               [&](const std::vector<Tensor>& x) {
+                 BlockAttentionResult r = block_attention(x[0], x[1], x[2], rounds_members, kpm, r2);
+                 return sum(r.out * r.out) + sum(masked_fill(r.lse, lt(r.lse, -1e4), 0.0));
+               },
+               {leaf64({2, 1, 7, 3}, 4), leaf64({2, 1, 7, 3}, 5), leaf64({2, 1, 7, 2}, 6)});
+  }
 }
 
 TEST_CASE("block attention rejects bad input with the shapes in the message") {
@@ -943,7 +974,7 @@ GRADCHECK_CASE(routed_attention) {
   for (bool causal : {false, true})
     check_grad("routed_attention",
                [&](const std::vector<Tensor>& x) {
-                 Tensor out = routed_attention(x[0], x[1], x[2], qm, km, kpm, 0.0, causal);
+                 Tensor out = routed_attention(x[0], x[1], x[2], qm, km, kpm, causal ? 0.7 : 0.0, causal);
                  return sum(out * out);
                },
                {leaf64({2, 2, 7, 3}, 1), leaf64({2, 2, 7, 3}, 2), leaf64({2, 2, 7, 2}, 3)});
