@@ -27,7 +27,8 @@ def test_backward_with_grad_output_and_retain_graph():
     y.backward(cf.full([2, 2], 2.0), retain_graph=True)
     y.backward(cf.ones([2, 2]))
     assert x.grad.tolist() == [[9, 9], [9, 9]]
-    with pytest.raises(cf.AutogradError):
+    with pytest.raises(cf.AutogradError, match=r"^\[backward\] the graph through 'mul' was already freed by an earlier "
+                                              r"backward"):
         y.backward(cf.ones([2, 2]))  # the graph was freed by the last backward
 
 
@@ -37,7 +38,7 @@ def test_detach_and_requires_grad():
     assert not d.requires_grad and d.shares_storage(x)
     y = x.requires_grad_(False)
     assert y is x and not x.requires_grad
-    with pytest.raises(cf.DTypeError):
+    with pytest.raises(cf.DTypeError, match=r"^\[requires_grad\] only float tensors can require grad, got int64"):
         cf.arange(3).requires_grad = True
 
 
@@ -120,7 +121,9 @@ def test_inplace_change_of_a_saved_tensor_is_an_error():
     y = cf.sum(h * h)
     with cf.no_grad():
         h.fill_(3.0)
-    with pytest.raises(cf.AutogradError):
+    with pytest.raises(cf.AutogradError, match=r"^\[backward\] a tensor float32 \(2\) on cpu saved by 'mul' for "
+                                              r"backward was modified in place afterwards \(version 1, saved at "
+                                              r"version 0\)"):
         y.backward()
 
 
@@ -360,6 +363,25 @@ def test_autograd_grad_and_retain_grad_as_pytorch():
         cf.autograd.grad(u, x, create_graph=True)
     with pytest.raises(TypeError, match=r"\[grad\] inputs must hold cf.Tensors, got int"):
         cf.autograd.grad(u, [1])
+    # the None-or-bool flags refuse truthy stand-ins (1, "yes") rather than reading them as bools
+    with pytest.raises(TypeError, match=r"^\[grad\] retain_graph must be a bool or None, got int$"):
+        cf.autograd.grad(u, x, retain_graph=1)
+    with pytest.raises(TypeError, match=r"^\[grad\] allow_unused must be a bool or None, got str$"):
+        cf.autograd.grad(u, [w, x], allow_unused="yes")
+    # outputs (and inputs) are one tensor or an iterable of them: a number or a str (iterable, but of
+    # characters) is named
+    with pytest.raises(TypeError, match=r"^\[grad\] outputs must be a cf.Tensor or an iterable of them, got float$"):
+        cf.autograd.grad(2.0, x)
+    with pytest.raises(TypeError, match=r"^\[grad\] outputs must be a cf.Tensor or an iterable of them, got str$"):
+        cf.autograd.grad("u", x)
+    with pytest.raises(TypeError, match=r"^\[grad\] inputs must be a cf.Tensor or an iterable of them, got int$"):
+        cf.autograd.grad(u, 3)
+    assert cf.autograd.grad(u, x, retain_graph=True, allow_unused=None)[0].tolist() == [2.0, 4.0]
     from cf.autograd import grad  # importable as torch's
 
     assert grad(u, x)[0].tolist() == [2.0, 4.0]
+    # retain_graph=None is the default (False): the graph is freed
+    v = (x * x).sum()
+    assert cf.autograd.grad(v, x, retain_graph=None)[0].tolist() == [2.0, 4.0]
+    with pytest.raises(cf.AutogradError, match=r"^\[backward\] the graph through '\w+' was already freed"):
+        cf.autograd.grad(v, x)

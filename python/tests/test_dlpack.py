@@ -81,6 +81,23 @@ def test_unsupported_inputs_are_clear_errors():
         cf.from_dlpack(np.zeros(3, dtype=np.int32))
     with pytest.raises(cf.ValueError, match="no __dlpack__"):
         cf.from_dlpack([1, 2, 3])
+    # NumPy refuses to export these (its BufferError): cf's names the op and the object's type
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    try:  # NumPy >= 2.1 exports it marked read-only through DLPack 1.0, and cf then refuses it itself
+        ro.__dlpack__(max_version=(1, 0))
+        exported = True
+    except (TypeError, BufferError):
+        exported = False
+    if exported:
+        with pytest.raises(cf.ValueError, match=r"^\[from_dlpack\] the producer marked the tensor read-only"):
+            cf.from_dlpack(ro)
+    else:
+        with pytest.raises(BufferError, match=r"^\[from_dlpack\] <class 'numpy.ndarray'> cannot be exported: \S"):
+            cf.from_dlpack(ro)
+    with pytest.raises(BufferError, match=r"^\[from_dlpack\] <class 'numpy.ndarray'> cannot be exported: \S"):
+        cf.from_dlpack(np.arange(3, dtype=">f4"))  # byte-swapped
+    assert cf.from_dlpack(np.arange(3, dtype="<f4")).tolist() == [0.0, 1.0, 2.0]  # native order is taken
 
 
 @requires_cuda
@@ -91,7 +108,7 @@ def test_cuda_dlpack_round_trip():
     assert u.device == t.device and u.data_ptr() == t.data_ptr()
     u[3] = -1.0
     assert t[3].item() == -1.0
-    with pytest.raises(cf.DeviceError):
+    with pytest.raises(cf.DeviceError, match=r"\[__array__\] tensor is on cuda:0: NumPy reads CPU memory only"):
         np.asarray(t)
     with pytest.raises(cf.DeviceError, match="NumPy reads CPU memory only"):
         np.sum(t)  # NumPy's functions view tensors as np.asarray does

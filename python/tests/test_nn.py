@@ -117,7 +117,8 @@ def test_state_dict_checkpoint_and_safetensors(tmp_path):
     opt2 = cf.nn.SGD(other, lr=0.1, momentum=0.9)
     opt2.load_state_dict(ck.optimizer)
     assert opt2.step_count == 1
-    with pytest.raises(cf.ValueError):
+    with pytest.raises(cf.ValueError, match=r"^\[load_state_dict\] state dict does not fit the module: missing keys: "
+                                          r"bias; shape or dtype mismatch: weight \(expected \(2,3\), got \(3,3\)\)"):
         other.load_state_dict({"weight": cf.zeros([3, 3])})
     with pytest.raises(TypeError, match=r"\[save_checkpoint\] generators maps names \(str\) to cf.Generator"):
         cf.nn.save_checkpoint(path, model=model, generators={"g": 1})  # before: std::bad_cast
@@ -513,6 +514,15 @@ def test_sequential_takes_layers_as_arguments_or_a_list_and_names_what_it_refuse
         nn.Sequential([nn.Embedding(6, 4), nn.Linear(4, 6)])
     with pytest.raises(TypeError, match=r"^\[Sequential\] layer 3 is a cf._cf.nn.MultiHeadAttention"):
         s.append(nn.MultiHeadAttention("full", d_model=4, n_heads=1))
+    assert nn.Sequential(layers=[a, b, c])(x).tolist() == c(b(a(x))).tolist()
+    assert nn.Sequential(layers=(a, b))(x).tolist() == b(a(x)).tolist()
+    with pytest.raises(TypeError,
+                       match=r"^\[Sequential\] give the layers as arguments or as layers=\[\.\.\.\], not both$"):
+        nn.Sequential(a, layers=[b])
+    with pytest.raises(TypeError, match=r"^\[Sequential\] layers must be a list of layers, got a cf._cf.nn.ReLU$"):
+        nn.Sequential(layers=b)  # one layer, not a list of them
+    with pytest.raises(TypeError, match=r"^\[Sequential\] layers must be a list of layers, got a "):
+        nn.Sequential(layers=iter([a, b]))  # an iterator is not taken either
 
 
 def test_parameter_iterables_refuse_sets_and_keep_their_own_errors():

@@ -83,6 +83,120 @@ def test_attention_matches_cf_forward_and_gradients(variant, options):
             assert torch.allclose(p.grad, torch.from_dlpack(cp.grad), atol=1e-5), (name, cname)
 
 
+CAUSAL_VARIANTS = [("full", {}), ("neural-clustering", {"clusters": 3}), ("sparse", {"block_size": 4})]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("variant,options", CAUSAL_VARIANTS)
+def test_attention_causal_matches_cf_forward_and_gradients(variant, options, causal):
+    layer, twin = make_pair(variant, **options)
+    params, cf_params = list(layer.named_parameters()), list(twin.named_parameters())
+    # the same parameters, in the same order, and some: the zip below compares every one
+    assert len(params) == len(cf_params) > 0
+    assert [n for n, _ in params] == [n.replace(".", "_") for n, _ in cf_params]
+    x = torch.randn(2, 10, 16, requires_grad=True)
+    mask = torch.zeros(2, 10, dtype=torch.bool)
+    mask[1, 7:] = True
+    y = layer(x, key_padding_mask=mask, causal=causal)
+    xc = cf.from_dlpack(x.detach()).detach().requires_grad_()
+    mc = cf.tensor(mask.tolist())
+    yc = twin(xc, key_padding_mask=mc, causal=causal)
+    assert torch.allclose(y, torch.from_dlpack(yc.detach()), atol=1e-6)
+    with torch.no_grad():  # the flag reached cf: the other setting gives other outputs
+        assert not torch.allclose(layer(x, key_padding_mask=mask, causal=not causal), y, atol=1e-3)
+    g = torch.randn(2, 10, 16)
+    (y * g).sum().backward()
+    cf.sum(yc * cf.from_dlpack(g)).backward()
+    assert torch.allclose(x.grad, torch.from_dlpack(xc.grad), atol=1e-5)
+    compared = 0
+    for (name, p), (cname, cp) in zip(params, cf_params):
+        if cp.grad is None:  # neural clustering's C and W^C learn only from the auxiliary losses (off here)
+            assert p.grad is None, name
+        else:
+            assert p.grad is not None and torch.allclose(p.grad, torch.from_dlpack(cp.grad), atol=1e-5), (name, cname)
+            compared += 1
+    assert compared >= 8  # at least the four projections' weights and biases
+
+
+@pytest.mark.parametrize("variant,options", [("full", {}), ("sparse", {"block_size": 4})])
+def test_causal_attention_reads_no_later_position(variant, options):
+    # full attention and fixed sparse attention are strictly causal (README: a later token moves no earlier
+    # output); LSH, routing, Cluster-Former and neural clustering choose an earlier query's keys from the
+    # whole sequence, so a later token may change which past keys it reads: not probed here
+    layer = cf.torch.Attention(variant, d_model=16, n_heads=2, seed=0, **options).eval()
+    torch.manual_seed(1)
+    x = torch.randn(2, 12, 16)
+    y = layer(x, causal=True)
+    y_open = layer(x)
+    for j in (1, 5, 11):
+        x2 = x.clone()
+        x2[:, j] = 3.0 * torch.randn(2, 16)
+        y2 = layer(x2, causal=True)
+        assert torch.allclose(y2[:, :j], y[:, :j], rtol=0, atol=1e-6), j  # the past did not see position j
+        assert not torch.allclose(y2[:, j], y[:, j], atol=1e-3), j  # position j itself did
+        if j < 11:  # without causal, an earlier position sees the change (so the probe can tell)
+            assert not torch.allclose(layer(x2)[:, :j], y_open[:, :j], atol=1e-4), j
+        # and backward: the outputs before j send no gradient to positions j and later
+        xg = x.clone().requires_grad_()
+        layer(xg, causal=True)[:, :j].square().sum().backward()
+        assert torch.count_nonzero(xg.grad[:, j:]) == 0, j
+        assert xg.grad[:, :j].abs().sum() > 0, j
+
+
+@pytest.mark.parametrize("variant,options", [("full", {}), ("neural-clustering", {"clusters": 2})])
+def test_attention_gradcheck_in_float64_with_padding_and_causal(variant, options):
+    layer = cf.torch.Attention(variant, d_model=8, n_heads=2, seed=1, **options).double()
+    x = torch.randn(2, 6, 8, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[1, 4:] = True
+    mask[0, 0] = True  # query 0 of row 0 then has no key it may read under causal: zeros, still differentiable
+    # tolerances tight enough that a gradient off by 0.1% fails (gradcheck's defaults let that pass)
+    assert torch.autograd.gradcheck(lambda inp: layer(inp, key_padding_mask=mask), (x,), eps=1e-6, atol=1e-7,
+                                    rtol=1e-5)
+    assert torch.autograd.gradcheck(lambda inp: layer(inp, key_padding_mask=mask, causal=True), (x,), eps=1e-6,
+                                    atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant,options,aux_params", [
+    ("full", {}, set()),
+    ("neural-clustering", {"clusters": 2, "mu": 0.5, "nu": 0.5}, {"attention_centroids", "attention_w_c"})])
+def test_weight_gradients_match_finite_differences(variant, options, aux_params):
+    # gradcheck above covers x; the parameters' gradients by central differences of a few entries of each
+    # matrix, including the auxiliary losses' share (neural clustering: mu * L1 + nu * L2 enter the backward,
+    # their value is last_aux_loss, so the loss differenced is the output's plus it; C and W^C learn from
+    # them alone, and large weights make their share visible in the projections too)
+    layer = cf.torch.Attention(variant, d_model=8, n_heads=2, seed=2, **options).double()
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[1, 5:] = True
+    g = torch.randn(2, 6, 8, dtype=torch.float64)
+
+    def loss():
+        return (layer(x, key_padding_mask=mask, causal=True) * g).sum().item() + layer.last_aux_loss
+
+    (layer(x, key_padding_mask=mask, causal=True) * g).sum().backward()
+    assert (layer.last_aux_loss != 0.0) == bool(aux_params)
+    checked = []
+    for name, p in layer.named_parameters():
+        if p.dim() != 2:
+            continue
+        assert p.grad is not None, name
+        for idx in ((0, 1), (p.shape[0] - 1, p.shape[1] - 2)):
+            eps = 1e-6
+            with torch.no_grad():
+                orig = p[idx].item()
+                p[idx] = orig + eps
+                up = loss()
+                p[idx] = orig - eps
+                down = loss()
+                p[idx] = orig
+            fd = (up - down) / (2 * eps)
+            assert abs(fd - p.grad[idx].item()) <= 1e-8 + 1e-5 * abs(fd), (name, idx, fd, p.grad[idx].item())
+        checked.append(name)
+    assert set(checked) == {"w_q_weight", "w_k_weight", "w_v_weight", "w_o_weight"} | aux_params, checked
+
+
 def test_attention_gradcheck_in_float64():
     layer = cf.torch.Attention("neural-clustering", d_model=8, n_heads=2, seed=1, clusters=2).double()
     x = torch.randn(1, 6, 8, dtype=torch.float64, requires_grad=True)
