@@ -35,7 +35,8 @@ nn::AttentionSpec cluster_spec(const ClusterFormerConfig& c) {
   nlohmann::json j = c.cluster_attention;
   nn::Config options(j, "cluster_attention");
   const std::string type = options.get<std::string>("type", "cluster-former");  // read: not an option of the variant
-  if (type == "cluster-former" && !j.contains("chunk_size")) {
+  // (a null chunk_size is absent, as every null in a config: nn/config.h)
+  if (type == "cluster-former" && (!j.contains("chunk_size") || j["chunk_size"].is_null())) {
     j["chunk_size"] = c.stride;
     options = nn::Config(j, "cluster_attention");
     options.get<std::string>("type", "cluster-former");

@@ -90,8 +90,10 @@ TransformerConfig TransformerConfig::from_json(const nlohmann::json& j) {
 void TransformerConfig::validate(const char* who) const {
   CF_CHECK(vocab_size > 0, ValueError, "[", who, "] vocab_size must be positive, got ", vocab_size);
   CF_CHECK(tgt_vocab_size >= 0, ValueError, "[", who, "] tgt_vocab_size must be >= 0, got ", tgt_vocab_size);
-  CF_CHECK(max_len > 0 && n_layers > 0 && n_decoder_layers >= 0, ValueError, "[", who,
+  CF_CHECK(max_len > 0 && n_layers > 0, ValueError, "[", who,
            "] max_len and n_layers must be positive, got max_len=", max_len, " n_layers=", n_layers);
+  CF_CHECK(n_decoder_layers >= 0, ValueError, "[", who, "] n_decoder_layers must be >= 0 (0: n_layers), got ",
+           n_decoder_layers);
   CF_CHECK(pad_id >= -1 && pad_id < vocab_size, ValueError, "[", who, "] pad_id ", pad_id,
            " out of range for vocab_size ", vocab_size, " (-1: no padding token)");
   CF_CHECK(positional == "sinusoidal" || positional == "learned", ValueError, "[", who,

@@ -272,7 +272,9 @@ void Optimizer::load_state_dict(const StateDict& dict) {
       if (!t) continue;
       if (!t->defined()) {
         bad.push_back("'" + key + "' is an undefined tensor");
-      } else if (t->shape() != e.param.shape() || t->dtype() != e.slots[s].dtype()) {
+      } else if (t->shape() != e.param.shape() || is_floating(t->dtype()) != is_floating(e.slots[s].dtype())) {
+        // (a floating entry converts to the slot's dtype, as Module::load_state_dict converts parameters and
+        // PyTorch casts optimizer state to its parameter's: a float32 run resumes in float64 and back)
         bad.push_back(str("'", key, "' is ", t->describe(), " but parameter '", e.name, "' is ",
                           e.param.describe(), e.master.defined() ? " (float32 master state)" : ""));
       } else {
@@ -294,7 +296,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     std::string key = "master." + e.name;
     const Tensor* t = lookup(key);
     if (!t) continue;
-    if (!t->defined() || t->shape() != e.master.shape() || t->dtype() != kFloat32)
+    if (!t->defined() || t->shape() != e.master.shape() || !is_floating(t->dtype()))
       bad.push_back(str("'", key, "' is ", t->defined() ? t->describe() : std::string("undefined"),
                         " but the master of '", e.name, "' is ", e.master.describe()));
     else

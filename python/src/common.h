@@ -194,6 +194,9 @@ inline cf::Generator& gen_or_default(cf::Generator* g) { return g ? *g : cf::def
 // Named parameters from a Python object: a Module (its named parameters), a dict name -> Tensor, or a list of tensors (named by position, after
 // positional_prefix) or (name, Tensor) pairs; anything else is a TypeError naming op and the entry.
 cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string& positional_prefix = "");
+// A module's whole state (parameters and persistent buffers: routing's centroids, a memory bank) where a state
+// dict is expected (save_safetensors, load_state_dict, save_checkpoint's model); anything else as to_state_dict.
+cf::nn::StateDict module_state_or_dict(nb::handle h, const char* op);
 nb::dict state_dict_to_python(const cf::nn::StateDict& d);
 // A generator, filter(...), dict view or other iterable (not a list, tuple, dict, str, tensor or module) as a list,
 // else an invalid object; a set is refused (its order changes between runs), the iterable's own error passes.

@@ -96,6 +96,13 @@ Tensor tensor_entry(nb::handle v, const char* op, const std::string& key) {
 }
 }  // namespace
 
+cf::nn::StateDict module_state_or_dict(nb::handle h, const char* op) {
+  // (to_state_dict takes a module's parameters alone, which is what an optimizer or a norm wants: here that
+  // dropped the buffers silently, a file without routing's centroids)
+  if (nb::isinstance<cnn::Module>(h)) return nb::cast<cnn::Module&>(h).state_dict();
+  return to_state_dict(h, op);
+}
+
 cf::nn::StateDict to_state_dict(nb::handle h, const char* op, const std::string& positional_prefix) {
   if (nb::isinstance<cnn::Module>(h)) return nb::cast<cnn::Module&>(h).named_parameters();
   cnn::StateDict out;
@@ -250,7 +257,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            "Parameters and persistent buffers, name -> tensor (the module's own tensors, not copies).")
       .def("load_state_dict",
            [](cnn::Module& mod, nb::handle dict, bool strict) {
-             cnn::StateDict d = to_state_dict(dict, "load_state_dict");
+             cnn::StateDict d = module_state_or_dict(dict, "load_state_dict");
              nb::gil_scoped_release g;
              mod.load_state_dict(d, strict);
            },
@@ -933,7 +940,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // ---------------------------------------------------------------- files
   m.def("save_safetensors",
         [](const std::string& path, nb::handle tensors, nb::handle metadata) {
-          cnn::StateDict d = to_state_dict(tensors, "save_safetensors");
+          cnn::StateDict d = module_state_or_dict(tensors, "save_safetensors");
           std::map<std::string, std::string> meta;
           if (!metadata.is_none()) {
             // read here, each entry named: a str that is not valid UTF-8 (a lone surrogate from a file name)
@@ -963,7 +970,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
           cf::save_safetensors(path, d, meta);
         },
         nb::arg("path"), nb::arg("tensors"), nb::arg("metadata") = nb::none(),
-        "Write tensors (dict or (name, tensor) pairs; CPU) and string metadata as a safetensors file, atomically.");
+        "Write tensors (dict, (name, tensor) pairs, or a module: its state_dict(); CPU) and string metadata as a safetensors file, atomically.");
   m.def("load_safetensors",
         [](const std::string& path) {
           cf::SafetensorsFile f;
@@ -1004,8 +1011,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
              throw nb::type_error("[save_checkpoint] optimizer is a cf.nn.Module; pass it as model=, and the "
                                   "optimizer (or its state_dict()) as optimizer=");
            if (!model.is_none())
-             c.model = nb::isinstance<cnn::Module>(model) ? nb::cast<cnn::Module&>(model).state_dict()
-                                                          : to_state_dict(model, "save_checkpoint");
+             c.model = module_state_or_dict(model, "save_checkpoint");
            if (!optimizer.is_none())
              c.optimizer = nb::isinstance<cnn::Optimizer>(optimizer) ? nb::cast<cnn::Optimizer&>(optimizer).state_dict()
                                                                      : to_state_dict(optimizer, "save_checkpoint");

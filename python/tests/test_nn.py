@@ -549,3 +549,23 @@ def test_one_tensor_is_no_state_dict(tmp_path):
         cf.save_safetensors(str(tmp_path / "x.safetensors"), cf.ones([2]))
     with pytest.raises(cf.ValueError, match=r"^\[SGD\] expects a Module"):
         cf.nn.SGD(cf.ones([2], requires_grad=True), lr=0.1)
+
+
+def test_a_module_given_as_a_state_dict_brings_its_buffers(tmp_path):
+    # routing's centroids are a persistent buffer, not a parameter: a module passed where a state dict is
+    # expected gave its parameters alone (a file without the centroids; a load that left them behind)
+    import numpy as np
+    cfg = dict(vocab_size=50, max_len=32, n_layers=1, d_model=16, n_heads=2, d_ff=32,
+               attention=dict(type="routing", n_clusters=2))
+    m = cf.models.EncoderClassifier(cfg, generator=cf.Generator(1))
+    m2 = cf.models.EncoderClassifier(cfg, generator=cf.Generator(2))
+    names = set(m.state_dict())
+    buffers = names - {n for n, _ in m.named_parameters()}
+    assert buffers and any("centroids" in n for n in buffers)
+    path = str(tmp_path / "m.safetensors")
+    cf.save_safetensors(path, m)
+    tensors, _ = cf.load_safetensors(path)
+    assert set(tensors) == names
+    m2.load_state_dict(m)
+    for k, v in m.state_dict().items():
+        assert np.array_equal(np.asarray(m2.state_dict()[k]), np.asarray(v)), k

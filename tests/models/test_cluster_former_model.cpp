@@ -171,6 +171,12 @@ TEST_CASE("ClusterFormerConfig: the paper's layer rule, an explicit list, from_j
   REQUIRE(enc.memory_banks().size() == 1);
   CHECK(enc.memory_banks()[0]->options().update_every == 7);
   CHECK(enc.clusters[2]->attention().chunk_size() == 4);  // defaults to the stride m (eq. 8)
+  {  // a null chunk_size is absent too (a config written from a dataclass's unset field): the stride
+    nlohmann::json jn = j;
+    jn["cluster_attention"]["chunk_size"] = nullptr;
+    models::ClusterFormerEncoder null_chunk(models::ClusterFormerConfig::from_json(jn));
+    CHECK(null_chunk.clusters[2]->attention().chunk_size() == 4);
+  }
   CHECK(enc.sliding[0] != nullptr);
   CHECK(enc.clusters[0] == nullptr);
   bool named = false;

@@ -429,8 +429,21 @@ TEST_CASE("load_state_dict is strict and lists every problem") {
 
   StateDict wrong_dtype = good;
   for (auto& e : wrong_dtype)
-    if (e.first == "exp_avg.w") e.second = Tensor::zeros({2}, kFloat64);
-  CHECK_THROWS_MSG(opt.load_state_dict(wrong_dtype), ValueError, "'exp_avg.w' is float64 (2)");
+    if (e.first == "exp_avg.w") e.second = Tensor::zeros({2}, kInt64);
+  CHECK_THROWS_MSG(opt.load_state_dict(wrong_dtype), ValueError, "'exp_avg.w' is int64 (2)");
+  // Another floating dtype converts to the slot's (a float64 run's state resumed in float32, and back).
+  {
+    StateDict wide = good;
+    for (auto& e : wide)
+      if (e.first.rfind("exp_avg", 0) == 0) e.second = to(e.second, kFloat64);
+    nn::Adam other({{"w", w}, {"b", b}}, nn::AdamOptions{});
+    other.load_state_dict(wide);
+    StateDict back = other.state_dict();
+    for (size_t i = 0; i < good.size(); ++i) {
+      CHECK(back[i].second.dtype() == good[i].second.dtype());
+      check_close(back[i].second, good[i].second, 0);
+    }
+  }
   StateDict bad_step = good;
   for (auto& e : bad_step)
     if (e.first == "step") e.second = Tensor::scalar(1.5, kFloat64);

@@ -151,6 +151,8 @@ TEST_CASE("TransformerConfig::from_json reads every key and refuses unknown or m
                    ValueError, "unknown key", "attention.heads");
   CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("vocab_size", 0)), ValueError,
                    "vocab_size must be positive");
+  CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("n_decoder_layers", -1)), ValueError,
+                   "[TransformerConfig] n_decoder_layers must be >= 0 (0: n_layers), got -1");
   CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("activation", "swishh")), ValueError,
                    "unknown activation 'swishh'");
   CHECK_THROWS_MSG(models::TransformerConfig::from_json(with("d_ff", 0)), ValueError, "d_ff=0");
