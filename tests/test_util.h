@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -24,6 +25,12 @@ inline std::set<std::string>& gradcheck_cases() {
 struct GradcheckCaseRegistrar {
   explicit GradcheckCaseRegistrar(const char* op) { gradcheck_cases().insert(op); }
 };
+// How many gradchecks of each op ran and passed in this process (check_grad counts them): a GRADCHECK_CASE
+// whose body checks no gradient of its own op fails (the registry test counts registered cases only).
+inline std::map<std::string, int64_t>& gradchecks_passed() {
+  static std::map<std::string, int64_t> m;
+  return m;
+}
 
 // Whether y's graph holds a node named `name`.
 inline bool graph_has(const Tensor& y, const char* name) {
@@ -36,10 +43,12 @@ inline bool graph_has(const Tensor& y, const char* name) {
 inline void check_grad(const char* op, const GradcheckFn& f, const std::vector<Tensor>& inputs,
                        const GradcheckOptions& opt = {}) {
   INFO("op: ", std::string(op));
-  CHECK_MESSAGE(graph_has(f(inputs), op), "the graph of the gradcheck function has no node named ", op);
+  const bool has_op = graph_has(f(inputs), op);
+  CHECK_MESSAGE(has_op, "the graph of the gradcheck function has no node named ", op);
   GradcheckResult r = gradcheck(f, inputs, opt);
   CHECK_MESSAGE(r.ok, r.message);
   CHECK(r.entries_checked > 0);
+  if (has_op && r.ok && r.entries_checked > 0) ++gradchecks_passed()[op];
 }
 
 // float64 leaf of the given shape with distinct values (seeded), requiring grad.
@@ -186,9 +195,17 @@ inline uint64_t test_seed(uint64_t fallback) {
 // autograd/op_names.h: a name the registry lacks does not compile).
 #define CF_GRADCHECK_CONCAT2(a, b) a##b
 #define CF_GRADCHECK_CONCAT(a, b) CF_GRADCHECK_CONCAT2(a, b)
+// The body runs inside a test case that then requires at least one passing check_grad of that op.
 #define GRADCHECK_CASE(op)                                                                                  \
   static ::cf::test::GradcheckCaseRegistrar CF_GRADCHECK_CONCAT(cf_gc_reg_, __LINE__)(::cf::opname::op); \
-  TEST_CASE("gradcheck " #op)
+  static void CF_GRADCHECK_CONCAT(cf_gc_body_, __LINE__)();                                                 \
+  TEST_CASE("gradcheck " #op) {                                                                             \
+    const int64_t before = ::cf::test::gradchecks_passed()[::cf::opname::op];                               \
+    CF_GRADCHECK_CONCAT(cf_gc_body_, __LINE__)();                                                           \
+    CHECK_MESSAGE(::cf::test::gradchecks_passed()[::cf::opname::op] > before,                               \
+                  "the gradcheck case of " #op " passed no check_grad(\"" #op "\", ...)");                  \
+  }                                                                                                          \
+  static void CF_GRADCHECK_CONCAT(cf_gc_body_, __LINE__)()
 
 // Check that expr throws ErrType and that its message contains every fragment.
 #define CHECK_THROWS_MSG(expr, ErrType, ...)                                                    \

@@ -166,7 +166,7 @@ TEST_CASE("kmeans_distributed: equals kmeans on the stacked data, same seeding")
   // Too few distinct points: the same error on every rank.
   Tensor same = Tensor::ones({3, 2}, kFloat64);
   o.k = 2;
-  CHECK_THROWS_AS(nn::kmeans_distributed(same, o), nn::KMeansTooFewPointsError);
+  CHECK_THROWS_MSG(nn::kmeans_distributed(same, o), nn::KMeansTooFewPointsError, "ranks) has only 1 distinct points, fewer than k = 2");
   o.k = 100;
   CHECK_THROWS_MSG(nn::kmeans_distributed(Tensor::ones({3, 2}, kFloat64), o), ValueError, "[kmeans_distributed]",
                    "exceeds the number of points");

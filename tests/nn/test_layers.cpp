@@ -117,6 +117,11 @@ TEST_CASE("Dropout: identity in eval, inverted scaling in training, seeded") {
 TEST_CASE("positional encodings") {
   nn::SinusoidalPositionalEncoding pe(16, 6);
   CHECK(pe.state_dict().empty());  // the table is not persistent
+  {  // x + table: the gradient with respect to x is the identity
+    nn::SinusoidalPositionalEncoding pe64(16, 6);
+    pe64.to(kFloat64);
+    check_module_grad(pe64, [&](const std::vector<Tensor>& xs) { return pe64.forward(xs[0]); }, {leaf64({2, 5, 6}, 3)});
+  }
   Tensor x = Tensor::zeros({1, 5, 6}, kFloat64);
   auto v = values(pe.forward(x));
   for (int pos : {0, 3, 4})

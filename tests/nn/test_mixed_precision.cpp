@@ -444,7 +444,7 @@ TEST_CASE("autocast: the fused attention ops run on float32 copies of 16-bit q, 
         nn::chunked_attention(to(ql, kFloat32), to(kl, kFloat32), to(vl, kFloat32), members, Tensor(), co).out;
     // Without autocast a 16-bit input is a clear error; under it, the float32 kernel on the same values.
     CHECK_THROWS_MSG(flash_attention(ql, kl, vl), DTypeError, "[flash_attention]", "float32 or float64");
-    CHECK_THROWS_AS(nn::chunked_attention(ql, kl, vl, members, Tensor(), co), DTypeError);
+    CHECK_THROWS_MSG(nn::chunked_attention(ql, kl, vl, members, Tensor(), co), DTypeError, "[block_attention] expects float32 or float64, got");
     AutocastGuard guard(dt);
     Tensor got = flash_attention(ql, kl, vl, Tensor(), 0.0, true);
     CHECK(got.dtype() == kFloat32);

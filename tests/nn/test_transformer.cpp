@@ -248,6 +248,43 @@ TEST_CASE("the token classifier: float64 gradcheck, both sides seen, padding ign
   CHECK_THROWS_MSG(models::TokenClassifier(c, g), ValueError, "num_classes must be positive, got 0");
 }
 
+TEST_CASE("the other transformer models: float64 gradcheck of every parameter through their heads and pooling") {
+  // (Their parts are checked layer by layer; this catches a detach or a no-grad region in the glue:
+  // pooling over padding, the pair features, the decoder's source memory, the tied heads.)
+  models::TransformerConfig c;
+  c.vocab_size = 6;
+  c.max_len = 8;
+  c.n_layers = 1;
+  c.num_classes = 3;
+  c.layer = small_layer(true);
+  const Tensor ids = ti64({1, 2, 3, 4, 5, 1, 0, 0}, {2, 4}), ids_b = ti64({3, 4, 5, 2, 0, 0}, {2, 3});
+  for (const std::string pooling : {"mean", "first"}) {
+    CAPTURE(pooling);
+    c.pooling = pooling;
+    Generator g(7);
+    models::EncoderClassifier m(c, g);
+    m.to(kFloat64);
+    m.eval();
+    check_module_grad(m, [&](const std::vector<Tensor>&) { return m.forward(ids); }, {});
+    models::PairClassifier pair(c, g);
+    pair.to(kFloat64);
+    pair.eval();
+    check_module_grad(pair, [&](const std::vector<Tensor>&) { return pair.forward(ids, {}, ids_b, {}); }, {});
+  }
+  Generator g(8);
+  models::CausalLM lm(c, g);
+  lm.to(kFloat64);
+  lm.eval();
+  check_module_grad(lm, [&](const std::vector<Tensor>&) { return lm.forward(ids); }, {});
+  models::TransformerConfig s2s = c;
+  s2s.tgt_vocab_size = 5;
+  models::EncoderDecoder ed(s2s, g);
+  ed.to(kFloat64);
+  ed.eval();
+  const Tensor tgt = ti64({3, 4, 1, 2, 0, 0}, {2, 3});  // (the target vocabulary has 5 ids)
+  check_module_grad(ed, [&](const std::vector<Tensor>&) { return ed.forward(ids, {}, tgt); }, {});
+}
+
 // Masked-token prediction on the period-6 pattern (15% of the tokens masked): a
 // masked token follows from the tokens around it, which only a model that reads
 // its context can use; without context the best guess (1 or 2) is right a third
