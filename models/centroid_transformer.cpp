@@ -179,8 +179,8 @@ void PointCloudOptions::validate(const char* who) const {
     CF_CHECK(blocks[i] == "self" || blocks[i] == "centroid", ValueError, "[", who,
              "] blocks are \"self\" or \"centroid\", got \"", blocks[i], "\"");
     CF_CHECK(widths[i] > 0 && n_heads > 0 && widths[i] % n_heads == 0, ValueError, "[", who, "] width ", widths[i],
-             " of block ", i, " must be a positive multiple of n_heads (", n_heads, ")");
-    CF_CHECK(downsample[i] >= 1, ValueError, "[", who, "] downsample of block ", i, " must be >= 1, got ",
+             " of block ", i + 1, " (1-based) must be a positive multiple of n_heads (", n_heads, ")");
+    CF_CHECK(downsample[i] >= 1, ValueError, "[", who, "] downsample of block ", i + 1, " (1-based) must be >= 1, got ",
              downsample[i]);
   }
   CF_CHECK(ff_mult > 0 && knn >= 0 && iterations >= 0 && fuse_dim > 0 && head.size() == 2 && head[0] > 0 &&

@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "autograd/op_names.h"
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace cf {
 namespace nn {
@@ -54,9 +55,13 @@ Cost measure_cost(Module& module, const std::function<std::vector<Tensor>()>& fo
   Cost c;
   c.params = module.num_parameters();
   try {
-    struct Scope {  // grad mode on and the selection counter active, both restored on exit
+    // Grad mode on and the selection counter active, both restored on exit; so is the default generator,
+    // which a forward may draw from (random centroid seeds, LSH rotations): a cost taken between two
+    // seeded runs changed the second one's draws (cf-pointcloud's second seed differed with the list).
+    struct Scope {
       bool prev = grad_enabled();
       int64_t* prev_sel = g_selection;
+      uint64_t seed = default_generator().seed(), offset = default_generator().offset();
       explicit Scope(int64_t* sel) {
         set_grad_enabled(true);
         g_selection = sel;
@@ -64,6 +69,7 @@ Cost measure_cost(Module& module, const std::function<std::vector<Tensor>()>& fo
       ~Scope() {
         set_grad_enabled(prev);
         g_selection = prev_sel;
+        default_generator().set_state(seed, offset);
       }
     } scope(&c.selection_macs);
     c.macs = graph_macs(forward()) + c.selection_macs;

@@ -20,7 +20,7 @@ if(MODE STREQUAL "errors")
   run(2 out err --widths 32,64,64)
   expect_match("${err}" "--widths, --blocks and --downsample need one entry per block, got 3, 4 and 4" "list lengths")
   run(2 out err --widths 30,64,64,128)
-  expect_match("${err}" "width 30 of block 0 must be a positive multiple of n_heads \\(4\\)" "width vs heads")
+  expect_match("${err}" "width 30 of block 1 \\(1-based\\) must be a positive multiple of n_heads \\(4\\)" "width vs heads")
   run(2 out err --blocks self,centroid,self,pool)
   expect_match("${err}" "blocks are \"self\" or \"centroid\", got \"pool\"" "bad block")
   run(2 out err --head 128)
@@ -127,6 +127,27 @@ foreach(i random kmeans)  # sampling alone under every initialisation of Table 3
     message(FATAL_ERROR "smoke: --iterations 0 --inits ${i}: accuracy ${a}")
   endif()
 endforeach()
+# --iterations 0 reads no KNN mask: a --knn above a block's points is no error then.
+run(0 outk errk --points 16 --iterations 0 --knn 40 --train-per-class 2 --val-per-class 1 --test-per-class 1
+    --widths 8,16,16,32 --fuse-dim 32 --head 16,16 --steps 2 --warmup 1 --batch-size 8 --inits fps)
+
+# A seed's run does not depend on the other seeds listed: the model's cost, measured before the first
+# seed trains, drew random centroids from the default generator, so seed 1 trained another model
+# (other dropout masks) after seed 0 than alone.
+set(seed_args --points 64 --train-per-class 4 --val-per-class 1 --test-per-class 2 --widths 8,16,16,32
+    --fuse-dim 32 --head 16,16 --knn 8 --steps 3 --warmup 1 --batch-size 8 --inits random --dropout 0.5
+    --log-every 1)
+run(0 outs1 errs1 ${seed_args} --seeds 1)
+run(0 outs01 errs01 ${seed_args} --seeds 0,1)
+foreach(o outs1 outs01)
+  string(REGEX MATCHALL "\"event\":\"train\",\"seed\":1,[^\n]*\"loss\":[-0-9.e]+" losses_${o} "${${o}}")
+  string(REGEX MATCH "\"event\":\"result\",\"seed\":1,\"run\":\"random\",\"test_accuracy\":[-0-9.e]+"
+         acc_${o} "${${o}}")
+endforeach()
+if(NOT losses_outs1 OR NOT losses_outs1 STREQUAL losses_outs01 OR NOT acc_outs1 STREQUAL acc_outs01)
+  message(FATAL_ERROR "smoke: seed 1 alone and after seed 0 differ:\n${losses_outs1}\n${acc_outs1}\nvs\n${losses_outs01}\n${acc_outs01}")
+endif()
+
 # --iterations 2: T = 2 attention steps cost more than T = 1.
 run(0 out2t err2t --points 64 --train-per-class 4 --val-per-class 1 --test-per-class 2 --widths 8,16,16,32
     --fuse-dim 32 --head 16,16 --knn 8 --steps 3 --warmup 1 --batch-size 8 --seed 2 --inits fps --iterations 2)

@@ -149,6 +149,9 @@ bool parse(int argc, char** argv, Config& c) {
   if (c.d_model % c.n_heads != 0)
     throw UsageError("--d-model (" + str(c.d_model) + ") must be divisible by --n-heads (" + str(c.n_heads) + ")");
   if (c.centroid_at.empty()) throw UsageError("--centroid-at needs at least one entry");
+  if (!c.overlap.empty() && std::find_if(c.centroid_at.begin(), c.centroid_at.end(), [](int64_t l) { return l > 0; }) ==
+                                c.centroid_at.end())
+    throw UsageError("--overlap applies to the centroid variants, and --centroid-at lists none (only 0)");
   for (int64_t l : c.centroid_at)
     if (l > c.n_layers)
       throw UsageError("--centroid-at: layer " + str(l) + " out of range (0: no centroid block, 1.." +

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
@@ -71,8 +72,17 @@ Tensor knn_indices(const Tensor& queries, const Tensor& inputs, int64_t k, const
   CF_CHECK(k >= 1 && k <= xs[1], ValueError, "[knn_indices] k must be in [1, N] = [1, ", xs[1], "], got ", k);
   check_mask("knn_indices", "mask", mask, xs[0], xs[1]);
   NoGradGuard ng;
+  // A selection, not a product of the model: in float32 at least (as the other attentions' selections and
+  // PyTorch's cdist under autocast). Under bf16 autocast the GEMM rounded the distances to 8 bits: 107 of
+  // 1024 nearest neighbours of an up-sampling changed, and training selected other neighbours than
+  // evaluation does.
+  AutocastGuard off(std::nullopt);
   report_macs(qs[0] * qs[1] * xs[1] * qs[2]);  // the distance GEMM, outside the graph (nn/cost.h)
   Tensor u = queries.detach(), x = inputs.detach();
+  if (is_low_precision(u.dtype())) {
+    u = to(u, kFloat32);
+    x = to(x, kFloat32);
+  }
   // ||u - x||^2 = |u|^2 - 2 u.x + |x|^2: one GEMM, no (B, M, N, C) difference tensor.
   Tensor d = unsqueeze(sum(u * u, {2}), 2) - 2.0 * matmul(u, transpose(x, 1, 2)) + unsqueeze(sum(x * x, {2}), 1);
   if (mask.defined()) d = masked_fill(d, unsqueeze(mask, 1), INFINITY);

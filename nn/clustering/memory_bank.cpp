@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
@@ -30,6 +31,7 @@ Tensor order_centroids_greedy(const Tensor& c) {
            "[order_centroids_greedy] expected float centroids (p, d) with p > 0, got ",
            c.defined() ? c.describe() : std::string("undefined"));
   NoGradGuard ng;
+  AutocastGuard off(std::nullopt);  // an ordering, computed in the centroids' dtype (not autocast's 16 bits)
   const int64_t p = c.shape()[0];
   // Cosine similarities of every pair, p x p (p is small: the paper uses <= 512).
   Tensor norms = clamp(sqrt(sum(square(c), {1}, true)), 1e-12, INFINITY);

@@ -6,6 +6,7 @@
 #include "cf.h"
 #include "models/centroid_transformer.h"
 #include "models/point_cloud_test_util.h"
+#include "nn/nn_test_util.h"
 #include "test_util.h"
 
 using namespace cf;
@@ -373,6 +374,53 @@ TEST_CASE("CentroidViT: one centroid block quarters the tokens and the MACs drop
   CHECK_THROWS_MSG(models::CentroidViT{bad}, ValueError, "[CentroidViT] centroid_at 9 out of range [0, n_layers = 4]");
 }
 
+TEST_CASE("PointCloudClassifier and CentroidViT: float64 gradcheck of every parameter (sampling held fixed)") {
+  // Their layers are checked one by one; this covers the glue: the KNN mask built from the sampled
+  // points, the carried coordinates, the concatenation of every block's features, the patch embedding,
+  // the class head. FPS is deterministic, so every evaluation samples the same centroids.
+  models::PointCloudOptions po;
+  po.num_classes = 3;
+  po.widths = {4, 6, 6, 8};
+  po.n_heads = 2;
+  po.knn = 3;
+  po.fuse_dim = 6;
+  po.head = {5, 4};
+  po.dropout = 0.0;
+  Generator g(3);
+  models::PointCloudClassifier pc(po, g);
+  pc.to(kFloat64);
+  pc.eval();
+  const Tensor points = leaf64({1, 16, 3}, 9).detach();
+  check_module_grad(pc, [&](const std::vector<Tensor>&) { return pc.forward(points); }, {});
+  models::CentroidViTOptions vo;
+  vo.image_size = 8;
+  vo.in_channels = 1;
+  vo.patch_kernel = 2;
+  vo.patch_stride = 2;
+  vo.d_model = 4;
+  vo.n_heads = 2;
+  vo.d_ff = 6;
+  vo.n_layers = 2;
+  vo.centroid_at = 1;
+  vo.num_classes = 2;
+  models::CentroidViT vit(vo, g);
+  vit.to(kFloat64);
+  vit.eval();
+  check_module_grad(vit, [&](const std::vector<Tensor>& xs) { return vit.forward(xs[0]); }, {leaf64({1, 1, 8, 8}, 10)});
+}
+
+TEST_CASE("a model's cost leaves the default generator where it was (random centroid draws undone)") {
+  models::PointCloudOptions po = tiny_point_options();
+  po.init = "random";
+  Generator g(4);
+  models::PointCloudClassifier pc(po, g);
+  manual_seed(11);
+  const uint64_t offset = default_generator().offset();
+  pc.cost(1, 40);
+  CHECK(default_generator().offset() == offset);
+  CHECK(default_generator().seed() == 11);
+}
+
 TEST_CASE("PointCloudClassifier: bad inputs") {
   Generator g(1);
   models::PointCloudClassifier model(tiny_point_options(), g);
@@ -393,5 +441,5 @@ TEST_CASE("PointCloudClassifier: bad inputs") {
   CHECK_THROWS_MSG(models::PointCloudClassifier{o}, ValueError, "[PointCloudClassifier] kmeans_iters must be >= 1, got 0");
   o = tiny_point_options();
   o.widths = {16, 31, 32, 64};
-  CHECK_THROWS_MSG(models::PointCloudClassifier{o}, ValueError, "width 31 of block 1 must be a positive multiple of n_heads (2)");
+  CHECK_THROWS_MSG(models::PointCloudClassifier{o}, ValueError, "width 31 of block 2 (1-based) must be a positive multiple of n_heads (2)");
 }

@@ -110,6 +110,27 @@ TEST_CASE("CentroidAttention: M = N, centroids = inputs, T = 1 is the paper's se
   }
 }
 
+TEST_CASE("knn_indices selects in float32 under 16-bit autocast and for 16-bit points") {
+  // 512 points on a sphere and 128 of them as queries: bfloat16 distances (8 bits) reorder neighbours
+  // that float32 tells apart; the selection must not depend on the training's precision.
+  Generator g(3);
+  Tensor x = randn({1, 512, 3}, kFloat32, g);
+  x = x / sqrt(sum(square(x), {2}, true));
+  const Tensor u = narrow(x, 1, 0, 128);
+  const std::vector<int64_t> want = nn::knn_indices(u, x, 8).to_vector<int64_t>();
+  for (DType dt : {kBFloat16, kFloat16}) {
+    INFO(dtype_name(dt));
+    {
+      AutocastGuard guard(dt);
+      CHECK(nn::knn_indices(u, x, 8).to_vector<int64_t>() == want);
+    }
+    // 16-bit points themselves: distances of their (exact) float32 values
+    const Tensor u16 = to(u, dt), x16 = to(x, dt);
+    CHECK(nn::knn_indices(u16, x16, 8).to_vector<int64_t>() ==
+          nn::knn_indices(to(u16, kFloat32), to(x16, kFloat32), 8).to_vector<int64_t>());
+  }
+}
+
 TEST_CASE("CentroidAttention: KNN layer equals its dense masked reference, and the dense layer at K = N") {
   const int64_t B = 2, N = 7, M = 3, D = 8, H = 2;
   for (const std::string norm : {"centroids", "inputs"}) {
@@ -474,4 +495,9 @@ TEST_CASE("DepthwiseConv2d: a 3x3 stride-2 depthwise convolution on the token gr
         expect.push_back(s);
       }
   check_close(y, expect, 1e-12);
+  // gradients of x, weight and bias, the padded border included (S = 5: the last window reads row 5)
+  check_module_grad(conv, [&](const std::vector<Tensor>& xs) { return conv.forward(xs[0]); }, {leaf64({2, S * S, C}, 6)});
+  nn::DepthwiseConv2d wide(C, 2, 1, 0, false, gen);  // kernel 2, stride 1, no padding, no bias: S' = 4
+  wide.to(kFloat64);
+  check_module_grad(wide, [&](const std::vector<Tensor>& xs) { return wide.forward(xs[0]); }, {leaf64({1, S * S, C}, 7)});
 }
