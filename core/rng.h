@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <utility>
 
 #if defined(__CUDACC__)
 #define CF_HOST_DEVICE __host__ __device__
@@ -73,6 +74,11 @@ class Generator {
   uint64_t offset() const {
     std::lock_guard<std::mutex> l(m_);
     return offset_;
+  }
+  // (seed, offset) read under one lock: a consistent state while other threads draw.
+  std::pair<uint64_t, uint64_t> state() const {
+    std::lock_guard<std::mutex> l(m_);
+    return {seed_, offset_};
   }
   // Restore a state saved from seed() and offset() (training checkpoints).
   void set_state(uint64_t seed, uint64_t offset) {

@@ -58,10 +58,11 @@ Cost measure_cost(Module& module, const std::function<std::vector<Tensor>()>& fo
     // Grad mode on and the selection counter active, both restored on exit; so is the default generator,
     // which a forward may draw from (random centroid seeds, LSH rotations): a cost taken between two
     // seeded runs changed the second one's draws (cf-pointcloud's second seed differed with the list).
+    // (Draws made meanwhile by other threads are rewound with it: measure costs from one thread.)
     struct Scope {
       bool prev = grad_enabled();
       int64_t* prev_sel = g_selection;
-      uint64_t seed = default_generator().seed(), offset = default_generator().offset();
+      std::pair<uint64_t, uint64_t> rng = default_generator().state();
       explicit Scope(int64_t* sel) {
         set_grad_enabled(true);
         g_selection = sel;
@@ -69,7 +70,7 @@ Cost measure_cost(Module& module, const std::function<std::vector<Tensor>()>& fo
       ~Scope() {
         set_grad_enabled(prev);
         g_selection = prev_sel;
-        default_generator().set_state(seed, offset);
+        default_generator().set_state(rng.first, rng.second);
       }
     } scope(&c.selection_macs);
     c.macs = graph_macs(forward()) + c.selection_macs;

@@ -44,7 +44,8 @@ int64_t graph_macs(const std::vector<Tensor>& outputs);
 
 // Runs `forward` once in eval mode with grad mode on (every parameter temporarily
 // requiring grad, so frozen ones are recorded too), then restores the module's mode
-// and flags, and leaves the default generator where it was (a forward's draws from it are undone).
+// and flags, and leaves the default generator where it was (a forward's draws from it are undone;
+// not alongside other threads drawing from it).
 // `forward` returns the model's output tensor(s) for the input size of interest.
 Cost measure_cost(Module& module, const std::function<std::vector<Tensor>()>& forward);
 

@@ -20,13 +20,13 @@ void farthest_point_sampling_cpu(const Tensor& points, const Tensor& pad, const 
 // src (R, E) float, group (R, E) int64 in [0, G): out[r, e] = the max of src[r, e']
 // over the e' of row r with group[r, e'] == group[r, e]; 0 where that max is not
 // finite (a group of masked entries). Exact on both devices (max does not round).
-// Keeps a (R, G) table of maxima: the op calls it for G <= E only.
+// Keeps a (R, G) table of maxima: the op calls it for G <= 4 E (or no rows) only.
 void group_max_cpu(const Tensor& src, const Tensor& group, int64_t groups, const Tensor& out);
 
 // The same result from each row's group ids sorted (G > E: ids may be sparse up to 2^62, and a
 // table of every group would take memory and time in G, not in E): keys (R, E) int64, each row's
-// ids ascending; perm (R, E) int64, the entry of src each key came from (a stable argsort, so
-// within a group the maxima are taken in the table path's order, to the sign of zero).
+// ids ascending; perm (R, E) int64, the entry of src each key came from (a stable argsort: on the
+// CPU the maxima are then taken in the table path's order, to the sign of zero).
 void group_max_sorted_cpu(const Tensor& src, const Tensor& keys, const Tensor& perm, const Tensor& out);
 
 #ifdef CF_WITH_CUDA

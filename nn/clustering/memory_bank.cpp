@@ -31,11 +31,12 @@ Tensor order_centroids_greedy(const Tensor& c) {
            "[order_centroids_greedy] expected float centroids (p, d) with p > 0, got ",
            c.defined() ? c.describe() : std::string("undefined"));
   NoGradGuard ng;
-  AutocastGuard off(std::nullopt);  // an ordering, computed in the centroids' dtype (not autocast's 16 bits)
+  AutocastGuard off(std::nullopt);  // an ordering: in float32 at least, never autocast's 16 bits
   const int64_t p = c.shape()[0];
+  const Tensor cw = is_low_precision(c.dtype()) ? to(c.detach(), kFloat32) : c.detach();
   // Cosine similarities of every pair, p x p (p is small: the paper uses <= 512).
-  Tensor norms = clamp(sqrt(sum(square(c), {1}, true)), 1e-12, INFINITY);
-  Tensor u = c / norms;
+  Tensor norms = clamp(sqrt(sum(square(cw), {1}, true)), 1e-12, INFINITY);
+  Tensor u = cw / norms;
   std::vector<double> sim = to(contiguous(matmul(u, transpose(u, 0, 1))), kFloat64).to_vector<double>();
   std::vector<int64_t> order{0};
   std::vector<char> used(size_t(p), 0);

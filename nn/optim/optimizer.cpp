@@ -289,14 +289,22 @@ void Optimizer::load_state_dict(const StateDict& dict) {
         if (!p.empty()) bad.push_back("'" + key + "' " + p);
       }
     }
+  // Float32 masters exist for 16-bit parameters only. A state saved from float32 or float64 parameters
+  // has none: the master is then taken from the loaded parameter (a run resumed in 16 bits). A master
+  // given for a parameter of 32 or 64 bits is refused with the reason (a 16-bit run resumed wider: the
+  // master holds that run's weights; load it into the model instead).
   std::vector<const Tensor*> masters(entries_.size(), nullptr);
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
-    if (!e.master.defined()) continue;
     std::string key = "master." + e.name;
-    const Tensor* t = lookup(key);
-    if (!t) continue;
-    if (!t->defined() || t->shape() != e.master.shape() || !is_floating(t->dtype()))
+    expected.insert(key);
+    auto it = given.find(key);
+    if (it == given.end()) continue;
+    const Tensor* t = it->second;
+    if (!e.master.defined())
+      bad.push_back(str("'", key, "' is the float32 master of a 16-bit parameter, but parameter '", e.name, "' is ",
+                        e.param.describe(), " and keeps none (load the master into the model instead)"));
+    else if (!t->defined() || t->shape() != e.master.shape() || (t->dtype() != kFloat32 && t->dtype() != kFloat64))
       bad.push_back(str("'", key, "' is ", t->defined() ? t->describe() : std::string("undefined"),
                         " but the master of '", e.name, "' is ", e.master.describe()));
     else

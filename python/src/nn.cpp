@@ -262,7 +262,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
              mod.load_state_dict(d, strict);
            },
            nb::arg("state_dict"), nb::arg("strict") = true,
-           "Copy values into the registered tensors. Strict: one error lists every missing, unexpected and "
+           "Copy values into the registered tensors (a dict, (name, tensor) pairs, or another module: its "
+           "state_dict(), buffers included). Strict: one error lists every missing, unexpected and "
            "mis-shaped key; a failed load changes nothing.")
       .def("train", [](cnn::Module& mod, bool on) -> cnn::Module& { mod.train(on); return mod; },
            nb::arg("on") = true, nb::rv_policy::reference, "Training mode (dropout on); returns self.")

@@ -115,11 +115,32 @@ TEST_CASE("optimizers keep float32 master weights and state for low-precision pa
     REQUIRE(nn::find_entry(sd, "exp_avg.q"));
     CHECK(nn::find_entry(sd, "exp_avg.q")->dtype() == kFloat32);
     REQUIRE(nn::find_entry(sd, "master.q"));
-    // a state dict whose master is missing or of the wrong dtype is refused, naming it
-    nn::StateDict bad;
+    // A state without masters (saved from float32 parameters: a run resumed in 16 bits) loads, the master
+    // taken from the parameter; a 16-bit master is refused, naming it.
+    nn::StateDict no_master;
     for (auto& kv : sd)
-      if (kv.first != "master.q") bad.push_back(kv);
-    CHECK_THROWS_MSG(adam.load_state_dict(bad), ValueError, "missing entries", "master.q");
+      if (kv.first != "master.q") no_master.push_back(kv);
+    {
+      NoGradGuard ng;
+      Tensor qw = q;
+      fill_(qw, 0.375);  // exact in both 16-bit dtypes
+    }
+    adam.load_state_dict(no_master);
+    CHECK(values(adam.master("q")) == std::vector<double>{0.375, 0.375, 0.375});
+    nn::StateDict narrow_master = no_master;
+    narrow_master.emplace_back("master.q", Tensor::full({3}, 0.5, dt));
+    CHECK_THROWS_MSG(adam.load_state_dict(narrow_master), ValueError, "'master.q' is ", dtype_name(dt),
+                     "but the master of 'q' is float32");
+    // The other way: a 16-bit run's state (masters included) into float32 parameters is refused with the
+    // reason; its slots alone load.
+    Tensor wide = Tensor::full({3}, 0.5, kFloat32).set_requires_grad(true);
+    nn::Adam adam32({{"q", wide}}, nn::AdamOptions{});
+    CHECK_THROWS_MSG(adam32.load_state_dict(sd), ValueError,
+                     "'master.q' is the float32 master of a 16-bit parameter, but parameter 'q' is float32 (3)",
+                     "keeps none");
+    adam32.load_state_dict(no_master);
+    const nn::StateDict sd32 = adam32.state_dict();
+    CHECK(values(*nn::find_entry(sd32, "exp_avg.q")) == values(*nn::find_entry(sd, "exp_avg.q")));
   }
 }
 

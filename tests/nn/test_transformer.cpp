@@ -30,6 +30,17 @@ nn::TransformerLayerOptions small_layer(bool norm_first) {
 
 Tensor bools(const std::vector<bool>& v, const Shape& s) { return Tensor::from_vector(v, s); }
 
+// One pre-LN layer over a vocabulary of 6 (pad 0) with 3 classes: the models' float64 gradchecks.
+models::TransformerConfig tiny_model_config() {
+  models::TransformerConfig c;
+  c.vocab_size = 6;
+  c.max_len = 8;
+  c.n_layers = 1;
+  c.num_classes = 3;
+  c.layer = small_layer(true);
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("encoder and decoder layers pass float64 gradcheck, pre-LN and post-LN") {
@@ -223,12 +234,7 @@ TEST_CASE("the causal LM drives a repeating-pattern corpus below 0.1 nats/token"
 }
 
 TEST_CASE("the token classifier: float64 gradcheck, both sides seen, padding ignored, bad input") {
-  models::TransformerConfig c;
-  c.vocab_size = 6;
-  c.max_len = 8;
-  c.n_layers = 1;
-  c.num_classes = 3;
-  c.layer = small_layer(true);
+  models::TransformerConfig c = tiny_model_config();
   Generator g(5);
   models::TokenClassifier m(c, g);
   m.to(kFloat64);
@@ -251,12 +257,7 @@ TEST_CASE("the token classifier: float64 gradcheck, both sides seen, padding ign
 TEST_CASE("the other transformer models: float64 gradcheck of every parameter through their heads and pooling") {
   // (Their parts are checked layer by layer; this catches a detach or a no-grad region in the glue:
   // pooling over padding, the pair features, the decoder's source memory, the tied heads.)
-  models::TransformerConfig c;
-  c.vocab_size = 6;
-  c.max_len = 8;
-  c.n_layers = 1;
-  c.num_classes = 3;
-  c.layer = small_layer(true);
+  models::TransformerConfig c = tiny_model_config();
   const Tensor ids = ti64({1, 2, 3, 4, 5, 1, 0, 0}, {2, 4}), ids_b = ti64({3, 4, 5, 2, 0, 0}, {2, 3});
   for (const std::string pooling : {"mean", "first"}) {
     CAPTURE(pooling);
