@@ -83,10 +83,23 @@ Tensor knn_indices(const Tensor& queries, const Tensor& inputs, int64_t k, const
     u = to(u, kFloat32);
     x = to(x, kFloat32);
   }
-  // ||u - x||^2 = |u|^2 - 2 u.x + |x|^2: one GEMM, no (B, M, N, C) difference tensor.
-  Tensor d = unsqueeze(sum(u * u, {2}), 2) - 2.0 * matmul(u, transpose(x, 1, 2)) + unsqueeze(sum(x * x, {2}), 1);
-  if (mask.defined()) d = masked_fill(d, unsqueeze(mask, 1), INFINITY);
-  return topk(d, k, -1, false).indices;
+  // ||u - x||^2 = |u|^2 - 2 u.x + |x|^2: a GEMM, no (B, M, N, C) difference tensor. Over chunks of the
+  // queries, each (B, rows, N) block at most 64 MiB, added to in place: with M = N / 4 (the point-cloud
+  // blocks) one (B, M, N) matrix and its temporaries took 1.1 GB at N = 16384, for M k indices.
+  const Tensor uu = unsqueeze(sum(u * u, {2}), 2), xx = unsqueeze(sum(x * x, {2}), 1), xt = transpose(x, 1, 2);
+  const int64_t row_bytes = std::max<int64_t>(1, qs[0] * xs[1] * int64_t(dtype_size(u.dtype())));
+  const int64_t rows = std::max<int64_t>(1, (int64_t(64) << 20) / row_bytes);
+  std::vector<Tensor> parts;
+  for (int64_t r0 = 0; r0 < qs[1]; r0 += rows) {
+    const int64_t r = std::min(rows, qs[1] - r0);
+    Tensor d = matmul(narrow(u, 1, r0, r), xt);
+    mul_(d, -2.0);                   // the same sums, in the same order, as |u|^2 - 2 u.x + |x|^2
+    add_(d, narrow(uu, 1, r0, r));
+    add_(d, xx);
+    if (mask.defined()) d = masked_fill(d, unsqueeze(mask, 1), INFINITY);
+    parts.push_back(topk(d, k, -1, false).indices);
+  }
+  return parts.size() == 1 ? parts[0] : cat(parts, 1);
 }
 
 Tensor gather_rows(const Tensor& x, const Tensor& idx) {

@@ -110,6 +110,22 @@ TEST_CASE("CentroidAttention: M = N, centroids = inputs, T = 1 is the paper's se
   }
 }
 
+TEST_CASE("knn_indices over many query chunks equals it over few (the 64 MiB blocks are stitched in order)") {
+  // N = 32768 inputs: a (1, rows, N) float32 block of 64 MiB holds 512 queries, so 1500 queries take 3
+  // chunks; the same queries 100 at a time take one chunk each.
+  Generator g(9);
+  const Tensor x = randn({1, 32768, 3}, kFloat32, g), u = randn({1, 1500, 3}, kFloat32, g);
+  std::vector<bool> pad(32768, false);
+  for (size_t i = 0; i < pad.size(); i += 7) pad[i] = true;
+  const Tensor mask = Tensor::from_vector(pad, {1, 32768});
+  const Tensor all = nn::knn_indices(u, x, 5, mask);
+  std::vector<Tensor> parts;
+  for (int64_t r0 = 0; r0 < 1500; r0 += 100) parts.push_back(nn::knn_indices(narrow(u, 1, r0, 100), x, 5, mask));
+  CHECK(all.shape() == Shape({1, 1500, 5}));
+  CHECK(all.to_vector<int64_t>() == cat(parts, 1).to_vector<int64_t>());
+  for (int64_t i : all.to_vector<int64_t>()) CHECK_FALSE(pad[size_t(i)]);
+}
+
 TEST_CASE("knn_indices selects in float32 under 16-bit autocast and for 16-bit points") {
   // 512 points on a sphere and 128 of them as queries: bfloat16 distances (8 bits) reorder neighbours
   // that float32 tells apart; the selection must not depend on the training's precision.
