@@ -1,7 +1,9 @@
 #include "autograd/ops/random.h"
 
 #include <cmath>
+#include <limits>
 
+#include "core/half.h"
 #include "kernels/random/random.h"
 
 namespace cf {
@@ -20,6 +22,15 @@ Tensor rand(const Shape& shape, DType dtype, Generator& gen, double low, double 
   CF_CHECK(is_floating(dtype), DTypeError, "[rand] dtype must be a float dtype, got ", dtype);
   CF_CHECK(std::isfinite(low) && std::isfinite(high) && low < high, ValueError,
            "[rand] needs finite low < high, got [", low, ", ", high, ")");
+  // The width must be finite (rand(-1e308, 1e308) gave 1.8e308 everywhere) and both bounds within the
+  // dtype's range (float16 rand(7e4, 8e4) gave 65504, below low, and rand(-1e5, 1e5) gave -inf).
+  const double top = dtype == kFloat16    ? double(float(std::numeric_limits<Half>::max()))
+                     : dtype == kBFloat16 ? double(float(std::numeric_limits<BFloat16>::max()))
+                     : dtype == kFloat32  ? double(std::numeric_limits<float>::max())
+                                          : std::numeric_limits<double>::max();
+  CF_CHECK(std::isfinite(high - low) && std::fabs(low) <= top && std::fabs(high) <= top, ValueError,
+           "[rand] the bounds [", low, ", ", high, ") and their width must lie within ", dtype, "'s range (|x| <= ",
+           top, ")");
   return draw(shape, dtype, gen, device, {kernels::RandomKind::Uniform, low, high});
 }
 

@@ -73,6 +73,11 @@ TEST_CASE("random bad input") {
   Generator g(1);
   CHECK_THROWS_MSG(rand({2}, kInt64, g), DTypeError, "[rand]", "int64");
   CHECK_THROWS_MSG(rand({2}, kFloat32, g, 1.0, 1.0), ValueError, "[rand] needs finite low < high, got [1, 1)");
+  CHECK_THROWS_MSG(rand({2}, kFloat64, g, -1e308, 1e308), ValueError, "[rand] the bounds [-1e+308, 1e+308)",
+                   "width must lie within float64's range");
+  CHECK_THROWS_MSG(rand({2}, kFloat16, g, 7e4, 8e4), ValueError, "within float16's range (|x| <= 65504)");
+  CHECK_THROWS_MSG(rand({2}, kFloat32, g, 0.0, 1e39), ValueError, "within float32's range");
+  CHECK(rand({2}, kFloat16, g, -65504.0, 65504.0).numel() == 2);
   CHECK_THROWS_MSG(randn({2}, kFloat32, g, 0.0, -1.0), ValueError, "[randn]", "std");
   CHECK_THROWS_MSG(randint(3, 3, {2}, g), ValueError, "[randint]", "[3, 3)");
   CHECK_THROWS_MSG(bernoulli({2}, 1.5, g), ValueError, "[bernoulli]", "1.5");
