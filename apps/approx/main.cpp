@@ -71,7 +71,8 @@ number of clusters in --sweep-clusters. Texts are characters (one token per code
 point), so sequences are long enough for clustering to approximate.
 
 --task masked runs the same protocol per token (the paper scores every frame):
-the texts of each split are joined into one character stream, cut into windows
+the texts of each split (the first --max-len characters of each) are joined into
+one character stream with a <sep> token between texts, cut into windows
 of --seq-len, and a bidirectional encoder predicts the characters hidden behind
 a <mask> token (--mask-rate of the positions); accuracy and agreement are then
 over the hidden characters of --eval-windows test windows (one fixed draw of

@@ -3,7 +3,8 @@
 // scores every frame of a speech recognizer (phone error rate); one label per
 // text, as in the topic task, averages a query's attention error over the text.
 // Here each masked character is a prediction of its own: the fortunes texts of
-// a split are joined into one character stream, cut into windows of --seq-len,
+// a split (their first --max-len characters each) are joined into one character
+// stream with a <sep> between texts, cut into windows of --seq-len,
 // and a bidirectional encoder (models::TokenClassifier) predicts the characters
 // hidden behind a <mask> token (--mask-rate of the positions, drawn afresh for
 // every training window; a fixed draw for the test windows, so that every
@@ -27,10 +28,15 @@ struct MaskedTaskConfig {
   int64_t eval_windows = 64;  // test windows, spread evenly over the test stream
 };
 
-// A split's texts joined into one stream of character ids (no <cls>).
+// A split's texts (what the model reads of each: its first --max-len characters) joined into one stream
+// of character ids (no <cls>), a <sep> between two texts: without it a window glued one text's head to the
+// next one's mid-word, and the model learned to predict across joins no text has.
 inline std::vector<int64_t> join_texts(const TopicSplit& split) {
   std::vector<int64_t> stream;
-  for (const std::vector<int64_t>& t : split.ids) stream.insert(stream.end(), t.begin(), t.end());
+  for (const std::vector<int64_t>& t : split.ids) {
+    if (!stream.empty()) stream.push_back(cf::data::Tokenizer::kSep);
+    stream.insert(stream.end(), t.begin(), t.end());
+  }
   return stream;
 }
 

@@ -93,19 +93,22 @@ struct TopicData {
   int64_t duplicates_dropped = 0;  // texts of the kept topics dropped as repeats or as ambiguous (under two topics)
 };
 
+// What a model reads of a text: its first max_len characters (code points).
+inline std::string text_prefix(const std::string& text, int64_t max_len) {
+  std::vector<std::string> cps = cf::data::utf8_code_points(text);
+  if (int64_t(cps.size()) > max_len) cps.resize(size_t(max_len));
+  std::string k;
+  for (const std::string& cp : cps) k += cp;
+  return k;
+}
+
 // Drops the texts a model would see twice: what it reads of a text is its first max_len characters (code
 // points), so texts equal there are one text. A repeat within a topic is kept once; a text under several
 // topics has no one label and is dropped from every one (a test copy of a training text with another label
 // could never be scored right). Returns how many texts each topic lost.
 inline std::map<std::string, int64_t> drop_duplicate_texts(std::map<std::string, std::vector<std::string>>& by_topic,
                                                            int64_t max_len) {
-  auto key = [max_len](const std::string& text) {
-    std::vector<std::string> cps = cf::data::utf8_code_points(text);
-    if (int64_t(cps.size()) > max_len) cps.resize(size_t(max_len));
-    std::string k;
-    for (const std::string& cp : cps) k += cp;
-    return k;
-  };
+  auto key = [max_len](const std::string& text) { return text_prefix(text, max_len); };
   std::map<std::string, std::set<std::string>> topics_of;
   for (const auto& [topic, texts] : by_topic)
     for (const std::string& t : texts) topics_of[key(t)].insert(topic);
@@ -235,7 +238,12 @@ inline TopicData load_topic_data(const TopicDataConfig& c, const std::string& ap
       else train_texts.push_back(texts[i]), train_y.push_back(int64_t(t));
     }
   }
-  cf::data::Tokenizer tok = cf::data::Tokenizer::build_char(train_texts);
+  // The vocabulary of what the model reads of the training texts: a character found only past --max-len
+  // got an id whose embedding never trained, where a test text should read <unk>.
+  std::vector<std::string> read_of_train;
+  read_of_train.reserve(train_texts.size());
+  for (const std::string& t : train_texts) read_of_train.push_back(text_prefix(t, c.max_len));
+  cf::data::Tokenizer tok = cf::data::Tokenizer::build_char(read_of_train);
   d.vocab = tok.vocab_size();
   d.max_tokens = c.max_len + (c.cls_token ? 1 : 0);
   int64_t total = 0, count = 0;

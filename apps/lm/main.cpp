@@ -277,6 +277,9 @@ Corpus load_corpus(const Config& c) {
   const size_t n_test = std::max<size_t>(1, size_t(std::llround(double(texts.size()) * c.test_fraction)));
   const size_t n_val = std::max<size_t>(1, size_t(std::llround(double(texts.size()) * c.val_fraction)));
   std::vector<std::string> train(texts.begin() + long(n_test + n_val), texts.end());
+  // The streams put "\n" between fortunes: it is a character of the training stream too (a corpus of
+  // one-line fortunes had none, and every separator read as <unk>, the id of unseen test characters).
+  train.push_back("\n");
   cf::data::Tokenizer tok = cf::data::Tokenizer::build_char(train);
   Corpus out;
   out.vocab = tok.vocab_size();

@@ -130,6 +130,14 @@ Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::string> tokens, bool l
     if (kind_ == TokenizerKind::Char && int64_t(i) >= kNumSpecial)
       CF_CHECK(utf8_valid_len(t, 0) == t.size(), ValueError, "[Tokenizer] token ", i, " '", t,
                "' of a char tokenizer is not a single code point");
+    // A token encode can never produce (and decode would not give back as itself) is refused: a word
+    // token holding a space re-encodes as two words, an upper-case one is unreachable when lowercasing.
+    if (kind_ == TokenizerKind::Word && int64_t(i) >= kNumSpecial)
+      CF_CHECK(split_words(t) == std::vector<std::string>{t}, ValueError, "[Tokenizer] token ", i, " '", t,
+               "' of a word tokenizer is not one word (encode splits it)");
+    if (lowercase_ && int64_t(i) >= kNumSpecial)
+      CF_CHECK(lower_ascii(t) == t, ValueError, "[Tokenizer] token ", i, " '", t,
+               "' has upper-case letters, which a lowercasing tokenizer never produces");
     CF_CHECK(index_.emplace(t, int64_t(i)).second, ValueError, "[Tokenizer] token ", i, " '", t,
              "' appears twice (first at ", index_[t], ")");
   }

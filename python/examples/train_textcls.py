@@ -9,8 +9,13 @@ least 500 texts of 64+ characters, at most 500 each, a 70/10/20 split per topic,
 characters as tokens, texts cut at 256; 2 layers, d_model 64, 4 heads, d_ff 128,
 dropout 0.1, mean pooling, k = round(sqrt(256)) = 16 clusters; AdamW (lr 3e-3,
 weight decay 0.01), 30 warmup steps then cosine decay to 5%, gradient clipping
-at 1, batches of 32, 300 steps. The split is drawn with Python's random module,
-so the texts in each part differ from the app's (its shuffle is a C++ one).
+at 1, batches of 32, 300 steps. As the app, it drops texts the model would see
+twice (equal in their first --max-len characters: a repeat kept once, a text under
+two topics dropped from both), builds the vocabulary from what the model reads of
+the training texts, and pads every evaluation batch to the longest text (neural
+clustering sizes its clusters from the padded length: accuracy would otherwise
+depend on which texts share a batch). The split is drawn with Python's random
+module, so the texts in each part differ from the app's (its shuffle is a C++ one).
 
     .venv/bin/python python/examples/train_textcls.py            # about 2 minutes on 2 cores
     .venv/bin/python python/examples/train_textcls.py --steps 30 # a quick look
@@ -25,11 +30,24 @@ from tqdm import tqdm
 import cf
 
 
-def load_topics(min_texts, max_per_class, min_chars, split_seed):
+def load_topics(min_texts, max_per_class, min_chars, split_seed, max_len):
     by_topic = {}
     for topic, text in cf.data.read_fortunes():
         if len(text) >= min_chars:
             by_topic.setdefault(topic, []).append(text)
+    # what the model reads of a text is its first max_len characters: texts equal there are one text
+    topics_of = {}
+    for topic, texts in by_topic.items():
+        for t in texts:
+            topics_of.setdefault(t[:max_len], set()).add(topic)
+    for topic, texts in by_topic.items():
+        seen, kept = set(), []
+        for t in texts:
+            key = t[:max_len]
+            if len(topics_of[key]) == 1 and key not in seen:
+                seen.add(key)
+                kept.append(t)
+        by_topic[topic] = kept
     topics = sorted(t for t, texts in by_topic.items() if len(texts) >= min_texts)
     if len(topics) < 2:
         raise SystemExit("train_textcls: fewer than 2 topics with %d texts in %s (apt-get install fortunes)"
@@ -75,14 +93,17 @@ def main():
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
 
-    topics, splits = load_topics(500, 500, 64, 0)
-    tok = cf.data.Tokenizer.build_char([t for t, _ in splits["train"]])
+    topics, splits = load_topics(500, 500, 64, 0, args.max_len)
+    tok = cf.data.Tokenizer.build_char([t[:args.max_len] for t, _ in splits["train"]])
+    encoded = {name: encode(tok, pairs, args.max_len) for name, pairs in splits.items()}
+    longest = max(len(i) for ids, _ in encoded.values() for i in ids)
     loaders = {}
-    for name, pairs in splits.items():
-        ids, labels = encode(tok, pairs, args.max_len)
+    for name, (ids, labels) in encoded.items():
+        train = name == "train"
         loaders[name] = cf.data.DataLoader(cf.data.SequenceDataset(ids, labels),
-                                           batch_size=args.batch_size if name == "train" else 64,
-                                           shuffle=name == "train", seed=args.seed, prefetch=2 if name == "train" else 0)
+                                           batch_size=args.batch_size if train else 64,
+                                           shuffle=train, seed=args.seed, prefetch=2 if train else 0,
+                                           pad_to_multiple=1 if train else longest)
     print("topics: %s; %d / %d / %d texts; vocabulary %d" % (", ".join(topics), len(splits["train"]),
                                                              len(splits["val"]), len(splits["test"]), tok.vocab_size))
 

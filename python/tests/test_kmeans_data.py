@@ -245,3 +245,17 @@ def test_a_subclass_of_cf_data_dataset_is_a_python_dataset():
 
     assert next(iter(cf.data.DataLoader(CallsBase(), batch_size=3))).input.tolist() == [[0.0], [2.0], [4.0]]
     assert len(cf.data.TensorDataset(cf.zeros(4, 2))) == 4  # cf's own datasets as before
+
+
+def test_an_empty_text_batches_as_a_row_of_padding():
+    # [] from Python is a float32 tensor (as torch.tensor([]) is): it was stacked against the others'
+    # lengths, and the error named two valid examples
+    tok = cf.data.Tokenizer.build_char(["hello world", "héllo"])
+    data = [(tok.encode("hello"), 0), (tok.encode("hé"), 1), (tok.encode(""), 0)]
+    b = next(iter(cf.data.DataLoader(data, batch_size=3)))
+    assert tuple(b.input.shape) == (3, 5)
+    assert b.key_padding_mask.tolist()[2] == [True] * 5
+    assert b.key_padding_mask.tolist()[1] == [False, False, True, True, True]
+    with pytest.raises(cf.ShapeError, match=r"^\[collate\] example 2 has input float32 \(2,2\).*example 0 has a token sequence"):
+        next(iter(cf.data.DataLoader([(tok.encode("hello"), 0), (tok.encode("hé"), 1),
+                                      (cf.zeros([2, 2]), 0)], batch_size=3)))

@@ -220,7 +220,17 @@ TEST_CASE("data: mismatched examples give errors naming indices and shapes") {
   CHECK_FALSE(mixed.key_padding_mask.defined());
   CHECK(mixed.target.to_vector<float>() == std::vector<float>{3, 2.5f});
   CHECK_THROWS_MSG(collate({{ti64({1, 2}, {2}), Tensor()}, {Tensor::full({3}, 0.5), Tensor()}}, {}), ShapeError,
-                   "[collate]", "example 1 has input shape (3) (float32)", "example 0 has (2) (int64)");
+                   "[collate] example 1 has input float32 (3)", "but example 0 has a token sequence int64 (2)");
+  // Token sequences of several lengths and one that is not: the error names that one, not the first
+  // sequence of another length.
+  CHECK_THROWS_MSG(collate({{ti64({1, 2, 3}, {3}), Tensor()}, {ti64({4}, {1}), Tensor()}, {Tensor::zeros({2, 2}), Tensor()}},
+                           {}),
+                   ShapeError, "[collate] example 2 has input float32 (2,2)", "but example 0 has a token sequence");
+  // An empty sequence of any dtype (an empty text: [] from Python is float32) is a row of padding.
+  Batch with_empty = collate({{ti64({5, 6}, {2}), Tensor()}, {Tensor::zeros({0}), Tensor()}, {ti64({7}, {1}), Tensor()}},
+                             {});
+  CHECK(with_empty.input.to_vector<int64_t>() == std::vector<int64_t>{5, 6, 0, 0, 7, 0});
+  CHECK(with_empty.key_padding_mask.to_vector<bool>() == std::vector<bool>{false, false, true, true, false, true});
   // A rank whose share is all sequences, where another rank's is not, stacks as one process would.
   PadAtLeast stack_in;
   stack_in.stack_input = true;

@@ -146,6 +146,17 @@ TEST_CASE("data: tokenizer save and load") {
   cf::test::write_bytes(p, "{\"format\": \"cf-tokenizer\", \"version\": 1, \"kind\": \"word\", "
                            "\"tokens\": []}");
   CHECK_THROWS_MSG(Tokenizer::load(p), IOError, "bad.json", "lowercase");
+  // Tokens encode could never produce: a word holding a space (it re-encodes as two words), an upper-case
+  // token of a lowercasing tokenizer.
+  const std::string specials = "\"<pad>\", \"<unk>\", \"<bos>\", \"<eos>\", \"<cls>\", \"<sep>\"";
+  cf::test::write_bytes(p, "{\"format\": \"cf-tokenizer\", \"version\": 1, \"kind\": \"word\", "
+                           "\"lowercase\": false, \"tokens\": [" + specials + ", \"a b\"]}");
+  CHECK_THROWS_MSG(Tokenizer::load(p), IOError, "bad.json", "token 6 'a b' of a word tokenizer is not one word");
+  cf::test::write_bytes(p, "{\"format\": \"cf-tokenizer\", \"version\": 1, \"kind\": \"char\", "
+                           "\"lowercase\": true, \"tokens\": [" + specials + ", \"a\", \"A\"]}");
+  CHECK_THROWS_MSG(Tokenizer::load(p), IOError, "bad.json", "token 7 'A' has upper-case letters");
+  CHECK_THROWS_MSG(Tokenizer(TokenizerKind::Word, {"<pad>", "<unk>", "<bos>", "<eos>", "<cls>", "<sep>", "x\ty"}),
+                   ValueError, "[Tokenizer] token 6 'x\ty' of a word tokenizer is not one word");
   CHECK_THROWS_MSG(w.save(dir.file("no/such/dir/t.json")), IOError, "[Tokenizer::save]", "t.json");
 }
 
