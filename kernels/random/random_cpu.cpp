@@ -23,8 +23,7 @@ void fill_typed(T* out, int64_t n, const RandomParams& p) {
         }
         case RandomKind::Normal: out[i] = T(p.a + p.b * philox_normal(r)); break;
         case RandomKind::Integer: {
-          const uint64_t bits = (uint64_t(r.v[0]) << 32) | r.v[1];
-          out[i] = T(int64_t(uint64_t(p.low) + bits % p.span));  // unsigned: no overflow near INT64_MAX
+          out[i] = T(int64_t(uint64_t(p.low) + philox_below(r, p.span)));  // unsigned: no overflow near INT64_MAX
           break;
         }
         case RandomKind::Bernoulli: out[i] = T(philox_uniform_d(r) < p.a); break;

@@ -35,8 +35,7 @@ __global__ void random_kernel(T* out, int64_t n, double a, double b, int64_t ia,
     } else if constexpr (K == RandomKind::Normal) {
       out[i] = T(__dadd_rn(a, __dmul_rn(b, philox_normal(r))));
     } else if constexpr (K == RandomKind::Integer) {
-      const uint64_t bits = (uint64_t(r.v[0]) << 32) | r.v[1];
-      out[i] = T(int64_t(uint64_t(ia) + bits % span));
+      out[i] = T(int64_t(uint64_t(ia) + philox_below(r, span)));
     } else {
       out[i] = T(philox_uniform_d(r) < a);
     }

@@ -50,6 +50,20 @@ TEST_CASE("random streams are reproducible and well distributed") {
     ++counts[size_t(x + 3)];
   }
   for (int c6 : counts) CHECK(std::abs(c6 - 1000) < 150);
+  // Spans beyond 2^32 take 128 random bits: 64 bits modulo a span of 3 * 2^62 gave the first third of the
+  // range half the draws (0.5 instead of 1/3); modulo 10^18, 0.46 of the draws fell below 2^64 mod 10^18.
+  {
+    const int64_t lo = std::numeric_limits<int64_t>::min();
+    const std::vector<int64_t> wide = randint(lo, int64_t(1) << 62, {60000}, g3).to_vector<int64_t>();
+    double first_third = 0;
+    for (int64_t x : wide) first_third += x < -(int64_t(1) << 62);
+    CHECK(std::fabs(first_third / 60000.0 - 1.0 / 3.0) < 0.01);  // 5 standard deviations
+    const std::vector<int64_t> e18 = randint(0, int64_t(1000000000000000000), {60000}, g3).to_vector<int64_t>();
+    const double cut = double(uint64_t(-1) % uint64_t(1000000000000000000) + 1);  // 2^64 mod 10^18
+    double below = 0;
+    for (int64_t x : e18) below += double(x) < cut;
+    CHECK(std::fabs(below / 60000.0 - cut / 1e18) < 0.01);
+  }
 
   auto bern = bernoulli({20000}, 0.3, g3).to_vector<bool>();
   double frac = 0;
