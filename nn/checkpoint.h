@@ -27,7 +27,10 @@ struct GeneratorState {
   uint64_t seed = 0;
   uint64_t offset = 0;
 
-  static GeneratorState of(const Generator& g) { return {g.seed(), g.offset()}; }
+  static GeneratorState of(const Generator& g) {  // read under one lock (Generator::state)
+    const std::pair<uint64_t, uint64_t> s = g.state();
+    return {s.first, s.second};
+  }
   void restore(Generator& g) const { g.set_state(seed, offset); }
   bool operator==(const GeneratorState& o) const { return seed == o.seed && offset == o.offset; }
 };

@@ -44,19 +44,22 @@ inline std::vector<int64_t> join_texts(const TopicSplit& split) {
 // true replaced by `mask_id`; targets: the hidden ids, -100 (ignored) elsewhere.
 struct MaskedBatch {
   cf::Tensor ids, targets;
+  int64_t hidden = 0;  // positions scored (a <sep> drawn is not hidden: it is no character)
 };
 inline MaskedBatch masked_windows(const std::vector<int64_t>& stream, const std::vector<int64_t>& starts, int64_t n,
                                   const std::vector<bool>& hide, int64_t mask_id, cf::Device dev) {
   const int64_t b = int64_t(starts.size());
   std::vector<int64_t> x(size_t(b * n)), y(size_t(b * n), -100);
+  int64_t hidden = 0;
   for (int64_t i = 0; i < b; ++i)
     for (int64_t j = 0; j < n; ++j) {
       const size_t at = size_t(i * n + j);
       const int64_t id = stream[size_t(starts[size_t(i)] + j)];
-      x[at] = hide[at] ? mask_id : id;
-      if (hide[at]) y[at] = id;
+      const bool h = hide[at] && id != cf::data::Tokenizer::kSep;
+      x[at] = h ? mask_id : id;
+      if (h) y[at] = id, ++hidden;
     }
-  return {cf::Tensor::from_vector(x, {b, n}).to(dev), cf::Tensor::from_vector(y, {b, n}).to(dev)};
+  return {cf::Tensor::from_vector(x, {b, n}).to(dev), cf::Tensor::from_vector(y, {b, n}).to(dev), hidden};
 }
 
 // Draws which of b * n positions to hide (each with probability `rate`).
@@ -89,8 +92,8 @@ inline MaskedEvalSet masked_eval_set(const std::vector<int64_t>& stream, const M
     std::vector<int64_t> part(starts.begin() + long(i),
                               starts.begin() + long(std::min(starts.size(), i + size_t(batch))));
     const std::vector<bool> hide = draw_hidden(int64_t(part.size()), c.seq_len, c.mask_rate, g);
-    s.hidden += int64_t(std::count(hide.begin(), hide.end(), true));
     s.batches.push_back(masked_windows(stream, part, c.seq_len, hide, mask_id, dev));
+    s.hidden += s.batches.back().hidden;
   }
   return s;
 }

@@ -23,7 +23,7 @@ void farthest_point_sampling_cpu(const Tensor& points, const Tensor& pad, const 
 // Keeps a (R, G) table of maxima: the op calls it for G <= 4 E (or no rows) only.
 void group_max_cpu(const Tensor& src, const Tensor& group, int64_t groups, const Tensor& out);
 
-// The same result from each row's group ids sorted (G > E: ids may be sparse up to 2^62, and a
+// The same result from each row's group ids sorted (G > 4 E: ids may be sparse up to 2^62, and a
 // table of every group would take memory and time in G, not in E): keys (R, E) int64, each row's
 // ids ascending; perm (R, E) int64, the entry of src each key came from (a stable argsort: on the
 // CPU the maxima are then taken in the table path's order, to the sign of zero).

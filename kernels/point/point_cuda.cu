@@ -6,7 +6,7 @@
 //    the CPU's order, in double.
 //  - group maxima: an atomic max per entry into a (rows, groups) double table
 //    (max is exact, so the order of the atomics does not matter), then a gather;
-//    from sorted ids (groups > entries): a thread per run of equal ids.
+//    from sorted ids (groups > 4 entries): a thread per run of equal ids.
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -137,7 +137,7 @@ void group_max_cuda(const Tensor& src, const Tensor& group, int64_t groups, cons
   const int64_t rows = src.size(0), e = src.size(1), total = rows * e;
   if (total == 0) return;
   cu::use_device_of(src, "group_max");
-  // One running maximum per (row, group): the table is rows x groups doubles (groups <= e: the op takes
+  // One running maximum per (row, group): the table is rows x groups doubles (groups <= 4 e: the op takes
   // group_max_sorted beyond).
   Tensor mx = Tensor::full({rows * groups}, -std::numeric_limits<double>::infinity(), kFloat64, src.device());
   CF_DISPATCH_FLOAT_STD(src.dtype(), "group_max",

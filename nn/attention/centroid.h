@@ -39,7 +39,7 @@ namespace nn {
 // Indices of the k inputs nearest (L2) to each query: queries (B, M, C), inputs
 // (B, N, C) -> int64 (B, M, k), nearest first. Distances come from the GEMM form
 // |u|^2 - 2 u.x + |x|^2 (never an (B, M, N, C) tensor), over chunks of the queries of at most
-// 64 MiB each. Padded inputs (mask true) come last.
+// 64 MiB each (one query row when B N is more). Padded inputs (mask true) come last.
 Tensor knn_indices(const Tensor& queries, const Tensor& inputs, int64_t k, const Tensor& mask = Tensor());
 
 // Rows of x (B, N, D) picked per batch row by idx int64 (B, M) -> (B, M, D), differentiable in x.

@@ -15,16 +15,11 @@ namespace data {
 
 namespace {
 
-// A token sequence: 1-d int64, or 1-d and empty in any dtype (an empty text from Python, [], is a float32
-// tensor as torch.tensor([]) is: it was stacked against the others' lengths instead of padded).
-bool is_sequence(const Tensor& t) {
-  return t.defined() && t.dim() == 1 && (t.dtype() == kInt64 || t.numel() == 0);
-}
-bool is_int64_sequence(const Tensor& t) { return is_sequence(t) && t.dtype() == kInt64; }
-// A field is padded when every example's is a token sequence (at least one of them of int64 ids).
-bool all_sequences(const std::vector<Tensor>& ts) {
-  return std::all_of(ts.begin(), ts.end(), is_sequence) && std::any_of(ts.begin(), ts.end(), is_int64_sequence);
-}
+// A token sequence: 1-d int64 (whatever the other examples hold, so every rank of a distributed loader
+// decides alike; Python's data bridge turns an empty list into an empty int64 one).
+bool is_sequence(const Tensor& t) { return t.defined() && t.dtype() == kInt64 && t.dim() == 1; }
+// A field is padded when every example's is a token sequence.
+bool all_sequences(const std::vector<Tensor>& ts) { return std::all_of(ts.begin(), ts.end(), is_sequence); }
 
 int64_t round_up(int64_t n, int64_t m) { return m <= 1 ? n : (n + m - 1) / m * m; }
 
@@ -39,14 +34,14 @@ Tensor collate_field(const std::vector<Tensor>& ts, const std::vector<int64_t>& 
   const bool seq = !stack_anyway && all_sequences(ts);
   DType common = t0.dtype();
   for (const Tensor& t : ts) common = promote_types(common, t.dtype());
-  if (!seq && !stack_anyway && is_int64_sequence(t0))
+  if (!seq && !stack_anyway && is_sequence(t0))
     for (size_t i = 0; i < ts.size(); ++i)
       if (!is_sequence(ts[i]) && ts[i].shape() != t0.shape())
         // Token sequences but for this example (so nothing is padded, and lengths cannot stack): name it,
         // not the first sequence whose length differs.
         throw ShapeError(str("[collate] example ", idx[i], " has ", field, " ", ts[i].describe(), " but example ",
                              idx[0], " has a token sequence ", t0.describe(), "; token sequences are 1-d int64 "
-                             "tensors (an empty one may be of any dtype), padded to the longest"));
+                             "tensors, padded to the longest"));
   for (size_t i = 0; i < ts.size(); ++i) {
     const Tensor& t = ts[i];
     CF_CHECK(t.device().is_cpu(), DeviceError, "[collate] example ", idx[i], " has its ", field,
@@ -73,10 +68,6 @@ Tensor collate_field(const std::vector<Tensor>& ts, const std::vector<int64_t>& 
   int64_t* o = out.data<int64_t>();
   if (lengths) lengths->resize(size_t(b));
   for (int64_t i = 0; i < b; ++i) {
-    if (ts[size_t(i)].numel() == 0) {  // (an empty sequence of another dtype: all padding)
-      if (lengths) (*lengths)[size_t(i)] = 0;
-      continue;
-    }
     std::vector<int64_t> v = ts[size_t(i)].to_vector<int64_t>();
     std::copy(v.begin(), v.end(), o + i * n);
     if (lengths) (*lengths)[size_t(i)] = int64_t(v.size());

@@ -330,7 +330,13 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   for (size_t i = 0; i < entries_.size(); ++i) {
     Entry& e = entries_[i];
     for (size_t s = 0; s < slot_names_.size(); ++s) copy_from_any_device(e.slots[s], *src[i][s]);
-    if (masters[i]) copy_from_any_device(e.master, *masters[i]);
+    if (masters[i]) {
+      copy_from_any_device(e.master, *masters[i]);
+    } else if (e.master.defined()) {  // none saved (a float32 run resumed in 16 bits): the loaded parameter's
+      e.master = to(e.param.detach(), kFloat32);
+      e.master_version = e.param.version();
+      e.master_storage = e.param.impl_ptr()->storage;
+    }
     e.step = int64_t(steps[i]);
   }
 }

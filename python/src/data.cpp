@@ -111,6 +111,10 @@ class PyDataset : public cd::Dataset {
  private:
   static Tensor part(nb::handle h, int64_t i, const char* what) {
     if (nb::isinstance<Tensor>(h)) return nb::cast<Tensor>(h).detach();
+    // An empty list or tuple (an empty text's token ids) is an empty int64 sequence, a row of padding:
+    // as a tensor it would be float32 (as torch.tensor([]) is), which the loader stacks instead of padding.
+    if ((PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) && nb::len(h) == 0)
+      return Tensor::empty({0}, cf::kInt64, cf::Device::cpu());
     try {
       return tensor_from_python(h, std::nullopt, cf::Device::cpu());
     } catch (const cf::Error& err) {

@@ -256,6 +256,10 @@ def test_an_empty_text_batches_as_a_row_of_padding():
     assert tuple(b.input.shape) == (3, 5)
     assert b.key_padding_mask.tolist()[2] == [True] * 5
     assert b.key_padding_mask.tolist()[1] == [False, False, True, True, True]
+    # a batch holding only the empty text is an int64 row of padding too (not a float32 (1, 0) without a mask)
+    last = list(cf.data.DataLoader(data, batch_size=1))[2]
+    assert last.input.dtype == cf.int64 and tuple(last.input.shape) == (1, 0)
+    assert last.key_padding_mask is not None
     with pytest.raises(cf.ShapeError, match=r"^\[collate\] example 2 has input float32 \(2,2\).*example 0 has a token sequence"):
         next(iter(cf.data.DataLoader([(tok.encode("hello"), 0), (tok.encode("hé"), 1),
                                       (cf.zeros([2, 2]), 0)], batch_size=3)))

@@ -124,6 +124,8 @@ TEST_CASE("knn_indices over many query chunks equals it over few (the 64 MiB blo
   CHECK(all.shape() == Shape({1, 1500, 5}));
   CHECK(all.to_vector<int64_t>() == cat(parts, 1).to_vector<int64_t>());
   for (int64_t i : all.to_vector<int64_t>()) CHECK_FALSE(pad[size_t(i)]);
+  // no queries: no indices (B, 0, k), not an error of the chunks' concatenation
+  CHECK(nn::knn_indices(Tensor::zeros({2, 0, 3}), randn({2, 10, 3}, kFloat32, g), 4).shape() == Shape({2, 0, 4}));
 }
 
 TEST_CASE("knn_indices selects in float32 under 16-bit autocast and for 16-bit points") {

@@ -226,8 +226,8 @@ TEST_CASE("data: mismatched examples give errors naming indices and shapes") {
   CHECK_THROWS_MSG(collate({{ti64({1, 2, 3}, {3}), Tensor()}, {ti64({4}, {1}), Tensor()}, {Tensor::zeros({2, 2}), Tensor()}},
                            {}),
                    ShapeError, "[collate] example 2 has input float32 (2,2)", "but example 0 has a token sequence");
-  // An empty sequence of any dtype (an empty text: [] from Python is float32) is a row of padding.
-  Batch with_empty = collate({{ti64({5, 6}, {2}), Tensor()}, {Tensor::zeros({0}), Tensor()}, {ti64({7}, {1}), Tensor()}},
+  // An empty sequence (an empty text) is a row of padding.
+  Batch with_empty = collate({{ti64({5, 6}, {2}), Tensor()}, {Tensor::empty({0}, kInt64), Tensor()}, {ti64({7}, {1}), Tensor()}},
                              {});
   CHECK(with_empty.input.to_vector<int64_t>() == std::vector<int64_t>{5, 6, 0, 0, 7, 0});
   CHECK(with_empty.key_padding_mask.to_vector<bool>() == std::vector<bool>{false, false, true, true, false, true});
