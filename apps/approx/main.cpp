@@ -415,8 +415,11 @@ cf::apps::TrainRun train_run_of(const Config& cfg, const cf::apps::TopicData& da
                    {"warmup", tc.warmup},         {"data", cf::apps::topic_data_signature(cfg.data, data)}};
   if (tc.precision != "fp32") run.signature["precision"] = tc.precision;
   if (cfg.task == "masked")
+    // ("stream" names how the stream is built: a checkpoint trained on texts glued without <sep>, or with a
+    // hidden and scored <sep>, is another model)
     run.signature["masked_task"] = {{"seq_len", cfg.masked.seq_len}, {"mask_rate", cfg.masked.mask_rate},
-                                    {"eval_windows", cfg.masked.eval_windows}};
+                                    {"eval_windows", cfg.masked.eval_windows},
+                                    {"stream", "texts joined by <sep>, never hidden"}};
   // The file name carries what tells models of one attention apart: the cluster count, and an LSH model's
   // chunk length (another --lsh-bucket-size trains another model instead of refusing this one's file).
   if (!tc.checkpoint_dir.empty())

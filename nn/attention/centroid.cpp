@@ -83,11 +83,11 @@ Tensor knn_indices(const Tensor& queries, const Tensor& inputs, int64_t k, const
     u = to(u, kFloat32);
     x = to(x, kFloat32);
   }
+  if (qs[1] == 0) return Tensor::empty({qs[0], 0, k}, kInt64, queries.device());
   // ||u - x||^2 = |u|^2 - 2 u.x + |x|^2: a GEMM, no (B, M, N, C) difference tensor. Over chunks of the
   // queries, each (B, rows, N) block at most 64 MiB (or one query row, when B N alone is more), added to
-  // in place: with M = N / 4 (the point-cloud
-  // blocks) one (B, M, N) matrix and its temporaries took 1.1 GB at N = 16384, for M k indices.
-  if (qs[1] == 0) return Tensor::empty({qs[0], 0, k}, kInt64, queries.device());
+  // in place: with M = N / 4 (the point-cloud blocks) one (B, M, N) matrix and its temporaries took
+  // 1.1 GB at N = 16384, for M k indices.
   const Tensor uu = unsqueeze(sum(u * u, {2}), 2), xx = unsqueeze(sum(x * x, {2}), 1), xt = transpose(x, 1, 2);
   const int64_t row_bytes = std::max<int64_t>(1, qs[0] * xs[1] * int64_t(dtype_size(u.dtype())));
   const int64_t rows = std::max<int64_t>(1, (int64_t(64) << 20) / row_bytes);

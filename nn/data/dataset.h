@@ -6,7 +6,8 @@
 //   - a 1-d int64 tensor is a token sequence: when every example's field is one, the
 //     sequences of a batch may differ in length and are padded (inputs with pad_id,
 //     targets with target_pad); an empty text is an empty int64 tensor, a row of padding
-//     (Python's data bridge makes one of an empty list);
+//     (Python's data bridge makes one of an empty list or tuple; an empty float tensor beside
+//     token sequences is refused, naming it);
 //   - anything else (images, feature vectors, a 0-d class id) has a fixed shape and the
 //     examples of a batch are stacked along a new axis 0, their dtypes promoted as
 //     PyTorch's default_collate does (an int label beside a float one: float labels);

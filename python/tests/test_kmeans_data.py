@@ -248,8 +248,8 @@ def test_a_subclass_of_cf_data_dataset_is_a_python_dataset():
 
 
 def test_an_empty_text_batches_as_a_row_of_padding():
-    # [] from Python is a float32 tensor (as torch.tensor([]) is): it was stacked against the others'
-    # lengths, and the error named two valid examples
+    # [] from a dataset is an empty int64 sequence (as a tensor it would be float32, as torch.tensor([]) is:
+    # it was stacked against the others' lengths, and the error named two valid examples)
     tok = cf.data.Tokenizer.build_char(["hello world", "héllo"])
     data = [(tok.encode("hello"), 0), (tok.encode("hé"), 1), (tok.encode(""), 0)]
     b = next(iter(cf.data.DataLoader(data, batch_size=3)))
