@@ -94,24 +94,42 @@ void local_members(int64_t n, int64_t window, bool causal, Tensor& query_members
   key_members = Tensor::from_vector(km, {1, 1, C, span * window});
 }
 
-Tensor balanced_routing(const Tensor& xn, const Tensor& centroids, const Tensor& key_padding_mask, int64_t w) {
-  const Shape& s = xn.shape();
-  const int64_t B = s[0], H = s[1], N = s[2], C = centroids.shape()[1];
-  NoGradGuard ng;
+namespace {
+
+// xn . mu_c for every vector and centroid: (B, H, N, C), one GEMM shared by the balanced routing (the
+// attention's clusters) and the nearest centroid (the EMA and the commitment loss) of one forward.
+Tensor centroid_dots(const Tensor& xn, const Tensor& centroids) {
+  const int64_t H = centroids.shape()[0], C = centroids.shape()[1], D = centroids.shape()[2];
+  return matmul(xn, transpose(reshape(centroids, {1, H, C, D}), -2, -1));
+}
+
+Tensor balanced_routing_of(const Tensor& dots, const Tensor& key_padding_mask, int64_t w) {
+  const Shape& s = dots.shape();
   // Per cluster, tokens ranked by xn . mu_c: for unit xn the same order as -|xn - mu_c|^2.
-  Tensor scores = transpose(matmul(xn, transpose(reshape(centroids, {1, H, C, s[3]}), -2, -1)), -2, -1);
-  if (key_padding_mask.defined()) scores = masked_fill(scores, reshape(key_padding_mask, {B, 1, 1, N}), -INFINITY);
+  Tensor scores = transpose(dots, -2, -1);  // (B, H, C, N)
+  if (key_padding_mask.defined())
+    scores = masked_fill(scores, reshape(key_padding_mask, {s[0], 1, 1, s[2]}), -INFINITY);
   ValuesIndices top = topk(scores, w, -1);  // (B, H, C, w); ties keep position order
   return where(ne(top.values, -INFINITY), top.indices, -1.0);
 }
 
+Tensor nearest_centroid_of(const Tensor& dots, const Tensor& centroids) {
+  const int64_t H = centroids.shape()[0], C = centroids.shape()[1], D = centroids.shape()[2];
+  // argmin_c |x - mu_c|^2 = argmax_c (x . mu_c - |mu_c|^2 / 2)
+  Tensor half_norms = transpose(sum(square(reshape(centroids, {1, H, C, D})), {-1}, true), -2, -1) * 0.5;
+  return argmax(dots - half_norms, -1);
+}
+
+}  // namespace
+
+Tensor balanced_routing(const Tensor& xn, const Tensor& centroids, const Tensor& key_padding_mask, int64_t w) {
+  NoGradGuard ng;
+  return balanced_routing_of(centroid_dots(xn, centroids), key_padding_mask, w);
+}
+
 Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids) {
   NoGradGuard ng;
-  const int64_t H = centroids.shape()[0], C = centroids.shape()[1], D = centroids.shape()[2];
-  Tensor mu = reshape(centroids, {1, H, C, D});
-  // argmin_c |x - mu_c|^2 = argmax_c (x . mu_c - |mu_c|^2 / 2)
-  Tensor score = matmul(xn, transpose(mu, -2, -1)) - transpose(sum(square(mu), {-1}, true), -2, -1) * 0.5;
-  return argmax(score, -1);
+  return nearest_centroid_of(centroid_dots(xn, centroids), centroids);
 }
 
 RoutingAttention::RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_clusters, int64_t local_heads,
@@ -232,11 +250,23 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
     Tensor q = narrow(a.q, 1, L, R), k = narrow(a.k, 1, L, R), v = narrow(a.v, 1, L, R);
     Tensor qn = l2_normalize(q), kn = l2_normalize(k);
     Tensor qd = qn.detach(), kd = kn.detach();
-    Tensor qm = balanced_routing(qd, centroids_, a.query_padding_mask, w);
-    Tensor km = balanced_routing(kd, centroids_, a.key_padding_mask, w);
+    Tensor q_dots, k_dots;  // (B, R, N, C)
+    {
+      NoGradGuard ng;
+      q_dots = centroid_dots(qd, centroids_);
+      k_dots = centroid_dots(kd, centroids_);
+    }
+    Tensor qm = balanced_routing_of(q_dots, a.query_padding_mask, w);
+    Tensor km = balanced_routing_of(k_dots, a.key_padding_mask, w);
     outs.push_back(routed_lists_attention(q, k, v, qm, km, a.key_padding_mask, scale, a.causal, drop));
     if (a.aux || is_training()) {
-      Tensor qa = nearest_centroid(qd, centroids_), ka = nearest_centroid(kd, centroids_);
+      Tensor qa, ka;
+      {
+        NoGradGuard ng;
+        qa = nearest_centroid_of(q_dots, centroids_);
+        ka = nearest_centroid_of(k_dots, centroids_);
+      }
+      q_dots = k_dots = Tensor();  // (B, R, N, C) each: free before the commitment loss and the update
       auto valid_of = [&](const Tensor& mask) {  // (B, 1, N, 1) 1 for real tokens
         return mask.defined() ? cf::to(reshape(logical_not(mask), {B, 1, N, 1}), a.q.dtype())
                               : Tensor::ones({B, 1, N, 1}, a.q.dtype(), a.q.device());
@@ -259,15 +289,26 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       }
       if (is_training()) {
         NoGradGuard ng;
-        auto onehot_of = [&](const Tensor& assign, const Tensor& valid) {  // (B, R, N, C), 0 for padding
-          return one_hot(assign, n_clusters_, a.q.dtype()) * valid;
+        const int64_t C = n_clusters_, rows = B * R * N;
+        // Per head and cluster, the sums (R, C, D) and counts (R, C, 1) of the assigned vectors: one index_add
+        // into R C rows (head r's cluster c at row r C + c) and a spare row R C taking the padding, which is
+        // dropped. Linear in N and deterministic on both devices (index_add adds in position order), where a
+        // one-hot (B, R, N, C) product cost a GEMM as large as the routing's own.
+        const Tensor head_base = reshape(Tensor::arange(R, kInt64, a.q.device()) * double(C), {1, R, 1});
+        auto stats_of = [&](const Tensor& assign, const Tensor& xd, const Tensor& mask) {
+          Tensor rows_of = assign + head_base;  // (B, R, N)
+          if (mask.defined()) rows_of = where(logical_not(reshape(mask, {B, 1, N})), rows_of, double(R * C));
+          rows_of = reshape(rows_of, {rows});
+          Tensor sums = index_add(Tensor::zeros({R * C + 1, D}, xd.dtype(), xd.device()), 0, rows_of,
+                                  reshape(xd, {rows, D}));
+          Tensor counts = index_add(Tensor::zeros({R * C + 1, 1}, xd.dtype(), xd.device()), 0, rows_of,
+                                    Tensor::ones({rows, 1}, xd.dtype(), xd.device()));
+          return std::pair<Tensor, Tensor>{reshape(narrow(sums, 0, 0, R * C), {R, C, D}),
+                                           reshape(narrow(counts, 0, 0, R * C), {R, C, 1})};
         };
-        auto sums_of = [&](const Tensor& onehot, const Tensor& xd) {  // (R, C, D)
-          return sum(matmul(transpose(onehot, -2, -1), xd), {0});
-        };
-        auto counts_of = [&](const Tensor& onehot) { return reshape(sum(onehot, {0, 2}), {R, n_clusters_, 1}); };
-        const Tensor oq = onehot_of(qa, vq), ok = onehot_of(ka, vk);
-        update_centroids(sums_of(oq, qd), counts_of(oq), sums_of(ok, kd), counts_of(ok));
+        auto [q_sums, q_cnt] = stats_of(qa, qd, a.query_padding_mask);
+        auto [k_sums, k_cnt] = stats_of(ka, kd, a.key_padding_mask);
+        update_centroids(q_sums, q_cnt, k_sums, k_cnt);
       }
     }
   }

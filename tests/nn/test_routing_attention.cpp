@@ -147,9 +147,10 @@ TEST_CASE("routing attention: the module equals the dense reference of its own r
 }
 
 TEST_CASE("routing attention: the EMA centroid update and the commitment loss match a direct computation") {
-  const int64_t B = 2, H = 2, N = 6, D = 3, C = 2;
+  // Head 0 is local: the routing heads are heads 1 and 2, with centroid sets 0 and 1.
+  const int64_t B = 2, H = 3, L = 1, R = H - L, N = 6, D = 3, C = 2;
   const double lambda = 0.9;
-  nn::RoutingAttention att(H, D, C, /*local_heads=*/0, 0, lambda, 0.0, /*seed=*/3);
+  nn::RoutingAttention att(H, D, C, /*local_heads=*/L, 0, lambda, 0.0, /*seed=*/3);
   att.to(kFloat64);
   Tensor q = leaf64({B, H, N, D}, 1), k = leaf64({B, H, N, D}, 2), v = leaf64({B, H, N, 2}, 3);
   Tensor kpm = pad_mask(B, N, {{1, 4}, {1, 5}});
@@ -165,14 +166,14 @@ TEST_CASE("routing attention: the EMA centroid update and the commitment loss ma
   auto pad = kpm.to_vector<bool>();
   std::vector<double> expected = mu;
   double commit = 0;
-  for (int64_t h = 0; h < H; ++h) {
+  for (int64_t h = 0; h < R; ++h) {
     std::vector<double> sum_q(size_t(C * D), 0), sum_k(size_t(C * D), 0), cnt_q(size_t(C), 0), cnt_k(size_t(C), 0);
     for (const std::vector<double>* x : {&qv, &kv}) {
       double se = 0, count = 0;
       for (int64_t b = 0; b < B; ++b)
         for (int64_t i = 0; i < N; ++i) {
           if (pad[size_t(b * N + i)]) continue;
-          auto u = unit(*x, (b * H + h) * N + i);
+          auto u = unit(*x, (b * H + L + h) * N + i);
           int64_t best = 0;
           double best_d = INFINITY;
           for (int64_t c = 0; c < C; ++c) {
@@ -187,7 +188,7 @@ TEST_CASE("routing attention: the EMA centroid update and the commitment loss ma
           for (int64_t d = 0; d < D; ++d) s[size_t(best * D + d)] += u[size_t(d)];
           n[size_t(best)] += 1;
         }
-      commit += 0.5 * se / (count * double(D)) / double(H);
+      commit += 0.5 * se / (count * double(D)) / double(R);
     }
     for (int64_t c = 0; c < C; ++c)
       for (int64_t d = 0; d < D; ++d) {
