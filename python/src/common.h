@@ -3,6 +3,7 @@
 // Shape and the argument helpers every binding file uses. The bindings are a
 // thin layer over the public header cf.h: no kernel or autograd code lives here.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -12,6 +13,7 @@
 #include <cf.h>
 
 #include <nlohmann/json.hpp>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,8 @@ namespace nb = nanobind;
 
 // Kernels run with the GIL released, so other Python threads go on meanwhile.
 using release_gil = nb::call_guard<nb::gil_scoped_release>;
+// Every path argument: str or any os.PathLike (pathlib.Path), as open() takes; the C++ API takes the string.
+using FsPath = std::filesystem::path;
 
 namespace cfpy {
 // One Python object per leaf tensor that requires grad or is held in C++ too (a module's parameters and

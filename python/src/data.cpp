@@ -243,7 +243,7 @@ void bind_data(nb::module_& m, nb::module_& data) {
         "Adjusted Rand index of two labelings (N,) int64: 1 for identical partitions.");
 
   // ---------------------------------------------------------------- readers
-  data.def("read_idx", &cd::read_idx, nb::arg("path"), nb::arg("dtype") = cf::kFloat32, release_gil(),
+  data.def("read_idx", [](const FsPath& path, cf::DType dtype) { return cd::read_idx(path.string(), dtype); }, nb::arg("path"), nb::arg("dtype") = cf::kFloat32, release_gil(),
            "The tensor of an IDX file (MNIST format), plain or gzip; errors name the file.");
   data.attr("FASHION_MNIST_DIR") = cd::kFashionMnistDir;
   nb::class_<cd::FashionMnist>(data, "FashionMnist", "Fashion-MNIST: images float32 (N, 28, 28), labels int64.")
@@ -251,10 +251,12 @@ void bind_data(nb::module_& m, nb::module_& data) {
       .def_ro("train_labels", &cd::FashionMnist::train_labels)
       .def_ro("test_images", &cd::FashionMnist::test_images)
       .def_ro("test_labels", &cd::FashionMnist::test_labels);
-  data.def("load_fashion_mnist", &cd::load_fashion_mnist, nb::arg("dir") = cd::kFashionMnistDir,
+  data.def("load_fashion_mnist", [](const FsPath& dir, bool scale) { return cd::load_fashion_mnist(dir.string(), scale); },
+           nb::arg("dir") = std::string(cd::kFashionMnistDir),
            nb::arg("scale") = true, release_gil(),
            "The four Fashion-MNIST files from dir (Debian package dataset-fashion-mnist); images / 255 when scale.");
-  data.def("fashion_mnist_available", &cd::fashion_mnist_available, nb::arg("dir") = cd::kFashionMnistDir,
+  data.def("fashion_mnist_available", [](const FsPath& dir) { return cd::fashion_mnist_available(dir.string()); },
+           nb::arg("dir") = std::string(cd::kFashionMnistDir),
            "Whether all four Fashion-MNIST files are in dir.");
   data.def("fashion_mnist_class_name", &cd::fashion_mnist_class_name, nb::arg("label"), "The class name of a label 0..9.");
   data.attr("FORTUNES_DIR") = cd::kFortunesDir;
@@ -266,11 +268,11 @@ void bind_data(nb::module_& m, nb::module_& data) {
     return nb::steal<nb::str>(PyUnicode_DecodeUTF8(repaired.data(), Py_ssize_t(repaired.size()), "strict"));
   };
   data.def("read_fortune_file",
-           [text](const std::string& path) {
+           [text](const FsPath& path) {
              std::vector<std::string> f;
              {
                nb::gil_scoped_release g;
-               f = cd::read_fortune_file(path);
+               f = cd::read_fortune_file(path.string());
              }
              nb::list out;
              for (auto& e : f) out.append(text(e));
@@ -279,21 +281,22 @@ void bind_data(nb::module_& m, nb::module_& data) {
            nb::arg("path"), "Entries of one fortune file (separated by lines holding '%'); bad UTF-8 bytes read "
            "as U+FFFD.");
   data.def("read_fortunes",
-           [text](const std::string& dir, bool off) {
+           [text](const FsPath& dir, bool off) {
              std::vector<cd::Fortune> f;
              {
                nb::gil_scoped_release g;
-               f = cd::read_fortunes(dir, off);
+               f = cd::read_fortunes(dir.string(), off);
              }
              nb::list out;
              for (auto& e : f) out.append(nb::make_tuple(text(e.category), text(e.text)));
              return out;
            },
-           nb::arg("dir") = cd::kFortunesDir, nb::arg("include_offensive") = false,
+           nb::arg("dir") = std::string(cd::kFortunesDir), nb::arg("include_offensive") = false,
            "[(category, text), ...] of every fortune file in dir (Debian package fortunes).");
-  data.def("read_npy", &cd::read_npy, nb::arg("path"), release_gil(), "A NumPy .npy file as a tensor.");
-  data.def("save_npy", &cd::save_npy, nb::arg("path"), nb::arg("t"), release_gil(), "Write a .npy file atomically.");
-  data.def("read_raw_float32", &cd::read_raw_float32, nb::arg("path"), nb::arg("shape"), release_gil(),
+  data.def("read_npy", [](const FsPath& path) { return cd::read_npy(path.string()); }, nb::arg("path"), release_gil(), "A NumPy .npy file as a tensor.");
+  data.def("save_npy", [](const FsPath& path, const Tensor& t) { cd::save_npy(path.string(), t); }, nb::arg("path"), nb::arg("t"), release_gil(), "Write a .npy file atomically.");
+  data.def("read_raw_float32", [](const FsPath& path, const cf::Shape& shape) { return cd::read_raw_float32(path.string(), shape); },
+           nb::arg("path"), nb::arg("shape"), release_gil(),
            "A file of raw little-endian float32 values as shape.");
 
   // ---------------------------------------------------------------- tokenizers
@@ -353,8 +356,8 @@ void bind_data(nb::module_& m, nb::module_& data) {
                     return cd::Tokenizer::build_word(corpus_of(corpus, true), {lowercase, min_count, max_size});
                   },
                   nb::arg("corpus"), nb::arg("lowercase") = false, nb::arg("min_count") = 1, nb::arg("max_size") = 0)
-      .def_static("load", nb::overload_cast<const std::string&>(&cd::Tokenizer::load), nb::arg("path"))
-      .def("save", &cd::Tokenizer::save, nb::arg("path"))
+      .def_static("load", [](const FsPath& path) { return cd::Tokenizer::load(path.string()); }, nb::arg("path"))
+      .def("save", [](const cd::Tokenizer& t, const FsPath& path) { t.save(path.string()); }, nb::arg("path"))
       .def_prop_ro("kind", &cd::Tokenizer::kind)
       .def_prop_ro("vocab_size", &cd::Tokenizer::vocab_size)
       .def_prop_ro("tokens", &cd::Tokenizer::tokens)

@@ -940,7 +940,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
 
   // ---------------------------------------------------------------- files
   m.def("save_safetensors",
-        [](const std::string& path, nb::handle tensors, nb::handle metadata) {
+        [](const FsPath& path, nb::handle tensors, nb::handle metadata) {
           cnn::StateDict d = module_state_or_dict(tensors, "save_safetensors");
           std::map<std::string, std::string> meta;
           if (!metadata.is_none()) {
@@ -968,16 +968,16 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
             }
           }
           nb::gil_scoped_release g;
-          cf::save_safetensors(path, d, meta);
+          cf::save_safetensors(path.string(), d, meta);
         },
         nb::arg("path"), nb::arg("tensors"), nb::arg("metadata") = nb::none(),
         "Write tensors (dict, (name, tensor) pairs, or a module: its state_dict(); CPU) and string metadata as a safetensors file, atomically.");
   m.def("load_safetensors",
-        [](const std::string& path) {
+        [](const FsPath& path) {
           cf::SafetensorsFile f;
           {
             nb::gil_scoped_release g;
-            f = cf::load_safetensors(path);
+            f = cf::load_safetensors(path.string());
           }
           return std::make_pair(state_dict_to_python(f.tensors), f.metadata);
         },
@@ -1001,7 +1001,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
         throw cf::ValueError(cf::str("[load_checkpoint] no generator named '", name, "' in the checkpoint"));
       }, nb::arg("name"), nb::arg("generator"));
   nn.def("save_checkpoint",
-         [](const std::string& path, nb::handle model, nb::handle optimizer, int64_t step, nb::handle generators,
+         [](const FsPath& path, nb::handle model, nb::handle optimizer, int64_t step, nb::handle generators,
             std::optional<std::map<std::string, std::string>> extra, nb::handle scaler) {
            cnn::TrainingCheckpoint c;
            // each argument its kind: a Module given as the optimizer saved its parameters where the
@@ -1036,21 +1036,21 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
              c.scaler = nb::isinstance<cnn::GradScaler>(scaler) ? nb::cast<cnn::GradScaler&>(scaler).state_dict()
                                                                : to_state_dict(scaler, "save_checkpoint");
            nb::gil_scoped_release g;
-           cnn::save_checkpoint(path, c);
+           cnn::save_checkpoint(path.string(), c);
          },
          nb::arg("path"), nb::arg("model") = nb::none(), nb::arg("optimizer") = nb::none(), nb::arg("step") = 0,
          nb::arg("generators") = nb::none(), nb::arg("extra") = nb::none(), nb::arg("scaler") = nb::none(),
          "Write a training checkpoint (one safetensors file, atomically). model/optimizer/scaler: a Module / "
          "Optimizer / GradScaler or a state dict; generators: name -> cf.Generator; extra: str -> str.");
   nn.def("load_checkpoint",
-         [](const std::string& path) {
+         [](const FsPath& path) {
            nb::gil_scoped_release g;
-           return cnn::load_checkpoint(path);
+           return cnn::load_checkpoint(path.string());
          },
          nb::arg("path"), "Read a checkpoint written by save_checkpoint (errors name the file and the problem).");
 
   // ---------------------------------------------------------------- configs
-  nn.def("load_json_file", [](const std::string& path) { return from_json(cnn::load_json_file(path)); }, nb::arg("path"),
+  nn.def("load_json_file", [](const FsPath& path) { return from_json(cnn::load_json_file(path.string())); }, nb::arg("path"),
          "Parse a JSON file (comments allowed); errors name the file, line and column.");
   nb::class_<cnn::Config>(nn, "Config",
                           "Checked configuration over a JSON object: get/require read keys with type checks, "
@@ -1060,7 +1060,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
              new (self) cnn::Config(to_json(json, "config"), name, source);
            },
            nb::arg("json"), nb::arg("name") = "", nb::arg("source") = "")
-      .def_static("from_file", &cnn::Config::from_file, nb::arg("path"), nb::arg("name") = "")
+      .def_static("from_file", [](const FsPath& path, const std::string& name) { return cnn::Config::from_file(path.string(), name); },
+                  nb::arg("path"), nb::arg("name") = "")
       .def("has", &cnn::Config::has, nb::arg("key"))
       .def("get",
            [](const cnn::Config& c, const std::string& key, nb::handle def) -> nb::object {

@@ -1,5 +1,6 @@
 """cf.kmeans and the cf.data readers, datasets and loader."""
 import os
+import struct
 
 import pytest
 
@@ -263,3 +264,35 @@ def test_an_empty_text_batches_as_a_row_of_padding():
     with pytest.raises(cf.ShapeError, match=r"^\[collate\] example 2 has input float32 \(2,2\).*example 0 has a token sequence"):
         next(iter(cf.data.DataLoader([(tok.encode("hello"), 0), (tok.encode("hé"), 1),
                                       (cf.zeros([2, 2]), 0)], batch_size=3)))
+
+
+def test_every_path_argument_takes_a_pathlib_path(tmp_path):
+    # str or any os.PathLike, as open() takes (pathlib.Path was refused by every path argument before)
+    t = cf.randn([2, 3])
+    cf.data.save_npy(tmp_path / "a.npy", t)
+    assert cf.data.read_npy(tmp_path / "a.npy").tolist() == t.tolist()
+    (tmp_path / "a.raw").write_bytes(struct.pack("<6f", *range(6)))
+    assert cf.data.read_raw_float32(tmp_path / "a.raw", [2, 3]).tolist() == [[0, 1, 2], [3, 4, 5]]
+    # an IDX file of 3 uint8 labels: magic 0 0 8 1, then the count
+    (tmp_path / "l.idx").write_bytes(bytes([0, 0, 8, 1, 0, 0, 0, 3, 7, 8, 9]))
+    assert cf.data.read_idx(tmp_path / "l.idx", cf.int64).tolist() == [7, 8, 9]
+    assert cf.data.fashion_mnist_available(tmp_path) is False
+    (tmp_path / "f").write_text("one\n%\ntwo\n")
+    assert cf.data.read_fortune_file(tmp_path / "f") == ["one", "two"]
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "cat").write_text("x\n%\ny\n")
+    assert cf.data.read_fortunes(tmp_path / "dir") == [("cat", "x"), ("cat", "y")]
+    tok = cf.data.Tokenizer.build_char(["abc"])
+    tok.save(tmp_path / "tok.json")
+    assert cf.data.Tokenizer.load(tmp_path / "tok.json").tokens == tok.tokens
+    cf.save_safetensors(tmp_path / "a.safetensors", {"t": t})
+    assert cf.load_safetensors(tmp_path / "a.safetensors")[0]["t"].tolist() == t.tolist()
+    m = cf.nn.Linear(2, 2)
+    cf.nn.save_checkpoint(tmp_path / "c.safetensors", model=m, step=4)
+    assert cf.nn.load_checkpoint(tmp_path / "c.safetensors").step == 4
+    (tmp_path / "c.json").write_text('{"k": 3}')
+    assert cf.nn.load_json_file(tmp_path / "c.json") == {"k": 3}
+    assert cf.nn.Config.from_file(tmp_path / "c.json").get("k", 0) == 3
+    # anything else is named in the TypeError
+    with pytest.raises(TypeError, match=r"read_npy\(path: str \| os.PathLike\)"):
+        cf.data.read_npy(3)
