@@ -152,7 +152,8 @@ bool parse(int argc, char** argv, Config& c) {
   o.add_int("bits", &c.bits, 1, "hash bits");
   o.add_int("iterations", &c.iterations, 1, "Hamming K-Means iterations");
   o.add_int_list("eval_clusters", &c.eval_clusters, 1,
-                 "cluster counts evaluated in the table (empty: C,2C, C = --clusters)", /*distinct=*/true);
+                 "cluster counts evaluated in the table (empty: C,2C, C = --clusters, those up to the positions a "
+                 "model reads)", /*distinct=*/true);
   o.add_int_list("sweep_clusters", &c.sweep_clusters, 1,
                  "cluster counts of the trade-off sweep; empty: no sweep (C=1 gives every query of a text the "
                  "same attention weights)", /*distinct=*/true);
@@ -188,7 +189,26 @@ bool parse(int argc, char** argv, Config& c) {
     throw UsageError("--d-model (" + std::to_string(c.d_model) + ") must be divisible by --n-heads (" +
                      std::to_string(c.n_heads) + ")");
   if (c.bits > 63) throw UsageError("--bits must be in [1, 63]");
-  if (c.eval_clusters.empty()) c.eval_clusters = {c.clusters, 2 * c.clusters};
+  // Clustered attention takes at most one cluster per position: a count beyond the positions a model reads
+  // ran as that many and was reported under the larger count.
+  const int64_t positions = c.task == "masked" ? c.masked.seq_len : c.data.max_len + (c.data.cls_token ? 1 : 0);
+  auto check_clusters = [&](const std::string& opt, const std::vector<int64_t>& counts) {
+    for (int64_t k : counts)
+      if (k > positions)
+        throw UsageError(opt + " " + std::to_string(k) + " is more than the " + std::to_string(positions) +
+                         " positions a model reads (" + (c.task == "masked" ? "--seq-len" : "--max-len") +
+                         "); clustered attention would run with " + std::to_string(positions));
+  };
+  const bool trains_clustered = std::count(c.train.begin(), c.train.end(), "clustered") +
+                                    std::count(c.train.begin(), c.train.end(), "improved-clustered") > 0;
+  if (trains_clustered) check_clusters("--clusters", {c.clusters});
+  check_clusters("--eval-clusters", c.eval_clusters);
+  check_clusters("--sweep-clusters", c.sweep_clusters);
+  if (c.eval_clusters.empty()) {  // the default C, 2C: the counts a model can take
+    for (int64_t k : {c.clusters, 2 * c.clusters})
+      if (k <= positions) c.eval_clusters.push_back(k);
+    if (c.eval_clusters.empty()) c.eval_clusters = {positions};
+  }
   return true;
 }
 

@@ -95,7 +95,9 @@ void add_common(cf::apps::Options& o, BenchOptions& b, std::string& device) {
             "timed repetitions per row; the median is reported (default: overhead 201 samples, attention 3 "
             "(1 at N >= 8192), model 5 (2 at N >= 2048), matmul 21 / 7 / 5 by size, allreduce 7, others 5)");
   o.add_int("threads", &b.threads, 1,
-            "threads of cf's OpenMP team and of the raw-BLAS baselines (default: the runtime's choice)");
+            "threads of cf's OpenMP team and of the raw-BLAS baselines, at most 1024 (default: the runtime's "
+            "choice)",
+            /*max_value=*/1024);
   o.add_string("device", &device, "cpu or cuda[:i]");
   o.add_string("cpu_isa", &b.cpu_isa,
                "CPU instruction tier of cf's vectorised loops (softmax and attention rows, sparse products): auto "
@@ -108,7 +110,7 @@ void add_precision(cf::apps::Options& o, BenchOptions& b) {
 void add_variants(cf::apps::Options& o, BenchOptions& b) {
   o.add_string_list("variants", &b.variants, "attention variants, comma-separated, or all (see cf-bench --help)",
                     /*distinct=*/true);
-  o.add_string_list("variant", &b.variants, "the same as --variants", /*distinct=*/true);
+  o.add_alias("variant", "variants");
 }
 
 struct Subcommand {
@@ -290,11 +292,7 @@ bool parse(int argc, char** argv, std::string& cmd, BenchOptions& b) {
     if (what.rfind("unknown option", 0) == 0) throw UsageError(what + " for subcommand " + cmd);
     throw;
   }
-  try {
-    b.device = cf::Device::parse(device);
-  } catch (const cf::Error& e) {
-    throw UsageError(std::string("--device: ") + e.what());
-  }
+  b.device = cf::apps::parse_device(device);  // a usage error (status 2) as in every app, GPU absent too
   if (!b.cpu_isa.empty()) {
     try {
       cf::kernels::set_cpu_isa(cf::kernels::parse_cpu_isa(b.cpu_isa, "--cpu-isa"));

@@ -64,9 +64,16 @@ class Options {
   // A setter's `where` names the source of the value in its errors: "config key
   // 'max_len'" for the file, "--max-len" for the command line. `help` is the
   // option's line in --help, which appends "(default <the field's value>)".
-  void add_int(const std::string& key, int64_t* field, int64_t min_value, const std::string& help) {
+  // max_value: the largest value that means something (a thread count, narrowed to int by OpenMP).
+  void add_int(const std::string& key, int64_t* field, int64_t min_value, const std::string& help,
+               int64_t max_value = std::numeric_limits<int64_t>::max()) {
     add(key, Kind::Int, help, [=] { return std::to_string(*field); },
-        [=](const json& v, const std::string& where) { *field = need_int(where, v, min_value); });
+        [=](const json& v, const std::string& where) {
+          *field = need_int(where, v, min_value);
+          if (*field > max_value)
+            throw UsageError(where + " must be at most " + std::to_string(max_value) + ", got " +
+                             std::to_string(*field));
+        });
   }
   void add_number(const std::string& key, double* field, const std::string& help) {
     add(key, Kind::Number, help, [=] { return show_number(*field); },
@@ -94,6 +101,12 @@ class Options {
           if (!v.is_boolean()) throw UsageError(where + " must be true or false");
           *field = v.get<bool>();
         });
+  }
+  // A second name of an option (cf-bench's --variant for --variants), on the command line and in config
+  // files; giving both names is an error as giving one twice is.
+  void add_alias(const std::string& alias, const std::string& key) {
+    aliases_[alias] = key;
+    help_order_.push_back(alias);
   }
   // Command line: "1,2,3" (an empty value is an empty list); config: [1, 2, 3]. distinct: a value given
   // twice is an error (a list of runs or table rows: a repeat ran twice and was averaged as another seed).
@@ -159,6 +172,11 @@ class Options {
         out += entry;
         continue;
       }
+      if (aliases_.count(entry)) {
+        out += help_line("--" + cli_name(entry) + metavar(options_.at(aliases_.at(entry)).kind),
+                         "the same as --" + cli_name(aliases_.at(entry)));
+        continue;
+      }
       const Option& o = options_.at(entry);
       const std::string def = o.show();
       // "(default X)" stays on one line ('\1' is a space that help_line does not
@@ -176,6 +194,7 @@ class Options {
   bool parse(int argc, char** argv, int first = 1) {
     ArgReader args(argc, argv, first);
     json cli = json::object();
+    std::map<std::string, std::string> given;  // key -> the spelling the command line gave it under
     std::string config_file;
     bool has_config = false;
     while (!args.done()) {
@@ -196,8 +215,15 @@ class Options {
       std::string key = opt.substr(2);
       for (char& ch : key)
         if (ch == '-') ch = '_';
+      if (aliases_.count(key)) key = aliases_.at(key);
       auto it = options_.find(key);
       if (it == options_.end()) throw UsageError("unknown option '" + opt + "'");
+      // A repeated option takes its last value (scripts append overrides to a base command line), but an
+      // option and its alias together are an error: the alias's value silently replaced the other's.
+      const std::string spelling = opt.substr(0, opt.find('='));
+      if (given.count(key) && given.at(key) != spelling)
+        throw UsageError(spelling + " and " + given.at(key) + " are the same option; give one of them");
+      given[key] = spelling;
       if (it->second.kind == Kind::Flag && !args.has_inline_value()) {
         cli[key] = true;
         continue;
@@ -246,9 +272,15 @@ class Options {
     if (!file.is_object()) throw UsageError("config file '" + path + "' must hold a JSON object");
     if (file.contains("seed") && file.contains("seeds"))
       throw UsageError("config file '" + path + "' sets both 'seed' and 'seeds'");
+    std::map<std::string, std::string> named;  // option key -> the file's key for it (an alias or itself)
     for (auto& [k, v] : file.items()) {
-      auto it = options_.find(k);
+      const std::string key = aliases_.count(k) ? aliases_.at(k) : k;
+      auto it = options_.find(key);
       if (it == options_.end()) throw UsageError("unknown config key '" + k + "'");
+      if (named.count(key))
+        throw UsageError("config file '" + path + "' sets both '" + named.at(key) + "' and '" + k +
+                         "' (the same option)");
+      named[key] = k;
       it->second.set(v, "config key '" + k + "'");
     }
   }
@@ -262,6 +294,7 @@ class Options {
     std::function<void(const json&, const std::string& where)> set;
   };
   std::map<std::string, Option> options_;
+  std::map<std::string, std::string> aliases_;  // alias -> option key
   std::vector<std::string> help_order_;  // option keys, and "\n<title>:" section headings
   std::string intro_, outro_;
 
@@ -354,6 +387,9 @@ class Options {
     std::vector<int64_t> out;
     for (const json& x : v) {
       if (!x.is_number_integer()) throw UsageError(where + " must be an array of integers");
+      // as need_int: 2^63 and above is kept unsigned and read as int64 wrapped to a negative number
+      if (x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX))
+        throw UsageError(where + " holds " + std::to_string(x.get<uint64_t>()) + ", beyond the int64 range");
       const int64_t i = x.get<int64_t>();
       if (i < min_value)
         throw UsageError(where + ": every entry must be at least " + std::to_string(min_value) + ", got " +

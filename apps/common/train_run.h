@@ -220,13 +220,18 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
                            (diff.empty() ? std::string() : ": " + diff) +
                            "); delete it or use another --checkpoint-dir");
     }
-    model.load_state_dict(ck.model);  // CPU tensors into the model's device
-    opt.load_state_dict(ck.optimizer);
-    if (!ck.scaler.empty()) scaler.load_state_dict(ck.scaler);
-    for (auto& [name, g] : ck.generators) {
-      if (name == "default") g.restore(cf::default_generator());
-      for (auto& [own, gen] : run.generators)
-        if (own == name) g.restore(*gen);
+    // A state that does not load (a damaged tensor, a wrong entry) names the checkpoint file too.
+    try {
+      model.load_state_dict(ck.model);  // CPU tensors into the model's device
+      opt.load_state_dict(ck.optimizer);
+      if (!ck.scaler.empty()) scaler.load_state_dict(ck.scaler);
+      for (auto& [name, g] : ck.generators) {
+        if (name == "default") g.restore(cf::default_generator());
+        for (auto& [own, gen] : run.generators)
+          if (own == name) g.restore(*gen);
+      }
+    } catch (const cf::Error& e) {
+      throw bad(e.what());
     }
     start_step = ck.step;
     if (hooks.resumed) hooks.resumed(start_step);
@@ -282,8 +287,10 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   double loss_sum = 0, task_sum = 0, task = 0;
   int64_t loss_n = 0;
   t_train = std::chrono::steady_clock::now();
+  // The step's own model updates (cf-lm's memory banks) before its validation (the loop's order): a val
+  // line measured the centroids of the step before, one re-clustering behind the model kept.
+  if (hooks.after_step) loop_hooks.after_update = hooks.after_step;
   loop_hooks.on_step_end = [&](const cf::nn::TrainStepInfo& info) {
-    if (hooks.after_step) hooks.after_step(info.step);
     loss_sum += info.loss;
     task_sum += task;
     ++loss_n;

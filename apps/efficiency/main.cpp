@@ -132,7 +132,7 @@ bool parse_config(int argc, char** argv, Config& c) {
   opts.section("Sizes");
   opts.add_int_list("sizes", &c.sizes, 2, "sequence lengths N", /*distinct=*/true);
   opts.add_string_list("variants", &c.variants,
-                       "attention variants, comma-separated (empty: every registered one, below); full is "
+                       "attention variants, comma-separated (default: every registered one, below); full is "
                        "measured first at each N (ratios need it)", /*distinct=*/true);
   opts.add_int("batch_size", &c.batch_size, 1, "sequences per step");
   opts.section("Model");
@@ -146,8 +146,9 @@ bool parse_config(int argc, char** argv, Config& c) {
   opts.add_int("repeat", &c.repeat, 1, "timed calls per measurement; the median is reported");
   opts.add_int("warmup", &c.warmup, 0, "untimed calls before them");
   opts.add_int("threads", &c.threads, 0,
-               "threads of cf's OpenMP team; 0: the runtime's choice. On a machine shared with other busy "
-               "processes, 1 gives far steadier times (a preempted thread stalls a whole team)");
+               "threads of cf's OpenMP team, at most 1024; 0: the runtime's choice. On a machine shared with "
+               "other busy processes, 1 gives far steadier times (a preempted thread stalls a whole team)",
+               /*max_value=*/1024);
   opts.add_string("precision", &c.precision,
                   "fp32, or bf16 / fp16: the training and inference steps run under autocast (matmuls in that "
                   "dtype, softmax, norms and the loss in float32, float32 parameters); a variant without a "

@@ -117,6 +117,19 @@ execute_process(COMMAND sh -c "printf '\\223NUMPY\\001\\000v\\000%-117s\\n' \"{'
   WORKING_DIRECTORY "${WORK_DIR}")
 run(1 out err --input empty.npy --k 3)
 expect_match("${err}" "'empty.npy' holds no vectors: it is float32 \\(0,4\\)" "0 rows")
+# Negative labels: refused when read, naming the file, before the fit and before any output is written
+# (the adjusted Rand index refused them after both, naming a (cluster, label) pair and no file).
+execute_process(COMMAND sh -c "printf '\\223NUMPY\\001\\000v\\000%-117s\\n' \"{'descr': '<i8', 'fortran_order': False, 'shape': (900,), }\" > neg.npy && head -c 7200 /dev/zero | tr '\\000' '\\377' >> neg.npy"
+  WORKING_DIRECTORY "${WORK_DIR}")
+file(REMOVE "${WORK_DIR}/neg_c.npy")
+run(1 out err --input data.npy --labels neg.npy --k 3 --centroids neg_c.npy)
+expect_match("${err}" "labels 'neg.npy' must be non-negative class ids, got -1 at position 0" "negative labels")
+if(EXISTS "${WORK_DIR}/neg_c.npy")
+  message(FATAL_ERROR "negative labels: --centroids was written before the labels were refused")
+endif()
+# --scale scales an --input (the demo's data is generated; it was ignored there without a word)
+run(2 out err --demo-n 100 --k 2 --scale 1000)
+expect_match("${err}" "--format, --shape, --labels and --scale need --input" "--scale without --input")
 # Defect 10: values whose squares overflow float32 (1e31, and 1.3e38 near the
 # float32 maximum) cluster exactly as the unscaled data (range scaling).
 foreach(scale 1e30 1e37 1e-30)

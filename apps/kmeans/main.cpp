@@ -145,8 +145,8 @@ void check(Config& c) {
       }
   }
   if (c.input.empty()) {
-    if (!c.format.empty() || !c.shape.empty() || !c.labels.empty())
-      throw UsageError("--format, --shape and --labels need --input");
+    if (!c.format.empty() || !c.shape.empty() || !c.labels.empty() || c.scale != 1)
+      throw UsageError("--format, --shape, --labels and --scale need --input (the demo's data is generated)");
   } else {
     if (!c.save_data.empty() || !c.save_labels.empty())
       throw UsageError("--save-data and --save-labels are for the demo (no --input)");
@@ -211,6 +211,13 @@ cf::Tensor read_labels(const std::string& path, int64_t n) {
   if (l.dim() != 1 || l.size(0) != n)
     throw cf::ShapeError("[cf-kmeans] labels '" + path + "' must be (" + std::to_string(n) +
                          ",) to match the data, got " + l.describe());
+  // Checked here, before the fit and before any output is written (the adjusted Rand index refused them
+  // after both, naming no file).
+  const std::vector<int64_t> v = l.to_vector<int64_t>();
+  const auto bad = std::find_if(v.begin(), v.end(), [](int64_t x) { return x < 0; });
+  if (bad != v.end())
+    throw cf::ValueError("[cf-kmeans] labels '" + path + "' must be non-negative class ids, got " +
+                         std::to_string(*bad) + " at position " + std::to_string(bad - v.begin()));
   return l;
 }
 
@@ -334,12 +341,13 @@ int run(const Config& cfg) {
   const cf::nn::KMeansResult r = fit(cfg, x, dev, o);
   const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 
+  // The summary first: an error in it (the adjusted Rand index) leaves no output behind.
+  json summary = summary_of(cfg, x, truth, r, fit_s);
   if (cf::dist::rank() == 0) {
     if (!cfg.centroids.empty()) cf::data::save_npy(cfg.centroids, r.centroids.cpu());
     if (!cfg.assignments.empty()) cf::data::save_npy(cfg.assignments, r.assignments.cpu());
   }
 
-  json summary = summary_of(cfg, x, truth, r, fit_s);
   const double ari = truth.defined() ? summary["adjusted_rand_index"].get<double>() : -2;
   if (demo) summary["recovered_planted_clusters"] = ari > 0.99;
   say(summary);
