@@ -168,6 +168,7 @@ TrainLoopResult train_loop(Optimizer& optimizer, const TrainStepFn& train_step_l
       optimizer.step();
     }
     optimizer.zero_grad();
+    if (hooks.after_update) hooks.after_update(step);
 
     res.steps_run += 1;
     res.last_step = step;

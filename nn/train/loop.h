@@ -9,6 +9,7 @@
 //   clip_grad_norm(params, clip_norm)                (when clip_norm > 0)
 //   schedule->apply(optimizer)                       (when a schedule is given)
 //   optimizer.step(); optimizer.zero_grad()
+//   after_update(step)                               (when given)
 //   every log_every steps: metrics {"step","split":"train","loss","loss_steps","lr"[,"grad_norm"]}
 //     where "loss" is the mean training loss over the steps since the last log, loss_steps of
 //     them: fewer on the first line after a resume (its window starts at start_step; the
@@ -96,6 +97,9 @@ struct TrainLoopHooks {
   // the gradients unscaled before clipping, and a step whose gradients overflow
   // is skipped (no clipping error) while the scale backs off.
   GradScaler* scaler = nullptr;
+  // Model state that belongs to the step, updated after the optimizer's (a memory bank's re-clustering):
+  // before the step's evaluation, so that a validation score is the score of the model the step leaves.
+  std::function<void(int64_t step)> after_update;
   std::function<void(const TrainStepInfo&)> on_step_end;  // e.g. checkpointing
 };
 

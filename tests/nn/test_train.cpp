@@ -470,16 +470,30 @@ TEST_CASE("train: train_loop fits y = 2x + 1 with SGD, logs metrics, switches ev
   hooks.model = model.get();
   hooks.metrics = &metrics;
   hooks.progress = &bar;
+  std::vector<int64_t> seen_steps, updated_steps;
+  int64_t optimizer_steps_at_eval = -1;
   hooks.evaluate = [&] {
     CHECK_FALSE(model->is_training());
     CHECK_FALSE(grad_enabled());
     ++evals;
+    // the step being evaluated has had its after_update
+    CHECK(updated_steps.size() == seen_steps.size() + 1);
+    optimizer_steps_at_eval = updated_steps.back();
     return mse().item();
   };
-  std::vector<int64_t> seen_steps;
+  // after_update: after the step's optimizer step, in train mode, before its evaluation and on_step_end
+  // (a memory bank re-clustered after the evaluation gave val lines one re-clustering behind the model).
+  hooks.after_update = [&](int64_t step) {
+    CHECK(model->is_training());
+    CHECK(opt.step_count() == step);
+    CHECK(int64_t(seen_steps.size()) == step - 1);
+    updated_steps.push_back(step);
+  };
   hooks.on_step_end = [&](const nn::TrainStepInfo& info) {
     seen_steps.push_back(info.step);
+    CHECK(updated_steps.back() == info.step);
     CHECK(info.evaluated == (info.step % 20 == 0));
+    if (info.evaluated) CHECK(optimizer_steps_at_eval == info.step);
     CHECK(info.lr == 0.2);
   };
   nn::TrainLoopOptions o;
@@ -508,6 +522,7 @@ TEST_CASE("train: train_loop fits y = 2x + 1 with SGD, logs metrics, switches ev
   check_close(model->weight, {2.0}, 1e-2);
   check_close(model->bias, {1.0}, 1e-2);
   CHECK(seen_steps.size() == 60);
+  CHECK(updated_steps.size() == 60);
 
   std::vector<std::string> lines = lines_of(metrics_out.str());
   REQUIRE(lines.size() == 6 + 3);
