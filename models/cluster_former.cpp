@@ -105,6 +105,17 @@ void ClusterFormerConfig::validate(const char* who) const {
            "] cluster_every and cluster_from must be >= 0, got ", cluster_every, " and ", cluster_from);
   CF_CHECK(cluster_layers.empty() || cluster_every == 0, ValueError, "[", who,
            "] give either cluster_layers or cluster_every/cluster_from, not both");
+  // A rule that picks no layer built a model without a memory bank, silently.
+  CF_CHECK(cluster_from == 0 || cluster_every > 0, ValueError, "[", who, "] cluster_from ", cluster_from,
+           " takes effect with cluster_every (the rule \"layer % cluster_every == 0 and layer >= cluster_from\"), "
+           "which is 0");
+  if (cluster_every > 0) {
+    bool any = false;
+    for (int64_t i = 0; i < n_layers && !any; ++i) any = is_cluster_layer(i);
+    CF_CHECK(any, ValueError, "[", who, "] cluster_every ", cluster_every, " and cluster_from ", cluster_from,
+             " select no layer of n_layers ", n_layers, " (0-based layers l with l % ", cluster_every,
+             " == 0 and l >= ", cluster_from, ")");
+  }
   for (size_t a = 0; a < cluster_layers.size(); ++a) {
     const int64_t i = cluster_layers[a];
     CF_CHECK(i >= 0 && i < n_layers, ValueError, "[", who, "] cluster layer ", i, " out of range [0, ", n_layers,

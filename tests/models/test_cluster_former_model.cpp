@@ -193,9 +193,17 @@ TEST_CASE("ClusterFormerConfig: the paper's layer rule, an explicit list, from_j
   CHECK_THROWS_MSG(bad({{"window", 4}}), ValueError, "[ClusterFormerConfig] needs window l > stride m > 0",
                    "window=4 stride=4");
   CHECK_THROWS_MSG(bad({{"cluster_layers", {1}}}), ValueError, "either cluster_layers or cluster_every");
-  CHECK_THROWS_MSG(bad({{"cluster_every", 0}, {"cluster_layers", {4}}}), ValueError, "cluster layer 4 out of range [0, 4)");
-  CHECK_THROWS_MSG(bad({{"cluster_every", 0}, {"cluster_layers", {1, 2, 1}}}), ValueError,
+  CHECK_THROWS_MSG(bad({{"cluster_every", 0}, {"cluster_from", 0}, {"cluster_layers", {4}}}), ValueError,
+                   "cluster layer 4 out of range [0, 4)");
+  CHECK_THROWS_MSG(bad({{"cluster_every", 0}, {"cluster_from", 0}, {"cluster_layers", {1, 2, 1}}}), ValueError,
                    "[ClusterFormerConfig] cluster layer 1 is listed twice in cluster_layers");
+  // a rule that selects no layer built a model without a memory bank, silently
+  CHECK_THROWS_MSG(bad({{"cluster_every", 0}}), ValueError,
+                   "[ClusterFormerConfig] cluster_from 1 takes effect with cluster_every", "which is 0");
+  CHECK_THROWS_MSG(bad({{"cluster_every", 0}, {"cluster_layers", {1}}}), ValueError, "cluster_from 1 takes effect");
+  CHECK_THROWS_MSG(bad({{"cluster_every", 6}, {"cluster_from", 2}}), ValueError,
+                   "[ClusterFormerConfig] cluster_every 6 and cluster_from 2 select no layer of n_layers 4");
+  CHECK(bad({{"cluster_every", 0}, {"cluster_from", 0}}).cluster_every == 0);  // no rule: sliding windows only
   CHECK_THROWS_MSG(bad({{"attention", {{"type", "cluster-former"}}}}), ValueError, "[ClusterFormerConfig]",
                    "sliding-window layers' attention");
   CHECK_THROWS_MSG(bad({{"positional", "rotary"}}), ValueError, "positional", "rotary");
