@@ -40,29 +40,44 @@ void constant_(Tensor& t, double value) {
 }
 void uniform_(Tensor& t, double low, double high, Generator& gen) {
   check(t, "uniform_");
-  CF_CHECK(low <= high, ValueError, "[init::uniform_] low ", low, " > high ", high);
+  CF_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high, ValueError,
+           "[init::uniform_] needs finite low <= high, got low ", low, " high ", high);
+  if (t.numel() == 0) return;  // nothing to draw (no random numbers taken, as PyTorch)
+  if (low == high) return constant_(t, low);  // U(a, a) is a (rand takes low < high only)
   assign(t, rand(t.shape(), t.dtype(), gen, low, high, t.device()));
 }
 void normal_(Tensor& t, double mean, double std, Generator& gen) {
   check(t, "normal_");
-  CF_CHECK(std >= 0, ValueError, "[init::normal_] std must be >= 0, got ", std);
+  CF_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, ValueError,
+           "[init::normal_] needs a finite mean and a finite std >= 0, got mean ", mean, " std ", std);
+  if (t.numel() == 0) return;
   assign(t, randn(t.shape(), t.dtype(), gen, mean, std, t.device()));
 }
+// The fan-based initializers of a tensor with no element do nothing (a zero fan gave an infinite bound,
+// refused by rand/randn under their own names).
 void xavier_uniform_(Tensor& t, double gain, Generator& gen) {
+  check(t, "xavier_uniform_");
+  if (t.numel() == 0) return;
   Fans f = fans(t);
   double a = gain * std::sqrt(6.0 / double(f.in + f.out));
   uniform_(t, -a, a, gen);
 }
 void xavier_normal_(Tensor& t, double gain, Generator& gen) {
+  check(t, "xavier_normal_");
+  if (t.numel() == 0) return;
   Fans f = fans(t);
   normal_(t, 0.0, gain * std::sqrt(2.0 / double(f.in + f.out)), gen);
 }
 void kaiming_uniform_(Tensor& t, double a, Generator& gen) {
+  check(t, "kaiming_uniform_");
+  if (t.numel() == 0) return;
   Fans f = fans(t);
   double bound = std::sqrt(3.0) * std::sqrt(2.0 / (1.0 + a * a)) / std::sqrt(double(f.in));
   uniform_(t, -bound, bound, gen);
 }
 void kaiming_normal_(Tensor& t, double a, Generator& gen) {
+  check(t, "kaiming_normal_");
+  if (t.numel() == 0) return;
   Fans f = fans(t);
   normal_(t, 0.0, std::sqrt(2.0 / (1.0 + a * a)) / std::sqrt(double(f.in)), gen);
 }

@@ -401,4 +401,26 @@ TEST_CASE("initialisers are seeded and follow their formulas") {
   CHECK_THROWS_MSG(nn::init::normal_(i, 0, 1), DTypeError, "[init::normal_] needs a float tensor");
   Tensor s = Tensor::empty({});
   CHECK_THROWS_MSG(nn::init::xavier_normal_(s), ShapeError, "[init]", "()");
+  // U(a, a) fills a, as PyTorch's uniform_ (rand refused its empty interval under its own name)
+  Tensor u = Tensor::empty({3});
+  nn::init::uniform_(u, 1.5, 1.5, g1);
+  CHECK(values(u) == std::vector<double>{1.5, 1.5, 1.5});
+  CHECK_THROWS_MSG(nn::init::uniform_(u, 2, 1, g1), ValueError, "[init::uniform_] needs finite low <= high",
+                   "low 2 high 1");
+  CHECK_THROWS_MSG(nn::init::uniform_(u, 0, INFINITY, g1), ValueError, "[init::uniform_]", "high inf");
+  CHECK_THROWS_MSG(nn::init::normal_(u, NAN, 1, g1), ValueError, "[init::normal_]", "mean nan");
+  // a tensor with no element: nothing to initialise, and no random number drawn (its zero fan gave an
+  // infinite bound, refused by randn/rand under their own names)
+  const uint64_t before = g1.offset();
+  for (Shape shape : {Shape{0, 3}, Shape{3, 0}, Shape{0}}) {
+    Tensor e = Tensor::empty(shape);
+    nn::init::xavier_uniform_(e, 1.0, g1);
+    nn::init::xavier_normal_(e, 1.0, g1);
+    nn::init::kaiming_uniform_(e, 0.0, g1);
+    nn::init::kaiming_normal_(e, 0.0, g1);
+    nn::init::uniform_(e, -1, 1, g1);
+    nn::init::normal_(e, 0, 1, g1);
+    CHECK(e.numel() == 0);
+  }
+  CHECK(g1.offset() == before);
 }
