@@ -44,7 +44,7 @@ def _refuse_forward_override(cls, **kwargs):
     super(_cf.nn.Module, cls).__init_subclass__(**kwargs)
 
 
-_cf.nn.Module.__init_subclass__ = classmethod(_refuse_forward_override)
+_cf.nn.Module.__init_subclass__ = classmethod(_refuse_forward_override)  # type: ignore[method-assign,assignment]
 
 
 def _rebuild_tensor(data, dtype, shape, device, requires_grad):
@@ -106,11 +106,11 @@ class no_grad:
 
     def __enter__(self):
         self._prev = _cf.grad_enabled()
-        _cf.set_grad_enabled(False)
+        _cf._set_grad_enabled(False)
         return self
 
     def __exit__(self, *exc):
-        _cf.set_grad_enabled(self._prev)
+        _cf._set_grad_enabled(self._prev)
         return False
 
     def __call__(self, fn):
@@ -122,7 +122,7 @@ class enable_grad(no_grad):
 
     def __enter__(self):
         self._prev = _cf.grad_enabled()
-        _cf.set_grad_enabled(True)
+        _cf._set_grad_enabled(True)
         return self
 
 
@@ -134,12 +134,12 @@ class set_grad_enabled:
     def __init__(self, mode):
         self._prev = _cf.grad_enabled()
         self._mode = True if mode else False  # (bool is cf.bool here)
-        _cf.set_grad_enabled(self._mode)
+        _cf._set_grad_enabled(self._mode)
 
     def __call__(self, fn):
         # @cf.set_grad_enabled(False): the mode applies inside fn only; decorating leaves this
         # thread's mode as it was (torch 2's rule)
-        _cf.set_grad_enabled(self._prev)
+        _cf._set_grad_enabled(self._prev)
         mode = self._mode
         return _run_under(fn, lambda: set_grad_enabled(mode))
 
@@ -147,7 +147,7 @@ class set_grad_enabled:
         return self
 
     def __exit__(self, *exc):
-        _cf.set_grad_enabled(self._prev)
+        _cf._set_grad_enabled(self._prev)
         return False
 
 
@@ -219,4 +219,4 @@ def _array_function(self, func, types, args, kwargs):
     return result
 
 
-_cf.Tensor.__array_function__ = _array_function
+_cf.Tensor.__array_function__ = _array_function  # type: ignore[attr-defined]

@@ -194,6 +194,15 @@ cf::Reduction parse_reduction(const std::string& s, const char* op);
 
 // The generator argument of a binding: the given one, or the process-wide default.
 inline cf::Generator& gen_or_default(cf::Generator* g) { return g ? *g : cf::default_generator(); }
+// `generator: Generator | None = None`, read by gen_or_default (a default naming the default generator's
+// object printed its seed and offset at import time as if they were a constant).
+inline auto generator_arg() { return nb::arg("generator").none() = nb::none(); }
+// __init__ of a module class T whose constructor takes Args... then a Generator&: the generator argument as
+// generator_arg() (None: the default generator).
+template <typename T, typename... Args>
+auto init_with_generator() {
+  return [](T* self, Args... args, cf::Generator* g) { new (self) T(std::forward<Args>(args)..., gen_or_default(g)); };
+}
 
 // Named parameters from a Python object: a Module (its named parameters), a dict name -> Tensor, or a list of tensors (named by position, after
 // positional_prefix) or (name, Tensor) pairs; anything else is a TypeError naming op and the entry.

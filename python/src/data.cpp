@@ -395,7 +395,9 @@ void bind_data(nb::module_& m, nb::module_& data) {
         return std::make_pair(e.input, e.target.defined() ? std::optional<Tensor>(e.target) : std::nullopt);
       });
   nb::class_<cd::TensorDataset, cd::Dataset>(data, "TensorDataset", "Rows of inputs (and targets) along axis 0.")
-      .def(nb::init<Tensor, Tensor>(), nb::arg("inputs"), nb::arg("targets") = Tensor());
+      .def("__init__", [](cd::TensorDataset* self, Tensor inputs, std::optional<Tensor> targets) {
+             new (self) cd::TensorDataset(inputs, opt(targets));
+           }, nb::arg("inputs"), nb::arg("targets").none() = nb::none());
   nb::class_<cd::SequenceDataset, cd::Dataset>(data, "SequenceDataset",
                                                "Token id sequences of varying length, with labels or target sequences.")
       .def(nb::init<std::vector<std::vector<int64_t>>>(), nb::arg("inputs"))

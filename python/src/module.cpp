@@ -43,6 +43,17 @@ void raise(const nb::object& type, const std::exception& e) { PyErr_SetObject(ty
   throw cf::ValueError(cf::str("[", op, "] seed must be an int in [0, 2^64), got ", nb::cast<std::string>(nb::str(seed))));
 }
 
+// A seed from any Python integer (NumPy's too; anything else is Python's TypeError), one outside [0, 2^64)
+// refused naming op (not nanobind's signature dump).
+uint64_t seed_of(nb::handle seed, const char* op) {
+  PyObject* index = PyNumber_Index(seed.ptr());
+  if (!index) throw nb::python_error();
+  nb::object as_int = nb::steal(index);
+  uint64_t v = 0;
+  if (!nb::try_cast<uint64_t>(as_int, v, false)) refuse_seed(as_int, op);
+  return v;
+}
+
 }  // namespace
 
 void bind_errors(nb::module_& m) {
@@ -149,17 +160,11 @@ NB_MODULE(_cf, m) {
   nb::class_<cf::Generator>(m, "Generator",
                             "Counter-based Philox4x32-10 generator: a seed and a running offset. Element i of a "
                             "random op draws from (seed, offset + i), the same stream on CPU and CUDA.")
-      .def(nb::init<uint64_t>(), nb::arg("seed") = 0)
-      // after the uint64 overloads: an int outside [0, 2^64) named, not nanobind's signature dump
-      .def("__init__", [](cf::Generator*, nb::int_ seed) { refuse_seed(seed, "Generator"); }, nb::arg("seed"))
-      .def("manual_seed", [](cf::Generator& g, nb::handle seed) {
-        PyObject* index = PyNumber_Index(seed.ptr());  // any integer (NumPy's too); else Python's TypeError
-        if (!index) throw nb::python_error();
-        nb::object as_int = nb::steal(index);
-        uint64_t v = 0;
-        if (!nb::try_cast<uint64_t>(as_int, v, false)) refuse_seed(as_int, "Generator.manual_seed");
-        g.manual_seed(v);
-      }, nb::arg("seed"), nb::sig("def manual_seed(self, seed: int) -> None"), "Reset to seed, offset 0.")
+      // one signature (an int outside [0, 2^64) named, not nanobind's signature dump)
+      .def("__init__", [](cf::Generator* self, nb::handle seed) { new (self) cf::Generator(seed_of(seed, "Generator")); },
+           nb::arg("seed") = 0, nb::sig("def __init__(self, seed: int = 0) -> None"))
+      .def("manual_seed", [](cf::Generator& g, nb::handle seed) { g.manual_seed(seed_of(seed, "Generator.manual_seed")); },
+           nb::arg("seed"), nb::sig("def manual_seed(self, seed: int) -> None"), "Reset to seed, offset 0.")
       .def_prop_ro("seed", &cf::Generator::seed)
       .def_prop_ro("offset", &cf::Generator::offset)
       .def("set_state", &cf::Generator::set_state, nb::arg("seed"), nb::arg("offset"),
@@ -169,7 +174,8 @@ NB_MODULE(_cf, m) {
       });
   m.def("default_generator", &cf::default_generator, nb::rv_policy::reference,
         "The process-wide generator random ops use when given none.");
-  m.def("manual_seed", &cf::manual_seed, nb::arg("seed"), "Reseed the process-wide generator.");
+  m.def("manual_seed", [](nb::handle seed) { cf::manual_seed(seed_of(seed, "manual_seed")); }, nb::arg("seed"),
+        nb::sig("def manual_seed(seed: int) -> None"), "Reseed the process-wide generator.");
 
   m.def("autocast_dtype", &cf::autocast_dtype,
         "The autocast dtype of this thread (cf.bfloat16 or cf.float16), or None when autocast is off.");
@@ -183,8 +189,10 @@ NB_MODULE(_cf, m) {
         "Turn autocast on in a 16-bit dtype, or off with None, for this thread (cf.autocast() is the context "
         "manager): matmul runs in that dtype, softmax, norms, losses and sums in float32.");
   m.def("grad_enabled", &cf::grad_enabled, "Whether ops record autograd history on this thread.");
-  m.def("set_grad_enabled", &cf::set_grad_enabled, nb::arg("on"),
-        "Turn history recording on or off for this thread (cf.no_grad() is the context manager).");
+  // Private: cf.set_grad_enabled is the Python class over it (a call and a context manager, as torch's); under
+  // the public name the star import gave type checkers a second, plain-function cf.set_grad_enabled.
+  m.def("_set_grad_enabled", &cf::set_grad_enabled, nb::arg("on"),
+        "Turn history recording on or off for this thread (cf.set_grad_enabled and cf.no_grad() wrap it).");
 
   nb::class_<cf::MemoryStats>(m, "MemoryStats", "Allocator counters of one device.")
       .def_ro("live_bytes", &cf::MemoryStats::live_bytes)

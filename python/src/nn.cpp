@@ -302,10 +302,12 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            "Replace the buffer tensors (named_buffers order) by values, used as given: no copy.")
       // copy.copy, copy.deepcopy and pickle reach these: a module is a C++ object graph that Python
       // cannot rebuild, so each says how to make a copy instead of Python's bare "cannot pickle".
-      .def("__copy__", [](nb::handle self) { refuse_module_copy(self, "copy"); })
+      .def("__copy__", [](nb::handle self) { refuse_module_copy(self, "copy"); },
+           nb::sig("def __copy__(self) -> typing.NoReturn"))
       .def("__deepcopy__", [](nb::handle self, nb::handle) { refuse_module_copy(self, "deepcopy"); },
-           nb::arg("memo"))
-      .def("__reduce__", [](nb::handle self) { refuse_module_copy(self, "pickle"); });
+           nb::arg("memo"), nb::sig("def __deepcopy__(self, memo: object) -> typing.NoReturn"))
+      .def("__reduce__", [](nb::handle self) { refuse_module_copy(self, "pickle"); },
+           nb::sig("def __reduce__(self) -> typing.NoReturn"));
 
   nb::class_<cnn::UnaryModule, cnn::Module> unary(nn, "UnaryModule", "A module mapping one tensor to one tensor.");
   def_forward(unary, [](cnn::UnaryModule& mod, const Tensor& x) { return mod.forward(x); }, "forward(x)", nb::arg("x"));
@@ -313,8 +315,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // ---------------------------------------------------------------- layers
   nb::class_<cnn::Linear, cnn::UnaryModule> linear(nn, "Linear",
                                             "y = x W^T + b; W is (out, in) as in PyTorch. Init U(-1/sqrt(in), 1/sqrt(in)).");
-  linear.def(nb::init<int64_t, int64_t, bool, cf::Generator&>(), nb::arg("in_features"), nb::arg("out_features"),
-           nb::arg("bias") = true, nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
+  linear.def("__init__", init_with_generator<cnn::Linear, int64_t, int64_t, bool>(), nb::arg("in_features"), nb::arg("out_features"),
+           nb::arg("bias") = true, generator_arg())
       .def_prop_ro("in_features", &cnn::Linear::in_features)
       .def_prop_ro("out_features", &cnn::Linear::out_features);
   def_tensor_member(linear, "weight", &cnn::Linear::weight);
@@ -325,17 +327,17 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // padding_idx as PyTorch's: None for none, a negative index counts from the end (C++'s -1 means none, so
   // padding_idx=-1 gave no padding row where PyTorch pads the last).
   emb.def("__init__",
-          [](cnn::Embedding* self, int64_t num, int64_t dim, std::optional<int64_t> padding_idx, cf::Generator& g) {
+          [](cnn::Embedding* self, int64_t num, int64_t dim, std::optional<int64_t> padding_idx, cf::Generator* g) {
             int64_t pad = -1;
             if (padding_idx) {
               CF_CHECK(*padding_idx >= -num && *padding_idx < num, ValueError, "[Embedding] padding_idx ",
                        *padding_idx, " out of range for ", num, " embeddings (None: no padding row)");
               pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
             }
-            new (self) cnn::Embedding(num, dim, pad, g);
+            new (self) cnn::Embedding(num, dim, pad, gen_or_default(g));
           },
           nb::arg("num_embeddings"), nb::arg("dim"), nb::arg("padding_idx") = nb::none(),
-          nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
+          generator_arg())
       .def_prop_ro("num_embeddings", &cnn::Embedding::num_embeddings)
       .def_prop_ro("dim", &cnn::Embedding::dim);
   def_tensor_member(emb, "weight", &cnn::Embedding::weight);
@@ -346,8 +348,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   def_tensor_member(norm, "weight", &cnn::LayerNorm::weight);
   def_tensor_member(norm, "bias", &cnn::LayerNorm::bias);
   nb::class_<cnn::Dropout, cnn::UnaryModule>(nn, "Dropout", "Inverted dropout in training mode, identity in eval mode.")
-      .def(nb::init<double, cf::Generator&>(), nb::arg("p") = 0.5,
-           nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)),
+      .def("__init__", init_with_generator<cnn::Dropout, double>(), nb::arg("p") = 0.5,
+           generator_arg(),
            nb::keep_alive<1, 3>())
       .def_prop_ro("p", &cnn::Dropout::p);
   nb::class_<cnn::ReLU, cnn::UnaryModule>(nn, "ReLU").def(nb::init<>());
@@ -410,9 +412,9 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       }, nb::arg("index"));
   nb::class_<cnn::FeedForward, cnn::UnaryModule>(nn, "FeedForward",
                                                  "Linear(d, d_ff) -> activation -> dropout -> Linear(d_ff, d).")
-      .def(nb::init<int64_t, int64_t, const std::string&, double, cf::Generator&>(), nb::arg("d_model"),
+      .def("__init__", init_with_generator<cnn::FeedForward, int64_t, int64_t, const std::string&, double>(), nb::arg("d_model"),
            nb::arg("d_ff"), nb::arg("activation") = "relu", nb::arg("dropout") = 0.0,
-           nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)),
+           generator_arg(),
            nb::keep_alive<1, 6>())
       .def_ro("fc1", &cnn::FeedForward::fc1)
       .def_ro("fc2", &cnn::FeedForward::fc2);
@@ -421,15 +423,15 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def(nb::init<int64_t, int64_t>(), nb::arg("max_len"), nb::arg("dim"));
   nb::class_<cnn::LearnedPositionalEncoding, cnn::UnaryModule> lpe(nn, "LearnedPositionalEncoding",
                                                                    "x + P[:N] with a learned table P ~ N(0, 0.02^2).");
-  lpe.def(nb::init<int64_t, int64_t, cf::Generator&>(), nb::arg("max_len"), nb::arg("dim"),
-          nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)));
+  lpe.def("__init__", init_with_generator<cnn::LearnedPositionalEncoding, int64_t, int64_t>(), nb::arg("max_len"), nb::arg("dim"),
+          generator_arg());
   def_tensor_member(lpe, "weight", &cnn::LearnedPositionalEncoding::weight);
   nb::class_<cnn::DepthwiseConv1d, cnn::UnaryModule> dwconv(
       nn, "DepthwiseConv1d",
       "Depthwise convolution along the sequence axis of (B, N, C); N_out = floor((N + 2p - k) / s) + 1.");
-  dwconv.def(nb::init<int64_t, int64_t, int64_t, int64_t, bool, cf::Generator&>(), nb::arg("channels"),
+  dwconv.def("__init__", init_with_generator<cnn::DepthwiseConv1d, int64_t, int64_t, int64_t, int64_t, bool>(), nb::arg("channels"),
            nb::arg("kernel_size"), nb::arg("stride") = 1, nb::arg("padding") = 0, nb::arg("bias") = true,
-           nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
+           generator_arg())
       .def("output_length", &cnn::DepthwiseConv1d::output_length, nb::arg("n"));
   def_tensor_member(dwconv, "weight", &cnn::DepthwiseConv1d::weight);
   def_tensor_member(dwconv, "bias", &cnn::DepthwiseConv1d::bias);
@@ -482,7 +484,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       "Clustered / improved clustered attention (Vyas et al. 2020): hashed queries, Hamming K-Means, centroid "
       "attention; improved adds exact top-k products. Options: clusters, bits, iterations, topk (improved), hash_seed, "
       "centroid_path, scale, dropout.")
-      .def("cluster", &cnn::ClusteredAttention::cluster, nb::arg("q"), nb::arg("query_padding_mask") = Tensor(),
+      .def("cluster", [](cnn::ClusteredAttention& a, const Tensor& q, std::optional<Tensor> m) { return a.cluster(q, opt(m)); },
+           nb::arg("q"), nb::arg("query_padding_mask").none() = nb::none(),
            release_gil(), "Cluster ids int64 (B, H, Nq) of q (-1 for padded queries).")
       .def("set_assignment", &cnn::ClusteredAttention::set_assignment, nb::arg("assignment"))
       .def("clear_assignment", &cnn::ClusteredAttention::clear_assignment)
@@ -498,9 +501,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def_rw("save_memory", &cnn::MemoryBankOptions::save_memory);
   nb::class_<cnn::MemoryBank, cnn::Module> bank(
       nn, "MemoryBank", "FIFO of hidden states re-clustered by K-Means every update_every steps (Cluster-Former, Alg. 1).");
-  bank.def(nb::init<const cnn::MemoryBankOptions&, cf::Generator&>(), nb::arg("options"),
-           nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)))
-      .def("add", &cnn::MemoryBank::add, nb::arg("states"), nb::arg("padding_mask") = Tensor(), release_gil())
+  bank.def("__init__", init_with_generator<cnn::MemoryBank, const cnn::MemoryBankOptions&>(), nb::arg("options"),
+           generator_arg())
+      .def("add", [](cnn::MemoryBank& b, const Tensor& states, std::optional<Tensor> m) { b.add(states, opt(m)); },
+           nb::arg("states"), nb::arg("padding_mask").none() = nb::none(), release_gil())
       .def("step", &cnn::MemoryBank::step, release_gil(), "Count one training step; recluster when due. True if it did.")
       .def("update_centroids", &cnn::MemoryBank::update_centroids, release_gil())
       .def("contents", &cnn::MemoryBank::contents)
@@ -511,8 +515,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   nb::class_<cnn::ClusterFormerAttention, cnn::Attention>(
       nn, "ClusterFormerAttention",
       "Cluster-Former's cluster layer attention (eqs. 5-9): tokens sorted by nearest memory-bank centroid, attended in "
-      "chunks. Options: chunk_size, scale, num_clusters, capacity, update_every, ...")
-      .def("assign", &cnn::ClusterFormerAttention::assign, nb::arg("x"), nb::arg("padding_mask") = Tensor(), release_gil())
+      "chunks. Options: chunk_size, scale, dropout, num_clusters, memory_size (the bank's capacity), update_every, "
+      "kmeans_iters, seed, save_memory.")
+      .def("assign", [](const cnn::ClusterFormerAttention& a, const Tensor& x, std::optional<Tensor> m) { return a.assign(x, opt(m)); },
+           nb::arg("x"), nb::arg("padding_mask").none() = nb::none(), release_gil())
       .def("set_fixed_assignments", &cnn::ClusterFormerAttention::set_fixed_assignments, nb::arg("ids"))
       .def_prop_ro("last_assignments", &cnn::ClusterFormerAttention::last_assignments)
       .def_prop_ro("chunk_size", &cnn::ClusterFormerAttention::chunk_size)
@@ -643,8 +649,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def_rw("conv_padding", &cnn::CentroidAttentionOptions::conv_padding);
   nb::class_<cnn::CentroidAttention, cnn::Module> ca(
       nn, "CentroidAttention", "N inputs -> M centroids by T steps of eq. 4 (Centroid Transformers).");
-  ca.def(nb::init<const cnn::CentroidAttentionOptions&, cf::Generator&>(), nb::arg("options"),
-         nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)));
+  ca.def("__init__", init_with_generator<cnn::CentroidAttention, const cnn::CentroidAttentionOptions&>(), nb::arg("options"),
+         generator_arg());
   def_forward(ca,
               [](cnn::CentroidAttention& a, const Tensor& x, const Tensor& u0, std::optional<Tensor> kpm,
                  std::optional<Tensor> cm) { return a.forward(x, u0, opt(kpm), opt(cm)); },
@@ -652,9 +658,9 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
               nb::arg("key_padding_mask") = nb::none(), nb::arg("centroid_mask") = nb::none());
   nb::class_<cnn::CentroidAttentionBlock, cnn::Module> cab(
       nn, "CentroidAttentionBlock", "Centroid initialisation, centroid attention and a feed-forward block.");
-  cab.def(nb::init<const cnn::CentroidAttentionOptions&, int64_t, const std::string&, double, cf::Generator&>(),
+  cab.def("__init__", init_with_generator<cnn::CentroidAttentionBlock, const cnn::CentroidAttentionOptions&, int64_t, const std::string&, double>(),
           nb::arg("options"), nb::arg("d_ff"), nb::arg("activation") = "relu", nb::arg("dropout") = 0.0,
-          nb::arg("generator") = nb::borrow(nb::cast(&cf::default_generator(), nb::rv_policy::reference)),
+          generator_arg(),
           nb::keep_alive<1, 6>());
   def_forward(cab,
               [](cnn::CentroidAttentionBlock& b, const Tensor& x, std::optional<Tensor> kpm,
@@ -669,7 +675,9 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
               "not make are None.",
               nb::arg("x"), nb::arg("key_padding_mask") = nb::none(), nb::arg("sample_space") = nb::none(),
               nb::arg("sampler").none() = nb::none());
-  nn.def("knn_indices", &cnn::knn_indices, nb::arg("queries"), nb::arg("inputs"), nb::arg("k"), nb::arg("mask") = Tensor(),
+  nn.def("knn_indices",
+         [](const Tensor& q, const Tensor& x, int64_t k, std::optional<Tensor> m) { return cnn::knn_indices(q, x, k, opt(m)); },
+         nb::arg("queries"), nb::arg("inputs"), nb::arg("k"), nb::arg("mask").none() = nb::none(),
          release_gil(), "Indices int64 (B, M, k) of each query's k nearest inputs.");
 
   // ---- neural clustering (ClusterFormer eqs. 2-6, 11) as functions ----
@@ -681,10 +689,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
          nb::arg("x"), nb::arg("c"), nb::arg("w_c"), nb::arg("key_padding_mask") = nb::none(), release_gil(),
          "Eqs. 2-5: (U (B, k, N), C^ (B, k, D), cluster index (B, N), sort order (B, N)).");
   nn.def("clustering_loss",
-         [](const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& kpm, const std::string& form) {
-           return cnn::clustering_loss(x, c_hat, index, kpm, cnn::cluster_loss_form_from_string(form, "clustering_loss"));
+         [](const Tensor& x, const Tensor& c_hat, const Tensor& index, std::optional<Tensor> kpm, const std::string& form) {
+           return cnn::clustering_loss(x, c_hat, index, opt(kpm), cnn::cluster_loss_form_from_string(form, "clustering_loss"));
          },
-         nb::arg("x"), nb::arg("c_hat"), nb::arg("index"), nb::arg("key_padding_mask") = Tensor(),
+         nb::arg("x"), nb::arg("c_hat"), nb::arg("index"), nb::arg("key_padding_mask").none() = nb::none(),
          nb::arg("form") = "inner", release_gil(),
          "L1 of eq. 6; form: \"inner\" (the paper's phi), \"cosine\" or \"sphere\" (the bounded forms).");
   nn.def("centroid_sorting_loss",
@@ -920,23 +928,22 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
 
   // ---------------------------------------------------------------- init
   nb::module_ init = nn.def_submodule("init", "Seeded initialisers; each overwrites a tensor in place (no grad) and returns it.");
-  auto gen_arg = [] { return nb::arg("generator").none() = nb::none(); };
   init.def("zeros_", [](Tensor& t) -> Tensor& { cnn::init::zeros_(t); return t; }, nb::arg("t"), nb::rv_policy::reference, "Fill with 0.");
   init.def("ones_", [](Tensor& t) -> Tensor& { cnn::init::ones_(t); return t; }, nb::arg("t"), nb::rv_policy::reference, "Fill with 1.");
   init.def("constant_", [](Tensor& t, double v) -> Tensor& { cnn::init::constant_(t, v); return t; }, nb::arg("t"), nb::arg("value"),
            nb::rv_policy::reference, "Fill with value.");
   init.def("uniform_", [](Tensor& t, double a, double b, cf::Generator* g) -> Tensor& { cnn::init::uniform_(t, a, b, gen_or_default(g)); return t; },
-           nb::arg("t"), nb::arg("low"), nb::arg("high"), gen_arg(), nb::rv_policy::reference, "U(low, high) from the generator.");
+           nb::arg("t"), nb::arg("low"), nb::arg("high"), generator_arg(), nb::rv_policy::reference, "U(low, high) from the generator.");
   init.def("normal_", [](Tensor& t, double a, double b, cf::Generator* g) -> Tensor& { cnn::init::normal_(t, a, b, gen_or_default(g)); return t; },
-           nb::arg("t"), nb::arg("mean") = 0.0, nb::arg("std") = 1.0, gen_arg(), nb::rv_policy::reference, "N(mean, std^2) from the generator.");
+           nb::arg("t"), nb::arg("mean") = 0.0, nb::arg("std") = 1.0, generator_arg(), nb::rv_policy::reference, "N(mean, std^2) from the generator.");
   init.def("xavier_uniform_", [](Tensor& t, double gain, cf::Generator* g) -> Tensor& { cnn::init::xavier_uniform_(t, gain, gen_or_default(g)); return t; },
-           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg(), nb::rv_policy::reference, "Glorot: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)).");
+           nb::arg("t"), nb::arg("gain") = 1.0, generator_arg(), nb::rv_policy::reference, "Glorot: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)).");
   init.def("xavier_normal_", [](Tensor& t, double gain, cf::Generator* g) -> Tensor& { cnn::init::xavier_normal_(t, gain, gen_or_default(g)); return t; },
-           nb::arg("t"), nb::arg("gain") = 1.0, gen_arg(), nb::rv_policy::reference, "Glorot normal: std = gain * sqrt(2 / (fan_in + fan_out)).");
+           nb::arg("t"), nb::arg("gain") = 1.0, generator_arg(), nb::rv_policy::reference, "Glorot normal: std = gain * sqrt(2 / (fan_in + fan_out)).");
   init.def("kaiming_uniform_", [](Tensor& t, double a, cf::Generator* g) -> Tensor& { cnn::init::kaiming_uniform_(t, a, gen_or_default(g)); return t; },
-           nb::arg("t"), nb::arg("a") = 0.0, gen_arg(), nb::rv_policy::reference, "He uniform, fan_in mode, gain sqrt(2 / (1 + a^2)) (leaky ReLU slope a).");
+           nb::arg("t"), nb::arg("a") = 0.0, generator_arg(), nb::rv_policy::reference, "He uniform, fan_in mode, gain sqrt(2 / (1 + a^2)) (leaky ReLU slope a).");
   init.def("kaiming_normal_", [](Tensor& t, double a, cf::Generator* g) -> Tensor& { cnn::init::kaiming_normal_(t, a, gen_or_default(g)); return t; },
-           nb::arg("t"), nb::arg("a") = 0.0, gen_arg(), nb::rv_policy::reference, "He normal, fan_in mode, gain sqrt(2 / (1 + a^2)).");
+           nb::arg("t"), nb::arg("a") = 0.0, generator_arg(), nb::rv_policy::reference, "He normal, fan_in mode, gain sqrt(2 / (1 + a^2)).");
 
   // ---------------------------------------------------------------- files
   m.def("save_safetensors",

@@ -254,7 +254,7 @@ void bind_operators(TensorCls& cls) {
     if (!o) return nb::borrow(Py_NotImplemented);                                                  \
     Tensor r = std::visit([&](const auto& b) { nb::gil_scoped_release g; return Tensor(expr); }, *o); \
     return nb::cast(r);                                                                            \
-  }, nb::arg("other").none());
+  }, nb::arg("other").none(), nb::sig("def " py "(self, other: object | None) -> cf._cf.Tensor"));
   CF_NP_BINARY("__add__", a + b)
   CF_NP_BINARY("__radd__", b + a)
   CF_NP_BINARY("__sub__", a - b)
@@ -280,7 +280,7 @@ void bind_operators(TensorCls& cls) {
     if (!o) return nb::borrow(Py_NotImplemented);                                                  \
     Tensor r = std::visit([&](const auto& b) { nb::gil_scoped_release g; return Tensor(expr); }, *o); \
     return nb::cast(r);                                                                            \
-  }, nb::arg("other").none());
+  }, nb::arg("other").none(), nb::sig("def " py "(self, other: object | None) -> cf._cf.Tensor"));
   CF_NP_LOGICAL("__and__", cf::logical_and(a, logical_operand(a, b, "logical_and")))
   CF_NP_LOGICAL("__rand__", cf::logical_and(logical_operand(a, b, "logical_and"), a))
   CF_NP_LOGICAL("__or__", cf::logical_or(a, logical_operand(a, b, "logical_or")))
@@ -431,8 +431,15 @@ void bind_reductions(nb::module_& m, TensorCls& cls) {
     };
     const char* doc = "With an axis: (values, indices) of the first extremum along it (the gradient flows to that "
                       "index). Without: the extremum of all elements (as amax/amin).";
-    m.def(name, g, nb::arg("x"), nb::arg("axis") = nb::none(), nb::arg("keepdim") = false, doc);
-    cls.def(name, g, nb::arg("axis") = nb::none(), nb::arg("keepdim") = false, doc);
+    const std::string result = " -> cf._cf.Tensor | tuple[cf._cf.Tensor, cf._cf.Tensor]";
+    m.def(name, g, nb::arg("x"), nb::arg("axis") = nb::none(), nb::arg("keepdim") = false,
+          nb::sig(("def " + std::string(name) + "(x: cf._cf.Tensor, axis: int | None = None, keepdim: bool = False)" +
+                   result).c_str()),
+          doc);
+    cls.def(name, g, nb::arg("axis") = nb::none(), nb::arg("keepdim") = false,
+            nb::sig(("def " + std::string(name) + "(self, axis: int | None = None, keepdim: bool = False)" + result)
+                        .c_str()),
+            doc);
   };
   maxmin(cf::opname::max, &cf::max, &cf::amax);
   maxmin(cf::opname::min, &cf::min, &cf::amin);
@@ -672,8 +679,9 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "out[g, n] = sum_t w[g, n, t] v[g, idx[g, n, t]]: w (G, N, K), v (G, M, Dv), idx int64 (G, N, K) -> "
         "(G, N, Dv). Differentiable in w and v.",
         release_gil());
-  m.def(cf::opname::farthest_point_sampling, &cf::farthest_point_sampling, nb::arg("points"), nb::arg("m"),
-        nb::arg("mask") = Tensor(),
+  m.def(cf::opname::farthest_point_sampling,
+        [](const Tensor& points, int64_t m, std::optional<Tensor> mask) { return cf::farthest_point_sampling(points, m, opt(mask)); },
+        nb::arg("points"), nb::arg("m"), nb::arg("mask").none() = nb::none(),
         "Indices int64 (B, m) of farthest point sampling over points (B, N, C): the first real point, then "
         "repeatedly the farthest from those taken (ties to the lowest index); mask bool (B, N), True = padding.",
         release_gil());
@@ -827,11 +835,16 @@ void accept_torch_keywords(Scope& scope, const char* name, const std::vector<Spe
   for (size_t i = 0; i < spellings.size(); ++i) {
     const Spelling own = spellings[i];
     const std::vector<Spelling> rest(spellings.begin() + long(i) + 1, spellings.end());
+    // The signature shows the later spellings that can go with this one: not another spelling of the same cf
+    // keyword (dim= and NumPy's axis= both give axes=; the call refuses the two together).
+    std::vector<Spelling> with;
+    for (const Spelling& sp : rest)
+      if (std::string(sp.cf) != own.cf) with.push_back(sp);
     std::string sig = std::string("def ") + name + (method ? "(self, *args, " : "(*args, ") + own.torch + ": " + own.type;
-    for (const Spelling& sp : rest) sig += std::string(", ") + sp.torch + ": " + sp.type + " = ...";
+    for (const Spelling& sp : with) sig += std::string(", ") + sp.torch + ": " + sp.type + " = ...";
     sig += std::string(", **kwargs) -> ") + result;
     std::string doc = std::string("PyTorch's keyword ") + own.torch + "= for cf's " + own.cf + "=";
-    for (const Spelling& sp : rest) doc += std::string(", ") + sp.torch + "= for " + sp.cf + "=";
+    for (const Spelling& sp : with) doc += std::string(", ") + sp.torch + "= for " + sp.cf + "=";
     doc += ": the same call in cf's spelling.";
     // f: the module's function, or the bound method of the tensor
     auto rename = [name, own, rest](nb::handle f, nb::args args, nb::object value, nb::kwargs kwargs) -> nb::object {
@@ -939,9 +952,11 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
               return self.attr("__iadd__")(other * nb::int_(int64_t(alpha)));
             return self.attr("__iadd__")(nb::float_(alpha * nb::cast<double>(nb::float_(other))));
           },
-          nb::arg("other"), nb::arg("alpha") = 1.0, "t += alpha * other for a number other, in place; returns t.");
+          nb::arg("other"), nb::arg("alpha") = 1.0,
+          nb::sig("def add_(self, other: int | float, alpha: float = 1.0) -> cf._cf.Tensor"),
+          "t += alpha * other for a number other, in place; returns t.");
   cls.def("mul_", [](nb::handle self, const Tensor& other) -> nb::object { return self.attr("__imul__")(other); },
-          nb::arg("other"), "t *= other (a tensor, broadcast to t), in place; returns t.");
+          nb::arg("other"), nb::sig("def mul_(self, other: cf._cf.Tensor) -> cf._cf.Tensor"), "t *= other (a tensor, broadcast to t), in place; returns t.");
   cls.def("clamp_",
           [](Tensor& t, std::optional<double> lo, std::optional<double> hi) -> Tensor& {
             CF_CHECK(lo || hi, ValueError, "[clamp_] give low (min), high (max) or both (", t.describe(), ")");

@@ -902,7 +902,7 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       nb::arg("phase"), nb::arg("info")));
   auto cls = nb::class_<cf::Tensor>(
       m, "Tensor",
-      "A cheap handle to strided storage (float32, float64, int64 or bool) on the CPU or a CUDA device, with "
+      "A cheap handle to strided storage (float32, float64, int64, bool, bfloat16 or float16) on the CPU or a CUDA device, with "
       "autograd fields. Views (slicing, reshape, transpose, ...) share storage. Build one with cf.tensor, the "
       "factories (cf.zeros, cf.randn, ...) or cf.from_dlpack.",
       nb::is_weak_referenceable());
@@ -931,7 +931,8 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       .def("size", [](const cf::Tensor& t, std::optional<int64_t> axis) -> nb::object {
              if (axis) return nb::int_(t.size(*axis));
              return nb::cast(t.shape());
-           }, nb::arg("axis") = nb::none(), "The shape, or the size of one axis.")
+           }, nb::arg("axis") = nb::none(), nb::sig("def size(self, axis: int | None = None) -> int | tuple[int, ...]"),
+           "The shape, or the size of one axis.")
       .def_prop_ro("nbytes", [](const cf::Tensor& t) { return int64_t(t.nbytes()); })
       .def("is_contiguous", &cf::Tensor::is_contiguous)
       .def("data_ptr", [](const cf::Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); },
@@ -992,15 +993,16 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
                    "t.data = src; a gradient that no longer fits is dropped.")
       .def("zero_grad", &cf::Tensor::zero_grad, "Drop the accumulated gradient.")
       // ---- values ----
-      .def("item", &scalar_to_python, "The single value as a Python float, int or bool.")
-      .def("tolist", &tolist, "Nested Python lists (a number for a 0-d tensor).")
+      .def("item", &scalar_to_python, nb::sig("def item(self) -> float | int | bool"),
+           "The single value as a Python float, int or bool.")
+      .def("tolist", &tolist, nb::sig("def tolist(self) -> typing.Any"), "Nested Python lists (a number for a 0-d tensor).")
       .def("__float__", [](const cf::Tensor& t) { return t.item(); })
       // int64 exactly (not through a double); a float as Python's int(float) takes it: truncated,
       // OverflowError for an infinity, ValueError for NaN (a C++ cast of those is undefined)
       .def("__int__", [](const cf::Tensor& t) -> nb::object {
         if (t.dtype() == cf::kInt64) return nb::int_(t.item<int64_t>());
         return nb::int_(nb::float_(t.item()));
-      })
+      }, nb::sig("def __int__(self) -> int"))
       .def("__index__", [](const cf::Tensor& t) -> int64_t {
         CF_CHECK(t.dtype() == cf::kInt64 || t.dtype() == cf::kBool, DTypeError,
                  "[__index__] only integer tensors can be used as an index, got ", t.describe());

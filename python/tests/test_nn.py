@@ -569,3 +569,23 @@ def test_a_module_given_as_a_state_dict_brings_its_buffers(tmp_path):
     m2.load_state_dict(m)
     for k, v in m.state_dict().items():
         assert np.array_equal(np.asarray(m2.state_dict()[k]), np.asarray(v)), k
+
+
+def test_optional_generators_and_masks_take_none():
+    # generator=None is the default generator for every module (nine constructors refused None, and their
+    # documented default was a snapshot of the default generator's seed and offset at import)
+    cf.manual_seed(5)
+    a = cf.nn.Linear(3, 2, generator=None).weight.tolist()
+    cf.manual_seed(5)
+    assert cf.nn.Linear(3, 2).weight.tolist() == a
+    for make in (lambda g: cf.nn.Embedding(4, 3, generator=g), lambda g: cf.nn.Dropout(0.1, generator=g),
+                 lambda g: cf.nn.FeedForward(4, 8, generator=g), lambda g: cf.nn.LearnedPositionalEncoding(4, 3, generator=g),
+                 lambda g: cf.nn.DepthwiseConv1d(3, 3, generator=g)):
+        make(None)
+    assert "Generator(seed=" not in cf.nn.Linear.__init__.__doc__
+    # masks: None is no mask (they refused None beside 21 key_padding_mask arguments that take it)
+    p = cf.randn([1, 5, 3])
+    assert cf.farthest_point_sampling(p, 2, mask=None).tolist() == cf.farthest_point_sampling(p, 2).tolist()
+    assert cf.nn.knn_indices(p, p, 2, mask=None).shape == (1, 5, 2)
+    ds = cf.data.TensorDataset(cf.randn([4, 2]), None)
+    assert len(ds) == 4

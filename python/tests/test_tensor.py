@@ -192,6 +192,10 @@ def test_to_takes_dtype_and_device_names_and_devices_pickle():
         cf.Generator(-1)
     with pytest.raises(cf.ValueError, match=r"^\[Generator.manual_seed\] seed must be an int in \[0, 2\^64\)"):
         cf.Generator(0).manual_seed(2**64)
+    with pytest.raises(cf.ValueError, match=r"^\[manual_seed\] seed must be an int in \[0, 2\^64\), got -1"):
+        cf.manual_seed(-1)
+    with pytest.raises(TypeError, match=r"'str' object cannot be interpreted as an integer"):
+        cf.manual_seed("1")
     with pytest.raises(cf.ValueError, match=r"^\[mean\] axes must be None, an int or a sequence of ints, got a bool"):
         cf.ones([2, 2]).mean(True)
 
@@ -511,9 +515,13 @@ def test_pytorch_keywords_give_the_same_calls_as_cfs():
         x.add(None)
     _same(x.maximum(x * -1), cf.maximum(x, x * -1))
     # a call naming both spellings, or a keyword neither knows, gets the signature error
-    for bad in (lambda: x.sum(dim=0, axes=1), lambda: x.sum(dims=0), lambda: cf.cat([x], dim=0, axis=0)):
+    for bad in (lambda: x.sum(dim=0, axes=1), lambda: x.sum(dims=0), lambda: cf.cat([x], dim=0, axis=0),
+                lambda: cf.sum(x, dim=0, axis=0)):
         with pytest.raises(TypeError, match="incompatible function arguments"):
             bad()
+    # and the signatures do not offer two spellings of one keyword together (sum(*args, dim, axis=...))
+    assert "sum(*args, dim: int | collections.abc.Sequence[int] | None, **kwargs)" in cf.sum.__doc__
+    assert "axis: int | collections.abc.Sequence[int] | None = ..." not in cf.sum.__doc__
     with pytest.raises(TypeError, match="incompatible function arguments") as e:
         x.sum(dim=0, keepdims=True)
     assert "{ dim: int, keepdims: bool }" in str(e.value)  # the call as written, not as renamed

@@ -63,9 +63,16 @@ def first_doc_line(obj):
     sigs = [l for l in lines if l and "(" in l and l.split("(")[0].replace(".", "").replace("_", "").isalnum()
             and l.endswith(("", ")")) and " -> " in l or l.startswith(("def ",))]
     # nanobind's overloads: "Overloaded function." then "1. ``sig``" before each description
-    text = [l for l in lines if l and l not in sigs and l != "Overloaded function."
-            and not (l[:1].isdigit() and ". ``" in l)]
-    return sigs, (text[0] if text else "")
+    # the first paragraph of description, joined (a Python class's docstring wraps its sentences over lines:
+    # its first line alone stopped mid-sentence)
+    para = []
+    for l in lines:
+        if not l or l in sigs or l == "Overloaded function." or (l[:1].isdigit() and ". ``" in l):
+            if para:
+                break
+            continue
+        para.append(l)
+    return sigs, " ".join(para)
 
 
 def shown(sigs):

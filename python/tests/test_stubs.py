@@ -1,0 +1,110 @@
+"""The type stubs (.pyi) the build writes beside the package (python/tools/fix_stubs.py): what a type
+checker or an editor reads of cf."""
+import ast
+import builtins
+import os
+
+import pytest
+
+import cf
+
+PKG = os.path.dirname(cf.__file__)
+ROOT_STUB = os.path.join(PKG, "_cf", "__init__.pyi")
+pytestmark = pytest.mark.skipif(not os.path.exists(ROOT_STUB), reason="this cf package has no stubs")
+
+
+def parse(path):
+    with open(path, encoding="utf-8") as f:
+        return ast.parse(f.read())
+
+
+def stub_files():
+    for root, _, files in os.walk(PKG):
+        for f in files:
+            if f.endswith(".pyi"):
+                yield os.path.join(root, f)
+
+
+def annotation_names(node):
+    """Bare names used as types in the annotations of a function or an annotated assignment."""
+    anns = []
+    if isinstance(node, ast.FunctionDef):
+        a = node.args
+        anns = [x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None]
+        anns.append(node.returns)
+    elif isinstance(node, ast.AnnAssign):
+        anns = [node.annotation]
+    out = []
+    for ann in anns:
+        stack = [ann]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, ast.Name):
+                out.append(e.id)
+            elif e is not None and not isinstance(e, ast.Attribute):
+                stack.extend(ast.iter_child_nodes(e))
+    return out
+
+
+def test_no_annotation_names_a_type_its_scope_hides():
+    # cf.bool (the dtype constant) made every `-> bool` of the module mean cf.bool, and Tensor's methods
+    # float and dtype the same inside Tensor's signatures
+    for path in stub_files():
+        tree = parse(path)
+        module_values = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                         for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+
+        def check(body, hidden, where):
+            for node in body:
+                if isinstance(node, ast.ClassDef):
+                    own = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+                    own |= {t.id for n in node.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                            if isinstance(t, ast.Name)}
+                    check(node.body, own, where + node.name + ".")
+                    continue
+                for name in annotation_names(node):
+                    assert name not in hidden, "%s: %s%s annotates with %r, which its class binds" % (
+                        path, where, getattr(node, "name", "?"), name)
+                    assert not (name in module_values and hasattr(builtins, name)), \
+                        "%s: %s%s annotates with %r, a value of the module" % (path, where, getattr(node, "name", "?"), name)
+
+        check(tree.body, set(), "")
+
+
+def test_inplace_ops_init_and_exceptions_are_in_the_stubs():
+    tree = parse(ROOT_STUB)
+    top = {n.name: n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    tensor = {n.name for n in top["Tensor"].body if isinstance(n, ast.FunctionDef)}
+    # a trailing "_" reads as private to stubgen: every in-place op was missing
+    assert {"add_", "mul_", "zero_", "requires_grad_", "copy_", "clamp_"} <= tensor
+    assert {"add_", "copy_", "fill_"} <= set(top)
+    init = parse(os.path.join(PKG, "_cf", "nn", "init.pyi"))
+    assert {"xavier_uniform_", "normal_", "uniform_"} <= {n.name for n in init.body if isinstance(n, ast.FunctionDef)}
+    # the exceptions as classes with their runtime bases (they came as a cyclic `from cf import ...`)
+    assert not any(isinstance(n, ast.ImportFrom) and n.module == "cf" for n in tree.body)
+    for name in ("Error", "ValueError", "IndexError", "IOError", "ShapeError", "DTypeError", "KMeansTooFewPointsError"):
+        bases = [ast.unparse(b) for b in top[name].bases]
+        runtime = [("builtins." if b.__module__ == "builtins" else "") + b.__name__ for b in getattr(cf, name).__bases__]
+        assert bases == runtime, name
+
+
+def test_submodules_have_stubs_under_their_package_names():
+    # `from cf.nn import Linear` works at run time through sys.modules; type checkers need a file
+    for name in ("nn", "models", "data", "cuda", "autograd"):
+        tree = parse(os.path.join(PKG, name + ".pyi"))
+        assert any(isinstance(n, ast.ImportFrom) and n.module == "cf._cf." + name for n in tree.body), name
+
+
+def test_operators_and_values_are_typed():
+    tree = parse(ROOT_STUB)
+    tensor = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Tensor")
+    returns = {}
+    for n in tensor.body:
+        if isinstance(n, ast.FunctionDef):
+            returns.setdefault(n.name, set()).add(ast.unparse(n.returns).replace("builtins.", ""))
+    # `x + 1`, `2 * x`, `x == 0` were typed object (the NumPy-operand overloads)
+    for op in ("__add__", "__radd__", "__mul__", "__rmul__", "__eq__", "__lt__", "__and__", "__rand__"):
+        assert returns[op] == {"Tensor"}, (op, returns[op])
+    assert returns["item"] == {"float | int | bool"}
+    assert returns["__int__"] == {"int"}

@@ -1,0 +1,195 @@
+"""Makes nanobind's generated stubs (.pyi) read right to type checkers and editors.
+
+    python fix_stubs.py RAW_DIR OUT_DIR
+
+RAW_DIR holds stubgen's output for cf._cf (RAW_DIR/_cf/__init__.pyi, ...); OUT_DIR is the
+package folder (cf/), which receives OUT_DIR/_cf/... and one stub per public submodule.
+The extension must be importable (the build puts it on PYTHONPATH), for the exceptions.
+
+What stubgen leaves and this fixes (each found by running mypy over user code):
+- Names the module or a class binds shadow builtin types in annotations: `bool: dtype`
+  (the dtype constant cf.bool) made every `-> bool` of the module mean cf.bool, and
+  Tensor's methods `float` and `dtype` the same for `x: float` and `dtype: dtype` in
+  Tensor's signatures. Such annotations name `builtins.X` or `cf._cf.X`.
+- The exceptions, whose __module__ is "cf", came as `from cf import Error, ...`, a cycle
+  (cf re-exports them from cf._cf): a type checker resolved none. They are written out as
+  classes with their runtime bases.
+- `import cf.nn` / `from cf.nn import Linear` work at run time through sys.modules
+  (cf/__init__.py); OUT_DIR/nn.pyi (and models, data, cuda, autograd) let type checkers
+  resolve them too.
+"""
+import ast
+import importlib
+import os
+import sys
+
+BUILTIN_TYPES = {"bool", "int", "float", "complex", "str", "bytes", "bytearray", "object", "list", "dict",
+                 "tuple", "set", "frozenset", "type", "slice", "memoryview"}
+SUBMODULES = ("nn", "models", "data", "cuda", "autograd")
+
+
+def bindings(body):
+    """name -> the binding statement kind ("class", "def", "value", "import") of a body's names."""
+    out = {}
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = "class"
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = "def"
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = "value"
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out[node.target.id] = "value"
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                out[(a.asname or a.name).split(".")[0]] = "import"
+    return out
+
+
+def annotation_names(expr):
+    """The Name nodes of an annotation that name a type by themselves (not the root of a.b.c)."""
+    if expr is None:
+        return
+    if isinstance(expr, ast.Name):
+        yield expr
+    elif isinstance(expr, ast.Attribute):
+        return
+    else:
+        for child in ast.iter_child_nodes(expr):
+            yield from annotation_names(child)
+
+
+def annotations_of(node):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        a = node.args
+        for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]:
+            if arg is not None:
+                yield arg.annotation
+        yield node.returns
+    elif isinstance(node, ast.AnnAssign):
+        yield node.annotation
+
+
+def fix_shadowing(text, module):
+    """Rewrites annotation names that a binding of the module or of the enclosing class shadows."""
+    tree = ast.parse(text)
+    module_names = bindings(tree.body)
+    edits = []  # (line, col, end_col, replacement)
+
+    def visit(body, class_names):
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, bindings(node.body))
+                continue
+            for ann in annotations_of(node):
+                for name in annotation_names(ann):
+                    n = name.id
+                    new = None
+                    if class_names is not None and class_names.get(n) in ("def", "value"):
+                        # a method or attribute of the class (Tensor.float, Tensor.dtype) hides the type
+                        if n in BUILTIN_TYPES:
+                            new = "builtins." + n
+                        elif module_names.get(n) == "class":
+                            new = module + "." + n
+                    elif module_names.get(n) in ("def", "value") and n in BUILTIN_TYPES:
+                        new = "builtins." + n  # the module's own constant (cf.bool)
+                    if new:
+                        edits.append((name.lineno, name.col_offset, name.end_col_offset, new))
+
+    visit(tree.body, None)
+    lines = text.split("\n")
+    for line, col, end, new in sorted(edits, reverse=True):
+        s = lines[line - 1]
+        lines[line - 1] = s[:col] + new + s[end:]
+    return "\n".join(lines)
+
+
+def exception_classes(module):
+    """Class statements for the exceptions a stub imports from cf, with their runtime bases."""
+    mod = importlib.import_module(module)
+    out = []
+    for name in sorted(dir(mod), key=lambda n: (len(getattr(mod, n).__mro__) if isinstance(getattr(mod, n), type)
+                                                else 0, n)):
+        cls = getattr(mod, name)
+        if not (isinstance(cls, type) and issubclass(cls, BaseException) and cls.__module__ == "cf"):
+            continue
+        bases = ", ".join(("builtins." if b.__module__ == "builtins" else "") + b.__name__ for b in cls.__bases__)
+        doc = (cls.__doc__ or "").strip().split("\n")[0]
+        out.append("class %s(%s):\n    %s\n" % (name, bases, repr(doc) if doc else "..."))
+    return out
+
+
+def fix_imports_from_cf(text, module):
+    """Replaces `from cf import (...)` (the exceptions, and cf's __array_function__ helper) with classes."""
+    tree = ast.parse(text)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "cf" and node.level == 0:
+            lines = text.split("\n")
+            classes = "\n".join(exception_classes(module))
+            return "\n".join(lines[:node.lineno - 1] + [classes] + lines[node.end_lineno:])
+    return text
+
+
+def add_imports(text):
+    """`import builtins` / `import typing` / `import cf._cf` where the text uses them, after the docstring."""
+    tree = ast.parse(text)
+    have = {a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    need = [m for m, used in (("builtins", "builtins."), ("typing", "typing."), ("cf._cf", "cf._cf."))
+            if used in text and m not in have]
+    if not need:
+        return text
+    first = tree.body[0]
+    at = first.end_lineno if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else 0
+    lines = text.split("\n")
+    return "\n".join(lines[:at] + [""] + ["import " + m for m in need] + lines[at:])
+
+
+def module_of(rel):
+    """'_cf/nn/__init__.pyi' -> 'cf._cf.nn'."""
+    parts = rel[:-len(".pyi")].split(os.sep)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(["cf"] + parts)
+
+
+def main(raw, out):
+    written = []
+    for root, _, files in os.walk(os.path.join(raw, "_cf")):
+        for f in sorted(files):
+            if not f.endswith(".pyi"):
+                continue
+            src = os.path.join(root, f)
+            rel = os.path.relpath(src, raw)
+            module = module_of(rel)
+            with open(src, encoding="utf-8") as fh:
+                text = fh.read()
+            text = fix_imports_from_cf(text, module)
+            text = fix_shadowing(text, module)
+            text = add_imports(text)
+            ast.parse(text)  # still a valid stub
+            dst = os.path.join(out, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            tmp = dst + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, dst)
+            written.append(rel)
+    for name in SUBMODULES:
+        dst = os.path.join(out, name + ".pyi")
+        text = ('"""cf.%s: the extension\'s cf._cf.%s under its package name (cf/__init__.py)."""\n\n'
+                "from cf._cf.%s import *\n" % (name, name, name))
+        if name == "nn":
+            text += "from cf._cf.nn import init as init\n"
+        with open(dst + ".tmp", "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(dst + ".tmp", dst)
+    if not written:
+        sys.exit("fix_stubs: no stubs under %s/_cf" % raw)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])
