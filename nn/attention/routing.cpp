@@ -199,20 +199,21 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
            " but the centroids are ", centroids_.dtype(), " (convert the module with to(dtype))");
   const int64_t L = local_heads_, R = H - L;
   const bool collective = distributed_ && dist::is_initialized() && dist::world_size() > 1;
-  // Section 4.1: mu <- lambda mu + (1 - lambda)/2 mean(assigned Q) + (1 - lambda)/2 mean(assigned K), from this
-  // shard's per-cluster sums (R, C, D) and counts (R, C, 1) of the assigned queries and keys; distributed, the
-  // whole batch's means (two all-reduces each, on the device). An empty cluster keeps its centroid.
-  auto update_centroids = [&](Tensor q_sums, Tensor q_cnt, Tensor k_sums, Tensor k_cnt) {
+  // Section 4.1: mu <- lambda mu + (1 - lambda)/2 mean(assigned Q) + (1 - lambda)/2 mean(assigned K), from
+  // `stats` (2 (R C + 1), D + 1): this shard's per-cluster sums | counts of the assigned queries (rows r C + c)
+  // then keys (rows R C + 1 + r C + c); distributed, the whole batch's means (one all-reduce, on the device). An
+  // empty cluster keeps its centroid.
+  const int64_t RC = R * n_clusters_;
+  auto update_centroids = [&](Tensor stats) {
     NoGradGuard ng;
-    auto mean_of = [&](Tensor& sums, Tensor& cnt) {
-      if (collective) {
-        dist::all_reduce(sums, dist::ReduceOp::sum);
-        dist::all_reduce(cnt, dist::ReduceOp::sum);
-      }
+    if (collective) dist::all_reduce(stats, dist::ReduceOp::sum);
+    auto mean_of = [&](int64_t first) {
+      Tensor block = narrow(stats, 0, first, RC);
+      Tensor sums = reshape(narrow(block, 1, 0, D), {R, n_clusters_, D});
+      Tensor cnt = reshape(narrow(block, 1, D, 1), {R, n_clusters_, 1});
       return where(gt(cnt, 0.0), sums / clamp(cnt, 1.0, INFINITY), centroids_);
     };
-    Tensor mq = mean_of(q_sums, q_cnt), mk = mean_of(k_sums, k_cnt);
-    copy_(centroids_, centroids_ * decay_ + (mq + mk) * ((1.0 - decay_) / 2.0));
+    copy_(centroids_, centroids_ * decay_ + (mean_of(0) + mean_of(RC + 1)) * ((1.0 - decay_) / 2.0));
   };
   if (N == 0) {  // nothing to route
     // A rank whose shard has no token still joins the distributed update with zero sums: the other ranks'
@@ -224,10 +225,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       }
     }
     if (is_training() && R > 0 && collective) {
-      auto zeros = [&](int64_t last) {
-        return Tensor::zeros({R, n_clusters_, last}, centroids_.dtype(), centroids_.device());
-      };
-      update_centroids(zeros(D), zeros(1), zeros(D), zeros(1));
+      update_centroids(Tensor::zeros({2 * (RC + 1), D + 1}, centroids_.dtype(), centroids_.device()));
     }
     return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());
   }
@@ -258,6 +256,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
     }
     Tensor qm = balanced_routing_of(q_dots, a.query_padding_mask, w);
     Tensor km = balanced_routing_of(k_dots, a.key_padding_mask, w);
+    if (!a.aux && !is_training()) q_dots = k_dots = Tensor();  // not needed past the routing: free them
     outs.push_back(routed_lists_attention(q, k, v, qm, km, a.key_padding_mask, scale, a.causal, drop));
     if (a.aux || is_training()) {
       Tensor qa, ka;
@@ -289,26 +288,22 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       }
       if (is_training()) {
         NoGradGuard ng;
-        const int64_t C = n_clusters_, rows = B * R * N;
-        // Per head and cluster, the sums (R, C, D) and counts (R, C, 1) of the assigned vectors: one index_add
-        // into R C rows (head r's cluster c at row r C + c) and a spare row R C taking the padding, which is
-        // dropped. Linear in N and deterministic on both devices (index_add adds in position order), where a
-        // one-hot (B, R, N, C) product cost a GEMM as large as the routing's own.
-        const Tensor head_base = reshape(Tensor::arange(R, kInt64, a.q.device()) * double(C), {1, R, 1});
-        auto stats_of = [&](const Tensor& assign, const Tensor& xd, const Tensor& mask) {
-          Tensor rows_of = assign + head_base;  // (B, R, N)
-          if (mask.defined()) rows_of = where(logical_not(reshape(mask, {B, 1, N})), rows_of, double(R * C));
-          rows_of = reshape(rows_of, {rows});
-          Tensor sums = index_add(Tensor::zeros({R * C + 1, D}, xd.dtype(), xd.device()), 0, rows_of,
-                                  reshape(xd, {rows, D}));
-          Tensor counts = index_add(Tensor::zeros({R * C + 1, 1}, xd.dtype(), xd.device()), 0, rows_of,
-                                    Tensor::ones({rows, 1}, xd.dtype(), xd.device()));
-          return std::pair<Tensor, Tensor>{reshape(narrow(sums, 0, 0, R * C), {R, C, D}),
-                                           reshape(narrow(counts, 0, 0, R * C), {R, C, 1})};
+        const int64_t rows = B * R * N;
+        // Per head and cluster, the sums and counts of the assigned queries and keys in one index_add: row
+        // r C + c of the queries' block (head r's cluster c), a spare row R C for their padding (dropped), then
+        // the keys' block; each vector adds (x | 1). Linear in N and deterministic on both devices (index_add
+        // adds in position order), where a one-hot (B, R, N, C) product cost a GEMM as large as the routing's
+        // own; one call (and one all-reduce) for all four.
+        const Tensor head_base = reshape(Tensor::arange(R, kInt64, a.q.device()) * double(n_clusters_), {1, R, 1});
+        auto rows_of = [&](const Tensor& assign, const Tensor& mask, int64_t first) {
+          Tensor r = assign + head_base;  // (B, R, N)
+          if (mask.defined()) r = where(logical_not(reshape(mask, {B, 1, N})), r, double(RC));
+          return reshape(r, {rows}) + double(first);
         };
-        auto [q_sums, q_cnt] = stats_of(qa, qd, a.query_padding_mask);
-        auto [k_sums, k_cnt] = stats_of(ka, kd, a.key_padding_mask);
-        update_centroids(q_sums, q_cnt, k_sums, k_cnt);
+        const Tensor ones = Tensor::ones({rows, 1}, qd.dtype(), qd.device());
+        Tensor src = cat({cat({reshape(qd, {rows, D}), ones}, 1), cat({reshape(kd, {rows, D}), ones}, 1)}, 0);
+        Tensor ids = cat({rows_of(qa, a.query_padding_mask, 0), rows_of(ka, a.key_padding_mask, RC + 1)}, 0);
+        update_centroids(index_add(Tensor::zeros({2 * (RC + 1), D + 1}, qd.dtype(), qd.device()), 0, ids, src));
       }
     }
   }
