@@ -270,10 +270,11 @@ void set_block_attention_path(BlockAttentionPath path);
 BlockAttentionPath block_attention_path();
 bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p);
 // The call is float32, without dropout, and block_attention_mma_supported (contiguous, 16-byte aligned q, k, v
-// of head size 64 on a device with tensor cores), and the path is kMma, or kAuto with one round and
-// block_attention_mma_preferred for this direction (backward: the backward pass). Rounds (LSH) reach the
-// tensor-core kernels under kMma only: their kernels were written 2026-11-30 without a GPU to run or time
-// them, and kAuto keeps its measured choice (fused or GEMM) for them until a GPU run has both.
+// of head size 64 on a device with tensor cores), and the path is kMma, or kAuto and
+// block_attention_mma_preferred for this direction (backward: the backward pass). Rounds (LSH) take them under
+// kAuto too: on an H200 (2026-11-30, scripts/gpu_check.sh mma, peers.py LSH rows, 4 heads, d 64, N = 1024 ...
+// 65536) the tensor-core kernels took 0.40-0.73 of kAuto's fused / GEMM time, forward and forward + backward,
+// and LSH's model step (cf-bench model, N = 512 / 2048) 2.18x / 1.45x full attention's instead of 3.81x / 2.64x.
 bool block_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                const BlockAttentionParams& p, bool backward = false);
 // Where kAuto takes the float32 tensor-core kernels. Measured on an H200 (2026-11-29, peers.py fwd and fwd+bwd,
@@ -436,7 +437,7 @@ void flash_attention_backward_mma_cuda(const Tensor& q, const Tensor& k, const T
                                        const Tensor& dq, const Tensor& dk, const Tensor& dv);
 bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                    int64_t rounds = 1);
-bool block_attention_mma_preferred(const Tensor& q, const Tensor& members, bool backward);
+bool block_attention_mma_preferred(const Tensor& q, const Tensor& members, bool backward, int64_t rounds = 1);
 void block_attention_forward_mma_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                       const Tensor& key_padding_mask, const BlockAttentionParams& p,
                                       const Tensor& out, const Tensor& lse);
@@ -461,7 +462,7 @@ inline bool block_attention_mma_supported(const Tensor&, const Tensor&, const Te
                                           int64_t = 1) {
   return false;
 }
-inline bool block_attention_mma_preferred(const Tensor&, const Tensor&, bool) { return false; }
+inline bool block_attention_mma_preferred(const Tensor&, const Tensor&, bool, int64_t = 1) { return false; }
 inline bool routed_attention_mma_supported(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                            const Tensor&) {
   return false;

@@ -364,13 +364,10 @@ bool block_attention_takes_mma(const Tensor& q, const Tensor& k, const Tensor& v
                                const BlockAttentionParams& p, bool backward) {
   const BlockAttentionPath path = block_attention_path();
   if (path != BlockAttentionPath::kMma && path != BlockAttentionPath::kAuto) return false;
-  // Rounds under kAuto: not measured on the tensor-core kernels yet (attention.h). Decided before any check that
-  // reads q's data.
-  if (path == BlockAttentionPath::kAuto && p.rounds != 1) return false;
   if (p.dropout != 0 || q.dtype() != kFloat32 || !block_attention_mma_supported(q, k, v, members, p.rounds) ||
       !dense_aligned(q, k, v))
     return false;
-  return path == BlockAttentionPath::kMma || block_attention_mma_preferred(q, members, backward);
+  return path == BlockAttentionPath::kMma || block_attention_mma_preferred(q, members, backward, p.rounds);
 }
 
 bool block_attention_takes_gemm(const Tensor& q, const Tensor& members, const BlockAttentionParams& p) {

@@ -880,11 +880,10 @@ bool block_attention_mma_supported(const Tensor& q, const Tensor& k, const Tenso
   return q.shape()[3] == 64 && k.shape()[3] == 64 && v.shape()[3] == 64;
 }
 
-// Measured with one round (kAuto sends no rounds here: block_attention_takes_mma); with rounds the blocks
-// would count B H R C.
-bool block_attention_mma_preferred(const Tensor& q, const Tensor& members, bool backward) {
+// The wide-block rule was measured with one round; with rounds the blocks of a call count B H R C.
+bool block_attention_mma_preferred(const Tensor& q, const Tensor& members, bool backward, int64_t rounds) {
   if (members.shape()[3] <= kBlockMmaMaxRows) return true;
-  const int64_t blocks = q.shape()[0] * q.shape()[1] * members.shape()[2];
+  const int64_t blocks = q.shape()[0] * q.shape()[1] * rounds * members.shape()[2];
   return !backward && blocks >= cu::sm_count(q, "block_attention");
 }
 

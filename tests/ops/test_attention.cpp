@@ -1433,8 +1433,14 @@ CUDA_TEST_CASE("flash, block and routed attention take the float32 tensor-core k
     CHECK(kernels::block_attention_takes_mma(q, q, q, Tensor::zeros({1, 6, 4, 25}, kInt64, d), r));
     CHECK(kernels::block_attention_takes_mma(q, q, q, Tensor::zeros({1, 1, 4, 25}, kInt64, d), r));
     CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, members, r));
+    // kAuto takes rounds too (measured faster on an H200, attention.h); a wide table's blocks count every
+    // round: 2 heads x 3 rounds x 25 blocks of 200 rows is at least one per multiprocessor (forward only),
+    // the same table of one round is not.
     kernels::set_block_attention_path(kernels::BlockAttentionPath::kAuto);
-    CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, Tensor::zeros({1, 6, 4, 25}, kInt64, d), r));
+    CHECK(kernels::block_attention_takes_mma(q, q, q, Tensor::zeros({1, 6, 4, 25}, kInt64, d), r));
+    CHECK(kernels::block_attention_takes_mma(q, q, q, Tensor::zeros({1, 6, 25, 200}, kInt64, d), r));
+    CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, Tensor::zeros({1, 6, 25, 200}, kInt64, d), r, true));
+    CHECK_FALSE(kernels::block_attention_takes_mma(q, q, q, Tensor::zeros({1, 2, 25, 200}, kInt64, d), p));
     kernels::set_block_attention_path(kernels::BlockAttentionPath::kMma);
   }
   kernels::set_flash_attention_path(kernels::FlashAttentionPath::kAuto);
