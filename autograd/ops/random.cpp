@@ -16,6 +16,13 @@ Tensor draw(const Shape& shape, DType dtype, Generator& gen, Device device, kern
   kernels::random_fill(out, p);
   return out;
 }
+// The largest finite value of a float dtype.
+double largest_finite(DType dtype) {
+  return dtype == kFloat16    ? double(float(std::numeric_limits<Half>::max()))
+         : dtype == kBFloat16 ? double(float(std::numeric_limits<BFloat16>::max()))
+         : dtype == kFloat32  ? double(std::numeric_limits<float>::max())
+                              : std::numeric_limits<double>::max();
+}
 }  // namespace
 
 Tensor rand(const Shape& shape, DType dtype, Generator& gen, double low, double high, Device device) {
@@ -24,10 +31,7 @@ Tensor rand(const Shape& shape, DType dtype, Generator& gen, double low, double 
            "[rand] needs finite low < high, got [", low, ", ", high, ")");
   // The width must be finite (rand(-1e308, 1e308) gave 1.8e308 everywhere) and both bounds within the
   // dtype's range (float16 rand(7e4, 8e4) gave 65504, below low, and rand(-1e5, 1e5) gave -inf).
-  const double top = dtype == kFloat16    ? double(float(std::numeric_limits<Half>::max()))
-                     : dtype == kBFloat16 ? double(float(std::numeric_limits<BFloat16>::max()))
-                     : dtype == kFloat32  ? double(std::numeric_limits<float>::max())
-                                          : std::numeric_limits<double>::max();
+  const double top = largest_finite(dtype);
   CF_CHECK(std::isfinite(high - low) && std::fabs(low) <= top && std::fabs(high) <= top, ValueError,
            "[rand] the bounds [", low, ", ", high, ") and their width must lie within ", dtype, "'s range (|x| <= ",
            top, ")");
@@ -38,6 +42,10 @@ Tensor randn(const Shape& shape, DType dtype, Generator& gen, double mean, doubl
   CF_CHECK(is_floating(dtype), DTypeError, "[randn] dtype must be a float dtype, got ", dtype);
   CF_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, ValueError,
            "[randn] needs finite mean and std >= 0, got mean ", mean, ", std ", std);
+  // within the dtype's range, as rand's bounds (float32 randn(0, 1e39) filled infinities)
+  const double top = largest_finite(dtype);
+  CF_CHECK(std::fabs(mean) <= top && std <= top, ValueError, "[randn] mean ", mean, " and std ", std,
+           " must lie within ", dtype, "'s range (|x| <= ", top, ")");
   return draw(shape, dtype, gen, device, {kernels::RandomKind::Normal, mean, std});
 }
 

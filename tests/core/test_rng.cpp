@@ -100,6 +100,11 @@ TEST_CASE("random bad input") {
     }
   }
   CHECK_THROWS_MSG(randn({2}, kFloat32, g, 0.0, -1.0), ValueError, "[randn]", "std");
+  // mean and std within the dtype's range (float32 randn(0, 1e39) filled infinities)
+  CHECK_THROWS_MSG(randn({2}, kFloat32, g, 0.0, 1e39), ValueError, "[randn] mean 0 and std 1e+39",
+                   "within float32's range");
+  CHECK_THROWS_MSG(randn({2}, kBFloat16, g, 1e39, 1.0), ValueError, "[randn]", "within bfloat16's range");
+  CHECK(std::isfinite(randn({2}, kFloat64, g, 0.0, 1e39).to_vector<double>()[0]));
   CHECK_THROWS_MSG(randint(3, 3, {2}, g), ValueError, "[randint]", "[3, 3)");
   CHECK_THROWS_MSG(bernoulli({2}, 1.5, g), ValueError, "[bernoulli]", "1.5");
   CHECK_THROWS_MSG(rand({2}, kFloat32, g, 0.0, 1.0, Device::cuda(63)), DeviceError, "cuda:63");
