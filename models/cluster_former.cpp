@@ -172,11 +172,7 @@ std::vector<std::shared_ptr<nn::MemoryBank>> ClusterFormerEncoder::memory_banks(
   return out;
 }
 
-int64_t ClusterFormerEncoder::on_train_step() {
-  int64_t n = 0;
-  for (auto& b : memory_banks()) n += b->step() ? 1 : 0;
-  return n;
-}
+int64_t ClusterFormerEncoder::on_train_step() { return nn::step_memory_banks(*this); }
 
 nn::WindowedStates ClusterFormerEncoder::forward(const Tensor& context, const Tensor& given_cmask,
                                                  const Tensor& question, const Tensor& given_qmask, bool causal,

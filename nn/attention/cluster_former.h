@@ -10,8 +10,9 @@
 // The centroids come from the layer's own MemoryBank (a child module, so they
 // are in the state_dict as "....attention.bank.centroids"). In training mode with
 // gradients enabled each forward adds its non-padding hidden states to the bank
-// (Algorithm 1, Memory.add); bank->step() (through the model's on_train_step) recomputes the
-// centroids every update_every steps. The hidden states clustered (and stored)
+// (Algorithm 1, Memory.add); bank->step() recomputes the centroids every update_every steps: call
+// nn::step_memory_banks(model) once per optimizer step (a ClusterFormer model's on_train_step() does),
+// or they stay the random initial ones. The hidden states clustered (and stored)
 // are AttentionArgs::query_input: the layer input H^n of eq. 5 in the post-LN
 // form; LayerNorm(H^n) in the pre-LN form, so bank and assignment always see the
 // same vectors.

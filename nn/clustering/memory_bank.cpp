@@ -254,5 +254,12 @@ void MemoryBank::update_centroids() {
   remember_steps(c[kSteps]);
 }
 
+int64_t step_memory_banks(Module& model) {
+  int64_t updated = 0;
+  for (auto& entry : model.named_modules())
+    if (auto* bank = dynamic_cast<MemoryBank*>(entry.second)) updated += bank->step() ? 1 : 0;
+  return updated;
+}
+
 }  // namespace nn
 }  // namespace cf

@@ -95,5 +95,12 @@ class MemoryBank : public Module {
 // -> (p, d). Sorting tokens by cluster id then keeps similar clusters adjacent.
 Tensor order_centroids_greedy(const Tensor& centroids);
 
+// One training step of every memory bank in model (its submodules, in named_modules() order): the
+// MemoryBank::step() of each; returns how many recomputed their centroids. A ClusterFormer model's
+// on_train_step() is this; any other model whose attention is "cluster-former" (chosen by config: an
+// encoder classifier, a causal LM) calls it once per optimizer step, or its centroids stay the random
+// initial ones.
+int64_t step_memory_banks(Module& model);
+
 }  // namespace nn
 }  // namespace cf

@@ -128,12 +128,7 @@ class AttentionBridge {
   // One training step done: each memory bank counts it and re-clusters when due
   // (Cluster-Former's Algorithm 1, as the Cluster-Former models' on_train_step).
   // Returns how many banks re-clustered.
-  int64_t on_train_step() {
-    int64_t n = 0;
-    for (auto& [name, m] : mha_->named_modules())
-      if (auto* bank = dynamic_cast<cnn::MemoryBank*>(m)) n += bank->step() ? 1 : 0;
-    return n;
-  }
+  int64_t on_train_step() { return cnn::step_memory_banks(*mha_); }
 
   // record: whether PyTorch may ask for this call's backward (its grad mode was on at the call);
   // under torch.no_grad() (inference) cf records no graph, so the call keeps no saved tensors.

@@ -512,11 +512,17 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("steps", &cnn::MemoryBank::steps)
       .def("updates", &cnn::MemoryBank::updates);
   def_tensor_member(bank, "centroids", &cnn::MemoryBank::centroids);
+  nn.def("step_memory_banks", &cnn::step_memory_banks, nb::arg("model"), release_gil(),
+         "One training step of every memory bank in model (MemoryBank.step of each); returns how many "
+         "recomputed their centroids. Call it once per optimizer step for a model whose attention is "
+         "cluster-former (a ClusterFormer model's on_train_step does), or its centroids stay the random initial "
+         "ones.");
   nb::class_<cnn::ClusterFormerAttention, cnn::Attention>(
       nn, "ClusterFormerAttention",
       "Cluster-Former's cluster layer attention (eqs. 5-9): tokens sorted by nearest memory-bank centroid, attended in "
       "chunks. Options: chunk_size, scale, dropout, num_clusters, memory_size (the bank's capacity), update_every, "
-      "kmeans_iters, seed, save_memory.")
+      "kmeans_iters, seed, save_memory. Its memory bank re-clusters through cf.nn.step_memory_banks(model), once "
+      "per optimizer step.")
       .def("assign", [](const cnn::ClusterFormerAttention& a, const Tensor& x, std::optional<Tensor> m) { return a.assign(x, opt(m)); },
            nb::arg("x"), nb::arg("padding_mask").none() = nb::none(), release_gil())
       .def("set_fixed_assignments", &cnn::ClusterFormerAttention::set_fixed_assignments, nb::arg("ids"))

@@ -589,3 +589,13 @@ def test_optional_generators_and_masks_take_none():
     assert cf.nn.knn_indices(p, p, 2, mask=None).shape == (1, 5, 2)
     ds = cf.data.TensorDataset(cf.randn([4, 2]), None)
     assert len(ds) == 4
+
+
+def test_step_memory_banks_reclusters_a_model_with_cluster_former_attention():
+    clf = cf.models.EncoderClassifier({"vocab_size": 10, "d_model": 8, "n_heads": 2, "d_ff": 16, "n_layers": 1,
+                                       "attention": {"type": "cluster-former", "num_clusters": 2, "chunk_size": 4,
+                                                     "memory_size": 64, "update_every": 2, "kmeans_iters": 3}})
+    clf.train()
+    clf(cf.tensor([[1, 2, 3, 4, 5, 6, 7, 8], [9, 1, 3, 5, 7, 9, 2, 4]], dtype=cf.int64))
+    assert cf.nn.step_memory_banks(clf) == 0
+    assert cf.nn.step_memory_banks(clf) == 1  # one layer, one bank: re-clustered at step 2

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "models/cluster_former.h"
+#include "models/transformer.h"
 #include "nn/nn_test_util.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/schedule.h"
@@ -455,4 +456,27 @@ TEST_CASE("Cluster-Former QA learns span extraction and the answerable flag" * C
   CHECK(last < first);
   CHECK(span_acc >= 0.9);
   CHECK(flag_acc >= 0.8);
+}
+
+TEST_CASE("step_memory_banks steps the banks of any model whose attention is cluster-former") {
+  // An encoder classifier with "cluster-former" chosen by config has a bank per layer and no on_train_step:
+  // without nn::step_memory_banks its centroids stayed the random initial ones.
+  nlohmann::json j = {{"vocab_size", 10}, {"d_model", 8}, {"n_heads", 2}, {"d_ff", 16}, {"n_layers", 2},
+                      {"attention",
+                       {{"type", "cluster-former"}, {"num_clusters", 2}, {"chunk_size", 4}, {"memory_size", 64},
+                        {"update_every", 2}, {"kmeans_iters", 3}}}};
+  models::EncoderClassifier clf(models::TransformerConfig::from_json(j));
+  std::vector<nn::MemoryBank*> banks;
+  for (auto& entry : clf.named_modules())
+    if (auto* b = dynamic_cast<nn::MemoryBank*>(entry.second)) banks.push_back(b);
+  REQUIRE(banks.size() == 2);
+  const std::vector<double> initial = values(banks[1]->centroids);
+  clf.train();
+  clf.forward(ti64({1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 3, 5, 7, 9, 2, 4}, {2, 8}));  // fills both banks
+  CHECK(banks[0]->size() == 16);
+  CHECK(nn::step_memory_banks(clf) == 0);  // step 1
+  CHECK(nn::step_memory_banks(clf) == 2);  // step 2: both re-cluster
+  CHECK(banks[0]->updates() == 1);
+  CHECK(banks[1]->steps() == 2);
+  CHECK(values(banks[1]->centroids) != initial);
 }
