@@ -25,6 +25,12 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "--d-model \\(30\\) must be divisible by --n-heads \\(4\\)" "heads")
   run(2 out err --seed 1 --seeds 1,2)
   expect_match("${err}" "give --seed or --seeds, not both" "seed and seeds")
+  # cluster counts beyond the positions a model reads: refused when given (the row named a count that
+  # ran as N), trimmed when defaults
+  run(2 out err --max-len 32 --eval-clusters 8,40)
+  expect_match("${err}" "--eval-clusters 40 is more than the 33 positions a model reads \\(--max-len 32 and <cls>\\)" "eval clusters beyond N")
+  run(2 out err --task masked --seq-len 40 --sweep-clusters 64)
+  expect_match("${err}" "--sweep-clusters 64 is more than the 40 positions a model reads \\(--seq-len 40\\)" "sweep beyond N")
   run(2 out err --pooling max)
   expect_match("${err}" "--pooling must be mean or first, got 'max'" "bad pooling")
   run(2 out err --task tagging)

@@ -191,22 +191,37 @@ bool parse(int argc, char** argv, Config& c) {
   if (c.bits > 63) throw UsageError("--bits must be in [1, 63]");
   // Clustered attention takes at most one cluster per position: a count beyond the positions a model reads
   // ran as that many and was reported under the larger count.
+  // Counts the user gave are checked; the defaults keep the counts that fit.
   const int64_t positions = c.task == "masked" ? c.masked.seq_len : c.data.max_len + (c.data.cls_token ? 1 : 0);
-  auto check_clusters = [&](const std::string& opt, const std::vector<int64_t>& counts) {
+  const std::string limit = c.task == "masked" ? "--seq-len " + std::to_string(c.masked.seq_len)
+                            : c.data.cls_token ? "--max-len " + std::to_string(c.data.max_len) + " and <cls>"
+                                               : "--max-len " + std::to_string(c.data.max_len);
+  auto dashed = [](std::string key) {
+    std::replace(key.begin(), key.end(), '_', '-');
+    return key;
+  };
+  auto check_clusters = [&](const std::string& key, const std::vector<int64_t>& counts) {
+    if (!o.given(key)) return;
     for (int64_t k : counts)
       if (k > positions)
-        throw UsageError(opt + " " + std::to_string(k) + " is more than the " + std::to_string(positions) +
-                         " positions a model reads (" + (c.task == "masked" ? "--seq-len" : "--max-len") +
+        throw UsageError("--" + dashed(key) + " " + std::to_string(k) + " is more than the " +
+                         std::to_string(positions) + " positions a model reads (" + limit +
                          "); clustered attention would run with " + std::to_string(positions));
+  };
+  auto fitting = [&](const std::vector<int64_t>& counts) {
+    std::vector<int64_t> out;
+    for (int64_t k : counts)
+      if (k <= positions) out.push_back(k);
+    return out;
   };
   const bool trains_clustered = std::count(c.train.begin(), c.train.end(), "clustered") +
                                     std::count(c.train.begin(), c.train.end(), "improved-clustered") > 0;
-  if (trains_clustered) check_clusters("--clusters", {c.clusters});
-  check_clusters("--eval-clusters", c.eval_clusters);
-  check_clusters("--sweep-clusters", c.sweep_clusters);
+  if (trains_clustered) check_clusters("clusters", {c.clusters});
+  check_clusters("eval_clusters", c.eval_clusters);
+  check_clusters("sweep_clusters", c.sweep_clusters);
+  if (!o.given("sweep_clusters")) c.sweep_clusters = fitting(c.sweep_clusters);
   if (c.eval_clusters.empty()) {  // the default C, 2C: the counts a model can take
-    for (int64_t k : {c.clusters, 2 * c.clusters})
-      if (k <= positions) c.eval_clusters.push_back(k);
+    c.eval_clusters = fitting({c.clusters, 2 * c.clusters});
     if (c.eval_clusters.empty()) c.eval_clusters = {positions};
   }
   return true;

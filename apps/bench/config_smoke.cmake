@@ -45,7 +45,7 @@ endif()
 # A repeated option takes its last value (an override appended to a base command line); an option and its
 # alias (--variant for --variants) together are a usage error naming both (--variants full --variant
 # clustered dropped the full baseline without a word).
-bench(0 out err kmeans --n 500 --dims 8 --iters 2 --repeat 1 --ks 4 --ks 8)
+bench(0 out err kmeans --n 500 --dims 8 --iters 2 --repeat 1 --ks 4 --ks=8 --cpu-isa auto --cpu_isa auto)
 string(JSON k GET "${out}" results 0 params k)
 if(NOT k EQUAL 8)
   message(FATAL_ERROR "--ks 4 --ks 8: expected k 8 (the last value), got ${k}")
@@ -53,6 +53,10 @@ endif()
 bench(2 out err attention --variants full --variant clustered)
 if(NOT err MATCHES "--variant and --variants are the same option; give one of them")
   message(FATAL_ERROR "an option and its alias: ${err}")
+endif()
+bench(2 out err attention --variant full,full)  # an error names the option as given
+if(NOT err MATCHES "--variant lists 'full' twice")
+  message(FATAL_ERROR "an alias's value error: ${err}")
 endif()
 file(WRITE "${WORK_DIR}/alias.json" "{\"variants\": [\"full\"], \"variant\": [\"clustered\"]}")
 bench(2 out err attention --config alias.json)

@@ -25,6 +25,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -212,18 +213,17 @@ class Options {
         has_config = true;
         continue;
       }
-      std::string key = opt.substr(2);
-      for (char& ch : key)
+      std::string name = opt.substr(2);  // the option's key as given ('-' and '_' alike), before aliases
+      for (char& ch : name)
         if (ch == '-') ch = '_';
-      if (aliases_.count(key)) key = aliases_.at(key);
+      const std::string key = aliases_.count(name) ? aliases_.at(name) : name;
       auto it = options_.find(key);
       if (it == options_.end()) throw UsageError("unknown option '" + opt + "'");
       // A repeated option takes its last value (scripts append overrides to a base command line), but an
       // option and its alias together are an error: the alias's value silently replaced the other's.
-      const std::string spelling = opt.substr(0, opt.find('='));
-      if (given.count(key) && given.at(key) != spelling)
-        throw UsageError(spelling + " and " + given.at(key) + " are the same option; give one of them");
-      given[key] = spelling;
+      if (given.count(key) && given.at(key) != "--" + cli_name(name))
+        throw UsageError("--" + cli_name(name) + " and " + given.at(key) + " are the same option; give one of them");
+      given[key] = "--" + cli_name(name);
       if (it->second.kind == Kind::Flag && !args.has_inline_value()) {
         cli[key] = true;
         continue;
@@ -247,9 +247,15 @@ class Options {
     }
     if (cli.contains("seed") && cli.contains("seeds")) throw UsageError("give --seed or --seeds, not both");
     if (has_config) apply_file(config_file);
-    for (auto& [k, v] : cli.items()) options_.at(k).set(v, "--" + cli_name(k));
+    for (auto& [k, v] : cli.items()) {
+      options_.at(k).set(v, given.at(k));  // errors name the option as it was given (an alias too)
+      set_keys_.insert(k);
+    }
     return true;
   }
+
+  // Whether the command line or a config file gave the option a value (else the field holds its default).
+  bool given(const std::string& key) const { return set_keys_.count(key) > 0; }
 
   // Applies the keys of a JSON config file (an object).
   void apply_file(const std::string& path) {
@@ -282,6 +288,7 @@ class Options {
                          "' (the same option)");
       named[key] = k;
       it->second.set(v, "config key '" + k + "'");
+      set_keys_.insert(key);
     }
   }
 
@@ -295,6 +302,7 @@ class Options {
   };
   std::map<std::string, Option> options_;
   std::map<std::string, std::string> aliases_;  // alias -> option key
+  std::set<std::string> set_keys_;               // keys given a value by the command line or a config file
   std::vector<std::string> help_order_;  // option keys, and "\n<title>:" section headings
   std::string intro_, outro_;
 

@@ -230,6 +230,8 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
         for (auto& [own, gen] : run.generators)
           if (own == name) g.restore(*gen);
       }
+    } catch (const cf::DeviceError&) {
+      throw;  // the device's own failure (out of memory, a CUDA error), not the file's
     } catch (const cf::Error& e) {
       throw bad(e.what());
     }

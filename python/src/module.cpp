@@ -162,9 +162,9 @@ NB_MODULE(_cf, m) {
                             "random op draws from (seed, offset + i), the same stream on CPU and CUDA.")
       // one signature (an int outside [0, 2^64) named, not nanobind's signature dump)
       .def("__init__", [](cf::Generator* self, nb::handle seed) { new (self) cf::Generator(seed_of(seed, "Generator")); },
-           nb::arg("seed") = 0, nb::sig("def __init__(self, seed: int = 0) -> None"))
+           nb::arg("seed") = 0, nb::sig("def __init__(self, seed: typing.SupportsIndex = 0) -> None"))
       .def("manual_seed", [](cf::Generator& g, nb::handle seed) { g.manual_seed(seed_of(seed, "Generator.manual_seed")); },
-           nb::arg("seed"), nb::sig("def manual_seed(self, seed: int) -> None"), "Reset to seed, offset 0.")
+           nb::arg("seed"), nb::sig("def manual_seed(self, seed: typing.SupportsIndex) -> None"), "Reset to seed, offset 0.")
       .def_prop_ro("seed", &cf::Generator::seed)
       .def_prop_ro("offset", &cf::Generator::offset)
       .def("set_state", &cf::Generator::set_state, nb::arg("seed"), nb::arg("offset"),
@@ -175,7 +175,7 @@ NB_MODULE(_cf, m) {
   m.def("default_generator", &cf::default_generator, nb::rv_policy::reference,
         "The process-wide generator random ops use when given none.");
   m.def("manual_seed", [](nb::handle seed) { cf::manual_seed(seed_of(seed, "manual_seed")); }, nb::arg("seed"),
-        nb::sig("def manual_seed(seed: int) -> None"), "Reseed the process-wide generator.");
+        nb::sig("def manual_seed(seed: typing.SupportsIndex) -> None"), "Reseed the process-wide generator.");
 
   m.def("autocast_dtype", &cf::autocast_dtype,
         "The autocast dtype of this thread (cf.bfloat16 or cf.float16), or None when autocast is off.");

@@ -91,9 +91,14 @@ def test_inplace_ops_init_and_exceptions_are_in_the_stubs():
 
 def test_submodules_have_stubs_under_their_package_names():
     # `from cf.nn import Linear` works at run time through sys.modules; type checkers need a file
-    for name in ("nn", "models", "data", "cuda", "autograd"):
-        tree = parse(os.path.join(PKG, name + ".pyi"))
+    # (cf.nn a package of stubs, so that `import cf.nn.init` resolves too)
+    for name, rel in (("nn", "nn/__init__.pyi"), ("nn.init", "nn/init.pyi"), ("models", "models.pyi"),
+                      ("data", "data.pyi"), ("cuda", "cuda.pyi"), ("autograd", "autograd.pyi")):
+        tree = parse(os.path.join(PKG, rel))
         assert any(isinstance(n, ast.ImportFrom) and n.module == "cf._cf." + name for n in tree.body), name
+    # an attribute the runtime sets on the exception's instances
+    top = {n.name: n for n in parse(ROOT_STUB).body if isinstance(n, ast.ClassDef)}
+    assert any(isinstance(n, ast.AnnAssign) and n.target.id == "at_most" for n in top["KMeansTooFewPointsError"].body)
 
 
 def test_operators_and_values_are_typed():

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write docs/python-api.md: every public name the cf package binds, with its
-signature and the first line of its docstring, found by introspection of the
+signature and the first paragraph of its docstring, found by introspection of the
 built module (the docstrings come from the C++ header comments, see
 python/src/). python/tests/test_api_reference.py fails when a bound name is
 missing from the file, so regenerate it after adding a binding:
@@ -97,7 +97,7 @@ def render():
     lines = ["# Python API reference", "",
              "Every public name of the `cf` package (python/), generated from the built module by",
              "`python/tools/api_reference.py`; `python/tests/test_api_reference.py` fails when a bound name is",
-             "missing here. Signatures are nanobind's (every overload's, joined by 'or'); the text is the first line",
+             "missing here. Signatures are nanobind's (every overload's, joined by 'or'); the text is the first paragraph",
              "of each docstring, taken from the C++ header comments. The README's Python section shows them",
              "in use.", ""]
     for qual, mod in modules():

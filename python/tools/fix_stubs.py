@@ -15,8 +15,8 @@ What stubgen leaves and this fixes (each found by running mypy over user code):
   (cf re-exports them from cf._cf): a type checker resolved none. They are written out as
   classes with their runtime bases.
 - `import cf.nn` / `from cf.nn import Linear` work at run time through sys.modules
-  (cf/__init__.py); OUT_DIR/nn.pyi (and models, data, cuda, autograd) let type checkers
-  resolve them too.
+  (cf/__init__.py); OUT_DIR/nn/__init__.pyi, nn/init.pyi, models.pyi, data.pyi, cuda.pyi and
+  autograd.pyi let type checkers resolve them too.
 """
 import ast
 import importlib
@@ -26,6 +26,8 @@ import sys
 BUILTIN_TYPES = {"bool", "int", "float", "complex", "str", "bytes", "bytearray", "object", "list", "dict",
                  "tuple", "set", "frozenset", "type", "slice", "memoryview"}
 SUBMODULES = ("nn", "models", "data", "cuda", "autograd")
+# Attributes the runtime sets on an exception's instances (python/src/module.cpp).
+EXCEPTION_ATTRIBUTES = {"KMeansTooFewPointsError": (("at_most", "builtins.int"),)}
 
 
 def bindings(body):
@@ -101,8 +103,8 @@ def fix_shadowing(text, module):
     visit(tree.body, None)
     lines = text.split("\n")
     for line, col, end, new in sorted(edits, reverse=True):
-        s = lines[line - 1]
-        lines[line - 1] = s[:col] + new + s[end:]
+        b = lines[line - 1].encode("utf-8")  # ast's columns count UTF-8 bytes
+        lines[line - 1] = (b[:col] + new.encode("utf-8") + b[end:]).decode("utf-8")
     return "\n".join(lines)
 
 
@@ -117,7 +119,10 @@ def exception_classes(module):
             continue
         bases = ", ".join(("builtins." if b.__module__ == "builtins" else "") + b.__name__ for b in cls.__bases__)
         doc = (cls.__doc__ or "").strip().split("\n")[0]
-        out.append("class %s(%s):\n    %s\n" % (name, bases, repr(doc) if doc else "..."))
+        body = "    %s\n" % (repr(doc) if doc else "...")
+        for attr, tp in EXCEPTION_ATTRIBUTES.get(name, ()):
+            body += "    %s: %s\n" % (attr, tp)
+        out.append("class %s(%s):\n%s" % (name, bases, body))
     return out
 
 
@@ -176,8 +181,16 @@ def main(raw, out):
                 fh.write(text)
             os.replace(tmp, dst)
             written.append(rel)
-    for name in SUBMODULES:
-        dst = os.path.join(out, name + ".pyi")
+    # cf.nn is a package of stubs (cf/nn/__init__.pyi, cf/nn/init.pyi), so that `import cf.nn.init`
+    # resolves too; the others are one file each.
+    for name in SUBMODULES + ("nn.init",):
+        parts = name.split(".")
+        if name == "nn":
+            rel = os.path.join("nn", "__init__.pyi")
+        else:
+            rel = os.path.join(*parts) + ".pyi"
+        dst = os.path.join(out, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
         text = ('"""cf.%s: the extension\'s cf._cf.%s under its package name (cf/__init__.py)."""\n\n'
                 "from cf._cf.%s import *\n" % (name, name, name))
         if name == "nn":
