@@ -5,6 +5,7 @@
 #include "cuda/cuda_test_util.h"
 #include "nn/attention/attention.h"
 #include "nn/attention/centroid.h"
+#include "nn/attention/routing.h"
 #include "models/centroid_transformer.h"
 #include "models/cluster_former.h"
 #include "models/point_cloud_test_util.h"
@@ -315,6 +316,34 @@ CUDA_TEST_CASE("the point-cloud classifier runs on CUDA like on the CPU (FPS and
     CHECK(c_gpu.macs == c_cpu.macs);
     CHECK(c_gpu.params == c_cpu.params);
   }
+}
+
+// Routing's EMA sums by a one-hot product on CUDA and by index_add on the CPU (routing.cpp): one training
+// forward must move the centroids alike, padding excluded, beside a local head.
+CUDA_TEST_CASE("routing attention's EMA update on CUDA equals the CPU's") {
+  const int64_t B = 2, H = 3, N = 20, Dh = 8;
+  nn::RoutingAttention on_cpu(H, Dh, 4, /*local_heads=*/1, 0, 0.9, 0.0, /*seed=*/5);
+  nn::RoutingAttention on_gpu(H, Dh, 4, 1, 0, 0.9, 0.0, 5);
+  on_gpu.to(Device::cuda(0));
+  std::vector<bool> pv(size_t(B * N), false);
+  for (int64_t j = N - 6; j < N; ++j) pv[size_t(N + j)] = true;  // batch row 1: 6 padded tokens
+  const Tensor pad = Tensor::from_vector(pv, {B, N});
+  const Tensor q = leaf32({B, H, N, Dh}, 1).detach(), k = leaf32({B, H, N, Dh}, 2).detach(),
+               v = leaf32({B, H, N, Dh}, 3).detach();
+  for (nn::RoutingAttention* m : {&on_cpu, &on_gpu}) {
+    const Device d = m == &on_gpu ? Device::cuda(0) : Device::cpu();
+    nn::AttentionArgs a;
+    a.q = q.to(d);
+    a.k = k.to(d);
+    a.v = v.to(d);
+    a.key_padding_mask = pad.to(d);
+    a.query_padding_mask = a.key_padding_mask;
+    m->train();
+    (void)m->forward(a);
+  }
+  CHECK(values(sum(abs(on_cpu.centroids() - on_gpu.centroids().cpu())))[0] < 1e-5);
+  nn::RoutingAttention untouched(H, Dh, 4, 1, 0, 0.9, 0.0, 5);
+  CHECK(values(sum(abs(on_cpu.centroids() - untouched.centroids())))[0] > 1e-3);  // the update moved them
 }
 
 CUDA_TEST_CASE("a memory bank on CUDA keeps the CPU's FIFO and recomputes the same centroids") {
