@@ -29,6 +29,8 @@ if(MODE STREQUAL "errors")
   # ran as N), trimmed when defaults
   run(2 out err --max-len 32 --eval-clusters 8,40)
   expect_match("${err}" "--eval-clusters 40 is more than the 33 positions a model reads \\(--max-len 32 and <cls>\\)" "eval clusters beyond N")
+  run(2 out err --max-len 8)  # the default --clusters 16 of the trained clustered models
+  expect_match("${err}" "--clusters 16 is more than the 9 positions a model reads \\(--max-len 8 and <cls>\\)" "clusters beyond N")
   run(2 out err --task masked --seq-len 40 --sweep-clusters 64)
   expect_match("${err}" "--sweep-clusters 64 is more than the 40 positions a model reads \\(--seq-len 40\\)" "sweep beyond N")
   run(2 out err --pooling max)

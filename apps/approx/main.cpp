@@ -191,7 +191,7 @@ bool parse(int argc, char** argv, Config& c) {
   if (c.bits > 63) throw UsageError("--bits must be in [1, 63]");
   // Clustered attention takes at most one cluster per position: a count beyond the positions a model reads
   // ran as that many and was reported under the larger count.
-  // Counts the user gave are checked; the defaults keep the counts that fit.
+  // The trained models' C and the lists the user gave are checked; the default lists keep the counts that fit.
   const int64_t positions = c.task == "masked" ? c.masked.seq_len : c.data.max_len + (c.data.cls_token ? 1 : 0);
   const std::string limit = c.task == "masked" ? "--seq-len " + std::to_string(c.masked.seq_len)
                             : c.data.cls_token ? "--max-len " + std::to_string(c.data.max_len) + " and <cls>"
@@ -201,7 +201,7 @@ bool parse(int argc, char** argv, Config& c) {
     return key;
   };
   auto check_clusters = [&](const std::string& key, const std::vector<int64_t>& counts) {
-    if (!o.given(key)) return;
+    if (key != "clusters" && !o.given(key)) return;  // lists given as defaults are trimmed below; C is one value
     for (int64_t k : counts)
       if (k > positions)
         throw UsageError("--" + dashed(key) + " " + std::to_string(k) + " is more than the " +

@@ -256,8 +256,13 @@ void MemoryBank::update_centroids() {
 
 int64_t step_memory_banks(Module& model) {
   int64_t updated = 0;
+  std::vector<MemoryBank*> stepped;  // a bank registered at two places is one bank: one step
   for (auto& entry : model.named_modules())
-    if (auto* bank = dynamic_cast<MemoryBank*>(entry.second)) updated += bank->step() ? 1 : 0;
+    if (auto* bank = dynamic_cast<MemoryBank*>(entry.second)) {
+      if (std::find(stepped.begin(), stepped.end(), bank) != stepped.end()) continue;
+      stepped.push_back(bank);
+      updated += bank->step() ? 1 : 0;
+    }
   return updated;
 }
 

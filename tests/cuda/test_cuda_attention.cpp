@@ -325,9 +325,10 @@ CUDA_TEST_CASE("routing attention's EMA update on CUDA equals the CPU's") {
   nn::RoutingAttention on_cpu(H, Dh, 4, /*local_heads=*/1, 0, 0.9, 0.0, /*seed=*/5);
   nn::RoutingAttention on_gpu(H, Dh, 4, 1, 0, 0.9, 0.0, 5);
   on_gpu.to(Device::cuda(0));
-  std::vector<bool> pv(size_t(B * N), false);
-  for (int64_t j = N - 6; j < N; ++j) pv[size_t(N + j)] = true;  // batch row 1: 6 padded tokens
-  const Tensor pad = Tensor::from_vector(pv, {B, N});
+  std::vector<bool> pv(size_t(B * N), false), qv(size_t(B * N), false);
+  for (int64_t j = N - 6; j < N; ++j) pv[size_t(N + j)] = true;  // keys: batch row 1's last 6 padded
+  for (int64_t j = 0; j < 3; ++j) qv[size_t(j)] = true;           // queries: batch row 0's first 3 (a swap shows)
+  const Tensor pad = Tensor::from_vector(pv, {B, N}), qpad = Tensor::from_vector(qv, {B, N});
   const Tensor q = leaf32({B, H, N, Dh}, 1).detach(), k = leaf32({B, H, N, Dh}, 2).detach(),
                v = leaf32({B, H, N, Dh}, 3).detach();
   for (nn::RoutingAttention* m : {&on_cpu, &on_gpu}) {
@@ -337,7 +338,7 @@ CUDA_TEST_CASE("routing attention's EMA update on CUDA equals the CPU's") {
     a.k = k.to(d);
     a.v = v.to(d);
     a.key_padding_mask = pad.to(d);
-    a.query_padding_mask = a.key_padding_mask;
+    a.query_padding_mask = qpad.to(d);
     m->train();
     (void)m->forward(a);
   }
