@@ -154,9 +154,9 @@ inline ojson topic_data_signature(const TopicDataConfig& c, const TopicData& dat
 
 // The splits as the apps use them: the training set (the training loop batches and shuffles it) and in-order
 // loaders of eval_batch_size over the validation and test sets. Every evaluation batch is padded to the longest
-// text of the data (max_len_seen), not to the longest of its batch: LSH, routing and neural clustering size
-// their buckets, clusters or blocks from the padded length, so a text's prediction (and the reported accuracy)
-// would change with --eval-batch-size and with which texts share its batch.
+// text of the data (max_len_seen), not to the longest of its batch: LSH and routing size their buckets and
+// clusters from the padded length (neural clustering did too), so a text's prediction (and the reported
+// accuracy) would change with --eval-batch-size and with which texts share its batch.
 struct TopicLoaders {
   TopicLoaders(const TopicData& d, int64_t eval_batch_size)
       : train(std::make_shared<cf::data::SequenceDataset>(d.train.ids, d.train.labels)),

@@ -106,6 +106,12 @@ Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index
            describe(x), ", c_hat ", describe(c_hat), ", index ", describe(index));
   const int64_t B = x.shape()[0], N = x.shape()[1];
   check_mask(key_padding_mask, B, N, who);
+  // Cluster ids in [0, k), k also at padding (a data check, deferred on CUDA: no host read).
+  const int64_t k = c_hat.shape()[1], limit = key_padding_mask.defined() ? k + 1 : k;
+  check_indices(who, index, limit, [k, limit](int64_t at, int64_t id) {
+    throw IndexError(str("[clustering_loss] cluster index ", id, " at flat position ", at, " is out of range [0, ",
+                         limit, ") for k = ", k, " centroids", limit > k ? " (k marks padding)" : ""));
+  });
   // Padded tokens carry index k (no centroid): point them at centroid 0 and zero their term.
   Tensor idx = key_padding_mask.defined() ? masked_fill(index, key_padding_mask, 0.0) : index;
   Tensor own = take_along_dim(c_hat, unsqueeze(idx, 2), 1);    // C^_{I_j}, (B, N, D)
@@ -207,6 +213,30 @@ Tensor NeuralClusteringAttention::forward(const AttentionArgs& a) {
   return attend(a, cluster(a));
 }
 
+namespace {
+
+// With padding, N in eq. 8 is each sequence's own length n_b (its valid tokens, which the sort
+// puts first: padding's cluster index is k): row b's k blocks hold w_b = ceil(n_b / k) slots
+// of the table's w, the rest empty. Blocks of the padded length's w made a text's output depend
+// on the longest text of its batch. Tensor ops on the order's device: no host read.
+Tensor padded_block_members(const Tensor& order, const Tensor& key_padding_mask, int64_t k, int64_t w) {
+  const int64_t B = order.shape()[0], N = order.shape()[1];
+  const Device dev = order.device();
+  const Tensor valid = sum(to(logical_not(key_padding_mask), kFloat64), {1}, true);  // n_b, (B, 1)
+  // w_b = ceil(n_b / k) = #{j in [0, w) : j k < n_b}
+  const Tensor jk = reshape(to(Tensor::arange(w, kInt64, dev), kFloat64) * double(k), {1, w});
+  const Tensor wb = reshape(sum(to(lt(jk, valid), kFloat64), {1}, true), {B, 1, 1});
+  const Tensor block = reshape(to(Tensor::arange(k, kInt64, dev), kFloat64), {1, k, 1});
+  const Tensor slot = reshape(to(Tensor::arange(w, kInt64, dev), kFloat64), {1, 1, w});
+  const Tensor at = block * wb + slot;  // (B, k, w): the sorted token slot s of block i holds
+  const Tensor used = logical_and(lt(slot, wb), lt(at, reshape(valid, {B, 1, 1})));
+  const Tensor from = reshape(to(clamp(at, 0.0, double(N - 1)), kInt64), {B, k * w});
+  const Tensor picked = reshape(gather(order, 1, from), {B, k, w});
+  return reshape(where(used, picked, full_like(picked, -1.0)), {B, 1, k, w});
+}
+
+}  // namespace
+
 Tensor NeuralClusteringAttention::cluster(const AttentionArgs& a) {
   const char* who = "NeuralClusteringAttention";
   check_attention_args(a, who);
@@ -229,8 +259,10 @@ Tensor NeuralClusteringAttention::cluster(const AttentionArgs& a) {
   Tensor wc = w_c;
   if (is_low_precision(c.dtype()) && !is_low_precision(a.q.dtype())) c = cf::to(c, a.q.dtype());
   if (wc.defined() && is_low_precision(wc.dtype()) && !is_low_precision(a.q.dtype())) wc = cf::to(wc, a.q.dtype());
-  CF_CHECK(c.dtype() == a.q.dtype() && (c.dim() == 2 || c.shape()[0] == B), ShapeError, "[", who,
-           "] centroids ", c.describe(), " do not fit this batch (B = ", B, ", ", a.q.dtype(), ")");
+  CF_CHECK(c.dtype() == a.q.dtype(), DTypeError, "[", who, "] q is ", a.q.dtype(), " but the centroids are ",
+           c.dtype(), " (convert the module with to(dtype))");
+  CF_CHECK(c.dim() == 2 || c.shape()[0] == B, ShapeError, "[", who, "] centroids ", c.describe(),
+           " do not fit this batch (B = ", B, ")");
   // Hand C^ to the next layer; the last one clears it (no graph kept between passes).
   auto hand_over = [&](const Tensor& c_hat) {
     if (!chain_) return;
@@ -260,10 +292,14 @@ Tensor NeuralClusteringAttention::cluster(const AttentionArgs& a) {
   // when ceil(N / w) < k (e.g. N = 11, k = 5, w = 3) the last block is empty and
   // block 1's cyclic look-back (eq. 8: K^S((1-2)w : w)) reaches nothing there.
   const int64_t k = options_.clusters, w = (N + k - 1) / k;
-  Tensor order = reshape(r.order, {B, 1, N});
-  if (k * w > N) order = pad(order, {0, k * w - N}, -1.0);
-  return reshape(contiguous(order), {B, 1, k, w});
+  if (!a.key_padding_mask.defined()) {
+    Tensor order = reshape(r.order, {B, 1, N});
+    if (k * w > N) order = pad(order, {0, k * w - N}, -1.0);
+    return reshape(contiguous(order), {B, 1, k, w});
+  }
+  return padded_block_members(r.order, a.key_padding_mask, k, w);
 }
+
 
 Tensor NeuralClusteringAttention::attend(const AttentionArgs& a, const Tensor& members) const {
   if (!members.defined())  // N = 0

@@ -49,9 +49,10 @@ Tensor bools(const std::vector<bool>& v, const Shape& s) { return Tensor::from_v
 
 // The N x N blocked mask written from the paper's description, independently of
 // chunked.h: sort tokens by cluster index (ties by descending U_{I_j, j}, then
-// position, or by position only), cut the sorted sequence into blocks of
-// w = ceil(N / k), let each block see itself and look_back blocks before it
-// (cyclic), never padded keys, never later positions when causal.
+// position, or by position only), cut the sorted sequence of each row's n valid
+// tokens into blocks of w = ceil(n / k), let each block see itself and look_back
+// blocks before it (cyclic), never padded keys, never later positions when causal;
+// a padded query sees nothing (zeros).
 Tensor reference_blocked(const Tensor& index, const Tensor& u, int64_t k, int64_t look_back, const Tensor& kpm,
                          bool causal, nn::ClusterTieOrder tie) {
   const int64_t B = index.shape()[0], N = index.shape()[1];
@@ -62,9 +63,12 @@ Tensor reference_blocked(const Tensor& index, const Tensor& u, int64_t k, int64_
     auto m = kpm.to_vector<bool>();
     for (size_t i = 0; i < m.size(); ++i) pad[i] = m[i];
   }
-  const int64_t w = (N + k - 1) / k, chunks = k;  // eq. 8: k blocks, trailing ones may be empty
+  const int64_t chunks = k;  // eq. 8: k blocks, trailing ones may be empty
   std::vector<bool> blocked(size_t(B * N * N), true);
   for (int64_t b = 0; b < B; ++b) {
+    int64_t n = 0;
+    for (int64_t j = 0; j < N; ++j) n += pad[size_t(b * N + j)] ? 0 : 1;
+    const int64_t w = std::max<int64_t>(1, (n + k - 1) / k);  // the row's own length (padding sorts last)
     std::vector<double> own(static_cast<size_t>(N), 0.0);  // U_{I_j, j}
     for (int64_t j = 0; j < N; ++j)
       for (int64_t i = 0; i < k; ++i) own[size_t(j)] = std::max(own[size_t(j)], uv[size_t((b * k + i) * N + j)]);
@@ -82,7 +86,8 @@ Tensor reference_blocked(const Tensor& index, const Tensor& u, int64_t k, int64_
         bool seen = false;
         for (int64_t t = 0; t <= look_back; ++t)
           seen = seen || block[size_t(j)] == ((block[size_t(i)] - t) % chunks + chunks) % chunks;
-        if (seen && !pad[size_t(b * N + j)] && !(causal && j > i)) blocked[size_t((b * N + i) * N + j)] = false;
+        if (seen && !pad[size_t(b * N + i)] && !pad[size_t(b * N + j)] && !(causal && j > i))
+          blocked[size_t((b * N + i) * N + j)] = false;
       }
   }
   return bools(blocked, {B, 1, N, N});
@@ -311,6 +316,26 @@ TEST_CASE("neural clustering attention equals its dense reference with padding a
       }
 }
 
+TEST_CASE("a text's neural clustering output does not depend on the padding its batch adds") {
+  // Eq. 8's N is the sequence's length: blocks of ceil(8 / 3) = 3 for these 8 tokens alone and
+  // padded to 9, 10 or 12 (the padded length's ceil(10 / 3) = 4 changed the blocks, the output by 1.56).
+  const int64_t n = 8, D = 8, Dh = 4, H = 2;
+  for (bool causal : {false, true})
+    for (int64_t N : {9, 10, 12}) {
+      INFO("padded to ", N, " causal ", causal);
+      auto att = make_nc64(D, nc_options(3, 1, nn::ClusterTieOrder::kMembership), 31);
+      Tensor x = leaf64({1, N, D}, 32), q = leaf64({1, H, N, Dh}, 33), k = leaf64({1, H, N, Dh}, 34),
+             v = leaf64({1, H, N, Dh}, 35);
+      std::vector<bool> m(size_t(N), false);
+      for (int64_t j = n; j < N; ++j) m[size_t(j)] = true;
+      Tensor padded = att->forward(args_of(q, k, v, x, bools(m, {1, N}), causal));
+      Tensor alone = att->forward(args_of(narrow(q, 2, 0, n), narrow(k, 2, 0, n), narrow(v, 2, 0, n),
+                                          narrow(x, 1, 0, n), Tensor(), causal));
+      check_close(narrow(padded, 2, 0, n), alone, 1e-13);
+      check_close(narrow(padded, 2, n, N - n), Tensor::zeros({1, H, N - n, Dh}, kFloat64), 0);  // padded queries
+    }
+}
+
 TEST_CASE("neural clustering attention where every block sees all keys equals full attention, each key once") {
   // k = 1, or look_back >= k - 1: every block reaches every block (k = 1 reaches
   // itself again through the cyclic look-back, k = 2 with look_back 3 reaches each
@@ -326,17 +351,23 @@ TEST_CASE("neural clustering attention where every block sees all keys equals fu
     for (const Tensor& kpm : {Tensor(), mask}) {
       INFO("k ", kl.first, " look_back ", kl.second, " causal ", causal, " padded ", kpm.defined());
       auto att = make_nc64(D, nc_options(kl.first, kl.second), 36);
+      // Compared on the valid queries: padded ones sit in no block (zeros), full attention gives them a row.
+      const Tensor valid = kpm.defined() ? reshape(cf::to(logical_not(kpm), kFloat64), {B, 1, N, 1})
+                                         : Tensor::ones({1}, kFloat64);
       Run eff = run_qkv(
           [&](const Tensor& qq, const Tensor& kk, const Tensor& vv) {
-            return att->forward(args_of(qq, kk, vv, x, kpm, causal));
+            return att->forward(args_of(qq, kk, vv, x, kpm, causal)) * valid;
           },
           q, k, v, weight);
       Run ref = run_qkv(
           [&](const Tensor& qq, const Tensor& kk, const Tensor& vv) {
-            return full.forward(args_of(qq, kk, vv, x, kpm, causal));
+            return full.forward(args_of(qq, kk, vv, x, kpm, causal)) * valid;
           },
           q, k, v, weight);
       check_runs_equal(eff, ref, 1e-12);
+      if (kpm.defined())
+        check_close(att->forward(args_of(q, k, v, x, kpm, causal)) * (1.0 - valid), Tensor::zeros({B, H, N, Dh}, kFloat64),
+                    0);
     }
 }
 
@@ -547,6 +578,16 @@ TEST_CASE("neural clustering: options and bad input name the problem") {
                    "[clustering_loss] expected x (B, N, D), c_hat (B, k, D) and int64 index (B, N)", "(1,2)");
   CHECK_THROWS_MSG(nn::centroid_sorting_loss(c), ShapeError, "[centroid_sorting_loss] c_hat must be float (B, k, D)",
                    "(2,8)");
+  // A cluster index beyond the centroids (a bare [take_along_dim] error before); k itself only marks padding.
+  CHECK_THROWS_MSG(nn::clustering_loss(x, r.c_hat, ti64({0, 1, 7, 0, 1}, {1, 5}), {}), IndexError,
+                   "[clustering_loss] cluster index 7 at flat position 2 is out of range [0, 2) for k = 2 centroids");
+  CHECK_THROWS_MSG(nn::clustering_loss(x, r.c_hat, ti64({0, 1, 2, 0, 1}, {1, 5}), {}), IndexError, "index 2");
+  CHECK_NOTHROW(nn::clustering_loss(x, r.c_hat, ti64({0, 1, 0, 1, 2}, {1, 5}), bools({false, false, false, false, true}, {1, 5})));
+  // A module of another dtype than its input: a dtype error (it was a ShapeError about the batch)
+  auto f32 = make_nc64(8, nc_options(2), 75);
+  f32->to(kFloat32);
+  CHECK_THROWS_MSG(f32->forward(args_of(q, q, q, x, {}, false)), DTypeError,
+                   "[NeuralClusteringAttention] q is float64 but the centroids are float32");
 
   // chains: mismatched k, or a later layer reused as a first one
   auto l0 = make_nc64(8, nc_options(2), 72), l1 = make_nc64(8, nc_options(3), 73), l2 = make_nc64(8, nc_options(2), 74);
