@@ -1,6 +1,7 @@
 #pragma once
 // cf: the one header a user includes.
 #include "autograd/autocast.h"
+#include "autograd/dropout_share.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/hooks.h"

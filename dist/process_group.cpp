@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "autograd/grad_mode.h"
+#include "autograd/dropout_share.h"
 #include "autograd/ops/elementwise.h"
 #include "core/cuda.h"
 #include "dist/backend.h"
@@ -409,6 +410,7 @@ void init(const InitOptions& options) {
   }
   if (g.cpu && g.world > 1) g.watchdog = std::make_unique<Watchdog>();
   g.initialized = true;
+  set_dropout_share(g.rank, g.world);  // each rank its own dropout masks, generators in step
 }
 
 bool is_initialized() { return group().initialized; }
@@ -422,6 +424,7 @@ void finalize() {
   g.initialized = false;
   g.rank = 0;
   g.world = 1;
+  set_dropout_share(0, 1);
 #ifdef CF_WITH_MPI
   if (g.owns_mpi && !g.broken) detail::mpi_finalize();
 #endif

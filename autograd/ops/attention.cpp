@@ -3,6 +3,7 @@
 // Each validates its inputs, runs one forward kernel and records one node whose
 // backward is one kernel too (recomputing the probabilities from the saved
 // log-sum-exp). Backward runs under no-grad: no double backward through them.
+#include "autograd/dropout_share.h"
 #include "autograd/ops/attention.h"
 
 #include <cmath>
@@ -103,7 +104,7 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
   if (dropout > 0) {  // the counters dropout() would reserve for the dense (B, H, Nq, Nk) weights
     p.dropout = dropout;
     p.dropout_seed = gen->seed();
-    p.dropout_counter0 = gen->reserve(uint64_t(B * H * Nq * sk[2]));
+    p.dropout_counter0 = reserve_dropout_counters(*gen, uint64_t(B * H * Nq * sk[2]));  // (dropout_share.h)
   }
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(kpm);
   const DType out_dtype = tensor_cores ? kFloat32 : q.dtype();
@@ -275,7 +276,7 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
     Generator& gen = o.generator ? *o.generator : default_generator();
     p.dropout = o.dropout;
     p.dropout_seed = gen.seed();
-    p.dropout_counter0 = gen.reserve(uint64_t(B * H) * uint64_t(N) * uint64_t(N));
+    p.dropout_counter0 = reserve_dropout_counters(gen, uint64_t(B * H) * uint64_t(N) * uint64_t(N));
   }
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(members), pc = dense(kpm);
   // Autocast (issue 26): 16-bit q, k, v the tensor-core kernels take (the callers sent the others
@@ -429,7 +430,7 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
     Generator& g = gen ? *gen : default_generator();
     p.dropout = dropout;
     p.dropout_seed = g.seed();
-    p.dropout_counter0 = g.reserve(uint64_t(C) * uint64_t(B * H) * uint64_t(N) * uint64_t(N));
+    p.dropout_counter0 = reserve_dropout_counters(g, uint64_t(C) * uint64_t(B * H) * uint64_t(N) * uint64_t(N));
   }
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), pc = dense(kpm);
   Tensor qm = dense(query_members), km = dense(key_members);

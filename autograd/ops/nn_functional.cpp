@@ -3,6 +3,7 @@
 // whose backward is one fused kernel too (kernels/softmax, layer_norm,
 // cross_entropy, dropout). Backward runs under no-grad, so these gradients are
 // not themselves differentiable (no double backward through the fused kernels).
+#include "autograd/dropout_share.h"
 #include "autograd/autocast.h"
 #include "autograd/op_names.h"
 #include "autograd/ops/nn_functional.h"
@@ -208,8 +209,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   dp.p = p;
   dp.seed = gen.seed();
   // One counter per element, reserved up front: the mask depends only on
-  // (seed, offset, i), so the CPU and a future CUDA kernel draw the same one.
-  dp.counter0 = gen.reserve(uint64_t(x.numel()));
+  // (seed, offset, i), so the CPU and the CUDA kernel draw the same one; under
+  // data parallelism this process's share of W blocks (autograd/dropout_share.h).
+  dp.counter0 = reserve_dropout_counters(gen, uint64_t(x.numel()));
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels::dropout(dense(x), out, dp);
   if (autograd::any_requires_grad({&x})) {

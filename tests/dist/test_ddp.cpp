@@ -117,6 +117,44 @@ TEST_CASE("ddp: W processes on shards equal one process on the combined batch (M
   MESSAGE("DDP vs one process, max relative parameter difference after 20 steps: float64 ", e64, ", float32 ", e32);
 }
 
+TEST_CASE("ddp: each rank draws its share of one process's dropout masks (W processes equal one, dropout on)") {
+  // Every rank's generator is in the same state; rank r's j-th example got rank 0's j-th mask, so W ranks
+  // drew one rank's worth of masks. Now each dropout reserves its counters W times and rank r reads the r-th
+  // block: the masks one process draws for the concatenated batch.
+  const int R = d::rank(), W = d::world_size();
+  CHECK(dropout_share().index == R);
+  CHECK(dropout_share().count == W);
+  const int64_t B = 4 * W;
+  auto ref = std::make_shared<Mlp>(kFloat64, 11);
+  auto model = std::make_shared<Mlp>(kFloat64, 11);
+  nn::DistributedDataParallel ddp(model, nn::DDPOptions{});
+  nn::SGD opt_ref(ref->named_parameters(), {0.05, 0.9});
+  nn::SGD opt(model->named_parameters(), {0.05, 0.9});
+  auto forward = [](Mlp& m, const Tensor& x, Generator& g) {
+    return m.head->forward(tanh(dropout(m.fc2->forward(tanh(m.fc1->forward(x))), 0.4, true, g)));
+  };
+  Generator data(5), g_ref(8), g_ddp(8);
+  for (int step = 0; step < 10; ++step) {
+    Tensor x = randn({B, 6}, kFloat64, data);
+    Tensor y = randint(0, 3, {B}, data);
+    {
+      const DropoutShare mine = dropout_share();
+      set_dropout_share(0, 1);  // the reference is one process
+      opt_ref.zero_grad();
+      nn::cross_entropy(forward(*ref, x, g_ref), y).backward();
+      opt_ref.step();
+      set_dropout_share(mine.index, mine.count);
+    }
+    opt.zero_grad();
+    nn::cross_entropy(forward(*model, narrow(x, 0, R * 4, 4), g_ddp), narrow(y, 0, R * 4, 4)).backward();
+    opt.step();
+    CHECK(g_ddp.offset() == g_ref.offset());  // the generators stay in step
+  }
+  check_replicas_agree(*model);
+  CHECK(max_rel_diff(*model, *ref, 1e-3) <= 1e-12);
+  CHECK_THROWS_MSG(set_dropout_share(2, 2), ValueError, "[set_dropout_share] index must be in [0, count)");
+}
+
 TEST_CASE("ddp: no_sync accumulates locally, the next backward averages the sums") {
   const int R = d::rank(), W = d::world_size();
   auto model = std::make_shared<Mlp>(kFloat64, 3);

@@ -494,6 +494,29 @@ TEST_CASE("dropout keeps about 1-p, scales by 1/(1-p), and repeats with the seed
   }
 }
 
+TEST_CASE("a dropout share draws its block of the masks of the concatenated batch, the generator in step") {
+  // autograd/dropout_share.h: W data-parallel processes, each on a shard of a batch.
+  const int64_t W = 3;
+  Tensor x = rand32({W * 4, 5}, 62) + 1.0;
+  Generator whole_gen(9);
+  Tensor whole = dropout(x, 0.5, true, whole_gen);  // one process on the whole batch
+  Tensor tiny = rand32({2, 2}, 63);
+  for (int64_t r = 0; r < W; ++r) {
+    INFO("share ", r, " of ", W);
+    Generator g(9);
+    set_dropout_share(r, W);
+    Tensor mine = dropout(narrow(x, 0, r * 4, 4), 0.5, true, g);
+    Tensor z = dropout(tiny, 0.5, true, g);  // any later draw: the generator moved by the whole batch's count
+    set_dropout_share(0, 1);
+    check_close(mine, narrow(whole, 0, r * 4, 4), 0);
+    CHECK(g.offset() == whole_gen.offset() + uint64_t(W * tiny.numel()));
+  }
+  CHECK(dropout_share().index == 0);
+  CHECK(dropout_share().count == 1);
+  CHECK_THROWS_MSG(set_dropout_share(0, 0), ValueError, "[set_dropout_share]");
+  CHECK_THROWS_MSG(set_dropout_share(-1, 2), ValueError, "[set_dropout_share]");
+}
+
 TEST_CASE("dropout mask is the bernoulli stream of the generator") {
   // Same counters as bernoulli(p): dropped exactly where bernoulli says true. This is
   // the contract that makes the mask device-independent. 20,000 elements: several of the
