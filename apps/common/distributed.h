@@ -7,6 +7,7 @@
 // that batch. Only rank 0 prints JSON lines and the progress bar and writes
 // checkpoints; an error on any rank ends the whole job (dist::abort).
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -32,9 +33,15 @@ inline void add_distributed_option(Options& o, bool* distributed) {
 
 // The end of a training app's command line: the --device it names (a bad one
 // is a usage error) and, with --distributed, the process group started.
+// Under --distributed a bare "cuda" is this rank's GPU, the local rank's as the NCCL backend binds it
+// (every rank took cuda:0, while NCCL put rank 1's communicator on GPU 1); "cuda:N" stays as given.
 inline cf::Device start_device(const std::string& device, bool distributed) {
-  const cf::Device dev = parse_device(device);
+  cf::Device dev = parse_device(device);
   init_distributed(distributed);
+  if (distributed && dev.is_cuda() && device.find(':') == std::string::npos && cf::cuda::device_count() > 1) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    dev = cf::Device::cuda((local ? std::atoi(local) : 0) % cf::cuda::device_count());
+  }
   return dev;
 }
 

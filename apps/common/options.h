@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <functional>
@@ -418,7 +419,12 @@ int parse_command_line(const std::string& app, Parse&& parse) {
     if (parse()) return -1;
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << app << ": " << e.what() << "\n(run '" << app << " --help' for usage)\n";
+    // Under mpirun every rank parses the same command line: rank 0 alone says what is wrong (each rank
+    // printed it), and a process group already started (a check that needs the world size) ends cleanly.
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (rank == nullptr || std::atoi(rank) == 0)
+      std::cerr << app << ": " << e.what() << "\n(run '" << app << " --help' for usage)\n";
+    cf::dist::finalize();
     return 2;
   }
 }

@@ -242,6 +242,19 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     j["step"] = start_step;
     emit(j);
   }
+  if (cf::dist::world_size() > 1) {
+    // Every rank decides to resume on its own (a checkpoint folder only rank 0 sees, a stale copy on one
+    // node): ranks at different steps trained with wrong losses until a later collective failed, or hung.
+    cf::Tensor steps = cf::Tensor::from_vector(std::vector<int64_t>{start_step, -start_step}, {2});
+    cf::dist::all_reduce(steps, cf::dist::ReduceOp::max);
+    const std::vector<int64_t> s = steps.to_vector<int64_t>();
+    if (s[0] != -s[1])
+      throw cf::ValueError("[" + run.app + "] the ranks resume from different steps (" + std::to_string(-s[1]) +
+                           " to " + std::to_string(s[0]) + "; this rank, " + std::to_string(cf::dist::rank()) +
+                           ", from " + std::to_string(start_step) + (run.checkpoint.empty() ? "" : " with '" +
+                           run.checkpoint + "'" + (file_exists(run.checkpoint) ? "" : ", which it does not see")) +
+                           "): every rank must see the same checkpoint");
+  }
   if (start_step >= cfg.steps) return result;
   // Set when the steps start (below); read by save() and at the end.
   std::chrono::steady_clock::time_point t_train;

@@ -26,6 +26,8 @@ if(MODE STREQUAL "errors")
   expect_match("${err}" "--retrieval must be true or false, got 'yes'" "bad bool")
   run(2 out err --loss-form ball)
   expect_match("${err}" "--loss-form must be inner, cosine or sphere, got 'ball'" "bad loss form")
+  run(2 out err --seq-len 16)
+  expect_match("${err}" "--window \\(32\\) must be at most --seq-len \\(16\\)" "window > seq-len")
   run(2 out err --d-model 30)
   expect_match("${err}" "--d-model \\(30\\) must be divisible by --n-heads \\(4\\)" "heads")
   # Settings a model would refuse when built, after the models before it had trained: refused up front.
@@ -62,6 +64,9 @@ if(NOT EXISTS /usr/share/games/fortunes/fortunes)
   cmake_language(EXIT 77)
 endif()
 
+# More evaluation windows than the held-out text has starts: refused before training (it clamped them).
+run(1 out err --seq-len 32 --window 8 --stride 4 --eval-windows 100000000 --steps 2 --warmup 1 --retrieval false)
+expect_match("${err}" "--eval-windows 100000000 exceeds the [0-9]+ windows of --seq-len 32" "too many eval windows")
 set(tiny --seq-len 32 --batch-size 4 --eval-windows 4 --n-layers 2 --d-model 16 --n-heads 2 --d-ff 32
     --window 8 --stride 4 --cluster-layers 1 --clusters 4 --memory-size 256 --update-every 2 --lsh-buckets 4
     --steps 4 --warmup 1 --eval-every 2 --log-every 2 --retrieval-len 32 --retrieval-steps 3 --seed 2

@@ -203,6 +203,9 @@ bool parse(int argc, char** argv, Config& c) {
   if (c.stride >= c.window)
     throw UsageError("--stride (" + std::to_string(c.stride) + ") must be less than --window (" +
                      std::to_string(c.window) + ")");
+  if (c.lm && c.window > c.seq_len)  // (a window longer than the sequence made every model full attention)
+    throw UsageError("--window (" + std::to_string(c.window) + ") must be at most --seq-len (" +
+                     std::to_string(c.seq_len) + ")");
   if (c.d_model % c.n_heads != 0)
     throw UsageError("--d-model (" + std::to_string(c.d_model) + ") must be divisible by --n-heads (" +
                      std::to_string(c.n_heads) + ")");
@@ -299,6 +302,14 @@ Corpus load_corpus(const Config& c) {
   if (int64_t(out.val.size()) <= c.seq_len || int64_t(out.test.size()) <= c.seq_len)
     throw cf::ValueError("[cf-lm] the held-out text (" + std::to_string(std::min(out.val.size(), out.test.size())) +
                          " characters) is shorter than one window of --seq-len " + std::to_string(c.seq_len));
+  // bits_per_char spreads --eval-windows starts over the held-out text; asking for more windows than it
+  // has starts would score fewer than asked (it clamped them silently).
+  const int64_t starts = int64_t(std::min(out.val.size(), out.test.size())) - c.seq_len;
+  if (c.lm && c.eval_windows > starts)
+    throw cf::ValueError("[cf-lm] --eval-windows " + std::to_string(c.eval_windows) + " exceeds the " +
+                         std::to_string(starts) + " windows of --seq-len " + std::to_string(c.seq_len) +
+                         " the held-out text (" + std::to_string(std::min(out.val.size(), out.test.size())) +
+                         " characters) has");
   return out;
 }
 
@@ -651,7 +662,7 @@ void summarise(const Config& cfg, const std::vector<std::string>& names, Results
   }
   emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"table", table}, {"retrieval", retrieval},
         {"total_time_s", seconds_since(t_start)}});
-  std::cerr << md.str() << std::flush;
+  if (cf::dist::is_main()) std::cerr << md.str() << std::flush;  // (every rank printed it)
 }
 
 // The app once its command line is read: its exit status.
@@ -701,6 +712,8 @@ int main(int argc, char** argv) {
       [&] {
         if (!parse(argc, argv, cfg)) return false;
         dev = cf::apps::start_device(cfg.device, cfg.distributed);
+        // (checked here, a usage error, before the data and models: it surfaced in the first step)
+        if (cfg.distributed) cf::apps::rank_share(cfg.batch_size, "--batch-size");
         return true;
       },
       [&] { return run(cfg, dev); });

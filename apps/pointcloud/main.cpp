@@ -117,8 +117,9 @@ void add_options(cf::apps::Options& o, Config& c) {
                "by the third moment), which undoes the random rotation up to the shape's symmetries; none: keep "
                "the rotated cloud (a much harder task for a small model)");
   o.section(
-      "Model (defaults are small for the CPU; the paper's: --widths 64,128,128,512\n"
-      "--fuse-dim 1024 --head 512,256 --knn 40 --points 1024)");
+      "Model (defaults are small for the CPU; the paper's: --widths 64,128,128,512 --knn 40 --points 1024;\n"
+      "the paper gives no widths for its fused layer and 3-layer head: --fuse-dim 1024 --head 512,256 are this\n"
+      "project's choice)");
   o.add_int_list("widths", &c.widths, 1, "width of each block");
   o.add_string_list("blocks", &c.blocks, "self or centroid per block");
   o.add_int_list("downsample", &c.downsample, 1, "N/M of each block, used by centroid blocks");

@@ -402,7 +402,7 @@ void summarise(const Config& cfg, const cf::apps::TopicData& data, const std::ve
   emit({{"event", "summary"}, {"seeds", cfg.seeds}, {"classes", data.topics.size()},
         {"test_size", data.test.ids.size()}, {"mean_len", data.mean_len}, {"k", k_default}, {"table", table},
         {"ablation", ablation_json}, {"k_sweep", sweep_json}, {"total_time_s", seconds_since(t_start)}});
-  std::cerr << md.str() << std::flush;
+  if (cf::dist::is_main()) std::cerr << md.str() << std::flush;  // (every rank printed it)
 }
 
 // The app once its command line is read: its exit status.
@@ -440,6 +440,8 @@ int main(int argc, char** argv) {
       [&] {
         if (!parse(argc, argv, cfg)) return false;
         dev = cf::apps::start_device(cfg.device, cfg.distributed);
+        // (checked here, a usage error, before the data and models: it surfaced in the first step)
+        if (cfg.distributed) cf::apps::rank_share(cfg.train.batch_size, "--batch-size");
         return true;
       },
       [&] { return run(cfg, dev); });
