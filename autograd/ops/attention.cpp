@@ -439,16 +439,16 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
   Tensor lse = Tensor::empty({B, H, C * wq}, q.dtype(), q.device());
   kernels::routed_attention_forward(qc, kc, vc, qm, km, pc, p, slots, lse);
   // Token order: each position's slot outputs summed and divided by the number of
-  // query slots holding it (the reference code's scatter_mean; at least 1, so a
-  // position in no list outputs zeros).
+  // query slots holding it that see a key (the reference code's scatter_mean over the
+  // lists that give the query an output; at least 1, so a position in no list, or
+  // seeing no key in any, outputs zeros). A slot that sees no key (causal: every key
+  // of its list is later; padding) has out 0 and lse -inf: counted, it shrank the
+  // query's real outputs (1/2 of them for a query in one such list of two).
   Tensor qi, count, out;
   {
     NoGradGuard ng;
     qi = expand(slot_index(qm, N), {B, H, C * wq, 1});
-    const Tensor held = contiguous(
-        expand(to(reshape(logical_and(ge(qm, 0.0), lt(qm, double(N))), {qm.shape()[0], qm.shape()[1], C * wq, 1}),
-                  q.dtype()),
-               {B, H, C * wq, 1}));
+    const Tensor held = to(reshape(gt(lse, -INFINITY), {B, H, C * wq, 1}), q.dtype());  // empty slots: -inf too
     count = Tensor::zeros({B, H, N, 1}, q.dtype(), q.device());
     kernels::scatter_add(count, 2, qi, held);
     kernels::unary(kernels::UnaryOp::Clamp, count, count, {1.0, INFINITY});

@@ -95,8 +95,9 @@ BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Ten
 // H' in {1, H}, holding positions in [-1, N) (-1: empty slot). Query slot s of list c
 // attends to the key slots of list c, except empty slots, padded keys and, when
 // causal, later positions. A position may sit in several lists (or in none): its
-// output is the average of its outputs over the query lists holding it, zeros if
-// none. Within one list a position is meant to appear once (a repeated query slot
+// output is the average of its outputs over the query lists holding it where it sees
+// at least one key (a list whose keys are all later or padded gives it no output, and
+// is not counted), zeros if none. Within one list a position is meant to appear once (a repeated query slot
 // counts twice in its average, a repeated key twice in the list's softmax; the lists'
 // values are not checked for it). Every list has at least one slot (wq, wk >= 1).
 // One node: one attention kernel per direction over the lists as they are (no

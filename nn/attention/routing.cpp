@@ -15,6 +15,7 @@
 #include "autograd/autocast.h"
 #include "autograd/op_names.h"
 #include "autograd/ops/attention.h"
+#include "autograd/ops/common.h"
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "nn/attention/full.h"
@@ -66,7 +67,10 @@ Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const 
     Tensor in_q = holds(query_members, c, wq), in_k = holds(key_members, c, wk);
     Tensor allowed = logical_and(reshape(in_q, {B, H, N, 1}), reshape(in_k, {B, H, 1, N}));
     if (key_ok.defined()) allowed = logical_and(allowed, key_ok);
-    Tensor member = to(reshape(in_q, {B, H, N, 1}), v.dtype());
+    // A query counts list c when it sees a key there (routed_attention's mean over the lists that
+    // give the query an output).
+    Tensor sees = gt(sum(to(allowed, kFloat64), {-1}, true), 0.0);
+    Tensor member = to(logical_and(reshape(in_q, {B, H, N, 1}), sees), v.dtype());
     Tensor out_c = dense_attention(q, k, v, logical_not(allowed), scale, dropout, dropout > 0, gen) * member;
     total = total.defined() ? total + out_c : out_c;
     count = count.defined() ? count + member : member;
@@ -122,12 +126,36 @@ Tensor nearest_centroid_of(const Tensor& dots, const Tensor& centroids) {
 
 }  // namespace
 
+namespace {
+// The public entries' checks (a misfit w or centroid table failed inside [topk] or [matmul]).
+void check_routing_inputs(const char* who, const Tensor& xn, const Tensor& centroids) {
+  ops::check_defined(xn, who, "xn");
+  ops::check_defined(centroids, who, "centroids");
+  CF_CHECK(xn.dim() == 4 && centroids.dim() == 3 && xn.shape()[1] == centroids.shape()[0] &&
+               xn.shape()[3] == centroids.shape()[2] && centroids.shape()[1] >= 1,
+           ShapeError, "[", who, "] expected xn (B, H, N, D) and centroids (H, C, D) with C >= 1, got xn ",
+           xn.describe(), ", centroids ", centroids.describe());
+  CF_CHECK(is_floating(xn.dtype()) && xn.dtype() == centroids.dtype(), DTypeError, "[", who,
+           "] xn and centroids must share one float dtype, got ", xn.dtype(), " and ", centroids.dtype());
+}
+}  // namespace
+
 Tensor balanced_routing(const Tensor& xn, const Tensor& centroids, const Tensor& key_padding_mask, int64_t w) {
+  const char* who = "balanced_routing";
+  check_routing_inputs(who, xn, centroids);
+  CF_CHECK(w >= 1 && w <= xn.shape()[2], ValueError, "[", who, "] w (", w, ") must be in [1, N = ", xn.shape()[2],
+           "]");
+  if (key_padding_mask.defined())
+    CF_CHECK(key_padding_mask.dtype() == kBool && key_padding_mask.dim() == 2 &&
+                 key_padding_mask.shape()[0] == xn.shape()[0] && key_padding_mask.shape()[1] == xn.shape()[2],
+             ShapeError, "[", who, "] key_padding_mask must be bool (B, N) = (", xn.shape()[0], ", ",
+             xn.shape()[2], "), got ", key_padding_mask.describe());
   NoGradGuard ng;
   return balanced_routing_of(centroid_dots(xn, centroids), key_padding_mask, w);
 }
 
 Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids) {
+  check_routing_inputs("nearest_centroid", xn, centroids);
   NoGradGuard ng;
   return nearest_centroid_of(centroid_dots(xn, centroids), centroids);
 }
@@ -192,9 +220,6 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
            " positions, k ", a.k.shape()[2]);
   CF_CHECK(H == n_heads_ && D == head_dim_, ShapeError, "[RoutingAttention] built for ", n_heads_,
            " heads of size ", head_dim_, ", got q ", shape_str(s));
-  CF_CHECK(!is_low_precision(a.q.dtype()), DTypeError, "[RoutingAttention] q is ", a.q.dtype(),
-           ": a 16-bit model's attention runs under autocast (cf::AutocastGuard, cf.autocast), which takes "
-           "routing to float32 (its centroids stay float32 under to(", a.q.dtype(), "))");
   CF_CHECK(a.q.dtype() == centroids_.dtype(), DTypeError, "[RoutingAttention] q is ", a.q.dtype(),
            " but the centroids are ", centroids_.dtype(), " (convert the module with to(dtype))");
   const int64_t L = local_heads_, R = H - L;

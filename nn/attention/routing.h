@@ -9,14 +9,20 @@
 // in none. Attention then runs within each cluster (section 4.1): X'_i = sum_{j in K_c, j <= i (causal)} A_ij V_j for
 // i in Q_c. A query routed to several clusters gets the AVERAGE of its per-cluster outputs (the rule of the
 // reference port github.com/lucidrains/routing-transformer, scatter_mean, which the ClusterFormer paper used for
-// its comparison: section 4, footnotes 1-2); a query routed to no cluster outputs zeros.
+// its comparison: section 4, footnotes 1-2), over the clusters where it sees a key: under the causal mask a
+// cluster whose keys all come after the query gives it no output and does not count (counted, its zero halved
+// the query's output in a causal run); a query routed to no cluster, or seeing no key in any, outputs zeros.
 //
 // Centroids are learnt by online k-means, not by gradient (section 4.1, the EMA update):
 //   mu_c <- lambda mu_c + (1 - lambda)/2 * mean_{i: nearest(Q_i) = c} Q_i + (1 - lambda)/2 * mean_{j: nearest(K_j) = c} K_j
 // (Q, K normalised, padding excluded, the means pooled over the batch). The paper writes the assigned vectors'
-// sums; its code and the port above use the means, which keep the centroids on the scale of the unit-norm inputs
-// so that nearest-centroid assignment stays meaningful. A cluster with no assigned query (key) keeps mu_c in that
-// half. The update happens in training mode only, after routing (the forward routes with the old centroids).
+// sums; cf uses the means, which keep the centroids on the scale of the unit-norm inputs. The port above differs:
+// it pools queries and keys into one set, L2-normalises each cluster's sum and applies a plain EMA
+// lambda mu + (1 - lambda) new. cf does not renormalise: a centroid is a mean of unit vectors and shrinks below
+// norm 1 (about 0.44 after 60 steps of a small run). Routing does not see the scale (cluster c ranks the
+// vectors by x . mu_c, an order |mu_c| does not change); the EMA's nearest centroid compares inner products
+// across centroids of somewhat different norms, and the commitment loss pulls toward the shrunken centroids.
+// A cluster with no assigned query (key) keeps mu_c in that half. The update happens in training mode only, after routing (the forward routes with the old centroids).
 //
 // Commitment loss (the VQ-VAE commitment term of the reference code, pulling queries/keys toward their centroid):
 //   routing_commitment = 1/2 * ( mean_{valid i, d} (Qhat_id - sg(mu_{nearest(Q_i), d}))^2

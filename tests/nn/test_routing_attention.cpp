@@ -270,6 +270,15 @@ TEST_CASE("routing attention: bad arguments and options are errors naming the va
                    "[RoutingAttention] routing attention is self-attention: q has 5 positions, k 6");
   CHECK_THROWS_MSG(att.forward(attention_args(q, leaf64({1, 2, 5, 3}), q, Tensor(), false)), ShapeError,
                    "[RoutingAttention] inconsistent shapes");
+  // The public routing helpers check their arguments (a w above N failed inside [topk]).
+  Tensor xn = leaf64({1, 2, 4, 4}, 5), mu = leaf64({2, 3, 4}, 6);
+  CHECK_THROWS_MSG(nn::balanced_routing(xn, mu, Tensor(), 10), ValueError, "[balanced_routing] w (10) must be in [1, N = 4]");
+  CHECK_THROWS_MSG(nn::balanced_routing(xn, leaf64({3, 3, 4}, 6), Tensor(), 2), ShapeError,
+                   "[balanced_routing] expected xn (B, H, N, D) and centroids (H, C, D)", "centroids float64 (3,3,4)");
+  CHECK_THROWS_MSG(nn::balanced_routing(xn, mu, Tensor::zeros({1, 5}, kBool), 2), ShapeError,
+                   "[balanced_routing] key_padding_mask must be bool (B, N) = (1, 4)");
+  CHECK_THROWS_MSG(nn::nearest_centroid(xn, to(mu, kFloat32)), DTypeError,
+                   "[nearest_centroid] xn and centroids must share one float dtype, got float64 and float32");
   Tensor qm, km;
   example_members(qm, km);
   Tensor q7 = leaf64({2, 1, 7, 3});

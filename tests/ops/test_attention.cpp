@@ -1027,6 +1027,27 @@ TEST_CASE("routed_attention equals its dense reference: random lists with repeat
     }
 }
 
+TEST_CASE("routed_attention averages a query's outputs over the lists where it sees a key") {
+  // Query 2 sits in two lists: list 0 with keys 0 and 1, list 1 with key 3 alone, which the causal
+  // mask hides. List 1 gives it no output, so its output is list 0's, not half of it (the count took
+  // every list holding the query: routing's causal queries read 1/k of their attention).
+  const int64_t N = 4;
+  Tensor q = leaf64({1, 1, N, 3}, 7), k = leaf64({1, 1, N, 3}, 8), v = leaf64({1, 1, N, 2}, 9);
+  Tensor qm = Tensor::from_vector(std::vector<int64_t>{2, 2}, {1, 1, 2, 1});
+  Tensor km = Tensor::from_vector(std::vector<int64_t>{0, 1, 3, -1}, {1, 1, 2, 2});
+  Generator g(1);
+  Tensor out = routed_attention(q, k, v, qm, km, Tensor(), 0.0, /*causal=*/true, 0.0, g);
+  Tensor want = flash_attention(narrow(q, 2, 2, 1), narrow(k, 2, 0, 2), narrow(v, 2, 0, 2));
+  check_close(narrow(out, 2, 2, 1), want, 1e-14);
+  check_close(narrow(out, 2, 0, 2), Tensor::zeros({1, 1, 2, 2}, kFloat64), 0);  // in no list
+  // Non-causal the key of list 1 counts: the mean of the two lists' outputs.
+  Tensor both = routed_attention(q, k, v, qm, km, Tensor(), 0.0, /*causal=*/false, 0.0, g);
+  Tensor alone = flash_attention(narrow(q, 2, 2, 1), narrow(k, 2, 3, 1), narrow(v, 2, 3, 1));
+  check_close(narrow(both, 2, 2, 1), (want + alone) * 0.5, 1e-14);
+  // The dense reference follows the same rule.
+  check_close(nn::routed_attention_dense_reference(q, k, v, qm, km, Tensor(), 0.0, true, 0.0, g), out, 1e-14);
+}
+
 TEST_CASE("routed_attention keeps no per-list scores: its forward peak stays near full attention's") {
   // N = 1024 in 32 lists of 32 queries and 64 keys: dense gathered scores, weights and
   // masks would add 3 x (32 x 32 x 64) per head beyond q, k, v; the op keeps each slot's
