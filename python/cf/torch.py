@@ -37,10 +37,15 @@ cf's Cluster-Former models are stepped.
 
 Auxiliary losses: neural clustering attention adds ClusterFormer's clustering
 and centroid-sorting losses (eqs. 6 and 11), weighted by mu and nu (appendix C,
-eq. 17; defaults 1e-3). Their gradients are added inside the backward pass, as
-if `mu * L1 + nu * L2` were part of the loss, and their value of the last call
-is `attn.last_aux_loss`. Pass aux_weights={} to leave them out, or give the
-weights of other variants' losses (routing: {"routing_commitment": w}).
+eq. 17; defaults 1e-3). `attn.aux_loss` is their weighted total of the last call,
+a 0-d tensor on the autograd graph. Add it to the loss (loss = task + attn.aux_loss)
+and its gradients follow the loss as any term's: scaled by a GradScaler, divided
+with a loss divided for gradient accumulation. Left out of the loss, the backward
+pass adds them itself at weight 1, as if `mu * L1 + nu * L2` were added to the
+unscaled loss (a loss scaled by S then gave them 1/S of their weight after
+unscaling). `attn.last_aux_loss` is the value as a float. Pass aux_weights={} to
+leave them out, or give the weights of other variants' losses (routing:
+{"routing_commitment": w}).
 
 CUDA streams: cf runs on the legacy default stream. When PyTorch's current
 stream is another one, the two are ordered with events (no host wait).
@@ -115,19 +120,32 @@ class _AttentionFunction(_torch.autograd.Function):
         # Only the aux total, detached: keeping the tape held the call's whole cf graph (25 MB for four
         # layers at (8, 512, 64)) until the next call, after PyTorch had freed ctx. (__dict__: Module.__setattr__ is slow)
         module.__dict__["_last_aux"] = tape.aux_detached
-        return _from_capsule(out)
+        y = _from_capsule(out)
+        aux = tape.aux_capsule
+        if aux is None:
+            aux = _torch.zeros((), dtype=y.dtype, device=y.device)
+            ctx.mark_non_differentiable(aux)
+        else:
+            aux = _from_capsule(aux)
+        # Unused outputs get None in backward: an aux_loss left out of the loss is told from one in it
+        ctx.set_materialize_grads(False)
+        ctx.out_meta = (y.shape, y.dtype, y.device)
+        return y, aux
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx, grad_out, grad_aux):
+        if grad_out is None:  # (set_materialize_grads(False): a loss of aux_loss alone)
+            shape, dtype, device = ctx.out_meta
+            grad_out = _torch.zeros(shape, dtype=dtype, device=device)
         if not _torch.is_grad_enabled():
-            return _AttentionFunction._backward(ctx, grad_out)
+            return _AttentionFunction._backward(ctx, grad_out, grad_aux)
         # create_graph=True: cf's backward is not recorded, so the gradients it returns depend on x and the
         # parameters in a way PyTorch cannot differentiate. They go through an error node, so that a second
         # derivative through them raises rather than silently taking 0 for cf's part. (once_differentiable
         # attaches that node only when grad_out requires grad: a loss linear in the output, such as a sum,
         # gave a silently wrong gradient penalty.)
         with _torch.no_grad():
-            grads = _AttentionFunction._backward(ctx, grad_out)
+            grads = _AttentionFunction._backward(ctx, grad_out, grad_aux)
         err = _torch_functions.DelayedError(
             b"[cf.torch.Attention] cf's backward is not differentiable: a second derivative through "
             b"cf.torch.Attention (create_graph=True, then a backward through its gradients) is not supported",
@@ -135,11 +153,18 @@ class _AttentionFunction(_torch.autograd.Function):
         return err(*[None if g is None else g.detach().requires_grad_() for g in grads])
 
     @staticmethod
-    def _backward(ctx, grad_out):
+    def _backward(ctx, grad_out, grad_aux):
         # ctx.tape (the cf graph of this call) lives as long as PyTorch keeps ctx
         ctx.saved_tensors  # PyTorch's check: raises if x, the mask or a parameter was written since the forward
         cur = _cf_stream_enter(grad_out)
-        grads = ctx.module._bridge.backward(ctx.tape, _to_cf(grad_out.contiguous()))
+        # grad_aux: d loss / d aux_loss when the loss holds it (None: the auxiliary losses at weight 1)
+        grads = ctx.module._bridge.backward(ctx.tape, _to_cf(grad_out.contiguous()),
+                                            None if grad_aux is None else _to_cf(grad_aux.contiguous()))
+        # The module's aux_loss of this call holds its node, hence ctx and the call's cf graph: let go of it
+        # once the call's backward ran (it kept the graph alive until the next call)
+        held = ctx.module.__dict__.get("_aux_loss")
+        if held is not None and held.grad_fn is ctx:
+            ctx.module.__dict__["_aux_loss"] = None
         _cf_stream_leave(cur, grad_out)
         out = [None, None, None, None, None, None]
         gx = grads[0]
@@ -211,7 +236,7 @@ class Attention(_torch.nn.Module):
     # torch tensors, in their dtype and on their device.
     def __getstate__(self):
         state = self.__dict__.copy()
-        for k in ("cf_module", "_bridge", "_params", "_bound_buffers", "_last_aux"):
+        for k in ("cf_module", "_bridge", "_params", "_bound_buffers", "_last_aux", "_aux_loss"):
             state.pop(k, None)
         state["_cf_local_values"] = {name: t.clone() for name, t, _ in self._cf_local_buffers()}
         return state
@@ -261,6 +286,14 @@ class Attention(_torch.nn.Module):
         params, buffers = self._slots()
         if any(a is not b for a, b in zip(self._params + self._bound_buffers, params + buffers)):
             self._bind()
+
+    @property
+    def aux_loss(self):
+        """The weighted auxiliary losses of the last call as a 0-d tensor on the autograd graph (zero, without a
+        graph, when none, and once the call's backward ran): add it to the loss to scale its gradients with the
+        loss's (see the module's doc)."""
+        aux = self.__dict__.get("_aux_loss")
+        return aux if aux is not None else _torch.zeros(())
 
     @property
     def last_aux_loss(self):
@@ -369,9 +402,10 @@ class Attention(_torch.nn.Module):
             self._bridge.set_requires_grad(flags)
             self._grad_flags = flags
         record = _torch.is_grad_enabled() and (x.requires_grad or any(flags))
-        y = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), record, _autocast_dtype(x),
-                                     *self._params)
+        y, aux = _AttentionFunction.apply(self, x, key_padding_mask, bool(causal), record, _autocast_dtype(x),
+                                          *self._params)
         _cf_stream_leave(cur, x)
+        self.__dict__["_aux_loss"] = aux  # (__dict__: Module.__setattr__ is slow)
         return y
 
     def extra_repr(self):

@@ -31,11 +31,14 @@ model = Classifier(length=length)
 print(model)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 for step in range(101):
-    loss = torch.nn.functional.cross_entropy(model(ids), labels)
+    task = torch.nn.functional.cross_entropy(model(ids), labels)
+    # ClusterFormer's eq. 17: the task loss plus the clustering losses (left out, the backward adds them at
+    # weight 1; in the loss they scale with it, as under a GradScaler)
+    loss = task + model.attn.aux_loss
     opt.zero_grad()
     loss.backward()
     opt.step()
     if step % 20 == 0:
         acc = (model(ids).argmax(1) == labels).float().mean().item()
-        print("step %3d  loss %.3f  accuracy %.2f  clustering losses %.4f" % (step, loss.item(), acc,
+        print("step %3d  loss %.3f  accuracy %.2f  clustering losses %.4f" % (step, task.item(), acc,
                                                                             model.attn.last_aux_loss))

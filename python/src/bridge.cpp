@@ -162,7 +162,9 @@ class AttentionBridge {
   // The cf graph is kept (retain_graph) for as long as PyTorch keeps the call's
   // context, which owns the tape: PyTorch may run backward through one call
   // several times (retain_graph=True, torch.autograd.gradcheck).
-  nb::list backward(Tape& tape, const Tensor& grad_output) {
+  // aux_weight: d loss / d (the call's aux total) when the caller's loss holds attn.aux_loss (a 0-d tensor
+  // on the output's device: no host read), else undefined: the auxiliary losses then enter at weight 1.
+  nb::list backward(Tape& tape, const Tensor& grad_output, const Tensor& aux_weight) {
     CF_CHECK(tape.output.defined(), AutogradError, "[cf.torch.Attention] backward after the call's graph was freed");
     std::vector<Tensor> grads;
     grads.reserve(tape.params.size() + 1);
@@ -184,9 +186,13 @@ class AttentionBridge {
         }
       } clear_on_error{tape};
       if (tape.aux_total.defined()) {
-        // d/dtheta of (sum(out * g) + aux): PyTorch's gradient of the task loss plus
-        // the auxiliary losses' own (ClusterFormer eq. 17), in one cf backward.
-        Tensor root = cf::sum(tape.output * grad_output.detach()) + tape.aux_total;
+        // d/dtheta of (sum(out * g) + w aux): PyTorch's gradient of the task loss plus
+        // the auxiliary losses' own (ClusterFormer eq. 17), in one cf backward; w follows
+        // the loss's scale (GradScaler, a loss divided for accumulation) when it holds aux.
+        const Tensor aux = aux_weight.defined()
+                               ? tape.aux_total * cf::to(cf::reshape(aux_weight.detach(), {}), tape.aux_total.dtype())
+                               : tape.aux_total;
+        Tensor root = cf::sum(tape.output * grad_output.detach()) + aux;
         root.backward(Tensor(), /*retain_graph=*/true);
       } else {
         tape.output.backward(grad_output, /*retain_graph=*/true);
@@ -256,6 +262,8 @@ void bind_bridge(nb::module_& m) {
       .def_prop_ro("aux_detached", [](const Tape& t) -> std::optional<Tensor> {
         return t.aux_total.defined() ? std::optional<Tensor>(t.aux_total.detach()) : std::nullopt;
       }, "The auxiliary losses' total without its graph (None when none): what the module keeps of a call.")
+      .def_prop_ro("aux_capsule", [](const Tape& t) { return capsule_or_none(t.aux_total.defined() ? t.aux_total.detach() : Tensor()); },
+                   "The auxiliary losses' total as a DLPack capsule (None when none): the value of the call's aux_loss output.")
       .def_prop_ro("recorded", [](const Tape& t) { return t.output.defined() && t.output.grad_fn() != nullptr; },
                    "Whether cf recorded this call's graph (PyTorch's grad mode was on).");
   nb::class_<AttentionBridge>(b, "AttentionBridge")
@@ -287,8 +295,11 @@ void bind_bridge(nb::module_& m) {
            nb::arg("x"), nb::arg("mask").none(), nb::arg("causal"), nb::arg("record") = true,
            nb::arg("autocast").none() = nb::none())
       .def("backward",
-           [](AttentionBridge& br, Tape& tape, nb::handle g) { return br.backward(tape, from_dlpack_object(g, false)); },
-           nb::arg("tape"), nb::arg("grad_output"))
+           [](AttentionBridge& br, Tape& tape, nb::handle g, nb::handle aux_weight) {
+             return br.backward(tape, from_dlpack_object(g, false),
+                                aux_weight.is_none() ? Tensor() : from_dlpack_object(aux_weight, false));
+           },
+           nb::arg("tape"), nb::arg("grad_output"), nb::arg("aux_weight").none() = nb::none())
       .def_prop_ro("module", &AttentionBridge::module);
   b.def("time_attention_step", &time_attention_step, nb::arg("module"), nb::arg("x"), nb::arg("grad_output"),
         nb::arg("iters"), nb::arg("repeats") = 5, release_gil(),

@@ -204,6 +204,39 @@ def test_attention_gradcheck_in_float64():
     assert layer.last_aux_loss != 0.0  # clustering losses were added (mu, nu default 1e-3)
 
 
+def test_aux_loss_in_the_loss_scales_its_gradients_with_the_loss():
+    # Left out of the loss, the auxiliary losses enter the backward at weight 1 whatever the loss's scale
+    # (a loss scaled by 1024 and unscaled gave W^C, which only they reach, 1/1024 of its gradient); added to it
+    # (loss = task + attn.aux_loss) they scale with it.
+    torch.manual_seed(0)
+    layer = cf.torch.Attention("neural-clustering", d_model=8, n_heads=2, seed=1, clusters=2, mu=0.5, nu=0.5)
+    x, g = torch.randn(2, 6, 8), torch.randn(2, 6, 8)
+
+    def grads(loss_of):
+        layer.zero_grad()
+        loss_of(layer(x)).backward()
+        return {n: p.grad.clone() for n, p in layer.named_parameters()}
+
+    auto = grads(lambda y: (y * g).sum())
+    layer(x)
+    assert float(layer.aux_loss) == pytest.approx(layer.last_aux_loss) and layer.aux_loss.requires_grad
+    added = grads(lambda y: (y * g).sum() + layer.aux_loss)
+    scaled = grads(lambda y: 1024.0 * ((y * g).sum() + layer.aux_loss))
+    auto_scaled = grads(lambda y: 1024.0 * (y * g).sum())
+    for n in auto:
+        torch.testing.assert_close(added[n], auto[n], rtol=1e-5, atol=1e-7, msg=n)
+        torch.testing.assert_close(scaled[n] / 1024.0, auto[n], rtol=1e-4, atol=1e-6, msg=n)
+    assert auto["attention_w_c"].abs().max() > 0
+    torch.testing.assert_close(auto_scaled["attention_w_c"], auto["attention_w_c"])  # weight 1, as documented
+    # A loss of the auxiliary losses alone reaches C and W^C only
+    only = grads(lambda y: layer.aux_loss)
+    assert only["w_q_weight"].abs().max() == 0 and only["attention_w_c"].abs().max() > 0
+    # A variant without auxiliary losses: a zero aux_loss off the graph
+    full = cf.torch.Attention("full", d_model=8, n_heads=2, seed=1)
+    full(x)
+    assert float(full.aux_loss) == 0.0 and not full.aux_loss.requires_grad
+
+
 def test_parameters_are_torch_parameters_sharing_cf_memory():
     layer = cf.torch.Attention("full", d_model=8, n_heads=2, seed=1)
     names = [n for n, _ in layer.named_parameters()]
@@ -317,7 +350,9 @@ def test_the_layer_keeps_no_cf_graph_after_backward():
     del y
     x.grad = None
     assert cf.memory_stats().live_bytes <= base
-    assert isinstance(layer.last_aux_loss, float) and layer.last_aux_loss > 0.0
+    assert isinstance(layer.last_aux_loss, float) and layer.last_aux_loss != 0.0
+    # the aux_loss of a call whose backward ran holds no graph (it kept the call's cf graph until the next call)
+    assert layer.aux_loss.grad_fn is None and float(layer.aux_loss) == 0.0
 
 
 def test_deepcopy_and_torch_save_of_the_module():
