@@ -37,6 +37,12 @@ void check_attention_args(const AttentionArgs& a, const char* who) {
   CF_CHECK(a.q.dtype() == a.k.dtype() && a.k.dtype() == a.v.dtype() && is_floating(a.q.dtype()), DTypeError,
            "[", who, "] q, k, v must share one float dtype, got ", a.q.dtype(), ", ", a.k.dtype(), ", ",
            a.v.dtype());
+  // 16-bit q, k, v run only under autocast (on tensor cores where a kernel has a 16-bit path, in
+  // float32 islands elsewhere; docs/design-notes.md, "Autocast"). Without it every variant failed
+  // deep inside, naming a kernel ([hash_codes], [block_attention], [flash_attention], ...).
+  CF_CHECK(!is_low_precision(a.q.dtype()) || autocast_dtype(), DTypeError, "[", who, "] q, k, v are ",
+           a.q.dtype(), ": attention takes 16-bit inputs only under autocast (cf::AutocastGuard, cf.autocast), "
+           "which keeps its softmax and clustering in float32; without autocast give it float32 or float64");
   auto check_mask = [&](const Tensor& m, int64_t n, const char* name) {
     if (!m.defined()) return;
     CF_CHECK(m.dtype() == kBool, DTypeError, "[", who, "] ", name, " must be bool (true = padding), got ",

@@ -576,6 +576,11 @@ TEST_CASE("autocast: every registered attention variant takes 16-bit q, k, v and
       r.k = att->shares_qk() ? r.q : to(a.k, kFloat32);
       r.v = to(a.v, kFloat32);
       Tensor ref = att->forward(r), low;
+      // Without autocast a 16-bit q, k, v is refused by the layer, which names itself and autocast
+      // (each variant failed deep inside, naming a kernel: [hash_codes], [block_attention], ...).
+      const std::string refused = std::string("Attention] q, k, v are ") + dtype_name(dt);
+      CHECK_THROWS_MSG(att->forward(a), DTypeError, refused.c_str(),
+                       "only under autocast");
       {
         AutocastGuard guard(dt);
         low = att->forward(a);
