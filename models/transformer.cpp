@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
@@ -147,8 +148,21 @@ Tensor TransformerEncoder::forward(const Tensor& ids, const Tensor& given_mask, 
 }
 
 Tensor pool_sequence(const Tensor& h, const Tensor& mask, const std::string& pooling) {
-  if (pooling == "first") return squeeze(narrow(h, 1, 0, 1), 1);
-  CF_CHECK(pooling == "mean", ValueError, "[pool_sequence] unknown pooling \"", pooling, "\"");
+  // (a 2-d h was averaged over its features, and a misfit mask failed inside [mul] or [logical_not])
+  ops::check_defined(h, "pool_sequence", "h");
+  CF_CHECK(h.dim() == 3 && is_floating(h.dtype()), ShapeError, "[pool_sequence] h must be float (B, N, D), got ",
+           h.describe());
+  CF_CHECK(!mask.defined() || (mask.dtype() == kBool && mask.dim() == 2 && mask.shape()[0] == h.shape()[0] &&
+                               mask.shape()[1] == h.shape()[1]),
+           ShapeError, "[pool_sequence] mask must be bool (B, N) = (", h.shape()[0], ", ", h.shape()[1], "), got ",
+           mask.describe());
+  CF_CHECK(pooling == "first" || pooling == "mean", ValueError, "[pool_sequence] unknown pooling \"", pooling, "\"");
+  if (pooling == "first") {
+    CF_CHECK(h.shape()[1] >= 1, ShapeError, "[pool_sequence] \"first\" pooling needs a token, got ", h.describe());
+    return squeeze(narrow(h, 1, 0, 1), 1);
+  }
+  // An empty sequence pools to zero, as a fully padded row does.
+  if (h.shape()[1] == 0) return Tensor::zeros({h.shape()[0], h.shape()[2]}, h.dtype(), h.device());
   if (!mask.defined()) return mean(h, {1});
   // Mean over the tokens that are not padding (a fully padded row pools to zero).
   Tensor keep = unsqueeze(cf::to(logical_not(mask), h.dtype()), 2);  // (B, N, 1)

@@ -17,7 +17,18 @@ Tensor dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        double dropout_p, bool training, Generator& gen) {
   // Scale q (N x d) rather than the scores (N x N): one pass over the smaller tensor.
   Tensor scores = matmul(q * scale, transpose(k, -2, -1));
-  if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
+  if (blocked.defined()) {
+    // (a misfit mask failed inside [masked_fill], naming neither this op nor the scores' axes)
+    const Shape& s = scores.shape();
+    bool fits = blocked.dtype() == kBool && blocked.dim() <= int64_t(s.size());
+    for (int64_t i = 1; fits && i <= blocked.dim(); ++i) {
+      const int64_t m = blocked.shape()[size_t(blocked.dim() - i)];
+      fits = m == 1 || m == s[s.size() - size_t(i)];
+    }
+    CF_CHECK(fits, ShapeError, "[dense_attention] blocked must be bool broadcastable to the scores (B, H, Nq, Nk) = ",
+             shape_str(s), ", got ", blocked.describe());
+    scores = masked_fill(scores, blocked, -INFINITY);
+  }
   Tensor w = softmax(scores, -1);
   if (training && dropout_p > 0) w = dropout(w, dropout_p, true, gen);
   return matmul(w, v);

@@ -12,6 +12,7 @@
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/sort.h"
+#include "autograd/ops/common.h"
 #include "core/error.h"
 #include "nn/attention/chunked.h"
 #include "nn/attention/routing.h"  // l2_normalize
@@ -88,7 +89,9 @@ Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, in
   }
   // Sort by (bucket, position): the sort is stable, so equal buckets keep position order.
   Tensor order = reshape(argsort(b, -1), {B, H * R, N});
-  Tensor members = chunk_order(order, bucket_size);  // (B, H * R, C, m)
+  // (B, H * R, C, m); a chunk wider than the sequence is one chunk of N slots (the same attention, without
+  // B H R (m - N) empty slots: bucket_size = 2^40 allocated them)
+  Tensor members = chunk_order(order, std::max<int64_t>(1, std::min(bucket_size, N)));
   // One chunked call for all rounds: the kernel reads q, k, v through each round's
   // table (head h * R + r), so no round holds a copy of them.
   const Tensor k = l2_normalize(q);  // section 2: k_j = q_j / |q_j|
@@ -143,6 +146,9 @@ int64_t LSHAttention::buckets_for(int64_t n) const {
 }
 
 Tensor LSHAttention::hash(const Tensor& q) {
+  ops::check_defined(q, "LSHAttention.hash", "q");
+  CF_CHECK(q.dim() == 4 && is_floating(q.dtype()), ShapeError,
+           "[LSHAttention.hash] expected float q (B, H, N, D), got ", q.describe());
   const Shape& s = q.shape();
   const int64_t nb = buckets_for(s[2]);
   if (nb == 1) return Tensor::zeros({s[0], s[1], n_hashes_, s[2]}, kInt64, q.device());

@@ -5,10 +5,12 @@
 //    k_j = q_j / |q_j|; MultiHeadAttention honours shares_qk() by passing k = q.
 //  * Hashing (section 2, "Locality sensitive hashing", Figure 1): per round r a random rotation R_r (d_k x b/2,
 //    Gaussian entries) maps x to h(x) = argmax([xR; -xR]), b = n_buckets buckets. Rotations are drawn per head
-//    and per round from a Generator at every forward, or fixed by the "seed" option.
+//    and per round from a Generator at every forward, or fixed by the "seed" option (the same seed in two
+//    layers gives them the same rotations: give each layer its own).
 //  * Sort and chunk (section 2, "LSH attention", and Figure 2): tokens sorted by (bucket, position),
 //    cut into chunks of m = bucket_size consecutive tokens; each chunk attends to itself and to the previous
-//    chunk (cyclically, as the reference code's look-adjacent), i.e. P~_i = {j : floor(s_i/m) - 1 <= floor(s_j/m)
+//    chunk (cyclically within the round: the reference code's look-adjacent for one round; it sorts all rounds
+//    as one sequence, so there a round's first chunk looks back at the previous round's last), i.e. P~_i = {j : floor(s_i/m) - 1 <= floor(s_j/m)
 //    <= floor(s_i/m)}. Default n_buckets = 2N/m (rounded to an even number >= 2), the paper's m = 2l/n_buckets:
 //    chunks twice the average bucket size.
 //  * "Causal masking for shared-QK attention": a token does not attend to itself unless it has no other target
@@ -24,7 +26,7 @@
 //    so there it takes slots too.) A fixed n_buckets and no padding beyond the chunk of the last real token
 //    (N rounded up to a multiple of m) give the unpadded outputs.
 // The sort-and-chunk attention itself is the shared nn/attention/chunked.h (rounds folded into the head axis).
-// Nothing builds an N x N matrix: memory O(B * H * n_hashes * N * 2m).
+// Nothing builds an N x N matrix: memory O(B * H * n_hashes * N * 2m). A bucket_size m above N is one chunk of N.
 #include <cstdint>
 
 #include "core/rng.h"

@@ -75,7 +75,9 @@ std::shared_ptr<Attention> SparseAttention::create(const AttentionSpec& spec) {
 }
 
 int64_t SparseAttention::block_for(int64_t n) const {
-  if (block_size_ > 0) return block_size_;
+  // A block longer than the sequence is one block of n (the same pattern; block_size = 2^40 allocated
+  // lists of 2^40 slots)
+  if (block_size_ > 0) return std::max<int64_t>(1, std::min(block_size_, n));
   return std::max<int64_t>(1, int64_t(std::ceil(std::sqrt(double(n)))));
 }
 

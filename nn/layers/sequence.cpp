@@ -29,7 +29,13 @@ Tensor rows_at(const char* layer, const Tensor& table, const Tensor& x, const Te
            positions.defined() ? positions.describe() : std::string("undefined"));
   CF_CHECK(positions.device() == x.device(), DeviceError, "[", layer, "] positions on ",
            positions.device().str(), ", input on ", x.device().str());
-  Tensor rows = index_select(table, 0, reshape(positions, {-1}));
+  Tensor rows;
+  try {
+    rows = index_select(table, 0, reshape(positions, {-1}));  // checks every position
+  } catch (const IndexError& e) {
+    throw IndexError(str("[", layer, "] positions ", shape_str(positions.shape()), " for max_len ",
+                         table.shape()[0], ": ", e.what()));
+  }
   return reshape(rows, {x.shape()[0], x.shape()[1], table.shape()[1]});
 }
 // The depthwise convolutions' checks, sizes and initialisation (PyTorch's

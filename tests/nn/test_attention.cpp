@@ -163,6 +163,13 @@ TEST_CASE("attention argument checks name the variant and the shapes") {
                    ShapeError, "key_padding_mask must be (B, N) = (1, 5), got (1,1)");
   CHECK_THROWS_MSG(att.forward(args_of(q, k, to(v, kFloat32), Tensor(), false)), DTypeError,
                    "must share one float dtype");
+  // dense_attention's blocked mask: named by the op, against the scores' shape (it failed inside [masked_fill])
+  CHECK_THROWS_MSG(nn::dense_attention(q, k, v, Tensor::zeros({3, 3}, kBool), 0.5), ShapeError,
+                   "[dense_attention] blocked must be bool broadcastable to the scores (B, H, Nq, Nk) = (1,2,3,5)",
+                   "got bool (3,3)");
+  CHECK_THROWS_MSG(nn::dense_attention(q, k, v, Tensor::zeros({3, 5}), 0.5), ShapeError, "blocked must be bool");
+  check_close(nn::dense_attention(q, k, v, Tensor::zeros({1, 1, 3, 5}, kBool), 0.5),
+              nn::dense_attention(q, k, v, Tensor(), 0.5), 0);
 }
 
 TEST_CASE("make_attention builds by name and checks options") {

@@ -169,7 +169,7 @@ TEST_CASE("positional encodings") {
   CHECK_THROWS_MSG(pe.forward_at(Tensor::zeros({2, 5, 6}, kFloat64), to(pos, kFloat32)), ShapeError,
                    "[SinusoidalPositionalEncoding] positions must be int64");
   CHECK_THROWS_MSG(lpe.forward_at(leaf64({2, 5, 3}, 8), ti64({0, 1, 2, 3, 8, 0, 0, 0, 0, 0}, {2, 5})), IndexError,
-                   "8");
+                   "[LearnedPositionalEncoding] positions (2,5) for max_len 8:", "index 8");
 }
 
 TEST_CASE("DepthwiseConv1d matches a direct loop and passes gradcheck") {

@@ -277,6 +277,14 @@ TEST_CASE("LSH attention: bad arguments and options are errors naming the values
                    IndexError, "[lsh_attention] bucket id 3 at flat position 0 is out of range [0, 2] (n_buckets)");
   CHECK_THROWS_MSG(nn::lsh_attention(q, v, Tensor::zeros({1, 2, 1, 5}, kInt64), 2, Tensor(), false, 0, 0.0),
                    ValueError, "[lsh_attention] bucket_size and n_buckets must be positive, got 0 and 2");
+  // hash reads q's shape: a 3-d or int64 q is named (it read past the shape, or failed in [randn])
+  CHECK_THROWS_MSG(att.hash(leaf64({2, 9, 4})), ShapeError, "[LSHAttention.hash] expected float q (B, H, N, D)",
+                   "float64 (2,9,4)");
+  CHECK_THROWS_MSG(att.hash(Tensor::zeros({1, 2, 5, 4}, kInt64)), ShapeError, "[LSHAttention.hash]", "int64");
+  {  // A chunk wider than the sequence is one chunk of N: the output of m = N, without m - N empty slots each.
+    nn::LSHAttention wide(2, int64_t(1) << 40, 2, 3), exact(2, 5, 2, 3);
+    check_close(wide.forward(self_args(q, v, Tensor(), false)), exact.forward(self_args(q, v, Tensor(), false)), 0);
+  }
   {  // An empty sequence gives an empty output.
     nn::LSHAttention e(2, 4);
     Tensor z = leaf64({1, 2, 0, 4});

@@ -127,6 +127,12 @@ TEST_CASE("sparse attention: bad arguments and options are errors naming the val
     Tensor z = leaf64({1, 2, 0, 4});
     CHECK(att.forward(attention_args(z, z, z, Tensor(), true)).shape() == Shape{1, 2, 0, 4});
   }
+  for (bool causal : {false, true}) {  // A block longer than the sequence is one block of N (it allocated 2^40 slots).
+    nn::SparseAttention huge(int64_t(1) << 40, 1), exact(5, 1);
+    Tensor k = leaf64({1, 2, 5, 4}, 2), v = leaf64({1, 2, 5, 4}, 3);
+    check_close(huge.forward(attention_args(q, k, v, Tensor(), causal)),
+                exact.forward(attention_args(q, k, v, Tensor(), causal)), 0);
+  }
   nn::AttentionSpec spec;
   spec.type = "sparse";
   spec.d_model = 8;

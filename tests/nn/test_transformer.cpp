@@ -136,6 +136,21 @@ TEST_CASE("Transformer models: names, shapes, padding invariance, causality") {
   check_close(clf.forward(ti64({3, 4, 5, 0, 0, 7, 7, 7, 7, 7}, {2, 5})), padded, 0);
 }
 
+TEST_CASE("pool_sequence refuses what it cannot pool, naming the shapes") {
+  // A 2-d h was averaged over its features; a misfit mask failed inside [mul] or [logical_not]; N = 0 in [narrow].
+  Tensor h = randn({1, 3, 8});
+  CHECK_THROWS_MSG(models::pool_sequence(randn({3, 8}), Tensor(), "mean"), ShapeError,
+                   "[pool_sequence] h must be float (B, N, D), got float32 (3,8)");
+  CHECK_THROWS_MSG(models::pool_sequence(randn({1, 0, 8}), Tensor(), "first"), ShapeError,
+                   "[pool_sequence] \"first\" pooling needs a token, got float32 (1,0,8)");
+  CHECK(values(models::pool_sequence(randn({2, 0, 8}), Tensor(), "mean")) == std::vector<double>(16, 0.0));
+  CHECK_THROWS_MSG(models::pool_sequence(h, Tensor::zeros({1, 4}, kBool), "mean"), ShapeError,
+                   "[pool_sequence] mask must be bool (B, N) = (1, 3), got bool (1,4)");
+  CHECK_THROWS_MSG(models::pool_sequence(h, Tensor::zeros({1, 3}), "mean"), ShapeError, "mask must be bool");
+  CHECK_THROWS_MSG(models::pool_sequence(h, Tensor(), "max"), ValueError, "[pool_sequence] unknown pooling \"max\"");
+  check_close(models::pool_sequence(h, Tensor::zeros({1, 3}, kBool), "mean"), mean(h, {1}), 1e-7);
+}
+
 TEST_CASE("TransformerConfig::from_json reads every key and refuses unknown or mistyped ones") {
   nlohmann::json j = {{"vocab_size", 20}, {"d_model", 16}, {"n_heads", 4}, {"pooling", "first"},
                       {"attention", {{"type", "full"}, {"dropout", 0.1}}}};
