@@ -120,14 +120,15 @@ CentroidSummarizer::CentroidSummarizer(const CentroidSummarizerConfig& c, Genera
   head = register_module("head", std::make_shared<nn::Linear>(d, tgt_vocab_, true, gen));
 }
 
-EncoderOutput CentroidSummarizer::encode(const Tensor& src, const Tensor& given_mask) {
+EncoderOutput CentroidSummarizer::encode(const Tensor& src, const Tensor& given_mask, Generator* sampler) {
   CF_CHECK(src.defined() && src.dtype() == kInt64 && src.dim() == 2, ValueError,
            "[CentroidSummarizer] src must be int64 (B, N), got ", describe(src));
   if (given_mask.defined())
     CF_CHECK(given_mask.dtype() == kBool && given_mask.shape() == src.shape(), ShapeError,
              "[CentroidSummarizer] src_mask must be bool ", shape_str(src.shape()), ", got ", given_mask.describe());
   const Tensor mask = given_mask.defined() ? given_mask : padding_mask(src, pad_id_);
-  EncoderOutput out = encoder->forward(drop_->forward(src_pos_->forward(src_embedding->forward(src))), mask);
+  EncoderOutput out =
+      encoder->forward(drop_->forward(src_pos_->forward(src_embedding->forward(src))), mask, sampler);
   if (encoder_norm) out.h = encoder_norm->forward(out.h);
   return out;
 }
@@ -146,8 +147,8 @@ Tensor CentroidSummarizer::decode(const EncoderOutput& memory, const Tensor& tgt
 }
 
 Tensor CentroidSummarizer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& tgt,
-                                   const Tensor& tgt_mask) {
-  return decode(encode(src, src_mask), tgt, tgt_mask);
+                                   const Tensor& tgt_mask, Generator* sampler) {
+  return decode(encode(src, src_mask, sampler), tgt, tgt_mask);
 }
 
 nn::Cost CentroidSummarizer::cost(int64_t batch, int64_t src_len, int64_t tgt_len) {

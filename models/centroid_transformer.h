@@ -75,10 +75,12 @@ class CentroidSummarizer : public nn::Module {
  public:
   explicit CentroidSummarizer(const CentroidSummarizerConfig& c, Generator& gen = default_generator());
   // src int64 (B, Ns), tgt int64 (B, Nt) -> logits (B, Nt, tgt_vocab). Masks as in
-  // EncoderDecoder (default: pad_id tokens).
-  Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& tgt, const Tensor& tgt_mask = Tensor());
+  // EncoderDecoder (default: pad_id tokens). `sampler` draws random-sampling inits (null: the global
+  // generator, so two calls in eval mode differ unless the generator is reseeded between them).
+  Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& tgt, const Tensor& tgt_mask = Tensor(),
+                 Generator* sampler = nullptr);
   // The centroids (B, M, D) and their mask: what the decoder cross-attends to.
-  EncoderOutput encode(const Tensor& src, const Tensor& src_mask = Tensor());
+  EncoderOutput encode(const Tensor& src, const Tensor& src_mask = Tensor(), Generator* sampler = nullptr);
   Tensor decode(const EncoderOutput& memory, const Tensor& tgt, const Tensor& tgt_mask = Tensor());
   // Cost of the whole model, and of the encoder alone (what Table 1 reports).
   nn::Cost cost(int64_t batch, int64_t src_len, int64_t tgt_len);

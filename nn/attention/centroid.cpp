@@ -36,12 +36,12 @@ void check_points(const char* who, const char* name, const Tensor& t) {
            " must be a float (B, N, C) tensor, got ", describe(t));
 }
 
-void check_mask(const char* who, const char* name, const Tensor& mask, int64_t b, int64_t n) {
+void check_mask(const char* who, const char* name, const Tensor& mask, int64_t b, int64_t n, const char* axis) {
   if (!mask.defined()) return;
   CF_CHECK(mask.dtype() == kBool, DTypeError, "[", who, "] ", name, " must be bool (true = padding), got ",
            mask.dtype());
   CF_CHECK(mask.dim() == 2 && mask.shape()[0] == b && mask.shape()[1] == n, ShapeError, "[", who, "] ", name,
-           " must be (B, N) = (", b, ", ", n, "), got ", shape_str(mask.shape()));
+           " must be (B, ", axis, ") = (", b, ", ", n, "), got ", shape_str(mask.shape()));
 }
 
 // Per-batch-row indices (B, M...) -> flat row indices into (B*N, ...) (B*M...), on
@@ -131,7 +131,7 @@ Tensor centroid_attention_dense(const Tensor& q, const Tensor& k, const Tensor& 
            describe(q), ", k ", describe(k), ", v ", describe(v));
   const int64_t b = q.shape()[0], m = q.shape()[2], n = k.shape()[2];
   check_mask("centroid_attention_dense", "key_mask", key_mask, b, n);
-  check_mask("centroid_attention_dense", "centroid_mask", centroid_mask, b, m);
+  check_mask("centroid_attention_dense", "centroid_mask", centroid_mask, b, m, "M");
   if (normalize == "centroids") {
     // eq. 4: sim_l(x_i, u_j) is a softmax over the centroids j for each input i, the
     // transpose of self-attention's softmax over the inputs. The scores are built
@@ -171,7 +171,7 @@ Tensor centroid_attention_knn(const Tensor& q, const Tensor& kx, const Tensor& v
            describe(nbr));
   const int64_t k = nbr.shape()[2];
   check_mask("centroid_attention_knn", "key_mask", key_mask, b, n);
-  check_mask("centroid_attention_knn", "centroid_mask", centroid_mask, b, m);
+  check_mask("centroid_attention_knn", "centroid_mask", centroid_mask, b, m, "M");
   // Gather the K neighbours' projected rows once (B*M*K rows), then split heads:
   // (B, M, K, H, dh) -> (B, H, M, K, dh). Gradients flow back through index_select.
   Tensor flat = flat_rows(reshape(nbr, {b, m * k}), n, "centroid_attention_knn");
@@ -229,6 +229,12 @@ void CentroidAttentionOptions::validate(const char* who) const {
     CF_CHECK(seq_len > 0 && num_centroids > 0 && num_centroids <= seq_len, ValueError, "[", who,
              "] init \"linear\" needs seq_len > 0 and 0 < num_centroids <= seq_len, got seq_len=", seq_len,
              " num_centroids=", num_centroids);
+  // The convolutions set M themselves (N_out = floor((N + 2p - k) / s) + 1): a num_centroids or downsample
+  // beside them was ignored without a word.
+  if (init == "conv" || init == "conv2d")
+    CF_CHECK(num_centroids == 0 && downsample == CentroidAttentionOptions().downsample, ValueError, "[", who,
+             "] init \"", init, "\" takes M from conv_kernel, conv_stride and conv_padding: num_centroids (",
+             num_centroids, ") and downsample (", downsample, ") must stay at their defaults");
   if (init == "conv" || init == "conv2d")
     CF_CHECK(conv_kernel > 0 && conv_stride > 0 && conv_padding >= 0, ValueError, "[", who,
              "] conv init needs conv_kernel, conv_stride > 0 and conv_padding >= 0, got ", conv_kernel, ", ",
@@ -270,7 +276,9 @@ Tensor CentroidAttention::forward(const Tensor& x, const Tensor& u0, const Tenso
            "[CentroidAttention] x and u0 must share one float dtype, got ", x.dtype(), " and ", u0.dtype());
   const int64_t b = x.shape()[0], n = x.shape()[1], m = u0.shape()[1];
   check_mask("CentroidAttention", "key_padding_mask", key_mask, b, n);
-  check_mask("CentroidAttention", "centroid_mask", centroid_mask, b, m);
+  check_mask("CentroidAttention", "centroid_mask", centroid_mask, b, m, "M");
+  // (N = 0: the dense steps added the output bias alone and KNN failed inside knn_indices)
+  CF_CHECK(n >= 1, ShapeError, "[CentroidAttention] needs at least one input (N >= 1), got x ", describe(x));
   // T = 0: no step of eq. 4, the block is down-sampling alone (the sampling and
   // K-Means rows of the paper's Table 3); nothing is projected or selected.
   if (o_.iterations == 0) return u0;

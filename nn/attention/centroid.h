@@ -80,7 +80,8 @@ struct CentroidAttentionOptions {
   // projection over the sequence, N fixed), "conv" (depthwise 1-d conv over the
   // sequence) or "conv2d" (depthwise 2-d conv on the sqrt(N) x sqrt(N) token grid).
   std::string init = "mean";
-  int64_t num_centroids = 0;  // M; 0: ceil(N / downsample) (sampling, mean, kmeans)
+  int64_t num_centroids = 0;  // M; 0: ceil(N / downsample) (sampling, mean, kmeans; the conv inits set M
+                              // themselves and refuse both)
   double downsample = 2;      // N / M when num_centroids is 0
   int64_t kmeans_iters = 3;   // the paper's K-Means baseline runs 3 iterations (Table 3)
   int64_t seq_len = 0;        // N, required by "linear"

@@ -310,9 +310,13 @@ void bind_models(nb::module_& m, nb::module_& models) {
            "CentroidAttentionOptions (default: M = N/3, mean-pooling init).");
   def_forward(summ,
               [](cm::CentroidSummarizer& s, const Tensor& src, std::optional<Tensor> src_mask, const Tensor& tgt,
-                 std::optional<Tensor> tgt_mask) { return s.forward(src, opt(src_mask), tgt, opt(tgt_mask)); },
-              "(src, src_mask, tgt, tgt_mask) -> logits (B, Nt, tgt_vocab).", nb::arg("src"),
-              nb::arg("src_mask").none(), nb::arg("tgt"), nb::arg("tgt_mask") = nb::none());
+                 std::optional<Tensor> tgt_mask, cf::Generator* sampler) {
+                return s.forward(src, opt(src_mask), tgt, opt(tgt_mask), sampler);
+              },
+              "(src, src_mask, tgt, tgt_mask, sampler) -> logits (B, Nt, tgt_vocab). sampler: the generator of "
+              "random-sampling inits (None: the global one).",
+              nb::arg("src"), nb::arg("src_mask").none(), nb::arg("tgt"), nb::arg("tgt_mask") = nb::none(),
+              nb::arg("sampler").none() = nb::none());
 
   // ---- attention switch (Vyas et al. 2020, Table 1) ----
   models.def("set_attention",

@@ -297,6 +297,17 @@ TEST_CASE("CentroidSummarizer: decoder cross-attends to N/3 centroids - learns a
   bad.centroid_layers = {5};
   CHECK_THROWS_MSG(models::CentroidSummarizer{bad}, ValueError,
                    "[CentroidSummarizer] centroid layer 5 out of range for n_layers = 4");
+  // Random-sampling centroids: a sampler makes an eval forward repeatable (the global generator made two
+  // calls differ), and another sampler state another draw.
+  models::CentroidSummarizerConfig rnd = c;
+  rnd.centroid.init = "random";
+  models::CentroidSummarizer sampled(rnd, g);
+  sampled.eval();
+  Tensor src = randint(1, V, {2, Ns}, data), tgt = randint(1, V, {2, Nt}, data);
+  Generator s1(5), s2(5), s3(6);
+  Tensor a = sampled.forward(src, Tensor(), tgt, Tensor(), &s1), b = sampled.forward(src, Tensor(), tgt, Tensor(), &s2);
+  check_close(a, b, 0);
+  CHECK(max_abs_diff(sampled.forward(src, Tensor(), tgt, Tensor(), &s3), a) > 0);
 }
 
 TEST_CASE("CentroidViT: one centroid block quarters the tokens and the MACs drop") {

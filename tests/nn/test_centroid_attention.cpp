@@ -472,6 +472,29 @@ TEST_CASE("CentroidAttention: bad inputs") {
                    "[CentroidAttention] expected x (B, N, 8) and u0 (B, M, 8)", "u0 float32 (3,2,8)");
   CHECK_THROWS_MSG(att.forward(randn({2, 5, 8}), randn({2, 2, 8}, kFloat64)), DTypeError,
                    "[CentroidAttention] x and u0 must share one float dtype");
+  // The centroids' mask is named by its own axis (it said (B, N) and printed M).
+  CHECK_THROWS_MSG(att.forward(randn({2, 5, 8}), randn({2, 3, 8}), Tensor(), Tensor::zeros({2, 5}, kBool)), ShapeError,
+                   "[CentroidAttention] centroid_mask must be (B, M) = (2, 3), got (2,5)");
+  // No input: refused by the layer on both paths (dense added the output bias alone, KNN failed in knn_indices).
+  nn::CentroidAttentionOptions with_knn = opts(8, 2);
+  with_knn.knn = 3;
+  nn::CentroidAttention knn_att(with_knn);
+  for (nn::CentroidAttention* a : {&att, &knn_att})
+    CHECK_THROWS_MSG(a->forward(randn({2, 0, 8}), randn({2, 2, 8})), ShapeError,
+                     "[CentroidAttention] needs at least one input (N >= 1), got x float32 (2,0,8)");
+  // The convolution inits set M themselves: a num_centroids or downsample beside them is refused.
+  for (const char* init : {"conv", "conv2d"}) {
+    nn::CentroidAttentionOptions c = opts(8, 2, init);
+    c.conv_kernel = 3;
+    c.conv_stride = 2;
+    c.conv_padding = 1;
+    c.num_centroids = 2;
+    CHECK_THROWS_MSG(nn::CentroidInit{c}, ValueError, "takes M from conv_kernel, conv_stride and conv_padding",
+                     "num_centroids (2)");
+    c.num_centroids = 0;
+    c.downsample = 8;
+    CHECK_THROWS_MSG(nn::CentroidInit{c}, ValueError, "downsample (8) must stay at their defaults");
+  }
   CHECK_THROWS_MSG(nn::knn_indices(randn({1, 2, 3}), randn({1, 4, 2}), 2), ShapeError, "[knn_indices] queries");
   CHECK_THROWS_MSG(nn::knn_indices(randn({1, 2, 3}), randn({1, 4, 3}), 0), ValueError,
                    "[knn_indices] k must be in [1, N] = [1, 4], got 0");
