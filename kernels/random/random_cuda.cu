@@ -27,9 +27,12 @@ __global__ void random_kernel(T* out, int64_t n, double a, double b, int64_t ia,
     if constexpr (K == RandomKind::Uniform) {
       const double u = std::is_same_v<T, float> ? double(philox_uniform_f(r)) : philox_uniform_d(r);
       T t = T(__dadd_rn(a, __dmul_rn(__dsub_rn(b, a), u)));
-      // u < 1, but rounding to T may reach high: one step down, as on the CPU
-      if constexpr (!std::is_same_v<T, int64_t> && !std::is_same_v<T, bool>)
+      // u < 1, but rounding to T may reach high, or fall below a low T does not hold: one step
+      // into [low, high), as on the CPU
+      if constexpr (!std::is_same_v<T, int64_t> && !std::is_same_v<T, bool>) {
+        if (double(t) < a) t = T(-double(next_below(T(-double(t)))));
         if (double(t) >= b) t = next_below(t);
+      }
       out[i] = t;
     } else if constexpr (K == RandomKind::Normal) {
       out[i] = T(__dadd_rn(a, __dmul_rn(b, philox_normal(r))));

@@ -153,11 +153,13 @@ TEST_CASE("float64 and int64 round once into bfloat16 and float16") {
   CHECK(values(to(x, kBFloat16))[1] == 1.0078125);
 }
 
-TEST_CASE("rand in bfloat16 and float16 stays below high") {
-  // A float32 draw just below high rounded up to high on store (0.2% of bfloat16 draws in [0, 1)).
+TEST_CASE("rand in bfloat16 and float16 stays at or above low and below high") {
+  // A float32 draw just below high rounded up to high on store (0.2% of bfloat16 draws in [0, 1)),
+  // and one just above a low the dtype does not hold rounded down below it (0.7, -0.3).
   for (DType dt : {kBFloat16, kFloat16}) {
     CAPTURE(dt);
-    for (auto [low, high] : {std::pair<double, double>{0.0, 1.0}, {-2.0, 3.0}, {0.5, 0.75}}) {
+    for (auto [low, high] :
+         {std::pair<double, double>{0.0, 1.0}, {-2.0, 3.0}, {0.5, 0.75}, {0.7, 0.8}, {-0.3, 0.3}}) {
       Generator g(7);
       std::vector<double> v = values(rand({1 << 16}, dt, g, low, high));
       double top = -INFINITY, bottom = INFINITY;
