@@ -270,31 +270,43 @@ inline cf::Tensor opt(const std::optional<cf::Tensor>& t) { return t ? *t : cf::
 // tensor of the same shape, dtype and device, used as given (no copy), so weights tie
 // (head.weight = emb.weight); anything else is a cf.ValueError naming the slot (before, a
 // mis-shaped tensor was taken and failed later in the forward, and an optimizer built earlier
-// kept stepping the old one, as it still does in PyTorch).
+// kept stepping the old one, as it still does in PyTorch). A member every module of the class
+// holds (Linear.weight) is read as a Tensor, so type checkers need no None check on it.
+enum class Member { kOptional, kAlways };
 template <typename Cls, typename M>
-void def_tensor_member(Cls& cls, const char* name, cf::Tensor M::*member) {
+void def_tensor_member(Cls& cls, const char* name, cf::Tensor M::*member, Member kind = Member::kOptional) {
   const std::string label = nb::cast<std::string>(cls.attr("__name__")) + "." + name;
-  cls.def_prop_rw(
-      name,
-      [member](M& m) -> std::optional<cf::Tensor> {
-        const cf::Tensor& t = m.*member;
-        return t.defined() ? std::optional<cf::Tensor>(t) : std::nullopt;
-      },
-      [member, label](M& m, std::optional<cf::Tensor> v) {
-        cf::Tensor& t = m.*member;
-        CF_CHECK(t.defined(), ValueError, "[", label, "] this module was built without it");
-        CF_CHECK(v && v->defined(), ValueError, "[", label, "] cannot be removed (set to None)");
-        CF_CHECK(v->shape() == t.shape() && v->dtype() == t.dtype() && v->device() == t.device(), ValueError, "[",
-                 label, "] is ", t.describe(), ", got ", v->describe(),
-                 " (assign a tensor like it, used as given; load_state_dict copies values)");
-        CF_CHECK(v->requires_grad() == t.requires_grad(), ValueError, "[", label, "] ",
-                 t.requires_grad() ? "requires grad and the given tensor does not (it would freeze the slot)"
-                                   : "does not require grad and the given tensor does",
-                 "; set requires_grad on it first");
-        t = *v;
-        cfpy::keep_wrapper(t);
-      },
-      nb::for_setter(nb::arg("value").none()));
+  auto setter = [member, label](M& m, std::optional<cf::Tensor> v) {
+    cf::Tensor& t = m.*member;
+    CF_CHECK(t.defined(), ValueError, "[", label, "] this module was built without it");
+    CF_CHECK(v && v->defined(), ValueError, "[", label, "] cannot be removed (set to None)");
+    CF_CHECK(v->shape() == t.shape() && v->dtype() == t.dtype() && v->device() == t.device(), ValueError, "[",
+             label, "] is ", t.describe(), ", got ", v->describe(),
+             " (assign a tensor like it, used as given; load_state_dict copies values)");
+    CF_CHECK(v->requires_grad() == t.requires_grad(), ValueError, "[", label, "] ",
+             t.requires_grad() ? "requires grad and the given tensor does not (it would freeze the slot)"
+                               : "does not require grad and the given tensor does",
+             "; set requires_grad on it first");
+    t = *v;
+    cfpy::keep_wrapper(t);
+  };
+  if (kind == Member::kAlways)
+    cls.def_prop_rw(
+        name,
+        [member, label](M& m) -> cf::Tensor {
+          const cf::Tensor& t = m.*member;
+          CF_CHECK(t.defined(), ValueError, "[", label, "] is missing");  // (every constructor makes it)
+          return t;
+        },
+        setter, nb::for_setter(nb::arg("value").none()));
+  else
+    cls.def_prop_rw(
+        name,
+        [member](M& m) -> std::optional<cf::Tensor> {
+          const cf::Tensor& t = m.*member;
+          return t.defined() ? std::optional<cf::Tensor>(t) : std::nullopt;
+        },
+        setter, nb::for_setter(nb::arg("value").none()));
 }
 
 // Module.forward and Module.__call__ from one function, run without the GIL.

@@ -39,18 +39,19 @@ nb::object message(const std::exception& e) {
 void raise(const nb::object& type, const std::exception& e) { PyErr_SetObject(type.ptr(), message(e).ptr()); }
 
 // A seed no uint64 holds (cf's Philox key is 64 bits): refused by name, not with nanobind's signature dump.
-[[noreturn]] void refuse_seed(nb::handle seed, const char* op) {
-  throw cf::ValueError(cf::str("[", op, "] seed must be an int in [0, 2^64), got ", nb::cast<std::string>(nb::str(seed))));
+[[noreturn]] void refuse_seed(nb::handle seed, const char* op, const char* what) {
+  throw cf::ValueError(
+      cf::str("[", op, "] ", what, " must be an int in [0, 2^64), got ", nb::cast<std::string>(nb::str(seed))));
 }
 
-// A seed from any Python integer (NumPy's too; anything else is Python's TypeError), one outside [0, 2^64)
-// refused naming op (not nanobind's signature dump).
-uint64_t seed_of(nb::handle seed, const char* op) {
+// A seed (or a generator offset, `what`) from any Python integer (NumPy's too; anything else is
+// Python's TypeError), one outside [0, 2^64) refused naming op (not nanobind's signature dump).
+uint64_t seed_of(nb::handle seed, const char* op, const char* what = "seed") {
   PyObject* index = PyNumber_Index(seed.ptr());
   if (!index) throw nb::python_error();
   nb::object as_int = nb::steal(index);
   uint64_t v = 0;
-  if (!nb::try_cast<uint64_t>(as_int, v, false)) refuse_seed(as_int, op);
+  if (!nb::try_cast<uint64_t>(as_int, v, false)) refuse_seed(as_int, op, what);
   return v;
 }
 
@@ -167,7 +168,12 @@ NB_MODULE(_cf, m) {
            nb::arg("seed"), nb::sig("def manual_seed(self, seed: typing.SupportsIndex) -> None"), "Reset to seed, offset 0.")
       .def_prop_ro("seed", &cf::Generator::seed)
       .def_prop_ro("offset", &cf::Generator::offset)
-      .def("set_state", &cf::Generator::set_state, nb::arg("seed"), nb::arg("offset"),
+      .def("set_state",
+           [](cf::Generator& g, nb::handle seed, nb::handle offset) {
+             g.set_state(seed_of(seed, "Generator.set_state"), seed_of(offset, "Generator.set_state", "offset"));
+           },
+           nb::arg("seed"), nb::arg("offset"),
+           nb::sig("def set_state(self, seed: typing.SupportsIndex, offset: typing.SupportsIndex) -> None"),
            "Restore a state saved from seed and offset (training checkpoints).")
       .def("__repr__", [](const cf::Generator& g) {
         return "Generator(seed=" + std::to_string(g.seed()) + ", offset=" + std::to_string(g.offset()) + ")";

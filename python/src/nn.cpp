@@ -319,7 +319,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            nb::arg("bias") = true, generator_arg())
       .def_prop_ro("in_features", &cnn::Linear::in_features)
       .def_prop_ro("out_features", &cnn::Linear::out_features);
-  def_tensor_member(linear, "weight", &cnn::Linear::weight);
+  def_tensor_member(linear, "weight", &cnn::Linear::weight, Member::kAlways);
   def_tensor_member(linear, "bias", &cnn::Linear::bias);
   nb::class_<cnn::Embedding, cnn::Module> emb(nn, "Embedding",
                                               "Rows of a (num, dim) table picked by int64 ids of any shape -> (..., dim). "
@@ -340,7 +340,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
           generator_arg())
       .def_prop_ro("num_embeddings", &cnn::Embedding::num_embeddings)
       .def_prop_ro("dim", &cnn::Embedding::dim);
-  def_tensor_member(emb, "weight", &cnn::Embedding::weight);
+  def_tensor_member(emb, "weight", &cnn::Embedding::weight, Member::kAlways);
   def_forward(emb, [](cnn::Embedding& e, const Tensor& ids) { return e.forward(ids); }, "forward(ids)", nb::arg("ids"));
   nb::class_<cnn::LayerNorm, cnn::UnaryModule> norm(nn, "LayerNorm",
                                                     "Layer normalisation over the last axis, learned scale and shift.");
@@ -425,7 +425,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
                                                                    "x + P[:N] with a learned table P ~ N(0, 0.02^2).");
   lpe.def("__init__", init_with_generator<cnn::LearnedPositionalEncoding, int64_t, int64_t>(), nb::arg("max_len"), nb::arg("dim"),
           generator_arg());
-  def_tensor_member(lpe, "weight", &cnn::LearnedPositionalEncoding::weight);
+  def_tensor_member(lpe, "weight", &cnn::LearnedPositionalEncoding::weight, Member::kAlways);
   nb::class_<cnn::DepthwiseConv1d, cnn::UnaryModule> dwconv(
       nn, "DepthwiseConv1d",
       "Depthwise convolution along the sequence axis of (B, N, C); N_out = floor((N + 2p - k) / s) + 1.");
@@ -433,7 +433,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            nb::arg("kernel_size"), nb::arg("stride") = 1, nb::arg("padding") = 0, nb::arg("bias") = true,
            generator_arg())
       .def("output_length", &cnn::DepthwiseConv1d::output_length, nb::arg("n"));
-  def_tensor_member(dwconv, "weight", &cnn::DepthwiseConv1d::weight);
+  def_tensor_member(dwconv, "weight", &cnn::DepthwiseConv1d::weight, Member::kAlways);
   def_tensor_member(dwconv, "bias", &cnn::DepthwiseConv1d::bias);
 
   // ---------------------------------------------------------------- attention
@@ -511,7 +511,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("size", &cnn::MemoryBank::size)
       .def("steps", &cnn::MemoryBank::steps)
       .def("updates", &cnn::MemoryBank::updates);
-  def_tensor_member(bank, "centroids", &cnn::MemoryBank::centroids);
+  def_tensor_member(bank, "centroids", &cnn::MemoryBank::centroids, Member::kAlways);
   nn.def("step_memory_banks", &cnn::step_memory_banks, nb::arg("model"), release_gil(),
          "One training step of every memory bank in model (MemoryBank.step of each); returns how many "
          "recomputed their centroids. Call it once per optimizer step for a model whose attention is "
@@ -532,9 +532,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   nb::class_<cnn::NeuralClusteringAttention, cnn::Attention> nca(
       nn, "NeuralClusteringAttention",
       "ClusterFormer's neural clustering attention (eqs. 2-11; masked variant of appendix B). Options: clusters "
-      "(required), look_back, scale, tie_order, losses_reach_input. Self-attention only (needs query_input).");
+      "(required), look_back, scale, tie_order, losses_reach_input, loss_form, dropout. Self-attention only (needs "
+      "query_input).");
   def_tensor_member(nca, "centroids", &cnn::NeuralClusteringAttention::centroids);
-  def_tensor_member(nca, "w_c", &cnn::NeuralClusteringAttention::w_c);
+  def_tensor_member(nca, "w_c", &cnn::NeuralClusteringAttention::w_c, Member::kAlways);
   nca.def_prop_ro("d_model", &cnn::NeuralClusteringAttention::d_model)
       .def_prop_ro("chain_index", &cnn::NeuralClusteringAttention::chain_index)
       .def("current_centroids", &cnn::NeuralClusteringAttention::current_centroids);

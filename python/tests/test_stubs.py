@@ -113,3 +113,22 @@ def test_operators_and_values_are_typed():
         assert returns[op] == {"Tensor"}, (op, returns[op])
     assert returns["item"] == {"float | int | bool"}
     assert returns["__int__"] == {"int"}
+
+
+def test_members_every_module_holds_are_typed_tensor():
+    # Linear.weight was `Tensor | None`: `lin.weight.shape` failed a type check though no Linear lacks it
+    tree = parse(os.path.join(PKG, "_cf", "nn", "__init__.pyi"))
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+    def getter(cls, name):
+        for n in classes[cls].body:
+            if isinstance(n, ast.FunctionDef) and n.name == name and any(
+                    isinstance(d, ast.Name) and d.id == "property" for d in n.decorator_list):
+                return ast.unparse(n.returns).replace("cf._cf.", "")
+        raise AssertionError(f"{cls}.{name} has no property getter")
+
+    for cls, name in (("Linear", "weight"), ("Embedding", "weight"), ("MemoryBank", "centroids"),
+                      ("NeuralClusteringAttention", "w_c")):
+        assert getter(cls, name) == "Tensor", (cls, name)
+    for cls, name in (("Linear", "bias"), ("LayerNorm", "weight"), ("NeuralClusteringAttention", "centroids")):
+        assert getter(cls, name) == "Tensor | None", (cls, name)

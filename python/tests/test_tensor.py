@@ -196,6 +196,13 @@ def test_to_takes_dtype_and_device_names_and_devices_pickle():
         cf.manual_seed(-1)
     with pytest.raises(TypeError, match=r"'str' object cannot be interpreted as an integer"):
         cf.manual_seed("1")
+    g = cf.Generator(3)
+    with pytest.raises(cf.ValueError, match=r"^\[Generator.set_state\] seed must be an int in \[0, 2\^64\), got -1"):
+        g.set_state(-1, 0)
+    with pytest.raises(cf.ValueError, match=r"^\[Generator.set_state\] offset must be an int in \[0, 2\^64\), got 18446744073709551616$"):
+        g.set_state(5, 2**64)
+    g.set_state(2**64 - 1, 7)
+    assert (g.seed, g.offset) == (2**64 - 1, 7)
     with pytest.raises(cf.ValueError, match=r"^\[mean\] axes must be None, an int or a sequence of ints, got a bool"):
         cf.ones([2, 2]).mean(True)
 
