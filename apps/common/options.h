@@ -418,13 +418,19 @@ int parse_command_line(const std::string& app, Parse&& parse) {
   try {
     if (parse()) return -1;
     return 0;
-  } catch (const std::exception& e) {
+  } catch (const UsageError& e) {
     // Under mpirun every rank parses the same command line: rank 0 alone says what is wrong (each rank
     // printed it), and a process group already started (a check that needs the world size) ends cleanly.
     const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
     if (rank == nullptr || std::atoi(rank) == 0)
       std::cerr << app << ": " << e.what() << "\n(run '" << app << " --help' for usage)\n";
     cf::dist::finalize();
+    return 2;
+  } catch (const std::exception& e) {
+    // Anything else (a config file, starting the process group) may differ between ranks: every rank says it.
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    std::cerr << app << (rank ? std::string(" (rank ") + rank + ")" : std::string()) << ": " << e.what()
+              << "\n(run '" << app << " --help' for usage)\n";
     return 2;
   }
 }

@@ -312,7 +312,7 @@ json summary_of(const Config& cfg, const cf::Tensor& x, const cf::Tensor& truth,
 }
 
 // The app once its command line is read: its exit status.
-int run(const Config& cfg) {
+int run(const Config& cfg, cf::Device dev) {
   const bool demo = cfg.input.empty();
   auto t0 = std::chrono::steady_clock::now();
   cf::Tensor x, truth;
@@ -327,8 +327,7 @@ int run(const Config& cfg) {
     x = read_data(cfg);
     if (!cfg.labels.empty()) truth = read_labels(cfg.labels, x.size(0));
   }
-  const cf::Device dev = cf::apps::parse_device(cfg.device);
-  x = x.to(dev);
+  x = x.to(dev);  // start_device's: under --distributed a bare cuda is the local rank's GPU
   const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   say(json{{"event", "start"}, {"input", demo ? "demo (planted clusters)" : cfg.input},
                     {"format", demo ? "generated" : cfg.format}, {"n", x.size(0)}, {"d", x.size(1)},
@@ -358,12 +357,13 @@ int run(const Config& cfg) {
 
 int main(int argc, char** argv) {
   Config cfg;
+  cf::Device dev;
   return cf::apps::app_main(
       "cf-kmeans",
       [&] {
         if (!parse(argc, argv, cfg)) return false;
-        cf::apps::start_device(cfg.device, cfg.distributed);
+        dev = cf::apps::start_device(cfg.device, cfg.distributed);
         return true;
       },
-      [&] { return run(cfg); });
+      [&] { return run(cfg, dev); });
 }

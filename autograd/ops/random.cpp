@@ -23,6 +23,19 @@ double largest_finite(DType dtype) {
          : dtype == kFloat32  ? double(std::numeric_limits<float>::max())
                               : std::numeric_limits<double>::max();
 }
+// The smallest value of T at or above low (rand's draws land in [it, high) after their one-step fix-ups).
+template <typename T>
+double first_at_or_above(double low) {
+  T v = T(low);
+  if (double(v) < low) v = T(-double(next_below(T(-double(v)))));  // next above: negation is exact
+  return double(v);
+}
+double first_at_or_above(DType dtype, double low) {
+  return dtype == kFloat16    ? first_at_or_above<Half>(low)
+         : dtype == kBFloat16 ? first_at_or_above<BFloat16>(low)
+         : dtype == kFloat32  ? first_at_or_above<float>(low)
+                              : low;
+}
 }  // namespace
 
 Tensor rand(const Shape& shape, DType dtype, Generator& gen, double low, double high, Device device) {
@@ -35,6 +48,9 @@ Tensor rand(const Shape& shape, DType dtype, Generator& gen, double low, double 
   CF_CHECK(std::isfinite(high - low) && std::fabs(low) <= top && std::fabs(high) <= top, ValueError,
            "[rand] the bounds [", low, ", ", high, ") and their width must lie within ", dtype, "'s range (|x| <= ",
            top, ")");
+  // (bfloat16 [0.7, 0.701): a draw stepped up past high, then back below low)
+  CF_CHECK(first_at_or_above(dtype, low) < high, ValueError, "[rand] [", low, ", ", high, ") holds no ", dtype,
+           " value (the first at or above low is ", first_at_or_above(dtype, low), ")");
   return draw(shape, dtype, gen, device, {kernels::RandomKind::Uniform, low, high});
 }
 

@@ -346,7 +346,8 @@ struct RoutedAttentionParams {
   // position j in list c of head (b, h) is dropped when the Philox draw of counter dropout_counter0 + (((c B + b) H +
   // h) N + i) N + j under key dropout_seed falls below the rate, else scaled by 1 / (1 - rate): list c's share of C
   // successive dense (B, H, N, N) weight tensors, the counters dropout() gives them in
-  // routed_attention_dense_reference's loop over the lists.
+  // routed_attention_dense_reference's loop over the lists (under a dropout share of 1:
+  // autograd/dropout_share.h).
   double dropout = 0.0;
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
   int64_t list0 = 0;  // c above is list0 + the list's index in this call (a backward over a slice of the lists)

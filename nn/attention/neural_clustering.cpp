@@ -106,14 +106,14 @@ Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index
            describe(x), ", c_hat ", describe(c_hat), ", index ", describe(index));
   const int64_t B = x.shape()[0], N = x.shape()[1];
   check_mask(key_padding_mask, B, N, who);
-  // Cluster ids in [0, k), k also at padding (a data check, deferred on CUDA: no host read).
-  const int64_t k = c_hat.shape()[1], limit = key_padding_mask.defined() ? k + 1 : k;
-  check_indices(who, index, limit, [k, limit](int64_t at, int64_t id) {
-    throw IndexError(str("[clustering_loss] cluster index ", id, " at flat position ", at, " is out of range [0, ",
-                         limit, ") for k = ", k, " centroids", limit > k ? " (k marks padding)" : ""));
-  });
   // Padded tokens carry index k (no centroid): point them at centroid 0 and zero their term.
   Tensor idx = key_padding_mask.defined() ? masked_fill(index, key_padding_mask, 0.0) : index;
+  // The other tokens' ids in [0, k) (a data check, deferred on CUDA: no host read).
+  const int64_t k = c_hat.shape()[1];
+  check_indices(who, idx, k, [k](int64_t at, int64_t id) {
+    throw IndexError(str("[clustering_loss] cluster index ", id, " at flat position ", at, " is out of range [0, ",
+                         k, ") for k = ", k, " centroids (k itself marks padding, where key_padding_mask is set)"));
+  });
   Tensor own = take_along_dim(c_hat, unsqueeze(idx, 2), 1);    // C^_{I_j}, (B, N, D)
   if (form != ClusterLossForm::kInner) own = unit_rows(own);
   Tensor phi = sum((form == ClusterLossForm::kCosine ? unit_rows(x) : x) * own, {2});  // (B, N)

@@ -9,7 +9,8 @@
 //   L1    = -(1/N) sum_j phi(X_j, C^_{I_j})                            (eq. 6)
 // Section 3.2, the attention: Q^S, K^S, V^S of the sorted tokens (eq. 7; the
 // projections are per token, so projecting then gathering by the sort order is
-// the same), k equal blocks of w = ceil(N/k) (eq. 8), block i attending to blocks
+// the same), k equal blocks of w = ceil(N/k) (eq. 8; N the sequence's own length: under
+// padding each row's valid tokens, padded queries in no block), block i attending to blocks
 // i-1 and i, block 1 looking back cyclically to block k, attention within the
 // blocks in parallel (eq. 9), outputs resorted to token order (eq. 10), and
 //   L2    = -(1/k) (sum_{i=2..k} phi(C^_i, C^_{i-1}) + phi(C^_1, C^_k))  (eq. 11)

@@ -56,7 +56,8 @@ namespace nn {
 // lists in range by construction (balanced routing's top-w indices, the local and fixed sparse
 // patterns): the shapes are checked, the lists' values are not (no pass over them; the kernels
 // read a position outside [0, N) as an empty slot). Query slot s of list c attends to the key
-// slots of list c; a query in several lists gets the average of its outputs, zeros if in none.
+// slots of list c; a query in several lists gets the average of its outputs over the lists where it sees
+// a key, zeros if none.
 // dropout: attention-weight dropout at that rate (0: none), from the default generator.
 Tensor routed_lists_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_members,
                               const Tensor& key_members, const Tensor& key_padding_mask, double scale, bool causal,
@@ -64,7 +65,9 @@ Tensor routed_lists_attention(const Tensor& q, const Tensor& k, const Tensor& v,
 
 // The dense reference of routed_attention (autograd/ops/attention.h) for tests: for every list c an
 // explicit (B, H, N, N) blocked mask, dense_attention over it (with dropout, list after list from gen: the
-// weights routed_attention drops), rows of queries in c averaged. O(C N^2) memory.
+// weights routed_attention drops), rows of queries in c averaged over the lists where they see a key.
+// O(C N^2) memory. (Its dropout masks are routed_attention's under a dropout share of 1 only:
+// autograd/dropout_share.h.)
 Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& query_members, const Tensor& key_members,
                                         const Tensor& key_padding_mask, double scale, bool causal,

@@ -31,7 +31,9 @@ Tensor rows_at(const char* layer, const Tensor& table, const Tensor& x, const Te
            positions.device().str(), ", input on ", x.device().str());
   Tensor rows;
   try {
-    rows = index_select(table, 0, reshape(positions, {-1}));  // checks every position
+    // Checks every position: at once on the CPU, where the layer's name is added; on CUDA the check is
+    // deferred to the next host read, whose error is index_select's own.
+    rows = index_select(table, 0, reshape(positions, {-1}));
   } catch (const IndexError& e) {
     throw IndexError(str("[", layer, "] positions ", shape_str(positions.shape()), " for max_len ",
                          table.shape()[0], ": ", e.what()));

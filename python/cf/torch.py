@@ -43,7 +43,11 @@ and its gradients follow the loss as any term's: scaled by a GradScaler, divided
 with a loss divided for gradient accumulation. Left out of the loss, the backward
 pass adds them itself at weight 1, as if `mu * L1 + nu * L2` were added to the
 unscaled loss (a loss scaled by S then gave them 1/S of their weight after
-unscaling). `attn.last_aux_loss` is the value as a float. Pass aux_weights={} to
+unscaling). aux_loss is the last call's: a layer called several times in a step
+adds the earlier calls' at weight 1, and it holds the call's graph until that
+call's backward runs or the next call (a recorded forward whose backward never
+runs keeps its cf graph that long). `attn.last_aux_loss` is the value as a
+float. Pass aux_weights={} to
 leave them out, or give the weights of other variants' losses (routing:
 {"routing_commitment": w}).
 

@@ -667,7 +667,7 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "Fused attention within index lists (routing attention, fixed sparse patterns): query_members (B or 1, H or "
         "1, C, wq) and key_members (B or 1, H or 1, C, wk) int64 hold positions (-1 empty); list c's query slots "
         "attend to list c's key slots (causal compares positions). A position in several query lists gets the "
-        "average of its outputs, zeros if in none. Returns (B, H, N, Dv). dropout > 0: inverted "
+        "average of its outputs over the lists where it sees a key, zeros if none. Returns (B, H, N, Dv). dropout > 0: inverted "
         "dropout of the attention weights, those dropout() would drop on C successive dense (B, H, N, N) weight "
         "tensors, one per list, with the same generator. Differentiable in q, k, v.",
         release_gil());

@@ -171,6 +171,8 @@ TEST_CASE("rand in bfloat16 and float16 stays at or above low and below high") {
       CHECK(bottom >= low);
       CHECK(top > low + 0.9 * (high - low));  // still spread over the range
     }
+    Generator g(7);  // a range that holds no value of the dtype has nothing to draw
+    CHECK_THROWS_MSG(rand({4}, dt, g, 0.7, 0.7001), ValueError, "[rand] [0.7, 0.7001) holds no", dtype_name(dt));
   }
 }
 

@@ -318,10 +318,10 @@ TEST_CASE("neural clustering attention equals its dense reference with padding a
 
 TEST_CASE("a text's neural clustering output does not depend on the padding its batch adds") {
   // Eq. 8's N is the sequence's length: blocks of ceil(8 / 3) = 3 for these 8 tokens alone and
-  // padded to 9, 10 or 12 (the padded length's ceil(10 / 3) = 4 changed the blocks, the output by 1.56).
+  // padded to 10, 11 or 12 (the padded length's ceil(10 / 3) = 4 changed the blocks, the output by 1.56).
   const int64_t n = 8, D = 8, Dh = 4, H = 2;
   for (bool causal : {false, true})
-    for (int64_t N : {9, 10, 12}) {
+    for (int64_t N : {11, 10, 12}) {
       INFO("padded to ", N, " causal ", causal);
       auto att = make_nc64(D, nc_options(3, 1, nn::ClusterTieOrder::kMembership), 31);
       Tensor x = leaf64({1, N, D}, 32), q = leaf64({1, H, N, Dh}, 33), k = leaf64({1, H, N, Dh}, 34),
@@ -583,6 +583,8 @@ TEST_CASE("neural clustering: options and bad input name the problem") {
                    "[clustering_loss] cluster index 7 at flat position 2 is out of range [0, 2) for k = 2 centroids");
   CHECK_THROWS_MSG(nn::clustering_loss(x, r.c_hat, ti64({0, 1, 2, 0, 1}, {1, 5}), {}), IndexError, "index 2");
   CHECK_NOTHROW(nn::clustering_loss(x, r.c_hat, ti64({0, 1, 0, 1, 2}, {1, 5}), bools({false, false, false, false, true}, {1, 5})));
+  CHECK_THROWS_MSG(nn::clustering_loss(x, r.c_hat, ti64({0, 1, 2, 1, 2}, {1, 5}), bools({false, false, false, false, true}, {1, 5})),
+                   IndexError, "cluster index 2 at flat position 2");  // k at a token that is not padding
   // A module of another dtype than its input: a dtype error (it was a ShapeError about the batch)
   auto f32 = make_nc64(8, nc_options(2), 75);
   f32->to(kFloat32);
