@@ -143,18 +143,28 @@ struct Half {
 
 static_assert(sizeof(BFloat16) == 2 && sizeof(Half) == 2, "2-byte storage types");
 
-// The largest value of x's type below x, for a finite x (used by cf::rand: a draw in [low, high)
-// that rounding to the output type carried up to high is moved one step down).
+// The largest value of x's type below x, and the smallest above it, for a finite x (used by cf::rand:
+// a draw in [low, high) that rounding to the output type carried up to high moves one step down, one
+// carried below a low the type does not hold moves one step up).
 namespace half_detail {
-CF_HD uint16_t bits_below(uint16_t b) {  // sign-magnitude: both 2-byte layouts
+// Sign-magnitude steps, for both 2-byte layouts.
+CF_HD uint16_t bits_below(uint16_t b) {
   if ((b & 0x7FFFu) == 0) return 0x8001u;  // +-0: the negative value of least magnitude
   return uint16_t(b & 0x8000u ? b + 1u : b - 1u);
+}
+CF_HD uint16_t bits_above(uint16_t b) {
+  if ((b & 0x7FFFu) == 0) return 0x0001u;  // +-0: the positive value of least magnitude
+  return uint16_t(b & 0x8000u ? b - 1u : b + 1u);
 }
 }  // namespace half_detail
 CF_HD BFloat16 next_below(BFloat16 x) { return BFloat16::from_bits(half_detail::bits_below(x.bits)); }
 CF_HD Half next_below(Half x) { return Half::from_bits(half_detail::bits_below(x.bits)); }
 CF_HD float next_below(float x) { return nextafterf(x, -std::numeric_limits<float>::infinity()); }
 CF_HD double next_below(double x) { return nextafter(x, -std::numeric_limits<double>::infinity()); }
+CF_HD BFloat16 next_above(BFloat16 x) { return BFloat16::from_bits(half_detail::bits_above(x.bits)); }
+CF_HD Half next_above(Half x) { return Half::from_bits(half_detail::bits_above(x.bits)); }
+CF_HD float next_above(float x) { return nextafterf(x, std::numeric_limits<float>::infinity()); }
+CF_HD double next_above(double x) { return nextafter(x, std::numeric_limits<double>::infinity()); }
 
 // The type a kernel computes in: float32 registers for the storage types, the type itself otherwise.
 template <typename T> struct compute_type { using type = T; };

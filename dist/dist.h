@@ -66,12 +66,17 @@ struct InitOptions {
 
 // Rank and world size the launcher announced in the environment (Open MPI's
 // OMPI_COMM_WORLD_RANK/SIZE, else PMI_RANK/PMI_SIZE, else PMIX_RANK); {-1, -1}
-// when the process was not started by a launcher.
+// when the process was not started by a launcher. local_rank: the rank among the
+// processes of this node (OMPI_COMM_WORLD_LOCAL_RANK, else MPICH's MPI_LOCALRANKID), -1 unknown.
 struct LauncherEnv {
   int rank = -1;
   int world_size = -1;
+  int local_rank = -1;
 };
 LauncherEnv launcher_env();
+// The GPU this process takes among device_count visible ones: its local rank modulo
+// device_count (0 without a launcher). The NCCL backend binds it; the apps' bare "cuda" names it.
+int local_device_index(int device_count);
 
 // Which backends this build has ("mpi", "nccl").
 bool built_with(const std::string& backend);

@@ -71,12 +71,10 @@ class NcclRequest : public Request {
 class NcclBackend : public Backend {
  public:
   explicit NcclBackend(Backend& bootstrap) : rank_(bootstrap.rank()), size_(bootstrap.world_size()) {
-    // One GPU per process: the local rank's device (mpirun sets OMPI_COMM_WORLD_LOCAL_RANK).
+    // One GPU per process: the local rank's device.
     int count = 0;
     check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-    const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    int local = lr ? std::atoi(lr) : 0;
-    device_ = count > 0 ? local % count : 0;
+    device_ = local_device_index(count);
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     ncclUniqueId id;
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");

@@ -331,7 +331,14 @@ LauncherEnv launcher_env() {
     e.world_size = env_int("PMI_SIZE");
   }
   if (e.rank < 0 && env_int("PMIX_RANK") >= 0) e.rank = env_int("PMIX_RANK");
+  e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (e.local_rank < 0) e.local_rank = env_int("MPI_LOCALRANKID");
   return e;
+}
+
+int local_device_index(int device_count) {
+  const int local = launcher_env().local_rank;
+  return device_count > 0 && local > 0 ? local % device_count : 0;
 }
 
 bool built_with(const std::string& backend) {

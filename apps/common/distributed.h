@@ -38,10 +38,8 @@ inline void add_distributed_option(Options& o, bool* distributed) {
 inline cf::Device start_device(const std::string& device, bool distributed) {
   cf::Device dev = parse_device(device);
   init_distributed(distributed);
-  if (distributed && dev.is_cuda() && device.find(':') == std::string::npos && cf::cuda::device_count() > 1) {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    dev = cf::Device::cuda((local ? std::atoi(local) : 0) % cf::cuda::device_count());
-  }
+  if (distributed && dev.is_cuda() && device.find(':') == std::string::npos)
+    dev = cf::Device::cuda(cf::dist::local_device_index(cf::cuda::device_count()));
   return dev;
 }
 

@@ -27,7 +27,7 @@ double largest_finite(DType dtype) {
 template <typename T>
 double first_at_or_above(double low) {
   T v = T(low);
-  if (double(v) < low) v = T(-double(next_below(T(-double(v)))));  // next above: negation is exact
+  if (double(v) < low) v = next_above(v);
   return double(v);
 }
 double first_at_or_above(DType dtype, double low) {

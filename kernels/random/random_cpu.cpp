@@ -18,9 +18,9 @@ void fill_typed(T* out, int64_t n, const RandomParams& p) {
           out[i] = T(p.a + (p.b - p.a) * u);
           // u < 1, but rounding to T may reach high (bfloat16: 0.2% of rand's draws were 1.0), or
           // fall below a low T does not hold (bfloat16 rand(low=0.7) gave 0.69921875): one step
-          // into [low, high) (next_above(t) is -next_below(-t): negation is exact)
+          // into [low, high)
           if constexpr (!std::is_same_v<T, int64_t> && !std::is_same_v<T, bool>) {
-            if (double(out[i]) < p.a) out[i] = T(-double(next_below(T(-double(out[i])))));
+            if (double(out[i]) < p.a) out[i] = next_above(out[i]);
             if (double(out[i]) >= p.b) out[i] = next_below(out[i]);
           }
           break;

@@ -30,7 +30,7 @@ __global__ void random_kernel(T* out, int64_t n, double a, double b, int64_t ia,
       // u < 1, but rounding to T may reach high, or fall below a low T does not hold: one step
       // into [low, high), as on the CPU
       if constexpr (!std::is_same_v<T, int64_t> && !std::is_same_v<T, bool>) {
-        if (double(t) < a) t = T(-double(next_below(T(-double(t)))));
+        if (double(t) < a) t = next_above(t);
         if (double(t) >= b) t = next_below(t);
       }
       out[i] = t;

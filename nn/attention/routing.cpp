@@ -326,12 +326,15 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
         const Tensor ones = Tensor::ones({B, R, N, 1}, qd.dtype(), qd.device());
         Tensor stats;
         if (a.q.device().is_cuda()) {
-          auto block_of = [&](const Tensor& assign, const Tensor& xd, const Tensor& valid) {  // (R C + 1, D + 1)
-            Tensor onehot = one_hot(assign, n_clusters_, xd.dtype()) * valid;                 // (B, R, N, C)
-            Tensor sums = sum(matmul(transpose(onehot, -2, -1), cat({xd, ones}, -1)), {0});  // (R, C, D + 1)
+          auto block_of = [&](const Tensor& assign, const Tensor& xd, const Tensor& valid, const Tensor& mask) {
+            Tensor onehot = one_hot(assign, n_clusters_, xd.dtype()) * valid;  // (B, R, N, C)
+            // Padded rows are zeroed, not only weighted by 0: a NaN or inf there would reach every
+            // centroid through 0 * inf (the CPU's index_add sends them to the spare row instead).
+            const Tensor x = mask.defined() ? where(reshape(logical_not(mask), {B, 1, N, 1}), xd, 0.0) : xd;
+            Tensor sums = sum(matmul(transpose(onehot, -2, -1), cat({x, ones}, -1)), {0});  // (R, C, D + 1)
             return cat({reshape(sums, {RC, D + 1}), Tensor::zeros({1, D + 1}, xd.dtype(), xd.device())}, 0);
           };
-          stats = cat({block_of(qa, qd, vq), block_of(ka, kd, vk)}, 0);
+          stats = cat({block_of(qa, qd, vq, a.query_padding_mask), block_of(ka, kd, vk, a.key_padding_mask)}, 0);
         } else {
           const Tensor head_base = reshape(Tensor::arange(R, kInt64, a.q.device()) * double(n_clusters_), {1, R, 1});
           auto rows_of = [&](const Tensor& assign, const Tensor& mask, int64_t first) {

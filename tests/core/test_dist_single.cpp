@@ -1,5 +1,8 @@
 // dist/ in one process without a launcher (the multi-process tests are
 // cf_dist_tests under mpirun): errors before init, and the "none" backend.
+#include <cstdlib>
+#include <string>
+
 #include "test_util.h"
 
 using namespace cf;
@@ -31,6 +34,30 @@ TEST_CASE("dist: errors before init and for unknown backends") {
                    "[DistributedDataParallel]", "not initialised");
   CHECK_THROWS_MSG(nn::kmeans_distributed(Tensor::ones({4, 2}), {}), d::DistError, "[kmeans_distributed]",
                    "not initialised");
+}
+
+TEST_CASE("dist: the local GPU index follows the launcher's local rank") {
+  // Saved and restored: ctest may run this under a launcher's environment.
+  const char* saved = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const std::string old = saved ? saved : "";
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  ::unsetenv("MPI_LOCALRANKID");
+  CHECK(d::launcher_env().local_rank == -1);
+  CHECK(d::local_device_index(4) == 0);
+  ::setenv("MPI_LOCALRANKID", "2", 1);  // MPICH's name
+  CHECK(d::launcher_env().local_rank == 2);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "5", 1);  // Open MPI's name wins
+  CHECK(d::launcher_env().local_rank == 5);
+  CHECK(d::local_device_index(4) == 1);
+  CHECK(d::local_device_index(1) == 0);
+  CHECK(d::local_device_index(0) == 0);  // no GPU visible
+  ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x", 1);  // not a rank: MPICH's then
+  CHECK(d::launcher_env().local_rank == 2);
+  ::unsetenv("MPI_LOCALRANKID");
+  if (saved)
+    ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", old.c_str(), 1);
+  else
+    ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
 }
 
 TEST_CASE("dist: backend none is a world of one where every collective is the identity") {

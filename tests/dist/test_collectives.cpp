@@ -81,6 +81,8 @@ TEST_CASE("dist: process group from the launcher") {
   d::LauncherEnv env = d::launcher_env();
   CHECK(env.rank == d::rank());
   CHECK(env.world_size == d::world_size());
+  CHECK(env.local_rank == d::rank());  // the tests' processes share one node
+  CHECK(d::local_device_index(2) == d::rank() % 2);
   CHECK(d::is_main() == (d::rank() == 0));
   CHECK(d::backend_name() != "none");
   CHECK_THROWS_MSG(d::init(), d::DistError, "already initialised");

@@ -205,9 +205,11 @@ TEST_CASE("routing attention: the EMA centroid update and the commitment loss ma
   REQUIRE(aux.get("routing_commitment").size() == 1);
   CHECK(aux.get("routing_commitment")[0].item<double>() == doctest::Approx(commit).epsilon(1e-12));
   check_close(att.centroids(), mu, 0.0);
-  // Training mode: mu <- lambda mu + (1 - lambda)/2 (mean assigned Q + mean assigned K).
+  // Training mode: mu <- lambda mu + (1 - lambda)/2 (mean assigned Q + mean assigned K). A NaN at a
+  // padded query and an inf at a padded key change nothing: padded tokens never reach the centroids.
   att.train();
-  att.forward(attention_args(q, k, v, kpm, false));
+  const Tensor real = logical_not(reshape(kpm, {B, 1, N, 1}));
+  att.forward(attention_args(where(real, q.detach(), NAN), where(real, k.detach(), INFINITY), v, kpm, false));
   check_close(att.centroids(), expected, 1e-12);
   // The centroids live in the state dict as a buffer, not a parameter (no gradient).
   auto sd = att.state_dict();
