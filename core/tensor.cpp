@@ -132,6 +132,12 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::has_internal_overlap() const {
+  for (size_t i = 0; i < shape().size(); ++i)
+    if (strides()[i] == 0 && shape()[i] > 1) return true;
+  return false;
+}
+
 std::string Tensor::describe() const {
   if (!defined()) return "undefined tensor";
   return str(dtype(), " ", shape_str(shape()), " on ", device());
@@ -150,8 +156,11 @@ double Tensor::item() const {
 Tensor& Tensor::set_requires_grad(bool on) {
   CF_CHECK(!on || is_floating(dtype()), DTypeError,
            "[requires_grad] only float tensors can require grad, got ", describe());
+  // A non-leaf already requires grad: asking for it again changes nothing (PyTorch's requires_grad_(True));
+  // turning it off is refused (detach() is the non-leaf's way)
+  if (on && !is_leaf()) return *this;
   CF_CHECK(is_leaf(), AutogradError,
-           "[requires_grad] can only be set on a leaf tensor (this one has grad_fn)");
+           "[requires_grad] can only be turned off on a leaf tensor (this one has grad_fn: use detach())");
   impl().requires_grad = on;
   return *this;
 }
@@ -160,14 +169,22 @@ Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(
 
 void Tensor::set_grad(const Tensor& g) const {
   if (g.defined()) {
+    CF_CHECK(g.impl_ != impl_, ValueError, "[set_grad] a tensor cannot be its own gradient (", describe(),
+             "): it would hold itself; pass a copy (clone())");
     CF_CHECK(g.shape() == shape(), ShapeError, "[set_grad] gradient ", g.describe(), " does not match tensor ",
              describe());
     CF_CHECK(g.dtype() == dtype(), DTypeError, "[set_grad] gradient ", g.describe(), " does not match tensor ",
              describe(), " (a graph recorded before the tensor was converted?)");
     CF_CHECK(g.device() == device(), DeviceError, "[set_grad] gradient ", g.describe(), " does not match tensor ",
              describe());
+    // Optimizers, the grad scaler and DDP write gradients in place (backward's own are never such views)
+    CF_CHECK(!g.has_internal_overlap(), ValueError, "[set_grad] gradient ", g.describe(),
+             " has elements that share memory (an expand() view), and gradients are written in place; pass a "
+             "copy (contiguous())");
   }
-  impl().grad = g.impl_;
+  // A gradient carries no graph (backward's never do): one that requires grad is kept detached. Kept as
+  // given, w.grad = w * 2 held its graph, whose accumulator holds w: a cycle of owners never freed.
+  impl().grad = g.defined() && g.requires_grad() ? g.detach().impl_ : g.impl_;
 }
 
 void Tensor::zero_grad() const { impl().grad.reset(); }
@@ -179,14 +196,16 @@ void Tensor::set_data(const Tensor& src) const {
            " requires grad, so its data must be floating, got ", src.describe());
   if (src.impl_ptr() == &me) return;
   const TensorImpl& s = src.impl();
+  // A leaf's cached accumulator records its dtype, device and shape: a new one only when they change.
+  // (Dropped always, a graph recorded before and after x.data = ... had two accumulators: its
+  // grad-accumulated hook ran twice in one backward, and autograd::grad found no path to x.)
+  if (s.dtype != me.dtype || s.device != me.device || s.shape != me.shape) me.grad_accumulator.reset();
   me.shape = s.shape;
   me.strides = s.strides;
   me.offset = s.offset;
   me.dtype = s.dtype;
   me.device = s.device;
   me.storage = s.storage;
-  // A leaf's cached accumulator records its old dtype and device: the next op makes a new one.
-  me.grad_accumulator.reset();
   if (me.grad && (me.grad->shape != me.shape || me.grad->dtype != me.dtype || me.grad->device != me.device))
     me.grad.reset();
 }

@@ -82,9 +82,12 @@ bool GradScaler::step(Optimizer& opt) {
   CF_CHECK(!r->stepped, ValueError,
            "[GradScaler.step] already called for this optimizer since the last update(); call update() after "
            "each step");
-  r->stepped = true;
-  if (r->found_inf) return false;
+  if (r->found_inf) {
+    r->stepped = true;
+    return false;
+  }
   opt.step();
+  r->stepped = true;  // after it: a step that failed may be tried again
   return true;
 }
 

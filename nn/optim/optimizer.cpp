@@ -53,6 +53,14 @@ void Optimizer::check_hyper(bool ok, const std::string& where, const std::string
   if (!ok) throw ValueError(str(where, " ", what));
 }
 
+// A step writes the parameter in place: an expand() view, whose elements share memory, cannot take it. Checked
+// for every parameter before anything is written (the step refused it half way, after updating the others).
+void Optimizer::check_writable(const Tensor& p, const std::string& where, const std::string& pname) {
+  CF_CHECK(!p.has_internal_overlap(), ValueError, where, " parameter '", pname, "' ", p.describe(),
+           " has elements that share memory (an expand() view), and a step writes it in place; make it a copy "
+           "(contiguous()) before optimizing it");
+}
+
 Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr,
                      double weight_decay, std::vector<std::string> slot_names)
     : name_(std::move(name)),
@@ -84,6 +92,7 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr
                "' appears twice");
       CF_CHECK(seen.insert(p.impl_ptr()).second, ValueError, w, " parameter '", pname,
                "' is the same tensor as an earlier parameter");
+      check_writable(p, w, pname);
       Entry e;
       e.name = pname;
       e.param = p;
@@ -164,6 +173,7 @@ void Optimizer::step() {
   std::vector<Tensor> grads(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
+    check_writable(e.param, where("step"), e.name);  // (set_data may have made it a view since)
     Tensor g = e.param.grad();
     if (!g.defined()) continue;
     CF_CHECK(g.shape() == e.param.shape() && g.dtype() == e.param.dtype() &&

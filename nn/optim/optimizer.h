@@ -105,6 +105,7 @@ class Optimizer {
   // "[<name>.<fn>]" for error messages.
   std::string where(const char* fn) const;
   static void check_hyper(bool ok, const std::string& where, const std::string& what);
+  static void check_writable(const Tensor& p, const std::string& where, const std::string& pname);
 
   std::string name_;
   std::vector<ParamGroup> groups_;

@@ -40,6 +40,16 @@ def test_dtype_index_value_errors():
         cf.cross_entropy(cf.zeros([2, 3]), cf.zeros([2], dtype=cf.int64), reduction="avg")
 
 
+def test_an_expand_view_is_refused_where_it_would_be_written_in_place():
+    a = cf.zeros([3]).requires_grad_(True)
+    with pytest.raises(cf.ValueError, match=r"^\[set_grad\].*share memory"):
+        a.grad = cf.ones([1]).expand([3])
+    with pytest.raises(cf.ValueError, match=r"^\[Adam\] parameter '1'.*share memory"):
+        cf.nn.Adam([a, cf.ones([1]).expand([3])])
+    with pytest.raises(cf.ValueError, match=r"^\[init::normal_\].*share memory"):
+        cf.nn.init.normal_(cf.zeros([1]).expand([4]))
+
+
 def test_io_error_names_the_file(tmp_path):
     missing = str(tmp_path / "nope.safetensors")
     with pytest.raises(cf.IOError) as e:

@@ -219,6 +219,21 @@ TEST_CASE("GradScaler refuses options outside their range, naming the option and
                    "[GradScaler] growth_interval must be > 0, got 0");
 }
 
+TEST_CASE("GradScaler: an optimizer step that failed may be tried again") {
+  Tensor p = Tensor::full({3}, 1.0, kFloat32).set_requires_grad(true);
+  nn::SGD sgd({{"p", p}}, nn::SGDOptions{0.5});
+  nn::GradScalerOptions o;
+  o.init_scale = 4;
+  nn::GradScaler scaler(o);
+  scaler.scale(sum(p)).backward();
+  p.set_data(expand(Tensor::full({1}, 1.0), {3}));  // refused by the step
+  CHECK_THROWS_MSG(scaler.step(sgd), ValueError, "[SGD.step]", "parameter 'p'");
+  p.set_data(Tensor::full({3}, 1.0));
+  CHECK(scaler.step(sgd));  // was refused as "already called" (the failed step counted as taken)
+  check_close(p, {0.5, 0.5, 0.5}, 0);  // the gradient was unscaled once: 1 - 0.5 * 1
+  scaler.update();
+}
+
 TEST_CASE("GradScaler: unscales, skips a step with inf/NaN gradients, backs off and grows back") {
   Tensor p = Tensor::full({2}, 1.0, kFloat16).set_requires_grad(true);
   nn::SGD sgd({{"p", p}}, nn::SGDOptions{0.5});

@@ -505,6 +505,41 @@ TEST_CASE("a gradient that does not fit its parameter never reaches step()") {
   CHECK(opt.step_count() == 1);
 }
 
+TEST_CASE("an expand() view is refused as a parameter or a gradient before anything is written") {
+  Tensor a = param(kFloat32, {1, 2}, {2});
+  const Tensor shared = expand(Tensor::ones({1}), {3});  // three elements, one memory slot
+  CHECK_THROWS_MSG(nn::Adam(StateDict{{"a", a}, {"e", shared}}, nn::AdamOptions{}), ValueError, "[Adam]",
+                   "parameter 'e'", "share memory", "expand()");
+  CHECK_THROWS_MSG(a.set_grad(expand(Tensor::ones({1}), {2})), ValueError, "[set_grad]", "share memory");
+  // A parameter made such a view after construction: the step refuses it before it writes any parameter,
+  // moment or count (Adam moved 'a' and wrote b's moments, then failed at b's update, under [add_])
+  for (const std::string kind : {"adam", "adamw", "sgd-momentum"}) {
+    CAPTURE(kind);
+    Tensor p = param(kFloat32, {1, 2}, {2}), b = param(kFloat32, {0.5, 0.5, 0.5}, {3});
+    std::unique_ptr<nn::Optimizer> opt;
+    if (kind == "adam") opt = std::make_unique<nn::Adam>(StateDict{{"a", p}, {"b", b}}, nn::AdamOptions{});
+    if (kind == "adamw") opt = std::make_unique<nn::AdamW>(StateDict{{"a", p}, {"b", b}}, nn::AdamWOptions{});
+    if (kind == "sgd-momentum") {
+      nn::SGDOptions so;
+      so.momentum = 0.9;
+      opt = std::make_unique<nn::SGD>(StateDict{{"a", p}, {"b", b}}, so);
+    }
+    const StateDict before = opt->state_dict();
+    p.set_grad(t32({1, 1}, {2}));
+    b.set_grad(t32({1, 1, 1}, {3}));
+    b.set_data(expand(Tensor::ones({1}), {3}));  // same shape: b keeps its gradient
+    CHECK_THROWS_MSG(opt->step(), ValueError, "step]", "parameter 'b'", "share memory");
+    check_close(p, {1, 2}, 0);
+    CHECK(opt->step_count() == 0);
+    const StateDict after = opt->state_dict();
+    REQUIRE(after.size() == before.size());
+    for (size_t i = 0; i < after.size(); ++i) {
+      CAPTURE(after[i].first);
+      CHECK(values(after[i].second) == values(before[i].second));
+    }
+  }
+}
+
 // ---------------- schedules ----------------
 
 TEST_CASE("LR schedules at chosen steps") {
