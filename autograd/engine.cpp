@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -28,6 +29,11 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
 
 namespace autograd {
 
+namespace {
+// The entry point of the pass running on this thread, for its errors: "backward" or "grad".
+thread_local const char* t_pass = "backward";
+}  // namespace
+
 SavedTensor::SavedTensor(const Tensor& t) {
   if (t.defined()) {
     t_ = t.detach();
@@ -37,7 +43,7 @@ SavedTensor::SavedTensor(const Tensor& t) {
 
 Tensor SavedTensor::unpack(const char* op) const {
   if (t_.defined() && t_.version() != version_)
-    throw AutogradError(str("[backward] a tensor ", t_.describe(), " saved by '", op,
+    throw AutogradError(str("[", t_pass, "] a tensor ", t_.describe(), " saved by '", op,
                             "' for backward was modified in place afterwards (version ",
                             t_.version(), ", saved at version ", version_, ")"));
   return t_;
@@ -189,7 +195,7 @@ void record_impl(const char* name, const Range& inputs, Tensor& output, Backward
            "] internal error: a ", output.dtype(), " output cannot carry a gradient");
   auto n = std::make_shared<Node>();
   n->name = name;
-  n->backward = std::move(fn);
+  n->backward = std::make_shared<const BackwardFn>(std::move(fn));
   n->next_edges.resize(inputs.size());
   size_t i = 0;
   for (const Tensor& t : inputs) {
@@ -254,6 +260,11 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
                const std::unordered_map<Node*, size_t>* capture, std::vector<Tensor>* captured) {
   NoGradGuard no_grad;
   AutocastGuard no_autocast(std::nullopt);  // backward ops run in their forward's dtypes
+  struct PassName {  // (restored for a backward nested in a hook)
+    const char* saved = t_pass;
+    explicit PassName(const char* name) { t_pass = name; }
+    ~PassName() { t_pass = saved; }
+  } pass_name(capture ? "grad" : "backward");
   // Callbacks queued by hooks during this backward (restored for a nested one).
   std::vector<QueuedCallback> callbacks;
   struct CallbackScope {
@@ -329,6 +340,17 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
     }
   }
 
+  // The nodes this pass frees. Should it fail further on, they stay freed and the leaves it reached keep
+  // their gradients (PyTorch's behaviour too); a second try is then told that a failed pass freed them.
+  struct FreedNodes {
+    std::vector<Node*> nodes;  // (alive: the roots hold the graph for the whole pass)
+    const int uncaught = std::uncaught_exceptions();
+    ~FreedNodes() {
+      if (std::uncaught_exceptions() > uncaught)
+        for (Node* n : nodes)
+          if (n->released) n->freed_by_failed_pass = true;  // (the failing node itself was restored)
+    }
+  } freed;
   std::unordered_map<Node*, Tensor> buffer;
   std::deque<Node*> ready;
   for (const auto& r : roots) {
@@ -358,18 +380,28 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
     }
     const bool run = !capture || leads[n];
     // A pass that frees the graph takes the node's function (its saved tensors go with it at the end of
-    // this step), atomically: another thread's pass through the same graph then finds it released.
-    BackwardFn taken;
-    const BackwardFn* backward = &n->backward;
-    if (run && (retain_graph ? n->released.load() : n->released.exchange(true)))
-      throw AutogradError(str("[backward] the graph through '", n->name,
-                              "' was already freed by an earlier backward (or autograd::grad); pass "
-                              "retain_graph=true to the first one to run it again"));
-    if (run && !retain_graph) {
-      taken = std::move(n->backward);
-      n->backward = nullptr;
-      backward = &taken;
+    // this step, once no other pass runs it), atomically: another thread's pass through the same graph
+    // then finds it released. A retaining pass holds its own reference while it runs it.
+    std::shared_ptr<const BackwardFn> backward;
+    bool taken = false;
+    if (run) {
+      if (retain_graph) {
+        if (!n->released.load()) backward = std::atomic_load(&n->backward);
+      } else if (!n->released.exchange(true)) {
+        backward = std::atomic_exchange(&n->backward, std::shared_ptr<const BackwardFn>());
+        taken = true;
+      }
     }
+    if (run && !backward)
+      throw AutogradError(n->freed_by_failed_pass
+                              ? str("[", t_pass, "] the graph through '", n->name,
+                                    "' was freed by an earlier backward (or autograd::grad) that failed after "
+                                    "running that part (the leaves it reached kept their gradients); run the "
+                                    "forward again")
+                              : str("[", t_pass, "] the graph through '", n->name,
+                                    "' was already freed by an earlier backward (or autograd::grad); pass "
+                                    "retain_graph=true to the first one to run it again"));
+    if (taken) freed.nodes.push_back(n);
     if (!capture && gn.defined())
       if (std::shared_ptr<TensorImpl> out = n->retained.lock()) accumulate_into(Tensor(out), gn);
 
@@ -378,8 +410,8 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
       try {
         grads = (*backward)(gn);
       } catch (...) {
-        if (backward == &taken) {  // a failed step frees nothing: the graph can run again, as before
-          n->backward = std::move(taken);
+        if (taken) {  // a failed step frees nothing: the graph can run again, as before
+          std::atomic_store(&n->backward, backward);
           n->released = false;
         }
         throw;

@@ -26,7 +26,10 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>
 
 struct Node {
   const char* name = "";          // the op's registry name, e.g. "mul"
-  BackwardFn backward;            // reset once the graph is freed
+  // The op's backward; null once the graph is freed. Read and swapped with std::atomic_load /
+  // std::atomic_exchange: a pass running it holds its own reference, so a freeing pass in another
+  // thread cannot destroy it mid-call (a retain_graph pass beside a freeing one ran a freed closure).
+  std::shared_ptr<const BackwardFn> backward;
   std::vector<Edge> next_edges;   // one per input
   Shape output_shape;
   DType output_dtype = kFloat32;
@@ -37,6 +40,8 @@ struct Node {
   // Set by the pass that frees this node (without retain_graph), which takes `backward` first: of two
   // threads running passes through one graph, the second gets "already freed", not a freed function.
   std::atomic<bool> released{false};
+  // Set when the pass that freed it failed further on: a second try is told why the graph is gone.
+  std::atomic<bool> freed_by_failed_pass{false};
   // Multiply-adds of a fused forward kernel, for nn::measure_cost (nn/cost.h):
   // set by ops that replace matmuls (flash_attention, block_attention) so a
   // model's count does not depend on which path ran; matmul nodes are counted

@@ -217,7 +217,9 @@ void check_block_attention_args(const Tensor& q, const Tensor& k, const Tensor& 
   CF_CHECK(members.dtype() == kInt64 && members.dim() == 4, ShapeError, "[", who,
            "] members must be int64 (B, H * rounds or 1, C, w), got ", members.describe());
   const Shape& sm = members.shape();
-  const int64_t B = sq[0], H = sq[1] * o.rounds, N = sq[2], Hm = sm[1], C = sm[2], w = sm[3];
+  // (H = 4, rounds = 2^62 wrapped to 0 heads: empty outputs and no error)
+  const int64_t B = sq[0], H = checked_mul(sq[1], o.rounds, who, "heads x rounds"), N = sq[2], Hm = sm[1],
+                C = sm[2], w = sm[3];
   CF_CHECK(sm[0] == B && (Hm == H || Hm == 1) && C >= 1 && w >= 1, ShapeError, "[", who, "] members ",
            shape_str(sm), " does not fit q ", shape_str(sq), " and rounds=", o.rounds, " (want (", B, ", ", H,
            " or 1, C >= 1, w >= 1))");

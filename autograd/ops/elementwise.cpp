@@ -124,12 +124,14 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   CF_PROMOTED(mul(a, b));
   Tensor out = binary_forward(BinaryOp::Mul, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
+    // Each operand is saved only for the other's gradient (PyTorch's rule: w * x with w written in place
+    // before a backward that wants w's gradient alone, g x, was refused)
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    SavedTensor sa(a), sb(b);
-    autograd::record(opname::mul, {a, b}, out, [sa, sb, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
-      Tensor av = sa.unpack(opname::mul), bv = sb.unpack(opname::mul);
-      return {need_a ? sum_to(mul(g, bv), av.shape()) : Tensor(),
-              need_b ? sum_to(mul(g, av), bv.shape()) : Tensor()};
+    SavedTensor sa(need_b ? a : Tensor()), sb(need_a ? b : Tensor());
+    const Shape as = a.shape(), bs = b.shape();
+    autograd::record(opname::mul, {a, b}, out, [sa, sb, as, bs, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
+      return {need_a ? sum_to(mul(g, sb.unpack(opname::mul)), as) : Tensor(),
+              need_b ? sum_to(mul(g, sa.unpack(opname::mul)), bs) : Tensor()};
     });
   }
   return out;
@@ -139,12 +141,17 @@ Tensor div(const Tensor& a, const Tensor& b) {
   CF_PROMOTED(div(a, b));
   Tensor out = binary_forward(BinaryOp::Div, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
-    SavedTensor sa(a), sb(b), so(out);
-    autograd::record(opname::div, {a, b}, out, [sa, sb, so](const Tensor& g) -> std::vector<Tensor> {
-      Tensor av = sa.unpack(opname::div), bv = sb.unpack(opname::div), o = so.unpack(opname::div);
+    // a is never needed, the output only for b's gradient (the output written in place before a backward
+    // that wants only a's gradient was refused)
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    SavedTensor sb(b), so(need_b ? out : Tensor());
+    const Shape as = a.shape(), bs = b.shape();
+    autograd::record(opname::div, {a, b}, out, [sb, so, as, bs, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
+      Tensor bv = sb.unpack(opname::div);
       // d(a/b)/db = -(a/b)/b, as g * (o / b): (g / b) * o was inf * 0 = NaN for a = 0 over a b so small
       // that g / b overflows (float16 at b = 1e-5), where the gradient is -0 (PyTorch's order)
-      return {sum_to(div(g, bv), av.shape()), sum_to(neg(mul(g, div(o, bv))), bv.shape())};
+      return {need_a ? sum_to(div(g, bv), as) : Tensor(),
+              need_b ? sum_to(neg(mul(g, div(so.unpack(opname::div), bv))), bs) : Tensor()};
     });
   }
   return out;

@@ -87,7 +87,8 @@ Tensor cat(const std::vector<Tensor>& xs_in, int64_t axis) {
     for (int64_t d = 0; d < f.dim(); ++d)
       CF_CHECK(d == a || t.shape()[size_t(d)] == f.shape()[size_t(d)], ShapeError,
                "[cat] shapes differ outside axis ", a, ": ", describe_all(xs));
-    shape[size_t(a)] += t.shape()[size_t(a)];
+    // (four (2^62, 0) tensors wrapped to a (0, 0) result)
+    shape[size_t(a)] = checked_add(shape[size_t(a)], t.shape()[size_t(a)], opname::cat, "the joined axis");
   }
   Tensor out = Tensor::empty(shape, f.dtype(), f.device());
   std::vector<int64_t> starts;

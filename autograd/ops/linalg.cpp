@@ -51,17 +51,17 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
 // dL/dB = A^T G summed over the batch axes B was broadcast along. When one B
 // served the whole batch (see matmul_raw) and A and G fold into rows, that sum is
 // one (K, batch * M) @ (batch * M, N) GEMM.
-Tensor weight_grad(const Tensor& av, const Tensor& bv, const Tensor& g2) {
+Tensor weight_grad(const Tensor& av, const Shape& b_shape, const Tensor& g2) {
   const int64_t nd = g2.dim(), K = av.shape()[size_t(av.dim() - 1)], N = g2.shape()[size_t(nd - 1)];
   const int64_t rows = numel_of(g2.shape()) / std::max<int64_t>(N, 1);
-  const bool shared_b = numel_of(Shape(bv.shape().begin(), bv.shape().end() - 2)) == 1;
+  const bool shared_b = numel_of(Shape(b_shape.begin(), b_shape.end() - 2)) == 1;
   const bool a_full = numel_of(av.shape()) == rows * K;  // A not broadcast along the batch
   if (shared_b && nd > 2 && a_full && rows > g2.shape()[size_t(nd - 2)]) {
     NoGradGuard ng;
     Tensor at = transpose(reshape(contiguous(av), {rows, K}), 0, 1);
-    return reshape(matmul_raw(at, reshape(contiguous(g2), {rows, N})), bv.shape());
+    return reshape(matmul_raw(at, reshape(contiguous(g2), {rows, N})), b_shape);
   }
-  return sum_to(matmul_raw(transpose(av, -1, -2), g2), bv.shape());
+  return sum_to(matmul_raw(transpose(av, -1, -2), g2), b_shape);
 }
 
 }  // namespace
@@ -89,17 +89,18 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (b.dim() > 1) out_shape.push_back(full.shape().back());
   Tensor out = reshape(full, out_shape);
   if (autograd::any_requires_grad({&a, &b})) {
-    autograd::SavedTensor s_a(a2), s_b(b2);
-    Shape full_shape = full.shape(), as = a.shape(), bs = b.shape();
+    // dL/dA = G B^T, dL/dB = A^T G, summed over broadcast batch axes: A is saved only for B's gradient and
+    // B only for A's (PyTorch's rule: x @ W with W written in place before a backward that wants W's
+    // gradient alone, x^T G, was refused)
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    autograd::SavedTensor s_a(need_b ? a2 : Tensor()), s_b(need_a ? b2 : Tensor());
+    Shape full_shape = full.shape(), as = a.shape(), bs = b.shape(), a2s = a2.shape(), b2s = b2.shape();
     autograd::record(opname::matmul, {a, b}, out,
-                     [s_a, s_b, full_shape, as, bs, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
-      Tensor av = s_a.unpack(opname::matmul), bv = s_b.unpack(opname::matmul);
+                     [s_a, s_b, full_shape, as, bs, a2s, b2s, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
       Tensor g2 = reshape(g, full_shape);
       Tensor ga, gb;
-      // dL/dA = G B^T, dL/dB = A^T G, summed over broadcast batch axes.
-      if (need_a) ga = reshape(sum_to(matmul_raw(g2, transpose(bv, -1, -2)), av.shape()), as);
-      if (need_b) gb = reshape(weight_grad(av, bv, g2), bs);
+      if (need_a) ga = reshape(sum_to(matmul_raw(g2, transpose(s_b.unpack(opname::matmul), -1, -2)), a2s), as);
+      if (need_b) gb = reshape(weight_grad(s_a.unpack(opname::matmul), b2s, g2), bs);
       return {ga, gb};
     });
   }

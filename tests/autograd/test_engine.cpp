@@ -125,6 +125,114 @@ TEST_CASE("in-place change of a saved tensor is an error at backward time") {
   Tensor hd = h.detach();
   fill_(hd, 0.0);  // same storage as h: bumps its version
   CHECK_THROWS_MSG(y.backward(), AutogradError, "[backward]", "exp", "modified in place");
+  // autograd::grad names itself
+  Tensor e2 = exp(x * 3.0);
+  Tensor y2 = sum(e2);
+  Tensor e2d = e2.detach();
+  fill_(e2d, 0.0);
+  CHECK_THROWS_MSG(autograd::grad({y2}, {x}), AutogradError, "[grad]", "exp", "modified in place");
+}
+
+TEST_CASE("an operand no requested gradient needs may change in place before the backward (PyTorch's rule)") {
+  // mul, div and matmul saved both operands (and div its output) and refused the backward once any of
+  // them changed, though the gradients asked for do not read it
+  Tensor w = t64({1, 2, 3}, {3}).set_requires_grad(true);
+  Tensor x = t64({2, 2, 2}, {3});
+  Tensor y = sum(mul(w, x));
+  {
+    NoGradGuard ng;
+    add_(w, Tensor::ones({3}, kFloat64));  // dy/dw = x: w is not read
+  }
+  y.backward();
+  check_close(w.grad(), {2, 2, 2}, 0);
+  Tensor a = t64({1, 2, 3, 4}, {2, 2}).set_requires_grad(true), W = t64({1, 1, 1, 1}, {2, 2});
+  Tensor z = sum(matmul(a, W));  // a's gradient reads W, not a
+  Tensor frozen = t64({1, 2, 3, 4}, {2, 2});
+  Tensor b = t64({1, 1, 1, 1}, {2, 2}).set_requires_grad(true);
+  Tensor z2 = sum(matmul(frozen, b));  // dz2/db = frozen^T G: b is not read
+  {
+    NoGradGuard ng;
+    mul_(b, 0.5);  // an optimizer step between the forward and the backward
+  }
+  z2.backward();
+  check_close(b.grad(), {4, 4, 6, 6}, 0);
+  z.backward();
+  check_close(a.grad(), {2, 2, 2, 2}, 0);
+  Tensor c = t64({1, 2}, {2}), v = t64({3, 4}, {2}).set_requires_grad(true);
+  Tensor q = div(v, c);
+  {
+    NoGradGuard ng;
+    mul_(q, 2.0);  // div's output: only b's gradient reads it
+  }
+  sum(q).backward();
+  check_close(v.grad(), {1, 0.5}, 0);
+  // what a requested gradient does read is still checked
+  Tensor w2 = t64({1, 2}, {2}).set_requires_grad(true), x2 = t64({3, 4}, {2});
+  Tensor y2 = sum(mul(w2, x2));
+  {
+    NoGradGuard ng;
+    add_(x2, Tensor::ones({2}, kFloat64));
+  }
+  CHECK_THROWS_MSG(y2.backward(), AutogradError, "saved by 'mul'", "modified in place");
+}
+
+TEST_CASE("set_data of the same shape, dtype and device keeps the leaf's place in graphs recorded before it") {
+  // It always dropped the leaf's accumulator: autograd::grad found no path from a graph recorded before
+  // x.data = ..., and a graph recorded on both sides of it had two accumulators (a grad-accumulated hook ran
+  // twice in one backward)
+  Tensor x = t64({1, 2, 3}, {3}).set_requires_grad(true);
+  Tensor before = sum(mul(x, x));
+  x.set_data(Tensor::full({3}, 5.0, kFloat64));
+  Tensor after = sum(mul(x, 3.0));
+  int calls = 0;
+  autograd::add_grad_accumulated_hook(x, [&](const Tensor&) { ++calls; });
+  add(before, after).backward(Tensor(), /*retain_graph=*/true);
+  CHECK(calls == 1);
+  check_close(x.grad(), {5, 7, 9}, 0);  // 2 x (as saved) + 3
+  const std::vector<Tensor> g = autograd::grad({before}, {x});
+  check_close(g[0], {2, 4, 6}, 0);
+}
+
+TEST_CASE("requires_grad on a non-leaf: asking again changes nothing, turning it off is refused") {
+  Tensor x = t64({1, 2}, {2}).set_requires_grad(true);
+  Tensor y = mul(x, 2.0);
+  CHECK(y.set_requires_grad(true).requires_grad());  // was an AutogradError (PyTorch: a no-op)
+  CHECK_THROWS_MSG(y.set_requires_grad(false), AutogradError, "[requires_grad]", "detach()");
+}
+
+TEST_CASE("a gradient set by hand holds no graph, and a tensor is not its own gradient") {
+  Tensor w = t64({1, 2}, {2}).set_requires_grad(true);
+  CHECK_THROWS_MSG(w.set_grad(w), ValueError, "[set_grad]", "its own gradient");
+  w.set_grad(mul(w, 2.0));  // kept as given, its graph (whose accumulator holds w) held w: never freed
+  CHECK(w.grad().is_leaf());
+  CHECK_FALSE(w.grad().requires_grad());
+  check_close(w.grad(), {2, 4}, 0);
+  Tensor v = t64({3, 4}, {2}).set_requires_grad(true);
+  w.set_grad(v);  // another leaf: its values, detached (it shares v's memory)
+  CHECK_FALSE(w.grad().requires_grad());
+  CHECK(w.grad().shares_storage(v));
+}
+
+TEST_CASE("a backward that fails part way: a second try names the failed pass") {
+  // loss = sum(w * 2) + sum(exp(x)): the add node runs first and is freed, then exp's saved output was
+  // modified. As in PyTorch the pass is not undone (w may already hold its gradient); the retry used to
+  // blame "an earlier backward" as if one had succeeded, and tell the user to pass retain_graph.
+  Tensor w = t64({1, 2}, {2}).set_requires_grad(true), x = t64({0.5, 1.5}, {2}).set_requires_grad(true);
+  Tensor e = exp(x);
+  Tensor loss = add(sum(mul(w, 2.0)), sum(e));
+  Tensor ed = e.detach();
+  fill_(ed, 0.0);
+  CHECK_THROWS_MSG(loss.backward(), AutogradError, "[backward]", "exp", "modified in place");
+  CHECK_THROWS_MSG(loss.backward(), AutogradError, "[backward]", "freed by an earlier backward",
+                   "that failed", "run the forward again");
+  CHECK_FALSE(x.grad().defined());
+  // a pass that fails at its first node frees nothing: the graph is whole and refused for the same reason
+  Tensor s = t64({0.5}, {}).set_requires_grad(true);
+  Tensor e2 = exp(s);
+  Tensor e2d = e2.detach();
+  fill_(e2d, 1.0);
+  CHECK_THROWS_MSG(e2.backward(), AutogradError, "modified in place");
+  CHECK_THROWS_MSG(e2.backward(), AutogradError, "modified in place");
 }
 
 TEST_CASE("in-place ops on tensors that require grad are refused") {
