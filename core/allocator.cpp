@@ -20,17 +20,22 @@ namespace {
 constexpr size_t kAlign = 64;
 
 // Large blocks (>= kCacheMin) are cached on free and reused by a later request
-// of the same size class. malloc hands large blocks out as fresh mmap'd pages and
-// unmaps them on free, so every large tensor paid a page fault per 4 KiB on
-// first touch: 20% of a Transformer training step at N = 2048 was the kernel
-// clearing pages (perf). Size classes are 8 per power of two (at most 12.5%
-// slack); the cache holds at most kCacheCap bytes (beyond, a freed block goes
-// back to malloc); empty_cache() releases it all. Under AddressSanitizer the
-// cache is off, so a use after free of a large tensor is still reported.
+// of the same size class, or of a class at most 25% smaller (two classes). malloc
+// hands large blocks out as fresh mmap'd pages and unmaps them on free, so every
+// large tensor paid a page fault per 4 KiB on first touch: 20% of a Transformer
+// training step at N = 2048 was the kernel clearing pages (perf). Size classes are
+// 8 per power of two (at most 12.5% slack). The cache holds at most the larger of
+// kCacheFloor and the most bytes tensors ever held at once (what a repeated step
+// needs back; plus 1/8 for the classes' rounding), and never more than kCacheCap; a block that does not fit evicts the
+// oldest cached ones. (Without that bound a training run whose lengths vary kept a
+// block of every size it had met: 350 MB cached beside a 35 MB peak in a hunt's
+// run.) empty_cache() releases it all. Under AddressSanitizer the cache is off, so
+// a use after free of a large tensor is still reported.
 // From 64 KiB, below glibc's default mmap threshold (128 KiB): with 1 MiB, the
 // (2, 4, 128, 128) scores of one attention call (512 KiB) and their gradients
 // were faulted in afresh every call, 24% of its forward + backward (perf).
 constexpr size_t kCacheMin = size_t(64) << 10;
+constexpr size_t kCacheFloor = size_t(64) << 20;
 constexpr size_t kCacheCap = size_t(2) << 30;
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kCacheLarge = false;
@@ -47,19 +52,29 @@ size_t size_class(size_t n) {
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
-    void* p = nbytes >= kCacheMin && kCacheLarge ? take_cached(size_class(nbytes)) : nullptr;
-    if (!p) p = fresh(nbytes >= kCacheMin && kCacheLarge ? size_class(nbytes) : nbytes);
-    raise_peak(live_.fetch_add(int64_t(nbytes)) + int64_t(nbytes));
+    const bool cacheable = nbytes >= kCacheMin && kCacheLarge;
+    void* p = cacheable ? take_cached(size_class(nbytes)) : nullptr;
+    if (!p) {
+      p = fresh(cacheable ? size_class(nbytes) : nbytes);
+      if (cacheable) block_bytes(p) = size_class(nbytes);
+    }
+    const int64_t live = live_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
+    raise(peak_, live);
+    raise(high_water_, live);
     count_.fetch_add(1);
     return p;
   }
   void deallocate(void* p, size_t nbytes) override {
     live_.fetch_sub(int64_t(nbytes));
     if (nbytes >= kCacheMin && kCacheLarge) {
-      const size_t cls = size_class(nbytes);
+      const size_t cls = block_bytes(p);  // (a cached block may serve a smaller class than its own)
+      // (+ 1/8: the blocks' classes round the live bytes up by at most that)
+      const size_t hw = size_t(high_water_.load()), budget = std::min(kCacheCap, std::max(kCacheFloor, hw + hw / 8));
       std::lock_guard<std::mutex> lock(mu_);
-      if (cached_ + cls <= kCacheCap) {
-        cache_.emplace(cls, p);
+      if (cls <= budget) {
+        while (cached_ + cls > budget) evict_oldest();
+        const auto it = by_size_.emplace(cls, Cached{p, next_seq_});
+        by_age_.emplace(next_seq_++, it);
         cached_ += cls;
         return;
       }
@@ -78,16 +93,25 @@ class CpuAllocator final : public Allocator {
   }
   void reset_peak() override {
     peak_.store(live_.load());
-    raise_peak(live_.load());  // an allocation between the load and the store raised live_ past it
+    raise(peak_, live_.load());  // an allocation between the load and the store raised live_ past it
   }
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& e : cache_) std::free(static_cast<void**>(e.second)[-1]);
-    cache_.clear();
+    for (auto& e : by_size_) std::free(static_cast<void**>(e.second.p)[-1]);
+    by_size_.clear();
+    by_age_.clear();
     cached_ = 0;
   }
 
  private:
+  struct Cached {
+    void* p;
+    uint64_t seq;  // when it was cached (by_age_'s key)
+  };
+  using BySize = std::multimap<size_t, Cached>;  // size class -> block
+
+  // The malloc'd address sits just before the aligned block, and a cacheable block's size class before
+  // that (malloc's 16-byte alignment leaves at least 16 bytes of room there).
   static void* fresh(size_t nbytes) {
     void* raw = std::malloc(std::max<size_t>(nbytes, 1) + kAlign);
     if (!raw) throw Error(str("[allocate] out of CPU memory allocating ", nbytes, " bytes"));
@@ -96,24 +120,39 @@ class CpuAllocator final : public Allocator {
     static_cast<void**>(p)[-1] = raw;
     return p;
   }
+  static size_t& block_bytes(void* p) { return static_cast<size_t*>(p)[-2]; }
+  // The smallest cached block of class cls or of a class at most 25% larger (about two classes up: reuse
+  // across lengths that vary a little), or null.
   void* take_cached(size_t cls) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = cache_.find(cls);
-    if (it == cache_.end()) return nullptr;
-    void* p = it->second;
-    cache_.erase(it);
-    cached_ -= cls;
+    auto it = by_size_.lower_bound(cls);
+    if (it == by_size_.end() || it->first > cls + cls / 4) return nullptr;
+    void* p = it->second.p;
+    by_age_.erase(it->second.seq);
+    cached_ -= it->first;
+    by_size_.erase(it);
     return p;
   }
+  void evict_oldest() {  // (under mu_, with a block cached)
+    auto age = by_age_.begin();
+    BySize::iterator it = age->second;
+    std::free(static_cast<void**>(it->second.p)[-1]);
+    cached_ -= it->first;
+    by_size_.erase(it);
+    by_age_.erase(age);
+  }
 
-  void raise_peak(int64_t live) {
-    int64_t peak = peak_.load();
-    while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
+  static void raise(std::atomic<int64_t>& to, int64_t live) {
+    int64_t seen = to.load();
+    while (live > seen && !to.compare_exchange_weak(seen, live)) {
     }
   }
   std::atomic<int64_t> live_{0}, peak_{0}, count_{0};
+  std::atomic<int64_t> high_water_{0};  // the most bytes ever live at once (peak_ without its resets)
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> cache_;  // size class -> aligned block
+  BySize by_size_;
+  std::map<uint64_t, BySize::iterator> by_age_;  // oldest first
+  uint64_t next_seq_ = 0;
   size_t cached_ = 0;
 };
 

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #ifdef _OPENMP
@@ -69,16 +70,21 @@ int threads_available() {
 // Runs body(item, thread) over [0, items) on the OpenMP team (dynamic schedule:
 // causal tiles differ in cost), serially when the work is small. `per_thread`
 // is called once per thread before its items, to allocate its scratch.
+// An exception (the scratch's bad_alloc) is raised after the region (ParallelErrors).
 template <typename Init, typename Body>
 void run_items(int64_t items, double flops, Init&& per_thread, Body&& body) {
   const int nt = threads_available();
   const bool par = nt > 1 && items > 1 && flops >= 2e6;
+  ParallelErrors errors;
 #pragma omp parallel num_threads(nt) if (par)
   {
-    auto scratch = per_thread();
+    std::optional<decltype(per_thread())> scratch;
+    errors.run([&] { scratch.emplace(per_thread()); });
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; ++it) body(it, scratch);
+    for (int64_t it = 0; it < items; ++it)
+      if (scratch) errors.run([&] { body(it, *scratch); });
   }
+  errors.rethrow();
 }
 
 // ------------------------------------------------------------- flash attention

@@ -2,6 +2,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <climits>
 #include <iterator>
 #include <vector>
 
@@ -9,6 +10,8 @@
 #include <omp.h>
 #endif
 
+#include "core/error.h"
+#include "kernels/common/parallel.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/bf16_dot.h"
 #include "kernels/matmul/matmul.h"
@@ -128,6 +131,12 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
   Layout la = layout_of(M, K, a.strides()[size_t(nd - 2)], a.strides()[size_t(nd - 1)]);
   Layout lb = layout_of(K, N, b.strides()[size_t(nd - 2)], b.strides()[size_t(nd - 1)]);
   CF_CHECK(la.ok && lb.ok, Error, "[matmul] internal error: operands not BLAS-compatible");
+  // CBLAS takes int sizes: beyond INT_MAX the cast wrapped (K = 2^32 + 5 multiplied 5 columns; 2^31 + 5 was
+  // an "illegal value" OpenBLAS printed, leaving the output unwritten). Refused, as cuBLAS's are.
+  for (const auto& [v, what] : {std::pair<int64_t, const char*>{M, "M"}, {N, "N"}, {K, "K"}, {la.ld, "a's leading dimension"},
+                                {lb.ld, "b's leading dimension"}})
+    CF_CHECK(v <= INT_MAX, ValueError, "[matmul] ", what, " = ", v, " is too large for BLAS (at most ", INT_MAX,
+             "): a ", shape_str(a.shape()), " @ ", shape_str(b.shape()), " product");
   Shape batch(a.shape().begin(), a.shape().end() - 2);
   Shape sa(a.strides().begin(), a.strides().end() - 2), sb(b.strides().begin(), b.strides().end() - 2);
   const T* pa = a.data<T>();
@@ -166,8 +175,10 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
       gemm(pa + oa, pb + ob + col_offset(lb, lo), c + lo, M, len, K, la, lb, std::max<int64_t>(N, 1));
   };
   if (threads > 1 && items > 1 && flops >= kParallelFlops) {
+    ParallelErrors errors;  // (the 16-bit path's buffers may fail to allocate)
 #pragma omp parallel for schedule(static)
-    for (int64_t item = 0; item < items; ++item) run(item);
+    for (int64_t item = 0; item < items; ++item) errors.run([&] { run(item); });
+    errors.rethrow();
   } else {
     for (int64_t item = 0; item < items; ++item) run(item);
   }

@@ -34,6 +34,9 @@ void check_attention_args(const AttentionArgs& a, const char* who) {
   CF_CHECK(q[0] == k[0] && k[0] == v[0] && q[1] == k[1] && k[1] == v[1] && q[3] == k[3] && k[2] == v[2],
            ShapeError, "[", who, "] inconsistent shapes: q ", shape_str(q), ", k ", shape_str(k), ", v ",
            shape_str(v));
+  // (the layers' default scale 1/sqrt(Dk) was inf, refused by a kernel as a scale never given)
+  CF_CHECK(q[3] >= 1, ShapeError, "[", who, "] q and k have no features (Dk = 0: q ", shape_str(q),
+           "): attention scores need Dk >= 1");
   CF_CHECK(a.q.dtype() == a.k.dtype() && a.k.dtype() == a.v.dtype() && is_floating(a.q.dtype()), DTypeError,
            "[", who, "] q, k, v must share one float dtype, got ", a.q.dtype(), ", ", a.k.dtype(), ", ",
            a.v.dtype());

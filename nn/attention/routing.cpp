@@ -259,7 +259,9 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
   const int64_t w = (N + n_clusters_ - 1) / n_clusters_;  // balanced clusters: w = N / C tokens each
   std::vector<Tensor> outs;
   if (L > 0) {
-    const int64_t window = local_window_ > 0 ? local_window_ : w;
+    // A window of N or more is one block of every token: the same lists as N's (a window of 2^40 allocated
+    // that many slots; 16384 over 8 tokens scored 16384 x 49152 tiles)
+    const int64_t window = local_window_ > 0 ? std::min(local_window_, N) : w;
     const std::vector<Tensor> tables = local_tables_.get({N, window, a.causal}, a.q.device(), [&] {
       Tensor q_table, k_table;
       local_members(N, window, a.causal, q_table, k_table);

@@ -55,8 +55,10 @@ Tensor depthwise_uniform(const Shape& shape, int64_t taps, Generator& gen) {
   return t;
 }
 // Output length along one axis: floor((n + 2p - k) / s) + 1, or 0 when the kernel does not fit.
-int64_t conv_output_size(int64_t n, int64_t kernel, int64_t stride, int64_t padding) {
-  const int64_t span = n + 2 * padding - kernel;
+int64_t conv_output_size(const char* layer, int64_t n, int64_t kernel, int64_t stride, int64_t padding) {
+  // (a padding of 2^62 overflowed: the output length came out 0)
+  const int64_t span = checked_add(n, checked_mul(2, padding, layer, "2 x padding"), layer, "length + 2 x padding") -
+                       kernel;
   return span < 0 ? 0 : span / stride + 1;
 }
 // The (max_len, dim) table (float32 unless asked); a size that overflows or does not fit in
@@ -93,6 +95,9 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int6
   table = table_for("SinusoidalPositionalEncoding", max_len, dim);
   fill_sinusoids(table.data<float>(), max_len, dim);
   register_buffer("table", &table, /*persistent=*/false);
+  // to(bfloat16) and back rounded the table for good (it is in no state dict to restore it): it stays
+  // float32, and forward casts its rows to the input's dtype
+  keep_float32_under_16bit(&table);
 }
 
 Tensor SinusoidalPositionalEncoding::current_table() {
@@ -153,7 +158,9 @@ DepthwiseConv1d::DepthwiseConv1d(int64_t channels, int64_t kernel_size, int64_t 
   }
 }
 
-int64_t DepthwiseConv1d::output_length(int64_t n) const { return conv_output_size(n, kernel_, stride_, padding_); }
+int64_t DepthwiseConv1d::output_length(int64_t n) const {
+  return conv_output_size("DepthwiseConv1d", n, kernel_, stride_, padding_);
+}
 
 Tensor DepthwiseConv1d::forward(const Tensor& x) {
   check_sequence("DepthwiseConv1d", x, channels_, -1);
@@ -185,7 +192,7 @@ DepthwiseConv2d::DepthwiseConv2d(int64_t channels, int64_t kernel_size, int64_t 
 }
 
 int64_t DepthwiseConv2d::output_side(int64_t side) const {
-  return conv_output_size(side, kernel_, stride_, padding_);
+  return conv_output_size("DepthwiseConv2d", side, kernel_, stride_, padding_);
 }
 
 Tensor DepthwiseConv2d::forward(const Tensor& x) {

@@ -164,6 +164,24 @@ struct LoaderPass {
   uint64_t generation;
   bool done = false;  // once StopIteration, always (the iterator protocol): the next epoch is a new pass
 };
+// tp_traverse / tp_clear of _LoaderPass: the loader it holds (a dataset holding iter(loader) made a cycle
+// that Python's collector could not see through the pass, so none of it was ever freed).
+int pass_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  Py_VISIT(nb::inst_ptr<LoaderPass>(self)->loader.ptr());
+  return 0;
+}
+int pass_clear(PyObject* self) {
+  if (nb::inst_ready(self)) {
+    LoaderPass* p = nb::inst_ptr<LoaderPass>(self);
+    p->loader = nb::object();
+    p->done = true;  // (a cleared pass is over)
+  }
+  return 0;
+}
+PyType_Slot pass_slots[] = {{Py_tp_traverse, (void*)pass_traverse}, {Py_tp_clear, (void*)pass_clear}, {0, nullptr}};
+
 std::unordered_map<const cd::DataLoader*, uint64_t>& pass_generations() {
   static std::unordered_map<const cd::DataLoader*, uint64_t> generations;
   return generations;
@@ -459,7 +477,8 @@ void bind_data(nb::module_& m, nb::module_& data) {
          "stood). A newer iter() of the same loader ends the older pass, whose next step raises.")
       .def("__next__", &next_batch,
            "The next batch of the current epoch; at its end StopIteration, and the next iteration runs the next epoch.");
-  nb::class_<LoaderPass>(data, "_LoaderPass", "One iter() of a DataLoader: the rest of the current epoch.")
+  nb::class_<LoaderPass>(data, "_LoaderPass", "One iter() of a DataLoader: the rest of the current epoch.",
+                         nb::type_slots(pass_slots))
       .def("__iter__", [](nb::handle self) { return self; })
       .def("__next__", [](LoaderPass& p) {
         if (p.done) throw nb::stop_iteration();

@@ -427,7 +427,12 @@ nb::dict array_interface(const cf::Tensor& t) {
   d["shape"] = nb::tuple(shape);
   d["strides"] = nb::tuple(strides);
   d["typestr"] = typestr(t.dtype());
-  d["data"] = nb::make_tuple(reinterpret_cast<uintptr_t>(t.raw_data()), false);
+  // NumPy refuses a null address (it then read the view as a sequence: a bare TypeError), and a tensor
+  // with no element may have one (torch hands empty tensors over DLPack with data 0): any address serves,
+  // since no element is read or written there
+  alignas(16) static char no_element[16];
+  const void* data = t.numel() == 0 && t.raw_data() == nullptr ? no_element : t.raw_data();
+  d["data"] = nb::make_tuple(reinterpret_cast<uintptr_t>(data), false);
   d["version"] = 3;
   return d;
 }

@@ -132,6 +132,17 @@ def test_low_precision_dtypes_cross_numpy_and_dlpack():
     assert back.dtype == cf.float16 and back.tolist() == [0.5, -3.0]
 
 
+def test_an_empty_tensor_imported_from_torch_reaches_numpy():
+    # torch hands an empty tensor over DLPack with data address 0, which NumPy's array interface refuses
+    torch = pytest.importorskip("torch")
+    for shape in [(0, 3), (0,)]:
+        t = cf.from_dlpack(torch.zeros(*shape))
+        assert t.shape == list(shape) or tuple(t.shape) == shape
+        for view in (t.numpy(), np.asarray(t), np.asarray(t[0:0])):
+            assert view.size == 0 and view.dtype == np.float32
+        assert t.numpy().shape == shape
+
+
 def test_numpy_functions_take_cpu_tensors():
     # NumPy's reductions used to call the tensor's methods with NumPy's keywords (t.sum(axis=None,
     # out=None)) and fail; every NumPy function now runs on views of the tensors.

@@ -222,6 +222,15 @@ def test_a_python_dataset_and_its_loader_in_a_cycle_are_collected():
     del ds
     gc.collect()
     assert ref() is None
+    # the same cycle through a pass (iter(loader)) the dataset holds: the pass hid its loader from the collector
+    ds = Rows()
+    ds.loader = cf.data.DataLoader(ds, batch_size=2)
+    ds.pass_ = iter(ds.loader)
+    assert next(ds.pass_).input.tolist() == [[0.0, 0.0], [1.0, 1.0]]
+    ref = weakref.ref(ds)
+    del ds
+    gc.collect()
+    assert ref() is None
 
 
 def test_a_subclass_of_cf_data_dataset_is_a_python_dataset():

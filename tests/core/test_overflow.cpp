@@ -78,3 +78,34 @@ TEST_CASE("defect 11: positional tables too large to count or to allocate name t
   CHECK_THROWS_MSG(nn::SinusoidalPositionalEncoding(int64_t(1) << 40, 64), Error,
                    "[SinusoidalPositionalEncoding] max_len 1099511627776 x dim 64", "[allocate] out of CPU memory");
 }
+
+TEST_CASE("a kernel's scratch too large for memory is an exception, not the end of the process") {
+#if !defined(__SANITIZE_ADDRESS__)  // (ASan's operator new aborts on a failed allocation by design)
+  // One list of 2^20 slots, 8 of them filled: the CPU kernels' per-thread (w, w) score tile is 4 TiB (a hunt
+  // found 2^17's 64 GiB). Its bad_alloc was thrown inside an OpenMP region, which ended the process.
+  const int64_t w = int64_t(1) << 20;
+  std::vector<int64_t> slots(size_t(w), -1);
+  for (int64_t i = 0; i < 8; ++i) slots[size_t(i)] = i;
+  const Tensor members = Tensor::from_vector(slots, {1, 1, 1, w});
+  const Tensor q = Tensor::ones({1, 1, 8, 4}), k = Tensor::ones({1, 1, 8, 4}), v = Tensor::ones({1, 1, 8, 4});
+  CHECK_THROWS_AS(routed_attention(q, k, v, members, members), std::bad_alloc);
+  CHECK_THROWS_AS(block_attention(q, k, v, members), std::bad_alloc);
+  CHECK(values(routed_attention(q, k, v, narrow(members, 3, 0, 8), narrow(members, 3, 0, 8))).size() == 32);  // usable after
+#endif
+}
+
+TEST_CASE("sizes that add or multiply past int64 in cat, block_attention and the depthwise convolutions are named") {
+  // cat: four (2^62, 0) tensors joined to a (0, 0) tensor without a word
+  const Tensor huge_empty = Tensor::zeros({int64_t(1) << 62, 0});
+  CHECK_THROWS_MSG(cat({huge_empty, huge_empty, huge_empty, huge_empty}, 0), ShapeError, "[cat]",
+                   "the joined axis overflows int64");
+  // block_attention: H x rounds wrapped to 0 heads (empty outputs, no error)
+  const Tensor q = Tensor::zeros({1, 4, 8, 4});
+  BlockAttentionOptions o;
+  o.rounds = int64_t(1) << 62;
+  CHECK_THROWS_MSG(block_attention(q, q, q, Tensor::zeros({1, 1, 1, 8}, kInt64), Tensor(), o), ShapeError,
+                   "[block_attention] heads x rounds overflows int64");
+  // DepthwiseConv1d: n + 2 padding wrapped (output length 0, then "shorter than the kernel")
+  nn::DepthwiseConv1d conv(2, 3, 1, int64_t(1) << 62);
+  CHECK_THROWS_MSG(conv.output_length(4), ShapeError, "[DepthwiseConv1d] 2 x padding overflows int64");
+}

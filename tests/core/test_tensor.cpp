@@ -163,6 +163,41 @@ TEST_CASE("allocator caches large blocks for reuse and releases them on empty_ca
 #endif
 }
 
+TEST_CASE("allocator: a block serves a slightly smaller size, and the cache stays within the most ever live") {
+#if !defined(__SANITIZE_ADDRESS__)
+  empty_cache();
+  void* first = nullptr;
+  { first = Tensor::empty({1 << 20}, kFloat32).raw_data(); }  // 4 MiB, cached
+  {
+    Tensor b = Tensor::empty({(1 << 20) - (1 << 17)}, kFloat32);  // 3.5 MiB: two classes down, the same block
+    CHECK(b.raw_data() == first);
+    CHECK(memory_stats().cached_bytes == 0);
+  }
+  {
+    Tensor c = Tensor::empty({1 << 19}, kFloat32);  // 2 MiB: the 4 MiB block is too large for it
+    CHECK(c.raw_data() != first);
+  }
+  // Lengths that keep growing (each block 30% above the last, freed before the next): none is reused, and
+  // every one was cached before the bound: about 4x the largest in all.
+  // The bound is the most bytes ever live in this process: this test's (ctest runs each case alone), or the
+  // peak before it when the whole binary runs (unless a test reset the peak)
+  empty_cache();
+  const int64_t live0 = memory_stats().live_bytes, before = memory_stats().peak_bytes;
+  int64_t largest = 0;
+  for (double n = 1 << 18; n < (1 << 25); n *= 1.3) {
+    Tensor t = Tensor::empty({int64_t(n)}, kFloat32);
+    largest = std::max(largest, t.numel() * 4);
+    // (+ 1/8: the classes' rounding)
+    const int64_t bound = std::max<int64_t>(int64_t(64) << 20, std::max(before, live0 + largest) * 9 / 8);
+    CHECK(memory_stats().cached_bytes <= bound);
+  }
+  const int64_t bound = std::max<int64_t>(int64_t(64) << 20, std::max(before, live0 + largest) * 9 / 8);
+  CHECK(memory_stats().cached_bytes <= bound);
+  CHECK(memory_stats().cached_bytes >= largest);  // the last one is kept
+  empty_cache();
+#endif
+}
+
 TEST_CASE("printing") {
   std::ostringstream os;
   os << t32({1, 2, 3, 4}, {2, 2});

@@ -250,6 +250,32 @@ TEST_CASE("every registered attention variant and a 2-layer model of each take a
   }
 }
 
+TEST_CASE("every registered attention variant takes an empty batch, its auxiliary losses too") {
+  // Neural clustering's losses took the mean over no row ("[mean] cannot reduce an empty axis", under aux).
+  const int64_t H = 2, N = 6, D = 4;
+  for (const std::string& type : nn::attention_types()) {
+    INFO(type);
+    std::shared_ptr<nn::Attention> att = nn::make_attention(small_attention_spec(type, H * D, H));
+    att->to(kFloat64);
+    for (bool training : {false, true}) {
+      att->train(training);
+      nn::AuxLosses aux;
+      nn::AttentionArgs a;
+      a.q = a.k = a.v = Tensor::zeros({0, H, N, D}, kFloat64);
+      a.query_input = Tensor::zeros({0, N, H * D}, kFloat64);
+      a.aux = &aux;
+      CHECK(att->forward(a).shape() == Shape{0, H, N, D});
+      for (const std::string& name : aux.names())
+        for (const Tensor& l : aux.get(name)) CHECK(std::isfinite(values(l)[0]));
+    }
+    // no features is refused by name (the default scale 1/sqrt(0) was refused by a kernel as "scale ... inf")
+    nn::AttentionArgs a;
+    a.q = a.k = a.v = Tensor::zeros({1, H, N, 0}, kFloat64);
+    a.query_input = Tensor::zeros({1, N, H * D}, kFloat64);
+    CHECK_THROWS_MSG(att->forward(a), ShapeError, "no features (Dk = 0");
+  }
+}
+
 TEST_CASE("the block and routed attention variants take attention dropout: in training only, inside the kernel, bad rates named") {
   const int64_t B = 2, H = 2, N = 16, D = 4;
   for (const std::string type : {"neural-clustering", "lsh", "cluster-former", "routing", "sparse"}) {

@@ -141,6 +141,14 @@ TEST_CASE("positional encodings") {
       }
     pe.to(kFloat32);
   }
+  // to(bfloat16) keeps the table float32 (it is in no state dict, so a rounded table stayed rounded after
+  // to(float32): 1.9e-3 off); the forward casts its rows to the input's dtype
+  const auto exact = values(pe.forward(Tensor::zeros({1, 5, 6})));
+  pe.to(kBFloat16);
+  CHECK(pe.table.dtype() == kFloat32);
+  CHECK(pe.forward(Tensor::zeros({1, 5, 6}, kBFloat16)).dtype() == kBFloat16);
+  pe.to(kFloat32);
+  CHECK(values(pe.forward(Tensor::zeros({1, 5, 6}))) == exact);
   CHECK_THROWS_MSG(pe.forward(Tensor::zeros({1, 17, 6})), ShapeError, "sequence length 17 exceeds max_len 16");
   CHECK_THROWS_MSG(pe.forward(Tensor::zeros({5, 6})), ShapeError, "expected input (B, N, 6), got (5,6)");
   Generator g(4);

@@ -67,6 +67,14 @@ TEST_CASE("routing attention: one cluster equals full attention (padding, causal
       Tensor got = att.forward(attention_args(q, k, v, m, causal));
       Tensor ref = full.forward(attention_args(q, k, v, m, causal));
       check_vec_close(real_rows(got, m), real_rows(ref, m), 1e-12);
+      // local heads whose window holds every token are full attention too, whatever the window (one of 2^40
+      // allocated that many slots before it was taken as N)
+      for (int64_t window : {int64_t(7), int64_t(1) << 40}) {
+        nn::RoutingAttention local(2, 4, 1, /*local_heads=*/2, window);
+        local.to(kFloat64);
+        local.eval();
+        check_vec_close(real_rows(local.forward(attention_args(q, k, v, m, causal)), m), real_rows(ref, m), 1e-12);
+      }
     }
 }
 
