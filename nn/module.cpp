@@ -184,7 +184,7 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
   std::vector<std::string> duplicates;
   for (const auto& e : dict)
     if (!given.emplace(e.first, &e.second).second) duplicates.push_back(e.first);
-  std::vector<std::string> missing, mismatched;
+  std::vector<std::string> missing, mismatched, unwritable;
   std::vector<std::pair<Tensor*, const Tensor*>> copies;
   std::vector<std::string> loaded;
   std::map<std::string, bool> used;
@@ -209,6 +209,13 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
       mismatched.push_back(n + " (expected " + dtype_name(t->dtype()) + ", got " + dtype_name(src.dtype()) + ")");
       return;
     }
+    // The copy writes the module's tensor in place: one whose elements share memory (an expand() view put
+    // in by set_data or set_parameters) cannot take it, and finding that out at the copy left the entries
+    // before it loaded
+    if (t->has_internal_overlap()) {
+      unwritable.push_back(n + " (" + t->describe() + ")");
+      return;
+    }
     copies.emplace_back(t, &src);
     loaded.push_back(n);
   });
@@ -220,7 +227,7 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
     for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
     return os.str();
   };
-  bool bad = !mismatched.empty() || !duplicates.empty() ||
+  bool bad = !mismatched.empty() || !duplicates.empty() || !unwritable.empty() ||
              (strict && (!missing.empty() || !unexpected.empty()));
   if (bad) {
     std::ostringstream os;
@@ -229,6 +236,10 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
     if (!unexpected.empty() && strict) os << " unexpected keys: " << list(unexpected) << ";";
     if (!mismatched.empty()) os << " shape or dtype mismatch: " << list(mismatched) << ";";
     if (!duplicates.empty()) os << " duplicate keys: " << list(duplicates) << ";";
+    if (!unwritable.empty())
+      os << " the module's tensors of " << list(unwritable)
+         << " have elements that share memory (expand() views) and cannot be loaded into: make them copies "
+            "(contiguous()) first;";
     throw ValueError(os.str());
   }
   // The modules' own checks of the values (check_state), each with its own entries.
@@ -245,6 +256,18 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
   }
   // Everything checked first, so a failed load changes nothing.
   NoGradGuard ng;
+  // A value that is another slot's own tensor (state_dict() hands out the module's tensors, so a dict with
+  // its keys remapped, two layers swapped, holds them) is read before any copy writes that slot: the
+  // second layer of a swap got the first's new values, the old second's.
+  std::vector<Tensor> read_first;
+  read_first.reserve(copies.size());
+  for (auto& c : copies)
+    for (const auto& d : copies)
+      if (d.first != c.first && c.second->shares_storage(*d.first)) {
+        read_first.push_back(clone(*c.second));
+        c.second = &read_first.back();
+        break;
+      }
   for (auto& c : copies) copy_from_any_device(*c.first, *c.second);  // converts dtype if they differ
   notify_state_loaded(loaded);
 }

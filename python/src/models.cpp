@@ -188,7 +188,10 @@ void bind_models(nb::module_& m, nb::module_& models) {
                      "cluster_layers or cluster_every/cluster_from, d_model, n_heads, ..., cluster_attention {...}.";
   nb::class_<cnn::WindowedStates>(models, "WindowedStates")
       .def_ro("context", &cnn::WindowedStates::context)
-      .def_ro("question", &cnn::WindowedStates::question);
+      // None without a question (an undefined tensor, on which even repr() raised)
+      .def_prop_ro("question", [](const cnn::WindowedStates& s) {
+        return s.question.defined() ? std::optional<Tensor>(s.question) : std::nullopt;
+      });
   nb::class_<cm::ClusterFormerEncoder, cnn::Module> cfe(models, "ClusterFormerEncoder",
                                                         "Sliding-window and Cluster-Former layers over a long context.");
   cfe.def("__init__",

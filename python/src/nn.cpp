@@ -238,7 +238,9 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // ---------------------------------------------------------------- Module
   nb::class_<cnn::Module>(nn, "Module",
                           "Base of every layer and model: named parameters, buffers and submodules in registration "
-                          "order (names like \"layers.0.self_attn.w_q.weight\").")
+                          "order (names like \"layers.0.self_attn.w_q.weight\"). Modules are C++ objects: a Python "
+                          "class holds them as attributes (or derives from a concrete one to add methods); it cannot "
+                          "derive from Module itself or override forward.")
       .def("parameters", &cnn::Module::parameters, "The parameter tensors, recursively, in order.")
       .def("named_parameters", [](const cnn::Module& mod) { return named_list(mod.named_parameters()); },
            "[(name, tensor), ...] in registration order.")

@@ -317,6 +317,12 @@ def test_paper_models_build_and_run():
                                    generator=g)
     assert lm(cf.randint(1, 12, [2, 20], generator=g)).shape == (2, 20, 12)
     assert lm.on_train_step() >= 0
+    enc = cf.models.ClusterFormerEncoder(vocab_size=20, max_len=32, n_layers=2, window=8, stride=6, cluster_layers=[1],
+                                         d_model=8, n_heads=2, d_ff=16,
+                                         cluster_attention={"num_clusters": 2, "memory_size": 32, "update_every": 1},
+                                         generator=g)
+    states = enc(cf.randint(1, 20, [2, 12], generator=g))
+    assert states.context.shape == (2, 12, 8) and states.question is None  # (an undefined tensor before)
     pc = cf.models.PointCloudClassifier(cf.models.PointCloudOptions(num_classes=3, widths=[8, 8, 8, 16], knn=4,
                                                                      fuse_dim=16, head=[8, 8], n_heads=2),
                                         generator=g)
@@ -389,6 +395,10 @@ def test_overriding_forward_of_a_cf_module_is_refused():
 
     t = Tagged(2, 2)
     assert t.tag == "head" and t(cf.ones([1, 2])).shape == (1, 2)
+    # cf.nn.Module itself holds no C++ module to build (it failed at construction: "no constructor defined!")
+    with pytest.raises(TypeError, match=r"derives from cf.nn.Module itself.*plain Python class"):
+        class Mine(cf.nn.Module):  # noqa: F841
+            pass
 
 
 def test_numpy_and_dlpack_views_keep_their_memory_when_the_tensor_gets_other_data():

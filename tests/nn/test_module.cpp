@@ -106,6 +106,20 @@ TEST_CASE("state_dict / load_state_dict round trip is exact") {
   b.load_state_dict(Net(3).state_dict());
   CHECK(w.is_same(b.head->weight));
   CHECK(w.requires_grad());
+  // A dict of the module's own tensors under other keys (two blocks swapped): each value is read before any
+  // copy writes it (block 1 got block 0's new values, its own old ones, and no error)
+  const auto block0 = values(b.blocks[0]->fc->weight), block1 = values(b.blocks[1]->fc->weight);
+  nn::StateDict swapped;
+  for (auto& [k, t] : b.state_dict()) {
+    std::string key = k;
+    if (key.rfind("blocks.0.", 0) == 0) key.replace(7, 1, "1");
+    else if (key.rfind("blocks.1.", 0) == 0) key.replace(7, 1, "0");
+    swapped.emplace_back(key, t);
+  }
+  b.load_state_dict(swapped);
+  CHECK(values(b.blocks[0]->fc->weight) == block1);
+  CHECK(values(b.blocks[1]->fc->weight) == block0);
+  CHECK(w.is_same(b.head->weight));
 }
 
 TEST_CASE("load_state_dict lists missing, unexpected and mis-shaped entries, and changes nothing on error") {
@@ -143,6 +157,13 @@ TEST_CASE("load_state_dict lists missing, unexpected and mis-shaped entries, and
   const auto before_dup = values(a.blocks[0]->scale);
   CHECK_THROWS_MSG(a.load_state_dict(dup), ValueError, "duplicate keys: blocks.0.scale");
   CHECK(values(a.blocks[0]->scale) == before_dup);
+  // A module tensor the copy cannot write (an expand() view put in by set_data) is refused with the
+  // rest, before any copy: blocks.0's entries, copied first, stay as they were (they were loaded, then
+  // copy_ refused under its own name)
+  a.blocks[1]->fc->bias.set_data(expand(Tensor::zeros({1}), {2}));
+  const auto weight_before = values(a.blocks[0]->fc->weight);
+  CHECK_THROWS_MSG(a.load_state_dict(d), ValueError, "[load_state_dict]", "blocks.1.fc.bias", "share memory");
+  CHECK(values(a.blocks[0]->fc->weight) == weight_before);
 }
 
 TEST_CASE("train/eval propagates - to(dtype) converts - to(device) refuses a missing device clearly") {
@@ -423,4 +444,13 @@ TEST_CASE("initialisers are seeded and follow their formulas") {
     CHECK(e.numel() == 0);
   }
   CHECK(g1.offset() == before);
+  // an expand() view cannot take one value per element: refused before the generator moves (it drew
+  // 18 numbers, then copy_ refused the view)
+  Tensor shared = expand(Tensor::zeros({1}), {6, 3});
+  CHECK_THROWS_MSG(nn::init::uniform_(shared, -1, 1, g1), ValueError, "[init::uniform_]", "share memory");
+  CHECK_THROWS_MSG(nn::init::normal_(shared, 0, 1, g1), ValueError, "[init::normal_]", "share memory");
+  CHECK_THROWS_MSG(nn::init::kaiming_uniform_(shared, 0, g1), ValueError, "[init::kaiming_uniform_]", "share memory");
+  CHECK(g1.offset() == before);
+  nn::init::constant_(shared, 2.0);  // one value for all: fill_ writes it
+  CHECK(values(shared) == std::vector<double>(18, 2.0));
 }
