@@ -411,12 +411,13 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
         grads = (*backward)(gn);
       } catch (...) {
         if (taken) {  // a failed step frees nothing: the graph can run again, as before
+          freed.nodes.pop_back();  // (not freed: another thread may take it before this pass ends)
           std::atomic_store(&n->backward, backward);
           n->released = false;
         }
         throw;
       }
-      CF_CHECK(grads.size() == n->next_edges.size(), AutogradError, "[backward] node '", n->name,
+      CF_CHECK(grads.size() == n->next_edges.size(), AutogradError, "[", t_pass, "] node '", n->name,
                "' returned ", grads.size(), " gradients for ", n->next_edges.size(), " inputs");
     } else {
       grads.resize(n->next_edges.size());  // no gradient reached this node, or none is asked of it
@@ -425,7 +426,7 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
       Node* next = n->next_edges[i].node.get();
       if (!next) continue;
       if (grads[i].defined()) {
-        CF_CHECK(grads[i].shape() == n->next_edges[i].shape, AutogradError, "[backward] node '",
+        CF_CHECK(grads[i].shape() == n->next_edges[i].shape, AutogradError, "[", t_pass, "] node '",
                  n->name, "' returned a gradient of shape ", shape_str(grads[i].shape()),
                  " for input ", i, " of shape ", shape_str(n->next_edges[i].shape));
         Tensor& slot = buffer[next];

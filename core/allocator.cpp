@@ -20,7 +20,7 @@ namespace {
 constexpr size_t kAlign = 64;
 
 // Large blocks (>= kCacheMin) are cached on free and reused by a later request
-// of the same size class, or of a class at most 25% smaller (two classes). malloc
+// of the same size class, or by a smaller one the block exceeds by at most 25%. malloc
 // hands large blocks out as fresh mmap'd pages and unmaps them on free, so every
 // large tensor paid a page fault per 4 KiB on first touch: 20% of a Transformer
 // training step at N = 2048 was the kernel clearing pages (perf). Size classes are

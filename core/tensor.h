@@ -70,9 +70,10 @@ class Tensor {
   DType dtype() const { return impl().dtype; }
   Device device() const { return impl().device; }
   bool is_contiguous() const;
-  // Whether two of its elements share memory: a stride 0 over a size above 1 (an expand() view). In-place
+  // Whether it has a stride 0 over a size above 1 (an expand() view), whose elements share memory. In-place
   // writes into such a view are refused (they would write one element several times), so a parameter,
-  // a gradient or a module's state cannot be one.
+  // a gradient or a module's state cannot be one. (Other overlapping strides, which only DLPack imports
+  // can carry, are not detected.)
   bool has_internal_overlap() const;
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype()); }
   // "float32 (2,3) on cpu", for error messages.

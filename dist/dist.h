@@ -67,7 +67,8 @@ struct InitOptions {
 // Rank and world size the launcher announced in the environment (Open MPI's
 // OMPI_COMM_WORLD_RANK/SIZE, else PMI_RANK/PMI_SIZE, else PMIX_RANK); {-1, -1}
 // when the process was not started by a launcher. local_rank: the rank among the
-// processes of this node (OMPI_COMM_WORLD_LOCAL_RANK, else MPICH's MPI_LOCALRANKID), -1 unknown.
+// processes of this node (OMPI_COMM_WORLD_LOCAL_RANK, else MPICH's MPI_LOCALRANKID, else Slurm's
+// SLURM_LOCALID), -1 unknown.
 struct LauncherEnv {
   int rank = -1;
   int world_size = -1;

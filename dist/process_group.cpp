@@ -333,6 +333,7 @@ LauncherEnv launcher_env() {
   if (e.rank < 0 && env_int("PMIX_RANK") >= 0) e.rank = env_int("PMIX_RANK");
   e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK");
   if (e.local_rank < 0) e.local_rank = env_int("MPI_LOCALRANKID");
+  if (e.local_rank < 0) e.local_rank = env_int("SLURM_LOCALID");
   return e;
 }
 

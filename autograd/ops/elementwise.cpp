@@ -161,18 +161,21 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   CF_PROMOTED(pow(a, b));
   Tensor out = binary_forward(BinaryOp::Pow, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
-    bool need_b = b.requires_grad();
-    SavedTensor sa(a), sb(b), so(out);
-    autograd::record(opname::pow, {a, b}, out, [sa, sb, so, need_b](const Tensor& g) -> std::vector<Tensor> {
-      Tensor av = sa.unpack(opname::pow), bv = sb.unpack(opname::pow), o = so.unpack(opname::pow);
+    // Both gradients read a and b; the output only b's (saved only then, as mul and div do)
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    SavedTensor sa(a), sb(b), so(need_b ? out : Tensor());
+    autograd::record(opname::pow, {a, b}, out, [sa, sb, so, need_a, need_b](const Tensor& g) -> std::vector<Tensor> {
+      Tensor av = sa.unpack(opname::pow), bv = sb.unpack(opname::pow);
       // PyTorch's masks: b a^(b-1) is 0 where b = 0 (not 0 * inf at a = 0), and a^b log a is 0
       // where a = 0 and b >= 0 (the limit, not 0 * -inf); without them one zero base gives NaN.
       Tensor zero = ops::scalar_like(g, 0.0);
-      Tensor ga = where(eq(bv, 0.0), zero, mul(g, mul(bv, pow(av, sub(bv, 1.0)))));
-      Tensor gb = need_b ? sum_to(mul(g, where(logical_and(eq(av, 0.0), ge(bv, 0.0)), zero, mul(o, log(av)))),
+      Tensor ga = need_a ? sum_to(where(eq(bv, 0.0), zero, mul(g, mul(bv, pow(av, sub(bv, 1.0))))), av.shape())
+                         : Tensor();
+      Tensor gb = need_b ? sum_to(mul(g, where(logical_and(eq(av, 0.0), ge(bv, 0.0)), zero,
+                                               mul(so.unpack(opname::pow), log(av)))),
                                   bv.shape())
                          : Tensor();  // (the factor masked, so a NaN in g stays NaN, as in PyTorch)
-      return {sum_to(ga, av.shape()), gb};
+      return {ga, gb};
     });
   }
   return out;

@@ -87,7 +87,10 @@ bool GradScaler::step(Optimizer& opt) {
     return false;
   }
   opt.step();
-  r->stepped = true;  // after it: a step that failed may be tried again
+  // after it: a step that failed may be tried again. (The optimizers check every parameter before they
+  // write any, so a refused step changed nothing; one failing inside an update, out of memory, may have
+  // moved the parameters before it, and a retry moves those again.)
+  r->stepped = true;
   return true;
 }
 

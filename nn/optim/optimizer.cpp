@@ -169,11 +169,12 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::step() {
   NoGradGuard no_grad;
+  // (before follow_param, which may start a reshaped parameter's state over: set_data may have made it a view)
+  for (const Entry& e : entries_) check_writable(e.param, where("step"), e.name);
   for (Entry& e : entries_) follow_param(e);
   std::vector<Tensor> grads(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
-    check_writable(e.param, where("step"), e.name);  // (set_data may have made it a view since)
     Tensor g = e.param.grad();
     if (!g.defined()) continue;
     CF_CHECK(g.shape() == e.param.shape() && g.dtype() == e.param.dtype() &&

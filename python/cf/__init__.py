@@ -37,12 +37,15 @@ def _refuse_forward_override(cls, **kwargs):
     so a Python subclass's forward would be skipped without a word (m.forward(x) and m(x)
     disagreed). Subclasses that keep forward (adding attributes or methods) stay allowed."""
     own = [k for k in cls.__mro__ if not k.__module__.startswith("cf._cf") and k is not object]
-    if not any(k.__module__.startswith("cf._cf") and k is not _cf.nn.Module for k in cls.__mro__):
-        # (it failed at construction with nanobind's bare "no constructor defined!")
-        raise TypeError("%s derives from cf.nn.Module itself: cf's modules are built in C++, and a Python class "
-                        "cannot register parameters in one; write a plain Python class that holds cf modules "
-                        "(and cf.Tensor parameters) as attributes and hand their parameters to the optimizer, or "
-                        "derive from a concrete cf module (cf.nn.Linear, ...) to add methods" % cls.__qualname__)
+    # A bound constructor is a nanobind method; the abstract bindings have only nanobind's slot, which fails at
+    # construction with a bare "no constructor defined!"
+    if not any(k.__module__.startswith("cf._cf") and type(k.__dict__.get("__init__")).__name__ == "nb_method"
+               for k in cls.__mro__):
+        raise TypeError("%s derives from an abstract cf module (cf.nn.Module, cf.nn.UnaryModule, cf.nn.Attention), "
+                        "which a Python class cannot build: cf's modules are built in C++ and cannot register "
+                        "parameters from Python; write a plain Python class that holds cf modules (and cf.Tensor "
+                        "parameters) as attributes and hand their parameters to the optimizer, or derive from a "
+                        "concrete cf module (cf.nn.Linear, ...) to add methods" % cls.__qualname__)
     if any("forward" in k.__dict__ or "__call__" in k.__dict__ for k in own):  # a mixin's counts too
         raise TypeError("%s overrides forward/__call__ of a cf.nn module, whose forward runs in C++ "
                         "(__call__ and Sequential would not use the override): hold the cf module as an "

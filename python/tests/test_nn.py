@@ -396,9 +396,15 @@ def test_overriding_forward_of_a_cf_module_is_refused():
     t = Tagged(2, 2)
     assert t.tag == "head" and t(cf.ones([1, 2])).shape == (1, 2)
     # cf.nn.Module itself holds no C++ module to build (it failed at construction: "no constructor defined!")
-    with pytest.raises(TypeError, match=r"derives from cf.nn.Module itself.*plain Python class"):
-        class Mine(cf.nn.Module):  # noqa: F841
-            pass
+    for base in (cf.nn.Module, cf.nn.UnaryModule, cf.nn.Attention):
+        with pytest.raises(TypeError, match=r"derives from an abstract cf module.*plain Python class"):
+            class Mine(base):  # noqa: F841
+                pass
+
+    class Deeper(Tagged):  # a subclass of a subclass of a concrete module stays allowed
+        pass
+
+    assert Deeper(2, 2)(cf.ones([1, 2])).shape == (1, 2)
 
 
 def test_numpy_and_dlpack_views_keep_their_memory_when_the_tensor_gets_other_data():

@@ -39,9 +39,16 @@ TEST_CASE("dist: errors before init and for unknown backends") {
 TEST_CASE("dist: the local GPU index follows the launcher's local rank") {
   // Saved and restored: ctest may run this under a launcher's environment.
   const char* saved = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  const std::string old = saved ? saved : "";
+  const char* saved_mpich = std::getenv("MPI_LOCALRANKID");
+  const char* saved_slurm = std::getenv("SLURM_LOCALID");
+  const std::string old = saved ? saved : "", old_mpich = saved_mpich ? saved_mpich : "",
+                    old_slurm = saved_slurm ? saved_slurm : "";
   ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
   ::unsetenv("MPI_LOCALRANKID");
+  ::unsetenv("SLURM_LOCALID");
+  ::setenv("SLURM_LOCALID", "3", 1);  // Slurm's name, the last asked
+  CHECK(d::launcher_env().local_rank == 3);
+  ::unsetenv("SLURM_LOCALID");
   CHECK(d::launcher_env().local_rank == -1);
   CHECK(d::local_device_index(4) == 0);
   ::setenv("MPI_LOCALRANKID", "2", 1);  // MPICH's name
@@ -53,11 +60,15 @@ TEST_CASE("dist: the local GPU index follows the launcher's local rank") {
   CHECK(d::local_device_index(0) == 0);  // no GPU visible
   ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x", 1);  // not a rank: MPICH's then
   CHECK(d::launcher_env().local_rank == 2);
-  ::unsetenv("MPI_LOCALRANKID");
-  if (saved)
-    ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", old.c_str(), 1);
-  else
-    ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  auto restore = [](const char* name, const char* was, const std::string& value) {
+    if (was)
+      ::setenv(name, value.c_str(), 1);
+    else
+      ::unsetenv(name);
+  };
+  restore("OMPI_COMM_WORLD_LOCAL_RANK", saved, old);
+  restore("MPI_LOCALRANKID", saved_mpich, old_mpich);
+  restore("SLURM_LOCALID", saved_slurm, old_slurm);
 }
 
 TEST_CASE("dist: backend none is a world of one where every collective is the identity") {

@@ -81,9 +81,10 @@ TEST_CASE("defect 11: positional tables too large to count or to allocate name t
 
 TEST_CASE("a kernel's scratch too large for memory is an exception, not the end of the process") {
 #if !defined(__SANITIZE_ADDRESS__)  // (ASan's operator new aborts on a failed allocation by design)
-  // One list of 2^20 slots, 8 of them filled: the CPU kernels' per-thread (w, w) score tile is 4 TiB (a hunt
-  // found 2^17's 64 GiB). Its bad_alloc was thrown inside an OpenMP region, which ended the process.
-  const int64_t w = int64_t(1) << 20;
+  // One list of 2^23 slots, 8 of them filled: the CPU kernels' per-thread (w, w) score tile is 256 TiB, beyond
+  // any address space, so it fails whatever the host's overcommit (a hunt found 2^17's 64 GiB). Its bad_alloc
+  // was thrown inside an OpenMP region, which ended the process.
+  const int64_t w = int64_t(1) << 23;
   std::vector<int64_t> slots(size_t(w), -1);
   for (int64_t i = 0; i < 8; ++i) slots[size_t(i)] = i;
   const Tensor members = Tensor::from_vector(slots, {1, 1, 1, w});
