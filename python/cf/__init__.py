@@ -32,28 +32,35 @@ for _name in ("nn", "nn.init", "models", "data", "cuda", "autograd"):
 del _name, _mod, _part
 
 
-def _refuse_forward_override(cls, **kwargs):
-    """cf.nn modules run their forward in C++: __call__, Sequential and the models call that,
-    so a Python subclass's forward would be skipped without a word (m.forward(x) and m(x)
-    disagreed). Subclasses that keep forward (adding attributes or methods) stay allowed."""
-    own = [k for k in cls.__mro__ if not k.__module__.startswith("cf._cf") and k is not object]
-    # A bound constructor is a nanobind method; the abstract bindings have only nanobind's slot, which fails at
-    # construction with a bare "no constructor defined!"
-    if not any(k.__module__.startswith("cf._cf") and type(k.__dict__.get("__init__")).__name__ == "nb_method"
-               for k in cls.__mro__):
-        raise TypeError("%s derives from an abstract cf module (cf.nn.Module, cf.nn.UnaryModule, cf.nn.Attention), "
-                        "which a Python class cannot build: cf's modules are built in C++ and cannot register "
-                        "parameters from Python; write a plain Python class that holds cf modules (and cf.Tensor "
-                        "parameters) as attributes and hand their parameters to the optimizer, or derive from a "
-                        "concrete cf module (cf.nn.Linear, ...) to add methods" % cls.__qualname__)
-    if any("forward" in k.__dict__ or "__call__" in k.__dict__ for k in own):  # a mixin's counts too
-        raise TypeError("%s overrides forward/__call__ of a cf.nn module, whose forward runs in C++ "
-                        "(__call__ and Sequential would not use the override): hold the cf module as an "
-                        "attribute of your own class and call it from your forward instead" % cls.__qualname__)
+def _check_module_subclass(cls, **kwargs):
+    """What a Python class deriving from a cf.nn module may do. From cf.nn.Module or cf.nn.UnaryModule (the
+    Python bases): anything, forward included (a UnaryModule's forward is what Sequential and cf's C++ code
+    call). From one of cf's C++ modules (cf.nn.Linear, a model): add attributes and methods, but not override
+    forward or __call__, which __call__, Sequential and the models would not use (m.forward(x) and m(x) would
+    disagree). From an abstract binding without a constructor (cf.nn.Attention): nothing, it cannot be built."""
+    python_bases = (_cf.nn.Module, _cf.nn.UnaryModule)
+    # the most derived cf class: the C++ type the instance is
+    cf_base = next(k for k in cls.__mro__ if k.__module__.startswith("cf._cf"))
+    if cf_base not in python_bases:
+        if type(cf_base.__dict__.get("__init__")).__name__ != "nb_method":
+            # (nanobind would run an ancestor's constructor on storage laid out for this class)
+            raise TypeError("%s derives from %s, an abstract cf module that a Python class cannot build: derive "
+                            "from cf.nn.Module (or cf.nn.UnaryModule) and hold cf's modules as attributes"
+                            % (cls.__qualname__, cf_base.__qualname__))
+        own = [k for k in cls.__mro__ if not k.__module__.startswith("cf._cf") and k is not object]
+        if any("forward" in k.__dict__ or "__call__" in k.__dict__ for k in own):  # a mixin's counts too
+            raise TypeError("%s overrides forward/__call__ of %s, a C++ module whose forward runs in C++ "
+                            "(__call__ and Sequential would not use the override): derive from cf.nn.Module, hold "
+                            "the cf module as an attribute and call it from your forward instead"
+                            % (cls.__qualname__, cf_base.__qualname__))
+    elif cf_base is _cf.nn.UnaryModule and any("__call__" in k.__dict__ for k in cls.__mro__
+                                              if not k.__module__.startswith("cf._cf")):
+        raise TypeError("%s overrides __call__ of cf.nn.UnaryModule, which Sequential would not use: define "
+                        "forward(self, x) instead" % cls.__qualname__)
     super(_cf.nn.Module, cls).__init_subclass__(**kwargs)
 
 
-_cf.nn.Module.__init_subclass__ = classmethod(_refuse_forward_override)  # type: ignore[method-assign,assignment]
+_cf.nn.Module.__init_subclass__ = classmethod(_check_module_subclass)  # type: ignore[method-assign,assignment]
 
 
 def _rebuild_tensor(data, dtype, shape, device, requires_grad):

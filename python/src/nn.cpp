@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "core/json.h"
+#include "python_module.h"
 
 namespace cfpy {
 
@@ -236,12 +237,14 @@ cnn::AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor
 
 void bind_nn(nb::module_& m, nb::module_& nn) {
   // ---------------------------------------------------------------- Module
-  nb::class_<cnn::Module>(nn, "Module",
-                          "Base of every layer and model: named parameters, buffers and submodules in registration "
-                          "order (names like \"layers.0.self_attn.w_q.weight\"). Modules are C++ objects: a Python "
-                          "class holds them as attributes (or derives from a concrete one to add methods); it cannot "
-                          "derive from Module itself or override forward.")
-      .def("parameters", &cnn::Module::parameters, "The parameter tensors, recursively, in order.")
+  nb::class_<cnn::Module, PyModule> module(
+      nn, "Module",
+      "Base of every layer and model: named parameters, buffers and submodules in registration order (names like "
+      "\"layers.0.self_attn.w_q.weight\"). A Python class derives from it as from torch.nn.Module: it assigns "
+      "cf.nn modules and cf.nn.Parameter(tensor) to its attributes (or calls register_buffer) and defines forward; "
+      "state_dict, load_state_dict, to(), train() and the optimizers then see them. cf's own modules are C++: a Python "
+      "subclass of one (cf.nn.Linear, ...) may add methods but not override forward.");
+  module.def("parameters", &cnn::Module::parameters, "The parameter tensors, recursively, in order.")
       .def("named_parameters", [](const cnn::Module& mod) { return named_list(mod.named_parameters()); },
            "[(name, tensor), ...] in registration order.")
       .def("named_buffers", [](const cnn::Module& mod) { return named_list(mod.named_buffers()); })
@@ -311,7 +314,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("__reduce__", [](nb::handle self) { refuse_module_copy(self, "pickle"); },
            nb::sig("def __reduce__(self) -> typing.NoReturn"));
 
-  nb::class_<cnn::UnaryModule, cnn::Module> unary(nn, "UnaryModule", "A module mapping one tensor to one tensor.");
+  nb::class_<cnn::UnaryModule, cnn::Module, PyUnaryModule> unary(
+      nn, "UnaryModule",
+      "A module mapping one tensor to one tensor (what Sequential chains). A Python subclass defines forward(self, x).");
+  bind_python_modules(nn, module, unary);
   def_forward(unary, [](cnn::UnaryModule& mod, const Tensor& x) { return mod.forward(x); }, "forward(x)", nb::arg("x"));
 
   // ---------------------------------------------------------------- layers

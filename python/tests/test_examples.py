@@ -41,3 +41,11 @@ def test_training_step_lowers_the_loss():
     lines = [l for l in run("training_step.py").splitlines() if l.startswith("epoch")]
     first, last = float(lines[0].split()[3]), float(lines[-1].split()[3])
     assert last < 0.8 * first, lines
+
+
+def test_custom_module_trains_a_python_model():
+    out = run("custom_module.py")
+    lines = [l for l in out.splitlines() if l.startswith("epoch")]
+    first, last = float(lines[0].split()[3]), float(lines[-1].split()[3])
+    assert last < 0.3 * first, out
+    assert "training accuracy 1.00" in out or "training accuracy 0.9" in out, out

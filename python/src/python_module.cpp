@@ -1,0 +1,335 @@
+// Modules written in Python (python_module.h): cf.nn.Parameter, the constructors of cf.nn.Module and
+// cf.nn.UnaryModule, and the attribute rules that register what a Python module's code assigns, as
+// torch.nn.Module's do: `self.fc = cf.nn.Linear(...)` a submodule, `self.w = cf.nn.Parameter(t)` a
+// parameter, `self.register_buffer("b", t)` a buffer; every other value stays a plain attribute.
+#include "python_module.h"
+
+#include <typeinfo>
+
+namespace cfpy {
+
+using cf::Tensor;
+namespace cnn = cf::nn;
+
+namespace {
+
+// cf.nn.Parameter: marks a tensor to be registered as a parameter by the module attribute it is assigned to.
+struct ParameterMarker {
+  Tensor data;
+  bool requires_grad = true;
+};
+
+std::string type_name_of(nb::handle self) {
+  std::string t = nb::type_name(self.type()).c_str();
+  if (t.rfind("cf._cf.", 0) == 0) t = "cf." + t.substr(7);  // the name users import it by
+  return t;
+}
+
+// The Python-module side of self: null for a C++ module (cf.nn.Linear, a model, a Python subclass of one) and
+// for an instance whose __init__ has not run yet.
+PythonModule* python_module(nb::handle self) {
+  if (!nb::inst_ready(self)) return nullptr;
+  return dynamic_cast<PythonModule*>(&nb::cast<cnn::Module&>(self));
+}
+
+// The Python module that may register `what` under `name`, or a clear error.
+PythonModule& registering_module(nb::handle self, const std::string& name, const char* what) {
+  if (!nb::inst_ready(self))
+    throw nb::attribute_error(cf::str("[Module] cannot register ", what, " '", name, "' before cf.nn.Module.__init__() "
+                                      "ran: call super().__init__() first in ", type_name_of(self), ".__init__")
+                                  .c_str());
+  PythonModule* pm = python_module(self);
+  if (!pm)
+    throw nb::type_error(cf::str("[Module] cannot register ", what, " '", name, "' in a ", type_name_of(self),
+                                 ": its parameters and submodules are fixed in C++; a Python class registers its own "
+                                 "by deriving from cf.nn.Module (or cf.nn.UnaryModule) and holding this one as a "
+                                 "submodule")
+                             .c_str());
+  // A name the class itself has (a method, a property, `training`) would hide the registered value: attribute
+  // lookup finds the class's first and never asks __getattr__.
+  if (pm->kind_of(name) == PythonModule::Kind::kNone && PyObject_HasAttrString(self.type().ptr(), name.c_str()))
+    throw cf::ValueError(cf::str("[Module] cannot register ", what, " '", name, "' in ", type_name_of(self),
+                                 ": the class has an attribute of that name (", name,
+                                 " would still read the class's), choose another name"));
+  // A plain attribute of that name gives way, as in PyTorch (self.x = None, then self.x = cf.nn.Linear(...)).
+  if (nb::inst_python_derived(self)) {
+    nb::object d = nb::steal(PyObject_GenericGetDict(self.ptr(), nullptr));
+    if (!d.is_valid()) throw nb::python_error();
+    if (PyDict_Contains(d.ptr(), nb::str(name.c_str()).ptr()) == 1 && PyDict_DelItemString(d.ptr(), name.c_str()) != 0)
+      throw nb::python_error();
+  }
+  return *pm;
+}
+
+Tensor tensor_or_none(nb::handle value, const std::string& name, const char* what) {
+  if (value.is_none()) return Tensor();
+  Tensor t;
+  if (!nb::try_cast<Tensor>(value, t))
+    throw nb::type_error(cf::str("[Module] ", what, " '", name, "' takes a cf.Tensor or None, got ",
+                                 type_name_of(value))
+                             .c_str());
+  return t;
+}
+
+void set_parameter(nb::handle self, const std::string& name, nb::handle value) {
+  PythonModule& pm = registering_module(self, name, "parameter");
+  if (nb::isinstance<ParameterMarker>(value)) {
+    const ParameterMarker& p = nb::cast<const ParameterMarker&>(value);
+    pm.set_parameter(name, p.data, p.requires_grad);
+  } else {
+    pm.set_parameter(name, tensor_or_none(value, name, "parameter"), true);
+  }
+}
+
+void set_buffer(nb::handle self, const std::string& name, nb::handle value, bool persistent) {
+  PythonModule& pm = registering_module(self, name, "buffer");
+  pm.set_buffer(name, tensor_or_none(value, name, "buffer"), persistent);
+}
+
+void set_module(nb::handle self, const std::string& name, nb::handle value) {
+  PythonModule& pm = registering_module(self, name, "submodule");
+  if (!nb::isinstance<cnn::Module>(value))
+    throw nb::type_error(cf::str("[Module] submodule '", name, "' takes a cf.nn.Module, got ",
+                                 type_name_of(value))
+                             .c_str());
+  if (!nb::inst_ready(value))
+    throw nb::type_error(cf::str("[Module] submodule '", name, "': its __init__ has not run (", type_name_of(value),
+                                 ")").c_str());
+  pm.set_module(name, nb::cast<std::shared_ptr<cnn::Module>>(value));
+}
+
+void module_setattr(nb::handle self, nb::str name_obj, nb::handle value) {
+  const std::string name = nb::cast<std::string>(name_obj);
+  if (nb::isinstance<ParameterMarker>(value)) return set_parameter(self, name, value);
+  if (nb::isinstance<cnn::Module>(value)) {
+    // a C++ module keeps its plain attributes (a Python subclass of cf.nn.Linear holding another module);
+    // only a Python module registers
+    if (!nb::inst_ready(self) || python_module(self)) return set_module(self, name, value);
+  } else if (PythonModule* pm = python_module(self)) {
+    switch (pm->kind_of(name)) {
+      case PythonModule::Kind::kParameter:
+        if (!value.is_none())
+          throw nb::type_error(cf::str("[Module] '", name, "' is a parameter of ", type_name_of(self),
+                                       ": assign cf.nn.Parameter(tensor) (or None), not a ",
+                                       type_name_of(value))
+                                   .c_str());
+        return pm->set_parameter(name, Tensor(), true);
+      case PythonModule::Kind::kBuffer:
+        return pm->set_buffer(name, tensor_or_none(value, name, "buffer"), true);
+      case PythonModule::Kind::kModule:
+        throw nb::type_error(cf::str("[Module] '", name, "' is a submodule of ", type_name_of(self),
+                                     ": assign another cf.nn.Module, not a ", type_name_of(value))
+                                 .c_str());
+      case PythonModule::Kind::kNone:
+        break;
+    }
+  }
+  if (PyObject_GenericSetAttr(self.ptr(), name_obj.ptr(), value.ptr()) != 0) throw nb::python_error();
+}
+
+nb::object module_getattr(nb::handle self, const std::string& name) {
+  if (PythonModule* pm = python_module(self)) {
+    switch (pm->kind_of(name)) {
+      case PythonModule::Kind::kParameter:
+      case PythonModule::Kind::kBuffer: {
+        const Tensor& t = pm->tensor(name);
+        return t.defined() ? nb::cast(t) : nb::none();
+      }
+      case PythonModule::Kind::kModule:
+        return nb::cast(pm->module(name));
+      case PythonModule::Kind::kNone:
+        break;
+    }
+  }
+  throw nb::attribute_error(cf::str("'", type_name_of(self), "' object has no attribute '", name, "'").c_str());
+}
+
+void module_delattr(nb::handle self, nb::str name_obj) {
+  const std::string name = nb::cast<std::string>(name_obj);
+  if (PythonModule* pm = python_module(self); pm && pm->kind_of(name) != PythonModule::Kind::kNone)
+    throw cf::ValueError(cf::str("[Module] cannot delete '", name, "' of ", type_name_of(self),
+                                 ": registered entries stay (the state dict's names are fixed); assign None to empty a "
+                                 "parameter or buffer"));
+  if (PyObject_GenericSetAttr(self.ptr(), name_obj.ptr(), nullptr) != 0) throw nb::python_error();
+}
+
+// The direct submodules of a module, in order (named_submodules lists the whole tree).
+std::vector<std::pair<std::string, std::shared_ptr<cnn::Module>>> children_of(const cnn::Module& m) {
+  std::vector<std::pair<std::string, std::shared_ptr<cnn::Module>>> out;
+  for (auto& [name, sub] : m.named_submodules())
+    if (name.find('.') == std::string::npos) out.emplace_back(name, sub);
+  return out;
+}
+
+// __init__ of a cf base that Python classes derive from: the trampoline. nanobind accepts an instance of any
+// subclass as `self`, so cf.nn.Module.__init__(self) called on a cf.nn.Linear (or on a Python subclass of the
+// abstract cf.nn.Attention) would build the trampoline in storage laid out for another class: refused.
+template <class Base, class Trampoline>
+void init_python_module(nb::pointer_and_handle<Base> v, const char* base_name) {
+  if (nb::type_info(v.h.type()) != typeid(Base)) {
+    std::string cpp_class = "another cf class";
+    for (nb::handle k : nb::borrow<nb::tuple>(v.h.type().attr("__mro__"))) {
+      const std::string mod = nb::cast<std::string>(k.attr("__module__"));
+      if (mod.rfind("cf._cf", 0) == 0) {
+        cpp_class = "cf" + mod.substr(6) + "." + nb::cast<std::string>(k.attr("__qualname__"));
+        break;
+      }
+    }
+    throw nb::type_error(cf::str("[Module] ", base_name, ".__init__ called on a ", type_name_of(v.h), ", which is a ",
+                                 cpp_class, ": call ", cpp_class, ".__init__ (super().__init__(...))")
+                             .c_str());
+  }
+  new (v.p) Trampoline();
+}
+
+}  // namespace
+
+cf::Tensor PyUnaryModule::forward(const cf::Tensor& x) {
+  // NB_OVERRIDE_PURE's ticket, with cf's errors: no Python forward, or one that returns something else
+  nb::detail::ticket t(nb_trampoline, "forward", nb::detail::str_hash("forward"), false);
+  if (!t.key.is_valid()) {
+    nb::gil_scoped_acquire gil;  // (the ticket let the GIL go when it found no override)
+    throw cf::NotImplementedError(cf::str("[UnaryModule] ", type_name_of(nb_trampoline.base()),
+                                          " defines no forward(self, x)"));
+  }
+  nb::object out = nb_trampoline.base().attr(t.key)(x);
+  Tensor y;
+  if (!nb::try_cast<Tensor>(out, y))
+    throw nb::type_error(cf::str("[UnaryModule] ", type_name_of(nb_trampoline.base()),
+                                 ".forward must return a cf.Tensor, got ", type_name_of(out))
+                             .c_str());
+  return y;
+}
+
+void bind_python_modules(nb::module_& nn, nb::class_<cnn::Module, PyModule>& module,
+                         nb::class_<cnn::UnaryModule, cnn::Module, PyUnaryModule>& unary) {
+  nb::class_<ParameterMarker>(
+      nn, "Parameter",
+      "Marks a tensor as a parameter for the module attribute it is assigned to: `self.w = cf.nn.Parameter(t)` in a "
+      "Python subclass of cf.nn.Module registers w (named_parameters, state_dict, optimizers, to()). The module "
+      "stores t detached, as a leaf with requires_grad; self.w then reads that tensor. Unlike torch.nn.Parameter it "
+      "is a marker, not a tensor: use it in the assignment (or register_parameter).")
+      .def("__init__",
+           [](ParameterMarker* p, const Tensor& data, bool requires_grad) {
+             CF_CHECK(data.defined(), ValueError, "[Parameter] data is an undefined tensor");
+             new (p) ParameterMarker{data, requires_grad};
+           },
+           nb::arg("data"), nb::arg("requires_grad") = true)
+      .def_ro("data", &ParameterMarker::data, "The tensor to register.")
+      .def_ro("requires_grad", &ParameterMarker::requires_grad)
+      .def("__repr__", [](const ParameterMarker& p) {
+        return cf::str("cf.nn.Parameter(shape ", cf::shape_str(p.data.shape()), ", ", p.data.dtype(), ", requires_grad=",
+                       p.requires_grad ? "True" : "False", ")");
+      });
+
+  module
+      .def("__init__", [](nb::pointer_and_handle<cnn::Module> v) { init_python_module<cnn::Module, PyModule>(v, "cf.nn.Module"); },
+           "A module whose parameters, buffers and submodules its Python code registers (derive from it as from "
+           "torch.nn.Module).")
+      .def("__setattr__", &module_setattr, nb::arg("name"), nb::arg("value").none(),
+           "In a Python module: a cf.nn.Module value registers a submodule and a cf.nn.Parameter a parameter; a "
+           "registered name takes a value of its kind (None empties a parameter or buffer); anything else is a plain "
+           "attribute.")
+      .def("__getattr__", &module_getattr, nb::arg("name"),
+           nb::sig("def __getattr__(self, name: str) -> typing.Any"),
+           "The registered parameter, buffer or submodule of that name (Python modules).")
+      .def("__delattr__", &module_delattr, nb::arg("name"))
+      .def("__call__",
+           [](nb::handle self, nb::args args, nb::kwargs kwargs) -> nb::object {
+             if (!nb::hasattr(self, "forward"))
+               throw cf::NotImplementedError(cf::str("[Module] ", type_name_of(self), " defines no forward"));
+             return self.attr("forward")(*args, **kwargs);
+           },
+           nb::sig("def __call__(self, *args: typing.Any, **kwargs: typing.Any) -> typing.Any"),
+           "self.forward(*args, **kwargs) (the C++ modules bind their own).")
+      .def("register_parameter", &set_parameter, nb::arg("name"), nb::arg("value").none(),
+           nb::sig("def register_parameter(self, name: str, value: cf._cf.Tensor | Parameter | None) -> None"),
+           "Registers (or gives a new value to) the parameter `name` of this Python module: a tensor (stored detached, "
+           "requiring grad), a cf.nn.Parameter, or None (an empty slot).")
+      .def("register_buffer", &set_buffer, nb::arg("name"), nb::arg("tensor").none(), nb::arg("persistent") = true,
+           nb::sig("def register_buffer(self, name: str, tensor: cf._cf.Tensor | None, persistent: bool = True) -> None"),
+           "Registers (or gives a new value to) the buffer `name` of this Python module: in the state dict when "
+           "persistent; moved and converted by to(); no gradient.")
+      .def("register_module", &set_module, nb::arg("name"), nb::arg("module"),
+           nb::sig("def register_module(self, name: str, module: Module) -> None"),
+           "Registers (or replaces) the submodule `name` of this Python module (as `self.name = module`).")
+      .def("add_module", &set_module, nb::arg("name"), nb::arg("module"),
+           nb::sig("def add_module(self, name: str, module: Module) -> None"), "register_module's other name.")
+      .def("named_children",
+           [](const cnn::Module& m) {
+             nb::list out;
+             for (auto& [name, sub] : children_of(m)) out.append(nb::make_tuple(name, nb::cast(sub)));
+             return out;
+           },
+           "[(name, module), ...] of the direct submodules, in registration order.")
+      .def("children",
+           [](const cnn::Module& m) {
+             nb::list out;
+             for (auto& [name, sub] : children_of(m)) out.append(nb::cast(sub));
+             return out;
+           },
+           "The direct submodules, in registration order.")
+      .def("modules",
+           [](nb::handle self) {
+             nb::list out;
+             out.append(self);
+             for (auto& [name, sub] : nb::cast<cnn::Module&>(self).named_submodules()) out.append(nb::cast(sub));
+             return out;
+           },
+           "This module, then every module below it (named_modules() order).")
+      .def("buffers",
+           [](const cnn::Module& m) {
+             std::vector<Tensor> out;
+             for (auto& [name, t] : m.named_buffers()) out.push_back(t);
+             return out;
+           },
+           "The buffer tensors, recursively, in order (persistent and not).");
+
+  // The container a Python module keeps a variable number of submodules in (a Python list of modules is a plain
+  // attribute: its parameters would reach no optimizer, as in PyTorch).
+  nb::class_<cnn::ModuleList, cnn::Module>(
+      nn, "ModuleList",
+      "An ordered list of submodules named \"0\", \"1\", ... (as torch.nn.ModuleList): a Python module holds its "
+      "layers in one so that they are registered (a plain list's modules would not be).")
+      .def("__init__",
+           [](cnn::ModuleList* self, nb::handle modules) {
+             new (self) cnn::ModuleList();
+             if (modules.is_none()) return;
+             for (nb::handle h : modules) {
+               if (!nb::isinstance<cnn::Module>(h))
+                 throw nb::type_error(
+                     cf::str("[ModuleList] takes cf.nn modules, got ", type_name_of(h)).c_str());
+               self->push_back(nb::cast<std::shared_ptr<cnn::Module>>(h));
+             }
+           },
+           nb::arg("modules").none() = nb::none(),
+           nb::sig("def __init__(self, modules: collections.abc.Iterable[Module] | None = None) -> None"))
+      .def("append",
+           [](cnn::ModuleList& self, std::shared_ptr<cnn::Module> m) { self.push_back(std::move(m)); },
+           nb::arg("module"), "Adds a module at the end (named by its position).")
+      .def("__len__", [](const cnn::ModuleList& self) { return self.size(); })
+      .def("__getitem__",
+           [](const cnn::ModuleList& self, int64_t i) {
+             const int64_t n = int64_t(self.size());
+             if (i < -n || i >= n)
+               throw nb::index_error(cf::str("[ModuleList] index ", i, " out of range for ", n, " modules").c_str());
+             const std::string name = std::to_string(i < 0 ? i + n : i);
+             for (auto& [child, sub] : children_of(self))
+               if (child == name) return sub;
+             throw cf::ValueError(cf::str("[ModuleList] no module named '", name, "'"));  // (unreachable)
+           },
+           nb::arg("index"))
+      .def("__iter__", [](const cnn::ModuleList& self) {
+        nb::list out;
+        for (auto& [name, sub] : children_of(self)) out.append(nb::cast(sub));
+        return nb::iter(out);
+      }, nb::sig("def __iter__(self) -> collections.abc.Iterator[Module]"));
+
+  unary.def("__init__",
+            [](nb::pointer_and_handle<cnn::UnaryModule> v) {
+              init_python_module<cnn::UnaryModule, PyUnaryModule>(v, "cf.nn.UnaryModule");
+            },
+            "A one-tensor module written in Python: define forward(self, x); Sequential and cf's C++ code call it.");
+}
+
+}  // namespace cfpy

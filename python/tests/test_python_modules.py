@@ -1,0 +1,288 @@
+"""Modules written in Python: classes deriving from cf.nn.Module or cf.nn.UnaryModule register what their
+code assigns (python/src/python_module.cpp), as torch.nn.Module subclasses do."""
+import gc
+import threading
+import weakref
+
+import pytest
+
+import cf
+import cf.nn as nn
+
+
+class Residual(nn.UnaryModule):
+    def __init__(self, d, generator):
+        super().__init__()
+        self.fc = nn.Linear(d, d, generator=generator)
+        self.gain = nn.Parameter(cf.full([d], 0.5))
+
+    def forward(self, x):
+        return x + cf.tanh(self.fc(x)) * self.gain
+
+
+class Classifier(nn.Module):
+    """Embeddings, a neural-clustering attention layer, residual blocks in a ModuleList, a learned scale, a
+    running count (buffer) and a head: every kind of registration."""
+
+    def __init__(self, vocab=12, d=8, classes=3, blocks=2, seed=0):
+        super().__init__()
+        g = cf.Generator(seed)
+        self.embed = nn.Embedding(vocab, d, generator=g)
+        self.attn = nn.MultiHeadAttention("neural-clustering", d_model=d, n_heads=2, clusters=2, generator=g)
+        self.blocks = nn.ModuleList([Residual(d, g) for _ in range(blocks)])
+        self.head = nn.Linear(d, classes, generator=g)
+        self.temperature = nn.Parameter(cf.ones([1]))
+        self.register_buffer("calls", cf.zeros([1]))
+        self.register_buffer("scratch", cf.zeros([2]), persistent=False)
+        self.name = "classifier"  # a plain attribute
+
+    def forward(self, ids, mask=None):
+        if self.training:
+            self.calls = self.calls + 1  # a registered buffer takes a new value
+        h = self.embed(ids)
+        h = h + self.attn(h, key_padding_mask=mask)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h.mean(axis=1)) / self.temperature
+
+
+def batch(seed=1, n=16, length=6):
+    g = cf.Generator(seed)
+    ids = cf.randint(0, 12, [n, length], generator=g)
+    labels = cf.tensor([sum(row) % 3 for row in ids.tolist()], dtype=cf.int64)  # learnable from the tokens
+    return ids, labels
+
+
+def test_a_python_model_registers_what_it_assigns():
+    m = Classifier()
+    names = [n for n, _ in m.named_parameters()]
+    # own parameters first, then each submodule in registration order (PyTorch's order)
+    assert names[0] == "temperature" and names[1] == "embed.weight"
+    assert names[-2:] == ["head.weight", "head.bias"]
+    assert "blocks.1.gain" in names and "blocks.0.fc.weight" in names
+    assert any(n.startswith("attn.") for n in names)
+    keys = list(m.state_dict())
+    assert keys[:2] == ["temperature", "calls"] and "scratch" not in keys
+    assert [n for n, _ in m.named_buffers()][:2] == ["calls", "scratch"] and len(m.buffers()) >= 2
+    assert [n for n, _ in m.named_children()] == ["embed", "attn", "blocks", "head"]
+    assert m.children()[2] is m.blocks and m.modules()[0] is m and len(m.blocks) == 2
+    assert m.blocks[0] is m.blocks[-2] and isinstance(m.blocks[1], Residual)
+    assert [type(b) for b in m.blocks] == [Residual, Residual]
+    # one object per parameter, read back from the module
+    assert m.temperature is m.temperature and m.temperature.requires_grad and m.temperature.is_leaf
+    assert set(map(id, m.parameters())) >= {id(m.temperature), id(m.blocks[0].gain)}
+    assert m.name == "classifier" and not hasattr(m, "missing")
+    assert m.num_parameters() == sum(p.numel() for p in m.parameters())
+
+
+def test_a_python_model_trains_and_its_loss_falls():
+    m = Classifier()
+    ids, labels = batch()
+    opt = nn.Adam(m, lr=0.05)
+    losses = []
+    for _ in range(40):
+        opt.zero_grad()
+        loss = nn.cross_entropy(m(ids), labels)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert m.calls.item() == 40.0
+    # every parameter was reached, the Python ones included
+    assert m.temperature.grad is not None and m.blocks[1].gain.grad is not None
+
+
+def test_state_dict_to_eval_and_checkpoints_see_python_modules(tmp_path):
+    a, b = Classifier(seed=0), Classifier(seed=1)
+    ids, _ = batch()
+    a.eval()
+    b.eval()
+    assert not a.blocks[0].training and not a.blocks[0].fc.training and not a.attn.training
+    assert a(ids).tolist() != b(ids).tolist()
+    b.load_state_dict(a.state_dict())
+    assert a(ids).tolist() == b(ids).tolist()
+    path = str(tmp_path / "python_model.safetensors")
+    nn.save_checkpoint(path, model=a, step=3)
+    c = Classifier(seed=2).eval()
+    c.load_state_dict(nn.load_checkpoint(path).model)
+    assert c(ids).tolist() == a(ids).tolist()
+    gain = a.blocks[0].gain
+    a.to(cf.float64)
+    assert a.blocks[0].gain is gain and gain.dtype == cf.float64 and a.calls.dtype == cf.float64
+    assert a.head.weight.dtype == cf.float64
+
+
+def test_gradients_through_a_python_forward_match_float64_finite_differences():
+    block = Residual(3, cf.Generator(4))
+    block.to(cf.float64)
+    seq = nn.Sequential(block, nn.Tanh())  # Sequential (C++) calls the Python forward
+    x = cf.randn([2, 3], dtype=cf.float64, generator=cf.Generator(5), requires_grad=True)
+    params = seq.parameters()
+
+    def f(inputs):
+        seq.set_parameters(inputs[1:])
+        try:
+            return seq(inputs[0])
+        finally:
+            seq.set_parameters(params)
+
+    r = cf.gradcheck(f, [x] + [p.detach().requires_grad_(True) for p in params])
+    assert r.ok, r
+
+
+def test_reassigning_registered_names():
+    m = Classifier()
+    old_head = m.head
+    m.head = nn.Linear(8, 5)  # replaces the submodule, same name
+    assert m.head is not old_head and m.head.out_features == 5
+    assert [n for n, _ in m.named_children()][-1] == "head"
+    m.temperature = nn.Parameter(cf.full([1], 2.0), requires_grad=False)
+    assert m.temperature.tolist() == [2.0] and not m.temperature.requires_grad
+    assert "temperature" in dict(m.named_parameters())
+    m.temperature = None  # an empty slot, as a Linear without bias
+    assert m.temperature is None and "temperature" not in dict(m.named_parameters())
+    m.calls = cf.full([1], 7.0)
+    assert m.state_dict()["calls"].tolist() == [7.0]
+    # a plain attribute gives way to a registration of the same name (PyTorch's rule)
+    m.extra = None
+    m.extra = nn.Identity()
+    assert "extra" in dict(m.named_children())
+    m.register_parameter("bias", cf.zeros([3]))  # a plain tensor is taken as the parameter's value
+    assert m.bias.requires_grad and "bias" in dict(m.named_parameters())
+    m.layers = [nn.Linear(2, 2)]  # a plain list is a plain attribute, as in PyTorch: use ModuleList
+    assert not any(n.startswith("layers") for n, _ in m.named_parameters())
+
+
+def test_a_bare_module_is_a_container():
+    m = nn.Module()
+    m.fc = nn.Linear(2, 2)
+    m.w = nn.Parameter(cf.ones([2]))
+    assert [n for n, _ in m.named_parameters()] == ["w", "fc.weight", "fc.bias"]
+    with pytest.raises(cf.NotImplementedError, match=r"^\[Module\] cf.nn.Module defines no forward"):
+        m(cf.ones([2]))
+
+
+def test_python_modules_are_freed_with_their_model():
+    m = Classifier()
+    block = weakref.ref(m.blocks[0])
+    param = weakref.ref(m.blocks[0].gain)
+    seq = nn.Sequential(Residual(2, cf.Generator(0)))
+    inner = weakref.ref(seq[0])
+    del m, seq
+    gc.collect()
+    cf.empty_cache()
+    assert block() is None and param() is None and inner() is None
+
+
+def test_a_python_forward_called_from_cpp_in_threads():
+    # __call__ lets the GIL go; the C++ Sequential takes it back for the Python forward
+    seq = nn.Sequential(Residual(4, cf.Generator(0)), nn.ReLU(), Residual(4, cf.Generator(1)))
+    x = cf.randn([3, 4], generator=cf.Generator(2))
+    want = seq(x).tolist()
+    got, errors = [], []
+
+    def run():
+        try:
+            for _ in range(20):
+                got.append(seq(x).tolist())
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(got) == 80 and all(g == want for g in got)
+
+
+def test_bad_registrations_say_what_to_do():
+    m = Classifier()
+    with pytest.raises(TypeError, match=r"^\[Module\] 'temperature' is a parameter of .*Classifier: assign "
+                                        r"cf.nn.Parameter\(tensor\) \(or None\), not a cf.Tensor"):
+        m.temperature = cf.ones([1])
+    with pytest.raises(TypeError, match=r"^\[Module\] 'head' is a submodule of .*: assign another cf.nn.Module"):
+        m.head = cf.ones([1])
+    with pytest.raises(cf.ValueError, match=r"^\[Module\] 'head' is a submodule of this module, not a parameter"):
+        m.head = nn.Parameter(cf.ones([1]))
+    with pytest.raises(cf.ValueError, match=r"^\[Module\] 'calls' is a buffer of this module, not a submodule"):
+        m.calls = nn.Linear(1, 1)
+    with pytest.raises(cf.ValueError, match=r"^\[Module\] cannot delete 'temperature'.*assign None"):
+        del m.temperature
+    with pytest.raises(cf.ValueError, match=r"^\[Module\] cannot register parameter 'forward' in .*Classifier: the "
+                                            r"class has an attribute of that name"):
+        m.forward = nn.Parameter(cf.ones([1]))
+    with pytest.raises(cf.ValueError, match=r"^\[Module\] parameter name 'a.b' must not contain '.'"):
+        m.register_parameter("a.b", cf.ones([1]))
+    with pytest.raises(cf.DTypeError, match=r"^\[Module\] parameter 'ids' must be floating"):
+        m.ids = nn.Parameter(cf.zeros([2], dtype=cf.int64))
+    with pytest.raises(TypeError, match=r"^\[Module\] buffer 'b' takes a cf.Tensor or None, got list"):
+        m.register_buffer("b", [1.0])
+    with pytest.raises(TypeError, match=r"^\[Module\] submodule 's' takes a cf.nn.Module, got int"):
+        m.register_module("s", 3)
+    with pytest.raises(cf.ValueError, match=r"would make a cycle"):
+        m.blocks[0].loop = m
+    with pytest.raises(AttributeError, match=r"^'.*Classifier' object has no attribute 'nothing'"):
+        m.nothing
+    # the state dict's names are unchanged by the refusals above
+    assert list(Classifier().state_dict()) == list(m.state_dict())
+
+
+def test_what_a_python_class_cannot_do():
+    class NoInit(nn.Module):
+        def __init__(self):
+            self.fc = nn.Linear(1, 1)
+
+    with pytest.raises(AttributeError, match=r"^\[Module\] cannot register submodule 'fc' before "
+                                             r"cf.nn.Module.__init__\(\) ran: call super\(\).__init__\(\) first"):
+        NoInit()
+
+    class Head(nn.Linear):  # a C++ module's subclass adds methods, registers nothing
+        def extra(self):
+            return 1
+
+    h = Head(2, 2)
+    with pytest.raises(TypeError, match=r"^\[Module\] cannot register parameter 'p' in a .*Head: its parameters "
+                                        r"and submodules are fixed in C\+\+"):
+        h.p = nn.Parameter(cf.ones([1]))
+
+    class WrongInit(nn.Linear):
+        def __init__(self):
+            nn.Module.__init__(self)  # would build the Python base in a Linear's storage
+
+    with pytest.raises(TypeError, match=r"^\[Module\] cf.nn.Module.__init__ called on a .*WrongInit, which is a "
+                                        r"cf.nn.Linear: call cf.nn.Linear.__init__"):
+        WrongInit()
+
+    class NoForward(nn.UnaryModule):
+        pass
+
+    with pytest.raises(cf.NotImplementedError, match=r"^\[UnaryModule\] .*NoForward defines no forward\(self, x\)"):
+        nn.Sequential(NoForward())(cf.ones([1]))
+
+    class NotATensor(nn.UnaryModule):
+        def forward(self, x):
+            return 3
+
+    with pytest.raises(TypeError, match=r"^\[UnaryModule\] .*NotATensor.forward must return a cf.Tensor, got int"):
+        nn.Sequential(NotATensor())(cf.ones([1]))
+
+    class Raises(nn.UnaryModule):
+        def forward(self, x):
+            raise KeyError("from forward")
+
+    with pytest.raises(KeyError, match=r"from forward"):  # the Python error crosses the C++ Sequential as it is
+        nn.Sequential(Raises())(cf.ones([1]))
+
+    with pytest.raises(TypeError, match=r"overrides __call__ of cf.nn.UnaryModule.*define forward"):
+        class Called(nn.UnaryModule):  # noqa: F841
+            def __call__(self, x):
+                return x
+
+    with pytest.raises(TypeError, match=r"^\[ModuleList\] takes cf.nn modules, got int"):
+        nn.ModuleList([nn.Identity(), 1])
+    with pytest.raises(IndexError, match=r"^\[ModuleList\] index 2 out of range for 2 modules"):
+        nn.ModuleList([nn.Identity(), nn.Identity()])[2]
+    with pytest.raises(TypeError, match=r"cannot be copied or pickled"):
+        import copy
+        copy.deepcopy(Classifier())
