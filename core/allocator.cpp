@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "core/error.h"
 
@@ -70,12 +71,18 @@ class CpuAllocator final : public Allocator {
       const size_t cls = block_bytes(p);  // (a cached block may serve a smaller class than its own)
       // (+ 1/8: the blocks' classes round the live bytes up by at most that)
       const size_t hw = size_t(high_water_.load()), budget = std::min(kCacheCap, std::max(kCacheFloor, hw + hw / 8));
-      std::lock_guard<std::mutex> lock(mu_);
       if (cls <= budget) {
-        while (cached_ + cls > budget) evict_oldest();
-        const auto it = by_size_.emplace(cls, Cached{p, next_seq_});
-        by_age_.emplace(next_seq_++, it);
-        cached_ += cls;
+        // The evicted blocks are freed after the lock (a large free is an munmap: the other threads'
+        // allocations would wait for it).
+        std::vector<void*> evicted;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          while (cached_ + cls > budget) evicted.push_back(evict_oldest());
+          const auto it = by_size_.emplace(cls, Cached{p, next_seq_});
+          by_age_.emplace(next_seq_++, it);
+          cached_ += cls;
+        }
+        for (void* raw : evicted) std::free(raw);
         return;
       }
     }
@@ -96,11 +103,14 @@ class CpuAllocator final : public Allocator {
     raise(peak_, live_.load());  // an allocation between the load and the store raised live_ past it
   }
   void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& e : by_size_) std::free(static_cast<void**>(e.second.p)[-1]);
-    by_size_.clear();
-    by_age_.clear();
-    cached_ = 0;
+    BySize blocks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      blocks.swap(by_size_);
+      by_age_.clear();
+      cached_ = 0;
+    }
+    for (auto& e : blocks) std::free(static_cast<void**>(e.second.p)[-1]);
   }
 
  private:
@@ -133,13 +143,16 @@ class CpuAllocator final : public Allocator {
     by_size_.erase(it);
     return p;
   }
-  void evict_oldest() {  // (under mu_, with a block cached)
+  // Takes the oldest cached block out of the cache and returns its malloc'd address, for the caller to free
+  // once it let go of mu_. (under mu_, with a block cached)
+  void* evict_oldest() {
     auto age = by_age_.begin();
     BySize::iterator it = age->second;
-    std::free(static_cast<void**>(it->second.p)[-1]);
+    void* raw = static_cast<void**>(it->second.p)[-1];
     cached_ -= it->first;
     by_size_.erase(it);
     by_age_.erase(age);
+    return raw;
   }
 
   static void raise(std::atomic<int64_t>& to, int64_t live) {

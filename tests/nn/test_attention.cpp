@@ -221,21 +221,34 @@ TEST_CASE("every registered attention variant: a padding mask with nothing padde
   CHECK_FALSE(models::padding_mask(ti64({1, 0, 3}, {1, 3}), -1).defined());
 }
 
+// Every registered variant, built small (small_attention_spec) in float64, handed to run(attention) in eval and then
+// in training mode.
+template <class F>
+void each_variant_in_both_modes(int64_t heads, int64_t head_dim, F&& run) {
+  for (const std::string& type : nn::attention_types()) {
+    INFO(type);
+    std::shared_ptr<nn::Attention> att = nn::make_attention(small_attention_spec(type, heads * head_dim, heads));
+    att->to(kFloat64);
+    for (bool training : {false, true}) {
+      INFO((training ? "training" : "eval"));
+      att->train(training);
+      run(*att);
+    }
+  }
+}
+
 TEST_CASE("every registered attention variant and a 2-layer model of each take an empty sequence") {
   // Cluster-Former refused N = 0 ("[kmeans_assign] empty input"); a neural-clustering stack failed
   // at its second layer ("ran before layer 0"): the first returned before handing C^ on.
   const int64_t B = 2, H = 2, D = 4;
+  each_variant_in_both_modes(H, D, [&](nn::Attention& att) {
+    nn::AttentionArgs a;
+    a.q = a.k = a.v = Tensor::zeros({B, H, 0, D}, kFloat64);
+    a.query_input = Tensor::zeros({B, 0, H * D}, kFloat64);
+    CHECK(att.forward(a).shape() == Shape{B, H, 0, D});
+  });
   for (const std::string& type : nn::attention_types()) {
     INFO(type);
-    std::shared_ptr<nn::Attention> att = nn::make_attention(small_attention_spec(type, H * D, H));
-    att->to(kFloat64);
-    for (bool training : {false, true}) {
-      att->train(training);
-      nn::AttentionArgs a;
-      a.q = a.k = a.v = Tensor::zeros({B, H, 0, D}, kFloat64);
-      a.query_input = Tensor::zeros({B, 0, H * D}, kFloat64);
-      CHECK(att->forward(a).shape() == Shape{B, H, 0, D});
-    }
     nlohmann::json j = {{"vocab_size", 12}, {"d_model", 8},     {"n_heads", 2},   {"d_ff", 16},
                         {"n_layers", 2},    {"num_classes", 3}, {"dropout", 0.0}, {"max_len", 16},
                         {"attention", {{"type", type}}}};
@@ -253,27 +266,21 @@ TEST_CASE("every registered attention variant and a 2-layer model of each take a
 TEST_CASE("every registered attention variant takes an empty batch, its auxiliary losses too") {
   // Neural clustering's losses took the mean over no row ("[mean] cannot reduce an empty axis", under aux).
   const int64_t H = 2, N = 6, D = 4;
-  for (const std::string& type : nn::attention_types()) {
-    INFO(type);
-    std::shared_ptr<nn::Attention> att = nn::make_attention(small_attention_spec(type, H * D, H));
-    att->to(kFloat64);
-    for (bool training : {false, true}) {
-      att->train(training);
-      nn::AuxLosses aux;
-      nn::AttentionArgs a;
-      a.q = a.k = a.v = Tensor::zeros({0, H, N, D}, kFloat64);
-      a.query_input = Tensor::zeros({0, N, H * D}, kFloat64);
-      a.aux = &aux;
-      CHECK(att->forward(a).shape() == Shape{0, H, N, D});
-      for (const std::string& name : aux.names())
-        for (const Tensor& l : aux.get(name)) CHECK(std::isfinite(values(l)[0]));
-    }
-    // no features is refused by name (the default scale 1/sqrt(0) was refused by a kernel as "scale ... inf")
+  each_variant_in_both_modes(H, D, [&](nn::Attention& att) {
+    nn::AuxLosses aux;
     nn::AttentionArgs a;
-    a.q = a.k = a.v = Tensor::zeros({1, H, N, 0}, kFloat64);
-    a.query_input = Tensor::zeros({1, N, H * D}, kFloat64);
-    CHECK_THROWS_MSG(att->forward(a), ShapeError, "no features (Dk = 0");
-  }
+    a.q = a.k = a.v = Tensor::zeros({0, H, N, D}, kFloat64);
+    a.query_input = Tensor::zeros({0, N, H * D}, kFloat64);
+    a.aux = &aux;
+    CHECK(att.forward(a).shape() == Shape{0, H, N, D});
+    for (const std::string& name : aux.names())
+      for (const Tensor& l : aux.get(name)) CHECK(std::isfinite(values(l)[0]));
+    // no features is refused by name (the default scale 1/sqrt(0) was refused by a kernel as "scale ... inf")
+    nn::AttentionArgs none;
+    none.q = none.k = none.v = Tensor::zeros({1, H, N, 0}, kFloat64);
+    none.query_input = Tensor::zeros({1, N, H * D}, kFloat64);
+    CHECK_THROWS_MSG(att.forward(none), ShapeError, "no features (Dk = 0");
+  });
 }
 
 TEST_CASE("the block and routed attention variants take attention dropout: in training only, inside the kernel, bad rates named") {
