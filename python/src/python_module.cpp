@@ -4,6 +4,7 @@
 // parameter, `self.register_buffer("b", t)` a buffer; every other value stays a plain attribute.
 #include "python_module.h"
 
+#include <algorithm>
 #include <typeinfo>
 
 namespace cfpy {
@@ -161,6 +162,55 @@ std::vector<std::pair<std::string, std::shared_ptr<cnn::Module>>> children_of(co
   return out;
 }
 
+// "(8, 4)", with the dtype when not float32 and the device when not the CPU; "None" for an empty slot.
+std::string describe_slot(const Tensor& t) {
+  if (!t.defined()) return "None";
+  std::string out = "(";
+  for (size_t i = 0; i < t.shape().size(); ++i) out += (i ? ", " : "") + std::to_string(t.shape()[i]);
+  out += t.shape().size() == 1 ? ",)" : ")";
+  if (t.dtype() != cf::kFloat32) out += cf::str(" ", t.dtype());
+  if (!t.device().is_cpu()) out += " " + t.device().str();
+  return out;
+}
+
+// PyTorch's module tree, with each module's own parameters and buffers by shape:
+//   Net(
+//     scale (2,)
+//     (fc): Linear(weight (8, 4), bias (8,))
+//   )
+std::string module_repr(nb::handle self, const std::string& indent) {
+  const cnn::Module& m = nb::cast<const cnn::Module&>(self);
+  std::vector<std::string> own;
+  for (const auto& [name, t] : m.named_parameters())
+    if (name.find('.') == std::string::npos) own.push_back(name + " " + describe_slot(t));
+  const std::vector<std::string> persistent = m.persistent_buffer_names();
+  for (const auto& [name, t] : m.named_buffers())
+    if (name.find('.') == std::string::npos)
+      own.push_back("buffer " + name + " " + describe_slot(t) +
+                    (std::find(persistent.begin(), persistent.end(), name) == persistent.end() ? " (not saved)" : ""));
+  // (named_parameters skips an empty slot: a Python module's own are listed from its registry)
+  if (PythonModule* pm = python_module(self)) {
+    own.clear();
+    for (const std::string& name : pm->names(PythonModule::Kind::kParameter))
+      own.push_back(name + " " + describe_slot(pm->tensor(name)));
+    for (const std::string& name : pm->names(PythonModule::Kind::kBuffer))
+      own.push_back("buffer " + name + " " + describe_slot(pm->tensor(name)) +
+                    (std::find(persistent.begin(), persistent.end(), name) == persistent.end() ? " (not saved)" : ""));
+  }
+  const std::string type = nb::cast<std::string>(self.type().attr("__qualname__"));
+  const auto children = children_of(m);
+  if (children.empty()) {
+    std::string out = type + "(";
+    for (size_t i = 0; i < own.size(); ++i) out += (i ? ", " : "") + own[i];
+    return out + ")";
+  }
+  const std::string inner = indent + "  ";
+  std::string out = type + "(\n";
+  for (const std::string& o : own) out += inner + o + "\n";
+  for (const auto& [name, sub] : children) out += inner + "(" + name + "): " + module_repr(nb::cast(sub), inner) + "\n";
+  return out + indent + ")";
+}
+
 // __init__ of a cf base that Python classes derive from: the trampoline. nanobind accepts an instance of any
 // subclass as `self`, so cf.nn.Module.__init__(self) called on a cf.nn.Linear (or on a Python subclass of the
 // abstract cf.nn.Attention) would build the trampoline in storage laid out for another class: refused.
@@ -277,6 +327,8 @@ void bind_python_modules(nb::module_& nn, nb::class_<cnn::Module, PyModule>& mod
              return out;
            },
            "This module, then every module below it (named_modules() order).")
+      .def("__repr__", [](nb::handle self) { return module_repr(self, ""); },
+           "The module tree (as PyTorch prints it), with each module's own parameters and buffers by shape.")
       .def("buffers",
            [](const cnn::Module& m) {
              std::vector<Tensor> out;

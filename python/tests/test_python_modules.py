@@ -286,3 +286,17 @@ def test_what_a_python_class_cannot_do():
     with pytest.raises(TypeError, match=r"cannot be copied or pickled"):
         import copy
         copy.deepcopy(Classifier())
+
+
+def test_repr_prints_the_module_tree_with_shapes():
+    m = Classifier(blocks=1)
+    m.temperature = None
+    text = repr(m)
+    assert text.startswith("Classifier(\n  temperature None\n  buffer calls (1,)\n  buffer scratch (2,) (not saved)\n"
+                           "  (embed): Embedding(weight (12, 8))\n  (attn): MultiHeadAttention(\n"), text
+    assert "    (attention): NeuralClusteringAttention(centroids (2, 8), w_c (8, 8))\n  )\n" in text
+    assert ("  (blocks): ModuleList(\n    (0): Residual(\n      gain (8,)\n"
+            "      (fc): Linear(weight (8, 8), bias (8,))\n    )\n  )\n") in text
+    assert text.endswith("  (head): Linear(weight (3, 8), bias (3,))\n)")
+    assert repr(nn.Linear(2, 3, bias=False).to(cf.float64)) == "Linear(weight (3, 2) float64)"
+    assert repr(nn.ReLU()) == "ReLU()"
