@@ -317,7 +317,8 @@ void def_forward(Cls& cls, F f, const char* doc, const Extra&... extra) {
 }
 
 // Options structs take keyword arguments: Options(k=v, ...) starts from the
-// defaults and sets each field; an unknown name is a cf.ValueError listing the known ones.
+// defaults and sets each field; an unknown name is a cf.ValueError listing the known ones. They also pickle and
+// copy (by their fields), compare by their fields and print them.
 template <typename T>
 void def_kwargs_init(nb::class_<T>& cls, const char* name) {
   cls.def("__init__", [name](T* p, nb::kwargs kw) {
@@ -336,6 +337,40 @@ void def_kwargs_init(nb::class_<T>& cls, const char* name) {
       nb::setattr(self, key.c_str(), v);
     }
   }, "Defaults, then each keyword argument set (unknown names are an error).");
+  // Its fields are the writable properties the binding defines (def_rw, after this call): read at each use.
+  auto fields = [](nb::handle self) {
+    nb::dict out;
+    nb::handle type = self.type();
+    for (nb::handle name : nb::steal(PyObject_Dir(type.ptr()))) {
+      if (nb::cast<std::string>(name).rfind("_", 0) == 0) continue;
+      nb::object attr = nb::getattr(type, name);
+      if (PyObject_TypeCheck(attr.ptr(), &PyProperty_Type) && !attr.attr("fset").is_none())
+        out[name] = nb::getattr(self, name);
+    }
+    return out;
+  };
+  // pickle and copy: the fields by name (every field is a number, string, list or nested options)
+  cls.def("__getstate__", [fields](nb::handle self) { return fields(self); }, "The fields, name -> value.");
+  cls.def("__setstate__",
+          [](T* p, nb::dict state) {
+            new (p) T();
+            nb::handle self = nb::find(p);
+            nb::inst_mark_ready(self);
+            for (auto [k, v] : state) nb::setattr(self, k, v);
+          },
+          nb::arg("state"));
+  cls.def("__repr__", [fields, name](nb::handle self) {
+    std::string out = std::string(name) + "(";
+    bool first = true;
+    for (auto [k, v] : fields(self)) {
+      out += (first ? "" : ", ") + nb::cast<std::string>(nb::str(k)) + "=" + nb::cast<std::string>(nb::repr(v));
+      first = false;
+    }
+    return out + ")";
+  });
+  cls.def("__eq__", [fields](nb::handle self, nb::handle other) {
+    return self.type().is(other.type()) && fields(self).equal(fields(other));
+  }, nb::arg("other"), nb::sig("def __eq__(self, other: object) -> bool"));
 }
 
 // Binding entry points, one per file.

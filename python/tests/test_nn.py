@@ -615,3 +615,23 @@ def test_step_memory_banks_reclusters_a_model_with_cluster_former_attention():
     clf(cf.tensor([[1, 2, 3, 4, 5, 6, 7, 8], [9, 1, 3, 5, 7, 9, 2, 4]], dtype=cf.int64))
     assert cf.nn.step_memory_banks(clf) == 0
     assert cf.nn.step_memory_banks(clf) == 1  # one layer, one bank: re-clustered at step 2
+
+
+def test_options_structs_pickle_copy_compare_and_print():
+    # they could not be pickled ("cannot pickle 'MemoryBankOptions' object"), so a config holding one could not
+    # cross to a worker process
+    import copy
+    import pickle
+    cases = [cf.nn.MemoryBankOptions(dim=3, capacity=50), cf.nn.CentroidAttentionOptions(d_model=16, num_centroids=4),
+             cf.models.PointCloudOptions(num_classes=5, widths=[8, 16]), cf.models.CentroidViTOptions(n_layers=2)]
+    for o in cases:
+        for other in (pickle.loads(pickle.dumps(o)), copy.deepcopy(o), copy.copy(o)):
+            assert other is not o and other == o and type(other) is type(o)
+    again = copy.copy(cases[0])
+    again.dim = 4
+    assert again != cases[0] and cases[0].dim == 3
+    assert repr(cases[0]) == ("MemoryBankOptions(capacity=50, dim=3, kmeans_iters=50, num_clusters=64, "
+                              "save_memory=True, seed=0, update_every=1000)")
+    assert "widths=[8, 16]" in repr(cases[2])
+    with pytest.raises(cf.ValueError, match=r"^\[MemoryBankOptions\] unknown option 'dims'"):
+        cf.nn.MemoryBankOptions(dims=3)
