@@ -88,6 +88,31 @@ TransformerConfig TransformerConfig::from_json(const nlohmann::json& j) {
   return t;
 }
 
+nlohmann::json TransformerConfig::to_json() const {
+  auto attention = [](const nn::AttentionSpec& spec) {
+    nlohmann::json a = spec.options.raw();  // the variant's options as they were read
+    a["type"] = spec.type;
+    return a;
+  };
+  return {{"vocab_size", vocab_size},
+          {"tgt_vocab_size", tgt_vocab_size},
+          {"max_len", max_len},
+          {"n_layers", n_layers},
+          {"n_decoder_layers", n_decoder_layers},
+          {"pad_id", pad_id},
+          {"positional", positional},
+          {"num_classes", num_classes},
+          {"pooling", pooling},
+          {"d_model", layer.d_model},
+          {"n_heads", layer.n_heads},
+          {"d_ff", layer.d_ff},
+          {"dropout", layer.dropout},
+          {"activation", layer.activation},
+          {"norm_first", layer.norm_first},
+          {"attention", attention(layer.attention)},
+          {"cross_attention", attention(layer.cross_attention)}};
+}
+
 void TransformerConfig::validate(const char* who) const {
   CF_CHECK(vocab_size > 0, ValueError, "[", who, "] vocab_size must be positive, got ", vocab_size);
   CF_CHECK(tgt_vocab_size >= 0, ValueError, "[", who, "] tgt_vocab_size must be >= 0, got ", tgt_vocab_size);

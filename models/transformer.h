@@ -32,6 +32,9 @@ struct TransformerConfig {
   // "dropout", "activation", "norm_first", "attention": {"type": ..., options...},
   // "cross_attention": {...}}; every key optional, unknown keys and wrong types are errors.
   static TransformerConfig from_json(const nlohmann::json& j);
+  // Every key from_json reads, so from_json(to_json()) gives this config back (a run's config written beside
+  // its checkpoint; the Python package pickles configs with it).
+  nlohmann::json to_json() const;
   void validate(const char* who) const;
 };
 

@@ -37,6 +37,23 @@ void bind_models(nb::module_& m, nb::module_& models) {
                   "Reads {vocab_size, tgt_vocab_size, max_len, n_layers, n_decoder_layers, pad_id, positional, "
                   "num_classes, pooling, d_model, n_heads, d_ff, dropout, activation, norm_first, attention: {type, "
                   "...}, cross_attention: {...}}; unknown keys and wrong types are errors.")
+      .def("to_json", [](const cm::TransformerConfig& c) { return from_json(c.to_json()); },
+           "Every key from_json reads, as a dict: TransformerConfig.from_json(c.to_json()) is c again.")
+      // pickle and copy through the dict (from_json checks it again)
+      .def("__getstate__", [](const cm::TransformerConfig& c) { return from_json(c.to_json()); })
+      .def("__setstate__",
+           [](cm::TransformerConfig* c, nb::handle state) {
+             new (c) cm::TransformerConfig(cm::TransformerConfig::from_json(to_json(state, "model")));
+           },
+           nb::arg("state"))
+      .def("__eq__",
+           [](const cm::TransformerConfig& a, nb::handle b) {
+             return nb::isinstance<cm::TransformerConfig>(b) &&
+                    a.to_json() == nb::cast<const cm::TransformerConfig&>(b).to_json();
+           },
+           nb::arg("other"), nb::sig("def __eq__(self, other: object) -> bool"))
+      .def("__repr__",
+           [](const cm::TransformerConfig& c) { return "TransformerConfig(" + c.to_json().dump() + ")"; })
       .def_ro("vocab_size", &cm::TransformerConfig::vocab_size)
       .def_ro("max_len", &cm::TransformerConfig::max_len)
       .def_ro("n_layers", &cm::TransformerConfig::n_layers)

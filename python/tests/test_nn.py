@@ -635,3 +635,18 @@ def test_options_structs_pickle_copy_compare_and_print():
     assert "widths=[8, 16]" in repr(cases[2])
     with pytest.raises(cf.ValueError, match=r"^\[MemoryBankOptions\] unknown option 'dims'"):
         cf.nn.MemoryBankOptions(dims=3)
+
+
+def test_transformer_config_round_trips_through_to_json_and_pickle():
+    import copy
+    import pickle
+    c = cf.models.TransformerConfig.from_json({"vocab_size": 10, "n_layers": 3,
+                                               "attention": {"type": "neural-clustering", "clusters": 3}})
+    j = c.to_json()
+    assert j["n_layers"] == 3 and j["attention"] == {"type": "neural-clustering", "clusters": 3}
+    assert j["cross_attention"] == {"type": "full"} and j["d_model"] == 128  # the defaults too
+    assert cf.models.TransformerConfig.from_json(j) == c
+    for other in (pickle.loads(pickle.dumps(c)), copy.deepcopy(c)):
+        assert other == c and other is not c
+    assert c != cf.models.TransformerConfig.from_json({"vocab_size": 11})
+    assert repr(c).startswith('TransformerConfig({"activation":"relu","attention":{"clusters":3,')
