@@ -14,6 +14,7 @@ models), cf.data (datasets, loader, tokenizers, readers), cf.kmeans. cf.torch
 holds cf's attentions as torch.nn.Modules (it imports torch). Errors are
 cf.Error subclasses whose message starts with "[op]".
 """
+import functools as _functools
 import sys as _sys
 
 from . import _cf
@@ -57,6 +58,18 @@ def _check_module_subclass(cls, **kwargs):
                                               if not k.__module__.startswith("cf._cf")):
         raise TypeError("%s overrides __call__ of cf.nn.UnaryModule, which Sequential would not use: define "
                         "forward(self, x) instead" % cls.__qualname__)
+    init = cls.__dict__.get("__init__")
+    if init is not None:
+        # A subclass whose __init__ never called super().__init__() made an instance with no C++ module in it:
+        # every later use failed with nanobind's "std::bad_cast" or an argument dump.
+        @_functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            if type(self) is cls and not _cf.nn._initialized(self):
+                raise TypeError("[Module] %s.__init__ did not call super().__init__(), so no cf module was built "
+                                "under it: call super().__init__(...) first in __init__" % cls.__qualname__)
+
+        cls.__init__ = __init__
     super(_cf.nn.Module, cls).__init_subclass__(**kwargs)
 
 

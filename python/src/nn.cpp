@@ -243,7 +243,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       "\"layers.0.self_attn.w_q.weight\"). A Python class derives from it as from torch.nn.Module: it assigns "
       "cf.nn modules and cf.nn.Parameter(tensor) to its attributes (or calls register_buffer) and defines forward; "
       "state_dict, load_state_dict, to(), train() and the optimizers then see them. cf's own modules are C++: a Python "
-      "subclass of one (cf.nn.Linear, ...) may add methods but not override forward.");
+      "subclass of one (cf.nn.Linear, ...) may add methods but not override forward.",
+      nb::type_slots(module_type_slots));
   module.def("parameters", &cnn::Module::parameters, "The parameter tensors, recursively, in order.")
       .def("named_parameters", [](const cnn::Module& mod) { return named_list(mod.named_parameters()); },
            "[(name, tensor), ...] in registration order.")
@@ -318,7 +319,10 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       nn, "UnaryModule",
       "A module mapping one tensor to one tensor (what Sequential chains). A Python subclass defines forward(self, x).");
   bind_python_modules(nn, module, unary);
-  def_forward(unary, [](cnn::UnaryModule& mod, const Tensor& x) { return mod.forward(x); }, "forward(x)", nb::arg("x"));
+  // (no __call__ of its own: cf's layers bind theirs, and a Python subclass's is Module's, which calls its Python
+  // forward with any arguments)
+  unary.def("forward", [](cnn::UnaryModule& mod, const Tensor& x) { return mod.forward(x); }, nb::arg("x"),
+            "forward(x)", release_gil());
 
   // ---------------------------------------------------------------- layers
   nb::class_<cnn::Linear, cnn::UnaryModule> linear(nn, "Linear",

@@ -5,6 +5,7 @@
 #include "python_module.h"
 
 #include <algorithm>
+#include <optional>
 #include <typeinfo>
 
 namespace cfpy {
@@ -82,7 +83,7 @@ void set_parameter(nb::handle self, const std::string& name, nb::handle value) {
   }
 }
 
-void set_buffer(nb::handle self, const std::string& name, nb::handle value, bool persistent) {
+void set_buffer(nb::handle self, const std::string& name, nb::handle value, std::optional<bool> persistent) {
   PythonModule& pm = registering_module(self, name, "buffer");
   pm.set_buffer(name, tensor_or_none(value, name, "buffer"), persistent);
 }
@@ -116,7 +117,7 @@ void module_setattr(nb::handle self, nb::str name_obj, nb::handle value) {
                                    .c_str());
         return pm->set_parameter(name, Tensor(), true);
       case PythonModule::Kind::kBuffer:
-        return pm->set_buffer(name, tensor_or_none(value, name, "buffer"), true);
+        return pm->set_buffer(name, tensor_or_none(value, name, "buffer"), std::nullopt);
       case PythonModule::Kind::kModule:
         throw nb::type_error(cf::str("[Module] '", name, "' is a submodule of ", type_name_of(self),
                                      ": assign another cf.nn.Module, not a ", type_name_of(value))
@@ -159,6 +160,29 @@ std::vector<std::pair<std::string, std::shared_ptr<cnn::Module>>> children_of(co
   std::vector<std::pair<std::string, std::shared_ptr<cnn::Module>>> out;
   for (auto& [name, sub] : m.named_submodules())
     if (name.find('.') == std::string::npos) out.emplace_back(name, sub);
+  return out;
+}
+
+void append_module(cnn::ModuleList& list, nb::handle m) {
+  if (!nb::isinstance<cnn::Module>(m) || !nb::inst_ready(m))
+    throw nb::type_error(cf::str("[ModuleList] takes cf.nn modules (built: their __init__ ran), got ",
+                                 type_name_of(m)).c_str());
+  auto module = nb::cast<std::shared_ptr<cnn::Module>>(m);
+  if (auto* own = dynamic_cast<PythonModuleList*>(&list))
+    own->append(std::move(module));
+  else
+    list.push_back(std::move(module));  // a C++ model's list
+}
+
+// The Python objects of modules, each once, in order (a module held under two names is one object).
+nb::list distinct_objects(const std::vector<std::shared_ptr<cnn::Module>>& modules) {
+  nb::list out;
+  std::vector<const cnn::Module*> seen;
+  for (const auto& m : modules) {
+    if (std::find(seen.begin(), seen.end(), m.get()) != seen.end()) continue;
+    seen.push_back(m.get());
+    out.append(nb::cast(m));
+  }
   return out;
 }
 
@@ -232,15 +256,44 @@ void init_python_module(nb::pointer_and_handle<Base> v, const char* base_name) {
   new (v.p) Trampoline();
 }
 
+// Every submodule Python handed to a Python module (set_module) or a Python-built ModuleList went through
+// nanobind's shared_ptr caster, which made a new shared_ptr owning one reference to the module's Python object (its
+// py_deleter); that shared_ptr stays inside this module (its own map, or list, and Module::children_), so visiting
+// each such reference once is exact. A submodule built in C++ holds no Python reference: nothing to visit.
+int module_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));  // (a heap type's instances own a reference to it)
+  if (!nb::inst_ready(self)) return 0;
+  const cnn::Module* m = nb::inst_ptr<cnn::Module>(self);
+  auto held = [&](const std::shared_ptr<cnn::Module>& sp) -> int {
+    if (const auto* d = std::get_deleter<nb::detail::py_deleter>(sp)) Py_VISIT(d->o);
+    return 0;
+  };
+  if (const auto* pm = dynamic_cast<const PythonModule*>(m)) {
+    for (const auto* sp : pm->held_modules())
+      if (int r = held(*sp)) return r;
+  } else if (const auto* list = dynamic_cast<const PythonModuleList*>(m)) {
+    for (const auto& sp : list->held())
+      if (int r = held(sp)) return r;
+  }
+  return 0;
+}
+
 }  // namespace
+
+PyType_Slot module_type_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(&module_traverse)}, {0, nullptr}};
 
 cf::Tensor PyUnaryModule::forward(const cf::Tensor& x) {
   // NB_OVERRIDE_PURE's ticket, with cf's errors: no Python forward, or one that returns something else
   nb::detail::ticket t(nb_trampoline, "forward", nb::detail::str_hash("forward"), false);
   if (!t.key.is_valid()) {
     nb::gil_scoped_acquire gil;  // (the ticket let the GIL go when it found no override)
-    throw cf::NotImplementedError(cf::str("[UnaryModule] ", type_name_of(nb_trampoline.base()),
-                                          " defines no forward(self, x)"));
+    nb::handle self = nb_trampoline.base();
+    // No override, or this very forward called again from inside it: nanobind then dispatches to the base,
+    // which a Python forward reaches only through super().forward (its __call__ runs the Python forward itself).
+    if (nb::getattr(self.type(), "forward").is(nb::type<cnn::UnaryModule>().attr("forward")))
+      throw cf::NotImplementedError(cf::str("[UnaryModule] ", type_name_of(self), " defines no forward(self, x)"));
+    throw cf::NotImplementedError(cf::str("[UnaryModule] ", type_name_of(self), ".forward reached cf.nn.UnaryModule's "
+                                          "forward, which is abstract (super().forward(x) has nothing to call)"));
   }
   nb::object out = nb_trampoline.base().attr(t.key)(x);
   Tensor y;
@@ -260,11 +313,16 @@ void bind_python_modules(nb::module_& nn, nb::class_<cnn::Module, PyModule>& mod
       "stores t detached, as a leaf with requires_grad; self.w then reads that tensor. Unlike torch.nn.Parameter it "
       "is a marker, not a tensor: use it in the assignment (or register_parameter).")
       .def("__init__",
-           [](ParameterMarker* p, const Tensor& data, bool requires_grad) {
-             CF_CHECK(data.defined(), ValueError, "[Parameter] data is an undefined tensor");
-             new (p) ParameterMarker{data, requires_grad};
+           [](ParameterMarker* p, nb::handle data, bool requires_grad) {
+             Tensor t;
+             if (!nb::try_cast<Tensor>(data, t) || !t.defined())
+               throw nb::type_error(cf::str("[Parameter] data must be a cf.Tensor, got ", type_name_of(data),
+                                            " (cf.tensor(...) makes one from numbers or a NumPy array)")
+                                        .c_str());
+             new (p) ParameterMarker{t, requires_grad};
            },
-           nb::arg("data"), nb::arg("requires_grad") = true)
+           nb::arg("data").none(), nb::arg("requires_grad") = true,
+           nb::sig("def __init__(self, data: cf._cf.Tensor, requires_grad: bool = True) -> None"))
       .def_ro("data", &ParameterMarker::data, "The tensor to register.")
       .def_ro("requires_grad", &ParameterMarker::requires_grad)
       .def("__repr__", [](const ParameterMarker& p) {
@@ -296,14 +354,18 @@ void bind_python_modules(nb::module_& nn, nb::class_<cnn::Module, PyModule>& mod
            nb::sig("def register_parameter(self, name: str, value: cf._cf.Tensor | Parameter | None) -> None"),
            "Registers (or gives a new value to) the parameter `name` of this Python module: a tensor (stored detached, "
            "requiring grad), a cf.nn.Parameter, or None (an empty slot).")
-      .def("register_buffer", &set_buffer, nb::arg("name"), nb::arg("tensor").none(), nb::arg("persistent") = true,
+      .def("register_buffer",
+           [](nb::handle self, const std::string& name, nb::handle tensor, bool persistent) {
+             set_buffer(self, name, tensor, persistent);
+           },
+           nb::arg("name"), nb::arg("tensor").none(), nb::arg("persistent") = true,
            nb::sig("def register_buffer(self, name: str, tensor: cf._cf.Tensor | None, persistent: bool = True) -> None"),
            "Registers (or gives a new value to) the buffer `name` of this Python module: in the state dict when "
            "persistent; moved and converted by to(); no gradient.")
-      .def("register_module", &set_module, nb::arg("name"), nb::arg("module"),
+      .def("register_module", &set_module, nb::arg("name"), nb::arg("module").none(),
            nb::sig("def register_module(self, name: str, module: Module) -> None"),
            "Registers (or replaces) the submodule `name` of this Python module (as `self.name = module`).")
-      .def("add_module", &set_module, nb::arg("name"), nb::arg("module"),
+      .def("add_module", &set_module, nb::arg("name"), nb::arg("module").none(),
            nb::sig("def add_module(self, name: str, module: Module) -> None"), "register_module's other name.")
       .def("named_children",
            [](const cnn::Module& m) {
@@ -314,19 +376,30 @@ void bind_python_modules(nb::module_& nn, nb::class_<cnn::Module, PyModule>& mod
            "[(name, module), ...] of the direct submodules, in registration order.")
       .def("children",
            [](const cnn::Module& m) {
-             nb::list out;
-             for (auto& [name, sub] : children_of(m)) out.append(nb::cast(sub));
-             return out;
+             std::vector<std::shared_ptr<cnn::Module>> subs;
+             for (auto& [name, sub] : children_of(m)) subs.push_back(sub);
+             return distinct_objects(subs);
            },
-           "The direct submodules, in registration order.")
+           "The direct submodules, in registration order, each once (one held under two names too).")
       .def("modules",
            [](nb::handle self) {
-             nb::list out;
-             out.append(self);
-             for (auto& [name, sub] : nb::cast<cnn::Module&>(self).named_submodules()) out.append(nb::cast(sub));
+             std::vector<std::shared_ptr<cnn::Module>> subs;
+             for (auto& [name, sub] : nb::cast<cnn::Module&>(self).named_submodules()) subs.push_back(sub);
+             nb::list out = distinct_objects(subs);
+             out.insert(0, self);
              return out;
            },
-           "This module, then every module below it (named_modules() order).")
+           "This module, then every module below it (named_modules() order), each once.")
+      .def("__dir__",
+           [](nb::handle self) {
+             nb::list out = nb::steal<nb::list>(PyObject_CallMethod(nb::handle((PyObject*)&PyBaseObject_Type).ptr(),
+                                                                      "__dir__", "O", self.ptr()));
+             if (PythonModule* pm = python_module(self))
+               for (auto kind : {PythonModule::Kind::kParameter, PythonModule::Kind::kBuffer, PythonModule::Kind::kModule})
+                 for (const std::string& name : pm->names(kind)) out.append(nb::str(name.c_str()));
+             return out;
+           },
+           "The attributes, the registered parameters, buffers and submodules of a Python module among them.")
       .def("__repr__", [](nb::handle self) { return module_repr(self, ""); },
            "The module tree (as PyTorch prints it), with each module's own parameters and buffers by shape.")
       .def("buffers",
@@ -339,26 +412,29 @@ void bind_python_modules(nb::module_& nn, nb::class_<cnn::Module, PyModule>& mod
 
   // The container a Python module keeps a variable number of submodules in (a Python list of modules is a plain
   // attribute: its parameters would reach no optimizer, as in PyTorch).
-  nb::class_<cnn::ModuleList, cnn::Module>(
+  nb::class_<cnn::ModuleList, cnn::Module, PythonModuleList>(
       nn, "ModuleList",
       "An ordered list of submodules named \"0\", \"1\", ... (as torch.nn.ModuleList): a Python module holds its "
       "layers in one so that they are registered (a plain list's modules would not be).")
       .def("__init__",
-           [](cnn::ModuleList* self, nb::handle modules) {
-             new (self) cnn::ModuleList();
+           [](nb::pointer_and_handle<cnn::ModuleList> v, nb::handle modules) {
+             if (nb::type_info(v.h.type()) != typeid(cnn::ModuleList))  // (see init_python_module)
+               throw nb::type_error(cf::str("[Module] cf.nn.ModuleList.__init__ called on a ", type_name_of(v.h),
+                                            ", another cf class").c_str());
+             auto* list = new (v.p) PythonModuleList();
              if (modules.is_none()) return;
-             for (nb::handle h : modules) {
-               if (!nb::isinstance<cnn::Module>(h))
-                 throw nb::type_error(
-                     cf::str("[ModuleList] takes cf.nn modules, got ", type_name_of(h)).c_str());
-               self->push_back(nb::cast<std::shared_ptr<cnn::Module>>(h));
-             }
+             for (nb::handle h : modules) append_module(*list, h);
            },
            nb::arg("modules").none() = nb::none(),
            nb::sig("def __init__(self, modules: collections.abc.Iterable[Module] | None = None) -> None"))
-      .def("append",
-           [](cnn::ModuleList& self, std::shared_ptr<cnn::Module> m) { self.push_back(std::move(m)); },
-           nb::arg("module"), "Adds a module at the end (named by its position).")
+      .def("append", [](cnn::ModuleList& self, nb::handle m) { append_module(self, m); }, nb::arg("module").none(),
+           nb::sig("def append(self, module: Module) -> None"), "Adds a module at the end (named by its position).")
+      .def("extend",
+           [](cnn::ModuleList& self, nb::handle modules) {
+             for (nb::handle m : modules) append_module(self, m);
+           },
+           nb::arg("modules"), nb::sig("def extend(self, modules: collections.abc.Iterable[Module]) -> None"),
+           "Adds each module at the end, in order.")
       .def("__len__", [](const cnn::ModuleList& self) { return self.size(); })
       .def("__getitem__",
            [](const cnn::ModuleList& self, int64_t i) {
@@ -371,11 +447,24 @@ void bind_python_modules(nb::module_& nn, nb::class_<cnn::Module, PyModule>& mod
              throw cf::ValueError(cf::str("[ModuleList] no module named '", name, "'"));  // (unreachable)
            },
            nb::arg("index"))
+      .def("__getitem__",
+           [](const cnn::ModuleList& self, nb::slice slice) {
+             const auto children = children_of(self);
+             auto [start, stop, step, count] = slice.compute(children.size());
+             (void)stop;
+             nb::list out;
+             for (size_t i = 0; i < count; ++i) out.append(nb::cast(children[size_t(start + Py_ssize_t(i) * step)].second));
+             return out;
+           },
+           nb::arg("index"), "A slice: the modules as a list.")
       .def("__iter__", [](const cnn::ModuleList& self) {
         nb::list out;
         for (auto& [name, sub] : children_of(self)) out.append(nb::cast(sub));
         return nb::iter(out);
       }, nb::sig("def __iter__(self) -> collections.abc.Iterator[Module]"));
+
+  // (cf/__init__.py checks with it that a subclass's __init__ built the C++ module: called super().__init__())
+  nn.def("_initialized", [](nb::handle module) { return nb::inst_ready(module); }, nb::arg("module"));
 
   unary.def("__init__",
             [](nb::pointer_and_handle<cnn::UnaryModule> v) {

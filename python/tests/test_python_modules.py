@@ -279,7 +279,7 @@ def test_what_a_python_class_cannot_do():
             def __call__(self, x):
                 return x
 
-    with pytest.raises(TypeError, match=r"^\[ModuleList\] takes cf.nn modules, got int"):
+    with pytest.raises(TypeError, match=r"^\[ModuleList\] takes cf.nn modules .*got int"):
         nn.ModuleList([nn.Identity(), 1])
     with pytest.raises(IndexError, match=r"^\[ModuleList\] index 2 out of range for 2 modules"):
         nn.ModuleList([nn.Identity(), nn.Identity()])[2]
@@ -300,3 +300,149 @@ def test_repr_prints_the_module_tree_with_shapes():
     assert text.endswith("  (head): Linear(weight (3, 8), bias (3,))\n)")
     assert repr(nn.Linear(2, 3, bias=False).to(cf.float64)) == "Linear(weight (3, 2) float64)"
     assert repr(nn.ReLU()) == "ReLU()"
+
+
+def test_forward_recursion_extra_arguments_and_super_forward():
+    class Recur(nn.UnaryModule):  # self(...) inside forward: nanobind took it for a call of the base
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2, generator=cf.Generator(0))
+            self.depth = 0
+
+        def forward(self, x, times=2):
+            self.depth += 1
+            if self.depth < times:
+                x = self(self.fc(x), times=times)
+            self.depth -= 1
+            return x
+
+    r = Recur()
+    x = cf.ones([1, 2])
+    assert r(x).tolist() == r.fc(x).tolist()
+    assert r(x, times=3).tolist() == r.fc(r.fc(x)).tolist()  # extra arguments reach forward
+    assert nn.Sequential(r)(x).tolist() == r(x).tolist()
+
+    class Super(nn.UnaryModule):
+        def forward(self, x):
+            return super().forward(x)
+
+    with pytest.raises(cf.NotImplementedError, match=r"^\[UnaryModule\] .*Super.forward reached "
+                                                     r"cf.nn.UnaryModule's forward, which is abstract"):
+        Super()(x)
+
+
+def test_a_python_train_override_runs_under_its_parents_train():
+    class Frozen(nn.UnaryModule):  # stays in eval mode (as torch's parent.train() calls each child's train)
+        def __init__(self):
+            super().__init__()
+            self.drop = nn.Dropout(0.5)
+
+        def train(self, on=True):
+            return super().train(False)
+
+        def forward(self, x):
+            return self.drop(x)
+
+    class Top(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.frozen = Frozen()
+            self.other = nn.Dropout(0.5)
+
+    t = Top()
+    t.train()
+    assert t.training and t.other.training and not t.frozen.training and not t.frozen.drop.training
+    t.eval()
+    t.frozen.train()
+    assert not t.frozen.training
+    x = cf.ones([100])
+    assert nn.Sequential(t.frozen).train()(x).tolist() == x.tolist()
+
+
+def test_init_without_super_init_is_named_at_construction():
+    class NoSuper(nn.UnaryModule):
+        def __init__(self, k):
+            self.k = k
+
+        def forward(self, x):
+            return x * self.k
+
+    with pytest.raises(TypeError, match=r"^\[Module\] .*NoSuper.__init__ did not call super\(\).__init__\(\)"):
+        NoSuper(2)
+
+    class Fine(NoSuper):  # its own __init__ builds it; the base's then runs on a built instance
+        def __init__(self):
+            nn.UnaryModule.__init__(self)
+            NoSuper.__init__(self, 3)
+
+    assert Fine()(cf.ones([1])).tolist() == [3.0]
+
+
+def test_buffers_keep_their_persistence_and_containers_take_what_they_should():
+    m = nn.Module()
+    m.register_buffer("transient", cf.zeros([1]), persistent=False)
+    m.transient = cf.ones([1])  # a new value keeps the buffer outside the state dict
+    assert "transient" not in m.state_dict() and m.transient.tolist() == [1.0]
+    with pytest.raises(cf.ValueError, match=r"^\[Module\] buffer 'transient' is registered not persistent.*cannot "
+                                            r"change"):
+        m.register_buffer("transient", cf.zeros([1]))
+    m.register_buffer("transient", cf.zeros([2]), persistent=False)
+    assert m.transient.shape == (2,)
+    with pytest.raises(TypeError, match=r"^\[Module\] submodule 'x' takes a cf.nn.Module, got NoneType"):
+        m.register_module("x", None)
+    ml = nn.ModuleList()
+    with pytest.raises(TypeError, match=r"^\[ModuleList\] takes cf.nn modules .*got int"):
+        ml.append(3)
+    ml.extend([nn.Identity(), nn.ReLU(), nn.Tanh()])
+    assert [type(x).__name__ for x in ml[1:]] == ["ReLU", "Tanh"] and len(ml[::2]) == 2
+    with pytest.raises(TypeError, match=r"^\[Parameter\] data must be a cf.Tensor, got list"):
+        nn.Parameter([1.0])
+    with pytest.raises(TypeError, match=r"^\[Parameter\] data must be a cf.Tensor, got NoneType"):
+        nn.Parameter(None)
+
+
+def test_dir_children_and_modules_list_each_module_once():
+    m = Classifier(blocks=1)
+    names = dir(m)
+    assert {"temperature", "calls", "blocks", "head", "forward", "name"} <= set(names)
+    shared = nn.Linear(2, 2)
+    m.a = shared
+    m.b = shared
+    assert [n for n, _ in m.named_children()][-2:] == ["a", "b"]
+    assert sum(c is shared for c in m.children()) == 1 and sum(c is shared for c in m.modules()) == 1
+
+
+def test_a_cycle_through_registered_submodules_is_collected():
+    # the shared_ptrs holding a Python module's (and a Python-built ModuleList's) submodules were invisible to the
+    # garbage collector: a child keeping its parent (or a bound method of it) was never freed
+    class Child(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(cf.ones([256, 256]))
+
+    class Parent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.child = Child()
+            self.child.on_step = self.forward  # child -> parent
+            self.layers = nn.ModuleList([Child()])
+            self.layers[0].owner = [self]  # through the ModuleList too
+
+        def forward(self, x):
+            return x
+
+    refs = []
+    for _ in range(3):
+        p = Parent()
+        refs += [weakref.ref(p), weakref.ref(p.child), weakref.ref(p.layers[0]),
+                 weakref.ref(p.child.w)]
+        del p
+    gc.collect()
+    cf.empty_cache()
+    assert all(r() is None for r in refs)
+    # a module still held from outside the cycle is kept, with its submodules
+    p = Parent()
+    child = p.child
+    del p
+    gc.collect()
+    assert child.w.shape == (256, 256) and child.on_step.__self__.child is child
