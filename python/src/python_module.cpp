@@ -310,7 +310,8 @@ void bind_python_modules(nb::module_& nn, nb::class_<cnn::Module, PyModule>& mod
       nn, "Parameter",
       "Marks a tensor as a parameter for the module attribute it is assigned to: `self.w = cf.nn.Parameter(t)` in a "
       "Python subclass of cf.nn.Module registers w (named_parameters, state_dict, optimizers, to()). The module "
-      "stores t detached, as a leaf with requires_grad; self.w then reads that tensor. Unlike torch.nn.Parameter it "
+      "keeps t itself when it is a leaf that requires grad, else stores it detached as such a leaf; self.w then "
+      "reads that tensor. Unlike torch.nn.Parameter it "
       "is a marker, not a tensor: use it in the assignment (or register_parameter).")
       .def("__init__",
            [](ParameterMarker* p, nb::handle data, bool requires_grad) {

@@ -53,6 +53,9 @@ class PythonModuleOf : public Base, public PythonModule {
     return it == kinds_.end() ? Kind::kNone : it->second;
   }
 
+  // A leaf that already requires grad, for a parameter that does, is kept as it is (the caller's tensor, its
+  // Python object too, is the parameter: an optimizer built on it steps the module's); any other tensor is
+  // stored detached (the caller's keeps its requires_grad).
   void set_parameter(const std::string& name, const cf::Tensor& value, bool requires_grad) override {
     const Kind k = kind_of(name);
     if (k == Kind::kNone) {
@@ -68,10 +71,14 @@ class PythonModuleOf : public Base, public PythonModule {
       check_kind(name, k, Kind::kParameter);
       CF_CHECK(!value.defined() || cf::is_floating(value.dtype()), DTypeError, "[Module] parameter '", name,
                "' must be floating (float32, float64, bfloat16, float16), got ", value.dtype());
-      *tensors_.at(name) = value.defined() ? value.detach() : cf::Tensor();
     }
     cf::Tensor& slot = *tensors_.at(name);
-    if (slot.defined()) slot.set_requires_grad(requires_grad);
+    if (!value.defined()) {
+      slot = cf::Tensor();
+      return;
+    }
+    slot = value.is_leaf() && value.requires_grad() && requires_grad ? value : value.detach();
+    slot.set_requires_grad(requires_grad);
   }
 
   void set_buffer(const std::string& name, const cf::Tensor& value, std::optional<bool> persistent) override {

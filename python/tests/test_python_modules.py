@@ -446,3 +446,21 @@ def test_a_cycle_through_registered_submodules_is_collected():
     del p
     gc.collect()
     assert child.w.shape == (256, 256) and child.on_step.__self__.child is child
+
+
+def test_a_leaf_that_requires_grad_is_the_parameter_itself():
+    m = nn.Module()
+    p = cf.randn([3], requires_grad=True, generator=cf.Generator(0))
+    m.w = nn.Parameter(p)
+    assert m.w is p  # an optimizer built on p steps the module's parameter
+    opt = nn.SGD([p], lr=1.0)
+    (m.w * 2).sum().backward()
+    opt.step()
+    assert m.state_dict()["w"].tolist() == p.tolist()
+    q = cf.zeros([2])
+    m.u = nn.Parameter(q)  # not a parameter yet: stored detached, q itself unchanged
+    assert m.u is not q and m.u.requires_grad and not q.requires_grad
+    m.f = nn.Parameter(p, requires_grad=False)  # a frozen copy: p keeps requiring grad
+    assert p.requires_grad and not m.f.requires_grad
+    m.register_parameter("v", p * 2)  # not a leaf: detached
+    assert m.v.is_leaf and m.v.requires_grad
