@@ -19,13 +19,13 @@ import sys as _sys
 
 from . import _cf
 from ._cf import *  # noqa: F401,F403  (the extension's public names)
-from ._cf import nn, models, data, cuda, autograd  # noqa: F401
+from ._cf import nn, models, data, cuda, autograd, dist  # noqa: F401
 
 __version__ = "0.1.0"
 
 # `import cf.nn`, `from cf.nn import Linear`, ...: the extension's submodules
 # under their package names.
-for _name in ("nn", "nn.init", "models", "data", "cuda", "autograd"):
+for _name in ("nn", "nn.init", "models", "data", "cuda", "autograd", "dist"):
     _mod = _cf
     for _part in _name.split("."):
         _mod = getattr(_mod, _part)

@@ -450,19 +450,24 @@ void bind_data(nb::module_& m, nb::module_& data) {
                              nb::type_slots(loader_slots))
       .def("__init__",
            [](cd::DataLoader* self, nb::handle dataset, int64_t batch_size, bool shuffle, uint64_t seed,
-              bool drop_last, int64_t pad_id, int64_t target_pad, int64_t pad_to_multiple, int64_t prefetch) {
-             cd::DataLoaderOptions o{batch_size, shuffle, seed, drop_last, pad_id, target_pad, pad_to_multiple, prefetch};
+              bool drop_last, int64_t pad_id, int64_t target_pad, int64_t pad_to_multiple, int64_t prefetch,
+              int64_t num_replicas, int64_t rank) {
+             cd::DataLoaderOptions o{batch_size, shuffle, seed,         drop_last,   pad_id, target_pad,
+                                     pad_to_multiple, prefetch, num_replicas, rank};
              std::shared_ptr<cd::Dataset> ds = dataset_of(dataset, prefetch);
              new (self) cd::DataLoader(std::move(ds), o);
            },
            nb::arg("dataset"), nb::arg("batch_size") = 1, nb::arg("shuffle") = false, nb::arg("seed") = 0,
            nb::arg("drop_last") = false, nb::arg("pad_id") = 0, nb::arg("target_pad") = -100,
-           nb::arg("pad_to_multiple") = 1, nb::arg("prefetch") = 0,
+           nb::arg("pad_to_multiple") = 1, nb::arg("prefetch") = 0, nb::arg("num_replicas") = 1, nb::arg("rank") = 0,
            nb::sig("def __init__(self, dataset: cf._cf.data.Dataset | collections.abc.Sequence[object], "
                    "batch_size: int = 1, shuffle: bool = False, seed: int = 0, drop_last: bool = False, "
-                   "pad_id: int = 0, target_pad: int = -100, pad_to_multiple: int = 1, prefetch: int = 0) -> None"),
+                   "pad_id: int = 0, target_pad: int = -100, pad_to_multiple: int = 1, prefetch: int = 0, "
+                   "num_replicas: int = 1, rank: int = 0) -> None"),
            "dataset: a cf.data dataset, or any object with __len__ and __getitem__ whose items are (input, "
-           "target), (input,) or the input (cf.Tensor, NumPy array, lists or a number; prefetch 0 then).")
+           "target), (input,) or the input (cf.Tensor, NumPy array, lists or a number; prefetch 0 then). "
+           "Distributed (cf.nn.DistributedDataParallel): num_replicas=cf.dist.world_size(), rank=cf.dist.rank(): "
+           "each rank takes its share of every global batch of batch_size x num_replicas examples.")
       .def("__len__", &cd::DataLoader::size)
       .def("set_epoch", &cd::DataLoader::set_epoch, nb::arg("epoch"))
       .def_prop_ro("state", [](const cd::DataLoader& l) { return std::make_pair(l.state().epoch, l.state().batch); },

@@ -13,7 +13,7 @@ namespace {
 // IOError an OSError, ...) so code that catches built-ins keeps working; the
 // message is cf's, starting with "[op]".
 struct ErrorTypes {
-  nb::object error, shape, dtype, device, index, value, io, autograd, not_implemented, kmeans_too_few;
+  nb::object error, shape, dtype, device, index, value, io, autograd, not_implemented, kmeans_too_few, dist;
 };
 ErrorTypes* g_errors = nullptr;
 
@@ -71,6 +71,9 @@ void bind_errors(nb::module_& m) {
   e.io = make_exception(m, "IOError", {e.error, os}, "A file that cannot be read or written, or is corrupt (cf::IOError).");
   e.autograd = make_exception(m, "AutogradError", {e.error}, "Misuse of autograd: backward twice, in-place change of a saved tensor, ... (cf::AutogradError).");
   e.not_implemented = make_exception(m, "NotImplementedError", {e.error, notimpl}, "A feature this build lacks (cf::NotImplementedError).");
+  e.dist = make_exception(m, "DistError", {e.error},
+                          "A collective that failed: ranks that disagree, a peer that timed out, a backend this build "
+                          "lacks (cf::dist::DistError).");
   e.kmeans_too_few = make_exception(m, "KMeansTooFewPointsError", {e.value},
                                     "K-Means on data with fewer distinct points (or groups of points its distances tell apart) than k; "
                                     ".at_most bounds them: retry with at most that many clusters.");
@@ -99,6 +102,8 @@ void bind_errors(nb::module_& m) {
       raise(t.autograd, ex);
     } catch (const cf::NotImplementedError& ex) {
       raise(t.not_implemented, ex);
+    } catch (const cf::dist::DistError& ex) {
+      raise(t.dist, ex);
     } catch (const cf::Error& ex) {
       raise(t.error, ex);
     }
@@ -260,6 +265,8 @@ NB_MODULE(_cf, m) {
   bind_models(m, models);
   nb::module_ data = m.def_submodule("data", "Datasets, loaders, tokenizers and file readers.");
   bind_data(m, data);
+  nb::module_ dist = m.def_submodule("dist", "Processes training together (mpirun): the process group, collectives.");
+  bind_dist(m, dist, nn);
   nb::module_ autograd = m.def_submodule("autograd", "Gradients returned rather than accumulated.");
   autograd.def(
       "grad",

@@ -93,7 +93,8 @@ def test_submodules_have_stubs_under_their_package_names():
     # `from cf.nn import Linear` works at run time through sys.modules; type checkers need a file
     # (cf.nn a package of stubs, so that `import cf.nn.init` resolves too)
     for name, rel in (("nn", "nn/__init__.pyi"), ("nn.init", "nn/init.pyi"), ("models", "models.pyi"),
-                      ("data", "data.pyi"), ("cuda", "cuda.pyi"), ("autograd", "autograd.pyi")):
+                      ("data", "data.pyi"), ("cuda", "cuda.pyi"), ("autograd", "autograd.pyi"),
+                      ("dist", "dist.pyi")):
         tree = parse(os.path.join(PKG, rel))
         assert any(isinstance(n, ast.ImportFrom) and n.module == "cf._cf." + name for n in tree.body), name
     # an attribute the runtime sets on the exception's instances

@@ -25,7 +25,7 @@ DUNDERS = {"__init__", "__getitem__", "__setitem__", "__len__", "__iter__", "__c
 def modules():
     import cf
     out = [("cf", cf), ("cf.nn", cf.nn), ("cf.nn.init", cf.nn.init), ("cf.models", cf.models), ("cf.data", cf.data),
-           ("cf.cuda", cf.cuda), ("cf.autograd", cf.autograd)]
+           ("cf.cuda", cf.cuda), ("cf.autograd", cf.autograd), ("cf.dist", cf.dist)]
     try:
         import cf.torch
         out.append(("cf.torch", cf.torch))
@@ -37,7 +37,7 @@ def modules():
 def public_names(qual, mod):
     import cf
     names = getattr(mod, "__all__", None) or [n for n in dir(mod) if not n.startswith("_")]
-    skip_sub = {"nn", "models", "data", "cuda", "init", "torch", "autograd"}
+    skip_sub = {"nn", "models", "data", "cuda", "init", "torch", "autograd", "dist"}
     for n in sorted(names):
         obj = getattr(mod, n)
         if inspect.ismodule(obj) or n in skip_sub:

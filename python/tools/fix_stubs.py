@@ -15,8 +15,8 @@ What stubgen leaves and this fixes (each found by running mypy over user code):
   (cf re-exports them from cf._cf): a type checker resolved none. They are written out as
   classes with their runtime bases.
 - `import cf.nn` / `from cf.nn import Linear` work at run time through sys.modules
-  (cf/__init__.py); OUT_DIR/nn/__init__.pyi, nn/init.pyi, models.pyi, data.pyi, cuda.pyi and
-  autograd.pyi let type checkers resolve them too.
+  (cf/__init__.py); OUT_DIR/nn/__init__.pyi, nn/init.pyi, models.pyi, data.pyi, cuda.pyi,
+  autograd.pyi and dist.pyi let type checkers resolve them too.
 """
 import ast
 import importlib
@@ -25,7 +25,7 @@ import sys
 
 BUILTIN_TYPES = {"bool", "int", "float", "complex", "str", "bytes", "bytearray", "object", "list", "dict",
                  "tuple", "set", "frozenset", "type", "slice", "memoryview"}
-SUBMODULES = ("nn", "models", "data", "cuda", "autograd")
+SUBMODULES = ("nn", "models", "data", "cuda", "autograd", "dist")
 # Attributes the runtime sets on an exception's instances (python/src/module.cpp).
 EXCEPTION_ATTRIBUTES = {"KMeansTooFewPointsError": (("at_most", "builtins.int"),)}
 
