@@ -216,13 +216,58 @@ Tensor logical_xor(const Tensor& a, const Tensor& b) {
   return cf::ne(a, b);
 }
 
+// Python's / divides exactly (3 / 2 is 1.5), as NumPy's and PyTorch's: an integer or bool operand becomes the
+// other operand's float dtype, or float32 (PyTorch's default) when neither is floating. (With cf's truncating
+// division, `correct / total` of integer counts was a silent 0: the most common bug of scripts ported from
+// PyTorch.) cf.div and C++'s operator/ keep C++'s truncation.
+Tensor floating(const Tensor& t, const Tensor& other) {
+  if (cf::is_floating(t.dtype())) return t;
+  return cf::to(t, cf::is_floating(other.dtype()) ? other.dtype() : cf::kFloat32);
+}
+Tensor true_divide(const Tensor& a, const Tensor& b) { return floating(a, b) / floating(b, a); }
+Tensor true_divide(const Tensor& a, double b) { return cf::is_floating(a.dtype()) ? a / b : cf::to(a, cf::kFloat32) / b; }
+Tensor true_divide(double a, const Tensor& b) {
+  const Tensor fb = cf::is_floating(b.dtype()) ? b : cf::to(b, cf::kFloat32);
+  return cf::ops::number_like(fb, a, "div") / fb;
+}
+
+// t /= u stores the exact quotient in t: an integer tensor cannot hold it (PyTorch refuses this too).
+void check_exact_quotient_fits(const Tensor& a) {
+  CF_CHECK(cf::is_floating(a.dtype()), DTypeError, "[div_] t /= u on ", a.describe(),
+           ": / divides exactly and an integer tensor cannot hold the quotient; write t = t / u (a float result) "
+           "or t //= u (rounded down)");
+}
+
+// Python's // and % on integer tensors (and numbers): the quotient rounded down and the remainder with the
+// divisor's sign, as Python's ints, NumPy and PyTorch (cf's division truncates toward zero). Float tensors
+// are refused by name: cf has no floor op.
+void check_integer(const Tensor& t, const char* op) {
+  CF_CHECK(t.dtype() == cf::kInt64, DTypeError, "[", op, "] takes int64 tensors, got ", t.describe(),
+           " (cf has no floor op for floating tensors)");
+}
+Tensor integer_operand(const Tensor& like, const Tensor& b, const char*) { return b; }
+Tensor integer_operand(const Tensor& like, double b, const char* op) { return cf::ops::number_like(like, b, op); }
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  check_integer(a, "floor_divide");
+  check_integer(b, "floor_divide");
+  const Tensor q = a / b, r = a - q * b;  // truncated quotient and its remainder
+  // one less where the remainder is not zero and its sign differs from the divisor's
+  const Tensor adjust = cf::logical_and(cf::ne(r, cf::ops::number_like(r, 0.0, "floor_divide")),
+                                        cf::ne(cf::lt(r, cf::ops::number_like(r, 0.0, "floor_divide")),
+                                               cf::lt(b, cf::ops::number_like(b, 0.0, "floor_divide"))));
+  return q - cf::to(adjust, cf::kInt64);
+}
+Tensor remainder(const Tensor& a, const Tensor& b) { return a - floor_divide(a, b) * b; }
+
 void bind_operators(TensorCls& cls) {
   // Python operators. A number operand takes the tensor's dtype (cf's rule; one it cannot hold is refused).
   // (numbers and NumPy operands of + - * / and the comparisons: CF_NP_BINARY below)
   cls.def("__add__", [](const Tensor& a, const Tensor& b) { return a + b; }, release_gil())
       .def("__sub__", [](const Tensor& a, const Tensor& b) { return a - b; }, release_gil())
       .def("__mul__", [](const Tensor& a, const Tensor& b) { return a * b; }, release_gil())
-      .def("__truediv__", [](const Tensor& a, const Tensor& b) { return a / b; }, release_gil())
+      .def("__truediv__", [](const Tensor& a, const Tensor& b) { return true_divide(a, b); }, release_gil())
+      .def("__floordiv__", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); }, release_gil())
+      .def("__mod__", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }, release_gil())
       .def("__pow__", [](const Tensor& a, const Tensor& b) { return cf::pow(a, b); }, release_gil())
       .def("__pow__", [](const Tensor& a, double b) { return cf::pow(a, b); }, release_gil())
       .def("__rpow__", [](const Tensor& a, double b) { return cf::pow(cf::ops::number_like(a, b, "pow"), a); }, release_gil())
@@ -261,8 +306,12 @@ void bind_operators(TensorCls& cls) {
   CF_NP_BINARY("__rsub__", b - a)
   CF_NP_BINARY("__mul__", a * b)
   CF_NP_BINARY("__rmul__", b * a)
-  CF_NP_BINARY("__truediv__", a / b)
-  CF_NP_BINARY("__rtruediv__", b / a)
+  CF_NP_BINARY("__truediv__", true_divide(a, b))
+  CF_NP_BINARY("__rtruediv__", true_divide(b, a))
+  CF_NP_BINARY("__floordiv__", floor_divide(a, integer_operand(a, b, "floor_divide")))
+  CF_NP_BINARY("__rfloordiv__", floor_divide(integer_operand(a, b, "floor_divide"), a))
+  CF_NP_BINARY("__mod__", remainder(a, integer_operand(a, b, "remainder")))
+  CF_NP_BINARY("__rmod__", remainder(integer_operand(a, b, "remainder"), a))
   CF_NP_BINARY("__eq__", cf::eq(a, b))  // (a reflected == or != is the same operator; < reflects to >)
   CF_NP_BINARY("__ne__", cf::ne(a, b))
   CF_NP_BINARY("__lt__", cf::lt(a, b))
@@ -340,6 +389,7 @@ void bind_operators(TensorCls& cls) {
       // a /= b as a = a / b in a's dtype (before: a *= 1 / b, which zeroed an int64 tensor, as 1 / b
       // took its dtype, and rounded a float one differently from a / b)
       .def("__itruediv__", [](Tensor& a, double b) -> Tensor& {
+        check_exact_quotient_fits(a);
         Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference, release_gil())
@@ -353,8 +403,9 @@ void bind_operators(TensorCls& cls) {
         return cf::copy_(a, p);
       }, nb::rv_policy::reference, release_gil())
       .def("__itruediv__", [](Tensor& a, const Tensor& b) -> Tensor& {
+        check_exact_quotient_fits(a);
         cf::ops::check_inplace_source(b, "div_");
-        Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
+        Tensor q = [&] { cf::NoGradGuard g; return true_divide(a, b); }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference, release_gil());
   // NumPy scalars (np.int64, np.float32) for += -= *=, registered last: nanobind tries every
@@ -906,7 +957,7 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
   both("clamp", {{"min", "low", "float | None"}, {"max", "high", "float | None"}}, kTensor);
 
   // Methods of the operators: t.add(u) is t + u, with the operator's rules for numbers and NumPy operands
-  // (t.div on integer tensors divides with truncation, as cf's /; PyTorch's div divides exactly).
+  // (t.div divides exactly, as / and PyTorch's div; cf.div truncates integer tensors).
   const std::pair<const char*, const char*> operators[] = {
       {"add", "__add__"}, {"sub", "__sub__"}, {"mul", "__mul__"}, {"div", "__truediv__"}, {"pow", "__pow__"},
       {"eq", "__eq__"},   {"ne", "__ne__"},   {"lt", "__lt__"},   {"le", "__le__"},       {"gt", "__gt__"},
@@ -914,8 +965,9 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
   for (const auto& [name, dunder] : operators) {
     const std::string doc = std::string("t.") + name + "(other) is the operator " + dunder +
                             ": the same rules for numbers and NumPy operands" +
-                            (std::string(name) == "div" ? " (integer tensors divide with truncation, as cf's /; "
-                                                          "PyTorch's div divides exactly)." : ".");
+                            (std::string(name) == "div" ? " (it divides exactly, as Python's / and PyTorch's div: "
+                                                          "integer tensors give float32; cf.div truncates them)."
+                                                        : ".");
     cls.def(name,
             [name = name, dunder = dunder](nb::handle self, nb::handle other) -> nb::object {
               nb::object r = self.attr(dunder)(other);

@@ -252,14 +252,17 @@ def test_torch_keywords_take_none():
 
 def test_inplace_division_power_and_overlapping_views():
     # a /= b is a = a / b in a's dtype (before, a *= 1 / b: an int64 tensor became zeros)
-    t = cf.tensor([10, 7, -7, 3])
-    t /= 2
-    assert t.tolist() == (cf.tensor([10, 7, -7, 3]) / 2).tolist() == [5, 3, -3, 1]
     f = cf.tensor([3.0], dtype=cf.float64)
     f /= 10
     assert f.tolist() == [0.3]  # as 3.0 / 10, not 3.0 * (1 / 10)
+    # an integer tensor cannot hold / 's exact quotient (PyTorch refuses it too); //= rounds down
+    t = cf.tensor([10, 7, -7, 3])
+    with pytest.raises(cf.DTypeError, match=r"^\[div_\] t /= u on int64 \(4\) on cpu: / divides exactly"):
+        t /= 2
+    t //= 2
+    assert t.tolist() == [5, 3, -4, 1]
     with pytest.raises(cf.ValueError, match=r"\[div\] integer division by zero"):
-        t /= 0
+        t //= 0
     base = cf.arange(4, dtype=cf.float32)
     view = base[1:3]
     view **= 2  # in place through the view (before, no __ipow__: view was rebound, base unchanged)
@@ -310,13 +313,21 @@ def test_numbers_against_integer_tensors_and_conversions():
     assert (np.full(3, 6.0, np.float32) / t).tolist() == [6, 3, 2] and (t - np.ones(3, np.float32)).tolist() == [0, 1, 2]
     assert (np.array([1.0, 0, 3]) == t).tolist() == [True, False, True] and (np.float32(2) < t).tolist() == [False, False, True]
     assert (t == None) is False and (t != "x") is True  # not ours: Python's own answer
-    with pytest.raises(cf.DTypeError, match=r"\[div\]"):
-        i / np.float32(0.5)
-    # an integer tensor divided by a fraction is refused by name (0.5 would take int64 and become 0)
-    with pytest.raises(cf.DTypeError, match=r"\[div\] int64 \(3\) on cpu with the number 0.5: the number takes"):
-        i / 0.5
-    with pytest.raises(cf.DTypeError, match=r"\[div\]"):
+    # / divides exactly, as Python's, NumPy's and PyTorch's: integers become float32 (a silent 0 in an accuracy
+    # `correct / total` before, with cf's truncating division); cf.div truncates
+    assert (i / np.float32(0.5)).tolist() == [0, 2, 4] and (i / 0.5).dtype == cf.float32
+    assert (i / 2).tolist() == [0, 0.5, 1] and (3 / cf.tensor([2])).tolist() == [1.5]
+    assert (i / cf.tensor([2.0, 2.0, 2.0], dtype=cf.float64)).dtype == cf.float64
+    assert ((cf.tensor([1, 0, 1]) == cf.tensor([1, 1, 1])).sum() / 3).item() == pytest.approx(2 / 3)
+    assert i.div(2).tolist() == [0, 0.5, 1] and cf.div(i, cf.tensor([2, 2, 2])).tolist() == [0, 0, 1]
+    with pytest.raises(cf.DTypeError, match=r"^\[div_\]"):
         i /= 1.5
+    # // and % round down and take the divisor's sign, as Python's ints (cf's division truncates toward zero)
+    a, b = cf.tensor([7, -7, 6, -6]), cf.tensor([2, 2, -4, -4])
+    assert (a // b).tolist() == [7 // 2, -7 // 2, 6 // -4, -6 // -4] and (a % b).tolist() == [1, 1, -2, -2]
+    assert (a // 2).tolist() == [3, -4, 3, -3] and (10 % a).tolist() == [10 % 7, 10 % -7, 10 % 6, 10 % -6]
+    with pytest.raises(cf.DTypeError, match=r"^\[floor_divide\] takes int64 tensors, got float32"):
+        cf.ones([2]) // 2
     # ... and so is any arithmetic with a number an integer tensor cannot hold (before: i * 2.5 was i * 2,
     # i.mul_(2.5) doubled, i.add_(j, alpha=0.5) added nothing)
     for f, op in ((lambda: i * 2.5, "mul"), (lambda: 2.5 * i, "mul"), (lambda: i + 0.5, "add"),
