@@ -449,23 +449,33 @@ void bind_data(nb::module_& m, nb::module_& data) {
                              "masks, drop_last, resumable state, optional prefetch thread.",
                              nb::type_slots(loader_slots))
       .def("__init__",
-           [](cd::DataLoader* self, nb::handle dataset, int64_t batch_size, bool shuffle, uint64_t seed,
+           [](cd::DataLoader* self, nb::handle dataset, int64_t batch_size, bool shuffle, std::optional<uint64_t> seed,
               bool drop_last, int64_t pad_id, int64_t target_pad, int64_t pad_to_multiple, int64_t prefetch,
               int64_t num_replicas, int64_t rank) {
-             cd::DataLoaderOptions o{batch_size, shuffle, seed,         drop_last,   pad_id, target_pad,
+             // No seed: one drawn from the default generator, so cf.manual_seed sets the shuffle as it sets
+             // every other draw (PyTorch's loader follows torch.manual_seed; a fixed 0 gave every seed of an
+             // experiment the same batch order).
+             if (!seed) {
+               cf::Generator& g = cf::default_generator();
+               const uint64_t counter = g.reserve(1);
+               const cf::PhiloxOut r = cf::philox4x32_10(g.seed(), counter);
+               seed = (uint64_t(r.v[0]) << 32) | r.v[1];
+             }
+             cd::DataLoaderOptions o{batch_size, shuffle, *seed,   drop_last,    pad_id, target_pad,
                                      pad_to_multiple, prefetch, num_replicas, rank};
              std::shared_ptr<cd::Dataset> ds = dataset_of(dataset, prefetch);
              new (self) cd::DataLoader(std::move(ds), o);
            },
-           nb::arg("dataset"), nb::arg("batch_size") = 1, nb::arg("shuffle") = false, nb::arg("seed") = 0,
+           nb::arg("dataset"), nb::arg("batch_size") = 1, nb::arg("shuffle") = false, nb::arg("seed") = nb::none(),
            nb::arg("drop_last") = false, nb::arg("pad_id") = 0, nb::arg("target_pad") = -100,
            nb::arg("pad_to_multiple") = 1, nb::arg("prefetch") = 0, nb::arg("num_replicas") = 1, nb::arg("rank") = 0,
            nb::sig("def __init__(self, dataset: cf._cf.data.Dataset | collections.abc.Sequence[object], "
-                   "batch_size: int = 1, shuffle: bool = False, seed: int = 0, drop_last: bool = False, "
+                   "batch_size: int = 1, shuffle: bool = False, seed: int | None = None, drop_last: bool = False, "
                    "pad_id: int = 0, target_pad: int = -100, pad_to_multiple: int = 1, prefetch: int = 0, "
                    "num_replicas: int = 1, rank: int = 0) -> None"),
            "dataset: a cf.data dataset, or any object with __len__ and __getitem__ whose items are (input, "
-           "target), (input,) or the input (cf.Tensor, NumPy array, lists or a number; prefetch 0 then). "
+           "target), (input,) or the input (cf.Tensor, NumPy array, lists or a number; prefetch 0 then). seed: "
+           "the shuffle's; None draws one from the default generator (cf.manual_seed sets it). "
            "Distributed (cf.nn.DistributedDataParallel): num_replicas=cf.dist.world_size(), rank=cf.dist.rank(): "
            "each rank takes its share of every global batch of batch_size x num_replicas examples.")
       .def("__len__", &cd::DataLoader::size)

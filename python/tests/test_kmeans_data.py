@@ -305,3 +305,15 @@ def test_every_path_argument_takes_a_pathlib_path(tmp_path):
     # anything else is named in the TypeError
     with pytest.raises(TypeError, match=r"read_npy\(path: str \| os.PathLike\)"):
         cf.data.read_npy(3)
+
+
+def test_a_loader_without_a_seed_shuffles_by_the_default_generator():
+    # a fixed seed 0 gave every cf.manual_seed of an experiment the same batch order (PyTorch's follows its seed)
+    def order(seed):
+        cf.manual_seed(seed)
+        return [b.indices for b in cf.data.DataLoader(list(range(16)), batch_size=4, shuffle=True)]
+
+    assert order(0) == order(0) and order(0) != order(1)
+    given = [b.indices for b in cf.data.DataLoader(list(range(16)), batch_size=4, shuffle=True, seed=5)]
+    cf.manual_seed(3)
+    assert [b.indices for b in cf.data.DataLoader(list(range(16)), batch_size=4, shuffle=True, seed=5)] == given
