@@ -185,9 +185,21 @@ class autocast:
     torch.autocast: matmul (Linear, attention products) runs in dtype
     (cf.bfloat16 or cf.float16), softmax, layer_norm, losses and sums in
     float32, other ops by dtype promotion. enabled=False turns autocast off
-    inside; leaving restores the outer setting."""
+    inside; leaving restores the outer setting. PyTorch's spelling works too:
+    cf.autocast("cuda") (float16 by default there, as torch's) or
+    cf.autocast(device_type="cpu", dtype=cf.bfloat16); cf's autocast covers every
+    device, so the device type only picks that default."""
 
-    def __init__(self, dtype=None, enabled=True):
+    def __init__(self, dtype=None, enabled=True, device_type=None, cache_enabled=None):
+        if isinstance(dtype, str):  # torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
+            if device_type is not None:
+                raise TypeError("[autocast] device_type given twice (%r and %r)" % (dtype, device_type))
+            dtype, device_type = None, dtype
+        if device_type is not None:
+            if not isinstance(device_type, str) or device_type.split(":")[0] not in ("cpu", "cuda"):
+                raise ValueError("[autocast] device_type must be \"cpu\" or \"cuda\", got %r" % (device_type,))
+            if dtype is None and device_type.startswith("cuda"):
+                dtype = _cf.float16  # torch.autocast("cuda")'s default
         self._dtype = (dtype if dtype is not None else _cf.bfloat16) if enabled else None
 
     def __enter__(self):

@@ -200,6 +200,7 @@ NB_MODULE(_cf, m) {
         "Turn autocast on in a 16-bit dtype, or off with None, for this thread (cf.autocast() is the context "
         "manager): matmul runs in that dtype, softmax, norms, losses and sums in float32.");
   m.def("grad_enabled", &cf::grad_enabled, "Whether ops record autograd history on this thread.");
+  m.def("is_grad_enabled", &cf::grad_enabled, "grad_enabled under PyTorch's name (torch.is_grad_enabled).");
   // Private: cf.set_grad_enabled is the Python class over it (a call and a context manager, as torch's); under
   // the public name the star import gave type checkers a second, plain-function cf.set_grad_enabled.
   m.def("_set_grad_enabled", &cf::set_grad_enabled, nb::arg("on"),

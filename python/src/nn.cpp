@@ -6,6 +6,8 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/tuple.h>
 
+#include <set>
+
 #include "common.h"
 #include "core/json.h"
 #include "python_module.h"
@@ -101,6 +103,11 @@ cf::nn::StateDict module_state_or_dict(nb::handle h, const char* op) {
   // (to_state_dict takes a module's parameters alone, which is what an optimizer or a norm wants: here that
   // dropped the buffers silently, a file without routing's centroids)
   if (nb::isinstance<cnn::Module>(h)) return nb::cast<cnn::Module&>(h).state_dict();
+  // cf.load_safetensors returns (tensors, metadata), where safetensors.torch.load_file returns the dict: said
+  // plainly (the list reading blamed the dict for not being a (name, tensor) pair)
+  if (PyTuple_Check(h.ptr()) && nb::len(h) == 2 && PyDict_Check(h[0].ptr()) && PyDict_Check(h[1].ptr()))
+    throw nb::type_error(cf::str("[", op, "] got a pair of dicts, as cf.load_safetensors returns (tensors, "
+                                 "metadata): pass its first item").c_str());
   return to_state_dict(h, op);
 }
 
@@ -223,6 +230,41 @@ cnn::AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor
   return a;
 }
 
+// zero_grad(set_to_none): drop the gradients (cf's and PyTorch's default), or zero them in place.
+void zero_grads(const std::vector<Tensor>& params, bool set_to_none) {
+  for (const Tensor& p : params) {
+    if (set_to_none) {
+      p.zero_grad();
+      continue;
+    }
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    cf::NoGradGuard no_grad;
+    cf::fill_(g, 0.0);
+  }
+}
+
+// What load_state_dict returns, as PyTorch's: (missing_keys, unexpected_keys) of the dict against the module's
+// state dict (both empty after a strict load, which raises otherwise).
+nb::object incompatible_keys(const cnn::StateDict& module_dict, const cnn::StateDict& given) {
+  static PyObject* type = nullptr;  // (made once, held for the process's life)
+  if (!type)
+    type = nb::module_::import_("collections")
+               .attr("namedtuple")("IncompatibleKeys", nb::make_tuple("missing_keys", "unexpected_keys"),
+                                   nb::arg("module") = "cf.nn")
+               .release()
+               .ptr();
+  std::set<std::string> have, want;
+  for (const auto& e : module_dict) have.insert(e.first);
+  for (const auto& e : given) want.insert(e.first);
+  nb::list missing, unexpected;
+  for (const auto& e : module_dict)
+    if (!want.count(e.first)) missing.append(nb::str(e.first.data(), e.first.size()));
+  for (const auto& e : given)
+    if (!have.count(e.first)) unexpected.append(nb::str(e.first.data(), e.first.size()));
+  return nb::borrow(type)(missing, unexpected);
+}
+
 [[noreturn]] void refuse_module_copy(nb::handle self, const char* what) {
   std::string t = nb::type_name(self.type()).c_str();
   if (t.rfind("cf._cf.", 0) == 0) t = "cf." + t.substr(7);  // the name users import it by
@@ -264,13 +306,17 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("load_state_dict",
            [](cnn::Module& mod, nb::handle dict, bool strict) {
              cnn::StateDict d = module_state_or_dict(dict, "load_state_dict");
-             nb::gil_scoped_release g;
-             mod.load_state_dict(d, strict);
+             {
+               nb::gil_scoped_release g;
+               mod.load_state_dict(d, strict);
+             }
+             return incompatible_keys(mod.state_dict(), d);
            },
            nb::arg("state_dict"), nb::arg("strict") = true,
            "Copy values into the registered tensors (a dict, (name, tensor) pairs, or another module: its "
            "state_dict(), buffers included). Strict: one error lists every missing, unexpected and "
-           "mis-shaped key; a failed load changes nothing.")
+           "mis-shaped key; a failed load changes nothing. Returns (missing_keys, unexpected_keys), as PyTorch's "
+           "(what a non-strict load left out).")
       .def("train", [](cnn::Module& mod, bool on) -> cnn::Module& { mod.train(on); return mod; },
            nb::arg("on") = true, nb::rv_policy::reference, "Training mode (dropout on); returns self.")
       .def("eval", [](cnn::Module& mod) -> cnn::Module& { mod.eval(); return mod; }, nb::rv_policy::reference,
@@ -291,7 +337,9 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
         mod.to(cf::Device::parse(device));
         return mod;
       }, nb::arg("device"), nb::rv_policy::reference, "Move parameters and buffers to the named device.")
-      .def("zero_grad", &cnn::Module::zero_grad, "Drop every parameter's gradient.")
+      .def("zero_grad", [](cnn::Module& mod, bool set_to_none) { zero_grads(mod.parameters(), set_to_none); },
+           nb::arg("set_to_none") = true,
+           "Drop every parameter's gradient (set_to_none=False: fill the existing ones with zeros instead).")
       .def("set_parameters",
            [](cnn::Module& mod, const std::vector<Tensor>& values) {
              mod.set_parameters(values);
@@ -816,7 +864,16 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
                              "Base of SGD, Adam, AdamW: step(), zero_grad(), lr, and a strict state dict keyed by "
                              "parameter name (a checkpoint resumes bit-identically).")
       .def("step", &cnn::Optimizer::step, release_gil(), "One update of every parameter that has a gradient.")
-      .def("zero_grad", &cnn::Optimizer::zero_grad, "Drop every parameter's gradient.")
+      .def("zero_grad",
+           [](cnn::Optimizer& opt, bool set_to_none) {
+             if (set_to_none) return opt.zero_grad();
+             std::vector<Tensor> params;
+             for (const cnn::ParamGroup& g : opt.param_groups())
+               for (const auto& [name, p] : g.params) params.push_back(p);
+             zero_grads(params, false);
+           },
+           nb::arg("set_to_none") = true,
+           "Drop every parameter's gradient (set_to_none=False: fill the existing ones with zeros instead).")
       .def_prop_rw("lr", &cnn::Optimizer::lr, &cnn::Optimizer::set_lr)
       .def_prop_ro("step_count", &cnn::Optimizer::step_count)
       .def_prop_ro("name", &cnn::Optimizer::name)
@@ -942,6 +999,13 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
          "Unlike PyTorch: a non-finite norm (an inf/NaN gradient) leaves the gradients unchanged and is returned, "
          "so the step can be skipped (error_if_nonfinite raises instead), and max_norm must be > 0 (inf: measure "
          "only).");
+  // PyTorch's name (torch.nn.utils.clip_grad_norm_: it changes the gradients in place)
+  nn.def("clip_grad_norm_",
+         [tensors_of](nb::handle p, double max_norm, bool err) {
+           return cnn::clip_grad_norm(tensors_of(p, "clip_grad_norm_"), max_norm, err);
+         },
+         nb::arg("params"), nb::arg("max_norm"), nb::arg("error_if_nonfinite") = false,
+         "clip_grad_norm under PyTorch's name (torch.nn.utils.clip_grad_norm_).");
   nn.def("scale_grads", [tensors_of](nb::handle p, double f) { cnn::scale_grads(tensors_of(p, "scale_grads"), f); },
          nb::arg("params"), nb::arg("factor"), "Multiply every gradient by factor (gradient accumulation).");
 

@@ -16,6 +16,29 @@
 #include "common.h"
 
 namespace cfpy {
+// cf.ValuesIndices: what max/min with an axis, sort and topk return, a named tuple (values, indices) as
+// PyTorch's return types (t.max(dim=1).values; unpacking as a pair works as before). Made in bind_ops.
+PyObject* g_values_indices = nullptr;
+}  // namespace cfpy
+
+namespace nanobind::detail {
+template <>
+struct type_caster<cf::ValuesIndices> {
+  NB_TYPE_CASTER(cf::ValuesIndices, const_name("tuple[cf._cf.Tensor, cf._cf.Tensor]"))
+  bool from_python(handle, uint8_t, cleanup_list*) noexcept { return false; }  // (a result only)
+  static handle from_cpp(const cf::ValuesIndices& v, rv_policy, cleanup_list*) noexcept {
+    try {
+      nb::object values = nb::cast(v.values), indices = nb::cast(v.indices);
+      return PyObject_CallFunctionObjArgs(cfpy::g_values_indices, values.ptr(), indices.ptr(), nullptr);
+    } catch (...) {
+      PyErr_SetString(PyExc_RuntimeError, "[ValuesIndices] could not convert the result");
+      return handle();
+    }
+  }
+};
+}  // namespace nanobind::detail
+
+namespace cfpy {
 
 namespace {
 
@@ -23,7 +46,7 @@ using cf::Tensor;
 using Pair = std::pair<Tensor, Tensor>;
 using TensorCls = nb::class_<Tensor>;
 
-Pair vi(const cf::ValuesIndices& r) { return {r.values, r.indices}; }
+const cf::ValuesIndices& vi(const cf::ValuesIndices& r) { return r; }
 
 // Register f as cf.<name>(x, ...) and as the method x.<name>(...).
 template <typename F, typename... Extra>
@@ -478,7 +501,7 @@ void bind_reductions(nb::module_& m, TensorCls& cls) {
         nb::gil_scoped_release r;
         v = f(x, *axis, keepdim);
       }
-      return nb::cast(vi(v));
+      return nb::cast(v);
     };
     const char* doc = "With an axis: (values, indices) of the first extremum along it (the gradient flows to that "
                       "index). Without: the extremum of all elements (as amax/amin).";
@@ -1086,6 +1109,15 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
 }  // namespace
 
 void bind_ops(nb::module_& m, TensorCls& cls) {
+  {
+    nb::object type = nb::module_::import_("collections")
+                          .attr("namedtuple")("ValuesIndices", nb::make_tuple("values", "indices"),
+                                              nb::arg("module") = "cf");
+    type.attr("__doc__") = "(values, indices): what max/min with an axis, sort and topk return (PyTorch's "
+                           "t.max(dim=1).values reads the same; unpacks as a pair).";
+    m.attr("ValuesIndices") = type;
+    g_values_indices = type.release().ptr();  // (held for the process's life, as the module holds it)
+  }
   bind_elementwise(m, cls);
   bind_operators(cls);
   bind_reductions(m, cls);

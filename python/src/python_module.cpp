@@ -174,6 +174,19 @@ void append_module(cnn::ModuleList& list, nb::handle m) {
     list.push_back(std::move(module));  // a C++ model's list
 }
 
+// Module.apply: the submodules first (each once), then the module, as PyTorch's.
+void apply_to_tree(nb::handle self, nb::handle fn) {
+  std::vector<std::shared_ptr<cnn::Module>> subs;
+  for (auto& [name, sub] : children_of(nb::cast<const cnn::Module&>(self))) subs.push_back(sub);
+  std::vector<const cnn::Module*> seen;
+  for (const auto& sub : subs) {
+    if (std::find(seen.begin(), seen.end(), sub.get()) != seen.end()) continue;
+    seen.push_back(sub.get());
+    apply_to_tree(nb::cast(sub), fn);
+  }
+  fn(self);
+}
+
 // The Python objects of modules, each once, in order (a module held under two names is one object).
 nb::list distinct_objects(const std::vector<std::shared_ptr<cnn::Module>>& modules) {
   nb::list out;
@@ -403,6 +416,36 @@ void bind_python_modules(nb::module_& nn, nb::class_<cnn::Module, PyModule>& mod
            "The attributes, the registered parameters, buffers and submodules of a Python module among them.")
       .def("__repr__", [](nb::handle self) { return module_repr(self, ""); },
            "The module tree (as PyTorch prints it), with each module's own parameters and buffers by shape.")
+      .def("apply",
+           [](nb::handle self, nb::handle fn) {
+             apply_to_tree(self, fn);
+             return nb::borrow(self);
+           },
+           nb::arg("fn"), nb::sig("def apply(self, fn: collections.abc.Callable[[Module], object]) -> Module"),
+           "fn(module) for every submodule, then for this one (PyTorch's order: self.apply(init_weights)); returns "
+           "self.")
+      .def("requires_grad_",
+           [](nb::handle self, bool requires_grad) {
+             for (const Tensor& p : nb::cast<cnn::Module&>(self).parameters()) Tensor(p).set_requires_grad(requires_grad);
+             return nb::borrow(self);
+           },
+           nb::arg("requires_grad") = true, nb::sig("def requires_grad_(self, requires_grad: bool = True) -> Module"),
+           "Sets requires_grad on every parameter (False freezes them: optimizers skip parameters without a "
+           "gradient); returns self.")
+      .def("double", [](nb::handle self) { return self.attr("to")(cf::kFloat64); },
+           nb::sig("def double(self) -> Module"), "to(cf.float64).")
+      .def("float", [](nb::handle self) { return self.attr("to")(cf::kFloat32); },
+           nb::sig("def float(self) -> Module"), "to(cf.float32).")
+      .def("half", [](nb::handle self) { return self.attr("to")(cf::kFloat16); },
+           nb::sig("def half(self) -> Module"), "to(cf.float16).")
+      .def("bfloat16", [](nb::handle self) { return self.attr("to")(cf::kBFloat16); },
+           nb::sig("def bfloat16(self) -> Module"), "to(cf.bfloat16).")
+      .def("cpu", [](nb::handle self) { return self.attr("to")(cf::Device::cpu()); },
+           nb::sig("def cpu(self) -> Module"), "to(\"cpu\").")
+      .def("cuda",
+           [](nb::handle self, std::optional<int> index) { return self.attr("to")(cf::Device::cuda(index.value_or(0))); },
+           nb::arg("device").none() = nb::none(), nb::sig("def cuda(self, device: int | None = None) -> Module"),
+           "to(\"cuda:N\") (device None: cuda:0).")
       .def("buffers",
            [](const cnn::Module& m) {
              std::vector<Tensor> out;

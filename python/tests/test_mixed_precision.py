@@ -40,6 +40,14 @@ def test_autocast_decorator_and_errors():
         with cf.autocast(cf.float32):
             pass
     assert cf.autocast_dtype() is None  # a refused dtype changes nothing
+    # torch.autocast's spelling: the device type first (it picks the default dtype: float16 for cuda, as torch's)
+    for ctx, want in ((cf.autocast("cuda"), cf.float16), (cf.autocast("cpu"), cf.bfloat16),
+                      (cf.autocast(device_type="cpu", dtype=cf.float16), cf.float16),
+                      (cf.autocast("cuda", enabled=False), None)):
+        with ctx:
+            assert cf.autocast_dtype() == want
+    with pytest.raises(ValueError, match=r'^\[autocast\] device_type must be "cpu" or "cuda", got \'gpu\''):
+        cf.autocast("gpu")
 
 
 def test_grad_scaler_scales_skips_overflow_and_adapts():

@@ -464,3 +464,34 @@ def test_a_leaf_that_requires_grad_is_the_parameter_itself():
     assert p.requires_grad and not m.f.requires_grad
     m.register_parameter("v", p * 2)  # not a leaf: detached
     assert m.v.is_leaf and m.v.requires_grad
+
+
+def test_pytorch_module_conveniences():
+    m = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    seen = []
+    assert m.apply(lambda mod: seen.append(type(mod).__name__)) is m
+    assert seen == ["Linear", "ReLU", "Linear", "Sequential"]  # children first, as PyTorch's
+    assert m.double() is m and m[0].weight.dtype == cf.float64 and m.float()[2].bias.dtype == cf.float32
+    assert m.cpu() is m and m.bfloat16()[0].weight.dtype == cf.bfloat16 and m.half()[0].weight.dtype == cf.float16
+    m.float()
+    assert m.requires_grad_(False) is m and not any(p.requires_grad for p in m.parameters())
+    m.requires_grad_()
+    m(cf.ones([1, 2])).sum().backward()
+    m.zero_grad(set_to_none=False)  # zeroed in place
+    assert m[0].weight.grad.tolist() == [[0.0, 0.0]] * 3
+    m.zero_grad()
+    assert m[0].weight.grad is None
+    opt = nn.SGD(m, lr=0.1)
+    m(cf.ones([1, 2])).sum().backward()
+    opt.zero_grad(set_to_none=False)
+    assert m[2].bias.grad.tolist() == [0.0]
+    keys = m.load_state_dict({"0.weight": cf.zeros([3, 2]), "extra": cf.ones([1])}, strict=False)
+    assert keys.missing_keys == ["0.bias", "2.weight", "2.bias"] and keys.unexpected_keys == ["extra"]
+    assert m.load_state_dict(m.state_dict()) == ([], [])
+    with pytest.raises(TypeError, match=r"^\[load_state_dict\] got a pair of dicts, as cf.load_safetensors returns"):
+        m.load_state_dict(({}, {}))
+    r = cf.tensor([[1.0, 5.0], [7.0, 0.0]]).max(dim=1)  # PyTorch's named results
+    assert r.values.tolist() == [5.0, 7.0] and r.indices.tolist() == [1, 0] and isinstance(r, cf.ValuesIndices)
+    values, indices = cf.tensor([3.0, 1.0]).sort()
+    assert values.tolist() == [1.0, 3.0] and cf.tensor([3.0, 1.0]).topk(1).indices.tolist() == [0]
+    assert cf.is_grad_enabled() and nn.clip_grad_norm_(m, 1.0) >= 0.0
