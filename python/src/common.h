@@ -382,6 +382,7 @@ void bind_nn(nb::module_& m, nb::module_& nn);
 void bind_models(nb::module_& m, nb::module_& models);
 void bind_data(nb::module_& m, nb::module_& data);
 void bind_dist(nb::module_& m, nb::module_& dist, nb::module_& nn);
+void bind_torch_conveniences(nb::module_& m, nb::class_<cf::Tensor>& cls);
 void bind_bridge(nb::module_& m);
 
 }  // namespace cfpy

@@ -260,6 +260,7 @@ NB_MODULE(_cf, m) {
   nb::class_<cf::Tensor> tensor = bind_tensor_class(m);
   bind_dlpack(m, tensor);
   bind_ops(m, tensor);
+  bind_torch_conveniences(m, tensor);
   nb::module_ nn = m.def_submodule("nn", "Modules, layers, attention variants, losses, optimizers, checkpoints.");
   bind_nn(m, nn);
   nb::module_ models = m.def_submodule("models", "The Transformer baselines and the papers' models.");

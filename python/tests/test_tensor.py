@@ -675,3 +675,53 @@ def test_identity_after_an_alias_and_bad_init():
     with pytest.raises(TypeError, match=r"^requires_grad_\(\): incompatible function arguments"):
         cf.Tensor.requires_grad_(5)
     assert hash(lin.weight) == hash(lin.weight)
+
+
+def test_pytorch_conveniences_against_numpy():
+    import math
+    np = pytest.importorskip("numpy")
+    x = cf.tensor([[1.0, -2.0, 3.0], [4.0, 0.0, -6.0]], dtype=cf.float64)
+    a = np.array(x.tolist())
+    assert x.t().tolist() == a.T.tolist() and x.mT.tolist() == a.T.tolist() and cf.tensor([1.0]).t().shape == (1,)
+    assert [c.tolist() for c in x.chunk(2, dim=1)] == [a[:, :2].tolist(), a[:, 2:].tolist()]
+    assert [c.shape for c in cf.chunk(cf.ones([5]), 3)] == [(2,), (2,), (1,)]
+    assert [u.tolist() for u in x.unbind(1)] == [a[:, i].tolist() for i in range(3)] and len(cf.unbind(x)) == 2
+    assert x.std().item() == pytest.approx(np.std(a, ddof=1)) and x.std(dim=1, correction=0).tolist() == \
+        pytest.approx(np.std(a, axis=1).tolist())
+    assert x.norm().item() == pytest.approx(np.linalg.norm(a)) and x.norm(1, dim=0).tolist() == [5.0, 2.0, 9.0]
+    assert x.norm(float("inf")).item() == 6.0 and x.norm(3).item() == pytest.approx(np.sum(np.abs(a) ** 3) ** (1 / 3))
+    assert x.all().item() is False and x.all(dim=0).tolist() == [True, False, True] and x.any().item() is True
+    assert cf.tensor([False, False]).any().item() is False and cf.tensor([True]).all(keepdim=True).shape == (1,)
+    s = cf.tensor([1.0, float("nan"), float("inf"), -float("inf")])
+    assert s.isnan().tolist() == [False, True, False, False] and cf.isinf(s).tolist() == [False, False, True, True]
+    assert cf.isfinite(s).tolist() == [True, False, False, False] and cf.isnan(cf.tensor([1, 2])).tolist() == [False] * 2
+    m = cf.arange(12, dtype=cf.float32).reshape([3, 4])
+    assert m.tril().tolist() == np.tril(np.arange(12.0).reshape(3, 4)).tolist()
+    assert cf.triu(m, 1).tolist() == np.triu(np.arange(12.0).reshape(3, 4), 1).tolist()
+    assert m.tril(-1).tolist() == np.tril(np.arange(12.0).reshape(3, 4), -1).tolist()
+    assert cf.eye(3, 2).tolist() == np.eye(3, 2).tolist() and cf.eye(2, dtype=cf.int64).dtype == cf.int64
+    assert cf.linspace(0, 1, 5).tolist() == [0, 0.25, 0.5, 0.75, 1] and cf.linspace(2, 3, 1).tolist() == [2]
+    assert cf.allclose(x, x + 1e-9) and not cf.allclose(x, x + 1e-3)
+    assert cf.allclose(s, s, equal_nan=True) and not cf.allclose(s, s)
+    assert cf.equal(x, x.clone()) and not cf.equal(x, x[:1]) and not cf.equal(x, x * 2)
+    assert x.new_zeros([2]).dtype == cf.float64 and x.new_full([1], 7).tolist() == [7.0] and x.new_ones(1).tolist() == [1]
+    assert x.type_as(cf.ones([1])).dtype == cf.float32 and cf.ones([1, 3]).expand_as(x).shape == (2, 3)
+    assert cf.ones([6]).reshape_as(x).shape == (2, 3) and cf.ones([6]).view_as(x).shape == (2, 3)
+    assert x.bool().dtype == cf.bool and x.half().dtype == cf.float16 and x.bfloat16().dtype == cf.bfloat16
+    # they are compositions of cf's differentiable ops: float64 gradients through each
+    w = cf.randn([3, 4], dtype=cf.float64, generator=cf.Generator(1), requires_grad=True)
+    for f in (lambda t: t[0].std(dim=0), lambda t: t[0].norm(), lambda t: t[0].norm(3, dim=1),
+              lambda t: t[0].tril(), lambda t: t[0].t(), lambda t: cf.stack(t[0].chunk(2, dim=1), 0),
+              lambda t: cf.stack(t[0].unbind(1), 0)):
+        assert cf.gradcheck(f, [w]).ok
+    with pytest.raises(cf.ShapeError, match=r"^\[t\] expects a tensor of at most 2 dimensions"):
+        cf.ones([2, 2, 2]).t()
+    with pytest.raises(cf.ShapeError, match=r"^\[tril\] expects a tensor of at least 2 dimensions"):
+        cf.ones([3]).tril()
+    with pytest.raises(cf.ValueError, match=r"^\[chunk\] chunks must be positive, got 0"):
+        x.chunk(0)
+    with pytest.raises(cf.IndexError, match=r"^\[unbind\] dim 2 out of range for a tensor of 2 dimensions"):
+        x.unbind(2)
+    with pytest.raises(cf.ValueError, match=r"^\[norm\] p must be positive \(or inf\), got -1"):
+        x.norm(-1)
+    assert math.isfinite(x.norm().item())
