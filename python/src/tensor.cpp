@@ -498,7 +498,8 @@ std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x, const char
       it.kind = IndexItem::Tensor;
       it.index = nb::cast<cf::Tensor>(h);
       CF_CHECK(it.index.dtype() == cf::kInt64, IndexError, "[", op, "] index tensors must be int64, got ",
-               it.index.describe(), " (boolean masks: use cf.where or cf.masked_fill)");
+               it.index.describe(), " (a boolean mask is taken as the whole key only: x[mask]; else cf.where or "
+               "cf.masked_fill)");
     } else if (PyList_Check(h.ptr()) || (!PyLong_Check(h.ptr()) && nb::hasattr(h, "__array_interface__") &&
                                          nb::hasattr(h, "tolist") &&
                                          nb::len(nb::object(h.attr("shape"))) > 0)) {
@@ -630,7 +631,46 @@ cf::Tensor drop_leading_ones(cf::Tensor src, int64_t dims) {
   return cf::reshape(src, cf::Shape(src.shape().begin() + drop, src.shape().end()));
 }
 
+// A bool tensor as the whole key (PyTorch's x[mask]): its shape is x's or x's leading dims'. Reading selects the
+// true positions' elements (or rows) into a new (K, ...) tensor, which needs K: the mask is read back (a device
+// synchronisation on a GPU, as PyTorch's), then one index_select (differentiable). Writing a number fills them.
+bool is_mask_key(nb::handle key) {
+  return nb::isinstance<cf::Tensor>(key) && nb::cast<const cf::Tensor&>(key).dtype() == cf::kBool;
+}
+void check_mask(const cf::Tensor& x, const cf::Tensor& mask, const char* op) {
+  bool fits = mask.dim() <= x.dim();
+  for (int64_t i = 0; fits && i < mask.dim(); ++i) fits = mask.shape()[size_t(i)] == x.shape()[size_t(i)];
+  CF_CHECK(fits, IndexError, "[", op, "] a boolean mask ", mask.describe(), " must have the shape of ",
+           x.describe(), " or of its leading dimensions");
+}
+cf::Tensor masked_select(const cf::Tensor& x, const cf::Tensor& mask) {
+  check_mask(x, mask, "getitem");
+  const std::vector<bool> keep = cf::reshape(mask, {mask.numel()}).to_vector<bool>();
+  std::vector<int64_t> positions;
+  for (size_t i = 0; i < keep.size(); ++i)
+    if (keep[i]) positions.push_back(int64_t(i));
+  cf::Shape rows{mask.numel()};
+  for (int64_t i = mask.dim(); i < x.dim(); ++i) rows.push_back(x.shape()[size_t(i)]);
+  const cf::Tensor index = cf::Tensor::from_vector(positions, {int64_t(positions.size())}).to(x.device());
+  return cf::index_select(cf::reshape(x, rows), 0, index);
+}
+void masked_setitem(cf::Tensor& x, const cf::Tensor& mask, nb::handle value) {
+  check_mask(x, mask, "setitem");
+  CF_CHECK(!nb::isinstance<cf::Tensor>(value) && (PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr())), IndexError,
+           "[setitem] a boolean mask takes a number (x[mask] = 0.0); for tensor values use cf.where(mask, values, x)");
+  cf::Tensor m = mask;
+  while (m.dim() < x.dim()) m = cf::unsqueeze(m, m.dim());  // a mask of the leading dims covers their rows
+  const double v = nb::cast<double>(value);
+  nb::gil_scoped_release g;
+  cf::Tensor filled = [&] {
+    cf::NoGradGuard no_grad;
+    return cf::masked_fill(x, m, v);
+  }();
+  cf::copy_(x, filled);
+}
+
 void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
+  if (is_mask_key(key)) return masked_setitem(x, nb::cast<const cf::Tensor&>(key), value);
   bool copied = false;
   cf::Tensor view = index_tensor(x, key, &copied);
   CF_CHECK(!copied, IndexError,
@@ -1081,12 +1121,19 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
            "A NumPy array sharing this CPU tensor's memory (no copy). Refused for a tensor that requires grad "
            "(as in PyTorch): use t.detach().numpy().")
       // ---- indexing ----
-      .def("__getitem__", [](const cf::Tensor& t, nb::handle key) { return index_tensor(t, key, nullptr); },
+      .def("__getitem__",
+           [](const cf::Tensor& t, nb::handle key) {
+             if (is_mask_key(key)) return masked_select(t, nb::cast<const cf::Tensor&>(key));
+             return index_tensor(t, key, nullptr);
+           },
            nb::arg("key").none(),
            "Basic indexing gives views: ints, slices (positive steps), None, Ellipsis. An int64 tensor or a list "
-           "of ints on one axis selects a copy (index_select); negative positions count from the end.")
+           "of ints on one axis selects a copy (index_select); negative positions count from the end. A bool "
+           "tensor of t's shape (or of its leading dims) selects the true positions' elements (rows) into a new "
+           "tensor, reading the mask back (a device synchronisation on a GPU, as PyTorch's).")
       .def("__setitem__", &setitem, nb::arg("key").none(), nb::arg("value"),
-           "Write a tensor (broadcast, dtype converted) or a number into the view t[key], in place.");
+           "Write a tensor (broadcast, dtype converted) or a number into the view t[key], in place; with a bool "
+           "mask as the key (t[mask] = 0.0), a number into the true positions.");
   return cls;
 }
 

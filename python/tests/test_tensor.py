@@ -134,7 +134,9 @@ def test_index_tensors_select_copies():
     with pytest.raises(cf.IndexError, match=r"\[getitem\] a list index holds ints"):
         t[[0, "a"]]
     with pytest.raises(cf.IndexError, match=r"^\[setitem\] index tensors must be int64"):  # named setitem, not getitem
-        t[cf.tensor([True, False, True, False, False])] = 0
+        t[cf.tensor([True, False, True, False, False]), 0] = 0
+    t[cf.tensor([True, False, True, False, False])] = 0  # a bool tensor as the whole key: a mask of the rows
+    assert t[:3].tolist() == [[0, 0], [2, 3], [0, 0]]
 
 
 def test_operators_and_numbers():
@@ -725,3 +727,25 @@ def test_pytorch_conveniences_against_numpy():
     with pytest.raises(cf.ValueError, match=r"^\[norm\] p must be positive \(or inf\), got -1"):
         x.norm(-1)
     assert math.isfinite(x.norm().item())
+
+
+def test_boolean_mask_indexing():
+    # PyTorch's y[y == PAD] = -100 and x[x > 0] (they were refused: "index tensors must be int64")
+    y = cf.tensor([1, 0, 2, 0])
+    y[y == 0] = -100
+    assert y.tolist() == [1, -100, 2, -100] and y[y > 0].tolist() == [1, 2]
+    x = cf.arange(6, dtype=cf.float32).reshape([2, 3])
+    assert x[x > 2].tolist() == [3.0, 4.0, 5.0] and x[cf.zeros([2, 3], dtype=cf.bool)].shape == (0,)
+    rows = cf.tensor([True, False])  # a mask of the leading dims selects (fills) rows
+    assert x[rows].tolist() == [[0.0, 1.0, 2.0]]
+    x[rows] = 0.5
+    assert x.tolist() == [[0.5, 0.5, 0.5], [3.0, 4.0, 5.0]]
+    w = cf.ones([3], requires_grad=True)
+    (w * 2)[cf.tensor([True, False, True])].sum().backward()  # differentiable (one index_select)
+    assert w.grad.tolist() == [2.0, 0.0, 2.0]
+    with pytest.raises(cf.IndexError, match=r"^\[getitem\] a boolean mask bool \(1\) on cpu must have the shape of"):
+        x[cf.tensor([True])]
+    with pytest.raises(cf.IndexError, match=r"^\[setitem\] a boolean mask takes a number"):
+        x[x > 0] = cf.ones([1])
+    with pytest.raises(cf.IndexError, match=r"a boolean mask is taken as the whole key only"):
+        x[0, cf.tensor([True, False, True])]
