@@ -7,7 +7,6 @@
 #include <map>
 #include <mutex>
 #include <new>
-#include <vector>
 
 #include "core/error.h"
 
@@ -74,15 +73,23 @@ class CpuAllocator final : public Allocator {
       if (cls <= budget) {
         // The evicted blocks are freed after the lock (a large free is an munmap: the other threads'
         // allocations would wait for it).
-        std::vector<void*> evicted;
+        // (a fixed array: a free path must not allocate; the rare eviction beyond it frees under the lock)
+        void* evicted[16];
+        size_t n_evicted = 0;
         {
           std::lock_guard<std::mutex> lock(mu_);
-          while (cached_ + cls > budget) evicted.push_back(evict_oldest());
+          while (cached_ + cls > budget) {
+            void* raw = evict_oldest();
+            if (n_evicted < 16)
+              evicted[n_evicted++] = raw;
+            else
+              std::free(raw);
+          }
           const auto it = by_size_.emplace(cls, Cached{p, next_seq_});
           by_age_.emplace(next_seq_++, it);
           cached_ += cls;
         }
-        for (void* raw : evicted) std::free(raw);
+        for (size_t i = 0; i < n_evicted; ++i) std::free(evicted[i]);
         return;
       }
     }

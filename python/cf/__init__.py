@@ -14,6 +14,7 @@ models), cf.data (datasets, loader, tokenizers, readers), cf.kmeans. cf.torch
 holds cf's attentions as torch.nn.Modules (it imports torch). Errors are
 cf.Error subclasses whose message starts with "[op]".
 """
+import builtins as _builtins
 import functools as _functools
 import sys as _sys
 
@@ -65,7 +66,8 @@ def _check_module_subclass(cls, **kwargs):
         @_functools.wraps(init)
         def __init__(self, *args, **kwargs):
             init(self, *args, **kwargs)
-            if type(self) is cls and not _cf.nn._initialized(self):
+            # checked by the outermost __init__ only (the one the instance's class resolves to, inherited too)
+            if type(self).__init__ is __init__ and not _cf.nn._initialized(self):
                 raise TypeError("[Module] %s.__init__ did not call super().__init__(), so no cf module was built "
                                 "under it: call super().__init__(...) first in __init__" % cls.__qualname__)
 
@@ -195,6 +197,10 @@ class autocast:
             if device_type is not None:
                 raise TypeError("[autocast] device_type given twice (%r and %r)" % (dtype, device_type))
             dtype, device_type = None, dtype
+            if not isinstance(enabled, _builtins.bool):  # torch's second positional is the dtype (cf.bool is a dtype)
+                dtype, enabled = enabled, True
+        if not isinstance(enabled, _builtins.bool):
+            raise TypeError("[autocast] enabled must be a bool, got %r" % (enabled,))
         if device_type is not None:
             if not isinstance(device_type, str) or device_type.split(":")[0] not in ("cpu", "cuda"):
                 raise ValueError("[autocast] device_type must be \"cpu\" or \"cuda\", got %r" % (device_type,))

@@ -371,6 +371,7 @@ void def_kwargs_init(nb::class_<T>& cls, const char* name) {
   cls.def("__eq__", [fields](nb::handle self, nb::handle other) {
     return self.type().is(other.type()) && fields(self).equal(fields(other));
   }, nb::arg("other"), nb::sig("def __eq__(self, other: object) -> bool"));
+  cls.attr("__hash__") = nb::none();  // mutable and compared by value: unhashable, as a dataclass (eq=True)
 }
 
 // Binding entry points, one per file.

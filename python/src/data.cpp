@@ -455,6 +455,11 @@ void bind_data(nb::module_& m, nb::module_& data) {
              // No seed: one drawn from the default generator, so cf.manual_seed sets the shuffle as it sets
              // every other draw (PyTorch's loader follows torch.manual_seed; a fixed 0 gave every seed of an
              // experiment the same batch order).
+             // A distributed loader's ranks must build the same order: each rank's default generator may be
+             // elsewhere (a script seeding base + rank for its dropout), so it takes no drawn seed.
+             CF_CHECK(seed || num_replicas <= 1 || !shuffle, ValueError, "[DataLoader] a distributed loader "
+                      "(num_replicas ", num_replicas, ") that shuffles needs seed=, the same on every rank (a seed "
+                      "drawn from each rank's default generator could differ: examples skipped or repeated)");
              if (!seed) {
                cf::Generator& g = cf::default_generator();
                const uint64_t counter = g.reserve(1);
@@ -479,6 +484,8 @@ void bind_data(nb::module_& m, nb::module_& data) {
            "Distributed (cf.nn.DistributedDataParallel): num_replicas=cf.dist.world_size(), rank=cf.dist.rank(): "
            "each rank takes its share of every global batch of batch_size x num_replicas examples.")
       .def("__len__", &cd::DataLoader::size)
+      .def_prop_ro("seed", [](const cd::DataLoader& l) { return l.options().seed; },
+                   "The shuffle's seed (the one drawn when none was given): pass it again to rebuild this order.")
       .def("set_epoch", &cd::DataLoader::set_epoch, nb::arg("epoch"))
       .def_prop_ro("state", [](const cd::DataLoader& l) { return std::make_pair(l.state().epoch, l.state().batch); },
                    "(epoch, next batch), for checkpoints.")

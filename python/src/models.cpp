@@ -54,6 +54,8 @@ void bind_models(nb::module_& m, nb::module_& models) {
            nb::arg("other"), nb::sig("def __eq__(self, other: object) -> bool"))
       .def("__repr__",
            [](const cm::TransformerConfig& c) { return "TransformerConfig(" + c.to_json().dump() + ")"; })
+      .def("__hash__", [](const cm::TransformerConfig& c) { return nb::hash(nb::str(c.to_json().dump().c_str())); },
+           "Of its to_json(), as == compares (it has no setter: a config does not change).")
       .def_ro("vocab_size", &cm::TransformerConfig::vocab_size)
       .def_ro("max_len", &cm::TransformerConfig::max_len)
       .def_ro("n_layers", &cm::TransformerConfig::n_layers)

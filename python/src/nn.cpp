@@ -317,7 +317,16 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            "state_dict(), buffers included). Strict: one error lists every missing, unexpected and "
            "mis-shaped key; a failed load changes nothing. Returns (missing_keys, unexpected_keys), as PyTorch's "
            "(what a non-strict load left out).")
-      .def("train", [](cnn::Module& mod, bool on) -> cnn::Module& { mod.train(on); return mod; },
+      .def("train",
+           [](cnn::Module& mod, bool on) -> cnn::Module& {
+             // A Python module's override reached here through super().train(): run the base's (the virtual call
+             // would dispatch to that override once more, nanobind taking the first call for no override)
+             if (dynamic_cast<PythonModule*>(&mod))
+               mod.cnn::Module::train(on);
+             else
+               mod.train(on);
+             return mod;
+           },
            nb::arg("on") = true, nb::rv_policy::reference, "Training mode (dropout on); returns self.")
       .def("eval", [](cnn::Module& mod) -> cnn::Module& { mod.eval(); return mod; }, nb::rv_policy::reference,
            "Evaluation mode; returns self.")

@@ -425,6 +425,24 @@ void bind_operators(TensorCls& cls) {
         Tensor p = [&] { cf::NoGradGuard g; return cf::pow(a, b); }();
         return cf::copy_(a, p);
       }, nb::rv_policy::reference, release_gil())
+      // t //= u and t %= u in place (Python's fallback t = t // u rebinds the name: a view or an alias kept
+      // its old values)
+      .def("__ifloordiv__", [](Tensor& a, const Tensor& b) -> Tensor& {
+        Tensor q = [&] { cf::NoGradGuard g; return floor_divide(a, b); }();
+        return cf::copy_(a, q);
+      }, nb::rv_policy::reference, release_gil())
+      .def("__ifloordiv__", [](Tensor& a, nb::int_ b) -> Tensor& {
+        Tensor q = [&] { cf::NoGradGuard g; return floor_divide(a, integer_operand(a, nb::cast<double>(nb::float_(b)), "floor_divide")); }();
+        return cf::copy_(a, q);
+      }, nb::rv_policy::reference)
+      .def("__imod__", [](Tensor& a, const Tensor& b) -> Tensor& {
+        Tensor r = [&] { cf::NoGradGuard g; return remainder(a, b); }();
+        return cf::copy_(a, r);
+      }, nb::rv_policy::reference, release_gil())
+      .def("__imod__", [](Tensor& a, nb::int_ b) -> Tensor& {
+        Tensor r = [&] { cf::NoGradGuard g; return remainder(a, integer_operand(a, nb::cast<double>(nb::float_(b)), "remainder")); }();
+        return cf::copy_(a, r);
+      }, nb::rv_policy::reference)
       .def("__itruediv__", [](Tensor& a, const Tensor& b) -> Tensor& {
         check_exact_quotient_fits(a);
         cf::ops::check_inplace_source(b, "div_");

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "autograd/ops/common.h"
 #include "common.h"
 
 namespace cfpy {
@@ -656,15 +657,21 @@ cf::Tensor masked_select(const cf::Tensor& x, const cf::Tensor& mask) {
 }
 void masked_setitem(cf::Tensor& x, const cf::Tensor& mask, nb::handle value) {
   check_mask(x, mask, "setitem");
-  CF_CHECK(!nb::isinstance<cf::Tensor>(value) && (PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr())), IndexError,
-           "[setitem] a boolean mask takes a number (x[mask] = 0.0); for tensor values use cf.where(mask, values, x)");
+  const bool number = !nb::isinstance<cf::Tensor>(value) && !PyBool_Check(value.ptr()) &&
+                      (PyIndex_Check(value.ptr()) || PyFloat_Check(value.ptr()) ||
+                       (nb::hasattr(value, "__array_interface__") && nb::hasattr(value, "dtype") &&
+                        nb::len(nb::object(value.attr("shape"))) == 0));  // a NumPy scalar
+  CF_CHECK(number, IndexError, "[setitem] a boolean mask takes a number (x[mask] = 0.0); for tensor values use "
+           "cf.where(mask, values, x)");
   cf::Tensor m = mask;
   while (m.dim() < x.dim()) m = cf::unsqueeze(m, m.dim());  // a mask of the leading dims covers their rows
-  const double v = nb::cast<double>(value);
+  // The value as a 0-d tensor of x's dtype: exact for an int64 beyond 2^53 (through a double it was rounded)
+  std::optional<cf::Tensor> exact = exact_int64_operand(value, x, "setitem");
+  const cf::Tensor v = exact ? *exact : cf::ops::number_like(x, nb::cast<double>(nb::float_(value)), "setitem");
   nb::gil_scoped_release g;
   cf::Tensor filled = [&] {
     cf::NoGradGuard no_grad;
-    return cf::masked_fill(x, m, v);
+    return cf::where(m, cf::expand(v, x.shape()), x);
   }();
   cf::copy_(x, filled);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/ops/common.h"
 #include "common.h"
 
 namespace cfpy {
@@ -75,7 +76,18 @@ Tensor std_dev(const Tensor& x, nb::handle dim, int64_t correction, bool keepdim
 Tensor norm(const Tensor& x, double p, nb::handle dim, bool keepdim) {
   CF_CHECK(cf::is_floating(x.dtype()), DTypeError, "[norm] takes a floating tensor, got ", x.describe());
   const cf::Axes axes = to_axes(dim, "norm");
-  if (p == 2) return cf::sqrt(cf::sum(cf::square(x), axes, keepdim));
+  if (p == 2) {
+    // Scaled by the largest |x| (a constant: the norm is homogeneous), so float16 squares do not overflow (300,
+    // 400 gave inf); and 0 where the sum is 0, with a zero gradient there (sqrt's is infinite: 0 * inf gave NaN
+    // for a zero vector, where PyTorch gives 0)
+    const Tensor scale = cf::amax(cf::abs(x), axes, /*keepdim=*/true).detach();
+    const Tensor safe_scale = cf::where(cf::eq(scale, 0.0), cf::ops::number_like(scale, 1.0, "norm"), scale);
+    const Tensor s = cf::sum(cf::square(x / safe_scale), axes, /*keepdim=*/true);
+    const Tensor zero = cf::eq(s, 0.0);
+    const Tensor root = cf::sqrt(cf::where(zero, cf::ops::number_like(s, 1.0, "norm"), s));
+    const Tensor n = cf::where(cf::logical_not(zero), root, 0.0) * safe_scale;
+    return keepdim ? n : cf::sum(n, axes, false);  // (drops the size-1 reduced dims)
+  }
   if (p == 1) return cf::sum(cf::abs(x), axes, keepdim);
   if (std::isinf(p)) return p > 0 ? cf::amax(cf::abs(x), axes, keepdim) : cf::amin(cf::abs(x), axes, keepdim);
   CF_CHECK(p > 0, ValueError, "[norm] p must be positive (or inf), got ", p);
@@ -112,8 +124,11 @@ Tensor linspace(double start, double end, int64_t steps, cf::DType dtype, const 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
   const Tensor fa = cf::is_floating(a.dtype()) ? a : cf::to(a, cf::kFloat64);
   const Tensor fb = cf::is_floating(b.dtype()) ? b : cf::to(b, cf::kFloat64);
-  Tensor close = cf::le(cf::abs(fa - fb), cf::abs(fb) * rtol + atol);
-  close = cf::logical_or(close, cf::eq(fa, fb));  // equal infinities (their difference is NaN)
+  // |a - b| <= atol + rtol |b| where the difference is finite (an infinite |b| makes the bound inf: 1 and inf
+  // were "close"), or a == b (equal infinities, whose difference is NaN)
+  const Tensor diff = cf::abs(fa - fb);
+  Tensor close = cf::logical_and(isfinite(diff), cf::le(diff, cf::abs(fb) * rtol + atol));
+  close = cf::logical_or(close, cf::eq(fa, fb));
   if (equal_nan) close = cf::logical_or(close, cf::logical_and(isnan(fa), isnan(fb)));
   return all(close, nb::none(), false).item<bool>();
 }

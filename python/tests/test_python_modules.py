@@ -495,3 +495,36 @@ def test_pytorch_module_conveniences():
     values, indices = cf.tensor([3.0, 1.0]).sort()
     assert values.tolist() == [1.0, 3.0] and cf.tensor([3.0, 1.0]).topk(1).indices.tolist() == [0]
     assert cf.is_grad_enabled() and nn.clip_grad_norm_(m, 1.0) >= 0.0
+
+
+def test_review_findings_on_python_modules():
+    calls = []
+
+    class Logged(nn.UnaryModule):
+        def train(self, on=True):
+            calls.append(on)
+            return super().train(on)
+
+        def forward(self, x):
+            return x
+
+    m = Logged()
+    m.train(False)  # the override ran twice: super().train dispatched to it once more
+    m.eval()
+    nn.Sequential(m).train()
+    assert calls == [False, False, True] and m.training
+
+    class SkipsInit(nn.Module):
+        def __init__(self):
+            pass
+
+    class Inherits(SkipsInit):  # no __init__ of its own: the inherited one is checked too
+        pass
+
+    with pytest.raises(TypeError, match=r"did not call super\(\).__init__\(\)"):
+        Inherits()
+    o = nn.MemoryBankOptions(dim=3)
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(o)
+    c = cf.models.TransformerConfig.from_json({"vocab_size": 5})
+    assert hash(c) == hash(cf.models.TransformerConfig.from_json({"vocab_size": 5}))

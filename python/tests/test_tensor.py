@@ -749,3 +749,36 @@ def test_boolean_mask_indexing():
         x[x > 0] = cf.ones([1])
     with pytest.raises(cf.IndexError, match=r"a boolean mask is taken as the whole key only"):
         x[0, cf.tensor([True, False, True])]
+
+
+def test_review_findings_on_operators_and_conveniences():
+    np = pytest.importorskip("numpy")
+    inf = float("inf")
+    assert not cf.allclose(cf.tensor([1.0]), cf.tensor([inf])) and not cf.allclose(cf.tensor([-inf]), cf.tensor([inf]))
+    assert cf.allclose(cf.tensor([inf]), cf.tensor([inf]))
+    base = cf.tensor([10, 7, -7, 3])
+    view = base[0:2]
+    view //= 4  # in place through the view (the fallback t = t // u rebound the name)
+    assert base.tolist() == [2, 1, -7, 3]
+    alias = base
+    alias %= 2
+    assert alias is base and base.tolist() == [0, 1, 1, 1]
+    with cf.autocast("cuda", cf.bfloat16):  # torch's second positional is the dtype
+        assert cf.autocast_dtype() == cf.bfloat16
+    z = cf.zeros([3], dtype=cf.float64, requires_grad=True)
+    z.norm().backward()  # NaN through sqrt at 0 before
+    assert z.grad.tolist() == [0.0, 0.0, 0.0]
+    assert cf.tensor([300.0, 400.0], dtype=cf.float16).norm().item() == 500.0  # inf before (the squares overflowed)
+    assert cf.tensor([[3.0, 4.0], [0.0, 0.0]]).norm(dim=1).tolist() == [5.0, 0.0]
+    y = cf.tensor([2**62 + 1, 0])
+    y[y != 0] = 2**62 + 3  # exact, not through a double
+    assert y.tolist() == [2**62 + 3, 0]
+    x = cf.ones([3])
+    x[x > 0] = np.float32(0.5)
+    assert x.tolist() == [0.5, 0.5, 0.5]
+    data = list(range(8))
+    with pytest.raises(cf.ValueError, match=r"^\[DataLoader\] a distributed loader \(num_replicas 2\) that shuffles needs seed="):
+        cf.data.DataLoader(data, batch_size=2, shuffle=True, num_replicas=2, rank=0)
+    loader = cf.data.DataLoader(data, batch_size=2, shuffle=True)
+    again = cf.data.DataLoader(data, batch_size=2, shuffle=True, seed=loader.seed)
+    assert [b.indices for b in loader] == [b.indices for b in again]
