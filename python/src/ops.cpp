@@ -432,7 +432,8 @@ void bind_operators(TensorCls& cls) {
         return cf::copy_(a, q);
       }, nb::rv_policy::reference, release_gil())
       .def("__ifloordiv__", [](Tensor& a, nb::int_ b) -> Tensor& {
-        Tensor q = [&] { cf::NoGradGuard g; return floor_divide(a, integer_operand(a, nb::cast<double>(nb::float_(b)), "floor_divide")); }();
+        const Tensor u = integer_operand(a, nb::cast<double>(nb::float_(b)), "floor_divide");
+        Tensor q = [&] { cf::NoGradGuard g; return floor_divide(a, u); }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference)
       .def("__imod__", [](Tensor& a, const Tensor& b) -> Tensor& {
@@ -440,7 +441,8 @@ void bind_operators(TensorCls& cls) {
         return cf::copy_(a, r);
       }, nb::rv_policy::reference, release_gil())
       .def("__imod__", [](Tensor& a, nb::int_ b) -> Tensor& {
-        Tensor r = [&] { cf::NoGradGuard g; return remainder(a, integer_operand(a, nb::cast<double>(nb::float_(b)), "remainder")); }();
+        const Tensor u = integer_operand(a, nb::cast<double>(nb::float_(b)), "remainder");
+        Tensor r = [&] { cf::NoGradGuard g; return remainder(a, u); }();
         return cf::copy_(a, r);
       }, nb::rv_policy::reference)
       .def("__itruediv__", [](Tensor& a, const Tensor& b) -> Tensor& {
