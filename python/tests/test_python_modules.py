@@ -528,3 +528,25 @@ def test_review_findings_on_python_modules():
         hash(o)
     c = cf.models.TransformerConfig.from_json({"vocab_size": 5})
     assert hash(c) == hash(cf.models.TransformerConfig.from_json({"vocab_size": 5}))
+
+
+@pytest.mark.skipif(not cf.cuda.is_available(), reason="no CUDA device visible (cf.cuda.is_available() is False)")
+def test_a_python_model_trains_on_cuda_as_on_the_cpu():
+    cpu, gpu = Classifier(seed=3), Classifier(seed=3)
+    assert gpu.cuda() is gpu and gpu.blocks[0].gain.device == cf.Device("cuda:0") and gpu.calls.device.is_cuda
+    ids, labels = batch()
+    losses = {}
+    for name, m, dev in (("cpu", cpu, "cpu"), ("cuda", gpu, "cuda")):
+        opt = nn.Adam(m, lr=0.05)
+        x, y = ids.to(dev), labels.to(dev)
+        out = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = nn.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        losses[name] = out
+    assert losses["cuda"] == pytest.approx(losses["cpu"], rel=1e-4, abs=1e-5)
+    y = cf.tensor([1.0, -2.0], device="cuda")
+    assert y[y > 0].tolist() == [1.0]  # the mask read back from the device
