@@ -1,7 +1,8 @@
 // PyTorch's tensor conveniences that scripts ported to cf reach for (a porting hunt's list), each built from
 // cf's registry ops, so autograd and every device work through them unchanged: t.t(), t.mT, chunk, unbind,
-// *_as, std, norm, all / any, isnan / isinf / isfinite, tril / triu, new_zeros & co., eye, linspace, allclose,
-// equal. No kernel of their own: a new op of the registry would need the whole op anatomy (DESIGN.md).
+// *_as, std, norm, all / any, isnan / isinf / isfinite, tril / triu, new_zeros & co., eye, linspace, randperm,
+// bmm, allclose, equal. No kernel of their own: a new op of the registry would need the whole op anatomy
+// (DESIGN.md).
 #include <cmath>
 #include <limits>
 
@@ -195,6 +196,25 @@ void bind_torch_conveniences(nb::module_& m, nb::class_<Tensor>& cls) {
         nb::arg("device") = cf::Device::cpu(), "The (n, m) identity (m None: n).");
   m.def("linspace", &linspace, nb::arg("start"), nb::arg("end"), nb::arg("steps"), nb::arg("dtype") = cf::kFloat32,
         nb::arg("device") = cf::Device::cpu(), "steps evenly spaced values from start to end, both included.");
+  m.def(
+      "randperm",
+      [](int64_t n, cf::Generator* gen, const cf::Device& device) {
+        CF_CHECK(n >= 0, ValueError, "[randperm] n must be >= 0, got ", n);
+        // the order of n float64 uniforms (a tie, about n^2 / 2^54 likely, keeps index order: stable argsort)
+        return cf::argsort(cf::rand({n}, cf::kFloat64, gen_or_default(gen), 0.0, 1.0, device), 0);
+      },
+      nb::arg("n"), generator_arg(), nb::arg("device") = cf::Device::cpu(), release_gil(),
+      "A random permutation of 0 .. n-1 (int64), from the generator (the default one when None).");
+  m.def(
+      "bmm",
+      [](const Tensor& a, const Tensor& b) {
+        CF_CHECK(a.dim() == 3 && b.dim() == 3, ShapeError, "[bmm] expects two 3-d tensors (B, n, k) and (B, k, m), got ",
+                 a.describe(), " and ", b.describe());
+        CF_CHECK(a.shape()[0] == b.shape()[0], ShapeError, "[bmm] batch sizes differ: ", a.describe(), " and ",
+                 b.describe());
+        return cf::matmul(a, b);
+      },
+      nb::arg("a"), nb::arg("b"), release_gil(), "Batched matmul of (B, n, k) and (B, k, m) (no broadcasting).");
   m.def("allclose", &allclose, nb::arg("a"), nb::arg("b"), nb::arg("rtol") = 1e-5, nb::arg("atol") = 1e-8,
         nb::arg("equal_nan") = false,
         "Whether |a - b| <= atol + rtol |b| everywhere (broadcast), as PyTorch's (reads the answer back: a device "

@@ -706,6 +706,12 @@ def test_pytorch_conveniences_against_numpy():
     assert cf.allclose(x, x + 1e-9) and not cf.allclose(x, x + 1e-3)
     assert cf.allclose(s, s, equal_nan=True) and not cf.allclose(s, s)
     assert cf.equal(x, x.clone()) and not cf.equal(x, x[:1]) and not cf.equal(x, x * 2)
+    p = cf.randperm(10, generator=cf.Generator(1))
+    assert sorted(p.tolist()) == list(range(10)) and p.dtype == cf.int64 and cf.randperm(0).shape == (0,)
+    assert p.tolist() == cf.randperm(10, generator=cf.Generator(1)).tolist()
+    assert cf.bmm(cf.ones([2, 3, 4]), cf.ones([2, 4, 5])).tolist() == np.full((2, 3, 5), 4.0).tolist()
+    with pytest.raises(cf.ShapeError, match=r"^\[bmm\] expects two 3-d tensors"):
+        cf.bmm(cf.ones([3, 4]), cf.ones([4, 5]))
     assert x.new_zeros([2]).dtype == cf.float64 and x.new_full([1], 7).tolist() == [7.0] and x.new_ones(1).tolist() == [1]
     assert x.type_as(cf.ones([1])).dtype == cf.float32 and cf.ones([1, 3]).expand_as(x).shape == (2, 3)
     assert cf.ones([6]).reshape_as(x).shape == (2, 3) and cf.ones([6]).view_as(x).shape == (2, 3)
