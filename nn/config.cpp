@@ -1,5 +1,6 @@
 #include "nn/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -191,8 +192,33 @@ std::string Config::where(const std::string& key) const {
   return s;
 }
 
+namespace {
+// Levenshtein distance of two short keys (a misspelt option name is a few edits away).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
 void Config::missing(const std::string& key) const {
-  throw ValueError(str("[config] missing required ", where(key)));
+  // A key of this object within two edits of the missing one is most likely it, misspelt: named here, since the
+  // unknown-key check (finish) never runs after this error ("clusterz" was reported as 'clusters' missing only)
+  std::string near;
+  for (auto it = node_->begin(); it != node_->end(); ++it)
+    if (it.key() != key && edit_distance(it.key(), key) <= 2)
+      near += (near.empty() ? "" : ", ") + ("'" + path_of(it.key()) + "'");
+  throw ValueError(str("[config] missing required ", where(key),
+                       near.empty() ? std::string() : " (given: " + near + ", misspelt?)"));
 }
 
 const json* Config::lookup(const std::string& key) const {

@@ -316,6 +316,21 @@ void def_forward(Cls& cls, F f, const char* doc, const Extra&... extra) {
   cls.def("__call__", f, extra..., doc, release_gil());
 }
 
+// Sets one field of an options struct; a value of the wrong type is a TypeError naming the struct, the field and
+// both types (nanobind's setter printed its signature: "(self, arg: int, /) -> None").
+inline void set_option(nb::handle self, const char* name, const std::string& key, nb::handle value) {
+  try {
+    nb::setattr(self, key.c_str(), value);
+  } catch (nb::python_error& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+    nb::object current = nb::getattr(self, key.c_str());
+    throw nb::type_error(cf::str("[", name, "] option '", key, "' takes ", nb::type_name(current.type()).c_str(),
+                                 " (like its value ", nb::cast<std::string>(nb::repr(current)), "), got ",
+                                 nb::type_name(value.type()).c_str(), " ", nb::cast<std::string>(nb::repr(value)))
+                             .c_str());
+  }
+}
+
 // Options structs take keyword arguments: Options(k=v, ...) starts from the
 // defaults and sets each field; an unknown name is a cf.ValueError listing the known ones. They also pickle and
 // copy (by their fields), compare by their fields and print them.
@@ -334,7 +349,7 @@ void def_kwargs_init(nb::class_<T>& cls, const char* name) {
         throw cf::ValueError(cf::str("[", name, "] unknown option '", key, "' (known: ",
                                      nb::cast<std::string>(nb::str(", ").attr("join")(known)), ")"));
       }
-      nb::setattr(self, key.c_str(), v);
+      set_option(self, name, key, v);
     }
   }, "Defaults, then each keyword argument set (unknown names are an error).");
   // Its fields are the writable properties the binding defines (def_rw, after this call): read at each use.
@@ -356,7 +371,7 @@ void def_kwargs_init(nb::class_<T>& cls, const char* name) {
             new (p) T();
             nb::handle self = nb::find(p);
             nb::inst_mark_ready(self);
-            for (auto [k, v] : state) nb::setattr(self, k, v);
+            for (auto [k, v] : state) set_option(self, "setstate", nb::cast<std::string>(k), v);
           },
           nb::arg("state"));
   cls.def("__repr__", [fields, name](nb::handle self) {

@@ -251,6 +251,7 @@ void bind_models(nb::module_& m, nb::module_& models) {
              new (self) cm::ClusterFormerQA(ccfg(config, kw, "ClusterFormerQA"), gen_or_default(gen));
            },
            nb::arg("config") = nb::none(), nb::arg("generator").none() = nb::none(), nb::arg("kwargs"), nb::keep_alive<1, 3>(), cdoc)
+      .def_ro("encoder", &cm::ClusterFormerQA::encoder)  // (its memory banks: encoder.memory_banks())
       .def("on_train_step", &cm::ClusterFormerQA::on_train_step, release_gil());
   def_forward(cfqa,
               [](cm::ClusterFormerQA& q, const Tensor& question, std::optional<Tensor> qmask, const Tensor& context,

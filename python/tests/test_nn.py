@@ -317,6 +317,10 @@ def test_paper_models_build_and_run():
                                    generator=g)
     assert lm(cf.randint(1, 12, [2, 20], generator=g)).shape == (2, 20, 12)
     assert lm.on_train_step() >= 0
+    qa = cf.models.ClusterFormerQA(vocab_size=12, max_len=32, n_layers=2, window=8, stride=6, cluster_layers=[1],
+                                   d_model=16, n_heads=2, d_ff=32, dropout=0.0,
+                                   cluster_attention={"num_clusters": 2, "memory_size": 64}, generator=g)
+    assert len(qa.encoder.memory_banks()) == 1  # its banks reachable from Python (no encoder attribute before)
     enc = cf.models.ClusterFormerEncoder(vocab_size=20, max_len=32, n_layers=2, window=8, stride=6, cluster_layers=[1],
                                          d_model=8, n_heads=2, d_ff=16,
                                          cluster_attention={"num_clusters": 2, "memory_size": 32, "update_every": 1},
@@ -650,3 +654,14 @@ def test_transformer_config_round_trips_through_to_json_and_pickle():
         assert other == c and other is not c
     assert c != cf.models.TransformerConfig.from_json({"vocab_size": 11})
     assert repr(c).startswith('TransformerConfig({"activation":"relu","attention":{"clusters":3,')
+
+
+def test_misspelt_options_and_option_types_are_named():
+    with pytest.raises(cf.ValueError, match=r"^\[config\] missing required key 'attention.clusters' \(given: "
+                                            r"'attention.clusterz', misspelt\?\)"):
+        cf.nn.MultiHeadAttention("neural-clustering", 16, 2, clusterz=2)
+    with pytest.raises(TypeError, match=r"^\[CentroidAttentionOptions\] option 'num_centroids' takes int \(like its "
+                                        r"value 0\), got str '3'"):
+        cf.nn.CentroidAttentionOptions(num_centroids="3")
+    with pytest.raises(TypeError, match=r"^\[PointCloudOptions\] option 'widths' takes list"):
+        cf.models.PointCloudOptions(widths=5)

@@ -114,6 +114,10 @@ TEST_CASE("config: wrong types name the key, the expected type and the value") {
   CHECK_THROWS_MSG(cfg.get<int>("obj", 0), ValueError, "got object {\"k\":1}");
   CHECK_THROWS_MSG(cfg.require<int>("absent"), ValueError, "[config] missing required key 'train.absent'");
   CHECK_THROWS_MSG(cfg.child("absent"), ValueError, "missing required key 'train.absent'");
+  // a key a few edits away is named with it (the unknown-key check never runs after this error)
+  nn::Config typo(nlohmann::json{{"clusterz", 2}, {"dropout", 0.1}}, "attention");
+  CHECK_THROWS_MSG(typo.require<int>("clusters"), ValueError,
+                   "[config] missing required key 'attention.clusters' (given: 'attention.clusterz', misspelt?)");
   CHECK_THROWS_MSG(cfg.child("n"), ValueError, "key 'train.n'", "expected an object, got integer 3");
   CHECK_THROWS_MSG(cfg.optional_child("s"), ValueError, "expected an object");
   CHECK_THROWS_MSG(nn::Config(json::array()), ValueError, "[config]", "must be a JSON object");
