@@ -75,17 +75,23 @@ def test_a_python_model_registers_what_it_assigns():
     assert m.num_parameters() == sum(p.numel() for p in m.parameters())
 
 
-def test_a_python_model_trains_and_its_loss_falls():
-    m = Classifier()
-    ids, labels = batch()
+def train(m, ids, labels, steps):
+    """Adam steps of m on one batch; the losses."""
     opt = nn.Adam(m, lr=0.05)
     losses = []
-    for _ in range(40):
+    for _ in range(steps):
         opt.zero_grad()
         loss = nn.cross_entropy(m(ids), labels)
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    return losses
+
+
+def test_a_python_model_trains_and_its_loss_falls():
+    m = Classifier()
+    ids, labels = batch()
+    losses = train(m, ids, labels, 40)
     assert losses[-1] < 0.5 * losses[0], losses
     assert m.calls.item() == 40.0
     # every parameter was reached, the Python ones included
@@ -535,18 +541,8 @@ def test_a_python_model_trains_on_cuda_as_on_the_cpu():
     cpu, gpu = Classifier(seed=3), Classifier(seed=3)
     assert gpu.cuda() is gpu and gpu.blocks[0].gain.device == cf.Device("cuda:0") and gpu.calls.device.is_cuda
     ids, labels = batch()
-    losses = {}
-    for name, m, dev in (("cpu", cpu, "cpu"), ("cuda", gpu, "cuda")):
-        opt = nn.Adam(m, lr=0.05)
-        x, y = ids.to(dev), labels.to(dev)
-        out = []
-        for _ in range(5):
-            opt.zero_grad()
-            loss = nn.cross_entropy(m(x), y)
-            loss.backward()
-            opt.step()
-            out.append(loss.item())
-        losses[name] = out
-    assert losses["cuda"] == pytest.approx(losses["cpu"], rel=1e-4, abs=1e-5)
+    on_cpu = train(cpu, ids, labels, 5)
+    on_gpu = train(gpu, ids.to("cuda"), labels.to("cuda"), 5)
+    assert on_gpu == pytest.approx(on_cpu, rel=1e-4, abs=1e-5)
     y = cf.tensor([1.0, -2.0], device="cuda")
     assert y[y > 0].tolist() == [1.0]  # the mask read back from the device
