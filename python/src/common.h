@@ -316,6 +316,13 @@ void def_forward(Cls& cls, F f, const char* doc, const Extra&... extra) {
   cls.def("__call__", f, extra..., doc, release_gil());
 }
 
+// The Python type name of h as users import it ("cf.nn.Linear", not "cf._cf.nn.Linear"; a Python class's as is).
+inline std::string user_type_name(nb::handle h) {
+  std::string t = nb::type_name(h.type()).c_str();
+  if (t.rfind("cf._cf.", 0) == 0) t = "cf." + t.substr(7);
+  return t;
+}
+
 // Sets one field of an options struct; a value of the wrong type is a TypeError naming the struct, the field and
 // both types (nanobind's setter printed its signature: "(self, arg: int, /) -> None").
 inline void set_option(nb::handle self, const char* name, const std::string& key, nb::handle value) {

@@ -266,8 +266,7 @@ nb::object incompatible_keys(const cnn::StateDict& module_dict, const cnn::State
 }
 
 [[noreturn]] void refuse_module_copy(nb::handle self, const char* what) {
-  std::string t = nb::type_name(self.type()).c_str();
-  if (t.rfind("cf._cf.", 0) == 0) t = "cf." + t.substr(7);  // the name users import it by
+  const std::string t = user_type_name(self);
   throw nb::type_error(cf::str("[", what, "] a cf.nn module (", t, ") cannot be copied or pickled: build a new ",
                                t, " with the same arguments and copy the values with "
                                "new.load_state_dict(old.state_dict()); for files, cf.save_safetensors(path, "

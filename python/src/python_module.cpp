@@ -21,11 +21,7 @@ struct ParameterMarker {
   bool requires_grad = true;
 };
 
-std::string type_name_of(nb::handle self) {
-  std::string t = nb::type_name(self.type()).c_str();
-  if (t.rfind("cf._cf.", 0) == 0) t = "cf." + t.substr(7);  // the name users import it by
-  return t;
-}
+std::string type_name_of(nb::handle h) { return user_type_name(h); }
 
 // The Python-module side of self: null for a C++ module (cf.nn.Linear, a model, a Python subclass of one) and
 // for an instance whose __init__ has not run yet.
@@ -248,11 +244,11 @@ std::string module_repr(nb::handle self, const std::string& indent) {
   return out + indent + ")";
 }
 
-// __init__ of a cf base that Python classes derive from: the trampoline. nanobind accepts an instance of any
-// subclass as `self`, so cf.nn.Module.__init__(self) called on a cf.nn.Linear (or on a Python subclass of the
-// abstract cf.nn.Attention) would build the trampoline in storage laid out for another class: refused.
-template <class Base, class Trampoline>
-void init_python_module(nb::pointer_and_handle<Base> v, const char* base_name) {
+// Refuses `self` unless its C++ class is exactly Base, before anything is built in it: nanobind accepts an instance
+// of any subclass as `self`, so cf.nn.Module.__init__(self) called on a cf.nn.Linear (or on a Python subclass of the
+// abstract cf.nn.Attention) would build the trampoline in storage laid out for another class.
+template <class Base>
+void check_own_class(nb::pointer_and_handle<Base> v, const char* base_name) {
   if (nb::type_info(v.h.type()) != typeid(Base)) {
     std::string cpp_class = "another cf class";
     for (nb::handle k : nb::borrow<nb::tuple>(v.h.type().attr("__mro__"))) {
@@ -266,6 +262,12 @@ void init_python_module(nb::pointer_and_handle<Base> v, const char* base_name) {
                                  cpp_class, ": call ", cpp_class, ".__init__ (super().__init__(...))")
                              .c_str());
   }
+}
+
+// __init__ of a cf base that Python classes derive from: the trampoline.
+template <class Base, class Trampoline>
+void init_python_module(nb::pointer_and_handle<Base> v, const char* base_name) {
+  check_own_class(v, base_name);
   new (v.p) Trampoline();
 }
 
@@ -462,9 +464,7 @@ void bind_python_modules(nb::module_& nn, nb::class_<cnn::Module, PyModule>& mod
       "layers in one so that they are registered (a plain list's modules would not be).")
       .def("__init__",
            [](nb::pointer_and_handle<cnn::ModuleList> v, nb::handle modules) {
-             if (nb::type_info(v.h.type()) != typeid(cnn::ModuleList))  // (see init_python_module)
-               throw nb::type_error(cf::str("[Module] cf.nn.ModuleList.__init__ called on a ", type_name_of(v.h),
-                                            ", another cf class").c_str());
+             check_own_class(v, "cf.nn.ModuleList");
              auto* list = new (v.p) PythonModuleList();
              if (modules.is_none()) return;
              for (nb::handle h : modules) append_module(*list, h);
