@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "kernels/matmul/bf16_amx.h"
 #include "kernels/matmul/bf16_dot.h"
 #ifdef CF_WITH_CUDA
 #include "bench/cuda_baselines.h"
@@ -113,15 +114,26 @@ json matmul_row(const BenchOptions& o, cf::Generator& gen, int64_t bs, int64_t n
                   pa + i * n * n, int(n), pb + i * n * n, int(n), 0.0f, C.data() + i * n * n,
                   int(n));
   });
-  if (low == cf::kBFloat16 && cf::kernels::bf16_dot_supported()) {
-    // Which bfloat16 path wins: the default (the converting float32 + sgemm path, timed
-    // above) vs the AVX-512 BF16 kernel (off by default), in the same run.
-    cf::kernels::set_bf16_dot_enabled(true);
-    double t_dot = time_median(reps, [&] { cf::Tensor tmp = cf::matmul(A, B); });
-    cf::kernels::set_bf16_dot_enabled(false);
-    r["params"]["kernel"] = "float32 blocks + cblas_sgemm (the default); avx512_bf16 (vdpbf16ps) timed beside";
-    r["vdpbf16ps_time_s"] = t_dot;
-    r["ratio_vdpbf16ps_vs_default"] = t_cf / t_dot;
+  if (low == cf::kBFloat16) {
+    // Which bfloat16 path wins, in the same run: the default (AMX tiles where the CPU and OS give
+    // them, else float32 copies + cblas_sgemm), timed above, against the other paths this CPU has.
+    const bool amx = cf::kernels::bf16_amx_available();
+    r["params"]["kernel"] = amx ? "AMX tiles (TDPBF16PS; the default)" : "float32 blocks + cblas_sgemm (the default)";
+    if (amx) {
+      cf::kernels::set_bf16_amx_enabled(false);
+      const double t_conv = time_median(reps, [&] { cf::Tensor tmp = cf::matmul(A, B); });
+      r["converting_time_s"] = t_conv;
+      r["ratio_vs_converting"] = t_conv / t_cf;
+    }
+    if (cf::kernels::bf16_dot_supported()) {
+      cf::kernels::set_bf16_amx_enabled(false);
+      cf::kernels::set_bf16_dot_enabled(true);
+      const double t_dot = time_median(reps, [&] { cf::Tensor tmp = cf::matmul(A, B); });
+      cf::kernels::set_bf16_dot_enabled(false);
+      r["vdpbf16ps_time_s"] = t_dot;
+      r["ratio_vdpbf16ps_vs_default"] = t_cf / t_dot;
+    }
+    cf::kernels::set_bf16_amx_enabled(amx);
   }
   cf::Tensor outc = cf::contiguous(cf::to(out, cf::kFloat32));
   if (bs > 0) r["params"]["baseline"] = "loop of cblas_sgemm over the batch";

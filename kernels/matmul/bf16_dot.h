@@ -15,6 +15,7 @@ bool bf16_dot_available();
 // Xeon with OpenBLAS's SkylakeX sgemm; docs/benchmarks.md) the converting path (float32
 // blocks + sgemm) was faster at every size, 1.6-1.9x at 1024-2048, since vdpbf16ps issues
 // once per cycle there where float32 FMAs issue twice. Tests compare the two, cf-bench times both.
+// Where the CPU has AMX, the AMX kernel (bf16_amx.h) comes before this one and both other paths.
 void set_bf16_dot_enabled(bool on);
 // c (M x N, row stride ldc) = a (M x K, element strides a_rs, a_cs) @ b (K x N, strides b_rs,
 // b_cs): products and sums in float32 (vdpbf16ps), one rounding to bfloat16 per output.

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/common/parallel.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/matmul/bf16_amx.h"
 #include "kernels/matmul/bf16_dot.h"
 #include "kernels/matmul/matmul.h"
 
@@ -82,9 +83,14 @@ void gemm_low(const T* a, const T* b, T* c, int64_t M, int64_t N, int64_t K, Lay
 }
 void gemm(const BFloat16* a, const BFloat16* b, BFloat16* c, int64_t M, int64_t N, int64_t K, Layout la,
           Layout lb, int64_t ldc) {
+  const bool at = la.trans == CblasTrans, bt = lb.trans == CblasTrans;
+  const int64_t a_rs = at ? 1 : la.ld, a_cs = at ? la.ld : 1, b_rs = bt ? 1 : lb.ld, b_cs = bt ? lb.ld : 1;
+  if (bf16_amx_available()) {  // AMX tiles (the default where the CPU and OS have them)
+    bf16_amx_gemm(a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, M, N, K);
+    return;
+  }
   if (bf16_dot_available()) {  // AVX-512 BF16 dot products, no float32 copies of the operands
-    const bool at = la.trans == CblasTrans, bt = lb.trans == CblasTrans;
-    bf16_dot_gemm(a, at ? 1 : la.ld, at ? la.ld : 1, b, bt ? 1 : lb.ld, bt ? lb.ld : 1, c, ldc, M, N, K);
+    bf16_dot_gemm(a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, M, N, K);
     return;
   }
   gemm_low(a, b, c, M, N, K, la, lb, ldc);

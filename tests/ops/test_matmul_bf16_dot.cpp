@@ -1,9 +1,11 @@
-// The AVX-512 BF16 GEMM (kernels/matmul/bf16_dot_cpu.cpp) against the converting path
-// (float32 blocks + sgemm): both must meet rule R2 of docs/design-notes.md against the float32
-// product of the same values, on every layout and on shapes that are not multiples of the
-// kernel's 4 x 64 block or of its k pairs.
+// The bfloat16 GEMM kernels, the AMX one (kernels/matmul/bf16_amx_cpu.cpp) and the AVX-512 BF16
+// one (bf16_dot_cpu.cpp), against the converting path (float32 blocks + sgemm): each must meet
+// rule R2 of docs/design-notes.md against the float32 product of the same values, on every layout
+// and on shapes that are not multiples of the kernels' blocks (AMX: 32 x 32 tiles of C, k blocks
+// of 32, row blocks of 64, K blocks of 2048; vdpbf16ps: 4 x 64 and k pairs).
 #include <cmath>
 
+#include "kernels/matmul/bf16_amx.h"
 #include "kernels/matmul/bf16_dot.h"
 #include "tests/test_util.h"
 
@@ -20,17 +22,37 @@ void check_r2(const Tensor& y, const Tensor& a32, const Tensor& b32, const char*
     REQUIRE_MESSAGE(std::fabs(yv[i] - rv[i]) <= std::fabs(rv[i]) / 256 + std::ldexp(mv[i], -20), "element ", i,
                     ": ", yv[i], " vs ", rv[i]);
 }
-struct DotSwitch {  // restores the kernel switch whatever happens
-  ~DotSwitch() { kernels::set_bf16_dot_enabled(false); }  // the default
+// Which kernel matmul uses for bfloat16; the destructor restores the defaults whatever happens.
+enum class Path { kAmx, kDot, kConverting };
+struct PathSwitch {
+  void use(Path p) {
+    kernels::set_bf16_amx_enabled(p == Path::kAmx);
+    kernels::set_bf16_dot_enabled(p == Path::kDot);
+  }
+  ~PathSwitch() {
+    kernels::set_bf16_amx_enabled(true);
+    kernels::set_bf16_dot_enabled(false);
+  }
 };
+// The paths this CPU can run, each with its name.
+std::vector<std::pair<Path, const char*>> runnable_paths() {
+  std::vector<std::pair<Path, const char*>> paths = {{Path::kConverting, "converting path"}};
+  if (kernels::bf16_amx_supported())
+    paths.push_back({Path::kAmx, "AMX kernel"});
+  else
+    MESSAGE("this CPU (or OS) gives no AMX tiles: the AMX kernel is not run");
+  if (kernels::bf16_dot_supported())
+    paths.push_back({Path::kDot, "vdpbf16ps kernel"});
+  else
+    MESSAGE("this CPU has no avx512bf16: the vdpbf16ps kernel is not run");
+  return paths;
+}
 }  // namespace
 
-TEST_CASE("bfloat16 matmul: AVX-512 BF16 kernel and converting path both meet R2, on every layout") {
+TEST_CASE("bfloat16 matmul: the AMX and AVX-512 BF16 kernels and the converting path all meet R2, on every layout") {
   CHECK_FALSE(kernels::bf16_dot_available());  // off by default (the converting path is faster)
-  if (!kernels::bf16_dot_supported()) {
-    MESSAGE("this CPU has no avx512bf16: only the converting path runs");
-  }
-  DotSwitch restore;
+  CHECK(kernels::bf16_amx_available() == kernels::bf16_amx_supported());  // on by default where it runs
+  PathSwitch restore;
   Generator g(3);
   struct Case {
     Shape a, b;
@@ -39,18 +61,47 @@ TEST_CASE("bfloat16 matmul: AVX-512 BF16 kernel and converting path both meet R2
   std::vector<Case> cases = {{{5, 37}, {37, 70}, false, false}, {{1, 1}, {1, 1}, false, false},
                              {{9, 64}, {64, 16}, false, false}, {{3, 7, 33}, {3, 33, 18}, false, false},
                              {{6, 31}, {31, 65}, true, false},  {{4, 20}, {20, 9}, false, true},
-                             {{2, 130, 3}, {3, 129}, false, false}};
+                             {{2, 130, 3}, {3, 129}, false, false},
+                             // AMX: two row blocks and a part of a third, both operands transposed
+                             {{150, 45}, {45, 97}, true, true},
+                             // AMX: K over one K block (2048), so C is carried between blocks
+                             {{33, 2085}, {2085, 40}, false, false}, {{17, 2085}, {2085, 35}, true, true}};
+  const auto paths = runnable_paths();
   for (const Case& c : cases) {
     Tensor a32 = to(to(rand(c.a, kFloat32, g, -1, 1), kBFloat16), kFloat32);
     Tensor b32 = to(to(rand(c.b, kFloat32, g, -1, 1), kBFloat16), kFloat32);
     Tensor a = to(a32, kBFloat16), b = to(b32, kBFloat16);
     if (c.ta) a = transpose(contiguous(transpose(a, -1, -2)), -1, -2);  // same values, column-major
     if (c.tb) b = transpose(contiguous(transpose(b, -1, -2)), -1, -2);
-    for (bool dot : {true, false}) {
-      kernels::set_bf16_dot_enabled(dot);
+    for (const auto& [path, name] : paths) {
+      restore.use(path);
       Tensor y = matmul(a, b);
       CHECK(y.dtype() == kBFloat16);
-      check_r2(y, a32, b32, dot ? "dot kernel" : "converting path");
+      check_r2(y, a32, b32, name);
+    }
+  }
+}
+
+TEST_CASE("bfloat16 matmul: infinities and NaNs come out where the converting path puts them") {
+  PathSwitch restore;
+  // Row 0 of a holds an inf, row 1 a NaN, row 2 finite values; b's column 1 has a 0 that meets the
+  // inf (inf * 0 = NaN) and column 2 overflows in row 2 (2^127 * 4: inf after the sum).
+  Tensor a = to(t32({1, INFINITY, 2, NAN, 1, 1, 0x1p127f, 1, 0}, {3, 3}), kBFloat16);
+  Tensor b = to(t32({1, 1, 2, 2, 0, 2, 1, 1, 2}, {3, 3}), kBFloat16);
+  restore.use(Path::kConverting);
+  const std::vector<double> want = values(to(matmul(a, b), kFloat32));
+  for (const auto& [path, name] : runnable_paths()) {
+    INFO(std::string(name));
+    restore.use(path);
+    const std::vector<double> got = values(to(matmul(a, b), kFloat32));
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO("element ", i, ": ", got[i], " vs ", want[i]);
+      if (std::isnan(want[i]))
+        CHECK(std::isnan(got[i]));
+      else if (std::isinf(want[i]))
+        CHECK(got[i] == want[i]);
+      else
+        CHECK(got[i] == doctest::Approx(want[i]).epsilon(1.0 / 128));
     }
   }
 }

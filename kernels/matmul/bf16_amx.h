@@ -1,0 +1,26 @@
+#pragma once
+// bfloat16 GEMM on Intel AMX tiles (TDPBF16PS); bf16_amx_cpu.cpp says how.
+#include <cstdint>
+
+#include "core/half.h"
+
+namespace cf::kernels {
+
+// True when this CPU has AMX-TILE and AMX-BF16 and Linux granted this process the tile data
+// state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once on the first call).
+bool bf16_amx_supported();
+// True when it is supported and switched on: matmul then uses it for bfloat16 (before the
+// AVX-512 BF16 kernel and the converting path).
+bool bf16_amx_available();
+// On by default where supported: at 2048^3 it measured several times float32 sgemm's speed on
+// a Sapphire Rapids Xeon (docs/benchmarks.md). Off gives the converting path back (tests compare
+// the two; cf-bench times both).
+void set_bf16_amx_enabled(bool on);
+// c (M x N, row stride ldc) = a (M x K, element strides a_rs, a_cs) @ b (K x N, strides b_rs,
+// b_cs): products and sums in float32 (TDPBF16PS), one rounding to bfloat16 per output.
+// As vdpbf16ps (bf16_dot.h), TDPBF16PS treats subnormal inputs as zero and flushes subnormal
+// results: products of values below 2^-126 are 0 here where the converting path keeps them.
+void bf16_amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs, int64_t b_cs,
+                   BFloat16* c, int64_t ldc, int64_t M, int64_t N, int64_t K);
+
+}  // namespace cf::kernels
