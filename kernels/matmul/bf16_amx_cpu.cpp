@@ -17,7 +17,10 @@
 #include "kernels/matmul/bf16_amx.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
@@ -37,7 +40,7 @@ namespace cf::kernels {
 
 #ifdef CF_HAVE_BF16_AMX
 namespace {
-bool g_enabled = true;  // see set_bf16_amx_enabled
+std::atomic<bool> g_enabled{true};  // see set_bf16_amx_enabled
 
 // Blocking, measured at 2048^3 on one core (tile loads from L1 and L2 run at 100-130 GB/s here,
 // from L3 at 25): a row block of A (kMc rows x kKcBlocks * 32 values of k, 256 KB) stays in L2
@@ -55,8 +58,8 @@ constexpr int64_t kKcBlocks = 64;
   __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"(int64_t(stride)) : "memory")
 #define CF_TILE_STORE(t, base, stride) \
   __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"(int64_t(stride)) : "memory")
-#define CF_TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
-#define CF_TILE_DPBF16PS(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#define CF_TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::: "memory")
+#define CF_TILE_DPBF16PS(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0;
@@ -66,6 +69,8 @@ struct alignas(64) TileConfig {
 };
 
 bool cpu_and_os_grant_amx() {
+  // CF_BF16_AMX=0: never ask (the grant raises the minimum signal stack, see bf16_amx.h)
+  if (const char* env = std::getenv("CF_BF16_AMX"); env && std::string(env) == "0") return false;
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1u)) return false;  // OSXSAVE: xgetbv works
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
@@ -213,8 +218,8 @@ bool bf16_amx_supported() {
   static const bool have = cpu_and_os_grant_amx();
   return have;
 }
-bool bf16_amx_available() { return g_enabled && bf16_amx_supported(); }
-void set_bf16_amx_enabled(bool on) { g_enabled = on; }
+bool bf16_amx_available() { return g_enabled.load(std::memory_order_relaxed) && bf16_amx_supported(); }
+void set_bf16_amx_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 
 void bf16_amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs, int64_t b_cs,
                    BFloat16* c, int64_t ldc, int64_t M, int64_t N, int64_t K) {

@@ -105,3 +105,63 @@ TEST_CASE("bfloat16 matmul: infinities and NaNs come out where the converting pa
     }
   }
 }
+
+TEST_CASE("bfloat16 AMX kernel, called directly: row blocks and K blocks together, a C window with ldc > N") {
+  // matmul cuts a product into slabs per thread, so through it the kernel may never see more than 64
+  // rows together with K over 2048 (several row blocks, each carrying C between K blocks), nor a C
+  // window inside a wider matrix: this calls it on one.
+  if (!kernels::bf16_amx_supported()) {
+    MESSAGE("this CPU (or OS) gives no AMX tiles: the AMX kernel is not run");
+    return;
+  }
+  Generator g(11);
+  const int64_t M = 100, N = 50, K = 2085, ldc = 61, col0 = 5;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      INFO("a ", ta ? "transposed" : "row-major", ", b ", tb ? "transposed" : "row-major");
+      const std::vector<double> av = values(rand({M * K}, kFloat64, g, -1, 1)),
+                                bv = values(rand({K * N}, kFloat64, g, -1, 1));
+      std::vector<BFloat16> a(size_t(M * K)), b(size_t(K * N));
+      for (size_t i = 0; i < a.size(); ++i) a[i] = BFloat16(av[i]);
+      for (size_t i = 0; i < b.size(); ++i) b[i] = BFloat16(bv[i]);
+      // element (i, k) of A at i a_rs + k a_cs; the stored values are the same either way
+      const int64_t a_rs = ta ? 1 : K, a_cs = ta ? M : 1, b_rs = tb ? 1 : N, b_cs = tb ? K : 1;
+      std::vector<BFloat16> c(size_t(M * ldc), BFloat16(7.0f));  // 7: must stay outside the window
+      kernels::bf16_amx_gemm(a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, c.data() + col0, ldc, M, N, K);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          const float y = float(c[size_t(i * ldc + j)]);
+          if (j < col0 || j >= col0 + N) {
+            REQUIRE_MESSAGE(y == 7.0f, "written outside C at (", i, ", ", j, ")");
+            continue;
+          }
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = double(float(a[size_t(i * a_rs + k * a_cs)])) * double(float(b[size_t(k * b_rs + (j - col0) * b_cs)]));
+            ref += p;
+            mag += std::fabs(p);
+          }
+          REQUIRE_MESSAGE(std::fabs(y - ref) <= std::fabs(ref) / 256 + std::ldexp(mag, -20), "(", i, ", ", j - col0,
+                          "): ", y, " vs ", ref);
+        }
+    }
+}
+
+TEST_CASE("bfloat16 matmul: the AMX and vdpbf16ps kernels flush subnormals, the converting path keeps them") {
+  // The exception to rule R2 (docs/design-notes.md): 2^-130 * 2^10 = 2^-120 (a subnormal input), and
+  // 2^-63 * 2^-64 = 2^-127 (normal inputs, a subnormal product).
+  PathSwitch restore;
+  Tensor a = to(t32({0x1p-130f, 0x1p-63f}, {2, 1}), kBFloat16), b = to(t32({0x1p10f, 0x1p-64f}, {1, 2}), kBFloat16);
+  restore.use(Path::kConverting);
+  const std::vector<double> kept = values(to(matmul(a, b), kFloat32));
+  CHECK(kept[0] == std::ldexp(1.0, -120));
+  CHECK(kept[3] == std::ldexp(1.0, -127));
+  for (const auto& [path, name] : runnable_paths()) {
+    if (path == Path::kConverting) continue;
+    INFO(std::string(name));
+    restore.use(path);
+    const std::vector<double> flushed = values(to(matmul(a, b), kFloat32));
+    CHECK(flushed[0] == 0.0);
+    CHECK(flushed[3] == 0.0);
+  }
+}
