@@ -77,6 +77,16 @@ def _check_module_subclass(cls, **kwargs):
 
 _cf.nn.Module.__init_subclass__ = classmethod(_check_module_subclass)  # type: ignore[method-assign,assignment]
 
+# Written in Python on the bindings: cf.nn.ModuleDict, cf.nn.functional (torch.nn.functional's names),
+# cf.optim and cf.optim.lr_scheduler (torch.optim's).
+from ._containers import ModuleDict as _ModuleDict  # noqa: E402
+from . import _functional, _lr_scheduler, optim  # noqa: E402,F401
+
+_cf.nn.ModuleDict = _ModuleDict
+_cf.nn.functional = _functional
+_sys.modules[__name__ + ".nn.functional"] = _functional
+_sys.modules[__name__ + ".optim.lr_scheduler"] = _lr_scheduler
+
 
 def _rebuild_tensor(data, dtype, shape, device, requires_grad):
     """Unpickles a cf.Tensor (what its __reduce__ names)."""

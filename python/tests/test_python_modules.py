@@ -546,3 +546,49 @@ def test_a_python_model_trains_on_cuda_as_on_the_cpu():
     assert on_gpu == pytest.approx(on_cpu, rel=1e-4, abs=1e-5)
     y = cf.tensor([1.0, -2.0], device="cuda")
     assert y[y > 0].tolist() == [1.0]  # the mask read back from the device
+
+
+def test_module_dict_registers_its_entries_as_submodules():
+    class Heads(cf.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = cf.nn.Linear(3, 4)
+            self.heads = cf.nn.ModuleDict({"cls": cf.nn.Linear(4, 2), "reg": cf.nn.Linear(4, 1)})
+
+        def forward(self, x, task):
+            return self.heads[task](cf.relu(self.body(x)))
+
+    m = Heads()
+    keys = list(m.state_dict())
+    assert keys == ["body.weight", "body.bias", "heads.cls.weight", "heads.cls.bias", "heads.reg.weight",
+                    "heads.reg.bias"]
+    d = m.heads
+    assert len(d) == 2 and list(d) == ["cls", "reg"] and "cls" in d and "x" not in d
+    assert d.keys() == ["cls", "reg"] and [n for n, _ in d.items()] == ["cls", "reg"]
+    assert d["cls"] is d.values()[0]
+    d.update([("aux", cf.nn.Linear(4, 3))])
+    assert "heads.aux.weight" in m.state_dict() and len(list(m.parameters())) == 8
+    d["aux"] = cf.nn.Linear(4, 5)  # replaced: the new module's parameters
+    assert m.state_dict()["heads.aux.weight"].shape == (5, 4)
+    # the entries train with the model
+    opt = cf.nn.SGD(m.parameters(), lr=0.1)
+    before = cf.clone(d["reg"].weight.detach())
+    m(cf.randn([5, 3]), "reg").sum().backward()
+    opt.step()
+    assert not cf.equal(before, d["reg"].weight.detach())
+    assert "ModuleDict" in repr(m) and "(cls): Linear" in repr(m)
+    with pytest.raises(KeyError, match=r"\[ModuleDict\] no module named 'nope' \(names: cls, reg, aux\)"):
+        d["nope"]
+    with pytest.raises(TypeError, match=r"^\[ModuleDict\] an entry cannot be removed \('cls'\)"):
+        del d["cls"]
+    with pytest.raises(TypeError, match=r"^\[ModuleDict\] an entry cannot be removed"):
+        d.pop("cls")
+    with pytest.raises(TypeError, match=r"^\[ModuleDict\] names are strings, got int"):
+        d[3] = cf.nn.Linear(1, 1)
+    with pytest.raises(TypeError, match=r"^\[ModuleDict\] update takes a dict or \(name, module\) pairs; item 0"):
+        d.update(["abc"])
+    # a round trip through a state dict
+    m2 = Heads()
+    m2.heads["aux"] = cf.nn.Linear(4, 5)
+    m2.load_state_dict(m.state_dict())
+    assert cf.equal(m2.heads["aux"].weight, d["aux"].weight)

@@ -24,8 +24,10 @@ DUNDERS = {"__init__", "__getitem__", "__setitem__", "__len__", "__iter__", "__c
 
 def modules():
     import cf
-    out = [("cf", cf), ("cf.nn", cf.nn), ("cf.nn.init", cf.nn.init), ("cf.models", cf.models), ("cf.data", cf.data),
-           ("cf.cuda", cf.cuda), ("cf.autograd", cf.autograd), ("cf.dist", cf.dist)]
+    import cf.optim
+    out = [("cf", cf), ("cf.nn", cf.nn), ("cf.nn.init", cf.nn.init), ("cf.nn.functional", cf.nn.functional),
+           ("cf.models", cf.models), ("cf.data", cf.data), ("cf.cuda", cf.cuda), ("cf.autograd", cf.autograd),
+           ("cf.dist", cf.dist), ("cf.optim", cf.optim), ("cf.optim.lr_scheduler", cf.optim.lr_scheduler)]
     try:
         import cf.torch
         out.append(("cf.torch", cf.torch))
@@ -75,6 +77,16 @@ def first_doc_line(obj):
     return sigs, " ".join(para)
 
 
+def python_signature(name, obj):
+    """[name(params)] for a function or class written in Python (nanobind writes its own into __doc__)."""
+    if not (inspect.isfunction(obj) or inspect.isclass(obj)) or "nb_" in type(obj).__name__:
+        return []
+    try:
+        return [name + str(inspect.signature(obj))]
+    except (TypeError, ValueError):
+        return []
+
+
 def shown(sigs):
     """': `sig`' for one signature; each overload's signature, joined by 'or', for several."""
     return (": " + " or ".join("`%s`" % s for s in sigs)) if sigs else ""
@@ -107,6 +119,7 @@ def render():
             lines += [doc, ""]
         for n, obj in public_names(qual, mod):
             sig, text = first_doc_line(obj)
+            sig = sig or python_signature(n, obj)
             kind = "class" if inspect.isclass(obj) else ("function" if callable(obj) else "value")
             if kind == "value":
                 text = text if not isinstance(obj, (str, int, float)) else "= %r" % (obj,)
@@ -117,6 +130,7 @@ def render():
             if inspect.isclass(obj) and not issubclass(obj, BaseException):
                 for m, mobj in members(obj):
                     msig, mtext = first_doc_line(mobj)
+                    msig = msig or python_signature(m, mobj)
                     lines.append("  - `%s.%s.%s`%s%s" % (qual, n, m, shown(msig),
                                                           (" " + mtext) if mtext else ""))
         lines.append("")

@@ -137,7 +137,8 @@ TEST_CASE("bfloat16 AMX kernel, called directly: row blocks and K blocks togethe
           }
           double ref = 0, mag = 0;
           for (int64_t k = 0; k < K; ++k) {
-            const double p = double(float(a[size_t(i * a_rs + k * a_cs)])) * double(float(b[size_t(k * b_rs + (j - col0) * b_cs)]));
+            const double p = double(float(a[size_t(i * a_rs + k * a_cs)])) *
+                             double(float(b[size_t(k * b_rs + (j - col0) * b_cs)]));
             ref += p;
             mag += std::fabs(p);
           }

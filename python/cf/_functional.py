@@ -1,0 +1,309 @@
+"""cf.nn.functional: torch.nn.functional's names and signatures over cf's ops, so that a
+PyTorch model ported to cf keeps its `F.` calls (`import cf.nn.functional as F`).
+
+Each function is cf's registry ops composed (autograd through them, CPU and CUDA alike);
+where cf has the op itself (cf.softmax, cf.layer_norm, cf.nn.cross_entropy, cf.flash_attention)
+the function calls it. Differences from PyTorch are said in each docstring; the common ones:
+`inplace=True` is refused (cf's in-place ops refuse tensors that require grad), and softmax over a
+row with every entry masked gives zeros where PyTorch gives NaN (cf's documented rule).
+"""
+import math as _math
+
+from . import _cf
+
+__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "leaky_relu", "softplus", "softmax", "log_softmax",
+           "dropout", "linear", "layer_norm", "embedding", "one_hot", "pad", "normalize", "cosine_similarity",
+           "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits", "scaled_dot_product_attention"]
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _no_inplace(inplace, op):
+    if inplace:
+        raise _cf.ValueError("[%s] inplace=True is not supported: cf's in-place ops refuse tensors that take part "
+                             "in autograd; use the result (x = F.%s(x))" % (op, op))
+
+
+def _reduce(loss, reduction, op):
+    if reduction not in _REDUCTIONS:
+        raise _cf.ValueError("[%s] reduction must be 'mean', 'sum' or 'none', got %r" % (op, reduction))
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def _check_tensor(x, what, op):
+    if not isinstance(x, _cf.Tensor):
+        raise TypeError("[%s] %s must be a cf.Tensor, got %s" % (op, what, type(x).__name__))
+
+
+def relu(input, inplace=False):
+    """max(x, 0)."""
+    _no_inplace(inplace, "relu")
+    return _cf.relu(input)
+
+
+def gelu(input, approximate="none"):
+    """GELU: exact (erf) form, or approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    if approximate == "none":
+        return _cf.gelu(input)
+    if approximate != "tanh":
+        raise _cf.ValueError("[gelu] approximate must be 'none' or 'tanh', got %r" % (approximate,))
+    inner = (input + input * input * input * 0.044715) * _math.sqrt(2.0 / _math.pi)
+    return input * (_cf.tanh(inner) + 1.0) * 0.5
+
+
+def silu(input, inplace=False):
+    """x sigmoid(x) (swish)."""
+    _no_inplace(inplace, "silu")
+    return input * _cf.sigmoid(input)
+
+
+def sigmoid(input):
+    """1 / (1 + exp(-x))."""
+    return _cf.sigmoid(input)
+
+
+def tanh(input):
+    """tanh(x)."""
+    return _cf.tanh(input)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    """x where x > 0, negative_slope x elsewhere."""
+    _no_inplace(inplace, "leaky_relu")
+    return _cf.leaky_relu(input, negative_slope)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch, for overflow)."""
+    if beta <= 0:
+        raise _cf.ValueError("[softplus] beta must be > 0, got %r" % (beta,))
+    bx = input * beta
+    # log1p(exp(-|bx|)) + max(bx, 0) never overflows; the threshold keeps PyTorch's values above it
+    smooth = (_cf.log1p(_cf.exp(-_cf.abs(bx))) + _cf.relu(bx)) * (1.0 / beta)
+    return _cf.where(bx > threshold, input, smooth)
+
+
+def _with_dtype(input, dtype):
+    return input if dtype is None else _cf.to(input, dtype)
+
+
+def softmax(input, dim=None, dtype=None):
+    """exp(x) / sum(exp(x)) along dim (required: PyTorch's implicit choice is deprecated). dtype: cast the
+    input first. A row with every entry -inf gives zeros (PyTorch: NaN)."""
+    if dim is None:
+        raise _cf.ValueError("[softmax] give dim= (the axis to normalise)")
+    return _cf.softmax(_with_dtype(input, dtype), dim)
+
+
+def log_softmax(input, dim=None, dtype=None):
+    """log(softmax(x)) along dim (required), computed stably. dtype: cast the input first."""
+    if dim is None:
+        raise _cf.ValueError("[log_softmax] give dim= (the axis to normalise)")
+    return _cf.log_softmax(_with_dtype(input, dtype), dim)
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    """Inverted dropout: zeros with probability p, the rest scaled by 1 / (1 - p); the identity when not
+    training. The mask comes from cf's default generator (cf.manual_seed)."""
+    _no_inplace(inplace, "dropout")
+    return _cf.dropout(input, p, training)
+
+
+def linear(input, weight, bias=None):
+    """x W^T + b, W of shape (out_features, in_features), as torch.nn.functional.linear."""
+    _check_tensor(weight, "weight", "linear")
+    if weight.dim() != 2:
+        raise _cf.ShapeError("[linear] weight must be 2-d (out_features, in_features), got shape %s"
+                             % (list(weight.shape),))
+    y = _cf.matmul(input, _cf.transpose(weight, 0, 1))
+    return y if bias is None else y + bias
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalise over the trailing normalized_shape axes, then scale and shift."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = [normalized_shape]
+    return _cf.layer_norm(input, list(normalized_shape), weight, bias, eps)
+
+
+def embedding(input, weight, padding_idx=None):
+    """Rows of weight (num_embeddings, dim) picked by the int64 indices in input: shape input.shape + (dim,).
+    padding_idx: that row's output gets no gradient (its value is still weight[padding_idx], as PyTorch)."""
+    _check_tensor(input, "input", "embedding")
+    _check_tensor(weight, "weight", "embedding")
+    if weight.dim() != 2:
+        raise _cf.ShapeError("[embedding] weight must be 2-d (num_embeddings, embedding_dim), got shape %s"
+                             % (list(weight.shape),))
+    rows = _cf.index_select(weight, 0, _cf.reshape(input, [-1]))
+    out = _cf.reshape(rows, list(input.shape) + [weight.shape[1]])
+    if padding_idx is None:
+        return out
+    n = weight.shape[0]
+    if padding_idx < 0:
+        padding_idx += n
+    if not 0 <= padding_idx < n:
+        raise _cf.IndexError("[embedding] padding_idx %d is out of range for %d embeddings" % (padding_idx, n))
+    pad_rows = _cf.unsqueeze(_cf.eq(input, padding_idx), -1)
+    return _cf.where(pad_rows, out.detach(), out)
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 one-hot vectors of the int64 labels in tensor: shape tensor.shape + (num_classes,). num_classes=-1
+    takes max(label) + 1 (a read of the tensor's values)."""
+    _check_tensor(tensor, "tensor", "one_hot")
+    if num_classes == -1:
+        num_classes = int(tensor.max().item()) + 1 if tensor.numel() > 0 else 0
+    return _cf.one_hot(tensor, num_classes, _cf.int64)
+
+
+def pad(input, pad, mode="constant", value=None):
+    """Constant padding: pad = (before_last, after_last, before_second_last, ...), as torch's. Only
+    mode="constant" (reflect, replicate and circular are not in cf)."""
+    if mode != "constant":
+        raise _cf.NotImplementedError("[pad] only mode='constant' is supported, got %r" % (mode,))
+    return _cf.pad(input, list(pad), 0.0 if value is None else value)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12):
+    """x / max(||x||_p, eps) along dim."""
+    n = _cf.norm(input, p, dim, True)
+    return input / _cf.clamp(n, eps, None)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum(x1 x2) / max(||x1|| ||x2||, eps) along dim (the operands broadcast)."""
+    dot = (x1 * x2).sum(dim)
+    return dot / _cf.clamp(_cf.norm(x1, 2.0, dim) * _cf.norm(x2, 2.0, dim), eps, None)
+
+
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """Cross entropy of logits (N, C) or (N, C, d1, ...) (class axis 1) against int64 class indices (N, d1,
+    ...) with ignore_index, class weights and label smoothing (cf.nn.cross_entropy), or against class
+    probabilities of the input's shape (a floating target: soft labels, as PyTorch 1.10+; ignore_index does
+    not apply there). reduction 'mean' over soft labels divides by the number of samples, as PyTorch."""
+    _check_tensor(input, "input", "cross_entropy")
+    _check_tensor(target, "target", "cross_entropy")
+    if not _cf.is_floating(target.dtype):
+        return _cf.nn.cross_entropy(input, target, ignore_index, label_smoothing, weight, reduction)
+    if list(target.shape) != list(input.shape):
+        raise _cf.ShapeError("[cross_entropy] class probabilities (a floating target) must have the input's "
+                             "shape %s, got %s" % (list(input.shape), list(target.shape)))
+    if input.dim() < 2:
+        raise _cf.ShapeError("[cross_entropy] input must be (N, C, ...) with the classes on axis 1, got shape %s"
+                             % (list(input.shape),))
+    if reduction not in _REDUCTIONS:
+        raise _cf.ValueError("[cross_entropy] reduction must be 'mean', 'sum' or 'none', got %r" % (reduction,))
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise _cf.ValueError("[cross_entropy] label_smoothing must be in [0, 1], got %r" % (label_smoothing,))
+    classes = input.shape[1]
+    if label_smoothing > 0:
+        target = target * (1.0 - label_smoothing) + label_smoothing / classes
+    terms = -(target * _cf.log_softmax(input, 1))
+    if weight is not None:  # class weights on axis 1
+        _check_tensor(weight, "weight", "cross_entropy")
+        if list(weight.shape) != [classes]:
+            raise _cf.ShapeError("[cross_entropy] weight must have one entry per class (%d), got shape %s"
+                                 % (classes, list(weight.shape)))
+        terms = terms * _cf.reshape(weight, [classes] + [1] * (input.dim() - 2))
+    loss = terms.sum(1)
+    return _reduce(loss, reduction, "cross_entropy")
+
+
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+    """Negative log likelihood of log-probabilities (N, C) or (N, C, d1, ...) (class axis 1) at int64 targets
+    (N, d1, ...): -input[n, target[n]] times the class weight; 'mean' divides by the summed weights of the
+    targets that are not ignore_index, as PyTorch."""
+    _check_tensor(input, "input", "nll_loss")
+    _check_tensor(target, "target", "nll_loss")
+    if input.dim() < 2 or [input.shape[0]] + list(input.shape[2:]) != list(target.shape):
+        raise _cf.ShapeError("[nll_loss] input (N, C, d1, ...) and target (N, d1, ...) do not match: %s and %s"
+                             % (list(input.shape), list(target.shape)))
+    if reduction not in _REDUCTIONS:
+        raise _cf.ValueError("[nll_loss] reduction must be 'mean', 'sum' or 'none', got %r" % (reduction,))
+    keep = _cf.ne(target, ignore_index)
+    safe = _cf.where(keep, target, _cf.zeros_like(target))  # an ignored target still indexes a valid class
+    picked = _cf.squeeze(_cf.take_along_dim(input, _cf.unsqueeze(safe, 1), 1), 1)
+    w = _cf.to(keep, input.dtype)
+    if weight is not None:
+        _check_tensor(weight, "weight", "nll_loss")
+        w = w * _cf.index_select(weight, 0, _cf.reshape(safe, [-1])).reshape(list(target.shape))
+    loss = -picked * w
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / w.sum()
+
+
+def mse_loss(input, target, reduction="mean"):
+    """(input - target)^2, reduced."""
+    return _cf.nn.mse_loss(input, target, reduction)
+
+
+def l1_loss(input, target, reduction="mean"):
+    """|input - target|, reduced."""
+    return _reduce(_cf.abs(input - target), reduction, "l1_loss")
+
+
+def binary_cross_entropy(input, target, weight=None, reduction="mean"):
+    """-(t log(p) + (1 - t) log(1 - p)) of probabilities p, each log clamped at -100 as PyTorch. Prefer
+    binary_cross_entropy_with_logits (stable, and safe under autocast)."""
+    log_p = _cf.clamp(_cf.log(input), -100.0, None)
+    log_q = _cf.clamp(_cf.log(1.0 - input), -100.0, None)
+    loss = -(target * log_p + (1.0 - target) * log_q)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean", pos_weight=None):
+    """Binary cross entropy of logits, computed stably (cf.nn.binary_cross_entropy_with_logits)."""
+    return _cf.nn.binary_cross_entropy_with_logits(input, target, pos_weight, weight, reduction)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """softmax(q k^T scale + mask) v for q (..., L, E), k (..., S, E), v (..., S, Ev), scale 1/sqrt(E) by default.
+
+    4-d inputs without a mask, with a causal one, or with a boolean attn_mask that only masks keys (shape
+    (B, 1, 1, S) or (1, 1, 1, S), True = attend, as PyTorch's) run cf's fused kernel (cf.flash_attention:
+    no (L, S) matrix). Any other attn_mask (boolean, True = attend; or floating, added to the scores) and
+    other ranks take the dense path. dropout_p drops attention weights from cf's default generator. A query
+    with every key masked outputs zeros (PyTorch: NaN)."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        _check_tensor(t, name, "scaled_dot_product_attention")
+    if is_causal and attn_mask is not None:
+        raise _cf.ValueError("[scaled_dot_product_attention] give attn_mask or is_causal, not both")
+    e = query.shape[-1]
+    s = key.shape[-2]
+    scale_value = 1.0 / _math.sqrt(e) if scale is None else float(scale)
+    if query.dim() == 4 and key.dim() == 4 and value.dim() == 4:
+        if attn_mask is None:
+            return _cf.flash_attention(query, key, value, None, scale_value, is_causal, dropout_p)
+        if (attn_mask.dtype == _cf.bool and attn_mask.dim() == 4 and attn_mask.shape[1] == 1
+                and attn_mask.shape[2] == 1 and attn_mask.shape[3] == s
+                and attn_mask.shape[0] in (1, query.shape[0])):
+            padding = _cf.logical_not(_cf.reshape(attn_mask, [attn_mask.shape[0], s]))
+            if attn_mask.shape[0] != query.shape[0]:
+                padding = _cf.contiguous(_cf.expand(padding, [query.shape[0], s]))
+            return _cf.flash_attention(query, key, value, padding, scale_value, False, dropout_p)
+    scores = _cf.matmul(query, _cf.transpose(key, -1, -2)) * scale_value
+    if is_causal:
+        length = query.shape[-2]
+        # query i sees key j <= i + S - L (cf.flash_attention's rule; PyTorch's tril for L == S)
+        allowed = _cf.tril(_cf.ones([length, s], dtype=_cf.bool, device=query.device), s - length)
+        scores = _cf.masked_fill(scores, _cf.logical_not(allowed), float("-inf"))
+    elif attn_mask is not None:
+        _check_tensor(attn_mask, "attn_mask", "scaled_dot_product_attention")
+        if attn_mask.dtype == _cf.bool:
+            scores = _cf.masked_fill(scores, _cf.logical_not(attn_mask), float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = _cf.softmax(scores, -1)
+    if dropout_p > 0:
+        weights = _cf.dropout(weights, dropout_p, True)
+    return _cf.matmul(weights, value)

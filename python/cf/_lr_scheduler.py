@@ -1,0 +1,133 @@
+"""cf.optim.lr_scheduler: learning-rate schedulers bound to an optimizer, as torch.optim.lr_scheduler's.
+
+cf's schedules (cf.nn.StepLR, cf.nn.WarmupCosineLR, ...) are pure functions of the update number, applied
+with schedule.apply(optimizer) before each optimizer.step(). A scheduler here holds an optimizer and a count
+of its own step() calls instead, the way PyTorch scripts use them:
+
+    sched = cf.optim.lr_scheduler.StepLR(opt, step_size=30, gamma=0.1)
+    for epoch in range(epochs):
+        train_one_epoch(...)      # opt.step() inside
+        sched.step()
+
+At construction the optimizer's lr is the rate of epoch 0; each step() moves to the next epoch and sets the
+optimizer's lr (cf's optimizer has one lr; each parameter group takes lr times its lr_scale). The classes
+with a cf schedule behind them (StepLR, ExponentialLR, CosineAnnealingLR, and LRScheduler over any
+cf.nn.LRSchedule) take their rates from it.
+"""
+import bisect as _bisect
+
+from . import _cf
+
+__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR"]
+
+
+def _lr_of(optimizer, scheduler):
+    """optimizer.lr, after checking that it is a cf optimizer (scheduler: the class, for the message)."""
+    if not isinstance(optimizer, _cf.nn.Optimizer):
+        raise TypeError("[%s] takes a cf optimizer (cf.nn.SGD, Adam, AdamW), got %s"
+                        % (scheduler.__name__, type(optimizer).__name__))
+    return optimizer.lr
+
+
+class LRScheduler:
+    """Sets optimizer.lr to the rate of epoch e at every step(), where e counts this scheduler's step() calls
+    (0 at construction). `schedule` is a cf.nn.LRSchedule, read as PyTorch reads its schedulers: epoch e gets
+    schedule.lr_at(e + 1), the rate cf gives update e + 1 (one step() per update then matches
+    schedule.apply(optimizer) before each optimizer.step()); or a function epoch -> rate."""
+
+    def __init__(self, optimizer, schedule, last_epoch=-1):
+        _lr_of(optimizer, type(self))
+        if isinstance(schedule, _cf.nn.LRSchedule):
+            self._rate = lambda epoch, s=schedule: s.lr_at(epoch + 1)
+        elif callable(schedule):
+            self._rate = schedule
+        else:
+            raise TypeError("[%s] schedule must be a cf.nn.LRSchedule or a function epoch -> learning rate, got %s"
+                            % (type(self).__name__, type(schedule).__name__))
+        if not isinstance(last_epoch, int) or last_epoch < -1:
+            raise _cf.ValueError("[%s] last_epoch must be an int >= -1, got %r" % (type(self).__name__, last_epoch))
+        self.optimizer = optimizer
+        self.base_lr = optimizer.lr
+        self.last_epoch = last_epoch
+        self._last_lr = optimizer.lr
+        self.step()
+
+    def get_last_lr(self):
+        """The learning rate the last step() set, as a one-element list (PyTorch lists one per group; cf's
+        groups scale the optimizer's one lr)."""
+        return [self._last_lr]
+
+    def step(self):
+        """Moves to the next epoch and sets the optimizer's lr to its rate."""
+        self.last_epoch += 1
+        self._apply()
+
+    def _apply(self):
+        lr = float(self._rate(self.last_epoch))
+        self.optimizer.lr = lr
+        self._last_lr = lr
+
+    def state_dict(self):
+        """{"last_epoch": ..., "base_lr": ...}: what load_state_dict needs to resume (the rates are functions
+        of the epoch)."""
+        return {"last_epoch": self.last_epoch, "base_lr": self.base_lr}
+
+    def load_state_dict(self, state_dict):
+        """Resumes at the saved epoch and sets the optimizer's lr to its rate."""
+        for key in ("last_epoch", "base_lr"):
+            if key not in state_dict:
+                raise KeyError("[%s.load_state_dict] missing key %r (has: %s)"
+                               % (type(self).__name__, key, ", ".join(map(str, state_dict))))
+        if state_dict["base_lr"] != self.base_lr:
+            raise _cf.ValueError("[%s.load_state_dict] saved with base lr %r, this scheduler has %r: build it on an "
+                                 "optimizer with the saved run's lr" % (type(self).__name__, state_dict["base_lr"],
+                                                                         self.base_lr))
+        self.last_epoch = int(state_dict["last_epoch"])
+        self._apply()
+
+
+class LambdaLR(LRScheduler):
+    """lr of epoch e = base lr * lr_lambda(e)."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        if not callable(lr_lambda):
+            raise TypeError("[LambdaLR] lr_lambda must be a function epoch -> factor, got %s"
+                            % type(lr_lambda).__name__)
+        base = _lr_of(optimizer, LambdaLR)
+        super().__init__(optimizer, lambda epoch: base * lr_lambda(epoch), last_epoch)
+
+
+class StepLR(LRScheduler):
+    """lr * gamma^floor(e / step_size) (cf.nn.StepLR)."""
+
+    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
+        super().__init__(optimizer, _cf.nn.StepLR(_lr_of(optimizer, StepLR), step_size, gamma), last_epoch)
+
+
+class ExponentialLR(LRScheduler):
+    """lr * gamma^e (cf.nn.StepLR with step_size 1)."""
+
+    def __init__(self, optimizer, gamma, last_epoch=-1):
+        super().__init__(optimizer, _cf.nn.StepLR(_lr_of(optimizer, ExponentialLR), 1, gamma), last_epoch)
+
+
+class MultiStepLR(LRScheduler):
+    """lr * gamma^(number of milestones <= e); milestones increasing epochs."""
+
+    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
+        milestones = list(milestones)
+        if any(not isinstance(m, int) for m in milestones) or milestones != sorted(milestones):
+            raise _cf.ValueError("[MultiStepLR] milestones must be increasing integers, got %r" % (milestones,))
+        base = _lr_of(optimizer, MultiStepLR)
+        super().__init__(optimizer, lambda epoch: base * gamma ** _bisect.bisect_right(milestones, epoch),
+                         last_epoch)
+
+
+class CosineAnnealingLR(LRScheduler):
+    """eta_min + (lr - eta_min) (1 + cos(pi e / T_max)) / 2 for e <= T_max, then eta_min (cf.nn.WarmupCosineLR
+    without warmup). PyTorch's rate climbs back along the cosine after T_max; cf's stays at eta_min."""
+
+    def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
+        schedule = _cf.nn.WarmupCosineLR(_lr_of(optimizer, CosineAnnealingLR), 0, T_max, eta_min)
+        # epoch e is the cosine's step e (its step 0 is the peak), not update e + 1 as LRScheduler reads cf's
+        super().__init__(optimizer, lambda epoch: schedule.lr_at(epoch), last_epoch)

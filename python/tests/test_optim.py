@@ -1,0 +1,87 @@
+"""cf.optim (torch.optim's names) and cf.optim.lr_scheduler: schedulers bound to an optimizer."""
+import math
+
+import pytest
+
+import cf
+import cf.optim as optim
+from cf.optim import lr_scheduler
+
+
+def make_opt(lr=0.1):
+    w = cf.randn([3], requires_grad=True)
+    return w, optim.SGD([w], lr=lr)
+
+
+def rates(sched, n):
+    out = [sched.get_last_lr()[0]]
+    for _ in range(n):
+        sched.optimizer.step()
+        sched.step()
+        out.append(sched.get_last_lr()[0])
+    return out
+
+
+def test_cf_optim_names_are_cf_nn_classes():
+    assert optim.SGD is cf.nn.SGD and optim.Adam is cf.nn.Adam and optim.AdamW is cf.nn.AdamW
+    assert optim.Optimizer is cf.nn.Optimizer
+    import cf.optim.lr_scheduler as ls
+    assert ls is lr_scheduler
+
+
+def test_schedulers_follow_pytorchs_epoch_formulas():
+    _, opt = make_opt(0.1)
+    got = rates(lr_scheduler.StepLR(opt, step_size=3, gamma=0.5), 7)
+    assert got == pytest.approx([0.1 * 0.5 ** (e // 3) for e in range(8)])
+    assert opt.lr == pytest.approx(got[-1])
+    _, opt = make_opt(0.2)
+    assert rates(lr_scheduler.ExponentialLR(opt, 0.9), 4) == pytest.approx([0.2 * 0.9 ** e for e in range(5)])
+    _, opt = make_opt(1.0)
+    assert rates(lr_scheduler.MultiStepLR(opt, [2, 5], 0.1), 6) == pytest.approx([1, 1, 0.1, 0.1, 0.1, 0.01, 0.01])
+    _, opt = make_opt(1.0)
+    got = rates(lr_scheduler.CosineAnnealingLR(opt, T_max=8, eta_min=0.1), 10)
+    want = [0.1 + 0.9 * (1 + math.cos(math.pi * e / 8)) / 2 for e in range(9)] + [0.1, 0.1]
+    assert got == pytest.approx(want)  # PyTorch climbs back after T_max; cf stays at eta_min
+    _, opt = make_opt(0.5)
+    assert rates(lr_scheduler.LambdaLR(opt, lambda e: 1.0 / (e + 1)), 3) == pytest.approx([0.5, 0.25, 0.5 / 3, 0.125])
+
+
+def test_a_cf_schedule_stepped_per_update_gives_the_rates_apply_gives():
+    schedule = cf.nn.WarmupCosineLR(0.01, 3, 10, 0.001)
+    _, opt = make_opt(0.01)
+    sched = lr_scheduler.LRScheduler(opt, schedule)
+    _, opt2 = make_opt(0.01)
+    for _ in range(12):
+        assert opt.lr == pytest.approx(schedule.apply(opt2))  # the rate update number step_count + 1 gets
+        opt.step()
+        opt2.step()
+        sched.step()
+
+
+def test_scheduler_state_resumes_and_bad_input_is_named():
+    _, opt = make_opt(0.1)
+    sched = lr_scheduler.StepLR(opt, 2, 0.5)
+    for _ in range(5):
+        sched.step()
+    state = sched.state_dict()
+    assert state == {"last_epoch": 5, "base_lr": 0.1}
+    _, opt2 = make_opt(0.1)
+    resumed = lr_scheduler.StepLR(opt2, 2, 0.5)
+    resumed.load_state_dict(state)
+    assert resumed.last_epoch == 5 and opt2.lr == pytest.approx(0.1 * 0.25)
+    resumed.step()
+    sched.step()
+    assert opt2.lr == pytest.approx(opt.lr)
+    with pytest.raises(KeyError, match=r"\[StepLR.load_state_dict\] missing key 'base_lr'"):
+        resumed.load_state_dict({"last_epoch": 1})
+    _, opt3 = make_opt(0.3)
+    with pytest.raises(cf.ValueError, match=r"^\[StepLR.load_state_dict\] saved with base lr 0.1, this scheduler"):
+        lr_scheduler.StepLR(opt3, 2).load_state_dict(state)
+    with pytest.raises(TypeError, match=r"^\[StepLR\] takes a cf optimizer \(cf.nn.SGD, Adam, AdamW\), got list"):
+        lr_scheduler.StepLR([], 2)
+    with pytest.raises(TypeError, match=r"^\[LRScheduler\] schedule must be a cf.nn.LRSchedule or a function"):
+        lr_scheduler.LRScheduler(opt, 3)
+    with pytest.raises(cf.ValueError, match=r"^\[MultiStepLR\] milestones must be increasing integers"):
+        lr_scheduler.MultiStepLR(opt, [5, 2])
+    with pytest.raises(cf.ValueError, match=r"^\[LambdaLR\] last_epoch must be an int >= -1"):
+        lr_scheduler.LambdaLR(opt, lambda e: 1.0, last_epoch=-2)
