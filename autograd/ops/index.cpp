@@ -246,20 +246,35 @@ Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis) {
   return out;
 }
 
-Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  const char* op = opname::masked_fill;
+namespace {
+// The arguments of masked_fill and masked_fill_ (op: which of them, for the messages).
+void check_masked_fill(const Tensor& x, const Tensor& mask, double value, const char* op) {
   ops::check_defined(x, op, "x");
   ops::check_defined(mask, op, "mask");
   ops::check_same_device(op, {&x, &mask});
   ops::check_dtype(mask, kBool, op, "mask");
   CF_CHECK(broadcast_shapes(x.shape(), mask.shape(), op) == x.shape(), ShapeError,
-           "[masked_fill] mask ", shape_str(mask.shape()), " cannot be broadcast to x ",
+           "[", op, "] mask ", shape_str(mask.shape()), " cannot be broadcast to x ",
            shape_str(x.shape()));
-  CF_CHECK(is_floating(x.dtype()) || std::isfinite(value), ValueError, "[masked_fill] value ",
+  CF_CHECK(is_floating(x.dtype()) || std::isfinite(value), ValueError, "[", op, "] value ",
            value, " cannot be stored in ", x.describe());
   check_fill_value(x.dtype(), value, op);
-  // Fail with this op's name before allocating the output on a device the build lacks.
+  // Fail with this op's name before allocating or writing on a device the build lacks.
   CF_DEVICE_DISPATCH(op, x.device(), (void)0, (void)0);
+}
+}  // namespace
+
+Tensor& masked_fill_(Tensor& t, const Tensor& mask, double value) {
+  ops::check_inplace(t, "masked_fill_");
+  check_masked_fill(t, mask, value, "masked_fill_");
+  kernels::masked_fill(t, mask, value, t);  // elementwise: each element is read, then written, in place
+  t.bump_version();
+  return t;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  const char* op = opname::masked_fill;
+  check_masked_fill(x, mask, value, op);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels::masked_fill(x, mask, value, out);
   if (autograd::any_requires_grad({&x})) {

@@ -42,6 +42,8 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
 Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis);
 // x with value where mask (bool, broadcast to x) is true. Differentiable in x.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+// The same in place (refused, as every in-place op, on a tensor that requires grad).
+Tensor& masked_fill_(Tensor& t, const Tensor& mask, double value);
 // int64 labels in [0, num_classes) -> float tensor (..., num_classes) of 0/1.
 Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype = kFloat32);
 

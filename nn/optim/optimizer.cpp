@@ -167,6 +167,23 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
 }
 
+void Optimizer::set_group_lr_scale(size_t group, double lr_scale) {
+  const std::string w = where("set_group_lr_scale");
+  CF_CHECK(group < groups_.size(), IndexError, w, " group ", group, " does not exist (", groups_.size(), " groups)");
+  check_hyper(std::isfinite(lr_scale) && lr_scale >= 0, w,
+              str("parameter group ", group, ": lr_scale must be finite and >= 0, got ", lr_scale));
+  groups_[group].lr_scale = lr_scale;
+}
+
+void Optimizer::set_group_weight_decay(size_t group, std::optional<double> weight_decay) {
+  const std::string w = where("set_group_weight_decay");
+  CF_CHECK(group < groups_.size(), IndexError, w, " group ", group, " does not exist (", groups_.size(), " groups)");
+  if (weight_decay)
+    check_hyper(std::isfinite(*weight_decay) && *weight_decay >= 0, w,
+                str("parameter group ", group, ": weight_decay must be finite and >= 0, got ", *weight_decay));
+  groups_[group].weight_decay = weight_decay;
+}
+
 void Optimizer::step() {
   NoGradGuard no_grad;
   // (before follow_param, which may start a reshaped parameter's state over: set_data may have made it a view)

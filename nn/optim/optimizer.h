@@ -70,6 +70,12 @@ class Optimizer {
   // The float32 master copy of a low-precision parameter called `name`, or an undefined tensor.
   Tensor master(const std::string& name) const;
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // Changes group `group`'s lr_scale, or its weight decay (nullopt: the optimizer's), between
+  // steps (PyTorch's param_groups[i]["lr"] = ...). Not in the state dict: groups are configuration.
+  void set_group_lr_scale(size_t group, double lr_scale);
+  void set_group_weight_decay(size_t group, std::optional<double> weight_decay);
+  // The weight decay of the groups that set none.
+  double weight_decay() const { return weight_decay_; }
   // "SGD", "Adam", "AdamW".
   const std::string& name() const { return name_; }
 

@@ -78,11 +78,14 @@ def _check_module_subclass(cls, **kwargs):
 _cf.nn.Module.__init_subclass__ = classmethod(_check_module_subclass)  # type: ignore[method-assign,assignment]
 
 # Written in Python on the bindings: cf.nn.ModuleDict, cf.nn.functional (torch.nn.functional's names),
-# cf.optim and cf.optim.lr_scheduler (torch.optim's).
+# cf.optim and cf.optim.lr_scheduler (torch.optim's), optimizer.param_groups.
 from ._containers import ModuleDict as _ModuleDict  # noqa: E402
 from . import _functional, _lr_scheduler, optim  # noqa: E402,F401
 
+from ._param_groups import ParamGroup as _ParamGroup  # noqa: E402
+
 _cf.nn.ModuleDict = _ModuleDict
+_cf.nn.ParamGroup = _ParamGroup  # (optimizer.param_groups, bound in C++, builds them)
 _cf.nn.functional = _functional
 _sys.modules[__name__ + ".nn.functional"] = _functional
 _sys.modules[__name__ + ".optim.lr_scheduler"] = _lr_scheduler

@@ -10,6 +10,7 @@ class ModuleDict(_cf.nn.Module):
     forward: a model picks its entries."""
 
     def __init__(self, modules=None):
+        """An empty ModuleDict, or one holding the entries of a dict or of (name, module) pairs."""
         super().__init__()
         if modules is not None:
             self.update(modules)
@@ -26,6 +27,8 @@ class ModuleDict(_cf.nn.Module):
     def __setitem__(self, key, module):
         if not isinstance(key, str):
             raise TypeError("[ModuleDict] names are strings, got %s" % type(key).__name__)
+        if key == "forward" or hasattr(type(self), key):  # "keys", "train": the entry would shadow the method
+            raise KeyError("[ModuleDict] %r names an attribute of %s; choose another name" % (key, type(self).__name__))
         self.register_module(key, module)
 
     def __delitem__(self, key):
@@ -64,3 +67,6 @@ class ModuleDict(_cf.nn.Module):
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise TypeError("[ModuleDict] update takes a dict or (name, module) pairs; item %d is %r" % (i, pair))
             self[pair[0]] = pair[1]
+
+
+ModuleDict.__module__ = "cf.nn"

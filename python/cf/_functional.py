@@ -111,6 +111,8 @@ def dropout(input, p=0.5, training=True, inplace=False):
     """Inverted dropout: zeros with probability p, the rest scaled by 1 / (1 - p); the identity when not
     training. The mask comes from cf's default generator (cf.manual_seed)."""
     _no_inplace(inplace, "dropout")
+    if training and p == 1:  # every element dropped (cf.dropout takes p < 1): zeros, as PyTorch
+        return input * 0.0
     return _cf.dropout(input, p, training)
 
 
@@ -175,19 +177,39 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):
     return input / _cf.clamp(n, eps, None)
 
 
+def _broadcast_shape(a, b, op):
+    """NumPy's broadcast of two shapes, or a ShapeError naming op."""
+    a, b = list(a), list(b)
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise _cf.ShapeError("[%s] shapes %s and %s cannot be broadcast together" % (op, a, b))
+    return [max(x, y) if 0 not in (x, y) else 0 for x, y in zip(a, b)]
+
+
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
-    """sum(x1 x2) / max(||x1|| ||x2||, eps) along dim (the operands broadcast)."""
+    """sum(x1 x2) / max(||x1|| ||x2||, eps) along dim, after broadcasting x1 and x2 to one shape."""
+    _check_tensor(x1, "x1", "cosine_similarity")
+    _check_tensor(x2, "x2", "cosine_similarity")
+    shape = _broadcast_shape(x1.shape, x2.shape, "cosine_similarity")
+    if not -len(shape) <= dim < len(shape):
+        raise _cf.IndexError("[cosine_similarity] dim %d is out of range for shape %s" % (dim, shape))
+    x1, x2 = _cf.expand(x1, shape), _cf.expand(x2, shape)
     dot = (x1 * x2).sum(dim)
     return dot / _cf.clamp(_cf.norm(x1, 2.0, dim) * _cf.norm(x2, 2.0, dim), eps, None)
 
 
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    """Cross entropy of logits (N, C) or (N, C, d1, ...) (class axis 1) against int64 class indices (N, d1,
-    ...) with ignore_index, class weights and label smoothing (cf.nn.cross_entropy), or against class
+    """Cross entropy of logits (N, C) or (N, C, d1, ...) (class axis 1), or (C,) for one sample, against int64
+    class indices (N, d1, ...) with ignore_index (every target ignored: 0, PyTorch NaN), class weights and label smoothing (cf.nn.cross_entropy), or against class
     probabilities of the input's shape (a floating target: soft labels, as PyTorch 1.10+; ignore_index does
     not apply there). reduction 'mean' over soft labels divides by the number of samples, as PyTorch."""
     _check_tensor(input, "input", "cross_entropy")
     _check_tensor(target, "target", "cross_entropy")
+    if input.dim() == 1:  # one sample (C,): as a batch of one, and its loss back without the batch axis
+        loss = cross_entropy(_cf.unsqueeze(input, 0), _cf.unsqueeze(target, 0), weight, ignore_index, reduction,
+                             label_smoothing)
+        return _cf.squeeze(loss, 0) if reduction == "none" else loss
     if not _cf.is_floating(target.dtype):
         return _cf.nn.cross_entropy(input, target, ignore_index, label_smoothing, weight, reduction)
     if list(target.shape) != list(input.shape):
@@ -216,10 +238,16 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
 
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     """Negative log likelihood of log-probabilities (N, C) or (N, C, d1, ...) (class axis 1) at int64 targets
-    (N, d1, ...): -input[n, target[n]] times the class weight; 'mean' divides by the summed weights of the
-    targets that are not ignore_index, as PyTorch."""
+    (N, d1, ...), or (C,) at a () target: -input[n, target[n]] times the class weight; 'mean' divides by the
+    summed weights of the targets that are not ignore_index, as PyTorch, and gives 0 when every target is
+    ignored (PyTorch: NaN), as cf.nn.cross_entropy does."""
     _check_tensor(input, "input", "nll_loss")
     _check_tensor(target, "target", "nll_loss")
+    if input.dim() == 1:  # one sample (C,)
+        loss = nll_loss(_cf.unsqueeze(input, 0), _cf.unsqueeze(target, 0), weight, ignore_index, reduction)
+        return _cf.squeeze(loss, 0) if reduction == "none" else loss
+    if target.dtype != _cf.int64:
+        raise _cf.DTypeError("[nll_loss] target must hold int64 class indices, got %s" % (target.dtype,))
     if input.dim() < 2 or [input.shape[0]] + list(input.shape[2:]) != list(target.shape):
         raise _cf.ShapeError("[nll_loss] input (N, C, d1, ...) and target (N, d1, ...) do not match: %s and %s"
                              % (list(input.shape), list(target.shape)))
@@ -231,13 +259,18 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     w = _cf.to(keep, input.dtype)
     if weight is not None:
         _check_tensor(weight, "weight", "nll_loss")
+        if list(weight.shape) != [input.shape[1]]:
+            raise _cf.ShapeError("[nll_loss] weight must have one entry per class (%d), got shape %s"
+                                 % (input.shape[1], list(weight.shape)))
         w = w * _cf.index_select(weight, 0, _cf.reshape(safe, [-1])).reshape(list(target.shape))
     loss = -picked * w
     if reduction == "none":
         return loss
     if reduction == "sum":
         return loss.sum()
-    return loss.sum() / w.sum()
+    total = w.sum()
+    # every target ignored (or none): 0 with a zero gradient, as cf.nn.cross_entropy (PyTorch: NaN)
+    return loss.sum() / _cf.where(total == 0, _cf.ones_like(total), total)
 
 
 def mse_loss(input, target, reduction="mean"):
@@ -250,12 +283,22 @@ def l1_loss(input, target, reduction="mean"):
     return _reduce(_cf.abs(input - target), reduction, "l1_loss")
 
 
+def _clamped_log(p):
+    """max(log p, -100), with a zero gradient where p = 0 (a plain clamp(log p) gave 0 * inf = NaN there)."""
+    positive = _cf.gt(p, 0)
+    safe = _cf.where(positive, p, _cf.ones_like(p))
+    return _cf.where(positive, _cf.clamp(_cf.log(safe), -100.0, None), _cf.full_like(p, -100.0))
+
+
 def binary_cross_entropy(input, target, weight=None, reduction="mean"):
     """-(t log(p) + (1 - t) log(1 - p)) of probabilities p, each log clamped at -100 as PyTorch. Prefer
     binary_cross_entropy_with_logits (stable, and safe under autocast)."""
-    log_p = _cf.clamp(_cf.log(input), -100.0, None)
-    log_q = _cf.clamp(_cf.log(1.0 - input), -100.0, None)
-    loss = -(target * log_p + (1.0 - target) * log_q)
+    _check_tensor(input, "input", "binary_cross_entropy")
+    _check_tensor(target, "target", "binary_cross_entropy")
+    if list(input.shape) != list(target.shape):
+        raise _cf.ShapeError("[binary_cross_entropy] input %s and target %s must have the same shape"
+                             % (list(input.shape), list(target.shape)))
+    loss = -(target * _clamped_log(input) + (1.0 - target) * _clamped_log(1.0 - input))
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction, "binary_cross_entropy")
@@ -269,22 +312,26 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
     """softmax(q k^T scale + mask) v for q (..., L, E), k (..., S, E), v (..., S, Ev), scale 1/sqrt(E) by default.
 
-    4-d inputs without a mask, with a causal one, or with a boolean attn_mask that only masks keys (shape
-    (B, 1, 1, S) or (1, 1, 1, S), True = attend, as PyTorch's) run cf's fused kernel (cf.flash_attention:
-    no (L, S) matrix). Any other attn_mask (boolean, True = attend; or floating, added to the scores) and
+    is_causal: query i sees keys j <= i (PyTorch's top-left alignment; cf.flash_attention's own causal flag
+    aligns bottom-right, j <= i + S - L). 4-d inputs without a mask, with a causal one and L == S, or with a
+    boolean attn_mask that only masks keys (shape (B, 1, 1, S) or (1, 1, 1, S), True = attend, as PyTorch's)
+    run cf's fused kernel (cf.flash_attention: no (L, S) matrix). Any other attn_mask (boolean, True = attend; or floating, added to the scores) and
     other ranks take the dense path. dropout_p drops attention weights from cf's default generator. A query
     with every key masked outputs zeros (PyTorch: NaN)."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check_tensor(t, name, "scaled_dot_product_attention")
+    if attn_mask is not None:
+        _check_tensor(attn_mask, "attn_mask", "scaled_dot_product_attention")
     if is_causal and attn_mask is not None:
         raise _cf.ValueError("[scaled_dot_product_attention] give attn_mask or is_causal, not both")
     e = query.shape[-1]
-    s = key.shape[-2]
+    length, s = query.shape[-2], key.shape[-2]
     scale_value = 1.0 / _math.sqrt(e) if scale is None else float(scale)
     if query.dim() == 4 and key.dim() == 4 and value.dim() == 4:
-        if attn_mask is None:
+        # (cf.flash_attention's causal mask is aligned bottom-right, PyTorch's top-left: the same when L == S)
+        if attn_mask is None and (not is_causal or length == s):
             return _cf.flash_attention(query, key, value, None, scale_value, is_causal, dropout_p)
-        if (attn_mask.dtype == _cf.bool and attn_mask.dim() == 4 and attn_mask.shape[1] == 1
+        if (attn_mask is not None and attn_mask.dtype == _cf.bool and attn_mask.dim() == 4 and attn_mask.shape[1] == 1
                 and attn_mask.shape[2] == 1 and attn_mask.shape[3] == s
                 and attn_mask.shape[0] in (1, query.shape[0])):
             padding = _cf.logical_not(_cf.reshape(attn_mask, [attn_mask.shape[0], s]))
@@ -292,17 +339,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 padding = _cf.contiguous(_cf.expand(padding, [query.shape[0], s]))
             return _cf.flash_attention(query, key, value, padding, scale_value, False, dropout_p)
     scores = _cf.matmul(query, _cf.transpose(key, -1, -2)) * scale_value
-    if is_causal:
-        length = query.shape[-2]
-        # query i sees key j <= i + S - L (cf.flash_attention's rule; PyTorch's tril for L == S)
-        allowed = _cf.tril(_cf.ones([length, s], dtype=_cf.bool, device=query.device), s - length)
+    if is_causal:  # query i sees key j <= i (PyTorch's top-left tril)
+        allowed = _cf.tril(_cf.ones([length, s], dtype=_cf.bool, device=query.device))
         scores = _cf.masked_fill(scores, _cf.logical_not(allowed), float("-inf"))
     elif attn_mask is not None:
-        _check_tensor(attn_mask, "attn_mask", "scaled_dot_product_attention")
         if attn_mask.dtype == _cf.bool:
             scores = _cf.masked_fill(scores, _cf.logical_not(attn_mask), float("-inf"))
         else:
-            scores = scores + attn_mask
+            scores = scores + _cf.to(attn_mask, scores.dtype)
     weights = _cf.softmax(scores, -1)
     if dropout_p > 0:
         weights = _cf.dropout(weights, dropout_p, True)

@@ -9,24 +9,38 @@ of its own step() calls instead, the way PyTorch scripts use them:
         train_one_epoch(...)      # opt.step() inside
         sched.step()
 
-At construction the optimizer's lr is the rate of epoch 0; each step() moves to the next epoch and sets the
+At construction the optimizer's lr is the base rate (a later scheduler on the same optimizer takes the one the
+first saw, as torch's "initial_lr"), and epoch 0 gets the schedule's first rate; each step() moves to the next epoch and sets the
 optimizer's lr (cf's optimizer has one lr; each parameter group takes lr times its lr_scale). The classes
 with a cf schedule behind them (StepLR, ExponentialLR, CosineAnnealingLR, and LRScheduler over any
 cf.nn.LRSchedule) take their rates from it.
 """
 import bisect as _bisect
+import numbers as _numbers
+import weakref as _weakref
 
 from . import _cf
+
+# The lr an optimizer had when its first scheduler was built (torch.optim's per-group "initial_lr"): a
+# later scheduler on the same optimizer (warmup, then decay) starts from it, not from what the first left.
+_initial_lrs = _weakref.WeakKeyDictionary()
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR"]
 
 
 def _lr_of(optimizer, scheduler):
-    """optimizer.lr, after checking that it is a cf optimizer (scheduler: the class, for the message)."""
+    """The optimizer's initial lr (its lr when its first scheduler was built), after checking that it is a
+    cf optimizer (scheduler: the class, for the message)."""
     if not isinstance(optimizer, _cf.nn.Optimizer):
         raise TypeError("[%s] takes a cf optimizer (cf.nn.SGD, Adam, AdamW), got %s"
                         % (scheduler.__name__, type(optimizer).__name__))
-    return optimizer.lr
+    return _initial_lrs.setdefault(optimizer, optimizer.lr)
+
+
+def _integer(value, what, scheduler, low):
+    if not isinstance(value, _numbers.Integral) or isinstance(value, bool) or value < low:
+        raise _cf.ValueError("[%s] %s must be an integer >= %d, got %r" % (scheduler, what, low, value))
+    return int(value)
 
 
 class LRScheduler:
@@ -36,7 +50,7 @@ class LRScheduler:
     schedule.apply(optimizer) before each optimizer.step()); or a function epoch -> rate."""
 
     def __init__(self, optimizer, schedule, last_epoch=-1):
-        _lr_of(optimizer, type(self))
+        base_lr = _lr_of(optimizer, type(self))
         if isinstance(schedule, _cf.nn.LRSchedule):
             self._rate = lambda epoch, s=schedule: s.lr_at(epoch + 1)
         elif callable(schedule):
@@ -44,22 +58,25 @@ class LRScheduler:
         else:
             raise TypeError("[%s] schedule must be a cf.nn.LRSchedule or a function epoch -> learning rate, got %s"
                             % (type(self).__name__, type(schedule).__name__))
-        if not isinstance(last_epoch, int) or last_epoch < -1:
-            raise _cf.ValueError("[%s] last_epoch must be an int >= -1, got %r" % (type(self).__name__, last_epoch))
+        last_epoch = _integer(last_epoch, "last_epoch", type(self).__name__, -1)
         self.optimizer = optimizer
-        self.base_lr = optimizer.lr
+        self.base_lr = base_lr
         self.last_epoch = last_epoch
         self._last_lr = optimizer.lr
         self.step()
 
     def get_last_lr(self):
-        """The learning rate the last step() set, as a one-element list (PyTorch lists one per group; cf's
-        groups scale the optimizer's one lr)."""
-        return [self._last_lr]
+        """Each parameter group's rate after the last step(): the optimizer's lr the step set, times the
+        group's lr_scale."""
+        return [self._last_lr * g["lr_scale"] for g in self.optimizer.param_groups]
 
-    def step(self):
-        """Moves to the next epoch and sets the optimizer's lr to its rate."""
-        self.last_epoch += 1
+    def step(self, epoch=None):
+        """Moves to the next epoch (or to `epoch`, PyTorch's deprecated form) and sets the optimizer's lr to
+        its rate."""
+        if epoch is None:
+            self.last_epoch += 1
+        else:
+            self.last_epoch = _integer(epoch, "epoch", type(self).__name__, 0)
         self._apply()
 
     def _apply(self):
@@ -101,6 +118,7 @@ class StepLR(LRScheduler):
     """lr * gamma^floor(e / step_size) (cf.nn.StepLR)."""
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
+        step_size = _integer(step_size, "step_size", "StepLR", 1)
         super().__init__(optimizer, _cf.nn.StepLR(_lr_of(optimizer, StepLR), step_size, gamma), last_epoch)
 
 
@@ -112,12 +130,11 @@ class ExponentialLR(LRScheduler):
 
 
 class MultiStepLR(LRScheduler):
-    """lr * gamma^(number of milestones <= e); milestones increasing epochs."""
+    """lr * gamma^(number of milestones <= e); milestones are epochs, in any order (one repeated twice
+    counts twice)."""
 
     def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
-        milestones = list(milestones)
-        if any(not isinstance(m, int) for m in milestones) or milestones != sorted(milestones):
-            raise _cf.ValueError("[MultiStepLR] milestones must be increasing integers, got %r" % (milestones,))
+        milestones = sorted(_integer(m, "a milestone", "MultiStepLR", 0) for m in milestones)
         base = _lr_of(optimizer, MultiStepLR)
         super().__init__(optimizer, lambda epoch: base * gamma ** _bisect.bisect_right(milestones, epoch),
                          last_epoch)
@@ -128,6 +145,7 @@ class CosineAnnealingLR(LRScheduler):
     without warmup). PyTorch's rate climbs back along the cosine after T_max; cf's stays at eta_min."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
+        T_max = _integer(T_max, "T_max", "CosineAnnealingLR", 1)
         schedule = _cf.nn.WarmupCosineLR(_lr_of(optimizer, CosineAnnealingLR), 0, T_max, eta_min)
         # epoch e is the cosine's step e (its step 0 is the peak), not update e + 1 as LRScheduler reads cf's
         super().__init__(optimizer, lambda epoch: schedule.lr_at(epoch), last_epoch)

@@ -868,7 +868,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
     }
     return out;
   };
-  nb::class_<cnn::Optimizer>(nn, "Optimizer",
+  nb::class_<cnn::Optimizer>(nn, "Optimizer", nb::is_weak_referenceable(),  // (lr_scheduler's initial lrs)
                              "Base of SGD, Adam, AdamW: step(), zero_grad(), lr, and a strict state dict keyed by "
                              "parameter name (a checkpoint resumes bit-identically).")
       .def("step", &cnn::Optimizer::step, release_gil(), "One update of every parameter that has a gradient.")
@@ -884,6 +884,31 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            "Drop every parameter's gradient (set_to_none=False: fill the existing ones with zeros instead).")
       .def_prop_rw("lr", &cnn::Optimizer::lr, &cnn::Optimizer::set_lr)
       .def_prop_ro("step_count", &cnn::Optimizer::step_count)
+      .def_prop_ro("weight_decay", &cnn::Optimizer::weight_decay,
+                   "The weight decay of the parameter groups that set none of their own.")
+      .def_prop_ro("param_groups",
+                   [](cnn::Optimizer& o) {
+                     return nb::module_::import_("cf._param_groups").attr("param_groups")(nb::find(&o));
+                   },
+                   nb::sig("def param_groups(self) -> list[cf.nn.ParamGroup]"),
+                   "torch.optim's param_groups: one live cf.nn.ParamGroup view per group, read and written as a dict "
+                   "(\"params\", \"lr\", \"lr_scale\", \"weight_decay\").")
+      // for param_groups (cf/_param_groups.py): group i's tensors, lr_scale and weight decay
+      .def("_group_count", [](const cnn::Optimizer& o) { return o.param_groups().size(); })
+      .def("_group_params",
+           [](const cnn::Optimizer& o, size_t i) {
+             CF_CHECK(i < o.param_groups().size(), IndexError, "[", o.name(), ".param_groups] group ", i,
+                      " does not exist (", o.param_groups().size(), " groups)");
+             std::vector<Tensor> out;
+             for (const auto& [name, p] : o.param_groups()[i].params) out.push_back(p);
+             return out;
+           })
+      .def("_group_lr_scale", [](const cnn::Optimizer& o, size_t i) { return o.param_groups().at(i).lr_scale; })
+      .def("_group_weight_decay",
+           [](const cnn::Optimizer& o, size_t i) { return o.param_groups().at(i).weight_decay; })
+      .def("_set_group_lr_scale", &cnn::Optimizer::set_group_lr_scale)
+      .def("_set_group_weight_decay", &cnn::Optimizer::set_group_weight_decay, nb::arg("group"),
+           nb::arg("weight_decay").none())
       .def_prop_ro("name", &cnn::Optimizer::name)
       .def("state_dict", [](const cnn::Optimizer& o) { return state_dict_to_python(o.state_dict()); })
       .def("load_state_dict",

@@ -199,6 +199,14 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
             return cf::fill_(t, fill_double(v));
           }, "Set every element to value.", nb::arg("value"));
   inplace("zero_", [](Tensor& t) -> Tensor& { return cf::zero_(t); }, "Set every element to 0.");
+  inplace("masked_fill_", [](Tensor& t, const Tensor& mask, const FillValue& v) -> Tensor& {
+            if (auto exact = exact_int64_fill(v, t.dtype(), t.device())) {  // (an int64 beyond 2^53 is not a double)
+              cf::masked_fill_(t, mask, 0.0);  // every check, under this op's name
+              return cf::copy_(t, cf::where(mask, *exact, t));
+            }
+            return cf::masked_fill_(t, mask, fill_double(v));
+          }, "Set the elements where mask (bool, broadcast to t) is true to value, in place; returns t.",
+          nb::arg("mask"), nb::arg("value"));
   inplace("copy_", [](Tensor& t, const Tensor& src) -> Tensor& { return cf::copy_(t, src); },
           "Copy src (broadcast to t's shape, dtype converted) into t.", nb::arg("src"));
 }

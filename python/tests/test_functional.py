@@ -212,8 +212,8 @@ def test_scaled_dot_product_attention_fused_and_dense_paths():
     np.testing.assert_allclose(a(F.scaled_dot_product_attention(q, k, v)), attention_np(qv, kv, vv), rtol=1e-10)
     np.testing.assert_allclose(a(F.scaled_dot_product_attention(q, k, v, scale=0.3)),
                                attention_np(qv, kv, vv, scale=0.3), rtol=1e-10)
-    # causal with L != S: query i sees keys j <= i + S - L, on the fused and on the dense (3-d) path
-    causal = np.tril(np.ones((5, 7), bool), 2)
+    # causal with L != S: query i sees keys j <= i (PyTorch's top-left alignment), 4-d and 3-d
+    causal = np.tril(np.ones((5, 7), bool))
     np.testing.assert_allclose(a(F.scaled_dot_product_attention(q, k, v, is_causal=True)),
                                attention_np(qv, kv, vv, allowed=causal), rtol=1e-10)
     q3, k3, v3 = (cf.reshape(t, [6] + list(t.shape[2:])) for t in (q, k, v))
@@ -235,6 +235,16 @@ def test_scaled_dot_product_attention_fused_and_dense_paths():
     bias = rnd([5, 7], 28)
     np.testing.assert_allclose(a(F.scaled_dot_product_attention(q, k, v, attn_mask=bias)),
                                attention_np(qv, kv, vv, additive=a(bias)), rtol=1e-10)
+    # causal with L == S takes the fused kernel; its answer is the dense one
+    np.testing.assert_allclose(a(F.scaled_dot_product_attention(q, k[:, :, 0:5], v[:, :, 0:5], is_causal=True)),
+                               attention_np(qv, kv[:, :, 0:5], vv[:, :, 0:5], allowed=np.tril(np.ones((5, 5), bool))),
+                               rtol=1e-10)
+    # a float32 mask on float64 scores is cast, a non-tensor mask named
+    np.testing.assert_allclose(a(F.scaled_dot_product_attention(q, k, v, attn_mask=cf.to(bias, cf.float32))),
+                               attention_np(qv, kv, vv, additive=a(cf.to(cf.to(bias, cf.float32), cf.float64))),
+                               rtol=1e-10)
+    with pytest.raises(TypeError, match=r"^\[scaled_dot_product_attention\] attn_mask must be a cf.Tensor, got list"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=[[True]])
     with pytest.raises(cf.ValueError, match=r"^\[scaled_dot_product_attention\] give attn_mask or is_causal"):
         F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, is_causal=True)
     gradcheck_ok(lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, attn_mask=bias[0:3, 0:4]),
@@ -311,3 +321,40 @@ def test_every_function_matches_torch_nn_functional():
             continue
         np.testing.assert_allclose(np.asarray(a(ours), dtype=np.float64), theirs.double().numpy(), rtol=1e-10,
                                    atol=1e-12, err_msg=name)
+
+
+def test_review_findings_on_functional():
+    # binary_cross_entropy at p exactly 0 or 1 (sigmoid(20) in float32): a finite gradient, PyTorch's
+    z = cf.tensor([-20.0, 20.0, 0.0]).requires_grad_(True)
+    F.binary_cross_entropy(cf.sigmoid(z), cf.tensor([0.0, 1.0, 1.0])).backward()
+    g = a(z.grad)
+    assert np.isfinite(g).all() and g[1] == 0.0 and abs(g[2] + 1 / 6) < 1e-6
+    with pytest.raises(cf.ShapeError, match=r"^\[binary_cross_entropy\] input \[3, 1\] and target \[3, 4\] must"):
+        F.binary_cross_entropy(cf.full([3, 1], 0.5), cf.ones([3, 4]))
+    # nll_loss with every target ignored: 0 and a zero gradient, as cross_entropy (PyTorch: NaN)
+    x = rnd([3, 4], 60, requires_grad=True)
+    ignored = cf.full([3], -100, dtype=cf.int64)
+    loss = F.nll_loss(x, ignored)
+    loss.backward()
+    assert loss.item() == 0.0 and (a(x.grad) == 0).all()
+    assert F.cross_entropy(x, ignored).item() == 0.0
+    with pytest.raises(cf.DTypeError, match=r"^\[nll_loss\] target must hold int64 class indices"):
+        F.nll_loss(x, cf.zeros([3]))
+    with pytest.raises(cf.ShapeError, match=r"^\[nll_loss\] weight must have one entry per class \(4\)"):
+        F.nll_loss(x, cf.tensor([0, 1, 2]), weight=cf.ones([3], dtype=cf.float64))
+    # one sample (C,) with a () target, for both losses and for class probabilities
+    logits, target = rnd([5], 61), cf.tensor(3)
+    assert cf.allclose(F.cross_entropy(logits, target), F.cross_entropy(cf.unsqueeze(logits, 0), cf.tensor([3])))
+    assert cf.allclose(F.nll_loss(logits, target), -logits[3])
+    assert F.cross_entropy(logits, target, reduction="none").shape == ()
+    probs = cf.softmax(rnd([5], 62), 0)
+    np.testing.assert_allclose(a(F.cross_entropy(logits, probs)).item(),
+                               -(a(probs) * np.log(softmax_np(a(logits), 0))).sum(), rtol=1e-12)
+    # cosine_similarity broadcasts operands of different ranks
+    u, v = rnd([4], 63), rnd([3, 4], 64)
+    want = (a(v) @ a(u)) / (np.linalg.norm(a(v), axis=1) * np.linalg.norm(a(u)))
+    np.testing.assert_allclose(a(F.cosine_similarity(u, v)), want, rtol=1e-12)
+    with pytest.raises(cf.ShapeError, match=r"^\[cosine_similarity\] shapes \[1, 4\] and \[3, 5\] cannot be"):
+        F.cosine_similarity(u, rnd([3, 5], 65))
+    # dropout with p = 1 drops everything
+    assert a(F.dropout(rnd([4], 66), 1.0)).tolist() == [0.0] * 4

@@ -81,7 +81,75 @@ def test_scheduler_state_resumes_and_bad_input_is_named():
         lr_scheduler.StepLR([], 2)
     with pytest.raises(TypeError, match=r"^\[LRScheduler\] schedule must be a cf.nn.LRSchedule or a function"):
         lr_scheduler.LRScheduler(opt, 3)
-    with pytest.raises(cf.ValueError, match=r"^\[MultiStepLR\] milestones must be increasing integers"):
-        lr_scheduler.MultiStepLR(opt, [5, 2])
-    with pytest.raises(cf.ValueError, match=r"^\[LambdaLR\] last_epoch must be an int >= -1"):
+    with pytest.raises(cf.ValueError, match=r"^\[MultiStepLR\] a milestone must be an integer >= 0, got 2.5"):
+        lr_scheduler.MultiStepLR(opt, [5, 2.5])
+    with pytest.raises(cf.ValueError, match=r"^\[LambdaLR\] last_epoch must be an integer >= -1"):
         lr_scheduler.LambdaLR(opt, lambda e: 1.0, last_epoch=-2)
+    with pytest.raises(cf.ValueError, match=r"^\[CosineAnnealingLR\] T_max must be an integer >= 1, got 0"):
+        lr_scheduler.CosineAnnealingLR(opt, 0)
+
+
+def test_review_findings_on_schedulers():
+    import numpy as np
+    # a second scheduler on the same optimizer starts from the first one's base lr (torch's initial_lr)
+    _, opt = make_opt(0.1)
+    warm = lr_scheduler.LambdaLR(opt, lambda e: min(1.0, e / 3))
+    assert opt.lr == 0.0
+    for _ in range(3):
+        warm.step()
+    main = lr_scheduler.CosineAnnealingLR(opt, T_max=6)
+    assert main.base_lr == 0.1 and opt.lr == pytest.approx(0.1)
+    main.step()
+    assert opt.lr == pytest.approx(0.05 * (1 + math.cos(math.pi / 6)))
+    # unsorted (and NumPy) milestones, NumPy integers, step(epoch)
+    _, opt = make_opt(1.0)
+    sched = lr_scheduler.MultiStepLR(opt, np.array([5, 2]), gamma=0.5, last_epoch=np.int64(-1))
+    sched.step(np.int64(6))
+    assert sched.last_epoch == 6 and opt.lr == pytest.approx(0.25)
+    # get_last_lr lists each group's rate
+    w, b = cf.randn([2], requires_grad=True), cf.randn([2], requires_grad=True)
+    opt = optim.SGD([{"params": [w]}, {"params": [b], "lr": 0.05}], lr=0.1)
+    sched = lr_scheduler.StepLR(opt, 1, 0.5)
+    sched.step()
+    assert sched.get_last_lr() == pytest.approx([0.05, 0.025])
+
+
+def test_param_groups_read_and_write_as_torch_optims():
+    w, b = cf.randn([3], requires_grad=True), cf.randn([2], requires_grad=True)
+    opt = optim.AdamW([{"params": [w]}, {"params": [b], "weight_decay": 0.0, "lr": 0.05}], lr=0.1,
+                      weight_decay=0.01)
+    groups = opt.param_groups
+    assert len(groups) == 2 and isinstance(groups[0], cf.nn.ParamGroup)
+    assert groups[0]["params"][0] is w and groups[1]["params"][0] is b
+    assert groups[0]["lr"] == pytest.approx(0.1) and groups[1]["lr"] == pytest.approx(0.05)
+    assert groups[0]["weight_decay"] == 0.01 and groups[1]["weight_decay"] == 0.0 and opt.weight_decay == 0.01
+    assert dict(groups[1])["lr_scale"] == pytest.approx(0.5) and set(groups[0]) == {"params", "lr", "lr_scale",
+                                                                                    "weight_decay"}
+    for g in opt.param_groups:  # the manual-warmup idiom
+        g["lr"] = g["lr"] * 0.5
+    assert opt.lr == 0.1 and [g["lr"] for g in opt.param_groups] == pytest.approx([0.05, 0.025])
+    groups[0]["weight_decay"] = None  # back to the optimizer's
+    groups[1]["weight_decay"] = 0.2
+    assert groups[1]["weight_decay"] == 0.2
+    # the written rates drive the update: SGD moves a parameter by exactly rate * gradient
+    p = cf.zeros([1], dtype=cf.float64, requires_grad=True)
+    sgd = optim.SGD([p], lr=0.1)
+    sgd.param_groups[0]["lr"] = 0.3
+    assert sgd.lr == pytest.approx(0.3)
+    (p * 2.0).sum().backward()
+    sgd.step()
+    assert p.tolist() == pytest.approx([-0.6])
+    with pytest.raises(KeyError, match=r"\[AdamW.param_groups\] a parameter group takes the keys params, lr, "
+                                       r"lr_scale, weight_decay, not 'momentum'"):
+        groups[0]["momentum"] = 0.9
+    with pytest.raises(KeyError, match=r"\[AdamW.param_groups\] no key 'betas'"):
+        groups[0]["betas"]
+    with pytest.raises(TypeError, match=r"^\[AdamW.param_groups\] a group's params are fixed"):
+        groups[0]["params"] = []
+    with pytest.raises(cf.ValueError, match=r"^\[AdamW.set_group_lr_scale\] parameter group 1: lr_scale must be "
+                                            r"finite and >= 0, got -1"):
+        groups[1]["lr_scale"] = -1
+    opt.lr = 0.0
+    with pytest.raises(cf.ValueError, match=r"^\[AdamW.param_groups\] the optimizer's lr is 0"):
+        groups[1]["lr"] = 0.1
+

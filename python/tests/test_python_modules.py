@@ -583,6 +583,8 @@ def test_module_dict_registers_its_entries_as_submodules():
         del d["cls"]
     with pytest.raises(TypeError, match=r"^\[ModuleDict\] an entry cannot be removed"):
         d.pop("cls")
+    with pytest.raises(KeyError, match=r"\[ModuleDict\] 'forward' names an attribute of ModuleDict"):
+        d["forward"] = cf.nn.Linear(1, 1)
     with pytest.raises(TypeError, match=r"^\[ModuleDict\] names are strings, got int"):
         d[3] = cf.nn.Linear(1, 1)
     with pytest.raises(TypeError, match=r"^\[ModuleDict\] update takes a dict or \(name, module\) pairs; item 0"):

@@ -788,3 +788,24 @@ def test_review_findings_on_operators_and_conveniences():
     loader = cf.data.DataLoader(data, batch_size=2, shuffle=True)
     again = cf.data.DataLoader(data, batch_size=2, shuffle=True, seed=loader.seed)
     assert [b.indices for b in loader] == [b.indices for b in again]
+
+
+def test_masked_fill_in_place():
+    x = cf.zeros([2, 3])
+    mask = cf.tensor([True, False, True])
+    assert x.masked_fill_(mask, 5.0) is x and x.tolist() == [[5, 0, 5], [5, 0, 5]]
+    v = x.version
+    assert cf.masked_fill_(x, cf.tensor([[False], [True]]), -1) is x and x.tolist() == [[5, 0, 5], [-1, -1, -1]]
+    assert x.version > v
+    big = cf.zeros([3], dtype=cf.int64)
+    big.masked_fill_(mask, 2 ** 60 + 1)  # exact beyond 2^53
+    assert big.tolist() == [2 ** 60 + 1, 0, 2 ** 60 + 1]
+    col = cf.zeros([3, 2])[:, 1]  # a strided view: written through
+    col.masked_fill_(mask, 1.0)
+    assert col.tolist() == [1, 0, 1]
+    with pytest.raises(cf.AutogradError, match=r"^\[masked_fill_\] in-place change of a tensor that requires grad"):
+        cf.randn([3], requires_grad=True).masked_fill_(mask, 1.0)
+    with pytest.raises(cf.ShapeError, match=r"^\[masked_fill_\] shapes \(2,3\) and \(2\) cannot be broadcast"):
+        x.masked_fill_(cf.tensor([True, False]), 1.0)
+    with pytest.raises(cf.DTypeError, match=r"^\[masked_fill_\] argument 'mask' must be bool, got float32"):
+        x.masked_fill_(cf.ones([3]), 1.0)

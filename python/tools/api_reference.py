@@ -63,7 +63,7 @@ def first_doc_line(obj):
     doc = inspect.getdoc(obj) or ""
     lines = [l.strip() for l in doc.splitlines()]
     sigs = [l for l in lines if l and "(" in l and l.split("(")[0].replace(".", "").replace("_", "").isalnum()
-            and l.endswith(("", ")")) and " -> " in l or l.startswith(("def ",))]
+            and " -> " in l and not l.endswith(".") or l.startswith(("def ",))]  # (a sentence is no signature)
     # nanobind's overloads: "Overloaded function." then "1. ``sig``" before each description
     # the first paragraph of description, joined (a Python class's docstring wraps its sentences over lines:
     # its first line alone stopped mid-sentence)

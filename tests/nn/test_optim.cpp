@@ -264,6 +264,35 @@ TEST_CASE("parameter groups: lr_scale and a per-group weight decay") {
   check_close(frozen, {7}, 0);
 }
 
+TEST_CASE("parameter groups changed between steps: lr_scale and weight decay, and bad values named") {
+  Tensor w = param(kFloat64, {1}, {1});
+  Tensor b = param(kFloat64, {1}, {1});
+  nn::SGDOptions o;
+  o.lr = 0.1;
+  o.weight_decay = 0.5;
+  nn::SGD opt({nn::ParamGroup{{{"w", w}}, 1.0, std::nullopt}, nn::ParamGroup{{{"b", b}}, 1.0, std::nullopt}}, o);
+  CHECK(opt.weight_decay() == 0.5);
+  opt.set_group_lr_scale(1, 2.0);
+  opt.set_group_weight_decay(0, 0.0);
+  sum(mul(w, 1.0)).backward();  // g = 1
+  sum(mul(b, 1.0)).backward();
+  opt.step();
+  check_close(w, {1 - 0.1 * 1}, 1e-15);              // its own decay 0
+  check_close(b, {1 - 0.2 * (1 + 0.5 * 1)}, 1e-15);  // lr 0.1 * 2, the optimizer's decay
+  opt.set_group_weight_decay(0, std::nullopt);
+  CHECK(!opt.param_groups()[0].weight_decay.has_value());
+  CHECK_THROWS_WITH_AS(opt.set_group_lr_scale(2, 1.0), "[SGD.set_group_lr_scale] group 2 does not exist (2 groups)",
+                       IndexError);
+  CHECK_THROWS_WITH_AS(opt.set_group_lr_scale(0, -1.0),
+                       "[SGD.set_group_lr_scale] parameter group 0: lr_scale must be finite and >= 0, got -1",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(opt.set_group_weight_decay(1, std::nan("")),
+                       "[SGD.set_group_weight_decay] parameter group 1: weight_decay must be finite and >= 0, got nan",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(opt.set_group_weight_decay(5, 0.1), "[SGD.set_group_weight_decay] group 5 does not exist (2 groups)",
+                       IndexError);
+}
+
 TEST_CASE("optimizers decrease a least-squares loss and the Rosenbrock function") {
   Generator gen(11);
   Tensor X = rand({32, 4}, kFloat32, gen, -1, 1);

@@ -293,6 +293,26 @@ TEST_CASE("one_hot is a 0/1 tensor and not differentiable") {
   check_close(scalar, {0, 0, 1});
 }
 
+TEST_CASE("masked_fill_ writes in place, through a strided view, and refuses what masked_fill refuses") {
+  Tensor x = Tensor::zeros({3, 2});
+  Tensor col = slice(x, 1, 1, 2);  // (3, 1), stride 2
+  Tensor mask = Tensor::from_vector(std::vector<bool>{true, false, true}, {3, 1});
+  const int64_t v = x.version();
+  CHECK(&masked_fill_(col, mask, 4.0) == &col);
+  CHECK(values(x) == std::vector<double>{0, 4, 0, 0, 0, 4});
+  CHECK(x.version() > v);
+  CHECK_THROWS_WITH_AS(masked_fill_(x, Tensor::from_vector(std::vector<bool>{true, false, true}, {3}), 1.0),
+                       "[masked_fill_] shapes (3,2) and (3) cannot be broadcast together", ShapeError);
+  CHECK_THROWS_WITH_AS(masked_fill_(x, Tensor::zeros({3, 2}), 1.0),
+                       "[masked_fill_] argument 'mask' must be bool, got float32 (3,2) on cpu", DTypeError);
+  Tensor ints = Tensor::zeros({2}, kInt64);
+  CHECK_THROWS_WITH_AS(masked_fill_(ints, Tensor::from_vector(std::vector<bool>{true, false}, {2}), std::nan("")),
+                       doctest::Contains("[masked_fill_] value nan cannot be stored in"), ValueError);
+  Tensor leaf = leaf64({2});
+  CHECK_THROWS_WITH_AS(masked_fill_(leaf, Tensor::from_vector(std::vector<bool>{true, false}, {2}), 1.0),
+                       doctest::Contains("[masked_fill_] in-place change of a tensor that requires grad"), AutogradError);
+}
+
 TEST_CASE("index ops record the registry name and differentiate only float inputs") {
   Tensor x = leaf64({3, 4});
   Tensor idx = ti64({0, 1, 1, 2, 3, 3}, {3, 2});
