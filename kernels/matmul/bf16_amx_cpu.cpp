@@ -25,8 +25,9 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 // GCC 12's AVX-512 intrinsics fill their unused source operand with _mm512_undefined_epi32()
-// (`__m512i __Y = __Y;`), which -Wmaybe-uninitialized reports wherever they are inlined.
+// (`__m512i __Y = __Y;`), which -Wmaybe-uninitialized and -Wuninitialized report wherever they are inlined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -102,28 +103,75 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void round_row(const float*
   }
 }
 
+// 16 dwords of (k, k+1) pairs: element j of row0 in the low half of dword j, of row1 in the high
+// half; the first `w` columns of each row are read (rows that do not exist are zeros).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) __m512i interleave_pairs(const BFloat16* row0, bool has0,
+                                                                               const BFloat16* row1, bool has1,
+                                                                               int64_t w) {
+  const __mmask16 m = __mmask16((1u << w) - 1u);
+  const __m256i r0 = has0 && w > 0 ? _mm256_maskz_loadu_epi16(m, row0) : _mm256_setzero_si256();
+  const __m256i r1 = has1 && w > 0 ? _mm256_maskz_loadu_epi16(m, row1) : _mm256_setzero_si256();
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(r0), _mm512_slli_epi32(_mm512_cvtepu16_epi32(r1), 16));
+}
+
+// r[i] dword j -> r[j] dword i: a 16 x 16 transpose of 32-bit elements in registers (unpack within
+// 128-bit lanes, then two rounds of lane shuffles), how the transposed operands reach tile layout.
+__attribute__((target("avx512f"))) void transpose_16x16_dwords(__m512i r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(_mm512_castsi512_ps(r[i]), _mm512_castsi512_ps(r[i + 1]));
+    t[i + 1] = _mm512_unpackhi_ps(_mm512_castsi512_ps(r[i]), _mm512_castsi512_ps(r[i + 1]));
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {  // 128-bit lanes: rows i and 4 + i, then 8 + i and 12 + i
+    t[i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xdd);
+    t[8 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_castps_si512(_mm512_shuffle_f32x4(t[i], t[8 + i], 0x88));
+    r[8 + i] = _mm512_castps_si512(_mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd));
+  }
+}
+
 // A (M x K, strides rs, cs) into tiles: row group g (16 rows) and k block kb (32 values) are the
 // 1 KB at ap + (g * Kp/32 + kb) * 512, 32 values per row. (Row-major A with its K-long rows put the
 // 16 rows of a tile 2 K bytes apart, 4 KB at K = 2048: one L1 set for all of them.)
-__attribute__((target("avx512f,avx512bw"))) void pack_a(const BFloat16* a, int64_t rs, int64_t cs, int64_t M,
-                                                         int64_t K, int64_t Mp, int64_t Kp, uint16_t* ap) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_a(const BFloat16* a, int64_t rs, int64_t cs,
+                                                                  int64_t M, int64_t K, int64_t Mp, int64_t Kp,
+                                                                  uint16_t* ap) {
   const int64_t kblocks = Kp / 32;
   for (int64_t g = 0; g < Mp / 16; ++g)
     for (int64_t kb = 0; kb < kblocks; ++kb) {
       uint16_t* tile = ap + (g * kblocks + kb) * 512;
-      const int64_t k0 = 32 * kb, kn = std::max<int64_t>(0, std::min<int64_t>(32, K - k0));
+      const int64_t k0 = 32 * kb, kn = std::max<int64_t>(0, std::min<int64_t>(32, K - k0)),
+                    rn = std::clamp<int64_t>(M - 16 * g, 0, 16);
       if (cs == 1) {
         for (int64_t r = 0; r < 16; ++r) {  // one masked 64-byte load per row
-          const int64_t i = 16 * g + r, n = i < M ? kn : 0;
+          const int64_t n = r < rn ? kn : 0;
           const __mmask32 m = n >= 32 ? ~__mmask32(0) : __mmask32((1u << n) - 1u);
-          _mm512_storeu_si512(tile + r * 32, n > 0 ? _mm512_maskz_loadu_epi16(m, a + i * rs + k0) : _mm512_setzero_si512());
+          _mm512_storeu_si512(tile + r * 32,
+                              n > 0 ? _mm512_maskz_loadu_epi16(m, a + (16 * g + r) * rs + k0) : _mm512_setzero_si512());
         }
-        continue;
-      }
-      const int64_t rn = std::clamp<int64_t>(M - 16 * g, 0, 16);
-      for (int64_t k = 0; k < 32; ++k)  // k outer: a transposed A (rs = 1) is read along its rows
+      } else if (rs == 1) {  // a transposed A (its columns contiguous): pairs of its columns, then transposed
+        __m512i rows[16];
+        for (int64_t kk = 0; kk < 16; ++kk) {
+          const int64_t k = k0 + 2 * kk;
+          rows[kk] = interleave_pairs(a + k * cs + 16 * g, k < K, a + (k + 1) * cs + 16 * g, k + 1 < K, rn);
+        }
+        transpose_16x16_dwords(rows);
+        for (int64_t r = 0; r < 16; ++r) _mm512_storeu_si512(tile + r * 32, rows[r]);
+      } else {
         for (int64_t r = 0; r < 16; ++r)
-          tile[r * 32 + k] = k < kn && r < rn ? a[(16 * g + r) * rs + (k0 + k) * cs].bits : uint16_t(0);
+          for (int64_t k = 0; k < 32; ++k)
+            tile[r * 32 + k] = k < kn && r < rn ? a[(16 * g + r) * rs + (k0 + k) * cs].bits : uint16_t(0);
+      }
     }
 }
 
@@ -136,24 +184,29 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b(const BFloat16*
   for (int64_t kb = 0; kb < kblocks; ++kb)  // 32 rows of B at a time, written one 1 KB tile after another
     for (int64_t q = 0; q < subpanels; ++q) {
       uint16_t* tile = bp + (q * kblocks + kb) * 512;
-      const int64_t n0 = 16 * q, w = std::clamp<int64_t>(N - n0, 0, 16);
+      const int64_t n0 = 16 * q, w = std::clamp<int64_t>(N - n0, 0, 16), k0 = 32 * kb,
+                    kn = std::max<int64_t>(0, std::min<int64_t>(32, K - k0));
       if (cs == 1) {  // rows of B are contiguous: interleave rows k and k + 1, 16 columns at a time
-        const __mmask16 m = __mmask16((1u << w) - 1u);
         for (int64_t kk = 0; kk < 16; ++kk) {
-          const int64_t k = 32 * kb + 2 * kk;
-          const __m256i r0 = k < K && w > 0 ? _mm256_maskz_loadu_epi16(m, b + k * rs + n0) : _mm256_setzero_si256();
-          const __m256i r1 = k + 1 < K && w > 0 ? _mm256_maskz_loadu_epi16(m, b + (k + 1) * rs + n0) : _mm256_setzero_si256();
-          _mm512_storeu_si512(tile + kk * 32, _mm512_or_si512(_mm512_cvtepu16_epi32(r0),
-                                                                _mm512_slli_epi32(_mm512_cvtepu16_epi32(r1), 16)));
+          const int64_t k = k0 + 2 * kk;
+          _mm512_storeu_si512(tile + kk * 32,
+                              interleave_pairs(b + k * rs + n0, k < K, b + (k + 1) * rs + n0, k + 1 < K, w));
         }
-        continue;
-      }
-      for (int64_t n = 0; n < 16; ++n)  // n outer: a transposed B (rs = 1) is read along its rows
+      } else if (rs == 1) {  // a transposed B (its columns contiguous): each column's pairs, then transposed
+        const __mmask32 m = kn >= 32 ? ~__mmask32(0) : __mmask32((1u << kn) - 1u);
+        __m512i cols[16];
+        for (int64_t n = 0; n < 16; ++n)
+          cols[n] = n < w && kn > 0 ? _mm512_maskz_loadu_epi16(m, b + (n0 + n) * cs + k0) : _mm512_setzero_si512();
+        transpose_16x16_dwords(cols);
+        for (int64_t kk = 0; kk < 16; ++kk) _mm512_storeu_si512(tile + kk * 32, cols[kk]);
+      } else {
         for (int64_t kk = 0; kk < 16; ++kk)
-          for (int64_t j = 0; j < 2; ++j) {
-            const int64_t k = 32 * kb + 2 * kk + j;
-            tile[kk * 32 + 2 * n + j] = k < K && n < w ? b[k * rs + (n0 + n) * cs].bits : uint16_t(0);
-          }
+          for (int64_t n = 0; n < 16; ++n)
+            for (int64_t j = 0; j < 2; ++j) {
+              const int64_t k = k0 + 2 * kk + j;
+              tile[kk * 32 + 2 * n + j] = k < K && n < w ? b[k * rs + (n0 + n) * cs].bits : uint16_t(0);
+            }
+      }
     }
 }
 
