@@ -645,7 +645,7 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def_prop_ro("d_model", &cnn::MultiHeadAttention::d_model)
       .def_prop_ro("n_heads", &cnn::MultiHeadAttention::n_heads)
       .def_prop_ro("attention", &cnn::MultiHeadAttention::attention_ptr)  // owned: valid after set_attention
-      .def("set_attention", &cnn::MultiHeadAttention::set_attention, nb::arg("attention"),
+      .def("set_attention", &cnn::MultiHeadAttention::set_attention, nb::arg("attention").none(),  // (None: cf's error)
            "Switch the variant, keeping the projections.")
       .def_ro("w_q", &cnn::MultiHeadAttention::w_q)
       .def_ro("w_k", &cnn::MultiHeadAttention::w_k)

@@ -370,6 +370,8 @@ def test_handles_to_a_replaced_attention_stay_valid():
     assert old.type == "clustered" and named.type == "clustered"
     assert m.attention.type == "full"
     assert dict(m.named_modules())[""] is m
+    with pytest.raises(cf.ValueError, match=r"^\[MultiHeadAttention\] set_attention: attention is null"):
+        m.set_attention(None)  # (was nanobind's signature dump)
 
 
 def test_a_submodule_cycle_is_refused():
