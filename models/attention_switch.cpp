@@ -42,6 +42,10 @@ int64_t set_attention(nn::Module& model, const nn::AttentionSpec& spec, bool inc
     s.n_heads = mha->n_heads();
     fresh.push_back(nn::make_attention(s));
   }
+  for (size_t i = 0; i < layers.size(); ++i)  // (set_attention checks it too, but after switching the layers before)
+    CF_CHECK(!layers[i]->requires_causal() || fresh[i]->supports_causal(), NotImplementedError, "[set_attention] '",
+             fresh[i]->type(), "' cannot mask causally, and the model's decoder layers run causally; use "
+             "improved-clustered or another variant (nothing was switched)");
   const int64_t switched = int64_t(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->set_attention(fresh[i]);
   for (auto& [stack_name, by_index] : stacks) {

@@ -242,6 +242,7 @@ Tensor PairClassifier::forward(const Tensor& ids_a, const Tensor& mask_a, const 
 CausalLM::CausalLM(const TransformerConfig& c, Generator& gen) {
   decoder = register_module("decoder", std::make_shared<TransformerEncoder>(c, c.vocab_size, c.n_layers, gen));
   head = register_module("head", std::make_shared<nn::Linear>(c.layer.d_model, c.vocab_size, true, gen));
+  for (auto& layer : decoder->layers) layer->self_attn->require_causal("CausalLM");
 }
 
 Tensor CausalLM::forward(const Tensor& ids, const Tensor& mask, nn::AuxLosses* aux) {

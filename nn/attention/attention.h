@@ -48,6 +48,11 @@ class Attention : public Module {
   // has no key projection for such a variant and passes k = q.
   virtual bool shares_qk() const { return shared_qk_; }
   void set_shared_qk(bool on) { shared_qk_ = on; }
+  // False for a variant that cannot mask causally (clustered attention: every member takes its
+  // centroid's weights over all keys, later ones included). A layer that always runs causally (a
+  // decoder's self-attention, MultiHeadAttention::require_causal) refuses such a variant when it is
+  // built or switched to, not at its first forward.
+  virtual bool supports_causal() const { return true; }
 
  private:
   bool shared_qk_ = false;

@@ -106,6 +106,7 @@ class ClusteredAttention : public Attention {
   static std::shared_ptr<Attention> create_improved(const AttentionSpec& spec);
   Tensor forward(const AttentionArgs& args) override;
   std::string type() const override { return opt_.improved ? "improved-clustered" : "clustered"; }
+  bool supports_causal() const override { return opt_.improved; }  // (improved: causal over its top-k keys)
 
   // Cluster ids int64 (B, H, Nq) of q (B, H, Nq, D): hashing then Hamming K-Means
   // over the valid queries (-1 for padded ones).

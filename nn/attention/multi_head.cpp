@@ -24,9 +24,20 @@ void MultiHeadAttention::set_attention(std::shared_ptr<Attention> attention) {
   CF_CHECK(attention->shares_qk() == (w_k == nullptr), ValueError, "[MultiHeadAttention] set_attention: '",
            attention->type(), "' and '", attention_->type(),
            "' disagree on sharing queries and keys, so they need different projections");
+  CF_CHECK(!causal_only_ || attention->supports_causal(), NotImplementedError,
+           "[MultiHeadAttention] set_attention: '", attention->type(),
+           "' cannot mask causally, and this layer always runs causally (a decoder's self-attention); use "
+           "improved-clustered or another variant");
   attention->train(is_training());
   replace_module("attention", attention);
   attention_ = std::move(attention);
+}
+
+void MultiHeadAttention::require_causal(const char* who) {
+  CF_CHECK(attention_->supports_causal(), NotImplementedError, "[", who, "] attention '", attention_->type(),
+           "' cannot mask causally, which this model's decoder layers need; use improved-clustered (causal over "
+           "its top-k keys) or another variant");
+  causal_only_ = true;
 }
 
 Tensor MultiHeadAttention::split_heads(const Tensor& x) const {

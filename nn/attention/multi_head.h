@@ -35,6 +35,11 @@ class MultiHeadAttention : public Module {
   // variant is evaluated with another). The new variant takes this layer's
   // training mode; it must agree on sharing Q and K, which decides w_k.
   void set_attention(std::shared_ptr<Attention> attention);
+  // Marks this layer as one that always runs causally (a decoder's self-attention: CausalLM and
+  // EncoderDecoder mark theirs). Its variant must support causal masking, now (else an error naming
+  // `who`, the model) and after every set_attention.
+  void require_causal(const char* who);
+  bool requires_causal() const { return causal_only_; }
 
   std::shared_ptr<Linear> w_q, w_k, w_v, w_o;  // w_k is null when the variant shares Q and K
 
@@ -42,6 +47,7 @@ class MultiHeadAttention : public Module {
   Tensor split_heads(const Tensor& x) const;  // (B, N, D) -> (B, H, N, D/H)
   int64_t d_model_, n_heads_;
   std::shared_ptr<Attention> attention_;
+  bool causal_only_ = false;
 };
 
 }  // namespace nn

@@ -44,6 +44,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
     : norm_first_(o.norm_first) {
   check_options(o, "TransformerDecoderLayer");
   self_attn = register_module("self_attn", make_mha(o, o.attention, gen));
+  self_attn->require_causal("TransformerDecoderLayer");  // its forward masks causally, always
   cross_attn = register_module("cross_attn", make_mha(o, o.cross_attention, gen));
   CF_CHECK(!cross_attn->attention().shares_qk(), ValueError, "[TransformerDecoderLayer] cross_attention '",
            o.cross_attention.type, "' would take its keys from the queries (shared_qk, or LSH), but "

@@ -17,6 +17,7 @@ cf.Error subclasses whose message starts with "[op]".
 import builtins as _builtins
 import functools as _functools
 import sys as _sys
+from types import ModuleType as _types_module
 
 from . import _cf
 from ._cf import *  # noqa: F401,F403  (the extension's public names)
@@ -84,7 +85,14 @@ from . import _functional, _lr_scheduler, optim  # noqa: E402,F401
 
 from ._param_groups import ParamGroup as _ParamGroup  # noqa: E402
 
+from . import _nn_extras  # noqa: E402
+
 _cf.nn.ModuleDict = _ModuleDict
+for _name in ("CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "SiLU", "Softmax",
+              "LogSoftmax", "Flatten", "utils"):
+    setattr(_cf.nn, _name, getattr(_nn_extras, _name))
+_sys.modules[__name__ + ".nn.utils"] = _nn_extras.utils
+_sys.modules[__name__ + ".nn.utils.rnn"] = _nn_extras.utils.rnn
 _cf.nn.ParamGroup = _ParamGroup  # (optimizer.param_groups, bound in C++, builds them)
 _cf.nn.functional = _functional
 _sys.modules[__name__ + ".nn.functional"] = _functional
@@ -280,3 +288,45 @@ def _array_function(self, func, types, args, kwargs):
 
 
 _cf.Tensor.__array_function__ = _array_function  # type: ignore[attr-defined]
+
+
+def save(obj, f):
+    """Writes obj (tensors, state dicts, lists and dicts of them, numbers: what pickle takes) to the path or
+    binary file f, as torch.save: cf.save({"model": m.state_dict(), "optimizer": opt.state_dict()}, path).
+    A path is written whole or not at all (a temporary file, then renamed). The format is pickle: load only
+    files you trust (cf.load runs what the file says, as torch.load(weights_only=False))."""
+    import os
+    import pickle
+    import tempfile
+    if hasattr(f, "write"):
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        return
+    path = os.fspath(f)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".cf-save-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            pickle.dump(obj, out, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def load(f):
+    """Reads what cf.save wrote (a path or a binary file). Pickle: only files you trust."""
+    import os
+    import pickle
+    if hasattr(f, "read"):
+        return pickle.load(f)
+    with open(os.fspath(f), "rb") as src:
+        return pickle.load(src)
+
+
+# PyTorch's other names: dtypes (torch.long, ...), cf.device, and torch.utils.data's path for cf.data. (From
+# here on `float` in this module is cf.float32: nothing below may call the builtin.)
+long, double, half, device = int64, float64, float16, Device  # noqa: F405
+float = float32  # noqa: F405,A001
+utils = _types_module("cf.utils", "torch.utils's path: cf.utils.data is cf.data.")
+utils.data = data
+_sys.modules[__name__ + ".utils"] = utils
+_sys.modules[__name__ + ".utils.data"] = data

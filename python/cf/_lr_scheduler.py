@@ -25,7 +25,8 @@ from . import _cf
 # later scheduler on the same optimizer (warmup, then decay) starts from it, not from what the first left.
 _initial_lrs = _weakref.WeakKeyDictionary()
 
-__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR"]
+__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR",
+           "SequentialLR", "ReduceLROnPlateau"]
 
 
 def _lr_of(optimizer, scheduler):
@@ -149,3 +150,103 @@ class CosineAnnealingLR(LRScheduler):
         schedule = _cf.nn.WarmupCosineLR(_lr_of(optimizer, CosineAnnealingLR), 0, T_max, eta_min)
         # epoch e is the cosine's step e (its step 0 is the peak), not update e + 1 as LRScheduler reads cf's
         super().__init__(optimizer, lambda epoch: schedule.lr_at(epoch), last_epoch)
+
+
+class LinearLR(LRScheduler):
+    """lr * factor(e), the factor moving linearly from start_factor at epoch 0 to end_factor at total_iters and
+    staying there (a linear warmup with the defaults' shape)."""
+
+    def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5, last_epoch=-1):
+        if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
+            raise _cf.ValueError("[LinearLR] start_factor must be in (0, 1] and end_factor in [0, 1], got %r and %r"
+                                 % (start_factor, end_factor))
+        total = _integer(total_iters, "total_iters", "LinearLR", 1)
+        base = _lr_of(optimizer, LinearLR)
+        super().__init__(optimizer, lambda epoch: base * (start_factor + (end_factor - start_factor)
+                                                           * min(epoch, total) / total), last_epoch)
+
+
+class SequentialLR(LRScheduler):
+    """schedulers[0] until epoch milestones[0], then schedulers[1] from its own epoch 0, and so on (PyTorch's
+    SequentialLR; call this one's step() only). The schedulers must hold this optimizer."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
+        schedulers, milestones = list(schedulers), [_integer(m, "a milestone", "SequentialLR", 1) for m in milestones]
+        if len(schedulers) != len(milestones) + 1:
+            raise _cf.ValueError("[SequentialLR] %d schedulers need %d milestones, got %d"
+                                 % (len(schedulers), len(schedulers) - 1, len(milestones)))
+        if milestones != sorted(milestones):
+            raise _cf.ValueError("[SequentialLR] milestones must increase, got %r" % (milestones,))
+        for i, s in enumerate(schedulers):
+            if not isinstance(s, LRScheduler) or s.optimizer is not optimizer:
+                raise _cf.ValueError("[SequentialLR] scheduler %d is not an LRScheduler of this optimizer" % i)
+        starts = [0] + milestones
+
+        def rate(epoch):
+            k = _bisect.bisect_right(milestones, epoch)
+            return schedulers[k]._rate(epoch - starts[k])
+
+        self.schedulers, self.milestones = schedulers, milestones
+        super().__init__(optimizer, rate, last_epoch)
+
+
+class ReduceLROnPlateau:
+    """Multiplies the optimizer's lr by factor when the metric given to step(metric) has not improved for
+    patience epochs (PyTorch's ReduceLROnPlateau: mode "min" or "max", threshold relative or absolute,
+    cooldown, min_lr; a reduction smaller than eps is skipped)."""
+
+    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
+                 cooldown=0, min_lr=0.0, eps=1e-8):
+        _lr_of(optimizer, ReduceLROnPlateau)
+        if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
+            raise _cf.ValueError("[ReduceLROnPlateau] mode must be 'min' or 'max' and threshold_mode 'rel' or 'abs', "
+                                 "got %r and %r" % (mode, threshold_mode))
+        if not 0 < factor < 1:
+            raise _cf.ValueError("[ReduceLROnPlateau] factor must be in (0, 1), got %r" % (factor,))
+        self.optimizer, self.mode, self.factor, self.threshold = optimizer, mode, factor, threshold
+        self.patience = _integer(patience, "patience", "ReduceLROnPlateau", 0)
+        self.cooldown = _integer(cooldown, "cooldown", "ReduceLROnPlateau", 0)
+        self.threshold_mode, self.min_lr, self.eps = threshold_mode, min_lr, eps
+        self.best = float("inf") if mode == "min" else float("-inf")
+        self.num_bad_epochs = self.cooldown_counter = 0
+        self.last_epoch = 0
+
+    def _better(self, a):
+        if self.mode == "min":
+            return a < (self.best * (1 - self.threshold) if self.threshold_mode == "rel" else self.best - self.threshold)
+        return a > (self.best * (1 + self.threshold) if self.threshold_mode == "rel" else self.best + self.threshold)
+
+    def step(self, metrics):
+        """Records one epoch's metric (a number or a one-element tensor) and reduces the lr on a plateau."""
+        current = float(metrics.item() if isinstance(metrics, _cf.Tensor) else metrics)
+        self.last_epoch += 1
+        if self._better(current):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            new_lr = max(self.optimizer.lr * self.factor, self.min_lr)
+            if self.optimizer.lr - new_lr > self.eps:
+                self.optimizer.lr = new_lr
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+
+    def get_last_lr(self):
+        """Each parameter group's current rate."""
+        return [g["lr"] for g in self.optimizer.param_groups]
+
+    _STATE = ("best", "num_bad_epochs", "cooldown_counter", "last_epoch")
+
+    def state_dict(self):
+        """What resumes it: best, num_bad_epochs, cooldown_counter, last_epoch (the lr is the optimizer's)."""
+        return {k: getattr(self, k) for k in self._STATE}
+
+    def load_state_dict(self, state_dict):
+        """Resumes from state_dict()."""
+        missing = [k for k in self._STATE if k not in state_dict]
+        if missing:
+            raise KeyError("[ReduceLROnPlateau.load_state_dict] missing keys %s" % missing)
+        for k in self._STATE:
+            setattr(self, k, state_dict[k])

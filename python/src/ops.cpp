@@ -853,6 +853,12 @@ void bind_factories(nb::module_& m) {
         },
         nb::arg("low"), nb::arg("high"), nb::arg("shape"), nb::arg("generator").none() = nb::none(), dev,
         "int64 uniform in [low, high).", release_gil());
+  m.def(cf::opname::randint,  // torch.randint(high, size): low 0
+        [](int64_t hi, const cf::Shape& s, cf::Generator* gen, cf::Device dv) {
+          return cf::randint(0, hi, s, gen_or_default(gen), dv);
+        },
+        nb::arg("high"), nb::arg("shape"), nb::arg("generator").none() = nb::none(), dev,
+        "PyTorch's randint(high, size): int64 uniform in [0, high).", release_gil());
   m.def(cf::opname::bernoulli,
         [](const cf::Shape& s, double p, cf::Generator* gen, cf::Device dv) {
           return cf::bernoulli(s, p, gen_or_default(gen), dv);

@@ -667,3 +667,89 @@ def test_misspelt_options_and_option_types_are_named():
         cf.nn.CentroidAttentionOptions(num_centroids="3")
     with pytest.raises(TypeError, match=r"^\[PointCloudOptions\] option 'widths' takes list"):
         cf.models.PointCloudOptions(widths=5)
+
+
+def test_a_causal_model_refuses_clustered_attention_when_built_or_switched():
+    # (it was accepted and refused at the first forward)
+    cfg = {"vocab_size": 6, "max_len": 8, "d_model": 8, "n_heads": 2, "d_ff": 16, "n_layers": 1}
+    with pytest.raises(cf.NotImplementedError, match=r"^\[CausalLM\] attention 'clustered' cannot mask causally"):
+        cf.models.CausalLM(dict(cfg, attention={"type": "clustered", "clusters": 2}))
+    lm = cf.models.CausalLM(cfg)
+    with pytest.raises(cf.NotImplementedError, match=r"^\[set_attention\] 'clustered' cannot mask causally.*"
+                                                     r"\(nothing was switched\)"):
+        cf.models.set_attention(lm, {"type": "clustered"})
+    assert cf.models.set_attention(lm, {"type": "improved-clustered", "clusters": 2}) == 1
+    assert lm(cf.randint(1, 6, [1, 5])).shape == (1, 5, 6)
+
+
+def test_torch_nn_loss_and_activation_modules_and_utils():
+    import cf.nn.functional as F
+    logits, target = cf.randn([4, 3], dtype=cf.float64), cf.tensor([0, 2, 1, -100])
+    w = cf.tensor([1.0, 2.0, 0.5], dtype=cf.float64)
+    crit = cf.nn.CrossEntropyLoss(weight=w, label_smoothing=0.1)
+    assert cf.allclose(crit(logits, target), F.cross_entropy(logits, target, weight=w, label_smoothing=0.1))
+    assert list(crit.state_dict()) == ["weight"] and cf.equal(crit.weight, w)
+    assert cf.allclose(cf.nn.NLLLoss(reduction="sum")(cf.log_softmax(logits, 1), target),
+                       F.nll_loss(cf.log_softmax(logits, 1), target, reduction="sum"))
+    y = cf.randn([4, 3], dtype=cf.float64)
+    assert cf.allclose(cf.nn.MSELoss()(logits, y), F.mse_loss(logits, y))
+    assert cf.allclose(cf.nn.L1Loss(reduction="none")(logits, y), cf.abs(logits - y))
+    t01 = cf.to(cf.gt(y, 0), cf.float64)
+    assert cf.allclose(cf.nn.BCEWithLogitsLoss(pos_weight=cf.full([3], 2.0, dtype=cf.float64))(logits, t01),
+                       F.binary_cross_entropy_with_logits(logits, t01, pos_weight=cf.full([3], 2.0, dtype=cf.float64)))
+    assert cf.allclose(cf.nn.BCELoss()(cf.sigmoid(logits), t01), F.binary_cross_entropy(cf.sigmoid(logits), t01))
+    assert list(cf.nn.BCEWithLogitsLoss().state_dict()) == []
+    with pytest.raises(cf.ValueError, match=r"^\[MSELoss\] reduction must be 'mean', 'sum' or 'none', got 'avg'"):
+        cf.nn.MSELoss(reduction="avg")
+    with pytest.raises(TypeError, match=r"^\[CrossEntropyLoss\] weight must be a cf.Tensor or None, got list"):
+        cf.nn.CrossEntropyLoss(weight=[1.0, 2.0])
+    seq = cf.nn.Sequential([cf.nn.Flatten(), cf.nn.Linear(6, 4), cf.nn.SiLU(), cf.nn.LogSoftmax(dim=-1)])
+    out = seq(cf.randn([5, 2, 3]))
+    assert out.shape == (5, 4) and cf.allclose(cf.exp(out).sum(1), cf.ones([5]), 1e-5)
+    assert cf.allclose(cf.nn.Softmax(dim=0)(y), cf.softmax(y, 0))
+    with pytest.raises(cf.ValueError, match=r"^\[Softmax\] give dim="):
+        cf.nn.Softmax()
+    assert "CrossEntropyLoss" in repr(cf.nn.CrossEntropyLoss()) and cf.nn.SiLU.__module__ == "cf.nn"
+    # torch.nn.utils's paths
+    import importlib
+    from cf.nn.utils.rnn import pad_sequence
+    assert importlib.import_module("cf.nn.utils").clip_grad_norm_ is cf.nn.clip_grad_norm_
+    a, b = cf.tensor([1, 2, 3]), cf.tensor([4])
+    assert pad_sequence([a, b], batch_first=True, padding_value=-1).tolist() == [[1, 2, 3], [4, -1, -1]]
+    assert pad_sequence([a, b]).tolist() == [[1, 4], [2, 0], [3, 0]]
+    x = cf.randn([2, 3], dtype=cf.float64, requires_grad=True)
+    pad_sequence([x, x[0:1]]).sum().backward()
+    assert x.grad.tolist() == [[2.0] * 3, [1.0] * 3]
+    with pytest.raises(cf.ShapeError, match=r"^\[pad_sequence\] item 1 has trailing shape \[2\], item 0 \[3\]"):
+        pad_sequence([x, cf.randn([1, 2])])
+
+
+def test_save_load_and_torch_names(tmp_path):
+    m = cf.nn.Linear(3, 2)
+    opt = cf.optim.AdamW(m.parameters(), lr=0.01)
+    m(cf.randn([4, 3])).sum().backward()
+    opt.step()
+    path = tmp_path / "ckpt.pt"
+    cf.save({"model": m.state_dict(), "optimizer": opt.state_dict(), "epoch": 3}, path)
+    back = cf.load(path)
+    assert back["epoch"] == 3 and cf.equal(back["model"]["weight"], m.weight)
+    m2 = cf.nn.Linear(3, 2)
+    m2.load_state_dict(back["model"])
+    assert cf.equal(m2.weight, m.weight)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        cf.save({"x": Unpicklable()}, tmp_path / "half.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]  # no half file, no temporary left
+    import io
+    buf = io.BytesIO()
+    cf.save([cf.ones([2])], buf)
+    buf.seek(0)
+    assert cf.load(buf)[0].tolist() == [1.0, 1.0]
+    assert cf.long is cf.int64 and cf.float is cf.float32 and cf.double is cf.float64 and cf.half is cf.float16
+    assert cf.device is cf.Device and cf.zeros([2], dtype=cf.long).dtype == cf.int64
+    import importlib
+    assert importlib.import_module("cf.utils.data") is cf.data and cf.utils.data.DataLoader is cf.data.DataLoader

@@ -153,3 +153,64 @@ def test_param_groups_read_and_write_as_torch_optims():
     with pytest.raises(cf.ValueError, match=r"^\[AdamW.param_groups\] the optimizer's lr is 0"):
         groups[1]["lr"] = 0.1
 
+
+
+def test_linear_sequential_and_plateau_schedulers_follow_torch():
+    torch = pytest.importorskip("torch")
+
+    def torch_rates(make, n, metrics=None):
+        w = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.1)
+        sched = make(opt, torch.optim.lr_scheduler)
+        out = [opt.param_groups[0]["lr"]]
+        for e in range(n):
+            opt.step()
+            sched.step(metrics[e]) if metrics else sched.step()
+            out.append(opt.param_groups[0]["lr"])
+        return out
+
+    def cf_rates(make, n, metrics=None):
+        _, opt = make_opt(0.1)
+        sched = make(opt, lr_scheduler)
+        out = [opt.lr]
+        for e in range(n):
+            opt.step()
+            sched.step(metrics[e]) if metrics else sched.step()
+            out.append(opt.lr)
+        return out
+
+    linear = lambda opt, ls: ls.LinearLR(opt, start_factor=0.25, end_factor=1.0, total_iters=4)  # noqa: E731
+    assert cf_rates(linear, 7) == pytest.approx(torch_rates(linear, 7))
+    if hasattr(torch.optim.lr_scheduler, "SequentialLR"):
+        seq = lambda opt, ls: ls.SequentialLR(  # noqa: E731
+            opt, [ls.LinearLR(opt, 0.1, 1.0, 3), ls.ExponentialLR(opt, 0.5)], milestones=[3])
+        assert cf_rates(seq, 8) == pytest.approx(torch_rates(seq, 8))
+    metrics = [5, 4, 4, 4, 4, 3.99999, 4, 4, 4, 2, 2, 2, 2, 2, 2]
+    plateau = lambda opt, ls: ls.ReduceLROnPlateau(opt, factor=0.5, patience=2, cooldown=1)  # noqa: E731
+    assert cf_rates(plateau, len(metrics), metrics) == pytest.approx(torch_rates(plateau, len(metrics), metrics))
+    up = lambda opt, ls: ls.ReduceLROnPlateau(opt, mode="max", patience=0, threshold=0.1,  # noqa: E731
+                                              threshold_mode="abs", min_lr=0.02)
+    ups = [1, 1.05, 1.2, 1.2, 1.2, 1.2, 1.2]
+    assert cf_rates(up, len(ups), ups) == pytest.approx(torch_rates(up, len(ups), ups))
+
+
+def test_new_schedulers_check_their_arguments_and_resume():
+    _, opt = make_opt(0.1)
+    with pytest.raises(cf.ValueError, match=r"^\[LinearLR\] start_factor must be in \(0, 1\]"):
+        lr_scheduler.LinearLR(opt, start_factor=0.0)
+    with pytest.raises(cf.ValueError, match=r"^\[SequentialLR\] 2 schedulers need 1 milestones, got 0"):
+        lr_scheduler.SequentialLR(opt, [lr_scheduler.StepLR(opt, 1), lr_scheduler.StepLR(opt, 1)], [])
+    _, other = make_opt(0.1)
+    with pytest.raises(cf.ValueError, match=r"^\[SequentialLR\] scheduler 0 is not an LRScheduler of this optimizer"):
+        lr_scheduler.SequentialLR(opt, [lr_scheduler.StepLR(other, 1)], [])
+    with pytest.raises(cf.ValueError, match=r"^\[ReduceLROnPlateau\] factor must be in \(0, 1\), got 1.5"):
+        lr_scheduler.ReduceLROnPlateau(opt, factor=1.5)
+    plateau = lr_scheduler.ReduceLROnPlateau(opt, patience=0)
+    plateau.step(cf.tensor(3.0))
+    plateau.step(4.0)
+    assert opt.lr == pytest.approx(0.01) and plateau.get_last_lr() == pytest.approx([0.01])
+    again = lr_scheduler.ReduceLROnPlateau(opt, patience=0)
+    again.load_state_dict(plateau.state_dict())
+    assert again.best == 3.0 and again.last_epoch == 2
+    with pytest.raises(KeyError, match=r"\[ReduceLROnPlateau.load_state_dict\] missing keys \['best'"):
+        again.load_state_dict({})

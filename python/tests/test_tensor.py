@@ -809,3 +809,11 @@ def test_masked_fill_in_place():
         x.masked_fill_(cf.tensor([True, False]), 1.0)
     with pytest.raises(cf.DTypeError, match=r"^\[masked_fill_\] argument 'mask' must be bool, got float32"):
         x.masked_fill_(cf.ones([3]), 1.0)
+
+
+def test_randint_with_high_only_as_torch():
+    t = cf.randint(5, [200], generator=cf.Generator(3))
+    assert t.dtype == cf.int64 and t.shape == (200,) and 0 <= t.min().item() and t.max().item() <= 4
+    assert cf.equal(t, cf.randint(0, 5, [200], generator=cf.Generator(3)))
+    with pytest.raises(cf.ValueError, match=r"^\[randint\]"):
+        cf.randint(0, [3])

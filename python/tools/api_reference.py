@@ -26,6 +26,7 @@ def modules():
     import cf
     import cf.optim
     out = [("cf", cf), ("cf.nn", cf.nn), ("cf.nn.init", cf.nn.init), ("cf.nn.functional", cf.nn.functional),
+           ("cf.nn.utils", cf.nn.utils), ("cf.nn.utils.rnn", cf.nn.utils.rnn),
            ("cf.models", cf.models), ("cf.data", cf.data), ("cf.cuda", cf.cuda), ("cf.autograd", cf.autograd),
            ("cf.dist", cf.dist), ("cf.optim", cf.optim), ("cf.optim.lr_scheduler", cf.optim.lr_scheduler)]
     try:

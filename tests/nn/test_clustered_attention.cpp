@@ -786,6 +786,46 @@ TEST_CASE("a causal LM with improved clustered attention learns the repeating-pa
   CHECK(held_out < 0.3);
 }
 
+TEST_CASE("a layer that always runs causally refuses clustered attention when built or switched to") {
+  // Clustered attention cannot mask causally (every member takes its centroid's weights over all keys); a
+  // decoder's self-attention found out at its first forward before.
+  models::TransformerConfig c;
+  c.vocab_size = 6;
+  c.max_len = 16;
+  c.n_layers = 1;
+  c.layer.d_model = 8;
+  c.layer.n_heads = 2;
+  c.layer.d_ff = 16;
+  c.layer.dropout = 0.0;
+  Generator g(1);
+  models::TransformerConfig clustered = c;
+  clustered.layer.attention.type = "clustered";
+  clustered.layer.attention.options = nn::Config(nlohmann::json{{"clusters", 2}}, "attention");
+  CHECK_THROWS_MSG(models::CausalLM(clustered, g), NotImplementedError,
+                   "[CausalLM] attention 'clustered' cannot mask causally, which this model's decoder layers need; "
+                   "use improved-clustered");
+  CHECK_THROWS_MSG(models::EncoderDecoder(clustered, g), NotImplementedError,
+                   "[TransformerDecoderLayer] attention 'clustered' cannot mask causally");
+  models::EncoderClassifier encoder_only(clustered, g);  // not causal: fine
+  models::CausalLM lm(c, g);
+  CHECK_THROWS_MSG(models::set_attention(lm, nlohmann::json{{"type", "clustered"}}), NotImplementedError,
+                   "[set_attention] 'clustered' cannot mask causally, and the model's decoder layers run causally; "
+                   "use improved-clustered or another variant (nothing was switched)");
+  CHECK(lm.decoder->layers[0]->self_attn->attention().type() == "full");
+  CHECK_THROWS_MSG(lm.decoder->layers[0]->self_attn->set_attention(nn::make_attention(
+                       nn::AttentionSpec{"clustered", 8, 2, nn::Config(nlohmann::json::object(), "attention"), nullptr})),
+                   NotImplementedError,
+                   "[MultiHeadAttention] set_attention: 'clustered' cannot mask causally, and this layer always runs "
+                   "causally");
+  CHECK(models::set_attention(lm, nlohmann::json{{"type", "improved-clustered"}, {"clusters", 2}}) == 1);
+  Tensor logits = lm.forward(ti64({1, 2, 3, 4}, {1, 4}));  // and it runs causally
+  CHECK(logits.shape() == Shape{1, 4, 6});
+  models::EncoderDecoder ed(c, g);  // the encoder's layers may take clustered attention, the decoder's not
+  CHECK_THROWS_MSG(models::set_attention(ed, nlohmann::json{{"type", "clustered"}}), NotImplementedError,
+                   "(nothing was switched)");
+  CHECK(ed.encoder->layers[0]->self_attn->attention().type() == "full");
+}
+
 TEST_CASE("set_attention switches every self-attention layer and refuses models without one") {
   models::TransformerConfig c;
   c.vocab_size = 6;
@@ -814,7 +854,7 @@ TEST_CASE("set_attention switches every self-attention layer and refuses models 
   CHECK_THROWS_MSG(models::set_attention(ed, nlohmann::json::array()), ValueError, "[set_attention] expected an object");
   // The switched-in variant follows the model's mode.
   ed.eval();
-  models::set_attention(ed, nlohmann::json{{"type", "clustered"}});
+  models::set_attention(ed, nlohmann::json{{"type", "improved-clustered"}});
   CHECK_FALSE(ed.encoder->layers[0]->self_attn->attention().is_training());
   // Neural clustering switched in is linked per stack as a model built with it: each stack's later layers
   // read the previous layer's centroids, and the state dict has a built model's keys.

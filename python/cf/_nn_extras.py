@@ -1,0 +1,163 @@
+"""torch.nn's loss and activation modules and torch.nn.utils, written in Python over cf.nn.functional (the
+layers with parameters are cf's own C++ modules)."""
+import types as _types
+
+from . import _cf
+from . import _functional as F
+
+
+class _Loss(_cf.nn.Module):
+    """A loss module: forward(input, target) calls the cf.nn.functional loss with the constructor's options."""
+
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        if reduction not in ("mean", "sum", "none"):
+            raise _cf.ValueError("[%s] reduction must be 'mean', 'sum' or 'none', got %r"
+                                 % (type(self).__name__, reduction))
+        self.reduction = reduction
+
+    def _buffer(self, name, t):
+        if t is not None:
+            if not isinstance(t, _cf.Tensor):
+                raise TypeError("[%s] %s must be a cf.Tensor or None, got %s"
+                                % (type(self).__name__, name, type(t).__name__))
+            self.register_buffer(name, t)
+        else:
+            object.__setattr__(self, "_none_" + name, True)
+
+    def _get(self, name):
+        return None if getattr(self, "_none_" + name, False) else getattr(self, name)
+
+
+class CrossEntropyLoss(_Loss):
+    """F.cross_entropy as a module (class indices or class probabilities; weight a buffer)."""
+
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+        super().__init__(reduction)
+        self._buffer("weight", weight)
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+
+    def forward(self, input, target):
+        return F.cross_entropy(input, target, self._get("weight"), self.ignore_index, self.reduction,
+                               self.label_smoothing)
+
+
+class NLLLoss(_Loss):
+    """F.nll_loss as a module."""
+
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
+        super().__init__(reduction)
+        self._buffer("weight", weight)
+        self.ignore_index = ignore_index
+
+    def forward(self, input, target):
+        return F.nll_loss(input, target, self._get("weight"), self.ignore_index, self.reduction)
+
+
+class MSELoss(_Loss):
+    """F.mse_loss as a module."""
+
+    def forward(self, input, target):
+        return F.mse_loss(input, target, self.reduction)
+
+
+class L1Loss(_Loss):
+    """F.l1_loss as a module."""
+
+    def forward(self, input, target):
+        return F.l1_loss(input, target, self.reduction)
+
+
+class BCELoss(_Loss):
+    """F.binary_cross_entropy as a module."""
+
+    def __init__(self, weight=None, reduction="mean"):
+        super().__init__(reduction)
+        self._buffer("weight", weight)
+
+    def forward(self, input, target):
+        return F.binary_cross_entropy(input, target, self._get("weight"), self.reduction)
+
+
+class BCEWithLogitsLoss(_Loss):
+    """F.binary_cross_entropy_with_logits as a module (weight and pos_weight buffers)."""
+
+    def __init__(self, weight=None, reduction="mean", pos_weight=None):
+        super().__init__(reduction)
+        self._buffer("weight", weight)
+        self._buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):
+        return F.binary_cross_entropy_with_logits(input, target, self._get("weight"), self.reduction,
+                                                  self._get("pos_weight"))
+
+
+class SiLU(_cf.nn.UnaryModule):
+    """x sigmoid(x), as a module (goes into Sequential)."""
+
+    def forward(self, x):
+        return F.silu(x)
+
+
+class Softmax(_cf.nn.UnaryModule):
+    """softmax along dim, as a module."""
+
+    def __init__(self, dim=None):
+        super().__init__()
+        if dim is None:
+            raise _cf.ValueError("[Softmax] give dim= (the axis to normalise)")
+        self.dim = dim
+
+    def forward(self, x):
+        return _cf.softmax(x, self.dim)
+
+
+class LogSoftmax(Softmax):
+    """log_softmax along dim, as a module."""
+
+    def forward(self, x):
+        return _cf.log_softmax(x, self.dim)
+
+
+class Flatten(_cf.nn.UnaryModule):
+    """Axes start_dim..end_dim merged into one (default: all but the batch axis), as torch.nn.Flatten."""
+
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return _cf.flatten(x, self.start_dim, self.end_dim)
+
+
+for _cls in (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCELoss, BCEWithLogitsLoss, SiLU, Softmax, LogSoftmax,
+             Flatten):
+    _cls.__module__ = "cf.nn"
+del _cls
+
+
+def pad_sequence(sequences, batch_first=False, padding_value=0.0):
+    """Tensors of shapes (L_i, *) padded with padding_value to the longest and stacked: (L, B, *), or (B, L, *)
+    with batch_first, as torch.nn.utils.rnn.pad_sequence (differentiable, any device)."""
+    sequences = list(sequences)
+    if not sequences:
+        raise _cf.ValueError("[pad_sequence] needs at least one tensor")
+    for i, s in enumerate(sequences):
+        if not isinstance(s, _cf.Tensor) or s.dim() < 1:
+            raise TypeError("[pad_sequence] item %d must be a cf.Tensor of at least 1 axis, got %r" % (i, s))
+        if list(s.shape[1:]) != list(sequences[0].shape[1:]):
+            raise _cf.ShapeError("[pad_sequence] item %d has trailing shape %s, item 0 %s"
+                                 % (i, list(s.shape[1:]), list(sequences[0].shape[1:])))
+    longest = max(s.shape[0] for s in sequences)
+    rest = sequences[0].dim() - 1
+    padded = [_cf.pad(s, [0, 0] * rest + [0, longest - s.shape[0]], padding_value) for s in sequences]
+    return _cf.stack(padded, 0 if batch_first else 1)
+
+
+# cf.nn.utils and cf.nn.utils.rnn: torch.nn.utils's module paths for what cf has
+utils = _types.ModuleType("cf.nn.utils", "torch.nn.utils's names: clip_grad_norm_, and rnn.pad_sequence.")
+utils.clip_grad_norm_ = _cf.nn.clip_grad_norm_
+utils.rnn = _types.ModuleType("cf.nn.utils.rnn", "torch.nn.utils.rnn's names: pad_sequence.")
+utils.rnn.pad_sequence = pad_sequence
+utils.__all__ = ["clip_grad_norm_"]
+utils.rnn.__all__ = ["pad_sequence"]
