@@ -42,10 +42,13 @@ int64_t set_attention(nn::Module& model, const nn::AttentionSpec& spec, bool inc
     s.n_heads = mha->n_heads();
     fresh.push_back(nn::make_attention(s));
   }
-  for (size_t i = 0; i < layers.size(); ++i)  // (set_attention checks it too, but after switching the layers before)
+  // Every layer's check before any switch (set_attention would throw half way, after switching the layers before).
+  for (size_t i = 0; i < layers.size(); ++i) {
     CF_CHECK(!layers[i]->requires_causal() || fresh[i]->supports_causal(), NotImplementedError, "[set_attention] '",
              fresh[i]->type(), "' cannot mask causally, and the model's decoder layers run causally; use "
              "improved-clustered or another variant (nothing was switched)");
+    layers[i]->check_attention(fresh[i].get());
+  }
   const int64_t switched = int64_t(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->set_attention(fresh[i]);
   for (auto& [stack_name, by_index] : stacks) {

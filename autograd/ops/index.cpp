@@ -267,7 +267,9 @@ void check_masked_fill(const Tensor& x, const Tensor& mask, double value, const 
 Tensor& masked_fill_(Tensor& t, const Tensor& mask, double value) {
   ops::check_inplace(t, "masked_fill_");
   check_masked_fill(t, mask, value, "masked_fill_");
-  kernels::masked_fill(t, mask, value, t);  // elementwise: each element is read, then written, in place
+  ops::check_no_internal_overlap(t, "masked_fill_");  // (an expand() view: one element, several mask entries)
+  // elementwise, each element read then written in place; a mask sharing t's memory is read from a copy
+  kernels::masked_fill(t, ops::inplace_source(t, mask), value, t);
   t.bump_version();
   return t;
 }

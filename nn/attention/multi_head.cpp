@@ -19,7 +19,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t n_heads, std::sh
   register_module("attention", attention_);
 }
 
-void MultiHeadAttention::set_attention(std::shared_ptr<Attention> attention) {
+void MultiHeadAttention::check_attention(const Attention* attention) const {
   CF_CHECK(attention != nullptr, ValueError, "[MultiHeadAttention] set_attention: attention is null");
   CF_CHECK(attention->shares_qk() == (w_k == nullptr), ValueError, "[MultiHeadAttention] set_attention: '",
            attention->type(), "' and '", attention_->type(),
@@ -28,6 +28,10 @@ void MultiHeadAttention::set_attention(std::shared_ptr<Attention> attention) {
            "[MultiHeadAttention] set_attention: '", attention->type(),
            "' cannot mask causally, and this layer always runs causally (a decoder's self-attention); use "
            "improved-clustered or another variant");
+}
+
+void MultiHeadAttention::set_attention(std::shared_ptr<Attention> attention) {
+  check_attention(attention.get());
   attention->train(is_training());
   replace_module("attention", attention);
   attention_ = std::move(attention);

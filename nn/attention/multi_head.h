@@ -35,6 +35,9 @@ class MultiHeadAttention : public Module {
   // variant is evaluated with another). The new variant takes this layer's
   // training mode; it must agree on sharing Q and K, which decides w_k.
   void set_attention(std::shared_ptr<Attention> attention);
+  // What set_attention checks before switching (a null variant, sharing Q and K, causal masking):
+  // models::set_attention runs it on every layer before switching any.
+  void check_attention(const Attention* attention) const;
   // Marks this layer as one that always runs causally (a decoder's self-attention: CausalLM and
   // EncoderDecoder mark theirs). Its variant must support causal masking, now (else an error naming
   // `who`, the model) and after every set_attention.

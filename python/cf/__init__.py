@@ -301,11 +301,23 @@ def save(obj, f):
     if hasattr(f, "write"):
         pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
         return
-    path = os.fspath(f)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".cf-save-")
+    path = os.path.realpath(os.fspath(f))  # (through a symlink: its target is replaced, not the link)
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError("[save] cannot write %s: the directory %s does not exist" % (path, directory))
     try:
+        mode = os.stat(path).st_mode & 0o7777  # an existing file keeps its permissions
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # a new one gets open()'s
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".cf-save-")
+    try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as out:
             pickle.dump(obj, out, protocol=pickle.HIGHEST_PROTOCOL)
+            out.flush()
+            os.fsync(out.fileno())  # on disk before the rename: the old file or the new one after a crash
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -330,3 +342,7 @@ utils = _types_module("cf.utils", "torch.utils's path: cf.utils.data is cf.data.
 utils.data = data
 _sys.modules[__name__ + ".utils"] = utils
 _sys.modules[__name__ + ".utils.data"] = data
+
+# `from cf import *` gives every public name but the two that would replace Python's builtins (bool, float:
+# use cf.bool and cf.float32), as torch's star import leaves them.
+__all__ = [_n for _n in dir() if not _n.startswith("_") and _n not in ("bool", "float")]

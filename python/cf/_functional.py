@@ -111,8 +111,8 @@ def dropout(input, p=0.5, training=True, inplace=False):
     """Inverted dropout: zeros with probability p, the rest scaled by 1 / (1 - p); the identity when not
     training. The mask comes from cf's default generator (cf.manual_seed)."""
     _no_inplace(inplace, "dropout")
-    if training and p == 1:  # every element dropped (cf.dropout takes p < 1): zeros, as PyTorch
-        return input * 0.0
+    if p == 1:  # every element dropped when training (cf.dropout takes p < 1): zeros, as PyTorch
+        return input * 0.0 if training else input
     return _cf.dropout(input, p, training)
 
 

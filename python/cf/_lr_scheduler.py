@@ -143,7 +143,8 @@ class MultiStepLR(LRScheduler):
 
 class CosineAnnealingLR(LRScheduler):
     """eta_min + (lr - eta_min) (1 + cos(pi e / T_max)) / 2 for e <= T_max, then eta_min (cf.nn.WarmupCosineLR
-    without warmup). PyTorch's rate climbs back along the cosine after T_max; cf's stays at eta_min."""
+    without warmup). PyTorch's rate climbs back along the cosine after T_max; cf's stays at eta_min. With
+    several parameter groups eta_min is the optimizer's lr floor, which each group scales by its lr_scale."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
         T_max = _integer(T_max, "T_max", "CosineAnnealingLR", 1)
@@ -193,7 +194,8 @@ class SequentialLR(LRScheduler):
 class ReduceLROnPlateau:
     """Multiplies the optimizer's lr by factor when the metric given to step(metric) has not improved for
     patience epochs (PyTorch's ReduceLROnPlateau: mode "min" or "max", threshold relative or absolute,
-    cooldown, min_lr; a reduction smaller than eps is skipped)."""
+    cooldown, min_lr; a reduction smaller than eps is skipped). min_lr floors the optimizer's one lr, which
+    each group scales: a group with lr_scale < 1 goes below it (PyTorch floors each group)."""
 
     def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
                  cooldown=0, min_lr=0.0, eps=1e-8):

@@ -10,6 +10,7 @@ class _Loss(_cf.nn.Module):
     """A loss module: forward(input, target) calls the cf.nn.functional loss with the constructor's options."""
 
     def __init__(self, reduction="mean"):
+        """reduction: 'mean', 'sum' or 'none'."""
         super().__init__()
         if reduction not in ("mean", "sum", "none"):
             raise _cf.ValueError("[%s] reduction must be 'mean', 'sum' or 'none', got %r"
@@ -17,22 +18,23 @@ class _Loss(_cf.nn.Module):
         self.reduction = reduction
 
     def _buffer(self, name, t):
-        if t is not None:
-            if not isinstance(t, _cf.Tensor):
-                raise TypeError("[%s] %s must be a cf.Tensor or None, got %s"
-                                % (type(self).__name__, name, type(t).__name__))
-            self.register_buffer(name, t)
-        else:
-            object.__setattr__(self, "_none_" + name, True)
+        if t is None:
+            object.__setattr__(self, name, None)  # (a tensor assigned later is used: _get reads the attribute)
+            return
+        if not isinstance(t, _cf.Tensor):
+            raise TypeError("[%s] %s must be a cf.Tensor or None, got %s" % (type(self).__name__, name,
+                                                                            type(t).__name__))
+        self.register_buffer(name, t)
 
     def _get(self, name):
-        return None if getattr(self, "_none_" + name, False) else getattr(self, name)
+        return getattr(self, name, None)
 
 
 class CrossEntropyLoss(_Loss):
     """F.cross_entropy as a module (class indices or class probabilities; weight a buffer)."""
 
     def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+        """F.cross_entropy's options; weight (one per class) is kept as a buffer."""
         super().__init__(reduction)
         self._buffer("weight", weight)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
@@ -46,6 +48,7 @@ class NLLLoss(_Loss):
     """F.nll_loss as a module."""
 
     def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
+        """F.nll_loss's options; weight (one per class) is kept as a buffer."""
         super().__init__(reduction)
         self._buffer("weight", weight)
         self.ignore_index = ignore_index
@@ -72,6 +75,7 @@ class BCELoss(_Loss):
     """F.binary_cross_entropy as a module."""
 
     def __init__(self, weight=None, reduction="mean"):
+        """F.binary_cross_entropy's options; weight is kept as a buffer."""
         super().__init__(reduction)
         self._buffer("weight", weight)
 
@@ -83,6 +87,7 @@ class BCEWithLogitsLoss(_Loss):
     """F.binary_cross_entropy_with_logits as a module (weight and pos_weight buffers)."""
 
     def __init__(self, weight=None, reduction="mean", pos_weight=None):
+        """F.binary_cross_entropy_with_logits's options; weight and pos_weight are kept as buffers."""
         super().__init__(reduction)
         self._buffer("weight", weight)
         self._buffer("pos_weight", pos_weight)
@@ -103,9 +108,10 @@ class Softmax(_cf.nn.UnaryModule):
     """softmax along dim, as a module."""
 
     def __init__(self, dim=None):
+        """dim: the axis to normalise (required)."""
         super().__init__()
         if dim is None:
-            raise _cf.ValueError("[Softmax] give dim= (the axis to normalise)")
+            raise _cf.ValueError("[%s] give dim= (the axis to normalise)" % type(self).__name__)
         self.dim = dim
 
     def forward(self, x):
@@ -123,6 +129,7 @@ class Flatten(_cf.nn.UnaryModule):
     """Axes start_dim..end_dim merged into one (default: all but the batch axis), as torch.nn.Flatten."""
 
     def __init__(self, start_dim=1, end_dim=-1):
+        """The first and last axes to merge."""
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
 
@@ -156,7 +163,18 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0):
 
 # cf.nn.utils and cf.nn.utils.rnn: torch.nn.utils's module paths for what cf has
 utils = _types.ModuleType("cf.nn.utils", "torch.nn.utils's names: clip_grad_norm_, and rnn.pad_sequence.")
-utils.clip_grad_norm_ = _cf.nn.clip_grad_norm_
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    """torch.nn.utils.clip_grad_norm_: scales the gradients so that their joint L2 norm is at most max_norm and
+    returns the norm before clipping, as a 0-d float64 tensor (cf.nn.clip_grad_norm_ returns a float). Only
+    norm_type 2."""
+    if float(norm_type) != 2.0:
+        raise _cf.NotImplementedError("[clip_grad_norm_] only norm_type 2 (the L2 norm) is supported, got %r"
+                                      % (norm_type,))
+    total = _cf.nn.clip_grad_norm_(parameters, max_norm, error_if_nonfinite)
+    return _cf.tensor(total, dtype=_cf.float64)
+
+
+utils.clip_grad_norm_ = clip_grad_norm_
 utils.rnn = _types.ModuleType("cf.nn.utils.rnn", "torch.nn.utils.rnn's names: pad_sequence.")
 utils.rnn.pad_sequence = pad_sequence
 utils.__all__ = ["clip_grad_norm_"]

@@ -358,3 +358,8 @@ def test_review_findings_on_functional():
         F.cosine_similarity(u, rnd([3, 5], 65))
     # dropout with p = 1 drops everything
     assert a(F.dropout(rnd([4], 66), 1.0)).tolist() == [0.0] * 4
+
+
+def test_dropout_p1_in_eval_is_the_identity():
+    x = rnd([3], 70)
+    assert cf.equal(F.dropout(x, 1.0, training=False), x)

@@ -713,7 +713,7 @@ def test_torch_nn_loss_and_activation_modules_and_utils():
     # torch.nn.utils's paths
     import importlib
     from cf.nn.utils.rnn import pad_sequence
-    assert importlib.import_module("cf.nn.utils").clip_grad_norm_ is cf.nn.clip_grad_norm_
+    assert callable(importlib.import_module("cf.nn.utils").clip_grad_norm_)  # (torch's signature: tested below)
     a, b = cf.tensor([1, 2, 3]), cf.tensor([4])
     assert pad_sequence([a, b], batch_first=True, padding_value=-1).tolist() == [[1, 2, 3], [4, -1, -1]]
     assert pad_sequence([a, b]).tolist() == [[1, 4], [2, 0], [3, 0]]
@@ -741,9 +741,23 @@ def test_save_load_and_torch_names(tmp_path):
         def __reduce__(self):
             raise RuntimeError("no")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="no"):
         cf.save({"x": Unpicklable()}, tmp_path / "half.pt")
+    with pytest.raises(RuntimeError, match="no"):  # an existing file stays whole
+        cf.save({"x": Unpicklable()}, path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]  # no half file, no temporary left
+    assert cf.load(path)["epoch"] == 3
+    import os
+    import stat
+    os.chmod(path, 0o640)
+    cf.save({"epoch": 4}, path)  # overwritten: its permissions kept
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640 and cf.load(path)["epoch"] == 4
+    link = tmp_path / "latest.pt"
+    os.symlink(path, link)
+    cf.save({"epoch": 5}, link)  # through a symlink: the target is replaced, the link stays
+    assert os.path.islink(link) and cf.load(path)["epoch"] == 5
+    with pytest.raises(FileNotFoundError, match=r"^\[save\] cannot write .*missing/x.pt: the directory"):
+        cf.save(1, tmp_path / "missing" / "x.pt")
     import io
     buf = io.BytesIO()
     cf.save([cf.ones([2])], buf)
@@ -753,3 +767,42 @@ def test_save_load_and_torch_names(tmp_path):
     assert cf.device is cf.Device and cf.zeros([2], dtype=cf.long).dtype == cf.int64
     import importlib
     assert importlib.import_module("cf.utils.data") is cf.data and cf.utils.data.DataLoader is cf.data.DataLoader
+
+
+def test_review_findings_on_the_torch_names():
+    import importlib
+    import os
+    # a loss weight assigned after construction is used
+    x, y = cf.randn([4, 3], dtype=cf.float64), cf.tensor([0, 1, 2, 1])
+    w = cf.tensor([1.0, 3.0, 0.5], dtype=cf.float64)
+    ce = cf.nn.CrossEntropyLoss()
+    ce.weight = w
+    assert cf.allclose(ce(x, y), cf.nn.cross_entropy(x, y, weight=w))
+    with pytest.raises(cf.ValueError, match=r"^\[LogSoftmax\] give dim="):
+        cf.nn.LogSoftmax()
+    from cf.nn.utils.rnn import pad_sequence
+    with pytest.raises(cf.ValueError, match=r"^\[pad_sequence\] needs at least one tensor"):
+        pad_sequence([])
+    # torch.nn.utils.clip_grad_norm_'s signature and result
+    p = cf.tensor([3.0, 4.0], dtype=cf.float64, requires_grad=True)
+    (p * p).sum().backward()  # grad (6, 8): norm 10
+    norm = importlib.import_module("cf.nn.utils").clip_grad_norm_([p], 5.0, norm_type=2)
+    assert norm.item() == pytest.approx(10.0) and p.grad.tolist() == pytest.approx([3.0, 4.0])
+    with pytest.raises(cf.NotImplementedError, match=r"^\[clip_grad_norm_\] only norm_type 2"):
+        importlib.import_module("cf.nn.utils").clip_grad_norm_([p], 5.0, norm_type=1)
+    # `from cf import *` leaves Python's bool and float alone
+    scope = {}
+    exec("from cf import *", scope)
+    assert "float" not in scope and "bool" not in scope and scope["long"] is cf.int64 and "F" not in scope
+    assert os.path.basename(cf.__file__) == "__init__.py"
+
+
+def test_set_attention_checks_every_layer_before_switching_any():
+    cfg = {"vocab_size": 6, "max_len": 8, "d_model": 8, "n_heads": 2, "d_ff": 16, "n_layers": 1,
+           "attention": {"type": "lsh", "bucket_size": 4}}
+    ed = cf.models.EncoderDecoder(cfg)
+    before = [m.attention for n, m in ed.named_modules() if n.endswith("_attn")]
+    with pytest.raises(cf.ValueError, match=r"disagree on sharing queries and keys"):
+        cf.models.set_attention(ed, {"type": "lsh", "bucket_size": 2}, include_cross=True)
+    after = [m.attention for n, m in ed.named_modules() if n.endswith("_attn")]
+    assert all(a is b for a, b in zip(before, after))  # nothing was switched

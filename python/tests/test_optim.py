@@ -214,3 +214,11 @@ def test_new_schedulers_check_their_arguments_and_resume():
     assert again.best == 3.0 and again.last_epoch == 2
     with pytest.raises(KeyError, match=r"\[ReduceLROnPlateau.load_state_dict\] missing keys \['best'"):
         again.load_state_dict({})
+
+
+def test_reduce_on_plateau_names_bad_modes():
+    _, opt = make_opt(0.1)
+    with pytest.raises(cf.ValueError, match=r"^\[ReduceLROnPlateau\] mode must be 'min' or 'max'"):
+        lr_scheduler.ReduceLROnPlateau(opt, mode="lowest")
+    with pytest.raises(cf.ValueError, match=r"^\[ReduceLROnPlateau\] patience must be an integer >= 0, got -1"):
+        lr_scheduler.ReduceLROnPlateau(opt, patience=-1)

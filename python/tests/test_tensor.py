@@ -817,3 +817,18 @@ def test_randint_with_high_only_as_torch():
     assert cf.equal(t, cf.randint(0, 5, [200], generator=cf.Generator(3)))
     with pytest.raises(cf.ValueError, match=r"^\[randint\]"):
         cf.randint(0, [3])
+
+
+def test_masked_fill_in_place_refuses_overlapping_views():
+    b = cf.tensor([1.0, 2.0, 3.0])
+    with pytest.raises(cf.ValueError, match=r"^\[masked_fill_\]"):
+        b.expand([2, 3]).masked_fill_(cf.tensor([[True, False, False], [False, True, False]]), 9.0)
+    assert b.tolist() == [1.0, 2.0, 3.0]  # refused before any write
+    z = cf.ones([3], dtype=cf.int64)
+    with pytest.raises(cf.ValueError, match=r"^\[masked_fill_\]"):
+        z.expand([2, 3]).masked_fill_(cf.tensor([[True, False, False], [False, True, False]]), 2 ** 60)
+    assert z.tolist() == [1, 1, 1]
+    # a mask that shares the tensor's memory is read before the writes (NumPy's rule)
+    m = cf.tensor([True, False, True, True, False])
+    m[1:].masked_fill_(m[:4], False)
+    assert m.tolist() == [True, False, True, False, False]

@@ -39,7 +39,8 @@ def modules():
 
 def public_names(qual, mod):
     import cf
-    names = getattr(mod, "__all__", None) or [n for n in dir(mod) if not n.startswith("_")]
+    # (cf's __all__ leaves out its bool and float dtypes for `from cf import *`; the reference lists them)
+    names = (getattr(mod, "__all__", None) if qual != "cf" else None) or [n for n in dir(mod) if not n.startswith("_")]
     skip_sub = {"nn", "models", "data", "cuda", "init", "torch", "autograd", "dist"}
     for n in sorted(names):
         obj = getattr(mod, n)
@@ -61,7 +62,8 @@ def members(cls):
 
 
 def first_doc_line(obj):
-    doc = inspect.getdoc(obj) or ""
+    # a function written in Python: its own docstring (getdoc would inherit a nanobind base's __init__ text)
+    doc = (inspect.cleandoc(obj.__doc__ or "") if inspect.isfunction(obj) else inspect.getdoc(obj)) or ""
     lines = [l.strip() for l in doc.splitlines()]
     sigs = [l for l in lines if l and "(" in l and l.split("(")[0].replace(".", "").replace("_", "").isalnum()
             and " -> " in l and not l.endswith(".") or l.startswith(("def ",))]  # (a sentence is no signature)

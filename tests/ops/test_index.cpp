@@ -308,6 +308,12 @@ TEST_CASE("masked_fill_ writes in place, through a strided view, and refuses wha
   Tensor ints = Tensor::zeros({2}, kInt64);
   CHECK_THROWS_WITH_AS(masked_fill_(ints, Tensor::from_vector(std::vector<bool>{true, false}, {2}), std::nan("")),
                        doctest::Contains("[masked_fill_] value nan cannot be stored in"), ValueError);
+  Tensor row = t32({1, 2, 3}, {3});
+  Tensor wide = expand(row, {2, 3});  // one element under several mask entries: refused before any write
+  CHECK_THROWS_WITH_AS(masked_fill_(wide, Tensor::from_vector(std::vector<bool>{true, false, false, false, true, false},
+                                                              {2, 3}), 9.0),
+                       doctest::Contains("[masked_fill_]"), ValueError);
+  CHECK(values(row) == std::vector<double>{1, 2, 3});
   Tensor leaf = leaf64({2});
   CHECK_THROWS_WITH_AS(masked_fill_(leaf, Tensor::from_vector(std::vector<bool>{true, false}, {2}), 1.0),
                        doctest::Contains("[masked_fill_] in-place change of a tensor that requires grad"), AutogradError);
