@@ -786,17 +786,25 @@ TEST_CASE("a causal LM with improved clustered attention learns the repeating-pa
   CHECK(held_out < 0.3);
 }
 
-TEST_CASE("a layer that always runs causally refuses clustered attention when built or switched to") {
-  // Clustered attention cannot mask causally (every member takes its centroid's weights over all keys); a
-  // decoder's self-attention found out at its first forward before.
+namespace {
+// The small models the set_attention tests switch: vocabulary 6, d_model 8, 2 heads, no dropout.
+models::TransformerConfig small_switch_config(int64_t n_layers) {
   models::TransformerConfig c;
   c.vocab_size = 6;
   c.max_len = 16;
-  c.n_layers = 1;
+  c.n_layers = n_layers;
   c.layer.d_model = 8;
   c.layer.n_heads = 2;
   c.layer.d_ff = 16;
   c.layer.dropout = 0.0;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("a layer that always runs causally refuses clustered attention when built or switched to") {
+  // Clustered attention cannot mask causally (every member takes its centroid's weights over all keys); a
+  // decoder's self-attention found out at its first forward before.
+  models::TransformerConfig c = small_switch_config(1);
   Generator g(1);
   models::TransformerConfig clustered = c;
   clustered.layer.attention.type = "clustered";
@@ -827,14 +835,7 @@ TEST_CASE("a layer that always runs causally refuses clustered attention when bu
 }
 
 TEST_CASE("set_attention switches every self-attention layer and refuses models without one") {
-  models::TransformerConfig c;
-  c.vocab_size = 6;
-  c.max_len = 16;
-  c.n_layers = 2;
-  c.layer.d_model = 8;
-  c.layer.n_heads = 2;
-  c.layer.d_ff = 16;
-  c.layer.dropout = 0.0;
+  models::TransformerConfig c = small_switch_config(2);
   Generator g(1);
   models::EncoderDecoder ed(c, g);
   auto before = ed.state_dict();
