@@ -16,6 +16,7 @@
 #include "autograd/ops/point.h"
 #include "autograd/ops/random.h"
 #include "autograd/ops/reduce.h"
+#include "autograd/ops/scan.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/sort.h"
 #include "autograd/ops/sparse.h"

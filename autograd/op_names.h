@@ -18,6 +18,8 @@
   /* reductions */ \
   X(sum, true) X(mean, true) X(var, true) X(logsumexp, true) X(amax, true) X(amin, true) X(max, true) \
   X(min, true) X(argmax, false) X(argmin, false) \
+  /* scans */ \
+  X(cumsum, true) \
   /* linear algebra */ \
   X(matmul, true) \
   /* shape */ \

@@ -9,6 +9,7 @@
 #include "autograd/op_names.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
 #include "autograd/ops/reduce.h"
 #include "kernels/elementwise/elementwise.h"
 
@@ -250,6 +251,65 @@ Tensor unsqueeze(const Tensor& x, int64_t axis) {
   Shape s = x.shape();
   s.insert(s.begin() + a, 1);
   return reshape(x, s);
+}
+
+Tensor flip(const Tensor& x, const std::vector<int64_t>& axes) {
+  ops::check_defined(x, "flip", "x");
+  if (axes.empty()) return clone(x);
+  Tensor out = x;
+  bool copied = false;
+  for (int64_t a : ops::normalize_axes(axes, x.dim(), "flip")) {
+    const int64_t n = x.shape()[size_t(a)];
+    if (n <= 1) continue;
+    // positions n-1, ..., 0, made on x's device
+    Tensor reversed = add(mul(Tensor::arange(n, kInt64, x.device()), -1.0), double(n - 1));
+    out = index_select(out, a, reversed);
+    copied = true;
+  }
+  return copied ? out : clone(x);  // always a new tensor, as torch.flip
+}
+
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& axes) {
+  ops::check_defined(x, "roll", "x");
+  if (axes.empty()) {
+    CF_CHECK(shifts.size() == 1, ValueError, "[roll] without axes takes one shift (x is rolled flattened), got ",
+             shifts.size());
+    return reshape(roll(reshape(x, {-1}), shifts, {0}), x.shape());
+  }
+  CF_CHECK(shifts.size() == axes.size(), ValueError, "[roll] needs one shift per axis, got ", shifts.size(),
+           " shifts for ", axes.size(), " axes");
+  CF_CHECK(x.dim() > 0, ShapeError, "[roll] cannot roll a 0-d tensor along an axis");
+  Tensor out = x;
+  bool copied = false;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t a = normalize_axis(axes[i], x.dim(), "roll");
+    const int64_t n = x.shape()[size_t(a)];
+    if (n == 0) continue;
+    const int64_t s = ((shifts[i] % n) + n) % n;  // in [0, n)
+    if (s == 0) continue;
+    out = cat({narrow(out, a, n - s, s), narrow(out, a, 0, n - s)}, a);
+    copied = true;
+  }
+  return copied ? out : clone(x);
+}
+
+Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
+  ops::check_defined(x, "repeat", "x");
+  const int64_t k = int64_t(repeats.size()), d = x.dim();
+  CF_CHECK(k >= d, ShapeError, "[repeat] needs at least one count per axis of ", x.describe(), ", got ", k);
+  for (int64_t r : repeats) CF_CHECK(r >= 0, ValueError, "[repeat] counts must be >= 0, got ", r);
+  // (1, s0, 1, s1, ...) expanded to (r0, s0, r1, s1, ...), then merged pairwise: each copy of x
+  // along axis i is contiguous in the result, as tiling puts them
+  Shape inter, expanded, result;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t s = i < k - d ? 1 : x.shape()[size_t(i - (k - d))];
+    inter.push_back(1);
+    inter.push_back(s);
+    expanded.push_back(repeats[size_t(i)]);
+    expanded.push_back(s);
+    result.push_back(repeats[size_t(i)] * s);
+  }
+  return reshape(clone(expand(reshape(x, inter), expanded)), result);  // (clone: never a view of x)
 }
 
 }  // namespace cf

@@ -35,4 +35,15 @@ std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t axis);
 // Pieces with the given sizes (must add up to the axis length).
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis);
 
+// ---- reordering and tiling (copies, as PyTorch's; composed of index_select, cat and expand) ----
+// The elements in reverse order along each of axes (torch.flip); no axes: a copy of x.
+Tensor flip(const Tensor& x, const std::vector<int64_t>& axes);
+// The elements shifted by shifts[i] positions along axes[i], those pushed past the end coming
+// back at the start (torch.roll; a negative shift moves toward the start). No axes: x is rolled
+// as if flattened (one shift), keeping its shape.
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& axes = {});
+// x tiled repeats[i] times along axis i (torch's Tensor.repeat, numpy.tile): repeats may have
+// more entries than x has axes, x then gaining leading axes of size 1 first.
+Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats);
+
 }  // namespace cf

@@ -86,6 +86,7 @@ from . import _functional, _lr_scheduler, optim  # noqa: E402,F401
 from ._param_groups import ParamGroup as _ParamGroup  # noqa: E402
 
 from . import _nn_extras  # noqa: E402
+from ._ops_extras import einsum, multinomial, from_numpy  # noqa: E402,F401
 
 _cf.nn.ModuleDict = _ModuleDict
 for _name in ("CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "SiLU", "Softmax",
@@ -176,6 +177,36 @@ class enable_grad(no_grad):
         self._prev = _cf.grad_enabled()
         _cf._set_grad_enabled(True)
         return self
+
+
+class inference_mode:
+    """torch.inference_mode: cf has one no-history mode, so this is cf.no_grad under PyTorch's name (a context
+    manager and decorator, with or without parentheses); inference_mode(False) turns recording on inside, as
+    PyTorch's does. Tensors made inside are ordinary tensors (PyTorch's inference tensors refuse later use in
+    autograd; cf's do not need to)."""
+
+    def __new__(cls, mode=True):
+        self = super().__new__(cls)
+        if callable(mode) and not isinstance(mode, _builtins.bool):  # @cf.inference_mode without parentheses
+            self._mode = True
+            return self(mode)
+        if not isinstance(mode, _builtins.bool):
+            raise TypeError("[inference_mode] mode must be a bool, got %r" % (mode,))
+        self._mode = mode
+        return self
+
+    def __enter__(self):
+        self._prev = _cf.grad_enabled()
+        _cf._set_grad_enabled(not self._mode)
+        return self
+
+    def __exit__(self, *exc):
+        _cf._set_grad_enabled(self._prev)
+        return False
+
+    def __call__(self, fn):
+        mode = self._mode
+        return _run_under(fn, lambda: inference_mode(mode))
 
 
 class set_grad_enabled:

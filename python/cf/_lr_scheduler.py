@@ -16,6 +16,7 @@ with a cf schedule behind them (StepLR, ExponentialLR, CosineAnnealingLR, and LR
 cf.nn.LRSchedule) take their rates from it.
 """
 import bisect as _bisect
+import math as _math
 import numbers as _numbers
 import weakref as _weakref
 
@@ -26,7 +27,7 @@ from . import _cf
 _initial_lrs = _weakref.WeakKeyDictionary()
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR",
-           "SequentialLR", "ReduceLROnPlateau"]
+           "SequentialLR", "ReduceLROnPlateau", "OneCycleLR"]
 
 
 def _lr_of(optimizer, scheduler):
@@ -252,3 +253,63 @@ class ReduceLROnPlateau:
             raise KeyError("[ReduceLROnPlateau.load_state_dict] missing keys %s" % missing)
         for k in self._STATE:
             setattr(self, k, state_dict[k])
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy (Smith and Topin), as PyTorch's OneCycleLR, stepped once per batch: from
+    max_lr / div_factor up to max_lr over the first pct_start of total_steps, then down to
+    max_lr / div_factor / final_div_factor (three_phase: back to the start first, then down), along a cosine
+    (anneal_strategy "cos") or a line ("linear"). total_steps, or epochs and steps_per_epoch. The optimizer's
+    own lr is replaced (max_lr sets the scale). cf's optimizers cannot change their momentum while they run,
+    so PyTorch's default cycle_momentum=True is refused: pass cycle_momentum=False (the rates are then
+    PyTorch's; its momentum would have cycled between base_momentum and max_momentum against them)."""
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
+                 anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95,
+                 div_factor=25.0, final_div_factor=1e4, three_phase=False, last_epoch=-1):
+        _lr_of(optimizer, OneCycleLR)
+        if cycle_momentum:
+            raise _cf.ValueError("[OneCycleLR] cf's optimizers keep their momentum (betas) fixed: pass "
+                                 "cycle_momentum=False")
+        if not isinstance(max_lr, _numbers.Real) or isinstance(max_lr, bool) or not max_lr > 0:
+            raise _cf.ValueError("[OneCycleLR] max_lr must be one positive number (cf's optimizer has one lr; "
+                                 "groups scale it by lr_scale), got %r" % (max_lr,))
+        if total_steps is None:
+            if epochs is None or steps_per_epoch is None:
+                raise _cf.ValueError("[OneCycleLR] give total_steps, or epochs and steps_per_epoch")
+            total_steps = (_integer(epochs, "epochs", "OneCycleLR", 1)
+                           * _integer(steps_per_epoch, "steps_per_epoch", "OneCycleLR", 1))
+        total = _integer(total_steps, "total_steps", "OneCycleLR", 1)
+        if not 0 <= pct_start <= 1:
+            raise _cf.ValueError("[OneCycleLR] pct_start must be in [0, 1], got %r" % (pct_start,))
+        if anneal_strategy not in ("cos", "linear"):
+            raise _cf.ValueError("[OneCycleLR] anneal_strategy must be 'cos' or 'linear', got %r"
+                                 % (anneal_strategy,))
+        initial = max_lr / div_factor
+        final = initial / final_div_factor
+        if three_phase:
+            phases = [(float(pct_start * total) - 1, initial, max_lr),
+                      (float(2 * pct_start * total) - 2, max_lr, initial),
+                      (total - 1.0, initial, final)]
+        else:
+            phases = [(float(pct_start * total) - 1, initial, max_lr), (total - 1.0, max_lr, final)]
+
+        def anneal(start, end, pct):
+            if anneal_strategy == "cos":
+                return end + (start - end) / 2.0 * (_math.cos(_math.pi * pct) + 1)
+            return (end - start) * pct + start
+
+        def rate(step):
+            if step > total:  # (PyTorch's bound: one step() past the last step is still allowed)
+                raise _cf.ValueError("[OneCycleLR] stepped %d times, past total_steps %d" % (step, total))
+            begin = 0.0
+            for i, (end_step, start_lr, end_lr) in enumerate(phases):
+                if step <= end_step or i == len(phases) - 1:
+                    span = end_step - begin
+                    # (min: the one step() PyTorch allows past the last step keeps the final rate, where its
+                    # extrapolation can go below zero)
+                    return anneal(start_lr, end_lr, min((step - begin) / span, 1.0) if span != 0 else 1.0)
+                begin = end_step
+
+        self.total_steps = total
+        super().__init__(optimizer, rate, last_epoch)

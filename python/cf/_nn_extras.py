@@ -179,3 +179,23 @@ utils.rnn = _types.ModuleType("cf.nn.utils.rnn", "torch.nn.utils.rnn's names: pa
 utils.rnn.pad_sequence = pad_sequence
 utils.__all__ = ["clip_grad_norm_"]
 utils.rnn.__all__ = ["pad_sequence"]
+
+
+def _embedding_from_pretrained(embeddings, freeze=True, padding_idx=None):
+    """A cf.nn.Embedding holding a copy of embeddings ((num, dim), its dtype and device), as
+    torch.nn.Embedding.from_pretrained: freeze=True keeps the table out of training (its weight does not require
+    grad); padding_idx names the row that gets no gradient (its pretrained values are kept)."""
+    if not isinstance(embeddings, _cf.Tensor) or embeddings.dim() != 2:
+        raise _cf.ShapeError("[Embedding.from_pretrained] embeddings must be a 2-d cf.Tensor (num, dim), got %s"
+                             % (embeddings.shape if isinstance(embeddings, _cf.Tensor) else type(embeddings).__name__,))
+    num, dim = embeddings.shape
+    # (the table built first is overwritten: its own generator leaves the default one's sequence alone)
+    e = _cf.nn.Embedding(num, dim, padding_idx=padding_idx, generator=_cf.Generator(0), dtype=embeddings.dtype,
+                         device=embeddings.device)
+    e.weight.requires_grad_(False)
+    e.weight.copy_(embeddings.detach())
+    e.weight.requires_grad_(not freeze)
+    return e
+
+
+_cf.nn.Embedding.from_pretrained = staticmethod(_embedding_from_pretrained)

@@ -265,6 +265,31 @@ nb::object incompatible_keys(const cnn::StateDict& module_dict, const cnn::State
   return nb::borrow(type)(missing, unexpected);
 }
 
+// PyTorch's factory keywords of a layer's constructor (cf.nn.Linear(4, 3, device="cuda", dtype=cf.float64)): the
+// layer is built as usual, then converted and moved in place as module.to() does.
+// device: a cf.Device, a name ("cuda:0"), an int (a CUDA device's index, as PyTorch) or an object whose str() is a
+// name (a torch.device).
+void apply_factory_kwargs(cnn::Module& mod, const char* layer, nb::handle device, std::optional<cf::DType> dtype) {
+  if (dtype) mod.to(*dtype);
+  if (device.is_none()) return;
+  cf::Device d = cf::Device::cpu();
+  if (nb::isinstance<cf::Device>(device)) {
+    d = nb::cast<cf::Device>(device);
+  } else if (int64_t index = 0; !nb::isinstance<nb::str>(device) && index_value(device, layer, "device", index)) {
+    CF_CHECK(index >= 0, ValueError, "[", layer, "] device index must be >= 0, got ", index);
+    d = cf::Device::cuda(int(index));
+  } else if (nb::isinstance<nb::str>(device) || nb::hasattr(device, "type")) {
+    d = cf::Device::parse(nb::cast<std::string>(nb::str(device)));
+  } else {
+    throw nb::type_error(cf::str("[", layer, "] device must be a cf.Device, a name such as \"cuda:0\" or an int, got ",
+                                 nb::type_name(device.type()).c_str())
+                             .c_str());
+  }
+  mod.to(d);
+}
+auto device_kwarg() { return nb::arg("device").none() = nb::none(); }
+auto dtype_kwarg() { return nb::arg("dtype").none() = nb::none(); }
+
 [[noreturn]] void refuse_module_copy(nb::handle self, const char* what) {
   const std::string t = user_type_name(self);
   throw nb::type_error(cf::str("[", what, "] a cf.nn module (", t, ") cannot be copied or pickled: build a new ",
@@ -383,8 +408,18 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // ---------------------------------------------------------------- layers
   nb::class_<cnn::Linear, cnn::UnaryModule> linear(nn, "Linear",
                                             "y = x W^T + b; W is (out, in) as in PyTorch. Init U(-1/sqrt(in), 1/sqrt(in)).");
-  linear.def("__init__", init_with_generator<cnn::Linear, int64_t, int64_t, bool>(), nb::arg("in_features"), nb::arg("out_features"),
-           nb::arg("bias") = true, generator_arg())
+  linear.def("__init__",
+             [](cnn::Linear* self, int64_t in, int64_t out, bool bias, cf::Generator* g, nb::handle device,
+                std::optional<cf::DType> dtype) {
+               new (self) cnn::Linear(in, out, bias, gen_or_default(g));
+               apply_factory_kwargs(*self, "Linear", device, dtype);
+             },
+             nb::arg("in_features"), nb::arg("out_features"), nb::arg("bias") = true, generator_arg(), device_kwarg(),
+             dtype_kwarg(),
+             nb::sig("def __init__(self, in_features: int, out_features: int, bias: bool = True, generator: "
+                     "cf._cf.Generator | None = None, device: cf._cf.Device | str | None = None, dtype: "
+                     "cf._cf.dtype | None = None) -> None"),
+             "device= and dtype= (PyTorch's factory keywords) move and convert the new layer.")
       .def_prop_ro("in_features", &cnn::Linear::in_features)
       .def_prop_ro("out_features", &cnn::Linear::out_features);
   def_tensor_member(linear, "weight", &cnn::Linear::weight, Member::kAlways);
@@ -395,7 +430,8 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
   // padding_idx as PyTorch's: None for none, a negative index counts from the end (C++'s -1 means none, so
   // padding_idx=-1 gave no padding row where PyTorch pads the last).
   emb.def("__init__",
-          [](cnn::Embedding* self, int64_t num, int64_t dim, std::optional<int64_t> padding_idx, cf::Generator* g) {
+          [](cnn::Embedding* self, int64_t num, int64_t dim, std::optional<int64_t> padding_idx, cf::Generator* g,
+             nb::handle device, std::optional<cf::DType> dtype) {
             int64_t pad = -1;
             if (padding_idx) {
               CF_CHECK(*padding_idx >= -num && *padding_idx < num, ValueError, "[Embedding] padding_idx ",
@@ -403,16 +439,41 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
               pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
             }
             new (self) cnn::Embedding(num, dim, pad, gen_or_default(g));
+            apply_factory_kwargs(*self, "Embedding", device, dtype);
           },
           nb::arg("num_embeddings"), nb::arg("dim"), nb::arg("padding_idx") = nb::none(),
-          generator_arg())
+          generator_arg(), device_kwarg(), dtype_kwarg(),
+          nb::sig("def __init__(self, num_embeddings: int, dim: int, padding_idx: int | None = None, generator: "
+                  "cf._cf.Generator | None = None, device: cf._cf.Device | str | None = None, dtype: cf._cf.dtype | "
+                  "None = None) -> None"),
+          "device= and dtype= (PyTorch's factory keywords) move and convert the new layer.")
       .def_prop_ro("num_embeddings", &cnn::Embedding::num_embeddings)
       .def_prop_ro("dim", &cnn::Embedding::dim);
   def_tensor_member(emb, "weight", &cnn::Embedding::weight, Member::kAlways);
   def_forward(emb, [](cnn::Embedding& e, const Tensor& ids) { return e.forward(ids); }, "forward(ids)", nb::arg("ids"));
   nb::class_<cnn::LayerNorm, cnn::UnaryModule> norm(nn, "LayerNorm",
                                                     "Layer normalisation over the last axis, learned scale and shift.");
-  norm.def(nb::init<int64_t, double, bool>(), nb::arg("dim"), nb::arg("eps") = 1e-5, nb::arg("affine") = true);
+  // normalized_shape as PyTorch's: an int or a one-entry sequence (cf normalises over the last axis only);
+  // elementwise_affine= is PyTorch's name of affine=
+  norm.def("__init__",
+           [](cnn::LayerNorm* self, nb::handle normalized_shape, double eps, std::optional<bool> affine,
+              std::optional<bool> elementwise_affine, nb::handle device, std::optional<cf::DType> dtype) {
+             const std::vector<int64_t> shape = int64_or_list_arg(normalized_shape, "LayerNorm", "normalized_shape");
+             CF_CHECK(shape.size() == 1, ValueError, "[LayerNorm] normalises over the last axis only: normalized_shape "
+                      "must be one size, got ", shape.size(), " (flatten the normalised axes into one first)");
+             CF_CHECK(!(affine && elementwise_affine && *affine != *elementwise_affine), ValueError,
+                      "[LayerNorm] affine and elementwise_affine are one setting, given as ", *affine, " and ",
+                      *elementwise_affine);
+             new (self) cnn::LayerNorm(shape[0], eps, affine.value_or(elementwise_affine.value_or(true)));
+             apply_factory_kwargs(*self, "LayerNorm", device, dtype);
+           },
+           nb::arg("dim"), nb::arg("eps") = 1e-5, nb::arg("affine").none() = nb::none(),
+           nb::arg("elementwise_affine").none() = nb::none(), device_kwarg(), dtype_kwarg(),
+           nb::sig("def __init__(self, dim: int | collections.abc.Sequence[int], eps: float = 1e-05, affine: bool | "
+                   "None = None, elementwise_affine: bool | None = None, device: cf._cf.Device | str | None = None, "
+                   "dtype: cf._cf.dtype | None = None) -> None"),
+           "dim: the size of the last axis (or PyTorch's normalized_shape of one entry); affine (default True, "
+           "PyTorch's elementwise_affine) adds the learned scale and shift.");
   def_tensor_member(norm, "weight", &cnn::LayerNorm::weight);
   def_tensor_member(norm, "bias", &cnn::LayerNorm::bias);
   nb::class_<cnn::Dropout, cnn::UnaryModule>(nn, "Dropout", "Inverted dropout in training mode, identity in eval mode.")

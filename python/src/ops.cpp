@@ -615,6 +615,64 @@ void bind_shape(nb::module_& m, TensorCls& cls) {
                           "sizes (adding up to the axis length).";
   m.def("split", split, nb::arg("x"), nb::arg("size"), nb::arg("axis") = 0, split_doc);
   cls.def("split", split, nb::arg("size"), nb::arg("axis") = 0, split_doc);
+  // ---- reordering, tiling and running sums (copies)
+  m.def(cf::opname::cumsum,
+        [](const Tensor& x, int64_t axis, std::optional<cf::DType> dtype) {
+          return cf::cumsum(dtype ? cf::to(x, *dtype) : x, axis);
+        },
+        nb::arg("x"), nb::arg("axis"), nb::arg("dtype") = nb::none(), release_gil(),
+        "Running sums along axis (torch.cumsum): int64 and bool give int64, floats keep their dtype (dtype= "
+        "converts x first); float sums accumulate in double. Differentiable.");
+  cls.def(cf::opname::cumsum,
+          [](const Tensor& x, int64_t axis, std::optional<cf::DType> dtype) {
+            return cf::cumsum(dtype ? cf::to(x, *dtype) : x, axis);
+          },
+          nb::arg("axis"), nb::arg("dtype") = nb::none(), release_gil(), "cf.cumsum(self, axis, dtype).");
+  auto flip = [](const Tensor& x, nb::handle axes) {
+    std::vector<int64_t> a = int64_or_list_arg(axes, "flip", "axes");
+    nb::gil_scoped_release r;
+    return cf::flip(x, a);
+  };
+  const char* flip_doc = "A copy with the elements in reverse order along each of axes (an int or a sequence; "
+                         "torch.flip).";
+  m.def("flip", flip, nb::arg("x"), nb::arg("axes"),
+        nb::sig("def flip(x: cf._cf.Tensor, axes: int | collections.abc.Sequence[int]) -> cf._cf.Tensor"), flip_doc);
+  cls.def("flip", flip, nb::arg("axes"),
+          nb::sig("def flip(self, axes: int | collections.abc.Sequence[int]) -> cf._cf.Tensor"), flip_doc);
+  cls.def("flip", [flip](const Tensor& x, nb::args axes) { return flip(x, axes); },  // t.flip(0, 1)
+          nb::arg("axes"), nb::sig("def flip(self, *axes: int) -> cf._cf.Tensor"), "PyTorch's spelling: t.flip(0, 1).");
+  auto roll = [](const Tensor& x, nb::handle shifts, nb::handle axes) {
+    std::vector<int64_t> s = int64_or_list_arg(shifts, "roll", "shifts");
+    std::vector<int64_t> a;
+    if (!axes.is_none()) a = int64_or_list_arg(axes, "roll", "axes");
+    nb::gil_scoped_release r;
+    return cf::roll(x, s, a);
+  };
+  const char* roll_doc = "A copy with the elements shifted by shifts along axes, wrapping around (torch.roll); "
+                         "axes=None rolls x as if flattened (one shift), keeping its shape.";
+  const char* roll_types = "shifts: int | collections.abc.Sequence[int], axes: int | collections.abc.Sequence[int] | "
+                           "None = None) -> cf._cf.Tensor";
+  m.def("roll", roll, nb::arg("x"), nb::arg("shifts"), nb::arg("axes") = nb::none(),
+        nb::sig((std::string("def roll(x: cf._cf.Tensor, ") + roll_types).c_str()), roll_doc);
+  cls.def("roll", roll, nb::arg("shifts"), nb::arg("axes") = nb::none(),
+          nb::sig((std::string("def roll(self, ") + roll_types).c_str()), roll_doc);
+  cls.def("repeat", [](const Tensor& x, nb::args sizes) {
+    std::vector<int64_t> r = sizes.size() == 1 ? int64_or_list_arg(sizes[0], "repeat", "repeats")
+                                               : int64_list_arg(sizes, "repeat", "repeats");
+    nb::gil_scoped_release g;
+    return cf::repeat(x, r);
+  }, nb::arg("repeats"), nb::sig("def repeat(self, *repeats: int | collections.abc.Sequence[int]) -> cf._cf.Tensor"),
+          "x tiled repeats[i] times along axis i (torch's Tensor.repeat): t.repeat(2, 3) or t.repeat([2, 3]); more "
+          "counts than axes add leading axes.");
+  m.def("tile", [](const Tensor& x, nb::handle reps) {
+    std::vector<int64_t> r = int64_or_list_arg(reps, "tile", "reps");
+    // torch.tile / numpy.tile: fewer counts than axes are padded with leading 1s
+    if (int64_t(r.size()) < x.dim()) r.insert(r.begin(), size_t(x.dim() - int64_t(r.size())), 1);
+    nb::gil_scoped_release g;
+    return cf::repeat(x, r);
+  }, nb::arg("x"), nb::arg("reps"),
+        nb::sig("def tile(x: cf._cf.Tensor, reps: int | collections.abc.Sequence[int]) -> cf._cf.Tensor"),
+        "x tiled reps[i] times along axis i (torch.tile, numpy.tile): fewer counts than axes repeat the last axes.");
   cls.def_prop_ro("T", [](const Tensor& x) {
     CF_CHECK(x.dim() == 2, ShapeError, "[T] needs a 2-d tensor, got ", x.describe(), " (use transpose/permute)");
     return cf::transpose(x, 0, 1);
@@ -1007,6 +1065,9 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
     both(name, {{"dim", "axis", kAxis}}, kTensor);
   for (const char* name : {"sort", "topk"}) both(name, {{"dim", "axis", kAxis}}, kPair);
   both("split", {{"dim", "axis", kAxis}}, "list[cf._cf.Tensor]");
+  both("cumsum", {{"dim", "axis", kAxis}}, kTensor);
+  both("flip", {{"dims", "axes", "int | collections.abc.Sequence[int]"}}, kTensor);
+  both("roll", {{"dims", "axes", "int | collections.abc.Sequence[int] | None"}}, kTensor);
   for (const char* name : {"cat", "stack"}) accept_torch_keywords(m, name, {{"dim", "axis", kAxis}}, kTensor);
   both("permute", {{"dims", "axes", "collections.abc.Sequence[int]"}}, kTensor);
   both("transpose", {{"dim0", "axis0", kAxis}, {"dim1", "axis1", kAxis}}, kTensor);

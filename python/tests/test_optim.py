@@ -222,3 +222,54 @@ def test_reduce_on_plateau_names_bad_modes():
         lr_scheduler.ReduceLROnPlateau(opt, mode="lowest")
     with pytest.raises(cf.ValueError, match=r"^\[ReduceLROnPlateau\] patience must be an integer >= 0, got -1"):
         lr_scheduler.ReduceLROnPlateau(opt, patience=-1)
+
+
+def test_one_cycle_lr_follows_torch():
+    torch = pytest.importorskip("torch")
+
+    def torch_rates(n, **kw):
+        w = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.5)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, cycle_momentum=False, **kw)
+        out = [opt.param_groups[0]["lr"]]
+        for _ in range(n):
+            opt.step()
+            sched.step()
+            out.append(opt.param_groups[0]["lr"])
+        return out
+
+    def cf_rates(n, **kw):
+        _, opt = make_opt(0.5)
+        sched = lr_scheduler.OneCycleLR(opt, cycle_momentum=False, **kw)
+        out = [opt.lr]
+        for _ in range(n):
+            opt.step()
+            sched.step()
+            out.append(opt.lr)
+        return out
+
+    for kw in ({"max_lr": 0.1, "total_steps": 20},
+               {"max_lr": 0.1, "total_steps": 17, "anneal_strategy": "linear", "pct_start": 0.25},
+               {"max_lr": 2.0, "epochs": 3, "steps_per_epoch": 5, "three_phase": True, "div_factor": 10.0,
+                "final_div_factor": 100.0}):
+        total = kw.get("total_steps") or kw["epochs"] * kw["steps_per_epoch"]
+        assert cf_rates(total - 1, **kw) == pytest.approx(torch_rates(total - 1, **kw), rel=1e-12)
+
+
+def test_one_cycle_lr_bounds_and_errors():
+    _, opt = make_opt(0.5)
+    sched = lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=10, cycle_momentum=False)
+    assert opt.lr == pytest.approx(1.0 / 25)  # starts at max_lr / div_factor
+    for _ in range(10):
+        sched.step()
+    assert opt.lr == pytest.approx(1.0 / 25 / 1e4)  # the step past the last keeps the final rate
+    with pytest.raises(cf.ValueError, match=r"\[OneCycleLR\] stepped 11 times, past total_steps 10"):
+        sched.step()
+    with pytest.raises(cf.ValueError, match=r"\[OneCycleLR\].*cycle_momentum=False"):
+        lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=10)
+    with pytest.raises(cf.ValueError, match=r"\[OneCycleLR\] give total_steps"):
+        lr_scheduler.OneCycleLR(opt, max_lr=1.0, epochs=3, cycle_momentum=False)
+    with pytest.raises(cf.ValueError, match=r"\[OneCycleLR\] max_lr must be one positive number"):
+        lr_scheduler.OneCycleLR(opt, max_lr=[1.0, 2.0], total_steps=10, cycle_momentum=False)
+    with pytest.raises(cf.ValueError, match=r"\[OneCycleLR\] anneal_strategy"):
+        lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=10, cycle_momentum=False, anneal_strategy="exp")

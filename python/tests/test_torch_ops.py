@@ -1,0 +1,294 @@
+"""PyTorch's ops that ported scripts reach for: cumsum, flip, roll, repeat, tile, einsum, multinomial, from_numpy,
+Tensor.normal_/uniform_, inference_mode; and the layers' factory keywords (Linear(device=, dtype=), LayerNorm((d,)),
+Embedding.from_pretrained). Values against NumPy (and torch where it imports), gradients against finite
+differences or torch."""
+import numpy as np
+import pytest
+
+import cf
+
+
+def f64(shape, seed):
+    return cf.tensor(np.random.default_rng(seed).uniform(-1, 1, size=shape), dtype=cf.float64)
+
+
+def test_cumsum_flip_roll_repeat_tile_match_numpy():
+    x = f64([3, 4, 5], 0)
+    a = np.asarray(x)
+    for axis in (0, 1, 2, -1):
+        assert np.allclose(np.asarray(cf.cumsum(x, axis)), np.cumsum(a, axis), rtol=0, atol=1e-12)
+        assert np.allclose(np.asarray(x.cumsum(dim=axis)), np.cumsum(a, axis), rtol=0, atol=1e-12)
+    assert cf.cumsum(cf.tensor([True, False, True]), 0).tolist() == [1, 1, 2]
+    assert cf.cumsum(cf.tensor([1, 2, 3]), 0, dtype=cf.float64).dtype == cf.float64
+    assert np.array_equal(np.asarray(cf.flip(x, [0, 2])), np.flip(a, (0, 2)))
+    assert np.array_equal(np.asarray(x.flip(1)), np.flip(a, 1))
+    assert np.array_equal(np.asarray(x.flip(0, 2)), np.flip(a, (0, 2)))
+    assert np.array_equal(np.asarray(cf.flip(x, dims=(1,))), np.flip(a, 1))
+    assert np.array_equal(np.asarray(cf.roll(x, 2, 1)), np.roll(a, 2, 1))
+    assert np.array_equal(np.asarray(x.roll((1, -3), (0, 2))), np.roll(a, (1, -3), (0, 2)))
+    assert np.array_equal(np.asarray(cf.roll(x, -7)), np.roll(a, -7))
+    assert np.array_equal(np.asarray(x.roll(1, dims=0)), np.roll(a, 1, 0))
+    assert np.array_equal(np.asarray(x.repeat(2, 1, 3)), np.tile(a, (2, 1, 3)))
+    assert np.array_equal(np.asarray(x.repeat([2, 1, 1, 2])), np.tile(a, (2, 1, 1, 2)))
+    assert np.array_equal(np.asarray(cf.tile(x, (2,))), np.tile(a, 2))
+    with pytest.raises(cf.IndexError, match=r"^\[cumsum\] axis 3"):
+        cf.cumsum(x, 3)
+    with pytest.raises(cf.ValueError, match=r"^\[roll\] needs one shift per axis"):
+        cf.roll(x, (1, 2), 0)
+    with pytest.raises(cf.ShapeError, match=r"^\[repeat\] needs at least one count per axis"):
+        x.repeat(2, 2)
+    with pytest.raises(cf.ValueError, match=r"^\[flip\] axes must be an int or a sequence of ints"):
+        cf.flip(x, "a")
+
+
+def test_cumsum_flip_roll_repeat_gradients_follow_torch():
+    torch = pytest.importorskip("torch")
+    x = f64([3, 4], 1).requires_grad_(True)
+    w = f64([2, 3, 8], 2)
+    y = cf.cumsum(x.flip(1).roll(1, 0), 1).repeat(2, 1, 2) * w
+    y.sum().backward()
+    xt = torch.tensor(np.asarray(x.detach()), requires_grad=True)
+    yt = torch.cumsum(xt.flip(1).roll(1, 0), 1).repeat(2, 1, 2) * torch.tensor(np.asarray(w))
+    yt.sum().backward()
+    assert np.allclose(np.asarray(y.detach()), yt.detach().numpy(), rtol=0, atol=1e-12)
+    assert np.allclose(np.asarray(x.grad), xt.grad.numpy(), rtol=0, atol=1e-12)
+
+
+EINSUM_CASES = [
+    ("ij,jk->ik", [[3, 4], [4, 5]]),
+    ("ij,jk", [[3, 4], [4, 5]]),
+    ("bhnd,bhmd->bhnm", [[2, 3, 4, 5], [2, 3, 6, 5]]),
+    ("bhnm,bhmd->bhnd", [[2, 3, 4, 6], [2, 3, 6, 5]]),
+    ("i,i->", [[7], [7]]),
+    ("i,j->ij", [[3], [4]]),
+    ("ii->i", [[4, 4]]),
+    ("ii", [[4, 4]]),
+    ("ij->ji", [[3, 5]]),
+    ("ijk->", [[2, 3, 4]]),
+    ("bij,bjk,bkl->bil", [[2, 3, 4], [2, 4, 5], [2, 5, 6]]),
+    ("...ij,...jk->...ik", [[2, 1, 3, 4], [5, 4, 6]]),
+    ("...ij,jk", [[2, 3, 3, 4], [4, 5]]),
+    ("b...d,d->b...", [[2, 3, 4, 5], [5]]),
+    ("ab,cd->", [[2, 3], [4, 5]]),
+    ("Ab,bA->A", [[3, 4], [4, 3]]),
+    ("ij,jk->ik", [[2, 0], [0, 3]]),
+    ("i,i->", [[0], [0]]),
+    ("bij,bjk->bik", [[0, 2, 3], [0, 3, 4]]),
+    ("iij->ji", [[3, 3, 2]]),
+]
+
+
+@pytest.mark.parametrize("equation,shapes", EINSUM_CASES)
+def test_einsum_matches_numpy(equation, shapes):
+    ops = [f64(s, 10 + i) for i, s in enumerate(shapes)]
+    got = cf.einsum(equation, *ops)
+    want = np.einsum(equation, *[np.asarray(t) for t in ops])
+    assert tuple(got.shape) == want.shape
+    assert np.allclose(np.asarray(got), want, rtol=0, atol=1e-12)
+    assert np.allclose(np.asarray(cf.einsum(equation, ops)), want, rtol=0, atol=1e-12)  # operands as one list
+
+
+def test_einsum_takes_diagonals_by_index_and_contracts_integers():
+    inf = float("inf")
+    t = cf.tensor([[1.0, inf], [2.0, 3.0]])
+    assert cf.einsum("ii->i", t).tolist() == [1.0, 3.0]  # the inf off the diagonal stays out
+    assert cf.einsum("ii", t).item() == 4.0
+    a = cf.tensor([[1, 2], [3, 4]])
+    assert cf.einsum("ij,jk->ik", a, a).tolist() == [[7, 10], [15, 22]]
+    assert cf.einsum("i,i->i", cf.tensor([1, 2, 3]), cf.tensor([1, 2, 3])).tolist() == [1, 4, 9]
+    with pytest.raises(cf.DTypeError, match=r"^\[einsum\] operands must share one dtype"):
+        cf.einsum("i,i->", cf.tensor([1, 2]), cf.tensor([1.0, 2.0]))
+
+
+def test_einsum_gradients_match_finite_differences():
+    a, b = f64([2, 3, 4], 20).requires_grad_(True), f64([2, 4, 3], 21).requires_grad_(True)
+    w = f64([2, 3], 22)
+    loss = (cf.einsum("bij,bji->bi", a, b) * w).sum()
+    loss.backward()
+
+    def value(av, bv):
+        return float((np.einsum("bij,bji->bi", av, bv) * np.asarray(w)).sum())
+
+    av, bv, eps = np.asarray(a.detach()).copy(), np.asarray(b.detach()).copy(), 1e-6
+    for arr, grad in ((av, np.asarray(a.grad)), (bv, np.asarray(b.grad))):
+        num = np.zeros_like(arr)
+        for i in np.ndindex(arr.shape):
+            old = arr[i]
+            arr[i] = old + eps
+            hi = value(av, bv)
+            arr[i] = old - eps
+            lo = value(av, bv)
+            arr[i] = old
+            num[i] = (hi - lo) / (2 * eps)
+        assert np.allclose(grad, num, rtol=1e-6, atol=1e-8)
+
+
+def test_einsum_errors_name_the_problem():
+    a, b = f64([3, 4], 0), f64([5, 6], 1)
+    with pytest.raises(cf.ShapeError, match=r"^\[einsum\] subscript 'j' has sizes 4 and 5"):
+        cf.einsum("ij,jk->ik", a, b)
+    with pytest.raises(cf.ValueError, match=r"^\[einsum\] 'ij->ik' names"):
+        cf.einsum("ij->ik", a, b)
+    with pytest.raises(cf.ValueError, match=r"output subscript 'k' is in no operand"):
+        cf.einsum("ij->ik", a)
+    with pytest.raises(cf.ShapeError, match=r"operand \(3, 4\) has 2 axes for subscripts 'ijk'"):
+        cf.einsum("ijk->i", a)
+    with pytest.raises(cf.ValueError, match=r"subscripts are letters"):
+        cf.einsum("i1->i", a)
+    with pytest.raises(cf.ValueError, match=r"appears twice"):
+        cf.einsum("ij->ii", a)
+    with pytest.raises(cf.ShapeError, match=r"an axis of '\.\.\.' has sizes 2 and 3"):
+        cf.einsum("...ij,...jk", f64([2, 3, 4], 2), f64([3, 4, 5], 3))
+    with pytest.raises(TypeError, match=r"operands must be cf.Tensors"):
+        cf.einsum("ij->i", np.zeros((3, 4)))
+
+
+def test_multinomial_draws_by_weight():
+    g = cf.Generator(7)
+    w = cf.tensor([[1.0, 0.0, 3.0, 4.0], [0.0, 0.0, 1.0, 0.0]], dtype=cf.float32)
+    s = cf.multinomial(w, 4000, replacement=True, generator=g)
+    assert s.shape == (2, 4000) and s.dtype == cf.int64
+    counts = np.bincount(np.asarray(s)[0], minlength=4) / 4000
+    assert counts[1] == 0  # zero weight: never drawn
+    assert np.allclose(counts, [1 / 8, 0, 3 / 8, 4 / 8], atol=0.03)
+    assert set(np.asarray(s)[1].tolist()) == {2}
+    # without replacement: distinct, never a zero-weight category, and the first draw by weight
+    firsts = []
+    for _ in range(1500):
+        d = np.asarray(cf.multinomial(w[0], 3, generator=g)).tolist()
+        assert len(set(d)) == 3 and 1 not in d
+        firsts.append(d[0])
+    assert np.allclose(np.bincount(firsts, minlength=4) / 1500, [1 / 8, 0, 3 / 8, 4 / 8], atol=0.04)
+    one = cf.multinomial(cf.tensor([0.2, 0.8]), 1)
+    assert one.shape == (1,)
+    assert cf.multinomial(cf.zeros([0, 3]), 2).shape == (0, 2)
+    many = cf.multinomial(cf.ones([3, 5000]), 3000, replacement=True, generator=g)  # compared by chunks
+    assert many.shape == (3, 3000) and 0 <= int(cf.amin(many)) and int(cf.amax(many)) < 5000
+
+
+def test_multinomial_refuses_bad_weights():
+    with pytest.raises(cf.ValueError, match=r"^\[multinomial\] weights must be finite and >= 0"):
+        cf.multinomial(cf.tensor([0.5, -0.1]), 1)
+    with pytest.raises(cf.ValueError, match=r"^\[multinomial\] weights must be finite"):
+        cf.multinomial(cf.tensor([0.5, float("nan")]), 1)
+    with pytest.raises(cf.ValueError, match=r"^\[multinomial\] every row needs a positive total weight"):
+        cf.multinomial(cf.tensor([[0.5, 0.5], [0.0, 0.0]]), 1)
+    with pytest.raises(cf.ValueError, match=r"from a row with 1 of positive weight"):
+        cf.multinomial(cf.tensor([0.0, 1.0, 0.0]), 2)
+    with pytest.raises(cf.ValueError, match=r"cannot draw 4 of 3 categories without replacement"):
+        cf.multinomial(cf.tensor([1.0, 1.0, 1.0]), 4)
+    with pytest.raises(cf.ShapeError, match=r"^\[multinomial\] input must be 1-d or 2-d"):
+        cf.multinomial(cf.ones([2, 2, 2]), 1)
+    with pytest.raises(cf.DTypeError, match=r"^\[multinomial\] input must hold float weights"):
+        cf.multinomial(cf.tensor([1, 2]), 1)
+    with pytest.raises(cf.ValueError, match=r"num_samples must be an integer >= 1"):
+        cf.multinomial(cf.tensor([1.0]), 0)
+
+
+def test_from_numpy_shares_memory_and_refuses_read_only_arrays():
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    t = cf.from_numpy(a)
+    assert t.dtype == cf.float64 and t.shape == (2, 3)
+    a[0, 1] = 42.0
+    assert t.tolist()[0][1] == 42.0
+    t.fill_(1.0)
+    assert a.sum() == 6.0
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    with pytest.raises(cf.ValueError, match=r"^\[from_numpy\] the array is read-only"):
+        cf.from_numpy(ro)
+    with pytest.raises(cf.DTypeError, match=r"^\[from_numpy\] cannot share the memory of a int32 array"):
+        cf.from_numpy(np.zeros(3, dtype=np.int32))
+    with pytest.raises(TypeError, match=r"^\[from_numpy\] expects a numpy.ndarray"):
+        cf.from_numpy([1.0, 2.0])
+
+
+def test_normal_and_uniform_fill_in_place():
+    t = cf.zeros([20000], dtype=cf.float64)
+    assert t.normal_(2.0, 0.5, generator=cf.Generator(3)) is t
+    a = np.asarray(t)
+    assert abs(a.mean() - 2.0) < 0.02 and abs(a.std() - 0.5) < 0.02
+    t.uniform_(-3.0, -1.0)
+    a = np.asarray(t)
+    assert a.min() >= -3.0 and a.max() < -1.0 and abs(a.mean() + 2.0) < 0.03
+    # cf's in-place rule, as fill_: refused on a tensor that requires grad while recording
+    x = cf.ones([3], requires_grad=True)
+    with pytest.raises(cf.AutogradError, match=r"^\[normal_\] in-place change of a tensor that requires grad"):
+        (x * 2).normal_()
+    with pytest.raises(cf.AutogradError, match=r"^\[uniform_\]"):
+        x.uniform_()
+    with cf.no_grad():
+        x.uniform_(0.0, 0.5)
+    assert float(cf.amax(x)) < 0.5
+
+
+def test_inference_mode_is_no_grad_under_torchs_name():
+    x = cf.ones([2], requires_grad=True)
+    with cf.inference_mode():
+        assert not (x * 2).requires_grad
+    with cf.inference_mode(False):
+        assert (x * 2).requires_grad
+    with cf.no_grad():
+        with cf.inference_mode(False):  # PyTorch's: recording on inside
+            assert (x * 2).requires_grad
+        assert not (x * 2).requires_grad
+
+    @cf.inference_mode
+    def bare(v):
+        return v * 2
+
+    @cf.inference_mode()
+    def called(v):
+        return v * 2
+
+    assert not bare(x).requires_grad and not called(x).requires_grad
+    assert (x * 2).requires_grad  # restored
+    with pytest.raises(TypeError, match=r"^\[inference_mode\] mode must be a bool"):
+        cf.inference_mode("yes")
+
+
+def test_layers_take_pytorchs_factory_keywords():
+    lin = cf.nn.Linear(4, 3, dtype=cf.float64, device="cpu")
+    assert lin.weight.dtype == cf.float64 and lin.bias.dtype == cf.float64
+    ln = cf.nn.LayerNorm((6,), elementwise_affine=False)
+    assert ln.weight is None
+    y = ln(f64([2, 6], 3).to(cf.float32))
+    assert np.allclose(np.asarray(y).mean(-1), 0, atol=1e-6)
+    assert cf.nn.LayerNorm(6, dtype=cf.float64).weight.dtype == cf.float64
+    with pytest.raises(cf.ValueError, match=r"^\[LayerNorm\] normalises over the last axis only"):
+        cf.nn.LayerNorm((2, 3))
+    with pytest.raises(cf.ValueError, match=r"^\[LayerNorm\] affine and elementwise_affine are one setting"):
+        cf.nn.LayerNorm(3, affine=True, elementwise_affine=False)
+    with pytest.raises(cf.Error, match=r"tpu"):
+        cf.nn.Linear(2, 2, device="tpu")
+    with pytest.raises(TypeError, match=r"^\[Linear\] device must be a cf.Device, a name such as"):
+        cf.nn.Linear(2, 2, device=[0])
+    assert cf.nn.LayerNorm(4, affine=False, elementwise_affine=False).weight is None
+    try:
+        import torch
+        assert cf.nn.Linear(2, 2, device=torch.device("cpu")).weight.device == cf.Device("cpu")
+    except ImportError:
+        pass
+    emb = cf.nn.Embedding(5, 2, dtype=cf.float64)
+    assert emb.weight.dtype == cf.float64
+
+
+def test_embedding_from_pretrained_copies_and_freezes():
+    table = f64([5, 3], 4)
+    cf.manual_seed(5)
+    expected_next = cf.randn([3]).tolist()
+    cf.manual_seed(5)
+    emb = cf.nn.Embedding.from_pretrained(table)
+    assert cf.randn([3]).tolist() == expected_next  # the default generator's sequence is left alone
+    assert emb.weight.dtype == cf.float64 and not emb.weight.requires_grad
+    ids = cf.tensor([[4, 0], [1, 1]])
+    assert np.array_equal(np.asarray(emb(ids)), np.asarray(table)[np.asarray(ids)])
+    table.fill_(0.0)  # a copy: the layer keeps its values
+    assert np.abs(np.asarray(emb.weight)).sum() > 0
+    trainable = cf.nn.Embedding.from_pretrained(f64([5, 3], 5), freeze=False, padding_idx=0)
+    assert trainable.weight.requires_grad
+    trainable(cf.tensor([0, 2])).sum().backward()
+    g = np.asarray(trainable.weight.grad)
+    assert np.all(g[0] == 0) and np.all(g[2] == 1)  # the padding row gets no gradient
+    with pytest.raises(cf.ShapeError, match=r"^\[Embedding.from_pretrained\] embeddings must be a 2-d"):
+        cf.nn.Embedding.from_pretrained(f64([5], 6))
