@@ -71,13 +71,15 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
   ops::check_defined(v, op, "v");
   // Autocast (issue 26): on CUDA, 16-bit q, k, v of one dtype go through the tensor-core
   // forward (float32 out and lse) and the float32 backward on float32 copies made when it
-  // runs; anything else runs the float32 kernels on float32 copies, as softmax does. The
-  // projections around them stay 16-bit either way.
+  // runs; on a CPU with AMX, bfloat16 q, k, v go through the AMX kernels, forward and backward
+  // (float32 out, lse and gradients); anything else runs the float32 kernels on float32 copies,
+  // as softmax does. The projections around them stay 16-bit either way.
   const bool low_precision =
       autocast_dtype() && (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype()));
-  // (The tensor-core kernels have no attention dropout: a rate takes the float32 copies.)
+  // (The tensor-core and AMX kernels have no attention dropout: a rate takes the float32 copies.)
   const bool tensor_cores = low_precision && dropout == 0 && kernels::flash_attention_mma_supported(q, k, v);
-  if (low_precision && !tensor_cores)
+  const bool amx = low_precision && dropout == 0 && kernels::flash_attention_amx_supported(q, k, v);
+  if (low_precision && !tensor_cores && !amx)
     return flash_attention_impl(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), kpm,
                                 scale, causal, with_lse, dropout, gen);
   ops::check_same_device(op, {&q, &k, &v, &kpm});
@@ -107,7 +109,7 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
     p.dropout_counter0 = reserve_dropout_counters(*gen, uint64_t(B * H * Nq * sk[2]));  // (dropout_share.h)
   }
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(kpm);
-  const DType out_dtype = tensor_cores ? kFloat32 : q.dtype();
+  const DType out_dtype = tensor_cores || amx ? kFloat32 : q.dtype();
   Tensor out = Tensor::empty({B, H, Nq, Dv}, out_dtype, q.device());
   Tensor lse = Tensor::empty({B, H, Nq}, out_dtype, q.device());
   if (tensor_cores) {
@@ -115,6 +117,8 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
     kc = aligned16(kc);
     vc = aligned16(vc);
     kernels::flash_attention_forward_mma_cuda(qc, kc, vc, mc, p, out, lse);
+  } else if (amx) {
+    kernels::flash_attention_forward_amx_cpu(qc, kc, vc, mc, p, out, lse);
   } else {
     kernels::flash_attention_forward(qc, kc, vc, mc, p, out, lse);
   }
@@ -139,6 +143,13 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
       const Tensor gd = dense(g);  // the views below assume the packed layout
       const Tensor go = with_lse ? dense(out_of(gd)) : gd;
       const Tensor gl = with_lse ? dense(lse_of(gd)) : Tensor();
+      if (amx) {  // AMX backward: bfloat16 dout for the products, float32 gradients returned in the 16-bit dtype
+        Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
+        Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
+        Tensor dv = Tensor::empty(vv.shape(), kFloat32, vv.device());
+        kernels::flash_attention_backward_amx_cpu(qv, kv, vv, mv, p, ov, lv, cf::to(go, kBFloat16), gl, dq, dk, dv);
+        return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
+      }
       if (tensor_cores && kernels::flash_attention_backward_mma_supported(qv, kv, vv)) {
         // Tensor cores too (head size 64): float32 gradients, returned in the 16-bit dtype.
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());

@@ -71,6 +71,18 @@ void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                   const Tensor& dk, const Tensor& dv);
 
+// The bfloat16 arm on the CPU (issue 26): bfloat16 q, k, v (and dout) on a CPU with AMX (bf16_amx.h), every
+// product on AMX tiles in float32, softmax statistics in float32; writes float32 out and lse (forward) and float32
+// dq, dk, dv (backward), as the CUDA tensor-core kernels. No attention dropout. The autocast dispatch
+// (autograd/ops/attention.cpp) takes it when flash_attention_amx_supported(q, k, v).
+bool flash_attention_amx_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+void flash_attention_forward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
+                                     const FlashAttentionParams& p, const Tensor& out, const Tensor& lse);
+void flash_attention_backward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& key_padding_mask, const FlashAttentionParams& p,
+                                      const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
+                                      const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
 // flash_attention through GEMMs over chunks of query rows (attention_gemm.cpp), the float32 and float64
 // path on CUDA: per chunk S = (scale q) k^T into a (B, H, r, Nk) buffer by cuBLAS, one row kernel
 // (attention_rows_softmax) turns it into P and lse, out = P v; the backward recomputes P from lse chunk by

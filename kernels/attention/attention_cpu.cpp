@@ -7,6 +7,10 @@
 // end O / l and lse = m + log l.
 // Backward (Alg. 2): P = exp(S - lse) recomputed per tile, D_i = dO_i . O_i,
 // dV += P^T dO, dP = dO V^T, dS = P (dP - D), dQ += scale dS K, dK += scale dS^T Q.
+// The bfloat16 arm (flash_attention_*_amx_cpu) is the same code with bfloat16 q, k, v (and dO) read by
+// AMX tiles (kernels/matmul/bf16_amx.h): every product in float32, softmax statistics, out, lse and the
+// gradients in float32; the probabilities and dS are rounded to bfloat16 once each for the products
+// with V, dO, K and Q, as FlashAttention's 16-bit kernels do.
 // Work item = (batch*head, slice of key tiles): each owns its dK, dV rows; when
 // there are fewer (batch*head) than threads the key range is split and each
 // slice adds its dQ into a private buffer, summed at the end (O(N d) memory).
@@ -34,6 +38,7 @@
 #include "kernels/attention/softmax_grad.h"
 #include "kernels/common/parallel.h"
 #include "kernels/common/row_math.h"
+#include "kernels/matmul/bf16_amx.h"
 #include "kernels/matmul/matmul.h"
 
 namespace cf::kernels {
@@ -57,6 +62,22 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N),
               int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
+// bfloat16 A and B (the AMX arm): products in float32 on AMX tiles into a float32 C; beta is 0 or 1.
+inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t lda,
+                 const BFloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  bf16_amx_gemm_f32(A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, M, N, K, alpha, beta != 0);
+}
+// A float32 A (probabilities, dS) times a bfloat16 B: A rounded to bfloat16 first, once per element.
+inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const BFloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int64_t rows = ta ? K : M, cols = ta ? M : K;  // A as stored
+  thread_local std::vector<uint16_t> rounded;
+  rounded.resize(size_t(rows * cols));
+  const RowMath& rm = row_math();  // (the kernels took it before their parallel loops: no bad CF_CPU_ISA here)
+  for (int64_t r = 0; r < rows; ++r) rm.to_bf16(A + r * lda, rounded.data() + r * cols, cols);
+  gemm(ta, tb, M, N, K, alpha, reinterpret_cast<const BFloat16*>(rounded.data()), cols, B, ldb, beta, C, ldc);
 }
 
 int threads_available() {
@@ -178,15 +199,16 @@ void mask_tile(T* S, int64_t nr, int64_t nc, int64_t i0, int64_t j0, const bool*
   }
 }
 
-template <typename T>
+// T: the arithmetic, out and lse; In: q, k, v (T, or bfloat16 with T = float on AMX).
+template <typename T, typename In = T>
 void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                          const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
   const FlashDims d = flash_dims(q, v);
   if (d.B * d.H * d.Nq == 0) return;
   use_single_threaded_blas();
-  const T* Q = q.data<T>();
-  const T* K = k.data<T>();
-  const T* V = v.data<T>();
+  const In* Q = q.data<In>();
+  const In* K = k.data<In>();
+  const In* V = v.data<In>();
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   T* O = out.data<T>();
   T* L = lse.data<T>();
@@ -208,9 +230,9 @@ void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
       },
       [&](int64_t it, Scratch& s) {
         const int64_t bh = it / nqt, i0 = (it % nqt) * kBr, nr = std::min(kBr, d.Nq - i0), b = bh / d.H;
-        const T* Qt = Q + (bh * d.Nq + i0) * d.Dk;
-        const T* Kb = K + bh * d.Nk * d.Dk;
-        const T* Vb = V + bh * d.Nk * d.Dv;
+        const In* Qt = Q + (bh * d.Nq + i0) * d.Dk;
+        const In* Kb = K + bh * d.Nk * d.Dk;
+        const In* Vb = V + bh * d.Nk * d.Dv;
         const bool* pb = pad ? pad + b * d.Nk : nullptr;
         std::fill(s.acc.begin(), s.acc.begin() + nr * d.Dv, T(0));
         std::fill(s.m.begin(), s.m.end(), ninf);
@@ -276,12 +298,12 @@ void probs_from_lse(const RowMath& rm, T* S, int64_t nr, int64_t nc, const T* ls
 // D_i = dO_i . O_i (FlashAttention-2 Alg. 2 line 4), for rows [0, n), minus the
 // incoming lse gradient where there is one (d lse_i / d S_ij = P_ij, so that
 // term joins dS = P (dP - D + dlse)).
-template <typename T>
-void row_dots(const T* dO, int64_t ldo_d, const T* O, int64_t ldo, int64_t n, int64_t Dv, const T* dlse,
+template <typename T, typename In = T>
+void row_dots(const In* dO, int64_t ldo_d, const T* O, int64_t ldo, int64_t n, int64_t Dv, const T* dlse,
               int64_t ld_lse, T* D) {
   for (int64_t r = 0; r < n; ++r) {
     double acc = 0;
-    const T* a = dO + r * ldo_d;
+    const In* a = dO + r * ldo_d;
     const T* o = O + r * ldo;
     for (int64_t c = 0; c < Dv; ++c) acc += double(a[c]) * double(o[c]);
     if (dlse) acc -= double(dlse[r * ld_lse]);
@@ -289,7 +311,8 @@ void row_dots(const T* dO, int64_t ldo_d, const T* O, int64_t ldo, int64_t n, in
   }
 }
 
-template <typename T>
+// T: the arithmetic, out, lse and the gradients; In: q, k, v and dout (as flash_forward_typed).
+template <typename T, typename In = T>
 void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                           const FlashAttentionParams& p, const Tensor& out, const Tensor& lse, const Tensor& dout,
                           const Tensor& dlse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
@@ -301,12 +324,12 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   std::fill(dv.data<T>(), dv.data<T>() + dv.numel(), T(0));
   if (BH * d.Nq * d.Nk == 0) return;
   use_single_threaded_blas();
-  const T* Q = q.data<T>();
-  const T* K = k.data<T>();
-  const T* V = v.data<T>();
+  const In* Q = q.data<In>();
+  const In* K = k.data<In>();
+  const In* V = v.data<In>();
   const T* O = out.data<T>();
   const T* L = lse.data<T>();
-  const T* dO = dout.data<T>();
+  const In* dO = dout.data<In>();
   const T* dL = dlse.defined() ? dlse.data<T>() : nullptr;
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   const T scale = T(p.scale);
@@ -317,7 +340,7 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   std::vector<T> D(size_t(BH * d.Nq));
   parallel_for(BH * d.Nq, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.Dv, 1)),
                [&](int64_t a, int64_t e) {
-                 row_dots<T>(dO + a * d.Dv, d.Dv, O + a * d.Dv, d.Dv, e - a, d.Dv, dL ? dL + a : nullptr, 1,
+                 row_dots<T, In>(dO + a * d.Dv, d.Dv, O + a * d.Dv, d.Dv, e - a, d.Dv, dL ? dL + a : nullptr, 1,
                              D.data() + a);
                });
 
@@ -337,10 +360,10 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
       [&](int64_t it, Scratch& s) {
         const int64_t bh = it / parts, part = it % parts, b = bh / d.H;
         const int64_t t_begin = part * nkt / parts, t_end = (part + 1) * nkt / parts;
-        const T* Qb = Q + bh * d.Nq * d.Dk;
-        const T* Kb = K + bh * d.Nk * d.Dk;
-        const T* Vb = V + bh * d.Nk * d.Dv;
-        const T* dOb = dO + bh * d.Nq * d.Dv;
+        const In* Qb = Q + bh * d.Nq * d.Dk;
+        const In* Kb = K + bh * d.Nk * d.Dk;
+        const In* Vb = V + bh * d.Nk * d.Dv;
+        const In* dOb = dO + bh * d.Nq * d.Dv;
         const T* Lb = L + bh * d.Nq;
         const T* Db = D.data() + bh * d.Nq;
         T* dQb = parts > 1 ? dq_part.data() + it * d.Nq * d.Dk : dq.data<T>() + bh * d.Nq * d.Dk;
@@ -1146,6 +1169,29 @@ void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& dv) {
   CF_DISPATCH_FLOAT_STD(q.dtype(), "flash_attention",
                     flash_backward_typed<scalar_t>(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv));
+}
+
+bool flash_attention_amx_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return q.device().is_cpu() && q.dtype() == kBFloat16 && k.dtype() == kBFloat16 && v.dtype() == kBFloat16 &&
+         bf16_amx_available();
+}
+
+void flash_attention_forward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                     const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
+  check_flash_no_dropout(p, "AMX kernel");
+  CF_CHECK(flash_attention_amx_supported(q, k, v) && out.dtype() == kFloat32 && lse.dtype() == kFloat32, Error,
+           "[flash_attention] internal: the AMX kernel takes bfloat16 q, k, v on an AMX CPU and writes float32");
+  flash_forward_typed<float, BFloat16>(q, k, v, kpm, p, out, lse);
+}
+
+void flash_attention_backward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+                                      const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
+                                      const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
+                                      const Tensor& dv) {
+  check_flash_no_dropout(p, "AMX kernel");
+  CF_CHECK(bf16_amx_supported() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 && dq.dtype() == kFloat32,
+           Error, "[flash_attention] internal: the AMX backward takes bfloat16 q, k, v, dout and writes float32");
+  flash_backward_typed<float, BFloat16>(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv);
 }
 
 void block_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

@@ -190,6 +190,24 @@ inline uint64_t dropout_threshold(double p) {
 // The float rows of one instruction tier (row_math.cpp). Each entry computes exactly what the
 // function of the same name above computes (up to which NaN a NaN is and the sign of a zero
 // maximum: cpu_isa.h).
+// float32 <-> bfloat16 (the bits, uint16) over a row: round to nearest even with NaN kept a quiet NaN, bit for
+// bit core/half.h's float_to_bf16_bits; and the exact widening. Integer operations only, so every tier
+// vectorises them (autocast's conversions ran element by element through BFloat16's conversions).
+CF_ROW_INLINE void bf16_from_float_row(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) {
+    uint32_t u;
+    std::memcpy(&u, x + k, 4);
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    y[k] = uint16_t((u & 0x7FFFFFFFu) > 0x7F800000u ? ((u >> 16) | 0x0040u) : rounded);
+  }
+}
+CF_ROW_INLINE void float_from_bf16_row(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) {
+    const uint32_t u = uint32_t(x[k]) << 16;
+    std::memcpy(y + k, &u, 4);
+  }
+}
+
 struct RowMath {
   CpuIsa isa;
   void (*exp_shifted)(const float* x, float* y, int64_t n, float shift);
@@ -200,6 +218,8 @@ struct RowMath {
                    char* self);
   void (*dropout_row)(const float* x, float* out, int64_t n, uint64_t seed, uint64_t counter0, uint64_t threshold,
                       float scale, const int64_t* cols);
+  void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
+  void (*from_bf16)(const uint16_t* x, float* y, int64_t n);
 };
 
 // The table of the tier in use (cpu_isa()); ValueError on a bad CF_CPU_ISA.

@@ -2,6 +2,8 @@
 #include <type_traits>
 
 #include "kernels/common/loop.h"
+#include "kernels/common/parallel.h"
+#include "kernels/common/row_math.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/elementwise/int_math.h"
 
@@ -287,6 +289,21 @@ void where_cpu(const Tensor& cond, const Tensor& a, const Tensor& b, const Tenso
 }
 
 void copy_cpu(const Tensor& src, const Tensor& dst) {
+  // float32 <-> bfloat16 between contiguous tensors (autocast's conversions): the row_math tier's loops
+  const bool widen = src.dtype() == kBFloat16 && dst.dtype() == kFloat32,
+             narrow = src.dtype() == kFloat32 && dst.dtype() == kBFloat16;
+  if ((widen || narrow) && src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel()) {
+    const RowMath& rm = row_math();
+    const char* s = static_cast<const char*>(src.raw_data());
+    char* d = static_cast<char*>(dst.raw_data());
+    parallel_for(src.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+      if (widen)
+        rm.from_bf16(reinterpret_cast<const uint16_t*>(s) + b, reinterpret_cast<float*>(d) + b, e - b);
+      else
+        rm.to_bf16(reinterpret_cast<const float*>(s) + b, reinterpret_cast<uint16_t*>(d) + b, e - b);
+    });
+    return;
+  }
   CF_DISPATCH_ALL(src.dtype(), "copy", {
     using S = scalar_t;
     CF_DISPATCH_ALL(dst.dtype(), "copy", (copy_typed<S, scalar_t>(src, dst)));

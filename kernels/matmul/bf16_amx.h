@@ -29,5 +29,10 @@ void set_bf16_amx_enabled(bool on);
 // kernels flush alike).
 void bf16_amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs, int64_t b_cs,
                    BFloat16* c, int64_t ldc, int64_t M, int64_t N, int64_t K);
+// The same product kept in float32 (the bfloat16 arm of the CPU flash attention): c = alpha a @ b, or
+// c += alpha a @ b when accumulate.
+void bf16_amx_gemm_f32(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs,
+                       int64_t b_cs, float* c, int64_t ldc, int64_t M, int64_t N, int64_t K, float alpha,
+                       bool accumulate);
 
 }  // namespace cf::kernels

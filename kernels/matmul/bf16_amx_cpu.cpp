@@ -274,8 +274,13 @@ bool bf16_amx_supported() {
 bool bf16_amx_available() { return g_enabled.load(std::memory_order_relaxed) && bf16_amx_supported(); }
 void set_bf16_amx_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 
-void bf16_amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs, int64_t b_cs,
-                   BFloat16* c, int64_t ldc, int64_t M, int64_t N, int64_t K) {
+namespace {
+
+// The product of a (M x K) and b (K x N) in float32; emit(block, ldb, i, j, rows, cols) takes each finished
+// block of C (rows x cols at row i, column j; row stride ldb), once, after its last k block.
+template <typename Emit>
+void amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs, int64_t b_cs,
+              int64_t M, int64_t N, int64_t K, Emit&& emit) {
   CF_CHECK(bf16_amx_supported(), Error, "[matmul] internal error: the AMX kernel called without AMX");
   if (M == 0 || N == 0) return;
   const int64_t Mp = (M + 31) / 32 * 32, Kp = std::max<int64_t>((K + 31) / 32 * 32, 32),
@@ -297,12 +302,42 @@ void bf16_amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16
         for (int64_t i0 = m0; i0 < std::min(Mp, m0 + kMc); i0 += 32) {
           float* cb = cbuf + (i0 - m0) * Np + j0;
           block_32x32(ap, bp, Kp, i0, j0 / 16, kb0, kbn, cb, Np, kb0 == 0);
-          if (!last) continue;  // rounded once, after the last k block, while the block is in L1
-          const int64_t rows = std::min<int64_t>(32, M - i0), cols = std::min<int64_t>(32, N - j0);
-          for (int64_t r = 0; r < rows; ++r) round_row(cb + r * Np, c + (i0 + r) * ldc + j0, cols);
+          // finished after the last k block, while the block is in L1
+          if (last) emit(cb, Np, i0, j0, std::min<int64_t>(32, M - i0), std::min<int64_t>(32, N - j0));
         }
     }
   release_tiles();
+}
+
+// c[0 .. n) = alpha src (+ c when accumulate), 16 at a time.
+__attribute__((target("avx512f"))) void scale_row(const float* src, float* c, int64_t n, float alpha,
+                                                  bool accumulate) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1u);
+    __m512 r = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, src + j));
+    if (accumulate) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, c + j));
+    _mm512_mask_storeu_ps(c + j, m, r);
+  }
+}
+
+}  // namespace
+
+void bf16_amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs, int64_t b_cs,
+                   BFloat16* c, int64_t ldc, int64_t M, int64_t N, int64_t K) {
+  amx_gemm(a, a_rs, a_cs, b, b_rs, b_cs, M, N, K,
+           [&](const float* cb, int64_t ldb, int64_t i, int64_t j, int64_t rows, int64_t cols) {
+             for (int64_t r = 0; r < rows; ++r) round_row(cb + r * ldb, c + (i + r) * ldc + j, cols);
+           });
+}
+
+void bf16_amx_gemm_f32(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs,
+                       int64_t b_cs, float* c, int64_t ldc, int64_t M, int64_t N, int64_t K, float alpha,
+                       bool accumulate) {
+  amx_gemm(a, a_rs, a_cs, b, b_rs, b_cs, M, N, K,
+           [&](const float* cb, int64_t ldb, int64_t i, int64_t j, int64_t rows, int64_t cols) {
+             for (int64_t r = 0; r < rows; ++r) scale_row(cb + r * ldb, c + (i + r) * ldc + j, cols, alpha, accumulate);
+           });
 }
 #else
 bool bf16_amx_supported() { return false; }
@@ -311,6 +346,10 @@ void set_bf16_amx_enabled(bool) {}
 void bf16_amx_gemm(const BFloat16*, int64_t, int64_t, const BFloat16*, int64_t, int64_t, BFloat16*, int64_t, int64_t,
                    int64_t, int64_t) {
   throw NotImplementedError("[matmul] bf16_amx_gemm needs an x86-64 Linux GCC build");
+}
+void bf16_amx_gemm_f32(const BFloat16*, int64_t, int64_t, const BFloat16*, int64_t, int64_t, float*, int64_t, int64_t,
+                       int64_t, int64_t, float, bool) {
+  throw NotImplementedError("[matmul] bf16_amx_gemm_f32 needs an x86-64 Linux GCC build");
 }
 #endif
 

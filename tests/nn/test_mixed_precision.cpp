@@ -7,6 +7,7 @@
 
 #include "tests/test_files.h"
 #include "autograd/ops/attention.h"
+#include "kernels/matmul/bf16_amx.h"
 #include "nn/attention/chunked.h"
 #include "tests/test_util.h"
 #include "nn/nn_test_util.h"
@@ -19,6 +20,14 @@ Tensor rnd(const Shape& s, uint64_t seed, DType dt = kFloat32) {
   Generator g(seed);
   return to(randn(s, kFloat32, g), dt);
 }
+// The bfloat16 AMX kernels off in a scope (on a CPU with AMX, bfloat16 flash attention takes them under
+// autocast instead of the float32 copies): for the tests of the float32 route, bit for bit.
+struct AmxOff {
+  AmxOff() { kernels::set_bf16_amx_enabled(false); }
+  ~AmxOff() { kernels::set_bf16_amx_enabled(true); }
+  AmxOff(const AmxOff&) = delete;
+  AmxOff& operator=(const AmxOff&) = delete;
+};
 }  // namespace
 
 TEST_CASE("autocast: matmul and Linear run in the low dtype, statistics and losses in float32") {
@@ -460,6 +469,7 @@ TEST_CASE("an autocast training run tracks the float32 run's loss") {
 }
 
 TEST_CASE("autocast: the fused attention ops run on float32 copies of 16-bit q, k, v") {
+  const AmxOff amx_off;  // (the AMX arm of bfloat16 flash attention: the next test case)
   // (B, H, N, D) = (1, 2, 6, 4); two blocks of three tokens for block_attention.
   Tensor q = rnd({1, 2, 6, 4}, 21, kBFloat16), k = rnd({1, 2, 6, 4}, 22, kBFloat16),
          v = rnd({1, 2, 6, 4}, 23, kBFloat16);
@@ -493,7 +503,68 @@ TEST_CASE("autocast: the fused attention ops run on float32 copies of 16-bit q, 
   }
 }
 
-TEST_CASE("autocast: full attention (the fused kernel, float32 until it has a 16-bit arm) matches float32") {
+TEST_CASE("autocast: bfloat16 flash attention on AMX matches the float32 kernel within bfloat16 rounding") {
+  // The AMX arm (kernels/attention/attention_cpu.cpp, flash_attention_*_amx_cpu): bfloat16 q, k, v, every
+  // product on AMX tiles in float32, the probabilities and dS rounded to bfloat16 for the products with V,
+  // dO, K and Q. Reference: the float32 kernel on the same (bfloat16-valued) inputs. Shapes cross the tile
+  // sizes (128 queries x 512 keys) and the 32-wide AMX blocks (head sizes 40 and 64); causal with Nq != Nk;
+  // a key padding mask, one batch row with every key padded (zeros, lse -inf). On a CPU without AMX the
+  // float32 copies run instead, within the same bounds.
+  const bool amx = kernels::bf16_amx_supported();
+  const std::string path = amx ? "AMX kernels" : "no AMX here: the float32 route is checked";
+  MESSAGE(path);
+  struct Case {
+    int64_t Nq, Nk, D;
+    bool causal, mask;
+  };
+  for (const Case& c : {Case{150, 600, 64, false, true}, Case{150, 600, 40, true, false},
+                        Case{37, 37, 64, true, true}, Case{130, 129, 32, false, false}}) {
+    INFO("Nq ", c.Nq, " Nk ", c.Nk, " D ", c.D, c.causal ? " causal" : "", c.mask ? " masked" : "");
+    const int64_t B = 2, H = 2;
+    Tensor q = to(rnd({B, H, c.Nq, c.D}, 51), kBFloat16), k = to(rnd({B, H, c.Nk, c.D}, 52), kBFloat16),
+           v = to(rnd({B, H, c.Nk, c.D}, 53), kBFloat16), w = rnd({B, H, c.Nq, c.D}, 54);
+    Tensor kpm;
+    if (c.mask) {
+      std::vector<bool> m(size_t(B * c.Nk), false);
+      for (int64_t j = 0; j < c.Nk; ++j) m[size_t(j)] = j % 7 == 3;  // batch 0: some keys padded
+      for (int64_t j = 0; j < c.Nk; ++j) m[size_t(c.Nk + j)] = true;  // batch 1: every key
+      kpm = Tensor::from_vector(m, {B, c.Nk});
+    }
+    // float32 reference on the bfloat16 values
+    Tensor q32 = to(q, kFloat32).set_requires_grad(true), k32 = to(k, kFloat32).set_requires_grad(true),
+           v32 = to(v, kFloat32).set_requires_grad(true);
+    Tensor ref = flash_attention(q32, k32, v32, kpm, 0.0, c.causal);
+    sum(mul(ref, w)).backward();
+    Tensor ql = q.detach().set_requires_grad(true), kl = k.detach().set_requires_grad(true),
+           vl = v.detach().set_requires_grad(true);
+    Tensor got;
+    {
+      AutocastGuard guard(kBFloat16);
+      got = flash_attention(ql, kl, vl, kpm, 0.0, c.causal);
+      sum(mul(got, w)).backward();
+    }
+    CHECK(got.dtype() == kFloat32);
+    CHECK(ql.grad().dtype() == kBFloat16);
+    auto check_within = [amx](const Tensor& a, const Tensor& r, double rel, const char* what) {
+      const std::vector<double> x = values(a), y = values(r);
+      double m = 0, e = 0;
+      for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(y[i])), e = std::max(e, std::fabs(x[i] - y[i]));
+      CHECK_MESSAGE(e <= rel * m, what, ": max error ", e, " against max |value| ", m);
+      CHECK(m > 0);
+      if (amx) CHECK_MESSAGE(e > 0, what, ": bit-identical to float32, so the AMX arm did not run");
+    };
+    check_within(got, ref, 0.01, "out");
+    check_within(ql.grad(), q32.grad(), 0.02, "dq");
+    check_within(kl.grad(), k32.grad(), 0.02, "dk");
+    check_within(vl.grad(), v32.grad(), 0.02, "dv");
+    if (c.mask) {  // batch 1 attends to nothing: zeros
+      const std::vector<double> o = values(slice(got, 0, 1, 2));
+      CHECK(std::all_of(o.begin(), o.end(), [](double x) { return x == 0.0; }));
+    }
+  }
+}
+
+TEST_CASE("autocast: full attention (the fused kernel, float32 out, AMX products on an AMX CPU) matches float32") {
   nn::AttentionSpec spec;
   spec.type = "full";
   spec.d_model = 32;
@@ -511,8 +582,9 @@ TEST_CASE("autocast: full attention (the fused kernel, float32 until it has a 16
       AutocastGuard guard(dt);
       low = att->forward(a);
     }
-    // FullAttention runs flash_attention, which autocast leaves in float32 (no 16-bit
-    // kernel yet, docs/design-notes.md "Autocast"); the bound below is what 16 bits must meet.
+    // FullAttention runs flash_attention, whose out is float32 under autocast (on float32 copies,
+    // or bfloat16 products on AMX: docs/design-notes.md "Autocast"); the bound below is what 16 bits
+    // must meet.
     CHECK(low.dtype() == kFloat32);
     std::vector<double> l = values(low), r = values(ref);
     double m = 0, e = 0;
@@ -565,6 +637,7 @@ TEST_CASE("a layer converted to 16 bits trains under autocast with every variant
 }
 
 TEST_CASE("autocast: every registered attention variant takes 16-bit q, k, v and equals its float32 run") {
+  const AmxOff amx_off;  // (full attention's AMX arm: its own test case above)
   // Issue 26. Under autocast a variant gets what 16-bit projections give it: bfloat16 / float16
   // q, k, v (neural clustering also a float32 layer input). On the CPU none has 16-bit kernels
   // (the tensor-core arms are CUDA's): full attention runs flash_attention on float32 copies;

@@ -209,6 +209,47 @@ TEST_CASE("row helpers: every tier this CPU runs gives the baseline tier's bits,
     CHECK(kernels::row_math(isa).sum_row(ones.data(), int64_t(ones.size())) == double(ones.size()));
 }
 
+TEST_CASE("bfloat16 rows: every tier converts as core/half.h, for every float32 high half and rounding case") {
+  // All 65536 bfloat16 patterns widened; and float32 patterns covering every high half with low halves at
+  // the rounding edges (0, 0x7FFF, 0x8000 ties, 0x8001, 0xFFFF): NaNs, infinities, subnormals, carries into
+  // the exponent.
+  std::vector<uint16_t> all(65536);
+  for (uint32_t b = 0; b < 65536; ++b) all[b] = uint16_t(b);
+  std::vector<float> x;
+  for (uint32_t hi = 0; hi < 65536; ++hi)
+    for (uint32_t lo : {0x0000u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) {
+      const uint32_t u = (hi << 16) | lo;
+      float f;
+      std::memcpy(&f, &u, 4);
+      x.push_back(f);
+    }
+  for (CpuIsa isa : tiers_run_here()) {
+    INFO("tier ", kernels::cpu_isa_name(isa));
+    const kernels::RowMath& rm = kernels::row_math(isa);
+    std::vector<float> wide(all.size());
+    rm.from_bf16(all.data(), wide.data(), int64_t(all.size()));
+    int bad = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const float want = float(BFloat16::from_bits(all[i]));
+      if (!same_bits(wide[i], want) && bad++ < 5) FAIL_CHECK("widen ", all[i]);
+    }
+    std::vector<uint16_t> narrow(x.size());
+    rm.to_bf16(x.data(), narrow.data(), int64_t(x.size()));
+    for (size_t i = 0; i < x.size(); ++i)
+      if (narrow[i] != BFloat16(x[i]).bits && bad++ < 5) FAIL_CHECK("round ", x[i], " at ", i);
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("copy between float32 and bfloat16 (contiguous: the row tiers) equals the element by element path") {
+  // the strided view takes the generic loop; the contiguous copy the tiered rows
+  Tensor x = randn({3, 1000}, kFloat32, default_generator());
+  Tensor strided = to(transpose(x, 0, 1), kBFloat16), contiguous_ = to(contiguous(transpose(x, 0, 1)), kBFloat16);
+  CHECK(values(strided) == values(contiguous_));
+  Tensor back = to(contiguous_, kFloat32), back_strided = to(transpose(contiguous_, 0, 1), kFloat32);
+  CHECK(values(back) == values(contiguous(transpose(back_strided, 0, 1))));
+}
+
 TEST_CASE("dropout rows: every tier drops exactly where the Philox uniform is below p (core/rng.h)") {
   std::vector<float> x(301);
   for (size_t k = 0; k < x.size(); ++k) x[k] = float(k) * 0.37f - 40.0f;
