@@ -296,6 +296,8 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   // to float32 copies) give float32 out and lse, as flash_attention's do.
   const bool tensor_cores = autocast_dtype() && is_low_precision(q.dtype()) && o.rounds == 1 && o.dropout == 0 &&
                             kernels::block_attention_mma_supported(q, k, v, members);
+  // ... and on a CPU with AMX, bfloat16 q, k, v take the AMX arm of the CPU kernel (float32 out, lse, gradients)
+  const bool amx = autocast_dtype() && o.rounds == 1 && o.dropout == 0 && kernels::block_attention_amx_supported(q, k, v);
   if (tensor_cores) {
     qc = aligned16(qc);
     kc = aligned16(kc);
@@ -304,7 +306,7 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   // One output for the one node: out and lse side by side, (B, H, N, Dv + 1); with
   // combine_rounds the kernel's rounds (per_round) are combined into one row per head.
   const bool combine = o.combine_rounds && o.rounds > 1;
-  Tensor per_round = Tensor::empty({B, H, N, Dv + 1}, tensor_cores ? kFloat32 : q.dtype(), q.device());
+  Tensor per_round = Tensor::empty({B, H, N, Dv + 1}, tensor_cores || amx ? kFloat32 : q.dtype(), q.device());
   auto out_of = [B, H, N, Dv](const Tensor& t) {
     return make_view(t, {B, H, N, Dv}, {H * N * (Dv + 1), N * (Dv + 1), Dv + 1, 1}, t.offset());
   };
@@ -313,6 +315,8 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   };
   if (tensor_cores)
     kernels::block_attention_forward_mma_cuda(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
+  else if (amx)
+    kernels::block_attention_forward_amx_cpu(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
   else
     kernels::block_attention_forward(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
   Tensor packed = per_round;
@@ -332,6 +336,14 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
         Tensor per_round_grad = Tensor::empty(ov.shape(), ov.dtype(), ov.device());
         kernels::rounds_split(ov, s_c.unpack(op), gd, rounds, per_round_grad);
         gd = per_round_grad;
+      }
+      if (amx) {  // bfloat16 dout for the products; float32 gradients, returned in the 16-bit dtype
+        Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
+        Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
+        Tensor dv = Tensor::empty(vv.shape(), kFloat32, vv.device());
+        kernels::block_attention_backward_amx_cpu(qv, kv, vv, mv, pv, p, out_of(ov), lse_of(ov),
+                                                  cf::to(out_of(gd), kBFloat16), lse_of(gd), dq, dk, dv);
+        return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
       }
       if (tensor_cores) {  // float32 gradients, returned in the 16-bit dtype
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
@@ -530,7 +542,8 @@ bool ops::block_attention_on_float32_copies(const Tensor& q, const Tensor& k, co
   if (!autocast_dtype() || !q.defined() || !k.defined() || !v.defined()) return false;
   if (!is_low_precision(q.dtype()) && !is_low_precision(k.dtype()) && !is_low_precision(v.dtype())) return false;
   return !(rounds == 1 && dropout == 0 && members.defined() &&
-           kernels::block_attention_mma_supported(q, k, v, members));
+           (kernels::block_attention_mma_supported(q, k, v, members) ||
+            kernels::block_attention_amx_supported(q, k, v)));
 }
 
 BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

@@ -184,6 +184,17 @@ struct BlockAttentionParams {
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
 };
 
+// The same arm of block_attention (one round, no dropout): bfloat16 q, k, v gathered into bfloat16 tiles, every
+// product on AMX, float32 out, lse and gradients; dout bfloat16 (any strides, as the float kernels).
+bool block_attention_amx_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+void block_attention_forward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                     const Tensor& key_padding_mask, const BlockAttentionParams& p,
+                                     const Tensor& out, const Tensor& lse);
+void block_attention_backward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                      const Tensor& key_padding_mask, const BlockAttentionParams& p,
+                                      const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
+                                      const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
 // block_attention through GEMMs over chunks of blocks (attention_gemm.cpp), the float32 and float64 path on CUDA for
 // large calls and for every call with attention dropout (block_attention_forward below says when). Per chunk of n
 // blocks: a window table (B, Hm, C, W) (W = offsets.size() * w: block c's own slots, then those of blocks c +

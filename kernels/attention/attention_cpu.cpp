@@ -9,8 +9,8 @@
 // dV += P^T dO, dP = dO V^T, dS = P (dP - D), dQ += scale dS K, dK += scale dS^T Q.
 // The bfloat16 arm (flash_attention_*_amx_cpu) is the same code with bfloat16 q, k, v (and dO) read by
 // AMX tiles (kernels/matmul/bf16_amx.h): every product in float32, softmax statistics, out, lse and the
-// gradients in float32; the probabilities and dS are rounded to bfloat16 once each for the products
-// with V, dO, K and Q, as FlashAttention's 16-bit kernels do.
+// gradients in float32; the probabilities and dS are rounded to bfloat16 for the products with V, dO, K
+// and Q (each value to the same bfloat16 in every product it enters), as FlashAttention's 16-bit kernels do.
 // Work item = (batch*head, slice of key tiles): each owns its dK, dV rows; when
 // there are fewer (batch*head) than threads the key range is split and each
 // slice adds its dQ into a private buffer, summed at the end (O(N d) memory).
@@ -523,7 +523,8 @@ void softmax_rows(const RowMath& rm, T* S, int64_t nr, int64_t nc, T* lse) {
   }
 }
 
-template <typename T>
+// T: the arithmetic, out and lse; In: q, k, v (T, or bfloat16 with T = float on AMX, as flash_forward_typed).
+template <typename T, typename In = T>
 void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                          const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out, const Tensor& lse) {
   const RowMath& rm = row_math();
@@ -545,21 +546,22 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
                });
   if (d.B * d.Ho * d.N == 0) return;
   use_single_threaded_blas();
-  const T* Q = q.data<T>();
-  const T* K = k.data<T>();
-  const T* V = v.data<T>();
+  const In* Q = q.data<In>();
+  const In* K = k.data<In>();
+  const In* V = v.data<In>();
   const int64_t* M = members.data<int64_t>();
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   const AttentionDropout drop(p.dropout, p.dropout_seed, p.dropout_counter0, d.N, d.N);
   struct Scratch {
-    std::vector<T> Qg, Kg, Vg, S, Og, Lr;
+    std::vector<In> Qg, Kg, Vg;
+    std::vector<T> S, Og, Lr;
     std::vector<int64_t> jpos;
   };
   run_items(
       d.B * d.Ho * d.C, 2.0 * double(d.B * d.Ho * d.C) * double(d.w * d.W) * double(d.Dk + d.Dv),
       [&] {
-        return Scratch{std::vector<T>(size_t(d.w * d.Dk)), std::vector<T>(size_t(d.W * d.Dk)),
-                       std::vector<T>(size_t(d.W * d.Dv)), std::vector<T>(size_t(d.w * d.W)),
+        return Scratch{std::vector<In>(size_t(d.w * d.Dk)), std::vector<In>(size_t(d.W * d.Dk)),
+                       std::vector<In>(size_t(d.W * d.Dv)), std::vector<T>(size_t(d.w * d.W)),
                        std::vector<T>(size_t(d.w * d.Dv)), std::vector<T>(size_t(d.w)),
                        std::vector<int64_t>(size_t(d.W))};
       },
@@ -589,7 +591,8 @@ void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, cons
       });
 }
 
-template <typename T>
+// T: the arithmetic, out, lse and the gradients; In: q, k, v and dout.
+template <typename T, typename In = T>
 void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                           const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out, const Tensor& lse,
                           const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
@@ -602,12 +605,12 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   if (d.B * d.H * d.N == 0) return;
   use_single_threaded_blas();
   const T ninf = -std::numeric_limits<T>::infinity();
-  const T* Q = q.data<T>();
-  const T* K = k.data<T>();
-  const T* V = v.data<T>();
+  const In* Q = q.data<In>();
+  const In* K = k.data<In>();
+  const In* V = v.data<In>();
   const T* O = out.data<T>();
   const T* L = lse.data<T>();
-  const T* dO = dout.data<T>();
+  const In* dO = dout.data<In>();
   const T* dL = dlse.defined() ? dlse.data<T>() : nullptr;
   const int64_t* M = members.data<int64_t>();
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
@@ -624,7 +627,8 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
   T* dVp = dv.data<T>();
   const AttentionDropout drop(p.dropout, p.dropout_seed, p.dropout_counter0, d.N, d.N);
   struct Scratch {
-    std::vector<T> Qg, Kg, Vg, dOg, S, dP, Dr, Lr, G, Z;
+    std::vector<In> Qg, Kg, Vg, dOg;
+    std::vector<T> S, dP, Dr, Lr, G, Z;
     std::vector<int64_t> jpos;
     std::vector<char> self;
   };
@@ -634,8 +638,8 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
     run_items(
         d.B * d.H * d.C, 2.0 * double(d.B * d.H * d.C) * double(d.w * d.W) * double(3 * d.Dk + 2 * d.Dv),
         [&] {
-          return Scratch{std::vector<T>(size_t(d.w * d.Dk)),  std::vector<T>(size_t(d.W * d.Dk)),
-                         std::vector<T>(size_t(d.W * d.Dv)),  std::vector<T>(size_t(d.w * d.Dv)),
+          return Scratch{std::vector<In>(size_t(d.w * d.Dk)), std::vector<In>(size_t(d.W * d.Dk)),
+                         std::vector<In>(size_t(d.W * d.Dv)), std::vector<In>(size_t(d.w * d.Dv)),
                          std::vector<T>(size_t(d.w * d.W)),   std::vector<T>(size_t(d.w * d.W)),
                          std::vector<T>(size_t(d.w)),         std::vector<T>(size_t(d.w)),
                          std::vector<T>(size_t(d.w * d.Dk)),  std::vector<T>(drop.on ? size_t(d.w * d.W) : 0),
@@ -652,16 +656,16 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
           gather_rows(V + bh * d.N * d.Dv, d.Dv, s.jpos.data(), d.W, s.Vg.data());
           for (int64_t r = 0; r < d.w; ++r) {
             const int64_t i = qpos[r];
-            T* g = s.dOg.data() + r * d.Dv;
+            In* g = s.dOg.data() + r * d.Dv;
             if (i < 0) {
-              std::fill(g, g + d.Dv, T(0));
+              std::fill(g, g + d.Dv, In(0.0f));
               s.Dr[size_t(r)] = T(0);
               s.Lr[size_t(r)] = ninf;
               continue;
             }
-            const T* src = dO + b * gs0 + h * gs1 + i * gs2;
+            const In* src = dO + b * gs0 + h * gs1 + i * gs2;
             std::copy(src, src + d.Dv, g);
-            row_dots<T>(g, d.Dv, O + b * os0 + h * os1 + i * os2, d.Dv, 1, d.Dv,
+            row_dots<T, In>(g, d.Dv, O + b * os0 + h * os1 + i * os2, d.Dv, 1, d.Dv,
                         dL ? dL + b * es0 + h * es1 + i * es2 : nullptr, 0, s.Dr.data() + r);
             s.Lr[size_t(r)] = L[b * ls0 + h * ls1 + i * ls2];
           }
@@ -1192,6 +1196,31 @@ void flash_attention_backward_amx_cpu(const Tensor& q, const Tensor& k, const Te
   CF_CHECK(bf16_amx_supported() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 && dq.dtype() == kFloat32,
            Error, "[flash_attention] internal: the AMX backward takes bfloat16 q, k, v, dout and writes float32");
   flash_backward_typed<float, BFloat16>(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv);
+}
+
+bool block_attention_amx_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return flash_attention_amx_supported(q, k, v);  // (the same products; any head size, any window)
+}
+
+void block_attention_forward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                     const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                     const Tensor& lse) {
+  check_no_attention_dropout(p.dropout, "block_attention", "AMX kernel");
+  CF_CHECK(block_attention_amx_supported(q, k, v) && p.rounds == 1 && out.dtype() == kFloat32 &&
+               lse.dtype() == kFloat32,
+           Error, "[block_attention] internal: the AMX kernel takes bfloat16 q, k, v on an AMX CPU, one round, and "
+                  "writes float32");
+  block_forward_typed<float, BFloat16>(q, k, v, members, kpm, p, out, lse);
+}
+
+void block_attention_backward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+                                      const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
+                                      const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
+                                      const Tensor& dk, const Tensor& dv) {
+  check_no_attention_dropout(p.dropout, "block_attention", "AMX kernel");
+  CF_CHECK(bf16_amx_supported() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 && dq.dtype() == kFloat32,
+           Error, "[block_attention] internal: the AMX backward takes bfloat16 q, k, v, dout and writes float32");
+  block_backward_typed<float, BFloat16>(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv);
 }
 
 void block_attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <random>
 
 #include "tests/test_files.h"
 #include "autograd/ops/attention.h"
@@ -561,6 +563,78 @@ TEST_CASE("autocast: bfloat16 flash attention on AMX matches the float32 kernel 
       const std::vector<double> o = values(slice(got, 0, 1, 2));
       CHECK(std::all_of(o.begin(), o.end(), [](double x) { return x == 0.0; }));
     }
+  }
+  // Head size 0: every score is 0 (an empty sum; the default scale 1/sqrt(0) is infinite and must not meet it),
+  // so every key weighs the same, as on the float32 route.
+  Tensor q0 = to(rnd({1, 1, 3, 0}, 55), kBFloat16), k0 = to(rnd({1, 1, 4, 0}, 56), kBFloat16);
+  Tensor v0 = to(reshape(to(Tensor::arange(8), kFloat32), {1, 1, 4, 2}), kBFloat16);
+  AutocastGuard guard(kBFloat16);
+  check_close(flash_attention(q0, k0, v0), std::vector<double>{3, 4, 3, 4, 3, 4}, 0);
+}
+
+TEST_CASE("autocast: bfloat16 block attention on AMX matches the float32 kernel within bfloat16 rounding") {
+  // The block kernel's AMX arm (block_attention_*_amx_cpu; neural clustering, LSH with one round, Cluster-Former
+  // and sliding windows reach it through chunked_attention): rows gathered through a member table with empty
+  // slots (-1), chunks of 16 seeing look_back 1 (and look_ahead 1), causal by original position, a key padding
+  // mask, self_mask (Reformer's rule); the float32 kernel on the same bfloat16 values as the reference.
+  const bool amx = kernels::bf16_amx_supported();
+  const int64_t B = 2, H = 2, N = 70, w = 16, C = (N + w - 1) / w;
+  std::mt19937 rng(7);
+  std::vector<int64_t> table;
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    std::vector<int64_t> perm(size_t(C * w), -1);
+    std::iota(perm.begin(), perm.begin() + N, 0);
+    std::shuffle(perm.begin(), perm.end(), rng);  // empty slots scattered among the chunks
+    table.insert(table.end(), perm.begin(), perm.end());
+  }
+  const Tensor members = Tensor::from_vector(table, {B, H, C, w});
+  std::vector<bool> m(size_t(B * N), false);
+  for (int64_t j = 0; j < N; ++j) m[size_t(j)] = j % 5 == 2;
+  const Tensor kpm = Tensor::from_vector(m, {B, N});
+  struct Case {
+    int64_t D, look_ahead;
+    bool causal, self_mask, mask;
+  };
+  for (const Case& c : {Case{64, 0, false, false, true}, Case{40, 1, true, false, false}, Case{32, 0, false, true, true}}) {
+    INFO("D ", c.D, " look_ahead ", c.look_ahead, c.causal ? " causal" : "", c.self_mask ? " self_mask" : "");
+    BlockAttentionOptions bo;
+    bo.look_back = 1;
+    bo.look_ahead = c.look_ahead;
+    bo.causal = c.causal;
+    bo.self_mask = c.self_mask;
+    const Tensor mask = c.mask ? kpm : Tensor();
+    Tensor q = to(rnd({B, H, N, c.D}, 61), kBFloat16), k = c.self_mask ? q : to(rnd({B, H, N, c.D}, 62), kBFloat16),
+           v = to(rnd({B, H, N, c.D}, 63), kBFloat16), w_out = rnd({B, H, N, c.D}, 64), w_lse = rnd({B, H, N}, 65);
+    Tensor q32 = to(q, kFloat32).set_requires_grad(true), k32 = to(k, kFloat32).set_requires_grad(true),
+           v32 = to(v, kFloat32).set_requires_grad(true);
+    BlockAttentionResult ref = block_attention(q32, k32, v32, members, mask, bo);
+    // (lse's gradient too: it joins through D = dO . O - dlse)
+    add(sum(mul(ref.out, w_out)), sum(mul(where(lt(abs(ref.lse), INFINITY), ref.lse, 0.0), w_lse))).backward();
+    Tensor ql = q.detach().set_requires_grad(true), kl = k.detach().set_requires_grad(true),
+           vl = v.detach().set_requires_grad(true);
+    BlockAttentionResult got;
+    {
+      AutocastGuard guard(kBFloat16);
+      got = block_attention(ql, kl, vl, members, mask, bo);
+      add(sum(mul(got.out, w_out)), sum(mul(where(lt(abs(got.lse), INFINITY), got.lse, 0.0), w_lse))).backward();
+    }
+    CHECK(got.out.dtype() == kFloat32);
+    auto check_within = [amx](const Tensor& a, const Tensor& r, double rel, const char* what) {
+      const std::vector<double> x = values(a), y = values(r);
+      double mx = 0, e = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (std::isinf(y[i]) && x[i] == y[i]) continue;  // lse -inf of a row with nothing to see, on both
+        mx = std::max(mx, std::fabs(y[i])), e = std::max(e, std::fabs(x[i] - y[i]));
+      }
+      CHECK_MESSAGE(e <= rel * mx, what, ": max error ", e, " against max |value| ", mx);
+      CHECK(mx > 0);
+      if (amx) CHECK_MESSAGE(e > 0, what, ": bit-identical to float32, so the AMX arm did not run");
+    };
+    check_within(got.out, ref.out, 0.01, "out");
+    check_within(got.lse, ref.lse, 0.01, "lse");
+    check_within(ql.grad(), q32.grad(), 0.02, "dq");
+    check_within(kl.grad(), k32.grad(), 0.02, "dk");
+    check_within(vl.grad(), v32.grad(), 0.02, "dv");
   }
 }
 
