@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -183,9 +184,50 @@ void unary_float(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams prm
   }
 }
 
+// map2 for bfloat16 operands: each run goes through float32 buffers of 256, widened and rounded by the row tiers
+// (RowMath::from_bf16 / to_bf16: vector code for the CPU, where the baseline-tier loop converted element by
+// element); f runs on float32 as in map2, so the bits are map2's. Runs that are neither contiguous nor a
+// broadcast scalar take map2's own loop.
+template <typename F>
+void map2_bf16(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+  const RowMath& rm = row_math();
+  strided_loop<3>(out.shape(), {&out, &a, &b}, [&](auto& p, auto& s, int64_t n) {
+    constexpr int64_t kChunk = 256, kSize = int64_t(sizeof(BFloat16));
+    const bool fast = s[0] == kSize && (s[1] == kSize || s[1] == 0) && (s[2] == kSize || s[2] == 0);
+    if (!fast) {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<BFloat16*>(p[0] + i * s[0]) = BFloat16(f(float(*reinterpret_cast<const BFloat16*>(p[1] + i * s[1])),
+                                                                   float(*reinterpret_cast<const BFloat16*>(p[2] + i * s[2]))));
+      return;
+    }
+    float x[kChunk], y[kChunk], r[kChunk];
+    const uint16_t* xa = reinterpret_cast<const uint16_t*>(p[1]);
+    const uint16_t* ya = reinterpret_cast<const uint16_t*>(p[2]);
+    uint16_t* o = reinterpret_cast<uint16_t*>(p[0]);
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      if (s[1] != 0) rm.from_bf16(xa + i0, x, m);
+      else std::fill(x, x + m, float(BFloat16::from_bits(*xa)));
+      if (s[2] != 0) rm.from_bf16(ya + i0, y, m);
+      else std::fill(y, y + m, float(BFloat16::from_bits(*ya)));
+      for (int64_t j = 0; j < m; ++j) r[j] = f(x[j], y[j]);
+      rm.to_bf16(r, o + i0, m);
+    }
+  });
+}
+
 template <typename T>
 void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   using C = compute_t<T>;  // float32 registers for bfloat16/float16
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    switch (op) {
+      case BinaryOp::Add: map2_bf16(a, b, out, [](float x, float y) { return x + y; }); return;
+      case BinaryOp::Sub: map2_bf16(a, b, out, [](float x, float y) { return x - y; }); return;
+      case BinaryOp::Mul: map2_bf16(a, b, out, [](float x, float y) { return x * y; }); return;
+      case BinaryOp::Div: map2_bf16(a, b, out, [](float x, float y) { return x / y; }); return;
+      default: break;
+    }
+  }
   switch (op) {
     case BinaryOp::Add:
       map2<T, T>(a, b, out, [](C x, C y) {

@@ -32,6 +32,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+std::vector<float> values_f32(const Tensor& t) { return contiguous(t).to_vector<float>(); }
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // Scores as the kernels see them: mostly ordinary, with -inf (masked), NaN, -0, values far below
@@ -248,6 +249,40 @@ TEST_CASE("copy between float32 and bfloat16 (contiguous: the row tiers) equals 
   CHECK(values(strided) == values(contiguous_));
   Tensor back = to(contiguous_, kFloat32), back_strided = to(transpose(contiguous_, 0, 1), kFloat32);
   CHECK(values(back) == values(contiguous(transpose(back_strided, 0, 1))));
+}
+
+TEST_CASE("bfloat16 add, sub, mul, div (the row tiers' conversions) give float32's result rounded once") {
+  // contiguous operands, a broadcast row (stride 0 inside runs: a scalar), and strided views (the element loop)
+  std::vector<float> va = values_f32(randn({4, 300}, kFloat32, default_generator()));
+  std::vector<float> vb = values_f32(randn({4, 300}, kFloat32, default_generator()));
+  va[3] = std::numeric_limits<float>::quiet_NaN();
+  vb[5] = std::numeric_limits<float>::infinity();
+  vb[7] = 0.0f;
+  Tensor a = to(Tensor::from_vector(std::vector<double>(va.begin(), va.end()), {4, 300}), kBFloat16);
+  Tensor b = to(Tensor::from_vector(std::vector<double>(vb.begin(), vb.end()), {4, 300}), kBFloat16);
+  Tensor s = slice(b, 1, 0, 1);  // (4, 1): one value per row, broadcast
+  auto want = [](const Tensor& x, const Tensor& y, int op) {
+    Tensor fx = to(x, kFloat32), fy = to(y, kFloat32);
+    Tensor r = op == 0 ? add(fx, fy) : op == 1 ? sub(fx, fy) : op == 2 ? mul(fx, fy) : div(fx, fy);
+    return to(r, kBFloat16);
+  };
+  auto same = [](const Tensor& x, const Tensor& y) {
+    const std::vector<double> p = values(x), q = values(y);
+    REQUIRE(p.size() == q.size());
+    for (size_t i = 0; i < p.size(); ++i)
+      if (!(p[i] == q[i] || (std::isnan(p[i]) && std::isnan(q[i])))) return false;
+    return true;
+  };
+  for (int op = 0; op < 4; ++op) {
+    INFO("op ", op);
+    auto run = [op](const Tensor& x, const Tensor& y) {
+      return op == 0 ? add(x, y) : op == 1 ? sub(x, y) : op == 2 ? mul(x, y) : div(x, y);
+    };
+    CHECK(same(run(a, b), want(a, b, op)));
+    CHECK(same(run(a, s), want(a, s, op)));
+    CHECK(same(run(s, a), want(s, a, op)));
+    CHECK(same(run(transpose(a, 0, 1), transpose(b, 0, 1)), want(transpose(a, 0, 1), transpose(b, 0, 1), op)));
+  }
 }
 
 TEST_CASE("dropout rows: every tier drops exactly where the Philox uniform is below p (core/rng.h)") {
