@@ -296,8 +296,9 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   // to float32 copies) give float32 out and lse, as flash_attention's do.
   const bool tensor_cores = autocast_dtype() && is_low_precision(q.dtype()) && o.rounds == 1 && o.dropout == 0 &&
                             kernels::block_attention_mma_supported(q, k, v, members);
-  // ... and on a CPU with AMX, bfloat16 q, k, v take the AMX arm of the CPU kernel (float32 out, lse, gradients)
-  const bool amx = autocast_dtype() && o.rounds == 1 && o.dropout == 0 && kernels::block_attention_amx_supported(q, k, v);
+  // ... and on a CPU with AMX, bfloat16 q, k, v take the AMX arm of the CPU kernel (float32 out, lse, gradients;
+  // any number of rounds)
+  const bool amx = autocast_dtype() && o.dropout == 0 && kernels::block_attention_amx_supported(q, k, v);
   if (tensor_cores) {
     qc = aligned16(qc);
     kc = aligned16(kc);
@@ -321,7 +322,7 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
     kernels::block_attention_forward(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
   Tensor packed = per_round;
   if (combine) {
-    packed = Tensor::empty({B, sq[1], N, Dv + 1}, q.dtype(), q.device());
+    packed = Tensor::empty({B, sq[1], N, Dv + 1}, per_round.dtype(), q.device());
     kernels::rounds_combine(per_round, o.rounds, packed);
   }
   if (autograd::any_requires_grad({&q, &k, &v})) {
@@ -541,8 +542,8 @@ bool ops::block_attention_on_float32_copies(const Tensor& q, const Tensor& k, co
                                             const Tensor& members, int64_t rounds, double dropout) {
   if (!autocast_dtype() || !q.defined() || !k.defined() || !v.defined()) return false;
   if (!is_low_precision(q.dtype()) && !is_low_precision(k.dtype()) && !is_low_precision(v.dtype())) return false;
-  return !(rounds == 1 && dropout == 0 && members.defined() &&
-           (kernels::block_attention_mma_supported(q, k, v, members) ||
+  return !(dropout == 0 && members.defined() &&
+           ((rounds == 1 && kernels::block_attention_mma_supported(q, k, v, members)) ||
             kernels::block_attention_amx_supported(q, k, v)));
 }
 

@@ -184,7 +184,7 @@ struct BlockAttentionParams {
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
 };
 
-// The same arm of block_attention (one round, no dropout): bfloat16 q, k, v gathered into bfloat16 tiles, every
+// The same arm of block_attention (any rounds, no dropout): bfloat16 q, k, v gathered into bfloat16 tiles, every
 // product on AMX, float32 out, lse and gradients; dout bfloat16 (any strides, as the float kernels).
 bool block_attention_amx_supported(const Tensor& q, const Tensor& k, const Tensor& v);
 void block_attention_forward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

@@ -1206,10 +1206,8 @@ void block_attention_forward_amx_cpu(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                      const Tensor& lse) {
   check_no_attention_dropout(p.dropout, "block_attention", "AMX kernel");
-  CF_CHECK(block_attention_amx_supported(q, k, v) && p.rounds == 1 && out.dtype() == kFloat32 &&
-               lse.dtype() == kFloat32,
-           Error, "[block_attention] internal: the AMX kernel takes bfloat16 q, k, v on an AMX CPU, one round, and "
-                  "writes float32");
+  CF_CHECK(block_attention_amx_supported(q, k, v) && out.dtype() == kFloat32 && lse.dtype() == kFloat32, Error,
+           "[block_attention] internal: the AMX kernel takes bfloat16 q, k, v on an AMX CPU and writes float32");
   block_forward_typed<float, BFloat16>(q, k, v, members, kpm, p, out, lse);
 }
 

@@ -636,6 +636,49 @@ TEST_CASE("autocast: bfloat16 block attention on AMX matches the float32 kernel 
     check_within(kl.grad(), k32.grad(), 0.02, "dk");
     check_within(vl.grad(), v32.grad(), 0.02, "dv");
   }
+  // LSH's rounds: 2 rounds over one q, k, v (a table of H * 2 heads), combined through their lse
+  {
+    INFO("2 rounds, combined");
+    std::vector<int64_t> t2;
+    for (int64_t bh = 0; bh < B * H * 2; ++bh) {
+      std::vector<int64_t> perm(size_t(C * w), -1);
+      std::iota(perm.begin(), perm.begin() + N, 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      t2.insert(t2.end(), perm.begin(), perm.end());
+    }
+    const Tensor members2 = Tensor::from_vector(t2, {B, H * 2, C, w});
+    BlockAttentionOptions bo;
+    bo.look_back = 1;
+    bo.rounds = 2;
+    bo.combine_rounds = true;
+    Tensor q = to(rnd({B, H, N, 32}, 71), kBFloat16), k = to(rnd({B, H, N, 32}, 72), kBFloat16),
+           v = to(rnd({B, H, N, 32}, 73), kBFloat16), w_out = rnd({B, H, N, 32}, 74);
+    Tensor q32 = to(q, kFloat32).set_requires_grad(true), k32 = to(k, kFloat32).set_requires_grad(true),
+           v32 = to(v, kFloat32).set_requires_grad(true);
+    BlockAttentionResult ref = block_attention(q32, k32, v32, members2, kpm, bo);
+    sum(mul(ref.out, w_out)).backward();
+    Tensor ql = q.detach().set_requires_grad(true), kl = k.detach().set_requires_grad(true),
+           vl = v.detach().set_requires_grad(true);
+    BlockAttentionResult got;
+    {
+      AutocastGuard guard(kBFloat16);
+      got = block_attention(ql, kl, vl, members2, kpm, bo);
+      sum(mul(got.out, w_out)).backward();
+    }
+    CHECK(got.out.dtype() == kFloat32);
+    CHECK(got.out.shape() == Shape{B, H, N, 32});
+    auto rel_error = [](const Tensor& a, const Tensor& r) {
+      const std::vector<double> x = values(a), y = values(r);
+      double mx = 0, e = 0;
+      for (size_t i = 0; i < x.size(); ++i) mx = std::max(mx, std::fabs(y[i])), e = std::max(e, std::fabs(x[i] - y[i]));
+      return e / mx;
+    };
+    CHECK(rel_error(got.out, ref.out) <= 0.01);
+    CHECK(rel_error(ql.grad(), q32.grad()) <= 0.02);
+    CHECK(rel_error(kl.grad(), k32.grad()) <= 0.02);
+    CHECK(rel_error(vl.grad(), v32.grad()) <= 0.02);
+    if (amx) CHECK(rel_error(got.out, ref.out) > 0);
+  }
 }
 
 TEST_CASE("autocast: full attention (the fused kernel, float32 out, AMX products on an AMX CPU) matches float32") {
