@@ -199,3 +199,35 @@ def _embedding_from_pretrained(embeddings, freeze=True, padding_idx=None):
 
 
 _cf.nn.Embedding.from_pretrained = staticmethod(_embedding_from_pretrained)
+
+
+class _Parameters(list):
+    """What Module.parameters() returns: the parameter tensors as a list (len, indexing, and cf's optimizers take
+    it as before), that is also an iterator as PyTorch's generator is, so next(model.parameters()) gives the
+    first parameter (a fresh call starts again from the first)."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self, items):
+        super().__init__(items)
+        self._next = 0
+
+    def __next__(self):
+        if self._next >= len(self):
+            raise StopIteration
+        self._next += 1
+        return self[self._next - 1]
+
+
+_module_parameters = _cf.nn.Module.parameters
+
+
+def _parameters(self, recurse=True):
+    """The parameter tensors in registration order: a list that is also an iterator (next(model.parameters())
+    works, as with PyTorch's generator). recurse=False: this module's own, without its submodules'."""
+    if recurse:
+        return _Parameters(_module_parameters(self))
+    return _Parameters(p for name, p in self.named_parameters() if "." not in name)
+
+
+_cf.nn.Module.parameters = _parameters

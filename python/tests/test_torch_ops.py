@@ -292,3 +292,18 @@ def test_embedding_from_pretrained_copies_and_freezes():
     assert np.all(g[0] == 0) and np.all(g[2] == 1)  # the padding row gets no gradient
     with pytest.raises(cf.ShapeError, match=r"^\[Embedding.from_pretrained\] embeddings must be a 2-d"):
         cf.nn.Embedding.from_pretrained(f64([5], 6))
+
+
+def test_parameters_is_a_list_and_an_iterator():
+    seq = cf.nn.Sequential(cf.nn.Linear(3, 4), cf.nn.Linear(4, 2))
+    params = seq.parameters()
+    assert len(params) == 4 and params[0] is seq[0].weight
+    assert next(seq.parameters()) is seq[0].weight  # a fresh call starts at the first
+    it = seq.parameters()
+    assert [next(it) for _ in range(4)] == list(params)
+    with pytest.raises(StopIteration):
+        next(it)
+    assert seq.parameters(recurse=False) == []  # Sequential holds no parameter of its own
+    lin = cf.nn.Linear(2, 2)
+    assert len(lin.parameters(recurse=False)) == 2
+    cf.nn.SGD(seq.parameters(), lr=0.1)  # the optimizers take it as the list it is
