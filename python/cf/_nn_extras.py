@@ -204,13 +204,18 @@ _cf.nn.Embedding.from_pretrained = staticmethod(_embedding_from_pretrained)
 class _Parameters(list):
     """What Module.parameters() returns: the parameter tensors as a list (len, indexing, and cf's optimizers take
     it as before), that is also an iterator as PyTorch's generator is, so next(model.parameters()) gives the
-    first parameter (a fresh call starts again from the first)."""
+    first parameter (a fresh call starts again from the first). Iterating it (for, list()) goes over the
+    parameters next() has not given yet, as a generator would, without using them up: a second loop sees them
+    again, as a list's would (where a generator would be empty)."""
 
     __slots__ = ("_next",)
 
     def __init__(self, items):
         super().__init__(items)
         self._next = 0
+
+    def __iter__(self):
+        return iter(self[self._next:]) if self._next else super().__iter__()
 
     def __next__(self):
         if self._next >= len(self):

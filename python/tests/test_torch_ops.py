@@ -303,6 +303,10 @@ def test_parameters_is_a_list_and_an_iterator():
     assert [next(it) for _ in range(4)] == list(params)
     with pytest.raises(StopIteration):
         next(it)
+    it = seq.parameters()
+    first = next(it)
+    assert first is seq[0].weight and list(it) == list(params[1:])  # the rest, as after next() on a generator
+    assert sum(1 for _ in it) == 3
     assert seq.parameters(recurse=False) == []  # Sequential holds no parameter of its own
     lin = cf.nn.Linear(2, 2)
     assert len(lin.parameters(recurse=False)) == 2
