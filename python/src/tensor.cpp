@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "autograd/ops/common.h"
+#include "kernels/index/index.h"
 #include "common.h"
 
 namespace cfpy {
@@ -446,6 +447,7 @@ struct IndexItem {
   nb::handle slice;
   cf::Tensor index;
   std::vector<int64_t> positions;  // a list's (or NumPy array's) values: negative ones count from the end
+  int64_t axis = 0;                // a Tensor item's axis in the tensor the other items leave
 };
 
 // A flat or nested list of positions (ints), refusing bools: [True, False, True] is a mask in NumPy and
@@ -527,6 +529,86 @@ std::vector<IndexItem> parse_key(nb::handle key, const cf::Tensor& x, const char
   return items;
 }
 
+// An index item's positions as an int64 tensor on y's device, -n <= p < 0 counted from the end of the axis
+// (of size n), as for a list; anything further out is left for the range check of whoever uses it. A CPU
+// index is scanned in place and copied only when it holds such a position; a CUDA index stays on its
+// device (tensor ops, no host read).
+cf::Tensor wrapped_index(IndexItem& it, int64_t n, const cf::Device& device) {
+  if (!it.positions.empty()) {  // from a list
+    for (int64_t& p : it.positions)
+      if (p < 0 && p >= -n) p += n;
+    return cf::Tensor::from_vector(it.positions, it.index.shape()).to(device);
+  }
+  cf::Tensor index = it.index.device() == device ? it.index : it.index.to(device);
+  if (index.device().is_cpu()) {
+    cf::Tensor c = cf::contiguous(index);
+    const int64_t* p = c.data<int64_t>();
+    const int64_t count = c.numel();
+    if (!std::any_of(p, p + count, [n](int64_t v) { return v < 0 && v >= -n; })) return index;
+    std::vector<int64_t> w(p, p + count);
+    for (int64_t& v : w) v += (v < 0 && v >= -n) ? n : 0;
+    return cf::Tensor::from_vector(w, c.shape());
+  }
+  cf::Tensor wrap = cf::logical_and(cf::lt(index, 0.0), cf::ge(index, -double(n)));
+  return cf::where(wrap, cf::add(index, double(n)), index);
+}
+
+// Several index tensors (PyTorch's and NumPy's advanced indexing; ints count as basic indexing, as in
+// PyTorch): the indices broadcast together to a shape B, and out[b, ...] = y[i1[b], i2[b], ..., ...]. B
+// takes the indexed axes' place when they are adjacent, else it comes first. One index_select over the
+// indexed axes flattened into one (row-major positions), so the gradient is index_select's.
+cf::Tensor advanced_index(const cf::Tensor& y, const std::vector<IndexItem*>& tensors, const char* op) {
+  const size_t k = tensors.size();
+  std::vector<int64_t> axes;
+  std::vector<bool> indexed(size_t(y.dim()), false);
+  cf::Shape b;
+  std::vector<cf::Tensor> index(k);
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t axis = tensors[i]->axis;
+    const int64_t n = y.shape()[size_t(axis)];
+    axes.push_back(axis);
+    indexed[size_t(axis)] = true;
+    index[i] = wrapped_index(*tensors[i], n, y.device());
+    // Each index against its own axis: in the flattened positions an out-of-range one would select
+    // another element without a word
+    cf::kernels::check_index_range(op, index[i], n, [op, axis, n, shape = index[i].shape()](int64_t at, int64_t v) {
+      throw cf::IndexError(cf::str("[", op, "] index ", v, " (at flat position ", at, " of the index of shape ",
+                                   cf::shape_str(shape), ") is out of range for axis ", axis, " of size ", n));
+    });
+    b = i == 0 ? index[i].shape() : cf::broadcast_shapes(b, index[i].shape(), op);
+  }
+  // Row-major position over the indexed axes: sum of i_j * (product of the later indexed axes' sizes)
+  cf::Tensor linear;
+  int64_t stride = 1;
+  for (size_t i = k; i-- > 0;) {
+    cf::Tensor term = stride == 1 ? cf::expand(index[i], b) : cf::mul(cf::expand(index[i], b), double(stride));
+    linear = linear.defined() ? cf::add(linear, term) : term;
+    stride *= y.shape()[size_t(axes[i])];
+  }
+  std::vector<int64_t> perm = axes;
+  cf::Shape rows{stride};
+  for (int64_t a = 0; a < y.dim(); ++a)
+    if (!indexed[size_t(a)]) {
+      perm.push_back(a);
+      rows.push_back(y.shape()[size_t(a)]);
+    }
+  cf::Tensor flat = cf::reshape(cf::permute(y, perm), rows);
+  cf::Tensor sel = cf::index_select(flat, 0, cf::reshape(linear, {-1}));
+  cf::Shape s = b;
+  s.insert(s.end(), rows.begin() + 1, rows.end());
+  cf::Tensor out = cf::reshape(sel, s);
+  bool adjacent = true;
+  for (size_t i = 1; i < k; ++i) adjacent = adjacent && axes[i] == axes[i - 1] + 1;
+  if (!adjacent || axes[0] == 0) return out;
+  // adjacent: B moves to where the first indexed axis was (after the axes before it)
+  const int64_t nb_ = int64_t(b.size()), before = axes[0];
+  std::vector<int64_t> order;
+  for (int64_t a = 0; a < before; ++a) order.push_back(nb_ + a);
+  for (int64_t a = 0; a < nb_; ++a) order.push_back(a);
+  for (int64_t a = nb_ + before; a < out.dim(); ++a) order.push_back(a);
+  return cf::permute(out, order);
+}
+
 cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
   const char* op = copied ? "setitem" : "getitem";  // setitem asks whether the view is a copy
   std::vector<IndexItem> items = parse_key(key, x, op);
@@ -580,47 +662,29 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
         ++d;
         break;
       }
-      case IndexItem::Tensor: {
-        CF_CHECK(++tensor_items == 1, IndexError,
-                 "[", op, "] at most one index tensor (or list) per indexing; chain them instead");
-        if (it.index.dtype() == cf::kInt64 && !it.positions.empty()) {  // from a list: -1 is the last
-          const int64_t n = y.shape()[size_t(d)];
-          for (int64_t& p : it.positions)
-            if (p < 0 && p >= -n) p += n;
-          it.index = cf::Tensor::from_vector(it.positions, it.index.shape()).to(y.device());
-        } else {
-          // -n <= p < 0 counts from the end as for a list; anything further out is left for
-          // index_select's range error. A CPU index is scanned in place and copied only when it holds
-          // such a position; a CUDA index stays on its device (tensor ops, no host read).
-          if (it.index.device() != y.device()) it.index = it.index.to(y.device());
-          const int64_t n = y.shape()[size_t(d)];
-          if (it.index.device().is_cpu()) {
-            cf::Tensor c = cf::contiguous(it.index);
-            const int64_t* p = c.data<int64_t>();
-            const int64_t count = c.numel();
-            if (std::any_of(p, p + count, [n](int64_t v) { return v < 0 && v >= -n; })) {
-              std::vector<int64_t> w(p, p + count);
-              for (int64_t& v : w) v += (v < 0 && v >= -n) ? n : 0;
-              it.index = cf::Tensor::from_vector(w, c.shape());
-            }
-          } else {
-            cf::Tensor wrap = cf::logical_and(cf::lt(it.index, 0.0), cf::ge(it.index, -double(n)));
-            it.index = cf::where(wrap, cf::add(it.index, double(n)), it.index);
-          }
-        }
-        cf::Tensor flat = cf::reshape(it.index, {-1});
-        cf::Tensor sel = cf::index_select(y, d, flat);
-        cf::Shape s = y.shape();
-        s.erase(s.begin() + d);
-        s.insert(s.begin() + d, it.index.shape().begin(), it.index.shape().end());
-        y = cf::reshape(sel, s);
-        d += it.index.dim();
-        if (copied) *copied = true;
+      case IndexItem::Tensor:
+        // Applied after the other items (below): they see this axis where it is now.
+        it.axis = d++;
+        ++tensor_items;
         break;
-      }
     }
   }
-  return y;
+  if (tensor_items == 0) return y;
+  if (copied) *copied = true;
+  std::vector<IndexItem*> tensors;
+  for (auto& it : items)
+    if (it.kind == IndexItem::Tensor) tensors.push_back(&it);
+  if (tensors.size() == 1) {  // one index: its dims take the axis's place
+    IndexItem& it = *tensors[0];
+    const int64_t axis = it.axis;
+    const cf::Tensor index = wrapped_index(it, y.shape()[size_t(axis)], y.device());
+    cf::Tensor sel = cf::index_select(y, axis, cf::reshape(index, {-1}));
+    cf::Shape s = y.shape();
+    s.erase(s.begin() + axis);
+    s.insert(s.begin() + axis, index.shape().begin(), index.shape().end());
+    return cf::reshape(sel, s);
+  }
+  return advanced_index(y, tensors, op);
 }
 
 // A value with more dims than the selection loses its leading size-1 dims, as NumPy and PyTorch drop them
@@ -1135,7 +1199,9 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
            },
            nb::arg("key").none(),
            "Basic indexing gives views: ints, slices (positive steps), None, Ellipsis. An int64 tensor or a list "
-           "of ints on one axis selects a copy (index_select); negative positions count from the end. A bool "
+           "of ints selects a copy (index_select); negative positions count from the end. Several of them index "
+           "together as PyTorch's advanced indexing: broadcast to one shape, which takes the indexed axes' place "
+           "when they are adjacent and comes first otherwise (ints are basic indexing, as in PyTorch). A bool "
            "tensor of t's shape (or of its leading dims) selects the true positions' elements (rows) into a new "
            "tensor, reading the mask back (a device synchronisation on a GPU, as PyTorch's).")
       .def("__setitem__", &setitem, nb::arg("key").none(), nb::arg("value"),

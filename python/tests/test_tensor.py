@@ -735,6 +735,49 @@ def test_pytorch_conveniences_against_numpy():
     assert math.isfinite(x.norm().item())
 
 
+def test_several_index_tensors_index_together():
+    # PyTorch's advanced indexing: the indices broadcast together; their shape takes the indexed axes' place when
+    # those are adjacent, else it comes first. Ints are basic indexing, as in PyTorch (NumPy would count the int in
+    # x[:, i, :, 0] as an index array and move the result's axes: the one key below where the two differ).
+    import numpy as np
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5, 6, 3))
+    t = cf.from_numpy(x.copy())
+    i, j, k = np.array([0, 3, -1]), np.array([[1], [4]]), np.array([2, 0, 5])
+    keys = [(i, j), (slice(None), i, k), (i, slice(None), k), (i, 2, k), (Ellipsis, i, np.array([0, 1, 2])),
+            (i, None, np.array([2, 0, 4])), ([0, 1], [2, 3]), (slice(1, 3), j, k), (i, j, k), (np.array(1), i),
+            (np.array([[0], [1]]), np.array([], dtype=np.int64))]
+    as_cf = lambda a: cf.from_numpy(a) if isinstance(a, np.ndarray) and a.ndim > 0 else a
+    for key in keys:
+        expected = x[key]
+        got = t[tuple(as_cf(a) for a in key)]
+        assert got.shape == expected.shape, key
+        np.testing.assert_array_equal(got.numpy(), expected, err_msg=str(key))
+        assert t[tuple(a.tolist() if isinstance(a, np.ndarray) else a for a in key)].shape == expected.shape  # lists
+    # where PyTorch and NumPy differ: an int is not an index array, so i keeps its place
+    assert t[:, cf.from_numpy(i), :, 0].shape == (4, 3, 6) and x[:, i, :, 0].shape == (3, 4, 6)
+    np.testing.assert_array_equal(t[:, cf.from_numpy(i), :, 0].numpy(), x[:, :, :, 0][:, i, :])
+    # the gradient: index_select's, accumulated where positions repeat
+    g = cf.from_numpy(x.copy())
+    g.requires_grad = True
+    w = rng.standard_normal((2, 3, 5, 3))
+    rows, cols = np.array([[1], [3]]), np.array([2, 2, -1])
+    (g[cf.from_numpy(rows), :, cf.from_numpy(cols)] * cf.from_numpy(w)).sum().backward()
+    expected = np.zeros_like(x)
+    np.add.at(expected, (rows, slice(None), cols), w)
+    np.testing.assert_allclose(g.grad.numpy(), expected)
+    # each index is range-checked against its own axis (flattened, [0, 9] would reach element (1, 4) silently)
+    with pytest.raises(cf.IndexError, match=r"^\[getitem\] index 9 \(at flat position 1 of the index of shape \(2\)\) "
+                       r"is out of range for axis 1 of size 5"):
+        t[cf.tensor([0, 0]), cf.tensor([0, 9])]
+    with pytest.raises(cf.IndexError, match=r"^\[getitem\] index -7 .* out of range for axis 2 of size 6"):
+        t[[0, 1], :, [0, -7]]
+    with pytest.raises(cf.ShapeError, match=r"\[getitem\]"):
+        t[cf.tensor([0, 1]), cf.tensor([0, 1, 2])]
+    with pytest.raises(cf.IndexError, match=r"^\[setitem\] an index tensor selects a copy"):
+        t[cf.tensor([0, 1]), cf.tensor([0, 1])] = 1.0
+
+
 def test_boolean_mask_indexing():
     # PyTorch's y[y == PAD] = -100 and x[x > 0] (they were refused: "index tensors must be int64")
     y = cf.tensor([1, 0, 2, 0])
