@@ -553,6 +553,17 @@ cf::Tensor wrapped_index(IndexItem& it, int64_t n, const cf::Device& device) {
   return cf::where(wrap, cf::add(index, double(n)), index);
 }
 
+// wrapped_index for axis `axis` of y, range-checked against it (on a GPU a deferred check: no host read).
+cf::Tensor checked_index(IndexItem& it, const cf::Tensor& y, int64_t axis, const char* op) {
+  const int64_t n = y.shape()[size_t(axis)];
+  cf::Tensor index = wrapped_index(it, n, y.device());
+  cf::kernels::check_index_range(op, index, n, [op, axis, n, shape = index.shape()](int64_t at, int64_t v) {
+    throw cf::IndexError(cf::str("[", op, "] index ", v, " (at flat position ", at, " of the index of shape ",
+                                 cf::shape_str(shape), ") is out of range for axis ", axis, " of size ", n));
+  });
+  return index;
+}
+
 // Several index tensors (PyTorch's and NumPy's advanced indexing; ints count as basic indexing, as in
 // PyTorch): the indices broadcast together to a shape B, and out[b, ...] = y[i1[b], i2[b], ..., ...]. B
 // takes the indexed axes' place when they are adjacent, else it comes first. One index_select over the
@@ -565,16 +576,11 @@ cf::Tensor advanced_index(const cf::Tensor& y, const std::vector<IndexItem*>& te
   std::vector<cf::Tensor> index(k);
   for (size_t i = 0; i < k; ++i) {
     const int64_t axis = tensors[i]->axis;
-    const int64_t n = y.shape()[size_t(axis)];
     axes.push_back(axis);
     indexed[size_t(axis)] = true;
-    index[i] = wrapped_index(*tensors[i], n, y.device());
     // Each index against its own axis: in the flattened positions an out-of-range one would select
     // another element without a word
-    cf::kernels::check_index_range(op, index[i], n, [op, axis, n, shape = index[i].shape()](int64_t at, int64_t v) {
-      throw cf::IndexError(cf::str("[", op, "] index ", v, " (at flat position ", at, " of the index of shape ",
-                                   cf::shape_str(shape), ") is out of range for axis ", axis, " of size ", n));
-    });
+    index[i] = checked_index(*tensors[i], y, axis, op);
     b = i == 0 ? index[i].shape() : cf::broadcast_shapes(b, index[i].shape(), op);
   }
   // Row-major position over the indexed axes: sum of i_j * (product of the later indexed axes' sizes)
@@ -609,8 +615,8 @@ cf::Tensor advanced_index(const cf::Tensor& y, const std::vector<IndexItem*>& te
   return cf::permute(out, order);
 }
 
-cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
-  const char* op = copied ? "setitem" : "getitem";  // setitem asks whether the view is a copy
+// x[key] for a key of basic items and index tensors (not a bool mask); op names the caller in errors.
+cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, const char* op) {
   std::vector<IndexItem> items = parse_key(key, x, op);
   int64_t consuming = 0, ellipses = 0;
   for (auto& it : items) {
@@ -670,14 +676,13 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, bool* copied) {
     }
   }
   if (tensor_items == 0) return y;
-  if (copied) *copied = true;
   std::vector<IndexItem*> tensors;
   for (auto& it : items)
     if (it.kind == IndexItem::Tensor) tensors.push_back(&it);
   if (tensors.size() == 1) {  // one index: its dims take the axis's place
     IndexItem& it = *tensors[0];
     const int64_t axis = it.axis;
-    const cf::Tensor index = wrapped_index(it, y.shape()[size_t(axis)], y.device());
+    const cf::Tensor index = checked_index(it, y, axis, op);
     cf::Tensor sel = cf::index_select(y, axis, cf::reshape(index, {-1}));
     cf::Shape s = y.shape();
     s.erase(s.begin() + axis);
@@ -740,13 +745,71 @@ void masked_setitem(cf::Tensor& x, const cf::Tensor& mask, nb::handle value) {
   cf::copy_(x, filled);
 }
 
+// x[key] = value where key holds index tensors (PyTorch's index_put_, NumPy's assignment): the selection is a
+// copy, so the positions it reads are found by indexing a grid of x's flat positions with the same key, and x is
+// rebuilt around them and copied back (on x's device, no host read). A position selected more than once takes
+// the last value written to it in row-major order of the selection, as NumPy documents (PyTorch leaves it open):
+// a stable sort of the positions marks each run's last, and only those are scattered.
+void index_setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
+  const char* op = "setitem";
+  const cf::Tensor grid = cf::reshape(cf::Tensor::arange(x.numel(), cf::kInt64, x.device()), x.shape());
+  const cf::Tensor positions = index_tensor(grid, key, op);
+  const cf::Shape& selected = positions.shape();
+  const bool number = !nb::isinstance<cf::Tensor>(value) && !PyBool_Check(value.ptr()) &&
+                      (PyIndex_Check(value.ptr()) || PyFloat_Check(value.ptr()));
+  cf::Tensor src;
+  if (number) {
+    std::optional<cf::Tensor> exact = exact_int64_operand(value, x, op);
+    src = exact ? *exact : cf::ops::number_like(x, nb::cast<double>(value), op);
+  } else {
+    src = nb::isinstance<cf::Tensor>(value) ? nb::cast<cf::Tensor>(value)
+                                              : tensor_from_python(value, x.dtype(), x.device());
+    CF_CHECK(src.device() == x.device(), DeviceError, "[", op, "] the value ", src.describe(), " is on another device than ",
+             x.describe());
+    src = drop_leading_ones(src, int64_t(selected.size()));
+    bool fits = src.dim() <= int64_t(selected.size());
+    for (int64_t i = 1; fits && i <= src.dim(); ++i) {
+      const int64_t have = src.shape()[size_t(src.dim() - i)], want = selected[selected.size() - size_t(i)];
+      fits = have == want || have == 1;
+    }
+    CF_CHECK(fits, ShapeError, "[", op, "] a value of shape ",
+             cf::shape_str(src.shape()), " cannot be broadcast to the selection's shape ", cf::shape_str(selected));
+  }
+  nb::gil_scoped_release g;
+  cf::NoGradGuard no_grad;
+  const int64_t n = x.numel();
+  const cf::Tensor flat_positions = cf::reshape(positions, {-1});
+  const cf::Tensor hit =
+      cf::gt(cf::scatter_add(cf::Tensor::zeros({n}, cf::kInt64, x.device()), 0, flat_positions,
+                             cf::Tensor::full({flat_positions.numel()}, 1.0, cf::kInt64, x.device())),
+             0.0);
+  const cf::Tensor flat_x = cf::reshape(x, {n});
+  cf::Tensor out;
+  if (number) {
+    out = cf::where(hit, cf::expand(src, {n}), flat_x);
+  } else {
+    // scatter_add takes no bool: a bool x is written through int64 0/1 values
+    const cf::DType work = x.dtype() == cf::kBool ? cf::kInt64 : x.dtype();
+    const cf::Tensor values = cf::reshape(cf::contiguous(cf::expand(cf::to(src, work), selected)), {-1});
+    const cf::Tensor order = cf::argsort(flat_positions);
+    const cf::Tensor sorted = cf::index_select(flat_positions, 0, order);
+    const int64_t k = sorted.numel();
+    cf::Tensor last = cf::Tensor::full({k}, 1.0, cf::kBool, x.device());
+    if (k > 1)
+      last = cf::cat({cf::ne(cf::slice(sorted, 0, 0, k - 1), cf::slice(sorted, 0, 1, k)),
+                      cf::Tensor::full({1}, 1.0, cf::kBool, x.device())}, 0);
+    const cf::Tensor kept = cf::where(last, cf::index_select(values, 0, order), cf::zeros_like(values));
+    const cf::Tensor written = cf::scatter_add(cf::Tensor::zeros({n}, work, x.device()), 0, sorted, kept);
+    out = cf::where(hit, work == x.dtype() ? written : cf::to(written, x.dtype()), flat_x);
+  }
+  cf::copy_(x, cf::reshape(out, x.shape()));
+}
+
 void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
   if (is_mask_key(key)) return masked_setitem(x, nb::cast<const cf::Tensor&>(key), value);
-  bool copied = false;
-  cf::Tensor view = index_tensor(x, key, &copied);
-  CF_CHECK(!copied, IndexError,
-           "[setitem] an index tensor selects a copy, so writing to it would not change the tensor; "
-           "use cf.index_add or cf.scatter_add");
+  for (const IndexItem& it : parse_key(key, x, "setitem"))
+    if (it.kind == IndexItem::Tensor) return index_setitem(x, key, value);
+  cf::Tensor view = index_tensor(x, key, "setitem");
   if (nb::isinstance<cf::Tensor>(value)) {
     cf::Tensor src = nb::cast<cf::Tensor>(value);
     nb::gil_scoped_release g;
@@ -1195,7 +1258,7 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
       .def("__getitem__",
            [](const cf::Tensor& t, nb::handle key) {
              if (is_mask_key(key)) return masked_select(t, nb::cast<const cf::Tensor&>(key));
-             return index_tensor(t, key, nullptr);
+             return index_tensor(t, key, "getitem");
            },
            nb::arg("key").none(),
            "Basic indexing gives views: ints, slices (positive steps), None, Ellipsis. An int64 tensor or a list "
@@ -1206,7 +1269,9 @@ nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
            "tensor, reading the mask back (a device synchronisation on a GPU, as PyTorch's).")
       .def("__setitem__", &setitem, nb::arg("key").none(), nb::arg("value"),
            "Write a tensor (broadcast, dtype converted) or a number into the view t[key], in place; with a bool "
-           "mask as the key (t[mask] = 0.0), a number into the true positions.");
+           "mask as the key (t[mask] = 0.0), a number into the true positions. With index tensors or lists in "
+           "the key (PyTorch's index_put_), into the positions t[key] reads; a position selected more than once "
+           "keeps the last value written (as NumPy's assignment).");
   return cls;
 }
 

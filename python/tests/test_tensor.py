@@ -106,8 +106,8 @@ def test_index_tensors_select_copies():
     sel = t[cf.tensor([4, 0])]
     assert sel.tolist() == [[8, 9], [0, 1]] and not sel.shares_storage(t)
     assert t[[1, 1], 0].tolist() == [2, 2]
-    with pytest.raises(cf.IndexError, match=r"^\[setitem\]"):
-        t[cf.tensor([0])] = 1
+    with pytest.raises(cf.IndexError, match=r"^\[setitem\] index 7 \(at flat position 0 of the index of shape \(1\)\) is out of range for axis 0 of size 5"):
+        t[cf.tensor([7])] = 1
     with pytest.raises(cf.IndexError, match=r"^\[getitem\] index 5 is out of range for axis 0 of size 5"):
         t[5]
     with pytest.raises(cf.IndexError, match="too many indices"):
@@ -774,8 +774,42 @@ def test_several_index_tensors_index_together():
         t[[0, 1], :, [0, -7]]
     with pytest.raises(cf.ShapeError, match=r"\[getitem\]"):
         t[cf.tensor([0, 1]), cf.tensor([0, 1, 2])]
-    with pytest.raises(cf.IndexError, match=r"^\[setitem\] an index tensor selects a copy"):
-        t[cf.tensor([0, 1]), cf.tensor([0, 1])] = 1.0
+
+
+def test_setitem_with_index_tensors_writes_in_place():
+    # PyTorch's index_put_ (NumPy's assignment): the key as for reading, x changed in place
+    import numpy as np
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 5, 3))
+    t = cf.from_numpy(x.copy())
+    view = t[1:]  # a view is written through too
+    i, j = np.array([0, 2, -1]), np.array([[1], [4]])
+    for key, value in [((i, j), 2.5), ((slice(None), i), rng.standard_normal((4, 3, 3))),
+                       ((i, slice(None), np.array([0, 2, 1])), rng.standard_normal((1, 5))),  # leading 1 dropped
+                       (([1, 3],), rng.standard_normal(3)), ((0, [4, 0], [2, 1]), [7.0, 8.0])]:
+        t[tuple(cf.from_numpy(a) if isinstance(a, np.ndarray) else a for a in key)] = (
+            cf.from_numpy(value) if isinstance(value, np.ndarray) else value)
+        x[key] = value
+        np.testing.assert_array_equal(t.numpy(), x, err_msg=str(key))
+    view[cf.tensor([0]), 0] = -1.0
+    x[1:][[0], 0] = -1.0
+    np.testing.assert_array_equal(t.numpy(), x)
+    # a position selected twice keeps the last value written, as NumPy's assignment
+    t[[0, 0, 3, 0], [1, 1, 2, 1], 0] = cf.tensor([1.0, 2.0, 3.0, 4.0])
+    assert t[0, 1, 0].item() == 4.0 and t[3, 2, 0].item() == 3.0
+    # bool and int64 tensors (int64 beyond 2^53 exact)
+    b = cf.zeros([2, 3], dtype=cf.bool)
+    b[cf.arange(2), cf.tensor([2, 0])] = True
+    b[[1, 1], [0, 0]] = cf.tensor([False, True])
+    assert b.tolist() == [[False, False, True], [True, False, False]]
+    n = cf.zeros([3], dtype=cf.int64)
+    n[[0, 2]] = 2**60 + 1
+    assert n.tolist() == [2**60 + 1, 0, 2**60 + 1]
+    with pytest.raises(cf.ShapeError, match=r"^\[setitem\] a value of shape \(3\) cannot be broadcast to the "
+                       r"selection's shape \(2\)"):
+        t[[0, 1], [0, 1], 0] = cf.tensor([1.0, 2.0, 3.0])
+    with pytest.raises(cf.IndexError, match=r"^\[setitem\] index 5 .* out of range for axis 1 of size 5"):
+        t[[0, 1], [0, 5]] = 0.0
 
 
 def test_boolean_mask_indexing():
