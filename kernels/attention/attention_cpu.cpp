@@ -28,6 +28,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -78,6 +79,21 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   const RowMath& rm = row_math();  // (the kernels took it before their parallel loops: no bad CF_CPU_ISA here)
   for (int64_t r = 0; r < rows; ++r) rm.to_bf16(A + r * lda, rounded.data() + r * cols, cols);
   gemm(ta, tb, M, N, K, alpha, reinterpret_cast<const BFloat16*>(rounded.data()), cols, B, ldb, beta, C, ldc);
+}
+
+// A float32 operand (dS) used by two products, as those products take it: itself for the float kernels, rounded
+// to bfloat16 once for the AMX arm (the float-A overload above would round it again for the second product).
+template <typename In, typename T>
+const In* as_operand(const RowMath& rm, const T* A, int64_t n) {
+  if constexpr (std::is_same_v<In, T>) {
+    return A;
+  } else {
+    static_assert(std::is_same_v<In, BFloat16> && std::is_same_v<T, float>, "the AMX arm rounds float32 to bfloat16");
+    thread_local std::vector<uint16_t> rounded;
+    rounded.resize(size_t(n));
+    rm.to_bf16(A, rounded.data(), n);
+    return reinterpret_cast<const In*>(rounded.data());
+  }
 }
 
 int threads_available() {
@@ -397,8 +413,9 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
             // dV += W^T dO (W = P, or Z with dropout)
             gemm(true, false, nc, d.Dv, nr, T(1), W, nc, dOb + i0 * d.Dv, d.Dv, T(1), dVb + j0 * d.Dv, d.Dv);
             // dQ += scale dS K, dK += scale dS^T Q
-            gemm(false, false, nr, d.Dk, nc, scale, dP, nc, Kb + j0 * d.Dk, d.Dk, T(1), dQb + i0 * d.Dk, d.Dk);
-            gemm(true, false, nc, d.Dk, nr, scale, dP, nc, Qb + i0 * d.Dk, d.Dk, T(1), dKb + j0 * d.Dk, d.Dk);
+            const In* dS = as_operand<In>(rm, dP, nr * nc);
+            gemm(false, false, nr, d.Dk, nc, scale, dS, nc, Kb + j0 * d.Dk, d.Dk, T(1), dQb + i0 * d.Dk, d.Dk);
+            gemm(true, false, nc, d.Dk, nr, scale, dS, nc, Qb + i0 * d.Dk, d.Dk, T(1), dKb + j0 * d.Dk, d.Dk);
           }
         }
       });
@@ -684,14 +701,15 @@ void block_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
           for (int64_t r = 0; r < d.w; ++r)
             softmax_grad_masked_row(rm, S + r * d.W, dP + r * d.W, d.W, s.Dr[size_t(r)],
                                     p.self_mask ? s.self.data() + r * d.W : nullptr);
-          gemm(false, false, d.w, d.Dk, d.W, T(p.scale), dP, d.W, s.Kg.data(), d.Dk, T(0), s.G.data(), d.Dk);
+          const In* dS = as_operand<In>(rm, dP, d.w * d.W);
+          gemm(false, false, d.w, d.Dk, d.W, T(p.scale), dS, d.W, s.Kg.data(), d.Dk, T(0), s.G.data(), d.Dk);
           for (int64_t r = 0; r < d.w; ++r) {
             if (qpos[r] < 0) continue;
             const T* src = s.G.data() + r * d.Dk;
             T* dst = dQ + (bh * d.N + qpos[r]) * d.Dk;
             for (int64_t x = 0; x < d.Dk; ++x) dst[x] += src[x];
           }
-          gemm(true, false, d.W, d.Dk, d.w, T(p.scale), dP, d.W, s.Qg.data(), d.Dk, T(0), cb, Dkv);
+          gemm(true, false, d.W, d.Dk, d.w, T(p.scale), dS, d.W, s.Qg.data(), d.Dk, T(0), cb, Dkv);
         });
     // Pass B: key row j of chunk cc sits at window slot t * w + u of chunk cc - offsets[t].
     parallel_for(d.B * d.H * d.C, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.w * Dkv * d.nb, 1)),

@@ -9,7 +9,8 @@
 // tiles 6-7; each loaded tile feeds two TDPBF16PS. Both operands are packed into 1 KB tiles, M, N
 // and K rounded up to 32 with zeros: A's 16 rows x 32 consecutive k (pack_a), B's 16 rows of the
 // (k, k+1) pairs of 16 columns (pack_b), so every tile load reads 1 KB of consecutive bytes.
-// Blocking: see kMc. The packing and the final rounding use AVX-512 (every AMX CPU has it).
+// Blocking: see kMc. The packing uses AVX-512 (every AMX CPU has it); the final rounding is the row
+// tier's float32 -> bfloat16 (kernels/common/row_math.h).
 //
 // Linux hands the tile state to a process only on request (arch_prctl ARCH_REQ_XCOMP_PERM, kernel
 // 5.16+); without it the first tile instruction is a SIGILL. bf16_amx_supported() asks once and
@@ -36,6 +37,7 @@
 #endif
 
 #include "core/error.h"
+#include "kernels/common/row_math.h"
 
 namespace cf::kernels {
 
@@ -84,23 +86,6 @@ bool cpu_and_os_grant_amx() {
     return false;  // the packing and rounding
   constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
-}
-
-// float32 -> bfloat16 for n values, as core/half.h's float_to_bf16_bits (round to nearest even,
-// NaN kept a quiet NaN), 16 at a time.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void round_row(const float* src, BFloat16* dst, int64_t n) {
-  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF),
-                abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000),
-                quiet = _mm512_set1_epi32(0x0040);
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1u);
-    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + j));
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
-    _mm256_mask_storeu_epi16(dst + j, m, _mm512_cvtepi32_epi16(r));
-  }
 }
 
 // 16 dwords of (k, k+1) pairs: element j of row0 in the low half of dword j, of row1 in the high
@@ -325,9 +310,12 @@ __attribute__((target("avx512f"))) void scale_row(const float* src, float* c, in
 
 void bf16_amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs, int64_t b_cs,
                    BFloat16* c, int64_t ldc, int64_t M, int64_t N, int64_t K) {
+  // One rounding per output, the row tier's (bit for bit core/half.h's float_to_bf16_bits)
+  const RowMath& rm = row_math();
   amx_gemm(a, a_rs, a_cs, b, b_rs, b_cs, M, N, K,
            [&](const float* cb, int64_t ldb, int64_t i, int64_t j, int64_t rows, int64_t cols) {
-             for (int64_t r = 0; r < rows; ++r) round_row(cb + r * ldb, c + (i + r) * ldc + j, cols);
+             for (int64_t r = 0; r < rows; ++r)
+               rm.to_bf16(cb + r * ldb, reinterpret_cast<uint16_t*>(c + (i + r) * ldc + j), cols);
            });
 }
 

@@ -505,6 +505,23 @@ TEST_CASE("autocast: the fused attention ops run on float32 copies of 16-bit q, 
   }
 }
 
+// An arm against the float32 kernel on the same values: the largest |a - r| within rel times the largest |r|
+// (entries where both hold the same infinity skipped: the lse of a row with nothing to see). On an AMX CPU the
+// arm must also differ from float32 somewhere, or the AMX arm did not run.
+namespace {
+void check_within(const Tensor& a, const Tensor& r, double rel, bool amx, const char* what) {
+  const std::vector<double> x = values(a), y = values(r);
+  double mx = 0, e = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isinf(y[i]) && x[i] == y[i]) continue;
+    mx = std::max(mx, std::fabs(y[i])), e = std::max(e, std::fabs(x[i] - y[i]));
+  }
+  CHECK_MESSAGE(e <= rel * mx, what, ": max error ", e, " against max |value| ", mx);
+  CHECK(mx > 0);
+  if (amx) CHECK_MESSAGE(e > 0, what, ": bit-identical to float32, so the AMX arm did not run");
+}
+}  // namespace
+
 TEST_CASE("autocast: bfloat16 flash attention on AMX matches the float32 kernel within bfloat16 rounding") {
   // The AMX arm (kernels/attention/attention_cpu.cpp, flash_attention_*_amx_cpu): bfloat16 q, k, v, every
   // product on AMX tiles in float32, the probabilities and dS rounded to bfloat16 for the products with V,
@@ -547,18 +564,10 @@ TEST_CASE("autocast: bfloat16 flash attention on AMX matches the float32 kernel 
     }
     CHECK(got.dtype() == kFloat32);
     CHECK(ql.grad().dtype() == kBFloat16);
-    auto check_within = [amx](const Tensor& a, const Tensor& r, double rel, const char* what) {
-      const std::vector<double> x = values(a), y = values(r);
-      double m = 0, e = 0;
-      for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(y[i])), e = std::max(e, std::fabs(x[i] - y[i]));
-      CHECK_MESSAGE(e <= rel * m, what, ": max error ", e, " against max |value| ", m);
-      CHECK(m > 0);
-      if (amx) CHECK_MESSAGE(e > 0, what, ": bit-identical to float32, so the AMX arm did not run");
-    };
-    check_within(got, ref, 0.01, "out");
-    check_within(ql.grad(), q32.grad(), 0.02, "dq");
-    check_within(kl.grad(), k32.grad(), 0.02, "dk");
-    check_within(vl.grad(), v32.grad(), 0.02, "dv");
+    check_within(got, ref, 0.01, amx, "out");
+    check_within(ql.grad(), q32.grad(), 0.02, amx, "dq");
+    check_within(kl.grad(), k32.grad(), 0.02, amx, "dk");
+    check_within(vl.grad(), v32.grad(), 0.02, amx, "dv");
     if (c.mask) {  // batch 1 attends to nothing: zeros
       const std::vector<double> o = values(slice(got, 0, 1, 2));
       CHECK(std::all_of(o.begin(), o.end(), [](double x) { return x == 0.0; }));
@@ -619,22 +628,11 @@ TEST_CASE("autocast: bfloat16 block attention on AMX matches the float32 kernel 
       add(sum(mul(got.out, w_out)), sum(mul(where(lt(abs(got.lse), INFINITY), got.lse, 0.0), w_lse))).backward();
     }
     CHECK(got.out.dtype() == kFloat32);
-    auto check_within = [amx](const Tensor& a, const Tensor& r, double rel, const char* what) {
-      const std::vector<double> x = values(a), y = values(r);
-      double mx = 0, e = 0;
-      for (size_t i = 0; i < x.size(); ++i) {
-        if (std::isinf(y[i]) && x[i] == y[i]) continue;  // lse -inf of a row with nothing to see, on both
-        mx = std::max(mx, std::fabs(y[i])), e = std::max(e, std::fabs(x[i] - y[i]));
-      }
-      CHECK_MESSAGE(e <= rel * mx, what, ": max error ", e, " against max |value| ", mx);
-      CHECK(mx > 0);
-      if (amx) CHECK_MESSAGE(e > 0, what, ": bit-identical to float32, so the AMX arm did not run");
-    };
-    check_within(got.out, ref.out, 0.01, "out");
-    check_within(got.lse, ref.lse, 0.01, "lse");
-    check_within(ql.grad(), q32.grad(), 0.02, "dq");
-    check_within(kl.grad(), k32.grad(), 0.02, "dk");
-    check_within(vl.grad(), v32.grad(), 0.02, "dv");
+    check_within(got.out, ref.out, 0.01, amx, "out");
+    check_within(got.lse, ref.lse, 0.01, amx, "lse");
+    check_within(ql.grad(), q32.grad(), 0.02, amx, "dq");
+    check_within(kl.grad(), k32.grad(), 0.02, amx, "dk");
+    check_within(vl.grad(), v32.grad(), 0.02, amx, "dv");
   }
   // LSH's rounds: 2 rounds over one q, k, v (a table of H * 2 heads), combined through their lse
   {
@@ -667,17 +665,10 @@ TEST_CASE("autocast: bfloat16 block attention on AMX matches the float32 kernel 
     }
     CHECK(got.out.dtype() == kFloat32);
     CHECK(got.out.shape() == Shape{B, H, N, 32});
-    auto rel_error = [](const Tensor& a, const Tensor& r) {
-      const std::vector<double> x = values(a), y = values(r);
-      double mx = 0, e = 0;
-      for (size_t i = 0; i < x.size(); ++i) mx = std::max(mx, std::fabs(y[i])), e = std::max(e, std::fabs(x[i] - y[i]));
-      return e / mx;
-    };
-    CHECK(rel_error(got.out, ref.out) <= 0.01);
-    CHECK(rel_error(ql.grad(), q32.grad()) <= 0.02);
-    CHECK(rel_error(kl.grad(), k32.grad()) <= 0.02);
-    CHECK(rel_error(vl.grad(), v32.grad()) <= 0.02);
-    if (amx) CHECK(rel_error(got.out, ref.out) > 0);
+    check_within(got.out, ref.out, 0.01, amx, "out");
+    check_within(ql.grad(), q32.grad(), 0.02, amx, "dq");
+    check_within(kl.grad(), k32.grad(), 0.02, amx, "dk");
+    check_within(vl.grad(), v32.grad(), 0.02, amx, "dv");
   }
 }
 
