@@ -28,7 +28,7 @@
   X(gather, true) X(scatter_add, true) X(index_select, true) X(index_add, true) X(take_along_dim, true) \
   X(masked_fill, true) X(one_hot, false) \
   /* sorting */ \
-  X(sort, true) X(topk, true) X(argsort, false) \
+  X(sort, true) X(topk, true) X(argsort, false) X(searchsorted, false) \
   /* fused layers */ \
   X(softmax, true) X(log_softmax, true) X(layer_norm, true) X(cross_entropy, true) X(dropout, true) \
   /* fused attention */ \

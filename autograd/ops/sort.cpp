@@ -1,12 +1,14 @@
-// Sorting ops: sort, argsort, topk. Values are differentiable (the gradient goes back
+// Sorting ops: sort, argsort, topk, and searchsorted (kernels/sort/searchsorted.h). Values are differentiable (the gradient goes back
 // to the positions the values came from); indices never are. Order and NaN rules are
 // in kernels/sort/sort.h: stable, NaN is the largest value (as NumPy).
 #include "autograd/ops/sort.h"
 
 #include "autograd/op_names.h"
 #include "autograd/ops/common.h"
+#include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/sort/searchsorted.h"
 #include "kernels/sort/sort.h"
 
 namespace cf {
@@ -86,6 +88,35 @@ ValuesIndices topk(const Tensor& x, int64_t k, int64_t axis, bool largest) {
   ValuesIndices r = run_sort(opname::topk, x, p, k, largest, true);
   record_values(opname::topk, x, p.axis, r);
   return r;
+}
+
+Tensor searchsorted(const Tensor& sorted, const Tensor& values, bool right) {
+  const char* op = opname::searchsorted;
+  ops::check_defined(sorted, op, "sorted");
+  ops::check_defined(values, op, "values");
+  ops::check_same_device(op, {&sorted, &values});
+  CF_CHECK(sorted.dtype() == values.dtype(), DTypeError, "[searchsorted] sorted ", sorted.describe(), " and values ",
+           values.describe(), " must have one dtype (convert one with to())");
+  CF_CHECK(sorted.dtype() != kBool, DTypeError, "[searchsorted] is not defined for bool tensors: ", sorted.describe());
+  CF_CHECK(sorted.dim() >= 1, ShapeError, "[searchsorted] sorted must have at least one dimension, got ",
+           sorted.describe());
+  CF_DEVICE_DISPATCH(op, values.device(), (void)0, (void)0);
+  kernels::SearchGeom g;
+  g.m = sorted.shape().back();
+  if (sorted.dim() == 1) {
+    g.k = values.numel();
+  } else {
+    bool same = values.dim() == sorted.dim();
+    for (int64_t d = 0; same && d + 1 < sorted.dim(); ++d) same = values.shape()[size_t(d)] == sorted.shape()[size_t(d)];
+    CF_CHECK(same, ShapeError, "[searchsorted] values ", values.describe(), " must have the leading dimensions of sorted ",
+             sorted.describe(), " (or sorted must be 1-d)");
+    g.rows = 1;
+    for (int64_t d = 0; d + 1 < sorted.dim(); ++d) g.rows *= sorted.shape()[size_t(d)];
+    g.k = values.shape().back();
+  }
+  Tensor out = Tensor::empty(values.shape(), kInt64, values.device());
+  if (out.numel() > 0) kernels::searchsorted(contiguous(sorted).detach(), contiguous(values).detach(), out, g, right);
+  return out;
 }
 
 }  // namespace cf

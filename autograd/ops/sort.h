@@ -10,5 +10,11 @@ ValuesIndices sort(const Tensor& x, int64_t axis = -1, bool descending = false);
 Tensor argsort(const Tensor& x, int64_t axis = -1, bool descending = false);
 // The k largest (or smallest) along axis, in sorted order; ties keep index order.
 ValuesIndices topk(const Tensor& x, int64_t k, int64_t axis = -1, bool largest = true);
+// Where values would be inserted into sorted rows to keep them sorted (torch.searchsorted): int64
+// of values' shape, the count of a row's elements that sort before each value (right: before or
+// equal to it). sorted is 1-d (one row for every value) or (..., m) with values (..., k) sharing its
+// leading dims; one numeric dtype for both, one device. NaN sorts as the largest value (sort's
+// order). Never differentiable. Rows that are not sorted give some position in [0, m].
+Tensor searchsorted(const Tensor& sorted, const Tensor& values, bool right = false);
 
 }  // namespace cf

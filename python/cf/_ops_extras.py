@@ -161,14 +161,15 @@ def einsum(equation, *operands):
         keep = set(output).union(*(set(l) for _, l in terms[i + 1:]))
         t, labels = _contract(t, labels, b, lb, keep)
     t, labels = _sum_labels(t, labels, {l for l in labels if l not in output})
-    return _cf.permute(t, [labels.index(l) for l in output]) if labels != output else t
+    # always a new tensor object (torch returns a view even for "ij->ij"): a permute is a view of t
+    return _cf.permute(t, [labels.index(l) for l in output])
 
 
 # ---------------------------------------------------------------- sampling
 def multinomial(input, num_samples, replacement=False, generator=None):
     """Indices (int64) of num_samples categories drawn from each row of input (1-d or 2-d non-negative weights,
     not necessarily summing to 1), as torch.multinomial. With replacement: inverse-CDF sampling (a running sum in
-    float64 and one uniform draw per sample). Without: the Gumbel top-k trick (the k largest of
+    float64, one uniform draw and one binary search per sample). Without: the Gumbel top-k trick (the k largest of
     log(w) - log(-log(u)) are distributed as k draws without replacement), so num_samples must not exceed the
     number of categories of positive weight. The weights are checked (finite, >= 0, a positive sum per row)
     with one read of four numbers, a wait on the device for a CUDA input."""
@@ -201,14 +202,12 @@ def multinomial(input, num_samples, replacement=False, generator=None):
                              "of positive weight" % (num_samples, int(stats[3])))
     if replacement:
         cdf = _cf.cumsum(w, 1)  # (rows, k)
-        u = _cf.rand([rows, num_samples, 1], dtype=_cf.float64, generator=generator, device=w.device)
-        u = u * _cf.narrow(cdf, 1, k - 1, 1).reshape([rows, 1, 1])
+        u = _cf.rand([rows, num_samples], dtype=_cf.float64, generator=generator, device=w.device)
+        u = u * _cf.narrow(cdf, 1, k - 1, 1)
         # the number of cumulative weights at or below u is the drawn category (a zero-weight one spans an
-        # empty interval and is never drawn); a u rounded up to the row's total is kept at its last category
-        # of positive weight. The comparisons go by chunks of samples, at most 2^24 at a time.
-        step = max(1, (1 << 24) // (rows * k))
-        picked = _cf.cat([_cf.sum(cdf.reshape([rows, 1, k]) <= _cf.narrow(u, 1, s0, min(step, num_samples - s0)), [2])
-                          for s0 in range(0, num_samples, step)], 1)
+        # empty interval and is never drawn), a binary search per sample; a u rounded up to the row's total is
+        # kept at its last category of positive weight
+        picked = _cf.searchsorted(cdf, u, right=True)
         last = _cf.amax(_cf.to(w > 0, _cf.int64) * _cf.arange(k, device=w.device), [1], keepdim=True)
         picked = _cf.minimum(picked, last)
     else:

@@ -720,6 +720,37 @@ void bind_sort(nb::module_& m, TensorCls& cls) {
   fn_and_method(m, cls, cf::opname::topk, [](const Tensor& x, int64_t k, int64_t a, bool l) { return vi(cf::topk(x, k, a, l)); },
                 "The k largest (or smallest) along axis in sorted order, (values, indices); ties keep index order.",
                 nb::arg("k"), nb::arg("axis") = -1, nb::arg("largest") = true);
+  // values: a tensor, or numbers / lists taken in sorted's dtype and device (torch takes a Python scalar too)
+  auto search = [](const Tensor& sorted, nb::handle values, bool right, std::optional<std::string> side) {
+    if (side) {
+      CF_CHECK(*side == "left" || *side == "right", ValueError, "[searchsorted] side must be 'left' or 'right', got '",
+               *side, "'");
+      CF_CHECK(!right || *side == "right", ValueError, "[searchsorted] right=True and side='left' contradict each other");
+      right = *side == "right";
+    }
+    const Tensor v = nb::isinstance<Tensor>(values) ? nb::cast<Tensor>(values)
+                                                    : tensor_from_python(values, sorted.dtype(), sorted.device());
+    nb::gil_scoped_release r;
+    return cf::searchsorted(sorted, v, right);
+  };
+  m.def(cf::opname::searchsorted, search, nb::arg("sorted_sequence"), nb::arg("values"), nb::kw_only(),
+        nb::arg("right") = false, nb::arg("side") = nb::none(),
+        nb::sig("def searchsorted(sorted_sequence: cf._cf.Tensor, values: cf._cf.Tensor | float | "
+                "collections.abc.Sequence[float], *, right: bool = False, side: str | None = None) -> cf._cf.Tensor"),
+        "torch.searchsorted: int64 positions where values would be inserted into the sorted last axis of "
+        "sorted_sequence (1-d for all values, or (..., m) with values (..., k)): the count of elements that sort "
+        "before each value, or before or equal to it with right=True (side='right'). NaN sorts last. One dtype "
+        "for both; a number or list is taken in sorted_sequence's dtype. Never differentiable.");
+  m.def("bucketize",
+        [search](nb::handle input, const Tensor& boundaries, bool right) {
+          CF_CHECK(boundaries.dim() == 1, ShapeError, "[bucketize] boundaries must be 1-d, got ", boundaries.describe());
+          return search(boundaries, input, right, std::nullopt);
+        },
+        nb::arg("input"), nb::arg("boundaries"), nb::kw_only(), nb::arg("right") = false,
+        nb::sig("def bucketize(input: cf._cf.Tensor | float | collections.abc.Sequence[float], boundaries: "
+                "cf._cf.Tensor, *, right: bool = False) -> cf._cf.Tensor"),
+        "torch.bucketize: the bucket of each input among sorted 1-d boundaries, i with boundaries[i-1] < x <= "
+        "boundaries[i] (right=True: boundaries[i-1] <= x < boundaries[i]); cf.searchsorted(boundaries, input).");
 }
 
 void bind_fused(nb::module_& m, TensorCls& cls) {

@@ -93,6 +93,7 @@ def test_einsum_takes_diagonals_by_index_and_contracts_integers():
     t = cf.tensor([[1.0, inf], [2.0, 3.0]])
     assert cf.einsum("ii->i", t).tolist() == [1.0, 3.0]  # the inf off the diagonal stays out
     assert cf.einsum("ii", t).item() == 4.0
+    assert cf.einsum("ij->ij", t) is not t and cf.einsum("ij->ij", t).shares_storage(t)  # a view, as torch's
     a = cf.tensor([[1, 2], [3, 4]])
     assert cf.einsum("ij,jk->ik", a, a).tolist() == [[7, 10], [15, 22]]
     assert cf.einsum("i,i->i", cf.tensor([1, 2, 3]), cf.tensor([1, 2, 3])).tolist() == [1, 4, 9]
@@ -162,8 +163,52 @@ def test_multinomial_draws_by_weight():
     one = cf.multinomial(cf.tensor([0.2, 0.8]), 1)
     assert one.shape == (1,)
     assert cf.multinomial(cf.zeros([0, 3]), 2).shape == (0, 2)
-    many = cf.multinomial(cf.ones([3, 5000]), 3000, replacement=True, generator=g)  # compared by chunks
+    many = cf.multinomial(cf.ones([3, 5000]), 3000, replacement=True, generator=g)  # a binary search per sample
     assert many.shape == (3, 3000) and 0 <= int(cf.amin(many)) and int(cf.amax(many)) < 5000
+
+
+def test_searchsorted_and_bucketize_match_numpy_and_torch():
+    rng = np.random.default_rng(5)
+    row = np.sort(rng.integers(-5, 5, 40)).astype(np.float64)
+    vals = rng.integers(-6, 6, (3, 7)) * 1.0
+    for side in ("left", "right"):
+        want = np.searchsorted(row, vals, side=side)
+        assert cf.searchsorted(cf.tensor(row), cf.tensor(vals), side=side).tolist() == want.tolist()
+        assert cf.searchsorted(cf.tensor(row), cf.tensor(vals), right=side == "right").tolist() == want.tolist()
+    rows = np.sort(rng.standard_normal((2, 3, 50)), axis=-1)
+    q = rng.standard_normal((2, 3, 9))
+    got = cf.searchsorted(cf.tensor(rows), cf.tensor(q)).numpy()
+    for i in np.ndindex(2, 3):
+        assert got[i].tolist() == np.searchsorted(rows[i], q[i]).tolist()
+    assert cf.searchsorted(cf.tensor([1.0, 2.0, 3.0]), 2.5).item() == 2  # a number: a 0-d result
+    assert cf.searchsorted(cf.tensor([1, 2, 3]), [3, 0]).tolist() == [2, 0]  # a list in the sequence's dtype
+    nan = float("nan")
+    assert cf.searchsorted(cf.tensor([1.0, nan]), cf.tensor([nan, 2.0])).tolist() == [1, 1]  # NaN sorts last
+    # bucketize(x, b) = searchsorted(b, x): b[i-1] < x <= b[i]
+    b = cf.tensor([1.0, 3.0, 5.0, 7.0])
+    x = cf.tensor([[0.0, 3.0, 6.0], [7.0, 8.0, 1.0]])
+    assert cf.bucketize(x, b).tolist() == [[0, 1, 3], [3, 4, 0]]
+    assert cf.bucketize(x, b, right=True).tolist() == [[0, 2, 3], [4, 4, 1]]
+    try:
+        import torch
+    except ImportError:
+        return
+    tb, tx = torch.tensor([1.0, 3.0, 5.0, 7.0]), torch.tensor([[0.0, 3.0, 6.0], [7.0, 8.0, 1.0]])
+    assert cf.bucketize(x, b, right=True).tolist() == torch.bucketize(tx, tb, right=True).tolist()
+    assert cf.searchsorted(b, x.reshape([-1])).tolist() == torch.searchsorted(tb, tx.reshape(-1)).tolist()
+
+
+def test_searchsorted_errors_name_the_problem():
+    with pytest.raises(cf.ValueError, match=r"^\[searchsorted\] side must be 'left' or 'right', got 'up'"):
+        cf.searchsorted(cf.tensor([1.0]), cf.tensor([1.0]), side="up")
+    with pytest.raises(cf.ValueError, match=r"^\[searchsorted\] right=True and side='left' contradict"):
+        cf.searchsorted(cf.tensor([1.0]), cf.tensor([1.0]), right=True, side="left")
+    with pytest.raises(cf.DTypeError, match=r"^\[searchsorted\] sorted .* and values .* must have one dtype"):
+        cf.searchsorted(cf.tensor([1.0]), cf.tensor([1]))
+    with pytest.raises(cf.ShapeError, match=r"^\[searchsorted\] values .* must have the leading dimensions"):
+        cf.searchsorted(cf.zeros([2, 3]), cf.zeros([3, 1]))
+    with pytest.raises(cf.ShapeError, match=r"^\[bucketize\] boundaries must be 1-d"):
+        cf.bucketize(cf.zeros([2]), cf.zeros([2, 2]))
 
 
 def test_multinomial_refuses_bad_weights():
@@ -255,6 +300,7 @@ def test_layers_take_pytorchs_factory_keywords():
     y = ln(f64([2, 6], 3).to(cf.float32))
     assert np.allclose(np.asarray(y).mean(-1), 0, atol=1e-6)
     assert cf.nn.LayerNorm(6, dtype=cf.float64).weight.dtype == cf.float64
+    assert cf.nn.LayerNorm(normalized_shape=[5], eps=1e-6).weight.shape == (5,)  # PyTorch's keyword
     with pytest.raises(cf.ValueError, match=r"^\[LayerNorm\] normalises over the last axis only"):
         cf.nn.LayerNorm((2, 3))
     with pytest.raises(cf.ValueError, match=r"^\[LayerNorm\] affine and elementwise_affine are one setting"):

@@ -373,3 +373,112 @@ PARITY_CASE(argsort) {
 }
 
 }  // TEST_SUITE
+
+// ---------------------------------------------------------------- searchsorted
+namespace {
+
+// The reference: a linear count of the row's elements that sort before v (left) or not after it (right),
+// NaN the largest value.
+int64_t count_before(const std::vector<double>& row, double v, bool right) {
+  auto before = [](double a, double b) { return std::isnan(a) ? false : (std::isnan(b) ? true : a < b); };
+  int64_t n = 0;
+  for (double e : row) n += right ? !before(v, e) : before(e, v);
+  return n;
+}
+
+}  // namespace
+
+TEST_SUITE("ops/sort") {
+
+TEST_CASE("searchsorted counts the elements of the sorted row before each value, left and right") {
+  // ties, +-inf and NaN (the largest value, as sort's order), for every numeric dtype
+  const std::vector<double> row{-INFINITY, -2, -2, 0, 1, 1, 1, 3.5, INFINITY, NAN, NAN};
+  const std::vector<double> probe{-INFINITY, -3, -2, -1, 0, 1, 2, 3.5, 4, INFINITY, NAN, -0.0};
+  for (DType dt : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+    Tensor s = to(t64(row, {int64_t(row.size())}), dt), v = to(t64(probe, {3, 4}), dt);
+    for (bool right : {false, true}) {
+      Tensor got = searchsorted(s, v, right);
+      CHECK(got.dtype() == kInt64);
+      CHECK(got.shape() == Shape{3, 4});
+      const std::vector<int64_t> g = got.to_vector<int64_t>();
+      for (size_t i = 0; i < probe.size(); ++i)
+        CHECK_MESSAGE(g[i] == count_before(row, probe[i], right), dt, " right=", right, " value ", probe[i]);
+    }
+  }
+  Tensor si = ti64({-5, 0, 0, 7, int64_t(1) << 60}, {5});
+  CHECK(searchsorted(si, ti64({0, 7, -6, (int64_t(1) << 60) + 1}, {4})).to_vector<int64_t>() ==
+        std::vector<int64_t>{1, 3, 0, 5});
+  CHECK(searchsorted(si, ti64({0, 7, -6, (int64_t(1) << 60) + 1}, {4}), true).to_vector<int64_t>() ==
+        std::vector<int64_t>{3, 4, 0, 5});
+}
+
+TEST_CASE("searchsorted with rows of their own, views, and random data against the linear count") {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> d(-20, 20);
+  const int64_t B = 3, H = 2, M = 37, K = 50;
+  std::vector<double> rows(size_t(B * H * M)), vals(size_t(B * H * K));
+  for (double& e : vals) e = d(rng) * 0.5;
+  for (int64_t r = 0; r < B * H; ++r) {
+    for (int64_t j = 0; j < M; ++j) rows[size_t(r * M + j)] = d(rng);
+    std::sort(rows.begin() + r * M, rows.begin() + (r + 1) * M);
+  }
+  Tensor s = t64(rows, {B, H, M}), v = t64(vals, {B, H, K});
+  for (bool right : {false, true}) {
+    const std::vector<int64_t> g = searchsorted(s, v, right).to_vector<int64_t>();
+    for (int64_t r = 0; r < B * H; ++r) {
+      const std::vector<double> row(rows.begin() + r * M, rows.begin() + (r + 1) * M);
+      for (int64_t j = 0; j < K; ++j)
+        CHECK(g[size_t(r * K + j)] == count_before(row, vals[size_t(r * K + j)], right));
+    }
+  }
+  // non-contiguous operands give what their contiguous copies give
+  Tensor st = transpose(contiguous(transpose(s, 0, 1)), 0, 1), vt = slice(t64(vals, {B, H, K}), 2, 0, K, 2);
+  CHECK(!st.is_contiguous());
+  CHECK(searchsorted(st, vt).to_vector<int64_t>() == searchsorted(s, contiguous(vt)).to_vector<int64_t>());
+  // one 1-d row for values of any shape; an empty row puts everything at 0; no values give an empty result
+  Tensor row = t64({1, 2, 3}, {3});
+  CHECK(searchsorted(row, t64({2.5, 0, 9, 2}, {2, 1, 2})).shape() == Shape{2, 1, 2});
+  CHECK(searchsorted(row, t64({2.5, 0, 9, 2}, {2, 1, 2})).to_vector<int64_t>() == std::vector<int64_t>{2, 0, 3, 1});
+  CHECK(searchsorted(row, Tensor::scalar(2.0, kFloat64)).dim() == 0);
+  CHECK(searchsorted(Tensor::zeros({0}, kFloat64), t64({1, 2}, {2})).to_vector<int64_t>() ==
+        std::vector<int64_t>{0, 0});
+  CHECK(searchsorted(row, Tensor::zeros({0, 4}, kFloat64)).shape() == Shape{0, 4});
+  CHECK(searchsorted(Tensor::zeros({2, 0}, kFloat64), Tensor::zeros({2, 3}, kFloat64)).to_vector<int64_t>() ==
+        std::vector<int64_t>(6, 0));
+  // never differentiable: an int64 result, no graph
+  Tensor x = leaf64({4}, 1);
+  CHECK(!searchsorted(row, x).requires_grad());
+}
+
+TEST_CASE("searchsorted's errors name the op, shapes and dtypes") {
+  Tensor row = t64({1, 2, 3}, {3});
+  CHECK_THROWS_MSG(searchsorted(row, t32({1}, {1})), DTypeError, "[searchsorted]", "one dtype");
+  CHECK_THROWS_MSG(searchsorted(Tensor::scalar(1.0, kFloat64), row), ShapeError, "[searchsorted]",
+                   "at least one dimension");
+  CHECK_THROWS_MSG(searchsorted(t64({1, 2, 3, 4}, {2, 2}), t64({1, 2, 3}, {3, 1})), ShapeError, "[searchsorted]",
+                   "leading dimensions");
+  CHECK_THROWS_MSG(searchsorted(t64({1, 2, 3, 4}, {2, 2}), t64({1, 2}, {2})), ShapeError, "[searchsorted]",
+                   "leading dimensions");
+  Tensor b = Tensor::from_vector(std::vector<bool>{false, true}, {2});
+  CHECK_THROWS_MSG(searchsorted(b, b), DTypeError, "[searchsorted]", "bool");
+  CHECK_THROWS_MSG(searchsorted(Tensor(), row), Error, "[searchsorted]");
+  CHECK_THROWS_MSG(searchsorted(row, fake_cuda({2}, kFloat64)), DeviceError, "[searchsorted]");
+}
+
+PARITY_CASE(searchsorted) {
+  ParityOptions fwd;
+  fwd.backward = false;
+  auto left = [](const Inputs& x) { return searchsorted(sort(x[0], -1).values, x[1]); };
+  auto right = [](const Inputs& x) { return searchsorted(sort(x[0], -1).values, x[1], true); };
+  check_parity("searchsorted", left, {leaf32({1000}, 60), leaf32({7, 300}, 61)}, fwd);
+  check_parity("searchsorted", right, {leaf32({3, 4, 100}, 62), leaf32({3, 4, 33}, 63)}, fwd);
+  // ties and NaN: the positions exactly as on the CPU
+  check_parity("searchsorted", left, {tied({2, 500}, -3, 3, 64), tied({2, 77}, -4, 4, 65)}, fwd);
+  check_parity("searchsorted", right, {tied({2, 500}, -3, 3, 66), tied({2, 77}, -4, 4, 67)}, fwd);
+  check_parity("searchsorted", [](const Inputs& x) { return searchsorted(x[0], x[1]); },
+               {ti64({-5, 0, 0, 7}, {4}), ti64({0, 7, -6, 100, -5}, {5})}, fwd);
+  check_parity("searchsorted", [](const Inputs& x) { return searchsorted(to(x[0], kBFloat16), to(x[1], kBFloat16)); },
+               {t32({-1, 0, 0.5f, 2}, {4}), leaf32({50}, 68)}, fwd);
+}
+
+}  // TEST_SUITE
