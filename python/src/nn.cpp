@@ -467,12 +467,13 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
              new (self) cnn::LayerNorm(shape[0], eps, affine.value_or(elementwise_affine.value_or(true)));
              apply_factory_kwargs(*self, "LayerNorm", device, dtype);
            },
-           nb::arg("dim"), nb::arg("eps") = 1e-5, nb::arg("affine").none() = nb::none(),
+           nb::arg("normalized_shape"), nb::arg("eps") = 1e-5, nb::arg("affine").none() = nb::none(),
            nb::arg("elementwise_affine").none() = nb::none(), device_kwarg(), dtype_kwarg(),
-           nb::sig("def __init__(self, dim: int | collections.abc.Sequence[int], eps: float = 1e-05, affine: bool | "
+           nb::sig("def __init__(self, normalized_shape: int | collections.abc.Sequence[int], eps: float = 1e-05, "
+                   "affine: bool | "
                    "None = None, elementwise_affine: bool | None = None, device: cf._cf.Device | str | None = None, "
                    "dtype: cf._cf.dtype | None = None) -> None"),
-           "dim: the size of the last axis (or PyTorch's normalized_shape of one entry); affine (default True, "
+           "normalized_shape: the size of the last axis, an int or one entry as PyTorch's; affine (default True, "
            "PyTorch's elementwise_affine) adds the learned scale and shift.");
   def_tensor_member(norm, "weight", &cnn::LayerNorm::weight);
   def_tensor_member(norm, "bias", &cnn::LayerNorm::bias);
