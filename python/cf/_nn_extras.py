@@ -181,7 +181,8 @@ utils.__all__ = ["clip_grad_norm_"]
 utils.rnn.__all__ = ["pad_sequence"]
 
 
-def _embedding_from_pretrained(embeddings, freeze=True, padding_idx=None):
+def _embedding_from_pretrained(embeddings: "_cf.Tensor", freeze: bool = True,
+                                padding_idx: "int | None" = None) -> "_cf.nn.Embedding":
     """A cf.nn.Embedding holding a copy of embeddings ((num, dim), its dtype and device), as
     torch.nn.Embedding.from_pretrained: freeze=True keeps the table out of training (its weight does not require
     grad); padding_idx names the row that gets no gradient (its pretrained values are kept)."""
@@ -227,7 +228,7 @@ class _Parameters(list):
 _module_parameters = _cf.nn.Module.parameters
 
 
-def _parameters(self, recurse=True):
+def _parameters(self, recurse: bool = True) -> "_Parameters":
     """The parameter tensors in registration order: a list that is also an iterator (next(model.parameters())
     works, as with PyTorch's generator). recurse=False: this module's own, without its submodules'."""
     if recurse:

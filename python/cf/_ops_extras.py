@@ -250,14 +250,14 @@ def _draw_dtype(t):
     return t.dtype if t.dtype in (_cf.float32, _cf.float64) else _cf.float64
 
 
-def _normal_(self, mean=0.0, std=1.0, *, generator=None):
+def _normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: "_cf.Generator | None" = None) -> "_cf.Tensor":
     """Fills self in place with draws from N(mean, std^2); returns self. Refused for a tensor that requires
     grad while grad mode is on (cf's in-place rule)."""
     return _fill_from(self, "normal_", lambda: _cf.randn(list(self.shape), dtype=_draw_dtype(self),
                                                          generator=generator, mean=mean, std=std, device=self.device))
 
 
-def _uniform_(self, a=0.0, b=1.0, *, generator=None):
+def _uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: "_cf.Generator | None" = None) -> "_cf.Tensor":
     """Fills self in place with draws from U(a, b); returns self. PyTorch's keywords are from= and to= (not
     Python names here: pass them by position). Refused for a tensor that requires grad while grad mode is on."""
     return _fill_from(self, "uniform_", lambda: _cf.rand(list(self.shape), dtype=_draw_dtype(self),

@@ -133,3 +133,23 @@ def test_members_every_module_holds_are_typed_tensor():
         assert getter(cls, name) == "Tensor", (cls, name)
     for cls, name in (("Linear", "bias"), ("LayerNorm", "weight"), ("NeuralClusteringAttention", "centroids")):
         assert getter(cls, name) == "Tensor | None", (cls, name)
+
+
+def test_methods_the_package_sets_in_python_are_in_their_classes():
+    # Module.parameters and Embedding.from_pretrained are Python functions (cf/_nn_extras.py) set on the C++
+    # classes; stubgen left them as module-level imports, so a type checker saw no Module.parameters
+    tree = parse(os.path.join(PKG, "_cf", "nn", "__init__.pyi"))
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    methods = {c: {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)} for c, node in classes.items()}
+    params = methods["Module"]["parameters"]
+    assert [a.arg for a in params.args.args] == ["self", "recurse"]
+    assert ast.unparse(params.returns) == "cf._nn_extras._Parameters"
+    pretrained = methods["Embedding"]["from_pretrained"]
+    assert any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in pretrained.decorator_list)
+    assert ast.unparse(pretrained.returns) == "cf._cf.nn.Embedding"
+    module_level = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert not {"parameters", "from_pretrained"} & module_level
+    # what the stub promises holds at run time: an iterator that is a list
+    from cf._nn_extras import _Parameters
+    p = cf.nn.Linear(2, 3).parameters()
+    assert isinstance(p, _Parameters) and isinstance(p, list) and next(p).shape == (3, 2)

@@ -14,6 +14,11 @@ What stubgen leaves and this fixes (each found by running mypy over user code):
 - The exceptions, whose __module__ is "cf", came as `from cf import Error, ...`, a cycle
   (cf re-exports them from cf._cf): a type checker resolved none. They are written out as
   classes with their runtime bases.
+- Python functions cf's package sets on the extension's classes (Module.parameters,
+  Embedding.from_pretrained: cf/_nn_extras.py) came as module-level imports, `from
+  cf._nn_extras import _parameters as parameters`, and not in their class: a type checker saw
+  no Module.parameters. Each is written into its class as a method stub with the function's
+  own annotations (names of its module qualified: `cf._nn_extras._Parameters`).
 - `import cf.nn` / `from cf.nn import Linear` work at run time through sys.modules
   (cf/__init__.py); OUT_DIR/nn/__init__.pyi, nn/init.pyi, models.pyi, data.pyi, cuda.pyi,
   autograd.pyi and dist.pyi let type checkers resolve them too.
@@ -137,6 +142,101 @@ def fix_imports_from_cf(text, module):
     return text
 
 
+def method_stub(name, fn, kind, source):
+    """The stub lines of fn set on a class as `name` (kind: "method" or "staticmethod"): its annotations (strings),
+    the names its module (source) defines qualified by that module, builtin types as builtins.X."""
+    import inspect
+    src = importlib.import_module(source)
+
+    def qualify(ann):
+        if ann is inspect.Parameter.empty:
+            return None
+        tree = ast.parse(ann if isinstance(ann, str) else ann.__qualname__, mode="eval")
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name) and n.id in BUILTIN_TYPES:
+                n.id = "builtins." + n.id
+            elif isinstance(n, ast.Name) and n.id in vars(src):
+                value = vars(src)[n.id]  # a module alias (_cf) by the module's own name
+                n.id = value.__name__ if inspect.ismodule(value) else "%s.%s" % (source, n.id)
+        return ast.unparse(tree)
+
+    P = inspect.Parameter
+    sig = inspect.signature(fn)
+    params, star = [], False
+    for i, p in enumerate(sig.parameters.values()):
+        ann = None if kind == "method" and i == 0 else qualify(p.annotation)
+        if ann is None and not (kind == "method" and i == 0):
+            sys.exit("fix_stubs: %s.%s: parameter %s has no annotation" % (source, fn.__name__, p.name))
+        if p.kind == P.KEYWORD_ONLY and not star:
+            params.append("*")
+        star = star or p.kind in (P.KEYWORD_ONLY, P.VAR_POSITIONAL)
+        text = {P.VAR_POSITIONAL: "*", P.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name + (": " + ann if ann else "")
+        if p.default is not P.empty:
+            text += " = " + repr(p.default)
+        params.append(text)
+        if p.kind == P.POSITIONAL_ONLY and all(q.kind != P.POSITIONAL_ONLY for q in list(sig.parameters.values())[i + 1:]):
+            params.append("/")
+    ret = qualify(sig.return_annotation)
+    if ret is None:
+        sys.exit("fix_stubs: %s.%s has no return annotation" % (source, fn.__name__))
+    out = ["    @staticmethod"] if kind == "staticmethod" else []
+    out.append("    def %s(%s) -> %s:" % (name, ", ".join(params), ret))
+    doc = inspect.getdoc(fn)
+    if doc:
+        out += ['        """'] + ["        " + l if l else "" for l in doc.replace('"""', "'''").split("\n")] + \
+               ['        """']
+    else:
+        out.append("        ...")
+    return out
+
+
+def fix_patched_methods(text, module):
+    """Moves the functions cf's package sets on this module's classes from the module's imports into their
+    classes (module docstring)."""
+    mod = importlib.import_module(module)
+    tree = ast.parse(text)
+    lines = text.split("\n")
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    inserts, imports = {}, set()  # a class's last line -> the stub lines to add after it; modules they name
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cf._")
+                and not node.module.startswith("cf._cf")):
+            continue
+        src = importlib.import_module(node.module)
+        kept = []
+        for alias in node.names:
+            fn, name = getattr(src, alias.name, None), alias.asname or alias.name
+            owner = kind = None
+            for cname in classes:
+                attr = vars(getattr(mod, cname, object)).get(name)
+                if fn is not None and attr is fn:
+                    owner, kind = cname, "method"
+                elif isinstance(attr, staticmethod) and attr.__func__ is fn:
+                    owner, kind = cname, "staticmethod"
+            if owner is None:
+                kept.append(alias)
+                continue
+            inserts.setdefault(classes[owner].end_lineno, []).extend([""] + method_stub(name, fn, kind, node.module))
+            imports.add(node.module)
+        for i in range(node.lineno - 1, node.end_lineno):
+            lines[i] = None
+        if kept:
+            lines[node.lineno - 1] = "\n".join(["from %s import (" % node.module] + [
+                "    %s%s," % (a.name, " as " + a.asname if a.asname else "") for a in kept] + [")"])
+    if not inserts:
+        return text
+    out = []
+    for i, line in enumerate(lines, start=1):
+        if line is not None:
+            out.append(line)
+        out.extend(inserts.get(i, []))
+    first = tree.body[0]
+    at = first.end_lineno if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else 0
+    body = "\n".join(out)
+    used = [m for m in sorted(imports) if m + "." in body]  # (cf._cf's own names are imported already)
+    return "\n".join(out[:at] + ["", "import builtins"] + ["import " + m for m in used] + out[at:])
+
+
 def add_imports(text):
     """`import builtins` / `import typing` / `import cf._cf` where the text uses them, after the docstring."""
     tree = ast.parse(text)
@@ -171,6 +271,7 @@ def main(raw, out):
             with open(src, encoding="utf-8") as fh:
                 text = fh.read()
             text = fix_imports_from_cf(text, module)
+            text = fix_patched_methods(text, module)
             text = fix_shadowing(text, module)
             text = add_imports(text)
             ast.parse(text)  # still a valid stub
