@@ -241,16 +241,18 @@ class autocast:
     float32, other ops by dtype promotion. enabled=False turns autocast off
     inside; leaving restores the outer setting. PyTorch's spelling works too:
     cf.autocast("cuda") (float16 by default there, as torch's) or
-    cf.autocast(device_type="cpu", dtype=cf.bfloat16); cf's autocast covers every
+    cf.autocast("cpu", dtype=cf.bfloat16); cf's autocast covers every
     device, so the device type only picks that default."""
 
-    def __init__(self, dtype=None, enabled=True, device_type=None, cache_enabled=None):
-        if isinstance(dtype, str):  # torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
-            if device_type is not None:
-                raise TypeError("[autocast] device_type given twice (%r and %r)" % (dtype, device_type))
-            dtype, device_type = None, dtype
-            if not isinstance(enabled, _builtins.bool):  # torch's second positional is the dtype (cf.bool is a dtype)
-                dtype, enabled = enabled, True
+    def __init__(self, device_type=None, dtype=None, enabled=True, cache_enabled=None):
+        # torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None), and cf's own spelling with the
+        # dtype first: cf.autocast(cf.bfloat16) or cf.autocast(cf.bfloat16, False)
+        if isinstance(device_type, _cf.dtype):
+            if isinstance(dtype, _builtins.bool):
+                dtype, enabled = None, dtype
+            if dtype is not None:
+                raise TypeError("[autocast] dtype given twice (%r and %r)" % (device_type, dtype))
+            device_type, dtype = None, device_type
         if not isinstance(enabled, _builtins.bool):
             raise TypeError("[autocast] enabled must be a bool, got %r" % (enabled,))
         if device_type is not None:
@@ -270,7 +272,7 @@ class autocast:
         return False
 
     def __call__(self, fn):
-        return _run_under(fn, lambda: autocast(self._dtype, self._dtype is not None))
+        return _run_under(fn, lambda: autocast(dtype=self._dtype, enabled=self._dtype is not None))
 
 
 def numpy(t):
@@ -364,6 +366,8 @@ def load(f):
     with open(os.fspath(f), "rb") as src:
         return pickle.load(src)
 
+
+from . import amp  # noqa: E402,F401  (torch.amp's names: autocast and GradScaler, defined above)
 
 # PyTorch's other names: dtypes (torch.long, ...), cf.device, and torch.utils.data's path for cf.data. (From
 # here on `float` in this module is cf.float32: nothing below may call the builtin.)

@@ -43,11 +43,22 @@ def test_autocast_decorator_and_errors():
     # torch.autocast's spelling: the device type first (it picks the default dtype: float16 for cuda, as torch's)
     for ctx, want in ((cf.autocast("cuda"), cf.float16), (cf.autocast("cpu"), cf.bfloat16),
                       (cf.autocast(device_type="cpu", dtype=cf.float16), cf.float16),
-                      (cf.autocast("cuda", enabled=False), None)):
+                      (cf.autocast("cuda", enabled=False), None), (cf.autocast("cpu", dtype=cf.float16), cf.float16),
+                      (cf.autocast("cuda", cf.bfloat16), cf.bfloat16), (cf.autocast(cf.float16, True), cf.float16),
+                      (cf.autocast(cf.float16, False), None), (cf.autocast(dtype=cf.float16), cf.float16)):
         with ctx:
             assert cf.autocast_dtype() == want
     with pytest.raises(ValueError, match=r'^\[autocast\] device_type must be "cpu" or "cuda", got \'gpu\''):
         cf.autocast("gpu")
+    with pytest.raises(TypeError, match=r"^\[autocast\] dtype given twice"):
+        cf.autocast(cf.float16, cf.bfloat16)
+    # torch.amp's names
+    from cf.amp import GradScaler, autocast
+    assert autocast is cf.autocast
+    s = GradScaler("cuda", init_scale=1024.0)
+    assert isinstance(s, cf.nn.GradScaler) and s.get_scale() == 1024.0 and GradScaler().get_scale() == 65536.0
+    with pytest.raises(cf.ValueError, match=r"^\[GradScaler\] device must be \"cuda\" or \"cpu\""):
+        GradScaler(1024.0)
 
 
 def test_grad_scaler_scales_skips_overflow_and_adapts():
