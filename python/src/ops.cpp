@@ -728,10 +728,25 @@ void bind_sort(nb::module_& m, TensorCls& cls) {
       CF_CHECK(!right || *side == "right", ValueError, "[searchsorted] right=True and side='left' contradict each other");
       right = *side == "right";
     }
-    const Tensor v = nb::isinstance<Tensor>(values) ? nb::cast<Tensor>(values)
-                                                    : tensor_from_python(values, sorted.dtype(), sorted.device());
+    Tensor v = nb::isinstance<Tensor>(values) ? nb::cast<Tensor>(values)
+                                              : tensor_from_python(values, std::nullopt, sorted.device());
+    // Python floats (a number, lists) as float64, the value they are (cf.tensor's default float32 rounds them)
+    const bool python_values = PyFloat_Check(values.ptr()) || PyLong_Check(values.ptr()) ||
+                               PyList_Check(values.ptr()) || PyTuple_Check(values.ptr());
+    if (python_values && cf::is_floating(v.dtype())) v = tensor_from_python(values, cf::kFloat64, sorted.device());
+    Tensor s = sorted;
     nb::gil_scoped_release r;
-    return cf::searchsorted(sorted, v, right);
+    if (v.dtype() != s.dtype()) {
+      // One dtype for the search, as NumPy compares: two floats the wider, an integer with a float in float64
+      // (exact for both up to 2^53; int64 2.5 would have truncated the value to 2)
+      const bool fs = cf::is_floating(s.dtype()), fv = cf::is_floating(v.dtype());
+      const cf::DType common = fs && fv ? cf::promote_types(s.dtype(), v.dtype())
+                               : fs || fv ? cf::kFloat64
+                                          : cf::promote_types(s.dtype(), v.dtype());
+      s = cf::to(s, common);
+      v = cf::to(v, common);
+    }
+    return cf::searchsorted(s, v, right);
   };
   m.def(cf::opname::searchsorted, search, nb::arg("sorted_sequence"), nb::arg("values"), nb::kw_only(),
         nb::arg("right") = false, nb::arg("side") = nb::none(),
@@ -739,8 +754,9 @@ void bind_sort(nb::module_& m, TensorCls& cls) {
                 "collections.abc.Sequence[float], *, right: bool = False, side: str | None = None) -> cf._cf.Tensor"),
         "torch.searchsorted: int64 positions where values would be inserted into the sorted last axis of "
         "sorted_sequence (1-d for all values, or (..., m) with values (..., k)): the count of elements that sort "
-        "before each value, or before or equal to it with right=True (side='right'). NaN sorts last. One dtype "
-        "for both; a number or list is taken in sorted_sequence's dtype. Never differentiable.");
+        "before each value, or before or equal to it with right=True (side='right'). NaN sorts last. Two dtypes "
+        "are compared in a common one (floats: the wider; an integer and a float: float64). Never "
+        "differentiable.");
   m.def("bucketize",
         [search](nb::handle input, const Tensor& boundaries, bool right) {
           CF_CHECK(boundaries.dim() == 1, ShapeError, "[bucketize] boundaries must be 1-d, got ", boundaries.describe());

@@ -448,6 +448,8 @@ struct IndexItem {
   cf::Tensor index;
   std::vector<int64_t> positions;  // a list's (or NumPy array's) values: negative ones count from the end
   int64_t axis = 0;                // a Tensor item's axis in the tensor the other items leave
+  int64_t x_axis = 0;              // the axis of the indexed tensor it applies to (for errors)
+  bool applied = false;            // a 0-d index tensor, applied as an int in place
 };
 
 // A flat or nested list of positions (ints), refusing bools: [True, False, True] is a mask in NumPy and
@@ -557,9 +559,10 @@ cf::Tensor wrapped_index(IndexItem& it, int64_t n, const cf::Device& device) {
 cf::Tensor checked_index(IndexItem& it, const cf::Tensor& y, int64_t axis, const char* op) {
   const int64_t n = y.shape()[size_t(axis)];
   cf::Tensor index = wrapped_index(it, n, y.device());
-  cf::kernels::check_index_range(op, index, n, [op, axis, n, shape = index.shape()](int64_t at, int64_t v) {
+  cf::kernels::check_index_range(op, index, n, [op, x_axis = it.x_axis, n, shape = index.shape()](int64_t at,
+                                                                                                  int64_t v) {
     throw cf::IndexError(cf::str("[", op, "] index ", v, " (at flat position ", at, " of the index of shape ",
-                                 cf::shape_str(shape), ") is out of range for axis ", axis, " of size ", n));
+                                 cf::shape_str(shape), ") is out of range for axis ", x_axis, " of size ", n));
   });
   return index;
 }
@@ -627,7 +630,8 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, const char* op) {
   CF_CHECK(consuming <= x.dim(), IndexError, "[", op, "] too many indices (", consuming, ") for ",
            x.describe());
   cf::Tensor y = x;
-  int64_t d = 0;  // the axis of y the next item applies to
+  int64_t d = 0;   // the axis of y the next item applies to
+  int64_t xa = 0;  // and of x (for errors)
   int tensor_items = 0;
   for (auto& it : items) {
     switch (it.kind) {
@@ -643,14 +647,16 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, const char* op) {
             ++consuming_after;
         }
         d = y.dim() - consuming_after;
+        xa = x.dim() - consuming_after;
         break;
       }
       case IndexItem::Int: {
         int64_t n = y.shape()[size_t(d)];
         int64_t i = it.i < 0 ? it.i + n : it.i;
-        CF_CHECK(i >= 0 && i < n, IndexError, "[", op, "] index ", it.i, " is out of range for axis ", d,
-                 " of size ", n, " in ", y.describe());
+        CF_CHECK(i >= 0 && i < n, IndexError, "[", op, "] index ", it.i, " is out of range for axis ", xa,
+                 " of size ", n, " in ", x.describe());
         y = cf::squeeze(cf::narrow(y, d, i, 1), d);
+        ++xa;
         break;
       }
       case IndexItem::Slice: {
@@ -666,9 +672,19 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, const char* op) {
         if (!(start == 0 && len == n && step == 1))
           y = cf::slice(y, d, start, len > 0 ? start + (len - 1) * step + 1 : start, step);
         ++d;
+        ++xa;
         break;
       }
       case IndexItem::Tensor:
+        it.x_axis = xa++;
+        if (it.index.dim() == 0 && it.positions.empty()) {
+          // A 0-d index tensor is an int, as PyTorch's (its axis goes; an int64 NumPy 0-d array already is one),
+          // selected on its device without reading it back
+          const cf::Tensor index = checked_index(it, y, d, op);
+          y = cf::squeeze(cf::index_select(y, d, cf::reshape(index, {1})), d);
+          it.applied = true;
+          break;
+        }
         // Applied after the other items (below): they see this axis where it is now.
         it.axis = d++;
         ++tensor_items;
@@ -678,7 +694,7 @@ cf::Tensor index_tensor(const cf::Tensor& x, nb::handle key, const char* op) {
   if (tensor_items == 0) return y;
   std::vector<IndexItem*> tensors;
   for (auto& it : items)
-    if (it.kind == IndexItem::Tensor) tensors.push_back(&it);
+    if (it.kind == IndexItem::Tensor && !it.applied) tensors.push_back(&it);
   if (tensors.size() == 1) {  // one index: its dims take the axis's place
     IndexItem& it = *tensors[0];
     const int64_t axis = it.axis;
@@ -748,61 +764,69 @@ void masked_setitem(cf::Tensor& x, const cf::Tensor& mask, nb::handle value) {
 // x[key] = value where key holds index tensors (PyTorch's index_put_, NumPy's assignment): the selection is a
 // copy, so the positions it reads are found by indexing a grid of x's flat positions with the same key, and x is
 // rebuilt around them and copied back (on x's device, no host read). A position selected more than once takes
-// the last value written to it in row-major order of the selection, as NumPy documents (PyTorch leaves it open):
-// a stable sort of the positions marks each run's last, and only those are scattered.
+// the last value written to it in row-major order of the selection, as NumPy documents (PyTorch leaves it open).
+// The work and scratch memory grow with x's size, not the selection's (x is rewritten whole): a few numel-sized
+// tensors per write.
 void index_setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
   const char* op = "setitem";
   const cf::Tensor grid = cf::reshape(cf::Tensor::arange(x.numel(), cf::kInt64, x.device()), x.shape());
   const cf::Tensor positions = index_tensor(grid, key, op);
   const cf::Shape& selected = positions.shape();
-  const bool number = !nb::isinstance<cf::Tensor>(value) && !PyBool_Check(value.ptr()) &&
-                      (PyIndex_Check(value.ptr()) || PyFloat_Check(value.ptr()));
+  // A NumPy scalar as the Python number it holds (np.int64 beyond 2^53 exactly); a 0-d array is a tensor below
+  nb::object v = nb::borrow(value);
+  if (!nb::isinstance<cf::Tensor>(v) && nb::hasattr(v, "__array_interface__") && nb::hasattr(v, "item") &&
+      !nb::hasattr(v, "__len__"))  // (a NumPy scalar has no len; a 0-d array has one, which raises)
+    v = v.attr("item")();
   cf::Tensor src;
-  if (number) {
-    std::optional<cf::Tensor> exact = exact_int64_operand(value, x, op);
-    src = exact ? *exact : cf::ops::number_like(x, nb::cast<double>(value), op);
+  if (PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr())) {  // a number (bool too): converted as basic setitem's fill_
+    if (auto exact = exact_int64_operand(v, x, op)) {
+      src = *exact;
+    } else {
+      src = cf::Tensor::empty({}, x.dtype(), x.device());
+      cf::fill_(src, nb::cast<double>(nb::float_(v)));
+    }
   } else {
-    src = nb::isinstance<cf::Tensor>(value) ? nb::cast<cf::Tensor>(value)
-                                              : tensor_from_python(value, x.dtype(), x.device());
-    CF_CHECK(src.device() == x.device(), DeviceError, "[", op, "] the value ", src.describe(), " is on another device than ",
-             x.describe());
+    src = nb::isinstance<cf::Tensor>(v) ? nb::cast<cf::Tensor>(v) : tensor_from_python(v, x.dtype(), x.device());
+    CF_CHECK(src.device() == x.device(), DeviceError, "[", op, "] the value ", src.describe(),
+             " is on another device than ", x.describe());
     src = drop_leading_ones(src, int64_t(selected.size()));
     bool fits = src.dim() <= int64_t(selected.size());
     for (int64_t i = 1; fits && i <= src.dim(); ++i) {
       const int64_t have = src.shape()[size_t(src.dim() - i)], want = selected[selected.size() - size_t(i)];
       fits = have == want || have == 1;
     }
-    CF_CHECK(fits, ShapeError, "[", op, "] a value of shape ",
-             cf::shape_str(src.shape()), " cannot be broadcast to the selection's shape ", cf::shape_str(selected));
+    CF_CHECK(fits, ShapeError, "[", op, "] a value of shape ", cf::shape_str(src.shape()),
+             " cannot be broadcast to the selection's shape ", cf::shape_str(selected));
+    // cf's in-place rule, as basic setitem's copy_: the write is not recorded, so a value that requires grad
+    // would lose its gradient without a word
+    cf::ops::check_inplace_source(src, op);
   }
   nb::gil_scoped_release g;
-  cf::NoGradGuard no_grad;
-  const int64_t n = x.numel();
-  const cf::Tensor flat_positions = cf::reshape(positions, {-1});
-  const cf::Tensor hit =
-      cf::gt(cf::scatter_add(cf::Tensor::zeros({n}, cf::kInt64, x.device()), 0, flat_positions,
-                             cf::Tensor::full({flat_positions.numel()}, 1.0, cf::kInt64, x.device())),
-             0.0);
-  const cf::Tensor flat_x = cf::reshape(x, {n});
   cf::Tensor out;
-  if (number) {
-    out = cf::where(hit, cf::expand(src, {n}), flat_x);
-  } else {
-    // scatter_add takes no bool: a bool x is written through int64 0/1 values
-    const cf::DType work = x.dtype() == cf::kBool ? cf::kInt64 : x.dtype();
-    const cf::Tensor values = cf::reshape(cf::contiguous(cf::expand(cf::to(src, work), selected)), {-1});
+  {
+    cf::NoGradGuard no_grad;
+    const int64_t n = x.numel();
+    // The values in x's dtype (as copy_ converts them), flattened in the selection's row-major order
+    const cf::Tensor values = cf::reshape(cf::contiguous(cf::expand(cf::to(src, x.dtype()), selected)), {-1});
+    const cf::Tensor flat_positions = cf::reshape(positions, {-1});
+    const int64_t k = flat_positions.numel();
+    // A position selected more than once takes the last of its values: a stable sort of the positions puts
+    // each position's selections together in order; the last of each run is the one written
     const cf::Tensor order = cf::argsort(flat_positions);
     const cf::Tensor sorted = cf::index_select(flat_positions, 0, order);
-    const int64_t k = sorted.numel();
     cf::Tensor last = cf::Tensor::full({k}, 1.0, cf::kBool, x.device());
     if (k > 1)
       last = cf::cat({cf::ne(cf::slice(sorted, 0, 0, k - 1), cf::slice(sorted, 0, 1, k)),
                       cf::Tensor::full({1}, 1.0, cf::kBool, x.device())}, 0);
-    const cf::Tensor kept = cf::where(last, cf::index_select(values, 0, order), cf::zeros_like(values));
-    const cf::Tensor written = cf::scatter_add(cf::Tensor::zeros({n}, work, x.device()), 0, sorted, kept);
-    out = cf::where(hit, work == x.dtype() ? written : cf::to(written, x.dtype()), flat_x);
+    // winner[p] = 1 + the selection index whose value lands on position p (0: none): an int64 scatter, so the
+    // values themselves are moved, never added (their bits kept: -0.0, NaN)
+    const cf::Tensor winner = cf::scatter_add(cf::Tensor::zeros({n}, cf::kInt64, x.device()), 0, sorted,
+                                              cf::where(last, cf::add(order, 1.0), cf::zeros_like(order)));
+    const cf::Tensor hit = cf::gt(winner, 0.0);
+    const cf::Tensor from = cf::index_select(values, 0, cf::where(hit, cf::sub(winner, 1.0), cf::zeros_like(winner)));
+    out = cf::where(hit, from, cf::reshape(x, {n}));
   }
-  cf::copy_(x, cf::reshape(out, x.shape()));
+  cf::copy_(x, cf::reshape(out, x.shape()));  // refused, as basic setitem, for x requiring grad while recording
 }
 
 void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {

@@ -754,6 +754,14 @@ def test_several_index_tensors_index_together():
         assert got.shape == expected.shape, key
         np.testing.assert_array_equal(got.numpy(), expected, err_msg=str(key))
         assert t[tuple(a.tolist() if isinstance(a, np.ndarray) else a for a in key)].shape == expected.shape  # lists
+    # a 0-d index tensor is an int (PyTorch's rule; NumPy's 0-d arrays too): its axis goes, the others stay put
+    assert t[cf.tensor(0), :, [1, 2]].shape == x[0][:, [1, 2]].shape == (5, 2, 3)
+    np.testing.assert_array_equal(t[cf.tensor(-1), cf.tensor([[0], [1]]), :, cf.tensor(2)].numpy(), x[-1, [[0], [1]], :, 2])
+    # range errors name the axis of t (ints and None do not shift it)
+    with pytest.raises(cf.IndexError, match=r"out of range for axis 2 of size 6"):
+        t[0, [0], [9]]
+    with pytest.raises(cf.IndexError, match=r"out of range for axis 0 of size 4"):
+        t[None, [7]]
     # where PyTorch and NumPy differ: an int is not an index array, so i keeps its place
     assert t[:, cf.from_numpy(i), :, 0].shape == (4, 3, 6) and x[:, i, :, 0].shape == (3, 4, 6)
     np.testing.assert_array_equal(t[:, cf.from_numpy(i), :, 0].numpy(), x[:, :, :, 0][:, i, :])
@@ -805,6 +813,28 @@ def test_setitem_with_index_tensors_writes_in_place():
     n = cf.zeros([3], dtype=cf.int64)
     n[[0, 2]] = 2**60 + 1
     assert n.tolist() == [2**60 + 1, 0, 2**60 + 1]
+    # NumPy values (arrays as tensors, scalars as the numbers they hold), numbers converted as basic setitem's
+    f = cf.zeros([3])
+    f[[0, 1]] = np.array([1.5, 2.5])
+    f[[2]] = np.float32(4.5)
+    assert f.tolist() == [1.5, 2.5, 4.5]
+    n[[1]] = np.int64(2**60 + 3)  # exactly, as n[1] = ...
+    assert n.tolist() == [2**60 + 1, 2**60 + 3, 2**60 + 1]
+    n[[0]] = 2.5  # truncated, as n[0] = 2.5 and PyTorch
+    assert n[0].item() == 2
+    b[[0, 1], [0, 0]] = cf.tensor([-0.3, 0.0])  # a float value into bool: nonzero is True (through int64 -0.3 was 0)
+    assert b.tolist() == [[True, False, True], [False, False, False]]
+    z = cf.ones([2], dtype=cf.float64)
+    z[[0]] = cf.tensor([-0.0], dtype=cf.float64)  # values are moved, not added: the sign of zero kept
+    assert np.signbit(z.numpy()).tolist() == [True, False]
+    # cf's in-place rule, as basic setitem: no write into a tensor that requires grad while recording, no value
+    # that requires grad (the write is not recorded)
+    leaf = cf.ones([3])
+    leaf.requires_grad = True
+    with pytest.raises(cf.AutogradError, match=r"in-place change of a tensor that requires grad"):
+        leaf[[0]] = 5.0
+    with pytest.raises(cf.AutogradError, match=r"^\[setitem\] the value written requires grad"):
+        f[[0]] = leaf[:1]
     with pytest.raises(cf.ShapeError, match=r"^\[setitem\] a value of shape \(3\) cannot be broadcast to the "
                        r"selection's shape \(2\)"):
         t[[0, 1], [0, 1], 0] = cf.tensor([1.0, 2.0, 3.0])
