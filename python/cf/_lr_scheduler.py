@@ -26,8 +26,9 @@ from . import _cf
 # later scheduler on the same optimizer (warmup, then decay) starts from it, not from what the first left.
 _initial_lrs = _weakref.WeakKeyDictionary()
 
-__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR",
-           "SequentialLR", "ReduceLROnPlateau", "OneCycleLR"]
+__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
+           "CosineAnnealingWarmRestarts", "LinearLR", "ConstantLR", "PolynomialLR", "SequentialLR",
+           "ReduceLROnPlateau", "OneCycleLR"]
 
 
 def _lr_of(optimizer, scheduler):
@@ -43,6 +44,14 @@ def _integer(value, what, scheduler, low):
     if not isinstance(value, _numbers.Integral) or isinstance(value, bool) or value < low:
         raise _cf.ValueError("[%s] %s must be an integer >= %d, got %r" % (scheduler, what, low, value))
     return int(value)
+
+
+def _finite(value, what, scheduler, low=-_math.inf):
+    """value as a float, after checking that it is a finite real number >= low."""
+    if not isinstance(value, _numbers.Real) or isinstance(value, bool) or not low <= value < _math.inf:
+        raise _cf.ValueError("[%s] %s must be a finite number%s, got %r"
+                             % (scheduler, what, "" if low == -_math.inf else " >= %g" % low, value))
+    return float(value)
 
 
 class LRScheduler:
@@ -154,6 +163,94 @@ class CosineAnnealingLR(LRScheduler):
         super().__init__(optimizer, lambda epoch: schedule.lr_at(epoch), last_epoch)
 
 
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """SGDR's cosine with warm restarts, as PyTorch's CosineAnnealingWarmRestarts: eta_min + (lr - eta_min)
+    (1 + cos(pi T_cur / T_i)) / 2, where T_cur counts the epochs since the last restart (back at lr) and the
+    cycles last T_i = T_0, T_0 T_mult, T_0 T_mult^2, ... epochs. step(epoch) also takes a fractional epoch,
+    to step once per batch (step(epoch + i / batches_per_epoch)); a step() after it moves one epoch on from
+    there, and last_epoch is the epoch's floor. With several parameter groups eta_min is the optimizer's lr
+    floor, which each group scales by its lr_scale."""
+
+    def __init__(self, optimizer, T_0, T_mult=1, eta_min=0.0, last_epoch=-1):
+        T_0 = _integer(T_0, "T_0", "CosineAnnealingWarmRestarts", 1)
+        T_mult = _integer(T_mult, "T_mult", "CosineAnnealingWarmRestarts", 1)
+        eta_min = _finite(eta_min, "eta_min", "CosineAnnealingWarmRestarts")
+        base = _lr_of(optimizer, CosineAnnealingWarmRestarts)
+        self.T_0, self.T_mult, self.eta_min = T_0, T_mult, eta_min
+        self._fraction = 0  # the epoch past last_epoch, in [0, 1), that a fractional step(epoch) left
+
+        def rate(epoch):
+            t_cur, t_i = self._cycle(epoch)
+            return eta_min + (base - eta_min) * (1 + _math.cos(_math.pi * t_cur / t_i)) / 2
+
+        super().__init__(optimizer, rate, last_epoch)
+
+    def _cycle(self, epoch):
+        """(T_cur, T_i) of an epoch >= 0, the closed form of PyTorch's count (exact for whole epochs, where
+        PyTorch's step(epoch) takes the cycle from a floating-point logarithm)."""
+        if self.T_mult == 1:
+            return epoch % self.T_0, self.T_0
+        start, length = 0, self.T_0
+        while epoch >= start + length:
+            start, length = start + length, length * self.T_mult
+        return epoch - start, length
+
+    def _epoch(self):
+        return self.last_epoch + self._fraction if self._fraction else self.last_epoch
+
+    @property
+    def T_cur(self):
+        """The epochs since the last restart (fractional after a fractional step(epoch))."""
+        return self._cycle(self._epoch())[0]
+
+    @property
+    def T_i(self):
+        """The length in epochs of the current cycle."""
+        return self._cycle(self._epoch())[1]
+
+    def step(self, epoch=None):
+        """Moves one epoch on (from where a fractional step(epoch) left it too), or to `epoch`: a whole or
+        fractional number >= 0, as PyTorch's (step(epoch + i / batches_per_epoch) once per batch); then sets the
+        optimizer's lr to its rate."""
+        if epoch is None:
+            self.last_epoch += 1
+        else:
+            _finite(epoch, "epoch", "CosineAnnealingWarmRestarts", 0)
+            if isinstance(epoch, _numbers.Integral):
+                self.last_epoch, self._fraction = int(epoch), 0
+            else:
+                epoch = float(epoch)
+                whole = _math.floor(epoch)
+                self.last_epoch, self._fraction = int(whole), epoch - whole
+        self._apply()
+
+    def _apply(self):
+        lr = float(self._rate(self._epoch()))
+        self.optimizer.lr = lr
+        self._last_lr = lr
+
+    def state_dict(self):
+        """{"last_epoch": ..., "base_lr": ..., "epoch_fraction": ...}: the fraction (0 unless the last
+        step(epoch) was fractional) is the epoch past last_epoch."""
+        state = super().state_dict()
+        state["epoch_fraction"] = self._fraction
+        return state
+
+    def load_state_dict(self, state_dict):
+        """Resumes at the saved epoch (an epoch_fraction missing from state_dict is 0) and sets the optimizer's lr
+        to its rate."""
+        fraction = state_dict.get("epoch_fraction", 0)
+        if not isinstance(fraction, _numbers.Real) or isinstance(fraction, bool) or not 0 <= fraction < 1:
+            raise _cf.ValueError("[CosineAnnealingWarmRestarts.load_state_dict] epoch_fraction must be in [0, 1), "
+                                 "got %r" % (fraction,))
+        saved, self._fraction = self._fraction, fraction
+        try:
+            super().load_state_dict(state_dict)
+        except BaseException:
+            self._fraction = saved
+            raise
+
+
 class LinearLR(LRScheduler):
     """lr * factor(e), the factor moving linearly from start_factor at epoch 0 to end_factor at total_iters and
     staying there (a linear warmup with the defaults' shape)."""
@@ -166,6 +263,30 @@ class LinearLR(LRScheduler):
         base = _lr_of(optimizer, LinearLR)
         super().__init__(optimizer, lambda epoch: base * (start_factor + (end_factor - start_factor)
                                                            * min(epoch, total) / total), last_epoch)
+
+
+class ConstantLR(LRScheduler):
+    """lr * factor for the first total_iters epochs, then lr (PyTorch's ConstantLR: a constant warmup)."""
+
+    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1):
+        if not isinstance(factor, _numbers.Real) or isinstance(factor, bool) or not 0 <= factor <= 1:
+            raise _cf.ValueError("[ConstantLR] factor must be a number in [0, 1], got %r" % (factor,))
+        total = _integer(total_iters, "total_iters", "ConstantLR", 1)
+        base = _lr_of(optimizer, ConstantLR)
+        self.factor, self.total_iters = factor, total
+        super().__init__(optimizer, lambda epoch: base * (factor + (epoch >= total) * (1 - factor)), last_epoch)
+
+
+class PolynomialLR(LRScheduler):
+    """lr * (1 - min(e, total_iters) / total_iters)^power: down to 0 at epoch total_iters, then 0 (PyTorch's
+    PolynomialLR; power may be fractional)."""
+
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1):
+        total = _integer(total_iters, "total_iters", "PolynomialLR", 1)
+        power = _finite(power, "power", "PolynomialLR", 0)
+        base = _lr_of(optimizer, PolynomialLR)
+        self.total_iters, self.power = total, power
+        super().__init__(optimizer, lambda epoch: base * (1.0 - min(total, epoch) / total) ** power, last_epoch)
 
 
 class SequentialLR(LRScheduler):

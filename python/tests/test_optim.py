@@ -273,3 +273,125 @@ def test_one_cycle_lr_bounds_and_errors():
         lr_scheduler.OneCycleLR(opt, max_lr=[1.0, 2.0], total_steps=10, cycle_momentum=False)
     with pytest.raises(cf.ValueError, match=r"\[OneCycleLR\] anneal_strategy"):
         lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=10, cycle_momentum=False, anneal_strategy="exp")
+
+
+def test_constant_polynomial_and_warm_restarts_follow_torch_and_resume():
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    def torch_rates(make, epochs):
+        w = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.1)
+        sched = make(opt, torch.optim.lr_scheduler)
+        out = [opt.param_groups[0]["lr"]]
+        for e in epochs:
+            opt.step()
+            sched.step() if e is None else sched.step(e)
+            out.append(opt.param_groups[0]["lr"])
+        return out
+
+    def cf_rates(make, epochs, resume_at=None):
+        _, opt = make_opt(0.1)
+        sched = make(opt, lr_scheduler)
+        out = [opt.lr]
+        for i, e in enumerate(epochs):
+            if i == resume_at:  # a fresh optimizer and scheduler, resumed from the state dict
+                state = sched.state_dict()
+                _, opt = make_opt(0.1)
+                sched = make(opt, lr_scheduler)
+                sched.load_state_dict(state)
+            opt.step()
+            sched.step() if e is None else sched.step(e)
+            out.append(opt.lr)
+        return out
+
+    steps = [None] * 35
+    cases = [
+        (lambda opt, ls: ls.ConstantLR(opt, factor=0.5, total_iters=4), steps),
+        (lambda opt, ls: ls.ConstantLR(opt), steps),
+        (lambda opt, ls: ls.ConstantLR(opt, factor=0.1, total_iters=1), steps),
+        (lambda opt, ls: ls.CosineAnnealingWarmRestarts(opt, T_0=5), steps),
+        (lambda opt, ls: ls.CosineAnnealingWarmRestarts(opt, 3, T_mult=2, eta_min=0.01), [None] * 40),
+        (lambda opt, ls: ls.CosineAnnealingWarmRestarts(opt, 1, T_mult=3, eta_min=0.001), [None] * 40),
+        # once per batch (4 a epoch), step(epoch + i / 4); then step() after a fractional or a jumping step(epoch)
+        (lambda opt, ls: ls.CosineAnnealingWarmRestarts(opt, 2, T_mult=2, eta_min=0.005),
+         [e + i / 4 for e in range(10) for i in range(4)]),
+        (lambda opt, ls: ls.CosineAnnealingWarmRestarts(opt, 3), [e + i / 7 for e in range(5) for i in range(7)]),
+        (lambda opt, ls: ls.CosineAnnealingWarmRestarts(opt, 4, T_mult=2, eta_min=0.01),
+         [None] * 5 + [2.5] + [None] * 10 + [26, None, None, 13.3] + [None] * 15),
+    ]
+    if hasattr(torch.optim.lr_scheduler, "PolynomialLR"):
+        cases += [(lambda opt, ls: ls.PolynomialLR(opt, total_iters=4, power=1.0), steps),
+                  (lambda opt, ls: ls.PolynomialLR(opt, total_iters=30, power=0.9), steps),
+                  (lambda opt, ls: ls.PolynomialLR(opt, total_iters=10, power=2), steps)]
+    if hasattr(torch.optim.lr_scheduler, "SequentialLR"):
+        cases.append((lambda opt, ls: ls.SequentialLR(
+            opt, [ls.ConstantLR(opt, 0.1, 3), ls.CosineAnnealingWarmRestarts(opt, 4, T_mult=2, eta_min=0.01)],
+            milestones=[3]), [None] * 30))
+    for make, epochs in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's step(epoch) deprecation warning
+            want = torch_rates(make, epochs)
+        for resume_at in (None, 13, 20):
+            # (PyTorch's ConstantLR and PolynomialLR multiply the previous rate: the last bits can differ)
+            assert cf_rates(make, epochs, resume_at) == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+def test_constant_polynomial_and_warm_restarts_closed_forms_and_errors():
+    _, opt = make_opt(1.0)
+    assert rates(lr_scheduler.ConstantLR(opt, factor=0.0, total_iters=2), 3) == [0.0, 0.0, 1.0, 1.0]  # torch: 1 / 0
+    _, opt = make_opt(1.0)
+    assert rates(lr_scheduler.PolynomialLR(opt, total_iters=4, power=0.5), 5) == pytest.approx(
+        [1.0, 0.75 ** 0.5, 0.5 ** 0.5, 0.25 ** 0.5, 0.0, 0.0])
+    _, opt = make_opt(1.0)
+    sched = lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=2, eta_min=0.1)
+    cosine = lambda t_cur, t_i: 0.55 + 0.45 * math.cos(math.pi * t_cur / t_i)  # noqa: E731
+    want = [cosine(0, 2), cosine(1, 2)] + [cosine(t, 4) for t in range(4)] + [cosine(0, 8), cosine(1, 8)]
+    assert rates(sched, 7) == pytest.approx(want)  # cycles of 2, 4, 8 epochs
+    assert (sched.last_epoch, sched.T_cur, sched.T_i) == (7, 1, 8)
+    sched.step(2.5)
+    assert (sched.last_epoch, sched.T_cur, sched.T_i) == (2, 0.5, 4)
+    assert opt.lr == pytest.approx(cosine(0.5, 4))
+    state = sched.state_dict()
+    assert state == {"last_epoch": 2, "base_lr": 1.0, "epoch_fraction": 0.5}
+    sched.step()
+    assert sched.T_cur == 1.5 and opt.lr == pytest.approx(cosine(1.5, 4))
+    sched.load_state_dict({"last_epoch": 2, "base_lr": 1.0})  # no fraction: a whole epoch
+    assert sched.T_cur == 0 and opt.lr == pytest.approx(1.0)
+    sched.load_state_dict(state)
+    assert sched.T_cur == 0.5
+    # whole epochs are counted exactly: PyTorch's step(121) takes a logarithm, gets cycle 4 and eta_min
+    _, opt = make_opt(0.1)
+    sched = lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=1, T_mult=3)
+    sched.step(121)  # 1 + 3 + 9 + 27 + 81: a restart
+    assert opt.lr == 0.1 and (sched.T_cur, sched.T_i) == (0, 243)
+    # last_epoch: the cycle of epoch last_epoch + 1 (PyTorch's count wraps once only)
+    _, opt = make_opt(0.1)
+    sched = lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=5, last_epoch=12)
+    assert sched.last_epoch == 13 and sched.T_cur == 3
+    with pytest.raises(cf.ValueError, match=r"^\[ConstantLR\] factor must be a number in \[0, 1\], got 1.5"):
+        lr_scheduler.ConstantLR(opt, factor=1.5)
+    with pytest.raises(cf.ValueError, match=r"^\[ConstantLR\] total_iters must be an integer >= 1, got 0"):
+        lr_scheduler.ConstantLR(opt, total_iters=0)
+    with pytest.raises(cf.ValueError, match=r"^\[PolynomialLR\] total_iters must be an integer >= 1, got 2.5"):
+        lr_scheduler.PolynomialLR(opt, total_iters=2.5)
+    with pytest.raises(cf.ValueError, match=r"^\[PolynomialLR\] power must be a finite number >= 0, got -1"):
+        lr_scheduler.PolynomialLR(opt, power=-1)
+    with pytest.raises(cf.ValueError, match=r"^\[CosineAnnealingWarmRestarts\] T_0 must be an integer >= 1, got 0"):
+        lr_scheduler.CosineAnnealingWarmRestarts(opt, 0)
+    with pytest.raises(cf.ValueError, match=r"^\[CosineAnnealingWarmRestarts\] T_mult must be an integer >= 1, "
+                                            r"got 1.5"):
+        lr_scheduler.CosineAnnealingWarmRestarts(opt, 2, T_mult=1.5)
+    with pytest.raises(cf.ValueError, match=r"^\[CosineAnnealingWarmRestarts\] eta_min must be a finite number, "
+                                            r"got nan"):
+        lr_scheduler.CosineAnnealingWarmRestarts(opt, 2, eta_min=float("nan"))
+    sched = lr_scheduler.CosineAnnealingWarmRestarts(opt, 2)
+    with pytest.raises(cf.ValueError, match=r"^\[CosineAnnealingWarmRestarts\] epoch must be a finite number >= 0, "
+                                            r"got -0.5"):
+        sched.step(-0.5)
+    with pytest.raises(cf.ValueError, match=r"^\[CosineAnnealingWarmRestarts.load_state_dict\] epoch_fraction must "
+                                            r"be in \[0, 1\), got 1.5"):
+        sched.load_state_dict({"last_epoch": 1, "base_lr": 0.1, "epoch_fraction": 1.5})
+    with pytest.raises(KeyError, match=r"\[CosineAnnealingWarmRestarts.load_state_dict\] missing key 'base_lr'"):
+        sched.load_state_dict({"last_epoch": 1, "epoch_fraction": 0.5})
+    assert sched.state_dict() == {"last_epoch": 0, "base_lr": 0.1, "epoch_fraction": 0}  # (unchanged)
