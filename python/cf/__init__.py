@@ -86,7 +86,8 @@ from . import _functional, _lr_scheduler, optim  # noqa: E402,F401
 from ._param_groups import ParamGroup as _ParamGroup  # noqa: E402
 
 from . import _nn_extras  # noqa: E402
-from ._ops_extras import einsum, multinomial, from_numpy  # noqa: E402,F401
+from . import _cuda_extras, _data_extras  # noqa: E402,F401  (torch.cuda's memory functions; Subset, random_split)
+from ._ops_extras import *  # noqa: E402,F401,F403  (einsum, multinomial, ...: its __all__)
 
 _cf.nn.ModuleDict = _ModuleDict
 for _name in ("CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "SiLU", "Softmax",

@@ -6,7 +6,9 @@ import string as _string
 
 from . import _cf
 
-__all__ = ["einsum", "multinomial", "from_numpy"]
+__all__ = ["einsum", "multinomial", "from_numpy", "is_tensor", "numel", "as_tensor", "empty_like", "randn_like",
+           "rand_like", "broadcast_to", "isclose", "count_nonzero", "outer", "dot", "masked_select", "nonzero",
+           "bincount", "repeat_interleave", "clip"]
 
 _LETTERS = frozenset(_string.ascii_letters)
 _FLOATS = (_cf.float32, _cf.float64, _cf.bfloat16, _cf.float16)
@@ -266,3 +268,230 @@ def _uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: "_cf.Generator
 
 _cf.Tensor.normal_ = _normal_  # type: ignore[attr-defined]
 _cf.Tensor.uniform_ = _uniform_  # type: ignore[attr-defined]
+
+
+# ---- PyTorch's tensor conveniences, composed of cf's ops (autograd and devices as theirs)
+
+def is_tensor(obj) -> bool:
+    """Whether obj is a cf.Tensor (torch.is_tensor)."""
+    return isinstance(obj, _cf.Tensor)
+
+
+def numel(t: "_cf.Tensor") -> int:
+    """The number of elements of t (torch.numel)."""
+    return t.numel()
+
+
+def as_tensor(data, dtype=None, device=None) -> "_cf.Tensor":
+    """data as a tensor without a copy where it can be (torch.as_tensor): a cf.Tensor of that dtype and device is
+    returned as is (else converted), a writeable CPU NumPy array of a dtype cf holds shares its memory
+    (cf.from_numpy), anything else is copied (cf.tensor)."""
+    if isinstance(data, _cf.Tensor):
+        out = data if dtype is None or data.dtype == dtype else data.to(dtype)
+        return out if device is None else out.to(device)
+    if type(data).__module__ == "numpy" and type(data).__name__ == "ndarray" and device in (None, "cpu") and \
+            data.flags.writeable and all(s >= 0 for s in data.strides):
+        try:
+            out = from_numpy(data)
+        except (TypeError, _cf.Error):
+            out = None
+        if out is not None:
+            return out if dtype is None or out.dtype == dtype else out.to(dtype)
+    kwargs = {} if device is None else {"device": device}
+    return _cf.tensor(data, dtype=dtype, **kwargs)
+
+
+def _like(x, dtype, device):
+    return list(x.shape), (x.dtype if dtype is None else dtype), (x.device if device is None else device)
+
+
+def empty_like(x: "_cf.Tensor", dtype=None, device=None) -> "_cf.Tensor":
+    """A tensor of x's shape (dtype and device x's unless given) with unspecified values (torch.empty_like)."""
+    shape, dt, dev = _like(x, dtype, device)
+    return _cf.empty(shape, dtype=dt, device=dev)
+
+
+def randn_like(x: "_cf.Tensor", dtype=None, device=None, generator=None) -> "_cf.Tensor":
+    """Standard normal draws of x's shape, dtype and device (torch.randn_like); a float dtype."""
+    shape, dt, dev = _like(x, dtype, device)
+    return _cf.randn(shape, dtype=dt, device=dev, generator=generator)
+
+
+def rand_like(x: "_cf.Tensor", dtype=None, device=None, generator=None) -> "_cf.Tensor":
+    """Uniform [0, 1) draws of x's shape, dtype and device (torch.rand_like); a float dtype."""
+    shape, dt, dev = _like(x, dtype, device)
+    return _cf.rand(shape, dtype=dt, device=dev, generator=generator)
+
+
+def broadcast_to(x: "_cf.Tensor", shape: "list[int] | tuple[int, ...]") -> "_cf.Tensor":
+    """torch.broadcast_to: a broadcast view of x (cf.expand)."""
+    return _cf.expand(x, list(shape))
+
+
+def isclose(a: "_cf.Tensor", b: "_cf.Tensor | float", rtol: float = 1e-05, atol: float = 1e-08,
+            equal_nan: bool = False) -> "_cf.Tensor":
+    """Elementwise |a - b| <= atol + rtol |b| (torch.isclose), a bool tensor: equal values (infinities too) are
+    close, NaN is close to NaN only with equal_nan."""
+    if not isinstance(b, _cf.Tensor):
+        b = _cf.full([], float(b), dtype=a.dtype, device=a.device)
+    eq = a == b
+    finite = _cf.logical_and(_cf.isfinite(a), _cf.isfinite(b))
+    diff = _cf.abs(_cf.to(a, _cf.float64) - _cf.to(b, _cf.float64))
+    near = _cf.logical_and(finite, diff <= _cf.abs(_cf.to(b, _cf.float64)) * rtol + atol)
+    out = _cf.logical_or(eq, near)
+    if equal_nan:
+        out = _cf.logical_or(out, _cf.logical_and(_cf.isnan(a), _cf.isnan(b)))
+    return out
+
+
+def count_nonzero(x: "_cf.Tensor", dim: "int | list[int] | tuple[int, ...] | None" = None) -> "_cf.Tensor":
+    """The number of nonzero elements (int64), over all of x or along dim (an int or a sequence) as
+    torch.count_nonzero."""
+    nz = x != 0
+    if dim is None:
+        return _cf.sum(nz)
+    return _cf.sum(nz, [dim] if isinstance(dim, int) else list(dim))
+
+
+def outer(a: "_cf.Tensor", b: "_cf.Tensor") -> "_cf.Tensor":
+    """a[i] * b[j] for 1-d a and b (torch.outer)."""
+    if a.dim() != 1 or b.dim() != 1:
+        raise _cf.ShapeError("[outer] expects two 1-d tensors, got %s and %s" % (a.shape, b.shape))
+    return a.reshape([-1, 1]) * b.reshape([1, -1])
+
+
+def dot(a: "_cf.Tensor", b: "_cf.Tensor") -> "_cf.Tensor":
+    """The sum of a * b for two 1-d tensors of one length (torch.dot), 0-d."""
+    if a.dim() != 1 or b.dim() != 1 or a.shape[0] != b.shape[0]:
+        raise _cf.ShapeError("[dot] expects two 1-d tensors of one length, got %s and %s" % (a.shape, b.shape))
+    return _cf.sum(a * b)
+
+
+def _broadcast_shape(a, b, op):
+    """NumPy's broadcast of two shapes, or op's ShapeError."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x, y = (a[-i] if i <= len(a) else 1), (b[-i] if i <= len(b) else 1)
+        if x != y and 1 not in (x, y):
+            raise _cf.ShapeError("[%s] shapes %s and %s cannot be broadcast together" % (op, tuple(a), tuple(b)))
+        out.append(y if x == 1 else x)
+    return out[::-1]
+
+
+def masked_select(x: "_cf.Tensor", mask: "_cf.Tensor") -> "_cf.Tensor":
+    """The elements of x where mask (bool) holds, broadcast together, as a 1-d tensor (torch.masked_select);
+    reading the mask back, as x[mask]. Differentiable in x."""
+    if not isinstance(mask, _cf.Tensor) or mask.dtype != _cf.bool:
+        raise _cf.DTypeError("[masked_select] mask must be a bool tensor, got %r" % (mask,))
+    shape = _broadcast_shape(list(x.shape), list(mask.shape), "masked_select")
+    xb = x if list(x.shape) == shape else _cf.expand(x, shape)
+    mb = mask if list(mask.shape) == shape else _cf.expand(mask, shape)
+    return xb.reshape([-1])[mb.reshape([-1])]
+
+
+def nonzero(x: "_cf.Tensor", as_tuple: bool = False) -> "_cf.Tensor | tuple[_cf.Tensor, ...]":
+    """The positions of x's nonzero elements (torch.nonzero): an int64 (count, x.dim()) tensor in row-major
+    order, or with as_tuple=True one 1-d tensor per axis. The count is read back (a device synchronisation on a
+    GPU, as PyTorch's)."""
+    mask = x if x.dtype == _cf.bool else x != 0
+    if x.dim() == 0:
+        mask = mask.reshape([1])
+    flat = mask.reshape([-1])
+    coords = []
+    for axis, size in enumerate(mask.shape):
+        shape = [1] * mask.dim()
+        shape[axis] = size
+        grid = _cf.expand(_cf.arange(size, device=x.device).reshape(shape), list(mask.shape))
+        coords.append(grid.reshape([-1])[flat])
+    if x.dim() == 0:
+        coords = []
+    if as_tuple:
+        return tuple(coords) if coords else (_cf.zeros([int(flat.sum())], dtype=_cf.int64, device=x.device),)
+    if not coords:
+        return _cf.zeros([int(flat.sum()), 0], dtype=_cf.int64, device=x.device)
+    return _cf.stack(coords, 1)
+
+
+def bincount(x: "_cf.Tensor", weights: "_cf.Tensor | None" = None, minlength: int = 0) -> "_cf.Tensor":
+    """Counts of each value of a 1-d non-negative int64 tensor (torch.bincount): length max(x) + 1 (at least
+    minlength); with weights (x's length) their sums per value instead, in weights' dtype. max(x) is read back."""
+    if x.dim() != 1 or x.dtype != _cf.int64:
+        raise _cf.ValueError("[bincount] expects a 1-d int64 tensor, got %s of %s" % (x.dtype, x.shape))
+    if not isinstance(minlength, int) or minlength < 0:
+        raise _cf.ValueError("[bincount] minlength must be an integer >= 0, got %r" % (minlength,))
+    if x.numel() and int(_cf.amin(x)) < 0:
+        raise _cf.ValueError("[bincount] values must be >= 0, got %d" % int(_cf.amin(x)))
+    n = max(int(_cf.amax(x)) + 1 if x.numel() else 0, minlength)
+    if weights is None:
+        src, dtype = _cf.ones([x.shape[0]], dtype=_cf.int64, device=x.device), _cf.int64
+    else:
+        if weights.shape != x.shape:
+            raise _cf.ShapeError("[bincount] weights %s must have x's shape %s" % (weights.shape, x.shape))
+        src, dtype = weights, weights.dtype
+    return _cf.scatter_add(_cf.zeros([n], dtype=dtype, device=x.device), 0, x, src)
+
+
+def repeat_interleave(x: "_cf.Tensor", repeats: "int | _cf.Tensor | None" = None, dim: "int | None" = None,
+                      output_size: "int | None" = None) -> "_cf.Tensor":
+    """Each element (slice along dim) repeated (torch.repeat_interleave): repeats an int, or an int64 tensor of one
+    count per element (or one count for all); dim None flattens x first. With a tensor of counts the output length
+    is read back unless output_size gives it. repeat_interleave(counts) alone repeats arange(len(counts)).
+    Differentiable in x (an index_select)."""
+    if repeats is None:
+        x, repeats = _cf.arange(x.shape[0], device=x.device), x
+    if dim is None:
+        x, dim = x.reshape([-1]), 0
+    dim = dim + x.dim() if dim < 0 else dim
+    n = x.shape[dim]
+    if isinstance(repeats, _cf.Tensor) and repeats.numel() == 1 and n != 1:
+        repeats = int(repeats.reshape([]).item())
+    if isinstance(repeats, int):
+        if repeats < 0:
+            raise _cf.ValueError("[repeat_interleave] repeats must be >= 0, got %d" % repeats)
+        index = _cf.expand(_cf.arange(n, device=x.device).reshape([n, 1]), [n, repeats]).reshape([-1])
+        return _cf.index_select(x, dim, index)
+    if repeats.dim() != 1 or repeats.shape[0] != n or repeats.dtype != _cf.int64:
+        raise _cf.ShapeError("[repeat_interleave] repeats must be an int or an int64 tensor of %d counts (x's length "
+                             "along dim %d), got %s of %s" % (n, dim, repeats.dtype, repeats.shape))
+    ends = _cf.cumsum(repeats, 0)
+    total = int(ends[-1].item()) if output_size is None and n else (output_size or 0)
+    index = _cf.searchsorted(ends, _cf.arange(total, device=x.device), right=True)  # the element of each output
+    return _cf.index_select(x, dim, index)
+
+
+def _stride(self, dim: "int | None" = None) -> "tuple[int, ...] | int":
+    """The strides in elements (torch's Tensor.stride): a tuple, or one axis's."""
+    return tuple(self.strides) if dim is None else self.strides[dim]
+
+
+def _element_size(self) -> int:
+    """Bytes per element (torch's Tensor.element_size)."""
+    return _cf.dtype_size(self.dtype)
+
+
+def _new_tensor(self, data: object, dtype: "_cf.dtype | None" = None, device: "_cf.Device | str | None" = None,
+                requires_grad: bool = False) -> "_cf.Tensor":
+    """A new tensor copied from data, in this tensor's dtype and on its device unless given (torch's
+    Tensor.new_tensor)."""
+    return _cf.tensor(data, dtype=self.dtype if dtype is None else dtype,
+                      device=self.device if device is None else device, requires_grad=requires_grad)
+
+
+def _where(self, condition: "_cf.Tensor", other: "_cf.Tensor | float") -> "_cf.Tensor":
+    """cf.where(condition, self, other) (torch's Tensor.where)."""
+    return _cf.where(condition, self, other)
+
+
+def _scatter_add_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor") -> "_cf.Tensor":
+    """In place: self[..., index[i], ...] += src[i] along dim (cf.scatter_add written back through copy_, cf's
+    in-place rule); returns self."""
+    return self.copy_(_cf.scatter_add(self, dim, index, src))
+
+
+for _n, _f in (("stride", _stride), ("element_size", _element_size), ("new_tensor", _new_tensor), ("where", _where),
+               ("scatter_add_", _scatter_add_), ("masked_select", masked_select), ("nonzero", nonzero),
+               ("repeat_interleave", repeat_interleave), ("bincount", bincount), ("outer", outer), ("dot", dot),
+               ("isclose", isclose), ("count_nonzero", count_nonzero), ("broadcast_to", broadcast_to)):
+    setattr(_cf.Tensor, _n, _f)
+_cf.Tensor.clip = _cf.Tensor.clamp  # torch's alias
+clip = _cf.clamp

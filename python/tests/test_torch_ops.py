@@ -361,3 +361,131 @@ def test_parameters_is_a_list_and_an_iterator():
     lin = cf.nn.Linear(2, 2)
     assert len(lin.parameters(recurse=False)) == 2
     cf.nn.SGD(seq.parameters(), lr=0.1)  # the optimizers take it as the list it is
+
+
+def test_tensor_conveniences_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((3, 4))
+    t, tt = cf.tensor(a), torch.tensor(a)
+    assert cf.is_tensor(t) and not cf.is_tensor(a) and cf.numel(t) == 12
+    assert t.stride() == tt.stride() and t.T.stride() == tt.T.stride() and t.stride(1) == 1
+    assert t.element_size() == 8 and cf.tensor([1.0]).element_size() == 4
+    n = t.new_tensor([1, 2])
+    assert n.dtype == cf.float64 and n.tolist() == [1.0, 2.0]
+    cond = t > 0
+    assert t.where(cond, 0.0).tolist() == tt.where(tt > 0, torch.tensor(0.0, dtype=torch.float64)).tolist()
+    assert cf.clip(t, -0.5, 0.5).tolist() == torch.clip(tt, -0.5, 0.5).tolist() == t.clip(-0.5, 0.5).tolist()
+    # as_tensor: no copy where none is needed
+    assert cf.as_tensor(t) is t and cf.as_tensor(t, dtype=cf.float32).dtype == cf.float32
+    shared = cf.as_tensor(a)
+    a[0, 0] = 42.0
+    assert shared[0, 0].item() == 42.0
+    assert cf.as_tensor([1, 2]).dtype == cf.int64
+    for like in (cf.empty_like(t), cf.randn_like(t), cf.rand_like(t, dtype=cf.float32)):
+        assert like.shape == (3, 4)
+    assert cf.rand_like(t, dtype=cf.float32).dtype == cf.float32
+    assert cf.broadcast_to(cf.tensor([1.0, 2.0]), (3, 2)).shape == (3, 2)
+    # isclose: infinities, NaN, tolerances, a number operand
+    x = cf.tensor([1.0, float("inf"), float("nan"), 1e-9, 1.0, -float("inf")])
+    y = cf.tensor([1.0 + 1e-6, float("inf"), float("nan"), 0.0, 1.1, float("inf")])
+    tx, ty = torch.tensor(x.tolist()), torch.tensor(y.tolist())
+    assert cf.isclose(x, y).tolist() == torch.isclose(tx, ty).tolist()
+    assert cf.isclose(x, y, equal_nan=True).tolist() == torch.isclose(tx, ty, equal_nan=True).tolist()
+    assert cf.isclose(x, y, rtol=0.2).tolist() == torch.isclose(tx, ty, rtol=0.2).tolist()
+    assert cf.isclose(x, 1.0).tolist() == torch.isclose(tx, torch.tensor(1.0)).tolist()
+    z = cf.tensor([[0, 1, 2], [0, 0, 3]])
+    tz = torch.tensor(z.tolist())
+    assert cf.count_nonzero(z).item() == 3 and cf.count_nonzero(z, 1).tolist() == [2, 1]
+    assert cf.count_nonzero(z, (0, 1)).item() == 3
+    v, w = cf.tensor([1.0, 2.0, 3.0]), cf.tensor([4.0, 5.0])
+    assert cf.outer(v, w).tolist() == torch.outer(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0])).tolist()
+    assert cf.dot(v, v).item() == 14.0 and v.dot(v).item() == 14.0
+    # masked_select broadcasts, nonzero and bincount read counts back
+    m = cf.tensor([True, False, True, True])
+    assert cf.masked_select(t, m).tolist() == torch.masked_select(tt, torch.tensor(m.tolist())).tolist()
+    assert cf.nonzero(z).tolist() == torch.nonzero(tz).tolist()
+    assert [c.tolist() for c in cf.nonzero(z, as_tuple=True)] == [c.tolist() for c in torch.nonzero(tz, as_tuple=True)]
+    assert cf.nonzero(cf.zeros([2, 0])).shape == (0, 2)
+    b = cf.tensor([1, 3, 3, 0, 7])
+    assert cf.bincount(b).tolist() == torch.bincount(torch.tensor(b.tolist())).tolist()
+    assert cf.bincount(b, minlength=10).tolist() == torch.bincount(torch.tensor(b.tolist()), minlength=10).tolist()
+    wts = cf.tensor([0.5, 1.0, 2.0, 0.25, 1.5], dtype=cf.float64)
+    assert cf.bincount(b, wts).tolist() == torch.bincount(torch.tensor(b.tolist()), torch.tensor(wts.tolist())).tolist()
+    assert cf.bincount(cf.zeros([0], dtype=cf.int64)).shape == (0,)
+    # repeat_interleave: an int, counts per element (a binary search per output), along an axis, alone
+    r = cf.tensor([2, 0, 3])
+    tr = torch.tensor([2, 0, 3])
+    assert cf.repeat_interleave(v, 2).tolist() == torch.repeat_interleave(torch.tensor(v.tolist()), 2).tolist()
+    assert cf.repeat_interleave(v, r).tolist() == torch.repeat_interleave(torch.tensor(v.tolist()), tr).tolist()
+    assert cf.repeat_interleave(r).tolist() == torch.repeat_interleave(tr).tolist()
+    assert t.repeat_interleave(2, dim=0).tolist() == tt.repeat_interleave(2, dim=0).tolist()
+    assert t.repeat_interleave(cf.tensor([1, 0, 2]), dim=0, output_size=3).tolist() == \
+        tt.repeat_interleave(torch.tensor([1, 0, 2]), dim=0).tolist()
+    assert t.repeat_interleave(cf.tensor([2]), dim=1).shape == (3, 8)
+    # differentiable in x: the gradient of repeat_interleave counts the copies
+    g = cf.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    cf.repeat_interleave(g, r).sum().backward()
+    assert g.grad.tolist() == [2.0, 0.0, 3.0]
+    # scatter_add_ in place
+    acc = cf.zeros([3])
+    assert acc.scatter_add_(0, cf.tensor([0, 2, 0]), cf.tensor([1.0, 2.0, 3.0])) is acc
+    assert acc.tolist() == [4.0, 0.0, 2.0]
+
+
+def test_tensor_conveniences_refuse_bad_input():
+    with pytest.raises(cf.ShapeError, match=r"^\[outer\] expects two 1-d tensors"):
+        cf.outer(cf.zeros([2, 2]), cf.zeros([2]))
+    with pytest.raises(cf.ShapeError, match=r"^\[dot\] expects two 1-d tensors of one length"):
+        cf.dot(cf.zeros([2]), cf.zeros([3]))
+    with pytest.raises(cf.DTypeError, match=r"^\[masked_select\] mask must be a bool tensor"):
+        cf.masked_select(cf.zeros([2]), cf.tensor([1, 0]))
+    with pytest.raises(cf.ShapeError, match=r"^\[masked_select\] shapes \(2,\) and \(3,\) cannot be broadcast"):
+        cf.masked_select(cf.zeros([2]), cf.tensor([True, False, True]))
+    with pytest.raises(cf.ValueError, match=r"^\[bincount\] values must be >= 0, got -1"):
+        cf.bincount(cf.tensor([1, -1]))
+    with pytest.raises(cf.ValueError, match=r"^\[bincount\] expects a 1-d int64 tensor"):
+        cf.bincount(cf.tensor([1.0]))
+    with pytest.raises(cf.ShapeError, match=r"^\[bincount\] weights"):
+        cf.bincount(cf.tensor([1, 2]), cf.tensor([1.0]))
+    with pytest.raises(cf.ShapeError, match=r"^\[repeat_interleave\] repeats must be an int or an int64 tensor of 3"):
+        cf.repeat_interleave(cf.zeros([3]), cf.tensor([1, 2]))
+    with pytest.raises(cf.ValueError, match=r"^\[repeat_interleave\] repeats must be >= 0"):
+        cf.repeat_interleave(cf.zeros([3]), -1)
+
+
+def test_subset_random_split_and_cuda_memory_functions():
+    data = cf.data.TensorDataset(cf.arange(10).to(cf.float32), cf.arange(10))
+    sub = cf.utils.data.Subset(data, [7, 2, 2])
+    assert len(sub) == 3 and sub[0][1].item() == 7 and [x[1].item() for x in sub[1:]] == [2, 2]
+    g = cf.Generator(3)
+    parts = cf.data.random_split(data, [0.7, 0.3], generator=g)
+    assert [len(p) for p in parts] == [7, 3]
+    seen = sorted(p[i][1].item() for p in parts for i in range(len(p)))
+    assert seen == list(range(10))  # disjoint, covering
+    assert [len(p) for p in cf.data.random_split(data, [0.34, 0.33, 0.33])] == [4, 3, 3]  # remainders from the first
+    assert [len(p) for p in cf.data.random_split(data, [5, 5])] == [5, 5]
+    loader = cf.data.DataLoader(parts[0], batch_size=4)
+    assert sum(b.input.shape[0] for b in loader) == 7
+    with pytest.raises(cf.ValueError, match=r"^\[random_split\] the lengths add up to 9, the dataset has 10"):
+        cf.data.random_split(data, [4, 5])
+    with pytest.raises(cf.ValueError, match=r"^\[random_split\] fractions must add up to 1"):
+        cf.data.random_split(data, [0.5, 0.4])
+    # torch.cuda's names: one generator for every device; memory figures of a CUDA device
+    cf.cuda.manual_seed(5)
+    a = cf.rand([3])
+    cf.manual_seed(5)
+    assert cf.rand([3]).tolist() == a.tolist()
+    assert cf.cuda.current_device() == 0
+    with pytest.raises(cf.DeviceError, match=r"^\[cuda.memory_allocated\] expects a CUDA device"):
+        cf.cuda.memory_allocated("cpu")
+    with pytest.raises(cf.DeviceError, match=r"^\[cuda.set_device\] cf has no current device"):
+        cf.cuda.set_device(1)
+    cf.cuda.set_device(0)
+    cf.cuda.empty_cache()  # no GPU: nothing to return
+    if cf.cuda.is_available():
+        x = cf.zeros([1024], device="cuda")
+        assert cf.cuda.memory_allocated() >= 4096 and cf.cuda.max_memory_allocated(0) >= 4096
+        cf.cuda.reset_peak_memory_stats()
+        assert cf.cuda.max_memory_allocated() == cf.cuda.memory_allocated() <= cf.cuda.memory_reserved()
+        del x
