@@ -91,7 +91,7 @@ from ._ops_extras import *  # noqa: E402,F401,F403  (einsum, multinomial, ...: i
 
 _cf.nn.ModuleDict = _ModuleDict
 for _name in ("CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "SiLU", "Softmax",
-              "LogSoftmax", "Flatten", "utils"):
+              "LogSoftmax", "Flatten", "RMSNorm", "MultiheadAttention", "utils"):
     setattr(_cf.nn, _name, getattr(_nn_extras, _name))
 _sys.modules[__name__ + ".nn.utils"] = _nn_extras.utils
 _sys.modules[__name__ + ".nn.utils.rnn"] = _nn_extras.utils.rnn

@@ -137,8 +137,174 @@ class Flatten(_cf.nn.UnaryModule):
         return _cf.flatten(x, self.start_dim, self.end_dim)
 
 
+class RMSNorm(_cf.nn.UnaryModule):
+    """Root-mean-square normalisation over the last len(normalized_shape) axes (torch.nn.RMSNorm):
+    x / sqrt(mean(x^2) + eps) * weight, with weight (normalized_shape) of ones when elementwise_affine. eps None:
+    the machine epsilon of x's dtype, as PyTorch's. Composed of cf's ops (the mean of squares in float32 or wider
+    under autocast, as cf's reductions)."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
+        super().__init__()
+        shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
+        if not shape or not all(isinstance(s, int) and s > 0 for s in shape):
+            raise _cf.ValueError("[RMSNorm] normalized_shape must be a positive size or sizes, got %r"
+                                 % (normalized_shape,))
+        if eps is not None and not (isinstance(eps, (int, float)) and eps >= 0):
+            raise _cf.ValueError("[RMSNorm] eps must be a number >= 0 or None, got %r" % (eps,))
+        self.normalized_shape, self.eps, self.elementwise_affine = tuple(shape), eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = _cf.nn.Parameter(_cf.ones(shape, dtype=dtype or _cf.float32, device=device or "cpu"))
+        else:
+            self.weight = None
+
+    def forward(self, x):
+        n = len(self.normalized_shape)
+        if tuple(x.shape[x.dim() - n:]) != self.normalized_shape:
+            raise _cf.ShapeError("[RMSNorm] expects input ending in %s, got %s"
+                                 % (self.normalized_shape, tuple(x.shape)))
+        eps = self.eps if self.eps is not None else _MACHINE_EPS.get(x.dtype, 1.1920928955078125e-07)
+        ms = _cf.mean(x * x, list(range(x.dim() - n, x.dim())), keepdim=True)
+        y = x * _cf.rsqrt(ms + eps)
+        return y * self.weight if self.weight is not None else y
+
+
+_MACHINE_EPS = {_cf.float64: 2.220446049250313e-16, _cf.float32: 1.1920928955078125e-07, _cf.bfloat16: 0.0078125,
+                _cf.float16: 0.0009765625}  # torch.finfo(dtype).eps
+
+
+class MultiheadAttention(_cf.nn.Module):
+    """torch.nn.MultiheadAttention: softmax(q k^T / sqrt(head_dim) + masks) v over num_heads heads, with its
+    parameter names (in_proj_weight (3E, E) and in_proj_bias, or q/k/v_proj_weight when kdim or vdim differ from
+    embed_dim; out_proj), so a PyTorch state_dict loads into it. forward(query, key, value, key_padding_mask=None,
+    need_weights=True, attn_mask=None, average_attn_weights=True, is_causal=False) -> (output, weights or None):
+    inputs (L, N, E) or with batch_first=True (N, L, E), or unbatched (L, E); key_padding_mask (N, S), True (or a
+    float added) for keys to ignore; attn_mask (L, S) or (N * num_heads, L, S), True where attention is NOT
+    allowed (PyTorch's convention here, the reverse of scaled_dot_product_attention's) or a float added. Without
+    need_weights, key padding alone or is_causal run cf's fused kernel (cf.flash_attention); weights come from
+    the dense path, averaged over heads unless average_attn_weights=False. A query with every key masked outputs
+    zeros (PyTorch: NaN), cf's rule. Not supported: add_bias_kv, add_zero_attn (refused). cf.nn.MultiHeadAttention
+    (capital H) is cf's own layer that runs any attention variant by name."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+                 kdim=None, vdim=None, batch_first=False, device=None, dtype=None):
+        super().__init__()
+        if not (isinstance(embed_dim, int) and isinstance(num_heads, int) and embed_dim > 0 and num_heads > 0
+                and embed_dim % num_heads == 0):
+            raise _cf.ValueError("[MultiheadAttention] embed_dim (%r) must be a positive multiple of num_heads (%r)"
+                                 % (embed_dim, num_heads))
+        if add_bias_kv or add_zero_attn:
+            raise _cf.ValueError("[MultiheadAttention] add_bias_kv and add_zero_attn are not supported")
+        if not 0.0 <= dropout < 1.0:
+            raise _cf.ValueError("[MultiheadAttention] dropout must be in [0, 1), got %r" % (dropout,))
+        self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, float(dropout), batch_first
+        self.head_dim = embed_dim // num_heads
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        dt, dev = dtype or _cf.float32, device or "cpu"
+        init = _cf.nn.init  # (PyTorch's initialisation: xavier_uniform_ projections, zero biases)
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = _cf.nn.Parameter(
+                init.xavier_uniform_(_cf.empty([3 * embed_dim, embed_dim], dtype=dt, device=dev)))
+        else:
+            for name, d in (("q_proj_weight", embed_dim), ("k_proj_weight", self.kdim), ("v_proj_weight", self.vdim)):
+                setattr(self, name, _cf.nn.Parameter(init.xavier_uniform_(_cf.empty([embed_dim, d], dtype=dt,
+                                                                                      device=dev))))
+        self.in_proj_bias = _cf.nn.Parameter(_cf.zeros([3 * embed_dim], dtype=dt, device=dev)) if bias else None
+        self.out_proj = _cf.nn.Linear(embed_dim, embed_dim, bias=bias, device=dev, dtype=dt)
+        if bias:
+            init.zeros_(self.out_proj.bias)
+
+    def _projections(self):
+        e = self.embed_dim
+        if self._qkv_same_embed_dim:
+            w = [_cf.narrow(self.in_proj_weight, 0, i * e, e) for i in range(3)]
+        else:
+            w = [self.q_proj_weight, self.k_proj_weight, self.v_proj_weight]
+        b = [None] * 3 if self.in_proj_bias is None else [_cf.narrow(self.in_proj_bias, 0, i * e, e) for i in range(3)]
+        return w, b
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        op = "MultiheadAttention"
+        unbatched = query.dim() == 2
+        if unbatched:
+            query, key, value = (_cf.unsqueeze(t, 1 if not self.batch_first else 0) for t in (query, key, value))
+            if key_padding_mask is not None:
+                key_padding_mask = _cf.unsqueeze(key_padding_mask, 0)
+        if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
+            raise _cf.ShapeError("[%s] expects query, key and value of 3 dims (or 2, unbatched), got %s, %s and %s"
+                                 % (op, tuple(query.shape), tuple(key.shape), tuple(value.shape)))
+        if not self.batch_first:  # (L, N, E) -> (N, L, E)
+            query, key, value = (_cf.transpose(t, 0, 1) for t in (query, key, value))
+        n, length, e = query.shape
+        s = key.shape[1]
+        if e != self.embed_dim or key.shape[2] != self.kdim or value.shape[2] != self.vdim or \
+                key.shape[0] != n or value.shape[:2] != key.shape[:2]:
+            raise _cf.ShapeError("[%s] query (N, L, %d), key (N, S, %d) and value (N, S, %d) expected (batch first), "
+                                 "got %s, %s and %s" % (op, self.embed_dim, self.kdim, self.vdim, tuple(query.shape),
+                                                        tuple(key.shape), tuple(value.shape)))
+        h, hd = self.num_heads, self.head_dim
+        w, b = self._projections()
+        heads = []
+        for x, wi, bi, m in ((query, w[0], b[0], length), (key, w[1], b[1], s), (value, w[2], b[2], s)):
+            heads.append(_cf.transpose(_cf.reshape(F.linear(x, wi, bi), [n, m, h, hd]), 1, 2))  # (N, H, m, hd)
+        q, k, v = heads
+        p = self.dropout if self.training else 0.0
+        scale = 1.0 / float(hd) ** 0.5
+        # the masks as one additive (N, H, L, S) float term, or as cf.flash_attention's key padding
+        padding = None
+        if key_padding_mask is not None:
+            if tuple(key_padding_mask.shape) != (n, s):
+                raise _cf.ShapeError("[%s] key_padding_mask must be (N, S) = (%d, %d), got %s"
+                                     % (op, n, s, tuple(key_padding_mask.shape)))
+            padding = key_padding_mask
+        if attn_mask is not None:
+            if attn_mask.dim() == 2 and tuple(attn_mask.shape) != (length, s) or attn_mask.dim() == 3 and \
+                    tuple(attn_mask.shape) != (n * h, length, s) or attn_mask.dim() not in (2, 3):
+                raise _cf.ShapeError("[%s] attn_mask must be (L, S) = (%d, %d) or (N * num_heads, L, S), got %s"
+                                     % (op, length, s, tuple(attn_mask.shape)))
+        fused = not need_weights and attn_mask is None and (padding is None or padding.dtype == _cf.bool) and \
+            (not is_causal or length == s)
+        if fused:
+            out = _cf.flash_attention(q, k, v, padding, scale, bool(is_causal), p)
+            weights = None
+        else:
+            scores = _cf.matmul(q, _cf.transpose(k, -1, -2)) * scale  # (N, H, L, S)
+            if is_causal and attn_mask is None:
+                attn_mask = _cf.logical_not(_cf.tril(_cf.ones([length, s], dtype=_cf.bool, device=q.device)))
+            for m, shape in ((attn_mask, None), (padding, [n, 1, 1, s])):
+                if m is None:
+                    continue
+                if m.dim() == 3:
+                    m = _cf.reshape(m, [n, h, length, s])
+                elif shape is not None:
+                    m = _cf.reshape(m, shape)
+                if m.dtype == _cf.bool:
+                    scores = _cf.masked_fill(scores, m, float("-inf"))
+                else:
+                    scores = scores + _cf.to(m, scores.dtype)
+            attn = _cf.softmax(scores, -1)
+            if p > 0:
+                attn = _cf.dropout(attn, p, True)
+            weights = attn  # (after dropout, as PyTorch returns them)
+            out = _cf.matmul(attn, v)
+            if not need_weights:
+                weights = None
+            elif average_attn_weights:
+                weights = _cf.mean(weights, [1])
+        out = self.out_proj(_cf.reshape(_cf.transpose(out, 1, 2), [n, length, e]))  # (N, L, E)
+        if not self.batch_first:
+            out = _cf.transpose(out, 0, 1)
+        if unbatched:
+            out = _cf.squeeze(out, 1 if not self.batch_first else 0)
+            if weights is not None:
+                weights = _cf.squeeze(weights, 0)
+        return out, weights
+
+
 for _cls in (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCELoss, BCEWithLogitsLoss, SiLU, Softmax, LogSoftmax,
-             Flatten):
+             Flatten, RMSNorm, MultiheadAttention):
     _cls.__module__ = "cf.nn"
 del _cls
 

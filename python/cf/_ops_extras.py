@@ -5,6 +5,7 @@ import numbers as _numbers
 import string as _string
 
 from . import _cf
+from ._functional import _broadcast_shape
 
 __all__ = ["einsum", "multinomial", "from_numpy", "is_tensor", "numel", "as_tensor", "empty_like", "randn_like",
            "rand_like", "broadcast_to", "isclose", "count_nonzero", "outer", "dot", "masked_select", "nonzero",
@@ -365,17 +366,6 @@ def dot(a: "_cf.Tensor", b: "_cf.Tensor") -> "_cf.Tensor":
     if a.dim() != 1 or b.dim() != 1 or a.shape[0] != b.shape[0]:
         raise _cf.ShapeError("[dot] expects two 1-d tensors of one length, got %s and %s" % (a.shape, b.shape))
     return _cf.sum(a * b)
-
-
-def _broadcast_shape(a, b, op):
-    """NumPy's broadcast of two shapes, or op's ShapeError."""
-    out = []
-    for i in range(1, max(len(a), len(b)) + 1):
-        x, y = (a[-i] if i <= len(a) else 1), (b[-i] if i <= len(b) else 1)
-        if x != y and 1 not in (x, y):
-            raise _cf.ShapeError("[%s] shapes %s and %s cannot be broadcast together" % (op, tuple(a), tuple(b)))
-        out.append(y if x == 1 else x)
-    return out[::-1]
 
 
 def masked_select(x: "_cf.Tensor", mask: "_cf.Tensor") -> "_cf.Tensor":

@@ -440,7 +440,7 @@ def test_tensor_conveniences_refuse_bad_input():
         cf.dot(cf.zeros([2]), cf.zeros([3]))
     with pytest.raises(cf.DTypeError, match=r"^\[masked_select\] mask must be a bool tensor"):
         cf.masked_select(cf.zeros([2]), cf.tensor([1, 0]))
-    with pytest.raises(cf.ShapeError, match=r"^\[masked_select\] shapes \(2,\) and \(3,\) cannot be broadcast"):
+    with pytest.raises(cf.ShapeError, match=r"^\[masked_select\] shapes \[2\] and \[3\] cannot be broadcast"):
         cf.masked_select(cf.zeros([2]), cf.tensor([True, False, True]))
     with pytest.raises(cf.ValueError, match=r"^\[bincount\] values must be >= 0, got -1"):
         cf.bincount(cf.tensor([1, -1]))
@@ -489,3 +489,100 @@ def test_subset_random_split_and_cuda_memory_functions():
         cf.cuda.reset_peak_memory_stats()
         assert cf.cuda.max_memory_allocated() == cf.cuda.memory_allocated() <= cf.cuda.memory_reserved()
         del x
+
+
+def test_multihead_attention_loads_torch_weights_and_matches_it():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    e, h, length, s, n = 16, 4, 5, 7, 3
+    for batch_first, kdim in ((False, None), (True, 12)):
+        tm = torch.nn.MultiheadAttention(e, h, batch_first=batch_first, kdim=kdim, vdim=kdim).double()
+        cm = cf.nn.MultiheadAttention(e, h, batch_first=batch_first, kdim=kdim, vdim=kdim, dtype=cf.float64)
+        state = {k: cf.tensor(v.detach().numpy().copy()) for k, v in tm.state_dict().items()}
+        assert sorted(state) == sorted(name for name, _ in cm.named_parameters())  # PyTorch's parameter names
+        cm.load_state_dict(state)
+        kd = kdim or e
+        order = (lambda a, b, c: (b, a, c)) if batch_first else (lambda a, b, c: (a, b, c))
+        q, k, v = (rng.standard_normal(order(m, n, d)) for m, d in ((length, e), (s, kd), (s, kd)))
+        kpm = np.zeros((n, s), bool)
+        kpm[0, -2:] = True
+        for kw in ({}, {"need_weights": False}, {"key_padding_mask": kpm, "need_weights": False},
+                   {"attn_mask": np.triu(np.ones((length, s), bool), 3), "key_padding_mask": kpm},
+                   {"attn_mask": rng.standard_normal((length, s)), "average_attn_weights": False},
+                   {"attn_mask": rng.standard_normal((n * h, length, s))}, {"key_padding_mask": kpm * -1.5}):
+            tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+            cq, ck, cv = (cf.tensor(a, requires_grad=True) for a in (q, k, v))
+            for p in list(tm.parameters()) + list(cm.parameters()):
+                p.grad = None
+            to, tw = tm(tq, tk, tv, **{a: torch.tensor(b) if isinstance(b, np.ndarray) else b for a, b in kw.items()})
+            co, cw = cm(cq, ck, cv, **{a: cf.tensor(b) if isinstance(b, np.ndarray) else b for a, b in kw.items()})
+            np.testing.assert_allclose(co.detach().numpy(), to.detach().numpy(), atol=1e-12, err_msg=str(kw))
+            assert (tw is None) == (cw is None)
+            if tw is not None:
+                np.testing.assert_allclose(cw.detach().numpy(), tw.detach().numpy(), atol=1e-12)
+            g = rng.standard_normal(to.shape)
+            (to * torch.tensor(g)).sum().backward()
+            (co * cf.tensor(g)).sum().backward()
+            for a, b in ((cq, tq), (ck, tk), (cv, tv)):
+                np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-12)
+            for (name, a), (_, b) in zip(sorted(cm.named_parameters()), sorted(tm.named_parameters())):
+                np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-11, err_msg=name)
+    # unbatched input, and is_causal through cf's fused kernel against PyTorch's explicit causal mask
+    tm = torch.nn.MultiheadAttention(8, 2, batch_first=True).double()
+    cm = cf.nn.MultiheadAttention(8, 2, batch_first=True, dtype=cf.float64)
+    cm.load_state_dict({k: cf.tensor(v.detach().numpy().copy()) for k, v in tm.state_dict().items()})
+    x = rng.standard_normal((6, 8))
+    to, tw = tm(*(torch.tensor(x),) * 3)
+    co, cw = cm(*(cf.tensor(x),) * 3)
+    assert co.shape == (6, 8) and cw.shape == (6, 6)
+    np.testing.assert_allclose(co.detach().numpy(), to.detach().numpy(), atol=1e-12)
+    x = rng.standard_normal((2, 6, 8))
+    to, _ = tm(*(torch.tensor(x),) * 3, attn_mask=torch.triu(torch.ones(6, 6, dtype=torch.bool), 1), need_weights=False)
+    for need in (False, True):
+        co, _ = cm(*(cf.tensor(x),) * 3, is_causal=True, need_weights=need)
+        np.testing.assert_allclose(co.detach().numpy(), to.detach().numpy(), atol=1e-12)
+
+
+def test_multihead_attention_trains_and_refuses_bad_input():
+    cf.manual_seed(1)
+    m = cf.nn.MultiheadAttention(8, 2, batch_first=True)
+    opt = cf.optim.Adam(m.parameters(), lr=1e-2)
+    x = cf.randn([4, 5, 8])
+    target = cf.randn([4, 5, 8])
+    losses = []
+    for _ in range(40):
+        out, _ = m(x, x, x, need_weights=False)
+        loss = cf.mean((out - target) * (out - target))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+    with pytest.raises(cf.ValueError, match=r"^\[MultiheadAttention\] embed_dim \(10\) must be a positive multiple"):
+        cf.nn.MultiheadAttention(10, 4)
+    with pytest.raises(cf.ValueError, match=r"^\[MultiheadAttention\] add_bias_kv and add_zero_attn"):
+        cf.nn.MultiheadAttention(8, 2, add_bias_kv=True)
+    with pytest.raises(cf.ShapeError, match=r"^\[MultiheadAttention\] key_padding_mask must be \(N, S\) = \(4, 5\)"):
+        m(x, x, x, key_padding_mask=cf.zeros([4, 6], dtype=cf.bool))
+    with pytest.raises(cf.ShapeError, match=r"^\[MultiheadAttention\] attn_mask must be \(L, S\) = \(5, 5\)"):
+        m(x, x, x, attn_mask=cf.zeros([5, 4], dtype=cf.bool))
+    with pytest.raises(cf.ShapeError, match=r"^\[MultiheadAttention\] query \(N, L, 8\)"):
+        m(cf.randn([4, 5, 6]), x, x)
+
+
+def test_rms_norm():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 4, 5))
+    for shape, eps, affine in ((5, None, True), ((4, 5), 1e-3, True), ([5], 0.0, False)):
+        norm = cf.nn.RMSNorm(shape, eps=eps, elementwise_affine=affine, dtype=cf.float64)
+        axes = (-1,) if shape in (5, [5]) else (-2, -1)
+        want = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + (np.finfo(np.float64).eps if eps is None else eps))
+        np.testing.assert_allclose(norm(cf.tensor(x)).detach().numpy(), want, rtol=1e-12)
+        assert (norm.weight is None) == (not affine)
+    norm = cf.nn.RMSNorm(5, dtype=cf.float64)
+    assert cf.gradcheck(lambda ts: norm(ts[0]), [cf.tensor(x[:1, :2], requires_grad=True)]).ok
+    with pytest.raises(cf.ShapeError, match=r"^\[RMSNorm\] expects input ending in \(5,\)"):
+        norm(cf.zeros([2, 4]))
+    with pytest.raises(cf.ValueError, match=r"^\[RMSNorm\] normalized_shape must be a positive size"):
+        cf.nn.RMSNorm(0)
