@@ -290,11 +290,13 @@ def as_tensor(data, dtype=None, device=None) -> "_cf.Tensor":
     if isinstance(data, _cf.Tensor):
         out = data if dtype is None or data.dtype == dtype else data.to(dtype)
         return out if device is None else out.to(device)
-    if type(data).__module__ == "numpy" and type(data).__name__ == "ndarray" and device in (None, "cpu") and \
+    on_cpu = device is None or (isinstance(device, str) and device == "cpu") or \
+        (isinstance(device, _cf.Device) and device.is_cpu)
+    if type(data).__module__ == "numpy" and type(data).__name__ == "ndarray" and on_cpu and \
             data.flags.writeable and all(s >= 0 for s in data.strides):
         try:
             out = from_numpy(data)
-        except (TypeError, _cf.Error):
+        except (TypeError, BufferError, _cf.Error):  # a dtype or layout DLPack does not share: copied below
             out = None
         if out is not None:
             return out if dtype is None or out.dtype == dtype else out.to(dtype)
@@ -332,13 +334,26 @@ def broadcast_to(x: "_cf.Tensor", shape: "list[int] | tuple[int, ...]") -> "_cf.
 def isclose(a: "_cf.Tensor", b: "_cf.Tensor | float", rtol: float = 1e-05, atol: float = 1e-08,
             equal_nan: bool = False) -> "_cf.Tensor":
     """Elementwise |a - b| <= atol + rtol |b| (torch.isclose), a bool tensor: equal values (infinities too) are
-    close, NaN is close to NaN only with equal_nan."""
+    close, NaN is close to NaN only with equal_nan. A number b is taken as float64 (not in a's dtype); two int64
+    tensors subtract exactly. Compared in float64 (bfloat16 and float16 widened)."""
+    op = "isclose"
+    if not isinstance(a, _cf.Tensor):
+        raise TypeError("[isclose] a must be a cf.Tensor, got %s" % type(a).__name__)
+    if not (rtol >= 0 and atol >= 0):
+        raise _cf.ValueError("[isclose] rtol and atol must be >= 0, got %r and %r" % (rtol, atol))
     if not isinstance(b, _cf.Tensor):
-        b = _cf.full([], float(b), dtype=a.dtype, device=a.device)
-    eq = a == b
-    finite = _cf.logical_and(_cf.isfinite(a), _cf.isfinite(b))
-    diff = _cf.abs(_cf.to(a, _cf.float64) - _cf.to(b, _cf.float64))
-    near = _cf.logical_and(finite, diff <= _cf.abs(_cf.to(b, _cf.float64)) * rtol + atol)
+        b = _cf.full([], float(b), dtype=_cf.float64, device=a.device)
+    ints = a.dtype in (_cf.int64, _cf.bool) and b.dtype in (_cf.int64, _cf.bool)
+    wide_a = a if ints else _cf.to(a, _cf.float64)
+    wide_b = b if ints else _cf.to(b, _cf.float64)
+    try:
+        eq = wide_a == wide_b
+        finite = _cf.logical_and(_cf.isfinite(a), _cf.isfinite(b))
+        diff = _cf.to(_cf.abs(_cf.to(wide_a, _cf.int64) - _cf.to(wide_b, _cf.int64)), _cf.float64) if ints else \
+            _cf.abs(wide_a - wide_b)
+        near = _cf.logical_and(finite, diff <= _cf.abs(_cf.to(b, _cf.float64)) * rtol + atol)
+    except _cf.Error as e:  # shapes, devices: named as isclose's
+        raise type(e)("[%s] %s" % (op, e)) from None
     out = _cf.logical_or(eq, near)
     if equal_nan:
         out = _cf.logical_or(out, _cf.logical_and(_cf.isnan(a), _cf.isnan(b)))
@@ -402,6 +417,11 @@ def nonzero(x: "_cf.Tensor", as_tuple: bool = False) -> "_cf.Tensor | tuple[_cf.
     return _cf.stack(coords, 1)
 
 
+nonzero._stub_overloads = [  # (the stub's method form: as_tuple picks the return type)
+    ("self, as_tuple: typing.Literal[False] = False", "cf._cf.Tensor"),
+    ("self, as_tuple: typing.Literal[True]", "builtins.tuple[cf._cf.Tensor, ...]")]
+
+
 def bincount(x: "_cf.Tensor", weights: "_cf.Tensor | None" = None, minlength: int = 0) -> "_cf.Tensor":
     """Counts of each value of a 1-d non-negative int64 tensor (torch.bincount): length max(x) + 1 (at least
     minlength); with weights (x's length) their sums per value instead, in weights' dtype. max(x) is read back."""
@@ -423,28 +443,52 @@ def bincount(x: "_cf.Tensor", weights: "_cf.Tensor | None" = None, minlength: in
 
 def repeat_interleave(x: "_cf.Tensor", repeats: "int | _cf.Tensor | None" = None, dim: "int | None" = None,
                       output_size: "int | None" = None) -> "_cf.Tensor":
-    """Each element (slice along dim) repeated (torch.repeat_interleave): repeats an int, or an int64 tensor of one
-    count per element (or one count for all); dim None flattens x first. With a tensor of counts the output length
-    is read back unless output_size gives it. repeat_interleave(counts) alone repeats arange(len(counts)).
-    Differentiable in x (an index_select)."""
+    """Each element (slice along dim) repeated (torch.repeat_interleave): repeats an int, or int64 counts, one per
+    element (or one for all); dim None flattens x first. Counts are checked (>= 0) with one host read of their
+    minimum and total, against which output_size, when given, is checked too. repeat_interleave(counts) alone
+    repeats arange(len(counts)). Differentiable in x (an index_select)."""
+    op = "repeat_interleave"
+    if not isinstance(x, _cf.Tensor):
+        raise TypeError("[%s] x must be a cf.Tensor, got %s" % (op, type(x).__name__))
     if repeats is None:
+        if x.dim() != 1:
+            raise _cf.ShapeError("[%s] repeat_interleave(counts) takes 1-d counts, got %s" % (op, tuple(x.shape)))
         x, repeats = _cf.arange(x.shape[0], device=x.device), x
     if dim is None:
         x, dim = x.reshape([-1]), 0
+    if not -x.dim() <= dim < max(x.dim(), 1):
+        raise IndexError("[%s] dim %d is out of range for a tensor of %d dimensions" % (op, dim, x.dim()))
+    if x.dim() == 0:
+        x = x.reshape([1])
     dim = dim + x.dim() if dim < 0 else dim
     n = x.shape[dim]
-    if isinstance(repeats, _cf.Tensor) and repeats.numel() == 1 and n != 1:
-        repeats = int(repeats.reshape([]).item())
-    if isinstance(repeats, int):
+    if isinstance(repeats, (list, tuple)) or type(repeats).__module__ == "numpy":
+        repeats = _cf.tensor(repeats, dtype=_cf.int64) if not isinstance(repeats, _numbers.Integral) else int(repeats)
+    if isinstance(repeats, _cf.Tensor):
+        if repeats.dtype != _cf.int64:
+            raise _cf.DTypeError("[%s] repeats must be int64 counts, got %s" % (op, repeats.dtype))
+        repeats = repeats.to(x.device)
+        if repeats.dim() == 0 or (repeats.numel() == 1 and n != 1):
+            repeats = int(repeats.reshape([]).item())
+    if isinstance(repeats, _numbers.Integral) and not isinstance(repeats, bool):
         if repeats < 0:
-            raise _cf.ValueError("[repeat_interleave] repeats must be >= 0, got %d" % repeats)
-        index = _cf.expand(_cf.arange(n, device=x.device).reshape([n, 1]), [n, repeats]).reshape([-1])
+            raise _cf.ValueError("[%s] repeats must be >= 0, got %d" % (op, repeats))
+        if output_size is not None and output_size != n * repeats:
+            raise _cf.ValueError("[%s] output_size %r is not the output's length %d" % (op, output_size, n * repeats))
+        index = _cf.expand(_cf.arange(n, device=x.device).reshape([n, 1]), [n, int(repeats)]).reshape([-1])
         return _cf.index_select(x, dim, index)
-    if repeats.dim() != 1 or repeats.shape[0] != n or repeats.dtype != _cf.int64:
-        raise _cf.ShapeError("[repeat_interleave] repeats must be an int or an int64 tensor of %d counts (x's length "
-                             "along dim %d), got %s of %s" % (n, dim, repeats.dtype, repeats.shape))
+    if not isinstance(repeats, _cf.Tensor) or repeats.dim() != 1 or repeats.shape[0] != n:
+        raise _cf.ShapeError("[%s] repeats must be an int or an int64 tensor of %d counts (x's length along dim %d), "
+                             "got %r" % (op, n, dim, repeats if not isinstance(repeats, _cf.Tensor) else
+                                         "%s of %s" % (repeats.dtype, tuple(repeats.shape))))
+    if n == 0:
+        return _cf.index_select(x, dim, _cf.zeros([0], dtype=_cf.int64, device=x.device))
     ends = _cf.cumsum(repeats, 0)
-    total = int(ends[-1].item()) if output_size is None and n else (output_size or 0)
+    low, total = (int(v) for v in _cf.stack([_cf.amin(repeats), ends[-1]]).tolist())
+    if low < 0:
+        raise _cf.ValueError("[%s] repeats must be >= 0, got %d" % (op, low))
+    if output_size is not None and output_size != total:
+        raise _cf.ValueError("[%s] output_size %r is not the output's length %d" % (op, output_size, total))
     index = _cf.searchsorted(ends, _cf.arange(total, device=x.device), right=True)  # the element of each output
     return _cf.index_select(x, dim, index)
 
@@ -452,6 +496,10 @@ def repeat_interleave(x: "_cf.Tensor", repeats: "int | _cf.Tensor | None" = None
 def _stride(self, dim: "int | None" = None) -> "tuple[int, ...] | int":
     """The strides in elements (torch's Tensor.stride): a tuple, or one axis's."""
     return tuple(self.strides) if dim is None else self.strides[dim]
+
+
+_stride._stub_overloads = [("self", "builtins.tuple[builtins.int, ...]"),
+                           ("self, dim: builtins.int", "builtins.int")]
 
 
 def _element_size(self) -> int:

@@ -153,3 +153,20 @@ def test_methods_the_package_sets_in_python_are_in_their_classes():
     from cf._nn_extras import _Parameters
     p = cf.nn.Linear(2, 3).parameters()
     assert isinstance(p, _Parameters) and isinstance(p, list) and next(p).shape == (3, 2)
+
+
+def test_python_classes_of_cf_nn_resolve_and_overloads_type_calls():
+    # cf._cf.nn's stub imported CrossEntropyLoss & co. `from cf.nn`, whose stub is `from cf._cf.nn import *`: a cycle
+    # (type checkers made them Any); they come from the private modules that define them
+    tree = parse(os.path.join(PKG, "_cf", "nn", "__init__.pyi"))
+    sources = {a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert not [name for name, module in sources.items() if module == "cf.nn"]
+    assert sources["MultiheadAttention"] == "cf._nn_extras" and sources["ModuleDict"] == "cf._containers"
+    # stride() and stride(dim), nonzero() and nonzero(as_tuple=True): one overload each, so that
+    # `s: int = x.stride(0)` and `x.nonzero()[:, 0]` type-check
+    tensor = next(n for n in parse(ROOT_STUB).body if isinstance(n, ast.ClassDef) and n.name == "Tensor")
+    for name, returns in (("stride", {"builtins.tuple[builtins.int, ...]", "builtins.int"}),
+                          ("nonzero", {"cf._cf.Tensor", "builtins.tuple[cf._cf.Tensor, ...]"})):
+        defs = [n for n in tensor.body if isinstance(n, ast.FunctionDef) and n.name == name]
+        assert {ast.unparse(d.returns) for d in defs} == returns
+        assert all(any(ast.unparse(dec) == "typing.overload" for dec in d.decorator_list) for d in defs)

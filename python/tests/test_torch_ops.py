@@ -452,6 +452,33 @@ def test_tensor_conveniences_refuse_bad_input():
         cf.repeat_interleave(cf.zeros([3]), cf.tensor([1, 2]))
     with pytest.raises(cf.ValueError, match=r"^\[repeat_interleave\] repeats must be >= 0"):
         cf.repeat_interleave(cf.zeros([3]), -1)
+    with pytest.raises(cf.ValueError, match=r"^\[repeat_interleave\] repeats must be >= 0, got -1"):
+        cf.repeat_interleave(cf.tensor([1, 2, 3]), cf.tensor([1, -1, 2]))  # (a running sum would not tell)
+    with pytest.raises(cf.ValueError, match=r"^\[repeat_interleave\] output_size 2 is not the output's length 3"):
+        cf.repeat_interleave(cf.tensor([1, 2]), cf.tensor([1, 2]), output_size=2)
+    with pytest.raises(cf.ValueError, match=r"^\[repeat_interleave\] output_size 3 is not the output's length 4"):
+        cf.repeat_interleave(cf.tensor([1, 2]), 2, output_size=3)
+    with pytest.raises(IndexError, match=r"^\[repeat_interleave\] dim 2 is out of range"):
+        cf.repeat_interleave(cf.zeros([2, 2]), 2, dim=2)
+    with pytest.raises(cf.ValueError, match=r"^\[isclose\] rtol and atol must be >= 0"):
+        cf.isclose(cf.zeros([1]), cf.zeros([1]), rtol=-1.0)
+
+
+def test_tensor_conveniences_edge_cases():
+    # as_tensor copies what NumPy cannot share (bool through DLPack on older NumPy, byte-swapped data) and takes a
+    # cf.Device
+    assert cf.as_tensor(np.array([True, False])).tolist() == [True, False]
+    assert cf.as_tensor(np.array([1.0, 2.0], dtype=">f4")).tolist() == [1.0, 2.0]
+    assert cf.as_tensor(np.arange(3.0), device=cf.Device("cpu")).tolist() == [0.0, 1.0, 2.0]
+    # repeat_interleave: a 0-d count repeats everything, even a single element; lists of counts
+    assert cf.repeat_interleave(cf.tensor([7]), cf.tensor(3)).tolist() == [7, 7, 7]
+    assert cf.repeat_interleave(cf.tensor([1, 2]), [1, 2]).tolist() == [1, 2, 2]
+    assert cf.repeat_interleave(cf.tensor([1, 2]), cf.tensor([0, 0])).tolist() == []
+    # isclose with a number takes it as it is (not in the tensor's dtype), int64 exactly
+    assert cf.isclose(cf.tensor([5]), 5.4).tolist() == [False]
+    assert cf.isclose(cf.tensor([1, 2]), 1.5, atol=0.6).tolist() == [True, True]
+    assert cf.isclose(cf.tensor([1, 2]), float("nan")).tolist() == [False, False]
+    assert cf.isclose(cf.tensor([2**62 + 1]), cf.tensor([2**62]), rtol=0, atol=0).tolist() == [False]
 
 
 def test_subset_random_split_and_cuda_memory_functions():

@@ -19,6 +19,9 @@ What stubgen leaves and this fixes (each found by running mypy over user code):
   cf._nn_extras import _parameters as parameters`, and not in their class: a type checker saw
   no Module.parameters. Each is written into its class as a method stub with the function's
   own annotations (names of its module qualified: `cf._nn_extras._Parameters`).
+- The classes cf's package defines in Python for cf.nn (CrossEntropyLoss, ModuleDict, ...) came as
+  `from cf.nn import ...` in cf._cf.nn's stub, a cycle with cf.nn's `from cf._cf.nn import *`:
+  they are imported from the private modules that define them.
 - `import cf.nn` / `from cf.nn import Linear` work at run time through sys.modules
   (cf/__init__.py); OUT_DIR/nn/__init__.pyi, nn/init.pyi, models.pyi, data.pyi, cuda.pyi,
   autograd.pyi and dist.pyi let type checkers resolve them too.
@@ -151,7 +154,7 @@ def method_stub(name, fn, kind, source):
     def qualify(ann):
         if ann is inspect.Parameter.empty:
             return None
-        tree = ast.parse(ann if isinstance(ann, str) else ann.__qualname__, mode="eval")
+        tree = ast.parse(ann if isinstance(ann, str) else inspect.formatannotation(ann), mode="eval")
         for n in ast.walk(tree):
             if isinstance(n, ast.Name) and n.id in BUILTIN_TYPES:
                 n.id = "builtins." + n.id
@@ -160,6 +163,12 @@ def method_stub(name, fn, kind, source):
                 n.id = value.__name__ if inspect.ismodule(value) else "%s.%s" % (source, n.id)
         return ast.unparse(tree)
 
+    overloads = getattr(fn, "_stub_overloads", None)
+    if overloads:  # [(parameters, return type)] in stub syntax, where one signature would type calls too loosely
+        out = []
+        for params, ret in overloads:
+            out += ["    @typing.overload", "    def %s(%s) -> %s: ..." % (name, params, ret)]
+        return out
     P = inspect.Parameter
     sig = inspect.signature(fn)
     params, star = [], False
@@ -188,6 +197,32 @@ def method_stub(name, fn, kind, source):
     else:
         out.append("        ...")
     return out
+
+
+def fix_public_reexports(text, module):
+    """`from cf.nn import (CrossEntropyLoss as CrossEntropyLoss, ...)` in cf._cf.nn's stub: the classes cf's
+    package defines in Python and sets on the extension's module name cf.nn as their __module__, while cf.nn's stub
+    is `from cf._cf.nn import *`: a cycle, so type checkers resolved none of them (Any). Each is imported from the
+    private module that defines it (cf._nn_extras, cf._containers, ...)."""
+    public = {"cf." + s for s in SUBMODULES}
+    mod = importlib.import_module(module)
+    tree = ast.parse(text)
+    lines = text.split("\n")
+    for node in reversed(tree.body):
+        if not (isinstance(node, ast.ImportFrom) and node.module in public):
+            continue
+        by_source = {}
+        for alias in node.names:
+            name = alias.asname or alias.name
+            obj = getattr(mod, name, None)
+            source = next((m for m in sorted(sys.modules) if m.startswith("cf._") and not m.startswith("cf._cf")
+                           and getattr(sys.modules[m], alias.name, None) is obj and obj is not None), node.module)
+            by_source.setdefault(source, []).append(alias)
+        new = []
+        for source, aliases in sorted(by_source.items()):
+            new += ["from %s import (" % source] + ["    %s as %s," % (a.name, a.asname or a.name) for a in aliases] + [")"]
+        lines[node.lineno - 1:node.end_lineno] = new
+    return "\n".join(lines)
 
 
 def fix_patched_methods(text, module):
@@ -272,6 +307,7 @@ def main(raw, out):
                 text = fh.read()
             text = fix_imports_from_cf(text, module)
             text = fix_patched_methods(text, module)
+            text = fix_public_reexports(text, module)
             text = fix_shadowing(text, module)
             text = add_imports(text)
             ast.parse(text)  # still a valid stub
