@@ -9,14 +9,22 @@ __all__ = ["manual_seed", "manual_seed_all", "empty_cache", "memory_allocated", 
 
 def _cuda(device, op):
     """device (None, an index, "cuda[:i]" or a cf.Device) as a CUDA cf.Device."""
+    import numbers
+    given = device
     if device is None:
         device = 0
-    if isinstance(device, int) and not isinstance(device, bool):
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool) and device >= 0:
         device = "cuda:%d" % device
-    d = _cf.Device(device) if isinstance(device, str) else device
+    try:
+        d = _cf.Device(device) if isinstance(device, str) else device
+    except _cf.Error:
+        d = None
     if not isinstance(d, _cf.Device) or not d.is_cuda:
         raise _cf.DeviceError("[cuda.%s] expects a CUDA device (an index, \"cuda:i\" or a cf.Device), got %r"
-                              % (op, device))
+                              % (op, given))
+    if d.index >= _cf.cuda.device_count():
+        raise _cf.DeviceError("[cuda.%s] %s is not a visible device (%d CUDA devices)"
+                              % (op, d, _cf.cuda.device_count()))
     return d
 
 
@@ -65,8 +73,8 @@ def current_device() -> int:
 def set_device(device) -> None:
     """Accepts device 0 only: cf has no current device to change. Name the device where tensors are made or moved
     (t.to("cuda:1"), device="cuda:1"), one process per GPU as with torch.distributed."""
-    d = _cuda(device, "set_device")
-    if d.index != 0:
+    d = _cuda(device, "set_device") if device not in (0, "cuda", "cuda:0") else None
+    if d is not None and d.index != 0:
         raise _cf.DeviceError("[cuda.set_device] cf has no current device, so cuda:%d cannot become the default; "
                               "name it where tensors are made or moved (device=\"cuda:%d\", t.to(\"cuda:%d\"))"
                               % (d.index, d.index, d.index))

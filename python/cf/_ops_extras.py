@@ -531,5 +531,6 @@ for _n, _f in (("stride", _stride), ("element_size", _element_size), ("new_tenso
                ("repeat_interleave", repeat_interleave), ("bincount", bincount), ("outer", outer), ("dot", dot),
                ("isclose", isclose), ("count_nonzero", count_nonzero), ("broadcast_to", broadcast_to)):
     setattr(_cf.Tensor, _n, _f)
-_cf.Tensor.clip = _cf.Tensor.clamp  # torch's alias
+_cf.Tensor.clip = _cf.Tensor.clamp  # torch's aliases
+_cf.Tensor.clip_ = _cf.Tensor.clamp_
 clip = _cf.clamp
