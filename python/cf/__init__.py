@@ -90,8 +90,9 @@ from . import _cuda_extras, _data_extras  # noqa: E402,F401  (torch.cuda's memor
 from ._ops_extras import *  # noqa: E402,F401,F403  (einsum, multinomial, ...: its __all__)
 
 _cf.nn.ModuleDict = _ModuleDict
-for _name in ("CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "SiLU", "Softmax",
-              "LogSoftmax", "Flatten", "RMSNorm", "MultiheadAttention", "utils"):
+for _name in ("CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss",
+              "HuberLoss", "KLDivLoss", "ELU", "Softplus", "Mish", "Hardtanh", "SiLU", "Softmax", "LogSoftmax",
+              "Flatten", "RMSNorm", "MultiheadAttention", "utils"):
     setattr(_cf.nn, _name, getattr(_nn_extras, _name))
 _sys.modules[__name__ + ".nn.utils"] = _nn_extras.utils
 _sys.modules[__name__ + ".nn.utils.rnn"] = _nn_extras.utils.rnn

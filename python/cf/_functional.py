@@ -11,10 +11,11 @@ import math as _math
 
 from . import _cf
 
-__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "leaky_relu", "softplus", "softmax", "log_softmax",
-           "dropout", "linear", "layer_norm", "embedding", "one_hot", "pad", "normalize", "cosine_similarity",
-           "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy",
-           "binary_cross_entropy_with_logits", "scaled_dot_product_attention"]
+__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "leaky_relu", "softplus", "elu", "logsigmoid", "hardtanh",
+           "mish", "glu", "softmax", "log_softmax", "dropout", "linear", "layer_norm", "embedding", "one_hot", "pad",
+           "normalize", "cosine_similarity", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
+           "huber_loss", "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+           "scaled_dot_product_attention"]
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -78,14 +79,72 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
     return _cf.leaky_relu(input, negative_slope)
 
 
+def _log1p_exp(x):
+    """log(1 + exp(x)) without overflow, as max(x, 0) + log1p(exp(-|x|)), with the gradient sigmoid(x) at every x:
+    both pieces split at one comparison, so x = 0 gets 1/2 (relu's and abs's zero gradients there gave 0)."""
+    pos = x > 0
+    return _cf.where(pos, x, 0.0) + _cf.log1p(_cf.exp(_cf.where(pos, -x, x)))
+
+
 def softplus(input, beta=1.0, threshold=20.0):
     """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch, for overflow)."""
     if beta <= 0:
         raise _cf.ValueError("[softplus] beta must be > 0, got %r" % (beta,))
     bx = input * beta
-    # log1p(exp(-|bx|)) + max(bx, 0) never overflows; the threshold keeps PyTorch's values above it
-    smooth = (_cf.log1p(_cf.exp(-_cf.abs(bx))) + _cf.relu(bx)) * (1.0 / beta)
-    return _cf.where(bx > threshold, input, smooth)
+    # the threshold keeps PyTorch's values above it
+    return _cf.where(bx > threshold, input, _log1p_exp(bx) * (1.0 / beta))
+
+
+def elu(input, alpha=1.0, inplace=False):
+    """x where x > 0, alpha (exp(x) - 1) elsewhere (expm1: exact near 0; the gradient at 0 is alpha, as PyTorch's)."""
+    _no_inplace(inplace, "elu")
+    _check_tensor(input, "input", "elu")
+    pos = input > 0
+    # exp of the non-positive part only: a large x overflowed in the branch where() drops, and its zero gradient
+    # times exp(x) = inf gave NaN
+    return _cf.where(pos, input, _cf.expm1(_cf.where(pos, _cf.zeros_like(input), input)) * alpha)
+
+
+def logsigmoid(input):
+    """log(sigmoid(x)) = -softplus(-x), computed as min(x, 0) - log1p(exp(-|x|)): no overflow for any x, and
+    exact for large |x| (log(sigmoid(x)) gave -inf, or 0, there)."""
+    _check_tensor(input, "input", "logsigmoid")
+    return -_log1p_exp(-input)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    """x clamped to [min_val, max_val]; the gradient is 1 strictly inside and 0 at and beyond the bounds, as
+    PyTorch's (a plain clamp passes it at the bounds too)."""
+    _no_inplace(inplace, "hardtanh")
+    _check_tensor(input, "input", "hardtanh")
+    if not min_val <= max_val:
+        raise _cf.ValueError("[hardtanh] max_val (%r) must be >= min_val (%r)" % (max_val, min_val))
+    outside = _cf.logical_or(input <= min_val, input >= max_val)  # (NaN is inside: it passes, as PyTorch's)
+    return _cf.where(outside, _cf.clamp(input, min_val, max_val).detach(), input)
+
+
+def mish(input, inplace=False):
+    """x tanh(softplus(x)) (softplus without overflow: x for large x, 0 for very negative x)."""
+    _no_inplace(inplace, "mish")
+    _check_tensor(input, "input", "mish")
+    return input * _cf.tanh(_log1p_exp(input))
+
+
+def glu(input, dim=-1):
+    """Gated linear unit: a sigmoid(b), a and b the first and second halves of input along dim (even size)."""
+    _check_tensor(input, "input", "glu")
+    n = input.dim()
+    if n == 0:
+        raise _cf.ShapeError("[glu] needs a tensor of at least 1 axis to halve, got a 0-d tensor")
+    if not -n <= dim < n:
+        raise _cf.IndexError("[glu] dim %d is out of range for shape %s" % (dim, list(input.shape)))
+    dim %= n
+    size = input.shape[dim]
+    if size % 2:
+        raise _cf.ShapeError("[glu] dim %d is halved, so its size must be even, got %d (shape %s)"
+                             % (dim, size, list(input.shape)))
+    half = size // 2
+    return _cf.narrow(input, dim, 0, half) * _cf.sigmoid(_cf.narrow(input, dim, half, half))
 
 
 def _with_dtype(input, dtype):
@@ -281,6 +340,66 @@ def mse_loss(input, target, reduction="mean"):
 def l1_loss(input, target, reduction="mean"):
     """|input - target|, reduced."""
     return _reduce(_cf.abs(input - target), reduction, "l1_loss")
+
+
+def _check_pointwise_loss(input, target, reduction, op, reductions=_REDUCTIONS):
+    """The arguments of an elementwise loss checked before its ops run (tensors, shapes that broadcast, the
+    reduction's name), so that a bad one is named by the loss."""
+    _check_tensor(input, "input", op)
+    _check_tensor(target, "target", op)
+    _broadcast_shape(input.shape, target.shape, op)
+    if reduction not in reductions:
+        raise _cf.ValueError("[%s] reduction must be %s or %r, got %r"
+                             % (op, ", ".join(repr(r) for r in reductions[:-1]), reductions[-1], reduction))
+
+
+def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
+    """0.5 d^2 / beta where d = |input - target| < beta, d - 0.5 beta elsewhere, reduced (beta = 0: l1_loss). The
+    gradient is PyTorch's: (input - target) / beta inside, its sign outside. Shapes broadcast (PyTorch warns)."""
+    _check_pointwise_loss(input, target, reduction, "smooth_l1_loss")
+    if not beta >= 0:
+        raise _cf.ValueError("[smooth_l1_loss] beta must be >= 0, got %r" % (beta,))
+    diff = input - target
+    d = _cf.abs(diff)
+    if beta == 0:
+        return _reduce(d, reduction, "smooth_l1_loss")
+    inside = _cf.logical_not(d >= beta)  # (NaN is inside: its gradient is NaN, as PyTorch's)
+    q = _cf.where(inside, diff, 0.0)  # (the square of the branch where() drops: an infinite d gave 0 * inf = NaN)
+    return _reduce(_cf.where(inside, q * q * (0.5 / beta), d - 0.5 * beta), reduction, "smooth_l1_loss")
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0):
+    """0.5 d^2 where d = |input - target| < delta, delta (d - 0.5 delta) elsewhere, reduced: smooth_l1_loss with
+    beta = delta, times delta. Shapes broadcast (PyTorch warns)."""
+    _check_pointwise_loss(input, target, reduction, "huber_loss")
+    if not delta > 0:
+        raise _cf.ValueError("[huber_loss] delta must be > 0, got %r" % (delta,))
+    diff = input - target
+    d = _cf.abs(diff)
+    inside = _cf.logical_not(d >= delta)
+    q = _cf.where(inside, diff, 0.0)
+    return _reduce(_cf.where(inside, q * q * 0.5, (d - 0.5 * delta) * delta), reduction, "huber_loss")
+
+
+def kl_div(input, target, reduction="mean", log_target=False):
+    """Kullback-Leibler divergence of log-probabilities input from target, pointwise target (log target - input)
+    (0 where target = 0, NaN where it is negative, as PyTorch's xlogy), or exp(target) (target - input) with
+    log_target. reduction "batchmean" divides the sum by input.shape[0] (the divergence per sample, what the
+    mathematical definition gives); "mean" divides by the number of elements (PyTorch warns that this is not
+    the divergence; cf does not warn)."""
+    _check_pointwise_loss(input, target, reduction, "kl_div", ("mean", "batchmean", "sum", "none"))
+    if log_target:
+        loss = _cf.exp(target) * (target - input)
+    else:
+        zero = target == 0
+        # xlogy(target, target): 0 where target = 0, with a zero gradient there (log(0) stays out of the graph)
+        safe = _cf.where(zero, _cf.ones_like(target), target)
+        t_log_t = _cf.where(zero, _cf.zeros_like(target), target * _cf.log(safe))
+        loss = t_log_t - target * input
+    if reduction == "batchmean":
+        total = loss.sum()
+        return total / input.shape[0] if input.dim() > 0 else total
+    return _reduce(loss, reduction, "kl_div")
 
 
 def _clamped_log(p):

@@ -1,6 +1,8 @@
 """torch.nn's loss and activation modules and torch.nn.utils, written in Python over cf.nn.functional (the
 layers with parameters are cf's own C++ modules)."""
+import math as _math
 import types as _types
+import typing as _typing
 
 from . import _cf
 from . import _functional as F
@@ -9,12 +11,15 @@ from . import _functional as F
 class _Loss(_cf.nn.Module):
     """A loss module: forward(input, target) calls the cf.nn.functional loss with the constructor's options."""
 
+    _reductions = ("mean", "sum", "none")
+
     def __init__(self, reduction="mean"):
         """reduction: 'mean', 'sum' or 'none'."""
         super().__init__()
-        if reduction not in ("mean", "sum", "none"):
-            raise _cf.ValueError("[%s] reduction must be 'mean', 'sum' or 'none', got %r"
-                                 % (type(self).__name__, reduction))
+        if reduction not in self._reductions:
+            raise _cf.ValueError("[%s] reduction must be %s or %r, got %r"
+                                 % (type(self).__name__, ", ".join(repr(r) for r in self._reductions[:-1]),
+                                    self._reductions[-1], reduction))
         self.reduction = reduction
 
     def _buffer(self, name, t):
@@ -95,6 +100,110 @@ class BCEWithLogitsLoss(_Loss):
     def forward(self, input, target):
         return F.binary_cross_entropy_with_logits(input, target, self._get("weight"), self.reduction,
                                                   self._get("pos_weight"))
+
+
+class SmoothL1Loss(_Loss):
+    """F.smooth_l1_loss as a module."""
+
+    def __init__(self, reduction="mean", beta=1.0):
+        """reduction, and beta >= 0 (the width of the quadratic part; 0: L1)."""
+        super().__init__(reduction)
+        if not beta >= 0:
+            raise _cf.ValueError("[SmoothL1Loss] beta must be >= 0, got %r" % (beta,))
+        self.beta = beta
+
+    def forward(self, input, target):
+        return F.smooth_l1_loss(input, target, self.reduction, self.beta)
+
+
+class HuberLoss(_Loss):
+    """F.huber_loss as a module."""
+
+    def __init__(self, reduction="mean", delta=1.0):
+        """reduction, and delta > 0 (where the loss turns from quadratic to linear)."""
+        super().__init__(reduction)
+        if not delta > 0:
+            raise _cf.ValueError("[HuberLoss] delta must be > 0, got %r" % (delta,))
+        self.delta = delta
+
+    def forward(self, input, target):
+        return F.huber_loss(input, target, self.reduction, self.delta)
+
+
+class KLDivLoss(_Loss):
+    """F.kl_div as a module: forward(input, target) with input log-probabilities (reduction 'batchmean' gives the
+    divergence per sample)."""
+
+    _reductions = ("mean", "batchmean", "sum", "none")
+
+    def __init__(self, reduction="mean", log_target=False):
+        """reduction: 'mean', 'batchmean', 'sum' or 'none'; log_target: target holds log-probabilities."""
+        super().__init__(reduction)
+        self.log_target = log_target
+
+    def forward(self, input, target):
+        return F.kl_div(input, target, self.reduction, self.log_target)
+
+
+def _refuse_inplace(inplace, name):
+    if inplace:
+        raise _cf.ValueError("[%s] inplace=True is not supported: cf's in-place ops refuse tensors that take part "
+                             "in autograd; the module returns a new tensor" % name)
+
+
+class ELU(_cf.nn.UnaryModule):
+    """F.elu as a module: x where x > 0, alpha (exp(x) - 1) elsewhere."""
+
+    def __init__(self, alpha=1.0, inplace=False):
+        """alpha: the value approached for x -> -inf is -alpha. inplace=True is refused."""
+        super().__init__()
+        _refuse_inplace(inplace, "ELU")
+        self.alpha, self.inplace = alpha, False
+
+    def forward(self, x):
+        return F.elu(x, self.alpha)
+
+
+class Softplus(_cf.nn.UnaryModule):
+    """F.softplus as a module: log(1 + exp(beta x)) / beta, x itself where beta x > threshold."""
+
+    def __init__(self, beta=1.0, threshold=20.0):
+        """beta > 0; threshold: above it (of beta x) the identity."""
+        super().__init__()
+        if not beta > 0:
+            raise _cf.ValueError("[Softplus] beta must be > 0, got %r" % (beta,))
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x):
+        return F.softplus(x, self.beta, self.threshold)
+
+
+class Mish(_cf.nn.UnaryModule):
+    """F.mish as a module: x tanh(softplus(x))."""
+
+    def __init__(self, inplace=False):
+        """inplace=True is refused."""
+        super().__init__()
+        _refuse_inplace(inplace, "Mish")
+        self.inplace = False
+
+    def forward(self, x):
+        return F.mish(x)
+
+
+class Hardtanh(_cf.nn.UnaryModule):
+    """F.hardtanh as a module: x clamped to [min_val, max_val]."""
+
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+        """The bounds (min_val <= max_val). inplace=True is refused."""
+        super().__init__()
+        _refuse_inplace(inplace, "Hardtanh")
+        if not min_val <= max_val:
+            raise _cf.ValueError("[Hardtanh] max_val (%r) must be >= min_val (%r)" % (max_val, min_val))
+        self.min_val, self.max_val, self.inplace = min_val, max_val, False
+
+    def forward(self, x):
+        return F.hardtanh(x, self.min_val, self.max_val)
 
 
 class SiLU(_cf.nn.UnaryModule):
@@ -303,8 +412,8 @@ class MultiheadAttention(_cf.nn.Module):
         return out, weights
 
 
-for _cls in (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCELoss, BCEWithLogitsLoss, SiLU, Softmax, LogSoftmax,
-             Flatten, RMSNorm, MultiheadAttention):
+for _cls in (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCELoss, BCEWithLogitsLoss, SmoothL1Loss, HuberLoss,
+             KLDivLoss, ELU, Softplus, Mish, Hardtanh, SiLU, Softmax, LogSoftmax, Flatten, RMSNorm, MultiheadAttention):
     _cls.__module__ = "cf.nn"
 del _cls
 
@@ -366,6 +475,114 @@ def _embedding_from_pretrained(embeddings: "_cf.Tensor", freeze: bool = True,
 
 
 _cf.nn.Embedding.from_pretrained = staticmethod(_embedding_from_pretrained)
+
+
+_SQRT2 = _math.sqrt(2.0)
+_LOG_SQRT_2PI = 0.5 * _math.log(2.0 * _math.pi)
+
+
+def _truncated_standard_normal(n, alpha, beta, generator, device):
+    """n float64 draws of a standard normal conditioned on [alpha, beta] (alpha < beta, either may be infinite), exact:
+    proposals from whichever of three samplers accepts most often (Robert 1995), the accepted ones kept in the
+    order drawn until there are n (they are independent, so any n of them are a sample). N(0, 1) kept inside the
+    interval suits a wide one around 0, a uniform proposal on [alpha, beta] accepted with probability
+    exp((z*^2 - z^2) / 2) (z* the point of the interval nearest 0) a narrow one, and alpha + Exp(lam) accepted with
+    probability exp(-(z - lam)^2 / 2) a tail (alpha > 0); the one picked accepts about half its proposals or more,
+    whatever the interval, and a round draws enough for all that are missing, so one or two rounds do."""
+    flip = alpha + beta < 0  # the tail on the right: draw for [-beta, -alpha] and negate
+    if flip:
+        alpha, beta = -beta, -alpha
+    lam = gap = None  # the exponential's rate (alpha + sqrt(alpha^2 + 4)) / 2, and lam - alpha, without overflow
+    if alpha > 0:
+        gap = 2.0 / (alpha + (alpha * _math.sqrt(1.0 + 4.0 / (alpha * alpha)) if alpha > 1 else
+                              _math.sqrt(alpha * alpha + 4.0)))
+        lam = alpha + gap
+    width, nearest = beta - alpha, max(alpha, 0.0)
+    mass = 0.5 * (_math.erfc(alpha / _SQRT2) - _math.erfc(beta / _SQRT2))  # P(alpha <= Z <= beta), alpha + beta >= 0
+    if mass > 0:  # the log of each sampler's acceptance rate
+        rates = {"normal": _math.log(mass)}
+        if _math.isfinite(width):
+            rates["uniform"] = _math.log(mass) - _math.log(width) + nearest * nearest / 2.0 + _LOG_SQRT_2PI
+        if lam is not None:
+            rates["exponential"] = _math.log(lam) + _LOG_SQRT_2PI + lam * alpha - lam * lam / 2.0 + _math.log(mass)
+        method = max(rates, key=rates.get)
+        rate = min(max(_math.exp(rates[method]), 0.25), 1.0)
+    else:  # (the mass underflows: an interval far out in the tail, or one narrower than rounding)
+        method = "uniform" if alpha <= 0 or width * alpha < 1.0 else "exponential"
+        rate = 0.5
+    f64 = _cf.float64
+    parts, missing = [], n
+    while missing > 0:
+        k = int(missing / rate * 1.05) + 16  # (a few more than expected: rarely a second round)
+        if method == "normal":
+            z = _cf.randn([k], dtype=f64, generator=generator, device=device)
+            ok = _cf.logical_and(z >= alpha, z <= beta)
+        elif method == "uniform":
+            z = _cf.rand([k], dtype=f64, generator=generator, low=alpha, high=beta, device=device)
+            u = _cf.rand([k], dtype=f64, generator=generator, device=device)
+            ok = u < _cf.exp((z - nearest) * (z + nearest) * -0.5)
+        else:
+            e = -_cf.log1p(-_cf.rand([k], dtype=f64, generator=generator, device=device)) * (1.0 / lam)
+            z = e + alpha
+            u = _cf.rand([k], dtype=f64, generator=generator, device=device)
+            ok = _cf.logical_and(z <= beta, u < _cf.exp(-0.5 * (e - gap) * (e - gap)))  # (e - gap = z - lam)
+        kept = z[ok]
+        if kept.numel() > missing:
+            kept = _cf.narrow(kept, 0, 0, missing)
+        parts.append(kept)
+        missing -= kept.numel()
+    out = parts[0] if len(parts) == 1 else _cf.cat(parts, 0)
+    return -out if flip else out
+
+
+def trunc_normal_(tensor: _cf.Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
+                  generator: _typing.Optional[_cf.Generator] = None) -> _cf.Tensor:
+    """Fills tensor in place (no grad, as cf.nn.init's other functions) with N(mean, std^2) values truncated to
+    [a, b] and returns it, as torch.nn.init.trunc_normal_: a and b are values (not numbers of std), either may be
+    infinite. The values are drawn from the generator (None: the default one, cf.manual_seed) and redrawn until
+    inside the bounds (cf has no erfinv for PyTorch's inverse-CDF method), exact wherever [a, b] lies, far from
+    the mean too (where PyTorch's is not, and warns); then cast to the tensor's dtype and clamped to [a, b]."""
+    op = "init::trunc_normal_"
+    if not isinstance(tensor, _cf.Tensor):
+        raise TypeError("[%s] tensor must be a cf.Tensor, got %s" % (op, type(tensor).__name__))
+    if not _cf.is_floating(tensor.dtype):
+        raise _cf.DTypeError("[%s] needs a float tensor, got %s" % (op, tensor.dtype.name))
+    mean, std, a, b = float(mean), float(std), float(a), float(b)
+    if not (_math.isfinite(mean) and _math.isfinite(std) and std > 0):
+        raise _cf.ValueError("[%s] needs a finite mean and a finite std > 0, got mean %r std %r" % (op, mean, std))
+    if not a <= b or a == b and _math.isinf(a):
+        raise _cf.ValueError("[%s] needs bounds a <= b that hold a value (either may be infinite), got a %r b %r"
+                             % (op, a, b))
+    if any(st == 0 and size > 1 for st, size in zip(tensor.stride(), tensor.shape)):
+        raise _cf.ValueError("[%s] the tensor (shape %s) has elements that share memory (an expand() view): it "
+                             "cannot take one drawn value per element; initialize a copy (contiguous())"
+                             % (op, list(tensor.shape)))
+    n = tensor.numel()
+    if n == 0:
+        return tensor
+    shape, alpha, beta = list(tensor.shape), (a - mean) / std, (b - mean) / std
+    if a == b:
+        values = _cf.full(shape, a, dtype=tensor.dtype, device=tensor.device)
+    elif alpha == beta and _math.isinf(alpha):  # ([a, b] so many std from the mean that the bound nearer it is all)
+        values = _cf.full(shape, a if alpha > 0 else b, dtype=tensor.dtype, device=tensor.device)
+    elif alpha == beta:  # (an interval too narrow for the standardised bounds to differ: the density is flat on it)
+        values = _cf.rand(shape, dtype=tensor.dtype, generator=generator, low=a, high=b, device=tensor.device)
+    else:
+        z = _truncated_standard_normal(n, alpha, beta, generator, tensor.device)
+        values = _cf.to(_cf.reshape(z * std + mean, shape), tensor.dtype)
+    # (mean + std z can round past a bound, and so can the cast to a narrower dtype)
+    if _math.isfinite(a) or _math.isfinite(b):
+        values = _cf.clamp(values, a if _math.isfinite(a) else None, b if _math.isfinite(b) else None)
+    recording = _cf.grad_enabled()
+    _cf._set_grad_enabled(False)
+    try:
+        tensor.copy_(values)
+    finally:
+        _cf._set_grad_enabled(recording)
+    return tensor
+
+
+_cf.nn.init.trunc_normal_ = trunc_normal_
 
 
 class _Parameters(list):

@@ -617,3 +617,257 @@ def test_rms_norm():
         norm(cf.zeros([2, 4]))
     with pytest.raises(cf.ValueError, match=r"^\[RMSNorm\] normalized_shape must be a positive size"):
         cf.nn.RMSNorm(0)
+
+
+import math  # noqa: E402  (for the tests below)
+
+
+def _against_torch(torch, cf_fn, torch_fn, *arrays, grads=None):
+    """cf_fn and torch_fn on float64 copies of arrays: asserts equal values (NaN and inf where torch has them) and
+    gradients of sum(y * w), w random, for each array (grads: a mask per array of the entries to compare, or None);
+    returns the largest value and gradient differences."""
+    cs = [cf.tensor(a, dtype=cf.float64, requires_grad=True) for a in arrays]
+    ts = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
+    cy, ty = cf_fn(*cs), torch_fn(*ts)
+    cv, tv = np.asarray(cy.detach()), ty.detach().numpy()
+    assert cv.shape == tv.shape and cy.dtype == cf.float64
+    np.testing.assert_allclose(cv, tv, rtol=1e-13, atol=1e-13)  # (NaN where torch's is NaN)
+    w = np.random.default_rng(7).standard_normal(tv.shape)
+    (cy * cf.tensor(w)).sum().backward()
+    (ty * torch.tensor(w)).sum().backward()
+    finite = np.isfinite(tv)
+    worst = float(np.abs(cv[finite] - tv[finite]).max()) if finite.any() else 0.0
+    worst_grad = 0.0
+    for i, (c, t) in enumerate(zip(cs, ts)):
+        cg, tg = np.asarray(c.grad), t.grad.numpy()
+        if grads is not None and grads[i] is not None:
+            cg, tg = cg[grads[i]], tg[grads[i]]
+        np.testing.assert_allclose(cg, tg, rtol=1e-12, atol=1e-13)
+        finite = np.isfinite(tg)
+        worst_grad = max(worst_grad, float(np.abs(cg[finite] - tg[finite]).max()) if finite.any() else 0.0)
+    return worst, worst_grad
+
+
+EDGE = np.array([0.0, -0.0, 1.0, -1.0, 1e-9, -1e-9, 0.5, -0.5, 19.99, 20.0, 20.01, 25.0, -25.0, 40.0, -40.0, 700.0,
+                 -700.0, 1e6, -1e6])
+
+
+def test_elu_logsigmoid_hardtanh_mish_glu_softplus_match_torch():
+    torch = pytest.importorskip("torch")
+    TF = torch.nn.functional
+    F = cf.nn.functional
+    x = np.concatenate([np.random.default_rng(30).standard_normal(60) * 4, EDGE])
+    cases = [("elu", F.elu, TF.elu), ("elu alpha", lambda t: F.elu(t, 0.3), lambda t: TF.elu(t, 0.3)),
+             ("elu alpha=2", lambda t: F.elu(t, alpha=2.0), lambda t: TF.elu(t, alpha=2.0)),
+             ("logsigmoid", F.logsigmoid, TF.logsigmoid), ("mish", F.mish, TF.mish),
+             ("softplus", F.softplus, TF.softplus),  # (its gradient at 0 is 1/2: was 0)
+             ("softplus beta", lambda t: F.softplus(t, 2.0, 5.0), lambda t: TF.softplus(t, 2.0, 5.0)),
+             ("hardtanh", F.hardtanh, TF.hardtanh),
+             ("hardtanh bounds", lambda t: F.hardtanh(t, -0.5, 20.0), lambda t: TF.hardtanh(t, -0.5, 20.0)),
+             ("hardtanh point", lambda t: F.hardtanh(t, 1.0, 1.0), lambda t: TF.hardtanh(t, 1.0, 1.0))]
+    for name, cf_fn, torch_fn in cases:
+        _against_torch(torch, cf_fn, torch_fn, x)  # (the bounds of hardtanh are in x: no gradient there)
+    # infinities and NaN: the values (and the gradients where PyTorch's are finite)
+    special = np.array([np.inf, -np.inf, np.nan])
+    for name, cf_fn, torch_fn in cases:
+        got = np.asarray(cf_fn(cf.tensor(special, dtype=cf.float64)))
+        np.testing.assert_array_equal(got, torch_fn(torch.tensor(special)).numpy(), err_msg=name)
+    for name, cf_fn, torch_fn in cases[:7]:
+        if name != "mish":  # (mish's gradient at inf is inf * 0 in PyTorch's formula too: NaN)
+            _against_torch(torch, cf_fn, torch_fn, special[:2])
+    # float32 follows float64 (no overflow anywhere)
+    for name, cf_fn, torch_fn in cases:
+        got = np.asarray(cf_fn(cf.tensor(x, dtype=cf.float32)))
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, torch_fn(torch.tensor(x, dtype=torch.float32)).numpy(), rtol=2e-6, atol=1e-6,
+                                   err_msg=name)
+    # glu halves any axis
+    a = np.random.default_rng(31).standard_normal((4, 6, 2)) * 3
+    for dim in (0, 1, 2, -1, -2, -3):
+        _against_torch(torch, lambda t: F.glu(t, dim), lambda t: TF.glu(t, dim), a)
+    _against_torch(torch, F.glu, TF.glu, np.array([1.0, -2.0, 40.0, -40.0]))
+    # the modules, in a Sequential
+    for cm, tm in ((cf.nn.ELU(), torch.nn.ELU()), (cf.nn.ELU(alpha=0.5), torch.nn.ELU(alpha=0.5)),
+                   (cf.nn.Softplus(), torch.nn.Softplus()), (cf.nn.Softplus(beta=3.0, threshold=4.0),
+                                                            torch.nn.Softplus(beta=3.0, threshold=4.0)),
+                   (cf.nn.Mish(), torch.nn.Mish()), (cf.nn.Hardtanh(), torch.nn.Hardtanh()),
+                   (cf.nn.Hardtanh(-2.0, 0.5), torch.nn.Hardtanh(-2.0, 0.5))):
+        _against_torch(torch, cf.nn.Sequential(cm), tm, x)
+        assert type(cm).__module__ == "cf.nn"
+
+
+def test_smooth_l1_huber_and_kl_div_match_torch():
+    torch = pytest.importorskip("torch")
+    TF = torch.nn.functional
+    F = cf.nn.functional
+    rng = np.random.default_rng(32)
+    target = rng.standard_normal((4, 6)) * 2
+    gaps = np.array([0.0, 1.0, -1.0, 0.5, -0.5, 3.0, -3.0, 1e-9, 40.0, -40.0, 1e200, -1e200])
+    inp = rng.standard_normal((4, 6)) * 2
+    inp[:2] = target[:2] + gaps.reshape(2, 6)  # at the bounds of each beta / delta below, and past them
+    for reduction in ("mean", "sum", "none"):
+        for beta in (1.0, 0.5, 3.0, 1e-3):
+            _against_torch(torch, lambda a, b: F.smooth_l1_loss(a, b, reduction, beta),
+                           lambda a, b: TF.smooth_l1_loss(a, b, reduction=reduction, beta=beta), inp, target)
+        # beta 0 is l1_loss (its gradient 0 where input = target; PyTorch 1.13's kernel gave -1 there)
+        _against_torch(torch, lambda a, b: F.smooth_l1_loss(a, b, reduction=reduction, beta=0.0),
+                       lambda a, b: TF.l1_loss(a, b, reduction=reduction), inp, target)
+        for delta in (1.0, 0.5, 3.0, 1e-3):
+            _against_torch(torch, lambda a, b: F.huber_loss(a, b, reduction, delta),
+                           lambda a, b: TF.huber_loss(a, b, reduction=reduction, delta=delta), inp, target)
+        # the modules
+        _against_torch(torch, cf.nn.SmoothL1Loss(reduction=reduction, beta=0.5),
+                       torch.nn.SmoothL1Loss(reduction=reduction, beta=0.5), inp, target)
+        _against_torch(torch, cf.nn.HuberLoss(reduction, delta=2.0), torch.nn.HuberLoss(reduction, delta=2.0),
+                       inp, target)
+    # infinite differences: values, and finite gradients (the square of the unused branch stays out)
+    inf_in, inf_t = np.array([np.inf, -np.inf, 1e300, 0.5, np.nan]), np.array([0.0, 0.0, -1e300, np.inf, 0.0])
+    for cf_fn, torch_fn in ((F.smooth_l1_loss, TF.smooth_l1_loss), (F.huber_loss, TF.huber_loss)):
+        _against_torch(torch, lambda a, b: cf_fn(a, b, reduction="none"),
+                       lambda a, b: torch_fn(a, b, reduction="none"), inf_in, inf_t)
+    # broadcasting, as PyTorch's (which warns)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _against_torch(torch, F.huber_loss, TF.huber_loss, inp, target[:1])
+        _against_torch(torch, F.smooth_l1_loss, TF.smooth_l1_loss, inp[:1], target)
+        # kl_div: log-probabilities from probabilities, a zero target, every reduction ("mean" warns in PyTorch)
+        logp = np.log(rng.dirichlet(np.ones(5), size=6))
+        q = rng.dirichlet(np.ones(5), size=6)
+        q[0, 1] = q[3, 4] = 0.0
+        positive = q > 0  # (PyTorch's target gradient where target = 0 is NaN, 0 * log 0's; cf's is finite)
+        for reduction in ("mean", "batchmean", "sum", "none"):
+            _against_torch(torch, lambda a, b: F.kl_div(a, b, reduction),
+                           lambda a, b: TF.kl_div(a, b, reduction=reduction), logp, q, grads=[None, positive])
+            _against_torch(torch, lambda a, b: F.kl_div(a, b, reduction, log_target=True),
+                           lambda a, b: TF.kl_div(a, b, reduction=reduction, log_target=True), logp, np.log(q + 1e-3))
+            _against_torch(torch, cf.nn.KLDivLoss(reduction=reduction), torch.nn.KLDivLoss(reduction=reduction),
+                           logp, q, grads=[None, positive])
+            _against_torch(torch, cf.nn.KLDivLoss(reduction, log_target=True),
+                           torch.nn.KLDivLoss(reduction=reduction, log_target=True), logp, np.log(q + 1e-3))
+        # a negative target gives NaN, as xlogy; a 0-d input's batchmean is its sum; a 3-d one divides by axis 0
+        _against_torch(torch, lambda a, b: F.kl_div(a, b, "none"), lambda a, b: TF.kl_div(a, b, reduction="none"),
+                       np.array([-1.0, -2.0]), np.array([-0.5, 0.25]), grads=[np.array([False, True])] * 2)
+        _against_torch(torch, lambda a, b: F.kl_div(a, b, "batchmean"),
+                       lambda a, b: TF.kl_div(a, b, reduction="batchmean"), np.array(-1.5), np.array(0.4))
+        _against_torch(torch, lambda a, b: F.kl_div(a, b, "batchmean"),
+                       lambda a, b: TF.kl_div(a, b, reduction="batchmean"), logp.reshape(2, 3, 5), q.reshape(2, 3, 5),
+                       grads=[None, positive.reshape(2, 3, 5)])
+    assert float(cf.nn.KLDivLoss("batchmean")(cf.tensor(logp), cf.tensor(q))) == pytest.approx(
+        float((np.where(q > 0, q * np.log(np.where(q > 0, q, 1)), 0) - q * logp).sum() / 6), rel=1e-12)
+
+
+def test_new_functions_and_modules_refuse_bad_input():
+    F = cf.nn.functional
+    x = cf.randn([3, 4])
+    for name, call in (("elu", lambda: F.elu(x, inplace=True)), ("hardtanh", lambda: F.hardtanh(x, inplace=True)),
+                       ("mish", lambda: F.mish(x, inplace=True))):
+        with pytest.raises(cf.ValueError, match=r"^\[%s\] inplace=True is not supported" % name):
+            call()
+    for name, cls in (("ELU", cf.nn.ELU), ("Mish", cf.nn.Mish), ("Hardtanh", cf.nn.Hardtanh)):
+        with pytest.raises(cf.ValueError, match=r"^\[%s\] inplace=True is not supported" % name):
+            cls(inplace=True)
+    with pytest.raises(cf.ValueError, match=r"^\[hardtanh\] max_val \(-1.0\) must be >= min_val \(1.0\)"):
+        F.hardtanh(x, 1.0, -1.0)
+    with pytest.raises(cf.ValueError, match=r"^\[Hardtanh\] max_val \(0.0\) must be >= min_val \(0.5\)"):
+        cf.nn.Hardtanh(0.5, 0.0)
+    with pytest.raises(cf.ValueError, match=r"^\[Softplus\] beta must be > 0, got 0"):
+        cf.nn.Softplus(beta=0)
+    with pytest.raises(TypeError, match=r"^\[logsigmoid\] input must be a cf.Tensor, got list"):
+        F.logsigmoid([1.0])
+    with pytest.raises(cf.ShapeError, match=r"^\[glu\] dim 1 is halved, so its size must be even, got 3"):
+        F.glu(cf.randn([2, 3]))
+    with pytest.raises(cf.ShapeError, match=r"^\[glu\] needs a tensor of at least 1 axis"):
+        F.glu(cf.tensor(1.0))
+    with pytest.raises(cf.IndexError, match=r"^\[glu\] dim 2 is out of range for shape \[3, 4\]"):
+        F.glu(x, 2)
+    y = cf.randn([3, 4])
+    for name, fn in (("smooth_l1_loss", F.smooth_l1_loss), ("huber_loss", F.huber_loss)):
+        with pytest.raises(cf.ValueError, match=r"^\[%s\] reduction must be 'mean', 'sum' or 'none', got 'avg'" % name):
+            fn(x, y, reduction="avg")
+        with pytest.raises(cf.ShapeError, match=r"^\[%s\] shapes \[3, 4\] and \[1, 3\] cannot be broadcast" % name):
+            fn(x, cf.randn([3]))
+        with pytest.raises(TypeError, match=r"^\[%s\] target must be a cf.Tensor, got float" % name):
+            fn(x, 1.0)
+    with pytest.raises(cf.ValueError, match=r"^\[smooth_l1_loss\] beta must be >= 0, got -1.0"):
+        F.smooth_l1_loss(x, y, beta=-1.0)
+    with pytest.raises(cf.ValueError, match=r"^\[huber_loss\] delta must be > 0, got 0.0"):
+        F.huber_loss(x, y, delta=0.0)
+    with pytest.raises(cf.ValueError,
+                       match=r"^\[kl_div\] reduction must be 'mean', 'batchmean', 'sum' or 'none', got 'batch'"):
+        F.kl_div(x, y, reduction="batch")
+    with pytest.raises(cf.ValueError, match=r"^\[SmoothL1Loss\] beta must be >= 0"):
+        cf.nn.SmoothL1Loss(beta=-0.5)
+    with pytest.raises(cf.ValueError, match=r"^\[HuberLoss\] delta must be > 0"):
+        cf.nn.HuberLoss(delta=-1.0)
+    with pytest.raises(cf.ValueError,
+                       match=r"^\[HuberLoss\] reduction must be 'mean', 'sum' or 'none', got 'batchmean'"):
+        cf.nn.HuberLoss(reduction="batchmean")
+    with pytest.raises(cf.ValueError,
+                       match=r"^\[KLDivLoss\] reduction must be 'mean', 'batchmean', 'sum' or 'none', got 'avg'"):
+        cf.nn.KLDivLoss(reduction="avg")
+    assert cf.nn.KLDivLoss(reduction="batchmean").reduction == "batchmean"
+
+
+def _truncated_normal_moments(mean, std, a, b):
+    """The mean and standard deviation of N(mean, std^2) truncated to [a, b], from math.erf."""
+    alpha, beta = (a - mean) / std, (b - mean) / std
+    pdf = lambda z: math.exp(-z * z / 2) / math.sqrt(2 * math.pi) if math.isfinite(z) else 0.0  # noqa: E731
+    cdf = lambda z: (1 + math.erf(z / math.sqrt(2))) / 2  # noqa: E731
+    zed = cdf(beta) - cdf(alpha)
+    za = alpha * pdf(alpha) if math.isfinite(alpha) else 0.0
+    zb = beta * pdf(beta) if math.isfinite(beta) else 0.0
+    m = (pdf(alpha) - pdf(beta)) / zed
+    var = 1 + (za - zb) / zed - m * m
+    return mean + std * m, std * math.sqrt(var)
+
+
+def test_trunc_normal_is_bounded_with_the_truncated_moments_and_seeded():
+    n = 100000
+    for mean, std, a, b in ((0.0, 1.0, -2.0, 2.0), (0.0, 0.02, -0.04, 0.04), (1.0, 2.0, 3.0, 4.0),
+                            (0.5, 1.0, -math.inf, 0.0), (0.0, 1.0, 2.5, math.inf), (0.0, 1.0, -7.0, -5.0),
+                            (0.0, 1.0, 0.1, 0.15), (2.0, 0.5, -math.inf, math.inf), (0.0, 1.0, -1.0, 4.0)):
+        t = cf.empty([n], dtype=cf.float64)
+        assert cf.nn.init.trunc_normal_(t, mean, std, a, b, generator=cf.Generator(5)) is t
+        v = np.asarray(t)
+        assert v.min() >= a and v.max() <= b
+        want_mean, want_std = _truncated_normal_moments(mean, std, a, b)
+        # 6 standard errors of the sample mean and (roughly) of the sample deviation
+        assert abs(v.mean() - want_mean) < 6 * want_std / math.sqrt(n), (mean, std, a, b)
+        assert abs(v.std() - want_std) < 6 * want_std / math.sqrt(2 * n) + 1e-12, (mean, std, a, b)
+    # deterministic with a generator, and the default generator follows cf.manual_seed
+    draw = lambda **kw: np.asarray(cf.nn.init.trunc_normal_(cf.empty([50, 7]), **kw))  # noqa: E731
+    np.testing.assert_array_equal(draw(generator=cf.Generator(3)), draw(generator=cf.Generator(3)))
+    assert not np.array_equal(draw(generator=cf.Generator(3)), draw(generator=cf.Generator(4)))
+    cf.manual_seed(11)
+    first = draw(std=0.02, a=-0.04, b=0.04)
+    cf.manual_seed(11)
+    np.testing.assert_array_equal(first, draw(std=0.02, a=-0.04, b=0.04))
+    assert first.dtype == np.float32 and np.abs(first).max() <= 0.04 and first.shape == (50, 7)
+    # a parameter (requires grad, as cf.nn.init's others), a transposed view, a narrower dtype, a single value
+    lin = cf.nn.Linear(8, 4)
+    w = cf.nn.init.trunc_normal_(lin.weight, std=0.1, a=-0.1, b=0.1)
+    assert w is lin.weight and w.requires_grad and np.abs(np.asarray(w.detach())).max() <= 0.1
+    base = cf.zeros([30, 40], dtype=cf.float64)
+    cf.nn.init.trunc_normal_(cf.transpose(base, 0, 1), 3.0, 1.0, 2.0, 3.5, generator=cf.Generator(1))
+    vb = np.asarray(base)
+    assert vb.min() >= 2.0 and vb.max() <= 3.5 and len(np.unique(vb)) == vb.size
+    half = cf.nn.init.trunc_normal_(cf.empty([1000], dtype=cf.bfloat16), 0.0, 1.0, -0.5, 0.25)
+    hv = np.asarray(half.to(cf.float32))
+    assert hv.min() >= -0.5 and hv.max() <= 0.25
+    assert np.asarray(cf.nn.init.trunc_normal_(cf.empty([3]), 5.0, 1.0, 1.5, 1.5)).tolist() == [1.5] * 3
+    assert cf.nn.init.trunc_normal_(cf.empty([0, 3])).shape == (0, 3)
+    # the refusals, named
+    with pytest.raises(cf.ValueError, match=r"^\[init::trunc_normal_\] needs a finite mean and a finite std > 0"):
+        cf.nn.init.trunc_normal_(cf.empty([3]), std=0.0)
+    with pytest.raises(cf.ValueError, match=r"^\[init::trunc_normal_\] needs bounds a <= b"):
+        cf.nn.init.trunc_normal_(cf.empty([3]), a=1.0, b=-1.0)
+    with pytest.raises(cf.ValueError, match=r"^\[init::trunc_normal_\] needs bounds a <= b"):
+        cf.nn.init.trunc_normal_(cf.empty([3]), a=math.nan)
+    with pytest.raises(cf.DTypeError, match=r"^\[init::trunc_normal_\] needs a float tensor, got int64"):
+        cf.nn.init.trunc_normal_(cf.zeros([3], dtype=cf.int64))
+    with pytest.raises(cf.ValueError, match=r"^\[init::trunc_normal_\] the tensor \(shape \[4, 3\]\) has elements "
+                                            r"that share memory"):
+        cf.nn.init.trunc_normal_(cf.expand(cf.zeros([1, 3]), [4, 3]))
+    with pytest.raises(TypeError, match=r"^\[init::trunc_normal_\] tensor must be a cf.Tensor"):
+        cf.nn.init.trunc_normal_(np.zeros(3))
