@@ -9,7 +9,9 @@ from ._functional import _broadcast_shape
 
 __all__ = ["einsum", "multinomial", "from_numpy", "is_tensor", "numel", "as_tensor", "empty_like", "randn_like",
            "rand_like", "broadcast_to", "isclose", "count_nonzero", "outer", "dot", "masked_select", "nonzero",
-           "bincount", "repeat_interleave", "clip"]
+           "bincount", "repeat_interleave", "clip", "lerp", "logical_xor", "log2", "log10", "exp2", "true_divide",
+           "addmm", "baddbmm", "addmv", "diag", "diagonal", "trace", "meshgrid", "cdist", "tensordot", "inner", "kron",
+           "unique", "median", "kthvalue", "quantile"]
 
 _LETTERS = frozenset(_string.ascii_letters)
 _FLOATS = (_cf.float32, _cf.float64, _cf.bfloat16, _cf.float16)
@@ -526,10 +528,622 @@ def _scatter_add_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor") -> "_c
     return self.copy_(_cf.scatter_add(self, dim, index, src))
 
 
+# ---- more of PyTorch's tensor functions (lerp ... quantile), composed of cf's ops
+
+def _need_tensor(op, name, x):
+    if not isinstance(x, _cf.Tensor):
+        raise TypeError("[%s] %s must be a cf.Tensor, got %s" % (op, name, type(x).__name__))
+
+
+def _need_float(op, name, x):
+    _need_tensor(op, name, x)
+    if x.dtype not in _FLOATS:
+        raise _cf.DTypeError("[%s] %s must be a float tensor, got %s" % (op, name, x.dtype.name))
+
+
+def _same_dtype(op, *tensors):
+    if len({t.dtype for t in tensors}) > 1:
+        raise _cf.DTypeError("[%s] the tensors must share one dtype, got %s"
+                             % (op, ", ".join(t.dtype.name for t in tensors)))
+
+
+def _axis(op, dim, ndim):
+    """dim as an axis in [0, ndim) (a 0-d tensor takes 0 and -1, as PyTorch's)."""
+    if not isinstance(dim, _numbers.Integral) or isinstance(dim, bool):
+        raise TypeError("[%s] dim must be an int, got %r" % (op, dim))
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise _cf.IndexError("[%s] dim %d is out of range for a tensor of %d dimensions" % (op, dim, ndim))
+    return dim + n if dim < 0 else dim
+
+
+def _named(op, fn, *args):
+    """fn(*args) with cf's errors (shapes, devices) named as op's."""
+    try:
+        return fn(*args)
+    except _cf.Error as e:
+        raise type(e)("[%s] %s" % (op, e)) from None
+
+
+def _to_float(x):
+    # PyTorch's rule for log2 & co.: an integer or bool tensor gives float32 (its default dtype)
+    return x if x.dtype in _FLOATS else _cf.to(x, _cf.float32)
+
+
+def lerp(input: "_cf.Tensor", end: "_cf.Tensor", weight: "_cf.Tensor | float") -> "_cf.Tensor":
+    """input + weight * (end - input), broadcast (torch.lerp), with PyTorch's formula: for |weight| >= 0.5 it is
+    end - (end - input) * (1 - weight), exact at weight 1. Float tensors of one dtype (weight too, when a
+    tensor). Differentiable in all three."""
+    op = "lerp"
+    _need_float(op, "input", input)
+    _need_tensor(op, "end", end)
+    _same_dtype(op, input, end)
+    if isinstance(weight, _cf.Tensor):
+        _same_dtype(op, input, weight)
+
+        def f():
+            diff = end - input
+            return _cf.where(_cf.abs(weight) < 0.5, input + weight * diff, end - diff * (1 - weight))
+        return _named(op, f)
+    if not isinstance(weight, _numbers.Real) or isinstance(weight, bool):
+        raise TypeError("[%s] weight must be a number or a cf.Tensor, got %s" % (op, type(weight).__name__))
+    w = float(weight)
+    diff = _named(op, _cf.sub, end, input)
+    return input + diff * w if abs(w) < 0.5 else end - diff * (1.0 - w)
+
+
+def logical_xor(input: "_cf.Tensor", other: "_cf.Tensor") -> "_cf.Tensor":
+    """Elementwise XOR of the truth of input and other (nonzero is true), broadcast; a bool tensor
+    (torch.logical_xor)."""
+    op = "logical_xor"
+    _need_tensor(op, "input", input)
+    _need_tensor(op, "other", other)
+    a = input if input.dtype == _cf.bool else input != 0
+    b = other if other.dtype == _cf.bool else other != 0
+    return _named(op, _cf.ne, a, b)
+
+
+_LN2 = 0.6931471805599453
+_LN10 = 2.302585092994046
+
+
+def _log_base(op, input, base, ln_base):
+    """log(x) / ln(base), exact where x is an integer power of base (as PyTorch's log2 and log10, so floor() of it
+    counts digits and bits right): the quotient rounded to the nearest integer k replaces it where base ** k == x
+    (k's value, the quotient's gradient)."""
+    _need_tensor(op, "input", input)
+    x = _to_float(input)
+    y = _cf.log(x) / ln_base
+    yd = y.detach()  # (the correction is computed from detached values: no graph)
+    finite = _cf.isfinite(yd)
+    safe = _cf.where(finite, yd, _cf.zeros_like(yd))
+    k = _cf.to(_cf.to(safe + _cf.sign(safe) * 0.5, _cf.int64), _cf.float64)  # (round half away from zero)
+    exact = _cf.logical_and(finite, _cf.pow(_cf.full([], float(base), dtype=_cf.float64, device=x.device), k)
+                            == _cf.to(x, _cf.float64))
+    return y + _cf.where(exact, _cf.to(k, y.dtype) - yd, _cf.zeros_like(yd))
+
+
+def log2(input: "_cf.Tensor") -> "_cf.Tensor":
+    """Base-2 logarithm (torch.log2): log(x) / ln 2, exact at powers of 2; an integer tensor gives float32."""
+    return _log_base("log2", input, 2, _LN2)
+
+
+def log10(input: "_cf.Tensor") -> "_cf.Tensor":
+    """Base-10 logarithm (torch.log10): log(x) / ln 10, exact at powers of 10; an integer tensor gives float32."""
+    return _log_base("log10", input, 10, _LN10)
+
+
+def exp2(input: "_cf.Tensor") -> "_cf.Tensor":
+    """2 ** input (torch.exp2), as cf.pow of 2 (exact at integers); an integer tensor gives float32."""
+    _need_tensor("exp2", "input", input)
+    x = _to_float(input)
+    return _cf.pow(_cf.full([], 2.0, dtype=x.dtype, device=x.device), x)
+
+
+def true_divide(input: "_cf.Tensor", other: "_cf.Tensor | float") -> "_cf.Tensor":
+    """input / other, true division (torch.true_divide, = torch.div): integer tensors give float32 (cf.div of
+    two integer tensors truncates; this does not)."""
+    op = "true_divide"
+    _need_tensor(op, "input", input)
+    if not isinstance(other, (_cf.Tensor, _numbers.Real)):
+        raise TypeError("[%s] other must be a number or a cf.Tensor, got %s" % (op, type(other).__name__))
+    return _named(op, lambda: input / other)
+
+
+# ---------------------------------------------------------------- matrix products
+def _mm(a, b):
+    """a @ b for (..., n, k) and (..., k, m) of one dtype: cf.matmul for floats, int64 by a broadcast product
+    summed over k (matmul is for floats)."""
+    if a.dtype in _FLOATS:
+        return _cf.matmul(a, b)
+    return _cf.sum(_cf.unsqueeze(a, a.dim()) * _cf.unsqueeze(b, b.dim() - 2), [a.dim() - 1])
+
+
+def _add_product(op, input, prod, beta, alpha):
+    """beta * input + alpha * prod (PyTorch's addmm & co.): input broadcasts to prod's shape; with beta 0 input
+    is not read (a NaN there stays out, as PyTorch's; its gradient then stays None where PyTorch's is zeros).
+    Integer tensors take integer beta and alpha."""
+    for name, v in (("beta", beta), ("alpha", alpha)):
+        if not isinstance(v, _numbers.Real) or isinstance(v, bool) or \
+                (prod.dtype not in _FLOATS and not isinstance(v, _numbers.Integral)):
+            raise _cf.ValueError("[%s] %s must be a number (an integer for %s tensors), got %r"
+                                 % (op, name, prod.dtype.name, v))
+    shape = list(prod.shape)
+    try:
+        fits = _broadcast_shape(list(input.shape), shape, op) == shape
+    except _cf.ShapeError:
+        fits = False
+    if not fits:
+        raise _cf.ShapeError("[%s] input of shape %s does not broadcast to the product's shape %s"
+                             % (op, tuple(input.shape), tuple(shape)))
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        return prod
+    return prod + (input if beta == 1 else input * beta)
+
+
+def _check_mats(op, input, mats, ndims):
+    _need_tensor(op, "input", input)
+    for (name, t), nd in zip(mats, ndims):
+        _need_tensor(op, name, t)
+        if t.dim() != nd:
+            raise _cf.ShapeError("[%s] %s must be %d-d, got shape %s" % (op, name, nd, tuple(t.shape)))
+    _same_dtype(op, input, *(t for _, t in mats))
+    if input.dtype == _cf.bool:
+        raise _cf.DTypeError("[%s] is not defined for bool tensors" % op)
+
+
+def addmm(input: "_cf.Tensor", mat1: "_cf.Tensor", mat2: "_cf.Tensor", beta: float = 1,
+          alpha: float = 1) -> "_cf.Tensor":
+    """beta * input + alpha * (mat1 @ mat2) (torch.addmm): mat1 (n, k), mat2 (k, m), input broadcast to (n, m);
+    one dtype (float, or int64 with integer beta and alpha). Differentiable."""
+    op = "addmm"
+    _check_mats(op, input, (("mat1", mat1), ("mat2", mat2)), (2, 2))
+    if mat1.shape[1] != mat2.shape[0]:
+        raise _cf.ShapeError("[%s] mat1 %s and mat2 %s cannot be multiplied"
+                             % (op, tuple(mat1.shape), tuple(mat2.shape)))
+    return _add_product(op, input, _mm(mat1, mat2), beta, alpha)
+
+
+def baddbmm(input: "_cf.Tensor", batch1: "_cf.Tensor", batch2: "_cf.Tensor", beta: float = 1,
+            alpha: float = 1) -> "_cf.Tensor":
+    """beta * input + alpha * (batch1 @ batch2) (torch.baddbmm): batch1 (b, n, k), batch2 (b, k, m), input
+    broadcast to (b, n, m); one dtype (float, or int64 with integer beta and alpha). Differentiable."""
+    op = "baddbmm"
+    _check_mats(op, input, (("batch1", batch1), ("batch2", batch2)), (3, 3))
+    if batch1.shape[0] != batch2.shape[0] or batch1.shape[2] != batch2.shape[1]:
+        raise _cf.ShapeError("[%s] batch1 %s and batch2 %s cannot be multiplied batch by batch"
+                             % (op, tuple(batch1.shape), tuple(batch2.shape)))
+    return _add_product(op, input, _mm(batch1, batch2), beta, alpha)
+
+
+def addmv(input: "_cf.Tensor", mat: "_cf.Tensor", vec: "_cf.Tensor", beta: float = 1, alpha: float = 1) -> "_cf.Tensor":
+    """beta * input + alpha * (mat @ vec) (torch.addmv): mat (n, m), vec (m,), input broadcast to (n,); one
+    dtype (float, or int64 with integer beta and alpha). Differentiable."""
+    op = "addmv"
+    _check_mats(op, input, (("mat", mat), ("vec", vec)), (2, 1))
+    if mat.shape[1] != vec.shape[0]:
+        raise _cf.ShapeError("[%s] mat %s and vec %s cannot be multiplied" % (op, tuple(mat.shape), tuple(vec.shape)))
+    prod = _cf.reshape(_mm(mat, _cf.reshape(vec, [vec.shape[0], 1])), [mat.shape[0]])
+    return _add_product(op, input, prod, beta, alpha)
+
+
+# ---------------------------------------------------------------- diagonals
+def _diagonal(op, input, offset, dim1, dim2):
+    if not isinstance(offset, _numbers.Integral) or isinstance(offset, bool):
+        raise TypeError("[%s] the offset must be an int, got %r" % (op, offset))
+    nd = input.dim()
+    if nd < 2:
+        raise _cf.ShapeError("[%s] needs at least 2 dimensions, got shape %s" % (op, tuple(input.shape)))
+    d1, d2 = _axis(op, dim1, nd), _axis(op, dim2, nd)
+    if d1 == d2:
+        raise _cf.ValueError("[%s] dim1 and dim2 must differ, both are %d" % (op, d1))
+    rest = [i for i in range(nd) if i not in (d1, d2)]
+    n, m = input.shape[d1], input.shape[d2]
+    if offset >= 0:
+        length, start = max(0, min(n, m - offset)), offset
+    else:
+        length, start = max(0, min(n + offset, m)), -offset * m
+    t = _cf.reshape(_cf.permute(input, rest + [d1, d2]), [input.shape[i] for i in rest] + [n * m])
+    index = _cf.arange(length, device=input.device) * (m + 1) + start
+    return _cf.index_select(t, t.dim() - 1, index)
+
+
+def diagonal(input: "_cf.Tensor", offset: int = 0, dim1: int = 0, dim2: int = 1) -> "_cf.Tensor":
+    """The diagonal of input over axes dim1 and dim2 (offset > 0 above it, < 0 below), as the last axis, the
+    others kept in order (torch.diagonal). A copy, not a view as PyTorch's: writing to it leaves input as it
+    is. Differentiable (an index_select)."""
+    _need_tensor("diagonal", "input", input)
+    return _diagonal("diagonal", input, offset, dim1, dim2)
+
+
+def diag(input: "_cf.Tensor", diagonal: int = 0) -> "_cf.Tensor":
+    """torch.diag: a 1-d input gives the square matrix with it on diagonal `diagonal` (> 0 above the main one,
+    < 0 below) and zeros elsewhere; a 2-d input gives that diagonal as a 1-d copy. Differentiable."""
+    op = "diag"
+    _need_tensor(op, "input", input)
+    if input.dim() == 2:
+        return _diagonal(op, input, diagonal, 0, 1)
+    if input.dim() != 1:
+        raise _cf.ShapeError("[%s] expects a 1-d or 2-d tensor, got shape %s" % (op, tuple(input.shape)))
+    if not isinstance(diagonal, _numbers.Integral) or isinstance(diagonal, bool):
+        raise TypeError("[%s] the offset must be an int, got %r" % (op, diagonal))
+    n = input.shape[0]
+    size = n + abs(diagonal)
+    start = diagonal if diagonal >= 0 else -diagonal * size
+    src = _cf.to(input, _cf.int64) if input.dtype == _cf.bool else input
+    index = _cf.arange(n, device=input.device) * (size + 1) + start
+    out = _cf.scatter_add(_cf.zeros([size * size], dtype=src.dtype, device=input.device), 0, index, src)
+    out = _cf.reshape(out, [size, size])
+    return out != 0 if input.dtype == _cf.bool else out
+
+
+def trace(input: "_cf.Tensor") -> "_cf.Tensor":
+    """The sum of the main diagonal of a 2-d tensor (torch.trace), 0-d; integers sum as int64."""
+    op = "trace"
+    _need_tensor(op, "input", input)
+    if input.dim() != 2:
+        raise _cf.ShapeError("[%s] expects a 2-d tensor, got shape %s" % (op, tuple(input.shape)))
+    return _cf.sum(_diagonal(op, input, 0, 0, 1))
+
+
+def meshgrid(*tensors: "_cf.Tensor", indexing: str = "ij") -> "tuple[_cf.Tensor, ...]":
+    """Coordinate grids from 1-d (or 0-d) tensors (torch.meshgrid): with indexing "ij" output i has shape
+    (n1, n2, ...) and varies along axis i; "xy" swaps the first two axes (NumPy's and MATLAB's convention).
+    The tensors may also come as one list. Broadcast views (cf.expand), differentiable."""
+    op = "meshgrid"
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if not tensors:
+        raise _cf.ValueError("[%s] needs at least one tensor" % op)
+    if indexing not in ("ij", "xy"):
+        raise _cf.ValueError("[%s] indexing must be 'ij' or 'xy', got %r" % (op, indexing))
+    for t in tensors:
+        _need_tensor(op, "each input", t)
+        if t.dim() > 1:
+            raise _cf.ShapeError("[%s] expects 0-d or 1-d tensors, got shape %s" % (op, tuple(t.shape)))
+    _same_dtype(op, *tensors)
+    sizes = [t.numel() for t in tensors]
+    axes = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) >= 2:
+        axes[0], axes[1] = 1, 0
+    shape = [0] * len(tensors)
+    for i, a in enumerate(axes):
+        shape[a] = sizes[i]
+    out = []
+    for t, a in zip(tensors, axes):
+        view = [1] * len(tensors)
+        view[a] = t.numel()
+        out.append(_cf.expand(_cf.reshape(t, view), shape))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- distances and products
+def cdist(x1: "_cf.Tensor", x2: "_cf.Tensor", p: float = 2.0,
+          compute_mode: str = "use_mm_for_euclid_dist_if_necessary") -> "_cf.Tensor":
+    """The p-norm distances between the rows of x1 (..., P, M) and of x2 (..., R, M), batch axes broadcast: a
+    (..., P, R) tensor (torch.cdist). p is 0 (the count of differing coordinates), 1, 2, inf or any p > 0.
+    Computed from the differences of every pair (memory P * R * M per batch; compute_mode is accepted and
+    ignored: never the matmul expansion), so identical points are exactly 0 apart, with gradient 0 there as
+    PyTorch's. Differentiable (p = 0 is not)."""
+    op = "cdist"
+    _need_float(op, "x1", x1)
+    _need_float(op, "x2", x2)
+    _same_dtype(op, x1, x2)
+    if x1.dim() < 2 or x2.dim() < 2 or x1.shape[-1] != x2.shape[-1]:
+        raise _cf.ShapeError("[%s] expects x1 (..., P, M) and x2 (..., R, M) of one M, got %s and %s"
+                             % (op, tuple(x1.shape), tuple(x2.shape)))
+    if not isinstance(p, _numbers.Real) or isinstance(p, bool) or not p >= 0:
+        raise _cf.ValueError("[%s] p must be a number >= 0, got %r" % (op, p))
+    diff = _named(op, _cf.sub, _cf.unsqueeze(x1, x1.dim() - 1), _cf.unsqueeze(x2, x2.dim() - 2))  # (..., P, R, M)
+    last = diff.dim() - 1
+    if p == 0:  # (a NaN coordinate makes the count NaN, as PyTorch's)
+        count = _cf.to(_cf.sum(diff != 0, [last]), x1.dtype)
+        return _cf.where(_cf.sum(_cf.isnan(diff), [last]) > 0, _cf.full([], float("nan"), dtype=x1.dtype,
+                                                                     device=x1.device), count)
+    if p == 1:
+        return _cf.sum(_cf.abs(diff), [last])
+    if p == float("inf"):
+        if diff.shape[last] == 0:
+            return _cf.sum(diff, [last])
+        return _cf.amax(_cf.abs(diff), [last])
+    if p == 2:
+        s = _cf.sum(diff * diff, [last])
+    else:  # |d| ** p with 0 ** p kept off the graph (its derivative is infinite for p < 1)
+        ad = _cf.abs(diff)
+        nz = ad != 0
+        s = _cf.sum(_cf.where(nz, _cf.pow(_cf.where(nz, ad, 1.0), float(p)), 0.0), [last])
+    pos = s != 0  # the root only of positive sums: a zero distance has gradient 0 (as PyTorch's), not NaN
+    root = _cf.sqrt(_cf.where(pos, s, 1.0)) if p == 2 else _cf.pow(_cf.where(pos, s, 1.0), 1.0 / float(p))
+    return _cf.where(pos, root, 0.0)
+
+
+def _dim_list(op, dims, nd):
+    if isinstance(dims, _numbers.Integral) and not isinstance(dims, bool):
+        dims = [dims]
+    try:
+        out = [_axis(op, int(d), nd) for d in dims]
+    except TypeError:
+        raise TypeError("[%s] dims must be an int or a pair of int lists, got %r" % (op, dims)) from None
+    if len(set(out)) != len(out):
+        raise _cf.ValueError("[%s] an axis is contracted twice: %r" % (op, dims))
+    return out
+
+
+def tensordot(a: "_cf.Tensor", b: "_cf.Tensor",
+              dims: "int | tuple[list[int], list[int]] | list[list[int]]" = 2) -> "_cf.Tensor":
+    """The sum over paired axes of a and b of their product (torch.tensordot): dims=d pairs a's last d axes with
+    b's first d; dims=([a axes], [b axes]) pairs them explicitly. The result has a's free axes then b's. One
+    dtype (float: one matmul; int64: a broadcast product). Differentiable."""
+    op = "tensordot"
+    _need_tensor(op, "a", a)
+    _need_tensor(op, "b", b)
+    _same_dtype(op, a, b)
+    if a.dtype == _cf.bool:
+        raise _cf.DTypeError("[%s] is not defined for bool tensors" % op)
+    if isinstance(dims, _numbers.Integral) and not isinstance(dims, bool):
+        if not 0 <= dims <= min(a.dim(), b.dim()):
+            raise _cf.ValueError("[%s] dims=%d must be between 0 and %d (the fewer axes of a %s and b %s)"
+                                 % (op, dims, min(a.dim(), b.dim()), tuple(a.shape), tuple(b.shape)))
+        da, db = list(range(a.dim() - dims, a.dim())), list(range(dims))
+    elif isinstance(dims, (list, tuple)) and len(dims) == 2:
+        da, db = _dim_list(op, dims[0], a.dim()), _dim_list(op, dims[1], b.dim())
+        if len(da) != len(db):
+            raise _cf.ValueError("[%s] dims pairs %d axes of a with %d of b" % (op, len(da), len(db)))
+    else:
+        raise TypeError("[%s] dims must be an int or a pair of int lists, got %r" % (op, dims))
+    for i, j in zip(da, db):
+        if a.shape[i] != b.shape[j]:
+            raise _cf.ShapeError("[%s] axis %d of a %s (size %d) and axis %d of b %s (size %d) differ"
+                                 % (op, i, tuple(a.shape), a.shape[i], j, tuple(b.shape), b.shape[j]))
+    fa = [i for i in range(a.dim()) if i not in da]
+    fb = [j for j in range(b.dim()) if j not in db]
+    k = _prod(a.shape[i] for i in da)
+    a2 = _cf.reshape(_cf.permute(a, fa + da), [_prod(a.shape[i] for i in fa), k])
+    b2 = _cf.reshape(_cf.permute(b, db + fb), [k, _prod(b.shape[j] for j in fb)])
+    return _cf.reshape(_mm(a2, b2), [a.shape[i] for i in fa] + [b.shape[j] for j in fb])
+
+
+def _prod(values):
+    p = 1
+    for v in values:
+        p *= v
+    return p
+
+
+def inner(input: "_cf.Tensor", other: "_cf.Tensor") -> "_cf.Tensor":
+    """The sum over the last axes of input and other of their product (torch.inner): shape input.shape[:-1] +
+    other.shape[:-1]; a 0-d operand multiplies. Differentiable."""
+    op = "inner"
+    _need_tensor(op, "input", input)
+    _need_tensor(op, "other", other)
+    if input.dim() == 0 or other.dim() == 0:
+        _same_dtype(op, input, other)
+        return _named(op, _cf.mul, input, other)
+    if input.shape[-1] != other.shape[-1]:
+        raise _cf.ShapeError("[%s] the last axes of %s and %s differ" % (op, tuple(input.shape), tuple(other.shape)))
+    return tensordot(input, other, ([input.dim() - 1], [other.dim() - 1]))
+
+
+def kron(input: "_cf.Tensor", other: "_cf.Tensor") -> "_cf.Tensor":
+    """The Kronecker product (torch.kron): the block tensor of input[i] * other, shape the products of the sizes
+    (the fewer axes padded with leading 1s). One dtype; differentiable."""
+    op = "kron"
+    _need_tensor(op, "input", input)
+    _need_tensor(op, "other", other)
+    _same_dtype(op, input, other)
+    nd = max(input.dim(), other.dim())
+    sa = [1] * (nd - input.dim()) + list(input.shape)
+    sb = [1] * (nd - other.dim()) + list(other.shape)
+    va, vb = [], []
+    for x, y in zip(sa, sb):
+        va += [x, 1]
+        vb += [1, y]
+    a, b = _cf.reshape(input, va), _cf.reshape(other, vb)
+    # (bool x bool is their logical and, as PyTorch's kron; cf's mul takes no bool)
+    prod = _named(op, _cf.logical_and if input.dtype == _cf.bool and other.dtype == _cf.bool else _cf.mul, a, b)
+    return _cf.reshape(prod, [x * y for x, y in zip(sa, sb)])
+
+
+# ---------------------------------------------------------------- sort-based statistics
+def unique(input: "_cf.Tensor", sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,
+           dim: "int | None" = None) -> "_cf.Tensor | tuple[_cf.Tensor, ...]":
+    """The distinct values of input, flattened, in ascending order (torch.unique with dim=None; sorted=False
+    gives them sorted too, which PyTorch allows); with return_inverse also each element's position among them
+    (input's shape), with return_counts how often each occurs, returned as (values[, inverse][, counts]). A
+    sort and one host read of the count of values (a device synchronisation on a GPU, as PyTorch's). Each NaN
+    is a value of its own, sorted last. Not differentiable. dim= other than None is not supported."""
+    op = "unique"
+    _need_tensor(op, "input", input)
+    if dim is not None:
+        raise _cf.NotImplementedError("[%s] only dim=None (the flattened tensor) is supported, got dim=%r" % (op, dim))
+    x = _cf.reshape(input.detach(), [-1])
+    if x.dtype == _cf.bool:
+        x = _cf.to(x, _cf.int64)
+    n = x.shape[0]
+    dev = input.device
+    if n == 0:
+        values = _cf.zeros([0], dtype=x.dtype, device=dev)
+        inverse = _cf.zeros(list(input.shape), dtype=_cf.int64, device=dev)
+        counts = _cf.zeros([0], dtype=_cf.int64, device=dev)
+    else:
+        s, perm = _cf.sort(x)
+        first = _cf.cat([_cf.full([1], True, dtype=_cf.bool, device=dev),
+                         _cf.narrow(s, 0, 1, n - 1) != _cf.narrow(s, 0, 0, n - 1)])  # (NaN != NaN: each its own)
+        values = s[first]  # the host read
+        group = _cf.cumsum(first, 0) - 1  # each sorted element's value
+        inverse = _cf.reshape(_cf.scatter_add(_cf.zeros([n], dtype=_cf.int64, device=dev), 0, perm, group),
+                              list(input.shape))
+        counts = _cf.scatter_add(_cf.zeros([values.shape[0]], dtype=_cf.int64, device=dev), 0, group,
+                                 _cf.ones([n], dtype=_cf.int64, device=dev))
+    if input.dtype == _cf.bool:
+        values = values != 0
+    if not return_inverse and not return_counts:
+        return values
+    return (values,) + ((inverse,) if return_inverse else ()) + ((counts,) if return_counts else ())
+
+
+def _sorted_pick(op, input, dim, keepdim, k_of, nan_first):
+    """cf.ValuesIndices of the element at sorted position k_of(n) along dim (NaN sorts last; with nan_first a
+    row holding NaN gives its first NaN instead): the values taken from input by those indices, so the gradient
+    goes to the picked element. On ties the index is that of the tied element at the picked sorted position (cf.sort is stable)."""
+    _need_tensor(op, "input", input)
+    if input.dtype == _cf.bool:
+        raise _cf.DTypeError("[%s] is not defined for bool tensors" % op)
+    d = _axis(op, dim, input.dim())
+    x = input if input.dim() else _cf.reshape(input, [1])
+    n = x.shape[d]
+    if n == 0:
+        raise _cf.IndexError("[%s] cannot pick from an empty dimension (dim %d of shape %s)"
+                             % (op, d, tuple(input.shape)))
+    order = _cf.sort(x.detach(), d)[1]
+    pos = _cf.full([1 if i == d else s for i, s in enumerate(x.shape)], k_of(n), dtype=_cf.int64, device=x.device)
+    if nan_first and x.dtype in _FLOATS:
+        nans = _cf.sum(_cf.isnan(x.detach()), [d], keepdim=True)
+        pos = _cf.where(nans > 0, n - nans, pos)  # the first NaN, sorted last
+    index = _cf.take_along_dim(order, pos, d)
+    values = _cf.take_along_dim(x, index, d)
+    if not keepdim or input.dim() == 0:
+        shape = list(input.shape) if input.dim() == 0 else [s for i, s in enumerate(x.shape) if i != d]
+        values, index = _cf.reshape(values, shape), _cf.reshape(index, shape)
+    return _cf.ValuesIndices(values, index)
+
+
+def median(input: "_cf.Tensor", dim: "int | None" = None,
+           keepdim: bool = False) -> "_cf.Tensor | tuple[_cf.Tensor, _cf.Tensor]":
+    """The lower median (the element at sorted position (n - 1) // 2; torch.median): of all elements (0-d; NaN
+    if any is NaN, NaN for an empty float tensor; the gradient shared evenly by the elements equal to it, as
+    PyTorch's, none for an infinite or NaN median), or along dim as cf.ValuesIndices (values, indices) (a row
+    holding NaN gives its first NaN; on ties the index is that of the tied element at the middle sorted position (cf.sort is stable), which PyTorch does not
+    promise; the gradient goes to that element). Computed by a sort."""
+    op = "median"
+    _need_tensor(op, "input", input)
+    half = lambda n: (n - 1) // 2  # noqa: E731
+    if dim is not None:
+        return _sorted_pick(op, input, dim, keepdim, half, True)
+    if input.dtype == _cf.bool:
+        raise _cf.DTypeError("[%s] is not defined for bool tensors" % op)
+    if input.numel() == 0:
+        if input.dtype not in _FLOATS:
+            raise _cf.ValueError("[%s] an empty %s tensor has no median" % (op, input.dtype.name))
+        return _cf.full([], float("nan"), dtype=input.dtype, device=input.device)
+    x = _cf.reshape(input, [-1])
+    xd = x.detach()
+    med = _sorted_pick(op, xd, 0, False, half, True)[0]
+    if input.dtype not in _FLOATS or not (input.requires_grad and _cf.grad_enabled()):
+        return med
+    # PyTorch's gradient: shared evenly by the elements equal to the median. med minus a sum of exact zeros
+    # (x.detach() - x at those elements, the finite ones) carries it and keeps med's value (and sign of 0)
+    equal = xd == med
+    count = _cf.to(_cf.maximum(_cf.sum(equal), _cf.ones([], dtype=_cf.int64, device=x.device)), x.dtype)
+    mask = _cf.logical_and(equal, _cf.isfinite(xd))
+    return med - _cf.sum(_cf.where(mask, xd - x, 0.0)) / count
+
+
+def kthvalue(input: "_cf.Tensor", k: int, dim: int = -1,
+             keepdim: bool = False) -> "tuple[_cf.Tensor, _cf.Tensor]":
+    """The k-th smallest element (k from 1) along dim as cf.ValuesIndices (values, indices)
+    (torch.kthvalue): NaN sorts last; on ties the index is that of the tied element at the k-th sorted position (cf.sort is stable). Computed by a sort; the
+    gradient goes to the picked element."""
+    op = "kthvalue"
+    _need_tensor(op, "input", input)
+    if not isinstance(k, _numbers.Integral) or isinstance(k, bool):
+        raise TypeError("[%s] k must be an int, got %r" % (op, k))
+    d = _axis(op, dim, input.dim())
+    n = input.shape[d] if input.dim() else 1
+    if not 1 <= k <= n:
+        raise _cf.IndexError("[%s] k=%d is out of range for a dimension of size %d" % (op, k, n))
+    return _sorted_pick(op, input, dim, keepdim, lambda n: k - 1, False)
+
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def quantile(input: "_cf.Tensor", q: "_cf.Tensor | float", dim: "int | None" = None, keepdim: bool = False,
+             interpolation: str = "linear") -> "_cf.Tensor":
+    """The q-th quantiles of input (torch.quantile), of all elements (dim None) or along dim: q a number or a
+    0-d or 1-d tensor in [0, 1] (a 1-d q puts its axis first in the result). Between sorted neighbours at rank
+    q * (n - 1): interpolation "linear", "lower", "higher", "midpoint" or "nearest" (ties to even), as PyTorch's.
+    A row holding NaN gives NaN. Float32/float64 input; a tensor q is checked with one host read of its range.
+    Computed by a sort; differentiable in input (the gradient goes to the one or two picked elements)."""
+    op = "quantile"
+    _need_tensor(op, "input", input)
+    if input.dtype not in (_cf.float32, _cf.float64):
+        raise _cf.DTypeError("[%s] input must be float32 or float64, got %s" % (op, input.dtype.name))
+    if interpolation not in _INTERPOLATIONS:
+        raise _cf.ValueError("[%s] interpolation must be one of %s, got %r"
+                             % (op, ", ".join(repr(i) for i in _INTERPOLATIONS), interpolation))
+    scalar_q = not isinstance(q, _cf.Tensor) or q.dim() == 0
+    if isinstance(q, _cf.Tensor):
+        if q.dim() > 1 or q.dtype not in _FLOATS:
+            raise _cf.ValueError("[%s] q must be a number or a 0-d or 1-d float tensor, got %s of shape %s"
+                                 % (op, q.dtype.name, tuple(q.shape)))
+        qs = _cf.to(_cf.reshape(q.detach(), [-1]), input.dtype).to(input.device)
+        lo_hi = [0.0, 0.0]
+        if qs.numel():  # one host read: the range of q and its count of NaN
+            lo, hi, nans = _cf.stack([_cf.amin(qs), _cf.amax(qs), _cf.to(_cf.sum(_cf.isnan(qs)), qs.dtype)]).tolist()
+            lo_hi = [lo, hi] if nans == 0 else [float("nan")] * 2
+    elif isinstance(q, _numbers.Real) and not isinstance(q, bool):
+        qs = _cf.full([1], float(q), dtype=input.dtype, device=input.device)
+        lo_hi = [float(q)] * 2
+    else:
+        raise TypeError("[%s] q must be a number or a cf.Tensor, got %s" % (op, type(q).__name__))
+    if not (0 <= lo_hi[0] and lo_hi[1] <= 1):
+        raise _cf.ValueError("[%s] q must be in [0, 1], got %r" % (op, q if not isinstance(q, _cf.Tensor) else lo_hi))
+    if dim is None:
+        x, d = _cf.reshape(input, [-1]), 0
+    else:
+        d = _axis(op, dim, input.dim())
+        x = input if input.dim() else _cf.reshape(input, [1])
+    n = x.shape[d]
+    if n == 0:
+        raise _cf.ValueError("[%s] input must be non-empty along the reduced axes, got shape %s"
+                             % (op, tuple(input.shape)))
+    others = [i for i in range(x.dim()) if i != d]
+    xl = _cf.permute(x, others + [d])  # (..., n)
+    lead = [x.shape[i] for i in others]
+    order = _cf.sort(xl.detach(), xl.dim() - 1)[1]
+    nq = qs.shape[0]
+    rank = _cf.expand(qs * (n - 1), lead + [nq])  # in input's dtype, as PyTorch's
+    has_nan = _cf.sum(_cf.isnan(xl.detach()), [xl.dim() - 1], keepdim=True) > 0
+    rank = _cf.where(~has_nan, rank, float(n - 1))  # a NaN row: its last sorted element, a NaN
+    below = _cf.to(rank, _cf.int64)  # (rank >= 0: truncation is floor)
+    frac = rank - _cf.to(below, rank.dtype)
+    above = below + _cf.to(frac > 0, _cf.int64)
+
+    def pick(pos):
+        return _cf.take_along_dim(xl, _cf.take_along_dim(order, pos, xl.dim() - 1), xl.dim() - 1)
+    if interpolation == "lower":
+        out = pick(below)
+    elif interpolation == "higher":
+        out = pick(above)
+    elif interpolation == "nearest":  # round half to even (torch.round)
+        half = _cf.to(below, rank.dtype) * 0.5
+        odd = half != _cf.to(_cf.to(half, _cf.int64), rank.dtype)
+        up = _cf.logical_or(frac > 0.5, _cf.logical_and(frac == 0.5, odd))
+        out = pick(below + _cf.to(up, _cf.int64))
+    else:
+        out = lerp(pick(below), pick(above), 0.5 if interpolation == "midpoint" else frac)
+    # (..., nq) -> (nq, ...), keepdim's axes, a number's axis dropped
+    out = _cf.permute(out, [out.dim() - 1] + list(range(out.dim() - 1)))
+    if keepdim:
+        kept = [1] * input.dim() if dim is None else \
+            [1 if i == d else s for i, s in enumerate(input.shape)]
+        out = _cf.reshape(out, [nq] + kept)
+    elif dim is not None and input.dim() == 0:
+        out = _cf.reshape(out, [nq])
+    return _cf.reshape(out, list(out.shape)[1:]) if scalar_q else out
+
+
 for _n, _f in (("stride", _stride), ("element_size", _element_size), ("new_tensor", _new_tensor), ("where", _where),
                ("scatter_add_", _scatter_add_), ("masked_select", masked_select), ("nonzero", nonzero),
                ("repeat_interleave", repeat_interleave), ("bincount", bincount), ("outer", outer), ("dot", dot),
-               ("isclose", isclose), ("count_nonzero", count_nonzero), ("broadcast_to", broadcast_to)):
+               ("isclose", isclose), ("count_nonzero", count_nonzero), ("broadcast_to", broadcast_to),
+               ("lerp", lerp), ("logical_xor", logical_xor), ("log2", log2), ("log10", log10), ("exp2", exp2),
+               ("true_divide", true_divide), ("addmm", addmm), ("baddbmm", baddbmm), ("addmv", addmv),
+               ("diag", diag), ("diagonal", diagonal), ("trace", trace), ("inner", inner), ("kron", kron),
+               ("unique", unique), ("median", median), ("kthvalue", kthvalue), ("quantile", quantile)):
     setattr(_cf.Tensor, _n, _f)
 _cf.Tensor.clip = _cf.Tensor.clamp  # torch's aliases
 _cf.Tensor.clip_ = _cf.Tensor.clamp_

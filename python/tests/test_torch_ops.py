@@ -871,3 +871,421 @@ def test_trunc_normal_is_bounded_with_the_truncated_moments_and_seeded():
         cf.nn.init.trunc_normal_(cf.expand(cf.zeros([1, 3]), [4, 3]))
     with pytest.raises(TypeError, match=r"^\[init::trunc_normal_\] tensor must be a cf.Tensor"):
         cf.nn.init.trunc_normal_(np.zeros(3))
+
+
+# ---- lerp ... quantile: PyTorch's functions composed of cf's ops, against torch
+
+def _cf_of(a, dtype=None):
+    return cf.tensor(np.asarray(a), dtype=dtype)
+
+
+def _same(c, t, tol=1e-12):
+    """cf result c equals torch's t: shape, dtype and values (NaN where torch has NaN)."""
+    torch = pytest.importorskip("torch")
+    c = np.asarray(c)
+    t = t.detach().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+    assert c.shape == t.shape and c.dtype == t.dtype, (c.shape, c.dtype, t.shape, t.dtype)
+    np.testing.assert_allclose(c, t, rtol=tol, atol=tol, equal_nan=True)
+
+
+def _grads_match(cf_fn, torch_fn, arrays, tol=1e-10, seed=0):
+    """Values and float64 gradients of sum(f(*arrays) * w), w random, in cf and in torch."""
+    torch = pytest.importorskip("torch")
+    xs = [cf.tensor(a, dtype=cf.float64, requires_grad=True) for a in arrays]
+    ts = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
+    y, yt = cf_fn(*xs), torch_fn(*ts)
+    w = np.random.default_rng(seed).uniform(0.5, 1.5, size=tuple(yt.shape))
+    (y * cf.tensor(w, dtype=cf.float64)).sum().backward()
+    (yt * torch.tensor(w)).sum().backward()
+    _same(y.detach(), yt, tol)
+    for x, t in zip(xs, ts):
+        g = np.zeros(t.shape) if x.grad is None else np.asarray(x.grad)
+        np.testing.assert_allclose(g, t.grad.numpy(), rtol=tol, atol=tol)
+
+
+def test_elementwise_additions_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    T = torch.tensor
+    for dt in (np.float64, np.float32):
+        tol = 1e-12 if dt == np.float64 else 2e-6
+        a, b = rng.normal(size=(3, 4)).astype(dt), rng.normal(size=(3, 4)).astype(dt)
+        w = rng.uniform(-1, 2, size=(3, 4)).astype(dt)
+        _same(cf.lerp(_cf_of(a), _cf_of(b), _cf_of(w)), torch.lerp(T(a), T(b), T(w)), tol)
+        _same(cf.lerp(_cf_of(a), _cf_of(b[0]), _cf_of(w[:, :1])), torch.lerp(T(a), T(b[0]), T(w[:, :1])), tol)
+        for wt in (0.0, 0.3, 0.5, 1.0, 1.7):
+            _same(_cf_of(a).lerp(_cf_of(b), wt), torch.lerp(T(a), T(b), wt), tol)
+        p = np.abs(a) + 0.1
+        for name in ("log2", "log10", "exp2"):
+            _same(getattr(cf, name)(_cf_of(p)), getattr(torch, name)(T(p)), tol)
+            _same(getattr(_cf_of(p), name)(), getattr(torch, name)(T(p)), tol)
+        _same(cf.true_divide(_cf_of(a), _cf_of(p)), torch.true_divide(T(a), T(p)), tol)
+        _same(_cf_of(a).true_divide(3.0), torch.true_divide(T(a), 3.0), tol)
+    ints = rng.integers(-3, 4, size=(3, 4))
+    pos = np.abs(ints) + 1
+    for name in ("log2", "log10", "exp2"):  # integers give float32, as PyTorch's default dtype
+        _same(getattr(cf, name)(_cf_of(pos)), getattr(torch, name)(T(pos)), 2e-6)
+    assert cf.log2(cf.tensor([1.0, 8.0, 1024.0], dtype=cf.float64)).tolist() == [0.0, 3.0, 10.0]
+    assert cf.exp2(cf.tensor([-1, 0, 3])).tolist() == [0.5, 1.0, 8.0]
+    _same(cf.true_divide(_cf_of(ints), _cf_of(pos)), torch.true_divide(T(ints), T(pos)), 2e-6)
+    _same(cf.true_divide(_cf_of(ints), 2), torch.true_divide(T(ints), 2), 2e-6)
+    f = rng.normal(size=(3, 4))
+    f[0] = 0
+    for x, y in ((ints, f), (ints > 0, ints), (f, f[:1]), (ints > 0, ints[:, :1] > 1)):
+        _same(cf.logical_xor(_cf_of(x), _cf_of(y)), torch.logical_xor(T(x), T(y)))
+        _same(_cf_of(x).logical_xor(_cf_of(y)), torch.logical_xor(T(x), T(y)))
+    # 0-d and empty
+    s0, e = np.float64(0.25), np.zeros((0, 3))
+    _same(cf.lerp(_cf_of(s0), _cf_of(np.float64(2.0)), 0.5), torch.lerp(T(s0), T(np.float64(2.0)), 0.5))
+    for name in ("log2", "log10", "exp2"):
+        _same(getattr(cf, name)(_cf_of(s0)), getattr(torch, name)(T(s0)))
+        _same(getattr(cf, name)(_cf_of(e)), getattr(torch, name)(T(e)))
+    _same(cf.logical_xor(_cf_of(e), _cf_of(e)), torch.logical_xor(T(e), T(e)))
+
+
+def test_elementwise_additions_gradients_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    w = rng.uniform(-1, 2, size=(3, 4))
+    _grads_match(cf.lerp, torch.lerp, [a, b, w])
+    _grads_match(lambda x, y: cf.lerp(x, y, 0.8), lambda x, y: torch.lerp(x, y, 0.8), [a, b])
+    _grads_match(lambda x, y: x.lerp(y, 0.2), lambda x, y: x.lerp(y, 0.2), [a, b])
+    p = np.abs(a) + 0.1
+    for name in ("log2", "log10", "exp2"):
+        _grads_match(getattr(cf, name), getattr(torch, name), [p])
+    _grads_match(cf.true_divide, torch.true_divide, [a, p])
+
+
+def test_matrix_products_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    T = torch.tensor
+    for dt in (np.float64, np.float32, np.int64):
+        tol = {np.float64: 1e-12, np.float32: 1e-5, np.int64: 0}[dt]
+        draw = (lambda *s: rng.integers(-4, 5, size=s)) if dt == np.int64 else \
+            (lambda *s: rng.normal(size=s).astype(dt))
+        beta, alpha = (2, 3) if dt == np.int64 else (0.5, -1.5)
+        inp, m1, m2 = draw(3, 4), draw(3, 5), draw(5, 4)
+        for args, kw in (((inp, m1, m2), {}), ((inp[0], m1, m2), {"beta": beta, "alpha": alpha}),
+                         ((inp[:, :1], m1, m2), {"beta": 0}), ((inp, draw(3, 0), draw(0, 4)), {"beta": beta})):
+            _same(cf.addmm(*map(_cf_of, args), **kw), torch.addmm(*map(T, args), **kw), tol)
+        _same(_cf_of(inp).addmm(_cf_of(m1), _cf_of(m2), alpha=alpha), T(inp).addmm(T(m1), T(m2), alpha=alpha), tol)
+        b1, b2 = draw(2, 3, 5), draw(2, 5, 4)
+        for x in (draw(2, 3, 4), inp, draw(4)):
+            _same(cf.baddbmm(_cf_of(x), _cf_of(b1), _cf_of(b2), beta=beta, alpha=alpha),
+                  torch.baddbmm(T(x), T(b1), T(b2), beta=beta, alpha=alpha), tol)
+        _same(_cf_of(b1[0, :, :4]).baddbmm(_cf_of(b1), _cf_of(b2)), T(b1[0, :, :4]).baddbmm(T(b1), T(b2)), tol)
+        v = draw(5)
+        for x in (draw(3), draw(1)):
+            _same(cf.addmv(_cf_of(x), _cf_of(m1), _cf_of(v), beta=beta, alpha=alpha),
+                  torch.addmv(T(x), T(m1), T(v), beta=beta, alpha=alpha), tol)
+        _same(_cf_of(inp[:, 0]).addmv(_cf_of(m1), _cf_of(v)), T(inp[:, 0]).addmv(T(m1), T(v)), tol)
+        x3, m0, v0 = draw(3), draw(3, 0), draw(0)
+        _same(cf.addmv(_cf_of(x3), _cf_of(m0), _cf_of(v0)), torch.addmv(T(x3), T(m0), T(v0)), tol)
+        # tensordot, inner, kron
+        A, B = draw(3, 4, 5), draw(4, 5, 2)
+        for dims, bb in ((2, B), (0, B), (1, draw(5, 2)), (([1, 2], [0, 1]), B), (([2, 1], [1, 0]), B),
+                         (((0,), (0,)), draw(3, 2)), (([-1], [1]), B), (3, draw(3, 4, 5))):
+            _same(cf.tensordot(_cf_of(A), _cf_of(bb), dims), torch.tensordot(T(A), T(bb), dims), tol)
+        _same(cf.tensordot(_cf_of(A), _cf_of(A), ([0, 2], [0, 2])), torch.tensordot(T(A), T(A), ([0, 2], [0, 2])), tol)
+        for x, y in ((A, draw(2, 5)), (draw(5), draw(5)), (A, draw(5)), (draw(3, 0), draw(2, 0))):
+            _same(cf.inner(_cf_of(x), _cf_of(y)), torch.inner(T(x), T(y)), tol)
+            _same(_cf_of(x).inner(_cf_of(y)), T(x).inner(T(y)), tol)
+        s0 = np.asarray(draw(1)[0])
+        _same(cf.inner(_cf_of(s0), _cf_of(A)), torch.inner(T(s0), T(A)), tol)
+        for x, y in ((inp, A), (draw(2), draw(3, 2)), (draw(2, 2), draw(0, 3)), (s0, draw(3))):
+            _same(cf.kron(_cf_of(x), _cf_of(y)), torch.kron(T(x), T(y)), tol)
+            _same(_cf_of(x).kron(_cf_of(y)), T(x).kron(T(y)), tol)
+
+
+def test_matrix_products_gradients_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    r = rng.normal
+    _grads_match(lambda i, a, b: cf.addmm(i, a, b, beta=0.5, alpha=2.0),
+                 lambda i, a, b: torch.addmm(i, a, b, beta=0.5, alpha=2.0),
+                 [r(size=(1, 4)), r(size=(3, 5)), r(size=(5, 4))])
+    _grads_match(cf.baddbmm, torch.baddbmm, [r(size=(3, 4)), r(size=(2, 3, 5)), r(size=(2, 5, 4))])
+    _grads_match(lambda i, a, b: cf.addmv(i, a, b, alpha=-1.0), lambda i, a, b: torch.addmv(i, a, b, alpha=-1.0),
+                 [r(size=3), r(size=(3, 5)), r(size=5)])
+    _grads_match(lambda a, b: cf.tensordot(a, b, ([0, 2], [2, 0])),
+                 lambda a, b: torch.tensordot(a, b, ([0, 2], [2, 0])),
+                 [r(size=(3, 4, 5)), r(size=(5, 2, 3))])
+    _grads_match(cf.inner, torch.inner, [r(size=(2, 3, 4)), r(size=(5, 4))])
+    _grads_match(cf.kron, torch.kron, [r(size=(2, 3)), r(size=(4, 1, 2))])
+
+
+def test_diagonals_and_meshgrid_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    T = torch.tensor
+    for dt in (np.float64, np.float32, np.int64):
+        v, m = rng.normal(size=4).astype(dt) * 3, rng.normal(size=(3, 5)).astype(dt) * 3
+        for k in (-5, -2, 0, 1, 4):
+            _same(cf.diag(_cf_of(v), k), torch.diag(T(v), k), 0)
+            _same(_cf_of(v).diag(k), T(v).diag(k), 0)
+        for k in (-3, -1, 0, 2, 5):  # (PyTorch 1.13 overflows beyond the matrix's edge)
+            _same(cf.diag(_cf_of(m), k), torch.diag(T(m), k), 0)
+        x = rng.normal(size=(2, 3, 4, 5)).astype(dt) * 3
+        for off in (-3, -1, 0, 2, 4):
+            for d1, d2 in ((0, 1), (1, 3), (3, 0), (-1, -2), (2, 1)):
+                _same(cf.diagonal(_cf_of(x), off, d1, d2), torch.diagonal(T(x), off, d1, d2), 0)
+        _same(_cf_of(m).diagonal(1), T(m).diagonal(1), 0)
+        _same(_cf_of(x).diagonal(dim1=1, dim2=2), T(x).diagonal(dim1=1, dim2=2), 0)
+        _same(cf.trace(_cf_of(m)), torch.trace(T(m)), 1e-5)
+        _same(_cf_of(m.T).trace(), T(m.T).trace(), 1e-5)
+    # empty, bool
+    _same(cf.diag(cf.zeros([0], dtype=cf.float64)), torch.diag(torch.zeros(0, dtype=torch.float64)))
+    _same(cf.diag(cf.zeros([0], dtype=cf.float64), 2), torch.diag(torch.zeros(0, dtype=torch.float64), 2))
+    _same(cf.diag(cf.zeros([0, 3])), torch.diag(torch.zeros(0, 3)))
+    _same(cf.trace(cf.zeros([0, 0], dtype=cf.float64)), torch.trace(torch.zeros(0, 0, dtype=torch.float64)))
+    bv = np.array([True, False, True])
+    _same(cf.diag(_cf_of(bv), -1), torch.diag(T(bv), -1))
+    _same(cf.diagonal(_cf_of(np.zeros((2, 0, 3))), 0, 0, 2), torch.diagonal(T(np.zeros((2, 0, 3))), 0, 0, 2))
+    # meshgrid
+    xs = [rng.normal(size=n) for n in (2, 3, 4)] + [np.array(5.0), np.zeros(0)]
+    for indexing in ("ij", "xy"):
+        for group in ([0], [0, 1], [0, 1, 2], [2, 3, 1], [1, 4]):
+            got = cf.meshgrid(*[_cf_of(xs[i]) for i in group], indexing=indexing)
+            want = torch.meshgrid(*[T(xs[i]) for i in group], indexing=indexing)
+            assert isinstance(got, tuple) and len(got) == len(want)
+            for g, w in zip(got, want):
+                _same(g, w, 0)
+    got = cf.meshgrid([_cf_of(np.arange(3)), _cf_of(np.arange(2))])
+    for g, w in zip(got, torch.meshgrid([torch.arange(3), torch.arange(2)], indexing="ij")):
+        _same(g, w, 0)
+
+
+def test_diagonals_and_meshgrid_gradients_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    for k in (-2, 0, 3):
+        _grads_match(lambda v: cf.diag(v, k), lambda v: torch.diag(v, k), [rng.normal(size=4)])
+        _grads_match(lambda m: cf.diag(m, k), lambda m: torch.diag(m, k), [rng.normal(size=(4, 5))])
+    _grads_match(lambda x: cf.diagonal(x, -1, 2, 0), lambda x: torch.diagonal(x, -1, 2, 0),
+                 [rng.normal(size=(3, 2, 4))])
+    _grads_match(cf.trace, torch.trace, [rng.normal(size=(4, 3))])
+    for indexing in ("ij", "xy"):
+        _grads_match(lambda a, b, c: cf.stack(list(cf.meshgrid(a, b, c, indexing=indexing))),
+                     lambda a, b, c: torch.stack(torch.meshgrid(a, b, c, indexing=indexing)),
+                     [rng.normal(size=2), rng.normal(size=3), rng.normal(size=4)])
+
+
+def test_cdist_matches_torch_and_is_exact_on_identical_points():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    T = torch.tensor
+    for dt, tol in ((np.float64, 1e-10), (np.float32, 1e-5)):
+        x1, x2 = rng.normal(size=(2, 5, 3)).astype(dt), rng.normal(size=(2, 4, 3)).astype(dt)
+        for p in (0.0, 1.0, 2.0, 3.5, 0.5, float("inf")):
+            _same(cf.cdist(_cf_of(x1), _cf_of(x2), p), torch.cdist(T(x1), T(x2), p), tol)
+        _same(cf.cdist(_cf_of(x1[0]), _cf_of(x2[0])), torch.cdist(T(x1[0]), T(x2[0])), tol)
+        _same(cf.cdist(_cf_of(x1[:1]), _cf_of(x2)), torch.cdist(T(x1[:1]), T(x2)), tol)  # batch broadcast
+    for shape1, shape2 in (((0, 3), (4, 3)), ((2, 0), (3, 0)), ((1, 0, 3), (1, 2, 3))):
+        z1, z2 = np.zeros(shape1), np.ones(shape2)
+        for p in (1.0, 2.0, float("inf"), 3.0):
+            _same(cf.cdist(_cf_of(z1), _cf_of(z2), p), torch.cdist(T(z1), T(z2), p))
+    # identical points: exactly 0 (30 x 30 rows, where PyTorch's matmul path may round), gradient 0 there
+    x = rng.normal(size=(30, 8)) * 1e3
+    d = np.asarray(cf.cdist(_cf_of(x), _cf_of(x)))
+    assert (np.diag(d) == 0).all() and (d >= 0).all()
+    pts = rng.normal(size=(4, 3))
+    pts2 = np.concatenate([pts[:2], rng.normal(size=(3, 3))])
+    for p in (1.0, 2.0, 3.0, 0.7, float("inf")):
+        _grads_match(lambda a, b: cf.cdist(a, b, p), lambda a, b: torch.cdist(a, b, p), [pts, pts2], tol=1e-9)
+    _grads_match(lambda a, b: cf.cdist(a, b), lambda a, b: torch.cdist(a, b), [rng.normal(size=(2, 3, 4)),
+                                                                            rng.normal(size=(1, 5, 4))])
+
+
+def test_unique_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    T = torch.tensor
+    for x in (rng.integers(-3, 4, size=(4, 6)), rng.integers(0, 3, size=(5, 2)).astype(np.float32) / 2,
+              rng.integers(0, 3, size=7).astype(np.float64), np.array([True, False, True]), np.array(2.5),
+              np.zeros((0, 3)), np.zeros(0, dtype=np.int64)):
+        _same(cf.unique(_cf_of(x)), torch.unique(T(x)), 0)
+        for inv, cnt in ((True, False), (False, True), (True, True)):
+            got = _cf_of(x).unique(return_inverse=inv, return_counts=cnt)
+            want = torch.unique(T(x), return_inverse=inv, return_counts=cnt)
+            assert isinstance(got, tuple) and len(got) == len(want)
+            for g, w in zip(got, want):
+                _same(g, w, 0)
+    got = cf.unique(cf.tensor([3, 1, 3, 2]), sorted=False)  # sorted anyway (PyTorch allows either order)
+    assert got.tolist() == [1, 2, 3]
+    # NaN: each NaN a value of its own, sorted last, as PyTorch's values (its inverse and counts for NaN differ)
+    x = np.array([np.nan, 1.0, np.nan, 1.0, 0.5])
+    vals, inv, cnt = cf.unique(_cf_of(x), return_inverse=True, return_counts=True)
+    _same(vals, torch.unique(T(x)))
+    assert inv.tolist() == [2, 1, 3, 1, 0] and cnt.tolist() == [1, 2, 1, 1]
+    with pytest.raises(cf.NotImplementedError, match=r"^\[unique\] only dim=None"):
+        cf.unique(cf.tensor([1, 2]), dim=0)
+
+
+def test_median_kthvalue_quantile_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    T = torch.tensor
+    for dt in (np.float64, np.float32, np.int64):
+        x = rng.permutation(30).reshape(5, 6).astype(dt) if dt == np.int64 else rng.normal(size=(5, 6)).astype(dt)
+        _same(cf.median(_cf_of(x)), torch.median(T(x)), 0)
+        _same(_cf_of(x[:, :5]).median(), T(x[:, :5]).median(), 0)
+        for d in (0, 1, -1):
+            for keep in (False, True):
+                got, want = cf.median(_cf_of(x), d, keep), torch.median(T(x), d, keep)
+                _same(got.values, want.values, 0)
+                _same(got.indices, want.indices, 0)
+                for k in (1, 3, x.shape[d]):
+                    got, want = _cf_of(x).kthvalue(k, d, keep), torch.kthvalue(T(x), k, d, keep)
+                    _same(got[0], want[0], 0)
+                    _same(got[1], want[1], 0)
+    # 0-d, empty
+    s = np.array(2.5)
+    _same(cf.median(_cf_of(s)), torch.median(T(s)))
+    for got, want in ((cf.median(_cf_of(s), 0), torch.median(T(s), 0)),
+                      (cf.kthvalue(_cf_of(s), 1), torch.kthvalue(T(s), 1))):
+        _same(got[0], want[0])
+        _same(got[1], want[1])
+    _same(cf.median(cf.zeros([0, 2])), torch.median(torch.zeros(0, 2)))
+    # NaN: the median of all is NaN; a row with NaN gives its first NaN (value and index)
+    y = rng.normal(size=(4, 5))
+    y[1, 3] = y[1, 1] = y[3, 0] = np.nan
+    _same(cf.median(_cf_of(y)), torch.median(T(y)))
+    for d in (0, 1):
+        got, want = cf.median(_cf_of(y), d), torch.median(T(y), d)
+        _same(got[0], want[0])
+        _same(got[1], want[1])
+        got, want = cf.kthvalue(_cf_of(y), 2, d), torch.kthvalue(T(y), 2, d)
+        _same(got[0], want[0])
+    # ties: values as PyTorch's, the index one of an equal element
+    t = rng.integers(0, 3, size=(6, 7)).astype(np.float64)
+    got, want = cf.median(_cf_of(t), 1), torch.median(T(t), 1)
+    _same(got.values, want.values)
+    assert (np.take_along_axis(t, np.asarray(got.indices)[:, None], 1)[:, 0] == np.asarray(got.values)).all()
+    # quantile, every interpolation
+    for dt in (np.float64, np.float32):
+        x = rng.normal(size=(5, 6)).astype(dt)
+        x2 = x.copy()
+        x2[2, 4] = np.nan
+        for data in (x, x2):
+            for interpolation in ("linear", "lower", "higher", "midpoint", "nearest"):
+                for q in (0.0, 0.3, 0.5, 1.0, [0.1, 0.25, 0.5, 0.9]):
+                    for d in (None, 0, 1, -1):
+                        for keep in (False, True):
+                            qc = q if isinstance(q, float) else _cf_of(np.array(q, dt))
+                            qt = q if isinstance(q, float) else T(np.array(q, dt))
+                            _same(cf.quantile(_cf_of(data), qc, d, keep, interpolation=interpolation),
+                                  torch.quantile(T(data), qt, d, keep, interpolation=interpolation),
+                                  1e-12 if dt == np.float64 else 1e-6)
+        _same(_cf_of(x).quantile(_cf_of(np.array(0.75, dt))), T(x).quantile(T(np.array(0.75, dt))), 1e-6)
+    # nearest rounds half to even, as PyTorch's (rank 0.5 -> 0, 1.5 -> 2, 2.5 -> 2)
+    v = np.array([1.0, 2.0, 3.0, 4.0])
+    for q in (1 / 6, 0.5, 2.5 / 3):
+        _same(cf.quantile(_cf_of(v), q, interpolation="nearest"), torch.quantile(T(v), q, interpolation="nearest"))
+    _same(cf.quantile(_cf_of(s), 0.3), torch.quantile(T(s), 0.3))
+    _same(cf.quantile(_cf_of(s), _cf_of(np.array([0.3, 0.9])), 0, True),
+          torch.quantile(T(s), T(np.array([0.3, 0.9])), 0, True))
+
+
+def test_median_kthvalue_quantile_gradients_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(5, 6))
+    _grads_match(cf.median, torch.median, [x])
+    _grads_match(lambda a: cf.median(a, 1, True).values, lambda a: torch.median(a, 1, True).values, [x])
+    _grads_match(lambda a: cf.kthvalue(a, 4, 0).values, lambda a: torch.kthvalue(a, 4, 0).values, [x])
+    # ties: the median of all shares its gradient evenly among the equal elements, as PyTorch's
+    _grads_match(cf.median, torch.median, [np.array([[2.0, 1.0, 2.0], [5.0, 2.0, -1.0]])])
+    _grads_match(cf.median, torch.median, [np.array([-0.0, 0.0, 3.0])])
+    for interpolation in ("linear", "lower", "higher", "midpoint", "nearest"):
+        _grads_match(lambda a: cf.quantile(a, cf.tensor([0.2, 0.5, 0.77], dtype=cf.float64), 1,
+                                           interpolation=interpolation),
+                     lambda a: torch.quantile(a, torch.tensor([0.2, 0.5, 0.77], dtype=torch.float64), 1,
+                                              interpolation=interpolation), [x])
+        _grads_match(lambda a: cf.quantile(a, 0.4, interpolation=interpolation),
+                     lambda a: torch.quantile(a, 0.4, interpolation=interpolation), [x])
+
+
+def test_torch_additions_are_tensor_methods_and_keep_cfs_own():
+    for name in ("lerp", "logical_xor", "log2", "log10", "exp2", "true_divide", "addmm", "baddbmm", "addmv",
+                 "diag", "diagonal", "trace", "inner", "kron", "unique", "median", "kthvalue", "quantile"):
+        assert getattr(cf.Tensor, name) is getattr(cf, name)
+    for name in ("meshgrid", "cdist", "tensordot"):  # (functions only, as in PyTorch)
+        assert callable(getattr(cf, name)) and not hasattr(cf.Tensor, name)
+
+
+def test_torch_additions_refuse_bad_input():
+    f = cf.ones([2, 3], dtype=cf.float64)
+    i = cf.ones([2, 3], dtype=cf.int64)
+    cases = [
+        (cf.DTypeError, r"^\[lerp\] input must be a float tensor, got int64", lambda: cf.lerp(i, i, 0.5)),
+        (cf.DTypeError, r"^\[lerp\] the tensors must share one dtype", lambda: cf.lerp(f, f.to(cf.float32), 0.5)),
+        (cf.ShapeError, r"^\[lerp\]", lambda: cf.lerp(f, cf.ones([4], dtype=cf.float64), 0.5)),
+        (TypeError, r"^\[lerp\] weight must be a number", lambda: cf.lerp(f, f, "a")),
+        (TypeError, r"^\[logical_xor\] other must be a cf.Tensor", lambda: cf.logical_xor(f, 1)),
+        (TypeError, r"^\[log2\] input must be a cf.Tensor", lambda: cf.log2([1.0])),
+        (cf.ShapeError, r"^\[addmm\] mat1 \(2, 3\) and mat2 \(2, 3\) cannot be multiplied", lambda: cf.addmm(f, f, f)),
+        (cf.ShapeError, r"^\[addmm\] mat2 must be 2-d", lambda: cf.addmm(f, f, cf.ones([3], dtype=cf.float64))),
+        (cf.ShapeError, r"^\[addmm\] input of shape \(3, 3\) does not broadcast",
+         lambda: cf.addmm(cf.ones([3, 3], dtype=cf.float64), f, f.T)),
+        (cf.ValueError, r"^\[addmm\] beta must be a number \(an integer for int64",
+         lambda: cf.addmm(i, i, i.T, beta=0.5)),
+        (cf.DTypeError, r"^\[baddbmm\] the tensors must share one dtype",
+         lambda: cf.baddbmm(f, cf.ones([1, 2, 3]), cf.ones([1, 3, 3]))),
+        (cf.ShapeError, r"^\[addmv\] mat \(2, 3\) and vec \(2,\) cannot be multiplied",
+         lambda: cf.addmv(f[0], f, cf.ones([2], dtype=cf.float64))),
+        (cf.ShapeError, r"^\[diag\] expects a 1-d or 2-d tensor", lambda: cf.diag(cf.ones([2, 2, 2]))),
+        (cf.ValueError, r"^\[diagonal\] dim1 and dim2 must differ", lambda: cf.diagonal(f, 0, 1, -1)),
+        (cf.IndexError, r"^\[diagonal\] dim 2 is out of range", lambda: cf.diagonal(f, 0, 0, 2)),
+        (cf.ShapeError, r"^\[trace\] expects a 2-d tensor", lambda: cf.trace(f[0])),
+        (cf.ValueError, r"^\[meshgrid\] indexing must be 'ij' or 'xy'", lambda: cf.meshgrid(f[0], indexing="ji")),
+        (cf.ShapeError, r"^\[meshgrid\] expects 0-d or 1-d tensors", lambda: cf.meshgrid(f)),
+        (cf.ValueError, r"^\[meshgrid\] needs at least one tensor", lambda: cf.meshgrid()),
+        (cf.ShapeError, r"^\[cdist\] expects x1 \(\.\.\., P, M\)",
+         lambda: cf.cdist(f, cf.ones([2, 2], dtype=cf.float64))),
+        (cf.ValueError, r"^\[cdist\] p must be a number >= 0", lambda: cf.cdist(f, f, -1.0)),
+        (cf.DTypeError, r"^\[cdist\] x1 must be a float tensor", lambda: cf.cdist(i, i)),
+        (cf.ShapeError, r"^\[tensordot\] axis 1 of a \(2, 3\) \(size 3\) and axis 0 of b",
+         lambda: cf.tensordot(f, f, ([1], [0]))),
+        (cf.ValueError, r"^\[tensordot\] dims=3 must be between 0 and 2", lambda: cf.tensordot(f, f, 3)),
+        (cf.ValueError, r"^\[tensordot\] dims pairs 2 axes of a with 1 of b",
+         lambda: cf.tensordot(f, f, ([0, 1], [0]))),
+        (cf.ShapeError, r"^\[inner\] the last axes of \(2, 3\) and \(3, 2\) differ", lambda: cf.inner(f, f.T)),
+        (cf.DTypeError, r"^\[kron\] the tensors must share one dtype", lambda: cf.kron(f, i)),
+        (cf.IndexError, r"^\[median\] cannot pick from an empty dimension", lambda: cf.median(cf.zeros([2, 0]), 1)),
+        (cf.ValueError, r"^\[median\] an empty int64 tensor has no median",
+         lambda: cf.median(cf.zeros([0], dtype=cf.int64))),
+        (cf.DTypeError, r"^\[median\] is not defined for bool tensors", lambda: cf.median(cf.tensor([True]))),
+        (cf.IndexError, r"^\[kthvalue\] k=4 is out of range for a dimension of size 3", lambda: cf.kthvalue(f, 4)),
+        (cf.IndexError, r"^\[kthvalue\] dim 2 is out of range", lambda: cf.kthvalue(f, 1, 2)),
+        (cf.ValueError, r"^\[quantile\] q must be in \[0, 1\]", lambda: cf.quantile(f, 1.5)),
+        (cf.ValueError, r"^\[quantile\] q must be in \[0, 1\]", lambda: cf.quantile(f, cf.tensor([0.5, -0.1]))),
+        (cf.ValueError, r"^\[quantile\] q must be in \[0, 1\]", lambda: cf.quantile(f, cf.tensor([float("nan")]))),
+        (cf.ValueError, r"^\[quantile\] q must be a number or a 0-d or 1-d float tensor",
+         lambda: cf.quantile(f, cf.ones([1, 1]))),
+        (cf.DTypeError, r"^\[quantile\] input must be float32 or float64, got int64", lambda: cf.quantile(i, 0.5)),
+        (cf.ValueError, r"^\[quantile\] interpolation must be one of",
+         lambda: cf.quantile(f, 0.5, interpolation="mid")),
+        (cf.ValueError, r"^\[quantile\] input must be non-empty", lambda: cf.quantile(cf.zeros([0]), 0.5)),
+    ]
+    for exc, pattern, fn in cases:
+        with pytest.raises(exc, match=pattern):
+            fn()
+
+
+def test_log2_log10_exact_at_powers_kron_of_bools_and_cdist_p0_with_nan():
+    # exact where x is a power of the base (floor() counts bits and digits right), the gradient unchanged
+    assert cf.log10(cf.tensor([1000.0, 1e-4, 1e15], dtype=cf.float64)).tolist() == [3.0, -4.0, 15.0]
+    assert cf.log2(cf.tensor([8192, 32768])).tolist() == [13.0, 15.0]
+    x = 2.0 ** np.arange(-60, 61)
+    assert (cf.log2(cf.tensor(x)).numpy() == np.arange(-60, 61)).all()
+    t = cf.tensor([8.0, 3.0], dtype=cf.float64, requires_grad=True)
+    cf.log2(t).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), 1 / (np.array([8.0, 3.0]) * np.log(2)), rtol=1e-15)
+    a = cf.tensor([[True, False], [False, True]])
+    k = cf.kron(a, a)
+    assert k.dtype == cf.bool and k.tolist()[0] == [True, False, False, False] and k.tolist()[3][3]
+    nan = float("nan")
+    got = cf.cdist(cf.tensor([[1.0, nan], [0.0, 3.0]]), cf.zeros([1, 2]), p=0).tolist()
+    assert np.isnan(got[0][0]) and got[1] == [1.0]
