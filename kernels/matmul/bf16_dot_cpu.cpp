@@ -11,7 +11,7 @@
 // Bp[((p * Kp/2 + kk) * 64 + n) * 2 + j] = B[2 kk + j][64 p + n] (N rounded up to 64), so one
 // 512-bit load holds the pairs of 16 columns, consecutive kk are consecutive 256 bytes, and a
 // 32-bit broadcast holds A's pair. A 4 x 64 block of C lives in 16 registers. The loops block K
-// (kKcPairs pairs) and M (kMc rows) so that a 64-column B panel block (64 KB) and the A block
+// (kKcPairs pairs) and M (kDotMc rows) so that a 64-column B panel block (64 KB) and the A block
 // (64 KB) stay in L2 while the 4-row groups run over them; partial sums of C wait in a float32
 // buffer between K blocks. (The first version walked B with a stride of N pairs and streamed all
 // of A once per panel: 0.22 of sgemm at 2048 on a Sapphire Rapids Xeon.)
@@ -30,7 +30,7 @@ namespace cf::kernels {
 
 #ifdef CF_HAVE_BF16_DOT
 namespace {
-bool g_enabled = false;  // see set_bf16_dot_enabled
+bool g_dot_enabled = false;  // see set_bf16_dot_enabled
 
 // One R x (16 V) block of C over the whole K (R <= 4 rows, V <= 4 vectors of 16 columns), unrolled
 // at compile time so the accumulators stay in registers.
@@ -61,15 +61,15 @@ using BlockFn = void (*)(const uint16_t*, const uint16_t*, float*, int64_t, int6
 BlockFn block_for(int64_t r) { return r == 1 ? block<1, 4> : r == 2 ? block<2, 4> : r == 3 ? block<3, 4> : block<4, 4>; }
 
 constexpr int64_t kKcPairs = 256;  // K block: 512 values of k
-constexpr int64_t kMc = 64;        // M block: rows
+constexpr int64_t kDotMc = 64;        // M block: rows
 }  // namespace
 
 bool bf16_dot_supported() {
   static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
   return have;
 }
-bool bf16_dot_available() { return bf16_dot_supported() && g_enabled; }
-void set_bf16_dot_enabled(bool on) { g_enabled = on; }
+bool bf16_dot_available() { return bf16_dot_supported() && g_dot_enabled; }
+void set_bf16_dot_enabled(bool on) { g_dot_enabled = on; }
 
 void bf16_dot_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs, int64_t b_cs,
                    BFloat16* c, int64_t ldc, int64_t M, int64_t N, int64_t K) {
@@ -87,9 +87,9 @@ void bf16_dot_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16
   if (pairs == 0) std::fill(cf32.begin(), cf32.end(), 0.0f);  // K = 0: C = 0
   for (int64_t k0 = 0; k0 < pairs; k0 += kKcPairs) {
     const int64_t kc = std::min(kKcPairs, pairs - k0);
-    for (int64_t m0 = 0; m0 < M; m0 += kMc)
+    for (int64_t m0 = 0; m0 < M; m0 += kDotMc)
       for (int64_t p = 0; p < panels; ++p)
-        for (int64_t i0 = m0; i0 < std::min(M, m0 + kMc); i0 += 4)
+        for (int64_t i0 = m0; i0 < std::min(M, m0 + kDotMc); i0 += 4)
           block_for(std::min<int64_t>(4, M - i0))(ap.data() + i0 * Kp + 2 * k0, bp.data() + (p * pairs + k0) * 128,
                                                   cf32.data() + i0 * Np + 64 * p, Kp, Np, kc, k0 == 0);
   }
