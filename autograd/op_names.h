@@ -9,12 +9,14 @@
 
 #define CF_OP_LIST(X) \
   /* elementwise */ \
-  X(add, true) X(sub, true) X(mul, true) X(div, true) X(pow, true) X(maximum, true) X(minimum, true) \
+  X(add, true) X(sub, true) X(mul, true) X(div, true) X(floor_divide, false) X(remainder, true) X(pow, true) \
+  X(maximum, true) X(minimum, true) \
   X(where, true) X(neg, true) X(abs, true) X(square, true) X(exp, true) X(log, true) X(sqrt, true) \
   X(rsqrt, true) X(sin, true) X(cos, true) X(tanh, true) X(sigmoid, true) X(relu, true) X(gelu, true) \
   X(leaky_relu, true) X(reciprocal, true) X(log1p, true) X(expm1, true) X(erf, true) X(clamp, true) \
   X(to, true) X(clone, true) X(eq, false) X(ne, false) X(lt, false) X(le, false) X(gt, false) X(ge, false) \
-  X(logical_and, false) X(logical_or, false) X(logical_not, false) X(sign, false) \
+  X(logical_and, false) X(logical_or, false) X(logical_not, false) X(sign, false) X(floor, false) X(ceil, false) \
+  X(round, false) X(trunc, false) \
   /* reductions */ \
   X(sum, true) X(mean, true) X(var, true) X(logsumexp, true) X(amax, true) X(amin, true) X(max, true) \
   X(min, true) X(argmax, false) X(argmin, false) \
@@ -25,7 +27,7 @@
   /* shape */ \
   X(reshape, true) X(permute, true) X(slice, true) X(expand, true) X(cat, true) X(stack, true) X(pad, true) \
   /* indexing */ \
-  X(gather, true) X(scatter_add, true) X(index_select, true) X(index_add, true) X(take_along_dim, true) \
+  X(gather, true) X(scatter, true) X(scatter_add, true) X(index_select, true) X(index_add, true) X(take_along_dim, true) \
   X(masked_fill, true) X(one_hot, false) \
   /* sorting */ \
   X(sort, true) X(topk, true) X(argsort, false) X(searchsorted, false) \

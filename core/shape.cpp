@@ -83,6 +83,15 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 1; i <= from.size(); ++i) {
+    const int64_t f = from[from.size() - i];
+    if (f != 1 && f != to[to.size() - i]) return false;
+  }
+  return true;
+}
+
 int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op) {
   int64_t lim = std::max<int64_t>(ndim, 1);
   CF_CHECK(axis >= -lim && axis < lim, IndexError, "[", op, "] axis ", axis,

@@ -174,6 +174,9 @@ int64_t checked_nbytes(const Shape& s, size_t elem_size, const char* op);
 std::string shape_str(const Shape& s);
 // NumPy broadcasting of two shapes; throws ShapeError naming `op`.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+// Whether `from` broadcasts to `to` without enlarging it (expand's rule: from has at most to's dims and
+// each of its trailing sizes is to's or 1).
+bool broadcasts_to(const Shape& from, const Shape& to);
 // Map a possibly negative axis into [0, ndim); throws IndexError naming `op`.
 int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op);
 

@@ -38,12 +38,7 @@ bool any_autocast_16bit(std::initializer_list<const Tensor*> ts) {
 // `other` must broadcast to ref's shape without enlarging it.
 void need_broadcastable(const Tensor& other, const char* other_name, const Tensor& ref,
                         const char* ref_name, const char* loss) {
-  bool ok = int64_t(other.dim()) <= ref.dim();
-  for (int64_t i = 1; ok && i <= other.dim(); ++i) {
-    int64_t o = other.shape()[size_t(other.dim() - i)], r = ref.shape()[size_t(ref.dim() - i)];
-    ok = o == r || o == 1;
-  }
-  CF_CHECK(ok, ShapeError, "[", loss, "] ", other_name, " ", other.describe(),
+  CF_CHECK(broadcasts_to(other.shape(), ref.shape()), ShapeError, "[", loss, "] ", other_name, " ", other.describe(),
            " does not broadcast to ", ref_name, " ", ref.describe());
 }
 

@@ -39,8 +39,8 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
 Tensor unary_forward(UnaryOp op, const Tensor& x, kernels::UnaryParams p = {}) {
   const char* name = kernels::op_name(op);
   ops::check_defined(x, name, "x");
-  bool numeric = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Sign ||
-                 op == UnaryOp::Square;
+  bool numeric = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Sign || op == UnaryOp::Square ||
+                 op == UnaryOp::Floor || op == UnaryOp::Ceil || op == UnaryOp::Round || op == UnaryOp::Trunc;
   if (op == UnaryOp::LogicalNot)
     ops::check_dtype(x, kBool, name, "x");
   else if (numeric)
@@ -152,6 +152,31 @@ Tensor div(const Tensor& a, const Tensor& b) {
       // that g / b overflows (float16 at b = 1e-5), where the gradient is -0 (PyTorch's order)
       return {need_a ? sum_to(div(g, bv), as) : Tensor(),
               need_b ? sum_to(neg(mul(g, div(so.unpack(opname::div), bv))), bs) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(floor_divide(a, b));
+  return binary_forward(BinaryOp::FloorDivide, a, b);  // no graph: zero gradient almost everywhere
+}
+
+Tensor remainder(const Tensor& a, const Tensor& b) {
+  CF_PROMOTED(remainder(a, b));
+  Tensor out = binary_forward(BinaryOp::Remainder, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    // a - floor_divide(a, b) * b: d/da 1, d/db -floor_divide(a, b) (PyTorch's), the quotient a step function
+    const bool need_b = b.requires_grad();
+    SavedTensor sa(need_b ? a : Tensor()), sb(need_b ? b : Tensor());
+    const Shape as = a.shape(), bs = b.shape();
+    autograd::record(opname::remainder, {a, b}, out, [sa, sb, as, bs, need_b](const Tensor& g) -> std::vector<Tensor> {
+      Tensor gb;
+      if (need_b) {
+        const Tensor q = floor_divide(sa.unpack(opname::remainder), sb.unpack(opname::remainder));
+        gb = sum_to(neg(mul(g, q)), bs);
+      }
+      return {sum_to(g, as), gb};
     });
   }
   return out;
@@ -297,6 +322,10 @@ Tensor abs(const Tensor& x) {
   });
 }
 Tensor sign(const Tensor& x) { return unary_forward(UnaryOp::Sign, x); }
+Tensor floor(const Tensor& x) { return unary_forward(UnaryOp::Floor, x); }
+Tensor ceil(const Tensor& x) { return unary_forward(UnaryOp::Ceil, x); }
+Tensor round(const Tensor& x) { return unary_forward(UnaryOp::Round, x); }
+Tensor trunc(const Tensor& x) { return unary_forward(UnaryOp::Trunc, x); }
 Tensor square(const Tensor& x) {
   return unary_op(UnaryOp::Square, x, [](const Tensor& x, const Tensor&, const Tensor& g) {
     return mul(g, mul(x, 2.0));

@@ -11,6 +11,13 @@ Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Tensor& b);
+// Python's // and % (torch.floor_divide, torch.remainder): the quotient rounded down and the remainder
+// with the divisor's sign; int64 exactly, floats from fmod as PyTorch and Python compute them (exact, where
+// floor(a / b) can round onto the next integer), a zero float divisor gives inf or NaN (an int64 one is a
+// ValueError). floor_divide records no graph (a step function); remainder is differentiable (d/da 1,
+// d/db -floor_divide(a, b)).
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);  // ties: gradient goes to a
 Tensor minimum(const Tensor& a, const Tensor& b);  // ties: gradient goes to a
 Tensor add(const Tensor& a, double b);
@@ -58,6 +65,13 @@ Tensor where(const Tensor& cond, const Tensor& a, double b);
 Tensor neg(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor sign(const Tensor& x);  // not differentiable (zero almost everywhere): no graph
+// The integer values next to x (not differentiable either: a zero gradient almost everywhere, as sign):
+// floor rounds down, ceil up, round to the nearest with halves to even (torch.round, numpy.rint), trunc
+// toward zero. Float dtypes keep their dtype (-0.0, inf and NaN stay); int64 comes back as it is.
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);
+Tensor trunc(const Tensor& x);
 Tensor square(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);

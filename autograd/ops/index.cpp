@@ -118,27 +118,77 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   return out;
 }
 
-Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
-  const char* op = opname::scatter_add;
+namespace {
+
+// scatter and scatter_add's arguments: x, index and src of one rank, index no larger than src on any
+// axis nor than x off the scattered axis, index values in range. Returns the scattered axis.
+int64_t check_scatter(const char* op, const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src,
+                      bool numeric) {
   ops::check_defined(x, op, "x");
   ops::check_defined(index, op, "index");
   ops::check_defined(src, op, "src");
   ops::check_same_device(op, {&x, &index, &src});
   check_index_tensor(op, index);
   ops::check_same_dtype(op, {&x, &src});
-  check_numeric(x, op);
+  if (numeric) check_numeric(x, op);
   int64_t a = index_axis(x, axis, op);
-  CF_CHECK(index.dim() == x.dim() && src.dim() == x.dim(), ShapeError, "[scatter_add] x ",
-           shape_str(x.shape()), ", index ", shape_str(index.shape()), " and src ",
-           shape_str(src.shape()), " must have the same number of dimensions");
+  CF_CHECK(index.dim() == x.dim() && src.dim() == x.dim(), ShapeError, "[", op, "] x ", shape_str(x.shape()),
+           ", index ", shape_str(index.shape()), " and src ", shape_str(src.shape()),
+           " must have the same number of dimensions");
   for (int64_t d = 0; d < x.dim(); ++d) {
-    CF_CHECK(index.size(d) <= src.size(d), ShapeError, "[scatter_add] index ",
-             shape_str(index.shape()), " is larger than src ", shape_str(src.shape()), " on axis ", d);
-    CF_CHECK(d == a || index.size(d) <= x.size(d), ShapeError, "[scatter_add] index ",
-             shape_str(index.shape()), " is larger than x ", shape_str(x.shape()), " on axis ", d,
-             " (only the scattered axis ", a, " may be larger)");
+    CF_CHECK(index.size(d) <= src.size(d), ShapeError, "[", op, "] index ", shape_str(index.shape()),
+             " is larger than src ", shape_str(src.shape()), " on axis ", d);
+    CF_CHECK(d == a || index.size(d) <= x.size(d), ShapeError, "[", op, "] index ", shape_str(index.shape()),
+             " is larger than x ", shape_str(x.shape()), " on axis ", d, " (only the scattered axis ", a,
+             " may be larger)");
   }
   check_index_values(op, index, a, x.size(a));
+  return a;
+}
+
+// For scatter's backward: true where src's element (at index's shape) is the one its output position keeps,
+// the last of the elements sent there in ascending position along the axis. The positions j along the axis
+// are scattered the same way; an element won where its own j came back.
+Tensor scatter_winners(const Shape& out_shape, int64_t a, const Tensor& index) {
+  const Device dev = index.device();
+  Tensor last = ops::filled(out_shape, -1.0, kInt64, dev);
+  const Tensor j = spread_index(Tensor::arange(index.size(a), kInt64, dev), index.shape(), a);
+  kernels::scatter(last, a, index, j, kernels::ScatterMode::Assign);
+  Tensor kept = Tensor::empty(index.shape(), kInt64, dev);
+  kernels::gather(last, a, index, kept);
+  return eq(kept, j);
+}
+
+}  // namespace
+
+Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  const char* op = opname::scatter;
+  const int64_t a = check_scatter(op, x, axis, index, src, /*numeric=*/false);
+  Tensor out = copy_of(x);
+  kernels::scatter(out, a, index, src, kernels::ScatterMode::Assign);
+  if (autograd::any_requires_grad({&x, &src})) {
+    bool need_x = x.requires_grad(), need_src = src.requires_grad();
+    SavedTensor si(index);
+    Shape xs = x.shape(), ss = src.shape();
+    autograd::record(op, {x, src}, out, [si, xs, ss, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
+      const Tensor index = si.unpack(opname::scatter);
+      Tensor gx, gs;
+      // x's elements that were overwritten get no gradient; of several src elements sent to one position,
+      // only the one kept (the last) gets it
+      if (need_x) gx = scatter(g, a, index, ops::filled(index.shape(), 0.0, g.dtype(), g.device()));
+      if (need_src) {
+        const Tensor picked = gather(g, a, index);
+        gs = pad_to(where(scatter_winners(xs, a, index), picked, 0.0), ss);
+      }
+      return {gx, gs};
+    });
+  }
+  return out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  const char* op = opname::scatter_add;
+  const int64_t a = check_scatter(op, x, axis, index, src, /*numeric=*/true);
   Tensor out = copy_of(x);
   kernels::scatter_add(out, a, index, src);
   if (autograd::any_requires_grad({&x, &src})) {

@@ -32,6 +32,10 @@ void ring_append(const Tensor& memory, const Tensor& counters, const Tensor& row
 // out[i][j][k] = x[i][index[i][j][k]][k] (axis = 1); index has x's rank and
 // may be smaller than x on every axis except `axis`.
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
+// out = x; out[i][index[i][j][k]][k] = src[i][j][k] (axis = 1; torch.scatter). Of several elements sent to
+// one position the last along the axis is kept, on every device (PyTorch leaves the choice open); it alone
+// gets that position's gradient, and x's overwritten elements get none. Any dtype. Differentiable in x and src.
+Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
 // out = x; out[i][index[i][j][k]][k] += src[i][j][k] (axis = 1). Differentiable in x and src.
 Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
 // Rows of x along axis picked by a 1-d index.

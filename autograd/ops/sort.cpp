@@ -95,9 +95,8 @@ Tensor searchsorted(const Tensor& sorted, const Tensor& values, bool right) {
   ops::check_defined(sorted, op, "sorted");
   ops::check_defined(values, op, "values");
   ops::check_same_device(op, {&sorted, &values});
-  CF_CHECK(sorted.dtype() == values.dtype(), DTypeError, "[searchsorted] sorted ", sorted.describe(), " and values ",
-           values.describe(), " must have one dtype (convert one with to())");
-  CF_CHECK(sorted.dtype() != kBool, DTypeError, "[searchsorted] is not defined for bool tensors: ", sorted.describe());
+  for (const Tensor* t : {&sorted, &values})
+    CF_CHECK(t->dtype() != kBool, DTypeError, "[searchsorted] is not defined for bool tensors: ", t->describe());
   CF_CHECK(sorted.dim() >= 1, ShapeError, "[searchsorted] sorted must have at least one dimension, got ",
            sorted.describe());
   CF_DEVICE_DISPATCH(op, values.device(), (void)0, (void)0);
@@ -114,8 +113,15 @@ Tensor searchsorted(const Tensor& sorted, const Tensor& values, bool right) {
     for (int64_t d = 0; d + 1 < sorted.dim(); ++d) g.rows *= sorted.shape()[size_t(d)];
     g.k = values.shape().back();
   }
+  Tensor s = sorted.detach(), v = values.detach();
+  if (s.dtype() != v.dtype()) {  // one dtype for the search (see sort.h)
+    const bool fs = is_floating(s.dtype()), fv = is_floating(v.dtype());
+    const DType common = fs == fv ? promote_types(s.dtype(), v.dtype()) : kFloat64;
+    s = to(s, common);
+    v = to(v, common);
+  }
   Tensor out = Tensor::empty(values.shape(), kInt64, values.device());
-  if (out.numel() > 0) kernels::searchsorted(contiguous(sorted).detach(), contiguous(values).detach(), out, g, right);
+  if (out.numel() > 0) kernels::searchsorted(contiguous(s), contiguous(v), out, g, right);
   return out;
 }
 

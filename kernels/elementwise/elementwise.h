@@ -9,6 +9,7 @@ namespace cf::kernels {
 
 enum class UnaryOp {
   Neg, Abs, Sign, Square,                       // numeric (float and int64)
+  Floor, Ceil, Round, Trunc,                    // numeric: integers as they are; Round: half to even
   Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Gelu, Reciprocal, Log1p, Expm1, Erf,
   LeakyRelu,  // param a = negative slope
   PowScalar,  // param a = exponent
@@ -18,6 +19,7 @@ enum class UnaryOp {
 };
 enum class BinaryOp {
   Add, Sub, Mul, Div, Pow, Maximum, Minimum,  // result has the inputs' dtype
+  FloorDivide, Remainder,                     // Python's // and % (int_math.h)
   Eq, Ne, Lt, Le, Gt, Ge,                     // result is bool
   LogicalAnd, LogicalOr                       // bool x bool -> bool
 };

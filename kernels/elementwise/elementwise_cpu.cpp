@@ -16,6 +16,10 @@ const char* op_name(UnaryOp op) {
     case UnaryOp::Abs: return "abs";
     case UnaryOp::Sign: return "sign";
     case UnaryOp::Square: return "square";
+    case UnaryOp::Floor: return "floor";
+    case UnaryOp::Ceil: return "ceil";
+    case UnaryOp::Round: return "round";
+    case UnaryOp::Trunc: return "trunc";
     case UnaryOp::Exp: return "exp";
     case UnaryOp::Log: return "log";
     case UnaryOp::Sqrt: return "sqrt";
@@ -45,6 +49,8 @@ const char* op_name(BinaryOp op) {
     case BinaryOp::Sub: return "sub";
     case BinaryOp::Mul: return "mul";
     case BinaryOp::Div: return "div";
+    case BinaryOp::FloorDivide: return "floor_divide";
+    case BinaryOp::Remainder: return "remainder";
     case BinaryOp::Pow: return "pow";
     case BinaryOp::Maximum: return "maximum";
     case BinaryOp::Minimum: return "minimum";
@@ -113,6 +119,13 @@ inline bool is_nan(C v) {
   else return false;
 }
 
+// f(v) for a floating v, v itself for an integer.
+template <typename C, typename F>
+inline C rounded(C v, F f) {
+  if constexpr (std::is_floating_point_v<C>) return C(f(v));
+  else return v;
+}
+
 template <typename T>
 void unary_numeric(UnaryOp op, const Tensor& x, const Tensor& out) {
   using C = compute_t<T>;  // float32 registers for bfloat16/float16
@@ -136,6 +149,12 @@ void unary_numeric(UnaryOp op, const Tensor& x, const Tensor& out) {
         else return C(v * v);
       });
       break;
+    // Rounding to an integer value: an integer is one already. nearbyint rounds half to even in the default
+    // rounding mode, which cf never changes (PyTorch's round, NumPy's rint). -0.0 and NaN stay.
+    case UnaryOp::Floor: map1<T, T>(x, out, [](C v) { return rounded<C>(v, [](C u) { return std::floor(u); }); }); break;
+    case UnaryOp::Ceil: map1<T, T>(x, out, [](C v) { return rounded<C>(v, [](C u) { return std::ceil(u); }); }); break;
+    case UnaryOp::Round: map1<T, T>(x, out, [](C v) { return rounded<C>(v, [](C u) { return std::nearbyint(u); }); }); break;
+    case UnaryOp::Trunc: map1<T, T>(x, out, [](C v) { return rounded<C>(v, [](C u) { return std::trunc(u); }); }); break;
     default: throw DTypeError(str("[", op_name(op), "] expects float32 or float64, got ", x.dtype()));
   }
 }
@@ -216,6 +235,14 @@ void map2_bf16(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   });
 }
 
+// Integer division by zero is undefined behaviour in C++; refused before the (possibly parallel) loop,
+// where an exception could not propagate.
+template <typename T>
+void check_no_zero_divisor(BinaryOp op, const Tensor& b) {
+  if constexpr (std::is_integral_v<T>)
+    for (T v : b.to_vector<T>()) CF_CHECK(v != 0, ValueError, "[", op_name(op), "] integer division by zero");
+}
+
 template <typename T>
 void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   using C = compute_t<T>;  // float32 registers for bfloat16/float16
@@ -248,15 +275,24 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
       });
       break;
     case BinaryOp::Div:
-      if constexpr (std::is_integral_v<T>) {
-        // Integer division by zero is undefined behaviour in C++; refuse it before
-        // the (possibly parallel) loop, where an exception could not propagate.
-        for (T v : b.to_vector<T>())
-          CF_CHECK(v != 0, ValueError, "[div] integer division by zero");
-      }
+      check_no_zero_divisor<T>(op, b);
       map2<T, T>(a, b, out, [](C x, C y) {
         if constexpr (std::is_integral_v<C>) return int_div(x, y);
         else return C(x / y);
+      });
+      break;
+    case BinaryOp::FloorDivide:
+      check_no_zero_divisor<T>(op, b);
+      map2<T, T>(a, b, out, [](C x, C y) {
+        if constexpr (std::is_integral_v<C>) return int_floor_div(x, y);
+        else return float_floor_div(x, y);
+      });
+      break;
+    case BinaryOp::Remainder:
+      check_no_zero_divisor<T>(op, b);
+      map2<T, T>(a, b, out, [](C x, C y) {
+        if constexpr (std::is_integral_v<C>) return int_remainder(x, y);
+        else return float_remainder(x, y);
       });
       break;
     case BinaryOp::Pow:

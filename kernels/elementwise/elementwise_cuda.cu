@@ -46,6 +46,10 @@ CF_EW_MATH1(tanh, tanhf)
 CF_EW_MATH1(log1p, log1pf)
 CF_EW_MATH1(expm1, expm1f)
 CF_EW_MATH1(erf, erff)
+CF_EW_MATH1(floor, floorf)
+CF_EW_MATH1(ceil, ceilf)
+CF_EW_MATH1(nearbyint, nearbyintf)
+CF_EW_MATH1(trunc, truncf)
 #undef CF_EW_MATH1
 __device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
@@ -74,6 +78,17 @@ struct UnaryFn {
       else return T(fabs(v));
     }
     if constexpr (OP == UnaryOp::Sign) return T((v > T(0)) - (v < T(0)));
+    // (as the CPU: an integer as it is; nearbyint rounds half to even)
+    if constexpr (OP == UnaryOp::Floor || OP == UnaryOp::Ceil || OP == UnaryOp::Round || OP == UnaryOp::Trunc) {
+      if constexpr (std::is_floating_point_v<T>) {
+        if constexpr (OP == UnaryOp::Floor) return m_floor(v);
+        if constexpr (OP == UnaryOp::Ceil) return m_ceil(v);
+        if constexpr (OP == UnaryOp::Round) return m_nearbyint(v);
+        if constexpr (OP == UnaryOp::Trunc) return m_trunc(v);
+      } else {
+        return v;
+      }
+    }
     if constexpr (OP == UnaryOp::Square) {
       if constexpr (std::is_same_v<T, int64_t>) return int_mul(v, v);
       else return T(v * v);
@@ -143,6 +158,14 @@ struct BinaryFn {
       } else {
         return T(x / y);
       }
+    }
+    if constexpr (OP == BinaryOp::FloorDivide) {  // (int_math.h: the CPU's functions)
+      if constexpr (std::is_integral_v<T>) return y == T(0) ? T(0) : T(int_floor_div(x, y));
+      else return float_floor_div(x, y);
+    }
+    if constexpr (OP == BinaryOp::Remainder) {
+      if constexpr (std::is_integral_v<T>) return y == T(0) ? T(0) : T(int_remainder(x, y));
+      else return float_remainder(x, y);
     }
     if constexpr (OP == BinaryOp::Pow) {
       if constexpr (std::is_same_v<T, int64_t>) {
@@ -397,6 +420,10 @@ void unary_numeric(UnaryOp op, const Tensor& x, const Tensor& out) {
     case UnaryOp::Abs: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Abs, C>{})); break;
     case UnaryOp::Sign: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Sign, C>{})); break;
     case UnaryOp::Square: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Square, C>{})); break;
+    case UnaryOp::Floor: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Floor, C>{})); break;
+    case UnaryOp::Ceil: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Ceil, C>{})); break;
+    case UnaryOp::Round: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Round, C>{})); break;
+    case UnaryOp::Trunc: map1<T, T>(name, x, out, widen1<T>(UnaryFn<UnaryOp::Trunc, C>{})); break;
     default: throw DTypeError(str("[", name, "] expects float32 or float64, got ", x.dtype()));
   }
 }
@@ -436,12 +463,12 @@ void unary_float(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams prm
 // the division runs at once (a zero divisor gives 0 there) and the ValueError is
 // thrown at the next host read.
 template <typename T>
-void check_no_zero_divisor(const Tensor& b) {
+void check_no_zero_divisor(const char* op, const Tensor& b) {
   if (b.numel() == 0) return;
-  cu::use_device_of(b, "div");
+  cu::use_device_of(b, op);
   ::cf::cuda::defer_check(
-      b.device(), [](int64_t, int64_t) { throw ValueError("[div] integer division by zero"); }, "div",
-      [&](::cf::cuda::CheckSlot* slot) { cu::strided_loop<1>("div", b.shape(), {&b}, FlagZero<T>{slot}); });
+      b.device(), [op](int64_t, int64_t) { throw ValueError(str("[", op, "] integer division by zero")); }, op,
+      [&](::cf::cuda::CheckSlot* slot) { cu::strided_loop<1>(op, b.shape(), {&b}, FlagZero<T>{slot}); });
 }
 
 template <typename T>
@@ -455,8 +482,16 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
     break;
   switch (op) {
     case BinaryOp::Div:
-      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) check_no_zero_divisor<T>(b);
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) check_no_zero_divisor<T>(name, b);
       map2<T, T>(name, a, b, out, widen2<T>(BinaryFn<BinaryOp::Div, C>{}));
+      break;
+    case BinaryOp::FloorDivide:
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) check_no_zero_divisor<T>(name, b);
+      map2<T, T>(name, a, b, out, widen2<T>(BinaryFn<BinaryOp::FloorDivide, C>{}));
+      break;
+    case BinaryOp::Remainder:
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) check_no_zero_divisor<T>(name, b);
+      map2<T, T>(name, a, b, out, widen2<T>(BinaryFn<BinaryOp::Remainder, C>{}));
       break;
     CF_EW_BINARY(Add)
     CF_EW_BINARY(Sub)

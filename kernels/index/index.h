@@ -1,6 +1,6 @@
 #pragma once
-// Indexing kernels: gather, scatter_add (index_select/index_add/take_along_dim are
-// gather/scatter_add on broadcast views of the index, see autograd/ops/index.cpp),
+// Indexing kernels: gather, scatter (adding or assigning; index_select/index_add/take_along_dim
+// are gather/scatter on broadcast views of the index, see autograd/ops/index.cpp),
 // masked_fill, one_hot, and the index range check.
 //
 // Preconditions (the autograd layer checks them with clear errors first):
@@ -41,12 +41,16 @@ using RaiseBadIndex = std::function<void(int64_t position, int64_t value)>;
 // (= out.shape()); x.shape()[d] >= index.shape()[d] for d != axis; any dtype.
 void gather_cpu(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& out);
 
-// out[p with coordinate `axis` replaced by index[p]] += src[p] for p over index.shape();
-// src.shape() >= index.shape() on every axis, out.shape() >= index.shape() off `axis`.
-// Numeric dtypes. Work is split by the non-axis coordinates of index, and each output
-// element receives its contributions in ascending order along `axis`, so duplicate
-// indices give bit-identical results whatever the thread count.
-void scatter_add_cpu(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src);
+// out[p with coordinate `axis` replaced by index[p]] += src[p] (Add) or = src[p] (Assign)
+// for p over index.shape(); src.shape() >= index.shape() on every axis, out.shape() >=
+// index.shape() off `axis`; out and src of one dtype. Add: numeric dtypes, 16-bit ones
+// summed in float32 and rounded once. Assign: every dtype, the bits moved as they are.
+// Work is split by the non-axis coordinates of index, and each output element receives
+// its contributions in ascending order along `axis`: duplicate indices sum in that
+// order (Add) or leave the last one (Assign), bit-identical whatever the thread count
+// and on both devices.
+enum class ScatterMode { Add, Assign };
+void scatter_cpu(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src, ScatterMode mode);
 
 // out = mask ? value : x, with mask (bool) broadcast to x's shape (= out's shape).
 void masked_fill_cpu(const Tensor& x, const Tensor& mask, double value, const Tensor& out);
@@ -77,7 +81,7 @@ void bincount_rows_cuda(const Tensor& ids, int64_t bins, const Tensor& counts);
 void check_index_range_cuda(const Tensor& index, int64_t limit, RaiseBadIndex raise,
                             const int64_t* allowed = nullptr);
 void gather_cuda(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& out);
-void scatter_add_cuda(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src);
+void scatter_cuda(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src, ScatterMode mode);
 void masked_fill_cuda(const Tensor& x, const Tensor& mask, double value, const Tensor& out);
 void one_hot_cuda(const Tensor& labels, const Tensor& out);
 void ring_append_cuda(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
@@ -98,9 +102,12 @@ inline void gather(const Tensor& x, int64_t axis, const Tensor& index, const Ten
   CF_DEVICE_DISPATCH("gather", out.device(), gather_cpu(x, axis, index, out),
                      gather_cuda(x, axis, index, out));
 }
+inline void scatter(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src, ScatterMode mode) {
+  CF_DEVICE_DISPATCH("scatter", out.device(), scatter_cpu(out, axis, index, src, mode),
+                     scatter_cuda(out, axis, index, src, mode));
+}
 inline void scatter_add(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src) {
-  CF_DEVICE_DISPATCH("scatter_add", out.device(), scatter_add_cpu(out, axis, index, src),
-                     scatter_add_cuda(out, axis, index, src));
+  scatter(out, axis, index, src, ScatterMode::Add);
 }
 inline void masked_fill(const Tensor& x, const Tensor& mask, double value, const Tensor& out) {
   CF_DEVICE_DISPATCH("masked_fill", out.device(), masked_fill_cpu(x, mask, value, out),

@@ -14,7 +14,7 @@ namespace cf::kernels {
 
 namespace {
 
-// Like strided_loop, but with a caller-chosen grain: a loop element of scatter_add
+// Like strided_loop, but with a caller-chosen grain: a loop element of scatter
 // stands for a whole run along the indexed axis, so the default grain is too coarse.
 template <int N, typename F>
 void loop_with_grain(const Shape& shape, const std::array<const Tensor*, N>& ops, int64_t grain,
@@ -96,10 +96,10 @@ void gather_cpu(const Tensor& x, int64_t axis, const Tensor& index, const Tensor
   });
 }
 
-void scatter_add_cpu(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src) {
-  if (is_low_precision(out.dtype())) {  // accumulate in float32, round each output once
+void scatter_cpu(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src, ScatterMode mode) {
+  if (mode == ScatterMode::Add && is_low_precision(out.dtype())) {  // accumulate in float32, round each output once
     Tensor of = upcast_float32(out);
-    scatter_add_cpu(of, axis, index, upcast_float32(src));
+    scatter_cpu(of, axis, index, upcast_float32(src), mode);
     downcast_into(of, out);
     return;
   }
@@ -110,25 +110,36 @@ void scatter_add_cpu(const Tensor& out, int64_t axis, const Tensor& index, const
   const int64_t src_as = src.strides()[size_t(axis)];
   // Loop over index's shape without the axis: each loop element owns a distinct line of
   // out along the axis (its other coordinates differ), so chunks never write the same
-  // element and the axis run inside a line is summed in order.
+  // element and the axis run inside a line is applied in order.
   Shape lines = index.shape();
   lines[size_t(axis)] = 1;
   Tensor ov = make_view(out, lines, out.strides(), out.offset());
   Tensor iv = make_view(index, lines, index.strides(), index.offset());
   Tensor sv = make_view(src, lines, src.strides(), src.offset());
-  CF_DISPATCH_NUMERIC(out.dtype(), "scatter_add", {
-    using T = scalar_t;
-    loop_with_grain<3>(lines, {&ov, &iv, &sv}, kParallelGrain / len,
-                       [&](auto& p, auto& s, int64_t n) {
+  auto run = [&](auto apply) {
+    loop_with_grain<3>(lines, {&ov, &iv, &sv}, kParallelGrain / len, [&](auto& p, auto& s, int64_t n) {
       // j outside, k inside: rows of src are read along their contiguous axis, and
       // every output element still gets its terms in ascending j.
-      for (int64_t j = 0; j < len; ++j) {
+      for (int64_t j = 0; j < len; ++j)
         for (int64_t k = 0; k < n; ++k) {
-          int64_t id = reinterpret_cast<const int64_t*>(p[1] + k * s[1])[j * idx_as];
-          reinterpret_cast<T*>(p[0] + k * s[0])[id * out_as] +=
-              reinterpret_cast<const T*>(p[2] + k * s[2])[j * src_as];
+          const int64_t id = reinterpret_cast<const int64_t*>(p[1] + k * s[1])[j * idx_as];
+          apply(p[0] + k * s[0], id * out_as, p[2] + k * s[2], j * src_as);
         }
-      }
+    });
+  };
+  if (mode == ScatterMode::Assign) {
+    CF_DISPATCH_ALL(out.dtype(), "scatter", {
+      using T = scalar_t;
+      run([](char* o, int64_t oi, const char* v, int64_t vi) {
+        reinterpret_cast<T*>(o)[oi] = reinterpret_cast<const T*>(v)[vi];
+      });
+    });
+    return;
+  }
+  CF_DISPATCH_NUMERIC_STD(out.dtype(), "scatter_add", {
+    using T = scalar_t;
+    run([](char* o, int64_t oi, const char* v, int64_t vi) {
+      reinterpret_cast<T*>(o)[oi] += reinterpret_cast<const T*>(v)[vi];
     });
   });
 }

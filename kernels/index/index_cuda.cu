@@ -67,7 +67,7 @@ __global__ void bad_index_kernel(LoopPlan<1> p, const char* base, int64_t limit,
   slot->blocks_done = 0;
 }
 
-// ---------------------------------------------------------------- scatter_add
+// ---------------------------------------------------------------- scatter (Add / Assign)
 
 // Index lines with at most this many entries are summed by one thread per line
 // (the CPU's loop); longer ones go through a sort so that parallelism does not
@@ -75,9 +75,10 @@ __global__ void bad_index_kernel(LoopPlan<1> p, const char* base, int64_t limit,
 constexpr int64_t kShortLine = 32;
 
 // Path A: one thread per line of index (a line = the run along `axis` at fixed
-// other coordinates; distinct lines write distinct output elements), adding its
-// terms in ascending position, exactly like scatter_add_cpu: bit-identical to it.
-template <typename T>
+// other coordinates; distinct lines write distinct output elements), adding (or
+// assigning) its terms in ascending position, exactly like scatter_cpu: bit-identical
+// to it. Assign moves T's bits (T an unsigned integer of the element's size).
+template <typename T, bool kAssign>
 __global__ void scatter_lines_kernel(LoopPlan<3> p, char* out, const char* idx, const char* src, int64_t len,
                                      int64_t out_len, int64_t out_as, int64_t idx_as, int64_t src_as) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
@@ -86,7 +87,11 @@ __global__ void scatter_lines_kernel(LoopPlan<3> p, char* out, const char* idx, 
     cu::plan_offsets<3>(p, line, off);
     for (int64_t j = 0; j < len; ++j) {
       const int64_t id = cu::clamp_index(*reinterpret_cast<const int64_t*>(idx + off[1] + j * idx_as), out_len);
-      at<T>(out, off[0] + id * out_as) += *reinterpret_cast<const T*>(src + off[2] + j * src_as);
+      const T v = *reinterpret_cast<const T*>(src + off[2] + j * src_as);
+      if constexpr (kAssign)
+        at<T>(out, off[0] + id * out_as) = v;
+      else
+        at<T>(out, off[0] + id * out_as) += v;
     }
   }
 }
@@ -111,8 +116,9 @@ __global__ void scatter_keys_kernel(LoopPlan<1> lp, bool per_line, const char* i
 
 // Path B sums, per-line index: the thread at the head of each run of equal keys
 // adds the run (ascending j) into its output element, starting from the value
-// already there, in the CPU's order: bit-identical to scatter_add_cpu.
-template <typename T>
+// already there, in the CPU's order: bit-identical to scatter_cpu. Assign writes
+// the run's last term (the largest j), as the CPU's loop leaves it.
+template <typename T, bool kAssign>
 __global__ void scatter_runs_kernel(LoopPlan<3> p, char* out, const char* src, int64_t n, int64_t out_len,
                                     int64_t out_as, int64_t src_as, const uint64_t* keys,
                                     const int32_t* pos) {
@@ -125,8 +131,13 @@ __global__ void scatter_runs_kernel(LoopPlan<3> p, char* out, const char* src, i
     cu::plan_offsets<3>(p, line, off);
     T& o = at<T>(out, off[0] + id * out_as);
     T acc = o;
-    for (int64_t t = s; t < n && keys[t] == key; ++t)
-      acc += *reinterpret_cast<const T*>(src + off[2] + int64_t(pos[t]) * src_as);
+    for (int64_t t = s; t < n && keys[t] == key; ++t) {
+      const T v = *reinterpret_cast<const T*>(src + off[2] + int64_t(pos[t]) * src_as);
+      if constexpr (kAssign)
+        acc = v;
+      else
+        acc += v;
+    }
     o = acc;
   }
 }
@@ -134,7 +145,7 @@ __global__ void scatter_runs_kernel(LoopPlan<3> p, char* out, const char* src, i
 // Path B sums, shared index: thread (s, line) with consecutive threads on
 // consecutive lines (the contiguous axis of src/out in index_add), so reads and
 // writes coalesce. Same order and bits as the CPU.
-template <typename T>
+template <typename T, bool kAssign>
 __global__ void scatter_shared_runs_kernel(LoopPlan<3> p, char* out, const char* src, int64_t len,
                                            int64_t out_as, int64_t src_as, const uint64_t* keys,
                                            const int32_t* pos) {
@@ -148,8 +159,13 @@ __global__ void scatter_shared_runs_kernel(LoopPlan<3> p, char* out, const char*
     cu::plan_offsets<3>(p, line, off);
     T& o = at<T>(out, off[0] + int64_t(key) * out_as);
     T acc = o;
-    for (int64_t t = s; t < len && keys[t] == key; ++t)
-      acc += *reinterpret_cast<const T*>(src + off[2] + int64_t(pos[t]) * src_as);
+    for (int64_t t = s; t < len && keys[t] == key; ++t) {
+      const T v = *reinterpret_cast<const T*>(src + off[2] + int64_t(pos[t]) * src_as);
+      if constexpr (kAssign)
+        acc = v;
+      else
+        acc += v;
+    }
     o = acc;
   }
 }
@@ -165,15 +181,15 @@ Tensor device_bytes(size_t bytes, Device d) {
   return Tensor::empty({int64_t((bytes + 7) / 8) + 1}, kInt64, d);
 }
 
-template <typename T>
-void scatter_add_typed(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src) {
+template <typename T, bool kAssign>
+void scatter_typed(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src) {
   const int64_t len = index.shape()[size_t(axis)];
   const int64_t out_len = out.shape()[size_t(axis)];
   const int64_t es = int64_t(sizeof(T));
   const int64_t out_as = out.strides()[size_t(axis)] * es;
   const int64_t idx_as = index.strides()[size_t(axis)] * int64_t(sizeof(int64_t));
   const int64_t src_as = src.strides()[size_t(axis)] * es;
-  // Views at index's shape without the axis, as in scatter_add_cpu.
+  // Views at index's shape without the axis, as in scatter_cpu.
   Shape lines_shape = index.shape();
   lines_shape[size_t(axis)] = 1;
   Tensor ov = make_view(out, lines_shape, out.strides(), out.offset());
@@ -184,7 +200,8 @@ void scatter_add_typed(const Tensor& out, int64_t axis, const Tensor& index, con
   char* po = static_cast<char*>(out.raw_data());
   const char* pi = static_cast<const char*>(index.raw_data());
   const char* ps = static_cast<const char*>(src.raw_data());
-  cu::use_device_of(out, "scatter_add");
+  const char* op = kAssign ? "scatter" : "scatter_add";
+  cu::use_device_of(out, op);
 
   bool shared = true;  // the same index line for every line: stride 0 (or size 1) off the axis
   for (int64_t d = 0; d < index.dim(); ++d)
@@ -192,8 +209,9 @@ void scatter_add_typed(const Tensor& out, int64_t axis, const Tensor& index, con
   const int64_t n = shared ? len : lines * len;  // items to sort
   const bool sortable = len <= INT32_MAX && out_len > 0 && lines <= INT64_MAX / out_len;
   if (len <= kShortLine || !sortable) {
-    scatter_lines_kernel<T><<<cu::grid_for(lines), kThreads>>>(p, po, pi, ps, len, out_len, out_as, idx_as, src_as);
-    ::cf::cuda::check_launch("scatter_add");
+    scatter_lines_kernel<T, kAssign>
+        <<<cu::grid_for(lines), kThreads>>>(p, po, pi, ps, len, out_len, out_as, idx_as, src_as);
+    ::cf::cuda::check_launch(op);
     return;
   }
 
@@ -208,21 +226,20 @@ void scatter_add_typed(const Tensor& out, int64_t axis, const Tensor& index, con
   // Offsets of index lines only (a plan over the line shape for the index alone).
   LoopPlan<1> lp = make_loop_plan<1>(lines_shape, {&iv});
   scatter_keys_kernel<<<cu::grid_for(n), kThreads>>>(lp, !shared, pi, len, idx_as, out_len, n, ki, vi);
-  ::cf::cuda::check_launch("scatter_add");
+  ::cf::cuda::check_launch(op);
   const int end_bit = bits_for(uint64_t(shared ? 1 : lines) * uint64_t(out_len) - 1);
   size_t temp_bytes = 0;
-  CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ki, ko, vi, vo, n, 0, end_bit, 0),
-                "scatter_add");
+  CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ki, ko, vi, vo, n, 0, end_bit, 0), op);
   Tensor temp = device_bytes(temp_bytes, dev);
-  CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), temp_bytes, ki, ko, vi, vo, n, 0, end_bit, 0),
-                "scatter_add");
+  CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), temp_bytes, ki, ko, vi, vo, n, 0, end_bit, 0), op);
   ::cf::cuda::count_launch();
   if (shared) {
-    scatter_shared_runs_kernel<T><<<cu::grid_for(len * lines), kThreads>>>(p, po, ps, len, out_as, src_as, ko, vo);
+    scatter_shared_runs_kernel<T, kAssign>
+        <<<cu::grid_for(len * lines), kThreads>>>(p, po, ps, len, out_as, src_as, ko, vo);
   } else {
-    scatter_runs_kernel<T><<<cu::grid_for(n), kThreads>>>(p, po, ps, n, out_len, out_as, src_as, ko, vo);
+    scatter_runs_kernel<T, kAssign><<<cu::grid_for(n), kThreads>>>(p, po, ps, n, out_len, out_as, src_as, ko, vo);
   }
-  ::cf::cuda::check_launch("scatter_add");
+  ::cf::cuda::check_launch(op);
 }
 
 // ---------------------------------------------------------------- gather, masked_fill, one_hot
@@ -365,22 +382,32 @@ void gather_cuda(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
   CF_DISPATCH_ALL(x.dtype(), "gather", gather_typed<scalar_t>(x, axis, index, out));
 }
 
-// Always deterministic, for every dtype, and bit-identical to scatter_add_cpu
-// (both paths add each output element's terms in ascending position, in T, starting
+// Always deterministic, for every dtype, and bit-identical to scatter_cpu (both
+// paths apply each output element's terms in ascending position, in T, starting
 // from the value already there). No atomicAdd path: float atomics would make
 // training runs irreproducible, and the sort path keeps the common shapes
 // (index_add / embedding backward: many rows into a table; gather backward)
 // parallel over all n * row-length terms, so it is not needed for speed.
-void scatter_add_cuda(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src) {
+void scatter_cuda(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src, ScatterMode mode) {
   const int64_t len = index.shape()[size_t(axis)];
   if (len == 0 || index.numel() == 0) return;
-  if (is_low_precision(out.dtype())) {  // float32 accumulation, one rounding (as scatter_add_cpu)
+  if (mode == ScatterMode::Assign) {  // bits moved: one kernel per element size
+    switch (dtype_size(out.dtype())) {
+      case 1: scatter_typed<uint8_t, true>(out, axis, index, src); break;
+      case 2: scatter_typed<uint16_t, true>(out, axis, index, src); break;
+      case 4: scatter_typed<uint32_t, true>(out, axis, index, src); break;
+      case 8: scatter_typed<uint64_t, true>(out, axis, index, src); break;
+      default: throw DTypeError(str("[scatter] has no kernel for ", out.dtype(), " on this device"));
+    }
+    return;
+  }
+  if (is_low_precision(out.dtype())) {  // float32 accumulation, one rounding (as scatter_cpu)
     Tensor of = upcast_float32(out);
-    scatter_add_typed<float>(of, axis, index, upcast_float32(src));
+    scatter_typed<float, false>(of, axis, index, upcast_float32(src));
     downcast_into(of, out);
     return;
   }
-  CF_DISPATCH_NUMERIC_STD(out.dtype(), "scatter_add", scatter_add_typed<scalar_t>(out, axis, index, src));
+  CF_DISPATCH_NUMERIC_STD(out.dtype(), "scatter_add", (scatter_typed<scalar_t, false>(out, axis, index, src)));
 }
 
 void masked_fill_cuda(const Tensor& x, const Tensor& mask, double value, const Tensor& out) {

@@ -20,12 +20,7 @@ Tensor dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (blocked.defined()) {
     // (a misfit mask failed inside [masked_fill], naming neither this op nor the scores' axes)
     const Shape& s = scores.shape();
-    bool fits = blocked.dtype() == kBool && blocked.dim() <= int64_t(s.size());
-    for (int64_t i = 1; fits && i <= blocked.dim(); ++i) {
-      const int64_t m = blocked.shape()[size_t(blocked.dim() - i)];
-      fits = m == 1 || m == s[s.size() - size_t(i)];
-    }
-    CF_CHECK(fits, ShapeError, "[dense_attention] blocked must be bool broadcastable to the scores (B, H, Nq, Nk) = ",
+    CF_CHECK(blocked.dtype() == kBool && broadcasts_to(blocked.shape(), s), ShapeError, "[dense_attention] blocked must be bool broadcastable to the scores (B, H, Nq, Nk) = ",
              shape_str(s), ", got ", blocked.describe());
     scores = masked_fill(scores, blocked, -INFINITY);
   }

@@ -107,6 +107,14 @@ GRADCHECK_CASE(mul) {
   check_grad("mul", [](const std::vector<Tensor>& x) { return mul(x[0], x[1]); },
              {leaf64({2, 1}, 1), leaf64({1, 3}, 2)});
 }
+GRADCHECK_CASE(remainder) {
+  // away from the jumps of floor(a / b): d/da 1, d/db -floor(a / b), broadcast both ways
+  const Tensor a = t64({0.3, 1.7, -2.2, 5.1, -4.4, 0.05}, {2, 3}).set_requires_grad(true);
+  const Tensor b = t64({0.7, -0.9, 1.3}, {3}).set_requires_grad(true);
+  check_grad("remainder", [](const std::vector<Tensor>& x) { return remainder(x[0], x[1]); }, {a, b});
+  check_grad("remainder", [](const std::vector<Tensor>& x) { return remainder(x[1], x[0]); }, {b, a});
+}
+
 GRADCHECK_CASE(div) {
   check_grad("div", [](const std::vector<Tensor>& x) { return div(x[0], x[1]); },
              {leaf64({2, 3}, 1), leaf64({3}, 2, 0.5, 2.0)});
@@ -153,6 +161,83 @@ TEST_CASE("unary ops match std:: math") {
   check_close(sigmoid(t32({-200.0f, 200.0f}, {2})), {0, 1});
   check_close(abs(ti64({-3, 4}, {2})), {3, 4});
   check_close(neg(ti64({-3, 4}, {2})), {3, -4});
+}
+
+TEST_CASE("floor, ceil, round (halves to even) and trunc against the C library, every dtype") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> v = {-2.5, -1.5, -0.5, -0.4, -0.0, 0.0, 0.3, 0.5, 1.5, 2.5, 2.7, -2.7, 1e15 + 0.5,
+                                 4503599627370497.0, inf, -inf, nan};
+  struct Op {
+    const char* name;
+    Tensor (*fn)(const Tensor&);
+    double (*ref)(double);
+  };
+  const Op ops[] = {{"floor", floor, [](double x) { return std::floor(x); }},
+                    {"ceil", ceil, [](double x) { return std::ceil(x); }},
+                    {"round", round, [](double x) { return std::nearbyint(x); }},
+                    {"trunc", trunc, [](double x) { return std::trunc(x); }}};
+  for (const Op& op : ops) {
+    CAPTURE(op.name);
+    for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+      CAPTURE(dt);
+      const Tensor x = to(t64(v, {int64_t(v.size())}), dt);
+      const std::vector<double> xs = values(x);  // v as dt holds it
+      std::vector<double> want;
+      for (double e : xs) want.push_back(op.ref(e));
+      const Tensor out = op.fn(x);
+      CHECK(out.dtype() == dt);
+      check_close(out, want, 0.0);
+      const std::vector<double> got = values(out);
+      for (size_t i = 0; i < got.size(); ++i)  // the sign of zero too: round(-0.4) is -0.0
+        if (want[i] == 0.0) CHECK(std::signbit(got[i]) == std::signbit(want[i]));
+      check_close(op.fn(transpose(to(t64({0.5, 1.5, -0.5, -1.5, 2.2, -2.2}, {3, 2}), dt), 0, 1)),
+                  values(op.fn(contiguous(transpose(to(t64({0.5, 1.5, -0.5, -1.5, 2.2, -2.2}, {3, 2}), dt), 0, 1)))),
+                  0.0);
+    }
+    const Tensor big = ti64({-9007199254740993, 3, 0}, {3});  // int64 as it is
+    CHECK(op.fn(big).to_vector<int64_t>() == big.to_vector<int64_t>());
+    Tensor leaf = t64({1.5}, {1}).set_requires_grad(true);
+    CHECK(!op.fn(leaf).requires_grad());  // no graph, as sign
+    const std::string tag = std::string("[") + op.name + "]";
+    CHECK_THROWS_MSG(op.fn(Tensor::from_vector(std::vector<bool>{true}, {1})), DTypeError, tag.c_str(), "bool");
+    CHECK_THROWS_MSG(op.fn(Tensor()), Error, tag.c_str());
+  }
+  check_close(round(t32({0.5f, 1.5f, 2.5f, 3.5f, -2.5f}, {5})), {0, 2, 2, 4, -2}, 0.0);  // halves to even
+}
+
+TEST_CASE("floor_divide and remainder are Python's // and %: int64 exactly, floats from fmod") {
+  // int64: rounded down, the remainder with the divisor's sign; INT64_MIN // -1 wraps (NumPy's answer)
+  const int64_t lo = std::numeric_limits<int64_t>::min();
+  const Tensor a = ti64({7, -7, 7, -7, 0, 6, lo, lo, 5}, {9}), b = ti64({2, 2, -2, -2, 3, -4, -1, 3, 1}, {9});
+  CHECK(floor_divide(a, b).to_vector<int64_t>() == std::vector<int64_t>{3, -4, -4, 3, 0, -2, lo, -3074457345618258603, 5});
+  CHECK(remainder(a, b).to_vector<int64_t>() == std::vector<int64_t>{1, 1, -1, -1, 0, -2, 0, 1, 0});
+  CHECK_THROWS_MSG(floor_divide(a, ti64({1, 0, 1, 1, 1, 1, 1, 1, 1}, {9})), ValueError, "[floor_divide]",
+                   "integer division by zero");
+  CHECK_THROWS_MSG(remainder(a, ti64({0}, {1})), ValueError, "[remainder]", "integer division by zero");
+  // floats: where floor(a / b) rounds onto the wrong integer, the fmod form does not (Python's values)
+  const double inf = std::numeric_limits<double>::infinity();
+  check_close(floor_divide(t64({5.3, 1.0, -1.0, inf, 5.0, -5.0}, {6}), t64({0.1, 0.1, inf, 2.0, 0.0, 0.0}, {6})),
+              {52.0, 9.0, -1.0, std::nan(""), inf, -inf}, 0.0);
+  check_close(remainder(t64({5.3, 5.0, -1.0, 0.0, -7.5, 7.5}, {6}), t64({0.1, inf, inf, inf, 2.5, -2.0}, {6})),
+              {0.09999999999999953, 5.0, inf, 0.0, 0.0, -0.5}, 0.0);
+  CHECK(std::isnan(values(remainder(t64({5.0}, {1}), t64({0.0}, {1})))[0]));
+  // a large quotient: floor(a / b) * b cancelled to 0 there
+  check_close(remainder(t32({1e8f}, {1}), t32({7.0f}, {1})), {2.0}, 0.0);
+  check_close(remainder(t64({1152921504606847232.0}, {1}), t64({10.0}, {1})), {2.0}, 0.0);
+  check_close(remainder(to(t32({1000.0f}, {1}), kBFloat16), to(t32({7.0f}, {1}), kBFloat16)), {6.0}, 0.0);
+  check_close(floor_divide(to(t32({1000.0f}, {1}), kBFloat16), to(t32({7.0f}, {1}), kBFloat16)), {142.0}, 0.0);
+  // the sign of a zero quotient follows a / b, as Python's
+  CHECK(std::signbit(values(floor_divide(t64({-0.5}, {1}), t64({3.0}, {1})))[0]) == true);
+  // broadcasting, mixed float dtypes (promotion as the other binary ops), no graph for floor_divide
+  Tensor leaf = t64({7.5, -7.5}, {2}).set_requires_grad(true);
+  CHECK(!floor_divide(leaf, t64({2.0}, {1})).requires_grad());
+  CHECK(remainder(leaf, t64({2.0}, {1})).requires_grad());
+  CHECK(remainder(t32({7.5f, -7.5f}, {2}), t64({2.0}, {1})).dtype() == kFloat64);
+  CHECK_THROWS_MSG(floor_divide(Tensor::from_vector(std::vector<bool>{true}, {1}),
+                                Tensor::from_vector(std::vector<bool>{true}, {1})),
+                   DTypeError, "[floor_divide]", "bool");
+  CHECK_THROWS_MSG(remainder(t64({1.0}, {1}), ti64({1}, {1})), DTypeError, "[remainder]");
+  CHECK_THROWS_MSG(remainder(t64({1.0, 2.0}, {2}), t64({1.0, 2.0, 3.0}, {3})), ShapeError, "[remainder]");
 }
 
 TEST_CASE("NaN propagates through relu, maximum and minimum from either operand - PyTorch's rules") {
@@ -433,6 +518,29 @@ PARITY_CASE(mul) {
   }, {leaf32({6, 5}, 7).detach()});
   check_grad_cuda("mul", [](const Inputs& x) { return mul(x[0], x[1]); }, {leaf64({2, 3}, 1), leaf64({2, 1}, 2)});
 }
+PARITY_CASE(floor_divide) {
+  ParityOptions fwd;
+  fwd.backward = false;  // no graph (a step function)
+  binary_case("floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); }, -20, 20, 0.1, 3, fwd);
+  binary_case("floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); }, -20, 20, -3, -0.1, fwd);
+  check_parity("floor_divide", [](const Inputs& x) { return floor_divide(x[0], x[1]); },
+               {ti64({7, -7, 7, -7, 0, 9, -1}, {7}), ti64({2, 2, -2, -2, 3, 10, 3}, {7})});
+  specials_binary("floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); });
+  Tensor a = ti64({1, 2, 3}, {3}), z = ti64({1, 0, 2}, {3});
+  CHECK(error_of([&] { floor_divide(cuda0(a), cuda0(z)).cpu(); }) == error_of([&] { floor_divide(a, z); }));
+}
+PARITY_CASE(remainder) {
+  binary_case("remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }, -20, 20, 0.1, 3);
+  binary_case("remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }, -20, 20, -3, -0.1);
+  check_parity("remainder", [](const Inputs& x) { return remainder(x[0], x[1]); },
+               {ti64({7, -7, 7, -7, 0, 9, -1}, {7}), ti64({2, 2, -2, -2, 3, 10, 3}, {7})});
+  specials_binary("remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); });
+  check_grad_cuda("remainder", [](const Inputs& x) { return remainder(x[0], x[1]); },
+                  {t64({0.3, 1.7, -2.2, 5.1, -4.4, 0.05}, {2, 3}).set_requires_grad(true),
+                   t64({0.7, -0.9, 1.3}, {3}).set_requires_grad(true)});
+  Tensor a = ti64({1, 2, 3}, {3}), z = ti64({1, 0, 2}, {3});
+  CHECK(error_of([&] { remainder(cuda0(a), cuda0(z)).cpu(); }) == error_of([&] { remainder(a, z); }));
+}
 PARITY_CASE(div) {
   binary_case("div", [](const Tensor& a, const Tensor& b) { return div(a, b); }, -2, 2, 0.5, 2);
   check_parity("div", [](const Inputs& x) { return div(x[0], 4.0); }, {leaf32({1000}, 3)});
@@ -533,6 +641,20 @@ PARITY_CASE(sign) {
   check_parity("sign", [](const Inputs& x) { return sign(x[0]); }, {random_ints({4, 5}, -2, 2, 4)});
   specials_unary("sign", [](const Tensor& x) { return sign(x); });
 }
+// floor, ceil, round and trunc record no graph (zero gradient almost everywhere), as sign
+void rounding_case(const char* op, Tensor (*f)(const Tensor&), uint32_t seed) {
+  ParityOptions fwd;
+  fwd.backward = false;
+  unary_case(op, f, -4, 4, fwd);
+  // exact halves (k / 2): the device rounds them as the CPU (round: to even)
+  check_parity(op, [f](const Inputs& x) { return f(x[0] * 0.5); }, {to(random_ints({64}, -40, 40, seed), kFloat32)});
+  check_parity(op, [f](const Inputs& x) { return f(x[0]); }, {random_ints({4, 5}, -9, 9, seed)});  // int64 as it is
+  specials_unary(op, f);
+}
+PARITY_CASE(floor) { rounding_case("floor", floor, 5); }
+PARITY_CASE(ceil) { rounding_case("ceil", ceil, 6); }
+PARITY_CASE(round) { rounding_case("round", round, 7); }
+PARITY_CASE(trunc) { rounding_case("trunc", trunc, 8); }
 PARITY_CASE(exp) {
   unary_case("exp", [](const Tensor& x) { return exp(x); });
   specials_unary("exp", [](const Tensor& x) { return exp(x); });

@@ -1,5 +1,6 @@
 // Indexing ops: forward against naive loops (contiguous and strided inputs, several
 // dtypes), determinism of the accumulating ops, gradchecks and bad input.
+#include <cstring>
 #include <deque>
 #include <random>
 
@@ -46,6 +47,18 @@ std::vector<double> ref_scatter_add(std::vector<double> x, const Shape& xs, int6
     double v = src[size_t(ravel(c, ss))];
     c[size_t(axis)] = idx[p];
     x[size_t(ravel(c, xs))] += v;
+  }
+  return x;
+}
+
+// Assignments in row-major order of index: of several sent to one element the last stays.
+std::vector<double> ref_scatter(std::vector<double> x, const Shape& xs, int64_t axis, const std::vector<int64_t>& idx,
+                                const Shape& is, const std::vector<double>& src, const Shape& ss) {
+  for (size_t p = 0; p < idx.size(); ++p) {
+    Shape c = unravel(int64_t(p), is);
+    double v = src[size_t(ravel(c, ss))];
+    c[size_t(axis)] = idx[p];
+    x[size_t(ravel(c, xs))] = v;
   }
   return x;
 }
@@ -152,6 +165,74 @@ TEST_CASE("scatter_add matches a naive loop, with duplicates, larger src, every 
       check_close(make(dt, xv, xs), xv, 0.0);
     }
   }
+}
+
+TEST_CASE("scatter matches a naive loop: the last of duplicates stays, larger src, every dtype and layout") {
+  const Shape xs{3, 4, 5};
+  auto xv = ints(60, -9, 9, 2);
+  for (DType dt : {kFloat32, kFloat64, kInt64, kBool, kBFloat16}) {
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      Shape is = xs, ss;
+      for (int64_t d = 0; d < 3; ++d) is[size_t(d)] = d == axis ? 7 : xs[size_t(d)] - 1;
+      for (int64_t d : is) ss.push_back(d + 1);
+      auto iv = indices(size_t(numel_of(is)), xs[size_t(axis)], uint32_t(40 + axis));
+      auto sv = ints(size_t(numel_of(ss)), 10, 60, uint32_t(50 + axis));  // distinct from x's values
+      if (dt == kBool)
+        for (double& v : sv) v = double(int64_t(v) % 2);
+      std::vector<double> x0 = xv;
+      if (dt == kBool)
+        for (double& v : x0) v = v > 0;
+      const auto want = ref_scatter(x0, xs, axis, iv, is, sv, ss);
+      auto as = [dt](const std::vector<double>& v, const Shape& s) {
+        if (dt == kBool) return ne(make(kInt64, v, s), 0.0);
+        if (dt == kBFloat16) return to(make(kFloat32, v, s), dt);
+        return make(dt, v, s);
+      };
+      for (const Tensor& x : layouts(as(x0, xs)))
+        for (const Tensor& ix : layouts(ti64(iv, is)))
+          for (const Tensor& src : layouts(as(sv, ss))) {
+            CAPTURE(axis);
+            Tensor out = scatter(x, axis, ix, src);
+            CHECK(out.dtype() == dt);
+            CHECK(out.shape() == xs);
+            check_close(out, want, 0.0);
+          }
+      check_close(as(x0, xs), x0, 0.0);  // the input is not modified
+    }
+  }
+}
+
+TEST_CASE("scatter moves bits: -0.0 and NaN payloads arrive as they were sent") {
+  const float nan_payload = [] {
+    uint32_t bits = 0x7fc12345u;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }();
+  Tensor src = t32({-0.0f, nan_payload, 1.5f}, {3});
+  Tensor out = scatter(Tensor::ones({4}, kFloat32), 0, ti64({2, 0, 3}, {3}), src);
+  const std::vector<float> got = out.to_vector<float>();
+  uint32_t b0, b2;
+  std::memcpy(&b0, &got[0], 4);
+  std::memcpy(&b2, &got[2], 4);
+  CHECK(b0 == 0x7fc12345u);
+  CHECK(b2 == 0x80000000u);
+  CHECK(got[1] == 1.0f);
+  CHECK(got[3] == 1.5f);
+}
+
+TEST_CASE("scatter's gradient: overwritten x elements get none, only the kept one of duplicates gets it") {
+  // Row 0 sends positions 1, 3, 1: the first 1 is overwritten by the third (the last along the axis).
+  Tensor x = leaf64({2, 4}, 1);
+  Tensor src = leaf64({2, 3}, 2);
+  Tensor idx = ti64({1, 3, 1, 0, 0, 2}, {2, 3});
+  Tensor out = scatter(x, 1, idx, src);
+  CHECK(std::string(out.grad_fn()->name) == "scatter");
+  const std::vector<double> xv = x.to_vector<double>(), sv = src.to_vector<double>();
+  check_close(out, {xv[0], sv[2], xv[2], sv[1], sv[4], xv[5], sv[5], xv[7]}, 0.0);
+  sum(mul(out, t64({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}))).backward();
+  check_close(x.grad(), {1, 0, 3, 0, 0, 6, 0, 8}, 0.0);
+  check_close(src.grad(), {0, 4, 2, 0, 5, 7}, 0.0);
 }
 
 TEST_CASE("scatter_add and index_add are deterministic with many duplicates") {
@@ -368,6 +449,17 @@ GRADCHECK_CASE(scatter_add) {
              [idx](const std::vector<Tensor>& x) { return scatter_add(x[0], 1, idx, x[1]); },
              {leaf64({4, 4}, 3), leaf64({4, 6}, 4)});
 }
+GRADCHECK_CASE(scatter) {
+  Tensor idx = ti64({0, 2, 2, 1, 3, 3, 3, 0, 1, 1, 2, 0, 3, 3, 0}, {3, 5});  // duplicates
+  check_grad("scatter", [idx](const std::vector<Tensor>& x) { return scatter(x[0], 1, idx, x[1]); },
+             {leaf64({3, 4}, 1), leaf64({3, 5}, 2)});
+  // src larger than index, x larger than index off the axis
+  check_grad("scatter", [idx](const std::vector<Tensor>& x) { return scatter(x[0], 1, idx, x[1]); },
+             {leaf64({4, 4}, 3), leaf64({4, 6}, 4)});
+  Tensor idx0 = ti64({2, 0, 2, 1, 1, 1}, {2, 3});
+  check_grad("scatter", [idx0](const std::vector<Tensor>& x) { return scatter(x[0], 0, idx0, x[1]); },
+             {leaf64({3, 3}, 5), leaf64({2, 3}, 6)});
+}
 GRADCHECK_CASE(index_select) {
   Tensor idx = ti64({0, 2, 2, 3, 0}, {5});
   check_grad("index_select",
@@ -436,6 +528,21 @@ TEST_CASE("index ops bad input") {
   CHECK_THROWS_MSG(scatter_add(Tensor::from_vector(std::vector<bool>{true, false}, {2}), 0,
                                ti64({0}, {1}), Tensor::from_vector(std::vector<bool>{true}, {1})),
                    DTypeError, "[scatter_add]", "bool");
+
+  // scatter: scatter_add's checks (one shared helper), bool allowed
+  CHECK_THROWS_MSG(scatter(x, 1, fidx, src), DTypeError, "[scatter]", "index", "float32");
+  CHECK_THROWS_MSG(scatter(x, 1, bad, src), IndexError, "[scatter]", "index 3", "axis 1", "length 3");
+  CHECK_THROWS_MSG(scatter(x, -3, idx, src), IndexError, "[scatter]", "axis -3");
+  CHECK_THROWS_MSG(scatter(x, 1, idx, t32({1, 1}, {2, 1})), ShapeError, "[scatter]", "(2,2)", "(2,1)");
+  CHECK_THROWS_MSG(scatter(x, 1, ti64({0, 0, 0, 0, 0, 0}, {3, 2}), t32({1, 1, 1, 1, 1, 1}, {3, 2})), ShapeError,
+                   "[scatter]", "larger than x", "axis 0");
+  CHECK_THROWS_MSG(scatter(x, 1, ti64({0}, {1}), t32({1}, {1})), ShapeError, "[scatter]",
+                   "same number of dimensions");
+  CHECK_THROWS_MSG(scatter(x, 1, idx, t64({1, 1, 1, 1}, {2, 2})), DTypeError, "[scatter]", "float32", "float64");
+  CHECK_THROWS_MSG(scatter(x, 1, idx, fake_cuda({2, 2})), DeviceError, "[scatter]", "cpu", "cuda:0");
+  CHECK_THROWS_MSG(scatter(Tensor(), 1, idx, src), Error, "[scatter]", "x");
+  CHECK(values(scatter(Tensor::from_vector(std::vector<bool>{true, false}, {2}), 0, ti64({1}, {1}),
+                       Tensor::from_vector(std::vector<bool>{true}, {1}))) == std::vector<double>{1, 1});
 
   // index_select
   CHECK_THROWS_MSG(index_select(x, 0, t64({0}, {1})), DTypeError, "[index_select]", "float64");
@@ -591,6 +698,35 @@ PARITY_CASE(scatter_add) {
   // Long lines in float64 gradcheck (sort path in both forward and backward).
   check_grad_cuda("scatter_add", [](const Inputs& x) { return scatter_add(x[0], 0, x[2], x[1]); },
                   {leaf64({5, 2}, 5), leaf64({40, 2}, 6), random_ints({40, 2}, 0, 4, 19)});
+}
+
+PARITY_CASE(scatter) {
+  auto f1 = [](const Inputs& x) { return scatter(x[0], 1, x[2], x[1]); };
+  const Tensor idx = random_ints({3, 5}, 0, 3, 31);
+  check_parity("scatter", f1, {leaf32({3, 4}), leaf32({3, 5}, 2), idx});
+  check_parity("scatter", f1, {leaf32({4, 4}, 3), leaf32({4, 6}, 4), random_ints({3, 5}, 0, 3, 32)});
+  check_parity("scatter",
+               [](const Inputs& x) {
+                 return scatter(transpose(x[0], 0, 1), 0, transpose(x[2], 0, 1), slice(x[1], 0, 0, 10, 2));
+               },
+               {leaf32({3, 4}, 5), leaf32({10, 3}, 6), random_ints({3, 5}, 0, 3, 33)});
+  // int64, bool and bfloat16 (bits moved by element size)
+  check_parity("scatter", f1, {random_ints({3, 4}, -9, 9, 34), random_ints({3, 5}, -9, 9, 35), idx});
+  check_parity("scatter", [](const Inputs& x) { return scatter(gt(x[0], 0.0), 1, x[2], gt(x[1], 0.0)); },
+               {leaf32({3, 4}, 7), leaf32({3, 5}, 8), idx});
+  check_parity("scatter", [](const Inputs& x) { return scatter(to(x[0], kBFloat16), 1, x[2], to(x[1], kBFloat16)); },
+               {leaf32({3, 4}, 9), leaf32({3, 5}, 10), idx});
+  check_parity("scatter", f1, {leaf32({3, 4}, 11), leaf32({3, 2}, 12), Tensor::zeros({3, 0}, kInt64)});
+  // Long lines with many duplicates (the sort path): the last of each run stays, as on the CPU
+  const Tensor big_idx = random_ints({64, 4096}, 0, 299, 36);
+  check_parity("scatter", f1, {leaf32({64, 300}, 13), leaf32({64, 4096}, 14), big_idx});
+  check_parity("scatter", f1, {random_ints({64, 300}, -5, 5, 37), random_ints({64, 4096}, -1000, 1000, 38), big_idx});
+  // A shared index line (stride 0 off the axis) on the sort path
+  check_parity("scatter", [](const Inputs& x) { return scatter(x[0], 0, expand(x[2], {4000, 64}), x[1]); },
+               {leaf32({50, 64}, 15), leaf32({4000, 64}, 16), random_ints({4000, 1}, 0, 49, 39)});
+  check_grad_cuda("scatter", f1, {leaf64({3, 4}, 1), leaf64({3, 5}, 2), idx});
+  check_grad_cuda("scatter", [](const Inputs& x) { return scatter(x[0], 0, x[2], x[1]); },
+                  {leaf64({5, 2}, 5), leaf64({40, 2}, 6), random_ints({40, 2}, 0, 4, 40)});
 }
 
 CUDA_TEST_CASE("scatter_add and index_add with duplicates match the CPU exactly and repeat bit for bit") {

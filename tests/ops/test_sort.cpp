@@ -450,9 +450,22 @@ TEST_CASE("searchsorted with rows of their own, views, and random data against t
   CHECK(!searchsorted(row, x).requires_grad());
 }
 
+TEST_CASE("searchsorted compares two dtypes in a common one, an integer and a float in float64") {
+  // int64 rows against float values: 2.5 falls between 2 and 3 (through int64 it would be 2, left of 2's end)
+  Tensor ints = ti64({1, 2, 2, 3, 9007199254740993}, {5});
+  CHECK(searchsorted(ints, t32({2.5f, 2.0f, -1.0f}, {3}), true).to_vector<int64_t>() == std::vector<int64_t>{3, 3, 0});
+  CHECK(searchsorted(t32({0.5f, 1.5f, 2.5f}, {3}), ti64({1, 2, 3}, {3})).to_vector<int64_t>() ==
+        std::vector<int64_t>{1, 2, 3});
+  // two floats in the wider: float64's 0.1 lies below float32's (0.10000000149...), 0.1000000015 above it
+  Tensor f32 = t32({0.1f}, {1});
+  CHECK(searchsorted(f32, t64({0.1}, {1})).to_vector<int64_t>() == std::vector<int64_t>{0});
+  CHECK(searchsorted(f32, t64({0.1000000015}, {1})).to_vector<int64_t>() == std::vector<int64_t>{1});
+}
+
 TEST_CASE("searchsorted's errors name the op, shapes and dtypes") {
   Tensor row = t64({1, 2, 3}, {3});
-  CHECK_THROWS_MSG(searchsorted(row, t32({1}, {1})), DTypeError, "[searchsorted]", "one dtype");
+  CHECK_THROWS_MSG(searchsorted(row, Tensor::from_vector(std::vector<bool>{true}, {1})), DTypeError, "[searchsorted]",
+                   "bool");
   CHECK_THROWS_MSG(searchsorted(Tensor::scalar(1.0, kFloat64), row), ShapeError, "[searchsorted]",
                    "at least one dimension");
   CHECK_THROWS_MSG(searchsorted(t64({1, 2, 3, 4}, {2, 2}), t64({1, 2, 3}, {3, 1})), ShapeError, "[searchsorted]",
