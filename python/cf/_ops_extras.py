@@ -5,13 +5,14 @@ import numbers as _numbers
 import string as _string
 
 from . import _cf
-from ._functional import _broadcast_shape
+from ._functional import _broadcast_shape, _check_tensor
 
 __all__ = ["einsum", "multinomial", "from_numpy", "is_tensor", "numel", "as_tensor", "empty_like", "randn_like",
            "rand_like", "broadcast_to", "isclose", "count_nonzero", "outer", "dot", "masked_select", "nonzero",
            "bincount", "repeat_interleave", "clip", "lerp", "logical_xor", "log2", "log10", "exp2", "true_divide",
            "addmm", "baddbmm", "addmv", "diag", "diagonal", "trace", "meshgrid", "cdist", "tensordot", "inner", "kron",
-           "unique", "median", "kthvalue", "quantile"]
+           "unique", "median", "kthvalue", "quantile", "index_copy", "index_fill", "index_put", "take", "put",
+           "masked_scatter"]
 
 _LETTERS = frozenset(_string.ascii_letters)
 _FLOATS = (_cf.float32, _cf.float64, _cf.bfloat16, _cf.float16)
@@ -426,7 +427,8 @@ nonzero._stub_overloads = [  # (the stub's method form: as_tuple picks the retur
 
 def bincount(x: "_cf.Tensor", weights: "_cf.Tensor | None" = None, minlength: int = 0) -> "_cf.Tensor":
     """Counts of each value of a 1-d non-negative int64 tensor (torch.bincount): length max(x) + 1 (at least
-    minlength); with weights (x's length) their sums per value instead, in weights' dtype. max(x) is read back."""
+    minlength); with weights (x's length) their sums per value instead: float32 weights sum in float32, any other
+    dtype in float64 (PyTorch's rule). max(x) is read back."""
     if x.dim() != 1 or x.dtype != _cf.int64:
         raise _cf.ValueError("[bincount] expects a 1-d int64 tensor, got %s of %s" % (x.dtype, x.shape))
     if not isinstance(minlength, int) or minlength < 0:
@@ -439,7 +441,8 @@ def bincount(x: "_cf.Tensor", weights: "_cf.Tensor | None" = None, minlength: in
     else:
         if weights.shape != x.shape:
             raise _cf.ShapeError("[bincount] weights %s must have x's shape %s" % (weights.shape, x.shape))
-        src, dtype = weights, weights.dtype
+        dtype = _cf.float32 if weights.dtype == _cf.float32 else _cf.float64
+        src = _cf.to(weights, dtype)
     return _cf.scatter_add(_cf.zeros([n], dtype=dtype, device=x.device), 0, x, src)
 
 
@@ -512,9 +515,19 @@ def _element_size(self) -> int:
 def _new_tensor(self, data: object, dtype: "_cf.dtype | None" = None, device: "_cf.Device | str | None" = None,
                 requires_grad: bool = False) -> "_cf.Tensor":
     """A new tensor copied from data, in this tensor's dtype and on its device unless given (torch's
-    Tensor.new_tensor)."""
-    return _cf.tensor(data, dtype=self.dtype if dtype is None else dtype,
-                      device=self.device if device is None else device, requires_grad=requires_grad)
+    Tensor.new_tensor: float data into an integer dtype truncates toward zero)."""
+    target, dev = self.dtype if dtype is None else dtype, self.device if device is None else device
+    if target in _FLOATS:
+        t = _cf.tensor(data, dtype=target, device=dev)
+    else:  # (float data into an integer dtype: through float64, then truncated)
+        t = _cf.tensor(data, device=dev)
+        if t.dtype in _FLOATS:
+            t = _cf.to(_cf.tensor(data, dtype=_cf.float64, device=dev), target)
+        elif t.dtype != target:
+            t = _cf.to(t, target)
+    if requires_grad:
+        t.requires_grad = True
+    return t
 
 
 def _where(self, condition: "_cf.Tensor", other: "_cf.Tensor | float") -> "_cf.Tensor":
@@ -528,15 +541,220 @@ def _scatter_add_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor") -> "_c
     return self.copy_(_cf.scatter_add(self, dim, index, src))
 
 
+# ---- the scatter family (PyTorch's names), over cf.scatter, scatter_add, index_add and index_select. Each
+# in-place form computes the out-of-place result and writes it back through copy_ (cf's in-place rule).
+
+def _scatter_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor | float | None" = None,
+              value: "float | None" = None, *, reduce: "str | None" = None) -> "_cf.Tensor":
+    """In place (torch's Tensor.scatter_): src (a tensor, or a number given as src or value=) at the positions
+    index names along dim; of several sent to one position the last along dim stays. reduce='add' adds instead
+    (scatter_add); PyTorch's 'multiply' is not supported. Returns self."""
+    op = "scatter_"
+    if (src is None) == (value is None):
+        raise TypeError("[%s] takes src (a tensor or a number) or value= (a number): one of them" % op)
+    given = src if src is not None else value
+    if reduce is None:
+        return self.copy_(_cf.scatter(self, dim, index, given))
+    if reduce != "add":
+        raise _cf.ValueError("[%s] reduce must be 'add' (or None), got %r" % (op, reduce))
+    if not isinstance(given, _cf.Tensor):
+        _check_tensor(index, "index", op)
+        given = _cf.full(list(index.shape), given, dtype=self.dtype, device=self.device)
+    return self.copy_(_cf.scatter_add(self, dim, index, given))
+
+
+def _spread(op, input, dim, index):
+    """(axis, the 1-d index seen at input's shape with the axis len(index) long): the form scatter takes."""
+    _check_tensor(input, "input", op)
+    _check_tensor(index, "index", op)
+    if input.dim() == 0:
+        raise _cf.ShapeError("[%s] needs input with at least one dimension, got a 0-d tensor" % op)
+    d = _axis(op, dim, input.dim())
+    if index.dim() > 1 or index.dtype != _cf.int64:
+        raise _cf.IndexError("[%s] index must be a 1-d int64 tensor, got %s of shape %s"
+                             % (op, index.dtype.name, tuple(index.shape)))
+    n = index.numel()
+    shape = list(input.shape)
+    shape[d] = n
+    lead = [1] * input.dim()
+    lead[d] = n
+    return d, shape, _cf.expand(_cf.reshape(index, lead), shape)
+
+
+def index_copy(input: "_cf.Tensor", dim: int, index: "_cf.Tensor", source: "_cf.Tensor") -> "_cf.Tensor":
+    """input with its slices index[i] along dim replaced by source's slices i (torch.index_copy): source has
+    input's shape with dim len(index) long. Of repeated indices the last stays. Differentiable in input and
+    source (an overwritten slice of input gets no gradient)."""
+    op = "index_copy"
+    d, shape, spread = _spread(op, input, dim, index)
+    _check_tensor(source, "source", op)
+    if list(source.shape) != shape:
+        raise _cf.ShapeError("[%s] source must have shape %s (input %s with dim %d of len(index) = %d), got %s"
+                             % (op, tuple(shape), tuple(input.shape), d, index.numel(), tuple(source.shape)))
+    return _named(op, _cf.scatter, input, d, spread, source)
+
+
+def index_fill(input: "_cf.Tensor", dim: int, index: "_cf.Tensor", value: "_cf.Tensor | float") -> "_cf.Tensor":
+    """input with its slices index[i] along dim set to value, a number or a 0-d tensor (torch.index_fill).
+    Differentiable in input (and in a 0-d tensor value)."""
+    op = "index_fill"
+    _check_tensor(input, "input", op)
+    _check_tensor(index, "index", op)
+    if index.dtype == _cf.int64 and input.dim() > 0:  # negative indices count from the end (torch.index_fill)
+        n = input.shape[_axis(op, dim, input.dim())]
+        index = _cf.where(_cf.logical_and(index < 0, index >= -n), index + n, index)
+    d, shape, spread = _spread(op, input, dim, index)
+    if isinstance(value, _cf.Tensor):
+        if value.dim() != 0:
+            raise _cf.ShapeError("[%s] value must be a number or a 0-d tensor, got shape %s" % (op, tuple(value.shape)))
+        src = _cf.expand(_cf.to(value, input.dtype), shape)
+    elif isinstance(value, _numbers.Number):
+        src = _cf.full(shape, value, dtype=input.dtype, device=input.device)
+    else:
+        raise TypeError("[%s] value must be a number or a 0-d tensor, got %s" % (op, type(value).__name__))
+    return _named(op, _cf.scatter, input, d, spread, src)
+
+
+def _flat_positions(op, input, indices):
+    """The flat positions (int64) input[indices] reads, in the selection's shape."""
+    _check_tensor(input, "input", op)
+    if not isinstance(indices, (tuple, list)):
+        raise TypeError("[%s] indices must be a tuple of index tensors, got %s" % (op, type(indices).__name__))
+    grid = _cf.reshape(_cf.arange(input.numel(), device=input.device), list(input.shape))
+    key = tuple(indices)
+    if len(key) == 1 and isinstance(key[0], _cf.Tensor) and key[0].dtype == _cf.bool:
+        key = key[0]  # (a boolean mask as the whole key)
+    return _named(op, grid.__getitem__, key)
+
+
+def _values_at(op, input, values, shape):
+    """values (a tensor of input's dtype, or a number) broadcast to shape, flattened."""
+    if not isinstance(values, _cf.Tensor):
+        if not isinstance(values, _numbers.Number):
+            raise TypeError("[%s] values must be a cf.Tensor or a number, got %s" % (op, type(values).__name__))
+        values = _cf.full([], values, dtype=input.dtype, device=input.device)
+    if values.dtype != input.dtype:
+        raise _cf.DTypeError("[%s] values must have input's dtype %s, got %s" % (op, input.dtype.name, values.dtype.name))
+    return _cf.reshape(_named(op, _cf.expand, values, list(shape)), [-1])
+
+
+def index_put(input: "_cf.Tensor", indices: "tuple[_cf.Tensor, ...]", values: "_cf.Tensor | float",
+              accumulate: bool = False) -> "_cf.Tensor":
+    """input with values written at input[indices] (torch.index_put): indices a tuple of index tensors (or
+    slices, ints, None: any key getitem takes), values broadcast to the selection. Of positions selected more
+    than once the last written stays (NumPy's rule); accumulate=True adds every value instead. Differentiable
+    in input and values."""
+    op = "index_put"
+    positions = _flat_positions(op, input, indices)
+    flat = _values_at(op, input, values, positions.shape)
+    where = _cf.reshape(positions, [-1])
+    x = _cf.reshape(input, [-1])
+    out = _named(op, _cf.index_add, x, 0, where, flat) if accumulate else _named(op, _cf.scatter, x, 0, where, flat)
+    return _cf.reshape(out, list(input.shape))
+
+
+def _index_put_(self, indices: "tuple[_cf.Tensor, ...]", values: "_cf.Tensor | float",
+                accumulate: bool = False) -> "_cf.Tensor":
+    """In place: cf.index_put written back (torch's Tensor.index_put_); returns self."""
+    return self.copy_(index_put(self, indices, values, accumulate))
+
+
+def _flat_index(op, input, index):
+    """index (int64, any shape) as positions into input flattened; negative ones count from the end."""
+    _check_tensor(input, "input", op)
+    _check_tensor(index, "index", op)
+    if index.dtype != _cf.int64:
+        raise _cf.DTypeError("[%s] index must be int64, got %s" % (op, index.dtype.name))
+    n = input.numel()
+    flat = _cf.reshape(index, [-1])
+    # (an index below -n stays negative, so the range error shows it as given)
+    return _cf.where(_cf.logical_and(flat < 0, flat >= -n), flat + n, flat)
+
+
+def take(input: "_cf.Tensor", index: "_cf.Tensor") -> "_cf.Tensor":
+    """input's elements at index, input seen flattened (torch.take): the result has index's shape; negative
+    indices count from the end. Differentiable in input."""
+    op = "take"
+    where = _flat_index(op, input, index)
+    return _cf.reshape(_named(op, _cf.index_select, _cf.reshape(input, [-1]), 0, where), list(index.shape))
+
+
+def put(input: "_cf.Tensor", index: "_cf.Tensor", source: "_cf.Tensor", accumulate: bool = False) -> "_cf.Tensor":
+    """input (seen flattened) with source's elements written at index (torch.Tensor.put): source has index's
+    number of elements; negative indices count from the end; of repeated indices the last stays, or with
+    accumulate=True every value is added. Differentiable in input and source."""
+    op = "put"
+    where = _flat_index(op, input, index)
+    _check_tensor(source, "source", op)
+    if source.numel() != index.numel():
+        raise _cf.ShapeError("[%s] source must have as many elements as index (%d), got %d"
+                             % (op, index.numel(), source.numel()))
+    x, src = _cf.reshape(input, [-1]), _cf.reshape(source, [-1])
+    out = _named(op, _cf.index_add, x, 0, where, src) if accumulate else _named(op, _cf.scatter, x, 0, where, src)
+    return _cf.reshape(out, list(input.shape))
+
+
+def _put_(self, index: "_cf.Tensor", source: "_cf.Tensor", accumulate: bool = False) -> "_cf.Tensor":
+    """In place: cf.put written back (torch's Tensor.put_); returns self."""
+    return self.copy_(put(self, index, source, accumulate))
+
+
+def _index_add_(self, dim: int, index: "_cf.Tensor", source: "_cf.Tensor", *, alpha: float = 1) -> "_cf.Tensor":
+    """In place: self.select(dim, index[i]) += alpha * source.select(dim, i) (torch's Tensor.index_add_);
+    returns self."""
+    op = "index_add_"
+    if alpha != 1 and self.dtype not in _FLOATS and alpha != int(alpha):
+        raise _cf.DTypeError("[%s] alpha %r on a %s tensor: an integer tensor takes an integer alpha"
+                             % (op, alpha, self.dtype.name))
+    return self.copy_(_named(op, _cf.index_add, self, dim, index, source if alpha == 1 else source * alpha))
+
+
+def _index_copy_(self, dim: int, index: "_cf.Tensor", source: "_cf.Tensor") -> "_cf.Tensor":
+    """In place: cf.index_copy written back (torch's Tensor.index_copy_); returns self."""
+    return self.copy_(index_copy(self, dim, index, source))
+
+
+def _index_fill_(self, dim: int, index: "_cf.Tensor", value: "_cf.Tensor | float") -> "_cf.Tensor":
+    """In place: cf.index_fill written back (torch's Tensor.index_fill_); returns self."""
+    return self.copy_(index_fill(self, dim, index, value))
+
+
+def masked_scatter(input: "_cf.Tensor", mask: "_cf.Tensor", source: "_cf.Tensor") -> "_cf.Tensor":
+    """input with source's first k elements (row-major) written, in order, at the k true positions of mask
+    (bool, broadcast to input) (torch.masked_scatter). No host read: the k-th true position takes source's
+    element k through a running count, and a source with fewer elements than true positions is an index error
+    (on CUDA at the next host read). Differentiable in input and source."""
+    op = "masked_scatter"
+    _check_tensor(input, "input", op)
+    _check_tensor(mask, "mask", op)
+    _check_tensor(source, "source", op)
+    if mask.dtype != _cf.bool:
+        raise _cf.DTypeError("[%s] mask must be bool, got %s" % (op, mask.dtype.name))
+    if source.dtype != input.dtype:
+        raise _cf.DTypeError("[%s] source must have input's dtype %s, got %s"
+                             % (op, input.dtype.name, source.dtype.name))
+    shape = _broadcast_shape(input.shape, mask.shape, op)  # (input and mask broadcast together)
+    input = _cf.expand(input, list(shape))
+    m = _cf.expand(mask, list(shape))
+    flat = _cf.reshape(m, [-1])
+    if source.numel() == 0:  # nothing to take from: only an all-false mask fits (one host read, this case only)
+        if input.numel() and bool(_cf.amax(_cf.to(flat, _cf.int64)) > 0):
+            raise _cf.IndexError("[%s] mask has true positions but source has no elements" % op)
+        return _cf.clone(input)
+    count = _cf.cumsum(_cf.to(flat, _cf.int64), 0) - 1
+    taken = _named(op, _cf.index_select, _cf.reshape(source, [-1]), 0, _cf.where(flat, count, 0))
+    return _cf.where(m, _cf.reshape(taken, list(input.shape)), input)
+
+
+def _masked_scatter_(self, mask: "_cf.Tensor", source: "_cf.Tensor") -> "_cf.Tensor":
+    """In place: cf.masked_scatter written back (torch's Tensor.masked_scatter_); returns self."""
+    return self.copy_(masked_scatter(self, mask, source))
+
+
 # ---- more of PyTorch's tensor functions (lerp ... quantile), composed of cf's ops
 
-def _need_tensor(op, name, x):
-    if not isinstance(x, _cf.Tensor):
-        raise TypeError("[%s] %s must be a cf.Tensor, got %s" % (op, name, type(x).__name__))
-
-
 def _need_float(op, name, x):
-    _need_tensor(op, name, x)
+    _check_tensor(x, name, op)
     if x.dtype not in _FLOATS:
         raise _cf.DTypeError("[%s] %s must be a float tensor, got %s" % (op, name, x.dtype.name))
 
@@ -576,7 +794,7 @@ def lerp(input: "_cf.Tensor", end: "_cf.Tensor", weight: "_cf.Tensor | float") -
     tensor). Differentiable in all three."""
     op = "lerp"
     _need_float(op, "input", input)
-    _need_tensor(op, "end", end)
+    _check_tensor(end, "end", op)
     _same_dtype(op, input, end)
     if isinstance(weight, _cf.Tensor):
         _same_dtype(op, input, weight)
@@ -596,8 +814,8 @@ def logical_xor(input: "_cf.Tensor", other: "_cf.Tensor") -> "_cf.Tensor":
     """Elementwise XOR of the truth of input and other (nonzero is true), broadcast; a bool tensor
     (torch.logical_xor)."""
     op = "logical_xor"
-    _need_tensor(op, "input", input)
-    _need_tensor(op, "other", other)
+    _check_tensor(input, "input", op)
+    _check_tensor(other, "other", op)
     a = input if input.dtype == _cf.bool else input != 0
     b = other if other.dtype == _cf.bool else other != 0
     return _named(op, _cf.ne, a, b)
@@ -611,7 +829,7 @@ def _log_base(op, input, base, ln_base):
     """log(x) / ln(base), exact where x is an integer power of base (as PyTorch's log2 and log10, so floor() of it
     counts digits and bits right): the quotient rounded to the nearest integer k replaces it where base ** k == x
     (k's value, the quotient's gradient)."""
-    _need_tensor(op, "input", input)
+    _check_tensor(input, "input", op)
     x = _to_float(input)
     y = _cf.log(x) / ln_base
     yd = y.detach()  # (the correction is computed from detached values: no graph)
@@ -635,16 +853,16 @@ def log10(input: "_cf.Tensor") -> "_cf.Tensor":
 
 def exp2(input: "_cf.Tensor") -> "_cf.Tensor":
     """2 ** input (torch.exp2), as cf.pow of 2 (exact at integers); an integer tensor gives float32."""
-    _need_tensor("exp2", "input", input)
+    _check_tensor(input, "input", "exp2")
     x = _to_float(input)
     return _cf.pow(_cf.full([], 2.0, dtype=x.dtype, device=x.device), x)
 
 
 def true_divide(input: "_cf.Tensor", other: "_cf.Tensor | float") -> "_cf.Tensor":
-    """input / other, true division (torch.true_divide, = torch.div): integer tensors give float32 (cf.div of
-    two integer tensors truncates; this does not)."""
+    """input / other, true division (torch.true_divide, = torch.div and cf.div without rounding_mode): integer
+    tensors give float32."""
     op = "true_divide"
-    _need_tensor(op, "input", input)
+    _check_tensor(input, "input", op)
     if not isinstance(other, (_cf.Tensor, _numbers.Real)):
         raise TypeError("[%s] other must be a number or a cf.Tensor, got %s" % (op, type(other).__name__))
     return _named(op, lambda: input / other)
@@ -684,9 +902,9 @@ def _add_product(op, input, prod, beta, alpha):
 
 
 def _check_mats(op, input, mats, ndims):
-    _need_tensor(op, "input", input)
+    _check_tensor(input, "input", op)
     for (name, t), nd in zip(mats, ndims):
-        _need_tensor(op, name, t)
+        _check_tensor(t, name, op)
         if t.dim() != nd:
             raise _cf.ShapeError("[%s] %s must be %d-d, got shape %s" % (op, name, nd, tuple(t.shape)))
     _same_dtype(op, input, *(t for _, t in mats))
@@ -754,7 +972,7 @@ def diagonal(input: "_cf.Tensor", offset: int = 0, dim1: int = 0, dim2: int = 1)
     """The diagonal of input over axes dim1 and dim2 (offset > 0 above it, < 0 below), as the last axis, the
     others kept in order (torch.diagonal). A copy, not a view as PyTorch's: writing to it leaves input as it
     is. Differentiable (an index_select)."""
-    _need_tensor("diagonal", "input", input)
+    _check_tensor(input, "input", "diagonal")
     return _diagonal("diagonal", input, offset, dim1, dim2)
 
 
@@ -762,7 +980,7 @@ def diag(input: "_cf.Tensor", diagonal: int = 0) -> "_cf.Tensor":
     """torch.diag: a 1-d input gives the square matrix with it on diagonal `diagonal` (> 0 above the main one,
     < 0 below) and zeros elsewhere; a 2-d input gives that diagonal as a 1-d copy. Differentiable."""
     op = "diag"
-    _need_tensor(op, "input", input)
+    _check_tensor(input, "input", op)
     if input.dim() == 2:
         return _diagonal(op, input, diagonal, 0, 1)
     if input.dim() != 1:
@@ -782,7 +1000,7 @@ def diag(input: "_cf.Tensor", diagonal: int = 0) -> "_cf.Tensor":
 def trace(input: "_cf.Tensor") -> "_cf.Tensor":
     """The sum of the main diagonal of a 2-d tensor (torch.trace), 0-d; integers sum as int64."""
     op = "trace"
-    _need_tensor(op, "input", input)
+    _check_tensor(input, "input", op)
     if input.dim() != 2:
         raise _cf.ShapeError("[%s] expects a 2-d tensor, got shape %s" % (op, tuple(input.shape)))
     return _cf.sum(_diagonal(op, input, 0, 0, 1))
@@ -800,7 +1018,7 @@ def meshgrid(*tensors: "_cf.Tensor", indexing: str = "ij") -> "tuple[_cf.Tensor,
     if indexing not in ("ij", "xy"):
         raise _cf.ValueError("[%s] indexing must be 'ij' or 'xy', got %r" % (op, indexing))
     for t in tensors:
-        _need_tensor(op, "each input", t)
+        _check_tensor(t, "each input", op)
         if t.dim() > 1:
             raise _cf.ShapeError("[%s] expects 0-d or 1-d tensors, got shape %s" % (op, tuple(t.shape)))
     _same_dtype(op, *tensors)
@@ -877,8 +1095,8 @@ def tensordot(a: "_cf.Tensor", b: "_cf.Tensor",
     b's first d; dims=([a axes], [b axes]) pairs them explicitly. The result has a's free axes then b's. One
     dtype (float: one matmul; int64: a broadcast product). Differentiable."""
     op = "tensordot"
-    _need_tensor(op, "a", a)
-    _need_tensor(op, "b", b)
+    _check_tensor(a, "a", op)
+    _check_tensor(b, "b", op)
     _same_dtype(op, a, b)
     if a.dtype == _cf.bool:
         raise _cf.DTypeError("[%s] is not defined for bool tensors" % op)
@@ -916,8 +1134,8 @@ def inner(input: "_cf.Tensor", other: "_cf.Tensor") -> "_cf.Tensor":
     """The sum over the last axes of input and other of their product (torch.inner): shape input.shape[:-1] +
     other.shape[:-1]; a 0-d operand multiplies. Differentiable."""
     op = "inner"
-    _need_tensor(op, "input", input)
-    _need_tensor(op, "other", other)
+    _check_tensor(input, "input", op)
+    _check_tensor(other, "other", op)
     if input.dim() == 0 or other.dim() == 0:
         _same_dtype(op, input, other)
         return _named(op, _cf.mul, input, other)
@@ -930,8 +1148,8 @@ def kron(input: "_cf.Tensor", other: "_cf.Tensor") -> "_cf.Tensor":
     """The Kronecker product (torch.kron): the block tensor of input[i] * other, shape the products of the sizes
     (the fewer axes padded with leading 1s). One dtype; differentiable."""
     op = "kron"
-    _need_tensor(op, "input", input)
-    _need_tensor(op, "other", other)
+    _check_tensor(input, "input", op)
+    _check_tensor(other, "other", op)
     _same_dtype(op, input, other)
     nd = max(input.dim(), other.dim())
     sa = [1] * (nd - input.dim()) + list(input.shape)
@@ -955,7 +1173,7 @@ def unique(input: "_cf.Tensor", sorted: bool = True, return_inverse: bool = Fals
     sort and one host read of the count of values (a device synchronisation on a GPU, as PyTorch's). Each NaN
     is a value of its own, sorted last. Not differentiable. dim= other than None is not supported."""
     op = "unique"
-    _need_tensor(op, "input", input)
+    _check_tensor(input, "input", op)
     if dim is not None:
         raise _cf.NotImplementedError("[%s] only dim=None (the flattened tensor) is supported, got dim=%r" % (op, dim))
     x = _cf.reshape(input.detach(), [-1])
@@ -988,7 +1206,7 @@ def _sorted_pick(op, input, dim, keepdim, k_of, nan_first):
     """cf.ValuesIndices of the element at sorted position k_of(n) along dim (NaN sorts last; with nan_first a
     row holding NaN gives its first NaN instead): the values taken from input by those indices, so the gradient
     goes to the picked element. On ties the index is that of the tied element at the picked sorted position (cf.sort is stable)."""
-    _need_tensor(op, "input", input)
+    _check_tensor(input, "input", op)
     if input.dtype == _cf.bool:
         raise _cf.DTypeError("[%s] is not defined for bool tensors" % op)
     d = _axis(op, dim, input.dim())
@@ -1018,7 +1236,7 @@ def median(input: "_cf.Tensor", dim: "int | None" = None,
     holding NaN gives its first NaN; on ties the index is that of the tied element at the middle sorted position (cf.sort is stable), which PyTorch does not
     promise; the gradient goes to that element). Computed by a sort."""
     op = "median"
-    _need_tensor(op, "input", input)
+    _check_tensor(input, "input", op)
     half = lambda n: (n - 1) // 2  # noqa: E731
     if dim is not None:
         return _sorted_pick(op, input, dim, keepdim, half, True)
@@ -1047,7 +1265,7 @@ def kthvalue(input: "_cf.Tensor", k: int, dim: int = -1,
     (torch.kthvalue): NaN sorts last; on ties the index is that of the tied element at the k-th sorted position (cf.sort is stable). Computed by a sort; the
     gradient goes to the picked element."""
     op = "kthvalue"
-    _need_tensor(op, "input", input)
+    _check_tensor(input, "input", op)
     if not isinstance(k, _numbers.Integral) or isinstance(k, bool):
         raise TypeError("[%s] k must be an int, got %r" % (op, k))
     d = _axis(op, dim, input.dim())
@@ -1068,7 +1286,7 @@ def quantile(input: "_cf.Tensor", q: "_cf.Tensor | float", dim: "int | None" = N
     A row holding NaN gives NaN. Float32/float64 input; a tensor q is checked with one host read of its range.
     Computed by a sort; differentiable in input (the gradient goes to the one or two picked elements)."""
     op = "quantile"
-    _need_tensor(op, "input", input)
+    _check_tensor(input, "input", op)
     if input.dtype not in (_cf.float32, _cf.float64):
         raise _cf.DTypeError("[%s] input must be float32 or float64, got %s" % (op, input.dtype.name))
     if interpolation not in _INTERPOLATIONS:
@@ -1137,7 +1355,11 @@ def quantile(input: "_cf.Tensor", q: "_cf.Tensor | float", dim: "int | None" = N
 
 
 for _n, _f in (("stride", _stride), ("element_size", _element_size), ("new_tensor", _new_tensor), ("where", _where),
-               ("scatter_add_", _scatter_add_), ("masked_select", masked_select), ("nonzero", nonzero),
+               ("scatter_add_", _scatter_add_), ("scatter_", _scatter_), ("index_copy", index_copy),
+               ("index_copy_", _index_copy_), ("index_fill", index_fill), ("index_fill_", _index_fill_),
+               ("index_put", index_put), ("index_put_", _index_put_), ("take", take), ("put", put), ("put_", _put_),
+               ("index_add_", _index_add_), ("masked_scatter", masked_scatter),
+               ("masked_scatter_", _masked_scatter_), ("masked_select", masked_select), ("nonzero", nonzero),
                ("repeat_interleave", repeat_interleave), ("bincount", bincount), ("outer", outer), ("dot", dot),
                ("isclose", isclose), ("count_nonzero", count_nonzero), ("broadcast_to", broadcast_to),
                ("lerp", lerp), ("logical_xor", logical_xor), ("log2", log2), ("log10", log10), ("exp2", exp2),

@@ -81,6 +81,12 @@ Tensor full_of(const cf::Shape& shape, const FillValue& v, cf::DType dtype, cf::
 
 #define CF_UNARY(name, doc) fn_and_method(m, cls, #name, [](const Tensor& x) { return cf::name(x); }, doc)
 
+// (defined with the operators below)
+Tensor true_divide(const Tensor& a, double b);
+Tensor py_floor_divide(const Tensor& a, const Tensor& b);
+Tensor py_remainder(const Tensor& a, const Tensor& b);
+Tensor div_rounded(const Tensor& a, const Tensor& b, const std::optional<std::string>& mode);
+
 void bind_elementwise(nb::module_& m, TensorCls& cls) {
   // ---- binary arithmetic: tensor (op) tensor, tensor (op) number ----
 #define CF_BINARY(name, doc)                                                                            \
@@ -91,7 +97,6 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   CF_BINARY(add, "a + b with NumPy broadcasting; both operands of one dtype and device (a number takes a's dtype).")
   CF_BINARY(sub, "a - b with broadcasting.")
   CF_BINARY(mul, "a * b with broadcasting.")
-  CF_BINARY(div, "a / b with broadcasting (integer division by zero is an error).")
   CF_BINARY(pow, "a ** b with broadcasting.")
   CF_BINARY(eq, "a == b elementwise, bool (never differentiable).")
   CF_BINARY(ne, "a != b elementwise, bool.")
@@ -100,6 +105,35 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   CF_BINARY(gt, "a > b elementwise, bool.")
   CF_BINARY(ge, "a >= b elementwise, bool.")
 #undef CF_BINARY
+  // torch.div: exact unless rounding_mode says otherwise (integer tensors give float32, as /); C++'s cf::div
+  // truncates integer tensors, which rounding_mode="trunc" gives here
+  const char* div_doc = "a / b with broadcasting, divided exactly (integer tensors give float32), as Python's / and "
+                        "torch.div; rounding_mode='trunc' rounds the quotient toward zero (integer tensors exactly, "
+                        "as C++'s cf::div), 'floor' down (as //). Integer division by zero is an error.";
+  m.def("div", [](const Tensor& a, const Tensor& b, std::optional<std::string> mode) { return div_rounded(a, b, mode); },
+        nb::arg("a"), nb::arg("b"), nb::kw_only(), nb::arg("rounding_mode") = nb::none(), div_doc, release_gil());
+  m.def("div", [](const Tensor& a, double b, std::optional<std::string> mode) {
+          if (!mode) return true_divide(a, b);
+          // a whole number against an int64 tensor stays an integer division; anything else divides in floats
+          const Tensor fa = (a.dtype() == cf::kInt64 && std::floor(b) == b) || cf::is_floating(a.dtype())
+                                ? a : cf::to(a, cf::kFloat32);
+          return div_rounded(fa, cf::ops::number_like(fa, b, "div"), mode);
+        }, nb::arg("a"), nb::arg("b"), nb::kw_only(), nb::arg("rounding_mode") = nb::none(), div_doc, release_gil());
+  // torch.round(x, decimals=): halves to even; decimals != 0 rounds x * 10^decimals and divides back (PyTorch's
+  // formula, so round(2.675, decimals=2) is 2.67 there too: 267.49999... in binary)
+  fn_and_method(m, cls, "round", [](const Tensor& x, int64_t decimals) {
+                  if (decimals == 0) return cf::round(x);
+                  CF_CHECK(cf::is_floating(x.dtype()), DTypeError, "[round] decimals= takes a float tensor, got ",
+                           x.describe());
+                  const double scale = std::pow(10.0, double(decimals < 0 ? -decimals : decimals));
+                  return decimals > 0 ? cf::round(x * scale) / scale : cf::round(x / scale) * scale;
+                }, "x rounded to the nearest integer value, halves to even (torch.round; int64 as it is); decimals "
+                   "rounds to that many decimal places. Not differentiable: no graph.", nb::kw_only(),
+                nb::arg("decimals") = 0);
+  fn_and_method(m, cls, "floor_divide", [](const Tensor& a, const Tensor& b) { return py_floor_divide(a, b); },
+                "a // b: the quotient rounded down (torch.floor_divide).", nb::arg("other"));
+  fn_and_method(m, cls, "remainder", [](const Tensor& a, const Tensor& b) { return py_remainder(a, b); },
+                "a % b: the remainder with the divisor's sign (torch.remainder).", nb::arg("other"));
   m.def(cf::opname::maximum, &cf::maximum, nb::arg("a"), nb::arg("b"), "Elementwise max; ties send the gradient to a.", release_gil());
   m.def(cf::opname::minimum, &cf::minimum, nb::arg("a"), nb::arg("b"), "Elementwise min; ties send the gradient to a.", release_gil());
   m.def(cf::opname::logical_and, &cf::logical_and, nb::arg("a"), nb::arg("b"), "a AND b of bool tensors, broadcast.", release_gil());
@@ -117,6 +151,9 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
   CF_UNARY(neg, "-x.");
   CF_UNARY(abs, "|x|.");
   CF_UNARY(sign, "Sign of x (not differentiable: no graph).");
+  CF_UNARY(floor, "The largest integer value <= x (int64 as it is; not differentiable: no graph).");
+  CF_UNARY(ceil, "The smallest integer value >= x (int64 as it is; not differentiable: no graph).");
+  CF_UNARY(trunc, "x rounded toward zero (int64 as it is; not differentiable: no graph).");
   CF_UNARY(square, "x * x.");
   CF_UNARY(exp, "e^x.");
   CF_UNARY(log, "Natural logarithm.");
@@ -256,6 +293,10 @@ Tensor floating(const Tensor& t, const Tensor& other) {
   return cf::to(t, cf::is_floating(other.dtype()) ? other.dtype() : cf::kFloat32);
 }
 Tensor true_divide(const Tensor& a, const Tensor& b) { return floating(a, b) / floating(b, a); }
+// t in other's float dtype when t is an integer tensor and other a float one (else t as it is)
+Tensor floating_if(const Tensor& t, const Tensor& other) {
+  return cf::is_floating(other.dtype()) && !cf::is_floating(t.dtype()) ? cf::to(t, other.dtype()) : t;
+}
 Tensor true_divide(const Tensor& a, double b) { return cf::is_floating(a.dtype()) ? a / b : cf::to(a, cf::kFloat32) / b; }
 Tensor true_divide(double a, const Tensor& b) {
   const Tensor fb = cf::is_floating(b.dtype()) ? b : cf::to(b, cf::kFloat32);
@@ -269,26 +310,44 @@ void check_exact_quotient_fits(const Tensor& a) {
            "or t //= u (rounded down)");
 }
 
-// Python's // and % on integer tensors (and numbers): the quotient rounded down and the remainder with the
-// divisor's sign, as Python's ints, NumPy and PyTorch (cf's division truncates toward zero). Float tensors
-// are refused by name: cf has no floor op.
-void check_integer(const Tensor& t, const char* op) {
-  CF_CHECK(t.dtype() == cf::kInt64, DTypeError, "[", op, "] takes int64 tensors, got ", t.describe(),
-           " (cf has no floor op for floating tensors)");
+// Python's // and % (torch.floor_divide, torch.remainder) on tensors: cf::floor_divide and cf::remainder (the
+// quotient rounded down and the remainder with the divisor's sign; int64 exactly, floats from fmod as Python
+// and PyTorch); an integer operand beside a float one takes its float dtype, as /. Bool tensors are refused.
+void check_not_bool(const Tensor& t, const char* op) {
+  CF_CHECK(t.dtype() != cf::kBool, DTypeError, "[", op, "] is not defined for bool tensors: ", t.describe());
+}
+// t //= u and t %= u: the result must fit t (an integer t and a float u give a float, which PyTorch refuses
+// too), and u must not require grad (the write is not recorded: its gradient would be lost without a word).
+void check_inplace_quotient(const Tensor& a, const Tensor& b, const char* op, const char* sym) {
+  CF_CHECK(cf::is_floating(a.dtype()) || !cf::is_floating(b.dtype()), DTypeError, "[", op, "] t ", sym, "= u on ",
+           a.describe(), " with ", b.describe(), ": the result is floating and an integer tensor cannot hold it; "
+           "write t = t ", sym, " u");
+  cf::ops::check_inplace_source(b, op);
 }
 Tensor integer_operand(const Tensor& like, const Tensor& b, const char*) { return b; }
 Tensor integer_operand(const Tensor& like, double b, const char* op) { return cf::ops::number_like(like, b, op); }
-Tensor floor_divide(const Tensor& a, const Tensor& b) {
-  check_integer(a, "floor_divide");
-  check_integer(b, "floor_divide");
-  const Tensor q = a / b, r = a - q * b;  // truncated quotient and its remainder
-  // one less where the remainder is not zero and its sign differs from the divisor's
-  const Tensor adjust = cf::logical_and(cf::ne(r, cf::ops::number_like(r, 0.0, "floor_divide")),
-                                        cf::ne(cf::lt(r, cf::ops::number_like(r, 0.0, "floor_divide")),
-                                               cf::lt(b, cf::ops::number_like(b, 0.0, "floor_divide"))));
-  return q - cf::to(adjust, cf::kInt64);
+Tensor py_floor_divide(const Tensor& a, const Tensor& b) {
+  check_not_bool(a, "floor_divide");
+  check_not_bool(b, "floor_divide");
+  return cf::floor_divide(floating_if(a, b), floating_if(b, a));
 }
-Tensor remainder(const Tensor& a, const Tensor& b) { return a - floor_divide(a, b) * b; }
+Tensor py_remainder(const Tensor& a, const Tensor& b) {
+  check_not_bool(a, "remainder");
+  check_not_bool(b, "remainder");
+  return cf::remainder(floating_if(a, b), floating_if(b, a));
+}
+
+// torch.div's rounding_mode: None divides exactly (as /), "trunc" rounds the quotient toward zero (integer
+// tensors through cf's own division, exact), "floor" down (as //).
+Tensor div_rounded(const Tensor& a, const Tensor& b, const std::optional<std::string>& mode) {
+  if (!mode) return true_divide(a, b);
+  if (*mode == "floor") return py_floor_divide(a, b);
+  CF_CHECK(*mode == "trunc", ValueError, "[div] rounding_mode must be None, 'trunc' or 'floor', got '", *mode, "'");
+  check_not_bool(a, "div");
+  check_not_bool(b, "div");
+  if (a.dtype() == cf::kInt64 && b.dtype() == cf::kInt64) return cf::div(a, b);
+  return cf::trunc(true_divide(a, b));
+}
 
 void bind_operators(TensorCls& cls) {
   // Python operators. A number operand takes the tensor's dtype (cf's rule; one it cannot hold is refused).
@@ -297,8 +356,8 @@ void bind_operators(TensorCls& cls) {
       .def("__sub__", [](const Tensor& a, const Tensor& b) { return a - b; }, release_gil())
       .def("__mul__", [](const Tensor& a, const Tensor& b) { return a * b; }, release_gil())
       .def("__truediv__", [](const Tensor& a, const Tensor& b) { return true_divide(a, b); }, release_gil())
-      .def("__floordiv__", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); }, release_gil())
-      .def("__mod__", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }, release_gil())
+      .def("__floordiv__", [](const Tensor& a, const Tensor& b) { return py_floor_divide(a, b); }, release_gil())
+      .def("__mod__", [](const Tensor& a, const Tensor& b) { return py_remainder(a, b); }, release_gil())
       .def("__pow__", [](const Tensor& a, const Tensor& b) { return cf::pow(a, b); }, release_gil())
       .def("__pow__", [](const Tensor& a, double b) { return cf::pow(a, b); }, release_gil())
       .def("__rpow__", [](const Tensor& a, double b) { return cf::pow(cf::ops::number_like(a, b, "pow"), a); }, release_gil())
@@ -339,10 +398,10 @@ void bind_operators(TensorCls& cls) {
   CF_NP_BINARY("__rmul__", b * a)
   CF_NP_BINARY("__truediv__", true_divide(a, b))
   CF_NP_BINARY("__rtruediv__", true_divide(b, a))
-  CF_NP_BINARY("__floordiv__", floor_divide(a, integer_operand(a, b, "floor_divide")))
-  CF_NP_BINARY("__rfloordiv__", floor_divide(integer_operand(a, b, "floor_divide"), a))
-  CF_NP_BINARY("__mod__", remainder(a, integer_operand(a, b, "remainder")))
-  CF_NP_BINARY("__rmod__", remainder(integer_operand(a, b, "remainder"), a))
+  CF_NP_BINARY("__floordiv__", py_floor_divide(a, integer_operand(a, b, "floor_divide")))
+  CF_NP_BINARY("__rfloordiv__", py_floor_divide(integer_operand(a, b, "floor_divide"), a))
+  CF_NP_BINARY("__mod__", py_remainder(a, integer_operand(a, b, "remainder")))
+  CF_NP_BINARY("__rmod__", py_remainder(integer_operand(a, b, "remainder"), a))
   CF_NP_BINARY("__eq__", cf::eq(a, b))  // (a reflected == or != is the same operator; < reflects to >)
   CF_NP_BINARY("__ne__", cf::ne(a, b))
   CF_NP_BINARY("__lt__", cf::lt(a, b))
@@ -436,21 +495,23 @@ void bind_operators(TensorCls& cls) {
       // t //= u and t %= u in place (Python's fallback t = t // u rebinds the name: a view or an alias kept
       // its old values)
       .def("__ifloordiv__", [](Tensor& a, const Tensor& b) -> Tensor& {
-        Tensor q = [&] { cf::NoGradGuard g; return floor_divide(a, b); }();
+        check_inplace_quotient(a, b, "floor_divide_", "//");
+        Tensor q = [&] { cf::NoGradGuard g; return py_floor_divide(a, b); }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference, release_gil())
-      .def("__ifloordiv__", [](Tensor& a, nb::int_ b) -> Tensor& {
-        const Tensor u = integer_operand(a, nb::cast<double>(nb::float_(b)), "floor_divide");
-        Tensor q = [&] { cf::NoGradGuard g; return floor_divide(a, u); }();
+      .def("__ifloordiv__", [](Tensor& a, double b) -> Tensor& {
+        const Tensor u = integer_operand(a, b, "floor_divide");
+        Tensor q = [&] { cf::NoGradGuard g; return py_floor_divide(a, u); }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference)
       .def("__imod__", [](Tensor& a, const Tensor& b) -> Tensor& {
-        Tensor r = [&] { cf::NoGradGuard g; return remainder(a, b); }();
+        check_inplace_quotient(a, b, "remainder_", "%");
+        Tensor r = [&] { cf::NoGradGuard g; return py_remainder(a, b); }();
         return cf::copy_(a, r);
       }, nb::rv_policy::reference, release_gil())
-      .def("__imod__", [](Tensor& a, nb::int_ b) -> Tensor& {
-        const Tensor u = integer_operand(a, nb::cast<double>(nb::float_(b)), "remainder");
-        Tensor r = [&] { cf::NoGradGuard g; return remainder(a, u); }();
+      .def("__imod__", [](Tensor& a, double b) -> Tensor& {
+        const Tensor u = integer_operand(a, b, "remainder");
+        Tensor r = [&] { cf::NoGradGuard g; return py_remainder(a, u); }();
         return cf::copy_(a, r);
       }, nb::rv_policy::reference)
       .def("__itruediv__", [](Tensor& a, const Tensor& b) -> Tensor& {
@@ -682,6 +743,20 @@ void bind_shape(nb::module_& m, TensorCls& cls) {
 void bind_index(nb::module_& m, TensorCls& cls) {
   m.def(cf::opname::gather, &cf::gather, nb::arg("x"), nb::arg("axis"), nb::arg("index"),
         "out[i][j][k] = x[i][index[i][j][k]][k] (axis = 1); index (int64) has x's rank.", release_gil());
+  m.def(cf::opname::scatter, &cf::scatter, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"),
+        "out = x; out[i][index[i][j][k]][k] = src[i][j][k] (axis = 1; torch.scatter). Of several elements sent to one "
+        "position the last along the axis is kept (and alone gets its gradient). Differentiable in x and src.",
+        release_gil());
+  cls.def(cf::opname::scatter, &cf::scatter, nb::arg("axis"), nb::arg("index"), nb::arg("src"),
+          "cf.scatter(self, axis, index, src).", release_gil());
+  // torch.scatter(x, dim, index, value=v): v at every position index names (an int exact in int64)
+  fn_and_method(m, cls, cf::opname::scatter,
+                [](const Tensor& x, int64_t axis, const Tensor& index, const FillValue& v) {
+                  const Tensor src = full_of(index.shape(), v, x.dtype(), x.device());
+                  return cf::scatter(x, axis, index, src);
+                },
+                "x with value at the positions index names along axis (torch.scatter's value= form).", nb::arg("axis"),
+                nb::arg("index"), nb::arg("value"));
   m.def(cf::opname::scatter_add, &cf::scatter_add, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"),
         "out = x; out[i][index[i][j][k]][k] += src[i][j][k] (axis = 1). Differentiable in x and src.", release_gil());
   m.def(cf::opname::index_select, &cf::index_select, nb::arg("x"), nb::arg("axis"), nb::arg("index"),
@@ -734,19 +809,8 @@ void bind_sort(nb::module_& m, TensorCls& cls) {
     const bool python_values = PyFloat_Check(values.ptr()) || PyLong_Check(values.ptr()) ||
                                PyList_Check(values.ptr()) || PyTuple_Check(values.ptr());
     if (python_values && cf::is_floating(v.dtype())) v = tensor_from_python(values, cf::kFloat64, sorted.device());
-    Tensor s = sorted;
     nb::gil_scoped_release r;
-    if (v.dtype() != s.dtype()) {
-      // One dtype for the search, as NumPy compares: two floats the wider, an integer with a float in float64
-      // (exact for both up to 2^53; int64 2.5 would have truncated the value to 2)
-      const bool fs = cf::is_floating(s.dtype()), fv = cf::is_floating(v.dtype());
-      const cf::DType common = fs && fv ? cf::promote_types(s.dtype(), v.dtype())
-                               : fs || fv ? cf::kFloat64
-                                          : cf::promote_types(s.dtype(), v.dtype());
-      s = cf::to(s, common);
-      v = cf::to(v, common);
-    }
-    return cf::searchsorted(s, v, right);
+    return cf::searchsorted(sorted, v, right);  // (two dtypes compared in a common one: see cf::searchsorted)
   };
   m.def(cf::opname::searchsorted, search, nb::arg("sorted_sequence"), nb::arg("values"), nb::kw_only(),
         nb::arg("right") = false, nb::arg("side") = nb::none(),
@@ -1108,7 +1172,7 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
   both("max", {{"dim", "axis", kAxis}}, "cf._cf.Tensor | tuple[cf._cf.Tensor, cf._cf.Tensor]");
   both("min", {{"dim", "axis", kAxis}}, "cf._cf.Tensor | tuple[cf._cf.Tensor, cf._cf.Tensor]");
   for (const char* name : {"argmax", "argmin", "squeeze", "unsqueeze", "argsort", "softmax", "log_softmax", "narrow",
-                           "gather", "scatter_add", "index_select", "index_add", "take_along_dim"})
+                           "gather", "scatter", "scatter_add", "index_select", "index_add", "take_along_dim"})
     both(name, {{"dim", "axis", kAxis}}, kTensor);
   for (const char* name : {"sort", "topk"}) both(name, {{"dim", "axis", kAxis}}, kPair);
   both("split", {{"dim", "axis", kAxis}}, "list[cf._cf.Tensor]");
@@ -1122,7 +1186,7 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
   both("clamp", {{"min", "low", "float | None"}, {"max", "high", "float | None"}}, kTensor);
 
   // Methods of the operators: t.add(u) is t + u, with the operator's rules for numbers and NumPy operands
-  // (t.div divides exactly, as / and PyTorch's div; cf.div truncates integer tensors).
+  // (t.div divides exactly, as / and PyTorch's div; rounding_mode= as cf.div's: an overload below).
   const std::pair<const char*, const char*> operators[] = {
       {"add", "__add__"}, {"sub", "__sub__"}, {"mul", "__mul__"}, {"div", "__truediv__"}, {"pow", "__pow__"},
       {"eq", "__eq__"},   {"ne", "__ne__"},   {"lt", "__lt__"},   {"le", "__le__"},       {"gt", "__gt__"},
@@ -1131,7 +1195,7 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
     const std::string doc = std::string("t.") + name + "(other) is the operator " + dunder +
                             ": the same rules for numbers and NumPy operands" +
                             (std::string(name) == "div" ? " (it divides exactly, as Python's / and PyTorch's div: "
-                                                          "integer tensors give float32; cf.div truncates them)."
+                                                          "integer tensors give float32)."
                                                         : ".");
     cls.def(name,
             [name = name, dunder = dunder](nb::handle self, nb::handle other) -> nb::object {
@@ -1144,6 +1208,11 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
             nb::arg("other").none(), nb::sig((std::string("def ") + name + "(self, other: object) -> cf._cf.Tensor").c_str()),
             doc.c_str());
   }
+  cls.def("div", [](nb::handle self, nb::handle other, std::optional<std::string> mode) -> nb::object {
+            return nb::module_::import_("cf").attr("div")(self, other, nb::arg("rounding_mode") = mode);
+          }, nb::arg("other"), nb::kw_only(), nb::arg("rounding_mode").none(),
+          nb::sig("def div(self, other: object, *, rounding_mode: str | None) -> cf._cf.Tensor"),
+          "cf.div(self, other, rounding_mode=...).");
 
   // In place, as the in-place operators (t.sub_(u) is t -= u, returning t), and the operands PyTorch's
   // add_ and mul_ take beyond cf's own (a number for add_, a tensor for mul_).

@@ -740,14 +740,78 @@ cf::Tensor masked_select(const cf::Tensor& x, const cf::Tensor& mask) {
   const cf::Tensor index = cf::Tensor::from_vector(positions, {int64_t(positions.size())}).to(x.device());
   return cf::index_select(cf::reshape(x, rows), 0, index);
 }
-void masked_setitem(cf::Tensor& x, const cf::Tensor& mask, nb::handle value) {
+// A NumPy scalar or 0-d array (or another library's 0-d value) as the Python number it holds (np.int64 beyond
+// 2^53 exactly); a cf tensor or anything else as it is.
+nb::object python_value(nb::handle value) {
+  if (!nb::isinstance<cf::Tensor>(value))
+    if (nb::object item = scalar_item(value); item.is_valid()) return item;
+  return nb::borrow(value);
+}
+
+// Values given as an array or (nested) list for x: in x's dtype, float data into an integer or bool x through
+// float64 and then converted as copy_ converts (truncated, "nonzero"), as NumPy's and PyTorch's assignment
+// (cf.tensor refuses float data for an integer dtype).
+cf::Tensor values_from_python(nb::handle v, const cf::Tensor& x) {
+  if (cf::is_floating(x.dtype())) return tensor_from_python(v, x.dtype(), x.device());
+  const cf::Tensor inferred = tensor_from_python(v, std::nullopt, x.device());
+  if (!cf::is_floating(inferred.dtype())) return inferred;
+  return tensor_from_python(v, cf::kFloat64, x.device());
+}
+
+// x.flatten()[positions] = value, broadcast to positions' shape (the selection): the write of index setitem
+// (PyTorch's index_put_, NumPy's assignment) and of a boolean mask with tensor values. One scatter into x's
+// elements in row-major order: a position selected more than once takes the last value written to it in
+// row-major order of the selection, as NumPy documents (PyTorch leaves it open); values are moved, never added
+// (their bits kept: -0.0, NaN). Numbers convert as basic setitem's fill_, arrays and lists through cf.tensor in
+// x's dtype; cf's in-place rule as basic setitem's. x is rewritten whole (a copy of x's size per write).
+void write_positions(cf::Tensor& x, const cf::Tensor& positions, nb::handle value, const char* op) {
+  const cf::Shape& selected = positions.shape();
+  nb::object v = python_value(value);
+  cf::Tensor src;
+  if (PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr())) {  // a number (bool too): converted as basic setitem's fill_
+    if (auto exact = exact_int64_operand(v, x, op)) {
+      src = *exact;
+    } else {
+      src = cf::Tensor::empty({}, x.dtype(), x.device());
+      cf::fill_(src, nb::cast<double>(nb::float_(v)));
+    }
+  } else {
+    src = nb::isinstance<cf::Tensor>(v) ? nb::cast<cf::Tensor>(v) : values_from_python(v, x);
+    CF_CHECK(src.device() == x.device(), DeviceError, "[", op, "] the value ", src.describe(),
+             " is on another device than ", x.describe());
+    src = drop_leading_ones(src, int64_t(selected.size()));
+    CF_CHECK(cf::broadcasts_to(src.shape(), selected), ShapeError, "[", op, "] a value of shape ",
+             cf::shape_str(src.shape()), " cannot be broadcast to the selection's shape ", cf::shape_str(selected));
+    // cf's in-place rule, as basic setitem's copy_: the write is not recorded, so a value that requires grad
+    // would lose its gradient without a word
+    cf::ops::check_inplace_source(src, op);
+  }
+  nb::gil_scoped_release g;
+  cf::Tensor out;
+  {
+    cf::NoGradGuard no_grad;
+    // The values in x's dtype (as copy_ converts them), in the selection's row-major order
+    const cf::Tensor values = cf::reshape(cf::expand(cf::to(src, x.dtype()), selected), {-1});
+    out = cf::scatter(cf::reshape(x, {x.numel()}), 0, cf::reshape(positions, {-1}), values);
+  }
+  cf::copy_(x, cf::reshape(out, x.shape()));  // refused, as basic setitem, for x requiring grad while recording
+}
+
+// x's flat positions (int64, x's shape) on x's device: indexing them with a key gives the positions the key
+// selects, without touching x.
+cf::Tensor flat_positions(const cf::Tensor& x) {
+  return cf::reshape(cf::Tensor::arange(x.numel(), cf::kInt64, x.device()), x.shape());
+}
+
+// x[mask] = value. A number fills the true positions without reading the mask back (cf.where); anything else
+// (a tensor, array or list of K values or rows, K the number of true positions, or one broadcast to them) is
+// written as PyTorch's index_put_ with the mask: the mask is read back once (as getitem's, a device
+// synchronisation on a GPU) for the positions it selects.
+void masked_setitem(cf::Tensor& x, const cf::Tensor& mask, nb::handle item) {
   check_mask(x, mask, "setitem");
-  const bool number = !nb::isinstance<cf::Tensor>(value) && !PyBool_Check(value.ptr()) &&
-                      (PyIndex_Check(value.ptr()) || PyFloat_Check(value.ptr()) ||
-                       (nb::hasattr(value, "__array_interface__") && nb::hasattr(value, "dtype") &&
-                        nb::len(nb::object(value.attr("shape"))) == 0));  // a NumPy scalar
-  CF_CHECK(number, IndexError, "[setitem] a boolean mask takes a number (x[mask] = 0.0); for tensor values use "
-           "cf.where(mask, values, x)");
+  const nb::object value = python_value(item);
+  const bool number = PyLong_Check(value.ptr()) || PyFloat_Check(value.ptr());  // (bool is an int)
+  if (!number) return write_positions(x, masked_select(flat_positions(x), mask), value, "setitem");
   cf::Tensor m = mask;
   while (m.dim() < x.dim()) m = cf::unsqueeze(m, m.dim());  // a mask of the leading dims covers their rows
   // The value as a 0-d tensor of x's dtype: exact for an int64 beyond 2^53 (through a double it was rounded)
@@ -761,72 +825,10 @@ void masked_setitem(cf::Tensor& x, const cf::Tensor& mask, nb::handle value) {
   cf::copy_(x, filled);
 }
 
-// x[key] = value where key holds index tensors (PyTorch's index_put_, NumPy's assignment): the selection is a
-// copy, so the positions it reads are found by indexing a grid of x's flat positions with the same key, and x is
-// rebuilt around them and copied back (on x's device, no host read). A position selected more than once takes
-// the last value written to it in row-major order of the selection, as NumPy documents (PyTorch leaves it open).
-// The work and scratch memory grow with x's size, not the selection's (x is rewritten whole): a few numel-sized
-// tensors per write.
+// x[key] = value where key holds index tensors: the positions t[key] reads are found by indexing x's flat
+// positions with the same key (on x's device, no host read), then written.
 void index_setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
-  const char* op = "setitem";
-  const cf::Tensor grid = cf::reshape(cf::Tensor::arange(x.numel(), cf::kInt64, x.device()), x.shape());
-  const cf::Tensor positions = index_tensor(grid, key, op);
-  const cf::Shape& selected = positions.shape();
-  // A NumPy scalar as the Python number it holds (np.int64 beyond 2^53 exactly); a 0-d array is a tensor below
-  nb::object v = nb::borrow(value);
-  if (!nb::isinstance<cf::Tensor>(v) && nb::hasattr(v, "__array_interface__") && nb::hasattr(v, "item") &&
-      !nb::hasattr(v, "__len__"))  // (a NumPy scalar has no len; a 0-d array has one, which raises)
-    v = v.attr("item")();
-  cf::Tensor src;
-  if (PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr())) {  // a number (bool too): converted as basic setitem's fill_
-    if (auto exact = exact_int64_operand(v, x, op)) {
-      src = *exact;
-    } else {
-      src = cf::Tensor::empty({}, x.dtype(), x.device());
-      cf::fill_(src, nb::cast<double>(nb::float_(v)));
-    }
-  } else {
-    src = nb::isinstance<cf::Tensor>(v) ? nb::cast<cf::Tensor>(v) : tensor_from_python(v, x.dtype(), x.device());
-    CF_CHECK(src.device() == x.device(), DeviceError, "[", op, "] the value ", src.describe(),
-             " is on another device than ", x.describe());
-    src = drop_leading_ones(src, int64_t(selected.size()));
-    bool fits = src.dim() <= int64_t(selected.size());
-    for (int64_t i = 1; fits && i <= src.dim(); ++i) {
-      const int64_t have = src.shape()[size_t(src.dim() - i)], want = selected[selected.size() - size_t(i)];
-      fits = have == want || have == 1;
-    }
-    CF_CHECK(fits, ShapeError, "[", op, "] a value of shape ", cf::shape_str(src.shape()),
-             " cannot be broadcast to the selection's shape ", cf::shape_str(selected));
-    // cf's in-place rule, as basic setitem's copy_: the write is not recorded, so a value that requires grad
-    // would lose its gradient without a word
-    cf::ops::check_inplace_source(src, op);
-  }
-  nb::gil_scoped_release g;
-  cf::Tensor out;
-  {
-    cf::NoGradGuard no_grad;
-    const int64_t n = x.numel();
-    // The values in x's dtype (as copy_ converts them), flattened in the selection's row-major order
-    const cf::Tensor values = cf::reshape(cf::contiguous(cf::expand(cf::to(src, x.dtype()), selected)), {-1});
-    const cf::Tensor flat_positions = cf::reshape(positions, {-1});
-    const int64_t k = flat_positions.numel();
-    // A position selected more than once takes the last of its values: a stable sort of the positions puts
-    // each position's selections together in order; the last of each run is the one written
-    const cf::Tensor order = cf::argsort(flat_positions);
-    const cf::Tensor sorted = cf::index_select(flat_positions, 0, order);
-    cf::Tensor last = cf::Tensor::full({k}, 1.0, cf::kBool, x.device());
-    if (k > 1)
-      last = cf::cat({cf::ne(cf::slice(sorted, 0, 0, k - 1), cf::slice(sorted, 0, 1, k)),
-                      cf::Tensor::full({1}, 1.0, cf::kBool, x.device())}, 0);
-    // winner[p] = 1 + the selection index whose value lands on position p (0: none): an int64 scatter, so the
-    // values themselves are moved, never added (their bits kept: -0.0, NaN)
-    const cf::Tensor winner = cf::scatter_add(cf::Tensor::zeros({n}, cf::kInt64, x.device()), 0, sorted,
-                                              cf::where(last, cf::add(order, 1.0), cf::zeros_like(order)));
-    const cf::Tensor hit = cf::gt(winner, 0.0);
-    const cf::Tensor from = cf::index_select(values, 0, cf::where(hit, cf::sub(winner, 1.0), cf::zeros_like(winner)));
-    out = cf::where(hit, from, cf::reshape(x, {n}));
-  }
-  cf::copy_(x, cf::reshape(out, x.shape()));  // refused, as basic setitem, for x requiring grad while recording
+  write_positions(x, index_tensor(flat_positions(x), key, "setitem"), value, "setitem");
 }
 
 void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
@@ -846,7 +848,7 @@ void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
     nb::gil_scoped_release g;
     cf::fill_(view, v);
   } else {
-    cf::Tensor src = tensor_from_python(value, view.dtype(), view.device());
+    cf::Tensor src = values_from_python(value, view);
     nb::gil_scoped_release g;
     cf::copy_(view, drop_leading_ones(src, view.dim()));
   }

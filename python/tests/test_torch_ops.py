@@ -1289,3 +1289,271 @@ def test_log2_log10_exact_at_powers_kron_of_bools_and_cdist_p0_with_nan():
     nan = float("nan")
     got = cf.cdist(cf.tensor([[1.0, nan], [0.0, 3.0]]), cf.zeros([1, 2]), p=0).tolist()
     assert np.isnan(got[0][0]) and got[1] == [1.0]
+
+
+def test_scatter_family_matches_torch_with_gradients():
+    # scatter / scatter_ (src, value=, reduce='add'), index_copy, index_fill, index_put(_), take, put(_),
+    # index_add_, masked_scatter: values and float64 gradients against torch; duplicates without a gradient
+    # question (torch leaves their choice open), a duplicate case checked against cf's rule separately
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    x0, s0 = rng.standard_normal((4, 5)), rng.standard_normal((4, 5))
+    idx = np.array([[0, 3, 1, 2, 4], [1, 0, 3, 4, 2], [4, 2, 0, 1, 3], [2, 4, 1, 3, 0]])  # a permutation per row
+
+    def both(fn_cf, fn_t, *arrays):
+        cs = [cf.tensor(a, dtype=cf.float64, requires_grad=True) for a in arrays]
+        ts = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
+        oc, ot = fn_cf(*cs), fn_t(*ts)
+        np.testing.assert_allclose(oc.detach().numpy(), ot.detach().numpy(), rtol=0, atol=1e-15)
+        w = rng.standard_normal(tuple(ot.shape))
+        (oc * cf.tensor(w)).sum().backward()
+        (ot * torch.tensor(w)).sum().backward()
+        for c, t in zip(cs, ts):
+            np.testing.assert_allclose(c.grad.numpy(), t.grad.numpy(), rtol=0, atol=1e-15)
+
+    ci, ti = cf.tensor(idx[:, :3]), torch.tensor(idx[:, :3])
+    # (src index-shaped: torch 1.13's backward fails for a larger src; cf's C++ tests cover that case)
+    both(lambda x, s: cf.scatter(x, 1, ci, s), lambda x, s: torch.scatter(x, 1, ti, s), x0, s0[:, :3])
+    both(lambda x, s: x.scatter(dim=1, index=ci, src=s), lambda x, s: x.scatter(1, ti, s), x0, s0[:, :3])
+    both(lambda x: cf.scatter(x, 1, ci, value=2.5), lambda x: torch.scatter(x, 1, ti, value=2.5), x0)
+    both(lambda x: x.scatter(1, ci, -1), lambda x: x.scatter(1, ti, -1), x0)
+    i1c, i1t = cf.tensor([3, 0]), torch.tensor([3, 0])
+    both(lambda x, s: cf.index_copy(x, 0, i1c, s), lambda x, s: torch.index_copy(x, 0, i1t, s), x0, s0[:2])
+    both(lambda x, s: x.index_copy(1, i1c, s), lambda x, s: x.index_copy(1, i1t, s), x0, s0[:, :2])
+    both(lambda x: cf.index_fill(x, 1, i1c, 7.0), lambda x: torch.index_fill(x, 1, i1t, 7.0), x0)
+    keys_c = (cf.tensor([0, 2, 3]), cf.tensor([4, 4, 1]))
+    keys_t = (torch.tensor([0, 2, 3]), torch.tensor([4, 4, 1]))
+    both(lambda x, v: cf.index_put(x, keys_c, v), lambda x, v: torch.index_put(x, keys_t, v), x0, s0[0, :3])
+    both(lambda x, v: x.index_put(keys_c, v, accumulate=True),
+         lambda x, v: x.index_put(keys_t, v, accumulate=True), x0, s0[0, :3])
+    dup_c, dup_t = (cf.tensor([1, 1, 1]), cf.tensor([2, 2, 0])), (torch.tensor([1, 1, 1]), torch.tensor([2, 2, 0]))
+    both(lambda x, v: cf.index_put(x, dup_c, v, True), lambda x, v: torch.index_put(x, dup_t, v, True), x0, s0[0, :3])
+    tk_c, tk_t = cf.tensor([[0, -1], [7, 18]]), torch.tensor([[0, -1], [7, 18]])
+    both(lambda x: cf.take(x, tk_c), lambda x: torch.take(x, tk_t), x0)
+    both(lambda x, s: x.put(tk_c, s), lambda x, s: x.put(tk_t, s), x0, s0[:2, :2])
+    both(lambda x, s: x.put(cf.tensor([3, 3, -17, 3]), s, accumulate=True),
+         lambda x, s: x.put(torch.tensor([3, 3, -17, 3]), s, accumulate=True), x0, s0[0, :4])
+    mask = rng.standard_normal((4, 5)) > 0
+    both(lambda x, s: cf.masked_scatter(x, cf.tensor(mask), s),
+         lambda x, s: torch.masked_scatter(x, torch.tensor(mask), s), x0, s0)
+    row_mask = np.array([True, False, True, True, False])  # broadcast along the rows
+    both(lambda x, s: x.masked_scatter(cf.tensor(row_mask), s),
+         lambda x, s: x.masked_scatter(torch.tensor(row_mask), s), x0, s0)
+
+    # in place forms, against torch's
+    def inplace(fn_cf, fn_t, dtype=np.float64):
+        c, t = cf.tensor(x0.astype(dtype)), torch.tensor(x0.astype(dtype))
+        assert fn_cf(c) is c
+        fn_t(t)
+        np.testing.assert_array_equal(c.numpy(), t.numpy())
+
+    inplace(lambda c: c.scatter_(1, ci, cf.tensor(s0)), lambda t: t.scatter_(1, ti, torch.tensor(s0)))
+    inplace(lambda c: c.scatter_(1, ci, 3.0), lambda t: t.scatter_(1, ti, 3.0))
+    inplace(lambda c: c.scatter_(1, ci, value=3.0), lambda t: t.scatter_(1, ti, value=3.0))
+    inplace(lambda c: c.scatter_(0, cf.tensor([[1, 1, 1]]), cf.tensor(s0), reduce="add"),
+            lambda t: t.scatter_(0, torch.tensor([[1, 1, 1]]), torch.tensor(s0), reduce="add"))
+    inplace(lambda c: c.index_copy_(0, i1c, cf.tensor(s0[:2])), lambda t: t.index_copy_(0, i1t, torch.tensor(s0[:2])))
+    inplace(lambda c: c.index_fill_(0, i1c, -2.0), lambda t: t.index_fill_(0, i1t, -2.0))
+    inplace(lambda c: c.index_put_(keys_c, cf.tensor(5.0, dtype=cf.float64)),
+            lambda t: t.index_put_(keys_t, torch.tensor(5.0, dtype=torch.float64)))
+    inplace(lambda c: c.index_put_((cf.tensor(mask),), cf.tensor(1.0, dtype=cf.float64)),
+            lambda t: t.index_put_((torch.tensor(mask),), torch.tensor(1.0, dtype=torch.float64)))
+    inplace(lambda c: c.put_(tk_c, cf.tensor(s0[:2, :2])), lambda t: t.put_(tk_t, torch.tensor(s0[:2, :2])))
+    inplace(lambda c: c.index_add_(1, i1c, cf.tensor(s0[:, :2]), alpha=2.0),
+            lambda t: t.index_add_(1, i1t, torch.tensor(s0[:, :2]), alpha=2.0))
+    inplace(lambda c: c.masked_scatter_(cf.tensor(mask), cf.tensor(s0)),
+            lambda t: t.masked_scatter_(torch.tensor(mask), torch.tensor(s0)))
+    inplace(lambda c: c.scatter_(1, ci, cf.tensor(s0.astype(np.int64))),
+            lambda t: t.scatter_(1, ti, torch.tensor(s0.astype(np.int64))), dtype=np.int64)
+
+    # one-hot the PyTorch way, in every dtype scatter takes (bool too)
+    labels = cf.tensor([2, 0, 1])
+    for dt in (cf.float32, cf.int64, cf.bool, cf.bfloat16):
+        assert cf.zeros([3, 4], dtype=dt).scatter_(1, labels.reshape([3, 1]), 1).tolist() == \
+            cf.one_hot(labels, 4, dtype=cf.float32).to(dt).tolist()
+
+
+def test_scatter_keeps_the_last_of_duplicates_and_gives_it_alone_the_gradient():
+    x = cf.zeros([2, 4], dtype=cf.float64, requires_grad=True)
+    src = cf.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=cf.float64, requires_grad=True)
+    out = cf.scatter(x, 1, cf.tensor([[1, 1, 2], [0, 3, 0]]), src)
+    assert out.tolist() == [[0.0, 2.0, 3.0, 0.0], [6.0, 0.0, 0.0, 5.0]]
+    out.sum().backward()
+    assert src.grad.tolist() == [[0.0, 1.0, 1.0], [0.0, 1.0, 1.0]]
+    assert x.grad.tolist() == [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]]
+    # the same rule through index_copy, put and index_put
+    assert cf.index_copy(cf.zeros([3]), 0, cf.tensor([1, 1]), cf.tensor([5.0, 6.0])).tolist() == [0.0, 6.0, 0.0]
+    assert cf.zeros([3]).put(cf.tensor([2, -1]), cf.tensor([5.0, 6.0])).tolist() == [0.0, 0.0, 6.0]
+    assert cf.zeros([2, 2]).index_put((cf.tensor([0, 0]), cf.tensor([1, 1])), cf.tensor([1.0, 2.0])).tolist() == \
+        [[0.0, 2.0], [0.0, 0.0]]
+
+
+def test_scatter_family_bad_input():
+    x = cf.zeros([3, 4])
+    i = cf.tensor([[0, 1]])
+    with pytest.raises(cf.IndexError, match=r"^\[scatter\] index 4 is out of range for axis 1 of length 4"):
+        cf.scatter(x, 1, cf.tensor([[0, 4]]), cf.ones([1, 2]))
+    with pytest.raises(cf.DTypeError, match=r"^\[scatter\]"):
+        cf.scatter(x, 1, i, cf.ones([1, 2], dtype=cf.float64))
+    with pytest.raises(TypeError, match=r"^\[scatter_\] takes src \(a tensor or a number\) or value="):
+        x.scatter_(1, i)
+    with pytest.raises(cf.ValueError, match=r"^\[scatter_\] reduce must be 'add' \(or None\), got 'multiply'"):
+        x.scatter_(1, i, 2.0, reduce="multiply")
+    with pytest.raises(cf.ShapeError, match=r"^\[index_copy\] source must have shape \(2, 4\)"):
+        cf.index_copy(x, 0, cf.tensor([0, 1]), cf.ones([3, 4]))
+    with pytest.raises(cf.IndexError, match=r"^\[index_copy\] index must be a 1-d int64 tensor, got float32"):
+        cf.index_copy(x, 0, cf.tensor([0.0]), cf.ones([1, 4]))
+    with pytest.raises(cf.IndexError, match=r"^\[index_fill\] dim 2 is out of range"):
+        cf.index_fill(x, 2, cf.tensor([0]), 1.0)
+    with pytest.raises(TypeError, match=r"^\[index_fill\] value must be a number or a 0-d tensor, got str"):
+        cf.index_fill(x, 0, cf.tensor([0]), "a")
+    with pytest.raises(cf.ShapeError, match=r"^\[index_fill\] needs input with at least one dimension"):
+        cf.index_fill(cf.tensor(1.0), 0, cf.tensor([0]), 1.0)
+    with pytest.raises(cf.IndexError, match=r"^\[index_fill\] \[scatter\] index 3 is out of range for axis 0"):
+        cf.index_fill(x, 0, cf.tensor([3]), 1.0)
+    with pytest.raises(TypeError, match=r"^\[index_put\] indices must be a tuple of index tensors, got Tensor"):
+        cf.index_put(x, cf.tensor([0]), 1.0)
+    with pytest.raises(cf.DTypeError, match=r"^\[index_put\] values must have input's dtype float32, got float64"):
+        cf.index_put(x, (cf.tensor([0]),), cf.ones([4], dtype=cf.float64))
+    with pytest.raises(cf.ShapeError, match=r"^\[index_put\] \[expand\]"):
+        x.index_put_((cf.tensor([0, 1]),), cf.ones([3]))
+    with pytest.raises(cf.IndexError, match=r"^\[take\] \[index_select\] index 12 is out of range"):
+        cf.take(x, cf.tensor([12]))
+    with pytest.raises(cf.IndexError, match=r"^\[take\] \[index_select\] index -13 is out of range"):
+        cf.take(x, cf.tensor([-13]))
+    with pytest.raises(cf.DTypeError, match=r"^\[take\] index must be int64, got bool"):
+        cf.take(x, cf.tensor([True]))
+    with pytest.raises(cf.ShapeError, match=r"^\[put\] source must have as many elements as index \(2\), got 3"):
+        x.put_(cf.tensor([0, 1]), cf.ones([3]))
+    with pytest.raises(cf.DTypeError, match=r"^\[masked_scatter\] mask must be bool, got int64"):
+        cf.masked_scatter(x, cf.tensor([1]), cf.ones([4]))
+    with pytest.raises(cf.DTypeError, match=r"^\[masked_scatter\] source must have input's dtype float32"):
+        cf.masked_scatter(x, x > 0, cf.ones([4], dtype=cf.int64))
+    with pytest.raises(cf.IndexError, match=r"^\[masked_scatter\] \[index_select\] index 2 is out of range"):
+        cf.masked_scatter(x, x == 0, cf.ones([2]))  # 12 true positions, 2 source elements
+    with pytest.raises(cf.IndexError, match=r"^\[masked_scatter\] mask has true positions but source has no"):
+        cf.masked_scatter(x, x == 0, cf.ones([0]))
+    assert cf.masked_scatter(x, x > 0, cf.ones([0])).tolist() == x.tolist()
+    leaf = cf.ones([3], requires_grad=True)
+    with pytest.raises(cf.AutogradError, match=r"in-place change of a tensor that requires grad"):
+        leaf.index_fill_(0, cf.tensor([0]), 2.0)
+
+
+def test_rounding_ops_and_float_division_match_torch():
+    # floor, ceil, round (halves to even, decimals=), trunc; // and % and div(rounding_mode=) on floats, mixed
+    # and integer operands; against torch in float64 and float32
+    torch = pytest.importorskip("torch")
+    vals = [-2.5, -1.5, -0.5, -0.4, -0.0, 0.0, 0.3, 0.5, 1.5, 2.5, 2.7, -2.7, 1e15 + 0.5, float("inf"),
+            float("-inf"), float("nan")]
+    for cdt, tdt in ((cf.float64, torch.float64), (cf.float32, torch.float32)):
+        c, t = cf.tensor(vals, dtype=cdt), torch.tensor(vals, dtype=tdt)
+        for name in ("floor", "ceil", "round", "trunc"):
+            got, want = getattr(cf, name)(c), getattr(torch, name)(t)
+            assert got.dtype == cdt
+            np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=name)
+            np.testing.assert_array_equal(np.signbit(getattr(c, name)().numpy()), np.signbit(want.numpy()))
+        np.testing.assert_allclose(cf.round(c * 1.2345, decimals=2).numpy(),
+                                   torch.round(t * 1.2345, decimals=2).numpy(), rtol=1e-15)
+    ints = cf.tensor([-3, 0, 7])
+    for name in ("floor", "ceil", "round", "trunc"):
+        assert getattr(cf, name)(ints).tolist() == [-3, 0, 7] and getattr(cf, name)(ints).dtype == cf.int64
+    a = np.array([7.5, -7.5, 6.0, -6.25, 5.0, 0.0])
+    b = np.array([2.0, 2.0, -4.0, -4.0, 0.5, 3.0])
+    ca, cb, ta, tb = cf.tensor(a, dtype=cf.float64), cf.tensor(b, dtype=cf.float64), torch.tensor(a), torch.tensor(b)
+    np.testing.assert_array_equal((ca // cb).numpy(), (ta // tb).numpy())
+    np.testing.assert_array_equal((ca % cb).numpy(), (ta % tb).numpy())
+    np.testing.assert_array_equal((ca // 2).numpy(), (ta // 2).numpy())
+    np.testing.assert_array_equal((7.0 % cb).numpy(), (7.0 % tb).numpy())
+    np.testing.assert_array_equal(cf.floor_divide(ca, cb).numpy(), torch.floor_divide(ta, tb).numpy())
+    np.testing.assert_array_equal(ca.remainder(cb).numpy(), ta.remainder(tb).numpy())
+    for mode in (None, "trunc", "floor"):
+        np.testing.assert_array_equal(cf.div(ca, cb, rounding_mode=mode).numpy(),
+                                      torch.div(ta, tb, rounding_mode=mode).numpy())
+        np.testing.assert_array_equal(ca.div(cb, rounding_mode=mode).numpy(), ta.div(tb, rounding_mode=mode).numpy())
+        ia, ib = cf.tensor([7, -7, 6, -6]), cf.tensor([2, 2, -4, -4])
+        tia, tib = torch.tensor([7, -7, 6, -6]), torch.tensor([2, 2, -4, -4])
+        got, want = cf.div(ia, ib, rounding_mode=mode), torch.div(tia, tib, rounding_mode=mode)
+        assert got.tolist() == want.tolist() and (got.dtype == cf.int64) == (want.dtype == torch.int64)
+        assert cf.div(ia, 2, rounding_mode=mode).tolist() == torch.div(tia, 2, rounding_mode=mode).tolist()
+        assert cf.div(ia, 2.5, rounding_mode=mode).tolist() == torch.div(tia, 2.5, rounding_mode=mode).tolist()
+    # mixed integer and float operands: the float dtype, as /
+    assert (cf.tensor([7, -7]) // cf.tensor([2.0, 2.0])).tolist() == [3.0, -4.0]
+    assert (cf.tensor([7, -7]) % cf.tensor([2.5, 2.5], dtype=cf.float64)).dtype == cf.float64
+    # % on floats is differentiable (d/da 1, d/db -floor(a / b)), as torch's remainder
+    x = cf.tensor([7.5, -7.5], dtype=cf.float64, requires_grad=True)
+    y = cf.tensor([2.0, 2.0], dtype=cf.float64, requires_grad=True)
+    (x % y).sum().backward()
+    tx, ty = torch.tensor([7.5, -7.5], requires_grad=True), torch.tensor([2.0, 2.0], requires_grad=True)
+    (tx % ty).sum().backward()
+    assert x.grad.tolist() == tx.grad.tolist() and y.grad.tolist() == ty.grad.tolist()
+    # in place on a float tensor (the fallback rebound the name)
+    f = cf.tensor([7.5, -7.5])
+    alias = f
+    f //= 2.0
+    alias %= 1.5
+    assert f is alias and f.tolist() == [3.0 % 1.5, -4.0 % 1.5]
+    assert not cf.floor(cf.ones([2], requires_grad=True)).requires_grad  # no graph, as sign
+    with pytest.raises(cf.ValueError, match=r"^\[div\] rounding_mode must be None, 'trunc' or 'floor', got 'up'"):
+        cf.div(ca, cb, rounding_mode="up")
+    with pytest.raises(cf.DTypeError, match=r"^\[floor\] is not defined for bool tensors"):
+        cf.floor(cf.tensor([True]))
+    with pytest.raises(cf.DTypeError, match=r"^\[remainder\] is not defined for bool tensors"):
+        cf.tensor([True]) % cf.tensor([True])
+    with pytest.raises(cf.ValueError, match=r"^\[div\] integer division by zero"):
+        cf.div(ia, cf.tensor([1, 0, 1, 1]), rounding_mode="trunc")
+
+
+def test_review_findings_on_rounding_division_and_the_scatter_family():
+    torch = pytest.importorskip("torch")
+    # // and % on floats from fmod (a large quotient, a 0.1 divisor, bfloat16, inf), as torch's
+    cases = [([1000.0], [7.0], cf.bfloat16, torch.bfloat16), ([1e8, 112767752.0], [7.0, -5.717], cf.float32, torch.float32),
+             ([2.0**60 + 256, 5.3, 1.0, 5.0, -1.0, 0.0, float("inf")], [10.0, 0.1, 0.1, float("inf"), float("inf"),
+                                                                         float("inf"), 2.0], cf.float64, torch.float64)]
+    for a, b, cdt, tdt in cases:
+        ca, cb, ta, tb = cf.tensor(a, dtype=cdt), cf.tensor(b, dtype=cdt), torch.tensor(a, dtype=tdt), torch.tensor(b, dtype=tdt)
+        np.testing.assert_array_equal((ca % cb).to(cf.float64).numpy(), (ta % tb).double().numpy())
+        np.testing.assert_array_equal((ca // cb).to(cf.float64).numpy(), (ta // tb).double().numpy())
+    k = cf.arange(1000, dtype=cf.float64) * 0.1
+    np.testing.assert_array_equal((k % 0.1).numpy(), (torch.arange(1000, dtype=torch.float64) * 0.1 % 0.1).numpy())
+    # in place: an integer t with a float u is refused (the result is floating), a u requiring grad too
+    t = cf.tensor([7, -7, 5])
+    with pytest.raises(cf.DTypeError, match=r"^\[remainder_\] t %= u on int64 \(3\) on cpu with float32"):
+        t %= cf.tensor([2.5, 2.5, 2.5])
+    with pytest.raises(cf.DTypeError, match=r"^\[floor_divide_\] t //= u"):
+        t //= cf.tensor([2.5, 2.5, 2.5])
+    f = cf.tensor([7.5, 1.0])
+    with pytest.raises(cf.AutogradError, match=r"^\[remainder_\]"):
+        f %= cf.tensor([2.0, 2.0], requires_grad=True)
+    # round(decimals < 0) as torch's; an integer tensor refuses decimals
+    x = cf.tensor([-99999.99, 12345.6, 250.0, -35.0])
+    tx = torch.tensor([-99999.99, 12345.6, 250.0, -35.0])
+    for d in (-3, -2, -1, 1, 2):
+        np.testing.assert_array_equal(cf.round(x, decimals=d).numpy(), torch.round(tx, decimals=d).numpy())
+    with pytest.raises(cf.DTypeError, match=r"^\[round\] decimals= takes a float tensor, got int64"):
+        cf.round(cf.tensor([17, 25]), decimals=-1)
+    with pytest.raises(cf.DTypeError, match=r"^\[round\] decimals= takes a float tensor, got bool"):
+        cf.round(cf.tensor([True]), decimals=1)
+    # new_tensor keeps float64 and int64 data exact
+    assert cf.zeros([1], dtype=cf.float64).new_tensor([0.1]).item() == 0.1
+    assert cf.zeros([1], dtype=cf.int64).new_tensor([123456789.0, -2.7]).tolist() == [123456789, -2]
+    assert cf.zeros([1], dtype=cf.bool).new_tensor([0.5, 0.0]).tolist() == [True, False]
+    # index_fill counts negative indices from the end, as torch's
+    assert cf.index_fill(cf.zeros([3, 2]), 0, cf.tensor([-1]), 1.0).tolist() == [[0, 0], [0, 0], [1, 1]]
+    with pytest.raises(cf.DTypeError, match=r"^\[index_add_\] alpha 1.5 on a int64 tensor"):
+        cf.zeros([3], dtype=cf.int64).index_add_(0, cf.tensor([0]), cf.tensor([3]), alpha=1.5)
+    assert cf.zeros([3], dtype=cf.int64).index_add_(0, cf.tensor([0]), cf.tensor([3]), alpha=2).tolist() == [6, 0, 0]
+    # masked_scatter broadcasts input and mask together, as torch's
+    mask = cf.tensor([[True, False, True], [False, True, False]])
+    src = cf.arange(6, dtype=cf.float32)
+    got = cf.masked_scatter(cf.zeros([3]), mask, src)
+    want = torch.masked_scatter(torch.zeros(3), torch.tensor(mask.tolist()), torch.arange(6, dtype=torch.float32))
+    assert got.tolist() == want.tolist()
+    # x[mask] = NumPy int64 beyond 2^53 exactly; float lists into int tensors truncate (NumPy's and torch's rule)
+    z = cf.tensor([1, 2])
+    z[cf.tensor([True, False])] = np.int64(2**62 + 1)
+    z[cf.tensor([False, True])] = np.array(2**62 + 3)
+    assert z.tolist() == [2**62 + 1, 2**62 + 3]
+    n = cf.tensor([1, 2, 3])
+    n[n > 1] = [2.5, -3.7]
+    n[0] = [9.9]
+    assert n.tolist() == [9, 2, -3]
