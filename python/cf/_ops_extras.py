@@ -706,7 +706,9 @@ def _index_add_(self, dim: int, index: "_cf.Tensor", source: "_cf.Tensor", *, al
     if alpha != 1 and self.dtype not in _FLOATS and alpha != int(alpha):
         raise _cf.DTypeError("[%s] alpha %r on a %s tensor: an integer tensor takes an integer alpha"
                              % (op, alpha, self.dtype.name))
-    return self.copy_(_named(op, _cf.index_add, self, dim, index, source if alpha == 1 else source * alpha))
+    if alpha != 1:
+        source = _named(op, _cf.mul, source, alpha)
+    return self.copy_(_named(op, _cf.index_add, self, dim, index, source))
 
 
 def _index_copy_(self, dim: int, index: "_cf.Tensor", source: "_cf.Tensor") -> "_cf.Tensor":

@@ -499,6 +499,11 @@ void bind_operators(TensorCls& cls) {
         Tensor q = [&] { cf::NoGradGuard g; return py_floor_divide(a, b); }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference, release_gil())
+      .def("__ifloordiv__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {  // (exact beyond 2^53)
+        const Tensor u = int_operand(a, b, "floor_divide");
+        Tensor q = [&] { cf::NoGradGuard g; return py_floor_divide(a, u); }();
+        return cf::copy_(a, q);
+      }, nb::rv_policy::reference)
       .def("__ifloordiv__", [](Tensor& a, double b) -> Tensor& {
         const Tensor u = integer_operand(a, b, "floor_divide");
         Tensor q = [&] { cf::NoGradGuard g; return py_floor_divide(a, u); }();
@@ -509,6 +514,11 @@ void bind_operators(TensorCls& cls) {
         Tensor r = [&] { cf::NoGradGuard g; return py_remainder(a, b); }();
         return cf::copy_(a, r);
       }, nb::rv_policy::reference, release_gil())
+      .def("__imod__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {
+        const Tensor u = int_operand(a, b, "remainder");
+        Tensor r = [&] { cf::NoGradGuard g; return py_remainder(a, u); }();
+        return cf::copy_(a, r);
+      }, nb::rv_policy::reference)
       .def("__imod__", [](Tensor& a, double b) -> Tensor& {
         const Tensor u = integer_operand(a, b, "remainder");
         Tensor r = [&] { cf::NoGradGuard g; return py_remainder(a, u); }();

@@ -758,6 +758,15 @@ cf::Tensor values_from_python(nb::handle v, const cf::Tensor& x) {
   return tensor_from_python(v, cf::kFloat64, x.device());
 }
 
+// A Python number (bool too) as a 0-d tensor of x's dtype, converted as basic setitem's fill_ (truncated into an
+// integer x, "nonzero" into bool, an int64 beyond 2^53 exactly).
+cf::Tensor number_value(nb::handle v, const cf::Tensor& x, const char* op) {
+  if (auto exact = exact_int64_operand(v, x, op)) return *exact;
+  cf::Tensor t = cf::Tensor::empty({}, x.dtype(), x.device());
+  cf::fill_(t, nb::cast<double>(nb::float_(v)));
+  return t;
+}
+
 // x.flatten()[positions] = value, broadcast to positions' shape (the selection): the write of index setitem
 // (PyTorch's index_put_, NumPy's assignment) and of a boolean mask with tensor values. One scatter into x's
 // elements in row-major order: a position selected more than once takes the last value written to it in
@@ -768,13 +777,8 @@ void write_positions(cf::Tensor& x, const cf::Tensor& positions, nb::handle valu
   const cf::Shape& selected = positions.shape();
   nb::object v = python_value(value);
   cf::Tensor src;
-  if (PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr())) {  // a number (bool too): converted as basic setitem's fill_
-    if (auto exact = exact_int64_operand(v, x, op)) {
-      src = *exact;
-    } else {
-      src = cf::Tensor::empty({}, x.dtype(), x.device());
-      cf::fill_(src, nb::cast<double>(nb::float_(v)));
-    }
+  if (PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr())) {
+    src = number_value(v, x, op);
   } else {
     src = nb::isinstance<cf::Tensor>(v) ? nb::cast<cf::Tensor>(v) : values_from_python(v, x);
     CF_CHECK(src.device() == x.device(), DeviceError, "[", op, "] the value ", src.describe(),
@@ -814,9 +818,7 @@ void masked_setitem(cf::Tensor& x, const cf::Tensor& mask, nb::handle item) {
   if (!number) return write_positions(x, masked_select(flat_positions(x), mask), value, "setitem");
   cf::Tensor m = mask;
   while (m.dim() < x.dim()) m = cf::unsqueeze(m, m.dim());  // a mask of the leading dims covers their rows
-  // The value as a 0-d tensor of x's dtype: exact for an int64 beyond 2^53 (through a double it was rounded)
-  std::optional<cf::Tensor> exact = exact_int64_operand(value, x, "setitem");
-  const cf::Tensor v = exact ? *exact : cf::ops::number_like(x, nb::cast<double>(nb::float_(value)), "setitem");
+  const cf::Tensor v = number_value(value, x, "setitem");
   nb::gil_scoped_release g;
   cf::Tensor filled = [&] {
     cf::NoGradGuard no_grad;

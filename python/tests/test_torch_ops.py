@@ -1557,3 +1557,16 @@ def test_review_findings_on_rounding_division_and_the_scatter_family():
     n[n > 1] = [2.5, -3.7]
     n[0] = [9.9]
     assert n.tolist() == [9, 2, -3]
+    n[n > 5] = 7.5  # a number into an int64 tensor through a mask truncates too (it was refused)
+    b = cf.zeros([2], dtype=cf.bool)
+    b[cf.tensor([True, False])] = 2
+    assert n.tolist() == [7, 2, -3] and b.tolist() == [True, False]
+    # in place // and % with an int beyond 2^53 exactly (through a double they were off)
+    big = cf.tensor([2**53 + 1, 2**60])
+    big %= 2**53 + 1
+    assert big.tolist() == [0, 2**60 % (2**53 + 1)]
+    big = cf.tensor([2**60])
+    big //= 2**60 + 1
+    assert big.tolist() == [0]
+    with pytest.raises(cf.DTypeError, match=r"^\[index_add_\] \[mul\]"):
+        cf.zeros([3], dtype=cf.bool).index_add_(0, cf.tensor([0]), cf.tensor([True]), alpha=2)
