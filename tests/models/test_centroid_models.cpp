@@ -236,7 +236,7 @@ TEST_CASE("CentroidTransformerEncoder: the sequence shortens at each centroid bl
                    ValueError, "[CentroidTransformerEncoder] blocks are \"self\" or \"centroid\", got \"pool\"");
 }
 
-TEST_CASE("CentroidSummarizer: decoder cross-attends to N/3 centroids - learns a compression task - half the encoder MACs") {
+TEST_CASE("CentroidSummarizer: decoder cross-attends to N/3 centroids - learns a compression task - half the encoder MACs" * CF_SLOW) {
   const int64_t V = 12, Ns = 18, Nt = 6, B = 16;
   models::CentroidSummarizerConfig c;
   c.base = tiny_text_config(V);

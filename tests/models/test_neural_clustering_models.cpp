@@ -98,7 +98,7 @@ TEST_CASE("a ClusterFormer classifier learns the pattern task as well as full at
   CHECK(nc >= full - 0.02);
 }
 
-TEST_CASE("ClusterFormer causal LM (masked variant) learns the repeating-pattern corpus") {
+TEST_CASE("ClusterFormer causal LM (masked variant) learns the repeating-pattern corpus" * CF_SLOW) {
   Generator g(test_seed(9));
   models::CausalLM lm(tiny_config(5, "neural-clustering", 5), g);
   const PatternLMRun r = train_pattern_lm(lm, 150, [](const Tensor& task, nn::AuxLosses& aux) {

@@ -769,7 +769,7 @@ TEST_CASE("clustered attention refuses bad input with messages naming the proble
 }
 
 // The pattern corpus of every causal-LM test (nn/pattern_lm.h).
-TEST_CASE("a causal LM with improved clustered attention learns the repeating-pattern corpus") {
+TEST_CASE("a causal LM with improved clustered attention learns the repeating-pattern corpus" * CF_SLOW) {
   Generator g(test_seed(9));
   manual_seed(test_seed(21));  // the hyperplanes come from the default generator: the same run whatever ran before
   // 4 clusters, each query sees at most 8 of the 24 keys (those in its past).

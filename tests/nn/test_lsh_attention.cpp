@@ -300,7 +300,7 @@ TEST_CASE("LSH attention: bad arguments and options are errors naming the values
   CHECK_THROWS_MSG(nn::make_attention(spec), ValueError, "got 5");
 }
 
-TEST_CASE("LSH attention: a causal LM with LSH attention learns the pattern corpus") {
+TEST_CASE("LSH attention: a causal LM with LSH attention learns the pattern corpus" * CF_SLOW) {
   Generator g(test_seed(9));
   manual_seed(test_seed(21));  // the rotations come from the default generator: the same run whatever ran before
   models::CausalLM lm(pattern_lm_config("lsh", {{"n_hashes", 2}, {"bucket_size", 4}}), g);

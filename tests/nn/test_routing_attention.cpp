@@ -320,7 +320,7 @@ TEST_CASE("routing attention: bad arguments and options are errors naming the va
 }
 
 // The repeating-pattern corpus of the Transformer tests (period 6: the next token depends on the last two).
-TEST_CASE("routing attention: a causal LM with routing and local heads learns the pattern corpus") {
+TEST_CASE("routing attention: a causal LM with routing and local heads learns the pattern corpus" * CF_SLOW) {
   Generator g(test_seed(9));
   manual_seed(test_seed(21));  // the centroids are drawn from the default generator: the same run whatever ran before
   models::CausalLM lm(pattern_lm_config("routing", {{"n_clusters", 3}, {"local_heads", 1}, {"local_window", 4},

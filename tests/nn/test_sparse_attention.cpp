@@ -146,7 +146,7 @@ TEST_CASE("sparse attention: bad arguments and options are errors naming the val
 // The repeating-pattern corpus of the Transformer tests (period 6: the next token depends on the last two).
 // Blocks of 4 with one summary cell: a query at a block's start sees the previous token only through the
 // summary cell, two tokens back only through the first layer's summary output.
-TEST_CASE("sparse attention: a causal LM with the fixed pattern learns the pattern corpus") {
+TEST_CASE("sparse attention: a causal LM with the fixed pattern learns the pattern corpus" * CF_SLOW) {
   Generator g(test_seed(9));
   models::CausalLM lm(pattern_lm_config("sparse", {{"block_size", 4}, {"summary", 1}}), g);
   const PatternLMRun r = train_pattern_lm(lm, 150);

@@ -223,7 +223,7 @@ TEST_CASE("TransformerConfig::to_json writes every key, and from_json reads the 
 // seeds 1-12 (CF_TEST_SEED) reached 0.988-1.0 on this machine; after 600 they
 // reached 0.965-1.0, and seed 7 0.941 on an AMD EPYC whose OpenBLAS kernels give
 // other bits: too thin a margin, hence 1000.
-TEST_CASE("the encoder classifier learns a pattern task to >= 95% held-out accuracy") {
+TEST_CASE("the encoder classifier learns a pattern task to >= 95% held-out accuracy" * CF_SLOW) {
   const int64_t V = 8, N = 10;
   Generator data(42);
   auto make_set = [&](int64_t count, std::vector<int64_t>& ids, std::vector<int64_t>& labels) {
@@ -264,7 +264,7 @@ TEST_CASE("the encoder classifier learns a pattern task to >= 95% held-out accur
 
 // A corpus repeating the period-6 pattern 1 2 1 3 2 4 from random offsets: the
 // next token depends on the last two, so the model must use context.
-TEST_CASE("the causal LM drives a repeating-pattern corpus below 0.1 nats/token") {
+TEST_CASE("the causal LM drives a repeating-pattern corpus below 0.1 nats/token" * CF_SLOW) {
   Generator g(test_seed(9));
   models::CausalLM lm(pattern_lm_config(), g);
   const PatternLMRun r = train_pattern_lm(lm, 150);
