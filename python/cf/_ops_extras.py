@@ -402,21 +402,20 @@ def nonzero(x: "_cf.Tensor", as_tuple: bool = False) -> "_cf.Tensor | tuple[_cf.
     order, or with as_tuple=True one 1-d tensor per axis. The count is read back (a device synchronisation on a
     GPU, as PyTorch's)."""
     mask = x if x.dtype == _cf.bool else x != 0
-    if x.dim() == 0:
-        mask = mask.reshape([1])
     flat = mask.reshape([-1])
+    # the flat positions of the nonzero elements (the mask read back once), then each axis's coordinate from
+    # them on the device (before: one read of the mask per axis)
+    positions = _cf.arange(flat.numel(), device=x.device)[flat]
     coords = []
-    for axis, size in enumerate(mask.shape):
-        shape = [1] * mask.dim()
-        shape[axis] = size
-        grid = _cf.expand(_cf.arange(size, device=x.device).reshape(shape), list(mask.shape))
-        coords.append(grid.reshape([-1])[flat])
-    if x.dim() == 0:
-        coords = []
+    stride = 1
+    for size in reversed(list(x.shape)):
+        # (an axis of size 0 leaves no positions: max(.., 1) only keeps the empty division legal)
+        coords.insert(0, positions % max(size, 1) if stride == 1 else (positions // stride) % max(size, 1))
+        stride = max(stride * size, 1)
     if as_tuple:
-        return tuple(coords) if coords else (_cf.zeros([int(flat.sum())], dtype=_cf.int64, device=x.device),)
+        return tuple(coords) if coords else (_cf.zeros([positions.numel()], dtype=_cf.int64, device=x.device),)
     if not coords:
-        return _cf.zeros([int(flat.sum()), 0], dtype=_cf.int64, device=x.device)
+        return _cf.zeros([positions.numel(), 0], dtype=_cf.int64, device=x.device)
     return _cf.stack(coords, 1)
 
 
@@ -601,8 +600,7 @@ def index_fill(input: "_cf.Tensor", dim: int, index: "_cf.Tensor", value: "_cf.T
     _check_tensor(input, "input", op)
     _check_tensor(index, "index", op)
     if index.dtype == _cf.int64 and input.dim() > 0:  # negative indices count from the end (torch.index_fill)
-        n = input.shape[_axis(op, dim, input.dim())]
-        index = _cf.where(_cf.logical_and(index < 0, index >= -n), index + n, index)
+        index = _wrap_negative(index, input.shape[_axis(op, dim, input.dim())])
     d, shape, spread = _spread(op, input, dim, index)
     if isinstance(value, _cf.Tensor):
         if value.dim() != 0:
@@ -646,11 +644,8 @@ def index_put(input: "_cf.Tensor", indices: "tuple[_cf.Tensor, ...]", values: "_
     in input and values."""
     op = "index_put"
     positions = _flat_positions(op, input, indices)
-    flat = _values_at(op, input, values, positions.shape)
-    where = _cf.reshape(positions, [-1])
-    x = _cf.reshape(input, [-1])
-    out = _named(op, _cf.index_add, x, 0, where, flat) if accumulate else _named(op, _cf.scatter, x, 0, where, flat)
-    return _cf.reshape(out, list(input.shape))
+    return _write_flat(op, input, _cf.reshape(positions, [-1]), _values_at(op, input, values, positions.shape),
+                       accumulate)
 
 
 def _index_put_(self, indices: "tuple[_cf.Tensor, ...]", values: "_cf.Tensor | float",
@@ -659,16 +654,27 @@ def _index_put_(self, indices: "tuple[_cf.Tensor, ...]", values: "_cf.Tensor | f
     return self.copy_(index_put(self, indices, values, accumulate))
 
 
+def _wrap_negative(index, n):
+    """index (int64) with its entries in [-n, 0) counted from the end (+ n). One below -n stays negative, so the
+    range error shows it as given."""
+    return _cf.where(_cf.logical_and(index < 0, index >= -n), index + n, index)
+
+
+def _write_flat(op, input, where, values, accumulate):
+    """input seen flattened with values (flat) written at the positions where (flat int64): the last of repeated
+    positions stays (scatter), or every value is added (index_add); in input's shape."""
+    x = _cf.reshape(input, [-1])
+    out = _named(op, _cf.index_add, x, 0, where, values) if accumulate else _named(op, _cf.scatter, x, 0, where, values)
+    return _cf.reshape(out, list(input.shape))
+
+
 def _flat_index(op, input, index):
     """index (int64, any shape) as positions into input flattened; negative ones count from the end."""
     _check_tensor(input, "input", op)
     _check_tensor(index, "index", op)
     if index.dtype != _cf.int64:
         raise _cf.DTypeError("[%s] index must be int64, got %s" % (op, index.dtype.name))
-    n = input.numel()
-    flat = _cf.reshape(index, [-1])
-    # (an index below -n stays negative, so the range error shows it as given)
-    return _cf.where(_cf.logical_and(flat < 0, flat >= -n), flat + n, flat)
+    return _wrap_negative(_cf.reshape(index, [-1]), input.numel())
 
 
 def take(input: "_cf.Tensor", index: "_cf.Tensor") -> "_cf.Tensor":
@@ -689,9 +695,7 @@ def put(input: "_cf.Tensor", index: "_cf.Tensor", source: "_cf.Tensor", accumula
     if source.numel() != index.numel():
         raise _cf.ShapeError("[%s] source must have as many elements as index (%d), got %d"
                              % (op, index.numel(), source.numel()))
-    x, src = _cf.reshape(input, [-1]), _cf.reshape(source, [-1])
-    out = _named(op, _cf.index_add, x, 0, where, src) if accumulate else _named(op, _cf.scatter, x, 0, where, src)
-    return _cf.reshape(out, list(input.shape))
+    return _write_flat(op, input, where, _cf.reshape(source, [-1]), accumulate)
 
 
 def _put_(self, index: "_cf.Tensor", source: "_cf.Tensor", accumulate: bool = False) -> "_cf.Tensor":

@@ -55,6 +55,51 @@ void fn_and_method(nb::module_& m, TensorCls& cls, const char* name, F f, const 
   cls.def(name, f, extra..., doc, release_gil());
 }
 
+// f(x, other) as cf.<name> and x.<name> for a number or NumPy operand (registered after the tensor overload),
+// called with the GIL held: f reads the Python object (with_number), then releases it. (A macro: nb::sig keeps
+// the pointer it is given, so the signature must be a literal.)
+#define CF_NUMBER_FN_AND_METHOD(name, f, doc)                                                                 \
+  m.def(name, f, nb::arg("x"), nb::arg("other"), nb::sig("def " name "(x: cf._cf.Tensor, other: float) -> cf._cf.Tensor"), \
+        doc);                                                                                                 \
+  cls.def(name, f, nb::arg("other"), nb::sig("def " name "(self, other: float) -> cf._cf.Tensor"), doc);
+
+// A Python int operand: a tensor of like's dtype, exactly beyond 2^53 for an int64 like (cf::ops::number_like's
+// check otherwise: a number like cannot hold is refused). (GIL held.)
+Tensor int_number_tensor(const Tensor& like, nb::int_ b, const char* op) {
+  if (auto exact = exact_int64_operand(b, like, op)) return *exact;
+  return cf::ops::number_like(like, nb::cast<double>(nb::float_(b)), op);
+}
+
+// PyTorch's promotion by a float number: a Python float (or a NumPy floating scalar) beside an integer or bool
+// tensor in arithmetic makes it compute in float32, PyTorch's default dtype (i * 2.5, i // 2.0 and 2.0 ** i
+// are float32 there; i * 2 stays int64). C++ keeps cf's rule (a number takes the tensor's dtype, one it cannot
+// hold refused): its doubles do not say whether they were written 2 or 2.0; Python's numbers do.
+Tensor promoted_for_float(const Tensor& t) { return cf::is_floating(t.dtype()) ? t : cf::to(t, cf::kFloat32); }
+bool is_float_number(nb::handle h) {
+  if (PyFloat_Check(h.ptr())) return true;  // (NumPy's float64 scalar too: a float subclass)
+  if (PyLong_Check(h.ptr()) || nb::isinstance<Tensor>(h) || !nb::hasattr(h, "__array_interface__") ||
+      !nb::hasattr(h, "dtype") || nb::len(nb::object(h.attr("shape"))) != 0)
+    return false;
+  return nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) == "f";
+}
+
+std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Tensor& like);
+
+// f(t, b) for the other operand h of a function form (cf.add(t, 3), cf.div(t, 2.5)), taken as the operators take
+// it (numpy_operand: a Python or NumPy number, or a NumPy array), t promoted by a float number
+// (promoted_for_float); anything else a TypeError naming the op. f runs without the GIL.
+template <typename F>
+Tensor with_number(const char* op, const Tensor& t, nb::handle h, F f) {
+  auto o = numpy_operand(h, t);
+  if (!o)
+    throw nb::type_error(cf::str("[", op, "] the other operand must be a cf.Tensor, a number or a NumPy operand, got ",
+                                 nb::type_name(h.type()).c_str()).c_str());
+  const bool to_float = is_float_number(h);
+  nb::gil_scoped_release g;
+  const Tensor a = to_float ? promoted_for_float(t) : t;
+  return std::visit([&](const auto& b) { return Tensor(f(a, b)); }, *o);
+}
+
 Tensor with_grad(Tensor t, bool requires_grad) {
   if (requires_grad) t.set_requires_grad(true);
   return t;
@@ -86,6 +131,8 @@ Tensor true_divide(const Tensor& a, double b);
 Tensor py_floor_divide(const Tensor& a, const Tensor& b);
 Tensor py_remainder(const Tensor& a, const Tensor& b);
 Tensor div_rounded(const Tensor& a, const Tensor& b, const std::optional<std::string>& mode);
+Tensor integer_operand(const Tensor& like, const Tensor& b, const char* op);
+Tensor integer_operand(const Tensor& like, double b, const char* op);
 
 void bind_elementwise(nb::module_& m, TensorCls& cls) {
   // ---- binary arithmetic: tensor (op) tensor, tensor (op) number ----
@@ -94,10 +141,20 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
         doc, release_gil());                                                                            \
   m.def(#name, [](const Tensor& a, double b) { return cf::name(a, b); }, nb::arg("a"), nb::arg("b"), doc,  \
         release_gil());
-  CF_BINARY(add, "a + b with NumPy broadcasting; both operands of one dtype and device (a number takes a's dtype).")
-  CF_BINARY(sub, "a - b with broadcasting.")
-  CF_BINARY(mul, "a * b with broadcasting.")
-  CF_BINARY(pow, "a ** b with broadcasting.")
+  // Arithmetic with a number or NumPy operand, as the operators take it (with_number): an int takes a's dtype
+  // (exactly beyond 2^53 for int64), a float promotes an integer or bool a to float32 (PyTorch's rule)
+#define CF_ARITH(name, doc)                                                                             \
+  m.def(#name, [](const Tensor& a, const Tensor& b) { return cf::name(a, b); }, nb::arg("a"), nb::arg("b"), \
+        doc, release_gil());                                                                            \
+  m.def(#name, [](const Tensor& a, nb::handle b) {                                                       \
+          return with_number(#name, a, b, [](const Tensor& x, const auto& y) { return cf::name(x, y); }); \
+        }, nb::arg("a"), nb::arg("b"), nb::sig("def " #name "(a: cf._cf.Tensor, b: float) -> cf._cf.Tensor"), doc);
+  CF_ARITH(add, "a + b with NumPy broadcasting; both operands of one dtype and device (a number b: an int takes "
+                "a's dtype, a float promotes an integer or bool a to float32, as PyTorch).")
+  CF_ARITH(sub, "a - b with broadcasting.")
+  CF_ARITH(mul, "a * b with broadcasting.")
+  CF_ARITH(pow, "a ** b with broadcasting.")
+#undef CF_ARITH
   CF_BINARY(eq, "a == b elementwise, bool (never differentiable).")
   CF_BINARY(ne, "a != b elementwise, bool.")
   CF_BINARY(lt, "a < b elementwise, bool.")
@@ -112,13 +169,13 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
                         "as C++'s cf::div), 'floor' down (as //). Integer division by zero is an error.";
   m.def("div", [](const Tensor& a, const Tensor& b, std::optional<std::string> mode) { return div_rounded(a, b, mode); },
         nb::arg("a"), nb::arg("b"), nb::kw_only(), nb::arg("rounding_mode") = nb::none(), div_doc, release_gil());
-  m.def("div", [](const Tensor& a, double b, std::optional<std::string> mode) {
-          if (!mode) return true_divide(a, b);
-          // a whole number against an int64 tensor stays an integer division; anything else divides in floats
-          const Tensor fa = (a.dtype() == cf::kInt64 && std::floor(b) == b) || cf::is_floating(a.dtype())
-                                ? a : cf::to(a, cf::kFloat32);
-          return div_rounded(fa, cf::ops::number_like(fa, b, "div"), mode);
-        }, nb::arg("a"), nb::arg("b"), nb::kw_only(), nb::arg("rounding_mode") = nb::none(), div_doc, release_gil());
+  // a number b: an int against an integer tensor stays an integer division (exactly); a float divides in floats
+  m.def("div", [](const Tensor& a, nb::handle b, std::optional<std::string> mode) {
+          return with_number("div", a, b, [&](const Tensor& x, const auto& y) {
+            return div_rounded(x, integer_operand(x, y, "div"), mode);
+          });
+        }, nb::arg("a"), nb::arg("b"), nb::kw_only(), nb::arg("rounding_mode") = nb::none(),
+        nb::sig("def div(a: cf._cf.Tensor, b: float, *, rounding_mode: str | None = None) -> cf._cf.Tensor"), div_doc);
   // torch.round(x, decimals=): halves to even; decimals != 0 rounds x * 10^decimals and divides back (PyTorch's
   // formula, so round(2.675, decimals=2) is 2.67 there too: 267.49999... in binary)
   fn_and_method(m, cls, "round", [](const Tensor& x, int64_t decimals) {
@@ -130,10 +187,25 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
                 }, "x rounded to the nearest integer value, halves to even (torch.round; int64 as it is); decimals "
                    "rounds to that many decimal places. Not differentiable: no graph.", nb::kw_only(),
                 nb::arg("decimals") = 0);
+  // (and a number as the divisor: an int takes a's dtype, a float promotes an integer a to float32, as PyTorch)
+  const char* floor_divide_doc = "a // b: the quotient rounded down (torch.floor_divide).";
+  const char* remainder_doc = "a % b: the remainder with the divisor's sign (torch.remainder).";
   fn_and_method(m, cls, "floor_divide", [](const Tensor& a, const Tensor& b) { return py_floor_divide(a, b); },
-                "a // b: the quotient rounded down (torch.floor_divide).", nb::arg("other"));
+                floor_divide_doc, nb::arg("other"));
+  auto floor_divide_number = [](const Tensor& a, nb::handle b) {
+    return with_number("floor_divide", a, b, [](const Tensor& x, const auto& y) {
+      return py_floor_divide(x, integer_operand(x, y, "floor_divide"));
+    });
+  };
+  CF_NUMBER_FN_AND_METHOD("floor_divide", floor_divide_number, floor_divide_doc)
   fn_and_method(m, cls, "remainder", [](const Tensor& a, const Tensor& b) { return py_remainder(a, b); },
-                "a % b: the remainder with the divisor's sign (torch.remainder).", nb::arg("other"));
+                remainder_doc, nb::arg("other"));
+  auto remainder_number = [](const Tensor& a, nb::handle b) {
+    return with_number("remainder", a, b, [](const Tensor& x, const auto& y) {
+      return py_remainder(x, integer_operand(x, y, "remainder"));
+    });
+  };
+  CF_NUMBER_FN_AND_METHOD("remainder", remainder_number, remainder_doc)
   m.def(cf::opname::maximum, &cf::maximum, nb::arg("a"), nb::arg("b"), "Elementwise max; ties send the gradient to a.", release_gil());
   m.def(cf::opname::minimum, &cf::minimum, nb::arg("a"), nb::arg("b"), "Elementwise min; ties send the gradient to a.", release_gil());
   m.def(cf::opname::logical_and, &cf::logical_and, nb::arg("a"), nb::arg("b"), "a AND b of bool tensors, broadcast.", release_gil());
@@ -297,9 +369,9 @@ Tensor true_divide(const Tensor& a, const Tensor& b) { return floating(a, b) / f
 Tensor floating_if(const Tensor& t, const Tensor& other) {
   return cf::is_floating(other.dtype()) && !cf::is_floating(t.dtype()) ? cf::to(t, other.dtype()) : t;
 }
-Tensor true_divide(const Tensor& a, double b) { return cf::is_floating(a.dtype()) ? a / b : cf::to(a, cf::kFloat32) / b; }
+Tensor true_divide(const Tensor& a, double b) { return promoted_for_float(a) / b; }
 Tensor true_divide(double a, const Tensor& b) {
-  const Tensor fb = cf::is_floating(b.dtype()) ? b : cf::to(b, cf::kFloat32);
+  const Tensor fb = promoted_for_float(b);
   return cf::ops::number_like(fb, a, "div") / fb;
 }
 
@@ -349,6 +421,28 @@ Tensor div_rounded(const Tensor& a, const Tensor& b, const std::optional<std::st
   return cf::trunc(true_divide(a, b));
 }
 
+// t //= u and t %= u in place, F being py_floor_divide or py_remainder (Python's fallback t = t // u rebinds the
+// name: a view or an alias kept its old values). A tensor u: checked by check_inplace_quotient; a number takes
+// t's dtype (an int exactly beyond 2^53; a float an integer t cannot hold is refused, as PyTorch's in place).
+template <Tensor (*F)(const Tensor&, const Tensor&)>
+void bind_inplace_rounded(TensorCls& cls, const char* py, const char* op, const char* inplace_op, const char* sym) {
+  auto write = [](Tensor& a, const Tensor& u) -> Tensor& {
+    Tensor r = [&] { cf::NoGradGuard g; return F(a, u); }();
+    return cf::copy_(a, r);
+  };
+  cls.def(py, [=](Tensor& a, const Tensor& b) -> Tensor& {
+        check_inplace_quotient(a, b, inplace_op, sym);
+        return write(a, b);
+      }, nb::rv_policy::reference, release_gil())
+      .def(py, [=](Tensor& a, nb::int_ b) -> Tensor& {
+        const Tensor u = int_number_tensor(a, b, op);
+        nb::gil_scoped_release g;
+        return write(a, u);
+      }, nb::rv_policy::reference)
+      .def(py, [=](Tensor& a, double b) -> Tensor& { return write(a, integer_operand(a, b, op)); },
+           nb::rv_policy::reference, release_gil());
+}
+
 void bind_operators(TensorCls& cls) {
   // Python operators. A number operand takes the tensor's dtype (cf's rule; one it cannot hold is refused).
   // (numbers and NumPy operands of + - * / and the comparisons: CF_NP_BINARY below)
@@ -359,8 +453,7 @@ void bind_operators(TensorCls& cls) {
       .def("__floordiv__", [](const Tensor& a, const Tensor& b) { return py_floor_divide(a, b); }, release_gil())
       .def("__mod__", [](const Tensor& a, const Tensor& b) { return py_remainder(a, b); }, release_gil())
       .def("__pow__", [](const Tensor& a, const Tensor& b) { return cf::pow(a, b); }, release_gil())
-      .def("__pow__", [](const Tensor& a, double b) { return cf::pow(a, b); }, release_gil())
-      .def("__rpow__", [](const Tensor& a, double b) { return cf::pow(cf::ops::number_like(a, b, "pow"), a); }, release_gil())
+
       .def("__matmul__", [](const Tensor& a, const Tensor& b) { return cf::matmul(a, b); }, release_gil())
       .def("__neg__", [](const Tensor& a) { return -a; }, release_gil())
       .def("__pos__", [](const Tensor& a) { return a; })
@@ -383,31 +476,40 @@ void bind_operators(TensorCls& cls) {
   // defer to these, as they do for PyTorch's tensors: np.float32(2) * t and np.ones(3) + t are tensors).
   // Registered after the tensor overloads, which nanobind tries first: these take any object (None too)
   // and answer NotImplemented for what is neither a number nor NumPy's, so t == None stays False.
-#define CF_NP_BINARY(py, expr)                                                                     \
-  cls.def(py, [](const Tensor& a, nb::handle h) -> nb::object {                                    \
-    auto o = numpy_operand(h, a);                                                                  \
+// Arithmetic (arith true) with a float number promotes an integer or bool tensor to float32 first
+// (promoted_for_float: PyTorch's rule); comparisons compare exactly (cf::ops::compare_operand).
+#define CF_NP_BINARY(py, arith, expr)                                                              \
+  cls.def(py, [](const Tensor& t, nb::handle h) -> nb::object {                                    \
+    auto o = numpy_operand(h, t);                                                                  \
     if (!o) return nb::borrow(Py_NotImplemented);                                                  \
-    Tensor r = std::visit([&](const auto& b) { nb::gil_scoped_release g; return Tensor(expr); }, *o); \
+    const bool to_float = arith && is_float_number(h);                                             \
+    Tensor r = std::visit([&](const auto& b) {                                                     \
+      nb::gil_scoped_release g;                                                                    \
+      const Tensor a = to_float ? promoted_for_float(t) : t;                                       \
+      return Tensor(expr);                                                                         \
+    }, *o);                                                                                        \
     return nb::cast(r);                                                                            \
   }, nb::arg("other").none(), nb::sig("def " py "(self, other: object | None) -> cf._cf.Tensor"));
-  CF_NP_BINARY("__add__", a + b)
-  CF_NP_BINARY("__radd__", b + a)
-  CF_NP_BINARY("__sub__", a - b)
-  CF_NP_BINARY("__rsub__", b - a)
-  CF_NP_BINARY("__mul__", a * b)
-  CF_NP_BINARY("__rmul__", b * a)
-  CF_NP_BINARY("__truediv__", true_divide(a, b))
-  CF_NP_BINARY("__rtruediv__", true_divide(b, a))
-  CF_NP_BINARY("__floordiv__", py_floor_divide(a, integer_operand(a, b, "floor_divide")))
-  CF_NP_BINARY("__rfloordiv__", py_floor_divide(integer_operand(a, b, "floor_divide"), a))
-  CF_NP_BINARY("__mod__", py_remainder(a, integer_operand(a, b, "remainder")))
-  CF_NP_BINARY("__rmod__", py_remainder(integer_operand(a, b, "remainder"), a))
-  CF_NP_BINARY("__eq__", cf::eq(a, b))  // (a reflected == or != is the same operator; < reflects to >)
-  CF_NP_BINARY("__ne__", cf::ne(a, b))
-  CF_NP_BINARY("__lt__", cf::lt(a, b))
-  CF_NP_BINARY("__le__", cf::le(a, b))
-  CF_NP_BINARY("__gt__", cf::gt(a, b))
-  CF_NP_BINARY("__ge__", cf::ge(a, b))
+  CF_NP_BINARY("__add__", true, a + b)
+  CF_NP_BINARY("__radd__", true, b + a)
+  CF_NP_BINARY("__sub__", true, a - b)
+  CF_NP_BINARY("__rsub__", true, b - a)
+  CF_NP_BINARY("__mul__", true, a * b)
+  CF_NP_BINARY("__rmul__", true, b * a)
+  CF_NP_BINARY("__truediv__", true, true_divide(a, b))
+  CF_NP_BINARY("__rtruediv__", true, true_divide(b, a))
+  CF_NP_BINARY("__floordiv__", true, py_floor_divide(a, integer_operand(a, b, "floor_divide")))
+  CF_NP_BINARY("__rfloordiv__", true, py_floor_divide(integer_operand(a, b, "floor_divide"), a))
+  CF_NP_BINARY("__mod__", true, py_remainder(a, integer_operand(a, b, "remainder")))
+  CF_NP_BINARY("__rmod__", true, py_remainder(integer_operand(a, b, "remainder"), a))
+  CF_NP_BINARY("__pow__", true, cf::pow(a, b))
+  CF_NP_BINARY("__rpow__", true, cf::pow(integer_operand(a, b, "pow"), a))
+  CF_NP_BINARY("__eq__", false, cf::eq(a, b))  // (a reflected == or != is the same operator; < reflects to >)
+  CF_NP_BINARY("__ne__", false, cf::ne(a, b))
+  CF_NP_BINARY("__lt__", false, cf::lt(a, b))
+  CF_NP_BINARY("__le__", false, cf::le(a, b))
+  CF_NP_BINARY("__gt__", false, cf::gt(a, b))
+  CF_NP_BINARY("__ge__", false, cf::ge(a, b))
 #undef CF_NP_BINARY
   // & | ^ take NumPy's bool scalars too (numpy_operand passes them over for arithmetic, as Python's True
   // is no number there): np.True_ | t is a cf tensor, not NumPy's array of t.
@@ -430,10 +532,6 @@ void bind_operators(TensorCls& cls) {
   // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on).
   // A Python int beyond 2^53 with an int64 tensor runs exactly (exact_int64_operand); these int
   // overloads come before the double ones, which would take an int too.
-  auto int_operand = [](Tensor& a, nb::int_ b, const char* op) -> Tensor {
-    if (auto exact = exact_int64_operand(b, a, op)) return *exact;
-    return cf::ops::number_like(a, nb::cast<double>(nb::float_(b)), op);
-  };
   // t += u of another float dtype computes in the promoted dtype and stores in t's, as *= and /= do (and
   // PyTorch); add_ itself takes one dtype
   auto add_into = [](Tensor& a, const Tensor& b, double alpha) -> Tensor& {
@@ -447,13 +545,13 @@ void bind_operators(TensorCls& cls) {
     return cf::copy_(a, sum);
   };
   cls.def("__iadd__", [add_into](Tensor& a, const Tensor& b) -> Tensor& { return add_into(a, b, 1.0); }, nb::rv_policy::reference, release_gil())
-      .def("__iadd__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {
-        Tensor o = int_operand(a, b, "add_");
+      .def("__iadd__", [](Tensor& a, nb::int_ b) -> Tensor& {
+        Tensor o = int_number_tensor(a, b, "add_");
         nb::gil_scoped_release g;
         return cf::add_(a, o);
       }, nb::rv_policy::reference)
-      .def("__isub__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {
-        Tensor o = int_operand(a, b, "add_");
+      .def("__isub__", [](Tensor& a, nb::int_ b) -> Tensor& {
+        Tensor o = int_number_tensor(a, b, "add_");
         nb::gil_scoped_release g;
         return cf::add_(a, o, -1.0);
       }, nb::rv_policy::reference)
@@ -492,44 +590,14 @@ void bind_operators(TensorCls& cls) {
         Tensor p = [&] { cf::NoGradGuard g; return cf::pow(a, b); }();
         return cf::copy_(a, p);
       }, nb::rv_policy::reference, release_gil())
-      // t //= u and t %= u in place (Python's fallback t = t // u rebinds the name: a view or an alias kept
-      // its old values)
-      .def("__ifloordiv__", [](Tensor& a, const Tensor& b) -> Tensor& {
-        check_inplace_quotient(a, b, "floor_divide_", "//");
-        Tensor q = [&] { cf::NoGradGuard g; return py_floor_divide(a, b); }();
-        return cf::copy_(a, q);
-      }, nb::rv_policy::reference, release_gil())
-      .def("__ifloordiv__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {  // (exact beyond 2^53)
-        const Tensor u = int_operand(a, b, "floor_divide");
-        Tensor q = [&] { cf::NoGradGuard g; return py_floor_divide(a, u); }();
-        return cf::copy_(a, q);
-      }, nb::rv_policy::reference)
-      .def("__ifloordiv__", [](Tensor& a, double b) -> Tensor& {
-        const Tensor u = integer_operand(a, b, "floor_divide");
-        Tensor q = [&] { cf::NoGradGuard g; return py_floor_divide(a, u); }();
-        return cf::copy_(a, q);
-      }, nb::rv_policy::reference)
-      .def("__imod__", [](Tensor& a, const Tensor& b) -> Tensor& {
-        check_inplace_quotient(a, b, "remainder_", "%");
-        Tensor r = [&] { cf::NoGradGuard g; return py_remainder(a, b); }();
-        return cf::copy_(a, r);
-      }, nb::rv_policy::reference, release_gil())
-      .def("__imod__", [int_operand](Tensor& a, nb::int_ b) -> Tensor& {
-        const Tensor u = int_operand(a, b, "remainder");
-        Tensor r = [&] { cf::NoGradGuard g; return py_remainder(a, u); }();
-        return cf::copy_(a, r);
-      }, nb::rv_policy::reference)
-      .def("__imod__", [](Tensor& a, double b) -> Tensor& {
-        const Tensor u = integer_operand(a, b, "remainder");
-        Tensor r = [&] { cf::NoGradGuard g; return py_remainder(a, u); }();
-        return cf::copy_(a, r);
-      }, nb::rv_policy::reference)
       .def("__itruediv__", [](Tensor& a, const Tensor& b) -> Tensor& {
         check_exact_quotient_fits(a);
         cf::ops::check_inplace_source(b, "div_");
         Tensor q = [&] { cf::NoGradGuard g; return true_divide(a, b); }();
         return cf::copy_(a, q);
       }, nb::rv_policy::reference, release_gil());
+  bind_inplace_rounded<py_floor_divide>(cls, "__ifloordiv__", "floor_divide", "floor_divide_", "//");
+  bind_inplace_rounded<py_remainder>(cls, "__imod__", "remainder", "remainder_", "%");
   // NumPy scalars (np.int64, np.float32) for += -= *=, registered last: nanobind tries every
   // overload without conversions first, so these take them before the double overloads would
   // convert them (an np.int64 beyond 2^53 was rounded); Python numbers still go to the overloads above.

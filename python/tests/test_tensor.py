@@ -332,14 +332,18 @@ def test_numbers_against_integer_tensors_and_conversions():
     assert (a // 2).tolist() == [3, -4, 3, -3] and (10 % a).tolist() == [10 % 7, 10 % -7, 10 % 6, 10 % -6]
     with pytest.raises(cf.DTypeError, match=r"^\[floor_divide\] is not defined for bool tensors"):
         cf.tensor([True]) // cf.tensor([True])
-    # ... and so is any arithmetic with a number an integer tensor cannot hold (before: i * 2.5 was i * 2,
-    # i.mul_(2.5) doubled, i.add_(j, alpha=0.5) added nothing)
-    for f, op in ((lambda: i * 2.5, "mul"), (lambda: 2.5 * i, "mul"), (lambda: i + 0.5, "add"),
-                  (lambda: 1.5 - i, "sub"), (lambda: i.mul_(2.5), "mul_"), (lambda: i.add_(i, alpha=0.5), "add_"),
-                  (lambda: i.__iadd__(0.5), "add_"), (lambda: 2.5 ** i, "pow")):
+    # A float number in arithmetic with an integer tensor computes in float32, as PyTorch's (i * 2.5 was refused
+    # and i * 2.0 int64 until stop 75; before stop 57 i * 2.5 was i * 2); an int keeps int64
+    for got, want in ((i * 2.5, [0, 2.5, 5]), (2.5 * i, [0, 2.5, 5]), (i + 0.5, [0.5, 1.5, 2.5]),
+                      (1.5 - i, [1.5, 0.5, -0.5]), (2.0 ** i, [1, 2, 4]), (i ** 0.5, [0, 1, 2 ** 0.5]),
+                      (i * 2.0, [0, 2, 4]), (cf.mul(i, 2.0), [0, 2, 4]), (i.add(0.5), [0.5, 1.5, 2.5])):
+        assert got.dtype == cf.float32 and got.tolist() == pytest.approx(want)
+    assert (i * 2).dtype == cf.int64 and cf.add(i, 2 ** 60 + 1).tolist() == [2 ** 60 + 1 + v for v in range(3)]
+    # ... in place, the result must fit the tensor: refused, as PyTorch refuses it (before stop 57: i.mul_(2.5)
+    # doubled, i.add_(j, alpha=0.5) added nothing)
+    for f, op in ((lambda: i.mul_(2.5), "mul_"), (lambda: i.add_(i, alpha=0.5), "add_"), (lambda: i.__iadd__(0.5), "add_")):
         with pytest.raises(cf.DTypeError, match=r"^\[%s\] int64 \(3\) on cpu with the number" % op):
             f()
-    assert (i * 2.0).tolist() == [2 * v for v in i.tolist()] and (i * 2.0).dtype == cf.int64
 
 
 def test_copy_deepcopy_and_integers_beyond_int64():

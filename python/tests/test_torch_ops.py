@@ -1503,6 +1503,59 @@ def test_rounding_ops_and_float_division_match_torch():
         cf.div(ia, cf.tensor([1, 0, 1, 1]), rounding_mode="trunc")
 
 
+def test_a_float_number_promotes_an_integer_tensor_as_torch():
+    # PyTorch's rule for a Python float (or a NumPy floating scalar) beside an integer or bool tensor in
+    # arithmetic: float32, whatever the value (2.0 too); an int keeps the tensor's dtype
+    torch = pytest.importorskip("torch")
+    vals = [7, -7, 6, 0, 2 ** 40 + 3]
+    ops = [("+", lambda a, b: a + b), ("r+", lambda a, b: b + a), ("-", lambda a, b: a - b), ("r-", lambda a, b: b - a),
+           ("*", lambda a, b: a * b), ("/", lambda a, b: a / b), ("r/", lambda a, b: b / a),
+           ("//", lambda a, b: a // b), ("%", lambda a, b: a % b), ("r//", lambda a, b: b // a),
+           ("r%", lambda a, b: b % a), ("**", lambda a, b: a ** b),
+           ("add", lambda a, b: (cf if isinstance(a, cf.Tensor) else torch).add(a, b)),
+           ("mul", lambda a, b: (cf if isinstance(a, cf.Tensor) else torch).mul(a, b)),
+           ("floor_divide", lambda a, b: (cf if isinstance(a, cf.Tensor) else torch).floor_divide(a, b)),
+           ("remainder", lambda a, b: a.remainder(b)), ("div floor", lambda a, b: a.div(b, rounding_mode="floor")),
+           ("div trunc", lambda a, b: (cf if isinstance(a, cf.Tensor) else torch).div(a, b, rounding_mode="trunc"))]
+    for number in (2.0, 2.5, -0.75, np.float64(2.0), np.float32(1.5), 3, np.int64(3)):
+        for name, f in ops:
+            if name == "**" and not isinstance(number, (float, np.floating)):
+                continue  # (cf.pow takes floating tensors only: i ** 3 is a DTypeError, where torch gives int64)
+            c, t = cf.tensor(vals), torch.tensor(vals)
+            if name in ("r/", "r//", "r%"):
+                c, t = cf.tensor([v for v in vals if v != 0]), torch.tensor([v for v in vals if v != 0])
+            got, want = f(c, number), f(t, number)
+            assert str(got.dtype.name) == str(want.dtype).replace("torch.", ""), (name, number)
+            np.testing.assert_allclose(got.to(cf.float64).numpy(), want.double().numpy(), rtol=1e-6,
+                                       err_msg="%s %r" % (name, number))
+    # a bool tensor with a float: float32 as torch (bool + 1.5)
+    assert (cf.tensor([True, False]) + 1.5).tolist() == [2.5, 1.5]
+    # comparisons stay exact (no float32 rounding of 2**40 + 3): cf::ops::compare_operand
+    assert (cf.tensor([2 ** 40 + 3]) == float(2 ** 40 + 3)).tolist() == [True]
+    assert (cf.tensor([2 ** 24 + 1]) > float(2 ** 24)).tolist() == [True]
+    # in place, the result must fit: refused (PyTorch: "result type Float can't be cast to ... Long")
+    i = cf.tensor([7, -7])
+    with pytest.raises(cf.DTypeError, match=r"^\[floor_divide\] int64 \(2\) on cpu with the number 2.5"):
+        i //= 2.5
+    # the function forms take what the operators take, and name themselves otherwise
+    assert cf.pow(i, 0.5).dtype == cf.float32 and cf.div(i, np.int64(2), rounding_mode="floor").tolist() == [3, -4]
+    with pytest.raises(TypeError, match=r"^\[add\] the other operand must be a cf.Tensor, a number or a NumPy "
+                                        r"operand, got str$"):
+        cf.add(i, "x")
+    with pytest.raises(TypeError, match=r"^\[remainder\] the other operand .* got list$"):
+        i.remainder([1])
+
+
+def test_nonzero_matches_torch_for_every_rank_and_empty_axes():
+    # (the coordinates come from one read of the mask: flat positions, then // and % per axis)
+    torch = pytest.importorskip("torch")
+    for shape in [(), (5,), (3, 4), (2, 3, 4), (2, 0, 3), (1, 1), (2, 0), (0,), (0, 3)]:
+        a = np.random.RandomState(0).randint(0, 3, size=shape).astype(np.float32)
+        c, t = cf.tensor(a), torch.tensor(a)
+        assert cf.nonzero(c).tolist() == torch.nonzero(t).tolist() and cf.nonzero(c).shape == tuple(torch.nonzero(t).shape)
+        assert [u.tolist() for u in cf.nonzero(c, as_tuple=True)] == [u.tolist() for u in torch.nonzero(t, as_tuple=True)]
+
+
 def test_review_findings_on_rounding_division_and_the_scatter_family():
     torch = pytest.importorskip("torch")
     # // and % on floats from fmod (a large quotient, a 0.1 divisor, bfloat16, inf), as torch's
