@@ -59,9 +59,9 @@ void fn_and_method(nb::module_& m, TensorCls& cls, const char* name, F f, const 
 // called with the GIL held: f reads the Python object (with_number), then releases it. (A macro: nb::sig keeps
 // the pointer it is given, so the signature must be a literal.)
 #define CF_NUMBER_FN_AND_METHOD(name, f, doc)                                                                 \
-  m.def(name, f, nb::arg("x"), nb::arg("other"), nb::sig("def " name "(x: cf._cf.Tensor, other: float) -> cf._cf.Tensor"), \
-        doc);                                                                                                 \
-  cls.def(name, f, nb::arg("other"), nb::sig("def " name "(self, other: float) -> cf._cf.Tensor"), doc);
+  m.def(name, f, nb::arg("x"), nb::arg("other").none(),                                                      \
+        nb::sig("def " name "(x: cf._cf.Tensor, other: float) -> cf._cf.Tensor"), doc);                          \
+  cls.def(name, f, nb::arg("other").none(), nb::sig("def " name "(self, other: float) -> cf._cf.Tensor"), doc);
 
 // A Python int operand: a tensor of like's dtype, exactly beyond 2^53 for an int64 like (cf::ops::number_like's
 // check otherwise: a number like cannot hold is refused). (GIL held.)
@@ -92,7 +92,7 @@ template <typename F>
 Tensor with_number(const char* op, const Tensor& t, nb::handle h, F f) {
   auto o = numpy_operand(h, t);
   if (!o)
-    throw nb::type_error(cf::str("[", op, "] the other operand must be a cf.Tensor, a number or a NumPy operand, got ",
+    throw nb::type_error(cf::str("[", op, "] other must be a cf.Tensor, a number or a NumPy operand, got ",
                                  nb::type_name(h.type()).c_str()).c_str());
   const bool to_float = is_float_number(h);
   nb::gil_scoped_release g;
@@ -148,7 +148,7 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
         doc, release_gil());                                                                            \
   m.def(#name, [](const Tensor& a, nb::handle b) {                                                       \
           return with_number(#name, a, b, [](const Tensor& x, const auto& y) { return cf::name(x, y); }); \
-        }, nb::arg("a"), nb::arg("b"), nb::sig("def " #name "(a: cf._cf.Tensor, b: float) -> cf._cf.Tensor"), doc);
+        }, nb::arg("a"), nb::arg("b").none(), nb::sig("def " #name "(a: cf._cf.Tensor, b: float) -> cf._cf.Tensor"), doc);
   CF_ARITH(add, "a + b with NumPy broadcasting; both operands of one dtype and device (a number b: an int takes "
                 "a's dtype, a float promotes an integer or bool a to float32, as PyTorch).")
   CF_ARITH(sub, "a - b with broadcasting.")
@@ -174,7 +174,7 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
           return with_number("div", a, b, [&](const Tensor& x, const auto& y) {
             return div_rounded(x, integer_operand(x, y, "div"), mode);
           });
-        }, nb::arg("a"), nb::arg("b"), nb::kw_only(), nb::arg("rounding_mode") = nb::none(),
+        }, nb::arg("a"), nb::arg("b").none(), nb::kw_only(), nb::arg("rounding_mode") = nb::none(),
         nb::sig("def div(a: cf._cf.Tensor, b: float, *, rounding_mode: str | None = None) -> cf._cf.Tensor"), div_doc);
   // torch.round(x, decimals=): halves to even; decimals != 0 rounds x * 10^decimals and divides back (PyTorch's
   // formula, so round(2.675, decimals=2) is 2.67 there too: 267.49999... in binary)
@@ -421,9 +421,19 @@ Tensor div_rounded(const Tensor& a, const Tensor& b, const std::optional<std::st
   return cf::trunc(true_divide(a, b));
 }
 
+// t op= <float number> on an integer or bool t: a float number makes the result floating (promoted_for_float,
+// PyTorch's rule), which t cannot hold: refused, as PyTorch refuses it, whatever the value (until stop 75 a
+// whole-valued float such as i //= 2.0 ran in t's dtype, while i = i // 2.0 is float32).
+void check_inplace_float_number(const Tensor& a, const char* op, const char* sym) {
+  CF_CHECK(cf::is_floating(a.dtype()), DTypeError, "[", op, "] t ", sym, "= <a float number> on ", a.describe(),
+           ": a float number makes the result floating (PyTorch's rule) and an integer tensor cannot hold it; "
+           "write t = t ", sym, " x");
+}
+
 // t //= u and t %= u in place, F being py_floor_divide or py_remainder (Python's fallback t = t // u rebinds the
-// name: a view or an alias kept its old values). A tensor u: checked by check_inplace_quotient; a number takes
-// t's dtype (an int exactly beyond 2^53; a float an integer t cannot hold is refused, as PyTorch's in place).
+// name: a view or an alias kept its old values). A tensor u: checked by check_inplace_quotient; anything else as
+// the operators take it (numpy_operand: Python and NumPy numbers, an int64 beyond 2^53 exactly, NumPy arrays),
+// a float number refused for an integer t (check_inplace_float_number).
 template <Tensor (*F)(const Tensor&, const Tensor&)>
 void bind_inplace_rounded(TensorCls& cls, const char* py, const char* op, const char* inplace_op, const char* sym) {
   auto write = [](Tensor& a, const Tensor& u) -> Tensor& {
@@ -434,18 +444,23 @@ void bind_inplace_rounded(TensorCls& cls, const char* py, const char* op, const 
         check_inplace_quotient(a, b, inplace_op, sym);
         return write(a, b);
       }, nb::rv_policy::reference, release_gil())
-      .def(py, [=](Tensor& a, nb::int_ b) -> Tensor& {
-        const Tensor u = int_number_tensor(a, b, op);
+      .def(py, [=](Tensor& a, nb::handle h) -> Tensor& {
+        auto o = numpy_operand(h, a);
+        if (!o)
+          throw nb::type_error(cf::str("[", inplace_op, "] other must be a cf.Tensor, a number or a NumPy operand, got ",
+                                       nb::type_name(h.type()).c_str()).c_str());
+        if (is_float_number(h)) check_inplace_float_number(a, inplace_op, sym);
+        const Tensor u = std::visit([&](const auto& b) { return integer_operand(a, b, op); }, *o);
+        if (std::holds_alternative<Tensor>(*o)) check_inplace_quotient(a, u, inplace_op, sym);  // (an array)
         nb::gil_scoped_release g;
         return write(a, u);
-      }, nb::rv_policy::reference)
-      .def(py, [=](Tensor& a, double b) -> Tensor& { return write(a, integer_operand(a, b, op)); },
-           nb::rv_policy::reference, release_gil());
+      }, nb::arg("other").none(), nb::rv_policy::reference);
 }
 
 void bind_operators(TensorCls& cls) {
-  // Python operators. A number operand takes the tensor's dtype (cf's rule; one it cannot hold is refused).
-  // (numbers and NumPy operands of + - * / and the comparisons: CF_NP_BINARY below)
+  // Python operators. An int operand takes the tensor's dtype (one it cannot hold is refused); a float number
+  // promotes an integer or bool tensor to float32 (promoted_for_float, PyTorch's rule). (Numbers and NumPy
+  // operands of the arithmetic operators and the comparisons: CF_NP_BINARY below.)
   cls.def("__add__", [](const Tensor& a, const Tensor& b) { return a + b; }, release_gil())
       .def("__sub__", [](const Tensor& a, const Tensor& b) { return a - b; }, release_gil())
       .def("__mul__", [](const Tensor& a, const Tensor& b) { return a * b; }, release_gil())
@@ -463,7 +478,7 @@ void bind_operators(TensorCls& cls) {
       .def("__or__", [](const Tensor& a, const Tensor& b) { return cf::logical_or(a, b); }, release_gil())
       .def("__xor__", [](const Tensor& a, const Tensor& b) { return logical_xor(a, b); }, release_gil());
   // (A number compared with an integer or bool tensor runs exactly, in float64 when it is not one of the
-  // tensor's values; arithmetic with such a number is a DTypeError: cf::ops::compare_operand, number_like.)
+  // tensor's values: cf::ops::compare_operand.)
 #define CF_CMP(py, fn) cls.def(py, [](const Tensor& a, const Tensor& b) { return cf::fn(a, b); }, release_gil());
   CF_CMP("__eq__", eq)
   CF_CMP("__ne__", ne)
@@ -565,10 +580,20 @@ void bind_operators(TensorCls& cls) {
         nb::gil_scoped_release g;
         return cf::mul_(a, v);  // in place, no temporary
       }, nb::rv_policy::reference)
-      .def("__iadd__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::ops::number_like(a, b, "add_")); }, nb::rv_policy::reference, release_gil())
+      // (a Python float: ints take the int overloads above, NumPy scalars numpy_scalar_inplace below)
+      .def("__iadd__", [](Tensor& a, double b) -> Tensor& {
+        check_inplace_float_number(a, "add_", "+");
+        return cf::add_(a, cf::ops::number_like(a, b, "add_"));
+      }, nb::rv_policy::reference, release_gil())
       .def("__isub__", [add_into](Tensor& a, const Tensor& b) -> Tensor& { return add_into(a, b, -1.0); }, nb::rv_policy::reference, release_gil())
-      .def("__isub__", [](Tensor& a, double b) -> Tensor& { return cf::add_(a, cf::ops::number_like(a, b, "add_"), -1.0); }, nb::rv_policy::reference, release_gil())
-      .def("__imul__", [](Tensor& a, double b) -> Tensor& { return cf::mul_(a, b); }, nb::rv_policy::reference, release_gil())
+      .def("__isub__", [](Tensor& a, double b) -> Tensor& {
+        check_inplace_float_number(a, "add_", "-");
+        return cf::add_(a, cf::ops::number_like(a, b, "add_"), -1.0);
+      }, nb::rv_policy::reference, release_gil())
+      .def("__imul__", [](Tensor& a, double b) -> Tensor& {
+        check_inplace_float_number(a, "mul_", "*");
+        return cf::mul_(a, b);
+      }, nb::rv_policy::reference, release_gil())
       .def("__imul__", [](Tensor& a, const Tensor& b) -> Tensor& {
         cf::ops::check_inplace_source(b, "mul_");  // b's gradient would be lost: the product is taken without grad
         Tensor prod = [&] { cf::NoGradGuard g; return a * b; }();
@@ -610,6 +635,7 @@ void bind_operators(TensorCls& cls) {
         throw nb::type_error(cf::str(py, "(): unsupported operand of type ", nb::type_name(h.type()).c_str(),
                                      " (a cf.Tensor, a number or a NumPy scalar; cf.tensor(...) converts arrays)")
                                  .c_str());
+      if (k == "f") check_inplace_float_number(a, op, kind == 0 ? "+" : kind == 1 ? "-" : "*");
       std::optional<Tensor> exact = k == "i" || k == "u" ? exact_int64_operand(nb::int_(h), a, op) : std::nullopt;
       const double v = nb::cast<double>(nb::float_(h));
       nb::gil_scoped_release g;

@@ -341,9 +341,17 @@ def test_numbers_against_integer_tensors_and_conversions():
     assert (i * 2).dtype == cf.int64 and cf.add(i, 2 ** 60 + 1).tolist() == [2 ** 60 + 1 + v for v in range(3)]
     # ... in place, the result must fit the tensor: refused, as PyTorch refuses it (before stop 57: i.mul_(2.5)
     # doubled, i.add_(j, alpha=0.5) added nothing)
-    for f, op in ((lambda: i.mul_(2.5), "mul_"), (lambda: i.add_(i, alpha=0.5), "add_"), (lambda: i.__iadd__(0.5), "add_")):
+    for f, op in ((lambda: i.mul_(2.5), "mul_"), (lambda: i.add_(i, alpha=0.5), "add_")):
         with pytest.raises(cf.DTypeError, match=r"^\[%s\] int64 \(3\) on cpu with the number" % op):
             f()
+    # ... and the in-place operators refuse any float number, as PyTorch's (i = i + 2.0 is float32)
+    for f, op, sym in ((lambda: i.__iadd__(0.5), "add_", "+"), (lambda: i.__isub__(2.0), "add_", "-"),
+                       (lambda: i.__imul__(np.float32(2)), "mul_", "*"), (lambda: i.__ifloordiv__(2.0), "floor_divide_", "//"),
+                       (lambda: i.__imod__(np.float64(2.0)), "remainder_", "%")):
+        with pytest.raises(cf.DTypeError, match=r"^\[%s\] t \%s= <a float number> on int64 \(3\) on cpu: a float number "
+                                                 r"makes the result floating" % (op, sym)):
+            f()
+    assert i.tolist() == [0, 1, 2]
 
 
 def test_copy_deepcopy_and_integers_beyond_int64():

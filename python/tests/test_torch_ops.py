@@ -1535,15 +1535,30 @@ def test_a_float_number_promotes_an_integer_tensor_as_torch():
     assert (cf.tensor([2 ** 24 + 1]) > float(2 ** 24)).tolist() == [True]
     # in place, the result must fit: refused (PyTorch: "result type Float can't be cast to ... Long")
     i = cf.tensor([7, -7])
-    with pytest.raises(cf.DTypeError, match=r"^\[floor_divide\] int64 \(2\) on cpu with the number 2.5"):
-        i //= 2.5
+    with pytest.raises(cf.DTypeError, match=r"^\[floor_divide_\] t //= <a float number> on int64 \(2\) on cpu"):
+        i //= 2.0
+    # ... an int, Python's or NumPy's, runs exactly in int64 (np.int64 went through a double before)
+    big = cf.tensor([2 ** 62, -7])
+    big //= np.int64(2 ** 60 + 1)
+    assert big.tolist() == [2 ** 62 // (2 ** 60 + 1), -7 // (2 ** 60 + 1)]
+    big = cf.tensor([-7])
+    big %= np.int64(2 ** 60 + 1)
+    assert big.tolist() == [-7 % (2 ** 60 + 1)]
+    with pytest.raises(TypeError, match=r"^\[remainder_\] other must be a cf.Tensor, a number or a NumPy operand, got str$"):
+        big %= "x"
+    # exactly, not only close: int64 results beyond 2^53 through every form
+    h = cf.tensor([2 ** 60 + 3])
+    assert (h // 1).tolist() == [2 ** 60 + 3] and cf.add(h, 2 ** 60).tolist() == [2 ** 61 + 3]
+    assert cf.floor_divide(h, np.int64(3)).tolist() == [(2 ** 60 + 3) // 3] and h.remainder(2 ** 59 + 1).tolist() == [(2 ** 60 + 3) % (2 ** 59 + 1)]
     # the function forms take what the operators take, and name themselves otherwise
     assert cf.pow(i, 0.5).dtype == cf.float32 and cf.div(i, np.int64(2), rounding_mode="floor").tolist() == [3, -4]
-    with pytest.raises(TypeError, match=r"^\[add\] the other operand must be a cf.Tensor, a number or a NumPy "
-                                        r"operand, got str$"):
+    with pytest.raises(TypeError, match=r"^\[add\] other must be a cf.Tensor, a number or a NumPy operand, got str$"):
         cf.add(i, "x")
-    with pytest.raises(TypeError, match=r"^\[remainder\] the other operand .* got list$"):
+    with pytest.raises(TypeError, match=r"^\[remainder\] other must be .* got list$"):
         i.remainder([1])
+    for f in (lambda: cf.mul(i, None), lambda: cf.floor_divide(i, None), lambda: cf.div(i, None, rounding_mode="floor")):
+        with pytest.raises(TypeError, match=r"^\[(mul|floor_divide|div)\] other must be .* got NoneType$"):
+            f()
 
 
 def test_nonzero_matches_torch_for_every_rank_and_empty_axes():
