@@ -640,7 +640,7 @@ def index_put(input: "_cf.Tensor", indices: "tuple[_cf.Tensor, ...]", values: "_
               accumulate: bool = False) -> "_cf.Tensor":
     """input with values written at input[indices] (torch.index_put): indices a tuple of index tensors (or
     slices, ints, None: any key getitem takes), values broadcast to the selection. Of positions selected more
-    than once the last written stays (NumPy's rule); accumulate=True adds every value instead. Differentiable
+    than once the last written stays (NumPy's rule); accumulate=True adds every value instead (bools: OR). Differentiable
     in input and values."""
     op = "index_put"
     positions = _flat_positions(op, input, indices)
@@ -664,7 +664,15 @@ def _write_flat(op, input, where, values, accumulate):
     """input seen flattened with values (flat) written at the positions where (flat int64): the last of repeated
     positions stays (scatter), or every value is added (index_add); in input's shape."""
     x = _cf.reshape(input, [-1])
-    out = _named(op, _cf.index_add, x, 0, where, values) if accumulate else _named(op, _cf.scatter, x, 0, where, values)
+    if accumulate and x.dtype == _cf.bool and values.dtype == _cf.bool:
+        # adding bools is OR, as PyTorch's accumulate on bool: a position any true value reaches becomes true
+        hits = _named(op, _cf.index_add, _cf.zeros([x.numel()], dtype=_cf.int64, device=x.device), 0, where,
+                      _cf.to(values, _cf.int64))
+        out = _cf.logical_or(x, hits > 0)
+    elif accumulate:
+        out = _named(op, _cf.index_add, x, 0, where, values)
+    else:
+        out = _named(op, _cf.scatter, x, 0, where, values)
     return _cf.reshape(out, list(input.shape))
 
 
@@ -688,7 +696,7 @@ def take(input: "_cf.Tensor", index: "_cf.Tensor") -> "_cf.Tensor":
 def put(input: "_cf.Tensor", index: "_cf.Tensor", source: "_cf.Tensor", accumulate: bool = False) -> "_cf.Tensor":
     """input (seen flattened) with source's elements written at index (torch.Tensor.put): source has index's
     number of elements; negative indices count from the end; of repeated indices the last stays, or with
-    accumulate=True every value is added. Differentiable in input and source."""
+    accumulate=True every value is added (bools: OR, as PyTorch's). Differentiable in input and source."""
     op = "put"
     where = _flat_index(op, input, index)
     _check_tensor(source, "source", op)

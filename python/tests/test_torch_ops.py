@@ -1561,6 +1561,21 @@ def test_a_float_number_promotes_an_integer_tensor_as_torch():
             f()
 
 
+def test_put_and_index_put_accumulate_bools_as_or_like_torch():
+    torch = pytest.importorskip("torch")
+    x = [False, True, False, False]
+    idx, src = [0, 0, 2, -1], [False, True, False, True]
+    got = cf.tensor(x).put(cf.tensor(idx), cf.tensor(src), accumulate=True)
+    assert got.dtype == cf.bool and got.tolist() == torch.tensor(x).put(torch.tensor(idx), torch.tensor(src), accumulate=True).tolist()
+    got = cf.tensor(x).index_put((cf.tensor(idx),), cf.tensor(src), accumulate=True)
+    assert got.tolist() == torch.tensor(x).index_put((torch.tensor(idx),), torch.tensor(src), accumulate=True).tolist()
+    t = cf.tensor(x)
+    t.put_(cf.tensor([1]), cf.tensor([False]), accumulate=True)  # (false adds nothing: true stays)
+    assert t.tolist() == x
+    with pytest.raises(cf.IndexError, match=r"^\[put\]"):
+        cf.tensor(x).put(cf.tensor([4]), cf.tensor([True]), accumulate=True)
+
+
 def test_nonzero_matches_torch_for_every_rank_and_empty_axes():
     # (the coordinates come from one read of the mask: flat positions, then // and % per axis)
     torch = pytest.importorskip("torch")
