@@ -63,41 +63,107 @@ void fn_and_method(nb::module_& m, TensorCls& cls, const char* name, F f, const 
         nb::sig("def " name "(x: cf._cf.Tensor, other: float) -> cf._cf.Tensor"), doc);                          \
   cls.def(name, f, nb::arg("other").none(), nb::sig("def " name "(self, other: float) -> cf._cf.Tensor"), doc);
 
-// A Python int operand: a tensor of like's dtype, exactly beyond 2^53 for an int64 like (cf::ops::number_like's
-// check otherwise: a number like cannot hold is refused). (GIL held.)
-Tensor int_number_tensor(const Tensor& like, nb::int_ b, const char* op) {
-  if (auto exact = exact_int64_operand(b, like, op)) return *exact;
-  return cf::ops::number_like(like, nb::cast<double>(nb::float_(b)), op);
-}
-
 // PyTorch's promotion by a float number: a Python float (or a NumPy floating scalar) beside an integer or bool
 // tensor in arithmetic makes it compute in float32, PyTorch's default dtype (i * 2.5, i // 2.0 and 2.0 ** i
 // are float32 there; i * 2 stays int64). C++ keeps cf's rule (a number takes the tensor's dtype, one it cannot
 // hold refused): its doubles do not say whether they were written 2 or 2.0; Python's numbers do.
 Tensor promoted_for_float(const Tensor& t) { return cf::is_floating(t.dtype()) ? t : cf::to(t, cf::kFloat32); }
-bool is_float_number(nb::handle h) {
-  if (PyFloat_Check(h.ptr())) return true;  // (NumPy's float64 scalar too: a float subclass)
+
+// The dtype kind of a NumPy 0-d value (np.float32(2), np.True_, np.array(3)): 'b', 'i', 'u', 'f', 'c', ...;
+// 0 for anything else (a Python number, an array with axes, a cf.Tensor).
+char numpy_scalar_kind(nb::handle h) {
   if (PyLong_Check(h.ptr()) || nb::isinstance<Tensor>(h) || !nb::hasattr(h, "__array_interface__") ||
       !nb::hasattr(h, "dtype") || nb::len(nb::object(h.attr("shape"))) != 0)
-    return false;
-  return nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) == "f";
+    return 0;
+  const std::string kind = nb::cast<std::string>(nb::str(nb::object(h.attr("dtype").attr("kind"))));
+  return kind.size() == 1 ? kind[0] : 0;
 }
 
-std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Tensor& like);
+// The other operand of an operator, a function form (cf.add(t, 2.5)) or an in-place operator when it is not a
+// cf.Tensor: a Python or NumPy number is a number (an int taking the tensor's dtype, cf's rule; exactly, as a 0-d
+// int64 tensor, beyond 2^53 for an int64 tensor); a bool, Python's or NumPy's, is 0 or 1; a NumPy array
+// becomes a tensor on the tensor's device (its values copied, NumPy's dtype); any other object with
+// __index__ or __float__ (a 0-d torch tensor, a Fraction) is an int or a float number.
+struct Operand {
+  std::variant<Tensor, double> value;
+  bool float_number = false;  // a float: promotes an integer or bool tensor in arithmetic (promoted_for_float)
+};
+
+// h as an Operand beside like (GIL held); nothing for what is none of the above (an operator answers
+// NotImplemented, a function form a TypeError naming op). A complex number is a TypeError naming op: cf has
+// no complex dtype (a NumPy complex scalar lost its imaginary part without a word).
+std::optional<Operand> number_operand(nb::handle h, const Tensor& like, const char* op) {
+  auto number = [&](nb::handle n, bool is_float) -> Operand {
+    if (!is_float)
+      if (auto exact = exact_int64_operand(n, like, op)) return {*exact, false};
+    return {nb::cast<double>(nb::float_(n)), is_float};
+  };
+  if (PyLong_Check(h.ptr())) return number(h, false);  // (bool too: a PyLong)
+  if (PyFloat_Check(h.ptr())) return number(h, true);   // (NumPy's float64 scalar too: a float subclass)
+  if (nb::isinstance<Tensor>(h)) return std::nullopt;
+  if (nb::hasattr(h, "__array_interface__")) {
+    switch (numpy_scalar_kind(h)) {
+      case 0: return Operand{tensor_from_python(h, std::nullopt, like.device()), false};  // an array
+      case 'b': return number(PyObject_IsTrue(h.ptr()) == 1 ? Py_True : Py_False, false);  // np.True_ as True
+      case 'i': case 'u': return number(nb::int_(h), false);  // np.int64(2**53 + 1) exactly
+      case 'f': return number(h, true);
+      case 'c':
+        throw nb::type_error(cf::str("[", op, "] cf has no complex dtype: got ", nb::cast<std::string>(nb::str(h)),
+                                     " of ", nb::cast<std::string>(nb::str(nb::object(h.attr("dtype"))))).c_str());
+      default: return std::nullopt;  // (a 0-d datetime, string, object array)
+    }
+  }
+  if (PyComplex_Check(h.ptr()))
+    throw nb::type_error(cf::str("[", op, "] cf has no complex dtype: got ", nb::cast<std::string>(nb::repr(h))).c_str());
+  if (PyIndex_Check(h.ptr())) {  // (a float torch tensor has __index__ too, which refuses it: then __float__)
+    if (PyObject* i = PyNumber_Index(h.ptr())) return number(nb::steal(i), false);
+    PyErr_Clear();
+  }
+  if (nb::hasattr(h, "__float__")) {  // (a torch tensor of many elements refuses: not a number)
+    const double v = PyFloat_AsDouble(h.ptr());
+    if (v == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    return Operand{v, true};
+  }
+  return std::nullopt;
+}
+
+// f(t, b) for an operand taken by number_operand, with the GIL released; t promoted first when the operand is a
+// float number and promote is set (arithmetic; comparisons compare exactly: cf::ops::compare_operand).
+template <typename F>
+Tensor apply_operand(const Tensor& t, const Operand& o, bool promote, F f) {
+  nb::gil_scoped_release g;
+  const Tensor a = promote && o.float_number ? promoted_for_float(t) : t;
+  return std::visit([&](const auto& b) { return Tensor(f(a, b)); }, o.value);
+}
+
+// The TypeError of a function form or an in-place operator for an operand number_operand does not take.
+[[noreturn]] void refuse_operand(const char* op, nb::handle h) {
+  throw nb::type_error(cf::str("[", op, "] other must be a cf.Tensor, a number or a NumPy operand, got ",
+                               nb::type_name(h.type()).c_str()).c_str());
+}
 
 // f(t, b) for the other operand h of a function form (cf.add(t, 3), cf.div(t, 2.5)), taken as the operators take
-// it (numpy_operand: a Python or NumPy number, or a NumPy array), t promoted by a float number
-// (promoted_for_float); anything else a TypeError naming the op. f runs without the GIL.
+// it (number_operand), t promoted by a float number; anything else a TypeError naming the op.
 template <typename F>
 Tensor with_number(const char* op, const Tensor& t, nb::handle h, F f) {
-  auto o = numpy_operand(h, t);
-  if (!o)
-    throw nb::type_error(cf::str("[", op, "] other must be a cf.Tensor, a number or a NumPy operand, got ",
-                                 nb::type_name(h.type()).c_str()).c_str());
-  const bool to_float = is_float_number(h);
-  nb::gil_scoped_release g;
-  const Tensor a = to_float ? promoted_for_float(t) : t;
-  return std::visit([&](const auto& b) { return Tensor(f(a, b)); }, *o);
+  auto o = number_operand(h, t, op);
+  if (!o) refuse_operand(op, h);
+  return apply_operand(t, *o, true, f);
+}
+
+// PyTorch refuses subtraction with a bool tensor (~ or logical_not inverts a mask); cf's sub refuses bool
+// tensors too, but a float number would first promote one to float32 (b - 1.5 ran): checked on t as given.
+void check_sub_not_bool(const Tensor& t) {
+  CF_CHECK(t.dtype() != cf::kBool, DTypeError, "[sub] subtraction with a bool tensor (", t.describe(),
+           ") is not supported, as in PyTorch: ~ or cf.logical_not inverts a mask");
+}
+template <typename A, typename B>
+Tensor subtract(const Tensor& t, const A& a, const B& b) {
+  check_sub_not_bool(t);
+  return a - b;
 }
 
 Tensor with_grad(Tensor t, bool requires_grad) {
@@ -143,17 +209,17 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
         release_gil());
   // Arithmetic with a number or NumPy operand, as the operators take it (with_number): an int takes a's dtype
   // (exactly beyond 2^53 for int64), a float promotes an integer or bool a to float32 (PyTorch's rule)
-#define CF_ARITH(name, doc)                                                                             \
+#define CF_ARITH(name, expr, doc)                                                                       \
   m.def(#name, [](const Tensor& a, const Tensor& b) { return cf::name(a, b); }, nb::arg("a"), nb::arg("b"), \
         doc, release_gil());                                                                            \
-  m.def(#name, [](const Tensor& a, nb::handle b) {                                                       \
-          return with_number(#name, a, b, [](const Tensor& x, const auto& y) { return cf::name(x, y); }); \
+  m.def(#name, [](const Tensor& t, nb::handle h) {                                                       \
+          return with_number(#name, t, h, [&](const Tensor& a, const auto& b) { return expr; });          \
         }, nb::arg("a"), nb::arg("b").none(), nb::sig("def " #name "(a: cf._cf.Tensor, b: float) -> cf._cf.Tensor"), doc);
-  CF_ARITH(add, "a + b with NumPy broadcasting; both operands of one dtype and device (a number b: an int takes "
-                "a's dtype, a float promotes an integer or bool a to float32, as PyTorch).")
-  CF_ARITH(sub, "a - b with broadcasting.")
-  CF_ARITH(mul, "a * b with broadcasting.")
-  CF_ARITH(pow, "a ** b with broadcasting.")
+  CF_ARITH(add, cf::add(a, b), "a + b with NumPy broadcasting; both operands of one dtype and device (a number b: an "
+                "int takes a's dtype, a float promotes an integer or bool a to float32, as PyTorch).")
+  CF_ARITH(sub, subtract(t, a, b), "a - b with broadcasting (a bool tensor refused, as PyTorch).")
+  CF_ARITH(mul, cf::mul(a, b), "a * b with broadcasting.")
+  CF_ARITH(pow, cf::pow(a, b), "a ** b with broadcasting.")
 #undef CF_ARITH
   CF_BINARY(eq, "a == b elementwise, bool (never differentiable).")
   CF_BINARY(ne, "a != b elementwise, bool.")
@@ -320,31 +386,6 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
           "Copy src (broadcast to t's shape, dtype converted) into t.", nb::arg("src"));
 }
 
-// The other operand of a tensor's operator when it is not a tensor: a Python number (int, float, bool) or
-// a NumPy 0-d value is a number (taking the tensor's dtype, cf's rule); a NumPy array becomes a tensor on
-// the tensor's device (its values copied, NumPy's dtype); anything else is not ours (NotImplemented).
-std::optional<std::variant<Tensor, double>> numpy_operand(nb::handle h, const Tensor& like) {
-  if (auto exact = exact_int64_operand(h, like, "operator")) return *exact;
-  if (PyLong_Check(h.ptr()) || PyFloat_Check(h.ptr())) return nb::cast<double>(nb::float_(h));
-  if (!nb::hasattr(h, "__array_interface__") || nb::isinstance<Tensor>(h)) return std::nullopt;
-  if (nb::len(nb::object(h.attr("shape"))) == 0) {
-    const std::string kind = nb::hasattr(h, "dtype") ? nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) : "";
-    if (kind == "b") return std::nullopt;  // a NumPy bool scalar: no arithmetic, as for Python's True
-    if (kind == "i" || kind == "u")  // np.int64(2**53 + 1) exactly, as a Python int
-      if (auto exact = exact_int64_operand(nb::int_(h), like, "operator")) return *exact;
-    return nb::cast<double>(nb::float_(h));
-  }
-  return tensor_from_python(h, std::nullopt, like.device());
-}
-
-// A NumPy bool scalar (np.True_, np.bool_(x)): a 0-d value of dtype kind 'b'.
-bool is_numpy_bool_scalar(nb::handle h) {
-  if (PyBool_Check(h.ptr()) || !nb::hasattr(h, "__array_interface__") || !nb::hasattr(h, "dtype") ||
-      nb::isinstance<Tensor>(h) || nb::len(nb::object(h.attr("shape"))) != 0)
-    return false;
-  return nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) == "b";
-}
-
 // The other operand of & | ^ as a tensor: a number takes the tensor's dtype (True for a bool tensor: t | True),
 // and the logical ops refuse what is not bool, naming it.
 Tensor logical_operand(const Tensor&, const Tensor& b, const char*) { return b; }
@@ -430,31 +471,41 @@ void check_inplace_float_number(const Tensor& a, const char* op, const char* sym
            "write t = t ", sym, " x");
 }
 
-// t //= u and t %= u in place, F being py_floor_divide or py_remainder (Python's fallback t = t // u rebinds the
-// name: a view or an alias kept its old values). A tensor u: checked by check_inplace_quotient; anything else as
-// the operators take it (numpy_operand: Python and NumPy numbers, an int64 beyond 2^53 exactly, NumPy arrays),
-// a float number refused for an integer t (check_inplace_float_number).
-template <Tensor (*F)(const Tensor&, const Tensor&)>
-void bind_inplace_rounded(TensorCls& cls, const char* py, const char* op, const char* inplace_op, const char* sym) {
-  auto write = [](Tensor& a, const Tensor& u) -> Tensor& {
-    Tensor r = [&] { cf::NoGradGuard g; return F(a, u); }();
-    return cf::copy_(a, r);
-  };
-  cls.def(py, [=](Tensor& a, const Tensor& b) -> Tensor& {
-        check_inplace_quotient(a, b, inplace_op, sym);
-        return write(a, b);
-      }, nb::rv_policy::reference, release_gil())
+// t op= u in place for every operand u: a cf.Tensor (the first overload), or anything number_operand takes,
+// as a tensor (a NumPy array, an int64 beyond 2^53) or a number (a float number refused for an integer t:
+// check_inplace_float_number). write(t, u) takes both kinds. One mechanism for the seven operators (they had
+// int, double and NumPy-scalar overloads each, and NumPy arrays were refused by some).
+template <typename Write>
+void bind_inplace(TensorCls& cls, const char* py, const char* op, const char* sym, Write write) {
+  cls.def(py, [write](Tensor& a, const Tensor& b) -> Tensor& { return write(a, b); }, nb::rv_policy::reference,
+          release_gil())
       .def(py, [=](Tensor& a, nb::handle h) -> Tensor& {
-        auto o = numpy_operand(h, a);
-        if (!o)
-          throw nb::type_error(cf::str("[", inplace_op, "] other must be a cf.Tensor, a number or a NumPy operand, got ",
-                                       nb::type_name(h.type()).c_str()).c_str());
-        if (is_float_number(h)) check_inplace_float_number(a, inplace_op, sym);
-        const Tensor u = std::visit([&](const auto& b) { return integer_operand(a, b, op); }, *o);
-        if (std::holds_alternative<Tensor>(*o)) check_inplace_quotient(a, u, inplace_op, sym);  // (an array)
+        auto o = number_operand(h, a, op);
+        if (!o) refuse_operand(op, h);
+        if (o->float_number) check_inplace_float_number(a, op, sym);
         nb::gil_scoped_release g;
-        return write(a, u);
+        return std::visit([&](const auto& b) -> Tensor& { return write(a, b); }, o->value);
       }, nb::arg("other").none(), nb::rv_policy::reference);
+}
+
+// The value of f(a, u), taken without recording a graph, written into a (u's gradient would be lost: refused
+// when u requires grad).
+template <typename F>
+Tensor& write_result(Tensor& a, const Tensor& u, const char* op, F f) {
+  cf::ops::check_inplace_source(u, op);
+  Tensor r = [&] { cf::NoGradGuard g; return f(a, u); }();
+  return cf::copy_(a, r);
+}
+
+// t //= u and t %= u, F being py_floor_divide or py_remainder (Python's fallback t = t // u rebinds the name: a
+// view or an alias kept its old values); the result must fit t (check_inplace_quotient).
+template <Tensor (*F)(const Tensor&, const Tensor&)>
+void bind_inplace_rounded(TensorCls& cls, const char* py, const char* op, const char* sym) {
+  bind_inplace(cls, py, op, sym, [op, sym](Tensor& a, const auto& b) -> Tensor& {
+    const Tensor u = integer_operand(a, b, op);
+    check_inplace_quotient(a, u, op, sym);
+    return write_result(a, u, op, F);
+  });
 }
 
 void bind_operators(TensorCls& cls) {
@@ -468,7 +519,6 @@ void bind_operators(TensorCls& cls) {
       .def("__floordiv__", [](const Tensor& a, const Tensor& b) { return py_floor_divide(a, b); }, release_gil())
       .def("__mod__", [](const Tensor& a, const Tensor& b) { return py_remainder(a, b); }, release_gil())
       .def("__pow__", [](const Tensor& a, const Tensor& b) { return cf::pow(a, b); }, release_gil())
-
       .def("__matmul__", [](const Tensor& a, const Tensor& b) { return cf::matmul(a, b); }, release_gil())
       .def("__neg__", [](const Tensor& a) { return -a; }, release_gil())
       .def("__pos__", [](const Tensor& a) { return a; })
@@ -487,28 +537,22 @@ void bind_operators(TensorCls& cls) {
   CF_CMP("__gt__", gt)
   CF_CMP("__ge__", ge)
 #undef CF_CMP
-  // Python numbers and NumPy operands, either side (with __array_priority__, NumPy's scalars and arrays
-  // defer to these, as they do for PyTorch's tensors: np.float32(2) * t and np.ones(3) + t are tensors).
+  // Numbers and NumPy operands (number_operand), either side (with __array_priority__, NumPy's scalars and
+  // arrays defer to these, as they do for PyTorch's tensors: np.float32(2) * t and np.ones(3) + t are tensors).
   // Registered after the tensor overloads, which nanobind tries first: these take any object (None too)
-  // and answer NotImplemented for what is neither a number nor NumPy's, so t == None stays False.
-// Arithmetic (arith true) with a float number promotes an integer or bool tensor to float32 first
-// (promoted_for_float: PyTorch's rule); comparisons compare exactly (cf::ops::compare_operand).
+  // and answer NotImplemented for what is not a number, so t == None stays False. Arithmetic (arith true)
+  // with a float number promotes an integer or bool tensor to float32 first (promoted_for_float: PyTorch's
+  // rule); comparisons compare exactly (cf::ops::compare_operand).
 #define CF_NP_BINARY(py, arith, expr)                                                              \
   cls.def(py, [](const Tensor& t, nb::handle h) -> nb::object {                                    \
-    auto o = numpy_operand(h, t);                                                                  \
+    auto o = number_operand(h, t, "operator");                                                     \
     if (!o) return nb::borrow(Py_NotImplemented);                                                  \
-    const bool to_float = arith && is_float_number(h);                                             \
-    Tensor r = std::visit([&](const auto& b) {                                                     \
-      nb::gil_scoped_release g;                                                                    \
-      const Tensor a = to_float ? promoted_for_float(t) : t;                                       \
-      return Tensor(expr);                                                                         \
-    }, *o);                                                                                        \
-    return nb::cast(r);                                                                            \
+    return nb::cast(apply_operand(t, *o, arith, [&](const Tensor& a, const auto& b) { return expr; })); \
   }, nb::arg("other").none(), nb::sig("def " py "(self, other: object | None) -> cf._cf.Tensor"));
   CF_NP_BINARY("__add__", true, a + b)
   CF_NP_BINARY("__radd__", true, b + a)
-  CF_NP_BINARY("__sub__", true, a - b)
-  CF_NP_BINARY("__rsub__", true, b - a)
+  CF_NP_BINARY("__sub__", true, subtract(t, a, b))
+  CF_NP_BINARY("__rsub__", true, subtract(t, b, a))
   CF_NP_BINARY("__mul__", true, a * b)
   CF_NP_BINARY("__rmul__", true, b * a)
   CF_NP_BINARY("__truediv__", true, true_divide(a, b))
@@ -526,16 +570,12 @@ void bind_operators(TensorCls& cls) {
   CF_NP_BINARY("__gt__", false, cf::gt(a, b))
   CF_NP_BINARY("__ge__", false, cf::ge(a, b))
 #undef CF_NP_BINARY
-  // & | ^ take NumPy's bool scalars too (numpy_operand passes them over for arithmetic, as Python's True
-  // is no number there): np.True_ | t is a cf tensor, not NumPy's array of t.
+  // & | ^ with a number or NumPy operand (np.True_ | t is a cf tensor, not NumPy's array of t)
 #define CF_NP_LOGICAL(py, expr)                                                                    \
-  cls.def(py, [](const Tensor& a, nb::handle h) -> nb::object {                                    \
-    std::optional<std::variant<Tensor, double>> o;                                                 \
-    if (is_numpy_bool_scalar(h)) o = double(PyObject_IsTrue(h.ptr()) == 1);                        \
-    else o = numpy_operand(h, a);                                                                  \
+  cls.def(py, [](const Tensor& t, nb::handle h) -> nb::object {                                    \
+    auto o = number_operand(h, t, "operator");                                                     \
     if (!o) return nb::borrow(Py_NotImplemented);                                                  \
-    Tensor r = std::visit([&](const auto& b) { nb::gil_scoped_release g; return Tensor(expr); }, *o); \
-    return nb::cast(r);                                                                            \
+    return nb::cast(apply_operand(t, *o, false, [&](const Tensor& a, const auto& b) { return expr; })); \
   }, nb::arg("other").none(), nb::sig("def " py "(self, other: object | None) -> cf._cf.Tensor"));
   CF_NP_LOGICAL("__and__", cf::logical_and(a, logical_operand(a, b, "logical_and")))
   CF_NP_LOGICAL("__rand__", cf::logical_and(logical_operand(a, b, "logical_and"), a))
@@ -544,9 +584,8 @@ void bind_operators(TensorCls& cls) {
   CF_NP_LOGICAL("__xor__", logical_xor(a, logical_operand(a, b, "logical_xor")))
   CF_NP_LOGICAL("__rxor__", logical_xor(logical_operand(a, b, "logical_xor"), a))
 #undef CF_NP_LOGICAL
-  // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on).
-  // A Python int beyond 2^53 with an int64 tensor runs exactly (exact_int64_operand); these int
-  // overloads come before the double ones, which would take an int too.
+  // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on), with a
+  // tensor or any operand number_operand takes (bind_inplace); number is the kind of write(a, b) taking a number.
   // t += u of another float dtype computes in the promoted dtype and stores in t's, as *= and /= do (and
   // PyTorch); add_ itself takes one dtype
   auto add_into = [](Tensor& a, const Tensor& b, double alpha) -> Tensor& {
@@ -559,97 +598,43 @@ void bind_operators(TensorCls& cls) {
     Tensor sum = [&] { cf::NoGradGuard g; return alpha == 1.0 ? a + b : a - b; }();
     return cf::copy_(a, sum);
   };
-  cls.def("__iadd__", [add_into](Tensor& a, const Tensor& b) -> Tensor& { return add_into(a, b, 1.0); }, nb::rv_policy::reference, release_gil())
-      .def("__iadd__", [](Tensor& a, nb::int_ b) -> Tensor& {
-        Tensor o = int_number_tensor(a, b, "add_");
-        nb::gil_scoped_release g;
-        return cf::add_(a, o);
-      }, nb::rv_policy::reference)
-      .def("__isub__", [](Tensor& a, nb::int_ b) -> Tensor& {
-        Tensor o = int_number_tensor(a, b, "add_");
-        nb::gil_scoped_release g;
-        return cf::add_(a, o, -1.0);
-      }, nb::rv_policy::reference)
-      .def("__imul__", [](Tensor& a, nb::int_ b) -> Tensor& {
-        if (auto exact = exact_int64_operand(b, a, "mul_")) {
-          nb::gil_scoped_release g;
-          Tensor prod = [&] { cf::NoGradGuard ng; return a * *exact; }();
-          return cf::copy_(a, prod);
-        }
-        const double v = nb::cast<double>(nb::float_(b));
-        nb::gil_scoped_release g;
-        return cf::mul_(a, v);  // in place, no temporary
-      }, nb::rv_policy::reference)
-      // (a Python float: ints take the int overloads above, NumPy scalars numpy_scalar_inplace below)
-      .def("__iadd__", [](Tensor& a, double b) -> Tensor& {
-        check_inplace_float_number(a, "add_", "+");
-        return cf::add_(a, cf::ops::number_like(a, b, "add_"));
-      }, nb::rv_policy::reference, release_gil())
-      .def("__isub__", [add_into](Tensor& a, const Tensor& b) -> Tensor& { return add_into(a, b, -1.0); }, nb::rv_policy::reference, release_gil())
-      .def("__isub__", [](Tensor& a, double b) -> Tensor& {
-        check_inplace_float_number(a, "add_", "-");
-        return cf::add_(a, cf::ops::number_like(a, b, "add_"), -1.0);
-      }, nb::rv_policy::reference, release_gil())
-      .def("__imul__", [](Tensor& a, double b) -> Tensor& {
-        check_inplace_float_number(a, "mul_", "*");
-        return cf::mul_(a, b);
-      }, nb::rv_policy::reference, release_gil())
-      .def("__imul__", [](Tensor& a, const Tensor& b) -> Tensor& {
-        cf::ops::check_inplace_source(b, "mul_");  // b's gradient would be lost: the product is taken without grad
-        Tensor prod = [&] { cf::NoGradGuard g; return a * b; }();
-        return cf::copy_(a, prod);
-      }, nb::rv_policy::reference, release_gil())
-      // a /= b as a = a / b in a's dtype (before: a *= 1 / b, which zeroed an int64 tensor, as 1 / b
-      // took its dtype, and rounded a float one differently from a / b)
-      .def("__itruediv__", [](Tensor& a, double b) -> Tensor& {
-        check_exact_quotient_fits(a);
-        Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
-        return cf::copy_(a, q);
-      }, nb::rv_policy::reference, release_gil())
-      .def("__ipow__", [](Tensor& a, double b) -> Tensor& {
-        Tensor p = [&] { cf::NoGradGuard g; return cf::pow(a, b); }();
-        return cf::copy_(a, p);
-      }, nb::rv_policy::reference, release_gil())
-      .def("__ipow__", [](Tensor& a, const Tensor& b) -> Tensor& {
-        cf::ops::check_inplace_source(b, "pow_");
-        Tensor p = [&] { cf::NoGradGuard g; return cf::pow(a, b); }();
-        return cf::copy_(a, p);
-      }, nb::rv_policy::reference, release_gil())
-      .def("__itruediv__", [](Tensor& a, const Tensor& b) -> Tensor& {
-        check_exact_quotient_fits(a);
-        cf::ops::check_inplace_source(b, "div_");
-        Tensor q = [&] { cf::NoGradGuard g; return true_divide(a, b); }();
-        return cf::copy_(a, q);
-      }, nb::rv_policy::reference, release_gil());
-  bind_inplace_rounded<py_floor_divide>(cls, "__ifloordiv__", "floor_divide", "floor_divide_", "//");
-  bind_inplace_rounded<py_remainder>(cls, "__imod__", "remainder", "remainder_", "%");
-  // NumPy scalars (np.int64, np.float32) for += -= *=, registered last: nanobind tries every
-  // overload without conversions first, so these take them before the double overloads would
-  // convert them (an np.int64 beyond 2^53 was rounded); Python numbers still go to the overloads above.
-  auto numpy_scalar_inplace = [](const char* py, const char* op, int kind) {
-    return [py, op, kind](Tensor& a, nb::handle h) -> Tensor& {
-      const bool scalar = nb::hasattr(h, "__array_interface__") && nb::hasattr(h, "dtype") &&
-                          nb::len(nb::object(h.attr("shape"))) == 0;
-      const std::string k = scalar ? nb::cast<std::string>(nb::str(h.attr("dtype").attr("kind"))) : "";
-      if (k != "i" && k != "u" && k != "f" && k != "b")
-        throw nb::type_error(cf::str(py, "(): unsupported operand of type ", nb::type_name(h.type()).c_str(),
-                                     " (a cf.Tensor, a number or a NumPy scalar; cf.tensor(...) converts arrays)")
-                                 .c_str());
-      if (k == "f") check_inplace_float_number(a, op, kind == 0 ? "+" : kind == 1 ? "-" : "*");
-      std::optional<Tensor> exact = k == "i" || k == "u" ? exact_int64_operand(nb::int_(h), a, op) : std::nullopt;
-      const double v = nb::cast<double>(nb::float_(h));
-      nb::gil_scoped_release g;
-      if (kind == 2) {  // *=
-        if (!exact) return cf::mul_(a, v);
-        Tensor prod = [&] { cf::NoGradGuard ng; return a * *exact; }();
-        return cf::copy_(a, prod);
-      }
-      return cf::add_(a, exact ? *exact : cf::ops::number_like(a, v, op), kind == 0 ? 1.0 : -1.0);
+  auto add_write = [add_into](double alpha) {
+    return [add_into, alpha](Tensor& a, const auto& b) -> Tensor& {
+      if constexpr (std::is_same_v<std::decay_t<decltype(b)>, double>)
+        return cf::add_(a, cf::ops::number_like(a, b, "add_"), alpha);
+      else
+        return add_into(a, b, alpha);
     };
   };
-  cls.def("__iadd__", numpy_scalar_inplace("__iadd__", "add_", 0), nb::rv_policy::reference)
-      .def("__isub__", numpy_scalar_inplace("__isub__", "add_", 1), nb::rv_policy::reference)
-      .def("__imul__", numpy_scalar_inplace("__imul__", "mul_", 2), nb::rv_policy::reference);
+  bind_inplace(cls, "__iadd__", "add_", "+", add_write(1.0));
+  bind_inplace(cls, "__isub__", "add_", "-", add_write(-1.0));
+  bind_inplace(cls, "__imul__", "mul_", "*", [](Tensor& a, const auto& b) -> Tensor& {
+    if constexpr (std::is_same_v<std::decay_t<decltype(b)>, double>)
+      return cf::mul_(a, b);  // in place, no temporary
+    else
+      return write_result(a, b, "mul_", [](const Tensor& x, const Tensor& y) { return x * y; });
+  });
+  // a /= b as a = a / b in a's dtype (before: a *= 1 / b, which zeroed an int64 tensor, as 1 / b
+  // took its dtype, and rounded a float one differently from a / b)
+  bind_inplace(cls, "__itruediv__", "div_", "/", [](Tensor& a, const auto& b) -> Tensor& {
+    check_exact_quotient_fits(a);
+    if constexpr (std::is_same_v<std::decay_t<decltype(b)>, double>) {
+      Tensor q = [&] { cf::NoGradGuard g; return a / b; }();
+      return cf::copy_(a, q);
+    } else {
+      return write_result(a, b, "div_", [](const Tensor& x, const Tensor& y) { return true_divide(x, y); });
+    }
+  });
+  bind_inplace(cls, "__ipow__", "pow_", "**", [](Tensor& a, const auto& b) -> Tensor& {
+    if constexpr (std::is_same_v<std::decay_t<decltype(b)>, double>) {
+      Tensor p = [&] { cf::NoGradGuard g; return cf::pow(a, b); }();
+      return cf::copy_(a, p);
+    } else {
+      return write_result(a, b, "pow_", [](const Tensor& x, const Tensor& y) { return cf::pow(x, y); });
+    }
+  });
+  bind_inplace_rounded<py_floor_divide>(cls, "__ifloordiv__", "floor_divide_", "//");
+  bind_inplace_rounded<py_remainder>(cls, "__imod__", "remainder_", "%");
 }
 
 void bind_reductions(nb::module_& m, TensorCls& cls) {

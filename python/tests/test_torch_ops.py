@@ -1561,6 +1561,55 @@ def test_a_float_number_promotes_an_integer_tensor_as_torch():
             f()
 
 
+def test_number_operands_numpy_bools_complex_and_number_like_objects():
+    from fractions import Fraction
+    t, i, b = cf.tensor([1.0, 2.0]), cf.tensor([1, 2]), cf.tensor([True, False])
+    # NumPy's bools are Python's: t + np.True_ was NumPy's array of t, cf.add(t, np.True_) a TypeError (stop 75)
+    for got in (t + np.True_, np.True_ + t, cf.add(t, np.True_), t + True):
+        assert isinstance(got, cf.Tensor) and got.dtype == cf.float32 and got.tolist() == [2.0, 3.0]
+    assert (i + np.True_).dtype == cf.int64 and (i + np.True_).tolist() == [2, 3]  # (torch 1.13: float32)
+    assert (b | np.True_).tolist() == [True, True] and (np.False_ ^ b).tolist() == [True, False]
+    # objects with __index__ or __float__ are numbers (the function forms took them until stop 75)
+    assert cf.add(t, Fraction(1, 2)).tolist() == [1.5, 2.5]
+    assert (i * Fraction(1, 2)).dtype == cf.float32 and (i * Fraction(1, 2)).tolist() == [0.5, 1.0]
+    # a complex number is refused, naming the op (a NumPy complex scalar lost its imaginary part)
+    with pytest.raises(TypeError, match=r"^\[operator\] cf has no complex dtype: got \(1\+2j\) of complex128$"):
+        t + np.complex128(1 + 2j)
+    with pytest.raises(TypeError, match=r"^\[add\] cf has no complex dtype: got 1j$"):
+        cf.add(t, 1j)
+    with pytest.raises(TypeError, match=r"^\[mul_\] cf has no complex dtype"):
+        t *= np.complex64(1)
+    # subtraction with a bool tensor is refused whatever the other operand, as PyTorch (b - 1.5 was float32)
+    for f in (lambda: b - 1.5, lambda: 1.5 - b, lambda: cf.sub(b, 1.5), lambda: b - np.float32(1), lambda: b - 1):
+        with pytest.raises(cf.DTypeError, match=r"^\[sub\] subtraction with a bool tensor \(bool \(2\) on cpu\) is not "
+                                                 r"supported, as in PyTorch: ~ or cf.logical_not inverts a mask$"):
+            f()
+    assert (b + 1.5).tolist() == [2.5, 1.5]  # (addition promotes, as PyTorch)
+    # every in-place operator takes NumPy arrays (stored in t's dtype) and names itself for the rest
+    f = cf.tensor([4.0, 9.0])
+    f -= np.ones(2)
+    f *= np.full(2, 2.0)
+    f /= np.full(2, 2.0, dtype=np.float32)
+    f **= np.full(2, 2.0)
+    assert f.dtype == cf.float32 and f.tolist() == [9.0, 64.0]
+    j = cf.tensor([7, -7])
+    j += np.array([1, 1])
+    j //= np.array([3, 3])
+    assert j.tolist() == [2, -2]
+    for op, sym, name in (("__iadd__", "+", "add_"), ("__isub__", "-", "add_"), ("__imul__", "*", "mul_"),
+                          ("__itruediv__", "/", "div_"), ("__ipow__", "**", "pow_"), ("__ifloordiv__", "//", "floor_divide_"),
+                          ("__imod__", "%", "remainder_")):
+        for bad, kind in (("x", "str"), (None, "NoneType"), ([1], "list")):
+            with pytest.raises(TypeError, match=r"^\[%s\] other must be a cf.Tensor, a number or a NumPy operand, got %s$"
+                                                % (name, kind)):
+                getattr(f, op)(bad)
+    assert f.tolist() == [9.0, 64.0]
+    torch = pytest.importorskip("torch")
+    assert cf.pow(t, torch.tensor(2.0)).tolist() == [1.0, 4.0] and (i + torch.tensor(3)).dtype == cf.int64
+    with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor is not supported"):
+        torch.tensor([True]) - 1.5  # (the rule followed above)
+
+
 def test_put_and_index_put_accumulate_bools_as_or_like_torch():
     torch = pytest.importorskip("torch")
     x = [False, True, False, False]
