@@ -205,6 +205,38 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
   return out;
 }
 
+namespace {
+// index or src of an in-place scatter, read from a copy when it shares any of x's memory, the very same view
+// too (ops::inplace_source keeps that one for elementwise writes, where each element is read before it is
+// written; a scatter writes positions that later steps read).
+Tensor scatter_operand(const Tensor& x, const Tensor& t) {
+  if (t.numel() > 0 && t.device() == x.device() && t.raw_data() == x.raw_data()) {
+    NoGradGuard ng;
+    return clone(t);
+  }
+  return ops::inplace_source(x, t);
+}
+
+Tensor& scatter_in_place(Tensor& x, int64_t axis, const Tensor& index, const Tensor& src, kernels::ScatterMode mode,
+                         const char* op) {
+  ops::check_inplace(x, op);
+  const int64_t a = check_scatter(op, x, axis, index, src, /*numeric=*/mode == kernels::ScatterMode::Add);
+  ops::check_inplace_source(src, op);
+  ops::check_no_internal_overlap(x, op);  // (an expand() view: one element, several positions)
+  kernels::scatter(x, a, scatter_operand(x, index), scatter_operand(x, src), mode);
+  x.bump_version();
+  return x;
+}
+}  // namespace
+
+Tensor& scatter_(Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  return scatter_in_place(x, axis, index, src, kernels::ScatterMode::Assign, "scatter_");
+}
+
+Tensor& scatter_add_(Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  return scatter_in_place(x, axis, index, src, kernels::ScatterMode::Add, "scatter_add_");
+}
+
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
   const char* op = opname::index_select;
   ops::check_defined(x, op, "x");

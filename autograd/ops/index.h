@@ -38,6 +38,15 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
 Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
 // out = x; out[i][index[i][j][k]][k] += src[i][j][k] (axis = 1). Differentiable in x and src.
 Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
+// In place (torch's Tensor.scatter_ / scatter_add_): x[i][index[i][j][k]][k] = src[i][j][k] (axis = 1), or +=
+// for scatter_add_, with x's other elements untouched: O(index) work where scatter + copy_ costs a copy of x
+// (index setitem, index_copy_, put_ and the rest of Python's in-place scatter family run on these). The same
+// arguments and rules as scatter / scatter_add (the last of several sent to one position kept), x may be any
+// strided view. Not recorded: refused, as every in-place op, on an x that requires grad while recording, and for
+// a src that does then (its gradient would be lost). On CUDA an out-of-range index is reported at the next host
+// read (check_indices) and x's values are then unspecified (the kernel clamps the index). Returns x.
+Tensor& scatter_(Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
+Tensor& scatter_add_(Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
 // Rows of x along axis picked by a 1-d index.
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index);
 // out = x; out.select(axis, index[i]) += src.select(axis, i). Differentiable in x and src.

@@ -535,13 +535,15 @@ def _where(self, condition: "_cf.Tensor", other: "_cf.Tensor | float") -> "_cf.T
 
 
 def _scatter_add_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor") -> "_cf.Tensor":
-    """In place: self[..., index[i], ...] += src[i] along dim (cf.scatter_add written back through copy_, cf's
+    """In place: self[..., index[i], ...] += src[i] along dim (cf.scatter_add_: O(index), not recorded, cf's
     in-place rule); returns self."""
-    return self.copy_(_cf.scatter_add(self, dim, index, src))
+    return _cf.scatter_add_(self, dim, index, src)
 
 
 # ---- the scatter family (PyTorch's names), over cf.scatter, scatter_add, index_add and index_select. Each
-# in-place form computes the out-of-place result and writes it back through copy_ (cf's in-place rule).
+# in-place form writes through cf.scatter_ / scatter_add_ (or cf._write_flat_ for flat positions): O(the
+# selection), no copy of self, not recorded (cf's in-place rule: refused on a tensor that requires grad while
+# recording, and for a source that does).
 
 def _scatter_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor | float | None" = None,
               value: "float | None" = None, *, reduce: "str | None" = None) -> "_cf.Tensor":
@@ -552,14 +554,12 @@ def _scatter_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor | float | No
     if (src is None) == (value is None):
         raise TypeError("[%s] takes src (a tensor or a number) or value= (a number): one of them" % op)
     given = src if src is not None else value
-    if reduce is None:
-        return self.copy_(_cf.scatter(self, dim, index, given))
-    if reduce != "add":
+    if reduce not in (None, "add"):
         raise _cf.ValueError("[%s] reduce must be 'add' (or None), got %r" % (op, reduce))
-    if not isinstance(given, _cf.Tensor):
+    if not isinstance(given, _cf.Tensor):  # a number: at every position index names
         _check_tensor(index, "index", op)
-        given = _cf.full(list(index.shape), given, dtype=self.dtype, device=self.device)
-    return self.copy_(_cf.scatter_add(self, dim, index, given))
+        given = _cf.expand(_cf.full([], given, dtype=self.dtype, device=self.device), list(index.shape))
+    return (_cf.scatter_ if reduce is None else _cf.scatter_add_)(self, dim, index, given)
 
 
 def _spread(op, input, dim, index):
@@ -580,16 +580,23 @@ def _spread(op, input, dim, index):
     return d, shape, _cf.expand(_cf.reshape(index, lead), shape)
 
 
-def index_copy(input: "_cf.Tensor", dim: int, index: "_cf.Tensor", source: "_cf.Tensor") -> "_cf.Tensor":
-    """input with its slices index[i] along dim replaced by source's slices i (torch.index_copy): source has
-    input's shape with dim len(index) long. Of repeated indices the last stays. Differentiable in input and
-    source (an overwritten slice of input gets no gradient)."""
-    op = "index_copy"
+def _slices(op, input, dim, index, source):
+    """(axis, index spread to source's shape) for source's slices i written at index[i] along dim (index_copy,
+    index_add_): source has input's shape with dim len(index) long."""
     d, shape, spread = _spread(op, input, dim, index)
     _check_tensor(source, "source", op)
     if list(source.shape) != shape:
         raise _cf.ShapeError("[%s] source must have shape %s (input %s with dim %d of len(index) = %d), got %s"
                              % (op, tuple(shape), tuple(input.shape), d, index.numel(), tuple(source.shape)))
+    return d, spread
+
+
+def index_copy(input: "_cf.Tensor", dim: int, index: "_cf.Tensor", source: "_cf.Tensor") -> "_cf.Tensor":
+    """input with its slices index[i] along dim replaced by source's slices i (torch.index_copy): source has
+    input's shape with dim len(index) long. Of repeated indices the last stays. Differentiable in input and
+    source (an overwritten slice of input gets no gradient)."""
+    op = "index_copy"
+    d, spread = _slices(op, input, dim, index, source)
     return _named(op, _cf.scatter, input, d, spread, source)
 
 
@@ -597,6 +604,11 @@ def index_fill(input: "_cf.Tensor", dim: int, index: "_cf.Tensor", value: "_cf.T
     """input with its slices index[i] along dim set to value, a number or a 0-d tensor (torch.index_fill).
     Differentiable in input (and in a 0-d tensor value)."""
     op = "index_fill"
+    return _named(op, _cf.scatter, input, *_filled_slices(op, input, dim, index, value))
+
+
+def _filled_slices(op, input, dim, index, value):
+    """(axis, index spread, value at the spread index's shape) for index_fill and index_fill_."""
     _check_tensor(input, "input", op)
     _check_tensor(index, "index", op)
     if index.dtype == _cf.int64 and input.dim() > 0:  # negative indices count from the end (torch.index_fill)
@@ -607,22 +619,23 @@ def index_fill(input: "_cf.Tensor", dim: int, index: "_cf.Tensor", value: "_cf.T
             raise _cf.ShapeError("[%s] value must be a number or a 0-d tensor, got shape %s" % (op, tuple(value.shape)))
         src = _cf.expand(_cf.to(value, input.dtype), shape)
     elif isinstance(value, _numbers.Number):
-        src = _cf.full(shape, value, dtype=input.dtype, device=input.device)
+        src = _cf.expand(_cf.full([], value, dtype=input.dtype, device=input.device), shape)
     else:
         raise TypeError("[%s] value must be a number or a 0-d tensor, got %s" % (op, type(value).__name__))
-    return _named(op, _cf.scatter, input, d, spread, src)
+    return d, spread, src
 
 
 def _flat_positions(op, input, indices):
-    """The flat positions (int64) input[indices] reads, in the selection's shape."""
+    """The flat positions (int64) input[indices] reads, in the selection's shape: O(the selection) for index
+    tensors, slices and ints (cf._key_positions); a boolean mask reads a grid of input's size."""
     _check_tensor(input, "input", op)
     if not isinstance(indices, (tuple, list)):
         raise TypeError("[%s] indices must be a tuple of index tensors, got %s" % (op, type(indices).__name__))
-    grid = _cf.reshape(_cf.arange(input.numel(), device=input.device), list(input.shape))
     key = tuple(indices)
     if len(key) == 1 and isinstance(key[0], _cf.Tensor) and key[0].dtype == _cf.bool:
-        key = key[0]  # (a boolean mask as the whole key)
-    return _named(op, grid.__getitem__, key)
+        grid = _cf.reshape(_cf.arange(input.numel(), device=input.device), list(input.shape))
+        return _named(op, grid.__getitem__, key[0])  # (a boolean mask as the whole key)
+    return _cf._key_positions(input, key, op)
 
 
 def _values_at(op, input, values, shape):
@@ -650,8 +663,11 @@ def index_put(input: "_cf.Tensor", indices: "tuple[_cf.Tensor, ...]", values: "_
 
 def _index_put_(self, indices: "tuple[_cf.Tensor, ...]", values: "_cf.Tensor | float",
                 accumulate: bool = False) -> "_cf.Tensor":
-    """In place: cf.index_put written back (torch's Tensor.index_put_); returns self."""
-    return self.copy_(index_put(self, indices, values, accumulate))
+    """In place: cf.index_put's writes into self (torch's Tensor.index_put_), in O(the selection); returns self."""
+    op = "index_put_"
+    positions = _flat_positions(op, self, indices)
+    return _write_flat_(op, self, _cf.reshape(positions, [-1]), _values_at(op, self, values, positions.shape),
+                        accumulate)
 
 
 def _wrap_negative(index, n):
@@ -674,6 +690,14 @@ def _write_flat(op, input, where, values, accumulate):
     else:
         out = _named(op, _cf.scatter, x, 0, where, values)
     return _cf.reshape(out, list(input.shape))
+
+
+def _write_flat_(op, input, where, values, accumulate):
+    """In place: _write_flat's result written into input, in O(len(where)) (cf._write_flat_); bools with
+    accumulate (OR) through _write_flat and copy_."""
+    if accumulate and input.dtype == _cf.bool and values.dtype == _cf.bool:
+        return input.copy_(_write_flat(op, input, where, values, accumulate))
+    return _cf._write_flat_(input, where, values, accumulate, op)
 
 
 def _flat_index(op, input, index):
@@ -699,16 +723,23 @@ def put(input: "_cf.Tensor", index: "_cf.Tensor", source: "_cf.Tensor", accumula
     accumulate=True every value is added (bools: OR, as PyTorch's). Differentiable in input and source."""
     op = "put"
     where = _flat_index(op, input, index)
+    _check_source_count(op, index, source)
+    return _write_flat(op, input, where, _cf.reshape(source, [-1]), accumulate)
+
+
+def _check_source_count(op, index, source):
     _check_tensor(source, "source", op)
     if source.numel() != index.numel():
         raise _cf.ShapeError("[%s] source must have as many elements as index (%d), got %d"
                              % (op, index.numel(), source.numel()))
-    return _write_flat(op, input, where, _cf.reshape(source, [-1]), accumulate)
 
 
 def _put_(self, index: "_cf.Tensor", source: "_cf.Tensor", accumulate: bool = False) -> "_cf.Tensor":
-    """In place: cf.put written back (torch's Tensor.put_); returns self."""
-    return self.copy_(put(self, index, source, accumulate))
+    """In place: cf.put's writes into self (torch's Tensor.put_), in O(len(index)); returns self."""
+    op = "put_"
+    where = _flat_index(op, self, index)
+    _check_source_count(op, index, source)
+    return _write_flat_(op, self, where, _cf.reshape(source, [-1]), accumulate)
 
 
 def _index_add_(self, dim: int, index: "_cf.Tensor", source: "_cf.Tensor", *, alpha: float = 1) -> "_cf.Tensor":
@@ -720,17 +751,21 @@ def _index_add_(self, dim: int, index: "_cf.Tensor", source: "_cf.Tensor", *, al
                              % (op, alpha, self.dtype.name))
     if alpha != 1:
         source = _named(op, _cf.mul, source, alpha)
-    return self.copy_(_named(op, _cf.index_add, self, dim, index, source))
+    d, spread = _slices(op, self, dim, index, source)
+    return _named(op, _cf.scatter_add_, self, d, spread, source)
 
 
 def _index_copy_(self, dim: int, index: "_cf.Tensor", source: "_cf.Tensor") -> "_cf.Tensor":
-    """In place: cf.index_copy written back (torch's Tensor.index_copy_); returns self."""
-    return self.copy_(index_copy(self, dim, index, source))
+    """In place: cf.index_copy's writes into self (torch's Tensor.index_copy_), in O(source); returns self."""
+    op = "index_copy_"
+    d, spread = _slices(op, self, dim, index, source)
+    return _named(op, _cf.scatter_, self, d, spread, source)
 
 
 def _index_fill_(self, dim: int, index: "_cf.Tensor", value: "_cf.Tensor | float") -> "_cf.Tensor":
-    """In place: cf.index_fill written back (torch's Tensor.index_fill_); returns self."""
-    return self.copy_(index_fill(self, dim, index, value))
+    """In place: cf.index_fill's writes into self (torch's Tensor.index_fill_), in O(the slices); returns self."""
+    op = "index_fill_"
+    return _named(op, _cf.scatter_, self, *_filled_slices(op, self, dim, index, value))
 
 
 def masked_scatter(input: "_cf.Tensor", mask: "_cf.Tensor", source: "_cf.Tensor") -> "_cf.Tensor":

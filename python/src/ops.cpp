@@ -69,30 +69,49 @@ void fn_and_method(nb::module_& m, TensorCls& cls, const char* name, F f, const 
 // hold refused): its doubles do not say whether they were written 2 or 2.0; Python's numbers do.
 Tensor promoted_for_float(const Tensor& t) { return cf::is_floating(t.dtype()) ? t : cf::to(t, cf::kFloat32); }
 
-// The dtype kind of a NumPy 0-d value (np.float32(2), np.True_, np.array(3)): 'b', 'i', 'u', 'f', 'c', ...;
-// 0 for anything else (a Python number, an array with axes, a cf.Tensor).
+// The dtype kind of a NumPy value h (an object with __array_interface__) when it is 0-d (np.float32(2), np.True_,
+// np.array(3)): 'b', 'i', 'u', 'f', 'c', ...; 0 for an array with axes.
 char numpy_scalar_kind(nb::handle h) {
-  if (PyLong_Check(h.ptr()) || nb::isinstance<Tensor>(h) || !nb::hasattr(h, "__array_interface__") ||
-      !nb::hasattr(h, "dtype") || nb::len(nb::object(h.attr("shape"))) != 0)
-    return 0;
+  if (!nb::hasattr(h, "dtype") || nb::len(nb::object(h.attr("shape"))) != 0) return 0;
   const std::string kind = nb::cast<std::string>(nb::str(nb::object(h.attr("dtype").attr("kind"))));
   return kind.size() == 1 ? kind[0] : 0;
+}
+
+// A failed __index__ / __float__ conversion that says "not a number" (TypeError, ValueError) is cleared; any other
+// error (KeyboardInterrupt, MemoryError) propagates.
+void clear_conversion_error() {
+  if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError)) throw nb::python_error();
+  PyErr_Clear();
+}
+
+// Whether h has axes (a shape of length > 0): a one-element torch tensor of shape (1, 1) is no number.
+bool has_axes(nb::handle h) {
+  if (!nb::hasattr(h, "shape")) return false;
+  const Py_ssize_t n = PyObject_Length(nb::object(h.attr("shape")).ptr());
+  if (n < 0) clear_conversion_error();
+  return n > 0;
 }
 
 // The other operand of an operator, a function form (cf.add(t, 2.5)) or an in-place operator when it is not a
 // cf.Tensor: a Python or NumPy number is a number (an int taking the tensor's dtype, cf's rule; exactly, as a 0-d
 // int64 tensor, beyond 2^53 for an int64 tensor); a bool, Python's or NumPy's, is 0 or 1; a NumPy array
 // becomes a tensor on the tensor's device (its values copied, NumPy's dtype); any other object with
-// __index__ or __float__ (a 0-d torch tensor, a Fraction) is an int or a float number.
+// __index__ or __float__ and no axes (a 0-d torch tensor, a Fraction) is an int or a float number.
 struct Operand {
   std::variant<Tensor, double> value;
   bool float_number = false;  // a float: promotes an integer or bool tensor in arithmetic (promoted_for_float)
+  bool array = false;         // a NumPy array (value a tensor of NumPy's dtype)
 };
 
 // h as an Operand beside like (GIL held); nothing for what is none of the above (an operator answers
-// NotImplemented, a function form a TypeError naming op). A complex number is a TypeError naming op: cf has
-// no complex dtype (a NumPy complex scalar lost its imaginary part without a word).
-std::optional<Operand> number_operand(nb::handle h, const Tensor& like, const char* op) {
+// NotImplemented, a function form a TypeError naming op). A complex number is a TypeError naming op (cf has
+// no complex dtype; a NumPy complex scalar lost its imaginary part without a word), or nothing with
+// complex_is_other (comparisons: t == 1j is False, as it was).
+std::optional<Operand> number_operand(nb::handle h, const Tensor& like, const char* op, bool complex_is_other = false) {
+  auto complex = [&](const std::string& what) -> std::optional<Operand> {
+    if (complex_is_other) return std::nullopt;
+    throw nb::type_error(cf::str("[", op, "] cf has no complex dtype: got ", what).c_str());
+  };
   auto number = [&](nb::handle n, bool is_float) -> Operand {
     if (!is_float)
       if (auto exact = exact_int64_operand(n, like, op)) return {*exact, false};
@@ -103,31 +122,40 @@ std::optional<Operand> number_operand(nb::handle h, const Tensor& like, const ch
   if (nb::isinstance<Tensor>(h)) return std::nullopt;
   if (nb::hasattr(h, "__array_interface__")) {
     switch (numpy_scalar_kind(h)) {
-      case 0: return Operand{tensor_from_python(h, std::nullopt, like.device()), false};  // an array
+      case 0: return Operand{tensor_from_python(h, std::nullopt, like.device()), false, true};  // an array
       case 'b': return number(PyObject_IsTrue(h.ptr()) == 1 ? Py_True : Py_False, false);  // np.True_ as True
       case 'i': case 'u': return number(nb::int_(h), false);  // np.int64(2**53 + 1) exactly
       case 'f': return number(h, true);
       case 'c':
-        throw nb::type_error(cf::str("[", op, "] cf has no complex dtype: got ", nb::cast<std::string>(nb::str(h)),
-                                     " of ", nb::cast<std::string>(nb::str(nb::object(h.attr("dtype"))))).c_str());
+        return complex(cf::str(nb::cast<std::string>(nb::str(h)), " of ",
+                               nb::cast<std::string>(nb::str(nb::object(h.attr("dtype"))))));
       default: return std::nullopt;  // (a 0-d datetime, string, object array)
     }
   }
-  if (PyComplex_Check(h.ptr()))
-    throw nb::type_error(cf::str("[", op, "] cf has no complex dtype: got ", nb::cast<std::string>(nb::repr(h))).c_str());
-  if (PyIndex_Check(h.ptr())) {  // (a float torch tensor has __index__ too, which refuses it: then __float__)
+  if (PyComplex_Check(h.ptr())) return complex(nb::cast<std::string>(nb::repr(h)));
+  const bool index = PyIndex_Check(h.ptr()), to_float = nb::hasattr(h, "__float__");
+  if ((!index && !to_float) || has_axes(h)) return std::nullopt;
+  if (index) {  // (a float torch tensor has __index__ too, which refuses it: then __float__)
     if (PyObject* i = PyNumber_Index(h.ptr())) return number(nb::steal(i), false);
-    PyErr_Clear();
+    clear_conversion_error();
   }
-  if (nb::hasattr(h, "__float__")) {  // (a torch tensor of many elements refuses: not a number)
+  if (to_float) {
     const double v = PyFloat_AsDouble(h.ptr());
     if (v == -1.0 && PyErr_Occurred()) {
-      PyErr_Clear();
+      clear_conversion_error();
       return std::nullopt;
     }
     return Operand{v, true};
   }
   return std::nullopt;
+}
+
+// A NumPy array operand of an in-place operator, in t's dtype when it is bool or integer and t is numeric (an int
+// array into a float tensor, int32 into int64), as NumPy stores an in-place result; a float array keeps its dtype
+// (into a float t the write computes in the wider one; into an integer t it is refused, as by NumPy and PyTorch).
+Tensor stored_as(const Tensor& t, const Tensor& array) {
+  if (array.dtype() == t.dtype() || cf::is_floating(array.dtype()) || t.dtype() == cf::kBool) return array;
+  return cf::to(array, t.dtype());
 }
 
 // f(t, b) for an operand taken by number_operand, with the GIL released; t promoted first when the operand is a
@@ -156,8 +184,8 @@ Tensor with_number(const char* op, const Tensor& t, nb::handle h, F f) {
 
 // PyTorch refuses subtraction with a bool tensor (~ or logical_not inverts a mask); cf's sub refuses bool
 // tensors too, but a float number would first promote one to float32 (b - 1.5 ran): checked on t as given.
-void check_sub_not_bool(const Tensor& t) {
-  CF_CHECK(t.dtype() != cf::kBool, DTypeError, "[sub] subtraction with a bool tensor (", t.describe(),
+void check_sub_not_bool(const Tensor& t, const char* op = "sub") {
+  CF_CHECK(t.dtype() != cf::kBool, DTypeError, "[", op, "] subtraction with a bool tensor (", t.describe(),
            ") is not supported, as in PyTorch: ~ or cf.logical_not inverts a mask");
 }
 template <typename A, typename B>
@@ -477,13 +505,19 @@ void check_inplace_float_number(const Tensor& a, const char* op, const char* sym
 // int, double and NumPy-scalar overloads each, and NumPy arrays were refused by some).
 template <typename Write>
 void bind_inplace(TensorCls& cls, const char* py, const char* op, const char* sym, Write write) {
-  cls.def(py, [write](Tensor& a, const Tensor& b) -> Tensor& { return write(a, b); }, nb::rv_policy::reference,
-          release_gil())
+  // (check_inplace first: the checks every in-place op makes, under this operator's name, before anything is
+  // computed)
+  cls.def(py, [write, op](Tensor& a, const Tensor& b) -> Tensor& {
+        cf::ops::check_inplace(a, op);
+        return write(a, b);
+      }, nb::rv_policy::reference, release_gil())
       .def(py, [=](Tensor& a, nb::handle h) -> Tensor& {
+        cf::ops::check_inplace(a, op);
         auto o = number_operand(h, a, op);
         if (!o) refuse_operand(op, h);
         if (o->float_number) check_inplace_float_number(a, op, sym);
         nb::gil_scoped_release g;
+        if (o->array) o->value = stored_as(a, std::get<Tensor>(o->value));
         return std::visit([&](const auto& b) -> Tensor& { return write(a, b); }, o->value);
       }, nb::arg("other").none(), nb::rv_policy::reference);
 }
@@ -545,7 +579,7 @@ void bind_operators(TensorCls& cls) {
   // rule); comparisons compare exactly (cf::ops::compare_operand).
 #define CF_NP_BINARY(py, arith, expr)                                                              \
   cls.def(py, [](const Tensor& t, nb::handle h) -> nb::object {                                    \
-    auto o = number_operand(h, t, "operator");                                                     \
+    auto o = number_operand(h, t, "operator", /*complex_is_other=*/!(arith));                       \
     if (!o) return nb::borrow(Py_NotImplemented);                                                  \
     return nb::cast(apply_operand(t, *o, arith, [&](const Tensor& a, const auto& b) { return expr; })); \
   }, nb::arg("other").none(), nb::sig("def " py "(self, other: object | None) -> cf._cf.Tensor"));
@@ -569,23 +603,16 @@ void bind_operators(TensorCls& cls) {
   CF_NP_BINARY("__le__", false, cf::le(a, b))
   CF_NP_BINARY("__gt__", false, cf::gt(a, b))
   CF_NP_BINARY("__ge__", false, cf::ge(a, b))
-#undef CF_NP_BINARY
   // & | ^ with a number or NumPy operand (np.True_ | t is a cf tensor, not NumPy's array of t)
-#define CF_NP_LOGICAL(py, expr)                                                                    \
-  cls.def(py, [](const Tensor& t, nb::handle h) -> nb::object {                                    \
-    auto o = number_operand(h, t, "operator");                                                     \
-    if (!o) return nb::borrow(Py_NotImplemented);                                                  \
-    return nb::cast(apply_operand(t, *o, false, [&](const Tensor& a, const auto& b) { return expr; })); \
-  }, nb::arg("other").none(), nb::sig("def " py "(self, other: object | None) -> cf._cf.Tensor"));
-  CF_NP_LOGICAL("__and__", cf::logical_and(a, logical_operand(a, b, "logical_and")))
-  CF_NP_LOGICAL("__rand__", cf::logical_and(logical_operand(a, b, "logical_and"), a))
-  CF_NP_LOGICAL("__or__", cf::logical_or(a, logical_operand(a, b, "logical_or")))
-  CF_NP_LOGICAL("__ror__", cf::logical_or(logical_operand(a, b, "logical_or"), a))
-  CF_NP_LOGICAL("__xor__", logical_xor(a, logical_operand(a, b, "logical_xor")))
-  CF_NP_LOGICAL("__rxor__", logical_xor(logical_operand(a, b, "logical_xor"), a))
-#undef CF_NP_LOGICAL
+  CF_NP_BINARY("__and__", false, cf::logical_and(a, logical_operand(a, b, "logical_and")))
+  CF_NP_BINARY("__rand__", false, cf::logical_and(logical_operand(a, b, "logical_and"), a))
+  CF_NP_BINARY("__or__", false, cf::logical_or(a, logical_operand(a, b, "logical_or")))
+  CF_NP_BINARY("__ror__", false, cf::logical_or(logical_operand(a, b, "logical_or"), a))
+  CF_NP_BINARY("__xor__", false, logical_xor(a, logical_operand(a, b, "logical_xor")))
+  CF_NP_BINARY("__rxor__", false, logical_xor(logical_operand(a, b, "logical_xor"), a))
+#undef CF_NP_BINARY
   // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on), with a
-  // tensor or any operand number_operand takes (bind_inplace); number is the kind of write(a, b) taking a number.
+  // tensor or any operand number_operand takes (bind_inplace): each write(a, b) takes a tensor or a number b.
   // t += u of another float dtype computes in the promoted dtype and stores in t's, as *= and /= do (and
   // PyTorch); add_ itself takes one dtype
   auto add_into = [](Tensor& a, const Tensor& b, double alpha) -> Tensor& {
@@ -598,16 +625,17 @@ void bind_operators(TensorCls& cls) {
     Tensor sum = [&] { cf::NoGradGuard g; return alpha == 1.0 ? a + b : a - b; }();
     return cf::copy_(a, sum);
   };
-  auto add_write = [add_into](double alpha) {
-    return [add_into, alpha](Tensor& a, const auto& b) -> Tensor& {
+  auto add_write = [add_into](double alpha, const char* op) {
+    return [add_into, alpha, op](Tensor& a, const auto& b) -> Tensor& {
+      if (alpha < 0) check_sub_not_bool(a, op);
       if constexpr (std::is_same_v<std::decay_t<decltype(b)>, double>)
-        return cf::add_(a, cf::ops::number_like(a, b, "add_"), alpha);
+        return cf::add_(a, cf::ops::number_like(a, b, op), alpha);
       else
         return add_into(a, b, alpha);
     };
   };
-  bind_inplace(cls, "__iadd__", "add_", "+", add_write(1.0));
-  bind_inplace(cls, "__isub__", "add_", "-", add_write(-1.0));
+  bind_inplace(cls, "__iadd__", "add_", "+", add_write(1.0, "add_"));
+  bind_inplace(cls, "__isub__", "sub_", "-", add_write(-1.0, "sub_"));
   bind_inplace(cls, "__imul__", "mul_", "*", [](Tensor& a, const auto& b) -> Tensor& {
     if constexpr (std::is_same_v<std::decay_t<decltype(b)>, double>)
       return cf::mul_(a, b);  // in place, no temporary
@@ -848,6 +876,19 @@ void bind_index(nb::module_& m, TensorCls& cls) {
                 nb::arg("index"), nb::arg("value"));
   m.def(cf::opname::scatter_add, &cf::scatter_add, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"),
         "out = x; out[i][index[i][j][k]][k] += src[i][j][k] (axis = 1). Differentiable in x and src.", release_gil());
+  // In place, in O(index) (Tensor.scatter_ / scatter_add_ and the rest of the in-place scatter family, index
+  // setitem, run on them: python/cf/_ops_extras.py, tensor.cpp)
+  m.def("scatter_", [](Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) -> Tensor& {
+          return cf::scatter_(x, axis, index, src);
+        }, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"), nb::rv_policy::reference,
+        "In place: x[i][index[i][j][k]][k] = src[i][j][k] (axis = 1), x's other elements untouched, in O(index); the "
+        "last of several sent to one position is kept. Not recorded (refused on a tensor that requires grad while "
+        "recording, and for a src that does). Returns x.", release_gil());
+  m.def("scatter_add_", [](Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) -> Tensor& {
+          return cf::scatter_add_(x, axis, index, src);
+        }, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"), nb::rv_policy::reference,
+        "In place: x[i][index[i][j][k]][k] += src[i][j][k] (axis = 1), in O(index). Not recorded, as scatter_. "
+        "Returns x.", release_gil());
   m.def(cf::opname::index_select, &cf::index_select, nb::arg("x"), nb::arg("axis"), nb::arg("index"),
         "Rows of x along axis picked by a 1-d int64 index.", release_gil());
   m.def(cf::opname::index_add, &cf::index_add, nb::arg("x"), nb::arg("axis"), nb::arg("index"), nb::arg("src"),
@@ -1309,13 +1350,7 @@ void bind_torch_spellings(nb::module_& m, TensorCls& cls) {
       {"sub_", "__isub__"}, {"div_", "__itruediv__"}, {"pow_", "__ipow__"}};
   for (const auto& [name, dunder] : inplace_operators)
     cls.def(name,
-            [name = name, dunder = dunder](nb::handle self, nb::handle other) -> nb::object {
-              nb::object r = self.attr(dunder)(other);
-              if (r.is(nb::handle(Py_NotImplemented)))
-                throw nb::type_error((std::string("[") + name + "] other must be a cf.Tensor or a number, got " +
-                                      nb::type_name(other.type()).c_str()).c_str());
-              return r;
-            },
+            [dunder = dunder](nb::handle self, nb::handle other) -> nb::object { return self.attr(dunder)(other); },
             nb::arg("other"), nb::sig((std::string("def ") + name + "(self, other: object) -> cf._cf.Tensor").c_str()),
             (std::string("t.") + name + "(other) is the in-place operator " + dunder + " (returns t).").c_str());
   cls.def("add_",

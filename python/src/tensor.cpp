@@ -767,12 +767,57 @@ cf::Tensor number_value(nb::handle v, const cf::Tensor& x, const char* op) {
   return t;
 }
 
-// x.flatten()[positions] = value, broadcast to positions' shape (the selection): the write of index setitem
-// (PyTorch's index_put_, NumPy's assignment) and of a boolean mask with tensor values. One scatter into x's
-// elements in row-major order: a position selected more than once takes the last value written to it in
-// row-major order of the selection, as NumPy documents (PyTorch leaves it open); values are moved, never added
-// (their bits kept: -0.0, NaN). Numbers convert as basic setitem's fill_, arrays and lists through cf.tensor in
-// x's dtype; cf's in-place rule as basic setitem's. x is rewritten whole (a copy of x's size per write).
+// x seen flattened (row-major) with values (1-d, x's dtype, one per position) written at positions (1-d int64),
+// or added to them (accumulate): the write of index setitem, put_, index_put_ and a boolean mask with tensor
+// values. One cf::scatter_ (scatter_add_) into a 1-d view of x's memory at the positions' storage offsets (a
+// strided x's from their coordinates): O(positions), no copy of x (it was rewritten whole per write). Of
+// positions written more than once the last in the selection's row-major order stays (NumPy's rule; PyTorch
+// leaves it open), values moved, never added (their bits kept: -0.0, NaN); accumulate adds them all. x's
+// in-place checks under op's name (cf's rule: refused on an x that requires grad while recording, and for
+// values that do); a position outside [0, numel) an IndexError naming op (on CUDA at the next host read).
+void write_flat_(cf::Tensor& x, const cf::Tensor& positions, const cf::Tensor& values, bool accumulate,
+                 const char* op) {
+  cf::ops::check_inplace(x, op);
+  cf::ops::check_inplace_source(values, op);
+  cf::ops::check_no_internal_overlap(x, op);  // (an expand() view: one element, several positions)
+  CF_CHECK(values.dtype() == x.dtype(), DTypeError, "[", op, "] the values must have x's dtype: ", values.describe(),
+           " for ", x.describe());
+  CF_CHECK(positions.dtype() == cf::kInt64 && positions.dim() == 1 && values.dim() == 1 &&
+               values.numel() == positions.numel(),
+           ShapeError, "[", op, "] ", values.describe(), " values for ", positions.describe(), " positions");
+  const int64_t n = x.numel();
+  cf::check_indices(op, positions, n, [&](int64_t, int64_t v) {
+    throw cf::IndexError(cf::str("[", op, "] position ", v, " is out of range for the ", n, " elements of ",
+                                 x.describe()));
+  });
+  if (positions.numel() == 0) return;
+  cf::Tensor offsets = positions;
+  int64_t lo = 0, hi = n - 1;  // x's elements' storage offsets, relative to its first element's
+  if (!x.is_contiguous()) {  // the storage offset of each position: its coordinates times x's strides
+    cf::Tensor rest = positions;
+    offsets = cf::Tensor();
+    hi = 0;
+    for (int64_t d = x.dim() - 1; d >= 0; --d) {
+      const int64_t len = x.shape()[size_t(d)], stride = x.strides()[size_t(d)];
+      const cf::Tensor divisor = cf::Tensor::full({}, double(len), cf::kInt64, x.device());
+      const cf::Tensor coord = cf::remainder(rest, divisor);
+      rest = cf::floor_divide(rest, divisor);
+      const cf::Tensor part = coord * double(stride);
+      offsets = offsets.defined() ? offsets + part : part;
+      ((len - 1) * stride < 0 ? lo : hi) += (len - 1) * stride;
+    }
+    if (lo != 0) offsets = offsets - double(lo);
+  }
+  cf::Tensor flat = cf::make_view(x, {hi - lo + 1}, {1}, x.offset() + lo, op);
+  if (accumulate)
+    cf::scatter_add_(flat, 0, offsets, values);
+  else
+    cf::scatter_(flat, 0, offsets, values);
+}
+
+// x[key] = value or x[mask] = value with tensor values: value (a tensor, NumPy array, list or number) broadcast to
+// the selection's shape (positions' shape) in x's dtype, written by write_flat_. Numbers convert as basic
+// setitem's fill_, arrays and lists through cf.tensor in x's dtype.
 void write_positions(cf::Tensor& x, const cf::Tensor& positions, nb::handle value, const char* op) {
   const cf::Shape& selected = positions.shape();
   nb::object v = python_value(value);
@@ -786,25 +831,43 @@ void write_positions(cf::Tensor& x, const cf::Tensor& positions, nb::handle valu
     src = drop_leading_ones(src, int64_t(selected.size()));
     CF_CHECK(cf::broadcasts_to(src.shape(), selected), ShapeError, "[", op, "] a value of shape ",
              cf::shape_str(src.shape()), " cannot be broadcast to the selection's shape ", cf::shape_str(selected));
-    // cf's in-place rule, as basic setitem's copy_: the write is not recorded, so a value that requires grad
-    // would lose its gradient without a word
-    cf::ops::check_inplace_source(src, op);
+    cf::ops::check_inplace_source(src, op);  // (before the conversion below, which records)
   }
   nb::gil_scoped_release g;
-  cf::Tensor out;
+  cf::Tensor values;
   {
     cf::NoGradGuard no_grad;
     // The values in x's dtype (as copy_ converts them), in the selection's row-major order
-    const cf::Tensor values = cf::reshape(cf::expand(cf::to(src, x.dtype()), selected), {-1});
-    out = cf::scatter(cf::reshape(x, {x.numel()}), 0, cf::reshape(positions, {-1}), values);
+    values = cf::reshape(cf::expand(cf::to(src, x.dtype()), selected), {-1});
   }
-  cf::copy_(x, cf::reshape(out, x.shape()));  // refused, as basic setitem, for x requiring grad while recording
+  write_flat_(x, cf::reshape(positions, {-1}), values, false, op);
 }
 
 // x's flat positions (int64, x's shape) on x's device: indexing them with a key gives the positions the key
-// selects, without touching x.
+// selects, without touching x. (O(numel): for a mask, which is as large; a key goes through key_positions.)
 cf::Tensor flat_positions(const cf::Tensor& x) {
   return cf::reshape(cf::Tensor::arange(x.numel(), cf::kInt64, x.device()), x.shape());
+}
+
+// The flat positions x[key] selects, in the selection's shape: the sum over x's axes of the key applied to
+// that axis's coordinates (an arange seen at x's shape through a stride-0 view, so nothing of x's size is made)
+// times the axis's row-major stride. O(sum of x's axis lengths + rank x selection).
+cf::Tensor key_positions(const cf::Tensor& x, nb::handle key, const char* op) {
+  if (x.dim() == 0) return index_tensor(flat_positions(x), key, op);  // (its errors)
+  cf::Tensor positions;
+  int64_t stride = 1;
+  for (int64_t d = x.dim() - 1; d >= 0; --d) {
+    const int64_t len = x.shape()[size_t(d)];
+    cf::Shape along(size_t(x.dim()), 1);
+    along[size_t(d)] = len;
+    const cf::Tensor coords =
+        cf::expand(cf::reshape(cf::Tensor::arange(len, cf::kInt64, x.device()), along), x.shape());
+    cf::Tensor part = index_tensor(coords, key, op);
+    if (stride != 1) part = part * double(stride);
+    positions = positions.defined() ? positions + part : part;
+    stride *= len;
+  }
+  return positions;
 }
 
 // x[mask] = value. A number fills the true positions without reading the mask back (cf.where); anything else
@@ -827,10 +890,10 @@ void masked_setitem(cf::Tensor& x, const cf::Tensor& mask, nb::handle item) {
   cf::copy_(x, filled);
 }
 
-// x[key] = value where key holds index tensors: the positions t[key] reads are found by indexing x's flat
-// positions with the same key (on x's device, no host read), then written.
+// x[key] = value where key holds index tensors: the positions t[key] reads (key_positions, on x's device, no
+// host read), then written in O(selection).
 void index_setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
-  write_positions(x, index_tensor(flat_positions(x), key, "setitem"), value, "setitem");
+  write_positions(x, key_positions(x, key, "setitem"), value, "setitem");
 }
 
 void setitem(cf::Tensor& x, nb::handle key, nb::handle value) {
@@ -1077,6 +1140,20 @@ void remember_wrapper(const cf::Tensor& t, nb::handle h, bool shared, bool take_
 nb::class_<cf::Tensor> bind_tensor_class(nb::module_& m) {
   nb::class_<ArrayView>(m, "_ArrayView", "The base NumPy keeps for np.asarray(t): t's memory, not t.")
       .def_prop_ro("__array_interface__", [](const ArrayView& v) { return array_interface(v.tensor); });
+  // (python/cf/_ops_extras.py: put_ and index_put_ write through these)
+  m.def("_key_positions",
+        [](const cf::Tensor& x, nb::handle key, const std::string& op) { return key_positions(x, key, op.c_str()); },
+        nb::arg("x"), nb::arg("key").none(), nb::arg("op"),
+        "The flat (row-major) positions x[key] selects, in the selection's shape, in O(selection).");
+  m.def("_write_flat_",
+        [](cf::Tensor& x, const cf::Tensor& positions, const cf::Tensor& values, bool accumulate,
+           const std::string& op) -> cf::Tensor& {
+          write_flat_(x, positions, values, accumulate, op.c_str());
+          return x;
+        },
+        nb::arg("x"), nb::arg("positions"), nb::arg("values"), nb::arg("accumulate"), nb::arg("op"),
+        nb::rv_policy::reference, release_gil(),
+        "x seen flattened with values written (or added) at positions, in place, in O(positions); returns x.");
   m.def("_tensor_from_bytes",
         [](nb::bytes data, cf::DType dtype, std::vector<int64_t> shape, cf::Device device) {
           cf::Shape s(shape.begin(), shape.end());

@@ -345,7 +345,7 @@ def test_numbers_against_integer_tensors_and_conversions():
         with pytest.raises(cf.DTypeError, match=r"^\[%s\] int64 \(3\) on cpu with the number" % op):
             f()
     # ... and the in-place operators refuse any float number, as PyTorch's (i = i + 2.0 is float32)
-    for f, op, sym in ((lambda: i.__iadd__(0.5), "add_", "+"), (lambda: i.__isub__(2.0), "add_", "-"),
+    for f, op, sym in ((lambda: i.__iadd__(0.5), "add_", "+"), (lambda: i.__isub__(2.0), "sub_", "-"),
                        (lambda: i.__imul__(np.float32(2)), "mul_", "*"), (lambda: i.__ifloordiv__(2.0), "floor_divide_", "//"),
                        (lambda: i.__imod__(np.float64(2.0)), "remainder_", "%")):
         with pytest.raises(cf.DTypeError, match=r"^\[%s\] t \%s= <a float number> on int64 \(3\) on cpu: a float number "

@@ -1415,7 +1415,7 @@ def test_scatter_family_bad_input():
         cf.index_put(x, cf.tensor([0]), 1.0)
     with pytest.raises(cf.DTypeError, match=r"^\[index_put\] values must have input's dtype float32, got float64"):
         cf.index_put(x, (cf.tensor([0]),), cf.ones([4], dtype=cf.float64))
-    with pytest.raises(cf.ShapeError, match=r"^\[index_put\] \[expand\]"):
+    with pytest.raises(cf.ShapeError, match=r"^\[index_put_\] \[expand\]"):
         x.index_put_((cf.tensor([0, 1]),), cf.ones([3]))
     with pytest.raises(cf.IndexError, match=r"^\[take\] \[index_select\] index 12 is out of range"):
         cf.take(x, cf.tensor([12]))
@@ -1423,7 +1423,7 @@ def test_scatter_family_bad_input():
         cf.take(x, cf.tensor([-13]))
     with pytest.raises(cf.DTypeError, match=r"^\[take\] index must be int64, got bool"):
         cf.take(x, cf.tensor([True]))
-    with pytest.raises(cf.ShapeError, match=r"^\[put\] source must have as many elements as index \(2\), got 3"):
+    with pytest.raises(cf.ShapeError, match=r"^\[put_\] source must have as many elements as index \(2\), got 3"):
         x.put_(cf.tensor([0, 1]), cf.ones([3]))
     with pytest.raises(cf.DTypeError, match=r"^\[masked_scatter\] mask must be bool, got int64"):
         cf.masked_scatter(x, cf.tensor([1]), cf.ones([4]))
@@ -1437,6 +1437,68 @@ def test_scatter_family_bad_input():
     leaf = cf.ones([3], requires_grad=True)
     with pytest.raises(cf.AutogradError, match=r"in-place change of a tensor that requires grad"):
         leaf.index_fill_(0, cf.tensor([0]), 2.0)
+
+
+def test_in_place_scatter_family_writes_through_views_in_place_and_checks_first():
+    # every in-place form and index setitem write into self's memory (scatter_ / scatter_add_ / _write_flat_, no
+    # copy of self), through strided views too: against torch on the same view, and the base sees the writes
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    base0 = rng.standard_normal((5, 8))
+    s = rng.standard_normal((5, 8))
+    idx = [3, 0, 3, 1]  # (a duplicate: the last stays, or both add)
+    forms = [
+        ("scatter_", lambda v, m: v.scatter_(0, m.tensor([[1, 2, 1], [0, 0, 2]]), m.tensor(s[:2, :3]))),
+        ("scatter_ value", lambda v, m: v.scatter_(1, m.tensor([[1], [2], [0], [3]]), 7.0)),
+        ("scatter_add_", lambda v, m: v.scatter_add_(1, m.tensor([[1, 1], [0, 2], [3, 3], [0, 0]]),
+                                                      m.tensor(s[:4, :2]))),
+        ("index_copy_", lambda v, m: v.index_copy_(1, m.tensor([2, 0]), m.tensor(s[:4, :2]))),
+        ("index_fill_", lambda v, m: v.index_fill_(0, m.tensor([3, -1, 1]), -3.0)),
+        ("index_add_", lambda v, m: v.index_add_(1, m.tensor(idx), m.tensor(s[:4, :4]), alpha=2.0)),
+        ("index_put_", lambda v, m: v.index_put_((m.tensor([0, 2, 2]), m.tensor([1, 3, 3])), m.tensor(s[0, :3]))),
+        ("index_put_ add", lambda v, m: v.index_put_((m.tensor([0, 2, 2]),), m.tensor(s[:3, :4]), accumulate=True)),
+        ("put_", lambda v, m: v.put_(m.tensor([15, 0, 5, 15]), m.tensor(s[0, :4]))),
+        ("put_ add", lambda v, m: v.put_(m.tensor([15, 0, 5, 15]), m.tensor(s[0, :4]), accumulate=True)),
+        ("setitem", lambda v, m: v.__setitem__((m.tensor([1, 3]), slice(None, None, 2)), m.tensor(s[:2, :2]))),
+        ("setitem number", lambda v, m: v.__setitem__((slice(1, None), m.tensor([0, 3])), 9.0)),
+    ]
+    views = [("rows", lambda b: b.reshape(10, 4)[2:6]), ("transposed", lambda b: b.transpose(0, 1)[:4, 1:]),
+             ("every other column", lambda b: b[1:, ::2])]  # (4, 4) views of a (5, 8) base
+    for name, f in forms:
+        for vname, view in views:
+            bc, bt = cf.tensor(base0), torch.tensor(base0)
+            vc, vt = view(bc), view(bt)
+            got = f(vc, cf)
+            f(vt, torch)
+            assert got is None or got is vc, (name, vname)
+            np.testing.assert_allclose(vc.numpy(), vt.numpy(), rtol=1e-12, err_msg="%s on %s" % (name, vname))
+            np.testing.assert_allclose(bc.numpy(), bt.numpy(), rtol=1e-12, err_msg="base, %s on %s" % (name, vname))
+    # a failing write changes nothing and names the form
+    x = cf.tensor(base0)[:, ::2]
+    before = x.tolist()
+    with pytest.raises(cf.IndexError, match=r"^\[put_\] position 20 is out of range for the 20 elements of float64"):
+        x.put_(cf.tensor([0, 20]), cf.tensor([1.0, 2.0], dtype=cf.float64))
+    with pytest.raises(cf.DTypeError, match=r"^\[put_\] the values must have x's dtype: float32 \(1\)"):
+        x.put_(cf.tensor([0]), cf.tensor([1.0]))
+    with pytest.raises(cf.IndexError, match=r"^\[index_copy_\] \[scatter_\] index 9 is out of range for axis 1"):
+        x.index_copy_(1, cf.tensor([9]), cf.ones([5, 1], dtype=cf.float64))
+    with pytest.raises(cf.IndexError, match=r"^\[setitem\] index 5 \(at flat position 0 of the index of shape \(1\)\) is out of range for axis 0 of size 5"):
+        x[cf.tensor([5])] = 1.0
+    wide = cf.tensor([1.0, 2.0]).expand([3, 2])
+    with pytest.raises(cf.ValueError, match=r"^\[setitem\] the tensor .* has elements that share memory"):
+        wide[cf.tensor([0])] = 5.0
+    leaf = cf.ones([4], requires_grad=True)
+    for f in (lambda: leaf.put_(cf.tensor([0]), cf.ones([1])), lambda: leaf.__setitem__(cf.tensor([1]), 2.0),
+              lambda: leaf.index_add_(0, cf.tensor([0]), cf.ones([1])), lambda: leaf.scatter_(0, cf.tensor([0]), 2.0)):
+        with pytest.raises(cf.AutogradError, match=r"in-place change of a tensor that requires grad"):
+            f()
+    w = cf.ones([1], requires_grad=True)
+    with pytest.raises(cf.AutogradError, match=r"^\[setitem\] the value written requires grad"):
+        cf.zeros([3])[cf.tensor([0])] = w
+    assert x.tolist() == before and leaf.tolist() == [1.0] * 4
+    with cf.no_grad():  # allowed with recording off, as every in-place write
+        leaf[cf.tensor([1, 1])] = cf.tensor([5.0, 6.0])
+    assert leaf.tolist() == [1.0, 6.0, 1.0, 1.0]
 
 
 def test_rounding_ops_and_float_division_match_torch():
@@ -1596,7 +1658,7 @@ def test_number_operands_numpy_bools_complex_and_number_like_objects():
     j += np.array([1, 1])
     j //= np.array([3, 3])
     assert j.tolist() == [2, -2]
-    for op, sym, name in (("__iadd__", "+", "add_"), ("__isub__", "-", "add_"), ("__imul__", "*", "mul_"),
+    for op, sym, name in (("__iadd__", "+", "add_"), ("__isub__", "-", "sub_"), ("__imul__", "*", "mul_"),
                           ("__itruediv__", "/", "div_"), ("__ipow__", "**", "pow_"), ("__ifloordiv__", "//", "floor_divide_"),
                           ("__imod__", "%", "remainder_")):
         for bad, kind in (("x", "str"), (None, "NoneType"), ([1], "list")):
@@ -1604,8 +1666,35 @@ def test_number_operands_numpy_bools_complex_and_number_like_objects():
                                                 % (name, kind)):
                 getattr(f, op)(bad)
     assert f.tolist() == [9.0, 64.0]
+    # complex: no element equals it (t == 1j is False, as before), arithmetic refuses it
+    assert (t == 1j) is False and (t != np.complex64(1)) is True
+    # an int or bool array into a float tensor in place is stored in its dtype, as NumPy; a float array into an
+    # integer tensor is refused, as NumPy and torch
+    g = cf.tensor([1.0, 2.0])
+    g += np.array([1, 2])
+    g *= np.array([True, False])
+    assert g.dtype == cf.float32 and g.tolist() == [2.0, 0.0]
+    with pytest.raises(cf.DTypeError, match=r"^\[add_\]"):
+        j += np.array([0.5, 0.5])
+    # the in-place checks come first, under the operator's name
+    w = cf.ones([2], requires_grad=True)
+    for f in (lambda: w.__imul__(np.ones(2)), lambda: w.__itruediv__(2.0), lambda: w.__ipow__(cf.ones([2]))):
+        with pytest.raises(cf.AutogradError, match=r"^\[(mul_|div_|pow_)\] in-place change of a tensor that requires grad"):
+            f()
+    with pytest.raises(cf.DTypeError, match=r"^\[sub_\] subtraction with a bool tensor"):
+        b -= 1
+    # an error other than "not a number" raised by __float__ propagates (it was swallowed)
+
+    class Interrupting:
+        def __float__(self):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        t + Interrupting()
     torch = pytest.importorskip("torch")
     assert cf.pow(t, torch.tensor(2.0)).tolist() == [1.0, 4.0] and (i + torch.tensor(3)).dtype == cf.int64
+    with pytest.raises(TypeError, match=r"^\[add\] other must be a cf.Tensor, a number or a NumPy operand, got torch.Tensor$"):
+        cf.add(t, torch.ones(1, 1))  # (one element with axes: no number; it was taken as one, losing its shape)
     with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor is not supported"):
         torch.tensor([True]) - 1.5  # (the rule followed above)
 

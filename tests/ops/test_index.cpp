@@ -160,6 +160,10 @@ TEST_CASE("scatter_add matches a naive loop, with duplicates, larger src, every 
             CHECK(out.dtype() == dt);
             CHECK(out.shape() == xs);
             check_close(out, want, 0.0);
+            for (Tensor y : layouts(make(dt, xv, xs))) {  // in place, into every layout
+              CHECK(&scatter_add_(y, axis, ix, src) == &y);
+              check_close(y, want, 0.0);
+            }
           }
       // The input is not modified.
       check_close(make(dt, xv, xs), xv, 0.0);
@@ -196,6 +200,10 @@ TEST_CASE("scatter matches a naive loop: the last of duplicates stays, larger sr
             CHECK(out.dtype() == dt);
             CHECK(out.shape() == xs);
             check_close(out, want, 0.0);
+            for (Tensor y : layouts(as(x0, xs))) {  // in place, into every layout
+              CHECK(&scatter_(y, axis, ix, src) == &y);
+              check_close(y, want, 0.0);
+            }
           }
       check_close(as(x0, xs), x0, 0.0);  // the input is not modified
     }
@@ -398,6 +406,50 @@ TEST_CASE("masked_fill_ writes in place, through a strided view, and refuses wha
   Tensor leaf = leaf64({2});
   CHECK_THROWS_WITH_AS(masked_fill_(leaf, Tensor::from_vector(std::vector<bool>{true, false}, {2}), 1.0),
                        doctest::Contains("[masked_fill_] in-place change of a tensor that requires grad"), AutogradError);
+}
+
+TEST_CASE("scatter_ and scatter_add_ write through a view, record nothing, and refuse what they must") {
+  Tensor x = Tensor::zeros({3, 4});
+  Tensor col = slice(x, 1, 1, 2);  // (3, 1), stride 4: a view of x's second column
+  const int64_t v = x.version();
+  CHECK(&scatter_(col, 0, ti64({2, 0}, {2, 1}), t32({5, 6}, {2, 1})) == &col);
+  CHECK(values(x) == std::vector<double>{0, 6, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0});
+  CHECK(x.version() > v);
+  scatter_add_(col, 0, ti64({2, 2}, {2, 1}), t32({1, 2}, {2, 1}));
+  CHECK(values(col) == std::vector<double>{6, 0, 8});
+  // an index or src that is x itself (or shares its memory) is read before anything is written
+  Tensor ids = ti64({1, 0, 1}, {3});
+  scatter_(ids, 0, ids, ti64({7, 8, 9}, {3}));
+  CHECK(values(ids) == std::vector<double>{8, 9, 1});
+  Tensor r = t32({1, 2, 3}, {3});
+  scatter_add_(r, 0, ti64({2, 1, 0}, {3}), r);
+  CHECK(values(r) == std::vector<double>{4, 4, 4});
+  // the checks of scatter and of every in-place op, under these names, before any write
+  Tensor y = t32({1, 2, 3}, {3});
+  CHECK_THROWS_WITH_AS(scatter_(y, 0, ti64({3}, {1}), t32({9}, {1})),
+                       doctest::Contains("[scatter_] index 3 is out of range"), IndexError);
+  CHECK_THROWS_WITH_AS(scatter_add_(y, 0, ti64({0}, {1}), t64({9}, {1})),
+                       doctest::Contains("[scatter_add_]"), DTypeError);
+  CHECK_THROWS_WITH_AS(scatter_(y, 1, ti64({0}, {1}), t32({9}, {1})), doctest::Contains("[scatter_]"), IndexError);
+  Tensor flags = Tensor::zeros({2}, kBool);
+  CHECK_THROWS_WITH_AS(scatter_add_(flags, 0, ti64({0}, {1}), Tensor::zeros({1}, kBool)),
+                       doctest::Contains("[scatter_add_]"), DTypeError);
+  Tensor wide = expand(t32({1, 2}, {1, 2}), {3, 2});
+  CHECK_THROWS_WITH_AS(scatter_(wide, 0, ti64({0}, {1, 1}), t32({9}, {1, 1})),
+                       doctest::Contains("[scatter_] the tensor"), ValueError);
+  Tensor leaf = leaf64({2});
+  CHECK_THROWS_WITH_AS(scatter_(leaf, 0, ti64({0}, {1}), t64({9}, {1})),
+                       doctest::Contains("[scatter_] in-place change of a tensor that requires grad"), AutogradError);
+  Tensor plain = t64({1, 2}, {2});
+  CHECK_THROWS_WITH_AS(scatter_add_(plain, 0, ti64({0}, {1}), leaf64({1})),
+                       doctest::Contains("[scatter_add_] the value written requires grad"), AutogradError);
+  CHECK(values(y) == std::vector<double>{1, 2, 3});
+  CHECK(values(plain) == std::vector<double>{1, 2});
+  {
+    NoGradGuard g;  // with recording off, both are allowed, as every in-place op
+    scatter_(leaf, 0, ti64({1}, {1}), t64({4}, {1}));
+    CHECK(values(leaf)[1] == 4.0);
+  }
 }
 
 TEST_CASE("index ops record the registry name and differentiate only float inputs") {
@@ -838,6 +890,24 @@ PARITY_CASE(one_hot) {
   check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 3); }, {Tensor::zeros({0, 2}, kInt64)});
   check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 7); }, {Tensor::scalar(4, kInt64)});
   check_parity("one_hot", [](const Inputs& x) { return one_hot(x[0], 1000); }, {random_ints({4096}, 0, 999, 72)});
+}
+
+CUDA_TEST_CASE("scatter_ and scatter_add_ on CUDA write the CPU's values through a strided view") {
+  Generator g(31);
+  const Tensor x = randn({6, 40}, kFloat32, g), src = randn({6, 900}, kFloat32, g);
+  const Tensor idx = random_ints({6, 900}, 0, 19, 32);  // duplicates: the last kept / every term added
+  for (bool add : {false, true}) {
+    auto run = [&](Device d) {
+      Tensor base = x.to(d);
+      Tensor view = slice(base, 1, 0, 40, 2);  // (6, 20), stride 2
+      Tensor i = idx.to(d), s = src.to(d);
+      if (add) scatter_add_(view, 1, i, s);
+      else scatter_(view, 1, i, s);
+      return base;
+    };
+    Tensor cpu = run(Device::cpu()), gpu = run(Device::cuda(0));
+    CHECK(values(gpu) == values(cpu));
+  }
 }
 
 CUDA_TEST_CASE("out-of-range indices give the CPU's error on CUDA") {
