@@ -55,6 +55,10 @@ class GradScaler {
   int64_t growth_tracker() const { return growth_tracker_; }
   // Whether an optimizer unscaled since the last update() had an inf/NaN gradient.
   bool found_inf() const;
+  // Whether a step is under way: an optimizer was unscaled (or stepped) since the last update(). Its
+  // per-step records are not state (state_dict() leaves them out), so a copy made then would unscale
+  // again; Python's pickling refuses it, as PyTorch's.
+  bool step_in_progress() const { return !unscaled_.empty(); }
   bool enabled() const { return opt_.enabled; }
 
   // "scale", "growth_tracker" and the schedule ("growth_factor", "backoff_factor", "growth_interval"):

@@ -1072,7 +1072,22 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
       .def("load_state_dict",
            [](cnn::GradScaler& s, nb::handle d) { s.load_state_dict(to_state_dict(d, "GradScaler.load_state_dict")); },
            nb::arg("state_dict"), "Strict: 'scale' (finite, > 0), 'growth_tracker' (integer >= 0), and where present "
-           "'growth_factor' (> 1), 'backoff_factor' (in (0, 1)), 'growth_interval' (> 0); nothing else.");
+           "'growth_factor' (> 1), 'backoff_factor' (in (0, 1)), 'growth_interval' (> 0); nothing else.")
+      // pickle, copy.deepcopy: the state dict and whether it is enabled, between steps only (a copy made
+      // after unscale_ would unscale again: PyTorch refuses it too)
+      .def("__getstate__",
+           [](const cnn::GradScaler& s) {
+             CF_CHECK(!s.step_in_progress(), ValueError, "[GradScaler] can be pickled or copied between steps only "
+                      "(before unscale_ or step, or after update()), as PyTorch's");
+             return nb::make_tuple(state_dict_to_python(s.state_dict()), s.enabled());
+           })
+      .def("__setstate__",
+           [](cnn::GradScaler* self, const std::tuple<nb::object, bool>& state) {
+             cnn::GradScalerOptions o;
+             o.enabled = std::get<1>(state);
+             new (self) cnn::GradScaler(o);
+             self->load_state_dict(to_state_dict(std::get<0>(state), "GradScaler.__setstate__"));
+           });
 
   auto tensors_of = [](nb::handle params, const char* op) {
     std::vector<Tensor> out;

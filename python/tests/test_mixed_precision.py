@@ -105,6 +105,26 @@ def test_grad_scaler_scales_skips_overflow_and_adapts():
     assert cf.nn.GradScaler(enabled=False).get_scale() == 1.0  # as torch's
 
 
+def test_grad_scaler_pickles_and_copies_between_steps_only():
+    import copy
+    import pickle
+    w = cf.tensor([1.0, -2.0], requires_grad=True)
+    opt = cf.nn.SGD({"w": w}, lr=0.1)
+    scaler = cf.nn.GradScaler(init_scale=256.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=3)
+    cf.sum(w * cf.tensor([math.inf, 1.0])).backward()
+    scaler.step(opt)
+    # mid-step (after unscale_ or step, before update) a copy would unscale again: refused, as torch's
+    for f in (lambda: pickle.dumps(scaler), lambda: copy.deepcopy(scaler)):
+        with pytest.raises(cf.ValueError, match=r"^\[GradScaler\] can be pickled or copied between steps only"):
+            f()
+    scaler.update()
+    for twin in (pickle.loads(pickle.dumps(scaler)), copy.deepcopy(scaler)):
+        assert twin is not scaler and twin.get_scale() == 64.0 and twin.enabled
+        assert {k: v.item() for k, v in twin.state_dict().items()} == {k: v.item() for k, v in scaler.state_dict().items()}
+    off = pickle.loads(pickle.dumps(cf.nn.GradScaler(enabled=False)))
+    assert not off.enabled and off.get_scale() == 1.0
+
+
 def test_float16_training_with_autocast_and_scaler_lowers_the_loss():
     gen = cf.Generator(3)
     model = cf.nn.Linear(8, 1, generator=gen)
