@@ -223,7 +223,19 @@ Tensor& scatter_in_place(Tensor& x, int64_t axis, const Tensor& index, const Ten
   const int64_t a = check_scatter(op, x, axis, index, src, /*numeric=*/mode == kernels::ScatterMode::Add);
   ops::check_inplace_source(src, op);
   ops::check_no_internal_overlap(x, op);  // (an expand() view: one element, several positions)
-  kernels::scatter(x, a, scatter_operand(x, index), scatter_operand(x, src), mode);
+  if (mode == kernels::ScatterMode::Add && is_low_precision(x.dtype())) {
+    // float32 sums rounded once per element, as scatter_add (whose kernel converts its whole output): the sums
+    // in a float32 scratch of x's shape (O(x)), then each target written once with round(x + its sum), so x's
+    // other elements are not rewritten (a signalling NaN there stays one)
+    NoGradGuard g;
+    const Tensor ix = scatter_operand(x, index);
+    const Tensor sums = scatter_add(ops::filled(x.shape(), 0.0, kFloat32, x.device()), a, ix,
+                                    to(scatter_operand(x, src), kFloat32));
+    const Tensor updated = to(to(gather(x.detach(), a, ix), kFloat32) + gather(sums, a, ix), x.dtype());
+    kernels::scatter(x, a, ix, updated, kernels::ScatterMode::Assign);
+  } else {
+    kernels::scatter(x, a, scatter_operand(x, index), scatter_operand(x, src), mode);
+  }
   x.bump_version();
   return x;
 }

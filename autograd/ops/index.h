@@ -42,7 +42,8 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
 // for scatter_add_, with x's other elements untouched: O(index) work where scatter + copy_ costs a copy of x
 // (index setitem, index_copy_, put_ and the rest of Python's in-place scatter family run on these). The same
 // arguments and rules as scatter / scatter_add (the last of several sent to one position kept), x may be any
-// strided view. Not recorded: refused, as every in-place op, on an x that requires grad while recording, and for
+// strided view; scatter_add_ into bfloat16 or float16 sums in float32 and rounds once per element, as scatter_add
+// (a float32 scratch of x's shape). Not recorded: refused, as every in-place op, on an x that requires grad while recording, and for
 // a src that does then (its gradient would be lost). On CUDA an out-of-range index is reported at the next host
 // read (check_indices) and x's values are then unspecified (the kernel clamps the index). Returns x.
 Tensor& scatter_(Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);

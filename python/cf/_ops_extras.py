@@ -542,8 +542,13 @@ def _scatter_add_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor") -> "_c
 
 # ---- the scatter family (PyTorch's names), over cf.scatter, scatter_add, index_add and index_select. Each
 # in-place form writes through cf.scatter_ / scatter_add_ (or cf._write_flat_ for flat positions): O(the
-# selection), no copy of self, not recorded (cf's in-place rule: refused on a tensor that requires grad while
-# recording, and for a source that does).
+# selection), no copy of self (accumulating into bool: a copy; into bfloat16 or float16: a float32 scratch), not recorded
+# (cf's in-place rule: refused on a tensor that requires grad while recording, and for a source that does).
+
+def _number_at(op, value, like, shape):
+    """value (a number) in like's dtype on its device, seen at shape (a stride-0 view); errors named op."""
+    return _cf.expand(_named(op, lambda: _cf.full([], value, dtype=like.dtype, device=like.device)), list(shape))
+
 
 def _scatter_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor | float | None" = None,
               value: "float | None" = None, *, reduce: "str | None" = None) -> "_cf.Tensor":
@@ -558,7 +563,7 @@ def _scatter_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor | float | No
         raise _cf.ValueError("[%s] reduce must be 'add' (or None), got %r" % (op, reduce))
     if not isinstance(given, _cf.Tensor):  # a number: at every position index names
         _check_tensor(index, "index", op)
-        given = _cf.expand(_cf.full([], given, dtype=self.dtype, device=self.device), list(index.shape))
+        given = _number_at(op, given, self, index.shape)
     return (_cf.scatter_ if reduce is None else _cf.scatter_add_)(self, dim, index, given)
 
 
@@ -619,7 +624,7 @@ def _filled_slices(op, input, dim, index, value):
             raise _cf.ShapeError("[%s] value must be a number or a 0-d tensor, got shape %s" % (op, tuple(value.shape)))
         src = _cf.expand(_cf.to(value, input.dtype), shape)
     elif isinstance(value, _numbers.Number):
-        src = _cf.expand(_cf.full([], value, dtype=input.dtype, device=input.device), shape)
+        src = _number_at(op, value, input, shape)
     else:
         raise TypeError("[%s] value must be a number or a 0-d tensor, got %s" % (op, type(value).__name__))
     return d, spread, src
@@ -656,18 +661,21 @@ def index_put(input: "_cf.Tensor", indices: "tuple[_cf.Tensor, ...]", values: "_
     than once the last written stays (NumPy's rule); accumulate=True adds every value instead (bools: OR). Differentiable
     in input and values."""
     op = "index_put"
+    return _write_flat(op, input, *_put_at(op, input, indices, values), accumulate)
+
+
+def _put_at(op, input, indices, values):
+    """(the flat positions input[indices] selects, values broadcast to them, flat) for index_put and index_put_."""
     positions = _flat_positions(op, input, indices)
-    return _write_flat(op, input, _cf.reshape(positions, [-1]), _values_at(op, input, values, positions.shape),
-                       accumulate)
+    return _cf.reshape(positions, [-1]), _values_at(op, input, values, positions.shape)
 
 
 def _index_put_(self, indices: "tuple[_cf.Tensor, ...]", values: "_cf.Tensor | float",
                 accumulate: bool = False) -> "_cf.Tensor":
-    """In place: cf.index_put's writes into self (torch's Tensor.index_put_), in O(the selection); returns self."""
+    """In place: cf.index_put's writes into self (torch's Tensor.index_put_), in O(the selection) (accumulating
+    into bool or a 16-bit float tensor: O(self) too); returns self."""
     op = "index_put_"
-    positions = _flat_positions(op, self, indices)
-    return _write_flat_(op, self, _cf.reshape(positions, [-1]), _values_at(op, self, values, positions.shape),
-                        accumulate)
+    return _write_flat_(op, self, *_put_at(op, self, indices, values), accumulate)
 
 
 def _wrap_negative(index, n):
@@ -693,8 +701,9 @@ def _write_flat(op, input, where, values, accumulate):
 
 
 def _write_flat_(op, input, where, values, accumulate):
-    """In place: _write_flat's result written into input, in O(len(where)) (cf._write_flat_); bools with
-    accumulate (OR) through _write_flat and copy_."""
+    """In place: _write_flat's result written into input, in O(len(where)) (cf._write_flat_; accumulating into
+    bfloat16 or float16 there sums in a float32 scratch of input's size, and into bool (OR) here through
+    _write_flat and copy_: O(input) too)."""
     if accumulate and input.dtype == _cf.bool and values.dtype == _cf.bool:
         return input.copy_(_write_flat(op, input, where, values, accumulate))
     return _cf._write_flat_(input, where, values, accumulate, op)
@@ -723,22 +732,25 @@ def put(input: "_cf.Tensor", index: "_cf.Tensor", source: "_cf.Tensor", accumula
     accumulate=True every value is added (bools: OR, as PyTorch's). Differentiable in input and source."""
     op = "put"
     where = _flat_index(op, input, index)
-    _check_source_count(op, index, source)
+    _check_source(op, input, index, source)
     return _write_flat(op, input, where, _cf.reshape(source, [-1]), accumulate)
 
 
-def _check_source_count(op, index, source):
+def _check_source(op, input, index, source):
     _check_tensor(source, "source", op)
+    if source.dtype != input.dtype:
+        raise _cf.DTypeError("[%s] source must have input's dtype %s, got %s" % (op, input.dtype.name, source.dtype.name))
     if source.numel() != index.numel():
         raise _cf.ShapeError("[%s] source must have as many elements as index (%d), got %d"
                              % (op, index.numel(), source.numel()))
 
 
 def _put_(self, index: "_cf.Tensor", source: "_cf.Tensor", accumulate: bool = False) -> "_cf.Tensor":
-    """In place: cf.put's writes into self (torch's Tensor.put_), in O(len(index)); returns self."""
+    """In place: cf.put's writes into self (torch's Tensor.put_), in O(len(index)) (accumulating into bool
+    or a 16-bit float tensor: O(self) too); returns self."""
     op = "put_"
     where = _flat_index(op, self, index)
-    _check_source_count(op, index, source)
+    _check_source(op, self, index, source)
     return _write_flat_(op, self, where, _cf.reshape(source, [-1]), accumulate)
 
 
@@ -749,8 +761,8 @@ def _index_add_(self, dim: int, index: "_cf.Tensor", source: "_cf.Tensor", *, al
     if alpha != 1 and self.dtype not in _FLOATS and alpha != int(alpha):
         raise _cf.DTypeError("[%s] alpha %r on a %s tensor: an integer tensor takes an integer alpha"
                              % (op, alpha, self.dtype.name))
-    if alpha != 1:
-        source = _named(op, _cf.mul, source, alpha)
+    if alpha != 1:  # (an integral alpha as an int: a float would make an integer source float32)
+        source = _named(op, _cf.mul, source, alpha if self.dtype in _FLOATS else int(alpha))
     d, spread = _slices(op, self, dim, index, source)
     return _named(op, _cf.scatter_add_, self, d, spread, source)
 

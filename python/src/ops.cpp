@@ -86,8 +86,13 @@ void clear_conversion_error() {
 
 // Whether h has axes (a shape of length > 0): a one-element torch tensor of shape (1, 1) is no number.
 bool has_axes(nb::handle h) {
-  if (!nb::hasattr(h, "shape")) return false;
-  const Py_ssize_t n = PyObject_Length(nb::object(h.attr("shape")).ptr());
+  PyObject* shape = PyObject_GetAttrString(h.ptr(), "shape");
+  if (!shape) {  // (no such attribute; any other error raised by a property propagates)
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+    PyErr_Clear();
+    return false;
+  }
+  const Py_ssize_t n = PyObject_Length(nb::steal(shape).ptr());
   if (n < 0) clear_conversion_error();
   return n > 0;
 }

@@ -571,6 +571,36 @@ cf::Tensor checked_index(IndexItem& it, const cf::Tensor& y, int64_t axis, const
 // PyTorch): the indices broadcast together to a shape B, and out[b, ...] = y[i1[b], i2[b], ..., ...]. B
 // takes the indexed axes' place when they are adjacent, else it comes first. One index_select over the
 // indexed axes flattened into one (row-major positions), so the gradient is index_select's.
+// advanced_index's selection (b's positions, then y's other axes) read through a view of y's memory, when no
+// gradient is recorded (index_select through make_view records none): its axis 0 runs over storage offsets,
+// which the indexed axes' offsets sum to, and its other axes keep y's strides. The general path's
+// reshape(permute(y)) copies all of y unless the indexed axes are one run of memory (x[i, j] of a large tensor;
+// key_positions' stride-0 coordinates, which it made as large as x). Undefined when a gradient is recorded
+// or the view's element count would not fit int64.
+cf::Tensor select_without_copy(const cf::Tensor& y, const std::vector<cf::Tensor>& index,
+                               const std::vector<int64_t>& axes, const cf::Shape& b, const cf::Shape& rows) {
+  if ((cf::grad_enabled() && y.requires_grad()) || y.numel() == 0) return cf::Tensor();
+  cf::Tensor offsets;
+  int64_t lo = 0, hi = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t len = y.shape()[size_t(axes[i])], st = y.strides()[size_t(axes[i])];
+    const cf::Tensor term = cf::mul(cf::expand(index[i], b), double(st));
+    offsets = offsets.defined() ? cf::add(offsets, term) : term;
+    ((len - 1) * st < 0 ? lo : hi) += (len - 1) * st;
+  }
+  cf::Shape shape{hi - lo + 1}, strides{1};
+  double count = double(hi - lo + 1);
+  for (int64_t a = 0, r = 1; a < y.dim(); ++a)
+    if (std::find(axes.begin(), axes.end(), a) == axes.end()) {
+      shape.push_back(rows[size_t(r++)]);
+      strides.push_back(y.strides()[size_t(a)]);
+      count *= double(y.shape()[size_t(a)]);
+    }
+  if (count * double(cf::dtype_size(y.dtype())) > 9.0e18) return cf::Tensor();
+  const cf::Tensor memory = cf::make_view(y, shape, strides, y.offset() + lo);
+  return cf::index_select(memory, 0, cf::reshape(lo == 0 ? offsets : cf::sub(offsets, double(lo)), {-1}));
+}
+
 cf::Tensor advanced_index(const cf::Tensor& y, const std::vector<IndexItem*>& tensors, const char* op) {
   const size_t k = tensors.size();
   std::vector<int64_t> axes;
@@ -601,8 +631,11 @@ cf::Tensor advanced_index(const cf::Tensor& y, const std::vector<IndexItem*>& te
       perm.push_back(a);
       rows.push_back(y.shape()[size_t(a)]);
     }
-  cf::Tensor flat = cf::reshape(cf::permute(y, perm), rows);
-  cf::Tensor sel = cf::index_select(flat, 0, cf::reshape(linear, {-1}));
+  cf::Tensor sel = select_without_copy(y, index, axes, b, rows);
+  if (!sel.defined()) {
+    cf::Tensor flat = cf::reshape(cf::permute(y, perm), rows);  // (a copy of y unless the axes are one run)
+    sel = cf::index_select(flat, 0, cf::reshape(linear, {-1}));
+  }
   cf::Shape s = b;
   s.insert(s.end(), rows.begin() + 1, rows.end());
   cf::Tensor out = cf::reshape(sel, s);
@@ -770,7 +803,8 @@ cf::Tensor number_value(nb::handle v, const cf::Tensor& x, const char* op) {
 // x seen flattened (row-major) with values (1-d, x's dtype, one per position) written at positions (1-d int64),
 // or added to them (accumulate): the write of index setitem, put_, index_put_ and a boolean mask with tensor
 // values. One cf::scatter_ (scatter_add_) into a 1-d view of x's memory at the positions' storage offsets (a
-// strided x's from their coordinates): O(positions), no copy of x (it was rewritten whole per write). Of
+// strided x's from their coordinates): O(positions), no copy of x (it was rewritten whole per write; bfloat16 and
+// float16 accumulation sums in a float32 scratch of x's size). Of
 // positions written more than once the last in the selection's row-major order stays (NumPy's rule; PyTorch
 // leaves it open), values moved, never added (their bits kept: -0.0, NaN); accumulate adds them all. x's
 // in-place checks under op's name (cf's rule: refused on an x that requires grad while recording, and for
@@ -790,7 +824,10 @@ void write_flat_(cf::Tensor& x, const cf::Tensor& positions, const cf::Tensor& v
     throw cf::IndexError(cf::str("[", op, "] position ", v, " is out of range for the ", n, " elements of ",
                                  x.describe()));
   });
-  if (positions.numel() == 0) return;
+  if (positions.numel() == 0) {
+    x.bump_version();  // (as scatter_ with an empty index: a write happened, of nothing)
+    return;
+  }
   cf::Tensor offsets = positions;
   int64_t lo = 0, hi = n - 1;  // x's elements' storage offsets, relative to its first element's
   if (!x.is_contiguous()) {  // the storage offset of each position: its coordinates times x's strides
@@ -809,10 +846,20 @@ void write_flat_(cf::Tensor& x, const cf::Tensor& positions, const cf::Tensor& v
     if (lo != 0) offsets = offsets - double(lo);
   }
   cf::Tensor flat = cf::make_view(x, {hi - lo + 1}, {1}, x.offset() + lo, op);
-  if (accumulate)
+  if (accumulate && cf::is_low_precision(x.dtype())) {
+    // float32 sums rounded once per element, as scatter_add: scatter_add_ on the view would sum in float32 over
+    // all the memory it spans (its kernel converts its whole output). The sums over x's positions (a float32
+    // scratch of x's size), then each target written once with round(x + its sum).
+    cf::NoGradGuard g;
+    const cf::Tensor sums = cf::scatter_add(cf::Tensor::zeros({n}, cf::kFloat32, x.device()), 0, positions,
+                                            cf::to(values, cf::kFloat32));
+    const cf::Tensor current = cf::to(cf::index_select(flat, 0, offsets), cf::kFloat32);
+    cf::scatter_(flat, 0, offsets, cf::to(current + cf::index_select(sums, 0, positions), x.dtype()));
+  } else if (accumulate) {
     cf::scatter_add_(flat, 0, offsets, values);
-  else
+  } else {
     cf::scatter_(flat, 0, offsets, values);
+  }
 }
 
 // x[key] = value or x[mask] = value with tensor values: value (a tensor, NumPy array, list or number) broadcast to
@@ -850,8 +897,9 @@ cf::Tensor flat_positions(const cf::Tensor& x) {
 }
 
 // The flat positions x[key] selects, in the selection's shape: the sum over x's axes of the key applied to
-// that axis's coordinates (an arange seen at x's shape through a stride-0 view, so nothing of x's size is made)
-// times the axis's row-major stride. O(sum of x's axis lengths + rank x selection).
+// that axis's coordinates (an arange seen at x's shape through a stride-0 view, so nothing of x's size is made:
+// advanced_index reads it through select_without_copy) times the axis's row-major stride. O(sum of x's axis
+// lengths + rank x selection).
 cf::Tensor key_positions(const cf::Tensor& x, nb::handle key, const char* op) {
   if (x.dim() == 0) return index_tensor(flat_positions(x), key, op);  // (its errors)
   cf::Tensor positions;
