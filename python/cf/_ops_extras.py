@@ -547,6 +547,8 @@ def _scatter_add_(self, dim: int, index: "_cf.Tensor", src: "_cf.Tensor") -> "_c
 
 def _number_at(op, value, like, shape):
     """value (a number) in like's dtype on its device, seen at shape (a stride-0 view); errors named op."""
+    if not isinstance(value, _numbers.Number):
+        raise TypeError("[%s] the value must be a cf.Tensor or a number, got %s" % (op, type(value).__name__))
     return _cf.expand(_named(op, lambda: _cf.full([], value, dtype=like.dtype, device=like.device)), list(shape))
 
 
@@ -758,7 +760,7 @@ def _index_add_(self, dim: int, index: "_cf.Tensor", source: "_cf.Tensor", *, al
     """In place: self.select(dim, index[i]) += alpha * source.select(dim, i) (torch's Tensor.index_add_);
     returns self."""
     op = "index_add_"
-    if alpha != 1 and self.dtype not in _FLOATS and alpha != int(alpha):
+    if alpha != 1 and self.dtype not in _FLOATS and not float(alpha).is_integer():  # (inf, nan too)
         raise _cf.DTypeError("[%s] alpha %r on a %s tensor: an integer tensor takes an integer alpha"
                              % (op, alpha, self.dtype.name))
     if alpha != 1:  # (an integral alpha as an int: a float would make an integer source float32)

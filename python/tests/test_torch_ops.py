@@ -1516,6 +1516,11 @@ def test_in_place_scatter_family_writes_through_views_in_place_and_checks_first(
     assert ints.tolist() == [0, 0, 10]
     with pytest.raises(cf.DTypeError, match=r"^\[scatter_\] \[full\] value 1e\+30 cannot be"):
         ints.scatter_(0, cf.tensor([0]), 1e30)
+    with pytest.raises(TypeError, match=r"^\[scatter_\] the value must be a cf.Tensor or a number, got str$"):
+        ints.scatter_(0, cf.tensor([0]), "a")
+    for alpha in (float("inf"), float("nan"), 2.5):
+        with pytest.raises(cf.DTypeError, match=r"^\[index_add_\] alpha .* on a int64 tensor"):
+            ints.index_add_(0, cf.tensor([1]), cf.tensor([5]), alpha=alpha)
 
 
 def test_rounding_ops_and_float_division_match_torch():
