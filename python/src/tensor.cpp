@@ -567,10 +567,6 @@ cf::Tensor checked_index(IndexItem& it, const cf::Tensor& y, int64_t axis, const
   return index;
 }
 
-// Several index tensors (PyTorch's and NumPy's advanced indexing; ints count as basic indexing, as in
-// PyTorch): the indices broadcast together to a shape B, and out[b, ...] = y[i1[b], i2[b], ..., ...]. B
-// takes the indexed axes' place when they are adjacent, else it comes first. One index_select over the
-// indexed axes flattened into one (row-major positions), so the gradient is index_select's.
 // advanced_index's selection (b's positions, then y's other axes) read through a view of y's memory, when no
 // gradient is recorded (index_select through make_view records none): its axis 0 runs over storage offsets,
 // which the indexed axes' offsets sum to, and its other axes keep y's strides. The general path's
@@ -601,6 +597,10 @@ cf::Tensor select_without_copy(const cf::Tensor& y, const std::vector<cf::Tensor
   return cf::index_select(memory, 0, cf::reshape(lo == 0 ? offsets : cf::sub(offsets, double(lo)), {-1}));
 }
 
+// Several index tensors (PyTorch's and NumPy's advanced indexing; ints count as basic indexing, as in
+// PyTorch): the indices broadcast together to a shape B, and out[b, ...] = y[i1[b], i2[b], ..., ...]. B
+// takes the indexed axes' place when they are adjacent, else it comes first. One index_select over the
+// indexed axes flattened into one (row-major positions), so the gradient is index_select's.
 cf::Tensor advanced_index(const cf::Tensor& y, const std::vector<IndexItem*>& tensors, const char* op) {
   const size_t k = tensors.size();
   std::vector<int64_t> axes;
@@ -804,7 +804,7 @@ cf::Tensor number_value(nb::handle v, const cf::Tensor& x, const char* op) {
 // or added to them (accumulate): the write of index setitem, put_, index_put_ and a boolean mask with tensor
 // values. One cf::scatter_ (scatter_add_) into a 1-d view of x's memory at the positions' storage offsets (a
 // strided x's from their coordinates): O(positions), no copy of x (it was rewritten whole per write; bfloat16 and
-// float16 accumulation sums in a float32 scratch of x's size). Of
+// float16 accumulation sums in a float32 scratch of the memory x spans). Of
 // positions written more than once the last in the selection's row-major order stays (NumPy's rule; PyTorch
 // leaves it open), values moved, never added (their bits kept: -0.0, NaN); accumulate adds them all. x's
 // in-place checks under op's name (cf's rule: refused on an x that requires grad while recording, and for
@@ -846,16 +846,7 @@ void write_flat_(cf::Tensor& x, const cf::Tensor& positions, const cf::Tensor& v
     if (lo != 0) offsets = offsets - double(lo);
   }
   cf::Tensor flat = cf::make_view(x, {hi - lo + 1}, {1}, x.offset() + lo, op);
-  if (accumulate && cf::is_low_precision(x.dtype())) {
-    // float32 sums rounded once per element, as scatter_add: scatter_add_ on the view would sum in float32 over
-    // all the memory it spans (its kernel converts its whole output). The sums over x's positions (a float32
-    // scratch of x's size), then each target written once with round(x + its sum).
-    cf::NoGradGuard g;
-    const cf::Tensor sums = cf::scatter_add(cf::Tensor::zeros({n}, cf::kFloat32, x.device()), 0, positions,
-                                            cf::to(values, cf::kFloat32));
-    const cf::Tensor current = cf::to(cf::index_select(flat, 0, offsets), cf::kFloat32);
-    cf::scatter_(flat, 0, offsets, cf::to(current + cf::index_select(sums, 0, positions), x.dtype()));
-  } else if (accumulate) {
+  if (accumulate) {  // (16-bit: cf::scatter_add_'s float32 scratch spans the view; it writes the targets only)
     cf::scatter_add_(flat, 0, offsets, values);
   } else {
     cf::scatter_(flat, 0, offsets, values);
