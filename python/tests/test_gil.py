@@ -66,8 +66,20 @@ def test_threads_serve_one_model_with_the_serial_results():
         model = cf.models.EncoderClassifier(dict(config, attention=attention), generator=cf.Generator(7)).eval()
         gen = cf.Generator(1)
         inputs = [cf.randint(1, 20, [2, 12], generator=gen) for _ in range(4)]
-        with cf.no_grad():
-            serial = [model(x).tolist() for x in inputs]
+        # The serial results come from a thread of their own, as the concurrent ones: OpenMP's team size is a
+        # per-thread setting, and importing torch (an earlier test) set the main thread's to torch's count (1 on
+        # a machine whose CPU topology torch reads as one physical core), while new threads keep OpenMP's default;
+        # team sizes may change the last bits (docs/design-notes.md, "Parallelism").
+        serial = []
+
+        def run_serially():
+            with cf.no_grad():
+                serial.extend(model(x).tolist() for x in inputs)
+
+        once = threading.Thread(target=run_serially)
+        once.start()
+        once.join()
+        assert len(serial) == len(inputs)
         results = [[] for _ in inputs]
 
         def serve(i):
