@@ -29,6 +29,7 @@
 #include "core/rng.h"
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "core/threads.h"
 #include "dist/dist.h"
 #include "nn/nn.h"
 #include "models/attention_switch.h"

@@ -52,6 +52,18 @@ inline void check_grad(const char* op, const GradcheckFn& f, const std::vector<T
 }
 
 // float64 leaf of the given shape with distinct values (seeded), requiring grad.
+// cf::set_num_threads(n) while alive; the count before (set or OpenMP's) is back after.
+class NumThreadsGuard {
+ public:
+  explicit NumThreadsGuard(int n) : before_(num_threads_is_set() ? get_num_threads() : 0) { set_num_threads(n); }
+  ~NumThreadsGuard() { set_num_threads(before_); }
+  NumThreadsGuard(const NumThreadsGuard&) = delete;
+  NumThreadsGuard& operator=(const NumThreadsGuard&) = delete;
+
+ private:
+  int before_;
+};
+
 inline Tensor leaf64(const Shape& shape, uint64_t seed = 1, double low = -1.0, double high = 1.0) {
   Generator g(seed);
   Tensor t = rand(shape, kFloat64, g, low, high);

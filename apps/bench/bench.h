@@ -18,10 +18,6 @@
 #include <string>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cf.h"
 #include "common/attention_bench.h"
 #include "common/cli.h"
@@ -67,14 +63,12 @@ struct BenchOptions {
   double attention_dropout = 0.0;  // attention: weight dropout of the variants that have it, in training
 };
 
-// While alive, OpenBLAS runs with as many threads as cf's OpenMP team: the
+// While alive, OpenBLAS runs with as many threads as cf's kernels: the
 // raw-BLAS baseline at its own best. cf's next matmul puts it back to 1 thread.
 // (matmul and kmeans baselines)
 struct RawBlasThreads {
   RawBlasThreads() {
-#ifdef _OPENMP
-    openblas_set_num_threads(omp_get_max_threads());
-#endif
+    openblas_set_num_threads(cf::get_num_threads());
   }
   ~RawBlasThreads() { openblas_set_num_threads(1); }
 };

@@ -9,10 +9,6 @@
 #include <string>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "bench/bench.h"
 #include "bench/dist_bench.h"
 #include "kernels/common/cpu_isa.h"
@@ -340,11 +336,7 @@ int main(int argc, char** argv) {
   BenchOptions b;
   const int rc = cf::apps::parse_command_line("cf-bench", [&] { return parse(argc, argv, cmd, b); });
   if (rc >= 0) return rc;
-  if (b.threads > 0) {
-#ifdef _OPENMP
-    omp_set_num_threads(int(b.threads));
-#endif
-  }
+  if (b.threads > 0) cf::set_num_threads(b.threads);  // (1024 at most: parse checked)
   try {
     cf::cuda::check_device(b.device, "cf-bench");
     cf::bench::g_device = b.device;

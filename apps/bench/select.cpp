@@ -24,9 +24,9 @@ int64_t kmeans_rows(int64_t n) { return std::max<int64_t>(1, 32768 / n); }
 
 // The textbook top-k the baseline runs: per line, std::partial_sort of (value,
 // position) pairs, larger value first and ties to the lower position (cf::topk's
-// order on NaN-free data), lines split over the same OpenMP threads as cf.
+// order on NaN-free data), lines split over as many OpenMP threads as cf's kernels use.
 void partial_sort_topk(const float* x, int64_t lines, int64_t n, int64_t k, int64_t* out) {
-#pragma omp parallel
+#pragma omp parallel num_threads(cf::get_num_threads())
   {
     std::vector<std::pair<float, int64_t>> buf(static_cast<size_t>(n));
 #pragma omp for schedule(static)

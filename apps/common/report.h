@@ -13,10 +13,6 @@
 #include <sys/stat.h>
 #include <thread>
 #include <vector>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cf.h"
 #include "core/json.h"
 #include "common/cli.h"
@@ -59,11 +55,7 @@ inline nlohmann::ordered_json machine_record() {
   std::tm t{};
   gmtime_r(&now, &t);
   std::strftime(utc, sizeof utc, "%Y-%m-%dT%H:%M:%SZ", &t);
-#ifdef _OPENMP
-  const int threads = omp_get_max_threads();
-#else
-  const int threads = 1;
-#endif
+  const int threads = cf::get_num_threads();
   const cf::kernels::BlasKernels blas = cf::kernels::blas_kernels();
   static bool warned = false;
   if (blas.older_than_cpu && !warned) {

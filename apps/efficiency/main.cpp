@@ -31,10 +31,6 @@
 
 #include <unistd.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cf.h"
 #include "common/attention_bench.h"
 #include "common/cli.h"
@@ -682,11 +678,7 @@ std::string markdown(const Config& cfg, Aggregates& agg, const std::vector<json>
 int run(const Config& cfg) {
   const auto t_start = std::chrono::steady_clock::now();
   const cf::Device dev = cf::apps::parse_device(cfg.device);
-  if (cfg.threads > 0) {
-#ifdef _OPENMP
-    omp_set_num_threads(int(cfg.threads));
-#endif
-  }
+  if (cfg.threads > 0) cf::set_num_threads(cfg.threads);
   cf::apps::make_dir(cfg.out_dir, "cf-efficiency", "--out-dir");
   const double max_gib = cfg.max_gib > 0 ? cfg.max_gib : cf::apps::physical_gib() / 2;
   emit_start(cfg, dev, max_gib);

@@ -96,21 +96,13 @@ const In* as_operand(const RowMath& rm, const T* A, int64_t n) {
   }
 }
 
-int threads_available() {
-#ifdef _OPENMP
-  return omp_in_parallel() ? 1 : omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
 // Runs body(item, thread) over [0, items) on the OpenMP team (dynamic schedule:
 // causal tiles differ in cost), serially when the work is small. `per_thread`
 // is called once per thread before its items, to allocate its scratch.
 // An exception (the scratch's bad_alloc) is raised after the region (ParallelErrors).
 template <typename Init, typename Body>
 void run_items(int64_t items, double flops, Init&& per_thread, Body&& body) {
-  const int nt = threads_available();
+  const int nt = max_threads();
   const bool par = nt > 1 && items > 1 && flops >= 2e6;
   ParallelErrors errors;
 #pragma omp parallel num_threads(nt) if (par)
@@ -361,7 +353,7 @@ void flash_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, con
                });
 
   // Key slices per batch*head: enough items for every thread.
-  const int nt = threads_available();
+  const int nt = max_threads();
   const int64_t parts = std::min<int64_t>(nkt, std::max<int64_t>(1, (nt + BH - 1) / BH));
   std::vector<T> dq_part(parts > 1 ? size_t(BH * parts * d.Nq * d.Dk) : 0, T(0));
   struct Scratch {

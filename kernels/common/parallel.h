@@ -6,6 +6,8 @@
 #include <exception>
 #include <mutex>
 
+#include "core/threads.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -14,6 +16,17 @@ namespace cf::kernels {
 
 // Elements below which a loop stays serial: thread start-up costs more than it saves.
 constexpr int64_t kParallelGrain = 32768;
+
+// Threads a parallel region started here may use: cf::get_num_threads() (core/threads.h), 1 inside a region
+// already running (no nested teams). Every CPU kernel's region takes its team size from here, as
+// `num_threads(max_threads())`, so set_num_threads reaches all of them.
+inline int max_threads() {
+#ifdef _OPENMP
+  return omp_in_parallel() ? 1 : get_num_threads();
+#else
+  return 1;
+#endif
+}
 
 // An exception cannot leave an OpenMP region: the process terminates ("terminate called without an active
 // exception": a bad_alloc of a kernel's scratch ended the program instead of raising). Work inside a region
@@ -48,9 +61,10 @@ template <typename F>
 void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
 #ifdef _OPENMP
-  if (n > grain && !omp_in_parallel() && omp_get_max_threads() > 1) {
+  const int threads = n > grain ? max_threads() : 1;
+  if (threads > 1) {
     int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
-    int nt = int(std::min<int64_t>(omp_get_max_threads(), max_chunks));
+    int nt = int(std::min<int64_t>(threads, max_chunks));
     ParallelErrors errors;
 #pragma omp parallel num_threads(nt)
     {

@@ -212,7 +212,7 @@ void update_typed(const Tensor& x, const Tensor& labels, const Tensor& order, co
   // One cluster per task: each sum is computed by one thread in a fixed order, so the
   // partition of clusters over threads cannot change any bit.
   const bool par = N * d > kParallelGrain && k > 1;
-#pragma omp parallel for schedule(dynamic, 1) if (par)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(max_threads()) if (par)
   for (int64_t j = 0; j < k; ++j) {
     double* acc = S + j * d;
     std::fill(acc, acc + d, 0.0);

@@ -116,13 +116,6 @@ constexpr double kParallelFlops = 2e6;  // below this a parallel region costs mo
 constexpr int64_t kMinPartRows = 16;    // a split GEMM keeps at least this many rows (or columns) per part
 
 
-int max_threads() {
-#ifdef _OPENMP
-  return omp_in_parallel() ? 1 : omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
 
 template <typename T>
 void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -182,7 +175,7 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
   };
   if (threads > 1 && items > 1 && flops >= kParallelFlops) {
     ParallelErrors errors;  // (the 16-bit path's buffers may fail to allocate)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t item = 0; item < items; ++item) errors.run([&] { run(item); });
     errors.rethrow();
   } else {

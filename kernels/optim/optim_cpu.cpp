@@ -1,5 +1,6 @@
 // CPU arm of the fused optimizer steps (kernels/optim/optim.h): OpenMP over
 // elements for large parameters.
+#include "kernels/common/parallel.h"
 #include "kernels/optim/optim_common.h"
 
 namespace cf::kernels {
@@ -12,7 +13,7 @@ void adam_typed(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor&
   T *P = p.data<T>(), *M = m.data<T>(), *V = v.data<T>();
   const T* G = g.data<T>();
   const int64_t n = p.numel();
-#pragma omp parallel for schedule(static) if (n >= 32768)
+#pragma omp parallel for schedule(static) num_threads(max_threads()) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) adam_element(c, P, G, M, V, i);
 }
 
@@ -23,7 +24,7 @@ void sgd_typed(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdSte
   T* B = buf.defined() ? buf.data<T>() : nullptr;
   const T* G = g.data<T>();
   const int64_t n = p.numel();
-#pragma omp parallel for schedule(static) if (n >= 32768)
+#pragma omp parallel for schedule(static) num_threads(max_threads()) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) sgd_element(c, P, G, B, i);
 }
 

@@ -93,7 +93,7 @@ void farthest_point_sampling_cpu(const Tensor& points, const Tensor& pad, const 
   const double* P = points.data<double>();
   const bool* M = pad.defined() ? pad.data<bool>() : nullptr;
   int64_t* O = out.data<int64_t>();
-#pragma omp parallel for if (b > 1 && n * m * c > 32768)
+#pragma omp parallel for num_threads(max_threads()) if (b > 1 && n * m * c > kParallelGrain)
   for (int64_t r = 0; r < b; ++r) sample_row(P + r * n * c, M ? M + r * n : nullptr, n, c, m, O + r * m);
 }
 

@@ -228,6 +228,14 @@ NB_MODULE(_cf, m) {
         "Release the blocks a caching allocator keeps for reuse (after letting go of the Python objects of "
         "tensors that only Python could still hold, such as a deleted model's parameters).");
 
+  m.def("set_num_threads", &cf::set_num_threads, nb::arg("n"),
+        "CPU threads of every later cf kernel, whichever thread calls it (1 <= n <= 1024; 0: OpenMP's own count "
+        "of the calling thread, the default). OpenMP's count is per thread, and importing torch sets the "
+        "importing thread's to torch's: this one setting holds for all.");
+  m.def("get_num_threads", &cf::get_num_threads,
+        "CPU threads the next cf kernel called from this thread may use: cf.set_num_threads's n, else OpenMP's "
+        "count of this thread.");
+
   nb::module_ cuda = m.def_submodule("cuda", "The CUDA runtime as cf sees it.");
   cuda.def("device_count", &cf::cuda::device_count, "CUDA devices visible (0 without the backend, driver or GPU).");
   cuda.def("is_available", &cf::cuda::is_available, "True when a CUDA device is visible to this build.");

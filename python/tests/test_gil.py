@@ -2,6 +2,8 @@
 import threading
 import time
 
+import pytest
+
 import cf
 
 
@@ -94,3 +96,21 @@ def test_threads_serve_one_model_with_the_serial_results():
             t.join()
         for i, outputs in enumerate(results):
             assert outputs == [serial[i]] * 20, attention["type"]
+
+
+def test_set_num_threads_is_one_count_for_every_thread():
+    try:
+        cf.set_num_threads(1)
+        assert cf.get_num_threads() == 1
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(cf.get_num_threads()))
+        t.start()
+        t.join()
+        assert seen == [1]  # a thread of its own sees the same count (OpenMP's is per thread)
+    finally:
+        cf.set_num_threads(0)  # back to OpenMP's own count
+    with pytest.raises(cf.ValueError, match=r"^\[set_num_threads\] n must be in \[1, 1024\] \(0: OpenMP's count "
+                                            r"of the calling thread\), got -1$"):
+        cf.set_num_threads(-1)
+    with pytest.raises(cf.ValueError, match=r"got 1025$"):
+        cf.set_num_threads(1025)

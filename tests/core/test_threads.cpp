@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/common/parallel.h"
 #include "nn/pattern_lm.h"
 #include "test_util.h"
 
@@ -67,6 +68,52 @@ TEST_CASE("threads: OpenMP kernels agree with the one-thread results") {
   for (size_t i = 0; i < many.size(); ++i) CHECK(many[i] == doctest::Approx(one[i]).epsilon(1e-6));
 #endif
   CHECK(many[3] == doctest::Approx(512.0));
+}
+
+TEST_CASE("threads: set_num_threads is one count for every calling thread, over OpenMP's per-thread count") {
+  // The teams parallel_for starts: one chunk per thread of its team.
+  auto chunks = [] {
+    std::atomic<int> n{0};
+    kernels::parallel_for(int64_t(1) << 20, kernels::kParallelGrain, [&](int64_t, int64_t) { ++n; });
+    return n.load();
+  };
+  Generator g(9);
+  const Tensor a = rand({96, 200}, kFloat64, g), b = rand({200, 3000}, kFloat64, g);
+  const Tensor x = rand({1 << 18}, kFloat32, g);
+  auto run = [&] { return std::vector<double>{sum(matmul(a, b)).item(), sum(softmax(reshape(x, {512, 512}), -1)).item()}; };
+  {
+    NumThreadsGuard one(1);
+    CHECK(num_threads_is_set());
+    CHECK(get_num_threads() == 1);
+    CHECK(chunks() == 1);
+    int seen = 0, seen_chunks = 0;
+    std::thread t([&] { seen = get_num_threads(), seen_chunks = chunks(); });
+    t.join();
+    CHECK(seen == 1);  // a thread started later: the same count
+    CHECK(seen_chunks == 1);
+  }
+#ifdef _OPENMP
+  {
+    // What importing PyTorch did to a Python process: the calling thread's OpenMP count set to 1. A set count
+    // rules over it, so this thread and a new one (which keeps OpenMP's default) run the same teams and get the
+    // same bits.
+    const int before = omp_get_max_threads();
+    NumThreadsGuard two(2);
+    omp_set_num_threads(1);
+    CHECK(get_num_threads() == 2);
+    CHECK(chunks() == 2);
+    const std::vector<double> here = run();
+    std::vector<double> there;
+    std::thread t([&] { there = run(); });
+    t.join();
+    omp_set_num_threads(before);
+    CHECK(here == there);
+  }
+#endif
+  CHECK_FALSE(num_threads_is_set());  // (the guards put the default back)
+  CHECK_THROWS_WITH_AS(set_num_threads(-1), "[set_num_threads] n must be in [1, 1024] (0: OpenMP's count of the calling thread), got -1", ValueError);
+  CHECK_THROWS_WITH_AS(set_num_threads(1025), doctest::Contains("got 1025"), ValueError);
+  CHECK_FALSE(num_threads_is_set());  // (a refused count changes nothing)
 }
 
 TEST_CASE("threads: allocator statistics stay exact under concurrent allocation") {

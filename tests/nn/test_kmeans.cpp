@@ -8,10 +8,6 @@
 #include <set>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "nn/clustering/kmeans.h"
 #include "nn/kmeans_test_util.h"
 #include "test_util.h"
@@ -225,18 +221,14 @@ TEST_CASE("KMeans: the same seed or the same init gives the same bits, for any t
   CHECK(same_bits(from_init.centroids, a.centroids));
   CHECK(same_bits(from_init.assignments, a.assignments));
 
-#ifdef _OPENMP
-  const int threads = omp_get_max_threads();
   for (int t : {1, 2, 3}) {
-    omp_set_num_threads(t);
+    test::NumThreadsGuard count(t);
     KMeansResult r = kmeans(p.x, init, o);
     INFO("threads ", t);
     CHECK(same_bits(r.centroids, a.centroids));
     CHECK(same_bits(r.assignments, a.assignments));
     CHECK(r.inertia_history == a.inertia_history);
   }
-  omp_set_num_threads(threads);
-#endif
   // The block size bounds memory only; the result is the same.
   for (int64_t rows : {1, 333, 4000}) {
     KMeansOptions ob = o;

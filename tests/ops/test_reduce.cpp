@@ -1,10 +1,6 @@
 #include <cmath>
 #include <limits>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "test_util.h"
 #include "cuda/cuda_test_util.h"
 #include <functional>
@@ -142,13 +138,8 @@ TEST_CASE("short reductions over many outputs of a strided view, split over thre
         want_imax.push_back(imax);
         want_sum.push_back(s);
       }
-#ifdef _OPENMP
-  const int threads_before = omp_get_max_threads();
   for (int threads : {1, 2, 3}) {
-    omp_set_num_threads(threads);
-#else
-  for (int threads : {1}) {
-#endif
+    NumThreadsGuard count(threads);
     CAPTURE(threads);
     const ValuesIndices m = max(x, -1);
     CHECK(m.values.to_vector<float>() == want_max);
@@ -156,9 +147,6 @@ TEST_CASE("short reductions over many outputs of a strided view, split over thre
     CHECK(min(x, -1).values.to_vector<float>() == want_min);
     check_close(sum(x, {-1}), want_sum, 1e-6);
   }
-#ifdef _OPENMP
-  omp_set_num_threads(threads_before);
-#endif
 }
 
 TEST_CASE("a whole-tensor sum splits the region over threads, same bits at any thread count") {
@@ -180,15 +168,9 @@ TEST_CASE("a whole-tensor sum splits the region over threads, same bits at any t
   int64_t isum = 0;
   for (int64_t a : xi.to_vector<int64_t>()) isum += a;
   CHECK(sum(xi).item<int64_t>() == isum);
-#ifdef _OPENMP
-  int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  double one = sum(x).item();
-  omp_set_num_threads(2);
-  double two = sum(x).item();
-  omp_set_num_threads(threads);
+  const double one = (NumThreadsGuard(1), sum(x).item());
+  const double two = (NumThreadsGuard(2), sum(x).item());
   CHECK(one == two);
-#endif
 }
 
 TEST_CASE("reduce bad input") {
