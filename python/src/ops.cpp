@@ -232,6 +232,8 @@ Tensor py_remainder(const Tensor& a, const Tensor& b);
 Tensor div_rounded(const Tensor& a, const Tensor& b, const std::optional<std::string>& mode);
 Tensor integer_operand(const Tensor& like, const Tensor& b, const char* op);
 Tensor integer_operand(const Tensor& like, double b, const char* op);
+Tensor power(const Tensor& a, double p, const char* op = "pow");
+inline Tensor power(const Tensor& a, const Tensor& p) { return cf::pow(a, p); }
 
 void bind_elementwise(nb::module_& m, TensorCls& cls) {
   // ---- binary arithmetic: tensor (op) tensor, tensor (op) number ----
@@ -252,7 +254,8 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
                 "int takes a's dtype, a float promotes an integer or bool a to float32, as PyTorch).")
   CF_ARITH(sub, subtract(t, a, b), "a - b with broadcasting (a bool tensor refused, as PyTorch).")
   CF_ARITH(mul, cf::mul(a, b), "a * b with broadcasting.")
-  CF_ARITH(pow, cf::pow(a, b), "a ** b with broadcasting.")
+  CF_ARITH(pow, power(a, b), "a ** b with broadcasting (an integer tensor to an int power stays integral, a bool one "
+                "becomes int64, as PyTorch).")
 #undef CF_ARITH
   CF_BINARY(eq, "a == b elementwise, bool (never differentiable).")
   CF_BINARY(ne, "a != b elementwise, bool.")
@@ -444,6 +447,16 @@ Tensor floating_if(const Tensor& t, const Tensor& other) {
   return cf::is_floating(other.dtype()) && !cf::is_floating(t.dtype()) ? cf::to(t, other.dtype()) : t;
 }
 Tensor true_divide(const Tensor& a, double b) { return promoted_for_float(a) / b; }
+// t ** p for an int number p (a float p promoted t first): an integer tensor stays integral and a bool one becomes
+// int64, as PyTorch (i ** 3 was refused while i ** cf.tensor(3) ran), through the tensor-exponent pow; a negative
+// p on one is refused as PyTorch refuses it.
+Tensor power(const Tensor& a, double p, const char* op) {
+  if (cf::is_floating(a.dtype())) return cf::pow(a, p);
+  CF_CHECK(p >= 0, ValueError, "[", op, "] integers to negative integer powers are not allowed (as in PyTorch): ",
+           a.describe(), " ** ", p, " (convert the tensor with .float() first)");
+  const Tensor x = a.dtype() == cf::kBool ? cf::to(a, cf::kInt64) : a;
+  return cf::pow(x, cf::ops::number_like(x, p, op));
+}
 Tensor true_divide(double a, const Tensor& b) {
   const Tensor fb = promoted_for_float(b);
   return cf::ops::number_like(fb, a, "div") / fb;
@@ -582,51 +595,54 @@ void bind_operators(TensorCls& cls) {
   // and answer NotImplemented for what is not a number, so t == None stays False. Arithmetic (arith true)
   // with a float number promotes an integer or bool tensor to float32 first (promoted_for_float: PyTorch's
   // rule); comparisons compare exactly (cf::ops::compare_operand).
-#define CF_NP_BINARY(py, arith, expr)                                                              \
+#define CF_NP_BINARY(py, op, arith, expr)                                                          \
   cls.def(py, [](const Tensor& t, nb::handle h) -> nb::object {                                    \
-    auto o = number_operand(h, t, "operator", /*complex_is_other=*/!(arith));                       \
+    auto o = number_operand(h, t, op, /*complex_is_other=*/!(arith));                               \
     if (!o) return nb::borrow(Py_NotImplemented);                                                  \
     return nb::cast(apply_operand(t, *o, arith, [&](const Tensor& a, const auto& b) { return expr; })); \
   }, nb::arg("other").none(), nb::sig("def " py "(self, other: object | None) -> cf._cf.Tensor"));
-  CF_NP_BINARY("__add__", true, a + b)
-  CF_NP_BINARY("__radd__", true, b + a)
-  CF_NP_BINARY("__sub__", true, subtract(t, a, b))
-  CF_NP_BINARY("__rsub__", true, subtract(t, b, a))
-  CF_NP_BINARY("__mul__", true, a * b)
-  CF_NP_BINARY("__rmul__", true, b * a)
-  CF_NP_BINARY("__truediv__", true, true_divide(a, b))
-  CF_NP_BINARY("__rtruediv__", true, true_divide(b, a))
-  CF_NP_BINARY("__floordiv__", true, py_floor_divide(a, integer_operand(a, b, "floor_divide")))
-  CF_NP_BINARY("__rfloordiv__", true, py_floor_divide(integer_operand(a, b, "floor_divide"), a))
-  CF_NP_BINARY("__mod__", true, py_remainder(a, integer_operand(a, b, "remainder")))
-  CF_NP_BINARY("__rmod__", true, py_remainder(integer_operand(a, b, "remainder"), a))
-  CF_NP_BINARY("__pow__", true, cf::pow(a, b))
-  CF_NP_BINARY("__rpow__", true, cf::pow(integer_operand(a, b, "pow"), a))
-  CF_NP_BINARY("__eq__", false, cf::eq(a, b))  // (a reflected == or != is the same operator; < reflects to >)
-  CF_NP_BINARY("__ne__", false, cf::ne(a, b))
-  CF_NP_BINARY("__lt__", false, cf::lt(a, b))
-  CF_NP_BINARY("__le__", false, cf::le(a, b))
-  CF_NP_BINARY("__gt__", false, cf::gt(a, b))
-  CF_NP_BINARY("__ge__", false, cf::ge(a, b))
+  CF_NP_BINARY("__add__", "add", true, a + b)
+  CF_NP_BINARY("__radd__", "add", true, b + a)
+  CF_NP_BINARY("__sub__", "sub", true, subtract(t, a, b))
+  CF_NP_BINARY("__rsub__", "sub", true, subtract(t, b, a))
+  CF_NP_BINARY("__mul__", "mul", true, a * b)
+  CF_NP_BINARY("__rmul__", "mul", true, b * a)
+  CF_NP_BINARY("__truediv__", "div", true, true_divide(a, b))
+  CF_NP_BINARY("__rtruediv__", "div", true, true_divide(b, a))
+  CF_NP_BINARY("__floordiv__", "floor_divide", true, py_floor_divide(a, integer_operand(a, b, "floor_divide")))
+  CF_NP_BINARY("__rfloordiv__", "floor_divide", true, py_floor_divide(integer_operand(a, b, "floor_divide"), a))
+  CF_NP_BINARY("__mod__", "remainder", true, py_remainder(a, integer_operand(a, b, "remainder")))
+  CF_NP_BINARY("__rmod__", "remainder", true, py_remainder(integer_operand(a, b, "remainder"), a))
+  CF_NP_BINARY("__pow__", "pow", true, power(a, b))
+  CF_NP_BINARY("__rpow__", "pow", true, cf::pow(integer_operand(a, b, "pow"), a))
+  CF_NP_BINARY("__eq__", "eq", false, cf::eq(a, b))  // (a reflected == or != is the same operator; < reflects to >)
+  CF_NP_BINARY("__ne__", "ne", false, cf::ne(a, b))
+  CF_NP_BINARY("__lt__", "lt", false, cf::lt(a, b))
+  CF_NP_BINARY("__le__", "le", false, cf::le(a, b))
+  CF_NP_BINARY("__gt__", "gt", false, cf::gt(a, b))
+  CF_NP_BINARY("__ge__", "ge", false, cf::ge(a, b))
   // & | ^ with a number or NumPy operand (np.True_ | t is a cf tensor, not NumPy's array of t)
-  CF_NP_BINARY("__and__", false, cf::logical_and(a, logical_operand(a, b, "logical_and")))
-  CF_NP_BINARY("__rand__", false, cf::logical_and(logical_operand(a, b, "logical_and"), a))
-  CF_NP_BINARY("__or__", false, cf::logical_or(a, logical_operand(a, b, "logical_or")))
-  CF_NP_BINARY("__ror__", false, cf::logical_or(logical_operand(a, b, "logical_or"), a))
-  CF_NP_BINARY("__xor__", false, logical_xor(a, logical_operand(a, b, "logical_xor")))
-  CF_NP_BINARY("__rxor__", false, logical_xor(logical_operand(a, b, "logical_xor"), a))
+  CF_NP_BINARY("__and__", "logical_and", false, cf::logical_and(a, logical_operand(a, b, "logical_and")))
+  CF_NP_BINARY("__rand__", "logical_and", false, cf::logical_and(logical_operand(a, b, "logical_and"), a))
+  CF_NP_BINARY("__or__", "logical_or", false, cf::logical_or(a, logical_operand(a, b, "logical_or")))
+  CF_NP_BINARY("__ror__", "logical_or", false, cf::logical_or(logical_operand(a, b, "logical_or"), a))
+  CF_NP_BINARY("__xor__", "logical_xor", false, logical_xor(a, logical_operand(a, b, "logical_xor")))
+  CF_NP_BINARY("__rxor__", "logical_xor", false, logical_xor(logical_operand(a, b, "logical_xor"), a))
 #undef CF_NP_BINARY
   // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on), with a
   // tensor or any operand number_operand takes (bind_inplace): each write(a, b) takes a tensor or a number b.
   // t += u of another float dtype computes in the promoted dtype and stores in t's, as *= and /= do (and
   // PyTorch); add_ itself takes one dtype
-  auto add_into = [](Tensor& a, const Tensor& b, double alpha) -> Tensor& {
-    if (a.dtype() == b.dtype() || !cf::is_floating(a.dtype()) || !cf::is_floating(b.dtype()))
-      return cf::add_(a, b, alpha);  // (its errors: an int64 tensor with a float one, ...)
-    cf::ops::check_inplace(a, "add_");  // the checks of add_, under its name
-    cf::ops::check_inplace_source(b, "add_");
-    CF_CHECK(cf::broadcast_shapes(a.shape(), b.shape(), "add_") == a.shape(), ShapeError, "[add_] cannot broadcast ",
+  auto add_into = [](Tensor& a, const Tensor& b, double alpha, const char* op) -> Tensor& {
+    // add_'s checks, under the operator's name (-= is sub_; cf::add_ would say add_)
+    cf::ops::check_inplace(a, op);
+    cf::ops::check_inplace_source(b, op);
+    cf::ops::check_same_device(op, {&a, &b});
+    CF_CHECK(cf::broadcast_shapes(a.shape(), b.shape(), op) == a.shape(), ShapeError, "[", op, "] cannot broadcast ",
              cf::shape_str(b.shape()), " into ", cf::shape_str(a.shape()));
+    if (a.dtype() == b.dtype()) return cf::add_(a, b, alpha);
+    CF_CHECK(cf::is_floating(a.dtype()) && cf::is_floating(b.dtype()), DTypeError, "[", op, "] cannot write ",
+             b.dtype(), " values into ", a.describe(), " in place (convert one with .to(dtype))");
     Tensor sum = [&] { cf::NoGradGuard g; return alpha == 1.0 ? a + b : a - b; }();
     return cf::copy_(a, sum);
   };
@@ -636,7 +652,7 @@ void bind_operators(TensorCls& cls) {
       if constexpr (std::is_same_v<std::decay_t<decltype(b)>, double>)
         return cf::add_(a, cf::ops::number_like(a, b, op), alpha);
       else
-        return add_into(a, b, alpha);
+        return add_into(a, b, alpha, op);
     };
   };
   bind_inplace(cls, "__iadd__", "add_", "+", add_write(1.0, "add_"));
@@ -660,7 +676,7 @@ void bind_operators(TensorCls& cls) {
   });
   bind_inplace(cls, "__ipow__", "pow_", "**", [](Tensor& a, const auto& b) -> Tensor& {
     if constexpr (std::is_same_v<std::decay_t<decltype(b)>, double>) {
-      Tensor p = [&] { cf::NoGradGuard g; return cf::pow(a, b); }();
+      Tensor p = [&] { cf::NoGradGuard g; return power(a, b, "pow_"); }();
       return cf::copy_(a, p);
     } else {
       return write_result(a, b, "pow_", [](const Tensor& x, const Tensor& y) { return cf::pow(x, y); });

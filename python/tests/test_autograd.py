@@ -88,7 +88,7 @@ def test_an_inplace_write_of_a_value_that_requires_grad_is_refused():
         out[0] = w * 2
     with pytest.raises(cf.AutogradError, match=r"^\[add_\] the value written requires grad"):
         acc += w
-    with pytest.raises(cf.AutogradError, match=r"^\[add_\]"):
+    with pytest.raises(cf.AutogradError, match=r"^\[sub_\] the value written requires grad"):
         acc -= w
     for op, name in [(lambda: acc.__imul__(w), "mul_"), (lambda: acc.__itruediv__(w), "div_"),
                      (lambda: acc.__ipow__(w), "pow_")]:

@@ -1657,7 +1657,7 @@ def test_number_operands_numpy_bools_complex_and_number_like_objects():
     assert cf.add(t, Fraction(1, 2)).tolist() == [1.5, 2.5]
     assert (i * Fraction(1, 2)).dtype == cf.float32 and (i * Fraction(1, 2)).tolist() == [0.5, 1.0]
     # a complex number is refused, naming the op (a NumPy complex scalar lost its imaginary part)
-    with pytest.raises(TypeError, match=r"^\[operator\] cf has no complex dtype: got \(1\+2j\) of complex128$"):
+    with pytest.raises(TypeError, match=r"^\[add\] cf has no complex dtype: got \(1\+2j\) of complex128$"):
         t + np.complex128(1 + 2j)
     with pytest.raises(TypeError, match=r"^\[add\] cf has no complex dtype: got 1j$"):
         cf.add(t, 1j)
@@ -1705,6 +1705,15 @@ def test_number_operands_numpy_bools_complex_and_number_like_objects():
             f()
     with pytest.raises(cf.DTypeError, match=r"^\[sub_\] subtraction with a bool tensor"):
         b -= 1
+    # -= with a tensor names sub_ too (it said add_), and + / == name their op (they said [operator])
+    with pytest.raises(cf.ShapeError, match=r"^\[sub_\] shapes \(2\) and \(3\) cannot be broadcast"):
+        g -= cf.ones([3])
+    with pytest.raises(cf.DTypeError, match=r"^\[sub_\] cannot write float32 values into int64 \(2\) on cpu in place"):
+        i -= cf.ones([2])
+    with pytest.raises(cf.AutogradError, match=r"^\[sub_\] the value written requires grad"):
+        g -= cf.ones([2], requires_grad=True)
+    with pytest.raises(TypeError, match=r"^\[mul\] cf has no complex dtype"):
+        t * np.complex64(1)
     # an error other than "not a number" raised by __float__ propagates (it was swallowed)
 
     class Interrupting:
@@ -1719,6 +1728,28 @@ def test_number_operands_numpy_bools_complex_and_number_like_objects():
         cf.add(t, torch.ones(1, 1))  # (one element with axes: no number; it was taken as one, losing its shape)
     with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor is not supported"):
         torch.tensor([True]) - 1.5  # (the rule followed above)
+
+
+def test_integer_tensors_to_int_powers_stay_integral_as_torch():
+    i, b = cf.tensor([1, 2, 3]), cf.tensor([True, False])
+    # (refused until now: pow with a number took floating tensors only, while i ** cf.tensor(3) ran)
+    for got in (i ** 3, cf.pow(i, 3), i.pow(3), i ** np.int64(3)):
+        assert got.dtype == cf.int64 and got.tolist() == [1, 8, 27]
+    assert (b ** 2).dtype == cf.int64 and (b ** 2).tolist() == [1, 0] and (i ** 0).tolist() == [1, 1, 1]
+    assert (i ** 2.0).dtype == cf.float32 and (i ** 2.0).tolist() == [1.0, 4.0, 9.0]  # a float power promotes
+    j = cf.tensor([2, 3])
+    j **= 2
+    assert j.dtype == cf.int64 and j.tolist() == [4, 9]
+    with pytest.raises(cf.ValueError, match=r"^\[pow\] integers to negative integer powers are not allowed \(as in "
+                                            r"PyTorch\): int64 \(3\) on cpu \*\* -1 \(convert the tensor with \.float\(\) first\)$"):
+        i ** -1
+    with pytest.raises(cf.ValueError, match=r"^\[pow_\] integers to negative"):
+        j **= -2
+    torch = pytest.importorskip("torch")
+    ti = torch.tensor([1, 2, 3])
+    assert (ti ** 3).tolist() == (i ** 3).tolist() and (torch.tensor([True, False]) ** 2).dtype == torch.int64
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+        ti ** -1
 
 
 def test_put_and_index_put_accumulate_bools_as_or_like_torch():
