@@ -18,7 +18,8 @@ namespace cf {
 void set_num_threads(int64_t n);
 
 // The thread count the next CPU kernel called from this thread may use: set_num_threads's n, or OpenMP's count
-// of this thread when none is set (1 in a build without OpenMP).
+// of this thread when none is set (1 in a build without OpenMP). A kernel called inside another's parallel
+// region runs on one thread whatever this says (no nested teams), and OMP_THREAD_LIMIT caps every team.
 int get_num_threads();
 
 // True when set_num_threads holds a count (n >= 1); false when OpenMP's per-thread count rules.

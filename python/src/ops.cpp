@@ -233,7 +233,8 @@ Tensor div_rounded(const Tensor& a, const Tensor& b, const std::optional<std::st
 Tensor integer_operand(const Tensor& like, const Tensor& b, const char* op);
 Tensor integer_operand(const Tensor& like, double b, const char* op);
 Tensor power(const Tensor& a, double p, const char* op = "pow");
-inline Tensor power(const Tensor& a, const Tensor& p) { return cf::pow(a, p); }
+Tensor power(const Tensor& a, const Tensor& p);
+void check_int_power(const Tensor& t, nb::handle h, const char* op);
 
 void bind_elementwise(nb::module_& m, TensorCls& cls) {
   // ---- binary arithmetic: tensor (op) tensor, tensor (op) number ----
@@ -254,9 +255,15 @@ void bind_elementwise(nb::module_& m, TensorCls& cls) {
                 "int takes a's dtype, a float promotes an integer or bool a to float32, as PyTorch).")
   CF_ARITH(sub, subtract(t, a, b), "a - b with broadcasting (a bool tensor refused, as PyTorch).")
   CF_ARITH(mul, cf::mul(a, b), "a * b with broadcasting.")
-  CF_ARITH(pow, power(a, b), "a ** b with broadcasting (an integer tensor to an int power stays integral, a bool one "
-                "becomes int64, as PyTorch).")
 #undef CF_ARITH
+  const char* pow_doc = "a ** b with broadcasting (an integer tensor to an int power stays integral, a bool one "
+                        "becomes int64, a negative int power is refused, as PyTorch).";
+  m.def("pow", [](const Tensor& a, const Tensor& b) { return cf::pow(a, b); }, nb::arg("a"), nb::arg("b"), pow_doc,
+        release_gil());
+  m.def("pow", [](const Tensor& t, nb::handle h) {
+          check_int_power(t, h, "pow");  // (on the Python number, with the GIL: with_number lets it go)
+          return with_number("pow", t, h, [](const Tensor& a, const auto& b) { return power(a, b); });
+        }, nb::arg("a"), nb::arg("b").none(), nb::sig("def pow(a: cf._cf.Tensor, b: float) -> cf._cf.Tensor"), pow_doc);
   CF_BINARY(eq, "a == b elementwise, bool (never differentiable).")
   CF_BINARY(ne, "a != b elementwise, bool.")
   CF_BINARY(lt, "a < b elementwise, bool.")
@@ -448,14 +455,45 @@ Tensor floating_if(const Tensor& t, const Tensor& other) {
 }
 Tensor true_divide(const Tensor& a, double b) { return promoted_for_float(a) / b; }
 // t ** p for an int number p (a float p promoted t first): an integer tensor stays integral and a bool one becomes
-// int64, as PyTorch (i ** 3 was refused while i ** cf.tensor(3) ran), through the tensor-exponent pow; a negative
-// p on one is refused as PyTorch refuses it.
+// int64, as PyTorch (i ** 3 was refused while i ** cf.tensor(3) ran), through the tensor-exponent pow. A
+// negative p is refused before, on the Python number (check_int_power).
 Tensor power(const Tensor& a, double p, const char* op) {
   if (cf::is_floating(a.dtype())) return cf::pow(a, p);
-  CF_CHECK(p >= 0, ValueError, "[", op, "] integers to negative integer powers are not allowed (as in PyTorch): ",
-           a.describe(), " ** ", p, " (convert the tensor with .float() first)");
   const Tensor x = a.dtype() == cf::kBool ? cf::to(a, cf::kInt64) : a;
   return cf::pow(x, cf::ops::number_like(x, p, op));
+}
+Tensor power(const Tensor& a, const Tensor& p) {  // (p: a NumPy array, or an int beyond 2^53 for an int64 a)
+  return cf::pow(a.dtype() == cf::kBool ? cf::to(a, cf::kInt64) : a, p);
+}
+// number ** t: a bool exponent t counts as int64, as PyTorch (3 ** b is int64)
+template <typename B>
+Tensor reflected_power(const Tensor& a, const B& b) {
+  const Tensor e = a.dtype() == cf::kBool ? cf::to(a, cf::kInt64) : a;
+  return cf::pow(integer_operand(e, b, "pow"), e);
+}
+
+// PyTorch refuses an integer or bool tensor to a negative int power (a Python int or a NumPy integer; an array
+// of powers runs, as a tensor of them does): checked on the number itself, with the GIL held, so that an int
+// beyond 2^53 (which travels as a 0-d tensor) is refused too and the message shows it exactly.
+void check_int_power(const Tensor& t, nb::handle h, const char* op) {
+  if (cf::is_floating(t.dtype()) || PyBool_Check(h.ptr()) || PyFloat_Check(h.ptr())) return;
+  bool is_int = PyLong_Check(h.ptr());
+  if (!is_int && nb::hasattr(h, "__array_interface__")) {
+    const char kind = numpy_scalar_kind(h);
+    is_int = kind == 'i' || kind == 'u';
+  } else if (!is_int) {
+    is_int = PyIndex_Check(h.ptr()) && !has_axes(h);
+  }
+  if (!is_int) return;
+  nb::object i = nb::steal(PyNumber_Index(h.ptr()));
+  if (!i.is_valid()) {
+    clear_conversion_error();
+    return;
+  }
+  nb::object zero = nb::int_(0);
+  CF_CHECK(PyObject_RichCompareBool(i.ptr(), zero.ptr(), Py_LT) != 1, ValueError, "[", op,
+           "] integers to negative integer powers are not allowed (as in PyTorch): ", t.describe(), " ** ",
+           nb::cast<std::string>(nb::str(i)), " (convert the tensor with .float() first)");
 }
 Tensor true_divide(double a, const Tensor& b) {
   const Tensor fb = promoted_for_float(b);
@@ -522,17 +560,21 @@ void check_inplace_float_number(const Tensor& a, const char* op, const char* sym
 // check_inplace_float_number). write(t, u) takes both kinds. One mechanism for the seven operators (they had
 // int, double and NumPy-scalar overloads each, and NumPy arrays were refused by some).
 template <typename Write>
-void bind_inplace(TensorCls& cls, const char* py, const char* op, const char* sym, Write write) {
+void bind_inplace(TensorCls& cls, const char* py, const char* op, const char* sym, Write write,
+                  void (*check_number)(const Tensor&, nb::handle, const char*) = nullptr) {
   // (check_inplace first: the checks every in-place op makes, under this operator's name, before anything is
-  // computed)
+  // computed; one element at several positions (an expand() view) too, which the write would name otherwise)
   cls.def(py, [write, op](Tensor& a, const Tensor& b) -> Tensor& {
         cf::ops::check_inplace(a, op);
+        cf::ops::check_no_internal_overlap(a, op);
         return write(a, b);
       }, nb::rv_policy::reference, release_gil())
       .def(py, [=](Tensor& a, nb::handle h) -> Tensor& {
         cf::ops::check_inplace(a, op);
+        cf::ops::check_no_internal_overlap(a, op);
         auto o = number_operand(h, a, op);
         if (!o) refuse_operand(op, h);
+        if (check_number) check_number(a, h, op);
         if (o->float_number) check_inplace_float_number(a, op, sym);
         nb::gil_scoped_release g;
         if (o->array) o->value = stored_as(a, std::get<Tensor>(o->value));
@@ -613,8 +655,8 @@ void bind_operators(TensorCls& cls) {
   CF_NP_BINARY("__rfloordiv__", "floor_divide", true, py_floor_divide(integer_operand(a, b, "floor_divide"), a))
   CF_NP_BINARY("__mod__", "remainder", true, py_remainder(a, integer_operand(a, b, "remainder")))
   CF_NP_BINARY("__rmod__", "remainder", true, py_remainder(integer_operand(a, b, "remainder"), a))
-  CF_NP_BINARY("__pow__", "pow", true, power(a, b))
-  CF_NP_BINARY("__rpow__", "pow", true, cf::pow(integer_operand(a, b, "pow"), a))
+  // (t ** p: below, with check_int_power)
+  CF_NP_BINARY("__rpow__", "pow", true, reflected_power(a, b))
   CF_NP_BINARY("__eq__", "eq", false, cf::eq(a, b))  // (a reflected == or != is the same operator; < reflects to >)
   CF_NP_BINARY("__ne__", "ne", false, cf::ne(a, b))
   CF_NP_BINARY("__lt__", "lt", false, cf::lt(a, b))
@@ -629,6 +671,12 @@ void bind_operators(TensorCls& cls) {
   CF_NP_BINARY("__xor__", "logical_xor", false, logical_xor(a, logical_operand(a, b, "logical_xor")))
   CF_NP_BINARY("__rxor__", "logical_xor", false, logical_xor(logical_operand(a, b, "logical_xor"), a))
 #undef CF_NP_BINARY
+  cls.def("__pow__", [](const Tensor& t, nb::handle h) -> nb::object {
+    auto o = number_operand(h, t, "pow");
+    if (!o) return nb::borrow(Py_NotImplemented);
+    check_int_power(t, h, "pow");
+    return nb::cast(apply_operand(t, *o, true, [](const Tensor& a, const auto& b) { return power(a, b); }));
+  }, nb::arg("other").none(), nb::sig("def __pow__(self, other: object | None) -> cf._cf.Tensor"));
   // In place, as in NumPy and PyTorch (refused on a tensor that requires grad while grad mode is on), with a
   // tensor or any operand number_operand takes (bind_inplace): each write(a, b) takes a tensor or a number b.
   // t += u of another float dtype computes in the promoted dtype and stores in t's, as *= and /= do (and
@@ -641,8 +689,9 @@ void bind_operators(TensorCls& cls) {
     CF_CHECK(cf::broadcast_shapes(a.shape(), b.shape(), op) == a.shape(), ShapeError, "[", op, "] cannot broadcast ",
              cf::shape_str(b.shape()), " into ", cf::shape_str(a.shape()));
     if (a.dtype() == b.dtype()) return cf::add_(a, b, alpha);
-    CF_CHECK(cf::is_floating(a.dtype()) && cf::is_floating(b.dtype()), DTypeError, "[", op, "] cannot write ",
-             b.dtype(), " values into ", a.describe(), " in place (convert one with .to(dtype))");
+    CF_CHECK(cf::is_floating(a.dtype()) && cf::is_floating(b.dtype()), DTypeError, "[", op, "] ", a.describe(),
+             " and a ", b.dtype(), " operand: tensor operands take one dtype (floating ones of two mix); convert one "
+             "with .to(dtype)");
     Tensor sum = [&] { cf::NoGradGuard g; return alpha == 1.0 ? a + b : a - b; }();
     return cf::copy_(a, sum);
   };
@@ -675,13 +724,16 @@ void bind_operators(TensorCls& cls) {
     }
   });
   bind_inplace(cls, "__ipow__", "pow_", "**", [](Tensor& a, const auto& b) -> Tensor& {
+    // a bool tensor to an int power is int64, which it cannot hold (PyTorch refuses it too)
+    CF_CHECK(a.dtype() != cf::kBool, DTypeError, "[pow_] a power of a bool tensor (", a.describe(),
+             ") is int64, which the bool tensor cannot hold in place (as in PyTorch); write b = b ** p");
     if constexpr (std::is_same_v<std::decay_t<decltype(b)>, double>) {
       Tensor p = [&] { cf::NoGradGuard g; return power(a, b, "pow_"); }();
       return cf::copy_(a, p);
     } else {
       return write_result(a, b, "pow_", [](const Tensor& x, const Tensor& y) { return cf::pow(x, y); });
     }
-  });
+  }, check_int_power);
   bind_inplace_rounded<py_floor_divide>(cls, "__ifloordiv__", "floor_divide_", "//");
   bind_inplace_rounded<py_remainder>(cls, "__imod__", "remainder_", "%");
 }

@@ -1708,8 +1708,13 @@ def test_number_operands_numpy_bools_complex_and_number_like_objects():
     # -= with a tensor names sub_ too (it said add_), and + / == name their op (they said [operator])
     with pytest.raises(cf.ShapeError, match=r"^\[sub_\] shapes \(2\) and \(3\) cannot be broadcast"):
         g -= cf.ones([3])
-    with pytest.raises(cf.DTypeError, match=r"^\[sub_\] cannot write float32 values into int64 \(2\) on cpu in place"):
+    with pytest.raises(cf.DTypeError, match=r"^\[sub_\] int64 \(2\) on cpu and a float32 operand: tensor operands take "
+                                            r"one dtype"):
         i -= cf.ones([2])
+    e = cf.zeros([1]).expand([3])  # (the overlap check named add_ or copy_)
+    for f, name in ((lambda: e.__isub__(cf.ones([3])), "sub_"), (lambda: e.__ipow__(2), "pow_")):
+        with pytest.raises(cf.ValueError, match=r"^\[%s\] .*share memory" % name):
+            f()
     with pytest.raises(cf.AutogradError, match=r"^\[sub_\] the value written requires grad"):
         g -= cf.ones([2], requires_grad=True)
     with pytest.raises(TypeError, match=r"^\[mul\] cf has no complex dtype"):
@@ -1745,9 +1750,22 @@ def test_integer_tensors_to_int_powers_stay_integral_as_torch():
         i ** -1
     with pytest.raises(cf.ValueError, match=r"^\[pow_\] integers to negative"):
         j **= -2
+    # beyond 2^53 too (such an int travels as a 0-d tensor; it gave zeros), and NumPy's integers
+    for f in (lambda: i ** -(2**60), lambda: cf.pow(i, -(2**63)), lambda: i ** np.int64(-3), lambda: j.__ipow__(-(2**60))):
+        with pytest.raises(cf.ValueError, match=r"integers to negative integer powers are not allowed"):
+            f()
+    with pytest.raises(cf.ValueError, match=r"\*\* -1152921504606846976 \("):
+        i ** -(2**60)  # (the number exactly)
+    assert (i ** np.array([-1, 1, 2])).tolist() == [1, 2, 9]  # an array of powers runs, as a tensor of them
+    # a bool tensor cannot hold its int64 power in place, as PyTorch; number ** bool tensor is int64
+    with pytest.raises(cf.DTypeError, match=r"^\[pow_\] a power of a bool tensor"):
+        b **= 2
+    assert (3 ** b).dtype == cf.int64 and (3 ** b).tolist() == [3, 1] and (0 ** b).tolist() == [0, 1]
+    assert (2.0 ** b).dtype == cf.float32 and (2.0 ** b).tolist() == [2.0, 1.0]
     torch = pytest.importorskip("torch")
     ti = torch.tensor([1, 2, 3])
     assert (ti ** 3).tolist() == (i ** 3).tolist() and (torch.tensor([True, False]) ** 2).dtype == torch.int64
+    assert (3 ** torch.tensor([True, False])).tolist() == (3 ** b).tolist()
     with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
         ti ** -1
 
