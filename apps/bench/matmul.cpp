@@ -115,24 +115,28 @@ json matmul_row(const BenchOptions& o, cf::Generator& gen, int64_t bs, int64_t n
                   int(n));
   });
   if (low == cf::kBFloat16) {
-    // Which bfloat16 path wins, in the same run: the default (AMX tiles where the CPU and OS give
-    // them, else float32 copies + cblas_sgemm), timed above, against the other paths this CPU has.
-    const bool amx = cf::kernels::bf16_amx_available();
-    r["params"]["kernel"] = amx ? "AMX tiles (TDPBF16PS; the default)" : "float32 blocks + cblas_sgemm (the default)";
-    if (amx) {
+    // Which bfloat16 path wins, in the same run: the default (AMX tiles where the CPU and OS give them, else
+    // the vdpbf16ps kernel on an AMD CPU that has it, else float32 copies + cblas_sgemm), timed above, against
+    // the other paths this CPU has.
+    const bool amx = cf::kernels::bf16_amx_available(), dot = !amx && cf::kernels::bf16_dot_available();
+    r["params"]["kernel"] = amx   ? "AMX tiles (TDPBF16PS; the default)"
+                            : dot ? "vdpbf16ps (AVX-512 BF16; the default on this AMD CPU)"
+                                  : "float32 blocks + cblas_sgemm (the default)";
+    if (amx || dot) {
       cf::kernels::set_bf16_amx_enabled(false);
+      cf::kernels::set_bf16_dot_enabled(false);
       const double t_conv = time_median(reps, [&] { cf::Tensor tmp = cf::matmul(A, B); });
       r["converting_time_s"] = t_conv;
       r["ratio_vs_converting"] = t_conv / t_cf;
     }
-    if (cf::kernels::bf16_dot_supported()) {
+    if (cf::kernels::bf16_dot_supported() && !dot) {
       cf::kernels::set_bf16_amx_enabled(false);
       cf::kernels::set_bf16_dot_enabled(true);
       const double t_dot = time_median(reps, [&] { cf::Tensor tmp = cf::matmul(A, B); });
-      cf::kernels::set_bf16_dot_enabled(false);
       r["vdpbf16ps_time_s"] = t_dot;
       r["ratio_vdpbf16ps_vs_default"] = t_cf / t_dot;
     }
+    cf::kernels::reset_bf16_dot_enabled();
     cf::kernels::set_bf16_amx_enabled(amx);
   }
   cf::Tensor outc = cf::contiguous(cf::to(out, cf::kFloat32));

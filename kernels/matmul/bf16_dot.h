@@ -9,14 +9,20 @@ namespace cf::kernels {
 
 // True when this CPU has avx512bf16 (the kernel can run).
 bool bf16_dot_supported();
-// True when it is supported and switched on: matmul then uses it for bfloat16.
+// True when it is supported and switched on: matmul then uses it for bfloat16 (after AMX, below).
 bool bf16_dot_available();
-// Switches the kernel on or off. Off by default: on the CPUs measured (a Sapphire Rapids
-// Xeon with OpenBLAS's SkylakeX sgemm; docs/benchmarks.md) the converting path (float32
-// blocks + sgemm) was faster at every size, 1.6-1.9x at 1024-2048, since vdpbf16ps issues
-// once per cycle there where float32 FMAs issue twice. Tests compare the two, cf-bench times both.
-// Where the CPU has AMX, the AMX kernel (bf16_amx.h) comes before this one and both other paths.
+// Whether it is on without set_bf16_dot_enabled: where it is supported on an AMD CPU. On Zen 5
+// (an EPYC of CPU family 26, one thread) it ran at 1.73x OpenBLAS's SkylakeX sgemm and 1.77x the
+// converting path (float32 blocks + sgemm) at 2048, since there vdpbf16ps issues at the rate of a
+// float32 FMA and does twice its multiply-adds (Zen 4's 512-bit units split both in two halves alike;
+// not measured). Off on Intel CPUs: on Sapphire and Emerald Rapids vdpbf16ps issues at half the FMA
+// rate, and the converting path was 1.6-1.9x faster (docs/benchmarks.md, "Mixed precision on the CPU").
+bool bf16_dot_default_on();
+// Switches the kernel on or off for the process (tests compare the paths, cf-bench times them);
+// reset_bf16_dot_enabled() returns to bf16_dot_default_on(). Where the CPU has AMX, the AMX kernel
+// (bf16_amx.h) comes before this one and both other paths.
 void set_bf16_dot_enabled(bool on);
+void reset_bf16_dot_enabled();
 // c (M x N, row stride ldc) = a (M x K, element strides a_rs, a_cs) @ b (K x N, strides b_rs,
 // b_cs): products and sums in float32 (vdpbf16ps), one rounding to bfloat16 per output.
 // vdpbf16ps treats subnormal inputs (|x| < 2^-126) as zero and flushes subnormal results, so

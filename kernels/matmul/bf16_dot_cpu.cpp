@@ -1,7 +1,7 @@
 // bfloat16 GEMM on AVX-512 BF16 (vdpbf16ps): each instruction multiplies 16 pairs of bfloat16
 // products and adds both into 16 float32 accumulators, twice the work of a float32 FMA per
 // instruction, with no conversion of the operands to float32. Used by matmul_cpu for bfloat16
-// when switched on (set_bf16_dot_enabled: off by default, the converting path measured faster)
+// where it is switched on (by default on AMD CPUs, off on Intel's: bf16_dot.h says why)
 // and the CPU reports avx512bf16 (checked at run time; the code is compiled for it with a
 // function target attribute, so the library still runs on any x86-64). The converting path
 // (float32 blocks + sgemm) is the reference it is tested against (tests/ops/test_matmul_bf16_dot.cpp).
@@ -18,6 +18,7 @@
 #include "kernels/matmul/bf16_dot.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -30,7 +31,8 @@ namespace cf::kernels {
 
 #ifdef CF_HAVE_BF16_DOT
 namespace {
-bool g_dot_enabled = false;  // see set_bf16_dot_enabled
+// set_bf16_dot_enabled's choice: -1 none (bf16_dot_default_on() rules), 0 off, 1 on.
+std::atomic<int> g_dot_choice{-1};
 
 // One R x (16 V) block of C over the whole K (R <= 4 rows, V <= 4 vectors of 16 columns), unrolled
 // at compile time so the accumulators stay in registers.
@@ -68,8 +70,19 @@ bool bf16_dot_supported() {
   static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
   return have;
 }
-bool bf16_dot_available() { return bf16_dot_supported() && g_dot_enabled; }
-void set_bf16_dot_enabled(bool on) { g_dot_enabled = on; }
+bool bf16_dot_default_on() {
+  static const bool amd = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd");
+  }();
+  return bf16_dot_supported() && amd;
+}
+bool bf16_dot_available() {
+  const int choice = g_dot_choice.load(std::memory_order_relaxed);
+  return bf16_dot_supported() && (choice < 0 ? bf16_dot_default_on() : choice == 1);
+}
+void set_bf16_dot_enabled(bool on) { g_dot_choice.store(on ? 1 : 0, std::memory_order_relaxed); }
+void reset_bf16_dot_enabled() { g_dot_choice.store(-1, std::memory_order_relaxed); }
 
 void bf16_dot_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs, int64_t b_cs,
                    BFloat16* c, int64_t ldc, int64_t M, int64_t N, int64_t K) {
@@ -98,8 +111,10 @@ void bf16_dot_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16
 }
 #else
 bool bf16_dot_supported() { return false; }
+bool bf16_dot_default_on() { return false; }
 bool bf16_dot_available() { return false; }
 void set_bf16_dot_enabled(bool) {}
+void reset_bf16_dot_enabled() {}
 void bf16_dot_gemm(const BFloat16*, int64_t, int64_t, const BFloat16*, int64_t, int64_t, BFloat16*, int64_t, int64_t,
                    int64_t, int64_t) {
   throw NotImplementedError("[matmul] bf16_dot_gemm needs an x86-64 GCC build");
