@@ -71,15 +71,15 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
   ops::check_defined(v, op, "v");
   // Autocast (issue 26): on CUDA, 16-bit q, k, v of one dtype go through the tensor-core
   // forward (float32 out and lse) and the float32 backward on float32 copies made when it
-  // runs; on a CPU with AMX, bfloat16 q, k, v go through the AMX kernels, forward and backward
-  // (float32 out, lse and gradients); anything else runs the float32 kernels on float32 copies,
+  // runs; on a CPU with AMX or (AMD's) vdpbf16ps, bfloat16 q, k, v go through the bfloat16 arm, forward and
+  // backward (float32 out, lse and gradients); anything else runs the float32 kernels on float32 copies,
   // as softmax does. The projections around them stay 16-bit either way.
   const bool low_precision =
       autocast_dtype() && (is_low_precision(q.dtype()) || is_low_precision(k.dtype()) || is_low_precision(v.dtype()));
-  // (The tensor-core and AMX kernels have no attention dropout: a rate takes the float32 copies.)
+  // (The tensor-core kernels and the bfloat16 arm have no attention dropout: a rate takes the float32 copies.)
   const bool tensor_cores = low_precision && dropout == 0 && kernels::flash_attention_mma_supported(q, k, v);
-  const bool amx = low_precision && dropout == 0 && kernels::flash_attention_amx_supported(q, k, v);
-  if (low_precision && !tensor_cores && !amx)
+  const bool bf16_arm = low_precision && dropout == 0 && kernels::flash_attention_bf16_supported(q, k, v);
+  if (low_precision && !tensor_cores && !bf16_arm)
     return flash_attention_impl(autocast::to_float32(q), autocast::to_float32(k), autocast::to_float32(v), kpm,
                                 scale, causal, with_lse, dropout, gen);
   ops::check_same_device(op, {&q, &k, &v, &kpm});
@@ -109,7 +109,7 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
     p.dropout_counter0 = reserve_dropout_counters(*gen, uint64_t(B * H * Nq * sk[2]));  // (dropout_share.h)
   }
   Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(kpm);
-  const DType out_dtype = tensor_cores || amx ? kFloat32 : q.dtype();
+  const DType out_dtype = tensor_cores || bf16_arm ? kFloat32 : q.dtype();
   Tensor out = Tensor::empty({B, H, Nq, Dv}, out_dtype, q.device());
   Tensor lse = Tensor::empty({B, H, Nq}, out_dtype, q.device());
   if (tensor_cores) {
@@ -117,8 +117,8 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
     kc = aligned16(kc);
     vc = aligned16(vc);
     kernels::flash_attention_forward_mma_cuda(qc, kc, vc, mc, p, out, lse);
-  } else if (amx) {
-    kernels::flash_attention_forward_amx_cpu(qc, kc, vc, mc, p, out, lse);
+  } else if (bf16_arm) {
+    kernels::flash_attention_forward_bf16_cpu(qc, kc, vc, mc, p, out, lse);
   } else {
     kernels::flash_attention_forward(qc, kc, vc, mc, p, out, lse);
   }
@@ -143,11 +143,11 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
       const Tensor gd = dense(g);  // the views below assume the packed layout
       const Tensor go = with_lse ? dense(out_of(gd)) : gd;
       const Tensor gl = with_lse ? dense(lse_of(gd)) : Tensor();
-      if (amx) {  // AMX backward: bfloat16 dout for the products, float32 gradients returned in the 16-bit dtype
+      if (bf16_arm) {  // bfloat16 dout for the products, float32 gradients returned in the 16-bit dtype
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
         Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
         Tensor dv = Tensor::empty(vv.shape(), kFloat32, vv.device());
-        kernels::flash_attention_backward_amx_cpu(qv, kv, vv, mv, p, ov, lv, cf::to(go, kBFloat16), gl, dq, dk, dv);
+        kernels::flash_attention_backward_bf16_cpu(qv, kv, vv, mv, p, ov, lv, cf::to(go, kBFloat16), gl, dq, dk, dv);
         return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
       }
       if (tensor_cores && kernels::flash_attention_backward_mma_supported(qv, kv, vv)) {
@@ -296,9 +296,9 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   // to float32 copies) give float32 out and lse, as flash_attention's do.
   const bool tensor_cores = autocast_dtype() && is_low_precision(q.dtype()) && o.rounds == 1 && o.dropout == 0 &&
                             kernels::block_attention_mma_supported(q, k, v, members);
-  // ... and on a CPU with AMX, bfloat16 q, k, v take the AMX arm of the CPU kernel (float32 out, lse, gradients;
-  // any number of rounds)
-  const bool amx = autocast_dtype() && o.dropout == 0 && kernels::block_attention_amx_supported(q, k, v);
+  // ... and on a CPU with AMX or (AMD's) vdpbf16ps, bfloat16 q, k, v take the bfloat16 arm of the CPU kernel
+  // (float32 out, lse, gradients; any number of rounds)
+  const bool bf16_arm = autocast_dtype() && o.dropout == 0 && kernels::block_attention_bf16_supported(q, k, v);
   if (tensor_cores) {
     qc = aligned16(qc);
     kc = aligned16(kc);
@@ -307,7 +307,7 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   // One output for the one node: out and lse side by side, (B, H, N, Dv + 1); with
   // combine_rounds the kernel's rounds (per_round) are combined into one row per head.
   const bool combine = o.combine_rounds && o.rounds > 1;
-  Tensor per_round = Tensor::empty({B, H, N, Dv + 1}, tensor_cores || amx ? kFloat32 : q.dtype(), q.device());
+  Tensor per_round = Tensor::empty({B, H, N, Dv + 1}, tensor_cores || bf16_arm ? kFloat32 : q.dtype(), q.device());
   auto out_of = [B, H, N, Dv](const Tensor& t) {
     return make_view(t, {B, H, N, Dv}, {H * N * (Dv + 1), N * (Dv + 1), Dv + 1, 1}, t.offset());
   };
@@ -316,8 +316,8 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   };
   if (tensor_cores)
     kernels::block_attention_forward_mma_cuda(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
-  else if (amx)
-    kernels::block_attention_forward_amx_cpu(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
+  else if (bf16_arm)
+    kernels::block_attention_forward_bf16_cpu(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
   else
     kernels::block_attention_forward(qc, kc, vc, mc, pc, p, out_of(per_round), lse_of(per_round));
   Tensor packed = per_round;
@@ -338,11 +338,11 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
         kernels::rounds_split(ov, s_c.unpack(op), gd, rounds, per_round_grad);
         gd = per_round_grad;
       }
-      if (amx) {  // bfloat16 dout for the products; float32 gradients, returned in the 16-bit dtype
+      if (bf16_arm) {  // bfloat16 dout for the products; float32 gradients, returned in the 16-bit dtype
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
         Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
         Tensor dv = Tensor::empty(vv.shape(), kFloat32, vv.device());
-        kernels::block_attention_backward_amx_cpu(qv, kv, vv, mv, pv, p, out_of(ov), lse_of(ov),
+        kernels::block_attention_backward_bf16_cpu(qv, kv, vv, mv, pv, p, out_of(ov), lse_of(ov),
                                                   cf::to(out_of(gd), kBFloat16), lse_of(gd), dq, dk, dv);
         return {cf::to(dq, tq), cf::to(dk, tk), cf::to(dv, tv)};
       }
@@ -544,7 +544,7 @@ bool ops::block_attention_on_float32_copies(const Tensor& q, const Tensor& k, co
   if (!is_low_precision(q.dtype()) && !is_low_precision(k.dtype()) && !is_low_precision(v.dtype())) return false;
   return !(dropout == 0 && members.defined() &&
            ((rounds == 1 && kernels::block_attention_mma_supported(q, k, v, members)) ||
-            kernels::block_attention_amx_supported(q, k, v)));
+            kernels::block_attention_bf16_supported(q, k, v)));
 }
 
 BlockAttentionResult block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,

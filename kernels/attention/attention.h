@@ -71,14 +71,15 @@ void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                   const Tensor& dk, const Tensor& dv);
 
-// The bfloat16 arm on the CPU (issue 26): bfloat16 q, k, v (and dout) on a CPU with AMX (bf16_amx.h), every
-// product on AMX tiles in float32, softmax statistics in float32; writes float32 out and lse (forward) and float32
-// dq, dk, dv (backward), as the CUDA tensor-core kernels. No attention dropout. The autocast dispatch
-// (autograd/ops/attention.cpp) takes it when flash_attention_amx_supported(q, k, v).
-bool flash_attention_amx_supported(const Tensor& q, const Tensor& k, const Tensor& v);
-void flash_attention_forward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
-                                     const FlashAttentionParams& p, const Tensor& out, const Tensor& lse);
-void flash_attention_backward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
+// The bfloat16 arm on the CPU (issue 26): bfloat16 q, k, v (and dout) on a CPU with AMX (bf16_amx.h), or
+// whose matmul uses the vdpbf16ps kernel (bf16_dot.h: AMD's), every product in float32 on either, softmax
+// statistics in float32; writes float32 out and lse (forward) and float32 dq, dk, dv (backward), as the CUDA tensor-core kernels. No attention dropout. The autocast dispatch
+// (autograd/ops/attention.cpp) takes it when flash_attention_bf16_supported(q, k, v).
+bool flash_attention_bf16_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+void flash_attention_forward_bf16_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& key_padding_mask, const FlashAttentionParams& p,
+                                      const Tensor& out, const Tensor& lse);
+void flash_attention_backward_bf16_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
                                       const Tensor& key_padding_mask, const FlashAttentionParams& p,
                                       const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
                                       const Tensor& dq, const Tensor& dk, const Tensor& dv);
@@ -185,12 +186,12 @@ struct BlockAttentionParams {
 };
 
 // The same arm of block_attention (any rounds, no dropout): bfloat16 q, k, v gathered into bfloat16 tiles, every
-// product on AMX, float32 out, lse and gradients; dout bfloat16 (any strides, as the float kernels).
-bool block_attention_amx_supported(const Tensor& q, const Tensor& k, const Tensor& v);
-void block_attention_forward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+// product on AMX or vdpbf16ps, float32 out, lse and gradients; dout bfloat16 (any strides, as the float kernels).
+bool block_attention_bf16_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+void block_attention_forward_bf16_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                      const Tensor& key_padding_mask, const BlockAttentionParams& p,
                                      const Tensor& out, const Tensor& lse);
-void block_attention_backward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+void block_attention_backward_bf16_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                       const Tensor& key_padding_mask, const BlockAttentionParams& p,
                                       const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
                                       const Tensor& dq, const Tensor& dk, const Tensor& dv);

@@ -7,8 +7,9 @@
 // end O / l and lse = m + log l.
 // Backward (Alg. 2): P = exp(S - lse) recomputed per tile, D_i = dO_i . O_i,
 // dV += P^T dO, dP = dO V^T, dS = P (dP - D), dQ += scale dS K, dK += scale dS^T Q.
-// The bfloat16 arm (flash_attention_*_amx_cpu) is the same code with bfloat16 q, k, v (and dO) read by
-// AMX tiles (kernels/matmul/bf16_amx.h): every product in float32, softmax statistics, out, lse and the
+// The bfloat16 arm (flash_attention_*_bf16_cpu) is the same code with bfloat16 q, k, v (and dO) read by
+// AMX tiles (kernels/matmul/bf16_amx.h), or by vdpbf16ps on an AMD CPU without AMX (bf16_dot.h): every
+// product in float32, softmax statistics, out, lse and the
 // gradients in float32; the probabilities and dS are rounded to bfloat16 for the products with V, dO, K
 // and Q (each value to the same bfloat16 in every product it enters), as FlashAttention's 16-bit kernels do.
 // Work item = (batch*head, slice of key tiles): each owns its dK, dV rows; when
@@ -40,6 +41,7 @@
 #include "kernels/common/parallel.h"
 #include "kernels/common/row_math.h"
 #include "kernels/matmul/bf16_amx.h"
+#include "kernels/matmul/bf16_dot.h"
 #include "kernels/matmul/matmul.h"
 
 namespace cf::kernels {
@@ -65,10 +67,14 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
               int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
-// bfloat16 A and B (the AMX arm): products in float32 on AMX tiles into a float32 C; beta is 0 or 1.
+// bfloat16 A and B (the bfloat16 arm): products in float32 on AMX tiles, or with vdpbf16ps where the CPU has no
+// AMX (bf16_products_available), into a float32 C; beta is 0 or 1.
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t lda,
                  const BFloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  bf16_amx_gemm_f32(A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, M, N, K, alpha, beta != 0);
+  if (bf16_amx_available())
+    bf16_amx_gemm_f32(A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, M, N, K, alpha, beta != 0);
+  else
+    bf16_dot_gemm_f32(A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, M, N, K, alpha, beta != 0);
 }
 // A float32 A (probabilities, dS) times a bfloat16 B: A rounded to bfloat16 first, once per element.
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -82,13 +88,13 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 }
 
 // A float32 operand (dS) used by two products, as those products take it: itself for the float kernels, rounded
-// to bfloat16 once for the AMX arm (the float-A overload above would round it again for the second product).
+// to bfloat16 once for the bfloat16 arm (the float-A overload above would round it again for the second product).
 template <typename In, typename T>
 const In* as_operand(const RowMath& rm, const T* A, int64_t n) {
   if constexpr (std::is_same_v<In, T>) {
     return A;
   } else {
-    static_assert(std::is_same_v<In, BFloat16> && std::is_same_v<T, float>, "the AMX arm rounds float32 to bfloat16");
+    static_assert(std::is_same_v<In, BFloat16> && std::is_same_v<T, float>, "the bfloat16 arm rounds float32 to bfloat16");
     thread_local std::vector<uint16_t> rounded;
     rounded.resize(size_t(n));
     rm.to_bf16(A, rounded.data(), n);
@@ -207,7 +213,7 @@ void mask_tile(T* S, int64_t nr, int64_t nc, int64_t i0, int64_t j0, const bool*
   }
 }
 
-// T: the arithmetic, out and lse; In: q, k, v (T, or bfloat16 with T = float on AMX).
+// T: the arithmetic, out and lse; In: q, k, v (T, or bfloat16 with T = float: the bfloat16 arm).
 template <typename T, typename In = T>
 void flash_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                          const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
@@ -532,7 +538,7 @@ void softmax_rows(const RowMath& rm, T* S, int64_t nr, int64_t nc, T* lse) {
   }
 }
 
-// T: the arithmetic, out and lse; In: q, k, v (T, or bfloat16 with T = float on AMX, as flash_forward_typed).
+// T: the arithmetic, out and lse; In: q, k, v (T, or bfloat16 with T = float, as flash_forward_typed).
 template <typename T, typename In = T>
 void block_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                          const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out, const Tensor& lse) {
@@ -1185,49 +1191,59 @@ void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
                     flash_backward_typed<scalar_t>(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv));
 }
 
-bool flash_attention_amx_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+// The bfloat16 products of the arm: AMX tiles where the CPU and OS give them, else the vdpbf16ps kernel where
+// matmul uses it too (bf16_dot.h: AMD's CPUs; on Intel's without AMX the float32 kernels on copies are faster).
+namespace {
+bool bf16_products_available() { return bf16_amx_available() || bf16_dot_available(); }
+}  // namespace
+
+bool flash_attention_bf16_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
   return q.device().is_cpu() && q.dtype() == kBFloat16 && k.dtype() == kBFloat16 && v.dtype() == kBFloat16 &&
-         bf16_amx_available();
+         bf16_products_available();
 }
 
-void flash_attention_forward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+void flash_attention_forward_bf16_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                      const FlashAttentionParams& p, const Tensor& out, const Tensor& lse) {
-  check_flash_no_dropout(p, "AMX kernel");
-  CF_CHECK(flash_attention_amx_supported(q, k, v) && out.dtype() == kFloat32 && lse.dtype() == kFloat32, Error,
-           "[flash_attention] internal: the AMX kernel takes bfloat16 q, k, v on an AMX CPU and writes float32");
+  check_flash_no_dropout(p, "bfloat16 arm");
+  CF_CHECK(flash_attention_bf16_supported(q, k, v) && out.dtype() == kFloat32 && lse.dtype() == kFloat32, Error,
+           "[flash_attention] internal: the bfloat16 arm takes bfloat16 q, k, v on an AMX or vdpbf16ps CPU and "
+           "writes float32");
   flash_forward_typed<float, BFloat16>(q, k, v, kpm, p, out, lse);
 }
 
-void flash_attention_backward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
+void flash_attention_backward_bf16_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpm,
                                       const FlashAttentionParams& p, const Tensor& out, const Tensor& lse,
                                       const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
                                       const Tensor& dv) {
-  check_flash_no_dropout(p, "AMX kernel");
-  CF_CHECK(bf16_amx_supported() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 && dq.dtype() == kFloat32,
-           Error, "[flash_attention] internal: the AMX backward takes bfloat16 q, k, v, dout and writes float32");
+  check_flash_no_dropout(p, "bfloat16 arm");
+  CF_CHECK(bf16_products_available() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 &&
+               dq.dtype() == kFloat32,
+           Error, "[flash_attention] internal: the bfloat16 backward takes bfloat16 q, k, v, dout and writes float32");
   flash_backward_typed<float, BFloat16>(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv);
 }
 
-bool block_attention_amx_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return flash_attention_amx_supported(q, k, v);  // (the same products; any head size, any window)
+bool block_attention_bf16_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return flash_attention_bf16_supported(q, k, v);  // (the same products; any head size, any window)
 }
 
-void block_attention_forward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+void block_attention_forward_bf16_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                      const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                      const Tensor& lse) {
-  check_no_attention_dropout(p.dropout, "block_attention", "AMX kernel");
-  CF_CHECK(block_attention_amx_supported(q, k, v) && out.dtype() == kFloat32 && lse.dtype() == kFloat32, Error,
-           "[block_attention] internal: the AMX kernel takes bfloat16 q, k, v on an AMX CPU and writes float32");
+  check_no_attention_dropout(p.dropout, "block_attention", "bfloat16 arm");
+  CF_CHECK(block_attention_bf16_supported(q, k, v) && out.dtype() == kFloat32 && lse.dtype() == kFloat32, Error,
+           "[block_attention] internal: the bfloat16 arm takes bfloat16 q, k, v on an AMX or vdpbf16ps CPU and "
+           "writes float32");
   block_forward_typed<float, BFloat16>(q, k, v, members, kpm, p, out, lse);
 }
 
-void block_attention_backward_amx_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
+void block_attention_backward_bf16_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& members,
                                       const Tensor& kpm, const BlockAttentionParams& p, const Tensor& out,
                                       const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                       const Tensor& dk, const Tensor& dv) {
-  check_no_attention_dropout(p.dropout, "block_attention", "AMX kernel");
-  CF_CHECK(bf16_amx_supported() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 && dq.dtype() == kFloat32,
-           Error, "[block_attention] internal: the AMX backward takes bfloat16 q, k, v, dout and writes float32");
+  check_no_attention_dropout(p.dropout, "block_attention", "bfloat16 arm");
+  CF_CHECK(bf16_products_available() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 &&
+               dq.dtype() == kFloat32,
+           Error, "[block_attention] internal: the bfloat16 backward takes bfloat16 q, k, v, dout and writes float32");
   block_backward_typed<float, BFloat16>(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv);
 }
 

@@ -11,7 +11,8 @@ namespace cf::kernels {
 bool bf16_dot_supported();
 // True when it is supported and switched on: matmul then uses it for bfloat16 (after AMX, below).
 bool bf16_dot_available();
-// Whether it is on without set_bf16_dot_enabled: where it is supported on an AMD CPU. On Zen 5
+// Whether it is on without set_bf16_dot_enabled: where it is supported on an AMD CPU (the environment
+// variable CF_BF16_DOT=0 or 1, read once, overrides the vendor rule). On Zen 5
 // (an EPYC of CPU family 26, one thread) it ran at 1.73x OpenBLAS's SkylakeX sgemm and 1.77x the
 // converting path (float32 blocks + sgemm) at 2048, since there vdpbf16ps issues at the rate of a
 // float32 FMA and does twice its multiply-adds (Zen 4's 512-bit units split both in two halves alike;
@@ -30,5 +31,10 @@ void reset_bf16_dot_enabled();
 // 1e-39): the one known difference between the two paths, and a reason it stays opt-in.
 void bf16_dot_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs, int64_t b_cs,
                    BFloat16* c, int64_t ldc, int64_t M, int64_t N, int64_t K);
+// The same product kept in float32: c = alpha (a @ b) (+ c when accumulate), as bf16_amx_gemm_f32 (the
+// bfloat16 arm of the CPU attention kernels uses either).
+void bf16_dot_gemm_f32(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs,
+                       int64_t b_cs, float* c, int64_t ldc, int64_t M, int64_t N, int64_t K, float alpha,
+                       bool accumulate);
 
 }  // namespace cf::kernels

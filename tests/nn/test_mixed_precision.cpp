@@ -10,6 +10,7 @@
 #include "tests/test_files.h"
 #include "autograd/ops/attention.h"
 #include "kernels/matmul/bf16_amx.h"
+#include "kernels/matmul/bf16_dot.h"
 #include "nn/attention/chunked.h"
 #include "tests/test_util.h"
 #include "nn/nn_test_util.h"
@@ -22,14 +23,22 @@ Tensor rnd(const Shape& s, uint64_t seed, DType dt = kFloat32) {
   Generator g(seed);
   return to(randn(s, kFloat32, g), dt);
 }
-// The bfloat16 AMX kernels off in a scope (on a CPU with AMX, bfloat16 flash attention takes them under
-// autocast instead of the float32 copies): for the tests of the float32 route, bit for bit.
-struct AmxOff {
-  AmxOff() { kernels::set_bf16_amx_enabled(false); }
-  ~AmxOff() { kernels::set_bf16_amx_enabled(true); }
-  AmxOff(const AmxOff&) = delete;
-  AmxOff& operator=(const AmxOff&) = delete;
+// The bfloat16 GEMM kernels off in a scope (on a CPU with AMX, or AMD's vdpbf16ps, bfloat16 flash attention
+// takes them under autocast instead of the float32 copies): for the tests of the float32 route, bit for bit.
+struct Bf16ArmOff {
+  Bf16ArmOff() {
+    kernels::set_bf16_amx_enabled(false);
+    kernels::set_bf16_dot_enabled(false);
+  }
+  ~Bf16ArmOff() {
+    kernels::set_bf16_amx_enabled(true);
+    kernels::reset_bf16_dot_enabled();
+  }
+  Bf16ArmOff(const Bf16ArmOff&) = delete;
+  Bf16ArmOff& operator=(const Bf16ArmOff&) = delete;
 };
+// Whether bfloat16 attention under autocast takes the bfloat16 arm here (AMX tiles or vdpbf16ps).
+bool bf16_arm_here() { return kernels::bf16_amx_available() || kernels::bf16_dot_available(); }
 }  // namespace
 
 TEST_CASE("autocast: matmul and Linear run in the low dtype, statistics and losses in float32") {
@@ -471,7 +480,7 @@ TEST_CASE("an autocast training run tracks the float32 run's loss") {
 }
 
 TEST_CASE("autocast: the fused attention ops run on float32 copies of 16-bit q, k, v") {
-  const AmxOff amx_off;  // (the AMX arm of bfloat16 flash attention: the next test case)
+  const Bf16ArmOff arm_off;  // (the bfloat16 arm of flash attention: the next test case)
   // (B, H, N, D) = (1, 2, 6, 4); two blocks of three tokens for block_attention.
   Tensor q = rnd({1, 2, 6, 4}, 21, kBFloat16), k = rnd({1, 2, 6, 4}, 22, kBFloat16),
          v = rnd({1, 2, 6, 4}, 23, kBFloat16);
@@ -506,10 +515,10 @@ TEST_CASE("autocast: the fused attention ops run on float32 copies of 16-bit q, 
 }
 
 // An arm against the float32 kernel on the same values: the largest |a - r| within rel times the largest |r|
-// (entries where both hold the same infinity skipped: the lse of a row with nothing to see). On an AMX CPU the
-// arm must also differ from float32 somewhere, or the AMX arm did not run.
+// (entries where both hold the same infinity skipped: the lse of a row with nothing to see). Where the bfloat16
+// arm runs (AMX or vdpbf16ps) it must also differ from float32 somewhere, or it did not run.
 namespace {
-void check_within(const Tensor& a, const Tensor& r, double rel, bool amx, const char* what) {
+void check_within(const Tensor& a, const Tensor& r, double rel, bool arm, const char* what) {
   const std::vector<double> x = values(a), y = values(r);
   double mx = 0, e = 0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -518,19 +527,21 @@ void check_within(const Tensor& a, const Tensor& r, double rel, bool amx, const 
   }
   CHECK_MESSAGE(e <= rel * mx, what, ": max error ", e, " against max |value| ", mx);
   CHECK(mx > 0);
-  if (amx) CHECK_MESSAGE(e > 0, what, ": bit-identical to float32, so the AMX arm did not run");
+  if (arm) CHECK_MESSAGE(e > 0, what, ": bit-identical to float32, so the bfloat16 arm did not run");
 }
 }  // namespace
 
-TEST_CASE("autocast: bfloat16 flash attention on AMX matches the float32 kernel within bfloat16 rounding") {
-  // The AMX arm (kernels/attention/attention_cpu.cpp, flash_attention_*_amx_cpu): bfloat16 q, k, v, every
-  // product on AMX tiles in float32, the probabilities and dS rounded to bfloat16 for the products with V,
-  // dO, K and Q. Reference: the float32 kernel on the same (bfloat16-valued) inputs. Shapes cross the tile
+TEST_CASE("autocast: bfloat16 flash attention on AMX or vdpbf16ps matches the float32 kernel within bfloat16 rounding") {
+  // The bfloat16 arm (kernels/attention/attention_cpu.cpp, flash_attention_*_bf16_cpu): bfloat16 q, k, v, every
+  // product on AMX tiles (or vdpbf16ps, AMD) in float32, the probabilities and dS rounded to bfloat16 for the
+  // products with V, dO, K and Q. Reference: the float32 kernel on the same (bfloat16-valued) inputs. Shapes cross the tile
   // sizes (128 queries x 512 keys) and the 32-wide AMX blocks (head sizes 40 and 64); causal with Nq != Nk;
-  // a key padding mask, one batch row with every key padded (zeros, lse -inf). On a CPU without AMX the
+  // a key padding mask, one batch row with every key padded (zeros, lse -inf). On a CPU with neither the
   // float32 copies run instead, within the same bounds.
-  const bool amx = kernels::bf16_amx_supported();
-  const std::string path = amx ? "AMX kernels" : "no AMX here: the float32 route is checked";
+  const bool arm = bf16_arm_here();
+  const std::string path = kernels::bf16_amx_available() ? "AMX kernels"
+                           : arm ? "vdpbf16ps kernels"
+                                 : "neither AMX nor vdpbf16ps here: the float32 route is checked";
   MESSAGE(path);
   struct Case {
     int64_t Nq, Nk, D;
@@ -564,10 +575,10 @@ TEST_CASE("autocast: bfloat16 flash attention on AMX matches the float32 kernel 
     }
     CHECK(got.dtype() == kFloat32);
     CHECK(ql.grad().dtype() == kBFloat16);
-    check_within(got, ref, 0.01, amx, "out");
-    check_within(ql.grad(), q32.grad(), 0.02, amx, "dq");
-    check_within(kl.grad(), k32.grad(), 0.02, amx, "dk");
-    check_within(vl.grad(), v32.grad(), 0.02, amx, "dv");
+    check_within(got, ref, 0.01, arm, "out");
+    check_within(ql.grad(), q32.grad(), 0.02, arm, "dq");
+    check_within(kl.grad(), k32.grad(), 0.02, arm, "dk");
+    check_within(vl.grad(), v32.grad(), 0.02, arm, "dv");
     if (c.mask) {  // batch 1 attends to nothing: zeros
       const std::vector<double> o = values(slice(got, 0, 1, 2));
       CHECK(std::all_of(o.begin(), o.end(), [](double x) { return x == 0.0; }));
@@ -581,12 +592,12 @@ TEST_CASE("autocast: bfloat16 flash attention on AMX matches the float32 kernel 
   check_close(flash_attention(q0, k0, v0), std::vector<double>{3, 4, 3, 4, 3, 4}, 0);
 }
 
-TEST_CASE("autocast: bfloat16 block attention on AMX matches the float32 kernel within bfloat16 rounding") {
-  // The block kernel's AMX arm (block_attention_*_amx_cpu; neural clustering, LSH with one round, Cluster-Former
+TEST_CASE("autocast: bfloat16 block attention on AMX or vdpbf16ps matches the float32 kernel within bfloat16 rounding") {
+  // The block kernel's bfloat16 arm (block_attention_*_bf16_cpu; neural clustering, LSH with one round, Cluster-Former
   // and sliding windows reach it through chunked_attention): rows gathered through a member table with empty
   // slots (-1), chunks of 16 seeing look_back 1 (and look_ahead 1), causal by original position, a key padding
   // mask, self_mask (Reformer's rule); the float32 kernel on the same bfloat16 values as the reference.
-  const bool amx = kernels::bf16_amx_supported();
+  const bool arm = bf16_arm_here();
   const int64_t B = 2, H = 2, N = 70, w = 16, C = (N + w - 1) / w;
   std::mt19937 rng(7);
   std::vector<int64_t> table;
@@ -628,11 +639,11 @@ TEST_CASE("autocast: bfloat16 block attention on AMX matches the float32 kernel 
       add(sum(mul(got.out, w_out)), sum(mul(where(lt(abs(got.lse), INFINITY), got.lse, 0.0), w_lse))).backward();
     }
     CHECK(got.out.dtype() == kFloat32);
-    check_within(got.out, ref.out, 0.01, amx, "out");
-    check_within(got.lse, ref.lse, 0.01, amx, "lse");
-    check_within(ql.grad(), q32.grad(), 0.02, amx, "dq");
-    check_within(kl.grad(), k32.grad(), 0.02, amx, "dk");
-    check_within(vl.grad(), v32.grad(), 0.02, amx, "dv");
+    check_within(got.out, ref.out, 0.01, arm, "out");
+    check_within(got.lse, ref.lse, 0.01, arm, "lse");
+    check_within(ql.grad(), q32.grad(), 0.02, arm, "dq");
+    check_within(kl.grad(), k32.grad(), 0.02, arm, "dk");
+    check_within(vl.grad(), v32.grad(), 0.02, arm, "dv");
   }
   // LSH's rounds: 2 rounds over one q, k, v (a table of H * 2 heads), combined through their lse
   {
@@ -665,14 +676,14 @@ TEST_CASE("autocast: bfloat16 block attention on AMX matches the float32 kernel 
     }
     CHECK(got.out.dtype() == kFloat32);
     CHECK(got.out.shape() == Shape{B, H, N, 32});
-    check_within(got.out, ref.out, 0.01, amx, "out");
-    check_within(ql.grad(), q32.grad(), 0.02, amx, "dq");
-    check_within(kl.grad(), k32.grad(), 0.02, amx, "dk");
-    check_within(vl.grad(), v32.grad(), 0.02, amx, "dv");
+    check_within(got.out, ref.out, 0.01, arm, "out");
+    check_within(ql.grad(), q32.grad(), 0.02, arm, "dq");
+    check_within(kl.grad(), k32.grad(), 0.02, arm, "dk");
+    check_within(vl.grad(), v32.grad(), 0.02, arm, "dv");
   }
 }
 
-TEST_CASE("autocast: full attention (the fused kernel, float32 out, AMX products on an AMX CPU) matches float32") {
+TEST_CASE("autocast: full attention (the fused kernel, float32 out, AMX or vdpbf16ps products) matches float32") {
   nn::AttentionSpec spec;
   spec.type = "full";
   spec.d_model = 32;
@@ -745,7 +756,7 @@ TEST_CASE("a layer converted to 16 bits trains under autocast with every variant
 }
 
 TEST_CASE("autocast: every registered attention variant takes 16-bit q, k, v and equals its float32 run") {
-  const AmxOff amx_off;  // (full attention's AMX arm: its own test case above)
+  const Bf16ArmOff arm_off;  // (full attention's bfloat16 arm: its own test case above)
   // Issue 26. Under autocast a variant gets what 16-bit projections give it: bfloat16 / float16
   // q, k, v (neural clustering also a float32 layer input). On the CPU none has 16-bit kernels
   // (the tensor-core arms are CUDA's): full attention runs flash_attention on float32 copies;

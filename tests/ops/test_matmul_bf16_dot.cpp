@@ -108,46 +108,56 @@ TEST_CASE("bfloat16 matmul: infinities and NaNs come out where the converting pa
   }
 }
 
-TEST_CASE("bfloat16 AMX kernel, called directly: row blocks and K blocks together, a C window with ldc > N") {
-  // matmul cuts a product into slabs per thread, so through it the kernel may never see more than 64
-  // rows together with K over 2048 (several row blocks, each carrying C between K blocks), nor a C
-  // window inside a wider matrix: this calls it on one.
-  if (!kernels::bf16_amx_supported()) {
-    MESSAGE("this CPU (or OS) gives no AMX tiles: the AMX kernel is not run");
+TEST_CASE("bfloat16 AMX and vdpbf16ps kernels, called directly: every operand layout, K blocks, a C window") {
+  // matmul cuts a product into slabs per thread, so through it a kernel may never see more than 64 rows
+  // together with K over 2048 (AMX: several row blocks, each carrying C between K blocks), nor a C window
+  // inside a wider matrix, nor operands with neither stride 1 (matmul copies those first): this calls the
+  // kernels on them. K is odd (the vdpbf16ps kernel pads its last pair) and N not a multiple of 16 or 64.
+  using Gemm = void (*)(const BFloat16*, int64_t, int64_t, const BFloat16*, int64_t, int64_t, BFloat16*, int64_t,
+                        int64_t, int64_t, int64_t);
+  std::vector<std::pair<Gemm, const char*>> kernels_here;
+  if (kernels::bf16_amx_supported()) kernels_here.push_back({&kernels::bf16_amx_gemm, "AMX kernel"});
+  if (kernels::bf16_dot_supported()) kernels_here.push_back({&kernels::bf16_dot_gemm, "vdpbf16ps kernel"});
+  if (kernels_here.empty()) {
+    MESSAGE("this CPU has neither AMX tiles nor avx512bf16: no kernel to call");
     return;
   }
   Generator g(11);
   const int64_t M = 100, N = 50, K = 2085, ldc = 61, col0 = 5;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true}) {
-      INFO("a ", ta ? "transposed" : "row-major", ", b ", tb ? "transposed" : "row-major");
-      const std::vector<double> av = values(rand({M * K}, kFloat64, g, -1, 1)),
-                                bv = values(rand({K * N}, kFloat64, g, -1, 1));
-      std::vector<BFloat16> a(size_t(M * K)), b(size_t(K * N));
-      for (size_t i = 0; i < a.size(); ++i) a[i] = BFloat16(av[i]);
-      for (size_t i = 0; i < b.size(); ++i) b[i] = BFloat16(bv[i]);
-      // element (i, k) of A at i a_rs + k a_cs; the stored values are the same either way
-      const int64_t a_rs = ta ? 1 : K, a_cs = ta ? M : 1, b_rs = tb ? 1 : N, b_cs = tb ? K : 1;
-      std::vector<BFloat16> c(size_t(M * ldc), BFloat16(7.0f));  // 7: must stay outside the window
-      kernels::bf16_amx_gemm(a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, c.data() + col0, ldc, M, N, K);
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < ldc; ++j) {
-          const float y = float(c[size_t(i * ldc + j)]);
-          if (j < col0 || j >= col0 + N) {
-            REQUIRE_MESSAGE(y == 7.0f, "written outside C at (", i, ", ", j, ")");
-            continue;
+  // the layouts: 0 row-major, 1 transposed (columns contiguous), 2 every other element of a row-major
+  // matrix twice as wide (neither stride 1)
+  for (const auto& [gemm, name] : kernels_here)
+    for (int la : {0, 1, 2})
+      for (int lb : {0, 1, 2}) {
+        INFO(name, ": a layout ", la, ", b layout ", lb);
+        const std::vector<double> av = values(rand({2 * M * K}, kFloat64, g, -1, 1)),
+                                  bv = values(rand({2 * K * N}, kFloat64, g, -1, 1));
+        std::vector<BFloat16> a(av.size()), b(bv.size());
+        for (size_t i = 0; i < a.size(); ++i) a[i] = BFloat16(av[i]);
+        for (size_t i = 0; i < b.size(); ++i) b[i] = BFloat16(bv[i]);
+        // element (i, k) of A at i a_rs + k a_cs, (k, j) of B at k b_rs + j b_cs
+        const int64_t a_rs = la == 0 ? K : la == 1 ? 1 : 2 * K, a_cs = la == 0 ? 1 : la == 1 ? M : 2;
+        const int64_t b_rs = lb == 0 ? N : lb == 1 ? 1 : 2 * N, b_cs = lb == 0 ? 1 : lb == 1 ? K : 2;
+        std::vector<BFloat16> c(size_t(M * ldc), BFloat16(7.0f));  // 7: must stay outside the window
+        gemm(a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, c.data() + col0, ldc, M, N, K);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float y = float(c[size_t(i * ldc + j)]);
+            if (j < col0 || j >= col0 + N) {
+              REQUIRE_MESSAGE(y == 7.0f, "written outside C at (", i, ", ", j, ")");
+              continue;
+            }
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              const double p = double(float(a[size_t(i * a_rs + k * a_cs)])) *
+                               double(float(b[size_t(k * b_rs + (j - col0) * b_cs)]));
+              ref += p;
+              mag += std::fabs(p);
+            }
+            REQUIRE_MESSAGE(std::fabs(y - ref) <= std::fabs(ref) / 256 + std::ldexp(mag, -20), "(", i, ", ",
+                            j - col0, "): ", y, " vs ", ref);
           }
-          double ref = 0, mag = 0;
-          for (int64_t k = 0; k < K; ++k) {
-            const double p = double(float(a[size_t(i * a_rs + k * a_cs)])) *
-                             double(float(b[size_t(k * b_rs + (j - col0) * b_cs)]));
-            ref += p;
-            mag += std::fabs(p);
-          }
-          REQUIRE_MESSAGE(std::fabs(y - ref) <= std::fabs(ref) / 256 + std::ldexp(mag, -20), "(", i, ", ", j - col0,
-                          "): ", y, " vs ", ref);
-        }
-    }
+      }
 }
 
 TEST_CASE("bfloat16 matmul: the AMX and vdpbf16ps kernels flush subnormals, the converting path keeps them") {
