@@ -120,7 +120,7 @@ json matmul_row(const BenchOptions& o, cf::Generator& gen, int64_t bs, int64_t n
     // the other paths this CPU has.
     const bool amx = cf::kernels::bf16_amx_available(), dot = !amx && cf::kernels::bf16_dot_available();
     r["params"]["kernel"] = amx   ? "AMX tiles (TDPBF16PS; the default)"
-                            : dot ? "vdpbf16ps (AVX-512 BF16; the default on this AMD CPU)"
+                            : dot ? "vdpbf16ps (AVX-512 BF16; the default here)"
                                   : "float32 blocks + cblas_sgemm (the default)";
     if (amx || dot) {
       cf::kernels::set_bf16_amx_enabled(false);

@@ -67,11 +67,12 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
               int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
-// bfloat16 A and B (the bfloat16 arm): products in float32 on AMX tiles, or with vdpbf16ps where the CPU has no
-// AMX (bf16_products_available), into a float32 C; beta is 0 or 1.
+// bfloat16 A and B (the bfloat16 arm): products in float32 on AMX tiles, or with vdpbf16ps where AMX is missing or
+// switched off (bf16_products_available), into a float32 C; beta is 0 or 1. (A backward that runs after a switch
+// was turned off still finds a kernel the CPU runs: the switches choose between kernels.)
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t lda,
                  const BFloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (bf16_amx_available())
+  if (bf16_amx_available() || (bf16_amx_supported() && !bf16_dot_supported()))
     bf16_amx_gemm_f32(A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, M, N, K, alpha, beta != 0);
   else
     bf16_dot_gemm_f32(A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, M, N, K, alpha, beta != 0);
@@ -1195,6 +1196,9 @@ void flash_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor
 // matmul uses it too (bf16_dot.h: AMD's CPUs; on Intel's without AMX the float32 kernels on copies are faster).
 namespace {
 bool bf16_products_available() { return bf16_amx_available() || bf16_dot_available(); }
+// The backward's guard: the CPU can run the products, whichever kernel (a switch flipped between the forward
+// and the backward, by a test scope or cf-bench, changes the kernel, not whether the arm may run).
+bool bf16_products_runnable() { return bf16_amx_supported() || bf16_dot_supported(); }
 }  // namespace
 
 bool flash_attention_bf16_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -1216,7 +1220,7 @@ void flash_attention_backward_bf16_cpu(const Tensor& q, const Tensor& k, const T
                                       const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
                                       const Tensor& dv) {
   check_flash_no_dropout(p, "bfloat16 arm");
-  CF_CHECK(bf16_products_available() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 &&
+  CF_CHECK(bf16_products_runnable() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 &&
                dq.dtype() == kFloat32,
            Error, "[flash_attention] internal: the bfloat16 backward takes bfloat16 q, k, v, dout and writes float32");
   flash_backward_typed<float, BFloat16>(q, k, v, kpm, p, out, lse, dout, dlse, dq, dk, dv);
@@ -1241,7 +1245,7 @@ void block_attention_backward_bf16_cpu(const Tensor& q, const Tensor& k, const T
                                       const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& dq,
                                       const Tensor& dk, const Tensor& dv) {
   check_no_attention_dropout(p.dropout, "block_attention", "bfloat16 arm");
-  CF_CHECK(bf16_products_available() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 &&
+  CF_CHECK(bf16_products_runnable() && q.dtype() == kBFloat16 && dout.dtype() == kBFloat16 &&
                dq.dtype() == kFloat32,
            Error, "[block_attention] internal: the bfloat16 backward takes bfloat16 q, k, v, dout and writes float32");
   block_backward_typed<float, BFloat16>(q, k, v, members, kpm, p, out, lse, dout, dlse, dq, dk, dv);

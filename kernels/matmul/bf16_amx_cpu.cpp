@@ -274,11 +274,7 @@ void bf16_amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16
 void bf16_amx_gemm_f32(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, int64_t b_rs,
                        int64_t b_cs, float* c, int64_t ldc, int64_t M, int64_t N, int64_t K, float alpha,
                        bool accumulate) {
-  if (K == 0) {  // an empty sum, as BLAS: alpha is not applied (an infinite alpha would make 0 * inf = NaN)
-    if (!accumulate)
-      for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0.0f);
-    return;
-  }
+  if (empty_sum_f32(c, ldc, M, N, K, accumulate)) return;
   amx_gemm(a, a_rs, a_cs, b, b_rs, b_cs, M, N, K,
            [&](const float* cb, int64_t ldb, int64_t i, int64_t j, int64_t rows, int64_t cols) {
              for (int64_t r = 0; r < rows; ++r) scale_row(cb + r * ldb, c + (i + r) * ldc + j, cols, alpha, accumulate);

@@ -3,6 +3,7 @@
 // (k, k+1) pairs of bfloat16 values held in one 32-bit word (TDPBF16PS and VDPBF16PS alike), so both
 // pack B as rows of such pairs, 16 columns to a 512-bit register, and read a transposed operand
 // through a 16 x 16 transpose of those words. AVX-512 (F, BW, VL): callers check the CPU first.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/half.h"
@@ -62,6 +63,15 @@ __attribute__((target("avx512f"))) inline void scale_row(const float* src, float
     if (accumulate) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, c + j));
     _mm512_mask_storeu_ps(c + j, m, r);
   }
+}
+
+// K = 0 for a float32 C (bf16_*_gemm_f32): an empty sum, as BLAS, so C = 0 (left as it is when accumulating)
+// and alpha is not applied (an infinite alpha would make 0 * inf = NaN). True when K was 0 and C is done.
+inline bool empty_sum_f32(float* c, int64_t ldc, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  if (K != 0) return false;
+  if (!accumulate)
+    for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0.0f);
+  return true;
 }
 
 }  // namespace cf::kernels

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "tests/test_files.h"
@@ -590,6 +591,36 @@ TEST_CASE("autocast: bfloat16 flash attention on AMX or vdpbf16ps matches the fl
   Tensor v0 = to(reshape(to(Tensor::arange(8), kFloat32), {1, 1, 4, 2}), kBFloat16);
   AutocastGuard guard(kBFloat16);
   check_close(flash_attention(q0, k0, v0), std::vector<double>{3, 4, 3, 4, 3, 4}, 0);
+}
+
+TEST_CASE("autocast: a bfloat16 flash attention backward runs after the GEMM switches were turned off") {
+  // The forward took the bfloat16 arm; a scope that turns the kernels off (a test's, cf-bench's path comparison)
+  // before the backward must not make it fail (its guard asked whether a kernel was switched on: an internal
+  // error), and gives the gradients of the kernel the CPU still has.
+  if (!bf16_arm_here()) {
+    MESSAGE("neither AMX nor vdpbf16ps here: the bfloat16 arm does not run");
+    return;
+  }
+  const Tensor q = to(rnd({1, 2, 40, 32}, 61), kBFloat16), k = to(rnd({1, 2, 40, 32}, 62), kBFloat16),
+               v = to(rnd({1, 2, 40, 32}, 63), kBFloat16);
+  auto grads = [&](bool off_before_backward) {
+    Tensor ql = q.detach().set_requires_grad(true), kl = k.detach().set_requires_grad(true),
+           vl = v.detach().set_requires_grad(true);
+    Tensor out;
+    {
+      AutocastGuard guard(kBFloat16);
+      out = flash_attention(ql, kl, vl, Tensor(), 0.0, true);
+    }
+    std::optional<Bf16ArmOff> off;
+    if (off_before_backward) off.emplace();
+    sum(out).backward();
+    return std::vector<Tensor>{ql.grad(), kl.grad(), vl.grad()};
+  };
+  const std::vector<Tensor> want = grads(false), got = grads(true);
+  for (size_t i = 0; i < want.size(); ++i) {
+    REQUIRE(got[i].defined());
+    if (!kernels::bf16_amx_supported()) CHECK(values(got[i]) == values(want[i]));  // (vdpbf16ps both times)
+  }
 }
 
 TEST_CASE("autocast: bfloat16 block attention on AMX or vdpbf16ps matches the float32 kernel within bfloat16 rounding") {
