@@ -76,8 +76,8 @@ constexpr int64_t kDotMc = 64;        // M block: rows
 // A (M x K, strides rs, cs) row-major into ap (M x Kp), the pad column (K odd) zero. Row-major A: a copy per
 // row; a transposed A (columns contiguous): pairs of its columns for 16 rows, transposed in registers
 // (bf16_pack.h); any other layout element by element. (Element by element for every layout, this and
-// pack_b took 45% of the kernel's time in a small model's step.)
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_a(const BFloat16* a, int64_t rs, int64_t cs,
+// pack_dot_b took 45% of the kernel's time in a small model's step.)
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_dot_a(const BFloat16* a, int64_t rs, int64_t cs,
                                                                   int64_t M, int64_t K, int64_t Kp, uint16_t* ap) {
   if (cs == 1) {
     for (int64_t i = 0; i < M; ++i) {
@@ -110,7 +110,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_a(const BFloat16*
 // B (K x N, strides rs, cs) into panels of 64 columns of (k, k+1) pairs (the layout at the top), the pads
 // (k = K when K is odd, columns from N to Np) zero. Row-major B: rows k and k + 1 interleaved, 16 columns at
 // a time; a transposed B (columns contiguous): 16 pairs of 16 columns, transposed in registers.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b(const BFloat16* b, int64_t rs, int64_t cs,
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_dot_b(const BFloat16* b, int64_t rs, int64_t cs,
                                                                   int64_t K, int64_t N, int64_t pairs,
                                                                   int64_t panels, uint16_t* bp) {
   auto at = [&](int64_t p, int64_t kk, int64_t group) { return bp + ((p * pairs + kk) * 64 + 16 * group) * 2; };
@@ -183,8 +183,8 @@ void dot_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, 
   ap.resize(size_t(M * Kp));
   bp.resize(size_t(panels * pairs * 128));
   cf32.resize(size_t(M * Np));
-  pack_a(a, a_rs, a_cs, M, K, Kp, ap.data());
-  pack_b(b, b_rs, b_cs, K, N, pairs, panels, bp.data());
+  pack_dot_a(a, a_rs, a_cs, M, K, Kp, ap.data());
+  pack_dot_b(b, b_rs, b_cs, K, N, pairs, panels, bp.data());
   if (pairs == 0) std::fill(cf32.begin(), cf32.end(), 0.0f);  // K = 0: C = 0
   for (int64_t k0 = 0; k0 < pairs; k0 += kKcPairs) {
     const int64_t kc = std::min(kKcPairs, pairs - k0);
