@@ -26,9 +26,9 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   bool logical = op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr;
   if (logical) {
     ops::check_dtype(a, kBool, name, "a");
-  } else if (a.dtype() == kBool) {
-    CF_CHECK(op == BinaryOp::Eq || op == BinaryOp::Ne, DTypeError, "[", name,
-             "] is not defined for bool tensors: ", a.describe(), ", ", b.describe());
+  } else if (a.dtype() == kBool) {  // comparisons order false before true, as PyTorch's (b < True); no arithmetic
+    CF_CHECK(kernels::is_comparison(op), DTypeError, "[", name, "] is not defined for bool tensors: ",
+             a.describe(), ", ", b.describe());
   }
   Tensor out = Tensor::empty(a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), name),
                              kernels::is_comparison(op) ? kBool : a.dtype(), a.device());

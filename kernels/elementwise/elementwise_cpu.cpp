@@ -346,7 +346,7 @@ void binary_cpu(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
     binary_typed<bool>(op, a, b, out);
     return;
   }
-  if (a.dtype() == kBool && (op == BinaryOp::Eq || op == BinaryOp::Ne)) {
+  if (a.dtype() == kBool && is_comparison(op)) {  // (false < true)
     binary_typed<bool>(op, a, b, out);
     return;
   }

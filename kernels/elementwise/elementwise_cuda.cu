@@ -511,13 +511,17 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
 #undef CF_EW_BINARY
 }
 
-// Only Eq/Ne/LogicalAnd/LogicalOr reach the bool instantiation (binary_cuda routes
-// them); arithmetic on bool is never instantiated.
+// Only the comparisons and LogicalAnd/LogicalOr reach the bool instantiation (binary_cuda
+// routes them; false < true); arithmetic on bool is never instantiated.
 void binary_bool(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   const char* name = op_name(op);
   switch (op) {
     case BinaryOp::Eq: map2<bool, bool>(name, a, b, out, BinaryFn<BinaryOp::Eq, bool>{}); break;
     case BinaryOp::Ne: map2<bool, bool>(name, a, b, out, BinaryFn<BinaryOp::Ne, bool>{}); break;
+    case BinaryOp::Lt: map2<bool, bool>(name, a, b, out, BinaryFn<BinaryOp::Lt, bool>{}); break;
+    case BinaryOp::Le: map2<bool, bool>(name, a, b, out, BinaryFn<BinaryOp::Le, bool>{}); break;
+    case BinaryOp::Gt: map2<bool, bool>(name, a, b, out, BinaryFn<BinaryOp::Gt, bool>{}); break;
+    case BinaryOp::Ge: map2<bool, bool>(name, a, b, out, BinaryFn<BinaryOp::Ge, bool>{}); break;
     case BinaryOp::LogicalAnd: map2<bool, bool>(name, a, b, out, BinaryFn<BinaryOp::LogicalAnd, bool>{}); break;
     case BinaryOp::LogicalOr: map2<bool, bool>(name, a, b, out, BinaryFn<BinaryOp::LogicalOr, bool>{}); break;
     default: throw DTypeError(str("[", name, "] expects a numeric dtype, got ", a.dtype()));
@@ -553,7 +557,7 @@ void binary_cuda(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
     binary_bool(op, a, b, out);
     return;
   }
-  if (a.dtype() == kBool && (op == BinaryOp::Eq || op == BinaryOp::Ne)) {
+  if (a.dtype() == kBool && is_comparison(op)) {  // (false < true)
     binary_bool(op, a, b, out);
     return;
   }

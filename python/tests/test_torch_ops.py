@@ -1770,6 +1770,19 @@ def test_integer_tensors_to_int_powers_stay_integral_as_torch():
         ti ** -1
 
 
+def test_bool_tensors_order_false_before_true_as_torch():
+    b, c = cf.tensor([True, False]), cf.tensor([False, False])
+    # (b < True was refused: only == and != took bools, while b < 3 ran through a float number)
+    assert (b < True).tolist() == [False, True] and (b >= np.True_).tolist() == [True, False]
+    assert (c < b).tolist() == [True, False] and (b > c).tolist() == [True, False] and (b <= b).tolist() == [True, True]
+    assert cf.gt(b, c).tolist() == [True, False] and (b < 3).tolist() == [True, True]
+    with pytest.raises(cf.DTypeError, match=r"^\[add\] is not defined for bool tensors"):
+        cf.add(b, c)  # (arithmetic stays refused)
+    torch = pytest.importorskip("torch")
+    tb = torch.tensor([True, False])
+    assert (tb < True).tolist() == (b < True).tolist() and (torch.tensor([False, False]) < tb).tolist() == (c < b).tolist()
+
+
 def test_put_and_index_put_accumulate_bools_as_or_like_torch():
     torch = pytest.importorskip("torch")
     x = [False, True, False, False]

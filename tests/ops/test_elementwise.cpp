@@ -287,6 +287,12 @@ TEST_CASE("where, logic and comparisons") {
   check_close(logical_and(c, logical_not(c)), {0, 0, 0});
   check_close(logical_or(c, logical_not(c)), {1, 1, 1});
   check_close(eq(c, c), {1, 1, 1});
+  // bools order false before true, as PyTorch's (b < True ran only as b < 1.5 through a float number)
+  Tensor tf = Tensor::from_vector(std::vector<bool>{true, false}, {2, 1}), ft = logical_not(tf);
+  check_close(lt(tf, reshape(ft, {1, 2})), {0, 0, 0, 1});
+  check_close(le(tf, reshape(ft, {1, 2})), {0, 1, 1, 1});
+  check_close(gt(c, logical_not(c)), {1, 0, 1});
+  check_close(ge(transpose(tf, 0, 1), reshape(tf, {1, 2})), {1, 1});
   CHECK_THROWS_MSG(where(t32({1}, {1}), t32({1}, {1}), t32({1}, {1})), DTypeError, "[where]", "cond", "bool");
   CHECK_THROWS_MSG(where(c, t32({1, 2}, {2}), t32({1}, {1})), ShapeError, "[where]", "(3)", "(2)");
   CHECK_THROWS_MSG(logical_and(t32({1}, {1}), t32({1}, {1})), DTypeError, "[logical_and]", "bool");
@@ -761,8 +767,14 @@ PARITY_CASE(ne) {
   comparison_case("ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); });
   check_parity("ne", [](const Inputs& x) { return ne(x[0], x[1]); }, {bools({40}, 3), bools({40}, 4)});
 }
-PARITY_CASE(lt) { comparison_case("lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }); }
-PARITY_CASE(le) { comparison_case("le", [](const Tensor& a, const Tensor& b) { return le(a, b); }); }
+PARITY_CASE(lt) {
+  comparison_case("lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); });
+  check_parity("lt", [](const Inputs& x) { return lt(x[0], x[1]); }, {bools({4, 1, 3}, 5), bools({5, 1}, 6)});
+}
+PARITY_CASE(le) {
+  comparison_case("le", [](const Tensor& a, const Tensor& b) { return le(a, b); });
+  check_parity("le", [](const Inputs& x) { return le(x[0], x[1]); }, {bools({40}, 7), bools({40}, 8)});
+}
 PARITY_CASE(gt) { comparison_case("gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }); }
 PARITY_CASE(ge) {
   comparison_case("ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); });
