@@ -116,7 +116,6 @@ constexpr double kParallelFlops = 2e6;  // below this a parallel region costs mo
 constexpr int64_t kMinPartRows = 16;    // a split GEMM keeps at least this many rows (or columns) per part
 
 
-
 template <typename T>
 void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t nd = a.dim();
