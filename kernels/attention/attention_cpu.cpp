@@ -72,10 +72,9 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
 // was turned off still finds a kernel the CPU runs: the switches choose between kernels.)
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t lda,
                  const BFloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (bf16_amx_available() || (bf16_amx_supported() && !bf16_dot_supported()))
-    bf16_amx_gemm_f32(A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, M, N, K, alpha, beta != 0);
-  else
-    bf16_dot_gemm_f32(A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, M, N, K, alpha, beta != 0);
+  const bool amx = bf16_amx_available() || (bf16_amx_supported() && !bf16_dot_supported());
+  (amx ? bf16_amx_gemm_f32 : bf16_dot_gemm_f32)(A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc,
+                                                M, N, K, alpha, beta != 0);
 }
 // A float32 A (probabilities, dS) times a bfloat16 B: A rounded to bfloat16 first, once per element.
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

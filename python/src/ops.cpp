@@ -457,18 +457,20 @@ Tensor true_divide(const Tensor& a, double b) { return promoted_for_float(a) / b
 // t ** p for an int number p (a float p promoted t first): an integer tensor stays integral and a bool one becomes
 // int64, as PyTorch (i ** 3 was refused while i ** cf.tensor(3) ran), through the tensor-exponent pow. A
 // negative p is refused before, on the Python number (check_int_power).
+// A bool tensor in a power counts as int64, base or exponent, as PyTorch's (b ** 2 and 3 ** b are int64).
+Tensor bool_as_int64(const Tensor& t) { return t.dtype() == cf::kBool ? cf::to(t, cf::kInt64) : t; }
 Tensor power(const Tensor& a, double p, const char* op) {
   if (cf::is_floating(a.dtype())) return cf::pow(a, p);
-  const Tensor x = a.dtype() == cf::kBool ? cf::to(a, cf::kInt64) : a;
+  const Tensor x = bool_as_int64(a);
   return cf::pow(x, cf::ops::number_like(x, p, op));
 }
 Tensor power(const Tensor& a, const Tensor& p) {  // (p: a NumPy array, or an int beyond 2^53 for an int64 a)
-  return cf::pow(a.dtype() == cf::kBool ? cf::to(a, cf::kInt64) : a, p);
+  return cf::pow(bool_as_int64(a), p);
 }
-// number ** t: a bool exponent t counts as int64, as PyTorch (3 ** b is int64)
+// number ** t
 template <typename B>
 Tensor reflected_power(const Tensor& a, const B& b) {
-  const Tensor e = a.dtype() == cf::kBool ? cf::to(a, cf::kInt64) : a;
+  const Tensor e = bool_as_int64(a);
   return cf::pow(integer_operand(e, b, "pow"), e);
 }
 
@@ -682,8 +684,8 @@ void bind_operators(TensorCls& cls) {
   // t += u of another float dtype computes in the promoted dtype and stores in t's, as *= and /= do (and
   // PyTorch); add_ itself takes one dtype
   auto add_into = [](Tensor& a, const Tensor& b, double alpha, const char* op) -> Tensor& {
-    // add_'s checks, under the operator's name (-= is sub_; cf::add_ would say add_)
-    cf::ops::check_inplace(a, op);
+    // add_'s checks, under the operator's name (-= is sub_; cf::add_ would say add_); bind_inplace has run
+    // check_inplace on a
     cf::ops::check_inplace_source(b, op);
     cf::ops::check_same_device(op, {&a, &b});
     CF_CHECK(cf::broadcast_shapes(a.shape(), b.shape(), op) == a.shape(), ShapeError, "[", op, "] cannot broadcast ",
