@@ -32,12 +32,18 @@ void dropout_baseline(const float* x, float* out, int64_t n, uint64_t seed, uint
 
 void to_bf16_baseline(const float* x, uint16_t* y, int64_t n) { bf16_from_float_row(x, y, n); }
 void from_bf16_baseline(const uint16_t* x, float* y, int64_t n) { float_from_bf16_row(x, y, n); }
+void to_f16_baseline(const float* x, uint16_t* y, int64_t n) { f16_from_float_row(x, y, n); }
+void from_f16_baseline(const uint16_t* x, float* y, int64_t n) { float_from_f16_row(x, y, n); }
 
 #ifdef CF_CPU_TIERS
 CF_TARGET_AVX2 void to_bf16_avx2(const float* x, uint16_t* y, int64_t n) { bf16_from_float_row(x, y, n); }
 CF_TARGET_AVX2 void from_bf16_avx2(const uint16_t* x, float* y, int64_t n) { float_from_bf16_row(x, y, n); }
 CF_TARGET_AVX512 void to_bf16_avx512(const float* x, uint16_t* y, int64_t n) { bf16_from_float_row(x, y, n); }
 CF_TARGET_AVX512 void from_bf16_avx512(const uint16_t* x, float* y, int64_t n) { float_from_bf16_row(x, y, n); }
+CF_TARGET_AVX2 void to_f16_avx2(const float* x, uint16_t* y, int64_t n) { f16_from_float_row(x, y, n); }
+CF_TARGET_AVX2 void from_f16_avx2(const uint16_t* x, float* y, int64_t n) { float_from_f16_row(x, y, n); }
+CF_TARGET_AVX512 void to_f16_avx512(const float* x, uint16_t* y, int64_t n) { f16_from_float_row(x, y, n); }
+CF_TARGET_AVX512 void from_f16_avx512(const uint16_t* x, float* y, int64_t n) { float_from_f16_row(x, y, n); }
 CF_TARGET_AVX2 void exp_avx2(const float* x, float* y, int64_t n, float shift) { exp_shifted(x, y, n, shift); }
 CF_TARGET_AVX2 double sum_avx2(const float* x, int64_t n) { return sum_row(x, n); }
 CF_TARGET_AVX2 void grad_avx2(const float* p, float* dp, int64_t n, float D) {
@@ -99,12 +105,14 @@ CF_TARGET_AVX512 float max_avx512(const float* x, int64_t n, float init) {
 #endif
 
 const RowMath kBaselineRows{CpuIsa::kBaseline, exp_baseline, max_baseline, sum_baseline, grad_baseline,
-                               mask_baseline, dropout_baseline, to_bf16_baseline, from_bf16_baseline};
+                               mask_baseline, dropout_baseline, to_bf16_baseline, from_bf16_baseline,
+                               to_f16_baseline, from_f16_baseline};
 #ifdef CF_CPU_TIERS
 const RowMath kAvx2Rows{CpuIsa::kAvx2, exp_avx2, max_avx2, sum_avx2, grad_avx2, mask_avx2,
-                        dropout_avx2, to_bf16_avx2, from_bf16_avx2};
+                        dropout_avx2, to_bf16_avx2, from_bf16_avx2, to_f16_avx2, from_f16_avx2};
 const RowMath kAvx512Rows{CpuIsa::kAvx512, exp_avx512, max_avx512, sum_avx512, grad_avx512,
-                            mask_avx512, dropout_avx512, to_bf16_avx512, from_bf16_avx512};
+                            mask_avx512, dropout_avx512, to_bf16_avx512, from_bf16_avx512, to_f16_avx512,
+                            from_f16_avx512};
 #endif
 
 }  // namespace

@@ -74,15 +74,38 @@ bool is_comparison(BinaryOp op) {
 
 namespace {
 
+// bfloat16 / float16 runs of map1 and map2 whose f maps float32 to float32 (the ops computed in float32
+// registers): contiguous runs go through float32 chunks, widened and rounded by the row tiers (row_math.h's
+// widen_row / round_row: vector code, where the element loop converted one value at a time); f sees the
+// same float32 values and its result is rounded once as in the element loop, so the bits are the same.
+template <typename T>
+struct is_low_float : std::bool_constant<std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>> {};
+template <typename F, typename... Args>
+struct returns_float : std::is_same<std::invoke_result_t<F, Args...>, float> {};
+constexpr int64_t kLowChunk = 256;
+
 // out = f(x); contiguous runs get a plain loop the compiler can vectorise. No
 // __restrict: in-place ops pass the same buffer as input and output.
 template <typename T, typename R, typename F>
 void map1(const Tensor& x, const Tensor& out, F f) {
+  constexpr bool low = std::conjunction_v<is_low_float<T>, std::is_same<T, R>, returns_float<F, float>>;
+  const RowMath* rm = nullptr;
+  if constexpr (low) rm = &row_math();  // (outside the parallel loop: it may throw on a bad CF_CPU_ISA)
   strided_loop<2>(out.shape(), {&out, &x}, [&](auto& p, auto& s, int64_t n) {
     R* o = reinterpret_cast<R*>(p[0]);
     const T* a = reinterpret_cast<const T*>(p[1]);
     if (s[0] == sizeof(R) && s[1] == sizeof(T)) {
-      for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+      if constexpr (low) {
+        float v[kLowChunk];
+        for (int64_t i0 = 0; i0 < n; i0 += kLowChunk) {
+          const int64_t m = std::min(kLowChunk, n - i0);
+          widen_row(*rm, a + i0, v, m);
+          for (int64_t j = 0; j < m; ++j) v[j] = f(v[j]);
+          round_row(*rm, v, o + i0, m);
+        }
+      } else {
+        for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+      }
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<R*>(p[0] + i * s[0]) = f(*reinterpret_cast<const T*>(p[1] + i * s[1]));
@@ -92,10 +115,29 @@ void map1(const Tensor& x, const Tensor& out, F f) {
 
 template <typename T, typename R, typename F>
 void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+  constexpr bool low = std::conjunction_v<is_low_float<T>, std::is_same<T, R>, returns_float<F, float, float>>;
+  const RowMath* rm = nullptr;
+  if constexpr (low) rm = &row_math();
   strided_loop<3>(out.shape(), {&out, &a, &b}, [&](auto& p, auto& s, int64_t n) {
     R* o = reinterpret_cast<R*>(p[0]);
     const T* x = reinterpret_cast<const T*>(p[1]);
     const T* y = reinterpret_cast<const T*>(p[2]);
+    if constexpr (low) {
+      // contiguous operands, or one of them a broadcast scalar (stride 0)
+      if (s[0] == sizeof(R) && (s[1] == sizeof(T) || s[1] == 0) && (s[2] == sizeof(T) || s[2] == 0)) {
+        float u[kLowChunk], v[kLowChunk];
+        for (int64_t i0 = 0; i0 < n; i0 += kLowChunk) {
+          const int64_t m = std::min(kLowChunk, n - i0);
+          if (s[1] != 0) widen_row(*rm, x + i0, u, m);
+          else std::fill(u, u + m, float(*x));
+          if (s[2] != 0) widen_row(*rm, y + i0, v, m);
+          else std::fill(v, v + m, float(*y));
+          for (int64_t j = 0; j < m; ++j) u[j] = f(u[j], v[j]);
+          round_row(*rm, u, o + i0, m);
+        }
+        return;
+      }
+    }
     if (s[0] == sizeof(R) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
       for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
     } else if (s[0] == sizeof(R) && s[1] == sizeof(T) && s[2] == 0) {
@@ -203,38 +245,6 @@ void unary_float(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams prm
   }
 }
 
-// map2 for bfloat16 operands: each run goes through float32 buffers of 256, widened and rounded by the row tiers
-// (RowMath::from_bf16 / to_bf16: vector code for the CPU, where the baseline-tier loop converted element by
-// element); f runs on float32 as in map2, so the bits are map2's. Runs that are neither contiguous nor a
-// broadcast scalar take map2's own loop.
-template <typename F>
-void map2_bf16(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
-  const RowMath& rm = row_math();
-  strided_loop<3>(out.shape(), {&out, &a, &b}, [&](auto& p, auto& s, int64_t n) {
-    constexpr int64_t kChunk = 256, kSize = int64_t(sizeof(BFloat16));
-    const bool fast = s[0] == kSize && (s[1] == kSize || s[1] == 0) && (s[2] == kSize || s[2] == 0);
-    if (!fast) {
-      for (int64_t i = 0; i < n; ++i)
-        *reinterpret_cast<BFloat16*>(p[0] + i * s[0]) = BFloat16(f(float(*reinterpret_cast<const BFloat16*>(p[1] + i * s[1])),
-                                                                   float(*reinterpret_cast<const BFloat16*>(p[2] + i * s[2]))));
-      return;
-    }
-    float x[kChunk], y[kChunk], r[kChunk];
-    const uint16_t* xa = reinterpret_cast<const uint16_t*>(p[1]);
-    const uint16_t* ya = reinterpret_cast<const uint16_t*>(p[2]);
-    uint16_t* o = reinterpret_cast<uint16_t*>(p[0]);
-    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-      const int64_t m = std::min(kChunk, n - i0);
-      if (s[1] != 0) rm.from_bf16(xa + i0, x, m);
-      else std::fill(x, x + m, float(BFloat16::from_bits(*xa)));
-      if (s[2] != 0) rm.from_bf16(ya + i0, y, m);
-      else std::fill(y, y + m, float(BFloat16::from_bits(*ya)));
-      for (int64_t j = 0; j < m; ++j) r[j] = f(x[j], y[j]);
-      rm.to_bf16(r, o + i0, m);
-    }
-  });
-}
-
 // Integer division by zero is undefined behaviour in C++; refused before the (possibly parallel) loop,
 // where an exception could not propagate.
 template <typename T>
@@ -246,15 +256,6 @@ void check_no_zero_divisor(BinaryOp op, const Tensor& b) {
 template <typename T>
 void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   using C = compute_t<T>;  // float32 registers for bfloat16/float16
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    switch (op) {
-      case BinaryOp::Add: map2_bf16(a, b, out, [](float x, float y) { return x + y; }); return;
-      case BinaryOp::Sub: map2_bf16(a, b, out, [](float x, float y) { return x - y; }); return;
-      case BinaryOp::Mul: map2_bf16(a, b, out, [](float x, float y) { return x * y; }); return;
-      case BinaryOp::Div: map2_bf16(a, b, out, [](float x, float y) { return x / y; }); return;
-      default: break;
-    }
-  }
   switch (op) {
     case BinaryOp::Add:
       map2<T, T>(a, b, out, [](C x, C y) {
@@ -367,18 +368,24 @@ void where_cpu(const Tensor& cond, const Tensor& a, const Tensor& b, const Tenso
 }
 
 void copy_cpu(const Tensor& src, const Tensor& dst) {
-  // float32 <-> bfloat16 between contiguous tensors (autocast's conversions): the row_math tier's loops
-  const bool widen = src.dtype() == kBFloat16 && dst.dtype() == kFloat32,
-             narrow = src.dtype() == kFloat32 && dst.dtype() == kBFloat16;
+  // float32 <-> bfloat16 / float16 between contiguous tensors (autocast's conversions): the row_math tier's loops
+  const bool low_src = src.dtype() == kBFloat16 || src.dtype() == kFloat16,
+             low_dst = dst.dtype() == kBFloat16 || dst.dtype() == kFloat16;
+  const bool widen = low_src && dst.dtype() == kFloat32, narrow = src.dtype() == kFloat32 && low_dst;
   if ((widen || narrow) && src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel()) {
     const RowMath& rm = row_math();
+    const bool bf16 = src.dtype() == kBFloat16 || dst.dtype() == kBFloat16;
     const char* s = static_cast<const char*>(src.raw_data());
     char* d = static_cast<char*>(dst.raw_data());
     parallel_for(src.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
-      if (widen)
-        rm.from_bf16(reinterpret_cast<const uint16_t*>(s) + b, reinterpret_cast<float*>(d) + b, e - b);
-      else
-        rm.to_bf16(reinterpret_cast<const float*>(s) + b, reinterpret_cast<uint16_t*>(d) + b, e - b);
+      if (widen) {
+        if (bf16) widen_row(rm, reinterpret_cast<const BFloat16*>(s) + b, reinterpret_cast<float*>(d) + b, e - b);
+        else widen_row(rm, reinterpret_cast<const Half*>(s) + b, reinterpret_cast<float*>(d) + b, e - b);
+      } else if (bf16) {
+        round_row(rm, reinterpret_cast<const float*>(s) + b, reinterpret_cast<BFloat16*>(d) + b, e - b);
+      } else {
+        round_row(rm, reinterpret_cast<const float*>(s) + b, reinterpret_cast<Half*>(d) + b, e - b);
+      }
     });
     return;
   }

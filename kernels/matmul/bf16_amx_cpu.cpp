@@ -267,7 +267,7 @@ void bf16_amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16
   amx_gemm(a, a_rs, a_cs, b, b_rs, b_cs, M, N, K,
            [&](const float* cb, int64_t ldb, int64_t i, int64_t j, int64_t rows, int64_t cols) {
              for (int64_t r = 0; r < rows; ++r)
-               rm.to_bf16(cb + r * ldb, reinterpret_cast<uint16_t*>(c + (i + r) * ldc + j), cols);
+               round_row(rm, cb + r * ldb, c + (i + r) * ldc + j, cols);
            });
 }
 

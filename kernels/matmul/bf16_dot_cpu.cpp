@@ -203,7 +203,7 @@ void bf16_dot_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16
   // one rounding per output, the row tier's (bit for bit core/half.h's BFloat16(float))
   const RowMath& rm = row_math();
   dot_gemm(a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, [&](const float* row, int64_t i) {
-    rm.to_bf16(row, reinterpret_cast<uint16_t*>(c + i * ldc), N);
+    round_row(rm, row, c + i * ldc, N);
   });
 }
 

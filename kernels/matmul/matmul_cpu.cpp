@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "kernels/common/parallel.h"
+#include "kernels/common/row_math.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/bf16_amx.h"
 #include "kernels/matmul/bf16_dot.h"
@@ -53,33 +54,29 @@ void gemm(const double* a, const double* b, double* c, int64_t M, int64_t N, int
 }
 
 // bfloat16 / float16: OpenBLAS 0.3.21 has no sbgemm in its CBLAS interface, so the operands are
-// converted to float32 row-major blocks, multiplied by sgemm (float32 accumulation), and the
-// product is rounded back once. The buffers are per thread and reused across calls.
+// widened to float32 blocks, multiplied by sgemm (float32 accumulation), and the product is rounded
+// back once. The conversions are the row tier's (row_math.h: vector code, bit for bit core/half.h's),
+// over each operand's rows as stored: a transposed operand stays transposed for sgemm instead of being
+// read column by column (element-by-element conversions held float16 at 0.39 of sgemm at 256^3).
+// The buffers are per thread and reused across calls.
 template <typename T>
 void gemm_low(const T* a, const T* b, T* c, int64_t M, int64_t N, int64_t K, Layout la, Layout lb,
               int64_t ldc) {
   thread_local std::vector<float> fa, fb, fc;
-  fa.resize(size_t(M * K));
-  fb.resize(size_t(K * N));
-  fc.resize(size_t(M * N));
-  auto widen = [](const T* src, float* dst, int64_t rows, int64_t cols, const Layout& l) {
-    for (int64_t i = 0; i < rows; ++i) {
-      float* d = dst + i * cols;
-      if (l.trans == CblasNoTrans) {
-        const T* s = src + i * l.ld;
-        for (int64_t j = 0; j < cols; ++j) d[j] = float(s[j]);
-      } else {
-        for (int64_t j = 0; j < cols; ++j) d[j] = float(src[i + j * l.ld]);
-      }
-    }
+  const RowMath& rm = row_math();
+  // A (rows x cols) operand's stored rows: its rows, or its columns when BLAS reads it transposed;
+  // widened into a dense buffer whose leading dimension is the stored row's length.
+  auto widen = [&](const T* src, std::vector<float>& dst, int64_t rows, int64_t cols, const Layout& l) {
+    const bool t = l.trans == CblasTrans;
+    const int64_t stored = t ? cols : rows, len = t ? rows : cols;
+    dst.resize(size_t(rows * cols));
+    for (int64_t r = 0; r < stored; ++r) widen_row(rm, src + r * l.ld, dst.data() + r * len, len);
+    return Layout{true, l.trans, std::max<int64_t>(len, 1)};
   };
-  widen(a, fa.data(), M, K, la);
-  widen(b, fb.data(), K, N, lb);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.0f, fa.data(),
-              int(std::max<int64_t>(K, 1)), fb.data(), int(std::max<int64_t>(N, 1)), 0.0f, fc.data(),
-              int(std::max<int64_t>(N, 1)));
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = T(fc[size_t(i * N + j)]);
+  const Layout wa = widen(a, fa, M, K, la), wb = widen(b, fb, K, N, lb);
+  fc.resize(size_t(M * N));
+  gemm(fa.data(), fb.data(), fc.data(), M, N, K, wa, wb, std::max<int64_t>(N, 1));
+  for (int64_t i = 0; i < M; ++i) round_row(rm, fc.data() + i * N, c + i * ldc, N);
 }
 void gemm(const BFloat16* a, const BFloat16* b, BFloat16* c, int64_t M, int64_t N, int64_t K, Layout la,
           Layout lb, int64_t ldc) {

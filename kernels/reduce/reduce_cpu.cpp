@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kernels/common/parallel.h"
+#include "kernels/common/row_math.h"
 #include "kernels/reduce/reduce.h"
 
 namespace cf::kernels {
@@ -135,12 +136,21 @@ void reduce_typed(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes
   for (size_t j = 0; leading && j < axes.size(); ++j) leading = axes[j] == int64_t(j);
   if ((op == ReduceOp::Sum || op == ReduceOp::Mean) && leading) {
     const T* rows = data + x_off;
+    constexpr bool low = std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
+    const RowMath* rm = nullptr;
+    if constexpr (low) rm = &row_math();  // 16-bit rows widened by the row tier (exact: the same sums)
     parallel_for(n_out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n_red, 1)),
                  [&](int64_t b, int64_t e) {
       std::vector<acc_t> acc(size_t(e - b), acc_t(0));
+      std::vector<float> wide(low ? size_t(e - b) : 0);
       for (int64_t r = 0; r < n_red; ++r) {
         const T* row = rows + r * n_out + b;
-        for (int64_t j = 0; j < e - b; ++j) acc[size_t(j)] += acc_t(row[j]);
+        if constexpr (low) {
+          widen_row(*rm, row, wide.data(), e - b);
+          for (int64_t j = 0; j < e - b; ++j) acc[size_t(j)] += acc_t(wide[size_t(j)]);
+        } else {
+          for (int64_t j = 0; j < e - b; ++j) acc[size_t(j)] += acc_t(row[j]);
+        }
       }
       for (int64_t j = b; j < e; ++j)
         o[j] = op == ReduceOp::Mean ? T(double(acc[size_t(j - b)]) / double(n_red)) : T(acc[size_t(j - b)]);

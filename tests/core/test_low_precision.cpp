@@ -11,6 +11,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "kernels/matmul/bf16_amx.h"
+#include "kernels/matmul/bf16_dot.h"
 #include "tests/test_files.h"
 #include "tests/test_util.h"
 
@@ -382,6 +384,55 @@ TEST_CASE("low-precision parity R2/R3: matmul, layer_norm, cross_entropy and gra
       CHECK(gl.first.dtype() == dt);
       check_r3(gl.first, gr.first, u, names[which]);
       if (which != 0) check_r3(gl.second, gr.second, u, names[which]);
+    }
+  }
+}
+
+TEST_CASE("16-bit matmul's converting path is sgemm's product of the widened operands, rounded once, on every layout") {
+  // float16's only CPU path and bfloat16's where AMX and vdpbf16ps are off: the operands are widened row by
+  // row as stored (a transposed operand stays transposed for sgemm) and C is rounded by the row tier, so
+  // the result equals the float32 matmul of the same values in the same layout, rounded once (rule R1).
+  // Values include float16's subnormals, numbers that overflow it in the sum, inf and NaN.
+  struct Restore {
+    ~Restore() {
+      kernels::set_bf16_amx_enabled(true);
+      kernels::reset_bf16_dot_enabled();
+    }
+  } restore;
+  kernels::set_bf16_amx_enabled(false);
+  kernels::set_bf16_dot_enabled(false);
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
+  const std::vector<Case> cases = {{{5, 37}, {37, 70}, false, false}, {{1, 1}, {1, 1}, false, false},
+                                   {{6, 31}, {31, 65}, true, false},  {{4, 20}, {20, 9}, false, true},
+                                   {{3, 7, 33}, {3, 33, 18}, true, true}, {{2, 130, 3}, {3, 129}, false, true},
+                                   {{1, 40}, {40, 1}, true, true},     {{64, 96}, {96, 80}, false, false}};
+  for (DType dt : {kBFloat16, kFloat16}) {
+    Generator g(31);
+    for (const Case& c : cases) {
+      INFO(std::string(dtype_name(dt)), " ", shape_str(c.a), " @ ", shape_str(c.b), " transposed ", c.ta, c.tb);
+      Tensor a = to(rand(c.a, kFloat32, g, -3, 3), dt), b = to(rand(c.b, kFloat32, g, -3, 3), dt);
+      if (dt == kFloat16) {  // a subnormal, a large value (inf in float16 after the sum), inf, NaN
+        std::vector<double> av = values(a);
+        av[0] = 3e-6;
+        if (av.size() > 3) {
+          av[1] = 60000;
+          av[2] = INFINITY;
+          av[3] = NAN;
+        }
+        a = to(Tensor::from_vector(av, c.a), dt);
+      }
+      auto layout = [](const Tensor& x, bool t) { return t ? transpose(contiguous(transpose(x, -1, -2)), -1, -2) : x; };
+      a = layout(a, c.ta);
+      b = layout(b, c.tb);
+      check_r1(matmul(a, b), matmul(layout(to(a, kFloat32), c.ta), layout(to(b, kFloat32), c.tb)), "matmul");
+      // a row-strided operand (leading dimension beyond its columns)
+      Tensor wide = to(rand({c.b[c.b.size() - 2], c.b.back() + 3}, kFloat32, g, -1, 1), dt);
+      Tensor bs = slice(wide, 1, 0, c.b.back());
+      check_r1(matmul(contiguous(a), bs), matmul(to(contiguous(a), kFloat32), slice(to(wide, kFloat32), 1, 0, c.b.back())),
+               "matmul, strided b");
     }
   }
 }

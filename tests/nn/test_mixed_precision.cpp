@@ -92,6 +92,40 @@ TEST_CASE("autocast: matmul and Linear run in the low dtype, statistics and loss
   CHECK_THROWS_MSG(AutocastGuard{kFloat32}, DTypeError, "[AutocastGuard]", "float32");
 }
 
+TEST_CASE("autocast casts a permuted dense tensor in its own layout, others contiguous, with gradients either way") {
+  // nn::Linear multiplies by its weight transposed: the cast keeps that layout (the copy runs in memory order)
+  Tensor w = rnd({5, 8}, 7).set_requires_grad(true);
+  Tensor x = rnd({2, 3, 4}, 8).set_requires_grad(true);
+  const Tensor expanded = expand(rnd({1, 4}, 9), {3, 4});
+  for (DType dt : {kBFloat16, kFloat16}) {
+    INFO(dtype_name(dt));
+    AutocastGuard guard(dt);
+    Tensor wt = transpose(w, 0, 1), xp = permute(x, {2, 0, 1});
+    Tensor lw = autocast::to_low(wt), lx = autocast::to_low(xp), le = autocast::to_low(expanded);
+    CHECK(lw.strides() == wt.strides());
+    CHECK(lx.strides() == xp.strides());
+    CHECK(le.is_contiguous());  // a broadcast view has no dense order: to()'s contiguous copy
+    CHECK(values(lw) == values(to(contiguous(wt), dt)));
+    CHECK(values(lx) == values(to(contiguous(xp), dt)));
+    CHECK(values(le) == values(to(contiguous(expanded), dt)));
+    // back to float32 (the float32 ops' inputs) keeps the layout too, and the values are exact
+    Tensor back = autocast::to_float32(lw);
+    CHECK(back.dtype() == kFloat32);
+    CHECK(back.strides() == wt.strides());
+    CHECK(values(back) == values(to(lw, kFloat32)));
+    // gradients reach the float32 tensors through the permutations: d sum(c * cast(t)) / dt = c in float32
+    w.zero_grad();
+    x.zero_grad();
+    Tensor cw = to(reshape(Tensor::arange(40, kFloat32), {8, 5}), dt);
+    Tensor cx = to(reshape(Tensor::arange(24, kFloat32), {4, 2, 3}), dt);  // integers: exact in both dtypes
+    sum(mul(lw, cw)).backward();
+    sum(mul(lx, cx)).backward();
+    CHECK(w.grad().dtype() == kFloat32);
+    CHECK(values(w.grad()) == values(transpose(to(cw, kFloat32), 0, 1)));
+    CHECK(values(x.grad()) == values(permute(to(cx, kFloat32), {1, 2, 0})));
+  }
+}
+
 TEST_CASE("autocast: float32 weights get float32 gradients, and backward ignores the policy") {
   nn::Linear lin(6, 4);
   Tensor x = rnd({5, 6}, 4);

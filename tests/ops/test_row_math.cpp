@@ -35,6 +35,47 @@ bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; 
 std::vector<float> values_f32(const Tensor& t) { return contiguous(t).to_vector<float>(); }
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
+// A 16-bit format's rows (row_math.h's widen_row / round_row) in every tier against core/half.h's
+// conversions: all 65536 patterns widened (subnormals, infinities, NaN payloads), and float32 patterns
+// covering every value of the kept high bits with the `dropped` low bits at the rounding edges (0, just
+// below, at and just above the tie, all ones): NaNs, overflow, subnormal results, carries into the
+// exponent; then every short row length, which leaves every vector tail, writing nothing past the row.
+template <typename T>
+void check_16bit_rows(int dropped) {
+  std::vector<T> all(65536);
+  for (uint32_t b = 0; b < 65536; ++b) all[b] = T::from_bits(uint16_t(b));
+  const uint32_t tie = 1u << (dropped - 1), ones = (1u << dropped) - 1;
+  std::vector<float> x;
+  for (uint32_t hi = 0; hi < (1u << (32 - dropped)); ++hi)
+    for (uint32_t lo : {0u, tie - 1, tie, tie + 1, ones}) {
+      const uint32_t u = (hi << dropped) | lo;
+      float f;
+      std::memcpy(&f, &u, 4);
+      x.push_back(f);
+    }
+  for (CpuIsa isa : tiers_run_here()) {
+    INFO("tier ", kernels::cpu_isa_name(isa));
+    const kernels::RowMath& rm = kernels::row_math(isa);
+    std::vector<float> wide(all.size());
+    kernels::widen_row(rm, all.data(), wide.data(), int64_t(all.size()));
+    int bad = 0;
+    for (size_t i = 0; i < all.size(); ++i)
+      if (!same_bits(wide[i], float(all[i])) && bad++ < 5) FAIL_CHECK("widen ", all[i].bits);
+    std::vector<T> narrow(x.size());
+    kernels::round_row(rm, x.data(), narrow.data(), int64_t(x.size()));
+    for (size_t i = 0; i < x.size(); ++i)
+      if (narrow[i].bits != T(x[i]).bits && bad++ < 5) FAIL_CHECK("round ", x[i], " at ", i);
+    for (int64_t n = 0; n < 40; ++n) {
+      std::vector<T> part(size_t(n) + 1, T::from_bits(0xABCD));
+      kernels::round_row(rm, x.data() + 1000, part.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        if (part[size_t(i)].bits != T(x[size_t(1000 + i)]).bits && bad++ < 5) FAIL_CHECK("tail ", n);
+      if (part[size_t(n)].bits != 0xABCD && bad++ < 5) FAIL_CHECK("wrote past ", n);
+    }
+    CHECK(bad == 0);
+  }
+}
+
 // Scores as the kernels see them: mostly ordinary, with -inf (masked), NaN, -0, values far below
 // the maximum (exp underflows) and long runs, at lengths that exercise every vector tail.
 std::vector<float> row_values(int64_t n, uint32_t seed) {
@@ -211,77 +252,62 @@ TEST_CASE("row helpers: every tier this CPU runs gives the baseline tier's bits,
 }
 
 TEST_CASE("bfloat16 rows: every tier converts as core/half.h, for every float32 high half and rounding case") {
-  // All 65536 bfloat16 patterns widened; and float32 patterns covering every high half with low halves at
-  // the rounding edges (0, 0x7FFF, 0x8000 ties, 0x8001, 0xFFFF): NaNs, infinities, subnormals, carries into
-  // the exponent.
-  std::vector<uint16_t> all(65536);
-  for (uint32_t b = 0; b < 65536; ++b) all[b] = uint16_t(b);
-  std::vector<float> x;
-  for (uint32_t hi = 0; hi < 65536; ++hi)
-    for (uint32_t lo : {0x0000u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) {
-      const uint32_t u = (hi << 16) | lo;
-      float f;
-      std::memcpy(&f, &u, 4);
-      x.push_back(f);
-    }
-  for (CpuIsa isa : tiers_run_here()) {
-    INFO("tier ", kernels::cpu_isa_name(isa));
-    const kernels::RowMath& rm = kernels::row_math(isa);
-    std::vector<float> wide(all.size());
-    rm.from_bf16(all.data(), wide.data(), int64_t(all.size()));
-    int bad = 0;
-    for (size_t i = 0; i < all.size(); ++i) {
-      const float want = float(BFloat16::from_bits(all[i]));
-      if (!same_bits(wide[i], want) && bad++ < 5) FAIL_CHECK("widen ", all[i]);
-    }
-    std::vector<uint16_t> narrow(x.size());
-    rm.to_bf16(x.data(), narrow.data(), int64_t(x.size()));
-    for (size_t i = 0; i < x.size(); ++i)
-      if (narrow[i] != BFloat16(x[i]).bits && bad++ < 5) FAIL_CHECK("round ", x[i], " at ", i);
-    CHECK(bad == 0);
+  check_16bit_rows<BFloat16>(16);
+}
+
+TEST_CASE("float16 rows: every tier converts as core/half.h, for every rounding case of every float32 exponent") {
+  // (the 13 dropped bits' edges also fall inside the kept bits for every subnormal shift, 2^-25 and below)
+  check_16bit_rows<Half>(13);
+}
+
+TEST_CASE("copy between float32 and bfloat16 or float16 (contiguous: the row tiers) equals the element by element path") {
+  // the strided view takes the generic loop; the contiguous copy the tiered rows
+  Tensor x = randn({3, 1000}, kFloat32, default_generator());
+  for (DType low : {kBFloat16, kFloat16}) {
+    INFO(dtype_name(low));
+    Tensor strided = to(transpose(x, 0, 1), low), contiguous_ = to(contiguous(transpose(x, 0, 1)), low);
+    CHECK(values(strided) == values(contiguous_));
+    Tensor back = to(contiguous_, kFloat32), back_strided = to(transpose(contiguous_, 0, 1), kFloat32);
+    CHECK(values(back) == values(contiguous(transpose(back_strided, 0, 1))));
   }
 }
 
-TEST_CASE("copy between float32 and bfloat16 (contiguous: the row tiers) equals the element by element path") {
-  // the strided view takes the generic loop; the contiguous copy the tiered rows
-  Tensor x = randn({3, 1000}, kFloat32, default_generator());
-  Tensor strided = to(transpose(x, 0, 1), kBFloat16), contiguous_ = to(contiguous(transpose(x, 0, 1)), kBFloat16);
-  CHECK(values(strided) == values(contiguous_));
-  Tensor back = to(contiguous_, kFloat32), back_strided = to(transpose(contiguous_, 0, 1), kFloat32);
-  CHECK(values(back) == values(contiguous(transpose(back_strided, 0, 1))));
-}
-
-TEST_CASE("bfloat16 add, sub, mul, div (the row tiers' conversions) give float32's result rounded once") {
+TEST_CASE("bfloat16 and float16 add, sub, mul, div (the row tiers' conversions) give float32's result rounded once") {
   // contiguous operands, a broadcast row (stride 0 inside runs: a scalar), and strided views (the element loop)
   std::vector<float> va = values_f32(randn({4, 300}, kFloat32, default_generator()));
   std::vector<float> vb = values_f32(randn({4, 300}, kFloat32, default_generator()));
   va[3] = std::numeric_limits<float>::quiet_NaN();
   vb[5] = std::numeric_limits<float>::infinity();
   vb[7] = 0.0f;
-  Tensor a = to(Tensor::from_vector(std::vector<double>(va.begin(), va.end()), {4, 300}), kBFloat16);
-  Tensor b = to(Tensor::from_vector(std::vector<double>(vb.begin(), vb.end()), {4, 300}), kBFloat16);
-  Tensor s = slice(b, 1, 0, 1);  // (4, 1): one value per row, broadcast
-  auto want = [](const Tensor& x, const Tensor& y, int op) {
-    Tensor fx = to(x, kFloat32), fy = to(y, kFloat32);
-    Tensor r = op == 0 ? add(fx, fy) : op == 1 ? sub(fx, fy) : op == 2 ? mul(fx, fy) : div(fx, fy);
-    return to(r, kBFloat16);
-  };
-  auto same = [](const Tensor& x, const Tensor& y) {
-    const std::vector<double> p = values(x), q = values(y);
-    REQUIRE(p.size() == q.size());
-    for (size_t i = 0; i < p.size(); ++i)
-      if (!(p[i] == q[i] || (std::isnan(p[i]) && std::isnan(q[i])))) return false;
-    return true;
-  };
-  for (int op = 0; op < 4; ++op) {
-    INFO("op ", op);
-    auto run = [op](const Tensor& x, const Tensor& y) {
-      return op == 0 ? add(x, y) : op == 1 ? sub(x, y) : op == 2 ? mul(x, y) : div(x, y);
+  va[9] = 70000.0f;  // beyond float16's range: inf there
+  vb[11] = 1e-6f;     // a float16 subnormal
+  for (DType low : {kBFloat16, kFloat16}) {
+    INFO(dtype_name(low));
+    Tensor a = to(Tensor::from_vector(std::vector<double>(va.begin(), va.end()), {4, 300}), low);
+    Tensor b = to(Tensor::from_vector(std::vector<double>(vb.begin(), vb.end()), {4, 300}), low);
+    Tensor s = slice(b, 1, 0, 1);  // (4, 1): one value per row, broadcast
+    auto want = [low](const Tensor& x, const Tensor& y, int op) {
+      Tensor fx = to(x, kFloat32), fy = to(y, kFloat32);
+      Tensor r = op == 0 ? add(fx, fy) : op == 1 ? sub(fx, fy) : op == 2 ? mul(fx, fy) : div(fx, fy);
+      return to(r, low);
     };
-    CHECK(same(run(a, b), want(a, b, op)));
-    CHECK(same(run(a, s), want(a, s, op)));
-    CHECK(same(run(s, a), want(s, a, op)));
-    CHECK(same(run(transpose(a, 0, 1), transpose(b, 0, 1)), want(transpose(a, 0, 1), transpose(b, 0, 1), op)));
+    auto same = [](const Tensor& x, const Tensor& y) {
+      const std::vector<double> p = values(x), q = values(y);
+      REQUIRE(p.size() == q.size());
+      for (size_t i = 0; i < p.size(); ++i)
+        if (!(p[i] == q[i] || (std::isnan(p[i]) && std::isnan(q[i])))) return false;
+      return true;
+    };
+    for (int op = 0; op < 4; ++op) {
+      INFO("op ", op);
+      auto run = [op](const Tensor& x, const Tensor& y) {
+        return op == 0 ? add(x, y) : op == 1 ? sub(x, y) : op == 2 ? mul(x, y) : div(x, y);
+      };
+      CHECK(same(run(a, b), want(a, b, op)));
+      CHECK(same(run(a, s), want(a, s, op)));
+      CHECK(same(run(s, a), want(s, a, op)));
+      CHECK(same(run(transpose(a, 0, 1), transpose(b, 0, 1)), want(transpose(a, 0, 1), transpose(b, 0, 1), op)));
+    }
   }
 }
 
