@@ -71,6 +71,15 @@ CpuIsa cpu_isa() {
   return CpuIsa(v);
 }
 
+std::optional<bool> env_switch(const char* variable, const char* who) {
+  const char* env = std::getenv(variable);
+  if (!env || !*env) return std::nullopt;
+  const std::string v = env;
+  CF_CHECK(v == "0" || v == "1", ValueError, "[", who, "] the environment variable ", variable,
+           " must be 0 or 1 (or unset), got '", v, "'");
+  return v == "1";
+}
+
 void set_cpu_isa(CpuIsa isa) { g_isa.store(int(resolve(isa, "set_cpu_isa"))); }
 
 }  // namespace cf::kernels

@@ -21,6 +21,7 @@
 // unless CF_CPU_ISA (auto|baseline|avx2|avx512; empty means auto) or set_cpu_isa asks for another.
 // `cf-bench cpu-isa` times the tiers against each other in one run, `--cpu-isa` forces one in any
 // cf-bench run, tests compare their bits. Asking for a tier this CPU lacks is a ValueError.
+#include <optional>
 #include <string>
 
 // Function attributes for the tiers' copies of a loop: the body must be inlined into the
@@ -47,5 +48,12 @@ bool cpu_isa_runs(CpuIsa isa);                   // whether this CPU runs the ti
 CpuIsa cpu_isa();
 // kAuto: back to the best supported tier. ValueError naming the tier when this CPU lacks it.
 void set_cpu_isa(CpuIsa isa);
+
+
+// An on/off environment variable of the CPU kernels (CF_BF16_DOT, CF_BF16_AMX): nullopt when unset or
+// empty, false for "0", true for "1"; anything else is a ValueError naming `who`, the variable and the
+// value (a typo such as CF_BF16_DOT=off silently kept the default). Reads the environment on every call;
+// its users read it once.
+std::optional<bool> env_switch(const char* variable, const char* who);
 
 }  // namespace cf::kernels

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #endif
 
 #include "core/error.h"
+#include "kernels/common/cpu_isa.h"
 #include "kernels/common/row_math.h"
 #include "kernels/matmul/bf16_pack.h"
 
@@ -74,7 +76,7 @@ struct alignas(64) TileConfig {
 
 bool cpu_and_os_grant_amx() {
   // CF_BF16_AMX=0: never ask (the grant raises the minimum signal stack, see bf16_amx.h)
-  if (const char* env = std::getenv("CF_BF16_AMX"); env && std::string(env) == "0") return false;
+  if (env_switch("CF_BF16_AMX", "matmul") == false) return false;  // (1: ask, as unset)
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1u)) return false;  // OSXSAVE: xgetbv works
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;

@@ -21,9 +21,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kernels/common/cpu_isa.h"
 #include "kernels/common/row_math.h"
 #include "kernels/matmul/bf16_pack.h"
 
@@ -157,8 +159,7 @@ bool bf16_dot_supported() {
 bool bf16_dot_default_on() {
   static const bool on = [] {
     // CF_BF16_DOT=0 / 1 overrides the vendor rule (as CF_BF16_AMX=0 does for AMX): for measurements
-    if (const char* env = std::getenv("CF_BF16_DOT"); env && (std::string(env) == "0" || std::string(env) == "1"))
-      return std::string(env) == "1";
+    if (const std::optional<bool> env = env_switch("CF_BF16_DOT", "matmul")) return *env;
     __builtin_cpu_init();
     return __builtin_cpu_is("amd") > 0;
   }();

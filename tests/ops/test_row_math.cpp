@@ -3,9 +3,11 @@
 // them (softmax, flash, block and routed attention, forward and backward); the setting's names
 // and errors.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -104,6 +106,25 @@ struct IsaRestore {
 };
 
 }  // namespace
+
+TEST_CASE("env_switch: unset or empty is no choice, 0 and 1 are off and on, anything else is named") {
+  const char* var = "CF_TEST_ENV_SWITCH";
+  unsetenv(var);
+  CHECK(!kernels::env_switch(var, "matmul").has_value());
+  setenv(var, "", 1);
+  CHECK(!kernels::env_switch(var, "matmul").has_value());
+  setenv(var, "0", 1);
+  CHECK(kernels::env_switch(var, "matmul") == false);
+  setenv(var, "1", 1);
+  CHECK(kernels::env_switch(var, "matmul") == true);
+  for (const char* bad : {"off", "true", "01", " 1", "yes"}) {
+    setenv(var, bad, 1);
+    const std::string want =
+        std::string("[matmul] the environment variable CF_TEST_ENV_SWITCH must be 0 or 1 (or unset), got '") + bad + "'";
+    CHECK_THROWS_MSG(kernels::env_switch(var, "matmul"), ValueError, want.c_str());
+  }
+  unsetenv(var);
+}
 
 TEST_CASE("cpu_isa: names, the supported tier, the setting, and a bad name or missing tier named") {
   CHECK(kernels::parse_cpu_isa("auto") == CpuIsa::kAuto);
