@@ -210,24 +210,23 @@ CF_ROW_INLINE void float_from_bf16_row(const uint16_t* x, float* y, int64_t n) {
 }
 
 // float32 <-> IEEE float16 (the bits) over a row, bit for bit core/half.h's float_to_half_bits /
-// half_bits_to_float, written without branches so every tier vectorises them (as the bfloat16 rows).
-// Narrowing: a NaN keeps its sign and top payload bits and is made quiet; from 65520 up (after rounding)
-// infinity; normal results round the 13 dropped bits to nearest even in integers; results below 2^-14
-// come from the float sum |x| + 0.5, whose unit in the last place is 2^-24, half's subnormal step: the
-// FPU's own round-to-nearest-even puts the rounded subnormal (or 0x400, the smallest normal, or zero)
-// in the low mantissa bits. Widening: subnormals are (2^-14 + m 2^-24) - 2^-14, exact in float32.
+// half_bits_to_float, written without branches so the tiers vectorise them (as the bfloat16 rows).
+// Narrowing in integers only, so neither the rounding mode nor FP exception flags enter: a NaN keeps its
+// sign and top payload bits and is made quiet; from 65520 up (after rounding) infinity; otherwise the
+// significand is shifted right by 13 (normal results; a carry moves into the exponent) or by 14-24 (below
+// 2^-14: subnormal results, 0x400 when one rounds up to the smallest normal, 0 from 2^-25 down), rounding
+// the dropped bits to nearest even: q = (m + half - 1 + lsb(m >> shift)) >> shift. (The variable shift is
+// one instruction from AVX2 on; the SSE2 tier leaves this loop scalar.) Widening: subnormals are
+// m * 2^-24, an exact product in float32 in every rounding mode.
 CF_ROW_INLINE void f16_from_float_row(const float* x, uint16_t* y, int64_t n) {
   for (int64_t k = 0; k < n; ++k) {
     uint32_t u;
     std::memcpy(&u, x + k, 4);
-    const uint32_t a = u & 0x7FFFFFFFu;
-    float fa, sum;
-    std::memcpy(&fa, &a, 4);
-    sum = fa + 0.5f;
-    uint32_t sub;
-    std::memcpy(&sub, &sum, 4);
-    sub -= 0x3F000000u;                                                        // below 2^-14
+    const uint32_t a = u & 0x7FFFFFFFu, e = a >> 23;
     const uint32_t normal = (a - 0x38000000u + 0xFFFu + ((a >> 13) & 1u)) >> 13;  // 2^-14 up to 65520
+    const uint32_t shift = 126u - e < 31u ? 126u - e : 31u;                     // below 2^-14: 14..31
+    const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+    const uint32_t sub = (m + ((1u << (shift - 1)) - 1u) + ((m >> shift) & 1u)) >> shift;
     const uint32_t nan = 0x7E00u | ((a >> 13) & 0x3FFu);
     const uint32_t h = a > 0x7F800000u ? nan : (a >= 0x477FF000u ? 0x7C00u : (a < 0x38800000u ? sub : normal));
     y[k] = uint16_t(((u >> 16) & 0x8000u) | h);
@@ -236,15 +235,10 @@ CF_ROW_INLINE void f16_from_float_row(const float* x, uint16_t* y, int64_t n) {
 CF_ROW_INLINE void float_from_f16_row(const uint16_t* x, float* y, int64_t n) {
   for (int64_t k = 0; k < n; ++k) {
     const uint32_t o = uint32_t(x[k] & 0x7FFFu) << 13, e = o & 0x0F800000u;
-    const uint32_t biased = o + 0x38000000u, subnormal_biased = o + 0x38800000u;
-    float shifted, two_m14;
-    const uint32_t two_m14_bits = 0x38800000u;
-    std::memcpy(&shifted, &subnormal_biased, 4);
-    std::memcpy(&two_m14, &two_m14_bits, 4);
-    const float subf = shifted - two_m14;
+    const float subf = float(int32_t(x[k] & 0x3FFu)) * 5.9604644775390625e-08f;  // m 2^-24
     uint32_t sub;
     std::memcpy(&sub, &subf, 4);
-    const uint32_t mag = e == 0x0F800000u ? o + 0x70000000u : (e == 0 ? sub : biased);
+    const uint32_t mag = e == 0x0F800000u ? o + 0x70000000u : (e == 0 ? sub : o + 0x38000000u);
     const uint32_t u = (uint32_t(x[k] & 0x8000u) << 16) | mag;
     std::memcpy(y + k, &u, 4);
   }

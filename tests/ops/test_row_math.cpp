@@ -2,6 +2,7 @@
 // tier this CPU runs gives the baseline tier's bits, row by row and through the kernels that use
 // them (softmax, flash, block and routed attention, forward and backward); the setting's names
 // and errors.
+#include <cfenv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -55,31 +56,42 @@ void check_16bit_rows(int dropped) {
       std::memcpy(&f, &u, 4);
       x.push_back(f);
     }
+  // Integer arithmetic (and exact products) only: the same bits in every rounding mode a program may set,
+  // and no FP exception flag raised, signalling NaNs included (a program with traps on would stop).
+  const std::pair<int, const char*> modes[] = {
+      {FE_TONEAREST, "to nearest"}, {FE_UPWARD, "upward"}, {FE_DOWNWARD, "downward"}, {FE_TOWARDZERO, "toward zero"}};
   for (CpuIsa isa : tiers_run_here()) {
-    INFO("tier ", kernels::cpu_isa_name(isa));
-    const kernels::RowMath& rm = kernels::row_math(isa);
-    std::vector<float> wide(all.size());
-    kernels::widen_row(rm, all.data(), wide.data(), int64_t(all.size()));
-    int bad = 0;
-    for (size_t i = 0; i < all.size(); ++i)
-      if (!same_bits(wide[i], float(all[i])) && bad++ < 5) FAIL_CHECK("widen ", all[i].bits);
-    std::vector<T> narrow(x.size());
-    kernels::round_row(rm, x.data(), narrow.data(), int64_t(x.size()));
-    for (size_t i = 0; i < x.size(); ++i)
-      if (narrow[i].bits != T(x[i]).bits && bad++ < 5) FAIL_CHECK("round ", x[i], " at ", i);
-    for (int64_t n = 0; n < 40; ++n) {
-      std::vector<T> part(size_t(n) + 1, T::from_bits(0xABCD));
-      kernels::round_row(rm, x.data() + 1000, part.data(), n);
-      for (int64_t i = 0; i < n; ++i)
-        if (part[size_t(i)].bits != T(x[size_t(1000 + i)]).bits && bad++ < 5) FAIL_CHECK("tail ", n);
-      if (part[size_t(n)].bits != 0xABCD && bad++ < 5) FAIL_CHECK("wrote past ", n);
+    for (const auto& [mode, mode_name] : modes) {
+      INFO("tier ", kernels::cpu_isa_name(isa), ", rounding ", mode_name);
+      const kernels::RowMath& rm = kernels::row_math(isa);
+      std::vector<float> wide(all.size());
+      std::vector<T> narrow(x.size());
+      std::feclearexcept(FE_ALL_EXCEPT);
+      REQUIRE(std::fesetround(mode) == 0);
+      kernels::widen_row(rm, all.data(), wide.data(), int64_t(all.size()));
+      kernels::round_row(rm, x.data(), narrow.data(), int64_t(x.size()));
+      std::fesetround(FE_TONEAREST);
+      CHECK(std::fetestexcept(FE_ALL_EXCEPT) == 0);
+      int bad = 0;
+      for (size_t i = 0; i < all.size(); ++i)
+        if (!same_bits(wide[i], float(all[i])) && bad++ < 5) FAIL_CHECK("widen ", all[i].bits);
+      for (size_t i = 0; i < x.size(); ++i)
+        if (narrow[i].bits != T(x[i]).bits && bad++ < 5) FAIL_CHECK("round ", x[i], " at ", i);
+      for (int64_t n = 0; n < 40; ++n) {
+        std::vector<T> part(size_t(n) + 1, T::from_bits(0xABCD));
+        kernels::round_row(rm, x.data() + 1000, part.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+          if (part[size_t(i)].bits != T(x[size_t(1000 + i)]).bits && bad++ < 5) FAIL_CHECK("tail ", n);
+        if (part[size_t(n)].bits != 0xABCD && bad++ < 5) FAIL_CHECK("wrote past ", n);
+      }
+      CHECK(bad == 0);
     }
-    CHECK(bad == 0);
   }
 }
 
-// Scores as the kernels see them: mostly ordinary, with -inf (masked), NaN, -0, values far below
-// the maximum (exp underflows) and long runs, at lengths that exercise every vector tail.
+// Scores as the kernels see them: mostly ordinary, with -inf (masked), NaN, -0,
+// values far below the maximum (exp underflows) and long runs, at lengths that
+// exercise every vector tail.
 std::vector<float> row_values(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-12.0f, 3.0f);
