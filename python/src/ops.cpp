@@ -586,6 +586,14 @@ void bind_inplace(TensorCls& cls, const char* py, const char* op, const char* sy
 
 // The value of f(a, u), taken without recording a graph, written into a (u's gradient would be lost: refused
 // when u requires grad).
+// t op= u with a tensor u: one dtype, or two floating ones (the result in the promoted dtype, stored in t's), as
+// the arithmetic ops take them; named under the in-place operator (the product's own check said [mul]).
+void check_operand_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  CF_CHECK(a.dtype() == b.dtype() || (cf::is_floating(a.dtype()) && cf::is_floating(b.dtype())), DTypeError, "[", op,
+           "] ", a.describe(), " and a ", b.dtype(),
+           " operand: tensor operands take one dtype (floating ones of two mix); convert one with .to(dtype)");
+}
+
 template <typename F>
 Tensor& write_result(Tensor& a, const Tensor& u, const char* op, F f) {
   cf::ops::check_inplace_source(u, op);
@@ -691,9 +699,7 @@ void bind_operators(TensorCls& cls) {
     CF_CHECK(cf::broadcast_shapes(a.shape(), b.shape(), op) == a.shape(), ShapeError, "[", op, "] cannot broadcast ",
              cf::shape_str(b.shape()), " into ", cf::shape_str(a.shape()));
     if (a.dtype() == b.dtype()) return cf::add_(a, b, alpha);
-    CF_CHECK(cf::is_floating(a.dtype()) && cf::is_floating(b.dtype()), DTypeError, "[", op, "] ", a.describe(),
-             " and a ", b.dtype(), " operand: tensor operands take one dtype (floating ones of two mix); convert one "
-             "with .to(dtype)");
+    check_operand_dtype(a, b, op);
     Tensor sum = [&] { cf::NoGradGuard g; return alpha == 1.0 ? a + b : a - b; }();
     return cf::copy_(a, sum);
   };
@@ -712,7 +718,10 @@ void bind_operators(TensorCls& cls) {
     if constexpr (std::is_same_v<std::decay_t<decltype(b)>, double>)
       return cf::mul_(a, b);  // in place, no temporary
     else
-      return write_result(a, b, "mul_", [](const Tensor& x, const Tensor& y) { return x * y; });
+      return write_result(a, b, "mul_", [](const Tensor& x, const Tensor& y) {
+        check_operand_dtype(x, y, "mul_");
+        return x * y;
+      });
   });
   // a /= b as a = a / b in a's dtype (before: a *= 1 / b, which zeroed an int64 tensor, as 1 / b
   // took its dtype, and rounded a float one differently from a / b)
@@ -733,7 +742,10 @@ void bind_operators(TensorCls& cls) {
       Tensor p = [&] { cf::NoGradGuard g; return power(a, b, "pow_"); }();
       return cf::copy_(a, p);
     } else {
-      return write_result(a, b, "pow_", [](const Tensor& x, const Tensor& y) { return cf::pow(x, y); });
+      return write_result(a, b, "pow_", [](const Tensor& x, const Tensor& y) {
+        check_operand_dtype(x, y, "pow_");
+        return cf::pow(x, y);
+      });
     }
   }, check_int_power);
   bind_inplace_rounded<py_floor_divide>(cls, "__ifloordiv__", "floor_divide_", "//");

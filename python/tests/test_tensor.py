@@ -233,6 +233,14 @@ def test_inplace_operators_with_another_float_dtype_and_setitem_with_leading_one
         a += w.to(cf.float64)  # a source that requires grad would lose its gradient
     with pytest.raises(cf.ShapeError, match=r"^\[add_\] cannot broadcast \(3,2\) into \(2\)"):
         a += cf.ones(3, 2, dtype=cf.float64)
+    # an integer or bool tensor operand beside a float one (or the reverse) is refused under the operator's own
+    # name, as add_ / sub_ were (*= and **= said [mul] / [pow], the product's name)
+    i, b = cf.tensor([2, 3]), cf.tensor([True, False])
+    for statement, name in (("a += i", "add_"), ("a -= i", "sub_"), ("a *= i", "mul_"), ("a **= i", "pow_"),
+                            ("i *= b", "mul_"), ("i **= a", "pow_")):
+        with pytest.raises(cf.DTypeError, match=r"^\[" + name + r"\] .*tensor operands take one dtype"):
+            exec(statement, {"a": a, "i": i, "b": b})
+    assert a.tolist() == cf.tensor([1.0, 2.0]).tolist() and i.tolist() == [2, 3]  # nothing written
     # a value with leading size-1 dims beyond the selection's loses them (NumPy, PyTorch)
     x = cf.zeros(2, 3)
     x[0] = cf.ones(1, 3)
