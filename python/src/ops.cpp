@@ -40,6 +40,33 @@ struct type_caster<cf::ValuesIndices> {
 
 namespace cfpy {
 
+bool is_complex_number(PyObject* o) noexcept {
+  if (PyComplex_Check(o)) return true;
+  // numbers.Complex and numbers.Real, imported once (the GIL serialises the first call)
+  static PyObject* complex_abc = nullptr;
+  static PyObject* real_abc = nullptr;
+  if (!complex_abc) {
+    PyObject* numbers = PyImport_ImportModule("numbers");
+    if (!numbers) {
+      PyErr_Clear();
+      return false;
+    }
+    complex_abc = PyObject_GetAttrString(numbers, "Complex");
+    real_abc = PyObject_GetAttrString(numbers, "Real");
+    Py_DECREF(numbers);
+    if (!complex_abc || !real_abc) {
+      PyErr_Clear();
+      Py_CLEAR(complex_abc);
+      Py_CLEAR(real_abc);
+      return false;
+    }
+  }
+  const int is_complex = PyObject_IsInstance(o, complex_abc);
+  const int is_real = is_complex == 1 ? PyObject_IsInstance(o, real_abc) : 1;
+  if (is_complex < 0 || is_real < 0) PyErr_Clear();  // (an odd __instancecheck__: not counted as complex)
+  return is_complex == 1 && is_real == 0;
+}
+
 namespace {
 
 using cf::Tensor;

@@ -1663,6 +1663,14 @@ def test_number_operands_numpy_bools_complex_and_number_like_objects():
         cf.add(t, 1j)
     with pytest.raises(TypeError, match=r"^\[mul_\] cf has no complex dtype"):
         t *= np.complex64(1)
+    # so is one given to a float parameter (mul_'s scalar, clamp's bounds, fill_), as Python's complex was; NumPy's
+    # complex scalars went through __float__ and lost their imaginary part with a ComplexWarning
+    for v in (np.complex64(1 + 2j), np.complex128(1 + 2j), np.clongdouble(1 + 2j), 1 + 2j):
+        for f in (lambda: t.clone().mul_(v), lambda: cf.clamp(t, v, 3.0), lambda: t.clone().fill_(v)):
+            with pytest.raises(TypeError, match=r"incompatible function arguments"):
+                f()
+    for v in (np.float32(2), np.int64(2), Fraction(2, 1), np.True_, 2):  # real numbers still are numbers there
+        assert t.clone().mul_(v).tolist() == [float(v), 2.0 * float(v)]
     # subtraction with a bool tensor is refused whatever the other operand, as PyTorch (b - 1.5 was float32)
     for f in (lambda: b - 1.5, lambda: 1.5 - b, lambda: cf.sub(b, 1.5), lambda: b - np.float32(1), lambda: b - 1):
         with pytest.raises(cf.DTypeError, match=r"^\[sub\] subtraction with a bool tensor \(bool \(2\) on cpu\) is not "
