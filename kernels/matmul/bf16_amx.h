@@ -13,7 +13,7 @@ namespace cf::kernels {
 // a smaller stack (the old 8 KB SIGSTKSZ some crash handlers use) fails with ENOMEM; a smaller
 // alternate stack installed before makes the request fail, and AMX stays off. The environment
 // variable CF_BF16_AMX=0, set before the first bfloat16 matmul, keeps cf from asking at all (1 or
-// unset: ask; another value is a ValueError, from this and every bfloat16 matmul).
+// unset: ask; another value is a ValueError from this function, so from the bfloat16 products that ask it).
 bool bf16_amx_supported();
 // True when it is supported and switched on: matmul then uses it for bfloat16 (before the
 // AVX-512 BF16 kernel and the converting path).

@@ -12,7 +12,7 @@ bool bf16_dot_supported();
 // True when it is supported and switched on: matmul then uses it for bfloat16 (after AMX, below).
 bool bf16_dot_available();
 // Whether it is on without set_bf16_dot_enabled: where it is supported on an AMD CPU (the environment
-// variable CF_BF16_DOT, read once, overrides the vendor rule: 0 or 1, another value a ValueError). On Zen 5
+// variable CF_BF16_DOT, read once, overrides the vendor rule: 0 or 1; another value is a ValueError from here). On Zen 5
 // (an EPYC of CPU family 26, one thread) it ran at 1.73x OpenBLAS's SkylakeX sgemm and 1.77x the
 // converting path (float32 blocks + sgemm) at 2048, since there vdpbf16ps issues at the rate of a
 // float32 FMA and does twice its multiply-adds (Zen 4's 512-bit units split both in two halves alike;

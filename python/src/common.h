@@ -10,23 +10,25 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-// Every double parameter (scalars such as mul_'s, fill values, options) takes what nanobind's float caster
+// Every double parameter of the bindings (scalars such as mul_'s, fill values, options) takes what nanobind's float caster
 // takes, except a complex number. Python's complex has no __float__ and is refused already; NumPy's complex
 // scalars (numpy.complexfloating: complex64, complex128, which subclasses complex, clongdouble) convert through
 // __float__ with a ComplexWarning and lost their imaginary part (t.mul_(np.complex128(1 + 2j)) multiplied by
 // 1). Refused the same way: a TypeError listing the signatures. Declared before any binding instantiates the
 // caster (every binding file includes this header first).
 namespace cfpy {
-// A number with an imaginary part: a complex (or subclass), or a numbers.Complex that is not a numbers.Real
-// (NumPy registers its complex scalars as the first and its floats as the second; Fraction and Decimal are not
-// complex). Needs the GIL; never raises.
+// A number with an imaginary part: a complex (or subclass: NumPy's complex128) or a NumPy complex scalar
+// (numpy.complexfloating: complex64, clongdouble). Needs the GIL; calls no Python code, never raises.
 bool is_complex_number(PyObject* o) noexcept;
 }  // namespace cfpy
 namespace nanobind::detail {
 template <>
 struct type_caster<double> {
   NB_INLINE bool from_python(handle src, uint32_t flags, cleanup_list* cleanup) noexcept {
-    if (!PyFloat_Check(src.ptr()) && !PyLong_Check(src.ptr()) && cfpy::is_complex_number(src.ptr())) return false;
+    // (only in the converting pass: the first one takes exact floats alone)
+    if ((flags & uint32_t(cast_flags::convert)) && !PyFloat_Check(src.ptr()) && !PyLong_Check(src.ptr()) &&
+        cfpy::is_complex_number(src.ptr()))
+      return false;
     return NB_CALL(load_f64)(NB_CTX_C(cleanup), src.ptr(), flags, &value);
   }
   NB_INLINE static handle from_cpp(double src, rv_policy, cleanup_list*) noexcept { return PyFloat_FromDouble(src); }

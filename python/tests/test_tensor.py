@@ -241,6 +241,10 @@ def test_inplace_operators_with_another_float_dtype_and_setitem_with_leading_one
         with pytest.raises(cf.DTypeError, match=r"^\[" + name + r"\] .*tensor operands take one dtype"):
             exec(statement, {"a": a, "i": i, "b": b})
     assert a.tolist() == cf.tensor([1.0, 2.0]).tolist() and i.tolist() == [2, 3]  # nothing written
+    for statement, name in (("b *= b", "mul_"), ("b //= b", "floor_divide_"), ("i //= b", "floor_divide_"),
+                            ("i %= b", "remainder_")):  # (they said [mul], [floor_divide], [remainder])
+        with pytest.raises(cf.DTypeError, match=r"^\[" + name + r"\] is not defined for bool tensors"):
+            exec(statement, {"i": i, "b": b})
     # a value with leading size-1 dims beyond the selection's loses them (NumPy, PyTorch)
     x = cf.zeros(2, 3)
     x[0] = cf.ones(1, 3)
