@@ -224,7 +224,8 @@ CF_ROW_INLINE void f16_from_float_row(const float* x, uint16_t* y, int64_t n) {
     std::memcpy(&u, x + k, 4);
     const uint32_t a = u & 0x7FFFFFFFu, e = a >> 23;
     const uint32_t normal = (a - 0x38000000u + 0xFFFu + ((a >> 13) & 1u)) >> 13;  // 2^-14 up to 65520
-    const uint32_t shift = 126u - e < 31u ? 126u - e : 31u;                     // below 2^-14: 14..31
+    const uint32_t drop = e < 113u ? 126u - e : 14u;  // below 2^-14: 14 and up (normal results: unused)
+    const uint32_t shift = drop < 31u ? drop : 31u;   // (from 2^-25 down every bit goes: 0 either way)
     const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
     const uint32_t sub = (m + ((1u << (shift - 1)) - 1u) + ((m >> shift) & 1u)) >> shift;
     const uint32_t nan = 0x7E00u | ((a >> 13) & 0x3FFu);
