@@ -1075,18 +1075,29 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
            "'growth_factor' (> 1), 'backoff_factor' (in (0, 1)), 'growth_interval' (> 0); nothing else.")
       // pickle, copy.deepcopy: the state dict and whether it is enabled, between steps only (a copy made
       // after unscale_ would unscale again: PyTorch refuses it too)
+      // A Python subclass's own attributes (its instance __dict__) travel too, as pickle keeps them for any
+      // class; a 2-tuple (pickled before they did) still loads.
       .def("__getstate__",
-           [](const cnn::GradScaler& s) {
+           [](nb::handle self) {
+             const cnn::GradScaler& s = nb::cast<const cnn::GradScaler&>(self);
              CF_CHECK(!s.step_in_progress(), ValueError, "[GradScaler] can be pickled or copied between steps only "
                       "(before unscale_ or step, or after update()), as PyTorch's");
-             return nb::make_tuple(state_dict_to_python(s.state_dict()), s.enabled());
+             nb::object attributes = nb::getattr(self, "__dict__", nb::none());
+             return nb::make_tuple(state_dict_to_python(s.state_dict()), s.enabled(), attributes);
            })
       .def("__setstate__",
-           [](cnn::GradScaler* self, const std::tuple<nb::object, bool>& state) {
+           [](cnn::GradScaler* self, const nb::tuple& state) {
+             CF_CHECK(state.size() == 2 || state.size() == 3, ValueError,
+                      "[GradScaler.__setstate__] expected (state_dict, enabled[, attributes]), got ", state.size(),
+                      " items");
              cnn::GradScalerOptions o;
-             o.enabled = std::get<1>(state);
+             o.enabled = nb::cast<bool>(state[1]);
              new (self) cnn::GradScaler(o);
-             self->load_state_dict(to_state_dict(std::get<0>(state), "GradScaler.__setstate__"));
+             self->load_state_dict(to_state_dict(state[0], "GradScaler.__setstate__"));
+             if (state.size() == 3 && !state[2].is_none()) {
+               nb::handle py = nb::find(self);
+               if (py.is_valid() && nb::hasattr(py, "__dict__")) py.attr("__dict__").attr("update")(state[2]);
+             }
            });
 
   auto tensors_of = [](nb::handle params, const char* op) {

@@ -123,6 +123,18 @@ def test_grad_scaler_pickles_and_copies_between_steps_only():
         assert {k: v.item() for k, v in twin.state_dict().items()} == {k: v.item() for k, v in scaler.state_dict().items()}
     off = pickle.loads(pickle.dumps(cf.nn.GradScaler(enabled=False)))
     assert not off.enabled and off.get_scale() == 1.0
+    # a subclass's own attributes come along (they were dropped: only the state dict and `enabled` travelled)
+    from cf import amp
+    amp_scaler = amp.GradScaler("cpu", init_scale=8.0)
+    amp_scaler.note = "kept"
+    for twin in (pickle.loads(pickle.dumps(amp_scaler)), copy.deepcopy(amp_scaler)):
+        assert type(twin) is amp.GradScaler and twin.note == "kept" and twin.get_scale() == 8.0
+    # a state pickled before (two items) still loads; a wrong one is named
+    old = cf.nn.GradScaler.__new__(cf.nn.GradScaler)
+    old.__setstate__((scaler.state_dict(), True))
+    assert old.get_scale() == 64.0 and old.enabled
+    with pytest.raises(cf.ValueError, match=r"^\[GradScaler.__setstate__\] expected \(state_dict, enabled"):
+        cf.nn.GradScaler.__new__(cf.nn.GradScaler).__setstate__((1,))
 
 
 def test_float16_training_with_autocast_and_scaler_lowers_the_loss():
