@@ -8,6 +8,7 @@ the function calls it. Differences from PyTorch are said in each docstring; the 
 row with every entry masked gives zeros where PyTorch gives NaN (cf's documented rule).
 """
 import math as _math
+import numbers as _numbers
 
 from . import _cf
 
@@ -39,6 +40,14 @@ def _reduce(loss, reduction, op):
 def _check_tensor(x, what, op):
     if not isinstance(x, _cf.Tensor):
         raise TypeError("[%s] %s must be a cf.Tensor, got %s" % (op, what, type(x).__name__))
+
+
+def _real(x, what, op):
+    """float(x), refusing a complex number as the bindings' float parameters do: float() of a NumPy complex scalar
+    keeps its real part with only a ComplexWarning."""
+    if isinstance(x, complex) or (isinstance(x, _numbers.Complex) and not isinstance(x, _numbers.Real)):
+        raise TypeError("[%s] %s must be a real number (cf has no complex dtype), got %r" % (op, what, x))
+    return float(x)
 
 
 def relu(input, inplace=False):
@@ -445,7 +454,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise _cf.ValueError("[scaled_dot_product_attention] give attn_mask or is_causal, not both")
     e = query.shape[-1]
     length, s = query.shape[-2], key.shape[-2]
-    scale_value = 1.0 / _math.sqrt(e) if scale is None else float(scale)
+    scale_value = 1.0 / _math.sqrt(e) if scale is None else _real(scale, "scale", "scaled_dot_product_attention")
     if query.dim() == 4 and key.dim() == 4 and value.dim() == 4:
         # (cf.flash_attention's causal mask is aligned bottom-right, PyTorch's top-left: the same when L == S)
         if attn_mask is None and (not is_causal or length == s):

@@ -442,7 +442,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     """torch.nn.utils.clip_grad_norm_: scales the gradients so that their joint L2 norm is at most max_norm and
     returns the norm before clipping, as a 0-d float64 tensor (cf.nn.clip_grad_norm_ returns a float). Only
     norm_type 2."""
-    if float(norm_type) != 2.0:
+    if F._real(norm_type, "norm_type", "clip_grad_norm_") != 2.0:
         raise _cf.NotImplementedError("[clip_grad_norm_] only norm_type 2 (the L2 norm) is supported, got %r"
                                       % (norm_type,))
     total = _cf.nn.clip_grad_norm_(parameters, max_norm, error_if_nonfinite)
@@ -547,7 +547,7 @@ def trunc_normal_(tensor: _cf.Tensor, mean: float = 0.0, std: float = 1.0, a: fl
         raise TypeError("[%s] tensor must be a cf.Tensor, got %s" % (op, type(tensor).__name__))
     if not _cf.is_floating(tensor.dtype):
         raise _cf.DTypeError("[%s] needs a float tensor, got %s" % (op, tensor.dtype.name))
-    mean, std, a, b = float(mean), float(std), float(a), float(b)
+    mean, std, a, b = (F._real(v, name, op) for v, name in ((mean, "mean"), (std, "std"), (a, "a"), (b, "b")))
     if not (_math.isfinite(mean) and _math.isfinite(std) and std > 0):
         raise _cf.ValueError("[%s] needs a finite mean and a finite std > 0, got mean %r std %r" % (op, mean, std))
     if not a <= b or a == b and _math.isinf(a):

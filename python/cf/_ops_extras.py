@@ -5,7 +5,7 @@ import numbers as _numbers
 import string as _string
 
 from . import _cf
-from ._functional import _broadcast_shape, _check_tensor
+from ._functional import _broadcast_shape, _check_tensor, _real
 
 __all__ = ["einsum", "multinomial", "from_numpy", "is_tensor", "numel", "as_tensor", "empty_like", "randn_like",
            "rand_like", "broadcast_to", "isclose", "count_nonzero", "outer", "dot", "masked_select", "nonzero",
@@ -345,7 +345,7 @@ def isclose(a: "_cf.Tensor", b: "_cf.Tensor | float", rtol: float = 1e-05, atol:
     if not (rtol >= 0 and atol >= 0):
         raise _cf.ValueError("[isclose] rtol and atol must be >= 0, got %r and %r" % (rtol, atol))
     if not isinstance(b, _cf.Tensor):
-        b = _cf.full([], float(b), dtype=_cf.float64, device=a.device)
+        b = _cf.full([], _real(b, "b", op), dtype=_cf.float64, device=a.device)
     ints = a.dtype in (_cf.int64, _cf.bool) and b.dtype in (_cf.int64, _cf.bool)
     wide_a = a if ints else _cf.to(a, _cf.float64)
     wide_b = b if ints else _cf.to(b, _cf.float64)

@@ -2,6 +2,7 @@
 import collections.abc as _abc
 
 from . import _cf
+from ._functional import _real
 
 
 class ParamGroup(_abc.MutableMapping):
@@ -38,7 +39,7 @@ class ParamGroup(_abc.MutableMapping):
     def __setitem__(self, key, value):
         opt, i = self._opt, self._index
         if key == "lr":
-            value = float(value)
+            value = _real(value, "lr", self._where()[1:-1])
             scale = opt._group_lr_scale(i)
             if opt._group_count() == 1:
                 if scale == 0:
@@ -51,9 +52,9 @@ class ParamGroup(_abc.MutableMapping):
                                          "scale of it: set optimizer.lr first" % (self._where(), i, value))
                 opt._set_group_lr_scale(i, value / opt.lr)
         elif key == "lr_scale":
-            opt._set_group_lr_scale(i, float(value))
+            opt._set_group_lr_scale(i, _real(value, "lr_scale", self._where()[1:-1]))
         elif key == "weight_decay":
-            opt._set_group_weight_decay(i, None if value is None else float(value))
+            opt._set_group_weight_decay(i, None if value is None else _real(value, "weight_decay", self._where()[1:-1]))
         elif key == "params":
             raise TypeError("%s a group's params are fixed when the optimizer is built: build a new optimizer "
                             "for other parameters" % self._where())

@@ -1671,6 +1671,20 @@ def test_number_operands_numpy_bools_complex_and_number_like_objects():
                 f()
     for v in (np.float32(2), np.int64(2), Fraction(2, 1), np.True_, 2):  # real numbers still are numbers there
         assert t.clone().mul_(v).tolist() == [float(v), 2.0 * float(v)]
+    # and by the functions written in Python that take a float (float() kept the real part with a warning)
+    q = cf.randn([1, 1, 3, 4])
+    z = np.complex128(0.5 + 2j)
+    w = cf.ones([2], requires_grad=True)
+    opt = cf.nn.SGD({"w": w}, lr=0.1)
+    for f, name in ((lambda: cf.nn.functional.scaled_dot_product_attention(q, q, q, scale=z), "scale"),
+                    (lambda: cf.nn.utils.clip_grad_norm_([w], 1.0, norm_type=z), "norm_type"),
+                    (lambda: cf.nn.init.trunc_normal_(cf.zeros([3]), mean=z), "mean"),
+                    (lambda: cf.isclose(t, z), "b"),
+                    (lambda: opt.param_groups[0].__setitem__("lr", z), "lr")):
+        with pytest.raises(TypeError, match=r"\] %s must be a real number \(cf has no complex dtype\)" % name):
+            f()
+    assert opt.param_groups[0]["lr"] == 0.1
+    assert cf.nn.functional.scaled_dot_product_attention(q, q, q, scale=np.float32(0.5)).shape == (1, 1, 3, 4)
     # subtraction with a bool tensor is refused whatever the other operand, as PyTorch (b - 1.5 was float32)
     for f in (lambda: b - 1.5, lambda: 1.5 - b, lambda: cf.sub(b, 1.5), lambda: b - np.float32(1), lambda: b - 1):
         with pytest.raises(cf.DTypeError, match=r"^\[sub\] subtraction with a bool tensor \(bool \(2\) on cpu\) is not "
