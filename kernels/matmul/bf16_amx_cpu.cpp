@@ -40,6 +40,7 @@
 #include "core/error.h"
 #include "kernels/common/cpu_isa.h"
 #include "kernels/common/row_math.h"
+#include "kernels/common/scratch.h"
 #include "kernels/matmul/bf16_pack.h"
 
 namespace cf::kernels {
@@ -238,6 +239,7 @@ void amx_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, 
                 Np = (N + 31) / 32 * 32;
   thread_local std::vector<uint16_t> a_storage, b_storage;
   thread_local std::vector<float> c_storage;
+  const ScratchTrim trim(a_storage, b_storage, c_storage);
   uint16_t* ap = aligned_buffer(a_storage, Mp * Kp);
   uint16_t* bp = aligned_buffer(b_storage, Np * Kp);
   float* cbuf = aligned_buffer(c_storage, std::min(Mp, kMc) * Np);  // C of one row block

@@ -27,6 +27,7 @@
 
 #include "kernels/common/cpu_isa.h"
 #include "kernels/common/row_math.h"
+#include "kernels/common/scratch.h"
 #include "kernels/matmul/bf16_pack.h"
 
 #ifdef CF_HAVE_BF16_PACK
@@ -181,6 +182,7 @@ void dot_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, 
   const int64_t Kp = (K + 1) / 2 * 2, pairs = Kp / 2, Np = (N + 63) / 64 * 64, panels = Np / 64;
   thread_local std::vector<uint16_t> ap, bp;
   thread_local std::vector<float> cf32;
+  const ScratchTrim trim(ap, bp, cf32);
   ap.resize(size_t(M * Kp));
   bp.resize(size_t(panels * pairs * 128));
   cf32.resize(size_t(M * Np));

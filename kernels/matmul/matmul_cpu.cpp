@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/common/parallel.h"
 #include "kernels/common/row_math.h"
+#include "kernels/common/scratch.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/bf16_amx.h"
 #include "kernels/matmul/bf16_dot.h"
@@ -63,6 +64,7 @@ template <typename T>
 void gemm_low(const T* a, const T* b, T* c, int64_t M, int64_t N, int64_t K, Layout la, Layout lb,
               int64_t ldc) {
   thread_local std::vector<float> fa, fb, fc;
+  const ScratchTrim trim(fa, fb, fc);
   const RowMath& rm = row_math();
   // A (rows x cols) operand's stored rows: its rows, or its columns when BLAS reads it transposed;
   // widened into a dense buffer whose leading dimension is the stored row's length.

@@ -7,6 +7,8 @@
 //   R3 chained   -- ops that round intermediates (layer_norm, cross_entropy, every backward):
 //                   max|y - ref| <= 8 u max|ref|;
 // with u the unit roundoff: 2^-8 for bfloat16, 2^-11 for float16.
+#include <malloc.h>
+
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -435,6 +437,29 @@ TEST_CASE("16-bit matmul's converting path is sgemm's product of the widened ope
                "matmul, strided b");
     }
   }
+}
+
+TEST_CASE("a large 16-bit product lets go of its float32 blocks after the call (kernels/common/scratch.h)") {
+#if defined(__SANITIZE_ADDRESS__) || !defined(__GLIBC__)
+  MESSAGE("glibc's mallinfo2 does not see this allocator: not checked in this build");
+#else
+  // The converting path's per-thread blocks were kept for the thread's lifetime, whatever their size: A's float32
+  // copy here is 80 MB (above the 64 MB kept), mapped by glibc on its own, so the mapped bytes show it.
+  test::NumThreadsGuard one(1);  // the product runs on this thread
+  Generator g(5);
+  const Tensor a = to(rand({10000, 2000}, kFloat32, g, -1, 1), kFloat16), b = to(rand({2000, 8}, kFloat32, g, -1, 1), kFloat16);
+  const size_t before = mallinfo2().hblkhd;
+  const Tensor c = matmul(a, b);
+  const size_t after = mallinfo2().hblkhd;
+  CHECK(c.shape() == Shape({10000, 8}));
+  CHECK_MESSAGE(after < before + (size_t(8) << 20), "mapped bytes grew from ", before, " to ", after);
+  // a small product keeps its blocks (no allocation per call): the same mapped bytes after a second one
+  const Tensor s = to(rand({64, 64}, kFloat32, g, -1, 1), kFloat16);
+  (void)matmul(s, s);
+  const size_t kept = mallinfo2().hblkhd;
+  (void)matmul(s, s);
+  CHECK(mallinfo2().hblkhd == kept);
+#endif
 }
 
 TEST_CASE("low-precision bad input names the dtypes") {
