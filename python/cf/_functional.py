@@ -231,12 +231,51 @@ def one_hot(tensor, num_classes=-1):
     return _cf.one_hot(tensor, num_classes, _cf.int64)
 
 
+def _pad_positions(i, n, mode):
+    """The source position along an axis of length n of output position i (i < 0: before the data, i >= n: after
+    it) under torch's non-constant padding modes."""
+    if mode == "replicate":
+        return min(max(i, 0), n - 1)
+    if mode == "circular":
+        return i % n
+    return -i if i < 0 else (2 * (n - 1) - i if i >= n else i)  # reflect: about the edge, the edge not repeated
+
+
 def pad(input, pad, mode="constant", value=None):
-    """Constant padding: pad = (before_last, after_last, before_second_last, ...), as torch's. Only
-    mode="constant" (reflect, replicate and circular are not in cf)."""
-    if mode != "constant":
-        raise _cf.NotImplementedError("[pad] only mode='constant' is supported, got %r" % (mode,))
-    return _cf.pad(input, list(pad), 0.0 if value is None else value)
+    """torch.nn.functional.pad: pad = (before_last, after_last, before_second_last, ...). mode "constant" fills with
+    value (default 0; negative pads crop); "reflect" mirrors about the edge element (each pad below the axis's
+    length), "replicate" repeats the edge element, "circular" wraps around (each pad at most the axis's length):
+    those three are one differentiable index_select per padded axis (gradients summed where positions repeat),
+    take no value, pads >= 0, on any number of trailing axes."""
+    if mode == "constant":
+        return _cf.pad(input, list(pad), 0.0 if value is None else value)
+    if mode not in ("reflect", "replicate", "circular"):
+        raise _cf.ValueError("[pad] mode must be 'constant', 'reflect', 'replicate' or 'circular', got %r" % (mode,))
+    _check_tensor(input, "input", "pad")
+    pad = list(pad)
+    if len(pad) % 2 or len(pad) // 2 > input.dim():
+        raise _cf.ValueError("[pad] pad must hold a (before, after) pair for each of at most input.dim() = %d trailing "
+                             "axes, got %r" % (input.dim(), tuple(pad)))
+    if value is not None:
+        raise _cf.ValueError("[pad] mode=%r takes no value (got %r): it pads with the input's own elements"
+                             % (mode, value))
+    out = input
+    for k in range(len(pad) // 2):
+        axis = input.dim() - 1 - k
+        before, after, n = pad[2 * k], pad[2 * k + 1], input.shape[axis]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (before, after)):
+            raise _cf.ValueError("[pad] mode=%r takes pads >= 0 (ints), got %r for axis %d" % (mode, (before, after),
+                                                                                            axis))
+        if before == 0 and after == 0:
+            continue
+        limit = n - 1 if mode == "reflect" else n
+        if n == 0 or before > limit or after > limit:
+            raise _cf.ValueError("[pad] mode=%r needs each pad %s the axis's length: pads %r for axis %d of length %d "
+                                 "in %s" % (mode, "below" if mode == "reflect" else "at most", (before, after), axis,
+                                            n, tuple(input.shape)))
+        index = [_pad_positions(i, n, mode) for i in range(-before, n + after)]
+        out = _cf.index_select(out, axis, _cf.tensor(index, dtype=_cf.int64, device=input.device))
+    return out
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12):

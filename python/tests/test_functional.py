@@ -105,8 +105,21 @@ def test_one_hot_pad_normalize_cosine_similarity():
     assert F.one_hot(cf.tensor([1]), num_classes=3).tolist() == [[0, 1, 0]]
     x = cf.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=cf.float64)
     assert F.pad(x, (1, 0, 0, 1), value=9).tolist() == [[9, 1, 2], [9, 3, 4], [9, 9, 9]]
-    with pytest.raises(cf.NotImplementedError, match=r"^\[pad\] only mode='constant'"):
-        F.pad(x, (1, 1), mode="reflect")
+    # reflect / replicate / circular: one index_select per padded axis (torch's values in the comparison below)
+    assert F.pad(x, (1, 1), mode="reflect").tolist() == [[2, 1, 2, 1], [4, 3, 4, 3]]
+    assert F.pad(x, (2, 0, 0, 1), mode="replicate").tolist() == [[1, 1, 1, 2], [3, 3, 3, 4], [3, 3, 3, 4]]
+    assert F.pad(x, (0, 2), mode="circular").tolist() == [[1, 2, 1, 2], [3, 4, 3, 4]]
+    for kwargs, message in ((dict(pad=(2, 0), mode="reflect"), r"mode='reflect' needs each pad below the axis's length: pads \(2, 0\) "
+                             r"for axis 1 of length 2"),
+                            (dict(pad=(3, 0), mode="circular"), r"mode='circular' needs each pad at most the axis's length"),
+                            (dict(pad=(-1, 1), mode="replicate"), r"mode='replicate' takes pads >= 0 \(ints\), got \(-1, 1\) for axis 1"),
+                            (dict(pad=(1, 1), mode="reflect", value=0.5), r"mode='reflect' takes no value"),
+                            (dict(pad=(1,), mode="circular"), r"pad must hold a \(before, after\) pair for each of at most"),
+                            (dict(pad=(1, 1, 1, 1, 1, 1), mode="replicate"), r"pad must hold .* at most input.dim\(\) = 2 trailing"),
+                            (dict(pad=(1, 1), mode="symmetric"), r"mode must be 'constant', 'reflect', 'replicate' or "
+                             r"'circular', got 'symmetric'")):
+        with pytest.raises(cf.ValueError, match=r"^\[pad\] " + message):
+            F.pad(x, **kwargs)
     xv = a(x)
     np.testing.assert_allclose(a(F.normalize(x)), xv / np.linalg.norm(xv, axis=1, keepdims=True), rtol=1e-12)
     np.testing.assert_allclose(a(F.normalize(x, p=1.0, dim=0)), xv / np.abs(xv).sum(0, keepdims=True), rtol=1e-12)
@@ -321,6 +334,25 @@ def test_every_function_matches_torch_nn_functional():
             continue
         np.testing.assert_allclose(np.asarray(a(ours), dtype=np.float64), theirs.double().numpy(), rtol=1e-10,
                                    atol=1e-12, err_msg=name)
+
+
+def test_pad_modes_match_torch_values_and_gradients():
+    """reflect, replicate and circular padding on 1 to 3 trailing axes against torch (skipped without torch)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    for shape, pads in (((1, 2, 3), (2, 1)), ((2, 3, 5), (0, 4)), ((1, 2, 4, 5), (1, 2, 3, 0)),
+                        ((2, 1, 3, 4, 5), (1, 1, 2, 0, 0, 2)), ((2, 4, 6), (3, 3))):
+        for mode in ("reflect", "replicate", "circular"):
+            x = rng.standard_normal(shape)
+            xt = torch.tensor(x, requires_grad=True)
+            want = torch.nn.functional.pad(xt, pads, mode=mode)
+            w = rng.standard_normal(tuple(want.shape))
+            (want * torch.tensor(w)).sum().backward()
+            xc = cf.tensor(x.tolist(), dtype=cf.float64, requires_grad=True)
+            got = F.pad(xc, pads, mode=mode)
+            (got * cf.tensor(w.tolist(), dtype=cf.float64)).sum().backward()
+            np.testing.assert_array_equal(a(got), want.detach().numpy(), err_msg="%s %s %s" % (shape, pads, mode))
+            np.testing.assert_allclose(a(xc.grad), xt.grad.numpy(), rtol=1e-12, err_msg="%s %s %s" % (shape, pads, mode))
 
 
 def test_review_findings_on_functional():
