@@ -32,13 +32,51 @@ void rescale(const std::vector<Tensor>& params, double factor) {
   }
 }
 
+void check_norm_type(double p, const char* op) {
+  CF_CHECK(p > 0, ValueError, "[", op, "] norm_type must be > 0 (inf: the largest magnitude), got ", p);
+}
+
+// max |g| over every defined gradient (0 when none has one), one read per gradient; NaN when one holds a NaN.
+double largest_magnitude(const std::vector<Tensor>& params) {
+  double largest = 0;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined() || g.numel() == 0) continue;
+    const double m = to(amax(abs(g)), kFloat64).item<double>();
+    if (std::isnan(m)) return m;
+    largest = std::max(largest, m);
+  }
+  return largest;
+}
+
+// (sum |g / scale|^p)^(1/p) * scale over every defined gradient, in float64
+double p_norm(const std::vector<Tensor>& params, double p, double scale) {
+  double total = 0;
+  for (const Tensor& q : params) {
+    Tensor g = q.grad();
+    if (g.defined() && g.numel() > 0) total += to(sum(pow(abs(div(to(g, kFloat64), scale)), p)), kFloat64).item<double>();
+  }
+  return scale * std::pow(total, 1.0 / p);
+}
+
 }  // namespace
 
-double grad_norm(const std::vector<Tensor>& params) {
+double grad_norm(const std::vector<Tensor>& params, double norm_type) {
+  check_norm_type(norm_type, "grad_norm");
   NoGradGuard no_grad;
+  for (const Tensor& p : params) CF_CHECK(p.defined(), ValueError, "[grad_norm] a parameter is an undefined tensor");
+  if (std::isinf(norm_type)) return largest_magnitude(params);
+  if (norm_type != 2.0) {
+    // |g|^p overflows double sooner than the squares: taken over the gradients divided by their largest
+    // magnitude when the plain sum is not finite (a finite norm then comes out finite)
+    const double plain = p_norm(params, norm_type, 1.0);
+    if (std::isfinite(plain)) return plain;
+    const double largest = largest_magnitude(params);
+    if (!std::isfinite(largest) || largest == 0) return std::isfinite(largest) ? plain : largest;
+    return p_norm(params, norm_type, largest);
+  }
   double total = 0;
   for (const Tensor& p : params) {
-    CF_CHECK(p.defined(), ValueError, "[grad_norm] a parameter is an undefined tensor");
     Tensor g = p.grad();
     if (g.defined()) total += ops::sum_squares(g);
   }
@@ -46,11 +84,7 @@ double grad_norm(const std::vector<Tensor>& params) {
   // The squares overflowed double: float64 gradients beyond ~1e154 (or a gradient of inf). Taken again
   // over the gradients divided by their largest magnitude, so a finite norm comes out finite (it was inf,
   // and clip_grad_norm then left the gradients unclipped as if one were non-finite).
-  double largest = 0;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (g.defined() && g.numel() > 0) largest = std::max(largest, to(amax(abs(g)), kFloat64).item<double>());
-  }
+  const double largest = largest_magnitude(params);
   if (!std::isfinite(largest)) return largest;  // an inf gradient
   double scaled = 0;
   for (const Tensor& p : params) {
@@ -59,11 +93,12 @@ double grad_norm(const std::vector<Tensor>& params) {
   }
   return largest * std::sqrt(scaled);
 }
-double grad_norm(const StateDict& params) { return grad_norm(tensors_of(params)); }
+double grad_norm(const StateDict& params, double norm_type) { return grad_norm(tensors_of(params), norm_type); }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, bool error_if_nonfinite) {
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, bool error_if_nonfinite, double norm_type) {
   CF_CHECK(max_norm > 0, ValueError, "[clip_grad_norm] max_norm must be > 0, got ", max_norm);
-  double norm = grad_norm(params);
+  check_norm_type(norm_type, "clip_grad_norm");
+  double norm = grad_norm(params, norm_type);
   if (!std::isfinite(norm)) {
     CF_CHECK(!error_if_nonfinite, ValueError, "[clip_grad_norm] the total gradient norm is ", norm,
              "; the gradients were left unchanged");
@@ -73,8 +108,8 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, bool e
   if (coef < 1.0) rescale(params, coef);
   return norm;
 }
-double clip_grad_norm(const StateDict& params, double max_norm, bool error_if_nonfinite) {
-  return clip_grad_norm(tensors_of(params), max_norm, error_if_nonfinite);
+double clip_grad_norm(const StateDict& params, double max_norm, bool error_if_nonfinite, double norm_type) {
+  return clip_grad_norm(tensors_of(params), max_norm, error_if_nonfinite, norm_type);
 }
 
 void scale_grads(const std::vector<Tensor>& params, double factor) {

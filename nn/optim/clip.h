@@ -19,19 +19,21 @@
 namespace cf {
 namespace nn {
 
-// sqrt(sum of squares of every defined gradient), accumulated in double;
-// parameters without a gradient are skipped (0 when none has one).
-double grad_norm(const std::vector<Tensor>& params);
-double grad_norm(const StateDict& params);
+// The p-norm of all defined gradients taken as one vector, accumulated in double: sqrt(sum of squares) for
+// norm_type 2, (sum |g|^p)^(1/p) for another p > 0, max |g| for p = inf (PyTorch's norm_type);
+// parameters without a gradient are skipped (0 when none has one). ValueError for a p <= 0 or NaN.
+double grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0);
+double grad_norm(const StateDict& params, double norm_type = 2.0);
 
 // Scales every gradient by max_norm / (norm + 1e-6) when that is below 1, as
-// PyTorch's clip_grad_norm_ does, and returns the norm before clipping.
+// PyTorch's clip_grad_norm_ does, and returns the norm (of norm_type, as grad_norm) before clipping.
 // A non-finite norm (a NaN or inf gradient) leaves the gradients unchanged and is
 // returned, so the caller can skip the step; with error_if_nonfinite it throws
 // ValueError instead. max_norm must be > 0 (inf means "measure only").
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm,
-                      bool error_if_nonfinite = false);
-double clip_grad_norm(const StateDict& params, double max_norm, bool error_if_nonfinite = false);
+                      bool error_if_nonfinite = false, double norm_type = 2.0);
+double clip_grad_norm(const StateDict& params, double max_norm, bool error_if_nonfinite = false,
+                      double norm_type = 2.0);
 
 // Multiplies every defined gradient by factor (e.g. 1/k after k accumulated micro-batches).
 void scale_grads(const std::vector<Tensor>& params, double factor);

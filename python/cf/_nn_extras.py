@@ -439,13 +439,13 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0):
 # cf.nn.utils and cf.nn.utils.rnn: torch.nn.utils's module paths for what cf has
 utils = _types.ModuleType("cf.nn.utils", "torch.nn.utils's names: clip_grad_norm_, and rnn.pad_sequence.")
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
-    """torch.nn.utils.clip_grad_norm_: scales the gradients so that their joint L2 norm is at most max_norm and
-    returns the norm before clipping, as a 0-d float64 tensor (cf.nn.clip_grad_norm_ returns a float). Only
-    norm_type 2."""
-    if F._real(norm_type, "norm_type", "clip_grad_norm_") != 2.0:
-        raise _cf.NotImplementedError("[clip_grad_norm_] only norm_type 2 (the L2 norm) is supported, got %r"
-                                      % (norm_type,))
-    total = _cf.nn.clip_grad_norm_(parameters, max_norm, error_if_nonfinite)
+    """torch.nn.utils.clip_grad_norm_: scales the gradients so that their joint norm of norm_type (2, another
+    p > 0, or inf / "inf": the largest magnitude) is at most max_norm and returns the norm before clipping, as a 0-d
+    float64 tensor (cf.nn.clip_grad_norm_ returns a float)."""
+    if isinstance(norm_type, str) and norm_type == "inf":
+        norm_type = _math.inf
+    total = _cf.nn.clip_grad_norm_(parameters, max_norm, error_if_nonfinite,
+                                   F._real(norm_type, "norm_type", "clip_grad_norm_"))
     return _cf.tensor(total, dtype=_cf.float64)
 
 

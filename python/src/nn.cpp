@@ -1109,23 +1109,27 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
     for (auto& [k, v] : to_state_dict(params, op)) out.push_back(v);
     return out;
   };
-  nn.def("grad_norm", [tensors_of](nb::handle p) { return cnn::grad_norm(tensors_of(p, "grad_norm")); },
-         nb::arg("params"), "Global L2 norm of the gradients (parameters without one are skipped).");
-  nn.def("clip_grad_norm",
-         [tensors_of](nb::handle p, double max_norm, bool err) {
-           return cnn::clip_grad_norm(tensors_of(p, "clip_grad_norm"), max_norm, err);
+  nn.def("grad_norm", [tensors_of](nb::handle p, double norm_type) {
+           return cnn::grad_norm(tensors_of(p, "grad_norm"), norm_type);
          },
-         nb::arg("params"), nb::arg("max_norm"), nb::arg("error_if_nonfinite") = false,
-         "Scale gradients by max_norm / (norm + 1e-6) when below 1 (PyTorch's rule); returns the norm before. "
-         "Unlike PyTorch: a non-finite norm (an inf/NaN gradient) leaves the gradients unchanged and is returned, "
-         "so the step can be skipped (error_if_nonfinite raises instead), and max_norm must be > 0 (inf: measure "
-         "only).");
+         nb::arg("params"), nb::arg("norm_type") = 2.0,
+         "Global norm of the gradients taken as one vector (parameters without one are skipped): L2 by default, "
+         "another p > 0, or inf (the largest magnitude).");
+  nn.def("clip_grad_norm",
+         [tensors_of](nb::handle p, double max_norm, bool err, double norm_type) {
+           return cnn::clip_grad_norm(tensors_of(p, "clip_grad_norm"), max_norm, err, norm_type);
+         },
+         nb::arg("params"), nb::arg("max_norm"), nb::arg("error_if_nonfinite") = false, nb::arg("norm_type") = 2.0,
+         "Scale gradients by max_norm / (norm + 1e-6) when below 1 (PyTorch's rule; the norm of norm_type, as "
+         "grad_norm); returns the norm before. Unlike PyTorch: a non-finite norm (an inf/NaN gradient) leaves the "
+         "gradients unchanged and is returned, so the step can be skipped (error_if_nonfinite raises instead), and "
+         "max_norm must be > 0 (inf: measure only).");
   // PyTorch's name (torch.nn.utils.clip_grad_norm_: it changes the gradients in place)
   nn.def("clip_grad_norm_",
-         [tensors_of](nb::handle p, double max_norm, bool err) {
-           return cnn::clip_grad_norm(tensors_of(p, "clip_grad_norm_"), max_norm, err);
+         [tensors_of](nb::handle p, double max_norm, bool err, double norm_type) {
+           return cnn::clip_grad_norm(tensors_of(p, "clip_grad_norm_"), max_norm, err, norm_type);
          },
-         nb::arg("params"), nb::arg("max_norm"), nb::arg("error_if_nonfinite") = false,
+         nb::arg("params"), nb::arg("max_norm"), nb::arg("error_if_nonfinite") = false, nb::arg("norm_type") = 2.0,
          "clip_grad_norm under PyTorch's name (torch.nn.utils.clip_grad_norm_).");
   nn.def("scale_grads", [tensors_of](nb::handle p, double f) { cnn::scale_grads(tensors_of(p, "scale_grads"), f); },
          nb::arg("params"), nb::arg("factor"), "Multiply every gradient by factor (gradient accumulation).");

@@ -771,6 +771,9 @@ def test_save_load_and_torch_names(tmp_path):
 
 def test_review_findings_on_the_torch_names():
     import importlib
+    import math
+
+    import numpy as np
     import os
     # a loss weight assigned after construction is used
     x, y = cf.randn([4, 3], dtype=cf.float64), cf.tensor([0, 1, 2, 1])
@@ -788,8 +791,27 @@ def test_review_findings_on_the_torch_names():
     (p * p).sum().backward()  # grad (6, 8): norm 10
     norm = importlib.import_module("cf.nn.utils").clip_grad_norm_([p], 5.0, norm_type=2)
     assert norm.item() == pytest.approx(10.0) and p.grad.tolist() == pytest.approx([3.0, 4.0])
-    with pytest.raises(cf.NotImplementedError, match=r"^\[clip_grad_norm_\] only norm_type 2"):
-        importlib.import_module("cf.nn.utils").clip_grad_norm_([p], 5.0, norm_type=1)
+    # other norm types as torch's: 1, 3, inf and "inf" (they were NotImplementedError)
+    utils = importlib.import_module("cf.nn.utils")
+    for norm_type, want in ((1, 14.0), (3, (6.0 ** 3 + 8.0 ** 3) ** (1 / 3)), (math.inf, 8.0), ("inf", 8.0)):
+        q = cf.tensor([3.0, 4.0], dtype=cf.float64, requires_grad=True)
+        (q * q).sum().backward()
+        norm = utils.clip_grad_norm_([q], 2.0, norm_type=norm_type)
+        assert norm.item() == pytest.approx(want)
+        assert q.grad.tolist() == pytest.approx([6.0 * 2.0 / (want + 1e-6), 8.0 * 2.0 / (want + 1e-6)])
+    with pytest.raises(cf.ValueError, match=r"^\[clip_grad_norm\] norm_type must be > 0"):  # (as max_norm's)
+        utils.clip_grad_norm_([p], 5.0, norm_type=0)
+    torch = pytest.importorskip("torch")
+    for norm_type in (0.5, 1, 2, 3, math.inf):
+        g = np.random.default_rng(1).standard_normal(7)
+        tp = torch.tensor(g, requires_grad=True)
+        (tp * tp).sum().backward()
+        cp = cf.tensor(g.tolist(), dtype=cf.float64, requires_grad=True)
+        (cp * cp).sum().backward()
+        tn = torch.nn.utils.clip_grad_norm_([tp], 1.0, norm_type=norm_type)
+        cn = utils.clip_grad_norm_([cp], 1.0, norm_type=norm_type)
+        assert cn.item() == pytest.approx(tn.item(), rel=1e-12)
+        np.testing.assert_allclose(np.array(cp.grad.tolist()), tp.grad.numpy(), rtol=1e-12)
     # `from cf import *` leaves Python's bool and float alone
     scope = {}
     exec("from cf import *", scope)

@@ -690,6 +690,38 @@ TEST_CASE("clip_grad_norm of float64 gradients whose squares overflow is finite 
   CHECK(std::isinf(nn::grad_norm(std::vector<Tensor>{a, b})));
 }
 
+TEST_CASE("grad_norm and clip_grad_norm take PyTorch's norm_type: 1, 3, inf, and refuse p <= 0 by name") {
+  Tensor a = param(kFloat64, {0, 0}, {2}), b = param(kFloat32, {0}, {1});
+  a.set_grad(t64({3, -4}, {2}));
+  b.set_grad(t32({-12}, {1}));
+  const std::vector<Tensor> ps{a, b};
+  CHECK(nn::grad_norm(ps, 1.0) == doctest::Approx(19.0).epsilon(1e-15));
+  CHECK(nn::grad_norm(ps, 3.0) == doctest::Approx(std::cbrt(27.0 + 64.0 + 1728.0)).epsilon(1e-15));
+  CHECK(nn::grad_norm(ps, INFINITY) == 12.0);
+  CHECK(nn::grad_norm(ps, 2.0) == doctest::Approx(13.0).epsilon(1e-15));
+  // clipped by the norm of its type: max |g| = 12 scaled to 6
+  const double n = nn::clip_grad_norm(ps, 6.0, false, INFINITY);
+  CHECK(n == 12.0);
+  const double c = 6.0 / (12.0 + 1e-6);
+  check_close(a.grad(), {3 * c, -4 * c}, 1e-15);
+  check_close(b.grad(), {-12 * c}, 1e-6);
+  // |g|^p beyond double: taken over the gradients divided by the largest, finite; inf and NaN stay so
+  a.set_grad(t64({3e200, -4e200}, {2}));
+  b.set_grad(t32({0}, {1}));
+  CHECK(nn::grad_norm(ps, 3.0) == doctest::Approx(std::cbrt(91.0) * 1e200).epsilon(1e-13));
+  a.set_grad(t64({1, INFINITY}, {2}));
+  CHECK(std::isinf(nn::grad_norm(ps, 1.0)));
+  CHECK(std::isinf(nn::grad_norm(ps, INFINITY)));
+  a.set_grad(t64({1, std::nan("")}, {2}));
+  CHECK(std::isnan(nn::grad_norm(ps, 3.0)));
+  CHECK(std::isnan(nn::grad_norm(ps, INFINITY)));
+  CHECK(nn::grad_norm(std::vector<Tensor>{param(kFloat32, {0}, {1})}, INFINITY) == 0.0);  // no gradient
+  for (double p : {0.0, -1.0, std::nan("")}) {
+    CHECK_THROWS_MSG(nn::grad_norm(ps, p), ValueError, "[grad_norm] norm_type must be > 0");
+    CHECK_THROWS_MSG(nn::clip_grad_norm(ps, 1.0, false, p), ValueError, "[clip_grad_norm] norm_type must be > 0");
+  }
+}
+
 TEST_CASE("clip_grad_norm on a broadcast gradient from the engine") {
   Tensor w = param(kFloat64, {1, 2, 3, 4}, {4});
   sum(w).backward();  // the engine may hand back an expanded (stride 0) gradient
