@@ -40,6 +40,7 @@
 #include "kernels/attention/softmax_grad.h"
 #include "kernels/common/parallel.h"
 #include "kernels/common/row_math.h"
+#include "kernels/common/scratch.h"
 #include "kernels/matmul/bf16_amx.h"
 #include "kernels/matmul/bf16_dot.h"
 #include "kernels/matmul/matmul.h"
@@ -81,6 +82,7 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const BFloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const int64_t rows = ta ? K : M, cols = ta ? M : K;  // A as stored
   thread_local std::vector<uint16_t> rounded;
+  const ScratchTrim trim(rounded);
   rounded.resize(size_t(rows * cols));
   const RowMath& rm = row_math();  // (the kernels took it before their parallel loops: no bad CF_CPU_ISA here)
   for (int64_t r = 0; r < rows; ++r) rm.to_bf16(A + r * lda, rounded.data() + r * cols, cols);

@@ -14,8 +14,10 @@ namespace cf::kernels {
 // 4096^3 float16 product on one thread); those of 8192^3 (256 MB each) go, at about 5% of that product's time.
 constexpr size_t kKeptScratchBytes = size_t(64) << 20;
 
-// On scope exit (an exception leaving the GEMM included), frees each of the given vectors whose capacity is
-// beyond kKeptScratchBytes; smaller ones keep their memory for the next call.
+// On scope exit (an exception leaving the GEMM included), frees each of the given vectors whose size (what the
+// call needed) is beyond kKeptScratchBytes; a smaller one keeps its memory for the next call, cut to its size
+// when growing it left more capacity than the limit (vector growth doubles: 36 MB then 64 MB made 72 MB, which
+// the next call would have freed and allocated again, every call of an alternating pair).
 template <typename... V>
 class ScratchTrim {
  public:
@@ -29,7 +31,12 @@ class ScratchTrim {
  private:
   template <typename T>
   static void trim(std::vector<T>& x) {
-    if (x.capacity() * sizeof(T) > kKeptScratchBytes) std::vector<T>().swap(x);
+    if (x.size() * sizeof(T) > kKeptScratchBytes) {
+      std::vector<T>().swap(x);
+    } else if (x.capacity() * sizeof(T) > kKeptScratchBytes) {
+      std::vector<T> fitted(x.size());  // (the contents are scratch: not copied)
+      x.swap(fitted);
+    }
   }
   std::tuple<V&...> v_;
 };

@@ -9,6 +9,7 @@ row with every entry masked gives zeros where PyTorch gives NaN (cf's documented
 """
 import math as _math
 import numbers as _numbers
+import operator as _operator
 
 from . import _cf
 
@@ -246,7 +247,8 @@ def pad(input, pad, mode="constant", value=None):
     value (default 0; negative pads crop); "reflect" mirrors about the edge element (each pad below the axis's
     length), "replicate" repeats the edge element, "circular" wraps around (each pad at most the axis's length):
     those three are one differentiable index_select per padded axis (gradients summed where positions repeat),
-    take no value, pads >= 0, on any number of trailing axes."""
+    take no value but 0 (as torch), pads >= 0 (torch crops with negative ones; refused here), on any number of
+    trailing axes, and always return a new tensor."""
     if mode == "constant":
         return _cf.pad(input, list(pad), 0.0 if value is None else value)
     if mode not in ("reflect", "replicate", "circular"):
@@ -256,26 +258,35 @@ def pad(input, pad, mode="constant", value=None):
     if len(pad) % 2 or len(pad) // 2 > input.dim():
         raise _cf.ValueError("[pad] pad must hold a (before, after) pair for each of at most input.dim() = %d trailing "
                              "axes, got %r" % (input.dim(), tuple(pad)))
-    if value is not None:
+    if value is not None and value != 0:
         raise _cf.ValueError("[pad] mode=%r takes no value (got %r): it pads with the input's own elements"
                              % (mode, value))
+    sizes = []
+    for v in pad:  # ints, NumPy ints and 0-d integer tensors, as constant mode takes them; not bools
+        if isinstance(v, bool):
+            raise TypeError("[pad] pads must be ints, got %r" % (v,))
+        try:
+            sizes.append(_operator.index(v))
+        except TypeError:
+            raise TypeError("[pad] pads must be ints, got %r" % (v,)) from None
     out = input
-    for k in range(len(pad) // 2):
+    for k in range(len(sizes) // 2):
         axis = input.dim() - 1 - k
-        before, after, n = pad[2 * k], pad[2 * k + 1], input.shape[axis]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (before, after)):
-            raise _cf.ValueError("[pad] mode=%r takes pads >= 0 (ints), got %r for axis %d" % (mode, (before, after),
-                                                                                            axis))
+        before, after, n = sizes[2 * k], sizes[2 * k + 1], input.shape[axis]
+        if before < 0 or after < 0:
+            raise _cf.ValueError("[pad] mode=%r takes pads >= 0, got %r for axis %d" % (mode, (before, after), axis))
         if before == 0 and after == 0:
             continue
-        limit = n - 1 if mode == "reflect" else n
-        if n == 0 or before > limit or after > limit:
-            raise _cf.ValueError("[pad] mode=%r needs each pad %s the axis's length: pads %r for axis %d of length %d "
-                                 "in %s" % (mode, "below" if mode == "reflect" else "at most", (before, after), axis,
-                                            n, tuple(input.shape)))
+        # reflect mirrors within the axis, circular wraps it once; replicate repeats the edge as often as asked
+        limit = {"reflect": n - 1, "circular": n}.get(mode)
+        if n == 0 or (limit is not None and (before > limit or after > limit)):
+            raise _cf.ValueError("[pad] mode=%r needs %s: pads %r for axis %d of length %d in %s"
+                                 % (mode, "a non-empty axis" if mode == "replicate" else
+                                    "each pad below the axis's length" if mode == "reflect" else
+                                    "each pad at most the axis's length", (before, after), axis, n, tuple(input.shape)))
         index = [_pad_positions(i, n, mode) for i in range(-before, n + after)]
         out = _cf.index_select(out, axis, _cf.tensor(index, dtype=_cf.int64, device=input.device))
-    return out
+    return out if out is not input else input.clone()  # (a new tensor, as torch's, also when nothing is padded)
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12):

@@ -112,7 +112,7 @@ def test_one_hot_pad_normalize_cosine_similarity():
     for kwargs, message in ((dict(pad=(2, 0), mode="reflect"), r"mode='reflect' needs each pad below the axis's length: pads \(2, 0\) "
                              r"for axis 1 of length 2"),
                             (dict(pad=(3, 0), mode="circular"), r"mode='circular' needs each pad at most the axis's length"),
-                            (dict(pad=(-1, 1), mode="replicate"), r"mode='replicate' takes pads >= 0 \(ints\), got \(-1, 1\) for axis 1"),
+                            (dict(pad=(-1, 1), mode="replicate"), r"mode='replicate' takes pads >= 0, got \(-1, 1\) for axis 1"),
                             (dict(pad=(1, 1), mode="reflect", value=0.5), r"mode='reflect' takes no value"),
                             (dict(pad=(1,), mode="circular"), r"pad must hold a \(before, after\) pair for each of at most"),
                             (dict(pad=(1, 1, 1, 1, 1, 1), mode="replicate"), r"pad must hold .* at most input.dim\(\) = 2 trailing"),
@@ -120,6 +120,17 @@ def test_one_hot_pad_normalize_cosine_similarity():
                              r"'circular', got 'symmetric'")):
         with pytest.raises(cf.ValueError, match=r"^\[pad\] " + message):
             F.pad(x, **kwargs)
+    # replicate repeats the edge as often as asked (a length-1 axis too), NumPy ints and 0-d tensors are pads, a
+    # value of 0 is accepted (as torch's), and the result is a new tensor even when nothing is padded
+    assert F.pad(x[:, :1], (3, 2), mode="replicate").tolist() == [[1] * 6, [3] * 6]
+    assert F.pad(x, (np.int64(1), cf.tensor(0)), mode="reflect", value=0).tolist() == [[2, 1, 2], [4, 3, 4]]
+    same = F.pad(x, (0, 0), mode="circular")
+    assert same is not x and same.tolist() == x.tolist()
+    same.add_(1)
+    assert x.tolist() == [[1, 2], [3, 4]]
+    for bad in ((1.5, 0), (True, 0)):
+        with pytest.raises(TypeError, match=r"^\[pad\] pads must be ints"):
+            F.pad(x, bad, mode="replicate")
     xv = a(x)
     np.testing.assert_allclose(a(F.normalize(x)), xv / np.linalg.norm(xv, axis=1, keepdims=True), rtol=1e-12)
     np.testing.assert_allclose(a(F.normalize(x, p=1.0, dim=0)), xv / np.abs(xv).sum(0, keepdims=True), rtol=1e-12)
@@ -341,8 +352,10 @@ def test_pad_modes_match_torch_values_and_gradients():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
     for shape, pads in (((1, 2, 3), (2, 1)), ((2, 3, 5), (0, 4)), ((1, 2, 4, 5), (1, 2, 3, 0)),
-                        ((2, 1, 3, 4, 5), (1, 1, 2, 0, 0, 2)), ((2, 4, 6), (3, 3))):
+                        ((2, 1, 3, 4, 5), (1, 1, 2, 0, 0, 2)), ((2, 4, 6), (3, 3)), ((2, 3, 2), (5, 4, 0, 3))):
         for mode in ("reflect", "replicate", "circular"):
+            if shape == (2, 3, 2) and mode != "replicate":
+                continue  # pads beyond the axis: replicate only
             x = rng.standard_normal(shape)
             xt = torch.tensor(x, requires_grad=True)
             want = torch.nn.functional.pad(xt, pads, mode=mode)
