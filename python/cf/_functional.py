@@ -232,14 +232,17 @@ def one_hot(tensor, num_classes=-1):
     return _cf.one_hot(tensor, num_classes, _cf.int64)
 
 
-def _pad_positions(i, n, mode):
-    """The source position along an axis of length n of output position i (i < 0: before the data, i >= n: after
-    it) under torch's non-constant padding modes."""
+def _pad_index(n, before, after, mode, device):
+    """The source positions along an axis of length n of the padded axis's positions -before .. n + after - 1
+    under torch's non-constant modes, computed on the device (no list built on the host)."""
+    p = _cf.arange(before + n + after, device=device) - before
     if mode == "replicate":
-        return min(max(i, 0), n - 1)
+        p = _cf.where(p >= 0, p, 0.0)
+        return _cf.where(p <= n - 1, p, float(n - 1))
     if mode == "circular":
-        return i % n
-    return -i if i < 0 else (2 * (n - 1) - i if i >= n else i)  # reflect: about the edge, the edge not repeated
+        return _cf.remainder(p, n)
+    j = _cf.abs(p)  # reflect: about the edge element, which is not repeated
+    return _cf.where(j < n, j, (2 * (n - 1)) - j)
 
 
 def pad(input, pad, mode="constant", value=None):
@@ -284,8 +287,7 @@ def pad(input, pad, mode="constant", value=None):
                                  % (mode, "a non-empty axis" if mode == "replicate" else
                                     "each pad below the axis's length" if mode == "reflect" else
                                     "each pad at most the axis's length", (before, after), axis, n, tuple(input.shape)))
-        index = [_pad_positions(i, n, mode) for i in range(-before, n + after)]
-        out = _cf.index_select(out, axis, _cf.tensor(index, dtype=_cf.int64, device=input.device))
+        out = _cf.index_select(out, axis, _pad_index(n, before, after, mode, input.device))
     return out if out is not input else input.clone()  # (a new tensor, as torch's, also when nothing is padded)
 
 
