@@ -67,10 +67,11 @@ double grad_norm(const std::vector<Tensor>& params, double norm_type) {
   for (const Tensor& p : params) CF_CHECK(p.defined(), ValueError, "[grad_norm] a parameter is an undefined tensor");
   if (std::isinf(norm_type)) return largest_magnitude(params);
   if (norm_type != 2.0) {
-    // |g|^p overflows double sooner than the squares: taken over the gradients divided by their largest
-    // magnitude when the plain sum is not finite (a finite norm then comes out finite)
+    // |g|^p overflows or underflows double sooner than the squares (1e-4 to the 100th is 0): taken over the
+    // gradients divided by their largest magnitude when the plain sum is not finite or is 0 (a finite norm then
+    // comes out finite, a nonzero one nonzero)
     const double plain = p_norm(params, norm_type, 1.0);
-    if (std::isfinite(plain)) return plain;
+    if (std::isfinite(plain) && plain > 0) return plain;
     const double largest = largest_magnitude(params);
     if (!std::isfinite(largest) || largest == 0) return std::isfinite(largest) ? plain : largest;
     return p_norm(params, norm_type, largest);

@@ -709,6 +709,8 @@ TEST_CASE("grad_norm and clip_grad_norm take PyTorch's norm_type: 1, 3, inf, and
   a.set_grad(t64({3e200, -4e200}, {2}));
   b.set_grad(t32({0}, {1}));
   CHECK(nn::grad_norm(ps, 3.0) == doctest::Approx(std::cbrt(91.0) * 1e200).epsilon(1e-13));
+  a.set_grad(t64({1e-4, 2e-4}, {2}));  // (1e-4)^100 underflows to 0: the norm must not
+  CHECK(nn::grad_norm(ps, 100.0) == doctest::Approx(2e-4 * std::pow(1.0 + std::pow(0.5, 100), 0.01)).epsilon(1e-13));
   a.set_grad(t64({1, INFINITY}, {2}));
   CHECK(std::isinf(nn::grad_norm(ps, 1.0)));
   CHECK(std::isinf(nn::grad_norm(ps, INFINITY)));
