@@ -1234,11 +1234,13 @@ def unique(input: "_cf.Tensor", sorted: bool = True, return_inverse: bool = Fals
     gives them sorted too, which PyTorch allows); with return_inverse also each element's position among them
     (input's shape), with return_counts how often each occurs, returned as (values[, inverse][, counts]). A
     sort and one host read of the count of values (a device synchronisation on a GPU, as PyTorch's). Each NaN
-    is a value of its own, sorted last. Not differentiable. dim= other than None is not supported."""
+    is a value of its own, sorted last. Not differentiable. With dim, the distinct slices along dim in
+    lexicographic order (torch.unique(dim=)): inverse and counts are per slice; a slice holding a NaN is one of
+    its own."""
     op = "unique"
     _check_tensor(input, "input", op)
     if dim is not None:
-        raise _cf.NotImplementedError("[%s] only dim=None (the flattened tensor) is supported, got dim=%r" % (op, dim))
+        return _unique_slices(op, input, dim, return_inverse, return_counts)
     x = _cf.reshape(input.detach(), [-1])
     if x.dtype == _cf.bool:
         x = _cf.to(x, _cf.int64)
@@ -1262,6 +1264,54 @@ def unique(input: "_cf.Tensor", sorted: bool = True, return_inverse: bool = Fals
         values = values != 0
     if not return_inverse and not return_counts:
         return values
+    return (values,) + ((inverse,) if return_inverse else ()) + ((counts,) if return_counts else ())
+
+
+def _unique_slices(op, input, dim, return_inverse, return_counts):
+    """unique(dim=d): the slices along d as rows (n, m), sorted lexicographically by m stable sorts from the last
+    column to the first (m sorts of n keys: O(m n log n)), a row starting a group where it differs from the one
+    before (one host read: the count)."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -max(input.dim(), 1) <= dim < max(input.dim(), 1):
+        raise _cf.IndexError("[%s] dim %r is out of range for a tensor of %d dims" % (op, dim, input.dim()))
+    if input.dim() == 0:
+        raise _cf.ShapeError("[%s] dim= needs a tensor with at least one dimension, got a 0-d tensor" % op)
+    d = dim % input.dim()
+    shape = list(input.shape)
+    if any(s == 0 for a, s in enumerate(shape) if a != d):
+        raise _cf.ShapeError("[%s] the axes other than dim %d must not be empty (as PyTorch), got shape %s"
+                             % (op, d, tuple(shape)))
+    dev = input.device
+    # the slices' elements in the order of input.transpose(dim, 0), as torch's unique_dim compares them (for
+    # dim >= 2 of a 3-d tensor or more that order, not moveaxis's, decides which distinct slice comes first)
+    to_front = list(range(input.dim()))
+    to_front[0], to_front[d] = d, 0
+    back = to_front  # (a swap undoes itself)
+    moved = _cf.permute(input.detach(), to_front)
+    n = shape[d]
+    m = 1
+    for s in moved.shape[1:]:
+        m *= s
+    rows = _cf.reshape(_cf.contiguous(moved), [n, m])
+    keys = _cf.to(rows, _cf.int64) if rows.dtype == _cf.bool else rows
+    order = _cf.arange(n, device=dev)
+    for c in range(keys.shape[1] - 1, -1, -1):  # least significant column first: stable sorts keep the rest
+        order = _cf.index_select(order, 0, _cf.argsort(_cf.index_select(keys[:, c], 0, order)))
+    srt = _cf.index_select(keys, 0, order)
+    if n > 0:
+        differs = _cf.sum(_cf.narrow(srt, 0, 1, n - 1) != _cf.narrow(srt, 0, 0, n - 1), [1]) > 0  # (NaN != NaN)
+        first = _cf.cat([_cf.full([1], True, dtype=_cf.bool, device=dev), differs])
+    else:
+        first = _cf.zeros([0], dtype=_cf.bool, device=dev)
+    starts = _cf.arange(n, device=dev)[first]  # the groups' first rows (the host read)
+    k = starts.shape[0]
+    picked = _cf.index_select(_cf.index_select(rows, 0, order), 0, starts)  # (k, m) in input's dtype
+    values = _cf.permute(_cf.reshape(picked, [k] + list(moved.shape[1:])), back)
+    if not return_inverse and not return_counts:
+        return values
+    group = _cf.cumsum(_cf.to(first, _cf.int64), 0) - 1
+    inverse = _cf.scatter_add(_cf.zeros([n], dtype=_cf.int64, device=dev), 0, order, group)
+    counts = _cf.scatter_add(_cf.zeros([k], dtype=_cf.int64, device=dev), 0, group,
+                             _cf.ones([n], dtype=_cf.int64, device=dev))
     return (values,) + ((inverse,) if return_inverse else ()) + ((counts,) if return_counts else ())
 
 

@@ -1119,8 +1119,27 @@ def test_unique_matches_torch():
     vals, inv, cnt = cf.unique(_cf_of(x), return_inverse=True, return_counts=True)
     _same(vals, torch.unique(T(x)))
     assert inv.tolist() == [2, 1, 3, 1, 0] and cnt.tolist() == [1, 2, 1, 1]
-    with pytest.raises(cf.NotImplementedError, match=r"^\[unique\] only dim=None"):
-        cf.unique(cf.tensor([1, 2]), dim=0)
+    # dim=: the distinct slices along dim (they were NotImplementedError), in torch's order, with inverse and counts
+    # per slice: every dim of random integer tensors of 1 to 4 dims, bool, an empty dim
+    for _ in range(40):
+        shape = tuple(int(v) for v in rng.integers(1, 5, size=int(rng.integers(1, 5))))
+        x = rng.integers(0, 3, size=shape).astype(np.float64)
+        for d in range(-len(shape), len(shape)):
+            got = cf.unique(_cf_of(x), dim=d, return_inverse=True, return_counts=True)
+            for g, w in zip(got, torch.unique(T(x), dim=d, return_inverse=True, return_counts=True)):
+                _same(g, w, 0)
+    for x, d in ((np.array([[True, False], [True, False], [False, False]]), 0), (np.zeros((0, 2)), 0),
+                 (np.array([[2, 1, 2], [5, 0, 5]]), 1)):
+        for g, w in zip(cf.unique(_cf_of(x), dim=d, return_inverse=True, return_counts=True),
+                        torch.unique(T(x), dim=d, return_inverse=True, return_counts=True)):
+            _same(g, w, 0)
+    assert cf.unique(cf.tensor([[1, 2], [1, 2]]), dim=0).tolist() == [[1, 2]]  # values alone
+    with pytest.raises(cf.ShapeError, match=r"^\[unique\] the axes other than dim 0 must not be empty"):
+        cf.unique(cf.zeros([3, 0]), dim=0)
+    with pytest.raises(cf.IndexError, match=r"^\[unique\] dim 2 is out of range for a tensor of 2 dims"):
+        cf.unique(cf.tensor([[1, 2]]), dim=2)
+    with pytest.raises(cf.ShapeError, match=r"^\[unique\] dim= needs a tensor with at least one dimension"):
+        cf.unique(cf.tensor(3), dim=0)
 
 
 def test_median_kthvalue_quantile_match_torch():
