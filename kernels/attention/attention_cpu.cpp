@@ -83,7 +83,7 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   const int64_t rows = ta ? K : M, cols = ta ? M : K;  // A as stored
   thread_local std::vector<uint16_t> rounded;
   const ScratchTrim trim(rounded);
-  rounded.resize(size_t(rows * cols));
+  scratch_resize(rounded, size_t(rows * cols));
   const RowMath& rm = row_math();  // (the kernels took it before their parallel loops: no bad CF_CPU_ISA here)
   for (int64_t r = 0; r < rows; ++r) rm.to_bf16(A + r * lda, rounded.data() + r * cols, cols);
   gemm(ta, tb, M, N, K, alpha, reinterpret_cast<const BFloat16*>(rounded.data()), cols, B, ldb, beta, C, ldc);

@@ -14,10 +14,18 @@ namespace cf::kernels {
 // 4096^3 float16 product on one thread); those of 8192^3 (256 MB each) go, at about 5% of that product's time.
 constexpr size_t kKeptScratchBytes = size_t(64) << 20;
 
-// On scope exit (an exception leaving the GEMM included), frees each of the given vectors whose size (what the
-// call needed) is beyond kKeptScratchBytes; a smaller one keeps its memory for the next call, cut to its size
-// when growing it left more capacity than the limit (vector growth doubles: 36 MB then 64 MB made 72 MB, which
-// the next call would have freed and allocated again, every call of an alternating pair).
+// x sized to n scratch elements: a vector that must grow is freed first and allocated at exactly n (vector growth
+// would double the capacity: 36 MB then 64 MB made 72 MB, past the limit below, freed after every call of such a
+// pair; and it would copy the old scratch over). Contents are unspecified, as scratch.
+template <typename T>
+void scratch_resize(std::vector<T>& x, size_t n) {
+  if (n > x.capacity()) std::vector<T>().swap(x);
+  x.resize(n);
+}
+
+// On scope exit (an exception leaving the GEMM included), frees each of the given vectors whose capacity (what a
+// call needed, sized by scratch_resize) is beyond kKeptScratchBytes; smaller ones keep their memory for the next
+// call. Only frees: nothing in a destructor may allocate (an allocation failing there would end the process).
 template <typename... V>
 class ScratchTrim {
  public:
@@ -30,13 +38,8 @@ class ScratchTrim {
 
  private:
   template <typename T>
-  static void trim(std::vector<T>& x) {
-    if (x.size() * sizeof(T) > kKeptScratchBytes) {
-      std::vector<T>().swap(x);
-    } else if (x.capacity() * sizeof(T) > kKeptScratchBytes) {
-      std::vector<T> fitted(x.size());  // (the contents are scratch: not copied)
-      x.swap(fitted);
-    }
+  static void trim(std::vector<T>& x) noexcept {
+    if (x.capacity() * sizeof(T) > kKeptScratchBytes) std::vector<T>().swap(x);
   }
   std::tuple<V&...> v_;
 };

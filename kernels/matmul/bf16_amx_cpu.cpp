@@ -203,7 +203,7 @@ void block_32x32(const uint16_t* ap, const uint16_t* bp, int64_t Kp, int64_t i0,
 template <typename T>
 T* aligned_buffer(std::vector<T>& storage, int64_t n) {
   const size_t pad = 64 / sizeof(T);
-  storage.resize(size_t(n) + pad);
+  scratch_resize(storage, size_t(n) + pad);
   const uintptr_t p = reinterpret_cast<uintptr_t>(storage.data());
   return storage.data() + ((64 - p % 64) % 64) / sizeof(T);
 }

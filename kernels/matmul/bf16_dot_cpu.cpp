@@ -183,9 +183,9 @@ void dot_gemm(const BFloat16* a, int64_t a_rs, int64_t a_cs, const BFloat16* b, 
   thread_local std::vector<uint16_t> ap, bp;
   thread_local std::vector<float> cf32;
   const ScratchTrim trim(ap, bp, cf32);
-  ap.resize(size_t(M * Kp));
-  bp.resize(size_t(panels * pairs * 128));
-  cf32.resize(size_t(M * Np));
+  scratch_resize(ap, size_t(M * Kp));
+  scratch_resize(bp, size_t(panels * pairs * 128));
+  scratch_resize(cf32, size_t(M * Np));
   pack_dot_a(a, a_rs, a_cs, M, K, Kp, ap.data());
   pack_dot_b(b, b_rs, b_cs, K, N, pairs, panels, bp.data());
   if (pairs == 0) std::fill(cf32.begin(), cf32.end(), 0.0f);  // K = 0: C = 0

@@ -71,12 +71,12 @@ void gemm_low(const T* a, const T* b, T* c, int64_t M, int64_t N, int64_t K, Lay
   auto widen = [&](const T* src, std::vector<float>& dst, int64_t rows, int64_t cols, const Layout& l) {
     const bool t = l.trans == CblasTrans;
     const int64_t stored = t ? cols : rows, len = t ? rows : cols;
-    dst.resize(size_t(rows * cols));
+    scratch_resize(dst, size_t(rows * cols));
     for (int64_t r = 0; r < stored; ++r) widen_row(rm, src + r * l.ld, dst.data() + r * len, len);
     return Layout{true, l.trans, std::max<int64_t>(len, 1)};
   };
   const Layout wa = widen(a, fa, M, K, la), wb = widen(b, fb, K, N, lb);
-  fc.resize(size_t(M * N));
+  scratch_resize(fc, size_t(M * N));
   gemm(fa.data(), fb.data(), fc.data(), M, N, K, wa, wb, std::max<int64_t>(N, 1));
   for (int64_t i = 0; i < M; ++i) round_row(rm, fc.data() + i * N, c + i * ldc, N);
 }

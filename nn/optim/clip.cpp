@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
@@ -49,14 +50,14 @@ double largest_magnitude(const std::vector<Tensor>& params) {
   return largest;
 }
 
-// (sum |g / scale|^p)^(1/p) * scale over every defined gradient, in float64
-double p_norm(const std::vector<Tensor>& params, double p, double scale) {
+// sum |g / scale|^p over every defined gradient, in float64
+double p_sum(const std::vector<Tensor>& params, double p, double scale) {
   double total = 0;
   for (const Tensor& q : params) {
     Tensor g = q.grad();
     if (g.defined() && g.numel() > 0) total += to(sum(pow(abs(div(to(g, kFloat64), scale)), p)), kFloat64).item<double>();
   }
-  return scale * std::pow(total, 1.0 / p);
+  return total;
 }
 
 }  // namespace
@@ -67,14 +68,15 @@ double grad_norm(const std::vector<Tensor>& params, double norm_type) {
   for (const Tensor& p : params) CF_CHECK(p.defined(), ValueError, "[grad_norm] a parameter is an undefined tensor");
   if (std::isinf(norm_type)) return largest_magnitude(params);
   if (norm_type != 2.0) {
-    // |g|^p overflows or underflows double sooner than the squares (1e-4 to the 100th is 0): taken over the
-    // gradients divided by their largest magnitude when the plain sum is not finite or is 0 (a finite norm then
-    // comes out finite, a nonzero one nonzero)
-    const double plain = p_norm(params, norm_type, 1.0);
-    if (std::isfinite(plain) && plain > 0) return plain;
+    // |g|^p overflows or underflows double sooner than the squares (1e-4 to the 100th is 0, to the 81st a
+    // subnormal with few digits): taken over the gradients divided by their largest magnitude when the plain sum
+    // is not finite or below the normal range (a finite norm then comes out finite, a nonzero one nonzero and
+    // accurate)
+    const double plain = p_sum(params, norm_type, 1.0);
+    if (std::isfinite(plain) && plain >= std::numeric_limits<double>::min()) return std::pow(plain, 1.0 / norm_type);
     const double largest = largest_magnitude(params);
-    if (!std::isfinite(largest) || largest == 0) return std::isfinite(largest) ? plain : largest;
-    return p_norm(params, norm_type, largest);
+    if (!std::isfinite(largest) || largest == 0) return largest;  // inf or NaN, or every gradient zero
+    return largest * std::pow(p_sum(params, norm_type, largest), 1.0 / norm_type);
   }
   double total = 0;
   for (const Tensor& p : params) {

@@ -2,6 +2,7 @@
 in-place initialisers Tensor.normal_ and uniform_. Each composes cf's differentiable ops, so it runs on
 any device and autograd sees it as those ops."""
 import numbers as _numbers
+import operator as _operator
 import string as _string
 
 from . import _cf
@@ -1271,10 +1272,16 @@ def _unique_slices(op, input, dim, return_inverse, return_counts):
     """unique(dim=d): the slices along d as rows (n, m), sorted lexicographically by m stable sorts from the last
     column to the first (m sorts of n keys: O(m n log n)), a row starting a group where it differs from the one
     before (one host read: the count)."""
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -max(input.dim(), 1) <= dim < max(input.dim(), 1):
-        raise _cf.IndexError("[%s] dim %r is out of range for a tensor of %d dims" % (op, dim, input.dim()))
+    if isinstance(dim, bool):
+        raise TypeError("[%s] dim must be an int, got %r" % (op, dim))
+    try:
+        dim = _operator.index(dim)  # (NumPy ints too)
+    except TypeError:
+        raise TypeError("[%s] dim must be an int, got %r" % (op, dim)) from None
     if input.dim() == 0:
-        raise _cf.ShapeError("[%s] dim= needs a tensor with at least one dimension, got a 0-d tensor" % op)
+        raise _cf.IndexError("[%s] dim= needs a tensor with at least one dimension, got a 0-d tensor" % op)
+    if not -input.dim() <= dim < input.dim():
+        raise _cf.IndexError("[%s] dim %r is out of range for a tensor of %d dims" % (op, dim, input.dim()))
     d = dim % input.dim()
     shape = list(input.shape)
     if any(s == 0 for a, s in enumerate(shape) if a != d):

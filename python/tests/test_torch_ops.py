@@ -1138,8 +1138,12 @@ def test_unique_matches_torch():
         cf.unique(cf.zeros([3, 0]), dim=0)
     with pytest.raises(cf.IndexError, match=r"^\[unique\] dim 2 is out of range for a tensor of 2 dims"):
         cf.unique(cf.tensor([[1, 2]]), dim=2)
-    with pytest.raises(cf.ShapeError, match=r"^\[unique\] dim= needs a tensor with at least one dimension"):
+    with pytest.raises(cf.IndexError, match=r"^\[unique\] dim= needs a tensor with at least one dimension"):
         cf.unique(cf.tensor(3), dim=0)
+    for bad in (True, 1.0):
+        with pytest.raises(TypeError, match=r"^\[unique\] dim must be an int"):
+            cf.unique(cf.tensor([[1, 2]]), dim=bad)
+    assert cf.unique(cf.tensor([[1, 2], [1, 2]]), dim=np.int64(0)).tolist() == [[1, 2]]
 
 
 def test_median_kthvalue_quantile_match_torch():

@@ -711,6 +711,10 @@ TEST_CASE("grad_norm and clip_grad_norm take PyTorch's norm_type: 1, 3, inf, and
   CHECK(nn::grad_norm(ps, 3.0) == doctest::Approx(std::cbrt(91.0) * 1e200).epsilon(1e-13));
   a.set_grad(t64({1e-4, 2e-4}, {2}));  // (1e-4)^100 underflows to 0: the norm must not
   CHECK(nn::grad_norm(ps, 100.0) == doctest::Approx(2e-4 * std::pow(1.0 + std::pow(0.5, 100), 0.01)).epsilon(1e-13));
+  a.set_grad(t64({1e-4, 0}, {2}));  // (1e-4)^80.8 is a subnormal with few digits: retaken too
+  CHECK(nn::grad_norm(ps, 80.8) == doctest::Approx(1e-4).epsilon(1e-13));
+  a.set_grad(t64({0, 0}, {2}));
+  CHECK(nn::grad_norm(ps, 3.0) == 0.0);  // zero gradients: 0
   a.set_grad(t64({1, INFINITY}, {2}));
   CHECK(std::isinf(nn::grad_norm(ps, 1.0)));
   CHECK(std::isinf(nn::grad_norm(ps, INFINITY)));
