@@ -50,12 +50,19 @@ double largest_magnitude(const std::vector<Tensor>& params) {
   return largest;
 }
 
-// sum |g / scale|^p over every defined gradient, in float64
-double p_sum(const std::vector<Tensor>& params, double p, double scale) {
+// sum |g / scale|^p over every defined gradient, accumulated in double (squares through ops::sum_squares,
+// which takes the gradient in its own dtype when no scale applies)
+double power_sum(const std::vector<Tensor>& params, double p, double scale) {
   double total = 0;
   for (const Tensor& q : params) {
     Tensor g = q.grad();
-    if (g.defined() && g.numel() > 0) total += to(sum(pow(abs(div(to(g, kFloat64), scale)), p)), kFloat64).item<double>();
+    if (!g.defined() || g.numel() == 0) continue;
+    if (p == 2.0 && scale == 1.0) {
+      total += ops::sum_squares(g);
+      continue;
+    }
+    const Tensor s = div(to(g, kFloat64), scale);
+    total += p == 2.0 ? ops::sum_squares(s) : to(sum(pow(abs(s), p)), kFloat64).item<double>();
   }
   return total;
 }
@@ -67,34 +74,16 @@ double grad_norm(const std::vector<Tensor>& params, double norm_type) {
   NoGradGuard no_grad;
   for (const Tensor& p : params) CF_CHECK(p.defined(), ValueError, "[grad_norm] a parameter is an undefined tensor");
   if (std::isinf(norm_type)) return largest_magnitude(params);
-  if (norm_type != 2.0) {
-    // |g|^p overflows or underflows double sooner than the squares (1e-4 to the 100th is 0, to the 81st a
-    // subnormal with few digits): taken over the gradients divided by their largest magnitude when the plain sum
-    // is not finite or below the normal range (a finite norm then comes out finite, a nonzero one nonzero and
-    // accurate)
-    const double plain = p_sum(params, norm_type, 1.0);
-    if (std::isfinite(plain) && plain >= std::numeric_limits<double>::min()) return std::pow(plain, 1.0 / norm_type);
-    const double largest = largest_magnitude(params);
-    if (!std::isfinite(largest) || largest == 0) return largest;  // inf or NaN, or every gradient zero
-    return largest * std::pow(p_sum(params, norm_type, largest), 1.0 / norm_type);
-  }
-  double total = 0;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (g.defined()) total += ops::sum_squares(g);
-  }
-  if (!std::isinf(total)) return std::sqrt(total);
-  // The squares overflowed double: float64 gradients beyond ~1e154 (or a gradient of inf). Taken again
-  // over the gradients divided by their largest magnitude, so a finite norm comes out finite (it was inf,
-  // and clip_grad_norm then left the gradients unclipped as if one were non-finite).
+  // |g|^p overflows or underflows double (squares of float64 gradients beyond ~1e154 or below ~1e-154; 1e-4 to
+  // the 100th is 0, to the 81st a subnormal with few digits): taken again over the gradients divided by their
+  // largest magnitude when the plain sum is not finite or below the normal range, so a finite norm comes out
+  // finite (an inf one left the gradients unclipped as if one were non-finite) and a nonzero one nonzero
+  auto root = [norm_type](double sum) { return norm_type == 2.0 ? std::sqrt(sum) : std::pow(sum, 1.0 / norm_type); };
+  const double plain = power_sum(params, norm_type, 1.0);
+  if (std::isfinite(plain) && plain >= std::numeric_limits<double>::min()) return root(plain);
   const double largest = largest_magnitude(params);
-  if (!std::isfinite(largest)) return largest;  // an inf gradient
-  double scaled = 0;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (g.defined()) scaled += ops::sum_squares(div(to(g, kFloat64), largest));
-  }
-  return largest * std::sqrt(scaled);
+  if (!std::isfinite(largest) || largest == 0) return largest;  // inf or NaN, or every gradient zero
+  return largest * root(power_sum(params, norm_type, largest));
 }
 double grad_norm(const StateDict& params, double norm_type) { return grad_norm(tensors_of(params), norm_type); }
 
