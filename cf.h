@@ -26,6 +26,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/kernel_calls.h"
 #include "core/rng.h"
 #include "core/shape.h"
 #include "core/tensor.h"

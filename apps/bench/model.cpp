@@ -64,6 +64,9 @@ json bench_model(const BenchOptions& o) {
       r["infer_step_time_s"] = t_infer;
       r["infer_tokens_per_s"] = double(B * n) / t_infer;
       r["infer_peak_bytes"] = infer.peak_bytes;
+      // Kernel calls a step (core/kernel_calls.h): what fusion cuts, on either device.
+      r["train_kernel_calls_per_step"] = train.kernel_calls;
+      r["infer_kernel_calls_per_step"] = infer.kernel_calls;
       if (g_device.is_cuda()) {  // issue 25: the host waits for nothing inside a step
         r["train_device_to_host_per_step"] = train.transfers.device_to_host;
         r["train_synchronizations_per_step"] = train.transfers.synchronizations;

@@ -118,6 +118,8 @@ struct Measurement {
   // Host round trips inside one call of f (the last timed one; the timing's own
   // synchronisation excluded): 0 on the CPU.
   cf::cuda::TransferStats transfers;
+  // Kernel calls of that call on `dev` (core/kernel_calls.h; on CUDA about its launches).
+  int64_t kernel_calls = 0;
 };
 
 inline Measurement measure(int64_t reps, int64_t warmup, cf::Device dev, const std::function<void()>& f) {
@@ -130,8 +132,11 @@ inline Measurement measure(int64_t reps, int64_t warmup, cf::Device dev, const s
   for (int64_t r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
     const cf::cuda::TransferStats before = cf::cuda::transfer_stats();
+    const cf::KernelCalls calls_before = cf::kernel_calls();
     f();
     m.transfers = cf::cuda::transfer_stats() - before;
+    const cf::KernelCalls calls = cf::kernel_calls() - calls_before;
+    m.kernel_calls = dev.is_cuda() ? calls.cuda : calls.cpu;
     device_sync(dev);
     m.samples_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }

@@ -354,7 +354,7 @@ void check_masked_fill(const Tensor& x, const Tensor& mask, double value, const 
            value, " cannot be stored in ", x.describe());
   check_fill_value(x.dtype(), value, op);
   // Fail with this op's name before allocating or writing on a device the build lacks.
-  CF_DEVICE_DISPATCH(op, x.device(), (void)0, (void)0);
+  CF_DEVICE_CHECK(op, x.device());
 }
 }  // namespace
 

@@ -28,7 +28,7 @@ SortPlan plan_sort(const Tensor& x, int64_t axis, const char* op) {
   CF_CHECK(x.dtype() != kBool, DTypeError, "[", op, "] is not defined for bool tensors: ",
            x.describe());
   // Fail with this op's name before allocating outputs on a device the build lacks.
-  CF_DEVICE_DISPATCH(op, x.device(), (void)0, (void)0);
+  CF_DEVICE_CHECK(op, x.device());
   SortPlan p;
   p.axis = normalize_axis(axis, x.dim(), op);
   p.x1 = x.dim() == 0 ? make_view(x, {1}, {1}, x.offset()) : x;
@@ -99,7 +99,7 @@ Tensor searchsorted(const Tensor& sorted, const Tensor& values, bool right) {
     CF_CHECK(t->dtype() != kBool, DTypeError, "[searchsorted] is not defined for bool tensors: ", t->describe());
   CF_CHECK(sorted.dim() >= 1, ShapeError, "[searchsorted] sorted must have at least one dimension, got ",
            sorted.describe());
-  CF_DEVICE_DISPATCH(op, values.device(), (void)0, (void)0);
+  CF_DEVICE_CHECK(op, values.device());
   kernels::SearchGeom g;
   g.m = sorted.shape().back();
   if (sorted.dim() == 1) {
