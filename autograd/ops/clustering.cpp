@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
@@ -12,7 +13,10 @@
 #include "autograd/ops/random.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/reduce.h"
+#include "autograd/ops/common.h"
+#include "autograd/op_names.h"
 #include "core/error.h"
+#include "kernels/cluster_loss/cluster_loss.h"
 #include "kernels/kmeans/hamming.h"
 #include "kernels/kmeans/kmeans.h"
 
@@ -75,6 +79,97 @@ Tensor hamming_kmeans(const Tensor& codes, int64_t clusters, int64_t iterations,
       bits == 63 ? std::optional<int64_t>(limit) : std::nullopt);
   Tensor out = Tensor::empty({g, n}, kInt64, c.device());
   kernels::hamming_kmeans(c, e, clusters, iterations, bits, out);
+  return out;
+}
+
+namespace {
+
+std::string describe_arg(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+
+// A contiguous copy of t's data without history (t itself when it is contiguous).
+Tensor dense_data(const Tensor& t) { return t.defined() ? contiguous(t.detach()) : t; }
+
+kernels::ClusterLossParams loss_params(ClusterLossForm form) {
+  kernels::ClusterLossParams p;
+  p.unit_x = form == ClusterLossForm::kCosine;
+  p.unit_c = form != ClusterLossForm::kInner;
+  return p;
+}
+
+}  // namespace
+
+Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& key_padding_mask,
+                       ClusterLossForm form) {
+  const char* who = opname::clustering_loss;
+  const bool index_ok = index.defined() && index.dtype() == kInt64 && x.defined() && x.dim() == 3 &&
+                        index.shape() == Shape({x.shape()[0], x.shape()[1]});
+  CF_CHECK(x.defined() && x.dim() == 3 && c_hat.defined() && c_hat.dim() == 3 && c_hat.shape()[0] == x.shape()[0] &&
+               c_hat.shape()[2] == x.shape()[2] && index_ok,
+           ShapeError, "[", who, "] expected x (B, N, D), c_hat (B, k, D) and int64 index (B, N); got x ",
+           describe_arg(x), ", c_hat ", describe_arg(c_hat), ", index ", describe_arg(index));
+  // Autocast: the loss in float32 (a 16-bit C^ from an autocast product beside a float32 x), as every loss.
+  if (autocast_dtype() && is_floating(x.dtype()) && is_floating(c_hat.dtype()) &&
+      (is_low_precision(x.dtype()) || is_low_precision(c_hat.dtype())))
+    return clustering_loss(autocast::to_float32(x), autocast::to_float32(c_hat), index, key_padding_mask, form);
+  CF_CHECK(is_floating(x.dtype()) && c_hat.dtype() == x.dtype(), DTypeError, "[", who,
+           "] x and c_hat must share one float dtype, got ", x.dtype(), " and ", c_hat.dtype());
+  const int64_t B = x.shape()[0], N = x.shape()[1], k = c_hat.shape()[1];
+  CF_CHECK(!key_padding_mask.defined() || (key_padding_mask.dtype() == kBool && key_padding_mask.dim() == 2 &&
+                                           key_padding_mask.shape()[0] == B && key_padding_mask.shape()[1] == N),
+           ShapeError, "[", who, "] key_padding_mask must be bool (B, N) = (", B, ", ", N, "), got ",
+           describe_arg(key_padding_mask));
+  ops::check_same_device(who, {&x, &c_hat, &index, &key_padding_mask});
+  if (is_low_precision(x.dtype()))  // the sums in float32, the loss in the inputs' dtype
+    return to(clustering_loss(to(x, kFloat32), to(c_hat, kFloat32), index, key_padding_mask, form), x.dtype());
+  // Padded tokens carry index k (no centroid): point them at centroid 0 (the kernels skip them).
+  Tensor idx = dense_data(key_padding_mask.defined() ? masked_fill(index, key_padding_mask, 0.0) : index);
+  // The other tokens' ids in [0, k) (a data check, deferred on CUDA: no host read).
+  check_indices(who, idx, k, [k](int64_t at, int64_t id) {
+    throw IndexError(str("[clustering_loss] cluster index ", id, " at flat position ", at, " is out of range [0, ",
+                         k, ") for k = ", k, " centroids (k itself marks padding, where key_padding_mask is set)"));
+  });
+  const kernels::ClusterLossParams p = loss_params(form);
+  const Tensor xd = dense_data(x), cd = dense_data(c_hat), md = dense_data(key_padding_mask);
+  Tensor out = Tensor::empty({}, x.dtype(), x.device());
+  const Tensor counts = Tensor::empty({B}, kFloat64, x.device());  // n_b, for the backward
+  kernels::clustering_loss_forward(xd, cd, idx, md, p, out, counts);
+  if (autograd::any_requires_grad({&x, &c_hat})) {
+    autograd::SavedTensor sx(xd), sc(cd), si(idx), sm(md), sn(counts);
+    const bool need_x = x.requires_grad(), need_c = c_hat.requires_grad();
+    autograd::record(who, {x, c_hat}, out, [sx, sc, si, sm, sn, p, need_x, need_c](const Tensor& g) {
+      const char* op = opname::clustering_loss;
+      const Tensor xv = sx.unpack(op), cv = sc.unpack(op);
+      Tensor dx = need_x ? Tensor::empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
+      Tensor dc = Tensor::empty(cv.shape(), cv.dtype(), cv.device());
+      kernels::clustering_loss_backward(xv, cv, si.unpack(op), sm.defined() ? sm.unpack(op) : Tensor(),
+                                        sn.unpack(op), p, dense_data(g), dx, dc);
+      return std::vector<Tensor>{dx, need_c ? dc : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor centroid_sorting_loss(const Tensor& c_hat, ClusterLossForm form) {
+  const char* who = opname::centroid_sorting_loss;
+  CF_CHECK(c_hat.defined() && c_hat.dim() == 3 && c_hat.shape()[1] >= 1 && is_floating(c_hat.dtype()), ShapeError,
+           "[", who, "] c_hat must be float (B, k, D) with k >= 1, got ", describe_arg(c_hat));
+  if (autocast_dtype() && is_low_precision(c_hat.dtype()))  // autocast: the loss in float32
+    return centroid_sorting_loss(autocast::to_float32(c_hat), form);
+  if (is_low_precision(c_hat.dtype()))
+    return to(centroid_sorting_loss(to(c_hat, kFloat32), form), c_hat.dtype());
+  const bool unit = form != ClusterLossForm::kInner;
+  const Tensor cd = dense_data(c_hat);
+  Tensor out = Tensor::empty({}, c_hat.dtype(), c_hat.device());
+  kernels::centroid_sorting_loss_forward(cd, unit, out);
+  if (autograd::any_requires_grad({&c_hat})) {
+    autograd::SavedTensor sc(cd);
+    autograd::record(who, {c_hat}, out, [sc, unit](const Tensor& g) {
+      const Tensor cv = sc.unpack(opname::centroid_sorting_loss);
+      Tensor dc = Tensor::empty(cv.shape(), cv.dtype(), cv.device());
+      kernels::centroid_sorting_loss_backward(cv, unit, dense_data(g), dc);
+      return std::vector<Tensor>{dc};
+    });
+  }
   return out;
 }
 

@@ -32,6 +32,30 @@ Tensor hash_codes(const Tensor& x, const Tensor& planes);
 Tensor hamming_kmeans(const Tensor& codes, int64_t clusters, int64_t iterations, int64_t bits,
                       const Tensor& exclude = Tensor());
 
+// Neural clustering's auxiliary losses (ClusterFormer, Wang et al. 2022), each a fused op:
+// one kernel call forward and one backward (kernels/cluster_loss/cluster_loss.h), where
+// composed of tensor ops they made about 20 per layer and step (issue 25: kernel launches).
+// The phi of both: kInner the paper's inner product; kCosine a . b / (|a| |b|) in both
+// losses; kSphere the centroids on the unit sphere, phi(x_j, c_i / |c_i|) in L1 and the
+// cosine in L2 (nn/attention/neural_clustering.h says why). A zero row counts as length
+// 1e-12. float32 and float64 run in their own dtype; a 16-bit pair is computed in float32
+// and the loss returned in the inputs' dtype; under autocast a 16-bit input is cast to float32
+// and the loss is float32 (autograd/autocast.h: losses stay float32).
+enum class ClusterLossForm { kInner, kCosine, kSphere };
+
+// L1 (eq. 6): the mean over the batch of -(1/n_b) sum_j phi(x_bj, c_hat[b, index_bj]) over the
+// non-padding tokens j of sequence b, n_b their number (at least 1: a fully padded sequence
+// adds 0). x (B, N, D), c_hat (B, k, D) of one float dtype and device, index int64 (B, N) in
+// [0, k) at every non-padding token (k itself marks padding; on CUDA the range check is a
+// deferred one, core/cuda.h), key_padding_mask bool (B, N) (true = padding) or undefined.
+// Differentiable in x and c_hat; a 0-d result.
+Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index,
+                       const Tensor& key_padding_mask = Tensor(), ClusterLossForm form = ClusterLossForm::kInner);
+// L2 (eq. 11, with its cyclic term phi(C^_1, C^_k)): the mean over the batch of
+// -(1/k) sum_i phi(c_hat_i, c_hat_(i-1) mod k), c_hat (B, k, D) float with k >= 1; both bounded
+// forms are the cosine (both arguments are centroids). A 0-d result; 0 for an empty batch.
+Tensor centroid_sorting_loss(const Tensor& c_hat, ClusterLossForm form = ClusterLossForm::kInner);
+
 }  // namespace cf
 
 // The steps of Euclidean / spherical K-Means (the loop is nn/clustering/kmeans.cpp),

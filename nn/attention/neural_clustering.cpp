@@ -30,9 +30,6 @@ void check_mask(const Tensor& m, int64_t b, int64_t n, const char* who) {
            "] key_padding_mask must be bool (B, N) = (", b, ", ", n, "), got ", m.describe());
 }
 
-// t / |t| along the last axis, a zero row counting as length 1e-12.
-Tensor unit_rows(const Tensor& t) { return t / clamp(sqrt(sum(t * t, {-1}, true)), 1e-12, INFINITY); }
-
 }  // namespace
 
 ClusterLossForm cluster_loss_form_from_string(const std::string& name, const std::string& who) {
@@ -93,52 +90,6 @@ NeuralClusteringResult neural_clustering(const Tensor& x, const Tensor& c, const
   r.index = index;
   r.order = order;                                             // eq. 5: I'
   return r;
-}
-
-Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& key_padding_mask,
-                       ClusterLossForm form) {
-  const char* who = "clustering_loss";
-  const bool index_ok = index.defined() && index.dtype() == kInt64 && x.defined() && x.dim() == 3 &&
-                        index.shape() == Shape({x.shape()[0], x.shape()[1]});
-  CF_CHECK(x.defined() && x.dim() == 3 && c_hat.defined() && c_hat.dim() == 3 && c_hat.shape()[0] == x.shape()[0] &&
-               c_hat.shape()[2] == x.shape()[2] && index_ok,
-           ShapeError, "[", who, "] expected x (B, N, D), c_hat (B, k, D) and int64 index (B, N); got x ",
-           describe(x), ", c_hat ", describe(c_hat), ", index ", describe(index));
-  const int64_t B = x.shape()[0], N = x.shape()[1];
-  check_mask(key_padding_mask, B, N, who);
-  // Padded tokens carry index k (no centroid): point them at centroid 0 and zero their term.
-  Tensor idx = key_padding_mask.defined() ? masked_fill(index, key_padding_mask, 0.0) : index;
-  // The other tokens' ids in [0, k) (a data check, deferred on CUDA: no host read).
-  const int64_t k = c_hat.shape()[1];
-  check_indices(who, idx, k, [k](int64_t at, int64_t id) {
-    throw IndexError(str("[clustering_loss] cluster index ", id, " at flat position ", at, " is out of range [0, ",
-                         k, ") for k = ", k, " centroids (k itself marks padding, where key_padding_mask is set)"));
-  });
-  Tensor own = take_along_dim(c_hat, unsqueeze(idx, 2), 1);    // C^_{I_j}, (B, N, D)
-  if (form != ClusterLossForm::kInner) own = unit_rows(own);
-  Tensor phi = sum((form == ClusterLossForm::kCosine ? unit_rows(x) : x) * own, {2});  // (B, N)
-  Tensor count;
-  if (key_padding_mask.defined()) {
-    phi = masked_fill(phi, key_padding_mask, 0.0);
-    count = clamp(sum(cf::to(logical_not(key_padding_mask), x.dtype()), {1}), 1.0, INFINITY);
-  } else {
-    count = Tensor::full({B}, double(N > 0 ? N : 1), x.dtype(), x.device());
-  }
-  // eq. 6, averaged over the batch; an empty batch's is 0 (the mean of no row was an error under [mean])
-  const Tensor per_row = sum(phi, {1}) / count;
-  return B > 0 ? -mean(per_row) : -sum(per_row);
-}
-
-Tensor centroid_sorting_loss(const Tensor& c_hat_in, ClusterLossForm form) {
-  CF_CHECK(c_hat_in.defined() && c_hat_in.dim() == 3 && c_hat_in.shape()[1] >= 1 && is_floating(c_hat_in.dtype()),
-           ShapeError, "[centroid_sorting_loss] c_hat must be float (B, k, D) with k >= 1, got ", describe(c_hat_in));
-  const int64_t k = c_hat_in.shape()[1];
-  // Both bounded forms are the cosine here: both arguments are centroids.
-  const Tensor c_hat = form == ClusterLossForm::kInner ? c_hat_in : unit_rows(c_hat_in);
-  // prev[i] = C^_{i-1}, prev[1] = C^_k: the sum of eq. 11 including its cyclic term.
-  Tensor prev = k == 1 ? c_hat : cat({narrow(c_hat, 1, k - 1, 1), narrow(c_hat, 1, 0, k - 1)}, 1);
-  const Tensor per_row = sum(c_hat * prev, {1, 2});
-  return (c_hat.shape()[0] > 0 ? -mean(per_row) : -sum(per_row)) / double(k);  // (0 for an empty batch)
 }
 
 // ---------------------------------------------------------------- the layer

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops/clustering.h"
 #include "core/rng.h"
 #include "nn/attention/attention.h"
 
@@ -79,18 +80,18 @@ NeuralClusteringResult neural_clustering(const Tensor& x, const Tensor& c, const
 //   kSphere: C^ put on the unit sphere, phi(X_j, C^_i / |C^_i|) in L1 (bounded by
 //            |X_j|, which the pre-LN layer input fixes) and the cosine in L2 (where
 //            both arguments are centroids, projecting them is the cosine).
-// A zero vector counts as length 1e-12 (its terms are 0, not NaN).
-enum class ClusterLossForm { kInner, kCosine, kSphere };
+// A zero vector counts as length 1e-12 (its terms are 0, not NaN). The losses are fused ops of
+// autograd (autograd/ops/clustering.h), named here too.
+using ::cf::ClusterLossForm;
 // "inner", "cosine", "sphere" <-> the form; a bad name is a ValueError naming `who`.
 ClusterLossForm cluster_loss_form_from_string(const std::string& name, const std::string& who);
 std::string to_string(ClusterLossForm form);
 
 // L1 (eq. 6): mean over the batch of -(1/N_b) sum_j phi(x_j, c_hat[I_j]), N_b the
 // number of non-padding tokens of sequence b (a fully padded sequence adds 0).
-Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& key_padding_mask,
-                       ClusterLossForm form = ClusterLossForm::kInner);
+using ::cf::clustering_loss;
 // L2 (eq. 11, with the cyclic term phi(C^_1, C^_k)): mean over the batch.
-Tensor centroid_sorting_loss(const Tensor& c_hat, ClusterLossForm form = ClusterLossForm::kInner);
+using ::cf::centroid_sorting_loss;
 
 // The hand-over of centroids along one stack of layers (see the top comment).
 // Layer 0 writes its C^; layer i > 0 reads C^ of layer i-1 and writes its own;

@@ -1194,6 +1194,27 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "Each entry of src (..., E) gets the largest src of its row's entries in the same group (int64 (..., E) in "
         "[0, groups)); 0 where that is not finite.",
         release_gil());
+  m.def(cf::opname::clustering_loss,
+        [](const Tensor& x, const Tensor& c_hat, const Tensor& index, std::optional<Tensor> kpm, const std::string& form) {
+          return cf::clustering_loss(x, c_hat, index, opt(kpm),
+                                     cf::nn::cluster_loss_form_from_string(form, cf::opname::clustering_loss));
+        },
+        nb::arg("x"), nb::arg("c_hat"), nb::arg("index"), nb::arg("key_padding_mask").none() = nb::none(),
+        nb::arg("form") = "inner",
+        "Neural clustering's L1 (eq. 6), one fused op: the batch mean of -(1/n_b) sum_j phi(x_bj, c_hat[b, index_bj]) "
+        "over the non-padding tokens (key_padding_mask bool (B, N), True = padding, where index holds k); x (B, N, "
+        "D), c_hat (B, k, D); form \"inner\" (the paper's phi), \"cosine\" or \"sphere\". The same as cf.nn.clustering_loss.",
+        release_gil());
+  m.def(cf::opname::centroid_sorting_loss,
+        [](const Tensor& c_hat, const std::string& form) {
+          return cf::centroid_sorting_loss(c_hat,
+                                           cf::nn::cluster_loss_form_from_string(form, cf::opname::centroid_sorting_loss));
+        },
+        nb::arg("c_hat"), nb::arg("form") = "inner",
+        "Neural clustering's L2 (eq. 11, with its cyclic term), one fused op: the batch mean of -(1/k) sum_i "
+        "phi(c_hat_i, c_hat_(i-1) mod k); form \"inner\", or \"cosine\"/\"sphere\" (both the cosine). The same as "
+        "cf.nn.centroid_sorting_loss.",
+        release_gil());
   m.def(cf::opname::hash_codes, &cf::hash_codes, nb::arg("x"), nb::arg("planes"),
         "int64 codes of x (..., D) under planes (bits, D), bits in [1, 63]: bit b is set when x . planes[b] > 0.",
         release_gil());

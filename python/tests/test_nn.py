@@ -358,6 +358,21 @@ def test_neural_clustering_losses_and_their_bounded_forms():
     assert cf.nn.centroid_sorting_loss(c_hat * 10.0).item() == pytest.approx(100.0 * inner, rel=1e-4)
     with pytest.raises(ValueError, match=r'\[clustering_loss\] loss_form must be "inner", "cosine" or "sphere"'):
         cf.nn.clustering_loss(x, c_hat, index, form="unit")
+    # The fused ops of the registry are the same functions at the top level, with their gradients.
+    mask = cf.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    idx = cf.where(mask, cf.full_like(index, 3), index)
+    for form in ("inner", "cosine", "sphere"):
+        c = c_hat.detach().requires_grad_()
+        loss = cf.clustering_loss(x, c, idx, mask, form=form) + cf.centroid_sorting_loss(c, form=form)
+        assert loss.dim() == 0
+        assert loss.item() == pytest.approx((cf.nn.clustering_loss(x, c_hat, idx, mask, form=form) +
+                                             cf.nn.centroid_sorting_loss(c_hat, form=form)).item(), rel=1e-6)
+        loss.backward()
+        assert c.grad.shape == (2, 3, 4)
+    with pytest.raises(ValueError, match=r'\[centroid_sorting_loss\] loss_form must be'):
+        cf.centroid_sorting_loss(c_hat, form="euclid")
+    with pytest.raises(cf.DTypeError, match=r"\[clustering_loss\] x and c_hat must share one float dtype"):
+        cf.clustering_loss(x.double(), c_hat, index)
 
 
 def test_handles_to_a_replaced_attention_stay_valid():

@@ -261,7 +261,7 @@ TEST_CASE("neural clustering: the bounded loss forms (cosine, sphere) follow the
     check_close(nn::clustering_loss(x, c_hat * 1000.0, index, mask, form),
                 values(nn::clustering_loss(x, c_hat, index, mask, form)), 1e-12);
     check_close(nn::centroid_sorting_loss(c_hat * 1000.0, form), {l2}, 1e-12);
-    check_grad("take_along_dim",
+    check_grad("clustering_loss",
                [&](const std::vector<Tensor>& in) {
                  return cat({reshape(nn::clustering_loss(in[0], in[1], index, mask, form), {1}),
                              reshape(nn::centroid_sorting_loss(in[1], form), {1})},

@@ -36,9 +36,226 @@ Tensor planted_codes(int64_t rows, int64_t n, int64_t groups, int64_t bits, uint
   return Tensor::from_vector(v, {rows, n});
 }
 
+// The neural clustering losses composed of tensor ops (what the fused ops replaced): the
+// reference they must match, values and gradients.
+Tensor unit_rows_ref(const Tensor& t) { return t / clamp(sqrt(sum(t * t, {-1}, true)), 1e-12, INFINITY); }
+
+Tensor clustering_loss_ref(const Tensor& x, const Tensor& c_hat, const Tensor& index, const Tensor& mask,
+                           ClusterLossForm form) {
+  const int64_t B = x.shape()[0], N = x.shape()[1];
+  Tensor idx = mask.defined() ? masked_fill(index, mask, 0.0) : index;
+  Tensor own = take_along_dim(c_hat, unsqueeze(idx, 2), 1);
+  if (form != ClusterLossForm::kInner) own = unit_rows_ref(own);
+  Tensor phi = sum((form == ClusterLossForm::kCosine ? unit_rows_ref(x) : x) * own, {2});
+  Tensor count;
+  if (mask.defined()) {
+    phi = masked_fill(phi, mask, 0.0);
+    count = clamp(sum(to(logical_not(mask), x.dtype()), {1}), 1.0, INFINITY);
+  } else {
+    count = Tensor::full({B}, double(N > 0 ? N : 1), x.dtype(), x.device());
+  }
+  const Tensor per_row = sum(phi, {1}) / count;
+  return B > 0 ? -mean(per_row) : -sum(per_row);
+}
+
+Tensor centroid_sorting_loss_ref(const Tensor& c_in, ClusterLossForm form) {
+  const int64_t k = c_in.shape()[1];
+  const Tensor c = form == ClusterLossForm::kInner ? c_in : unit_rows_ref(c_in);
+  Tensor prev = k == 1 ? c : cat({narrow(c, 1, k - 1, 1), narrow(c, 1, 0, k - 1)}, 1);
+  const Tensor per_row = sum(c * prev, {1, 2});
+  return (c.shape()[0] > 0 ? -mean(per_row) : -sum(per_row)) / double(k);
+}
+
+const ClusterLossForm kForms[] = {ClusterLossForm::kInner, ClusterLossForm::kCosine, ClusterLossForm::kSphere};
+
 }  // namespace
 
 TEST_SUITE("ops/clustering") {
+
+TEST_CASE("clustering_loss and centroid_sorting_loss equal their tensor-op composition, values and gradients") {
+  for (DType dt : {kFloat64, kFloat32}) {
+    const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
+    for (ClusterLossForm form : kForms) {
+      INFO("dtype ", dt, ", form ", int(form));
+      // B = 3: row 1 padded at its tail, row 2 all padding under the mask; cluster 3 has no member.
+      const int64_t B = 3, N = 37, K = 4, D = 19;
+      Generator g(7);
+      const Tensor x0 = rand({B, N, D}, dt, g, -1, 1), c0 = rand({B, K, D}, dt, g, -1, 1);
+      const Tensor index = random_ints({B, N}, 0, K - 2, 11);
+      std::vector<bool> m(size_t(B * N), false);
+      for (int64_t j = 25; j < N; ++j) m[size_t(N + j)] = true;
+      for (int64_t j = 0; j < N; ++j) m[size_t(2 * N + j)] = true;
+      const Tensor mask = Tensor::from_vector(m, {B, N});
+      for (bool padded : {false, true}) {
+        INFO("padded ", padded);
+        auto run = [&](bool fused) {
+          Tensor x = x0.detach(), c = c0.detach();
+          x.set_requires_grad(true);
+          c.set_requires_grad(true);
+          const Tensor kpm = padded ? mask : Tensor();
+          // padding carries index k, as the layer's eq. 4 gives it
+          const Tensor idx = padded ? masked_fill(index, mask, double(K)) : index;
+          Tensor l1 = fused ? clustering_loss(x, c, idx, kpm, form) : clustering_loss_ref(x, c, idx, kpm, form);
+          Tensor l2 = fused ? centroid_sorting_loss(c, form) : centroid_sorting_loss_ref(c, form);
+          (l1 * 0.7 + l2 * -1.3).backward();
+          return std::vector<Tensor>{l1, l2, x.grad(), c.grad()};
+        };
+        const std::vector<Tensor> f = run(true), r = run(false);
+        CHECK(f[0].dim() == 0);
+        CHECK(f[0].dtype() == dt);
+        for (size_t e = 0; e < f.size(); ++e) {
+          INFO("result ", e);
+          check_close(f[e], r[e], tol);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("clustering losses: edge shapes, zero rows, x without gradient, 16-bit inputs") {
+  for (ClusterLossForm form : kForms) {
+    INFO("form ", int(form));
+    // An empty batch, and sequences without tokens: both losses 0, gradients of the right shapes.
+    Tensor x = leaf64({0, 5, 3}), c = leaf64({0, 2, 3});
+    Tensor l = clustering_loss(x, c, Tensor::zeros({0, 5}, kInt64), Tensor(), form) + centroid_sorting_loss(c, form);
+    check_close(l, {0.0}, 0);
+    l.backward();
+    CHECK(c.grad().shape() == Shape({0, 2, 3}));
+    Tensor xe = leaf64({2, 0, 3}, 3), ce = leaf64({2, 2, 3}, 4);
+    check_close(clustering_loss(xe, ce, Tensor::zeros({2, 0}, kInt64), Tensor(), form), {0.0}, 0);
+    // A zero centroid and a zero token: finite values and gradients (the composition's sqrt gave NaN there).
+    Tensor xz = t64({0, 0, 0, 1, 2, 3}, {1, 2, 3}), cz = t64({0, 0, 0, 1, -1, 2}, {1, 2, 3});
+    xz.set_requires_grad(true);
+    cz.set_requires_grad(true);
+    (clustering_loss(xz, cz, ti64({0, 1}, {1, 2}), Tensor(), form) + centroid_sorting_loss(cz, form)).backward();
+    for (double v : values(xz.grad())) CHECK(std::isfinite(v));
+    for (double v : values(cz.grad())) CHECK(std::isfinite(v));
+    // x without gradient (the layer's default: the input detached): c_hat's alone, the same.
+    Tensor xd = leaf64({2, 6, 4}, 5).detach(), c1 = leaf64({2, 3, 4}, 6), c2 = leaf64({2, 3, 4}, 6);
+    Tensor xg = xd.detach();
+    xg.set_requires_grad(true);
+    const Tensor idx = random_ints({2, 6}, 0, 2, 7);
+    clustering_loss(xd, c1, idx, Tensor(), form).backward();
+    clustering_loss(xg, c2, idx, Tensor(), form).backward();
+    check_close(c1.grad(), c2.grad(), 0);
+    // 16-bit pairs: computed in float32, returned in their dtype, gradients in their dtype.
+    for (DType low : {kBFloat16, kFloat16}) {
+      Tensor xl = to(leaf64({2, 6, 4}, 8), low).detach(), cl = to(leaf64({2, 3, 4}, 9), low).detach();
+      cl.set_requires_grad(true);
+      Tensor ll = clustering_loss(xl, cl, idx, Tensor(), form) + centroid_sorting_loss(cl, form);
+      CHECK(ll.dtype() == low);
+      const double ref = values(clustering_loss_ref(to(xl, kFloat64), to(cl, kFloat64), idx, Tensor(), form) +
+                                centroid_sorting_loss_ref(to(cl, kFloat64), form))
+                             .front();
+      check_close(ll, {ref}, 0.02 * std::max(1.0, std::fabs(ref)));
+      ll.backward();
+      CHECK(cl.grad().dtype() == low);
+      // Under autocast: a 16-bit C^ beside a float32 x gives a float32 loss (losses stay float32).
+      AutocastGuard guard(low);
+      Tensor xf = to(xl, kFloat32);
+      Tensor la = clustering_loss(xf, cl, idx, Tensor(), form);
+      CHECK(la.dtype() == kFloat32);
+      check_close(la, values(clustering_loss(xf, to(cl, kFloat32), idx, Tensor(), form)), 0);
+      CHECK(centroid_sorting_loss(cl, form).dtype() == kFloat32);
+    }
+  }
+}
+
+TEST_CASE("clustering losses refuse bad input with messages naming the problem") {
+  const Tensor x = leaf64({1, 5, 3}), c = leaf64({1, 2, 3});
+  const Tensor idx = ti64({0, 1, 0, 1, 0}, {1, 5});
+  CHECK_THROWS_MSG(clustering_loss(x, c, ti64({0, 1}, {1, 2})), ShapeError,
+                   "[clustering_loss] expected x (B, N, D), c_hat (B, k, D) and int64 index (B, N)", "(1,2)");
+  CHECK_THROWS_MSG(clustering_loss(x, to(c, kFloat32), idx), DTypeError,
+                   "[clustering_loss] x and c_hat must share one float dtype", "float64", "float32");
+  CHECK_THROWS_MSG(clustering_loss(x, c, idx, ti64({0, 0, 0, 0, 0}, {1, 5})), ShapeError,
+                   "[clustering_loss] key_padding_mask must be bool (B, N) = (1, 5)");
+  CHECK_THROWS_MSG(clustering_loss(x, c, ti64({0, 1, 7, 0, 1}, {1, 5})), IndexError,
+                   "[clustering_loss] cluster index 7 at flat position 2 is out of range [0, 2) for k = 2 centroids");
+  CHECK_THROWS_MSG(clustering_loss(x, c, idx, fake_cuda({1, 5}, kBool)), DeviceError, "[clustering_loss]",
+                   "different devices", "cuda:0");
+  CHECK_THROWS_MSG(centroid_sorting_loss(leaf64({1, 0, 3})), ShapeError,
+                   "[centroid_sorting_loss] c_hat must be float (B, k, D) with k >= 1", "(1,0,3)");
+  CHECK_THROWS_MSG(centroid_sorting_loss(ti64({1, 2}, {1, 1, 2})), ShapeError, "[centroid_sorting_loss]", "int64");
+}
+
+TEST_CASE("clustering losses: one kernel call each way (the composition made about 20)") {
+  const Tensor x = leaf64({2, 9, 4}), c = leaf64({2, 3, 4}, 2);
+  const Tensor idx = random_ints({2, 9}, 0, 2, 3);
+  for (ClusterLossForm form : kForms) {
+    KernelCalls before = kernel_calls();
+    Tensor l1 = clustering_loss(x, c, idx, Tensor(), form);
+    CHECK((kernel_calls() - before).cpu == 2);  // the range check and the loss
+    before = kernel_calls();
+    Tensor l2 = centroid_sorting_loss(c, form);
+    CHECK((kernel_calls() - before).cpu == 1);
+    const std::vector<Tensor> g = autograd::grad({l1, l2}, {x, c});
+    // the two backward kernels, and the gradients of c_hat's two uses added (the seeds are fills)
+    CHECK((kernel_calls() - before).cpu <= 2 + 4);
+    CHECK(g[1].shape() == c.shape());
+  }
+}
+
+GRADCHECK_CASE(clustering_loss) {
+  const int64_t B = 2, N = 7, K = 3, D = 4;
+  // duplicate ids, an empty cluster (2 in row 0), padding in row 1 (carrying index k)
+  const Tensor index = ti64({0, 1, 1, 0, 1, 0, 0, 2, 2, 0, 1, 3, 3, 3}, {B, N});
+  const Tensor mask = Tensor::from_vector(
+      std::vector<bool>{false, false, false, false, false, false, false, false, false, false, false, true, true, true},
+      {B, N});
+  for (ClusterLossForm form : kForms)
+    check_grad("clustering_loss",
+               [&](const std::vector<Tensor>& in) {
+                 return stack({clustering_loss(in[0], in[1], index, mask, form),
+                               clustering_loss(in[0], in[1], masked_fill(index, mask, 0.0), Tensor(), form)},
+                              0);
+               },
+               {leaf64({B, N, D}, 21), leaf64({B, K, D}, 22)});
+}
+
+GRADCHECK_CASE(centroid_sorting_loss) {
+  for (ClusterLossForm form : kForms)
+    for (int64_t k : {1, 2, 5})
+      check_grad("centroid_sorting_loss",
+                 [form](const std::vector<Tensor>& in) { return centroid_sorting_loss(in[0], form); },
+                 {leaf64({2, k, 3}, uint64_t(30 + k))});
+}
+
+PARITY_CASE(clustering_loss) {
+  // (B, N, D) with N across several of the forward's 64-token blocks and D over a warp.
+  const int64_t B = 3, N = 300, K = 17, D = 40;
+  std::vector<bool> m(size_t(B * N), false);
+  for (int64_t j = 200; j < N; ++j) m[size_t(N + j)] = true;
+  for (int64_t j = 0; j < N; ++j) m[size_t(2 * N + j)] = true;
+  const Tensor mask = Tensor::from_vector(m, {B, N});
+  const Tensor index = masked_fill(random_ints({B, N}, 0, K - 2, 61), mask, double(K));
+  for (ClusterLossForm form : kForms) {
+    check_parity("clustering_loss", [&](const Inputs& in) { return clustering_loss(in[0], in[1], in[2], in[3], form); },
+                 {leaf32({B, N, D}, 62), leaf32({B, K, D}, 63), index, mask});
+    check_parity("clustering_loss", [&](const Inputs& in) { return clustering_loss(in[0], in[1], in[2], Tensor(), form); },
+                 {leaf32({B, N, D}, 64), leaf32({B, K, D}, 65), masked_fill(index, mask, 0.0)});
+    // D above a block (the member sums loop over chunks of D), and x without gradient
+    check_parity("clustering_loss", [&](const Inputs& in) { return clustering_loss(in[0], in[1], in[2], Tensor(), form); },
+                 {leaf32({2, 70, 300}, 66).detach(), leaf32({2, 5, 300}, 67), random_ints({2, 70}, 0, 4, 68)});
+    check_grad_cuda("clustering_loss",
+                    [&](const std::vector<Tensor>& in) { return clustering_loss(in[0], in[1], in[2], in[3], form); },
+                    {leaf64({2, 7, 4}, 69), leaf64({2, 3, 4}, 70), ti64({0, 1, 1, 0, 1, 0, 0, 2, 2, 0, 1, 3, 3, 3}, {2, 7}),
+                     Tensor::from_vector(std::vector<bool>{false, false, false, false, false, false, false, false, false,
+                                                           false, false, true, true, true},
+                                         {2, 7})});
+  }
+}
+
+PARITY_CASE(centroid_sorting_loss) {
+  for (ClusterLossForm form : kForms)
+    for (int64_t k : {1, 2, 23}) {
+      check_parity("centroid_sorting_loss", [form](const Inputs& in) { return centroid_sorting_loss(in[0], form); },
+                   {leaf32({4, k, 300}, uint64_t(80 + k))});
+      check_grad_cuda("centroid_sorting_loss",
+                      [form](const std::vector<Tensor>& in) { return centroid_sorting_loss(in[0], form); },
+                      {leaf64({2, k, 3}, uint64_t(90 + k))});
+    }
+}
 
 TEST_CASE("hash_codes: sign bits of random projections, packed in int64") {
   Tensor x = leaf64({2, 5, 4}, 3).detach();
