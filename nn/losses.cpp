@@ -230,14 +230,18 @@ Tensor AuxLosses::total(const std::map<std::string, double>& weights) const {
   CF_CHECK(!losses_.empty(), ValueError, "[AuxLosses::total] no auxiliary loss was collected");
   Tensor out;
   DType dt = losses_.begin()->second.front().dtype();
+  // One product per name, none for a weight of 1 (exact): each is a kernel call forward and
+  // backward, a launch on the GPU (issue 25).
   for (const auto& kv : losses_) {
-    double wgt = weights.at(kv.first);
+    Tensor group;
     for (const Tensor& l : kv.second) {
       CF_CHECK(l.dtype() == dt, DTypeError, "[AuxLosses::total] aux loss '", kv.first, "' is ",
                l.describe(), " but others are ", dt, "; cast with cf::to");
-      Tensor term = mul(l, wgt);
-      out = out.defined() ? cf::add(out, term) : term;
+      group = group.defined() ? cf::add(group, l) : l;
     }
+    const double wgt = weights.at(kv.first);
+    const Tensor term = wgt == 1.0 ? group : mul(group, wgt);
+    out = out.defined() ? cf::add(out, term) : term;
   }
   return out;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 #include <utility>
 
 #include "autograd/grad_mode.h"
@@ -129,7 +131,32 @@ Tensor inplace_source(const Tensor& dst, const Tensor& src) {
   return clone(src);
 }
 
-Tensor scalar_like(const Tensor& t, double v) { return filled({}, v, t.dtype(), t.device()); }
+namespace {
+// The 0-d constants scalar_like handed out on this thread, by (device, dtype, the number's
+// bits). A number operand was a fresh tensor and a fill kernel each time: on the GPU a launch
+// per `x * 0.5`, per where(c, g, 0) in a backward, about one in twenty of a training step's
+// (issue 25). The constants are never written: scalar_like's callers take them as operands
+// only. A short list searched in order; emptied when full (a schedule's changing numbers).
+struct ScalarConstant {
+  Device device;
+  DType dtype;
+  uint64_t bits;
+  Tensor value;
+};
+constexpr size_t kScalarConstants = 32;
+thread_local std::vector<ScalarConstant> t_scalar_constants;
+}  // namespace
+
+Tensor scalar_like(const Tensor& t, double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  for (const ScalarConstant& c : t_scalar_constants)
+    if (c.bits == bits && c.dtype == t.dtype() && c.device == t.device()) return c.value;
+  Tensor value = filled({}, v, t.dtype(), t.device());
+  if (t_scalar_constants.size() >= kScalarConstants) t_scalar_constants.clear();
+  t_scalar_constants.push_back({t.device(), t.dtype(), bits, value});
+  return value;
+}
 
 namespace {
 // Whether v is exactly one of the values of dtype (every number is, for a float dtype).

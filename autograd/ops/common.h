@@ -30,9 +30,11 @@ void check_no_internal_overlap(const Tensor& t, const char* op);
 // other than as the very same view (t[1:] = t[:-1], t += t.T, t += t[0]): the kernels would read
 // elements of src that they already overwrote. NumPy's rule (its result, not an error).
 Tensor inplace_source(const Tensor& dst, const Tensor& src);
-// A 0-d tensor of t's dtype and device holding v.
+// A 0-d tensor of t's dtype and device holding v: a constant shared by every call for the
+// same (device, dtype, v) on this thread (no fill kernel after the first), so never write into
+// it; take it as an operand only.
 Tensor scalar_like(const Tensor& t, double v);
-// A number operand of arithmetic on t (op's name for errors): the number takes t's dtype (cf's rule), so
+// A number operand of arithmetic on t (op's name for errors; scalar_like's shared constant): the number takes t's dtype (cf's rule), so
 // for an int64 or bool tensor a number that is not one of its values (2.5, 1e30, NaN) is a DTypeError
 // naming op, t and the number, where a cast would truncate it (t * 2.5 was t * 2).
 Tensor number_like(const Tensor& t, double v, const char* op);
