@@ -240,7 +240,9 @@ Tensor AuxLosses::total(const std::map<std::string, double>& weights) const {
       group = group.defined() ? cf::add(group, l) : l;
     }
     const double wgt = weights.at(kv.first);
-    const Tensor term = wgt == 1.0 ? group : mul(group, wgt);
+    // (a lone loss of weight 1 is multiplied all the same: the total is a new tensor, never the caller's)
+    const bool lone = losses_.size() == 1 && kv.second.size() == 1;
+    const Tensor term = wgt == 1.0 && !lone ? group : mul(group, wgt);
     out = out.defined() ? cf::add(out, term) : term;
   }
   return out;

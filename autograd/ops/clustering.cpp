@@ -114,6 +114,7 @@ Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index
   CF_CHECK(is_floating(x.dtype()) && c_hat.dtype() == x.dtype(), DTypeError, "[", who,
            "] x and c_hat must share one float dtype, got ", x.dtype(), " and ", c_hat.dtype());
   const int64_t B = x.shape()[0], N = x.shape()[1], k = c_hat.shape()[1];
+  CF_CHECK(k >= 1, ShapeError, "[", who, "] c_hat must hold k >= 1 centroids, got ", c_hat.describe());
   CF_CHECK(!key_padding_mask.defined() || (key_padding_mask.dtype() == kBool && key_padding_mask.dim() == 2 &&
                                            key_padding_mask.shape()[0] == B && key_padding_mask.shape()[1] == N),
            ShapeError, "[", who, "] key_padding_mask must be bool (B, N) = (", B, ", ", N, "), got ",

@@ -135,8 +135,10 @@ namespace {
 // The 0-d constants scalar_like handed out on this thread, by (device, dtype, the number's
 // bits). A number operand was a fresh tensor and a fill kernel each time: on the GPU a launch
 // per `x * 0.5`, per where(c, g, 0) in a backward, about one in twenty of a training step's
-// (issue 25). The constants are never written: scalar_like's callers take them as operands
-// only. A short list searched in order; emptied when full (a schedule's changing numbers).
+// (issue 25). The constants are never written (scalar_like's callers take them as operands
+// only); one that was anyway (its version moved, or it was made to require grad) is replaced,
+// not handed out. At most kScalarConstants, searched in order; a new number beyond them takes
+// the oldest one's place, so the set held stays the same from one training step to the next.
 struct ScalarConstant {
   Device device;
   DType dtype;
@@ -145,16 +147,25 @@ struct ScalarConstant {
 };
 constexpr size_t kScalarConstants = 32;
 thread_local std::vector<ScalarConstant> t_scalar_constants;
+thread_local size_t t_scalar_oldest = 0;
 }  // namespace
 
 Tensor scalar_like(const Tensor& t, double v) {
   uint64_t bits;
   std::memcpy(&bits, &v, sizeof bits);
-  for (const ScalarConstant& c : t_scalar_constants)
-    if (c.bits == bits && c.dtype == t.dtype() && c.device == t.device()) return c.value;
+  std::vector<ScalarConstant>& held = t_scalar_constants;
+  for (ScalarConstant& c : held)
+    if (c.bits == bits && c.dtype == t.dtype() && c.device == t.device()) {
+      if (c.value.version() != 0 || c.value.requires_grad()) c.value = filled({}, v, t.dtype(), t.device());
+      return c.value;
+    }
   Tensor value = filled({}, v, t.dtype(), t.device());
-  if (t_scalar_constants.size() >= kScalarConstants) t_scalar_constants.clear();
-  t_scalar_constants.push_back({t.device(), t.dtype(), bits, value});
+  if (held.size() < kScalarConstants) {
+    held.push_back({t.device(), t.dtype(), bits, value});
+  } else {
+    held[t_scalar_oldest] = {t.device(), t.dtype(), bits, value};
+    t_scalar_oldest = (t_scalar_oldest + 1) % kScalarConstants;
+  }
   return value;
 }
 

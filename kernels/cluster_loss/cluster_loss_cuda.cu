@@ -10,6 +10,7 @@
 // the token's unit() scale); a block per (sequence, cluster) scans the sequence's cluster
 // ids through shared memory and sums its members' rows in token order (no atomics), then
 // projects through unit()'s Jacobian.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -42,7 +43,8 @@ __global__ void l1_forward_kernel(const T* x, const T* c, const int64_t* idx, co
       const int64_t tok = b * N + j0 + t;
       if (mask && mask[tok]) continue;  // warp-uniform
       const T* xr = x + tok * D;
-      const T* cr = c + (b * k + idx[tok]) * D;
+      // (the ids' range check is deferred: a bad id is clamped, never read past c)
+      const T* cr = c + (b * k + cu::clamp_index(idx[tok], k)) * D;
       double xc = 0, xx = 0, cc = 0;
       for (int64_t d = lane; d < D; d += kWarp) {
         const double xv = double(xr[d]), cv = double(cr[d]);
@@ -102,7 +104,7 @@ __global__ void l1_tokens_kernel(const T* x, const T* c, const int64_t* idx, con
     }
     const int64_t b = tok / N;
     const T* xr = x + tok * D;
-    const T* cr = c + (b * k + idx[tok]) * D;
+    const T* cr = c + (b * k + cu::clamp_index(idx[tok], k)) * D;  // (clamped: the range check is deferred)
     double xlen = 0;
     if (p.unit_x) {
       double xx = 0;
@@ -138,7 +140,7 @@ template <typename T>
 __global__ void l1_clusters_kernel(const T* x, const T* c, const int64_t* idx, const bool* mask, const double* counts,
                                    int64_t B, int64_t N, int64_t D, int64_t k, ClusterLossParams p, const T* grad,
                                    const double* xscale, double* acc, T* dc) {
-  __shared__ int64_t tile[kThreads];
+  __shared__ int64_t tile[kThreads];  // (launched with kThreads threads)
   __shared__ double sh[kWarp];
   const double g = double(*grad);
   const int64_t W = blockDim.x;
@@ -272,7 +274,6 @@ void l1_forward_typed(const Tensor& x, const Tensor& c, const Tensor& idx, const
     l1_finish_kernel<T><<<1, kThreads>>>(cu::ptr<const double>(part), B, chunks, cu::ptr<T>(out),
                                           cu::ptr<double>(counts));
   } else {  // no token (B or N is 0): out = 0, every count 1
-    Tensor part;
     l1_finish_kernel<T><<<1, kThreads>>>(nullptr, B, 0, cu::ptr<T>(out), cu::ptr<double>(counts));
   }
   ::cf::cuda::check_launch("clustering_loss");

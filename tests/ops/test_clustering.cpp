@@ -174,6 +174,8 @@ TEST_CASE("clustering losses refuse bad input with messages naming the problem")
                    "[clustering_loss] cluster index 7 at flat position 2 is out of range [0, 2) for k = 2 centroids");
   CHECK_THROWS_MSG(clustering_loss(x, c, idx, fake_cuda({1, 5}, kBool)), DeviceError, "[clustering_loss]",
                    "different devices", "cuda:0");
+  CHECK_THROWS_MSG(clustering_loss(x, leaf64({1, 0, 3}), idx), ShapeError,
+                   "[clustering_loss] c_hat must hold k >= 1 centroids", "(1,0,3)");
   CHECK_THROWS_MSG(centroid_sorting_loss(leaf64({1, 0, 3})), ShapeError,
                    "[centroid_sorting_loss] c_hat must be float (B, k, D) with k >= 1", "(1,0,3)");
   CHECK_THROWS_MSG(centroid_sorting_loss(ti64({1, 2}, {1, 1, 2})), ShapeError, "[centroid_sorting_loss]", "int64");
@@ -244,6 +246,27 @@ PARITY_CASE(clustering_loss) {
                                                            false, false, true, true, true},
                                          {2, 7})});
   }
+}
+
+CUDA_TEST_CASE("clustering losses on CUDA: zero rows, empty batches and sequences, a bad id deferred") {
+  for (ClusterLossForm form : kForms) {
+    Tensor xz = to(t64({0, 0, 0, 1, 2, 3}, {1, 2, 3}), kFloat32), cz = to(t64({0, 0, 0, 1, -1, 2}, {1, 2, 3}), kFloat32);
+    xz.set_requires_grad(true);
+    cz.set_requires_grad(true);
+    check_parity("clustering_loss",
+                 [form](const Inputs& in) {
+                   return clustering_loss(in[0], in[1], in[2], Tensor(), form) + centroid_sorting_loss(in[1], form);
+                 },
+                 {xz, cz, ti64({0, 1}, {1, 2})});
+    check_close(clustering_loss(cuda0(Tensor::zeros({0, 5, 3})), cuda0(Tensor::zeros({0, 2, 3})),
+                                cuda0(Tensor::zeros({0, 5}, kInt64)), Tensor(), form).cpu(), {0.0}, 0);
+    check_close(clustering_loss(cuda0(Tensor::zeros({2, 0, 3})), cuda0(Tensor::ones({2, 2, 3})),
+                                cuda0(Tensor::zeros({2, 0}, kInt64)), Tensor(), form).cpu(), {0.0}, 0);
+    check_close(centroid_sorting_loss(cuda0(Tensor::zeros({0, 2, 3})), form).cpu(), {0.0}, 0);
+  }
+  // A bad id reads no memory past c_hat (clamped) and is the CPU's IndexError at the next read.
+  const Tensor l = clustering_loss(cuda0(leaf64({1, 5, 3})), cuda0(leaf64({1, 2, 3}, 2)), cuda0(ti64({0, 1, 7, 0, 1}, {1, 5})));
+  CHECK_THROWS_MSG(l.item<double>(), IndexError, "[clustering_loss] cluster index 7 at flat position 2");
 }
 
 PARITY_CASE(centroid_sorting_loss) {
