@@ -50,6 +50,26 @@ void adam_step_(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor&
   for (const Tensor* t : {&p, &m, &v}) t->bump_version();
 }
 
+void adam_steps_(std::vector<kernels::AdamTensors> steps) {
+  for (kernels::AdamTensors& t : steps) {
+    t.g = checked_grad("adam_step", t.p, t.g);
+    check_state("adam_step", t.p, t.m, "exp_avg");
+    check_state("adam_step", t.p, t.v, "exp_avg_sq");
+    CF_CHECK(t.s.step >= 1, ValueError, "[adam_step] step must be >= 1, got ", t.s.step);
+  }
+  // Runs of one device and dtype, in order (a model's parameters are one run).
+  for (size_t first = 0; first < steps.size();) {
+    size_t end = first + 1;
+    while (end < steps.size() && steps[end].p.device() == steps[first].p.device() &&
+           steps[end].p.dtype() == steps[first].p.dtype())
+      ++end;
+    kernels::adam_steps(std::vector<kernels::AdamTensors>(steps.begin() + long(first), steps.begin() + long(end)));
+    first = end;
+  }
+  for (const kernels::AdamTensors& t : steps)
+    for (const Tensor* x : {&t.p, &t.m, &t.v}) x->bump_version();
+}
+
 void sgd_step_(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) {
   const Tensor gc = checked_grad("sgd_step", p, g);
   if (buf.defined()) check_state("sgd_step", p, buf, "momentum");

@@ -30,6 +30,7 @@ template <typename T>
 struct AdamConsts {
   T step_size, bc2_sqrt, eps, b1, b2, a1, a2, l2, shrink;
   bool do_shrink;
+  AdamConsts() = default;  // (an array of them travels as a kernel argument: adam_steps_cuda)
   explicit AdamConsts(const AdamStep& s) {
     step_size = T(s.lr / (1.0 - std::pow(s.beta1, double(s.step))));
     bc2_sqrt = T(std::sqrt(1.0 - std::pow(s.beta2, double(s.step))));

@@ -47,6 +47,10 @@ void adam_step_cpu(const Tensor& p, const Tensor& g, const Tensor& m, const Tens
   CF_DISPATCH_FLOAT_STD(p.dtype(), "adam_step", adam_typed<scalar_t>(p, g, m, v, s));
 }
 
+void adam_steps_cpu(const std::vector<AdamTensors>& steps) {
+  for (const AdamTensors& t : steps) adam_step_cpu(t.p, t.g, t.m, t.v, t.s);
+}
+
 void sgd_step_cpu(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) {
   CF_DISPATCH_FLOAT_STD(p.dtype(), "sgd_step", sgd_typed<scalar_t>(p, g, buf, s));
 }

@@ -38,20 +38,44 @@ AdamW::AdamW(const StateDict& params, const AdamWOptions& options)
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
     : Adam("AdamW", std::move(groups), options, true) {}
 
+namespace {
+// Whether e's update is one fused pass on its device (kernels/optim).
+bool fused_adam(const Tensor& p, const Tensor& m, const Tensor& v) {
+  return ops::fused_step_supported(p) && m.is_contiguous() && v.is_contiguous();
+}
+}  // namespace
+
+ops::AdamStep Adam::step_of(const Entry& e, double lr, double wd) const {
+  ops::AdamStep s;
+  s.lr = lr;
+  s.weight_decay = wd;
+  s.beta1 = opt_.beta1;
+  s.beta2 = opt_.beta2;
+  s.eps = opt_.eps;
+  s.step = e.step;
+  s.decoupled = decoupled_;
+  return s;
+}
+
+void Adam::update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
+                      const std::vector<double>& lrs, const std::vector<double>& wds) {
+  std::vector<kernels::AdamTensors> fused;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Entry& e = *entries[i];
+    if (fused_adam(e.param, e.slots[0], e.slots[1]))
+      fused.push_back({e.param, grads[i], e.slots[0], e.slots[1], step_of(e, lrs[i], wds[i])});
+    else
+      update(e, grads[i], lrs[i], wds[i]);
+  }
+  ops::adam_steps_(std::move(fused));
+}
+
 void Adam::update(Entry& e, const Tensor& grad, double lr, double wd) {
   Tensor& p = e.param;
   Tensor& m = e.slots[0];
   Tensor& v = e.slots[1];
-  if (ops::fused_step_supported(p) && m.is_contiguous() && v.is_contiguous()) {  // one fused pass on p's device (kernels/optim)
-    ops::AdamStep s;
-    s.lr = lr;
-    s.weight_decay = wd;
-    s.beta1 = opt_.beta1;
-    s.beta2 = opt_.beta2;
-    s.eps = opt_.eps;
-    s.step = e.step;
-    s.decoupled = decoupled_;
-    ops::adam_step_(p, grad, m, v, s);
+  if (fused_adam(p, m, v)) {
+    ops::adam_step_(p, grad, m, v, step_of(e, lr, wd));
     return;
   }
   // A strided parameter or state (16-bit parameters arrive as float32 masters):

@@ -13,6 +13,7 @@
 // (PyTorch writes the first moment as m.lerp_(g, 1 - beta1), which is the same
 // formula up to rounding.) State dict slots: "exp_avg.<name>",
 // "exp_avg_sq.<name>" and "step.<name>", plus "step" and "lr" (optimizer.h).
+#include "autograd/ops/optim.h"
 #include "nn/optim/optimizer.h"
 
 namespace cf {
@@ -36,8 +37,12 @@ class Adam : public Optimizer {
  protected:
   Adam(const char* name, std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled);
   void update(Entry& e, const Tensor& grad, double lr, double weight_decay) override;
+  // The fused steps of all contiguous float32/float64 parameters in one call (ops::adam_steps_).
+  void update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads, const std::vector<double>& lrs,
+                  const std::vector<double>& weight_decays) override;
 
  private:
+  ops::AdamStep step_of(const Entry& e, double lr, double weight_decay) const;
   AdamOptions opt_;
   bool decoupled_ = false;
 };

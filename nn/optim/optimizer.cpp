@@ -201,6 +201,9 @@ void Optimizer::step() {
     grads[i] = g;
   }
   ++step_count_;
+  std::vector<Entry*> plain;  // the parameters without a master: updated together at the end
+  std::vector<Tensor> plain_grads;
+  std::vector<double> plain_lrs, plain_wds;
   for (size_t i = 0; i < entries_.size(); ++i) {
     if (!grads[i].defined()) continue;
     Entry& e = entries_[i];
@@ -223,9 +226,18 @@ void Optimizer::step() {
       e.master_version = e.param.version();
       e.master_storage = e.param.impl_ptr()->storage;
     } else {
-      update(e, grads[i], lr, wd);
+      plain.push_back(&e);
+      plain_grads.push_back(grads[i]);
+      plain_lrs.push_back(lr);
+      plain_wds.push_back(wd);
     }
   }
+  update_all(plain, plain_grads, plain_lrs, plain_wds);
+}
+
+void Optimizer::update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
+                           const std::vector<double>& lrs, const std::vector<double>& weight_decays) {
+  for (size_t i = 0; i < entries.size(); ++i) update(*entries[i], grads[i], lrs[i], weight_decays[i]);
 }
 
 Tensor Optimizer::master(const std::string& name) const {

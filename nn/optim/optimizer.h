@@ -108,6 +108,12 @@ class Optimizer {
   // Apply one update to e (e.step already counts this update). grad has the
   // parameter's shape, dtype and device. Runs under NoGradGuard.
   virtual void update(Entry& e, const Tensor& grad, double lr, double weight_decay) = 0;
+  // One step's updates of the parameters without a master, in entry order, each as update() would
+  // apply it (entries[i] with grads[i], lrs[i], weight_decays[i]). The default calls update() on
+  // each; an optimizer with a multi-tensor kernel updates many in one call (Adam: one CUDA launch
+  // per 16 parameters, where each update was a launch).
+  virtual void update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
+                          const std::vector<double>& lrs, const std::vector<double>& weight_decays);
   // "[<name>.<fn>]" for error messages.
   std::string where(const char* fn) const;
   static void check_hyper(bool ok, const std::string& where, const std::string& what);

@@ -114,6 +114,90 @@ TEST_CASE("the fused steps refuse tensors they cannot write in place, naming the
   CHECK_THROWS_MSG(ops::sum_squares(Tensor()), ValueError, "[sum_squares]");
 }
 
+// n parameters of varied sizes (an empty one among them), with gradients, moments and per-parameter
+// constants (steps, lrs, decays, both Adam forms), on dev.
+std::vector<kernels::AdamTensors> adam_batch(int n, DType dt, Device dev) {
+  Generator gen(17);
+  std::vector<kernels::AdamTensors> out;
+  for (int i = 0; i < n; ++i) {
+    const Shape shape = i == 3 ? Shape{0, 4} : Shape{1 + (i * 7) % 13, 1 + i % 5};
+    kernels::AdamTensors t;
+    t.p = rand(shape, dt, gen, -1, 1).to(dev);
+    t.g = rand(shape, dt, gen, -1, 1).to(dev);
+    t.m = rand(shape, dt, gen, -0.1, 0.1).to(dev);
+    t.v = rand(shape, dt, gen, 0, 0.01).to(dev);
+    t.s = adam_args(i % 2 == 0);
+    t.s.step = 1 + i % 4;
+    t.s.lr = 0.01 * (1 + i % 3);
+    t.s.weight_decay = i % 5 == 0 ? 0.0 : 0.05;
+    out.push_back(t);
+  }
+  return out;
+}
+
+TEST_CASE("adam_steps_: each parameter gets adam_step_'s bits, all in one kernel call") {
+  for (DType dt : {kFloat32, kFloat64}) {
+    INFO(dt);
+    std::vector<kernels::AdamTensors> batch = adam_batch(21, dt, Device::cpu()), each = adam_batch(21, dt, Device::cpu());
+    const KernelCalls before = kernel_calls();
+    ops::adam_steps_(batch);
+    CHECK((kernel_calls() - before).cpu == 1);
+    for (kernels::AdamTensors& t : each) ops::adam_step_(t.p, t.g, t.m, t.v, t.s);
+    for (size_t i = 0; i < batch.size(); ++i)
+      for (auto pick : {&kernels::AdamTensors::p, &kernels::AdamTensors::m, &kernels::AdamTensors::v})
+        CHECK(values(batch[i].*pick) == values(each[i].*pick));
+  }
+  // A strided gradient is taken (as adam_step_ takes it); a bad entry is named before anything is written.
+  std::vector<kernels::AdamTensors> b = adam_batch(2, kFloat32, Device::cpu());
+  const std::vector<double> p0 = values(b[0].p);
+  b[1].m = to(b[1].m, kFloat64);
+  CHECK_THROWS_MSG(ops::adam_steps_(b), ValueError, "[adam_step] exp_avg must be");
+  CHECK(values(b[0].p) == p0);
+}
+
+TEST_CASE("Adam's step updates a model's parameters in one kernel call, as one adam_step_ each") {
+  Generator gen(4);
+  nn::StateDict params;
+  for (int i = 0; i < 5; ++i) {
+    Tensor w = rand({3 + i, 4}, kFloat32, gen, -1, 1);
+    w.set_requires_grad(true);
+    w.set_grad(rand({3 + i, 4}, kFloat32, gen, -1, 1));
+    params.emplace_back(str("w", i), w);
+  }
+  nn::AdamW opt(params);
+  std::vector<Tensor> p0, m, v;
+  for (auto& e : params) p0.push_back(clone(e.second.detach()));
+  const KernelCalls before = kernel_calls();
+  opt.step();
+  CHECK((kernel_calls() - before).cpu == 1);
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor p = p0[i], mm = Tensor::zeros(p.shape()), vv = Tensor::zeros(p.shape());
+    ops::AdamStep a;
+    a.lr = 1e-3;
+    a.weight_decay = 1e-2;
+    a.decoupled = true;
+    ops::adam_step_(p, params[i].second.grad(), mm, vv, a);
+    CHECK(values(params[i].second) == values(p));
+  }
+}
+
+CUDA_TEST_CASE("adam_steps_ on CUDA: each parameter as the CPU's, over several launches") {
+  for (DType dt : {kFloat64, kFloat32}) {
+    INFO(dt);
+    const double tol = dt == kFloat64 ? 1e-14 : 1e-6;
+    std::vector<kernels::AdamTensors> cpu = adam_batch(37, dt, Device::cpu()), gpu = adam_batch(37, dt, Device::cuda(0));
+    const cuda::TransferStats before = cuda::transfer_stats();
+    ops::adam_steps_(gpu);
+    CHECK((cuda::transfer_stats() - before).kernel_launches == 3);  // 16 + 16 + 5 parameters
+    ops::adam_steps_(cpu);
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      check_close(gpu[i].p.cpu(), cpu[i].p, tol);
+      check_close(gpu[i].m.cpu(), cpu[i].m, tol);
+      check_close(gpu[i].v.cpu(), cpu[i].v, tol);
+    }
+  }
+}
+
 CUDA_TEST_CASE("adam_step_ and sgd_step_ on CUDA equal the CPU's") {
   for (DType dt : {kFloat64, kFloat32}) {
     INFO(dt);
