@@ -64,10 +64,10 @@ void adam_steps_(std::vector<kernels::AdamTensors> steps) {
            steps[end].p.dtype() == steps[first].p.dtype())
       ++end;
     kernels::adam_steps(std::vector<kernels::AdamTensors>(steps.begin() + long(first), steps.begin() + long(end)));
+    for (size_t i = first; i < end; ++i)
+      for (const Tensor* x : {&steps[i].p, &steps[i].m, &steps[i].v}) x->bump_version();
     first = end;
   }
-  for (const kernels::AdamTensors& t : steps)
-    for (const Tensor* x : {&t.p, &t.m, &t.v}) x->bump_version();
 }
 
 void sgd_step_(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) {

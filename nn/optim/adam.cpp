@@ -1,6 +1,9 @@
 #include "nn/optim/adam.h"
 
+#include <array>
 #include <cmath>
+#include <unordered_map>
+#include <vector>
 
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/optim.h"
@@ -43,27 +46,45 @@ namespace {
 bool fused_adam(const Tensor& p, const Tensor& m, const Tensor& v) {
   return ops::fused_step_supported(p) && m.is_contiguous() && v.is_contiguous();
 }
-}  // namespace
 
-ops::AdamStep Adam::step_of(const Entry& e, double lr, double wd) const {
+ops::AdamStep adam_step_of(const AdamOptions& o, bool decoupled, int64_t step, double lr, double wd) {
   ops::AdamStep s;
   s.lr = lr;
   s.weight_decay = wd;
-  s.beta1 = opt_.beta1;
-  s.beta2 = opt_.beta2;
-  s.eps = opt_.eps;
-  s.step = e.step;
-  s.decoupled = decoupled_;
+  s.beta1 = o.beta1;
+  s.beta2 = o.beta2;
+  s.eps = o.eps;
+  s.step = step;
+  s.decoupled = decoupled;
   return s;
 }
 
+// Whether any of p, m, v, g of entry i shares a storage with another entry's (which one batched
+// launch would update at once, racing; stepped one by one they are updated in order, as before).
+std::vector<bool> shares_memory(const std::vector<std::array<const Tensor*, 4>>& tensors) {
+  std::unordered_map<const void*, size_t> owner;  // storage -> the first entry using it
+  std::vector<bool> shared(tensors.size(), false);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    for (const Tensor* t : tensors[i]) {
+      const void* st = t->impl_ptr()->storage.get();
+      auto it = owner.emplace(st, i).first;
+      if (it->second != i) shared[i] = shared[it->second] = true;
+    }
+  return shared;
+}
+}  // namespace
+
 void Adam::update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
                       const std::vector<double>& lrs, const std::vector<double>& wds) {
+  std::vector<std::array<const Tensor*, 4>> tensors;
+  for (size_t i = 0; i < entries.size(); ++i)
+    tensors.push_back({&entries[i]->param, &entries[i]->slots[0], &entries[i]->slots[1], &grads[i]});
+  const std::vector<bool> shared = shares_memory(tensors);
   std::vector<kernels::AdamTensors> fused;
   for (size_t i = 0; i < entries.size(); ++i) {
     Entry& e = *entries[i];
-    if (fused_adam(e.param, e.slots[0], e.slots[1]))
-      fused.push_back({e.param, grads[i], e.slots[0], e.slots[1], step_of(e, lrs[i], wds[i])});
+    if (!shared[i] && fused_adam(e.param, e.slots[0], e.slots[1]))
+      fused.push_back({e.param, grads[i], e.slots[0], e.slots[1], adam_step_of(opt_, decoupled_, e.step, lrs[i], wds[i])});
     else
       update(e, grads[i], lrs[i], wds[i]);
   }
@@ -75,7 +96,7 @@ void Adam::update(Entry& e, const Tensor& grad, double lr, double wd) {
   Tensor& m = e.slots[0];
   Tensor& v = e.slots[1];
   if (fused_adam(p, m, v)) {
-    ops::adam_step_(p, grad, m, v, step_of(e, lr, wd));
+    ops::adam_step_(p, grad, m, v, adam_step_of(opt_, decoupled_, e.step, lr, wd));
     return;
   }
   // A strided parameter or state (16-bit parameters arrive as float32 masters):

@@ -13,7 +13,6 @@
 // (PyTorch writes the first moment as m.lerp_(g, 1 - beta1), which is the same
 // formula up to rounding.) State dict slots: "exp_avg.<name>",
 // "exp_avg_sq.<name>" and "step.<name>", plus "step" and "lr" (optimizer.h).
-#include "autograd/ops/optim.h"
 #include "nn/optim/optimizer.h"
 
 namespace cf {
@@ -42,7 +41,6 @@ class Adam : public Optimizer {
                   const std::vector<double>& weight_decays) override;
 
  private:
-  ops::AdamStep step_of(const Entry& e, double lr, double weight_decay) const;
   AdamOptions opt_;
   bool decoupled_ = false;
 };

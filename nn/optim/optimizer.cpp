@@ -208,9 +208,9 @@ void Optimizer::step() {
     if (!grads[i].defined()) continue;
     Entry& e = entries_[i];
     const ParamGroup& grp = groups_[e.group];
-    ++e.step;
     const double lr = lr_ * grp.lr_scale, wd = grp.weight_decay ? *grp.weight_decay : weight_decay_;
     if (e.master.defined()) {
+      ++e.step;
       e.master = current_master(e);
       // float32 update of the master, then one rounding into the low-precision parameter
       Tensor param = e.param;
@@ -232,7 +232,15 @@ void Optimizer::step() {
       plain_wds.push_back(wd);
     }
   }
-  update_all(plain, plain_grads, plain_lrs, plain_wds);
+  // Their steps count this update only while it runs: a failed update_all (its checks come before
+  // any write) leaves them as they were, so the step can be tried again (GradScaler's retry).
+  for (Entry* e : plain) ++e->step;
+  try {
+    update_all(plain, plain_grads, plain_lrs, plain_wds);
+  } catch (...) {
+    for (Entry* e : plain) --e->step;
+    throw;
+  }
 }
 
 void Optimizer::update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,

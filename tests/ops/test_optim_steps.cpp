@@ -42,6 +42,27 @@ ops::AdamStep adam_args(bool decoupled) {
   return a;
 }
 
+// n parameters of varied sizes (an empty one among them), with gradients, moments and per-parameter
+// constants (steps, lrs, decays, both Adam forms), on dev.
+std::vector<kernels::AdamTensors> adam_batch(int n, DType dt, Device dev) {
+  Generator gen(17);
+  std::vector<kernels::AdamTensors> out;
+  for (int i = 0; i < n; ++i) {
+    const Shape shape = i == 3 ? Shape{0, 4} : Shape{1 + (i * 7) % 13, 1 + i % 5};
+    kernels::AdamTensors t;
+    t.p = rand(shape, dt, gen, -1, 1).to(dev);
+    t.g = rand(shape, dt, gen, -1, 1).to(dev);
+    t.m = rand(shape, dt, gen, -0.1, 0.1).to(dev);
+    t.v = rand(shape, dt, gen, 0, 0.01).to(dev);
+    t.s = adam_args(i % 2 == 0);
+    t.s.step = 1 + i % 4;
+    t.s.lr = 0.01 * (1 + i % 3);
+    t.s.weight_decay = i % 5 == 0 ? 0.0 : 0.05;
+    out.push_back(t);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_SUITE("ops/optim") {
@@ -114,27 +135,6 @@ TEST_CASE("the fused steps refuse tensors they cannot write in place, naming the
   CHECK_THROWS_MSG(ops::sum_squares(Tensor()), ValueError, "[sum_squares]");
 }
 
-// n parameters of varied sizes (an empty one among them), with gradients, moments and per-parameter
-// constants (steps, lrs, decays, both Adam forms), on dev.
-std::vector<kernels::AdamTensors> adam_batch(int n, DType dt, Device dev) {
-  Generator gen(17);
-  std::vector<kernels::AdamTensors> out;
-  for (int i = 0; i < n; ++i) {
-    const Shape shape = i == 3 ? Shape{0, 4} : Shape{1 + (i * 7) % 13, 1 + i % 5};
-    kernels::AdamTensors t;
-    t.p = rand(shape, dt, gen, -1, 1).to(dev);
-    t.g = rand(shape, dt, gen, -1, 1).to(dev);
-    t.m = rand(shape, dt, gen, -0.1, 0.1).to(dev);
-    t.v = rand(shape, dt, gen, 0, 0.01).to(dev);
-    t.s = adam_args(i % 2 == 0);
-    t.s.step = 1 + i % 4;
-    t.s.lr = 0.01 * (1 + i % 3);
-    t.s.weight_decay = i % 5 == 0 ? 0.0 : 0.05;
-    out.push_back(t);
-  }
-  return out;
-}
-
 TEST_CASE("adam_steps_: each parameter gets adam_step_'s bits, all in one kernel call") {
   for (DType dt : {kFloat32, kFloat64}) {
     INFO(dt);
@@ -147,12 +147,66 @@ TEST_CASE("adam_steps_: each parameter gets adam_step_'s bits, all in one kernel
       for (auto pick : {&kernels::AdamTensors::p, &kernels::AdamTensors::m, &kernels::AdamTensors::v})
         CHECK(values(batch[i].*pick) == values(each[i].*pick));
   }
-  // A strided gradient is taken (as adam_step_ takes it); a bad entry is named before anything is written.
+  // A strided gradient is taken (as adam_step_ takes it); a float64 parameter between float32 ones is a
+  // run of its own (three kernel calls), each as adam_step_.
+  std::vector<kernels::AdamTensors> mixed = adam_batch(3, kFloat32, Device::cpu()), one = adam_batch(3, kFloat32, Device::cpu());
+  for (auto* b : {&mixed, &one}) {
+    (*b)[2].g = transpose(contiguous(transpose((*b)[2].g, 0, 1)), 0, 1);
+    for (Tensor* t : {&(*b)[1].p, &(*b)[1].g, &(*b)[1].m, &(*b)[1].v}) *t = to(*t, kFloat64);
+  }
+  CHECK(!mixed[2].g.is_contiguous());
+  const KernelCalls before = kernel_calls();
+  ops::adam_steps_(mixed);
+  CHECK((kernel_calls() - before).cpu == 4);  // the strided gradient's copy, then the three runs
+  for (kernels::AdamTensors& t : one) ops::adam_step_(t.p, t.g, t.m, t.v, t.s);
+  for (size_t i = 0; i < mixed.size(); ++i) CHECK(values(mixed[i].p) == values(one[i].p));
+  // A bad entry is named before anything is written.
   std::vector<kernels::AdamTensors> b = adam_batch(2, kFloat32, Device::cpu());
   const std::vector<double> p0 = values(b[0].p);
   b[1].m = to(b[1].m, kFloat64);
   CHECK_THROWS_MSG(ops::adam_steps_(b), ValueError, "[adam_step] exp_avg must be");
   CHECK(values(b[0].p) == p0);
+}
+
+TEST_CASE("Adam's single call leaves out what it cannot batch: masters, strided and memory-sharing parameters") {
+  // w0, w1: plain; w2: a view of w1's storage (stepped alone, in order); w3: bfloat16 (a float32 master);
+  // w4: no gradient (untouched, its step not counted).
+  Generator gen(6);
+  Tensor base = rand({10, 4}, kFloat32, gen, -1, 1);
+  Tensor w0 = rand({3, 4}, kFloat32, gen, -1, 1), w1 = narrow(base, 0, 0, 5), w2 = narrow(base, 0, 5, 5);
+  Tensor w3 = to(rand({2, 4}, kFloat32, gen, -1, 1), kBFloat16), w4 = rand({2, 2}, kFloat32, gen, -1, 1);
+  nn::StateDict params{{"w0", w0}, {"w1", w1}, {"w2", w2}, {"w3", w3}, {"w4", w4}};
+  for (auto& e : params) {
+    e.second.set_requires_grad(true);
+    if (e.first != "w4") e.second.set_grad(to(rand(e.second.shape(), kFloat32, gen, -1, 1), e.second.dtype()));
+  }
+  nn::AdamW opt(params);
+  std::vector<std::vector<double>> before;
+  for (auto& e : params) before.push_back(values(e.second));
+  opt.step();
+  opt.step();
+  const nn::StateDict st = opt.state_dict();
+  for (size_t i = 0; i < params.size(); ++i) {
+    INFO(params[i].first);
+    const Tensor* step = nn::find_entry(st, "step." + params[i].first);
+    REQUIRE(step);
+    CHECK(step->item<int64_t>() == (i == 4 ? 0 : 2));
+    CHECK((values(params[i].second) == before[i]) == (i == 4));
+  }
+  // The plain ones as two adam_step_ each.
+  for (size_t i : {size_t(0), size_t(1), size_t(2)}) {
+    Tensor p = Tensor::from_vector(std::vector<float>(before[i].begin(), before[i].end()), params[i].second.shape());
+    Tensor m = Tensor::zeros(p.shape()), v = Tensor::zeros(p.shape());
+    for (int64_t t = 1; t <= 2; ++t) {
+      ops::AdamStep a;
+      a.lr = 1e-3;
+      a.weight_decay = 1e-2;
+      a.decoupled = true;
+      a.step = t;
+      ops::adam_step_(p, params[i].second.grad(), m, v, a);
+    }
+    CHECK(values(params[i].second) == values(p));
+  }
 }
 
 TEST_CASE("Adam's step updates a model's parameters in one kernel call, as one adam_step_ each") {
@@ -186,9 +240,27 @@ CUDA_TEST_CASE("adam_steps_ on CUDA: each parameter as the CPU's, over several l
     INFO(dt);
     const double tol = dt == kFloat64 ? 1e-14 : 1e-6;
     std::vector<kernels::AdamTensors> cpu = adam_batch(37, dt, Device::cpu()), gpu = adam_batch(37, dt, Device::cuda(0));
+    // empty first and last entries, and one larger than a grid-stride loop's first pass (65536 blocks of 256)
+    for (auto* b : {&cpu, &gpu}) {
+      const Device dev = b->front().p.device();
+      kernels::AdamTensors e = b->front(), big = b->front();
+      for (Tensor* t : {&e.p, &e.g, &e.m, &e.v}) *t = Tensor::zeros({0}, dt, dev);
+      Generator g(21);
+      for (Tensor* t : {&big.p, &big.g, &big.m}) *t = rand({(int64_t(1) << 24) + 5}, dt, g, -1, 1).to(dev);
+      big.v = rand({(int64_t(1) << 24) + 5}, dt, g, 0, 0.01).to(dev);
+      b->insert(b->begin(), e);
+      b->push_back(big);
+      b->push_back(e);
+    }
     const cuda::TransferStats before = cuda::transfer_stats();
     ops::adam_steps_(gpu);
-    CHECK((cuda::transfer_stats() - before).kernel_launches == 3);  // 16 + 16 + 5 parameters
+    CHECK((cuda::transfer_stats() - before).kernel_launches == 3);  // 16 + 16 + 8 entries
+    std::vector<kernels::AdamTensors> empty{cpu.front(), cpu.back()};
+    for (kernels::AdamTensors& t : empty)
+      for (Tensor* x : {&t.p, &t.g, &t.m, &t.v}) *x = x->to(Device::cuda(0));
+    const cuda::TransferStats none = cuda::transfer_stats();
+    ops::adam_steps_(empty);
+    CHECK((cuda::transfer_stats() - none).kernel_launches == 0);  // nothing to update: no launch
     ops::adam_steps_(cpu);
     for (size_t i = 0; i < cpu.size(); ++i) {
       check_close(gpu[i].p.cpu(), cpu[i].p, tol);
