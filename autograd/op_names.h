@@ -33,6 +33,7 @@
   X(sort, true) X(topk, true) X(argsort, false) X(searchsorted, false) \
   /* fused layers */ \
   X(softmax, true) X(log_softmax, true) X(layer_norm, true) X(cross_entropy, true) X(dropout, true) \
+  X(l2_normalize, true) \
   /* fused attention */ \
   X(flash_attention, true) X(block_attention, true) X(routed_attention, true) \
   /* sparse products (improved clustered attention) */ \

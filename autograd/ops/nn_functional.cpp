@@ -198,6 +198,34 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   return out;
 }
 
+// ---------------- l2_normalize ----------------
+
+Tensor l2_normalize(const Tensor& x, double eps) {
+  const char* op = opname::l2_normalize;
+  ops::check_defined(x, op, "x");
+  ops::check_float(x, op, "x");
+  CF_CHECK(x.dim() >= 1, ShapeError, "[l2_normalize] x needs an axis to normalise along, got ", x.describe());
+  CF_CHECK(std::isfinite(eps) && eps >= 0, ValueError, "[l2_normalize] eps must be finite and >= 0, got ", eps);
+  if (is_low_precision(x.dtype())) {  // the sums in float32; under autocast the result stays float32
+    const Tensor y = l2_normalize(to(x, kFloat32), eps);
+    return autocast_dtype() ? y : to(y, x.dtype());
+  }
+  const int64_t n = x.shape().back();
+  const Tensor xc = dense(x);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels::l2_normalize_forward(xc, n, eps, y);
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor sx(xc);
+    autograd::record(op, {x}, y, [sx, n, eps](const Tensor& g) -> std::vector<Tensor> {
+      const Tensor xv = sx.unpack(opname::l2_normalize);
+      Tensor gx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+      kernels::l2_normalize_backward(dense(g), xv, n, eps, gx);
+      return {gx};
+    });
+  }
+  return y;
+}
+
 // ---------------- dropout ----------------
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {

@@ -148,4 +148,59 @@ void layer_norm_backward_cpu(const Tensor& g, const Tensor& x, const Tensor& mea
                     backward_typed<scalar_t>(g, x, mean, rstd, weight, n, gx, gweight, gbias));
 }
 
+// ---------------- l2_normalize ----------------
+
+namespace l2_normalize_cpu {
+namespace {
+
+// 1 / sqrt(sum x^2 + eps) of a row, the sum in double.
+template <typename T>
+double row_scale(const T* x, int64_t n, double eps) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return 1.0 / std::sqrt(s + eps);
+}
+
+template <typename T>
+void forward_typed(const Tensor& x, int64_t n, double eps, const Tensor& y) {
+  const int64_t rows = n > 0 ? x.numel() / n : 0;
+  const T* xp = x.data<T>();
+  T* yp = y.data<T>();
+  parallel_for(rows, row_grain(n), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const double s = row_scale(xp + r * n, n, eps);
+      for (int64_t i = 0; i < n; ++i) yp[r * n + i] = T(double(xp[r * n + i]) * s);
+    }
+  });
+}
+
+template <typename T>
+void backward_typed(const Tensor& g, const Tensor& x, int64_t n, double eps, const Tensor& gx) {
+  const int64_t rows = n > 0 ? x.numel() / n : 0;
+  const T* gp = g.data<T>();
+  const T* xp = x.data<T>();
+  T* op = gx.data<T>();
+  parallel_for(rows, row_grain(n), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* xr = xp + r * n;
+      const T* gr = gp + r * n;
+      const double s = row_scale(xr, n, eps);
+      double gy = 0;  // g . y
+      for (int64_t i = 0; i < n; ++i) gy += double(gr[i]) * double(xr[i]) * s;
+      for (int64_t i = 0; i < n; ++i) op[r * n + i] = T(s * (double(gr[i]) - double(xr[i]) * s * gy));
+    }
+  });
+}
+
+}  // namespace
+}  // namespace l2_normalize_cpu
+
+void l2_normalize_forward_cpu(const Tensor& x, int64_t n, double eps, const Tensor& y) {
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "l2_normalize", l2_normalize_cpu::forward_typed<scalar_t>(x, n, eps, y));
+}
+
+void l2_normalize_backward_cpu(const Tensor& g, const Tensor& x, int64_t n, double eps, const Tensor& gx) {
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "l2_normalize", l2_normalize_cpu::backward_typed<scalar_t>(g, x, n, eps, gx));
+}
+
 }  // namespace cf::kernels

@@ -297,4 +297,69 @@ void layer_norm_backward_cuda(const Tensor& g, const Tensor& x, const Tensor& me
                     backward_typed<scalar_t>(g, x, mean, rstd, weight, n, gx, gweight, gbias));
 }
 
+// ---------------- l2_normalize: a warp per row (lanes along the row), the CPU's sums in double ----------------
+
+namespace l2_normalize_cuda {
+namespace {
+
+template <typename T>
+__device__ double row_scale(const T* x, int64_t n, double eps, int lane) {
+  double s = 0;
+  for (int64_t i = lane; i < n; i += cu::kWarp) s += double(x[i]) * double(x[i]);
+  return 1.0 / sqrt(cu::WarpRow{}.sum(s) + eps);
+}
+
+template <typename T>
+__global__ void forward_kernel(const T* x, int64_t rows, int64_t n, double eps, T* y) {
+  const int lane = int(threadIdx.x) % cu::kWarp;
+  const int64_t per = int64_t(blockDim.x) / cu::kWarp, step = int64_t(gridDim.x) * per;
+  for (int64_t r = int64_t(blockIdx.x) * per + int64_t(threadIdx.x) / cu::kWarp; r < rows; r += step) {
+    const double s = row_scale(x + r * n, n, eps, lane);
+    for (int64_t i = lane; i < n; i += cu::kWarp) y[r * n + i] = T(double(x[r * n + i]) * s);
+  }
+}
+
+template <typename T>
+__global__ void backward_kernel(const T* g, const T* x, int64_t rows, int64_t n, double eps, T* gx) {
+  const int lane = int(threadIdx.x) % cu::kWarp;
+  const int64_t per = int64_t(blockDim.x) / cu::kWarp, step = int64_t(gridDim.x) * per;
+  for (int64_t r = int64_t(blockIdx.x) * per + int64_t(threadIdx.x) / cu::kWarp; r < rows; r += step) {
+    const T* xr = x + r * n;
+    const T* gr = g + r * n;
+    const double s = row_scale(xr, n, eps, lane);
+    double gy = 0;
+    for (int64_t i = lane; i < n; i += cu::kWarp) gy += double(gr[i]) * double(xr[i]) * s;
+    gy = cu::WarpRow{}.sum(gy);
+    for (int64_t i = lane; i < n; i += cu::kWarp) gx[r * n + i] = T(s * (double(gr[i]) - double(xr[i]) * s * gy));
+  }
+}
+
+unsigned warp_blocks(int64_t rows) {
+  const int64_t per = cu::kThreads / cu::kWarp;
+  return cu::blocks_for((rows + per - 1) / per);
+}
+
+}  // namespace
+}  // namespace l2_normalize_cuda
+
+void l2_normalize_forward_cuda(const Tensor& x, int64_t n, double eps, const Tensor& y) {
+  const int64_t rows = n > 0 ? x.numel() / n : 0;
+  if (rows == 0) return;
+  cu::use_device_of(y, "l2_normalize");
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "l2_normalize",
+                        (l2_normalize_cuda::forward_kernel<scalar_t><<<l2_normalize_cuda::warp_blocks(rows), cu::kThreads>>>(
+                            cu::ptr<const scalar_t>(x), rows, n, eps, cu::ptr<scalar_t>(y))));
+  ::cf::cuda::check_launch("l2_normalize");
+}
+
+void l2_normalize_backward_cuda(const Tensor& g, const Tensor& x, int64_t n, double eps, const Tensor& gx) {
+  const int64_t rows = n > 0 ? x.numel() / n : 0;
+  if (rows == 0) return;
+  cu::use_device_of(gx, "l2_normalize");
+  CF_DISPATCH_FLOAT_STD(x.dtype(), "l2_normalize",
+                        (l2_normalize_cuda::backward_kernel<scalar_t><<<l2_normalize_cuda::warp_blocks(rows), cu::kThreads>>>(
+                            cu::ptr<const scalar_t>(g), cu::ptr<const scalar_t>(x), rows, n, eps, cu::ptr<scalar_t>(gx))));
+  ::cf::cuda::check_launch("l2_normalize");
+}
+
 }  // namespace cf::kernels

@@ -33,8 +33,6 @@ Tensor routed_lists_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                          dropout);
 }
 
-Tensor l2_normalize(const Tensor& x) { return x * rsqrt(sum(square(x), {-1}, true) + 1e-12); }
-
 Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& query_members, const Tensor& key_members,
                                         const Tensor& key_padding_mask, double scale, bool causal,

@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd/ops/nn_functional.h"
 #include "core/rng.h"
 #include "nn/attention/attention.h"
 #include "nn/table_cache.h"
@@ -77,8 +78,9 @@ Tensor routed_attention_dense_reference(const Tensor& q, const Tensor& k, const 
 // blocks (previous, own, and next unless causal), -1 outside the sequence.
 void local_members(int64_t n, int64_t window, bool causal, Tensor& query_members, Tensor& key_members);
 
-// L2 normalisation over the last axis: x / sqrt(sum x^2 + 1e-12). Differentiable.
-Tensor l2_normalize(const Tensor& x);
+// L2 normalisation over the last axis: x / sqrt(sum x^2 + 1e-12), the fused op of
+// autograd/ops/nn_functional.h (one kernel each way). Differentiable.
+using ::cf::l2_normalize;
 
 // Balanced routing of normalised vectors xn (B, H, N, D) to centroids (H, C, D): each cluster takes the w vectors
 // with the largest xn . mu_c (ties by position), padding (bool (B, N) true) last and marked -1. Returns

@@ -1072,6 +1072,10 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
                 "Fused, numerically stable softmax along axis.", nb::arg("axis") = -1);
   fn_and_method(m, cls, cf::opname::log_softmax, [](const Tensor& x, int64_t a) { return cf::log_softmax(x, a); },
                 "Fused log-softmax along axis.", nb::arg("axis") = -1);
+  m.def(cf::opname::l2_normalize, &cf::l2_normalize, nb::arg("x"), nb::arg("eps") = 1e-12,
+        "x scaled to unit length along its last axis: x / sqrt(sum x^2 + eps), one fused kernel each way "
+        "(routing attention's normalisation of queries and keys).",
+        release_gil());
   m.def(cf::opname::layer_norm,
         [](const Tensor& x, const cf::Shape& ns, std::optional<Tensor> w, std::optional<Tensor> b, double eps) {
           return cf::layer_norm(x, ns, w ? *w : Tensor(), b ? *b : Tensor(), eps);

@@ -915,4 +915,62 @@ PARITY_CASE(cross_entropy) {
                   {leaf64({2, 3, 4}, 52, -2, 2)});
 }
 
+
+TEST_CASE("l2_normalize equals x / sqrt(sum x^2 + eps) composed of tensor ops, values and gradients") {
+  for (DType dt : {kFloat64, kFloat32}) {
+    INFO(dt);
+    const double tol = dt == kFloat64 ? 1e-13 : 2e-6;
+    Generator gen(3);
+    Tensor x0 = rand({3, 5, 37}, dt, gen, -2, 2);
+    // a zero row, and a transposed (strided) input
+    x0 = cat({x0, Tensor::zeros({1, 5, 37}, dt)}, 0);
+    for (bool strided : {false, true}) {
+      auto run = [&](bool fused) {
+        Tensor x = x0.detach();
+        x.set_requires_grad(true);
+        const Tensor xin = strided ? transpose(x, 0, 2) : x;
+        Tensor y = fused ? l2_normalize(xin) : xin * rsqrt(sum(square(xin), {-1}, true) + 1e-12);
+        Generator gw(9);
+        sum(y * rand(y.shape(), dt, gw, -1, 1)).backward();
+        return std::vector<Tensor>{y, x.grad()};
+      };
+      const std::vector<Tensor> f = run(true), r = run(false);
+      check_close(f[0], r[0], tol);
+      check_close(f[1], r[1], tol);
+    }
+  }
+  // eps, 16-bit inputs, autocast, one kernel call each way
+  check_close(l2_normalize(t64({3, 4}, {1, 2}), 11.0), {0.5, 4.0 / 6.0}, 1e-15);
+  Tensor h = to(t64({3, 4, 0, 0}, {2, 2}), kBFloat16);
+  CHECK(l2_normalize(h).dtype() == kBFloat16);
+  check_close(l2_normalize(h), {0.6, 0.8, 0, 0}, 4e-3);
+  {
+    AutocastGuard guard(kBFloat16);
+    CHECK(l2_normalize(h).dtype() == kFloat32);
+  }
+  Tensor x = leaf64({4, 6}, 3);
+  const KernelCalls before = kernel_calls();
+  Tensor y = l2_normalize(x);
+  CHECK((kernel_calls() - before).cpu == 1);
+  CHECK_THROWS_MSG(l2_normalize(Tensor::scalar(1.0)), ShapeError, "[l2_normalize] x needs an axis");
+  CHECK_THROWS_MSG(l2_normalize(ti64({1, 2}, {2})), DTypeError, "[l2_normalize]");
+  CHECK_THROWS_MSG(l2_normalize(x, -1.0), ValueError, "[l2_normalize] eps must be finite and >= 0");
+}
+
+GRADCHECK_CASE(l2_normalize) {
+  check_grad("l2_normalize", [](const std::vector<Tensor>& in) { return l2_normalize(in[0]); }, {leaf64({3, 4, 5}, 31)});
+  check_grad("l2_normalize", [](const std::vector<Tensor>& in) { return l2_normalize(transpose(in[0], 0, 1), 0.5); },
+             {leaf64({4, 3}, 32, -0.1, 0.1)});
+}
+
+PARITY_CASE(l2_normalize) {
+  check_parity("l2_normalize", [](const Inputs& in) { return l2_normalize(in[0]); }, {leaf32({2, 4, 300, 64}, 41)});
+  check_parity("l2_normalize", [](const Inputs& in) { return l2_normalize(in[0]); }, {leaf32({7, 1000}, 42)});
+  check_parity("l2_normalize", [](const Inputs& in) { return l2_normalize(transpose(in[0], 0, 1), 1e-3); },
+               {leaf32({5, 3}, 43)});
+  check_parity("l2_normalize", [](const Inputs& in) { return l2_normalize(in[0]); }, {leaf32({0, 8}, 44)});
+  check_grad_cuda("l2_normalize", [](const std::vector<Tensor>& in) { return l2_normalize(in[0]); },
+                  {leaf64({3, 4, 5}, 45)});
+}
+
 }  // TEST_SUITE
