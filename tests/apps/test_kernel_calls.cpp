@@ -11,33 +11,30 @@ using namespace cf;
 
 namespace {
 
-// Kernel calls of one training step after two warm-up steps (the optimizer's state is made in the first).
-int64_t train_step_calls(const std::string& variant) {
+// A small encoder of cf-bench model's kind.
+cf::apps::EncoderBenchConfig small_encoder(const std::string& variant, int64_t n) {
   cf::apps::EncoderBenchConfig c;
   c.variant = variant;
-  c.n = 64;
+  c.n = n;
   c.batch = 2;
   c.d_model = 32;
   c.heads = 2;
   c.d_ff = 64;
   c.vocab = 50;
   c.seed = 3;
-  cf::apps::EncoderBench bench(c);
-  const cf::apps::Measurement m = bench.measure_train(2, 2);
-  return m.kernel_calls;
+  return c;
+}
+
+// Kernel calls of one training step after two warm-up steps (the optimizer's state is made in the first).
+int64_t train_step_calls(const std::string& variant) {
+  cf::apps::EncoderBench bench(small_encoder(variant, 64));
+  return bench.measure_train(2, 2).kernel_calls;
 }
 
 }  // namespace
 
 TEST_CASE("kernel calls: a step's count is counted on the CPU and repeats step after step") {
-  cf::apps::EncoderBenchConfig c;
-  c.n = 16;
-  c.batch = 1;
-  c.d_model = 16;
-  c.heads = 2;
-  c.d_ff = 32;
-  c.vocab = 20;
-  cf::apps::EncoderBench bench(c);
+  cf::apps::EncoderBench bench(small_encoder("full", 16));
   bench.train_step();
   const KernelCalls a = kernel_calls();
   bench.train_step();
