@@ -205,7 +205,8 @@ Tensor l2_normalize(const Tensor& x, double eps) {
   ops::check_defined(x, op, "x");
   ops::check_float(x, op, "x");
   CF_CHECK(x.dim() >= 1, ShapeError, "[l2_normalize] x needs an axis to normalise along, got ", x.describe());
-  CF_CHECK(std::isfinite(eps) && eps >= 0, ValueError, "[l2_normalize] eps must be finite and >= 0, got ", eps);
+  // (eps > 0: with 0 a zero row would be 0 * inf)
+  CF_CHECK(std::isfinite(eps) && eps > 0, ValueError, "[l2_normalize] eps must be finite and > 0, got ", eps);
   if (is_low_precision(x.dtype())) {  // the sums in float32; under autocast the result stays float32
     const Tensor y = l2_normalize(to(x, kFloat32), eps);
     return autocast_dtype() ? y : to(y, x.dtype());

@@ -15,7 +15,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
 // x scaled to unit length along its last axis: x / sqrt(sum x^2 + eps) (routing attention's
 // normalisation of queries and keys, Reformer's shared keys). One kernel each way; float32 and
-// float64 in their dtype, a 16-bit x through float32 (float32 under autocast); a zero row stays 0.
+// float64 in their dtype, a 16-bit x through float32 (float32 under autocast); eps > 0, so a zero
+// row stays 0.
 Tensor l2_normalize(const Tensor& x, double eps = 1e-12);
 
 enum class Reduction { None, Mean, Sum };

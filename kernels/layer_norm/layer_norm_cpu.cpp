@@ -179,7 +179,7 @@ void backward_typed(const Tensor& g, const Tensor& x, int64_t n, double eps, con
   const int64_t rows = n > 0 ? x.numel() / n : 0;
   const T* gp = g.data<T>();
   const T* xp = x.data<T>();
-  T* op = gx.data<T>();
+  T* gxp = gx.data<T>();
   parallel_for(rows, row_grain(n), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* xr = xp + r * n;
@@ -187,7 +187,7 @@ void backward_typed(const Tensor& g, const Tensor& x, int64_t n, double eps, con
       const double s = row_scale(xr, n, eps);
       double gy = 0;  // g . y
       for (int64_t i = 0; i < n; ++i) gy += double(gr[i]) * double(xr[i]) * s;
-      for (int64_t i = 0; i < n; ++i) op[r * n + i] = T(s * (double(gr[i]) - double(xr[i]) * s * gy));
+      for (int64_t i = 0; i < n; ++i) gxp[r * n + i] = T(s * (double(gr[i]) - double(xr[i]) * s * gy));
     }
   });
 }

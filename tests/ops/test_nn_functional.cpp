@@ -954,7 +954,8 @@ TEST_CASE("l2_normalize equals x / sqrt(sum x^2 + eps) composed of tensor ops, v
   CHECK((kernel_calls() - before).cpu == 1);
   CHECK_THROWS_MSG(l2_normalize(Tensor::scalar(1.0)), ShapeError, "[l2_normalize] x needs an axis");
   CHECK_THROWS_MSG(l2_normalize(ti64({1, 2}, {2})), DTypeError, "[l2_normalize]");
-  CHECK_THROWS_MSG(l2_normalize(x, -1.0), ValueError, "[l2_normalize] eps must be finite and >= 0");
+  CHECK_THROWS_MSG(l2_normalize(x, -1.0), ValueError, "[l2_normalize] eps must be finite and > 0");
+  CHECK_THROWS_MSG(l2_normalize(x, 0.0), ValueError, "[l2_normalize] eps must be finite and > 0, got 0");
 }
 
 GRADCHECK_CASE(l2_normalize) {
