@@ -1,5 +1,6 @@
 #include "nn/attention/routing.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -291,21 +292,24 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
         ka = nearest_centroid_of(k_dots, centroids_);
       }
       q_dots = k_dots = Tensor();  // (B, R, N, C) each: free before the commitment loss and the update
-      auto valid_of = [&](const Tensor& mask) {  // (B, 1, N, 1) 1 for real tokens
-        return mask.defined() ? cf::to(reshape(logical_not(mask), {B, 1, N, 1}), a.q.dtype())
-                              : Tensor::ones({B, 1, N, 1}, a.q.dtype(), a.q.device());
+      auto valid_of = [&](const Tensor& mask) {  // (B, 1, N, 1) 1 for real tokens; undefined: every token
+        return mask.defined() ? cf::to(reshape(logical_not(mask), {B, 1, N, 1}), a.q.dtype()) : Tensor();
       };
       Tensor vq = valid_of(a.query_padding_mask), vk = valid_of(a.key_padding_mask);
       Tensor mu = reshape(centroids_, {1, R, n_clusters_, D});
       if (a.aux) {
         auto commit = [&](const Tensor& xn, const Tensor& assign, const Tensor& valid) {
           Tensor target = take_along_dim(mu, reshape(assign, {B, R, N, 1}), 2);  // sg(mu): a buffer, no grad
-          Tensor se = sum(square(xn - target) * valid);
+          Tensor se = valid.defined() ? sum(square(xn - target) * valid) : sum(square(xn - target));
+          // Without padding, in one process, the divisor is B N R D, known here: the same number the device
+          // path below forms (and the same rounding to se's dtype), without its five kernel calls each way.
+          if (!valid.defined() && !collective) return se / std::max(1.0, double(B * N) * double(R * D));
           // The divisor, max(1, real tokens * R * D), formed in float64 as before but on the device:
           // no host read per forward. Distributed, the real tokens are the ranks' mean count, so that the
           // mean over ranks DDP takes is the whole batch's token mean, as one process computes it (each
           // rank's own count gave another model as soon as the ranks' shards held different padding).
-          Tensor tokens = cf::to(sum(valid), kFloat64);
+          Tensor tokens = valid.defined() ? cf::to(sum(valid), kFloat64)
+                                          : Tensor::full({}, double(B * N), kFloat64, a.q.device());
           if (collective) dist::all_reduce(tokens, dist::ReduceOp::mean);
           return se / cf::to(clamp(tokens * double(R * D), 1.0, INFINITY), se.dtype());
         };
@@ -327,7 +331,8 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
         Tensor stats;
         if (a.q.device().is_cuda()) {
           auto block_of = [&](const Tensor& assign, const Tensor& xd, const Tensor& valid, const Tensor& mask) {
-            Tensor onehot = one_hot(assign, n_clusters_, xd.dtype()) * valid;  // (B, R, N, C)
+            Tensor onehot = one_hot(assign, n_clusters_, xd.dtype());  // (B, R, N, C)
+            if (valid.defined()) onehot = onehot * valid;
             // Padded rows are zeroed, not only weighted by 0: a NaN or inf there would reach every
             // centroid through 0 * inf (the CPU's index_add sends them to the spare row instead).
             const Tensor x = mask.defined() ? where(reshape(logical_not(mask), {B, 1, N, 1}), xd, 0.0) : xd;
