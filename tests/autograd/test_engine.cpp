@@ -25,6 +25,45 @@ TEST_CASE("reusing a tensor many times and accumulation across calls") {
   CHECK_FALSE(x.grad().defined());
 }
 
+TEST_CASE("a leaf's first gradient is the backward's own tensor when no one else holds it, else a copy") {
+  // Taken as it is: the gradient x * 3 makes is fresh, so backward runs that one kernel and no copy.
+  Tensor x = t64({1, 2, 3}, {3}).set_requires_grad(true);
+  Tensor y = x * 3.0;
+  Tensor g = t64({1, 1, 1}, {3});
+  const KernelCalls before = kernel_calls();
+  y.backward(g);
+  CHECK((kernel_calls() - before).cpu == 1);
+  check_close(x.grad(), {3, 3, 3});
+  // The caller's grad_output reaching a leaf directly is copied: writing it later leaves .grad alone.
+  Tensor w = t64({1, 2}, {2}).set_requires_grad(true);
+  Tensor gw = t64({5, 6}, {2});
+  w.backward(gw);
+  mul_(gw, 0.0);
+  check_close(w.grad(), {5, 6});
+  // One gradient reaching two leaves (add's backward hands both the same tensor): each its own.
+  Tensor a = t64({1, 2}, {2}).set_requires_grad(true), b = t64({3, 4}, {2}).set_requires_grad(true);
+  (a + b).backward(t64({7, 8}, {2}));
+  Tensor ag = a.grad();
+  mul_(ag, 0.0);
+  check_close(b.grad(), {7, 8});
+  // A gradient a hook saw is copied: the hook's tensor and .grad stay apart.
+  Tensor h = t64({1, 2}, {2}).set_requires_grad(true);
+  Tensor mid = h * 2.0;
+  autograd::retain_grad(mid);
+  sum(mid * mid).backward();  // mid's gradient 2 mid = (4, 8); h's 2 (4, 8) = (8, 16), fresh
+  check_close(mid.grad(), {4, 8});
+  check_close(h.grad(), {8, 16});
+  // A view of a larger buffer (narrow's backward pads into a zero tensor of the input's size: fresh and
+  // whole; a strided slice of a gradient would not be) and a later accumulation stay correct.
+  Tensor v = t64({1, 2, 3, 4}, {4}).set_requires_grad(true);
+  sum(narrow(v, 0, 1, 2) * 2.0).backward();
+  check_close(v.grad(), {0, 2, 2, 0});
+  Tensor first = v.grad();
+  sum(v).backward();  // out of place: the gradient handed out before is unchanged
+  check_close(v.grad(), {1, 3, 3, 1});
+  check_close(first, {0, 2, 2, 0});
+}
+
 TEST_CASE("autograd::grad returns the gradients of leaves and non-leaves and accumulates nothing") {
   // y = sum(h * h) with h = 3 x: dy/dx = 18 x, dy/dh = 2 h = 6 x; w is used too (y2 = sum(w * x))
   Tensor x = t64({1, 2}, {2}).set_requires_grad(true);
