@@ -386,10 +386,12 @@ void check_lists(const Tensor& m, int64_t B, int64_t H, const char* name, const 
 }
 
 // (B', H', C * w, 1): the position each slot of the lists holds, 0 for an empty
-// slot (whose rows the kernels leave zero), as an index along the token axis.
-Tensor slot_index(const Tensor& lists, int64_t N) {
+// slot (-1; the kernels leave its rows zero), as an index along the token axis. One
+// kernel call: positions are in [-1, N) here (checked by routed_attention, built so by
+// the layers; on CUDA a failed deferred check leaves them to the kernels' clamping).
+Tensor slot_index(const Tensor& lists) {
   const Shape& s = lists.shape();
-  return reshape(where(logical_and(ge(lists, 0.0), lt(lists, double(N))), lists, 0.0), {s[0], s[1], s[2] * s[3], 1});
+  return reshape(maximum(lists, ops::scalar_like(lists, 0.0)), {s[0], s[1], s[2] * s[3], 1});
 }
 
 }  // namespace
@@ -473,7 +475,7 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
   Tensor qi, count, out;
   {
     NoGradGuard ng;
-    qi = expand(slot_index(qm, N), {B, H, C * wq, 1});
+    qi = expand(slot_index(qm), {B, H, C * wq, 1});
     const Tensor held = to(reshape(gt(lse, -INFINITY), {B, H, C * wq, 1}), q.dtype());  // empty slots: -inf too
     count = Tensor::zeros({B, H, N, 1}, q.dtype(), q.device());
     kernels::scatter_add(count, 2, qi, held);
@@ -495,12 +497,14 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
       // the size of k and v: the fixed sparse pattern's key lists repeat every block's
       // summaries (C wk ~ N + (N / l)^2 c), and whole they were most of its backward's peak.
       const int64_t per = std::max<int64_t>(1, N / wk);
+      // Every key slot's position, once (sliced per chunk below).
+      const Tensor ki_all = slot_index(kmv);
       for (int64_t c0 = 0; c0 < C; c0 += per) {
         const int64_t n = std::min(per, C - c0);
         // Slot-order rows of lists c0 .. c0 + n - 1, one (b, h) after another.
         auto rows = [&](const Tensor& t, int64_t w) { return dense(slice(t, 2, c0 * w, (c0 + n) * w)); };
         const Tensor qmc = dense(slice(qmv, 2, c0, c0 + n)), kmc = dense(slice(kmv, 2, c0, c0 + n));
-        const Tensor qic = rows(qi, wq);
+        const Tensor qic = slice(qi, 2, c0 * wq, (c0 + n) * wq);  // (read through its strides)
         // Each slot's share of its position's gradient (rows of empty slots are ignored).
         Tensor gs = Tensor::empty({B, H, n * wq, Dv}, g.dtype(), g.device());
         kernels::gather(gc, 2, expand(qic, {B, H, n * wq, Dv}), gs);
@@ -512,7 +516,7 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
         kernels::routed_attention_backward(qv, kv, vv, qmc, kmc, pv, pc0, rows(slots, wq),
                                            dense(slice(lse, 2, c0 * wq, (c0 + n) * wq)), gs, dqs, dks, dvs);
         // The slot gradients back to the positions the slots hold.
-        const Tensor ki = expand(slot_index(kmc, N), {B, H, n * wk, 1});
+        const Tensor ki = expand(n == C ? ki_all : slice(ki_all, 2, c0 * wk, (c0 + n) * wk), {B, H, n * wk, 1});
         kernels::scatter_add(dq, 2, expand(qic, {B, H, n * wq, Dk}), dqs);
         kernels::scatter_add(dk, 2, expand(ki, {B, H, n * wk, Dk}), dks);
         kernels::scatter_add(dv, 2, expand(ki, {B, H, n * wk, Dv}), dvs);
