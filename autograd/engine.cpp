@@ -265,7 +265,7 @@ void accumulate_into(const Tensor& t, Tensor g, bool g_owned) {
   if (old.defined()) {
     t.set_grad(add(old, g));
   } else if (g_owned && stealable(g)) {
-    t.set_grad(std::move(g));
+    t.set_grad(g);
   } else {
     t.set_grad(clone(g));
   }

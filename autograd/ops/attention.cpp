@@ -385,13 +385,14 @@ void check_lists(const Tensor& m, int64_t B, int64_t H, const char* name, const 
            " has lists of no slot (w = 0)");
 }
 
-// (B', H', C * w, 1): the position each slot of the lists holds, 0 for an empty
-// slot (-1; the kernels leave its rows zero), as an index along the token axis. One
-// kernel call: positions are in [-1, N) here (checked by routed_attention, built so by
-// the layers; on CUDA a failed deferred check leaves them to the kernels' clamping).
-Tensor slot_index(const Tensor& lists) {
+// (B', H', C * w, 1): the position each slot of the lists holds, as an index along the
+// token axis; an empty slot (-1, or any position outside [0, N): nn::routed_lists_attention
+// does not check its lists) is clamped into [0, N), where the kernels leave its rows zero,
+// so it adds nothing there. Two kernel calls (ge, lt, logical_and and where made four).
+Tensor slot_index(const Tensor& lists, int64_t N) {
   const Shape& s = lists.shape();
-  return reshape(maximum(lists, ops::scalar_like(lists, 0.0)), {s[0], s[1], s[2] * s[3], 1});
+  const Tensor low = maximum(lists, ops::scalar_like(lists, 0.0));
+  return reshape(minimum(low, ops::scalar_like(lists, double(N - 1))), {s[0], s[1], s[2] * s[3], 1});
 }
 
 }  // namespace
@@ -475,7 +476,7 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
   Tensor qi, count, out;
   {
     NoGradGuard ng;
-    qi = expand(slot_index(qm), {B, H, C * wq, 1});
+    qi = expand(slot_index(qm, N), {B, H, C * wq, 1});
     const Tensor held = to(reshape(gt(lse, -INFINITY), {B, H, C * wq, 1}), q.dtype());  // empty slots: -inf too
     count = Tensor::zeros({B, H, N, 1}, q.dtype(), q.device());
     kernels::scatter_add(count, 2, qi, held);
@@ -498,7 +499,7 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
       // summaries (C wk ~ N + (N / l)^2 c), and whole they were most of its backward's peak.
       const int64_t per = std::max<int64_t>(1, N / wk);
       // Every key slot's position, once (sliced per chunk below).
-      const Tensor ki_all = slot_index(kmv);
+      const Tensor ki_all = slot_index(kmv, N);
       for (int64_t c0 = 0; c0 < C; c0 += per) {
         const int64_t n = std::min(per, C - c0);
         // Slot-order rows of lists c0 .. c0 + n - 1, one (b, h) after another.
@@ -516,7 +517,7 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
         kernels::routed_attention_backward(qv, kv, vv, qmc, kmc, pv, pc0, rows(slots, wq),
                                            dense(slice(lse, 2, c0 * wq, (c0 + n) * wq)), gs, dqs, dks, dvs);
         // The slot gradients back to the positions the slots hold.
-        const Tensor ki = expand(n == C ? ki_all : slice(ki_all, 2, c0 * wk, (c0 + n) * wk), {B, H, n * wk, 1});
+        const Tensor ki = expand(slice(ki_all, 2, c0 * wk, (c0 + n) * wk), {B, H, n * wk, 1});
         kernels::scatter_add(dq, 2, expand(qic, {B, H, n * wq, Dk}), dqs);
         kernels::scatter_add(dk, 2, expand(ki, {B, H, n * wk, Dk}), dks);
         kernels::scatter_add(dv, 2, expand(ki, {B, H, n * wk, Dv}), dvs);

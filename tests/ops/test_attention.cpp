@@ -1048,6 +1048,23 @@ TEST_CASE("routed_attention averages a query's outputs over the lists where it s
   check_close(nn::routed_attention_dense_reference(q, k, v, qm, km, Tensor(), 0.0, true, 0.0, g), out, 1e-14);
 }
 
+TEST_CASE("nn::routed_lists_attention reads a position outside [0, N) as an empty slot, values and gradients") {
+  // Its lists are not range-checked (no pass over them): positions N and beyond must act as -1,
+  // never index past the token axis (they did, in the slot index's scatters, from 9f3b2f3 until its review).
+  const int64_t N = 5;
+  const Tensor lists_out = Tensor::from_vector(std::vector<int64_t>{0, 1, 7, 2, 3, 5, 4, 9}, {1, 1, 2, 4});
+  const Tensor lists_in = Tensor::from_vector(std::vector<int64_t>{0, 1, -1, 2, 3, -1, 4, -1}, {1, 1, 2, 4});
+  auto run = [&](const Tensor& lists) {
+    Tensor q = leaf64({1, 2, N, 3}, 17), k = leaf64({1, 2, N, 3}, 18), v = leaf64({1, 2, N, 2}, 19);
+    Tensor out = nn::routed_lists_attention(q, k, v, lists, lists, Tensor(), 0.0, false, 0.0);
+    Generator gw(3);
+    sum(out * rand(out.shape(), kFloat64, gw, -1, 1)).backward();
+    return std::vector<Tensor>{out, q.grad(), k.grad(), v.grad()};
+  };
+  const std::vector<Tensor> got = run(lists_out), want = run(lists_in);
+  for (size_t i = 0; i < got.size(); ++i) check_close(got[i], want[i], 0);
+}
+
 TEST_CASE("routed_attention keeps no per-list scores: its forward peak stays near full attention's") {
   // N = 1024 in 32 lists of 32 queries and 64 keys: dense gathered scores, weights and
   // masks would add 3 x (32 x 32 x 64) per head beyond q, k, v; the op keeps each slot's
