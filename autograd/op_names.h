@@ -23,7 +23,7 @@
   /* scans */ \
   X(cumsum, true) \
   /* linear algebra */ \
-  X(matmul, true) \
+  X(matmul, true) X(linear, true) \
   /* shape */ \
   X(reshape, true) X(permute, true) X(slice, true) X(expand, true) X(cat, true) X(stack, true) X(pad, true) \
   /* indexing */ \

@@ -8,6 +8,7 @@
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
+#include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/matmul.h"
 
 namespace cf {
@@ -103,6 +104,56 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       if (need_b) gb = reshape(weight_grad(s_a.unpack(opname::matmul), b2s, g2), bs);
       return {ga, gb};
     });
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const char* op = opname::linear;
+  ops::check_defined(x, op, "x");
+  ops::check_defined(weight, op, "weight");
+  ops::check_same_device(op, {&x, &weight, &bias});
+  if (autocast_dtype()) {  // as matmul: the product (and the bias with it) in the low dtype
+    Tensor lx = autocast::to_low(x), lw = autocast::to_low(weight), lb = bias.defined() ? autocast::to_low(bias) : bias;
+    if (!lx.is_same(x) || !lw.is_same(weight) || !lb.is_same(bias)) return linear(lx, lw, lb);
+  }
+  ops::check_float(x, op, "x");
+  ops::check_same_dtype(op, {&x, &weight, &bias});
+  CF_CHECK(weight.dim() == 2, ShapeError, "[linear] weight must be 2-d (out_features, in_features), got ",
+           shape_str(weight.shape()));
+  const int64_t out_f = weight.shape()[0], in_f = weight.shape()[1];
+  CF_CHECK(x.dim() >= 1 && x.shape().back() == in_f, ShapeError, "[linear] x ", shape_str(x.shape()),
+           " does not end in weight ", shape_str(weight.shape()), "'s in_features ", in_f);
+  if (bias.defined())
+    CF_CHECK(bias.dim() == 1 && bias.shape()[0] == out_f, ShapeError, "[linear] bias must be (", out_f,
+             ") for weight ", shape_str(weight.shape()), ", got ", shape_str(bias.shape()));
+  Shape out_shape = x.shape();
+  out_shape.back() = out_f;
+  const int64_t rows = numel_of(Shape(x.shape().begin(), x.shape().end() - 1));
+  Tensor x2, y;
+  {
+    NoGradGuard ng;
+    x2 = reshape(x.detach(), {rows, in_f});
+    y = matmul_raw(x2, transpose(weight.detach(), 0, 1));  // (rows, out), fresh
+    if (bias.defined()) kernels::binary(kernels::BinaryOp::Add, y, reshape(bias.detach(), {1, out_f}), y);
+  }
+  Tensor out = reshape(y, out_shape);
+  if (autograd::any_requires_grad({&x, &weight, &bias})) {
+    // Each input saved only for the others' gradients (matmul's rule): x for W's, W for x's.
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad();
+    autograd::SavedTensor s_x(need_w ? x2 : Tensor()), s_w(need_x ? weight.detach() : Tensor());
+    std::vector<Tensor> inputs{x, weight};
+    if (bias.defined()) inputs.push_back(bias);
+    autograd::record(op, inputs, out,
+                     [s_x, s_w, xs = x.shape(), rows, out_f, need_x, need_w, need_b, has_b = bias.defined()](
+                         const Tensor& g) -> std::vector<Tensor> {
+                       const Tensor g2 = reshape(g, {rows, out_f});
+                       std::vector<Tensor> grads(has_b ? 3 : 2);
+                       if (need_x) grads[0] = reshape(matmul_raw(g2, s_w.unpack(opname::linear)), xs);  // g W
+                       if (need_w) grads[1] = matmul_raw(transpose(g2, 0, 1), s_x.unpack(opname::linear));  // g^T x
+                       if (need_b) grads[2] = sum(g2, {0});
+                       return grads;
+                     });
   }
   return out;
 }

@@ -40,12 +40,11 @@ Tensor Linear::forward(const Tensor& x) {
   check_input("Linear", x);
   CF_CHECK(x.dim() >= 1 && x.shape().back() == in_, ShapeError, "[Linear] expected input (..., ", in_,
            "), got ", shape_str(x.shape()));
-  // Under autocast the product casts both operands to the low dtype (autograd/autocast.h), and
-  // the bias joins it there, so the layer's output is in the low dtype as in PyTorch.
+  // Under autocast the product casts its operands and the bias to the low dtype (autograd/autocast.h),
+  // so the layer's output is in the low dtype as in PyTorch.
   CF_CHECK(autocast_dtype() || x.dtype() == weight.dtype(), DTypeError, "[Linear] input is ", x.dtype(),
            " but weights are ", weight.dtype());
-  Tensor y = matmul(x, transpose(weight, 0, 1));
-  return bias.defined() ? y + autocast::to_low(bias) : y;
+  return linear(x, weight, bias);
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, int64_t padding_idx, Generator& gen)

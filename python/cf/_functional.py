@@ -191,8 +191,9 @@ def linear(input, weight, bias=None):
     if weight.dim() != 2:
         raise _cf.ShapeError("[linear] weight must be 2-d (out_features, in_features), got shape %s"
                              % (list(weight.shape),))
-    y = _cf.matmul(input, _cf.transpose(weight, 0, 1))
-    return y if bias is None else y + bias
+    if bias is not None and bias.dim() == 0:  # torch takes a 0-d bias too: added after the product
+        return _cf.linear(input, weight) + bias
+    return _cf.linear(input, weight, bias)
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):

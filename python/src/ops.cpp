@@ -848,6 +848,13 @@ void bind_reductions(nb::module_& m, TensorCls& cls) {
         "NumPy matmul: 1-d operands are promoted, leading batch axes broadcast; BLAS / cuBLAS underneath.",
         release_gil());
   cls.def("matmul", &cf::matmul, nb::arg("other"), release_gil());
+  m.def(
+      cf::opname::linear,
+      [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) { return cf::linear(x, w, b ? *b : Tensor()); },
+      nb::arg("x"), nb::arg("weight"), nb::arg("bias") = nb::none(),
+      "x W^T + b (torch.nn.functional.linear): weight (out_features, in_features), bias (out_features) or None; "
+      "the weight's gradient comes in its own layout.",
+      release_gil());
 }
 
 void bind_shape(nb::module_& m, TensorCls& cls) {

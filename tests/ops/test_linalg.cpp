@@ -77,6 +77,67 @@ TEST_CASE("matmul bad input") {
   CHECK_THROWS_MSG(matmul(Tensor::zeros({2, 2}), fake_cuda({2, 2})), DeviceError, "[matmul]", "cuda:0");
 }
 
+TEST_CASE("linear equals matmul(x, W^T) + b, its weight's gradient comes contiguous, and bad input is named") {
+  for (DType dt : {kFloat64, kFloat32}) {
+    INFO(dt);
+    const double tol = dt == kFloat64 ? 1e-13 : 1e-5;
+    Generator gen(4);
+    const Tensor x0 = rand({2, 3, 5}, dt, gen, -1, 1), w0 = rand({4, 5}, dt, gen, -1, 1), b0 = rand({4}, dt, gen, -1, 1);
+    for (bool strided : {false, true}) {
+      for (bool with_bias : {true, false}) {
+        auto run = [&](bool fused) {
+          // strided: x a (3, 2, 5) leaf seen transposed
+          Tensor x = strided ? contiguous(transpose(x0, 0, 1)) : x0.detach(), w = w0.detach(), b = b0.detach();
+          for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+          const Tensor xin = strided ? transpose(x, 0, 1) : x;
+          Tensor y = fused ? linear(xin, w, with_bias ? b : Tensor()) : matmul(xin, transpose(w, 0, 1));
+          if (!fused && with_bias) y = y + b;
+          Generator gw(9);
+          sum(y * rand(y.shape(), dt, gw, -1, 1)).backward();
+          return std::vector<Tensor>{y, x.grad(), w.grad(), with_bias ? b.grad() : Tensor()};
+        };
+        const std::vector<Tensor> f = run(true), r = run(false);
+        for (size_t i = 0; i < 3; ++i) check_close(f[i], r[i], tol);
+        if (with_bias) check_close(f[3], r[3], tol);
+        CHECK(f[2].is_contiguous());
+      }
+    }
+  }
+  // 1-d input, empty rows, in_features 0 (zeros plus the bias)
+  Tensor w = leaf64({3, 2}, 1), b = leaf64({3}, 2);
+  check_close(linear(t64({1, 2}, {2}), w, b), matmul(t64({1, 2}, {2}), transpose(w, 0, 1)) + b, 1e-15);
+  CHECK(linear(Tensor::zeros({0, 2}, kFloat64), w, b).shape() == Shape{0, 3});
+  check_close(linear(Tensor::zeros({2, 0}, kFloat64), Tensor::zeros({3, 0}, kFloat64), b), expand(b, {2, 3}), 0);
+  // The step's kernel calls: the product and the bias each way, no copy of W's gradient into .grad.
+  Tensor x = leaf64({4, 2}, 3);
+  KernelCalls before = kernel_calls();
+  Tensor y = linear(x, w, b);
+  CHECK((kernel_calls() - before).cpu == 2);
+  const Tensor g = leaf64({4, 3}, 4).detach();
+  before = kernel_calls();
+  y.backward(g);
+  CHECK((kernel_calls() - before).cpu == 3);  // g W, g^T x, the bias's sum
+  // Autocast: the product and the bias in the low dtype
+  {
+    AutocastGuard guard(kBFloat16);
+    CHECK(linear(to(x, kFloat32), to(w, kFloat32), to(b, kFloat32)).dtype() == kBFloat16);
+  }
+  CHECK_THROWS_MSG(linear(x, leaf64({3}, 1)), ShapeError, "[linear] weight must be 2-d (out_features, in_features), got (3)");
+  CHECK_THROWS_MSG(linear(x, leaf64({3, 5}, 1)), ShapeError, "[linear] x (4,2) does not end in weight (3,5)'s in_features 5");
+  CHECK_THROWS_MSG(linear(x, w, leaf64({2}, 1)), ShapeError, "[linear] bias must be (3) for weight (3,2), got (2)");
+  CHECK_THROWS_MSG(linear(x, to(w, kFloat32)), DTypeError, "[linear]", "float64", "float32");
+  CHECK_THROWS_MSG(linear(ti64({1, 2}, {1, 2}), to(w, kInt64)), DTypeError, "[linear]", "int64");
+  CHECK_THROWS_MSG(linear(x, fake_cuda({3, 2})), DeviceError, "[linear]", "cuda:0");
+  CHECK_THROWS_MSG(linear(Tensor(), w), ValueError, "[linear]", "x");
+}
+
+GRADCHECK_CASE(linear) {
+  check_grad("linear", [](auto& x) { return linear(x[0], x[1], x[2]); },
+             {leaf64({2, 3, 4}, 1), leaf64({5, 4}, 2), leaf64({5}, 3)});
+  check_grad("linear", [](auto& x) { return linear(transpose(x[0], 0, 1), x[1]); }, {leaf64({4, 3}, 4), leaf64({2, 4}, 5)});
+  check_grad("linear", [](auto& x) { return linear(x[0], x[1], x[2]); }, {leaf64({4}, 6), leaf64({3, 4}, 7), leaf64({3}, 8)});
+}
+
 GRADCHECK_CASE(matmul) {
   check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({3, 4}, 1), leaf64({4, 2}, 2)});
   check_grad("matmul", [](auto& x) { return matmul(x[0], x[1]); }, {leaf64({2, 3, 4}, 1), leaf64({4, 2}, 2)});
@@ -102,6 +163,15 @@ Tensor mm(const Inputs& x) { return matmul(x[0], x[1]); }
 }  // namespace
 
 TEST_SUITE("ops/linalg") {
+
+PARITY_CASE(linear) {
+  check_parity("linear", [](const Inputs& x) { return linear(x[0], x[1], x[2]); },
+               {leaf32({3, 5, 7}, 31), leaf32({4, 7}, 32), leaf32({4}, 33)});
+  check_parity("linear", [](const Inputs& x) { return linear(transpose(x[0], 0, 1), x[1]); },
+               {leaf32({7, 5}, 34), leaf32({3, 7}, 35)});
+  check_parity("linear", [](const Inputs& x) { return linear(x[0], x[1], x[2]); },
+               {leaf32({0, 7}, 36), leaf32({4, 7}, 37), leaf32({4}, 38)});
+}
 
 PARITY_CASE(matmul) {
   check_parity("matmul", mm, {leaf32({5, 7}, 1), leaf32({7, 3}, 2)});
