@@ -4,8 +4,8 @@
 // whatever dtype their inputs have. The casts are ordinary differentiable cf::to nodes,
 // so the gradient of a float32 parameter comes back in float32. Per-op policy
 // (docs/design-notes.md, "Autocast"):
-//   low dtype:  matmul (hence nn::Linear, every attention's score and value products,
-//               bmm-style batched products) -- the tensor-core work;
+//   low dtype:  matmul and linear (nn::Linear, with its bias; every attention's score and
+//               value products, bmm-style batched products) -- the tensor-core work;
 //   float32:    softmax, log_softmax, layer_norm, l2_normalize, cross_entropy, clustering_loss,
 //               centroid_sorting_loss, sum, mean, var, logsumexp
 //               (statistics whose error would grow with the row length); flash and block

@@ -6,9 +6,9 @@
 // MACs are derived from the computation the module really runs, not written by
 // hand per model: measure_cost runs one forward with autograd recording on, then
 // walks the graph that produced the outputs and adds up every GEMM node
-// ("matmul", which Linear, attention scores and attention-weighted sums all use):
+// ("matmul", which attention scores and attention-weighted sums use):
 // (..., n, k) @ (..., k, m) costs numel(output) * k MACs, broadcast batch axes
-// included. A fused kernel that replaces matmuls (flash_attention, block_attention)
+// included. A fused kernel that replaces matmuls (linear, flash_attention, block_attention)
 // sets its node's forward_macs to what those matmuls would count, so the figure
 // does not change with the path. Each node counts once, so a tensor reused by several consumers is not
 // double counted.

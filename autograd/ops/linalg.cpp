@@ -154,6 +154,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                        if (need_b) grads[2] = sum(g2, {0});
                        return grads;
                      });
+    out.grad_fn()->forward_macs = rows * out_f * in_f;  // the product's, as a matmul node counts (nn/cost.h)
   }
   return out;
 }

@@ -191,9 +191,12 @@ def linear(input, weight, bias=None):
     if weight.dim() != 2:
         raise _cf.ShapeError("[linear] weight must be 2-d (out_features, in_features), got shape %s"
                              % (list(weight.shape),))
-    if bias is not None and bias.dim() == 0:  # torch takes a 0-d bias too: added after the product
-        return _cf.linear(input, weight) + bias
-    return _cf.linear(input, weight, bias)
+    if bias is None or (isinstance(bias, _cf.Tensor) and bias.dim() == 1 and weight.dim() == 2
+                        and bias.shape[0] == weight.shape[0] and bias.dtype == weight.dtype):
+        return _cf.linear(input, weight, bias)
+    # Any other bias (0-d, a broadcastable shape, a number, another dtype) is added after the product,
+    # with broadcasting and promotion, as before the fused op.
+    return _cf.linear(input, weight) + bias
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):

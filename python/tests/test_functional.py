@@ -305,6 +305,11 @@ def test_every_function_matches_torch_nn_functional():
         ("softmax", F.softmax(x, dim=0), TF.softmax(T(x), dim=0)),
         ("log_softmax", F.log_softmax(x, dim=1), TF.log_softmax(T(x), dim=1)),
         ("linear", F.linear(x, w, b), TF.linear(T(x), T(w), T(b))),
+        ("linear without bias", F.linear(x, w), TF.linear(T(x), T(w))),
+        # biases the fused op does not take, added after the product as torch's addmm broadcasts them
+        ("linear 0-d bias", F.linear(x, w, cf.tensor(0.5, dtype=cf.float64)),
+         TF.linear(T(x), T(w), torch.tensor(0.5, dtype=torch.float64))),
+        ("linear broadcast bias", F.linear(x, w, cf.reshape(b, [1, -1])), TF.linear(T(x), T(w), T(b).reshape(1, -1))),
         ("layer_norm", F.layer_norm(x, [6], rnd([6], 50), rnd([6], 51)),
          TF.layer_norm(T(x), [6], T(rnd([6], 50)), T(rnd([6], 51)))),
         ("embedding", F.embedding(idx, rnd([5, 6], 52)),

@@ -1048,7 +1048,7 @@ TEST_CASE("routed_attention averages a query's outputs over the lists where it s
   check_close(nn::routed_attention_dense_reference(q, k, v, qm, km, Tensor(), 0.0, true, 0.0, g), out, 1e-14);
 }
 
-TEST_CASE("nn::routed_lists_attention reads a position outside [0, N) as an empty slot, values and gradients") {
+TEST_CASE("nn::routed_lists_attention reads a position outside 0 .. N - 1 as an empty slot, values and gradients") {
   // Its lists are not range-checked (no pass over them): positions N and beyond must act as -1,
   // never index past the token axis (they did, in the slot index's scatters, from 9f3b2f3 until its review).
   const int64_t N = 5;
