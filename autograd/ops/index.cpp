@@ -37,8 +37,14 @@ std::string coords(const Shape& shape, int64_t pos) {
   return shape_str(c);
 }
 
+// An indexing op's backward reads the index its forward checked (saved, so an in-place change since
+// is refused at unpack): the ops it calls (gather's scatter_add, index_select's index_add, ...) need
+// not scan it again.
+using IndexCheckedScope = ops::KnownGoodIndices;
+
 // On CUDA a deferred check: the error is thrown at the next host read (core/cuda.h).
 void check_index_values(const char* op, const Tensor& index, int64_t axis, int64_t len) {
+  if (ops::indices_known_good()) return;
   kernels::check_index_range(op, index, len, [op, axis, len, shape = index.shape()](int64_t at, int64_t value) {
     throw IndexError(str("[", op, "] index ", value, " is out of range for axis ", axis, " of length ", len, " (at ",
                          coords(shape, at), " of index ", shape_str(shape), "; valid indices are 0..", len - 1,
@@ -112,6 +118,7 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
     SavedTensor si(index);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
+      IndexCheckedScope checked;
       return {scatter_add(zeros_as(xs, g), a, si.unpack(opname::gather), g)};
     });
   }
@@ -172,6 +179,7 @@ Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor&
     Shape xs = x.shape(), ss = src.shape();
     autograd::record(op, {x, src}, out, [si, xs, ss, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
       const Tensor index = si.unpack(opname::scatter);
+      IndexCheckedScope checked;
       Tensor gx, gs;
       // x's elements that were overwritten get no gradient; of several src elements sent to one position,
       // only the one kept (the last) gets it
@@ -197,6 +205,7 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
     Shape ss = src.shape();
     autograd::record(op, {x, src}, out,
                      [si, ss, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
+      IndexCheckedScope checked;
       Tensor gs;
       if (need_src) gs = pad_to(gather(g, a, si.unpack(opname::scatter_add)), ss);
       return {need_x ? g : Tensor(), gs};
@@ -267,6 +276,7 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
     SavedTensor si(index);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
+      IndexCheckedScope checked;
       return {index_add(zeros_as(xs, g), a, si.unpack(opname::index_select), g)};
     });
   }
@@ -298,6 +308,7 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
     SavedTensor si(index);
     autograd::record(op, {x, src}, out,
                      [si, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
+      IndexCheckedScope checked;
       Tensor gs;
       if (need_src) gs = index_select(g, a, si.unpack(opname::index_add));
       return {need_x ? g : Tensor(), gs};
@@ -333,6 +344,7 @@ Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis) {
     SavedTensor si(iv);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, xb, a](const Tensor& g) -> std::vector<Tensor> {
+      IndexCheckedScope checked;
       Tensor gx = scatter_add(zeros_as(xb, g), a, si.unpack(opname::take_along_dim), g);
       return {xb == xs ? gx : sum_to(gx, xs)};
     });
@@ -382,10 +394,19 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   return out;
 }
 
+namespace {
+thread_local bool t_known_good = false;
+}  // namespace
+
+ops::KnownGoodIndices::KnownGoodIndices() : saved_(t_known_good) { t_known_good = true; }
+ops::KnownGoodIndices::~KnownGoodIndices() { t_known_good = saved_; }
+bool ops::indices_known_good() { return t_known_good; }
+
 void check_indices(const char* op, const Tensor& ids, int64_t limit, std::function<void(int64_t, int64_t)> raise,
                    std::optional<int64_t> allowed) {
   ops::check_defined(ids, op, "ids");
   ops::check_dtype(ids, kInt64, op, "ids");
+  if (ops::indices_known_good()) return;
   const int64_t a = allowed.value_or(0);
   kernels::check_index_range(op, ids, limit, std::move(raise), allowed ? &a : nullptr);
 }

@@ -15,9 +15,31 @@ namespace cf {
 // value outside [0, limit) in row-major order, other than `allowed` when given (-1
 // for "no cluster"). On the CPU it runs at once; on CUDA it is a deferred check
 // (core/cuda.h): the call returns without waiting for the device, and the error is
-// thrown at the next host read. `op` names the caller in a device error.
+// thrown at the next host read. `op` names the caller in a device error. Skipped inside an
+// ops::KnownGoodIndices scope (below), so keep such scopes to code whose every check is of indices it built.
 void check_indices(const char* op, const Tensor& ids, int64_t limit, std::function<void(int64_t, int64_t)> raise,
                    std::optional<int64_t> allowed = std::nullopt);
+
+namespace ops {
+// A scope (this thread) in which every index tensor the ops read was built in range by cf's own code:
+// argsort, topk and argmax outputs and tables made of them (neural clustering's member table and
+// cluster ids), or the index an indexing op's forward checked, read again by its backward. The data
+// checks (gather, scatter, scatter_add, index_select, index_add, take_along_dim, check_indices, the
+// block-attention member tables) are skipped there: each is a pass over the index, a kernel launch on
+// CUDA (issue 25). Shapes, dtypes and devices are still checked. Never around an index a user gave:
+// the CPU kernels trust the values.
+class KnownGoodIndices {
+ public:
+  KnownGoodIndices();
+  ~KnownGoodIndices();
+  KnownGoodIndices(const KnownGoodIndices&) = delete;
+  KnownGoodIndices& operator=(const KnownGoodIndices&) = delete;
+
+ private:
+  bool saved_;
+};
+bool indices_known_good();
+}  // namespace ops
 
 // Ring-buffer append (a FIFO of the last cap rows, Cluster-Former's memory bank): the
 // rows i of `rows` (n, d) with keep[i] true (bool (n,)), in order and only the newest

@@ -137,6 +137,7 @@ Tensor ClusterFormerAttention::forward(const AttentionArgs& a) {
   }
   // eq. 6: stable argsort, so equal ids keep position order; eq. 8: uniform chunks.
   Tensor order = reshape(argsort(ids, 1), {b, 1, n});
+  ops::KnownGoodIndices built_here;  // the member table is argsort's order: no scan of it
   Tensor members = chunk_order(order, std::min(chunk_, n));
   ChunkedAttentionOptions co;
   co.causal = a.causal;

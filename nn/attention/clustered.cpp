@@ -183,6 +183,9 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], D = q.shape()[3];
   const int64_t Nk = k.shape()[2], Dv = v.shape()[3], G = B * H, C = n_clusters;
   const DType dt = q.dtype();
+  // Every index below is the checked assignment's, a top-k of the centroid scores or made of them:
+  // no data scans past check_inputs (ops::KnownGoodIndices).
+  ops::KnownGoodIndices built_here;
   const Membership member = membership(assignment, C, dt);
   // Eq. 3: centroid = sum of member queries / member count. The queries are scaled
   // first: the centroids of scaled queries are the scaled centroids.

@@ -89,6 +89,7 @@ Tensor lsh_attention(const Tensor& q, const Tensor& v, const Tensor& buckets, in
   }
   // Sort by (bucket, position): the sort is stable, so equal buckets keep position order.
   Tensor order = reshape(argsort(b, -1), {B, H * R, N});
+  ops::KnownGoodIndices built_here;  // the member table is argsort's order: no scan of it
   // (B, H * R, C, m); a chunk wider than the sequence is one chunk of N slots (the same attention, without
   // B H R (m - N) empty slots: bucket_size = 2^40 allocated them)
   Tensor members = chunk_order(order, std::max<int64_t>(1, std::min(bucket_size, N)));

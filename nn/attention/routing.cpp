@@ -285,6 +285,8 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
     if (!a.aux && !is_training()) q_dots = k_dots = Tensor();  // not needed past the routing: free them
     outs.push_back(routed_lists_attention(q, k, v, qm, km, a.key_padding_mask, scale, a.causal, drop));
     if (a.aux || is_training()) {
+      // The assignments are argmax outputs and the EMA's rows are made of them: no data scans.
+      ops::KnownGoodIndices built_here;
       Tensor qa, ka;
       {
         NoGradGuard ng;

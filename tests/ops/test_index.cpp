@@ -132,6 +132,36 @@ TEST_CASE("gather matches a naive loop on every axis, dtype and layout") {
   }
 }
 
+TEST_CASE("index data checks: one scan per index, none again in the backward or in a KnownGoodIndices scope") {
+  Tensor x = leaf64({4, 5}, 1);
+  const Tensor idx = ti64({3, 0, 1, 3, 2, 2, 0, 1, 0, 0}, {2, 5});
+  auto calls = [](const std::function<void()>& f) {
+    const KernelCalls before = kernel_calls();
+    f();
+    return (kernel_calls() - before).cpu;
+  };
+  Tensor y;
+  CHECK(calls([&] { y = gather(x, 0, idx); }) == 2);  // the scan, the gather
+  // backward: scatter_add into zeros (fill, copy, scatter) without a second scan of the saved index
+  const Tensor gy = leaf64({2, 5}, 2).detach();
+  CHECK(calls([&] { y.backward(gy); }) == 3);
+  {
+    ops::KnownGoodIndices built_here;
+    CHECK(calls([&] { gather(x.detach(), 0, idx); }) == 1);
+    {
+      ops::KnownGoodIndices nested;
+    }
+    CHECK(ops::indices_known_good());  // a nested scope restores, not clears
+  }
+  CHECK_FALSE(ops::indices_known_good());
+  // Outside the scope a bad index is still named, in the forward and for a saved index changed in place
+  CHECK_THROWS_MSG(gather(x, 0, ti64({4}, {1, 1})), IndexError, "[gather] index 4 is out of range for axis 0");
+  Tensor i2 = ti64({1, 2}, {1, 2});
+  Tensor z = gather(x, 0, i2);
+  fill_(i2, 9.0);
+  CHECK_THROWS_MSG(z.backward(leaf64({1, 2}, 3).detach()), Error, "saved by 'gather' for backward was modified in place");
+}
+
 TEST_CASE("gather on a large transposed input (parallel path)") {
   Generator g(7);
   Tensor base = rand({200, 300}, kFloat32, g);
