@@ -3,6 +3,8 @@
 // attention's step at N = 512). The CPU's count is the same mechanism's, so the budget is guarded
 // here, without a GPU, on cf-bench model's encoder (apps/common/attention_bench.h).
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/attention_bench.h"
 #include "test_util.h"
@@ -55,3 +57,20 @@ TEST_CASE("kernel calls: neural clustering's training step stays within 1.5x of 
   CHECK(full > 100);
   CHECK(double(nc) <= 1.5 * double(full));
 }
+
+TEST_CASE("kernel calls: every registered variant's training step within its budget over full attention's") {
+  // Issue 25's bound is 1.5x for every variant. Those not there yet are held where they are, so that a
+  // regression shows: improved clustered (top-k bookkeeping; 2.20x on this encoder at stop 80), routing
+  // (assignments, commitment loss and EMA as tensor ops; 2.51x) and the fixed sparse pattern (its backward
+  // in chunks of N key rows; 1.58x).
+  const int64_t full = train_step_calls("full");
+  const std::vector<std::pair<std::string, double>> budget = {
+      {"neural-clustering", 1.5}, {"clustered", 1.5}, {"lsh", 1.5},     {"cluster-former", 1.5},
+      {"improved-clustered", 2.3}, {"routing", 2.6}, {"sparse", 1.7}};
+  for (const auto& [variant, bound] : budget) {
+    const int64_t calls = train_step_calls(variant);
+    INFO(variant, ": ", calls, " calls, full ", full, ", ratio ", double(calls) / double(full));
+    CHECK(double(calls) <= bound * double(full));
+  }
+}
+
