@@ -497,7 +497,11 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
       // The lists in chunks whose key slots hold about N rows, so the slot gradients stay
       // the size of k and v: the fixed sparse pattern's key lists repeat every block's
       // summaries (C wk ~ N + (N / l)^2 c), and whole they were most of its backward's peak.
-      const int64_t per = std::max<int64_t>(1, N / wk);
+      // At least kMinChunkRows rows a chunk whatever N: each chunk is 7 kernel calls (a launch
+      // each on CUDA), and at N = 512 chunks of N rows cut routing's local lists (3 N key
+      // slots) and the sparse pattern's (4.75 N) into 3 and 5 chunks a layer for a few MB.
+      constexpr int64_t kMinChunkRows = 2048;
+      const int64_t per = std::max<int64_t>(1, std::max(N, kMinChunkRows) / wk);
       // Every key slot's position, once (sliced per chunk below).
       const Tensor ki_all = slot_index(kmv, N);
       for (int64_t c0 = 0; c0 < C; c0 += per) {

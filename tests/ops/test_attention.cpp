@@ -1090,11 +1090,13 @@ TEST_CASE("routed_attention keeps no per-list scores: its forward peak stays nea
 }
 
 TEST_CASE("routed_attention's backward holds its key-slot gradients a chunk of lists at a time") {
-  // The fixed sparse pattern at N = 1024 (blocks of 32, summaries of 8, the defaults): every key
-  // list repeats the other blocks' summaries, 32 lists of 280 key slots, 8.75 N slot rows. Whole,
-  // their dk, dv rows (2 x 8.75 N x 64 per head) took the forward + backward peak to 5.1x flash
-  // attention's (26.9 MB against 5.3); in chunks of N / wk lists it is 1.6x (8.4 MB).
-  const int64_t B = 1, H = 4, N = 1024, D = 64;
+  // The fixed sparse pattern at N = 2048 (blocks of 32, summaries of 8, the defaults): every key
+  // list repeats the other blocks' summaries, 64 lists of 536 key slots, 16.75 N slot rows. Whole,
+  // their dk, dv rows (2 x 16.75 N x 64 per head) would dominate the backward's peak (at N = 1024,
+  // 8.75 N rows whole made 5.1x flash attention's); in chunks of N / wk lists it is 1.57x (16.5 MB
+  // against 10.5). Below N = 2048 a chunk holds up to 2048 rows (kernel calls): at N = 1024 that
+  // is 2.1x (11.1 MB against 5.3), where chunks of N rows made 1.6x.
+  const int64_t B = 1, H = 4, N = 2048, D = 64;
   Generator g(5);
   Tensor q = randn({B, H, N, D}, kFloat32, g), k = randn({B, H, N, D}, kFloat32, g), v = randn({B, H, N, D}, kFloat32, g);
   Tensor qm, km;
