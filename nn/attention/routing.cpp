@@ -116,10 +116,14 @@ Tensor balanced_routing_of(const Tensor& dots, const Tensor& key_padding_mask, i
   return where(ne(top.values, -INFINITY), top.indices, -1.0);
 }
 
-Tensor nearest_centroid_of(const Tensor& dots, const Tensor& centroids) {
+// |mu_c|^2 / 2 per head and centroid, (1, H, 1, C): taken once per forward for the queries' and keys' assignments.
+Tensor centroid_half_norms(const Tensor& centroids) {
   const int64_t H = centroids.shape()[0], C = centroids.shape()[1], D = centroids.shape()[2];
+  return transpose(sum(square(reshape(centroids, {1, H, C, D})), {-1}, true), -2, -1) * 0.5;
+}
+
+Tensor nearest_centroid_of(const Tensor& dots, const Tensor& half_norms) {
   // argmin_c |x - mu_c|^2 = argmax_c (x . mu_c - |mu_c|^2 / 2)
-  Tensor half_norms = transpose(sum(square(reshape(centroids, {1, H, C, D})), {-1}, true), -2, -1) * 0.5;
   return argmax(dots - half_norms, -1);
 }
 
@@ -156,7 +160,7 @@ Tensor balanced_routing(const Tensor& xn, const Tensor& centroids, const Tensor&
 Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids) {
   check_routing_inputs("nearest_centroid", xn, centroids);
   NoGradGuard ng;
-  return nearest_centroid_of(centroid_dots(xn, centroids), centroids);
+  return nearest_centroid_of(centroid_dots(xn, centroids), centroid_half_norms(centroids));
 }
 
 RoutingAttention::RoutingAttention(int64_t n_heads, int64_t head_dim, int64_t n_clusters, int64_t local_heads,
@@ -290,8 +294,9 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       Tensor qa, ka;
       {
         NoGradGuard ng;
-        qa = nearest_centroid_of(q_dots, centroids_);
-        ka = nearest_centroid_of(k_dots, centroids_);
+        const Tensor half_norms = centroid_half_norms(centroids_);
+        qa = nearest_centroid_of(q_dots, half_norms);
+        ka = nearest_centroid_of(k_dots, half_norms);
       }
       q_dots = k_dots = Tensor();  // (B, R, N, C) each: free before the commitment loss and the update
       auto valid_of = [&](const Tensor& mask) {  // (B, 1, N, 1) 1 for real tokens; undefined: every token
