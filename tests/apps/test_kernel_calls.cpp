@@ -59,14 +59,14 @@ TEST_CASE("kernel calls: neural clustering's training step stays within 1.5x of 
 }
 
 TEST_CASE("kernel calls: every registered variant's training step within its budget over full attention's") {
-  // Issue 25's bound is 1.5x for every variant. Those not there yet are held where they are, so that a
-  // regression shows: improved clustered (top-k bookkeeping; 2.20x on this encoder at stop 80), routing
-  // (assignments, commitment loss and EMA as tensor ops; 2.51x) and the fixed sparse pattern (its backward
-  // in chunks of N key rows; 1.58x).
+  // Issue 25's bound is 1.5x for every variant (on this encoder at stop 80: neural clustering 1.41,
+  // clustered 1.47, LSH 1.08, Cluster-Former 1.39, fixed sparse 1.22). The two not there yet are held
+  // where they are, so that a regression shows: improved clustered (its top-k bookkeeping; 2.20x) and
+  // routing (assignments, commitment loss and centroid EMA as tensor ops; 2.46x).
   const int64_t full = train_step_calls("full");
   const std::vector<std::pair<std::string, double>> budget = {
-      {"neural-clustering", 1.5}, {"clustered", 1.5}, {"lsh", 1.5},     {"cluster-former", 1.5},
-      {"improved-clustered", 2.3}, {"routing", 2.6}, {"sparse", 1.7}};
+      {"neural-clustering", 1.5}, {"clustered", 1.5},         {"lsh", 1.5},     {"cluster-former", 1.5},
+      {"sparse", 1.5},            {"improved-clustered", 2.3}, {"routing", 2.55}};
   for (const auto& [variant, bound] : budget) {
     const int64_t calls = train_step_calls(variant);
     INFO(variant, ": ", calls, " calls, full ", full, ", ratio ", double(calls) / double(full));
