@@ -40,6 +40,7 @@
   X(sparse_dot, true) X(sparse_weighted_sum, true) \
   /* clustering */ \
   X(hash_codes, false) X(hamming_kmeans, false) X(clustering_loss, true) X(centroid_sorting_loss, true) \
+  X(commitment_loss, true) \
   /* point sets (centroid attention) */ \
   X(farthest_point_sampling, false) X(group_max, false) \
   /* random */ \

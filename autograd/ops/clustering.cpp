@@ -1,6 +1,7 @@
 #include "autograd/ops/clustering.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -169,6 +170,53 @@ Tensor centroid_sorting_loss(const Tensor& c_hat, ClusterLossForm form) {
       Tensor dc = Tensor::empty(cv.shape(), cv.dtype(), cv.device());
       kernels::centroid_sorting_loss_backward(cv, unit, dense_data(g), dc);
       return std::vector<Tensor>{dc};
+    });
+  }
+  return out;
+}
+
+Tensor commitment_loss(const Tensor& x, const Tensor& centroids, const Tensor& assign, const Tensor& key_padding_mask,
+                       double scale) {
+  const char* who = opname::commitment_loss;
+  CF_CHECK(x.defined() && x.dim() == 4 && centroids.defined() && centroids.dim() == 3 &&
+               centroids.shape()[0] == x.shape()[1] && centroids.shape()[2] == x.shape()[3] &&
+               centroids.shape()[1] >= 1 && assign.defined() && assign.dtype() == kInt64 &&
+               assign.shape() == Shape({x.shape()[0], x.shape()[1], x.shape()[2]}),
+           ShapeError, "[", who, "] expected x (B, H, N, D), centroids (H, C, D) with C >= 1 and int64 assign "
+           "(B, H, N); got x ", describe_arg(x), ", centroids ", describe_arg(centroids), ", assign ",
+           describe_arg(assign));
+  if (autocast_dtype() && is_low_precision(x.dtype()))  // a loss: float32 under autocast
+    return commitment_loss(autocast::to_float32(x), centroids, assign, key_padding_mask, scale);
+  CF_CHECK((x.dtype() == kFloat32 || x.dtype() == kFloat64) && centroids.dtype() == x.dtype(), DTypeError, "[", who,
+           "] x and centroids must share one dtype, float32 or float64; got ", x.dtype(), " and ", centroids.dtype());
+  CF_CHECK(!centroids.requires_grad(), AutogradError, "[", who,
+           "] the centroids are sg(mu), a constant of the loss, and get no gradient: pass centroids.detach()");
+  CF_CHECK(std::isfinite(scale), ValueError, "[", who, "] scale must be finite, got ", scale);
+  const int64_t B = x.shape()[0], N = x.shape()[2], C = centroids.shape()[1];
+  CF_CHECK(!key_padding_mask.defined() || (key_padding_mask.dtype() == kBool && key_padding_mask.dim() == 2 &&
+                                           key_padding_mask.shape()[0] == B && key_padding_mask.shape()[1] == N),
+           ShapeError, "[", who, "] key_padding_mask must be bool (B, N) = (", B, ", ", N, "), got ",
+           describe_arg(key_padding_mask));
+  ops::check_same_device(who, {&x, &centroids, &assign, &key_padding_mask});
+  // Padded tokens may hold any id (routing's come from argmax over padding too): point them at 0.
+  const Tensor a = dense_data(key_padding_mask.defined() ? masked_fill(assign, reshape(key_padding_mask, {B, 1, N}), 0.0)
+                                                         : assign);
+  check_indices(who, a, C, [C](int64_t at, int64_t id) {
+    throw IndexError(str("[commitment_loss] centroid index ", id, " at flat position ", at, " is out of range [0, ",
+                         C, ")"));
+  });
+  const Tensor xd = dense_data(x), md = dense_data(centroids), pd = dense_data(key_padding_mask);
+  Tensor out = Tensor::empty({}, x.dtype(), x.device());
+  kernels::commitment_forward(xd, md, a, pd, scale, out);
+  if (autograd::any_requires_grad({&x})) {
+    autograd::SavedTensor sx(xd), sm(md), sa(a), sp(pd);
+    autograd::record(who, {x}, out, [sx, sm, sa, sp, scale](const Tensor& g) {
+      const char* op = opname::commitment_loss;
+      const Tensor xv = sx.unpack(op);
+      Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+      kernels::commitment_backward(xv, sm.unpack(op), sa.unpack(op), sp.defined() ? sp.unpack(op) : Tensor(), scale,
+                                   dense_data(g), dx);
+      return std::vector<Tensor>{dx};
     });
   }
   return out;

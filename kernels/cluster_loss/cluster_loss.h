@@ -39,7 +39,20 @@ void clustering_loss_backward_cpu(const Tensor& x, const Tensor& c, const Tensor
 // -(1/(B k)) sum_b sum_i unit?(c_bi) . unit?(c_b,(i-1) mod k), 0 when B = 0; c (B, k, D).
 void centroid_sorting_loss_forward_cpu(const Tensor& c, bool unit, const Tensor& out);
 void centroid_sorting_loss_backward_cpu(const Tensor& c, bool unit, const Tensor& grad, const Tensor& dc);
+// Routing attention's commitment term (Roy et al. 2021, section 4.1): out (0-d) = scale *
+// sum_{b, h, n valid} |x_bhn - mu[h, a_bhn]|^2, x (B, H, N, D), mu (H, C, D), a int64 (B, H, N)
+// in [0, C) (the caller's indices; clamped on CUDA), mask bool (B, N) (true = padding) or
+// undefined. The sum over each (b, h) row in order, then the rows in order, in double.
+void commitment_forward_cpu(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                            const Tensor& out);
+// dx = 2 scale grad (x - mu[h, a]) (grad 0-d, x's dtype, on the device), 0 at padding.
+void commitment_backward_cpu(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                             const Tensor& grad, const Tensor& dx);
 #ifdef CF_WITH_CUDA
+void commitment_forward_cuda(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                             const Tensor& out);
+void commitment_backward_cuda(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                              const Tensor& grad, const Tensor& dx);
 void clustering_loss_forward_cuda(const Tensor& x, const Tensor& c, const Tensor& idx, const Tensor& mask,
                                   ClusterLossParams p, const Tensor& out, const Tensor& counts);
 void clustering_loss_backward_cuda(const Tensor& x, const Tensor& c, const Tensor& idx, const Tensor& mask,
@@ -68,6 +81,17 @@ inline void centroid_sorting_loss_forward(const Tensor& c, bool unit, const Tens
 inline void centroid_sorting_loss_backward(const Tensor& c, bool unit, const Tensor& grad, const Tensor& dc) {
   CF_DEVICE_DISPATCH("centroid_sorting_loss", dc.device(), centroid_sorting_loss_backward_cpu(c, unit, grad, dc),
                      centroid_sorting_loss_backward_cuda(c, unit, grad, dc));
+}
+
+inline void commitment_forward(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                               const Tensor& out) {
+  CF_DEVICE_DISPATCH("commitment_loss", out.device(), commitment_forward_cpu(x, mu, a, mask, scale, out),
+                     commitment_forward_cuda(x, mu, a, mask, scale, out));
+}
+inline void commitment_backward(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                                const Tensor& grad, const Tensor& dx) {
+  CF_DEVICE_DISPATCH("commitment_loss", dx.device(), commitment_backward_cpu(x, mu, a, mask, scale, grad, dx),
+                     commitment_backward_cuda(x, mu, a, mask, scale, grad, dx));
 }
 
 }  // namespace cf::kernels

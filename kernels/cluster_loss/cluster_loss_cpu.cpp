@@ -193,8 +193,79 @@ void l2_backward_typed(const Tensor& c, bool unit, const Tensor& grad, const Ten
   });
 }
 
+template <typename T>
+void commitment_forward_typed(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                              const Tensor& out) {
+  const int64_t B = x.shape()[0], H = x.shape()[1], N = x.shape()[2], D = x.shape()[3], C = mu.shape()[1];
+  const T* xp = x.data<T>();
+  const T* mp = mu.data<T>();
+  const int64_t* ap = a.data<int64_t>();
+  const bool* pad = mask.defined() ? mask.data<bool>() : nullptr;
+  std::vector<double> rows(size_t(B * H), 0.0);
+  parallel_for(B * H, grain_for(N * D), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / H, h = r % H;
+      double s = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        if (pad && pad[b * N + n]) continue;
+        const T* xr = xp + (r * N + n) * D;
+        const T* cr = mp + (h * C + ap[r * N + n]) * D;
+        for (int64_t d = 0; d < D; ++d) {
+          const double e = double(xr[d]) - double(cr[d]);
+          s += e * e;
+        }
+      }
+      rows[size_t(r)] = s;
+    }
+  });
+  double total = 0;
+  for (double r : rows) total += r;
+  out.data<T>()[0] = T(scale * total);
+}
+
+template <typename T>
+void commitment_backward_typed(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                               const Tensor& grad, const Tensor& dx) {
+  const int64_t B = x.shape()[0], H = x.shape()[1], N = x.shape()[2], D = x.shape()[3], C = mu.shape()[1];
+  const T* xp = x.data<T>();
+  const T* mp = mu.data<T>();
+  const int64_t* ap = a.data<int64_t>();
+  const bool* pad = mask.defined() ? mask.data<bool>() : nullptr;
+  T* dp = dx.data<T>();
+  const double f = 2.0 * scale * double(grad.data<T>()[0]);
+  parallel_for(B * H * N, grain_for(D), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / (H * N), h = (t / N) % H, n = t % N;
+      T* o = dp + t * D;
+      if (pad && pad[b * N + n]) {
+        for (int64_t d = 0; d < D; ++d) o[d] = T(0);
+        continue;
+      }
+      const T* xr = xp + t * D;
+      const T* cr = mp + (h * C + ap[t]) * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = T(f * (double(xr[d]) - double(cr[d])));
+    }
+  });
+}
+
 }  // namespace
 }  // namespace cluster_loss_cpu
+
+void commitment_forward_cpu(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                            const Tensor& out) {
+  if (x.dtype() == kFloat64)
+    cluster_loss_cpu::commitment_forward_typed<double>(x, mu, a, mask, scale, out);
+  else
+    cluster_loss_cpu::commitment_forward_typed<float>(x, mu, a, mask, scale, out);
+}
+
+void commitment_backward_cpu(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                             const Tensor& grad, const Tensor& dx) {
+  if (x.dtype() == kFloat64)
+    cluster_loss_cpu::commitment_backward_typed<double>(x, mu, a, mask, scale, grad, dx);
+  else
+    cluster_loss_cpu::commitment_backward_typed<float>(x, mu, a, mask, scale, grad, dx);
+}
 
 void clustering_loss_forward_cpu(const Tensor& x, const Tensor& c, const Tensor& idx, const Tensor& mask,
                                  ClusterLossParams p, const Tensor& out, const Tensor& counts) {

@@ -332,8 +332,110 @@ void l2_backward_typed(const Tensor& c, bool unit, const Tensor& grad, const Ten
   ::cf::cuda::check_launch("centroid_sorting_loss");
 }
 
+// Routing's commitment term: blocks over (row (b, h), run of kTokens tokens), a warp per token
+// (lanes along D), one partial per block; a one-block kernel adds the partials in order.
+template <typename T>
+__global__ void commitment_partials_kernel(const T* x, const T* mu, const int64_t* a, const bool* mask, int64_t H,
+                                           int64_t N, int64_t D, int64_t C, int64_t rows, int64_t chunks,
+                                           double* part) {
+  __shared__ double sh[kWarp];
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp, warps = int(blockDim.x) / kWarp;
+  for (int64_t u = blockIdx.x; u < rows * chunks; u += gridDim.x) {  // block-uniform
+    const int64_t r = u / chunks, n0 = (u % chunks) * kTokens, b = r / H, h = r % H;
+    double s = 0;  // this warp's tokens (every lane holds them)
+    for (int64_t t = warp; t < kTokens && n0 + t < N; t += warps) {
+      const int64_t n = n0 + t;
+      if (mask && mask[b * N + n]) continue;  // warp-uniform
+      const T* xr = x + (r * N + n) * D;
+      const T* cr = mu + (h * C + cu::clamp_index(a[r * N + n], C)) * D;  // (the caller's ids; clamped)
+      double e2 = 0;
+      for (int64_t d = lane; d < D; d += kWarp) {
+        const double e = double(xr[d]) - double(cr[d]);
+        e2 += e * e;
+      }
+      s += warp_sum(e2);
+    }
+    const double bs = cu::block_reduce(lane == 0 ? s : 0.0, cu::SumOp{}, 0.0, sh);
+    if (threadIdx.x == 0) part[u] = bs;
+  }
+}
+
+template <typename T>
+__global__ void commitment_finish_kernel(const double* part, int64_t n, double scale, T* out) {
+  __shared__ double sh[kWarp];
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+  const double total = cu::block_reduce(s, cu::SumOp{}, 0.0, sh);
+  if (threadIdx.x == 0) *out = T(scale * total);
+}
+
+template <typename T>
+__global__ void commitment_backward_kernel(const T* x, const T* mu, const int64_t* a, const bool* mask, int64_t H,
+                                           int64_t N, int64_t D, int64_t C, int64_t total, double scale,
+                                           const T* grad, T* dx) {
+  const double f = 2.0 * scale * double(*grad);
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t t = i / D, d = i % D, n = t % N, h = (t / N) % H, b = t / (H * N);
+    if (mask && mask[b * N + n]) {
+      dx[i] = T(0);
+      continue;
+    }
+    const T* cr = mu + (h * C + cu::clamp_index(a[t], C)) * D;
+    dx[i] = T(f * (double(x[i]) - double(cr[d])));
+  }
+}
+
+template <typename T>
+void commitment_forward_typed(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                              const Tensor& out) {
+  const int64_t B = x.shape()[0], H = x.shape()[1], N = x.shape()[2], D = x.shape()[3], C = mu.shape()[1];
+  cu::use_device_of(out, "commitment_loss");
+  const int64_t rows = B * H, chunks = (N + kTokens - 1) / kTokens;
+  if (rows * chunks > 0) {
+    Tensor part = Tensor::empty({rows * chunks}, kFloat64, out.device());
+    commitment_partials_kernel<T><<<cu::blocks_for(rows * chunks), kThreads>>>(
+        cu::ptr<const T>(x), cu::ptr<const T>(mu), cu::ptr<const int64_t>(a),
+        mask.defined() ? cu::ptr<const bool>(mask) : nullptr, H, N, D, C, rows, chunks, cu::ptr<double>(part));
+    ::cf::cuda::check_launch("commitment_loss");
+    commitment_finish_kernel<T><<<1, kThreads>>>(cu::ptr<const double>(part), rows * chunks, scale, cu::ptr<T>(out));
+  } else {  // no token: 0
+    commitment_finish_kernel<T><<<1, kThreads>>>(nullptr, 0, scale, cu::ptr<T>(out));
+  }
+  ::cf::cuda::check_launch("commitment_loss");
+}
+
+template <typename T>
+void commitment_backward_typed(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                               const Tensor& grad, const Tensor& dx) {
+  const int64_t H = x.shape()[1], N = x.shape()[2], D = x.shape()[3], C = mu.shape()[1], total = x.numel();
+  if (total == 0) return;
+  cu::use_device_of(dx, "commitment_loss");
+  commitment_backward_kernel<T><<<cu::grid_for(total), kThreads>>>(
+      cu::ptr<const T>(x), cu::ptr<const T>(mu), cu::ptr<const int64_t>(a),
+      mask.defined() ? cu::ptr<const bool>(mask) : nullptr, H, N, D, C, total, scale, cu::ptr<const T>(grad),
+      cu::ptr<T>(dx));
+  ::cf::cuda::check_launch("commitment_loss");
+}
+
 }  // namespace
 }  // namespace cluster_loss_cuda
+
+void commitment_forward_cuda(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                             const Tensor& out) {
+  if (x.dtype() == kFloat64)
+    cluster_loss_cuda::commitment_forward_typed<double>(x, mu, a, mask, scale, out);
+  else
+    cluster_loss_cuda::commitment_forward_typed<float>(x, mu, a, mask, scale, out);
+}
+
+void commitment_backward_cuda(const Tensor& x, const Tensor& mu, const Tensor& a, const Tensor& mask, double scale,
+                              const Tensor& grad, const Tensor& dx) {
+  if (x.dtype() == kFloat64)
+    cluster_loss_cuda::commitment_backward_typed<double>(x, mu, a, mask, scale, grad, dx);
+  else
+    cluster_loss_cuda::commitment_backward_typed<float>(x, mu, a, mask, scale, grad, dx);
+}
 
 void clustering_loss_forward_cuda(const Tensor& x, const Tensor& c, const Tensor& idx, const Tensor& mask,
                                   ClusterLossParams p, const Tensor& out, const Tensor& counts) {

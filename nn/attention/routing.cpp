@@ -16,6 +16,7 @@
 #include "autograd/autocast.h"
 #include "autograd/op_names.h"
 #include "autograd/ops/attention.h"
+#include "autograd/ops/clustering.h"
 #include "autograd/ops/common.h"
 #include "autograd/grad_mode.h"
 #include "core/error.h"
@@ -303,24 +304,32 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
         return mask.defined() ? cf::to(reshape(logical_not(mask), {B, 1, N, 1}), a.q.dtype()) : Tensor();
       };
       Tensor vq = valid_of(a.query_padding_mask), vk = valid_of(a.key_padding_mask);
-      Tensor mu = reshape(centroids_, {1, R, n_clusters_, D});
       if (a.aux) {
-        auto commit = [&](const Tensor& xn, const Tensor& assign, const Tensor& valid) {
-          Tensor target = take_along_dim(mu, reshape(assign, {B, R, N, 1}), 2);  // sg(mu): a buffer, no grad
-          Tensor se = valid.defined() ? sum(square(xn - target) * valid) : sum(square(xn - target));
-          // Without padding, in one process, the divisor is B N R D, known here: the same number the device
-          // path below forms (and the same rounding to se's dtype), without its five kernel calls each way.
-          if (!valid.defined() && !collective) return se / std::max(1.0, double(B * N) * double(R * D));
-          // The divisor, max(1, real tokens * R * D), formed in float64 as before but on the device:
-          // no host read per forward. Distributed, the real tokens are the ranks' mean count, so that the
-          // mean over ranks DDP takes is the whole batch's token mean, as one process computes it (each
-          // rank's own count gave another model as soon as the ranks' shards held different padding).
-          Tensor tokens = valid.defined() ? cf::to(sum(valid), kFloat64)
-                                          : Tensor::full({}, double(B * N), kFloat64, a.q.device());
-          if (collective) dist::all_reduce(tokens, dist::ReduceOp::mean);
-          return se / cf::to(clamp(tokens * double(R * D), 1.0, INFINITY), se.dtype());
-        };
-        a.aux->add("routing_commitment", (commit(qn, qa, vq) + commit(kn, ka, vk)) * 0.5);
+        // The centroids as this forward saw them: the loss's backward reads them, after the EMA below has
+        // moved the buffer in place.
+        const Tensor mu = is_training() ? clone(centroids_) : centroids_;
+        // Section 4.1's commitment term, sum |xn - sg(mu_assigned)|^2 over the real tokens divided by their
+        // number times R D (the mean of the two sides), each side one fused call (commitment_loss).
+        if (!a.query_padding_mask.defined() && !a.key_padding_mask.defined() && !collective) {
+          // One process, no padding: the divisor B N R D is known here.
+          const double s = 0.5 / std::max(1.0, double(B * N) * double(R * D));
+          a.aux->add("routing_commitment",
+                     commitment_loss(qn, mu, qa, Tensor(), s) + commitment_loss(kn, mu, ka, Tensor(), s));
+        } else {
+          auto commit = [&](const Tensor& xn, const Tensor& assign, const Tensor& mask, const Tensor& valid) {
+            Tensor se = commitment_loss(xn, mu, assign, mask);
+            // The divisor, max(1, real tokens * R * D), formed in float64 on the device: no host read per
+            // forward. Distributed, the real tokens are the ranks' mean count, so that the mean over ranks DDP
+            // takes is the whole batch's token mean, as one process computes it (each rank's own count gave
+            // another model as soon as the ranks' shards held different padding).
+            Tensor tokens = valid.defined() ? cf::to(sum(valid), kFloat64)
+                                            : Tensor::full({}, double(B * N), kFloat64, a.q.device());
+            if (collective) dist::all_reduce(tokens, dist::ReduceOp::mean);
+            return se / cf::to(clamp(tokens * double(R * D), 1.0, INFINITY), se.dtype());
+          };
+          a.aux->add("routing_commitment",
+                     (commit(qn, qa, a.query_padding_mask, vq) + commit(kn, ka, a.key_padding_mask, vk)) * 0.5);
+        }
       }
       if (is_training()) {
         NoGradGuard ng;

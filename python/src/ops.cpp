@@ -1226,6 +1226,16 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "phi(c_hat_i, c_hat_(i-1) mod k); form \"inner\", or \"cosine\"/\"sphere\" (both the cosine). The same as "
         "cf.nn.centroid_sorting_loss.",
         release_gil());
+  m.def(cf::opname::commitment_loss,
+        [](const Tensor& x, const Tensor& centroids, const Tensor& assign, std::optional<Tensor> kpm, double scale) {
+          return cf::commitment_loss(x, centroids, assign, opt(kpm), scale);
+        },
+        nb::arg("x"), nb::arg("centroids"), nb::arg("assign"), nb::arg("key_padding_mask").none() = nb::none(),
+        nb::arg("scale") = 1.0,
+        "Routing attention's commitment term, one fused op: scale * the sum over the non-padding tokens of "
+        "|x_bhn - centroids[h, assign_bhn]|^2; x (B, H, N, D), centroids (H, C, D) without gradient (sg(mu)), "
+        "assign int64 (B, H, N), key_padding_mask bool (B, N) (True = padding). Differentiable in x.",
+        release_gil());
   m.def(cf::opname::hash_codes, &cf::hash_codes, nb::arg("x"), nb::arg("planes"),
         "int64 codes of x (..., D) under planes (bits, D), bits in [1, 63]: bit b is set when x . planes[b] > 0.",
         release_gil());

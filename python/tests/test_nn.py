@@ -343,6 +343,24 @@ def test_paper_models_build_and_run():
         cf.models.TokenClassifier(vocab_size=10, num_classes=0)
 
 
+def test_commitment_loss_matches_its_composition_and_names_bad_input():
+    x = cf.randn([2, 3, 5, 4]).requires_grad_()
+    mu = cf.randn([3, 6, 4])
+    assign = cf.randint(0, 6, [2, 3, 5])
+    mask = cf.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    loss = cf.commitment_loss(x, mu, assign, mask, scale=0.5)
+    loss.backward()
+    target = cf.take_along_dim(cf.reshape(mu, [1, 3, 6, 4]), cf.reshape(assign, [2, 3, 5, 1]), 2)
+    keep = cf.to(cf.reshape(cf.logical_not(mask), [2, 1, 5, 1]), cf.float32)
+    want = cf.sum(cf.square(x.detach() - target) * keep) * 0.5
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+    grad = (x.detach() - target) * keep
+    got, expected = cf.reshape(x.grad, [-1]).tolist(), cf.reshape(grad, [-1]).tolist()
+    assert max(abs(a - b) for a, b in zip(got, expected)) < 1e-5
+    with pytest.raises(cf.AutogradError, match=r"\[commitment_loss\] the centroids are sg\(mu\)"):
+        cf.commitment_loss(x, mu.requires_grad_(), assign)
+
+
 def test_neural_clustering_losses_and_their_bounded_forms():
     x = cf.randn([2, 6, 4])
     u, c_hat, index, order = cf.nn.neural_clustering(x, cf.randn([3, 4]), cf.randn([4, 4]))

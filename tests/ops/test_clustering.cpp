@@ -280,6 +280,119 @@ PARITY_CASE(centroid_sorting_loss) {
     }
 }
 
+// Routing's commitment term composed of tensor ops (what commitment_loss replaced): the reference.
+Tensor commitment_ref(const Tensor& x, const Tensor& mu, const Tensor& assign, const Tensor& mask, double scale) {
+  const int64_t B = x.shape()[0], H = x.shape()[1], N = x.shape()[2], D = x.shape()[3], C = mu.shape()[1];
+  const Tensor target = take_along_dim(reshape(mu, {1, H, C, D}), reshape(assign, {B, H, N, 1}), 2);
+  Tensor e2 = square(x - target);
+  if (mask.defined()) e2 = e2 * to(reshape(logical_not(mask), {B, 1, N, 1}), x.dtype());
+  return sum(e2) * scale;
+}
+
+TEST_CASE("commitment_loss equals its composition of tensor ops, values and gradients, and refuses bad input") {
+  const int64_t B = 2, H = 3, N = 70, D = 9, C = 5;
+  const Tensor assign = random_ints({B, H, N}, 0, C - 1, 5);
+  std::vector<bool> m(size_t(B * N), false);
+  for (int64_t n = 50; n < N; ++n) m[size_t(N + n)] = true;
+  const Tensor mask = bools(m, {B, N});
+  for (DType dt : {kFloat64, kFloat32}) {
+    for (bool masked : {false, true}) {
+      INFO(dt, masked);
+      const double tol = dt == kFloat64 ? 1e-12 : 1e-5;  // (the loss's, about 500, relative to it)
+      Generator gen(7);
+      const Tensor x0 = rand({B, H, N, D}, dt, gen, -1, 1), mu = rand({H, C, D}, dt, gen, -1, 1);
+      auto run = [&](bool fused) {
+        Tensor x = x0.detach();
+        x.set_requires_grad(true);
+        const Tensor pad = masked ? mask : Tensor();
+        Tensor l = fused ? commitment_loss(x, mu, assign, pad, 0.25) : commitment_ref(x, mu, assign, pad, 0.25);
+        (l * 3.0).backward();
+        return std::vector<Tensor>{l, x.grad()};
+      };
+      const std::vector<Tensor> f = run(true), r = run(false);
+      check_close(f[0], r[0], tol * std::abs(r[0].item()));
+      check_close(f[1], r[1], tol);
+    }
+  }
+  // Padded tokens may carry any id, and a non-finite value there stays out of the sum.
+  Tensor x = leaf64({1, 1, 3, 2}, 3);
+  Tensor xn = cat({narrow(x, 2, 0, 2), Tensor::full({1, 1, 1, 2}, INFINITY, kFloat64)}, 2).detach();
+  const Tensor mu = leaf64({1, 2, 2}, 4).detach();
+  check_close(commitment_loss(xn, mu, ti64({1, 0, 99}, {1, 1, 3}), bools({false, false, true}, {1, 3})),
+              commitment_ref(narrow(xn, 2, 0, 2), mu, ti64({1, 0}, {1, 1, 2}), Tensor(), 1.0), 1e-14);
+  // One kernel call each way, and the ids' scan (none for ids cf built: ops::KnownGoodIndices); empty
+  // batches and sequences give 0.
+  Tensor xl = leaf64({2, 3, 4, 5}, 8);
+  const Tensor m2 = leaf64({3, 2, 5}, 9).detach(), a2 = random_ints({2, 3, 4}, 0, 1, 10);
+  KernelCalls before = kernel_calls();
+  commitment_loss(xl, m2, a2);
+  CHECK((kernel_calls() - before).cpu == 2);
+  Tensor l;
+  before = kernel_calls();
+  {
+    ops::KnownGoodIndices built_here;
+    l = commitment_loss(xl, m2, a2);
+  }
+  CHECK((kernel_calls() - before).cpu == 1);
+  const Tensor g = ones_like(l);
+  before = kernel_calls();
+  l.backward(g);
+  CHECK((kernel_calls() - before).cpu == 1);
+  check_close(commitment_loss(leaf64({0, 3, 4, 5}, 1), m2, Tensor::zeros({0, 3, 4}, kInt64)), {0.0}, 0);
+  check_close(commitment_loss(leaf64({2, 3, 0, 5}, 1), m2, Tensor::zeros({2, 3, 0}, kInt64)), {0.0}, 0);
+  // Autocast: a 16-bit x gives a float32 loss
+  {
+    AutocastGuard guard(kBFloat16);
+    CHECK(commitment_loss(to(xl.detach(), kBFloat16), to(m2, kFloat32), a2).dtype() == kFloat32);
+  }
+  CHECK_THROWS_MSG(commitment_loss(leaf64({2, 3, 4}, 1), m2, a2), ShapeError,
+                   "[commitment_loss] expected x (B, H, N, D), centroids (H, C, D) with C >= 1 and int64 assign");
+  CHECK_THROWS_MSG(commitment_loss(xl, leaf64({2, 2, 5}, 1).detach(), a2), ShapeError, "[commitment_loss]",
+                   "centroids float64 (2,2,5)");
+  CHECK_THROWS_MSG(commitment_loss(xl, m2, to(a2, kFloat64)), ShapeError, "[commitment_loss]", "assign float64");
+  CHECK_THROWS_MSG(commitment_loss(xl, to(m2, kFloat32), a2), DTypeError,
+                   "[commitment_loss] x and centroids must share one dtype, float32 or float64; got float64 and float32");
+  CHECK_THROWS_MSG(commitment_loss(xl, leaf64({3, 2, 5}, 9), a2), AutogradError,
+                   "[commitment_loss] the centroids are sg(mu)");
+  CHECK_THROWS_MSG(commitment_loss(xl, m2, a2, Tensor(), INFINITY), ValueError, "[commitment_loss] scale must be finite");
+  CHECK_THROWS_MSG(commitment_loss(xl, m2, a2, bools({false, true}, {1, 2})), ShapeError,
+                   "[commitment_loss] key_padding_mask must be bool (B, N) = (2, 4), got bool (1,2)");
+  CHECK_THROWS_MSG(commitment_loss(xl, m2, a2 + 1.0), IndexError,
+                   "[commitment_loss] centroid index 2 at flat position");
+  CHECK_THROWS_MSG(commitment_loss(xl, m2, fake_cuda({2, 3, 4}, kInt64)), DeviceError, "[commitment_loss]");
+}
+
+GRADCHECK_CASE(commitment_loss) {
+  const Tensor mask = bools({false, false, false, false, false, true, true}, {1, 7});
+  const Tensor mu = leaf64({2, 3, 4}, 12).detach(), assign = random_ints({1, 2, 7}, 0, 2, 13);
+  check_grad("commitment_loss",
+             [&](const std::vector<Tensor>& in) {
+               return stack({commitment_loss(in[0], mu, assign, mask, 0.5), commitment_loss(in[0], mu, assign)}, 0);
+             },
+             {leaf64({1, 2, 7, 4}, 11)});
+}
+
+PARITY_CASE(commitment_loss) {
+  // N across several of the forward's 64-token blocks, D over a warp, padding in one sequence
+  const int64_t B = 3, H = 2, N = 150, D = 40, C = 7;
+  std::vector<bool> m(size_t(B * N), false);
+  for (int64_t n = 100; n < N; ++n) m[size_t(N + n)] = true;
+  const Tensor mask = bools(m, {B, N}), assign = random_ints({B, H, N}, 0, C - 1, 71);
+  const Tensor mu = leaf32({H, C, D}, 72).detach();
+  check_parity("commitment_loss", [&](const Inputs& in) { return commitment_loss(in[0], in[1], in[2], in[3], 0.5); },
+               {leaf32({B, H, N, D}, 73), mu, assign, mask});
+  check_parity("commitment_loss", [&](const Inputs& in) { return commitment_loss(in[0], in[1], in[2]); },
+               {leaf32({B, H, N, D}, 74), mu, assign});
+  check_parity("commitment_loss", [&](const Inputs& in) { return commitment_loss(in[0], in[1], in[2]); },
+               {leaf32({0, H, N, D}, 75), mu, Tensor::zeros({0, H, N}, kInt64)});
+  check_grad_cuda("commitment_loss",
+                  [&](const std::vector<Tensor>& in) {
+                    return commitment_loss(in[0], leaf64({2, 3, 4}, 76).detach(), random_ints({1, 2, 7}, 0, 2, 77),
+                                           bools({false, false, false, false, true, true, true}, {1, 7}), 0.5);
+                  },
+                  {leaf64({1, 2, 7, 4}, 78)});
+}
+
 TEST_CASE("hash_codes: sign bits of random projections, packed in int64") {
   Tensor x = leaf64({2, 5, 4}, 3).detach();
   Generator g(1);
