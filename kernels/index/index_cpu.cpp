@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/error.h"
 #include "kernels/common/loop.h"
 #include "kernels/common/parallel.h"
 #include "kernels/common/upcast.h"
@@ -26,6 +27,25 @@ void loop_with_grain(const Shape& shape, const std::array<const Tensor*, N>& ops
   parallel_for(p.numel, std::max<int64_t>(grain, 1),
                [&](int64_t b, int64_t e) { run_loop_range<N>(p, base, b, e, inner); });
 }
+
+// The kernels' own bounds test: the ops scan an index before these kernels run, except where its
+// values are known good (ops::KnownGoodIndices: an op's backward rereading the index its forward
+// scanned, a layer's argsort tables). Memory no version counter sees (a NumPy or DLPack view of the
+// index) can still change it in between, so the kernels never index past the axis: a bad value is
+// skipped and reported after the loop (no exception leaves a parallel region), the output unfinished.
+struct IndexOutOfRange {
+  std::atomic<bool> hit{false};
+  std::atomic<int64_t> value{0};
+  void note(int64_t v) {
+    if (!hit.exchange(true)) value = v;
+  }
+  void raise_if_hit(const char* op, int64_t len) const {
+    if (hit)
+      throw IndexError(str("[", op, "] index ", value.load(), " is out of range for an axis of length ", len,
+                           " (the index changed after it was checked: through a NumPy or DLPack view of it, which "
+                           "no version counter sees?)"));
+  }
+};
 
 // t's strides with the entry of `axis` replaced by `stride`.
 Shape strides_with(const Tensor& t, int64_t axis, int64_t stride) {
@@ -80,20 +100,26 @@ BadIndex find_bad_index_cpu(const Tensor& index, int64_t limit, const int64_t* a
 }
 
 void gather_cpu(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& out) {
-  const int64_t ax_st = x.strides()[size_t(axis)];
+  const int64_t ax_st = x.strides()[size_t(axis)], ax_len = x.shape()[size_t(axis)];
   // x seen at index's shape with the axis pinned to its first element; the callback
   // adds index * axis stride.
   Tensor xv = make_view(x, index.shape(), strides_with(x, axis, 0), x.offset());
+  IndexOutOfRange bad;
   CF_DISPATCH_ALL(x.dtype(), "gather", {
     using T = scalar_t;
     strided_loop<3>(index.shape(), {&out, &index, &xv}, [&](auto& p, auto& s, int64_t n) {
       for (int64_t k = 0; k < n; ++k) {
         int64_t id = *reinterpret_cast<const int64_t*>(p[1] + k * s[1]);
+        if (id < 0 || id >= ax_len) {
+          bad.note(id);
+          continue;
+        }
         *reinterpret_cast<T*>(p[0] + k * s[0]) =
             reinterpret_cast<const T*>(p[2] + k * s[2])[id * ax_st];
       }
     });
   });
+  bad.raise_if_hit("gather", ax_len);
 }
 
 void scatter_cpu(const Tensor& out, int64_t axis, const Tensor& index, const Tensor& src, ScatterMode mode) {
@@ -116,6 +142,8 @@ void scatter_cpu(const Tensor& out, int64_t axis, const Tensor& index, const Ten
   Tensor ov = make_view(out, lines, out.strides(), out.offset());
   Tensor iv = make_view(index, lines, index.strides(), index.offset());
   Tensor sv = make_view(src, lines, src.strides(), src.offset());
+  const int64_t out_len = out.shape()[size_t(axis)];
+  IndexOutOfRange bad;
   auto run = [&](auto apply) {
     loop_with_grain<3>(lines, {&ov, &iv, &sv}, kParallelGrain / len, [&](auto& p, auto& s, int64_t n) {
       // j outside, k inside: rows of src are read along their contiguous axis, and
@@ -123,9 +151,14 @@ void scatter_cpu(const Tensor& out, int64_t axis, const Tensor& index, const Ten
       for (int64_t j = 0; j < len; ++j)
         for (int64_t k = 0; k < n; ++k) {
           const int64_t id = reinterpret_cast<const int64_t*>(p[1] + k * s[1])[j * idx_as];
+          if (id < 0 || id >= out_len) {
+            bad.note(id);
+            continue;
+          }
           apply(p[0] + k * s[0], id * out_as, p[2] + k * s[2], j * src_as);
         }
     });
+    bad.raise_if_hit(mode == ScatterMode::Assign ? "scatter" : "scatter_add", out_len);
   };
   if (mode == ScatterMode::Assign) {
     CF_DISPATCH_ALL(out.dtype(), "scatter", {

@@ -160,6 +160,19 @@ TEST_CASE("index data checks: one scan per index, none again in the backward or 
   Tensor z = gather(x, 0, i2);
   fill_(i2, 9.0);
   CHECK_THROWS_MSG(z.backward(leaf64({1, 2}, 3).detach()), Error, "saved by 'gather' for backward was modified in place");
+  // A write no version counter sees (a NumPy or DLPack view of the index; here its raw pointer) before the
+  // backward, which does not rescan: the kernels' own bounds test names it, no write lands past the axis.
+  Tensor i3 = ti64({1, 2}, {1, 2});
+  Tensor z3 = gather(x, 0, i3);
+  i3.data<int64_t>()[1] = int64_t(1) << 40;
+  CHECK_THROWS_MSG(z3.backward(leaf64({1, 2}, 3).detach()), IndexError,
+                   "[scatter_add] index 1099511627776 is out of range for an axis of length 4");
+  CHECK_THROWS_MSG(gather(x.detach(), 0, i3), IndexError, "[gather] index 1099511627776 is out of range");
+  {
+    ops::KnownGoodIndices built_here;  // (a wrong use of the scope: still no read past the axis)
+    CHECK_THROWS_MSG(gather(x.detach(), 0, i3), IndexError,
+                     "[gather] index 1099511627776 is out of range for an axis of length 4");
+  }
 }
 
 TEST_CASE("gather on a large transposed input (parallel path)") {
