@@ -185,11 +185,11 @@ Tensor commitment_loss(const Tensor& x, const Tensor& centroids, const Tensor& a
            ShapeError, "[", who, "] expected x (B, H, N, D), centroids (H, C, D) with C >= 1 and int64 assign "
            "(B, H, N); got x ", describe_arg(x), ", centroids ", describe_arg(centroids), ", assign ",
            describe_arg(assign));
-  if (autocast_dtype() && is_low_precision(x.dtype()))  // a loss: float32 under autocast
-    return commitment_loss(autocast::to_float32(x), centroids, assign, key_padding_mask, scale);
+  if (autocast_dtype() && (is_low_precision(x.dtype()) || is_low_precision(centroids.dtype())))  // a loss: float32
+    return commitment_loss(autocast::to_float32(x), autocast::to_float32(centroids), assign, key_padding_mask, scale);
   CF_CHECK((x.dtype() == kFloat32 || x.dtype() == kFloat64) && centroids.dtype() == x.dtype(), DTypeError, "[", who,
            "] x and centroids must share one dtype, float32 or float64; got ", x.dtype(), " and ", centroids.dtype());
-  CF_CHECK(!centroids.requires_grad(), AutogradError, "[", who,
+  CF_CHECK(!(grad_enabled() && centroids.requires_grad()), AutogradError, "[", who,
            "] the centroids are sg(mu), a constant of the loss, and get no gradient: pass centroids.detach()");
   CF_CHECK(std::isfinite(scale), ValueError, "[", who, "] scale must be finite, got ", scale);
   const int64_t B = x.shape()[0], N = x.shape()[2], C = centroids.shape()[1];

@@ -58,12 +58,12 @@ Tensor centroid_sorting_loss(const Tensor& c_hat, ClusterLossForm form = Cluster
 
 // Routing attention's commitment term (Roy et al. 2021, section 4.1), one fused kernel call each way:
 // scale * sum over the tokens (b, h, n) that are not padding of |x_bhn - mu[h, assign_bhn]|^2, the
-// squared distance of each vector to its assigned centroid (the caller divides: routing by the real
-// tokens times H D). x (B, H, N, D) float32 or float64, centroids (H, C, D) of x's dtype with C >= 1,
+// squared distance of each vector to its assigned centroid (the caller divides: routing by its real
+// tokens times its routed heads times D). x (B, H, N, D) float32 or float64, centroids (H, C, D) of x's dtype with C >= 1,
 // assign int64 (B, H, N) in [0, C) (a data check; deferred on CUDA), key_padding_mask bool (B, N)
 // (true = padding) or undefined, scale finite. A 0-d result in x's dtype, differentiable in x; the
-// centroids are sg(mu), a constant: ones that require grad are refused (pass centroids.detach()).
-// Under autocast a 16-bit x is cast to float32 and the loss is float32.
+// centroids are sg(mu), a constant: ones that require grad are refused with grad mode on (pass
+// centroids.detach()). Under autocast 16-bit x and centroids are cast to float32 and the loss is float32.
 Tensor commitment_loss(const Tensor& x, const Tensor& centroids, const Tensor& assign,
                        const Tensor& key_padding_mask = Tensor(), double scale = 1.0);
 

@@ -305,9 +305,9 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       };
       Tensor vq = valid_of(a.query_padding_mask), vk = valid_of(a.key_padding_mask);
       if (a.aux) {
-        // The centroids as this forward saw them: the loss's backward reads them, after the EMA below has
-        // moved the buffer in place.
-        const Tensor mu = is_training() ? clone(centroids_) : centroids_;
+        // The centroids as this forward saw them, when the loss records a backward that reads them: the
+        // EMA below (or a later training forward, a load_state_dict) writes the buffer in place before it.
+        const Tensor mu = grad_enabled() && (qn.requires_grad() || kn.requires_grad()) ? clone(centroids_) : centroids_;
         // Section 4.1's commitment term, sum |xn - sg(mu_assigned)|^2 over the real tokens divided by their
         // number times R D (the mean of the two sides), each side one fused call (commitment_loss).
         if (!a.query_padding_mask.defined() && !a.key_padding_mask.defined() && !collective) {

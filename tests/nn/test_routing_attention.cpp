@@ -235,6 +235,40 @@ TEST_CASE("routing attention: the EMA centroid update and the commitment loss ma
   CHECK_MESSAGE(r.ok, r.message);
 }
 
+TEST_CASE("routing attention: the commitment loss without padding, and its backward after the centroids moved") {
+  const int64_t B = 2, H = 2, N = 5, D = 3, C = 2;
+  nn::RoutingAttention att(H, D, C, /*local_heads=*/0, 0, 0.9, 0.0, /*seed=*/3);
+  att.to(kFloat64);
+  Tensor q = leaf64({B, H, N, D}, 4), k = leaf64({B, H, N, D}, 5), v = leaf64({B, H, N, 2}, 6);
+  const Tensor mu = clone(att.centroids());
+  // The composition on the module's own assignments: sum |xn - mu_assigned|^2 / (B N H D), the two sides' mean.
+  auto side = [&](const Tensor& x) {
+    const Tensor xn = l2_normalize(x);
+    const Tensor a = nn::nearest_centroid(xn.detach(), mu);
+    const Tensor target = take_along_dim(reshape(mu, {1, H, C, D}), reshape(a, {B, H, N, 1}), 2);
+    return sum(square(xn - target)) / double(B * N * H * D);
+  };
+  nn::AuxLosses aux;
+  att.eval();
+  att.forward(attention_args(q, k, v, Tensor(), false, &aux));
+  REQUIRE(aux.get("routing_commitment").size() == 1);
+  Tensor loss = aux.get("routing_commitment")[0];
+  Tensor want = (side(q) + side(k)) * 0.5;
+  check_close(loss, want, 1e-12);
+  // A training forward moves the centroids (the EMA writes the buffer) before the first loss's backward,
+  // which reads the centroids its own forward saw.
+  att.train();
+  att.forward(attention_args(q.detach(), k.detach(), v, Tensor(), false));
+  CHECK(amax(abs(att.centroids() - mu)).item<double>() > 0);
+  REQUIRE_NOTHROW(loss.backward());
+  const Tensor gq = clone(q.grad()), gk = clone(k.grad());
+  q.zero_grad();
+  k.zero_grad();
+  want.backward();
+  check_close(gq, q.grad(), 1e-12);
+  check_close(gk, k.grad(), 1e-12);
+}
+
 TEST_CASE("routing attention: float64 gradcheck through MultiHeadAttention with the routing fixed") {
   Generator g(2);
   // Chosen by config in a model: the encoder classifier and the encoder-decoder (decoder self-attention).

@@ -386,11 +386,9 @@ PARITY_CASE(commitment_loss) {
   check_parity("commitment_loss", [&](const Inputs& in) { return commitment_loss(in[0], in[1], in[2]); },
                {leaf32({0, H, N, D}, 75), mu, Tensor::zeros({0, H, N}, kInt64)});
   check_grad_cuda("commitment_loss",
-                  [&](const std::vector<Tensor>& in) {
-                    return commitment_loss(in[0], leaf64({2, 3, 4}, 76).detach(), random_ints({1, 2, 7}, 0, 2, 77),
-                                           bools({false, false, false, false, true, true, true}, {1, 7}), 0.5);
-                  },
-                  {leaf64({1, 2, 7, 4}, 78)});
+                  [&](const std::vector<Tensor>& in) { return commitment_loss(in[0], in[1], in[2], in[3], 0.5); },
+                  {leaf64({1, 2, 7, 4}, 78), leaf64({2, 3, 4}, 76).detach(), random_ints({1, 2, 7}, 0, 2, 77),
+                   bools({false, false, false, false, true, true, true}, {1, 7})});
 }
 
 TEST_CASE("hash_codes: sign bits of random projections, packed in int64") {
