@@ -1095,26 +1095,30 @@ TEST_CASE("routed_attention's backward holds its key-slot gradients a chunk of l
   // their dk, dv rows (2 x 16.75 N x 64 per head) would dominate the backward's peak (at N = 1024,
   // 8.75 N rows whole made 5.1x flash attention's); in chunks of N / wk lists it is 1.57x (16.5 MB
   // against 10.5). Below N = 2048 a chunk holds up to 2048 rows (kernel calls): at N = 1024 that
-  // is 2.1x (11.1 MB against 5.3), where chunks of N rows made 1.6x.
-  const int64_t B = 1, H = 4, N = 2048, D = 64;
-  Generator g(5);
-  Tensor q = randn({B, H, N, D}, kFloat32, g), k = randn({B, H, N, D}, kFloat32, g), v = randn({B, H, N, D}, kFloat32, g);
-  Tensor qm, km;
-  nn::fixed_sparse_members(N, 32, 8, false, qm, km);
-  for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
-  auto peak_of = [&](const std::function<Tensor()>& f) {
-    reset_peak_memory();
-    const int64_t before = memory_stats().live_bytes;
-    sum(f()).backward();
-    const int64_t peak = memory_stats().peak_bytes - before;
-    for (Tensor* t : {&q, &k, &v}) t->zero_grad();
-    return peak;
-  };
-  const int64_t routed = peak_of([&] { return routed_attention(q, k, v, qm, km); });
-  const int64_t flash = peak_of([&] { return flash_attention(q, k, v); });
-  CAPTURE(routed);
-  CAPTURE(flash);
-  CHECK(routed < 2 * flash);
+  // is 2.1x (11.1 MB against 5.3), where chunks of N rows made 1.6x: held under 2.5x there.
+  for (const auto& [N, bound] : {std::pair<int64_t, double>{2048, 2.0}, {1024, 2.5}}) {
+    CAPTURE(N);
+    const int64_t B = 1, H = 4, D = 64;
+    Generator g(5);
+    Tensor q = randn({B, H, N, D}, kFloat32, g), k = randn({B, H, N, D}, kFloat32, g),
+           v = randn({B, H, N, D}, kFloat32, g);
+    Tensor qm, km;
+    nn::fixed_sparse_members(N, 32, 8, false, qm, km);
+    for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
+    auto peak_of = [&](const std::function<Tensor()>& f) {
+      reset_peak_memory();
+      const int64_t before = memory_stats().live_bytes;
+      sum(f()).backward();
+      const int64_t peak = memory_stats().peak_bytes - before;
+      for (Tensor* t : {&q, &k, &v}) t->zero_grad();
+      return peak;
+    };
+    const int64_t routed = peak_of([&] { return routed_attention(q, k, v, qm, km); });
+    const int64_t flash = peak_of([&] { return flash_attention(q, k, v); });
+    CAPTURE(routed);
+    CAPTURE(flash);
+    CHECK(double(routed) < bound * double(flash));
+  }
 }
 
 TEST_CASE("routed attention rejects bad input with the shapes in the message") {
