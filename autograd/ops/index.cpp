@@ -65,6 +65,15 @@ Tensor zeros_as(const Shape& shape, const Tensor& like) {
   return ops::filled(shape, 0.0, like.dtype(), like.device());
 }
 
+// src added at `index` along `axis` into zeros of `shape`: the backward of gather, index_select and
+// take_along_dim, whose index their forward checked and whose shapes fit. scatter_add(zeros, ...)
+// without its copy of the zeros (a fill and the kernel: two calls, not three).
+Tensor scatter_add_into_zeros(const Shape& shape, int64_t axis, const Tensor& index, const Tensor& src) {
+  Tensor out = zeros_as(shape, src);
+  kernels::scatter_add(out, axis, index, src);
+  return out;
+}
+
 // A fresh contiguous copy of x: the output of the accumulating ops.
 Tensor copy_of(const Tensor& x) {
   Tensor t = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -118,8 +127,7 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
     SavedTensor si(index);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
-      IndexCheckedScope checked;
-      return {scatter_add(zeros_as(xs, g), a, si.unpack(opname::gather), g)};
+      return {scatter_add_into_zeros(xs, a, si.unpack(opname::gather), g)};
     });
   }
   return out;
@@ -276,8 +284,7 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
     SavedTensor si(index);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
-      IndexCheckedScope checked;
-      return {index_add(zeros_as(xs, g), a, si.unpack(opname::index_select), g)};
+      return {scatter_add_into_zeros(xs, a, spread_index(si.unpack(opname::index_select), g.shape(), a), g)};
     });
   }
   return out;
@@ -344,8 +351,7 @@ Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis) {
     SavedTensor si(iv);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, xb, a](const Tensor& g) -> std::vector<Tensor> {
-      IndexCheckedScope checked;
-      Tensor gx = scatter_add(zeros_as(xb, g), a, si.unpack(opname::take_along_dim), g);
+      Tensor gx = scatter_add_into_zeros(xb, a, si.unpack(opname::take_along_dim), g);
       return {xb == xs ? gx : sum_to(gx, xs)};
     });
   }
