@@ -280,4 +280,39 @@ void kmeans_row_sqnorms_into(const Tensor& x, const Tensor& out) {
   kernels::kmeans_row_sqnorms(x, out);
 }
 
+void centroid_ema_stats_into(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Tensor& xk, const Tensor& ak,
+                             const Tensor& mk, const Tensor& stats) {
+  const char* op = "centroid_ema_stats";
+  check_step(op, xq, {&xq, &aq, &xk, &ak, &stats});
+  CF_CHECK((xq.dtype() == kFloat32 || xq.dtype() == kFloat64), DTypeError, "[", op,
+           "] runs on float32 or float64, got ", xq.describe());
+  CF_CHECK(xq.dim() == 4 && xk.shape() == xq.shape() && xk.dtype() == xq.dtype() &&
+               stats.dtype() == xq.dtype() && stats.dim() == 4 && stats.shape()[0] == 2 &&
+               stats.shape()[1] == xq.shape()[1] && stats.shape()[2] >= 1 && stats.shape()[3] == xq.shape()[3] + 1,
+           ShapeError, "[", op, "] expected xq, xk (B, R, N, D) of one float dtype and stats (2, R, C, D + 1) of it, got ",
+           xq.describe(), ", ", xk.describe(), ", ", stats.describe());
+  const Shape ids{xq.shape()[0], xq.shape()[1], xq.shape()[2]}, mask{xq.shape()[0], xq.shape()[2]};
+  CF_CHECK(aq.dtype() == kInt64 && ak.dtype() == kInt64 && aq.shape() == ids && ak.shape() == ids, ShapeError, "[",
+           op, "] ids must be int64 ", shape_str(ids), ", got ", aq.describe(), ", ", ak.describe());
+  for (const Tensor* m : {&mq, &mk})
+    CF_CHECK(!m->defined() || (m->dtype() == kBool && m->shape() == mask && m->device() == xq.device()), ShapeError,
+             "[", op, "] padding masks must be bool ", shape_str(mask), " on x's device, got ", m->describe());
+  // (masks of any layout: the layer's may be views)
+  kernels::centroid_ema_stats(xq, aq, dense_data(mq), xk, ak, dense_data(mk), stats);
+}
+
+void centroid_ema_update_(const Tensor& mu, const Tensor& stats, double decay) {
+  const char* op = "centroid_ema_update";
+  check_step(op, mu, {&mu, &stats});
+  CF_CHECK(mu.dtype() == kFloat32 || mu.dtype() == kFloat64, DTypeError, "[", op, "] runs on float32 or float64, got ",
+           mu.describe());
+  CF_CHECK(mu.dim() == 3 && stats.dtype() == mu.dtype() &&
+               stats.shape() == Shape({2, mu.shape()[0], mu.shape()[1], mu.shape()[2] + 1}),
+           ShapeError, "[", op, "] expected mu (R, C, D) and stats (2, R, C, D + 1) of its float dtype, got ",
+           mu.describe(), ", ", stats.describe());
+  CF_CHECK(decay >= 0 && decay < 1, ValueError, "[", op, "] decay must be in [0, 1), got ", decay);
+  kernels::centroid_ema_update(mu, stats, decay);
+  mu.bump_version();
+}
+
 }  // namespace cf::ops

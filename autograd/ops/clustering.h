@@ -97,4 +97,16 @@ void kmeans_pp_potentials_into(const Tensor& x, const Tensor& xnorm, const Tenso
 // out (N,) float64 = |x_i|^2.
 void kmeans_row_sqnorms_into(const Tensor& x, const Tensor& out);
 
+// Routing attention's centroid EMA (Roy et al. 2021, section 4.1; nn/attention/routing.cpp), each step one
+// kernel call (kernels/kmeans/kmeans.h states the sums and their order). stats (2, R, C, D + 1) of xq's
+// dtype receives, per side (queries, keys), head and centroid, the sum of the assigned rows of xq / xk
+// (B, R, N, D) float32 or float64 over the tokens that are not padding (mq / mk bool (B, N) or undefined)
+// and their count; the ids aq / ak int64 (B, R, N) are the layer's argmax, in [0, C) (not scanned: the
+// kernels clamp any other into it). Distributed, the
+// stats are all-reduced (summed) between the two steps. The update writes mu (R, C, D) in place:
+// mu <- decay mu + (1 - decay) / 2 (mean_q + mean_k), a side without members keeping mu for its mean.
+void centroid_ema_stats_into(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Tensor& xk, const Tensor& ak,
+                             const Tensor& mk, const Tensor& stats);
+void centroid_ema_update_(const Tensor& mu, const Tensor& stats, double decay);
+
 }  // namespace cf::ops

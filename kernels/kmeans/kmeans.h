@@ -3,6 +3,9 @@
 // k-means++ distance update, each on contiguous tensors of one device, with a CPU
 // arm (kmeans_cpu.cpp) and a CUDA arm (kmeans_cuda.cu). nn/clustering/kmeans.cpp owns
 // validation, initialisation, empty-cluster re-seeding and the iteration loop.
+#include <algorithm>
+#include <cstdint>
+
 #include "core/tensor.h"
 #include "core/error.h"
 #include "kernels/common/dispatch.h"
@@ -97,6 +100,39 @@ inline void kmeans_row_sqnorms(const Tensor& x, const Tensor& out) {
   CF_DEVICE_DISPATCH("kmeans_row_sqnorms", x.device(), kmeans_row_sqnorms_cpu(x, out),
                      kmeans_row_sqnorms_cuda(x, out));
 }
+// Routing attention's centroid EMA (Roy et al. 2021, section 4.1), its two steps each one kernel call
+// (as tensor ops they were about 26 a layer and step; issue 25). Side s (0: queries xq, aq, mq; 1: keys
+// xk, ak, mk): x (B, R, N, D) contiguous, a int64 (B, R, N) in [0, C) (clamped, as the caller built
+// them), m bool (B, N) (true = padding) or undefined.
+// stats (2, R, C, D + 1) contiguous, x's dtype: [s, r, c] = the sum of the rows x_s[b, r, n] assigned to c
+// over the tokens that are not padding, then their count. Summed in double: the B N tokens in chunks of
+// centroid_ema_chunk(...) in token order (b, then n), each chunk's sum in order, then the chunks' sums in
+// order, on both devices (the same bits; on CUDA the chunks run in parallel).
+inline int64_t centroid_ema_chunk(int64_t tokens, int64_t R, int64_t slots) {
+  // At least 128 tokens a chunk, and at most 4M double partials (32 MB) over all chunks of the 2 R lists.
+  const int64_t max_chunks = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, 2 * R * slots));
+  return std::max<int64_t>(128, (tokens + max_chunks - 1) / max_chunks);
+}
+void centroid_ema_stats_cpu(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Tensor& xk, const Tensor& ak,
+                            const Tensor& mk, const Tensor& stats);
+// mu (R, C, D) contiguous, in place: mu <- decay mu + (1 - decay) / 2 (mean_q + mean_k), each side's mean
+// its sum over its count, mu itself where the count is 0; in double, rounded once.
+void centroid_ema_update_cpu(const Tensor& mu, const Tensor& stats, double decay);
+#ifdef CF_WITH_CUDA
+void centroid_ema_stats_cuda(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Tensor& xk,
+                             const Tensor& ak, const Tensor& mk, const Tensor& stats);
+void centroid_ema_update_cuda(const Tensor& mu, const Tensor& stats, double decay);
+#endif
+inline void centroid_ema_stats(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Tensor& xk,
+                               const Tensor& ak, const Tensor& mk, const Tensor& stats) {
+  CF_DEVICE_DISPATCH("centroid_ema", stats.device(), centroid_ema_stats_cpu(xq, aq, mq, xk, ak, mk, stats),
+                     centroid_ema_stats_cuda(xq, aq, mq, xk, ak, mk, stats));
+}
+inline void centroid_ema_update(const Tensor& mu, const Tensor& stats, double decay) {
+  CF_DEVICE_DISPATCH("centroid_ema", mu.device(), centroid_ema_update_cpu(mu, stats, decay),
+                     centroid_ema_update_cuda(mu, stats, decay));
+}
+
 // Elkan's bounds are a CPU speed-up with no CUDA arm: on CUDA the loop in
 // nn/clustering/kmeans.cpp runs the GEMM assignment, which gives the same clustering.
 inline void kmeans_elkan_assign(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,

@@ -398,4 +398,82 @@ void kmeans_pp_update_cpu(const Tensor& x, int64_t center, const Tensor& dist) {
   CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_pp_update", pp_update_typed<scalar_t>(x, center, dist));
 }
 
+// ---------------------------------------------------------------- routing's centroid EMA
+
+namespace centroid_ema_cpu {
+namespace {
+
+template <typename T>
+void stats_typed(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Tensor& xk, const Tensor& ak,
+                 const Tensor& mk, const Tensor& stats) {
+  const int64_t B = xq.shape()[0], R = xq.shape()[1], N = xq.shape()[2], D = xq.shape()[3];
+  const int64_t C = stats.shape()[2];
+  T* out = stats.data<T>();
+  const int64_t M = B * N, S = C * (D + 1), L = centroid_ema_chunk(M, R, S);
+  // One task per (side, head): its tokens in chunks of L in order, each chunk summed on its own, then
+  // added to the total (CUDA's order: the chunks there run in parallel).
+  parallel_for(2 * R, 1, [&](int64_t u0, int64_t u1) {
+    std::vector<double> total(static_cast<size_t>(S)), part(static_cast<size_t>(S));
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t s = u / R, r = u % R;
+      const T* x = (s == 0 ? xq : xk).data<T>();
+      const int64_t* a = (s == 0 ? aq : ak).data<int64_t>();
+      const Tensor& m = s == 0 ? mq : mk;
+      const bool* pad = m.defined() ? m.data<bool>() : nullptr;
+      std::fill(total.begin(), total.end(), 0.0);
+      for (int64_t t0 = 0; t0 < M; t0 += L) {
+        std::fill(part.begin(), part.end(), 0.0);
+        for (int64_t tk = t0; tk < std::min(M, t0 + L); ++tk) {
+          const int64_t b = tk / N, n = tk % N;
+          if (pad && pad[tk]) continue;
+          const int64_t t = (b * R + r) * N + n, c = std::min(std::max(a[t], int64_t(0)), C - 1);
+          const T* row = x + t * D;
+          double* o = part.data() + c * (D + 1);
+          for (int64_t d = 0; d < D; ++d) o[d] += double(row[d]);
+          o[D] += 1;
+        }
+        for (int64_t j = 0; j < S; ++j) total[size_t(j)] += part[size_t(j)];
+      }
+      T* o = out + u * S;
+      for (int64_t j = 0; j < S; ++j) o[j] = T(total[size_t(j)]);
+    }
+  });
+}
+
+template <typename T>
+void update_typed(const Tensor& mu, const Tensor& stats, double decay) {
+  const int64_t R = mu.shape()[0], C = mu.shape()[1], D = mu.shape()[2];
+  T* p = mu.data<T>();
+  const T* st = stats.data<T>();
+  parallel_for(R * C * D, kParallelGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t rc = i / D, d = i % D;
+      const T* q = st + rc * (D + 1);
+      const T* k = st + (R * C + rc) * (D + 1);
+      const double m = double(p[i]);
+      const double mean_q = q[D] > T(0) ? double(q[d]) / double(q[D]) : m;
+      const double mean_k = k[D] > T(0) ? double(k[d]) / double(k[D]) : m;
+      p[i] = T(decay * m + (1.0 - decay) / 2.0 * (mean_q + mean_k));
+    }
+  });
+}
+
+}  // namespace
+}  // namespace centroid_ema_cpu
+
+void centroid_ema_stats_cpu(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Tensor& xk, const Tensor& ak,
+                            const Tensor& mk, const Tensor& stats) {
+  if (stats.dtype() == kFloat64)
+    centroid_ema_cpu::stats_typed<double>(xq, aq, mq, xk, ak, mk, stats);
+  else
+    centroid_ema_cpu::stats_typed<float>(xq, aq, mq, xk, ak, mk, stats);
+}
+
+void centroid_ema_update_cpu(const Tensor& mu, const Tensor& stats, double decay) {
+  if (mu.dtype() == kFloat64)
+    centroid_ema_cpu::update_typed<double>(mu, stats, decay);
+  else
+    centroid_ema_cpu::update_typed<float>(mu, stats, decay);
+}
+
 }  // namespace cf::kernels

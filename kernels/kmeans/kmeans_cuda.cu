@@ -278,4 +278,150 @@ void kmeans_row_sqnorms_cuda(const Tensor& x, const Tensor& out) {
   ::cf::cuda::check_launch("kmeans_row_sqnorms");
 }
 
+// ---------------------------------------------------------------- routing's centroid EMA
+// Slot j of a (side, head) is centroid j / (D + 1), feature j % (D + 1) (D: the count). Kernel 1: a
+// thread per (side, head, chunk of tokens, slot) sums its slot over the chunk's tokens in order (the ids
+// are read by every thread of the block: one broadcast load a warp); kernel 2: a thread per (side, head,
+// slot) adds the chunks' sums in order. The CPU sums in the same order: the same bits, no atomics.
+
+namespace centroid_ema_cuda {
+namespace {
+
+template <typename T>
+__global__ void chunk_sums_kernel(const T* xq, const int64_t* aq, const bool* mq, const T* xk, const int64_t* ak,
+                                  const bool* mk, int64_t R, int64_t N, int64_t D, int64_t C, int64_t M, int64_t L,
+                                  int64_t chunks, int64_t slot_blocks, double* part) {
+  const int64_t S = C * (D + 1);
+  for (int64_t u = blockIdx.x; u < 2 * R * chunks * slot_blocks; u += gridDim.x) {  // block-uniform
+    const int64_t sb = u % slot_blocks, chunk = (u / slot_blocks) % chunks, sr = u / (slot_blocks * chunks);
+    const int64_t s = sr / R, r = sr % R, j = sb * blockDim.x + threadIdx.x;
+    const T* x = s == 0 ? xq : xk;
+    const int64_t* a = s == 0 ? aq : ak;
+    const bool* pad = s == 0 ? mq : mk;
+    const int64_t c = j / (D + 1), d = j % (D + 1);
+    double acc = 0;
+    const int64_t t0 = chunk * L, t1 = min(M, t0 + L);
+    for (int64_t tk = t0; tk < t1; ++tk) {
+      if (pad && pad[tk]) continue;
+      const int64_t t = ((tk / N) * R + r) * N + tk % N;
+      if (j >= S || cu::clamp_index(a[t], C) != c) continue;
+      acc += d < D ? double(x[t * D + d]) : 1.0;
+    }
+    if (j < S) part[(sr * chunks + chunk) * S + j] = acc;
+  }
+}
+
+// The same sums when a (side, head)'s C (D + 1) slots fit in shared memory: a block per (side, head,
+// chunk), thread d owning feature d of every centroid, each token's row added to its centroid's slots:
+// every slot still gets its chunk's tokens in order (the same bits), with D + 1 lanes of work per token
+// where the kernel above has C (D + 1) threads scan every token.
+template <typename T>
+__global__ void chunk_sums_shared_kernel(const T* xq, const int64_t* aq, const bool* mq, const T* xk,
+                                         const int64_t* ak, const bool* mk, int64_t R, int64_t N, int64_t D,
+                                         int64_t C, int64_t M, int64_t L, int64_t chunks, double* part) {
+  extern __shared__ double acc[];  // C (D + 1)
+  const int64_t S = C * (D + 1);
+  for (int64_t u = blockIdx.x; u < 2 * R * chunks; u += gridDim.x) {  // block-uniform
+    const int64_t chunk = u % chunks, sr = u / chunks, s = sr / R, r = sr % R;
+    const T* x = s == 0 ? xq : xk;
+    const int64_t* a = s == 0 ? aq : ak;
+    const bool* pad = s == 0 ? mq : mk;
+    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) acc[j] = 0;
+    __syncthreads();
+    const int64_t t0 = chunk * L, t1 = min(M, t0 + L);
+    for (int64_t tk = t0; tk < t1; ++tk) {
+      if (pad && pad[tk]) continue;  // block-uniform
+      const int64_t t = ((tk / N) * R + r) * N + tk % N;
+      double* o = acc + cu::clamp_index(a[t], C) * (D + 1);
+      for (int64_t d = threadIdx.x; d <= D; d += blockDim.x) o[d] += d < D ? double(x[t * D + d]) : 1.0;
+    }
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) part[(sr * chunks + chunk) * S + j] = acc[j];
+    __syncthreads();  // (acc is cleared for the block's next chunk)
+  }
+}
+
+template <typename T>
+__global__ void chunks_total_kernel(const double* part, int64_t R, int64_t S, int64_t chunks, T* out) {
+  const int64_t total = 2 * R * S, step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t sr = i / S, j = i % S;
+    double s = 0;
+    for (int64_t q = 0; q < chunks; ++q) s += part[(sr * chunks + q) * S + j];
+    out[i] = T(s);
+  }
+}
+
+template <typename T>
+__global__ void update_kernel(T* mu, const T* st, int64_t R, int64_t C, int64_t D, double decay) {
+  const int64_t total = R * C * D, step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t rc = i / D, d = i % D;
+    const T* q = st + rc * (D + 1);
+    const T* k = st + (R * C + rc) * (D + 1);
+    const double m = double(mu[i]);
+    const double mean_q = double(q[D]) > 0 ? double(q[d]) / double(q[D]) : m;
+    const double mean_k = double(k[D]) > 0 ? double(k[d]) / double(k[D]) : m;
+    // Rounded as the CPU rounds (no fused multiply-add): the same bits on both devices.
+    mu[i] = T(__dadd_rn(__dmul_rn(decay, m), __dmul_rn((1.0 - decay) / 2.0, __dadd_rn(mean_q, mean_k))));
+  }
+}
+
+template <typename T>
+void stats_typed(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Tensor& xk, const Tensor& ak,
+                 const Tensor& mk, const Tensor& stats) {
+  const int64_t B = xq.shape()[0], R = xq.shape()[1], N = xq.shape()[2], D = xq.shape()[3];
+  const int64_t C = stats.shape()[2], S = C * (D + 1), M = B * N;
+  if (R * S == 0) return;
+  cu::use_device_of(stats, "centroid_ema");
+  const int64_t L = centroid_ema_chunk(M, R, S), chunks = std::max<int64_t>(1, (M + L - 1) / L);
+  Tensor part = Tensor::empty({2 * R * chunks * S}, kFloat64, stats.device());
+  const bool* pq = mq.defined() ? cu::ptr<const bool>(mq) : nullptr;
+  const bool* pk = mk.defined() ? cu::ptr<const bool>(mk) : nullptr;
+  constexpr int64_t kSharedSlots = 6144;  // 48 KB of doubles: the default shared memory of a block
+  if (S <= kSharedSlots) {
+    const int threads = int(std::min<int64_t>(cu::kThreads, (D + 1 + cu::kWarp - 1) / cu::kWarp * cu::kWarp));
+    chunk_sums_shared_kernel<T><<<cu::blocks_for(2 * R * chunks), threads, size_t(S) * sizeof(double)>>>(
+        cu::ptr<const T>(xq), cu::ptr<const int64_t>(aq), pq, cu::ptr<const T>(xk), cu::ptr<const int64_t>(ak), pk, R,
+        N, D, C, M, L, chunks, cu::ptr<double>(part));
+  } else {
+    const int64_t slot_blocks = (S + cu::kThreads - 1) / cu::kThreads;
+    chunk_sums_kernel<T><<<cu::blocks_for(2 * R * chunks * slot_blocks), cu::kThreads>>>(
+        cu::ptr<const T>(xq), cu::ptr<const int64_t>(aq), pq, cu::ptr<const T>(xk), cu::ptr<const int64_t>(ak), pk, R,
+        N, D, C, M, L, chunks, slot_blocks, cu::ptr<double>(part));
+  }
+  ::cf::cuda::check_launch("centroid_ema");
+  chunks_total_kernel<T><<<cu::grid_for(2 * R * S), cu::kThreads>>>(cu::ptr<const double>(part), R, S, chunks,
+                                                                     cu::ptr<T>(stats));
+  ::cf::cuda::check_launch("centroid_ema");
+}
+
+template <typename T>
+void update_typed(const Tensor& mu, const Tensor& stats, double decay) {
+  const int64_t R = mu.shape()[0], C = mu.shape()[1], D = mu.shape()[2];
+  if (R * C * D == 0) return;
+  cu::use_device_of(mu, "centroid_ema");
+  update_kernel<T><<<cu::grid_for(R * C * D), cu::kThreads>>>(cu::ptr<T>(mu), cu::ptr<const T>(stats), R, C, D,
+                                                                 decay);
+  ::cf::cuda::check_launch("centroid_ema");
+}
+
+}  // namespace
+}  // namespace centroid_ema_cuda
+
+void centroid_ema_stats_cuda(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Tensor& xk,
+                             const Tensor& ak, const Tensor& mk, const Tensor& stats) {
+  if (stats.dtype() == kFloat64)
+    centroid_ema_cuda::stats_typed<double>(xq, aq, mq, xk, ak, mk, stats);
+  else
+    centroid_ema_cuda::stats_typed<float>(xq, aq, mq, xk, ak, mk, stats);
+}
+
+void centroid_ema_update_cuda(const Tensor& mu, const Tensor& stats, double decay) {
+  if (mu.dtype() == kFloat64)
+    centroid_ema_cuda::update_typed<double>(mu, stats, decay);
+  else
+    centroid_ema_cuda::update_typed<float>(mu, stats, decay);
+}
+
 }  // namespace cf::kernels

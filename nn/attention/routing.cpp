@@ -229,20 +229,13 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
   const int64_t L = local_heads_, R = H - L;
   const bool collective = distributed_ && dist::is_initialized() && dist::world_size() > 1;
   // Section 4.1: mu <- lambda mu + (1 - lambda)/2 mean(assigned Q) + (1 - lambda)/2 mean(assigned K), from
-  // `stats` (2 (R C + 1), D + 1): this shard's per-cluster sums | counts of the assigned queries (rows r C + c)
-  // then keys (rows R C + 1 + r C + c); distributed, the whole batch's means (one all-reduce, on the device). An
-  // empty cluster keeps its centroid.
-  const int64_t RC = R * n_clusters_;
+  // `stats` (2, R, C, D + 1): this shard's per-cluster sums | counts of the assigned queries, then keys;
+  // distributed, the whole batch's means (one all-reduce, on the device). A side without members leaves the
+  // centroid for its mean.
   auto update_centroids = [&](Tensor stats) {
     NoGradGuard ng;
     if (collective) dist::all_reduce(stats, dist::ReduceOp::sum);
-    auto mean_of = [&](int64_t first) {
-      Tensor block = narrow(stats, 0, first, RC);
-      Tensor sums = reshape(narrow(block, 1, 0, D), {R, n_clusters_, D});
-      Tensor cnt = reshape(narrow(block, 1, D, 1), {R, n_clusters_, 1});
-      return where(gt(cnt, 0.0), sums / clamp(cnt, 1.0, INFINITY), centroids_);
-    };
-    copy_(centroids_, centroids_ * decay_ + (mean_of(0) + mean_of(RC + 1)) * ((1.0 - decay_) / 2.0));
+    ops::centroid_ema_update_(centroids_, stats, decay_);
   };
   if (N == 0) {  // nothing to route
     // A rank whose shard has no token still joins the distributed update with zero sums: the other ranks'
@@ -254,7 +247,7 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       }
     }
     if (is_training() && R > 0 && collective) {
-      update_centroids(Tensor::zeros({2 * (RC + 1), D + 1}, centroids_.dtype(), centroids_.device()));
+      update_centroids(Tensor::zeros({2, R, n_clusters_, D + 1}, centroids_.dtype(), centroids_.device()));
     }
     return Tensor::zeros({B, H, 0, a.v.shape()[3]}, a.v.dtype(), a.v.device());
   }
@@ -300,10 +293,6 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
         ka = nearest_centroid_of(k_dots, half_norms);
       }
       q_dots = k_dots = Tensor();  // (B, R, N, C) each: free before the commitment loss and the update
-      auto valid_of = [&](const Tensor& mask) {  // (B, 1, N, 1) 1 for real tokens; undefined: every token
-        return mask.defined() ? cf::to(reshape(logical_not(mask), {B, 1, N, 1}), a.q.dtype()) : Tensor();
-      };
-      Tensor vq = valid_of(a.query_padding_mask), vk = valid_of(a.key_padding_mask);
       if (a.aux) {
         // The centroids as this forward saw them, when the loss records a backward that reads them: the
         // EMA below (or a later training forward, a load_state_dict) writes the buffer in place before it.
@@ -316,57 +305,30 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
           a.aux->add("routing_commitment",
                      commitment_loss(qn, mu, qa, Tensor(), s) + commitment_loss(kn, mu, ka, Tensor(), s));
         } else {
-          auto commit = [&](const Tensor& xn, const Tensor& assign, const Tensor& mask, const Tensor& valid) {
+          auto commit = [&](const Tensor& xn, const Tensor& assign, const Tensor& mask) {
             Tensor se = commitment_loss(xn, mu, assign, mask);
             // The divisor, max(1, real tokens * R * D), formed in float64 on the device: no host read per
             // forward. Distributed, the real tokens are the ranks' mean count, so that the mean over ranks DDP
             // takes is the whole batch's token mean, as one process computes it (each rank's own count gave
             // another model as soon as the ranks' shards held different padding).
-            Tensor tokens = valid.defined() ? cf::to(sum(valid), kFloat64)
-                                            : Tensor::full({}, double(B * N), kFloat64, a.q.device());
+            Tensor tokens = mask.defined() ? sum(cf::to(logical_not(mask), kFloat64))
+                                           : Tensor::full({}, double(B * N), kFloat64, a.q.device());
             if (collective) dist::all_reduce(tokens, dist::ReduceOp::mean);
             return se / cf::to(clamp(tokens * double(R * D), 1.0, INFINITY), se.dtype());
           };
           a.aux->add("routing_commitment",
-                     (commit(qn, qa, a.query_padding_mask, vq) + commit(kn, ka, a.key_padding_mask, vk)) * 0.5);
+                     (commit(qn, qa, a.query_padding_mask) + commit(kn, ka, a.key_padding_mask)) * 0.5);
         }
       }
       if (is_training()) {
         NoGradGuard ng;
-        const int64_t rows = B * R * N;
-        // Per head and cluster, the sums and counts of the assigned queries and keys, each vector adding
-        // (x | 1): row r C + c of the queries' block (head r's cluster c), a spare row R C (their padding),
-        // then the keys' block; one all-reduce for all four. Deterministic on both devices, by a different
-        // mechanism on each, as measured: on the CPU one index_add (linear in N, in position order; with
-        // the shared scores it took routing's training step from 2.11 to 1.77 s at N = 2048, cf-bench model,
-        // one thread), on CUDA a one-hot (B, R, N, C) product per side (cuBLAS; index_add's deterministic
-        // sums add each output's B N / C terms in one thread: routing's H200 training step took 2.51x
-        // full's at N = 512 and 1.22x at 2048 that way, against 2.18x and 1.02x with the product at stop 60).
-        // With cf::cuda::set_allow_tf32(true) that product rounds x to TF32, as every float32 matmul does.
-        const Tensor ones = Tensor::ones({B, R, N, 1}, qd.dtype(), qd.device());
-        Tensor stats;
-        if (a.q.device().is_cuda()) {
-          auto block_of = [&](const Tensor& assign, const Tensor& xd, const Tensor& valid, const Tensor& mask) {
-            Tensor onehot = one_hot(assign, n_clusters_, xd.dtype());  // (B, R, N, C)
-            if (valid.defined()) onehot = onehot * valid;
-            // Padded rows are zeroed, not only weighted by 0: a NaN or inf there would reach every
-            // centroid through 0 * inf (the CPU's index_add sends them to the spare row instead).
-            const Tensor x = mask.defined() ? where(reshape(logical_not(mask), {B, 1, N, 1}), xd, 0.0) : xd;
-            Tensor sums = sum(matmul(transpose(onehot, -2, -1), cat({x, ones}, -1)), {0});  // (R, C, D + 1)
-            return cat({reshape(sums, {RC, D + 1}), Tensor::zeros({1, D + 1}, xd.dtype(), xd.device())}, 0);
-          };
-          stats = cat({block_of(qa, qd, vq, a.query_padding_mask), block_of(ka, kd, vk, a.key_padding_mask)}, 0);
-        } else {
-          const Tensor head_base = reshape(Tensor::arange(R, kInt64, a.q.device()) * double(n_clusters_), {1, R, 1});
-          auto rows_of = [&](const Tensor& assign, const Tensor& mask, int64_t first) {
-            Tensor r = assign + head_base;  // (B, R, N)
-            if (mask.defined()) r = where(logical_not(reshape(mask, {B, 1, N})), r, double(RC));
-            return reshape(r, {rows}) + double(first);
-          };
-          Tensor src = reshape(cat({cat({qd, ones}, -1), cat({kd, ones}, -1)}, 0), {2 * rows, D + 1});
-          Tensor ids = cat({rows_of(qa, a.query_padding_mask, 0), rows_of(ka, a.key_padding_mask, RC + 1)}, 0);
-          stats = index_add(Tensor::zeros({2 * (RC + 1), D + 1}, qd.dtype(), qd.device()), 0, ids, src);
-        }
+        // Per side, head and cluster, the sums and counts of the assigned queries and keys over the real
+        // tokens (padding, NaN or inf there, reaches no centroid), one kernel call, deterministic and the
+        // same bits on both devices (kernels/kmeans/kmeans.h); one all-reduce for all of it, distributed.
+        // As tensor ops it took about 14 calls a layer on each device, by two mechanisms (an index_add on
+        // the CPU, one-hot products on CUDA), and the update below 12 more.
+        Tensor stats = Tensor::empty({2, R, n_clusters_, D + 1}, qd.dtype(), qd.device());
+        ops::centroid_ema_stats_into(qd, qa, a.query_padding_mask, kd, ka, a.key_padding_mask, stats);
         update_centroids(stats);
       }
     }

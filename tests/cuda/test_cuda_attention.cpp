@@ -318,8 +318,8 @@ CUDA_TEST_CASE("the point-cloud classifier runs on CUDA like on the CPU (FPS and
   }
 }
 
-// Routing's EMA sums by a one-hot product on CUDA and by index_add on the CPU (routing.cpp): one training
-// forward must move the centroids alike, padding excluded, beside a local head.
+// Routing's EMA (ops::centroid_ema_stats_into and _update_, the same sums in the same order on both devices):
+// one training forward must move the centroids alike, padding excluded, beside a local head.
 CUDA_TEST_CASE("routing attention's EMA update on CUDA equals the CPU's") {
   const int64_t B = 2, H = 3, N = 20, Dh = 8;
   nn::RoutingAttention on_cpu(H, Dh, 4, /*local_heads=*/1, 0, 0.9, 0.0, /*seed=*/5);

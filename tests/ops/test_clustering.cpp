@@ -391,6 +391,131 @@ PARITY_CASE(commitment_loss) {
                    bools({false, false, false, false, true, true, true}, {1, 7})});
 }
 
+// Routing's centroid EMA stats as a direct loop: (2, R, C, D + 1) sums and counts of the assigned rows.
+std::vector<double> ema_stats_ref(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Tensor& xk,
+                                  const Tensor& ak, const Tensor& mk, int64_t C) {
+  const int64_t B = xq.shape()[0], R = xq.shape()[1], N = xq.shape()[2], D = xq.shape()[3];
+  std::vector<double> out(size_t(2 * R * C * (D + 1)), 0.0);
+  for (int64_t s = 0; s < 2; ++s) {
+    const std::vector<double> x = to(s == 0 ? xq : xk, kFloat64).to_vector<double>();
+    const std::vector<int64_t> a = (s == 0 ? aq : ak).to_vector<int64_t>();
+    const Tensor& m = s == 0 ? mq : mk;
+    const std::vector<bool> pad = m.defined() ? m.to_vector<bool>() : std::vector<bool>(size_t(B * N), false);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t n = 0; n < N; ++n) {
+          if (pad[size_t(b * N + n)]) continue;
+          const int64_t t = (b * R + r) * N + n, c = a[size_t(t)];
+          double* o = out.data() + ((s * R + r) * C + c) * (D + 1);
+          for (int64_t d = 0; d < D; ++d) o[d] += x[size_t(t * D + d)];
+          o[D] += 1;
+        }
+  }
+  return out;
+}
+
+TEST_CASE("routing's centroid EMA: the stats and the update equal a direct computation, one call each") {
+  const int64_t B = 2, R = 3, N = 150, D = 5, C = 4;
+  Generator gen(3);
+  const Tensor xq = rand({B, R, N, D}, kFloat64, gen, -1, 1), xk = rand({B, R, N, D}, kFloat64, gen, -1, 1);
+  // cluster 3 of head 0 gets no query: its query mean is the centroid itself
+  Tensor aq = random_ints({B, R, N}, 0, C - 1, 4), ak = random_ints({B, R, N}, 0, C - 1, 5);
+  aq = where(logical_and(eq(aq, 3.0), reshape(eq(Tensor::arange(R, kInt64), 0.0), {1, R, 1})),
+             Tensor::zeros({1}, kInt64), aq);
+  std::vector<bool> m(size_t(B * N), false);
+  for (int64_t n = 120; n < N; ++n) m[size_t(N + n)] = true;
+  const Tensor mk = bools(m, {B, N});
+  // NaN and inf at padded keys reach no centroid
+  const Tensor xk_pad = where(reshape(mk, {B, 1, N, 1}), Tensor::full({1}, NAN, kFloat64), xk);
+  for (DType dt : {kFloat64, kFloat32}) {
+    INFO(dt);
+    Tensor stats = Tensor::empty({2, R, C, D + 1}, dt);
+    const Tensor xq_dt = to(xq, dt), xk_dt = to(xk_pad, dt);
+    const KernelCalls before = kernel_calls();
+    ops::centroid_ema_stats_into(xq_dt, aq, Tensor(), xk_dt, ak, mk, stats);
+    CHECK((kernel_calls() - before).cpu == 1);
+    const std::vector<double> want = ema_stats_ref(xq_dt, aq, Tensor(), to(xk, dt), ak, mk, C);
+    check_close(stats, want, dt == kFloat64 ? 1e-12 : 1e-5);
+    CHECK(to(stats, kFloat64).to_vector<double>()[size_t(3 * (D + 1) + D)] == 0.0);  // head 0, cluster 3: no query
+    // The update against the formula, with an empty side keeping mu for its mean.
+    Tensor mu = to(rand({R, C, D}, kFloat64, gen, -1, 1), dt);
+    const std::vector<double> mu0 = to(mu, kFloat64).to_vector<double>();
+    const std::vector<double> st = to(stats, kFloat64).to_vector<double>();
+    const double decay = 0.9;
+    std::vector<double> expected(mu0.size());
+    for (int64_t rc = 0; rc < R * C; ++rc)
+      for (int64_t d = 0; d < D; ++d) {
+        const double* q = st.data() + rc * (D + 1);
+        const double* k = st.data() + (R * C + rc) * (D + 1);
+        const double m0 = mu0[size_t(rc * D + d)];
+        const double mq = q[D] > 0 ? q[d] / q[D] : m0, mkm = k[D] > 0 ? k[d] / k[D] : m0;
+        expected[size_t(rc * D + d)] = decay * m0 + (1 - decay) / 2 * (mq + mkm);
+      }
+    const int64_t version = mu.version();
+    const KernelCalls b2 = kernel_calls();
+    ops::centroid_ema_update_(mu, stats, decay);
+    CHECK((kernel_calls() - b2).cpu == 1);
+    CHECK(mu.version() > version);
+    check_close(mu, expected, dt == kFloat64 ? 1e-14 : 1e-6);
+  }
+  // A padding mask of any layout (a view of a wider one) gives the same sums.
+  {
+    std::vector<bool> wide(size_t(B * (N + 3)), false);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t n = 0; n < N; ++n) wide[size_t(b * (N + 3) + n)] = m[size_t(b * N + n)];
+    const Tensor view = narrow(bools(wide, {B, N + 3}), 1, 0, N);
+    REQUIRE_FALSE(view.is_contiguous());
+    Tensor s1 = Tensor::empty({2, R, C, D + 1}, kFloat64), s2 = Tensor::empty({2, R, C, D + 1}, kFloat64);
+    ops::centroid_ema_stats_into(xq, aq, Tensor(), xk, ak, mk, s1);
+    ops::centroid_ema_stats_into(xq, aq, Tensor(), xk, ak, view, s2);
+    check_close(s2, s1, 0);
+  }
+  CHECK_THROWS_MSG(ops::centroid_ema_stats_into(to(xq, kBFloat16), aq, Tensor(), to(xk, kBFloat16), ak, Tensor(),
+                                                Tensor::empty({2, R, C, D + 1}, kBFloat16)),
+                   DTypeError, "[centroid_ema_stats] runs on float32 or float64, got bfloat16");
+  // No token: zero sums and counts, and the centroids stay.
+  Tensor none = Tensor::empty({2, R, C, D + 1});
+  ops::centroid_ema_stats_into(Tensor::zeros({B, R, 0, D}), Tensor::zeros({B, R, 0}, kInt64), Tensor(),
+                               Tensor::zeros({B, R, 0, D}), Tensor::zeros({B, R, 0}, kInt64), Tensor(), none);
+  check_close(none, Tensor::zeros({2, R, C, D + 1}), 0);
+  CHECK_THROWS_MSG(ops::centroid_ema_stats_into(xq, aq, Tensor(), xk, ak, Tensor(), Tensor::empty({2, R, C, D}, kFloat64)),
+                   ShapeError, "[centroid_ema_stats] expected xq, xk (B, R, N, D) of one float dtype and stats (2, R, C, D + 1)");
+  CHECK_THROWS_MSG(ops::centroid_ema_stats_into(xq, to(aq, kFloat64), Tensor(), xk, ak, Tensor(),
+                                                Tensor::empty({2, R, C, D + 1}, kFloat64)),
+                   ShapeError, "[centroid_ema_stats] ids must be int64 (2,3,150)");
+  CHECK_THROWS_MSG(ops::centroid_ema_stats_into(xq, aq, bools({true}, {1, 1}), xk, ak, Tensor(),
+                                                Tensor::empty({2, R, C, D + 1}, kFloat64)),
+                   ShapeError, "[centroid_ema_stats] padding masks must be bool (2,150)");
+  Tensor mu = Tensor::zeros({R, C, D}, kFloat64);
+  CHECK_THROWS_MSG(ops::centroid_ema_update_(mu, Tensor::zeros({2, R, C, D}, kFloat64), 0.9), ShapeError,
+                   "[centroid_ema_update] expected mu (R, C, D) and stats (2, R, C, D + 1)");
+  CHECK_THROWS_MSG(ops::centroid_ema_update_(mu, Tensor::zeros({2, R, C, D + 1}, kFloat64), 1.0), ValueError,
+                   "[centroid_ema_update] decay must be in [0, 1), got 1");
+}
+
+CUDA_TEST_CASE("routing's centroid EMA on CUDA gives the CPU's bits") {
+  // Several chunks of tokens (B N = 2 * 700), padding; the shared-memory kernel (C (D + 1) = 9 * 41 slots)
+  // and the one for slots beyond it (200 * 41 = 8200), float32 and float64.
+  for (const auto& [C, dt] : {std::pair<int64_t, DType>{9, kFloat32}, {9, kFloat64}, {200, kFloat32}}) {
+    CAPTURE(C);
+    const int64_t B = 2, R = 2, N = 700, D = 40;
+    Generator gen(8);
+    const Tensor xq = rand({B, R, N, D}, dt, gen, -1, 1), xk = rand({B, R, N, D}, dt, gen, -1, 1);
+    const Tensor aq = random_ints({B, R, N}, 0, C - 1, 9), ak = random_ints({B, R, N}, 0, C - 1, 10);
+    std::vector<bool> m(size_t(B * N), false);
+    for (int64_t n = 500; n < N; ++n) m[size_t(n)] = true;
+    const Tensor mk = bools(m, {B, N});
+    Tensor s_cpu = Tensor::empty({2, R, C, D + 1}, dt), s_gpu = cuda0(Tensor::empty({2, R, C, D + 1}, dt));
+    ops::centroid_ema_stats_into(xq, aq, Tensor(), xk, ak, mk, s_cpu);
+    ops::centroid_ema_stats_into(cuda0(xq), cuda0(aq), Tensor(), cuda0(xk), cuda0(ak), cuda0(mk), s_gpu);
+    check_close(s_gpu.cpu(), s_cpu, 0);
+    Tensor mu_cpu = rand({R, C, D}, dt, gen, -1, 1), mu_gpu = cuda0(mu_cpu);
+    ops::centroid_ema_update_(mu_cpu, s_cpu, 0.99);
+    ops::centroid_ema_update_(mu_gpu, s_gpu, 0.99);
+    check_close(mu_gpu.cpu(), mu_cpu, 0);
+  }
+}
+
 TEST_CASE("hash_codes: sign bits of random projections, packed in int64") {
   Tensor x = leaf64({2, 5, 4}, 3).detach();
   Generator g(1);
