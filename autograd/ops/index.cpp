@@ -65,15 +65,6 @@ Tensor zeros_as(const Shape& shape, const Tensor& like) {
   return ops::filled(shape, 0.0, like.dtype(), like.device());
 }
 
-// src added at `index` along `axis` into zeros of `shape`: the backward of gather, index_select and
-// take_along_dim, whose index their forward checked and whose shapes fit. scatter_add(zeros, ...)
-// without its copy of the zeros (a fill and the kernel: two calls, not three).
-Tensor scatter_add_into_zeros(const Shape& shape, int64_t axis, const Tensor& index, const Tensor& src) {
-  Tensor out = zeros_as(shape, src);
-  kernels::scatter_add(out, axis, index, src);
-  return out;
-}
-
 // A fresh contiguous copy of x: the output of the accumulating ops.
 Tensor copy_of(const Tensor& x) {
   Tensor t = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -127,7 +118,8 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
     SavedTensor si(index);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
-      return {scatter_add_into_zeros(xs, a, si.unpack(opname::gather), g)};
+      IndexCheckedScope checked;
+      return {ops::scatter_add_to_zeros(xs, a, si.unpack(opname::gather), g)};
     });
   }
   return out;
@@ -202,10 +194,12 @@ Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor&
   return out;
 }
 
-Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+namespace {
+// scatter_add, into a copy of x, or into x itself when the caller made it (fresh zeros: no copy).
+Tensor scatter_add_impl(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src, bool x_is_fresh) {
   const char* op = opname::scatter_add;
   const int64_t a = check_scatter(op, x, axis, index, src, /*numeric=*/true);
-  Tensor out = copy_of(x);
+  Tensor out = x_is_fresh ? x : copy_of(x);
   kernels::scatter_add(out, a, index, src);
   if (autograd::any_requires_grad({&x, &src})) {
     bool need_x = x.requires_grad(), need_src = src.requires_grad();
@@ -220,6 +214,16 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
     });
   }
   return out;
+}
+}  // namespace
+
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  return scatter_add_impl(x, axis, index, src, /*x_is_fresh=*/false);
+}
+
+Tensor ops::scatter_add_to_zeros(const Shape& shape, int64_t axis, const Tensor& index, const Tensor& src) {
+  ops::check_defined(src, opname::scatter_add, "src");
+  return scatter_add_impl(zeros_as(shape, src), axis, index, src, /*x_is_fresh=*/true);
 }
 
 namespace {
@@ -284,7 +288,8 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
     SavedTensor si(index);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
-      return {scatter_add_into_zeros(xs, a, spread_index(si.unpack(opname::index_select), g.shape(), a), g)};
+      IndexCheckedScope checked;
+      return {ops::scatter_add_to_zeros(xs, a, spread_index(si.unpack(opname::index_select), g.shape(), a), g)};
     });
   }
   return out;
@@ -351,7 +356,8 @@ Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis) {
     SavedTensor si(iv);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, xb, a](const Tensor& g) -> std::vector<Tensor> {
-      Tensor gx = scatter_add_into_zeros(xb, a, si.unpack(opname::take_along_dim), g);
+      IndexCheckedScope checked;
+      Tensor gx = ops::scatter_add_to_zeros(xb, a, si.unpack(opname::take_along_dim), g);
       return {xb == xs ? gx : sum_to(gx, xs)};
     });
   }

@@ -39,6 +39,10 @@ class KnownGoodIndices {
   bool saved_;
 };
 bool indices_known_good();
+
+// scatter_add(zeros(shape, src's dtype and device), axis, index, src) without the copy of the zeros that
+// scatter_add makes of its x (a fill and the kernel: two calls, not three); differentiable in src.
+Tensor scatter_add_to_zeros(const Shape& shape, int64_t axis, const Tensor& index, const Tensor& src);
 }  // namespace ops
 
 // Ring-buffer append (a FIFO of the last cap rows, Cluster-Former's memory bank): the

@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "autograd/op_names.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
 #include "core/error.h"
 #include "kernels/sparse/sparse.h"
 #include "kernels/index/index.h"
@@ -33,7 +34,7 @@ void check_args(const char* op, const Tensor& a, const char* an, const Tensor& b
            ShapeError, "[", op, "] expected ", an, " (G, N, ", (a_last < 0 ? std::string("D") : std::to_string(a_last)),
            "), ", bn, " (G, M, D), idx (G, N, K); got ", an, " ", shape_str(a.shape()), ", ", bn, " ",
            shape_str(b.shape()), ", idx ", shape_str(idx.shape()));
-  if (range_checked) return;
+  if (range_checked || ops::indices_known_good()) return;  // (ops::KnownGoodIndices: a table cf built)
   const int64_t m = b.shape()[1];
   kernels::check_index_range(op, idx, m, [op, bn, m](int64_t at, int64_t value) {
     throw IndexError(str("[", op, "] idx value ", value, " at flat position ", at, " is out of range for ", bn,

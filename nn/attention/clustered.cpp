@@ -77,8 +77,8 @@ Membership membership(const Tensor& assignment, int64_t c, DType dt) {
   m.clusters = c;
   Tensor a = reshape(assignment, {m.groups, m.queries, 1});
   m.slot = contiguous(where(ge(a, 0.0), a, double(c)));
-  Tensor count = scatter_add(Tensor::zeros({m.groups, c + 1, 1}, dt, a.device()), 1, m.slot,
-                             Tensor::ones({m.groups, m.queries, 1}, dt, a.device()));
+  Tensor count = ops::scatter_add_to_zeros({m.groups, c + 1, 1}, 1, m.slot,
+                                          Tensor::ones({m.groups, m.queries, 1}, dt, a.device()));
   m.inv_count = 1.0 / clamp(slice(count, 1, 0, c), 1.0, INFINITY);
   return m;
 }
@@ -86,8 +86,7 @@ Membership membership(const Tensor& assignment, int64_t c, DType dt) {
 // Per-cluster sums of the member rows of x (G, Nq, D) -> (G, C, D) (eq. 3's numerator).
 Tensor cluster_sum(const Tensor& x, const Membership& m) {
   const int64_t d = x.shape()[2];
-  Tensor sums = scatter_add(Tensor::zeros({m.groups, m.clusters + 1, d}, x.dtype(), x.device()), 1,
-                            expand(m.slot, {m.groups, m.queries, d}), x);
+  Tensor sums = ops::scatter_add_to_zeros({m.groups, m.clusters + 1, d}, 1, expand(m.slot, {m.groups, m.queries, d}), x);
   return slice(sums, 1, 0, m.clusters);
 }
 
@@ -192,6 +191,10 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   Tensor qs = reshape(q * scale, {G, Nq, D});
   Tensor qc = cluster_sum(qs, member) * member.inv_count;  // (G, C, D)
   Tensor kf = reshape(k, {G, Nk, D}), vf = reshape(v, {G, Nk, Dv});
+  if (topk > 0) {  // contiguous once: the sparse products below each made their own copy of the heads' layout
+    kf = contiguous(kf);
+    vf = contiguous(vf);
+  }
   const int64_t kk = std::min(topk, Nk);
 
   // Per query: its cluster's top-k keys idx (G, C, kk) (rows of idx picked by the
@@ -270,9 +273,7 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   if (topk == 0) return reshape(to_members(matmul(drop(ac), vf), member), {B, H, Nq, Dv});  // eqs. 5-6
   Tensor idx = contiguous(cf::topk(scores.detach(), kk, -1).indices);  // (G, C, kk)
   // T of eq. 9 as a mask (G, C, Nk): true at each cluster's top-k keys.
-  Tensor tmask = gt(scatter_add(Tensor::zeros({G, C, Nk}, dt, q.device()), 2, idx,
-                                Tensor::ones({G, C, kk}, dt, q.device())),
-                    0.5);
+  Tensor tmask = gt(ops::scatter_add_to_zeros({G, C, Nk}, 2, idx, Tensor::ones({G, C, kk}, dt, q.device())), 0.5);
   Tensor mass = sum(gather(ac, 2, idx), {-1});  // eq. 9: m_j, (G, C)
   // The keys outside the top-k keep the centroid weights A^c_jl (eq. 10, second case).
   Tensor v_rest = matmul(drop(masked_fill(ac, tmask, 0.0)), vf);
