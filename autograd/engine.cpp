@@ -255,8 +255,8 @@ bool stealable(const Tensor& g) {
 }
 
 // Accumulates g into t's .grad out of place (a gradient handed to the user is never changed later).
-// `g_owned`: the caller's g is a local it gives up, so a stealable one is taken without a copy.
-void accumulate_into(const Tensor& t, Tensor g, bool g_owned) {
+// A g the caller gives up (moves in) and no one else holds is taken without a copy (stealable).
+void accumulate_into(const Tensor& t, Tensor g) {
   // Backward passes in several threads may reach one leaf (a shared parameter): the read-add-store of
   // its .grad is one step, or one thread's gradient is lost.
   static std::mutex grad_mutex;
@@ -264,7 +264,7 @@ void accumulate_into(const Tensor& t, Tensor g, bool g_owned) {
   Tensor old = t.grad();
   if (old.defined()) {
     t.set_grad(add(old, g));
-  } else if (g_owned && stealable(g)) {
+  } else if (stealable(g)) {
     t.set_grad(g);
   } else {
     t.set_grad(clone(g));
@@ -393,7 +393,7 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
       // A leaf frozen (requires_grad_(false)) after the forward gets no gradient, as in PyTorch:
       // an optimizer would otherwise still move it.
       if (!gn.defined() || !leaf.requires_grad()) continue;
-      accumulate_into(leaf, std::move(gn), /*g_owned=*/true);
+      accumulate_into(leaf, std::move(gn));
       run_grad_hooks(leaf);
       continue;
     }
@@ -422,7 +422,7 @@ void run_graph(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& root
                                     "retain_graph=true to the first one to run it again"));
     if (taken) freed.nodes.push_back(n);
     if (!capture && gn.defined())
-      if (std::shared_ptr<TensorImpl> out = n->retained.lock()) accumulate_into(Tensor(out), gn, /*g_owned=*/false);
+      if (std::shared_ptr<TensorImpl> out = n->retained.lock()) accumulate_into(Tensor(out), gn);  // (copied: gn goes on to the backward)
 
     std::vector<Tensor> grads;
     if (gn.defined() && run) {

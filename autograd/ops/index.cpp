@@ -37,11 +37,6 @@ std::string coords(const Shape& shape, int64_t pos) {
   return shape_str(c);
 }
 
-// An indexing op's backward reads the index its forward checked (saved, so an in-place change since
-// is refused at unpack): the ops it calls (gather's scatter_add, index_select's index_add, ...) need
-// not scan it again.
-using IndexCheckedScope = ops::KnownGoodIndices;
-
 // On CUDA a deferred check: the error is thrown at the next host read (core/cuda.h).
 void check_index_values(const char* op, const Tensor& index, int64_t axis, int64_t len) {
   if (ops::indices_known_good()) return;
@@ -118,7 +113,7 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
     SavedTensor si(index);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
-      IndexCheckedScope checked;
+      ops::KnownGoodIndices checked;  // (the index its forward checked: saved, version-checked)
       return {ops::scatter_add_to_zeros(xs, a, si.unpack(opname::gather), g)};
     });
   }
@@ -179,7 +174,7 @@ Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor&
     Shape xs = x.shape(), ss = src.shape();
     autograd::record(op, {x, src}, out, [si, xs, ss, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
       const Tensor index = si.unpack(opname::scatter);
-      IndexCheckedScope checked;
+      ops::KnownGoodIndices checked;  // (the index its forward checked: saved, version-checked)
       Tensor gx, gs;
       // x's elements that were overwritten get no gradient; of several src elements sent to one position,
       // only the one kept (the last) gets it
@@ -207,7 +202,7 @@ Tensor scatter_add_impl(const Tensor& x, int64_t axis, const Tensor& index, cons
     Shape ss = src.shape();
     autograd::record(op, {x, src}, out,
                      [si, ss, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
-      IndexCheckedScope checked;
+      ops::KnownGoodIndices checked;  // (the index its forward checked: saved, version-checked)
       Tensor gs;
       if (need_src) gs = pad_to(gather(g, a, si.unpack(opname::scatter_add)), ss);
       return {need_x ? g : Tensor(), gs};
@@ -288,7 +283,7 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
     SavedTensor si(index);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, a](const Tensor& g) -> std::vector<Tensor> {
-      IndexCheckedScope checked;
+      ops::KnownGoodIndices checked;  // (the index its forward checked: saved, version-checked)
       return {ops::scatter_add_to_zeros(xs, a, spread_index(si.unpack(opname::index_select), g.shape(), a), g)};
     });
   }
@@ -320,7 +315,7 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
     SavedTensor si(index);
     autograd::record(op, {x, src}, out,
                      [si, a, need_x, need_src](const Tensor& g) -> std::vector<Tensor> {
-      IndexCheckedScope checked;
+      ops::KnownGoodIndices checked;  // (the index its forward checked: saved, version-checked)
       Tensor gs;
       if (need_src) gs = index_select(g, a, si.unpack(opname::index_add));
       return {need_x ? g : Tensor(), gs};
@@ -356,7 +351,7 @@ Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t axis) {
     SavedTensor si(iv);
     Shape xs = x.shape();
     autograd::record(op, {x}, out, [si, xs, xb, a](const Tensor& g) -> std::vector<Tensor> {
-      IndexCheckedScope checked;
+      ops::KnownGoodIndices checked;  // (the index its forward checked: saved, version-checked)
       Tensor gx = ops::scatter_add_to_zeros(xb, a, si.unpack(opname::take_along_dim), g);
       return {xb == xs ? gx : sum_to(gx, xs)};
     });

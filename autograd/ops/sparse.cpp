@@ -15,11 +15,11 @@ namespace cf {
 
 namespace {
 
-// range_checked: idx was checked against b's rows already (a backward reusing its forward's
-// index), so the scan over idx (a pass over memory on the CPU, a kernel and a deferred flag
-// on CUDA) is not repeated; the metadata checks stay.
+// The index scan (a pass over memory on the CPU, a kernel and a deferred flag on CUDA) is skipped for
+// an index cf built or already checked (ops::KnownGoodIndices: clustered attention's top-k tables, a
+// backward reusing its forward's index); the metadata checks stay.
 void check_args(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn,
-                const Tensor& idx, int64_t a_last, bool range_checked = false) {
+                const Tensor& idx, int64_t a_last) {
   CF_CHECK(a.defined() && b.defined() && idx.defined(), ValueError, "[", op, "] ", an, ", ", bn,
            " and idx must be defined");
   CF_CHECK(a.device() == b.device() && idx.device() == a.device(), DeviceError, "[", op, "] ", an, ", ", bn,
@@ -34,7 +34,7 @@ void check_args(const char* op, const Tensor& a, const char* an, const Tensor& b
            ShapeError, "[", op, "] expected ", an, " (G, N, ", (a_last < 0 ? std::string("D") : std::to_string(a_last)),
            "), ", bn, " (G, M, D), idx (G, N, K); got ", an, " ", shape_str(a.shape()), ", ", bn, " ",
            shape_str(b.shape()), ", idx ", shape_str(idx.shape()));
-  if (range_checked || ops::indices_known_good()) return;  // (ops::KnownGoodIndices: a table cf built)
+  if (ops::indices_known_good()) return;
   const int64_t m = b.shape()[1];
   kernels::check_index_range(op, idx, m, [op, bn, m](int64_t at, int64_t value) {
     throw IndexError(str("[", op, "] idx value ", value, " at flat position ", at, " is out of range for ", bn,
@@ -49,12 +49,12 @@ Tensor scatter_rows(const Tensor& c, const Tensor& x, const Tensor& idx, int64_t
   return out;
 }
 
-Tensor sparse_weighted_sum_impl(const Tensor& w_in, const Tensor& v_in, const Tensor& idx_in, bool range_checked);
+}  // namespace
 
-Tensor sparse_dot_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& idx_in, bool range_checked) {
+Tensor sparse_dot(const Tensor& q_in, const Tensor& k_in, const Tensor& idx_in) {
   const char* op = opname::sparse_dot;
   Tensor idx = idx_in.defined() ? contiguous(idx_in) : idx_in;
-  check_args(op, q_in, "q", k_in, "k", idx, -1, range_checked);
+  check_args(op, q_in, "q", k_in, "k", idx, -1);
   CF_CHECK(q_in.shape()[2] == k_in.shape()[2], ShapeError, "[sparse_dot] q ", shape_str(q_in.shape()), " and k ",
            shape_str(k_in.shape()), " must share the last dimension");
   Tensor q = contiguous(q_in.detach()), k = contiguous(k_in.detach());
@@ -67,8 +67,8 @@ Tensor sparse_dot_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& idx
     autograd::record(op, {q_in, k_in}, out, [sq, sk, si, need_q, need_k, m](const Tensor& gout) {
       Tensor i = si.unpack(opname::sparse_dot), dq, dk;
       // dq[n] = sum_t g[n, t] k[idx[n, t]]; dk[idx[n, t]] += g[n, t] q[n].
-      // (i passed the forward's range check against k's rows.)
-      if (need_q) dq = sparse_weighted_sum_impl(gout, sk.unpack(opname::sparse_dot), i, true);
+      ops::KnownGoodIndices checked;  // (i passed the forward's range check against k's rows)
+      if (need_q) dq = sparse_weighted_sum(gout, sk.unpack(opname::sparse_dot), i);
       if (need_k) dk = scatter_rows(gout, sq.unpack(opname::sparse_dot), i, m);
       return std::vector<Tensor>{dq, dk};
     });
@@ -76,11 +76,10 @@ Tensor sparse_dot_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& idx
   return out;
 }
 
-Tensor sparse_weighted_sum_impl(const Tensor& w_in, const Tensor& v_in, const Tensor& idx_in, bool range_checked) {
+Tensor sparse_weighted_sum(const Tensor& w_in, const Tensor& v_in, const Tensor& idx_in) {
   const char* op = opname::sparse_weighted_sum;
   Tensor idx = idx_in.defined() ? contiguous(idx_in) : idx_in;
-  check_args(op, w_in, "w", v_in, "v", idx, idx_in.defined() && idx_in.dim() == 3 ? idx_in.shape()[2] : -1,
-             range_checked);
+  check_args(op, w_in, "w", v_in, "v", idx, idx_in.defined() && idx_in.dim() == 3 ? idx_in.shape()[2] : -1);
   Tensor w = contiguous(w_in.detach()), v = contiguous(v_in.detach());
   const int64_t g = w.shape()[0], n = w.shape()[1], m = v.shape()[1], d = v.shape()[2];
   Tensor out = Tensor::empty({g, n, d}, w.dtype(), w.device());
@@ -91,21 +90,13 @@ Tensor sparse_weighted_sum_impl(const Tensor& w_in, const Tensor& v_in, const Te
     autograd::record(op, {w_in, v_in}, out, [sw, sv, si, need_w, need_v, m](const Tensor& gout) {
       Tensor i = si.unpack(opname::sparse_weighted_sum), dw, dv;
       // dw[n, t] = g[n] . v[idx[n, t]]; dv[idx[n, t]] += w[n, t] g[n].
-      // (i passed the forward's range check against v's rows.)
-      if (need_w) dw = sparse_dot_impl(gout, sv.unpack(opname::sparse_weighted_sum), i, true);
+      ops::KnownGoodIndices checked;  // (i passed the forward's range check against v's rows)
+      if (need_w) dw = sparse_dot(gout, sv.unpack(opname::sparse_weighted_sum), i);
       if (need_v) dv = scatter_rows(sw.unpack(opname::sparse_weighted_sum), gout, i, m);
       return std::vector<Tensor>{dw, dv};
     });
   }
   return out;
-}
-
-}  // namespace
-
-Tensor sparse_dot(const Tensor& q, const Tensor& k, const Tensor& idx) { return sparse_dot_impl(q, k, idx, false); }
-
-Tensor sparse_weighted_sum(const Tensor& w, const Tensor& v, const Tensor& idx) {
-  return sparse_weighted_sum_impl(w, v, idx, false);
 }
 
 }  // namespace cf
