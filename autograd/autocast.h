@@ -7,7 +7,8 @@
 //   low dtype:  matmul and linear (nn::Linear, with its bias; every attention's score and
 //               value products, bmm-style batched products) -- the tensor-core work;
 //   float32:    softmax, log_softmax, layer_norm, l2_normalize, cross_entropy, clustering_loss,
-//               centroid_sorting_loss, commitment_loss, sum, mean, var, logsumexp
+//               centroid_sorting_loss, commitment_loss, cluster_means, cluster_topk_attention, sum,
+//               mean, var, logsumexp
 //               (statistics whose error would grow with the row length); flash and block
 //               attention take 16-bit q, k, v on CUDA's tensor cores where those take the
 //               shapes and no dropout is asked for, and float32 copies otherwise (always on

@@ -37,10 +37,10 @@
   /* fused attention */ \
   X(flash_attention, true) X(block_attention, true) X(routed_attention, true) \
   /* sparse products (improved clustered attention) */ \
-  X(sparse_dot, true) X(sparse_weighted_sum, true) \
+  X(sparse_dot, true) X(sparse_weighted_sum, true) X(cluster_topk_attention, true) \
   /* clustering */ \
   X(hash_codes, false) X(hamming_kmeans, false) X(clustering_loss, true) X(centroid_sorting_loss, true) \
-  X(commitment_loss, true) \
+  X(commitment_loss, true) X(cluster_means, true) \
   /* point sets (centroid attention) */ \
   X(farthest_point_sampling, false) X(group_max, false) \
   /* random */ \

@@ -175,6 +175,49 @@ Tensor centroid_sorting_loss(const Tensor& c_hat, ClusterLossForm form) {
   return out;
 }
 
+Tensor cluster_means(const Tensor& x, const Tensor& assignment, int64_t clusters, double scale) {
+  const char* who = opname::cluster_means;
+  const bool shapes_ok = x.defined() && x.dim() >= 2 && assignment.defined() &&
+                         assignment.shape() == Shape(x.shape().begin(), x.shape().end() - 1);
+  CF_CHECK(shapes_ok, ShapeError, "[", who, "] expected x (..., N, D) of rank >= 2 and assignment (..., N) of its "
+           "shape without the last axis; got x ", describe_arg(x), ", assignment ", describe_arg(assignment));
+  if (autocast_dtype() && is_low_precision(x.dtype()))  // no 16-bit kernel: float32 under autocast
+    return cluster_means(autocast::to_float32(x), assignment, clusters, scale);
+  CF_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64, DTypeError, "[", who,
+           "] x must be float32 or float64, got ", x.dtype());
+  CF_CHECK(assignment.dtype() == kInt64, DTypeError, "[", who, "] assignment must be int64, got ", assignment.dtype());
+  CF_CHECK(clusters >= 1, ValueError, "[", who, "] clusters must be >= 1, got ", clusters);
+  CF_CHECK(std::isfinite(scale), ValueError, "[", who, "] scale must be finite, got ", scale);
+  ops::check_same_device(who, {&x, &assignment});
+  const Tensor a = dense_data(assignment);
+  check_indices(
+      who, a, clusters,
+      [clusters](int64_t at, int64_t id) {
+        throw IndexError(str("[cluster_means] cluster id ", id, " at flat position ", at, " is out of range [-1, ",
+                             clusters, ")"));
+      },
+      -1);
+  const Tensor xd = dense_data(x);
+  Shape out_shape(x.shape().begin(), x.shape().end() - 2), count_shape;
+  count_shape = out_shape;
+  out_shape.insert(out_shape.end(), {clusters, x.shape().back()});
+  count_shape.push_back(clusters);
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor counts = Tensor::empty(count_shape, kInt64, x.device());
+  kernels::cluster_means_forward(xd, a, scale, out, counts);
+  if (autograd::any_requires_grad({&x})) {
+    autograd::SavedTensor sa(a), sc(counts);
+    const Shape xs = x.shape();
+    autograd::record(who, {x}, out, [sa, sc, xs, scale](const Tensor& g) {
+      const char* op = opname::cluster_means;
+      Tensor dx = Tensor::empty(xs, g.dtype(), g.device());
+      kernels::cluster_means_backward(dense_data(g), sa.unpack(op), sc.unpack(op), scale, dx);
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return out;
+}
+
 Tensor commitment_loss(const Tensor& x, const Tensor& centroids, const Tensor& assign, const Tensor& key_padding_mask,
                        double scale) {
   const char* who = opname::commitment_loss;

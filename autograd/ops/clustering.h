@@ -56,6 +56,15 @@ Tensor clustering_loss(const Tensor& x, const Tensor& c_hat, const Tensor& index
 // forms are the cosine (both arguments are centroids). A 0-d result; 0 for an empty batch.
 Tensor centroid_sorting_loss(const Tensor& c_hat, ClusterLossForm form = ClusterLossForm::kInner);
 
+// Clustered attention's centroids (Vyas et al. 2020, eq. 3), one kernel call each way:
+// out[..., c, :] = scale / max(n_c, 1) * the sum of the rows x[..., i, :] with assignment[..., i] == c (n_c of
+// them; an empty cluster's centroid is 0; id -1 is no cluster). x (..., N, D) of rank >= 2, float32 or float64
+// (16-bit cast to float32 under autocast), assignment int64 (..., N) in [-1, clusters) (a data check, deferred
+// on CUDA; skipped inside ops::KnownGoodIndices), clusters >= 1, scale finite. -> (..., clusters, D) of x's dtype,
+// differentiable in x. The sums in double, members in increasing i, then one multiply: the same bits on the
+// CPU and CUDA.
+Tensor cluster_means(const Tensor& x, const Tensor& assignment, int64_t clusters, double scale = 1.0);
+
 // Routing attention's commitment term (Roy et al. 2021, section 4.1), one fused kernel call each way:
 // scale * sum over the tokens (b, h, n) that are not padding of |x_bhn - mu[h, assign_bhn]|^2, the
 // squared distance of each vector to its assigned centroid (the caller divides: routing by its real

@@ -2,11 +2,17 @@
 // plus a scatter of rows (kernels/sparse).
 #include "autograd/ops/sparse.h"
 
+#include <cmath>
+
+#include "autograd/autocast.h"
+#include "autograd/dropout_share.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/op_names.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/common.h"
 #include "autograd/ops/index.h"
+#include "autograd/ops/shape.h"
 #include "core/error.h"
 #include "kernels/sparse/sparse.h"
 #include "kernels/index/index.h"
@@ -95,6 +101,120 @@ Tensor sparse_weighted_sum(const Tensor& w_in, const Tensor& v_in, const Tensor&
       if (need_v) dv = scatter_rows(sw.unpack(opname::sparse_weighted_sum), gout, i, m);
       return std::vector<Tensor>{dw, dv};
     });
+  }
+  return out;
+}
+
+namespace cluster_topk_detail {
+
+std::string describe(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+Tensor dense(const Tensor& t) { return t.defined() ? contiguous(t.detach()) : t; }
+
+}  // namespace cluster_topk_detail
+
+Tensor cluster_topk_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& top_in,
+                              const Tensor& assignment, const Tensor& mass_in, const Tensor& rest_in,
+                              const Tensor& key_padding_mask, double scale, bool causal, double dropout,
+                              Generator& gen) {
+  using cluster_topk_detail::describe;
+  using cluster_topk_detail::dense;
+  const char* op = opname::cluster_topk_attention;
+  CF_CHECK(q_in.defined() && k_in.defined() && v_in.defined() && top_in.defined() && assignment.defined(),
+           ValueError, "[", op, "] q, k, v, top and assignment must be defined");
+  if (autocast_dtype() && (is_low_precision(q_in.dtype()) || is_low_precision(k_in.dtype()) ||
+                           is_low_precision(v_in.dtype()))) {  // no 16-bit kernels: float32 under autocast
+    auto f32 = [](const Tensor& t) { return t.defined() ? autocast::to_float32(t) : t; };
+    const Tensor q32 = f32(q_in), k32 = f32(k_in), v32 = f32(v_in), m32 = f32(mass_in), r32 = f32(rest_in);
+    AutocastGuard off(std::nullopt);
+    return cluster_topk_attention(q32, k32, v32, top_in, assignment, m32, r32, key_padding_mask, scale, causal,
+                                  dropout, gen);
+  }
+  const bool shapes_ok =
+      q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4 && top_in.dim() == 4 && assignment.dim() == 3 &&
+      k_in.shape()[0] == q_in.shape()[0] && k_in.shape()[1] == q_in.shape()[1] &&
+      k_in.shape()[3] == q_in.shape()[3] && v_in.shape()[0] == q_in.shape()[0] &&
+      v_in.shape()[1] == q_in.shape()[1] && v_in.shape()[2] == k_in.shape()[2] &&
+      top_in.shape()[0] == q_in.shape()[0] && top_in.shape()[1] == q_in.shape()[1] && top_in.shape()[2] >= 1 &&
+      assignment.shape() == Shape({q_in.shape()[0], q_in.shape()[1], q_in.shape()[2]});
+  CF_CHECK(shapes_ok, ShapeError, "[", op, "] expected q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, Dv), top "
+           "(B, H, C, kk) with C >= 1 and assignment (B, H, Nq); got q ", describe(q_in), ", k ", describe(k_in),
+           ", v ", describe(v_in), ", top ", describe(top_in), ", assignment ", describe(assignment));
+  const int64_t B = q_in.shape()[0], H = q_in.shape()[1], Nq = q_in.shape()[2];
+  const int64_t Nk = k_in.shape()[2], Dv = v_in.shape()[3], C = top_in.shape()[2], kk = top_in.shape()[3];
+  CF_CHECK((q_in.dtype() == kFloat32 || q_in.dtype() == kFloat64) && k_in.dtype() == q_in.dtype() &&
+               v_in.dtype() == q_in.dtype() && (!mass_in.defined() || mass_in.dtype() == q_in.dtype()) &&
+               (!rest_in.defined() || rest_in.dtype() == q_in.dtype()),
+           DTypeError, "[", op, "] q, k, v, mass and rest must share one dtype, float32 or float64; got q ",
+           q_in.dtype(), ", k ", k_in.dtype(), ", v ", v_in.dtype(), ", mass ", describe(mass_in), ", rest ",
+           describe(rest_in));
+  CF_CHECK(top_in.dtype() == kInt64 && assignment.dtype() == kInt64, DTypeError, "[", op,
+           "] top and assignment must be int64, got ", top_in.dtype(), " and ", assignment.dtype());
+  CF_CHECK(!mass_in.defined() || mass_in.shape() == Shape({B, H, C}), ShapeError, "[", op, "] mass must be (B, H, C) = (",
+           B, ", ", H, ", ", C, "), got ", describe(mass_in));
+  CF_CHECK(!rest_in.defined() || rest_in.shape() == Shape({B, H, C, Dv}), ShapeError, "[", op,
+           "] rest must be (B, H, C, Dv) = (", B, ", ", H, ", ", C, ", ", Dv, "), got ", describe(rest_in));
+  CF_CHECK(!key_padding_mask.defined() || (key_padding_mask.dtype() == kBool && key_padding_mask.dim() == 2 &&
+                                           key_padding_mask.shape()[0] == B && key_padding_mask.shape()[1] == Nk),
+           ShapeError, "[", op, "] key_padding_mask must be bool (B, Nk) = (", B, ", ", Nk, "), got ",
+           describe(key_padding_mask));
+  CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[", op, "] dropout must be in [0, 1), got ", dropout);
+  CF_CHECK(scale > 0 && std::isfinite(scale), ValueError, "[", op, "] scale must be finite and > 0, got ", scale);
+  ops::check_same_device(op, {&q_in, &k_in, &v_in, &top_in, &assignment, &mass_in, &rest_in, &key_padding_mask});
+  const Tensor top = dense(top_in), assign = dense(assignment);
+  if (!ops::indices_known_good()) {
+    kernels::check_index_range(op, top, Nk, [op, Nk](int64_t at, int64_t value) {
+      throw IndexError(str("[", op, "] top key ", value, " at flat position ", at, " is out of range for ", Nk,
+                           " keys"));
+    });
+    check_indices(
+        op, assign, C,
+        [op, C](int64_t at, int64_t id) {
+          throw IndexError(str("[", op, "] cluster id ", id, " at flat position ", at, " is out of range [-1, ", C,
+                               ")"));
+        },
+        -1);
+  }
+  const Tensor q = dense(q_in), k = dense(k_in), v = dense(v_in), mass = dense(mass_in), rest = dense(rest_in),
+               kpm = dense(key_padding_mask);
+  kernels::ClusterTopkParams p;
+  p.heads = H;
+  p.scale = scale;
+  p.causal = causal;
+  if (dropout > 0 && Nq * kk > 0) {
+    p.dropout = dropout;
+    p.dropout_seed = gen.seed();
+    p.dropout_counter0 = reserve_dropout_counters(gen, uint64_t(B * H * Nq * kk));
+  }
+  Tensor out = Tensor::empty({B, H, Nq, Dv}, q.dtype(), q.device());
+  Tensor o = Tensor::empty({B, H, Nq, Dv}, q.dtype(), q.device());
+  Tensor lse = Tensor::empty({B, H, Nq}, q.dtype(), q.device());
+  kernels::cluster_topk_forward(q, k, v, top, assign, mass, rest, kpm, p, out, o, lse);
+  if (autograd::any_requires_grad({&q_in, &k_in, &v_in, &mass_in, &rest_in})) {
+    autograd::SavedTensor sq(q), sk(k), sv(v), st(top), sa(assign), sm(mass), sp(kpm), so(o), sl(lse);
+    const bool need_mass = mass_in.defined() && mass_in.requires_grad();
+    const bool need_rest = rest_in.defined() && rest_in.requires_grad();
+    const bool has_mass = mass_in.defined(), has_rest = rest_in.defined();
+    autograd::record(op, {q_in, k_in, v_in, mass_in, rest_in}, out,
+                     [sq, sk, sv, st, sa, sm, sp, so, sl, p, need_mass, need_rest, has_mass,
+                      has_rest](const Tensor& gout) -> std::vector<Tensor> {
+                       const char* name = opname::cluster_topk_attention;
+                       const Tensor qv = sq.unpack(name), kv = sk.unpack(name), vv = sv.unpack(name);
+                       const Tensor mv = has_mass ? sm.unpack(name) : Tensor();
+                       const Tensor pv = sp.defined() ? sp.unpack(name) : Tensor();
+                       const Tensor tv = st.unpack(name);
+                       Tensor dq = Tensor::empty(qv.shape(), qv.dtype(), qv.device());
+                       Tensor dk = Tensor::empty(kv.shape(), kv.dtype(), kv.device());
+                       Tensor dv = Tensor::empty(vv.shape(), vv.dtype(), vv.device());
+                       const Shape& ts = tv.shape();
+                       Tensor dmass = need_mass ? Tensor::empty({ts[0], ts[1], ts[2]}, qv.dtype(), qv.device())
+                                                : Tensor();
+                       Tensor drest = need_rest ? Tensor::empty({ts[0], ts[1], ts[2], vv.shape()[3]}, qv.dtype(),
+                                                                qv.device())
+                                                : Tensor();
+                       kernels::cluster_topk_backward(qv, kv, vv, tv, sa.unpack(name), mv, pv, p, so.unpack(name),
+                                                      sl.unpack(name), contiguous(gout), dq, dk, dv, dmass, drest);
+                       return {dq, dk, dv, has_mass ? dmass : Tensor(), has_rest ? drest : Tensor()};
+                     });
   }
   return out;
 }

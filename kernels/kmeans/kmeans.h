@@ -133,6 +133,33 @@ inline void centroid_ema_update(const Tensor& mu, const Tensor& stats, double de
                      centroid_ema_update_cuda(mu, stats, decay));
 }
 
+// Clustered attention's centroids (Vyas et al. 2020, eq. 3; autograd/ops/clustering.h cluster_means):
+// x (G, N, D) (any 3+-d layout with those sizes folded: (B, H, N, D) gives G = B H) contiguous, assign
+// int64 (G, N) in [-1, C) (-1: no cluster; others clamped into [0, C), as the caller checked them).
+// Forward: out (G, C, D) = scale / max(n_c, 1) times the sum of the rows of x assigned to c, counts (G, C)
+// int64 n_c; the sum in double in increasing i on both devices, then one multiply: the same bits.
+// Backward: dx (G, N, D) = dout[g, a_i] * (scale / max(n_a, 1)) rounded to x's dtype, 0 for a_i = -1.
+void cluster_means_forward_cpu(const Tensor& x, const Tensor& assign, double scale, const Tensor& out,
+                               const Tensor& counts);
+void cluster_means_backward_cpu(const Tensor& dout, const Tensor& assign, const Tensor& counts, double scale,
+                                const Tensor& dx);
+#ifdef CF_WITH_CUDA
+void cluster_means_forward_cuda(const Tensor& x, const Tensor& assign, double scale, const Tensor& out,
+                                const Tensor& counts);
+void cluster_means_backward_cuda(const Tensor& dout, const Tensor& assign, const Tensor& counts, double scale,
+                                 const Tensor& dx);
+#endif
+inline void cluster_means_forward(const Tensor& x, const Tensor& assign, double scale, const Tensor& out,
+                                  const Tensor& counts) {
+  CF_DEVICE_DISPATCH("cluster_means", x.device(), cluster_means_forward_cpu(x, assign, scale, out, counts),
+                     cluster_means_forward_cuda(x, assign, scale, out, counts));
+}
+inline void cluster_means_backward(const Tensor& dout, const Tensor& assign, const Tensor& counts, double scale,
+                                   const Tensor& dx) {
+  CF_DEVICE_DISPATCH("cluster_means", dx.device(), cluster_means_backward_cpu(dout, assign, counts, scale, dx),
+                     cluster_means_backward_cuda(dout, assign, counts, scale, dx));
+}
+
 // Elkan's bounds are a CPU speed-up with no CUDA arm: on CUDA the loop in
 // nn/clustering/kmeans.cpp runs the GEMM assignment, which gives the same clustering.
 inline void kmeans_elkan_assign(const Tensor& x, const Tensor& c, const Tensor& c_prev, bool first,

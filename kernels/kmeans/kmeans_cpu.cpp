@@ -476,4 +476,84 @@ void centroid_ema_update_cpu(const Tensor& mu, const Tensor& stats, double decay
     centroid_ema_cpu::update_typed<float>(mu, stats, decay);
 }
 
+// ---------------------------------------------------------------- cluster means (eq. 3)
+
+namespace cluster_means_cpu {
+
+// Sizes of the (G, N, D) view of x and of the C clusters.
+struct Sizes {
+  int64_t G, N, D, C;
+};
+Sizes sizes_of(const Tensor& x, int64_t C) {
+  const int64_t N = x.dim() >= 2 ? x.shape()[size_t(x.dim() - 2)] : 1, D = x.dim() >= 1 ? x.shape().back() : 1;
+  return {N * D > 0 ? x.numel() / (N * D) : 0, N, D, C};
+}
+
+template <typename T>
+void forward_typed(const Tensor& x, const Tensor& assign, double scale, const Tensor& out, const Tensor& counts) {
+  const Sizes z = sizes_of(x, out.shape()[size_t(out.dim() - 2)]);
+  const T* xp = x.data<T>();
+  const int64_t* ap = assign.data<int64_t>();
+  T* op = out.data<T>();
+  int64_t* cp = counts.data<int64_t>();
+  parallel_for(z.G, 1, [&](int64_t b, int64_t e) {
+    std::vector<double> sums(size_t(z.C * z.D));
+    for (int64_t g = b; g < e; ++g) {
+      std::fill(sums.begin(), sums.end(), 0.0);
+      int64_t* cg = cp + g * z.C;
+      std::fill(cg, cg + z.C, int64_t(0));
+      for (int64_t i = 0; i < z.N; ++i) {
+        const int64_t a = ap[g * z.N + i];
+        if (a < 0) continue;
+        const int64_t c = std::min(a, z.C - 1);
+        ++cg[c];
+        const T* xr = xp + (g * z.N + i) * z.D;
+        double* sr = sums.data() + c * z.D;
+        for (int64_t j = 0; j < z.D; ++j) sr[j] += double(xr[j]);
+      }
+      for (int64_t c = 0; c < z.C; ++c) {
+        const double f = scale / double(std::max<int64_t>(cg[c], 1));
+        for (int64_t j = 0; j < z.D; ++j) op[(g * z.C + c) * z.D + j] = T(sums[size_t(c * z.D + j)] * f);
+      }
+    }
+  });
+}
+
+template <typename T>
+void backward_typed(const Tensor& dout, const Tensor& assign, const Tensor& counts, double scale, const Tensor& dx) {
+  const Sizes z = sizes_of(dx, dout.shape()[size_t(dout.dim() - 2)]);
+  const T* gp = dout.data<T>();
+  const int64_t* ap = assign.data<int64_t>();
+  const int64_t* cp = counts.data<int64_t>();
+  T* dp = dx.data<T>();
+  parallel_for(z.G * z.N, std::max<int64_t>(1, 16384 / std::max<int64_t>(z.D, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      T* out = dp + r * z.D;
+      const int64_t a = ap[r];
+      if (a < 0) {
+        std::fill(out, out + z.D, T(0));
+        continue;
+      }
+      const int64_t g = r / z.N, c = std::min(a, z.C - 1);
+      const T f = T(scale / double(std::max<int64_t>(cp[g * z.C + c], 1)));
+      const T* gr = gp + (g * z.C + c) * z.D;
+      for (int64_t j = 0; j < z.D; ++j) out[j] = gr[j] * f;
+    }
+  });
+}
+
+}  // namespace cluster_means_cpu
+
+void cluster_means_forward_cpu(const Tensor& x, const Tensor& assign, double scale, const Tensor& out,
+                               const Tensor& counts) {
+  if (x.dtype() == kFloat64) cluster_means_cpu::forward_typed<double>(x, assign, scale, out, counts);
+  else cluster_means_cpu::forward_typed<float>(x, assign, scale, out, counts);
+}
+
+void cluster_means_backward_cpu(const Tensor& dout, const Tensor& assign, const Tensor& counts, double scale,
+                                const Tensor& dx) {
+  if (dx.dtype() == kFloat64) cluster_means_cpu::backward_typed<double>(dout, assign, counts, scale, dx);
+  else cluster_means_cpu::backward_typed<float>(dout, assign, counts, scale, dx);
+}
+
 }  // namespace cf::kernels

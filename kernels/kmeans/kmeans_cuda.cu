@@ -424,4 +424,103 @@ void centroid_ema_update_cuda(const Tensor& mu, const Tensor& stats, double deca
     centroid_ema_cuda::update_typed<float>(mu, stats, decay);
 }
 
+// ---------------------------------------------------------------- cluster means (eq. 3)
+// The rows grouped by cluster (segments_by_key_cuda, stable: increasing i), then a block per (group,
+// cluster) whose threads each sum one column over the members in order, in double, as the CPU does.
+
+namespace cluster_means_cuda {
+
+__global__ void keys_kernel(const int64_t* assign, int64_t rows, int64_t N, int64_t C, uint64_t* keys) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += step) {
+    const int64_t a = assign[r];
+    keys[r] = uint64_t((r / N) * (C + 1) + (a < 0 ? C : (a >= C ? C - 1 : a)));
+  }
+}
+
+template <typename T>
+__global__ void sums_kernel(const T* x, const int64_t* order, const int64_t* start, const int64_t* count,
+                            int64_t slots, int64_t C, int64_t D, double scale, T* out, int64_t* counts) {
+  for (int64_t r = blockIdx.x; r < slots; r += gridDim.x) {
+    const int64_t g = r / (C + 1), c = r % (C + 1);
+    if (c == C) continue;  // the queries without a cluster
+    const int64_t p0 = start[r], n = count[r];
+    if (threadIdx.x == 0) counts[g * C + c] = n;
+    const double f = scale / double(n > 1 ? n : 1);
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+      double s = 0;
+      for (int64_t p = p0; p < p0 + n; ++p) s += double(x[order[p] * D + j]);
+      out[(g * C + c) * D + j] = T(s * f);
+    }
+  }
+}
+
+template <typename T>
+__global__ void backward_kernel(const T* dout, const int64_t* assign, const int64_t* counts, int64_t total,
+                                int64_t N, int64_t C, int64_t D, double scale, T* dx) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t r = e / D, j = e % D, a = assign[r];
+    if (a < 0) {
+      dx[e] = T(0);
+      continue;
+    }
+    const int64_t g = r / N, c = a >= C ? C - 1 : a;
+    const int64_t n = counts[g * C + c];
+    dx[e] = dout[(g * C + c) * D + j] * T(scale / double(n > 1 ? n : 1));
+  }
+}
+
+}  // namespace cluster_means_cuda
+
+void cluster_means_forward_cuda(const Tensor& x, const Tensor& assign, double scale, const Tensor& out,
+                                const Tensor& counts) {
+  using namespace cluster_means_cuda;
+  const char* op = "cluster_means";
+  const int64_t C = out.shape()[size_t(out.dim() - 2)], D = x.shape().back(), N = x.shape()[size_t(x.dim() - 2)];
+  const int64_t rows = N * D > 0 ? x.numel() / D : 0, G = counts.numel() / std::max<int64_t>(C, 1),
+                slots = G * (C + 1);
+  if (slots == 0) return;
+  const Device dev = x.device();
+  cu::use_device_of(x, op);
+  Tensor keys = Tensor::empty({std::max<int64_t>(rows, 1)}, kInt64, dev);
+  uint64_t* kp = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(keys));
+  if (rows > 0) {
+    keys_kernel<<<cu::grid_for(rows), cu::kThreads>>>(cu::ptr<int64_t>(assign), rows, N, C, kp);
+    ::cf::cuda::check_launch(op);
+  }
+  Tensor order = Tensor::empty({std::max<int64_t>(rows, 1)}, kInt64, dev), start = Tensor::empty({slots}, kInt64, dev),
+         count = Tensor::empty({slots}, kInt64, dev);
+  segments_by_key_cuda(kp, rows, slots, order, start, count, op);
+  const int threads = int(std::max<int64_t>(cu::kWarp, std::min<int64_t>(cu::kThreads, (D + cu::kWarp - 1) / cu::kWarp * cu::kWarp)));
+  auto launch = [&](auto zero) {
+    using T = decltype(zero);
+    sums_kernel<T><<<cu::blocks_for(slots), threads>>>(cu::ptr<T>(x), cu::ptr<int64_t>(order), cu::ptr<int64_t>(start),
+                                                        cu::ptr<int64_t>(count), slots, C, D, scale, cu::ptr<T>(out),
+                                                        cu::ptr<int64_t>(counts));
+  };
+  if (x.dtype() == kFloat64) launch(0.0);
+  else launch(0.0f);
+  ::cf::cuda::check_launch(op);
+}
+
+void cluster_means_backward_cuda(const Tensor& dout, const Tensor& assign, const Tensor& counts, double scale,
+                                 const Tensor& dx) {
+  using namespace cluster_means_cuda;
+  const char* op = "cluster_means";
+  const int64_t total = dx.numel(), D = dx.shape().back(), N = dx.shape()[size_t(dx.dim() - 2)];
+  const int64_t C = dout.shape()[size_t(dout.dim() - 2)];
+  if (total == 0) return;
+  cu::use_device_of(dx, op);
+  auto launch = [&](auto zero) {
+    using T = decltype(zero);
+    backward_kernel<T><<<cu::grid_for(total), cu::kThreads>>>(cu::ptr<T>(dout), cu::ptr<int64_t>(assign),
+                                                              cu::ptr<int64_t>(counts), total, N, C, D, scale,
+                                                              cu::ptr<T>(dx));
+  };
+  if (dx.dtype() == kFloat64) launch(0.0);
+  else launch(0.0f);
+  ::cf::cuda::check_launch(op);
+}
+
 }  // namespace cf::kernels

@@ -20,7 +20,50 @@ void sparse_weighted_sum_cpu(const Tensor& w, const Tensor& v, const Tensor& idx
 // on both devices, so the result does not depend on the thread count.
 void sparse_scatter_rows_cpu(const Tensor& c, const Tensor& x, const Tensor& idx, const Tensor& out);
 
+// Improved clustered attention's exact part for every query at once (autograd/ops/sparse.h,
+// cluster_topk_attention). q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, Dv), top (B, H, C, kk), assign
+// (B, H, Nq), mass (B, H, C), rest (B, H, C, Dv); below, group g = b H + h (H = heads) and (G, ...) their views.
+// query i of group g is in cluster a = assign[g, i] (-1: none) and attends to the keys
+// top[g, a, 0 .. kk-1] with the scores scale q_i . k_l; key l is blocked where key_padding_mask[b, l]
+// ((B, Nk), or undefined) or, causal, l > i + Nk - Nq. Softmax over the allowed keys (P), then dropout
+// (the weight (g, i, t) dropped when the Philox draw of counter dropout_counter0 + (g Nq + i) kk + t
+// under dropout_seed falls below the rate, the rest scaled by 1 / (1 - rate): the counters dropout()
+// gives entry (g, i, t) of the (G, Nq, kk) weights); Z the weights after it.
+//   o_i = sum_t Z_it v_top[a, t];  out_i = mass[g, a] o_i + rest[g, a]  (mass undefined: 1, rest: 0);
+//   lse_i = log sum_t exp(s_it) over the allowed keys; nothing allowed: o = 0, lse = -inf;
+//   a = -1: out = o = 0, lse = -inf.
+// Every tensor contiguous, on one device, indices in range (the op checks them); outputs preallocated.
+struct ClusterTopkParams {
+  int64_t heads = 1;
+  double scale = 1.0;
+  bool causal = false;
+  double dropout = 0.0;
+  uint64_t dropout_seed = 0, dropout_counter0 = 0;
+};
+void cluster_topk_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
+                              const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
+                              const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& lse);
+// The backward from dout (G, Nq, Dv) contiguous, o and lse as the forward wrote them: writes (overwrites) dq,
+// dk, dv (q, k, v's shapes) and, where defined, dmass (G, C) and drest (G, C, Dv). With do_i = mass_a dout_i:
+//   dS_it = scale P_it (dZ'_it - do_i . o_i), dZ'_it = do_i . v_t / (1 - rate) where kept, else 0;
+//   dq_i = sum_t dS_it k_t;  dk_l += dS_it q_i and dv_l += Z_it do_i over the (i, t) with top[a, t] = l;
+//   dmass_a = sum_{i in a} dout_i . o_i;  drest_a = sum_{i in a} dout_i.
+// Every sum over queries runs in increasing (i, t) on both devices (no floating-point atomics).
+void cluster_topk_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
+                               const Tensor& assign, const Tensor& mass, const Tensor& kpm,
+                               const ClusterTopkParams& p, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                               const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dmass,
+                               const Tensor& drest);
+
 #ifdef CF_WITH_CUDA
+void cluster_topk_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
+                               const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
+                               const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& lse);
+void cluster_topk_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
+                                const Tensor& assign, const Tensor& mass, const Tensor& kpm,
+                                const ClusterTopkParams& p, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                                const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dmass,
+                                const Tensor& drest);
 void sparse_dot_cuda(const Tensor& q, const Tensor& k, const Tensor& idx, const Tensor& out);
 void sparse_weighted_sum_cuda(const Tensor& w, const Tensor& v, const Tensor& idx, const Tensor& out);
 void sparse_scatter_rows_cuda(const Tensor& c, const Tensor& x, const Tensor& idx, const Tensor& out);
@@ -36,6 +79,24 @@ inline void sparse_weighted_sum(const Tensor& w, const Tensor& v, const Tensor& 
 inline void sparse_scatter_rows(const Tensor& c, const Tensor& x, const Tensor& idx, const Tensor& out) {
   CF_DEVICE_DISPATCH("sparse_scatter_rows", x.device(), sparse_scatter_rows_cpu(c, x, idx, out),
                      sparse_scatter_rows_cuda(c, x, idx, out));
+}
+
+inline void cluster_topk_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
+                                 const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
+                                 const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& lse) {
+  CF_DEVICE_DISPATCH("cluster_topk_attention", q.device(),
+                     cluster_topk_forward_cpu(q, k, v, top, assign, mass, rest, kpm, p, out, o, lse),
+                     cluster_topk_forward_cuda(q, k, v, top, assign, mass, rest, kpm, p, out, o, lse));
+}
+inline void cluster_topk_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
+                                  const Tensor& assign, const Tensor& mass, const Tensor& kpm,
+                                  const ClusterTopkParams& p, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                                  const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dmass,
+                                  const Tensor& drest) {
+  CF_DEVICE_DISPATCH(
+      "cluster_topk_attention", q.device(),
+      cluster_topk_backward_cpu(q, k, v, top, assign, mass, kpm, p, o, lse, dout, dq, dk, dv, dmass, drest),
+      cluster_topk_backward_cuda(q, k, v, top, assign, mass, kpm, p, o, lse, dout, dq, dk, dv, dmass, drest));
 }
 
 }  // namespace cf::kernels

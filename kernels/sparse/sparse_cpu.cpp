@@ -8,8 +8,11 @@
 // sums and the scatter are elementwise over the row, the dot products keep 16 partial sums in a
 // fixed order, and this file is compiled with -ffp-contract=off (CMakeLists.txt).
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/common/cpu_isa.h"
 #include "kernels/common/parallel.h"
@@ -244,6 +247,201 @@ void sparse_scatter_rows_cpu(const Tensor& c, const Tensor& x, const Tensor& idx
     const SparseArgs<scalar_t> s{c.data<scalar_t>(), x.data<scalar_t>(), idx.data<int64_t>(),
                                  out.data<scalar_t>(), n, m, kk, d};
     run<scalar_t>(s, g, 0, &SparseTier::scatter, scatter_groups<scalar_t>);
+  });
+}
+
+// ---------------------------------------------------------------- cluster_topk_attention
+// Rows (g, i) in parallel for everything that is the row's own (its scores, weights, o, dq); the sums
+// over queries (dk, dv, dmass, drest) per group, serially in increasing (i, t), the order the CUDA arm's
+// segments give (sparse_cuda.cu): the same terms added in the same order.
+
+namespace cluster_topk_cpu {
+
+template <typename T>
+struct Rows {
+  const T *q, *k, *v, *mass, *rest;
+  const int64_t *top, *assign;
+  const bool* kpm;
+  int64_t Nq, Nk, D, Dv, C, kk, heads;
+  T scale;
+  bool causal;
+  uint64_t seed, counter0, threshold;  // dropout (threshold 0: none)
+  T keep_scale;
+};
+
+template <typename T>
+Rows<T> rows_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top, const Tensor& assign,
+                const Tensor& mass, const Tensor& rest, const Tensor& kpm, const ClusterTopkParams& p) {
+  Rows<T> r{q.data<T>(), k.data<T>(), v.data<T>(), mass.defined() ? mass.data<T>() : nullptr,
+            rest.defined() ? rest.data<T>() : nullptr, top.data<int64_t>(), assign.data<int64_t>(),
+            kpm.defined() ? kpm.data<bool>() : nullptr, q.size(2), k.size(2), q.size(3), v.size(3), top.size(2),
+            top.size(3), p.heads, T(p.scale), p.causal, p.dropout_seed, p.dropout_counter0, dropout_threshold(p.dropout),
+            T(p.dropout > 0 ? 1.0 / (1.0 - p.dropout) : 1.0)};
+  return r;
+}
+
+// Row `row` = g Nq + i: its cluster's key list (nullptr for a query without a cluster) and the scores
+// q_i . k_l into s (kk), -inf where the key is blocked.
+template <typename T>
+const int64_t* row_scores(const Rows<T>& a, int64_t row, T* s) {
+  const int64_t c = a.assign[row];
+  if (c < 0) return nullptr;
+  const int64_t g = row / a.Nq, i = row % a.Nq, last = i + a.Nk - a.Nq;
+  const int64_t* keys = a.top + (g * a.C + c) * a.kk;
+  const T* qr = a.q + row * a.D;
+  const T* kg = a.k + g * a.Nk * a.D;
+  const bool* pad = a.kpm ? a.kpm + (g / a.heads) * a.Nk : nullptr;
+  for (int64_t t = 0; t < a.kk; ++t) {
+    const int64_t l = keys[t];
+    s[t] = (pad && pad[l]) || (a.causal && l > last) ? -std::numeric_limits<T>::infinity()
+                                                      : a.scale * dot(qr, kg + l * a.D, a.D);
+  }
+  return keys;
+}
+
+// The weights P = exp(s - lse) of a row in place, then Z (dropped, scaled) into z.
+template <typename T>
+void row_weights(const Rows<T>& a, int64_t row, T* s, T lse, T* z) {
+  for (int64_t t = 0; t < a.kk; ++t) s[t] = std::exp(s[t] - lse);  // -inf scores: 0
+  if (a.threshold) dropout_row(s, z, a.kk, a.seed, a.counter0 + uint64_t(row * a.kk), a.threshold, a.keep_scale);
+  else std::copy(s, s + a.kk, z);
+}
+
+template <typename T>
+void forward(const Rows<T>& a, int64_t G, T* out, T* o, T* lse) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  parallel_for(G * a.Nq, grain_rows(a.kk * (a.D + a.Dv)), [&](int64_t b, int64_t e) {
+    std::vector<T> s(size_t(a.kk)), z(size_t(a.kk));
+    for (int64_t row = b; row < e; ++row) {
+      T* orow = o + row * a.Dv;
+      T* out_r = out + row * a.Dv;
+      std::fill(orow, orow + a.Dv, T(0));
+      lse[row] = ninf;
+      const int64_t* keys = row_scores(a, row, s.data());
+      if (!keys) {
+        std::fill(out_r, out_r + a.Dv, T(0));
+        continue;
+      }
+      T mx = ninf;
+      for (int64_t t = 0; t < a.kk; ++t)
+        if (s[t] > mx || s[t] != s[t]) mx = s[t];  // a NaN score makes the row NaN
+      const int64_t g = row / a.Nq, c = a.assign[row];
+      if (mx != ninf) {
+        T sum = 0;
+        for (int64_t t = 0; t < a.kk; ++t) sum += std::exp(s[t] - mx);
+        lse[row] = mx + std::log(sum);
+        row_weights(a, row, s.data(), lse[row], z.data());
+        const T* vg = a.v + g * a.Nk * a.Dv;
+        for (int64_t t = 0; t < a.kk; ++t) {
+          if (z[t] == T(0)) continue;
+          const T* vr = vg + keys[t] * a.Dv;
+          for (int64_t j = 0; j < a.Dv; ++j) orow[j] += z[t] * vr[j];
+        }
+      }
+      const T m = a.mass ? a.mass[g * a.C + c] : T(1);
+      const T* rr = a.rest ? a.rest + (g * a.C + c) * a.Dv : nullptr;
+      for (int64_t j = 0; j < a.Dv; ++j) out_r[j] = m * orow[j] + (rr ? rr[j] : T(0));
+    }
+  });
+}
+
+template <typename T>
+void backward(const Rows<T>& a, int64_t G, const T* o, const T* lse, const T* gout, T* dq, T* dk, T* dv, T* dmass,
+              T* drest) {
+  const int64_t rows = G * a.Nq;
+  // Per row: dS and Z (rows x kk), do = mass dout (rows x Dv), dout . o (rows); dq written here.
+  std::vector<T> ds(size_t(rows * a.kk)), zs(size_t(rows * a.kk)), dos(size_t(rows * a.Dv)), go(static_cast<size_t>(rows));
+  parallel_for(rows, grain_rows(a.kk * (a.D + a.Dv)), [&](int64_t b, int64_t e) {
+    std::vector<T> s(size_t(a.kk));
+    for (int64_t row = b; row < e; ++row) {
+      T* dqr = dq + row * a.D;
+      T* dsr = ds.data() + row * a.kk;
+      T* zr = zs.data() + row * a.kk;
+      T* dor = dos.data() + row * a.Dv;
+      std::fill(dqr, dqr + a.D, T(0));
+      std::fill(dsr, dsr + a.kk, T(0));
+      std::fill(zr, zr + a.kk, T(0));
+      const T* gr = gout + row * a.Dv;
+      const T* orow = o + row * a.Dv;
+      go[size_t(row)] = dot(gr, orow, a.Dv);
+      const int64_t* keys = row_scores(a, row, s.data());
+      const int64_t g = row / a.Nq;
+      const T m = keys && a.mass ? a.mass[g * a.C + a.assign[row]] : T(1);
+      for (int64_t j = 0; j < a.Dv; ++j) dor[j] = m * gr[j];
+      if (!keys || lse[row] == -std::numeric_limits<T>::infinity()) continue;
+      row_weights(a, row, s.data(), lse[row], zr);
+      const T Drow = dot(dor, orow, a.Dv);  // rowsum(Z dZ) = do . o
+      const T* kg = a.k + g * a.Nk * a.D;
+      const T* vg = a.v + g * a.Nk * a.Dv;
+      for (int64_t t = 0; t < a.kk; ++t) {
+        if (s[t] == T(0)) continue;  // blocked (or underflowed): dS = P (...) = 0
+        T dp = dot(dor, vg + keys[t] * a.Dv, a.Dv);
+        if (a.threshold) dp = zr[t] == T(0) ? T(0) : dp * a.keep_scale;  // dropped: no gradient through it
+        dsr[t] = a.scale * (s[t] * (dp - Drow));  // d(score) times d(score)/d(q . k)
+        const T* kr = kg + keys[t] * a.D;
+        for (int64_t j = 0; j < a.D; ++j) dqr[j] += dsr[t] * kr[j];
+      }
+    }
+  });
+  // Sums over queries: per group, in increasing (i, t).
+  parallel_for(G, 0, [&](int64_t b, int64_t e) {
+    for (int64_t g = b; g < e; ++g) {
+      T* dkg = dk + g * a.Nk * a.D;
+      T* dvg = dv + g * a.Nk * a.Dv;
+      std::fill(dkg, dkg + a.Nk * a.D, T(0));
+      std::fill(dvg, dvg + a.Nk * a.Dv, T(0));
+      if (dmass) std::fill(dmass + g * a.C, dmass + (g + 1) * a.C, T(0));
+      if (drest) std::fill(drest + g * a.C * a.Dv, drest + (g + 1) * a.C * a.Dv, T(0));
+      for (int64_t row = g * a.Nq; row < (g + 1) * a.Nq; ++row) {
+        const int64_t c = a.assign[row];
+        if (c < 0) continue;
+        const int64_t* keys = a.top + (g * a.C + c) * a.kk;
+        const T* qr = a.q + row * a.D;
+        const T* dor = dos.data() + row * a.Dv;
+        for (int64_t t = 0; t < a.kk; ++t) {
+          const T cs = ds[size_t(row * a.kk + t)], cz = zs[size_t(row * a.kk + t)];
+          if (cs != T(0)) {
+            T* r = dkg + keys[t] * a.D;
+            for (int64_t j = 0; j < a.D; ++j) r[j] += cs * qr[j];
+          }
+          if (cz != T(0)) {
+            T* r = dvg + keys[t] * a.Dv;
+            for (int64_t j = 0; j < a.Dv; ++j) r[j] += cz * dor[j];
+          }
+        }
+        if (dmass) dmass[g * a.C + c] += go[size_t(row)];
+        if (drest) {
+          T* r = drest + (g * a.C + c) * a.Dv;
+          const T* gr = gout + row * a.Dv;
+          for (int64_t j = 0; j < a.Dv; ++j) r[j] += gr[j];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace cluster_topk_cpu
+
+void cluster_topk_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
+                              const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
+                              const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& lse) {
+  CF_DISPATCH_FLOAT_STD(q.dtype(), "cluster_topk_attention", {
+    const auto a = cluster_topk_cpu::rows_of<scalar_t>(q, k, v, top, assign, mass, rest, kpm, p);
+    cluster_topk_cpu::forward(a, q.size(0) * q.size(1), out.data<scalar_t>(), o.data<scalar_t>(), lse.data<scalar_t>());
+  });
+}
+
+void cluster_topk_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
+                               const Tensor& assign, const Tensor& mass, const Tensor& kpm,
+                               const ClusterTopkParams& p, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                               const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dmass,
+                               const Tensor& drest) {
+  CF_DISPATCH_FLOAT_STD(q.dtype(), "cluster_topk_attention", {
+    const auto a = cluster_topk_cpu::rows_of<scalar_t>(q, k, v, top, assign, mass, Tensor(), kpm, p);
+    cluster_topk_cpu::backward(a, q.size(0) * q.size(1), o.data<scalar_t>(), lse.data<scalar_t>(), dout.data<scalar_t>(),
+                               dq.data<scalar_t>(), dk.data<scalar_t>(), dv.data<scalar_t>(),
+                               dmass.defined() ? dmass.data<scalar_t>() : nullptr,
+                               drest.defined() ? drest.data<scalar_t>() : nullptr);
   });
 }
 

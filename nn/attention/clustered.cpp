@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "autograd/autocast.h"
 #include "autograd/ops/attention.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/clustering.h"
+#include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"
@@ -56,56 +58,16 @@ void check_inputs(const char* who, const Tensor& q, const Tensor& k, const Tenso
       -1);
 }
 
-// Cluster membership as an index rather than the membership matrix S of eq. 3:
-// each query's slot is its cluster id, or the extra slot C for a query with no
-// cluster (id -1). Eq. 3's sums are a scatter_add of the query rows into C + 1
-// slots (the extra one is dropped) and eq. 6's broadcast is a gather from C + 1 rows
-// (the extra one is zeros): O(Nq D) work and memory instead of the O(Nq C D) GEMMs
-// with a dense (Nq, C) S. scatter_add and gather are each other's backward, sum in
-// a fixed order (bit-identical reruns) and are shared with every other op on CPU
-// and CUDA.
-struct Membership {
-  int64_t groups = 0, queries = 0, clusters = 0;
-  Tensor slot;       // (G, Nq, 1) int64 in [0, C]
-  Tensor inv_count;  // (G, C, 1): 1 / max(|cluster|, 1) (an empty cluster's sum is 0 either way)
-};
-
-Membership membership(const Tensor& assignment, int64_t c, DType dt) {
-  Membership m;
-  m.groups = assignment.shape()[0] * assignment.shape()[1];
-  m.queries = assignment.shape()[2];
-  m.clusters = c;
-  Tensor a = reshape(assignment, {m.groups, m.queries, 1});
-  m.slot = contiguous(where(ge(a, 0.0), a, double(c)));
-  Tensor count = ops::scatter_add_to_zeros({m.groups, c + 1, 1}, 1, m.slot,
-                                          Tensor::ones({m.groups, m.queries, 1}, dt, a.device()));
-  m.inv_count = 1.0 / clamp(slice(count, 1, 0, c), 1.0, INFINITY);
-  return m;
-}
-
-// Per-cluster sums of the member rows of x (G, Nq, D) -> (G, C, D) (eq. 3's numerator).
-Tensor cluster_sum(const Tensor& x, const Membership& m) {
-  const int64_t d = x.shape()[2];
-  Tensor sums = ops::scatter_add_to_zeros({m.groups, m.clusters + 1, d}, 1, expand(m.slot, {m.groups, m.queries, d}), x);
-  return slice(sums, 1, 0, m.clusters);
-}
-
-// Each query's row of its cluster in y (G, C, D) -> (G, Nq, D) (eq. 6); zeros for a
-// query without a cluster.
-Tensor to_members(const Tensor& y, const Membership& m) {
-  Tensor rows = cat({y, Tensor::zeros({m.groups, 1, y.shape()[2]}, y.dtype(), y.device())}, 1);
-  return take_along_dim(rows, m.slot, 1);
-}
-
-// (G, 1) int64 column g * c: the first row of group g in a (G * c, ...) matrix.
-Tensor arange_rows(int64_t g, int64_t c, Device device) {
-  return reshape(Tensor::arange(g, kInt64, device) * double(c), {g, 1});
-}
-
-// (1, Nq, 1) int64: the last key position query i may see under the causal rule
-// of attention.h (key l is in the future when l > i + (Nk - Nq)).
-Tensor last_visible_key(int64_t nq, int64_t nk, Device device) {
-  return reshape(Tensor::arange(nq, kInt64, device), {1, nq, 1}) + double(nk - nq);
+// Eq. 6's broadcast of a per-cluster row y (G, C, D) to the cluster's members -> (G, Nq, D), zeros for a
+// query with no cluster (id -1): a gather from C + 1 rows whose extra one is zeros, the slot of id -1
+// being C (Python's -1 % (C + 1)). O(Nq D), no (Nq, C) membership matrix S; gather and its backward's
+// scatter sum in a fixed order on CPU and CUDA.
+Tensor to_members(const Tensor& y, const Tensor& assignment) {
+  const int64_t G = y.shape()[0], C = y.shape()[1], Nq = assignment.numel() / std::max<int64_t>(G, 1);
+  Tensor a = reshape(assignment, {G, Nq, 1});
+  Tensor slot = remainder(a, ops::scalar_like(a, double(C + 1)));
+  Tensor rows = cat({y, Tensor::zeros({G, 1, y.shape()[2]}, y.dtype(), y.device())}, 1);
+  return take_along_dim(rows, slot, 1);
 }
 
 // (G, X, kk) bool: whether the key at each index of idx (G, X, kk) is padding
@@ -185,44 +147,35 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   // Every index below is the checked assignment's, a top-k of the centroid scores or made of them:
   // no data scans past check_inputs (ops::KnownGoodIndices).
   ops::KnownGoodIndices built_here;
-  const Membership member = membership(assignment, C, dt);
-  // Eq. 3: centroid = sum of member queries / member count. The queries are scaled
-  // first: the centroids of scaled queries are the scaled centroids.
-  Tensor qs = reshape(q * scale, {G, Nq, D});
-  Tensor qc = cluster_sum(qs, member) * member.inv_count;  // (G, C, D)
+  // q, k and v contiguous once with top-k: the ops below each made their own copy of the heads' layout.
+  const Tensor qd = topk > 0 ? contiguous(q) : q;
   Tensor kf = reshape(k, {G, Nk, D}), vf = reshape(v, {G, Nk, Dv});
-  if (topk > 0) {  // contiguous once: the sparse products below each made their own copy of the heads' layout
+  if (topk > 0) {
     kf = contiguous(kf);
     vf = contiguous(vf);
   }
+  // Eq. 3: centroid = sum of member queries / member count (cluster_means, one call), of the scaled
+  // queries (the scaled centroids).
+  Tensor qc = reshape(cluster_means(qd, assignment, C, scale), {G, C, D});
   const int64_t kk = std::min(topk, Nk);
 
-  // Per query: its cluster's top-k keys idx (G, C, kk) (rows of idx picked by the
-  // cluster id; a query with no cluster takes cluster 0's and is blocked); blocked
-  // where the key is padding or the query has no cluster, so those weights are exactly 0.
-  auto per_query = [&](const Tensor& idx, Tensor& blocked) {
-    Tensor a = reshape(assignment, {G, Nq});
-    Tensor no_cluster = lt(a, 0.0);
-    Tensor rows = where(no_cluster, Tensor::zeros({1}, kInt64, q.device()), a) +
-                  arange_rows(G, C, q.device());  // g * C + j, (G, Nq)
-    Tensor per_q = reshape(index_select(reshape(idx, {G * C, kk}), 0, reshape(rows, {G * Nq})), {G, Nq, kk});
-    blocked = expand(reshape(no_cluster, {G, Nq, 1}), {G, Nq, kk});
-    if (kpm.defined()) blocked = logical_or(blocked, padded_at(kpm, B, H, per_q));
-    return per_q;
-  };
-  // Eq. 10, first case: softmax of the exact scores Q_i K_l over the query's top-k keys.
-  auto exact_weights = [&](const Tensor& per_q, const Tensor& blocked) {
-    return drop(softmax(masked_fill(sparse_dot(qs, kf, per_q), blocked, -INFINITY), -1));
+  // Eqs. 10-11's exact part for every query (cluster_topk_attention, one node): softmax of the exact
+  // scores scale Q_i K_l over its cluster's top-k keys idx (G, C, kk), dropped as dropout() on those
+  // (G, Nq, kk) weights, times mass (eq. 9's m_j) plus rest (the other keys' centroid weights);
+  // weights exactly 0 at padded keys, and out 0 for a query without a cluster.
+  auto exact_part = [&](const Tensor& idx, const Tensor& mass, const Tensor& rest, bool causal_keys) {
+    return cluster_topk_attention(qd, reshape(kf, {B, H, Nk, D}), reshape(vf, {B, H, Nk, Dv}),
+                                  reshape(idx, {B, H, C, kk}), assignment,
+                                  mass.defined() ? reshape(mass, {B, H, C}) : mass,
+                                  rest.defined() ? reshape(rest, {B, H, C, Dv}) : rest, kpm, scale, causal_keys,
+                                  dropping ? dropout_p : 0.0, gen);
   };
 
   if (causal) {
     // The causal variant (see clustered.h): softmax of the exact scores over the
     // cluster's top-k keys that are not in the query's future; no other key. The
     // centroid scores only pick the keys.
-    Tensor blocked;
-    Tensor per_q = per_query(centroid_topk(qc, kf, kpm, B, H, kk), blocked);
-    blocked = logical_or(blocked, gt(per_q, last_visible_key(Nq, Nk, q.device())));
-    return reshape(sparse_weighted_sum(exact_weights(per_q, blocked), vf, per_q), {B, H, Nq, Dv});
+    return exact_part(centroid_topk(qc, kf, kpm, B, H, kk), Tensor(), Tensor(), true);
   }
 
   // kAuto: improved clustered attention forms the (C, Nk) matrices while they are small,
@@ -238,7 +191,7 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     const double rate = dropping ? dropout_p : 0.0;
     if (topk == 0) {
       Tensor vc = reshape(flash_attention(qc4, k, v, kpm, 1.0, false, rate, gen), {G, C, Dv});  // eqs. 4-5
-      return reshape(to_members(vc, member), {B, H, Nq, Dv});                                  // eq. 6
+      return reshape(to_members(vc, assignment), {B, H, Nq, Dv});                                  // eq. 6
     }
     Tensor idx = centroid_topk(qc, kf, kpm, B, H, kk);  // (G, C, kk)
     FlashAttentionResult cen = flash_attention_with_lse(qc4, k, v, kpm, 1.0, false, rate, gen);
@@ -256,11 +209,7 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     if (dropping)
       a_top = a_top * ops::dropout_scale_at(idx, Nk, rate, cen.dropout_seed, cen.dropout_counter0, dt);
     Tensor v_rest = reshape(cen.out, {G, C, Dv}) - sparse_weighted_sum(a_top, vf, idx);
-    Tensor blocked;
-    Tensor per_q = per_query(idx, blocked);
-    Tensor mq = to_members(reshape(mass, {G, C, 1}), member);  // m_{j(i)}, (G, Nq, 1)
-    Tensor top = sparse_weighted_sum(exact_weights(per_q, blocked) * mq, vf, per_q);  // eq. 11, sparse part
-    return reshape(to_members(v_rest, member) + top, {B, H, Nq, Dv});
+    return exact_part(idx, mass, v_rest, false);
   }
 
   // The dense path: the centroid weights A^c themselves (G, C, Nk); the reference of the
@@ -270,18 +219,14 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     scores = reshape(masked_fill(reshape(scores, {B, H, C, Nk}), reshape(kpm, {B, 1, 1, Nk}), -INFINITY),
                      {G, C, Nk});
   Tensor ac = softmax(scores, -1);
-  if (topk == 0) return reshape(to_members(matmul(drop(ac), vf), member), {B, H, Nq, Dv});  // eqs. 5-6
+  if (topk == 0) return reshape(to_members(matmul(drop(ac), vf), assignment), {B, H, Nq, Dv});  // eqs. 5-6
   Tensor idx = contiguous(cf::topk(scores.detach(), kk, -1).indices);  // (G, C, kk)
   // T of eq. 9 as a mask (G, C, Nk): true at each cluster's top-k keys.
   Tensor tmask = gt(ops::scatter_add_to_zeros({G, C, Nk}, 2, idx, Tensor::ones({G, C, kk}, dt, q.device())), 0.5);
   Tensor mass = sum(gather(ac, 2, idx), {-1});  // eq. 9: m_j, (G, C)
   // The keys outside the top-k keep the centroid weights A^c_jl (eq. 10, second case).
   Tensor v_rest = matmul(drop(masked_fill(ac, tmask, 0.0)), vf);
-  Tensor blocked;
-  Tensor per_q = per_query(idx, blocked);
-  Tensor mq = to_members(reshape(mass, {G, C, 1}), member);  // m_{j(i)}, (G, Nq, 1)
-  Tensor top = sparse_weighted_sum(exact_weights(per_q, blocked) * mq, vf, per_q);  // eq. 11, sparse part
-  return reshape(to_members(v_rest, member) + top, {B, H, Nq, Dv});
+  return exact_part(idx, mass, v_rest, false);
 }
 
 Tensor clustered_top_keys(const Tensor& centroids, const Tensor& k, const Tensor& kpm, int64_t topk,
@@ -415,6 +360,7 @@ Tensor ClusteredAttention::cluster(const Tensor& q, const Tensor& qpm) {
   Tensor codes = reshape(hash_codes(q, planes), {B * H, Nq});
   Tensor excl = qpm.defined() ? reshape(contiguous(expand(reshape(qpm, {B, 1, Nq}), {B, H, Nq})), {B * H, Nq})
                               : Tensor();
+  ops::KnownGoodIndices hashed;  // codes of `bits` bits by construction: no scan of them
   return reshape(hamming_kmeans(codes, std::max<int64_t>(1, std::min(opt_.clusters, Nq)), opt_.iterations,
                                 opt_.bits, excl),
                  {B, H, Nq});
@@ -481,6 +427,10 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
     std::lock_guard<std::mutex> lock(mu_);
     last_ = a;
   }
+  // Ids of the layer's own clustering are in [-1, c) by construction: their scan (a launch on CUDA)
+  // only for an assignment a user gave.
+  std::optional<ops::KnownGoodIndices> own_ids;
+  if (!given.defined()) own_ids.emplace();
   return clustered_attention(args.q, args.k, args.v, a, c, args.key_padding_mask, scale,
                              opt_.improved ? opt_.topk : 0, dropout_, is_training(), default_generator(), args.causal,
                              opt_.centroid_path);

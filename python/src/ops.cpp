@@ -1195,6 +1195,27 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "out[g, n] = sum_t w[g, n, t] v[g, idx[g, n, t]]: w (G, N, K), v (G, M, Dv), idx int64 (G, N, K) -> "
         "(G, N, Dv). Differentiable in w and v.",
         release_gil());
+  m.def(cf::opname::cluster_topk_attention,
+        [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top, const Tensor& assignment,
+           std::optional<Tensor> mass, std::optional<Tensor> rest, std::optional<Tensor> kpm, double scale,
+           bool causal, double dropout, cf::Generator* gen) {
+          return cf::cluster_topk_attention(q, k, v, top, assignment, opt(mass), opt(rest), opt(kpm), scale, causal,
+                                            dropout, gen_or_default(gen));
+        },
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("top"), nb::arg("assignment"),
+        nb::arg("mass").none() = nb::none(), nb::arg("rest").none() = nb::none(),
+        nb::arg("key_padding_mask").none() = nb::none(), nb::arg("scale") = 1.0, nb::arg("causal") = false,
+        nb::arg("dropout") = 0.0,
+        generator_arg(),
+        "Improved clustered attention's exact part, one fused op: query i of head (b, h) in cluster a = "
+        "assignment[b, h, i] attends to the keys top[b, h, a, :] with the scores scale q_i . k_l, "
+        "softmax over them, and out_i = mass[b, h, a] * (those weights) v + rest[b, h, a] (mass None: 1, rest "
+        "None: 0); a query with a = -1 gets 0. q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, Dv), top int64 (B, "
+        "H, C, kk), assignment int64 (B, H, Nq), mass (B, H, C), rest (B, H, C, Dv); key_padding_mask bool (B, Nk), "
+        "True = padding; causal: key l blocked for query i when l > i + Nk - Nq. dropout > 0: inverted dropout "
+        "of the weights, those dropout() would drop on the (B, H, Nq, kk) weights with the same generator. "
+        "Differentiable in q, k, v, mass and rest.",
+        release_gil());
   m.def(cf::opname::farthest_point_sampling,
         [](const Tensor& points, int64_t m, std::optional<Tensor> mask) { return cf::farthest_point_sampling(points, m, opt(mask)); },
         nb::arg("points"), nb::arg("m"), nb::arg("mask").none() = nb::none(),
@@ -1225,6 +1246,12 @@ void bind_fused(nb::module_& m, TensorCls& cls) {
         "Neural clustering's L2 (eq. 11, with its cyclic term), one fused op: the batch mean of -(1/k) sum_i "
         "phi(c_hat_i, c_hat_(i-1) mod k); form \"inner\", or \"cosine\"/\"sphere\" (both the cosine). The same as "
         "cf.nn.centroid_sorting_loss.",
+        release_gil());
+  m.def(cf::opname::cluster_means, &cf::cluster_means, nb::arg("x"), nb::arg("assignment"), nb::arg("clusters"),
+        nb::arg("scale") = 1.0,
+        "Clustered attention's centroids (eq. 3 of Vyas et al.), one fused op: out[..., c, :] = scale / max(n_c, 1) "
+        "* the sum of the rows x[..., i, :] with assignment[..., i] == c (an empty cluster's centroid is 0, id -1 "
+        "is no cluster); x (..., N, D), assignment int64 (..., N) -> (..., clusters, D). Differentiable in x.",
         release_gil());
   m.def(cf::opname::commitment_loss,
         [](const Tensor& x, const Tensor& centroids, const Tensor& assign, std::optional<Tensor> kpm, double scale) {

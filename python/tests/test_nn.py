@@ -361,6 +361,33 @@ def test_commitment_loss_matches_its_composition_and_names_bad_input():
         cf.commitment_loss(x, mu.requires_grad_(), assign)
 
 
+def test_cluster_means_and_cluster_topk_attention_match_their_definitions():
+    x = cf.randn([1, 2, 6, 3]).requires_grad_()
+    ids = cf.tensor([[[0, 1, 0, -1, 2, 1], [2, 2, 0, 1, -1, -1]]])
+    means = cf.cluster_means(x, ids, 3, scale=0.5)
+    assert means.shape == (1, 2, 3, 3)
+    xs, idl = x.detach().tolist(), ids.tolist()
+    for h in range(2):
+        for c in range(3):
+            rows = [xs[0][h][i] for i in range(6) if idl[0][h][i] == c]
+            for j in range(3):
+                want = 0.5 * sum(r[j] for r in rows) / max(len(rows), 1)
+                assert means[0, h, c, j].item() == pytest.approx(want, abs=1e-6)
+    cf.sum(means).backward()
+    assert x.grad[0, 0, 3, 0].item() == 0.0  # id -1: in no cluster
+    assert x.grad[0, 0, 0, 0].item() == pytest.approx(0.25)  # cluster 0 of head 0 has 2 members
+    # Each query attends to its cluster's top keys: with every key listed, plain softmax attention.
+    q, k, v = cf.randn([1, 1, 4, 3]), cf.randn([1, 1, 5, 3]), cf.randn([1, 1, 5, 2])
+    top = cf.reshape(cf.arange(5), [1, 1, 1, 5])
+    out = cf.cluster_topk_attention(q, k, v, top, cf.zeros([1, 1, 4], dtype=cf.int64), scale=0.7)
+    want = cf.matmul(cf.softmax(cf.matmul(q, cf.transpose(k, 2, 3)) * 0.7, -1), v)
+    assert max(abs(a - b) for a, b in zip(cf.reshape(out, [-1]).tolist(), cf.reshape(want, [-1]).tolist())) < 1e-5
+    with pytest.raises(cf.IndexError, match=r"\[cluster_topk_attention\] cluster id 1"):
+        cf.cluster_topk_attention(q, k, v, top, cf.ones([1, 1, 4], dtype=cf.int64))
+    with pytest.raises(cf.IndexError, match=r"\[cluster_means\] cluster id 2 at flat position 4"):
+        cf.cluster_means(x, ids, 2)
+
+
 def test_neural_clustering_losses_and_their_bounded_forms():
     x = cf.randn([2, 6, 4])
     u, c_hat, index, order = cf.nn.neural_clustering(x, cf.randn([3, 4]), cf.randn([4, 4]))

@@ -719,4 +719,85 @@ PARITY_CASE(hamming_kmeans) {
   }
 }
 
+// ---------------------------------------------------------------- cluster_means (eq. 3)
+
+namespace {
+// (2, 2, 7) ids in [-1, 4): queries without a cluster, and cluster 3 empty in head (0, 1).
+Tensor means_ids() {
+  return ti64({0, 1, -1, 2, 3, 1, 0,  2, 2, 0, 1, -1, 1, 0,
+               3, 2, 1, 0, -1, 2, 2,  0, 1, 2, 2, 1, -1, 3},
+              {2, 2, 7});
+}
+// The composition cluster_means replaced: a one-hot membership S (slot C for no cluster, dropped),
+// S^T (scale x) over the member counts.
+Tensor means_reference(const Tensor& x, const Tensor& ids, int64_t C, double scale) {
+  Tensor member = slice(one_hot(where(ge(ids, 0.0), ids, double(C)), C + 1, x.dtype()), -1, 0, C);
+  Tensor count = clamp(sum(member, {-2}, true), 1.0, INFINITY);  // (..., 1, C)
+  return matmul(transpose(member, -1, -2), x * scale) / transpose(count, -1, -2);
+}
+}  // namespace
+
+GRADCHECK_CASE(cluster_means) {
+  const Tensor ids = means_ids();
+  for (double scale : {1.0, 0.6})
+    check_grad("cluster_means", [&](const std::vector<Tensor>& x) { return cluster_means(x[0], ids, 4, scale); },
+               {leaf64({2, 2, 7, 3}, 51)});
+  check_grad("cluster_means", [&](const std::vector<Tensor>& x) { return cluster_means(x[0], ids, 6); },
+             {leaf64({2, 2, 7, 3}, 52)});  // clusters beyond the ids: empty
+}
+
+TEST_CASE("cluster_means equals the one-hot membership composition, and its gradient") {
+  const Tensor ids = means_ids();
+  for (DType dt : {kFloat64, kFloat32}) {
+    CAPTURE(dt);
+    Tensor x = leaf64({2, 2, 7, 5}, 53), y = leaf64({2, 2, 7, 5}, 53);
+    if (dt == kFloat32) {
+      x = to(x.detach(), dt);
+      y = to(y.detach(), dt);
+      x.set_requires_grad(true);
+      y.set_requires_grad(true);
+    }
+    Tensor got = cluster_means(x, ids, 4, 0.6), want = means_reference(y, ids, 4, 0.6);
+    CHECK(got.shape() == Shape({2, 2, 4, 5}));
+    check_close(got, want, dt == kFloat64 ? 1e-14 : 1e-6);
+    // the empty cluster (head (0, 1), cluster 3) is exactly 0
+    for (double v : values(slice(slice(slice(got, 0, 0, 1), 1, 1, 2), 2, 3, 4))) CHECK(v == 0.0);
+    Generator g(4);
+    Tensor w = randn(got.shape(), dt, g);
+    sum(got * w).backward();
+    sum(want * w).backward();
+    check_close(x.grad(), y.grad(), dt == kFloat64 ? 1e-14 : 1e-6);
+  }
+  // Any rank >= 2: (N, D) with (N,) ids.
+  Tensor x2 = leaf64({7, 3}, 54);
+  Tensor ids2 = ti64({0, 1, -1, 1, 0, 2, 2}, {7});
+  check_close(cluster_means(x2, ids2, 3), means_reference(x2, ids2, 3, 1.0), 1e-14);
+}
+
+TEST_CASE("cluster_means refuses bad input with messages naming the problem") {
+  const Tensor x = leaf64({2, 2, 7, 3}, 55), ids = means_ids();
+  CHECK_THROWS_MSG(cluster_means(x, reshape(ids, {4, 7}), 4), ShapeError, "[cluster_means] expected x (..., N, D)",
+                   "assignment int64 (4,7)");
+  CHECK_THROWS_MSG(cluster_means(x, ids, 3), IndexError, "[cluster_means] cluster id 3", "out of range [-1, 3)");
+  CHECK_THROWS_MSG(cluster_means(x, ids - 1.0, 4), IndexError, "[cluster_means] cluster id -2");
+  CHECK_THROWS_MSG(cluster_means(x, ids, 0), ValueError, "[cluster_means] clusters must be >= 1, got 0");
+  CHECK_THROWS_MSG(cluster_means(x, to(ids, kFloat64), 4), DTypeError, "[cluster_means] assignment must be int64");
+  CHECK_THROWS_MSG(cluster_means(reshape(ids, {2, 2, 7, 1}), ids, 4), DTypeError,
+                   "[cluster_means] x must be float32 or float64");
+  CHECK_THROWS_MSG(cluster_means(x, ids, 4, INFINITY), ValueError, "[cluster_means] scale must be finite");
+  CHECK_THROWS_MSG(cluster_means(fake_cuda({2, 2, 7, 3}, kFloat64), ids, 4), DeviceError, "[cluster_means]");
+}
+
+PARITY_CASE(cluster_means) {
+  // The same sums in the same order on both devices: the same bits (tolerance 0), values and gradients.
+  const Tensor ids = means_ids();
+  ParityOptions exact;
+  exact.atol = 0;
+  exact.rtol = 0;
+  for (bool f64 : {true, false})
+    check_parity("cluster_means",
+                 [&](const std::vector<Tensor>& x) { return cluster_means(x[0], ids.to(x[0].device()), 4, 0.6); },
+                 {f64 ? leaf64({2, 2, 7, 5}, 56) : leaf32({2, 2, 7, 5}, 56)}, exact);
+}
+
 }  // TEST_SUITE

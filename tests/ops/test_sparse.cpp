@@ -4,6 +4,13 @@
 #include <cstring>
 #include <random>
 
+#include "autograd/autocast.h"
+#include "autograd/ops/clustering.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/sort.h"
 #include "autograd/ops/sparse.h"
 #include "cuda/cuda_test_util.h"
 #include "kernels/common/cpu_isa.h"
@@ -138,6 +145,243 @@ TEST_CASE("sparse products in float32: every CPU tier gives the baseline tier's 
         CHECK_FALSE((x == 0.0f && std::signbit(x)));  // the zero row's sums are +0
     }
   }
+}
+
+// ---------------------------------------------------------------- cluster_topk_attention
+
+namespace {
+
+// The composition cluster_topk_attention replaced in improved clustered attention: each query's
+// key list gathered from its cluster's (G, Nq, kk), the sparse products, a masked softmax, dropout,
+// then mass and rest gathered per query (a query without a cluster: all blocked, mass and rest 0).
+Tensor cluster_topk_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
+                              const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
+                              double scale, bool causal, double rate, Generator& gen) {
+  const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], D = q.shape()[3];
+  const int64_t Nk = k.shape()[2], Dv = v.shape()[3], C = top.shape()[2], kk = top.shape()[3], G = B * H;
+  const Device dev = q.device();
+  Tensor a = reshape(assign, {G, Nq});
+  Tensor none = lt(a, 0.0);
+  Tensor rows = where(none, Tensor::zeros({1}, kInt64, dev), a) +
+                reshape(Tensor::arange(G, kInt64, dev) * double(C), {G, 1});
+  Tensor per_q = reshape(index_select(reshape(top, {G * C, kk}), 0, reshape(rows, {G * Nq})), {G, Nq, kk});
+  Tensor blocked = expand(reshape(none, {G, Nq, 1}), {G, Nq, kk});
+  if (kpm.defined()) {
+    Tensor pad = reshape(expand(reshape(to(kpm, kInt64), {B, 1, Nk}), {B, H, Nk}), {G, Nk});
+    blocked = logical_or(blocked, gt(reshape(gather(pad, 1, reshape(per_q, {G, Nq * kk})), {G, Nq, kk}), 0.5));
+  }
+  if (causal)
+    blocked = logical_or(blocked, gt(per_q, reshape(Tensor::arange(Nq, kInt64, dev), {1, Nq, 1}) + double(Nk - Nq)));
+  Tensor w = softmax(masked_fill(sparse_dot(reshape(q * scale, {G, Nq, D}), reshape(k, {G, Nk, D}), per_q), blocked,
+                                 -INFINITY),
+                     -1);
+  if (rate > 0) w = dropout(w, rate, true, gen);
+  Tensor o = sparse_weighted_sum(w, reshape(v, {G, Nk, Dv}), per_q);
+  Tensor slot = reshape(where(none, Tensor::full({1}, double(C), kInt64).to(dev), a), {G, Nq, 1});
+  auto per_query = [&](const Tensor& x, int64_t d) {  // (G, C, d) -> (G, Nq, d), zeros for no cluster
+    Tensor rows_c = cat({reshape(x, {G, C, d}), Tensor::zeros({G, 1, d}, x.dtype(), dev)}, 1);
+    return take_along_dim(rows_c, slot, 1);
+  };
+  Tensor out = mass.defined() ? per_query(mass, 1) * o : o * to(logical_not(reshape(none, {G, Nq, 1})), o.dtype());
+  if (rest.defined()) out = out + per_query(rest, Dv);
+  return reshape(out, {B, H, Nq, Dv});
+}
+
+struct TopkCase {
+  Tensor q, k, v, mass, rest, top, assign, kpm;
+};
+
+// B = 2, H = 2, Nq = 7, Nk = 9, D = 5, Dv = 3, C = 4 clusters (cluster 3 of head (1, 1) without
+// members), kk = 4 distinct keys per cluster; queries without a cluster; a padded key, and in batch 1
+// cluster 2's keys all padding (its members get rest alone).
+TopkCase topk_case(DType dt, bool with_pad) {
+  TopkCase c;
+  auto leaf = [&](const Shape& s, uint64_t seed) {
+    Tensor t = leaf64(s, seed, -1.5, 1.5);
+    if (dt == kFloat64) return t;
+    Tensor f = to(t.detach(), dt);
+    f.set_requires_grad(true);
+    return f;
+  };
+  const int64_t B = 2, H = 2, Nq = 7, Nk = 9, C = 4, kk = 4;
+  c.q = leaf({B, H, Nq, 5}, 41);
+  c.k = leaf({B, H, Nk, 5}, 42);
+  c.v = leaf({B, H, Nk, 3}, 43);
+  c.mass = leaf({B, H, C}, 44);
+  c.rest = leaf({B, H, C, 3}, 45);
+  Generator g(46);
+  std::vector<int64_t> top = argsort(rand({B, H, C, Nk}, kFloat64, g), -1).to_vector<int64_t>();
+  std::vector<int64_t> picked;
+  for (int64_t r = 0; r < B * H * C; ++r)
+    for (int64_t t = 0; t < kk; ++t) picked.push_back(top[size_t(r * Nk + t)]);
+  if (with_pad)  // batch 1, both heads: cluster 2's keys are 5..8, all padding there
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < kk; ++t) picked[size_t(((1 * H + h) * C + 2) * kk + t)] = 5 + t;
+  c.top = ti64(picked, {B, H, C, kk});
+  std::vector<int64_t> as = {0, 1, -1, 2, 3, 1, 0,  2, 2, 0, 1, -1, 3, 0,
+                             3, 2, 1, 0, -1, 2, 2,  0, 1, 2, 2, 1, -1, 0};
+  c.assign = ti64(as, {B, H, Nq});
+  if (with_pad) {
+    std::vector<char> pad(size_t(B * Nk), 0);
+    pad[3] = 1;                                                   // batch 0: key 3
+    for (int64_t l = 5; l < Nk; ++l) pad[size_t(Nk + l)] = 1;  // batch 1: keys 5..8
+    std::vector<bool> pb(pad.begin(), pad.end());
+    c.kpm = Tensor::from_vector(pb, {B, Nk});
+  }
+  return c;
+}
+
+}  // namespace
+
+GRADCHECK_CASE(cluster_topk_attention) {
+  for (bool with_pad : {false, true})
+    for (bool causal : {false, true})
+      for (double rate : {0.0, 0.4}) {
+        CAPTURE(with_pad);
+        CAPTURE(causal);
+        CAPTURE(rate);
+        const TopkCase c = topk_case(kFloat64, with_pad);
+        check_grad("cluster_topk_attention",
+                   [&](const std::vector<Tensor>& x) {
+                     Generator g(17);  // every evaluation drops the same weights
+                     return cluster_topk_attention(x[0], x[1], x[2], c.top, c.assign, x[3], x[4], c.kpm, 0.7, causal,
+                                                   rate, g);
+                   },
+                   {c.q, c.k, c.v, c.mass, c.rest});
+      }
+  // Without mass and rest (the causal variant's form).
+  const TopkCase c = topk_case(kFloat64, true);
+  check_grad("cluster_topk_attention",
+             [&](const std::vector<Tensor>& x) {
+               return cluster_topk_attention(x[0], x[1], x[2], c.top, c.assign, Tensor(), Tensor(), c.kpm, 1.0, true);
+             },
+             {c.q, c.k, c.v});
+}
+
+TEST_CASE("cluster_topk_attention equals the composition it replaced, values and gradients") {
+  for (DType dt : {kFloat64, kFloat32})
+    for (bool with_pad : {false, true})
+      for (bool causal : {false, true})
+        for (bool with_mass : {true, false})
+          for (double rate : {0.0, 0.3}) {
+            CAPTURE(dt);
+            CAPTURE(with_pad);
+            CAPTURE(causal);
+            CAPTURE(with_mass);
+            CAPTURE(rate);
+            const double tol = dt == kFloat64 ? 1e-12 : 2e-6;
+            TopkCase a = topk_case(dt, with_pad), b = topk_case(dt, with_pad);
+            const Tensor m_a = with_mass ? a.mass : Tensor(), r_a = with_mass ? a.rest : Tensor();
+            const Tensor m_b = with_mass ? b.mass : Tensor(), r_b = with_mass ? b.rest : Tensor();
+            Generator ga(5), gb(5);
+            Tensor got = cluster_topk_attention(a.q, a.k, a.v, a.top, a.assign, m_a, r_a, a.kpm, 0.7, causal, rate, ga);
+            Tensor want = cluster_topk_reference(b.q, b.k, b.v, b.top, b.assign, m_b, r_b, b.kpm, 0.7, causal, rate, gb);
+            CHECK(got.dtype() == dt);
+            check_close(got, want, tol);
+            // Both drew the same counters from their generators.
+            CHECK(ga.offset() == gb.offset());
+            Generator gw(6);
+            Tensor w = randn(got.shape(), dt, gw);
+            sum(got * w).backward();
+            sum(want * w).backward();
+            check_close(a.q.grad(), b.q.grad(), tol);
+            check_close(a.k.grad(), b.k.grad(), tol);
+            check_close(a.v.grad(), b.v.grad(), tol);
+            if (with_mass) {
+              check_close(a.mass.grad(), b.mass.grad(), tol);
+              check_close(a.rest.grad(), b.rest.grad(), tol);
+            }
+          }
+}
+
+TEST_CASE("cluster_topk_attention: queries without a cluster get 0, a cluster whose keys are all blocked its rest") {
+  const TopkCase c = topk_case(kFloat64, true);
+  NoGradGuard ng;
+  Tensor out = cluster_topk_attention(c.q, c.k, c.v, c.top, c.assign, c.mass, c.rest, c.kpm);
+  const std::vector<double> o = values(out), rest = values(c.rest);
+  const std::vector<int64_t> as = c.assign.to_vector<int64_t>();
+  for (int64_t g = 0; g < 4; ++g)
+    for (int64_t i = 0; i < 7; ++i) {
+      const int64_t a = as[size_t(g * 7 + i)];
+      for (int64_t j = 0; j < 3; ++j) {
+        const double x = o[size_t((g * 7 + i) * 3 + j)];
+        if (a < 0) CHECK(x == 0.0);
+        if (g >= 2 && a == 2) CHECK(x == rest[size_t((g * 4 + 2) * 3 + j)]);  // batch 1, cluster 2
+      }
+    }
+}
+
+TEST_CASE("cluster_topk_attention refuses bad input with messages naming the problem") {
+  const TopkCase c = topk_case(kFloat64, true);
+  const char* op = "[cluster_topk_attention]";
+  auto call = [&](const Tensor& q, const Tensor& top, const Tensor& assign, const Tensor& mass, const Tensor& rest,
+                  const Tensor& kpm, double rate = 0.0) {
+    return cluster_topk_attention(q, c.k, c.v, top, assign, mass, rest, kpm, 1.0, false, rate);
+  };
+  CHECK_THROWS_MSG(call(reshape(c.q.detach(), {4, 7, 5}), c.top, c.assign, c.mass, c.rest, c.kpm), ShapeError, op,
+                   "expected q (B, H, Nq, D)", "got q float64 (4,7,5)");
+  CHECK_THROWS_MSG(call(c.q, c.top, reshape(c.assign, {2, 14}), c.mass, c.rest, c.kpm), ShapeError, op,
+                   "assignment (B, H, Nq)");
+  CHECK_THROWS_MSG(call(c.q, c.top, c.assign, Tensor::zeros({2, 2, 3}, kFloat64), c.rest, c.kpm), ShapeError, op,
+                   "mass must be (B, H, C) = (2, 2, 4)");
+  CHECK_THROWS_MSG(call(c.q, c.top, c.assign, c.mass, Tensor::zeros({2, 2, 4, 2}, kFloat64), c.kpm), ShapeError, op,
+                   "rest must be (B, H, C, Dv) = (2, 2, 4, 3)");
+  CHECK_THROWS_MSG(call(c.q, c.top, c.assign, c.mass, c.rest, Tensor::zeros({2, 8}, kBool)), ShapeError, op,
+                   "key_padding_mask must be bool (B, Nk) = (2, 9)");
+  CHECK_THROWS_MSG(call(c.q, c.top, c.assign, to(c.mass.detach(), kFloat32), c.rest, c.kpm), DTypeError, op,
+                   "must share one dtype");
+  CHECK_THROWS_MSG(call(c.q, to(c.top, kFloat64), c.assign, c.mass, c.rest, c.kpm), DTypeError, op,
+                   "top and assignment must be int64");
+  CHECK_THROWS_MSG(call(c.q, c.top + 9.0, c.assign, c.mass, c.rest, c.kpm), IndexError, op, "top key",
+                   "out of range for 9 keys");
+  CHECK_THROWS_MSG(call(c.q, c.top, c.assign + 1.0, c.mass, c.rest, c.kpm), IndexError, op, "cluster id 4",
+                   "out of range [-1, 4)");
+  CHECK_THROWS_MSG(call(c.q, c.top, c.assign, c.mass, c.rest, c.kpm, 1.0), ValueError, op,
+                   "dropout must be in [0, 1)");
+  CHECK_THROWS_MSG(cluster_topk_attention(c.q, c.k, c.v, c.top, c.assign, c.mass, c.rest, c.kpm, 0.0), ValueError,
+                   op, "scale must be finite and > 0, got 0");
+  CHECK_THROWS_MSG(call(c.q, c.top, c.assign, fake_cuda({2, 2, 4}, kFloat64), c.rest, c.kpm), DeviceError, op);
+  CHECK_THROWS_MSG(cluster_topk_attention(c.q, c.k, c.v, Tensor(), c.assign), ValueError, op, "must be defined");
+}
+
+TEST_CASE("cluster_topk_attention and cluster_means under autocast: 16-bit inputs run in float32") {
+  const TopkCase c = topk_case(kFloat32, true);
+  NoGradGuard ng;
+  const Tensor qb = to(c.q, kBFloat16), kb = to(c.k, kBFloat16), vb = to(c.v, kBFloat16);
+  CHECK_THROWS_MSG(cluster_topk_attention(qb, kb, vb, c.top, c.assign), DTypeError, "[cluster_topk_attention]",
+                   "float32 or float64");
+  CHECK_THROWS_MSG(cluster_means(qb, c.assign, 4), DTypeError, "[cluster_means] x must be float32 or float64");
+  AutocastGuard guard(kBFloat16);
+  Tensor out = cluster_topk_attention(qb, kb, vb, c.top, c.assign, c.mass, c.rest, c.kpm);
+  CHECK(out.dtype() == kFloat32);
+  AutocastGuard off(std::nullopt);
+  check_close(out, cluster_topk_attention(to(qb, kFloat32), to(kb, kFloat32), to(vb, kFloat32), c.top, c.assign,
+                                          c.mass, c.rest, c.kpm),
+              0.0);
+  AutocastGuard on(kBFloat16);
+  CHECK(cluster_means(qb, c.assign, 4).dtype() == kFloat32);
+}
+
+PARITY_CASE(cluster_topk_attention) {
+  for (DType dt : {kFloat64, kFloat32})
+    for (bool causal : {false, true})
+      for (double rate : {0.0, 0.3}) {
+        CAPTURE(dt);
+        CAPTURE(causal);
+        CAPTURE(rate);
+        const TopkCase c = topk_case(dt, true);
+        ParityOptions opt;
+        if (dt == kFloat32) opt.atol = 1e-5, opt.rtol = 1e-4;
+        else opt.atol = 1e-12, opt.rtol = 1e-12;
+        check_parity("cluster_topk_attention",
+                     [&](const std::vector<Tensor>& x) {
+                       const Device d = x[0].device();
+                       Generator g(9);  // the same counters on both devices
+                       return cluster_topk_attention(x[0], x[1], x[2], c.top.to(d), c.assign.to(d), x[3], x[4],
+                                                     c.kpm.to(d), 0.7, causal, rate, g);
+                     },
+                     {c.q, c.k, c.v, c.mass, c.rest}, opt);
+      }
 }
 
 }  // TEST_SUITE
