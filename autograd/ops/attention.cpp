@@ -385,16 +385,6 @@ void check_lists(const Tensor& m, int64_t B, int64_t H, const char* name, const 
            " has lists of no slot (w = 0)");
 }
 
-// (B', H', C * w, 1): the position each slot of the lists holds, as an index along the
-// token axis; an empty slot (-1, or any position outside [0, N): nn::routed_lists_attention
-// does not check its lists) is clamped into [0, N), where the kernels leave its rows zero,
-// so it adds nothing there. Two kernel calls (ge, lt, logical_and and where made four).
-Tensor slot_index(const Tensor& lists, int64_t N) {
-  const Shape& s = lists.shape();
-  const Tensor low = maximum(lists, ops::scalar_like(lists, 0.0));
-  return reshape(minimum(low, ops::scalar_like(lists, double(N - 1))), {s[0], s[1], s[2] * s[3], 1});
-}
-
 }  // namespace
 
 void ops::check_routed_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qm,
@@ -472,47 +462,37 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
   // lists that give the query an output; at least 1, so a position in no list, or
   // seeing no key in any, outputs zeros). A slot that sees no key (causal: every key
   // of its list is later; padding) has out 0 and lse -inf: counted, it shrank the
-  // query's real outputs (1/2 of them for a query in one such list of two).
-  Tensor qi, count, out;
-  {
-    NoGradGuard ng;
-    qi = expand(slot_index(qm, N), {B, H, C * wq, 1});
-    const Tensor held = to(reshape(gt(lse, -INFINITY), {B, H, C * wq, 1}), q.dtype());  // empty slots: -inf too
-    count = Tensor::zeros({B, H, N, 1}, q.dtype(), q.device());
-    kernels::scatter_add(count, 2, qi, held);
-    kernels::unary(kernels::UnaryOp::Clamp, count, count, {1.0, INFINITY});
-    out = Tensor::zeros({B, H, N, Dv}, q.dtype(), q.device());
-    kernels::scatter_add(out, 2, expand(qi, {B, H, C * wq, Dv}), slots);
-    kernels::binary(kernels::BinaryOp::Div, out, count, out);  // in place: no second (B, H, N, Dv)
-  }
+  // query's real outputs (1/2 of them for a query in one such list of two). One kernel
+  // call (routed_slots_to_tokens), where the slot index, the held mask, two scatters,
+  // a clamp and a division took eight.
+  Tensor out = Tensor::empty({B, H, N, Dv}, q.dtype(), q.device());
+  Tensor count = Tensor::empty({B, H, N}, q.dtype(), q.device());
+  kernels::routed_slots_to_tokens(slots, lse, qm, out, count);
   if (autograd::any_requires_grad({&q, &k, &v})) {
     SavedTensor s_q(qc), s_k(kc), s_v(vc), s_qm(qm), s_km(km), s_p(pc);
     autograd::record(op, {q, k, v}, out, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), qmv = s_qm.unpack(op),
              kmv = s_km.unpack(op), pv = s_p.defined() ? s_p.unpack(op) : Tensor();
-      const Tensor gc = dense(g / count);
+      const Tensor gd = dense(g);
       Tensor dq = Tensor::zeros(qv.shape(), qv.dtype(), qv.device());
       Tensor dk = Tensor::zeros(kv.shape(), kv.dtype(), kv.device());
       Tensor dv = Tensor::zeros(vv.shape(), vv.dtype(), vv.device());
       // The lists in chunks whose key slots hold about N rows, so the slot gradients stay
       // the size of k and v: the fixed sparse pattern's key lists repeat every block's
       // summaries (C wk ~ N + (N / l)^2 c), and whole they were most of its backward's peak.
-      // At least kMinChunkRows rows a chunk whatever N: each chunk is 7 kernel calls (a launch
-      // each on CUDA), and at N = 512 chunks of N rows cut routing's local lists (3 N key
+      // At least kMinChunkRows rows a chunk whatever N: each chunk is 4 kernel calls (more
+      // launches on CUDA), and at N = 512 chunks of N rows cut routing's local lists (3 N key
       // slots) and the sparse pattern's (4.75 N) into 3 and 5 chunks a layer for a few MB.
       constexpr int64_t kMinChunkRows = 2048;
       const int64_t per = std::max<int64_t>(1, std::max(N, kMinChunkRows) / wk);
-      // Every key slot's position, once (sliced per chunk below).
-      const Tensor ki_all = slot_index(kmv, N);
       for (int64_t c0 = 0; c0 < C; c0 += per) {
         const int64_t n = std::min(per, C - c0);
         // Slot-order rows of lists c0 .. c0 + n - 1, one (b, h) after another.
         auto rows = [&](const Tensor& t, int64_t w) { return dense(slice(t, 2, c0 * w, (c0 + n) * w)); };
         const Tensor qmc = dense(slice(qmv, 2, c0, c0 + n)), kmc = dense(slice(kmv, 2, c0, c0 + n));
-        const Tensor qic = slice(qi, 2, c0 * wq, (c0 + n) * wq);  // (read through its strides)
         // Each slot's share of its position's gradient (rows of empty slots are ignored).
         Tensor gs = Tensor::empty({B, H, n * wq, Dv}, g.dtype(), g.device());
-        kernels::gather(gc, 2, expand(qic, {B, H, n * wq, Dv}), gs);
+        kernels::routed_tokens_to_slots(gd, count, qmc, gs);
         Tensor dqs = Tensor::empty({B, H, n * wq, Dk}, qv.dtype(), qv.device());
         Tensor dks = Tensor::empty({B, H, n * wk, Dk}, kv.dtype(), kv.device());
         Tensor dvs = Tensor::empty({B, H, n * wk, Dv}, vv.dtype(), vv.device());
@@ -521,10 +501,8 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
         kernels::routed_attention_backward(qv, kv, vv, qmc, kmc, pv, pc0, rows(slots, wq),
                                            dense(slice(lse, 2, c0 * wq, (c0 + n) * wq)), gs, dqs, dks, dvs);
         // The slot gradients back to the positions the slots hold.
-        const Tensor ki = expand(slice(ki_all, 2, c0 * wk, (c0 + n) * wk), {B, H, n * wk, 1});
-        kernels::scatter_add(dq, 2, expand(qic, {B, H, n * wq, Dk}), dqs);
-        kernels::scatter_add(dk, 2, expand(ki, {B, H, n * wk, Dk}), dks);
-        kernels::scatter_add(dv, 2, expand(ki, {B, H, n * wk, Dv}), dvs);
+        kernels::routed_slots_add(dqs, qmc, dq);
+        kernels::routed_slots_add(dks, kmc, dk, dvs, dv);
       }
       return {dq, dk, dv};
     });

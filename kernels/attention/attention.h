@@ -396,6 +396,46 @@ void routed_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tenso
                                    const RoutedAttentionParams& p, const Tensor& out, const Tensor& lse,
                                    const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv);
 
+// routed_attention's steps between slot order and token order (autograd/ops/attention.cpp). Slot s = c w + r
+// of a list table `lists` (B', H', n, w) contiguous int64 (B' in {1, B}, H' in {1, H}) holds the position
+// lists[b', h', c, r]; one outside [0, N) is an empty slot. Each position's terms are added in increasing s on
+// both devices (CUDA: grouped by position with segments_by_key_cuda, no floating-point atomics): the same bits.
+//   routed_slots_to_tokens: out (B, H, N, Dv) = for each position, the sum of the rows slots (B, H, n w, Dv) of
+//     the slots holding it, divided by count (B, H, N) (written, slots' dtype): how many of those slots see a
+//     key (lse (B, H, n w) > -inf), at least 1 in the divisor (a position in no list, or seeing no key, gets 0:
+//     the rows of a slot that sees no key are 0). The reference code's scatter_mean over the lists that give
+//     the query an output.
+//   routed_tokens_to_slots: gs (B, H, n w, Dv) = g[b, h, pos(s)] / max(count[b, h, pos(s)], 1) (g (B, H, N, Dv)
+//     contiguous), rows of empty slots 0.
+//   routed_slots_add: out (B, H, N, D) += the rows src (B, H, n w, D) at the positions their slots hold (empty
+//     slots skipped); src2 / out2 alike with the same lists, where defined (the key lists' dk and dv).
+void routed_slots_to_tokens_cpu(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out,
+                                const Tensor& count);
+void routed_tokens_to_slots_cpu(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs);
+void routed_slots_add_cpu(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2,
+                          const Tensor& out2);
+#ifdef CF_WITH_CUDA
+void routed_slots_to_tokens_cuda(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out,
+                                 const Tensor& count);
+void routed_tokens_to_slots_cuda(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs);
+void routed_slots_add_cuda(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2,
+                           const Tensor& out2);
+#endif
+inline void routed_slots_to_tokens(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out,
+                                   const Tensor& count) {
+  CF_DEVICE_DISPATCH("routed_attention", out.device(), routed_slots_to_tokens_cpu(slots, lse, lists, out, count),
+                     routed_slots_to_tokens_cuda(slots, lse, lists, out, count));
+}
+inline void routed_tokens_to_slots(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs) {
+  CF_DEVICE_DISPATCH("routed_attention", gs.device(), routed_tokens_to_slots_cpu(g, count, lists, gs),
+                     routed_tokens_to_slots_cuda(g, count, lists, gs));
+}
+inline void routed_slots_add(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2 = Tensor(),
+                             const Tensor& out2 = Tensor()) {
+  CF_DEVICE_DISPATCH("routed_attention", out.device(), routed_slots_add_cpu(src, lists, out, src2, out2),
+                     routed_slots_add_cuda(src, lists, out, src2, out2));
+}
+
 // Rounds combined through their log-sum-exp (the Reformer's multi-round rule), on
 // block_attention's packed rows [out | lse]: per_round (B, H * R, N, Dv + 1)
 // (head h * R + r: round r of head h) and combined (B, H, N, Dv + 1), contiguous.

@@ -1316,4 +1316,112 @@ void attention_rows_grad_cpu(const Tensor& scores, const Tensor& dp, const Tenso
                         rows_softmax_typed<scalar_t>(scores, kpm, rows, lse, dp, D));
 }
 
+// ---------------------------------------------------------------- routed attention: slots <-> tokens
+
+namespace routed_tokens_cpu {
+
+// The (B, H) heads of a (B, H, S, D) slot tensor against a (B', H', n, w) list table.
+struct Lists {
+  const int64_t* p;
+  int64_t B, H, Bl, Hl, S, N;
+  // Slot s of head (b, h): its position, or -1 when empty.
+  int64_t pos(int64_t b, int64_t h, int64_t s) const {
+    const int64_t v = p[((Bl == 1 ? 0 : b) * Hl + (Hl == 1 ? 0 : h)) * S + s];
+    return v >= 0 && v < N ? v : -1;
+  }
+};
+Lists lists_of(const Tensor& lists, int64_t B, int64_t H, int64_t N) {
+  return {lists.data<int64_t>(), B, H, lists.shape()[0], lists.shape()[1], lists.shape()[2] * lists.shape()[3], N};
+}
+
+template <typename T>
+void to_tokens(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out, const Tensor& count) {
+  const int64_t B = out.shape()[0], H = out.shape()[1], N = out.shape()[2], D = out.shape()[3];
+  const Lists L = lists_of(lists, B, H, N);
+  const T* sp = slots.data<T>();
+  const T* lp = lse.data<T>();
+  T* op = out.data<T>();
+  T* cp = count.data<T>();
+  parallel_for(B * H, 1, [&](int64_t b0, int64_t e0) {
+    for (int64_t bh = b0; bh < e0; ++bh) {
+      T* ob = op + bh * N * D;
+      T* cb = cp + bh * N;
+      std::fill(ob, ob + N * D, T(0));
+      std::fill(cb, cb + N, T(0));
+      for (int64_t s = 0; s < L.S; ++s) {
+        const int64_t pos = L.pos(bh / H, bh % H, s);
+        if (pos < 0) continue;
+        const T* row = sp + (bh * L.S + s) * D;
+        T* o = ob + pos * D;
+        for (int64_t j = 0; j < D; ++j) o[j] += row[j];
+        if (lp[bh * L.S + s] > -std::numeric_limits<T>::infinity()) cb[pos] += T(1);
+      }
+      for (int64_t n = 0; n < N; ++n) {
+        const T c = std::max(cb[n], T(1));
+        for (int64_t j = 0; j < D; ++j) ob[n * D + j] /= c;
+      }
+    }
+  });
+}
+
+template <typename T>
+void to_slots(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs) {
+  const int64_t B = g.shape()[0], H = g.shape()[1], N = g.shape()[2], D = g.shape()[3];
+  const Lists L = lists_of(lists, B, H, N);
+  const T* gp = g.data<T>();
+  const T* cp = count.data<T>();
+  T* out = gs.data<T>();
+  parallel_for(B * H * L.S, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)), [&](int64_t b0, int64_t e0) {
+    for (int64_t r = b0; r < e0; ++r) {
+      const int64_t bh = r / L.S, pos = L.pos(bh / H, bh % H, r % L.S);
+      T* o = out + r * D;
+      if (pos < 0) {
+        std::fill(o, o + D, T(0));
+        continue;
+      }
+      const T c = std::max(cp[bh * N + pos], T(1));
+      const T* gr = gp + (bh * N + pos) * D;
+      for (int64_t j = 0; j < D; ++j) o[j] = gr[j] / c;
+    }
+  });
+}
+
+template <typename T>
+void add_rows(const Tensor& src, const Tensor& lists, const Tensor& out) {
+  const int64_t B = out.shape()[0], H = out.shape()[1], N = out.shape()[2], D = out.shape()[3];
+  const Lists L = lists_of(lists, B, H, N);
+  const T* sp = src.data<T>();
+  T* op = out.data<T>();
+  parallel_for(B * H, 1, [&](int64_t b0, int64_t e0) {
+    for (int64_t bh = b0; bh < e0; ++bh)
+      for (int64_t s = 0; s < L.S; ++s) {
+        const int64_t pos = L.pos(bh / H, bh % H, s);
+        if (pos < 0) continue;
+        const T* row = sp + (bh * L.S + s) * D;
+        T* o = op + (bh * N + pos) * D;
+        for (int64_t j = 0; j < D; ++j) o[j] += row[j];
+      }
+  });
+}
+
+}  // namespace routed_tokens_cpu
+
+void routed_slots_to_tokens_cpu(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out,
+                                const Tensor& count) {
+  CF_DISPATCH_FLOAT_STD(out.dtype(), "routed_attention",
+                        routed_tokens_cpu::to_tokens<scalar_t>(slots, lse, lists, out, count));
+}
+
+void routed_tokens_to_slots_cpu(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs) {
+  CF_DISPATCH_FLOAT_STD(gs.dtype(), "routed_attention", routed_tokens_cpu::to_slots<scalar_t>(g, count, lists, gs));
+}
+
+void routed_slots_add_cpu(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2,
+                          const Tensor& out2) {
+  CF_DISPATCH_FLOAT_STD(out.dtype(), "routed_attention", {
+    routed_tokens_cpu::add_rows<scalar_t>(src, lists, out);
+    if (out2.defined()) routed_tokens_cpu::add_rows<scalar_t>(src2, lists, out2);
+  });
+}
+
 }  // namespace cf::kernels

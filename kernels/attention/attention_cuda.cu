@@ -28,6 +28,7 @@
 #include "kernels/attention/attention_maps.cuh"
 #include "kernels/attention/softmax_grad.h"
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/segments.h"
 #include "kernels/elementwise/elementwise.h"
 
 namespace cf::kernels {
@@ -1077,6 +1078,146 @@ void block_rows_grad_cuda(const Tensor& scores, const Tensor& dp, const Tensor& 
                             scores.data<scalar_t>(), dp.data<scalar_t>(), l.tab, l.pad, lse.data<scalar_t>(), l.la,
                             D.data<scalar_t>(), l.rows, l.w, l.W, rows));
   ::cf::cuda::check_launch("block_attention");
+}
+
+// ---------------------------------------------------------------- routed attention: slots <-> tokens
+// The slots grouped by the position they hold (segments_by_key_cuda, stable: increasing s), then a block per
+// (head, position) whose threads each add one column over its slots in order, as the CPU does.
+
+namespace routed_tokens_cuda {
+
+struct Lists {
+  const int64_t* p;
+  int64_t B, H, Bl, Hl, S, N;
+  __device__ int64_t pos(int64_t bh, int64_t s) const {
+    const int64_t b = bh / H, h = bh % H;
+    const int64_t v = p[((Bl == 1 ? 0 : b) * Hl + (Hl == 1 ? 0 : h)) * S + s];
+    return v >= 0 && v < N ? v : -1;
+  }
+};
+Lists lists_of(const Tensor& lists, int64_t B, int64_t H, int64_t N) {
+  return {cu::ptr<int64_t>(lists), B, H, lists.shape()[0], lists.shape()[1], lists.shape()[2] * lists.shape()[3], N};
+}
+
+// Item (bh, s)'s key bh (N + 1) + its position (N: an empty slot).
+__global__ void keys_kernel(Lists L, int64_t items, uint64_t* keys) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < items; e += step) {
+    const int64_t bh = e / L.S, pos = L.pos(bh, e % L.S);
+    keys[e] = uint64_t(bh * (L.N + 1) + (pos < 0 ? L.N : pos));
+  }
+}
+
+// Row r = bh (N + 1) + pos of the segments: out[bh, pos] = (sum of its slots' rows) / max(count, 1), count the
+// slots with lse > -inf (to_tokens); or out[bh, pos] += the sum (add: to_tokens false).
+template <typename T>
+__global__ void rows_kernel(const T* src, const T* lse, const int64_t* order, const int64_t* start,
+                            const int64_t* count, int64_t rows, int64_t N, int64_t D, bool to_tokens, T* out,
+                            T* counts) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t bh = r / (N + 1), pos = r % (N + 1);
+    if (pos == N) continue;  // the empty slots
+    const int64_t p0 = start[r], p1 = p0 + count[r];
+    T held = 0;
+    if (to_tokens) {
+      for (int64_t p = p0; p < p1; ++p) held += lse[order[p]] > T(-INFINITY) ? T(1) : T(0);
+      if (threadIdx.x == 0) counts[bh * N + pos] = held;
+    }
+    const T c = held > T(1) ? held : T(1);
+    T* o = out + (bh * N + pos) * D;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+      T s = to_tokens ? T(0) : o[j];
+      for (int64_t p = p0; p < p1; ++p) s += src[order[p] * D + j];
+      o[j] = to_tokens ? s / c : s;
+    }
+  }
+}
+
+template <typename T>
+__global__ void to_slots_kernel(const T* g, const T* counts, Lists L, int64_t total, int64_t D, T* gs) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t r = e / D, j = e % D, bh = r / L.S, pos = L.pos(bh, r % L.S);
+    if (pos < 0) {
+      gs[e] = T(0);
+      continue;
+    }
+    const T c = counts[bh * L.N + pos];
+    gs[e] = g[(bh * L.N + pos) * D + j] / (c > T(1) ? c : T(1));
+  }
+}
+
+// Segments of the slots of `lists` by position; then `each(order, start, count, rows)`.
+template <typename F>
+void by_position(const Tensor& lists, int64_t B, int64_t H, int64_t N, Device dev, const char* op, F each) {
+  const Lists L = lists_of(lists, B, H, N);
+  const int64_t items = B * H * L.S, rows = B * H * (N + 1);
+  if (rows == 0) return;
+  Tensor keys = Tensor::empty({std::max<int64_t>(items, 1)}, kInt64, dev);
+  uint64_t* kp = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(keys));
+  if (items > 0) {
+    keys_kernel<<<cu::grid_for(items), cu::kThreads>>>(L, items, kp);
+    ::cf::cuda::check_launch(op);
+  }
+  Tensor order = Tensor::empty({std::max<int64_t>(items, 1)}, kInt64, dev), start = Tensor::empty({rows}, kInt64, dev),
+         count = Tensor::empty({rows}, kInt64, dev);
+  segments_by_key_cuda(kp, items, rows, order, start, count, op);
+  each(cu::ptr<int64_t>(order), cu::ptr<int64_t>(start), cu::ptr<int64_t>(count), rows);
+}
+
+int row_threads(int64_t D) {
+  return int(std::max<int64_t>(cu::kWarp, std::min<int64_t>(cu::kThreads, (D + cu::kWarp - 1) / cu::kWarp * cu::kWarp)));
+}
+
+}  // namespace routed_tokens_cuda
+
+void routed_slots_to_tokens_cuda(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out,
+                                 const Tensor& count) {
+  using namespace routed_tokens_cuda;
+  const char* op = "routed_attention";
+  const int64_t B = out.shape()[0], H = out.shape()[1], N = out.shape()[2], D = out.shape()[3];
+  cu::use_device_of(out, op);
+  by_position(lists, B, H, N, out.device(), op, [&](const int64_t* order, const int64_t* start, const int64_t* cnt,
+                                                    int64_t rows) {
+    CF_DISPATCH_FLOAT_STD(out.dtype(), op,
+                          (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D)>>>(
+                              cu::ptr<scalar_t>(slots), cu::ptr<scalar_t>(lse), order, start, cnt, rows, N, D, true,
+                              cu::ptr<scalar_t>(out), cu::ptr<scalar_t>(count))));
+    ::cf::cuda::check_launch(op);
+  });
+}
+
+void routed_tokens_to_slots_cuda(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs) {
+  using namespace routed_tokens_cuda;
+  const char* op = "routed_attention";
+  const int64_t B = g.shape()[0], H = g.shape()[1], N = g.shape()[2], D = g.shape()[3], total = gs.numel();
+  if (total == 0) return;
+  cu::use_device_of(gs, op);
+  const Lists L = lists_of(lists, B, H, N);
+  CF_DISPATCH_FLOAT_STD(gs.dtype(), op,
+                        (to_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads>>>(
+                            cu::ptr<scalar_t>(g), cu::ptr<scalar_t>(count), L, total, D, cu::ptr<scalar_t>(gs))));
+  ::cf::cuda::check_launch(op);
+}
+
+void routed_slots_add_cuda(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2,
+                           const Tensor& out2) {
+  using namespace routed_tokens_cuda;
+  const char* op = "routed_attention";
+  const int64_t B = out.shape()[0], H = out.shape()[1], N = out.shape()[2];
+  cu::use_device_of(out, op);
+  by_position(lists, B, H, N, out.device(), op, [&](const int64_t* order, const int64_t* start, const int64_t* cnt,
+                                                    int64_t rows) {
+    for (const auto& [s, o] : {std::pair<const Tensor*, const Tensor*>{&src, &out}, {&src2, &out2}}) {
+      if (!o->defined()) continue;
+      const int64_t D = o->shape()[3];
+      CF_DISPATCH_FLOAT_STD(o->dtype(), op,
+                            (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D)>>>(
+                                cu::ptr<scalar_t>(*s), nullptr, order, start, cnt, rows, N, D, false,
+                                cu::ptr<scalar_t>(*o), nullptr)));
+      ::cf::cuda::check_launch(op);
+    }
+  });
 }
 
 }  // namespace cf::kernels

@@ -114,6 +114,7 @@ Tensor balanced_routing_of(const Tensor& dots, const Tensor& key_padding_mask, i
   if (key_padding_mask.defined())
     scores = masked_fill(scores, reshape(key_padding_mask, {s[0], 1, 1, s[2]}), -INFINITY);
   ValuesIndices top = topk(scores, w, -1);  // (B, H, C, w); ties keep position order
+  if (!key_padding_mask.defined()) return top.indices;  // no -inf score: every slot holds a token
   return where(ne(top.values, -INFINITY), top.indices, -1.0);
 }
 
@@ -265,11 +266,16 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       return std::vector<Tensor>{q_table, k_table};
     });
     const Tensor &qm = tables[0], &km = tables[1];
-    outs.push_back(routed_lists_attention(narrow(a.q, 1, 0, L), narrow(a.k, 1, 0, L), narrow(a.v, 1, 0, L), qm, km,
+    auto local = [&](const Tensor& x) { return R ? narrow(x, 1, 0, L) : x; };  // (every head local: x itself)
+    outs.push_back(routed_lists_attention(local(a.q), local(a.k), local(a.v), qm, km,
                                           a.key_padding_mask, scale, a.causal, drop));
   }
   if (R > 0) {
-    Tensor q = narrow(a.q, 1, L, R), k = narrow(a.k, 1, L, R), v = narrow(a.v, 1, L, R);
+    // (Every head routed: q, k, v themselves; a narrow over the whole axis cost its backward a fill and a copy.)
+    Tensor q = L ? narrow(a.q, 1, L, R) : a.q, k = L ? narrow(a.k, 1, L, R) : a.k, v = L ? narrow(a.v, 1, L, R) : a.v;
+    // q and k contiguous once: l2_normalize and the routed attention each copied the heads' layout.
+    q = contiguous(q);
+    k = contiguous(k);
     Tensor qn = l2_normalize(q), kn = l2_normalize(k);
     Tensor qd = qn.detach(), kd = kn.detach();
     Tensor q_dots, k_dots;  // (B, R, N, C)
