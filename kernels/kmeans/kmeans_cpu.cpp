@@ -491,7 +491,8 @@ Sizes sizes_of(const Tensor& x, int64_t C) {
 
 template <typename T>
 void forward_typed(const Tensor& x, const Tensor& assign, double scale, const Tensor& out, const Tensor& counts) {
-  const Sizes z = sizes_of(x, out.shape()[size_t(out.dim() - 2)]);
+  Sizes z = sizes_of(x, out.shape()[size_t(out.dim() - 2)]);
+  z.G = counts.numel() / z.C;  // (not from x: with N = 0 every centroid is still written, as 0)
   const T* xp = x.data<T>();
   const int64_t* ap = assign.data<int64_t>();
   T* op = out.data<T>();

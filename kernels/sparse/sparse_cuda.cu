@@ -210,9 +210,11 @@ __global__ void forward_kernel(Rows<T> a, int64_t rows, T* out, T* o, T* lse) {
       bool blocked;
       const int64_t key = key_at(a, keys, t, g, i, blocked);
       if (blocked) continue;  // the same answer on every lane
-      const T s = a.scale * warp_dot(qr, kg + key * a.D, a.D);
+      T s = a.scale * warp_dot(qr, kg + key * a.D, a.D);
+      if (s == T(INFINITY)) s = T(NAN);  // exp(inf - inf): the CPU's (and a dense softmax's) NaN row
       T p;
-      if (s > m) {  // a new maximum: rescale what was summed (exp(-inf) = 0 the first time)
+      if (s > m || s != s) {  // a new maximum (or NaN, which absorbs: the row becomes NaN, as on the CPU):
+                              // rescale what was summed (exp(-inf) = 0 the first time)
         const T alpha = exp(m - s);
         m = s;
         l = l * alpha + T(1);

@@ -798,6 +798,11 @@ PARITY_CASE(cluster_means) {
     check_parity("cluster_means",
                  [&](const std::vector<Tensor>& x) { return cluster_means(x[0], ids.to(x[0].device()), 4, 0.6); },
                  {f64 ? leaf64({2, 2, 7, 5}, 56) : leaf32({2, 2, 7, 5}, 56)}, exact);
+  check_parity("cluster_means",  // no row: every centroid 0
+               [&](const std::vector<Tensor>& x) {
+                 return cluster_means(x[0], Tensor::zeros({2, 0}, kInt64, x[0].device()), 3);
+               },
+               {leaf64({2, 0, 4}, 57)}, exact);
 }
 
 }  // TEST_SUITE

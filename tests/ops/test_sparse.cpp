@@ -362,6 +362,36 @@ TEST_CASE("cluster_topk_attention and cluster_means under autocast: 16-bit input
   CHECK(cluster_means(qb, c.assign, 4).dtype() == kFloat32);
 }
 
+TEST_CASE("cluster_topk_attention: empty query and key sets, a NaN query row") {
+  const TopkCase c = topk_case(kFloat64, true);
+  // No query: an empty output and empty gradients, mass and rest's gradients 0.
+  Tensor q0 = leaf64({2, 2, 0, 5}, 3), mass = leaf64({2, 2, 4}, 4), rest = leaf64({2, 2, 4, 3}, 5);
+  Tensor out0 = cluster_topk_attention(q0, c.k, c.v, c.top, Tensor::zeros({2, 2, 0}, kInt64), mass, rest);
+  CHECK(out0.shape() == Shape({2, 2, 0, 3}));
+  sum(out0).backward();
+  for (double x : values(mass.grad())) CHECK(x == 0.0);
+  for (double x : values(rest.grad())) CHECK(x == 0.0);
+  CHECK(c.k.grad().defined());
+  for (double x : values(c.k.grad())) CHECK(x == 0.0);
+  // No top key (kk = 0): every clustered query gets its cluster's rest.
+  NoGradGuard ng;
+  Tensor out_rest = cluster_topk_attention(c.q, c.k, c.v, Tensor::zeros({2, 2, 4, 0}, kInt64), c.assign, c.mass,
+                                           c.rest);
+  check_close(out_rest, cluster_topk_reference(c.q, c.k, c.v, Tensor::zeros({2, 2, 4, 0}, kInt64), c.assign, c.mass,
+                                               c.rest, Tensor(), 1.0, false, 0.0, default_generator()),
+              1e-15);
+  // A NaN in a query makes its row NaN (not a finite rest), as a dense softmax would.
+  std::vector<double> qv = values(c.q);
+  qv[0] = NAN;  // query 0 of head (0, 0), cluster 0
+  Tensor out_nan = cluster_topk_attention(t64(qv, {2, 2, 7, 5}), c.k, c.v, c.top, c.assign, c.mass, c.rest, c.kpm);
+  for (double x : values(slice(slice(slice(out_nan, 0, 0, 1), 1, 0, 1), 2, 0, 1))) CHECK(std::isnan(x));
+  CHECK(std::isfinite(values(out_nan)[3]));  // query 1 is not touched
+  // cluster_means of no row: every centroid 0 (written, not left as allocated).
+  Tensor none = cluster_means(Tensor::full({2, 0, 3}, 7.0, kFloat64), Tensor::zeros({2, 0}, kInt64), 3);
+  CHECK(none.shape() == Shape({2, 3, 3}));
+  for (double x : values(none)) CHECK(x == 0.0);
+}
+
 PARITY_CASE(cluster_topk_attention) {
   for (DType dt : {kFloat64, kFloat32})
     for (bool causal : {false, true})
@@ -382,6 +412,42 @@ PARITY_CASE(cluster_topk_attention) {
                      },
                      {c.q, c.k, c.v, c.mass, c.rest}, opt);
       }
+  // The other arms of the kernels: no padding mask; no mass and rest (the causal layer's form); only rest
+  // requiring a gradient (dmass not asked for); no query; a NaN query row.
+  ParityOptions opt64;
+  opt64.atol = 1e-12, opt64.rtol = 1e-12;
+  const TopkCase c = topk_case(kFloat64, false);
+  check_parity("cluster_topk_attention",
+               [&](const std::vector<Tensor>& x) {
+                 const Device d = x[0].device();
+                 return cluster_topk_attention(x[0], x[1], x[2], c.top.to(d), c.assign.to(d), Tensor(), Tensor(),
+                                               Tensor(), 0.7, true);
+               },
+               {c.q, c.k, c.v}, opt64);
+  check_parity("cluster_topk_attention",
+               [&](const std::vector<Tensor>& x) {
+                 const Device d = x[0].device();
+                 return cluster_topk_attention(x[0], x[1], x[2], c.top.to(d), c.assign.to(d), c.mass.detach().to(d),
+                                               x[3]);
+               },
+               {c.q, c.k, c.v, c.rest}, opt64);
+  check_parity("cluster_topk_attention",
+               [&](const std::vector<Tensor>& x) {
+                 const Device d = x[0].device();
+                 return cluster_topk_attention(x[0], x[1], x[2], c.top.to(d), Tensor::zeros({2, 2, 0}, kInt64, d),
+                                               x[3], x[4]);
+               },
+               {leaf64({2, 2, 0, 5}, 3), c.k, c.v, c.mass, c.rest}, opt64);
+  std::vector<double> qv = values(c.q);
+  qv[0] = NAN;
+  ParityOptions forward_only = opt64;
+  forward_only.backward = false;
+  check_parity("cluster_topk_attention",
+               [&](const std::vector<Tensor>& x) {
+                 const Device d = x[0].device();
+                 return cluster_topk_attention(x[0], x[1], x[2], c.top.to(d), c.assign.to(d), x[3], x[4]);
+               },
+               {t64(qv, {2, 2, 7, 5}), c.k, c.v, c.mass, c.rest}, forward_only);
 }
 
 }  // TEST_SUITE
