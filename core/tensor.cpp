@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/cuda.h"
+#include "core/kernel_calls.h"
 #include <iomanip>
 
 namespace cf {
@@ -74,6 +75,9 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
   checked_bytes_for(shape, dtype, "full");  // name the factory the user called, not "empty"
   check_fill_value(dtype, value, "full");
   Tensor t = empty(shape, dtype, device);
+  // A fill is a kernel call like any other (a launch on CUDA): counted, so that the CPU count of a
+  // step tracks its CUDA launches (core/kernel_calls.h).
+  if (t.numel() > 0) detail::count_kernel_call(device.is_cuda());
   if (device.is_cuda()) {
     // The element converted on the host once, then written by a device kernel.
     alignas(8) unsigned char element[8] = {};
@@ -97,6 +101,7 @@ Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
   CF_CHECK(n >= 0, ValueError, "[arange] length must be >= 0, got ", n);
   CF_CHECK(dtype != kBool, DTypeError, "[arange] cannot make a bool range");
   Tensor t = empty({n}, dtype, device);
+  if (n > 0) detail::count_kernel_call(device.is_cuda());
   if (device.is_cuda()) {
     arange_device(t.raw_data(), device, dtype, n, "arange");
     return t;

@@ -474,9 +474,11 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), qmv = s_qm.unpack(op),
              kmv = s_km.unpack(op), pv = s_p.defined() ? s_p.unpack(op) : Tensor();
       const Tensor gd = dense(g);
-      Tensor dq = Tensor::zeros(qv.shape(), qv.dtype(), qv.device());
-      Tensor dk = Tensor::zeros(kv.shape(), kv.dtype(), kv.device());
-      Tensor dv = Tensor::zeros(vv.shape(), vv.dtype(), vv.device());
+      // Written by the first chunk's slot sums (from 0), added to by the next: no fill (zeros without a list).
+      auto grad_of = [C](const Tensor& x) {
+        return C > 0 ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor::zeros(x.shape(), x.dtype(), x.device());
+      };
+      Tensor dq = grad_of(qv), dk = grad_of(kv), dv = grad_of(vv);
       // The lists in chunks whose key slots hold about N rows, so the slot gradients stay
       // the size of k and v: the fixed sparse pattern's key lists repeat every block's
       // summaries (C wk ~ N + (N / l)^2 c), and whole they were most of its backward's peak.
@@ -501,8 +503,8 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
         kernels::routed_attention_backward(qv, kv, vv, qmc, kmc, pv, pc0, rows(slots, wq),
                                            dense(slice(lse, 2, c0 * wq, (c0 + n) * wq)), gs, dqs, dks, dvs);
         // The slot gradients back to the positions the slots hold.
-        kernels::routed_slots_add(dqs, qmc, dq);
-        kernels::routed_slots_add(dks, kmc, dk, dvs, dv);
+        kernels::routed_slots_add(dqs, qmc, dq, Tensor(), Tensor(), c0 > 0);
+        kernels::routed_slots_add(dks, kmc, dk, dvs, dv, c0 > 0);
       }
       return {dq, dk, dv};
     });

@@ -408,18 +408,20 @@ void routed_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tenso
 //   routed_tokens_to_slots: gs (B, H, n w, Dv) = g[b, h, pos(s)] / max(count[b, h, pos(s)], 1) (g (B, H, N, Dv)
 //     contiguous), rows of empty slots 0.
 //   routed_slots_add: out (B, H, N, D) += the rows src (B, H, n w, D) at the positions their slots hold (empty
-//     slots skipped); src2 / out2 alike with the same lists, where defined (the key lists' dk and dv).
+//     slots skipped); src2 / out2 alike with the same lists, where defined (the key lists' dk and dv). With
+//     accumulate false out is overwritten (the sums start from 0; a position no slot holds gets 0): no fill
+//     before the first chunk.
 void routed_slots_to_tokens_cpu(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out,
                                 const Tensor& count);
 void routed_tokens_to_slots_cpu(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs);
 void routed_slots_add_cpu(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2,
-                          const Tensor& out2);
+                          const Tensor& out2, bool accumulate);
 #ifdef CF_WITH_CUDA
 void routed_slots_to_tokens_cuda(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out,
                                  const Tensor& count);
 void routed_tokens_to_slots_cuda(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs);
 void routed_slots_add_cuda(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2,
-                           const Tensor& out2);
+                           const Tensor& out2, bool accumulate);
 #endif
 inline void routed_slots_to_tokens(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out,
                                    const Tensor& count) {
@@ -430,10 +432,10 @@ inline void routed_tokens_to_slots(const Tensor& g, const Tensor& count, const T
   CF_DEVICE_DISPATCH("routed_attention", gs.device(), routed_tokens_to_slots_cpu(g, count, lists, gs),
                      routed_tokens_to_slots_cuda(g, count, lists, gs));
 }
-inline void routed_slots_add(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2 = Tensor(),
-                             const Tensor& out2 = Tensor()) {
-  CF_DEVICE_DISPATCH("routed_attention", out.device(), routed_slots_add_cpu(src, lists, out, src2, out2),
-                     routed_slots_add_cuda(src, lists, out, src2, out2));
+inline void routed_slots_add(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2,
+                             const Tensor& out2, bool accumulate) {
+  CF_DEVICE_DISPATCH("routed_attention", out.device(), routed_slots_add_cpu(src, lists, out, src2, out2, accumulate),
+                     routed_slots_add_cuda(src, lists, out, src2, out2, accumulate));
 }
 
 // Rounds combined through their log-sum-exp (the Reformer's multi-round rule), on

@@ -1387,13 +1387,14 @@ void to_slots(const Tensor& g, const Tensor& count, const Tensor& lists, const T
 }
 
 template <typename T>
-void add_rows(const Tensor& src, const Tensor& lists, const Tensor& out) {
+void add_rows(const Tensor& src, const Tensor& lists, const Tensor& out, bool accumulate) {
   const int64_t B = out.shape()[0], H = out.shape()[1], N = out.shape()[2], D = out.shape()[3];
   const Lists L = lists_of(lists, B, H, N);
   const T* sp = src.data<T>();
   T* op = out.data<T>();
   parallel_for(B * H, 1, [&](int64_t b0, int64_t e0) {
-    for (int64_t bh = b0; bh < e0; ++bh)
+    for (int64_t bh = b0; bh < e0; ++bh) {
+      if (!accumulate) std::fill(op + bh * N * D, op + (bh + 1) * N * D, T(0));
       for (int64_t s = 0; s < L.S; ++s) {
         const int64_t pos = L.pos(bh / H, bh % H, s);
         if (pos < 0) continue;
@@ -1401,6 +1402,7 @@ void add_rows(const Tensor& src, const Tensor& lists, const Tensor& out) {
         T* o = op + (bh * N + pos) * D;
         for (int64_t j = 0; j < D; ++j) o[j] += row[j];
       }
+    }
   });
 }
 
@@ -1417,10 +1419,10 @@ void routed_tokens_to_slots_cpu(const Tensor& g, const Tensor& count, const Tens
 }
 
 void routed_slots_add_cpu(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2,
-                          const Tensor& out2) {
+                          const Tensor& out2, bool accumulate) {
   CF_DISPATCH_FLOAT_STD(out.dtype(), "routed_attention", {
-    routed_tokens_cpu::add_rows<scalar_t>(src, lists, out);
-    if (out2.defined()) routed_tokens_cpu::add_rows<scalar_t>(src2, lists, out2);
+    routed_tokens_cpu::add_rows<scalar_t>(src, lists, out, accumulate);
+    if (out2.defined()) routed_tokens_cpu::add_rows<scalar_t>(src2, lists, out2, accumulate);
   });
 }
 

@@ -1109,11 +1109,11 @@ __global__ void keys_kernel(Lists L, int64_t items, uint64_t* keys) {
 }
 
 // Row r = bh (N + 1) + pos of the segments: out[bh, pos] = (sum of its slots' rows) / max(count, 1), count the
-// slots with lse > -inf (to_tokens); or out[bh, pos] += the sum (add: to_tokens false).
+// slots with lse > -inf (to_tokens); or out[bh, pos] += the sum (to_tokens false; from 0 with accumulate false).
 template <typename T>
 __global__ void rows_kernel(const T* src, const T* lse, const int64_t* order, const int64_t* start,
-                            const int64_t* count, int64_t rows, int64_t N, int64_t D, bool to_tokens, T* out,
-                            T* counts) {
+                            const int64_t* count, int64_t rows, int64_t N, int64_t D, bool to_tokens, bool accumulate,
+                            T* out, T* counts) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t bh = r / (N + 1), pos = r % (N + 1);
     if (pos == N) continue;  // the empty slots
@@ -1126,7 +1126,7 @@ __global__ void rows_kernel(const T* src, const T* lse, const int64_t* order, co
     const T c = held > T(1) ? held : T(1);
     T* o = out + (bh * N + pos) * D;
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-      T s = to_tokens ? T(0) : o[j];
+      T s = to_tokens || !accumulate ? T(0) : o[j];
       for (int64_t p = p0; p < p1; ++p) s += src[order[p] * D + j];
       o[j] = to_tokens ? s / c : s;
     }
@@ -1182,7 +1182,7 @@ void routed_slots_to_tokens_cuda(const Tensor& slots, const Tensor& lse, const T
     CF_DISPATCH_FLOAT_STD(out.dtype(), op,
                           (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D)>>>(
                               cu::ptr<scalar_t>(slots), cu::ptr<scalar_t>(lse), order, start, cnt, rows, N, D, true,
-                              cu::ptr<scalar_t>(out), cu::ptr<scalar_t>(count))));
+                              false, cu::ptr<scalar_t>(out), cu::ptr<scalar_t>(count))));
     ::cf::cuda::check_launch(op);
   });
 }
@@ -1201,7 +1201,7 @@ void routed_tokens_to_slots_cuda(const Tensor& g, const Tensor& count, const Ten
 }
 
 void routed_slots_add_cuda(const Tensor& src, const Tensor& lists, const Tensor& out, const Tensor& src2,
-                           const Tensor& out2) {
+                           const Tensor& out2, bool accumulate) {
   using namespace routed_tokens_cuda;
   const char* op = "routed_attention";
   const int64_t B = out.shape()[0], H = out.shape()[1], N = out.shape()[2];
@@ -1214,7 +1214,7 @@ void routed_slots_add_cuda(const Tensor& src, const Tensor& lists, const Tensor&
       CF_DISPATCH_FLOAT_STD(o->dtype(), op,
                             (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D)>>>(
                                 cu::ptr<scalar_t>(*s), nullptr, order, start, cnt, rows, N, D, false,
-                                cu::ptr<scalar_t>(*o), nullptr)));
+                                accumulate, cu::ptr<scalar_t>(*o), nullptr)));
       ::cf::cuda::check_launch(op);
     }
   });
