@@ -107,14 +107,16 @@ Tensor centroid_dots(const Tensor& xn, const Tensor& centroids) {
   return matmul(xn, transpose(reshape(centroids, {1, H, C, D}), -2, -1));
 }
 
-Tensor balanced_routing_of(const Tensor& dots, const Tensor& key_padding_mask, int64_t w) {
+// no_inf_scores: the caller knows no score is -inf (the layer's: unit rows against its centroids, NaN at worst),
+// so without padding every top-k slot holds a token and topk's indices are the lists as they are.
+Tensor balanced_routing_of(const Tensor& dots, const Tensor& key_padding_mask, int64_t w, bool no_inf_scores) {
   const Shape& s = dots.shape();
   // Per cluster, tokens ranked by xn . mu_c: for unit xn the same order as -|xn - mu_c|^2.
   Tensor scores = transpose(dots, -2, -1);  // (B, H, C, N)
   if (key_padding_mask.defined())
     scores = masked_fill(scores, reshape(key_padding_mask, {s[0], 1, 1, s[2]}), -INFINITY);
   ValuesIndices top = topk(scores, w, -1);  // (B, H, C, w); ties keep position order
-  if (!key_padding_mask.defined()) return top.indices;  // no -inf score: every slot holds a token
+  if (!key_padding_mask.defined() && no_inf_scores) return top.indices;
   return where(ne(top.values, -INFINITY), top.indices, -1.0);
 }
 
@@ -156,7 +158,7 @@ Tensor balanced_routing(const Tensor& xn, const Tensor& centroids, const Tensor&
              ShapeError, "[", who, "] key_padding_mask must be bool (B, N) = (", xn.shape()[0], ", ",
              xn.shape()[2], "), got ", key_padding_mask.describe());
   NoGradGuard ng;
-  return balanced_routing_of(centroid_dots(xn, centroids), key_padding_mask, w);
+  return balanced_routing_of(centroid_dots(xn, centroids), key_padding_mask, w, /*no_inf_scores=*/false);
 }
 
 Tensor nearest_centroid(const Tensor& xn, const Tensor& centroids) {
@@ -284,8 +286,8 @@ Tensor RoutingAttention::forward(const AttentionArgs& a) {
       q_dots = centroid_dots(qd, centroids_);
       k_dots = centroid_dots(kd, centroids_);
     }
-    Tensor qm = balanced_routing_of(q_dots, a.query_padding_mask, w);
-    Tensor km = balanced_routing_of(k_dots, a.key_padding_mask, w);
+    Tensor qm = balanced_routing_of(q_dots, a.query_padding_mask, w, true);
+    Tensor km = balanced_routing_of(k_dots, a.key_padding_mask, w, true);
     if (!a.aux && !is_training()) q_dots = k_dots = Tensor();  // not needed past the routing: free them
     outs.push_back(routed_lists_attention(q, k, v, qm, km, a.key_padding_mask, scale, a.causal, drop));
     if (a.aux || is_training()) {

@@ -293,6 +293,20 @@ TEST_CASE("routing attention: float64 gradcheck through MultiHeadAttention with 
   Tensor mask = pad_mask(1, 5, {{0, 4}});
   check_module_grad(mha, [&](const std::vector<Tensor>& xs) { return mha(xs[0], mask, true); },
                     {leaf64({1, 5, 8}, 4)});
+  // Every head routed, and every head local (q, k, v taken whole, not narrowed), without padding (balanced
+  // routing then takes topk's lists as they are), causal and not.
+  for (int64_t local_heads : {0, 2})
+    for (bool causal : {false, true}) {
+      CAPTURE(local_heads);
+      CAPTURE(causal);
+      spec.options = nn::Config(nlohmann::json{{"n_clusters", 2}, {"local_heads", local_heads}, {"local_window", 2}},
+                                "attention");
+      nn::MultiHeadAttention all(8, 2, nn::make_attention(spec), g);
+      all.to(kFloat64);
+      all.eval();
+      check_module_grad(all, [&](const std::vector<Tensor>& xs) { return all(xs[0], Tensor(), causal); },
+                        {leaf64({2, 5, 8}, 5)});
+    }
 }
 
 TEST_CASE("routing attention: bad arguments and options are errors naming the values") {

@@ -4,6 +4,7 @@
 // on the CPU; 32 x 32 on CUDA), fully masked rows; float64 gradchecks; bad input.
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -1006,10 +1007,16 @@ TEST_CASE("routed_attention equals its dense reference: random lists with repeat
       Tensor qm = random_lists(forms[f].first, forms[f].second, 5, 9, N, 0.15, seed++);
       Tensor km = random_lists(forms[(f + 1) % forms.size()].first, forms[(f + 1) % forms.size()].second, 5, 13, N,
                                0.15, seed++);
+      // Half the cases pad the key lists with empty slots to 2100 a list: the backward then runs its lists in
+      // chunks of max(N, 2048) / wk = 1 (list c's dropout counters from chunk c; the slot gradients added
+      // into dq, dk, dv chunk after chunk); with 13 slots the 5 lists are one chunk.
+      if (f % 2 == 1) {
+        const Shape ks = km.shape();
+        km = cat({km, Tensor::full({ks[0], ks[1], ks[2], 2100 - ks[3]}, -1.0, kInt64)}, 3);
+      }
       Tensor q = leaf64({B, H, N, 6}, seed), k = leaf64({B, H, N, 6}, seed + 1), v = leaf64({B, H, N, 5}, seed + 2);
       Tensor w = leaf64({B, H, N, 5}, seed + 3).detach();
       seed += 4;
-      // The backward runs these 5 lists in chunks of N / wk = 3: list 3's counters come from the second chunk.
       Tensor fast = routed_attention(q, k, v, qm, km, kpm, 0.3, causal, drop, g_fast);
       sum(fast * w).backward();
       const std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
@@ -1689,9 +1696,60 @@ CUDA_TEST_CASE("routed_attention float64 gradcheck on CUDA") {
                     {leaf64({2, 2, 9, 3}, 1), leaf64({2, 2, 9, 3}, 2), leaf64({2, 2, 9, 2}, 3)});
 }
 
+CUDA_TEST_CASE("routed attention's slot <-> token steps on CUDA give the CPU's bits and write every row") {
+  // Positions from -3 to N + 2 (outside [0, N): empty slots), repeats, every list broadcast form, slots that see
+  // no key (lse -inf, and NaN: not counted), lists of no slot and rows of no column; the outputs start as NaN
+  // on both devices, so a row left unwritten fails.
+  const Device gpu = Device::cuda(0);
+  const int64_t B = 2, H = 3, N = 11;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int64_t> pos(-3, N + 2);
+  const std::vector<std::pair<int64_t, int64_t>> forms = {{B, H}, {1, 1}, {1, H}, {B, 1}};
+  for (const auto& [Bl, Hl] : forms)
+    for (int64_t C : {0, 3})
+      for (int64_t D : {0, 5}) {
+        CAPTURE(Bl);
+        CAPTURE(Hl);
+        CAPTURE(C);
+        CAPTURE(D);
+        const int64_t w = 4, S = C * w;
+        std::vector<int64_t> lv(size_t(Bl * Hl * S));
+        for (int64_t& x : lv) x = pos(rng);
+        const Tensor lists = Tensor::from_vector(lv, {Bl, Hl, C, w});
+        Generator g(uint64_t(C * 10 + D + Bl * 100 + Hl));
+        const Tensor slots = randn({B, H, S, D}, kFloat64, g), src = randn({B, H, S, D}, kFloat64, g);
+        std::vector<double> lse = randn({B, H, S}, kFloat64, g).to_vector<double>();
+        for (size_t i = 0; i < lse.size(); i += 3) lse[i] = -INFINITY;
+        for (size_t i = 1; i < lse.size(); i += 7) lse[i] = NAN;
+        const Tensor lse_t = Tensor::from_vector(lse, {B, H, S});
+        const Tensor gtok = randn({B, H, N, D}, kFloat64, g), base = randn({B, H, N, D}, kFloat64, g);
+        std::vector<std::vector<double>> results[2];
+        for (int dev = 0; dev < 2; ++dev) {
+          const Device d = dev ? gpu : Device::cpu();
+          Tensor out = Tensor::full({B, H, N, D}, NAN, kFloat64).to(d), count = Tensor::full({B, H, N}, NAN, kFloat64).to(d);
+          kernels::routed_slots_to_tokens(slots.to(d), lse_t.to(d), lists.to(d), out, count);
+          Tensor gs = Tensor::full({B, H, S, D}, NAN, kFloat64).to(d);
+          kernels::routed_tokens_to_slots(gtok.to(d), count, lists.to(d), gs);
+          Tensor fresh = Tensor::full({B, H, N, D}, NAN, kFloat64).to(d), added = clone(base).to(d);
+          kernels::routed_slots_add(src.to(d), lists.to(d), fresh, Tensor(), Tensor(), false);
+          kernels::routed_slots_add(src.to(d), lists.to(d), added, slots.to(d), fresh, true);
+          for (const Tensor& t : {out, count, gs, fresh, added}) results[dev].push_back(t.to(Device::cpu()).to_vector<double>());
+        }
+        for (size_t r = 0; r < results[0].size(); ++r) {
+          CAPTURE(r);
+          REQUIRE(results[0][r].size() == results[1][r].size());
+          for (size_t i = 0; i < results[0][r].size(); ++i) {
+            CHECK_FALSE(std::isnan(results[0][r][i]));
+            CHECK(std::memcmp(&results[0][r][i], &results[1][r][i], sizeof(double)) == 0);
+          }
+        }
+      }
+}
+
 CUDA_TEST_CASE("routed_attention with dropout on CUDA drops the CPU's weights, under the mma setting too") {
-  // Lists of 40 queries and 70 keys (past the 32 x 32 tiles), C = 6 lists of N = 300 (the backward's list chunks
-  // start past list 0), shared and per-head lists, padding, causal; float32 and float64.
+  // Lists of 40 queries and 70 keys (past the 32 x 32 tiles), C = 6 lists of N = 300, shared and per-head lists,
+  // padding, causal; float32 and float64. The key lists padded with empty slots to 700 a list, so the backward
+  // runs them in chunks of max(N, 2048) / 700 = 2 lists (chunks past list 0: their counters and their sums).
   const Device gpu = Device::cuda(0);
   const kernels::RoutedAttentionPath before = kernels::routed_attention_path();
   const Tensor kpm = padding_mask(2, 300, 9);
@@ -1701,7 +1759,8 @@ CUDA_TEST_CASE("routed_attention with dropout on CUDA drops the CPU's weights, u
       for (bool causal : {false, true}) {
         CAPTURE(causal);
         CAPTURE(dt);
-        const Tensor qm = random_lists(2, 2, 6, 40, 300, 0.1, 21), km = random_lists(1, 1, 6, 70, 300, 0.1, 22);
+        const Tensor qm = random_lists(2, 2, 6, 40, 300, 0.1, 21);
+        const Tensor km = cat({random_lists(1, 1, 6, 70, 300, 0.1, 22), Tensor::full({1, 1, 6, 630}, -1.0, kInt64)}, 3);
         std::vector<Tensor> want, got;
         for (Device d : {Device::cpu(), gpu}) {
           auto leaf = [&](const Shape& s, uint64_t seed) {
