@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "core/tensor.h"
 #include "kernels/common/dispatch.h"
 
@@ -411,6 +412,20 @@ void routed_attention_backward_cpu(const Tensor& q, const Tensor& k, const Tenso
 //     slots skipped); src2 / out2 alike with the same lists, where defined (the key lists' dk and dv). With
 //     accumulate false out is overwritten (the sums start from 0; a position no slot holds gets 0): no fill
 //     before the first chunk.
+// A list table as both arms read it: slot s of head bh = b H + h holds pos(bh, s), or -1 for an empty slot.
+struct RoutedLists {
+  const int64_t* p;
+  int64_t B, H, Bl, Hl, S, N;
+  CF_HOST_DEVICE int64_t pos(int64_t bh, int64_t s) const {
+    const int64_t b = bh / H, h = bh % H;
+    const int64_t v = p[((Bl == 1 ? 0 : b) * Hl + (Hl == 1 ? 0 : h)) * S + s];
+    return v >= 0 && v < N ? v : -1;
+  }
+};
+inline RoutedLists routed_lists_of(const Tensor& lists, int64_t B, int64_t H, int64_t N) {
+  return {static_cast<const int64_t*>(lists.raw_data()), B, H, lists.shape()[0], lists.shape()[1],
+          lists.shape()[2] * lists.shape()[3], N};
+}
 void routed_slots_to_tokens_cpu(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out,
                                 const Tensor& count);
 void routed_tokens_to_slots_cpu(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs);

@@ -1320,19 +1320,8 @@ void attention_rows_grad_cpu(const Tensor& scores, const Tensor& dp, const Tenso
 
 namespace routed_tokens_cpu {
 
-// The (B, H) heads of a (B, H, S, D) slot tensor against a (B', H', n, w) list table.
-struct Lists {
-  const int64_t* p;
-  int64_t B, H, Bl, Hl, S, N;
-  // Slot s of head (b, h): its position, or -1 when empty.
-  int64_t pos(int64_t b, int64_t h, int64_t s) const {
-    const int64_t v = p[((Bl == 1 ? 0 : b) * Hl + (Hl == 1 ? 0 : h)) * S + s];
-    return v >= 0 && v < N ? v : -1;
-  }
-};
-Lists lists_of(const Tensor& lists, int64_t B, int64_t H, int64_t N) {
-  return {lists.data<int64_t>(), B, H, lists.shape()[0], lists.shape()[1], lists.shape()[2] * lists.shape()[3], N};
-}
+using Lists = RoutedLists;
+inline Lists lists_of(const Tensor& lists, int64_t B, int64_t H, int64_t N) { return routed_lists_of(lists, B, H, N); }
 
 template <typename T>
 void to_tokens(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out, const Tensor& count) {
@@ -1349,7 +1338,7 @@ void to_tokens(const Tensor& slots, const Tensor& lse, const Tensor& lists, cons
       std::fill(ob, ob + N * D, T(0));
       std::fill(cb, cb + N, T(0));
       for (int64_t s = 0; s < L.S; ++s) {
-        const int64_t pos = L.pos(bh / H, bh % H, s);
+        const int64_t pos = L.pos(bh, s);
         if (pos < 0) continue;
         const T* row = sp + (bh * L.S + s) * D;
         T* o = ob + pos * D;
@@ -1373,7 +1362,7 @@ void to_slots(const Tensor& g, const Tensor& count, const Tensor& lists, const T
   T* out = gs.data<T>();
   parallel_for(B * H * L.S, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)), [&](int64_t b0, int64_t e0) {
     for (int64_t r = b0; r < e0; ++r) {
-      const int64_t bh = r / L.S, pos = L.pos(bh / H, bh % H, r % L.S);
+      const int64_t bh = r / L.S, pos = L.pos(bh, r % L.S);
       T* o = out + r * D;
       if (pos < 0) {
         std::fill(o, o + D, T(0));
@@ -1396,7 +1385,7 @@ void add_rows(const Tensor& src, const Tensor& lists, const Tensor& out, bool ac
     for (int64_t bh = b0; bh < e0; ++bh) {
       if (!accumulate) std::fill(op + bh * N * D, op + (bh + 1) * N * D, T(0));
       for (int64_t s = 0; s < L.S; ++s) {
-        const int64_t pos = L.pos(bh / H, bh % H, s);
+        const int64_t pos = L.pos(bh, s);
         if (pos < 0) continue;
         const T* row = sp + (bh * L.S + s) * D;
         T* o = op + (bh * N + pos) * D;

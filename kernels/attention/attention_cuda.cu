@@ -1086,18 +1086,8 @@ void block_rows_grad_cuda(const Tensor& scores, const Tensor& dp, const Tensor& 
 
 namespace routed_tokens_cuda {
 
-struct Lists {
-  const int64_t* p;
-  int64_t B, H, Bl, Hl, S, N;
-  __device__ int64_t pos(int64_t bh, int64_t s) const {
-    const int64_t b = bh / H, h = bh % H;
-    const int64_t v = p[((Bl == 1 ? 0 : b) * Hl + (Hl == 1 ? 0 : h)) * S + s];
-    return v >= 0 && v < N ? v : -1;
-  }
-};
-Lists lists_of(const Tensor& lists, int64_t B, int64_t H, int64_t N) {
-  return {cu::ptr<int64_t>(lists), B, H, lists.shape()[0], lists.shape()[1], lists.shape()[2] * lists.shape()[3], N};
-}
+using Lists = RoutedLists;
+inline Lists lists_of(const Tensor& lists, int64_t B, int64_t H, int64_t N) { return routed_lists_of(lists, B, H, N); }
 
 // Item (bh, s)'s key bh (N + 1) + its position (N: an empty slot).
 __global__ void keys_kernel(Lists L, int64_t items, uint64_t* keys) {

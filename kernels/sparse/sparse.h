@@ -40,6 +40,32 @@ struct ClusterTopkParams {
   double dropout = 0.0;
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
 };
+// One call's operands as raw pointers and sizes, shared by both arms (built on the host, passed by value to
+// the CUDA kernels). mass, rest and kpm null when undefined; threshold (the CPU arm's integer form of the rate,
+// kernels/common/row_math.h's dropout_threshold) left 0 here.
+template <typename T>
+struct ClusterTopkArgs {
+  const T *q, *k, *v, *mass, *rest;
+  const int64_t *top, *assign;
+  const bool* kpm;
+  int64_t Nq, Nk, D, Dv, C, kk, heads;
+  T scale;
+  bool causal;
+  double rate;
+  uint64_t seed, counter0, threshold;
+  T keep_scale;
+};
+template <typename T>
+ClusterTopkArgs<T> cluster_topk_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
+                                     const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
+                                     const ClusterTopkParams& p) {
+  auto raw = [](const Tensor& t) { return t.defined() ? static_cast<const T*>(t.raw_data()) : nullptr; };
+  return {raw(q), raw(k), raw(v), raw(mass), raw(rest), static_cast<const int64_t*>(top.raw_data()),
+          static_cast<const int64_t*>(assign.raw_data()),
+          kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr, q.size(2), k.size(2), q.size(3),
+          v.size(3), top.size(2), top.size(3), p.heads, T(p.scale), p.causal, p.dropout, p.dropout_seed,
+          p.dropout_counter0, 0, T(p.dropout > 0 ? 1.0 / (1.0 - p.dropout) : 1.0)};
+}
 void cluster_topk_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
                               const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
                               const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& lse);

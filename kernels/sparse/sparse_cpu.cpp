@@ -258,27 +258,7 @@ void sparse_scatter_rows_cpu(const Tensor& c, const Tensor& x, const Tensor& idx
 namespace cluster_topk_cpu {
 
 template <typename T>
-struct Rows {
-  const T *q, *k, *v, *mass, *rest;
-  const int64_t *top, *assign;
-  const bool* kpm;
-  int64_t Nq, Nk, D, Dv, C, kk, heads;
-  T scale;
-  bool causal;
-  uint64_t seed, counter0, threshold;  // dropout (threshold 0: none)
-  T keep_scale;
-};
-
-template <typename T>
-Rows<T> rows_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top, const Tensor& assign,
-                const Tensor& mass, const Tensor& rest, const Tensor& kpm, const ClusterTopkParams& p) {
-  Rows<T> r{q.data<T>(), k.data<T>(), v.data<T>(), mass.defined() ? mass.data<T>() : nullptr,
-            rest.defined() ? rest.data<T>() : nullptr, top.data<int64_t>(), assign.data<int64_t>(),
-            kpm.defined() ? kpm.data<bool>() : nullptr, q.size(2), k.size(2), q.size(3), v.size(3), top.size(2),
-            top.size(3), p.heads, T(p.scale), p.causal, p.dropout_seed, p.dropout_counter0, dropout_threshold(p.dropout),
-            T(p.dropout > 0 ? 1.0 / (1.0 - p.dropout) : 1.0)};
-  return r;
-}
+using Rows = ClusterTopkArgs<T>;
 
 // Row `row` = g Nq + i: its cluster's key list (nullptr for a query without a cluster) and the scores
 // q_i . k_l into s (kk), -inf where the key is blocked.
@@ -426,7 +406,8 @@ void cluster_topk_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
                               const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& lse) {
   CF_DISPATCH_FLOAT_STD(q.dtype(), "cluster_topk_attention", {
-    const auto a = cluster_topk_cpu::rows_of<scalar_t>(q, k, v, top, assign, mass, rest, kpm, p);
+    auto a = cluster_topk_args<scalar_t>(q, k, v, top, assign, mass, rest, kpm, p);
+    a.threshold = dropout_threshold(p.dropout);
     cluster_topk_cpu::forward(a, q.size(0) * q.size(1), out.data<scalar_t>(), o.data<scalar_t>(), lse.data<scalar_t>());
   });
 }
@@ -437,7 +418,8 @@ void cluster_topk_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v
                                const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dmass,
                                const Tensor& drest) {
   CF_DISPATCH_FLOAT_STD(q.dtype(), "cluster_topk_attention", {
-    const auto a = cluster_topk_cpu::rows_of<scalar_t>(q, k, v, top, assign, mass, Tensor(), kpm, p);
+    auto a = cluster_topk_args<scalar_t>(q, k, v, top, assign, mass, Tensor(), kpm, p);
+    a.threshold = dropout_threshold(p.dropout);
     cluster_topk_cpu::backward(a, q.size(0) * q.size(1), o.data<scalar_t>(), lse.data<scalar_t>(), dout.data<scalar_t>(),
                                dq.data<scalar_t>(), dk.data<scalar_t>(), dv.data<scalar_t>(),
                                dmass.defined() ? dmass.data<scalar_t>() : nullptr,

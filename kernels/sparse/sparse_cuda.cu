@@ -137,28 +137,7 @@ namespace cluster_topk_cuda {
 constexpr int kRowWarps = 4;  // warps (query rows) per block
 
 template <typename T>
-struct Rows {
-  const T *q, *k, *v, *mass, *rest;
-  const int64_t *top, *assign;
-  const bool* kpm;
-  int64_t Nq, Nk, D, Dv, C, kk, heads;
-  T scale;
-  bool causal;
-  double rate;
-  uint64_t seed, counter0;
-  T keep_scale;
-};
-
-template <typename T>
-Rows<T> rows_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top, const Tensor& assign,
-                const Tensor& mass, const Tensor& rest, const Tensor& kpm, const ClusterTopkParams& p) {
-  Rows<T> r{cu::ptr<T>(q), cu::ptr<T>(k), cu::ptr<T>(v), mass.defined() ? cu::ptr<T>(mass) : nullptr,
-            rest.defined() ? cu::ptr<T>(rest) : nullptr, cu::ptr<int64_t>(top), cu::ptr<int64_t>(assign),
-            kpm.defined() ? cu::ptr<bool>(kpm) : nullptr, q.size(2), k.size(2), q.size(3), v.size(3), top.size(2),
-            top.size(3), p.heads, T(p.scale), p.causal, p.dropout, p.dropout_seed, p.dropout_counter0,
-            T(p.dropout > 0 ? 1.0 / (1.0 - p.dropout) : 1.0)};
-  return r;
-}
+using Rows = ClusterTopkArgs<T>;
 
 // sum_j a[j] b[j], every lane of the warp gets it.
 template <typename T>
@@ -323,7 +302,7 @@ void cluster_topk_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v
   if (rows == 0) return;
   cu::use_device_of(q, "cluster_topk_attention");
   CF_DISPATCH_FLOAT_STD(q.dtype(), "cluster_topk_attention", {
-    const auto a = rows_of<scalar_t>(q, k, v, top, assign, mass, rest, kpm, p);
+    const auto a = cluster_topk_args<scalar_t>(q, k, v, top, assign, mass, rest, kpm, p);
     forward_kernel<scalar_t><<<cu::grid_for(rows, kRowWarps), kRowWarps * cu::kWarp>>>(
         a, rows, cu::ptr<scalar_t>(out), cu::ptr<scalar_t>(o), cu::ptr<scalar_t>(lse));
   });
@@ -345,7 +324,7 @@ void cluster_topk_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& 
            terms);
   CF_DISPATCH_FLOAT_STD(q.dtype(), op, {
     using T = scalar_t;
-    const auto a = rows_of<T>(q, k, v, top, assign, mass, Tensor(), kpm, p);
+    const auto a = cluster_topk_args<T>(q, k, v, top, assign, mass, Tensor(), kpm, p);
     Tensor ds = Tensor::empty({std::max<int64_t>(terms, 1)}, q.dtype(), dev), zs = Tensor::empty({std::max<int64_t>(terms, 1)}, q.dtype(), dev);
     Tensor dos = Tensor::empty({std::max<int64_t>(rows * Dv, 1)}, q.dtype(), dev), go = Tensor::empty({std::max<int64_t>(rows, 1)}, q.dtype(), dev);
     Tensor term_keys = Tensor::empty({std::max<int64_t>(terms, 1)}, kInt64, dev), row_keys = Tensor::empty({std::max<int64_t>(rows, 1)}, kInt64, dev);
