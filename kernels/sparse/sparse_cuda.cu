@@ -260,7 +260,8 @@ __global__ void rows_grad_kernel(Rows<T> a, int64_t rows, const T* o, const T* l
       if (blocked) continue;
       const T P = exp(a.scale * warp_dot(qr, kg + key * a.D, a.D) - lse[row]);
       const T keep = keep_factor(a, row, t);
-      const T dS = a.scale * (P * (warp_dot(dor, vg + key * a.Dv, a.Dv) * keep - Drow));
+      const T dZ = warp_dot(dor, vg + key * a.Dv, a.Dv);                  // (every lane: the shuffles)
+      const T dS = P == T(0) ? T(0) : a.scale * (P * (dZ * keep - Drow));  // underflowed: 0, as on the CPU
       const T* kr = kg + key * a.D;
       for (int64_t j = lane; j < a.D; j += cu::kWarp) dqr[j] += dS * kr[j];
       if (lane == 0) {
