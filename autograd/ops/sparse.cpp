@@ -187,15 +187,15 @@ Tensor cluster_topk_attention(const Tensor& q_in, const Tensor& k_in, const Tens
   }
   Tensor out = Tensor::empty({B, H, Nq, Dv}, q.dtype(), q.device());
   Tensor o = Tensor::empty({B, H, Nq, Dv}, q.dtype(), q.device());
-  Tensor lse = Tensor::empty({B, H, Nq}, q.dtype(), q.device());
-  kernels::cluster_topk_forward(q, k, v, top, assign, mass, rest, kpm, p, out, o, lse);
+  Tensor P = Tensor::empty({B, H, Nq, kk}, q.dtype(), q.device());  // the weights, kept for the backward
+  kernels::cluster_topk_forward(q, k, v, top, assign, mass, rest, kpm, p, out, o, P);
   if (autograd::any_requires_grad({&q_in, &k_in, &v_in, &mass_in, &rest_in})) {
-    autograd::SavedTensor sq(q), sk(k), sv(v), st(top), sa(assign), sm(mass), sp(kpm), so(o), sl(lse);
+    autograd::SavedTensor sq(q), sk(k), sv(v), st(top), sa(assign), sm(mass), sp(kpm), so(o), sw(P);
     const bool need_mass = mass_in.defined() && mass_in.requires_grad();
     const bool need_rest = rest_in.defined() && rest_in.requires_grad();
     const bool has_mass = mass_in.defined(), has_rest = rest_in.defined();
     autograd::record(op, {q_in, k_in, v_in, mass_in, rest_in}, out,
-                     [sq, sk, sv, st, sa, sm, sp, so, sl, p, need_mass, need_rest, has_mass,
+                     [sq, sk, sv, st, sa, sm, sp, so, sw, p, need_mass, need_rest, has_mass,
                       has_rest](const Tensor& gout) -> std::vector<Tensor> {
                        const char* name = opname::cluster_topk_attention;
                        const Tensor qv = sq.unpack(name), kv = sk.unpack(name), vv = sv.unpack(name);
@@ -212,7 +212,7 @@ Tensor cluster_topk_attention(const Tensor& q_in, const Tensor& k_in, const Tens
                                                                 qv.device())
                                                 : Tensor();
                        kernels::cluster_topk_backward(qv, kv, vv, tv, sa.unpack(name), mv, pv, p, so.unpack(name),
-                                                      sl.unpack(name), contiguous(gout), dq, dk, dv, dmass, drest);
+                                                      sw.unpack(name), contiguous(gout), dq, dk, dv, dmass, drest);
                        return {dq, dk, dv, has_mass ? dmass : Tensor(), has_rest ? drest : Tensor()};
                      });
   }

@@ -30,8 +30,8 @@ void sparse_scatter_rows_cpu(const Tensor& c, const Tensor& x, const Tensor& idx
 // under dropout_seed falls below the rate, the rest scaled by 1 / (1 - rate): the counters dropout()
 // gives entry (g, i, t) of the (G, Nq, kk) weights); Z the weights after it.
 //   o_i = sum_t Z_it v_top[a, t];  out_i = mass[g, a] o_i + rest[g, a]  (mass undefined: 1, rest: 0);
-//   lse_i = log sum_t exp(s_it) over the allowed keys; nothing allowed: o = 0, lse = -inf;
-//   a = -1: out = o = 0, lse = -inf.
+//   P (G, Nq, kk) written too, for the backward: 0 at blocked keys; nothing allowed: o = 0 and P = 0;
+//   a = -1: out = o = 0, P = 0.
 // Every tensor contiguous, on one device, indices in range (the op checks them); outputs preallocated.
 struct ClusterTopkParams {
   int64_t heads = 1;
@@ -68,8 +68,9 @@ ClusterTopkArgs<T> cluster_topk_args(const Tensor& q, const Tensor& k, const Ten
 }
 void cluster_topk_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
                               const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
-                              const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& lse);
-// The backward from dout (G, Nq, Dv) contiguous, o and lse as the forward wrote them: writes (overwrites) dq,
+                              const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& P);
+// The backward from dout (G, Nq, Dv) contiguous, o and P as the forward wrote them (the weights are read, not
+// recomputed from the scores): writes (overwrites) dq,
 // dk, dv (q, k, v's shapes) and, where defined, dmass (G, C) and drest (G, C, Dv). With do_i = mass_a dout_i:
 //   dS_it = scale P_it (dZ'_it - do_i . o_i), dZ'_it = do_i . v_t / (1 - rate) where kept, else 0;
 //   dq_i = sum_t dS_it k_t;  dk_l += dS_it q_i and dv_l += Z_it do_i over the (i, t) with top[a, t] = l;
@@ -77,17 +78,17 @@ void cluster_topk_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
 // Every sum over queries runs in increasing (i, t) on both devices (no floating-point atomics).
 void cluster_topk_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
                                const Tensor& assign, const Tensor& mass, const Tensor& kpm,
-                               const ClusterTopkParams& p, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                               const ClusterTopkParams& p, const Tensor& o, const Tensor& P, const Tensor& dout,
                                const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dmass,
                                const Tensor& drest);
 
 #ifdef CF_WITH_CUDA
 void cluster_topk_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
                                const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
-                               const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& lse);
+                               const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& P);
 void cluster_topk_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
                                 const Tensor& assign, const Tensor& mass, const Tensor& kpm,
-                                const ClusterTopkParams& p, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                                const ClusterTopkParams& p, const Tensor& o, const Tensor& P, const Tensor& dout,
                                 const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dmass,
                                 const Tensor& drest);
 void sparse_dot_cuda(const Tensor& q, const Tensor& k, const Tensor& idx, const Tensor& out);
@@ -109,20 +110,20 @@ inline void sparse_scatter_rows(const Tensor& c, const Tensor& x, const Tensor& 
 
 inline void cluster_topk_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
                                  const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
-                                 const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& lse) {
+                                 const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& P) {
   CF_DEVICE_DISPATCH("cluster_topk_attention", q.device(),
-                     cluster_topk_forward_cpu(q, k, v, top, assign, mass, rest, kpm, p, out, o, lse),
-                     cluster_topk_forward_cuda(q, k, v, top, assign, mass, rest, kpm, p, out, o, lse));
+                     cluster_topk_forward_cpu(q, k, v, top, assign, mass, rest, kpm, p, out, o, P),
+                     cluster_topk_forward_cuda(q, k, v, top, assign, mass, rest, kpm, p, out, o, P));
 }
 inline void cluster_topk_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
                                   const Tensor& assign, const Tensor& mass, const Tensor& kpm,
-                                  const ClusterTopkParams& p, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                                  const ClusterTopkParams& p, const Tensor& o, const Tensor& P, const Tensor& dout,
                                   const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dmass,
                                   const Tensor& drest) {
   CF_DEVICE_DISPATCH(
       "cluster_topk_attention", q.device(),
-      cluster_topk_backward_cpu(q, k, v, top, assign, mass, kpm, p, o, lse, dout, dq, dk, dv, dmass, drest),
-      cluster_topk_backward_cuda(q, k, v, top, assign, mass, kpm, p, o, lse, dout, dq, dk, dv, dmass, drest));
+      cluster_topk_backward_cpu(q, k, v, top, assign, mass, kpm, p, o, P, dout, dq, dk, dv, dmass, drest),
+      cluster_topk_backward_cuda(q, k, v, top, assign, mass, kpm, p, o, P, dout, dq, dk, dv, dmass, drest));
 }
 
 }  // namespace cf::kernels

@@ -166,17 +166,18 @@ __device__ __forceinline__ T keep_factor(const Rows<T>& a, int64_t row, int64_t 
 }
 
 template <typename T>
-__global__ void forward_kernel(Rows<T> a, int64_t rows, T* out, T* o, T* lse) {
+__global__ void forward_kernel(Rows<T> a, int64_t rows, T* out, T* o, T* P) {
   const int lane = threadIdx.x % cu::kWarp;
   const int64_t step = int64_t(gridDim.x) * kRowWarps;
   for (int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / cu::kWarp; row < rows; row += step) {
     T* orow = o + row * a.Dv;
     T* out_r = out + row * a.Dv;
+    T* pr = P + row * a.kk;  // the scores first (lane 0), then the weights (below)
     for (int64_t j = lane; j < a.Dv; j += cu::kWarp) orow[j] = 0;
     const int64_t c = a.assign[row];
     if (c < 0) {
       for (int64_t j = lane; j < a.Dv; j += cu::kWarp) out_r[j] = 0;
-      if (lane == 0) lse[row] = -INFINITY;
+      for (int64_t t = lane; t < a.kk; t += cu::kWarp) pr[t] = 0;
       continue;
     }
     const int64_t g = row / a.Nq, i = row % a.Nq, cc = cu::clamp_index(c, a.C);
@@ -188,9 +189,13 @@ __global__ void forward_kernel(Rows<T> a, int64_t rows, T* out, T* o, T* lse) {
     for (int64_t t = 0; t < a.kk; ++t) {
       bool blocked;
       const int64_t key = key_at(a, keys, t, g, i, blocked);
-      if (blocked) continue;  // the same answer on every lane
+      if (blocked) {  // the same answer on every lane
+        if (lane == 0) pr[t] = T(-INFINITY);
+        continue;
+      }
       T s = a.scale * warp_dot(qr, kg + key * a.D, a.D);
       if (s == T(INFINITY)) s = T(NAN);  // exp(inf - inf): the CPU's (and a dense softmax's) NaN row
+      if (lane == 0) pr[t] = s;
       T p;
       if (s > m || s != s) {  // a new maximum (or NaN, which absorbs: the row becomes NaN, as on the CPU):
                               // rescale what was summed (exp(-inf) = 0 the first time)
@@ -210,7 +215,9 @@ __global__ void forward_kernel(Rows<T> a, int64_t rows, T* out, T* o, T* lse) {
       }
     }
     const bool none = m == -INFINITY;
-    if (lane == 0) lse[row] = none ? T(-INFINITY) : m + log(l);
+    const T lse = m + log(l);
+    __syncwarp();  // lane 0's scores before every lane turns its share into weights
+    for (int64_t t = lane; t < a.kk; t += cu::kWarp) pr[t] = none ? T(0) : exp(pr[t] - lse);  // blocked: 0
     const T mass = a.mass ? a.mass[g * a.C + cc] : T(1);
     const T* rr = a.rest ? a.rest + (g * a.C + cc) * a.Dv : nullptr;
     for (int64_t j = lane; j < a.Dv; j += cu::kWarp) {
@@ -224,12 +231,12 @@ __global__ void forward_kernel(Rows<T> a, int64_t rows, T* out, T* o, T* lse) {
 // The backward's row step: dq (written), and per (row, t): dS, Z and the term's destination key
 // g Nk + l; per row: do = mass dout, dout . o and the row's cluster key g (C + 1) + (a, or C for none).
 template <typename T>
-__global__ void rows_grad_kernel(Rows<T> a, int64_t rows, const T* o, const T* lse, const T* gout, T* dq, T* ds,
+__global__ void rows_grad_kernel(Rows<T> a, int64_t rows, const T* o, const T* P, const T* gout, T* dq, T* ds,
                                  T* zs, T* dos, T* go, uint64_t* term_keys, uint64_t* row_keys) {
   const int lane = threadIdx.x % cu::kWarp;
   const int64_t step = int64_t(gridDim.x) * kRowWarps;
   for (int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / cu::kWarp; row < rows; row += step) {
-    const int64_t g = row / a.Nq, i = row % a.Nq, c = a.assign[row], cc = cu::clamp_index(c, a.C);
+    const int64_t g = row / a.Nq, c = a.assign[row], cc = cu::clamp_index(c, a.C);
     const int64_t* keys = a.top + (g * a.C + cc) * a.kk;
     const T* gr = gout + row * a.Dv;
     const T* orow = o + row * a.Dv;
@@ -249,24 +256,23 @@ __global__ void rows_grad_kernel(Rows<T> a, int64_t rows, const T* o, const T* l
       row_keys[row] = uint64_t(g * (a.C + 1) + (c >= 0 ? cc : a.C));
     }
     __syncwarp();  // the zeros of ds and zs above before lane 0 writes its entries below
-    if (c < 0 || lse[row] == -INFINITY) continue;
+    if (c < 0) continue;
     const T Drow = warp_dot(dor, orow, a.Dv);  // rowsum(Z dZ) = do . o
-    const T* qr = a.q + row * a.D;
     const T* kg = a.k + g * a.Nk * a.D;
     const T* vg = a.v + g * a.Nk * a.Dv;
+    const T* pr = P + row * a.kk;  // the forward's weights: no score recomputed
     for (int64_t t = 0; t < a.kk; ++t) {
-      bool blocked;
-      const int64_t key = key_at(a, keys, t, g, i, blocked);
-      if (blocked) continue;
-      const T P = exp(a.scale * warp_dot(qr, kg + key * a.D, a.D) - lse[row]);
+      const T w = pr[t];
+      if (w == T(0)) continue;  // blocked, nothing allowed or underflowed: dS = 0 (the same on every lane)
+      const int64_t key = cu::clamp_index(keys[t], a.Nk);
       const T keep = keep_factor(a, row, t);
-      const T dZ = warp_dot(dor, vg + key * a.Dv, a.Dv);                  // (every lane: the shuffles)
-      const T dS = P == T(0) ? T(0) : a.scale * (P * (dZ * keep - Drow));  // underflowed: 0, as on the CPU
+      const T dZ = warp_dot(dor, vg + key * a.Dv, a.Dv);
+      const T dS = a.scale * (w * (dZ * keep - Drow));
       const T* kr = kg + key * a.D;
       for (int64_t j = lane; j < a.D; j += cu::kWarp) dqr[j] += dS * kr[j];
       if (lane == 0) {
         ds[row * a.kk + t] = dS;
-        zs[row * a.kk + t] = P * keep;
+        zs[row * a.kk + t] = w * keep;
       }
     }
   }
@@ -297,7 +303,7 @@ __global__ void cluster_sums_kernel(const T* gout, const T* go, const int64_t* o
 
 void cluster_topk_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
                                const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,
-                               const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& lse) {
+                               const ClusterTopkParams& p, const Tensor& out, const Tensor& o, const Tensor& P) {
   using namespace cluster_topk_cuda;
   const int64_t rows = q.size(0) * q.size(1) * q.size(2);
   if (rows == 0) return;
@@ -305,14 +311,14 @@ void cluster_topk_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v
   CF_DISPATCH_FLOAT_STD(q.dtype(), "cluster_topk_attention", {
     const auto a = cluster_topk_args<scalar_t>(q, k, v, top, assign, mass, rest, kpm, p);
     forward_kernel<scalar_t><<<cu::grid_for(rows, kRowWarps), kRowWarps * cu::kWarp>>>(
-        a, rows, cu::ptr<scalar_t>(out), cu::ptr<scalar_t>(o), cu::ptr<scalar_t>(lse));
+        a, rows, cu::ptr<scalar_t>(out), cu::ptr<scalar_t>(o), cu::ptr<scalar_t>(P));
   });
   ::cf::cuda::check_launch("cluster_topk_attention");
 }
 
 void cluster_topk_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
                                 const Tensor& assign, const Tensor& mass, const Tensor& kpm,
-                                const ClusterTopkParams& p, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                                const ClusterTopkParams& p, const Tensor& o, const Tensor& P, const Tensor& dout,
                                 const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dmass,
                                 const Tensor& drest) {
   using namespace cluster_topk_cuda;
@@ -333,7 +339,7 @@ void cluster_topk_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& 
     uint64_t* rk = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(row_keys));
     if (rows > 0) {
       rows_grad_kernel<T><<<cu::grid_for(rows, kRowWarps), kRowWarps * cu::kWarp>>>(
-          a, rows, cu::ptr<T>(o), cu::ptr<T>(lse), cu::ptr<T>(dout), cu::ptr<T>(dq), cu::ptr<T>(ds), cu::ptr<T>(zs),
+          a, rows, cu::ptr<T>(o), cu::ptr<T>(P), cu::ptr<T>(dout), cu::ptr<T>(dq), cu::ptr<T>(ds), cu::ptr<T>(zs),
           cu::ptr<T>(dos), cu::ptr<T>(go), tk, rk);
       ::cf::cuda::check_launch(op);
     }
