@@ -30,7 +30,8 @@ void sparse_scatter_rows_cpu(const Tensor& c, const Tensor& x, const Tensor& idx
 // under dropout_seed falls below the rate, the rest scaled by 1 / (1 - rate): the counters dropout()
 // gives entry (g, i, t) of the (G, Nq, kk) weights); Z the weights after it.
 //   o_i = sum_t Z_it v_top[a, t];  out_i = mass[g, a] o_i + rest[g, a]  (mass undefined: 1, rest: 0);
-//   P (G, Nq, kk) written too, for the backward: 0 at blocked keys; nothing allowed: o = 0 and P = 0;
+//   P (G, Nq, kk) written too, for the backward: 0 at blocked keys (a row with a NaN score: NaN throughout);
+//   nothing allowed: o = 0 and P = 0;
 //   a = -1: out = o = 0, P = 0.
 // Every tensor contiguous, on one device, indices in range (the op checks them); outputs preallocated.
 struct ClusterTopkParams {

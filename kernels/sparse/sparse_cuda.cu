@@ -196,6 +196,7 @@ __global__ void forward_kernel(Rows<T> a, int64_t rows, T* out, T* o, T* P) {
       T s = a.scale * warp_dot(qr, kg + key * a.D, a.D);
       if (s == T(INFINITY)) s = T(NAN);  // exp(inf - inf): the CPU's (and a dense softmax's) NaN row
       if (lane == 0) pr[t] = s;
+      if (s == T(-INFINITY)) continue;  // weight 0, as on the CPU (exp(-inf - -inf) would be NaN while m is -inf)
       T p;
       if (s > m || s != s) {  // a new maximum (or NaN, which absorbs: the row becomes NaN, as on the CPU):
                               // rescale what was summed (exp(-inf) = 0 the first time)
@@ -267,7 +268,8 @@ __global__ void rows_grad_kernel(Rows<T> a, int64_t rows, const T* o, const T* P
       const int64_t key = cu::clamp_index(keys[t], a.Nk);
       const T keep = keep_factor(a, row, t);
       const T dZ = warp_dot(dor, vg + key * a.Dv, a.Dv);
-      const T dS = a.scale * (w * (dZ * keep - Drow));
+      const T d = keep == T(0) ? T(0) : dZ * keep;  // dropped: no gradient through it, as on the CPU
+      const T dS = a.scale * (w * (d - Drow));
       const T* kr = kg + key * a.D;
       for (int64_t j = lane; j < a.D; j += cu::kWarp) dqr[j] += dS * kr[j];
       if (lane == 0) {
