@@ -1320,13 +1320,10 @@ void attention_rows_grad_cpu(const Tensor& scores, const Tensor& dp, const Tenso
 
 namespace routed_tokens_cpu {
 
-using Lists = RoutedLists;
-inline Lists lists_of(const Tensor& lists, int64_t B, int64_t H, int64_t N) { return routed_lists_of(lists, B, H, N); }
-
 template <typename T>
 void to_tokens(const Tensor& slots, const Tensor& lse, const Tensor& lists, const Tensor& out, const Tensor& count) {
   const int64_t B = out.shape()[0], H = out.shape()[1], N = out.shape()[2], D = out.shape()[3];
-  const Lists L = lists_of(lists, B, H, N);
+  const RoutedLists L = routed_lists_of(lists, B, H, N);
   const T* sp = slots.data<T>();
   const T* lp = lse.data<T>();
   T* op = out.data<T>();
@@ -1356,7 +1353,7 @@ void to_tokens(const Tensor& slots, const Tensor& lse, const Tensor& lists, cons
 template <typename T>
 void to_slots(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs) {
   const int64_t B = g.shape()[0], H = g.shape()[1], N = g.shape()[2], D = g.shape()[3];
-  const Lists L = lists_of(lists, B, H, N);
+  const RoutedLists L = routed_lists_of(lists, B, H, N);
   const T* gp = g.data<T>();
   const T* cp = count.data<T>();
   T* out = gs.data<T>();
@@ -1378,7 +1375,7 @@ void to_slots(const Tensor& g, const Tensor& count, const Tensor& lists, const T
 template <typename T>
 void add_rows(const Tensor& src, const Tensor& lists, const Tensor& out, bool accumulate) {
   const int64_t B = out.shape()[0], H = out.shape()[1], N = out.shape()[2], D = out.shape()[3];
-  const Lists L = lists_of(lists, B, H, N);
+  const RoutedLists L = routed_lists_of(lists, B, H, N);
   const T* sp = src.data<T>();
   T* op = out.data<T>();
   parallel_for(B * H, 1, [&](int64_t b0, int64_t e0) {

@@ -1086,11 +1086,8 @@ void block_rows_grad_cuda(const Tensor& scores, const Tensor& dp, const Tensor& 
 
 namespace routed_tokens_cuda {
 
-using Lists = RoutedLists;
-inline Lists lists_of(const Tensor& lists, int64_t B, int64_t H, int64_t N) { return routed_lists_of(lists, B, H, N); }
-
 // Item (bh, s)'s key bh (N + 1) + its position (N: an empty slot).
-__global__ void keys_kernel(Lists L, int64_t items, uint64_t* keys) {
+__global__ void keys_kernel(RoutedLists L, int64_t items, uint64_t* keys) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < items; e += step) {
     const int64_t bh = e / L.S, pos = L.pos(bh, e % L.S);
@@ -1124,7 +1121,7 @@ __global__ void rows_kernel(const T* src, const T* lse, const int64_t* order, co
 }
 
 template <typename T>
-__global__ void to_slots_kernel(const T* g, const T* counts, Lists L, int64_t total, int64_t D, T* gs) {
+__global__ void to_slots_kernel(const T* g, const T* counts, RoutedLists L, int64_t total, int64_t D, T* gs) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
     const int64_t r = e / D, j = e % D, bh = r / L.S, pos = L.pos(bh, r % L.S);
@@ -1140,7 +1137,7 @@ __global__ void to_slots_kernel(const T* g, const T* counts, Lists L, int64_t to
 // Segments of the slots of `lists` by position; then `each(order, start, count, rows)`.
 template <typename F>
 void by_position(const Tensor& lists, int64_t B, int64_t H, int64_t N, Device dev, const char* op, F each) {
-  const Lists L = lists_of(lists, B, H, N);
+  const RoutedLists L = routed_lists_of(lists, B, H, N);
   const int64_t items = B * H * L.S, rows = B * H * (N + 1);
   if (rows == 0) return;
   Tensor keys = Tensor::empty({std::max<int64_t>(items, 1)}, kInt64, dev);
@@ -1183,7 +1180,7 @@ void routed_tokens_to_slots_cuda(const Tensor& g, const Tensor& count, const Ten
   const int64_t B = g.shape()[0], H = g.shape()[1], N = g.shape()[2], D = g.shape()[3], total = gs.numel();
   if (total == 0) return;
   cu::use_device_of(gs, op);
-  const Lists L = lists_of(lists, B, H, N);
+  const RoutedLists L = routed_lists_of(lists, B, H, N);
   CF_DISPATCH_FLOAT_STD(gs.dtype(), op,
                         (to_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads>>>(
                             cu::ptr<scalar_t>(g), cu::ptr<scalar_t>(count), L, total, D, cu::ptr<scalar_t>(gs))));
