@@ -23,6 +23,7 @@
 #include "autograd/registry.h"
 #include "core/allocator.h"
 #include "core/cuda.h"
+#include "core/cuda_graph.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"

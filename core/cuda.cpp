@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "core/allocator.h"
@@ -120,13 +121,21 @@ namespace {
 // True while this thread runs a deferred check's launch under the record's lock:
 // check_launch must not read the record then (defer_check reads it right after).
 thread_local bool t_in_check_launch = false;
+// What this thread captures into (core/cuda_graph.cpp), or null.
+thread_local CaptureScope* t_capture = nullptr;
 }  // namespace
+
+void set_capture_scope(CaptureScope* scope) { t_capture = scope; }
+CaptureScope* capture_scope() { return t_capture; }
+bool capturing() { return t_capture != nullptr; }
+cudaStream_t stream() { return t_capture ? t_capture->stream : cudaStream_t(0); }
 
 void check_launch(const char* op) {
   count_launch();
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, op, "kernel launch");
-  if (sync_debug()) {
+  // (a captured kernel has not run: there is nothing to wait for, and a wait would end the capture)
+  if (sync_debug() && !capturing()) {
     err = cudaDeviceSynchronize();
     if (err != cudaSuccess) throw_cuda_error(err, op, "kernel execution (CF_CUDA_SYNC_DEBUG)");
     if (!t_in_check_launch) check_errors();
@@ -145,6 +154,7 @@ struct DeferredChecks {
     int device;
     int64_t slot;
     RaiseCheck raise;
+    std::shared_ptr<GraphChecks> graph;  // the slot is this graph's (null: the device's record)
   };
   std::mutex mu;
   std::vector<CheckSlot*> slots;  // per device, allocated on first use
@@ -162,10 +172,67 @@ const std::vector<CheckSlot>& unused_slots() {
   return v;
 }
 
+void reset_slots(CheckSlot* slots, int64_t n, const char* op) {
+  const size_t bytes = sizeof(CheckSlot) * size_t(n);
+  CF_CUDA_CHECK(cudaMemcpy(slots, unused_slots().data(), bytes, cudaMemcpyHostToDevice), op);
+}
+
 }  // namespace
+
+struct GraphChecks {
+  int device = 0;
+  CheckSlot* slots = nullptr;  // DeferredChecks::kSlots of them, cudaMalloc'd
+  int64_t cursor = 0;          // the slot the next captured check takes
+  int64_t used = 0;            // slots taken by the capture (the largest cursor)
+  std::vector<RaiseCheck> raises;
+  bool queued = false;  // its slots are in the pending list (under DeferredChecks::mu)
+  ~GraphChecks() {
+    if (slots) (void)cudaFree(slots);
+  }
+};
+
+std::shared_ptr<GraphChecks> make_graph_checks(Device d) {
+  set_device(d, "cuda::Graph");
+  auto c = std::make_shared<GraphChecks>();
+  c->device = d.index;
+  CF_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&c->slots), sizeof(CheckSlot) * size_t(DeferredChecks::kSlots)),
+                "cuda::Graph");
+  reset_slots(c->slots, DeferredChecks::kSlots, "cuda::Graph");
+  return c;
+}
+void set_graph_check_cursor(GraphChecks& checks, int64_t slot) { checks.cursor = slot; }
+int64_t graph_check_cursor(const GraphChecks& checks) { return checks.cursor; }
+
+void queue_graph_checks(const std::shared_ptr<GraphChecks>& checks) {
+  DeferredChecks& r = deferred();
+  std::lock_guard<std::mutex> lock(r.mu);
+  // A failure stays in its slot until read, so a graph replayed again before the read needs no
+  // second entry: the read reports its first failure either way.
+  if (checks->queued || checks->used == 0) return;
+  for (int64_t i = 0; i < checks->used; ++i) r.pending.push_back({checks->device, i, checks->raises[size_t(i)], checks});
+  checks->queued = true;
+  r.count += checks->used;
+}
 
 void defer_check(Device d, RaiseCheck raise, const char* op, const std::function<void(CheckSlot*)>& launch) {
   check_device(d, op);
+  if (CaptureScope* cap = capture_scope()) {
+    // A captured check: a slot of the graph's own (the same one each time its part is re-captured),
+    // written at every replay and queued by Graph::replay.
+    GraphChecks& g = *cap->checks;
+    CF_CHECK(d.index == g.device, DeviceError, "[", op, "] checks data on ", d, " while capturing a CUDA graph on cuda:",
+             g.device);
+    CF_CHECK(g.cursor < DeferredChecks::kSlots, DeviceError, "[", op, "] a CUDA graph holds at most ",
+             DeferredChecks::kSlots, " deferred data checks");
+    set_device(d, op);
+    launch(g.slots + g.cursor);
+    if (g.cursor < int64_t(g.raises.size()))
+      g.raises[size_t(g.cursor)] = std::move(raise);
+    else
+      g.raises.push_back(std::move(raise));
+    g.used = std::max(g.used, ++g.cursor);
+    return;
+  }
   DeferredChecks& r = deferred();
   const size_t dev = size_t(d.index);
   for (;;) {
@@ -180,10 +247,11 @@ void defer_check(Device d, RaiseCheck raise, const char* op, const std::function
         const size_t bytes = sizeof(CheckSlot) * size_t(DeferredChecks::kSlots);
         CheckSlot* p = nullptr;
         CF_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), bytes), op);
-        const cudaError_t err = cudaMemcpy(p, unused_slots().data(), bytes, cudaMemcpyHostToDevice);
-        if (err != cudaSuccess) {
+        try {
+          reset_slots(p, DeferredChecks::kSlots, op);
+        } catch (...) {
           (void)cudaFree(p);
-          throw_cuda_error(err, op, "cudaMemcpy of the check record");
+          throw;
         }
         r.slots[dev] = p;  // only once initialised
       }
@@ -195,7 +263,7 @@ void defer_check(Device d, RaiseCheck raise, const char* op, const std::function
           ~Flag() { t_in_check_launch = false; }
         } flag;
         launch(slot);  // may throw: then nothing is reserved
-        r.pending.push_back({d.index, r.used[dev], std::move(raise)});
+        r.pending.push_back({d.index, r.used[dev], std::move(raise), nullptr});
         ++r.used[dev];
         ++r.count;
         break;
@@ -211,8 +279,12 @@ int64_t pending_checks() { return deferred().count.load(); }
 void check_errors() {
   DeferredChecks& r = deferred();
   if (r.count.load() == 0) return;
+  CF_CHECK(!capturing(), DeviceError,
+           "[check_errors] reads the deferred data checks back to the host while this thread captures a CUDA graph "
+           "(a captured step cannot wait for the device)");
   std::vector<DeferredChecks::Pending> pending;
   std::vector<std::vector<CheckSlot>> read(r.slots.size());
+  std::map<const GraphChecks*, std::vector<CheckSlot>> graph_read;
   {
     std::lock_guard<std::mutex> lock(r.mu);
     pending.swap(r.pending);
@@ -233,10 +305,23 @@ void check_errors() {
       CF_CUDA_CHECK(cudaMemcpy(read[dev].data(), r.slots[dev], bytes, cudaMemcpyDeviceToHost), "check_errors");
       CF_CUDA_CHECK(cudaMemcpy(r.slots[dev], unused_slots().data(), bytes, cudaMemcpyHostToDevice), "check_errors");
     }
+    // Each queued graph's slots (every replay since the last read wrote the same ones), reset after.
+    for (const DeferredChecks::Pending& p : pending) {
+      if (!p.graph || graph_read.count(p.graph.get())) continue;
+      GraphChecks& g = *p.graph;
+      g.queued = false;
+      std::vector<CheckSlot>& into = graph_read[&g];
+      into.resize(size_t(g.used));
+      CF_CUDA_CHECK(cudaSetDevice(g.device), "check_errors");
+      CF_CUDA_CHECK(cudaMemcpy(into.data(), g.slots, sizeof(CheckSlot) * into.size(), cudaMemcpyDeviceToHost),
+                    "check_errors");
+      reset_slots(g.slots, g.used, "check_errors");
+    }
     CF_CUDA_CHECK(cudaSetDevice(current), "check_errors");
   }
   for (const DeferredChecks::Pending& p : pending) {
-    const CheckSlot& s = read[size_t(p.device)][size_t(p.slot)];
+    const CheckSlot& s =
+        p.graph ? graph_read[p.graph.get()][size_t(p.slot)] : read[size_t(p.device)][size_t(p.slot)];
     if (s.position != kNoFailure) p.raise(int64_t(s.position), int64_t(s.value));
   }
 }
@@ -250,6 +335,8 @@ void set_device(Device d, const char* op) {
 
 void synchronize() {
   if (device_count() == 0) return;
+  CF_CHECK(!capturing(), DeviceError,
+           "[synchronize] waits for the device while this thread captures a CUDA graph (a captured step cannot wait)");
   ++counters().syncs;
   CF_CUDA_CHECK(cudaDeviceSynchronize(), "synchronize");
   check_errors();
@@ -258,6 +345,7 @@ void synchronize() {
 #else
 
 int device_count() { return 0; }
+bool capturing() { return false; }
 void synchronize() {}
 void check_errors() {}
 int64_t pending_checks() { return 0; }
@@ -280,28 +368,37 @@ void check_device(Device d, const char* op) {
 }  // namespace cuda
 
 #ifdef CF_WITH_CUDA
+namespace cuda {
+struct GraphPool {
+  int device = 0;
+  std::multimap<size_t, void*> cache;  // its freed blocks, by size class
+  int64_t allocations = 0;
+  bool retired = false;
+};
+}  // namespace cuda
+
 namespace {
 
 // Caching allocator for one CUDA device. cudaMalloc and cudaFree synchronise
 // the device and cost tens of microseconds, so freed blocks are kept by size
-// class and handed out again (all cf work runs on the default stream, so a
+// class and handed out again (all eager cf work runs on the default stream, so a
 // block freed by the host is free for any later kernel). Size classes: 512-byte
 // steps below 1 MiB, 8 classes per power of two above (at most 12.5% slack).
-// Counters count the bytes asked for, like the CPU allocator.
+// Counters count the bytes asked for, like the CPU allocator. A CUDA graph's
+// allocations while it is captured come from its private pool (cuda::GraphPool).
 class CudaAllocator final : public Allocator {
  public:
   explicit CudaAllocator(int index) : index_(index) {}
 
   void* allocate(size_t nbytes) override {
     const size_t cls = size_class(nbytes);
+    cuda::CaptureScope* cap = cuda::capture_scope();
+    const std::shared_ptr<cuda::GraphPool>& pool =
+        cap && cap->pool && cap->pool->device == index_ ? cap->pool : no_pool_;
     std::lock_guard<std::mutex> lock(mu_);
-    void* p = nullptr;
-    auto it = cache_.find(cls);
-    if (it != cache_.end()) {
-      p = it->second;
-      cache_.erase(it);
-      cached_ -= cls;
-    } else {
+    void* p = pool ? take_locked(pool->cache, cls) : nullptr;
+    if (!p) p = take_locked(cache_, cls);
+    if (!p) {
       cuda::set_device(Device::cuda(index_), "allocate");
       cudaError_t err = cudaMalloc(&p, cls);
       if (err == cudaErrorMemoryAllocation) {
@@ -316,17 +413,49 @@ class CudaAllocator final : public Allocator {
                               " bytes)"));
       }
     }
+    if (pool) {
+      owner_[p] = pool;  // (a block from the shared cache joins the pool)
+      ++pool->allocations;
+    }
     live_ += int64_t(nbytes);
     if (live_ > peak_) peak_ = live_;
     ++count_;
     return p;
   }
   void deallocate(void* p, size_t nbytes) override {
+    cuda::CaptureScope* cap = cuda::capture_scope();
     std::lock_guard<std::mutex> lock(mu_);
     live_ -= int64_t(nbytes);
     const size_t cls = size_class(nbytes);
-    cache_.emplace(cls, p);
     cached_ += cls;
+    if (cap && cap->pool && cap->pool->device == index_ && !owner_.count(p)) {
+      // Freed while this thread captures: captured kernels may read it (a buffer the step replaced),
+      // so it joins the graph's pool rather than the shared cache.
+      owner_[p] = cap->pool;
+      cap->pool->cache.emplace(cls, p);
+      return;
+    }
+    if (!owner_.empty()) {
+      auto it = owner_.find(p);
+      if (it != owner_.end()) {
+        if (!it->second->retired) {
+          it->second->cache.emplace(cls, p);
+          return;
+        }
+        owner_.erase(it);
+      }
+    }
+    cache_.emplace(cls, p);
+  }
+  // The graph that owned `pool` is gone: its cached blocks serve everyone again.
+  void retire(const std::shared_ptr<cuda::GraphPool>& pool) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool->retired = true;
+    for (auto& e : pool->cache) {
+      owner_.erase(e.second);
+      cache_.emplace(e.first, e.second);
+    }
+    pool->cache.clear();
   }
   MemoryStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -354,20 +483,35 @@ class CudaAllocator final : public Allocator {
     size_t step = top / 8;
     return (n + step - 1) / step * step;
   }
+  void* take_locked(std::multimap<size_t, void*>& from, size_t cls) {
+    auto it = from.find(cls);
+    if (it == from.end()) return nullptr;
+    void* p = it->second;
+    from.erase(it);
+    cached_ -= cls;
+    return p;
+  }
+  // The shared cache only: a live graph's pool keeps its blocks (a replay writes them).
   void release_cache_locked() {
     if (cache_.empty()) return;
     cuda::set_device(Device::cuda(index_), "empty_cache");
+    CF_CHECK(!cuda::capturing(), DeviceError, "[empty_cache] frees device memory while this thread captures a CUDA graph");
     // Blocks may still be read by queued kernels: wait before freeing them.
     CF_CUDA_CHECK(cudaDeviceSynchronize(), "empty_cache");
-    for (auto& e : cache_) (void)cudaFree(e.second);
+    for (auto& e : cache_) {
+      (void)cudaFree(e.second);
+      cached_ -= e.first;
+    }
     cache_.clear();
-    cached_ = 0;
   }
 
   int index_;
   mutable std::mutex mu_;
   std::multimap<size_t, void*> cache_;
-  size_t cached_ = 0;
+  // Blocks of graphs' private pools, live or cached, and which pool (until it is retired).
+  std::unordered_map<void*, std::shared_ptr<cuda::GraphPool>> owner_;
+  const std::shared_ptr<cuda::GraphPool> no_pool_;
+  size_t cached_ = 0;  // shared cache and pools' caches
   int64_t live_ = 0, peak_ = 0, count_ = 0;
 };
 
@@ -434,6 +578,19 @@ Allocator& cuda_allocator(Device d) {
     for (int i = 0; i < cuda::device_count(); ++i) allocs->push_back(new CudaAllocator(i));
   return *(*allocs)[size_t(d.index)];
 }
+
+namespace cuda {
+std::shared_ptr<GraphPool> make_graph_pool(Device d) {
+  check_device(d, "cuda::Graph");
+  auto pool = std::make_shared<GraphPool>();
+  pool->device = d.index;
+  return pool;
+}
+void retire_graph_pool(const std::shared_ptr<GraphPool>& pool) {
+  if (pool) static_cast<CudaAllocator&>(cuda_allocator(Device::cuda(pool->device))).retire(pool);
+}
+int64_t graph_pool_allocations(const GraphPool& pool) { return pool.allocations; }
+}  // namespace cuda
 #endif
 
 #ifndef CF_WITH_CUDA
@@ -454,9 +611,13 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   cuda::check_device(dst_device, op);
   cuda::check_device(src_device, op);
   if (dst_device.is_cuda() && src_device.is_cuda()) {
-    CF_CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice), op);
+    // (queued like a kernel: cudaMemcpy between device buffers does not make the host wait either)
+    CF_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, cuda::stream()), op);
     return;
   }
+  CF_CHECK(!cuda::capturing(), DeviceError, "[", op, "] copies ", n, " bytes from ", src_device, " to ", dst_device,
+           " while this thread captures a CUDA graph: a captured step cannot read or write host memory (inputs go "
+           "into device tensors the step reads, with copy_ before each replay)");
   cuda::set_device(dst_device.is_cuda() ? dst_device : src_device, op);
   cuda::count_transfer(dst_device.is_cpu(), n);
   if (n < PinnedStaging::kChunk) {

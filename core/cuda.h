@@ -15,8 +15,13 @@ int device_count();
 bool is_available();
 // Throws DeviceError naming `op` when d is a CUDA device this process cannot use.
 void check_device(Device d, const char* op);
-// Waits for all work queued on the current device (no-op without CUDA).
+// Waits for all work queued on the current device (no-op without CUDA). Refused (DeviceError)
+// while this thread captures a cuda::Graph.
 void synchronize();
+// True while this thread captures a cuda::Graph (core/cuda_graph.h): its kernels are then
+// recorded, not run, and host reads and writes of device memory, waits and random draws are
+// refused with a DeviceError naming the op. Always false without CUDA.
+bool capturing();
 
 // Host round trips, counted since the start or the last reset (issue 25's measured
 // residency: on the GPU the host waits for nothing, so a forward or backward pass

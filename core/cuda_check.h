@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "core/cuda.h"
 #include "core/error.h"
@@ -47,6 +48,40 @@ void count_launch();
 
 // Makes d the current device of the calling thread.
 void set_device(Device d, const char* op);
+
+// The stream every kernel, cuBLAS and CUB call, memset and device copy of cf is queued on from
+// this thread: the legacy default stream (0), or, while this thread captures a cuda::Graph, the
+// capture stream (core/cuda_graph.h). Eager work keeps the one-stream order it always had.
+cudaStream_t stream();
+
+// ---- CUDA graph capture (core/cuda_graph.cpp drives it; core/cuda.cpp holds the state) ----
+// A graph's private memory: while its capture runs, the capturing thread's allocations on the
+// graph's device come from (and its frees go back to) this pool, and no eager allocation ever
+// gets one of its blocks while the graph lives, since a replay writes them again. Blocks taken
+// from the shared cache at capture join the pool. Retired when the graph is destroyed: its cached
+// blocks go back to the shared cache, its live ones when they are freed.
+struct GraphPool;
+std::shared_ptr<GraphPool> make_graph_pool(Device d);
+void retire_graph_pool(const std::shared_ptr<GraphPool>& pool);
+int64_t graph_pool_allocations(const GraphPool& pool);  // blocks handed out from it so far
+// A graph's deferred checks (defer_check): slots of its own, written by its check kernels at
+// every replay and read, like the eager ones, by the next host read after queue_graph_checks.
+struct GraphChecks;
+std::shared_ptr<GraphChecks> make_graph_checks(Device d);
+void set_graph_check_cursor(GraphChecks& checks, int64_t slot);  // where the next check's slot is
+int64_t graph_check_cursor(const GraphChecks& checks);
+void queue_graph_checks(const std::shared_ptr<GraphChecks>& checks);  // after a replay was queued
+// What a capturing thread captures into; set by core/cuda_graph.cpp for the capture's length.
+struct CaptureScope {
+  Device device;
+  cudaStream_t stream = nullptr;
+  std::shared_ptr<GraphPool> pool;
+  std::shared_ptr<GraphChecks> checks;
+  bool refreshing = false;  // re-capturing a replayable part before a replay (cuda::replayable)
+  void* graph = nullptr;    // the cuda::Graph's implementation
+};
+void set_capture_scope(CaptureScope* scope);  // this thread's; null ends it
+CaptureScope* capture_scope();
 
 }  // namespace cf::cuda
 

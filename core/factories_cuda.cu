@@ -34,7 +34,7 @@ template <typename W>
 void fill_words(void* dst, const void* element, int64_t n) {
   W value;
   std::memcpy(&value, element, sizeof(W));
-  fill_kernel<W><<<blocks_for(n), kThreads>>>(static_cast<W*>(dst), value, n);
+  fill_kernel<W><<<blocks_for(n), kThreads, 0, ::cf::cuda::stream()>>>(static_cast<W*>(dst), value, n);
 }
 
 }  // namespace
@@ -57,7 +57,7 @@ void arange_device(void* dst, Device device, DType dtype, int64_t n, const char*
   cuda::check_device(device, op);
   if (n == 0) return;
   cuda::set_device(device, op);
-  CF_DISPATCH_NUMERIC(dtype, op, arange_kernel<scalar_t><<<blocks_for(n), kThreads>>>(static_cast<scalar_t*>(dst), n));
+  CF_DISPATCH_NUMERIC(dtype, op, arange_kernel<scalar_t><<<blocks_for(n), kThreads, 0, ::cf::cuda::stream()>>>(static_cast<scalar_t*>(dst), n));
   cuda::check_launch(op);
 }
 

@@ -61,6 +61,7 @@ struct BenchOptions {
   int64_t topk = 32;       // select: k of the top-k rows
   int64_t clusters = 100;  // select: clusters of the Hamming K-Means rows
   double attention_dropout = 0.0;  // attention: weight dropout of the variants that have it, in training
+  bool cuda_graph = false;         // model: also time the training step captured as a CUDA graph
 };
 
 // While alive, OpenBLAS runs with as many threads as cf's kernels: the

@@ -153,6 +153,9 @@ const std::vector<Subcommand> kSubcommands = {
        o.add_int_list("sizes", &b.sizes, 1, "sequence lengths");
        o.add_int("batch_size", &b.batch_size, 1, "sequences per step");
        add_precision(o, b);
+       o.add_flag("cuda_graph", &b.cuda_graph,
+                  "also time the training step captured once as a CUDA graph and replayed (core/cuda_graph.h; "
+                  "--device cuda only): train_graph_* fields, or train_graph_skipped with the reason");
      },
      cf::bench::bench_model},
     {"kmeans",
@@ -297,6 +300,7 @@ bool parse(int argc, char** argv, std::string& cmd, BenchOptions& b) {
     }
   }
   if (cmd == "attention" || cmd == "model" || cmd == "ddp") check_variants(cmd, b);
+  if (b.cuda_graph && !b.device.is_cuda()) throw UsageError("--cuda-graph needs --device cuda");
   if (b.precision != "fp32" && b.precision != "bf16" && b.precision != "fp16")
     throw UsageError("--precision must be fp32, bf16 or fp16, got '" + b.precision + "'");
   if (!std::isnan(b.max_gib) && !(b.max_gib > 0)) throw UsageError("--max-gib must be positive");

@@ -205,6 +205,9 @@ class EncoderBench {
   }
 
   int64_t num_parameters() const { return model_->num_parameters(); }
+  const cf::models::EncoderClassifier& model() const { return *model_; }
+  cf::nn::AdamW* optimizer() { return opt_.get(); }  // null before the first train_step
+  cf::Tensor& ids() { return ids_; }                 // the step's input, (batch, n) token ids
 
   // Forward, backward and an AdamW step (train mode). Variants with auxiliary
   // losses (clustering, commitment) add them with weight 1 each.
@@ -246,6 +249,16 @@ class EncoderBench {
   Measurement measure_train(int64_t reps, int64_t warmup) {
     model_->train();
     return measure(reps, warmup, cfg_.device, [&] { train_step(); });
+  }
+  // The training step captured once as a CUDA graph (core/cuda_graph.h) after an eager step made
+  // the optimizer's state, then timed as replays (each one step: the optimizer's step counts and
+  // learning rate refreshed). DeviceError for a step a graph cannot hold (random draws).
+  Measurement measure_train_graph(int64_t reps) {
+    model_->train();
+    train_step();
+    cf::cuda::Graph graph;
+    graph.capture([&] { train_step(); }, cfg_.device);
+    return measure(reps, 1, cfg_.device, [&] { graph.replay(); });
   }
   Measurement measure_infer(int64_t reps, int64_t warmup) {
     model_->eval();

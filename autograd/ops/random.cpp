@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/dropout_share.h"
 #include "core/half.h"
 #include "kernels/random/random.h"
 
@@ -10,6 +11,7 @@ namespace cf {
 
 namespace {
 Tensor draw(const Shape& shape, DType dtype, Generator& gen, Device device, kernels::RandomParams p) {
+  if (device.is_cuda()) refuse_random_in_capture("random");
   Tensor out = Tensor::empty(shape, dtype, device);
   p.seed = gen.seed();
   p.counter0 = gen.reserve(uint64_t(out.numel()));

@@ -470,7 +470,7 @@ void run_forward(const char* op, const Args& a, const Map& map, int64_t rows, in
   auto k = fwd_kernel<T, Map>;
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
   allow_dynamic_smem(reinterpret_cast<const void*>(k), smem, op);
-  k<<<grid, NT, smem>>>(a, map);
+  k<<<grid, NT, smem, ::cf::cuda::stream()>>>(a, map);
   ::cf::cuda::check_launch(op);
 }
 
@@ -486,18 +486,18 @@ void run_backward(const char* op, const Args& a, const Map& map, int64_t rows, i
   allow_dynamic_smem(reinterpret_cast<const void*>(k1), s1, op);
   allow_dynamic_smem(reinterpret_cast<const void*>(k2), s2, op);
   if (g1.x > 0 && g1.y > 0 && g1.z > 0) {
-    k1<<<g1, NT, s1>>>(a, map);
+    k1<<<g1, NT, s1, ::cf::cuda::stream()>>>(a, map);
     ::cf::cuda::check_launch(op);
   }
   if (g2.x > 0 && g2.y > 0 && g2.z > 0) {
-    k2<<<g2, NT, s2>>>(a, map);
+    k2<<<g2, NT, s2, ::cf::cuda::stream()>>>(a, map);
     ::cf::cuda::check_launch(op);
   }
 }
 
 void zero(const Tensor& t, const char* op) {
   if (t.numel() == 0) return;
-  CF_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, size_t(t.numel()) * dtype_size(t.dtype()), 0), op);
+  CF_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, size_t(t.numel()) * dtype_size(t.dtype()), ::cf::cuda::stream()), op);
 }
 
 Args make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
@@ -834,7 +834,7 @@ void rounds_combine_cuda(const Tensor& per_round, int64_t rounds, const Tensor& 
   if (rows == 0) return;
   const unsigned blocks = unsigned((rows + NW - 1) / NW);
   CF_DISPATCH_FLOAT_STD(combined.dtype(), op,
-                        rounds_combine_kernel<scalar_t><<<blocks, NT>>>(per_round.data<scalar_t>(),
+                        rounds_combine_kernel<scalar_t><<<blocks, NT, 0, ::cf::cuda::stream()>>>(per_round.data<scalar_t>(),
                                                                         combined.data<scalar_t>(), rows,
                                                                         combined.shape()[2], E, rounds));
   ::cf::cuda::check_launch(op);
@@ -848,7 +848,7 @@ void rounds_split_cuda(const Tensor& per_round, const Tensor& combined, const Te
   if (rows == 0) return;
   const unsigned blocks = unsigned((rows + NW - 1) / NW);
   CF_DISPATCH_FLOAT_STD(combined.dtype(), op,
-                        rounds_split_kernel<scalar_t><<<blocks, NT>>>(
+                        rounds_split_kernel<scalar_t><<<blocks, NT, 0, ::cf::cuda::stream()>>>(
                             per_round.data<scalar_t>(), combined.data<scalar_t>(), grad.data<scalar_t>(),
                             per_round_grad.data<scalar_t>(), rows, combined.shape()[2], E, rounds));
   ::cf::cuda::check_launch(op);
@@ -983,7 +983,7 @@ void attention_rows_softmax_cuda(const Tensor& scores, const Tensor& kpm, const 
   if (n == 0) return;  // W == 0: every row blocked, lse -inf written
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   CF_DISPATCH_FLOAT_STD(scores.dtype(), op,
-                        rows_softmax_kernel<scalar_t><<<cu::blocks_for(n), kRowThreads>>>(
+                        rows_softmax_kernel<scalar_t><<<cu::blocks_for(n), kRowThreads, 0, ::cf::cuda::stream()>>>(
                             scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, W,
                             rows.Nk > 0 ? rows.Nk : W, rows, nullptr, nullptr));
   ::cf::cuda::check_launch(op);
@@ -998,7 +998,7 @@ void attention_rows_grad_cuda(const Tensor& scores, const Tensor& dp, const Tens
   if (n == 0 || W == 0) return;
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   CF_DISPATCH_FLOAT_STD(scores.dtype(), op,
-                        rows_softmax_kernel<scalar_t><<<cu::blocks_for(n), kRowThreads>>>(
+                        rows_softmax_kernel<scalar_t><<<cu::blocks_for(n), kRowThreads, 0, ::cf::cuda::stream()>>>(
                             scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, W,
                             rows.Nk > 0 ? rows.Nk : W, rows, dp.data<scalar_t>(), D.data<scalar_t>()));
   ::cf::cuda::check_launch(op);
@@ -1012,7 +1012,7 @@ void gather_slot_rows_cuda(const Tensor& x, const Tensor& table, int64_t rounds,
   const SlotTab tab = slot_tab(table, x.shape()[2]);
   const Shape& xs = x.strides();
   CF_DISPATCH_FLOAT_STD(x.dtype(), op,
-                        gather_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads>>>(
+                        gather_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads, 0, ::cf::cuda::stream()>>>(
                             x.data<scalar_t>(), xs[0], xs[1], xs[2], tab, rounds, x.shape()[3], total,
                             out.data<scalar_t>()));
   ::cf::cuda::check_launch(op);
@@ -1028,7 +1028,7 @@ void scatter_slot_rows_cuda(const Tensor& src, const Tensor& table, int64_t roun
   if (total == 0) return;
   const Shape &ss = src.strides(), &os = out.strides();
   CF_DISPATCH_FLOAT_STD(out.dtype(), op,
-                        scatter_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads>>>(
+                        scatter_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads, 0, ::cf::cuda::stream()>>>(
                             src.data<scalar_t>(), ss[0], ss[1], ss[2], ss[3], tab, rounds, round, accumulate, Hout,
                             D, total, out.data<scalar_t>(), os[0], os[1], os[2]));
   ::cf::cuda::check_launch(op);
@@ -1063,7 +1063,7 @@ void block_rows_softmax_cuda(const Tensor& scores, const Tensor& table, const Te
   const BlockRowLaunch l = block_row_launch(scores, table, kpm, lse);
   if (l.rows == 0) return;
   CF_DISPATCH_FLOAT_STD(scores.dtype(), "block_attention",
-                        block_rows_softmax_kernel<scalar_t><<<l.grid, kBlockRowThreads>>>(
+                        block_rows_softmax_kernel<scalar_t><<<l.grid, kBlockRowThreads, 0, ::cf::cuda::stream()>>>(
                             scores.data<scalar_t>(), l.tab, l.pad, lse.data<scalar_t>(), l.la, l.rows, l.w, l.W,
                             rows));
   ::cf::cuda::check_launch("block_attention");
@@ -1074,7 +1074,7 @@ void block_rows_grad_cuda(const Tensor& scores, const Tensor& dp, const Tensor& 
   const BlockRowLaunch l = block_row_launch(scores, table, kpm, lse);
   if (l.rows == 0) return;
   CF_DISPATCH_FLOAT_STD(scores.dtype(), "block_attention",
-                        block_rows_grad_kernel<scalar_t><<<l.grid, kBlockRowThreads>>>(
+                        block_rows_grad_kernel<scalar_t><<<l.grid, kBlockRowThreads, 0, ::cf::cuda::stream()>>>(
                             scores.data<scalar_t>(), dp.data<scalar_t>(), l.tab, l.pad, lse.data<scalar_t>(), l.la,
                             D.data<scalar_t>(), l.rows, l.w, l.W, rows));
   ::cf::cuda::check_launch("block_attention");
@@ -1143,7 +1143,7 @@ void by_position(const Tensor& lists, int64_t B, int64_t H, int64_t N, Device de
   Tensor keys = Tensor::empty({std::max<int64_t>(items, 1)}, kInt64, dev);
   uint64_t* kp = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(keys));
   if (items > 0) {
-    keys_kernel<<<cu::grid_for(items), cu::kThreads>>>(L, items, kp);
+    keys_kernel<<<cu::grid_for(items), cu::kThreads, 0, ::cf::cuda::stream()>>>(L, items, kp);
     ::cf::cuda::check_launch(op);
   }
   Tensor order = Tensor::empty({std::max<int64_t>(items, 1)}, kInt64, dev), start = Tensor::empty({rows}, kInt64, dev),
@@ -1167,7 +1167,7 @@ void routed_slots_to_tokens_cuda(const Tensor& slots, const Tensor& lse, const T
   by_position(lists, B, H, N, out.device(), op, [&](const int64_t* order, const int64_t* start, const int64_t* cnt,
                                                     int64_t rows) {
     CF_DISPATCH_FLOAT_STD(out.dtype(), op,
-                          (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D)>>>(
+                          (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D), 0, ::cf::cuda::stream()>>>(
                               cu::ptr<scalar_t>(slots), cu::ptr<scalar_t>(lse), order, start, cnt, rows, N, D, true,
                               false, cu::ptr<scalar_t>(out), cu::ptr<scalar_t>(count))));
     ::cf::cuda::check_launch(op);
@@ -1182,7 +1182,7 @@ void routed_tokens_to_slots_cuda(const Tensor& g, const Tensor& count, const Ten
   cu::use_device_of(gs, op);
   const RoutedLists L = routed_lists_of(lists, B, H, N);
   CF_DISPATCH_FLOAT_STD(gs.dtype(), op,
-                        (to_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads>>>(
+                        (to_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads, 0, ::cf::cuda::stream()>>>(
                             cu::ptr<scalar_t>(g), cu::ptr<scalar_t>(count), L, total, D, cu::ptr<scalar_t>(gs))));
   ::cf::cuda::check_launch(op);
 }
@@ -1199,7 +1199,7 @@ void routed_slots_add_cuda(const Tensor& src, const Tensor& lists, const Tensor&
       if (!o->defined()) continue;
       const int64_t D = o->shape()[3];
       CF_DISPATCH_FLOAT_STD(o->dtype(), op,
-                            (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D)>>>(
+                            (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D), 0, ::cf::cuda::stream()>>>(
                                 cu::ptr<scalar_t>(*s), nullptr, order, start, cnt, rows, N, D, false,
                                 accumulate, cu::ptr<scalar_t>(*o), nullptr)));
       ::cf::cuda::check_launch(op);

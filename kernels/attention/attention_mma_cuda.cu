@@ -761,10 +761,10 @@ void run_forward(const MmaArgs& a, const Map& map, int64_t rows, int64_t groups,
       // Head size 64 only for block and routed attention and for float32 (the supported() rules): 128 float32
       // values a row would need dynamic shared memory.
       if constexpr (Ops::kTf32 || !std::is_same_v<Map, FullMap>) {
-        mma_forward_kernel<Ops, 64, Map><<<grid, kThreads>>>(s, map);
+        mma_forward_kernel<Ops, 64, Map><<<grid, kThreads, 0, ::cf::cuda::stream()>>>(s, map);
       } else {
-        if (D == 64) mma_forward_kernel<Ops, 64, Map><<<grid, kThreads>>>(s, map);
-        else mma_forward_kernel<Ops, 128, Map><<<grid, kThreads>>>(s, map);
+        if (D == 64) mma_forward_kernel<Ops, 64, Map><<<grid, kThreads, 0, ::cf::cuda::stream()>>>(s, map);
+        else mma_forward_kernel<Ops, 128, Map><<<grid, kThreads, 0, ::cf::cuda::stream()>>>(s, map);
       }
       ::cf::cuda::check_launch(op);
     });
@@ -789,7 +789,7 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
   const int64_t BH = B * a.H, BHd = BH / a.R;
   if (zero_first)
     for (const Tensor* t : {&dq, &dk, &dv})
-      if (t->numel() > 0) CF_CUDA_CHECK(cudaMemsetAsync(t->raw_data(), 0, size_t(t->numel()) * sizeof(float), 0), op);
+      if (t->numel() > 0) CF_CUDA_CHECK(cudaMemsetAsync(t->raw_data(), 0, size_t(t->numel()) * sizeof(float), ::cf::cuda::stream()), op);
   a.dout = static_cast<const float*>(dout.raw_data());
   a.sgo = rows3(dout);
   a.dq = static_cast<float*>(dq.raw_data());
@@ -799,7 +799,7 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
   a.dvec = static_cast<float*>(dvec.raw_data());
   if (BH * a.Mq > 0) {
     const int64_t threads = BH * a.Mq * 32;  // one warp per output row
-    row_dot_kernel<<<unsigned((threads + 255) / 256), 256>>>(
+    row_dot_kernel<<<unsigned((threads + 255) / 256), 256, 0, ::cf::cuda::stream()>>>(
         a, dlse.defined() ? static_cast<const float*>(dlse.raw_data()) : nullptr, rows3(dlse), BH * a.Mq, 64);
     ::cf::cuda::check_launch(op);
   }
@@ -809,17 +809,17 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
     const unsigned g2x = unsigned((gkeys + kKeys - 1) / kKeys), g2y = unsigned(kgroups);
     // No dq launch (no query rows): dq is zero, once, before the rounds (which would add to it).
     if (!(g1x > 0 && g1y > 0 && BHd > 0) && !zero_first && dq.numel() > 0)
-      CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), 0), op);
+      CF_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(float), ::cf::cuda::stream()), op);
     for (a.this_round = 0; a.this_round < a.R; ++a.this_round) {
       if (g1x > 0 && g1y > 0 && BHd > 0) {
         for_head_slices(a, BHd, [&](const MmaArgs& s, unsigned gz) {
-          mma_dq_kernel<Ops, Map><<<dim3(g1x, g1y, gz), kThreads>>>(s, map);
+          mma_dq_kernel<Ops, Map><<<dim3(g1x, g1y, gz), kThreads, 0, ::cf::cuda::stream()>>>(s, map);
           ::cf::cuda::check_launch(op);
         });
       }
       if (g2x > 0 && g2y > 0 && BHd > 0) {
         for_head_slices(a, BHd, [&](const MmaArgs& s, unsigned gz) {
-          mma_dkdv_kernel<Ops, Map><<<dim3(g2x, g2y, gz), kThreads>>>(s, map);
+          mma_dkdv_kernel<Ops, Map><<<dim3(g2x, g2y, gz), kThreads, 0, ::cf::cuda::stream()>>>(s, map);
           ::cf::cuda::check_launch(op);
         });
       }

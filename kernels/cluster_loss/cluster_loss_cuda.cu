@@ -267,14 +267,14 @@ void l1_forward_typed(const Tensor& x, const Tensor& c, const Tensor& idx, const
   const int64_t chunks = (N + kTokens - 1) / kTokens;
   if (B * chunks > 0) {
     Tensor part = Tensor::empty({B * chunks * 2}, kFloat64, out.device());
-    l1_forward_kernel<T><<<cu::blocks_for(B * chunks), kThreads>>>(
+    l1_forward_kernel<T><<<cu::blocks_for(B * chunks), kThreads, 0, ::cf::cuda::stream()>>>(
         cu::ptr<const T>(x), cu::ptr<const T>(c), cu::ptr<const int64_t>(idx),
         mask.defined() ? cu::ptr<const bool>(mask) : nullptr, B, N, D, k, chunks, p, cu::ptr<double>(part));
     ::cf::cuda::check_launch("clustering_loss");
-    l1_finish_kernel<T><<<1, kThreads>>>(cu::ptr<const double>(part), B, chunks, cu::ptr<T>(out),
+    l1_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const double>(part), B, chunks, cu::ptr<T>(out),
                                           cu::ptr<double>(counts));
   } else {  // no token (B or N is 0): out = 0, every count 1
-    l1_finish_kernel<T><<<1, kThreads>>>(nullptr, B, 0, cu::ptr<T>(out), cu::ptr<double>(counts));
+    l1_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(nullptr, B, 0, cu::ptr<T>(out), cu::ptr<double>(counts));
   }
   ::cf::cuda::check_launch("clustering_loss");
 }
@@ -295,14 +295,14 @@ void l1_backward_typed(const Tensor& x, const Tensor& c, const Tensor& idx, cons
   if (p.unit_x && B * N > 0) xscale = Tensor::empty({B * N}, kFloat64, dc.device());
   if ((dx.defined() || xscale.defined()) && B * N * D > 0) {
     const int64_t per = kThreads / kWarp;
-    l1_tokens_kernel<T><<<cu::blocks_for((B * N + per - 1) / per), kThreads>>>(
+    l1_tokens_kernel<T><<<cu::blocks_for((B * N + per - 1) / per), kThreads, 0, ::cf::cuda::stream()>>>(
         xp, cp, ip, mp, np, B, N, D, k, p, gp, dx.defined() ? cu::ptr<T>(dx) : nullptr,
         xscale.defined() ? cu::ptr<double>(xscale) : nullptr);
     ::cf::cuda::check_launch("clustering_loss");
   }
   if (dc.numel() == 0) return;
   Tensor acc = Tensor::empty({B * k * D}, kFloat64, dc.device());
-  l1_clusters_kernel<T><<<cu::blocks_for(B * k), kThreads>>>(
+  l1_clusters_kernel<T><<<cu::blocks_for(B * k), kThreads, 0, ::cf::cuda::stream()>>>(
       xp, cp, ip, mp, np, B, N, D, k, p, gp, xscale.defined() ? cu::ptr<const double>(xscale) : nullptr,
       cu::ptr<double>(acc), cu::ptr<T>(dc));
   ::cf::cuda::check_launch("clustering_loss");
@@ -314,11 +314,11 @@ void l2_forward_typed(const Tensor& c, bool unit, const Tensor& out) {
   cu::use_device_of(out, "centroid_sorting_loss");
   Tensor term = Tensor::empty({std::max<int64_t>(B * k, 1)}, kFloat64, out.device());
   if (B * k > 0) {
-    l2_terms_kernel<T><<<cu::blocks_for(B * k), kThreads>>>(cu::ptr<const T>(c), B, k, D, unit,
+    l2_terms_kernel<T><<<cu::blocks_for(B * k), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const T>(c), B, k, D, unit,
                                                              cu::ptr<double>(term));
     ::cf::cuda::check_launch("centroid_sorting_loss");
   }
-  l2_finish_kernel<T><<<1, kThreads>>>(cu::ptr<const double>(term), B, k, cu::ptr<T>(out));
+  l2_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const double>(term), B, k, cu::ptr<T>(out));
   ::cf::cuda::check_launch("centroid_sorting_loss");
 }
 
@@ -327,7 +327,7 @@ void l2_backward_typed(const Tensor& c, bool unit, const Tensor& grad, const Ten
   const int64_t B = c.shape()[0], k = c.shape()[1], D = c.shape()[2];
   if (dc.numel() == 0) return;
   cu::use_device_of(dc, "centroid_sorting_loss");
-  l2_backward_kernel<T><<<cu::blocks_for(B * k), kThreads>>>(cu::ptr<const T>(c), B, k, D, unit,
+  l2_backward_kernel<T><<<cu::blocks_for(B * k), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const T>(c), B, k, D, unit,
                                                               cu::ptr<const T>(grad), cu::ptr<T>(dc));
   ::cf::cuda::check_launch("centroid_sorting_loss");
 }
@@ -394,13 +394,13 @@ void commitment_forward_typed(const Tensor& x, const Tensor& mu, const Tensor& a
   const int64_t rows = B * H, chunks = (N + kTokens - 1) / kTokens;
   if (rows * chunks > 0) {
     Tensor part = Tensor::empty({rows * chunks}, kFloat64, out.device());
-    commitment_partials_kernel<T><<<cu::blocks_for(rows * chunks), kThreads>>>(
+    commitment_partials_kernel<T><<<cu::blocks_for(rows * chunks), kThreads, 0, ::cf::cuda::stream()>>>(
         cu::ptr<const T>(x), cu::ptr<const T>(mu), cu::ptr<const int64_t>(a),
         mask.defined() ? cu::ptr<const bool>(mask) : nullptr, H, N, D, C, rows, chunks, cu::ptr<double>(part));
     ::cf::cuda::check_launch("commitment_loss");
-    commitment_finish_kernel<T><<<1, kThreads>>>(cu::ptr<const double>(part), rows * chunks, scale, cu::ptr<T>(out));
+    commitment_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const double>(part), rows * chunks, scale, cu::ptr<T>(out));
   } else {  // no token: 0
-    commitment_finish_kernel<T><<<1, kThreads>>>(nullptr, 0, scale, cu::ptr<T>(out));
+    commitment_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(nullptr, 0, scale, cu::ptr<T>(out));
   }
   ::cf::cuda::check_launch("commitment_loss");
 }
@@ -411,7 +411,7 @@ void commitment_backward_typed(const Tensor& x, const Tensor& mu, const Tensor& 
   const int64_t H = x.shape()[1], N = x.shape()[2], D = x.shape()[3], C = mu.shape()[1], total = x.numel();
   if (total == 0) return;
   cu::use_device_of(dx, "commitment_loss");
-  commitment_backward_kernel<T><<<cu::grid_for(total), kThreads>>>(
+  commitment_backward_kernel<T><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
       cu::ptr<const T>(x), cu::ptr<const T>(mu), cu::ptr<const int64_t>(a),
       mask.defined() ? cu::ptr<const bool>(mask) : nullptr, H, N, D, C, total, scale, cu::ptr<const T>(grad),
       cu::ptr<T>(dx));

@@ -75,7 +75,7 @@ void strided_loop(const char* op, const Shape& shape, const std::array<const Ten
   use_device_of(*ops[0], op);
   std::array<char*, N> base;
   for (int k = 0; k < N; ++k) base[size_t(k)] = static_cast<char*>(ops[size_t(k)]->raw_data());
-  strided_kernel<N><<<grid_for(p.numel), kThreads>>>(p, base, f);
+  strided_kernel<N><<<grid_for(p.numel), kThreads, 0, ::cf::cuda::stream()>>>(p, base, f);
   ::cf::cuda::check_launch(op);
 }
 
@@ -89,7 +89,7 @@ template <typename F>
 void for_each_index(const char* op, const Tensor& on, int64_t n, F f) {
   if (n <= 0) return;
   use_device_of(on, op);
-  index_kernel<<<grid_for(n), kThreads>>>(n, f);
+  index_kernel<<<grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(n, f);
   ::cf::cuda::check_launch(op);
 }
 
@@ -284,18 +284,18 @@ constexpr int kRowBlock = 512;  // threads per row in the block-per-row kernels
     const unsigned wb_ = cu_::blocks_for(((rows) + cu_::kThreads / cu_::kWarp - 1) / (cu_::kThreads / cu_::kWarp)); \
     const unsigned bb_ = cu_::blocks_for(rows);                                                            \
     const bool v_ = (vec);                                                                                 \
-    if ((n) <= 32) WARP<T, 1, false><<<wb_, cu_::kThreads>>>(ARGS);                                        \
-    else if ((n) <= 64) WARP<T, 2, false><<<wb_, cu_::kThreads>>>(ARGS);                                   \
+    if ((n) <= 32) WARP<T, 1, false><<<wb_, cu_::kThreads, 0, ::cf::cuda::stream()>>>(ARGS);                                        \
+    else if ((n) <= 64) WARP<T, 2, false><<<wb_, cu_::kThreads, 0, ::cf::cuda::stream()>>>(ARGS);                                   \
     else if ((n) <= 128) CF_ROW_LAUNCH_VEC_(WARP, 4, wb_, cu_::kThreads, v_);                              \
     else if ((n) <= 256) CF_ROW_LAUNCH_VEC_(WARP, 8, wb_, cu_::kThreads, v_);                              \
     else if ((n) <= 512) CF_ROW_LAUNCH_VEC_(WARP, 16, wb_, cu_::kThreads, v_);                             \
     else if ((n) <= 1024) CF_ROW_LAUNCH_VEC_(WARP, 32, wb_, cu_::kThreads, v_);                            \
     else if ((n) <= 4 * cu_::kRowBlock) CF_ROW_LAUNCH_VEC_(BLOCK, 4, bb_, cu_::kRowBlock, v_);             \
     else if ((n) <= 8 * cu_::kRowBlock) CF_ROW_LAUNCH_VEC_(BLOCK, 8, bb_, cu_::kRowBlock, v_);             \
-    else BLOCK<T, 0, false><<<bb_, cu_::kRowBlock>>>(ARGS);                                                \
+    else BLOCK<T, 0, false><<<bb_, cu_::kRowBlock, 0, ::cf::cuda::stream()>>>(ARGS);                                                \
   } while (0)
 #define CF_ROW_LAUNCH_VEC_(K, VPT, grid, threads, v)                        \
   do {                                                                      \
-    if ((v) && std::is_same<T, float>::value) K<T, VPT, true><<<grid, threads>>>(ARGS); \
-    else K<T, VPT, false><<<grid, threads>>>(ARGS);                         \
+    if ((v) && std::is_same<T, float>::value) K<T, VPT, true><<<grid, threads, 0, ::cf::cuda::stream()>>>(ARGS); \
+    else K<T, VPT, false><<<grid, threads, 0, ::cf::cuda::stream()>>>(ARGS);                         \
   } while (0)

@@ -29,13 +29,13 @@ void segments_by_key_cuda(const uint64_t* keys, int64_t n, int64_t num_keys, con
   const Device dev = order.device();
   cu::use_device_of(order, op);
   int64_t* cnt = cu::ptr<int64_t>(count);
-  CF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, size_t(num_keys) * sizeof(int64_t), 0), op);
+  CF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, size_t(num_keys) * sizeof(int64_t), ::cf::cuda::stream()), op);
   if (n == 0) {
-    CF_CUDA_CHECK(cudaMemsetAsync(cu::ptr<int64_t>(start), 0, size_t(num_keys) * sizeof(int64_t), 0), op);
+    CF_CUDA_CHECK(cudaMemsetAsync(cu::ptr<int64_t>(start), 0, size_t(num_keys) * sizeof(int64_t), ::cf::cuda::stream()), op);
     return;
   }
   Tensor pos = Tensor::empty({n}, kInt64, dev);  // 0..n-1: the values the sort carries
-  count_keys_kernel<<<cu::grid_for(n), cu::kThreads>>>(keys, n, reinterpret_cast<unsigned long long*>(cnt),
+  count_keys_kernel<<<cu::grid_for(n), cu::kThreads, 0, ::cf::cuda::stream()>>>(keys, n, reinterpret_cast<unsigned long long*>(cnt),
                                                        cu::ptr<int64_t>(pos));
   ::cf::cuda::check_launch(op);
   // Only the bits a key in [0, num_keys) can set take part in the sort.
@@ -45,18 +45,18 @@ void segments_by_key_cuda(const uint64_t* keys, int64_t n, int64_t num_keys, con
   uint64_t* ko = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(keys_out));
   size_t sort_bytes = 0, scan_bytes = 0;
   CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, ko, cu::ptr<int64_t>(pos),
-                                                cu::ptr<int64_t>(order), int(n), 0, end_bit, 0),
+                                                cu::ptr<int64_t>(order), int(n), 0, end_bit, ::cf::cuda::stream()),
                 op);
-  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, cnt, cu::ptr<int64_t>(start), int(num_keys), 0),
+  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, cnt, cu::ptr<int64_t>(start), int(num_keys), ::cf::cuda::stream()),
                 op);
   // Temporary storage from cf's caching allocator, never a bare cudaMalloc.
   Tensor temp = Tensor::empty({int64_t((std::max(sort_bytes, scan_bytes) + 7) / 8) + 1}, kInt64, dev);
   CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), sort_bytes, keys, ko, cu::ptr<int64_t>(pos),
-                                                cu::ptr<int64_t>(order), int(n), 0, end_bit, 0),
+                                                cu::ptr<int64_t>(order), int(n), 0, end_bit, ::cf::cuda::stream()),
                 op);
   ::cf::cuda::count_launch();
   CF_CUDA_CHECK(
-      cub::DeviceScan::ExclusiveSum(temp.raw_data(), scan_bytes, cnt, cu::ptr<int64_t>(start), int(num_keys), 0), op);
+      cub::DeviceScan::ExclusiveSum(temp.raw_data(), scan_bytes, cnt, cu::ptr<int64_t>(start), int(num_keys), ::cf::cuda::stream()), op);
   ::cf::cuda::count_launch();
 }
 

@@ -142,7 +142,7 @@ void forward_typed(const Tensor& logits, const Tensor& targets, const CrossEntro
   const Device dev = logits.device();
   cu::use_device_of(losses, "cross_entropy");
   if (S == 0) {
-    if (mean_scale.defined()) CF_CUDA_CHECK(cudaMemsetAsync(mean_scale.raw_data(), 0, sizeof(T), 0), "cross_entropy");
+    if (mean_scale.defined()) CF_CUDA_CHECK(cudaMemsetAsync(mean_scale.raw_data(), 0, sizeof(T), ::cf::cuda::stream()), "cross_entropy");
     return;
   }
   check_index_range_cuda(
@@ -154,21 +154,21 @@ void forward_typed(const Tensor& logits, const Tensor& targets, const CrossEntro
       &p.ignore_index);
   Tensor ft = Tensor::empty({1}, kInt64, dev);  // Flags, through cf's caching allocator
   Flags* flags = static_cast<Flags*>(ft.raw_data());
-  CF_CUDA_CHECK(cudaMemsetAsync(&flags->count, 0, sizeof(unsigned long long), 0), "cross_entropy");
+  CF_CUDA_CHECK(cudaMemsetAsync(&flags->count, 0, sizeof(unsigned long long), ::cf::cuda::stream()), "cross_entropy");
   const T* xp = cu::ptr<const T>(logits);
   const int64_t* tp = cu::ptr<const int64_t>(targets);
   T* lp = cu::ptr<T>(losses);
   T* sp = cu::ptr<T>(lse);
   if (p.inner > 1)
-    forward_thread_kernel<T><<<cu::grid_for(S), kThreads>>>(xp, tp, S, p, lp, sp, flags);
+    forward_thread_kernel<T><<<cu::grid_for(S), kThreads, 0, ::cf::cuda::stream()>>>(xp, tp, S, p, lp, sp, flags);
   else if (C <= kBlockClasses)
-    forward_warp_kernel<T><<<cu::blocks_for((S + kThreads / cu::kWarp - 1) / (kThreads / cu::kWarp)), kThreads>>>(
+    forward_warp_kernel<T><<<cu::blocks_for((S + kThreads / cu::kWarp - 1) / (kThreads / cu::kWarp)), kThreads, 0, ::cf::cuda::stream()>>>(
         xp, tp, S, p, lp, sp, flags);
   else
-    forward_block_kernel<T><<<cu::blocks_for(S), kThreads>>>(xp, tp, S, p, lp, sp, flags);
+    forward_block_kernel<T><<<cu::blocks_for(S), kThreads, 0, ::cf::cuda::stream()>>>(xp, tp, S, p, lp, sp, flags);
   ::cf::cuda::check_launch("cross_entropy");
   if (mean_scale.defined()) {
-    mean_scale_kernel<T><<<1, 1>>>(flags, cu::ptr<T>(mean_scale));
+    mean_scale_kernel<T><<<1, 1, 0, ::cf::cuda::stream()>>>(flags, cu::ptr<T>(mean_scale));
     ::cf::cuda::check_launch("cross_entropy");
   }
 }
@@ -200,7 +200,7 @@ void backward_typed(const Tensor& logits, const Tensor& targets, const Tensor& l
   if (total == 0) return;
   const bool per_sample = grad.numel() != 1 || S == 1;
   cu::use_device_of(dlogits, "cross_entropy");
-  backward_kernel<T><<<cu::grid_for(total), kThreads>>>(cu::ptr<const T>(logits), cu::ptr<const int64_t>(targets),
+  backward_kernel<T><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const T>(logits), cu::ptr<const int64_t>(targets),
                                                         cu::ptr<const T>(lse), cu::ptr<const T>(grad),
                                                         per_sample, scale, p, cu::ptr<T>(dlogits), total);
   ::cf::cuda::check_launch("cross_entropy");

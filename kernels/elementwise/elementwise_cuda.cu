@@ -369,12 +369,12 @@ void map1(const char* op, const Tensor& x, const Tensor& out, F f) {
     cu::use_device_of(out, op);
     if constexpr (std::is_same_v<T, R> && packable<T>()) {
       if (aligned16(xp) && aligned16(op_)) {
-        packed1_kernel<T><<<cu::grid_for(n / Pack<T>::W + 1), kThreads>>>(xp, op_, n, f);
+        packed1_kernel<T><<<cu::grid_for(n / Pack<T>::W + 1), kThreads, 0, ::cf::cuda::stream()>>>(xp, op_, n, f);
         ::cf::cuda::check_launch(op);
         return;
       }
     }
-    flat1_kernel<T, R><<<cu::grid_for(n), kThreads>>>(xp, op_, n, f);
+    flat1_kernel<T, R><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(xp, op_, n, f);
     ::cf::cuda::check_launch(op);
     return;
   }
@@ -396,15 +396,15 @@ void map2(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, F
     if constexpr (std::is_same_v<T, R> && packable<T>()) {
       if (aligned16(op_) && (as || aligned16(ap)) && (bs || aligned16(bp))) {
         const unsigned g = cu::grid_for(n / Pack<T>::W + 1);
-        if (as && bs) packed2_kernel<T, true, true><<<g, kThreads>>>(ap, bp, op_, n, f);
-        else if (as) packed2_kernel<T, true, false><<<g, kThreads>>>(ap, bp, op_, n, f);
-        else if (bs) packed2_kernel<T, false, true><<<g, kThreads>>>(ap, bp, op_, n, f);
-        else packed2_kernel<T, false, false><<<g, kThreads>>>(ap, bp, op_, n, f);
+        if (as && bs) packed2_kernel<T, true, true><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
+        else if (as) packed2_kernel<T, true, false><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
+        else if (bs) packed2_kernel<T, false, true><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
+        else packed2_kernel<T, false, false><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
         ::cf::cuda::check_launch(op);
         return;
       }
     }
-    flat2_kernel<T, R><<<cu::grid_for(n), kThreads>>>(ap, bp, op_, n, as ? 0 : 1, bs ? 0 : 1, f);
+    flat2_kernel<T, R><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, as ? 0 : 1, bs ? 0 : 1, f);
     ::cf::cuda::check_launch(op);
     return;
   }
@@ -574,7 +574,7 @@ void where_cuda(const Tensor& cond, const Tensor& a, const Tensor& b, const Tens
     using T = scalar_t;
     if (out.is_contiguous() && dense_as(cond, out) && dense_as(a, out) && dense_as(b, out)) {
       cu::use_device_of(out, "where");
-      where_flat_kernel<T><<<cu::grid_for(n), kThreads>>>(cu::ptr<bool>(cond), cu::ptr<T>(a), cu::ptr<T>(b),
+      where_flat_kernel<T><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<bool>(cond), cu::ptr<T>(a), cu::ptr<T>(b),
                                                            cu::ptr<T>(out), n);
       ::cf::cuda::check_launch("where");
     } else {
@@ -590,7 +590,7 @@ void copy_cuda(const Tensor& src, const Tensor& dst) {
     // Same bytes in the same order: the copy engine (stream 0, asynchronous).
     if (src.raw_data() == dst.raw_data()) return;
     cu::use_device_of(dst, "copy");
-    CF_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, 0),
+    CF_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, ::cf::cuda::stream()),
                   "copy");
     return;
   }
@@ -609,13 +609,13 @@ void fill_cuda(const Tensor& t, double value) {
       cu::use_device_of(t, "fill");
       scalar_t zero{};
       if (std::memcmp(&v, &zero, sizeof(v)) == 0) {  // all-zero bytes (not -0.0): memset
-        CF_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), 0), "fill");
+        CF_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), ::cf::cuda::stream()), "fill");
       } else if (aligned16(t.raw_data())) {
-        fill_packed_kernel<scalar_t><<<cu::grid_for(n / Pack<scalar_t>::W + 1), kThreads>>>(
+        fill_packed_kernel<scalar_t><<<cu::grid_for(n / Pack<scalar_t>::W + 1), kThreads, 0, ::cf::cuda::stream()>>>(
             cu::ptr<scalar_t>(t), n, v);
         ::cf::cuda::check_launch("fill");
       } else {
-        fill_flat_kernel<scalar_t><<<cu::grid_for(n), kThreads>>>(cu::ptr<scalar_t>(t), n, v);
+        fill_flat_kernel<scalar_t><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<scalar_t>(t), n, v);
         ::cf::cuda::check_launch("fill");
       }
     } else {

@@ -255,12 +255,12 @@ void backward_typed(const Tensor& g, const Tensor& x, const Tensor& mean, const 
     pw = static_cast<double*>(temp.raw_data());
     pb = pw + chunks * n;
   }
-  colsum_kernel<T><<<dim3(cu::blocks_for(tiles), unsigned(chunks)), block>>>(
+  colsum_kernel<T><<<dim3(cu::blocks_for(tiles), unsigned(chunks)), block, 0, ::cf::cuda::stream()>>>(
       cu::ptr<const T>(g), cu::ptr<const T>(x), cu::ptr<const T>(mean), cu::ptr<const T>(rstd), rows, n, gw,
       gb, pw, pb);
   ::cf::cuda::check_launch("layer_norm");
   if (chunks > 1) {
-    colsum_finish_kernel<T><<<cu::grid_for(n), kThreads>>>(pw, pb, chunks, n, gw, gb);
+    colsum_finish_kernel<T><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(pw, pb, chunks, n, gw, gb);
     ::cf::cuda::check_launch("layer_norm");
   }
 }
@@ -347,7 +347,7 @@ void l2_normalize_forward_cuda(const Tensor& x, int64_t n, double eps, const Ten
   if (rows == 0) return;
   cu::use_device_of(y, "l2_normalize");
   CF_DISPATCH_FLOAT_STD(x.dtype(), "l2_normalize",
-                        (l2_normalize_cuda::forward_kernel<scalar_t><<<l2_normalize_cuda::warp_blocks(rows), cu::kThreads>>>(
+                        (l2_normalize_cuda::forward_kernel<scalar_t><<<l2_normalize_cuda::warp_blocks(rows), cu::kThreads, 0, ::cf::cuda::stream()>>>(
                             cu::ptr<const scalar_t>(x), rows, n, eps, cu::ptr<scalar_t>(y))));
   ::cf::cuda::check_launch("l2_normalize");
 }
@@ -357,7 +357,7 @@ void l2_normalize_backward_cuda(const Tensor& g, const Tensor& x, int64_t n, dou
   if (rows == 0) return;
   cu::use_device_of(gx, "l2_normalize");
   CF_DISPATCH_FLOAT_STD(x.dtype(), "l2_normalize",
-                        (l2_normalize_cuda::backward_kernel<scalar_t><<<l2_normalize_cuda::warp_blocks(rows), cu::kThreads>>>(
+                        (l2_normalize_cuda::backward_kernel<scalar_t><<<l2_normalize_cuda::warp_blocks(rows), cu::kThreads, 0, ::cf::cuda::stream()>>>(
                             cu::ptr<const scalar_t>(g), cu::ptr<const scalar_t>(x), rows, n, eps, cu::ptr<scalar_t>(gx))));
   ::cf::cuda::check_launch("l2_normalize");
 }

@@ -50,7 +50,6 @@ cublasHandle_t handle_for(const Tensor& t) {
   cublasHandle_t& h = (*handles)[size_t(dev)];
   if (!h) {
     CF_CUBLAS_CHECK(cublasCreate(&h));
-    CF_CUBLAS_CHECK(cublasSetStream(h, 0));
     // Default math: no TF32 unless a call asks for it through its compute type
     // (CUBLAS_COMPUTE_32F_FAST_TF32 below). Pedantic math is not needed: with
     // CUBLAS_COMPUTE_32F, default math already keeps float32 products and sums
@@ -58,6 +57,9 @@ cublasHandle_t handle_for(const Tensor& t) {
     // math mode asks for it), and pedantic can rule out the fastest kernels.
     CF_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
   }
+  // Every call on the stream cf launches on now (the legacy default stream, or a CUDA
+  // graph's capture stream: core/cuda_graph.h).
+  CF_CUBLAS_CHECK(cublasSetStream(h, ::cf::cuda::stream()));
   return h;
 }
 
@@ -150,7 +152,7 @@ void matmul_typed(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   if (M == 0 || N == 0 || out.numel() == 0) return;
   cu::use_device_of(out, "matmul");
   if (K == 0) {  // empty sums: zeros (all-zero bits are 0.0 for float and double)
-    CF_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), 0), "matmul");
+    CF_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), ::cf::cuda::stream()), "matmul");
     return;
   }
   const Tensor a = blas_ready(a_in), b = blas_ready(b_in);
@@ -218,7 +220,7 @@ void matmul_typed(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   static_assert(sizeof(void*) == sizeof(int64_t), "pointer arrays are stored as int64");
   Tensor dev = Tensor::empty({3 * nb}, kInt64, out.device());
   void** dp = static_cast<void**>(dev.raw_data());
-  batch_pointers_kernel<T><<<cu::grid_for(nb), cu::kThreads>>>(bp, dp);
+  batch_pointers_kernel<T><<<cu::grid_for(nb), cu::kThreads, 0, ::cf::cuda::stream()>>>(bp, dp);
   ::cf::cuda::check_launch("matmul");
   CF_CUBLAS_CHECK(cublasGemmBatchedEx(h, opb, opa, m, n, k, &alpha, dp, dt, ldb, dp + nb, dt, lda, &beta,
                                       dp + 2 * nb, dt, ldc, count, ct, CUBLAS_GEMM_DEFAULT));

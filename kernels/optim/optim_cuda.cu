@@ -56,7 +56,7 @@ void adam_steps_typed(const std::vector<AdamTensors>& steps) {
     }
     const int64_t total = b.start[b.count];
     if (total == 0) continue;
-    adam_batch_kernel<T><<<cu::grid_for(total), cu::kThreads>>>(b);
+    adam_batch_kernel<T><<<cu::grid_for(total), cu::kThreads, 0, ::cf::cuda::stream()>>>(b);
     ::cf::cuda::check_launch("adam_step");
   }
 }
@@ -74,7 +74,7 @@ void adam_step_cuda(const Tensor& p, const Tensor& g, const Tensor& m, const Ten
   if (n == 0) return;
   cu::use_device_of(p, "adam_step");
   CF_DISPATCH_FLOAT_STD(p.dtype(), "adam_step",
-                        (adam_kernel<scalar_t><<<cu::grid_for(n), cu::kThreads>>>(
+                        (adam_kernel<scalar_t><<<cu::grid_for(n), cu::kThreads, 0, ::cf::cuda::stream()>>>(
                             AdamConsts<scalar_t>(s), cu::ptr<scalar_t>(p), cu::ptr<scalar_t>(g),
                             cu::ptr<scalar_t>(m), cu::ptr<scalar_t>(v), n)));
   ::cf::cuda::check_launch("adam_step");
@@ -90,7 +90,7 @@ void sgd_step_cuda(const Tensor& p, const Tensor& g, const Tensor& buf, const Sg
   if (n == 0) return;
   cu::use_device_of(p, "sgd_step");
   CF_DISPATCH_FLOAT_STD(p.dtype(), "sgd_step",
-                        (sgd_kernel<scalar_t><<<cu::grid_for(n), cu::kThreads>>>(
+                        (sgd_kernel<scalar_t><<<cu::grid_for(n), cu::kThreads, 0, ::cf::cuda::stream()>>>(
                             SgdConsts<scalar_t>(s), cu::ptr<scalar_t>(p), cu::ptr<scalar_t>(g),
                             buf.defined() ? cu::ptr<scalar_t>(buf) : nullptr, n)));
   ::cf::cuda::check_launch("sgd_step");

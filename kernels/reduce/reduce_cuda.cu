@@ -362,15 +362,15 @@ void launch(const Tensor& x, const Geom& g, int64_t n_out, const Tensor& out, co
   const dim3 grid(cu::blocks_for(blocks), unsigned(chunks));
   if (row) {
     if (p.n_red >= 1024)
-      row_kernel<R, T, kThreads><<<grid, block>>>(xp, g, n_out, op, ip, p, partial);
+      row_kernel<R, T, kThreads><<<grid, block, 0, ::cf::cuda::stream()>>>(xp, g, n_out, op, ip, p, partial);
     else
-      row_kernel<R, T, cu::kWarp><<<grid, block>>>(xp, g, n_out, op, ip, p, partial);
+      row_kernel<R, T, cu::kWarp><<<grid, block, 0, ::cf::cuda::stream()>>>(xp, g, n_out, op, ip, p, partial);
   } else {
-    col_kernel<R, T><<<grid, block>>>(xp, g, n_out, op, ip, p, partial);
+    col_kernel<R, T><<<grid, block, 0, ::cf::cuda::stream()>>>(xp, g, n_out, op, ip, p, partial);
   }
   ::cf::cuda::check_launch("reduce");
   if (chunks > 1) {
-    finish_kernel<R, T><<<cu::grid_for(n_out), kThreads>>>(partial, chunks, n_out, op, ip, p);
+    finish_kernel<R, T><<<cu::grid_for(n_out), kThreads, 0, ::cf::cuda::stream()>>>(partial, chunks, n_out, op, ip, p);
     ::cf::cuda::check_launch("reduce");
   }
 }
@@ -420,7 +420,7 @@ void signed_argmax_cuda(const Tensor& x, const Tensor& out) {
   if (rows == 0) return;
   cu::use_device_of(out, "signed_argmax");
   CF_DISPATCH_FLOAT_STD(x.dtype(), "signed_argmax",
-                        (signed_argmax_kernel<scalar_t><<<cu::grid_for(rows), cu::kThreads>>>(
+                        (signed_argmax_kernel<scalar_t><<<cu::grid_for(rows), cu::kThreads, 0, ::cf::cuda::stream()>>>(
                             cu::ptr<const scalar_t>(x), rows, n, cu::ptr<int64_t>(out))));
   ::cf::cuda::check_launch("signed_argmax");
 }

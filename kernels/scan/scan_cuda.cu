@@ -64,9 +64,9 @@ void cumsum_typed(const Tensor& x, const Tensor& out, const ScanGeom& g, bool re
   const T* xp = cu::ptr<T>(x);
   T* op = cu::ptr<T>(out);
   if (g.inner == 1) {
-    scan_lines_kernel<T><<<cu::grid_for(g.outer * kWarp), kThreads>>>(xp, op, g.outer, g.n, reverse);
+    scan_lines_kernel<T><<<cu::grid_for(g.outer * kWarp), kThreads, 0, ::cf::cuda::stream()>>>(xp, op, g.outer, g.n, reverse);
   } else {
-    scan_columns_kernel<T><<<cu::grid_for(g.outer * g.inner), kThreads>>>(xp, op, g, reverse);
+    scan_columns_kernel<T><<<cu::grid_for(g.outer * g.inner), kThreads, 0, ::cf::cuda::stream()>>>(xp, op, g, reverse);
   }
   ::cf::cuda::check_launch("cumsum");
 }

@@ -21,7 +21,7 @@ void searchsorted_cuda(const Tensor& sorted, const Tensor& values, const Tensor&
   if (out.numel() == 0) return;
   cu::use_device_of(values, "searchsorted");
   CF_DISPATCH_NUMERIC(values.dtype(), "searchsorted", {
-    searchsorted_kernel<scalar_t><<<cu::grid_for(g.rows * g.k), cu::kThreads>>>(
+    searchsorted_kernel<scalar_t><<<cu::grid_for(g.rows * g.k), cu::kThreads, 0, ::cf::cuda::stream()>>>(
         cu::ptr<scalar_t>(sorted), cu::ptr<scalar_t>(values), cu::ptr<int64_t>(out), g, right);
   });
   ::cf::cuda::check_launch("searchsorted");

@@ -88,7 +88,7 @@ void sparse_dot_cuda(const Tensor& q, const Tensor& k, const Tensor& idx, const 
   if (total == 0) return;
   cu::use_device_of(q, "sparse_dot");
   CF_DISPATCH_FLOAT_STD(q.dtype(), "sparse_dot",
-                    (sparse_dot_kernel<scalar_t><<<cu::grid_for(total), kThreads>>>(
+                    (sparse_dot_kernel<scalar_t><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
                         cu::ptr<scalar_t>(q), cu::ptr<scalar_t>(k), cu::ptr<int64_t>(idx), cu::ptr<scalar_t>(out),
                         total, n, m, kk, d)));
   ::cf::cuda::check_launch("sparse_dot");
@@ -99,7 +99,7 @@ void sparse_weighted_sum_cuda(const Tensor& w, const Tensor& v, const Tensor& id
   if (total == 0) return;
   cu::use_device_of(w, "sparse_weighted_sum");
   CF_DISPATCH_FLOAT_STD(w.dtype(), "sparse_weighted_sum",
-                    (sparse_wsum_kernel<scalar_t><<<cu::grid_for(total), kThreads>>>(
+                    (sparse_wsum_kernel<scalar_t><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
                         cu::ptr<scalar_t>(w), cu::ptr<scalar_t>(v), cu::ptr<int64_t>(idx), cu::ptr<scalar_t>(out),
                         total, n, m, kk, d)));
   ::cf::cuda::check_launch("sparse_weighted_sum");
@@ -113,14 +113,14 @@ void sparse_scatter_rows_cuda(const Tensor& c, const Tensor& x, const Tensor& id
   cu::use_device_of(x, "sparse_scatter_rows");
   Tensor keys = Tensor::empty({terms}, kInt64, dev);
   uint64_t* kp = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(keys));
-  scatter_keys_kernel<<<cu::grid_for(terms), kThreads>>>(cu::ptr<int64_t>(idx), terms, n, m, kk, kp);
+  scatter_keys_kernel<<<cu::grid_for(terms), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<int64_t>(idx), terms, n, m, kk, kp);
   ::cf::cuda::check_launch("sparse_scatter_rows");
   Tensor order = Tensor::empty({terms}, kInt64, dev), start = Tensor::empty({rows}, kInt64, dev),
          count = Tensor::empty({rows}, kInt64, dev);
   segments_by_key_cuda(kp, terms, rows, order, start, count, "sparse_scatter_rows");
   const int threads = int(std::min<int64_t>(kThreads, (d + kWarp - 1) / kWarp * kWarp));
   CF_DISPATCH_FLOAT_STD(x.dtype(), "sparse_scatter_rows",
-                    (scatter_sum_kernel<scalar_t><<<cu::blocks_for(rows), threads>>>(
+                    (scatter_sum_kernel<scalar_t><<<cu::blocks_for(rows), threads, 0, ::cf::cuda::stream()>>>(
                         cu::ptr<scalar_t>(c), cu::ptr<scalar_t>(x), cu::ptr<int64_t>(order), cu::ptr<int64_t>(start),
                         cu::ptr<int64_t>(count), rows, kk, d, cu::ptr<scalar_t>(out))));
   ::cf::cuda::check_launch("sparse_scatter_rows");
@@ -312,7 +312,7 @@ void cluster_topk_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v
   cu::use_device_of(q, "cluster_topk_attention");
   CF_DISPATCH_FLOAT_STD(q.dtype(), "cluster_topk_attention", {
     const auto a = cluster_topk_args<scalar_t>(q, k, v, top, assign, mass, rest, kpm, p);
-    forward_kernel<scalar_t><<<cu::grid_for(rows, kRowWarps), kRowWarps * cu::kWarp>>>(
+    forward_kernel<scalar_t><<<cu::grid_for(rows, kRowWarps), kRowWarps * cu::kWarp, 0, ::cf::cuda::stream()>>>(
         a, rows, cu::ptr<scalar_t>(out), cu::ptr<scalar_t>(o), cu::ptr<scalar_t>(P));
   });
   ::cf::cuda::check_launch("cluster_topk_attention");
@@ -340,7 +340,7 @@ void cluster_topk_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& 
     uint64_t* tk = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(term_keys));
     uint64_t* rk = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(row_keys));
     if (rows > 0) {
-      rows_grad_kernel<T><<<cu::grid_for(rows, kRowWarps), kRowWarps * cu::kWarp>>>(
+      rows_grad_kernel<T><<<cu::grid_for(rows, kRowWarps), kRowWarps * cu::kWarp, 0, ::cf::cuda::stream()>>>(
           a, rows, cu::ptr<T>(o), cu::ptr<T>(P), cu::ptr<T>(dout), cu::ptr<T>(dq), cu::ptr<T>(ds), cu::ptr<T>(zs),
           cu::ptr<T>(dos), cu::ptr<T>(go), tk, rk);
       ::cf::cuda::check_launch(op);
@@ -356,12 +356,12 @@ void cluster_topk_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& 
       const int64_t* pc = cu::ptr<int64_t>(count);
       auto threads_for = [](int64_t d) { return int(std::max<int64_t>(cu::kWarp, std::min<int64_t>(kThreads, (d + kWarp - 1) / kWarp * kWarp))); };
       if (D > 0) {
-        scatter_sum_kernel<T><<<cu::blocks_for(key_rows), threads_for(D)>>>(cu::ptr<T>(ds), cu::ptr<T>(q), po, ps, pc,
+        scatter_sum_kernel<T><<<cu::blocks_for(key_rows), threads_for(D), 0, ::cf::cuda::stream()>>>(cu::ptr<T>(ds), cu::ptr<T>(q), po, ps, pc,
                                                                           key_rows, kk, D, cu::ptr<T>(dk), true);
         ::cf::cuda::check_launch(op);
       }
       if (Dv > 0) {
-        scatter_sum_kernel<T><<<cu::blocks_for(key_rows), threads_for(Dv)>>>(cu::ptr<T>(zs), cu::ptr<T>(dos), po, ps,
+        scatter_sum_kernel<T><<<cu::blocks_for(key_rows), threads_for(Dv), 0, ::cf::cuda::stream()>>>(cu::ptr<T>(zs), cu::ptr<T>(dos), po, ps,
                                                                            pc, key_rows, kk, Dv, cu::ptr<T>(dv), true);
         ::cf::cuda::check_launch(op);
       }
@@ -373,7 +373,7 @@ void cluster_topk_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& 
              count = Tensor::empty({cluster_rows}, kInt64, dev);
       segments_by_key_cuda(rk, rows, cluster_rows, order, start, count, op);
       const int threads = int(std::min<int64_t>(kThreads, (Dv + 1 + kWarp - 1) / kWarp * kWarp));
-      cluster_sums_kernel<T><<<cu::blocks_for(cluster_rows), threads>>>(
+      cluster_sums_kernel<T><<<cu::blocks_for(cluster_rows), threads, 0, ::cf::cuda::stream()>>>(
           cu::ptr<T>(dout), cu::ptr<T>(go), cu::ptr<int64_t>(order), cu::ptr<int64_t>(start), cu::ptr<int64_t>(count),
           cluster_rows, C, Dv, dmass.defined() ? cu::ptr<T>(dmass) : nullptr,
           drest.defined() ? cu::ptr<T>(drest) : nullptr);

@@ -202,6 +202,11 @@ bool MemoryBank::steps_known() const {
 }
 
 bool MemoryBank::step() {
+  // The step count is a fill's argument and the update a host decision: a CUDA graph would
+  // repeat the captured step's (core/cuda_graph.h). Between replays, step() runs eagerly.
+  CF_CHECK(!cuda::capturing(), DeviceError,
+           "[MemoryBank] step() counts steps and decides on the host when to recompute the centroids, while this "
+           "thread captures a CUDA graph: call nn::step_memory_banks between replays, outside the captured step");
   const int64_t steps = (steps_known() ? host_steps_ : counters.to_vector<int64_t>()[kSteps]) + 1;
   {
     NoGradGuard ng;

@@ -7,6 +7,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
+#include "core/cuda_graph.h"
 
 namespace cf {
 namespace nn {
@@ -185,6 +186,10 @@ void Optimizer::set_group_weight_decay(size_t group, std::optional<double> weigh
 }
 
 void Optimizer::step() {
+  cuda::replayable([this] { step_now(); });
+}
+
+void Optimizer::step_now() {
   NoGradGuard no_grad;
   // (before follow_param, which may start a reshaped parameter's state over: set_data may have made it a view)
   for (const Entry& e : entries_) check_writable(e.param, where("step"), e.name);

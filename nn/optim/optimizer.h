@@ -58,7 +58,10 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // One update of every parameter that has a gradient. Every gradient is checked
-  // (shape, dtype, device) before any parameter changes.
+  // (shape, dtype, device) before any parameter changes. Inside a cuda::Graph capture the
+  // update is a replayable part (core/cuda_graph.h): each replay after the first runs the host
+  // half again (step counts, bias corrections, the learning rate set then) without allocating;
+  // low-precision parameters' float32 masters allocate, so they cannot be captured.
   void step();
   // Drops every parameter's gradient (PyTorch's set_to_none=True).
   void zero_grad();
@@ -83,6 +86,7 @@ class Optimizer {
   void load_state_dict(const StateDict& dict);
 
  protected:
+  void step_now();  // step()'s work
   struct Entry {
     std::string name;
     Tensor param;

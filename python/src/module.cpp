@@ -2,6 +2,8 @@
 // memory and CUDA controls, the op registry; the other files add the rest.
 #include <cstring>
 
+#include <nanobind/stl/function.h>
+
 #include "common.h"
 
 namespace cfpy {
@@ -253,6 +255,23 @@ NB_MODULE(_cf, m) {
   cuda.def("set_sync_debug", &cf::cuda::set_sync_debug, nb::arg("on"),
            "Synchronise and check after every kernel launch, so an error names its op.");
   cuda.def("sync_debug", &cf::cuda::sync_debug, "Whether every kernel launch is followed by a synchronising check.");
+  cuda.def("capturing", &cf::cuda::capturing, "True while this thread captures a cf.cuda.Graph.");
+  // (the GIL is held throughout: capture and replay call Python functions)
+  cuda.def("replayable", &cf::cuda::replayable, nb::arg("fn"),
+           "Call fn; inside a cf.cuda.Graph capture its kernels become a part of their own, and fn is called "
+           "again before every replay but the first to refresh their host-side arguments (an optimizer step's "
+           "step counts and learning rate). fn must launch the same kernels each time and allocate nothing.");
+  nb::class_<cf::cuda::Graph>(cuda, "Graph",
+                              "A CUDA graph of a whole step (core/cuda_graph.h): capture(fn) records fn's CUDA "
+                              "work without running it, replay() queues it again; inputs change by writing into "
+                              "the tensors the capture read. Random draws, host reads and waits inside fn raise.")
+      .def(nb::init<>())
+      .def("capture", &cf::cuda::Graph::capture, nb::arg("fn"), nb::arg("device") = cf::Device::cuda(0),
+           "Record fn's CUDA work on device (run fn eagerly once before, so its first-call state exists).")
+      .def("replay", &cf::cuda::Graph::replay, "Queue the captured work once; returns without waiting.")
+      .def("reset", &cf::cuda::Graph::reset, "Drop the captured work and return its private memory.")
+      .def_prop_ro("captured", &cf::cuda::Graph::captured)
+      .def_prop_ro("parts", &cf::cuda::Graph::parts, "Graph launches per replay.");
 
   nb::class_<cf::OpInfo>(m, "OpInfo", "One entry of the op registry.")
       .def_prop_ro("name", [](const cf::OpInfo& o) { return std::string(o.name); })
