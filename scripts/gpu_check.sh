@@ -4,10 +4,12 @@
 # GPU, then the attention peers (cf-bench beside PyTorch SDPA) and the model step's launch and round-trip
 # counts. Each stage has its own time limit so that a hang in one still returns the others' logs.
 #
-#   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), scale, demo,
+#   OUT=/tmp/out scripts/gpu_check.sh [stages]     stages: build,test,sanitize,model,peers (the default), unrun, scale, demo,
 #                                                  bf16, peers-full, block, mma, lm, approx, longdoc, python,
 #                                                  python-build (with build); GPU_CHECK_BUDGET=S caps the time limits (below)
 #
+# unrun: the cases of CUDA code written without a GPU since the last GPU run, plain and under memcheck and
+# racecheck (the list is in the stage; prune it once they have passed);
 # python (after build): cf's Python package built for the GPU machine's python3 (3.12 with torch 2.11, nanobind
 # and pytest in its image) and the whole pytest suite run there: the CUDA DLPack tests, cf.torch.Attention on
 # CUDA (streams, autocast on CUDA), and PyTorch >= 2.4's forms of the autocast queries, none of which the CPU
@@ -151,14 +153,32 @@ if has sanitize; then
   note "sanitize in $(( $(date +%s) - t0 )) s"
 fi
 
+if has unrun; then
+  # The CUDA code written without a GPU since the last GPU run (stop 67, 2026-11-30), under memcheck and
+  # racecheck: the fused optimizer batch, l2_normalize, the clustering and commitment losses, routing's centroid
+  # EMA, cluster_means, cluster_topk_attention, routed attention's slot <-> token kernels, and CUDA graphs.
+  cases='cuda: parity cluster_topk_attention,cuda: parity cluster_means,cuda: routed attention*slot <-> token*,cuda: routed_attention with dropout*,cuda: parity commitment_loss,cuda: routing*centroid EMA*,cuda: routing attention's EMA*,cuda: parity l2_normalize,cuda: parity cluster_loss*,cuda: parity clustering_loss*,cuda: *adam*,cuda: *cuda::Graph*,cuda: a training step captured*,cuda: a replayable part*,cuda: a deferred check captured*'
+  t0=$(date +%s)
+  (cd "$B" && timeout $(lim 120) tests/cf_tests "-tc=$cases" > "$OUT/unrun.log" 2>&1)
+  note "unrun cases rc=$?: $(grep -E 'test cases:' "$OUT/unrun.log" | tr '\n' ' ')"
+  for tool in memcheck racecheck; do
+    timeout $(lim 200) compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/cf_tests" "-tc=$cases" \
+      > "$OUT/unrun-$tool.log" 2>&1
+    note "unrun compute-sanitizer $tool rc=$?: $(grep -E 'ERROR SUMMARY|test cases:' "$OUT/unrun-$tool.log" | tr '\n' ' ')"
+  done
+  note "unrun in $(( $(date +%s) - t0 )) s"
+fi
+
 if has model; then
   t0=$(date +%s)
-  timeout $(lim 60) "$B/apps/cf-bench" model --device cuda --variants all --sizes 512 --repeat 3 \
+  # --cuda-graph: each variant's step also captured once and replayed (core/cuda_graph.h; train_graph_* fields)
+  timeout $(lim 90) "$B/apps/cf-bench" model --device cuda --variants all --sizes 512 --repeat 3 --cuda-graph \
     > "$OUT/model.json" 2> "$OUT/model.err"
   note "cf-bench model rc=$? in $(( $(date +%s) - t0 )) s"
   python3 -c 'import json,sys
 for r in json.load(open(sys.argv[1]))["results"]:
-    print(r["name"], *["%s=%s" % (k.replace("_per_step", ""), v) for k, v in r.items() if k.endswith("per_step")])' \
+    print(r["name"], *["%s=%s" % (k.replace("_per_step", ""), v) for k, v in r.items()
+                       if k.endswith("per_step") or k.startswith("train_graph") or k.endswith("ratio_vs_full")])' \
     "$OUT/model.json" 2>&1 | tee -a "$OUT/model.err"
 fi
 
