@@ -2,7 +2,6 @@
 
 #include <atomic>
 
-#include "core/cuda.h"
 #include "core/error.h"
 
 namespace cf {
@@ -24,14 +23,7 @@ DropoutShare dropout_share() {
   return {int64_t(s >> 32), int64_t(s & 0xFFFFFFFFu)};
 }
 
-void refuse_random_in_capture(const char* op) {
-  CF_CHECK(!cuda::capturing(), DeviceError, "[", op,
-           "] draws random numbers while this thread captures a CUDA graph: every replay would repeat the "
-           "captured draws (capture a step without dropout, LSH rotations or random init, or run it eagerly)");
-}
-
 uint64_t reserve_dropout_counters(Generator& gen, uint64_t n) {
-  refuse_random_in_capture("dropout");
   const DropoutShare s = dropout_share();
   return gen.reserve(n * uint64_t(s.count)) + uint64_t(s.index) * n;
 }

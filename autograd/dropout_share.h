@@ -23,13 +23,8 @@ struct DropoutShare {
 void set_dropout_share(int64_t index, int64_t count);
 DropoutShare dropout_share();
 
-// Reserves n * count counters of gen and returns the first of this process's n. Refused while
-// this thread captures a CUDA graph (refuse_random_in_capture).
+// Reserves n * count counters of gen and returns the first of this process's n. Inside a CUDA
+// graph capture, call cuda::philox_rebase_for(gen, ...) first (core/cuda_graph.h).
 uint64_t reserve_dropout_counters(Generator& gen, uint64_t n);
-
-// Throws DeviceError "[op] draws random numbers while this thread captures a CUDA graph": the
-// counters a draw reserves are kernel arguments, which every replay would repeat
-// (core/cuda_graph.h). Every random op on CUDA and every dropout calls it.
-void refuse_random_in_capture(const char* op);
 
 }  // namespace cf

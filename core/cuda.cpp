@@ -1,5 +1,6 @@
 #include "core/cuda.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -115,7 +116,9 @@ void throw_cuda_error(cudaError_t err, const char* op, const char* what) {
                         cudaGetErrorString(err), " (in ", what, ")"));
 }
 
-void count_launch() { ++counters().launches; }
+void count_launch() {
+  if (!capturing()) ++counters().launches;  // (a captured kernel is launched by its graph's replays)
+}
 
 namespace {
 // True while this thread runs a deferred check's launch under the record's lock:
@@ -401,20 +404,23 @@ class CudaAllocator final : public Allocator {
     if (!p) {
       cuda::set_device(Device::cuda(index_), "allocate");
       cudaError_t err = cudaMalloc(&p, cls);
-      if (err == cudaErrorMemoryAllocation) {
+      // Give cached blocks back, then try once more (not while capturing: freeing waits for the device).
+      if (err == cudaErrorMemoryAllocation && !cap) {
         (void)cudaGetLastError();
-        release_cache_locked();  // give cached blocks back, then try once more
+        release_cache_locked();
         err = cudaMalloc(&p, cls);
       }
       if (err != cudaSuccess) {
         (void)cudaGetLastError();
         throw DeviceError(str("[allocate] cannot allocate ", nbytes, " bytes on cuda:", index_, ": ",
-                              cudaGetErrorString(err), " (live ", live_, " bytes, cached ", cached_,
-                              " bytes)"));
+                              cudaGetErrorString(err), " (live ", live_, " bytes, cached ", cached_, " bytes",
+                              cap ? "; a CUDA graph capture cannot release cached blocks: empty_cache() before it"
+                                  : "",
+                              ")"));
       }
     }
     if (pool) {
-      owner_[p] = pool;  // (a block from the shared cache joins the pool)
+      own_locked(p, pool);  // (a block from the shared cache joins the pool)
       ++pool->allocations;
     }
     live_ += int64_t(nbytes);
@@ -428,34 +434,17 @@ class CudaAllocator final : public Allocator {
     live_ -= int64_t(nbytes);
     const size_t cls = size_class(nbytes);
     cached_ += cls;
-    if (cap && cap->pool && cap->pool->device == index_ && !owner_.count(p)) {
-      // Freed while this thread captures: captured kernels may read it (a buffer the step replaced),
-      // so it joins the graph's pool rather than the shared cache.
-      owner_[p] = cap->pool;
-      cap->pool->cache.emplace(cls, p);
-      return;
-    }
-    if (!owner_.empty()) {
-      auto it = owner_.find(p);
-      if (it != owner_.end()) {
-        if (!it->second->retired) {
-          it->second->cache.emplace(cls, p);
-          return;
-        }
-        owner_.erase(it);
-      }
-    }
-    cache_.emplace(cls, p);
+    // Freed while this thread captures: captured kernels may use it (a buffer the step replaced, a
+    // tensor an earlier graph made), so the capturing graph owns it too.
+    park_locked(p, cls, cap && cap->pool && cap->pool->device == index_ ? cap->pool : no_pool_);
   }
-  // The graph that owned `pool` is gone: its cached blocks serve everyone again.
+  // The graph that owned `pool` is gone: its cached blocks go to another live owner, else to everyone.
   void retire(const std::shared_ptr<cuda::GraphPool>& pool) {
     std::lock_guard<std::mutex> lock(mu_);
     pool->retired = true;
-    for (auto& e : pool->cache) {
-      owner_.erase(e.second);
-      cache_.emplace(e.first, e.second);
-    }
-    pool->cache.clear();
+    std::multimap<size_t, void*> blocks;
+    blocks.swap(pool->cache);
+    for (auto& e : blocks) park_locked(e.second, e.first, no_pool_);
   }
   MemoryStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -483,6 +472,36 @@ class CudaAllocator final : public Allocator {
     size_t step = top / 8;
     return (n + step - 1) / step * step;
   }
+  void own_locked(void* p, const std::shared_ptr<cuda::GraphPool>& pool) {
+    Owners& o = owner_[p];
+    if (std::find(o.begin(), o.end(), pool) == o.end()) o.push_back(pool);
+  }
+  // Caches a free block (counted in cached_ already): in the capturing graph's pool, else in a live
+  // graph's that used it, else in the shared cache. A block a live graph's replays may write is never
+  // handed to eager work.
+  // A block another live graph owns stays in that graph's cache (its replays may write it: the
+  // capturing graph must not keep data there), the capturing graph becoming an owner too.
+  void park_locked(void* p, size_t cls, const std::shared_ptr<cuda::GraphPool>& capturing) {
+    auto it = owner_.find(p);
+    if (it != owner_.end()) {
+      Owners& o = it->second;
+      o.erase(std::remove_if(o.begin(), o.end(), [](const auto& q) { return q->retired; }), o.end());
+      auto other = std::find_if(o.begin(), o.end(), [&](const auto& q) { return q != capturing; });
+      if (other != o.end()) {
+        std::shared_ptr<cuda::GraphPool> keeper = *other;
+        if (capturing) own_locked(p, capturing);
+        keeper->cache.emplace(cls, p);
+        return;
+      }
+      if (o.empty()) owner_.erase(it);
+    }
+    if (capturing) {
+      own_locked(p, capturing);
+      capturing->cache.emplace(cls, p);
+      return;
+    }
+    cache_.emplace(cls, p);
+  }
   void* take_locked(std::multimap<size_t, void*>& from, size_t cls) {
     auto it = from.find(cls);
     if (it == from.end()) return nullptr;
@@ -508,8 +527,10 @@ class CudaAllocator final : public Allocator {
   int index_;
   mutable std::mutex mu_;
   std::multimap<size_t, void*> cache_;
-  // Blocks of graphs' private pools, live or cached, and which pool (until it is retired).
-  std::unordered_map<void*, std::shared_ptr<cuda::GraphPool>> owner_;
+  // Blocks of graphs' private pools, live or cached, and the graphs whose captures used them (until
+  // all of those are retired).
+  using Owners = std::vector<std::shared_ptr<cuda::GraphPool>>;
+  std::unordered_map<void*, Owners> owner_;
   const std::shared_ptr<cuda::GraphPool> no_pool_;
   size_t cached_ = 0;  // shared cache and pools' caches
   int64_t live_ = 0, peak_ = 0, count_ = 0;

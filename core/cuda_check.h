@@ -77,8 +77,9 @@ struct CaptureScope {
   cudaStream_t stream = nullptr;
   std::shared_ptr<GraphPool> pool;
   std::shared_ptr<GraphChecks> checks;
-  bool refreshing = false;  // re-capturing a replayable part before a replay (cuda::replayable)
-  void* graph = nullptr;    // the cuda::Graph's implementation
+  bool refreshing = false;     // re-capturing a replayable part before a replay (cuda::replayable)
+  bool in_replayable = false;  // inside a replayable part's first call
+  void* graph = nullptr;       // the cuda::Graph's implementation
 };
 void set_capture_scope(CaptureScope* scope);  // this thread's; null ends it
 CaptureScope* capture_scope();

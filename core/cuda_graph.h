@@ -16,8 +16,10 @@
 //
 // What a captured fn must not do (each refused with a DeviceError naming the op, and the graph is
 // left empty): read or write host memory (item, to_vector, cpu, printing, copies from the host),
-// wait (synchronize, check_errors), or draw random numbers (dropout with p > 0, LSH's rotations,
-// random init): a replay would repeat the captured draws. Work queued from another thread, or
+// wait (synchronize, check_errors). Random draws (dropout, LSH's rotations) are captured with a
+// rebase (philox_rebase_for): before each replay but the first, the graph writes each generator's
+// seed and counter shift to the device and advances the generator by the capture's draws, so a
+// replay draws what the eager step would have. Work queued from another thread, or
 // on another stream, during the capture ends it with the CUDA error. Run the step eagerly once
 // before capturing it, so that state made on the first call (an optimizer's moments, momentum
 // buffers) exists: a fill of it in the graph would run again at every replay.
@@ -27,10 +29,16 @@
 // is about one step's peak. Data checks queued in the capture (a class id out of range, an index
 // past its axis) write the graph's own slots at each replay; the next host read reports a failure
 // of any replay since the last read, as for eager ops (core/cuda.h).
+#include <cstdint>
 #include <functional>
 #include <memory>
 
 #include "core/device.h"
+
+namespace cf {
+class Generator;
+class Tensor;
+}
 
 namespace cf::cuda {
 
@@ -68,5 +76,19 @@ class Graph {
 // host effects (the step counts) advance once per replay, as for eager steps. fn must queue the
 // same kernels each time and allocate no device memory (else the replay throws DeviceError).
 void replayable(const std::function<void()>& fn);
+
+// For a random op about to reserve counters from gen for a kernel on `device`: null outside a
+// capture and for a CPU device; inside one, the device pair (seed, counter shift) the kernel rebases
+// its draws on (core/rng.h, philox_rebase), the graph's for gen (whose offset at its first draw in the
+// capture is recorded). DeviceError inside a replayable part (it is called again before replays,
+// drawing anew) and beyond 16 generators in one capture.
+const uint64_t* philox_rebase_for(Generator& gen, Device device, const char* op);
+
+// Inside a capture: the graph holds t (a CUDA tensor made before the capture that its kernels read)
+// until it is reset or destroyed. For cf's own caches, which may drop an entry between replays
+// (the shared number constants, the per-size member tables): a dropped block would go back to the
+// shared cache while the graph still reads it. Outside a capture, nothing. A user's tensors the
+// step reads (the inputs, the parameters) are the user's to keep, as in PyTorch.
+void keep_for_graph(const Tensor& t);
 
 }  // namespace cf::cuda

@@ -4,6 +4,7 @@
 // only on (seed, offset, i): identical on CPU and CUDA and in any thread order.
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <utility>
 
@@ -55,11 +56,32 @@ CF_HOST_DEVICE inline double philox_normal(const PhiloxOut& r) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
+// Where a CUDA graph replay moves a captured draw (core/cuda_graph.h): `rebase`, null outside a
+// capture (and always on the CPU), points to the device pair (seed, counter shift) of the generator
+// the draw reserved its counters from, rewritten before each replay; a kernel applies it once,
+// before its first draw.
+CF_HOST_DEVICE inline void philox_rebase(uint64_t& seed, uint64_t& counter0, const uint64_t* rebase) {
+  if (rebase) {
+    seed = rebase[0];
+    counter0 += rebase[1];
+  }
+}
+
+// The same, read where a draw happens (a kernel that draws few times per thread).
+CF_HOST_DEVICE inline uint64_t philox_seed_at(uint64_t seed, const uint64_t* rebase) {
+  return rebase ? rebase[0] : seed;
+}
+CF_HOST_DEVICE inline uint64_t philox_counter0_at(uint64_t counter0, const uint64_t* rebase) {
+  return rebase ? counter0 + rebase[1] : counter0;
+}
+
 // A seed and a running offset; each random op reserves as many counters as it
 // draws elements, so successive calls never reuse a counter.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+  // Expires when this generator is destroyed (a CUDA graph that draws from it checks before a replay).
+  std::weak_ptr<const bool> lifetime() const { return alive_; }
   void manual_seed(uint64_t seed) {
     std::lock_guard<std::mutex> l(m_);
     seed_ = seed;
@@ -86,6 +108,13 @@ class Generator {
     seed_ = seed;
     offset_ = offset;
   }
+  // The seed and the first counter of a fresh block of n counters, under one lock.
+  std::pair<uint64_t, uint64_t> take(uint64_t n) {
+    std::lock_guard<std::mutex> l(m_);
+    const uint64_t o = offset_;
+    offset_ += n;
+    return {seed_, o};
+  }
   // Returns the first counter of a fresh block of n counters.
   uint64_t reserve(uint64_t n) {
     std::lock_guard<std::mutex> l(m_);
@@ -98,6 +127,7 @@ class Generator {
   mutable std::mutex m_;
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
+  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
 };
 
 // Process-wide generator used when an op is given none.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "core/cuda_graph.h"
+
 namespace cf {
 namespace nn {
 
@@ -12,6 +14,7 @@ std::vector<Tensor> DeviceTableCache::get(const std::vector<int64_t>& key, Devic
   for (size_t i = 0; i < entries_.size(); ++i)
     if (entries_[i].key == key && entries_[i].device == device) {
       std::rotate(entries_.begin(), entries_.begin() + std::ptrdiff_t(i), entries_.begin() + std::ptrdiff_t(i) + 1);
+      for (const Tensor& t : entries_.front().tables) cuda::keep_for_graph(t);  // (it may drop them first)
       return entries_.front().tables;
     }
   std::vector<Tensor> tables = build();

@@ -14,6 +14,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/common.h"
+#include "core/cuda_graph.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/shape.h"
@@ -105,6 +106,7 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
   const int64_t B = sq[0], H = sq[1], Nq = sq[2], Dv = sv[3];
   if (dropout > 0) {  // the counters dropout() would reserve for the dense (B, H, Nq, Nk) weights
     p.dropout = dropout;
+    p.dropout_rebase = cuda::philox_rebase_for(*gen, q.device(), op);  // (before the reservation)
     p.dropout_seed = gen->seed();
     p.dropout_counter0 = reserve_dropout_counters(*gen, uint64_t(B * H * Nq * sk[2]));  // (dropout_share.h)
   }
@@ -173,8 +175,9 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
     // What the dense form's two matmuls count (q k^T and weights v), masks or not.
     result.grad_fn()->forward_macs = sq[0] * sq[1] * sq[2] * sk[2] * (sq[3] + sv[3]);
   }
-  if (!with_lse) return {out, Tensor(), p.dropout_seed, p.dropout_counter0};
-  return {slice(result, 3, 0, Dv), squeeze(slice(result, 3, Dv, Dv + 1), 3), p.dropout_seed, p.dropout_counter0};
+  if (!with_lse) return {out, Tensor(), p.dropout_seed, p.dropout_counter0, p.dropout_rebase};
+  return {slice(result, 3, 0, Dv), squeeze(slice(result, 3, Dv, Dv + 1), 3), p.dropout_seed, p.dropout_counter0,
+          p.dropout_rebase};
 }
 
 }  // namespace
@@ -288,6 +291,7 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
   if (o.dropout > 0) {  // the counters dropout() would reserve for the dense (B, H * rounds, N, N) weights
     Generator& gen = o.generator ? *o.generator : default_generator();
     p.dropout = o.dropout;
+    p.dropout_rebase = cuda::philox_rebase_for(gen, q.device(), opname::block_attention);
     p.dropout_seed = gen.seed();
     p.dropout_counter0 = reserve_dropout_counters(gen, uint64_t(B * H) * uint64_t(N) * uint64_t(N));
   }
@@ -448,6 +452,7 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
   if (dropout > 0) {  // the counters dropout() would reserve for C dense (B, H, N, N) weight tensors
     Generator& g = gen ? *gen : default_generator();
     p.dropout = dropout;
+    p.dropout_rebase = cuda::philox_rebase_for(g, q.device(), opname::routed_attention);
     p.dropout_seed = g.seed();
     p.dropout_counter0 = reserve_dropout_counters(g, uint64_t(C) * uint64_t(B * H) * uint64_t(N) * uint64_t(N));
   }

@@ -29,8 +29,10 @@ struct FlashAttentionResult {
   Tensor lse;  // (B, H, Nq): log-sum-exp of the query's allowed scaled scores; -inf where none
   // With dropout: the key and first counter it drew the weights' drops from (weight (bh, i, j) has
   // counter dropout_counter0 + (bh Nq + i) Nk + j), so a caller can drop gathered copies of some
-  // weights alike (ops::dropout_scale_at). 0 without dropout.
+  // weights alike (ops::dropout_scale_at). 0 without dropout. dropout_rebase: a captured CUDA
+  // graph's move of them (core/rng.h), null outside a capture.
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
+  const uint64_t* dropout_rebase = nullptr;
 };
 
 // flash_attention that also hands out each query's log-sum-exp, differentiable in

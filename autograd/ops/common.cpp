@@ -8,6 +8,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
+#include "core/cuda_graph.h"
 #include "kernels/elementwise/elementwise.h"
 
 namespace cf::ops {
@@ -157,9 +158,11 @@ Tensor scalar_like(const Tensor& t, double v) {
   for (ScalarConstant& c : held)
     if (c.bits == bits && c.dtype == t.dtype() && c.device == t.device()) {
       if (c.value.version() != 0 || c.value.requires_grad()) c.value = filled({}, v, t.dtype(), t.device());
+      cuda::keep_for_graph(c.value);  // (a CUDA graph reading it outlives its place here)
       return c.value;
     }
   Tensor value = filled({}, v, t.dtype(), t.device());
+  cuda::keep_for_graph(value);
   if (held.size() < kScalarConstants) {
     held.push_back({t.device(), t.dtype(), bits, value});
   } else {

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "autograd/ops/common.h"
+#include "core/cuda_graph.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/reduce.h"
 #include "kernels/cross_entropy/cross_entropy.h"
@@ -236,6 +237,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0) return x;
   kernels::DropoutParams dp;
   dp.p = p;
+  dp.philox_rebase = cuda::philox_rebase_for(gen, x.device(), "dropout");  // (before the reservation)
   dp.seed = gen.seed();
   // One counter per element, reserved up front: the mask depends only on
   // (seed, offset, i), so the CPU and the CUDA kernel draw the same one; under
@@ -257,7 +259,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
 namespace ops {
 
 Tensor dropout_scale_at(const Tensor& cols, int64_t row_len, double p, uint64_t seed, uint64_t counter0,
-                        DType dtype) {
+                        DType dtype, const uint64_t* rebase) {
   const char* who = "dropout_scale_at";
   ops::check_defined(cols, who, "cols");
   CF_CHECK(cols.dtype() == kInt64, DTypeError, "[", who, "] cols must be int64, got ", cols.dtype());
@@ -272,6 +274,7 @@ Tensor dropout_scale_at(const Tensor& cols, int64_t row_len, double p, uint64_t 
   dp.p = p;
   dp.seed = seed;
   dp.counter0 = counter0;
+  dp.philox_rebase = cols.device().is_cuda() ? rebase : nullptr;
   dp.cols = dense(cols);
   dp.row_len = row_len;
   Tensor out = Tensor::empty(cols.shape(), dtype, cols.device());

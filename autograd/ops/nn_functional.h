@@ -48,8 +48,10 @@ namespace ops {
 // and 1/(1-p) where it was kept. A constant (no gradient): a gathered copy of those entries
 // times it drops exactly as the whole tensor's dropout did (improved clustered attention's
 // top-k centroid weights beside flash attention's dropout). The columns only name counters,
-// so they are not range-checked.
-Tensor dropout_scale_at(const Tensor& cols, int64_t row_len, double p, uint64_t seed, uint64_t counter0, DType dtype);
+// so they are not range-checked. rebase: the call's dropout_rebase inside a CUDA graph capture
+// (core/rng.h), null otherwise.
+Tensor dropout_scale_at(const Tensor& cols, int64_t row_len, double p, uint64_t seed, uint64_t counter0, DType dtype,
+                        const uint64_t* rebase = nullptr);
 }  // namespace ops
 
 }  // namespace cf

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/dropout_share.h"
+#include "core/cuda_graph.h"
 #include "core/half.h"
 #include "kernels/random/random.h"
 
@@ -11,8 +11,8 @@ namespace cf {
 
 namespace {
 Tensor draw(const Shape& shape, DType dtype, Generator& gen, Device device, kernels::RandomParams p) {
-  if (device.is_cuda()) refuse_random_in_capture("random");
   Tensor out = Tensor::empty(shape, dtype, device);
+  p.philox_rebase = cuda::philox_rebase_for(gen, device, "random");  // (before the reservation)
   p.seed = gen.seed();
   p.counter0 = gen.reserve(uint64_t(out.numel()));
   kernels::random_fill(out, p);

@@ -13,6 +13,7 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/shape.h"
+#include "core/cuda_graph.h"
 #include "core/error.h"
 #include "kernels/sparse/sparse.h"
 #include "kernels/index/index.h"
@@ -182,6 +183,7 @@ Tensor cluster_topk_attention(const Tensor& q_in, const Tensor& k_in, const Tens
   p.causal = causal;
   if (dropout > 0 && Nq * kk > 0) {
     p.dropout = dropout;
+    p.dropout_rebase = cuda::philox_rebase_for(gen, q.device(), "cluster_topk_attention");
     p.dropout_seed = gen.seed();
     p.dropout_counter0 = reserve_dropout_counters(gen, uint64_t(B * H * Nq * kk));
   }

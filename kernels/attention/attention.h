@@ -47,6 +47,7 @@ struct FlashAttentionParams {
   // backward regenerates the mask tile by tile.
   double dropout = 0.0;
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
+  const uint64_t* dropout_rebase = nullptr;  // a captured CUDA graph's (core/rng.h); null on the CPU
 };
 
 // The kernels without dropout (the CUDA scalar and tensor-core kernels) call this first, so a rate that
@@ -136,6 +137,7 @@ int64_t flash_gemm_key_splits(int64_t batch_heads, int64_t rows, int64_t D, int6
 struct RowDropout {
   double rate = 0.0;
   uint64_t seed = 0, counter0 = 0;
+  const uint64_t* rebase = nullptr;  // a captured CUDA graph's (core/rng.h); null on the CPU
 };
 struct AttentionRows {
   int64_t row0 = 0, Nq = 0;
@@ -184,6 +186,7 @@ struct BlockAttentionParams {
   // weights before dropout (it also combines LSH's rounds).
   double dropout = 0.0;
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
+  const uint64_t* dropout_rebase = nullptr;  // a captured CUDA graph's (core/rng.h); null on the CPU
 };
 
 // The same arm of block_attention (any rounds, no dropout): bfloat16 q, k, v gathered into bfloat16 tiles, every
@@ -375,6 +378,7 @@ struct RoutedAttentionParams {
   // autograd/dropout_share.h).
   double dropout = 0.0;
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
+  const uint64_t* dropout_rebase = nullptr;  // a captured CUDA graph's (core/rng.h); null on the CPU
   int64_t list0 = 0;  // c above is list0 + the list's index in this call (a backward over a slice of the lists)
 };
 

@@ -78,7 +78,11 @@ __device__ __forceinline__ T ninf() {
 // Whether attention dropout (rate > 0) keeps the weight of this counter: dropout_cuda.cu's draw (the
 // Philox uniform against the rate), the CPU's dropout_row in integers, so the same weights drop.
 __device__ __forceinline__ bool dropout_keeps(const RowDropout& d, uint64_t counter) {
-  return !(philox_uniform_d(philox4x32_10(d.seed, counter)) < d.rate);
+  return !(philox_uniform_d(philox4x32_10(philox_seed_at(d.seed, d.rebase), counter)) < d.rate);
+}
+// The counter of a weight's draw: counter0, moved by a replayed CUDA graph's rebase (core/rng.h), plus offset.
+__device__ __forceinline__ uint64_t dropout_counter(const RowDropout& d, uint64_t offset) {
+  return philox_counter0_at(d.counter0, d.rebase) + offset;
 }
 
 // A fused kernel's weight p of query position i on key position j in group g of output head bh, dropped or
@@ -87,9 +91,9 @@ __device__ __forceinline__ bool dropout_keeps(const RowDropout& d, uint64_t coun
 template <typename T>
 __device__ __forceinline__ T dropped_weight(const Args& a, T p, int64_t g, int64_t bh, int64_t i, int64_t j) {
   if (!(a.drop.rate > 0) || p == T(0)) return p;
-  const uint64_t counter = a.drop.counter0 +
-                           ((uint64_t(a.drop_group0 + g) * uint64_t(a.drop_heads) + uint64_t(bh)) * uint64_t(a.Nq) +
-                            uint64_t(i)) * uint64_t(a.Nk) + uint64_t(j);
+  const uint64_t counter = dropout_counter(
+      a.drop, ((uint64_t(a.drop_group0 + g) * uint64_t(a.drop_heads) + uint64_t(bh)) * uint64_t(a.Nq) + uint64_t(i)) *
+                      uint64_t(a.Nk) + uint64_t(j));
   return dropout_keeps(a.drop, counter) ? p * T(1.0 / (1.0 - a.drop.rate)) : T(0);
 }
 
@@ -526,7 +530,7 @@ Args make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 
 // Routed attention's dropout map into a's (RoutedAttentionParams: list list0 + g of the B H output heads).
 void routed_dropout(Args& a, const Tensor& q, const RoutedAttentionParams& p) {
-  a.drop = {p.dropout, p.dropout_seed, p.dropout_counter0};
+  a.drop = {p.dropout, p.dropout_seed, p.dropout_counter0, p.dropout_rebase};
   a.drop_group0 = p.list0;
   a.drop_heads = q.shape()[0] * q.shape()[1];
 }
@@ -610,7 +614,7 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t g = blockIdx.x; g < rows; g += gridDim.x) {
     const int64_t bh = g / R, i = rw.row0 + g % R, b = bh / H;
     // The counter of this row's key 0 (weight (bh, i, 0) of the dense (B, H, Nq, Nk) weights).
-    const uint64_t c0 = rw.dropout.counter0 + (uint64_t(bh) * uint64_t(rw.Nq) + uint64_t(i)) * uint64_t(Nk);
+    const uint64_t c0 = dropout_counter(rw.dropout, (uint64_t(bh) * uint64_t(rw.Nq) + uint64_t(i)) * uint64_t(Nk));
     int64_t jend = W;  // keys >= jend are blocked (causal)
     if (rw.causal) jend = i + Nk - rw.Nq + 1 < 0 ? 0 : (i + Nk - rw.Nq + 1 > W ? W : i + Nk - rw.Nq + 1);
     const bool* pb = pad ? pad + b * Nk : nullptr;
@@ -774,7 +778,7 @@ __global__ void block_rows_softmax_kernel(T* S, SlotTab tab, const bool* pad, T*
       inv = T(1.0 / sum);
     }
     if (lane == 0 && i >= 0) L[b * la.s0 + ho * la.s1 + i * la.s2] = li;
-    const uint64_t c0 = br.dropout.counter0 + (uint64_t(g / tab.n) * uint64_t(tab.N) + uint64_t(i)) * uint64_t(tab.N);
+    const uint64_t c0 = dropout_counter(br.dropout, (uint64_t(g / tab.n) * uint64_t(tab.N) + uint64_t(i)) * uint64_t(tab.N));
     const T keep = T(1.0 / (1.0 - br.dropout.rate));
     for (int64_t j = lane; j < W; j += 32) {  // exp(x - m) / sum: see rows_softmax_kernel
       const int64_t kpos = tab.pos(trow, j);
@@ -804,7 +808,7 @@ __global__ void block_rows_grad_kernel(T* S, T* dP, SlotTab tab, const bool* pad
     T* s = S + row * W;
     T* dp = dP + row * W;
     const bool dropping = br.dropout.rate > 0 && i >= 0;
-    const uint64_t c0 = br.dropout.counter0 + (uint64_t(bh) * uint64_t(tab.N) + uint64_t(i)) * uint64_t(tab.N);
+    const uint64_t c0 = dropout_counter(br.dropout, (uint64_t(bh) * uint64_t(tab.N) + uint64_t(i)) * uint64_t(tab.N));
     const T keep = T(1.0 / (1.0 - br.dropout.rate));
     for (int64_t j = lane; j < W; j += 32) {
       bool own;

@@ -204,7 +204,7 @@ void flash_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
                                   int64_t chunk_rows, int64_t key_splits) {
   check_dtype(q);
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Nk = k.shape()[2], Dv = v.shape()[3];
-  const RowDropout drop{p.dropout, p.dropout_seed, p.dropout_counter0};
+  const RowDropout drop{p.dropout, p.dropout_seed, p.dropout_counter0, p.dropout_rebase};
   if (B == 0 || H == 0 || Nq == 0) return;
   if (Nk == 0) {  // nothing to attend to: the documented zeros and -inf
     fill(out, 0.0);
@@ -237,7 +237,7 @@ void flash_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& dout, const Tensor& dlse, const Tensor& dq, const Tensor& dk,
                                    const Tensor& dv, int64_t chunk_rows, int64_t key_splits) {
   check_dtype(q);
-  const RowDropout drop{p.dropout, p.dropout_seed, p.dropout_counter0};
+  const RowDropout drop{p.dropout, p.dropout_seed, p.dropout_counter0, p.dropout_rebase};
   const int64_t B = q.shape()[0], H = q.shape()[1], Nq = q.shape()[2], Dk = q.shape()[3], Nk = k.shape()[2];
   if (B == 0 || H == 0 || Nq == 0 || Nk == 0) {
     fill(dq, 0.0);
@@ -401,7 +401,7 @@ void block_attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor
   const Tensor Qg = Tensor::empty({B, Ho, n, w, Dk}, q.dtype(), dev), Kg = Tensor::empty({B, Ho, n, W, Dk}, q.dtype(), dev),
                Vg = Tensor::empty({B, Ho, n, W, Dv}, q.dtype(), dev), S = Tensor::empty({B, Ho, n, w, W}, q.dtype(), dev),
                Og = Tensor::empty({B, Ho, n, w, Dv}, q.dtype(), dev);
-  const BlockRows br{p.causal, p.self_mask, p.self_score, {p.dropout, p.dropout_seed, p.dropout_counter0}};
+  const BlockRows br{p.causal, p.self_mask, p.self_score, {p.dropout, p.dropout_seed, p.dropout_counter0, p.dropout_rebase}};
   for (int64_t c0 = 0; c0 < C; c0 += n) {
     const int64_t m = std::min(n, C - c0);
     const Tensor tq = table_view(win, Ho, c0, m, 0, w), tk = table_view(win, Ho, c0, m, 0, W);
@@ -447,7 +447,7 @@ void block_attention_backward_gemm(const Tensor& q, const Tensor& k, const Tenso
                dQg = Tensor::empty({B, Ho, n, w, Dk}, dt, dev), dKw = Tensor::empty({B, Ho, n, W, Dk}, dt, dev),
                dVw = Tensor::empty({B, Ho, n, W, Dv}, dt, dev), Og = Tensor::empty({B, Ho, n, w, Dv}, dt, dev),
                Dg = Tensor::empty({B, Ho, n, w, 1}, dt, dev), dLg = Tensor::empty({B, Ho, n, w, 1}, dt, dev);
-  const BlockRows br{p.causal, p.self_mask, p.self_score, {p.dropout, p.dropout_seed, p.dropout_counter0}};
+  const BlockRows br{p.causal, p.self_mask, p.self_score, {p.dropout, p.dropout_seed, p.dropout_counter0, p.dropout_rebase}};
   for (int64_t c0 = 0; c0 < C; c0 += n) {
     const int64_t m = std::min(n, C - c0);
     const Tensor tq = table_view(win, Ho, c0, m, 0, w), tk = table_view(win, Ho, c0, m, 0, W);

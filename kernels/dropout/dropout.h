@@ -15,6 +15,7 @@ namespace cf::kernels {
 struct DropoutParams {
   double p = 0.5;
   uint64_t seed = 0, counter0 = 0;
+  const uint64_t* philox_rebase = nullptr;  // a captured CUDA graph's (core/rng.h); null on the CPU
   // Gathered entries (improved clustered attention's top-k centroid weights): with cols defined
   // (contiguous int64 of x's shape, rows of its last size T), element (r, t) of x stands for
   // column cols[r, t] of row r of a tensor with rows of row_len entries, and draws that entry's

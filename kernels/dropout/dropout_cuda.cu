@@ -19,7 +19,8 @@ namespace {
 // draws counter counter0 + r row_len + cols[i].
 template <typename T>
 __global__ void dropout_kernel(const T* x, T* out, int64_t n, double p, T scale, uint64_t seed, uint64_t counter0,
-                               const int64_t* cols, int64_t T_, int64_t row_len) {
+                               const uint64_t* rebase, const int64_t* cols, int64_t T_, int64_t row_len) {
+  philox_rebase(seed, counter0, rebase);
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     const uint64_t c = cols ? counter0 + uint64_t((i / T_) * row_len + cols[i]) : counter0 + uint64_t(i);
@@ -37,7 +38,7 @@ void dropout_typed(const Tensor& x, const Tensor& out, const DropoutParams& p) {
   const int64_t* cols = p.cols.defined() ? cu::ptr<const int64_t>(p.cols) : nullptr;
   const int64_t T_ = p.cols.defined() && p.cols.dim() ? p.cols.shape().back() : 1;
   dropout_kernel<T><<<cu::grid_for(n), cu::kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<T>(x), cu::ptr<T>(out), n, p.p, scale, p.seed,
-                                                        p.counter0, cols, T_, p.row_len);
+                                                        p.counter0, p.philox_rebase, cols, T_, p.row_len);
   ::cf::cuda::check_launch("dropout");
 }
 

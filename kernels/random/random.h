@@ -18,6 +18,7 @@ struct RandomParams {
   int64_t low = 0;
   uint64_t span = 1;
   uint64_t seed = 0, counter0 = 0;
+  const uint64_t* philox_rebase = nullptr;  // a captured CUDA graph's (core/rng.h); null on the CPU
 };
 
 // An integer uniform on [0, span) from one Philox draw, the same on every device. Spans up to 2^32 take

@@ -20,7 +20,8 @@ namespace {
 // baseline, no FMA) does not do, and the uniform values would differ in the last bit.
 template <typename T, RandomKind K>
 __global__ void random_kernel(T* out, int64_t n, double a, double b, int64_t ia, uint64_t span, uint64_t seed,
-                              uint64_t counter0) {
+                              uint64_t counter0, const uint64_t* rebase) {
+  philox_rebase(seed, counter0, rebase);
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     const PhiloxOut r = philox4x32_10(seed, counter0 + uint64_t(i));
@@ -55,17 +56,17 @@ void fill_typed(const Tensor& out, const RandomParams& p) {
   const unsigned g = cu::grid_for(n);
   switch (p.kind) {
     case RandomKind::Uniform:
-      random_kernel<T, RandomKind::Uniform><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0);
+      random_kernel<T, RandomKind::Uniform><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
       break;
     case RandomKind::Normal:
-      random_kernel<T, RandomKind::Normal><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0);
+      random_kernel<T, RandomKind::Normal><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
       break;
     case RandomKind::Integer:
       // span == 0 (low == high) is refused by cf::randint before any kernel runs.
-      random_kernel<T, RandomKind::Integer><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0);
+      random_kernel<T, RandomKind::Integer><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
       break;
     case RandomKind::Bernoulli:
-      random_kernel<T, RandomKind::Bernoulli><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0);
+      random_kernel<T, RandomKind::Bernoulli><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
       break;
   }
   ::cf::cuda::check_launch("random");

@@ -40,6 +40,7 @@ struct ClusterTopkParams {
   bool causal = false;
   double dropout = 0.0;
   uint64_t dropout_seed = 0, dropout_counter0 = 0;
+  const uint64_t* dropout_rebase = nullptr;  // a captured CUDA graph's (core/rng.h); null on the CPU
 };
 // One call's operands as raw pointers and sizes, shared by both arms (built on the host, passed by value to
 // the CUDA kernels). mass, rest and kpm null when undefined; threshold (the CPU arm's integer form of the rate,
@@ -55,6 +56,7 @@ struct ClusterTopkArgs {
   double rate;
   uint64_t seed, counter0, threshold;
   T keep_scale;
+  const uint64_t* rebase;  // (ClusterTopkParams::dropout_rebase)
 };
 template <typename T>
 ClusterTopkArgs<T> cluster_topk_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
@@ -65,7 +67,7 @@ ClusterTopkArgs<T> cluster_topk_args(const Tensor& q, const Tensor& k, const Ten
           static_cast<const int64_t*>(assign.raw_data()),
           kpm.defined() ? static_cast<const bool*>(kpm.raw_data()) : nullptr, q.size(2), k.size(2), q.size(3),
           v.size(3), top.size(2), top.size(3), p.heads, T(p.scale), p.causal, p.dropout, p.dropout_seed,
-          p.dropout_counter0, 0, T(p.dropout > 0 ? 1.0 / (1.0 - p.dropout) : 1.0)};
+          p.dropout_counter0, 0, T(p.dropout > 0 ? 1.0 / (1.0 - p.dropout) : 1.0), p.dropout_rebase};
 }
 void cluster_topk_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& top,
                               const Tensor& assign, const Tensor& mass, const Tensor& rest, const Tensor& kpm,

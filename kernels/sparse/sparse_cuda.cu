@@ -161,7 +161,8 @@ __device__ __forceinline__ int64_t key_at(const Rows<T>& a, const int64_t* keys,
 template <typename T>
 __device__ __forceinline__ T keep_factor(const Rows<T>& a, int64_t row, int64_t t) {
   if (a.rate <= 0) return T(1);
-  const PhiloxOut r = philox4x32_10(a.seed, a.counter0 + uint64_t(row * a.kk + t));
+  const PhiloxOut r =
+      philox4x32_10(philox_seed_at(a.seed, a.rebase), philox_counter0_at(a.counter0, a.rebase) + uint64_t(row * a.kk + t));
   return philox_uniform_d(r) < a.rate ? T(0) : a.keep_scale;
 }
 

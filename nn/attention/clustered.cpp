@@ -207,7 +207,7 @@ Tensor clustered_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     // A^c V less its top-k terms. With dropout, cen.out is dropout(A^c) V, so the top-k
     // terms leave with the drops the flash kernel gave those weights (their counters).
     if (dropping)
-      a_top = a_top * ops::dropout_scale_at(idx, Nk, rate, cen.dropout_seed, cen.dropout_counter0, dt);
+      a_top = a_top * ops::dropout_scale_at(idx, Nk, rate, cen.dropout_seed, cen.dropout_counter0, dt, cen.dropout_rebase);
     Tensor v_rest = reshape(cen.out, {G, C, Dv}) - sparse_weighted_sum(a_top, vf, idx);
     return exact_part(idx, mass, v_rest, false);
   }

@@ -186,7 +186,12 @@ void Optimizer::set_group_weight_decay(size_t group, std::optional<double> weigh
 }
 
 void Optimizer::step() {
-  cuda::replayable([this] { step_now(); });
+  // (a graph holds the part past this object's life: it checks before calling it again)
+  cuda::replayable([this, alive = std::weak_ptr<const bool>(alive_)] {
+    CF_CHECK(!alive.expired(), DeviceError,
+             "[Optimizer::step] a CUDA graph replays the step of an optimizer that was destroyed");
+    step_now();
+  });
 }
 
 void Optimizer::step_now() {

@@ -31,6 +31,7 @@
 // (OpenMP above 32768 elements); other parameters (non-contiguous, or on another
 // device) go through the public in-place ops, with the same formulas.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,7 +62,8 @@ class Optimizer {
   // (shape, dtype, device) before any parameter changes. Inside a cuda::Graph capture the
   // update is a replayable part (core/cuda_graph.h): each replay after the first runs the host
   // half again (step counts, bias corrections, the learning rate set then) without allocating;
-  // low-precision parameters' float32 masters allocate, so they cannot be captured.
+  // low-precision parameters' float32 masters allocate, so they cannot be captured. The first
+  // replay is the captured step itself: an lr set between the capture and it does not reach it.
   void step();
   // Drops every parameter's gradient (PyTorch's set_to_none=True).
   void zero_grad();
@@ -87,6 +89,7 @@ class Optimizer {
 
  protected:
   void step_now();  // step()'s work
+  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);  // (step's graph part checks it)
   struct Entry {
     std::string name;
     Tensor param;

@@ -264,7 +264,8 @@ NB_MODULE(_cf, m) {
   nb::class_<cf::cuda::Graph>(cuda, "Graph",
                               "A CUDA graph of a whole step (core/cuda_graph.h): capture(fn) records fn's CUDA "
                               "work without running it, replay() queues it again; inputs change by writing into "
-                              "the tensors the capture read. Random draws, host reads and waits inside fn raise.")
+                              "the tensors the capture read; random draws replay as the eager calls would. Host "
+                              "reads and waits inside fn raise.")
       .def(nb::init<>())
       .def("capture", &cf::cuda::Graph::capture, nb::arg("fn"), nb::arg("device") = cf::Device::cuda(0),
            "Record fn's CUDA work on device (run fn eagerly once before, so its first-call state exists).")

@@ -1,6 +1,6 @@
 // CUDA graphs (core/cuda_graph.h): a captured training step replays as the eager steps it stands
-// for, bit for bit; what a capture cannot hold is refused by name; the graph's memory and data
-// checks behave as eager ones do.
+// for, bit for bit, random draws included; what a capture cannot hold is refused by name; the
+// graph's memory and data checks behave as eager ones do.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -28,16 +28,43 @@ cf::apps::EncoderBenchConfig graph_encoder(const std::string& variant) {
   return c;
 }
 
-// Every parameter of a and b holds the same bits (float32: compared as int32 words).
-void check_same_parameters(const cf::apps::EncoderBench& a, const cf::apps::EncoderBench& b, const std::string& when) {
-  const auto pa = a.model().named_parameters(), pb = b.model().named_parameters();
-  REQUIRE(pa.size() == pb.size());
-  for (size_t i = 0; i < pa.size(); ++i) {
-    const std::vector<float> x = pa[i].second.to_vector<float>(), y = pb[i].second.to_vector<float>();
-    INFO(when, ": ", pa[i].first);
-    REQUIRE(x.size() == y.size());
-    CHECK(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
+// Every parameter's float32 words after each of steps 2-5 of a run: eager steps, or one eager step,
+// a capture and replays. Each run starts from the same default generator state (the variants'
+// random planes and rotations and dropout draw from it), so the two draw alike when the graph does.
+using Snapshots = std::vector<std::vector<std::vector<float>>>;
+Snapshots train_run(const cf::apps::EncoderBenchConfig& cfg, bool graphed, int64_t* parts) {
+  manual_seed(123);
+  cf::apps::EncoderBench bench(cfg);
+  bench.train_step();  // warm-up (graphed): AdamW's moments exist before the capture
+  cuda::Graph g;
+  if (graphed) {
+    g.capture([&] { bench.train_step(); });
+    *parts = g.parts();
   }
+  Snapshots out;
+  for (int step = 2; step <= 5; ++step) {
+    if (step == 4) bench.optimizer()->set_lr(3e-4);  // reaches a replay through the refreshed part
+    if (step == 5) {  // a new batch: written into the input the capture read
+      Generator gen(99);
+      copy_(bench.ids(), cf::randint(0, cfg.vocab, {cfg.batch, cfg.n}, gen).cuda());
+    }
+    if (graphed) {
+      cuda::synchronize();
+      cuda::reset_transfer_stats();
+      g.replay();
+      const cuda::TransferStats t = cuda::transfer_stats();
+      CHECK(t.device_to_host == 0);
+      CHECK(t.synchronizations == 0);
+      CHECK(t.host_to_device == 0);
+    } else {
+      bench.train_step();
+    }
+    std::vector<std::vector<float>> params;
+    for (const auto& np : bench.model().named_parameters()) params.push_back(np.second.to_vector<float>());
+    out.push_back(params);
+  }
+  CHECK(bench.optimizer()->step_count() == 5);
+  return out;
 }
 
 }  // namespace
@@ -62,61 +89,69 @@ TEST_CASE("cuda::Graph without a CUDA device: capture and replay fail with the r
 
 CUDA_TEST_CASE("a training step captured in a cuda::Graph gives the eager steps' bits, variant by variant") {
   // The optimizer's step is a replayable part (step counts, bias corrections, lr refreshed before
-  // each replay but the first); the rest reads the tensors the capture used. LSH draws its
-  // rotations every forward and is refused (next case).
-  for (const std::string variant :
-       {"full", "neural-clustering", "clustered", "improved-clustered", "routing", "sparse", "cluster-former"}) {
-    INFO(variant);
-    cf::apps::EncoderBench eager(graph_encoder(variant)), graphed(graph_encoder(variant));
-    eager.train_step();
-    graphed.train_step();  // warm-up: AdamW's moments exist before the capture
-    cuda::Graph g;
-    g.capture([&] { graphed.train_step(); });
-    REQUIRE(g.captured());
-    CHECK(g.parts() >= 2);  // the step before the optimizer, and the optimizer's own part
-    for (int step = 2; step <= 5; ++step) {
-      if (step == 4) {  // a new learning rate reaches the replay through the refreshed part
-        eager.optimizer()->set_lr(3e-4);
-        graphed.optimizer()->set_lr(3e-4);
-      }
-      if (step == 5) {  // a new batch: written into the input the capture read
-        Generator gen(99);
-        const Tensor ids = cf::randint(0, 50, {2, 64}, gen).cuda();
-        copy_(eager.ids(), ids);
-        copy_(graphed.ids(), ids);
-      }
-      eager.train_step();
-      cuda::synchronize();
-      cuda::reset_transfer_stats();
-      g.replay();
-      const cuda::TransferStats t = cuda::transfer_stats();
-      CHECK(t.device_to_host == 0);
-      CHECK(t.synchronizations == 0);
-      CHECK(t.kernel_launches == g.parts());
-      check_same_parameters(eager, graphed, "step " + std::to_string(step));
+  // each replay but the first); the random draws (dropout, LSH's rotations, clustered attention's
+  // planes) are rebased on their generator's state at the replay; the rest reads the tensors the
+  // capture used.
+  for (const std::string variant : {"full", "neural-clustering", "clustered", "improved-clustered", "lsh", "routing",
+                                    "sparse", "cluster-former"}) {
+    for (const double dropout : {0.0, 0.1}) {
+      INFO(variant, ", dropout ", dropout);
+      cf::apps::EncoderBenchConfig cfg = graph_encoder(variant);
+      cfg.dropout = dropout;
+      int64_t parts = 0;
+      const Snapshots eager = train_run(cfg, false, nullptr), graphed = train_run(cfg, true, &parts);
+      CHECK(parts >= 2);  // the step before the optimizer, and the optimizer's own part
+      REQUIRE(eager.size() == graphed.size());
+      for (size_t step = 0; step < eager.size(); ++step)
+        for (size_t i = 0; i < eager[step].size(); ++i) {
+          INFO("step ", step + 2, ", parameter ", i);
+          REQUIRE(eager[step][i].size() == graphed[step][i].size());
+          CHECK(std::memcmp(eager[step][i].data(), graphed[step][i].data(), eager[step][i].size() * sizeof(float)) ==
+                0);
+        }
     }
-    CHECK(eager.optimizer()->step_count() == graphed.optimizer()->step_count());
   }
 }
 
-CUDA_TEST_CASE("cuda::Graph refuses random draws, host reads and waits by name, and eager work goes on after") {
-  cf::apps::EncoderBench lsh(graph_encoder("lsh"));
-  lsh.train_step();
+CUDA_TEST_CASE("random draws in a cuda::Graph replay the draws the eager calls would make, generator by generator") {
+  Generator ga(5), gb(7), ea(5), eb(7);
+  const Tensor x = Tensor::ones({4096}, kFloat32, Device::cuda(0));
+  Tensor u, d;
+  auto draws = [&](Generator& a, Generator& b, Tensor& u_out, Tensor& d_out) {
+    u_out = randn({300}, kFloat32, a, 0.0, 1.0, Device::cuda(0));
+    d_out = dropout(x, 0.3, true, b);
+  };
+  Tensor eu, ed;
   cuda::Graph g;
-  CHECK_THROWS_MSG(g.capture([&] { lsh.train_step(); }), DeviceError, "draws random numbers",
-                   "captures a CUDA graph");
-  CHECK_FALSE(g.captured());
-  CHECK_FALSE(cuda::capturing());
-  lsh.train_step();  // the eager step still runs: the capture stream and scope were let go
+  g.capture([&] { draws(ga, gb, u, d); });
+  for (int r = 0; r < 3; ++r) {
+    if (r == 2) (void)rand({10}, kFloat32, ga);  // an eager draw between replays moves the next replay's too
+    if (r == 2) (void)rand({10}, kFloat32, ea);
+    draws(ea, eb, eu, ed);
+    g.replay();
+    INFO("replay ", r + 1);
+    CHECK(u.to_vector<float>() == eu.to_vector<float>());
+    CHECK(d.to_vector<float>() == ed.to_vector<float>());
+    CHECK(ga.offset() == ea.offset());
+    CHECK(gb.offset() == eb.offset());
+  }
+  CHECK_THROWS_MSG(g.capture([&] { cuda::replayable([&] { (void)dropout(x, 0.5, true, ga); }); }), DeviceError,
+                   "[dropout] draws random numbers inside a replayable part");
+}
 
+CUDA_TEST_CASE("cuda::Graph refuses host reads and waits by name, and eager work goes on after") {
+  cf::apps::EncoderBench bench(graph_encoder("full"));
+  bench.train_step();
   Tensor x = Tensor::arange(8, kFloat32).cuda();
+  cuda::Graph g;
   CHECK_THROWS_MSG(g.capture([&] { (void)sum(x).item<float>(); }), DeviceError, "captures a CUDA graph",
                    "cannot read or write host memory");
-  CHECK_THROWS_MSG(g.capture([&] { (void)Tensor::arange(4, kFloat32).cuda(); }), DeviceError, "cannot read or write host memory");
+  CHECK_FALSE(g.captured());
+  CHECK_FALSE(cuda::capturing());
+  bench.train_step();  // the eager step still runs: the capture stream and scope were let go
+  CHECK_THROWS_MSG(g.capture([&] { (void)Tensor::arange(4, kFloat32).cuda(); }), DeviceError,
+                   "cannot read or write host memory");
   CHECK_THROWS_MSG(g.capture([&] { cuda::synchronize(); }), DeviceError, "[synchronize]", "captures a CUDA graph");
-  CHECK_THROWS_MSG(g.capture([&] { (void)dropout(x, 0.5, true); }), DeviceError, "[dropout] draws random numbers");
-  CHECK_THROWS_MSG(g.capture([&] { (void)randn({4}, kFloat32, default_generator(), 0.0, 1.0, Device::cuda(0)); }), DeviceError,
-                   "[random] draws random numbers");
   CHECK_THROWS_MSG(g.capture([&] { g.capture([] {}); }), DeviceError, "already captures a graph");
   CHECK_FALSE(g.captured());
   CHECK(sum(x).item<float>() == 28.0f);
@@ -124,13 +159,18 @@ CUDA_TEST_CASE("cuda::Graph refuses random draws, host reads and waits by name, 
 
 CUDA_TEST_CASE("cuda::Graph replays read the captured inputs, and eager tensors never get the graph's memory") {
   Tensor x = Tensor::arange(1024, kFloat32).cuda(), y;
+  cuda::synchronize();
+  empty_cache(Device::cuda(0));  // (no other block of the temporary's size to hand out instead)
+  const void* temporary = nullptr;
   cuda::Graph g;
   g.capture([&] {
     Tensor twice = x * 2.0;  // a temporary freed inside the capture: the graph's pool keeps it
+    temporary = twice.raw_data();
     y = twice + 1.0;
   });
   // A capture records and runs nothing: y's memory is the graph's until a replay writes it.
   Tensor eager = Tensor::full({1024}, 7.0, kFloat32, Device::cuda(0));  // the temporary's size
+  CHECK(eager.raw_data() != temporary);
   g.replay();
   CHECK(y.to_vector<float>()[5] == 11.0f);
   CHECK(eager.to_vector<float>() == std::vector<float>(1024, 7.0f));  // not overwritten by the replay
@@ -142,6 +182,19 @@ CUDA_TEST_CASE("cuda::Graph replays read the captured inputs, and eager tensors 
   CHECK_THROWS_MSG(g.replay(), DeviceError, "replay before a successful capture");
 }
 
+CUDA_TEST_CASE("cf's caches may drop a tensor a cuda::Graph reads: the graph keeps it (number constants)") {
+  Tensor x = Tensor::full({256}, 2.0, kFloat32, Device::cuda(0)), y;
+  (void)(x * 0.375);  // 0.375 becomes a shared 0-d constant (ops::scalar_like) before the capture
+  cuda::Graph g;
+  g.capture([&] { y = x * 0.375; });  // reads that constant: made eagerly, not the graph's own block
+  for (int i = 0; i < 40; ++i) {
+    Tensor z = x * (1000.0 + i);  // more numbers than the constants' cache holds: 0.375's is dropped
+    (void)z;
+  }
+  g.replay();
+  CHECK(y.to_vector<float>() == std::vector<float>(256, 0.75f));
+}
+
 CUDA_TEST_CASE("a deferred check captured in a cuda::Graph fails at the next host read after a bad replay") {
   Tensor logits = Tensor::zeros({3, 4}, kFloat32, Device::cuda(0));
   Tensor target = Tensor::from_vector(std::vector<int64_t>{0, 1, 3}, {3}).cuda(), loss;
@@ -151,8 +204,10 @@ CUDA_TEST_CASE("a deferred check captured in a cuda::Graph fails at the next hos
   CHECK(std::abs(loss.item<float>() - std::log(4.0f)) < 1e-6f);
   copy_(target, Tensor::from_vector(std::vector<int64_t>{0, 9, 3}, {3}));
   g.replay();
-  g.replay();  // a second replay before the read: still one report
+  g.replay();  // a second replay before the read: the failure stays until read, and is read once
   CHECK_THROWS_MSG(loss.item<float>(), IndexError, "[cross_entropy] target 9");
+  CHECK(cuda::pending_checks() == 0);
+  (void)loss.item<float>();  // nothing left to report
   copy_(target, Tensor::from_vector(std::vector<int64_t>{2, 1, 0}, {3}));
   g.replay();
   CHECK(std::abs(loss.item<float>() - std::log(4.0f)) < 1e-6f);  // the slots were reset by the read
@@ -169,7 +224,9 @@ CUDA_TEST_CASE("a replayable part is called again before every replay but the fi
   });
   CHECK(g.parts() == 3);
   CHECK(k == 1);  // the capture's own call: the first replay's argument
+  cuda::reset_transfer_stats();
   g.replay();
+  CHECK(cuda::transfer_stats().kernel_launches == 3);  // one graph launch per part
   CHECK(t.to_vector<float>()[0] == 3.0f);
   g.replay();
   CHECK(k == 2);
