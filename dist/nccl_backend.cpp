@@ -9,6 +9,8 @@
 
 #include <cstdlib>
 
+#include "core/cuda.h"
+#include "core/error.h"
 #include "dist/backend.h"
 
 namespace cf {
@@ -68,6 +70,14 @@ class NcclRequest : public Request {
   bool done_ = false;
 };
 
+// NCCL runs on the legacy stream, which a CUDA graph capture (core/cuda_graph.h) does not hold: refused
+// by name rather than ending the capture with cudaErrorStreamCaptureImplicit.
+void refuse_in_capture(const char* what) {
+  CF_CHECK(!cuda::capturing(), DeviceError, "[dist] ", what,
+           " (NCCL) while this thread captures a CUDA graph: run collectives between replays, outside the "
+           "captured step");
+}
+
 class NcclBackend : public Backend {
  public:
   explicit NcclBackend(Backend& bootstrap) : rank_(bootstrap.rank()), size_(bootstrap.world_size()) {
@@ -91,22 +101,26 @@ class NcclBackend : public Backend {
   int world_size() const override { return size_; }
 
   std::unique_ptr<Request> all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op, bool) override {
+    refuse_in_capture("all_reduce");
     check_nccl(ncclAllReduce(buf, buf, size_t(count), nccl_type(dtype), nccl_op(op), comm_, cudaStreamLegacy),
                "ncclAllReduce");
     return std::make_unique<NcclRequest>(comm_, "ncclAllReduce");
   }
   std::unique_ptr<Request> broadcast(void* buf, int64_t count, DType dtype, int root, bool) override {
+    refuse_in_capture("broadcast");
     check_nccl(ncclBroadcast(buf, buf, size_t(count), nccl_type(dtype), root, comm_, cudaStreamLegacy),
                "ncclBroadcast");
     return std::make_unique<NcclRequest>(comm_, "ncclBroadcast");
   }
   std::unique_ptr<Request> all_gather(const void* send, void* recv, int64_t count, DType dtype, bool) override {
+    refuse_in_capture("all_gather");
     check_nccl(ncclAllGather(send, recv, size_t(count), nccl_type(dtype), comm_, cudaStreamLegacy),
                "ncclAllGather");
     return std::make_unique<NcclRequest>(comm_, "ncclAllGather");
   }
   std::unique_ptr<Request> reduce_scatter(const void* send, void* recv, int64_t count, DType dtype,
                                           ReduceOp op, bool) override {
+    refuse_in_capture("reduce_scatter");
     check_nccl(ncclReduceScatter(send, recv, size_t(count), nccl_type(dtype), nccl_op(op), comm_,
                                  cudaStreamLegacy),
                "ncclReduceScatter");

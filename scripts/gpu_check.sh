@@ -178,7 +178,7 @@ if has model; then
   python3 -c 'import json,sys
 for r in json.load(open(sys.argv[1]))["results"]:
     print(r["name"], *["%s=%s" % (k.replace("_per_step", ""), v) for k, v in r.items()
-                       if k.endswith("per_step") or k.startswith("train_graph") or k.endswith("ratio_vs_full")])' \
+                       if k.endswith("per_step") or "_graph_" in k or k.endswith("ratio_vs_full")])' \
     "$OUT/model.json" 2>&1 | tee -a "$OUT/model.err"
 fi
 

@@ -154,8 +154,9 @@ const std::vector<Subcommand> kSubcommands = {
        o.add_int("batch_size", &b.batch_size, 1, "sequences per step");
        add_precision(o, b);
        o.add_flag("cuda_graph", &b.cuda_graph,
-                  "also time the training step captured once as a CUDA graph and replayed (core/cuda_graph.h; "
-                  "--device cuda only): train_graph_* fields, or train_graph_skipped with the reason");
+                  "also time the training and inference steps captured once as CUDA graphs and replayed "
+                  "(core/cuda_graph.h; --device cuda only): train_graph_* and infer_graph_* fields, or *_skipped "
+                  "with the reason");
      },
      cf::bench::bench_model},
     {"kmeans",

@@ -22,7 +22,7 @@ json bench_model(const BenchOptions& o) {
   const std::vector<int64_t>& sizes = o.sizes;
   json rows = json::array();
   for (int64_t n : sizes) {
-    double full_train = -1, full_infer = -1, full_graph = -1;
+    double full_train = -1, full_infer = -1, full_graph = -1, full_infer_graph = -1;
     for (const std::string& variant : o.variants) {
       cf::apps::EncoderBenchConfig bc;  // apps/common/attention_bench.h, shared with cf-efficiency
       bc.variant = variant;
@@ -79,18 +79,23 @@ json bench_model(const BenchOptions& o) {
         r["infer_kernel_launches_per_step"] = infer.transfers.kernel_launches;
       }
       if (o.cuda_graph) {  // issue 25: the launches of a small step, replayed as one graph
-        try {
-          const cf::apps::Measurement graph = model.measure_train_graph(reps);
-          r["train_graph_step_time_s"] = graph.median_s;
-          r["train_graph_ratio_vs_eager"] = graph.median_s / t_train;
-          r["train_graph_launches_per_step"] = graph.transfers.kernel_launches;
-          r["train_graph_device_to_host_per_step"] = graph.transfers.device_to_host;
-          r["train_graph_synchronizations_per_step"] = graph.transfers.synchronizations;
-          r["train_graph_peak_bytes"] = graph.peak_bytes;
-          if (variant == "full") full_graph = graph.median_s;
-          if (full_graph > 0) r["train_graph_ratio_vs_full"] = graph.median_s / full_graph;
-        } catch (const cf::DeviceError& e) {  // a step that cannot be captured (random draws)
-          r["train_graph_skipped"] = e.what();
+        for (const bool training : {true, false}) {
+          const std::string k = training ? "train_graph" : "infer_graph";
+          try {
+            const cf::apps::Measurement graph =
+                training ? model.measure_train_graph(reps) : model.measure_infer_graph(reps);
+            r[k + "_step_time_s"] = graph.median_s;
+            r[k + "_ratio_vs_eager"] = graph.median_s / (training ? t_train : t_infer);
+            r[k + "_launches_per_step"] = graph.transfers.kernel_launches;
+            r[k + "_device_to_host_per_step"] = graph.transfers.device_to_host;
+            r[k + "_synchronizations_per_step"] = graph.transfers.synchronizations;
+            r[k + "_peak_bytes"] = graph.peak_bytes;
+            double& full = training ? full_graph : full_infer_graph;
+            if (variant == "full") full = graph.median_s;
+            if (full > 0) r[k + "_ratio_vs_full"] = graph.median_s / full;
+          } catch (const cf::DeviceError& e) {  // a step a graph cannot hold (core/cuda_graph.h)
+            r[k + "_skipped"] = e.what();
+          }
         }
       }
       if (variant == "full") {

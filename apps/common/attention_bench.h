@@ -261,6 +261,15 @@ class EncoderBench {
     graph.capture([&] { train_step(); }, cfg_.device);
     return measure(reps, 1, cfg_.device, [&] { graph.replay(); });
   }
+  // The inference step (eval mode, no gradients) captured once after an eager call, timed as replays.
+  Measurement measure_infer_graph(int64_t reps) {
+    model_->eval();
+    free_training_state();
+    infer_step();
+    cf::cuda::Graph graph;
+    graph.capture([&] { infer_step(); }, cfg_.device);
+    return measure(reps, 1, cfg_.device, [&] { graph.replay(); });
+  }
   Measurement measure_infer(int64_t reps, int64_t warmup) {
     model_->eval();
     free_training_state();
