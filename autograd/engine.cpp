@@ -14,6 +14,7 @@
 #include "autograd/node.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/shape.h"
+#include "core/cuda_graph.h"
 
 namespace cf {
 
@@ -263,6 +264,10 @@ void accumulate_into(const Tensor& t, Tensor g) {
   std::lock_guard<std::mutex> lock(grad_mutex);
   Tensor old = t.grad();
   if (old.defined()) {
+    // (a CUDA graph replay would add to the gradient as it was at the capture, not as the last step left it)
+    CF_CHECK(!cuda::made_before_capture(old), DeviceError,
+             "[backward] accumulates into a .grad made before this CUDA graph capture (", old.describe(),
+             "): call zero_grad inside the captured step");
     t.set_grad(add(old, g));
   } else if (stealable(g)) {
     t.set_grad(g);

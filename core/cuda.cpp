@@ -438,6 +438,14 @@ class CudaAllocator final : public Allocator {
     // tensor an earlier graph made), so the capturing graph owns it too.
     park_locked(p, cls, cap && cap->pool && cap->pool->device == index_ ? cap->pool : no_pool_);
   }
+  bool owns(const cuda::GraphPool& pool, const void* block) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = owner_.find(const_cast<void*>(block));
+    if (it == owner_.end()) return false;
+    for (const auto& q : it->second)
+      if (q.get() == &pool) return true;
+    return false;
+  }
   // The graph that owned `pool` is gone: its cached blocks go to another live owner, else to everyone.
   void retire(const std::shared_ptr<cuda::GraphPool>& pool) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -611,6 +619,9 @@ void retire_graph_pool(const std::shared_ptr<GraphPool>& pool) {
   if (pool) static_cast<CudaAllocator&>(cuda_allocator(Device::cuda(pool->device))).retire(pool);
 }
 int64_t graph_pool_allocations(const GraphPool& pool) { return pool.allocations; }
+bool graph_pool_owns(const GraphPool& pool, const void* block) {
+  return static_cast<CudaAllocator&>(cuda_allocator(Device::cuda(pool.device))).owns(pool, block);
+}
 }  // namespace cuda
 #endif
 
@@ -638,7 +649,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   }
   CF_CHECK(!cuda::capturing(), DeviceError, "[", op, "] copies ", n, " bytes from ", src_device, " to ", dst_device,
            " while this thread captures a CUDA graph: a captured step cannot read or write host memory (inputs go "
-           "into device tensors the step reads, with copy_ before each replay)");
+           "into device tensors the step reads, copied there before each replay)");
   cuda::set_device(dst_device.is_cuda() ? dst_device : src_device, op);
   cuda::count_transfer(dst_device.is_cpu(), n);
   if (n < PinnedStaging::kChunk) {

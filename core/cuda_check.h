@@ -64,6 +64,8 @@ struct GraphPool;
 std::shared_ptr<GraphPool> make_graph_pool(Device d);
 void retire_graph_pool(const std::shared_ptr<GraphPool>& pool);
 int64_t graph_pool_allocations(const GraphPool& pool);  // blocks handed out from it so far
+// Whether block (an allocation's start) is one of pool's: allocated, or freed, while it was captured.
+bool graph_pool_owns(const GraphPool& pool, const void* block);
 // A graph's deferred checks (defer_check): slots of its own, written by its check kernels at
 // every replay and read, like the eager ones, by the next host read after queue_graph_checks.
 struct GraphChecks;

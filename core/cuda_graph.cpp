@@ -7,6 +7,7 @@
 #include "core/cuda.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/storage.h"
 #include "core/tensor.h"
 
 #ifdef CF_WITH_CUDA
@@ -336,6 +337,13 @@ void keep_for_graph(const Tensor& t) {
   kept.push_back(t);
 }
 
+bool made_before_capture(const Tensor& t) {
+  CaptureScope* s = capture_scope();
+  if (!s || !t.defined() || !t.device().is_cuda() || !t.impl_ptr()->storage) return false;
+  const Storage& st = *t.impl_ptr()->storage;
+  return st.release || !graph_pool_owns(*s->pool, st.data);
+}
+
 #else  // no CUDA backend
 
 struct Graph::Impl {};
@@ -354,6 +362,7 @@ void Graph::reset() {}
 void replayable(const std::function<void()>& fn) { fn(); }
 const uint64_t* philox_rebase_for(Generator&, Device, const char*) { return nullptr; }
 void keep_for_graph(const Tensor&) {}
+bool made_before_capture(const Tensor&) { return false; }
 
 #endif
 

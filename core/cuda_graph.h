@@ -4,15 +4,16 @@
 //   cf::cuda::Graph graph;
 //   bench.train_step();                          // eager warm-up: optimizer state, handles, caches
 //   graph.capture([&] { bench.train_step(); });  // recorded, not run
-//   for (...) { copy_(ids, next_batch); graph.replay(); }  // each replay is that step
+//   for (...) { copy_(ids, next_batch.cuda()); graph.replay(); }  // each replay is that step
 //
 // capture() runs fn with this thread's kernels recorded on a capture stream instead of run, and
 // instantiates them; replay() queues them all again (one launch per part, see replayable) on
 // the stream eager work uses, and returns without waiting. A replay computes what the eager
 // calls captured would have computed on the tensors they used then: the same addresses, shapes
-// and kernel arguments, so inputs change by writing into those tensors (copy_ from the host
-// outside the capture), and results are read from the tensors the capture left (the loss, the
-// parameters, their .grad).
+// and kernel arguments, so inputs change by writing into those tensors (copy_ of a batch moved to
+// the device, outside the capture), and results are read from the tensors the capture left (the
+// loss, the parameters, their .grad). A .grad made before the capture cannot be accumulated into
+// inside it (refused): call zero_grad in the captured step.
 //
 // What a captured fn must not do (each refused with a DeviceError naming the op, and the graph is
 // left empty): read or write host memory (item, to_vector, cpu, printing, copies from the host),
@@ -90,5 +91,9 @@ const uint64_t* philox_rebase_for(Generator& gen, Device device, const char* op)
 // shared cache while the graph still reads it. Outside a capture, nothing. A user's tensors the
 // step reads (the inputs, the parameters) are the user's to keep, as in PyTorch.
 void keep_for_graph(const Tensor& t);
+
+// Inside a capture: whether t's memory predates it (made before the capture, so a replay would read
+// it as it is then, not as the captured step left it). False outside a capture and for CPU tensors.
+bool made_before_capture(const Tensor& t);
 
 }  // namespace cf::cuda

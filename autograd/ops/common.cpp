@@ -8,6 +8,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
+#include "core/cuda.h"
 #include "core/cuda_graph.h"
 #include "kernels/elementwise/elementwise.h"
 
@@ -155,14 +156,20 @@ Tensor scalar_like(const Tensor& t, double v) {
   uint64_t bits;
   std::memcpy(&bits, &v, sizeof bits);
   std::vector<ScalarConstant>& held = t_scalar_constants;
+  // Inside a CUDA graph capture a fill is recorded, not run: a constant made there is the graph's
+  // alone (its fill replays before each use), never one the cache hands to eager ops.
+  const bool capturing = t.device().is_cuda() && cuda::capturing();
   for (ScalarConstant& c : held)
     if (c.bits == bits && c.dtype == t.dtype() && c.device == t.device()) {
-      if (c.value.version() != 0 || c.value.requires_grad()) c.value = filled({}, v, t.dtype(), t.device());
+      if (c.value.version() != 0 || c.value.requires_grad()) {
+        if (capturing) return filled({}, v, t.dtype(), t.device());
+        c.value = filled({}, v, t.dtype(), t.device());
+      }
       cuda::keep_for_graph(c.value);  // (a CUDA graph reading it outlives its place here)
       return c.value;
     }
   Tensor value = filled({}, v, t.dtype(), t.device());
-  cuda::keep_for_graph(value);
+  if (capturing) return value;
   if (held.size() < kScalarConstants) {
     held.push_back({t.device(), t.dtype(), bits, value});
   } else {

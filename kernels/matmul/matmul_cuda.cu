@@ -35,20 +35,32 @@ namespace {
 
 // One handle per device, created on first use and never destroyed: destroying it
 // at exit can run after the CUDA runtime has shut down (static destruction order),
-// and the driver reclaims everything at process exit anyway. Every handle is bound
-// to the default stream, the stream of every cf kernel, so GEMMs are ordered with
-// the kernels around them without any synchronisation.
+// and the driver reclaims everything at process exit anyway. Every call binds the
+// handle to the stream of cf's kernels (cuda::stream()), so GEMMs are ordered with
+// the kernels around them without any synchronisation, and to one workspace of cf's
+// per device (kWorkspaceBytes, outside the caching allocator): cublasSetStream resets
+// the workspace to cuBLAS's own pool, which may allocate inside a CUDA graph capture,
+// and one workspace gives eager and captured GEMMs the same algorithms (the same bits).
+// All users of the workspace are ordered on the one stream eager work and replays run on.
 // cuBLAS handles are not safe for concurrent use from several host threads; cf
 // launches work from one thread at a time (like its other CUDA kernels).
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
+
 cublasHandle_t handle_for(const Tensor& t) {
   static std::mutex mu;
   static std::vector<cublasHandle_t>* handles = new std::vector<cublasHandle_t>();  // never destroyed
+  static std::vector<void*>* workspaces = new std::vector<void*>();                 // never freed
   cu::use_device_of(t, "matmul");
   const int dev = t.device().index;
   std::lock_guard<std::mutex> lock(mu);
-  if (int(handles->size()) <= dev) handles->resize(size_t(dev) + 1, nullptr);
+  if (int(handles->size()) <= dev) {
+    handles->resize(size_t(dev) + 1, nullptr);
+    workspaces->resize(size_t(dev) + 1, nullptr);
+  }
   cublasHandle_t& h = (*handles)[size_t(dev)];
+  void*& ws = (*workspaces)[size_t(dev)];
   if (!h) {
+    CF_CUDA_CHECK(cudaMalloc(&ws, kWorkspaceBytes), "matmul");
     CF_CUBLAS_CHECK(cublasCreate(&h));
     // Default math: no TF32 unless a call asks for it through its compute type
     // (CUBLAS_COMPUTE_32F_FAST_TF32 below). Pedantic math is not needed: with
@@ -60,6 +72,7 @@ cublasHandle_t handle_for(const Tensor& t) {
   // Every call on the stream cf launches on now (the legacy default stream, or a CUDA
   // graph's capture stream: core/cuda_graph.h).
   CF_CUBLAS_CHECK(cublasSetStream(h, ::cf::cuda::stream()));
+  CF_CUBLAS_CHECK(cublasSetWorkspace(h, ws, kWorkspaceBytes));
   return h;
 }
 

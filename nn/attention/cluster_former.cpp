@@ -8,6 +8,7 @@
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/sort.h"
+#include "core/cuda_graph.h"
 #include "core/error.h"
 #include "nn/attention/chunked.h"
 #include "nn/clustering/kmeans.h"
@@ -123,6 +124,7 @@ Tensor ClusterFormerAttention::forward(const AttentionArgs& a) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ids = fixed_ids_;
+    cuda::keep_for_graph(ids);  // (a CUDA graph reads it past a later set_fixed_assignments)
   }
   if (ids.defined()) {
     CF_CHECK(ids.shape()[0] == b && ids.shape()[1] == n, ShapeError,

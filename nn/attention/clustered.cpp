@@ -17,6 +17,7 @@
 #include "autograd/ops/shape.h"
 #include "autograd/ops/sort.h"
 #include "autograd/ops/sparse.h"
+#include "core/cuda_graph.h"
 #include "core/error.h"
 
 namespace cf {
@@ -409,6 +410,7 @@ Tensor ClusteredAttention::forward(const AttentionArgs& args) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     given = given_;
+    cuda::keep_for_graph(given);  // (a CUDA graph reads it past a later set_assignment)
     c = given_clusters_;
   }
   if (given.defined()) {

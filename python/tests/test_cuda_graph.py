@@ -33,7 +33,7 @@ def test_a_captured_step_replays_on_new_inputs_and_python_errors_end_the_capture
     g.capture(step)
     g.replay()
     assert out["y"].tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]
-    x.copy_(cf.full([6], 2.0))
+    x.copy_(cf.full([6], 2.0).cuda())
     g.replay()
     assert out["y"].tolist() == [5.0] * 6
 

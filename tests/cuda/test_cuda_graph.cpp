@@ -139,7 +139,7 @@ CUDA_TEST_CASE("random draws in a cuda::Graph replay the draws the eager calls w
                    "[dropout] draws random numbers inside a replayable part");
 }
 
-CUDA_TEST_CASE("cuda::Graph refuses host reads and waits by name, and eager work goes on after") {
+CUDA_TEST_CASE("cuda::Graph refuses host reads, waits and stale gradients by name, and eager work goes on after") {
   cf::apps::EncoderBench bench(graph_encoder("full"));
   bench.train_step();
   Tensor x = Tensor::arange(8, kFloat32).cuda();
@@ -153,6 +153,20 @@ CUDA_TEST_CASE("cuda::Graph refuses host reads and waits by name, and eager work
                    "cannot read or write host memory");
   CHECK_THROWS_MSG(g.capture([&] { cuda::synchronize(); }), DeviceError, "[synchronize]", "captures a CUDA graph");
   CHECK_THROWS_MSG(g.capture([&] { g.capture([] {}); }), DeviceError, "already captures a graph");
+  // A .grad from before the capture: a replay would add to it as it was then, not as the last step left it.
+  Tensor w = Tensor::ones({4}, kFloat32, Device::cuda(0));
+  w.set_requires_grad(true);
+  sum(w * 2.0).backward();
+  CHECK_THROWS_MSG(g.capture([&] { sum(w * 3.0).backward(); }), DeviceError,
+                   "[backward] accumulates into a .grad made before this CUDA graph capture", "zero_grad");
+  w.zero_grad();
+  g.capture([&] {  // accumulating inside the capture is the graph's own
+    sum(w * 2.0).backward();
+    sum(w * 3.0).backward();
+  });
+  g.replay();
+  CHECK(w.grad().to_vector<float>() == std::vector<float>(4, 5.0f));
+  g.reset();
   CHECK_FALSE(g.captured());
   CHECK(sum(x).item<float>() == 28.0f);
 }
@@ -174,7 +188,7 @@ CUDA_TEST_CASE("cuda::Graph replays read the captured inputs, and eager tensors 
   g.replay();
   CHECK(y.to_vector<float>()[5] == 11.0f);
   CHECK(eager.to_vector<float>() == std::vector<float>(1024, 7.0f));  // not overwritten by the replay
-  copy_(x, Tensor::full({1024}, 3.0, kFloat32));
+  copy_(x, Tensor::full({1024}, 3.0, kFloat32, Device::cuda(0)));
   g.replay();
   CHECK(y.to_vector<float>() == std::vector<float>(1024, 7.0f));
   g.reset();
@@ -202,13 +216,13 @@ CUDA_TEST_CASE("a deferred check captured in a cuda::Graph fails at the next hos
   g.capture([&] { loss = cross_entropy(logits, target); });
   g.replay();
   CHECK(std::abs(loss.item<float>() - std::log(4.0f)) < 1e-6f);
-  copy_(target, Tensor::from_vector(std::vector<int64_t>{0, 9, 3}, {3}));
+  copy_(target, Tensor::from_vector(std::vector<int64_t>{0, 9, 3}, {3}).cuda());
   g.replay();
   g.replay();  // a second replay before the read: the failure stays until read, and is read once
   CHECK_THROWS_MSG(loss.item<float>(), IndexError, "[cross_entropy] target 9");
   CHECK(cuda::pending_checks() == 0);
   (void)loss.item<float>();  // nothing left to report
-  copy_(target, Tensor::from_vector(std::vector<int64_t>{2, 1, 0}, {3}));
+  copy_(target, Tensor::from_vector(std::vector<int64_t>{2, 1, 0}, {3}).cuda());
   g.replay();
   CHECK(std::abs(loss.item<float>() - std::log(4.0f)) < 1e-6f);  // the slots were reset by the read
 }
