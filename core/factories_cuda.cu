@@ -57,7 +57,9 @@ void arange_device(void* dst, Device device, DType dtype, int64_t n, const char*
   cuda::check_device(device, op);
   if (n == 0) return;
   cuda::set_device(device, op);
-  CF_DISPATCH_NUMERIC(dtype, op, arange_kernel<scalar_t><<<blocks_for(n), kThreads, 0, ::cf::cuda::stream()>>>(static_cast<scalar_t*>(dst), n));
+  CF_DISPATCH_NUMERIC(dtype, op,
+                      arange_kernel<scalar_t>
+                      <<<blocks_for(n), kThreads, 0, ::cf::cuda::stream()>>>(static_cast<scalar_t*>(dst), n));
   cuda::check_launch(op);
 }
 

@@ -93,7 +93,8 @@ __device__ __forceinline__ T dropped_weight(const Args& a, T p, int64_t g, int64
   if (!(a.drop.rate > 0) || p == T(0)) return p;
   const uint64_t counter = dropout_counter(
       a.drop, ((uint64_t(a.drop_group0 + g) * uint64_t(a.drop_heads) + uint64_t(bh)) * uint64_t(a.Nq) + uint64_t(i)) *
-                      uint64_t(a.Nk) + uint64_t(j));
+                      uint64_t(a.Nk) +
+                  uint64_t(j));
   return dropout_keeps(a.drop, counter) ? p * T(1.0 / (1.0 - a.drop.rate)) : T(0);
 }
 
@@ -778,7 +779,8 @@ __global__ void block_rows_softmax_kernel(T* S, SlotTab tab, const bool* pad, T*
       inv = T(1.0 / sum);
     }
     if (lane == 0 && i >= 0) L[b * la.s0 + ho * la.s1 + i * la.s2] = li;
-    const uint64_t c0 = dropout_counter(br.dropout, (uint64_t(g / tab.n) * uint64_t(tab.N) + uint64_t(i)) * uint64_t(tab.N));
+    const uint64_t c0 =
+        dropout_counter(br.dropout, (uint64_t(g / tab.n) * uint64_t(tab.N) + uint64_t(i)) * uint64_t(tab.N));
     const T keep = T(1.0 / (1.0 - br.dropout.rate));
     for (int64_t j = lane; j < W; j += 32) {  // exp(x - m) / sum: see rows_softmax_kernel
       const int64_t kpos = tab.pos(trow, j);
@@ -838,9 +840,9 @@ void rounds_combine_cuda(const Tensor& per_round, int64_t rounds, const Tensor& 
   if (rows == 0) return;
   const unsigned blocks = unsigned((rows + NW - 1) / NW);
   CF_DISPATCH_FLOAT_STD(combined.dtype(), op,
-                        rounds_combine_kernel<scalar_t><<<blocks, NT, 0, ::cf::cuda::stream()>>>(per_round.data<scalar_t>(),
-                                                                        combined.data<scalar_t>(), rows,
-                                                                        combined.shape()[2], E, rounds));
+                        rounds_combine_kernel<scalar_t>
+                        <<<blocks, NT, 0, ::cf::cuda::stream()>>>(per_round.data<scalar_t>(), combined.data<scalar_t>(),
+                                                                  rows, combined.shape()[2], E, rounds));
   ::cf::cuda::check_launch(op);
 }
 
@@ -988,8 +990,8 @@ void attention_rows_softmax_cuda(const Tensor& scores, const Tensor& kpm, const 
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   CF_DISPATCH_FLOAT_STD(scores.dtype(), op,
                         rows_softmax_kernel<scalar_t><<<cu::blocks_for(n), kRowThreads, 0, ::cf::cuda::stream()>>>(
-                            scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, W,
-                            rows.Nk > 0 ? rows.Nk : W, rows, nullptr, nullptr));
+                            scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, W, rows.Nk > 0 ? rows.Nk : W,
+                            rows, nullptr, nullptr));
   ::cf::cuda::check_launch(op);
 }
 
@@ -1003,8 +1005,8 @@ void attention_rows_grad_cuda(const Tensor& scores, const Tensor& dp, const Tens
   const bool* pad = kpm.defined() ? kpm.data<bool>() : nullptr;
   CF_DISPATCH_FLOAT_STD(scores.dtype(), op,
                         rows_softmax_kernel<scalar_t><<<cu::blocks_for(n), kRowThreads, 0, ::cf::cuda::stream()>>>(
-                            scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, W,
-                            rows.Nk > 0 ? rows.Nk : W, rows, dp.data<scalar_t>(), D.data<scalar_t>()));
+                            scores.data<scalar_t>(), pad, lse.data<scalar_t>(), n, H, R, W, rows.Nk > 0 ? rows.Nk : W,
+                            rows, dp.data<scalar_t>(), D.data<scalar_t>()));
   ::cf::cuda::check_launch(op);
 }
 
@@ -1015,10 +1017,10 @@ void gather_slot_rows_cuda(const Tensor& x, const Tensor& table, int64_t rounds,
   if (total == 0) return;
   const SlotTab tab = slot_tab(table, x.shape()[2]);
   const Shape& xs = x.strides();
-  CF_DISPATCH_FLOAT_STD(x.dtype(), op,
-                        gather_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads, 0, ::cf::cuda::stream()>>>(
-                            x.data<scalar_t>(), xs[0], xs[1], xs[2], tab, rounds, x.shape()[3], total,
-                            out.data<scalar_t>()));
+  CF_DISPATCH_FLOAT_STD(
+      x.dtype(), op,
+      gather_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads, 0, ::cf::cuda::stream()>>>(
+          x.data<scalar_t>(), xs[0], xs[1], xs[2], tab, rounds, x.shape()[3], total, out.data<scalar_t>()));
   ::cf::cuda::check_launch(op);
 }
 
@@ -1033,8 +1035,8 @@ void scatter_slot_rows_cuda(const Tensor& src, const Tensor& table, int64_t roun
   const Shape &ss = src.strides(), &os = out.strides();
   CF_DISPATCH_FLOAT_STD(out.dtype(), op,
                         scatter_slots_kernel<scalar_t><<<cu::grid_for(total), cu::kThreads, 0, ::cf::cuda::stream()>>>(
-                            src.data<scalar_t>(), ss[0], ss[1], ss[2], ss[3], tab, rounds, round, accumulate, Hout,
-                            D, total, out.data<scalar_t>(), os[0], os[1], os[2]));
+                            src.data<scalar_t>(), ss[0], ss[1], ss[2], ss[3], tab, rounds, round, accumulate, Hout, D,
+                            total, out.data<scalar_t>(), os[0], os[1], os[2]));
   ::cf::cuda::check_launch(op);
 }
 
@@ -1068,8 +1070,7 @@ void block_rows_softmax_cuda(const Tensor& scores, const Tensor& table, const Te
   if (l.rows == 0) return;
   CF_DISPATCH_FLOAT_STD(scores.dtype(), "block_attention",
                         block_rows_softmax_kernel<scalar_t><<<l.grid, kBlockRowThreads, 0, ::cf::cuda::stream()>>>(
-                            scores.data<scalar_t>(), l.tab, l.pad, lse.data<scalar_t>(), l.la, l.rows, l.w, l.W,
-                            rows));
+                            scores.data<scalar_t>(), l.tab, l.pad, lse.data<scalar_t>(), l.la, l.rows, l.w, l.W, rows));
   ::cf::cuda::check_launch("block_attention");
 }
 
@@ -1168,14 +1169,15 @@ void routed_slots_to_tokens_cuda(const Tensor& slots, const Tensor& lse, const T
   const char* op = "routed_attention";
   const int64_t B = out.shape()[0], H = out.shape()[1], N = out.shape()[2], D = out.shape()[3];
   cu::use_device_of(out, op);
-  by_position(lists, B, H, N, out.device(), op, [&](const int64_t* order, const int64_t* start, const int64_t* cnt,
-                                                    int64_t rows) {
-    CF_DISPATCH_FLOAT_STD(out.dtype(), op,
-                          (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D), 0, ::cf::cuda::stream()>>>(
-                              cu::ptr<scalar_t>(slots), cu::ptr<scalar_t>(lse), order, start, cnt, rows, N, D, true,
-                              false, cu::ptr<scalar_t>(out), cu::ptr<scalar_t>(count))));
-    ::cf::cuda::check_launch(op);
-  });
+  by_position(lists, B, H, N, out.device(), op,
+              [&](const int64_t* order, const int64_t* start, const int64_t* cnt, int64_t rows) {
+                CF_DISPATCH_FLOAT_STD(
+                    out.dtype(), op,
+                    (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D), 0, ::cf::cuda::stream()>>>(
+                        cu::ptr<scalar_t>(slots), cu::ptr<scalar_t>(lse), order, start, cnt, rows, N, D, true, false,
+                        cu::ptr<scalar_t>(out), cu::ptr<scalar_t>(count))));
+                ::cf::cuda::check_launch(op);
+              });
 }
 
 void routed_tokens_to_slots_cuda(const Tensor& g, const Tensor& count, const Tensor& lists, const Tensor& gs) {
@@ -1204,8 +1206,8 @@ void routed_slots_add_cuda(const Tensor& src, const Tensor& lists, const Tensor&
       const int64_t D = o->shape()[3];
       CF_DISPATCH_FLOAT_STD(o->dtype(), op,
                             (rows_kernel<scalar_t><<<cu::blocks_for(rows), row_threads(D), 0, ::cf::cuda::stream()>>>(
-                                cu::ptr<scalar_t>(*s), nullptr, order, start, cnt, rows, N, D, false,
-                                accumulate, cu::ptr<scalar_t>(*o), nullptr)));
+                                cu::ptr<scalar_t>(*s), nullptr, order, start, cnt, rows, N, D, false, accumulate,
+                                cu::ptr<scalar_t>(*o), nullptr)));
       ::cf::cuda::check_launch(op);
     }
   });

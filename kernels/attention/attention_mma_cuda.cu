@@ -763,8 +763,10 @@ void run_forward(const MmaArgs& a, const Map& map, int64_t rows, int64_t groups,
       if constexpr (Ops::kTf32 || !std::is_same_v<Map, FullMap>) {
         mma_forward_kernel<Ops, 64, Map><<<grid, kThreads, 0, ::cf::cuda::stream()>>>(s, map);
       } else {
-        if (D == 64) mma_forward_kernel<Ops, 64, Map><<<grid, kThreads, 0, ::cf::cuda::stream()>>>(s, map);
-        else mma_forward_kernel<Ops, 128, Map><<<grid, kThreads, 0, ::cf::cuda::stream()>>>(s, map);
+        if (D == 64)
+          mma_forward_kernel<Ops, 64, Map><<<grid, kThreads, 0, ::cf::cuda::stream()>>>(s, map);
+        else
+          mma_forward_kernel<Ops, 128, Map><<<grid, kThreads, 0, ::cf::cuda::stream()>>>(s, map);
       }
       ::cf::cuda::check_launch(op);
     });
@@ -789,7 +791,8 @@ void run_backward(MmaArgs a, const Map& map, const Tensor& dout, const Tensor& d
   const int64_t BH = B * a.H, BHd = BH / a.R;
   if (zero_first)
     for (const Tensor* t : {&dq, &dk, &dv})
-      if (t->numel() > 0) CF_CUDA_CHECK(cudaMemsetAsync(t->raw_data(), 0, size_t(t->numel()) * sizeof(float), ::cf::cuda::stream()), op);
+      if (t->numel() > 0)
+        CF_CUDA_CHECK(cudaMemsetAsync(t->raw_data(), 0, size_t(t->numel()) * sizeof(float), ::cf::cuda::stream()), op);
   a.dout = static_cast<const float*>(dout.raw_data());
   a.sgo = rows3(dout);
   a.dq = static_cast<float*>(dq.raw_data());

@@ -271,10 +271,11 @@ void l1_forward_typed(const Tensor& x, const Tensor& c, const Tensor& idx, const
         cu::ptr<const T>(x), cu::ptr<const T>(c), cu::ptr<const int64_t>(idx),
         mask.defined() ? cu::ptr<const bool>(mask) : nullptr, B, N, D, k, chunks, p, cu::ptr<double>(part));
     ::cf::cuda::check_launch("clustering_loss");
-    l1_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const double>(part), B, chunks, cu::ptr<T>(out),
-                                          cu::ptr<double>(counts));
+    l1_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const double>(part), B, chunks,
+                                                                  cu::ptr<T>(out), cu::ptr<double>(counts));
   } else {  // no token (B or N is 0): out = 0, every count 1
-    l1_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(nullptr, B, 0, cu::ptr<T>(out), cu::ptr<double>(counts));
+    l1_finish_kernel<T>
+        <<<1, kThreads, 0, ::cf::cuda::stream()>>>(nullptr, B, 0, cu::ptr<T>(out), cu::ptr<double>(counts));
   }
   ::cf::cuda::check_launch("clustering_loss");
 }
@@ -315,7 +316,7 @@ void l2_forward_typed(const Tensor& c, bool unit, const Tensor& out) {
   Tensor term = Tensor::empty({std::max<int64_t>(B * k, 1)}, kFloat64, out.device());
   if (B * k > 0) {
     l2_terms_kernel<T><<<cu::blocks_for(B * k), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const T>(c), B, k, D, unit,
-                                                             cu::ptr<double>(term));
+                                                                                     cu::ptr<double>(term));
     ::cf::cuda::check_launch("centroid_sorting_loss");
   }
   l2_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const double>(term), B, k, cu::ptr<T>(out));
@@ -327,8 +328,8 @@ void l2_backward_typed(const Tensor& c, bool unit, const Tensor& grad, const Ten
   const int64_t B = c.shape()[0], k = c.shape()[1], D = c.shape()[2];
   if (dc.numel() == 0) return;
   cu::use_device_of(dc, "centroid_sorting_loss");
-  l2_backward_kernel<T><<<cu::blocks_for(B * k), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const T>(c), B, k, D, unit,
-                                                              cu::ptr<const T>(grad), cu::ptr<T>(dc));
+  l2_backward_kernel<T><<<cu::blocks_for(B * k), kThreads, 0, ::cf::cuda::stream()>>>(
+      cu::ptr<const T>(c), B, k, D, unit, cu::ptr<const T>(grad), cu::ptr<T>(dc));
   ::cf::cuda::check_launch("centroid_sorting_loss");
 }
 
@@ -398,7 +399,8 @@ void commitment_forward_typed(const Tensor& x, const Tensor& mu, const Tensor& a
         cu::ptr<const T>(x), cu::ptr<const T>(mu), cu::ptr<const int64_t>(a),
         mask.defined() ? cu::ptr<const bool>(mask) : nullptr, H, N, D, C, rows, chunks, cu::ptr<double>(part));
     ::cf::cuda::check_launch("commitment_loss");
-    commitment_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const double>(part), rows * chunks, scale, cu::ptr<T>(out));
+    commitment_finish_kernel<T>
+        <<<1, kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const double>(part), rows * chunks, scale, cu::ptr<T>(out));
   } else {  // no token: 0
     commitment_finish_kernel<T><<<1, kThreads, 0, ::cf::cuda::stream()>>>(nullptr, 0, scale, cu::ptr<T>(out));
   }

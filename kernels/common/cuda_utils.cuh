@@ -278,24 +278,35 @@ constexpr int kRowBlock = 512;  // threads per row in the block-per-row kernels
 // in registers (VPT slots per thread), longer ones are re-read (VPT = 0). VEC (float4
 // slots) is taken where `vec` and VPT % 4 == 0. The kernel arguments are the macro
 // ARGS, #defined by the caller around the use.
-#define CF_ROW_LAUNCH(WARP, BLOCK, rows, n, vec)                                                           \
-  do {                                                                                                     \
-    namespace cu_ = ::cf::kernels::cu;                                                                     \
+#define CF_ROW_LAUNCH(WARP, BLOCK, rows, n, vec)                                                                    \
+  do {                                                                                                              \
+    namespace cu_ = ::cf::kernels::cu;                                                                              \
     const unsigned wb_ = cu_::blocks_for(((rows) + cu_::kThreads / cu_::kWarp - 1) / (cu_::kThreads / cu_::kWarp)); \
-    const unsigned bb_ = cu_::blocks_for(rows);                                                            \
-    const bool v_ = (vec);                                                                                 \
-    if ((n) <= 32) WARP<T, 1, false><<<wb_, cu_::kThreads, 0, ::cf::cuda::stream()>>>(ARGS);                                        \
-    else if ((n) <= 64) WARP<T, 2, false><<<wb_, cu_::kThreads, 0, ::cf::cuda::stream()>>>(ARGS);                                   \
-    else if ((n) <= 128) CF_ROW_LAUNCH_VEC_(WARP, 4, wb_, cu_::kThreads, v_);                              \
-    else if ((n) <= 256) CF_ROW_LAUNCH_VEC_(WARP, 8, wb_, cu_::kThreads, v_);                              \
-    else if ((n) <= 512) CF_ROW_LAUNCH_VEC_(WARP, 16, wb_, cu_::kThreads, v_);                             \
-    else if ((n) <= 1024) CF_ROW_LAUNCH_VEC_(WARP, 32, wb_, cu_::kThreads, v_);                            \
-    else if ((n) <= 4 * cu_::kRowBlock) CF_ROW_LAUNCH_VEC_(BLOCK, 4, bb_, cu_::kRowBlock, v_);             \
-    else if ((n) <= 8 * cu_::kRowBlock) CF_ROW_LAUNCH_VEC_(BLOCK, 8, bb_, cu_::kRowBlock, v_);             \
-    else BLOCK<T, 0, false><<<bb_, cu_::kRowBlock, 0, ::cf::cuda::stream()>>>(ARGS);                                                \
+    const unsigned bb_ = cu_::blocks_for(rows);                                                                     \
+    const bool v_ = (vec);                                                                                          \
+    if ((n) <= 32)                                                                                                  \
+      WARP<T, 1, false><<<wb_, cu_::kThreads, 0, ::cf::cuda::stream()>>>(ARGS);                                     \
+    else if ((n) <= 64)                                                                                             \
+      WARP<T, 2, false><<<wb_, cu_::kThreads, 0, ::cf::cuda::stream()>>>(ARGS);                                     \
+    else if ((n) <= 128)                                                                                            \
+      CF_ROW_LAUNCH_VEC_(WARP, 4, wb_, cu_::kThreads, v_);                                                          \
+    else if ((n) <= 256)                                                                                            \
+      CF_ROW_LAUNCH_VEC_(WARP, 8, wb_, cu_::kThreads, v_);                                                          \
+    else if ((n) <= 512)                                                                                            \
+      CF_ROW_LAUNCH_VEC_(WARP, 16, wb_, cu_::kThreads, v_);                                                         \
+    else if ((n) <= 1024)                                                                                           \
+      CF_ROW_LAUNCH_VEC_(WARP, 32, wb_, cu_::kThreads, v_);                                                         \
+    else if ((n) <= 4 * cu_::kRowBlock)                                                                             \
+      CF_ROW_LAUNCH_VEC_(BLOCK, 4, bb_, cu_::kRowBlock, v_);                                                        \
+    else if ((n) <= 8 * cu_::kRowBlock)                                                                             \
+      CF_ROW_LAUNCH_VEC_(BLOCK, 8, bb_, cu_::kRowBlock, v_);                                                        \
+    else                                                                                                            \
+      BLOCK<T, 0, false><<<bb_, cu_::kRowBlock, 0, ::cf::cuda::stream()>>>(ARGS);                                   \
   } while (0)
-#define CF_ROW_LAUNCH_VEC_(K, VPT, grid, threads, v)                        \
-  do {                                                                      \
-    if ((v) && std::is_same<T, float>::value) K<T, VPT, true><<<grid, threads, 0, ::cf::cuda::stream()>>>(ARGS); \
-    else K<T, VPT, false><<<grid, threads, 0, ::cf::cuda::stream()>>>(ARGS);                         \
+#define CF_ROW_LAUNCH_VEC_(K, VPT, grid, threads, v)                      \
+  do {                                                                    \
+    if ((v) && std::is_same<T, float>::value)                             \
+      K<T, VPT, true><<<grid, threads, 0, ::cf::cuda::stream()>>>(ARGS);  \
+    else                                                                  \
+      K<T, VPT, false><<<grid, threads, 0, ::cf::cuda::stream()>>>(ARGS); \
   } while (0)

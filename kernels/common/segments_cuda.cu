@@ -31,12 +31,13 @@ void segments_by_key_cuda(const uint64_t* keys, int64_t n, int64_t num_keys, con
   int64_t* cnt = cu::ptr<int64_t>(count);
   CF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, size_t(num_keys) * sizeof(int64_t), ::cf::cuda::stream()), op);
   if (n == 0) {
-    CF_CUDA_CHECK(cudaMemsetAsync(cu::ptr<int64_t>(start), 0, size_t(num_keys) * sizeof(int64_t), ::cf::cuda::stream()), op);
+    CF_CUDA_CHECK(cudaMemsetAsync(cu::ptr<int64_t>(start), 0, size_t(num_keys) * sizeof(int64_t), ::cf::cuda::stream()),
+                  op);
     return;
   }
   Tensor pos = Tensor::empty({n}, kInt64, dev);  // 0..n-1: the values the sort carries
-  count_keys_kernel<<<cu::grid_for(n), cu::kThreads, 0, ::cf::cuda::stream()>>>(keys, n, reinterpret_cast<unsigned long long*>(cnt),
-                                                       cu::ptr<int64_t>(pos));
+  count_keys_kernel<<<cu::grid_for(n), cu::kThreads, 0, ::cf::cuda::stream()>>>(
+      keys, n, reinterpret_cast<unsigned long long*>(cnt), cu::ptr<int64_t>(pos));
   ::cf::cuda::check_launch(op);
   // Only the bits a key in [0, num_keys) can set take part in the sort.
   int end_bit = 1;
@@ -47,7 +48,8 @@ void segments_by_key_cuda(const uint64_t* keys, int64_t n, int64_t num_keys, con
   CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, ko, cu::ptr<int64_t>(pos),
                                                 cu::ptr<int64_t>(order), int(n), 0, end_bit, ::cf::cuda::stream()),
                 op);
-  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, cnt, cu::ptr<int64_t>(start), int(num_keys), ::cf::cuda::stream()),
+  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, cnt, cu::ptr<int64_t>(start), int(num_keys),
+                                              ::cf::cuda::stream()),
                 op);
   // Temporary storage from cf's caching allocator, never a bare cudaMalloc.
   Tensor temp = Tensor::empty({int64_t((std::max(sort_bytes, scan_bytes) + 7) / 8) + 1}, kInt64, dev);
@@ -55,8 +57,9 @@ void segments_by_key_cuda(const uint64_t* keys, int64_t n, int64_t num_keys, con
                                                 cu::ptr<int64_t>(order), int(n), 0, end_bit, ::cf::cuda::stream()),
                 op);
   ::cf::cuda::count_launch();
-  CF_CUDA_CHECK(
-      cub::DeviceScan::ExclusiveSum(temp.raw_data(), scan_bytes, cnt, cu::ptr<int64_t>(start), int(num_keys), ::cf::cuda::stream()), op);
+  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.raw_data(), scan_bytes, cnt, cu::ptr<int64_t>(start), int(num_keys),
+                                              ::cf::cuda::stream()),
+                op);
   ::cf::cuda::count_launch();
 }
 

@@ -142,7 +142,8 @@ void forward_typed(const Tensor& logits, const Tensor& targets, const CrossEntro
   const Device dev = logits.device();
   cu::use_device_of(losses, "cross_entropy");
   if (S == 0) {
-    if (mean_scale.defined()) CF_CUDA_CHECK(cudaMemsetAsync(mean_scale.raw_data(), 0, sizeof(T), ::cf::cuda::stream()), "cross_entropy");
+    if (mean_scale.defined())
+      CF_CUDA_CHECK(cudaMemsetAsync(mean_scale.raw_data(), 0, sizeof(T), ::cf::cuda::stream()), "cross_entropy");
     return;
   }
   check_index_range_cuda(
@@ -162,8 +163,8 @@ void forward_typed(const Tensor& logits, const Tensor& targets, const CrossEntro
   if (p.inner > 1)
     forward_thread_kernel<T><<<cu::grid_for(S), kThreads, 0, ::cf::cuda::stream()>>>(xp, tp, S, p, lp, sp, flags);
   else if (C <= kBlockClasses)
-    forward_warp_kernel<T><<<cu::blocks_for((S + kThreads / cu::kWarp - 1) / (kThreads / cu::kWarp)), kThreads, 0, ::cf::cuda::stream()>>>(
-        xp, tp, S, p, lp, sp, flags);
+    forward_warp_kernel<T><<<cu::blocks_for((S + kThreads / cu::kWarp - 1) / (kThreads / cu::kWarp)), kThreads, 0,
+                             ::cf::cuda::stream()>>>(xp, tp, S, p, lp, sp, flags);
   else
     forward_block_kernel<T><<<cu::blocks_for(S), kThreads, 0, ::cf::cuda::stream()>>>(xp, tp, S, p, lp, sp, flags);
   ::cf::cuda::check_launch("cross_entropy");
@@ -200,9 +201,9 @@ void backward_typed(const Tensor& logits, const Tensor& targets, const Tensor& l
   if (total == 0) return;
   const bool per_sample = grad.numel() != 1 || S == 1;
   cu::use_device_of(dlogits, "cross_entropy");
-  backward_kernel<T><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const T>(logits), cu::ptr<const int64_t>(targets),
-                                                        cu::ptr<const T>(lse), cu::ptr<const T>(grad),
-                                                        per_sample, scale, p, cu::ptr<T>(dlogits), total);
+  backward_kernel<T><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
+      cu::ptr<const T>(logits), cu::ptr<const int64_t>(targets), cu::ptr<const T>(lse), cu::ptr<const T>(grad),
+      per_sample, scale, p, cu::ptr<T>(dlogits), total);
   ::cf::cuda::check_launch("cross_entropy");
 }
 

@@ -37,8 +37,8 @@ void dropout_typed(const Tensor& x, const Tensor& out, const DropoutParams& p) {
   cu::use_device_of(out, "dropout");
   const int64_t* cols = p.cols.defined() ? cu::ptr<const int64_t>(p.cols) : nullptr;
   const int64_t T_ = p.cols.defined() && p.cols.dim() ? p.cols.shape().back() : 1;
-  dropout_kernel<T><<<cu::grid_for(n), cu::kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<T>(x), cu::ptr<T>(out), n, p.p, scale, p.seed,
-                                                        p.counter0, p.philox_rebase, cols, T_, p.row_len);
+  dropout_kernel<T><<<cu::grid_for(n), cu::kThreads, 0, ::cf::cuda::stream()>>>(
+      cu::ptr<T>(x), cu::ptr<T>(out), n, p.p, scale, p.seed, p.counter0, p.philox_rebase, cols, T_, p.row_len);
   ::cf::cuda::check_launch("dropout");
 }
 

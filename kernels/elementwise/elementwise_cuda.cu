@@ -396,15 +396,20 @@ void map2(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, F
     if constexpr (std::is_same_v<T, R> && packable<T>()) {
       if (aligned16(op_) && (as || aligned16(ap)) && (bs || aligned16(bp))) {
         const unsigned g = cu::grid_for(n / Pack<T>::W + 1);
-        if (as && bs) packed2_kernel<T, true, true><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
-        else if (as) packed2_kernel<T, true, false><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
-        else if (bs) packed2_kernel<T, false, true><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
-        else packed2_kernel<T, false, false><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
+        if (as && bs)
+          packed2_kernel<T, true, true><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
+        else if (as)
+          packed2_kernel<T, true, false><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
+        else if (bs)
+          packed2_kernel<T, false, true><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
+        else
+          packed2_kernel<T, false, false><<<g, kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, f);
         ::cf::cuda::check_launch(op);
         return;
       }
     }
-    flat2_kernel<T, R><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, as ? 0 : 1, bs ? 0 : 1, f);
+    flat2_kernel<T, R>
+        <<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(ap, bp, op_, n, as ? 0 : 1, bs ? 0 : 1, f);
     ::cf::cuda::check_launch(op);
     return;
   }
@@ -574,8 +579,8 @@ void where_cuda(const Tensor& cond, const Tensor& a, const Tensor& b, const Tens
     using T = scalar_t;
     if (out.is_contiguous() && dense_as(cond, out) && dense_as(a, out) && dense_as(b, out)) {
       cu::use_device_of(out, "where");
-      where_flat_kernel<T><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<bool>(cond), cu::ptr<T>(a), cu::ptr<T>(b),
-                                                           cu::ptr<T>(out), n);
+      where_flat_kernel<T><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<bool>(cond), cu::ptr<T>(a),
+                                                                                   cu::ptr<T>(b), cu::ptr<T>(out), n);
       ::cf::cuda::check_launch("where");
     } else {
       cu::strided_loop<4>("where", out.shape(), {&out, &cond, &a, &b}, StridedWhere<T>{});
@@ -590,8 +595,9 @@ void copy_cuda(const Tensor& src, const Tensor& dst) {
     // Same bytes in the same order: the copy engine (stream 0, asynchronous).
     if (src.raw_data() == dst.raw_data()) return;
     cu::use_device_of(dst, "copy");
-    CF_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, ::cf::cuda::stream()),
-                  "copy");
+    CF_CUDA_CHECK(
+        cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, ::cf::cuda::stream()),
+        "copy");
     return;
   }
   CF_DISPATCH_ALL(src.dtype(), "copy", {

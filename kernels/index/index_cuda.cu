@@ -209,8 +209,8 @@ void scatter_typed(const Tensor& out, int64_t axis, const Tensor& index, const T
   const int64_t n = shared ? len : lines * len;  // items to sort
   const bool sortable = len <= INT32_MAX && out_len > 0 && lines <= INT64_MAX / out_len;
   if (len <= kShortLine || !sortable) {
-    scatter_lines_kernel<T, kAssign>
-        <<<cu::grid_for(lines), kThreads, 0, ::cf::cuda::stream()>>>(p, po, pi, ps, len, out_len, out_as, idx_as, src_as);
+    scatter_lines_kernel<T, kAssign><<<cu::grid_for(lines), kThreads, 0, ::cf::cuda::stream()>>>(
+        p, po, pi, ps, len, out_len, out_as, idx_as, src_as);
     ::cf::cuda::check_launch(op);
     return;
   }
@@ -225,19 +225,24 @@ void scatter_typed(const Tensor& out, int64_t axis, const Tensor& index, const T
   int32_t* vo = static_cast<int32_t*>(pos_out.raw_data());
   // Offsets of index lines only (a plan over the line shape for the index alone).
   LoopPlan<1> lp = make_loop_plan<1>(lines_shape, {&iv});
-  scatter_keys_kernel<<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(lp, !shared, pi, len, idx_as, out_len, n, ki, vi);
+  scatter_keys_kernel<<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(lp, !shared, pi, len, idx_as, out_len, n,
+                                                                              ki, vi);
   ::cf::cuda::check_launch(op);
   const int end_bit = bits_for(uint64_t(shared ? 1 : lines) * uint64_t(out_len) - 1);
   size_t temp_bytes = 0;
-  CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ki, ko, vi, vo, n, 0, end_bit, ::cf::cuda::stream()), op);
+  CF_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ki, ko, vi, vo, n, 0, end_bit, ::cf::cuda::stream()), op);
   Tensor temp = device_bytes(temp_bytes, dev);
-  CF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), temp_bytes, ki, ko, vi, vo, n, 0, end_bit, ::cf::cuda::stream()), op);
+  CF_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(temp.raw_data(), temp_bytes, ki, ko, vi, vo, n, 0, end_bit, ::cf::cuda::stream()),
+      op);
   ::cf::cuda::count_launch();
   if (shared) {
     scatter_shared_runs_kernel<T, kAssign>
         <<<cu::grid_for(len * lines), kThreads, 0, ::cf::cuda::stream()>>>(p, po, ps, len, out_as, src_as, ko, vo);
   } else {
-    scatter_runs_kernel<T, kAssign><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(p, po, ps, n, out_len, out_as, src_as, ko, vo);
+    scatter_runs_kernel<T, kAssign>
+        <<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(p, po, ps, n, out_len, out_as, src_as, ko, vo);
   }
   ::cf::cuda::check_launch(op);
 }
@@ -311,9 +316,9 @@ __global__ void ring_counters_kernel(int64_t* counters, const int64_t* keep, con
 template <typename W>
 void ring_write(const Tensor& memory, const Tensor& counters, const Tensor& rows, const Tensor& keep,
                 const Tensor& rank, RingSlots slots, int64_t n, int64_t d, int64_t cap) {
-  ring_write_kernel<W><<<cu::grid_for(n * d), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<W>(memory), cu::ptr<const W>(rows),
-                                                          cu::ptr<const int64_t>(keep), cu::ptr<const int64_t>(rank),
-                                                          cu::ptr<const int64_t>(counters), slots, n, d, cap);
+  ring_write_kernel<W><<<cu::grid_for(n * d), kThreads, 0, ::cf::cuda::stream()>>>(
+      cu::ptr<W>(memory), cu::ptr<const W>(rows), cu::ptr<const int64_t>(keep), cu::ptr<const int64_t>(rank),
+      cu::ptr<const int64_t>(counters), slots, n, d, cap);
   ::cf::cuda::check_launch("ring_append");
 }
 
@@ -330,9 +335,11 @@ void ring_append_cuda(const Tensor& memory, const Tensor& counters, const Tensor
   const int64_t* kp = cu::ptr<const int64_t>(keep);
   int64_t* rp = cu::ptr<int64_t>(rank);
   size_t temp_bytes = 0;
-  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, kp, rp, int(n), ::cf::cuda::stream()), "ring_append");
+  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, kp, rp, int(n), ::cf::cuda::stream()),
+                "ring_append");
   Tensor temp = device_bytes(temp_bytes, dev);
-  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.raw_data(), temp_bytes, kp, rp, int(n), ::cf::cuda::stream()), "ring_append");
+  CF_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.raw_data(), temp_bytes, kp, rp, int(n), ::cf::cuda::stream()),
+                "ring_append");
   ::cf::cuda::count_launch();
   switch (dtype_size(memory.dtype())) {
     case 1: ring_write<uint8_t>(memory, counters, rows, keep, rank, slots, n, d, cap); break;
@@ -373,7 +380,8 @@ void check_index_range_cuda(const Tensor& index, int64_t limit, RaiseBadIndex ra
   const bool has_allowed = allowed != nullptr;
   const int64_t allowed_value = allowed ? *allowed : 0;
   ::cf::cuda::defer_check(index.device(), std::move(raise), "check_index_range", [&](::cf::cuda::CheckSlot* slot) {
-    bad_index_kernel<<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(p, base, limit, has_allowed, allowed_value, slot);
+    bad_index_kernel<<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(p, base, limit, has_allowed, allowed_value,
+                                                                             slot);
     ::cf::cuda::check_launch("check_index_range");
   });
 }

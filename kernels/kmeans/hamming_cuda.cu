@@ -216,8 +216,8 @@ void hash_pack_signs_cuda(const Tensor& proj, const Tensor& out) {
   if (rows == 0) return;
   cu::use_device_of(proj, "hash_codes");
   CF_DISPATCH_FLOAT_STD(proj.dtype(), "hash_codes",
-                    (pack_signs_kernel<scalar_t><<<cu::grid_for(rows), kThreads, 0, ::cf::cuda::stream()>>>(
-                        cu::ptr<scalar_t>(proj), rows, bits, cu::ptr<int64_t>(out))));
+                        (pack_signs_kernel<scalar_t><<<cu::grid_for(rows), kThreads, 0, ::cf::cuda::stream()>>>(
+                            cu::ptr<scalar_t>(proj), rows, bits, cu::ptr<int64_t>(out))));
   ::cf::cuda::check_launch("hash_codes");
 }
 
@@ -236,8 +236,8 @@ void hamming_kmeans_cuda(const Tensor& codes, const Tensor& exclude, int64_t clu
   Tensor counts = ints(g * c), ones = ints(g * c * bits), dist = ints(g * n), mind = ints(g * n);
   hamming_kmeans_kernel<<<cu::blocks_for(g), kHamThreads, 0, ::cf::cuda::stream()>>>(
       cu::ptr<int64_t>(codes), exclude.defined() ? cu::ptr<bool>(exclude) : nullptr, g, n, c, iterations, bits,
-      reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(cen)), cu::ptr<int>(counts), cu::ptr<int>(ones),
-      cu::ptr<int>(dist), cu::ptr<int>(mind), cu::ptr<int64_t>(out));
+      reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(cen)), cu::ptr<int>(counts), cu::ptr<int>(ones), cu::ptr<int>(dist),
+      cu::ptr<int>(mind), cu::ptr<int64_t>(out));
   ::cf::cuda::check_launch("hamming_kmeans");
 }
 

@@ -123,9 +123,9 @@ void assign_typed(const Tensor& x, const Tensor& c, bool cosine, int64_t block_r
     const Tensor xb = make_view(x, {rows, d}, {d, 1}, x.offset() + b0 * d);
     const Tensor sb = make_view(workspace, {rows, k}, {k, 1}, workspace.offset());
     matmul_cuda(xb, ct, sb);
-    assign_argmin_kernel<T><<<warp_row_blocks(rows), kThreads, 0, ::cf::cuda::stream()>>>(scores, bias, alpha, cu::ptr<T>(x),
-                                                                 cu::ptr<T>(c), b0, rows, k, d, cosine,
-                                                                 cu::ptr<int64_t>(labels), cu::ptr<double>(dist));
+    assign_argmin_kernel<T><<<warp_row_blocks(rows), kThreads, 0, ::cf::cuda::stream()>>>(
+        scores, bias, alpha, cu::ptr<T>(x), cu::ptr<T>(c), b0, rows, k, d, cosine, cu::ptr<int64_t>(labels),
+        cu::ptr<double>(dist));
     ::cf::cuda::check_launch("kmeans_assign");
   }
 }
@@ -175,9 +175,8 @@ void update_typed(const Tensor& x, const Tensor& labels, const Tensor& order, co
                        "kmeans_update");
   int64_t* cnt = cu::ptr<int64_t>(counts);
   const int threads = int(std::min<int64_t>(kThreads, (d + kWarp - 1) / kWarp * kWarp));
-  segment_sums_kernel<T><<<cu::blocks_for(k), threads, 0, ::cf::cuda::stream()>>>(cu::ptr<T>(x), cu::ptr<int64_t>(order),
-                                                          cu::ptr<int64_t>(start), cnt, k, d,
-                                                          cu::ptr<double>(sums));
+  segment_sums_kernel<T><<<cu::blocks_for(k), threads, 0, ::cf::cuda::stream()>>>(
+      cu::ptr<T>(x), cu::ptr<int64_t>(order), cu::ptr<int64_t>(start), cnt, k, d, cu::ptr<double>(sums));
   ::cf::cuda::check_launch("kmeans_update");
 }
 
@@ -233,10 +232,11 @@ void pp_potentials_typed(const Tensor& x, const Tensor& dist, const Tensor& cand
   const unsigned blocks = std::min(kPotentialBlocks, warp_row_blocks(N));
   const int64_t warps = int64_t(blocks) * kWarpsPerBlock;
   Tensor partial = Tensor::empty({warps * L}, kFloat64, x.device());
-  pp_potentials_kernel<T><<<blocks, kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<T>(x), cu::ptr<double>(dist), cu::ptr<int64_t>(cand), L,
-                                                N, d, cu::ptr<double>(partial));
+  pp_potentials_kernel<T><<<blocks, kThreads, 0, ::cf::cuda::stream()>>>(
+      cu::ptr<T>(x), cu::ptr<double>(dist), cu::ptr<int64_t>(cand), L, N, d, cu::ptr<double>(partial));
   ::cf::cuda::check_launch("kmeans_pp_potentials");
-  sum_partials_kernel<<<1, kWarp * 2, 0, ::cf::cuda::stream()>>>(cu::ptr<double>(partial), warps, L, cu::ptr<double>(potential));
+  sum_partials_kernel<<<1, kWarp * 2, 0, ::cf::cuda::stream()>>>(cu::ptr<double>(partial), warps, L,
+                                                                 cu::ptr<double>(potential));
   ::cf::cuda::check_launch("kmeans_pp_potentials");
 }
 
@@ -257,8 +257,8 @@ void kmeans_pp_update_cuda(const Tensor& x, int64_t center, const Tensor& dist) 
   const int64_t N = x.size(0), d = x.size(1);
   cu::use_device_of(x, "kmeans_pp_update");
   CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_pp_update",
-                    (pp_update_kernel<scalar_t><<<warp_row_blocks(N), kThreads, 0, ::cf::cuda::stream()>>>(
-                        cu::ptr<scalar_t>(x), center, N, d, cu::ptr<double>(dist))));
+                        (pp_update_kernel<scalar_t><<<warp_row_blocks(N), kThreads, 0, ::cf::cuda::stream()>>>(
+                            cu::ptr<scalar_t>(x), center, N, d, cu::ptr<double>(dist))));
   ::cf::cuda::check_launch("kmeans_pp_update");
 }
 
@@ -273,8 +273,8 @@ void kmeans_row_sqnorms_cuda(const Tensor& x, const Tensor& out) {
   const int64_t N = x.size(0), d = x.size(1);
   cu::use_device_of(x, "kmeans_row_sqnorms");
   CF_DISPATCH_FLOAT_STD(x.dtype(), "kmeans_row_sqnorms",
-                    (sqnorms_kernel<scalar_t><<<warp_row_blocks(N), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<scalar_t>(x), N, d,
-                                                                                 cu::ptr<double>(out))));
+                        (sqnorms_kernel<scalar_t><<<warp_row_blocks(N), kThreads, 0, ::cf::cuda::stream()>>>(
+                            cu::ptr<scalar_t>(x), N, d, cu::ptr<double>(out))));
   ::cf::cuda::check_launch("kmeans_row_sqnorms");
 }
 
@@ -381,9 +381,10 @@ void stats_typed(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Ten
   constexpr int64_t kSharedSlots = 6144;  // 48 KB of doubles: the default shared memory of a block
   if (S <= kSharedSlots) {
     const int threads = int(std::min<int64_t>(cu::kThreads, (D + 1 + cu::kWarp - 1) / cu::kWarp * cu::kWarp));
-    chunk_sums_shared_kernel<T><<<cu::blocks_for(2 * R * chunks), threads, size_t(S) * sizeof(double), ::cf::cuda::stream()>>>(
-        cu::ptr<const T>(xq), cu::ptr<const int64_t>(aq), pq, cu::ptr<const T>(xk), cu::ptr<const int64_t>(ak), pk, R,
-        N, D, C, M, L, chunks, cu::ptr<double>(part));
+    chunk_sums_shared_kernel<T>
+        <<<cu::blocks_for(2 * R * chunks), threads, size_t(S) * sizeof(double), ::cf::cuda::stream()>>>(
+            cu::ptr<const T>(xq), cu::ptr<const int64_t>(aq), pq, cu::ptr<const T>(xk), cu::ptr<const int64_t>(ak), pk,
+            R, N, D, C, M, L, chunks, cu::ptr<double>(part));
   } else {
     const int64_t slot_blocks = (S + cu::kThreads - 1) / cu::kThreads;
     chunk_sums_kernel<T><<<cu::blocks_for(2 * R * chunks * slot_blocks), cu::kThreads, 0, ::cf::cuda::stream()>>>(
@@ -391,8 +392,8 @@ void stats_typed(const Tensor& xq, const Tensor& aq, const Tensor& mq, const Ten
         N, D, C, M, L, chunks, slot_blocks, cu::ptr<double>(part));
   }
   ::cf::cuda::check_launch("centroid_ema");
-  chunks_total_kernel<T><<<cu::grid_for(2 * R * S), cu::kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<const double>(part), R, S, chunks,
-                                                                     cu::ptr<T>(stats));
+  chunks_total_kernel<T><<<cu::grid_for(2 * R * S), cu::kThreads, 0, ::cf::cuda::stream()>>>(
+      cu::ptr<const double>(part), R, S, chunks, cu::ptr<T>(stats));
   ::cf::cuda::check_launch("centroid_ema");
 }
 
@@ -401,8 +402,8 @@ void update_typed(const Tensor& mu, const Tensor& stats, double decay) {
   const int64_t R = mu.shape()[0], C = mu.shape()[1], D = mu.shape()[2];
   if (R * C * D == 0) return;
   cu::use_device_of(mu, "centroid_ema");
-  update_kernel<T><<<cu::grid_for(R * C * D), cu::kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<T>(mu), cu::ptr<const T>(stats), R, C, D,
-                                                                 decay);
+  update_kernel<T><<<cu::grid_for(R * C * D), cu::kThreads, 0, ::cf::cuda::stream()>>>(
+      cu::ptr<T>(mu), cu::ptr<const T>(stats), R, C, D, decay);
   ::cf::cuda::check_launch("centroid_ema");
 }
 
@@ -486,7 +487,8 @@ void cluster_means_forward_cuda(const Tensor& x, const Tensor& assign, double sc
   Tensor keys = Tensor::empty({std::max<int64_t>(rows, 1)}, kInt64, dev);
   uint64_t* kp = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(keys));
   if (rows > 0) {
-    keys_kernel<<<cu::grid_for(rows), cu::kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<int64_t>(assign), rows, N, C, kp);
+    keys_kernel<<<cu::grid_for(rows), cu::kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<int64_t>(assign), rows, N, C,
+                                                                               kp);
     ::cf::cuda::check_launch(op);
   }
   Tensor order = Tensor::empty({std::max<int64_t>(rows, 1)}, kInt64, dev), start = Tensor::empty({slots}, kInt64, dev),
@@ -495,9 +497,9 @@ void cluster_means_forward_cuda(const Tensor& x, const Tensor& assign, double sc
   const int threads = int(std::max<int64_t>(cu::kWarp, std::min<int64_t>(cu::kThreads, (D + cu::kWarp - 1) / cu::kWarp * cu::kWarp)));
   auto launch = [&](auto zero) {
     using T = decltype(zero);
-    sums_kernel<T><<<cu::blocks_for(slots), threads, 0, ::cf::cuda::stream()>>>(cu::ptr<T>(x), cu::ptr<int64_t>(order), cu::ptr<int64_t>(start),
-                                                        cu::ptr<int64_t>(count), slots, C, D, scale, cu::ptr<T>(out),
-                                                        cu::ptr<int64_t>(counts));
+    sums_kernel<T><<<cu::blocks_for(slots), threads, 0, ::cf::cuda::stream()>>>(
+        cu::ptr<T>(x), cu::ptr<int64_t>(order), cu::ptr<int64_t>(start), cu::ptr<int64_t>(count), slots, C, D, scale,
+        cu::ptr<T>(out), cu::ptr<int64_t>(counts));
   };
   if (x.dtype() == kFloat64) launch(0.0);
   else launch(0.0f);
@@ -514,9 +516,8 @@ void cluster_means_backward_cuda(const Tensor& dout, const Tensor& assign, const
   cu::use_device_of(dx, op);
   auto launch = [&](auto zero) {
     using T = decltype(zero);
-    backward_kernel<T><<<cu::grid_for(total), cu::kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<T>(dout), cu::ptr<int64_t>(assign),
-                                                              cu::ptr<int64_t>(counts), total, N, C, D, scale,
-                                                              cu::ptr<T>(dx));
+    backward_kernel<T><<<cu::grid_for(total), cu::kThreads, 0, ::cf::cuda::stream()>>>(
+        cu::ptr<T>(dout), cu::ptr<int64_t>(assign), cu::ptr<int64_t>(counts), total, N, C, D, scale, cu::ptr<T>(dx));
   };
   if (dx.dtype() == kFloat64) launch(0.0);
   else launch(0.0f);

@@ -256,8 +256,8 @@ void backward_typed(const Tensor& g, const Tensor& x, const Tensor& mean, const 
     pb = pw + chunks * n;
   }
   colsum_kernel<T><<<dim3(cu::blocks_for(tiles), unsigned(chunks)), block, 0, ::cf::cuda::stream()>>>(
-      cu::ptr<const T>(g), cu::ptr<const T>(x), cu::ptr<const T>(mean), cu::ptr<const T>(rstd), rows, n, gw,
-      gb, pw, pb);
+      cu::ptr<const T>(g), cu::ptr<const T>(x), cu::ptr<const T>(mean), cu::ptr<const T>(rstd), rows, n, gw, gb, pw,
+      pb);
   ::cf::cuda::check_launch("layer_norm");
   if (chunks > 1) {
     colsum_finish_kernel<T><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(pw, pb, chunks, n, gw, gb);
@@ -347,8 +347,9 @@ void l2_normalize_forward_cuda(const Tensor& x, int64_t n, double eps, const Ten
   if (rows == 0) return;
   cu::use_device_of(y, "l2_normalize");
   CF_DISPATCH_FLOAT_STD(x.dtype(), "l2_normalize",
-                        (l2_normalize_cuda::forward_kernel<scalar_t><<<l2_normalize_cuda::warp_blocks(rows), cu::kThreads, 0, ::cf::cuda::stream()>>>(
-                            cu::ptr<const scalar_t>(x), rows, n, eps, cu::ptr<scalar_t>(y))));
+                        (l2_normalize_cuda::forward_kernel<scalar_t>
+                         <<<l2_normalize_cuda::warp_blocks(rows), cu::kThreads, 0, ::cf::cuda::stream()>>>(
+                             cu::ptr<const scalar_t>(x), rows, n, eps, cu::ptr<scalar_t>(y))));
   ::cf::cuda::check_launch("l2_normalize");
 }
 
@@ -356,9 +357,11 @@ void l2_normalize_backward_cuda(const Tensor& g, const Tensor& x, int64_t n, dou
   const int64_t rows = n > 0 ? x.numel() / n : 0;
   if (rows == 0) return;
   cu::use_device_of(gx, "l2_normalize");
-  CF_DISPATCH_FLOAT_STD(x.dtype(), "l2_normalize",
-                        (l2_normalize_cuda::backward_kernel<scalar_t><<<l2_normalize_cuda::warp_blocks(rows), cu::kThreads, 0, ::cf::cuda::stream()>>>(
-                            cu::ptr<const scalar_t>(g), cu::ptr<const scalar_t>(x), rows, n, eps, cu::ptr<scalar_t>(gx))));
+  CF_DISPATCH_FLOAT_STD(
+      x.dtype(), "l2_normalize",
+      (l2_normalize_cuda::backward_kernel<scalar_t>
+       <<<l2_normalize_cuda::warp_blocks(rows), cu::kThreads, 0, ::cf::cuda::stream()>>>(
+           cu::ptr<const scalar_t>(g), cu::ptr<const scalar_t>(x), rows, n, eps, cu::ptr<scalar_t>(gx))));
   ::cf::cuda::check_launch("l2_normalize");
 }
 

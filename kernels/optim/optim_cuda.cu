@@ -75,8 +75,8 @@ void adam_step_cuda(const Tensor& p, const Tensor& g, const Tensor& m, const Ten
   cu::use_device_of(p, "adam_step");
   CF_DISPATCH_FLOAT_STD(p.dtype(), "adam_step",
                         (adam_kernel<scalar_t><<<cu::grid_for(n), cu::kThreads, 0, ::cf::cuda::stream()>>>(
-                            AdamConsts<scalar_t>(s), cu::ptr<scalar_t>(p), cu::ptr<scalar_t>(g),
-                            cu::ptr<scalar_t>(m), cu::ptr<scalar_t>(v), n)));
+                            AdamConsts<scalar_t>(s), cu::ptr<scalar_t>(p), cu::ptr<scalar_t>(g), cu::ptr<scalar_t>(m),
+                            cu::ptr<scalar_t>(v), n)));
   ::cf::cuda::check_launch("adam_step");
 }
 

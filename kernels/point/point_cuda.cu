@@ -128,8 +128,9 @@ void farthest_point_sampling_cuda(const Tensor& points, const Tensor& pad, const
   if (b == 0 || m == 0) return;
   cu::use_device_of(points, "farthest_point_sampling");
   Tensor dist = Tensor::empty({b * n}, kFloat64, points.device());
-  fps_kernel<<<cu::blocks_for(b), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<double>(points), pad.defined() ? cu::ptr<bool>(pad) : nullptr,
-                                              b, n, c, m, cu::ptr<double>(dist), cu::ptr<int64_t>(out));
+  fps_kernel<<<cu::blocks_for(b), kThreads, 0, ::cf::cuda::stream()>>>(
+      cu::ptr<double>(points), pad.defined() ? cu::ptr<bool>(pad) : nullptr, b, n, c, m, cu::ptr<double>(dist),
+      cu::ptr<int64_t>(out));
   ::cf::cuda::check_launch("farthest_point_sampling");
 }
 
@@ -142,12 +143,10 @@ void group_max_cuda(const Tensor& src, const Tensor& group, int64_t groups, cons
   Tensor mx = Tensor::full({rows * groups}, -std::numeric_limits<double>::infinity(), kFloat64, src.device());
   CF_DISPATCH_FLOAT_STD(src.dtype(), "group_max",
                         (group_max_scatter_kernel<scalar_t><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
-                             cu::ptr<scalar_t>(src), cu::ptr<int64_t>(group), total, e, groups,
-                             cu::ptr<double>(mx)));
+                            cu::ptr<scalar_t>(src), cu::ptr<int64_t>(group), total, e, groups, cu::ptr<double>(mx)));
                         ::cf::cuda::check_launch("group_max");
                         (group_max_gather_kernel<scalar_t><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
-                             cu::ptr<int64_t>(group), total, e, groups, cu::ptr<double>(mx),
-                             cu::ptr<scalar_t>(out))));
+                            cu::ptr<int64_t>(group), total, e, groups, cu::ptr<double>(mx), cu::ptr<scalar_t>(out))));
   ::cf::cuda::check_launch("group_max");
 }
 
@@ -155,10 +154,10 @@ void group_max_sorted_cuda(const Tensor& src, const Tensor& keys, const Tensor& 
   const int64_t e = src.size(1), total = src.size(0) * e;
   if (total == 0) return;
   cu::use_device_of(src, "group_max");
-  CF_DISPATCH_FLOAT_STD(src.dtype(), "group_max",
-                        (group_max_runs_kernel<scalar_t><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
-                             cu::ptr<scalar_t>(src), cu::ptr<int64_t>(keys), cu::ptr<int64_t>(perm), total, e,
-                             cu::ptr<scalar_t>(out))));
+  CF_DISPATCH_FLOAT_STD(
+      src.dtype(), "group_max",
+      (group_max_runs_kernel<scalar_t><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
+          cu::ptr<scalar_t>(src), cu::ptr<int64_t>(keys), cu::ptr<int64_t>(perm), total, e, cu::ptr<scalar_t>(out))));
   ::cf::cuda::check_launch("group_max");
 }
 

@@ -56,17 +56,21 @@ void fill_typed(const Tensor& out, const RandomParams& p) {
   const unsigned g = cu::grid_for(n);
   switch (p.kind) {
     case RandomKind::Uniform:
-      random_kernel<T, RandomKind::Uniform><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
+      random_kernel<T, RandomKind::Uniform>
+          <<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
       break;
     case RandomKind::Normal:
-      random_kernel<T, RandomKind::Normal><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
+      random_kernel<T, RandomKind::Normal>
+          <<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
       break;
     case RandomKind::Integer:
       // span == 0 (low == high) is refused by cf::randint before any kernel runs.
-      random_kernel<T, RandomKind::Integer><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
+      random_kernel<T, RandomKind::Integer>
+          <<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
       break;
     case RandomKind::Bernoulli:
-      random_kernel<T, RandomKind::Bernoulli><<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
+      random_kernel<T, RandomKind::Bernoulli>
+          <<<g, cu::kThreads, 0, ::cf::cuda::stream()>>>(o, n, p.a, p.b, ia, span, p.seed, p.counter0, p.philox_rebase);
       break;
   }
   ::cf::cuda::check_launch("random");

@@ -64,7 +64,8 @@ void cumsum_typed(const Tensor& x, const Tensor& out, const ScanGeom& g, bool re
   const T* xp = cu::ptr<T>(x);
   T* op = cu::ptr<T>(out);
   if (g.inner == 1) {
-    scan_lines_kernel<T><<<cu::grid_for(g.outer * kWarp), kThreads, 0, ::cf::cuda::stream()>>>(xp, op, g.outer, g.n, reverse);
+    scan_lines_kernel<T>
+        <<<cu::grid_for(g.outer * kWarp), kThreads, 0, ::cf::cuda::stream()>>>(xp, op, g.outer, g.n, reverse);
   } else {
     scan_columns_kernel<T><<<cu::grid_for(g.outer * g.inner), kThreads, 0, ::cf::cuda::stream()>>>(xp, op, g, reverse);
   }

@@ -135,15 +135,16 @@ void sort_typed(const Tensor& x, int64_t axis, int64_t k, bool descending, const
   Tensor offsets;
   if (chunk_lines > 1) {
     offsets = device_bytes(size_t(chunk_lines + 1) * sizeof(int), dev);
-    segment_offsets_kernel<<<cu::grid_for(chunk_lines + 1), kThreads, 0, ::cf::cuda::stream()>>>(static_cast<int*>(offsets.raw_data()),
-                                                                        int(chunk_lines), int(len));
+    segment_offsets_kernel<<<cu::grid_for(chunk_lines + 1), kThreads, 0, ::cf::cuda::stream()>>>(
+        static_cast<int*>(offsets.raw_data()), int(chunk_lines), int(len));
     ::cf::cuda::check_launch("sort");
   }
   Tensor temp;
   size_t temp_cap = 0;
   for (int64_t line0 = 0; line0 < lines; line0 += chunk_lines) {
     const int64_t c = std::min(chunk_lines, lines - line0), n = c * len;
-    sort_keys_kernel<T><<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(p, px, x_as, len, line0, n, descending, ki, vi);
+    sort_keys_kernel<T>
+        <<<cu::grid_for(n), kThreads, 0, ::cf::cuda::stream()>>>(p, px, x_as, len, line0, n, descending, ki, vi);
     ::cf::cuda::check_launch("sort");
     size_t temp_bytes = 0;
     const int* off = offsets.defined() ? static_cast<const int*>(offsets.raw_data()) : nullptr;
@@ -151,9 +152,10 @@ void sort_typed(const Tensor& x, int64_t axis, int64_t k, bool descending, const
     // segment a single block, slow on one long line). Several: segmented.
     auto run = [&](void* tmp) {
       if (c == 1)
-        return cub::DeviceRadixSort::SortPairs(tmp, temp_bytes, ki, ko, vi, vo, n, 0, int(sizeof(K) * 8), ::cf::cuda::stream());
-      return cub::DeviceSegmentedRadixSort::SortPairs(tmp, temp_bytes, ki, ko, vi, vo, int(n), int(c), off,
-                                                      off + 1, 0, int(sizeof(K) * 8), ::cf::cuda::stream());
+        return cub::DeviceRadixSort::SortPairs(tmp, temp_bytes, ki, ko, vi, vo, n, 0, int(sizeof(K) * 8),
+                                               ::cf::cuda::stream());
+      return cub::DeviceSegmentedRadixSort::SortPairs(tmp, temp_bytes, ki, ko, vi, vo, int(n), int(c), off, off + 1, 0,
+                                                      int(sizeof(K) * 8), ::cf::cuda::stream());
     };
     CF_CUDA_CHECK(run(nullptr), "sort");
     if (temp_bytes > temp_cap) {
@@ -162,8 +164,8 @@ void sort_typed(const Tensor& x, int64_t axis, int64_t k, bool descending, const
     }
     CF_CUDA_CHECK(run(temp.raw_data()), "sort");
     ::cf::cuda::count_launch();
-    sort_write_kernel<T><<<cu::grid_for(c * k), kThreads, 0, ::cf::cuda::stream()>>>(p, px, pv, pi, x_as, v_as, i_as, len, k, line0, c * k,
-                                                            vo);
+    sort_write_kernel<T><<<cu::grid_for(c * k), kThreads, 0, ::cf::cuda::stream()>>>(p, px, pv, pi, x_as, v_as, i_as,
+                                                                                     len, k, line0, c * k, vo);
     ::cf::cuda::check_launch("sort");
   }
 }

@@ -88,9 +88,9 @@ void sparse_dot_cuda(const Tensor& q, const Tensor& k, const Tensor& idx, const 
   if (total == 0) return;
   cu::use_device_of(q, "sparse_dot");
   CF_DISPATCH_FLOAT_STD(q.dtype(), "sparse_dot",
-                    (sparse_dot_kernel<scalar_t><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
-                        cu::ptr<scalar_t>(q), cu::ptr<scalar_t>(k), cu::ptr<int64_t>(idx), cu::ptr<scalar_t>(out),
-                        total, n, m, kk, d)));
+                        (sparse_dot_kernel<scalar_t><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
+                            cu::ptr<scalar_t>(q), cu::ptr<scalar_t>(k), cu::ptr<int64_t>(idx), cu::ptr<scalar_t>(out),
+                            total, n, m, kk, d)));
   ::cf::cuda::check_launch("sparse_dot");
 }
 
@@ -99,9 +99,9 @@ void sparse_weighted_sum_cuda(const Tensor& w, const Tensor& v, const Tensor& id
   if (total == 0) return;
   cu::use_device_of(w, "sparse_weighted_sum");
   CF_DISPATCH_FLOAT_STD(w.dtype(), "sparse_weighted_sum",
-                    (sparse_wsum_kernel<scalar_t><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
-                        cu::ptr<scalar_t>(w), cu::ptr<scalar_t>(v), cu::ptr<int64_t>(idx), cu::ptr<scalar_t>(out),
-                        total, n, m, kk, d)));
+                        (sparse_wsum_kernel<scalar_t><<<cu::grid_for(total), kThreads, 0, ::cf::cuda::stream()>>>(
+                            cu::ptr<scalar_t>(w), cu::ptr<scalar_t>(v), cu::ptr<int64_t>(idx), cu::ptr<scalar_t>(out),
+                            total, n, m, kk, d)));
   ::cf::cuda::check_launch("sparse_weighted_sum");
 }
 
@@ -113,16 +113,17 @@ void sparse_scatter_rows_cuda(const Tensor& c, const Tensor& x, const Tensor& id
   cu::use_device_of(x, "sparse_scatter_rows");
   Tensor keys = Tensor::empty({terms}, kInt64, dev);
   uint64_t* kp = reinterpret_cast<uint64_t*>(cu::ptr<int64_t>(keys));
-  scatter_keys_kernel<<<cu::grid_for(terms), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<int64_t>(idx), terms, n, m, kk, kp);
+  scatter_keys_kernel<<<cu::grid_for(terms), kThreads, 0, ::cf::cuda::stream()>>>(cu::ptr<int64_t>(idx), terms, n, m,
+                                                                                  kk, kp);
   ::cf::cuda::check_launch("sparse_scatter_rows");
   Tensor order = Tensor::empty({terms}, kInt64, dev), start = Tensor::empty({rows}, kInt64, dev),
          count = Tensor::empty({rows}, kInt64, dev);
   segments_by_key_cuda(kp, terms, rows, order, start, count, "sparse_scatter_rows");
   const int threads = int(std::min<int64_t>(kThreads, (d + kWarp - 1) / kWarp * kWarp));
   CF_DISPATCH_FLOAT_STD(x.dtype(), "sparse_scatter_rows",
-                    (scatter_sum_kernel<scalar_t><<<cu::blocks_for(rows), threads, 0, ::cf::cuda::stream()>>>(
-                        cu::ptr<scalar_t>(c), cu::ptr<scalar_t>(x), cu::ptr<int64_t>(order), cu::ptr<int64_t>(start),
-                        cu::ptr<int64_t>(count), rows, kk, d, cu::ptr<scalar_t>(out))));
+                        (scatter_sum_kernel<scalar_t><<<cu::blocks_for(rows), threads, 0, ::cf::cuda::stream()>>>(
+                            cu::ptr<scalar_t>(c), cu::ptr<scalar_t>(x), cu::ptr<int64_t>(order),
+                            cu::ptr<int64_t>(start), cu::ptr<int64_t>(count), rows, kk, d, cu::ptr<scalar_t>(out))));
   ::cf::cuda::check_launch("sparse_scatter_rows");
 }
 
@@ -161,8 +162,8 @@ __device__ __forceinline__ int64_t key_at(const Rows<T>& a, const int64_t* keys,
 template <typename T>
 __device__ __forceinline__ T keep_factor(const Rows<T>& a, int64_t row, int64_t t) {
   if (a.rate <= 0) return T(1);
-  const PhiloxOut r =
-      philox4x32_10(philox_seed_at(a.seed, a.rebase), philox_counter0_at(a.counter0, a.rebase) + uint64_t(row * a.kk + t));
+  const PhiloxOut r = philox4x32_10(philox_seed_at(a.seed, a.rebase),
+                                    philox_counter0_at(a.counter0, a.rebase) + uint64_t(row * a.kk + t));
   return philox_uniform_d(r) < a.rate ? T(0) : a.keep_scale;
 }
 
@@ -357,13 +358,13 @@ void cluster_topk_backward_cuda(const Tensor& q, const Tensor& k, const Tensor& 
       const int64_t* pc = cu::ptr<int64_t>(count);
       auto threads_for = [](int64_t d) { return int(std::max<int64_t>(cu::kWarp, std::min<int64_t>(kThreads, (d + kWarp - 1) / kWarp * kWarp))); };
       if (D > 0) {
-        scatter_sum_kernel<T><<<cu::blocks_for(key_rows), threads_for(D), 0, ::cf::cuda::stream()>>>(cu::ptr<T>(ds), cu::ptr<T>(q), po, ps, pc,
-                                                                          key_rows, kk, D, cu::ptr<T>(dk), true);
+        scatter_sum_kernel<T><<<cu::blocks_for(key_rows), threads_for(D), 0, ::cf::cuda::stream()>>>(
+            cu::ptr<T>(ds), cu::ptr<T>(q), po, ps, pc, key_rows, kk, D, cu::ptr<T>(dk), true);
         ::cf::cuda::check_launch(op);
       }
       if (Dv > 0) {
-        scatter_sum_kernel<T><<<cu::blocks_for(key_rows), threads_for(Dv), 0, ::cf::cuda::stream()>>>(cu::ptr<T>(zs), cu::ptr<T>(dos), po, ps,
-                                                                           pc, key_rows, kk, Dv, cu::ptr<T>(dv), true);
+        scatter_sum_kernel<T><<<cu::blocks_for(key_rows), threads_for(Dv), 0, ::cf::cuda::stream()>>>(
+            cu::ptr<T>(zs), cu::ptr<T>(dos), po, ps, pc, key_rows, kk, Dv, cu::ptr<T>(dv), true);
         ::cf::cuda::check_launch(op);
       }
     }
