@@ -155,9 +155,10 @@ fi
 
 if has unrun; then
   # The CUDA code written without a GPU since the last GPU run (stop 67, 2026-11-30), under memcheck and
-  # racecheck: the fused optimizer batch, l2_normalize, the clustering and commitment losses, routing's centroid
-  # EMA, cluster_means, cluster_topk_attention, routed attention's slot <-> token kernels, and CUDA graphs.
-  cases='cuda: parity cluster_topk_attention,cuda: parity cluster_means,cuda: routed attention*slot <-> token*,cuda: routed_attention with dropout*,cuda: parity commitment_loss,cuda: routing*centroid EMA*,cuda: routing attention's EMA*,cuda: parity l2_normalize,cuda: parity cluster_loss*,cuda: parity clustering_loss*,cuda: *adam*,cuda: *cuda::Graph*,cuda: a training step captured*,cuda: a replayable part*,cuda: a deferred check captured*'
+  # racecheck: the fused optimizer batches (Adam, SGD, 16-bit parameters' masters), l2_normalize, the
+  # clustering and commitment losses, routing's centroid EMA, cluster_means, cluster_topk_attention, routed
+  # attention's slot <-> token kernels, and CUDA graphs (16-bit parameters' steps too).
+  cases='cuda: parity cluster_topk_attention,cuda: parity cluster_means,cuda: routed attention*slot <-> token*,cuda: routed_attention with dropout*,cuda: parity commitment_loss,cuda: routing*centroid EMA*,cuda: routing attention's EMA*,cuda: parity l2_normalize,cuda: parity cluster_loss*,cuda: parity clustering_loss*,cuda: *adam*,cuda: sgd_steps_*,cuda: *cuda::Graph*,cuda: a training step captured*,cuda: a replayable part*,cuda: a deferred check captured*'
   t0=$(date +%s)
   (cd "$B" && timeout $(lim 120) tests/cf_tests "-tc=$cases" > "$OUT/unrun.log" 2>&1)
   note "unrun cases rc=$?: $(grep -E 'test cases:' "$OUT/unrun.log" | tr '\n' ' ')"

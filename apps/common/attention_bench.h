@@ -180,6 +180,8 @@ struct EncoderBenchConfig {
   uint64_t seed = 0;
   cf::Device device = cf::Device::cpu();
   double dropout = 0.0;  // the layers' dropout (the benchmarks time without: 0)
+  // The parameters' dtype: bfloat16/float16 parameters train on AdamW's float32 masters (tests)
+  cf::DType param_dtype = cf::kFloat32;
 };
 
 class EncoderBench {
@@ -201,6 +203,7 @@ class EncoderBench {
     c.layer.attention.options = cf::nn::Config(bench_attention_options(cfg.variant, cfg.n), "attention");
     model_ = std::make_unique<cf::models::EncoderClassifier>(c, gen_);
     model_->to(cfg.device);
+    if (cfg.param_dtype != cf::kFloat32) model_->to(cfg.param_dtype);
     ids_ = cf::randint(0, cfg.vocab, {cfg.batch, cfg.n}, gen_).to(cfg.device);
     labels_ = cf::randint(0, cfg.classes, {cfg.batch}, gen_).to(cfg.device);
   }

@@ -26,10 +26,14 @@ double sum_squares(const Tensor& g);
 void adam_step_(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamStep& s);
 // adam_step_ on each of `steps` (their g may be strided), the same results, in one kernel call per
 // (device, dtype) run of parameters: on CUDA a launch per 16 parameters instead of one each. The
-// entries must not share memory with one another (on CUDA they are updated at once): Adam's
-// update_all steps such entries one by one. Every entry is checked before any is written.
+// entries must not share memory with one another (on CUDA they are updated at once): the
+// optimizers' update_all steps such entries one by one. Every entry is checked before any is
+// written. An entry with `low` steps a 16-bit parameter's float32 master p from the parameter's
+// gradient g and rounds the result into low (kernels/optim/optim.h).
 void adam_steps_(std::vector<kernels::AdamTensors> steps);
 // SGD on p with gradient g and momentum buffer buf (undefined without momentum).
 void sgd_step_(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s);
+// sgd_step_ on each of `steps`, batched and checked as adam_steps_.
+void sgd_steps_(std::vector<kernels::SgdTensors> steps);
 
 }  // namespace cf::ops

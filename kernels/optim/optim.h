@@ -4,7 +4,7 @@
 // decay, Loshchilov & Hutter 2019; SGD with momentum, dampening and Nesterov as
 // PyTorch's). autograd/ops/optim.h owns validation. CPU arm optim_cpu.cpp, CUDA
 // arm optim_cuda.cu. Every tensor float32/float64 of one dtype, contiguous, of
-// one shape and on one device.
+// one shape and on one device (a master's step: below).
 #include <cstdint>
 #include <vector>
 
@@ -22,15 +22,22 @@ struct AdamStep {
 // p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 void adam_step_cpu(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamStep& s);
 
-// Many parameters' Adam steps in one call, each exactly adam_step's (its own constants: step
-// count, lr, weight decay). Every tensor of one device and one dtype. On CUDA one launch per
-// kAdamBatch parameters, where a step per parameter was a launch of its own (a model's 35
-// parameters were 35 of its training step's ~210 launches; issue 25).
+// Many parameters' steps in one call, each exactly its single step's (its own constants: step
+// count, lr, weight decay). On CUDA one launch per kStepBatch parameters, where a step per
+// parameter was a launch of its own (a model's 35 parameters were 35 of its training step's ~210
+// launches; issue 25).
+//
+// A 16-bit parameter steps its float32 master (mixed precision, nn/optim/optimizer.h): p is the
+// master, g the parameter's bfloat16/float16 gradient, widened to float32 in registers, and `low`
+// the 16-bit parameter, which receives the updated master rounded to nearest even. The same bits
+// as widening g with to(), stepping the master and copy_ing it into the parameter, in one pass and
+// without a float32 copy of the gradient. Without `low`, g has p's dtype.
+inline constexpr int kStepBatch = 16;
 struct AdamTensors {
   Tensor p, g, m, v;
   AdamStep s;
+  Tensor low;  // the 16-bit parameter of the master p, or undefined
 };
-inline constexpr int kAdamBatch = 16;
 void adam_steps_cpu(const std::vector<AdamTensors>& steps);
 
 struct SgdStep {
@@ -41,6 +48,12 @@ struct SgdStep {
 // d = g + wd p; buf = first ? d : momentum buf + (1 - dampening) d;
 // p -= lr (nesterov ? d + momentum buf : buf). buf undefined: p -= lr d.
 void sgd_step_cpu(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s);
+struct SgdTensors {
+  Tensor p, g, buf;  // buf undefined without momentum
+  SgdStep s;
+  Tensor low;  // as AdamTensors::low
+};
+void sgd_steps_cpu(const std::vector<SgdTensors>& steps);
 
 // sum_i g[i]^2 in double, in index order (gradient-norm clipping); CPU only: on
 // CUDA autograd/ops/optim.cpp uses the reduction kernels.
@@ -50,6 +63,7 @@ double sum_squares_cpu(const Tensor& g);
 void adam_step_cuda(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamStep& s);
 void adam_steps_cuda(const std::vector<AdamTensors>& steps);
 void sgd_step_cuda(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s);
+void sgd_steps_cuda(const std::vector<SgdTensors>& steps);
 #endif
 
 inline void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamStep& s) {
@@ -61,6 +75,10 @@ inline void adam_steps(const std::vector<AdamTensors>& steps) {
 }
 inline void sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) {
   CF_DEVICE_DISPATCH("sgd_step", p.device(), sgd_step_cpu(p, g, buf, s), sgd_step_cuda(p, g, buf, s));
+}
+inline void sgd_steps(const std::vector<SgdTensors>& steps) {
+  if (steps.empty()) return;
+  CF_DEVICE_DISPATCH("sgd_step", steps.front().p.device(), sgd_steps_cpu(steps), sgd_steps_cuda(steps));
 }
 
 }  // namespace cf::kernels

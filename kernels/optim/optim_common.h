@@ -1,10 +1,13 @@
 #pragma once
 // The per-element update of each fused step, shared by the CPU loop and the CUDA
 // kernel so both evaluate the same expression in T (the constants come from the
-// host in double, cast once, as before the kernels existed).
+// host in double, cast once, as before the kernels existed). The gradient's type G
+// is T, or the 16-bit type of a master's parameter (widened exactly to T = float).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "core/half.h"
 #include "kernels/optim/optim.h"
 
 #ifdef __CUDACC__
@@ -45,10 +48,10 @@ struct AdamConsts {
   }
 };
 
-template <typename T>
-CF_OPTIM_HD void adam_element(const AdamConsts<T>& c, T* p, const T* g, T* m, T* v, int64_t i) {
+template <typename T, typename G>
+CF_OPTIM_HD void adam_element(const AdamConsts<T>& c, T* p, const G* g, T* m, T* v, int64_t i) {
   T pi = p[i];
-  T gi = g[i];
+  T gi = T(g[i]);
   if (c.l2 != T(0)) gi = gi + c.l2 * pi;
   if (c.do_shrink) pi = pi * c.shrink;
   const T mi = m[i] * c.b1 + c.a1 * gi;
@@ -63,14 +66,15 @@ template <typename T>
 struct SgdConsts {
   T lr, wd, mom, keep;
   bool nesterov, first;
+  SgdConsts() = default;  // (an array of them travels as a kernel argument: sgd_steps_cuda)
   explicit SgdConsts(const SgdStep& s)
       : lr(T(s.lr)), wd(T(s.weight_decay)), mom(T(s.momentum)), keep(T(1.0 - s.dampening)),
         nesterov(s.nesterov), first(s.first) {}
 };
 
-template <typename T>
-CF_OPTIM_HD void sgd_element(const SgdConsts<T>& c, T* p, const T* g, T* buf, int64_t i) {
-  T d = g[i];
+template <typename T, typename G>
+CF_OPTIM_HD void sgd_element(const SgdConsts<T>& c, T* p, const G* g, T* buf, int64_t i) {
+  T d = T(g[i]);
   if (c.wd != T(0)) d = d + c.wd * p[i];
   if (buf) {
     const T b = c.first ? d : buf[i] * c.mom + c.keep * d;
@@ -78,6 +82,12 @@ CF_OPTIM_HD void sgd_element(const SgdConsts<T>& c, T* p, const T* g, T* buf, in
     d = c.nesterov ? d + c.mom * b : b;
   }
   p[i] = p[i] + (-c.lr) * d;
+}
+
+// A master's step ends by rounding the master into its 16-bit parameter (nearest even, as copy_).
+template <typename L, typename T>
+CF_OPTIM_HD void round_into(L* low, const T* p, int64_t i) {
+  if constexpr (!std::is_same_v<L, T>) low[i] = L(p[i]);
 }
 
 }  // namespace cf::kernels

@@ -1,8 +1,6 @@
 #include "nn/optim/adam.h"
 
-#include <array>
 #include <cmath>
-#include <unordered_map>
 #include <vector>
 
 #include "autograd/ops/elementwise.h"
@@ -59,36 +57,22 @@ ops::AdamStep adam_step_of(const AdamOptions& o, bool decoupled, int64_t step, d
   return s;
 }
 
-// Whether any of p, m, v, g of entry i shares a storage with another entry's (which one batched
-// launch would update at once, racing; stepped one by one they are updated in order, as before).
-std::vector<bool> shares_memory(const std::vector<std::array<const Tensor*, 4>>& tensors) {
-  std::unordered_map<const void*, size_t> owner;  // storage -> the first entry using it
-  std::vector<bool> shared(tensors.size(), false);
-  for (size_t i = 0; i < tensors.size(); ++i)
-    for (const Tensor* t : tensors[i]) {
-      const void* st = t->impl_ptr()->storage.get();
-      auto it = owner.emplace(st, i).first;
-      if (it->second != i) shared[i] = shared[it->second] = true;
-    }
-  return shared;
-}
 }  // namespace
 
 void Adam::update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
                       const std::vector<double>& lrs, const std::vector<double>& wds) {
-  std::vector<std::array<const Tensor*, 4>> tensors;
-  for (size_t i = 0; i < entries.size(); ++i)
-    tensors.push_back({&entries[i]->param, &entries[i]->slots[0], &entries[i]->slots[1], &grads[i]});
-  const std::vector<bool> shared = shares_memory(tensors);
+  const std::vector<bool> fast = batchable(entries, grads);
   std::vector<kernels::AdamTensors> fused;
   for (size_t i = 0; i < entries.size(); ++i) {
-    Entry& e = *entries[i];
-    if (!shared[i] && fused_adam(e.param, e.slots[0], e.slots[1]))
-      fused.push_back({e.param, grads[i], e.slots[0], e.slots[1], adam_step_of(opt_, decoupled_, e.step, lrs[i], wds[i])});
-    else
-      update(e, grads[i], lrs[i], wds[i]);
+    if (!fast[i]) continue;
+    const Entry& e = *entries[i];
+    const bool master = e.master.defined();
+    fused.push_back({master ? e.master : e.param, grads[i], e.slots[0], e.slots[1],
+                     adam_step_of(opt_, decoupled_, e.step, lrs[i], wds[i]), master ? e.param : Tensor()});
   }
-  ops::adam_steps_(std::move(fused));
+  ops::adam_steps_(std::move(fused));  // (checks every entry before writing any)
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (!fast[i]) update_one(*entries[i], grads[i], lrs[i], wds[i]);
 }
 
 void Adam::update(Entry& e, const Tensor& grad, double lr, double wd) {

@@ -36,7 +36,7 @@ class Adam : public Optimizer {
  protected:
   Adam(const char* name, std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled);
   void update(Entry& e, const Tensor& grad, double lr, double weight_decay) override;
-  // The fused steps of all contiguous float32/float64 parameters in one call (ops::adam_steps_).
+  // The batchable parameters' steps (masters included) in one call (ops::adam_steps_).
   void update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads, const std::vector<double>& lrs,
                   const std::vector<double>& weight_decays) override;
 

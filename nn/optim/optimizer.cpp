@@ -7,6 +7,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/optim.h"
 #include "core/cuda_graph.h"
 
 namespace cf {
@@ -211,51 +212,75 @@ void Optimizer::step_now() {
     grads[i] = g;
   }
   ++step_count_;
-  std::vector<Entry*> plain;  // the parameters without a master: updated together at the end
-  std::vector<Tensor> plain_grads;
-  std::vector<double> plain_lrs, plain_wds;
+  std::vector<Entry*> stepped;
+  std::vector<Tensor> stepped_grads;
+  std::vector<double> lrs, wds;
   for (size_t i = 0; i < entries_.size(); ++i) {
     if (!grads[i].defined()) continue;
     Entry& e = entries_[i];
     const ParamGroup& grp = groups_[e.group];
-    const double lr = lr_ * grp.lr_scale, wd = grp.weight_decay ? *grp.weight_decay : weight_decay_;
-    if (e.master.defined()) {
-      ++e.step;
-      e.master = current_master(e);
-      // float32 update of the master, then one rounding into the low-precision parameter
-      Tensor param = e.param;
-      e.param = e.master;
-      try {
-        update(e, to(grads[i], kFloat32), lr, wd);
-      } catch (...) {
-        e.param = param;
-        throw;
-      }
-      e.param = param;
-      copy_(e.param, e.master);
-      e.master_version = e.param.version();
-      e.master_storage = e.param.impl_ptr()->storage;
-    } else {
-      plain.push_back(&e);
-      plain_grads.push_back(grads[i]);
-      plain_lrs.push_back(lr);
-      plain_wds.push_back(wd);
-    }
+    if (e.master.defined()) e.master = current_master(e);
+    stepped.push_back(&e);
+    stepped_grads.push_back(grads[i]);
+    lrs.push_back(lr_ * grp.lr_scale);
+    wds.push_back(grp.weight_decay ? *grp.weight_decay : weight_decay_);
   }
   // Their steps count this update only while it runs: a failed update_all (its checks come before
   // any write) leaves them as they were, so the step can be tried again (GradScaler's retry).
-  for (Entry* e : plain) ++e->step;
+  for (Entry* e : stepped) ++e->step;
   try {
-    update_all(plain, plain_grads, plain_lrs, plain_wds);
+    update_all(stepped, stepped_grads, lrs, wds);
   } catch (...) {
-    for (Entry* e : plain) --e->step;
+    for (Entry* e : stepped) --e->step;
     throw;
   }
+  for (Entry* e : stepped)
+    if (e->master.defined()) {  // the parameter now holds the master's rounding
+      e->master_version = e->param.version();
+      e->master_storage = e->param.impl_ptr()->storage;
+    }
 }
 
 void Optimizer::update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
                            const std::vector<double>& lrs, const std::vector<double>& weight_decays) {
-  for (size_t i = 0; i < entries.size(); ++i) update(*entries[i], grads[i], lrs[i], weight_decays[i]);
+  for (size_t i = 0; i < entries.size(); ++i) update_one(*entries[i], grads[i], lrs[i], weight_decays[i]);
+}
+
+void Optimizer::update_one(Entry& e, const Tensor& grad, double lr, double weight_decay) {
+  if (!e.master.defined()) {
+    update(e, grad, lr, weight_decay);
+    return;
+  }
+  // float32 update of the master, then one rounding into the low-precision parameter
+  Tensor param = e.param;
+  e.param = e.master;
+  try {
+    update(e, to(grad, kFloat32), lr, weight_decay);
+  } catch (...) {
+    e.param = param;
+    throw;
+  }
+  e.param = param;
+  copy_(e.param, e.master);
+}
+
+std::vector<bool> Optimizer::batchable(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads) {
+  std::unordered_map<const void*, size_t> owner;  // storage -> the first entry using it
+  std::vector<bool> ok(entries.size(), true);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = *entries[i];
+    std::vector<const Tensor*> tensors{&e.param, &grads[i], &e.master};
+    for (const Tensor& s : e.slots) tensors.push_back(&s);
+    ok[i] = ops::fused_step_supported(e.master.defined() ? e.master : e.param) &&
+            (!e.master.defined() || e.param.is_contiguous()) &&
+            std::all_of(e.slots.begin(), e.slots.end(), [](const Tensor& s) { return s.is_contiguous(); });
+    for (const Tensor* t : tensors) {
+      if (!t->defined()) continue;
+      auto it = owner.emplace(t->impl_ptr()->storage.get(), i).first;
+      if (it->second != i) ok[i] = ok[it->second] = false;
+    }
+  }
+  return ok;
 }
 
 Tensor Optimizer::master(const std::string& name) const {

@@ -61,9 +61,11 @@ class Optimizer {
   // One update of every parameter that has a gradient. Every gradient is checked
   // (shape, dtype, device) before any parameter changes. Inside a cuda::Graph capture the
   // update is a replayable part (core/cuda_graph.h): each replay after the first runs the host
-  // half again (step counts, bias corrections, the learning rate set then) without allocating;
-  // low-precision parameters' float32 masters allocate, so they cannot be captured. The first
-  // replay is the captured step itself: an lr set between the capture and it does not reach it.
+  // half again (step counts, bias corrections, the learning rate set then) without allocating.
+  // That holds for low-precision parameters too (their masters step in the multi-tensor kernel)
+  // unless one is strided or shares memory with another (update_one widens its gradient with a
+  // new tensor), or was written outside the optimizer since the last step (current_master). The
+  // first replay is the captured step itself: an lr set between the capture and it does not reach it.
   void step();
   // Drops every parameter's gradient (PyTorch's set_to_none=True).
   void zero_grad();
@@ -115,12 +117,20 @@ class Optimizer {
   // Apply one update to e (e.step already counts this update). grad has the
   // parameter's shape, dtype and device. Runs under NoGradGuard.
   virtual void update(Entry& e, const Tensor& grad, double lr, double weight_decay) = 0;
-  // One step's updates of the parameters without a master, in entry order, each as update() would
-  // apply it (entries[i] with grads[i], lrs[i], weight_decays[i]). The default calls update() on
-  // each; an optimizer with a multi-tensor kernel updates many in one call (Adam: one CUDA launch
-  // per 16 parameters, where each update was a launch).
+  // One step's updates of every parameter with a gradient, in entry order, each as update_one
+  // would apply it (entries[i] with grads[i], lrs[i], weight_decays[i]). The default calls
+  // update_one on each; an optimizer with a multi-tensor kernel updates the batchable ones in one
+  // call (one CUDA launch per 16 parameters, where each update was a launch, and a master's
+  // widening and rounding in the same pass: no allocation, so a CUDA graph can capture the step).
   virtual void update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
                           const std::vector<double>& lrs, const std::vector<double>& weight_decays);
+  // update() on e, or for a low-precision parameter on its float32 master with the widened
+  // gradient, the master then rounded into the parameter.
+  void update_one(Entry& e, const Tensor& grad, double lr, double weight_decay);
+  // Which entries a multi-tensor kernel may take: contiguous float32/float64 tensors (the master's
+  // when there is one, and a contiguous 16-bit parameter), sharing memory with no other entry (a
+  // batch updates its entries at once). The others go through update_one, in order.
+  static std::vector<bool> batchable(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads);
   // "[<name>.<fn>]" for error messages.
   std::string where(const char* fn) const;
   static void check_hyper(bool ok, const std::string& where, const std::string& what);

@@ -22,19 +22,41 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o)
                   o.momentum, " and dampening ", o.dampening));
 }
 
+namespace {
+ops::SgdStep sgd_step_of(const SGDOptions& o, bool first, double lr, double wd) {
+  ops::SgdStep s;
+  s.lr = lr;
+  s.weight_decay = wd;
+  s.momentum = o.momentum;
+  s.dampening = o.dampening;
+  s.nesterov = o.nesterov;
+  s.first = first;
+  return s;
+}
+}  // namespace
+
+void SGD::update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
+                     const std::vector<double>& lrs, const std::vector<double>& wds) {
+  const std::vector<bool> fast = batchable(entries, grads);
+  std::vector<kernels::SgdTensors> fused;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!fast[i]) continue;
+    const Entry& e = *entries[i];
+    const bool master = e.master.defined();
+    fused.push_back({master ? e.master : e.param, grads[i], e.slots.empty() ? Tensor() : e.slots[0],
+                     sgd_step_of(opt_, e.step == 1, lrs[i], wds[i]), master ? e.param : Tensor()});
+  }
+  ops::sgd_steps_(std::move(fused));  // (checks every entry before writing any)
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (!fast[i]) update_one(*entries[i], grads[i], lrs[i], wds[i]);
+}
+
 void SGD::update(Entry& e, const Tensor& grad, double lr, double wd) {
   const bool has_buf = !e.slots.empty();
   const bool first = e.step == 1;
   Tensor& p = e.param;
   if (ops::fused_step_supported(p) && (!has_buf || e.slots[0].is_contiguous())) {  // one fused pass on p's device (kernels/optim)
-    ops::SgdStep s;
-    s.lr = lr;
-    s.weight_decay = wd;
-    s.momentum = opt_.momentum;
-    s.dampening = opt_.dampening;
-    s.nesterov = opt_.nesterov;
-    s.first = first;
-    ops::sgd_step_(p, grad, has_buf ? e.slots[0] : Tensor(), s);
+    ops::sgd_step_(p, grad, has_buf ? e.slots[0] : Tensor(), sgd_step_of(opt_, first, lr, wd));
     return;
   }
   // A strided parameter or buffer (16-bit parameters arrive as float32 masters):

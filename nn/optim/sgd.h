@@ -33,6 +33,9 @@ class SGD : public Optimizer {
 
  protected:
   void update(Entry& e, const Tensor& grad, double lr, double weight_decay) override;
+  // The batchable parameters' steps (masters included) in one call (ops::sgd_steps_).
+  void update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads, const std::vector<double>& lrs,
+                  const std::vector<double>& weight_decays) override;
 
  private:
   SGDOptions opt_;

@@ -63,6 +63,41 @@ std::vector<kernels::AdamTensors> adam_batch(int n, DType dt, Device dev) {
   return out;
 }
 
+// n SGD steps of varied sizes (an empty one among them), with and without a momentum buffer,
+// first and later steps, Nesterov, on dev.
+std::vector<kernels::SgdTensors> sgd_batch(int n, DType dt, Device dev) {
+  Generator gen(19);
+  std::vector<kernels::SgdTensors> out;
+  for (int i = 0; i < n; ++i) {
+    const Shape shape = i == 2 ? Shape{4, 0} : Shape{1 + (i * 5) % 11, 1 + i % 3};
+    kernels::SgdTensors t;
+    t.p = rand(shape, dt, gen, -1, 1).to(dev);
+    t.g = rand(shape, dt, gen, -1, 1).to(dev);
+    if (i % 4 != 1) t.buf = rand(shape, dt, gen, -0.5, 0.5).to(dev);
+    t.s.lr = 0.05 * (1 + i % 3);
+    t.s.weight_decay = i % 5 == 0 ? 0.0 : 0.01;
+    t.s.momentum = t.buf.defined() ? 0.9 : 0.0;
+    t.s.dampening = i % 3 == 0 ? 0.1 : 0.0;
+    t.s.nesterov = t.buf.defined() && t.s.dampening == 0 && i % 2 == 0;
+    t.s.first = i % 6 == 0;
+    out.push_back(t);
+  }
+  return out;
+}
+
+// A 16-bit parameter (dt) of `shape` with its gradient, and the float32 master it was rounded from
+// (extra bits below the 16-bit parameter's, as a master has after steps).
+struct LowParam {
+  Tensor master, low, g;
+};
+LowParam low_param(const Shape& shape, DType dt, Generator& gen, Device dev = Device::cpu()) {
+  LowParam l;
+  l.master = rand(shape, kFloat32, gen, -1, 1).to(dev);
+  l.low = to(l.master, dt);
+  l.g = to(rand(shape, kFloat32, gen, -1, 1), dt).to(dev);
+  return l;
+}
+
 }  // namespace
 
 TEST_SUITE("ops/optim") {
@@ -168,9 +203,191 @@ TEST_CASE("adam_steps_: each parameter gets adam_step_'s bits, all in one kernel
   CHECK(values(b[0].p) == p0);
 }
 
-TEST_CASE("Adam's single call leaves out what it cannot batch: masters, strided and memory-sharing parameters") {
-  // w0, w1: plain; w2: a view of w1's storage (stepped alone, in order); w3: bfloat16 (a float32 master);
-  // w4: no gradient (untouched, its step not counted).
+TEST_CASE("sgd_steps_: each parameter gets sgd_step_'s bits, all in one kernel call") {
+  for (DType dt : {kFloat32, kFloat64}) {
+    INFO(dt);
+    std::vector<kernels::SgdTensors> batch = sgd_batch(19, dt, Device::cpu()), each = sgd_batch(19, dt, Device::cpu());
+    std::vector<int64_t> versions;
+    for (const kernels::SgdTensors& t : batch) versions.push_back(t.p.version());
+    const KernelCalls before = kernel_calls();
+    ops::sgd_steps_(batch);
+    CHECK((kernel_calls() - before).cpu == 1);
+    for (kernels::SgdTensors& t : each) ops::sgd_step_(t.p, t.g, t.buf, t.s);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      INFO(i);
+      CHECK(values(batch[i].p) == values(each[i].p));
+      CHECK(batch[i].buf.defined() == each[i].buf.defined());
+      if (batch[i].buf.defined()) CHECK(values(batch[i].buf) == values(each[i].buf));
+      CHECK(batch[i].p.version() > versions[i]);
+    }
+  }
+  // A bad entry is named before anything is written.
+  std::vector<kernels::SgdTensors> b = sgd_batch(4, kFloat32, Device::cpu());
+  const std::vector<double> p0 = values(b[0].p);
+  b[3].buf = transpose(b[3].buf, 0, 1);
+  CHECK_THROWS_MSG(ops::sgd_steps_(b), ValueError, "[sgd_step] momentum must be");
+  b[3].buf = Tensor();
+  b[2].g = to(b[2].g, kFloat64);
+  CHECK_THROWS_MSG(ops::sgd_steps_(b), ValueError, "[sgd_step] the gradient must have the parameter's shape, dtype");
+  CHECK(values(b[0].p) == p0);
+}
+
+TEST_CASE(
+    "a master's step in the batch: the 16-bit gradient widened, the master stepped and rounded into the parameter") {
+  // The reference is the path a strided 16-bit parameter takes (Optimizer::update_one): the gradient
+  // widened with to(), the master stepped alone, then copy_ into the parameter.
+  for (DType dt : {kBFloat16, kFloat16}) {
+    INFO(dt);
+    Generator gen(31);
+    std::vector<LowParam> adam_fused, adam_ref, sgd_fused, sgd_ref;
+    for (int i = 0; i < 5; ++i) {
+      const Shape shape{1 + i, 3};
+      Generator g1(100 + i), g2(100 + i);
+      adam_fused.push_back(low_param(shape, dt, g1));
+      adam_ref.push_back(low_param(shape, dt, g2));
+      Generator g3(200 + i), g4(200 + i);
+      sgd_fused.push_back(low_param(shape, dt, g3));
+      sgd_ref.push_back(low_param(shape, dt, g4));
+    }
+    // Adam: masters between plain float32 entries, one kernel call.
+    std::vector<kernels::AdamTensors> batch = adam_batch(4, kFloat32, Device::cpu()),
+                                      plain = adam_batch(4, kFloat32, Device::cpu());
+    std::vector<Tensor> m_ref, v_ref;
+    for (size_t i = 0; i < adam_fused.size(); ++i) {
+      kernels::AdamTensors t;
+      t.p = adam_fused[i].master;
+      t.g = adam_fused[i].g;
+      t.m = rand(t.p.shape(), kFloat32, gen, -0.1, 0.1);
+      t.v = rand(t.p.shape(), kFloat32, gen, 0, 0.01);
+      t.s = adam_args(i % 2 == 1);
+      t.s.step = 2 + int64_t(i);
+      t.low = adam_fused[i].low;
+      m_ref.push_back(clone(t.m));
+      v_ref.push_back(clone(t.v));
+      batch.insert(batch.begin() + long(i), t);
+    }
+    const int64_t low_version = adam_fused[0].low.version();
+    const KernelCalls before = kernel_calls();
+    ops::adam_steps_(batch);
+    CHECK((kernel_calls() - before).cpu == 1);
+    CHECK(adam_fused[0].low.version() > low_version);
+    for (size_t i = 0; i < adam_ref.size(); ++i) {
+      INFO("adam ", i);
+      LowParam& r = adam_ref[i];
+      ops::adam_step_(r.master, to(r.g, kFloat32), m_ref[i], v_ref[i], batch[i].s);
+      copy_(r.low, r.master);
+      CHECK(values(batch[i].p) == values(r.master));
+      CHECK(values(batch[i].m) == values(m_ref[i]));
+      CHECK(values(batch[i].v) == values(v_ref[i]));
+      CHECK(adam_fused[i].low.dtype() == dt);
+      CHECK(values(adam_fused[i].low) == values(r.low));
+      CHECK(values(adam_fused[i].low) != values(to(adam_fused[i].g, dt)));  // (the parameter moved)
+    }
+    for (kernels::AdamTensors& t : plain) ops::adam_step_(t.p, t.g, t.m, t.v, t.s);
+    for (size_t i = 0; i < plain.size(); ++i) CHECK(values(batch[adam_fused.size() + i].p) == values(plain[i].p));
+    // SGD, with and without momentum.
+    std::vector<kernels::SgdTensors> sb;
+    std::vector<Tensor> buf_ref;
+    for (size_t i = 0; i < sgd_fused.size(); ++i) {
+      kernels::SgdTensors t;
+      t.p = sgd_fused[i].master;
+      t.g = sgd_fused[i].g;
+      if (i != 2) t.buf = rand(t.p.shape(), kFloat32, gen, -0.5, 0.5);
+      t.s.lr = 0.1;
+      t.s.weight_decay = 0.01;
+      t.s.momentum = t.buf.defined() ? 0.9 : 0.0;
+      t.s.nesterov = i == 3;
+      t.s.first = i == 0;
+      t.low = sgd_fused[i].low;
+      buf_ref.push_back(t.buf.defined() ? clone(t.buf) : Tensor());
+      sb.push_back(t);
+    }
+    ops::sgd_steps_(sb);
+    for (size_t i = 0; i < sgd_ref.size(); ++i) {
+      INFO("sgd ", i);
+      LowParam& r = sgd_ref[i];
+      ops::sgd_step_(r.master, to(r.g, kFloat32), buf_ref[i], sb[i].s);
+      copy_(r.low, r.master);
+      CHECK(values(sb[i].p) == values(r.master));
+      if (buf_ref[i].defined()) CHECK(values(sb[i].buf) == values(buf_ref[i]));
+      CHECK(values(sgd_fused[i].low) == values(r.low));
+    }
+    // Refused by name: a float64 master, a float32 "parameter", a gradient of the master's dtype.
+    LowParam l = low_param({2, 2}, dt, gen);
+    kernels::SgdTensors bad;
+    bad.p = to(l.master, kFloat64);
+    bad.g = l.g;
+    bad.low = l.low;
+    CHECK_THROWS_MSG(ops::sgd_steps_({bad}), ValueError,
+                     "[sgd_step] a master (an entry with a 16-bit parameter) must be a "
+                     "contiguous float32 tensor, got float64 (2,2)");
+    bad.p = l.master;
+    bad.low = to(l.low, kFloat32);
+    CHECK_THROWS_MSG(ops::sgd_steps_({bad}), ValueError, "[sgd_step] the 16-bit parameter of master",
+                     "must be a contiguous bfloat16 or float16 tensor");
+    bad.low = l.low;
+    bad.g = to(l.g, kFloat32);
+    CHECK_THROWS_MSG(ops::sgd_steps_({bad}), ValueError,
+                     "[sgd_step] the gradient must have the 16-bit parameter's shape, "
+                     "dtype and device");
+  }
+}
+
+TEST_CASE("a step of 16-bit parameters allocates nothing once the first has run (a CUDA graph can capture it)") {
+  // Each optimizer over bfloat16 and float16 parameters (and a float32 one): after the first step
+  // made the state, a step is one kernel call and no allocation, and matches update_one's path
+  // (the same optimizer over the same parameters, every one strided, which widens with to()).
+  for (int which = 0; which < 3; ++which) {
+    INFO("optimizer ", which);
+    auto make = [&](const nn::StateDict& params) -> std::unique_ptr<nn::Optimizer> {
+      if (which == 0) return std::make_unique<nn::AdamW>(params);
+      if (which == 1) return std::make_unique<nn::Adam>(params, nn::AdamOptions{1e-2, 0.9, 0.999, 1e-8, 0.01});
+      return std::make_unique<nn::SGD>(params, nn::SGDOptions{0.05, 0.9, 0.0, true, 0.01});
+    };
+    Generator gen(41);
+    const Tensor a0 = rand({6, 5}, kFloat32, gen, -1, 1), b0 = rand({5, 6}, kFloat32, gen, -1, 1);
+    const Tensor c0 = rand({7}, kFloat32, gen, -1, 1);
+    // contiguous parameters; the reference's are transposed views of a contiguous tensor (strided)
+    Tensor a = to(a0, kBFloat16), b = to(b0, kFloat16), c = clone(c0);
+    Tensor a_base = contiguous(transpose(to(a0, kBFloat16), 0, 1)),
+           b_base = contiguous(transpose(to(b0, kFloat16), 0, 1));
+    Tensor ar = transpose(a_base, 0, 1), br = transpose(b_base, 0, 1), cr = clone(c0);
+    for (Tensor* t : {&a, &b, &c, &ar, &br, &cr}) t->set_requires_grad(true);
+    std::unique_ptr<nn::Optimizer> opt = make({{"a", a}, {"b", b}, {"c", c}});
+    std::unique_ptr<nn::Optimizer> ref = make({{"a", ar}, {"b", br}, {"c", cr}});
+    for (int step = 0; step < 4; ++step) {
+      INFO("step ", step);
+      Generator gg(50 + step);
+      const Tensor ga = to(rand({6, 5}, kFloat32, gg, -1, 1), kBFloat16),
+                   gb = to(rand({5, 6}, kFloat32, gg, -1, 1), kFloat16);
+      const Tensor gc = rand({7}, kFloat32, gg, -1, 1);
+      a.set_grad(clone(ga));
+      b.set_grad(clone(gb));
+      c.set_grad(clone(gc));
+      ar.set_grad(clone(ga));
+      br.set_grad(clone(gb));
+      cr.set_grad(clone(gc));
+      const int64_t allocs = memory_stats().num_allocs;
+      const KernelCalls before = kernel_calls();
+      opt->step();
+      if (step > 0) {
+        CHECK(memory_stats().num_allocs == allocs);
+        CHECK((kernel_calls() - before).cpu == 1);
+      }
+      ref->step();
+      CHECK(values(a) == values(ar));
+      CHECK(values(b) == values(br));
+      CHECK(values(c) == values(cr));
+      CHECK(values(opt->master("a")) == values(ref->master("a")));
+      CHECK(values(opt->master("b")) == values(ref->master("b")));
+    }
+    CHECK(values(a) != values(to(a0, kBFloat16)));
+  }
+}
+
+TEST_CASE("Adam's single call leaves out what it cannot batch: strided and memory-sharing parameters") {
+  // w0, w1: plain; w2: a view of w1's storage (stepped alone, in order); w3: bfloat16 (its float32 master
+  // batched with w0); w4: no gradient (untouched, its step not counted).
   Generator gen(6);
   Tensor base = rand({10, 4}, kFloat32, gen, -1, 1);
   Tensor w0 = rand({3, 4}, kFloat32, gen, -1, 1), w1 = narrow(base, 0, 0, 5), w2 = narrow(base, 0, 5, 5);
@@ -266,6 +483,86 @@ CUDA_TEST_CASE("adam_steps_ on CUDA: each parameter as the CPU's, over several l
       check_close(gpu[i].p.cpu(), cpu[i].p, tol);
       check_close(gpu[i].m.cpu(), cpu[i].m, tol);
       check_close(gpu[i].v.cpu(), cpu[i].v, tol);
+    }
+  }
+}
+
+CUDA_TEST_CASE("sgd_steps_ and masters' steps on CUDA: each as the CPU's, in one launch per 16 entries") {
+  for (DType dt : {kFloat64, kFloat32}) {
+    INFO(dt);
+    const double tol = dt == kFloat64 ? 1e-14 : 1e-6;
+    std::vector<kernels::SgdTensors> cpu = sgd_batch(19, dt, Device::cpu()), gpu = sgd_batch(19, dt, Device::cuda(0));
+    const cuda::TransferStats before = cuda::transfer_stats();
+    ops::sgd_steps_(gpu);
+    CHECK((cuda::transfer_stats() - before).kernel_launches == 2);  // 16 + 3 entries
+    ops::sgd_steps_(cpu);
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      INFO(i);
+      check_close(gpu[i].p.cpu(), cpu[i].p, tol);
+      if (cpu[i].buf.defined()) check_close(gpu[i].buf.cpu(), cpu[i].buf, tol);
+    }
+  }
+  // Masters of bfloat16 and float16 parameters between float32 entries, Adam and SGD: the masters
+  // within float32 tolerance of the CPU's (a fused multiply-add may differ in the last bit), the
+  // 16-bit parameters the rounding of the CUDA masters (the same function on both).
+  for (DType dt : {kBFloat16, kFloat16}) {
+    INFO(dt);
+    Generator gen(61);
+    std::vector<kernels::AdamTensors> ac = adam_batch(3, kFloat32, Device::cpu()),
+                                      ag = adam_batch(3, kFloat32, Device::cuda(0));
+    std::vector<kernels::SgdTensors> sc = sgd_batch(3, kFloat32, Device::cpu()),
+                                     sg = sgd_batch(3, kFloat32, Device::cuda(0));
+    for (int i = 0; i < 4; ++i) {
+      Generator g1(300 + i), g2(300 + i);
+      LowParam lc = low_param({3 + i, 5}, dt, g1), lg = low_param({3 + i, 5}, dt, g2, Device::cuda(0));
+      kernels::AdamTensors a;
+      a.p = lc.master;
+      a.g = lc.g;
+      a.m = rand(a.p.shape(), kFloat32, gen, -0.1, 0.1);
+      a.v = rand(a.p.shape(), kFloat32, gen, 0, 0.01);
+      a.s = adam_args(i % 2 == 0);
+      a.low = lc.low;
+      kernels::AdamTensors b = a;
+      b.p = lg.master;
+      b.g = lg.g;
+      b.m = a.m.to(Device::cuda(0));
+      b.v = a.v.to(Device::cuda(0));
+      b.low = lg.low;
+      ac.insert(ac.begin() + 1, a);
+      ag.insert(ag.begin() + 1, b);
+      Generator g3(400 + i), g4(400 + i);
+      LowParam mc = low_param({5, 2 + i}, dt, g3), mg = low_param({5, 2 + i}, dt, g4, Device::cuda(0));
+      kernels::SgdTensors s;
+      s.p = mc.master;
+      s.g = mc.g;
+      s.buf = rand(s.p.shape(), kFloat32, gen, -0.5, 0.5);
+      s.s.lr = 0.1;
+      s.s.momentum = 0.9;
+      s.low = mc.low;
+      kernels::SgdTensors t = s;
+      t.p = mg.master;
+      t.g = mg.g;
+      t.buf = s.buf.to(Device::cuda(0));
+      t.low = mg.low;
+      sc.push_back(s);
+      sg.push_back(t);
+    }
+    const cuda::TransferStats before = cuda::transfer_stats();
+    ops::adam_steps_(ag);
+    ops::sgd_steps_(sg);
+    CHECK((cuda::transfer_stats() - before).kernel_launches == 2);
+    ops::adam_steps_(ac);
+    ops::sgd_steps_(sc);
+    for (size_t i = 0; i < ac.size(); ++i) {
+      INFO("adam ", i);
+      check_close(ag[i].p.cpu(), ac[i].p, 1e-6);
+      check_close(ag[i].v.cpu(), ac[i].v, 1e-6);
+      if (ag[i].low.defined()) CHECK(values(ag[i].low.cpu()) == values(to(ag[i].p.cpu(), dt)));
+    }
+    for (size_t i = 0; i < sc.size(); ++i) {
+      INFO("sgd ", i);
+      check_close(sg[i].p.cpu(), sc[i].p, 1e-6);
+      if (sg[i].low.defined()) CHECK(values(sg[i].low.cpu()) == values(to(sg[i].p.cpu(), dt)));
     }
   }
 }
