@@ -479,8 +479,8 @@ void cluster_means_forward_cuda(const Tensor& x, const Tensor& assign, double sc
   using namespace cluster_means_cuda;
   const char* op = "cluster_means";
   const int64_t C = out.shape()[size_t(out.dim() - 2)], D = x.shape().back(), N = x.shape()[size_t(x.dim() - 2)];
-  const int64_t rows = N * D > 0 ? x.numel() / D : 0, G = counts.numel() / std::max<int64_t>(C, 1),
-                slots = G * (C + 1);
+  // (rows from the groups, not x.numel() / D: with D == 0 the counts are still the members')
+  const int64_t G = counts.numel() / std::max<int64_t>(C, 1), rows = G * N, slots = G * (C + 1);
   if (slots == 0) return;
   const Device dev = x.device();
   cu::use_device_of(x, op);

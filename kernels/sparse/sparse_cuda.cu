@@ -211,7 +211,8 @@ __global__ void forward_kernel(Rows<T> a, int64_t rows, T* out, T* o, T* P) {
         p = exp(s - m);  // NaN scores make the row NaN
         l += p;
       }
-      const T z = p * keep_factor(a, row, t);
+      const T kf = keep_factor(a, row, t);
+      const T z = kf == T(0) ? T(0) : p * kf;  // dropped: exactly 0, a NaN weight too (as the CPU's dropout)
       if (z != T(0)) {
         const T* vr = vg + key * a.Dv;
         for (int64_t j = lane; j < a.Dv; j += cu::kWarp) orow[j] += z * vr[j];
@@ -276,7 +277,7 @@ __global__ void rows_grad_kernel(Rows<T> a, int64_t rows, const T* o, const T* P
       for (int64_t j = lane; j < a.D; j += cu::kWarp) dqr[j] += dS * kr[j];
       if (lane == 0) {
         ds[row * a.kk + t] = dS;
-        zs[row * a.kk + t] = w * keep;
+        zs[row * a.kk + t] = keep == T(0) ? T(0) : w * keep;  // (a dropped NaN weight adds nothing to dv)
       }
     }
   }

@@ -231,6 +231,21 @@ TopkCase topk_case(DType dt, bool with_pad) {
   return c;
 }
 
+// dv of cluster_topk_attention with query 0 of head (0, 0) NaN and dropout 0.5 (sum of the output
+// as the loss), on device d: a key that row dropped gets nothing from it (a dropped weight is an
+// exact 0, as the CPU's dropout writes it; NaN * 0 would be NaN), a key it kept gets NaN.
+std::vector<double> nan_row_dropout_dv(Device d) {
+  const TopkCase c = topk_case(kFloat64, false);
+  std::vector<double> qv = values(c.q);
+  qv[0] = NAN;
+  Tensor v = c.v.detach().to(d).set_requires_grad(true);
+  Generator g(9);
+  Tensor out = cluster_topk_attention(t64(qv, c.q.shape()).to(d), c.k.detach().to(d), v, c.top.to(d), c.assign.to(d),
+                                      c.mass.detach().to(d), c.rest.detach().to(d), Tensor(), 1.0, false, 0.5, g);
+  sum(out).backward();
+  return values(v.grad().cpu());
+}
+
 }  // namespace
 
 GRADCHECK_CASE(cluster_topk_attention) {
@@ -392,6 +407,27 @@ TEST_CASE("cluster_topk_attention: empty query and key sets, a NaN query row") {
   for (double x : values(none)) CHECK(x == 0.0);
 }
 
+TEST_CASE(
+    "cluster_topk_attention: a NaN row with dropout gives NaN to the keys it kept and nothing to those it dropped") {
+  const std::vector<double> dv = nan_row_dropout_dv(Device::cpu());
+  const TopkCase c = topk_case(kFloat64, false);
+  // Row 0's keys (head (0, 0), cluster 0): those its dropout kept are NaN in every column; the rest finite.
+  const std::vector<int64_t> top = c.top.to_vector<int64_t>();
+  const int64_t kk = c.top.shape()[3], Dv = c.v.shape()[3];
+  std::set<int64_t> listed(top.begin(), top.begin() + kk);
+  int64_t nan_keys = 0;
+  for (int64_t key = 0; key < c.v.shape()[2]; ++key) {
+    INFO("key ", key);
+    const bool nan = std::isnan(dv[size_t(key * Dv)]);
+    for (int64_t j = 1; j < Dv; ++j) CHECK(std::isnan(dv[size_t(key * Dv + j)]) == nan);
+    if (nan) CHECK(listed.count(key) == 1);
+    nan_keys += nan;
+  }
+  CHECK(nan_keys > 0);
+  CHECK(nan_keys < kk);  // (Generator 9 at rate 0.5 drops some of the row's keys and keeps some)
+  for (size_t i = size_t(c.v.shape()[2] * Dv); i < dv.size(); ++i) CHECK(std::isfinite(dv[i]));  // other heads
+}
+
 PARITY_CASE(cluster_topk_attention) {
   for (DType dt : {kFloat64, kFloat32})
     for (bool causal : {false, true})
@@ -448,6 +484,14 @@ PARITY_CASE(cluster_topk_attention) {
                  return cluster_topk_attention(x[0], x[1], x[2], c.top.to(d), c.assign.to(d), x[3], x[4]);
                },
                {t64(qv, {2, 2, 7, 5}), c.k, c.v, c.mass, c.rest}, forward_only);
+  // The NaN row with dropout: the same NaN keys in dv on both devices (nan_row_dropout_dv).
+  const std::vector<double> dv_cpu = nan_row_dropout_dv(Device::cpu()), dv_gpu = nan_row_dropout_dv(Device::cuda(0));
+  REQUIRE(dv_cpu.size() == dv_gpu.size());
+  for (size_t i = 0; i < dv_cpu.size(); ++i) {
+    INFO(i);
+    CHECK(std::isnan(dv_cpu[i]) == std::isnan(dv_gpu[i]));
+    if (!std::isnan(dv_cpu[i])) CHECK(std::fabs(dv_cpu[i] - dv_gpu[i]) <= 1e-12 * (1 + std::fabs(dv_cpu[i])));
+  }
 }
 
 }  // TEST_SUITE
