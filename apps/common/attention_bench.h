@@ -210,6 +210,7 @@ class EncoderBench {
 
   int64_t num_parameters() const { return model_->num_parameters(); }
   const cf::models::EncoderClassifier& model() const { return *model_; }
+  cf::models::EncoderClassifier& model() { return *model_; }
   cf::nn::AdamW* optimizer() { return opt_.get(); }  // null before the first train_step
   cf::Tensor& ids() { return ids_; }                 // the step's input, (batch, n) token ids
 
@@ -218,15 +219,21 @@ class EncoderBench {
   void train_step() {
     if (!opt_) opt_ = std::make_unique<cf::nn::AdamW>(model_->named_parameters());
     opt_->zero_grad();
+    loss(ids_).backward();
+    opt_->step();
+  }
+
+  // The training loss of the model on token ids (batch, n) of the model's device and the bench's
+  // labels: cross-entropy plus the auxiliary losses, weight 1 each.
+  cf::Tensor loss(const cf::Tensor& ids) {
     cf::nn::AuxLosses aux;
-    cf::Tensor loss = cf::nn::cross_entropy(model_->forward(ids_, cf::Tensor(), &aux), labels_);
+    cf::Tensor loss = cf::nn::cross_entropy(model_->forward(ids, cf::Tensor(), &aux), labels_);
     if (!aux.empty()) {
       std::map<std::string, double> weights;
       for (const std::string& name : aux.names()) weights[name] = 1.0;
       loss = loss + aux.total(weights);
     }
-    loss.backward();
-    opt_->step();
+    return loss;
   }
 
   // One forward in eval mode under NoGradGuard (the logits of the previous call

@@ -104,6 +104,59 @@ double clip_grad_norm(const StateDict& params, double max_norm, bool error_if_no
   return clip_grad_norm(tensors_of(params), max_norm, error_if_nonfinite, norm_type);
 }
 
+Tensor grad_norm_tensor(const std::vector<Tensor>& params, double norm_type) {
+  check_norm_type(norm_type, "grad_norm_tensor");
+  NoGradGuard no_grad;
+  Device dev = Device::cpu();
+  for (size_t i = 0; i < params.size(); ++i) {
+    CF_CHECK(params[i].defined(), ValueError, "[grad_norm_tensor] a parameter is an undefined tensor");
+    if (i == 0) dev = params[i].device();
+  }
+  const bool largest = std::isinf(norm_type);
+  Tensor total;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined() || g.numel() == 0) continue;
+    if (!total.defined()) dev = g.device();
+    CF_CHECK(g.device() == dev, ValueError, "[grad_norm_tensor] the gradients are on ", dev.str(), " and ",
+             g.device().str(), ": one device at a time");
+    // the reductions ops::sum_squares and grad_norm's other forms run on a CUDA gradient
+    const Tensor g64 = to(g, kFloat64);
+    const Tensor part = largest            ? amax(abs(g64))
+                        : norm_type == 2.0 ? sum(mul(g64, g64))
+                                           : sum(pow(abs(g64), norm_type));
+    if (!total.defined())
+      total = part;
+    else if (largest)  // (maximum propagates a NaN, as largest_magnitude returns it)
+      total = maximum(total, part);
+    else
+      total = add(total, part);
+  }
+  if (!total.defined()) return Tensor::zeros({}, kFloat64, dev);
+  if (largest) return total;
+  return norm_type == 2.0 ? sqrt(total) : pow(total, 1.0 / norm_type);
+}
+
+Tensor clip_grad_norm_tensor(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  CF_CHECK(max_norm > 0, ValueError, "[clip_grad_norm_tensor] max_norm must be > 0, got ", max_norm);
+  check_norm_type(norm_type, "clip_grad_norm_tensor");
+  const Tensor norm = grad_norm_tensor(params, norm_type);
+  NoGradGuard no_grad;
+  // max_norm / (norm + 1e-6) in double as clip_grad_norm's; a norm is finite when norm - norm is 0
+  // (inf - inf and NaN are NaN)
+  const Tensor coef = div(full_like(norm, max_norm), add(norm, 1e-6));
+  const Tensor clip = logical_and(eq(sub(norm, norm), 0.0), lt(coef, 1.0));
+  const Tensor factor = where(clip, coef, 1.0);
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    // (rescale's arithmetic: the factor rounded to the gradient's dtype, 16-bit gradients scaled in float32)
+    p.set_grad(is_low_precision(g.dtype()) ? to(mul(to(g, kFloat32), to(factor, kFloat32)), g.dtype())
+                                           : mul(g, to(factor, g.dtype())));
+  }
+  return norm;
+}
+
 void scale_grads(const std::vector<Tensor>& params, double factor) {
   CF_CHECK(std::isfinite(factor), ValueError, "[scale_grads] factor must be finite, got ", factor);
   rescale(params, factor);

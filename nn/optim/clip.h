@@ -35,6 +35,18 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm,
 double clip_grad_norm(const StateDict& params, double max_norm, bool error_if_nonfinite = false,
                       double norm_type = 2.0);
 
+// The same two without a host read (a CUDA training step, or one a CUDA graph captures): the norm
+// comes back as a 0-d float64 tensor on the gradients' device (all on one device; 0 on the first
+// parameter's when none has a gradient), and the clipping factor min(1, max_norm / (norm + 1e-6))
+// is applied on the device, 1 when the norm is not finite (the gradients left unchanged; read the
+// norm to stop). On CUDA the numbers are the double-returning functions': the same reductions,
+// added in the same order on the device instead of the host. On the CPU those sum squares in index
+// order where these use the sum reduction, so the two may differ in the last bits there. The norm
+// is the plain power sum: a float64 gradient norm beyond about 1e154 comes out inf (grad_norm
+// rescales such gradients on the host first); float32 and 16-bit gradients never reach that.
+Tensor grad_norm_tensor(const std::vector<Tensor>& params, double norm_type = 2.0);
+Tensor clip_grad_norm_tensor(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
 // Multiplies every defined gradient by factor (e.g. 1/k after k accumulated micro-batches).
 void scale_grads(const std::vector<Tensor>& params, double factor);
 void scale_grads(const StateDict& params, double factor);

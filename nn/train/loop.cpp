@@ -7,6 +7,8 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/shape.h"
+#include "core/cuda_graph.h"
 #include "core/error.h"
 #include "nn/module.h"
 #include "nn/optim/clip.h"
@@ -59,17 +61,40 @@ void check_options(const TrainLoopOptions& o) {
            " (a best needs a step in [0, start_step ", o.start_step, "]; none is NaN with step -1)");
 }
 
+std::string where_micro(int64_t step, int64_t micro) {
+  return str("[train_loop] step ", step, ", micro-batch ", micro, ": ");
+}
+
+// A micro-batch's loss tensor, checked (no read of its value).
+void check_loss_tensor(const Tensor& loss, int64_t step, int64_t micro) {
+  CF_CHECK(loss.defined(), ValueError, where_micro(step, micro), "train_step_loss returned an undefined tensor");
+  CF_CHECK(loss.numel() == 1 && is_floating(loss.dtype()), ValueError, where_micro(step, micro),
+           "the loss must be a one-element floating tensor, got ", loss.describe());
+  CF_CHECK(loss.requires_grad(), ValueError, where_micro(step, micro),
+           "the loss does not require grad (computed under NoGradGuard, or from no parameter?)");
+}
+
+void check_loss_value(double v, int64_t step, int64_t micro, const char* after = "") {
+  CF_CHECK(std::isfinite(v), ValueError, where_micro(step, micro), "non-finite loss ", v, after);
+}
+
 // The loss value of one micro-batch, checked.
 double checked_loss(const Tensor& loss, int64_t step, int64_t micro) {
-  auto where = [&] { return str("[train_loop] step ", step, ", micro-batch ", micro, ": "); };
-  CF_CHECK(loss.defined(), ValueError, where(), "train_step_loss returned an undefined tensor");
-  CF_CHECK(loss.numel() == 1 && is_floating(loss.dtype()), ValueError, where(),
-           "the loss must be a one-element floating tensor, got ", loss.describe());
-  CF_CHECK(loss.requires_grad(), ValueError, where(),
-           "the loss does not require grad (computed under NoGradGuard, or from no parameter?)");
-  double v = loss.item();
-  CF_CHECK(std::isfinite(v), ValueError, where(), "non-finite loss ", v);
+  check_loss_tensor(loss, step, micro);
+  const double v = loss.item();
+  check_loss_value(v, step, micro);
   return v;
+}
+
+void check_grad_norm(double norm, int64_t step, const char* after = "") {
+  CF_CHECK(std::isfinite(norm), ValueError, "[train_loop] step ", step, ": non-finite gradient norm ", norm, after);
+}
+
+// clip_grad_norm's norm, after clipping; on a CUDA device one read of it (clip_grad_norm reads a
+// sum per gradient).
+double clip_and_read(const std::vector<Tensor>& params, double clip_norm) {
+  if (!params.empty() && params.front().device().is_cuda()) return clip_grad_norm_tensor(params, clip_norm).item();
+  return clip_grad_norm(params, clip_norm);
 }
 
 }  // namespace
@@ -82,6 +107,18 @@ TrainLoopResult train_loop(Optimizer& optimizer, const TrainStepFn& train_step_l
   std::vector<Tensor> params;
   for (const auto& g : optimizer.param_groups())
     for (const auto& p : g.params) params.push_back(p.second);
+  if (o.cuda_graph) {
+    CF_CHECK(!hooks.scaler, ValueError,
+             "[train_loop] cuda_graph takes no GradScaler (whether a step is skipped is "
+             "decided on the host): train with bfloat16 autocast, or without cuda_graph");
+    CF_CHECK(static_cast<bool>(hooks.load_batch), ValueError,
+             "[train_loop] cuda_graph needs hooks.load_batch: the "
+             "replayed step reads the tensors it read when captured, which load_batch must refill each step (one that "
+             "does nothing trains on one fixed batch)");
+    const Device dev = params.empty() ? Device::cpu() : params.front().device();
+    CF_CHECK(dev.is_cuda(), ValueError, "[train_loop] cuda_graph needs the parameters on a CUDA device, got ",
+             dev.str());
+  }
 
   std::unique_ptr<ProgressBar> own_bar;
   ProgressBar* bar = nullptr;
@@ -141,33 +178,74 @@ TrainLoopResult train_loop(Optimizer& optimizer, const TrainStepFn& train_step_l
   optimizer.zero_grad();
   double window_sum = 0;
   int64_t window_n = 0;
+  // cuda_graph: the step after this call's first, captured; its losses (and norm) in `readout`
+  cuda::Graph graph;
+  Tensor readout;
   for (int64_t step = o.start_step + 1; step <= o.max_steps && !res.stopped_early; ++step) {
     if (hooks.model) hooks.model->train();
     TrainStepInfo info;
     info.step = step;
     double loss_sum = 0;
-    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-      Tensor loss = train_step_loss(step, micro);
-      loss_sum += checked_loss(loss, step, micro);
-      if (o.grad_accum > 1) loss = loss * (1.0 / double(o.grad_accum));
-      (hooks.scaler ? hooks.scaler->scale(loss) : loss).backward();
-    }
-    info.loss = loss_sum / double(o.grad_accum);
-    if (hooks.scaler) hooks.scaler->unscale_(optimizer);  // before clipping (the scaler's rule)
-    const bool overflow = hooks.scaler && hooks.scaler->found_inf();
-    if (o.clip_norm > 0 && !overflow) {
-      info.grad_norm = clip_grad_norm(params, o.clip_norm);
-      CF_CHECK(std::isfinite(info.grad_norm), ValueError, "[train_loop] step ", step,
-               ": non-finite gradient norm ", info.grad_norm);
-    }
-    info.lr = hooks.schedule ? hooks.schedule->apply(optimizer) : optimizer.lr();
-    if (hooks.scaler) {
-      hooks.scaler->step(optimizer);  // skipped on overflow
-      hooks.scaler->update();
+    if (o.cuda_graph && step > o.start_step + 1) {
+      for (int64_t micro = 0; micro < o.grad_accum; ++micro) hooks.load_batch(step, micro);
+      info.lr = hooks.schedule ? hooks.schedule->apply(optimizer) : optimizer.lr();
+      if (!graph.captured()) {
+        auto device_step = [&] {
+          std::vector<Tensor> read;
+          for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+            Tensor loss = train_step_loss(step, micro);
+            check_loss_tensor(loss, step, micro);
+            read.push_back(reshape(to(loss.detach(), kFloat64), {1}));
+            if (o.grad_accum > 1) loss = loss * (1.0 / double(o.grad_accum));
+            loss.backward();
+          }
+          if (o.clip_norm > 0) read.push_back(reshape(clip_grad_norm_tensor(params, o.clip_norm), {1}));
+          optimizer.step();
+          optimizer.zero_grad();
+          readout = cat(read, 0);
+        };
+        try {
+          graph.capture(device_step, params.front().device());
+        } catch (const DeviceError& e) {
+          throw DeviceError(str("[train_loop] step ", step, " captured as a CUDA graph (cuda_graph): ", e.what()));
+        }
+      }
+      graph.replay();
+      const std::vector<double> r = readout.to_vector<double>();  // the step's one wait
+      const char* after = " (a replayed step: its update has run)";
+      for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+        check_loss_value(r[size_t(micro)], step, micro, after);
+        loss_sum += r[size_t(micro)];
+      }
+      if (o.clip_norm > 0) {
+        info.grad_norm = r[size_t(o.grad_accum)];
+        check_grad_norm(info.grad_norm, step, after);
+      }
+      info.loss = loss_sum / double(o.grad_accum);
     } else {
-      optimizer.step();
+      for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+        if (hooks.load_batch) hooks.load_batch(step, micro);
+        Tensor loss = train_step_loss(step, micro);
+        loss_sum += checked_loss(loss, step, micro);
+        if (o.grad_accum > 1) loss = loss * (1.0 / double(o.grad_accum));
+        (hooks.scaler ? hooks.scaler->scale(loss) : loss).backward();
+      }
+      info.loss = loss_sum / double(o.grad_accum);
+      if (hooks.scaler) hooks.scaler->unscale_(optimizer);  // before clipping (the scaler's rule)
+      const bool overflow = hooks.scaler && hooks.scaler->found_inf();
+      if (o.clip_norm > 0 && !overflow) {
+        info.grad_norm = clip_and_read(params, o.clip_norm);
+        check_grad_norm(info.grad_norm, step);
+      }
+      info.lr = hooks.schedule ? hooks.schedule->apply(optimizer) : optimizer.lr();
+      if (hooks.scaler) {
+        hooks.scaler->step(optimizer);  // skipped on overflow
+        hooks.scaler->update();
+      } else {
+        optimizer.step();
+      }
+      optimizer.zero_grad();
     }
-    optimizer.zero_grad();
     if (hooks.after_update) hooks.after_update(step);
 
     res.steps_run += 1;

@@ -38,6 +38,22 @@
 // "[train_loop] step 7, micro-batch 0: non-finite loss nan"; so is a non-finite
 // gradient norm when clipping. Nothing is caught: an exception from a callback
 // leaves the loop (the model's train/eval mode is restored first).
+//
+// Data: hooks.load_batch(s, micro), when given, runs before train_step_loss(s, micro): it writes
+// the micro-batch into the tensors train_step_loss reads (copy_ into inputs kept across steps).
+// Split that way the step can run as a CUDA graph.
+//
+// CUDA graphs (options.cuda_graph, parameters on a CUDA device; core/cuda_graph.h): the first step
+// of the call runs eagerly, the second is captured (its micro-batches' forward and backward, the
+// clipping, the optimizer's step and zero_grad) and every later step replays it: load_batch for
+// each micro-batch, the schedule's learning rate, one replay, one read of the losses and the norm.
+// So train_step_loss runs at the eager step and at the capture only: it must read its data from
+// the tensors load_batch writes, the same ones each step, and do nothing on the host that must
+// happen every step (a host read inside it is refused by the capture). The loss and the gradient
+// norm are checked after the replay, so a non-finite one stops the loop after that step's update
+// (eagerly, before it). No GradScaler (its skip is a host decision). Evaluation, after_update
+// and on_step_end run eagerly between replays; state the captured step reads must be changed in
+// place there (copy_), not replaced.
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -65,6 +81,7 @@ struct TrainLoopOptions {
   double clip_norm = 0.0;  // > 0: clip the global gradient norm; 0: off
   int64_t grad_accum = 1;  // micro-batches per optimizer step, >= 1
   bool progress = true;    // a progress bar (default: on stderr, quiet when not a terminal); false: none
+  bool cuda_graph = false;           // steps replayed as a CUDA graph (above); the parameters on a CUDA device
   std::string metric_name = "loss";  // the key of evaluate()'s value in "val" lines
   std::string metric_mode = "min";   // best metric without EarlyStopping: "min"/"max"
   // A resumed run without an EarlyStopping: the best metric and its step so far (the saving run's
@@ -100,6 +117,8 @@ struct TrainLoopHooks {
   // Model state that belongs to the step, updated after the optimizer's (a memory bank's re-clustering):
   // before the step's evaluation, so that a validation score is the score of the model the step leaves.
   std::function<void(int64_t step)> after_update;
+  // Writes step's micro-batch into the tensors train_step_loss reads, before it (needed with cuda_graph).
+  std::function<void(int64_t step, int64_t micro)> load_batch;
   std::function<void(const TrainStepInfo&)> on_step_end;  // e.g. checkpointing
 };
 
@@ -117,8 +136,9 @@ struct TrainLoopResult {
 using TrainStepFn = std::function<Tensor(int64_t step, int64_t micro)>;
 
 // ValueError (naming the option) for max_steps < 0, start_step < 0 or
-// > max_steps, a best_step outside [0, start_step] with a best_metric (or one without), eval_every/log_every < 0, grad_accum < 1, a negative or
-// non-finite clip_norm, an unknown metric_mode, or an empty train_step_loss.
+// > max_steps, a best_step outside [0, start_step] with a best_metric (or one without), eval_every/log_every < 0,
+// grad_accum < 1, a negative or non-finite clip_norm, an unknown metric_mode, or an empty train_step_loss; with
+// cuda_graph, for a GradScaler, a missing load_batch, or parameters not on a CUDA device.
 TrainLoopResult train_loop(Optimizer& optimizer, const TrainStepFn& train_step_loss,
                            const TrainLoopOptions& options, const TrainLoopHooks& hooks = {});
 

@@ -1131,6 +1131,19 @@ void bind_nn(nb::module_& m, nb::module_& nn) {
          },
          nb::arg("params"), nb::arg("max_norm"), nb::arg("error_if_nonfinite") = false, nb::arg("norm_type") = 2.0,
          "clip_grad_norm under PyTorch's name (torch.nn.utils.clip_grad_norm_).");
+  nn.def("grad_norm_tensor", [tensors_of](nb::handle p, double norm_type) {
+           return cnn::grad_norm_tensor(tensors_of(p, "grad_norm_tensor"), norm_type);
+         },
+         nb::arg("params"), nb::arg("norm_type") = 2.0,
+         "grad_norm as a 0-d float64 tensor on the gradients' device, without a host read (a CUDA step, or one a "
+         "cuda.Graph captures).");
+  nn.def("clip_grad_norm_tensor",
+         [tensors_of](nb::handle p, double max_norm, double norm_type) {
+           return cnn::clip_grad_norm_tensor(tensors_of(p, "clip_grad_norm_tensor"), max_norm, norm_type);
+         },
+         nb::arg("params"), nb::arg("max_norm"), nb::arg("norm_type") = 2.0,
+         "clip_grad_norm without a host read: the factor applied on the device (1 for a non-finite norm), the norm "
+         "returned as a 0-d float64 tensor (PyTorch's clip_grad_norm_ returns a tensor likewise).");
   nn.def("scale_grads", [tensors_of](nb::handle p, double f) { cnn::scale_grads(tensors_of(p, "scale_grads"), f); },
          nb::arg("params"), nb::arg("factor"), "Multiply every gradient by factor (gradient accumulation).");
 

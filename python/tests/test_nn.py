@@ -101,6 +101,25 @@ def test_training_with_adamw_and_a_schedule_lowers_the_loss():
     assert "step" in sd and any(k.startswith("exp_avg.") for k in sd)
 
 
+def test_clip_grad_norm_tensor_matches_clip_grad_norm():
+    # gradients whose squares sum exactly in any order: the tensor form gives clip_grad_norm's numbers
+    def model():
+        p = cf.zeros([4], requires_grad=True)
+        q = cf.zeros([2], requires_grad=True)
+        p.grad = cf.tensor([0.5, -1.5, 2.0, 0.25])
+        q.grad = cf.tensor([3.0, -0.75])
+        return [p, q]
+    a, b = model(), model()
+    n = cf.nn.clip_grad_norm_tensor(a, 1.0)
+    assert isinstance(n, cf.Tensor) and n.dim() == 0 and n.dtype == cf.float64
+    assert n.item() == cf.nn.clip_grad_norm(b, 1.0) == cf.nn.grad_norm_tensor(model()).item()
+    assert [x.grad.tolist() for x in a] == [x.grad.tolist() for x in b]
+    with pytest.raises(cf.ValueError, match=r"^\[clip_grad_norm_tensor\] max_norm must be > 0, got 0"):
+        cf.nn.clip_grad_norm_tensor(a, 0.0)
+    with pytest.raises(cf.ValueError, match=r"^\[grad_norm_tensor\] norm_type must be > 0"):
+        cf.nn.grad_norm_tensor(a, -1.0)
+
+
 def test_state_dict_checkpoint_and_safetensors(tmp_path):
     g = cf.Generator(5)
     model = cf.nn.Linear(3, 2, generator=g)

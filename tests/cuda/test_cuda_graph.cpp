@@ -68,6 +68,50 @@ Snapshots train_run(const cf::apps::EncoderBenchConfig& cfg, bool graphed, int64
   return out;
 }
 
+// A train_loop run over graph_encoder(variant)'s model: 6 steps of 2 micro-batches (token ids drawn
+// on the CPU, written by load_batch into one device tensor per micro-batch), gradient clipping, a
+// warmup-cosine schedule; what each step reported, its round trips, and the parameters at the end.
+struct LoopRun {
+  std::vector<double> loss, norm, lr;
+  std::vector<cuda::TransferStats> trips;  // each step's, from the end of the step before
+  std::vector<std::vector<float>> params;
+};
+LoopRun loop_run(const cf::apps::EncoderBenchConfig& cfg, bool graphed) {
+  manual_seed(123);
+  cf::apps::EncoderBench bench(cfg);
+  nn::AdamW opt(bench.model().named_parameters(), nn::AdamWOptions{});
+  nn::WarmupCosineLR schedule(1e-3, 2, 6);
+  std::vector<Tensor> ids{clone(bench.ids()), clone(bench.ids())};
+  Generator data(77);
+  nn::TrainLoopOptions o;
+  o.max_steps = 6;
+  o.grad_accum = 2;
+  o.clip_norm = 0.5;
+  o.progress = false;
+  o.cuda_graph = graphed;
+  nn::TrainLoopHooks h;
+  h.model = &bench.model();
+  h.schedule = &schedule;
+  h.load_batch = [&](int64_t, int64_t micro) {
+    copy_(ids[size_t(micro)], cf::randint(0, cfg.vocab, {cfg.batch, cfg.n}, data).cuda());
+  };
+  LoopRun run;
+  cuda::synchronize();
+  cuda::TransferStats last = cuda::transfer_stats();
+  h.on_step_end = [&](const nn::TrainStepInfo& info) {
+    const cuda::TransferStats now = cuda::transfer_stats();
+    run.trips.push_back(now - last);
+    last = now;
+    run.loss.push_back(info.loss);
+    run.norm.push_back(info.grad_norm);
+    run.lr.push_back(info.lr);
+  };
+  nn::train_loop(
+      opt, [&](int64_t, int64_t micro) { return bench.loss(ids[size_t(micro)]); }, o, h);
+  for (const auto& np : bench.model().named_parameters()) run.params.push_back(np.second.to_vector<float>());
+  return run;
+}
+
 }  // namespace
 
 TEST_SUITE("cuda") {
@@ -135,6 +179,60 @@ CUDA_TEST_CASE(
         }
       CHECK(eager.front() != eager.back());  // the parameters moved
     }
+}
+
+CUDA_TEST_CASE("train_loop with cuda_graph: the eager loop's losses, norms and parameters, one read a step") {
+  // Step 1 eager, step 2 captured and every later step replayed: each with its micro-batches
+  // loaded, its learning rate from the schedule, its clipping and its draws (dropout) as the eager
+  // loop's, reading the device once (the losses and the norm together) and waiting for nothing else.
+  for (const std::string variant : {"full", "neural-clustering", "lsh"}) {
+    INFO(variant);
+    cf::apps::EncoderBenchConfig cfg = graph_encoder(variant);
+    cfg.dropout = 0.1;
+    const LoopRun eager = loop_run(cfg, false), graphed = loop_run(cfg, true);
+    CHECK(graphed.loss == eager.loss);
+    CHECK(graphed.norm == eager.norm);
+    CHECK(graphed.lr == eager.lr);
+    REQUIRE(graphed.params.size() == eager.params.size());
+    for (size_t i = 0; i < eager.params.size(); ++i) {
+      INFO("parameter ", i);
+      CHECK(std::memcmp(graphed.params[i].data(), eager.params[i].data(), eager.params[i].size() * sizeof(float)) == 0);
+    }
+    CHECK(eager.loss.front() != eager.loss.back());
+    REQUIRE(graphed.trips.size() == 6);
+    CHECK(graphed.trips[1].device_to_host == 1);  // the captured step
+    for (size_t s = 2; s < 6; ++s) {              // replays
+      INFO("step ", s + 1);
+      CHECK(graphed.trips[s].device_to_host == 1);
+      CHECK(graphed.trips[s].synchronizations == 0);
+      CHECK(graphed.trips[s].host_to_device == 2);  // the two micro-batches
+    }
+    CHECK(eager.trips[1].device_to_host == 3);  // each micro-batch's loss and the norm
+  }
+}
+
+CUDA_TEST_CASE("clip_grad_norm_tensor on CUDA: clip_grad_norm's bits without a copy to the host or a wait") {
+  Generator gen(3);
+  std::vector<Tensor> a, b;
+  for (int i = 0; i < 4; ++i) {
+    const Tensor g = rand({1000 + 37 * i}, kFloat32, gen, -1, 1).cuda();
+    for (auto* ps : {&a, &b}) {
+      Tensor p = Tensor::zeros(g.shape(), kFloat32, Device::cuda(0));
+      p.set_requires_grad(true);
+      p.set_grad(clone(g));
+      ps->push_back(p);
+    }
+  }
+  cuda::synchronize();
+  const cuda::TransferStats before = cuda::transfer_stats();
+  const Tensor n = nn::clip_grad_norm_tensor(a, 0.5);
+  const cuda::TransferStats trips = cuda::transfer_stats() - before;
+  CHECK(trips.device_to_host == 0);
+  CHECK(trips.synchronizations == 0);
+  CHECK(n.device() == Device::cuda(0));
+  const double nd = nn::clip_grad_norm(b, 0.5);
+  CHECK(n.item() == nd);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].grad().to_vector<float>() == b[i].grad().to_vector<float>());
 }
 
 CUDA_TEST_CASE("random draws in a cuda::Graph replay the draws the eager calls would make, generator by generator") {

@@ -728,6 +728,74 @@ TEST_CASE("grad_norm and clip_grad_norm take PyTorch's norm_type: 1, 3, inf, and
   }
 }
 
+TEST_CASE("grad_norm_tensor and clip_grad_norm_tensor: clip_grad_norm's numbers as device tensors, no host read") {
+  // Gradients whose powers and sums are exact in double (multiples of 1/4): any summation order gives the
+  // same norm, so the tensor forms must give clip_grad_norm's bits, float32, float64 and 16-bit gradients.
+  auto setup = [](std::vector<Tensor>& ps) {
+    ps = {param(kFloat32, std::vector<double>(6, 0.0), {2, 3}), param(kFloat64, {0, 0, 0}, {3}),
+          param(kFloat32, {0, 0}, {2}), to(param(kFloat32, {0, 0, 0, 0}, {4}), kBFloat16).set_requires_grad(true)};
+    ps[0].set_grad(t32({0.25f, -1.5f, 3.0f, 0.5f, 2.0f, -0.75f}, {2, 3}));
+    ps[1].set_grad(t64({4.0, -2.25, 1.0}, {3}));
+    // ps[2]: no gradient (skipped)
+    ps[3].set_grad(to(t32({1.0f, -0.5f, 2.5f, 0.125f}, {4}), kBFloat16));
+  };
+  for (double norm_type : {2.0, 1.0, 3.0, double(INFINITY)}) {
+    for (double max_norm : {1.0, 1e6}) {  // clipped, and below the threshold (unchanged)
+      INFO("norm_type ", norm_type, ", max_norm ", max_norm);
+      std::vector<Tensor> a, b;
+      setup(a);
+      setup(b);
+      CHECK(nn::grad_norm_tensor(a, norm_type).item() == nn::grad_norm(a, norm_type));
+      const Tensor n = nn::clip_grad_norm_tensor(a, max_norm, norm_type);
+      CHECK(n.dim() == 0);
+      CHECK(n.dtype() == kFloat64);
+      CHECK(n.item() == nn::clip_grad_norm(b, max_norm, false, norm_type));
+      for (size_t i = 0; i < a.size(); ++i) {
+        INFO("parameter ", i);
+        CHECK(a[i].grad().defined() == b[i].grad().defined());
+        if (!a[i].grad().defined()) continue;
+        CHECK(a[i].grad().dtype() == b[i].grad().dtype());
+        CHECK(values(a[i].grad()) == values(b[i].grad()));
+      }
+      if (max_norm == 1.0) CHECK(values(a[0].grad()) != std::vector<double>{0.25, -1.5, 3.0, 0.5, 2.0, -0.75});
+    }
+  }
+  // Random float32 gradients (sums in another order than sum_squares's): the same within rounding.
+  Generator gen(12);
+  std::vector<Tensor> r, q;
+  for (int i = 0; i < 3; ++i) {
+    Tensor g = rand({257 + i * 100}, kFloat32, gen, -1, 1);
+    r.push_back(param(kFloat32, std::vector<double>(size_t(g.numel()), 0.0), g.shape()));
+    q.push_back(param(kFloat32, std::vector<double>(size_t(g.numel()), 0.0), g.shape()));
+    r.back().set_grad(clone(g));
+    q.back().set_grad(clone(g));
+  }
+  const double nt = nn::clip_grad_norm_tensor(r, 0.5).item(), nd = nn::clip_grad_norm(q, 0.5);
+  CHECK(nt == doctest::Approx(nd).epsilon(1e-14));
+  for (size_t i = 0; i < r.size(); ++i) check_close(r[i].grad(), q[i].grad(), 1e-6);
+  // Non-finite norms leave the gradients alone (the caller reads the norm to stop).
+  Tensor w = param(kFloat64, {0, 0}, {2});
+  for (double bad : {std::nan(""), double(INFINITY)}) {
+    w.set_grad(t64({1, bad}, {2}));
+    const Tensor nb = nn::clip_grad_norm_tensor(std::vector<Tensor>{w}, 1.0);
+    CHECK(std::isnan(bad) ? std::isnan(nb.item()) : std::isinf(nb.item()));
+    CHECK(values(w.grad())[0] == 1.0);
+  }
+  // No gradient at all: 0 on the parameters' device.
+  const Tensor zero = nn::grad_norm_tensor(std::vector<Tensor>{param(kFloat32, {0}, {1})});
+  CHECK(zero.item() == 0.0);
+  CHECK(zero.device() == Device::cpu());
+  // Bad input, named.
+  CHECK_THROWS_MSG(nn::grad_norm_tensor(std::vector<Tensor>{w}, 0.0), ValueError,
+                   "[grad_norm_tensor] norm_type must be > 0");
+  CHECK_THROWS_MSG(nn::clip_grad_norm_tensor(std::vector<Tensor>{w}, -1.0), ValueError,
+                   "[clip_grad_norm_tensor] max_norm must be > 0, got -1");
+  CHECK_THROWS_MSG(nn::clip_grad_norm_tensor(std::vector<Tensor>{w}, 1.0, -2.0), ValueError,
+                   "[clip_grad_norm_tensor] norm_type must be > 0");
+  CHECK_THROWS_MSG(nn::grad_norm_tensor(std::vector<Tensor>{w, Tensor()}), ValueError,
+                   "[grad_norm_tensor] a parameter is an undefined tensor");
+}
+
 TEST_CASE("clip_grad_norm on a broadcast gradient from the engine") {
   Tensor w = param(kFloat64, {1, 2, 3, 4}, {4});
   sum(w).backward();  // the engine may hand back an expanded (stride 0) gradient

@@ -723,6 +723,73 @@ TEST_CASE("train: train_loop rejects bad options and bad losses, naming the step
   CHECK(model->is_training());
 }
 
+TEST_CASE("train: train_loop's load_batch writes each micro-batch before train_step_loss reads it") {
+  // The same data through load_batch (copy_ into inputs kept across steps, as a CUDA graph needs) and
+  // through train_step_loss picking it itself: the same parameters, bit for bit.
+  LineData d;
+  auto pick = [&](int64_t step, int64_t micro) {  // the micro-batch: 2 of the 4 points, rotating
+    const int64_t first = (2 * step + micro) % 3;
+    return std::make_pair(narrow(d.x, 0, first, 2), narrow(d.y, 0, first, 2));
+  };
+  nn::TrainLoopOptions o;
+  o.max_steps = 6;
+  o.grad_accum = 2;
+  o.clip_norm = 0.5;
+  o.progress = false;
+  auto a = line_model(), b = line_model();
+  nn::SGD opt_a(a->named_parameters(), {0.1}), opt_b(b->named_parameters(), {0.1});
+  nn::train_loop(
+      opt_a,
+      [&](int64_t step, int64_t micro) {
+        auto xy = pick(step, micro);
+        return nn::mse_loss(a->forward(xy.first), xy.second);
+      },
+      o);
+  Tensor x = Tensor::zeros({2, 1}, kFloat64), y = Tensor::zeros({2, 1}, kFloat64);
+  std::vector<std::pair<int64_t, int64_t>> loaded, read;
+  nn::TrainLoopHooks h;
+  h.load_batch = [&](int64_t step, int64_t micro) {
+    CHECK(loaded.size() == read.size());  // each load right before its read
+    auto xy = pick(step, micro);
+    copy_(x, xy.first);
+    copy_(y, xy.second);
+    loaded.emplace_back(step, micro);
+  };
+  nn::train_loop(
+      opt_b,
+      [&](int64_t step, int64_t micro) {
+        read.emplace_back(step, micro);
+        CHECK(loaded.back() == read.back());
+        return nn::mse_loss(b->forward(x), y);
+      },
+      o, h);
+  CHECK(loaded.size() == 12);
+  CHECK(read == loaded);
+  CHECK(param_values(*a) == param_values(*b));
+  CHECK(param_values(*a) != param_values(*line_model()));
+}
+
+TEST_CASE("train: train_loop with cuda_graph refuses what a graph cannot hold, naming it") {
+  LineData d;
+  auto model = line_model();
+  nn::SGD opt(model->named_parameters(), {0.1});
+  auto good = [&](int64_t, int64_t) { return nn::mse_loss(model->forward(d.x), d.y); };
+  nn::TrainLoopOptions o;
+  o.max_steps = 3;
+  o.progress = false;
+  o.cuda_graph = true;
+  nn::TrainLoopHooks h;
+  CHECK_THROWS_MSG(nn::train_loop(opt, good, o, h), ValueError, "[train_loop] cuda_graph needs hooks.load_batch",
+                   "one fixed batch");
+  h.load_batch = [](int64_t, int64_t) {};
+  CHECK_THROWS_MSG(nn::train_loop(opt, good, o, h), ValueError,
+                   "[train_loop] cuda_graph needs the parameters on a CUDA device, got cpu");
+  nn::GradScaler scaler;
+  h.scaler = &scaler;
+  CHECK_THROWS_MSG(nn::train_loop(opt, good, o, h), ValueError, "[train_loop] cuda_graph takes no GradScaler");
+  CHECK(opt.step_count() == 0);
+}
+
 TEST_CASE("train_loop with a GradScaler: scaled backward, unscaled clipping, an overflowing step skipped") {
   Tensor w = Tensor::from_vector(std::vector<float>{1.0f, -2.0f}, {2});
   w.set_requires_grad(true);
