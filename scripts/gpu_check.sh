@@ -17,7 +17,8 @@
 # (issue 28's per-call overhead) with that PyTorch, in $OUT/peers-python.json;
 # scale: issue 25's targets, every variant's training step at N = 2048 and 8192 (about 15 s), issue 24's
 # LSH-8 peak memory at N = 16384 and 65536, and clustered attention's fused and dense centroid paths;
-# demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs;
+# demo: cf-textcls --device cuda with every attention on the fortunes corpus unpacked from .gpu/debs, then full and
+# neural clustering with --cuda-graph;
 # bf16: issue 26's GPU figures (bf16 matmul vs cuBLAS GemmEx, bf16 attention and model steps beside fp32, and
 # the peers under torch.autocast), logs in $OUT/bf16.log;
 # block: block attention's fused kernel and GEMM path (attention.h; the tensor-core kernels: the mma stage) on the
@@ -158,7 +159,7 @@ if has unrun; then
   # racecheck: the fused optimizer batches (Adam, SGD, 16-bit parameters' masters), l2_normalize, the
   # clustering and commitment losses, routing's centroid EMA, cluster_means, cluster_topk_attention, routed
   # attention's slot <-> token kernels, and CUDA graphs (16-bit parameters' steps too).
-  cases='cuda: parity cluster_topk_attention,cuda: parity cluster_means,cuda: routed attention*slot <-> token*,cuda: routed_attention with dropout*,cuda: parity commitment_loss,cuda: routing*centroid EMA*,cuda: routing attention's EMA*,cuda: parity l2_normalize,cuda: parity cluster_loss*,cuda: parity clustering_loss*,cuda: *adam*,cuda: sgd_steps_*,cuda: *cuda::Graph*,cuda: a training step captured*,cuda: a replayable part*,cuda: a deferred check captured*'
+  cases='cuda: parity cluster_topk_attention,cuda: parity cluster_means,cuda: routed attention*slot <-> token*,cuda: routed_attention with dropout*,cuda: parity commitment_loss,cuda: routing*centroid EMA*,cuda: routing attention's EMA*,cuda: parity l2_normalize,cuda: parity cluster_loss*,cuda: parity clustering_loss*,cuda: *adam*,cuda: sgd_steps_*,cuda: *cuda::Graph*,cuda: train_loop with cuda_graph*,cuda: clip_grad_norm_tensor*,cuda: apps' train_model with --cuda-graph*,cuda: a training step captured*,cuda: a replayable part*,cuda: a deferred check captured*'
   t0=$(date +%s)
   (cd "$B" && timeout $(lim 120) tests/cf_tests "-tc=$cases" > "$OUT/unrun.log" 2>&1)
   note "unrun cases rc=$?: $(grep -E 'test cases:' "$OUT/unrun.log" | tr '\n' ' ')"
@@ -219,6 +220,13 @@ if has demo; then
     > "$OUT/textcls.jsonl" 2> "$OUT/textcls.md"
   note "cf-textcls --device cuda rc=$? in $(( $(date +%s) - t0 )) s"
   tail -30 "$OUT/textcls.md"
+  # the same with every training step after the second replayed as a CUDA graph (issue 25's demo target:
+  # ClusterFormer's training time against full attention's, train_s of the summary lines)
+  t0=$(date +%s)
+  timeout $(lim 240) "$B/apps/cf-textcls" --device cuda --cuda-graph --attentions full,neural-clustering \
+    --data-dir /tmp/deps/usr/share/games/fortunes > "$OUT/textcls-graph.jsonl" 2> "$OUT/textcls-graph.md"
+  note "cf-textcls --device cuda --cuda-graph rc=$? in $(( $(date +%s) - t0 )) s"
+  tail -12 "$OUT/textcls-graph.md"
 fi
 
 if has bf16; then

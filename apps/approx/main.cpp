@@ -181,6 +181,7 @@ bool parse(int argc, char** argv, Config& c) {
                        "with R >= 1 rounds)");
   cf::apps::check_topic_data_config(c.data);
   cf::apps::check_train_settings(c.train_opts);
+  cf::apps::check_cuda_graph_settings(c.train_opts, c.device, false);
   if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
   if (c.pooling != "mean" && c.pooling != "first")
     throw UsageError("--pooling must be mean or first, got '" + c.pooling + "'");

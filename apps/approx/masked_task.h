@@ -140,7 +140,7 @@ inline TrainResult train_masked(cf::models::TokenClassifier& model, const Classi
   run.generators.push_back({"data", &data_gen});
   TrainHooks hooks;
   hooks.evaluate = [&] { return evaluate_masked(model, val, uint64_t(seed) + 777, run.device).accuracy; };
-  hooks.loss = [&](int64_t, double* task_loss) {
+  hooks.loss = [&](int64_t, cf::Tensor* task_loss) {
     const std::vector<int64_t> starts =
         cf::randint(0, max_start + 1, {cfg.batch_size}, data_gen).to_vector<int64_t>();
     const MaskedBatch b = masked_windows(stream, starts, task.seq_len,
@@ -149,7 +149,7 @@ inline TrainResult train_masked(cf::models::TokenClassifier& model, const Classi
     cf::Tensor logits = model.forward(b.ids);
     cf::Tensor loss = cf::cross_entropy(cf::reshape(logits, {cfg.batch_size * task.seq_len, classes}),
                                         cf::reshape(b.targets, {cfg.batch_size * task.seq_len}));
-    *task_loss = loss.item();
+    *task_loss = loss;
     return loss;
   };
   return train_model(model, cfg, run, hooks);

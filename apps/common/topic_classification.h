@@ -283,6 +283,7 @@ struct ClassifierTrainConfig : TrainSettings {
 
 inline void add_classifier_train_options(Options& o, ClassifierTrainConfig& c) {
   add_train_options(o, c);
+  add_cuda_graph_option(o, c);
   o.add_int("batch_size", &c.batch_size, 1, "training batch size");
   o.add_int("eval_batch_size", &c.eval_batch_size, 1, "evaluation batch size");
 }
@@ -351,6 +352,9 @@ inline TrainResult train_classifier(cf::models::EncoderClassifier& model, const 
   to.seed = uint64_t(seed);
   to.drop_last = true;
   to.prefetch = 2;
+  // --cuda-graph: every batch padded to the evaluation length (the longest text), so each step has the
+  // captured step's shapes
+  if (cfg.cuda_graph) to.pad_to_multiple = std::max<int64_t>(1, val_loader.options().pad_to_multiple);
   cf::data::DataLoader train_loader(train_ds, to);
   if (train_loader.size() == 0)
     throw cf::ValueError("[" + run.app + "] the training set (" + std::to_string(train_ds->size()) +
@@ -361,15 +365,37 @@ inline TrainResult train_classifier(cf::models::EncoderClassifier& model, const 
     train_loader.set_state({start_step / nb, start_step % nb});
   };
   hooks.evaluate = [&] { return evaluate_classifier(model, val_loader, uint64_t(seed) + 777, run.device).accuracy; };
+  // The step's batch on the device: load writes it, loss reads it (with --cuda-graph into the same tensors
+  // every step, which the replayed step reads).
   cf::data::Batch b;
-  hooks.loss = [&](int64_t, double* task_loss) {
+  cf::Tensor input, mask, target;
+  auto put = [&](cf::Tensor& dst, const cf::Tensor& src, const char* what) {
+    cf::Tensor moved = src.to(run.device);
+    if (!cfg.cuda_graph || !dst.defined()) {
+      dst = moved;
+      return;
+    }
+    if (moved.shape() != dst.shape())
+      throw cf::ValueError("[" + run.app + "] --cuda-graph: a training batch's " + what + " is " + moved.describe() +
+                           ", the captured step's " + dst.describe());
+    cf::NoGradGuard ng;
+    cf::copy_(dst, moved);
+  };
+  hooks.load = [&](int64_t) {
     if (!train_loader.next(b) && !train_loader.next(b))
       throw cf::ValueError("[" + run.app + "] the training loader delivered no batch");
+    put(input, b.input, "input");
+    put(target, b.target, "target");
+    if (b.key_padding_mask.defined())
+      put(mask, b.key_padding_mask, "padding mask");
+    else
+      mask = cf::Tensor();
+  };
+  hooks.loss = [&](int64_t, cf::Tensor* task_loss) {
     cf::nn::AuxLosses aux;
-    cf::Tensor mask = b.key_padding_mask.defined() ? b.key_padding_mask.to(run.device) : cf::Tensor();
-    cf::Tensor logits = model.forward(b.input.to(run.device), mask, &aux);
-    cf::Tensor task = cf::cross_entropy(logits, b.target.to(run.device));
-    *task_loss = task.item();
+    cf::Tensor logits = model.forward(input, mask, &aux);
+    cf::Tensor task = cf::cross_entropy(logits, target);
+    *task_loss = task;
     return total_loss(task, aux, aux_weights);
   };
   TrainResult r = train_model(model, cfg, run, hooks);

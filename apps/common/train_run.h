@@ -32,6 +32,7 @@ struct TrainSettings {
   int64_t checkpoint_every = 0;
   int64_t stop_after = 0;  // > 0: end the run after this many steps of one model (see TrainingStopped)
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (autocast; fp16 with dynamic loss scaling)
+  bool cuda_graph = false;         // steps replayed as a CUDA graph (train_loop's cuda_graph; apps with a load hook)
 };
 
 // Registers steps, warmup, eval_every, log_every, lr, weight_decay,
@@ -56,6 +57,14 @@ inline void add_train_options(Options& o, TrainSettings& c) {
             "command continues from there (0: run to the end)");
 }
 
+// --cuda-graph, for the apps whose TrainHooks have a load hook (the data split from the loss).
+inline void add_cuda_graph_option(Options& o, TrainSettings& c) {
+  o.add_flag("cuda_graph", &c.cuda_graph,
+             "with --device cuda: each training step after the second replays a CUDA graph of the second (one "
+             "launch a step instead of hundreds: nn::train_loop's cuda_graph); batches are padded to the longest "
+             "text so every step has the same shapes; not with --precision fp16 or --distributed");
+}
+
 inline void check_train_settings(const TrainSettings& c) {
   if (!(c.lr > 0)) throw UsageError("--lr must be positive");
   if (c.weight_decay < 0) throw UsageError("--weight-decay must be non-negative");
@@ -69,10 +78,20 @@ inline void check_train_settings(const TrainSettings& c) {
                      std::to_string(c.steps) + ")");
 }
 
+// --cuda-graph's requirements a command line shows (train_model checks that the app loads its data apart).
+inline void check_cuda_graph_settings(const TrainSettings& c, const std::string& device, bool distributed) {
+  if (!c.cuda_graph) return;
+  if (device.rfind("cuda", 0) != 0) throw UsageError("--cuda-graph needs --device cuda, got --device " + device);
+  if (c.precision == "fp16")
+    throw UsageError("--cuda-graph does not take --precision fp16 (the loss scaler skips steps on the host); use bf16");
+  if (distributed) throw UsageError("--cuda-graph does not take --distributed (collectives run inside the backward)");
+}
+
 // What shapes training, for a checkpoint's signature.
 inline nlohmann::ordered_json train_signature(const TrainSettings& c) {
   nlohmann::ordered_json j = {{"steps", c.steps}, {"warmup", c.warmup}, {"lr", c.lr}, {"weight_decay", c.weight_decay}};
   if (c.precision != "fp32") j["precision"] = c.precision;  // fp32 runs keep their old signature
+  if (c.cuda_graph) j["cuda_graph"] = true;                 // (the app pads its batches to one length)
   return j;
 }
 
@@ -138,8 +157,12 @@ struct TrainRun {
 };
 
 struct TrainHooks {
-  // The loss of step `step` (1-based); sets *task to the task loss alone (for the logs).
-  std::function<cf::Tensor(int64_t step, double* task)> loss;
+  // The loss of step `step` (1-based); sets *task to the task loss alone (a one-element tensor, summed
+  // on the device for the train lines and read when one is written).
+  std::function<cf::Tensor(int64_t step, cf::Tensor* task)> loss;
+  // Loads step's batch into the tensors `loss` reads (optional; needed by --cuda-graph): train_loop's
+  // load_batch.
+  std::function<void(int64_t step)> load;
   std::function<double()> evaluate;                  // the validation metric (optional)
   std::function<void(int64_t step)> after_step;      // e.g. memory-bank updates (optional)
   std::function<void(int64_t start_step)> resumed;   // e.g. move a data loader (optional)
@@ -163,6 +186,13 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
     for (auto& [k, v] : run.tags.items()) j[k] = v;
     return j;
   };
+  if (cfg.cuda_graph) {
+    check_cuda_graph_settings(cfg, run.device.str(), distributed());
+    if (!hooks.load)
+      throw UsageError("--cuda-graph is not supported by " + run.app +
+                       "'s training of this model (its data is not "
+                       "loaded apart from the loss)");
+  }
   // --distributed: DDP averages the gradients of the ranks' shards (the model is
   // the caller's: a non-owning pointer). Built before the optimizer reads the
   // parameters and before a checkpoint is loaded (every rank loads the same file).
@@ -282,6 +312,7 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   lo.start_step = start_step;
   lo.eval_every = hooks.evaluate ? cfg.eval_every : 0;
   lo.clip_norm = 1.0;
+  lo.cuda_graph = cfg.cuda_graph;
   lo.metric_name = run.metric_name;
   lo.metric_mode = run.metric_mode;
   cf::nn::ProgressBarOptions po;
@@ -299,7 +330,11 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   loop_hooks.progress = &bar;
   if (hooks.evaluate) loop_hooks.evaluate = hooks.evaluate;
   if (cfg.precision == "fp16") loop_hooks.scaler = &scaler;
-  double loss_sum = 0, task_sum = 0, task = 0;
+  if (hooks.load) loop_hooks.load_batch = [&](int64_t step, int64_t) { hooks.load(step); };
+  // The task losses since the last train line, summed on the device (a replayed step adds its own),
+  // read when a line is written.
+  cf::Tensor task_acc = cf::Tensor::zeros({}, cf::kFloat64, run.device);
+  double loss_sum = 0, task_sum = 0;
   int64_t loss_n = 0;
   t_train = std::chrono::steady_clock::now();
   // The step's own model updates (cf-lm's memory banks) before its validation (the loop's order): a val
@@ -307,12 +342,16 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   if (hooks.after_step) loop_hooks.after_update = hooks.after_step;
   loop_hooks.on_step_end = [&](const cf::nn::TrainStepInfo& info) {
     loss_sum += info.loss;
-    task_sum += task;
     ++loss_n;
     const bool stop = !run.checkpoint.empty() && cfg.stop_after > 0 && info.step - start_step >= cfg.stop_after &&
                       info.step < cfg.steps;
     // every --log-every steps, and the last window however short (at the end of training or a --stop-after)
     if (cfg.log_every > 0 && (info.step % cfg.log_every == 0 || info.step == cfg.steps || stop)) {
+      task_sum = task_acc.item();
+      {
+        cf::NoGradGuard ng;
+        cf::fill_(task_acc, 0.0);
+      }
       if (distributed()) {  // the loss of the global batch: the mean over ranks' shards
         cf::Tensor sums = cf::Tensor::from_vector(std::vector<double>{loss_sum, task_sum}, {2});
         cf::dist::all_reduce(sums, cf::dist::ReduceOp::mean);
@@ -354,7 +393,15 @@ inline TrainResult train_model(cf::nn::Module& model, const TrainSettings& cfg, 
   live_before = cf::memory_stats(run.device).live_bytes;
   auto step_loss = [&](int64_t step, int64_t) {
     cf::AutocastGuard guard(autocast);
-    return hooks.loss(step, &task);
+    cf::Tensor task;
+    cf::Tensor loss = hooks.loss(step, &task);
+    if (!task.defined() || task.numel() != 1 || task.device() != run.device)
+      throw cf::ValueError("[" + run.app + "] the training loss hook set a task loss of " +
+                           (task.defined() ? task.describe() : std::string("undefined")) + ", not one element on " +
+                           run.device.str());
+    cf::NoGradGuard ng;
+    cf::add_(task_acc, cf::reshape(cf::to(task.detach(), cf::kFloat64), {}));
+    return loss;
   };
   cf::nn::train_loop(opt, step_loss, lo, loop_hooks);
   if (run.device.is_cuda()) cf::cuda::synchronize();

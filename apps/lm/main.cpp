@@ -539,7 +539,7 @@ void train_lm(const Config& cfg, cf::Device dev, const Corpus& corpus, int64_t s
   run.generators = {{"data", &data_gen}};
   cf::apps::TrainHooks hooks;
   const int64_t max_start = int64_t(corpus.train.size()) - cfg.seq_len - 1;
-  hooks.loss = [&](int64_t, double* task_loss) {
+  hooks.loss = [&](int64_t, cf::Tensor* task_loss) {
     std::vector<int64_t> starts = cf::randint(0, max_start + 1, {cfg.batch_size}, data_gen).to_vector<int64_t>();
     if (cf::apps::distributed()) {  // this rank's share of the global batch (every rank draws it all)
       auto [lo, hi] = cf::apps::rank_share(cfg.batch_size, "--batch-size");
@@ -549,7 +549,7 @@ void train_lm(const Config& cfg, cf::Device dev, const Corpus& corpus, int64_t s
     windows(corpus.train, starts, cfg.seq_len, dev, ids, targets);
     cf::nn::AuxLosses aux;
     cf::Tensor task = lm_loss(lm.forward(ids, &aux), targets);
-    *task_loss = task.item();
+    *task_loss = task;
     return cf::apps::total_loss(task, aux, lm.aux_weights);
   };
   hooks.evaluate = [&] {
@@ -595,7 +595,7 @@ void train_retrieval(const Config& cfg, cf::Device dev, int64_t seed, const std:
   run.device = dev;
   cf::apps::TrainHooks hooks;
   std::vector<int64_t> answers;
-  hooks.loss = [&](int64_t, double* task_loss) {
+  hooks.loss = [&](int64_t, cf::Tensor* task_loss) {
     cf::Tensor ids, targets;
     retrieval_batch(data_gen, cfg.batch_size, cfg.retrieval_len, ids, targets, answers);
     if (cf::apps::distributed()) {
@@ -605,7 +605,7 @@ void train_retrieval(const Config& cfg, cf::Device dev, int64_t seed, const std:
     }
     cf::nn::AuxLosses aux;
     cf::Tensor task = lm_loss(lm.forward(ids.to(dev), &aux), targets.to(dev));
-    *task_loss = task.item();
+    *task_loss = task;
     return cf::apps::total_loss(task, aux, lm.aux_weights);
   };
   hooks.after_step = [&](int64_t) { lm.after_step(); };

@@ -280,10 +280,10 @@ void train_init(const Config& cfg, cf::Device dev, const pc::ShapeSet& train, co
   run.device = dev;
   run.generators = {{"sampler", &sampler}};
   cf::apps::TrainHooks hooks;
-  hooks.loss = [&](int64_t step, double* task) {
+  hooks.loss = [&](int64_t step, cf::Tensor* task) {
     auto [x, y] = batch_of(train, batch_indices(train.count(), cfg.batch_size, seed, step), dc.points, dev);
     cf::Tensor loss = cf::cross_entropy(forward(x, &sampler), y);
-    *task = loss.item();
+    *task = loss;
     return loss;
   };
   if (val.count() > 0) hooks.evaluate = [&] { return accuracy(val, uint64_t(seed) + 777); };

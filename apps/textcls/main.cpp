@@ -144,6 +144,7 @@ bool parse(int argc, char** argv, Config& c) {
   }
   cf::apps::check_topic_data_config(c.data);
   cf::apps::check_train_settings(c.train);
+  cf::apps::check_cuda_graph_settings(c.train, c.device, c.distributed);
   if (c.dropout < 0 || c.dropout >= 1) throw UsageError("--dropout must be in [0, 1)");
   if (c.pooling != "mean" && c.pooling != "first")
     throw UsageError("--pooling must be mean or first, got '" + c.pooling + "'");

@@ -283,11 +283,11 @@ void train_variant(const Config& cfg, cf::Device dev, const std::shared_ptr<cf::
   };
   hooks.evaluate = [&] { return evaluate(*model, val_loader, dev, nullptr); };
   cf::data::Batch b;
-  hooks.loss = [&](int64_t, double* task_loss) {
+  hooks.loss = [&](int64_t, cf::Tensor* task_loss) {
     if (!train_loader.next(b) && !train_loader.next(b))
       throw cf::ValueError("[cf-vit] the training loader delivered no batch");
     cf::Tensor loss = cf::cross_entropy(model->forward(b.input.to(dev)), b.target.to(dev));
-    *task_loss = loss.item();
+    *task_loss = loss;
     return loss;
   };
   model->train();
