@@ -78,23 +78,8 @@ void check_loss_value(double v, int64_t step, int64_t micro, const char* after =
   CF_CHECK(std::isfinite(v), ValueError, where_micro(step, micro), "non-finite loss ", v, after);
 }
 
-// The loss value of one micro-batch, checked.
-double checked_loss(const Tensor& loss, int64_t step, int64_t micro) {
-  check_loss_tensor(loss, step, micro);
-  const double v = loss.item();
-  check_loss_value(v, step, micro);
-  return v;
-}
-
 void check_grad_norm(double norm, int64_t step, const char* after = "") {
   CF_CHECK(std::isfinite(norm), ValueError, "[train_loop] step ", step, ": non-finite gradient norm ", norm, after);
-}
-
-// clip_grad_norm's norm, after clipping; on a CUDA device one read of it (clip_grad_norm reads a
-// sum per gradient).
-double clip_and_read(const std::vector<Tensor>& params, double clip_norm) {
-  if (!params.empty() && params.front().device().is_cuda()) return clip_grad_norm_tensor(params, clip_norm).item();
-  return clip_grad_norm(params, clip_norm);
 }
 
 }  // namespace
@@ -223,20 +208,35 @@ TrainLoopResult train_loop(Optimizer& optimizer, const TrainStepFn& train_step_l
       }
       info.loss = loss_sum / double(o.grad_accum);
     } else {
+      // The micro-batches' losses (and the norm when clipped on a CUDA device) are read at once after
+      // the backward passes, before the update: on a device one wait a step, which comes after the
+      // step's kernels were queued (a read of each loss stopped the host before its backward).
+      std::vector<Tensor> read;
       for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
         if (hooks.load_batch) hooks.load_batch(step, micro);
         Tensor loss = train_step_loss(step, micro);
-        loss_sum += checked_loss(loss, step, micro);
+        check_loss_tensor(loss, step, micro);
+        read.push_back(reshape(to(loss.detach(), kFloat64), {1}));
         if (o.grad_accum > 1) loss = loss * (1.0 / double(o.grad_accum));
         (hooks.scaler ? hooks.scaler->scale(loss) : loss).backward();
       }
-      info.loss = loss_sum / double(o.grad_accum);
       if (hooks.scaler) hooks.scaler->unscale_(optimizer);  // before clipping (the scaler's rule)
       const bool overflow = hooks.scaler && hooks.scaler->found_inf();
-      if (o.clip_norm > 0 && !overflow) {
-        info.grad_norm = clip_and_read(params, o.clip_norm);
-        check_grad_norm(info.grad_norm, step);
+      const bool clip = o.clip_norm > 0 && !overflow;
+      // (on a CUDA device without a host read: clip_grad_norm reads a sum per gradient)
+      const bool device_norm = clip && params.front().device().is_cuda();
+      if (device_norm)
+        read.push_back(reshape(clip_grad_norm_tensor(params, o.clip_norm), {1}));
+      else if (clip)
+        info.grad_norm = clip_grad_norm(params, o.clip_norm);
+      const std::vector<double> r = cat(read, 0).to_vector<double>();
+      for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+        check_loss_value(r[size_t(micro)], step, micro);
+        loss_sum += r[size_t(micro)];
       }
+      info.loss = loss_sum / double(o.grad_accum);
+      if (device_norm) info.grad_norm = r.back();
+      if (clip) check_grad_norm(info.grad_norm, step);
       info.lr = hooks.schedule ? hooks.schedule->apply(optimizer) : optimizer.lr();
       if (hooks.scaler) {
         hooks.scaler->step(optimizer);  // skipped on overflow

@@ -22,7 +22,8 @@
 // The model is left in train mode. The progress bar (options.progress) counts
 // steps from start_step to max_steps and shows "loss" and "val_<metric_name>".
 //
-// The reported loss of a step is the mean of its micro-batch losses. With
+// The reported loss of a step is the mean of its micro-batch losses, read (with the gradient norm
+// when clipping on a CUDA device) once per step, after the backward passes and before the update. With
 // grad_accum micro-batches of equal size and a mean-reduced loss, the gradient
 // is that of the whole batch. Gradients left on the parameters before the first
 // step are dropped (optimizer.zero_grad()) so the first step starts clean.

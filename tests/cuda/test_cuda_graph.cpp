@@ -207,7 +207,7 @@ CUDA_TEST_CASE("train_loop with cuda_graph: the eager loop's losses, norms and p
       CHECK(graphed.trips[s].synchronizations == 0);
       CHECK(graphed.trips[s].host_to_device == 2);  // the two micro-batches
     }
-    CHECK(eager.trips[1].device_to_host == 3);  // each micro-batch's loss and the norm
+    for (size_t s = 1; s < 6; ++s) CHECK(eager.trips[s].device_to_host == 1);  // the eager loop reads once too
   }
 }
 
