@@ -61,18 +61,13 @@ ops::AdamStep adam_step_of(const AdamOptions& o, bool decoupled, int64_t step, d
 
 void Adam::update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
                       const std::vector<double>& lrs, const std::vector<double>& wds) {
-  const std::vector<bool> fast = batchable(entries, grads);
-  std::vector<kernels::AdamTensors> fused;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (!fast[i]) continue;
-    const Entry& e = *entries[i];
-    const bool master = e.master.defined();
-    fused.push_back({master ? e.master : e.param, grads[i], e.slots[0], e.slots[1],
-                     adam_step_of(opt_, decoupled_, e.step, lrs[i], wds[i]), master ? e.param : Tensor()});
-  }
-  ops::adam_steps_(std::move(fused));  // (checks every entry before writing any)
-  for (size_t i = 0; i < entries.size(); ++i)
-    if (!fast[i]) update_one(*entries[i], grads[i], lrs[i], wds[i]);
+  update_batched<kernels::AdamTensors>(
+      entries, grads, lrs, wds,
+      [this](const Entry& e, const Tensor& g, double lr, double wd) {
+        return kernels::AdamTensors{step_target(e), g, e.slots[0], e.slots[1],
+                                    adam_step_of(opt_, decoupled_, e.step, lr, wd), low_param(e)};
+      },
+      ops::adam_steps_);
 }
 
 void Adam::update(Entry& e, const Tensor& grad, double lr, double wd) {

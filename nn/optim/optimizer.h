@@ -131,6 +131,24 @@ class Optimizer {
   // when there is one, and a contiguous 16-bit parameter), sharing memory with no other entry (a
   // batch updates its entries at once). The others go through update_one, in order.
   static std::vector<bool> batchable(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads);
+  // update_all for an optimizer with a multi-tensor call: the batchable entries as make(entry, grad,
+  // lr, weight_decay) -> Step, all handed to run(std::vector<Step>) at once (it checks every entry
+  // before writing any); the others through update_one, in order.
+  template <typename Step, typename Make, typename Run>
+  void update_batched(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
+                      const std::vector<double>& lrs, const std::vector<double>& weight_decays, Make make, Run run) {
+    const std::vector<bool> fast = batchable(entries, grads);
+    std::vector<Step> steps;
+    for (size_t i = 0; i < entries.size(); ++i)
+      if (fast[i]) steps.push_back(make(*entries[i], grads[i], lrs[i], weight_decays[i]));
+    run(std::move(steps));
+    for (size_t i = 0; i < entries.size(); ++i)
+      if (!fast[i]) update_one(*entries[i], grads[i], lrs[i], weight_decays[i]);
+  }
+  // What a multi-tensor step updates for e: its float32 master when it has one, else the parameter;
+  // and the 16-bit parameter the master is rounded into (undefined without a master).
+  static const Tensor& step_target(const Entry& e) { return e.master.defined() ? e.master : e.param; }
+  static Tensor low_param(const Entry& e) { return e.master.defined() ? e.param : Tensor(); }
   // "[<name>.<fn>]" for error messages.
   std::string where(const char* fn) const;
   static void check_hyper(bool ok, const std::string& where, const std::string& what);

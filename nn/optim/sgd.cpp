@@ -37,18 +37,13 @@ ops::SgdStep sgd_step_of(const SGDOptions& o, bool first, double lr, double wd) 
 
 void SGD::update_all(const std::vector<Entry*>& entries, const std::vector<Tensor>& grads,
                      const std::vector<double>& lrs, const std::vector<double>& wds) {
-  const std::vector<bool> fast = batchable(entries, grads);
-  std::vector<kernels::SgdTensors> fused;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (!fast[i]) continue;
-    const Entry& e = *entries[i];
-    const bool master = e.master.defined();
-    fused.push_back({master ? e.master : e.param, grads[i], e.slots.empty() ? Tensor() : e.slots[0],
-                     sgd_step_of(opt_, e.step == 1, lrs[i], wds[i]), master ? e.param : Tensor()});
-  }
-  ops::sgd_steps_(std::move(fused));  // (checks every entry before writing any)
-  for (size_t i = 0; i < entries.size(); ++i)
-    if (!fast[i]) update_one(*entries[i], grads[i], lrs[i], wds[i]);
+  update_batched<kernels::SgdTensors>(
+      entries, grads, lrs, wds,
+      [this](const Entry& e, const Tensor& g, double lr, double wd) {
+        return kernels::SgdTensors{step_target(e), g, e.slots.empty() ? Tensor() : e.slots[0],
+                                   sgd_step_of(opt_, e.step == 1, lr, wd), low_param(e)};
+      },
+      ops::sgd_steps_);
 }
 
 void SGD::update(Entry& e, const Tensor& grad, double lr, double wd) {
