@@ -64,8 +64,8 @@ void Adam::update_all(const std::vector<Entry*>& entries, const std::vector<Tens
   update_batched<kernels::AdamTensors>(
       entries, grads, lrs, wds,
       [this](const Entry& e, const Tensor& g, double lr, double wd) {
-        return kernels::AdamTensors{step_target(e), g, e.slots[0], e.slots[1],
-                                    adam_step_of(opt_, decoupled_, e.step, lr, wd), low_param(e)};
+        return kernels::AdamTensors{
+            step_target(e), g, e.slots[0], e.slots[1], adam_step_of(opt_, decoupled_, e.step, lr, wd), low_param(e)};
       },
       ops::adam_steps_);
 }
