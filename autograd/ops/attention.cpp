@@ -28,14 +28,7 @@ using autograd::SavedTensor;
 
 namespace {
 
-// t itself (detached) when contiguous, else a contiguous copy: the kernels index rows directly.
-Tensor dense(const Tensor& t) {
-  if (!t.defined()) return t;
-  if (t.is_contiguous()) return t.detach();
-  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
-  kernels::copy(t, c);
-  return c;
-}
+using ops::dense_data;
 
 // t itself when its data is 16-byte aligned, else an aligned copy: the tensor-core kernels read
 // 16-byte vectors, and a contiguous view at an odd offset is not aligned.
@@ -110,7 +103,7 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
     p.dropout_seed = gen->seed();
     p.dropout_counter0 = reserve_dropout_counters(*gen, uint64_t(B * H * Nq * sk[2]));  // (dropout_share.h)
   }
-  Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(kpm);
+  Tensor qc = dense_data(q), kc = dense_data(k), vc = dense_data(v), mc = dense_data(kpm);
   const DType out_dtype = tensor_cores || bf16_arm ? kFloat32 : q.dtype();
   Tensor out = Tensor::empty({B, H, Nq, Dv}, out_dtype, q.device());
   Tensor lse = Tensor::empty({B, H, Nq}, out_dtype, q.device());
@@ -142,9 +135,9 @@ FlashAttentionResult flash_attention_impl(const Tensor& q, const Tensor& k, cons
     autograd::record(op, {q, k, v}, result, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), ov = s_o.unpack(op),
              lv = s_l.unpack(op), mv = s_m.defined() ? s_m.unpack(op) : Tensor();
-      const Tensor gd = dense(g);  // the views below assume the packed layout
-      const Tensor go = with_lse ? dense(out_of(gd)) : gd;
-      const Tensor gl = with_lse ? dense(lse_of(gd)) : Tensor();
+      const Tensor gd = dense_data(g);  // the views below assume the packed layout
+      const Tensor go = with_lse ? dense_data(out_of(gd)) : gd;
+      const Tensor gl = with_lse ? dense_data(lse_of(gd)) : Tensor();
       if (bf16_arm) {  // bfloat16 dout for the products, float32 gradients returned in the 16-bit dtype
         Tensor dq = Tensor::empty(qv.shape(), kFloat32, qv.device());
         Tensor dk = Tensor::empty(kv.shape(), kFloat32, kv.device());
@@ -295,7 +288,7 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
     p.dropout_seed = gen.seed();
     p.dropout_counter0 = reserve_dropout_counters(gen, uint64_t(B * H) * uint64_t(N) * uint64_t(N));
   }
-  Tensor qc = dense(q), kc = dense(k), vc = dense(v), mc = dense(members), pc = dense(kpm);
+  Tensor qc = dense_data(q), kc = dense_data(k), vc = dense_data(v), mc = dense_data(members), pc = dense_data(kpm);
   // Autocast (issue 26): 16-bit q, k, v the tensor-core kernels take (the callers sent the others
   // to float32 copies) give float32 out and lse, as flash_attention's do.
   const bool tensor_cores = autocast_dtype() && is_low_precision(q.dtype()) && o.rounds == 1 && o.dropout == 0 &&
@@ -336,7 +329,7 @@ BlockAttentionResult block_attention_unchecked(const Tensor& q, const Tensor& k,
     autograd::record(op, {q, k, v}, packed, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), mv = s_m.unpack(op),
              ov = s_o.unpack(op), pv = s_p.defined() ? s_p.unpack(op) : Tensor();
-      Tensor gd = dense(g);
+      Tensor gd = dense_data(g);
       if (combine) {  // the combined rows' gradient, handed to each round (the kernels' dout and dlse)
         Tensor per_round_grad = Tensor::empty(ov.shape(), ov.dtype(), ov.device());
         kernels::rounds_split(ov, s_c.unpack(op), gd, rounds, per_round_grad);
@@ -456,8 +449,8 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
     p.dropout_seed = g.seed();
     p.dropout_counter0 = reserve_dropout_counters(g, uint64_t(C) * uint64_t(B * H) * uint64_t(N) * uint64_t(N));
   }
-  Tensor qc = dense(q), kc = dense(k), vc = dense(v), pc = dense(kpm);
-  Tensor qm = dense(query_members), km = dense(key_members);
+  Tensor qc = dense_data(q), kc = dense_data(k), vc = dense_data(v), pc = dense_data(kpm);
+  Tensor qm = dense_data(query_members), km = dense_data(key_members);
   // The kernel's outputs in slot order: row c * wq + r of each (b, h) is slot r of list c.
   Tensor slots = Tensor::empty({B, H, C * wq, Dv}, q.dtype(), q.device());
   Tensor lse = Tensor::empty({B, H, C * wq}, q.dtype(), q.device());
@@ -478,7 +471,7 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
     autograd::record(op, {q, k, v}, out, [=](const Tensor& g) -> std::vector<Tensor> {
       Tensor qv = s_q.unpack(op), kv = s_k.unpack(op), vv = s_v.unpack(op), qmv = s_qm.unpack(op),
              kmv = s_km.unpack(op), pv = s_p.defined() ? s_p.unpack(op) : Tensor();
-      const Tensor gd = dense(g);
+      const Tensor gd = dense_data(g);
       // Written by the first chunk's slot sums (from 0), added to by the next: no fill (zeros without a list).
       auto grad_of = [C](const Tensor& x) {
         return C > 0 ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor::zeros(x.shape(), x.dtype(), x.device());
@@ -495,8 +488,8 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
       for (int64_t c0 = 0; c0 < C; c0 += per) {
         const int64_t n = std::min(per, C - c0);
         // Slot-order rows of lists c0 .. c0 + n - 1, one (b, h) after another.
-        auto rows = [&](const Tensor& t, int64_t w) { return dense(slice(t, 2, c0 * w, (c0 + n) * w)); };
-        const Tensor qmc = dense(slice(qmv, 2, c0, c0 + n)), kmc = dense(slice(kmv, 2, c0, c0 + n));
+        auto rows = [&](const Tensor& t, int64_t w) { return dense_data(slice(t, 2, c0 * w, (c0 + n) * w)); };
+        const Tensor qmc = dense_data(slice(qmv, 2, c0, c0 + n)), kmc = dense_data(slice(kmv, 2, c0, c0 + n));
         // Each slot's share of its position's gradient (rows of empty slots are ignored).
         Tensor gs = Tensor::empty({B, H, n * wq, Dv}, g.dtype(), g.device());
         kernels::routed_tokens_to_slots(gd, count, qmc, gs);
@@ -506,7 +499,7 @@ Tensor ops::routed_attention_unchecked(const Tensor& q, const Tensor& k, const T
         kernels::RoutedAttentionParams pc0 = p;
         pc0.list0 = c0;  // the dropout counters of lists c0 ..
         kernels::routed_attention_backward(qv, kv, vv, qmc, kmc, pv, pc0, rows(slots, wq),
-                                           dense(slice(lse, 2, c0 * wq, (c0 + n) * wq)), gs, dqs, dks, dvs);
+                                           dense_data(slice(lse, 2, c0 * wq, (c0 + n) * wq)), gs, dqs, dks, dvs);
         // The slot gradients back to the positions the slots hold.
         kernels::routed_slots_add(dqs, qmc, dq, Tensor(), Tensor(), c0 > 0);
         kernels::routed_slots_add(dks, kmc, dk, dvs, dv, c0 > 0);

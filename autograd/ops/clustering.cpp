@@ -87,8 +87,7 @@ namespace {
 
 std::string describe_arg(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
 
-// A contiguous copy of t's data without history (t itself when it is contiguous).
-Tensor dense_data(const Tensor& t) { return t.defined() ? contiguous(t.detach()) : t; }
+using ops::dense_data;
 
 kernels::ClusterLossParams loss_params(ClusterLossForm form) {
   kernels::ClusterLossParams p;

@@ -207,4 +207,9 @@ Tensor filled(const Shape& shape, double v, DType dtype, Device device) {
   return t;
 }
 
+Tensor dense_data(const Tensor& t) {
+  if (!t.defined()) return t;
+  return t.is_contiguous() ? t.detach() : contiguous(t.detach());
+}
+
 }  // namespace cf::ops

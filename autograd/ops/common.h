@@ -45,5 +45,9 @@ void check_number(const Tensor& t, double v, const char* op);  // number_like's 
 Tensor compare_operand(const Tensor& t, double v);
 // A new tensor filled with v on any device (Tensor::full is CPU-only, being in core).
 Tensor filled(const Shape& shape, double v, DType dtype, Device device);
+// What a fused kernel reads: t itself (detached) when contiguous, else a contiguous copy with no
+// autograd history (the kernels index rows directly and are recorded as one node each);
+// undefined stays undefined.
+Tensor dense_data(const Tensor& t);
 
 }  // namespace cf::ops

@@ -26,14 +26,7 @@ using autograd::SavedTensor;
 
 namespace {
 
-// t itself when contiguous, else a contiguous copy with no autograd history: the
-// fused kernels below index rows directly and are recorded as one node each.
-Tensor dense(const Tensor& t) {
-  if (t.is_contiguous()) return t.detach();
-  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
-  kernels::copy(t, c);
-  return c;
-}
+using ops::dense_data;
 
 // A 0-d tensor seen as shape (1): softmax of a scalar is a one-element row.
 Tensor as_row(const Tensor& t) { return t.dim() == 0 ? make_view(t, {1}, {1}, t.offset()) : t; }
@@ -93,9 +86,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   CF_CHECK(std::isfinite(eps) && eps >= 0, ValueError, "[layer_norm] eps must be finite and >= 0, got ",
            eps);
 
-  Tensor xc = dense(x);
-  Tensor wc = weight.defined() ? dense(weight) : Tensor();
-  Tensor bc = bias.defined() ? dense(bias) : Tensor();
+  Tensor xc = dense_data(x);
+  Tensor wc = weight.defined() ? dense_data(weight) : Tensor();
+  Tensor bc = bias.defined() ? dense_data(bias) : Tensor();
   Shape stat_shape(x.shape().begin(), x.shape().end() - int64_t(k));
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = Tensor::empty(stat_shape, x.dtype(), x.device());
@@ -115,7 +108,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
       Tensor gx = need_x ? Tensor::empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
       Tensor gw = need_w ? Tensor::empty(ns, xv.dtype(), xv.device()) : Tensor();
       Tensor gb = need_b ? Tensor::empty(ns, xv.dtype(), xv.device()) : Tensor();
-      kernels::layer_norm_backward(dense(g), xv, mv, rv, wv, n, gx, gw, gb);
+      kernels::layer_norm_backward(dense_data(g), xv, mv, rv, wv, n, gx, gw, gb);
       return {gx, gw, gb};
     });
   }
@@ -160,7 +153,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   p.inner = numel_of(Shape(logits.shape().begin() + 2, logits.shape().end()));
   p.ignore_index = o.ignore_index;
   p.label_smoothing = o.label_smoothing;
-  Tensor lc = dense(logits), tc = dense(targets);
+  Tensor lc = dense_data(logits), tc = dense_data(targets);
   Tensor losses = Tensor::empty(want, logits.dtype(), logits.device());
   // Per sample (max, log sum exp(x - max)) for the backward, kept apart (kernels/cross_entropy);
   // float32 for 16-bit logits, whose kernels compute in float32.
@@ -192,7 +185,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
       Tensor gl = Tensor::empty(lv.shape(), lv.dtype(), lv.device());
       // On CUDA the scale multiplies g in the scale's dtype (float32 for 16-bit logits).
       const Tensor gs = scale.device.defined() ? mul(as_dtype(g, scale.device.dtype()), scale.device) : g;
-      kernels::cross_entropy_backward(lv, tv, sv, dense(gs), scale.host, p, gl);
+      kernels::cross_entropy_backward(lv, tv, sv, dense_data(gs), scale.host, p, gl);
       return {gl};
     });
   }
@@ -213,7 +206,7 @@ Tensor l2_normalize(const Tensor& x, double eps) {
     return autocast_dtype() ? y : to(y, x.dtype());
   }
   const int64_t n = x.shape().back();
-  const Tensor xc = dense(x);
+  const Tensor xc = dense_data(x);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels::l2_normalize_forward(xc, n, eps, y);
   if (autograd::any_requires_grad({&x})) {
@@ -221,7 +214,7 @@ Tensor l2_normalize(const Tensor& x, double eps) {
     autograd::record(op, {x}, y, [sx, n, eps](const Tensor& g) -> std::vector<Tensor> {
       const Tensor xv = sx.unpack(opname::l2_normalize);
       Tensor gx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
-      kernels::l2_normalize_backward(dense(g), xv, n, eps, gx);
+      kernels::l2_normalize_backward(dense_data(g), xv, n, eps, gx);
       return {gx};
     });
   }
@@ -244,12 +237,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   // data parallelism this process's share of W blocks (autograd/dropout_share.h).
   dp.counter0 = reserve_dropout_counters(gen, uint64_t(x.numel()));
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  kernels::dropout(dense(x), out, dp);
+  kernels::dropout(dense_data(x), out, dp);
   if (autograd::any_requires_grad({&x})) {
     // No saved mask: backward regenerates it from the same counters.
     autograd::record(opname::dropout, {x}, out, [dp](const Tensor& g) -> std::vector<Tensor> {
       Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
-      kernels::dropout(dense(g), gx, dp);
+      kernels::dropout(dense_data(g), gx, dp);
       return {gx};
     });
   }
@@ -275,7 +268,7 @@ Tensor dropout_scale_at(const Tensor& cols, int64_t row_len, double p, uint64_t 
   dp.seed = seed;
   dp.counter0 = counter0;
   dp.philox_rebase = cols.device().is_cuda() ? rebase : nullptr;
-  dp.cols = dense(cols);
+  dp.cols = dense_data(cols);
   dp.row_len = row_len;
   Tensor out = Tensor::empty(cols.shape(), dtype, cols.device());
   kernels::dropout(ones, out, dp);

@@ -109,7 +109,6 @@ Tensor sparse_weighted_sum(const Tensor& w_in, const Tensor& v_in, const Tensor&
 namespace cluster_topk_detail {
 
 std::string describe(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
-Tensor dense(const Tensor& t) { return t.defined() ? contiguous(t.detach()) : t; }
 
 }  // namespace cluster_topk_detail
 
@@ -118,7 +117,7 @@ Tensor cluster_topk_attention(const Tensor& q_in, const Tensor& k_in, const Tens
                               const Tensor& key_padding_mask, double scale, bool causal, double dropout,
                               Generator& gen) {
   using cluster_topk_detail::describe;
-  using cluster_topk_detail::dense;
+  using ops::dense_data;
   const char* op = opname::cluster_topk_attention;
   CF_CHECK(q_in.defined() && k_in.defined() && v_in.defined() && top_in.defined() && assignment.defined(),
            ValueError, "[", op, "] q, k, v, top and assignment must be defined");
@@ -161,7 +160,7 @@ Tensor cluster_topk_attention(const Tensor& q_in, const Tensor& k_in, const Tens
   CF_CHECK(dropout >= 0 && dropout < 1, ValueError, "[", op, "] dropout must be in [0, 1), got ", dropout);
   CF_CHECK(scale > 0 && std::isfinite(scale), ValueError, "[", op, "] scale must be finite and > 0, got ", scale);
   ops::check_same_device(op, {&q_in, &k_in, &v_in, &top_in, &assignment, &mass_in, &rest_in, &key_padding_mask});
-  const Tensor top = dense(top_in), assign = dense(assignment);
+  const Tensor top = dense_data(top_in), assign = dense_data(assignment);
   if (!ops::indices_known_good()) {
     kernels::check_index_range(op, top, Nk, [op, Nk](int64_t at, int64_t value) {
       throw IndexError(str("[", op, "] top key ", value, " at flat position ", at, " is out of range for ", Nk,
@@ -175,8 +174,8 @@ Tensor cluster_topk_attention(const Tensor& q_in, const Tensor& k_in, const Tens
         },
         -1);
   }
-  const Tensor q = dense(q_in), k = dense(k_in), v = dense(v_in), mass = dense(mass_in), rest = dense(rest_in),
-               kpm = dense(key_padding_mask);
+  const Tensor q = dense_data(q_in), k = dense_data(k_in), v = dense_data(v_in), mass = dense_data(mass_in),
+               rest = dense_data(rest_in), kpm = dense_data(key_padding_mask);
   kernels::ClusterTopkParams p;
   p.heads = H;
   p.scale = scale;
