@@ -26,7 +26,8 @@ using cu::kThreads;
 using cu::kWarp;
 constexpr int64_t kTokens = 64;  // tokens per block of eq. 6's forward
 
-__device__ __forceinline__ double unit_scale(double len) { return 1.0 / fmax(len, kUnitFloor); }
+// (not fmax, which drops a NaN: a NaN length gives a NaN scale, as std::max does on the CPU)
+__device__ __forceinline__ double unit_scale(double len) { return 1.0 / (len < kUnitFloor ? kUnitFloor : len); }
 
 // All lanes of the warp get the sum (a fixed xor tree).
 __device__ __forceinline__ double warp_sum(double v) { return cu::WarpRow{}.sum(v); }
